@@ -1,0 +1,3 @@
+"""swarmgpu: GPU-aware placement for Docker Swarm."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The one allocator: the daemon, ``render``, ``plan`` and ``simulate`` all use it."""

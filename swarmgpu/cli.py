@@ -1,0 +1,245 @@
+"""The `swarmgpu` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from loguru import logger
+
+from swarmgpu.config import Config, ConfigError, describe_defaults, load_config
+from swarmgpu.logs import setup_logging
+
+
+def _load_cfg(path: str | None, **overrides: Any) -> Config:
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        click.echo(f"swarmgpu: configuration error: {exc}", err=True)
+        sys.exit(2)
+    import dataclasses
+
+    for k, v in overrides.items():
+        if v is not None:
+            cfg = dataclasses.replace(cfg, **{k: v})
+    return cfg
+
+
+@click.group()
+@click.version_option(package_name="swarmgpu")
+def main() -> None:
+    """GPU-aware placement for Docker Swarm."""
+
+
+def _source_options(f: Any) -> Any:
+    f = click.option("--source", required=True, metavar="SPEC",
+                     help="nvml | gfd:PATH | file:PATH | topo:PATH")(f)
+    f = click.option("--hostname", default=None,
+                     help="Node hostname to report (default: this host's name).")(f)
+    f = click.option("--product", default=None, help="GPU product, for topo: sources.")(f)
+    f = click.option("--memory-mib", type=int, default=None,
+                     help="Memory per GPU in MiB, for topo: sources.")(f)
+    f = click.option("--mig", "mig_layout", default=None,
+                     help="MIG layout for topo: sources (see docs/facts-schema.md).")(f)
+    return f
+
+
+def _open(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
+          mig_layout: str | None) -> Any:
+    from swarmgpu.facts import SourceError
+    from swarmgpu.facts.registry import open_source
+
+    try:
+        return open_source(source, hostname=hostname, product=product,
+                           memory_mib=memory_mib, mig_layout=mig_layout)
+    except SourceError as exc:
+        click.echo(f"swarmgpu: {exc}", err=True)
+        sys.exit(2)
+
+
+@main.command()
+@_source_options
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON the agent serves.")
+def facts(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
+          mig_layout: str | None, as_json: bool) -> None:
+    """Print the GPU facts the agent would serve."""
+    from swarmgpu.labels import desired_labels
+
+    src = _open(source, hostname, product, memory_mib, mig_layout)
+    nf = src.read()
+    if as_json:
+        click.echo(json.dumps(nf.to_dict(), indent=2))
+        return
+    click.echo(f"host {nf.hostname}  driver {nf.driver_version}  cuda {nf.cuda_driver_version}  "
+               f"source {nf.source}")
+    for g in nf.gpus:
+        mig = f"  MIG {[m.profile for m in g.mig_devices]}" if g.mig_enabled else ""
+        health = "" if g.healthy else f"  UNHEALTHY: {g.error}"
+        click.echo(f"  GPU{g.index} {g.product} {g.memory_mib} MiB {g.uuid} "
+                   f"numa={g.numa_node}{mig}{health}")
+    if nf.links:
+        click.echo("links:")
+        for i, row in enumerate(nf.links):
+            click.echo(f"  GPU{i} " + " ".join(f"{x:>5}" for x in row))
+    for e in nf.errors:
+        click.echo(f"  error: {e}")
+    click.echo("labels:")
+    for k, v in sorted(desired_labels(nf).items()):
+        click.echo(f"  {k}={v}")
+
+
+@main.command()
+@_source_options
+@click.option("--listen", default="0.0.0.0:9401", show_default=True, help="HOST:PORT to serve on.")  # noqa: S104
+@click.option("--metrics-profile", default=None, type=click.Path(),
+              help="YAML profile of scripted utilisation (demos, tests).")
+@click.option("--refresh-s", default=30.0, show_default=True, help="Seconds between fact reads.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+def agent(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
+          mig_layout: str | None, listen: str, metrics_profile: str | None, refresh_s: float,
+          log_format: str) -> None:
+    """Serve this node's GPU facts and metrics over HTTP (/facts, /metrics, /healthz)."""
+    from swarmgpu import agent as agent_mod
+
+    setup_logging("INFO", log_format)
+    src = _open(source, hostname, product, memory_mib, mig_layout)
+    sampler = None
+    if metrics_profile:
+        from swarmgpu.facts.profile import ProfileError, ProfileSampler
+
+        try:
+            sampler = ProfileSampler(metrics_profile, src.read()).sample
+        except ProfileError as exc:
+            click.echo(f"swarmgpu agent: {exc}", err=True)
+            sys.exit(2)
+    agent_mod.serve(src, listen, sampler=sampler, refresh_s=refresh_s)
+
+
+@main.command()
+@click.option("--config", "config_path", default=None, type=click.Path(),
+              help="YAML config (default: built-in defaults).")
+@click.option("--once", is_flag=True, help="Run one cycle and exit.")
+@click.option("--dry-run", is_flag=True, default=None, help="Plan and log; never write.")
+def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
+    """The manager daemon: sync GPU labels, place GPU services, rebalance."""
+    from swarmgpu.daemon import Daemon
+    from swarmgpu.swarm import SwarmError
+
+    cfg = _load_cfg(config_path, dry_run=dry_run or None)
+    setup_logging(cfg.log.level, cfg.log.format)
+    try:
+        d = Daemon(cfg)
+    except SwarmError as exc:
+        logger.error("{}", exc)
+        sys.exit(2)
+    _attach_steps(d)
+    if once:
+        report = d.cycle()
+        if not report.leader and report.errors:
+            sys.exit(2)
+        if not report.leader:
+            click.echo("not the Swarm leader: nothing done", err=True)
+        click.echo(f"cycle done: {report.writes} label write(s), {len(report.errors)} error(s)",
+                   err=True)
+        return
+    d.run_forever()
+
+
+def _attach_steps(d: Any) -> None:
+    """Plug optional planners (placement, rebalancing) into the daemon's cycle."""
+    try:
+        from swarmgpu.placement_step import attach
+    except ImportError:
+        return
+    attach(d)
+
+
+@main.command()
+@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+def audit(config_path: str | None, as_json: bool) -> None:
+    """Compare GPU labels with the agents' facts; exit 0 clean, 1 findings, 2 error."""
+    from swarmgpu.agentbook import load_saved
+    from swarmgpu.audit import audit as run_audit
+    from swarmgpu.audit import render_table
+    from swarmgpu.swarm import SwarmClient, SwarmError
+    from swarmgpu.sync import take_snapshot
+
+    cfg = _load_cfg(config_path)
+    setup_logging("WARNING", cfg.log.format)
+    try:
+        swarm = SwarmClient(cfg.docker_host)
+        snap = take_snapshot(swarm, cfg)
+    except SwarmError as exc:
+        click.echo(f"swarmgpu audit: cannot read the swarm: {exc}", err=True)
+        sys.exit(2)
+    checks = []
+    try:
+        from swarmgpu.placement_step import audit_checks
+
+        checks = audit_checks(cfg)
+    except ImportError:
+        pass
+    findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
+                         extra_checks=checks)
+    if as_json:
+        click.echo(json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2))
+    else:
+        click.echo(render_table(findings, snap, cfg.sync.prefix))
+    sys.exit(1 if findings else 0)
+
+
+@main.group()
+def config() -> None:
+    """Check or show the daemon configuration."""
+
+
+@config.command("check")
+@click.argument("path", type=click.Path())
+def config_check(path: str) -> None:
+    """Validate a config file; exit 2 with the key and the fix when it is wrong."""
+    try:
+        load_config(path)
+    except ConfigError as exc:
+        click.echo(f"{path}: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"{path}: ok")
+
+
+@config.command("show-defaults")
+def config_defaults() -> None:
+    """Print every key with its default."""
+    click.echo(describe_defaults(), nl=False)
+
+
+@main.command()
+@click.option("--nodes", required=True, type=click.Path(exists=True), help="openb node CSV")
+@click.option("--pods", required=True, type=click.Path(exists=True), help="openb pod CSV")
+@click.option("--policy", "policies", default="swarmgpu", show_default=True,
+              help="Comma-separated: swarmgpu,fgd,bestfit,dotprod,packing,random")
+@click.option("--seeds", default="42", show_default=True, help="e.g. 42 or 42-51 or 42,43")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--plot", default=None, type=click.Path(), help="Write allocation-vs-load PNG.")
+@click.option("--departures", is_flag=True, help="Replay with creation/deletion times.")
+@click.option("--rebalance-moves", type=float, default=None,
+              help="Allow defragmenting moves: at most this many per 100 arrived pods.")
+def simulate(nodes: str, pods: str, policies: str, seeds: str, as_json: bool,
+             plot: str | None, departures: bool, rebalance_moves: float | None) -> None:
+    """Replay a GPU cluster trace through the placement policies."""
+    from swarmgpu.sim.cli_entry import parse_seeds, run_simulate
+
+    try:
+        seed_list = parse_seeds(seeds)
+    except ValueError as exc:
+        click.echo(f"swarmgpu simulate: --seeds: {exc}", err=True)
+        sys.exit(2)
+    text, code = run_simulate(nodes, pods, [p.strip() for p in policies.split(",") if p.strip()],
+                              seed_list, as_json, plot, departures, rebalance_moves)
+    click.echo(text)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

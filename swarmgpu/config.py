@@ -1,0 +1,219 @@
+"""The daemon's configuration: one YAML file, every key defaulted and validated.
+
+Errors name the key and the fix before anything runs. Common keys can be
+overridden from the environment (``SWARMGPU_<SECTION>_<KEY>``, e.g.
+``SWARMGPU_SYNC_INTERVAL_S=10``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from swarmgpu.constraints import usable_label_key
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class AgentsConfig:
+    port: int = 9401
+    """Port of every node's swarmgpu agent (or anything serving /facts)."""
+    url_template: str = "http://{addr}:{port}"
+    """Base URL of a node's agent; {addr}, {hostname}, {port} are filled in."""
+    timeout_s: float = 3.0
+    """Per-request deadline when fetching facts; a slow agent is 'unreachable'."""
+    max_response_bytes: int = 4 * 1024 * 1024
+    """Facts bigger than this are rejected (a broken or hostile agent)."""
+    parallel: int = 16
+    """Agents fetched at once."""
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    interval_s: float = 30.0
+    """Seconds between full label-sync cycles (events also trigger a cycle)."""
+    prefix: str = "swarmgpu."
+    """Label prefix swarmgpu owns; every other label is left alone."""
+    allow_disruptive: bool = False
+    """Apply label changes that would stop running tasks (default: hold and report)."""
+    watch_events: bool = True
+    """Re-sync on node/service events, not only on the interval."""
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    listen: str = "127.0.0.1:9402"
+    """Where the daemon serves /metrics and /healthz. Keep it on loopback."""
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = "INFO"
+    format: str = "text"
+    """'text' for a terminal, 'json' for journald and log collectors."""
+
+
+@dataclass(frozen=True)
+class Config:
+    docker_host: str | None = None
+    """Engine to talk to; default: DOCKER_HOST or the local socket."""
+    dry_run: bool = False
+    """Plan and log, never write."""
+    state_dir: str = "/var/lib/swarmgpu"
+    """Where the daemon keeps what it observed (agent last-seen times) for `audit`."""
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+
+def _check(cfg: Config) -> None:
+    if cfg.agents.port <= 0 or cfg.agents.port > 65535:
+        raise ConfigError(f"agents.port: {cfg.agents.port} is not a TCP port (1-65535)")
+    if cfg.agents.timeout_s <= 0:
+        raise ConfigError("agents.timeout_s: must be > 0 seconds (e.g. 3)")
+    if cfg.agents.parallel < 1:
+        raise ConfigError("agents.parallel: must be >= 1")
+    if "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:
+        raise ConfigError(
+            "agents.url_template: must contain {addr} or {hostname}, "
+            "e.g. 'http://{addr}:{port}'"
+        )
+    if cfg.sync.interval_s < 1:
+        raise ConfigError("sync.interval_s: must be >= 1 second (default 30)")
+    p = cfg.sync.prefix
+    if not p.endswith(".") or not usable_label_key(p + "x"):
+        raise ConfigError(
+            f"sync.prefix: {p!r} must end with '.' and use only letters, digits, "
+            "'-', '_', '.' (Swarm constraint keys cannot contain '/'); e.g. 'swarmgpu.'"
+        )
+    if cfg.log.format not in ("text", "json"):
+        raise ConfigError(f"log.format: {cfg.log.format!r}; use 'text' or 'json'")
+    if cfg.log.level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"):
+        raise ConfigError(f"log.level: {cfg.log.level!r}; use DEBUG, INFO, WARNING or ERROR")
+    host, _, port = cfg.http.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
+
+
+def _coerce(value: Any, typ: Any, where: str) -> Any:
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if typ in (int, float):
+        ok = not isinstance(value, bool) and isinstance(value, int | float | str)
+        try:
+            if ok:
+                return typ(value)
+        except ValueError:
+            pass
+        kind = "a whole number" if typ is int else "a number"
+        raise ConfigError(f"{where}: expected {kind}, got {value!r}")
+    optional = typ == (str | None)
+    if typ is str or optional:
+        if value is None and optional:
+            return None
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def _build(cls: Any, data: Any, where: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or 'config'}: expected a mapping of keys, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in hints:
+            close = difflib.get_close_matches(str(key), hints, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{path}: unknown key{hint} (known: {', '.join(sorted(hints))})")
+        typ = hints[key]
+        if dataclasses.is_dataclass(typ):
+            kwargs[key] = _build(typ, value if value is not None else {}, path)
+        else:
+            kwargs[key] = _coerce(value, typ, path)
+    return cls(**kwargs)
+
+
+_ENV_OVERRIDES = {
+    "SWARMGPU_DRY_RUN": ("dry_run",),
+    "SWARMGPU_DOCKER_HOST": ("docker_host",),
+    "SWARMGPU_STATE_DIR": ("state_dir",),
+    "SWARMGPU_AGENTS_PORT": ("agents", "port"),
+    "SWARMGPU_AGENTS_TIMEOUT_S": ("agents", "timeout_s"),
+    "SWARMGPU_SYNC_INTERVAL_S": ("sync", "interval_s"),
+    "SWARMGPU_SYNC_PREFIX": ("sync", "prefix"),
+    "SWARMGPU_HTTP_LISTEN": ("http", "listen"),
+    "SWARMGPU_LOG_LEVEL": ("log", "level"),
+    "SWARMGPU_LOG_FORMAT": ("log", "format"),
+}
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> Config:
+    """Load, apply env overrides, validate. Raises ConfigError naming key and fix."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise ConfigError(f"config file {p}: cannot read it ({exc.strerror})") from exc
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {p}: not valid YAML: {exc}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {p}: expected a mapping at the top level")
+        data = loaded
+    env = os.environ if env is None else env
+    for var, path_keys in _ENV_OVERRIDES.items():
+        if var in env:
+            d = data
+            for k in path_keys[:-1]:
+                d = d.setdefault(k, {})
+                if not isinstance(d, dict):
+                    raise ConfigError(f"{'.'.join(path_keys[:-1])}: expected a mapping")
+            d[path_keys[-1]] = env[var]
+    cfg: Config = _build(Config, data, "")
+    _check(cfg)
+    return cfg
+
+
+def describe_defaults() -> str:
+    """A commented YAML of every key with its default (for docs and `config show`)."""
+    lines: list[str] = []
+
+    def walk(obj: Any, indent: int) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            pad = "  " * indent
+            if dataclasses.is_dataclass(value):
+                lines.append(f"{pad}{f.name}:")
+                walk(value, indent + 1)
+            else:
+                dumped = yaml.safe_dump(value).strip().removesuffix("...").strip()
+                lines.append(f"{pad}{f.name}: {dumped}")
+
+    walk(Config(), 0)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,227 @@
+"""The manager daemon: schedules cycles, watches events, serves /metrics and /healthz.
+
+Runs on every manager; only the one whose engine is the Swarm leader acts, so when
+leadership moves the new leader's daemon takes over on its next cycle.
+A signal only sets a flag: the cycle in progress finishes, no new one starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from loguru import logger
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from swarmgpu.agentbook import AgentBook
+from swarmgpu.config import Config
+from swarmgpu.daemon_metrics import DaemonMetrics
+from swarmgpu.swarm import SwarmClient, SwarmError
+from swarmgpu.sync import CycleReport, LabelSync, take_snapshot
+
+CycleHook = Callable[["Daemon", Any], None]
+
+
+def sd_notify(message: str) -> bool:
+    """Tell systemd (Type=notify) about readiness/liveness; no-op outside systemd."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return False
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.connect(addr)
+            s.sendall(message.encode())
+        return True
+    except OSError:
+        return False
+
+
+class Daemon:
+    def __init__(
+        self, cfg: Config, swarm: SwarmClient | None = None, metrics: DaemonMetrics | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.swarm = swarm or SwarmClient(cfg.docker_host)
+        self.metrics = metrics or DaemonMetrics()
+        self.book = AgentBook()
+        self.labels = LabelSync(self.swarm, cfg, self.metrics, self.book)
+        self.extra_steps: list[CycleHook] = []  # placement, rebalancing plug in here
+        self.stop_event = threading.Event()
+        self._cycle_lock = threading.Lock()
+        self.last_report: CycleReport | None = None
+        self.last_cycle_at: float | None = None
+        self.leader = False
+        self._scheduler: BackgroundScheduler | None = None
+        self._http: ThreadingHTTPServer | None = None
+        # path -> () -> (content type, body); the GPU map and APIs plug in here
+        self.http_routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+
+    # --- one cycle -------------------------------------------------------
+    def cycle(self) -> CycleReport:
+        """Run one full cycle now (serialised: never two at once)."""
+        with self._cycle_lock:
+            start = time.monotonic()
+            try:
+                self.leader = self.swarm.is_leader()
+            except SwarmError as exc:
+                self.metrics.errors.labels(kind="swarm").inc()
+                self.metrics.cycles.labels(outcome="error").inc()
+                logger.error("cannot reach the Swarm manager: {}", exc)
+                return CycleReport(leader=False, errors=[str(exc)])
+            self.metrics.is_leader.set(1 if self.leader else 0)
+            if not self.leader:
+                self.metrics.cycles.labels(outcome="follower").inc()
+                logger.debug("not the Swarm leader; standing by")
+                return CycleReport(leader=False)
+            try:
+                snapshot = take_snapshot(self.swarm, self.cfg)
+                report = self.labels.cycle(snapshot)
+                for step in self.extra_steps:
+                    if self.stop_event.is_set():
+                        break
+                    step(self, snapshot)
+            except SwarmError as exc:
+                self.metrics.errors.labels(kind="swarm").inc()
+                self.metrics.cycles.labels(outcome="error").inc()
+                logger.error("cycle aborted, will retry next interval: {}", exc)
+                return CycleReport(errors=[str(exc)])
+            try:
+                self.book.save(self.cfg.state_dir)
+            except OSError as exc:
+                logger.warning("cannot save agent state to {}: {}", self.cfg.state_dir, exc)
+            report.duration_s = time.monotonic() - start
+            self.metrics.cycle_seconds.observe(report.duration_s)
+            self.metrics.cycles.labels(outcome="ok" if not report.errors else "partial").inc()
+            self.last_report = report
+            self.last_cycle_at = time.time()
+            return report
+
+    def _safe_cycle(self) -> None:
+        if self.stop_event.is_set():
+            return
+        try:
+            self.cycle()
+            sd_notify("WATCHDOG=1")
+        except Exception as exc:  # the daemon must outlive any one bad cycle
+            self.metrics.errors.labels(kind="cycle").inc()
+            logger.exception("cycle failed: {}", exc)
+
+    # --- continuous mode ---------------------------------------------------
+    def trigger(self) -> None:
+        """Run a cycle soon (after an event), coalescing bursts."""
+        if self._scheduler is not None:
+            try:
+                self._scheduler.modify_job("sync", next_run_time=datetime.now().astimezone())
+            except Exception:  # noqa: S110 - job gone during shutdown
+                pass
+
+    def _watch_events(self) -> None:
+        backoff = 1.0
+        while not self.stop_event.is_set():
+            try:
+                for event in self.swarm.events(types=("node", "service")):
+                    if self.stop_event.is_set():
+                        return
+                    backoff = 1.0
+                    logger.debug("event {} {}", event.get("Type"), event.get("Action"))
+                    self.trigger()
+            except SwarmError as exc:
+                logger.warning("event stream cut ({}); reconnecting in {:.0f}s", exc, backoff)
+            except Exception as exc:
+                logger.warning("event watcher error ({}); reconnecting", exc)
+            self.stop_event.wait(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+    def run_forever(self) -> None:
+        self._install_signals()
+        self._start_http()
+        sched = BackgroundScheduler()
+        sched.add_job(
+            self._safe_cycle, "interval", seconds=self.cfg.sync.interval_s, id="sync",
+            max_instances=1, coalesce=True, next_run_time=datetime.now().astimezone(),
+        )
+        self._scheduler = sched
+        sched.start()
+        if self.cfg.sync.watch_events:
+            threading.Thread(target=self._watch_events, name="events", daemon=True).start()
+        sd_notify("READY=1")
+        logger.info("swarmgpu daemon running (interval {}s)", self.cfg.sync.interval_s)
+        self.stop_event.wait()
+        logger.info("stopping: letting the current step finish")
+        sd_notify("STOPPING=1")
+        sched.shutdown(wait=True)
+        if self._http is not None:
+            self._http.shutdown()
+        logger.info("stopped cleanly")
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handler(signum: int, _frame: object) -> None:
+            logger.info("signal {} received", signal.Signals(signum).name)
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    # --- HTTP ----------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        age = None if self.last_cycle_at is None else time.time() - self.last_cycle_at
+        stale = age is None or age > 3 * self.cfg.sync.interval_s
+        report = self.last_report
+        return {
+            "status": "ok" if (not self.leader or not stale) else "degraded",
+            "leader": self.leader,
+            "last_cycle_age_s": age,
+            "errors": report.errors if report else [],
+        }
+
+    def _start_http(self) -> None:
+        host, _, port = self.cfg.http.listen.rpartition(":")
+        daemon = self
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = "swarmgpu"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    body = generate_latest(daemon.metrics.registry)
+                    ctype = CONTENT_TYPE_LATEST
+                elif path == "/healthz":
+                    body = json.dumps(daemon.health()).encode()
+                    ctype = "application/json"
+                else:
+                    extra = daemon.http_routes.get(path)
+                    if extra is None:
+                        self.send_error(404)
+                        return
+                    ctype, body = extra()
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        try:
+            self._http = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
+        except OSError as exc:
+            logger.error("cannot serve HTTP on {}: {}", self.cfg.http.listen, exc)
+            return
+        threading.Thread(target=self._http.serve_forever, name="http", daemon=True).start()
+        logger.info("serving /metrics and /healthz on {}", self.cfg.http.listen)

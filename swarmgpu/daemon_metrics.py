@@ -1,0 +1,50 @@
+"""The manager daemon's own Prometheus metrics, on a registry it is given."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class DaemonMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.cycles = Counter(
+            "swarmgpu_cycles", "Sync cycles run, by outcome", ["outcome"], registry=r
+        )
+        self.cycle_seconds = Histogram(
+            "swarmgpu_cycle_duration_seconds", "Duration of one sync cycle", registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.label_writes = Counter(
+            "swarmgpu_label_writes", "Node label writes that landed", registry=r
+        )
+        self.label_conflicts = Counter(
+            "swarmgpu_label_conflicts",
+            "Writes retried because the node changed under us (update out of sequence)",
+            registry=r,
+        )
+        self.held_changes = Gauge(
+            "swarmgpu_label_changes_held",
+            "Label changes held back because they would stop running tasks",
+            registry=r,
+        )
+        self.agents_unreachable = Gauge(
+            "swarmgpu_agents_unreachable", "Nodes whose agent did not answer this cycle",
+            registry=r,
+        )
+        self.errors = Counter(
+            "swarmgpu_errors", "Errors by kind", ["kind"], registry=r
+        )
+        self.is_leader = Gauge(
+            "swarmgpu_is_leader", "1 when this daemon's engine is the Swarm leader", registry=r
+        )
+        self.placements = Counter(
+            "swarmgpu_placements", "Placement decisions applied", ["outcome"], registry=r
+        )
+        self.pending = Gauge(
+            "swarmgpu_pending_requests", "GPU requests that cannot be placed now", registry=r
+        )
+        self.moves = Counter(
+            "swarmgpu_moves", "Rebalancing moves, by outcome", ["outcome"], registry=r
+        )

@@ -1,0 +1,237 @@
+"""GPU facts -> Swarm node labels: the desired set, the diff, and the guard.
+
+Pure: no I/O. The daemon feeds it a snapshot and applies what it returns.
+
+Ownership: label sync owns every key under the prefix except the placement gates
+(``<prefix>service.``), which the placement planner owns. Nothing else is touched.
+Only static facts become labels; anything that moves with load would rewrite labels
+(and risk stopping tasks) every cycle.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from swarmgpu.constraints import (
+    Constraint,
+    node_labels_satisfy,
+    parse_all,
+    usable_label_key,
+    usable_label_value,
+)
+from swarmgpu.model import NodeFacts, gpu_family, is_nvlink
+from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+
+DEFAULT_PREFIX = "swarmgpu."
+GATE_INFIX = "service."  # <prefix>service.<name>: placement gates, not ours here
+
+
+def product_label(product: str) -> str:
+    """GPU feature discovery's form of a product name: spaces become dashes."""
+    return re.sub(r"\s+", "-", product.strip())
+
+
+def owned_by_label_sync(key: str, prefix: str = DEFAULT_PREFIX) -> bool:
+    return key.startswith(prefix) and not key.startswith(prefix + GATE_INFIX)
+
+
+def _largest_nvlink_group(facts: NodeFacts) -> int:
+    """Size of the largest set of GPUs that are pairwise NVLink-connected."""
+    n = len(facts.gpus)
+    if n == 0:
+        return 0
+    if not facts.links:
+        return 1
+    adj = [{j for j in range(n) if j != i and is_nvlink(facts.link(i, j))} for i in range(n)]
+    best = 1
+
+    # Bron-Kerbosch without pivot: n is small (<= 64 GPUs), cliques are few.
+    def expand(r: int, p: set[int], x: set[int]) -> None:
+        nonlocal best
+        if not p and not x:
+            best = max(best, r)
+            return
+        if r + len(p) <= best:
+            return
+        for v in list(p):
+            expand(r + 1, p & adj[v], x & adj[v])
+            p.discard(v)
+            x.add(v)
+
+    expand(0, set(range(n)), set())
+    return best
+
+
+def _mig_strategy(facts: NodeFacts) -> str:
+    enabled = [g for g in facts.gpus if g.mig_enabled]
+    if not enabled:
+        return "none"
+    if len(enabled) == len(facts.gpus):
+        profiles = {m.profile for g in enabled for m in g.mig_devices}
+        if len(profiles) <= 1:
+            return "single"
+    return "mixed"
+
+
+def desired_labels(facts: NodeFacts, prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
+    """The labels a node with these facts should carry (keys include the prefix)."""
+    p = prefix
+    gpus = facts.gpus
+    out: dict[str, str] = {f"{p}gpu.count": str(len(gpus))}
+    if gpus:
+        out[f"{p}gpu.present"] = "true"
+        products = Counter(product_label(g.product) for g in gpus)
+        # A mixed node advertises its most common product, and says it is mixed.
+        out[f"{p}gpu.product"] = products.most_common(1)[0][0]
+        if len(products) > 1:
+            out[f"{p}gpu.product-mixed"] = "true"
+        out[f"{p}gpu.memory"] = str(min(g.memory_mib for g in gpus))
+        first = gpus[0]
+        if first.compute_major is not None:
+            out[f"{p}gpu.compute.major"] = str(first.compute_major)
+            out[f"{p}gpu.compute.minor"] = str(first.compute_minor or 0)
+            fam = gpu_family(first.compute_major, first.compute_minor)
+            if fam:
+                out[f"{p}gpu.family"] = fam
+        out[f"{p}mig.capable"] = str(any(g.mig_capable for g in gpus)).lower()
+        out[f"{p}mig.strategy"] = _mig_strategy(facts)
+        mig_counts = Counter(m.profile for g in gpus for m in g.mig_devices)
+        for profile, count in sorted(mig_counts.items()):
+            out[f"{p}mig-{profile}.count"] = str(count)
+        if facts.links:
+            group = _largest_nvlink_group(facts)
+            out[f"{p}nvlink"] = str(group > 1).lower()
+            out[f"{p}nvlink.largest-group"] = str(group)
+        numa = Counter(g.numa_node for g in gpus if g.numa_node is not None)
+        if numa:
+            out[f"{p}numa.nodes"] = str(len(numa))
+            out[f"{p}numa.max-gpus"] = str(max(numa.values()))
+    if facts.driver_version:
+        out[f"{p}driver.version.full"] = facts.driver_version
+        out[f"{p}driver.version.major"] = facts.driver_version.split(".")[0]
+    if facts.cuda_driver_version:
+        major, _, minor = facts.cuda_driver_version.partition(".")
+        out[f"{p}cuda.driver-version.full"] = facts.cuda_driver_version
+        out[f"{p}cuda.driver-version.major"] = major
+        out[f"{p}cuda.driver-version.minor"] = minor.split(".")[0] or "0"
+    # Every key must be usable in a constraint; a value Swarm cannot match is dropped
+    # rather than written as a label nobody can select on.
+    return {
+        k: v for k, v in out.items() if usable_label_key(k) and v and usable_label_value(v)
+    }
+
+
+@dataclass(frozen=True)
+class HeldChange:
+    key: str
+    old: str | None
+    new: str | None
+    tasks: tuple[str, ...]  # running task ids that this change would stop
+    reason: str
+
+
+@dataclass(frozen=True)
+class NodeLabelPlan:
+    node_id: str
+    hostname: str
+    set: Mapping[str, str] = field(default_factory=dict)
+    remove: tuple[str, ...] = ()
+    held: tuple[HeldChange, ...] = ()
+    skipped: str | None = None  # why nothing is planned (agent unreachable...)
+
+    @property
+    def empty(self) -> bool:
+        return not self.set and not self.remove
+
+    def apply_to(self, labels: Mapping[str, str]) -> dict[str, str]:
+        """The new label set when this plan is applied to ``labels`` (others kept)."""
+        new = dict(labels)
+        for k in self.remove:
+            new.pop(k, None)
+        new.update(self.set)
+        return new
+
+
+def _services_constraints(
+    services: Iterable[SwarmService],
+) -> dict[str, list[Constraint]]:
+    out: dict[str, list[Constraint]] = {}
+    for s in services:
+        good, _ = parse_all(s.constraints)
+        out[s.id] = good
+    return out
+
+
+def plan_node_labels(
+    node: SwarmNode,
+    facts: NodeFacts | None,
+    *,
+    services: Sequence[SwarmService] = (),
+    tasks: Sequence[SwarmTask] = (),
+    prefix: str = DEFAULT_PREFIX,
+    allow_disruptive: bool = False,
+    facts_error: str | None = None,
+) -> NodeLabelPlan:
+    """Compare the node's labels with what its facts call for.
+
+    ``facts`` None means the agent could not be read: nothing changes (a missing
+    agent must never turn into removed labels, which would stop running tasks).
+    A change that would make a running task on this node violate its service's
+    constraints is held back unless ``allow_disruptive``.
+    """
+    if facts is None:
+        return NodeLabelPlan(
+            node.id, node.hostname, skipped=facts_error or "no facts from the agent"
+        )
+    want = desired_labels(facts, prefix)
+    have = {k: v for k, v in node.labels.items() if owned_by_label_sync(k, prefix)}
+    to_set = {k: v for k, v in want.items() if have.get(k) != v}
+    to_remove = tuple(sorted(k for k in have if k not in want))
+    if not to_set and not to_remove:
+        return NodeLabelPlan(node.id, node.hostname)
+
+    running = [
+        t for t in tasks
+        if t.node_id == node.id and t.desired_state == "running"
+        and t.state in ("running", "starting", "preparing", "assigned", "accepted", "ready")
+    ]
+    held: list[HeldChange] = []
+    if running and not allow_disruptive:
+        by_service = _services_constraints(services)
+        before = dict(node.labels)
+        changes: list[tuple[str, str | None]] = [(k, v) for k, v in to_set.items()]
+        changes += [(k, None) for k in to_remove]
+        for key, new in changes:
+            after = dict(before)
+            if new is None:
+                after.pop(key, None)
+            else:
+                after[key] = new
+            victims = tuple(
+                t.id for t in running
+                if node_labels_satisfy(by_service.get(t.service_id, []), before)
+                and not node_labels_satisfy(by_service.get(t.service_id, []), after)
+            )
+            if victims:
+                held.append(
+                    HeldChange(
+                        key=key,
+                        old=before.get(key),
+                        new=new,
+                        tasks=victims,
+                        reason=(
+                            f"would stop {len(victims)} running task(s) whose constraints "
+                            f"use node.labels.{key}; set labels.allow_disruptive: true "
+                            "or move those tasks first"
+                        ),
+                    )
+                )
+        held_keys = {h.key for h in held}
+        to_set = {k: v for k, v in to_set.items() if k not in held_keys}
+        to_remove = tuple(k for k in to_remove if k not in held_keys)
+    return NodeLabelPlan(
+        node.id, node.hostname, set=to_set, remove=to_remove, held=tuple(held)
+    )

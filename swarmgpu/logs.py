@@ -1,0 +1,22 @@
+"""Logging setup: loguru, readable on a terminal, JSON lines for journald/collectors."""
+
+from __future__ import annotations
+
+import sys
+
+from loguru import logger
+
+
+def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
+    logger.remove()
+    if fmt == "json":
+        logger.add(sys.stderr, level=level.upper(), serialize=True)
+    else:
+        logger.add(
+            sys.stderr,
+            level=level.upper(),
+            format=(
+                "<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> "
+                "{extra} <level>{message}</level>"
+            ),
+        )

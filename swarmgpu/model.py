@@ -1,0 +1,348 @@
+"""Value types every part of swarmgpu speaks: GPU facts of a node.
+
+The JSON form (``NodeFacts.to_dict`` / ``NodeFacts.from_dict``) is what the agent
+serves at ``/facts`` and what a ``file:`` source holds, so it is versioned
+(``FACTS_SCHEMA``) and parsed with errors that name the offending field.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+FACTS_SCHEMA = "swarmgpu.facts/v1"
+
+# go-gpuallocator's pair scores (NVIDIA/go-gpuallocator, used by the k8s device plugin).
+LINK_SCORES: dict[str, int] = {
+    "SYS": 10,
+    "NODE": 20,
+    "PHB": 30,
+    "PXB": 40,
+    "PIX": 50,
+    "SOC": 10,  # older drivers print SOC for what is now SYS
+}
+NVLINK_SCORE_PER_LINK = 100
+_LINK_RE = re.compile(r"^(?:X|SYS|NODE|PHB|PXB|PIX|SOC|NV(\d+))$")
+
+
+class FactsError(ValueError):
+    """Facts that cannot be used, with the field that is wrong and how to fix it."""
+
+
+def link_score(link: str) -> int:
+    """Score of one link as ``nvidia-smi topo -m`` prints it (``NV12``, ``PIX``...)."""
+    if link.startswith("NV") and link[2:].isdigit():
+        return NVLINK_SCORE_PER_LINK * int(link[2:])
+    return LINK_SCORES.get(link, 0)
+
+
+def is_nvlink(link: str) -> bool:
+    return link.startswith("NV") and link[2:].isdigit()
+
+
+def valid_link(link: str) -> bool:
+    return bool(_LINK_RE.match(link))
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device (a GPU instance with its compute instance) on a parent GPU."""
+
+    profile: str  # e.g. "1g.10gb", as nvidia-smi names it
+    uuid: str  # "MIG-..." (or the legacy "MIG-GPU-<uuid>/gi/ci" form)
+    memory_mib: int
+    gi_id: int | None = None
+    ci_id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "uuid": self.uuid,
+            "memory_mib": self.memory_mib,
+            "gi_id": self.gi_id,
+            "ci_id": self.ci_id,
+        }
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    product: str
+    memory_mib: int
+    pci_bus_id: str = ""
+    compute_major: int | None = None
+    compute_minor: int | None = None
+    mig_capable: bool = False
+    mig_enabled: bool = False
+    mig_devices: tuple[MigDevice, ...] = ()
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    healthy: bool = True
+    error: str | None = None  # why this GPU is unhealthy / partly unknown
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "product": self.product,
+            "memory_mib": self.memory_mib,
+            "pci_bus_id": self.pci_bus_id,
+            "compute_major": self.compute_major,
+            "compute_minor": self.compute_minor,
+            "mig_capable": self.mig_capable,
+            "mig_enabled": self.mig_enabled,
+            "mig_devices": [m.to_dict() for m in self.mig_devices],
+            "numa_node": self.numa_node,
+            "cpu_affinity": self.cpu_affinity,
+            "healthy": self.healthy,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """Everything swarmgpu knows about one node's GPUs, at one moment.
+
+    ``links`` is the GPU-to-GPU part of ``nvidia-smi topo -m``: ``links[i][j]`` is the
+    link between the i-th and j-th GPU of ``gpus`` (``"X"`` on the diagonal). Empty
+    when the topology is unknown.
+    """
+
+    hostname: str
+    gpus: tuple[Gpu, ...] = ()
+    links: tuple[tuple[str, ...], ...] = ()
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None  # "12.2"
+    nvml_version: str | None = None
+    source: str = ""
+    errors: tuple[str, ...] = ()  # problems met while reading; facts still usable
+    collected_at: float = field(default_factory=time.time)
+
+    # --- derived views -------------------------------------------------
+    def link(self, i: int, j: int) -> str:
+        """Link between GPU positions i and j; ``""`` when unknown."""
+        if i == j:
+            return "X"
+        if not self.links:
+            return ""
+        return self.links[i][j]
+
+    def pair_score(self, i: int, j: int) -> int:
+        return link_score(self.link(i, j))
+
+    def with_errors(self, *errors: str) -> NodeFacts:
+        return replace(self, errors=self.errors + tuple(errors))
+
+    # --- JSON ----------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": FACTS_SCHEMA,
+            "node": {
+                "hostname": self.hostname,
+                "driver_version": self.driver_version,
+                "cuda_driver_version": self.cuda_driver_version,
+                "nvml_version": self.nvml_version,
+                "source": self.source,
+                "collected_at": self.collected_at,
+            },
+            "gpus": [g.to_dict() for g in self.gpus],
+            "links": [list(row) for row in self.links],
+            "errors": list(self.errors),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str = "facts") -> NodeFacts:
+        """Parse the JSON form; raise FactsError naming the bad field."""
+        if not isinstance(data, Mapping):
+            raise FactsError(f"{where}: expected a JSON/YAML object, got {type(data).__name__}")
+        schema = data.get("schema", FACTS_SCHEMA)
+        if schema != FACTS_SCHEMA:
+            raise FactsError(
+                f"{where}: schema {schema!r} is not supported; expected {FACTS_SCHEMA!r}"
+            )
+        unknown = set(data) - {"schema", "node", "gpus", "links", "errors"}
+        if unknown:
+            raise FactsError(
+                f"{where}: unknown top-level key(s) {sorted(unknown)}; "
+                "allowed: schema, node, gpus, links, errors"
+            )
+        node = data.get("node", {})
+        if not isinstance(node, Mapping):
+            raise FactsError(f"{where}.node: expected an object")
+        node_keys = {
+            "hostname", "driver_version", "cuda_driver_version", "nvml_version",
+            "source", "collected_at",
+        }
+        unknown = set(node) - node_keys
+        if unknown:
+            raise FactsError(
+                f"{where}.node: unknown key(s) {sorted(unknown)}; allowed: {sorted(node_keys)}"
+            )
+        hostname = _opt_str(node, "hostname", f"{where}.node") or ""
+        gpus_raw = data.get("gpus", [])
+        if not isinstance(gpus_raw, Sequence) or isinstance(gpus_raw, str | bytes):
+            raise FactsError(f"{where}.gpus: expected a list of GPU objects")
+        gpus = tuple(_gpu_from(g, f"{where}.gpus[{n}]") for n, g in enumerate(gpus_raw))
+        seen: set[str] = set()
+        for g in gpus:
+            if g.uuid in seen:
+                raise FactsError(f"{where}.gpus: UUID {g.uuid} appears twice; UUIDs must be unique")
+            seen.add(g.uuid)
+        links = _links_from(data.get("links", []), len(gpus), f"{where}.links")
+        errors_raw = data.get("errors", [])
+        if not isinstance(errors_raw, list) or not all(isinstance(e, str) for e in errors_raw):
+            raise FactsError(f"{where}.errors: expected a list of strings")
+        collected = node.get("collected_at")
+        if collected is not None and not isinstance(collected, int | float):
+            raise FactsError(f"{where}.node.collected_at: expected a number (unix seconds)")
+        return cls(
+            hostname=hostname,
+            gpus=gpus,
+            links=links,
+            driver_version=_opt_str(node, "driver_version", f"{where}.node"),
+            cuda_driver_version=_opt_str(node, "cuda_driver_version", f"{where}.node"),
+            nvml_version=_opt_str(node, "nvml_version", f"{where}.node"),
+            source=_opt_str(node, "source", f"{where}.node") or "",
+            errors=tuple(errors_raw),
+            collected_at=float(collected) if collected is not None else time.time(),
+        )
+
+
+_GPU_KEYS = {
+    "index", "uuid", "product", "memory_mib", "pci_bus_id", "compute_major",
+    "compute_minor", "mig_capable", "mig_enabled", "mig_devices", "numa_node",
+    "cpu_affinity", "healthy", "error",
+}
+
+
+def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, str | int | float):
+        raise FactsError(f"{where}.{key}: expected a string, got {type(v).__name__}")
+    return str(v)
+
+
+def _int(d: Mapping[str, Any], key: str, where: str, *, required: bool, minimum: int = 0) -> Any:
+    v = d.get(key)
+    if v is None:
+        if required:
+            raise FactsError(f"{where}.{key}: missing; it is required")
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise FactsError(f"{where}.{key}: expected an integer, got {v!r}")
+    if v < minimum:
+        raise FactsError(f"{where}.{key}: {v} is below the minimum {minimum}")
+    return v
+
+
+def _bool(d: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    v = d.get(key, default)
+    if not isinstance(v, bool):
+        raise FactsError(f"{where}.{key}: expected true or false, got {v!r}")
+    return v
+
+
+def _gpu_from(g: Any, where: str) -> Gpu:
+    if not isinstance(g, Mapping):
+        raise FactsError(f"{where}: expected an object")
+    unknown = set(g) - _GPU_KEYS
+    if unknown:
+        raise FactsError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_GPU_KEYS)}")
+    uuid = _opt_str(g, "uuid", where)
+    if not uuid:
+        raise FactsError(f"{where}.uuid: missing; every GPU needs its UUID (GPU-...)")
+    product = _opt_str(g, "product", where)
+    if not product:
+        raise FactsError(f"{where}.product: missing; e.g. 'NVIDIA A100-SXM4-40GB'")
+    migs_raw = g.get("mig_devices", [])
+    if not isinstance(migs_raw, list):
+        raise FactsError(f"{where}.mig_devices: expected a list")
+    migs = []
+    for n, m in enumerate(migs_raw):
+        mw = f"{where}.mig_devices[{n}]"
+        if not isinstance(m, Mapping):
+            raise FactsError(f"{mw}: expected an object")
+        prof = _opt_str(m, "profile", mw)
+        muuid = _opt_str(m, "uuid", mw)
+        if not prof or not muuid:
+            raise FactsError(f"{mw}: needs 'profile' (e.g. 1g.10gb) and 'uuid' (MIG-...)")
+        migs.append(
+            MigDevice(
+                profile=prof,
+                uuid=muuid,
+                memory_mib=_int(m, "memory_mib", mw, required=True),
+                gi_id=_int(m, "gi_id", mw, required=False),
+                ci_id=_int(m, "ci_id", mw, required=False),
+            )
+        )
+    return Gpu(
+        index=_int(g, "index", where, required=True),
+        uuid=uuid,
+        product=product,
+        memory_mib=_int(g, "memory_mib", where, required=True, minimum=1),
+        pci_bus_id=_opt_str(g, "pci_bus_id", where) or "",
+        compute_major=_int(g, "compute_major", where, required=False),
+        compute_minor=_int(g, "compute_minor", where, required=False),
+        mig_capable=_bool(g, "mig_capable", where, False),
+        mig_enabled=_bool(g, "mig_enabled", where, False),
+        mig_devices=tuple(migs),
+        numa_node=_int(g, "numa_node", where, required=False),
+        cpu_affinity=_opt_str(g, "cpu_affinity", where),
+        healthy=_bool(g, "healthy", where, True),
+        error=_opt_str(g, "error", where),
+    )
+
+
+def _links_from(raw: Any, n: int, where: str) -> tuple[tuple[str, ...], ...]:
+    if raw in (None, []):
+        return ()
+    if not isinstance(raw, list) or len(raw) != n:
+        raise FactsError(f"{where}: expected an {n}x{n} matrix (one row per GPU)")
+    rows: list[tuple[str, ...]] = []
+    for i, row in enumerate(raw):
+        if not isinstance(row, list) or len(row) != n:
+            raise FactsError(f"{where}[{i}]: expected {n} entries")
+        for j, v in enumerate(row):
+            if not isinstance(v, str) or not valid_link(v):
+                raise FactsError(
+                    f"{where}[{i}][{j}]: {v!r} is not a link; use X, NV<n>, PIX, PXB, PHB, "
+                    "NODE or SYS"
+                )
+        rows.append(tuple(row))
+    for i in range(n):
+        if rows[i][i] != "X":
+            raise FactsError(f"{where}[{i}][{i}]: the diagonal must be 'X'")
+        for j in range(n):
+            if rows[i][j] != rows[j][i]:
+                raise FactsError(f"{where}: not symmetric at [{i}][{j}]")
+    return tuple(rows)
+
+
+def gpu_family(major: int | None, minor: int | None) -> str | None:
+    """GPU family from compute capability, as GPU feature discovery names it."""
+    if major is None:
+        return None
+    mnr = minor or 0
+    if major < 3:
+        return "undefined"
+    if major == 3:
+        return "kepler"
+    if major == 5:
+        return "maxwell"
+    if major == 6:
+        return "pascal"
+    if major == 7:
+        return "turing" if mnr >= 5 else "volta"
+    if major == 8:
+        return "ada-lovelace" if mnr >= 9 else "ampere"
+    if major == 9:
+        return "hopper"
+    if major in (10, 12):
+        return "blackwell"
+    return "undefined"

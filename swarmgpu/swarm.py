@@ -1,0 +1,282 @@
+"""The only module that talks to the Docker Engine (docker SDK).
+
+It turns the engine's JSON into swarmgpu's own snapshot types and offers the few
+writes swarmgpu makes, each as a read-modify-write of the whole spec with its
+``Version.Index`` (the engine replaces specs wholesale and answers a stale version
+with a plain HTTP 500 "update out of sequence", which becomes ``VersionConflict``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+
+class SwarmError(RuntimeError):
+    """The engine could not do what was asked."""
+
+
+class SwarmUnavailable(SwarmError):
+    """The engine is not reachable, or this node is not a Swarm manager."""
+
+
+class VersionConflict(SwarmError):
+    """The object changed since we read it ("update out of sequence")."""
+
+
+@dataclass(frozen=True)
+class SwarmNode:
+    id: str
+    hostname: str
+    addr: str  # address of the node as Swarm sees it (Status.Addr)
+    role: str  # "manager" | "worker"
+    state: str  # "ready" | "down" | ...
+    availability: str  # "active" | "pause" | "drain"
+    labels: Mapping[str, str]
+    engine_labels: Mapping[str, str]
+    version: int
+    generic_resources: Mapping[str, tuple[str, ...]]  # kind -> named values
+    discrete_resources: Mapping[str, int]  # kind -> count
+    leader: bool = False
+
+
+@dataclass(frozen=True)
+class SwarmService:
+    id: str
+    name: str
+    labels: Mapping[str, str]
+    constraints: tuple[str, ...]
+    env: tuple[str, ...]
+    mode: str  # "replicated" | "global" | ...
+    replicas: int | None
+    max_replicas_per_node: int | None
+    version: int
+    spec: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SwarmTask:
+    id: str
+    service_id: str
+    node_id: str
+    slot: int | None
+    state: str  # observed state ("running", "pending", ...)
+    desired_state: str
+    env: tuple[str, ...]
+    error: str = ""
+
+
+def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
+    text = str(exc).lower()
+    return "out of sequence" in text or "update out of sequence" in text
+
+
+def node_from_api(raw: Mapping[str, Any]) -> SwarmNode:
+    spec = raw.get("Spec", {})
+    desc = raw.get("Description", {})
+    status = raw.get("Status", {})
+    mstatus = raw.get("ManagerStatus") or {}
+    addr = status.get("Addr") or ""
+    if addr in ("", "0.0.0.0") and mstatus.get("Addr"):  # noqa: S104 - comparison only
+        # A manager can report 0.0.0.0; its raft address has the real IP.
+        addr = str(mstatus["Addr"]).rsplit(":", 1)[0]
+    named: dict[str, list[str]] = {}
+    discrete: dict[str, int] = {}
+    for gr in desc.get("Resources", {}).get("GenericResources") or []:
+        if "NamedResourceSpec" in gr:
+            s = gr["NamedResourceSpec"]
+            named.setdefault(s["Kind"], []).append(s["Value"])
+        elif "DiscreteResourceSpec" in gr:
+            s = gr["DiscreteResourceSpec"]
+            discrete[s["Kind"]] = int(s["Value"])
+    return SwarmNode(
+        id=raw["ID"],
+        hostname=desc.get("Hostname", ""),
+        addr=addr,
+        role=spec.get("Role", ""),
+        state=status.get("State", ""),
+        availability=spec.get("Availability", ""),
+        labels=dict(spec.get("Labels") or {}),
+        engine_labels=dict(desc.get("Engine", {}).get("Labels") or {}),
+        version=int(raw.get("Version", {}).get("Index", 0)),
+        generic_resources={k: tuple(sorted(v)) for k, v in named.items()},
+        discrete_resources=discrete,
+        leader=bool(mstatus.get("Leader", False)),
+    )
+
+
+def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
+    spec = raw.get("Spec", {})
+    tt = spec.get("TaskTemplate", {})
+    placement = tt.get("Placement") or {}
+    mode = spec.get("Mode", {})
+    mode_name = next(iter(mode), "replicated") if mode else "replicated"
+    replicas = mode.get("Replicated", {}).get("Replicas") if "Replicated" in mode else None
+    return SwarmService(
+        id=raw["ID"],
+        name=spec.get("Name", ""),
+        labels=dict(spec.get("Labels") or {}),
+        constraints=tuple(placement.get("Constraints") or ()),
+        env=tuple(tt.get("ContainerSpec", {}).get("Env") or ()),
+        mode=mode_name.lower(),
+        replicas=replicas,
+        max_replicas_per_node=placement.get("MaxReplicas"),
+        version=int(raw.get("Version", {}).get("Index", 0)),
+        spec=spec,
+    )
+
+
+def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
+    spec = raw.get("Spec", {})
+    status = raw.get("Status", {})
+    return SwarmTask(
+        id=raw["ID"],
+        service_id=raw.get("ServiceID", ""),
+        node_id=raw.get("NodeID", ""),
+        slot=raw.get("Slot"),
+        state=status.get("State", ""),
+        desired_state=raw.get("DesiredState", ""),
+        env=tuple(spec.get("ContainerSpec", {}).get("Env") or ()),
+        error=status.get("Err", "") or "",
+    )
+
+
+class SwarmClient:
+    """Thin typed wrapper over the docker SDK's low-level API."""
+
+    def __init__(self, base_url: str | None = None, *, timeout_s: float = 30.0) -> None:
+        try:
+            if base_url:
+                self._api = docker.APIClient(base_url=base_url, timeout=int(timeout_s))
+            else:
+                self._api = docker.from_env(timeout=int(timeout_s)).api
+        except docker.errors.DockerException as exc:
+            raise SwarmUnavailable(f"cannot reach the Docker Engine: {exc}") from exc
+        self.writes = 0  # every write call made, for metrics and tests
+        self._lock = threading.Lock()
+
+    # --- reads ---------------------------------------------------------
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except docker.errors.APIError as exc:
+            if _is_out_of_sequence(exc):
+                raise VersionConflict(str(exc)) from exc
+            if exc.status_code == 503:
+                raise SwarmUnavailable(f"not a Swarm manager or no quorum: {exc}") from exc
+            raise SwarmError(str(exc)) from exc
+        except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
+            raise SwarmUnavailable(f"Docker Engine unreachable: {exc}") from exc
+
+    def info(self) -> Mapping[str, Any]:
+        return dict(self._call(self._api.info))
+
+    def self_node_id(self) -> str:
+        return str(self.info().get("Swarm", {}).get("NodeID", ""))
+
+    def is_leader(self) -> bool:
+        """True when the engine we talk to is the current Swarm leader."""
+        node_id = self.self_node_id()
+        if not node_id:
+            return False
+        raw = self._call(self._api.inspect_node, node_id)
+        return bool((raw.get("ManagerStatus") or {}).get("Leader", False))
+
+    def nodes(self) -> list[SwarmNode]:
+        return [node_from_api(n) for n in self._call(self._api.nodes)]
+
+    def node(self, node_id: str) -> SwarmNode:
+        return node_from_api(self._call(self._api.inspect_node, node_id))
+
+    def services(self) -> list[SwarmService]:
+        return [service_from_api(s) for s in self._call(self._api.services)]
+
+    def service(self, service_id: str) -> SwarmService:
+        return service_from_api(self._call(self._api.inspect_service, service_id))
+
+    def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
+        return [task_from_api(t) for t in self._call(self._api.tasks, filters=dict(filters or {}))]
+
+    def events(self, *, types: tuple[str, ...] = ("node", "service")) -> Iterator[dict[str, Any]]:
+        """Blocking iterator over engine events; raises SwarmUnavailable when cut."""
+        try:
+            stream = self._api.events(decode=True, filters={"type": list(types)})
+            yield from stream
+        except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
+            raise SwarmUnavailable(f"event stream ended: {exc}") from exc
+
+    # --- writes --------------------------------------------------------
+    def update_node_labels(
+        self,
+        node_id: str,
+        compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
+        *,
+        attempts: int = 5,
+    ) -> bool:
+        """Read the node, let ``compute`` derive its new label set, write it.
+
+        ``compute`` gets the labels as they are now and returns the full new set, or
+        None for "nothing to do". On a version conflict the node is re-read and
+        ``compute`` asked again, so a concurrent writer's edits are never lost.
+        Returns True when a write landed.
+        """
+        for _ in range(attempts):
+            raw = self._call(self._api.inspect_node, node_id)
+            spec = dict(raw.get("Spec", {}))
+            current = dict(spec.get("Labels") or {})
+            new = compute(current)
+            if new is None or dict(new) == current:
+                return False
+            spec["Labels"] = dict(new)
+            try:
+                with self._lock:
+                    self.writes += 1
+                self._call(
+                    self._api.update_node, node_id, int(raw["Version"]["Index"]), spec
+                )
+                return True
+            except VersionConflict:
+                continue
+        raise VersionConflict(
+            f"node {node_id}: labels kept changing under us for {attempts} attempts"
+        )
+
+    def _post_service_update(
+        self, service_id: str, raw: Mapping[str, Any], new: Mapping[str, Any]
+    ) -> None:
+        # The SDK's update_service rebuilds the spec from keyword parts and drops what
+        # it does not know; posting the whole spec keeps everything we did not touch.
+        url = self._api._url("/services/{0}/update", service_id)
+        resp = self._api._post_json(
+            url, data=dict(new), params={"version": int(raw["Version"]["Index"])}
+        )
+        self._api._raise_for_status(resp)
+
+    def update_service_spec(
+        self,
+        service_id: str,
+        compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+        *,
+        attempts: int = 5,
+    ) -> bool:
+        """Read-modify-write a whole service spec (same contract as node labels)."""
+        for _ in range(attempts):
+            raw = self._call(self._api.inspect_service, service_id)
+            spec = raw.get("Spec", {})
+            new = compute(spec)
+            if new is None or new == spec:
+                return False
+            try:
+                with self._lock:
+                    self.writes += 1
+                self._call(self._post_service_update, service_id, raw, new)
+                return True
+            except VersionConflict:
+                continue
+        raise VersionConflict(f"service {service_id}: kept changing for {attempts} attempts")

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from swarmgpu.config import ConfigError, describe_defaults, load_config
+from swarmgpu.constraints import (
+    ConstraintError,
+    node_labels_satisfy,
+    parse_constraint,
+    usable_label_key,
+)
+
+
+@pytest.mark.parametrize(("key", "ok"), [
+    ("swarmgpu.gpu.count", True), ("nvidia.com/gpu.count", False), ("a", False),
+    ("_x.y-z", True), ("9abc", False),
+])
+def test_key_rule(key: str, ok: bool) -> None:
+    assert usable_label_key(key) is ok
+
+
+def test_eval_case_insensitive_and_missing_is_empty() -> None:
+    cs = [parse_constraint("node.labels.a==Foo"), parse_constraint("node.labels.b!=x"),
+          parse_constraint("node.role==worker")]
+    assert node_labels_satisfy(cs, {"a": "foo"})
+    assert not node_labels_satisfy(cs, {"a": "foo", "b": "X"})
+    assert not node_labels_satisfy([parse_constraint("node.labels.a==")], {"a": "1"})
+    assert node_labels_satisfy([parse_constraint("node.labels.a==")], {})
+
+
+def test_bad_constraint() -> None:
+    with pytest.raises(ConstraintError, match="invalid"):
+        parse_constraint("node.labels.nvidia.com/gpu.count==8")
+    with pytest.raises(ConstraintError, match="expected"):
+        parse_constraint("node.labels.a>=3")
+
+
+def test_config_defaults_and_typos(tmp_path: Path) -> None:
+    cfg = load_config(None, env={})
+    assert cfg.agents.port == 9401 and cfg.http.listen.startswith("127.0.0.1:")
+    f = tmp_path / "c.yml"
+    f.write_text("sync:\n  intervl_s: 5\n")
+    with pytest.raises(ConfigError, match=r"sync\.intervl_s: unknown key; did you mean 'interval_s'"):
+        load_config(f, env={})
+    f.write_text("agents: {port: abc}\n")
+    with pytest.raises(ConfigError, match=r"agents\.port: expected a whole number"):
+        load_config(f, env={})
+    f.write_text("sync: {prefix: 'nvidia.com/'}\n")
+    with pytest.raises(ConfigError, match=r"sync\.prefix"):
+        load_config(f, env={})
+    f.write_text("- a\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(f, env={})
+
+
+def test_env_override() -> None:
+    cfg = load_config(None, env={"SWARMGPU_SYNC_INTERVAL_S": "7", "SWARMGPU_DRY_RUN": "true"})
+    assert cfg.sync.interval_s == 7.0 and cfg.dry_run is True
+    with pytest.raises(ConfigError, match="interval_s"):
+        load_config(None, env={"SWARMGPU_SYNC_INTERVAL_S": "soon"})
+
+
+def test_defaults_document_every_section() -> None:
+    text = describe_defaults()
+    for section in ("agents:", "sync:", "http:", "log:"):
+        assert section in text

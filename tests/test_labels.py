@@ -1,0 +1,108 @@
+"""Pure tests of facts -> labels, the diff, ownership and the running-task guard."""
+
+from __future__ import annotations
+
+from swarmgpu.constraints import usable_label_key
+from swarmgpu.labels import desired_labels, plan_node_labels
+from swarmgpu.model import Gpu, MigDevice, NodeFacts
+from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+
+
+def _facts(n: int = 2, link: str = "NV12", product: str = "NVIDIA A100-SXM4-40GB") -> NodeFacts:
+    gpus = tuple(
+        Gpu(index=i, uuid=f"GPU-{i:08d}", product=product, memory_mib=40960,
+            compute_major=8, compute_minor=0, mig_capable=True, numa_node=i // 2)
+        for i in range(n)
+    )
+    links = tuple(tuple("X" if i == j else link for j in range(n)) for i in range(n))
+    return NodeFacts(hostname="gpu-node-1", gpus=gpus, links=links, driver_version="535.104.05",
+                     cuda_driver_version="12.2")
+
+
+def _node(labels: dict[str, str]) -> SwarmNode:
+    return SwarmNode(id="n1", hostname="gpu-node-1", addr="10.0.0.2", role="worker",
+                     state="ready", availability="active", labels=labels, engine_labels={},
+                     version=10, generic_resources={}, discrete_resources={})
+
+
+def test_desired_labels_gfd_names_and_usable_keys() -> None:
+    labels = desired_labels(_facts(4))
+    assert labels["swarmgpu.gpu.count"] == "4"
+    assert labels["swarmgpu.gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert labels["swarmgpu.gpu.memory"] == "40960"
+    assert labels["swarmgpu.gpu.family"] == "ampere"
+    assert labels["swarmgpu.gpu.compute.major"] == "8"
+    assert labels["swarmgpu.cuda.driver-version.major"] == "12"
+    assert labels["swarmgpu.cuda.driver-version.minor"] == "2"
+    assert labels["swarmgpu.nvlink"] == "true"
+    assert labels["swarmgpu.nvlink.largest-group"] == "4"
+    assert labels["swarmgpu.numa.nodes"] == "2"
+    assert labels["swarmgpu.numa.max-gpus"] == "2"
+    assert labels["swarmgpu.mig.strategy"] == "none"
+    assert all(usable_label_key(k) for k in labels)
+
+
+def test_pcie_node_has_no_nvlink_group() -> None:
+    labels = desired_labels(_facts(8, link="PIX"))
+    assert labels["swarmgpu.nvlink"] == "false"
+    assert labels["swarmgpu.nvlink.largest-group"] == "1"
+
+
+def test_mig_profile_counts() -> None:
+    base = _facts(1)
+    g = base.gpus[0]
+    migs = tuple(MigDevice("1g.10gb", f"MIG-{i}", 9728) for i in range(3)) + (
+        MigDevice("3g.40gb", "MIG-x", 40192),)
+    facts = NodeFacts(hostname="h", gpus=(Gpu(**{**g.__dict__, "mig_enabled": True,
+                                                  "mig_devices": migs}),))
+    labels = desired_labels(facts)
+    assert labels["swarmgpu.mig-1g.10gb.count"] == "3"
+    assert labels["swarmgpu.mig-3g.40gb.count"] == "1"
+    assert labels["swarmgpu.mig.strategy"] == "mixed"
+
+
+def test_zero_gpus_is_valid() -> None:
+    labels = desired_labels(NodeFacts(hostname="h"))
+    assert labels == {"swarmgpu.gpu.count": "0"}
+
+
+def test_plan_only_touches_owned_keys() -> None:
+    node = _node({"zone": "a", "swarmgpu.gpu.count": "1", "swarmgpu.old": "x",
+                  "swarmgpu.service.stack_web": "true"})
+    plan = plan_node_labels(node, _facts(2))
+    assert plan.set["swarmgpu.gpu.count"] == "2"
+    assert plan.remove == ("swarmgpu.old",)
+    new = plan.apply_to(node.labels)
+    assert new["zone"] == "a"
+    assert new["swarmgpu.service.stack_web"] == "true"  # placement's gate, not ours
+
+
+def test_second_plan_is_empty() -> None:
+    facts = _facts(2)
+    first = plan_node_labels(_node({}), facts)
+    second = plan_node_labels(_node(first.apply_to({})), facts)
+    assert second.empty
+
+
+def test_unreachable_agent_changes_nothing() -> None:
+    plan = plan_node_labels(_node({"swarmgpu.gpu.count": "8"}), None, facts_error="timeout")
+    assert plan.empty and plan.skipped == "timeout"
+
+
+def test_change_that_would_stop_running_task_is_held() -> None:
+    node = _node({"swarmgpu.gpu.product": "NVIDIA-H100", "swarmgpu.gpu.count": "2"})
+    svc = SwarmService(id="s1", name="llm", labels={},
+                       constraints=("node.labels.swarmgpu.gpu.product==NVIDIA-H100",),
+                       env=(), mode="replicated", replicas=1, max_replicas_per_node=None,
+                       version=1)
+    task = SwarmTask(id="t1", service_id="s1", node_id="n1", slot=1, state="running",
+                     desired_state="running", env=())
+    plan = plan_node_labels(node, _facts(2), services=[svc], tasks=[task])
+    assert "swarmgpu.gpu.product" not in plan.set
+    assert [h.key for h in plan.held] == ["swarmgpu.gpu.product"]
+    assert plan.held[0].tasks == ("t1",)
+    # Harmless changes still go through.
+    assert plan.set["swarmgpu.gpu.memory"] == "40960"
+    forced = plan_node_labels(node, _facts(2), services=[svc], tasks=[task],
+                              allow_disruptive=True)
+    assert forced.set["swarmgpu.gpu.product"] == "NVIDIA-A100-SXM4-40GB"
