@@ -67,8 +67,14 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
     """Print the GPU facts the agent would serve."""
     from swarmgpu.labels import desired_labels
 
+    from swarmgpu.model import FactsError
+
     src = _open(source, hostname, product, memory_mib, mig_layout)
-    nf = src.read()
+    try:
+        nf = src.read()
+    except FactsError as exc:
+        click.echo(f"swarmgpu facts: {exc}", err=True)
+        sys.exit(2)
     if as_json:
         click.echo(json.dumps(nf.to_dict(), indent=2))
         return
