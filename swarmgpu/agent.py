@@ -1,0 +1,508 @@
+"""The node agent: a small read-only HTTP server with this node's GPU facts and metrics.
+
+Endpoints (GET and HEAD only; other methods get 405, unknown paths 404):
+
+* ``/facts``: ``NodeFacts.to_dict()`` as JSON. Facts are read by a background thread
+  every ``refresh_s``; a request only ever reads the cache, so a hanging NVML call
+  cannot block it. When the cache is stale (the last refresh failed, or is older
+  than twice ``refresh_s``) the last good facts are still served, with a line in
+  their ``errors`` list and the headers ``X-Swarmgpu-Facts-Stale: 1`` and
+  ``X-Swarmgpu-Facts-Age``. (The JSON keeps exactly the ``NodeFacts`` schema so that
+  ``NodeFacts.from_dict`` reads it.) Before the first good read: 503.
+* ``/metrics``: Prometheus text (``text/plain; version=0.0.4``) with dcgm-exporter's
+  names (see :mod:`swarmgpu.metrics`) plus ``swarmgpu_agent_*`` self metrics.
+* ``/healthz``: ``{"status": "ok"|"degraded", "errors": [...], "facts_age_s": ...}``,
+  always HTTP 200 once facts exist (degraded is still serving), 503 before.
+
+Where the GPU values come from (the ``sampler``):
+
+* given explicitly (e.g. a :class:`swarmgpu.facts.profile.ProfileSampler`): that;
+* ``nvml`` source: ``swarmgpu.facts.nvml.read_utilisation`` (imported lazily);
+* any other source (``file:``, ``fake:``, ``gfd:`` ...) describes GPUs nobody can
+  measure: each GPU (each MIG device on a MIG GPU) is reported as empty,
+  ``FB_USED=0`` and ``FB_FREE=memory_mib``, so capacity arithmetic works; util,
+  temperature and power are unknown and therefore omitted, never a fake 0.
+
+The sampler runs in one worker thread with a deadline per scrape
+(``sample_timeout_s``); a sampler that hangs makes the scrape serve the previous
+samples with ``swarmgpu_agent_sampler_ok 0``, and no second call piles up behind it.
+
+Bounds: one request per connection; request line and headers each at most 8 KiB
+(414 / 431); request bodies are never read; each socket has a timeout; at most
+``MAX_CONNECTIONS`` requests are handled at once, further ones are closed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import importlib
+import io
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, cast
+
+from loguru import logger
+
+from swarmgpu.facts import FactSource
+from swarmgpu.facts.samples import GpuSample
+from swarmgpu.metrics import CONTENT_TYPE, AgentStats, render_metrics
+from swarmgpu.model import NodeFacts
+
+MAX_HEAD_BYTES = 8 * 1024
+SOCKET_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 32
+DEFAULT_LISTEN = "0.0.0.0:9401"  # every interface: the agent is meant to be scraped
+
+_log = logger.bind(component="agent")
+
+Sampler = Callable[[], list[GpuSample]]
+
+
+# --- listen address ------------------------------------------------------------
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` or ``[V6]:PORT`` -> (host, port). Port 0 = any free port."""
+    host, sep, port_s = listen.rpartition(":")
+    if not sep or not port_s.isdigit() or int(port_s) > 65535:
+        raise ValueError(
+            f"listen address {listen!r}: expected HOST:PORT, e.g. 0.0.0.0:9401 or [::]:9401"
+        )
+    host = host.strip("[]") or "0.0.0.0"  # noqa: S104
+    return host, int(port_s)
+
+
+# --- default samplers ----------------------------------------------------------
+
+
+def empty_samples(facts: NodeFacts) -> list[GpuSample]:
+    """Samples for GPUs nobody can measure: empty memory, everything else unknown."""
+    out: list[GpuSample] = []
+    for g in facts.gpus:
+        parts = (
+            [(m.uuid, m.memory_mib) for m in g.mig_devices]
+            if g.mig_enabled and g.mig_devices
+            else [(g.uuid, g.memory_mib)]
+        )
+        out.extend(
+            GpuSample(uuid=u, index=g.index, util_pct=None, fb_used_mib=0, fb_free_mib=mem,
+                      mem_copy_util_pct=None, temp_c=None, power_w=None)
+            for u, mem in parts
+        )
+    return out
+
+
+def default_sampler(source: FactSource, facts: Callable[[], NodeFacts | None]) -> Sampler:
+    """The sampler used when none is given; see the module docstring."""
+    if source.spec.split(":", 1)[0] == "nvml":
+        try:  # lazy: only an NVML node needs pynvml
+            nvml = importlib.import_module("swarmgpu.facts.nvml")
+            return cast(Sampler, nvml.read_utilisation)
+        except (ImportError, AttributeError) as e:
+            _log.warning("nvml sampler unavailable ({}); reporting memory only", e)
+
+    def static() -> list[GpuSample]:
+        f = facts()
+        return empty_samples(f) if f is not None else []
+
+    return static
+
+
+# --- facts cache ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FactsView:
+    facts: NodeFacts | None
+    age_s: float | None
+    stale: bool
+    last_error: str | None
+    refresh_failures: int
+
+
+class FactsCache:
+    """Reads the source in a background thread at a fixed rate; readers never block."""
+
+    def __init__(
+        self,
+        source: FactSource,
+        refresh_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if refresh_s <= 0:
+            raise ValueError(f"refresh_s must be > 0, got {refresh_s}")
+        self.source = source
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._facts: NodeFacts | None = None
+        self._read_at: float | None = None
+        self._error: str | None = None
+        self._failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="facts-refresh", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        self._stop.set()
+        # A read hung in NVML cannot be interrupted; the thread is a daemon.
+        self._thread.join(timeout_s)
+
+    def refresh_once(self) -> None:
+        try:
+            facts = self.source.read()
+        except Exception as e:  # any failure of the source: keep serving the last facts
+            msg = f"reading facts from {self.source.spec} failed: {type(e).__name__}: {e}"
+            _log.warning(msg)
+            with self._lock:
+                self._error = msg
+                self._failures += 1
+            return
+        with self._lock:
+            if self._error is not None:
+                _log.info("facts from {} readable again", self.source.spec)
+            self._facts = facts
+            self._read_at = self._clock()
+            self._error = None
+
+    def _run(self) -> None:
+        next_at = self._clock()
+        while not self._stop.is_set():
+            self.refresh_once()
+            next_at += self.refresh_s  # fixed rate, no drift
+            delay = next_at - self._clock()
+            if delay < 0:  # the read took longer than the period: start again from now
+                next_at = self._clock()
+                delay = 0
+            self._stop.wait(delay)
+
+    def view(self) -> FactsView:
+        with self._lock:
+            facts, read_at, error, failures = (
+                self._facts, self._read_at, self._error, self._failures
+            )
+        age = None if read_at is None else max(0.0, self._clock() - read_at)
+        stale = facts is None or error is not None or (age is not None
+                                                      and age > 2 * self.refresh_s)
+        return FactsView(facts, age, stale, error, failures)
+
+
+# --- sampler with a deadline -----------------------------------------------------
+
+
+class GuardedSampler:
+    """Runs a sampler in one worker thread; a call waits at most ``timeout_s``."""
+
+    def __init__(self, sampler: Sampler, timeout_s: float) -> None:
+        self._sampler = sampler
+        self._timeout_s = timeout_s
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sampler")
+        self._lock = threading.Lock()
+        self._future: concurrent.futures.Future[list[GpuSample]] | None = None
+        self._last: list[GpuSample] = []
+
+    @property
+    def inner_error(self) -> str | None:
+        """An error the sampler itself reports (e.g. a broken profile reload)."""
+        # The sampler may be a ProfileSampler or its bound ``sample`` method.
+        owner = getattr(self._sampler, "__self__", self._sampler)
+        err = getattr(owner, "error", None)
+        return err if isinstance(err, str) else None
+
+    def sample(self) -> tuple[list[GpuSample], str | None]:
+        """(samples, error); on error the samples are the last good ones."""
+        with self._lock:
+            if self._future is None or self._future.done():
+                self._future = self._pool.submit(self._sampler)
+            fut = self._future
+        try:
+            samples = fut.result(timeout=self._timeout_s)
+        except concurrent.futures.TimeoutError:
+            return list(self._last), f"GPU sampler did not answer within {self._timeout_s}s"
+        except Exception as e:  # the sampler failed: report it, serve the last samples
+            return list(self._last), f"GPU sampler failed: {type(e).__name__}: {e}"
+        self._last = list(samples)
+        return list(samples), None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+# --- HTTP ------------------------------------------------------------------------
+
+
+class _TooLarge(Exception):
+    def __init__(self, status: HTTPStatus) -> None:
+        super().__init__(status.phrase)
+        self.status = status
+
+
+class AgentServer(ThreadingHTTPServer):
+    """The agent's HTTP server; ``shutdown()`` also stops the facts refresh."""
+
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        cache: FactsCache,
+        sampler: GuardedSampler,
+    ) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.cache = cache
+        self.sampler = sampler
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._closed = False
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            _log.warning("too many connections; closing one from {}", client_address)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def shutdown(self) -> None:
+        """Stop ``serve_forever`` (running in another thread), then release everything."""
+        super().shutdown()
+        self.close()
+
+    def close(self) -> None:
+        """Stop the refresh thread and the sampler, close the socket; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.cache.stop()
+        self.sampler.close()
+        self.server_close()
+
+    # --- what the endpoints answer (kept here so they are testable without HTTP) ---
+
+    def facts_response(self) -> tuple[HTTPStatus, dict[str, str], bytes]:
+        v = self.cache.view()
+        if v.facts is None:
+            body = {"error": "no facts read yet", "last_error": v.last_error}
+            return HTTPStatus.SERVICE_UNAVAILABLE, {"Retry-After": "5"}, _json(body)
+        facts = v.facts
+        headers = {"X-Swarmgpu-Facts-Age": f"{v.age_s or 0.0:.1f}",
+                   "X-Swarmgpu-Facts-Stale": "1" if v.stale else "0"}
+        if v.stale:
+            why = v.last_error or "no refresh for longer than twice the refresh period"
+            facts = facts.with_errors(f"agent: stale facts, {v.age_s or 0.0:.0f}s old ({why})")
+        return HTTPStatus.OK, headers, _json(facts.to_dict())
+
+    def metrics_response(self) -> tuple[HTTPStatus, dict[str, str], bytes]:
+        v = self.cache.view()
+        facts = v.facts if v.facts is not None else NodeFacts(hostname=socket.gethostname())
+        t0 = time.monotonic()
+        samples, err = self.sampler.sample()
+        duration = time.monotonic() - t0
+        stats = AgentStats(
+            facts_errors=len(facts.errors) + (1 if v.stale else 0),
+            facts_age_s=v.age_s,
+            refresh_failures_total=v.refresh_failures,
+            scrape_duration_s=duration,
+            sampler_ok=err is None,
+        )
+        if err is not None:
+            _log.warning(err)
+        return HTTPStatus.OK, {}, render_metrics(facts, samples, stats)
+
+    def health(self) -> tuple[HTTPStatus, dict[str, Any]]:
+        v = self.cache.view()
+        errors: list[str] = []
+        if v.facts is None:
+            errors.append("no facts read yet")
+        else:
+            errors.extend(v.facts.errors)
+            errors.extend(f"GPU {g.index} ({g.uuid}) unhealthy: {g.error or 'no reason given'}"
+                          for g in v.facts.gpus if not g.healthy)
+        if v.last_error:
+            errors.append(v.last_error)
+        elif v.stale and v.facts is not None:
+            errors.append(f"facts are {v.age_s or 0.0:.0f}s old (refresh every "
+                          f"{self.cache.refresh_s}s)")
+        if self.sampler.inner_error:
+            errors.append(self.sampler.inner_error)
+        body = {
+            "status": "ok" if not errors else "degraded",
+            "errors": errors,
+            "facts_age_s": None if v.age_s is None else round(v.age_s, 3),
+            "source": self.cache.source.spec,
+        }
+        code = HTTPStatus.OK if v.facts is not None else HTTPStatus.SERVICE_UNAVAILABLE
+        return code, body
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, indent=1, sort_keys=False).encode() + b"\n"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: AgentServer
+    timeout = SOCKET_TIMEOUT_S
+    protocol_version = "HTTP/1.1"
+
+    def version_string(self) -> str:
+        return "swarmgpu-agent"
+
+    def _read_head(self) -> bytes:
+        """Request line and headers, bounded; raises _TooLarge."""
+        line = self.rfile.readline(MAX_HEAD_BYTES + 1)
+        if len(line) > MAX_HEAD_BYTES:
+            raise _TooLarge(HTTPStatus.REQUEST_URI_TOO_LONG)
+        if not line:
+            return b""
+        head = [line]
+        size = 0
+        while True:
+            h = self.rfile.readline(MAX_HEAD_BYTES + 1)
+            size += len(h)
+            if size > MAX_HEAD_BYTES:
+                raise _TooLarge(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
+            if h == b"":
+                return b""  # the client went away before finishing its request
+            head.append(h)
+            if h in (b"\r\n", b"\n"):
+                return b"".join(head)
+
+    def handle_one_request(self) -> None:
+        self.close_connection = True  # one request per connection keeps it bounded
+        self.command = ""
+        self.request_version = "HTTP/1.0"
+        try:
+            head = self._read_head()
+        except _TooLarge as e:
+            self.requestline = "(too large)"
+            self.send_error(e.status)
+            return
+        except (TimeoutError, OSError):
+            return
+        if not head:
+            return
+        real_rfile = self.rfile
+        self.rfile = io.BytesIO(head)  # parse_request reads the headers from rfile
+        try:
+            self.raw_requestline = self.rfile.readline()
+            if not self.parse_request():
+                return
+        finally:
+            self.rfile = real_rfile
+        self.close_connection = True
+        if self.command not in ("GET", "HEAD"):
+            self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"only GET and HEAD\n",
+                       "text/plain; charset=utf-8", {"Allow": "GET, HEAD"})
+            return
+        self._route()
+        self.wfile.flush()
+
+    def _route(self) -> None:
+        path = self.path.split("?", 1)[0]
+        try:
+            if path == "/facts":
+                status, headers, body = self.server.facts_response()
+                self._send(status, body, "application/json", headers)
+            elif path == "/metrics":
+                status, headers, body = self.server.metrics_response()
+                self._send(status, body, CONTENT_TYPE, headers)
+            elif path == "/healthz":
+                code, h = self.server.health()
+                self._send(code, _json(h), "application/json")
+            else:
+                self._send(HTTPStatus.NOT_FOUND,
+                           b"not found; try /facts, /metrics or /healthz\n",
+                           "text/plain; charset=utf-8")
+        except OSError:  # the client has gone; nothing to tell it
+            return
+        except Exception:  # a bug must not kill the agent; the client sees 500
+            _log.exception("request {} failed", path[:100])
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n",
+                       "text/plain; charset=utf-8")
+
+    def _send(self, status: HTTPStatus, body: bytes, ctype: str,
+              headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Connection", "close")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        status = HTTPStatus(code)
+        self.request_version = "HTTP/1.1"  # always answer with a status line, even to 0.9
+        if message and len(message) > 200:
+            message = message[:200] + "..."
+        with contextlib.suppress(OSError):  # the client has gone; nothing to tell it
+            self._send(status, f"{status.value} {message or status.phrase}\n".encode(),
+                       "text/plain; charset=utf-8")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        _log.debug("{} {}", self.client_address[0], format % args)
+
+
+# --- entry points ----------------------------------------------------------------
+
+
+def build_server(
+    source: FactSource,
+    listen: str = DEFAULT_LISTEN,
+    *,
+    sampler: Sampler | None = None,
+    refresh_s: float = 30.0,
+    sample_timeout_s: float = 2.0,
+) -> AgentServer:
+    """Bind the server and start the facts refresh; call ``serve_forever()`` next."""
+    cache = FactsCache(source, refresh_s)
+    chosen = sampler or default_sampler(source, lambda: cache.view().facts)
+    server = AgentServer(parse_listen(listen), cache, GuardedSampler(chosen, sample_timeout_s))
+    cache.start()
+    return server
+
+
+def serve(
+    source: FactSource,
+    listen: str = DEFAULT_LISTEN,
+    *,
+    sampler: Sampler | None = None,
+    refresh_s: float = 30.0,
+    stop_event: threading.Event | None = None,
+) -> None:
+    """Serve until ``stop_event`` is set (or forever); for ``swarmgpu agent``."""
+    server = build_server(source, listen, sampler=sampler, refresh_s=refresh_s)
+    host, port = server.server_address[:2]
+    _log.info("agent serving {} on {}:{} (refresh every {}s)", source.spec, host, port,
+              refresh_s)
+    if stop_event is not None:
+        def _watch() -> None:
+            stop_event.wait()
+            server.shutdown()
+
+        threading.Thread(target=_watch, name="agent-stop", daemon=True).start()
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        server.close()
+        _log.info("agent stopped")

@@ -1,0 +1,191 @@
+"""MIG devices on a node: profile names, and which free MIG device a request gets.
+
+MIG layouts are made by an operator (nvidia-smi or mig-parted), not by swarmgpu: this
+module only hands out MIG devices that already exist. Profile names come in three
+spellings that must meet: nvidia-smi's ``3g.20gb``, the ``mig-3g.20gb`` / ``nvidia.com/
+mig-3g.20gb`` resource style, and old GPU feature discovery labels that rounded memory in
+decimal GB (``mig-3g.21gb`` for the A100-40GB's 3g.20gb, 20096 MiB).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from swarmgpu.model import Gpu
+
+# Every profile in NVIDIA/mig-parted's default config (config-default.yaml), i.e. every
+# GPU-instance profile of A30, A100, H100, H100 NVL, H200, GH200, B200/B300, GB200/GB300
+# and RTX PRO 6000 Blackwell.
+_KNOWN_TEXT = """
+    1g.5gb 1g.5gb+me 2g.10gb 3g.20gb 4g.20gb 7g.40gb
+    1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb
+    1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb
+    1g.12gb 1g.12gb+me 1g.24gb 1g.24gb+me 2g.24gb 3g.47gb 4g.47gb 7g.94gb
+    3g.48gb 4g.48gb 7g.96gb
+    1g.18gb 1g.18gb+me 1g.35gb 1g.35gb+me 2g.35gb 3g.71gb 4g.71gb 7g.141gb
+    1g.36gb 2g.36gb 3g.72gb 4g.72gb 7g.144gb
+    1g.23gb 1g.23gb+me 1g.45gb 1g.47gb 2g.45gb 2g.47gb 3g.90gb 3g.93gb 4g.90gb 4g.93gb
+    7g.180gb 7g.186gb
+    1g.34gb 1g.34gb+me 1g.67gb 1g.70gb 2g.67gb 2g.70gb 3g.95gb 3g.135gb 3g.139gb
+    4g.95gb 4g.135gb 4g.139gb 7g.189gb 7g.269gb 7g.278gb
+    1g.24gb+gfx 1g.24gb+me.all 1g.24gb-me 2g.48gb 2g.48gb+gfx 2g.48gb+me.all 2g.48gb-me
+    4g.96gb 4g.96gb+gfx
+"""
+_KNOWN: frozenset[str] = frozenset(_KNOWN_TEXT.split())
+
+# Profiles per GPU model, for the models whose MIG layouts are documented in the MIG user
+# guide and mig-parted (matched on the product name, spaces and dashes alike).
+_BY_PRODUCT: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
+    (re.compile(pat, re.IGNORECASE), frozenset(profiles.split()))
+    for pat, profiles in (
+        (r"a[18]00.*40gb", "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb"),
+        (r"(a[18]00|h[18]00).*80gb",
+         "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
+        (r"h[18]00.*nvl", "1g.12gb 1g.12gb+me 1g.24gb 2g.24gb 3g.47gb 4g.47gb 7g.94gb"),
+        (r"h200", "1g.18gb 1g.18gb+me 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb"),
+        (r"a30", "1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb"),
+    )
+)
+
+_PROFILE_RE = re.compile(r"^(?P<g>[1-8])g\.(?P<mem>\d+)gb(?P<suffix>(?:[+-][a-z.]+)?)$")
+_PREFIX_RE = re.compile(r"^(?:nvidia\.com/)?(?:mig[- ])?", re.IGNORECASE)
+_GIB_TO_GB = 1.073741824
+
+
+class MigProfileError(ValueError):
+    """A MIG profile name that is malformed or not a known GPU-instance profile."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint  # what would be accepted instead, for callers' own messages
+
+
+def known_profiles() -> tuple[str, ...]:
+    """Every known MIG profile, sorted by compute slices then memory."""
+    return tuple(sorted(_KNOWN, key=_sort_key))
+
+
+def profiles_for_product(product: str) -> frozenset[str] | None:
+    """Valid profiles of a GPU model (``NVIDIA A100-SXM4-40GB``...), None when unknown."""
+    for pattern, profiles in _BY_PRODUCT:
+        if pattern.search(product):
+            return profiles
+    return None
+
+
+def normalize_profile(name: str) -> str:
+    """``MIG-3g.20gb``, ``nvidia.com/mig-3g.21gb``, ``3G.20GB`` -> ``3g.20gb``.
+
+    Raise MigProfileError naming the input and what is accepted.
+    """
+    raw = name
+    name = _PREFIX_RE.sub("", name.strip()).lower()
+    m = _PROFILE_RE.match(name)
+    if not m:
+        hint = "<slices>g.<memory>gb such as 1g.10gb or 3g.40gb (a mig- prefix is fine)"
+        raise MigProfileError(f"MIG profile {raw!r} is malformed; expected {hint}", hint)
+    if name in _KNOWN:
+        return name
+    # Old GPU feature discovery labels give memory in decimal GB, rounded from MiB:
+    # 3g.20gb (20096 MiB) became mig-3g.21gb. Map back when exactly one profile fits.
+    g, mem, suffix = m["g"], int(m["mem"]), m["suffix"]
+    matches = [
+        p for p in _KNOWN
+        if (pm := _PROFILE_RE.match(p)) is not None
+        and pm["g"] == g and pm["suffix"] == suffix
+        and round(int(pm["mem"]) * _GIB_TO_GB) in (mem, mem + 1)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    near = sorted((p for p in _KNOWN if p.startswith(f"{g}g.")), key=_sort_key)
+    hint = f"a known profile; the {g}g ones are {', '.join(near) or 'none'}"
+    raise MigProfileError(f"MIG profile {raw!r} is not known; expected {hint}", hint)
+
+
+def _sort_key(profile: str) -> tuple[int, int, str]:
+    m = _PROFILE_RE.match(profile)
+    assert m is not None
+    return (int(m["g"]), int(m["mem"]), m["suffix"])
+
+
+def _canonical(profile: str) -> str:
+    try:
+        return normalize_profile(profile)
+    except MigProfileError:
+        return profile.strip().lower()  # a profile newer than our table still matches itself
+
+
+# --- choosing a device --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MigChoice:
+    gpu_index: int
+    mig_uuid: str
+    profile: str  # as the device names it (nvidia-smi spelling)
+
+
+class MigMissReason(StrEnum):
+    NO_MIG_DEVICES = "no-mig-devices"  # no healthy GPU on the node has MIG devices
+    PROFILE_ABSENT = "profile-absent"  # MIG devices exist, none of this profile
+    ALL_ASSIGNED = "all-assigned"  # every device of this profile is taken
+
+
+@dataclass(frozen=True)
+class MigMiss:
+    reason: MigMissReason
+    detail: str
+
+
+def pick_mig_device(
+    gpus: Sequence[Gpu], profile: str, assigned: Collection[str]
+) -> MigChoice | MigMiss:
+    """A free MIG device of ``profile`` on one node, or why there is none.
+
+    ``assigned`` holds the MIG UUIDs already handed out. To keep whole GPUs (and big free
+    slices) for the requests that need them, the device comes from the GPU that is most
+    used already (most assigned MIG memory), then the one with least free MIG memory,
+    then the lowest index; on that GPU, the first device in the GPU's own order.
+    Raise MigProfileError when ``profile`` itself is malformed or unknown.
+    """
+    want = normalize_profile(profile)
+    taken = set(assigned)
+    with_mig = [g for g in gpus if g.healthy and g.mig_devices]
+    if not with_mig:
+        return MigMiss(
+            MigMissReason.NO_MIG_DEVICES,
+            "no healthy GPU on this node has MIG devices; enable MIG and create "
+            f"{want} instances (nvidia-smi mig -cgi / mig-parted)",
+        )
+    best: tuple[tuple[int, int, int], MigChoice] | None = None
+    of_profile = 0
+    for gpu in with_mig:
+        used_mib = sum(d.memory_mib for d in gpu.mig_devices if d.uuid in taken)
+        free_mib = sum(d.memory_mib for d in gpu.mig_devices if d.uuid not in taken)
+        for dev in gpu.mig_devices:
+            if _canonical(dev.profile) != want:
+                continue
+            of_profile += 1
+            if dev.uuid in taken:
+                continue
+            rank = (-used_mib, free_mib, gpu.index)
+            if best is None or rank < best[0]:
+                best = (rank, MigChoice(gpu.index, dev.uuid, dev.profile))
+            break  # first free device of the profile on this GPU
+    if best is not None:
+        return best[1]
+    if of_profile == 0:
+        present = sorted(
+            {_canonical(d.profile) for g in with_mig for d in g.mig_devices}
+        )
+        return MigMiss(
+            MigMissReason.PROFILE_ABSENT,
+            f"no {want} MIG device on this node; it has {', '.join(present)}",
+        )
+    return MigMiss(
+        MigMissReason.ALL_ASSIGNED,
+        f"all {of_profile} {want} MIG device(s) on this node are assigned",
+    )

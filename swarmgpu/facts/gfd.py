@@ -1,0 +1,296 @@
+"""``gfd:PATH`` — facts from GPU feature discovery labels.
+
+Accepts the three forms GFD's labels are seen in: the ``key=value`` features file GFD
+writes to ``/etc/kubernetes/node-feature-discovery/features.d/gfd``, a JSON object of
+node labels (``kubectl get node -o json | jq .metadata.labels``), and the labels
+block of ``kubectl get nodes -o yaml``. Only ``nvidia.com/*`` keys are read.
+
+GFD has no UUIDs, bus ids or topology: GPUs get synthetic ``GPU-5ca1ab1e-...`` UUIDs
+and ``links`` stays empty. MIG profile names are normalised to nvidia-smi's naming,
+recomputed from the profile's memory label (GFD 0.x named the 20096 MiB profile
+``3g.21gb``; nvidia-smi calls it ``3g.20gb``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from swarmgpu.facts import SourceError
+from swarmgpu.facts.naming import max_instances, mig_profile_name, parse_profile, synthetic_uuid
+from swarmgpu.model import Gpu, MigDevice, NodeFacts
+
+PREFIX = "nvidia.com/"
+_MIG_KEY_RE = re.compile(r"^mig-((?:\d+c\.)?\d+g\.\d+gb(?:\+me)?)\.(count|memory)$")
+_SINGLE_PRODUCT_RE = re.compile(r"^(.*)-MIG-((?:\d+c\.)?\d+g\.\d+gb(?:\+me)?)$")
+_GB_IN_NAME_RE = re.compile(r"(\d+)GB", re.IGNORECASE)
+
+
+def parse_labels(text: str, *, where: str = "gfd") -> dict[str, str]:
+    """``nvidia.com/*`` labels (prefix removed) from any of the accepted forms."""
+    stripped = text.strip()
+    data: Any = None
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as e:
+            raise SourceError(f"{where}: invalid JSON at line {e.lineno}: {e.msg}") from e
+    elif _looks_like_key_value(stripped):
+        return _key_values(stripped, where)
+    else:
+        data = _lenient_mapping(stripped, where)
+    labels = _find_labels(data)
+    if labels is None:
+        raise SourceError(
+            f"{where}: no nvidia.com/* labels found; expected GFD's features file "
+            "(key=value lines), a JSON object of node labels, or 'kubectl get nodes -o yaml'"
+        )
+    return labels
+
+
+def _looks_like_key_value(text: str) -> bool:
+    first = next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
+    return "=" in first and ":" not in first.split("=", 1)[0]
+
+
+def _key_values(text: str, where: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise SourceError(f"{where}:{n}: expected key=value, got {line.strip()!r}")
+        key = key.strip()
+        if key.startswith(PREFIX):
+            out[key[len(PREFIX):]] = value.strip()
+    return out
+
+
+def _lenient_mapping(text: str, where: str) -> Any:
+    """JSON/YAML as pasted in docs: a shell prompt, ``...`` elisions, a code fence."""
+    lines = [
+        ln for ln in text.splitlines()
+        if ln.strip() not in ("...", "```") and not ln.lstrip().startswith("$ ")
+    ]
+    body = "\n".join(lines).strip().rstrip(",")
+    if body.startswith('"'):
+        body = "{" + body  # a JSON excerpt whose opening brace was elided
+    if body.startswith("{") and not body.endswith("}"):
+        body += "}"
+    try:
+        return yaml.safe_load(body)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SourceError(f"{where}: cannot parse as JSON/YAML{at}: {e}") from e
+
+
+def _find_labels(data: Any) -> dict[str, str] | None:
+    """The first mapping (depth-first) holding nvidia.com/* keys."""
+    if isinstance(data, Mapping):
+        hits = {
+            str(k)[len(PREFIX):]: "" if v is None else str(v)
+            for k, v in data.items()
+            if str(k).startswith(PREFIX)
+        }
+        if hits:
+            return hits
+        children: Any = list(data.values())
+    elif isinstance(data, list):
+        children = data
+    else:
+        return None
+    for child in children:
+        found = _find_labels(child)
+        if found is not None:
+            return found
+    return None
+
+
+def _int_label(labels: Mapping[str, str], key: str, where: str) -> int | None:
+    v = labels.get(key)
+    if v is None or v == "":
+        return None
+    if not v.isdigit():
+        raise SourceError(f"{where}: label {PREFIX}{key}={v!r} is not a whole number")
+    return int(v)
+
+
+def _driver_version(labels: Mapping[str, str]) -> str | None:
+    if labels.get("cuda.driver-version.full"):
+        return labels["cuda.driver-version.full"]
+    parts = [labels.get(f"cuda.driver.{k}", "") for k in ("major", "minor", "rev")]
+    return ".".join(p for p in parts if p) or None
+
+
+def _cuda_version(labels: Mapping[str, str]) -> str | None:
+    if labels.get("cuda.runtime-version.full"):
+        return labels["cuda.runtime-version.full"]
+    major, minor = labels.get("cuda.runtime.major"), labels.get("cuda.runtime.minor")
+    return f"{major}.{minor}" if major and minor else None
+
+
+def normalise_profile(gfd_name: str, memory_mib: int | None) -> str:
+    """nvidia-smi's name for a GFD profile: recomputed from its memory when known."""
+    if memory_mib is None:
+        return gfd_name
+    g, _ = parse_profile(gfd_name)
+    ci = re.match(r"^(\d+)c\.", gfd_name)
+    name = mig_profile_name(g, memory_mib, int(ci.group(1)) if ci else None)
+    return name + ("+me" if gfd_name.endswith("+me") else "")
+
+
+def facts_from_labels(
+    labels: Mapping[str, str],
+    *,
+    hostname: str,
+    origin: str,
+    product: str | None = None,
+    memory_mib: int | None = None,
+    spec: str = "",
+) -> NodeFacts:
+    """NodeFacts from GFD labels; ``product``/``memory_mib`` override GFD's values."""
+    where = spec or "gfd"
+    errors: list[str] = []
+    count = _int_label(labels, "gpu.count", where)
+    if count is None:
+        raise SourceError(f"{where}: label {PREFIX}gpu.count missing; is GFD running there?")
+    major = _int_label(labels, "gpu.compute.major", where)
+    minor = _int_label(labels, "gpu.compute.minor", where)
+    strategy = labels.get("mig.strategy", "none")
+    gfd_product = labels.get("gpu.product", "")
+    gfd_memory = _int_label(labels, "gpu.memory", where)
+
+    # (profile, memory) of every MIG device on the node, in GFD's order.
+    migs: list[tuple[str, int]] = []
+    single = _SINGLE_PRODUCT_RE.match(gfd_product) if strategy == "single" else None
+    if single:
+        # single: gpu.* describe the MIG devices; the parents are not counted.
+        mem = gfd_memory or parse_profile(single.group(2))[1] * 1024
+        migs = [(normalise_profile(single.group(2), gfd_memory), mem)] * count
+        parent_product = product or single.group(1)
+        parent_memory = memory_mib or _memory_from_name(parent_product)
+        if memory_mib is None:
+            errors.append(
+                f"{where}: GPU memory not in GFD's single-strategy labels; estimated "
+                f"{parent_memory} MiB from the product name; pass --memory-mib for the real value"
+            )
+        per_gpu = max_instances(migs[0][0], parent_memory)
+        parents = max(1, math.ceil(count / per_gpu))
+        errors.append(
+            f"{where}: {count} MIG devices of {migs[0][0]} put on {parents} GPU(s) "
+            f"({per_gpu} per GPU); GFD does not say which GPU holds which"
+        )
+    else:
+        parents = count
+        parent_product = product or gfd_product
+        parent_memory = memory_mib or gfd_memory or 0
+        for key, value in sorted(labels.items()):
+            m = _MIG_KEY_RE.match(key)
+            if not m or m.group(2) != "count":
+                continue
+            n = int(value) if value.isdigit() else 0
+            mig_mem = _int_label(labels, f"mig-{m.group(1)}.memory", where)
+            name = normalise_profile(m.group(1), mig_mem)
+            migs += [(name, mig_mem or parse_profile(name)[1] * 1024)] * n
+        # Largest first, as MIG placement fills a GPU.
+        migs.sort(key=lambda pm: -parse_profile(pm[0])[0])
+        if migs and parents > 1:
+            errors.append(
+                f"{where}: MIG devices assigned to GPUs in order; GFD does not say which GPU "
+                "holds which"
+            )
+    if not parent_product:
+        raise SourceError(f"{where}: label {PREFIX}gpu.product missing; pass --product NAME")
+    if parent_memory <= 0:
+        raise SourceError(f"{where}: label {PREFIX}gpu.memory missing; pass --memory-mib N")
+
+    per_parent = _assign(migs, parents)
+    gpus = []
+    for i in range(parents):
+        devs = tuple(
+            MigDevice(
+                profile=prof,
+                uuid=synthetic_uuid("MIG", hostname, origin, i, k, prof),
+                memory_mib=mem,
+            )
+            for k, (prof, mem) in enumerate(per_parent[i])
+        )
+        gpus.append(
+            Gpu(
+                index=i,
+                uuid=synthetic_uuid("GPU", hostname, origin, i),
+                product=parent_product,
+                memory_mib=parent_memory,
+                compute_major=major,
+                compute_minor=minor,
+                mig_capable=labels.get("mig.capable") == "true" or bool(devs),
+                mig_enabled=bool(devs),
+                mig_devices=devs,
+            )
+        )
+    return NodeFacts(
+        hostname=hostname,
+        gpus=tuple(gpus),
+        driver_version=_driver_version(labels),
+        cuda_driver_version=_cuda_version(labels),
+        source=spec,
+        errors=tuple(errors),
+    )
+
+
+def _memory_from_name(product: str) -> int:
+    m = _GB_IN_NAME_RE.search(product)
+    return int(m.group(1)) * 1024 if m else 1
+
+
+def _assign(migs: list[tuple[str, int]], parents: int) -> list[list[tuple[str, int]]]:
+    """Fill GPUs in order, up to 7 compute slices each (what one GPU can hold)."""
+    out: list[list[tuple[str, int]]] = [[] for _ in range(parents)]
+    used = [0] * parents
+    for prof, mem in migs:
+        g = parse_profile(prof)[0]
+        i = next((k for k in range(parents) if used[k] + g <= 7), parents - 1)
+        out[i].append((prof, mem))
+        used[i] += g
+    return out
+
+
+class GfdSource:
+    """``gfd:PATH``: a GFD features file or a dump of a node's labels."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        hostname: str,
+        product: str | None = None,
+        memory_mib: int | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.spec = f"gfd:{path}"
+        self.hostname = hostname
+        self.product = product
+        self.memory_mib = memory_mib
+
+    def read(self) -> NodeFacts:
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise SourceError(f"{self.spec}: cannot read {self.path}: {e.strerror}") from e
+        labels = parse_labels(text, where=self.spec)
+        return facts_from_labels(
+            labels,
+            hostname=self.hostname,
+            origin=self.path.name,
+            product=self.product,
+            memory_mib=self.memory_mib,
+            spec=self.spec,
+        )

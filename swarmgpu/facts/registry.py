@@ -1,0 +1,57 @@
+"""Turn a source spec (``nvml``, ``gfd:PATH``, ``file:PATH``, ``topo:PATH``) into a source."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from swarmgpu.facts import FactSource, SourceError
+from swarmgpu.facts.file import FileSource
+from swarmgpu.facts.gfd import GfdSource
+from swarmgpu.facts.nvml import NvmlSource
+from swarmgpu.facts.topo import TopoSource
+
+KINDS = ("nvml", "gfd:PATH", "file:PATH", "topo:PATH")
+
+
+def open_source(
+    spec: str,
+    *,
+    hostname: str | None = None,
+    product: str | None = None,
+    memory_mib: int | None = None,
+    mig_layout: str | None = None,
+    nvml_module: Any = None,
+) -> FactSource:
+    """The fact source a spec names; SourceError for a spec that can never work.
+
+    ``hostname`` defaults to this machine's. ``product``/``memory_mib`` are required
+    by ``topo:`` and override GFD's labels for ``gfd:``; ``mig_layout`` is for
+    ``topo:`` (see docs/facts-schema.md); ``nvml_module`` injects a pynvml-like module.
+    Nothing is read here: files are read, and checked, on ``read()``.
+    """
+    host = hostname or socket.gethostname()
+    kind, sep, arg = spec.strip().partition(":")
+    if kind == "nvml" and not sep:
+        return NvmlSource(hostname=host, nvml_module=nvml_module)
+    if kind in ("gfd", "file", "topo") and sep:
+        if not arg:
+            raise SourceError(f"source {spec!r}: needs a path, e.g. {kind}:/etc/swarmgpu/node")
+        if memory_mib is not None and memory_mib < 1:
+            raise SourceError(f"source {spec!r}: --memory-mib must be at least 1, got {memory_mib}")
+        if kind == "gfd":
+            return GfdSource(arg, hostname=host, product=product, memory_mib=memory_mib)
+        if kind == "file":
+            return FileSource(arg, hostname=hostname)
+        if not product or memory_mib is None:
+            raise SourceError(
+                f"source {spec!r}: a topo -m capture has no GPU model or memory; "
+                "pass --product NAME --memory-mib N (e.g. --product 'NVIDIA H100 80GB HBM3' "
+                "--memory-mib 81559)"
+            )
+        return TopoSource(
+            arg, hostname=host, product=product, memory_mib=memory_mib, mig_layout=mig_layout
+        )
+    raise SourceError(
+        f"source {spec!r} is not understood; accepted kinds: {', '.join(KINDS)}"
+    )

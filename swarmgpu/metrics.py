@@ -1,0 +1,198 @@
+"""Prometheus text the agent serves on ``/metrics``: dcgm-exporter's names and labels.
+
+Anything that already scrapes dcgm-exporter (dashboards, alerts, our own
+``metrics_in`` parser) reads the agent unchanged. Names, HELP texts, TYPEs and label
+names (``gpu, UUID, pci_bus_id, device, modelName[, GPU_I_PROFILE, GPU_I_ID],
+hostname``) are copied from real captures (``fixtures/captures/dcgm_*.txt``); the
+host label is the lower-case ``hostname`` that dcgm-exporter uses since 2026-05.
+prometheus-client writes labels sorted by name, not in dcgm-exporter's order; label
+order carries no meaning in the exposition format. ``pci_bus_id`` is left out when
+the facts do not know it, as older dcgm-exporters do. ``promtool check metrics``
+exits 3 on the camelCase label names, exactly as it does on dcgm-exporter's output.
+
+Rules:
+
+* A value that is unknown (``None`` in a :class:`GpuSample`) is omitted, never
+  written as 0: a 0 would read as "idle" to a rebalancer.
+* A sample whose UUID is a MIG device UUID known to the facts is written with the
+  parent GPU's ``gpu``/``UUID`` labels plus ``GPU_I_PROFILE`` and ``GPU_I_ID``, as
+  dcgm-exporter does for GPU instances. A sample for a UUID the facts do not know is
+  still written (labels from the sample alone) so nothing measured is lost.
+
+Rendering goes through prometheus-client with a custom collector on a fresh
+``CollectorRegistry`` per call, so nothing lives in the global registry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from swarmgpu.facts.samples import GpuSample
+from swarmgpu.model import Gpu, MigDevice, NodeFacts
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class DcgmField:
+    """One dcgm-exporter metric family and the GpuSample attribute that feeds it."""
+
+    name: str
+    help: str
+    attr: str
+
+
+# Order and HELP texts as dcgm-exporter prints them (see the T4 and A800 captures).
+DCGM_FIELDS: tuple[DcgmField, ...] = (
+    DcgmField("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "temp_c"),
+    DcgmField("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "power_w"),
+    DcgmField("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "util_pct"),
+    DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", "mem_copy_util_pct"),
+    DcgmField("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "fb_free_mib"),
+    DcgmField("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "fb_used_mib"),
+)
+
+
+@dataclass(frozen=True)
+class AgentStats:
+    """The agent's view of itself, written as ``swarmgpu_agent_*`` metrics."""
+
+    facts_errors: int = 0  # problems in the facts now served (facts.errors + refresh failure)
+    facts_age_s: float | None = None
+    refresh_failures_total: int = 0
+    scrape_duration_s: float | None = None  # time spent gathering samples for this scrape
+    sampler_ok: bool = True
+
+
+def _mig_index(facts: NodeFacts) -> dict[str, tuple[Gpu, MigDevice]]:
+    return {m.uuid: (g, m) for g in facts.gpus for m in g.mig_devices}
+
+
+def sample_labels(
+    sample: GpuSample, facts: NodeFacts, migs: dict[str, tuple[Gpu, MigDevice]] | None = None
+) -> dict[str, str]:
+    """dcgm-exporter's labels for one sample, in dcgm-exporter's order."""
+    migs = _mig_index(facts) if migs is None else migs
+    gpus = {g.uuid: g for g in facts.gpus}
+    mig: MigDevice | None = None
+    if sample.uuid in migs:
+        gpu: Gpu | None = migs[sample.uuid][0]
+        mig = migs[sample.uuid][1]
+    else:
+        gpu = gpus.get(sample.uuid)
+    index = gpu.index if gpu is not None else sample.index
+    labels = {
+        "gpu": str(index),
+        "UUID": gpu.uuid if gpu is not None else sample.uuid,
+        "pci_bus_id": gpu.pci_bus_id if gpu is not None else "",
+        "device": f"nvidia{index}",
+        "modelName": gpu.product if gpu is not None else "",
+    }
+    if not labels["pci_bus_id"]:
+        del labels["pci_bus_id"]  # as older dcgm-exporters: absent, not empty
+    if mig is not None:
+        labels["GPU_I_PROFILE"] = mig.profile
+        if mig.gi_id is not None:
+            labels["GPU_I_ID"] = str(mig.gi_id)
+    labels["hostname"] = facts.hostname
+    return labels
+
+
+def _known(value: float | int | None) -> float | None:
+    if value is None:
+        return None
+    v = float(value)
+    return None if math.isnan(v) else v
+
+
+class AgentCollector(Collector):
+    """Collector over one consistent snapshot: facts, samples and agent stats."""
+
+    def __init__(
+        self, facts: NodeFacts, samples: Sequence[GpuSample], stats: AgentStats | None = None
+    ) -> None:
+        self._facts = facts
+        self._samples = tuple(samples)
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._dcgm()
+        yield from self._self_metrics()
+
+    def _dcgm(self) -> Iterator[Metric]:
+        migs = _mig_index(self._facts)
+        labelled = [(s, sample_labels(s, self._facts, migs)) for s in self._samples]
+        for f in DCGM_FIELDS:
+            fam = Metric(f.name, f.help, "gauge")
+            for s, labels in labelled:
+                v = _known(getattr(s, f.attr))
+                if v is not None:
+                    fam.add_sample(f.name, labels, v)
+            if fam.samples:
+                yield fam
+
+    def _self_metrics(self) -> Iterable[Metric]:
+        healthy = GaugeMetricFamily(
+            "swarmgpu_agent_gpu_healthy",
+            "1 when the facts say the GPU is healthy, 0 otherwise.",
+            labels=["gpu", "UUID"],
+        )
+        for g in self._facts.gpus:
+            healthy.add_metric([str(g.index), g.uuid], 1.0 if g.healthy else 0.0)
+        out: list[Metric] = [healthy] if self._facts.gpus else []
+        st = self._stats
+        if st is None:
+            return out
+        out.append(
+            GaugeMetricFamily(
+                "swarmgpu_agent_facts_errors",
+                "Problems in the facts now served (read errors, failed or stale refresh).",
+                value=float(st.facts_errors),
+            )
+        )
+        out.append(
+            CounterMetricFamily(
+                "swarmgpu_agent_facts_refresh_failures",
+                "Facts refreshes that failed since the agent started.",
+                value=float(st.refresh_failures_total),
+            )
+        )
+        if st.facts_age_s is not None:
+            out.append(
+                GaugeMetricFamily(
+                    "swarmgpu_agent_facts_age_seconds",
+                    "Seconds since the facts now served were read.",
+                    value=st.facts_age_s,
+                )
+            )
+        if st.scrape_duration_s is not None:
+            out.append(
+                GaugeMetricFamily(
+                    "swarmgpu_agent_scrape_duration_seconds",
+                    "Seconds spent gathering the GPU samples of this scrape.",
+                    value=st.scrape_duration_s,
+                )
+            )
+        out.append(
+            GaugeMetricFamily(
+                "swarmgpu_agent_sampler_ok",
+                "1 when this scrape's GPU samples are fresh, 0 when they are old or missing.",
+                value=1.0 if st.sampler_ok else 0.0,
+            )
+        )
+        return out
+
+
+def render_metrics(
+    facts: NodeFacts, samples: Sequence[GpuSample], stats: AgentStats | None = None
+) -> bytes:
+    """Prometheus text exposition (format 0.0.4) for one snapshot."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(facts, samples, stats))
+    return generate_latest(registry)

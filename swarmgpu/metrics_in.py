@@ -1,0 +1,187 @@
+"""Read Prometheus text from dcgm-exporter or a swarmgpu agent into per-GPU values.
+
+``parse_metrics(text)`` never raises on bad input: real exporters print things the
+strict prometheus-client parser rejects (the A800 capture has a sample whose value
+is ``ERROR - FAILED TO CONVERT TO STRING``). The whole text is parsed first; if that
+fails, it is parsed again line by line, keeping every good sample and reporting each
+broken line in ``ScrapeResult.errors``.
+
+Only samples with a ``UUID`` label are kept (that is what ties a value to a GPU).
+Samples with ``GPU_I_ID`` belong to a MIG GPU instance and are kept apart, under
+their parent GPU's UUID. NaN values mean "unknown" and are dropped, as is anything
+else that is not a finite number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from swarmgpu.facts.samples import GpuSample
+
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+FB_USED = "DCGM_FI_DEV_FB_USED"
+FB_FREE = "DCGM_FI_DEV_FB_FREE"
+MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"
+GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
+POWER = "DCGM_FI_DEV_POWER_USAGE"
+_MAX_ERRORS = 50  # a garbage page must not produce a garbage-sized error list
+_HOST_LABELS = ("hostname", "Hostname")
+
+
+@dataclass
+class MigMetrics:
+    """Values of one MIG GPU instance (``GPU_I_ID``) of a parent GPU."""
+
+    gi_id: int
+    profile: str | None
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class GpuMetrics:
+    """Values of one whole GPU, keyed by metric name (``DCGM_FI_DEV_FB_USED`` ...)."""
+
+    uuid: str
+    index: int | None = None
+    model_name: str | None = None
+    pci_bus_id: str | None = None
+    values: dict[str, float] = field(default_factory=dict)
+    mig: dict[int, MigMetrics] = field(default_factory=dict)
+
+    def get(self, metric: str) -> float | None:
+        return self.values.get(metric)
+
+    @property
+    def util_pct(self) -> float | None:
+        return self.values.get(UTIL)
+
+    @property
+    def fb_used_mib(self) -> int | None:
+        """Whole-GPU value, or the sum over its MIG instances when only those are given."""
+        return _fb(self, FB_USED)
+
+    @property
+    def fb_free_mib(self) -> int | None:
+        return _fb(self, FB_FREE)
+
+    def to_sample(self) -> GpuSample:
+        """The whole-GPU values as a GpuSample (unknown stays None)."""
+        return GpuSample(
+            uuid=self.uuid,
+            index=self.index if self.index is not None else -1,
+            util_pct=self.util_pct,
+            fb_used_mib=self.fb_used_mib,
+            fb_free_mib=self.fb_free_mib,
+            mem_copy_util_pct=self.values.get(MEM_COPY_UTIL),
+            temp_c=self.values.get(GPU_TEMP),
+            power_w=self.values.get(POWER),
+        )
+
+
+def _fb(g: GpuMetrics, metric: str) -> int | None:
+    if metric in g.values:
+        return round(g.values[metric])
+    parts = [m.values.get(metric) for m in g.mig.values()]
+    if parts and all(p is not None for p in parts):
+        return round(sum(p for p in parts if p is not None))
+    return None
+
+
+@dataclass
+class ScrapeResult:
+    samples_by_uuid: dict[str, GpuMetrics] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    hostname: str | None = None
+
+    def to_samples(self) -> list[GpuSample]:
+        return sorted(
+            (g.to_sample() for g in self.samples_by_uuid.values()),
+            key=lambda s: (s.index, s.uuid),
+        )
+
+
+def _short(line: str, n: int = 160) -> str:
+    """The line's start (metric name) and end (the value), which say what went wrong."""
+    return line if len(line) <= n else line[: n // 2] + " ... " + line[-n // 2 :]
+
+
+def _families_strict(text: str) -> list[tuple[str, Mapping[str, str], float]]:
+    out: list[tuple[str, Mapping[str, str], float]] = []
+    for fam in text_string_to_metric_families(text):
+        out.extend((s.name, s.labels, s.value) for s in fam.samples)
+    return out
+
+
+def _samples_lenient(
+    text: str, errors: list[str]
+) -> list[tuple[str, Mapping[str, str], float]]:
+    out: list[tuple[str, Mapping[str, str], float]] = []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            out.extend(_families_strict(line + "\n"))
+        except Exception as e:  # the parser raises ValueError, IndexError, ...
+            _note(errors, f"line {n}: cannot parse ({e}): {_short(line)}")
+    return out
+
+
+def _note(errors: list[str], msg: str) -> None:
+    if len(errors) < _MAX_ERRORS:
+        errors.append(msg)
+    elif len(errors) == _MAX_ERRORS:
+        errors.append("further errors left out")
+
+
+def parse_metrics(text: str) -> ScrapeResult:
+    """Per-GPU values from Prometheus text; broken lines are skipped and reported."""
+    result = ScrapeResult()
+    try:
+        samples = _families_strict(text)
+    except Exception:  # strict parse failed somewhere: salvage line by line
+        samples = _samples_lenient(text, result.errors)
+    _collect(samples, result)
+    return result
+
+
+def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: ScrapeResult) -> None:
+    hosts: set[str] = set()
+    for name, labels, value in samples:
+        uuid = labels.get("UUID")
+        if not uuid:
+            continue
+        for key in _HOST_LABELS:
+            if labels.get(key):
+                hosts.add(labels[key])
+                break
+        if not math.isfinite(value):
+            continue  # NaN/Inf: the exporter could not say; unknown, not 0
+        gpu = res.samples_by_uuid.get(uuid)
+        if gpu is None:
+            gpu = res.samples_by_uuid[uuid] = GpuMetrics(uuid=uuid)
+        if gpu.index is None and labels.get("gpu", "").isdigit():
+            gpu.index = int(labels["gpu"])
+        gpu.model_name = gpu.model_name or labels.get("modelName") or None
+        gpu.pci_bus_id = gpu.pci_bus_id or labels.get("pci_bus_id") or None
+        gi = labels.get("GPU_I_ID")
+        if gi is not None:
+            if not gi.isdigit():
+                _note(res.errors, f"{name}: GPU_I_ID {gi!r} of {uuid} is not a number; skipped")
+                continue
+            mig = gpu.mig.get(int(gi))
+            if mig is None:
+                mig = gpu.mig[int(gi)] = MigMetrics(int(gi), labels.get("GPU_I_PROFILE"))
+            target = mig.values
+        else:
+            target = gpu.values
+        # k8s pod labels can repeat a GPU's sample; the first one wins.
+        target.setdefault(name, value)
+    if hosts:
+        res.hostname = sorted(hosts)[0]
+        if len(hosts) > 1:
+            _note(res.errors, f"several hostnames in one scrape: {sorted(hosts)}")

@@ -1,0 +1,343 @@
+"""Build a ``FakeMachine`` from real ``nvidia-smi`` captures in /work/shared/fixtures.
+
+Sources, per part of the machine:
+* GPU identity, memory, MIG mode and MIG devices, driver/CUDA version, utilisation:
+  ``nvidia-smi -q`` (``parse_q``); MIG profile names and UUIDs: ``nvidia-smi -L``;
+  the driver's GI profile table: ``nvidia-smi mig -lgip``.
+* Links, CPU affinity and NUMA node: ``nvidia-smi topo -m`` (parsed by the code
+  under test's ``parse_topo``, itself checked against the files cell by cell).
+
+Where a capture lacks something the builder must invent, it says so here:
+* GPUs beyond those in the ``-q`` capture copy its first GPU's model and memory and
+  get bus ids ``000000FF:<index>:00.0`` and UUIDs ``GPU-fa4e0000-...`` (fake).
+* NVLinks: a matrix where every pair is the same ``NV<k>`` (more than 2 GPUs) is an
+  NVSwitch system: each GPU gets k links to switches on bus domain 000000FE.
+  Otherwise ``NV<k>`` between two GPUs becomes k direct links.
+* The PCIe common ancestor of an NVLink pair (hidden by ``topo -m``) is NODE on the
+  same NUMA node, else SYS.
+* Compute capability from "Product Architecture" (Ampere 8.0, Hopper 9.0,
+  Ada Lovelace 8.9, Volta 7.0), as those data-centre parts have.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fake_pynvml.pynvml import (
+    NVML_NVLINK_DEVICE_TYPE_GPU,
+    NVML_NVLINK_DEVICE_TYPE_SWITCH,
+    FakeGpu,
+    FakeMachine,
+    FakeMig,
+    FakeNvml,
+    FakeProfile,
+)
+from swarmgpu.facts.topo import TopoMatrix, parse_topo
+
+FIXTURES = Path("/work/shared/fixtures")
+CAPTURES = FIXTURES / "captures"
+TOPOLOGY = FIXTURES / "topology"
+
+_ARCH_CC = {"Ampere": (8, 0), "Hopper": (9, 0), "Ada Lovelace": (8, 9), "Volta": (7, 0)}
+_LINK_LEVEL = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}
+
+
+# --- nvidia-smi -q ---------------------------------------------------------------------
+@dataclass
+class Node:
+    key: str
+    value: str
+    children: list[Node] = field(default_factory=list)
+
+    def get(self, *path: str) -> str | None:
+        node: Node | None = self
+        for p in path:
+            node = next((c for c in node.children if c.key == p), None) if node else None
+        return node.value if node else None
+
+    def all(self, key: str) -> list[Node]:
+        return [c for c in self.children if c.key == key]
+
+
+def parse_tree(text: str) -> Node:
+    root = Node("", "")
+    stack: list[tuple[int, Node]] = [(-1, root)]
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("="):
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, _, value = line.strip().partition(":")
+        if line.strip().startswith("GPU 0000"):  # "GPU 00000000:68:00.0" heads a block
+            key, value = "GPU", line.strip()[4:]
+        node = Node(key.strip(), value.strip())
+        while stack[-1][0] >= indent:
+            stack.pop()
+        stack[-1][1].children.append(node)
+        stack.append((indent, node))
+    return root
+
+
+def _num(v: str | None) -> float | None:
+    m = re.match(r"^\s*([\d.]+)", v or "")
+    return float(m.group(1)) if m else None
+
+
+@dataclass
+class QGpu:
+    bus_id: str
+    name: str
+    uuid: str
+    arch: str | None
+    fb_total: int
+    fb_used: int
+    mig_current: str | None
+    migs: list[dict[str, int]]  # index, gi, ci, memory
+    util_gpu: int | None
+    util_memory: int | None
+    temp_c: int | None
+    power_w: float | None
+
+
+@dataclass
+class QCapture:
+    driver: str
+    cuda: str
+    gpus: list[QGpu]
+
+
+def parse_q(path: Path) -> QCapture:
+    root = parse_tree(path.read_text())
+    gpus = []
+    for g in root.all("GPU"):
+        migs = [
+            {
+                "index": int(m.get("Index") or 0),
+                "gi": int(m.get("GPU Instance ID") or 0),
+                "ci": int(m.get("Compute Instance ID") or 0),
+                "memory": int(
+                    _num(m.get("Shared FB Memory Usage", "Total"))
+                    or _num(m.get("FB Memory Usage", "Total"))
+                    or 0
+                ),
+            }
+            for m in g.all("MIG Device")
+        ]
+        power = _num(g.get("GPU Power Readings", "Power Draw")) or _num(
+            g.get("Power Readings", "Power Draw")
+        )
+        util = _num(g.get("Utilization", "Gpu"))
+        mutil = _num(g.get("Utilization", "Memory"))
+        temp = _num(g.get("Temperature", "GPU Current Temp"))
+        gpus.append(
+            QGpu(
+                bus_id=g.value,
+                name=g.get("Product Name") or "",
+                uuid=g.get("GPU UUID") or "",
+                arch=g.get("Product Architecture"),
+                fb_total=int(_num(g.get("FB Memory Usage", "Total")) or 0),
+                fb_used=int(_num(g.get("FB Memory Usage", "Used")) or 0),
+                mig_current=g.get("MIG Mode", "Current"),
+                migs=migs,
+                util_gpu=int(util) if util is not None else None,
+                util_memory=int(mutil) if mutil is not None else None,
+                temp_c=int(temp) if temp is not None else None,
+                power_w=power,
+            )
+        )
+    return QCapture(root.get("Driver Version") or "", root.get("CUDA Version") or "", gpus)
+
+
+# --- nvidia-smi -L and mig -lgip --------------------------------------------------------
+_L_GPU = re.compile(r"^GPU (\d+): (.+) \(UUID: (GPU-[^)]+)\)")
+_L_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)")
+
+
+def parse_l(path: Path) -> dict[int, list[tuple[str, str]]]:
+    """GPU index -> [(profile, MIG uuid)] from ``nvidia-smi -L``."""
+    out: dict[int, list[tuple[str, str]]] = {}
+    gpu = -1
+    for line in path.read_text().splitlines():
+        if m := _L_GPU.match(line):
+            gpu = int(m.group(1))
+            out[gpu] = []
+        elif m := _L_MIG.match(line):
+            out[gpu].append((m.group(1), m.group(3)))
+    return out
+
+
+_LGIP = re.compile(r"^\|\s+\d+\s+MIG (\S+)\s+(\d+)\s+\d+/\d+\s+([\d.]+)")
+
+
+def parse_lgip(path: Path) -> list[FakeProfile]:
+    """The driver's GI profile table; enum index as pynvml's NVML_GPU_INSTANCE_PROFILE_*."""
+    rows = [m.groups() for ln in path.read_text().splitlines() if (m := _LGIP.match(ln))]
+    one_g = sorted((float(gib), name) for name, _, gib in rows if name.startswith("1g."))
+    profiles = []
+    for name, pid, gib in rows:
+        g = int(name.split("g.")[0])
+        if name.endswith("+me"):
+            enum = 7  # 1_SLICE_REV1
+        elif g == 1 and float(gib) > one_g[0][0]:
+            enum = 9  # 1_SLICE_REV2: the double-memory 1g profile
+        else:
+            enum = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}[g]
+        profiles.append(FakeProfile(enum, int(pid), f"MIG {name}", g, round(float(gib) * 1024)))
+    return profiles
+
+
+# --- assembling a machine ---------------------------------------------------------------
+@dataclass
+class Built:
+    nvml: FakeNvml
+    machine: FakeMachine
+    topo: TopoMatrix
+    sysfs: Path
+
+
+def build(
+    topo_file: Path,
+    sysfs_dir: Path,
+    *,
+    q_file: Path | None = None,
+    l_file: Path | None = None,
+    lgip_file: Path | None = None,
+    product: str | None = None,
+    memory_mib: int | None = None,
+    missing: frozenset[str] = frozenset(),
+) -> Built:
+    """A fake machine: topology from ``topo_file``, GPUs from ``q_file`` (or the given
+    product/memory), MIG from ``l_file``+``lgip_file``; sysfs numa_node files written
+    under ``sysfs_dir``."""
+    topo = parse_topo(topo_file.read_text(), where=str(topo_file))
+    q = parse_q(q_file) if q_file else None
+    listing = parse_l(l_file) if l_file else {}
+    profiles = parse_lgip(lgip_file) if lgip_file else []
+    by_name = {p.name[4:]: p for p in profiles}
+    n = topo.gpu_count
+    gpus: list[FakeGpu] = []
+    for i in range(n):
+        qg = q.gpus[i] if q and i < len(q.gpus) else None
+        base = qg or (q.gpus[0] if q else None)
+        bus = qg.bus_id if qg else f"000000FF:{i:02X}:00.0"
+        uuid = qg.uuid if qg else f"GPU-fa4e0000-0000-0000-0000-{i:012x}"
+        migs = []
+        if qg and qg.migs:
+            for (prof, muuid), qm in zip(listing.get(i, []), qg.migs, strict=True):
+                p = by_name[prof]
+                migs.append(
+                    FakeMig(muuid, qm["gi"], qm["ci"], p.id, p.slices, p.slices, qm["memory"])
+                )
+        mig_mode = None
+        if base and base.mig_current in ("Enabled", "Disabled"):
+            mig_mode = (1, 1) if base.mig_current == "Enabled" and qg else (0, 0)
+        gpus.append(
+            FakeGpu(
+                uuid=uuid,
+                name=base.name if base else (product or ""),
+                bus_id=bus,
+                memory_total_mib=base.fb_total if base else (memory_mib or 0),
+                memory_used_mib=qg.fb_used if qg else 0,
+                compute=_ARCH_CC.get(base.arch or "") if base else None,
+                mig_mode=mig_mode,
+                migs=migs,
+                cpu_affinity=topo.cpu_affinity[i],
+                util_gpu=qg.util_gpu if qg else None,
+                util_memory=qg.util_memory if qg else None,
+                temp_c=qg.temp_c if qg else None,
+                power_mw=round(qg.power_w * 1000) if qg and qg.power_w is not None else None,
+            )
+        )
+    _wire_links(gpus, topo)
+    ancestors = {}
+    for i in range(n):
+        for j in range(i + 1, n):
+            link = topo.links[i][j]
+            if link in _LINK_LEVEL:
+                ancestors[(i, j)] = _LINK_LEVEL[link]
+            else:
+                same = topo.numa_node[i] is not None and topo.numa_node[i] == topo.numa_node[j]
+                ancestors[(i, j)] = 40 if same else 50
+    for g, numa in zip(gpus, topo.numa_node, strict=True):
+        dom, _, rest = g.bus_id.partition(":")
+        d = sysfs_dir / "bus" / "pci" / "devices" / f"{int(dom, 16):04x}:{rest.lower()}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "numa_node").write_text(f"{numa if numa is not None else -1}\n")
+    cuda = _cuda_int(q.cuda) if q else 12020
+    driver = q.driver if q else "535.129.03"
+    machine = FakeMachine(
+        driver=driver,
+        cuda=cuda,
+        nvml_version=f"{cuda // 1000}.{driver}",
+        gpus=gpus,
+        ancestors=ancestors,
+        profiles=profiles,
+    )
+    return Built(FakeNvml(machine, missing=missing), machine, topo, sysfs_dir)
+
+
+def _cuda_int(v: str) -> int:
+    major, _, minor = v.partition(".")
+    return int(major) * 1000 + int(minor or 0) * 10
+
+
+def _wire_links(gpus: list[FakeGpu], topo: TopoMatrix) -> None:
+    n = topo.gpu_count
+    pairs = {topo.links[i][j] for i in range(n) for j in range(n) if i != j}
+    if n > 2 and len(pairs) == 1 and next(iter(pairs)).startswith("NV"):
+        k = int(next(iter(pairs))[2:])
+        for g in gpus:
+            g.nvlinks = [
+                (f"000000FE:{s:02X}:00.0", NVML_NVLINK_DEVICE_TYPE_SWITCH) for s in range(k)
+            ]
+        return
+    for i, g in enumerate(gpus):
+        links: list[tuple[str, int]] = []
+        for j in range(n):
+            v = topo.links[i][j]
+            if i != j and v.startswith("NV"):
+                links += [(gpus[j].bus_id, NVML_NVLINK_DEVICE_TYPE_GPU)] * int(v[2:])
+        g.nvlinks = links or None
+
+
+# --- the layouts the tests use -----------------------------------------------------------
+def layouts() -> dict[str, dict[str, Any]]:
+    return {
+        "dgx_a100_nv12": {
+            "topo_file": TOPOLOGY / "topo_dgx_a100_nv12.txt",
+            "q_file": CAPTURES / "nvsmi_q_a100-sxm4_x4_thamada.txt",
+        },
+        "hgx_h100_nv18": {
+            "topo_file": TOPOLOGY / "topo_hgx_h100_nv18_partial_nics.txt",
+            "q_file": CAPTURES / "nvsmi_q_h100-sxm5-80gb_x8_thamada.txt",
+        },
+        # No -q capture exists for these: model and memory are given, not captured.
+        "rtx4090_pix_sys": {
+            "topo_file": TOPOLOGY / "topo_pcie_8x_rtx4090_pix_sys.txt",
+            "product": "NVIDIA GeForce RTX 4090",
+            "memory_mib": 24564,
+        },
+        "rtx4090_all_sys": {
+            "topo_file": TOPOLOGY / "topo_pcie_8x_rtx4090_all_sys.txt",
+            "product": "NVIDIA GeForce RTX 4090",
+            "memory_mib": 24564,
+        },
+        "h100_mig": {
+            "topo_file": CAPTURES / "nvsmi_topo_h100-80gb-hbm3_x1_vm_drv590_nvgpuexporter.txt",
+            "q_file": CAPTURES
+            / "nvsmi_q_h100-80gb-hbm3_mig-enabled_drv590_masked_nvgpuexporter.txt",
+            "l_file": CAPTURES / "nvsmi_L_h100-80gb-hbm3_mig-mixed_drv590_masked_nvgpuexporter.txt",
+            "lgip_file": FIXTURES / "mig" / "mig_h100_80gb_lgip_lgipp.txt",
+        },
+        "dgx1_v100_direct_nvlink": {
+            "topo_file": CAPTURES / "nvsmi_topo_dgx1-v100_mlx5x4_msccl.txt",
+            "product": "Tesla V100-SXM2-32GB",
+            "memory_mib": 32768,
+        },
+    }
+
+
+def build_layout(name: str, sysfs_dir: Path, **overrides: Any) -> Built:
+    return build(sysfs_dir=sysfs_dir, **{**layouts()[name], **overrides})

@@ -1,0 +1,399 @@
+"""Fake of nvidia-ml-py's ``pynvml`` over a ``FakeMachine`` (no driver needed).
+
+Same exception classes (``NVMLError`` and one ``NVMLError_<Name>`` per error code,
+made the way pynvml makes them), same constant names and values, same return shapes
+(``str`` from decorated string getters, ``bytes`` in ctypes ``c_char`` fields).
+"""
+
+from __future__ import annotations
+
+import string
+import sys
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_GPU_NOT_FOUND = 28
+NVML_ERROR_UNKNOWN = 999
+
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
+NVML_TEMPERATURE_GPU = 0
+NVML_NVLINK_MAX_LINKS = 36
+NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
+NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01
+NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02
+NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF
+NVML_TOPOLOGY_INTERNAL = 0
+NVML_TOPOLOGY_SINGLE = 10
+NVML_TOPOLOGY_MULTIPLE = 20
+NVML_TOPOLOGY_HOSTBRIDGE = 30
+NVML_TOPOLOGY_NODE = 40
+NVML_TOPOLOGY_CPU = NVML_TOPOLOGY_NODE
+NVML_TOPOLOGY_SYSTEM = 50
+NVML_DEVICE_MIG_DISABLE = 0x0
+NVML_DEVICE_MIG_ENABLE = 0x1
+NVML_GPU_INSTANCE_PROFILE_1_SLICE = 0x0
+NVML_GPU_INSTANCE_PROFILE_2_SLICE = 0x1
+NVML_GPU_INSTANCE_PROFILE_3_SLICE = 0x2
+NVML_GPU_INSTANCE_PROFILE_4_SLICE = 0x3
+NVML_GPU_INSTANCE_PROFILE_7_SLICE = 0x4
+NVML_GPU_INSTANCE_PROFILE_8_SLICE = 0x5
+NVML_GPU_INSTANCE_PROFILE_6_SLICE = 0x6
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7
+NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 = 0x8
+NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 = 0x9
+NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12
+
+
+class NVMLError(Exception):
+    _valClassMapping: dict[int, type[NVMLError]] = {}
+    value: int
+
+    def __new__(cls, value: int) -> NVMLError:
+        if cls is NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __str__(self) -> str:
+        name = _CODE_NAMES.get(self.value)
+        return name if name else f"NVML Error with code {self.value}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NVMLError) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+
+_CODE_NAMES = {
+    1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported",
+    4: "Insufficient Permissions", 5: "Already Initialized", 6: "Not Found",
+    9: "Driver Not Loaded", 12: "NVML Shared Library Not Found", 13: "Function Not Found",
+    15: "GPU is lost", 16: "GPU requires restart", 999: "Unknown Error",
+}
+
+
+def _make_error_classes() -> None:
+    # As pynvml's _extractNVMLErrorsAsClasses: NVML_ERROR_GPU_IS_LOST -> NVMLError_GpuIsLost.
+    this = sys.modules[__name__]
+    for err_name in [x for x in dir(this) if x.startswith("NVML_ERROR_")]:
+        cls_name = "NVMLError_" + string.capwords(
+            err_name.replace("NVML_ERROR_", ""), "_"
+        ).replace("_", "")
+        val = getattr(this, err_name)
+
+        def gen_new(v: int) -> Any:
+            def new(typ: type, *args: Any) -> NVMLError:
+                return NVMLError.__new__(typ, v)
+
+            return new
+
+        cls = type(cls_name, (NVMLError,), {"__new__": gen_new(val)})
+        cls.__module__ = __name__
+        setattr(this, cls_name, cls)
+        NVMLError._valClassMapping[val] = cls
+
+
+_make_error_classes()
+
+
+# --- the machine the fake answers for -------------------------------------------------
+@dataclass
+class FakeMig:
+    uuid: str
+    gi_id: int
+    ci_id: int
+    profile_id: int
+    gi_slices: int
+    ci_slices: int
+    memory_mib: int
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str
+    bus_id: str  # "00000000:68:00.0"
+    memory_total_mib: int
+    memory_used_mib: int = 0
+    compute: tuple[int, int] | None = None
+    mig_mode: tuple[int, int] | None = None  # (current, pending); None: not MIG capable
+    migs: list[FakeMig] = field(default_factory=list)
+    max_migs: int = 7
+    gpu_numa_id: int | None = None  # nvmlDeviceGetNumaNodeId; None -> NOT_SUPPORTED
+    cpu_affinity: str | None = None  # "0-35,72-107"
+    nvlinks: list[tuple[str, int]] | None = None  # (remote bus id, remote type) per link
+    util_gpu: int | None = None
+    util_memory: int | None = None
+    temp_c: int | None = None
+    power_mw: int | None = None
+    lost: bool = False
+
+
+@dataclass
+class FakeProfile:
+    enum: int  # NVML_GPU_INSTANCE_PROFILE_*
+    id: int
+    name: str  # "MIG 1g.10gb", as the driver names it
+    slices: int
+    memory_mib: int
+
+
+@dataclass
+class FakeMachine:
+    driver: str
+    cuda: int  # 12050
+    nvml_version: str
+    gpus: list[FakeGpu]
+    ancestors: dict[tuple[int, int], int] = field(default_factory=dict)
+    profiles: list[FakeProfile] = field(default_factory=list)
+    init_error: int | None = None
+
+
+class _Handle:
+    def __init__(self, gpu: int, mig: int | None = None) -> None:
+        self.gpu, self.mig = gpu, mig
+
+
+class FakeNvml:
+    """A pynvml-like object: module constants and errors plus the calls over a machine."""
+
+    def __init__(self, machine: FakeMachine, *, missing: frozenset[str] = frozenset()) -> None:
+        self.machine = machine
+        self.missing = missing
+        self.initialised = 0
+        self.calls: list[str] = []
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("nvml") and name in object.__getattribute__(self, "missing"):
+            raise AttributeError(name)  # as an older nvidia-ml-py lacking the function
+        if name.startswith("nvml"):
+            object.__getattribute__(self, "calls").append(name)
+        return object.__getattribute__(self, name)
+
+    def __getattr__(self, name: str) -> Any:
+        # Constants and exception classes come from this module, as on pynvml.
+        try:
+            return getattr(sys.modules[__name__], name)
+        except AttributeError:
+            raise AttributeError(name) from None
+
+    # -- helpers
+    def _need_init(self) -> None:
+        if not self.initialised:
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+
+    def _gpu(self, h: _Handle) -> FakeGpu:
+        self._need_init()
+        g = self.machine.gpus[h.gpu]
+        if g.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return g
+
+    def _mig(self, h: _Handle) -> FakeMig:
+        g = self._gpu(h)
+        if h.mig is None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return g.migs[h.mig]
+
+    # -- system
+    def nvmlInit(self) -> None:
+        if self.machine.init_error is not None:
+            raise NVMLError(self.machine.init_error)
+        self.initialised += 1
+
+    def nvmlShutdown(self) -> None:
+        self._need_init()
+        self.initialised -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._need_init()
+        return self.machine.driver
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self._need_init()
+        return self.machine.cuda
+
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        self._need_init()
+        return self.machine.nvml_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._need_init()
+        return len(self.machine.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        self._need_init()
+        if not 0 <= index < len(self.machine.gpus):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return _Handle(index)
+
+    # -- device facts
+    def nvmlDeviceGetUUID(self, h: _Handle) -> str:
+        return self._mig(h).uuid if h.mig is not None else self._gpu(h).uuid
+
+    def nvmlDeviceGetName(self, h: _Handle) -> str:
+        return self._gpu(h).name
+
+    def nvmlDeviceGetMemoryInfo(self, h: _Handle, version: Any = None) -> SimpleNamespace:
+        if h.mig is not None:
+            m = self._mig(h)
+            return SimpleNamespace(total=m.memory_mib << 20, used=0, free=m.memory_mib << 20)
+        g = self._gpu(h)
+        used = g.memory_used_mib
+        return SimpleNamespace(
+            total=g.memory_total_mib << 20, used=used << 20, free=(g.memory_total_mib - used) << 20
+        )
+
+    def nvmlDeviceGetPciInfo(self, h: _Handle) -> SimpleNamespace:
+        g = self._gpu(h)
+        return SimpleNamespace(busId=g.bus_id.encode(), busIdLegacy=g.bus_id[4:].encode())
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: _Handle) -> tuple[int, int]:
+        g = self._gpu(h)
+        if g.compute is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return g.compute
+
+    def nvmlDeviceGetNumaNodeId(self, h: _Handle) -> int:
+        g = self._gpu(h)
+        if g.gpu_numa_id is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return g.gpu_numa_id
+
+    def nvmlDeviceGetCpuAffinity(self, h: _Handle, cpu_set_size: int) -> list[int]:
+        g = self._gpu(h)
+        words = [0] * cpu_set_size
+        for part in (g.cpu_affinity or "").split(","):
+            if not part:
+                continue
+            lo, _, hi = part.partition("-")
+            for cpu in range(int(lo), int(hi or lo) + 1):
+                if cpu // 64 < cpu_set_size:
+                    words[cpu // 64] |= 1 << (cpu % 64)
+        return words
+
+    # -- MIG
+    def nvmlDeviceGetMigMode(self, h: _Handle) -> list[int]:
+        g = self._gpu(h)
+        if g.mig_mode is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return list(g.mig_mode)
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: _Handle) -> int:
+        g = self._gpu(h)
+        return g.max_migs if g.mig_mode is not None else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: _Handle, index: int) -> _Handle:
+        g = self._gpu(h)
+        if index >= len(g.migs):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return _Handle(h.gpu, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, h: _Handle) -> int:
+        return self._mig(h).gi_id
+
+    def nvmlDeviceGetComputeInstanceId(self, h: _Handle) -> int:
+        return self._mig(h).ci_id
+
+    def nvmlDeviceGetAttributes(self, h: _Handle) -> SimpleNamespace:
+        m = self._mig(h)
+        return SimpleNamespace(
+            gpuInstanceSliceCount=m.gi_slices,
+            computeInstanceSliceCount=m.ci_slices,
+            memorySizeMB=m.memory_mib,
+        )
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, h: _Handle, profile: int, version: int = 2
+    ) -> SimpleNamespace:
+        self._gpu(h)
+        for p in self.machine.profiles:
+            if p.enum == profile:
+                return SimpleNamespace(
+                    id=p.id, sliceCount=p.slices, memorySizeMB=p.memory_mib, name=p.name.encode()
+                )
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+    def nvmlDeviceGetGpuInstanceById(self, h: _Handle, gi_id: int) -> tuple[int, int]:
+        g = self._gpu(h)
+        if not any(m.gi_id == gi_id for m in g.migs):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return (h.gpu, gi_id)
+
+    def nvmlGpuInstanceGetInfo(self, gi: tuple[int, int]) -> SimpleNamespace:
+        g = self._gpu(_Handle(gi[0]))
+        m = next(m for m in g.migs if m.gi_id == gi[1])
+        return SimpleNamespace(id=m.gi_id, profileId=m.profile_id)
+
+    # -- topology
+    def nvmlDeviceGetTopologyCommonAncestor(self, a: _Handle, b: _Handle) -> int:
+        self._gpu(a)
+        self._gpu(b)
+        key = (min(a.gpu, b.gpu), max(a.gpu, b.gpu))
+        if key not in self.machine.ancestors:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return self.machine.ancestors[key]
+
+    def _link(self, h: _Handle, link: int) -> tuple[str, int]:
+        g = self._gpu(h)
+        if g.nvlinks is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if link >= len(g.nvlinks):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return g.nvlinks[link]
+
+    def nvmlDeviceGetNvLinkState(self, h: _Handle, link: int) -> int:
+        self._link(h, link)
+        return NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: _Handle, link: int) -> SimpleNamespace:
+        bus, _ = self._link(h, link)
+        return SimpleNamespace(busId=bus.encode())
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: _Handle, link: int) -> int:
+        return self._link(h, link)[1]
+
+    # -- live values
+    def nvmlDeviceGetUtilizationRates(self, h: _Handle) -> SimpleNamespace:
+        g = self._gpu(h)
+        if g.util_gpu is None or g.util_memory is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(gpu=g.util_gpu, memory=g.util_memory)
+
+    def nvmlDeviceGetTemperature(self, h: _Handle, sensor: int) -> int:
+        g = self._gpu(h)
+        if g.temp_c is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return g.temp_c
+
+    def nvmlDeviceGetPowerUsage(self, h: _Handle) -> int:
+        g = self._gpu(h)
+        if g.power_mw is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return g.power_mw

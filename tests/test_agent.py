@@ -1,0 +1,474 @@
+"""agent.py over real HTTP on 127.0.0.1, plus the scripted metrics profile."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swarmgpu.agent import (
+    AgentServer,
+    FactsCache,
+    GuardedSampler,
+    build_server,
+    empty_samples,
+    parse_listen,
+    serve,
+)
+from swarmgpu.facts.profile import ProfileError, ProfileSampler, load_profile
+from swarmgpu.facts.samples import GpuSample
+from swarmgpu.metrics_in import parse_metrics
+from swarmgpu.model import Gpu, MigDevice, NodeFacts
+
+FACTS = NodeFacts(
+    hostname="node-a",
+    gpus=(
+        Gpu(0, "GPU-aaaa", "NVIDIA A100-SXM4-40GB", 40960, pci_bus_id="00000000:07:00.0"),
+        Gpu(1, "GPU-bbbb", "NVIDIA A100-SXM4-40GB", 40960, mig_capable=True, mig_enabled=True,
+            mig_devices=(MigDevice("3g.20gb", "MIG-1111", 19968, gi_id=1, ci_id=0),)),
+    ),
+    source="fake:test",
+)
+
+
+@dataclass
+class Source:
+    """A tiny in-test FactSource: returns facts, raises, or hangs on demand."""
+
+    facts: NodeFacts = FACTS
+    spec: str = "fake:test"
+    mode: str = "ok"  # ok | raise | hang
+    reads: int = 0
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def read(self) -> NodeFacts:
+        self.reads += 1
+        if self.mode == "raise":
+            raise RuntimeError("NVML_ERROR_UNKNOWN")
+        if self.mode == "hang":
+            self.release.wait(30)
+        return self.facts
+
+
+@pytest.fixture
+def run_agent() -> Iterator[Callable[..., tuple[AgentServer, str]]]:
+    servers: list[tuple[AgentServer, threading.Thread]] = []
+
+    def start(source: Source, **kw: Any) -> tuple[AgentServer, str]:
+        srv = build_server(source, "127.0.0.1:0", **kw)
+        t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                             daemon=True)
+        t.start()
+        servers.append((srv, t))
+        host, port = srv.server_address[:2]
+        assert isinstance(host, str)
+        return srv, f"http://{host}:{port}"
+
+    yield start
+    for srv, t in servers:
+        srv.shutdown()
+        t.join(5)
+
+
+def get(url: str, method: str = "GET", timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 5) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def raw(base: str, data: bytes) -> bytes:
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(data)
+        chunks = []
+        while True:
+            try:
+                b = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not b:
+                break
+            chunks.append(b)
+    return b"".join(chunks)
+
+
+# --- endpoints --------------------------------------------------------------------
+
+
+def test_endpoints(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
+    src = Source()
+    srv, base = run_agent(src, refresh_s=60)
+    wait_for(lambda: srv.cache.view().facts is not None)
+
+    code, headers, body = get(base + "/facts")
+    assert code == 200 and headers["Content-Type"] == "application/json"
+    assert headers["X-Swarmgpu-Facts-Stale"] == "0"
+    assert NodeFacts.from_dict(json.loads(body)) .gpus == FACTS.gpus
+
+    code, headers, body = get(base + "/metrics")
+    assert code == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    res = parse_metrics(body.decode())
+    assert res.errors == [] and res.hostname == "node-a"
+    a = res.samples_by_uuid["GPU-aaaa"]
+    assert a.fb_free_mib == 40960 and a.fb_used_mib == 0 and a.util_pct is None
+    assert res.samples_by_uuid["GPU-bbbb"].mig[1].values["DCGM_FI_DEV_FB_FREE"] == 19968
+
+    code, _, body = get(base + "/healthz")
+    h = json.loads(body)
+    assert code == 200 and h["status"] == "ok" and h["errors"] == []
+    assert 0 <= h["facts_age_s"] < 5
+
+    code, headers, body = get(base + "/metrics", method="HEAD")
+    assert code == 200 and body == b"" and int(headers["Content-Length"]) > 100
+
+
+def test_garbage_paths_and_methods(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
+    _, base = run_agent(Source())
+    for path in ("/", "/facts/../etc/passwd", "/metricsX", "/%00", "/" + "a" * 4000):
+        assert get(base + path)[0] == 404, path
+    assert get(base + "/facts?x=1")[0] in (200, 503)  # query strings are ignored
+    for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+        code, headers, _ = get(base + "/facts", method=method)
+        assert code == 405 and headers["Allow"] == "GET, HEAD"
+    assert raw(base, b"BREW /coffee HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
+    assert raw(base, b"\x16\x03\x01\x00\xa5garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert raw(base, b"GET /healthz HTTP/9.9\r\n\r\n").startswith(b"HTTP/1.1 505")
+
+
+def test_oversized_request_line_and_headers(
+    run_agent: Callable[..., tuple[AgentServer, str]],
+) -> None:
+    _, base = run_agent(Source())
+    resp = raw(base, b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n")
+    assert resp.startswith(b"HTTP/1.1 414")
+    resp = raw(base, b"GET /healthz HTTP/1.1\r\n" + b"X-Junk: " + b"b" * 9000 + b"\r\n\r\n")
+    assert resp.startswith(b"HTTP/1.1 431")
+    many = b"".join(b"X-%d: 1234567890\r\n" % i for i in range(1000))
+    assert raw(base, b"GET /healthz HTTP/1.1\r\n" + many + b"\r\n").startswith(b"HTTP/1.1 431")
+    # a body is never read; the answer still comes
+    resp = raw(base, b"GET /healthz HTTP/1.1\r\nContent-Length: 100000\r\n\r\nxyz")
+    assert resp.startswith(b"HTTP/1.1 200")
+
+
+def test_silent_client_is_dropped(
+    run_agent: Callable[..., tuple[AgentServer, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("swarmgpu.agent._Handler.timeout", 0.3)
+    _, base = run_agent(Source())
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\n")  # never finishes the head
+        t0 = time.monotonic()
+        assert s.recv(100) == b""  # server closed it
+        assert time.monotonic() - t0 < 3
+    assert get(base + "/healthz")[0] == 200
+
+
+def test_source_that_raises(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
+    src = Source(mode="raise")
+    srv, base = run_agent(src, refresh_s=0.05)
+    wait_for(lambda: src.reads >= 1)
+    code, _, body = get(base + "/facts")
+    assert code == 503 and "NVML_ERROR_UNKNOWN" in json.loads(body)["last_error"]
+    code, _, body = get(base + "/healthz")
+    assert code == 503 and json.loads(body)["status"] == "degraded"
+    code, _, body = get(base + "/metrics")
+    assert code == 200 and b"swarmgpu_agent_facts_errors 1.0" in body
+    # recovers, then fails again: last good facts stay, marked stale
+    src.mode = "ok"
+    wait_for(lambda: srv.cache.view().facts is not None)
+    src.mode = "raise"
+    wait_for(lambda: srv.cache.view().last_error is not None)
+    code, headers, body = get(base + "/facts")
+    assert code == 200 and headers["X-Swarmgpu-Facts-Stale"] == "1"
+    facts = NodeFacts.from_dict(json.loads(body))
+    assert facts.gpus == FACTS.gpus and any("stale" in e for e in facts.errors)
+    h = json.loads(get(base + "/healthz")[2])
+    assert h["status"] == "degraded" and any("NVML_ERROR_UNKNOWN" in e for e in h["errors"])
+
+
+def test_source_that_hangs_does_not_block_requests(
+    run_agent: Callable[..., tuple[AgentServer, str]],
+) -> None:
+    src = Source()
+    srv, base = run_agent(src, refresh_s=0.05)
+    wait_for(lambda: srv.cache.view().facts is not None)
+    n = src.reads
+    src.mode = "hang"
+    wait_for(lambda: src.reads > n)  # the refresh thread is now stuck in read()
+    time.sleep(0.2)  # > 2 * refresh_s: facts are stale by age
+    t0 = time.monotonic()
+    code, headers, _ = get(base + "/facts", timeout=2)
+    assert code == 200 and headers["X-Swarmgpu-Facts-Stale"] == "1"
+    assert get(base + "/metrics", timeout=2)[0] == 200
+    h = json.loads(get(base + "/healthz", timeout=2)[2])
+    assert h["status"] == "degraded" and h["facts_age_s"] >= 0.1
+    assert time.monotonic() - t0 < 1.5
+    src.release.set()
+
+
+def test_hanging_and_failing_sampler(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
+    gate = threading.Event()
+    calls = {"n": 0}
+
+    def sampler() -> list[GpuSample]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return [GpuSample("GPU-aaaa", 0, 77.0, 1, 2, None, None, None)]
+        if calls["n"] == 2:
+            raise RuntimeError("boom")
+        gate.wait(10)
+        return []
+
+    srv, base = run_agent(Source(), sampler=sampler, sample_timeout_s=0.2)
+    wait_for(lambda: srv.cache.view().facts is not None)
+    body = get(base + "/metrics")[2].decode()
+    assert "swarmgpu_agent_sampler_ok 1.0" in body
+    for _ in range(3):  # failing, then hanging twice: last samples, marked not ok
+        t0 = time.monotonic()
+        body = get(base + "/metrics")[2].decode()
+        assert time.monotonic() - t0 < 2
+        assert "swarmgpu_agent_sampler_ok 0.0" in body
+        assert parse_metrics(body).samples_by_uuid["GPU-aaaa"].util_pct == 77.0
+    assert calls["n"] == 3  # the hung call is not piled up on
+    gate.set()
+
+
+def test_zero_gpus(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
+    srv, base = run_agent(Source(facts=NodeFacts(hostname="cpu")))
+    wait_for(lambda: srv.cache.view().facts is not None)
+    assert json.loads(get(base + "/facts")[2])["gpus"] == []
+    body = get(base + "/metrics")[2].decode()
+    assert "DCGM_" not in body and "swarmgpu_agent_facts_errors 0.0" in body
+    assert json.loads(get(base + "/healthz")[2])["status"] == "ok"
+
+
+def test_unhealthy_gpu_degrades_health(
+    run_agent: Callable[..., tuple[AgentServer, str]],
+) -> None:
+    bad = NodeFacts(hostname="n", gpus=(Gpu(0, "GPU-x", "T4", 15360, healthy=False,
+                                           error="XID 79: fell off the bus"),))
+    srv, base = run_agent(Source(facts=bad))
+    wait_for(lambda: srv.cache.view().facts is not None)
+    h = json.loads(get(base + "/healthz")[2])
+    assert h["status"] == "degraded" and "XID 79" in h["errors"][0]
+    assert b'swarmgpu_agent_gpu_healthy{UUID="GPU-x",gpu="0"} 0.0' in get(base + "/metrics")[2]
+
+
+def test_concurrent_requests(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
+    srv, base = run_agent(Source())
+    wait_for(lambda: srv.cache.view().facts is not None)
+    codes: list[int] = []
+
+    def hit() -> None:
+        for _ in range(10):
+            codes.append(get(base + "/metrics")[0])
+
+    ts = [threading.Thread(target=hit) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    assert codes == [200] * 80
+
+
+def test_serve_stops_on_event(tmp_path: Path) -> None:
+    stop = threading.Event()
+    t = threading.Thread(target=serve, args=(Source(), "127.0.0.1:0"),
+                         kwargs={"stop_event": stop, "refresh_s": 1}, daemon=True)
+    t.start()
+    time.sleep(0.3)
+    stop.set()
+    t.join(5)
+    assert not t.is_alive()
+
+
+@pytest.mark.parametrize(
+    "listen, want",
+    [("0.0.0.0:9401", ("0.0.0.0", 9401)), (":9401", ("0.0.0.0", 9401)),
+     ("[::1]:0", ("::1", 0)), ("127.0.0.1:0", ("127.0.0.1", 0))],
+)
+def test_parse_listen(listen: str, want: tuple[str, int]) -> None:
+    assert parse_listen(listen) == want
+
+
+@pytest.mark.parametrize("listen", ["9401", "host:", "host:99999", "host:http"])
+def test_parse_listen_rejects(listen: str) -> None:
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_listen(listen)
+
+
+def test_facts_cache_and_guarded_sampler_units() -> None:
+    now = [100.0]
+    cache = FactsCache(Source(), refresh_s=10, clock=lambda: now[0])
+    assert cache.view().stale and cache.view().facts is None
+    cache.refresh_once()
+    assert not cache.view().stale and cache.view().age_s == 0
+    now[0] += 25
+    assert cache.view().stale  # older than twice the refresh period
+    with pytest.raises(ValueError, match="refresh_s"):
+        FactsCache(Source(), refresh_s=0)
+    gs = GuardedSampler(lambda: empty_samples(FACTS), timeout_s=1)
+    samples, err = gs.sample()
+    assert err is None and [s.uuid for s in samples] == ["GPU-aaaa", "MIG-1111"]
+    gs.close()
+
+
+# --- profile ----------------------------------------------------------------------
+
+PROFILE = """
+default: {util_pct: 5, fb_used_mib: 1000}
+gpus:
+  "0": [{at: 0, util_pct: 10}, {at: 30, util_pct: 95, temp_c: 70}, {at: 400, util_pct: 20}]
+  MIG-1111: [{at: 0, fb_used_mib: 4000}, {at: 10, util_pct: null}]
+"""
+
+
+def _write(path: Path, text: str, bump: int = 0) -> None:
+    path.write_text(text)
+    st = path.stat()  # make the mtime change visible even within one clock tick
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + bump * 1_000_000_000))
+
+
+def test_profile_step_function(tmp_path: Path) -> None:
+    p = tmp_path / "profile.yaml"
+    _write(p, PROFILE)
+    now = [0.0]
+    s = ProfileSampler(p, FACTS, clock=lambda: now[0])
+
+    def at(t: float) -> dict[str, GpuSample]:
+        now[0] = t
+        return {x.uuid: x for x in s.sample()}
+
+    g = at(0)["GPU-aaaa"]
+    assert (g.util_pct, g.fb_used_mib, g.fb_free_mib, g.temp_c) == (10, 1000, 39960, None)
+    g = at(30)["GPU-aaaa"]
+    assert (g.util_pct, g.temp_c) == (95, 70)
+    assert at(399.9)["GPU-aaaa"].util_pct == 95
+    g = at(400)["GPU-aaaa"]
+    assert (g.util_pct, g.temp_c) == (20, None)  # temp came from the 30 s entry only
+    m = at(5)["MIG-1111"]
+    assert (m.index, m.util_pct, m.fb_used_mib, m.fb_free_mib) == (1, 5, 4000, 15968)
+    assert at(10)["MIG-1111"].util_pct is None  # null: unknown
+
+
+def test_profile_reload_and_broken_reload(tmp_path: Path) -> None:
+    p = tmp_path / "profile.yaml"
+    _write(p, PROFILE)
+    now = [50.0]
+    s = ProfileSampler(p, FACTS, clock=lambda: 0.0 if now[0] == 50.0 else now[0])
+    now[0] = 50.5
+    assert s.sample()[0].util_pct == 95
+    _write(p, "default: {util_pct: 1}\n", bump=1)
+    assert s.sample()[0].util_pct == 1  # same time, new profile
+    _write(p, "default: {util_pct: [oops\n", bump=2)
+    assert s.sample()[0].util_pct == 1  # last good profile kept
+    assert s.error is not None and "not valid YAML" in s.error
+    _write(p, "default: {util_pct: 2}\n", bump=3)
+    assert s.sample()[0].util_pct == 2 and s.error is None
+
+
+def test_profile_error_shows_in_healthz(
+    tmp_path: Path, run_agent: Callable[..., tuple[AgentServer, str]]
+) -> None:
+    p = tmp_path / "profile.yaml"
+    _write(p, PROFILE)
+    s = ProfileSampler(p, FACTS)
+    srv, base = run_agent(Source(), sampler=s.sample)  # as the CLI passes it
+    wait_for(lambda: srv.cache.view().facts is not None)
+    body = get(base + "/metrics")[2].decode()
+    assert parse_metrics(body).samples_by_uuid["GPU-aaaa"].util_pct == 10
+    _write(p, "gpus: {'9': [{at: 0}]}\n", bump=1)
+    get(base + "/metrics")
+    h = json.loads(get(base + "/healthz")[2])
+    assert h["status"] == "degraded" and any("no GPU with that index" in e for e in h["errors"])
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("[1, 2]", "expected a mapping"),
+        ("default: {util: 5}", "unknown field(s) ['util']"),
+        ("default: {util_pct: 150}", "above 100"),
+        ("default: {util_pct: -1}", "number >= 0"),
+        ("default: {util_pct: high}", "number >= 0"),
+        ("gpus: {'7': [{at: 0}]}", "no GPU with that index"),
+        ("gpus: {'0': []}", "non-empty list"),
+        ("gpus: {'0': [{util_pct: 1}]}", ".at: expected seconds"),
+        ("gpus: {'0': [{at: 5}, {at: 5}]}", "not after the previous"),
+        ("gpus: {'0': [{at: 0}], GPU-aaaa: [{at: 0}]}", "listed twice"),
+        ("repeat_s: 0", "repeat_s"),
+        ("extra: 1", "unknown key(s) ['extra']"),
+        ("a: [b", "not valid YAML"),
+    ],
+)
+def test_profile_errors_name_the_problem(tmp_path: Path, text: str, fragment: str) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ProfileError) as e:
+        load_profile(p, FACTS)
+    assert fragment in str(e.value) and str(p) in str(e.value)
+
+
+def test_profile_missing_file_and_repeat(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="cannot read"):
+        ProfileSampler(tmp_path / "nope.yaml", FACTS)
+    p = tmp_path / "loop.yaml"
+    p.write_text("repeat_s: 60\ngpus: {'0': [{at: 0, util_pct: 1}, {at: 30, util_pct: 99}]}\n")
+    prof = load_profile(p, FACTS)
+    assert prof.values_at("GPU-aaaa", 75)["util_pct"] == 1
+    assert prof.values_at("GPU-aaaa", 95)["util_pct"] == 99
+
+
+def test_connection_limit(
+    run_agent: Callable[..., tuple[AgentServer, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("swarmgpu.agent.MAX_CONNECTIONS", 1)
+    monkeypatch.setattr("swarmgpu.agent._Handler.timeout", 1.0)
+    _, base = run_agent(Source())
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as slow:
+        slow.sendall(b"GET /healthz HTTP/1.1\r\n")  # holds the only slot
+        time.sleep(0.1)
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(base + "/healthz", timeout=2).read()
+
+    def answers() -> bool:
+        try:
+            return get(base + "/healthz")[0] in (200, 503)
+        except OSError:
+            return False  # the slot is freed a moment after the slow client leaves
+
+    wait_for(answers)
+
+
+def test_default_sampler_choice() -> None:
+    from swarmgpu.agent import default_sampler
+    from swarmgpu.facts import nvml
+
+    assert default_sampler(Source(spec="nvml"), lambda: None) is nvml.read_utilisation
+    static = default_sampler(Source(spec="file:/x"), lambda: FACTS)
+    assert [s.uuid for s in static()] == ["GPU-aaaa", "MIG-1111"]
+    assert default_sampler(Source(spec="file:/x"), lambda: None)() == []

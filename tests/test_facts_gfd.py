@@ -1,0 +1,115 @@
+"""GfdSource on every GPU feature discovery capture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from swarmgpu.facts import SourceError
+from swarmgpu.facts.gfd import GfdSource, normalise_profile, parse_labels
+from swarmgpu.facts.naming import is_synthetic_uuid
+from swarmgpu.model import NodeFacts
+
+CAP = Path("/work/shared/fixtures/captures")
+ALL_GFD = sorted(CAP.glob("gfd_*"))
+
+# file -> (GPUs, product, memory, MIG profiles over the node, driver, CUDA)
+EXPECTED: dict[str, tuple[int, str, int, list[str], str, str]] = {
+    "gfd_labels_a100-pcie-40gb_mig-single-1g5gb_drv460_cloudnativedocs.json": (
+        1, "A100-PCIE-40GB", 40 * 1024, ["1g.5gb"] * 7, "460.73.01", "11.2"
+    ),
+    "gfd_labels_a100-sxm4-40gb_dgx2h_k8sdeviceplugin_readme.yaml": (
+        1, "A100-SXM4-40GB", 39538, [], "455.06", "11.1"
+    ),
+    "gfd_labels_a100-sxm4-40gb_mig-mixed_drv450_cloudnativedocs.json": (
+        1, "A100-SXM4-40GB", 40537, ["3g.20gb", "2g.10gb", "1g.5gb"], "450.80.02", "11.0"
+    ),
+    "gfd_labels_a100-sxm4-40gb_mig-none_drv450_cloudnativedocs.json": (
+        1, "A100-SXM4-40GB", 40537, [], "450.80.02", "11.0"
+    ),
+    "gfd_labels_a100-sxm4-40gb_mig-single_drv450_cloudnativedocs.json": (
+        1, "A100-SXM4-40GB", 40 * 1024, ["1g.5gb"] * 7, "450.80.02", "11.0"
+    ),
+    "gfd_labels_h100-80gb-hbm3_mig-mixed_cloudnativedocs.json": (
+        1, "NVIDIA-H100-80GB-HBM3", 81559, ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"],
+        "550.54.15", "12.4",
+    ),
+    "gfd_labels_h100-80gb-hbm3_mig-single-disabled_cloudnativedocs.json": (
+        1, "NVIDIA-H100-80GB-HBM3", 81559, [], "550.54.15", "12.4"
+    ),
+}
+
+
+def test_every_capture_is_covered() -> None:
+    assert {p.name for p in ALL_GFD} == set(EXPECTED)
+
+
+@pytest.mark.parametrize("path", ALL_GFD, ids=lambda p: p.name)
+def test_every_gfd_capture(path: Path) -> None:
+    facts = GfdSource(path, hostname="n1").read()
+    n, product, memory, profiles, driver, cuda = EXPECTED[path.name]
+    assert len(facts.gpus) == n
+    assert {g.product for g in facts.gpus} == {product}
+    assert {g.memory_mib for g in facts.gpus} == {memory}
+    assert [m.profile for g in facts.gpus for m in g.mig_devices] == profiles
+    assert (facts.driver_version, facts.cuda_driver_version) == (driver, cuda)
+    assert all(is_synthetic_uuid(g.uuid) for g in facts.gpus)
+    assert all(is_synthetic_uuid(m.uuid) for g in facts.gpus for m in g.mig_devices)
+    assert facts.links == ()
+    again = GfdSource(path, hostname="n1").read()
+    assert [g.uuid for g in again.gpus] == [g.uuid for g in facts.gpus]
+    assert NodeFacts.from_dict(facts.to_dict()).gpus == facts.gpus
+
+
+def test_single_strategy_notes_the_guesses() -> None:
+    path = CAP / "gfd_labels_a100-sxm4-40gb_mig-single_drv450_cloudnativedocs.json"
+    facts = GfdSource(path, hostname="n").read()
+    assert any("--memory-mib" in e for e in facts.errors)
+    exact = GfdSource(path, hostname="n", memory_mib=40537, product="NVIDIA A100-SXM4-40GB").read()
+    assert exact.gpus[0].memory_mib == 40537
+    assert exact.gpus[0].product == "NVIDIA A100-SXM4-40GB"
+    assert not any("--memory-mib" in e for e in exact.errors)
+    assert {m.memory_mib for m in exact.gpus[0].mig_devices} == {4864}
+
+
+def test_gfd_naming_quirk_is_normalised() -> None:
+    assert normalise_profile("3g.21gb", 20096) == "3g.20gb"
+    assert normalise_profile("3g.40gb", 40320) == "3g.40gb"
+    assert normalise_profile("1c.2g.11gb", 9984) == "1c.2g.10gb"
+    assert normalise_profile("1g.10gb+me", 9984) == "1g.10gb+me"
+    assert normalise_profile("3g.21gb", None) == "3g.21gb"
+
+
+def test_features_file_form(tmp_path: Path) -> None:
+    # GFD's own key=value file, written from the labels of a real capture.
+    src = CAP / "gfd_labels_h100-80gb-hbm3_mig-mixed_cloudnativedocs.json"
+    labels = json.loads(src.read_text())
+    f = tmp_path / "gfd"
+    f.write_text("".join(f"{k}={v}\n" for k, v in labels.items() if k.startswith("nvidia.com/")))
+    from_kv = GfdSource(f, hostname="n").read()
+    from_json = GfdSource(src, hostname="n").read()
+    assert [m.profile for m in from_kv.gpus[0].mig_devices] == [
+        m.profile for m in from_json.gpus[0].mig_devices
+    ]
+    assert from_kv.gpus[0].memory_mib == 81559
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    f = tmp_path / "f"
+    f.write_text("nvidia.com/gpu.product=X\n")
+    with pytest.raises(SourceError, match=r"gpu\.count missing"):
+        GfdSource(f, hostname="n").read()
+    f.write_text("nvidia.com/gpu.count=two\nnvidia.com/gpu.product=X\n")
+    with pytest.raises(SourceError, match="not a whole number"):
+        GfdSource(f, hostname="n").read()
+    f.write_text("nvidia.com/gpu.count=1\nnvidia.com/gpu.product=X\njunk line\n")
+    with pytest.raises(SourceError, match=":3:"):
+        GfdSource(f, hostname="n").read()
+    f.write_text('{"a": "b"}')
+    with pytest.raises(SourceError, match=r"no nvidia\.com"):
+        GfdSource(f, hostname="n").read()
+    with pytest.raises(SourceError, match="cannot read"):
+        GfdSource(tmp_path / "missing", hostname="n").read()
+    assert parse_labels("nvidia.com/gpu.count=2\nother=1\n") == {"gpu.count": "2"}

@@ -1,0 +1,192 @@
+"""NvmlSource and read_utilisation against a fake pynvml built from real captures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fake_pynvml import pynvml as fake
+from fake_pynvml.builder import CAPTURES, build_layout, layouts, parse_l, parse_q
+
+from swarmgpu.facts.nvml import NvmlSource, cpu_list, cuda_version_text, read_utilisation
+from swarmgpu.model import NodeFacts
+
+
+def _read(name: str, tmp_path: Path, **kw: object) -> tuple[NodeFacts, object]:
+    b = build_layout(name, tmp_path, **kw)
+    facts = NvmlSource(hostname="node-a", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    return facts, b
+
+
+@pytest.mark.parametrize("name", sorted(layouts()))
+def test_facts_match_the_captures(name: str, tmp_path: Path) -> None:
+    facts, b = _read(name, tmp_path)
+    spec = layouts()[name]
+    assert facts.errors == ()
+    assert all(g.healthy for g in facts.gpus)
+    # Topology, CPU affinity, NUMA: as `topo -m` printed them.
+    assert facts.links == b.topo.links  # type: ignore[attr-defined]
+    assert [g.cpu_affinity for g in facts.gpus] == list(b.topo.cpu_affinity)  # type: ignore[attr-defined]
+    assert [g.numa_node for g in facts.gpus] == list(b.topo.numa_node)  # type: ignore[attr-defined]
+    if "q_file" in spec:
+        q = parse_q(spec["q_file"])
+        assert facts.driver_version == q.driver
+        assert facts.cuda_driver_version == q.cuda
+        for g, qg in zip(facts.gpus, q.gpus, strict=False):
+            assert (g.uuid, g.product, g.memory_mib, g.pci_bus_id) == (
+                qg.uuid, qg.name, qg.fb_total, qg.bus_id
+            )
+    else:
+        assert {g.product for g in facts.gpus} == {spec["product"]}
+    # Round-trips through the JSON form the agent serves.
+    assert NodeFacts.from_dict(facts.to_dict()).gpus == facts.gpus
+
+
+def test_dgx_a100_spot_values(tmp_path: Path) -> None:
+    facts, _ = _read("dgx_a100_nv12", tmp_path)
+    assert len(facts.gpus) == 8
+    assert {facts.link(i, j) for i in range(8) for j in range(8) if i != j} == {"NV12"}
+    assert [g.numa_node for g in facts.gpus] == [3, 3, 1, 1, 7, 7, 5, 5]
+    assert facts.gpus[0].cpu_affinity == "48-63,176-191"
+    assert facts.gpus[0].uuid == "GPU-31515c3d-1414-7c2c-004a-f86a898946ac"
+    assert facts.gpus[0].product == "NVIDIA A100-SXM4-80GB"
+    assert facts.gpus[0].memory_mib == 81920
+    assert (facts.gpus[0].compute_major, facts.gpus[0].compute_minor) == (8, 0)
+
+
+def test_rtx4090_pcie_levels(tmp_path: Path) -> None:
+    facts, _ = _read("rtx4090_pix_sys", tmp_path)
+    assert facts.link(0, 3) == "PIX"
+    assert facts.link(3, 4) == "SYS"
+    assert facts.gpus[4].cpu_affinity == "36-71,108-143"
+    assert facts.gpus[7].numa_node == 1
+
+
+def test_v100_hybrid_cube_mesh_direct_links(tmp_path: Path) -> None:
+    facts, _ = _read("dgx1_v100_direct_nvlink", tmp_path)
+    assert facts.link(0, 3) == "NV2"
+    assert facts.link(0, 1) == "NV1"
+    assert facts.link(0, 5) == "SYS"
+    assert facts.gpus[0].numa_node is None  # that capture has no NUMA column
+
+
+def test_h100_mig_profiles_and_uuids(tmp_path: Path) -> None:
+    facts, _ = _read("h100_mig", tmp_path)
+    (gpu,) = facts.gpus
+    listed = parse_l(CAPTURES / "nvsmi_L_h100-80gb-hbm3_mig-mixed_drv590_masked_nvgpuexporter.txt")
+    assert gpu.mig_enabled and gpu.mig_capable
+    assert [(m.profile, m.uuid) for m in gpu.mig_devices] == listed[0]
+    assert [m.profile for m in gpu.mig_devices] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+    assert [(m.gi_id, m.ci_id, m.memory_mib) for m in gpu.mig_devices] == [
+        (2, 0, 40448), (3, 0, 20096), (9, 0, 9984), (10, 0, 9984)
+    ]
+    assert facts.cuda_driver_version == "13.1"
+    assert facts.driver_version == "590.48.01"
+
+
+def test_mig_profile_without_profile_table_is_derived(tmp_path: Path) -> None:
+    facts, _ = _read(
+        "h100_mig", tmp_path, missing=frozenset({"nvmlDeviceGetGpuInstanceProfileInfo"})
+    )
+    assert [m.profile for m in facts.gpus[0].mig_devices] == [
+        "3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"
+    ]
+
+
+@pytest.mark.parametrize(
+    "code", [fake.NVML_ERROR_LIBRARY_NOT_FOUND, fake.NVML_ERROR_DRIVER_NOT_LOADED]
+)
+def test_init_failure_gives_zero_gpus_and_a_reason(code: int, tmp_path: Path) -> None:
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    b.machine.init_error = code
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    assert facts.gpus == ()
+    assert len(facts.errors) == 1
+    assert "cannot initialise NVML" in facts.errors[0]
+    assert "NVMLError_" in facts.errors[0]
+    assert read_utilisation(b.nvml) == []
+
+
+def test_one_lost_gpu_is_unhealthy_the_rest_served(tmp_path: Path) -> None:
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    b.machine.gpus[2].lost = True
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    assert len(facts.gpus) == 8
+    lost = facts.gpus[2]
+    assert not lost.healthy
+    assert lost.error is not None and "GPU is lost" in lost.error
+    assert all(g.healthy for k, g in enumerate(facts.gpus) if k != 2)
+    assert facts.link(0, 1) == "NV18"
+    assert facts.link(0, 2) == "SYS"  # unknown counts as the worst
+    assert any("GPU 2" in e for e in facts.errors)
+    assert NodeFacts.from_dict(facts.to_dict()).gpus == facts.gpus
+    assert [s.index for s in read_utilisation(b.nvml)] == [0, 1, 3, 4, 5, 6, 7]
+
+
+def test_missing_optional_functions_read_as_unknown(tmp_path: Path) -> None:
+    missing = frozenset({
+        "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetCudaComputeCapability", "nvmlSystemGetNVMLVersion",
+        "nvmlDeviceGetMigMode", "nvmlDeviceGetPowerUsage",
+    })
+    b = build_layout("rtx4090_pix_sys", tmp_path / "x", missing=missing)
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=tmp_path / "empty").read()
+    g = facts.gpus[0]
+    assert g.healthy
+    assert (g.cpu_affinity, g.numa_node) == (None, None)
+    assert (g.compute_major, g.mig_capable) == (None, False)
+    assert facts.nvml_version is None
+    assert facts.link(0, 1) == "PIX"  # the PCIe ancestor still answers
+    assert read_utilisation(b.nvml)[0].power_w is None
+
+
+def test_missing_topology_call_reports_unknown_links(tmp_path: Path) -> None:
+    b = build_layout(
+        "rtx4090_all_sys", tmp_path, missing=frozenset({"nvmlDeviceGetTopologyCommonAncestor"})
+    )
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    assert any("unknown" in e for e in facts.errors)
+
+
+def test_read_utilisation_from_capture(tmp_path: Path) -> None:
+    b = build_layout("dgx_a100_nv12", tmp_path)
+    samples = read_utilisation(b.nvml)
+    q = parse_q(layouts()["dgx_a100_nv12"]["q_file"])
+    s0 = samples[0]
+    assert s0.uuid == q.gpus[0].uuid
+    assert (s0.util_pct, s0.mem_copy_util_pct, s0.temp_c) == (0.0, 0.0, 25.0)
+    assert s0.power_w == 59.77
+    assert s0.fb_used_mib == 1 and s0.fb_free_mib == 81920 - 1
+    assert samples[5].util_pct is None  # GPUs the capture lacks have no readings
+
+
+def test_no_pynvml_module_reads_as_zero_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    import swarmgpu.facts.nvml as nvml_mod
+
+    def boom() -> object:
+        raise ImportError("No module named 'pynvml'")
+
+    monkeypatch.setattr(nvml_mod, "load_pynvml", boom)
+    facts = NvmlSource(hostname="n").read()
+    assert facts.gpus == () and "nvidia-ml-py" in facts.errors[0]
+    assert read_utilisation() == []
+
+
+def test_fake_matches_real_pynvml_names() -> None:
+    real = pytest.importorskip("pynvml")
+    for name in dir(fake):
+        if name.startswith(("NVML_", "NVMLError")):
+            assert hasattr(real, name), name
+            if name.startswith("NVML_"):
+                assert getattr(real, name) == getattr(fake, name), name
+    assert fake.NVMLError(15).__class__.__name__ == "NVMLError_GpuIsLost"
+    assert real.NVMLError(15).__class__.__name__ == "NVMLError_GpuIsLost"
+
+
+def test_pure_helpers() -> None:
+    assert cuda_version_text(12020) == "12.2"
+    assert cuda_version_text(13010) == "13.1"
+    assert cpu_list([(1 << 36) - 1, ((1 << 36) - 1) << 8]) == "0-35,72-107"
+    assert cpu_list([0b1011]) == "0-1,3"
+    assert cpu_list([0, 1]) == "64"
+    assert cpu_list([0]) is None

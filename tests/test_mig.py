@@ -1,0 +1,131 @@
+"""MIG profile names and the choice of a free MIG device."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from swarmgpu.allocator.mig import (
+    MigChoice,
+    MigMiss,
+    MigMissReason,
+    MigProfileError,
+    known_profiles,
+    normalize_profile,
+    pick_mig_device,
+    profiles_for_product,
+)
+from swarmgpu.model import Gpu, MigDevice
+
+FIXTURES = Path("/work/shared/fixtures")
+
+
+def _fixture(rel: str) -> str:
+    path = FIXTURES / rel
+    if not path.exists():
+        pytest.skip(f"fixture {path} not present")
+    return path.read_text()
+
+
+def test_known_profiles_cover_mig_parted_default_config() -> None:
+    text = _fixture("mig/mig-parted_config-default.yaml")
+    in_config = set(re.findall(r'"(\dg\.\d+gb[^"]*)":', text))
+    assert in_config and in_config <= set(known_profiles())
+
+
+@pytest.mark.parametrize(
+    ("capture", "product"),
+    [
+        ("mig/mig_h100_80gb_lgip_lgipp.txt", "NVIDIA H100 80GB HBM3"),
+        ("mig/mig_a100_pcie_40gb_lgip_lgipp_olddriver.txt", "A100-PCIE-40GB"),
+        ("captures/nvsmi_mig-lgip_a30-24gb_summerlo.txt", "NVIDIA A30"),
+    ],
+)
+def test_lgip_captures_match_per_product_table(capture: str, product: str) -> None:
+    listed = {p.lower() for p in re.findall(r"MIG (\dg\.\d+gb\S*)", _fixture(capture))}
+    table = profiles_for_product(product)
+    assert listed and table is not None and listed <= table
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("1g.10gb", "1g.10gb"),
+        ("mig-1g.10gb", "1g.10gb"),
+        ("MIG 3g.40gb", "3g.40gb"),
+        ("nvidia.com/mig-2g.20gb", "2g.20gb"),
+        ("1G.5GB", "1g.5gb"),
+        ("1g.10gb+me", "1g.10gb+me"),
+        ("mig-3g.21gb", "3g.20gb"),  # GFD's decimal-GB label for A100-40GB's 3g.20gb
+        ("3g.42gb", "3g.40gb"),  # same for 3g.40gb (40320 MiB)
+    ],
+)
+def test_normalize(name: str, want: str) -> None:
+    assert normalize_profile(name) == want
+
+
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [("3g", "malformed"), ("big", "malformed"), ("1g.9gb", "1g.10gb"), ("9g.10gb", "malformed")],
+)
+def test_normalize_rejects(name: str, match: str) -> None:
+    with pytest.raises(MigProfileError, match=match):
+        normalize_profile(name)
+
+
+def test_gfd_labels_resolve() -> None:
+    text = _fixture("captures/gfd_labels_a100-sxm4-40gb_mig-mixed_drv450_cloudnativedocs.json")
+    names = set(re.findall(r"mig-(\dg\.\d+gb)\.count", text))
+    assert {normalize_profile(n) for n in names} == {"1g.5gb", "2g.10gb", "3g.20gb"}
+
+
+def _dev(profile: str, uuid: str, mib: int) -> MigDevice:
+    return MigDevice(profile=profile, uuid=uuid, memory_mib=mib)
+
+
+# Two A100-40GB in the all-balanced layout, plus a GPU without MIG.
+BALANCED = (
+    _dev("3g.20gb", "MIG-a3", 20096), _dev("2g.10gb", "MIG-a2", 9984),
+    _dev("1g.5gb", "MIG-a1x", 4864), _dev("1g.5gb", "MIG-a1y", 4864),
+)
+NODE = (
+    Gpu(index=0, uuid="GPU-0", product="A100-SXM4-40GB", memory_mib=40960, mig_enabled=True,
+        mig_devices=BALANCED),
+    Gpu(index=1, uuid="GPU-1", product="A100-SXM4-40GB", memory_mib=40960, mig_enabled=True,
+        mig_devices=tuple(_dev(d.profile, d.uuid.replace("-a", "-b"), d.memory_mib)
+                          for d in BALANCED)),
+    Gpu(index=2, uuid="GPU-2", product="A100-SXM4-40GB", memory_mib=40960),
+)
+
+
+@pytest.mark.parametrize(
+    ("profile", "assigned", "want"),
+    [
+        ("1g.5gb", set(), MigChoice(0, "MIG-a1x", "1g.5gb")),
+        # GPU 1 is partly used: take from it, keep GPU 0 whole.
+        ("1g.5gb", {"MIG-b3"}, MigChoice(1, "MIG-b1x", "1g.5gb")),
+        ("mig-1g.5gb", {"MIG-b3", "MIG-b1x"}, MigChoice(1, "MIG-b1y", "1g.5gb")),
+        ("3g.21gb", {"MIG-a1x"}, MigChoice(0, "MIG-a3", "3g.20gb")),
+        ("2g.10gb", {"MIG-a2", "MIG-b2"}, MigMissReason.ALL_ASSIGNED),
+        ("7g.40gb", set(), MigMissReason.PROFILE_ABSENT),
+    ],
+)
+def test_pick(profile: str, assigned: set[str], want: MigChoice | MigMissReason) -> None:
+    got = pick_mig_device(NODE, profile, assigned)
+    if isinstance(want, MigChoice):
+        assert got == want
+    else:
+        assert isinstance(got, MigMiss) and got.reason is want and profile[:2] in got.detail
+
+
+def test_pick_without_mig_and_unhealthy() -> None:
+    miss = pick_mig_device(NODE[2:], "1g.5gb", ())
+    assert isinstance(miss, MigMiss) and miss.reason is MigMissReason.NO_MIG_DEVICES
+    sick = (Gpu(index=0, uuid="GPU-0", product="A100", memory_mib=1, healthy=False,
+                mig_devices=BALANCED),)
+    miss = pick_mig_device(sick, "1g.5gb", ())
+    assert isinstance(miss, MigMiss) and miss.reason is MigMissReason.NO_MIG_DEVICES
+    with pytest.raises(MigProfileError):
+        pick_mig_device(NODE, "huge", ())

@@ -1,0 +1,140 @@
+"""The request language in deploy.labels: good requests, bad values, output keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmgpu.requests import (
+    OUTPUT_LABEL_PREFIXES,
+    GpuRequest,
+    Rebalance,
+    RequestError,
+    Topology,
+    parse_all,
+    parse_request,
+)
+
+P = "swarmgpu."
+
+
+def req(**labels: str) -> GpuRequest | None:
+    return parse_request({P + k.replace("_", "-"): v for k, v in labels.items()})
+
+
+@pytest.mark.parametrize(
+    ("labels", "want", "text"),
+    [
+        ({"gpus": "2"}, GpuRequest(gpus=2), "2 GPUs"),
+        ({"gpus": "2", "topology": "NVLink", "gpu_memory": "40GiB"},
+         GpuRequest(gpus=2, topology=Topology.NVLINK, min_memory_mib=40960),
+         "2 NVLink GPUs >= 40 GiB"),
+        ({"gpus": "4", "topology": "numa"}, GpuRequest(gpus=4, topology=Topology.NUMA),
+         "4 same-NUMA GPUs"),
+        ({"gpu_memory": "24576MiB"}, GpuRequest(min_memory_mib=24576), "1 GPU >= 24 GiB"),
+        ({"gpu_memory": "40G"}, GpuRequest(min_memory_mib=40960), "1 GPU >= 40 GiB"),
+        ({"gpu_memory": "80GB"}, GpuRequest(min_memory_mib=81920), "1 GPU >= 80 GiB"),
+        ({"gpu_memory": "1.5g"}, GpuRequest(min_memory_mib=1536), "1 GPU >= 1536 MiB"),
+        ({"gpu_memory": "20000"}, GpuRequest(min_memory_mib=20000), "1 GPU >= 20000 MiB"),
+        ({"gpu_fraction": "0.25"}, GpuRequest(gpu_milli=250), "0.25 GPU"),
+        ({"gpu_fraction": "50%", "gpus": "1"}, GpuRequest(gpu_milli=500), "0.5 GPU"),
+        ({"mig": "mig-1g.10gb"}, GpuRequest(mig_profile="1g.10gb"), "MIG 1g.10gb"),
+        ({"mig": "3g.21gb"}, GpuRequest(mig_profile="3g.20gb"), "MIG 3g.20gb"),
+        ({"gpu_product": "NVIDIA A100*| nvidia h100*"},
+         GpuRequest(products=("NVIDIA A100*", "nvidia h100*")),
+         "1 GPU (NVIDIA A100* | nvidia h100*)"),
+        ({"rebalance": "never"}, GpuRequest(rebalance=Rebalance.NEVER), "1 GPU, never moved"),
+        ({"zone_prefer": "eu-1a,eu-1b", "zone_avoid": "eu-1c"},
+         GpuRequest(zone_prefer=("eu-1a", "eu-1b"), zone_avoid=("eu-1c",)),
+         "1 GPU, prefer zone eu-1a|eu-1b, avoid zone eu-1c"),
+    ],
+)
+def test_good(labels: dict[str, str], want: GpuRequest, text: str) -> None:
+    got = req(**labels)
+    assert got == want
+    assert got.describe() == text
+
+
+@pytest.mark.parametrize(
+    ("labels", "key", "accepted"),
+    [
+        ({"gpus": "two"}, "swarmgpu.gpus", "whole number >= 1"),
+        ({"gpus": "0"}, "swarmgpu.gpus", "whole number >= 1"),
+        ({"gpus": "1.5"}, "swarmgpu.gpus", "whole number >= 1"),
+        ({"gpu": "2"}, "swarmgpu.gpu", "did you mean swarmgpu.gpus"),
+        ({"gpu_fraction": "1.5"}, "swarmgpu.gpu-fraction", "strictly between 0 and 1"),
+        ({"gpu_fraction": "0"}, "swarmgpu.gpu-fraction", "strictly between 0 and 1"),
+        ({"gpu_fraction": "0.0001"}, "swarmgpu.gpu-fraction", "3 decimals"),
+        ({"gpu_fraction": "half"}, "swarmgpu.gpu-fraction", "strictly between"),
+        ({"gpu_fraction": "0.5", "gpus": "2"}, "swarmgpu.gpu-fraction", "no swarmgpu.gpus"),
+        ({"gpu_memory": "lots"}, "swarmgpu.gpu-memory", "binary units"),
+        ({"gpu_memory": "0GiB"}, "swarmgpu.gpu-memory", "binary units"),
+        ({"gpu_memory": "40PB"}, "swarmgpu.gpu-memory", "binary units"),
+        ({"gpu_product": "A100||H100"}, "swarmgpu.gpu-product", "none empty"),
+        ({"topology": "ring", "gpus": "2"}, "swarmgpu.topology", "any | nvlink | numa"),
+        ({"topology": "nvlink"}, "swarmgpu.topology", "gpus of 2 or more"),
+        ({"mig": "1g.9gb"}, "swarmgpu.mig", "1g.10gb"),
+        ({"mig": "1g.10gb", "gpus": "2"}, "swarmgpu.mig", "one MIG device"),
+        ({"mig": "1g.10gb", "gpu_fraction": "0.5"}, "swarmgpu.mig", "fixes the share"),
+        ({"mig": "1g.10gb", "gpu_memory": "8GiB"}, "swarmgpu.mig", "fixes the share"),
+        ({"rebalance": "sometimes"}, "swarmgpu.rebalance", "auto | never"),
+        ({"zone_prefer": "a b"}, "swarmgpu.zone-prefer", "zone names"),
+        ({"zone_prefer": "a", "zone_avoid": "a"}, "swarmgpu.zone-avoid", "both name a"),
+    ],
+)
+def test_bad(labels: dict[str, str], key: str, accepted: str) -> None:
+    with pytest.raises(RequestError) as info:
+        req(**labels)
+    err = info.value
+    assert err.key == key
+    assert accepted in err.accepted
+    # The message names key, value and what is accepted.
+    assert str(err) == f"{err.key}={err.value!r}: expected {err.accepted}"
+
+
+def test_message_example() -> None:
+    err = parse_all({"swarmgpu.gpus": "two"})
+    assert isinstance(err, RequestError)
+    assert str(err) == "swarmgpu.gpus='two': expected a whole number >= 1 (e.g. swarmgpu.gpus=2)"
+
+
+def test_no_request_and_output_keys() -> None:
+    assert parse_request({}) is None
+    assert parse_request({"com.docker.stack.namespace": "app", "swarmgpugpus": "2"}) is None
+    written = {
+        "swarmgpu.devices.nodeabc": "GPU-1,GPU-2",
+        "swarmgpu.placement": "{}",
+        "swarmgpu.state.moved": "3",
+        "swarmgpu.assigned": "x",
+        "swarmgpu.managed": "true",
+    }
+    assert all(k.startswith(OUTPUT_LABEL_PREFIXES) for k in written)
+    assert parse_request(written) is None
+    assert parse_request({**written, "swarmgpu.gpus": "2"}) == GpuRequest(gpus=2)
+
+
+def test_custom_prefix_and_zone_label() -> None:
+    labels = {"acme.gpu.gpus": "2", "acme.gpu.devices.n1": "GPU-1", "swarmgpu.bogus": "x"}
+    got = parse_request(labels, prefix="acme.gpu.", zone_label="failure-domain")
+    assert got == GpuRequest(gpus=2, zone_label="failure-domain")
+
+
+def test_parse_all_keeps_going() -> None:
+    assert parse_all({}) is None
+    assert parse_all({"swarmgpu.gpus": "3"}) == GpuRequest(gpus=3)
+    assert isinstance(parse_all({"swarmgpu.gpus": "x"}), RequestError)
+
+
+@pytest.mark.parametrize(
+    ("patterns", "product", "ok"),
+    [
+        ("NVIDIA A100*", "NVIDIA A100-SXM4-80GB", True),
+        ("NVIDIA A100*", "NVIDIA-A100-SXM4-80GB", True),  # GFD's spelling
+        ("nvidia a100-sxm4-80gb", "NVIDIA A100-SXM4-80GB", True),
+        ("*H100*|*H200*", "NVIDIA H200", True),
+        ("*H100*", "NVIDIA A100-SXM4-80GB", False),
+        ("Tesla T4", "Tesla T4 ", True),
+    ],
+)
+def test_product_match(patterns: str, product: str, ok: bool) -> None:
+    got = parse_request({"swarmgpu.gpu-product": patterns})
+    assert got is not None and got.matches_product(product) is ok
