@@ -12,6 +12,7 @@ Run:  python benchmarks/bench_topology.py [--cases 200] [--seed 7] [--fixtures D
 
 from __future__ import annotations
 
+import os
 import argparse
 import random
 import re
@@ -26,7 +27,7 @@ from pathlib import Path
 from swarmgpu.allocator.topology import choose_gpu_set, set_score
 from swarmgpu.model import is_nvlink, link_score
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = Path(os.environ.get("SWARMGPU_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "fixtures"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELLS = re.compile(r"\t+|\s{2,}")
 BRUTE_LIMIT = 20_000  # exhaustive only where C(free, k) is at most this

@@ -66,7 +66,6 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
           mig_layout: str | None, as_json: bool) -> None:
     """Print the GPU facts the agent would serve."""
     from swarmgpu.labels import desired_labels
-
     from swarmgpu.model import FactsError
 
     src = _open(source, hostname, product, memory_mib, mig_layout)
@@ -98,7 +97,7 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
 
 @main.command()
 @_source_options
-@click.option("--listen", default="0.0.0.0:9401", show_default=True, help="HOST:PORT to serve on.")  # noqa: S104
+@click.option("--listen", default="0.0.0.0:9401", show_default=True, help="HOST:PORT to serve on.")
 @click.option("--metrics-profile", default=None, type=click.Path(),
               help="YAML profile of scripted utilisation (demos, tests).")
 @click.option("--refresh-s", default=30.0, show_default=True, help="Seconds between fact reads.")
@@ -195,6 +194,77 @@ def audit(config_path: str | None, as_json: bool) -> None:
     else:
         click.echo(render_table(findings, snap, cfg.sync.prefix))
     sys.exit(1 if findings else 0)
+
+
+def _snapshot(cfg: Config) -> Any:
+    from swarmgpu.swarm import SwarmClient, SwarmError
+    from swarmgpu.sync import take_snapshot
+
+    try:
+        return take_snapshot(SwarmClient(cfg.docker_host), cfg)
+    except SwarmError as exc:
+        click.echo(f"swarmgpu: cannot read the swarm: {exc}", err=True)
+        sys.exit(2)
+
+
+@main.command()
+@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+def plan(config_path: str | None, as_json: bool) -> None:
+    """What placement would do for every annotated service, and why. Writes nothing."""
+    from swarmgpu.placement_step import make_plan
+
+    cfg = _load_cfg(config_path)
+    setup_logging("WARNING", cfg.log.format)
+    p = make_plan(_snapshot(cfg), cfg)
+    if as_json:
+        click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services]}, indent=2))
+        return
+    if not p.services:
+        click.echo("no service carries a swarmgpu GPU request")
+    for sp in p.services:
+        click.echo(f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}")
+        for pl in sp.placements:
+            click.echo(f"  {pl.hostname}: GPU {','.join(map(str, pl.gpus))} "
+                       f"{','.join(pl.uuids)}")
+        if sp.reason:
+            click.echo(f"  why: {sp.reason}")
+        for w in sp.warnings:
+            click.echo(f"  note: {w}")
+
+
+@main.command()
+@click.argument("stack_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--stack", "-n", "stack_name", default=None,
+              help="Stack name used with `docker stack deploy` (default: file name).")
+@click.option("-o", "--output", default="-", type=click.Path(), help="Output file (default -).")
+@click.option("--config", "config_path", default=None, type=click.Path())
+def render(stack_file: str, stack_name: str | None, output: str,
+           config_path: str | None) -> None:
+    """Rewrite a stack with GPU placement resolved, for `docker stack deploy -c -`."""
+    from pathlib import Path
+
+    from swarmgpu.placement_step import facts_by_node
+    from swarmgpu.render import StackError, render_stack
+
+    cfg = _load_cfg(config_path)
+    setup_logging("WARNING", cfg.log.format)
+    name = stack_name or Path(stack_file).stem.split(".")[0]
+    snap = _snapshot(cfg)
+    try:
+        text, p = render_stack(Path(stack_file).read_text(), name, snap.nodes, snap.services,
+                               snap.tasks, facts_by_node(snap), prefix=cfg.sync.prefix,
+                               zone_label=cfg.placement.zone_label)
+    except StackError as exc:
+        click.echo(f"swarmgpu render: {exc}", err=True)
+        sys.exit(2)
+    for sp in p.services:
+        if sp.name.startswith(name + "_") and sp.status != "placed":
+            click.echo(f"swarmgpu render: {sp.name} is {sp.status}: {sp.reason}", err=True)
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        Path(output).write_text(text)
 
 
 @main.group()

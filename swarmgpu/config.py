@@ -52,6 +52,17 @@ class SyncConfig:
 
 
 @dataclass(frozen=True)
+class PlacementConfig:
+    enabled: bool = True
+    """Place services that carry swarmgpu.* request labels."""
+    adopt_ungated: bool = True
+    """Add the gate constraint and device env to annotated services that lack them
+    (this restarts their tasks once); false: report them as pending instead."""
+    zone_label: str = "topology.zone"
+    """Node label naming a node's failure domain, for zone-prefer/zone-avoid/spread."""
+
+
+@dataclass(frozen=True)
 class HttpConfig:
     listen: str = "127.0.0.1:9402"
     """Where the daemon serves /metrics and /healthz. Keep it on loopback."""
@@ -74,6 +85,7 @@ class Config:
     """Where the daemon keeps what it observed (agent last-seen times) for `audit`."""
     agents: AgentsConfig = field(default_factory=AgentsConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     log: LogConfig = field(default_factory=LogConfig)
 

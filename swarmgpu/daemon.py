@@ -62,6 +62,7 @@ class Daemon:
         self.last_report: CycleReport | None = None
         self.last_cycle_at: float | None = None
         self.leader = False
+        self.last_placement: Any = None  # the placement step's last plan, for status/plan
         self._scheduler: BackgroundScheduler | None = None
         self._http: ThreadingHTTPServer | None = None
         # path -> () -> (content type, body); the GPU map and APIs plug in here

@@ -3,7 +3,7 @@
 Pure: no I/O. The daemon feeds it a snapshot and applies what it returns.
 
 Ownership: label sync owns every key under the prefix except the placement gates
-(``<prefix>service.``), which the placement planner owns. Nothing else is touched.
+and ledger (``<prefix>service.``, ``<prefix>assign.``), which placement owns. Nothing else is touched.
 Only static facts become labels; anything that moves with load would rewrite labels
 (and risk stopping tasks) every cycle.
 """
@@ -26,7 +26,8 @@ from swarmgpu.model import NodeFacts, gpu_family, is_nvlink
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
 
 DEFAULT_PREFIX = "swarmgpu."
-GATE_INFIX = "service."  # <prefix>service.<name>: placement gates, not ours here
+# Placement owns these node labels (gates and the GPU ledger), not label sync.
+PLACEMENT_INFIXES = ("service.", "assign.")
 
 
 def product_label(product: str) -> str:
@@ -35,7 +36,9 @@ def product_label(product: str) -> str:
 
 
 def owned_by_label_sync(key: str, prefix: str = DEFAULT_PREFIX) -> bool:
-    return key.startswith(prefix) and not key.startswith(prefix + GATE_INFIX)
+    return key.startswith(prefix) and not key.startswith(
+        tuple(prefix + infix for infix in PLACEMENT_INFIXES)
+    )
 
 
 def _largest_nvlink_group(facts: NodeFacts) -> int:

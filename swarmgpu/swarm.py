@@ -58,6 +58,7 @@ class SwarmService:
     max_replicas_per_node: int | None
     version: int
     spec: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    force_update: int = 0  # TaskTemplate.ForceUpdate: bumping it replaces every task
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class SwarmTask:
     desired_state: str
     env: tuple[str, ...]
     error: str = ""
+    force_update: int = 0  # the service's ForceUpdate when this task was created
 
 
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
@@ -129,6 +131,7 @@ def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
         max_replicas_per_node=placement.get("MaxReplicas"),
         version=int(raw.get("Version", {}).get("Index", 0)),
         spec=spec,
+        force_update=int(tt.get("ForceUpdate") or 0),
     )
 
 
@@ -144,6 +147,7 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         desired_state=raw.get("DesiredState", ""),
         env=tuple(spec.get("ContainerSpec", {}).get("Env") or ()),
         error=status.get("Err", "") or "",
+        force_update=int(spec.get("ForceUpdate") or 0),
     )
 
 

@@ -6,13 +6,20 @@ generic resources that the agents report) and by the tests that start agents.
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pytest
 from paths import REPO, TOPOLOGY
+from swarm_harness import SwarmCluster
 
 from swarmgpu.facts.topo import TopoSource
 from swarmgpu.model import NodeFacts
@@ -47,7 +54,9 @@ class FakeGpuNode:
         return argv + list(extra)
 
 
-DGX_A100 = FakeGpuNode("gpu-node-1", "topo_dgx_a100_nv12.txt", "NVIDIA A100-SXM4-40GB", 40960)
+# GPU 0 of the DGX runs MIG (mixed strategy), the other seven are whole GPUs.
+DGX_A100 = FakeGpuNode("gpu-node-1", "topo_dgx_a100_nv12.txt", "NVIDIA A100-SXM4-40GB", 40960,
+                       mig="0:3g.20gb,2g.10gb,1g.5gb*2")
 RTX4090 = FakeGpuNode("gpu-node-2", "topo_pcie_8x_rtx4090_pix_sys.txt",
                       "NVIDIA GeForce RTX 4090", 24564)
 GPU_NODES = {n.hostname: n for n in (DGX_A100, RTX4090)}
@@ -72,3 +81,73 @@ def run_cli(*args: str, env: dict[str, str] | None = None,
 def kwargs_for_logs(path: Any) -> dict[str, Any]:
     fh = open(path, "ab")  # noqa: SIM115 - handed to Popen, closed at interpreter exit
     return {"stdout": fh, "stderr": subprocess.STDOUT}
+
+
+LOGS = REPO / "artifacts" / "swarm-tests"
+
+
+def cfg_file(tmp: Path, swarm: SwarmCluster, **extra: Any) -> Path:
+    cfg: dict[str, Any] = {
+        "docker_host": swarm.manager.docker_host,
+        "state_dir": str(tmp / "state"),
+        "agents": {"timeout_s": 2},
+        "sync": {"interval_s": 1},
+        "http": {"listen": "127.0.0.1:0"},
+    }
+    for k, v in extra.items():
+        if isinstance(v, dict):
+            cfg.setdefault(k, {}).update(v)
+        else:
+            cfg[k] = v
+    path = tmp / "config.yml"
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    return path
+
+
+def labels_of(swarm: SwarmCluster, hostname: str) -> dict[str, str]:
+    node = swarm.node(hostname)
+    raw = swarm.client(swarm.manager).api.inspect_node(node.node_id)
+    return dict(raw["Spec"].get("Labels") or {})
+
+
+def node_version(swarm: SwarmCluster, hostname: str) -> int:
+    node = swarm.node(hostname)
+    return int(swarm.client(swarm.manager).api.inspect_node(node.node_id)["Version"]["Index"])
+
+
+def wait_port(addr: str, port: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((addr, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on {addr}:{port}")
+
+
+def start_agent(swarm: SwarmCluster, hostname: str, *extra: str) -> Any:
+    node = swarm.node(hostname)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    proc = swarm.exec_in_netns(node, GPU_NODES[hostname].agent_argv(node.addr, 9401, *extra),
+                               env=swarmgpu_env(),
+                               **kwargs_for_logs(LOGS / f"agent-{hostname}.log"))
+    wait_port(node.addr, 9401)
+    return proc
+
+
+def stop(proc: Any) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except Exception:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def agents(swarm: SwarmCluster) -> Iterator[dict[str, Any]]:
+    """An agent per GPU node of the test swarm, serving its real capture on :9401."""
+    procs = {h: start_agent(swarm, h) for h in GPU_NODES}
+    yield procs
+    for p in procs.values():
+        stop(p)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fake_pynvml.builder import build_layout
+from paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.facts import SourceError
 from swarmgpu.facts.file import FileSource
@@ -16,7 +17,7 @@ from swarmgpu.facts.nvml import NvmlSource
 from swarmgpu.facts.registry import open_source
 from swarmgpu.facts.topo import TopoSource
 
-FIX = Path("/work/shared/fixtures")
+FIX = FIXTURES_DIR
 TOPO = FIX / "topology/topo_dgx_a100_nv12.txt"
 
 

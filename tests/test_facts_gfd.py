@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.facts import SourceError
 from swarmgpu.facts.gfd import GfdSource, normalise_profile, parse_labels
 from swarmgpu.facts.naming import is_synthetic_uuid
 from swarmgpu.model import NodeFacts
 
-CAP = Path("/work/shared/fixtures/captures")
+CAP = FIXTURES_DIR / "captures"
 ALL_GFD = sorted(CAP.glob("gfd_*"))
 
 # file -> (GPUs, product, memory, MIG profiles over the node, driver, CUDA)

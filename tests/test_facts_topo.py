@@ -6,13 +6,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.facts import SourceError
 from swarmgpu.facts.naming import SYNTHETIC_PREFIX, is_synthetic_uuid
 from swarmgpu.facts.topo import TopoSource, parse_mig_layout, parse_topo
 from swarmgpu.model import FactsError, NodeFacts
 
-FIX = Path("/work/shared/fixtures")
+FIX = FIXTURES_DIR
 ALL_TOPO = sorted([*FIX.glob("topology/*.txt"), *FIX.glob("captures/nvsmi_topo_*")])
 
 # file -> (gpus, links seen off the diagonal, NUMA per GPU, CPU affinity of GPU0)

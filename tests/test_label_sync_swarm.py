@@ -4,19 +4,33 @@ captures, the real CLI runs the daemon and the audit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
-import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import DGX_A100, GPU_NODES, kwargs_for_logs, run_cli, swarmgpu_env
-from paths import REPO
+from gpu_nodes import (
+    DGX_A100,
+    GPU_NODES,
+    LOGS,
+    agents,
+    kwargs_for_logs,
+    labels_of,
+    node_version,
+    run_cli,
+    start_agent,
+    stop,
+    swarmgpu_env,
+    wait_port,
+)
+from gpu_nodes import cfg_file as _cfg_file
+
+_ = agents  # a fixture, used by name
 from swarm_harness import SwarmCluster
 
 from swarmgpu.config import load_config
@@ -24,73 +38,6 @@ from swarmgpu.daemon import Daemon
 from swarmgpu.swarm import SwarmClient
 
 pytestmark = pytest.mark.swarm
-LOGS = REPO / "artifacts" / "label-sync"
-
-
-def _cfg_file(tmp: Path, swarm: SwarmCluster, **extra: Any) -> Path:
-    cfg: dict[str, Any] = {
-        "docker_host": swarm.manager.docker_host,
-        "state_dir": str(tmp / "state"),
-        "agents": {"timeout_s": 2},
-        "sync": {"interval_s": 1},
-        "http": {"listen": "127.0.0.1:0"},
-    }
-    for k, v in extra.items():
-        if isinstance(v, dict):
-            cfg.setdefault(k, {}).update(v)
-        else:
-            cfg[k] = v
-    path = tmp / "config.yml"
-    path.write_text(json.dumps(cfg))  # JSON is YAML
-    return path
-
-
-def _labels(swarm: SwarmCluster, hostname: str) -> dict[str, str]:
-    node = swarm.node(hostname)
-    raw = swarm.client(swarm.manager).api.inspect_node(node.node_id)
-    return dict(raw["Spec"].get("Labels") or {})
-
-
-def _version(swarm: SwarmCluster, hostname: str) -> int:
-    node = swarm.node(hostname)
-    return int(swarm.client(swarm.manager).api.inspect_node(node.node_id)["Version"]["Index"])
-
-
-def _wait_port(addr: str, port: int, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((addr, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listening on {addr}:{port}")
-
-
-def start_agent(swarm: SwarmCluster, hostname: str, *extra: str) -> Any:
-    node = swarm.node(hostname)
-    LOGS.mkdir(parents=True, exist_ok=True)
-    proc = swarm.exec_in_netns(node, GPU_NODES[hostname].agent_argv(node.addr, 9401, *extra),
-                               env=swarmgpu_env(),
-                               **kwargs_for_logs(LOGS / f"agent-{hostname}.log"))
-    _wait_port(node.addr, 9401)
-    return proc
-
-
-def stop(proc: Any) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except Exception:
-        proc.kill()
-
-
-@pytest.fixture(scope="module")
-def agents(swarm: SwarmCluster) -> Iterator[dict[str, Any]]:
-    procs = {h: start_agent(swarm, h) for h in GPU_NODES}
-    yield procs
-    for p in procs.values():
-        stop(p)
 
 
 def test_run_once_writes_labels_and_constraint_places(
@@ -99,15 +46,15 @@ def test_run_once_writes_labels_and_constraint_places(
     cfg = _cfg_file(tmp_path, swarm)
     res = run_cli("run", "--config", str(cfg), "--once")
     assert res.returncode == 0, res.stderr
-    l1 = _labels(swarm, "gpu-node-1")
-    l2 = _labels(swarm, "gpu-node-2")
+    l1 = labels_of(swarm, "gpu-node-1")
+    l2 = labels_of(swarm, "gpu-node-2")
     assert l1["swarmgpu.gpu.product"] == "NVIDIA-A100-SXM4-40GB"
     assert l1["swarmgpu.gpu.count"] == "8"
     assert l1["swarmgpu.nvlink.largest-group"] == "8"
     assert l2["swarmgpu.gpu.product"] == "NVIDIA-GeForce-RTX-4090"
     assert l2["swarmgpu.nvlink"] == "false"
     assert l2["swarmgpu.numa.max-gpus"] == "4"
-    assert not any(k.startswith("swarmgpu.") for k in _labels(swarm, "mgr-1"))
+    assert not any(k.startswith("swarmgpu.") for k in labels_of(swarm, "mgr-1"))
 
     # A service constrained on the labels runs on the right node.
     swarm.cli(swarm.manager, "service", "create", "--detach", "--no-resolve-image",
@@ -126,11 +73,11 @@ def test_run_once_writes_labels_and_constraint_places(
         assert swarm.wait_for(running_on, 60, "on-4090 running") == "gpu-node-2"
 
         # Second cycle: nothing changed, so no node's version moves.
-        before = {h: _version(swarm, h) for h in ("mgr-1", *GPU_NODES)}
+        before = {h: node_version(swarm, h) for h in ("mgr-1", *GPU_NODES)}
         res = run_cli("run", "--config", str(cfg), "--once")
         assert res.returncode == 0, res.stderr
         assert "0 label write(s)" in res.stderr
-        assert {h: _version(swarm, h) for h in ("mgr-1", *GPU_NODES)} == before
+        assert {h: node_version(swarm, h) for h in ("mgr-1", *GPU_NODES)} == before
         assert running_on() == "gpu-node-2"
     finally:
         swarm.cli(swarm.manager, "service", "rm", "on-4090", check=False)
@@ -182,10 +129,8 @@ def test_foreign_labels_survive_concurrent_writer(
                 raw = api.inspect_node(node_ids[0])
                 spec = raw["Spec"]
                 spec["Labels"]["swarmgpu.gpu.count"] = "3"  # hand edit of ours
-                try:
+                with contextlib.suppress(Exception):
                     api.update_node(node_ids[0], raw["Version"]["Index"], spec)
-                except Exception:  # noqa: S110 - lost the race with the writer: fine
-                    pass
             report = daemon.cycle()
             assert report.leader and not report.errors, report.errors
     finally:
@@ -209,13 +154,13 @@ def test_agent_down_keeps_labels_and_audit_reports(
     assert run_cli("run", "--config", str(cfg), "--once").returncode == 0
     res = run_cli("audit", "--config", str(cfg), "--json")
     assert res.returncode in (0, 1), res.stderr
-    before = _labels(swarm, "gpu-node-2")
+    before = labels_of(swarm, "gpu-node-2")
     stop(agents["gpu-node-2"])
     try:
         res = run_cli("run", "--config", str(cfg), "--once")
         assert res.returncode == 0, res.stderr
         assert "agent unreachable" in res.stderr
-        assert _labels(swarm, "gpu-node-2") == before
+        assert labels_of(swarm, "gpu-node-2") == before
         res = run_cli("audit", "--config", str(cfg), "--json")
         assert res.returncode == 1, res.stdout + res.stderr
         findings = json.loads(res.stdout)["findings"]
@@ -242,7 +187,7 @@ def test_hand_edit_is_drift_then_repaired(
     wrong = [f for f in json.loads(res.stdout)["findings"] if f["kind"] == "wrong"]
     assert wrong and wrong[0]["key"] == "swarmgpu.gpu.memory" and wrong[0]["actual"] == "1"
     assert run_cli("run", "--config", str(cfg), "--once").returncode == 0
-    assert _labels(swarm, "gpu-node-1")["swarmgpu.gpu.memory"] == "40960"
+    assert labels_of(swarm, "gpu-node-1")["swarmgpu.gpu.memory"] == "40960"
     res = run_cli("audit", "--config", str(cfg), "--json")
     kinds = {f["kind"] for f in json.loads(res.stdout)["findings"]}
     assert not kinds & {"wrong", "missing", "stale", "unreachable"}, res.stdout
@@ -267,13 +212,13 @@ def test_bad_agents_do_not_block_other_nodes(
         f"h.HTTPServer(('{n1.addr}', 9401), H).serve_forever()\n",
     ])
     try:
-        _wait_port(n1.addr, 9401)
-        before1 = _labels(swarm, "gpu-node-1")
+        wait_port(n1.addr, 9401)
+        before1 = labels_of(swarm, "gpu-node-1")
         res = run_cli("run", "--config", str(cfg), "--once")
         assert res.returncode == 0, res.stderr
         assert "not JSON" in res.stderr and "gpu-node-1" in res.stderr
-        assert _labels(swarm, "gpu-node-2")["swarmgpu.gpu.memory"] == "24564"
-        assert _labels(swarm, "gpu-node-1") == before1
+        assert labels_of(swarm, "gpu-node-2")["swarmgpu.gpu.memory"] == "24564"
+        assert labels_of(swarm, "gpu-node-1") == before1
     finally:
         stop(garbage)
     hang = swarm.exec_in_netns(n1, [
@@ -285,7 +230,7 @@ def test_bad_agents_do_not_block_other_nodes(
         "while True: c.append(s.accept())\n",
     ])
     try:
-        _wait_port(n1.addr, 9401)
+        wait_port(n1.addr, 9401)
         swarm.cli(swarm.manager, "node", "update", "--label-rm", "swarmgpu.gpu.memory",
                   node2.node_id, check=False)
         t0 = time.monotonic()
@@ -293,7 +238,7 @@ def test_bad_agents_do_not_block_other_nodes(
         assert res.returncode == 0, res.stderr
         assert "timed out" in res.stderr
         assert time.monotonic() - t0 < 30
-        assert _labels(swarm, "gpu-node-2")["swarmgpu.gpu.memory"] == "24564"
+        assert labels_of(swarm, "gpu-node-2")["swarmgpu.gpu.memory"] == "24564"
     finally:
         stop(hang)
         agents["gpu-node-1"] = start_agent(swarm, "gpu-node-1")
@@ -336,8 +281,8 @@ def test_daemon_mode_fact_change_latency(
         sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg),
     ], env=swarmgpu_env(), **kwargs_for_logs(LOGS / "daemon.log"))
     try:
-        _wait_port(node.addr, 9401)
-        swarm.wait_for(lambda: _labels(swarm, "gpu-node-1").get(
+        wait_port(node.addr, 9401)
+        swarm.wait_for(lambda: labels_of(swarm, "gpu-node-1").get(
             "swarmgpu.driver.version.full") == "535.104.05", 30, "first sync")
         latencies = []
         for version in ("550.54.15", "560.35.03", "570.86.10"):
@@ -346,7 +291,7 @@ def test_daemon_mode_fact_change_latency(
             tmp.write_text(json.dumps(facts))
             tmp.replace(path)
             t0 = time.monotonic()
-            swarm.wait_for(lambda v=version: _labels(swarm, "gpu-node-1").get(
+            swarm.wait_for(lambda v=version: labels_of(swarm, "gpu-node-1").get(
                 "swarmgpu.driver.version.full") == v, 30, f"label {version}")
             latencies.append(time.monotonic() - t0)
         print(f"fact change -> label visible (agent refresh 1 s, interval 2 s): "
@@ -369,16 +314,16 @@ def test_daemon_mode_repairs_on_node_event(
     ], env=swarmgpu_env(), **kwargs_for_logs(LOGS / "daemon-events.log"))
     node = swarm.node("gpu-node-2")
     try:
-        swarm.wait_for(lambda: _labels(swarm, "gpu-node-2").get("swarmgpu.gpu.count") == "8",
+        swarm.wait_for(lambda: labels_of(swarm, "gpu-node-2").get("swarmgpu.gpu.count") == "8",
                        30, "first sync")
         time.sleep(1)  # let the event watcher connect
         swarm.cli(swarm.manager, "node", "update", "--label-add", "swarmgpu.gpu.count=1",
                   "--label-add", "owner=me", node.node_id)
         t0 = time.monotonic()
-        swarm.wait_for(lambda: _labels(swarm, "gpu-node-2").get("swarmgpu.gpu.count") == "8",
+        swarm.wait_for(lambda: labels_of(swarm, "gpu-node-2").get("swarmgpu.gpu.count") == "8",
                        20, "repair after the node event")
         print(f"hand edit -> repaired via node event: {time.monotonic() - t0:.2f}s")
-        assert _labels(swarm, "gpu-node-2")["owner"] == "me"
+        assert labels_of(swarm, "gpu-node-2")["owner"] == "me"
         assert daemon.poll() is None
         daemon.terminate()
         assert daemon.wait(20) == 0, "daemon did not exit cleanly on SIGTERM"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.allocator.mig import (
     MigChoice,
@@ -19,7 +19,7 @@ from swarmgpu.allocator.mig import (
 )
 from swarmgpu.model import Gpu, MigDevice
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = FIXTURES_DIR
 
 
 def _fixture(rel: str) -> str:

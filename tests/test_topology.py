@@ -5,16 +5,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from itertools import combinations
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.allocator.topology import best_gpu_set, choose_gpu_set, set_score
 from swarmgpu.model import is_nvlink, link_score
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = FIXTURES_DIR
 _CELLS = re.compile(r"\t+|\s{2,}")
 
 

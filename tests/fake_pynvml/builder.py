@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paths import FIXTURES as FIXTURES_DIR
+
 from fake_pynvml.pynvml import (
     NVML_NVLINK_DEVICE_TYPE_GPU,
     NVML_NVLINK_DEVICE_TYPE_SWITCH,
@@ -37,7 +39,7 @@ from fake_pynvml.pynvml import (
 )
 from swarmgpu.facts.topo import TopoMatrix, parse_topo
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = FIXTURES_DIR
 CAPTURES = FIXTURES / "captures"
 TOPOLOGY = FIXTURES / "topology"
 

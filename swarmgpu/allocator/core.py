@@ -1,0 +1,505 @@
+"""The allocator: which node and which GPUs a task gets. The daemon and ``simulate`` both
+call this code.
+
+State is incremental: nodes are added once, ``place`` is a pure decision, ``commit`` and
+``release`` change the free capacity. Nodes in the same state (same spec, same free CPU,
+memory and per-GPU share) form one group, and node scores are memoised per (group state,
+demand), so a decision over a thousand nodes costs a few hundred microseconds.
+
+Node choice is pluggable (``Scorer``); the production policy is ``SwarmScorer``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from swarmgpu.allocator import topology
+from swarmgpu.allocator.fragmentation import (
+    MILLI,
+    FragCache,
+    TaskShape,
+    TypicalTask,
+    product_matches,
+)
+
+PairScore = Callable[[int, int], int]
+NVLINK_PAIR_MIN = 100  # one NVLink in go-gpuallocator's pair score
+TOPOLOGIES = ("any", "nvlink", "numa")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    index: int
+    product: str
+    memory_mib: int
+    capacity_milli: int = MILLI
+    numa_node: int | None = None
+    healthy: bool = True
+    mig_enabled: bool = False
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A node as the allocator sees it. ``cpu_milli``/``memory_mib`` None = unconstrained."""
+
+    name: str
+    gpus: tuple[GpuSpec, ...] = ()
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    pair_score: PairScore | None = None  # link score between GPU indices, if known
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one task asks for. ``gpu_milli`` (1..999) is a share of ONE GPU."""
+
+    num_gpu: int = 0
+    gpu_milli: int = 0
+    min_memory_mib: int = 0
+    products: tuple[str, ...] = ()
+    topology: str = "any"
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    mig_profile: str | None = None
+    node_labels: tuple[tuple[str, str], ...] = ()  # required label values (zone filters)
+
+    def __post_init__(self) -> None:
+        if self.num_gpu < 0 or self.gpu_milli < 0 or self.cpu_milli < 0 or self.memory_mib < 0:
+            raise ValueError(f"demand {self}: counts must not be negative")
+        if self.gpu_milli and not 0 < self.gpu_milli < MILLI:
+            raise ValueError(
+                f"gpu_milli={self.gpu_milli}: a share must be 1..999; ask num_gpu for whole GPUs"
+            )
+        if self.gpu_milli and self.num_gpu:
+            raise ValueError("set either num_gpu (whole GPUs) or gpu_milli (a share), not both")
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"topology={self.topology!r}: use one of {', '.join(TOPOLOGIES)}")
+
+    @property
+    def gpus_wanted(self) -> int:
+        return 1 if self.gpu_milli else self.num_gpu
+
+    @property
+    def milli_per_gpu(self) -> int:
+        return self.gpu_milli or (MILLI if self.num_gpu else 0)
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.gpus_wanted * self.milli_per_gpu
+
+    def shape(self) -> TaskShape:
+        return TaskShape(self.cpu_milli, self.milli_per_gpu, self.gpus_wanted, self.products)
+
+    def describe(self) -> str:
+        if self.mig_profile:
+            what = f"a MIG {self.mig_profile} device"
+        elif self.gpu_milli:
+            what = f"{self.gpu_milli / MILLI:.2f} of a GPU"
+        elif self.num_gpu:
+            link = {"nvlink": " NVLink", "numa": " same-NUMA"}.get(self.topology, "")
+            what = f"{self.num_gpu}{link} GPU{'s' if self.num_gpu > 1 else ''}"
+        else:
+            what = "no GPU"
+        if self.min_memory_mib:
+            what += f" >= {self.min_memory_mib / 1024:g} GiB"
+        if self.products:
+            what += f" ({'|'.join(self.products)})"
+        return what
+
+
+@dataclass(frozen=True)
+class Choice:
+    node: str
+    gpus: tuple[int, ...]
+    milli: tuple[int, ...]  # per chosen GPU
+    score: float
+    explanation: str
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    mig: object | None = None  # what the MIG picker returned, when delegated
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    reason: str
+
+
+MigPicker = Callable[[NodeSpec, tuple[int, ...], Demand], object | None]
+
+
+class NodeState:
+    """One node's spec and what is free on it now."""
+
+    __slots__ = ("cpu_left", "free", "gkey", "mem_left", "product", "rank", "simple", "spec")
+
+    def __init__(self, spec: NodeSpec, rank: int) -> None:
+        self.spec = spec
+        self.rank = rank
+        self.free = [g.capacity_milli if g.healthy else 0 for g in spec.gpus]
+        self.cpu_left = spec.cpu_milli
+        self.mem_left = spec.memory_mib
+        products = {g.product for g in spec.gpus}
+        self.product = products.pop() if len(products) == 1 else ""
+        self.simple = (
+            spec.pair_score is None
+            and len({(g.product, g.memory_mib, g.capacity_milli) for g in spec.gpus}) <= 1
+            and all(g.healthy and not g.mig_enabled and g.numa_node is None for g in spec.gpus)
+        )
+        self.gkey: tuple[object, ...] = ()
+
+    def group_key(self) -> tuple[object, ...]:
+        if self.simple:
+            g0 = self.spec.gpus[0] if self.spec.gpus else None
+            sig = (self.product, g0.memory_mib if g0 else 0, len(self.spec.gpus),
+                   tuple(sorted(self.spec.labels.items())))
+            return (sig, self.cpu_left, self.mem_left, tuple(sorted(self.free)))
+        return ("node", self.spec.name, self.cpu_left, self.mem_left, tuple(self.free))
+
+    def free_total(self) -> int:
+        return sum(self.free)
+
+
+class Scorer(Protocol):
+    """Node-choice policy. Higher score wins; equal scores go to the lower node rank.
+
+    ``score`` is called only for nodes that can host the demand and must depend only on
+    the node's state (it is memoised by state). ``pick`` chooses GPUs on the chosen node
+    among ``candidates`` (eligible GPUs with room), returning None to fall back to the
+    allocator's default choice.
+    """
+
+    name: str
+
+    def score(self, node: NodeState, d: Demand) -> float: ...
+
+    def pick(self, node: NodeState, d: Demand, candidates: list[int]) -> tuple[int, ...] | None:
+        ...
+
+
+def _sigmoid(x: float) -> float:
+    if x < -60:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+class SwarmScorer:
+    """swarmgpu's policy: least fragmentation growth first (FGD's gradient against the
+    workload's typical tasks, as a 0..100 integer score), then nodes already in use, then
+    the fixed node order.
+
+    The integer score makes nodes whose fragmentation grows about equally tie; sending
+    those ties to used nodes and then always to the same node order packs work onto few
+    nodes and keeps whole nodes free for multi-GPU tasks (measured: unrounded scores or
+    best-fit tie-breaks place less). For a share, the GPU whose use grows fragmentation
+    least is taken, ties to the fullest GPU. Without a workload model it is packing.
+    """
+
+    name = "swarmgpu"
+
+    def __init__(self, workload: tuple[TypicalTask, ...] = ()) -> None:
+        self.set_workload(workload)
+
+    def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
+        self.frag = FragCache(workload) if workload else None
+
+    def _after(self, node: NodeState, d: Demand, gpu: int | None) -> tuple[int, tuple[int, ...]]:
+        cpu = (node.cpu_left or 0) - d.cpu_milli
+        free = list(node.free)
+        if gpu is not None:
+            free[gpu] -= d.gpu_milli
+        elif d.num_gpu:
+            n = d.num_gpu
+            for i, f in enumerate(free):
+                if n and f == MILLI:
+                    free[i] = 0
+                    n -= 1
+        return cpu, tuple(free)
+
+    def _delta(self, node: NodeState, d: Demand, gpu: int | None) -> float:
+        assert self.frag is not None
+        cpu0 = node.cpu_left or 0
+        before = self.frag(node.product, cpu0, tuple(node.free))
+        cpu, free = self._after(node, d, gpu)
+        return self.frag(node.product, cpu, free) - before
+
+    def _best_share_gpu(self, node: NodeState, d: Demand, cands: list[int]) -> tuple[float, int]:
+        best = (math.inf, 0, -1)
+        for i in cands:
+            delta = self._delta(node, d, i) if self.frag else 0.0
+            key = (round(delta, 6), node.free[i], i)
+            best = min(best, key)
+        return best[0], best[2]
+
+    def score(self, node: NodeState, d: Demand) -> float:
+        if d.gpu_milli:
+            cands = [i for i, f in enumerate(node.free) if f >= d.gpu_milli]
+            delta, _ = self._best_share_gpu(node, d, cands)
+        else:
+            delta = self._delta(node, d, None) if self.frag else 0.0
+        grad = int(_sigmoid(-delta / 1000) * 100)
+        capacity = sum(g.capacity_milli for g in node.spec.gpus)
+        used = 1 if node.free_total() < capacity else 0
+        # One float: gradient first, then "already in use"; ties go to the lower rank.
+        return grad * 10.0 + used
+
+    def pick(self, node: NodeState, d: Demand, candidates: list[int]) -> tuple[int, ...] | None:
+        if d.gpu_milli and candidates:
+            return (self._best_share_gpu(node, d, candidates)[1],)
+        return None
+
+
+class Allocator:
+    """Incremental placement state over a set of nodes."""
+
+    def __init__(
+        self,
+        scorer: Scorer | None = None,
+        *,
+        mig_picker: MigPicker | None = None,
+    ) -> None:
+        self.scorer: Scorer = scorer or SwarmScorer()
+        self.mig_picker = mig_picker
+        self.nodes: dict[str, NodeState] = {}
+        self._groups: dict[tuple[object, ...], dict[str, NodeState]] = {}
+        self._gpu_groups: dict[tuple[object, ...], dict[str, NodeState]] = {}
+        self._group_best: dict[tuple[object, ...], NodeState] = {}
+        self._memo: dict[Demand, dict[tuple[object, ...], float | None]] = {}
+        self.decisions = 0
+
+    # --- state ---------------------------------------------------------
+    def add_node(self, spec: NodeSpec, rank: int | None = None) -> None:
+        """Add a node; ``rank`` orders equal scores (lower wins; default: insertion)."""
+        if spec.name in self.nodes:
+            raise ValueError(f"node {spec.name!r} added twice; node names must be unique")
+        node = NodeState(spec, len(self.nodes) if rank is None else rank)
+        self.nodes[spec.name] = node
+        self._enter(node)
+
+    def _enter(self, node: NodeState) -> None:
+        node.gkey = node.group_key()
+        self._groups.setdefault(node.gkey, {})[node.spec.name] = node
+        if any(node.free):
+            self._gpu_groups[node.gkey] = self._groups[node.gkey]
+        best = self._group_best.get(node.gkey)
+        if best is None or node.rank < best.rank:
+            self._group_best[node.gkey] = node
+
+    def _leave(self, node: NodeState) -> None:
+        members = self._groups[node.gkey]
+        del members[node.spec.name]
+        if not members:
+            del self._groups[node.gkey]
+            self._gpu_groups.pop(node.gkey, None)
+            del self._group_best[node.gkey]
+        elif self._group_best[node.gkey] is node:
+            self._group_best[node.gkey] = min(members.values(), key=lambda n: n.rank)
+
+    def snapshot(self) -> dict[str, tuple[int, ...]]:
+        """Free milli per GPU, per node."""
+        return {name: tuple(n.free) for name, n in self.nodes.items()}
+
+    def commit(self, choice: Choice) -> None:
+        self._apply(choice, -1)
+
+    def release(self, choice: Choice) -> None:
+        self._apply(choice, +1)
+
+    def _apply(self, choice: Choice, sign: int) -> None:
+        node = self.nodes.get(choice.node)
+        if node is None:
+            raise KeyError(f"node {choice.node!r} is not known to the allocator")
+        new_free = list(node.free)
+        for g, m in zip(choice.gpus, choice.milli, strict=True):
+            new_free[g] += sign * m
+            cap = node.spec.gpus[g].capacity_milli
+            if not 0 <= new_free[g] <= cap:
+                verb = "commit" if sign < 0 else "release"
+                raise ValueError(
+                    f"{verb} of {m} milli on {choice.node} GPU {g} would leave "
+                    f"{new_free[g]} of {cap}; the choice is stale or released twice"
+                )
+        self._leave(node)
+        node.free = new_free
+        if node.cpu_left is not None:
+            node.cpu_left += sign * choice.cpu_milli
+        if node.mem_left is not None:
+            node.mem_left += sign * choice.memory_mib
+        self._enter(node)
+
+    # --- decisions -----------------------------------------------------
+    def eligible_gpus(self, node: NodeState, d: Demand) -> list[int]:
+        """GPU indices of the node that pass the demand's product and memory filters."""
+        return [
+            i for i, g in enumerate(node.spec.gpus)
+            if g.healthy and not g.mig_enabled
+            and g.memory_mib >= d.min_memory_mib and product_matches(g.product, d.products)
+        ]
+
+    def gpu_set(self, node: NodeState, d: Demand) -> tuple[int, ...] | None:
+        """The GPUs this node would hand out for ``d``, or None when it cannot."""
+        if d.mig_profile:
+            return None
+        want = d.gpus_wanted
+        if want == 0:
+            return ()
+        elig = self.eligible_gpus(node, d)
+        if d.gpu_milli:
+            cands = [i for i in elig if node.free[i] >= d.gpu_milli]
+            if not cands:
+                return None
+            picked = self.scorer.pick(node, d, cands)
+            if picked is None:  # best fit: the fullest GPU that still has room
+                picked = (min(cands, key=lambda i: (node.free[i], i)),)
+            return picked
+        whole = [i for i in elig if node.free[i] == node.spec.gpus[i].capacity_milli]
+        if len(whole) < want:
+            return None
+        ps = node.spec.pair_score
+        if d.topology == "nvlink" and ps is None:
+            return None
+        if d.topology == "numa" and any(node.spec.gpus[i].numa_node is None for i in whole):
+            return None
+        allowed = self._allowed_pair(node, d)
+        if ps is not None:
+            return topology.best_gpu_set(
+                whole, want, ps, all_gpus=list(range(len(node.spec.gpus))), allowed_pair=allowed
+            )
+        if allowed is not None:  # NUMA without link info: the fullest single NUMA node
+            by_numa: dict[int | None, list[int]] = {}
+            for i in whole:
+                by_numa.setdefault(node.spec.gpus[i].numa_node, []).append(i)
+            fits = [v for v in by_numa.values() if len(v) >= want]
+            return tuple(min(fits, key=len)[:want]) if fits else None
+        picked = self.scorer.pick(node, d, whole)
+        return picked if picked is not None else tuple(whole[:want])
+
+    @staticmethod
+    def _allowed_pair(node: NodeState, d: Demand) -> Callable[[int, int], bool] | None:
+        ps = node.spec.pair_score
+        gpus = node.spec.gpus
+        if d.topology == "nvlink" and ps is not None:
+            return lambda a, b: ps(a, b) >= NVLINK_PAIR_MIN
+        if d.topology == "numa":
+            return lambda a, b: gpus[a].numa_node == gpus[b].numa_node
+        return None
+
+    def fits(self, node: NodeState, d: Demand) -> bool:
+        if node.cpu_left is not None and node.cpu_left < d.cpu_milli:
+            return False
+        if node.mem_left is not None and node.mem_left < d.memory_mib:
+            return False
+        labels = node.spec.labels
+        if any(labels.get(k) != v for k, v in d.node_labels):
+            return False
+        if d.gpus_wanted == 0:
+            return True
+        if node.simple:  # quick count before the full set choice
+            if not node.spec.gpus or d.min_memory_mib > node.spec.gpus[0].memory_mib:
+                return False
+            if not product_matches(node.product, d.products):
+                return False
+            need = d.milli_per_gpu
+            if sum(1 for f in node.free if f >= need) < d.gpus_wanted:
+                return False
+            if d.topology == "any":
+                return True
+        return self.gpu_set(node, d) is not None
+
+    def place(self, d: Demand) -> Choice | Unplaceable:
+        """The best node and GPUs for ``d`` now; changes nothing (see ``commit``)."""
+        self.decisions += 1
+        if d.mig_profile:
+            return self._place_mig(d)
+        memo = self._memo.get(d)
+        if memo is None:
+            memo = self._memo[d] = {}
+        groups = self._gpu_groups if d.gpus_wanted else self._groups
+        best_score = -math.inf
+        best: NodeState | None = None
+        group_best = self._group_best
+        score = self.scorer.score
+        for gk in groups:
+            s = memo.get(gk, 0.0)
+            if s == 0.0 and gk not in memo:  # 0.0 doubles as "not cached yet"
+                rep = group_best[gk]
+                s = score(rep, d) if self.fits(rep, d) else None
+                memo[gk] = s
+            if s is None:
+                continue
+            if s > best_score:
+                best_score, best = s, group_best[gk]
+            elif s == best_score and best is not None and group_best[gk].rank < best.rank:
+                best = group_best[gk]
+        if best is None:
+            return Unplaceable(self.explain_unplaceable(d))
+        gpus = self.gpu_set(best, d)
+        assert gpus is not None  # fits() said so
+        milli = tuple(d.gpu_milli if d.gpu_milli else best.spec.gpus[i].capacity_milli
+                      for i in gpus)
+        return Choice(
+            node=best.spec.name, gpus=gpus, milli=milli, score=best_score,
+            explanation=self._explain(best, d, gpus),
+            cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
+        )
+
+    def place_on(self, name: str, d: Demand) -> Choice | Unplaceable:
+        """Place ``d`` on one named node (used by rebalancing moves)."""
+        node = self.nodes[name]
+        gpus = self.gpu_set(node, d) if self.fits(node, d) else None
+        if gpus is None:
+            return Unplaceable(f"needs {d.describe()}; {name} cannot host it now")
+        milli = tuple(d.gpu_milli or node.spec.gpus[i].capacity_milli for i in gpus)
+        return Choice(node=name, gpus=gpus, milli=milli, score=0.0,
+                      explanation=self._explain(node, d, gpus),
+                      cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
+
+    def _place_mig(self, d: Demand) -> Choice | Unplaceable:
+        if self.mig_picker is None:
+            return Unplaceable(f"needs {d.describe()} but no MIG picker is configured")
+        for node in sorted(self.nodes.values(), key=lambda n: n.rank):
+            if not self.fits(node, Demand(cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
+                                          node_labels=d.node_labels)):
+                continue
+            got = self.mig_picker(node.spec, tuple(node.free), d)
+            if got is not None:
+                return Choice(node=node.spec.name, gpus=(), milli=(), score=0.0,
+                              explanation=f"{d.describe()} on {node.spec.name}",
+                              cpu_milli=d.cpu_milli, memory_mib=d.memory_mib, mig=got)
+        return Unplaceable(f"needs {d.describe()}; no node has one free")
+
+    def _explain(self, node: NodeState, d: Demand, gpus: tuple[int, ...]) -> str:
+        left = node.free_total() - d.total_gpu_milli
+        where = ",".join(str(g) for g in gpus) or "-"
+        return (f"{d.describe()} on {node.spec.name} GPU {where} ({self.scorer.name}); "
+                f"node keeps {left / MILLI:.2f} GPU free")
+
+    def explain_unplaceable(self, d: Demand) -> str:
+        """Why no node fits, naming the node that came closest."""
+        if not self.nodes:
+            return f"needs {d.describe()}; no nodes are known"
+        best_name, best_have, why = "", -1, ""
+        for node in sorted(self.nodes.values(), key=lambda n: n.rank):
+            if any(node.spec.labels.get(k) != v for k, v in d.node_labels):
+                have, reason = 0, "labels do not match"
+            elif node.cpu_left is not None and node.cpu_left < d.cpu_milli:
+                have, reason = 0, f"only {node.cpu_left} CPU milli free"
+            elif node.mem_left is not None and node.mem_left < d.memory_mib:
+                have, reason = 0, f"only {node.mem_left} MiB memory free"
+            else:
+                elig = self.eligible_gpus(node, d)
+                have = sum(1 for i in elig if node.free[i] >= d.milli_per_gpu)
+                reason = f"{have} free"
+                if have >= d.gpus_wanted:
+                    reason = f"{have} free but not as one {d.topology} set"
+            if have > best_have:
+                best_name, best_have, why = node.spec.name, have, reason
+        return f"needs {d.describe()}; best node {best_name} has {why}"
+
+
+def demand_key_shapes(demands: Sequence[Demand]) -> tuple[TaskShape, ...]:
+    """Task shapes of a workload, for ``typical_tasks``."""
+    return tuple(d.shape() for d in demands)

@@ -1,0 +1,113 @@
+"""GPU fragmentation of one node against a workload (FGD, USENIX ATC'23).
+
+A node's free GPU capacity is "fragmented" for a kind of task when that task cannot use
+it: the node cannot host the task at all (too few GPUs with enough free share, too little
+CPU, wrong GPU model), or it can but some GPUs have less free share than the task asks.
+The node's fragmentation is the expectation over the workload's typical tasks, in
+GPU-milli. Placing a task where it increases fragmentation least is FGD's rule.
+
+Pure functions over plain tuples, so the allocator can memoise them by node state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from functools import lru_cache
+
+MILLI = 1000
+
+
+@dataclass(frozen=True, order=True)
+class TaskShape:
+    """The resource shape of a task, without identity (FGD's "typical pod")."""
+
+    cpu_milli: int
+    gpu_milli: int  # per GPU; 1000 for whole GPUs, 0 for CPU-only tasks
+    num_gpu: int
+    products: tuple[str, ...] = ()  # acceptable GPU products (globs); empty = any
+
+
+@dataclass(frozen=True)
+class TypicalTask:
+    shape: TaskShape
+    weight: float  # share of the workload, weights sum to 1
+
+
+def product_matches(product: str, patterns: tuple[str, ...]) -> bool:
+    """True when ``product`` matches one pattern (exact or fnmatch glob, case-insensitive)."""
+    if not patterns:
+        return True
+    p = product.lower()
+    return any(p == pat.lower() or fnmatchcase(p, pat.lower()) for pat in patterns)
+
+
+def typical_tasks(shapes: Iterable[TaskShape], coverage: float = 0.95) -> tuple[TypicalTask, ...]:
+    """The most frequent shapes covering ``coverage`` of the tasks, weights renormalised.
+
+    Ties in frequency are ordered by shape so the result is deterministic.
+    """
+    counts = Counter(shapes)
+    total = sum(counts.values())
+    if total == 0:
+        return ()
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], _desc_key(kv[0])))
+    chosen: list[tuple[TaskShape, int]] = []
+    covered = 0
+    for shape, n in ranked:
+        if covered >= coverage * total:
+            break
+        chosen.append((shape, n))
+        covered += n
+    return tuple(TypicalTask(s, n / covered) for s, n in chosen)
+
+
+def _desc_key(s: TaskShape) -> tuple[int, int, int, tuple[str, ...]]:
+    # Equal counts: larger shapes first (as a descending sort of the original does).
+    return (-s.cpu_milli, -s.gpu_milli, -s.num_gpu, tuple(sorted(s.products)))
+
+
+def task_fragment(
+    product: str, cpu_left: int, free: tuple[int, ...], task: TaskShape
+) -> int:
+    """GPU-milli of this node that ``task`` cannot use."""
+    total = sum(free)
+    if task.num_gpu == 0 or not product_matches(product, task.products):
+        return total
+    fitting = 0
+    unusable = 0
+    for f in free:
+        if f >= task.gpu_milli:
+            fitting += 1
+        else:
+            unusable += f
+    if fitting >= task.num_gpu and cpu_left >= task.cpu_milli:
+        return unusable
+    return total
+
+
+def node_fragmentation(
+    product: str, cpu_left: int, free: tuple[int, ...], tasks: tuple[TypicalTask, ...]
+) -> float:
+    """Expected fragmented GPU-milli of a node (FGD's F_n(M)); ``free`` in any order."""
+    if not any(free):
+        return 0.0
+    return sum(t.weight * task_fragment(product, cpu_left, free, t.shape) for t in tasks)
+
+
+class FragCache:
+    """Memoised ``node_fragmentation`` for one workload (keys are sorted free tuples)."""
+
+    def __init__(self, tasks: tuple[TypicalTask, ...], maxsize: int = 1 << 18) -> None:
+        self.tasks = tasks
+
+        @lru_cache(maxsize=maxsize)
+        def _frag(product: str, cpu_left: int, free_sorted: tuple[int, ...]) -> float:
+            return node_fragmentation(product, cpu_left, free_sorted, tasks)
+
+        self._frag = _frag
+
+    def __call__(self, product: str, cpu_left: int, free: tuple[int, ...]) -> float:
+        return self._frag(product, cpu_left, tuple(sorted(free)))

@@ -1,0 +1,149 @@
+"""`swarmgpu render`: a stack file with GPU placement resolved, for
+``swarmgpu render stack.yml | docker stack deploy -c - NAME``.
+
+Each annotated service gets, in the file itself, everything a task needs at the moment
+it is created: its device lists (service labels), the env template that reads them, and
+the gate constraint. The daemon then only opens the gates, so nothing races: a task
+can never start before its devices are known, and a re-deploy of the rendered file
+keeps every piece (what already runs stays where it runs: its holding is reused).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from swarmgpu.model import NodeFacts
+from swarmgpu.placement import (
+    DEVICES,
+    ORDER_ENV,
+    PlacementPlan,
+    env_template,
+    gate_constraint,
+    plan_placement,
+)
+from swarmgpu.requests import parse_all
+from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+
+
+class StackError(ValueError):
+    pass
+
+
+def load_stack(text: str, where: str = "stack") -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise StackError(f"{where}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
+        raise StackError(f"{where}: a stack file needs a top-level 'services:' mapping")
+    return data
+
+
+def _labels(deploy: Mapping[str, Any], where: str) -> dict[str, str]:
+    raw = deploy.get("labels") or {}
+    if isinstance(raw, list):  # compose allows ["k=v", ...]
+        out = {}
+        for item in raw:
+            k, _, v = str(item).partition("=")
+            out[k] = v
+        return out
+    if not isinstance(raw, dict):
+        raise StackError(f"{where}.deploy.labels: expected a mapping or a list of k=v")
+    return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+
+
+def _env_list(svc: Mapping[str, Any]) -> list[str]:
+    env = svc.get("environment") or []
+    if isinstance(env, dict):
+        return [f"{k}={'' if v is None else v}" for k, v in env.items()]
+    return [str(e) for e in env]
+
+
+def stack_services(stack: Mapping[str, Any], name: str,
+                   existing: Sequence[SwarmService]) -> list[SwarmService]:
+    """The stack's annotated services as Swarm would hold them (existing ids reused)."""
+    by_name = {s.name: s for s in existing}
+    out = []
+    for svc_name, svc in stack["services"].items():
+        where = f"services.{svc_name}"
+        if not isinstance(svc, dict):
+            raise StackError(f"{where}: expected a mapping")
+        deploy = svc.get("deploy") or {}
+        full = f"{name}_{svc_name}"
+        cur = by_name.get(full)
+        labels = _labels(deploy, where)
+        if cur is not None:  # keep the device labels of what already runs
+            labels.update({k: v for k, v in cur.labels.items() if DEVICES in k})
+        placement = deploy.get("placement") or {}
+        mode = str(deploy.get("mode", "replicated"))
+        out.append(SwarmService(
+            id=cur.id if cur else f"render:{full}", name=full, labels=labels,
+            constraints=tuple(placement.get("constraints") or ()),
+            env=tuple(_env_list(svc)), mode=mode,
+            replicas=int(deploy.get("replicas", 1)) if mode == "replicated" else None,
+            max_replicas_per_node=placement.get("max_replicas_per_node"), version=0,
+        ))
+    return out
+
+
+def render_stack(
+    text: str, name: str, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
+    tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str = "swarmgpu.",
+    zone_label: str = "topology.zone",
+) -> tuple[str, PlacementPlan]:
+    stack = load_stack(text)
+    mine = stack_services(stack, name, services)
+    mine_names = {s.name for s in mine}
+    others = [s for s in services if s.name not in mine_names]
+    # Gate and env are written into the file, so plan as if they were already there.
+    gated = [
+        SwarmService(s.id, s.name, s.labels, (*s.constraints, gate_constraint(prefix, s.name)),
+                     (*s.env, env_template(prefix)), s.mode, s.replicas,
+                     s.max_replicas_per_node, s.version)
+        for s in mine
+    ]
+    plan = plan_placement(nodes, [*others, *gated], tasks, facts, prefix=prefix,
+                          zone_label=zone_label, adopt_ungated=False)
+    out = copy.deepcopy(stack)
+    by_name = {sp.name: sp for sp in plan.services}
+    for svc_name, svc in out["services"].items():
+        full = f"{name}_{svc_name}"
+        deploy = svc.get("deploy") or {}
+        req = parse_all(_labels(deploy, f"services.{svc_name}"), prefix=prefix,
+                        zone_label=zone_label)
+        if req is None:
+            continue
+        sp = by_name.get(full)
+        svc["deploy"] = deploy
+        labels = _labels(deploy, f"services.{svc_name}")
+        if sp is not None:
+            for p in sp.placements:
+                labels[f"{prefix}{DEVICES}{p.node_id}"] = ",".join(p.uuids)
+        deploy["labels"] = labels
+        placement = deploy.setdefault("placement", {})
+        cons = list(placement.get("constraints") or [])
+        gate = gate_constraint(prefix, full)
+        if gate not in cons:
+            cons.append(gate)
+        placement["constraints"] = cons
+        if int(deploy.get("replicas", 1)) > 1:
+            placement["max_replicas_per_node"] = 1
+        env = svc.get("environment")
+        additions = [env_template(prefix), ORDER_ENV]
+        if isinstance(env, dict):
+            for a in additions:
+                k, _, v = a.partition("=")
+                env.setdefault(k, v)
+        else:
+            lst = [str(e) for e in (env or [])]
+            for a in additions:
+                if not any(e.startswith(a.split("=", 1)[0] + "=") for e in lst):
+                    lst.append(a)
+            svc["environment"] = lst
+    header = "# rendered by swarmgpu: GPU placement resolved; deploy with\n" \
+             f"#   docker stack deploy -c - {name}\n"
+    return header + yaml.safe_dump(out, sort_keys=False, width=1000), plan

@@ -1,0 +1,1 @@
+"""Trace-driven placement simulator (openb / FGD ATC'23 replay)."""

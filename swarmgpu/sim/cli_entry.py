@@ -1,0 +1,50 @@
+"""What ``swarmgpu simulate`` does, as plain functions the click command calls."""
+
+from __future__ import annotations
+
+from swarmgpu.sim.replay import POLICIES
+from swarmgpu.sim import report
+from swarmgpu.sim.trace import TraceError
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"42-51"`` -> 42..51; ``"1,5,7"`` and mixes like ``"1,3-4"`` work too."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part[1:]:
+                lo, hi = part.split("-", 1)
+                a, b = int(lo), int(hi)
+                if b < a:
+                    raise ValueError
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise ValueError(f"--seeds {text!r}: {part!r} is not N or LOW-HIGH; "
+                             "e.g. --seeds 42-51") from None
+    if not out:
+        raise ValueError(f"--seeds {text!r}: no seeds given; e.g. --seeds 42-51")
+    return out
+
+
+def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], as_json: bool,
+                 plot: str | None, departures: bool = False,
+                 rebalance_moves: float | None = None) -> tuple[str, int]:
+    """Run the replay; returns (text to print, exit code)."""
+    known = set(POLICIES) | {"fgd-unrounded"}
+    bad = [p for p in policies if p not in known]
+    if bad:
+        return (f"unknown policy {', '.join(bad)}; choose from {', '.join(POLICIES)}", 2)
+    try:
+        results = report.run_many(nodes, pods, policies, seeds, departures=departures,
+                           moves=rebalance_moves)
+    except TraceError as e:
+        return (str(e), 2)
+    s = report.summary(results)
+    if plot:
+        report.plot(s, plot)
+    return (report.as_json(s) if as_json else report.as_text(s), 0)

@@ -1,0 +1,198 @@
+"""Replaying a pod trace against a cluster, as the FGD paper's simulator does.
+
+Pods are sorted by name and shuffled with the seed; resampled copies are appended until
+the arrived GPU demand would pass ``inflate`` (130%) of the cluster's GPU-milli. Each pod
+is tried once in that order and either placed or dropped; pods never leave. Node order
+for equal scores is a per-seed random permutation. At each arrived-load level (5% steps)
+the GPU allocation ratio, the fragmentation ratio and failed pods by kind are recorded.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from swarmgpu.allocator.core import Allocator, Choice, Demand, Scorer, SwarmScorer
+from swarmgpu.allocator.fragmentation import FragCache, TypicalTask, typical_tasks
+from swarmgpu.sim.rebalance import Rebalancer, Running
+from swarmgpu.sim.baselines import BestFitScorer, DotProdScorer, FgdScorer, PackingScorer
+from swarmgpu.sim.trace import NodeSpec, TracePod
+
+POLICIES = ("swarmgpu", "random", "bestfit", "dotprod", "packing", "fgd")
+LEVEL_STEP = 5
+
+
+@dataclass
+class RunResult:
+    policy: str
+    seed: int
+    alloc_pct_at: dict[int, float] = field(default_factory=dict)
+    frag_pct_at: dict[int, float] = field(default_factory=dict)
+    failed_at: dict[int, dict[str, int]] = field(default_factory=dict)
+    pods: int = 0
+    placed: int = 0
+    moves: int = 0
+    decision_s: list[float] = field(default_factory=list)
+
+
+def pod_kind(p: TracePod) -> str:
+    if p.total_gpu_milli == 0:
+        return "cpu"
+    if p.gpu_milli < 1000:
+        return "share"
+    return f"{p.num_gpu}gpu" if p.num_gpu in (1, 2, 4, 8) else "other"
+
+
+def workload_of(pods: Sequence[TracePod]) -> tuple[TypicalTask, ...]:
+    return typical_tasks(p.demand().shape() for p in pods)
+
+
+def make_scorer(policy: str, workload: tuple[TypicalTask, ...]) -> Scorer:
+    if policy == "swarmgpu":
+        return SwarmScorer(workload)
+    if policy == "fgd":
+        return FgdScorer(workload)
+    if policy == "fgd-unrounded":
+        return FgdScorer(workload, rounded=False)
+    if policy == "bestfit":
+        return BestFitScorer()
+    if policy == "packing":
+        return PackingScorer()
+    if policy == "dotprod":
+        return DotProdScorer()
+    raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+
+
+def arrival_order(pods: Sequence[TracePod], cluster_milli: int, seed: int,
+                  inflate: float = 1.3) -> tuple[list[TracePod], random.Random]:
+    """Shuffled originals plus resampled copies up to ``inflate`` x cluster GPU-milli."""
+    rng = random.Random(seed)
+    order = sorted(pods, key=lambda p: p.name)
+    rng.shuffle(order)
+    total = sum(p.total_gpu_milli for p in order)
+    limit = inflate * cluster_milli
+    originals = sorted(pods, key=lambda p: p.name)
+    extra: list[TracePod] = []
+    while True:
+        p = rng.choice(originals)
+        if total + p.total_gpu_milli > limit:
+            break
+        total += p.total_gpu_milli
+        extra.append(p)
+    return order + extra, rng
+
+
+def build_allocator(nodes: Sequence[NodeSpec], scorer: Scorer, rng: random.Random) -> Allocator:
+    alloc = Allocator(scorer)
+    ranks = list(range(len(nodes)))
+    rng.shuffle(ranks)  # the original prefixes node names with a random permutation
+    for node, rank in zip(sorted(nodes, key=lambda n: n.name), ranks, strict=True):
+        alloc.add_node(node, rank=rank)
+    return alloc
+
+
+def cluster_frag_milli(alloc: Allocator, frag: FragCache) -> float:
+    return sum(frag(n.product, n.cpu_left or 0, tuple(n.free)) for n in alloc.nodes.values())
+
+
+def place_random(alloc: Allocator, d: Demand, rng: random.Random) -> Choice | None:
+    feasible = [n for n in alloc.nodes.values() if alloc.fits(n, d)]
+    if not feasible:
+        return None
+    node = feasible[rng.randrange(len(feasible))]
+    elig = alloc.eligible_gpus(node, d)
+    if d.gpu_milli:
+        cands = [i for i in elig if node.free[i] >= d.gpu_milli]
+        gpus: tuple[int, ...] = (cands[rng.randrange(len(cands))],)
+        milli: tuple[int, ...] = (d.gpu_milli,)
+    else:
+        whole = [i for i in elig if node.free[i] >= 1000]
+        gpus = tuple(sorted(rng.sample(whole, d.num_gpu)))
+        milli = tuple(1000 for _ in gpus)
+    return Choice(node.spec.name, gpus, milli, 0.0, "random", d.cpu_milli, d.memory_mib)
+
+
+Hook = Callable[[Allocator, int], int]
+
+
+def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, seed: int,
+           *, inflate: float = 1.3, timing: bool = False,
+           rebalancer: Rebalancer | None = None, moves_per_100: float = 0.0) -> RunResult:
+    """One no-departure replay; returns the metrics per arrived-load level.
+
+    With ``rebalancer``, a pod that finds no node may be rescued by moves, at most
+    ``moves_per_100`` per 100 arrived pods over the run so far (counted in ``moves``).
+    """
+    import time
+
+    cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
+    order, rng = arrival_order(pods, cluster_milli, seed, inflate)
+    workload = workload_of(pods)
+    frag = FragCache(workload)
+    scorer = make_scorer("bestfit" if policy == "random" else policy, workload)
+    alloc = build_allocator(nodes, scorer, rng)
+    res = RunResult(policy, seed, pods=len(order))
+    failed: Counter[str] = Counter()
+    arrived = allocated = 0
+    next_level = LEVEL_STEP
+    last_level = int(inflate * 100)
+    demands: dict[TracePod, Demand] = {}
+
+    def record(level: int) -> None:
+        res.alloc_pct_at[level] = 100.0 * allocated / cluster_milli
+        res.frag_pct_at[level] = 100.0 * cluster_frag_milli(alloc, frag) / cluster_milli
+        res.failed_at[level] = dict(failed)
+
+    running: Running = {}
+    for n_arrived, pod in enumerate(order, start=1):
+        d = demands.get(pod)
+        if d is None:
+            d = demands[pod] = pod.demand()
+        arrived += pod.total_gpu_milli
+        t0 = time.perf_counter() if timing else 0.0
+        if policy == "random":
+            choice: Choice | None = place_random(alloc, d, rng)
+        else:
+            got = alloc.place(d)
+            choice = got if isinstance(got, Choice) else None
+        if timing:
+            res.decision_s.append(time.perf_counter() - t0)
+        if choice is None and rebalancer is not None:
+            budget = int(n_arrived * moves_per_100 / 100) - res.moves
+            if budget >= 1:
+                rescue = rebalancer(alloc, running, d)
+                if rescue is not None:
+                    for mv in rescue.moves:
+                        old, new = running[mv.old.node].pop(mv.task), mv.new
+                        running.setdefault(new.node, {})[mv.task] = (old[0], new)
+                    res.moves += len(rescue.moves)
+                    running.setdefault(rescue.placed.node, {})[n_arrived] = (d, rescue.placed)
+                    allocated += pod.total_gpu_milli
+                    res.placed += 1
+                    choice = None
+                    rescued = True
+                else:
+                    rescued = False
+            else:
+                rescued = False
+        else:
+            rescued = False
+        if rescued:
+            pass
+        elif choice is None:
+            failed[pod_kind(pod)] += 1
+        else:
+            alloc.commit(choice)
+            if rebalancer is not None:
+                running.setdefault(choice.node, {})[n_arrived] = (d, choice)
+            allocated += pod.total_gpu_milli
+            res.placed += 1
+        while next_level <= last_level and arrived * 100 >= next_level * cluster_milli:
+            record(next_level)
+            next_level += LEVEL_STEP
+    while next_level <= last_level:  # the last copy may stop just short of the cap
+        record(next_level)
+        next_level += LEVEL_STEP
+    return res

@@ -1,0 +1,71 @@
+"""The live GPU map: static page + JSON route, served by the daemon's HTTP server.
+
+The page (``swarmgpu/web/``) is plain HTML/CSS/JS with no build step and no CDN, so it
+works on an air-gapped cluster. It polls ``/api/v1/cluster`` and redraws in place.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from loguru import logger
+
+Route = Callable[[], tuple[str, bytes]]
+
+CLUSTER_PATH = "/api/v1/cluster"
+SCHEMA = "swarmgpu.cluster/v1"
+
+# URL path -> (asset file in swarmgpu/web, content type)
+ASSETS: dict[str, tuple[str, str]] = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/style.css": ("style.css", "text/css; charset=utf-8"),
+}
+
+
+def asset_bytes(name: str) -> bytes:
+    """Read one packaged asset; a missing one means a broken install, so say so."""
+    try:
+        return resources.files("swarmgpu").joinpath("web", name).read_bytes()
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(
+            f"web asset swarmgpu/web/{name} is missing: reinstall swarmgpu "
+            "(package data 'web/*' must be included)"
+        ) from exc
+
+
+def _static(name: str, ctype: str) -> Route:
+    body = asset_bytes(name)  # read once at registration: fail at start, not per request
+
+    def route() -> tuple[str, bytes]:
+        return ctype, body
+
+    return route
+
+
+def cluster_body(cluster_json: Callable[[], dict[str, Any]]) -> bytes:
+    """The /api/v1/cluster body; a failure becomes an error document, not a dead socket.
+
+    The daemon's handler always answers 200, so the page tells an error apart by the
+    ``error`` key and shows it in its banner instead of a stale map.
+    """
+    try:
+        doc = cluster_json()
+    except Exception as exc:
+        logger.opt(exception=exc).warning("cannot build the cluster document for the GPU map")
+        doc = {"schema": SCHEMA, "generated_at": time.time(), "error": f"{exc}"}
+    return json.dumps(doc, separators=(",", ":"), default=str).encode()
+
+
+def register(
+    routes: dict[str, Route],
+    cluster_json: Callable[[], dict[str, Any]],
+) -> None:
+    """Add the GPU map's page, assets and JSON API to a daemon's ``http_routes``."""
+    for path, (name, ctype) in ASSETS.items():
+        routes[path] = _static(name, ctype)
+    routes[CLUSTER_PATH] = lambda: ("application/json", cluster_body(cluster_json))

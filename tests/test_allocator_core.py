@@ -1,0 +1,154 @@
+"""The allocator core on small hand-made clusters."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmgpu.allocator.core import (
+    Allocator,
+    Choice,
+    Demand,
+    GpuSpec,
+    NodeSpec,
+    Unplaceable,
+)
+from swarmgpu.allocator.fragmentation import TaskShape, node_fragmentation, typical_tasks
+
+
+def gpus(n: int, product: str = "NVIDIA A100-SXM4-40GB", mem: int = 40960) -> tuple[GpuSpec, ...]:
+    return tuple(GpuSpec(index=i, product=product, memory_mib=mem) for i in range(n))
+
+
+def cluster(*nodes: NodeSpec) -> Allocator:
+    a = Allocator()
+    for n in nodes:
+        a.add_node(n)
+    return a
+
+
+def test_memory_filter_picks_the_big_gpu_node() -> None:
+    a = cluster(NodeSpec("small", gpus(2, "Tesla T4", 15360)),
+                NodeSpec("big", gpus(2, "NVIDIA A100-SXM4-80GB", 81920)))
+    c = a.place(Demand(num_gpu=1, min_memory_mib=40960))
+    assert isinstance(c, Choice) and c.node == "big"
+
+
+def test_product_globs_are_case_insensitive() -> None:
+    a = cluster(NodeSpec("t4", gpus(1, "Tesla T4", 15360)),
+                NodeSpec("a100", gpus(1, "NVIDIA A100-SXM4-40GB")))
+    c = a.place(Demand(num_gpu=1, products=("*a100*",)))
+    assert isinstance(c, Choice) and c.node == "a100"
+    c = a.place(Demand(num_gpu=1, products=("tesla t4",)))
+    assert isinstance(c, Choice) and c.node == "t4"
+    assert isinstance(a.place(Demand(num_gpu=1, products=("H100*",))), Unplaceable)
+
+
+def test_fractions_never_exceed_capacity() -> None:
+    a = cluster(NodeSpec("n", gpus(2)))
+    placed = 0
+    while True:
+        c = a.place(Demand(gpu_milli=300))
+        if isinstance(c, Unplaceable):
+            break
+        a.commit(c)
+        placed += 1
+    assert placed == 6  # three 0.3 shares per GPU
+    assert all(0 <= f <= 1000 for f in a.snapshot()["n"])
+    assert sorted(a.snapshot()["n"]) == [100, 100]
+
+
+def test_shares_pack_onto_a_used_gpu_first() -> None:
+    a = cluster(NodeSpec("n", gpus(2)))
+    first = a.place(Demand(gpu_milli=500))
+    assert isinstance(first, Choice)
+    a.commit(first)
+    second = a.place(Demand(gpu_milli=500))
+    assert isinstance(second, Choice) and second.gpus == first.gpus
+
+
+def test_cpu_and_memory_must_fit() -> None:
+    a = cluster(NodeSpec("tight", gpus(4), cpu_milli=4000, memory_mib=8192),
+                NodeSpec("roomy", gpus(4), cpu_milli=64000, memory_mib=262144))
+    c = a.place(Demand(num_gpu=1, cpu_milli=8000))
+    assert isinstance(c, Choice) and c.node == "roomy"
+    c = a.place(Demand(num_gpu=1, memory_mib=16384))
+    assert isinstance(c, Choice) and c.node == "roomy"
+
+
+def test_commit_release_round_trip() -> None:
+    a = cluster(NodeSpec("n", gpus(2), cpu_milli=1000, memory_mib=1000))
+    c = a.place(Demand(num_gpu=2, cpu_milli=500, memory_mib=500))
+    assert isinstance(c, Choice)
+    a.commit(c)
+    assert a.snapshot()["n"] == (0, 0)
+    assert isinstance(a.place(Demand(num_gpu=1)), Unplaceable)
+    a.release(c)
+    assert a.snapshot()["n"] == (1000, 1000)
+    with pytest.raises(ValueError, match="released twice"):
+        a.release(c)
+
+
+def test_unplaceable_names_the_closest_node() -> None:
+    a = cluster(NodeSpec("gpu-node-1", gpus(1)), NodeSpec("gpu-node-3", gpus(2)))
+    r = a.place(Demand(num_gpu=3, min_memory_mib=40960))
+    assert isinstance(r, Unplaceable)
+    assert "needs 3 GPUs >= 40 GiB" in r.reason
+    assert "best node gpu-node-3 has 2 free" in r.reason
+
+
+def test_nvlink_request_uses_the_link_matrix() -> None:
+    # GPUs 0-1 and 2-3 are NVLink pairs; across pairs only PCIe.
+    def pair(a: int, b: int) -> int:
+        return 200 if a // 2 == b // 2 else 10
+
+    a = Allocator()
+    a.add_node(NodeSpec("dgx", gpus(4), pair_score=pair))
+    c = a.place(Demand(num_gpu=2, topology="nvlink"))
+    assert isinstance(c, Choice) and c.gpus[0] // 2 == c.gpus[1] // 2
+    a.commit(c)
+    c2 = a.place(Demand(num_gpu=2, topology="nvlink"))
+    assert isinstance(c2, Choice) and set(c2.gpus).isdisjoint(c.gpus)
+    plain = Allocator()
+    plain.add_node(NodeSpec("box", gpus(2)))
+    r = plain.place(Demand(num_gpu=2, topology="nvlink"))
+    assert isinstance(r, Unplaceable) and "NVLink" in r.reason
+
+
+def test_label_filter_and_mig_delegation() -> None:
+    a = Allocator(mig_picker=lambda spec, free, d: "MIG-1" if spec.name == "b" else None)
+    a.add_node(NodeSpec("a", gpus(1), labels={"zone": "x"}))
+    a.add_node(NodeSpec("b", gpus(1), labels={"zone": "y"}))
+    c = a.place(Demand(num_gpu=1, node_labels=(("zone", "y"),)))
+    assert isinstance(c, Choice) and c.node == "b"
+    m = a.place(Demand(mig_profile="1g.10gb"))
+    assert isinstance(m, Choice) and m.node == "b" and m.mig == "MIG-1"
+
+
+def test_bad_demands_are_refused_with_the_fix() -> None:
+    with pytest.raises(ValueError, match="1..999"):
+        Demand(gpu_milli=1000)
+    with pytest.raises(ValueError, match="topology"):
+        Demand(num_gpu=1, topology="ring")
+
+
+def test_fragmentation_counts_unusable_shares() -> None:
+    tasks = typical_tasks([TaskShape(1000, 1000, 1)] * 3 + [TaskShape(1000, 500, 1)])
+    # one whole GPU free and one with 300 left: the 300 is fragment for both kinds
+    f = node_fragmentation("A", 8000, (1000, 300), tasks)
+    assert f == pytest.approx(300.0)
+    # too little CPU: everything is fragment
+    assert node_fragmentation("A", 0, (1000, 300), tasks) == pytest.approx(1300.0)
+
+
+def test_fragmentation_aware_choice_keeps_whole_gpus() -> None:
+    tasks = typical_tasks([TaskShape(0, 1000, 1)] * 5 + [TaskShape(0, 500, 1)] * 5)
+    from swarmgpu.allocator.core import SwarmScorer
+
+    a = Allocator(SwarmScorer(tasks))
+    a.add_node(NodeSpec("half", gpus(1)))
+    a.add_node(NodeSpec("whole", gpus(1)))
+    c = a.place(Demand(gpu_milli=500))
+    assert isinstance(c, Choice)
+    a.commit(c)
+    c2 = a.place(Demand(gpu_milli=500))
+    assert isinstance(c2, Choice) and c2.node == c.node  # fill the half-used GPU

@@ -1,0 +1,251 @@
+"""`swarmgpu doctor` and `swarmgpu node-config`: each fixture root finds exactly its problem."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from swarmgpu.doctor import (
+    Status,
+    dpkg_version,
+    norm_bus_id,
+    parse_generic_resources,
+    parse_proc_devices,
+    parse_version,
+    read_view,
+    run_checks,
+    run_doctor,
+)
+from swarmgpu.model import Gpu, MigDevice, NodeFacts
+from swarmgpu.nodeconfig import node_config
+
+ROOTS = Path(__file__).parent / "doctor_roots"
+UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"
+UB = "GPU-7e4d2f1a-3b6c-4d8e-9a0f-5c1b7d3e9f24"
+
+# case -> {check id: (status, text the found/fix must contain)}; every other check is OK,
+# except the ones listed in SKIPPED.
+EXPECTED: dict[str, dict[str, tuple[Status, str]]] = {
+    "healthy": {},
+    "no-daemon-json": {"docker.daemon-json": (Status.FAIL, "Create it")},
+    "bad-daemon-json": {"docker.daemon-json": (Status.FAIL, "line 4 column 1")},
+    "runc-default": {"runtime.default": (Status.FAIL, '"default-runtime": "nvidia"')},
+    "dockerd-not-restarted": {"runtime.default": (Status.FAIL, "systemctl restart docker")},
+    "stale-uuid": {"resources.generic": (Status.FAIL, "GPU-0b9e8d7c-6a5f-4e3d-2c1b-a09f8e7d6c5b")},
+    "missing-uuid": {"resources.generic": (Status.FAIL, f"GPU1 {UB}")},
+    "discrete-count": {"resources.generic": (Status.FAIL, "NVIDIA-GPU=GPU-<uuid>")},
+    "swarm-resource-unset": {
+        "toolkit.swarm-resource": (Status.FAIL, 'swarm-resource = "DOCKER_RESOURCE_NVIDIA-GPU"')},
+    "swarm-resource-wrong-kind": {
+        "toolkit.swarm-resource": (Status.FAIL, "nvidia-container-toolkit#57")},
+    "swarm-resource-misplaced": {
+        "toolkit.swarm-resource": (Status.FAIL, "above the first [section]")},
+    "toolkit-1.18-jit-cdi": {"toolkit.mode": (Status.FAIL, 'mode = "legacy"')},
+    "toolkit-missing": {
+        "toolkit.swarm-resource": (Status.FAIL, "Install nvidia-container-toolkit")},
+    "uvm-stale-major": {"devices.nodes": (Status.FAIL, "mknod -m 666 /dev/nvidia-uvm c 510 0")},
+    "uvm-not-loaded": {"devices.nodes": (Status.FAIL, "modprobe nvidia-uvm")},
+    "no-driver": {"devices.nodes": (Status.FAIL, "modprobe nvidia")},
+    "cgroup-v1-no-devices": {"cgroup.devices": (Status.FAIL, "cgroup_disable=devices")},
+    "no-dev-char-links": {
+        "cgroup.dev-char-links": (Status.WARN, "create-dev-char-symlinks")},
+    "pci-order": {"gpu.order": (Status.WARN, "CUDA_DEVICE_ORDER=PCI_BUS_ID")},
+    "numa-unknown": {"gpu.numa": (Status.WARN, "numa_node")},
+}
+SKIPPED: dict[str, set[str]] = {
+    "no-daemon-json": {"runtime.default", "resources.generic"},
+    "bad-daemon-json": {"runtime.default", "resources.generic"},
+    "toolkit-missing": {"toolkit.mode"},
+    "no-driver": {"resources.generic", "gpu.order", "gpu.numa"},  # no NVML, no facts
+}
+
+
+def test_every_fixture_root_has_an_expectation() -> None:
+    assert sorted(p.name for p in ROOTS.iterdir() if p.is_dir()) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_fixture_root_finds_exactly_its_problem(case: str) -> None:
+    checks = {c.id: c for c in run_checks(read_view(str(ROOTS / case)))}
+    for cid, check in checks.items():
+        if cid in EXPECTED[case]:
+            status, text = EXPECTED[case][cid]
+            assert check.status is status, f"{case}/{cid}: {check}"
+            assert text in check.found + " " + check.fix + " " + check.why, f"{case}/{cid}: {check}"
+            assert check.why and check.fix, f"{case}/{cid}: a problem needs why and fix"
+        elif cid in SKIPPED.get(case, set()):
+            assert check.status is Status.SKIP, f"{case}/{cid}: {check}"
+        else:
+            assert check.status is Status.OK, f"{case}/{cid}: {check}"
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_exit_code_and_json(case: str) -> None:
+    text, code = run_doctor(str(ROOTS / case), as_json=True)
+    data = json.loads(text)
+    failed = any(s is Status.FAIL for s, _ in EXPECTED[case].values())
+    assert code == (1 if failed else 0)
+    assert data["summary"]["fail"] == sum(s is Status.FAIL for s, _ in EXPECTED[case].values())
+    assert {c["id"] for c in data["checks"]} >= {"runtime.default", "toolkit.swarm-resource"}
+    assert all(set(c) == {"id", "status", "found", "why", "fix", "details"}
+               for c in data["checks"])
+
+
+def test_text_report_shows_why_and_fix_for_problems_only() -> None:
+    text, code = run_doctor(str(ROOTS / "swarm-resource-wrong-kind"))
+    assert code == 1
+    lines = text.splitlines()
+    fail = next(i for i, ln in enumerate(lines) if ln.startswith("FAIL"))
+    assert "toolkit.swarm-resource" in lines[fail]
+    assert lines[fail + 1].strip().startswith("why:")
+    assert lines[fail + 2].strip().startswith("fix:")
+    assert sum(ln.strip().startswith("why:") for ln in lines) == 1
+
+
+def test_numa_table_is_shown() -> None:
+    text, _ = run_doctor(str(ROOTS / "healthy"))
+    assert "GPU1  00000000:0F:00.0 numa 0" in text
+    text, _ = run_doctor(str(ROOTS / "numa-unknown"))
+    assert "numa ? (sysfs says 0)" in text
+
+
+def test_bad_root_exits_2(tmp_path: Path) -> None:
+    text, code = run_doctor(str(tmp_path / "nope"))
+    assert code == 2 and "not a directory" in text
+    bad = tmp_path / "root"
+    shutil.copytree(ROOTS / "healthy", bad)
+    (bad / "dev" / ".swarmgpu-devices.json").write_text('{"nodes": {"nvidia0": "195-0"}}')
+    text, code = run_doctor(str(bad), as_json=True)
+    assert code == 2 and "MAJOR:MINOR" in json.loads(text)["error"]
+
+
+def test_given_facts_and_docker_info_win_over_fixture_files() -> None:
+    only_a = NodeFacts(hostname="n", gpus=(Gpu(index=0, uuid=UA, product="A100", memory_mib=1,
+                                                pci_bus_id="0000:07:00.0", numa_node=0,
+                                                cpu_affinity="0-7"),))
+    checks = {c.id: c for c in run_checks(read_view(str(ROOTS / "healthy"), facts=only_a,
+                                                    docker_info={"DefaultRuntime": "runc"}))}
+    assert checks["resources.generic"].status is Status.FAIL  # UB no longer present
+    assert checks["runtime.default"].status is Status.FAIL
+
+
+def test_real_root_runs() -> None:
+    # This machine may have no GPU; the point is the os.stat path and no exception.
+    text, code = run_doctor("/")
+    assert code in (0, 1), text
+    assert "devices.nodes" in text
+
+
+def test_mig_devices_count_as_present(tmp_path: Path) -> None:
+    mig = Gpu(index=0, uuid=UA, product="A100", memory_mib=40960, mig_enabled=True,
+              mig_devices=(MigDevice("3g.20gb", "MIG-aaaa", 20096),
+                           MigDevice("3g.20gb", "MIG-bbbb", 20096)),
+              numa_node=0, cpu_affinity="0-7")
+    facts = NodeFacts(hostname="n", gpus=(mig,))
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "healthy", root)
+    daemon = json.loads((root / "etc/docker/daemon.json").read_text())
+    daemon["node-generic-resources"] = ["NVIDIA-GPU=MIG-aaaa", "NVIDIA-GPU=MIG-bbbb"]
+    (root / "etc/docker/daemon.json").write_text(json.dumps(daemon))
+    checks = {c.id: c for c in run_checks(read_view(str(root), facts=facts, docker_info={}))}
+    assert checks["resources.generic"].status is Status.OK, checks["resources.generic"]
+
+
+# --- node-config: what it prints is what doctor accepts --------------------------------
+
+
+def _facts() -> NodeFacts:
+    return NodeFacts.from_dict(json.loads(
+        (ROOTS / "healthy" / ".swarmgpu-fixture" / "facts.json").read_text()))
+
+
+def _fragments(text: str) -> tuple[dict[str, object], dict[str, object]]:
+    body = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    split = body.index("")
+    return json.loads("\n".join(body[:split])), tomllib.loads("\n".join(body[split:]))
+
+
+@pytest.mark.parametrize("kind", ["NVIDIA-GPU", "gpu"])
+def test_node_config_round_trips_through_doctor(tmp_path: Path, kind: str) -> None:
+    text = node_config(_facts(), kind=kind)
+    daemon, toml = _fragments(text)
+    assert daemon["default-runtime"] == "nvidia"
+    assert daemon["node-generic-resources"] == [f"{kind}={UA}", f"{kind}={UB}"]
+    assert toml == {"swarm-resource": f"DOCKER_RESOURCE_{kind.upper()}"}
+    assert text.count("# why:") == 2
+    # A node configured from the fragments passes the checks the fragments are for.
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "swarm-resource-unset", root)
+    (root / "etc/docker/daemon.json").write_text(json.dumps(daemon))
+    conf = root / "etc/nvidia-container-runtime/config.toml"
+    conf.write_text(f'swarm-resource = "{toml["swarm-resource"]}"\n' + conf.read_text())
+    checks = {c.id: c for c in run_checks(read_view(str(root), docker_info={}))}
+    for cid in ("runtime.default", "resources.generic", "toolkit.swarm-resource"):
+        assert checks[cid].status is Status.OK, checks[cid]
+
+
+def test_node_config_lists_mig_devices_and_rejects_bad_input() -> None:
+    mig = Gpu(index=0, uuid=UA, product="A100", memory_mib=40960, mig_enabled=True,
+              mig_devices=(MigDevice("7g.40gb", "MIG-cccc", 40192),))
+    daemon, _ = _fragments(node_config(NodeFacts(hostname="n", gpus=(mig,))))
+    assert daemon["node-generic-resources"] == ["NVIDIA-GPU=MIG-cccc"]
+    with pytest.raises(ValueError, match="kind 'NVIDIA GPU'"):
+        node_config(_facts(), kind="NVIDIA GPU")
+    with pytest.raises(ValueError, match="no GPUs"):
+        node_config(NodeFacts(hostname="n"))
+
+
+# --- parsers -------------------------------------------------------------------------
+
+
+def test_parsers() -> None:
+    status = (ROOTS / "healthy" / "var/lib/dpkg/status").read_text()
+    assert dpkg_version(status) == "1.19.1-1"
+    assert dpkg_version("Package: nvidia-container-toolkit\nStatus: deinstall ok config-files\n"
+                        "Version: 1.14.0-1\n") is None
+    assert parse_version("1.17.8-1") == ((1, 17, 8), False)
+    assert parse_version("1.19.0~rc.2-1") == ((1, 19, 0), True)
+    assert parse_version("garbage") is None
+    majors = parse_proc_devices((ROOTS / "healthy" / "proc/devices").read_text())
+    assert majors["nvidia-frontend"] == 195 and majors["nvidia-uvm"] == 510
+    assert "sd" not in majors  # block devices are not character devices
+    assert norm_bus_id("00000000:3B:00.0") == norm_bus_id("0000:3b:00.0") == "0000:3b:00.0"
+    res, errs = parse_generic_resources(["NVIDIA-GPU=GPU-1", "bad", "gpu=2"], "x")
+    assert [(r.kind, r.value, r.discrete) for r in res] == [("NVIDIA-GPU", "GPU-1", False),
+                                                            ("gpu", "2", True)]
+    assert errs == ["x[1]: 'bad' is not KIND=VALUE (e.g. NVIDIA-GPU=GPU-<uuid>)"]
+
+
+def test_mixed_products_warn_about_cuda_order() -> None:
+    gpus = (Gpu(index=0, uuid=UA, product="NVIDIA A100", memory_mib=1, pci_bus_id="0000:07:00.0",
+                numa_node=0, cpu_affinity="0-7"),
+            Gpu(index=1, uuid=UB, product="NVIDIA T4", memory_mib=1, pci_bus_id="0000:0f:00.0",
+                numa_node=0, cpu_affinity="0-7"))
+    checks = {c.id: c for c in run_checks(read_view(str(ROOTS / "healthy"),
+                                                    facts=NodeFacts(hostname="n", gpus=gpus)))}
+    assert checks["gpu.order"].status is Status.WARN
+    assert "mixed products" in checks["gpu.order"].found
+
+
+@pytest.mark.parametrize(("version", "mode", "status"), [
+    ("1.17.8-1", "auto", Status.OK),       # auto -> legacy before 1.18
+    ("1.17.8-1", "jit-cdi", Status.FAIL),
+    ("1.18.2-1", "auto", Status.FAIL),     # auto -> jit-cdi, no Swarm support
+    ("1.18.2-1", "legacy", Status.OK),
+    ("1.19.0~rc.1-1", "auto", Status.FAIL),
+    ("1.19.0-1", "cdi", Status.OK),
+    ("1.20.0-1", "auto", Status.OK),
+])
+def test_toolkit_mode_table(tmp_path: Path, version: str, mode: str, status: Status) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "healthy", root)
+    conf = root / "etc/nvidia-container-runtime/config.toml"
+    conf.write_text(conf.read_text().replace('mode = "auto"', f'mode = "{mode}"'))
+    dpkg = root / "var/lib/dpkg/status"
+    dpkg.write_text(dpkg.read_text().replace("1.19.1-1", version))
+    checks = {c.id: c for c in run_checks(read_view(str(root)))}
+    assert checks["toolkit.mode"].status is status, checks["toolkit.mode"]

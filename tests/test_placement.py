@@ -1,0 +1,218 @@
+"""Pure tests of the placement planner on facts from real captures."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpu_nodes import DGX_A100, RTX4090
+
+from swarmgpu.placement import (
+    env_template,
+    gate_constraint,
+    plan_placement,
+    read_ledger,
+)
+from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+
+
+def node(nid: str, host: str, labels: dict[str, str] | None = None) -> SwarmNode:
+    return SwarmNode(id=nid, hostname=host, addr="10.0.0.1", role="worker", state="ready",
+                     availability="active", labels=labels or {}, engine_labels={}, version=1,
+                     generic_resources={}, discrete_resources={})
+
+
+def svc(name: str, labels: dict[str, str], replicas: int = 1, gated: bool = True,
+        sid: str | None = None) -> SwarmService:
+    cons = (gate_constraint(P, name),) if gated else ()
+    env = (env_template(P),) if gated else ()
+    return SwarmService(id=sid or f"id-{name}", name=name, labels=labels, constraints=cons,
+                        env=env, mode="replicated", replicas=replicas,
+                        max_replicas_per_node=None, version=1)
+
+
+DGX = node("n-dgx", "gpu-node-1")
+R4090 = node("n-4090", "gpu-node-2")
+FACTS = {"n-dgx": DGX_A100.facts(), "n-4090": RTX4090.facts()}
+
+
+def apply(nodes: list[SwarmNode], plan: object) -> list[SwarmNode]:
+    out = []
+    for n in nodes:
+        labels = dict(n.labels)
+        for k in plan.node_remove.get(n.id, []):  # type: ignore[attr-defined]
+            labels.pop(k, None)
+        labels.update(plan.node_set.get(n.id, {}))  # type: ignore[attr-defined]
+        out.append(replace(n, labels=labels))
+    return out
+
+
+def test_nvlink_pair_lands_on_dgx() -> None:
+    s = svc("llm", {"swarmgpu.gpus": "2", "swarmgpu.topology": "nvlink"})
+    plan = plan_placement([DGX, R4090], [s], [], FACTS)
+    sp = plan.services[0]
+    assert sp.status == "placed", sp.reason
+    (p,) = sp.placements
+    assert p.hostname == "gpu-node-1" and len(p.uuids) == 2
+    assert sp.service_labels_set["swarmgpu.devices.n-dgx"] == ",".join(p.uuids)
+    assert plan.node_set["n-dgx"]["swarmgpu.assign.llm"] == ",".join(p.uuids)
+    # The pending task predates the device map: it is replaced, the gate waits.
+    assert sp.force_update and sp.gates_deferred
+    assert "swarmgpu.service.llm" not in plan.node_set["n-dgx"]
+    s2 = replace(s, labels={**s.labels, **sp.service_labels_set}, force_update=1)
+    fresh = SwarmTask("t2", s.id, "", 1, "pending", "running", (), force_update=1)
+    nxt = plan_placement(apply([DGX, R4090], plan), [s2], [fresh], FACTS)
+    assert nxt.node_set == {"n-dgx": {"swarmgpu.service.llm": "true"}}
+    assert not nxt.services[0].needs_service_write
+
+
+def test_numa_request_gets_one_pix_group_on_4090() -> None:
+    s = svc("train", {"swarmgpu.gpus": "4", "swarmgpu.topology": "numa",
+                      "swarmgpu.gpu-product": "*4090*"})
+    sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
+    (p,) = sp.placements
+    assert p.hostname == "gpu-node-2"
+    assert set(p.gpus) in ({0, 1, 2, 3}, {4, 5, 6, 7})
+
+
+def test_40gib_never_on_24gib_and_pending_reason() -> None:
+    s = svc("big", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB"}, replicas=2)
+    sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
+    assert [p.hostname for p in sp.placements] == ["gpu-node-1"]
+    assert sp.status == "pending" and "1 of 2 replicas placed" in (sp.reason or "")
+    s2 = svc("huge", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "80GiB"})
+    sp2 = plan_placement([DGX, R4090], [s2], [], FACTS).services[0]
+    assert sp2.status == "pending" and not sp2.placements
+    assert "best node" in (sp2.reason or "")
+
+
+def test_no_gpu_handed_out_twice_across_services_and_restart_keeps_all() -> None:
+    nodes = [DGX, R4090]
+    # DGX: 7 whole GPUs (GPU 0 runs MIG); 4090 box: 8.
+    services = [svc("a", {"swarmgpu.gpus": "4"}, replicas=2), svc("b", {"swarmgpu.gpus": "3"}),
+                svc("c", {"swarmgpu.gpus": "4"})]
+    plan = plan_placement(nodes, services, [], FACTS)
+    seen: set[str] = set()
+    for sp in plan.services:
+        assert sp.status == "placed", (sp.name, sp.reason)
+        for p in sp.placements:
+            assert not seen & set(p.uuids)
+            seen |= set(p.uuids)
+    assert plan.services[0].set_max_replicas == 1
+    assert len(seen) == 15
+    # Applied, then planned again (a daemon restart): nothing to write, same holdings.
+    nodes2 = apply(nodes, plan)
+    services2 = [replace(s, labels={**s.labels, **sp.service_labels_set}, max_replicas_per_node=1
+                         if sp.set_max_replicas else None, force_update=1)
+                 for s, sp in zip(services, plan.services, strict=True)]
+    opened = plan_placement(nodes2, services2, [], FACTS)  # gates open
+    assert all(not sp.needs_service_write for sp in opened.services)
+    nodes2 = apply(nodes2, opened)
+    again = plan_placement(nodes2, services2, [], FACTS)
+    assert again.empty, (again.node_set, [s.service_labels_set for s in again.services])
+    assert [sorted(p.uuids for p in sp.placements) for sp in again.services] == [
+        sorted(p.uuids for p in sp.placements) for sp in plan.services]
+    # A fourth 4-GPU service cannot fit.
+    d = plan_placement(nodes2, [*services2, svc("d", {"swarmgpu.gpus": "4"})], [], FACTS)
+    assert d.services[-1].status == "pending"
+
+
+def test_redeploy_removed_device_labels_restored_in_one_service_write() -> None:
+    s = svc("llm", {"swarmgpu.gpus": "2"})
+    plan = plan_placement([DGX, R4090], [s], [], FACTS)
+    s1 = replace(s, labels={**s.labels, **plan.services[0].service_labels_set}, force_update=1)
+    nodes = apply(apply([DGX, R4090], plan), plan_placement(apply([DGX, R4090], plan), [s1],
+                                                             [], FACTS))
+    running = SwarmTask("t1", s.id, "n-dgx", 1, "running", "running", (), force_update=1)
+    assert plan_placement(nodes, [s1], [running], FACTS).empty
+    # stack re-deploy: the service's labels are the file's again (device labels gone)
+    s2 = replace(s, force_update=1)
+    again = plan_placement(nodes, [s2], [running], FACTS)
+    sp = again.services[0]
+    first = plan.services[0].service_labels_set
+    assert sp.service_labels_set == {k: v for k, v in first.items() if "parallelism" not in k}
+    assert not sp.force_update, "restoring must not restart the running task"
+    assert not again.node_set and not again.node_remove
+
+
+def test_fraction_packs_by_memory_and_never_over() -> None:
+    services = [svc(f"small{i}", {"swarmgpu.gpu-fraction": "0.3"}) for i in range(4)]
+    plan = plan_placement([R4090], services, [], {"n-4090": FACTS["n-4090"]})
+    per_gpu: dict[str, int] = {}
+    for sp in plan.services:
+        (p,) = sp.placements
+        per_gpu[p.uuids[0]] = per_gpu.get(p.uuids[0], 0) + p.milli[0]
+    assert all(v <= 1000 for v in per_gpu.values())
+    assert len(per_gpu) == 2  # three shares of 0.3 fit on one card, the fourth goes next door
+    assert "@300" in plan.node_set["n-4090"]["swarmgpu.assign.small0"]
+
+
+def test_mig_request_gets_mig_uuid() -> None:
+    from paths import TOPOLOGY
+
+    from swarmgpu.facts.topo import TopoSource
+
+    h100 = TopoSource(TOPOLOGY / "topo_hgx_h100_nv18_partial_nics.txt", hostname="h",
+                      product="NVIDIA H100 80GB HBM3", memory_mib=81559,
+                      mig_layout="0:3g.40gb,1g.10gb*2").read()
+    n = node("n-h100", "gpu-node-3")
+    s = svc("slice", {"swarmgpu.mig": "1g.10gb"})
+    sp = plan_placement([n], [s], [], {"n-h100": h100}).services[0]
+    (p,) = sp.placements
+    assert p.uuids[0].startswith("MIG-")
+    migs = {m.uuid: m.profile for g in h100.gpus for m in g.mig_devices}
+    assert migs[p.uuids[0]] == "1g.10gb"
+
+
+def test_invalid_request_reported_others_proceed() -> None:
+    bad = svc("bad", {"swarmgpu.gpus": "two"})
+    good = svc("good", {"swarmgpu.gpus": "1"})
+    plan = plan_placement([DGX], [bad, good], [], {"n-dgx": FACTS["n-dgx"]})
+    by = {sp.name: sp for sp in plan.services}
+    assert by["bad"].status == "invalid" and "swarmgpu.gpus='two'" in (by["bad"].reason or "")
+    assert not by["bad"].needs_service_write
+    assert by["good"].status == "placed"
+
+
+def test_ungated_service_is_adopted_or_reported() -> None:
+    s = svc("raw", {"swarmgpu.gpus": "1"}, gated=False)
+    sp = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services[0]
+    assert gate_constraint(P, "raw") in sp.add_constraints
+    assert env_template(P) in sp.add_env
+    sp2 = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]},
+                         adopt_ungated=False).services[0]
+    assert sp2.status == "pending" and "not gated" in (sp2.reason or "")
+
+
+def test_deleted_service_releases_gate_and_ledger() -> None:
+    s = svc("gone", {"swarmgpu.gpus": "1"})
+    plan = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]})
+    nodes = apply([DGX], plan)
+    assert read_ledger(nodes, P)["gone"]
+    after = plan_placement(nodes, [], [], {"n-dgx": FACTS["n-dgx"]})
+    assert sorted(after.node_remove["n-dgx"]) == ["swarmgpu.assign.gone", "swarmgpu.service.gone"]
+
+
+def test_zone_spread_and_avoid() -> None:
+    a = node("n-a", "a", {"topology.zone": "z1"})
+    b = node("n-b", "b", {"topology.zone": "z2"})
+    c = node("n-c", "c", {"topology.zone": "z1"})
+    f = {n: RTX4090.facts() for n in ("n-a", "n-b", "n-c")}
+    s = svc("web", {"swarmgpu.gpus": "1"}, replicas=2)
+    sp = plan_placement([a, b, c], [s], [], f).services[0]
+    assert sorted(p.hostname for p in sp.placements) in (["a", "b"], ["b", "c"])
+    s2 = svc("web2", {"swarmgpu.gpus": "1", "swarmgpu.zone-avoid": "z1"})
+    sp2 = plan_placement([a, b, c], [s2], [], f).services[0]
+    assert [p.hostname for p in sp2.placements] == ["b"]
+
+
+def test_running_tasks_counted_for_state() -> None:
+    s = svc("llm", {"swarmgpu.gpus": "1"})
+    plan = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]})
+    nodes = apply([DGX], plan)
+    s2 = replace(s, labels={**s.labels, **plan.services[0].service_labels_set}, force_update=1)
+    nodes = apply(nodes, plan_placement(nodes, [s2], [], {"n-dgx": FACTS["n-dgx"]}))
+    t = SwarmTask("t1", s.id, "n-dgx", 1, "running", "running", (), force_update=1)
+    sp = plan_placement(nodes, [s2], [t], {"n-dgx": FACTS["n-dgx"]}).services[0]
+    assert sp.state == "Active"

@@ -1,0 +1,233 @@
+"""Placement on the real test swarm: `docker stack deploy` of annotated stacks, the
+daemon (real CLI, continuous mode) placing them, containers checked for their devices.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_nodes import (
+    DGX_A100,
+    LOGS,
+    RTX4090,
+    agents,
+    cfg_file,
+    kwargs_for_logs,
+    run_cli,
+    stop,
+    swarmgpu_env,
+)
+from swarm_harness import SwarmCluster
+
+from swarmgpu.placement import env_template, gate_constraint
+
+pytestmark = pytest.mark.swarm
+_ = agents  # fixture, used by name
+P = "swarmgpu."
+
+
+def stack_yaml(stack: str, services: dict[str, dict[str, Any]]) -> str:
+    """A compose file with the documented gate + env lines on every annotated service."""
+    out: dict[str, Any] = {"version": "3.8", "services": {}}
+    for name, spec in services.items():
+        full = f"{stack}_{name}"
+        svc: dict[str, Any] = {
+            "image": "local/busybox:latest",
+            "command": ["sleep", "3600"],
+            "environment": [env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                            *spec.get("env", [])],
+            "deploy": {
+                "replicas": spec.get("replicas", 1),
+                "labels": spec["labels"],
+                "placement": {"constraints": [gate_constraint(P, full),
+                                              *spec.get("constraints", [])]},
+                "restart_policy": {"condition": "any", "delay": "1s"},
+            },
+        }
+        if spec.get("replicas", 1) > 1:
+            svc["deploy"]["placement"]["max_replicas_per_node"] = 1
+        out["services"][name] = svc
+    return json.dumps(out, indent=1)
+
+
+@pytest.fixture(scope="module")
+def daemon(swarm: SwarmCluster, agents: dict[str, Any],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("placement")
+    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
+    state: dict[str, Any] = {"cfg": cfg, "tmp": tmp}
+
+    def start() -> None:
+        state["proc"] = swarm.exec_in_netns(
+            swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
+            env=swarmgpu_env(), **kwargs_for_logs(LOGS / "placement-daemon.log"))
+
+    state["start"] = start
+    start()
+    yield state
+    stop(state["proc"])
+
+
+def deploy(swarm: SwarmCluster, tmp: Path, stack: str, services: dict[str, Any]) -> None:
+    f = tmp / f"{stack}.yml"
+    f.write_text(stack_yaml(stack, services))
+    swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c", str(f), stack)
+
+
+def plan(daemon: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    res = run_cli("plan", "--config", str(daemon["cfg"]), "--json")
+    assert res.returncode == 0, res.stderr
+    return {s["name"]: s for s in json.loads(res.stdout)["services"]}
+
+
+def tasks_running(swarm: SwarmCluster, service: str) -> list[dict[str, Any]]:
+    api = swarm.client(swarm.manager).api
+    return [t for t in api.tasks(filters={"service": service, "desired-state": "running"})
+            if t["Status"]["State"] == "running"]
+
+
+def container_env(swarm: SwarmCluster, task: dict[str, Any]) -> dict[str, str]:
+    node = swarm.node(task["NodeID"])
+    cid = task["Status"]["ContainerStatus"]["ContainerID"]
+    env = swarm.client(node).api.inspect_container(cid)["Config"]["Env"]
+    return dict(e.split("=", 1) for e in env)
+
+
+def wait_running(swarm: SwarmCluster, service: str, n: int, timeout: float = 60
+                 ) -> list[dict[str, Any]]:
+    return swarm.wait_for(lambda: (lambda ts: ts if len(ts) == n else None)(
+        tasks_running(swarm, service)), timeout, f"{n} running task(s) of {service}")
+
+
+def devices_of(swarm: SwarmCluster, service: str) -> dict[str, list[str]]:
+    """hostname -> the device UUIDs each running container of the service sees."""
+    out = {}
+    for t in tasks_running(swarm, service):
+        env = container_env(swarm, t)
+        out[swarm.node(t["NodeID"]).hostname] = env["NVIDIA_VISIBLE_DEVICES"].split(",")
+        assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    return out
+
+
+def placement_writes(service: str) -> int:
+    """Service writes the daemon made, as its log says (one line per landed write)."""
+    text = (LOGS / "placement-daemon.log").read_text()
+    return text.count(f"'service': '{service}'}} placement written")
+
+
+def test_nvlink_pair_on_dgx_with_plan_uuids(swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    deploy(swarm, daemon["tmp"], "llm", {"api": {
+        "labels": {"swarmgpu.gpus": "2", "swarmgpu.topology": "nvlink",
+                   "swarmgpu.gpu-memory": "40GiB"},
+        "constraints": ["node.role==worker"], "env": ["MODEL=llama"]}})
+    (task,) = wait_running(swarm, "llm_api", 1)
+    p = plan(daemon)["llm_api"]
+    assert p["status"] == "placed" and p["state"] == "Active"
+    (pl,) = p["placements"]
+    assert pl["node"] == "gpu-node-1"
+    assert devices_of(swarm, "llm_api") == {"gpu-node-1": pl["uuids"]}
+    dgx = {g.uuid: g for g in DGX_A100.facts().gpus}
+    assert all(u in dgx and not dgx[u].mig_enabled for u in pl["uuids"])
+    # the user's own constraint and env are kept
+    spec = swarm.client(swarm.manager).api.inspect_service("llm_api")["Spec"]
+    assert "node.role==worker" in spec["TaskTemplate"]["Placement"]["Constraints"]
+    assert "MODEL=llama" in spec["TaskTemplate"]["ContainerSpec"]["Env"]
+
+
+def test_numa_group_on_4090_and_no_gpu_twice(swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    deploy(swarm, daemon["tmp"], "train", {
+        "numa": {"labels": {"swarmgpu.gpus": "4", "swarmgpu.topology": "numa",
+                            "swarmgpu.gpu-product": "*RTX 4090"}},
+        "pair": {"labels": {"swarmgpu.gpus": "2"}, "replicas": 2},
+    })
+    wait_running(swarm, "train_numa", 1)
+    wait_running(swarm, "train_pair", 2)
+    numa = devices_of(swarm, "train_numa")
+    assert list(numa) == ["gpu-node-2"]
+    r4090 = RTX4090.facts()
+    idx = sorted(g.index for g in r4090.gpus if g.uuid in numa["gpu-node-2"])
+    assert idx in ([0, 1, 2, 3], [4, 5, 6, 7]), idx
+    pairs = devices_of(swarm, "train_pair")
+    assert sorted(pairs) == ["gpu-node-1", "gpu-node-2"]  # one replica per node
+    seen: list[str] = []
+    for svc in ("llm_api", "train_numa", "train_pair"):
+        for uuids in devices_of(swarm, svc).values():
+            seen += uuids
+    assert len(seen) == len(set(seen)), "a GPU was handed out twice"
+
+
+def test_memory_floor_and_pending_reason(swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    deploy(swarm, daemon["tmp"], "big", {"m": {"labels": {"swarmgpu.gpus": "1",
+                                                          "swarmgpu.gpu-memory": "80GiB"}}})
+    time.sleep(6)
+    p = plan(daemon)["big_m"]
+    assert p["status"] == "pending" and "best node" in p["reason"], p
+    assert tasks_running(swarm, "big_m") == []
+    audit = run_cli("audit", "--config", str(daemon["cfg"]), "--json")
+    assert any(f["kind"] == "pending" and f["subject"] == "big_m"
+               for f in json.loads(audit.stdout)["findings"])
+    swarm.cli(swarm.manager, "stack", "rm", "big")
+
+
+def test_mig_request_gets_mig_device(swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    deploy(swarm, daemon["tmp"], "mig", {"s": {"labels": {"swarmgpu.mig": "1g.5gb"}}})
+    wait_running(swarm, "mig_s", 1)
+    ((host, uuids),) = devices_of(swarm, "mig_s").items()
+    migs = {m.uuid: m.profile for g in DGX_A100.facts().gpus for m in g.mig_devices}
+    assert host == "gpu-node-1" and len(uuids) == 1 and migs[uuids[0]] == "1g.5gb"
+
+
+def test_redeploy_kill_and_daemon_restart_keep_devices(
+    swarm: SwarmCluster, daemon: dict[str, Any]
+) -> None:
+    api = swarm.client(swarm.manager).api
+    before_dev = devices_of(swarm, "llm_api")
+    before_tasks = {t["ID"] for t in tasks_running(swarm, "llm_api")}
+    writes0 = placement_writes("llm_api")
+    # Re-deploy the unchanged stack: its labels lose the device lists, nothing restarts.
+    swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c",
+              str(daemon["tmp"] / "llm.yml"), "llm")
+    swarm.wait_for(lambda: any(k.startswith("swarmgpu.devices.") for k in
+                               api.inspect_service("llm_api")["Spec"]["Labels"]),
+                   30, "device labels restored")
+    time.sleep(5)  # a few more daemon cycles: no further writes
+    writes_by_daemon = placement_writes("llm_api") - writes0
+    assert writes_by_daemon == 1, f"{writes_by_daemon} daemon writes after a re-deploy"
+    assert {t["ID"] for t in tasks_running(swarm, "llm_api")} == before_tasks
+    # Kill the container by hand: the replacement gets the same devices.
+    (t,) = tasks_running(swarm, "llm_api")
+    node = swarm.node(t["NodeID"])
+    swarm.client(node).api.kill(t["Status"]["ContainerStatus"]["ContainerID"])
+    swarm.wait_for(lambda: (lambda ts: ts and ts[0]["ID"] not in before_tasks)(
+        tasks_running(swarm, "llm_api")), 60, "replacement task")
+    assert devices_of(swarm, "llm_api") == before_dev
+    # Restart the daemon: nothing is written, no task restarts.
+    stop(daemon["proc"])
+    ids = {s: {t["ID"] for t in tasks_running(swarm, s)}
+           for s in ("llm_api", "train_numa", "train_pair", "mig_s")}
+    versions = {s: api.inspect_service(s)["Version"]["Index"] for s in ids}
+    node_versions = {n["ID"]: n["Version"]["Index"] for n in api.nodes()}
+    daemon["start"]()
+    time.sleep(8)  # several cycles
+    assert {s: api.inspect_service(s)["Version"]["Index"] for s in ids} == versions
+    assert {n["ID"]: n["Version"]["Index"] for n in api.nodes()} == node_versions
+    assert {s: {t["ID"] for t in tasks_running(swarm, s)} for s in ids} == ids
+    assert daemon["proc"].poll() is None
+
+
+def test_removing_stacks_releases_gpus(swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    for stack in ("llm", "train", "mig"):
+        swarm.cli(swarm.manager, "stack", "rm", stack)
+    api = swarm.client(swarm.manager).api
+
+    def released() -> bool:
+        return not any(k.startswith(("swarmgpu.assign.", "swarmgpu.service."))
+                       for n in api.nodes() for k in (n["Spec"].get("Labels") or {}))
+
+    swarm.wait_for(released, 30, "gates and ledger released")

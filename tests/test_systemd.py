@@ -1,0 +1,140 @@
+"""systemd units and the example config: valid for systemd, hardened, consistent with the code."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from swarmgpu import daemon
+from swarmgpu.config import Config, describe_defaults, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+UNITS = REPO / "systemd"
+BINARY = "/usr/local/bin/swarmgpu"
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+needs_analyze = pytest.mark.skipif(
+    SYSTEMD_ANALYZE is None,
+    reason="systemd-analyze is not installed (apt-get install systemd); .ci/run installs it")
+
+
+def settings(unit: str) -> dict[str, list[str]]:
+    """key -> every value it is given (systemd keys may repeat)."""
+    out: dict[str, list[str]] = {}
+    for line in (UNITS / unit).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key, []).append(value)
+    return out
+
+
+def seconds(value: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|min|ms)?", value)
+    assert m, f"unsupported time span {value!r}"
+    return float(m.group(1)) * {"s": 1, None: 1, "min": 60, "ms": 0.001}[m.group(2)]
+
+
+def test_daemon_unit_notify_watchdog_and_restart() -> None:
+    s = settings("swarmgpu.service")
+    assert s["Type"] == ["notify"]
+    assert s["ExecStart"] == [f"{BINARY} run --config /etc/swarmgpu/config.yml"]
+    assert s["EnvironmentFile"] == ["-/etc/swarmgpu/env"]
+    assert s["Restart"] == ["on-failure"]
+    # The watchdog is pinged once per cycle: it must outlast an interval plus a slow cycle.
+    assert seconds(s["WatchdogSec"][0]) >= 2 * Config().sync.interval_s + 30
+    assert s["StateDirectory"] == ["swarmgpu"]
+    assert f"/var/lib/{s['StateDirectory'][0]}" == Config().state_dir
+
+
+def test_agent_unit_type_matches_what_the_agent_sends() -> None:
+    s = settings("swarmgpu-agent.service")
+    agent_src = (REPO / "swarmgpu" / "agent.py").read_text()
+    if "READY=1" in agent_src:
+        pytest.fail("the agent now sends READY=1: make swarmgpu-agent.service Type=notify "
+                    "(with WatchdogSec= if it sends WATCHDOG=1)")
+    assert s["Type"] == ["exec"]
+    assert "WatchdogSec" not in s  # nothing would ping it
+    assert s["ExecStart"][0].startswith(f"{BINARY} agent --source ")
+    assert s["EnvironmentFile"] == ["-/etc/swarmgpu/env"]
+    assert s["Restart"] == ["on-failure"]
+    assert s["DevicePolicy"] == ["closed"]
+    assert s["DeviceAllow"] == ["char-nvidia* rw"]
+
+
+@pytest.mark.parametrize("unit", ["swarmgpu.service", "swarmgpu-agent.service"])
+def test_units_are_hardened(unit: str) -> None:
+    s = settings(unit)
+    for key, value in {"NoNewPrivileges": "yes", "ProtectSystem": "strict",
+                       "ProtectHome": "yes", "PrivateTmp": "yes", "DynamicUser": "yes",
+                       "CapabilityBoundingSet": ""}.items():
+        assert s.get(key) == [value], f"{unit}: {key}={value} expected, got {s.get(key)}"
+
+
+def _verifiable_copies(tmp_path: Path) -> list[Path]:
+    # verify refuses an ExecStart binary that does not exist: point it at one that does.
+    true = shutil.which("true")
+    assert true
+    out = []
+    for unit in ("swarmgpu.service", "swarmgpu-agent.service"):
+        copy = tmp_path / unit
+        copy.write_text((UNITS / unit).read_text().replace(BINARY, true))
+        out.append(copy)
+    return out
+
+
+@needs_analyze
+def test_systemd_analyze_verify(tmp_path: Path) -> None:
+    units = _verifiable_copies(tmp_path)
+    assert SYSTEMD_ANALYZE
+    r = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", *map(str, units)],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "swarmgpu" not in r.stderr, r.stderr  # no warnings about our units
+
+
+@needs_analyze
+def test_systemd_analyze_security_exposure(tmp_path: Path) -> None:
+    assert SYSTEMD_ANALYZE
+    for unit in _verifiable_copies(tmp_path):
+        r = subprocess.run([SYSTEMD_ANALYZE, "security", "--offline=yes", str(unit)],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        if "--offline" in r.stderr and r.returncode != 0:
+            pytest.skip(f"this systemd-analyze has no --offline: {r.stderr.strip()}")
+        m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", r.stdout)
+        assert m, r.stdout + r.stderr
+        # docs/systemd.md gives 1.3 (daemon) and 1.5 (agent) with systemd 252.
+        assert float(m.group(1)) <= 2.0, r.stdout
+
+
+def test_example_config_is_every_default() -> None:
+    path = UNITS / "config.yml"
+    assert load_config(str(path)) == Config()
+
+    def keys(data: object, prefix: str = "") -> set[str]:
+        if not isinstance(data, dict):
+            return {prefix}
+        return {k2 for k, v in data.items() for k2 in keys(v, f"{prefix}{k}.")}
+
+    assert keys(yaml.safe_load(path.read_text())) == keys(yaml.safe_load(describe_defaults()))
+
+
+def test_sd_notify_reaches_the_notify_socket(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # What Type=notify and WatchdogSec= rely on: the datagrams the daemon sends.
+    addr = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(addr)
+        s.settimeout(5)
+        monkeypatch.setenv("NOTIFY_SOCKET", addr)
+        assert daemon.sd_notify("READY=1")
+        assert daemon.sd_notify("WATCHDOG=1")
+        assert [s.recv(64), s.recv(64)] == [b"READY=1", b"WATCHDOG=1"]
+    monkeypatch.delenv("NOTIFY_SOCKET")
+    assert not daemon.sd_notify("READY=1")

@@ -1,0 +1,488 @@
+"""The live GPU map (swarmgpu/webmap.py + swarmgpu/web/) in Debian's real headless Chromium.
+
+The page is served through `webmap.register()` by a ThreadingHTTPServer that answers
+like the daemon's (200 + route, or 404), then Chromium runs its JS with virtual time
+and dumps the DOM or a screenshot. Screenshots land in artifacts/webmap/ for a human
+look. Without Chromium these tests FAIL (install `chromium`) unless
+SWARMGPU_SKIP_BROWSER=1 turns that into a skip.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swarmgpu import webmap
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = Path(__file__).resolve().parent / "web_sample_cluster.json"
+ARTIFACTS = REPO / "artifacts" / "webmap"
+WEB = REPO / "swarmgpu" / "web"
+
+Doc = dict[str, Any]
+
+
+def sample() -> Doc:
+    doc: Doc = json.loads(SAMPLE.read_text())
+    return doc
+
+
+# ---- a server shaped like the daemon's ------------------------------------------
+
+
+class MapServer:
+    """Serve `register()`'s routes on 127.0.0.1:0; counts the API hits."""
+
+    def __init__(self, cluster_json: Callable[[], Doc]) -> None:
+        self.routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+        self.api_hits = 0
+
+        def counted() -> Doc:
+            self.api_hits += 1
+            return cluster_json()
+
+        webmap.register(self.routes, counted)
+        routes = self.routes
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def do_GET(self) -> None:
+                route = routes.get(self.path.split("?", 1)[0])
+                if route is None:
+                    self.send_error(404)
+                    return
+                ctype, body = route()
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Callable[[], Doc]], MapServer]]:
+    servers: list[MapServer] = []
+
+    def start(cluster_json: Callable[[], Doc]) -> MapServer:
+        servers.append(MapServer(cluster_json))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+# ---- Chromium ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    path = os.environ.get("SWARMGPU_CHROMIUM") or shutil.which("chromium")
+    if path:
+        return path
+    if os.environ.get("SWARMGPU_SKIP_BROWSER") == "1":
+        pytest.skip("no chromium and SWARMGPU_SKIP_BROWSER=1")
+    pytest.fail(
+        "the GPU map tests need Debian's headless Chromium: `apt-get install -y chromium` "
+        "(or set SWARMGPU_CHROMIUM=/path/to/chromium); SWARMGPU_SKIP_BROWSER=1 skips them"
+    )
+
+
+# headless, offline and quiet: no sandbox (CI runs as root), no GPU, no phoning home
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-proxy-server",
+    "--hide-scrollbars",
+]
+
+
+def run_chromium(browser: str, url: str, *args: str, budget_ms: int = 3000) -> str:
+    with tempfile.TemporaryDirectory(prefix="swarmgpu-chromium-") as profile:
+        cmd = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
+        cmd += [f"--virtual-time-budget={budget_ms}", *args, url]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert res.returncode == 0, f"chromium failed ({res.returncode}): {res.stderr[-2000:]}"
+    return res.stdout
+
+
+def dump_dom(browser: str, url: str, budget_ms: int = 3000) -> str:
+    return run_chromium(browser, url, "--dump-dom", budget_ms=budget_ms)
+
+
+def screenshot(browser: str, url: str, name: str, size: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    out = ARTIFACTS / name
+    out.unlink(missing_ok=True)
+    run_chromium(browser, url, f"--window-size={size}", f"--screenshot={out}")
+    assert out.stat().st_size > 10_000, f"{out} looks empty"
+    return out
+
+
+def text_of(dom: str) -> str:
+    """The DOM's visible-ish text, tags dropped and entities kept, for `in` checks."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
+
+
+# ---- routes without a browser -----------------------------------------------------
+
+
+def test_register_adds_page_assets_and_api() -> None:
+    routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+    webmap.register(routes, sample)
+    assert set(routes) == {"/", "/static/app.js", "/static/style.css", "/api/v1/cluster"}
+    ctype, body = routes["/"]()
+    assert ctype.startswith("text/html") and b'src="/static/app.js"' in body
+    assert routes["/static/app.js"]()[0].startswith("text/javascript")
+    assert routes["/static/style.css"]()[0].startswith("text/css")
+    ctype, body = routes["/api/v1/cluster"]()
+    assert ctype == "application/json"
+    assert json.loads(body) == sample()
+
+
+def test_cluster_failure_becomes_an_error_document() -> None:
+    def broken() -> Doc:
+        raise RuntimeError("docker API unreachable")
+
+    routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+    webmap.register(routes, broken)
+    doc = json.loads(routes["/api/v1/cluster"]()[1])
+    assert doc["schema"] == "swarmgpu.cluster/v1"
+    assert doc["error"] == "docker API unreachable"
+
+
+def test_assets_are_offline_and_never_inject_html() -> None:
+    js = (WEB / "app.js").read_text()
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+        assert sink not in js, f"app.js uses {sink}: build DOM nodes with text instead"
+    for name in ("index.html", "app.js", "style.css"):
+        text = (WEB / name).read_text()
+        assert not re.search(r"https?://(?!127\.0\.0\.1)", text), f"{name} loads from the net"
+
+
+# ---- the page in Chromium --------------------------------------------------------
+
+
+def test_map_shows_nodes_gpus_holders_pending_mig_groups(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    srv = serve(sample)
+    dom = dump_dom(chromium, srv.url)
+    text = text_of(dom)
+    doc = sample()
+
+    # every node as a card, with its labels health as words
+    for node in doc["nodes"]:
+        assert f'data-node="{node["hostname"]}"' in dom
+    assert "Labels in sync" in text and "Labels drifted (2)" in text
+    assert "Agent stale" in text and "No agent" in text
+    assert "swarmgpu.gpu.memory: want 81559, have 1" in text
+    assert "8 \u00d7 NVIDIA A100-SXM4-40GB · driver 535.104.05 · CUDA 12.2" in text
+
+    # one focusable tile per GPU, named for screen readers
+    tiles = re.findall(r'<div class="gpu[^"]*"[^>]*data-key="([^"]+)"', dom)
+    want = [f"{n['hostname']}/{g['index']}" for n in doc["nodes"] for g in n["gpus"]]
+    assert sorted(tiles) == sorted(want)
+    assert dom.count('tabindex="0" role="button"') == len(want)
+    assert 'aria-label="gpu-node-1 GPU 0; NVIDIA A100-SXM4-40GB; 35 of 40 GiB used' in dom
+
+    # holders with their request; a half share
+    assert "llm_api" in text and "2 NVLink GPUs &gt;= 40 GiB" in text
+    assert "trainer" in text and "notebook 50 %" in text
+
+    # the pending request with its reason
+    pending = dom[dom.index('id="pending"') :]
+    pending = text_of(pending[: pending.index("</section>")])
+    assert "big" in pending and "4 GPUs &gt;= 80 GiB" in pending
+    assert "needs 4 GPUs &gt;= 80 GiB; best node gpu-node-2 has 2 free" in pending
+
+    # MIG slices drawn inside the tile: 4 slices, 3 held, 1 free
+    assert dom.count('class="slice held"') == 3 and dom.count('class="slice"') == 1
+    assert "3g.40gb" in text and "1g.10gb" in text
+
+    # grouping: NUMA boxes on the DGX (NVLink spans all 8), NVLink pairs on the H100s
+    for label in ("NUMA node 3", "NVLink group 1", "NVLink group 2", "PCIe switch 1"):
+        assert label in text
+    assert dom.count('<section class="group numa"') == 4 + 2  # DGX 4, RTX box 2
+    assert dom.count('<section class="group nvlink"') == 2
+    assert dom.count('<details class="links"') == 3 and ">NV12<" in dom
+
+    # moves with reasons and outcomes
+    assert "gpu-node-3 → gpu-node-2 (GPU 3)" in text
+    assert "PCIe switch 1 above 85 % utilisation for 5 min" in text
+    assert "rolled back" in text and "done" in text
+
+    # live status, no banner
+    assert "last updated" in text
+    assert re.search(r'<div id="banner" class="banner" role="alert" hidden="">\s*</div>', dom)
+
+
+def test_screenshots_for_a_human_look(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    srv = serve(sample)
+    for size, name in (("1366,768", "map-1366x768.png"), ("1920,1080", "map-1920x1080.png"),
+                       ("1366,2400", "map-1366-full.png")):  # fmt: skip
+        screenshot(chromium, srv.url, name, size)
+
+
+def test_live_update_changes_the_dom_without_reload(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    polls = {"n": 0}
+
+    def counting() -> Doc:
+        polls["n"] += 1
+        doc = sample()
+        doc["pending"][0]["reason"] = f"poll number {polls['n']}"
+        doc["nodes"][1]["gpus"][0]["util_pct"] = float(polls["n"])
+        return doc
+
+    srv = serve(counting)
+    dom = dump_dom(chromium, srv.url, budget_ms=6000)  # polls every 2.5 s: 3 polls
+    seen = [int(n) for n in re.findall(r"poll number (\d+)", dom)]
+    assert srv.api_hits >= 2, f"the page polled {srv.api_hits} time(s) in 6 s of virtual time"
+    assert seen and seen[0] >= 2, f"the DOM still shows poll {seen}: it never redrew"
+    assert "poll number 1<" not in dom
+
+
+def test_offline_banner_keeps_the_last_map(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    calls = {"n": 0}
+
+    def flaky() -> Doc:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise RuntimeError("docker API unreachable")
+        return sample()
+
+    srv = serve(flaky)
+    dom = dump_dom(chromium, srv.url, budget_ms=4000)
+    banner = re.search(r'<div id="banner"([^>]*)>(.*?)</div>', dom, re.S)
+    assert banner and "hidden" not in banner.group(1), "no offline banner after the API failed"
+    assert "Offline: the map is stale." in banner.group(2)
+    assert "docker API unreachable" in banner.group(2)
+    assert 'class="stale"' in dom  # the map is dimmed, not removed
+    assert 'data-node="gpu-node-1"' in dom
+    assert ">Offline<" in dom
+
+    calls["n"] = 0  # the same story once more, for a human look at the banner
+    screenshot(chromium, srv.url, "map-offline-1366x768.png", "1366,768")
+
+
+def test_data_is_escaped_never_markup(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    evil = '<img src=x onerror="document.title=1">'
+
+    def hostile() -> Doc:
+        doc = copy.deepcopy(sample())
+        doc["nodes"][1]["hostname"] = evil
+        doc["nodes"][1]["gpus"][0]["holders"][0]["service"] = "<b>bold</b>"
+        doc["pending"][0]["reason"] = "<script>document.title=2</script>"
+        return doc
+
+    srv = serve(hostile)
+    dom = dump_dom(chromium, srv.url)
+    assert "<img" not in dom and "<b>bold" not in dom
+    assert "&lt;img src=x" in dom and "&lt;b&gt;bold&lt;/b&gt;" in dom
+    assert "&lt;script&gt;document.title=2" in dom
+    assert "<title>swarmgpu · GPU map</title>" in dom
+
+
+# ---- keyboard, through the DevTools protocol over a pipe ------------------------------
+
+
+class Cdp:
+    """Just enough of the DevTools protocol (--remote-debugging-pipe: fd 3 in, fd 4 out)."""
+
+    def __init__(self, browser: str, size: tuple[int, int]) -> None:
+        self.profile = tempfile.TemporaryDirectory(
+            prefix="swarmgpu-chromium-", ignore_cleanup_errors=True
+        )
+        self.size = size
+        to_child_r, self.to_child = os.pipe()
+        self.from_child, from_child_w = os.pipe()
+        # the child sees our pipe ends as its fd 3 (commands) and fd 4 (replies)
+        # the shell moves our pipe ends onto the child's fd 3 (commands) and fd 4 (replies)
+        self.proc = subprocess.Popen(
+            [
+                "bash",
+                "-c",
+                f'exec "$0" "$@" 3<&{to_child_r} 4>&{from_child_w}',
+                browser,
+                *CHROMIUM_FLAGS,
+                "--remote-debugging-pipe",
+                f"--user-data-dir={self.profile.name}",
+                "about:blank",
+            ],
+            pass_fds=(to_child_r, from_child_w),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.buf = b""
+        self.next_id = 0
+        self.session: str | None = None
+        self.events: list[dict[str, Any]] = []
+
+    def call(self, method: str, timeout: float = 20.0, **params: Any) -> dict[str, Any]:
+        self.next_id += 1
+        msg: dict[str, Any] = {"id": self.next_id, "method": method, "params": params}
+        if self.session and not method.startswith("Target."):
+            msg["sessionId"] = self.session
+        os.write(self.to_child, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" in self.buf:
+                raw, self.buf = self.buf.split(b"\0", 1)
+                reply = json.loads(raw)
+                if reply.get("id") == self.next_id:
+                    assert "error" not in reply, f"{method}: {reply['error']}"
+                    result: dict[str, Any] = reply.get("result", {})
+                    return result
+                self.events.append(reply)
+            left = deadline - time.monotonic()
+            assert left > 0, f"chromium did not answer {method} in {timeout} s"
+            if select.select([self.from_child], [], [], left)[0]:
+                chunk = os.read(self.from_child, 1 << 20)
+                assert chunk, "chromium closed the DevTools pipe"
+                self.buf += chunk
+
+    def open(self, url: str) -> None:
+        targets = self.call("Target.getTargets")["targetInfos"]
+        page = next(t for t in targets if t["type"] == "page")
+        self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)[
+            "sessionId"
+        ]
+        self.call(
+            "Emulation.setDeviceMetricsOverride", width=self.size[0], height=self.size[1],
+            deviceScaleFactor=1, mobile=False,
+        )  # fmt: skip
+        self.call("Page.navigate", url=url)
+
+    def js(self, expr: str) -> Any:
+        res = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        return res["result"].get("value")
+
+    def wait_for(self, expr: str, timeout: float = 15.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = self.js(expr)
+            if value:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"page never satisfied {expr!r}")
+
+    def key(self, key: str, code: int) -> None:
+        for kind in ("rawKeyDown", "keyUp"):
+            self.call(
+                "Input.dispatchKeyEvent", type=kind, key=key, code=key, windowsVirtualKeyCode=code
+            )
+        if key == "Enter":
+            self.call("Input.dispatchKeyEvent", type="char", text="\r")
+
+    def screenshot(self, out: Path) -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(base64.b64decode(self.call("Page.captureScreenshot")["data"]))
+
+    def close(self) -> None:
+        self.proc.kill()  # our own child, by its handle
+        self.proc.wait(timeout=10)
+        os.close(self.to_child)
+        os.close(self.from_child)
+        self.profile.cleanup()
+
+
+def test_keyboard_focus_shows_gpu_details(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    def changing() -> Doc:
+        doc = sample()  # metrics move on every poll, as they do live
+        doc["generated_at"] += srv.api_hits
+        doc["nodes"][1]["gpus"][1]["util_pct"] = float(srv.api_hits)
+        return doc
+
+    srv = serve(changing)
+    cdp = Cdp(chromium, (1366, 768))
+    try:
+        cdp.open(srv.url)
+        cdp.wait_for("document.querySelectorAll('.gpu').length === 21")
+        active = "document.activeElement.dataset.key || document.activeElement.tagName"
+        for _ in range(8):  # skip link, pause button, a <summary>, then the first tile
+            cdp.key("Tab", 9)
+            if cdp.js("document.activeElement.classList.contains('gpu')"):
+                break
+        assert cdp.js(active) == "edge-t4/0", "Tab never reached the first GPU tile"
+        assert cdp.js("document.querySelector('#inspector h2').textContent") == "edge-t4 · GPU 0"
+
+        # next node: the first DGX tile, then arrow keys walk the tiles
+        cdp.key("Tab", 9)
+        assert cdp.js(active) == "gpu-node-1/0"
+        inspector = cdp.js("document.getElementById('inspector').innerText")
+        assert "llm_api" in inspector and "Request: 2 NVLink GPUs >= 40 GiB" in inspector
+        assert "NUMA node 3 (NUMA)" in inspector and "NVLink group 1 (NVLink)" in inspector
+        cdp.key("ArrowRight", 39)
+        assert cdp.js(active) == "gpu-node-1/1"
+        assert cdp.js("document.activeElement.getAttribute('aria-pressed')") == "true"
+
+        # a poll patches the page in place: the same tile keeps focus, <details> stay open
+        cdp.js("document.activeElement.mark = 'kept'")  # a JS property, not an attribute
+        cdp.js("document.querySelector('details.links').open = true")
+        hits = srv.api_hits
+        cdp.wait_for(
+            "document.querySelector('[data-key=\"gpu-node-1/1\"] .util .m-value')"
+            f".textContent !== '77 %' && {hits}",
+            timeout=10,
+        )
+        deadline = time.monotonic() + 10
+        while srv.api_hits < hits + 2 and time.monotonic() < deadline:
+            time.sleep(0.2)  # one more poll, with the page patched twice
+        assert srv.api_hits >= hits + 2, f"only {srv.api_hits - hits} poll(s) in 10 s"
+        assert cdp.js("document.activeElement.mark") == "kept"
+        assert cdp.js("document.querySelector('details.links').open") is True
+
+        # the MIG GPU lists its slices and holders' tasks
+        cdp.js("document.querySelector('[data-key=\"gpu-node-2/0\"]').focus()")
+        cdp.key("Enter", 13)
+        inspector = cdp.js("document.getElementById('inspector').innerText")
+        assert "MIG slices" in inspector and "3g.40gb" in inspector and "free" in inspector
+        cdp.screenshot(ARTIFACTS / "map-1366x768-inspector.png")
+
+        cdp.key("Escape", 27)
+        assert "Tab to a GPU tile" in cdp.js("document.getElementById('inspector').innerText")
+    finally:
+        cdp.close()
