@@ -95,15 +95,17 @@ def audit(
         for e in errors:
             out.append(Finding("unusable-constraint", svc.name, e))
         for c in good:
-            key = c.node_label
-            if key is None or c.op != "==":
+            label_key = c.node_label
+            if label_key is None or c.op != "==":
                 continue
-            if key not in all_label_keys:
+            if label_key.startswith(prefix + "service."):
+                continue  # a placement gate: no node has it until swarmgpu opens it
+            if label_key not in all_label_keys:
                 out.append(Finding(
                     "dangling-constraint", svc.name,
                     f"constraint {c.text()} names a label no node has; the service can never "
                     "be placed",
-                    key=key,
+                    key=label_key,
                 ))
     for check in extra_checks:
         out.extend(check(snap))

@@ -153,12 +153,17 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
 
 
 def _attach_steps(d: Any) -> None:
-    """Plug optional planners (placement, rebalancing) into the daemon's cycle."""
+    """Plug the planners (placement, rebalancing) and the cluster view into the cycle."""
+    from swarmgpu import observe, placement_step
+
+    placement_step.attach(d)
     try:
-        from swarmgpu.placement_step import attach
-    except ImportError:
-        return
-    attach(d)
+        from swarmgpu.rebalance.step import attach as attach_rebalance
+    except ImportError:  # rebalancing not installed in this build
+        pass
+    else:
+        attach_rebalance(d)
+    observe.attach(d)
 
 
 @main.command()
@@ -265,6 +270,75 @@ def render(stack_file: str, stack_name: str | None, output: str,
         click.echo(text, nl=False)
     else:
         Path(output).write_text(text)
+
+
+@main.command()
+@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="The same document as /api/v1/cluster.")
+def status(config_path: str | None, as_json: bool) -> None:
+    """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
+    from swarmgpu.agentbook import load_saved
+    from swarmgpu.audit import audit as run_audit
+    from swarmgpu.cluster_view import build_cluster, render_status, scrape_all
+    from swarmgpu.placement_step import make_plan
+
+    cfg = _load_cfg(config_path)
+    setup_logging("WARNING", cfg.log.format)
+    snap = _snapshot(cfg)
+    saved = load_saved(cfg.state_dir)
+    doc = build_cluster(snap, make_plan(snap, cfg), prefix=cfg.sync.prefix,
+                        metrics=scrape_all(snap.nodes, cfg.agents), saved_agents=saved,
+                        findings=run_audit(snap, prefix=cfg.sync.prefix, saved_agents=saved))
+    click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
+
+
+@main.command()
+@click.option("--root", default="/", show_default=True, type=click.Path(),
+              help="Root of the node's file system (for checking a mounted image).")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--source", default=None, metavar="SPEC",
+              help="Fact source to compare with (default: nvml when --root is /).")
+def doctor(root: str, as_json: bool, source: str | None) -> None:
+    """Check this node's GPU container setup and explain each problem and its fix."""
+    from swarmgpu.doctor import run_doctor
+
+    facts = None
+    docker_info = None
+    if source or root == "/":
+        src = _open(source or "nvml", None, None, None, None)
+        try:
+            facts = src.read()
+        except Exception as exc:  # a doctor must report, not crash
+            click.echo(f"swarmgpu doctor: cannot read facts from {source or 'nvml'}: {exc}",
+                       err=True)
+    if root == "/":
+        try:
+            import docker
+
+            docker_info = docker.from_env(timeout=5).info()
+        except Exception:  # dockerd down is itself a finding the checks report
+            docker_info = None
+    text, code = run_doctor(root, facts=facts, docker_info=docker_info, as_json=as_json)
+    click.echo(text)
+    sys.exit(code)
+
+
+@main.command("node-config")
+@_source_options
+@click.option("--kind", default="NVIDIA-GPU", show_default=True,
+              help="Swarm generic resource kind to advertise GPUs as.")
+def node_config_cmd(source: str, hostname: str | None, product: str | None,
+                    memory_mib: int | None, mig_layout: str | None, kind: str) -> None:
+    """Print the daemon.json and toolkit config.toml fragments for this node's GPUs."""
+    from swarmgpu.model import FactsError
+    from swarmgpu.nodeconfig import node_config
+
+    src = _open(source, hostname, product, memory_mib, mig_layout)
+    try:
+        click.echo(node_config(src.read(), kind=kind))
+    except (FactsError, ValueError) as exc:
+        click.echo(f"swarmgpu node-config: {exc}", err=True)
+        sys.exit(2)
 
 
 @main.group()

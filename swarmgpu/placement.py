@@ -326,6 +326,12 @@ class ClusterAllocator:
         return Choice(node=best.spec.name, gpus=gpus, milli=milli, score=best_score,
                       explanation=f"{d.describe()} on {best.spec.name}")
 
+    def hostnames(self, text: str) -> str:
+        """Node ids in the allocator's words, as the hostnames people know."""
+        for nid, n in self.nodes.items():
+            text = text.replace(nid, n.hostname)
+        return text
+
     def commit(self, choice: Choice) -> None:
         if isinstance(choice.mig, MigChoice):
             self.assigned_mig.setdefault(choice.node, set()).add(choice.mig.mig_uuid)
@@ -570,7 +576,7 @@ def _plan_service(
             if isinstance(choice, Choice):
                 break
         if isinstance(choice, Unplaceable):
-            reasons.append(choice.reason)
+            reasons.append(cluster.hostnames(choice.reason))
             break
         cluster.commit(choice)
         rp = cluster.to_replica(choice)

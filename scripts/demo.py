@@ -1,0 +1,132 @@
+"""swarmgpu on a real, local Swarm with no GPU: the whole product in one command.
+
+Starts mgr-1 + gpu-node-1 (a DGX A100, GPU 0 in MIG mode) + gpu-node-2 (8x RTX 4090),
+each a dockerd in its own network namespace, agents serving the real `nvidia-smi topo -m`
+captures, the manager daemon, then deploys annotated stacks and shows what happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "tests"), str(REPO)]
+
+from gpu_nodes import GPU_NODES, start_agent, swarmgpu_env  # noqa: E402
+from swarm_harness import SwarmCluster, gpu_resource_args  # noqa: E402
+
+from swarmgpu.placement import ORDER_ENV, env_template, gate_constraint  # noqa: E402
+
+DEMO_STACK = {
+    "llm": {"labels": {"swarmgpu.gpus": "2", "swarmgpu.topology": "nvlink",
+                       "swarmgpu.gpu-memory": "40GiB"}},
+    "embed": {"labels": {"swarmgpu.gpu-fraction": "0.25"}, "replicas": 2},
+    "train": {"labels": {"swarmgpu.gpus": "4", "swarmgpu.topology": "numa",
+                         "swarmgpu.gpu-product": "*4090*"}},
+    "notebook": {"labels": {"swarmgpu.mig": "1g.5gb"}},
+    "huge": {"labels": {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "80GiB"}},
+}
+
+
+def stack_file(name: str) -> str:
+    services = {}
+    for svc, spec in DEMO_STACK.items():
+        full = f"{name}_{svc}"
+        replicas = spec.get("replicas", 1)
+        placement: dict[str, object] = {"constraints": [gate_constraint("swarmgpu.", full)]}
+        if replicas > 1:
+            placement["max_replicas_per_node"] = 1
+        services[svc] = {
+            "image": "local/busybox:latest", "command": ["sleep", "86400"],
+            "stop_grace_period": "1s",
+            "environment": [env_template("swarmgpu."), ORDER_ENV],
+            "deploy": {"replicas": replicas, "labels": spec["labels"],
+                       "placement": placement},
+        }
+    return json.dumps({"version": "3.8", "services": services}, indent=1)
+
+
+def cli(*args: str, cfg: Path) -> str:
+    res = subprocess.run([sys.executable, "-m", "swarmgpu.cli", *args, "--config", str(cfg)],
+                         capture_output=True, text=True, env=swarmgpu_env(), check=False)
+    return res.stdout + (res.stderr if res.returncode not in (0, 1) else "")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the swarm running (GPU map on http://127.0.0.1:9402/) "
+                         "until Ctrl-C")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("the demo needs root (network namespaces, dockerd)", file=sys.stderr)
+        return 2
+    tmp = Path(tempfile.mkdtemp(prefix="swarmgpu-demo-"))
+    print("starting a 3-node Swarm (one dockerd per network namespace)...", flush=True)
+    cluster = SwarmCluster(managers=1, workers=2, log_dir=tmp / "logs", extra_args={
+        h: gpu_resource_args(n.uuids()) for h, n in GPU_NODES.items()}).start()
+    try:
+        for h, n in GPU_NODES.items():
+            start_agent(cluster, h)
+            print(f"  agent on {h}: {n.capture} as {n.product}", flush=True)
+        cfg = tmp / "config.yml"
+        cfg.write_text(json.dumps({
+            "docker_host": cluster.manager.docker_host, "state_dir": str(tmp / "state"),
+            "sync": {"interval_s": 2}, "http": {"listen": "127.0.0.1:9402"},
+        }))
+        # The daemon runs on the host: it reaches the manager's socket and every agent
+        # through the test bridge, and its GPU map is on this machine's loopback.
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
+            env=swarmgpu_env(), stdout=open(tmp / "daemon.log", "wb"),  # noqa: SIM115
+            stderr=subprocess.STDOUT)
+        print("daemon running; deploying the demo stack (docker stack deploy)...", flush=True)
+        f = tmp / "demo.yml"
+        f.write_text(stack_file("demo"))
+        cluster.cli(cluster.manager, "stack", "deploy", "--resolve-image", "never", "-c",
+                    str(f), "demo")
+        api = cluster.client(cluster.manager).api
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            running = [t for t in api.tasks(filters={"desired-state": "running"})
+                       if t["Status"]["State"] == "running"]
+            if len(running) >= 5:
+                break
+            time.sleep(1)
+        time.sleep(3)
+        print("\n$ swarmgpu status\n" + cli("status", cfg=cfg))
+        print("$ swarmgpu plan\n" + cli("plan", cfg=cfg))
+        print("$ swarmgpu audit\n" + cli("audit", cfg=cfg))
+        print("what each container sees (docker inspect, NVIDIA_VISIBLE_DEVICES):")
+        for t in sorted(running, key=lambda t: t["ServiceID"]):
+            node = cluster.node(t["NodeID"])
+            cid = t["Status"]["ContainerStatus"]["ContainerID"]
+            env = cluster.client(node).api.inspect_container(cid)["Config"]["Env"]
+            name = api.inspect_service(t["ServiceID"])["Spec"]["Name"]
+            dev = next(e for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES="))
+            print(f"  {name:<15} on {node.hostname}: {dev}")
+        if args.keep:
+            print("\nGPU map: http://127.0.0.1:9402/  (Ctrl-C to stop)")
+            try:
+                while daemon.poll() is None:
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+        return 0
+    finally:
+        print("\ntearing the demo swarm down...", flush=True)
+        if "daemon" in locals():
+            daemon.terminate()
+            daemon.wait(20)
+        cluster.teardown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""The cluster at a glance: one document for `swarmgpu status --json`, the GPU map
+(`/api/v1/cluster`) and scripts. Pure over a snapshot, a placement plan and metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import requests
+
+from swarmgpu.agent_client import agent_base_url
+from swarmgpu.audit import Finding
+from swarmgpu.config import AgentsConfig
+from swarmgpu.labels import desired_labels, owned_by_label_sync
+from swarmgpu.metrics_in import GpuMetrics, parse_metrics
+from swarmgpu.model import NodeFacts, is_nvlink
+from swarmgpu.placement import PlacementPlan, read_ledger
+from swarmgpu.swarm import SwarmNode
+from swarmgpu.sync import Snapshot
+
+SCHEMA = "swarmgpu.cluster/v1"
+
+
+def scrape_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig,
+               limit_bytes: int = 2 * 1024 * 1024) -> dict[str, dict[str, GpuMetrics]]:
+    """node id -> GPU UUID -> metrics, from each agent's /metrics; failures are skipped."""
+
+    def one(n: SwarmNode) -> tuple[str, dict[str, GpuMetrics]]:
+        url = agent_base_url(n, cfg).rstrip("/") + "/metrics"
+        try:
+            r = requests.get(url, timeout=cfg.timeout_s)
+            if r.status_code != 200 or len(r.content) > limit_bytes:
+                return n.id, {}
+            return n.id, parse_metrics(r.text).samples_by_uuid
+        except requests.RequestException:
+            return n.id, {}
+
+    if not nodes:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(cfg.parallel, len(nodes))) as pool:
+        return dict(pool.map(one, nodes))
+
+
+def _groups(facts: NodeFacts) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    n = len(facts.gpus)
+    if facts.links:
+        seen: set[int] = set()
+        k = 0
+        for i in range(n):
+            if i in seen:
+                continue
+            grp = [i] + [j for j in range(n) if j != i and is_nvlink(facts.link(i, j))]
+            if len(grp) > 1:
+                k += 1
+                seen.update(grp)
+                out.append({"kind": "nvlink", "name": f"NVLink group {k}", "gpus": sorted(grp)})
+        if not out:  # PCIe switch groups (PIX) when there is no NVLink
+            k = 0
+            for i in range(n):
+                if i in seen:
+                    continue
+                grp = [i] + [j for j in range(n) if j != i and facts.link(i, j) == "PIX"]
+                if len(grp) > 1:
+                    k += 1
+                    seen.update(grp)
+                    out.append({"kind": "pcie", "name": f"PCIe switch {k}", "gpus": sorted(grp)})
+    numa: dict[int, list[int]] = {}
+    for i, g in enumerate(facts.gpus):
+        if g.numa_node is not None:
+            numa.setdefault(g.numa_node, []).append(i)
+    for node_id, gpus in sorted(numa.items()):
+        out.append({"kind": "numa", "name": f"NUMA node {node_id}", "gpus": gpus})
+    return out
+
+
+def build_cluster(
+    snap: Snapshot,
+    plan: PlacementPlan | None,
+    *,
+    prefix: str = "swarmgpu.",
+    metrics: Mapping[str, Mapping[str, GpuMetrics]] | None = None,
+    saved_agents: Mapping[str, Mapping[str, Any]] | None = None,
+    findings: Sequence[Finding] = (),
+    moves: Mapping[str, Any] | None = None,
+    leader: bool = True,
+) -> dict[str, Any]:
+    metrics = metrics or {}
+    saved_agents = saved_agents or {}
+    ledger = read_ledger(snap.nodes, prefix)
+    services_by_name = {s.name: s for s in snap.services}
+    plans = {sp.name: sp for sp in (plan.services if plan else [])}
+    tasks_by_service_node: dict[tuple[str, str], list[str]] = {}
+    for t in snap.tasks:
+        if t.desired_state == "running":
+            tasks_by_service_node.setdefault((t.service_id, t.node_id), []).append(t.id)
+    drift_by_host: dict[str, list[str]] = {}
+    for f in findings:
+        if f.kind in ("missing", "wrong", "stale"):
+            drift_by_host.setdefault(f.subject, []).append(f.message)
+
+    nodes_out = []
+    for n in sorted(snap.nodes, key=lambda n: n.hostname):
+        res = snap.facts.get(n.id)
+        facts = res.facts if res else None
+        saved = saved_agents.get(n.id, {})
+        ours = {k: v for k, v in n.labels.items() if owned_by_label_sync(k, prefix)}
+        if facts is not None:
+            agent = {"status": "ok", "error": None, "last_ok": res.fetched_at if res else None,
+                     "failing_since": None}
+            want = desired_labels(facts, prefix)
+            drift = [f"{k}: want {v}, have {ours.get(k)}" for k, v in sorted(want.items())
+                     if ours.get(k) != v]
+            drift += [f"{k}: stale" for k in sorted(set(ours) - set(want))]
+            labels_state = "drifted" if drift else "in-sync"
+        elif ours or saved.get("last_ok"):
+            agent = {"status": "unreachable", "error": res.error if res else None,
+                     "last_ok": saved.get("last_ok"), "failing_since": saved.get("failing_since")}
+            labels_state, drift = "agent-stale", []
+        else:
+            agent = {"status": "none", "error": None, "last_ok": None, "failing_since": None}
+            labels_state, drift = "no-agent", []
+        gpus_out: list[dict[str, Any]] = []
+        if facts is not None:
+            node_metrics = metrics.get(n.id, {})
+            holders: dict[str, list[dict[str, Any]]] = {}
+            mig_holder: dict[str, dict[str, Any]] = {}
+            for svc_name, per_node in ledger.items():
+                h = per_node.get(n.id)
+                if h is None:
+                    continue
+                svc = services_by_name.get(svc_name)
+                sp = plans.get(svc_name)
+                tasks = tasks_by_service_node.get((svc.id, n.id), []) if svc else []
+                for u, m in zip(h.uuids, h.milli, strict=True):
+                    entry = {"service": svc_name, "service_id": svc.id if svc else None,
+                             "tasks": tasks, "share_milli": m,
+                             "request": sp.request_text if sp else ""}
+                    holders.setdefault(u, []).append(entry)
+                    mig_holder[u] = {"service": svc_name, "task": tasks[0] if tasks else None}
+            for g in facts.gpus:
+                gm = node_metrics.get(g.uuid)
+                gpus_out.append({
+                    "index": g.index, "uuid": g.uuid, "product": g.product,
+                    "memory_mib": g.memory_mib,
+                    "memory_used_mib": gm.fb_used_mib if gm else None,
+                    "util_pct": gm.util_pct if gm else None,
+                    "numa_node": g.numa_node, "healthy": g.healthy, "error": g.error,
+                    "mig": [{"profile": m.profile, "uuid": m.uuid, "memory_mib": m.memory_mib,
+                             "holder": mig_holder.get(m.uuid)} for m in g.mig_devices],
+                    "holders": holders.get(g.uuid, []),
+                })
+        nodes_out.append({
+            "id": n.id, "hostname": n.hostname, "role": n.role, "state": n.state,
+            "availability": n.availability, "addr": n.addr, "agent": agent,
+            "labels_state": labels_state, "drift": drift,
+            "driver_version": facts.driver_version if facts else None,
+            "cuda_driver_version": facts.cuda_driver_version if facts else None,
+            "product": facts.gpus[0].product if facts and facts.gpus else None,
+            "gpu_count": len(facts.gpus) if facts else 0,
+            "gpus": gpus_out,
+            "links": [list(r) for r in facts.links] if facts else [],
+            "groups": _groups(facts) if facts else [],
+        })
+    services_out = [sp.to_dict() for sp in (plan.services if plan else [])]
+    pending = [{"service": sp.name, "request": sp.request_text, "reason": sp.reason}
+               for sp in (plan.services if plan else []) if sp.status == "pending"]
+    return {
+        "schema": SCHEMA, "generated_at": time.time(), "leader": leader,
+        "nodes": nodes_out, "services": services_out, "pending": pending,
+        "moves": dict(moves) if moves else {"proposed": [], "recent": []},
+    }
+
+
+def render_status(doc: Mapping[str, Any]) -> str:
+    """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests."""
+    lines: list[str] = []
+    for n in doc["nodes"]:
+        head = (f"{n['hostname']} ({n['role']}, {n['state']}) agent {n['agent']['status']}, "
+                f"labels {n['labels_state']}")
+        if n["gpu_count"]:
+            head += (f" - {n['gpu_count']}x {n['product']}, driver {n['driver_version'] or '?'}"
+                     f", CUDA {n['cuda_driver_version'] or '?'}")
+        lines.append(head)
+        for g in n["gpus"]:
+            used = g["memory_used_mib"]
+            mem = f"{used if used is not None else '?'}/{g['memory_mib']} MiB"
+            util = f"{g['util_pct']:.0f}%" if g["util_pct"] is not None else "-"
+            who = ", ".join(
+                f"{h['service']}" + (f" ({h['share_milli'] / 10:.0f}%)"
+                                      if h["share_milli"] < 1000 else "")
+                for h in g["holders"]
+            )
+            migs = [f"{m['profile']}->{m['holder']['service'] if m['holder'] else 'free'}"
+                    for m in g["mig"]]
+            if migs:
+                who = (who + " " if who else "") + "MIG[" + ", ".join(migs) + "]"
+            health = "" if g["healthy"] else " UNHEALTHY"
+            lines.append(f"  GPU{g['index']:<2} {mem:>17} util {util:>4}{health}  "
+                         f"{who or 'free'}")
+    if doc["pending"]:
+        lines.append("")
+        lines.append("pending GPU requests:")
+        for p in doc["pending"]:
+            lines.append(f"  {p['service']}: {p['request']} - {p['reason']}")
+    proposed = doc.get("moves", {}).get("proposed", [])
+    if proposed:
+        lines.append("")
+        lines.append("proposed moves:")
+        for m in proposed:
+            lines.append(f"  {m.get('service')}: {m.get('from')} -> {m.get('to')} "
+                         f"({m.get('trigger')}): {m.get('reason')}")
+    return "\n".join(lines)
