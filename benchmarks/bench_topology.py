@@ -12,8 +12,8 @@ Run:  python benchmarks/bench_topology.py [--cases 200] [--seed 7] [--fixtures D
 
 from __future__ import annotations
 
-import os
 import argparse
+import os
 import random
 import re
 import statistics
@@ -27,7 +27,8 @@ from pathlib import Path
 from swarmgpu.allocator.topology import choose_gpu_set, set_score
 from swarmgpu.model import is_nvlink, link_score
 
-FIXTURES = Path(os.environ.get("SWARMGPU_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "fixtures"
+_SHARED = os.environ.get("SWARMGPU_SHARED", Path(__file__).resolve().parents[2] / "shared")
+FIXTURES = Path(_SHARED) / "fixtures"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELLS = re.compile(r"\t+|\s{2,}")
 BRUTE_LIMIT = 20_000  # exhaustive only where C(free, k) is at most this

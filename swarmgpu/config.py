@@ -62,6 +62,63 @@ class PlacementConfig:
     """Node label naming a node's failure domain, for zone-prefer/zone-avoid/spread."""
 
 
+REBALANCE_POLICIES = ("hotspot", "consolidation", "defrag", "spread")
+
+
+@dataclass(frozen=True)
+class RebalanceConfig:
+    enabled: bool = True
+    """Run the rebalancer in the daemon's cycle (it plans; it moves only when dry_run is
+    false here and at the top level)."""
+    dry_run: bool = True
+    """Propose and log moves, never make them. Moves restart containers: opt in."""
+    policies: str = "hotspot,consolidation,defrag,spread"
+    """Policies to run, comma-separated: hotspot, consolidation, defrag, spread."""
+    metrics_url_template: str = "http://{addr}:9401/metrics"
+    """Where each node's GPU metrics are scraped: the swarmgpu agent (port 9401) or an
+    existing dcgm-exporter (http://{addr}:9400/metrics); {addr}, {hostname} are filled in."""
+    scrape_timeout_s: float = 3.0
+    """Per-node scrape deadline; a slow or dead exporter makes the node UNKNOWN."""
+    max_gap_s: float = 90.0
+    """A series whose last sample is older than this, or that has a gap this long,
+    is UNKNOWN (never idle). Keep it above the scrape interval (sync.interval_s)."""
+    min_samples: int = 3
+    """Samples a window needs before it can say anything."""
+    hot_util_pct: float = 85.0
+    """High threshold: a shared GPU above this for hot_window_s is a hot spot."""
+    hot_clear_pct: float = 75.0
+    """A hot spot ends only once utilisation stays below this for a whole window."""
+    hot_window_s: float = 300.0
+    """How long a hot spot must last before a task is moved off it."""
+    idle_util_pct: float = 15.0
+    """Low threshold: a shared GPU below this for idle_window_s is under-used."""
+    idle_clear_pct: float = 25.0
+    """Under-use ends only once utilisation stays above this for a whole window."""
+    idle_window_s: float = 300.0
+    """How long under-use must last before fractional services are packed."""
+    frag_pct: float = 40.0
+    """A node whose free GPU share lies more than this % on partly used GPUs is
+    fragmented (consolidation acts only on fragmented nodes)."""
+    frag_window_s: float = 300.0
+    """How long fragmentation must last before consolidation acts."""
+    spread_high_pct: float = 90.0
+    """Spread: a node with more than this % of its GPU share allocated is squeezed..."""
+    spread_low_pct: float = 10.0
+    """...and a node with less than this % is free to take work back."""
+    max_moves_per_cycle: int = 1
+    """Moves started per cycle (moves still in flight count against it)."""
+    max_moves_per_node: int = 1
+    """Moves per cycle that touch one node (as source or target)."""
+    cooldown_s: float = 600.0
+    """Seconds a service is left alone after one of its moves (recorded in Swarm)."""
+    defrag_max_moves: int = 2
+    """Defragmentation: the most moves one plan may need to make room."""
+    make_before_break: bool = True
+    """Start the new task before the old one stops (replicas + 1 during the move)."""
+    move_timeout_s: float = 120.0
+    """A move whose new task is not running by then is rolled back."""
+
+
 @dataclass(frozen=True)
 class HttpConfig:
     listen: str = "127.0.0.1:9402"
@@ -86,6 +143,7 @@ class Config:
     agents: AgentsConfig = field(default_factory=AgentsConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
     placement: PlacementConfig = field(default_factory=PlacementConfig)
+    rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
@@ -117,6 +175,45 @@ def _check(cfg: Config) -> None:
     host, _, port = cfg.http.listen.rpartition(":")
     if not host or not port.isdigit():
         raise ConfigError(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
+    _check_rebalance(cfg.rebalance)
+
+
+def _check_rebalance(r: RebalanceConfig) -> None:
+    bad = [p for p in (x.strip() for x in r.policies.split(",")) if p and
+           p not in REBALANCE_POLICIES]
+    if bad:
+        raise ConfigError(f"rebalance.policies: unknown {bad}; use a comma list of "
+                          f"{', '.join(REBALANCE_POLICIES)}")
+    t = r.metrics_url_template
+    if "{addr}" not in t and "{hostname}" not in t:
+        raise ConfigError("rebalance.metrics_url_template: must contain {addr} or {hostname}, "
+                          "e.g. 'http://{addr}:9400/metrics' for dcgm-exporter")
+    for key in ("scrape_timeout_s", "max_gap_s", "hot_window_s", "idle_window_s",
+                "frag_window_s", "move_timeout_s"):
+        if getattr(r, key) <= 0:
+            raise ConfigError(f"rebalance.{key}: must be > 0 seconds")
+    for key in ("hot_util_pct", "hot_clear_pct", "idle_util_pct", "idle_clear_pct", "frag_pct",
+                "spread_high_pct", "spread_low_pct"):
+        if not 0 <= getattr(r, key) <= 100:
+            raise ConfigError(f"rebalance.{key}: {getattr(r, key)} is not a percentage 0-100")
+    if r.hot_clear_pct > r.hot_util_pct:
+        raise ConfigError("rebalance.hot_clear_pct: must be <= hot_util_pct (the dead band "
+                          "lies below the high threshold), e.g. 75 with 85")
+    if r.idle_clear_pct < r.idle_util_pct:
+        raise ConfigError("rebalance.idle_clear_pct: must be >= idle_util_pct (the dead band "
+                          "lies above the low threshold), e.g. 25 with 15")
+    if r.idle_clear_pct >= r.hot_clear_pct:
+        raise ConfigError("rebalance: idle_clear_pct must be below hot_clear_pct, so a GPU "
+                          "is never under-used and hot at once (low/high dead band)")
+    if r.spread_low_pct >= r.spread_high_pct:
+        raise ConfigError("rebalance.spread_low_pct: must be below spread_high_pct")
+    if r.min_samples < 1:
+        raise ConfigError("rebalance.min_samples: must be >= 1")
+    for key in ("max_moves_per_cycle", "max_moves_per_node", "defrag_max_moves"):
+        if getattr(r, key) < 0:
+            raise ConfigError(f"rebalance.{key}: must be >= 0 (0 turns those moves off)")
+    if r.cooldown_s < 0:
+        raise ConfigError("rebalance.cooldown_s: must be >= 0 seconds (default 600)")
 
 
 def _coerce(value: Any, typ: Any, where: str) -> Any:

@@ -7,6 +7,7 @@ A signal only sets a flag: the cycle in progress finishes, no new one starts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -123,10 +124,8 @@ class Daemon:
     def trigger(self) -> None:
         """Run a cycle soon (after an event), coalescing bursts."""
         if self._scheduler is not None:
-            try:
+            with contextlib.suppress(Exception):  # the job is gone during shutdown
                 self._scheduler.modify_job("sync", next_run_time=datetime.now().astimezone())
-            except Exception:  # noqa: S110 - job gone during shutdown
-                pass
 
     def _watch_events(self) -> None:
         backoff = 1.0

@@ -2,8 +2,9 @@
 
 Pure: no I/O. The daemon feeds it a snapshot and applies what it returns.
 
-Ownership: label sync owns every key under the prefix except the placement gates
-and ledger (``<prefix>service.``, ``<prefix>assign.``), which placement owns. Nothing else is touched.
+Ownership: label sync owns every key under the prefix except the placement gates and
+ledger (``<prefix>service.``, ``<prefix>assign.``), which placement owns. Nothing else
+is touched.
 Only static facts become labels; anything that moves with load would rewrite labels
 (and risk stopping tasks) every cycle.
 """

@@ -41,6 +41,7 @@ from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
 GATE = "service."
 ASSIGN = "assign."
 DEVICES = "devices."
+MOVE_STATE = "state.move"  # service label: a rebalancing move in progress (JSON)
 ACTIVE_STATES = ("running", "starting", "preparing", "assigned", "accepted", "ready", "pending",
                  "new", "allocated")
 
@@ -518,6 +519,15 @@ def _plan_service(
         sp.reason = (f"{s.mode} services cannot carry GPU requests; use mode: replicated "
                      "with replicas")
         return sp
+    if f"{prefix}{MOVE_STATE}" in s.labels:
+        # A rebalancing move owns this service until it ends (swarmgpu.rebalance.mover):
+        # its holdings stay reserved (committed above), nothing is written here.
+        sp.state = "Rebalancing"
+        sp.placements = sorted((_replica_of(h, by_id[nid], facts.get(nid))
+                                for nid, h in kept.items() if nid in by_id),
+                               key=lambda p: p.hostname)
+        sp.warnings.append("a rebalancing move is in progress; placement waits for it")
+        return sp
     replicas = s.replicas or 0
     gate = gate_constraint(prefix, s.name)
     has_gate = any(c.replace(" ", "") == gate for c in s.constraints)
@@ -553,7 +563,8 @@ def _plan_service(
     for nid in old:
         if nid not in holdings:
             _node_remove(plan, nid, [assign_key(prefix, s.name), gate_key(prefix, s.name)])
-            sp.warnings.append(f"released its GPUs on {by_id[nid].hostname if nid in by_id else nid}")
+            where = by_id[nid].hostname if nid in by_id else nid
+            sp.warnings.append(f"released its GPUs on {where}")
 
     placements = [_replica_of(h, by_id[nid], facts.get(nid)) for nid, h in holdings.items()
                   if nid in by_id]

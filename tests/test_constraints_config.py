@@ -42,7 +42,8 @@ def test_config_defaults_and_typos(tmp_path: Path) -> None:
     assert cfg.agents.port == 9401 and cfg.http.listen.startswith("127.0.0.1:")
     f = tmp_path / "c.yml"
     f.write_text("sync:\n  intervl_s: 5\n")
-    with pytest.raises(ConfigError, match=r"sync\.intervl_s: unknown key; did you mean 'interval_s'"):
+    typo = r"sync\.intervl_s: unknown key; did you mean 'interval_s'"
+    with pytest.raises(ConfigError, match=typo):
         load_config(f, env={})
     f.write_text("agents: {port: abc}\n")
     with pytest.raises(ConfigError, match=r"agents\.port: expected a whole number"):

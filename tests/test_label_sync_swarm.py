@@ -29,8 +29,6 @@ from gpu_nodes import (
     wait_port,
 )
 from gpu_nodes import cfg_file as _cfg_file
-
-_ = agents  # a fixture, used by name
 from swarm_harness import SwarmCluster
 
 from swarmgpu.config import load_config
@@ -38,6 +36,7 @@ from swarmgpu.daemon import Daemon
 from swarmgpu.swarm import SwarmClient
 
 pytestmark = pytest.mark.swarm
+_ = agents  # a fixture, used by name
 
 
 def test_run_once_writes_labels_and_constraint_places(

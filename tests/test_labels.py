@@ -51,8 +51,8 @@ def test_pcie_node_has_no_nvlink_group() -> None:
 def test_mig_profile_counts() -> None:
     base = _facts(1)
     g = base.gpus[0]
-    migs = tuple(MigDevice("1g.10gb", f"MIG-{i}", 9728) for i in range(3)) + (
-        MigDevice("3g.40gb", "MIG-x", 40192),)
+    migs = (*(MigDevice("1g.10gb", f"MIG-{i}", 9728) for i in range(3)),
+            MigDevice("3g.40gb", "MIG-x", 40192))
     facts = NodeFacts(hostname="h", gpus=(Gpu(**{**g.__dict__, "mig_enabled": True,
                                                   "mig_devices": migs}),))
     labels = desired_labels(facts)

@@ -126,7 +126,7 @@ def test_nvlink_pair_on_dgx_with_plan_uuids(swarm: SwarmCluster, daemon: dict[st
         "labels": {"swarmgpu.gpus": "2", "swarmgpu.topology": "nvlink",
                    "swarmgpu.gpu-memory": "40GiB"},
         "constraints": ["node.role==worker"], "env": ["MODEL=llama"]}})
-    (task,) = wait_running(swarm, "llm_api", 1)
+    wait_running(swarm, "llm_api", 1)
     p = plan(daemon)["llm_api"]
     assert p["status"] == "placed" and p["state"] == "Active"
     (pl,) = p["placements"]

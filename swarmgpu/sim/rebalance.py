@@ -32,13 +32,20 @@ Running = dict[str, dict[int, tuple[Demand, Choice]]]  # node -> task id -> (dem
 Rebalancer = Callable[[Allocator, Running, Demand], Rescue | None]
 
 
-def one_move_rescue(alloc: Allocator, running: Running, d: Demand) -> Rescue | None:
-    """Find a node where moving one small task elsewhere lets ``d`` fit; do it."""
+def one_move_rescue(alloc: Allocator, running: Running, d: Demand,
+                    max_nodes: int = 24) -> Rescue | None:
+    """Find a node where moving one small task elsewhere lets ``d`` fit; do it.
+
+    Looks at the ``max_nodes`` nodes with the most free GPU that still cannot host ``d``
+    (the ones one small move is most likely to open up).
+    """
     need = d.total_gpu_milli
-    for node in sorted(alloc.nodes.values(), key=lambda n: (n.free_total(), n.rank)):
-        tasks = running.get(node.spec.name)
-        if not tasks or node.free_total() >= need and alloc.fits(node, d):
-            continue
+    near = Demand(cpu_milli=0, products=d.products)
+    cands = [n for n in alloc.nodes.values()
+             if running.get(n.spec.name) and n.free_total() > 0 and alloc.fits(n, near)]
+    cands.sort(key=lambda n: (-n.free_total(), n.rank))
+    for node in cands[:max_nodes]:
+        tasks = running[node.spec.name]
         for tid, (td, tc) in sorted(tasks.items(), key=lambda kv: kv[1][0].total_gpu_milli):
             if node.free_total() + td.total_gpu_milli < need:
                 continue

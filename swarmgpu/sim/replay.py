@@ -146,6 +146,7 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
         res.failed_at[level] = dict(failed)
 
     running: Running = {}
+    attempts = 0
     for n_arrived, pod in enumerate(order, start=1):
         d = demands.get(pod)
         if d is None:
@@ -161,7 +162,8 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
             res.decision_s.append(time.perf_counter() - t0)
         if choice is None and rebalancer is not None:
             budget = int(n_arrived * moves_per_100 / 100) - res.moves
-            if budget >= 1:
+            attempts += 1  # rescues are costly searches: bound the tries too
+            if budget >= 1 and attempts <= 4 * int(n_arrived * moves_per_100 / 100) + 4:
                 rescue = rebalancer(alloc, running, d)
                 if rescue is not None:
                     for mv in rescue.moves:

@@ -1,0 +1,248 @@
+"""High availability on a real 3-manager Swarm (`swarm3`: mgr-1..3 + gpu-node-1).
+
+`swarmgpu run` runs on EVERY manager (each in its manager's namespace, talking to its
+own engine), as the README tells operators to deploy it. Shown here:
+
+- only the leader's daemon writes (writes counted per daemon log);
+- a hand edit of a swarmgpu label is repaired once, by the leader's daemon;
+- stopping the leader's dockerd: a new leader is elected and its daemon repairs the
+  next change within one interval of the election; every change is repaired exactly
+  once (none done twice, none lost);
+- SIGTERM: the daemon finishes the step in progress, then exits 0.
+
+Timings are printed and written to artifacts/ha-failover.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_nodes import DGX_A100, LOGS, cfg_file, start_agent, stop, swarmgpu_env
+from paths import REPO
+from swarm_harness import NodeHandle, SwarmCluster
+
+from swarmgpu.labels import desired_labels
+
+pytestmark = pytest.mark.swarm
+
+INTERVAL_S = 2.0
+WORKER = "gpu-node-1"  # swarm3's only worker: an agent serves the DGX A100 capture
+EDIT_KEY = "swarmgpu.gpu.count"
+WRITE_LINE = "labels updated"
+ARTIFACT = REPO / "artifacts" / "ha-failover.json"
+
+
+class ManagerDaemon:
+    """`swarmgpu run` in one manager's namespace, with its own config, state and log."""
+
+    def __init__(self, swarm: SwarmCluster, mgr: NodeHandle, tmp: Path, tag: str,
+                 **cfg: Any) -> None:
+        d = tmp / mgr.name
+        d.mkdir(parents=True, exist_ok=True)
+        self.mgr = mgr
+        self.cfg = cfg_file(d, swarm, docker_host=mgr.docker_host,
+                            sync={"interval_s": INTERVAL_S}, **cfg)
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.log = LOGS / f"ha-{tag}-{mgr.name}.log"
+        with self.log.open("wb") as fh:  # a fresh log per run: lines are counted
+            self.proc = swarm.exec_in_netns(
+                mgr, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(self.cfg)],
+                env=swarmgpu_env(), stdout=fh, stderr=subprocess.STDOUT)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def writes(self) -> int:
+        return self.text().count(WRITE_LINE)
+
+    def running(self) -> bool:
+        return "daemon running" in self.text()
+
+
+def wanted() -> dict[str, str]:
+    return desired_labels(DGX_A100.facts())
+
+
+def node_labels(swarm: SwarmCluster, via: NodeHandle) -> dict[str, str]:
+    api = swarm.client(via).api
+    raw = api.inspect_node(swarm.node(WORKER).node_id)
+    return dict(raw["Spec"].get("Labels") or {})
+
+
+def hand_edit(swarm: SwarmCluster, via: NodeHandle, **changes: str) -> None:
+    """What an operator's `docker node update --label-add` does (read-modify-write)."""
+    api = swarm.client(via).api
+    node_id = swarm.node(WORKER).node_id
+    for _ in range(5):
+        raw = api.inspect_node(node_id)
+        spec = raw["Spec"]
+        spec["Labels"] = {**(spec.get("Labels") or {}), **changes}
+        try:
+            api.update_node(node_id, raw["Version"]["Index"], spec)
+            return
+        except Exception as exc:  # the daemon may have written in between: re-read
+            if "out of sequence" not in str(exc):
+                raise
+    raise AssertionError("hand edit kept losing the race with the daemon")
+
+
+def synced(swarm: SwarmCluster, via: NodeHandle) -> bool:
+    labels = node_labels(swarm, via)
+    return all(labels.get(k) == v for k, v in wanted().items())
+
+
+def total(daemons: dict[str, ManagerDaemon]) -> dict[str, int]:
+    return {name: d.writes() for name, d in daemons.items()}
+
+
+@pytest.fixture(scope="module")
+def agent(swarm3: SwarmCluster) -> Iterator[Any]:
+    proc = start_agent(swarm3, WORKER)
+    yield proc
+    stop(proc)
+
+
+@pytest.fixture(scope="module")
+def figures() -> Iterator[dict[str, Any]]:
+    out: dict[str, Any] = {"interval_s": INTERVAL_S}
+    yield out
+    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
+    ARTIFACT.write_text(json.dumps(out, indent=1))
+    print(f"\nHA figures: {out}", file=sys.stderr)
+
+
+def test_only_leader_acts_and_failover_loses_nothing(
+        swarm3: SwarmCluster, agent: Any, tmp_path: Path, figures: dict[str, Any]) -> None:
+    swarm = swarm3
+    leader = swarm.leader()
+    assert leader is not None, "no raft leader in the fresh swarm"
+    daemons = {m.name: ManagerDaemon(swarm, m, tmp_path, "run") for m in swarm.managers}
+    try:
+        swarm.wait_for(lambda: all(d.running() for d in daemons.values()), 30,
+                       "every manager's daemon running")
+        # 1. First sync: exactly one write (the worker's labels), by the leader's daemon.
+        t0 = time.monotonic()
+        swarm.wait_for(lambda: synced(swarm, leader), 30, "first label sync")
+        figures["first_sync_s"] = round(time.monotonic() - t0, 2)
+        time.sleep(2 * INTERVAL_S)  # several cycles on every daemon: still one write
+        assert total(daemons) == {m.name: int(m is leader) for m in swarm.managers}, (
+            f"writes per daemon {total(daemons)}; leader {leader.name}")
+
+        # 2. A hand edit of an owned label is repaired once, by the leader's daemon; a
+        #    label the operator owns survives.
+        hand_edit(swarm, leader, **{EDIT_KEY: "99", "rack": "a1"})
+        t1 = time.monotonic()
+        swarm.wait_for(lambda: synced(swarm, leader), 10, "repair of the hand edit")
+        figures["repair_on_leader_s"] = round(time.monotonic() - t1, 2)
+        assert node_labels(swarm, leader)["rack"] == "a1"
+        time.sleep(INTERVAL_S)
+        assert total(daemons) == {m.name: 2 * int(m is leader) for m in swarm.managers}
+
+        # 3. Fail-over. A change made just before the leader goes down is repaired by
+        #    the old leader or, failing that, by the new one: exactly once either way.
+        before = total(daemons)
+        hand_edit(swarm, leader, **{EDIT_KEY: "98"})
+        t_stop = time.monotonic()
+        swarm.stop_dockerd(leader)
+        figures["leader_dockerd_stop_s"] = round(time.monotonic() - t_stop, 2)
+        new = swarm.wait_for(lambda: (lambda n: n if n is not None and n is not leader
+                                      else None)(swarm.leader(probe_timeout=1)),
+                             60, "a new raft leader")
+        t_elected = time.monotonic()
+        figures["election_s"] = round(t_elected - t_stop, 2)
+        swarm.wait_for(lambda: synced(swarm, new), 3 * INTERVAL_S + 5,
+                       "the change made before the fail-over repaired")
+        figures["pre_failover_change_repaired_after_election_s"] = round(
+            time.monotonic() - t_elected, 2)
+
+        # 4. The new leader's daemon keeps acting: a change after the election is
+        #    repaired within one interval (plus one cycle's work).
+        hand_edit(swarm, new, **{EDIT_KEY: "97"})
+        t2 = time.monotonic()
+        swarm.wait_for(lambda: synced(swarm, new), 3 * INTERVAL_S + 5,
+                       "repair by the new leader's daemon")
+        took = time.monotonic() - t2
+        figures["repair_after_failover_s"] = round(took, 2)
+        figures["takeover_after_election_s"] = round(time.monotonic() - t_elected, 2)
+        assert took <= INTERVAL_S + 1.5, f"new leader's daemon took {took:.1f} s to repair"
+
+        time.sleep(2 * INTERVAL_S)
+        after = total(daemons)
+        figures["writes_per_daemon"] = after
+        figures["leaders"] = {"old": leader.name, "new": new.name}
+        # Two changes since `before`, two repairs in all: none twice, none lost.
+        assert sum(after.values()) - sum(before.values()) == 2, (after, before)
+        assert after[new.name] - before[new.name] >= 1, "the new leader's daemon never wrote"
+        third = [m.name for m in swarm.managers if m not in (leader, new)]
+        assert all(after[n] == 0 for n in third), f"a follower wrote: {after}"
+        assert synced(swarm, new) and node_labels(swarm, new)["rack"] == "a1"
+        assert "Traceback" not in "".join(d.text() for d in daemons.values())
+    finally:
+        for d in daemons.values():
+            stop(d.proc)
+
+
+class SlowAgent:
+    """Accepts connections and never answers: a facts fetch lasts the whole timeout,
+    so a daemon cycle is still in progress when the test signals the daemon."""
+
+    def __init__(self, swarm: SwarmCluster, node: NodeHandle, port: int) -> None:
+        code = ("import socket,time\n"
+                "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                f"s.bind(('{node.addr}', {port})); s.listen(16); held=[]\n"
+                "while True: held.append(s.accept())\n")
+        self.proc = swarm.exec_in_netns(node, [sys.executable, "-c", code])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((node.addr, port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("slow agent did not start")
+
+
+def test_sigterm_finishes_current_step_then_exits_zero(
+        swarm3: SwarmCluster, tmp_path: Path, figures: dict[str, Any]) -> None:
+    swarm = swarm3
+    leader = swarm.wait_for(swarm.leader, 60, "a raft leader")
+    port, fetch_s = 19499, 3.0
+    slow = SlowAgent(swarm, swarm.node(WORKER), port)
+    d = ManagerDaemon(swarm, leader, tmp_path, "sigterm",
+                      agents={"port": port, "timeout_s": fetch_s},
+                      sync={"interval_s": 30, "watch_events": False})
+    try:
+        swarm.wait_for(d.running, 30, "daemon running")
+        t_run = time.monotonic()  # the first cycle starts with the scheduler
+        time.sleep(1.0)
+        d.proc.send_signal(signal.SIGTERM)
+        t_sig = time.monotonic()
+        rc = d.proc.wait(30)
+        exit_s = time.monotonic() - t_sig
+        text = d.text()
+        figures["sigterm_exit_s"] = round(exit_s, 2)
+        assert rc == 0, f"daemon exited {rc} on SIGTERM:\n{text[-2000:]}"
+        # The cycle in flight (waiting on the slow agent) ran to its end after the signal.
+        order = [text.find(s) for s in ("signal SIGTERM received", "agent unreachable",
+                                        "stopped cleanly")]
+        assert -1 not in order and order == sorted(order), text[-2000:]
+        assert exit_s >= fetch_s - 1.0 - (t_sig - t_run) - 0.5, (
+            f"exited {exit_s:.1f} s after SIGTERM: the step cannot have finished")
+        assert re.search(r"Traceback|ERROR", text) is None, text[-2000:]
+    finally:
+        stop(d.proc)
+        stop(slow.proc)
+
+
+_ = threading  # imported for type checkers of helpers above

@@ -1,0 +1,223 @@
+"""The container image, built offline and run on the real test swarm.
+
+`scripts/build-image.sh` builds local/swarmgpu inside the test manager's dockerd (no
+registry, `docker build --network=none`, wheels from the host); the image is copied to
+the workers with `docker save | docker load`. Then the image runs the agent as a
+global Swarm service on the GPU nodes (host network, facts from a Docker config per
+node), `swarmgpu run --once` on the host syncs their facts into node labels, and the
+daemon itself runs from the image as a non-root user with only the socket's group.
+
+The first run on a machine pays for debootstrap (about 2 min, cached under
+/var/cache/swarmgpu-ci); later runs import the cached base and rebuild (about 30 s).
+Figures go to artifacts/image-build.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from gpu_nodes import GPU_NODES, cfg_file, labels_of, run_cli
+from paths import REPO
+from swarm_harness import NodeHandle, SwarmCluster
+
+from swarmgpu.labels import desired_labels
+
+pytestmark = pytest.mark.swarm
+
+TAG = "test"
+IMAGE = f"local/swarmgpu:{TAG}"
+AGENT_PORT = 19401  # not 9401: other modules' agents use that port on the same nodes
+CACHE = Path(os.environ.get("SWARMGPU_CI_CACHE", "/var/cache/swarmgpu-ci"))
+ARTIFACT = REPO / "artifacts" / "image-build.json"
+P = "swarmgpu."
+
+
+def _ensure_debootstrap() -> None:
+    """debootstrap is needed once, to make the base; skip only if it cannot be had."""
+    if (CACHE / "debian-bookworm-python.tar").is_file() or shutil.which("debootstrap"):
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("debootstrap missing and cannot be installed here (needs root and apt-get)")
+    res = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "debootstrap"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, check=False)
+    if res.returncode != 0 or shutil.which("debootstrap") is None:
+        pytest.skip(f"debootstrap could not be installed (apt-get rc {res.returncode}): "
+                    f"{res.stderr.strip()[-400:]}")
+
+
+def _docker(node: NodeHandle, *args: str, **kw: object) -> list[str]:
+    return ["docker", "-H", node.docker_host, *args]
+
+
+def _copy_image(src: NodeHandle, dests: list[NodeHandle]) -> None:
+    """`docker save | docker load`: the nodes have no registry to pull from."""
+    with tempfile.NamedTemporaryFile(suffix=".tar") as tar:
+        subprocess.run(_docker(src, "save", "-o", tar.name, IMAGE), check=True,
+                       capture_output=True, timeout=300)
+
+        def load(node: NodeHandle) -> None:
+            res = subprocess.run(_docker(node, "load", "-i", tar.name), capture_output=True,
+                                 text=True, timeout=300, check=False)
+            if res.returncode != 0:
+                raise AssertionError(f"docker load on {node.name} failed: {res.stderr}")
+
+        with ThreadPoolExecutor(max_workers=len(dests)) as pool:
+            list(pool.map(load, dests))
+
+
+@pytest.fixture(scope="module")
+def image(swarm: SwarmCluster) -> Iterator[dict[str, float]]:
+    """Build local/swarmgpu:test in the manager's engine, load it on every worker."""
+    _ensure_debootstrap()
+    cached_base = (CACHE / "debian-bookworm-python.tar").is_file()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
+    env.update(DOCKER_HOST=swarm.manager.docker_host, PYTHON=sys.executable,
+               DOCKER_CONFIG=str(swarm.base / "cli-config"))
+    t0 = time.monotonic()
+    res = subprocess.run(["bash", str(REPO / "scripts" / "build-image.sh"), TAG], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=900, check=False)
+    build_s = time.monotonic() - t0
+    assert res.returncode == 0, (
+        f"scripts/build-image.sh failed (rc {res.returncode}):\n{res.stderr[-4000:]}")
+    assert res.stdout.strip() == IMAGE
+    t1 = time.monotonic()
+    _copy_image(swarm.manager, swarm.workers)
+    copy_s = time.monotonic() - t1
+    size = int(subprocess.run(_docker(swarm.manager, "image", "inspect", "--format",
+                                      "{{.Size}}", IMAGE),
+                              capture_output=True, text=True, check=True).stdout)
+    figures = {"build_s": round(build_s, 1), "base_was_cached": cached_base,
+               "copy_to_workers_s": round(copy_s, 1), "image_bytes": size,
+               "image_mb": round(size / 1e6, 1)}
+    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
+    ARTIFACT.write_text(json.dumps({**figures, "build_log_tail": res.stderr[-1500:]}, indent=1))
+    print(f"\nimage figures: {figures}", file=sys.stderr)
+    yield figures
+
+
+def test_image_is_small_non_root_and_runs(swarm: SwarmCluster,
+                                          image: dict[str, float]) -> None:
+    cfg = json.loads(subprocess.run(_docker(swarm.manager, "image", "inspect", IMAGE),
+                                    capture_output=True, text=True, check=True).stdout)[0]
+    conf = cfg["Config"]
+    assert conf["Entrypoint"] == ["swarmgpu"]
+    assert conf["User"] == "10001:10001"
+    assert image["image_bytes"] < 250e6, f"image grew to {image['image_mb']} MB"
+    out = swarm.cli(swarm.manager, "run", "--rm", "--network", "none", IMAGE, "--version")
+    assert "swarmgpu" in out.stdout
+    # The image needs nothing from outside: facts from a capture-made file, offline.
+    facts = GPU_NODES["gpu-node-2"].facts()
+    cfgdir = swarm.base / "imgtest"
+    cfgdir.mkdir(exist_ok=True)
+    (cfgdir / "facts.json").write_text(json.dumps(facts.to_dict()))
+    out = swarm.cli(swarm.manager, "run", "--rm", "--network", "none",
+                    "-v", f"{cfgdir}:/facts:ro", IMAGE,
+                    "facts", "--source", "file:/facts/facts.json")
+    assert "swarmgpu.gpu.count=8" in out.stdout
+
+
+def _healthy(node: NodeHandle) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{node.addr}:{AGENT_PORT}/healthz", timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def restore_labels(swarm: SwarmCluster) -> Iterator[None]:
+    """Put every node's labels back as they were: the `swarm` fixture is shared."""
+    api = swarm.client(swarm.manager).api
+    before = {n.node_id: dict(api.inspect_node(n.node_id)["Spec"].get("Labels") or {})
+              for n in swarm.nodes}
+    yield
+    for node_id, labels in before.items():
+        raw = api.inspect_node(node_id)
+        spec = raw["Spec"]
+        spec["Labels"] = labels
+        api.update_node(node_id, raw["Version"]["Index"], spec)
+
+
+def test_agent_global_service_feeds_labels(swarm: SwarmCluster, image: dict[str, float],
+                                           tmp_path: Path, restore_labels: None) -> None:
+    mgr = swarm.manager
+    # One Docker config per GPU node (its real capture as a facts file); every task of
+    # the one global service mounts them all and serves its own node's.
+    configs = []
+    for host, fake in GPU_NODES.items():
+        f = tmp_path / f"{host}.json"
+        f.write_text(json.dumps(fake.facts().to_dict()))
+        name = f"sgfacts-{host}"
+        swarm.cli(mgr, "config", "create", name, str(f))
+        configs += ["--config", f"source={name},target=/etc/swarmgpu/facts/{host}.json,"
+                                "mode=0444"]
+    svc = "sgagent"
+    t0 = time.monotonic()
+    swarm.cli(mgr, "service", "create", "--detach", "--name", svc, "--mode", "global",
+              "--no-resolve-image", "--network", "host",
+              "--constraint", "node.role==worker",
+              "--hostname", "{{.Node.Hostname}}", "--env", "NODE={{.Node.Hostname}}",
+              *configs, "--entrypoint", "sh",
+              IMAGE, "-c",
+              f'exec swarmgpu agent --source "file:/etc/swarmgpu/facts/$NODE.json" '
+              f"--listen 0.0.0.0:{AGENT_PORT} --refresh-s 5")
+    try:
+        workers = swarm.workers
+        swarm.wait_for(lambda: all(_healthy(w) for w in workers), 90,
+                       f"agents of service {svc} healthy on every GPU node")
+        up_s = time.monotonic() - t0
+        # The tasks run as the image's unprivileged user.
+        ps = swarm.cli(mgr, "service", "ps", "--format", "{{.Node}} {{.CurrentState}}", svc)
+        assert ps.stdout.count("Running") == len(workers), ps.stdout
+        cfg = cfg_file(tmp_path, swarm, agents={"port": AGENT_PORT, "timeout_s": 3})
+        t1 = time.monotonic()
+        res = run_cli("run", "--once", "--config", str(cfg))
+        assert res.returncode == 0, res.stderr
+        for host, fake in GPU_NODES.items():
+            want = desired_labels(fake.facts())
+            got = {k: v for k, v in labels_of(swarm, host).items() if k in want}
+            assert got == want, f"{host}: labels from the containerised agent differ"
+        print(f"\nagent service healthy on {len(workers)} nodes after {up_s:.1f} s; "
+              f"labels synced in {time.monotonic() - t1:.1f} s", file=sys.stderr)
+
+        # The daemon from the image: uid 10001, only the engine socket's group, host
+        # network in the manager's namespace. Remove one node's labels; it puts them back.
+        api = swarm.client(mgr).api
+        node2 = swarm.node("gpu-node-2")
+        raw = api.inspect_node(node2.node_id)
+        spec = raw["Spec"]
+        spec["Labels"] = {k: v for k, v in (spec.get("Labels") or {}).items()
+                          if not k.startswith(P)}
+        api.update_node(node2.node_id, raw["Version"]["Index"], spec)
+        gid = os.stat(mgr.socket).st_gid
+        out = swarm.cli(mgr, "run", "--rm", "--network", "host", "--group-add", str(gid),
+                        "-v", f"{mgr.socket}:/var/run/docker.sock",
+                        "-e", f"SWARMGPU_AGENTS_PORT={AGENT_PORT}", IMAGE, "run", "--once",
+                        timeout=120)
+        assert "label write" in out.stderr, out.stderr
+        want = desired_labels(GPU_NODES["gpu-node-2"].facts())
+        got = {k: v for k, v in labels_of(swarm, "gpu-node-2").items() if k in want}
+        assert got == want, f"daemon container did not restore the labels: {out.stderr}"
+        who = swarm.cli(mgr, "run", "--rm", "--network", "none", "--entrypoint", "id", IMAGE)
+        assert who.stdout.startswith("uid=10001"), who.stdout
+    finally:
+        swarm.cli(mgr, "service", "rm", svc, check=False)
+        swarm.wait_for(lambda: not any(_healthy(w) for w in swarm.workers), 60,
+                       f"service {svc} gone")
+        for host in GPU_NODES:
+            # A config is in use until the service's tasks are gone: retry briefly.
+            swarm.wait_for(lambda h=host: swarm.cli(mgr, "config", "rm", f"sgfacts-{h}",
+                                                    check=False).returncode == 0,
+                           30, f"config sgfacts-{host} removed")

@@ -1,0 +1,239 @@
+"""Rebalancing, pure: windows from real Prometheus text, policies, budget, cooldown."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import pytest
+from gpu_nodes import DGX_A100, RTX4090
+
+from swarmgpu.config import ConfigError, RebalanceConfig, load_config
+from swarmgpu.facts.samples import GpuSample
+from swarmgpu.metrics import render_metrics
+from swarmgpu.model import NodeFacts
+from swarmgpu.placement import MOVE_STATE, env_template, gate_constraint, read_ledger
+from swarmgpu.rebalance.context import Inputs
+from swarmgpu.rebalance.mover import MoveState, admit
+from swarmgpu.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
+from swarmgpu.rebalance.planner import plan_moves
+from swarmgpu.rebalance.scrape import NodeScrape, judge
+from swarmgpu.rebalance.signals import Signals
+from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+CFG = RebalanceConfig(dry_run=False, hot_window_s=5, idle_window_s=5, frag_window_s=5,
+                      max_gap_s=2, min_samples=3, cooldown_s=300)
+F1, F2 = DGX_A100.facts(), RTX4090.facts()
+FACTS = {"n1": F1, "n2": F2}
+U2 = [g.uuid for g in F2.gpus]
+
+
+def node(nid: str, host: str, labels: Mapping[str, str]) -> SwarmNode:
+    return SwarmNode(nid, host, "10.0.0." + nid[-1], "worker", "ready", "active", dict(labels),
+                     {}, 1, {}, {})
+
+
+def service(name: str, labels: Mapping[str, str], mode: str = "replicated") -> SwarmService:
+    return SwarmService(f"id-{name}", name, dict(labels), (gate_constraint(P, name),),
+                        (env_template(P),), mode, 1 if mode == "replicated" else None, None, 1)
+
+
+def running(name: str, nid: str) -> SwarmTask:
+    return SwarmTask(f"t-{name}", f"id-{name}", nid, 1, "running", "running", ())
+
+
+def cluster(extra: Mapping[str, str] | None = None, b_labels: Mapping[str, str] | None = None
+            ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """a and b share GPU 0 of gpu-node-2 (half each); gpu-node-1 is empty."""
+    n2 = {f"{P}assign.a": f"{U2[0]}@500", f"{P}service.a": "true",
+          f"{P}assign.b": f"{U2[0]}@500", f"{P}service.b": "true"}
+    nodes = [node("n1", "gpu-node-1", {}), node("n2", "gpu-node-2", n2)]
+    req = {f"{P}gpu-fraction": "0.5"}
+    svcs = [service("a", {**req, **(extra or {})}), service("b", {**req, **(b_labels or {})})]
+    return nodes, svcs, [running("a", "n2"), running("b", "n2")]
+
+
+def page(facts: NodeFacts, util: Mapping[int, float | None]) -> str:
+    samples = [GpuSample(uuid=g.uuid, index=g.index, util_pct=util.get(g.index, 5.0),
+                         fb_used_mib=1000, fb_free_mib=g.memory_mib - 1000,
+                         mem_copy_util_pct=None, temp_c=None, power_w=None)
+               for g in facts.gpus if not g.mig_enabled]
+    return render_metrics(facts, samples).decode()
+
+
+def feed(sig: Signals, nodes: Sequence[SwarmNode], times: Sequence[float],
+         util2: Mapping[float, Mapping[int, float | None]], broken: set[float] = frozenset()
+         ) -> list[str]:
+    warnings: list[str] = []
+    ledger = read_ledger(nodes, P)
+    for t in times:
+        scr: dict[str, NodeScrape] = {}
+        for n in nodes:
+            f = FACTS[n.id]
+            text = page(f, util2.get(t, {}) if n.id == "n2" else {})
+            if n.id == "n2" and t in broken:
+                text = "this is not prometheus {{{\n"
+            scr[n.id] = judge(n, "http://x/metrics", text, t)
+        warnings = sig.observe(scr, FACTS, {n.id: n.hostname for n in nodes}, ledger, t)
+    return warnings
+
+
+def inputs(sig: Signals, nodes: list[SwarmNode], svcs: list[SwarmService],
+           tasks: list[SwarmTask], now: float, cfg: RebalanceConfig = CFG,
+           pending: Sequence[str] = ()) -> Inputs:
+    return Inputs(nodes, svcs, tasks, FACTS, read_ledger(nodes, P), sig.gpus, sig.nodes, cfg,
+                  now, pending, P)
+
+
+def hot_run(util_at: Mapping[float, float], cfg: RebalanceConfig = CFG,
+            **kw: Mapping[str, str]) -> list[Move]:
+    nodes, svcs, tasks = cluster(**kw)
+    sig = Signals(cfg)
+    times = [float(t) for t in range(0, 13)]
+    feed(sig, nodes, times, {t: {0: util_at.get(t, 5.0)} for t in times})
+    return plan_moves(inputs(sig, nodes, svcs, tasks, times[-1], cfg)).moves
+
+
+def test_sustained_hot_spot_moves_one_share_to_a_verified_target() -> None:
+    moves = hot_run({float(t): 97.0 for t in range(13)})
+    assert len(moves) == 1
+    (m,) = moves
+    assert m.trigger is Trigger.HOTSPOT and m.source_host == "gpu-node-2"
+    assert m.service == "a"  # equal shares: by name, deterministic
+    assert m.target_host == "gpu-node-1" and m.target_milli == (500,)
+    dgx = {g.uuid: g for g in F1.gpus}
+    assert not dgx[m.target_uuids[0]].mig_enabled
+    d = moves_to_dicts(moves)["proposed"][0]
+    assert set(d) >= {"service", "from", "to", "gpus", "trigger", "window", "reason", "gain"}
+    assert d["window"] == 5 and "above 85% util" in d["reason"]
+    assert "gpu-node-2 -> gpu-node-1" in render_moves(moves)
+
+
+def test_short_spike_moves_nothing() -> None:
+    assert hot_run({10.0: 99.0, 11.0: 99.0, 12.0: 99.0}) == []
+
+
+def test_opt_out_service_never_moves_the_other_one_does() -> None:
+    always = {float(t): 97.0 for t in range(13)}
+    moves = hot_run(always, extra={f"{P}rebalance": "never"})
+    assert [m.service for m in moves] == ["b"]
+    assert hot_run(always, extra={f"{P}rebalance": "never"},
+                   b_labels={f"{P}rebalance": "never"}) == []
+
+
+def test_broken_metrics_make_the_node_unknown_not_idle() -> None:
+    nodes, svcs, tasks = cluster()
+    sig = Signals(CFG)
+    times = [float(t) for t in range(13)]
+    warnings = feed(sig, nodes, times, {t: {0: 97.0} for t in times}, broken={11.0, 12.0})
+    assert any("gpu-node-2" in w and "UNKNOWN" in w for w in warnings), warnings
+    assert not sig.nodes["n2"].known
+    assert plan_moves(inputs(sig, nodes, svcs, tasks, 12.0)).moves == []
+
+
+def test_dead_target_exporter_means_no_target() -> None:
+    nodes, svcs, tasks = cluster()
+    sig = Signals(CFG)
+    for t in range(13):
+        scr = {"n2": judge(nodes[1], "u", page(F2, {0: 97.0}), float(t)),
+               "n1": NodeScrape("n1", "gpu-node-1", "u", float(t), None, "unreachable")}
+        sig.observe(scr, FACTS, {"n1": "gpu-node-1", "n2": "gpu-node-2"},
+                    read_ledger(nodes, P), float(t))
+    prop = plan_moves(inputs(sig, nodes, svcs, tasks, 12.0))
+    assert prop.moves == [] and "gpu-node-1" in prop.unknown_nodes
+    assert any("no verified-free target" in n for n in prop.notes)
+
+
+def test_global_and_unconverged_services_are_not_moved() -> None:
+    always = {float(t): 97.0 for t in range(13)}
+    nodes, svcs, tasks = cluster()
+    svcs = [dataclasses.replace(svcs[0], mode="global", replicas=None), svcs[1]]
+    sig = Signals(CFG)
+    times = [float(t) for t in range(13)]
+    feed(sig, nodes, times, {t: {0: always[t]} for t in times})
+    assert [m.service for m in plan_moves(inputs(sig, nodes, svcs, tasks, 12.0)).moves] == ["b"]
+    pending_b = [tasks[0], dataclasses.replace(tasks[1], state="pending")]
+    svcs2 = cluster()[1]
+    assert [m.service for m in plan_moves(inputs(sig, nodes, svcs2, pending_b, 12.0)).moves] \
+        == ["a"]
+
+
+def _move(svc: str, src: str, dst: str) -> Move:
+    return Move(svc, f"id-{svc}", src, src, ("u",), (500,), dst, dst, (0,), ("v",), (500,),
+                Trigger.HOTSPOT, 5, "r", "g")
+
+
+def _many(n: int) -> tuple[list[SwarmService], list[SwarmTask], dict[str, dict[str, object]]]:
+    svcs = [service(f"s{i}", {f"{P}gpu-fraction": "0.5"}) for i in range(n)]
+    tasks = [running(f"s{i}", f"src{i}") for i in range(n)]
+    nodes = [node(f"src{i}", f"src{i}", {f"{P}assign.s{i}": "GPU-x@500"}) for i in range(n)]
+    return svcs, tasks, read_ledger(nodes, P)  # type: ignore[return-value]
+
+
+def test_budget_per_cycle_and_per_node_hold() -> None:
+    svcs, tasks, ledger = _many(5)
+    moves = [_move(f"s{i}", f"src{i}", f"dst{i}") for i in range(5)]
+    cfg = dataclasses.replace(CFG, max_moves_per_cycle=2, max_moves_per_node=1)
+    ok, refused = admit(moves, [], {s.name: s for s in svcs}, tasks, ledger,  # type: ignore[arg-type]
+                        cfg, P, 1000.0)
+    assert [m.service for m in ok] == ["s0", "s1"]
+    assert len(refused) == 3 and all("per cycle" in why for _, why in refused)
+    same_target = [_move(f"s{i}", f"src{i}", "dst") for i in range(3)]
+    ok, refused = admit(same_target, [], {s.name: s for s in svcs}, tasks, ledger,  # type: ignore[arg-type]
+                        cfg, P, 1000.0)
+    assert len(ok) == 1 and all("per node" in why for _, why in refused)
+    flying = MoveState("x", "s4", "src4", "src4", (), (), "dst4", "dst4", (), (), True, 1, 0,
+                       0.0, "hotspot", "r")
+    ok, _ = admit(moves[:2], [flying, flying], {s.name: s for s in svcs}, tasks,
+                  ledger, cfg, P, 1000.0)  # type: ignore[arg-type]
+    assert ok == []  # moves in flight use the budget
+
+
+def test_cooldown_holds_and_then_lets_go() -> None:
+    svcs, tasks, ledger = _many(1)
+    svcs = [dataclasses.replace(svcs[0], labels={**svcs[0].labels,
+                                                 f"{P}state.moved-at": "1000"})]
+    by = {s.name: s for s in svcs}
+    m = [_move("s0", "src0", "dst0")]
+    ok, refused = admit(m, [], by, tasks, ledger, CFG, P, 1000.0 + 299)  # type: ignore[arg-type]
+    assert ok == [] and "cooling down" in refused[0][1]
+    ok, _ = admit(m, [], by, tasks, ledger, CFG, P, 1000.0 + 301)  # type: ignore[arg-type]
+    assert len(ok) == 1
+    moving = [dataclasses.replace(svcs[0], labels={f"{P}gpu-fraction": "0.5",
+                                                   P + MOVE_STATE: "{}"})]
+    ok, refused = admit(m, [], {"s0": moving[0]}, tasks, ledger, CFG, P, 5000.0)  # type: ignore[arg-type]
+    assert ok == [] and "in progress" in refused[0][1]
+
+
+def test_defrag_finds_the_fewest_moves_for_a_pending_request() -> None:
+    # gpu-node-2: a (1 GPU) on GPU 0 blocks nothing alone; pending p wants all 8 GPUs.
+    n2 = {f"{P}assign.a": U2[0], f"{P}service.a": "true"}
+    nodes = [node("n1", "gpu-node-1", {}), node("n2", "gpu-node-2", n2)]
+    svcs = [service("a", {f"{P}gpus": "1"}), service("p", {f"{P}gpus": "8"})]
+    tasks = [running("a", "n2")]
+    sig = Signals(CFG)
+    times = [float(t) for t in range(13)]
+    feed(sig, nodes, times, {})
+    prop = plan_moves(inputs(sig, nodes, svcs, tasks, 12.0, pending=["p"]))
+    assert [(m.service, m.trigger, m.target_host) for m in prop.moves] == \
+        [("a", Trigger.DEFRAG, "gpu-node-1")]
+
+
+def test_config_validation_names_the_key() -> None:
+    assert RebalanceConfig().cooldown_s >= 300
+    with pytest.raises(ConfigError, match="hot_clear_pct"):
+        load_config(env={}, path=None) if False else _cfg({"hot_clear_pct": 90})
+    with pytest.raises(ConfigError, match="policies"):
+        _cfg({"policies": "hotspot,magic"})
+    with pytest.raises(ConfigError, match="metrics_url_template"):
+        _cfg({"metrics_url_template": "http://localhost:9400/metrics"})
+
+
+def _cfg(rebalance: dict[str, object]) -> None:
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as fh:
+        json.dump({"rebalance": rebalance}, fh)
+    load_config(fh.name, env={})
