@@ -155,14 +155,12 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
 def _attach_steps(d: Any) -> None:
     """Plug the planners (placement, rebalancing) and the cluster view into the cycle."""
     from swarmgpu import observe, placement_step
+    from swarmgpu.rebalance.step import attach as attach_rebalance
 
     placement_step.attach(d)
-    try:
-        from swarmgpu.rebalance.step import attach as attach_rebalance
-    except ImportError:  # rebalancing not installed in this build
-        pass
-    else:
-        attach_rebalance(d)
+    rebalancer = attach_rebalance(d)
+    if rebalancer is not None:
+        d.moves_view = rebalancer.to_dict
     observe.attach(d)
 
 
@@ -222,8 +220,10 @@ def plan(config_path: str | None, as_json: bool) -> None:
     cfg = _load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     p = make_plan(_snapshot(cfg), cfg)
+    moves = _daemon_moves(cfg)
     if as_json:
-        click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services]}, indent=2))
+        click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services],
+                               "moves": moves}, indent=2))
         return
     if not p.services:
         click.echo("no service carries a swarmgpu GPU request")
@@ -236,6 +236,33 @@ def plan(config_path: str | None, as_json: bool) -> None:
             click.echo(f"  why: {sp.reason}")
         for w in sp.warnings:
             click.echo(f"  note: {w}")
+    if moves is None:
+        click.echo("moves: the daemon is not reachable on "
+                   f"{cfg.http.listen}; move proposals need its metric windows")
+        return
+    if not moves.get("proposed"):
+        click.echo("moves: none proposed" + (" (dry-run)" if moves.get("dry_run") else ""))
+    for m in moves.get("proposed", []):
+        click.echo(f"move {m['service']}: {m['from']} -> {m['to']} GPUs {m.get('gpus')} "
+                   f"[{m['trigger']}, window {m.get('window')}] {m['reason']}; "
+                   f"gain: {m.get('gain')}")
+    for m in moves.get("recent", [])[-5:]:
+        click.echo(f"recent {m['service']}: {m['from']} -> {m['to']}: {m['outcome']} "
+                   f"({m['reason']})")
+
+
+def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
+    """The leader daemon's move proposals (its metric windows live in its memory)."""
+    import requests
+
+    from swarmgpu.rebalance.step import ROUTE
+
+    try:
+        r = requests.get(f"http://{cfg.http.listen}{ROUTE}", timeout=3)
+        data = r.json() if r.status_code == 200 else None
+    except (requests.RequestException, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 @main.command()

@@ -65,6 +65,7 @@ class Daemon:
         self.leader = False
         self.last_placement: Any = None  # the placement step's last plan, for status/plan
         self.cluster_doc: Callable[[], dict[str, Any]] | None = None  # set by observe
+        self.moves_view: Callable[[], dict[str, Any]] | None = None  # set by rebalancing
         self._scheduler: BackgroundScheduler | None = None
         self._http: ThreadingHTTPServer | None = None
         # path -> () -> (content type, body); the GPU map and APIs plug in here

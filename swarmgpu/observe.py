@@ -33,7 +33,7 @@ def attach(daemon: Daemon) -> None:
                 registry=r)
 
     def step(d: Daemon, snap: Snapshot) -> None:
-        moves = getattr(d, "moves_view", None)
+        moves = d.moves_view
         doc = build_cluster(
             snap, d.last_placement, prefix=cfg.sync.prefix,
             metrics=scrape_all(snap.nodes, cfg.agents),

@@ -57,7 +57,7 @@ def _ensure_debootstrap() -> None:
                     f"{res.stderr.strip()[-400:]}")
 
 
-def _docker(node: NodeHandle, *args: str, **kw: object) -> list[str]:
+def _docker(node: NodeHandle, *args: str) -> list[str]:
     return ["docker", "-H", node.docker_host, *args]
 
 
@@ -218,6 +218,7 @@ def test_agent_global_service_feeds_labels(swarm: SwarmCluster, image: dict[str,
                        f"service {svc} gone")
         for host in GPU_NODES:
             # A config is in use until the service's tasks are gone: retry briefly.
-            swarm.wait_for(lambda h=host: swarm.cli(mgr, "config", "rm", f"sgfacts-{h}",
-                                                    check=False).returncode == 0,
-                           30, f"config sgfacts-{host} removed")
+            def removed(name: str = f"sgfacts-{host}") -> bool:
+                return swarm.cli(mgr, "config", "rm", name, check=False).returncode == 0
+
+            swarm.wait_for(removed, 30, f"config sgfacts-{host} removed")

@@ -32,16 +32,9 @@ def rb(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "min_samples": 3, "cooldown_s": 600, "move_timeout_s": 60})
     state: dict[str, Any] = {"cfg": cfg, "tmp": tmp, "profiles": profiles}
 
-    # The real CLI's `run`, with the rebalancer attached even before cli.py does it.
-    code = ("import sys\nfrom swarmgpu import cli\norig = cli._attach_steps\n"
-            "def both(d):\n    orig(d)\n    from swarmgpu.rebalance.step import ROUTE, attach\n"
-            "    if ROUTE not in d.http_routes:\n        attach(d)\n"
-            f"cli._attach_steps = both\nsys.argv = ['swarmgpu', 'run', '--config', {str(cfg)!r}]\n"
-            "cli.main()\n")
-
     def start(**env: str) -> Any:
         state["proc"] = swarm.exec_in_netns(
-            swarm.manager, [sys.executable, "-c", code],
+            swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
             env=swarmgpu_env(**env), **kwargs_for_logs(LOGS / "rebalance-daemon.log"))
         return state["proc"]
 
@@ -111,13 +104,11 @@ def test_hot_spot_moves_exactly_one_replica_and_spike_moves_none(
 
 
 def test_killed_mid_move_finishes_or_rolls_back(swarm: SwarmCluster, rb: dict[str, Any]) -> None:
-    host, uuid = holder_gpu(swarm, "rb_b")
+    _host, _uuid = holder_gpu(swarm, "rb_b")
     frac = {"labels": {"swarmgpu.gpu-fraction": "0.5"}}
-    deploy(swarm, rb["tmp"], "rc", {"c": frac})
-    wait_running(swarm, "rc_c", 1)
-    assert holder_gpu(swarm, "rc_c") == (host, uuid)  # shares b's hot GPU
-    stop(rb["proc"])
+    stop(rb["proc"])  # the next daemon places c on b's hot GPU, then dies mid-move
     proc = rb["start"](SWARMGPU_TEST_CRASH_AFTER="move-step-1")
+    deploy(swarm, rb["tmp"], "rc", {"c": frac})
     assert proc.wait(60) == 137
     moving = [s for s in ("rb_b", "rc_c") if f"{P}state.move" in labels(swarm, s)]
     assert len(moving) == 1
@@ -125,7 +116,7 @@ def test_killed_mid_move_finishes_or_rolls_back(swarm: SwarmCluster, rb: dict[st
     (svc,) = moving
     swarm.wait_for(lambda: f"{P}state.move" not in labels(swarm, svc), 60, "move ended")
     for s in ("rb_b", "rc_c"):
-        (t,) = wait_running(swarm, s, 1)
+        (_t,) = wait_running(swarm, s, 1)
         h, u = holder_gpu(swarm, s)
         assert where(swarm, s) == {h: u}
     spec = swarm.client(swarm.manager).api.inspect_service(svc)["Spec"]

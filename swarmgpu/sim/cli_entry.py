@@ -39,6 +39,9 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
     bad = [p for p in policies if p not in known]
     if bad:
         return (f"unknown policy {', '.join(bad)}; choose from {', '.join(POLICIES)}", 2)
+    if departures:
+        return ("--departures is not implemented yet (replay with trace times); "
+                "run without it", 2)
     try:
         results = report.run_many(nodes, pods, policies, seeds, departures=departures,
                            moves=rebalance_moves)

@@ -19,9 +19,11 @@ def _one(args: tuple[str, str, str, int, bool, float | None]) -> RunResult:
     nodes_path, pods_path, policy, seed, departures, moves = args
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     if departures:
-        from swarmgpu.sim.departures import replay_with_departures
+        raise NotImplementedError("--departures: the time-axis replay is not written yet")
+    if moves:
+        from swarmgpu.sim.rebalance import one_move_rescue
 
-        return replay_with_departures(nodes, pods, policy, seed, moves_per_100=moves)
+        return replay(nodes, pods, policy, seed, rebalancer=one_move_rescue, moves_per_100=moves)
     return replay(nodes, pods, policy, seed)
 
 

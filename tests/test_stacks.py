@@ -1,0 +1,225 @@
+"""The stack files people copy: stacks/swarmgpu.yml (swarmgpu deployed on Swarm) and
+stacks/examples/*.yml (annotated GPU services).
+
+Each parses as YAML, `docker stack config` accepts it (when the CLI has that command),
+every example's request labels parse, its gate constraint and env template are exactly
+the documented ones, and `swarmgpu render` places it on a small cluster made of the
+test swarm's two GPU machines (tests/gpu_nodes.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from gpu_nodes import GPU_NODES
+from paths import REPO
+
+from swarmgpu.config import load_config
+from swarmgpu.labels import desired_labels
+from swarmgpu.model import NodeFacts
+from swarmgpu.placement import ORDER_ENV, env_template, gate_constraint
+from swarmgpu.render import render_stack
+from swarmgpu.requests import GpuRequest, RequestError, parse_all
+from swarmgpu.swarm import SwarmNode
+
+P = "swarmgpu."
+STACKS = REPO / "stacks"
+EXAMPLES = sorted((STACKS / "examples").glob("*.yml"))
+ALL_STACKS = [STACKS / "swarmgpu.yml", *EXAMPLES]
+
+
+def _id(p: Path) -> str:
+    return str(p.relative_to(STACKS))
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict) and isinstance(data.get("services"), dict), (
+        f"{path}: not a stack (no top-level services)")
+    return data
+
+
+def annotated(stack: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Services with a swarmgpu request label."""
+    out = {}
+    for name, svc in stack["services"].items():
+        labels = (svc.get("deploy") or {}).get("labels") or {}
+        if any(str(k).startswith(P) for k in labels):
+            out[name] = svc
+    return out
+
+
+def test_there_are_examples() -> None:
+    names = {p.stem for p in EXAMPLES}
+    assert {"llm-nvlink", "shared-gpu", "mig-slice", "pinned-pair"} <= names, names
+
+
+@pytest.mark.parametrize("path", ALL_STACKS, ids=_id)
+def test_stack_parses(path: Path) -> None:
+    load(path)
+
+
+@cache
+def _has_stack_config() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    res = subprocess.run(["docker", "stack", "config", "--help"], capture_output=True,
+                         text=True, check=False, timeout=30)
+    return res.returncode == 0
+
+
+@pytest.mark.parametrize("path", ALL_STACKS, ids=_id)
+def test_docker_stack_config_accepts(path: Path, tmp_path: Path) -> None:
+    if not _has_stack_config():
+        pytest.skip("this docker CLI has no `docker stack config` (needs 20.10+)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
+    env["DOCKER_CONFIG"] = str(tmp_path)  # never the user's contexts
+    res = subprocess.run(["docker", "stack", "config", "-c", path.name], cwd=path.parent,
+                         env=env, capture_output=True, text=True, check=False, timeout=60)
+    assert res.returncode == 0, f"docker stack config rejects {path}: {res.stderr}"
+    assert "services:" in res.stdout
+
+
+def test_deploy_config_is_valid() -> None:
+    cfg = load_config(STACKS / "swarmgpu-config.yml", env={})
+    assert cfg.agents.port == 9401
+
+
+def test_swarmgpu_stack_shape() -> None:
+    """The agent cannot be placed by swarmgpu's own labels (chicken and egg)."""
+    services = load(STACKS / "swarmgpu.yml")["services"]
+    agent, daemon = services["agent"], services["daemon"]
+    assert agent["deploy"]["mode"] == "global"
+    agent_cons = agent["deploy"]["placement"]["constraints"]
+    assert not any(c.startswith(f"node.labels.{P}") for c in agent_cons), agent_cons
+    assert agent["command"][0] == "agent" and "0.0.0.0:9401" in agent["command"]
+    assert daemon["command"][0] == "run"
+    assert "node.role==manager" in daemon["deploy"]["placement"]["constraints"]
+    assert not str(daemon["user"]).startswith(("0", "root")), "the daemon must not run as root"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=_id)
+def test_example_requests_parse_and_are_gated(path: Path) -> None:
+    stack = load(path)
+    services = annotated(stack)
+    assert services, f"{path}: no service carries a swarmgpu request"
+    for name, svc in services.items():
+        labels = {str(k): str(v) for k, v in svc["deploy"]["labels"].items()}
+        req = parse_all(labels, prefix=P)
+        assert not isinstance(req, RequestError), f"{path} {name}: {req}"
+        assert isinstance(req, GpuRequest)
+        # The documented gate for `docker stack deploy -c FILE <file stem>`.
+        cons = svc["deploy"]["placement"]["constraints"]
+        assert gate_constraint(P, f"{path.stem}_{name}") in cons, (path, name, cons)
+        env = svc.get("environment") or []
+        assert isinstance(env, list), f"{path} {name}: environment as a list, please"
+        assert env_template(P) in env and ORDER_ENV in env, (path, name, env)
+        if int(svc["deploy"].get("replicas", 1)) > 1:
+            assert svc["deploy"]["placement"].get("max_replicas_per_node") == 1
+
+
+def _cluster() -> tuple[list[SwarmNode], dict[str, NodeFacts]]:
+    """The two GPU machines of the test swarm, as `swarmgpu render` would see them."""
+    nodes, facts = [], {}
+    for i, (host, fake) in enumerate(sorted(GPU_NODES.items())):
+        f = fake.facts()
+        node_id = f"node{i}{host.replace('-', '')}"
+        labels = {**desired_labels(f), "topology.zone": "rack-a" if i == 0 else "rack-b"}
+        nodes.append(SwarmNode(
+            id=node_id, hostname=host, addr=f"10.0.0.{i + 1}", role="worker", state="ready",
+            availability="active", labels=labels, engine_labels={}, version=1,
+            generic_resources={"NVIDIA-GPU": tuple(g.uuid for g in f.gpus)},
+            discrete_resources={}))
+        facts[node_id] = f
+    return nodes, facts
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=_id)
+def test_render_places_every_example(path: Path) -> None:
+    nodes, facts = _cluster()
+    stem = path.stem
+    text, plan = render_stack(path.read_text(), stem, nodes, [], [], facts, prefix=P)
+    by_name = {sp.name: sp for sp in plan.services}
+    out = yaml.safe_load(text)
+    for name, svc in annotated(load(path)).items():
+        sp = by_name[f"{stem}_{name}"]
+        assert sp.status == "placed", f"{path} {name}: {sp.status}: {sp.reason}"
+        replicas = int(svc["deploy"].get("replicas", 1))
+        assert len(sp.placements) == replicas
+        rendered = out["services"][name]
+        cons = rendered["deploy"]["placement"]["constraints"]
+        # The gate the file already has is kept, not doubled.
+        assert cons.count(gate_constraint(P, f"{stem}_{name}")) == 1
+        devices = {k: v for k, v in rendered["deploy"]["labels"].items()
+                   if k.startswith(f"{P}devices.")}
+        assert len(devices) == replicas, devices
+        for pl in sp.placements:
+            uuids = devices[f"{P}devices.{pl.node_id}"].split(",")
+            assert uuids == list(pl.uuids)
+            if f"{P}mig" in svc["deploy"]["labels"]:
+                assert all(u.startswith("MIG-") for u in uuids), uuids
+
+
+def test_shared_gpu_example_shares_one_gpu() -> None:
+    nodes, facts = _cluster()
+    path = STACKS / "examples" / "shared-gpu.yml"
+    _, plan = render_stack(path.read_text(), "shared-gpu", nodes, [], [], facts, prefix=P)
+    held = {(pl.node_id, pl.uuids) for sp in plan.services for pl in sp.placements}
+    assert len(held) == 1, f"0.25 + 0.25 + 0.5 of a GPU should fit one GPU: {held}"
+
+
+# --- the Grafana dashboard --------------------------------------------------------------
+
+DASHBOARD = STACKS / "grafana-dashboard.json"
+# Exported by the daemon for per-service GPU use (labels service, node, gpu).
+SERVICE_METRICS = {"swarmgpu_service_gpu_util", "swarmgpu_service_gpu_memory_used_mib"}
+_PROMQL_WORDS = {"by", "sum", "avg", "max", "min", "count", "rate", "increase", "or",
+                 "vector", "histogram_quantile", "le", "service", "node", "gpu", "kind",
+                 "outcome", "instance", "hostname"}
+
+
+def _exposed_names() -> set[str]:
+    """Every sample name the agents and the daemon expose."""
+    from prometheus_client import generate_latest
+
+    from swarmgpu.daemon_metrics import DaemonMetrics
+    from swarmgpu.facts.samples import GpuSample
+    from swarmgpu.metrics import AgentStats, render_metrics
+
+    names: set[str] = set()
+    for fam in DaemonMetrics().registry.collect():
+        names.add(fam.name)
+        names.update(fam.name + s for s in ("_total", "_bucket", "_sum", "_count"))
+    facts = GPU_NODES["gpu-node-1"].facts()
+    samples = [GpuSample(g.uuid, g.index, 1.0, 1, 1, 1.0, 1.0, 1.0) for g in facts.gpus]
+    text = render_metrics(facts, samples, AgentStats(facts_age_s=1, scrape_duration_s=0.1))
+    text += generate_latest(DaemonMetrics().registry)
+    for line in text.decode().splitlines():
+        if line and not line.startswith("#"):
+            names.add(line.split("{")[0].split(" ")[0])
+    return names | SERVICE_METRICS
+
+
+def test_dashboard_names_only_real_metrics() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 15
+    used = set()
+    for e in exprs:
+        bare = re.sub(r'\{[^}]*\}|"[^"]*"|\[[^]]*\]', "", e)  # selectors, strings, ranges
+        used |= {w for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", bare)
+                 if w not in _PROMQL_WORDS}
+    unknown = used - _exposed_names()
+    assert not unknown, f"dashboard queries metrics nobody exports: {sorted(unknown)}"
+    assert used >= SERVICE_METRICS, "per-service GPU panels missing"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
