@@ -66,13 +66,26 @@ fi
 t1=$(date +%s)
 
 # --- 2. wheels -----------------------------------------------------------------
-# Every dependency as a wheel (pure Python or manylinux for cp311), so the image
+# swarmgpu's own wheel, then every dependency as a wheel for the IMAGE's Python
+# (3.11, this machine's architecture), whatever Python runs this script, so the image
 # installs with --no-index. Cached: pip reuses what is already in dist/wheels.
+PY=${PYTHON:-python3}
+IMAGE_PY=${SWARMGPU_IMAGE_PYTHON:-3.11}  # bookworm's python3
+ARCH=$(uname -m)
 mkdir -p dist/wheels
 rm -f dist/wheels/swarmgpu-*.whl
-log "building wheels into dist/wheels"
-"${PYTHON:-python3}" -m pip wheel --quiet --disable-pip-version-check --find-links dist/wheels \
-  -w dist/wheels . >&2
+log "building wheels into dist/wheels (for CPython $IMAGE_PY $ARCH)"
+"$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps -w dist/wheels . >&2
+platforms=()
+for p in manylinux_2_28 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1; do
+  platforms+=(--platform "${p}_$ARCH")
+done
+abi=cp${IMAGE_PY/./}
+"$PY" -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+  --python-version "$IMAGE_PY" --implementation cp --abi "$abi" --abi abi3 --abi none \
+  "${platforms[@]}" --platform any --find-links dist/wheels -d dist/wheels \
+  "dist/wheels/swarmgpu-$VERSION-py3-none-any.whl" >&2 \
+  || die "could not get every dependency as a wheel for CPython $IMAGE_PY $ARCH (see above)"
 t2=$(date +%s)
 
 # --- 3. image --------------------------------------------------------------------

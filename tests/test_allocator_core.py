@@ -125,7 +125,7 @@ def test_label_filter_and_mig_delegation() -> None:
 
 
 def test_bad_demands_are_refused_with_the_fix() -> None:
-    with pytest.raises(ValueError, match="1..999"):
+    with pytest.raises(ValueError, match=r"1\.\.999"):
         Demand(gpu_milli=1000)
     with pytest.raises(ValueError, match="topology"):
         Demand(num_gpu=1, topology="ring")

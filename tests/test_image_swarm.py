@@ -222,3 +222,54 @@ def test_agent_global_service_feeds_labels(swarm: SwarmCluster, image: dict[str,
                 return swarm.cli(mgr, "config", "rm", name, check=False).returncode == 0
 
             swarm.wait_for(removed, 30, f"config sgfacts-{host} removed")
+
+
+def _answers(addr: str, port: int, path: str = "/healthz") -> dict[str, object] | None:
+    try:
+        with urllib.request.urlopen(f"http://{addr}:{port}{path}", timeout=1) as r:
+            body = json.loads(r.read())
+            return body if isinstance(body, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str, float],
+                                           restore_labels: None) -> None:
+    """stacks/swarmgpu.yml itself, unedited: agents (nvml: these nodes have no driver,
+    so they report zero GPUs) on the nodes labelled gpu=true, the daemon on the manager
+    as uid 10001 with the socket's group, writing the labels."""
+    mgr = swarm.manager
+    for w in swarm.workers:
+        swarm.cli(mgr, "node", "update", "--label-add", "gpu=true", w.node_id)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
+    env.update(DOCKER_CONFIG=str(swarm.base / "cli-config"), SWARMGPU_IMAGE=IMAGE,
+               SWARMGPU_DOCKER_GID=str(os.stat(mgr.socket).st_gid),
+               SWARMGPU_DOCKER_SOCKET=str(mgr.socket), SWARMGPU_SYNC_INTERVAL_S="2")
+    stack = REPO / "stacks" / "swarmgpu.yml"
+    t0 = time.monotonic()
+    res = subprocess.run(["docker", "-H", mgr.docker_host, "stack", "deploy",
+                          "--resolve-image", "never", "-c", str(stack), "sgstack"],
+                         env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, f"docker stack deploy failed: {res.stderr}"
+    try:
+        swarm.wait_for(lambda: all(_answers(w.addr, 9401) for w in swarm.workers), 90,
+                       "the stack's agents answering on every gpu=true node")
+        health = swarm.wait_for(lambda: _answers(mgr.addr, 9402), 60,
+                                "the stack's daemon answering /healthz on the manager")
+        # Zero GPUs is a valid answer: the daemon labels each agent's node with it.
+        swarm.wait_for(lambda: all(labels_of(swarm, w.name).get(f"{P}gpu.count") == "0"
+                                   for w in swarm.workers), 60,
+                       "labels written by the stack's daemon")
+        health = swarm.wait_for(lambda: (lambda h: h if h and h.get("leader") else None)(
+            _answers(mgr.addr, 9402)), 30, "the daemon to report itself leader")
+        print(f"\nswarmgpu stack up and labelling in {time.monotonic() - t0:.1f} s; "
+              f"daemon health {health}", file=sys.stderr)
+        ps = swarm.cli(mgr, "service", "ps", "--format", "{{.Name}} {{.CurrentState}}",
+                       "sgstack_daemon")
+        assert "Running" in ps.stdout, ps.stdout
+    finally:
+        swarm.cli(mgr, "stack", "rm", "sgstack", check=False)
+        # Port 9401 on the workers belongs to the other modules' agents afterwards.
+        swarm.wait_for(lambda: not any(_answers(w.addr, 9401) for w in swarm.workers), 60,
+                       "the stack's agents gone")
+        swarm.wait_for(lambda: _answers(mgr.addr, 9402) is None, 60, "the daemon gone")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim import report
+from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.trace import TraceError
 
 

@@ -14,11 +14,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from swarmgpu.allocator.core import Allocator, Choice, Demand, Scorer, SwarmScorer
+from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeSpec, Scorer, SwarmScorer
 from swarmgpu.allocator.fragmentation import FragCache, TypicalTask, typical_tasks
-from swarmgpu.sim.rebalance import Rebalancer, Running
 from swarmgpu.sim.baselines import BestFitScorer, DotProdScorer, FgdScorer, PackingScorer
-from swarmgpu.sim.trace import NodeSpec, TracePod
+from swarmgpu.sim.rebalance import Rebalancer, Running
+from swarmgpu.sim.trace import TracePod
 
 POLICIES = ("swarmgpu", "random", "bestfit", "dotprod", "packing", "fgd")
 LEVEL_STEP = 5
@@ -68,7 +68,7 @@ def make_scorer(policy: str, workload: tuple[TypicalTask, ...]) -> Scorer:
 def arrival_order(pods: Sequence[TracePod], cluster_milli: int, seed: int,
                   inflate: float = 1.3) -> tuple[list[TracePod], random.Random]:
     """Shuffled originals plus resampled copies up to ``inflate`` x cluster GPU-milli."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - simulation, not security
     order = sorted(pods, key=lambda p: p.name)
     rng.shuffle(order)
     total = sum(p.total_gpu_milli for p in order)
