@@ -56,11 +56,37 @@ def _labels(deploy: Mapping[str, Any], where: str) -> dict[str, str]:
     return {str(k): "" if v is None else str(v) for k, v in raw.items()}
 
 
-def _env_list(svc: Mapping[str, Any]) -> list[str]:
+def _env_list(svc: Mapping[str, Any], where: str) -> list[str]:
     env = svc.get("environment") or []
     if isinstance(env, dict):
         return [f"{k}={'' if v is None else v}" for k, v in env.items()]
+    if not isinstance(env, list):
+        raise StackError(f"{where}.environment: expected a mapping or a list of K=V")
     return [str(e) for e in env]
+
+
+def _mapping(parent: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    v = parent.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise StackError(f"{where}.{key}: expected a mapping, got {type(v).__name__}")
+    return v
+
+
+def _replicas(deploy: Mapping[str, Any], where: str) -> int:
+    v = deploy.get("replicas", 1)
+    if isinstance(v, bool) or not isinstance(v, int | str) or not str(v).isdigit():
+        raise StackError(f"{where}.deploy.replicas: {v!r} is not a whole number >= 0")
+    return int(v)
+
+
+def _constraints(placement: Mapping[str, Any], where: str) -> list[str]:
+    v = placement.get("constraints") or []
+    if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
+        raise StackError(f"{where}.deploy.placement.constraints: expected a list of strings "
+                         "like node.role==worker")
+    return list(v)
 
 
 def stack_services(stack: Mapping[str, Any], name: str,
@@ -72,20 +98,21 @@ def stack_services(stack: Mapping[str, Any], name: str,
         where = f"services.{svc_name}"
         if not isinstance(svc, dict):
             raise StackError(f"{where}: expected a mapping")
-        deploy = svc.get("deploy") or {}
+        deploy = _mapping(svc, "deploy", where)
         full = f"{name}_{svc_name}"
         cur = by_name.get(full)
         labels = _labels(deploy, where)
         if cur is not None:  # keep the device labels of what already runs
             labels.update({k: v for k, v in cur.labels.items() if DEVICES in k})
-        placement = deploy.get("placement") or {}
+        placement = _mapping(deploy, "placement", f"{where}.deploy")
         mode = str(deploy.get("mode", "replicated"))
+        mrpn = placement.get("max_replicas_per_node")
         out.append(SwarmService(
             id=cur.id if cur else f"render:{full}", name=full, labels=labels,
-            constraints=tuple(placement.get("constraints") or ()),
-            env=tuple(_env_list(svc)), mode=mode,
-            replicas=int(deploy.get("replicas", 1)) if mode == "replicated" else None,
-            max_replicas_per_node=placement.get("max_replicas_per_node"), version=0,
+            constraints=tuple(_constraints(placement, where)),
+            env=tuple(_env_list(svc, where)), mode=mode,
+            replicas=_replicas(deploy, where) if mode == "replicated" else None,
+            max_replicas_per_node=mrpn if isinstance(mrpn, int) else None, version=0,
         ))
     return out
 
@@ -112,9 +139,9 @@ def render_stack(
     by_name = {sp.name: sp for sp in plan.services}
     for svc_name, svc in out["services"].items():
         full = f"{name}_{svc_name}"
-        deploy = svc.get("deploy") or {}
-        req = parse_all(_labels(deploy, f"services.{svc_name}"), prefix=prefix,
-                        zone_label=zone_label)
+        where = f"services.{svc_name}"
+        deploy = _mapping(svc, "deploy", where)
+        req = parse_all(_labels(deploy, where), prefix=prefix, zone_label=zone_label)
         if req is None:
             continue
         sp = by_name.get(full)
@@ -124,13 +151,14 @@ def render_stack(
             for p in sp.placements:
                 labels[f"{prefix}{DEVICES}{p.node_id}"] = ",".join(p.uuids)
         deploy["labels"] = labels
-        placement = deploy.setdefault("placement", {})
-        cons = list(placement.get("constraints") or [])
+        placement = _mapping(deploy, "placement", f"{where}.deploy")
+        deploy["placement"] = placement
+        cons = _constraints(placement, where)
         gate = gate_constraint(prefix, full)
         if gate not in cons:
             cons.append(gate)
         placement["constraints"] = cons
-        if int(deploy.get("replicas", 1)) > 1:
+        if _replicas(deploy, where) > 1:
             placement["max_replicas_per_node"] = 1
         env = svc.get("environment")
         additions = [env_template(prefix), ORDER_ENV]

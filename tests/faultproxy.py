@@ -163,7 +163,7 @@ class FaultProxy:
             return
         if not head:
             return
-        method, path = (head.split(b"\r\n", 1)[0].decode("latin-1").split(" ") + ["", ""])[:2]
+        method, path = ([*head.split(b"\r\n", 1)[0].decode("latin-1").split(" "), "", ""])[:2]
         length = int(_header(head, b"content-length") or b"0")
         body = rest
         while len(body) < length:

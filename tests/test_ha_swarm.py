@@ -162,8 +162,11 @@ def test_only_leader_acts_and_failover_loses_nothing(
         figures["election_s"] = round(t_elected - t_stop, 2)
         swarm.wait_for(lambda: synced(swarm, new), 3 * INTERVAL_S + 5,
                        "the change made before the fail-over repaired")
-        figures["pre_failover_change_repaired_after_election_s"] = round(
-            time.monotonic() - t_elected, 2)
+        late = time.monotonic() - t_elected
+        figures["pre_failover_change_repaired_after_election_s"] = round(late, 2)
+        # One interval, plus slack for a loaded 2-core CI machine: the election is seen
+        # here by polling, and the first calls to a just-elected leader can be slow.
+        assert late <= 2 * INTERVAL_S + 2, f"change repaired {late:.1f} s after election"
 
         # 4. The new leader's daemon keeps acting: a change after the election is
         #    repaired within one interval (plus one cycle's work).

@@ -166,7 +166,7 @@ def test_agent_global_service_feeds_labels(swarm: SwarmCluster, image: dict[str,
     svc = "sgagent"
     t0 = time.monotonic()
     swarm.cli(mgr, "service", "create", "--detach", "--name", svc, "--mode", "global",
-              "--no-resolve-image", "--network", "host",
+              "--no-resolve-image", "--network", "host", "--init",
               "--constraint", "node.role==worker",
               "--hostname", "{{.Node.Hostname}}", "--env", "NODE={{.Node.Hostname}}",
               *configs, "--entrypoint", "sh",
@@ -268,8 +268,13 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
                        "sgstack_daemon")
         assert "Running" in ps.stdout, ps.stdout
     finally:
+        t1 = time.monotonic()
         swarm.cli(mgr, "stack", "rm", "sgstack", check=False)
         # Port 9401 on the workers belongs to the other modules' agents afterwards.
         swarm.wait_for(lambda: not any(_answers(w.addr, 9401) for w in swarm.workers), 60,
                        "the stack's agents gone")
         swarm.wait_for(lambda: _answers(mgr.addr, 9402) is None, 60, "the daemon gone")
+        stop_s = time.monotonic() - t1
+        print(f"swarmgpu stack stopped in {stop_s:.1f} s", file=sys.stderr)
+    # SIGTERM ends both roles at once: not the agent's 10 s grace period and a SIGKILL.
+    assert stop_s < 8, f"`docker stack rm` took {stop_s:.1f} s: a role ignores SIGTERM"

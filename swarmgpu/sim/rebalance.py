@@ -1,10 +1,17 @@
-"""Defragmenting moves for the replay: when a task fails, move one running task to make
-room for it. The replay counts every move against a budget (moves per 100 arrived pods).
+"""Defragmenting moves for the replay: when a task finds no node, move one running task
+off a node so that the failed task fits there. The replay counts every moved task against
+a budget (moves per 100 arrived pods).
 
-A rebalancer is any callable ``(allocator, running, demand) -> list[Move] | None``: it is
+A rebalancer is any callable ``(allocator, running, demand) -> Rescue | None``: it is
 called when ``demand`` found no node, may commit moves on the allocator (each one a
 release on the old node and a commit on the new one) and returns them with the choice for
-``demand`` as the last element's ``then``; None when it cannot help.
+``demand``; None when it cannot help (the allocator is then unchanged).
+
+The search is arithmetic over the running tasks, not trial placements: a node qualifies
+when giving back one task's CPU, memory and GPU share makes the failed task fit there
+exactly as ``Allocator.fits`` would judge it. Only qualifying (node, task) pairs are tried
+for real (release, place, re-place the moved task elsewhere), smallest task first, so a
+failure costs a few milliseconds instead of hundreds of trial placements.
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from swarmgpu.allocator.core import Allocator, Choice, Demand
+from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeState
+from swarmgpu.allocator.fragmentation import product_matches
 
 
 @dataclass(frozen=True)
@@ -32,33 +40,64 @@ Running = dict[str, dict[int, tuple[Demand, Choice]]]  # node -> task id -> (dem
 Rebalancer = Callable[[Allocator, Running, Demand], Rescue | None]
 
 
-def one_move_rescue(alloc: Allocator, running: Running, d: Demand,
-                    max_nodes: int = 24) -> Rescue | None:
-    """Find a node where moving one small task elsewhere lets ``d`` fit; do it.
+def _fits_without(node: NodeState, d: Demand, tc: Choice) -> bool:
+    """Would ``d`` fit on ``node`` once task choice ``tc`` is given back? (simple nodes)"""
+    if node.cpu_left is not None and node.cpu_left + tc.cpu_milli < d.cpu_milli:
+        return False
+    if node.mem_left is not None and node.mem_left + tc.memory_mib < d.memory_mib:
+        return False
+    if not tc.gpus:  # a CPU-only task frees no GPU: it helps only when CPU/memory was short
+        free = node.free
+    else:
+        free = list(node.free)
+        for g, m in zip(tc.gpus, tc.milli, strict=True):
+            free[g] += m
+    need = d.milli_per_gpu
+    return sum(1 for f in free if f >= need) >= d.gpus_wanted
 
-    Looks at the ``max_nodes`` nodes with the most free GPU that still cannot host ``d``
-    (the ones one small move is most likely to open up).
+
+def candidates(alloc: Allocator, running: Running, d: Demand) -> list[tuple[int, int, str, int]]:
+    """(moved GPU-milli, node rank, node, task id) for every single move that lets ``d`` fit.
+
+    Only plain nodes (one GPU model, no link or NUMA constraints) and plain demands are
+    searched; everything else is left to the scheduler.
     """
-    need = d.total_gpu_milli
-    near = Demand(cpu_milli=0, products=d.products)
-    cands = [n for n in alloc.nodes.values()
-             if running.get(n.spec.name) and n.free_total() > 0 and alloc.fits(n, near)]
-    cands.sort(key=lambda n: (-n.free_total(), n.rank))
-    for node in cands[:max_nodes]:
-        tasks = running[node.spec.name]
-        for tid, (td, tc) in sorted(tasks.items(), key=lambda kv: kv[1][0].total_gpu_milli):
-            if node.free_total() + td.total_gpu_milli < need:
-                continue
-            alloc.release(tc)
-            here = alloc.place_on(node.spec.name, d)
-            if not isinstance(here, Choice):
-                alloc.commit(tc)
-                continue
-            alloc.commit(here)
-            there = alloc.place(td)
-            if isinstance(there, Choice) and there.node != node.spec.name:
-                alloc.commit(there)
-                return Rescue((Move(tid, tc, there),), here)
-            alloc.release(here)
+    out: list[tuple[int, int, str, int]] = []
+    if d.mig_profile or d.topology != "any" or d.node_labels or d.min_memory_mib:
+        return out
+    for name, tasks in running.items():
+        node = alloc.nodes[name]
+        if not tasks or not node.simple:
+            continue
+        if d.gpus_wanted and not (node.spec.gpus and product_matches(node.product, d.products)):
+            continue
+        for tid, (_td, tc) in tasks.items():
+            if _fits_without(node, d, tc):
+                out.append((sum(tc.milli), node.rank, name, tid))
+    out.sort()
+    return out
+
+
+def one_move_rescue(alloc: Allocator, running: Running, d: Demand,
+                    max_tries: int = 16) -> Rescue | None:
+    """Move one running task so that ``d`` fits; commit both and return them, or None.
+
+    Tries the qualifying moves smallest first: the moved task is released, ``d`` placed on
+    the freed node, and the task placed by the allocator's own policy; the first move whose
+    task lands somewhere wins, the others are undone.
+    """
+    for _milli, _rank, name, tid in candidates(alloc, running, d)[:max_tries]:
+        td, tc = running[name][tid]
+        alloc.release(tc)
+        here = alloc.place_on(name, d)
+        if not isinstance(here, Choice):
             alloc.commit(tc)
+            continue
+        alloc.commit(here)
+        there = alloc.place(td)
+        if isinstance(there, Choice):
+            alloc.commit(there)
+            return Rescue((Move(tid, tc, there),), here)
+        alloc.release(here)
+        alloc.commit(tc)
     return None

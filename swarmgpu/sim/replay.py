@@ -146,7 +146,6 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
         res.failed_at[level] = dict(failed)
 
     running: Running = {}
-    attempts = 0
     for n_arrived, pod in enumerate(order, start=1):
         d = demands.get(pod)
         if d is None:
@@ -162,26 +161,21 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
             res.decision_s.append(time.perf_counter() - t0)
         if choice is None and rebalancer is not None:
             budget = int(n_arrived * moves_per_100 / 100) - res.moves
-            attempts += 1  # rescues are costly searches: bound the tries too
-            if budget >= 1 and attempts <= 4 * int(n_arrived * moves_per_100 / 100) + 4:
-                rescue = rebalancer(alloc, running, d)
-                if rescue is not None:
-                    for mv in rescue.moves:
-                        old, new = running[mv.old.node].pop(mv.task), mv.new
-                        running.setdefault(new.node, {})[mv.task] = (old[0], new)
-                    res.moves += len(rescue.moves)
-                    running.setdefault(rescue.placed.node, {})[n_arrived] = (d, rescue.placed)
-                    allocated += pod.total_gpu_milli
-                    res.placed += 1
-                    choice = None
-                    rescued = True
-                else:
-                    rescued = False
+            rescue = rebalancer(alloc, running, d) if budget >= 1 else None
+            if rescue is not None:
+                for mv in rescue.moves:
+                    old = running[mv.old.node].pop(mv.task)
+                    running.setdefault(mv.new.node, {})[mv.task] = (old[0], mv.new)
+                res.moves += len(rescue.moves)
+                running.setdefault(rescue.placed.node, {})[n_arrived] = (d, rescue.placed)
+                allocated += pod.total_gpu_milli
+                res.placed += 1
+                continue_level = True
             else:
-                rescued = False
+                continue_level = False
         else:
-            rescued = False
-        if rescued:
+            continue_level = False
+        if continue_level:
             pass
         elif choice is None:
             failed[pod_kind(pod)] += 1
