@@ -39,6 +39,7 @@ import contextlib
 import importlib
 import io
 import json
+import signal
 import socket
 import threading
 import time
@@ -495,6 +496,12 @@ def serve(
     host, port = server.server_address[:2]
     _log.info("agent serving {} on {}:{} (refresh every {}s)", source.spec, host, port,
               refresh_s)
+    if stop_event is None and threading.current_thread() is threading.main_thread():
+        # As PID 1 in a container the kernel gives SIGTERM no default action: without a
+        # handler every stop would wait out the grace period and end in SIGKILL.
+        stop_event = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop_event.set() if stop_event else None)
     if stop_event is not None:
         def _watch() -> None:
             stop_event.wait()

@@ -60,6 +60,7 @@ class Daemon:
         self.extra_steps: list[CycleHook] = []  # placement, rebalancing plug in here
         self.stop_event = threading.Event()
         self._cycle_lock = threading.Lock()
+        self._rerun = threading.Event()
         self.last_report: CycleReport | None = None
         self.last_cycle_at: float | None = None
         self.leader = False
@@ -112,18 +113,25 @@ class Daemon:
             return report
 
     def _safe_cycle(self) -> None:
-        if self.stop_event.is_set():
-            return
-        try:
-            self.cycle()
-            sd_notify("WATCHDOG=1")
-        except Exception as exc:  # the daemon must outlive any one bad cycle
-            self.metrics.errors.labels(kind="cycle").inc()
-            logger.exception("cycle failed: {}", exc)
+        # An event that arrives while a cycle runs cannot start another one (one at a
+        # time); it leaves a flag instead, and the cycle is run again right after.
+        for _ in range(5):
+            if self.stop_event.is_set():
+                return
+            self._rerun.clear()
+            try:
+                self.cycle()
+                sd_notify("WATCHDOG=1")
+            except Exception as exc:  # the daemon must outlive any one bad cycle
+                self.metrics.errors.labels(kind="cycle").inc()
+                logger.exception("cycle failed: {}", exc)
+            if not self._rerun.is_set():
+                return
 
     # --- continuous mode ---------------------------------------------------
     def trigger(self) -> None:
         """Run a cycle soon (after an event), coalescing bursts."""
+        self._rerun.set()
         if self._scheduler is not None:
             with contextlib.suppress(Exception):  # the job is gone during shutdown
                 self._scheduler.modify_job("sync", next_run_time=datetime.now().astimezone())
