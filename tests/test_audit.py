@@ -1,0 +1,76 @@
+"""Pure tests of the audit's findings over a hand-made snapshot."""
+
+from __future__ import annotations
+
+from gpu_nodes import RTX4090
+
+from swarmgpu.agent_client import FactsResult
+from swarmgpu.audit import audit, render_table
+from swarmgpu.labels import desired_labels
+from swarmgpu.swarm import SwarmNode, SwarmService
+from swarmgpu.sync import Snapshot
+
+FACTS = RTX4090.facts()
+UUIDS = tuple(sorted(g.uuid for g in FACTS.gpus))
+
+
+def node(labels: dict[str, str], named: dict[str, tuple[str, ...]] | None = None) -> SwarmNode:
+    return SwarmNode(id="n1", hostname="gpu-node-2", addr="10.0.0.2", role="worker",
+                     state="ready", availability="active", labels=labels, engine_labels={},
+                     version=1, generic_resources=named if named is not None else
+                     {"NVIDIA-GPU": UUIDS}, discrete_resources={})
+
+
+def snap(n: SwarmNode, facts_ok: bool = True, services: list[SwarmService] | None = None
+         ) -> Snapshot:
+    res = FactsResult("n1", n.hostname, "http://x/facts", FACTS if facts_ok else None,
+                      None if facts_ok else "timed out", 0.0)
+    return Snapshot([n], services or [], [], {"n1": res})
+
+
+def kinds(findings: list) -> set[str]:  # type: ignore[type-arg]
+    return {f.kind for f in findings}
+
+
+def test_clean_node_has_no_findings() -> None:
+    s = snap(node(desired_labels(FACTS)))
+    assert audit(s) == []
+    assert "No findings" in render_table([], s, "swarmgpu.")
+
+
+def test_missing_wrong_stale_and_unusable_keys() -> None:
+    labels = desired_labels(FACTS)
+    labels["swarmgpu.gpu.memory"] = "1"
+    del labels["swarmgpu.gpu.count"]
+    labels["swarmgpu.old-thing"] = "x"
+    labels["nvidia.com/gpu.count"] = "8"
+    found = audit(snap(node(labels)))
+    assert {"wrong", "missing", "stale", "unusable-key"} <= kinds(found)
+    wrong = next(f for f in found if f.kind == "wrong")
+    assert (wrong.key, wrong.expected, wrong.actual) == ("swarmgpu.gpu.memory", "24564", "1")
+
+
+def test_unreachable_agent_reported_with_since() -> None:
+    found = audit(snap(node(desired_labels(FACTS)), facts_ok=False),
+                  saved_agents={"n1": {"failing_since": 1.0, "last_ok": 0.5}})
+    (f,) = found
+    assert f.kind == "unreachable" and "since 1970-01-01T00:00:01Z" in f.message
+
+
+def test_generic_resources_missing_or_different() -> None:
+    assert "no-generic-resources" in kinds(audit(snap(node(desired_labels(FACTS), {}))))
+    other = (*UUIDS[:-1], "GPU-not-this-one")
+    found = audit(snap(node(desired_labels(FACTS), {"NVIDIA-GPU": other})))
+    (f,) = [f for f in found if f.kind == "resource-mismatch"]
+    assert "GPU-not-this-one" in f.message and UUIDS[-1] in f.message
+
+
+def test_dangling_and_unusable_constraints_but_gates_are_fine() -> None:
+    svc = SwarmService(id="s", name="web", labels={}, constraints=(
+        "node.labels.nvidia.com/gpu.count==8", "node.labels.team==ml",
+        "node.labels.swarmgpu.service.web==true"), env=(), mode="replicated", replicas=1,
+        max_replicas_per_node=None, version=1)
+    found = audit(snap(node(desired_labels(FACTS)), services=[svc]))
+    assert kinds(found) == {"unusable-constraint", "dangling-constraint"}
+    dangling = [f for f in found if f.kind == "dangling-constraint"]
+    assert [f.key for f in dangling] == ["team"]
