@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
@@ -29,16 +30,29 @@ def agent_base_url(node: SwarmNode, cfg: AgentsConfig) -> str:
     return cfg.url_template.format(addr=node.addr, hostname=node.hostname, port=cfg.port)
 
 
+def redact(url: str) -> str:
+    """The URL without user:password@, for messages, logs and saved state."""
+    parts = urlsplit(url)
+    if not (parts.username or parts.password):
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def fetch_facts(node: SwarmNode, cfg: AgentsConfig) -> FactsResult:
     """One node's facts, or an error that says what the agent did wrong."""
-    url = agent_base_url(node, cfg).rstrip("/") + "/facts"
+    real_url = agent_base_url(node, cfg).rstrip("/") + "/facts"
+    url = redact(real_url)  # every message and the result carry no credentials
     now = time.time()
 
     def fail(msg: str) -> FactsResult:
         return FactsResult(node.id, node.hostname, url, None, msg, now)
 
     try:
-        with requests.get(url, timeout=cfg.timeout_s, stream=True) as resp:
+        with requests.get(real_url, timeout=cfg.timeout_s, stream=True) as resp:
             if resp.status_code != 200:
                 return fail(f"agent at {url} answered HTTP {resp.status_code}")
             body = b""

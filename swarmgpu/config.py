@@ -60,6 +60,14 @@ class PlacementConfig:
     (this restarts their tasks once); false: report them as pending instead."""
     zone_label: str = "topology.zone"
     """Node label naming a node's failure domain, for zone-prefer/zone-avoid/spread."""
+    generic_resource_kind: str = ""
+    """When set (e.g. NVIDIA-GPU, the kind your nodes advertise in node-generic-resources),
+    whole-GPU services also reserve that many generic resources, so Swarm's own
+    accounting keeps other services that reserve GPUs off them. Keep the toolkit's
+    swarm-resource from reading DOCKER_RESOURCE_<KIND> (see `swarmgpu doctor`), or it
+    would override the pinned NVIDIA_VISIBLE_DEVICES. Empty: no reservation.
+    Experimental: on the test swarm, adding the reservation together with the task
+    replacement got tasks rejected by Swarm's constraint enforcer; off by default."""
 
 
 REBALANCE_POLICIES = ("hotspot", "consolidation", "defrag", "spread")

@@ -152,6 +152,7 @@ class Daemon:
                 logger.warning("event watcher error ({}); reconnecting", exc)
             self.stop_event.wait(backoff)
             backoff = min(backoff * 2, 30.0)
+            self.trigger()  # events sent while the stream was down are lost: resync
 
     def run_forever(self) -> None:
         self._install_signals()

@@ -161,6 +161,7 @@ class ServicePlan:
     set_max_replicas: int | None = None
     force_update: bool = False  # replace tasks created before their device map existed
     set_update_parallelism: int | None = None
+    set_generic: tuple[str, int] | None = None  # (kind, count) discrete reservation
     gates_deferred: bool = False  # a gate waits for tasks that carry the device map
     new: bool = False  # placements chosen in this plan (not yet in Swarm)
 
@@ -168,7 +169,8 @@ class ServicePlan:
     def needs_service_write(self) -> bool:
         return bool(self.service_labels_set or self.service_labels_remove or self.add_constraints
                     or self.add_env or self.set_max_replicas is not None or self.force_update
-                    or self.set_update_parallelism is not None)
+                    or self.set_update_parallelism is not None
+                    or self.set_generic is not None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -241,6 +243,10 @@ class ClusterAllocator:
         self.facts = dict(facts)
         self.assigned_mig: dict[str, set[str]] = {}
         self.problems: list[str] = []
+        # Demands that no node could take, per allocator state: a cycle with many
+        # identical pending requests asks the allocator once, not once per service.
+        self.version = 0
+        self._unplaceable: dict[tuple[Demand, int], Unplaceable] = {}
         for rank, n in enumerate(sorted(nodes, key=lambda n: n.hostname)):
             f = facts.get(n.id)
             if f is None or not f.gpus:
@@ -333,7 +339,19 @@ class ClusterAllocator:
             text = text.replace(nid, n.hostname)
         return text
 
+    def place_any(self, d: Demand) -> Choice | Unplaceable:
+        """``place`` over every schedulable node, remembering what could not be placed."""
+        key = (d, self.version)
+        known = self._unplaceable.get(key)
+        if known is not None:
+            return known
+        got = self.place(d, lambda node: _schedulable(self.nodes[node.spec.name]))
+        if isinstance(got, Unplaceable):
+            self._unplaceable[key] = got
+        return got
+
     def commit(self, choice: Choice) -> None:
+        self.version += 1
         if isinstance(choice.mig, MigChoice):
             self.assigned_mig.setdefault(choice.node, set()).add(choice.mig.mig_uuid)
         elif choice.gpus:
@@ -411,6 +429,7 @@ def plan_placement(
     prefix: str = "swarmgpu.",
     zone_label: str = "topology.zone",
     adopt_ungated: bool = True,
+    generic_kind: str = "",
 ) -> PlacementPlan:
     """Decide placements for every annotated service; say what to write, in order."""
     plan = PlacementPlan()
@@ -487,6 +506,8 @@ def plan_placement(
         sp = _plan_service(s, r, kept.get(s.name, {}), ledger.get(s.name, {}), cluster, by_id,
                            facts, running.get(s.id, {}), waiting.get(s.id, []), prefix,
                            zone_label, all_zones, adopt_ungated, plan)
+        if generic_kind and sp.request is not None and sp.status != "invalid":
+            _reserve_generic(sp, s, generic_kind, bool(running.get(s.id)))
         plan.services.append(sp)
     for p in cluster.problems:
         for sp in plan.services:
@@ -573,9 +594,16 @@ def _plan_service(
     reasons: list[str] = []
     used_nodes = set(holdings)
     used_zones = {by_id[nid].labels.get(zone_label, "") for nid in used_nodes if nid in by_id}
+    plain = not r.zone_prefer and not r.zone_avoid and len(all_zones) <= 1
     for _ in range(max(0, missing_n)):
         choice: Choice | Unplaceable = Unplaceable("no candidate node")
-        for tier in _zone_orders(r, used_zones, all_zones):
+        if plain and not used_nodes:  # any node will do: the shared, memoised question
+            try:
+                choice = cluster.place_any(demand)
+            except MigProfileError as exc:
+                choice = Unplaceable(str(exc))
+        for tier in ([] if plain and not used_nodes else _zone_orders(r, used_zones,
+                                                                      all_zones)):
             def allowed(node: NodeState, tier: Callable[[str | None], bool] = tier) -> bool:
                 n = by_id.get(node.spec.name)
                 return (n is not None and _schedulable(n) and node.spec.name not in used_nodes
@@ -657,6 +685,27 @@ def _plan_service(
     if r.rebalance is Rebalance.NEVER:
         sp.warnings.append("opted out of rebalancing")
     return sp
+
+
+def _reserve_generic(sp: ServicePlan, s: SwarmService, kind: str, running: bool) -> None:
+    """Whole GPUs also reserved as Swarm generic resources, where Swarm's own accounting
+    should hold. A reservation change rolls tasks, so it is only made before any runs."""
+    req = sp.request
+    if req is None or req.mig_profile or req.is_fraction:
+        return
+    res = (s.spec.get("TaskTemplate") or {}).get("Resources") or {}
+    have = 0
+    for gr in (res.get("Reservations") or {}).get("GenericResources") or []:
+        d = gr.get("DiscreteResourceSpec") or {}
+        if d.get("Kind") == kind:
+            have = int(d.get("Value") or 0)
+    if have == req.gpus:
+        return
+    if running:
+        sp.warnings.append(f"reserves {have} {kind} generic resources, request is "
+                           f"{req.gpus}; left as it is while tasks run")
+        return
+    sp.set_generic = (kind, req.gpus)
 
 
 def _int_or0(v: str | None) -> int:

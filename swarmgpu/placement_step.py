@@ -43,6 +43,7 @@ def make_plan(snap: Snapshot, cfg: Config,
         snap.nodes, snap.services, snap.tasks, facts_by_node(snap, fallback),
         prefix=cfg.sync.prefix, zone_label=cfg.placement.zone_label,
         adopt_ungated=cfg.placement.adopt_ungated,
+        generic_kind=cfg.placement.generic_resource_kind,
     )
 
 
@@ -66,6 +67,13 @@ def _service_compute(sp: ServicePlan) -> Any:
             placement["MaxReplicas"] = sp.set_max_replicas
         if sp.force_update:
             tt["ForceUpdate"] = int(tt.get("ForceUpdate") or 0) + 1
+        if sp.set_generic is not None:
+            kind, count = sp.set_generic
+            reservations = tt.setdefault("Resources", {}).setdefault("Reservations", {})
+            others = [g for g in reservations.get("GenericResources") or []
+                      if (g.get("DiscreteResourceSpec") or {}).get("Kind") != kind]
+            reservations["GenericResources"] = [
+                *others, {"DiscreteResourceSpec": {"Kind": kind, "Value": count}}]
         if sp.set_update_parallelism is not None:
             new.setdefault("UpdateConfig", {})["Parallelism"] = sp.set_update_parallelism
         cs = tt.setdefault("ContainerSpec", {})

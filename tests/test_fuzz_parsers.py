@@ -366,7 +366,7 @@ def stacks(draw: st.DrawFn) -> str:
     return yaml.safe_dump(doc, allow_unicode=True)
 
 
-@fuzz(800)
+@fuzz(400)  # each case runs the planner: ~25 ms
 @given(stacks())
 def test_fuzz_stack(text: str) -> None:
     try:

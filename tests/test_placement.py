@@ -216,3 +216,18 @@ def test_running_tasks_counted_for_state() -> None:
     t = SwarmTask("t1", s.id, "n-dgx", 1, "running", "running", (), force_update=1)
     sp = plan_placement(nodes, [s2], [t], {"n-dgx": FACTS["n-dgx"]}).services[0]
     assert sp.state == "Active"
+
+
+def test_generic_resource_reservation_before_tasks_run() -> None:
+    s = svc("llm", {"swarmgpu.gpus": "2"})
+    sp = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]},
+                        generic_kind="NVIDIA-GPU").services[0]
+    assert sp.set_generic == ("NVIDIA-GPU", 2)
+    frac = svc("small", {"swarmgpu.gpu-fraction": "0.5"})
+    sp2 = plan_placement([DGX], [frac], [], {"n-dgx": FACTS["n-dgx"]},
+                         generic_kind="NVIDIA-GPU").services[0]
+    assert sp2.set_generic is None  # a share is not a whole generic resource
+    running = SwarmTask("t", s.id, "n-dgx", 1, "running", "running", ())
+    sp3 = plan_placement([DGX], [s], [running], {"n-dgx": FACTS["n-dgx"]},
+                         generic_kind="NVIDIA-GPU").services[0]
+    assert sp3.set_generic is None and any("generic" in w for w in sp3.warnings)

@@ -101,8 +101,14 @@ def container_env(swarm: SwarmCluster, task: dict[str, Any]) -> dict[str, str]:
 
 def wait_running(swarm: SwarmCluster, service: str, n: int, timeout: float = 60
                  ) -> list[dict[str, Any]]:
-    return swarm.wait_for(lambda: (lambda ts: ts if len(ts) == n else None)(
-        tasks_running(swarm, service)), timeout, f"{n} running task(s) of {service}")
+    try:
+        return swarm.wait_for(lambda: (lambda ts: ts if len(ts) == n else None)(
+            tasks_running(swarm, service)), timeout, f"{n} running task(s) of {service}")
+    except Exception as exc:
+        api = swarm.client(swarm.manager).api
+        seen = [(t["Slot"], t["DesiredState"], t["Status"]["State"], t["Status"].get("Err"),
+                 t["Status"].get("Message")) for t in api.tasks(filters={"service": service})]
+        raise AssertionError(f"{exc}; tasks: {seen}") from exc
 
 
 def devices_of(swarm: SwarmCluster, service: str) -> dict[str, list[str]]:
@@ -138,6 +144,7 @@ def test_nvlink_pair_on_dgx_with_plan_uuids(swarm: SwarmCluster, daemon: dict[st
     spec = swarm.client(swarm.manager).api.inspect_service("llm_api")["Spec"]
     assert "node.role==worker" in spec["TaskTemplate"]["Placement"]["Constraints"]
     assert "MODEL=llama" in spec["TaskTemplate"]["ContainerSpec"]["Env"]
+
 
 
 def test_numa_group_on_4090_and_no_gpu_twice(swarm: SwarmCluster, daemon: dict[str, Any]) -> None:

@@ -409,8 +409,12 @@ class Allocator:
                 return True
         return self.gpu_set(node, d) is not None
 
-    def place(self, d: Demand) -> Choice | Unplaceable:
-        """The best node and GPUs for ``d`` now; changes nothing (see ``commit``)."""
+    def place(self, d: Demand, *, explain: bool = True) -> Choice | Unplaceable:
+        """The best node and GPUs for ``d`` now; changes nothing (see ``commit``).
+
+        ``explain=False`` skips naming the closest node when nothing fits (a scan of every
+        node; replays that expect many failures turn it off).
+        """
         self.decisions += 1
         if d.mig_profile:
             return self._place_mig(d)
@@ -435,7 +439,8 @@ class Allocator:
             elif s == best_score and best is not None and group_best[gk].rank < best.rank:
                 best = group_best[gk]
         if best is None:
-            return Unplaceable(self.explain_unplaceable(d))
+            return Unplaceable(self.explain_unplaceable(d) if explain
+                               else f"needs {d.describe()}; no node fits")
         gpus = self.gpu_set(best, d)
         assert gpus is not None  # fits() said so
         milli = tuple(d.gpu_milli if d.gpu_milli else best.spec.gpus[i].capacity_milli

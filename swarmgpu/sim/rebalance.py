@@ -7,11 +7,11 @@ called when ``demand`` found no node, may commit moves on the allocator (each on
 release on the old node and a commit on the new one) and returns them with the choice for
 ``demand``; None when it cannot help (the allocator is then unchanged).
 
-The search is arithmetic over the running tasks, not trial placements: a node qualifies
-when giving back one task's CPU, memory and GPU share makes the failed task fit there
-exactly as ``Allocator.fits`` would judge it. Only qualifying (node, task) pairs are tried
-for real (release, place, re-place the moved task elsewhere), smallest task first, so a
-failure costs a few milliseconds instead of hundreds of trial placements.
+The search is arithmetic over the running tasks, not trial placements: per node, the
+fewest movable tasks (ones the allocator can place elsewhere now) whose GPU share, CPU and
+memory, given back, let the failed task fit. Only the cheapest few plans are executed for
+real (release, place the failed task, re-place the moved ones by the policy; all or
+nothing), so a failure costs milliseconds instead of hundreds of trial placements.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeState
-from swarmgpu.allocator.fragmentation import product_matches
+from swarmgpu.allocator.fragmentation import MILLI, product_matches
 
 
 @dataclass(frozen=True)
@@ -37,67 +37,185 @@ class Rescue:
 
 
 Running = dict[str, dict[int, tuple[Demand, Choice]]]  # node -> task id -> (demand, choice)
-Rebalancer = Callable[[Allocator, Running, Demand], Rescue | None]
+# (allocator, running tasks, failed demand, moves allowed now) -> rescue or None
+Rebalancer = Callable[[Allocator, Running, Demand, int], Rescue | None]
+MAX_MOVES = 3  # per rescue: beyond that a rescue costs more restarts than it is worth
 
 
-def _fits_without(node: NodeState, d: Demand, tc: Choice) -> bool:
-    """Would ``d`` fit on ``node`` once task choice ``tc`` is given back? (simple nodes)"""
-    if node.cpu_left is not None and node.cpu_left + tc.cpu_milli < d.cpu_milli:
-        return False
-    if node.mem_left is not None and node.mem_left + tc.memory_mib < d.memory_mib:
-        return False
-    if not tc.gpus:  # a CPU-only task frees no GPU: it helps only when CPU/memory was short
-        free = node.free
-    else:
-        free = list(node.free)
-        for g, m in zip(tc.gpus, tc.milli, strict=True):
-            free[g] += m
-    need = d.milli_per_gpu
-    return sum(1 for f in free if f >= need) >= d.gpus_wanted
+@dataclass(frozen=True)
+class Plan:
+    cost: int  # tasks to move
+    moved_milli: int
+    rank: int
+    node: str
+    tasks: tuple[int, ...]
 
 
-def candidates(alloc: Allocator, running: Running, d: Demand) -> list[tuple[int, int, str, int]]:
-    """(moved GPU-milli, node rank, node, task id) for every single move that lets ``d`` fit.
+@dataclass
+class _Task:
+    tid: int
+    milli: int
+    cpu: int
+    mem: int
 
-    Only plain nodes (one GPU model, no link or NUMA constraints) and plain demands are
-    searched; everything else is left to the scheduler.
+
+def _cover(have: int, need: int, pool: list[_Task], key: str) -> list[_Task] | None:
+    """Fewest tasks from ``pool`` (largest ``key`` first) lifting ``have`` to ``need``."""
+    got: list[_Task] = []
+    for t in sorted(pool, key=lambda t: -getattr(t, key)):
+        if have >= need:
+            break
+        if getattr(t, key) <= 0:
+            break
+        got.append(t)
+        have += getattr(t, key)
+    return got if have >= need else None
+
+
+def _node_plan(node: NodeState, tasks: dict[int, tuple[Demand, Choice]], d: Demand,
+               movable: Callable[[Demand], bool], max_moves: int) -> Plan | None:
+    """The cheapest set of movable tasks on ``node`` whose departure lets ``d`` fit."""
+    per_gpu: list[list[_Task]] = [[] for _ in node.free]
+    pinned = [False] * len(node.free)  # holds a task that cannot move (multi-GPU, stuck)
+    loose: list[_Task] = []  # every movable task of the node
+    for tid, (td, tc) in tasks.items():
+        ok = len(tc.gpus) <= 1 and movable(td)
+        t = _Task(tid, sum(tc.milli), tc.cpu_milli, tc.memory_mib)
+        for g in tc.gpus:
+            if ok:
+                per_gpu[g].append(t)
+            else:
+                pinned[g] = True
+        if ok:
+            loose.append(t)
+    chosen: list[_Task] = []
+    if d.gpus_wanted:
+        need = d.milli_per_gpu
+        options: list[tuple[int, int, list[_Task]]] = []
+        for i, f in enumerate(node.free):
+            if f >= need:
+                options.append((0, 0, []))
+            elif d.gpu_milli:
+                got = _cover(f, need, per_gpu[i], "milli")
+                if got is not None:
+                    options.append((len(got), sum(t.milli for t in got), got))
+            elif not pinned[i]:  # a whole GPU: everything on it must go
+                options.append((len(per_gpu[i]), MILLI - f, per_gpu[i]))
+        if len(options) < d.gpus_wanted:
+            return None
+        options.sort(key=lambda o: (o[0], o[1]))
+        for _c, _m, got in options[: d.gpus_wanted]:
+            chosen.extend(got)
+    if len(chosen) > max_moves:
+        return None
+    # CPU and memory: the chosen tasks give theirs back; more tasks may have to go.
+    for res, have in (("cpu", node.cpu_left), ("mem", node.mem_left)):
+        if have is None:
+            continue
+        want = d.cpu_milli if res == "cpu" else d.memory_mib
+        have += sum(getattr(t, res) for t in chosen)
+        if have < want:
+            ids = {t.tid for t in chosen}
+            got = _cover(have, want, [t for t in loose if t.tid not in ids], res)
+            if got is None:
+                return None
+            chosen.extend(got)
+    if not chosen or len(chosen) > max_moves:
+        return None  # no move needed would mean the scheduler missed it; not ours to fix
+    return Plan(len(chosen), sum(t.milli for t in chosen), node.rank, node.spec.name,
+                tuple(t.tid for t in chosen))
+
+
+def plans(alloc: Allocator, running: Running, d: Demand, max_moves: int) -> list[Plan]:
+    """Every node's cheapest rescue for ``d``, cheapest first (fewest moves, least GPU moved).
+
+    Only plain nodes (one GPU model, no link or NUMA data) and plain demands are searched;
+    a task counts as movable when the allocator can place it somewhere now.
     """
-    out: list[tuple[int, int, str, int]] = []
     if d.mig_profile or d.topology != "any" or d.node_labels or d.min_memory_mib:
-        return out
+        return []
+    can: dict[Demand, bool] = {}
+
+    def movable(td: Demand) -> bool:
+        ok = can.get(td)
+        if ok is None:
+            ok = can[td] = isinstance(alloc.place(td, explain=False), Choice)
+        return ok
+
+    out: list[Plan] = []
     for name, tasks in running.items():
         node = alloc.nodes[name]
         if not tasks or not node.simple:
             continue
-        if d.gpus_wanted and not (node.spec.gpus and product_matches(node.product, d.products)):
+        spec = node.spec
+        if spec.cpu_milli is not None and spec.cpu_milli < d.cpu_milli:
             continue
-        for tid, (_td, tc) in tasks.items():
-            if _fits_without(node, d, tc):
-                out.append((sum(tc.milli), node.rank, name, tid))
-    out.sort()
+        if spec.memory_mib is not None and spec.memory_mib < d.memory_mib:
+            continue
+        if d.gpus_wanted and (len(spec.gpus) < d.gpus_wanted
+                              or not product_matches(node.product, d.products)):
+            continue
+        p = _node_plan(node, tasks, d, movable, max_moves)
+        if p is not None:
+            out.append(p)
+    out.sort(key=lambda p: (p.cost, p.moved_milli, p.rank))
     return out
 
 
-def one_move_rescue(alloc: Allocator, running: Running, d: Demand,
-                    max_tries: int = 16) -> Rescue | None:
-    """Move one running task so that ``d`` fits; commit both and return them, or None.
-
-    Tries the qualifying moves smallest first: the moved task is released, ``d`` placed on
-    the freed node, and the task placed by the allocator's own policy; the first move whose
-    task lands somewhere wins, the others are undone.
-    """
-    for _milli, _rank, name, tid in candidates(alloc, running, d)[:max_tries]:
-        td, tc = running[name][tid]
-        alloc.release(tc)
-        here = alloc.place_on(name, d)
-        if not isinstance(here, Choice):
-            alloc.commit(tc)
-            continue
-        alloc.commit(here)
-        there = alloc.place(td)
-        if isinstance(there, Choice):
-            alloc.commit(there)
-            return Rescue((Move(tid, tc, there),), here)
+def _undo(alloc: Allocator, done: list[Choice], here: Choice | None,
+          originals: list[Choice]) -> None:
+    for c in done:
+        alloc.release(c)
+    if here is not None:
         alloc.release(here)
-        alloc.commit(tc)
+    for c in originals:
+        alloc.commit(c)
+
+
+def execute(alloc: Allocator, running: Running, d: Demand, plan: Plan) -> Rescue | None:
+    """Release the plan's tasks, place ``d`` on its node, re-place the tasks by the policy.
+
+    All or nothing: when any step fails the allocator is put back as it was.
+    """
+    tasks = [(tid, *running[plan.node][tid]) for tid in plan.tasks]
+    originals = [tc for _tid, _td, tc in tasks]
+    for tc in originals:
+        alloc.release(tc)
+    here = alloc.place_on(plan.node, d)
+    if not isinstance(here, Choice):
+        _undo(alloc, [], None, originals)
+        return None
+    alloc.commit(here)
+    done: list[Choice] = []
+    moves: list[Move] = []
+    for tid, td, tc in sorted(tasks, key=lambda t: -t[1].total_gpu_milli):
+        there = alloc.place(td, explain=False)
+        if not isinstance(there, Choice):
+            _undo(alloc, done, here, originals)
+            return None
+        alloc.commit(there)
+        done.append(there)
+        moves.append(Move(tid, tc, there))
+    return Rescue(tuple(moves), here)
+
+
+def move_rescue(alloc: Allocator, running: Running, d: Demand, budget: int,
+                max_tries: int = 4) -> Rescue | None:
+    """Move up to ``min(budget, MAX_MOVES)`` running tasks so that ``d`` fits; commit all.
+
+    The cheapest plans are tried in turn; the first that executes wins.
+    """
+    limit = min(budget, MAX_MOVES)
+    if limit < 1:
+        return None
+    for plan in plans(alloc, running, d, limit)[:max_tries]:
+        got = execute(alloc, running, d, plan)
+        if got is not None:
+            return got
     return None
+
+
+def one_move_rescue(alloc: Allocator, running: Running, d: Demand,
+                    budget: int = 1) -> Rescue | None:
+    """``move_rescue`` limited to a single moved task."""
+    return move_rescue(alloc, running, d, min(budget, 1))

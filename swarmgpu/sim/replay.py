@@ -155,13 +155,13 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
         if policy == "random":
             choice: Choice | None = place_random(alloc, d, rng)
         else:
-            got = alloc.place(d)
+            got = alloc.place(d, explain=False)
             choice = got if isinstance(got, Choice) else None
         if timing:
             res.decision_s.append(time.perf_counter() - t0)
         if choice is None and rebalancer is not None:
             budget = int(n_arrived * moves_per_100 / 100) - res.moves
-            rescue = rebalancer(alloc, running, d) if budget >= 1 else None
+            rescue = rebalancer(alloc, running, d, budget) if budget >= 1 else None
             if rescue is not None:
                 for mv in rescue.moves:
                     old = running[mv.old.node].pop(mv.task)

@@ -21,9 +21,9 @@ def _one(args: tuple[str, str, str, int, bool, float | None]) -> RunResult:
     if departures:
         raise NotImplementedError("--departures: the time-axis replay is not written yet")
     if moves:
-        from swarmgpu.sim.rebalance import one_move_rescue
+        from swarmgpu.sim.rebalance import move_rescue
 
-        return replay(nodes, pods, policy, seed, rebalancer=one_move_rescue, moves_per_100=moves)
+        return replay(nodes, pods, policy, seed, rebalancer=move_rescue, moves_per_100=moves)
     return replay(nodes, pods, policy, seed)
 
 
