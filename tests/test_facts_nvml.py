@@ -190,3 +190,23 @@ def test_pure_helpers() -> None:
     assert cpu_list([0b1011]) == "0-1,3"
     assert cpu_list([0, 1]) == "64"
     assert cpu_list([0]) is None
+
+
+def test_hung_gpu_answers_within_deadline_and_is_not_asked_again(tmp_path: Path) -> None:
+    """A GPU whose NVML calls hang (fallen off the bus, Xid): the read returns within
+    its deadline, that GPU is unhealthy, the other seven are served."""
+    import time
+
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    b.machine.gpus[5].hang_s = 3.0
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs, gpu_deadline_s=0.5)
+    t0 = time.monotonic()
+    facts = src.read()
+    assert time.monotonic() - t0 < 2.0
+    assert not facts.gpus[5].healthy and "did not return within" in (facts.gpus[5].error or "")
+    assert all(g.healthy for k, g in enumerate(facts.gpus) if k != 5)
+    assert facts.link(0, 1) == "NV18" and facts.link(0, 5) == "SYS"
+    # Asked again while the stuck call has not returned: still answers at once.
+    t0 = time.monotonic()
+    again = src.read()
+    assert time.monotonic() - t0 < 1.5 and not again.gpus[5].healthy

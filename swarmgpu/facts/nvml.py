@@ -12,6 +12,7 @@ with the reason in ``errors``.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
 import socket
 import threading
@@ -225,10 +226,12 @@ class NvmlSource:
         hostname: str | None = None,
         nvml_module: Any = None,
         sysfs_root: str | Path = "/sys",
+        gpu_deadline_s: float = 5.0,
     ) -> None:
         self.hostname = hostname or socket.gethostname()
         self.nvml_module = nvml_module
         self.sysfs_root = Path(sysfs_root)
+        self.gpu_deadline_s = gpu_deadline_s
 
     def read(self) -> NodeFacts:
         mod, err = _module(self.nvml_module)
@@ -237,10 +240,43 @@ class NvmlSource:
         init_err = _ensure_init(mod)
         if init_err:
             return NodeFacts(hostname=self.hostname, source=self.spec, errors=(init_err,))
-        return read_facts(_Nvml(mod), hostname=self.hostname, sysfs_root=self.sysfs_root)
+        return read_facts(_Nvml(mod), hostname=self.hostname, sysfs_root=self.sysfs_root,
+                          gpu_deadline_s=self.gpu_deadline_s)
 
 
-def read_facts(nv: _Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml") -> NodeFacts:
+# Reads of GPUs whose NVML calls hung, by index: a stuck call cannot be cancelled, so
+# the GPU is not asked again until that read returns (no pile-up of stuck threads).
+_HUNG: dict[tuple[int, int], concurrent.futures.Future[_GpuRead]] = {}
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="nvml-gpu")
+
+
+def _read_gpus(nv: _Nvml, count: int, sysfs_root: Path, deadline_s: float) -> list[_GpuRead]:
+    """Every GPU read in parallel, each within its deadline; a hung GPU is unhealthy."""
+    futures: dict[int, concurrent.futures.Future[_GpuRead]] = {}
+    lib = id(nv.mod)
+    for i in range(count):
+        stuck = _HUNG.get((lib, i))
+        if stuck is not None and not stuck.done():
+            continue
+        _HUNG.pop((lib, i), None)
+        futures[i] = _POOL.submit(_read_gpu, nv, i, sysfs_root)
+    concurrent.futures.wait(futures.values(), timeout=deadline_s)
+    reads = []
+    for i in range(count):
+        f = futures.get(i)
+        if f is not None and f.done():
+            reads.append(f.result())
+            continue
+        if f is not None:
+            _HUNG[(lib, i)] = f
+        reads.append(_GpuRead(index=i, lost=(
+            f"NVML calls for this GPU did not return within {deadline_s:g}s (hung: fallen "
+            "off the bus? check dmesg for Xid errors); not asked again until they return")))
+    return reads
+
+
+def read_facts(nv: _Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml",
+               gpu_deadline_s: float = 5.0) -> NodeFacts:
     """One consistent read of every GPU on an initialised NVML."""
     errors: list[str] = []
     driver = nv.call("nvmlSystemGetDriverVersion")
@@ -254,7 +290,7 @@ def read_facts(nv: _Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml"
             source=spec,
             errors=("nvml: nvmlDeviceGetCount failed; no GPUs can be listed",),
         )
-    reads = [_read_gpu(nv, i, sysfs_root) for i in range(int(count))]
+    reads = _read_gpus(nv, int(count), sysfs_root, gpu_deadline_s)
     links, link_errors = _links(nv, reads)
     errors += link_errors
     gpus = tuple(r.to_gpu() for r in reads)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import string
 import sys
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -153,6 +154,7 @@ class FakeGpu:
     temp_c: int | None = None
     power_mw: int | None = None
     lost: bool = False
+    hang_s: float = 0.0  # every call on this GPU blocks this long (a GPU off the bus)
 
 
 @dataclass
@@ -211,6 +213,8 @@ class FakeNvml:
     def _gpu(self, h: _Handle) -> FakeGpu:
         self._need_init()
         g = self.machine.gpus[h.gpu]
+        if g.hang_s:
+            time.sleep(g.hang_s)
         if g.lost:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
         return g
