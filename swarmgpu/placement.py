@@ -202,6 +202,9 @@ class PlacementPlan:
 # --- the allocator view of the cluster ------------------------------------------
 
 
+_UNSEEN = object()
+
+
 def node_spec(node: SwarmNode, facts: NodeFacts) -> NodeSpec:
     links = facts.links
 
@@ -246,12 +249,18 @@ class ClusterAllocator:
         # Demands that no node could take, per allocator state: a cycle with many
         # identical pending requests asks the allocator once, not once per service.
         self.version = 0
-        self._unplaceable: dict[tuple[Demand, int], Unplaceable] = {}
+        self.unplaceable: dict[tuple[Demand, tuple[str, ...], tuple[str, ...], int],
+                               Unplaceable] = {}
+        self.shape: dict[str, object] = {}
+        self._score_memo: dict[tuple[object, ...], Any] = {}
         for rank, n in enumerate(sorted(nodes, key=lambda n: n.hostname)):
             f = facts.get(n.id)
             if f is None or not f.gpus:
                 continue
             self.alloc.add_node(node_spec(n, f), rank=rank)
+            self.shape[n.id] = (f.links, tuple(
+                (g.product, g.memory_mib, g.numa_node, g.healthy, g.mig_enabled)
+                for g in f.gpus))
         for svc, per_node in ledger.items():
             for node_id, h in per_node.items():
                 self._commit_holding(svc, node_id, h)
@@ -319,9 +328,17 @@ class ClusterAllocator:
         best: NodeState | None = None
         best_score = -math.inf
         for node in a.nodes.values():
-            if not allowed(node) or not a.fits(node, d):
+            if not allowed(node):
                 continue
-            s = a.scorer.score(node, d)
+            # Nodes built alike (same capture, same free GPUs) answer alike: ask once.
+            key = (d, self.shape[node.spec.name], tuple(node.free), node.cpu_left,
+                   node.mem_left)
+            s = self._score_memo.get(key, _UNSEEN)
+            if s is _UNSEEN:
+                s = a.scorer.score(node, d) if a.fits(node, d) else None
+                self._score_memo[key] = s
+            if s is None:
+                continue
             if s > best_score or (s == best_score and best is not None and node.rank < best.rank):
                 best, best_score = node, s
         if best is None:
@@ -338,17 +355,6 @@ class ClusterAllocator:
         for nid, n in self.nodes.items():
             text = text.replace(nid, n.hostname)
         return text
-
-    def place_any(self, d: Demand) -> Choice | Unplaceable:
-        """``place`` over every schedulable node, remembering what could not be placed."""
-        key = (d, self.version)
-        known = self._unplaceable.get(key)
-        if known is not None:
-            return known
-        got = self.place(d, lambda node: _schedulable(self.nodes[node.spec.name]))
-        if isinstance(got, Unplaceable):
-            self._unplaceable[key] = got
-        return got
 
     def commit(self, choice: Choice) -> None:
         self.version += 1
@@ -594,16 +600,13 @@ def _plan_service(
     reasons: list[str] = []
     used_nodes = set(holdings)
     used_zones = {by_id[nid].labels.get(zone_label, "") for nid in used_nodes if nid in by_id}
-    plain = not r.zone_prefer and not r.zone_avoid and len(all_zones) <= 1
     for _ in range(max(0, missing_n)):
-        choice: Choice | Unplaceable = Unplaceable("no candidate node")
-        if plain and not used_nodes:  # any node will do: the shared, memoised question
-            try:
-                choice = cluster.place_any(demand)
-            except MigProfileError as exc:
-                choice = Unplaceable(str(exc))
-        for tier in ([] if plain and not used_nodes else _zone_orders(r, used_zones,
-                                                                      all_zones)):
+        # Before a service holds anything, the question depends only on the demand and
+        # its zone wishes: many identical pending requests share one answer per state.
+        memo_key = (demand, r.zone_prefer, r.zone_avoid, cluster.version)
+        known = cluster.unplaceable.get(memo_key) if not used_nodes else None
+        choice: Choice | Unplaceable = known or Unplaceable("no candidate node")
+        for tier in ([] if known else _zone_orders(r, used_zones, all_zones)):
             def allowed(node: NodeState, tier: Callable[[str | None], bool] = tier) -> bool:
                 n = by_id.get(node.spec.name)
                 return (n is not None and _schedulable(n) and node.spec.name not in used_nodes
@@ -615,6 +618,8 @@ def _plan_service(
             if isinstance(choice, Choice):
                 break
         if isinstance(choice, Unplaceable):
+            if not used_nodes:
+                cluster.unplaceable[memo_key] = choice
             reasons.append(cluster.hostnames(choice.reason))
             break
         cluster.commit(choice)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from swarmgpu.allocator.core import Choice, NodeSpec
 from swarmgpu.sim.rebalance import Rebalancer, Running
 from swarmgpu.sim.replay import build_allocator, make_scorer, place_random, pod_kind, workload_of
-from swarmgpu.sim.trace import TracePod, TraceError
+from swarmgpu.sim.trace import TraceError, TracePod
 
 
 @dataclass
