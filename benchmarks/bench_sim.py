@@ -8,15 +8,19 @@ seeds 42-51 on both cores.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from swarmgpu.sim.replay import replay
 from swarmgpu.sim.report import run_many, summary
 from swarmgpu.sim.trace import load_nodes, load_pods
 
-T = "/work/shared/traces/openb/"
+# The shared material sits beside the clone (as in tests/paths.py); SWARMGPU_SHARED overrides.
+_SHARED = Path(os.environ.get("SWARMGPU_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+T = str(_SHARED / "traces" / "openb") + "/"
 NODES = T + "openb_node_list_gpu_node.csv"
 WORKLOADS = ("default", "gpushare40", "multigpu20", "gpuspec10", "cpu050")
 

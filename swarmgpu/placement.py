@@ -207,9 +207,15 @@ _UNSEEN = object()
 
 def node_spec(node: SwarmNode, facts: NodeFacts) -> NodeSpec:
     links = facts.links
+    numa = [g.numa_node for g in facts.gpus]
 
     def pair(a: int, b: int) -> int:
-        return link_score(links[a][b]) if a != b else 0
+        if a == b:
+            return 0
+        # go-gpuallocator's score, plus 1 for sharing a NUMA node: among equally linked
+        # GPUs (all NV12 on a DGX) the set stays local to one CPU socket.
+        same = numa[a] is not None and numa[a] == numa[b]
+        return link_score(links[a][b]) + (1 if same else 0)
 
     return NodeSpec(
         name=node.id,

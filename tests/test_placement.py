@@ -55,6 +55,8 @@ def test_nvlink_pair_lands_on_dgx() -> None:
     assert sp.status == "placed", sp.reason
     (p,) = sp.placements
     assert p.hostname == "gpu-node-1" and len(p.uuids) == 2
+    numa = {FACTS["n-dgx"].gpus[i].numa_node for i in p.gpus}
+    assert len(numa) == 1, "equally linked GPUs: the pair stays on one NUMA node"
     assert sp.service_labels_set["swarmgpu.devices.n-dgx"] == ",".join(p.uuids)
     assert plan.node_set["n-dgx"]["swarmgpu.assign.llm"] == ",".join(p.uuids)
     # The pending task predates the device map: it is replaced, the gate waits.

@@ -39,12 +39,19 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
     bad = [p for p in policies if p not in known]
     if bad:
         return (f"unknown policy {', '.join(bad)}; choose from {', '.join(POLICIES)}", 2)
+    if rebalance_moves is not None and rebalance_moves < 0:
+        return (f"--rebalance-moves {rebalance_moves:g}: must be >= 0 (moves per 100 pods)", 2)
     if departures:
-        return ("--departures is not implemented yet (replay with trace times); "
-                "run without it", 2)
+        if plot:
+            return ("--plot draws allocation against arrived load, which a replay with "
+                    "--departures has no axis for; drop one of the two", 2)
+        try:
+            timed = report.run_timed(nodes, pods, policies, seeds, moves=rebalance_moves)
+        except TraceError as e:
+            return (str(e), 2)
+        return (report.timed_json(timed) if as_json else report.timed_text(timed), 0)
     try:
-        results = report.run_many(nodes, pods, policies, seeds, departures=departures,
-                           moves=rebalance_moves)
+        results = report.run_many(nodes, pods, policies, seeds, moves=rebalance_moves)
     except TraceError as e:
         return (str(e), 2)
     s = report.summary(results)

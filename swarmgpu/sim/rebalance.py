@@ -215,6 +215,31 @@ def move_rescue(alloc: Allocator, running: Running, d: Demand, budget: int,
     return None
 
 
+class MoveRescuer:
+    """``move_rescue`` with memory: a demand that found no plan is not searched again until
+    a rescue succeeds or ``forget_after`` more failures pass (a full cluster only fills
+    further, so the same search would mostly fail again; this keeps a replay fast).
+    """
+
+    def __init__(self, forget_after: int = 50) -> None:
+        self.forget_after = forget_after
+        self._hopeless: dict[Demand, int] = {}
+        self._calls = 0
+
+    def __call__(self, alloc: Allocator, running: Running, d: Demand,
+                 budget: int) -> Rescue | None:
+        self._calls += 1
+        since = self._hopeless.get(d)
+        if since is not None and self._calls - since < self.forget_after:
+            return None
+        got = move_rescue(alloc, running, d, budget)
+        if got is None:
+            self._hopeless[d] = self._calls
+        else:
+            self._hopeless.clear()
+        return got
+
+
 def one_move_rescue(alloc: Allocator, running: Running, d: Demand,
                     budget: int = 1) -> Rescue | None:
     """``move_rescue`` limited to a single moved task."""

@@ -4,43 +4,99 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
 from statistics import mean
 from typing import Any
 
+from swarmgpu.sim.rebalance import MoveRescuer
 from swarmgpu.sim.replay import RunResult, replay
+from swarmgpu.sim.timeline import TimelineResult, replay_departures, timed_pods
 from swarmgpu.sim.trace import load_nodes, load_pods
 
 REPORT_LEVELS = (50, 100, 130)
 
 
-def _one(args: tuple[str, str, str, int, bool, float | None]) -> RunResult:
-    nodes_path, pods_path, policy, seed, departures, moves = args
+def _one(args: tuple[str, str, str, int, float | None]) -> RunResult:
+    nodes_path, pods_path, policy, seed, moves = args
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
-    if departures:
-        raise NotImplementedError("--departures: the time-axis replay is not written yet")
     if moves:
-        from swarmgpu.sim.rebalance import move_rescue
-
-        return replay(nodes, pods, policy, seed, rebalancer=move_rescue, moves_per_100=moves)
+        return replay(nodes, pods, policy, seed, rebalancer=MoveRescuer(), moves_per_100=moves)
     return replay(nodes, pods, policy, seed)
 
 
-def run_many(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
-             *, departures: bool = False, moves: float | None = None,
-             workers: int | None = None) -> dict[str, list[RunResult]]:
-    jobs = [(nodes_path, pods_path, p, s, departures, moves) for p in policies for s in seeds]
+def _one_timed(args: tuple[str, str, str, int, float | None, float]) -> TimelineResult:
+    nodes_path, pods_path, policy, seed, moves, speedup = args
+    nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
+    return replay_departures(nodes, pods, policy, seed,
+                             rebalancer=MoveRescuer() if moves else None,
+                             moves_per_100=moves or 0.0, source=pods_path, speedup=speedup)
+
+
+def _map(fn: Callable[[Any], Any], jobs: list[Any], workers: int | None) -> list[Any]:
     n = workers or min(len(jobs), os.cpu_count() or 1)
     if n <= 1:
-        results = [_one(j) for j in jobs]
-    else:
-        with ProcessPoolExecutor(max_workers=n) as ex:
-            results = list(ex.map(_one, jobs))
+        return [fn(j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=n) as ex:
+        return list(ex.map(fn, jobs))
+
+
+def run_many(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
+             *, moves: float | None = None,
+             workers: int | None = None) -> dict[str, list[RunResult]]:
+    """No-departure replays of every policy x seed, on all cores."""
+    jobs = [(nodes_path, pods_path, p, s, moves) for p in policies for s in seeds]
     out: dict[str, list[RunResult]] = {p: [] for p in policies}
-    for r in results:
+    for r in _map(_one, jobs, workers):
         out[r.policy].append(r)
     return out
+
+
+def run_timed(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
+              *, moves: float | None = None, speedup: float = 1.0,
+              workers: int | None = None) -> dict[str, list[TimelineResult]]:
+    """Departure replays; with ``moves`` each policy runs with the rebalancer off and on
+    (keys ``policy`` and ``policy+moves``)."""
+    timed_pods(load_pods(pods_path), pods_path)  # fail fast, before the workers start
+    variants = [None, moves] if moves else [None]
+    jobs = [(nodes_path, pods_path, p, s, m, speedup)
+            for p in policies for m in variants for s in seeds]
+    out: dict[str, list[TimelineResult]] = {}
+    for (_n, _p, pol, _s, m, _k), r in zip(jobs, _map(_one_timed, jobs, workers), strict=True):
+        out.setdefault(pol + ("+moves" if m else ""), []).append(r)
+    return out
+
+
+def timed_text(results: dict[str, list[TimelineResult]]) -> str:
+    head = ["policy", "mean alloc%", "mean demand%", "peak alloc%", "failed pods",
+            "failed GPU%", "moves", "seeds"]
+    rows = [head]
+    for name, runs in results.items():
+        kinds = Counter[str]()
+        for r in runs:
+            kinds.update(r.failed)
+        fail = ", ".join(f"{k} {v / len(runs):g}" for k, v in sorted(kinds.items())) or "0"
+        rows.append([name, f"{mean(r.mean_alloc_pct for r in runs):.3f}",
+                     f"{mean(r.mean_demand_pct for r in runs):.3f}",
+                     f"{mean(r.peak_alloc_pct for r in runs):.2f}", fail,
+                     f"{mean(100.0 * r.failed_gpu_milli / max(_asked(r), 1) for r in runs):.2f}",
+                     f"{mean(r.moves for r in runs):g}", str(len(runs))])
+    return _table(rows)
+
+
+def _asked(r: TimelineResult) -> int:
+    return r.asked_gpu_milli
+
+
+def timed_json(results: dict[str, list[TimelineResult]]) -> str:
+    return json.dumps({k: [asdict(r) for r in v] for k, v in results.items()}, indent=2)
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
 def summary(results: dict[str, list[RunResult]]) -> dict[str, Any]:
@@ -76,8 +132,7 @@ def as_text(s: dict[str, Any]) -> str:
         rows.append([name] + [f"{a.get(str(lv), float('nan')):.2f}" for lv in REPORT_LEVELS]
                     + [f"{v['frag_pct_at'].get('100', float('nan')):.2f}", f"{v['moves']:g}",
                        str(len(v["seeds"]))])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+    return _table(rows)
 
 
 def plot(s: dict[str, Any], out: str) -> None:

@@ -1,0 +1,97 @@
+"""The GPU map as a person sees it: the real daemon (`swarmgpu run`) on the real test
+swarm, agents serving the real captures, a stack with placed and pending requests, and
+Debian's headless Chromium reading the page the daemon serves.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_nodes import LOGS, agents, cfg_file, stop, swarmgpu_env
+from swarm_harness import SwarmCluster
+from test_placement_swarm import deploy, wait_running
+from test_webmap import chromium, dump_dom, screenshot, text_of
+
+pytestmark = pytest.mark.swarm
+_ = (agents, chromium)  # fixtures, used by name
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def daemon_url(swarm: SwarmCluster, agents: dict[str, Any],
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("webmap")
+    port = free_port()
+    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2}, http={"listen": f"127.0.0.1:{port}"})
+    LOGS.mkdir(parents=True, exist_ok=True)
+    # On the host, like an operator's manager: its HTTP is on this machine's loopback.
+    proc = subprocess.Popen([sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
+                            env=swarmgpu_env(), stdout=open(LOGS / "webmap-daemon.log", "wb"),  # noqa: SIM115
+                            stderr=subprocess.STDOUT)
+    deploy(swarm, tmp, "map", {
+        "llm": {"labels": {"swarmgpu.gpus": "2", "swarmgpu.topology": "nvlink"}},
+        "small": {"labels": {"swarmgpu.gpu-fraction": "0.5"}},
+        "slice": {"labels": {"swarmgpu.mig": "2g.10gb"}},
+        "huge": {"labels": {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "80GiB"}},
+    })
+    try:
+        for svc in ("map_llm", "map_small", "map_slice"):
+            wait_running(swarm, svc, 1)
+        url = f"http://127.0.0.1:{port}"
+
+        def doc() -> dict[str, Any]:
+            with urllib.request.urlopen(url + "/api/v1/cluster", timeout=5) as r:
+                return dict(json.load(r))
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the daemon's next cycle sees them running
+            d = doc()
+            held = {h["service"] for n in d["nodes"] for g in n["gpus"] for h in g["holders"]}
+            if {"map_llm", "map_small", "map_slice"} <= held and d["pending"]:
+                break
+            time.sleep(1)
+        yield url
+    finally:
+        swarm.cli(swarm.manager, "stack", "rm", "map", check=False)
+        stop(proc)
+
+
+def test_api_is_the_status_document(daemon_url: str) -> None:
+    with urllib.request.urlopen(daemon_url + "/api/v1/cluster", timeout=5) as r:
+        doc = json.load(r)
+    assert doc["schema"] == "swarmgpu.cluster/v1" and doc["leader"] is True
+    hosts = {n["hostname"]: n for n in doc["nodes"]}
+    assert set(hosts) == {"mgr-1", "gpu-node-1", "gpu-node-2"}
+    assert hosts["gpu-node-1"]["labels_state"] == "in-sync"
+    assert [p["service"] for p in doc["pending"]] == ["map_huge"]
+
+
+def test_page_shows_nodes_gpus_holders_and_pending(chromium: str, daemon_url: str) -> None:
+    dom = dump_dom(chromium, daemon_url + "/", budget_ms=6000)
+    text = text_of(dom)
+    for host in ("mgr-1", "gpu-node-1", "gpu-node-2"):
+        assert host in text
+    assert "NVIDIA A100-SXM4-40GB" in text and "NVIDIA GeForce RTX 4090" in text
+    for svc in ("map_llm", "map_small", "map_slice"):
+        assert svc in text, f"{svc} not shown as a GPU holder"
+    assert "map_huge" in text and "best node" in text  # the pending request and its why
+    assert "2g.10gb" in text  # the MIG slice drawn on GPU 0
+    assert dom.count('class="gpu') >= 16 or dom.count("GPU ") >= 16
+    for size, name in (("1366,768", "swarm-map-1366x768.png"),
+                       ("1920,1080", "swarm-map-1920x1080.png")):
+        shot = screenshot(chromium, daemon_url + "/", name, size)
+        assert isinstance(shot, Path) and shot.exists()
