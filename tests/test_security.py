@@ -248,6 +248,7 @@ JUSTIFIED = {
     ("B101", "swarmgpu/allocator/mig.py"): "type-narrowing invariant on a regex built here",
     ("B101", "swarmgpu/facts/profile.py"): "type-narrowing invariant after validation",
     ("B311", "swarmgpu/sim/replay.py"): "seeded PRNG for a reproducible simulation",
+    ("B311", "swarmgpu/sim/timeline.py"): "seeded PRNG for a reproducible simulation",
 }
 
 
