@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
@@ -24,33 +26,28 @@ from swarm_harness import SwarmCluster, gpu_resource_args  # noqa: E402
 
 from swarmgpu.placement import ORDER_ENV, env_template, gate_constraint  # noqa: E402
 
-DEMO_STACK = {
-    "llm": {"labels": {"swarmgpu.gpus": "2", "swarmgpu.topology": "nvlink",
-                       "swarmgpu.gpu-memory": "40GiB"}},
-    "embed": {"labels": {"swarmgpu.gpu-fraction": "0.25"}, "replicas": 2},
-    "train": {"labels": {"swarmgpu.gpus": "4", "swarmgpu.topology": "numa",
-                         "swarmgpu.gpu-product": "*4090*"}},
-    "notebook": {"labels": {"swarmgpu.mig": "1g.5gb"}},
-    "huge": {"labels": {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "80GiB"}},
-}
+EXAMPLES = REPO / "stacks" / "examples"
+# One request nothing here can satisfy, to show a pending request and its reason.
+PENDING_STACK = {"version": "3.8", "services": {"huge": {
+    "image": "local/busybox:latest", "command": ["sleep", "86400"],
+    "environment": [env_template("swarmgpu."), ORDER_ENV],
+    "deploy": {"labels": {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "80GiB"},
+               "placement": {"constraints": [gate_constraint("swarmgpu.", "demo_huge")]}}}}}
 
 
-def stack_file(name: str) -> str:
-    services = {}
-    for svc, spec in DEMO_STACK.items():
-        full = f"{name}_{svc}"
-        replicas = spec.get("replicas", 1)
-        placement: dict[str, object] = {"constraints": [gate_constraint("swarmgpu.", full)]}
-        if replicas > 1:
-            placement["max_replicas_per_node"] = 1
-        services[svc] = {
-            "image": "local/busybox:latest", "command": ["sleep", "86400"],
-            "stop_grace_period": "1s",
-            "environment": [env_template("swarmgpu."), ORDER_ENV],
-            "deploy": {"replicas": replicas, "labels": spec["labels"],
-                       "placement": placement},
-        }
-    return json.dumps({"version": "3.8", "services": services}, indent=1)
+def offline_copy(path: Path) -> str:
+    """An example stack as shipped, with its images swapped for the local busybox image
+    (no registry here) and what needs the outside world (ports, volumes) left out."""
+    stack = yaml.safe_load(path.read_text())
+    for svc in stack["services"].values():
+        svc["image"] = "local/busybox:latest"
+        svc["command"] = ["sleep", "86400"]
+        svc["stop_grace_period"] = "1s"
+        for key in ("ports", "volumes", "healthcheck"):
+            svc.pop(key, None)
+        svc.get("deploy", {}).pop("resources", None)
+    stack.pop("volumes", None)
+    return json.dumps(stack, indent=1)
 
 
 def cli(*args: str, cfg: Path) -> str:
@@ -87,17 +84,24 @@ def main() -> int:
             [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
             env=swarmgpu_env(), stdout=open(tmp / "daemon.log", "wb"),  # noqa: SIM115
             stderr=subprocess.STDOUT)
-        print("daemon running; deploying the demo stack (docker stack deploy)...", flush=True)
-        f = tmp / "demo.yml"
-        f.write_text(stack_file("demo"))
-        cluster.cli(cluster.manager, "stack", "deploy", "--resolve-image", "never", "-c",
-                    str(f), "demo")
+        print("daemon running; deploying stacks/examples/*.yml (docker stack deploy)...",
+              flush=True)
+        stacks = {p.stem: offline_copy(p) for p in sorted(EXAMPLES.glob("*.yml"))}
+        stacks["demo"] = json.dumps(PENDING_STACK)
+        for name, text in stacks.items():
+            f = tmp / f"{name}.yml"
+            f.write_text(text)
+            cluster.cli(cluster.manager, "stack", "deploy", "--resolve-image", "never", "-c",
+                        str(f), name)
+            print(f"  {name}", flush=True)
         api = cluster.client(cluster.manager).api
-        deadline = time.monotonic() + 60
+        want = sum(int(s["deploy"].get("replicas", 1))
+                   for t in stacks.values() for s in json.loads(t)["services"].values()) - 1
+        deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             running = [t for t in api.tasks(filters={"desired-state": "running"})
                        if t["Status"]["State"] == "running"]
-            if len(running) >= 5:
+            if len(running) >= want:
                 break
             time.sleep(1)
         time.sleep(3)
@@ -111,7 +115,7 @@ def main() -> int:
             env = cluster.client(node).api.inspect_container(cid)["Config"]["Env"]
             name = api.inspect_service(t["ServiceID"])["Spec"]["Name"]
             dev = next(e for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES="))
-            print(f"  {name:<15} on {node.hostname}: {dev}")
+            print(f"  {name:<26} on {node.hostname}: {dev}")
         if args.keep:
             print("\nGPU map: http://127.0.0.1:9402/  (Ctrl-C to stop)")
             try:

@@ -152,3 +152,11 @@ def test_fragmentation_aware_choice_keeps_whole_gpus() -> None:
     a.commit(c)
     c2 = a.place(Demand(gpu_milli=500))
     assert isinstance(c2, Choice) and c2.node == c.node  # fill the half-used GPU
+
+
+def test_without_a_workload_used_nodes_then_best_fit() -> None:
+    a = cluster(NodeSpec("empty", gpus(4)), NodeSpec("half", gpus(4)), NodeSpec("most", gpus(4)))
+    for name, n in (("half", 2), ("most", 3)):
+        a.commit(Choice(name, tuple(range(n)), (1000,) * n, 0.0, ""))
+    c = a.place(Demand(num_gpu=1))
+    assert isinstance(c, Choice) and c.node == "most"  # least GPU left after placement

@@ -5,12 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from paths import TRACES
 
+from swarmgpu.allocator.core import Allocator, Choice, Demand, GpuSpec, NodeSpec
 from swarmgpu.sim.cli_entry import parse_seeds, run_simulate
+from swarmgpu.sim.rebalance import MoveRescuer, Running, move_rescue
 from swarmgpu.sim.replay import replay
-from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
+from swarmgpu.sim.report import plot, run_many, summary
+from swarmgpu.sim.timeline import replay_departures
+from swarmgpu.sim.trace import TraceError, TracePod, load_nodes, load_pods
 
-TRACES = Path("/work/shared/traces/openb")
 needs_trace = pytest.mark.skipif(not TRACES.exists(), reason="openb trace not present")
 
 
@@ -65,3 +69,78 @@ def test_replay_is_deterministic_on_a_subsample() -> None:
 def test_unknown_policy_exit_code(tmp_path: Path) -> None:
     text, rc = run_simulate("n.csv", "p.csv", ["nope"], [1], False, None, False, None)
     assert rc == 2 and "unknown policy" in text
+
+
+def _node(name: str, n: int, cpu: int = 64000) -> NodeSpec:
+    return NodeSpec(name, tuple(GpuSpec(i, "T4", 0) for i in range(n)), cpu, 1 << 20)
+
+
+def test_move_rescue_frees_a_whole_gpu() -> None:
+    # a: GPU0 holds a 0.3 share, GPU1 is full; b: GPU0 has 0.5 free. A whole-GPU task fits
+    # nowhere until the 0.3 share moves from a to b.
+    alloc = Allocator()
+    alloc.add_node(_node("a", 2))
+    alloc.add_node(_node("b", 1))
+    running: Running = {}
+    for tid, (node, gpu, milli) in enumerate([("a", 0, 300), ("a", 1, 1000), ("b", 0, 500)]):
+        d = Demand(gpu_milli=milli) if milli < 1000 else Demand(num_gpu=1)
+        c = Choice(node, (gpu,), (milli,), 0.0, "", 0, 0)
+        alloc.commit(c)
+        running.setdefault(node, {})[tid] = (d, c)
+    want = Demand(num_gpu=1)
+    assert not isinstance(alloc.place(want), Choice)
+    assert move_rescue(alloc, running, want, budget=0) is None
+    got = move_rescue(alloc, running, want, budget=2)
+    assert got is not None and len(got.moves) == 1
+    assert got.placed.node == "a" and got.moves[0].new.node == "b"
+    assert sorted(alloc.snapshot()["b"]) == [200]
+
+
+def test_rescue_that_cannot_help_leaves_state_alone() -> None:
+    alloc = Allocator()
+    alloc.add_node(_node("a", 1))
+    c = Choice("a", (0,), (1000,), 0.0, "", 0, 0)
+    alloc.commit(c)
+    running: Running = {"a": {1: (Demand(num_gpu=1), c)}}
+    before = alloc.snapshot()
+    assert MoveRescuer()(alloc, running, Demand(num_gpu=1), 3) is None
+    assert alloc.snapshot() == before
+
+
+def _pod(name: str, start: int, end: int, gpus: int = 1) -> TracePod:
+    return TracePod(name, 1000, 1024, gpus, 1000, (), start, end)
+
+
+def test_departures_free_room_and_count_failures() -> None:
+    nodes = [_node("n", 2)]
+    pods = [_pod("p1", 0, 10, 2), _pod("p2", 5, 20), _pod("p3", 10, 30, 2)]
+    r = replay_departures(nodes, pods, "swarmgpu", 1)
+    # p2 finds no GPU (p1 holds both); p3 arrives as p1 leaves and gets both.
+    assert r.placed == 2 and r.failed == {"1gpu": 1}
+    assert r.failed_gpu_milli == 1000 and r.asked_gpu_milli == 5000
+    assert r.span_s == 10 and r.peak_alloc_pct == 100.0
+    assert r.mean_alloc_pct == pytest.approx(100.0)  # both GPUs busy over 0..10
+    assert r.mean_demand_pct == pytest.approx(125.0)  # p2 wanted one more from t=5
+
+
+def test_departures_need_times() -> None:
+    with pytest.raises(TraceError, match="--departures"):
+        replay_departures([_node("n", 1)], [TracePod("x", 0, 0, 1, 1000)], "fgd", 1)
+
+
+def test_departures_cli_rejects_a_file_without_times(tmp_path: Path) -> None:
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn1,8000,8000,1,T4\n")
+    pods = write(tmp_path, "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,1000\n")
+    text, rc = run_simulate(nodes, pods, ["swarmgpu"], [1], False, None, True, None)
+    assert rc == 2 and "creation_time" in text
+
+
+@needs_trace
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\n"
+                  + "".join(f"n{i},32000,65536,2,T4\n" for i in range(8)))
+    pods = str(TRACES / "openb_pod_list_default.csv")
+    s = summary(run_many(nodes, pods, ["swarmgpu", "bestfit"], [1], workers=1))
+    out = tmp_path / "a.png"
+    plot(s, str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
