@@ -151,7 +151,7 @@ def test_numa_group_on_4090_and_no_gpu_twice(swarm: SwarmCluster, daemon: dict[s
     deploy(swarm, daemon["tmp"], "train", {
         "numa": {"labels": {"swarmgpu.gpus": "4", "swarmgpu.topology": "numa",
                             "swarmgpu.gpu-product": "*RTX 4090"}},
-        "pair": {"labels": {"swarmgpu.gpus": "2"}, "replicas": 2},
+        "pair": {"labels": {"swarmgpu.gpus": "4"}, "replicas": 2},  # 2 replicas x 4 GPUs
     })
     wait_running(swarm, "train_numa", 1)
     wait_running(swarm, "train_pair", 2)
