@@ -402,8 +402,11 @@ def config_defaults() -> None:
 @click.option("--departures", is_flag=True, help="Replay with creation/deletion times.")
 @click.option("--rebalance-moves", type=float, default=None,
               help="Allow defragmenting moves: at most this many per 100 arrived pods.")
+@click.option("--speedup", type=float, default=1.0, show_default=True,
+              help="With --departures: arrivals K times faster, lifetimes kept (more load).")
 def simulate(nodes: str, pods: str, policies: str, seeds: str, as_json: bool,
-             plot: str | None, departures: bool, rebalance_moves: float | None) -> None:
+             plot: str | None, departures: bool, rebalance_moves: float | None,
+             speedup: float) -> None:
     """Replay a GPU cluster trace through the placement policies."""
     from swarmgpu.sim.cli_entry import parse_seeds, run_simulate
 
@@ -413,7 +416,7 @@ def simulate(nodes: str, pods: str, policies: str, seeds: str, as_json: bool,
         click.echo(f"swarmgpu simulate: --seeds: {exc}", err=True)
         sys.exit(2)
     text, code = run_simulate(nodes, pods, [p.strip() for p in policies.split(",") if p.strip()],
-                              seed_list, as_json, plot, departures, rebalance_moves)
+                              seed_list, as_json, plot, departures, rebalance_moves, speedup)
     click.echo(text)
     sys.exit(code)
 

@@ -33,7 +33,8 @@ def parse_seeds(text: str) -> list[int]:
 
 def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], as_json: bool,
                  plot: str | None, departures: bool = False,
-                 rebalance_moves: float | None = None) -> tuple[str, int]:
+                 rebalance_moves: float | None = None,
+                 speedup: float = 1.0) -> tuple[str, int]:
     """Run the replay; returns (text to print, exit code)."""
     known = set(POLICIES) | {"fgd-unrounded"}
     bad = [p for p in policies if p not in known]
@@ -46,7 +47,10 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
             return ("--plot draws allocation against arrived load, which a replay with "
                     "--departures has no axis for; drop one of the two", 2)
         try:
-            timed = report.run_timed(nodes, pods, policies, seeds, moves=rebalance_moves)
+            if speedup <= 0:
+                return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
+            timed = report.run_timed(nodes, pods, policies, seeds, moves=rebalance_moves,
+                                     speedup=speedup)
         except TraceError as e:
             return (str(e), 2)
         return (report.timed_json(timed) if as_json else report.timed_text(timed), 0)
