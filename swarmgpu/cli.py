@@ -216,17 +216,26 @@ def _snapshot(cfg: Config) -> Any:
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
     from swarmgpu.placement_step import make_plan
+    from swarmgpu.rebalance.attribution import service_states
 
     cfg = _load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
-    p = make_plan(_snapshot(cfg), cfg)
+    snap = _snapshot(cfg)
+    p = make_plan(snap, cfg)
     moves = _daemon_moves(cfg)
+    # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
+    idle = [str(m.get("service")) for m in (moves or {}).get("proposed", [])
+            if m.get("trigger") == "consolidation"]
+    states = service_states(p.services, {s.name: dict(s.labels) for s in snap.services},
+                            idle, cfg.sync.prefix)
+    for sp in p.services:
+        sp.state = states.get(sp.name, sp.state)
+    if not p.services and not as_json:
+        click.echo("no service carries a swarmgpu GPU request")
     if as_json:
         click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services],
                                "moves": moves}, indent=2))
         return
-    if not p.services:
-        click.echo("no service carries a swarmgpu GPU request")
     for sp in p.services:
         click.echo(f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}")
         for pl in sp.placements:

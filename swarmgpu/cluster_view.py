@@ -18,6 +18,7 @@ from swarmgpu.labels import desired_labels, owned_by_label_sync
 from swarmgpu.metrics_in import GpuMetrics, parse_metrics
 from swarmgpu.model import NodeFacts, is_nvlink
 from swarmgpu.placement import PlacementPlan, read_ledger
+from swarmgpu.rebalance.attribution import service_states
 from swarmgpu.swarm import SwarmNode
 from swarmgpu.sync import Snapshot
 
@@ -166,6 +167,13 @@ def build_cluster(
             "groups": _groups(facts) if facts else [],
         })
     services_out = [sp.to_dict() for sp in (plan.services if plan else [])]
+    if plan is not None:  # a move in flight, or a proposed idle clean-up, shows as state
+        idle = [m.get("service") for m in (moves or {}).get("proposed", [])
+                if m.get("trigger") == "consolidation"]
+        states = service_states(plan.services, {s.name: s.labels for s in snap.services},
+                                [str(x) for x in idle if x], prefix)
+        for entry in services_out:
+            entry["state"] = states.get(entry["name"], entry["state"])
     pending = [{"service": sp.name, "request": sp.request_text, "reason": sp.reason}
                for sp in (plan.services if plan else []) if sp.status == "pending"]
     return {

@@ -133,6 +133,12 @@ def start_agent(swarm: SwarmCluster, hostname: str, *extra: str) -> Any:
                                env=swarmgpu_env(),
                                **kwargs_for_logs(LOGS / f"agent-{hostname}.log"))
     wait_port(node.addr, 9401)
+    # Something else on the port (a leftover of another test) would answer instead of
+    # the agent, which then dies on its bind: make sure it is ours that listens.
+    time.sleep(0.3)
+    if proc.poll() is not None:
+        raise RuntimeError(f"agent on {hostname} exited ({proc.returncode}); port 9401 taken? "
+                           f"see {LOGS / f'agent-{hostname}.log'}")
     return proc
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 import pytest
 from gpu_nodes import DGX_A100, RTX4090
@@ -63,8 +64,8 @@ def page(facts: NodeFacts, util: Mapping[int, float | None]) -> str:
 
 
 def feed(sig: Signals, nodes: Sequence[SwarmNode], times: Sequence[float],
-         util2: Mapping[float, Mapping[int, float | None]], broken: set[float] = frozenset()
-         ) -> list[str]:
+         util2: Mapping[float, Mapping[int, float | None]],
+         broken: AbstractSet[float] = frozenset()) -> list[str]:
     warnings: list[str] = []
     ledger = read_ledger(nodes, P)
     for t in times:

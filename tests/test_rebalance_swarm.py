@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +35,9 @@ def rb(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "min_samples": 3, "cooldown_s": 600, "move_timeout_s": 60})
     state: dict[str, Any] = {"cfg": cfg, "tmp": tmp, "profiles": profiles}
 
-    def start(**env: str) -> Any:
+    def start(config: Path = cfg, **env: str) -> Any:
         state["proc"] = swarm.exec_in_netns(
-            swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
+            swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(config)],
             env=swarmgpu_env(**env), **kwargs_for_logs(LOGS / "rebalance-daemon.log"))
         return state["proc"]
 
@@ -121,3 +124,191 @@ def test_killed_mid_move_finishes_or_rolls_back(swarm: SwarmCluster, rb: dict[st
         assert where(swarm, s) == {h: u}
     spec = swarm.client(swarm.manager).api.inspect_service(svc)["Spec"]
     assert spec["Mode"]["Replicated"]["Replicas"] == 1
+
+
+# --- rollback and broken metrics: daemons with their own settings -------------------------
+
+API_PORT = 9402  # the test daemons below serve HTTP on the manager's bridge address
+
+
+def variant(rb: dict[str, Any], name: str, swarm: SwarmCluster, **rebalance: Any) -> Path:
+    """The fixture's daemon config with other rebalance settings, HTTP reachable from here."""
+    cfg = json.loads(Path(rb["cfg"]).read_text())
+    cfg["rebalance"].update(rebalance)
+    cfg["http"] = {"listen": f"{swarm.manager.addr}:{API_PORT}"}
+    path = Path(rb["tmp"]) / f"{name}.yml"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def api(swarm: SwarmCluster, route: str) -> str:
+    with urllib.request.urlopen(f"http://{swarm.manager.addr}:{API_PORT}{route}",
+                                timeout=3) as resp:
+        return str(resp.read().decode())
+
+
+def log_size() -> int:
+    return (LOGS / "rebalance-daemon.log").stat().st_size
+
+
+def log_since(offset: int) -> str:
+    """The daemons' log from ``offset`` on (this test's part of the shared file)."""
+    with open(LOGS / "rebalance-daemon.log", "rb") as fh:
+        fh.seek(offset)
+        return fh.read().decode("utf-8", "replace")
+
+
+def node_labels(swarm: SwarmCluster, host: str) -> dict[str, str]:
+    nid = swarm.node(host).node_id
+    return dict(swarm.client(swarm.manager).api.inspect_node(nid)["Spec"]["Labels"] or {})
+
+
+def fresh_pair(swarm: SwarmCluster, rb: dict[str, Any], stack: str) -> tuple[str, str]:
+    """Earlier stacks removed, all GPUs idle; two half-GPU services packed on one GPU
+    (placed by the fixture's daemon). Returns that GPU's (hostname, UUID)."""
+    for p in rb["profiles"].values():
+        p.write_text(json.dumps(IDLE))
+    for old in rb.setdefault("stacks", ["rb", "rc"]):
+        # check=False: removing the stack's network can fail while its tasks still stop;
+        # the services are gone, which is all that matters here (the wait below).
+        swarm.cli(swarm.manager, "stack", "rm", old, check=False)
+    rb["stacks"] = [stack]
+    swarm.wait_for(lambda: not any(k.startswith(f"{P}assign.")
+                                   for h in GPU_NODES for k in node_labels(swarm, h)),
+                   60, "the GPUs of earlier stacks released")
+    frac = {"labels": {"swarmgpu.gpu-fraction": "0.5"}}
+    deploy(swarm, rb["tmp"], stack, {"x": frac, "y": frac})
+    for s in ("x", "y"):
+        wait_running(swarm, f"{stack}_{s}", 1)
+    at = holder_gpu(swarm, f"{stack}_x")
+    assert holder_gpu(swarm, f"{stack}_y") == at
+    return at
+
+
+def test_move_whose_target_never_runs_rolls_back(swarm: SwarmCluster, rb: dict[str, Any]) -> None:
+    host, uuid = fresh_pair(swarm, rb, "rr")
+    mark = log_size()
+    other = next(h for h in GPU_NODES if h != host)
+    before = {s: tasks_running(swarm, s)[0]["ID"] for s in ("rr_x", "rr_y")}
+    # A daemon that dies right after writing the move intent (step 1, target not open).
+    stop(rb["proc"])
+    proc = rb["start"](SWARMGPU_TEST_CRASH_AFTER="move-step-1")
+    hot(rb["profiles"][host], uuid)
+    assert proc.wait(60) == 137
+    svc = "rr_x"  # equal shares go by name
+    st = json.loads(labels(swarm, svc)[f"{P}state.move"])
+    assert (st["source_host"], st["target_host"]) == (host, other)
+    # The target can no longer start anything; a daemon with a short move timeout opens
+    # it (step 2), sees no task running there in time, and rolls back.
+    swarm.cli(swarm.manager, "node", "update", "--availability", "pause", other)
+    try:
+        rb["start"](variant(rb, "rollback", swarm, move_timeout_s=10))
+        swarm.wait_for(lambda: f"{P}service.{svc}" in node_labels(swarm, other), 20,
+                       f"{other} opened for {svc}", interval=0.2)
+        swarm.wait_for(lambda: f"{P}state.move" not in labels(swarm, svc), 30, "rolled back")
+        spec = swarm.client(swarm.manager).api.inspect_service(svc)["Spec"]
+        assert spec["Mode"]["Replicated"]["Replicas"] == 1
+        assert "MaxReplicas" not in spec["TaskTemplate"]["Placement"]
+        lab = spec["Labels"]
+        src_id, dst_id = swarm.node(host).node_id, swarm.node(other).node_id
+        assert lab[f"{P}devices.{src_id}"] == uuid and f"{P}devices.{dst_id}" not in lab
+        assert f"{P}state.moved-at" in lab  # the cooldown holds after a rollback too
+        assert not any(svc in k for k in node_labels(swarm, other))
+        src = node_labels(swarm, host)
+        assert src[f"{P}assign.{svc}"] == f"{uuid}@500" and src[f"{P}service.{svc}"] == "true"
+        # No duplicate: the surge task that never ran is gone, and the original task on
+        # the source kept running throughout (same task, same devices).
+        swarm.wait_for(lambda: len(swarm.client(swarm.manager).api.tasks(
+            filters={"service": svc, "desired-state": "running"})) == 1, 30, "surge task gone")
+        assert [t["ID"] for t in tasks_running(swarm, svc)] == [before[svc]]
+        assert where(swarm, svc) == {host: uuid}
+        assert [t["ID"] for t in tasks_running(swarm, "rr_y")] == [before["rr_y"]]
+        assert 'swarmgpu_moves_total{outcome="rolled-back"} 1.0' in api(swarm, "/metrics")
+        recent = json.loads(api(swarm, "/api/rebalance"))["recent"]
+        assert [(r["service"], r["from"], r["to"], r["outcome"]) for r in recent] == \
+            [(svc, host, other, "rolled-back")]
+        log = log_since(mark)
+        assert f"'service': '{svc}'}} move {host} -> {other} rolled-back: {host} GPU" in log
+        assert f"(no task running on {other} within 10s)" in log
+    finally:
+        swarm.cli(swarm.manager, "node", "update", "--availability", "active", other)
+        for p in rb["profiles"].values():
+            p.write_text(json.dumps(IDLE))
+        stop(rb["proc"])
+        rb["start"]()
+
+
+class _Pages(BaseHTTPRequestHandler):
+    """/<hostname>/metrics: garbage for the hosts in ``bad``, else the node's agent page."""
+
+    bad: set[str] = set()
+    addrs: dict[str, str] = {}
+
+    def do_GET(self) -> None:
+        host = self.path.strip("/").split("/")[0]
+        if host in self.bad:
+            body, code = b"<html><body><h1>502 Bad Gateway</h1></body></html>\n", 200
+        else:
+            try:
+                with urllib.request.urlopen(f"http://{self.addrs[host]}:9401/metrics",
+                                            timeout=2) as resp:
+                    body, code = resp.read(), 200
+            except (OSError, KeyError):
+                body, code = b"no agent\n", 502
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_garbage_metrics_make_a_node_unknown_no_move_one_warning(
+        swarm: SwarmCluster, rb: dict[str, Any]) -> None:
+    host, uuid = fresh_pair(swarm, rb, "rg")
+    mark = log_size()
+    other = next(h for h in GPU_NODES if h != host)
+    assert swarm.subnet is not None
+    gateway = str(next(swarm.subnet.hosts()))  # the host's address on the swarm bridge
+    _Pages.addrs = {n.hostname: n.addr for n in swarm.nodes}
+    _Pages.bad = {other}
+    server = ThreadingHTTPServer((gateway, 0), _Pages)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://{gateway}:{server.server_port}/{{hostname}}/metrics"
+    stop(rb["proc"])
+    try:
+        rb["start"](variant(rb, "garbage", swarm, metrics_url_template=url))
+        hot(rb["profiles"][host], uuid)
+
+        def stuck() -> dict[str, Any] | None:
+            doc: dict[str, Any] = json.loads(api(swarm, "/api/rebalance"))
+            return doc if any("no verified-free target" in n for n in doc["notes"]) else None
+
+        # The hot spot is seen (its window held), but its only possible target is UNKNOWN.
+        doc = swarm.wait_for(stuck, 40, "the hot spot seen, with no target")
+        assert doc["proposed"] == [] and doc["recent"] == []
+        assert "unusable" in doc["unknown_nodes"][other]
+        assert host not in doc["unknown_nodes"]
+        time.sleep(3)  # a few more cycles: still nothing
+        for s in ("rg_x", "rg_y"):
+            lab = labels(swarm, s)
+            assert f"{P}state.move" not in lab and f"{P}state.moved-at" not in lab
+        assert where(swarm, "rg_x") == {host: uuid}
+        bad_url = url.replace("{hostname}", other)
+        warned = [ln for ln in log_since(mark).splitlines()
+                  if f"rebalance: {other}: metrics at {bad_url} unusable" in ln]
+        assert len(warned) == 1, warned  # said once, not every cycle
+        assert "WARNING" in warned[0] and "node is UNKNOWN, no move from or to it" in warned[0]
+        # Good pages again: once its window is covered the node is a target, and the move
+        # the garbage held back is made.
+        _Pages.bad = set()
+        swarm.wait_for(lambda: f"{P}state.moved-at" in labels(swarm, "rg_x"), 60, "rg_x moved")
+        assert holder_gpu(swarm, "rg_x")[0] == other
+    finally:
+        server.shutdown()
+        for p in rb["profiles"].values():
+            p.write_text(json.dumps(IDLE))
+        stop(rb["proc"])
+        rb["start"]()

@@ -99,12 +99,12 @@ def test_exec_in_netns_serves_on_node_address(swarm: SwarmCluster, tmp_path: Pat
     node = swarm.node("gpu-node-1")
     (tmp_path / "hello.txt").write_text("from gpu-node-1\n")
     server = swarm.exec_in_netns(
-        node, [sys.executable, "-m", "http.server", "9401", "--bind", node.addr],
+        node, [sys.executable, "-m", "http.server", "19999", "--bind", node.addr],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
     def fetch() -> str:
-        return requests.get(f"http://{node.addr}:9401/hello.txt", timeout=1).text
+        return requests.get(f"http://{node.addr}:19999/hello.txt", timeout=1).text
 
     assert swarm.wait_for(fetch, 10, "http.server in gpu-node-1's netns") == "from gpu-node-1\n"
     assert server.poll() is None
