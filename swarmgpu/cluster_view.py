@@ -166,14 +166,14 @@ def build_cluster(
             "links": [list(r) for r in facts.links] if facts else [],
             "groups": _groups(facts) if facts else [],
         })
-    services_out = [sp.to_dict() for sp in (plan.services if plan else [])]
+    services_out: list[dict[str, Any]] = [sp.to_dict() for sp in (plan.services if plan else [])]
     if plan is not None:  # a move in flight, or a proposed idle clean-up, shows as state
         idle = [m.get("service") for m in (moves or {}).get("proposed", [])
                 if m.get("trigger") == "consolidation"]
         states = service_states(plan.services, {s.name: s.labels for s in snap.services},
                                 [str(x) for x in idle if x], prefix)
         for entry in services_out:
-            entry["state"] = states.get(entry["name"], entry["state"])
+            entry["state"] = states.get(str(entry["name"]), entry["state"])
     pending = [{"service": sp.name, "request": sp.request_text, "reason": sp.reason}
                for sp in (plan.services if plan else []) if sp.status == "pending"]
     return {
