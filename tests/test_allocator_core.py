@@ -160,3 +160,29 @@ def test_without_a_workload_used_nodes_then_best_fit() -> None:
         a.commit(Choice(name, tuple(range(n)), (1000,) * n, 0.0, ""))
     c = a.place(Demand(num_gpu=1))
     assert isinstance(c, Choice) and c.node == "most"  # least GPU left after placement
+
+
+def test_stranded_capacity_is_what_the_cpu_cannot_feed() -> None:
+    from swarmgpu.allocator.fragmentation import cpu_per_gpu_milli, stranded_milli
+
+    tasks = typical_tasks([TaskShape(8000, 1000, 1)] * 3 + [TaskShape(2000, 500, 1)])
+    c = cpu_per_gpu_milli(tasks)
+    assert c == pytest.approx((0.75 * 8000 + 0.25 * 2000) / (0.75 * 1000 + 0.25 * 500))
+    assert stranded_milli(16_000, (1000, 1000), 8.0) == 0.0  # CPU for both GPUs
+    assert stranded_milli(8_000, (1000, 1000), 8.0) == pytest.approx(1000.0)  # one idles
+    assert cpu_per_gpu_milli(typical_tasks([TaskShape(4000, 0, 0)])) is None  # CPU-only
+
+
+def test_cpu_heavy_gpu_task_goes_to_the_cpu_rich_node() -> None:
+    from swarmgpu.allocator.core import SwarmScorer
+
+    # Light (2 CPU) and heavy (12 CPU) one-GPU tasks, 7 CPU per GPU on average; "lean"
+    # has 6 CPU per GPU and comes second in node order, so only the score can pick it.
+    tasks = typical_tasks([TaskShape(2000, 1000, 1)] * 5 + [TaskShape(12000, 1000, 1)] * 5)
+    a = Allocator(SwarmScorer(tasks))
+    a.add_node(NodeSpec("rich", gpus(4), cpu_milli=96_000, memory_mib=1 << 20))
+    a.add_node(NodeSpec("lean", gpus(4), cpu_milli=24_000, memory_mib=1 << 20))
+    heavy = a.place(Demand(num_gpu=1, cpu_milli=12_000))
+    light = a.place(Demand(num_gpu=1, cpu_milli=2_000))
+    assert isinstance(heavy, Choice) and heavy.node == "rich"
+    assert isinstance(light, Choice) and light.node == "lean"

@@ -97,6 +97,26 @@ def node_fragmentation(
     return sum(t.weight * task_fragment(product, cpu_left, free, t.shape) for t in tasks)
 
 
+def cpu_per_gpu_milli(tasks: tuple[TypicalTask, ...]) -> float | None:
+    """CPU milli the workload's GPU tasks ask per GPU-milli (weighted mean), or None when
+    the workload has no GPU tasks or they ask no CPU."""
+    gpu = sum(t.weight * t.shape.num_gpu * t.shape.gpu_milli for t in tasks)
+    cpu = sum(t.weight * t.shape.cpu_milli for t in tasks if t.shape.num_gpu)
+    if gpu <= 0 or cpu <= 0:
+        return None
+    return cpu / gpu
+
+
+def stranded_milli(cpu_left: int, free: tuple[int, ...], cpu_per_milli: float) -> float:
+    """Free GPU-milli the node's CPU cannot feed at the workload's CPU-per-GPU ratio.
+
+    FGD only sees CPU when a typical task stops fitting, which happens late: by then a
+    CPU-poor node has given its CPU to CPU-heavy tasks and its last GPUs stay idle. This
+    measures that risk early, in the same unit as fragmentation.
+    """
+    return max(0.0, sum(free) - cpu_left / cpu_per_milli)
+
+
 class FragCache:
     """Memoised ``node_fragmentation`` for one workload (keys are sorted free tuples)."""
 
