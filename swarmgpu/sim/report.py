@@ -141,14 +141,29 @@ def plot(s: dict[str, Any], out: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    # Left: the whole replay; right: the saturated end, where the policies differ.
+    fig, (ax, zoom) = plt.subplots(1, 2, figsize=(11, 4.5),
+                                   gridspec_kw={"width_ratios": [1, 1.2]})
+    lows = []
     for name, v in s["policies"].items():
         pts = sorted((int(k), val) for k, val in v["alloc_pct_at"].items())
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name, marker=".")
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(xs, ys, label=name, marker=".")
+        tail = [(x, y) for x, y in pts if x >= 85]
+        zoom.plot([x for x, _ in tail], [y for _, y in tail], label=name, marker=".")
+        lows += [y for _, y in tail]
+        if tail:
+            zoom.annotate(f"{tail[-1][1]:.2f}", tail[-1], textcoords="offset points",
+                          xytext=(4, 0), va="center", fontsize=8)
     ax.set_xlabel("arrived GPU load (% of cluster GPU)")
     ax.set_ylabel("GPU allocation ratio (%)")
     ax.grid(alpha=0.3)
     ax.legend()
+    zoom.set_xlabel("arrived GPU load (%), saturated end")
+    zoom.set_title("where the policies differ", fontsize=10)
+    if lows:
+        zoom.set_ylim(max(0.0, min(lows) - 1), min(100.0, max(lows) + 1))
+    zoom.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
