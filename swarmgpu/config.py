@@ -37,6 +37,10 @@ class AgentsConfig:
     """Facts bigger than this are rejected (a broken or hostile agent)."""
     parallel: int = 16
     """Agents fetched at once."""
+    watch_s: float = 5.0
+    """Seconds between light polls of every agent's facts between full cycles; a change
+    starts a cycle at once (a fact change shows as a label within about this long after
+    the agent sees it). 0 turns the watch off."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,8 @@ def _check(cfg: Config) -> None:
         raise ConfigError("agents.timeout_s: must be > 0 seconds (e.g. 3)")
     if cfg.agents.parallel < 1:
         raise ConfigError("agents.parallel: must be >= 1")
+    if cfg.agents.watch_s != 0 and cfg.agents.watch_s < 1:
+        raise ConfigError("agents.watch_s: must be 0 (off) or >= 1 second (default 5)")
     if "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:
         raise ConfigError(
             "agents.url_template: must contain {addr} or {hostname}, "

@@ -23,13 +23,22 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from swarmgpu.agent_client import fetch_all
 from swarmgpu.agentbook import AgentBook
 from swarmgpu.config import Config
 from swarmgpu.daemon_metrics import DaemonMetrics
+from swarmgpu.model import NodeFacts
 from swarmgpu.swarm import SwarmClient, SwarmError
 from swarmgpu.sync import CycleReport, LabelSync, take_snapshot
 
 CycleHook = Callable[["Daemon", Any], None]
+
+
+def _facts_key(f: NodeFacts) -> str:
+    """Facts without their read time: what a change means."""
+    d = f.to_dict()
+    d["node"].pop("collected_at", None)
+    return json.dumps(d, sort_keys=True)
 
 
 def sd_notify(message: str) -> bool:
@@ -136,6 +145,25 @@ class Daemon:
             with contextlib.suppress(Exception):  # the job is gone during shutdown
                 self._scheduler.modify_job("sync", next_run_time=datetime.now().astimezone())
 
+    def _watch_facts(self) -> None:
+        """Between full cycles, poll the agents' facts; a change starts a cycle now."""
+        if not self.leader or self.stop_event.is_set():
+            return
+        try:
+            nodes = self.swarm.nodes()
+        except SwarmError:
+            return  # the next full cycle reports it
+        changed = []
+        for node_id, res in fetch_all(nodes, self.cfg.agents).items():
+            if res.facts is None:
+                continue
+            rec = self.book.records.get(node_id)
+            if rec is None or rec.facts is None or _facts_key(rec.facts) != _facts_key(res.facts):
+                changed.append(res.hostname)
+        if changed:
+            logger.info("facts changed on {}: syncing now", ", ".join(sorted(changed)))
+            self.trigger()
+
     def _watch_events(self) -> None:
         backoff = 1.0
         while not self.stop_event.is_set():
@@ -162,6 +190,9 @@ class Daemon:
             self._safe_cycle, "interval", seconds=self.cfg.sync.interval_s, id="sync",
             max_instances=1, coalesce=True, next_run_time=datetime.now().astimezone(),
         )
+        if self.cfg.agents.watch_s:
+            sched.add_job(self._watch_facts, "interval", seconds=self.cfg.agents.watch_s,
+                          id="facts-watch", max_instances=1, coalesce=True)
         self._scheduler = sched
         sched.start()
         if self.cfg.sync.watch_events:
