@@ -315,7 +315,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
     from swarmgpu.agentbook import load_saved
     from swarmgpu.audit import audit as run_audit
-    from swarmgpu.cluster_view import build_cluster, render_status, scrape_all
+    from swarmgpu.cluster_view import build_cluster, gpu_metrics, render_status
     from swarmgpu.placement_step import make_plan
 
     cfg = _load_cfg(config_path)
@@ -323,7 +323,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     snap = _snapshot(cfg)
     saved = load_saved(cfg.state_dir)
     doc = build_cluster(snap, make_plan(snap, cfg), prefix=cfg.sync.prefix,
-                        metrics=scrape_all(snap.nodes, cfg.agents), saved_agents=saved,
+                        metrics=gpu_metrics(snap.nodes, cfg), saved_agents=saved,
                         findings=run_audit(snap, prefix=cfg.sync.prefix, saved_agents=saved))
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
 

@@ -6,43 +6,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import requests
-
-from swarmgpu.agent_client import agent_base_url
 from swarmgpu.audit import Finding
-from swarmgpu.config import AgentsConfig
+from swarmgpu.config import Config
 from swarmgpu.labels import desired_labels, owned_by_label_sync
-from swarmgpu.metrics_in import GpuMetrics, parse_metrics
+from swarmgpu.metrics_in import GpuMetrics
 from swarmgpu.model import NodeFacts, is_nvlink
 from swarmgpu.placement import PlacementPlan, read_ledger
 from swarmgpu.rebalance.attribution import service_states
+from swarmgpu.rebalance.scrape import scrape_all
 from swarmgpu.swarm import SwarmNode
 from swarmgpu.sync import Snapshot
 
 SCHEMA = "swarmgpu.cluster/v1"
 
 
-def scrape_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig,
-               limit_bytes: int = 2 * 1024 * 1024) -> dict[str, dict[str, GpuMetrics]]:
-    """node id -> GPU UUID -> metrics, from each agent's /metrics; failures are skipped."""
-
-    def one(n: SwarmNode) -> tuple[str, dict[str, GpuMetrics]]:
-        url = agent_base_url(n, cfg).rstrip("/") + "/metrics"
-        try:
-            r = requests.get(url, timeout=cfg.timeout_s)
-            if r.status_code != 200 or len(r.content) > limit_bytes:
-                return n.id, {}
-            return n.id, parse_metrics(r.text).samples_by_uuid
-        except requests.RequestException:
-            return n.id, {}
-
-    if not nodes:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(cfg.parallel, len(nodes))) as pool:
-        return dict(pool.map(one, nodes))
+def gpu_metrics(nodes: Sequence[SwarmNode], cfg: Config) -> dict[str, dict[str, GpuMetrics]]:
+    """node id -> GPU UUID -> metrics, scraped the way the rebalancer scrapes them
+    (``rebalance.metrics_url_template``); unusable pages are left out."""
+    scrapes = scrape_all(nodes, cfg.rebalance.metrics_url_template,
+                         cfg.rebalance.scrape_timeout_s, cfg.agents.parallel)
+    return {nid: sc.result.samples_by_uuid for nid, sc in scrapes.items() if sc.result}
 
 
 def _groups(facts: NodeFacts) -> list[dict[str, Any]]:

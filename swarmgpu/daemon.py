@@ -76,6 +76,8 @@ class Daemon:
         self.last_placement: Any = None  # the placement step's last plan, for status/plan
         self.cluster_doc: Callable[[], dict[str, Any]] | None = None  # set by observe
         self.moves_view: Callable[[], dict[str, Any]] | None = None  # set by rebalancing
+        # GPU metrics per node id and UUID, scraped this cycle (by the rebalancer)
+        self.last_metrics: dict[str, dict[str, Any]] | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._http: ThreadingHTTPServer | None = None
         # path -> () -> (content type, body); the GPU map and APIs plug in here

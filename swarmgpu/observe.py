@@ -12,7 +12,7 @@ from prometheus_client import Gauge
 
 from swarmgpu import webmap
 from swarmgpu.audit import audit
-from swarmgpu.cluster_view import SCHEMA, build_cluster, scrape_all
+from swarmgpu.cluster_view import SCHEMA, build_cluster, gpu_metrics
 from swarmgpu.sync import Snapshot
 
 if TYPE_CHECKING:
@@ -36,7 +36,9 @@ def attach(daemon: Daemon) -> None:
         moves = d.moves_view
         doc = build_cluster(
             snap, d.last_placement, prefix=cfg.sync.prefix,
-            metrics=scrape_all(snap.nodes, cfg.agents),
+            # The rebalancer scraped every node this cycle already: use its pages.
+            metrics=d.last_metrics if d.last_metrics is not None
+            else gpu_metrics(snap.nodes, cfg),
             saved_agents={k: v.to_dict() for k, v in d.book.records.items()},
             findings=audit(snap, prefix=cfg.sync.prefix), moves=moves() if moves else None,
             leader=d.leader,

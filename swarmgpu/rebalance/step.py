@@ -45,6 +45,8 @@ class Rebalancer:
         facts = facts_by_node(snap, fallback)
         scrapes = scrape_all(snap.nodes, self.cfg.metrics_url_template, self.cfg.scrape_timeout_s,
                              d.cfg.agents.parallel)
+        d.last_metrics = {nid: sc.result.samples_by_uuid for nid, sc in scrapes.items()
+                          if sc.result}
         ledger = read_ledger(snap.nodes, self.prefix)
         hostnames = {n.id: n.hostname for n in snap.nodes}
         warnings = self.signals.observe(scrapes, facts, hostnames, ledger, snap.taken_at)

@@ -221,8 +221,9 @@ class MoveRescuer:
     further, so the same search would mostly fail again; this keeps a replay fast).
     """
 
-    def __init__(self, forget_after: int = 50) -> None:
+    def __init__(self, forget_after: int = 50, consolidate: bool = True) -> None:
         self.forget_after = forget_after
+        self.consolidate = consolidate
         self._hopeless: dict[Demand, int] = {}
         self._calls = 0
 
@@ -233,6 +234,8 @@ class MoveRescuer:
         if since is not None and self._calls - since < self.forget_after:
             return None
         got = move_rescue(alloc, running, d, budget)
+        if got is None and self.consolidate:
+            got = consolidate(alloc, running, d, budget)
         if got is None:
             self._hopeless[d] = self._calls
         else:
@@ -244,3 +247,207 @@ def one_move_rescue(alloc: Allocator, running: Running, d: Demand,
                     budget: int = 1) -> Rescue | None:
     """``move_rescue`` limited to a single moved task."""
     return move_rescue(alloc, running, d, min(budget, 1))
+
+
+# --- consolidation: empty one GPU by moving its shares into other GPUs' leftovers -------
+CONSOLIDATE_SOURCES = 40  # source GPUs planned per failure (least share to move first)
+
+
+@dataclass
+class _Scratch:
+    """Free capacity as a plan would leave it, over the allocator's live state."""
+
+    alloc: Allocator
+    free: dict[tuple[str, int], int]
+    cpu: dict[str, int]
+    mem: dict[str, int]
+
+    def gfree(self, node: str, g: int) -> int:
+        got = self.free.get((node, g))
+        return self.alloc.nodes[node].free[g] if got is None else got
+
+    def fits_host(self, node: str, cpu: int, mem: int) -> bool:
+        n = self.alloc.nodes[node]
+        c = self.cpu.get(node, n.cpu_left)
+        m = self.mem.get(node, n.mem_left)
+        return (c is None or c >= cpu) and (m is None or m >= mem)
+
+    def shift(self, node: str, g: int, milli: int, cpu: int, mem: int) -> None:
+        """Take (positive) or give back (negative) one share and its CPU/memory."""
+        n = self.alloc.nodes[node]
+        self.free[(node, g)] = self.gfree(node, g) - milli
+        if n.cpu_left is not None:
+            self.cpu[node] = self.cpu.get(node, n.cpu_left) - cpu
+        if n.mem_left is not None:
+            self.mem[node] = self.mem.get(node, n.mem_left) - mem
+
+
+@dataclass(frozen=True)
+class _Share:
+    tid: int
+    node: str
+    gpu: int
+    demand: Demand
+    choice: Choice
+
+
+def _share_index(alloc: Allocator, running: Running
+                 ) -> tuple[dict[tuple[str, int], list[_Share]], set[tuple[str, int]]]:
+    """Movable single-GPU shares per GPU, and the GPUs pinned by multi-GPU tasks."""
+    per_gpu: dict[tuple[str, int], list[_Share]] = {}
+    pinned: set[tuple[str, int]] = set()
+    for name, tasks in running.items():
+        if not alloc.nodes[name].simple:
+            continue
+        for tid, (td, tc) in tasks.items():
+            if len(tc.gpus) == 1 and td.gpu_milli and not td.mig_profile \
+                    and not td.node_labels and not td.min_memory_mib:
+                per_gpu.setdefault((name, tc.gpus[0]), []).append(
+                    _Share(tid, name, tc.gpus[0], td, tc))
+            else:
+                pinned.update((name, g) for g in tc.gpus)
+    return per_gpu, pinned
+
+
+def _target(s: _Scratch, holes: list[tuple[int, str, int]], sh: _Share,
+            avoid: set[tuple[str, int]]) -> tuple[str, int] | None:
+    """Best fit: the GPU with the least room that still takes ``sh`` (CPU/memory too)."""
+    d = sh.demand
+    best: tuple[int, str, int] | None = None
+    for _f0, name, g in holes:
+        if (name, g) in avoid:
+            continue
+        f = s.gfree(name, g)
+        if f < d.gpu_milli or (best is not None and f >= best[0]):
+            continue
+        node = s.alloc.nodes[name]
+        if not product_matches(node.product, d.products):
+            continue
+        extra_cpu = d.cpu_milli if name != sh.node else 0  # same node: CPU stays
+        extra_mem = d.memory_mib if name != sh.node else 0
+        if not s.fits_host(name, extra_cpu, extra_mem):
+            continue
+        best = (f, name, g)
+        if f == d.gpu_milli:
+            break
+    return None if best is None else (best[1], best[2])
+
+
+def _do(s: _Scratch, sh: _Share, to: tuple[str, int], out: list[Move]) -> _Share:
+    d = sh.demand
+    s.shift(sh.node, sh.gpu, -d.gpu_milli, -d.cpu_milli, -d.memory_mib)
+    s.shift(to[0], to[1], d.gpu_milli, d.cpu_milli, d.memory_mib)
+    new = Choice(to[0], (to[1],), (d.gpu_milli,), 0.0, "consolidation move",
+                 d.cpu_milli, d.memory_mib)
+    out.append(Move(sh.tid, sh.choice, new))
+    return _Share(sh.tid, to[0], to[1], d, new)
+
+
+def _evict(s: _Scratch, holes: list[tuple[int, str, int]],
+           per_gpu: dict[tuple[str, int], list[_Share]], sh: _Share,
+           avoid: set[tuple[str, int]], out: list[Move]) -> bool:
+    """Move ``sh`` into a leftover; else make room once (move a smaller share out first)."""
+    to = _target(s, holes, sh, avoid)
+    if to is not None:
+        moved = _do(s, sh, to, out)
+        per_gpu.setdefault(to, []).append(moved)
+        return True
+    m = sh.demand.gpu_milli
+    for _f0, name, g in holes:
+        key = (name, g)
+        if key in avoid:
+            continue
+        f = s.gfree(name, g)
+        if f >= m or not product_matches(s.alloc.nodes[name].product, sh.demand.products):
+            continue
+        for small in sorted(per_gpu.get(key, ()), key=lambda x: x.demand.gpu_milli):
+            sm = small.demand.gpu_milli
+            if sm >= m or f + sm < m:
+                continue
+            to2 = _target(s, holes, small, avoid | {key})
+            if to2 is None:
+                continue
+            mark = len(out)
+            snap = (dict(s.free), dict(s.cpu), dict(s.mem))
+            moved2 = _do(s, small, to2, out)
+            moved = _do(s, sh, key, out) if _target(s, [(0, name, g)], sh, avoid) else None
+            if moved is None:
+                s.free, s.cpu, s.mem = snap
+                del out[mark:]
+                continue
+            per_gpu[key].remove(small)
+            per_gpu.setdefault(to2, []).append(moved2)
+            per_gpu[key].append(moved)
+            return True
+    return False
+
+
+def consolidation_plan(alloc: Allocator, running: Running, d: Demand,
+                       budget: int) -> tuple[str, list[Move]] | None:
+    """Moves (at most ``budget``) that leave one GPU with room for the 1-GPU demand ``d``.
+
+    Source GPUs are tried least share to move first; each of their shares goes, largest
+    first, to the best-fitting leftover on another GPU (one level of making room there).
+    Returns the node that then hosts ``d`` and the moves, or None.
+    """
+    if (d.gpus_wanted != 1 or d.mig_profile or d.topology != "any" or d.node_labels
+            or d.min_memory_mib or budget < 1):
+        return None
+    need = d.milli_per_gpu
+    per_gpu, pinned = _share_index(alloc, running)
+    holes = sorted((n.free[g], name, g) for name, n in alloc.nodes.items() if n.simple
+                   for g in range(len(n.free)) if 0 < n.free[g] < need)
+    sources: list[tuple[int, int, str, int]] = []
+    for (name, g), shares in per_gpu.items():
+        if (name, g) in pinned:
+            continue
+        node = alloc.nodes[name]
+        if not product_matches(node.product, d.products):
+            continue
+        if node.spec.cpu_milli is not None and node.spec.cpu_milli < d.cpu_milli:
+            continue
+        deficit = need - node.free[g]
+        if deficit <= 0:
+            continue
+        ordered = sorted(shares, key=lambda x: -x.demand.gpu_milli)
+        got = _cover(0, deficit, [_Task(x.tid, x.demand.gpu_milli, 0, 0) for x in ordered],
+                     "milli")
+        if got is None or len(got) > budget:
+            continue
+        sources.append((len(got), sum(t.milli for t in got), name, g))
+    sources.sort(key=lambda x: (x[1], x[0]))
+    for _n, _m, name, g in sources[:CONSOLIDATE_SOURCES]:
+        s = _Scratch(alloc, {}, {}, {})
+        local = {k: list(v) for k, v in per_gpu.items()}
+        out: list[Move] = []
+        avoid = {(name, g)}
+        for sh in sorted(local[(name, g)], key=lambda x: -x.demand.gpu_milli):
+            if s.gfree(name, g) >= need:
+                break
+            if not _evict(s, holes, local, sh, avoid, out) or len(out) > budget:
+                break
+        if s.gfree(name, g) >= need and len(out) <= budget \
+                and s.fits_host(name, d.cpu_milli, d.memory_mib):
+            return name, out
+    return None
+
+
+def consolidate(alloc: Allocator, running: Running, d: Demand, budget: int) -> Rescue | None:
+    """Execute a ``consolidation_plan`` and place ``d``; all or nothing."""
+    got = consolidation_plan(alloc, running, d, budget)
+    if got is None:
+        return None
+    name, moves = got
+    done: list[Move] = []
+    for mv in moves:
+        alloc.release(mv.old)
+        alloc.commit(mv.new)  # the plan tracked every capacity it used, so this fits
+        done.append(mv)
+    here = alloc.place_on(name, d)
+    if not isinstance(here, Choice):
+        for mv in reversed(done):
+            alloc.release(mv.new)
+            alloc.commit(mv.old)
+        return None
+    alloc.commit(here)
+    return Rescue(tuple(moves), here)
