@@ -253,15 +253,20 @@ def _kill_cgroup(name: str) -> None:
     dirs = _cgroup_dirs(name)
     pids: set[int] = set()
     for d in dirs:
-        for procs in d.rglob("cgroup.procs"):
-            with contextlib.suppress(OSError):
-                pids.update(int(p) for p in procs.read_text().split())
+        # The tree can vanish while it is walked (dockerd removing a container's cgroup).
+        with contextlib.suppress(OSError):
+            for procs in d.rglob("cgroup.procs"):
+                with contextlib.suppress(OSError):
+                    pids.update(int(p) for p in procs.read_text().split())
     for pid in pids:
         _kill(pid, signal.SIGKILL)
     _wait_pids_gone(sorted(pids), 5)
     for d in dirs:
         # Deepest first: a cgroup directory can only be removed once it has no children.
-        for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        subs: list[Path] = []
+        with contextlib.suppress(OSError):
+            subs = [p for p in d.rglob("*") if p.is_dir()]
+        for sub in sorted(subs, key=lambda p: -len(p.parts)):
             with contextlib.suppress(OSError):
                 sub.rmdir()
         with contextlib.suppress(OSError):
