@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from swarmgpu.constraints import usable_label_key
+from swarmgpu.yamlfile import read_yaml
 
 
 class ConfigError(ValueError):
@@ -296,14 +297,7 @@ def load_config(
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise ConfigError(f"config file {p}: cannot read it ({exc.strerror})") from exc
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config file {p}: not valid YAML: {exc}") from exc
+        loaded = read_yaml(p, f"config file {p}", ConfigError)
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

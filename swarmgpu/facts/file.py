@@ -10,25 +10,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
 from swarmgpu.facts import SourceError
 from swarmgpu.model import FactsError, NodeFacts
+from swarmgpu.yamlfile import read_yaml
 
 
 def load_facts(path: str | Path, *, hostname: str | None = None) -> NodeFacts:
     """Parse a facts file; ``hostname`` fills in a file that names none."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SourceError(f"file:{p}: cannot read: {e.strerror}") from e
-    try:
-        data = yaml.safe_load(text)  # JSON is valid YAML here
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" line {mark.line + 1}" if mark is not None else ""
-        raise SourceError(f"file:{p}:{at} not valid JSON/YAML: {e}") from e
+    data = read_yaml(p, f"file:{p}", SourceError, fmt="JSON/YAML")  # JSON is YAML here
     try:
         facts = NodeFacts.from_dict(data, where=f"file:{p}")
     except FactsError as e:

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from loguru import logger
 
 from swarmgpu.facts.samples import GpuSample
 from swarmgpu.model import FactsError, NodeFacts
+from swarmgpu.yamlfile import read_yaml
 
 FIELDS = ("util_pct", "fb_used_mib", "fb_free_mib", "mem_copy_util_pct", "temp_c", "power_w")
 _INT_FIELDS = {"fb_used_mib", "fb_free_mib"}
@@ -158,15 +158,7 @@ def parse_profile(data: Any, facts: NodeFacts, where: str) -> Profile:
 
 def load_profile(path: str | Path, facts: NodeFacts) -> Profile:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ProfileError(f"metrics profile {p}: cannot read it ({e})") from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ProfileError(f"metrics profile {p}: not valid YAML ({e})") from e
-    return parse_profile(data, facts, str(p))
+    return parse_profile(read_yaml(p, f"metrics profile {p}", ProfileError), facts, str(p))
 
 
 def _sample(uuid: str, index: int, memory_mib: int, v: Values) -> GpuSample:
