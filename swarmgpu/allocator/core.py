@@ -228,16 +228,23 @@ class SwarmScorer:
                     n -= 1
         return cpu, tuple(free)
 
+    def node_cost(self, product: str, cpu_left: int | None, free: tuple[int, ...]) -> float:
+        """GPU-milli of a node in this state that the workload cannot use: fragmented
+        (FGD) plus CPU-stranded. The quantity placement and defragmenting moves lower.
+        ``cpu_left`` None (no CPU data) counts no stranding. 0 without a workload."""
+        if self.frag is None:
+            return 0.0
+        cost = self.frag(product, cpu_left or 0, free)
+        c = self.cpu_per_milli
+        if c is not None and cpu_left is not None:
+            cost += stranded_milli(cpu_left, free, c)
+        return cost
+
     def _delta(self, node: NodeState, d: Demand, gpu: int | None) -> float:
         assert self.frag is not None
-        cpu0 = node.cpu_left or 0
-        before = self.frag(node.product, cpu0, tuple(node.free))
+        before = self.node_cost(node.product, node.cpu_left, tuple(node.free))
         cpu, free = self._after(node, d, gpu)
-        delta = self.frag(node.product, cpu, free) - before
-        c = self.cpu_per_milli
-        if c is not None and node.cpu_left is not None:
-            delta += stranded_milli(cpu, free, c) - stranded_milli(cpu0, tuple(node.free), c)
-        return delta
+        return self.node_cost(node.product, None if node.cpu_left is None else cpu, free) - before
 
     def _best_share_gpu(self, node: NodeState, d: Demand, cands: list[int]) -> tuple[float, int]:
         best = (math.inf, 0, -1)
@@ -313,6 +320,12 @@ class Allocator:
             del self._group_best[node.gkey]
         elif self._group_best[node.gkey] is node:
             self._group_best[node.gkey] = min(members.values(), key=lambda n: n.rank)
+
+    def representatives(self, d: Demand) -> list[NodeState]:
+        """One node per group of nodes in the same state (the lowest rank), for searches
+        that score every distinct state once; GPU demands see only groups with GPU left."""
+        groups = self._gpu_groups if d.gpus_wanted else self._groups
+        return [self._group_best[gk] for gk in groups]
 
     def snapshot(self) -> dict[str, tuple[int, ...]]:
         """Free milli per GPU, per node."""

@@ -1,6 +1,9 @@
-"""Defragmenting moves for the replay: when a task finds no node, move one running task
-off a node so that the failed task fits there. The replay counts every moved task against
-a budget (moves per 100 arrived pods).
+"""Moves for the replay, counted against a budget (moves per 100 arrived pods).
+
+Two kinds. ``Defragmenter`` (what ``simulate --rebalance-moves`` runs) moves running
+tasks between arrivals, each time the one move that lowers the cluster's unusable GPU
+capacity most (``swarmgpu.allocator.defrag``). The rescuers below act only when a task
+finds no node: they move running tasks off one node so that the failed task fits there.
 
 A rebalancer is any callable ``(allocator, running, demand) -> Rescue | None``: it is
 called when ``demand`` found no node, may commit moves on the allocator (each one a
@@ -19,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeState
-from swarmgpu.allocator.fragmentation import MILLI, product_matches
+from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeState, SwarmScorer
+from swarmgpu.allocator.defrag import Held, NodeCost, best_move
+from swarmgpu.allocator.fragmentation import MILLI, FragCache, TypicalTask, product_matches
 
 
 @dataclass(frozen=True)
@@ -244,3 +248,41 @@ def one_move_rescue(alloc: Allocator, running: Running, d: Demand,
                     budget: int = 1) -> Rescue | None:
     """``move_rescue`` limited to a single moved task."""
     return move_rescue(alloc, running, d, min(budget, 1))
+
+
+class Defragmenter:
+    """Between arrivals: spend the moves allowed now, one best move at a time, while a
+    move still lowers the cluster's unusable GPU capacity.
+
+    The cost is the allocator's own when its scorer has one (swarmgpu), else FGD's
+    fragmentation for ``workload``: moves pursue the same goal as placement.
+    """
+
+    def __init__(self, workload: tuple[TypicalTask, ...]) -> None:
+        self._frag = FragCache(workload)
+
+    def _cost(self, alloc: Allocator) -> NodeCost:
+        scorer = alloc.scorer
+        if isinstance(scorer, SwarmScorer) and scorer.frag is not None:
+            return scorer.node_cost
+        frag = self._frag
+        return lambda product, cpu, free: frag(product, cpu or 0, free)
+
+    def __call__(self, alloc: Allocator, running: Running, budget: int) -> list[Move]:
+        cost = self._cost(alloc)
+        moves: list[Move] = []
+        # Tasks moved in this call, where they run now: the caller updates ``running``
+        # from the returned moves only after the call.
+        moved: dict[int, Held] = {}
+        while len(moves) < budget:
+            held = [Held(tid, td, tc) for tasks in running.values()
+                    for tid, (td, tc) in tasks.items() if tid not in moved]
+            mv = best_move(alloc, held + list(moved.values()), cost)
+            if mv is None:
+                break
+            alloc.release(mv.old)
+            alloc.commit(mv.new)
+            assert isinstance(mv.key, int)
+            moves.append(Move(mv.key, mv.old, mv.new))
+            moved[mv.key] = Held(mv.key, mv.demand, mv.new)
+        return moves

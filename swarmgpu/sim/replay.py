@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeSpec, Scorer, SwarmScorer
 from swarmgpu.allocator.fragmentation import FragCache, TypicalTask, typical_tasks
 from swarmgpu.sim.baselines import BestFitScorer, DotProdScorer, FgdScorer, PackingScorer
-from swarmgpu.sim.rebalance import Rebalancer, Running
+from swarmgpu.sim.rebalance import Move, Rebalancer, Running
 from swarmgpu.sim.trace import TracePod
 
 POLICIES = ("swarmgpu", "random", "bestfit", "dotprod", "packing", "fgd")
@@ -114,16 +114,21 @@ def place_random(alloc: Allocator, d: Demand, rng: random.Random) -> Choice | No
     return Choice(node.spec.name, gpus, milli, 0.0, "random", d.cpu_milli, d.memory_mib)
 
 
-Hook = Callable[[Allocator, int], int]
+# (allocator, running tasks, moves allowed now) -> moves made (already committed on the
+# allocator); called between arrivals
+Defrag = Callable[[Allocator, Running, int], list[Move]]
+DEFRAG_EVERY = 50  # arrivals; at 2 moves per 100 pods about one move per call
 
 
 def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, seed: int,
            *, inflate: float = 1.3, timing: bool = False,
-           rebalancer: Rebalancer | None = None, moves_per_100: float = 0.0) -> RunResult:
+           rebalancer: Rebalancer | None = None, moves_per_100: float = 0.0,
+           defrag: Defrag | None = None, defrag_every: int = DEFRAG_EVERY) -> RunResult:
     """One no-departure replay; returns the metrics per arrived-load level.
 
-    With ``rebalancer``, a pod that finds no node may be rescued by moves, at most
-    ``moves_per_100`` per 100 arrived pods over the run so far (counted in ``moves``).
+    Moves are allowed at most ``moves_per_100`` per 100 arrived pods over the run so far
+    (counted in ``moves``): by ``defrag`` every ``defrag_every`` arrivals, and by
+    ``rebalancer`` for a pod that finds no node.
     """
     import time
 
@@ -181,10 +186,17 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
             failed[pod_kind(pod)] += 1
         else:
             alloc.commit(choice)
-            if rebalancer is not None:
+            if rebalancer is not None or defrag is not None:
                 running.setdefault(choice.node, {})[n_arrived] = (d, choice)
             allocated += pod.total_gpu_milli
             res.placed += 1
+        if defrag is not None and n_arrived % defrag_every == 0:
+            budget = int(n_arrived * moves_per_100 / 100) - res.moves
+            if budget >= 1:
+                for mv in defrag(alloc, running, budget):
+                    old = running[mv.old.node].pop(mv.task)
+                    running.setdefault(mv.new.node, {})[mv.task] = (old[0], mv.new)
+                    res.moves += 1
         while next_level <= last_level and arrived * 100 >= next_level * cluster_milli:
             record(next_level)
             next_level += LEVEL_STEP

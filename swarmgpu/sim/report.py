@@ -11,8 +11,8 @@ from dataclasses import asdict
 from statistics import mean
 from typing import Any
 
-from swarmgpu.sim.rebalance import MoveRescuer
-from swarmgpu.sim.replay import RunResult, replay
+from swarmgpu.sim.rebalance import Defragmenter, MoveRescuer
+from swarmgpu.sim.replay import RunResult, replay, workload_of
 from swarmgpu.sim.timeline import TimelineResult, replay_departures, timed_pods
 from swarmgpu.sim.trace import load_nodes, load_pods
 
@@ -23,7 +23,8 @@ def _one(args: tuple[str, str, str, int, float | None]) -> RunResult:
     nodes_path, pods_path, policy, seed, moves = args
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     if moves:
-        return replay(nodes, pods, policy, seed, rebalancer=MoveRescuer(), moves_per_100=moves)
+        return replay(nodes, pods, policy, seed, defrag=Defragmenter(workload_of(pods)),
+                      moves_per_100=moves)
     return replay(nodes, pods, policy, seed)
 
 

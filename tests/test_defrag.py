@@ -1,0 +1,121 @@
+"""Defragmenting moves: the search (swarmgpu.allocator.defrag) and the replay's use of it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from swarmgpu.allocator.core import Allocator, Choice, Demand, GpuSpec, NodeSpec, SwarmScorer
+from swarmgpu.allocator.defrag import Held, best_move, cheapest_target, movable
+from swarmgpu.allocator.fragmentation import typical_tasks
+from swarmgpu.sim.rebalance import Defragmenter, Running
+from swarmgpu.sim.replay import replay
+from swarmgpu.sim.trace import TracePod
+
+WHOLE = Demand(num_gpu=1, cpu_milli=4000)
+HALF = Demand(gpu_milli=470, cpu_milli=2000)
+
+
+def _node(name: str, gpus: int, cpu: int = 32000) -> NodeSpec:
+    return NodeSpec(name, tuple(GpuSpec(i, "T4", 16384) for i in range(gpus)), cpu, 1 << 20)
+
+
+def _alloc(*nodes: NodeSpec) -> Allocator:
+    workload = typical_tasks([WHOLE.shape()] * 3 + [HALF.shape()])
+    alloc = Allocator(SwarmScorer(workload))
+    for n in nodes:
+        alloc.add_node(n)
+    return alloc
+
+
+def _run(alloc: Allocator, running: Running, tid: int, node: str, gpu: int, d: Demand) -> None:
+    c = Choice(node, (gpu,), (d.gpu_milli or 1000,), 0.0, "", d.cpu_milli, d.memory_mib)
+    alloc.commit(c)
+    running.setdefault(node, {})[tid] = (d, c)
+
+
+def _held(running: Running) -> list[Held]:
+    return [Held(t, d, c) for tasks in running.values() for t, (d, c) in tasks.items()]
+
+
+def _cost(alloc: Allocator) -> SwarmScorer:
+    assert isinstance(alloc.scorer, SwarmScorer)
+    return alloc.scorer
+
+
+def test_two_half_used_gpus_are_merged_and_a_whole_gpu_freed() -> None:
+    alloc = _alloc(_node("a", 1), _node("b", 1))
+    running: Running = {}
+    _run(alloc, running, 1, "a", 0, HALF)
+    _run(alloc, running, 2, "b", 0, HALF)
+    assert not isinstance(alloc.place(WHOLE), Choice)  # no whole GPU anywhere
+    mv = best_move(alloc, _held(running), _cost(alloc).node_cost)
+    assert mv is not None and mv.gain > 0
+    assert {mv.old.node, mv.new.node} == {"a", "b"}
+    assert alloc.snapshot() == {"a": (530,), "b": (530,)}  # pure: nothing changed yet
+    alloc.release(mv.old)
+    alloc.commit(mv.new)
+    assert sorted(alloc.snapshot().values()) == [(60,), (1000,)]
+    assert isinstance(alloc.place(WHOLE), Choice)
+
+
+def test_no_move_when_none_lowers_the_cost() -> None:
+    alloc = _alloc(_node("a", 2), _node("b", 2))
+    running: Running = {}
+    _run(alloc, running, 1, "a", 0, HALF)
+    _run(alloc, running, 2, "a", 0, HALF)  # a GPU0 holds both shares; the rest is free
+    assert best_move(alloc, _held(running), _cost(alloc).node_cost) is None
+
+
+def test_whole_gpus_mig_and_topology_requests_never_move() -> None:
+    c = Choice("a", (0,), (1000,), 0.0, "", 0, 0)
+    assert not movable(Held(1, WHOLE, c))
+    assert not movable(Held(1, Demand(gpu_milli=300, min_memory_mib=1), c))
+    assert not movable(Held(1, Demand(gpu_milli=300, node_labels=(("zone", "x"),)), c))
+    assert movable(Held(1, HALF, Choice("a", (0,), (470,), 0.0, "", 0, 0)))
+
+
+def test_cheapest_target_respects_cpu_and_prefers_used_nodes() -> None:
+    alloc = _alloc(_node("a", 1, cpu=1000), _node("b", 2), _node("c", 2))
+    running: Running = {}
+    _run(alloc, running, 1, "c", 0, HALF)
+    got = cheapest_target(alloc, HALF, _cost(alloc).node_cost)
+    assert got is not None
+    assert got[1].node == "c" and got[1].gpus == (0,)  # a lacks CPU; c pairs the shares
+
+
+def test_defragmenter_spends_at_most_the_budget_and_keeps_state_consistent() -> None:
+    alloc = _alloc(*(_node(f"n{i}", 1) for i in range(6)))
+    running: Running = {}
+    for i in range(6):
+        _run(alloc, running, i, f"n{i}", 0, HALF)
+    workload = typical_tasks([WHOLE.shape()] * 3 + [HALF.shape()])
+    moves = Defragmenter(workload)(alloc, running, 2)
+    assert len(moves) == 2
+    for m in moves:  # as the replay applies them
+        d, _old = running[m.old.node].pop(m.task)
+        running.setdefault(m.new.node, {})[m.task] = (d, m.new)
+    used: Counter[tuple[str, int]] = Counter()
+    for tasks in running.values():
+        for _d, c in tasks.values():
+            for g, milli in zip(c.gpus, c.milli, strict=True):
+                used[(c.node, g)] += milli
+    assert {n: (1000 - used[(n, 0)],) for n in alloc.snapshot()} == alloc.snapshot()
+    assert sum(1 for f in alloc.snapshot().values() if f == (1000,)) == 2  # two GPUs freed
+    assert Defragmenter(workload)(alloc, running, 0) == []
+
+
+def _pods() -> list[TracePod]:
+    shapes = [(1, 1000)] * 6 + [(1, 470)] * 5 + [(1, 320)] * 3 + [(1, 810)] * 2 + [(0, 0)] * 2
+    return [TracePod(f"p{i:03d}", 2000, 1024, n, m) for i, (n, m) in enumerate(shapes * 3)]
+
+
+def test_replay_with_defrag_counts_moves_within_the_budget_and_the_allocator_agrees() -> None:
+    nodes = [_node(f"n{i}", 2, cpu=16000) for i in range(6)]
+    pods = _pods()
+    moves_per_100 = 10.0
+    res = replay(nodes, pods, "swarmgpu", 3, moves_per_100=moves_per_100,
+                 defrag=Defragmenter(tuple(typical_tasks(p.demand().shape() for p in pods))),
+                 defrag_every=5)
+    assert 0 < res.moves <= int(res.pods * moves_per_100 / 100)
+    plain = replay(nodes, pods, "swarmgpu", 3)
+    assert res.pods == plain.pods and res.placed >= plain.placed
