@@ -117,5 +117,7 @@ def test_replay_with_defrag_counts_moves_within_the_budget_and_the_allocator_agr
                  defrag=Defragmenter(tuple(typical_tasks(p.demand().shape() for p in pods))),
                  defrag_every=5)
     assert 0 < res.moves <= int(res.pods * moves_per_100 / 100)
+    spent = [res.moves_at[lv] for lv in sorted(res.moves_at)]
+    assert spent == sorted(spent) and spent[-1] <= res.moves
     plain = replay(nodes, pods, "swarmgpu", 3)
     assert res.pods == plain.pods and res.placed >= plain.placed

@@ -34,6 +34,7 @@ class RunResult:
     pods: int = 0
     placed: int = 0
     moves: int = 0
+    moves_at: dict[int, int] = field(default_factory=dict)  # moves spent by each level
     decision_s: list[float] = field(default_factory=list)
 
 
@@ -149,6 +150,7 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
         res.alloc_pct_at[level] = 100.0 * allocated / cluster_milli
         res.frag_pct_at[level] = 100.0 * cluster_frag_milli(alloc, frag) / cluster_milli
         res.failed_at[level] = dict(failed)
+        res.moves_at[level] = res.moves
 
     running: Running = {}
     for n_arrived, pod in enumerate(order, start=1):

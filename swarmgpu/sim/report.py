@@ -33,6 +33,7 @@ def _one_timed(args: tuple[str, str, str, int, float | None, float]) -> Timeline
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     return replay_departures(nodes, pods, policy, seed,
                              rebalancer=MoveRescuer() if moves else None,
+                             defrag=Defragmenter(workload_of(pods)) if moves else None,
                              moves_per_100=moves or 0.0, source=pods_path, speedup=speedup)
 
 
@@ -111,7 +112,12 @@ def summary(results: dict[str, list[RunResult]]) -> dict[str, Any]:
                             for lv in levels},
             "failed_at_100": _mean_failed(runs, 100),
             "moves": round(mean(r.moves for r in runs), 1),
+            "moves_at_100": round(mean(r.moves_at.get(100, r.moves) for r in runs), 1),
             "seeds": [r.seed for r in runs],
+            "by_seed": {str(r.seed): {"alloc_pct_at": {str(lv): round(r.alloc_pct_at[lv], 3)
+                                                       for lv in REPORT_LEVELS
+                                                       if lv in r.alloc_pct_at},
+                                      "moves": r.moves} for r in runs},
         }
     return {"policies": pol}
 

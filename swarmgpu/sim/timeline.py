@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 
 from swarmgpu.allocator.core import Choice, NodeSpec
 from swarmgpu.sim.rebalance import Rebalancer, Running
-from swarmgpu.sim.replay import build_allocator, make_scorer, place_random, pod_kind, workload_of
+from swarmgpu.sim.replay import (
+    DEFRAG_EVERY,
+    Defrag,
+    build_allocator,
+    make_scorer,
+    place_random,
+    pod_kind,
+    workload_of,
+)
 from swarmgpu.sim.trace import TraceError, TracePod
 
 
@@ -62,8 +70,10 @@ def timed_pods(pods: Sequence[TracePod], source: str = "the pod file") -> list[T
 def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str,
                       seed: int, *, rebalancer: Rebalancer | None = None,
                       moves_per_100: float = 0.0, source: str = "the pod file",
-                      speedup: float = 1.0) -> TimelineResult:
-    """One time-axis replay (see the module text for what is measured)."""
+                      speedup: float = 1.0, defrag: Defrag | None = None) -> TimelineResult:
+    """One time-axis replay (see the module text for what is measured). Moves, at most
+    ``moves_per_100`` per 100 arrived pods so far: ``rebalancer`` for a pod that finds no
+    node, ``defrag`` every ``DEFRAG_EVERY`` arrivals."""
     if speedup <= 0:
         raise ValueError(f"speedup={speedup}: must be > 0 (1 = the trace's own times)")
     order = timed_pods(pods, source)
@@ -113,6 +123,13 @@ def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], polic
         arrive, leave = times(pod)
         depart_until(arrive)
         advance(arrive)
+        if defrag is not None and tid % DEFRAG_EVERY == 0:
+            budget = int(tid * moves_per_100 / 100) - res.moves
+            for mv in defrag(alloc, running, budget) if budget >= 1 else []:
+                old = running[mv.old.node].pop(mv.task)
+                running.setdefault(mv.new.node, {})[mv.task] = (old[0], mv.new)
+                where[mv.task] = mv.new.node
+                res.moves += 1
         d = pod.demand()
         demanded += pod.total_gpu_milli
         res.asked_gpu_milli += pod.total_gpu_milli
