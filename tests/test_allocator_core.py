@@ -186,3 +186,42 @@ def test_cpu_heavy_gpu_task_goes_to_the_cpu_rich_node() -> None:
     light = a.place(Demand(num_gpu=1, cpu_milli=2_000))
     assert isinstance(heavy, Choice) and heavy.node == "rich"
     assert isinstance(light, Choice) and light.node == "lean"
+
+
+def test_residual_waste_is_what_the_workload_leaves_at_the_end() -> None:
+    from swarmgpu.allocator.fragmentation import ResidualWaste, residual_waste_table
+
+    whole_only = typical_tasks([TaskShape(1000, 1000, 1)])
+    table = residual_waste_table(whole_only, "A")
+    assert table[1000] == 0.0 and table[999] == 999.0  # a whole task or nothing
+    mix = typical_tasks([TaskShape(1000, 320, 1), TaskShape(1000, 650, 1)])
+    table = residual_waste_table(mix, "A")
+    assert table[350] == pytest.approx(30.0)  # takes a 0.32, then nothing fits
+    assert table[120] == pytest.approx(120.0)  # nothing ever fits
+    assert table[0] == 0.0
+    # From 1000: a 0.65 first (half the time) leaves 350 -> 30; a 0.32 first leaves 680,
+    # then 0.65 (-> 30) or 0.32 (-> 360 -> 40), each half the time.
+    assert table[1000] == pytest.approx(0.5 * 30 + 0.5 * (0.5 * 30 + 0.5 * 40))
+    pinned = typical_tasks([TaskShape(1000, 500, 1, ("A100*",))])
+    assert residual_waste_table(pinned, "T4")[500] == 500.0  # other models' tasks never fit
+    assert residual_waste_table(pinned, "A100-SXM4")[500] == 0.0
+    w = ResidualWaste(mix)
+    assert w("A", (350, 120)) == pytest.approx(150.0) == w("A", (120, 350))
+    assert w("A", (0, 0)) == 0.0
+
+
+def test_shares_are_paired_to_complete_each_other() -> None:
+    from swarmgpu.allocator.core import SwarmScorer
+
+    # GPU 0 holds a 0.65 share (0.35 free), GPU 1 a 0.47 share (0.53 free). A 0.23 share
+    # beside the 0.65 would leave 0.12 that nothing fills; beside the 0.47 it leaves 0.30
+    # that another 0.23 can take, and the 0.35 stays for a 0.32.
+    shapes = [TaskShape(1000, m, 1) for m in (650, 470, 320, 230, 1000, 1000)]
+    a = Allocator(SwarmScorer(typical_tasks(shapes)))
+    a.add_node(NodeSpec("n", gpus(2), cpu_milli=64_000, memory_mib=1 << 20))
+    a.commit(Choice("n", (0,), (650,), 0.0, "", 1000, 0))
+    a.commit(Choice("n", (1,), (470,), 0.0, "", 1000, 0))
+    c = a.place(Demand(gpu_milli=230, cpu_milli=1000))
+    assert isinstance(c, Choice) and c.gpus == (1,)
+    c = a.place(Demand(gpu_milli=320, cpu_milli=1000))
+    assert isinstance(c, Choice) and c.gpus == (0,)

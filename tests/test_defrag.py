@@ -48,7 +48,7 @@ def test_two_half_used_gpus_are_merged_and_a_whole_gpu_freed() -> None:
     _run(alloc, running, 1, "a", 0, HALF)
     _run(alloc, running, 2, "b", 0, HALF)
     assert not isinstance(alloc.place(WHOLE), Choice)  # no whole GPU anywhere
-    mv = best_move(alloc, _held(running), _cost(alloc).node_cost)
+    mv = best_move(alloc, _held(running), _cost(alloc).fragmentation)
     assert mv is not None and mv.gain > 0
     assert {mv.old.node, mv.new.node} == {"a", "b"}
     assert alloc.snapshot() == {"a": (530,), "b": (530,)}  # pure: nothing changed yet
@@ -63,7 +63,7 @@ def test_no_move_when_none_lowers_the_cost() -> None:
     running: Running = {}
     _run(alloc, running, 1, "a", 0, HALF)
     _run(alloc, running, 2, "a", 0, HALF)  # a GPU0 holds both shares; the rest is free
-    assert best_move(alloc, _held(running), _cost(alloc).node_cost) is None
+    assert best_move(alloc, _held(running), _cost(alloc).fragmentation) is None
 
 
 def test_whole_gpus_mig_and_topology_requests_never_move() -> None:
@@ -78,7 +78,7 @@ def test_cheapest_target_respects_cpu_and_prefers_used_nodes() -> None:
     alloc = _alloc(_node("a", 1, cpu=1000), _node("b", 2), _node("c", 2))
     running: Running = {}
     _run(alloc, running, 1, "c", 0, HALF)
-    got = cheapest_target(alloc, HALF, _cost(alloc).node_cost)
+    got = cheapest_target(alloc, HALF, _cost(alloc).fragmentation)
     assert got is not None
     assert got[1].node == "c" and got[1].gpus == (0,)  # a lacks CPU; c pairs the shares
 

@@ -20,6 +20,7 @@ from swarmgpu.allocator import topology
 from swarmgpu.allocator.fragmentation import (
     MILLI,
     FragCache,
+    ResidualWaste,
     TaskShape,
     TypicalTask,
     cpu_per_gpu_milli,
@@ -189,21 +190,25 @@ def _sigmoid(x: float) -> float:
 
 
 class SwarmScorer:
-    """swarmgpu's policy: least growth of fragmentation plus CPU-stranded GPU capacity
-    first (as a 0..100 integer score), then nodes already in use, then the fixed node order.
+    """swarmgpu's policy: least growth of expected residual waste plus CPU-stranded GPU
+    capacity first (as a 0..100 integer score), then nodes already in use, then the fixed
+    node order.
 
-    Fragmentation is FGD's (the workload's typical tasks). Stranded capacity is the free
-    GPU-milli a node's CPU cannot feed at the workload's mean CPU per GPU-milli
-    (``stranded_milli``): counting its growth sends CPU-heavy tasks to CPU-rich nodes and
-    light ones to CPU-poor nodes before the CPU runs out, which FGD alone sees too late
-    (openb default at 100% arrived: 95.79% allocated vs FGD's 95.27%).
+    Residual waste (``residual_waste_table``) is what a GPU's free share is expected to
+    leave unused once the workload's typical tasks have kept filling it: placement pairs
+    shares that complete each other (0.65 with 0.32, not with 0.23) instead of only
+    keeping the free share usable now, as FGD's fragmentation does. Stranded capacity is
+    the free GPU-milli a node's CPU cannot feed at the workload's mean CPU per GPU-milli
+    (``stranded_milli``): counting its growth sends CPU-heavy tasks to CPU-rich nodes
+    before the CPU runs out. Measured on the openb traces (docs/simulate.md): default
+    95.85% allocated at 100% arrived (FGD 95.27%), gpuspec10 95.72% (FGD 94.58%).
 
-    The integer score makes nodes whose fragmentation grows about equally tie; sending
-    those ties to used nodes and then always to the same node order packs work onto few
-    nodes and keeps whole nodes free for multi-GPU tasks (measured: unrounded scores or
-    best-fit tie-breaks place less). For a share, the GPU whose use grows fragmentation
-    least is taken, ties to the fullest GPU. Without a workload model (the daemon) it is
-    best fit: used nodes first, then the least GPU left after placement, then node order.
+    The integer score makes nodes whose waste grows about equally tie; sending those ties
+    to used nodes and then always to the same node order packs work onto few nodes and
+    keeps whole nodes free for multi-GPU tasks (measured: unrounded scores or best-fit
+    tie-breaks place less). For a share, the GPU whose use grows waste least is taken,
+    ties to the fullest GPU. Without a workload model (the daemon) it is best fit: used
+    nodes first, then the least GPU left after placement, then node order.
     """
 
     name = "swarmgpu"
@@ -213,6 +218,7 @@ class SwarmScorer:
 
     def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
         self.frag = FragCache(workload) if workload else None
+        self.waste = ResidualWaste(workload) if workload else None
         self.cpu_per_milli = cpu_per_gpu_milli(workload) if workload else None
 
     def _after(self, node: NodeState, d: Demand, gpu: int | None) -> tuple[int, tuple[int, ...]]:
@@ -229,16 +235,26 @@ class SwarmScorer:
         return cpu, tuple(free)
 
     def node_cost(self, product: str, cpu_left: int | None, free: tuple[int, ...]) -> float:
-        """GPU-milli of a node in this state that the workload cannot use: fragmented
-        (FGD) plus CPU-stranded. The quantity placement and defragmenting moves lower.
-        ``cpu_left`` None (no CPU data) counts no stranding. 0 without a workload."""
+        """What placement lowers: expected residual waste of the node's free GPU shares
+        plus CPU-stranded GPU-milli. ``cpu_left`` None (no CPU data) strands nothing.
+        0 without a workload."""
+        if self.waste is None:
+            return 0.0
+        return self.waste(product, free) + self._stranded(cpu_left, free)
+
+    def fragmentation(self, product: str, cpu_left: int | None, free: tuple[int, ...]
+                      ) -> float:
+        """What defragmenting moves lower: FGD's fragmentation (free GPU-milli the typical
+        tasks cannot use now) plus CPU-stranded GPU-milli. 0 without a workload."""
         if self.frag is None:
             return 0.0
-        cost = self.frag(product, cpu_left or 0, free)
+        return self.frag(product, cpu_left or 0, free) + self._stranded(cpu_left, free)
+
+    def _stranded(self, cpu_left: int | None, free: tuple[int, ...]) -> float:
         c = self.cpu_per_milli
-        if c is not None and cpu_left is not None:
-            cost += stranded_milli(cpu_left, free, c)
-        return cost
+        if c is None or cpu_left is None:
+            return 0.0
+        return stranded_milli(cpu_left, free, c)
 
     def _delta(self, node: NodeState, d: Demand, gpu: int | None) -> float:
         assert self.frag is not None
