@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from swarmgpu.allocator.core import Allocator, Choice, Demand, GpuSpec, NodeSpec, SwarmScorer
-from swarmgpu.allocator.defrag import Held, best_move, cheapest_target, movable
+from swarmgpu.allocator.defrag import Held, NodeCost, best_move, cheapest_target, movable
 from swarmgpu.allocator.fragmentation import typical_tasks
 from swarmgpu.sim.rebalance import Defragmenter, Running
 from swarmgpu.sim.replay import replay
@@ -37,9 +37,8 @@ def _held(running: Running) -> list[Held]:
     return [Held(t, d, c) for tasks in running.values() for t, (d, c) in tasks.items()]
 
 
-def _cost(alloc: Allocator) -> SwarmScorer:
-    assert isinstance(alloc.scorer, SwarmScorer)
-    return alloc.scorer
+def _frag() -> NodeCost:
+    return Defragmenter(typical_tasks([WHOLE.shape()] * 3 + [HALF.shape()])).cost
 
 
 def test_two_half_used_gpus_are_merged_and_a_whole_gpu_freed() -> None:
@@ -48,7 +47,7 @@ def test_two_half_used_gpus_are_merged_and_a_whole_gpu_freed() -> None:
     _run(alloc, running, 1, "a", 0, HALF)
     _run(alloc, running, 2, "b", 0, HALF)
     assert not isinstance(alloc.place(WHOLE), Choice)  # no whole GPU anywhere
-    mv = best_move(alloc, _held(running), _cost(alloc).fragmentation)
+    mv = best_move(alloc, _held(running), _frag())
     assert mv is not None and mv.gain > 0
     assert {mv.old.node, mv.new.node} == {"a", "b"}
     assert alloc.snapshot() == {"a": (530,), "b": (530,)}  # pure: nothing changed yet
@@ -63,7 +62,7 @@ def test_no_move_when_none_lowers_the_cost() -> None:
     running: Running = {}
     _run(alloc, running, 1, "a", 0, HALF)
     _run(alloc, running, 2, "a", 0, HALF)  # a GPU0 holds both shares; the rest is free
-    assert best_move(alloc, _held(running), _cost(alloc).fragmentation) is None
+    assert best_move(alloc, _held(running), _frag()) is None
 
 
 def test_whole_gpus_mig_and_topology_requests_never_move() -> None:
@@ -78,7 +77,7 @@ def test_cheapest_target_respects_cpu_and_prefers_used_nodes() -> None:
     alloc = _alloc(_node("a", 1, cpu=1000), _node("b", 2), _node("c", 2))
     running: Running = {}
     _run(alloc, running, 1, "c", 0, HALF)
-    got = cheapest_target(alloc, HALF, _cost(alloc).fragmentation)
+    got = cheapest_target(alloc, HALF, _frag())
     assert got is not None
     assert got[1].node == "c" and got[1].gpus == (0,)  # a lacks CPU; c pairs the shares
 
@@ -102,6 +101,7 @@ def test_defragmenter_spends_at_most_the_budget_and_keeps_state_consistent() -> 
     assert {n: (1000 - used[(n, 0)],) for n in alloc.snapshot()} == alloc.snapshot()
     assert sum(1 for f in alloc.snapshot().values() if f == (1000,)) == 2  # two GPUs freed
     assert Defragmenter(workload)(alloc, running, 0) == []
+    assert Defragmenter(workload, reserve=3)(alloc, running, 3) == []  # kept for rescues
 
 
 def _pods() -> list[TracePod]:

@@ -144,3 +144,26 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     out = tmp_path / "a.png"
     plot(s, str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@needs_trace
+def test_simulate_with_moves_reports_moves_within_the_budget(tmp_path: Path) -> None:
+    import csv
+    import json
+
+    # A slice of the real trace, written back in its own format: 40 nodes, 300 pods.
+    src_nodes = TRACES / "openb_node_list_gpu_node.csv"
+    src_pods = TRACES / "openb_pod_list_default.csv"
+    for src, n in ((src_nodes, 40), (src_pods, 300)):
+        with src.open() as f:
+            rows = list(csv.reader(f))
+        (tmp_path / src.name).write_text("\n".join(",".join(r) for r in rows[: n + 1]) + "\n")
+    text, rc = run_simulate(str(tmp_path / src_nodes.name), str(tmp_path / src_pods.name),
+                            ["swarmgpu"], [42, 43], True, None, False, 2.0)
+    assert rc == 0, text
+    got = json.loads(text)["policies"]["swarmgpu"]
+    assert set(got["by_seed"]) == {"42", "43"}
+    assert 0 <= got["moves_at_100"] <= got["moves"]
+    for one in got["by_seed"].values():
+        assert one["moves"] <= int(0.02 * one["pods"])  # 2 per 100 arrived pods
+        assert one["alloc_pct_at"]["130"] >= one["alloc_pct_at"]["100"] > 0

@@ -242,14 +242,6 @@ class SwarmScorer:
             return 0.0
         return self.waste(product, free) + self._stranded(cpu_left, free)
 
-    def fragmentation(self, product: str, cpu_left: int | None, free: tuple[int, ...]
-                      ) -> float:
-        """What defragmenting moves lower: FGD's fragmentation (free GPU-milli the typical
-        tasks cannot use now) plus CPU-stranded GPU-milli. 0 without a workload."""
-        if self.frag is None:
-            return 0.0
-        return self.frag(product, cpu_left or 0, free) + self._stranded(cpu_left, free)
-
     def _stranded(self, cpu_left: int | None, free: tuple[int, ...]) -> float:
         c = self.cpu_per_milli
         if c is None or cpu_left is None:

@@ -5,8 +5,8 @@ Placement is online: each share goes where fragmentation grows least *now*, and 
 arrivals make some of those choices poor (two GPUs each half used by one share, a small
 share sitting in the hole a large one needs). A move re-places one running task. Its gain
 is the drop of ``cost`` summed over the two nodes it touches, where ``cost`` is a
-measure of GPU-milli the workload cannot use (the simulator's moves use FGD
-fragmentation plus CPU-stranded capacity, ``SwarmScorer.fragmentation``).
+measure of GPU-milli the workload cannot use (the simulator's moves use FGD's
+fragmentation, ``fragmentation.FragCache``).
 
 The search is exact for single moves and cheap: a task's gain on leaving depends only on
 its node's state, its GPU's free share and its demand (memoised by those), and its best

@@ -17,14 +17,17 @@ from swarmgpu.sim.timeline import TimelineResult, replay_departures, timed_pods
 from swarmgpu.sim.trace import load_nodes, load_pods
 
 REPORT_LEVELS = (50, 100, 130)
+# Moves the defragmenter leaves for rescuing pods that find no node (docs/simulate.md).
+RESCUE_RESERVE = 8
 
 
 def _one(args: tuple[str, str, str, int, float | None]) -> RunResult:
     nodes_path, pods_path, policy, seed, moves = args
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     if moves:
-        return replay(nodes, pods, policy, seed, defrag=Defragmenter(workload_of(pods)),
-                      moves_per_100=moves)
+        return replay(nodes, pods, policy, seed, moves_per_100=moves,
+                      defrag=Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE),
+                      rebalancer=MoveRescuer())
     return replay(nodes, pods, policy, seed)
 
 
@@ -33,7 +36,8 @@ def _one_timed(args: tuple[str, str, str, int, float | None, float]) -> Timeline
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     return replay_departures(nodes, pods, policy, seed,
                              rebalancer=MoveRescuer() if moves else None,
-                             defrag=Defragmenter(workload_of(pods)) if moves else None,
+                             defrag=(Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE)
+                                     if moves else None),
                              moves_per_100=moves or 0.0, source=pods_path, speedup=speedup)
 
 
@@ -117,7 +121,7 @@ def summary(results: dict[str, list[RunResult]]) -> dict[str, Any]:
             "by_seed": {str(r.seed): {"alloc_pct_at": {str(lv): round(r.alloc_pct_at[lv], 3)
                                                        for lv in REPORT_LEVELS
                                                        if lv in r.alloc_pct_at},
-                                      "moves": r.moves} for r in runs},
+                                      "pods": r.pods, "moves": r.moves} for r in runs},
         }
     return {"policies": pol}
 
