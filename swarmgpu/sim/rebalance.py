@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeState
 from swarmgpu.allocator.defrag import Held, NodeCost, best_move
@@ -284,7 +285,7 @@ class Defragmenter:
                 break
             alloc.release(mv.old)
             alloc.commit(mv.new)
-            assert isinstance(mv.key, int)
-            moves.append(Move(mv.key, mv.old, mv.new))
-            moved[mv.key] = Held(mv.key, mv.demand, mv.new)
+            tid = cast(int, mv.key)  # the Held keys above are task ids
+            moves.append(Move(tid, mv.old, mv.new))
+            moved[tid] = Held(tid, mv.demand, mv.new)
         return moves
