@@ -7,7 +7,7 @@ from collections import Counter
 from swarmgpu.allocator.core import Allocator, Choice, Demand, GpuSpec, NodeSpec, SwarmScorer
 from swarmgpu.allocator.defrag import Held, NodeCost, best_move, cheapest_target, movable
 from swarmgpu.allocator.fragmentation import typical_tasks
-from swarmgpu.sim.rebalance import Defragmenter, Running
+from swarmgpu.sim.rebalance import Defragmenter, Running, apply_moves
 from swarmgpu.sim.replay import replay
 from swarmgpu.sim.trace import TracePod
 
@@ -90,9 +90,7 @@ def test_defragmenter_spends_at_most_the_budget_and_keeps_state_consistent() -> 
     workload = typical_tasks([WHOLE.shape()] * 3 + [HALF.shape()])
     moves = Defragmenter(workload)(alloc, running, 2)
     assert len(moves) == 2
-    for m in moves:  # as the replay applies them
-        d, _old = running[m.old.node].pop(m.task)
-        running.setdefault(m.new.node, {})[m.task] = (d, m.new)
+    assert apply_moves(running, moves) == 2  # as the replay records them
     used: Counter[tuple[str, int]] = Counter()
     for tasks in running.values():
         for _d, c in tasks.values():

@@ -19,7 +19,7 @@ nothing), so a failure costs milliseconds instead of hundreds of trial placement
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import cast
 
@@ -44,6 +44,22 @@ class Rescue:
 Running = dict[str, dict[int, tuple[Demand, Choice]]]  # node -> task id -> (demand, choice)
 # (allocator, running tasks, failed demand, moves allowed now) -> rescue or None
 Rebalancer = Callable[[Allocator, Running, Demand, int], Rescue | None]
+
+
+def apply_moves(running: Running, moves: Iterable[Move],
+                where: dict[int, str] | None = None) -> int:
+    """Record moves (already made on the allocator) in ``running`` and, when given,
+    ``where`` (task -> node); returns how many there were."""
+    n = 0
+    for mv in moves:
+        demand, _old = running[mv.old.node].pop(mv.task)
+        running.setdefault(mv.new.node, {})[mv.task] = (demand, mv.new)
+        if where is not None:
+            where[mv.task] = mv.new.node
+        n += 1
+    return n
+
+
 MAX_MOVES = 3  # per rescue: beyond that a rescue costs more restarts than it is worth
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeSpec, Scorer, SwarmScorer
 from swarmgpu.allocator.fragmentation import FragCache, TypicalTask, typical_tasks
 from swarmgpu.sim.baselines import BestFitScorer, DotProdScorer, FgdScorer, PackingScorer
-from swarmgpu.sim.rebalance import Move, Rebalancer, Running
+from swarmgpu.sim.rebalance import Move, Rebalancer, Running, apply_moves
 from swarmgpu.sim.trace import TracePod
 
 POLICIES = ("swarmgpu", "random", "bestfit", "dotprod", "packing", "fgd")
@@ -170,10 +170,7 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
             budget = int(n_arrived * moves_per_100 / 100) - res.moves
             rescue = rebalancer(alloc, running, d, budget) if budget >= 1 else None
             if rescue is not None:
-                for mv in rescue.moves:
-                    old = running[mv.old.node].pop(mv.task)
-                    running.setdefault(mv.new.node, {})[mv.task] = (old[0], mv.new)
-                res.moves += len(rescue.moves)
+                res.moves += apply_moves(running, rescue.moves)
                 running.setdefault(rescue.placed.node, {})[n_arrived] = (d, rescue.placed)
                 allocated += pod.total_gpu_milli
                 res.placed += 1
@@ -195,10 +192,7 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
         if defrag is not None and n_arrived % defrag_every == 0:
             budget = int(n_arrived * moves_per_100 / 100) - res.moves
             if budget >= 1:
-                for mv in defrag(alloc, running, budget):
-                    old = running[mv.old.node].pop(mv.task)
-                    running.setdefault(mv.new.node, {})[mv.task] = (old[0], mv.new)
-                    res.moves += 1
+                res.moves += apply_moves(running, defrag(alloc, running, budget))
         while next_level <= last_level and arrived * 100 >= next_level * cluster_milli:
             record(next_level)
             next_level += LEVEL_STEP

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from swarmgpu.allocator.core import Choice, NodeSpec
-from swarmgpu.sim.rebalance import Rebalancer, Running
+from swarmgpu.sim.rebalance import Rebalancer, Running, apply_moves
 from swarmgpu.sim.replay import (
     DEFRAG_EVERY,
     Defrag,
@@ -125,11 +125,8 @@ def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], polic
         advance(arrive)
         if defrag is not None and tid % DEFRAG_EVERY == 0:
             budget = int(tid * moves_per_100 / 100) - res.moves
-            for mv in defrag(alloc, running, budget) if budget >= 1 else []:
-                old = running[mv.old.node].pop(mv.task)
-                running.setdefault(mv.new.node, {})[mv.task] = (old[0], mv.new)
-                where[mv.task] = mv.new.node
-                res.moves += 1
+            if budget >= 1:
+                res.moves += apply_moves(running, defrag(alloc, running, budget), where)
         d = pod.demand()
         demanded += pod.total_gpu_milli
         res.asked_gpu_milli += pod.total_gpu_milli
@@ -145,11 +142,7 @@ def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], polic
             budget = int(tid * moves_per_100 / 100) - res.moves
             rescue = rebalancer(alloc, running, d, budget) if budget >= 1 else None
             if rescue is not None:
-                for mv in rescue.moves:
-                    old = running[mv.old.node].pop(mv.task)
-                    running.setdefault(mv.new.node, {})[mv.task] = (old[0], mv.new)
-                    where[mv.task] = mv.new.node
-                res.moves += len(rescue.moves)
+                res.moves += apply_moves(running, rescue.moves, where)
                 choice = rescue.placed
         if choice is None:
             failed[pod_kind(pod)] += 1
