@@ -19,7 +19,6 @@ from typing import Protocol
 from swarmgpu.allocator import topology
 from swarmgpu.allocator.fragmentation import (
     MILLI,
-    FragCache,
     ResidualWaste,
     TaskShape,
     TypicalTask,
@@ -217,7 +216,6 @@ class SwarmScorer:
         self.set_workload(workload)
 
     def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
-        self.frag = FragCache(workload) if workload else None
         self.waste = ResidualWaste(workload) if workload else None
         self.cpu_per_milli = cpu_per_gpu_milli(workload) if workload else None
 
@@ -249,7 +247,6 @@ class SwarmScorer:
         return stranded_milli(cpu_left, free, c)
 
     def _delta(self, node: NodeState, d: Demand, gpu: int | None) -> float:
-        assert self.frag is not None
         before = self.node_cost(node.product, node.cpu_left, tuple(node.free))
         cpu, free = self._after(node, d, gpu)
         return self.node_cost(node.product, None if node.cpu_left is None else cpu, free) - before
@@ -257,7 +254,7 @@ class SwarmScorer:
     def _best_share_gpu(self, node: NodeState, d: Demand, cands: list[int]) -> tuple[float, int]:
         best = (math.inf, 0, -1)
         for i in cands:
-            delta = self._delta(node, d, i) if self.frag else 0.0
+            delta = self._delta(node, d, i) if self.waste else 0.0
             key = (round(delta, 6), node.free[i], i)
             best = min(best, key)
         return best[0], best[2]
@@ -267,11 +264,11 @@ class SwarmScorer:
             cands = [i for i, f in enumerate(node.free) if f >= d.gpu_milli]
             delta, _ = self._best_share_gpu(node, d, cands)
         else:
-            delta = self._delta(node, d, None) if self.frag else 0.0
+            delta = self._delta(node, d, None) if self.waste else 0.0
         grad = int(_sigmoid(-delta / 1000) * 100)
         capacity = sum(g.capacity_milli for g in node.spec.gpus)
         used = 1 if node.free_total() < capacity else 0
-        if self.frag is None:  # no workload model (the daemon): best fit on GPU left
+        if self.waste is None:  # no workload model (the daemon): best fit on GPU left
             left = node.free_total() - d.total_gpu_milli
             return grad * 10.0 + used + 0.5 * (1.0 - left / (capacity + 1))
         # One float: gradient first, then "already in use"; ties go to the lower rank.
