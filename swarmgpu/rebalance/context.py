@@ -34,6 +34,13 @@ MOVED_AT = "state.moved-at"  # service label: epoch seconds of its last finished
 OPT_OUT = "rebalance"  # <prefix>rebalance=never
 
 
+def hold(ledger: dict[str, dict[str, Holding]], m: Move) -> None:
+    """Reserve a planned move's target GPUs in ``ledger``: later choices of the pass see
+    them taken."""
+    ledger.setdefault(m.service, {})[m.target_node] = Holding(
+        m.service, m.target_node, m.target_uuids, m.target_milli)
+
+
 @dataclass(frozen=True)
 class Inputs:
     """Everything a planning pass reads: one snapshot plus this cycle's windows."""
@@ -217,8 +224,7 @@ class Context:
         """Count a proposed move: its target is reserved for the rest of the pass."""
         self.moves.append(m)
         self.moved.add(m.service)
-        self.ledger.setdefault(m.service, {})[m.target_node] = Holding(
-            m.service, m.target_node, m.target_uuids, m.target_milli)
+        hold(self.ledger, m)
 
     def ledger_without(self, drop: Sequence[tuple[str, str]]
                        ) -> dict[str, dict[str, Holding]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from swarmgpu.placement import Holding
 from swarmgpu.rebalance.attribution import estimated_util
-from swarmgpu.rebalance.context import Context
+from swarmgpu.rebalance.context import Context, hold
 from swarmgpu.rebalance.moves import Move, Trigger
 from swarmgpu.windows import State
 
@@ -45,8 +45,7 @@ def propose(ctx: Context) -> None:
                             f"{cfg.frag_window_s:g}s)"),
                     gain=f"frees {ns.hostname} GPU {g.index} as a whole GPU")
                 planned.append(m)
-                ledger.setdefault(s.service, {})[m.target_node] = Holding(
-                    s.service, m.target_node, m.target_uuids, m.target_milli)
+                hold(ledger, m)
             if len(planned) == len(on):
                 for m in planned:
                     ctx.accept(m)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 
 from swarmgpu.placement import Holding, demand_of
-from swarmgpu.rebalance.context import Context
+from swarmgpu.rebalance.context import Context, hold
 from swarmgpu.rebalance.moves import Move, Trigger
 
 _MAX_COMBOS = 500  # per pending service: bounds the search on crowded nodes
@@ -31,8 +31,7 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
             reason=f"makes room for pending {pending} ({req.describe()}) on "
                    f"{ctx.nodes[node].hostname}",
             gain=f"pending {pending} can be placed"))
-        ledger.setdefault(svc, {})[choice.node] = Holding(svc, choice.node, moves[-1].target_uuids,
-                                                          moves[-1].target_milli)
+        hold(ledger, moves[-1])
     alloc = ctx.allocator(ledger)
     if node not in alloc.alloc.nodes:
         return None
