@@ -14,6 +14,11 @@ def read_yaml(path: Path, what: str, error: type[Exception], *, fmt: str = "YAML
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise error(f"{what}: cannot read it ({e.strerror or e})") from e
+    return parse_yaml(text, what, error, fmt=fmt)
+
+
+def parse_yaml(text: str, what: str, error: type[Exception], *, fmt: str = "YAML") -> Any:
+    """``text`` parsed (safe loader); ``error(...)`` naming ``what`` and the line otherwise."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

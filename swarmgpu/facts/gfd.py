@@ -20,11 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from swarmgpu.facts import SourceError
 from swarmgpu.facts.naming import max_instances, mig_profile_name, parse_profile, synthetic_uuid
 from swarmgpu.model import Gpu, MigDevice, NodeFacts
+from swarmgpu.yamlfile import parse_yaml
 
 PREFIX = "nvidia.com/"
 _MIG_KEY_RE = re.compile(r"^mig-((?:\d+c\.)?\d+g\.\d+gb(?:\+me)?)\.(count|memory)$")
@@ -84,12 +83,7 @@ def _lenient_mapping(text: str, where: str) -> Any:
         body = "{" + body  # a JSON excerpt whose opening brace was elided
     if body.startswith("{") and not body.endswith("}"):
         body += "}"
-    try:
-        return yaml.safe_load(body)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise SourceError(f"{where}: cannot parse as JSON/YAML{at}: {e}") from e
+    return parse_yaml(body, where, SourceError, fmt="JSON/YAML")
 
 
 def _find_labels(data: Any) -> dict[str, str] | None:
