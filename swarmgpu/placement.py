@@ -489,29 +489,7 @@ def plan_placement(
                     service_labels_remove=stale))
 
     # First commit every valid existing holding, so new placements never reuse GPUs.
-    # Device labels without a ledger entry (a stack from `swarmgpu render`, or a lost
-    # node label) are adopted when they still fit and are free.
-    kept: dict[str, dict[str, Holding]] = {}
-    for s, r in parsed:
-        holdings = dict(ledger.get(s.name, {}))
-        if not isinstance(r, RequestError):
-            dk = prefix + DEVICES
-            for k, v in s.labels.items():
-                nid = k[len(dk):]
-                if k.startswith(dk) and nid not in holdings and nid in by_id:
-                    milli = r.gpu_milli if r.is_fraction else 1000
-                    h = Holding(s.name, nid, tuple(u for u in v.split(",") if u),
-                                tuple(milli for u in v.split(",") if u))
-                    if h.uuids:
-                        holdings[nid] = h
-        for node_id, h in holdings.items():
-            if isinstance(r, RequestError):
-                kept.setdefault(s.name, {})[node_id] = h  # invalid now: keep, never drop
-                cluster._commit_holding(s.name, node_id, h)
-                continue
-            why = _holding_fits(h, r, facts.get(node_id)) if node_id in by_id else "node gone"
-            if why is None and cluster._commit_holding(s.name, node_id, h):
-                kept.setdefault(s.name, {})[node_id] = h
+    kept = _commit_existing(parsed, ledger, by_id, facts, running, cluster, prefix)
 
     all_zones = {n.labels.get(zone_label, "") for n in nodes}
     for s, r in parsed:
@@ -734,3 +712,63 @@ def _state(sp: ServicePlan, s: SwarmService, running_on: Mapping[str, int], repl
     if sum(running_on.values()) >= replicas and replicas > 0:
         return "Active"
     return "Allocated"
+
+
+# --- existing holdings: the ledger first ------------------------------------------------
+
+
+def _commit_existing(
+    parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
+    ledger: Mapping[str, Mapping[str, Holding]], by_id: Mapping[str, SwarmNode],
+    facts: Mapping[str, NodeFacts], running: Mapping[str, Mapping[str, int]],
+    cluster: ClusterAllocator, prefix: str,
+) -> dict[str, dict[str, Holding]]:
+    """Holdings kept this cycle: every valid ledger entry, then declared device lists.
+
+    The ledger (node labels only swarmgpu writes) is authoritative. A ``<p>devices.<node>``
+    service label without a ledger entry (a stack from ``swarmgpu render``, a lost node
+    label) is adopted only onto GPUs that are still free, so a service cannot take another
+    one's GPUs by naming their UUIDs: the declared list is reported and the service is
+    placed anew, and the running owner keeps its GPUs. Declared lists of services with
+    running tasks on that node are tried first.
+    """
+    kept: dict[str, dict[str, Holding]] = {}
+    for s, r in parsed:  # 1. the ledger
+        for node_id, h in ledger.get(s.name, {}).items():
+            if isinstance(r, RequestError):
+                kept.setdefault(s.name, {})[node_id] = h  # invalid now: keep, never drop
+                cluster._commit_holding(s.name, node_id, h)
+                continue
+            why = _holding_fits(h, r, facts.get(node_id)) if node_id in by_id else "node gone"
+            if why is None and cluster._commit_holding(s.name, node_id, h):
+                kept.setdefault(s.name, {})[node_id] = h
+    owner = {(nid, u): svc for svc, per in kept.items() for nid, h in per.items()
+             for u in h.uuids}
+    declared: list[tuple[bool, str, SwarmService, GpuRequest, Holding]] = []
+    dk = prefix + DEVICES
+    for s, r in parsed:  # 2. declared device lists, onto free GPUs only
+        if isinstance(r, RequestError):
+            continue
+        for k, v in s.labels.items():
+            nid = k[len(dk):]
+            if not k.startswith(dk) or nid in ledger.get(s.name, {}) or nid not in by_id:
+                continue
+            uuids = tuple(u for u in v.split(",") if u)
+            milli = r.gpu_milli if r.is_fraction else 1000
+            if uuids:
+                h = Holding(s.name, nid, uuids, tuple(milli for _ in uuids))
+                declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
+    for _, name, _s, r, h in sorted(declared, key=lambda d: (d[0], d[1])):
+        # A share of a GPU may sit beside another service's share (capacity decides).
+        taken = sorted({owner[(h.node_id, u)] for u, m in zip(h.uuids, h.milli, strict=True)
+                        if m >= 1000 and owner.get((h.node_id, u), name) != name})
+        if taken:
+            cluster.problems.append(
+                f"{name}: its label {dk}{h.node_id} names GPU(s) that {', '.join(taken)} "
+                "hold(s) in the ledger; ignored, and the service is placed anew")
+            continue
+        why = _holding_fits(h, r, facts.get(h.node_id))
+        if why is None and cluster._commit_holding(name, h.node_id, h):
+            kept.setdefault(name, {})[h.node_id] = h
+            owner.update({(h.node_id, u): name for u in h.uuids})
+    return kept
