@@ -13,6 +13,8 @@ How a placement is expressed (every piece verified on a real swarm, see README):
   swarmgpu opens it, so the service cannot start anywhere else, and never before its
   devices are written (the service label is written first, the gate after).
 - ``max_replicas_per_node=1`` when several replicas are placed: one device list per node.
+- service labels ``<p>share.<field>.<nodeID>`` for a shared (fractional) holding: what
+  the container is told of its share, read by env templates (``swarmgpu.sharing``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from swarmgpu.allocator.core import (
 from swarmgpu.allocator.mig import MigChoice, MigProfileError, pick_mig_device
 from swarmgpu.model import NodeFacts, link_score
 from swarmgpu.requests import GpuRequest, Rebalance, RequestError, parse_all
+from swarmgpu.sharing import is_share_key, missing_env, want_labels
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
 
 GATE = "service."
@@ -560,6 +563,14 @@ def _plan_service(
             sp.add_env.append(tmpl)
         if ORDER_ENV not in s.env:
             sp.add_env.append(ORDER_ENV)
+    share_env = missing_env(prefix, s.env) if r.is_fraction else []
+    if share_env and adopt_ungated:
+        sp.add_env.extend(share_env)
+        sp.warnings.append("adopted: swarmgpu added the env lines that tell each container "
+                           "its share; put them in the stack file so a re-deploy keeps them")
+    elif share_env:
+        sp.warnings.append("its containers are not told their share: add env "
+                           + " and ".join(share_env))
     if replicas > 1 and s.max_replicas_per_node != 1:
         sp.set_max_replicas = 1
 
@@ -616,7 +627,11 @@ def _plan_service(
     sp.placements = sorted(placements, key=lambda p: p.hostname)
     # Desired Swarm state for this service: device labels, ledger, gates.
     want_devices = {devices_key(prefix, p.node_id): ",".join(p.uuids) for p in sp.placements}
-    have_devices = {k: v for k, v in s.labels.items() if k.startswith(prefix + DEVICES)}
+    have_devices = {k: v for k, v in s.labels.items()
+                    if k.startswith(prefix + DEVICES) or is_share_key(k, prefix)}
+    # A shared GPU's container is told its share the same way (swarmgpu.sharing).
+    want_devices.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
+                                             for p in sp.placements), facts, have_devices))
     sp.service_labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
     sp.service_labels_remove = sorted(k for k in have_devices if k not in want_devices)
     # Swarm copies the service's labels into a task when it creates it, and a pending

@@ -25,7 +25,8 @@ from swarmgpu.placement import (
     gate_constraint,
     plan_placement,
 )
-from swarmgpu.requests import parse_all
+from swarmgpu.requests import RequestError, parse_all
+from swarmgpu.sharing import env_lines, is_share_key, want_labels
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
 
 
@@ -90,7 +91,8 @@ def _constraints(placement: Mapping[str, Any], where: str) -> list[str]:
 
 
 def stack_services(stack: Mapping[str, Any], name: str,
-                   existing: Sequence[SwarmService]) -> list[SwarmService]:
+                   existing: Sequence[SwarmService], prefix: str = "swarmgpu."
+                   ) -> list[SwarmService]:
     """The stack's annotated services as Swarm would hold them (existing ids reused)."""
     by_name = {s.name: s for s in existing}
     out = []
@@ -103,7 +105,8 @@ def stack_services(stack: Mapping[str, Any], name: str,
         cur = by_name.get(full)
         labels = _labels(deploy, where)
         if cur is not None:  # keep the device labels of what already runs
-            labels.update({k: v for k, v in cur.labels.items() if DEVICES in k})
+            labels.update({k: v for k, v in cur.labels.items()
+                           if DEVICES in k or is_share_key(k, prefix)})
         placement = _mapping(deploy, "placement", f"{where}.deploy")
         mode = str(deploy.get("mode", "replicated"))
         mrpn = placement.get("max_replicas_per_node")
@@ -123,13 +126,13 @@ def render_stack(
     zone_label: str = "topology.zone",
 ) -> tuple[str, PlacementPlan]:
     stack = load_stack(text)
-    mine = stack_services(stack, name, services)
+    mine = stack_services(stack, name, services, prefix)
     mine_names = {s.name for s in mine}
     others = [s for s in services if s.name not in mine_names]
     # Gate and env are written into the file, so plan as if they were already there.
     gated = [
         SwarmService(s.id, s.name, s.labels, (*s.constraints, gate_constraint(prefix, s.name)),
-                     (*s.env, env_template(prefix)), s.mode, s.replicas,
+                     (*s.env, env_template(prefix), *env_lines(prefix)), s.mode, s.replicas,
                      s.max_replicas_per_node, s.version)
         for s in mine
     ]
@@ -150,6 +153,8 @@ def render_stack(
         if sp is not None:
             for p in sp.placements:
                 labels[f"{prefix}{DEVICES}{p.node_id}"] = ",".join(p.uuids)
+            labels.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
+                                               for p in sp.placements), facts, labels))
         deploy["labels"] = labels
         placement = _mapping(deploy, "placement", f"{where}.deploy")
         deploy["placement"] = placement
@@ -162,6 +167,8 @@ def render_stack(
             placement["max_replicas_per_node"] = 1
         env = svc.get("environment")
         additions = [env_template(prefix), ORDER_ENV]
+        if not isinstance(req, RequestError) and req.is_fraction:
+            additions.extend(env_lines(prefix))  # the container is told its share
         if isinstance(env, dict):
             for a in additions:
                 k, _, v = a.partition("=")

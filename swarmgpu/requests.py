@@ -24,6 +24,7 @@ DEFAULT_ZONE_LABEL = "topology.zone"
 # Keys swarmgpu writes onto services itself; never user errors.
 OUTPUT_LABEL_PREFIXES: tuple[str, ...] = (
     "swarmgpu.devices.",
+    "swarmgpu.share.",  # what a shared GPU holding tells its container (swarmgpu.sharing)
     "swarmgpu.placement",
     "swarmgpu.state",
     "swarmgpu.assigned",

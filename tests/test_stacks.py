@@ -29,6 +29,7 @@ from swarmgpu.model import NodeFacts
 from swarmgpu.placement import ORDER_ENV, env_template, gate_constraint
 from swarmgpu.render import render_stack
 from swarmgpu.requests import GpuRequest, RequestError, parse_all
+from swarmgpu.sharing import env_lines
 from swarmgpu.swarm import SwarmNode
 
 P = "swarmgpu."
@@ -123,6 +124,8 @@ def test_example_requests_parse_and_are_gated(path: Path) -> None:
         env = svc.get("environment") or []
         assert isinstance(env, list), f"{path} {name}: environment as a list, please"
         assert env_template(P) in env and ORDER_ENV in env, (path, name, env)
+        if req.is_fraction:  # the container is told its share (swarmgpu.sharing)
+            assert all(e in env for e in env_lines(P)), (path, name, env)
         if int(svc["deploy"].get("replicas", 1)) > 1:
             assert svc["deploy"]["placement"].get("max_replicas_per_node") == 1
 

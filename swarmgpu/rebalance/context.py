@@ -27,6 +27,7 @@ from swarmgpu.rebalance.attribution import Share, holders_by_gpu
 from swarmgpu.rebalance.moves import Move, Trigger
 from swarmgpu.rebalance.signals import GpuSignal, NodeSignal
 from swarmgpu.requests import GpuRequest, Rebalance, parse_all
+from swarmgpu.sharing import share_labels
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.windows import State
 
@@ -218,7 +219,9 @@ class Context:
             target_host=self.nodes[choice.node].hostname, target_gpus=choice.gpus,
             target_uuids=tuple(f.gpus[i].uuid for i in choice.gpus),
             target_milli=choice.milli, trigger=trigger, window_s=window_s, reason=reason,
-            gain=gain)
+            gain=gain, target_share=tuple(sorted((share_labels(
+                self.inp.prefix, choice.node, [f.gpus[i].uuid for i in choice.gpus],
+                choice.milli, f) or {}).items())))
 
     def accept(self, m: Move) -> None:
         """Count a proposed move: its target is reserved for the rest of the pass."""

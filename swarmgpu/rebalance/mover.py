@@ -53,6 +53,7 @@ from swarmgpu.placement import (
 from swarmgpu.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.rebalance.moves import Move, MoveRecord, Outcome
 from swarmgpu.requests import GpuRequest, parse_all
+from swarmgpu.sharing import node_of_key
 from swarmgpu.swarm import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 
 CRASH_ENV = "SWARMGPU_TEST_CRASH_AFTER"  # test hook: os._exit(137) at a named point
@@ -295,6 +296,7 @@ class Mover:
             labels = _labels(spec)
             labels[p + MOVE_STATE] = st.to_json()
             labels[devices_key(p, st.target)] = ",".join(st.target_uuids)
+            labels.update(dict(m.target_share))  # the moved task is told its share
             if st.surge:
                 _set_replicas(spec, replicas + 1, 1)
 
@@ -335,6 +337,8 @@ class Mover:
             labels = _labels(spec)
             labels.pop(p + MOVE_STATE, None)
             labels.pop(devices_key(p, drop_node), None)
+            for k in [k for k in labels if node_of_key(k, p) == drop_node]:
+                labels.pop(k)
             labels[p + MOVED_AT] = f"{now:.0f}"
             if st.surge:
                 _set_replicas(spec, st.replicas, st.max_replicas)

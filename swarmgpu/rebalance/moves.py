@@ -47,6 +47,8 @@ class Move:
     window_s: float | None  # the window the trigger held for; None: not metric-driven
     reason: str
     gain: str  # human: what the move is expected to buy
+    # service labels that tell the task on the target its share (swarmgpu.sharing)
+    target_share: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
