@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 # swarmkit: alphaNumeric key rule and value rule.
 _KEY_RE = re.compile(r"^[a-z_][a-z0-9\-_.]+$", re.IGNORECASE)
@@ -88,3 +89,66 @@ def parse_all(exprs: Iterable[str]) -> tuple[list[Constraint], list[str]]:
         except ConstraintError as exc:
             errors.append(str(exc))
     return good, errors
+
+
+def node_field(c: Constraint, node: NodeLike) -> str | None:
+    """The node's value for a constraint's field, as swarmkit reads it (None: a field
+    swarmgpu does not model; treated as satisfied)."""
+    f = c.field.lower()
+    if f == "node.id":
+        return node.id
+    if f == "node.hostname":
+        return node.hostname
+    if f == "node.role":
+        return node.role
+    if f == "node.platform.os":
+        return node.os or None
+    if f == "node.platform.arch":
+        return node.arch or None
+    if f.startswith("node.labels."):
+        return node.labels.get(c.field[len("node.labels."):], "")
+    if f.startswith("engine.labels."):
+        return node.engine_labels.get(c.field[len("engine.labels."):], "")
+    return None
+
+
+def node_satisfies(constraints: Iterable[Constraint], node: NodeLike) -> bool:
+    """swarmkit's constraint.NodeMatches: every constraint holds, values compared
+    case-insensitively, a missing label reads as ""."""
+    for c in constraints:
+        actual = node_field(c, node)
+        if actual is None:
+            continue
+        if (c.op == "==") != (actual.lower() == c.value.lower()):
+            return False
+    return True
+
+
+def platform_ok(node: NodeLike, os: str, arch: str) -> bool:
+    """swarmkit's PlatformFilter for one listed platform (empty = any; an unknown node
+    platform never refuses)."""
+    if os and node.os and os.lower() != node.os.lower():
+        return False
+    arch_n = _ARCH.get(arch.lower(), arch.lower())
+    node_arch = _ARCH.get(node.arch.lower(), node.arch.lower())
+    return not (arch and node.arch and arch_n != node_arch)
+
+
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+class NodeLike(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def hostname(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def os(self) -> str: ...
+    @property
+    def arch(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def engine_labels(self) -> Mapping[str, str]: ...

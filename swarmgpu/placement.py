@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from swarmgpu.allocator.core import (
@@ -32,14 +33,18 @@ from swarmgpu.allocator.core import (
     GpuSpec,
     NodeSpec,
     NodeState,
+    Scorer,
     SwarmScorer,
     Unplaceable,
 )
 from swarmgpu.allocator.mig import MigChoice, MigProfileError, pick_mig_device
+from swarmgpu.constraints import node_satisfies, platform_ok
+from swarmgpu.constraints import parse_all as parse_constraints
 from swarmgpu.model import NodeFacts, link_score
 from swarmgpu.requests import GpuRequest, Rebalance, RequestError, parse_all
 from swarmgpu.sharing import is_share_key, missing_env, want_labels
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask, reservations
+from swarmgpu.workload import WorkloadModel
 
 GATE = "service."
 ASSIGN = "assign."
@@ -167,11 +172,14 @@ class ServicePlan:
     set_generic: tuple[str, int] | None = None  # (kind, count) discrete reservation
     gates_deferred: bool = False  # a gate waits for tasks that carry the device map
     new: bool = False  # placements chosen in this plan (not yet in Swarm)
+    node_writes: bool = False  # this plan changes node labels for it
+    remove_constraints: list[str] = field(default_factory=list)  # gates naming others
 
     @property
     def needs_service_write(self) -> bool:
         return bool(self.service_labels_set or self.service_labels_remove or self.add_constraints
-                    or self.add_env or self.set_max_replicas is not None or self.force_update
+                    or self.remove_constraints or self.add_env
+                    or self.set_max_replicas is not None or self.force_update
                     or self.set_update_parallelism is not None
                     or self.set_generic is not None)
 
@@ -191,6 +199,7 @@ class PlacementPlan:
     node_set: dict[str, dict[str, str]] = field(default_factory=dict)
     node_remove: dict[str, list[str]] = field(default_factory=dict)
     released: list[str] = field(default_factory=list)  # services whose holdings go
+    workload: dict[str, Any] = field(default_factory=dict)  # the model placement used
 
     def node_changes(self, node_id: str) -> tuple[dict[str, str], list[str]]:
         return self.node_set.get(node_id, {}), self.node_remove.get(node_id, [])
@@ -205,10 +214,14 @@ class PlacementPlan:
 # --- the allocator view of the cluster ------------------------------------------
 
 
-_UNSEEN = object()
+def user_labels(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """Node labels placement may filter on: everything but swarmgpu's own gates and
+    ledger (those differ per node and would split nodes built alike into one group
+    each, so the allocator could no longer answer once per group)."""
+    return {k: v for k, v in labels.items() if not owned_by_placement(k, prefix)}
 
 
-def node_spec(node: SwarmNode, facts: NodeFacts) -> NodeSpec:
+def node_spec(node: SwarmNode, facts: NodeFacts, prefix: str = "swarmgpu.") -> NodeSpec:
     links = facts.links
     numa = [g.numa_node for g in facts.gpus]
 
@@ -226,53 +239,208 @@ def node_spec(node: SwarmNode, facts: NodeFacts) -> NodeSpec:
                            numa_node=g.numa_node, healthy=g.healthy,
                            mig_enabled=g.mig_enabled)
                    for i, g in enumerate(facts.gpus)),
-        labels=dict(node.labels),
+        cpu_milli=node.cpu_milli,
+        memory_mib=node.memory_mib,
+        labels=user_labels(node.labels, prefix),
         pair_score=pair if links else None,
     )
 
 
-def demand_of(req: GpuRequest) -> Demand:
+def demand_of(req: GpuRequest, cpu_milli: int = 0, memory_mib: int = 0) -> Demand:
+    """The allocator's demand for one replica; CPU and memory are the service's Swarm
+    reservations, which Swarm's scheduler checks against the node."""
     if req.mig_profile:
-        return Demand(mig_profile=req.mig_profile)
+        return Demand(mig_profile=req.mig_profile, cpu_milli=cpu_milli, memory_mib=memory_mib)
     if req.is_fraction:
         return Demand(gpu_milli=req.gpu_milli, min_memory_mib=req.min_memory_mib or 0,
-                      products=req.products)
+                      products=req.products, cpu_milli=cpu_milli, memory_mib=memory_mib)
     return Demand(num_gpu=req.gpus, min_memory_mib=req.min_memory_mib or 0,
-                  products=req.products, topology=str(req.topology))
+                  products=req.products, topology=str(req.topology),
+                  cpu_milli=cpu_milli, memory_mib=memory_mib)
 
 
 def _schedulable(node: SwarmNode) -> bool:
     return node.state == "ready" and node.availability == "active"
 
 
-class ClusterAllocator:
-    """The production allocator over live nodes, with the ledger already committed."""
+@dataclass
+class _Held:
+    """One holding as committed on the allocator: the label value and reservation it
+    was committed with, and what it took."""
 
-    def __init__(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts],
-                 ledger: Mapping[str, Mapping[str, Holding]]) -> None:
-        self.alloc = Allocator(SwarmScorer(), mig_picker=self._pick_mig)
-        self.nodes = {n.id: n for n in nodes}
-        self.facts = dict(facts)
+    key: tuple[str, int, int]
+    choice: Choice | None
+    migs: tuple[str, ...]
+
+
+class ClusterAllocator:
+    """The production allocator over live nodes, kept across cycles.
+
+    ``sync_nodes`` rebuilds only nodes whose facts, resources, labels or state changed;
+    holdings are committed once and released when they go (``begin_holdings``); what
+    other tasks reserve on a node is its usage. A cycle over an unchanged cluster
+    therefore costs a pass over the nodes and holdings, not a rebuild, and identical
+    nodes in the same state are scored once (``Allocator`` groups).
+    """
+
+    def __init__(self, nodes: Sequence[SwarmNode] = (),
+                 facts: Mapping[str, NodeFacts] | None = None,
+                 ledger: Mapping[str, Mapping[str, Holding]] | None = None, *,
+                 scorer: Scorer | None = None, prefix: str = "swarmgpu.",
+                 tasks: Sequence[SwarmTask] = (), services: Sequence[SwarmService] = ()
+                 ) -> None:
+        self.prefix = prefix
+        self.alloc = Allocator(scorer or SwarmScorer(), mig_picker=self._pick_mig)
+        self.nodes: dict[str, SwarmNode] = {}
+        self.facts: dict[str, NodeFacts] = {}
         self.assigned_mig: dict[str, set[str]] = {}
         self.problems: list[str] = []
-        # Demands that no node could take, per allocator state: a cycle with many
-        # identical pending requests asks the allocator once, not once per service.
-        self.version = 0
-        self.unplaceable: dict[tuple[Demand, tuple[str, ...], tuple[str, ...], int],
-                               Unplaceable] = {}
-        self.shape: dict[str, object] = {}
-        self._score_memo: dict[tuple[object, ...], Any] = {}
-        for rank, n in enumerate(sorted(nodes, key=lambda n: n.hostname)):
+        self.node_gen: dict[str, int] = {}  # bumped when a node's spec is rebuilt
+        self._gen = 0
+        self._order: list[str] = []
+        self._node_keys: dict[str, tuple[object, ...]] = {}
+        self._held: dict[tuple[str, str], _Held] = {}
+        # Demands no node could take, with the capacity generation they were asked at.
+        self.unplaceable: dict[object, tuple[int, Unplaceable]] = {}
+        if nodes or ledger:
+            self.sync_nodes(nodes, facts or {})
+            self.set_usage(tasks, services, ledger or {})
+            self.begin_holdings(ledger or {})
+            for svc, per_node in (ledger or {}).items():
+                for node_id, h in per_node.items():
+                    self.commit_holding(svc, node_id, h)
+
+    @property
+    def version(self) -> int:
+        return self.alloc.capacity_gen
+
+    # --- nodes -------------------------------------------------------------------
+    def sync_nodes(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts]) -> None:
+        """Bring the allocator's nodes in line with Swarm's and the agents' view."""
+        order = sorted(nodes, key=lambda n: (n.hostname, n.id))
+        ids = [n.id for n in order]
+        if ids != self._order:  # ranks follow hostnames: a new set means a new order
+            self.alloc = Allocator(self.alloc.scorer, mig_picker=self._pick_mig)
+            self._node_keys.clear()
+            self._held.clear()
+            self.assigned_mig.clear()
+            self.unplaceable.clear()
+            self._order = ids
+        self.nodes = {n.id: n for n in nodes}
+        self.facts = dict(facts)
+        for rank, n in enumerate(order):
             f = facts.get(n.id)
+            present = n.id in self.alloc.nodes
             if f is None or not f.gpus:
+                if present:
+                    self._drop_node(n.id)
                 continue
-            self.alloc.add_node(node_spec(n, f), rank=rank)
-            self.shape[n.id] = (f.links, tuple(
-                (g.product, g.memory_mib, g.numa_node, g.healthy, g.mig_enabled)
-                for g in f.gpus))
-        for svc, per_node in ledger.items():
-            for node_id, h in per_node.items():
-                self._commit_holding(svc, node_id, h)
+            key = (n.hostname, n.cpu_milli, n.memory_mib,
+                   tuple(sorted(user_labels(n.labels, self.prefix).items())), f)
+            old = self._node_keys.get(n.id)
+            if old is None or old[:-1] != key[:-1] or (old[-1] is not f and old[-1] != f):
+                if present:
+                    self._drop_node(n.id)
+                self.alloc.add_node(node_spec(n, f, self.prefix), rank=rank)
+                self._node_keys[n.id] = key
+                self._gen += 1
+                self.node_gen[n.id] = self._gen
+            self.alloc.set_blocked(n.id, not _schedulable(n))
+
+    def _drop_node(self, node_id: str) -> None:
+        self.alloc.remove_node(node_id)
+        self._node_keys.pop(node_id, None)
+        self.assigned_mig.pop(node_id, None)
+        for k in [k for k in self._held if k[1] == node_id]:
+            del self._held[k]
+
+    def set_usage(self, tasks: Sequence[SwarmTask], services: Sequence[SwarmService],
+                  ledger: Mapping[str, Mapping[str, Holding]]) -> None:
+        """CPU and memory that tasks reserve on each node (Swarm counts every task with
+        desired state running, GPU or not); a holding's own reservation is counted by
+        the holding until its task exists (``holding_reservation``)."""
+        use: dict[str, list[int]] = {}
+        for t in tasks:
+            if t.desired_state == "running" and t.node_id and (t.cpu_milli or t.memory_mib):
+                u = use.setdefault(t.node_id, [0, 0])
+                u[0] += t.cpu_milli
+                u[1] += t.memory_mib
+        self._tasks_on = {(t.service_id, t.node_id) for t in tasks
+                          if t.desired_state == "running" and t.node_id}
+        for nid in self.alloc.nodes:
+            cpu, mem = use.get(nid, (0, 0))
+            self.alloc.set_usage(nid, cpu, mem)
+
+    def holding_reservation(self, service_id: str, node_id: str, res: tuple[int, int]
+                            ) -> tuple[int, int]:
+        """What a holding reserves itself: the service's reservation while no task of it
+        is on the node yet (then the task's own reservation counts)."""
+        if (service_id, node_id) in getattr(self, "_tasks_on", set()):
+            return (0, 0)
+        return res
+
+    # --- holdings ------------------------------------------------------------------
+    def begin_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
+                       res: Mapping[tuple[str, str], tuple[int, int]] | None = None) -> None:
+        """Release every committed holding that is not wanted (as it is) any more; call
+        before ``commit_holding`` so a GPU that changed hands is free for its new owner."""
+        res = res or {}
+        for key, held in list(self._held.items()):
+            svc, nid = key
+            h = wanted.get(svc, {}).get(nid)
+            cpu, mem = res.get(key, (0, 0))
+            if h is None or held.key != (h.label_value(), cpu, mem):
+                self._release(key, held)
+
+    def _release(self, key: tuple[str, str], held: _Held) -> None:
+        del self._held[key]
+        if held.choice is not None and key[1] in self.alloc.nodes:
+            self.alloc.release(held.choice)
+        for u in held.migs:
+            self.assigned_mig.get(key[1], set()).discard(u)
+
+    def commit_holding(self, svc: str, node_id: str, h: Holding,
+                       res: tuple[int, int] = (0, 0)) -> bool:
+        """Count a holding as used; False when it is not valid on this node (any more)."""
+        if node_id not in self.alloc.nodes:
+            return False
+        key = (svc, node_id)
+        want = (h.label_value(), res[0], res[1])
+        held = self._held.get(key)
+        if held is not None and held.key == want:
+            return True
+        if held is not None:
+            self._release(key, held)
+        index = self._uuid_index(node_id)
+        gpus: list[int] = []
+        milli: list[int] = []
+        migs: list[str] = []
+        for u, m in zip(h.uuids, h.milli, strict=True):
+            if u not in index:
+                self.problems.append(f"{svc}: holds {u} on {self.nodes[node_id].hostname}, "
+                                     "which that node's facts no longer list")
+                return False
+            i, is_mig = index[u]
+            if is_mig:
+                if u in self.assigned_mig.get(node_id, set()) or u in migs:
+                    self.problems.append(f"{svc}: MIG device {u} is held twice")
+                    return False
+                migs.append(u)
+                continue
+            gpus.append(i)
+            milli.append(m)
+        choice: Choice | None = None
+        if gpus or res != (0, 0):
+            choice = Choice(node=node_id, gpus=tuple(gpus), milli=tuple(milli), score=0.0,
+                            explanation=f"held by {svc}", cpu_milli=res[0], memory_mib=res[1])
+            try:
+                self.alloc.commit(choice)
+            except ValueError as exc:
+                self.problems.append(f"{svc}: {exc}")
+                return False
+        self.assigned_mig.setdefault(node_id, set()).update(migs)
+        self._held[key] = _Held(want, choice, tuple(migs))
+        return True
 
     def _uuid_index(self, node_id: str) -> dict[str, tuple[int, bool]]:
         f = self.facts.get(node_id)
@@ -285,36 +453,6 @@ class ClusterAllocator:
                 out[m.uuid] = (i, True)
         return out
 
-    def _commit_holding(self, svc: str, node_id: str, h: Holding) -> bool:
-        """Count a holding as used; False when it is not valid on this node (any more)."""
-        if node_id not in self.alloc.nodes:
-            return False
-        index = self._uuid_index(node_id)
-        gpus: list[int] = []
-        milli: list[int] = []
-        for u, m in zip(h.uuids, h.milli, strict=True):
-            if u not in index:
-                self.problems.append(f"{svc}: holds {u} on {self.nodes[node_id].hostname}, "
-                                     "which that node's facts no longer list")
-                return False
-            i, is_mig = index[u]
-            if is_mig:
-                if u in self.assigned_mig.get(node_id, set()):
-                    self.problems.append(f"{svc}: MIG device {u} is held twice")
-                    return False
-                self.assigned_mig.setdefault(node_id, set()).add(u)
-                continue
-            gpus.append(i)
-            milli.append(m)
-        if gpus:
-            try:
-                self.alloc.commit(Choice(node=node_id, gpus=tuple(gpus), milli=tuple(milli),
-                                         score=0.0, explanation=f"held by {svc}"))
-            except ValueError as exc:
-                self.problems.append(f"{svc}: {exc}")
-                return False
-        return True
-
     def _pick_mig(self, spec: NodeSpec, _free: tuple[int, ...], d: Demand) -> object | None:
         f = self.facts.get(spec.name)
         if f is None or d.mig_profile is None:
@@ -322,55 +460,43 @@ class ClusterAllocator:
         got = pick_mig_device(f.gpus, d.mig_profile, self.assigned_mig.get(spec.name, set()))
         return got if isinstance(got, MigChoice) else None
 
-    def place(self, d: Demand, allowed: Callable[[NodeState], bool]) -> Choice | Unplaceable:
-        """Best node among ``allowed`` ones: the core's own scorer and GPU-set choice."""
+    # --- decisions -------------------------------------------------------------------
+    def place(self, d: Demand, allowed: Callable[[NodeState], bool] | None = None, *,
+              exclude: AbstractSet[str] = frozenset(),
+              where: Callable[[NodeState], bool] | None = None) -> Choice | Unplaceable:
+        """Best node for ``d``: the core's scorer over one node per group of nodes in the
+        same state. ``exclude`` names nodes that may not take it, ``where`` filters on
+        what a group shares (labels); ``allowed`` (any per-node test) scans every node."""
         a = self.alloc
         if d.mig_profile:
             for node in sorted(a.nodes.values(), key=lambda n: n.rank):
-                if not allowed(node):
+                if (node.blocked or node.spec.name in exclude
+                        or (where is not None and not where(node))
+                        or (allowed is not None and not allowed(node))
+                        or not a.fits(node, Demand(cpu_milli=d.cpu_milli,
+                                                   memory_mib=d.memory_mib))):
                     continue
                 got = self._pick_mig(node.spec, tuple(node.free), d)
                 if got is not None:
                     return Choice(node=node.spec.name, gpus=(), milli=(), score=0.0,
-                                  explanation=f"{d.describe()} on {node.spec.name}", mig=got)
+                                  explanation=f"{d.describe()} on {node.spec.name}", mig=got,
+                                  cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
             return Unplaceable(f"needs {d.describe()}; no allowed node has one free")
-        best: NodeState | None = None
-        best_score = -math.inf
-        for node in a.nodes.values():
-            if not allowed(node):
-                continue
-            # Nodes built alike (same capture, same free GPUs) answer alike: ask once.
-            key = (d, self.shape[node.spec.name], tuple(node.free), node.cpu_left,
-                   node.mem_left)
-            s = self._score_memo.get(key, _UNSEEN)
-            if s is _UNSEEN:
-                s = a.scorer.score(node, d) if a.fits(node, d) else None
-                self._score_memo[key] = s
-            if s is None:
-                continue
-            if s > best_score or (s == best_score and best is not None and node.rank < best.rank):
-                best, best_score = node, s
-        if best is None:
-            return Unplaceable(a.explain_unplaceable(d))
-        gpus = a.gpu_set(best, d)
-        if gpus is None:
-            return Unplaceable(a.explain_unplaceable(d))
-        milli = tuple(d.gpu_milli or 1000 for _ in gpus)
-        return Choice(node=best.spec.name, gpus=gpus, milli=milli, score=best_score,
-                      explanation=f"{d.describe()} on {best.spec.name}")
+        if allowed is not None:
+            exclude = frozenset(exclude) | {n for n, ns in a.nodes.items() if not allowed(ns)}
+        got = a.place(d, exclude=exclude, where=where)
+        if isinstance(got, Choice):
+            return Choice(node=got.node, gpus=got.gpus, milli=got.milli, score=got.score,
+                          explanation=f"{d.describe()} on {got.node}",
+                          cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
+        return got
 
     def hostnames(self, text: str) -> str:
         """Node ids in the allocator's words, as the hostnames people know."""
         for nid, n in self.nodes.items():
-            text = text.replace(nid, n.hostname)
+            if nid in text:
+                text = text.replace(nid, n.hostname)
         return text
-
-    def commit(self, choice: Choice) -> None:
-        self.version += 1
-        if isinstance(choice.mig, MigChoice):
-            self.assigned_mig.setdefault(choice.node, set()).add(choice.mig.mig_uuid)
-        elif choice.gpus:
-            self.alloc.commit(choice)
 
     def to_replica(self, choice: Choice) -> ReplicaPlacement:
         f = self.facts[choice.node]
@@ -381,6 +507,20 @@ class ClusterAllocator:
         return ReplicaPlacement(choice.node, host, choice.gpus,
                                 tuple(f.gpus[i].uuid for i in choice.gpus), choice.milli,
                                 choice.score if math.isfinite(choice.score) else None)
+
+    def commit(self, choice: Choice, service: str = "") -> None:
+        if isinstance(choice.mig, MigChoice):
+            self.assigned_mig.setdefault(choice.node, set()).add(choice.mig.mig_uuid)
+        elif choice.gpus or choice.cpu_milli or choice.memory_mib:
+            self.alloc.commit(choice)
+        if service:  # recorded as the holding the ledger will show next cycle
+            rp = self.to_replica(choice)
+            h = Holding(service, choice.node, rp.uuids, rp.milli)
+            migs = (choice.mig.mig_uuid,) if isinstance(choice.mig, MigChoice) else ()
+            self._held[(service, choice.node)] = _Held(
+                (h.label_value(), choice.cpu_milli, choice.memory_mib),
+                choice if (choice.gpus or choice.cpu_milli or choice.memory_mib) else None,
+                migs)
 
 
 def _replica_of(holding: Holding, node: SwarmNode, facts: NodeFacts | None) -> ReplicaPlacement:
@@ -435,6 +575,276 @@ def _zone_orders(req: GpuRequest, used_zones: set[str],
     return tiers
 
 
+@dataclass
+class _Cycle:
+    """What every service's planning in one cycle reads (and the plan it writes to)."""
+
+    cluster: ClusterAllocator
+    by_id: Mapping[str, SwarmNode]
+    facts: Mapping[str, NodeFacts]
+    prefix: str
+    zone_label: str
+    all_zones: set[str]
+    adopt_ungated: bool
+    plan: PlacementPlan
+    exclude: Callable[[SwarmService], frozenset[str]]
+
+
+class Planner:
+    """The placement planner: snapshot in, plan out. One object lives as long as its
+    user -- the daemon keeps it across cycles, ``simulate`` across a whole replay -- so
+    what did not change since the last cycle is not recomputed: parsed requests, the
+    allocator's nodes and holdings, unplaceable answers, the plans of settled services.
+
+    Node choice is ``SwarmScorer`` with the workload model (``swarmgpu.workload``):
+    learned from the services seen (``learn``), or pinned.
+    """
+
+    def __init__(self, *, prefix: str = "swarmgpu.", zone_label: str = "topology.zone",
+                 adopt_ungated: bool = True, generic_kind: str = "",
+                 workload: WorkloadModel | None = None) -> None:
+        self.prefix = prefix
+        self.zone_label = zone_label
+        self.adopt_ungated = adopt_ungated
+        self.generic_kind = generic_kind
+        self.model = workload if workload is not None else WorkloadModel.prior()
+        self.scorer = SwarmScorer(self.model.typical())
+        self.cluster = ClusterAllocator(scorer=self.scorer, prefix=prefix)
+        self._model_mark = self.model.seen
+        self._requests: dict[str, tuple[int, GpuRequest | RequestError | None,
+                                        tuple[int, int]]] = {}
+        self._settled: dict[str, tuple[tuple[object, ...], ServicePlan]] = {}
+        self._exclude: dict[tuple[object, ...], frozenset[str]] = {}
+        self.model_changed = False  # since the owner last stored the model
+
+    # --- the workload model ------------------------------------------------------
+    def _learn(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]]) -> None:
+        for s, r in parsed:
+            if isinstance(r, RequestError) or s.mode != "replicated":
+                continue
+            cpu, _mem = self._requests[s.id][2]
+            d = demand_of(r, cpu)
+            if d.mig_profile:
+                continue  # MIG slices are their own pool; they do not fragment shares
+            shape = d.shape()
+            if self.model.observe(s.id, f"{s.version}:{shape}", shape, max(1, s.replicas or 0)):
+                self.model_changed = True
+        self.model.forget_keys(s.id for s, _ in parsed)
+        # Refresh the policy when the model grew by a tenth (or 20 tasks) since: a new
+        # model drops the allocator's score cache, so not on every single arrival.
+        if self.model.seen - self._model_mark >= max(20.0, 0.1 * self._model_mark):
+            self.set_workload(self.model)
+
+    def set_workload(self, model: WorkloadModel) -> None:
+        self.model = model
+        self._model_mark = model.seen
+        self.cluster.alloc.set_workload(model.typical())
+        self.cluster.unplaceable.clear()
+
+    # --- one cycle -----------------------------------------------------------------
+    def _parse(self, s: SwarmService) -> GpuRequest | RequestError | None:
+        got = self._requests.get(s.id)
+        if got is None or got[0] != s.version:
+            r = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label)
+            got = (s.version, r, reservations(s.spec))
+            self._requests[s.id] = got
+        return got[1]
+
+    def _exclude_for(self, s: SwarmService) -> frozenset[str]:
+        """Nodes Swarm would refuse the service's task on: its own constraints (not the
+        gate, which swarmgpu opens) and platforms."""
+        gate_prefix = f"node.labels.{self.prefix}{GATE}"
+        cons = tuple(c for c in s.constraints
+                     if not c.replace(" ", "").lower().startswith(gate_prefix.lower()))
+        plats = tuple((str(p.get("OS") or ""), str(p.get("Architecture") or ""))
+                      for p in ((s.spec.get("TaskTemplate") or {}).get("Placement") or {})
+                      .get("Platforms") or () if isinstance(p, Mapping))
+        generic = dict(_generic_reservations(s.spec))
+        r = self._requests.get(s.id, (0, None, (0, 0)))[1]
+        if (self.generic_kind and isinstance(r, GpuRequest) and not r.mig_profile
+                and not r.is_fraction):
+            generic[self.generic_kind] = r.gpus  # what _reserve_generic will reserve
+        if not cons and not plats and not generic:
+            return frozenset()
+        key = (cons, plats, tuple(sorted(generic.items())))
+        got = self._exclude.get(key)
+        if got is None:
+            parsed, _errors = parse_constraints(cons)
+            got = frozenset(n.id for n in self._cycle_nodes
+                            if not node_satisfies(parsed, n)
+                            or (plats and not any(platform_ok(n, o, a) for o, a in plats))
+                            or any(_generic_count(n, k) < v for k, v in generic.items()))
+            self._exclude[key] = got
+        return got
+
+    def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
+             tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts]) -> PlacementPlan:
+        """Decide placements for every annotated service; say what to write, in order."""
+        prefix = self.prefix
+        plan = PlacementPlan()
+        ledger = read_ledger(nodes, prefix)
+        by_id = {n.id: n for n in nodes}
+        cluster = self.cluster
+        cluster.problems = []
+        cluster.sync_nodes(nodes, facts)
+        self._cycle_nodes = nodes
+        self._exclude = {}
+        live_names = {s.name for s in services}
+        running: dict[str, dict[str, int]] = {}
+        waiting: dict[str, list[SwarmTask]] = {}  # desired running, not running yet
+        for t in tasks:
+            if t.desired_state != "running":
+                continue
+            if t.state in ("running", "starting"):
+                running.setdefault(t.service_id, {}).setdefault(t.node_id, 0)
+                running[t.service_id][t.node_id] += 1
+            elif t.state in ACTIVE_STATES:
+                waiting.setdefault(t.service_id, []).append(t)
+
+        # Holdings of services that no longer exist are released (gate and ledger).
+        for svc_name, per_node in ledger.items():
+            if svc_name not in live_names:
+                plan.released.append(svc_name)
+                for node_id in per_node:
+                    _node_remove(plan, node_id, [assign_key(prefix, svc_name),
+                                                 gate_key(prefix, svc_name)])
+        gk = prefix + GATE
+        for n in nodes:  # stray gates without a holding
+            for k in n.labels:
+                if k.startswith(gk) and k[len(gk):] not in live_names:
+                    _node_remove(plan, n.id, [k])
+
+        parsed: list[tuple[SwarmService, GpuRequest | RequestError]] = []
+        for s in sorted(services, key=lambda s: s.name):
+            r = self._parse(s)
+            if r is not None:
+                parsed.append((s, r))
+            elif s.name in ledger:  # request labels removed: release its GPUs
+                plan.released.append(s.name)
+                for node_id in ledger[s.name]:
+                    _node_remove(plan, node_id, [assign_key(prefix, s.name),
+                                                 gate_key(prefix, s.name)])
+                stale = [k for k in s.labels if k.startswith(prefix + DEVICES)]
+                if stale:
+                    plan.services.append(ServicePlan(
+                        s.name, s.id, None, "", "released", "Released",
+                        service_labels_remove=stale))
+        if not self.model.pinned:
+            self._learn(parsed)
+
+        # First commit every valid existing holding, so new placements never reuse GPUs.
+        cluster.set_usage(tasks, services, ledger)
+        kept = self._commit_existing(parsed, ledger, by_id, facts, running)
+
+        cyc = _Cycle(cluster, by_id, facts, prefix, self.zone_label,
+                     {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
+                     plan, self._exclude_for)
+        settled: dict[str, tuple[tuple[object, ...], ServicePlan]] = {}
+        for s, r in parsed:
+            mine = kept.get(s.name, {})
+            key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
+                                    running.get(s.id, {}), waiting.get(s.id, []))
+            memo = self._settled.get(s.id)
+            if memo is not None and memo[0] == key:
+                sp = replace(memo[1], warnings=list(memo[1].warnings))
+            else:
+                sp = _plan_service(s, r, mine, ledger.get(s.name, {}), running.get(s.id, {}),
+                                   waiting.get(s.id, []), self._requests[s.id][2], cyc)
+                if self.generic_kind and sp.request is not None and sp.status != "invalid":
+                    _reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
+            if (sp.status == "placed" and not sp.needs_service_write and not sp.node_writes
+                    and not sp.new):
+                settled[s.id] = (key, replace(sp, warnings=list(sp.warnings)))
+            plan.services.append(sp)
+        self._settled = settled
+        for p in cluster.problems:
+            for sp in plan.services:
+                if p.startswith(sp.name + ":"):
+                    sp.warnings.append(p)
+        plan.workload = self.model.summary()
+        return plan
+
+    def _commit_existing(
+        self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
+        ledger: Mapping[str, Mapping[str, Holding]], by_id: Mapping[str, SwarmNode],
+        facts: Mapping[str, NodeFacts], running: Mapping[str, Mapping[str, int]],
+    ) -> dict[str, dict[str, Holding]]:
+        """Holdings kept this cycle: every valid ledger entry, then declared device lists.
+
+        The ledger (node labels only swarmgpu writes) is authoritative. A
+        ``<p>devices.<node>`` service label without a ledger entry (a stack from ``swarmgpu
+        render``, a lost node label) is adopted only onto GPUs that are still free, so a
+        service cannot take another one's GPUs by naming their UUIDs: the declared list is
+        reported and the service is placed anew, and the running owner keeps its GPUs.
+        Declared lists of services with running tasks on that node are tried first.
+        """
+        cluster, prefix = self.cluster, self.prefix
+        wanted: dict[str, dict[str, Holding]] = {}
+        order: list[tuple[str, str, Holding]] = []
+        for s, r in parsed:  # 1. the ledger
+            for node_id, h in ledger.get(s.name, {}).items():
+                if not isinstance(r, RequestError):  # invalid now: keep, never drop
+                    why = (_holding_fits(h, r, facts.get(node_id)) if node_id in by_id
+                           else "node gone")
+                    if why is not None:
+                        continue
+                wanted.setdefault(s.name, {})[node_id] = h
+                order.append((s.id, s.name, h))
+        owner = {(nid, u): svc for svc, per in wanted.items() for nid, h in per.items()
+                 for u in h.uuids}
+        declared: list[tuple[bool, str, SwarmService, GpuRequest, Holding]] = []
+        dk = prefix + DEVICES
+        for s, r in parsed:  # 2. declared device lists, onto free GPUs only
+            if isinstance(r, RequestError):
+                continue
+            for k, v in s.labels.items():
+                nid = k[len(dk):]
+                if not k.startswith(dk) or nid in ledger.get(s.name, {}) or nid not in by_id:
+                    continue
+                uuids = tuple(u for u in v.split(",") if u)
+                milli = r.gpu_milli if r.is_fraction else 1000
+                if uuids:
+                    h = Holding(s.name, nid, uuids, tuple(milli for _ in uuids))
+                    declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
+        for _, name, s, r, h in sorted(declared, key=lambda d: (d[0], d[1])):
+            # A share of a GPU may sit beside another service's share (capacity decides).
+            taken = sorted({owner[(h.node_id, u)] for u, m in zip(h.uuids, h.milli, strict=True)
+                            if m >= 1000 and owner.get((h.node_id, u), name) != name})
+            if taken:
+                cluster.problems.append(
+                    f"{name}: its label {dk}{h.node_id} names GPU(s) that {', '.join(taken)} "
+                    "hold(s) in the ledger; ignored, and the service is placed anew")
+                continue
+            if _holding_fits(h, r, facts.get(h.node_id)) is None:
+                wanted.setdefault(name, {})[h.node_id] = h
+                order.append((s.id, name, h))
+                owner.update({(h.node_id, u): name for u in h.uuids})
+        res = {(name, h.node_id): cluster.holding_reservation(sid, h.node_id,
+                                                                self._requests[sid][2])
+               for sid, name, h in order}
+        cluster.begin_holdings(wanted, res)
+        kept: dict[str, dict[str, Holding]] = {}
+        for _sid, name, h in order:
+            if cluster.commit_holding(name, h.node_id, h, res[(name, h.node_id)]):
+                kept.setdefault(name, {})[h.node_id] = h
+        return kept
+
+    def _settled_key(self, s: SwarmService, kept: Mapping[str, Holding],
+                     old: Mapping[str, Holding], by_id: Mapping[str, SwarmNode],
+                     running_on: Mapping[str, int], waiting: Sequence[SwarmTask],
+                     ) -> tuple[object, ...]:
+        """Everything a settled service's plan reads: while it is unchanged, last
+        cycle's plan (no writes) still holds."""
+        ak, gk = assign_key(self.prefix, s.name), gate_key(self.prefix, s.name)
+        nodes = tuple(sorted(
+            (nid, h.label_value(), by_id[nid].labels.get(ak), by_id[nid].labels.get(gk),
+             by_id[nid].hostname, self.cluster.node_gen.get(nid, 0))
+            for nid, h in kept.items() if nid in by_id))
+        return (s.version, nodes, tuple(sorted((n, h.label_value()) for n, h in old.items())),
+                tuple(sorted(running_on.items())),
+                tuple((t.id, t.force_update, t.error) for t in waiting))
+
+
 def plan_placement(
     nodes: Sequence[SwarmNode],
     services: Sequence[SwarmService],
@@ -445,68 +855,12 @@ def plan_placement(
     zone_label: str = "topology.zone",
     adopt_ungated: bool = True,
     generic_kind: str = "",
+    workload: WorkloadModel | None = None,
 ) -> PlacementPlan:
-    """Decide placements for every annotated service; say what to write, in order."""
-    plan = PlacementPlan()
-    ledger = read_ledger(nodes, prefix)
-    by_id = {n.id: n for n in nodes}
-    cluster = ClusterAllocator(nodes, facts, {})
-    live_names = {s.name for s in services}
-    running: dict[str, dict[str, int]] = {}
-    waiting: dict[str, list[SwarmTask]] = {}  # desired running, not running yet
-    for t in tasks:
-        if t.desired_state != "running":
-            continue
-        if t.state in ("running", "starting"):
-            running.setdefault(t.service_id, {}).setdefault(t.node_id, 0)
-            running[t.service_id][t.node_id] += 1
-        elif t.state in ACTIVE_STATES:
-            waiting.setdefault(t.service_id, []).append(t)
-
-    # Holdings of services that no longer exist are released (gate and ledger).
-    for svc_name, per_node in ledger.items():
-        if svc_name not in live_names:
-            plan.released.append(svc_name)
-            for node_id in per_node:
-                _node_remove(plan, node_id, [assign_key(prefix, svc_name),
-                                             gate_key(prefix, svc_name)])
-    gk = prefix + GATE
-    for n in nodes:  # stray gates without a holding
-        for k in n.labels:
-            if k.startswith(gk) and k[len(gk):] not in live_names:
-                _node_remove(plan, n.id, [k])
-
-    parsed: list[tuple[SwarmService, GpuRequest | RequestError]] = []
-    for s in sorted(services, key=lambda s: s.name):
-        r = parse_all(s.labels, prefix=prefix, zone_label=zone_label)
-        if r is not None:
-            parsed.append((s, r))
-        elif s.name in ledger:  # request labels removed: release its GPUs
-            plan.released.append(s.name)
-            for node_id in ledger[s.name]:
-                _node_remove(plan, node_id, [assign_key(prefix, s.name), gate_key(prefix, s.name)])
-            stale = [k for k in s.labels if k.startswith(prefix + DEVICES)]
-            if stale:
-                plan.services.append(ServicePlan(
-                    s.name, s.id, None, "", "released", "Released",
-                    service_labels_remove=stale))
-
-    # First commit every valid existing holding, so new placements never reuse GPUs.
-    kept = _commit_existing(parsed, ledger, by_id, facts, running, cluster, prefix)
-
-    all_zones = {n.labels.get(zone_label, "") for n in nodes}
-    for s, r in parsed:
-        sp = _plan_service(s, r, kept.get(s.name, {}), ledger.get(s.name, {}), cluster, by_id,
-                           facts, running.get(s.id, {}), waiting.get(s.id, []), prefix,
-                           zone_label, all_zones, adopt_ungated, plan)
-        if generic_kind and sp.request is not None and sp.status != "invalid":
-            _reserve_generic(sp, s, generic_kind, bool(running.get(s.id)))
-        plan.services.append(sp)
-    for p in cluster.problems:
-        for sp in plan.services:
-            if p.startswith(sp.name + ":"):
-                sp.warnings.append(p)
-    return plan
+    """One cycle of a fresh ``Planner`` (``render``, ``plan`` and tests)."""
+    return Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=adopt_ungated,
+                   generic_kind=generic_kind, workload=workload).plan(
+        nodes, services, tasks, facts)
 
 
 def _node_set(plan: PlacementPlan, node_id: str, labels: Mapping[str, str]) -> None:
@@ -520,11 +874,11 @@ def _node_remove(plan: PlacementPlan, node_id: str, keys: Sequence[str]) -> None
 
 def _plan_service(
     s: SwarmService, r: GpuRequest | RequestError, kept: dict[str, Holding],
-    old: Mapping[str, Holding], cluster: ClusterAllocator, by_id: Mapping[str, SwarmNode],
-    facts: Mapping[str, NodeFacts], running_on: Mapping[str, int],
-    waiting: Sequence[SwarmTask], prefix: str,
-    zone_label: str, all_zones: set[str], adopt_ungated: bool, plan: PlacementPlan,
+    old: Mapping[str, Holding], running_on: Mapping[str, int],
+    waiting: Sequence[SwarmTask], res: tuple[int, int], cyc: _Cycle,
 ) -> ServicePlan:
+    """One service's plan, in steps: can it be placed at all, is it gated, which
+    holdings it keeps, where its missing replicas go, what to write, what to report."""
     if isinstance(r, RequestError):
         return ServicePlan(s.name, s.id, None, "", "invalid", "Invalid", reason=str(r))
     sp = ServicePlan(s.name, s.id, r, r.describe(), "placed", "Active")
@@ -533,105 +887,174 @@ def _plan_service(
         sp.reason = (f"{s.mode} services cannot carry GPU requests; use mode: replicated "
                      "with replicas")
         return sp
-    if f"{prefix}{MOVE_STATE}" in s.labels:
+    if f"{cyc.prefix}{MOVE_STATE}" in s.labels:
         # A rebalancing move owns this service until it ends (swarmgpu.rebalance.mover):
         # its holdings stay reserved (committed above), nothing is written here.
         sp.state = "Rebalancing"
-        sp.placements = sorted((_replica_of(h, by_id[nid], facts.get(nid))
-                                for nid, h in kept.items() if nid in by_id),
+        sp.placements = sorted((_replica_of(h, cyc.by_id[nid], cyc.facts.get(nid))
+                                for nid, h in kept.items() if nid in cyc.by_id),
                                key=lambda p: p.hostname)
         sp.warnings.append("a rebalancing move is in progress; placement waits for it")
         return sp
+    if not _gate_service(sp, s, cyc):
+        return sp
     replicas = s.replicas or 0
+    if replicas > 1 and s.max_replicas_per_node != 1:
+        sp.set_max_replicas = 1
+    holdings = _keep_holdings(sp, s, kept, old, running_on, replicas, cyc)
+    placements = [_replica_of(h, cyc.by_id[nid], cyc.facts.get(nid))
+                  for nid, h in holdings.items() if nid in cyc.by_id]
+    reasons = _place_missing(sp, s, r, placements, replicas - len(placements), res, cyc)
+    sp.placements = sorted(placements, key=lambda p: p.hostname)
+    gates_open = _write_devices_and_gates(sp, s, running_on, waiting, cyc)
+    if len(sp.placements) < replicas:
+        sp.status = "pending"
+        sp.reason = "; ".join(reasons) or "not enough nodes"
+        if len(sp.placements) and reasons:
+            sp.reason = f"{len(sp.placements)} of {replicas} replicas placed; {sp.reason}"
+    elif gates_open and (refused := _swarm_refuses(waiting)):
+        # Placed by the ledger, but Swarm says it cannot run the task there: not placed.
+        sp.status = "pending"
+        sp.reason = f"Swarm cannot run its task: {refused}"
+    sp.state = _state(sp, s, running_on, replicas)
+    if r.rebalance is Rebalance.NEVER:
+        sp.warnings.append("opted out of rebalancing")
+    return sp
+
+
+def _gate_service(sp: ServicePlan, s: SwarmService, cyc: _Cycle) -> bool:
+    """The gate constraint and env template: present, added (adopted), or reported.
+    A gate naming another service (a stack rendered or deployed under another name) is
+    replaced: with it the tasks would wait forever. False when the service waits."""
+    prefix = cyc.prefix
     gate = gate_constraint(prefix, s.name)
+    own = f"node.labels.{prefix}{GATE}".lower()
+    foreign = [c for c in s.constraints
+               if c.replace(" ", "").lower().startswith(own) and c.replace(" ", "") != gate]
     has_gate = any(c.replace(" ", "") == gate for c in s.constraints)
     tmpl = env_template(prefix)
     has_env = any(e == tmpl for e in s.env)
-    if not has_gate or not has_env:
-        missing = [x for x, ok in ((f"constraint {gate}", has_gate),
-                                   (f"env {tmpl}", has_env)) if not ok]
-        if not adopt_ungated:
-            sp.status, sp.state = "pending", "Pending"
-            sp.reason = ("not gated: add " + " and ".join(missing) +
-                         " to the service (or deploy through `swarmgpu render`)")
-            return sp
-        sp.warnings.append("adopted: swarmgpu added " + " and ".join(missing) +
-                           "; put them in the stack file so a re-deploy keeps them")
+    _share_env(sp, s, cyc)
+    if foreign:
+        sp.warnings.append(
+            f"its gate constraint {', '.join(foreign)} names another service (a stack "
+            f"rendered or deployed under another name): swarmgpu replaces it with {gate}; "
+            f"fix the stack file (render with -n matching the deploy name)")
+        sp.remove_constraints.extend(foreign)
         if not has_gate:
             sp.add_constraints.append(gate)
-        if not has_env:
-            sp.add_env.append(tmpl)
-        if ORDER_ENV not in s.env:
-            sp.add_env.append(ORDER_ENV)
-    share_env = missing_env(prefix, s.env) if r.is_fraction else []
-    if share_env and adopt_ungated:
+        has_gate = True
+    if has_gate and has_env:
+        return True
+    missing = [x for x, ok in ((f"constraint {gate}", has_gate),
+                               (f"env {tmpl}", has_env)) if not ok]
+    if not cyc.adopt_ungated:
+        sp.status, sp.state = "pending", "Pending"
+        sp.reason = ("not gated: add " + " and ".join(missing) +
+                     " to the service (or deploy through `swarmgpu render`)")
+        return False
+    sp.warnings.append("adopted: swarmgpu added " + " and ".join(missing) +
+                       "; put them in the stack file so a re-deploy keeps them")
+    if not has_gate:
+        sp.add_constraints.append(gate)
+    if not has_env:
+        sp.add_env.append(tmpl)
+    if ORDER_ENV not in s.env:
+        sp.add_env.append(ORDER_ENV)
+    return True
+
+
+def _share_env(sp: ServicePlan, s: SwarmService, cyc: _Cycle) -> None:
+    """A shared GPU's containers are told their share (``swarmgpu.sharing``)."""
+    r = sp.request
+    share_env = missing_env(cyc.prefix, s.env) if r is not None and r.is_fraction else []
+    if share_env and cyc.adopt_ungated:
         sp.add_env.extend(share_env)
         sp.warnings.append("adopted: swarmgpu added the env lines that tell each container "
                            "its share; put them in the stack file so a re-deploy keeps them")
     elif share_env:
         sp.warnings.append("its containers are not told their share: add env "
                            + " and ".join(share_env))
-    if replicas > 1 and s.max_replicas_per_node != 1:
-        sp.set_max_replicas = 1
 
-    # Scale down: drop holdings beyond the replica count, idle nodes first.
+
+def _keep_holdings(sp: ServicePlan, s: SwarmService, kept: Mapping[str, Holding],
+                   old: Mapping[str, Holding], running_on: Mapping[str, int], replicas: int,
+                   cyc: _Cycle) -> dict[str, Holding]:
+    """Holdings the service keeps: valid ones up to its replica count (idle nodes are
+    dropped first on a scale-down); the rest are released."""
     holdings = dict(kept)
+    by_id = cyc.by_id
     if len(holdings) > replicas:
         order = sorted(holdings, key=lambda nid: (running_on.get(nid, 0), by_id[nid].hostname
                                                   if nid in by_id else nid))
         for nid in order[: len(holdings) - replicas]:
             del holdings[nid]
-    # Holdings that no longer fit (or were dropped) are released.
     for nid in old:
         if nid not in holdings:
-            _node_remove(plan, nid, [assign_key(prefix, s.name), gate_key(prefix, s.name)])
+            _node_remove(cyc.plan, nid, [assign_key(cyc.prefix, s.name),
+                                         gate_key(cyc.prefix, s.name)])
+            sp.node_writes = True
             where = by_id[nid].hostname if nid in by_id else nid
             sp.warnings.append(f"released its GPUs on {where}")
+    return holdings
 
-    placements = [_replica_of(h, by_id[nid], facts.get(nid)) for nid, h in holdings.items()
-                  if nid in by_id]
-    missing_n = replicas - len(placements)
-    demand = demand_of(r)
+
+def _place_missing(sp: ServicePlan, s: SwarmService, r: GpuRequest,
+                   placements: list[ReplicaPlacement], missing_n: int,
+                   res: tuple[int, int], cyc: _Cycle) -> list[str]:
+    """Choose nodes and GPUs for the replicas that hold nothing yet; reasons when not."""
+    cluster, by_id = cyc.cluster, cyc.by_id
+    demand = demand_of(r, *res)
     reasons: list[str] = []
-    used_nodes = set(holdings)
-    used_zones = {by_id[nid].labels.get(zone_label, "") for nid in used_nodes if nid in by_id}
+    used_nodes = {p.node_id for p in placements}
+    used_zones = {by_id[nid].labels.get(cyc.zone_label, "") for nid in used_nodes
+                  if nid in by_id}
+    swarm_no = cyc.exclude(s)
     for _ in range(max(0, missing_n)):
-        # Before a service holds anything, the question depends only on the demand and
-        # its zone wishes: many identical pending requests share one answer per state.
-        memo_key = (demand, r.zone_prefer, r.zone_avoid, cluster.version)
+        # Before a service holds anything the answer depends only on the demand, its
+        # zone wishes and constraints: identical pending requests share one answer
+        # while the cluster's capacity has not grown.
+        memo_key = (demand, r.zone_prefer, r.zone_avoid, swarm_no)
         known = cluster.unplaceable.get(memo_key) if not used_nodes else None
-        choice: Choice | Unplaceable = known or Unplaceable("no candidate node")
-        for tier in ([] if known else _zone_orders(r, used_zones, all_zones)):
-            def allowed(node: NodeState, tier: Callable[[str | None], bool] = tier) -> bool:
-                n = by_id.get(node.spec.name)
-                return (n is not None and _schedulable(n) and node.spec.name not in used_nodes
-                        and tier(n.labels.get(zone_label, "")))
-            try:
-                choice = cluster.place(demand, allowed)
-            except MigProfileError as exc:
-                choice = Unplaceable(str(exc))
-            if isinstance(choice, Choice):
-                break
+        choice: Choice | Unplaceable = Unplaceable("no candidate node")
+        if known is not None and known[0] == cluster.version:
+            choice = known[1]
+        else:
+            exclude = swarm_no | used_nodes if used_nodes else swarm_no
+            for tier in _zone_orders(r, used_zones, cyc.all_zones):
+                def where(node: NodeState, tier: Callable[[str | None], bool] = tier) -> bool:
+                    return tier(node.spec.labels.get(cyc.zone_label, ""))
+                try:
+                    choice = cluster.place(demand, exclude=exclude, where=where)
+                except MigProfileError as exc:
+                    choice = Unplaceable(str(exc))
+                if isinstance(choice, Choice):
+                    break
+            if isinstance(choice, Unplaceable) and not used_nodes:
+                cluster.unplaceable[memo_key] = (cluster.version, choice)
         if isinstance(choice, Unplaceable):
-            if not used_nodes:
-                cluster.unplaceable[memo_key] = choice
             reasons.append(cluster.hostnames(choice.reason))
             break
-        cluster.commit(choice)
+        cluster.commit(choice, s.name)
         rp = cluster.to_replica(choice)
         placements.append(rp)
         used_nodes.add(rp.node_id)
-        used_zones.add(by_id[rp.node_id].labels.get(zone_label, ""))
+        used_zones.add(by_id[rp.node_id].labels.get(cyc.zone_label, ""))
         sp.new = True
+    return reasons
 
-    sp.placements = sorted(placements, key=lambda p: p.hostname)
-    # Desired Swarm state for this service: device labels, ledger, gates.
+
+def _write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mapping[str, int],
+                             waiting: Sequence[SwarmTask], cyc: _Cycle) -> bool:
+    """The desired Swarm state for the service: device labels, ledger, gates. True when
+    every gate is open (or opens in this plan)."""
+    prefix, by_id = cyc.prefix, cyc.by_id
     want_devices = {devices_key(prefix, p.node_id): ",".join(p.uuids) for p in sp.placements}
     have_devices = {k: v for k, v in s.labels.items()
                     if k.startswith(prefix + DEVICES) or is_share_key(k, prefix)}
     # A shared GPU's container is told its share the same way (swarmgpu.sharing).
     want_devices.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
-                                             for p in sp.placements), facts, have_devices))
+                                             for p in sp.placements), cyc.facts, have_devices))
     sp.service_labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
     sp.service_labels_remove = sorted(k for k in have_devices if k not in want_devices)
     # Swarm copies the service's labels into a task when it creates it, and a pending
@@ -662,13 +1085,14 @@ def _plan_service(
     # closed gate never allows: replace all waiting tasks at once (parallelism 0) when
     # nothing runs yet, and give the user's parallelism back once the gates are open.
     par_key = f"{prefix}state.update-parallelism"
-    current_par = int((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1))
+    current_par = _int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
     if sp.force_update and not running_on and current_par != 0:
         sp.service_labels_set.setdefault(par_key, str(current_par))
         sp.set_update_parallelism = 0
     elif gate_ready and par_key in s.labels and current_par == 0:
         sp.set_update_parallelism = _int_or0(s.labels[par_key]) or 1
         sp.service_labels_remove.append(par_key)
+    all_open = True
     for p in sp.placements:
         node = by_id[p.node_id]
         h = Holding(s.name, p.node_id, p.uuids, p.milli)
@@ -677,18 +1101,24 @@ def _plan_service(
             want[gate_key(prefix, s.name)] = "true"
         else:
             sp.gates_deferred = True
+            all_open = False
         diff = {k: v for k, v in want.items() if node.labels.get(k) != v}
         if diff:
-            _node_set(plan, p.node_id, diff)
-    if len(sp.placements) < replicas:
-        sp.status = "pending"
-        sp.reason = "; ".join(reasons) or "not enough nodes"
-        if len(sp.placements) and reasons:
-            sp.reason = f"{len(sp.placements)} of {replicas} replicas placed; {sp.reason}"
-    sp.state = _state(sp, s, running_on, replicas)
-    if r.rebalance is Rebalance.NEVER:
-        sp.warnings.append("opted out of rebalancing")
-    return sp
+            _node_set(cyc.plan, p.node_id, diff)
+            sp.node_writes = True
+    return all_open
+
+
+# What Swarm's scheduler writes into a task it cannot place (swarmkit scheduler/filter.go).
+_REFUSED = ("no suitable node", "insufficient resources")
+
+
+def _swarm_refuses(waiting: Sequence[SwarmTask]) -> str:
+    for t in waiting:
+        for text in (t.error, t.message):
+            if any(x in text.lower() for x in _REFUSED):
+                return text
+    return ""
 
 
 def _reserve_generic(sp: ServicePlan, s: SwarmService, kind: str, running: bool) -> None:
@@ -712,6 +1142,22 @@ def _reserve_generic(sp: ServicePlan, s: SwarmService, kind: str, running: bool)
     sp.set_generic = (kind, req.gpus)
 
 
+def _generic_reservations(spec: Mapping[str, Any]) -> list[tuple[str, int]]:
+    res = (spec.get("TaskTemplate") or {}).get("Resources") or {}
+    out: list[tuple[str, int]] = []
+    for gr in (res.get("Reservations") or {}).get("GenericResources") or []:
+        d = gr.get("DiscreteResourceSpec") or {}
+        if d.get("Kind"):
+            out.append((str(d["Kind"]), _int_or0(str(d.get("Value") or 0))))
+    return out
+
+
+def _generic_count(node: SwarmNode, kind: str) -> int:
+    """Generic resources of ``kind`` the node advertises (a node must have at least a
+    task's reservation; what other tasks hold of them is Swarm's to count)."""
+    return node.discrete_resources.get(kind, 0) + len(node.generic_resources.get(kind, ()))
+
+
 def _int_or0(v: str | None) -> int:
     try:
         return int(v or 0)
@@ -727,63 +1173,3 @@ def _state(sp: ServicePlan, s: SwarmService, running_on: Mapping[str, int], repl
     if sum(running_on.values()) >= replicas and replicas > 0:
         return "Active"
     return "Allocated"
-
-
-# --- existing holdings: the ledger first ------------------------------------------------
-
-
-def _commit_existing(
-    parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
-    ledger: Mapping[str, Mapping[str, Holding]], by_id: Mapping[str, SwarmNode],
-    facts: Mapping[str, NodeFacts], running: Mapping[str, Mapping[str, int]],
-    cluster: ClusterAllocator, prefix: str,
-) -> dict[str, dict[str, Holding]]:
-    """Holdings kept this cycle: every valid ledger entry, then declared device lists.
-
-    The ledger (node labels only swarmgpu writes) is authoritative. A ``<p>devices.<node>``
-    service label without a ledger entry (a stack from ``swarmgpu render``, a lost node
-    label) is adopted only onto GPUs that are still free, so a service cannot take another
-    one's GPUs by naming their UUIDs: the declared list is reported and the service is
-    placed anew, and the running owner keeps its GPUs. Declared lists of services with
-    running tasks on that node are tried first.
-    """
-    kept: dict[str, dict[str, Holding]] = {}
-    for s, r in parsed:  # 1. the ledger
-        for node_id, h in ledger.get(s.name, {}).items():
-            if isinstance(r, RequestError):
-                kept.setdefault(s.name, {})[node_id] = h  # invalid now: keep, never drop
-                cluster._commit_holding(s.name, node_id, h)
-                continue
-            why = _holding_fits(h, r, facts.get(node_id)) if node_id in by_id else "node gone"
-            if why is None and cluster._commit_holding(s.name, node_id, h):
-                kept.setdefault(s.name, {})[node_id] = h
-    owner = {(nid, u): svc for svc, per in kept.items() for nid, h in per.items()
-             for u in h.uuids}
-    declared: list[tuple[bool, str, SwarmService, GpuRequest, Holding]] = []
-    dk = prefix + DEVICES
-    for s, r in parsed:  # 2. declared device lists, onto free GPUs only
-        if isinstance(r, RequestError):
-            continue
-        for k, v in s.labels.items():
-            nid = k[len(dk):]
-            if not k.startswith(dk) or nid in ledger.get(s.name, {}) or nid not in by_id:
-                continue
-            uuids = tuple(u for u in v.split(",") if u)
-            milli = r.gpu_milli if r.is_fraction else 1000
-            if uuids:
-                h = Holding(s.name, nid, uuids, tuple(milli for _ in uuids))
-                declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
-    for _, name, _s, r, h in sorted(declared, key=lambda d: (d[0], d[1])):
-        # A share of a GPU may sit beside another service's share (capacity decides).
-        taken = sorted({owner[(h.node_id, u)] for u, m in zip(h.uuids, h.milli, strict=True)
-                        if m >= 1000 and owner.get((h.node_id, u), name) != name})
-        if taken:
-            cluster.problems.append(
-                f"{name}: its label {dk}{h.node_id} names GPU(s) that {', '.join(taken)} "
-                "hold(s) in the ledger; ignored, and the service is placed anew")
-            continue
-        why = _holding_fits(h, r, facts.get(h.node_id))
-        if why is None and cluster._commit_holding(name, h.node_id, h):
-            kept.setdefault(name, {})[h.node_id] = h
-            owner.update({(h.node_id, u): name for u in h.uuids})
-    return kept

@@ -57,7 +57,8 @@ def _service_compute(sp: ServicePlan) -> Any:
         new["Labels"] = labels
         tt = new.setdefault("TaskTemplate", {})
         placement = tt.setdefault("Placement", {})
-        cons = list(placement.get("Constraints") or [])
+        gone = {c.replace(" ", "") for c in sp.remove_constraints}
+        cons = [c for c in placement.get("Constraints") or [] if c.replace(" ", "") not in gone]
         for c in sp.add_constraints:
             if c not in cons:
                 cons.append(c)

@@ -44,6 +44,12 @@ class SwarmNode:
     generic_resources: Mapping[str, tuple[str, ...]]  # kind -> named values
     discrete_resources: Mapping[str, int]  # kind -> count
     leader: bool = False
+    # Description.Resources and .Platform: what Swarm's scheduler checks reservations
+    # and platform constraints against (None: unknown, never a reason to refuse).
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+    os: str = ""
+    arch: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class SwarmTask:
     env: tuple[str, ...]
     error: str = ""
     force_update: int = 0  # the service's ForceUpdate when this task was created
+    cpu_milli: int = 0  # Resources.Reservations: what Swarm counts against its node
+    memory_mib: int = 0
+    message: str = ""  # Status.Message ("pending task scheduling", ...)
 
 
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
@@ -110,7 +119,32 @@ def node_from_api(raw: Mapping[str, Any]) -> SwarmNode:
         generic_resources={k: tuple(sorted(v)) for k, v in named.items()},
         discrete_resources=discrete,
         leader=bool(mstatus.get("Leader", False)),
+        cpu_milli=_nano_to_milli(desc.get("Resources", {}).get("NanoCPUs")),
+        memory_mib=_bytes_to_mib(desc.get("Resources", {}).get("MemoryBytes")),
+        os=str((desc.get("Platform") or {}).get("OS") or ""),
+        arch=str((desc.get("Platform") or {}).get("Architecture") or ""),
     )
+
+
+def _nano_to_milli(v: Any) -> int | None:
+    try:
+        return int(v) // 1_000_000 if v else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _bytes_to_mib(v: Any) -> int | None:
+    try:
+        return int(v) // (1024 * 1024) if v else None
+    except (TypeError, ValueError):
+        return None
+
+
+def reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
+    """(CPU milli, memory MiB) a service or task spec reserves on its node."""
+    tt = spec.get("TaskTemplate", spec)
+    res = ((tt.get("Resources") or {}).get("Reservations") or {})
+    return (_nano_to_milli(res.get("NanoCPUs")) or 0, _bytes_to_mib(res.get("MemoryBytes")) or 0)
 
 
 def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
@@ -148,6 +182,9 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         env=tuple(spec.get("ContainerSpec", {}).get("Env") or ()),
         error=status.get("Err", "") or "",
         force_update=int(spec.get("ForceUpdate") or 0),
+        cpu_milli=reservations(spec)[0],
+        memory_mib=reservations(spec)[1],
+        message=str(status.get("Message", "") or ""),
     )
 
 
@@ -206,6 +243,44 @@ class SwarmClient:
 
     def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
         return [task_from_api(t) for t in self._call(self._api.tasks, filters=dict(filters or {}))]
+
+    def swarm_labels(self) -> Mapping[str, str]:
+        """Labels of the swarm object itself (``docker swarm update`` has no flag for
+        them; the API does): cluster-wide state that survives leader changes."""
+        raw = self._call(self._api.inspect_swarm)
+        return dict((raw.get("Spec") or {}).get("Labels") or {})
+
+    def update_swarm_labels(
+        self, compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
+        *, attempts: int = 5,
+    ) -> bool:
+        """Read-modify-write the swarm object's labels (same contract as node labels);
+        the rest of the swarm spec is posted back unchanged."""
+        for _ in range(attempts):
+            raw = self._call(self._api.inspect_swarm)
+            spec = dict(raw.get("Spec") or {})
+            current = dict(spec.get("Labels") or {})
+            new = compute(current)
+            if new is None or dict(new) == current:
+                return False
+            spec["Labels"] = dict(new)
+            try:
+                with self._lock:
+                    self.writes += 1
+                self._call(self._post_swarm_update, int(raw["Version"]["Index"]), spec)
+                return True
+            except VersionConflict:
+                continue
+        raise VersionConflict(f"swarm labels kept changing for {attempts} attempts")
+
+    def _post_swarm_update(self, version: int, spec: Mapping[str, Any]) -> None:
+        # The SDK's update_swarm rebuilds the spec from keyword parts; posting the whole
+        # spec read just before keeps every setting swarmgpu does not own.
+        url = self._api._url("/swarm/update")
+        resp = self._api._post_json(url, data=dict(spec), params={
+            "version": version, "rotateWorkerToken": "false",
+            "rotateManagerToken": "false", "rotateManagerUnlockKey": "false"})
+        self._api._raise_for_status(resp)
 
     def events(self, *, types: tuple[str, ...] = ("node", "service")) -> Iterator[dict[str, Any]]:
         """Blocking iterator over engine events; raises SwarmUnavailable when cut."""

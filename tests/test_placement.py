@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from gpu_nodes import DGX_A100, RTX4090
 
+from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.placement import (
     env_template,
     gate_constraint,
@@ -13,6 +14,7 @@ from swarmgpu.placement import (
     read_ledger,
 )
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.workload import WorkloadModel
 
 P = "swarmgpu."
 
@@ -140,7 +142,11 @@ def test_redeploy_removed_device_labels_restored_in_one_service_write() -> None:
 
 def test_fraction_packs_by_memory_and_never_over() -> None:
     services = [svc(f"small{i}", {"swarmgpu.gpu-fraction": "0.3"}) for i in range(4)]
-    plan = plan_placement([R4090], services, [], {"n-4090": FACTS["n-4090"]})
+    # A cluster whose work is 0.3 shares: a GPU left with 0.1 wastes the same whether
+    # it is broken now or later, so shares pack (ties go to the fullest GPU).
+    only_shares = WorkloadModel.fixed([TaskShape(0, 300, 1)], "test")
+    plan = plan_placement([R4090], services, [], {"n-4090": FACTS["n-4090"]},
+                          workload=only_shares)
     per_gpu: dict[str, int] = {}
     for sp in plan.services:
         (p,) = sp.placements

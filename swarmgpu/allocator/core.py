@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as Set
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -136,11 +137,13 @@ MigPicker = Callable[[NodeSpec, tuple[int, ...], Demand], object | None]
 class NodeState:
     """One node's spec and what is free on it now."""
 
-    __slots__ = ("cpu_left", "free", "gkey", "mem_left", "product", "rank", "simple", "spec")
+    __slots__ = ("blocked", "cpu_left", "free", "gkey", "mem_left", "product", "rank", "simple",
+                 "spec")
 
     def __init__(self, spec: NodeSpec, rank: int) -> None:
         self.spec = spec
         self.rank = rank
+        self.blocked = False  # holds what it holds, takes nothing new (down, drained)
         self.free = [g.capacity_milli if g.healthy else 0 for g in spec.gpus]
         self.cpu_left = spec.cpu_milli
         self.mem_left = spec.memory_mib
@@ -158,8 +161,9 @@ class NodeState:
             g0 = self.spec.gpus[0] if self.spec.gpus else None
             sig = (self.product, g0.memory_mib if g0 else 0, len(self.spec.gpus),
                    tuple(sorted(self.spec.labels.items())))
-            return (sig, self.cpu_left, self.mem_left, tuple(sorted(self.free)))
-        return ("node", self.spec.name, self.cpu_left, self.mem_left, tuple(self.free))
+            return (sig, self.blocked, self.cpu_left, self.mem_left, tuple(sorted(self.free)))
+        return ("node", self.spec.name, self.blocked, self.cpu_left, self.mem_left,
+                tuple(self.free))
 
     def free_total(self) -> int:
         return sum(self.free)
@@ -295,8 +299,19 @@ class Allocator:
         self._groups: dict[tuple[object, ...], dict[str, NodeState]] = {}
         self._gpu_groups: dict[tuple[object, ...], dict[str, NodeState]] = {}
         self._group_best: dict[tuple[object, ...], NodeState] = {}
+        self._usage: dict[str, tuple[int, int]] = {}
         self._memo: dict[Demand, dict[tuple[object, ...], float | None]] = {}
         self.decisions = 0
+        # Bumped whenever capacity may have grown (a release, a node added or unblocked,
+        # less CPU reserved): an answer "nothing fits" stays true while it is unchanged.
+        self.capacity_gen = 0
+
+    def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
+        """Give the scorer a new workload model; cached scores are dropped."""
+        setter = getattr(self.scorer, "set_workload", None)
+        if setter is not None:
+            setter(workload)
+        self._memo.clear()
 
     # --- state ---------------------------------------------------------
     def add_node(self, spec: NodeSpec, rank: int | None = None) -> None:
@@ -306,6 +321,39 @@ class Allocator:
         node = NodeState(spec, len(self.nodes) if rank is None else rank)
         self.nodes[spec.name] = node
         self._enter(node)
+        self.capacity_gen += 1
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node and everything committed on it."""
+        node = self.nodes.pop(name)
+        self._leave(node)
+
+    def set_usage(self, name: str, cpu_milli: int, memory_mib: int) -> None:
+        """What the node's resources hold besides committed choices (other tasks'
+        reservations): ``cpu_left``/``mem_left`` move by the change."""
+        node = self.nodes[name]
+        old_cpu, old_mem = self._usage.get(name, (0, 0))
+        if (old_cpu, old_mem) == (cpu_milli, memory_mib):
+            return
+        self._usage[name] = (cpu_milli, memory_mib)
+        self._leave(node)
+        if node.cpu_left is not None:
+            node.cpu_left -= cpu_milli - old_cpu
+        if node.mem_left is not None:
+            node.mem_left -= memory_mib - old_mem
+        self._enter(node)
+        if cpu_milli < old_cpu or memory_mib < old_mem:
+            self.capacity_gen += 1
+
+    def set_blocked(self, name: str, blocked: bool) -> None:
+        node = self.nodes[name]
+        if node.blocked == blocked:
+            return
+        self._leave(node)
+        node.blocked = blocked
+        self._enter(node)
+        if not blocked:
+            self.capacity_gen += 1
 
     def _enter(self, node: NodeState) -> None:
         node.gkey = node.group_key()
@@ -363,6 +411,8 @@ class Allocator:
         if node.mem_left is not None:
             node.mem_left += sign * choice.memory_mib
         self._enter(node)
+        if sign > 0:
+            self.capacity_gen += 1
 
     # --- decisions -----------------------------------------------------
     def eligible_gpus(self, node: NodeState, d: Demand) -> list[int]:
@@ -422,6 +472,8 @@ class Allocator:
         return None
 
     def fits(self, node: NodeState, d: Demand) -> bool:
+        if node.blocked:
+            return False
         if node.cpu_left is not None and node.cpu_left < d.cpu_milli:
             return False
         if node.mem_left is not None and node.mem_left < d.memory_mib:
@@ -443,11 +495,14 @@ class Allocator:
                 return True
         return self.gpu_set(node, d) is not None
 
-    def place(self, d: Demand, *, explain: bool = True) -> Choice | Unplaceable:
+    def place(self, d: Demand, *, explain: bool = True, exclude: Set[str] = frozenset(),
+              where: Callable[[NodeState], bool] | None = None) -> Choice | Unplaceable:
         """The best node and GPUs for ``d`` now; changes nothing (see ``commit``).
 
-        ``explain=False`` skips naming the closest node when nothing fits (a scan of every
-        node; replays that expect many failures turn it off).
+        ``exclude`` names nodes that may not take it (Swarm constraints, one replica per
+        node); ``where`` filters on what every node of a group shares (spec labels, e.g.
+        zones). ``explain=False`` skips naming the closest node when nothing fits (a scan
+        of every node state; replays that expect many failures turn it off).
         """
         self.decisions += 1
         if d.mig_profile:
@@ -468,13 +523,21 @@ class Allocator:
                 memo[gk] = s
             if s is None:
                 continue
+            rep = group_best[gk]
+            if where is not None and not where(rep):
+                continue
+            if exclude and rep.spec.name in exclude:
+                others = [m for m in self._groups[gk].values() if m.spec.name not in exclude]
+                if not others:
+                    continue
+                rep = min(others, key=lambda m: m.rank)
             if s > best_score:
-                best_score, best = s, group_best[gk]
-            elif s == best_score and best is not None and group_best[gk].rank < best.rank:
-                best = group_best[gk]
+                best_score, best = s, rep
+            elif s == best_score and best is not None and rep.rank < best.rank:
+                best = rep
         if best is None:
-            return Unplaceable(self.explain_unplaceable(d) if explain
-                               else f"needs {d.describe()}; no node fits")
+            return Unplaceable(self.explain_unplaceable(d, exclude=exclude, where=where)
+                               if explain else f"needs {d.describe()}; no node fits")
         gpus = self.gpu_set(best, d)
         assert gpus is not None  # fits() said so
         milli = tuple(d.gpu_milli if d.gpu_milli else best.spec.gpus[i].capacity_milli
@@ -516,13 +579,25 @@ class Allocator:
         return (f"{d.describe()} on {node.spec.name} GPU {where} ({self.scorer.name}); "
                 f"node keeps {left / MILLI:.2f} GPU free")
 
-    def explain_unplaceable(self, d: Demand) -> str:
-        """Why no node fits, naming the node that came closest."""
+    def explain_unplaceable(self, d: Demand, *, exclude: Set[str] = frozenset(),
+                            where: Callable[[NodeState], bool] | None = None) -> str:
+        """Why no node fits, naming the node that came closest (one node per state)."""
         if not self.nodes:
             return f"needs {d.describe()}; no nodes are known"
+        if exclude:
+            # A node that would take it but is excluded: say which rule, not topology.
+            for gk, members in self._groups.items():
+                rep = self._group_best[gk]
+                if ((where is None or where(rep)) and self.fits(rep, d)
+                        and all(m in exclude for m in members)):
+                    return (f"needs {d.describe()}; only nodes already excluded have room "
+                            f"(e.g. {rep.spec.name}: one replica per node, or the "
+                            "service's own placement constraints)")
         best_name, best_have, why = "", -1, ""
-        for node in sorted(self.nodes.values(), key=lambda n: n.rank):
-            if any(node.spec.labels.get(k) != v for k, v in d.node_labels):
+        for node in sorted(self._group_best.values(), key=lambda n: n.rank):
+            if node.blocked:
+                have, reason = 0, "it is not schedulable (down, paused or drained)"
+            elif any(node.spec.labels.get(k) != v for k, v in d.node_labels):
                 have, reason = 0, "labels do not match"
             elif node.cpu_left is not None and node.cpu_left < d.cpu_milli:
                 have, reason = 0, f"only {node.cpu_left} CPU milli free"

@@ -1,0 +1,167 @@
+"""The long-lived planner: CPU-aware, Swarm's own constraints, the workload model it
+learns, truthful status, and that its incremental state equals a fresh build."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from gpu_nodes import RTX4090
+from test_placement import P, apply, node, svc
+
+from swarmgpu.allocator.fragmentation import TaskShape
+from swarmgpu.placement import Planner, gate_constraint, plan_placement, read_ledger
+from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.workload import WorkloadModel
+
+CPU2 = 2000
+
+
+def cpu_node(nid: str, host: str, cpu_milli: int = CPU2, **kw: object) -> SwarmNode:
+    return replace(node(nid, host), cpu_milli=cpu_milli, memory_mib=8192, **kw)  # type: ignore[arg-type]
+
+
+def reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
+    spec = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": cpu_milli * 1_000_000}}}}
+    return replace(s, spec=spec)
+
+
+def task(tid: str, service: SwarmService, node_id: str, cpu_milli: int,
+         state: str = "running", err: str = "") -> SwarmTask:
+    return SwarmTask(id=tid, service_id=service.id, node_id=node_id, slot=1, state=state,
+                     desired_state="running", env=(), error=err, cpu_milli=cpu_milli)
+
+
+def two_nodes() -> tuple[list[SwarmNode], dict[str, object]]:
+    nodes = [cpu_node("n-a", "node-a"), cpu_node("n-b", "node-b")]
+    facts = {"n-a": RTX4090.facts(), "n-b": RTX4090.facts()}
+    return nodes, facts
+
+
+def test_cpu_reserved_by_a_running_task_sends_the_next_service_elsewhere() -> None:
+    """The issue's case: X runs on node A and reserves 1.5 of its 2 CPUs; Y (1 CPU) must
+    not get devices on A, though A is 'already in use'."""
+    nodes, facts = two_nodes()
+    x = reserving(svc("x", {"swarmgpu.gpus": "1"}), 1500)
+    plan = plan_placement(nodes, [x], [], facts)  # type: ignore[arg-type]
+    (px,) = plan.services[0].placements
+    nodes = apply(nodes, plan)
+    y = reserving(svc("y", {"swarmgpu.gpus": "1"}), 1000)
+    running_x = task("tx", x, px.node_id, 1500)
+    sp = {s.name: s for s in plan_placement(nodes, [x, y], [running_x],
+                                             facts).services}  # type: ignore[arg-type]
+    (py,) = sp["y"].placements
+    assert py.node_id != px.node_id
+    assert sp["y"].status == "placed"
+
+
+def test_cpu_counts_a_placed_holding_before_its_task_exists() -> None:
+    nodes, facts = two_nodes()
+    a = reserving(svc("a", {"swarmgpu.gpus": "1"}), 1500)
+    b = reserving(svc("b", {"swarmgpu.gpus": "1"}), 1500)
+    c = reserving(svc("c", {"swarmgpu.gpus": "1"}), 1500)
+    plan = plan_placement(nodes, [a, b, c], [], facts)  # type: ignore[arg-type]
+    by = {s.name: s for s in plan.services}
+    assert by["a"].placements[0].node_id != by["b"].placements[0].node_id
+    assert by["c"].status == "pending"
+    assert "CPU" in (by["c"].reason or "")
+
+
+def test_service_constraints_and_platform_are_respected() -> None:
+    nodes, facts = two_nodes()
+    nodes[1] = replace(nodes[1], labels={"pool": "infer"}, os="linux", arch="x86_64")
+    s = replace(svc("s", {"swarmgpu.gpus": "1"}),
+                constraints=(gate_constraint(P, "s"), "node.labels.pool == infer"))
+    (p,) = plan_placement(nodes, [s], [], facts).services[0].placements  # type: ignore[arg-type]
+    assert p.node_id == "n-b"
+    arm = replace(svc("arm", {"swarmgpu.gpus": "1"}), spec={"TaskTemplate": {"Placement": {
+        "Platforms": [{"OS": "linux", "Architecture": "arm64"}]}}})
+    sp = plan_placement(nodes, [arm], [], facts).services[0]  # type: ignore[arg-type]
+    assert [q.node_id for q in sp.placements] == ["n-a"]  # n-a's platform is unknown
+
+
+def test_second_replica_reason_names_the_one_per_node_rule() -> None:
+    nodes, facts = two_nodes()
+    nodes = nodes[:1]
+    s = svc("r", {"swarmgpu.gpus": "1"}, replicas=2)
+    sp = plan_placement(nodes, [s], [], {"n-a": facts["n-a"]}).services[0]  # type: ignore[arg-type]
+    assert sp.status == "pending"
+    assert "one replica per node" in (sp.reason or "")
+
+
+def test_gate_naming_another_service_is_replaced_and_reported() -> None:
+    nodes, facts = two_nodes()
+    s = replace(svc("prod_llm", {"swarmgpu.gpus": "1"}),
+                constraints=(gate_constraint(P, "dev_llm"),))
+    sp = plan_placement(nodes, [s], [], facts).services[0]  # type: ignore[arg-type]
+    assert sp.remove_constraints == [gate_constraint(P, "dev_llm")]
+    assert sp.add_constraints == [gate_constraint(P, "prod_llm")]
+    assert any("names another service" in w for w in sp.warnings)
+
+
+def test_placed_is_not_claimed_when_swarm_refuses_the_task() -> None:
+    nodes, facts = two_nodes()
+    s = svc("s", {"swarmgpu.gpus": "1"})
+    planner = Planner()
+    plan = planner.plan(nodes, [s], [], facts)  # type: ignore[arg-type]
+    nodes = apply(nodes, plan)
+    s = replace(s, labels={**s.labels, **plan.services[0].service_labels_set}, version=2,
+                force_update=1)
+    plan = planner.plan(nodes, [s], [], facts)  # type: ignore[arg-type]  # opens the gate
+    nodes = apply(nodes, plan)
+    stuck = replace(task("t1", s, "", 0, state="pending",
+                         err="no suitable node (insufficient resources on 1 node)"),
+                    force_update=1)
+    sp = planner.plan(nodes, [s], [stuck], facts).services[0]  # type: ignore[arg-type]
+    assert sp.status == "pending"
+    assert "insufficient resources" in (sp.reason or "")
+
+
+def test_workload_is_learned_and_shown() -> None:
+    nodes, facts = two_nodes()
+    planner = Planner()
+    assert planner.model.source == "prior"
+    services = [svc(f"s{i}", {"swarmgpu.gpu-fraction": "0.5"}) for i in range(40)]
+    plan = planner.plan(nodes, services, [], facts)  # type: ignore[arg-type]
+    top = plan.workload["top"]
+    assert plan.workload["tasks_seen"] == 40
+    assert any(t["gpu_milli"] == 500 for t in top)
+    again = planner.plan(nodes, services, [], facts)  # type: ignore[arg-type]
+    assert again.workload["tasks_seen"] == 40  # each service counts once
+
+
+def test_workload_round_trips_through_its_label() -> None:
+    m = WorkloadModel.prior()
+    m.observe("a", "x", TaskShape(2000, 250, 1, ("NVIDIA-A100*",)), 3)
+    back = WorkloadModel.loads(m.dumps())
+    assert {s: round(w, 3) for s, w in back.weights.items()} == {
+        s: round(w, 3) for s, w in m.weights.items()}
+    assert len(m.dumps()) < 2048
+
+
+def test_incremental_planner_equals_a_fresh_one() -> None:
+    """Across cycles of arrivals and departures, what the long-lived planner decides
+    equals what a fresh planner decides from the same snapshot."""
+    rng = random.Random(7)
+    nodes = [cpu_node(f"n{i}", f"node-{i}", cpu_milli=64000) for i in range(6)]
+    facts = {n.id: RTX4090.facts() for n in nodes}
+    pinned = WorkloadModel.fixed([TaskShape(4000, 500, 1), TaskShape(8000, 1000, 1)], "t")
+    live = Planner(workload=pinned)
+    services: list[SwarmService] = []
+    for cycle in range(12):
+        for k in range(rng.randint(1, 5)):
+            ask = rng.choice([{"swarmgpu.gpus": str(rng.choice([1, 2]))},
+                              {"swarmgpu.gpu-fraction": rng.choice(["0.25", "0.5", "0.7"])}])
+            services.append(reserving(svc(f"c{cycle:02d}-{k}", ask), rng.choice([0, 4000])))
+        if len(services) > 4 and rng.random() < 0.5:
+            services.pop(rng.randrange(len(services)))
+        a = live.plan(nodes, services, [], facts)  # type: ignore[arg-type]
+        b = plan_placement(nodes, services, [], facts, workload=pinned)  # type: ignore[arg-type]
+        assert [s.to_dict() for s in a.services] == [s.to_dict() for s in b.services]
+        assert a.node_set == b.node_set and a.node_remove == b.node_remove
+        nodes = apply(nodes, a)
+        led = read_ledger(nodes, P)
+        services = [replace(s, labels={**s.labels, **sp.service_labels_set}, version=s.version + 1)
+                    if (sp := next((x for x in a.services if x.name == s.name), None))
+                    and sp.service_labels_set else s for s in services]
+        assert set(led) <= {s.name for s in services}
