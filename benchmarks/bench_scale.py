@@ -50,7 +50,7 @@ P = "swarmgpu."
 
 
 def _topology() -> Path:
-    from paths import TOPOLOGY  # tests/paths.py: shared/ beside the clone
+    from paths import TOPOLOGY  # tests/paths.py: tests/fixtures/topology in the repo
 
     return TOPOLOGY
 

@@ -8,25 +8,28 @@ seeds 42-51 on both cores.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from swarmgpu.sim.replay import replay
 from swarmgpu.sim.report import run_many, summary
 from swarmgpu.sim.trace import load_nodes, load_pods
+from swarmgpu.sim.traces import NAMES as TRACE_NAMES
+from swarmgpu.sim.traces import NODES as TRACE_NODES
+from swarmgpu.sim.traces import bundled
 
-# The shared material sits beside the clone (as in tests/paths.py); SWARMGPU_SHARED overrides.
-_SHARED = Path(os.environ.get("SWARMGPU_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-T = str(_SHARED / "traces" / "openb") + "/"
-NODES = T + "openb_node_list_gpu_node.csv"
-WORKLOADS = ("default", "gpushare40", "multigpu20", "gpuspec10", "cpu050")
+# The openb trace bundled in the package (swarmgpu/sim/traces/openb, CC BY 4.0).
+NODES = str(TRACE_NODES)
+WORKLOADS = TRACE_NAMES
+
+
+def _pods(workload: str) -> str:
+    return str(bundled(workload)[1])
 
 
 def speed() -> None:
-    nodes, pods = load_nodes(NODES), load_pods(T + "openb_pod_list_default.csv")
+    nodes, pods = load_nodes(NODES), load_pods(_pods("default"))
     t0 = time.perf_counter()
     r = replay(nodes, pods, "swarmgpu", 42, timing=True)
     wall = time.perf_counter() - t0
@@ -41,7 +44,7 @@ def speed() -> None:
 def full() -> None:
     pols = ["random", "bestfit", "dotprod", "packing", "fgd", "swarmgpu"]
     for wl in WORKLOADS:
-        s = summary(run_many(NODES, T + f"openb_pod_list_{wl}.csv", pols, list(range(42, 52))))
+        s = summary(run_many(NODES, _pods(wl), pols, list(range(42, 52))))
         for name, v in s["policies"].items():
             a = v["alloc_pct_at"]
             print(f"{wl:11s} {name:9s} {a['100']:6.2f} {a['130']:6.2f}", flush=True)

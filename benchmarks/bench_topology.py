@@ -1,7 +1,7 @@
 """Decision time and quality of ``swarmgpu.allocator.topology`` on real and scaled nodes.
 
-Nodes come from real ``nvidia-smi topo -m`` captures (/work/shared/fixtures); 16-, 32-
-and 64-GPU nodes replicate a real 8-GPU board and join the boards by SYS (what a
+Nodes come from real ``nvidia-smi topo -m`` captures (tests/fixtures/SOURCES.md); 16-,
+32- and 64-GPU nodes replicate a real 8-GPU board and join the boards by SYS (what a
 multi-board host looks like), or are one NVSwitch domain (every pair NV18). Each case
 marks a random share of the GPUs as used and asks for k GPUs, with and without a
 ``nvlink`` / ``numa`` restriction. Where C(free, k) is small the exhaustive optimum is
@@ -13,7 +13,6 @@ Run:  python benchmarks/bench_topology.py [--cases 200] [--seed 7] [--fixtures D
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import re
 import statistics
@@ -27,8 +26,7 @@ from pathlib import Path
 from swarmgpu.allocator.topology import choose_gpu_set, set_score
 from swarmgpu.model import is_nvlink, link_score
 
-_SHARED = os.environ.get("SWARMGPU_SHARED", Path(__file__).resolve().parents[2] / "shared")
-FIXTURES = Path(_SHARED) / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CELLS = re.compile(r"\t+|\s{2,}")
 BRUTE_LIMIT = 20_000  # exhaustive only where C(free, k) is at most this

@@ -11,6 +11,7 @@ from loguru import logger
 
 from swarmgpu.config import Config, ConfigError, describe_defaults, load_config
 from swarmgpu.logs import setup_logging
+from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 
 
 def _load_cfg(path: str | None, **overrides: Any) -> Config:
@@ -401,8 +402,13 @@ def config_defaults() -> None:
 
 
 @main.command()
-@click.option("--nodes", required=True, type=click.Path(exists=True), help="openb node CSV")
-@click.option("--pods", required=True, type=click.Path(exists=True), help="openb pod CSV")
+@click.option("--trace", default="default", show_default=True,
+              type=click.Choice(TRACE_NAMES),
+              help="Bundled openb trace (CC BY 4.0) for whichever of --nodes/--pods is not given.")
+@click.option("--nodes", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Node CSV (openb columns); default: the bundled trace's GPU nodes.")
+@click.option("--pods", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Pod CSV (openb columns); default: the bundled trace's pods.")
 @click.option("--policy", "policies", default="swarmgpu", show_default=True,
               help="Comma-separated: swarmgpu,fgd,bestfit,dotprod,packing,random")
 @click.option("--seeds", default="42", show_default=True, help="e.g. 42 or 42-51 or 42,43")
@@ -413,11 +419,13 @@ def config_defaults() -> None:
               help="Allow defragmenting moves: at most this many per 100 arrived pods.")
 @click.option("--speedup", type=float, default=1.0, show_default=True,
               help="With --departures: arrivals K times faster, lifetimes kept (more load).")
-def simulate(nodes: str, pods: str, policies: str, seeds: str, as_json: bool,
-             plot: str | None, departures: bool, rebalance_moves: float | None,
+def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, seeds: str,
+             as_json: bool, plot: str | None, departures: bool, rebalance_moves: float | None,
              speedup: float) -> None:
     """Replay a GPU cluster trace through the placement policies."""
-    from swarmgpu.sim.cli_entry import parse_seeds, run_simulate
+    from swarmgpu.sim.cli_entry import parse_seeds, resolve_trace, run_simulate
+
+    nodes, pods = resolve_trace(trace, nodes, pods)
 
     try:
         seed_list = parse_seeds(seeds)

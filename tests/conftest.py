@@ -6,11 +6,17 @@ gpu-node-2 advertising the GPUs of tests/gpu_nodes.py), `swarm3` (module: 3 mana
 down at the end of the session), `swarm_required` (fail/skip check only).
 They FAIL when the machine cannot run a swarm (not root, no dockerd...), unless
 SWARMGPU_SKIP_SWARM=1 is set, which turns that into a skip.
+
+In CI (CI=true) every skip is a failure: a missing fixture, tool or package must not
+pass unnoticed. The only exceptions are skips whose reason carries a tag
+``[ci-allowed: NAME]`` with NAME listed in SWARMGPU_CI_ALLOWED_SKIPS, which .ci/run
+sets, naming why each one stays.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,6 +47,50 @@ def _require_swarm() -> None:
         "or set SWARMGPU_SKIP_SWARM=1 to skip swarm tests.",
         pytrace=False,
     )
+
+
+# --- CI: a skip is a failure unless .ci/run allows it by name ------------------------
+
+_ALLOWED_TAG = re.compile(r"\[ci-allowed: ([A-Za-z0-9_-]+)\]")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def _skip_reason(longrepr: object) -> str:
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+def _fail_if_skip_not_allowed(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if not (report.skipped and _in_ci()) or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report.longrepr)
+    allowed = {s.strip() for s in os.environ.get("SWARMGPU_CI_ALLOWED_SKIPS", "").split(",")}
+    tag = _ALLOWED_TAG.search(reason)
+    if tag and tag.group(1) in allowed:
+        return
+    report.outcome = "failed"
+    report.longrepr = (
+        f"skipped in CI, which counts as a failure: {reason}\n"
+        "(CI=true: install what the test needs - .ci/run and scripts/setup.sh do - or, if "
+        "CI can never have it, tag the skip '[ci-allowed: NAME]' and add NAME to "
+        "SWARMGPU_CI_ALLOWED_SKIPS in .ci/run with the reason)"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    _fail_if_skip_not_allowed(outcome.get_result())  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    outcome = yield
+    _fail_if_skip_not_allowed(outcome.get_result())  # type: ignore[attr-defined]
 
 
 def _prune_old_logs() -> None:

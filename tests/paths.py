@@ -1,17 +1,19 @@
-"""Where the shared, read-only reference material lives (real captures, traces).
+"""Where the tests' reference material lives: real captures and the openb trace.
 
-CI clones the project with a copy of ``shared/`` beside it; set SWARMGPU_SHARED to
-point elsewhere.
+Both are in the repository, so a plain clone runs every test: the captures under
+tests/fixtures/ (provenance and licence per file in tests/fixtures/SOURCES.md), the
+trace inside the package (swarmgpu/sim/traces/openb/, CC BY 4.0), as installed users
+get it.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from swarmgpu.sim.traces import OPENB
+
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("SWARMGPU_SHARED", REPO.parent / "shared"))
-FIXTURES = SHARED / "fixtures"
+FIXTURES = REPO / "tests" / "fixtures"
 TOPOLOGY = FIXTURES / "topology"
 CAPTURES = FIXTURES / "captures"
-TRACES = SHARED / "traces" / "openb"
+TRACES = OPENB

@@ -4,7 +4,7 @@ Each node is one network namespace + one dockerd (its own UTS namespace, so Swar
 sees its own hostname), all joined to a private bridge with a free 10.2xx.x.0/24.
 Nothing here can leave the machine: the namespaces have no default route, and every
 daemon runs with DOCKER_SERVICE_PREFER_OFFLINE_IMAGE=1 on a locally imported image.
-Recipe: /work/shared/docs/real-swarm-on-one-machine.md.
+Recipe: one dockerd per network namespace, joined over a bridge (docs/reliability.md).
 
 Run as a script to remove leftovers of crashed runs:
     python tests/swarm_harness.py cleanup-stale

@@ -8,14 +8,14 @@ import pytest
 from paths import TRACES
 
 from swarmgpu.allocator.core import Allocator, Choice, Demand, GpuSpec, NodeSpec
-from swarmgpu.sim.cli_entry import parse_seeds, run_simulate
+from swarmgpu.sim.cli_entry import parse_seeds, resolve_trace, run_simulate
 from swarmgpu.sim.rebalance import MoveRescuer, Running, move_rescue
 from swarmgpu.sim.replay import replay
 from swarmgpu.sim.report import plot, run_many, summary
 from swarmgpu.sim.timeline import replay_departures
 from swarmgpu.sim.trace import TraceError, TracePod, load_nodes, load_pods
-
-needs_trace = pytest.mark.skipif(not TRACES.exists(), reason="openb trace not present")
+from swarmgpu.sim.traces import NAMES as TRACE_NAMES
+from swarmgpu.sim.traces import bundled
 
 
 def write(tmp: Path, name: str, text: str) -> str:
@@ -53,7 +53,6 @@ def test_parse_seeds() -> None:
         parse_seeds("x")
 
 
-@needs_trace
 def test_replay_is_deterministic_on_a_subsample() -> None:
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")[:60]
     pods = load_pods(TRACES / "openb_pod_list_default.csv")[:400]
@@ -135,7 +134,6 @@ def test_departures_cli_rejects_a_file_without_times(tmp_path: Path) -> None:
     assert rc == 2 and "creation_time" in text
 
 
-@needs_trace
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\n"
                   + "".join(f"n{i},32000,65536,2,T4\n" for i in range(8)))
@@ -146,7 +144,6 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@needs_trace
 def test_simulate_with_moves_reports_moves_within_the_budget(tmp_path: Path) -> None:
     import csv
     import json
@@ -167,3 +164,45 @@ def test_simulate_with_moves_reports_moves_within_the_budget(tmp_path: Path) -> 
     for one in got["by_seed"].values():
         assert one["moves"] <= int(0.02 * one["pods"])  # 2 per 100 arrived pods
         assert one["alloc_pct_at"]["130"] >= one["alloc_pct_at"]["100"] > 0
+
+
+@pytest.mark.parametrize("name", TRACE_NAMES)
+def test_every_bundled_trace_loads(name: str) -> None:
+    nodes, pods = bundled(name)
+    assert len(load_nodes(nodes)) == 1213
+    assert len(load_pods(pods)) > 1000
+
+
+def test_simulate_trace_option_fills_what_is_not_given(tmp_path: Path) -> None:
+    """`--trace NAME` supplies the bundled files; an explicit --nodes/--pods wins."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\n"
+                  + "".join(f"n{i},32000,65536,2,T4\n" for i in range(4)))
+    res = CliRunner().invoke(main, ["simulate", "--trace", "gpushare40", "--nodes", nodes,
+                                    "--policy", "bestfit", "--json"])
+    assert res.exit_code == 0, res.output
+    assert resolve_trace("cpu050", None, None) == tuple(str(p) for p in bundled("cpu050"))
+    assert resolve_trace("default", nodes, None) == (nodes, str(bundled("default")[1]))
+    res = CliRunner().invoke(main, ["simulate", "--trace", "nosuch"])
+    assert res.exit_code == 2 and "gpushare40" in res.output
+
+
+def test_wheel_ships_the_trace_and_its_attribution(tmp_path: Path) -> None:
+    """What `pip install swarmgpu` gets: every bundled CSV plus ATTRIBUTION.md."""
+    import subprocess
+    import sys
+    import zipfile
+
+    from paths import REPO
+
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                          "-q", "-w", str(tmp_path), str(REPO)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (wheel,) = tmp_path.glob("swarmgpu-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    want = {f"swarmgpu/sim/traces/openb/{p.name}" for p in TRACES.iterdir()}
+    assert "swarmgpu/sim/traces/openb/ATTRIBUTION.md" in want and want <= names

@@ -5,6 +5,13 @@ from __future__ import annotations
 from swarmgpu.sim import report
 from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.trace import TraceError
+from swarmgpu.sim.traces import bundled
+
+
+def resolve_trace(trace: str, nodes: str | None, pods: str | None) -> tuple[str, str]:
+    """The node and pod files to replay: the bundled trace fills what was not given."""
+    bundled_nodes, bundled_pods = bundled(trace)
+    return (nodes or str(bundled_nodes), pods or str(bundled_pods))
 
 
 def parse_seeds(text: str) -> list[int]:

@@ -1,4 +1,4 @@
-"""Build a ``FakeMachine`` from real ``nvidia-smi`` captures in /work/shared/fixtures.
+"""Build a ``FakeMachine`` from real ``nvidia-smi`` captures in tests/fixtures.
 
 Sources, per part of the machine:
 * GPU identity, memory, MIG mode and MIG devices, driver/CUDA version, utilisation:
