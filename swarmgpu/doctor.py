@@ -43,6 +43,15 @@ SWARM_IN_CDI_FROM = (1, 19, 0)
 
 Version = tuple[int, int, int]
 
+# HAMi-core (Project-HAMi/HAMi-core), the library that enforces a GPU share inside a
+# container: where HAMi installs it on a node, the preload file services mount at
+# /etc/ld.so.preload, and the lock directory builds before 2026-02 (7970f7f) take.
+HAMI_LIBS = ("usr/local/vgpu/libvgpu.so", "usr/local/lib/libvgpu.so", "usr/lib/libvgpu.so",
+             "usr/lib/x86_64-linux-gnu/libvgpu.so")
+HAMI_PRELOAD = "usr/local/vgpu/ld.so.preload"
+HOST_PRELOAD = "etc/ld.so.preload"
+HAMI_LOCK_DIR = "tmp/vgpulock"
+
 
 class DoctorError(Exception):
     """The doctor cannot run at all (bad root, unreadable fixture file): exit code 2."""
@@ -101,6 +110,17 @@ class NodeView:
     sysfs_numa: dict[str, int] = field(default_factory=dict)  # pci bus id -> numa_node
     facts: NodeFacts | None = None
     docker_info: Mapping[str, Any] | None = None
+    hami: HamiView | None = None
+
+
+@dataclass(frozen=True)
+class HamiView:
+    """HAMi-core's pieces on the node: library files (path -> looks like ELF), preload
+    files (path -> the libraries they name), the lock directory."""
+
+    libs: dict[str, bool] = field(default_factory=dict)
+    preloads: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    lock_dir: bool = False
 
 
 # --- reading the root ---------------------------------------------------------------
@@ -280,7 +300,28 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
         sysfs_numa=_read_sysfs_numa(root),
         facts=facts,
         docker_info=docker_info,
+        hami=_read_hami(root),
     )
+
+
+def _read_hami(root: str) -> HamiView:
+    libs: dict[str, bool] = {}
+    for rel in HAMI_LIBS:
+        path = _under(root, rel)
+        if path.is_file():
+            try:
+                with open(path, "rb") as fh:
+                    libs["/" + rel] = fh.read(4) == b"\x7fELF"
+            except OSError:
+                libs["/" + rel] = False
+    preloads: dict[str, tuple[str, ...]] = {}
+    for rel in (HAMI_PRELOAD, HOST_PRELOAD):
+        text = _read_text(_under(root, rel))
+        if text is not None:
+            # ld.so.preload: whitespace- or colon-separated paths, '#' comments
+            words = re.split(r"[\s:]+", re.sub(r"#.*", "", text))
+            preloads["/" + rel] = tuple(w for w in words if w)
+    return HamiView(libs, preloads, _under(root, HAMI_LOCK_DIR).is_dir())
 
 
 def _devices_enabled(proc_cgroups: str) -> bool:
@@ -779,6 +820,74 @@ def check_numa(view: NodeView) -> Check:
                  details=tuple(rows))
 
 
+def sharing_mode(view: NodeView) -> str:
+    """``hard`` when HAMi-core is installed for services to preload, else ``soft``."""
+    h = view.hami or HamiView()
+    lib = next((p for p, elf in h.libs.items() if elf), None)
+    named = h.preloads.get("/" + HAMI_PRELOAD, ())
+    return "hard" if lib is not None and lib in named and h.lock_dir else "soft"
+
+
+def check_sharing(view: NodeView) -> Check:
+    """Can this node enforce a GPU share (HAMi-core), or only watch it?"""
+    cid = "sharing.mode"
+    h = view.hami or HamiView()
+    setup = "`swarmgpu node-config` prints the set-up; docs/requests.md, Shared GPUs"
+    why = ("A swarmgpu.gpu-fraction is enforced inside the container only by HAMi-core "
+           "(libvgpu.so, preloaded): it fails allocations beyond CUDA_DEVICE_MEMORY_LIMIT. "
+           "A shared service that mounts the library, the preload file and the lock "
+           "directory (stacks/examples/shared-gpu-hami.yml) fails to start on a node "
+           "that lacks one of them.")
+    rows = [f"library {p}{'' if elf else ' (not an ELF file)'}" for p, elf in h.libs.items()]
+    rows += [f"preload file {p}: {' '.join(v) or '(empty)'}" for p, v in h.preloads.items()]
+    rows.append(f"lock directory /{HAMI_LOCK_DIR}: {'present' if h.lock_dir else 'absent'}")
+    host = [lib for lib in h.preloads.get("/" + HOST_PRELOAD, ()) if "vgpu" in lib]
+    if not h.libs and not any("vgpu" in x for v in h.preloads.values() for x in v):
+        return Check(cid, Status.OK,
+                     "soft: HAMi-core is not installed; GPU shares are bookkeeping, not "
+                     "enforced",
+                     details=(f"for hard limits install HAMi-core: {setup}",))
+    problems: list[str] = []
+    fixes: list[str] = []
+    good = [p for p, elf in h.libs.items() if elf]
+    bad = [p for p, elf in h.libs.items() if not elf]
+    if bad:
+        problems.append(f"{', '.join(bad)} is not a shared library (no ELF header)")
+        fixes.append("reinstall libvgpu.so from a HAMi-core build for this driver")
+    named = h.preloads.get("/" + HAMI_PRELOAD)
+    if named is None:
+        problems.append(f"no preload file /{HAMI_PRELOAD}")
+        fixes.append(f"echo {good[0] if good else '/' + HAMI_LIBS[0]} > /{HAMI_PRELOAD}")
+    else:
+        missing = [lib for lib in named if lib not in good]
+        if missing or not named:
+            problems.append(f"/{HAMI_PRELOAD} names {' '.join(missing) or 'nothing'}, "
+                            "not an installed library (ld.so ignores it: no limit)")
+            fixes.append(f"write the installed library's path into /{HAMI_PRELOAD}")
+    if not good:
+        problems.append("no libvgpu.so library installed")
+        fixes.append(f"install libvgpu.so at /{HAMI_LIBS[0]}")
+    if not h.lock_dir:
+        problems.append(f"no lock directory /{HAMI_LOCK_DIR}")
+        fixes.append(f"mkdir -m 1777 /{HAMI_LOCK_DIR} (builds before 2026-02 lock "
+                     f"/{HAMI_LOCK_DIR}/lock at start; the stack example mounts it)")
+    if host:
+        problems.append(f"/{HOST_PRELOAD} preloads {' '.join(host)} into every host "
+                        "process (containers never read the host's file)")
+        fixes.append(f"remove it from /{HOST_PRELOAD}; containers get it from "
+                     f"/{HAMI_PRELOAD} mounted at /etc/ld.so.preload")
+    if problems:
+        return Check(cid, Status.WARN,
+                     f"{sharing_mode(view)}: HAMi-core is partly set up: "
+                     + "; ".join(problems), why, "; ".join(fixes) + f" ({setup})",
+                     tuple(rows))
+    return Check(cid, Status.OK,
+                 f"hard: HAMi-core {good[0]}, preloaded through /{HAMI_PRELOAD} (mount it "
+                 f"at /etc/ld.so.preload), lock directory /{HAMI_LOCK_DIR}; a shared "
+                 "service that mounts them is held to CUDA_DEVICE_MEMORY_LIMIT",
+                 details=tuple(rows))
+
+
 CHECKS: tuple[Callable[[NodeView], Check], ...] = (
     check_daemon_json,
     check_default_runtime,
@@ -790,6 +899,7 @@ CHECKS: tuple[Callable[[NodeView], Check], ...] = (
     check_dev_char_links,
     check_device_order,
     check_numa,
+    check_sharing,
 )
 
 
@@ -828,6 +938,7 @@ def render_json(view: NodeView, checks: Sequence[Check]) -> str:
         "root": view.root,
         "hostname": view.facts.hostname if view.facts is not None else None,
         "summary": _summary(checks),
+        "sharing_mode": sharing_mode(view),
         "checks": [c.to_dict() for c in checks],
     }, indent=2)
 

@@ -1,4 +1,5 @@
-"""`swarmgpu node-config`: the daemon.json and config.toml fragments a GPU node needs.
+"""`swarmgpu node-config`: the daemon.json and config.toml fragments a GPU node needs,
+and the optional HAMi-core set-up for hard limits on shared GPUs.
 
 Pure: facts in, printable text out. The fragments are exactly what ``swarmgpu doctor``
 checks for (runtime.default, resources.generic, toolkit.swarm-resource), so a node
@@ -11,7 +12,14 @@ import json
 import re
 from typing import Any
 
-from swarmgpu.doctor import SWARMGPU_KIND, TOOLKIT_TOML, env_name
+from swarmgpu.doctor import (
+    HAMI_LIBS,
+    HAMI_LOCK_DIR,
+    HAMI_PRELOAD,
+    SWARMGPU_KIND,
+    TOOLKIT_TOML,
+    env_name,
+)
 from swarmgpu.model import NodeFacts
 
 # Swarm accepts any kind, but the kind ends up in an environment variable name and in
@@ -74,5 +82,27 @@ def node_config(facts: NodeFacts, *, kind: str = SWARMGPU_KIND) -> str:
         "# and, with toolkit 1.18.x only (Swarm support returned to jit-cdi mode in 1.19.0):",
         '# [nvidia-container-runtime]',
         '# mode = "legacy"',
+        "",
+        *hami_setup(),
     ]
     return "\n".join(lines) + "\n"
+
+
+def hami_setup() -> list[str]:
+    """The optional HAMi-core set-up (doctor's sharing.mode ``hard``), as comment lines:
+    commands to run, not a file fragment."""
+    lib, preload, lock = ("/" + HAMI_LIBS[0], "/" + HAMI_PRELOAD, "/" + HAMI_LOCK_DIR)
+    return [
+        "# Optional: hard limits for shared GPUs (swarmgpu.gpu-fraction) with HAMi-core",
+        "# why: without it a share is bookkeeping: nothing stops one container from taking",
+        "#      the whole GPU; with it, a shared service that mounts these paths is held to",
+        "#      its CUDA_DEVICE_MEMORY_LIMIT / CUDA_DEVICE_SM_LIMIT (stacks/examples/"
+        "shared-gpu-hami.yml).",
+        "#   # libvgpu.so from a HAMi-core build (github.com/Project-HAMi/HAMi-core, "
+        "`make build-in-docker`)",
+        f"#   install -D -m 0644 build/libvgpu.so {lib}",
+        f"#   echo {lib} > {preload}   # mounted at /etc/ld.so.preload in the container",
+        f"#   mkdir -m 1777 -p {lock}   # lock directory; kept across reboots with:",
+        f"#   echo 'd {lock} 1777 root root -' > /etc/tmpfiles.d/vgpulock.conf",
+        "#   swarmgpu doctor   # sharing.mode: hard",
+    ]

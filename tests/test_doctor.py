@@ -55,6 +55,10 @@ EXPECTED: dict[str, dict[str, tuple[Status, str]]] = {
         "cgroup.dev-char-links": (Status.WARN, "create-dev-char-symlinks")},
     "pci-order": {"gpu.order": (Status.WARN, "CUDA_DEVICE_ORDER=PCI_BUS_ID")},
     "numa-unknown": {"gpu.numa": (Status.WARN, "numa_node")},
+    "hami-hard": {},  # HAMi-core installed: sharing.mode hard (test below)
+    "hami-no-lock-dir": {"sharing.mode": (Status.WARN, "mkdir -m 1777 /tmp/vgpulock")},
+    "hami-preload-names-missing-lib": {
+        "sharing.mode": (Status.WARN, "/usr/local/vgpu/lib/libvgpu.so, not an installed")},
 }
 SKIPPED: dict[str, set[str]] = {
     "no-daemon-json": {"runtime.default", "resources.generic"},
@@ -166,7 +170,8 @@ def _facts() -> NodeFacts:
 def _fragments(text: str) -> tuple[dict[str, object], dict[str, object]]:
     body = [ln for ln in text.splitlines() if not ln.startswith("#")]
     split = body.index("")
-    return json.loads("\n".join(body[:split])), tomllib.loads("\n".join(body[split:]))
+    return (json.loads("\n".join(body[:split])),
+            tomllib.loads("\n".join(body[split:]).strip()))
 
 
 @pytest.mark.parametrize("kind", ["NVIDIA-GPU", "gpu"])
@@ -176,7 +181,7 @@ def test_node_config_round_trips_through_doctor(tmp_path: Path, kind: str) -> No
     assert daemon["default-runtime"] == "nvidia"
     assert daemon["node-generic-resources"] == [f"{kind}={UA}", f"{kind}={UB}"]
     assert toml == {"swarm-resource": f"DOCKER_RESOURCE_{kind.upper()}"}
-    assert text.count("# why:") == 2
+    assert text.count("# why:") == 3  # daemon.json, config.toml, HAMi-core (optional)
     # A node configured from the fragments passes the checks the fragments are for.
     root = tmp_path / "root"
     shutil.copytree(ROOTS / "swarm-resource-unset", root)
@@ -249,3 +254,30 @@ def test_toolkit_mode_table(tmp_path: Path, version: str, mode: str, status: Sta
     dpkg.write_text(dpkg.read_text().replace("1.19.1-1", version))
     checks = {c.id: c for c in run_checks(read_view(str(root)))}
     assert checks["toolkit.mode"].status is status, checks["toolkit.mode"]
+
+
+def test_sharing_mode_hard_soft_and_node_config_set_up(tmp_path: Path) -> None:
+    text, code = run_doctor(str(ROOTS / "hami-hard"), as_json=True)
+    data = json.loads(text)
+    assert code == 0 and data["sharing_mode"] == "hard"
+    (c,) = [c for c in data["checks"] if c["id"] == "sharing.mode"]
+    assert c["status"] == "ok" and c["found"].startswith("hard: HAMi-core /usr/local/vgpu/")
+    for case in ("healthy", "hami-no-lock-dir", "hami-preload-names-missing-lib"):
+        assert json.loads(run_doctor(str(ROOTS / case), as_json=True)[0])["sharing_mode"] \
+            == "soft", case
+    # a node set up as node-config prints it is hard
+    cmds = [ln[4:].split("   #")[0].strip() for ln in node_config(_facts()).splitlines()
+            if ln.startswith("#   ") and not ln.startswith("#   #")]
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "healthy", root)
+    for cmd in cmds:
+        if cmd.startswith("install -D"):
+            dst = root / cmd.split()[-1].lstrip("/")
+            dst.parent.mkdir(parents=True)
+            dst.write_bytes(b"\x7fELF")
+        elif cmd.startswith("echo /"):
+            lib, dst_s = cmd[len("echo "):].split(" > ")
+            (root / dst_s.lstrip("/")).write_text(lib + "\n")
+        elif cmd.startswith("mkdir"):
+            (root / cmd.split()[-1].lstrip("/")).mkdir(parents=True)
+    assert json.loads(run_doctor(str(root), as_json=True)[0])["sharing_mode"] == "hard", cmds

@@ -34,7 +34,8 @@ from swarmgpu.swarm import SwarmNode
 
 P = "swarmgpu."
 STACKS = REPO / "stacks"
-EXAMPLES = sorted((STACKS / "examples").glob("*.yml"))
+# examples/hami/ holds the ones that need a node set-up (HAMi-core) the demo swarm lacks
+EXAMPLES = sorted((STACKS / "examples").rglob("*.yml"))
 ALL_STACKS = [STACKS / "swarmgpu.yml", *EXAMPLES]
 
 
@@ -226,3 +227,13 @@ def test_dashboard_names_only_real_metrics() -> None:
     assert used >= SERVICE_METRICS, "per-service GPU panels missing"
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def test_hami_example_mounts_what_doctor_checks() -> None:
+    from swarmgpu.doctor import HAMI_LIBS, HAMI_LOCK_DIR, HAMI_PRELOAD
+
+    svc = load(STACKS / "examples" / "hami" / "shared-gpu-hami.yml")["services"]["vllm"]
+    mounts = {m["source"]: m["target"] for m in svc["volumes"]}
+    assert mounts == {"/" + HAMI_LIBS[0]: "/" + HAMI_LIBS[0],
+                      "/" + HAMI_PRELOAD: "/etc/ld.so.preload",
+                      "/" + HAMI_LOCK_DIR: "/" + HAMI_LOCK_DIR}
