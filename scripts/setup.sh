@@ -10,7 +10,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 log() { printf '\n=== %s ===\n' "$*"; }
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "scripts/setup.sh: must run as root (apt, network namespaces, dockerd)" >&2
+  echo "scripts/setup.sh: must run as root (apt, network namespaces, dockerd); as a user: sudo bash scripts/setup.sh" >&2
   exit 1
 fi
 
