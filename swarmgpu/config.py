@@ -75,7 +75,7 @@ class PlacementConfig:
     replacement got tasks rejected by Swarm's constraint enforcer; off by default."""
 
 
-REBALANCE_POLICIES = ("hotspot", "consolidation", "defrag", "spread")
+REBALANCE_POLICIES = ("hotspot", "consolidation", "defrag", "fragmentation", "spread")
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,9 @@ class RebalanceConfig:
     false here and at the top level)."""
     dry_run: bool = True
     """Propose and log moves, never make them. Moves restart containers: opt in."""
-    policies: str = "hotspot,consolidation,defrag,spread"
-    """Policies to run, comma-separated: hotspot, consolidation, defrag, spread."""
+    policies: str = "hotspot,consolidation,defrag,fragmentation,spread"
+    """Policies to run, comma-separated: hotspot, consolidation, defrag, fragmentation,
+    spread."""
     metrics_url_template: str = "http://{addr}:9401/metrics"
     """Where each node's GPU metrics are scraped: the swarmgpu agent (port 9401) or an
     existing dcgm-exporter (http://{addr}:9400/metrics); {addr}, {hostname} are filled in."""
@@ -126,6 +127,11 @@ class RebalanceConfig:
     """Seconds a service is left alone after one of its moves (recorded in Swarm)."""
     defrag_max_moves: int = 2
     """Defragmentation: the most moves one plan may need to make room."""
+    fragmentation_moves_per_hour: int = 4
+    """Fragmentation: moves started per rolling hour at most (0 turns them off)."""
+    fragmentation_moves_per_100_placements: float = 2.0
+    """Fragmentation: moves per 100 GPU replicas placed, counted since the daemon leads
+    (as `simulate --rebalance-moves N` counts per 100 arrived pods; 0 turns them off)."""
     make_before_break: bool = True
     """Start the new task before the old one stops (replicas + 1 during the move)."""
     move_timeout_s: float = 120.0
@@ -229,6 +235,13 @@ def _check_rebalance(r: RebalanceConfig) -> None:
             raise ConfigError(f"rebalance.{key}: must be >= 0 (0 turns those moves off)")
     if r.cooldown_s < 0:
         raise ConfigError("rebalance.cooldown_s: must be >= 0 seconds (default 600)")
+    if r.fragmentation_moves_per_hour < 0:
+        raise ConfigError("rebalance.fragmentation_moves_per_hour: must be >= 0 (default 4; "
+                          "0 turns fragmentation moves off)")
+    if not 0 <= r.fragmentation_moves_per_100_placements <= 100:
+        raise ConfigError("rebalance.fragmentation_moves_per_100_placements: "
+                          f"{r.fragmentation_moves_per_100_placements:g} is out of range; use "
+                          "0-100 moves per 100 placements (default 2; 0 turns them off)")
 
 
 def _coerce(value: Any, typ: Any, where: str) -> Any:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from swarmgpu.allocator.core import Choice, NodeState
+from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask, typical_tasks
 from swarmgpu.config import RebalanceConfig
 from swarmgpu.constraints import ConstraintError, parse_constraint
 from swarmgpu.model import NodeFacts
@@ -57,6 +58,21 @@ class Inputs:
     now: float
     pending: Sequence[str] = ()  # services placement could not place
     prefix: str = "swarmgpu."
+    # The mix of tasks to expect, for the fragmentation measure. None: the typical tasks
+    # of the services annotated now (``workload_now``). The seam for the daemon's learned
+    # workload model (placement.workload) to fill.
+    workload: tuple[TypicalTask, ...] | None = None
+
+
+def workload_now(services: Sequence[SwarmService], prefix: str) -> tuple[TypicalTask, ...]:
+    """The typical tasks of the GPU requests annotated now, one per replica (MIG requests
+    left out: they are handed out by profile, not by share)."""
+    shapes: list[TaskShape] = []
+    for s in services:
+        r = parse_all(s.labels, prefix=prefix)
+        if isinstance(r, GpuRequest) and not r.mig_profile:
+            shapes += [demand_of(r).shape()] * max(1, s.replicas or 1)
+    return typical_tasks(shapes)
 
 
 def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[SwarmTask],
@@ -166,6 +182,11 @@ class Context:
         if g.hot is not State.FALSE or g.util_pct is None:
             return False  # unknown or hot: not verified free
         return g.util_pct + add_util < self.cfg.hot_clear_pct
+
+    def workload(self) -> tuple[TypicalTask, ...]:
+        if self.inp.workload is not None:
+            return self.inp.workload
+        return workload_now(self.inp.services, self.inp.prefix)
 
     def allocator(self, ledger: Mapping[str, Mapping[str, Holding]] | None = None,
                   ) -> ClusterAllocator:

@@ -1,7 +1,8 @@
 """The move actuator: the only code that writes a rebalancing move, and every safety.
 
 Safety owned here (policies only propose): dry-run; a budget of moves per cycle and
-per node (moves in flight count); per-service cooldown; opt-out
+per node (moves in flight count), and of fragmentation moves per hour and per 100
+placements (``budget.py``); per-service cooldown; opt-out
 (``<p>rebalance=never``); never a global or unconverged service; the target is
 verified free against a fresh read of the ledger just before the first write.
 
@@ -50,8 +51,9 @@ from swarmgpu.placement import (
     parse_holding,
     read_ledger,
 )
+from swarmgpu.rebalance.budget import FragBudget
 from swarmgpu.rebalance.context import MOVED_AT, why_not_movable
-from swarmgpu.rebalance.moves import Move, MoveRecord, Outcome
+from swarmgpu.rebalance.moves import Move, MoveRecord, Outcome, Trigger
 from swarmgpu.requests import GpuRequest, parse_all
 from swarmgpu.sharing import node_of_key
 from swarmgpu.swarm import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
@@ -110,8 +112,14 @@ def _crash_point(name: str) -> None:
 def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
           services: Mapping[str, SwarmService], tasks: Sequence[SwarmTask],
           ledger: Mapping[str, Mapping[str, Holding]], cfg: RebalanceConfig, prefix: str,
-          now: float) -> tuple[list[Move], list[tuple[Move, str]]]:
-    """Which proposed moves may start this cycle; the rest with the reason (pure)."""
+          now: float, frag_left: tuple[int, str] | None = None,
+          ) -> tuple[list[Move], list[tuple[Move, str]]]:
+    """Which proposed moves may start this cycle; the rest with the reason (pure).
+
+    ``frag_left``: fragmentation moves allowed now and why none is when 0
+    (:meth:`FragBudget.left`); None: no such limit.
+    """
+    frag = frag_left[0] if frag_left is not None else 0
     ok: list[Move] = []
     refused: list[tuple[Move, str]] = []
     per_node: dict[str, int] = {}
@@ -131,11 +139,16 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
         if why is None and any(per_node.get(n, 0) >= cfg.max_moves_per_node
                                for n in (m.source_node, m.target_node)):
             why = f"budget: {cfg.max_moves_per_node} move(s) per node per cycle"
+        rationed = frag_left is not None and m.trigger is Trigger.FRAGMENTATION
+        if why is None and rationed and frag_left is not None and frag <= 0:
+            why = frag_left[1]
         if why is not None:
             refused.append((m, why))
             continue
         ok.append(m)
         budget -= 1
+        if rationed:
+            frag -= 1
         for n in (m.source_node, m.target_node):
             per_node[n] = per_node.get(n, 0) + 1
     return ok, refused
@@ -198,6 +211,8 @@ class Mover:
         self.metrics = metrics
         self.clock = clock
         self.recent: deque[MoveRecord] = deque(maxlen=50)
+        self.frag_budget = FragBudget(cfg.fragmentation_moves_per_hour,
+                                      cfg.fragmentation_moves_per_100_placements)
         self._last_dry: set[tuple[str, str, str]] = set()
 
     # --- bookkeeping ---------------------------------------------------------------
@@ -241,8 +256,9 @@ class Mover:
                                                       "cycle: {}", exc)
         by_name = {s.name: s for s in services}
         ledger = read_ledger(nodes, self.prefix)
+        self.frag_budget.observe(ledger, services, self.prefix, self.clock())
         ok, refused = admit(moves, list(flying.values()), by_name, tasks, ledger, self.cfg,
-                            self.prefix, self.clock())
+                            self.prefix, self.clock(), self.frag_budget.left(self.clock()))
         for m, why in refused:
             logger.bind(service=m.service).info("move {} -> {} not started: {}",
                                                 m.source_host, m.target_host, why)
@@ -258,7 +274,8 @@ class Mover:
             return
         for m in ok:
             try:
-                self.start(m, by_name[m.service])
+                if self.start(m, by_name[m.service]) and m.trigger is Trigger.FRAGMENTATION:
+                    self.frag_budget.spend(self.clock())
             except SwarmError as exc:
                 self._record(m.service, m.source_host, m.target_host, m.reason,
                              Outcome.FAILED, str(exc))

@@ -16,6 +16,7 @@ class Trigger(StrEnum):
     HOTSPOT = "hotspot"
     CONSOLIDATION = "consolidation"
     DEFRAG = "defrag"
+    FRAGMENTATION = "fragmentation"
     SPREAD = "spread"
 
 
@@ -49,13 +50,30 @@ class Move:
     gain: str  # human: what the move is expected to buy
     # service labels that tell the task on the target its share (swarmgpu.sharing)
     target_share: tuple[tuple[str, str], ...] = ()
+    # Fragmentation moves: the drop of the cluster's fragmented GPU-milli (FGD's measure
+    # against the workload) and that measure before the move; None for other triggers.
+    frag_gain_milli: float | None = None
+    frag_before_milli: float | None = None
+
+    @property
+    def frag_gain_pct(self) -> float | None:
+        """The gain as a share (%) of the cluster's fragmented GPU-milli before the move."""
+        if self.frag_gain_milli is None or not self.frag_before_milli:
+            return None
+        return 100.0 * self.frag_gain_milli / self.frag_before_milli
 
     def to_dict(self) -> dict[str, Any]:
+        pct = self.frag_gain_pct
         return {
             "service": self.service, "from": self.source_host, "to": self.target_host,
             "gpus": list(self.target_gpus), "uuids": list(self.target_uuids),
             "trigger": str(self.trigger), "window": self.window_s, "reason": self.reason,
             "gain": self.gain,
+            "frag_gain_milli": (None if self.frag_gain_milli is None
+                                else round(self.frag_gain_milli, 1)),
+            "frag_gain_pct": None if pct is None else round(pct, 2),
+            "frag_before_milli": (None if self.frag_before_milli is None
+                                  else round(self.frag_before_milli, 1)),
         }
 
 

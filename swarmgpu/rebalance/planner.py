@@ -1,7 +1,8 @@
 """plan_moves: run the enabled policies over one snapshot and the windows. Pure.
 
 Order matters only for who gets a target first: hot spots (relief) before
-defragmentation (unblocks pending work) before consolidation and spreading.
+defragmentation (unblocks pending work) before consolidation and spreading, and
+fragmentation moves (speculative: they only make later placements likelier) last.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from collections.abc import Callable
 
 from swarmgpu.rebalance.context import Context, Inputs
 from swarmgpu.rebalance.moves import Proposal
-from swarmgpu.rebalance.policies import consolidation, defrag, hotspot, spread
+from swarmgpu.rebalance.policies import consolidation, defrag, fragmentation, hotspot, spread
 
 POLICIES: dict[str, Callable[[Context], None]] = {
     "hotspot": hotspot.propose,
     "defrag": defrag.propose,
     "consolidation": consolidation.propose,
     "spread": spread.propose,
+    "fragmentation": fragmentation.propose,
 }
 
 

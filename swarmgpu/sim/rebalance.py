@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import cast
 
 from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeState
-from swarmgpu.allocator.defrag import Held, NodeCost, best_move
-from swarmgpu.allocator.fragmentation import MILLI, FragCache, TypicalTask, product_matches
+from swarmgpu.allocator.defrag import FragmentationMoves, Held, NodeCost
+from swarmgpu.allocator.fragmentation import MILLI, TypicalTask, product_matches
 
 
 @dataclass(frozen=True)
@@ -268,40 +268,25 @@ def one_move_rescue(alloc: Allocator, running: Running, d: Demand,
 
 
 class Defragmenter:
-    """Between arrivals: spend the moves allowed now but ``reserve``, one best move at a
-    time, while a move still lowers FGD's fragmentation of the cluster (free GPU capacity
-    the workload's typical tasks cannot use *now*).
+    """Between arrivals: spend the moves allowed now but ``reserve`` on the daemon's own
+    defragmenting policy (``swarmgpu.allocator.defrag.FragmentationMoves``, what the
+    ``fragmentation`` rebalance policy runs): one best move at a time, while a move still
+    lowers FGD's fragmentation of the cluster (free GPU capacity the workload's typical
+    tasks cannot use *now*). This class only adapts the replay's running-task map.
 
     The reserve is left to a rescuer (``MoveRescuer``) for pods that find no node: a
     rescue places a pod at once, a defragmenting move only makes later placements
-    likelier. FGD's usable-now measure, not swarmgpu's placement measure (expected
-    residual waste), because a move restarts a task and must buy capacity usable right
-    away: measured on default (10 seeds, 2 moves/100 pods), FGD fragmentation 96.01,
-    plus the stranding term 95.99, plus residual waste 95.97; residual waste alone 95.71
-    (seeds 42-45).
+    likelier.
     """
 
     def __init__(self, workload: tuple[TypicalTask, ...], reserve: int = 0) -> None:
-        frag = FragCache(workload)
-        self.cost: NodeCost = lambda product, cpu, free: frag(product, cpu or 0, free)
+        self.policy = FragmentationMoves(workload)
+        self.cost: NodeCost = self.policy.cost
         self.reserve = reserve
 
     def __call__(self, alloc: Allocator, running: Running, budget: int) -> list[Move]:
-        cost = self.cost
-        budget -= self.reserve
-        moves: list[Move] = []
-        # Tasks moved in this call, where they run now: the caller updates ``running``
-        # from the returned moves only after the call.
-        moved: dict[int, Held] = {}
-        while len(moves) < budget:
-            held = [Held(tid, td, tc) for tasks in running.values()
-                    for tid, (td, tc) in tasks.items() if tid not in moved]
-            mv = best_move(alloc, held + list(moved.values()), cost)
-            if mv is None:
-                break
-            alloc.release(mv.old)
-            alloc.commit(mv.new)
-            tid = cast(int, mv.key)  # the Held keys above are task ids
-            moves.append(Move(tid, mv.old, mv.new))
-            moved[tid] = Held(tid, mv.demand, mv.new)
-        return moves
+        held = [Held(tid, td, tc) for tasks in running.values()
+                for tid, (td, tc) in tasks.items()]
+        got = self.policy.plan(alloc, held, budget - self.reserve)
+        # The Held keys above are task ids.
+        return [Move(cast(int, mv.key), mv.old, mv.new) for mv in got]

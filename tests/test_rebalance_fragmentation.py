@@ -1,0 +1,203 @@
+"""The fragmentation rebalance policy, pure: the simulator's defragmenting search proposing
+moves of running shares in the daemon, its budgets (per hour, per 100 placements),
+cooldown, opt-out, and no move when none lowers the cost."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import pytest
+from test_rebalance_policies import (
+    CFG,
+    F1,
+    FACTS,
+    U2,
+    P,
+    _cfg,
+    feed,
+    node,
+    running,
+    service,
+)
+
+from swarmgpu.allocator.defrag import FragmentationMoves
+from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
+from swarmgpu.config import ConfigError, RebalanceConfig
+from swarmgpu.placement import MOVE_STATE, read_ledger
+from swarmgpu.rebalance.budget import FragBudget
+from swarmgpu.rebalance.context import Inputs, workload_now
+from swarmgpu.rebalance.mover import admit
+from swarmgpu.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
+from swarmgpu.rebalance.planner import plan_moves
+from swarmgpu.rebalance.signals import Signals
+from swarmgpu.sim.rebalance import Defragmenter
+from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+
+U1 = [g.uuid for g in F1.gpus]  # gpu-node-1 (DGX A100): GPU 0 runs MIG
+HALF = {f"{P}gpu-fraction": "0.5"}
+WHOLE = {f"{P}gpus": "1"}
+
+
+def two_half_used(a_labels: Mapping[str, str] | None = None,
+                  b_labels: Mapping[str, str] | None = None,
+                  ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """a holds half of gpu-node-1 GPU 1, b half of gpu-node-2 GPU 0; w (one whole GPU) is
+    annotated too, so the workload has whole-GPU tasks that the two halves hinder."""
+    n1 = {f"{P}assign.a": f"{U1[1]}@500", f"{P}service.a": "true"}
+    n2 = {f"{P}assign.b": f"{U2[0]}@500", f"{P}service.b": "true"}
+    nodes = [node("n1", "gpu-node-1", n1), node("n2", "gpu-node-2", n2)]
+    svcs = [service("a", {**HALF, **(a_labels or {})}),
+            service("b", {**HALF, **(b_labels or {})}), service("w", WHOLE)]
+    return nodes, svcs, [running("a", "n1"), running("b", "n2")]
+
+
+def plan(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask],
+         cfg: RebalanceConfig = CFG, workload: tuple[TypicalTask, ...] | None = None,
+         ) -> list[Move]:
+    sig = Signals(cfg)
+    times = [float(t) for t in range(13)]
+    feed(sig, nodes, times, {})  # every GPU idle and known
+    inp = Inputs(nodes, svcs, tasks, FACTS, read_ledger(nodes, P), sig.gpus, sig.nodes, cfg,
+                 times[-1], (), P, workload)
+    return plan_moves(inp).moves
+
+
+def test_two_half_used_gpus_are_merged_by_one_move_with_its_gain() -> None:
+    moves = plan(*two_half_used())
+    assert len(moves) == 1
+    (m,) = moves
+    assert m.trigger is Trigger.FRAGMENTATION
+    # Either half could go; the search's order is deterministic: b joins a.
+    assert (m.service, m.source_host, m.target_host) == ("b", "gpu-node-2", "gpu-node-1")
+    assert m.target_uuids == (U1[1],) and m.target_milli == (500,)
+    # Workload: two halves and one whole GPU. Each node leaves 500 milli a whole-GPU task
+    # cannot use (weight 1/3): 2 x 166.7 before, 0 after.
+    assert m.frag_gain_milli == pytest.approx(1000 / 3)
+    assert m.frag_before_milli == pytest.approx(1000 / 3)
+    assert m.frag_gain_pct == pytest.approx(100.0)
+    d = moves_to_dicts(moves)["proposed"][0]
+    assert d["trigger"] == "fragmentation"
+    assert d["frag_gain_milli"] == 333.3 and d["frag_gain_pct"] == 100.0
+    assert "fragmentation -333 GPU-milli (0.33 GPU, 100.0% of the cluster's 333)" in d["gain"]
+    assert "gpu-node-2 -> gpu-node-1" in render_moves(moves)
+
+
+def test_no_move_when_none_lowers_the_cost() -> None:
+    nodes, svcs, tasks = two_half_used()
+    # Both halves on one GPU already: nothing to merge.
+    n2 = {f"{P}assign.a": f"{U2[0]}@500", f"{P}service.a": "true",
+          f"{P}assign.b": f"{U2[0]}@500", f"{P}service.b": "true"}
+    packed = [node("n1", "gpu-node-1", {}), node("n2", "gpu-node-2", n2)]
+    assert plan(packed, svcs, [running("a", "n2"), running("b", "n2")]) == []
+    # Halves apart, but a workload of half-GPU tasks only: 500 free is all usable.
+    only_halves = (TypicalTask(TaskShape(0, 500, 1), 1.0),)
+    assert plan(nodes, svcs, tasks, workload=only_halves) == []
+
+
+def test_workload_defaults_to_the_services_annotated_now() -> None:
+    _nodes, svcs, _tasks = two_half_used()
+    w = workload_now(svcs, P)
+    assert {(t.shape.gpu_milli, t.shape.num_gpu): round(t.weight, 3) for t in w} == \
+        {(500, 1): 0.667, (1000, 1): 0.333}
+
+
+def test_opt_out_and_cooldown_keep_a_service_in_place() -> None:
+    assert plan(*two_half_used(b_labels={f"{P}rebalance": "never"})) == []
+    assert plan(*two_half_used(b_labels={f"{P}rebalance": "never"},
+                               a_labels={f"{P}rebalance": "never"})) == []
+    cooling = {f"{P}state.moved-at": "10"}  # 2 s before the plan; cooldown 300 s
+    assert plan(*two_half_used(b_labels=cooling)) == []
+    long_ago = {f"{P}state.moved-at": str(12 - 301)}
+    assert [m.service for m in plan(*two_half_used(b_labels=long_ago))] == ["b"]
+
+
+def test_constraints_and_moves_in_flight_are_respected() -> None:
+    nodes, svcs, tasks = two_half_used()
+    pinned = dataclasses.replace(svcs[1], constraints=(*svcs[1].constraints,
+                                                       "node.hostname==gpu-node-2"))
+    assert plan(nodes, [svcs[0], pinned, svcs[2]], tasks) == []
+    moving = dataclasses.replace(svcs[1], labels={**svcs[1].labels, P + MOVE_STATE: "{}"})
+    assert plan(nodes, [svcs[0], moving, svcs[2]], tasks) == []
+
+
+def test_policy_off_when_not_listed_or_budget_zero() -> None:
+    args = two_half_used()
+    assert plan(*args, cfg=dataclasses.replace(CFG, policies="hotspot,spread")) == []
+    assert plan(*args, cfg=dataclasses.replace(CFG, fragmentation_moves_per_hour=0)) == []
+    assert plan(*args, cfg=dataclasses.replace(
+        CFG, fragmentation_moves_per_100_placements=0)) == []
+
+
+def _admit(moves: Sequence[Move], svcs: list[SwarmService], tasks: list[SwarmTask],
+           nodes: list[SwarmNode], frag_left: tuple[int, str] | None) -> list[Move]:
+    ok, _refused = admit(moves, [], {s.name: s for s in svcs}, tasks, read_ledger(nodes, P),
+                         CFG, P, 1000.0, frag_left)
+    return ok
+
+
+def test_mover_admits_fragmentation_moves_only_within_the_budget() -> None:
+    nodes, svcs, tasks = two_half_used()
+    (m,) = plan(nodes, svcs, tasks)
+    assert _admit([m], svcs, tasks, nodes, (1, "")) == [m]
+    ok, refused = admit([m], [], {s.name: s for s in svcs}, tasks, read_ledger(nodes, P), CFG,
+                        P, 1000.0, (0, "budget: 4 fragmentation move(s) per hour"))
+    assert ok == [] and refused == [(m, "budget: 4 fragmentation move(s) per hour")]
+    # Other triggers are not rationed by it.
+    hot = dataclasses.replace(m, trigger=Trigger.HOTSPOT)
+    assert _admit([hot], svcs, tasks, nodes, (0, "none left")) == [hot]
+
+
+def test_budget_per_100_placements_is_earned_by_placements() -> None:
+    nodes, svcs, _tasks = two_half_used()
+    b = FragBudget(per_hour=100, per_100_placements=50)
+    ledger = read_ledger(nodes, P)
+    # The first look counts the replicas already placed (a and b): one move earned.
+    assert b.observe(ledger, svcs, P, 0.0) == 2
+    assert b.left(0.0) == (1, "")
+    b.spend(0.0)
+    left, why = b.left(1.0)
+    assert left == 0 and why == ("budget: 50 fragmentation move(s) per 100 placements "
+                                 "(1 spent, 2 placement(s) seen)")
+    # Nothing new placed: still none. A move's new holding is no placement.
+    assert b.observe(ledger, svcs, P, 2.0) == 0
+    moved = {**ledger, "b": {"n1": ledger["b"]["n2"]}}
+    moving = [dataclasses.replace(s, labels={**s.labels, P + MOVE_STATE: "{}"})
+              if s.name == "b" else s for s in svcs]
+    assert b.observe(moved, moving, P, 3.0) == 0
+    # Two new replicas placed: one more move earned.
+    more = {**moved, "c": {"n2": ledger["b"]["n2"]}, "d": {"n2": ledger["b"]["n2"]}}
+    assert b.observe(more, moving, P, 4.0) == 2
+    assert b.left(4.0) == (1, "")
+
+
+def test_budget_per_hour_rolls_and_counts_moves_finished_before_a_restart() -> None:
+    nodes, svcs, _tasks = two_half_used()
+    recent = [dataclasses.replace(s, labels={**s.labels, f"{P}state.moved-at": "5000"})
+              if s.name == "a" else s for s in svcs]
+    b = FragBudget(per_hour=2, per_100_placements=100)
+    b.observe(read_ledger(nodes, P), recent, P, 6000.0)  # a moved 1000 s ago
+    assert b.left(6000.0) == (1, "")
+    b.spend(6100.0)
+    left, why = b.left(6200.0)
+    assert left == 0 and why == "budget: 2 fragmentation move(s) per hour (2 in the last hour)"
+    assert b.left(5000.0 + 3600.0)[0] == 1  # a's move left the window
+    # The hour is free again; the 2 placements earned 2 moves, 1 spent.
+    assert b.left(6100.0 + 3600.0)[0] == 1
+
+
+def test_config_keys_are_validated() -> None:
+    assert RebalanceConfig().fragmentation_moves_per_hour == 4
+    assert "fragmentation" in RebalanceConfig().policies
+    with pytest.raises(ConfigError, match="fragmentation_moves_per_hour"):
+        _cfg({"fragmentation_moves_per_hour": -1})
+    with pytest.raises(ConfigError, match="fragmentation_moves_per_100_placements"):
+        _cfg({"fragmentation_moves_per_100_placements": 101})
+    with pytest.raises(ConfigError, match="fragmentation_moves_per_100_placements"):
+        _cfg({"fragmentation_moves_per_100_placements": "lots"})
+
+
+def test_the_simulator_drives_the_same_policy_object() -> None:
+    w = (TypicalTask(TaskShape(0, 1000, 1), 1.0),)
+    d = Defragmenter(w, reserve=1)
+    assert isinstance(d.policy, FragmentationMoves) and d.cost is d.policy.cost
