@@ -1,0 +1,180 @@
+"""A defragmenting move on the real test swarm: two GPUs each half used by a 0.5 share
+(on different nodes) are merged by the daemon's fragmentation policy in one move, which
+frees a whole GPU, and a whole-GPU request that was pending then runs there.
+
+Agents serve the real captures with idle metrics; the daemon is the real CLI. First in
+dry-run (the default): `plan --json` lists the move with its gain and nothing moves;
+then with ``rebalance.dry_run: false``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_nodes import (
+    GPU_NODES,
+    LOGS,
+    cfg_file,
+    kwargs_for_logs,
+    run_cli,
+    start_agent,
+    stop,
+    swarmgpu_env,
+)
+from swarm_harness import SwarmCluster
+from test_placement_swarm import deploy, tasks_running, wait_running
+from test_rebalance_swarm import IDLE, holder_gpu, labels, node_labels, where
+
+pytestmark = pytest.mark.swarm
+P = "swarmgpu."
+API_PORT = 9402
+LOG = LOGS / "fragmentation-daemon.log"
+HALF = {"labels": {f"{P}gpu-fraction": "0.5"}}
+
+
+@pytest.fixture(scope="module")
+def fd(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
+       ) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("fragmentation")
+    profile = tmp / "idle.yml"
+    profile.write_text(json.dumps(IDLE))
+    agents = {h: start_agent(swarm, h, "--metrics-profile", str(profile)) for h in GPU_NODES}
+    state: dict[str, Any] = {"tmp": tmp, "proc": None}
+
+    def start(dry_run: bool) -> Path:
+        if state["proc"] is not None:
+            stop(state["proc"])
+        cfg = cfg_file(tmp, swarm, sync={"interval_s": 1},
+                       http={"listen": f"{swarm.manager.addr}:{API_PORT}"}, rebalance={
+                           "dry_run": dry_run, "policies": "fragmentation",
+                           "hot_window_s": 4, "max_gap_s": 3, "min_samples": 3,
+                           "cooldown_s": 600, "move_timeout_s": 60,
+                           "fragmentation_moves_per_hour": 4,
+                           "fragmentation_moves_per_100_placements": 50})
+        state["proc"] = swarm.exec_in_netns(
+            swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
+            env=swarmgpu_env(), **kwargs_for_logs(LOG))
+        return cfg
+
+    state["start"] = start
+    yield state
+    if state["proc"] is not None:
+        stop(state["proc"])
+    for a in agents.values():
+        stop(a)
+
+
+def availability(swarm: SwarmCluster, host: str, value: str) -> None:
+    swarm.cli(swarm.manager, "node", "update", "--availability", value, host)
+
+
+def deploy_on(swarm: SwarmCluster, tmp: Path, stack: str, svc: str, spec: dict[str, Any],
+              host: str) -> None:
+    """Place ``svc`` on ``host``: the other GPU node is paused while placement chooses
+    (the service carries no constraint of its own, so a move may take it anywhere)."""
+    other = next(h for h in GPU_NODES if h != host)
+    availability(swarm, other, "pause")
+    try:
+        deploy(swarm, tmp, stack, {svc: spec})
+        wait_running(swarm, f"{stack}_{svc}", 1)
+    finally:
+        availability(swarm, other, "active")
+    assert holder_gpu(swarm, f"{stack}_{svc}")[0] == host
+
+
+STACKS = ("fx", "fy", "f7", "f6", "fw")
+
+
+def no_gpu_held(swarm: SwarmCluster) -> None:
+    """Start from idle GPUs: services left by earlier modules of the session removed."""
+    api = swarm.client(swarm.manager).api
+    for s in api.services():
+        api.remove_service(s["ID"])
+    swarm.wait_for(lambda: not any(k.startswith(f"{P}assign.")
+                                   for h in GPU_NODES for k in node_labels(swarm, h)),
+                   60, "every GPU released")
+
+
+def test_two_half_used_gpus_merged_by_one_move_then_a_pending_whole_gpu_runs(
+        swarm: SwarmCluster, fd: dict[str, Any]) -> None:
+    tmp = fd["tmp"]
+    cfg = fd["start"](dry_run=True)
+    no_gpu_held(swarm)
+    try:
+        run(swarm, fd, tmp, cfg)
+    finally:
+        for stack in STACKS:
+            swarm.cli(swarm.manager, "stack", "rm", stack, check=False)
+
+
+def run(swarm: SwarmCluster, fd: dict[str, Any], tmp: Path, cfg: Path) -> None:
+    # x: half of a DGX GPU; y: half of an RTX 4090 (the two halves cannot meet by placement).
+    deploy_on(swarm, tmp, "fx", "x", HALF, "gpu-node-1")
+    deploy_on(swarm, tmp, "fy", "y", HALF, "gpu-node-2")
+    x_host, x_uuid = holder_gpu(swarm, "fx_x")
+    y_host, y_uuid = holder_gpu(swarm, "fy_y")
+    # Every other whole GPU taken: 7 on the RTX node, 6 on the DGX (its GPU 0 runs MIG).
+    deploy(swarm, tmp, "f7", {"w": {"labels": {f"{P}gpus": "7"}}})
+    wait_running(swarm, "f7_w", 1)
+    deploy(swarm, tmp, "f6", {"w": {"labels": {f"{P}gpus": "6"}}})
+    wait_running(swarm, "f6_w", 1)
+    # One whole GPU asked: none is free, though two halves are.
+    deploy(swarm, tmp, "fw", {"one": {"labels": {f"{P}gpus": "1"}}})
+
+    def proposed() -> dict[str, Any] | None:
+        res = run_cli("plan", "--config", str(cfg), "--json")
+        assert res.returncode == 0, res.stderr
+        doc: dict[str, Any] = json.loads(res.stdout)
+        moves = (doc.get("moves") or {}).get("proposed") or []
+        # Proposals of cycles before fw_one was annotated judge another workload.
+        return doc if [m.get("frag_before_milli") for m in moves] == [600.0] else None
+
+    doc = swarm.wait_for(proposed, 60, "a fragmentation move proposed (dry-run)")
+    assert {s["name"]: s["status"] for s in doc["services"]}["fw_one"] == "pending"
+    (m,) = doc["moves"]["proposed"]
+    # Workload: 2 halves, a 7-, a 6- and a 1-GPU task. Each node leaves 500 milli that the
+    # three whole-GPU shapes (weight 3/5) cannot use: 2 x 300 before; after the move the
+    # freed GPU is unusable only to the 7- and 6-GPU shapes (weight 2/5): 400.
+    assert (m["service"], m["trigger"], m["from"], m["to"]) == \
+        ("fy_y", "fragmentation", y_host, x_host)
+    assert m["uuids"] == [x_uuid]
+    assert m["frag_gain_milli"] == pytest.approx(200.0, abs=0.2)
+    assert m["frag_before_milli"] == pytest.approx(600.0, abs=0.2)
+    assert m["frag_gain_pct"] == pytest.approx(33.33, abs=0.01)
+    text = run_cli("plan", "--config", str(cfg)).stdout
+    assert "[fragmentation, window None]" in text
+    assert "fragmentation -200 GPU-milli (0.20 GPU, 33.3% of the cluster's 600)" in text
+    time.sleep(3)  # dry-run: proposed and logged, never made
+    assert f"{P}state.move" not in labels(swarm, "fy_y")
+    assert "fy_y'} move gpu-node-2 -> gpu-node-1 dry-run" in LOG.read_text()
+    before = {s: tasks_running(swarm, s)[0]["ID"] for s in ("fx_x", "fy_y")}
+
+    t0 = time.monotonic()
+    fd["start"](dry_run=False)
+    swarm.wait_for(lambda: f"{P}state.moved-at" in labels(swarm, "fy_y"), 90, "fy_y moved")
+    moved_s = time.monotonic() - t0
+    (_t,) = wait_running(swarm, "fw_one", 1, timeout=60)
+    ran_s = time.monotonic() - t0
+    print(f"\nfragmentation move done {moved_s:.1f}s after the daemon started; "
+          f"the pending whole-GPU request running {ran_s:.1f}s after")
+    # One move: y joined x on x's GPU; x never restarted; the freed GPU went to fw_one.
+    assert holder_gpu(swarm, "fy_y") == (x_host, x_uuid)
+    assert where(swarm, "fy_y") == {x_host: x_uuid}
+    assert [t["ID"] for t in tasks_running(swarm, "fx_x")] == [before["fx_x"]]
+    assert holder_gpu(swarm, "fw_one") == (y_host, y_uuid)
+    assert where(swarm, "fw_one") == {y_host: y_uuid}
+    assert f"{P}assign.fy_y" not in node_labels(swarm, y_host)
+    spec = swarm.client(swarm.manager).api.inspect_service("fy_y")["Spec"]
+    assert spec["Mode"]["Replicated"]["Replicas"] == 1
+    assert f"{P}state.moved-at" not in labels(swarm, "fx_x")
+    log = LOG.read_text()
+    assert log.count("move gpu-node-2 -> gpu-node-1 started") == 1
+    assert log.count("move gpu-node-2 -> gpu-node-1 done") == 1
+    time.sleep(3)  # nothing left to gain: no further move
+    assert f"{P}state.move" not in labels(swarm, "fx_x")
