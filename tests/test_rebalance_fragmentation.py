@@ -121,6 +121,15 @@ def test_constraints_and_moves_in_flight_are_respected() -> None:
     assert plan(nodes, [svcs[0], moving, svcs[2]], tasks) == []
 
 
+def test_an_over_committed_gpu_is_left_alone() -> None:
+    nodes, svcs, tasks = two_half_used()
+    # c also claims b's GPU, 800 milli: 1300 held on it; the allocator refuses one holding.
+    n2 = {**nodes[1].labels, f"{P}assign.c": f"{U2[0]}@800", f"{P}service.c": "true"}
+    bad = [nodes[0], dataclasses.replace(nodes[1], labels=n2)]
+    c = service("c", {f"{P}gpu-fraction": "0.8"})
+    assert plan(bad, [*svcs, c], [*tasks, running("c", "n2")]) == []
+
+
 def test_policy_off_when_not_listed_or_budget_zero() -> None:
     args = two_half_used()
     assert plan(*args, cfg=dataclasses.replace(CFG, policies="hotspot,spread")) == []

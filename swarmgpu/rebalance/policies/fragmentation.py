@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Hashable
 from typing import cast
 
-from swarmgpu.allocator.core import Choice, NodeState
+from swarmgpu.allocator.core import Allocator, Choice, NodeState
 from swarmgpu.allocator.defrag import FragmentationMoves, Held, Targets
 from swarmgpu.placement import demand_of
 from swarmgpu.rebalance.context import Context, _constraints_allow
@@ -50,8 +50,28 @@ def _key(key: Hashable) -> tuple[str, str]:
     return svc, nid
 
 
-def _running_shares(ctx: Context) -> list[Held]:
+def _consistent_gpus(ctx: Context, alloc: Allocator) -> set[tuple[str, int]]:
+    """(node, GPU) whose ledger holdings are exactly what the allocator counts as used (a
+    holding it refused, e.g. an over-committed GPU, makes the GPU's state unreliable:
+    nothing on it is moved)."""
+    used: dict[tuple[str, int], int] = {}
+    for by_node in ctx.ledger.values():
+        for nid, h in by_node.items():
+            f = ctx.inp.facts.get(nid)
+            if f is None:
+                continue
+            index = {g.uuid: i for i, g in enumerate(f.gpus)}
+            for u, m in zip(h.uuids, h.milli, strict=True):
+                if u in index:
+                    used[(nid, index[u])] = used.get((nid, index[u]), 0) + m
+    return {k for k, m in used.items() if k[0] in alloc.nodes
+            and alloc.nodes[k[0]].spec.gpus[k[1]].capacity_milli - alloc.nodes[k[0]].free[k[1]]
+            == m}
+
+
+def _running_shares(ctx: Context, alloc: Allocator) -> list[Held]:
     held: list[Held] = []
+    ok = _consistent_gpus(ctx, alloc)
     for svc in sorted(ctx.ledger):
         req = ctx.requests.get(svc)
         if (req is None or not req.is_fraction or req.mig_profile or req.zone_prefer
@@ -63,7 +83,7 @@ def _running_shares(ctx: Context) -> list[Held]:
             if f is None or len(h.uuids) != 1 or h.milli != (d.gpu_milli,):
                 continue  # not (yet) what the request asks: placement re-places it
             idx = next((i for i, g in enumerate(f.gpus) if g.uuid == h.uuids[0]), None)
-            if idx is None:
+            if idx is None or (nid, idx) not in ok:
                 continue
             held.append(Held((svc, nid), d, Choice(nid, (idx,), h.milli, 0.0,
                                                    f"held by {svc}")))
@@ -77,11 +97,11 @@ def propose(ctx: Context) -> None:
             or cfg.fragmentation_moves_per_100_placements <= 0):
         return
     workload = ctx.workload()
-    held = _running_shares(ctx)
+    alloc = ctx.allocator().alloc
+    held = _running_shares(ctx, alloc)
     if not workload or not held:
         return
     policy = FragmentationMoves(workload)
-    alloc = ctx.allocator().alloc
     spread = "spread" in {p.strip() for p in cfg.policies.split(",")}
     pct = {nid: p for nid, n in alloc.nodes.items() if (p := _alloc_pct(n)) is not None}
     low = {nid for nid, p in pct.items() if p < cfg.spread_low_pct and ctx.node_known(nid)}
