@@ -1,6 +1,9 @@
 """`swarmgpu audit`: what is wrong with GPU labels and GPU constraints, right now.
 
 Pure over a snapshot (plus what the daemon saved about agents); the CLI renders it.
+Each finding either needs action (drifted labels, an unreachable agent, a request that
+cannot be placed...) or is advisory (a setting worth knowing about that nothing here
+depends on). Scripts gate on ``exit_code``: advisories alone exit 0 unless strict.
 """
 
 from __future__ import annotations
@@ -25,9 +28,23 @@ class Finding:
     key: str | None = None
     expected: str | None = None
     actual: str | None = None
+    advisory: bool = False  # worth knowing, but nothing swarmgpu does is wrong without it
+
+    @property
+    def severity(self) -> str:
+        return "advisory" if self.advisory else "action"
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        out = {k: v for k, v in asdict(self).items() if v is not None and k != "advisory"}
+        out["severity"] = self.severity
+        return out
+
+
+def exit_code(findings: Sequence[Finding], *, strict: bool = False) -> int:
+    """0: clean or advisories only; 1: a finding needs action (strict: any finding)."""
+    if any(not f.advisory for f in findings):
+        return 1
+    return 1 if strict and findings else 0
 
 
 ServiceCheck = Callable[[Snapshot], list[Finding]]
@@ -47,7 +64,10 @@ def audit(
     prefix: str = "swarmgpu.",
     saved_agents: Mapping[str, Mapping[str, Any]] | None = None,
     extra_checks: Sequence[ServiceCheck] = (),
+    generic_resource_kind: str = "",
 ) -> list[Finding]:
+    """``generic_resource_kind``: placement's reservation kind (config); when set, a GPU
+    node that does not advertise it needs action, else its absence is only advisory."""
     saved_agents = saved_agents or {}
     out: list[Finding] = []
     all_label_keys: set[str] = set()
@@ -62,7 +82,7 @@ def audit(
                     "unusable-key", h,
                     f"label {key!r} cannot be used in a Swarm constraint (keys allow letters, "
                     "digits, '-', '_', '.'; no '/'); use the swarmgpu.* labels instead",
-                    key=key,
+                    key=key, advisory=True,
                 ))
         res = snap.facts.get(node.id)
         if res is None or res.facts is None:
@@ -89,7 +109,7 @@ def audit(
                 "stale", h, f"label {k}={ours[k]!r} no longer matches any fact", k, None, ours[k]
             ))
         out.extend(_resource_findings(node.hostname, node.generic_resources,
-                                      node.discrete_resources, res.facts))
+                                      node.discrete_resources, res.facts, generic_resource_kind))
     for svc in snap.services:
         good, errors = parse_all(svc.constraints)
         for e in errors:
@@ -117,18 +137,31 @@ def _resource_findings(
     named: Mapping[str, tuple[str, ...]],
     discrete: Mapping[str, int],
     facts: Any,
+    reserved_kind: str = "",
 ) -> list[Finding]:
     if not facts.gpus:
         return []
-    kinds = [k for k in named if k in GPU_RESOURCE_KINDS] + [
-        k for k in discrete if k in GPU_RESOURCE_KINDS
-    ]
+    gpu_kinds = (*GPU_RESOURCE_KINDS, reserved_kind) if reserved_kind else GPU_RESOURCE_KINDS
+    kinds = [k for k in named if k in gpu_kinds] + [k for k in discrete if k in gpu_kinds]
+    if reserved_kind and reserved_kind not in kinds:
+        # placement reserves this kind for whole-GPU services: Swarm cannot place them here.
+        return [Finding(
+            "no-generic-resources", hostname,
+            f"engine does not advertise {reserved_kind} (placement.generic_resource_kind) "
+            f"though the node has {len(facts.gpus)} GPU(s): whole-GPU services that reserve "
+            "it can never run here; add node-generic-resources to daemon.json "
+            "(`swarmgpu node-config` prints it) and restart dockerd",
+            key=reserved_kind,
+        )]
     if not kinds:
         return [Finding(
             "no-generic-resources", hostname,
             f"engine advertises no GPU generic resources though the node has "
-            f"{len(facts.gpus)} GPU(s); add node-generic-resources to daemon.json "
-            "(`swarmgpu node-config` prints it)",
+            f"{len(facts.gpus)} GPU(s); swarmgpu's placement does not need them "
+            "(placement.generic_resource_kind is empty), but services that reserve GPUs "
+            "through Swarm cannot use this node; `swarmgpu node-config` prints the "
+            "daemon.json lines",
+            advisory=True,
         )]
     out: list[Finding] = []
     facts_uuids = {g.uuid for g in facts.gpus} | {
@@ -168,10 +201,16 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
         lines.append(f"{n.hostname:<16} {n.role:<8} {agent:<12} {gpus:<5} {label_state:<10} "
                      f"{product}")
     lines.append("")
+    action = [f for f in findings if not f.advisory]
+    advisory = [f for f in findings if f.advisory]
     if not findings:
         lines.append("No findings: labels match the facts.")
-    else:
-        lines.append(f"{len(findings)} finding(s):")
-        for f in findings:
-            lines.append(f"  [{f.kind}] {f.subject}: {f.message}")
+    if action:
+        lines.append(f"{len(action)} finding(s) needing action:")
+        lines.extend(f"  [{f.kind}] {f.subject}: {f.message}" for f in action)
+    if advisory:
+        if action:
+            lines.append("")
+        lines.append(f"{len(advisory)} advisory (exit 0 unless --strict):")
+        lines.extend(f"  [{f.kind}] {f.subject}: {f.message}" for f in advisory)
     return "\n".join(lines)

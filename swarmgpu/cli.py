@@ -168,11 +168,16 @@ def _attach_steps(d: Any) -> None:
 @main.command()
 @click.option("--config", "config_path", default=None, type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
-def audit(config_path: str | None, as_json: bool) -> None:
-    """Compare GPU labels with the agents' facts; exit 0 clean, 1 findings, 2 error."""
+@click.option("--strict", is_flag=True, help="Advisories count as findings too (exit 1).")
+def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
+    """Compare GPU labels with the agents' facts.
+
+    Exit 0: clean, or advisories only; 1: findings needing action (--strict: any
+    finding); 2: could not run.
+    """
     from swarmgpu.agentbook import load_saved
     from swarmgpu.audit import audit as run_audit
-    from swarmgpu.audit import render_table
+    from swarmgpu.audit import exit_code, render_table
     from swarmgpu.swarm import SwarmClient, SwarmError
     from swarmgpu.sync import take_snapshot
 
@@ -192,12 +197,19 @@ def audit(config_path: str | None, as_json: bool) -> None:
     except ImportError:
         pass
     findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
-                         extra_checks=checks)
+                         extra_checks=checks,
+                         generic_resource_kind=cfg.placement.generic_resource_kind)
+    code = exit_code(findings, strict=strict)
     if as_json:
-        click.echo(json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2))
+        click.echo(json.dumps({
+            "findings": [f.to_dict() for f in findings],
+            "action": sum(not f.advisory for f in findings),
+            "advisory": sum(f.advisory for f in findings),
+            "exit": code,
+        }, indent=2))
     else:
         click.echo(render_table(findings, snap, cfg.sync.prefix))
-    sys.exit(1 if findings else 0)
+    sys.exit(code)
 
 
 def _snapshot(cfg: Config) -> Any:

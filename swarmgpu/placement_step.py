@@ -186,9 +186,10 @@ def audit_checks(cfg: Config) -> list[Any]:
                 out.append(Finding("pending", sp.name, f"{sp.request_text}: {sp.reason}"))
             for w in sp.warnings:
                 if w.startswith("adopted"):
+                    # advisory: the daemon adds the gate and env itself (adopt_ungated)
                     out.append(Finding("ungated", sp.name,
                                        "annotated service without the gate/env in its spec: " +
-                                       w.removeprefix("adopted: ")))
+                                       w.removeprefix("adopted: "), advisory=True))
         return out
 
     return [check]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpu_nodes import RTX4090
 
 from swarmgpu.agent_client import FactsResult
-from swarmgpu.audit import audit, render_table
+from swarmgpu.audit import audit, exit_code, render_table
 from swarmgpu.labels import desired_labels
 from swarmgpu.swarm import SwarmNode, SwarmService
 from swarmgpu.sync import Snapshot
@@ -58,7 +58,17 @@ def test_unreachable_agent_reported_with_since() -> None:
 
 
 def test_generic_resources_missing_or_different() -> None:
-    assert "no-generic-resources" in kinds(audit(snap(node(desired_labels(FACTS), {}))))
+    (f,) = audit(snap(node(desired_labels(FACTS), {})))
+    # swarmgpu's default config reserves no generic resources: only advisory, exit 0
+    assert f.kind == "no-generic-resources" and f.advisory and exit_code([f]) == 0
+    assert exit_code([f], strict=True) == 1
+    # ... but a config that reserves them needs them on every GPU node
+    (f,) = audit(snap(node(desired_labels(FACTS), {})), generic_resource_kind="NVIDIA-GPU")
+    assert f.kind == "no-generic-resources" and not f.advisory and exit_code([f]) == 1
+    assert audit(snap(node(desired_labels(FACTS))), generic_resource_kind="NVIDIA-GPU") == []
+    (f,) = audit(snap(node(desired_labels(FACTS), {"GPU": UUIDS})),
+                 generic_resource_kind="NVIDIA-GPU")
+    assert "NVIDIA-GPU" in f.message and not f.advisory
     other = (*UUIDS[:-1], "GPU-not-this-one")
     found = audit(snap(node(desired_labels(FACTS), {"NVIDIA-GPU": other})))
     (f,) = [f for f in found if f.kind == "resource-mismatch"]
@@ -74,3 +84,24 @@ def test_dangling_and_unusable_constraints_but_gates_are_fine() -> None:
     assert kinds(found) == {"unusable-constraint", "dangling-constraint"}
     dangling = [f for f in found if f.kind == "dangling-constraint"]
     assert [f.key for f in dangling] == ["team"]
+
+
+def test_exit_codes_and_table_keep_advisories_apart() -> None:
+    labels = desired_labels(FACTS)
+    labels["nvidia.com/gpu.count"] = "8"  # advisory: no constraint can use it
+    advisory_only = audit(snap(node(labels, {})))
+    assert kinds(advisory_only) == {"unusable-key", "no-generic-resources"}
+    assert all(f.advisory for f in advisory_only) and exit_code(advisory_only) == 0
+    assert exit_code(advisory_only, strict=True) == 1
+    assert exit_code([]) == 0 and exit_code([], strict=True) == 0
+    table = render_table(advisory_only, snap(node(labels, {})), "swarmgpu.")
+    assert "2 advisory (exit 0 unless --strict):" in table and "needing action" not in table
+
+    labels["swarmgpu.gpu.memory"] = "1"
+    mixed = audit(snap(node(labels, {})))
+    assert exit_code(mixed) == 1
+    table = render_table(mixed, snap(node(labels, {})), "swarmgpu.")
+    head, tail = table.split("needing action:")[1].split("advisory (exit 0")
+    assert "[wrong]" in head and "[no-generic-resources]" not in head
+    assert "[no-generic-resources]" in tail and "[unusable-key]" in tail
+    assert {f.to_dict()["severity"] for f in mixed} == {"action", "advisory"}
