@@ -228,13 +228,15 @@ def _snapshot(cfg: Config) -> Any:
 @click.option("--json", "as_json", is_flag=True)
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
+    from swarmgpu.cluster_view import workload_lines
     from swarmgpu.placement_step import make_plan
     from swarmgpu.rebalance.attribution import service_states
+    from swarmgpu.swarm import SwarmClient
 
     cfg = _load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     snap = _snapshot(cfg)
-    p = make_plan(snap, cfg)
+    p = make_plan(snap, cfg, swarm=SwarmClient(cfg.docker_host))
     moves = _daemon_moves(cfg)
     # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
     idle = [str(m.get("service")) for m in (moves or {}).get("proposed", [])
@@ -247,7 +249,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
         click.echo("no service carries a swarmgpu GPU request")
     if as_json:
         click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services],
-                               "moves": moves}, indent=2))
+                               "moves": moves, "workload": p.workload}, indent=2))
         return
     for sp in p.services:
         click.echo(f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}")
@@ -258,6 +260,8 @@ def plan(config_path: str | None, as_json: bool) -> None:
             click.echo(f"  why: {sp.reason}")
         for w in sp.warnings:
             click.echo(f"  note: {w}")
+    for line in workload_lines(p.workload):
+        click.echo(line)
     if moves is None:
         click.echo("moves: the daemon is not reachable on "
                    f"{cfg.http.listen}; move proposals need its metric windows")
@@ -335,7 +339,10 @@ def status(config_path: str | None, as_json: bool) -> None:
     setup_logging("WARNING", cfg.log.format)
     snap = _snapshot(cfg)
     saved = load_saved(cfg.state_dir)
-    doc = build_cluster(snap, make_plan(snap, cfg), prefix=cfg.sync.prefix,
+    from swarmgpu.swarm import SwarmClient
+
+    doc = build_cluster(snap, make_plan(snap, cfg, swarm=SwarmClient(cfg.docker_host)),
+                        prefix=cfg.sync.prefix,
                         metrics=gpu_metrics(snap.nodes, cfg), saved_agents=saved,
                         findings=run_audit(snap, prefix=cfg.sync.prefix, saved_agents=saved))
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))

@@ -165,7 +165,19 @@ def build_cluster(
         "schema": SCHEMA, "generated_at": time.time(), "leader": leader,
         "nodes": nodes_out, "services": services_out, "pending": pending,
         "moves": dict(moves) if moves else {"proposed": [], "recent": []},
+        "workload": dict(plan.workload) if plan else {},
     }
+
+
+def workload_lines(w: Mapping[str, Any]) -> list[str]:
+    """The workload model placement uses, in a few lines (``status`` and ``plan``)."""
+    out = [f"workload model: {w.get('source')}, {w.get('tasks_seen', 0)} tasks seen, "
+           f"window {w.get('window')}" + (" (pinned)" if w.get("pinned") else "")]
+    for t in w.get("top", []):
+        prods = f" [{'|'.join(t['products'])}]" if t.get("products") else ""
+        out.append(f"  {t['weight'] * 100:5.1f}%  {t['ask']}, {t['cpu_milli'] / 1000:g} CPU"
+                   f"{prods}")
+    return out
 
 
 def render_status(doc: Mapping[str, Any]) -> str:
@@ -199,6 +211,9 @@ def render_status(doc: Mapping[str, Any]) -> str:
         lines.append("pending GPU requests:")
         for p in doc["pending"]:
             lines.append(f"  {p['service']}: {p['request']} - {p['reason']}")
+    if doc.get("workload"):
+        lines.append("")
+        lines.extend(workload_lines(doc["workload"]))
     proposed = doc.get("moves", {}).get("proposed", [])
     if proposed:
         lines.append("")

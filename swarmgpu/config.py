@@ -73,6 +73,13 @@ class PlacementConfig:
     would override the pinned NVIDIA_VISIBLE_DEVICES. Empty: no reservation.
     Experimental: on the test swarm, adding the reservation together with the task
     replacement got tasks rejected by Swarm's constraint enforcer; off by default."""
+    workload: str = "auto"
+    """The task mix the placement policy expects. 'auto': learned from the services the
+    daemon sees (current and departed, decaying), kept in Swarm (a label on the swarm
+    object), starting from a documented prior (openb's mix). A path: a YAML list of
+    shapes ('- {gpus: 1, share: 0.5, cpu: 4, weight: 3}') pins the mix."""
+    workload_window: int = 5000
+    """'auto' learns over about this many recent tasks (an exponential window)."""
 
 
 REBALANCE_POLICIES = ("hotspot", "consolidation", "defrag", "fragmentation", "spread")
@@ -168,6 +175,15 @@ class Config:
 
 
 def _check(cfg: Config) -> None:
+    if cfg.placement.workload != "auto":
+        from swarmgpu.workload import WorkloadError, load_file
+
+        try:
+            load_file(cfg.placement.workload)
+        except WorkloadError as exc:
+            raise ConfigError(f"placement.workload: {exc} (or use 'auto')") from None
+    if cfg.placement.workload_window < 100:
+        raise ConfigError("placement.workload_window: must be >= 100 tasks (default 5000)")
     if cfg.agents.port <= 0 or cfg.agents.port > 65535:
         raise ConfigError(f"agents.port: {cfg.agents.port} is not a TCP port (1-65535)")
     if cfg.agents.timeout_s <= 0:

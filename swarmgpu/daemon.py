@@ -28,6 +28,7 @@ from swarmgpu.agentbook import AgentBook
 from swarmgpu.config import Config
 from swarmgpu.daemon_metrics import DaemonMetrics
 from swarmgpu.model import NodeFacts
+from swarmgpu.placement import Planner
 from swarmgpu.swarm import SwarmClient, SwarmError
 from swarmgpu.sync import CycleReport, LabelSync, take_snapshot
 
@@ -78,6 +79,7 @@ class Daemon:
         self.moves_view: Callable[[], dict[str, Any]] | None = None  # set by rebalancing
         # GPU metrics per node id and UUID, scraped this cycle (by the rebalancer)
         self.last_metrics: dict[str, dict[str, Any]] | None = None
+        self.planner: Planner | None = None  # placement's, kept across cycles as leader
         self._scheduler: BackgroundScheduler | None = None
         self._http: ThreadingHTTPServer | None = None
         # path -> () -> (content type, body); the GPU map and APIs plug in here
@@ -97,6 +99,7 @@ class Daemon:
                 return CycleReport(leader=False, errors=[str(exc)])
             self.metrics.is_leader.set(1 if self.leader else 0)
             if not self.leader:
+                self.planner = None  # a new term starts from what Swarm stores
                 self.metrics.cycles.labels(outcome="follower").inc()
                 logger.debug("not the Swarm leader; standing by")
                 return CycleReport(leader=False)

@@ -627,7 +627,7 @@ class Planner:
             if d.mig_profile:
                 continue  # MIG slices are their own pool; they do not fragment shares
             shape = d.shape()
-            if self.model.observe(s.id, f"{s.version}:{shape}", shape, max(1, s.replicas or 0)):
+            if self.model.observe(s.id, str(shape), shape, max(1, s.replicas or 0)):
                 self.model_changed = True
         self.model.forget_keys(s.id for s, _ in parsed)
         # Refresh the policy when the model grew by a tenth (or 20 tasks) since: a new
@@ -1033,7 +1033,13 @@ def _place_missing(sp: ServicePlan, s: SwarmService, r: GpuRequest,
             if isinstance(choice, Unplaceable) and not used_nodes:
                 cluster.unplaceable[memo_key] = (cluster.version, choice)
         if isinstance(choice, Unplaceable):
-            reasons.append(cluster.hostnames(choice.reason))
+            reason = choice.reason
+            full = [nid for nid in used_nodes if nid in cluster.alloc.nodes
+                    and cluster.alloc.fits(cluster.alloc.nodes[nid], demand)]
+            if full:  # name the rule that stops it, not topology
+                reason += (f"; {', '.join(sorted(full))} would have room but already runs "
+                           "a replica (one replica per node: max_replicas_per_node 1)")
+            reasons.append(cluster.hostnames(reason))
             break
         cluster.commit(choice, s.name)
         rp = cluster.to_replica(choice)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from loguru import logger
@@ -17,9 +18,10 @@ from loguru import logger
 from swarmgpu.audit import Finding
 from swarmgpu.config import Config
 from swarmgpu.model import NodeFacts
-from swarmgpu.placement import PlacementPlan, ServicePlan, plan_placement
-from swarmgpu.swarm import SwarmClient, SwarmError
+from swarmgpu.placement import PlacementPlan, Planner, ServicePlan
+from swarmgpu.swarm import SwarmClient, SwarmError, SwarmService
 from swarmgpu.sync import Snapshot
+from swarmgpu.workload import STATE_KEY, WorkloadError, WorkloadModel, load_file
 
 if TYPE_CHECKING:
     from swarmgpu.daemon import Daemon
@@ -37,14 +39,67 @@ def facts_by_node(snap: Snapshot, fallback: Mapping[str, NodeFacts] | None = Non
     return out
 
 
+def load_workload(cfg: Config, swarm: Any = None,
+                  services: Sequence[SwarmService] = ()) -> WorkloadModel:
+    """The model placement starts from: the pinned file, else the one stored in Swarm
+    (the services live now were counted before it was stored), else the prior."""
+    pc = cfg.placement
+    if pc.workload != "auto":
+        return load_file(pc.workload)
+    text = None
+    getter = getattr(swarm, "swarm_labels", None)
+    if getter is not None:
+        try:
+            text = getter().get(cfg.sync.prefix + STATE_KEY)
+        except SwarmError as exc:
+            logger.warning("placement: cannot read the stored workload model: {}", exc)
+    model = WorkloadModel.prior(pc.workload_window)
+    if text:
+        try:
+            model = WorkloadModel.loads(text, pc.workload_window)
+        except WorkloadError as exc:
+            logger.warning("placement: {}", exc)
+        else:
+            for s in services:
+                model.mark_seen(s.id)
+    return model
+
+
+def store_workload(swarm: Any, cfg: Config, model: WorkloadModel) -> bool:
+    """Keep the learned model in Swarm (a label on the swarm object), so a restarted
+    daemon or a new leader starts from it."""
+    key = cfg.sync.prefix + STATE_KEY
+    text = model.dumps()
+
+    def compute(labels: Mapping[str, str]) -> Mapping[str, str] | None:
+        return None if labels.get(key) == text else {**labels, key: text}
+
+    try:
+        return bool(swarm.update_swarm_labels(compute))
+    except SwarmError as exc:
+        logger.warning("placement: cannot store the workload model: {}", exc)
+        return False
+
+
+def new_planner(cfg: Config, swarm: Any = None,
+                services: Sequence[SwarmService] = ()) -> Planner:
+    return Planner(prefix=cfg.sync.prefix, zone_label=cfg.placement.zone_label,
+                   adopt_ungated=cfg.placement.adopt_ungated,
+                   generic_kind=cfg.placement.generic_resource_kind,
+                   workload=load_workload(cfg, swarm, services))
+
+
 def make_plan(snap: Snapshot, cfg: Config,
-              fallback: Mapping[str, NodeFacts] | None = None) -> PlacementPlan:
-    return plan_placement(
-        snap.nodes, snap.services, snap.tasks, facts_by_node(snap, fallback),
-        prefix=cfg.sync.prefix, zone_label=cfg.placement.zone_label,
-        adopt_ungated=cfg.placement.adopt_ungated,
-        generic_kind=cfg.placement.generic_resource_kind,
-    )
+              fallback: Mapping[str, NodeFacts] | None = None, *,
+              planner: Planner | None = None, swarm: Any = None) -> PlacementPlan:
+    """One placement cycle: the daemon passes its long-lived planner; one-shot commands
+    (``plan``, ``audit``, ``status``) get a fresh one from the stored model."""
+    if planner is None:
+        planner = new_planner(cfg, swarm, snap.services)
+    return planner.plan(snap.nodes, snap.services, snap.tasks, facts_by_node(snap, fallback))
+
+
+WORKLOAD_STORE_EVERY_S = 60.0  # one swarm write a minute at most while the model learns
 
 
 def _service_compute(sp: ServicePlan) -> Any:
@@ -145,10 +200,21 @@ def attach(daemon: Daemon) -> None:
     if not cfg.placement.enabled:
         return
 
+    last_store = [0.0]
+
     def step(d: Daemon, snap: Snapshot) -> None:
         fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
-        plan = make_plan(snap, cfg, fallback)
+        if d.planner is None:  # first cycle as leader: start from the stored model
+            d.planner = new_planner(cfg, d.swarm, snap.services)
+            logger.info("placement: workload model {}", d.planner.model.summary())
+        plan = make_plan(snap, cfg, fallback, planner=d.planner)
         d.last_placement = plan
+        now = time.monotonic()
+        if (d.planner.model_changed and not cfg.dry_run
+                and now - last_store[0] >= WORKLOAD_STORE_EVERY_S):
+            if store_workload(d.swarm, cfg, d.planner.model):
+                d.planner.model_changed = False
+            last_store[0] = now
         pending = 0
         for sp in plan.services:
             log = logger.bind(service=sp.name)
@@ -178,6 +244,8 @@ def audit_checks(cfg: Config) -> list[Any]:
 
     def check(snap: Snapshot) -> list[Finding]:
         plan = make_plan(snap, cfg)
+        out_gates = [Finding("foreign-gate", sp.name, w) for sp in plan.services
+                     for w in sp.warnings if "names another service" in w]
         out: list[Finding] = []
         for sp in plan.services:
             if sp.status == "invalid":
@@ -190,6 +258,6 @@ def audit_checks(cfg: Config) -> list[Any]:
                     out.append(Finding("ungated", sp.name,
                                        "annotated service without the gate/env in its spec: " +
                                        w.removeprefix("adopted: "), advisory=True))
-        return out
+        return out + out_gates
 
     return [check]

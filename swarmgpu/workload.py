@@ -92,7 +92,11 @@ class WorkloadModel:
     def observe(self, key: str, signature: str, shape: TaskShape, count: int = 1) -> bool:
         """Count ``count`` tasks of ``shape`` for the service ``key`` once per
         ``signature`` (its request); True when the model changed."""
-        if self.pinned or count <= 0 or self._seen_keys.get(key) == signature:
+        seen = self._seen_keys.get(key)
+        if self.pinned or count <= 0 or seen == signature:
+            return False
+        if seen == "*":  # counted before a restart; its request is what it was then
+            self._seen_keys[key] = signature
             return False
         self._seen_keys[key] = signature
         decay = math.exp(-count / max(1, self.window))
@@ -104,6 +108,10 @@ class WorkloadModel:
             keep = sorted(self.weights.items(), key=lambda kv: -kv[1])[:MAX_SHAPES]
             self.weights = dict(keep)
         return True
+
+    def mark_seen(self, key: str) -> None:
+        """Count ``key`` as seen without counting it (it was, before a restart)."""
+        self._seen_keys.setdefault(key, "*")
 
     def knows(self, key: str) -> bool:
         return key in self._seen_keys

@@ -55,6 +55,8 @@ def stack_yaml(stack: str, services: dict[str, dict[str, Any]]) -> str:
         }
         if spec.get("replicas", 1) > 1:
             svc["deploy"]["placement"]["max_replicas_per_node"] = 1
+        if "cpus" in spec:
+            svc["deploy"]["resources"] = {"reservations": {"cpus": f"{spec['cpus']:.2f}"}}
         out["services"][name] = svc
     return json.dumps(out, indent=1)
 
@@ -241,3 +243,58 @@ def test_removing_stacks_releases_gpus(swarm: SwarmCluster, daemon: dict[str, An
                        for n in api.nodes() for k in (n["Spec"].get("Labels") or {}))
 
     swarm.wait_for(released, 30, "gates and ledger released")
+
+
+def test_cpu_aware_placement_and_truthful_pending(
+    swarm: SwarmCluster, daemon: dict[str, Any]
+) -> None:
+    """The issue's case on the real swarm: X runs on gpu-node-1 and reserves 1.5 of its
+    2 CPUs; Y (1 GPU, 1 CPU) must not get devices there (Swarm would never run it) but
+    on gpu-node-2, and run. Z, pinned to gpu-node-1 with 1 CPU, is reported pending
+    with the CPU reason, not 'placed'."""
+    api = swarm.client(swarm.manager).api
+    ncpu = {swarm.node(h).hostname: api.inspect_node(swarm.node(h).node_id)["Description"]
+            ["Resources"]["NanoCPUs"] for h in ("gpu-node-1", "gpu-node-2")}
+    x_cpus = ncpu["gpu-node-1"] / 1e9 * 0.75
+    deploy(swarm, daemon["tmp"], "cpu", {
+        "x": {"labels": {"swarmgpu.gpus": "1"},
+              "constraints": ["node.hostname==gpu-node-1"], "cpus": x_cpus}})
+    (tx,) = wait_running(swarm, "cpu_x", 1)
+    assert swarm.node(tx["NodeID"]).hostname == "gpu-node-1"
+    y_cpus = ncpu["gpu-node-1"] / 1e9 * 0.5
+    deploy(swarm, daemon["tmp"], "cpu", {
+        "x": {"labels": {"swarmgpu.gpus": "1"},
+              "constraints": ["node.hostname==gpu-node-1"], "cpus": x_cpus},
+        "y": {"labels": {"swarmgpu.gpus": "1"}, "cpus": y_cpus},
+        "z": {"labels": {"swarmgpu.gpus": "1"},
+              "constraints": ["node.hostname==gpu-node-1"], "cpus": y_cpus}})
+    (ty,) = wait_running(swarm, "cpu_y", 1)
+    assert swarm.node(ty["NodeID"]).hostname == "gpu-node-2"
+    p = plan(daemon)
+    assert p["cpu_y"]["status"] == "placed" and p["cpu_y"]["placements"][0]["node"] == \
+        "gpu-node-2"
+    assert p["cpu_z"]["status"] == "pending", p["cpu_z"]
+    assert "CPU" in p["cpu_z"]["reason"], p["cpu_z"]
+    assert tasks_running(swarm, "cpu_z") == []
+    swarm.cli(swarm.manager, "stack", "rm", "cpu")
+
+
+def test_workload_model_is_kept_in_swarm_and_reloaded(
+    swarm: SwarmCluster, daemon: dict[str, Any]
+) -> None:
+    api = swarm.client(swarm.manager).api
+    key = f"{P}state.workload"
+    stored = swarm.wait_for(
+        lambda: (api.inspect_swarm()["Spec"].get("Labels") or {}).get(key), 30,
+        "the workload model stored on the swarm object")
+    doc = json.loads(stored)
+    # stored at the first change, then at most once a minute while it learns
+    assert doc["v"] == 1 and doc["seen"] >= 1
+    # A restarted daemon (or a new leader) and the one-shot commands start from it.
+    stop(daemon["proc"])
+    daemon["start"]()
+    w = json.loads(run_cli("plan", "--config", str(daemon["cfg"]), "--json").stdout)["workload"]
+    assert w["source"] == "learned" and w["tasks_seen"] >= doc["seen"], w
+    # Swarm's other settings survive the label writes.
+    spec = api.inspect_swarm()["Spec"]
+    assert spec["Orchestration"]["TaskHistoryRetentionLimit"] >= 1

@@ -165,3 +165,20 @@ def test_incremental_planner_equals_a_fresh_one() -> None:
                     if (sp := next((x for x in a.services if x.name == s.name), None))
                     and sp.service_labels_set else s for s in services]
         assert set(led) <= {s.name for s in services}
+
+
+def test_usage_survives_a_node_rebuild() -> None:
+    """A node whose labels change is rebuilt in the allocator; the CPU its tasks reserve
+    must still count afterwards."""
+    nodes, facts = two_nodes()
+    planner = Planner()
+    x = reserving(svc("x", {"swarmgpu.gpus": "1"}), 1500)
+    plan = planner.plan(nodes, [x], [], facts)  # type: ignore[arg-type]
+    nodes = apply(nodes, plan)
+    (px,) = plan.services[0].placements
+    tx = task("tx", x, px.node_id, 1500)
+    planner.plan(nodes, [x], [tx], facts)  # type: ignore[arg-type]
+    nodes = [replace(n, labels={**n.labels, "rack": "r1"}) for n in nodes]  # a rebuild
+    y = reserving(svc("y", {"swarmgpu.gpus": "1"}), 1000)
+    sp = {s.name: s for s in planner.plan(nodes, [x, y], [tx], facts).services}  # type: ignore[arg-type]
+    assert sp["y"].placements[0].node_id != px.node_id

@@ -327,6 +327,7 @@ class Allocator:
         """Forget a node and everything committed on it."""
         node = self.nodes.pop(name)
         self._leave(node)
+        self._usage.pop(name, None)
 
     def set_usage(self, name: str, cpu_milli: int, memory_mib: int) -> None:
         """What the node's resources hold besides committed choices (other tasks'
@@ -584,17 +585,18 @@ class Allocator:
         """Why no node fits, naming the node that came closest (one node per state)."""
         if not self.nodes:
             return f"needs {d.describe()}; no nodes are known"
-        if exclude:
-            # A node that would take it but is excluded: say which rule, not topology.
-            for gk, members in self._groups.items():
-                rep = self._group_best[gk]
-                if ((where is None or where(rep)) and self.fits(rep, d)
-                        and all(m in exclude for m in members)):
-                    return (f"needs {d.describe()}; only nodes already excluded have room "
-                            f"(e.g. {rep.spec.name}: one replica per node, or the "
-                            "service's own placement constraints)")
         best_name, best_have, why = "", -1, ""
-        for node in sorted(self._group_best.values(), key=lambda n: n.rank):
+        reps: list[NodeState] = []
+        for gk, members in self._groups.items():
+            rep: NodeState | None = self._group_best[gk]
+            if rep is not None and rep.spec.name in exclude:
+                rep = min((m for m in members.values() if m.spec.name not in exclude),
+                          key=lambda m: m.rank, default=None)
+            if rep is not None and (where is None or where(rep)):
+                reps.append(rep)
+        if not reps:
+            return f"needs {d.describe()}; no node is allowed for it"
+        for node in sorted(reps, key=lambda n: n.rank):
             if node.blocked:
                 have, reason = 0, "it is not schedulable (down, paused or drained)"
             elif any(node.spec.labels.get(k) != v for k, v in d.node_labels):
