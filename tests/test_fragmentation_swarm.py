@@ -104,6 +104,7 @@ def no_gpu_held(swarm: SwarmCluster) -> None:
 def test_two_half_used_gpus_merged_by_one_move_then_a_pending_whole_gpu_runs(
         swarm: SwarmCluster, fd: dict[str, Any]) -> None:
     tmp = fd["tmp"]
+    fd["mark"] = LOG.stat().st_size if LOG.exists() else 0
     cfg = fd["start"](dry_run=True)
     no_gpu_held(swarm)
     try:
@@ -111,6 +112,13 @@ def test_two_half_used_gpus_merged_by_one_move_then_a_pending_whole_gpu_runs(
     finally:
         for stack in STACKS:
             swarm.cli(swarm.manager, "stack", "rm", stack, check=False)
+
+
+def log_since(mark: int) -> str:
+    """This run's part of the daemons' log (the file is appended to across runs)."""
+    with open(LOG, "rb") as fh:
+        fh.seek(mark)
+        return fh.read().decode("utf-8", "replace")
 
 
 def run(swarm: SwarmCluster, fd: dict[str, Any], tmp: Path, cfg: Path) -> None:
@@ -152,7 +160,7 @@ def run(swarm: SwarmCluster, fd: dict[str, Any], tmp: Path, cfg: Path) -> None:
     assert "fragmentation -200 GPU-milli (0.20 GPU, 33.3% of the cluster's 600)" in text
     time.sleep(3)  # dry-run: proposed and logged, never made
     assert f"{P}state.move" not in labels(swarm, "fy_y")
-    assert "fy_y'} move gpu-node-2 -> gpu-node-1 dry-run" in LOG.read_text()
+    assert "fy_y'} move gpu-node-2 -> gpu-node-1 dry-run" in log_since(fd["mark"])
     before = {s: tasks_running(swarm, s)[0]["ID"] for s in ("fx_x", "fy_y")}
 
     t0 = time.monotonic()
@@ -173,7 +181,7 @@ def run(swarm: SwarmCluster, fd: dict[str, Any], tmp: Path, cfg: Path) -> None:
     spec = swarm.client(swarm.manager).api.inspect_service("fy_y")["Spec"]
     assert spec["Mode"]["Replicated"]["Replicas"] == 1
     assert f"{P}state.moved-at" not in labels(swarm, "fx_x")
-    log = LOG.read_text()
+    log = log_since(fd["mark"])
     assert log.count("move gpu-node-2 -> gpu-node-1 started") == 1
     assert log.count("move gpu-node-2 -> gpu-node-1 done") == 1
     time.sleep(3)  # nothing left to gain: no further move
