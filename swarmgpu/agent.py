@@ -467,6 +467,24 @@ class _Handler(BaseHTTPRequestHandler):
 # --- entry points ----------------------------------------------------------------
 
 
+class _Attributed:
+    """A sampler whose processes are named by ``attribute``; keeps the inner sampler's
+    own ``error`` visible to GuardedSampler."""
+
+    def __init__(self, base: Sampler,
+                 attribute: Callable[[list[GpuSample]], list[GpuSample]]) -> None:
+        self.base, self.attribute = base, attribute
+
+    @property
+    def error(self) -> str | None:
+        owner = getattr(self.base, "__self__", self.base)
+        err = getattr(owner, "error", None)
+        return err if isinstance(err, str) else None
+
+    def __call__(self) -> list[GpuSample]:
+        return self.attribute(self.base())
+
+
 def build_server(
     source: FactSource,
     listen: str = DEFAULT_LISTEN,
@@ -474,10 +492,15 @@ def build_server(
     sampler: Sampler | None = None,
     refresh_s: float = 30.0,
     sample_timeout_s: float = 2.0,
+    attribute: Callable[[list[GpuSample]], list[GpuSample]] | None = None,
 ) -> AgentServer:
-    """Bind the server and start the facts refresh; call ``serve_forever()`` next."""
+    """Bind the server and start the facts refresh; call ``serve_forever()`` next.
+    ``attribute`` names the owner of each GPU process (swarmgpu.procattr), inside the
+    sampler's deadline."""
     cache = FactsCache(source, refresh_s)
     chosen = sampler or default_sampler(source, lambda: cache.view().facts)
+    if attribute is not None:
+        chosen = _Attributed(chosen, attribute)
     server = AgentServer(parse_listen(listen), cache, GuardedSampler(chosen, sample_timeout_s))
     cache.start()
     return server
@@ -490,9 +513,11 @@ def serve(
     sampler: Sampler | None = None,
     refresh_s: float = 30.0,
     stop_event: threading.Event | None = None,
+    attribute: Callable[[list[GpuSample]], list[GpuSample]] | None = None,
 ) -> None:
     """Serve until ``stop_event`` is set (or forever); for ``swarmgpu agent``."""
-    server = build_server(source, listen, sampler=sampler, refresh_s=refresh_s)
+    server = build_server(source, listen, sampler=sampler, refresh_s=refresh_s,
+                          attribute=attribute)
     host, port = server.server_address[:2]
     _log.info("agent serving {} on {}:{} (refresh every {}s)", source.spec, host, port,
               refresh_s)

@@ -103,9 +103,17 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
               help="YAML profile of scripted utilisation (demos, tests).")
 @click.option("--refresh-s", default=30.0, show_default=True, help="Seconds between fact reads.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.option("--docker-host", default=None,
+              help="Optional: this node's Docker engine (e.g. unix:///var/run/docker.sock), "
+                   "to name the Swarm task of each GPU process here. Without it the agent "
+                   "reports container ids and the daemon names them from Swarm's task "
+                   "list, so the agent needs no engine access.")
+@click.option("--proc-root", default="/proc", show_default=True,
+              help="The host's /proc (GPU process PIDs are the host's; in a container "
+                   "mount it, e.g. /host/proc).")
 def agent(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
           mig_layout: str | None, listen: str, metrics_profile: str | None, refresh_s: float,
-          log_format: str) -> None:
+          log_format: str, docker_host: str | None, proc_root: str) -> None:
     """Serve this node's GPU facts and metrics over HTTP (/facts, /metrics, /healthz)."""
     from swarmgpu import agent as agent_mod
 
@@ -120,7 +128,11 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
         except ProfileError as exc:
             click.echo(f"swarmgpu agent: {exc}", err=True)
             sys.exit(2)
-    agent_mod.serve(src, listen, sampler=sampler, refresh_s=refresh_s)
+    from swarmgpu.procattr import Attributor, engine_labels
+
+    agent_mod.serve(src, listen, sampler=sampler, refresh_s=refresh_s,
+                    attribute=Attributor(engine_labels(docker_host) if docker_host else None,
+                                         proc_root))
 
 
 @main.command()
@@ -155,7 +167,7 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
 
 def _attach_steps(d: Any) -> None:
     """Plug the planners (placement, rebalancing) and the cluster view into the cycle."""
-    from swarmgpu import observe, placement_step
+    from swarmgpu import observe, overshare, placement_step
     from swarmgpu.rebalance.step import attach as attach_rebalance
 
     placement_step.attach(d)
@@ -163,6 +175,7 @@ def _attach_steps(d: Any) -> None:
     if rebalancer is not None:
         d.moves_view = rebalancer.to_dict
     observe.attach(d)
+    overshare.attach(d)  # after observe, which judges each holder's use
 
 
 @main.command()
@@ -196,6 +209,9 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         checks = audit_checks(cfg)
     except ImportError:
         pass
+    from swarmgpu.overshare import audit_check
+
+    checks.append(audit_check(cfg))  # holders over their GPU share (agents' processes)
     findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
                          extra_checks=checks,
                          generic_resource_kind=cfg.placement.generic_resource_kind)

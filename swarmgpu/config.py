@@ -80,6 +80,13 @@ class PlacementConfig:
     shapes ('- {gpus: 1, share: 0.5, cpu: 4, weight: 3}') pins the mix."""
     workload_window: int = 5000
     """'auto' learns over about this many recent tasks (an exponential window)."""
+    overshare: str = "report"
+    """A service using more GPU memory than its share (its processes, as the agents name
+    them): `report` (audit finding, map badge, metrics, log line) or `restart` (also
+    restart the offending task once it has been over for overshare_window_s, within the
+    rebalancer's budgets; never a neighbour, never a `rebalance: never` service)."""
+    overshare_window_s: float = 60.0
+    """How long a task must stay over its share before `restart` acts."""
 
 
 REBALANCE_POLICIES = ("hotspot", "consolidation", "defrag", "fragmentation", "spread")
@@ -213,6 +220,11 @@ def _check(cfg: Config) -> None:
     if not host or not port.isdigit():
         raise ConfigError(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
     _check_rebalance(cfg.rebalance)
+    if cfg.placement.overshare not in ("report", "restart"):
+        raise ConfigError(f"placement.overshare: {cfg.placement.overshare!r}; use 'report' "
+                          "or 'restart'")
+    if cfg.placement.overshare_window_s <= 0:
+        raise ConfigError("placement.overshare_window_s: must be > 0 seconds")
 
 
 def _check_rebalance(r: RebalanceConfig) -> None:

@@ -28,6 +28,7 @@ from swarmgpu.agentbook import AgentBook
 from swarmgpu.config import Config
 from swarmgpu.daemon_metrics import DaemonMetrics
 from swarmgpu.model import NodeFacts
+from swarmgpu.overshare import Watch
 from swarmgpu.placement import Planner
 from swarmgpu.swarm import SwarmClient, SwarmError
 from swarmgpu.sync import CycleReport, LabelSync, take_snapshot
@@ -80,6 +81,7 @@ class Daemon:
         # GPU metrics per node id and UUID, scraped this cycle (by the rebalancer)
         self.last_metrics: dict[str, dict[str, Any]] | None = None
         self.planner: Planner | None = None  # placement's, kept across cycles as leader
+        self.overshare = Watch()  # holders over their GPU share, since when (observe)
         self._scheduler: BackgroundScheduler | None = None
         self._http: ThreadingHTTPServer | None = None
         # path -> () -> (content type, body); the GPU map and APIs plug in here

@@ -34,6 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from swarmgpu.facts.samples import GpuSample
+from swarmgpu.metrics_in import PROCESS_MEMORY
 from swarmgpu.model import Gpu, MigDevice, NodeFacts
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -123,7 +124,27 @@ class AgentCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._dcgm()
+        yield from self._processes()
         yield from self._self_metrics()
+
+    def _processes(self) -> Iterator[Metric]:
+        """GPU memory per compute process and who runs it (swarmgpu.procattr);
+        dcgm-exporter has no per-process metric, so the name is swarmgpu's own."""
+        fam = Metric(PROCESS_MEMORY, "GPU memory used by one compute process (MiB), with "
+                     "its container and Swarm task/service when known.", "gauge")
+        gpus = {g.uuid: g for g in self._facts.gpus}
+        for s in self._samples:
+            g = gpus.get(s.uuid)
+            for p in s.processes:
+                if p.used_mib is None:
+                    continue
+                fam.add_sample(PROCESS_MEMORY, {
+                    "gpu": str(g.index if g is not None else s.index),
+                    "UUID": s.uuid, "pid": str(p.pid), "container": p.container[:12],
+                    "task": p.task, "service": p.service,
+                    "hostname": self._facts.hostname}, float(p.used_mib))
+        if fam.samples:
+            yield fam
 
     def _dcgm(self) -> Iterator[Metric]:
         migs = _mig_index(self._facts)

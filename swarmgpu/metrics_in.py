@@ -30,6 +30,8 @@ GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 _MAX_ERRORS = 50  # a garbage page must not produce a garbage-sized error list
 _HOST_LABELS = ("hostname", "Hostname")
+PROCESS_MEMORY = "swarmgpu_gpu_process_memory_used_mib"  # swarmgpu.metrics writes it
+_MAX_PROCESSES = 512  # per GPU: a page listing more is not to be trusted with memory
 
 
 @dataclass
@@ -39,6 +41,17 @@ class MigMetrics:
     gi_id: int
     profile: str | None
     values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProcessMetric:
+    """One compute process on a GPU, as the agent names it (swarmgpu.procattr)."""
+
+    pid: int
+    used_mib: float
+    service: str = ""
+    task: str = ""
+    container: str = ""
 
 
 @dataclass
@@ -51,6 +64,7 @@ class GpuMetrics:
     pci_bus_id: str | None = None
     values: dict[str, float] = field(default_factory=dict)
     mig: dict[int, MigMetrics] = field(default_factory=dict)
+    processes: list[ProcessMetric] = field(default_factory=list)
 
     def get(self, metric: str) -> float | None:
         return self.values.get(metric)
@@ -168,6 +182,13 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
             gpu.index = int(labels["gpu"])
         gpu.model_name = gpu.model_name or labels.get("modelName") or None
         gpu.pci_bus_id = gpu.pci_bus_id or labels.get("pci_bus_id") or None
+        if name == PROCESS_MEMORY:
+            pid = labels.get("pid", "")
+            if pid.isdigit() and len(gpu.processes) < _MAX_PROCESSES:
+                gpu.processes.append(ProcessMetric(
+                    int(pid), value, labels.get("service", ""), labels.get("task", ""),
+                    labels.get("container", "")))
+            continue
         gi = labels.get("GPU_I_ID")
         if gi is not None:
             if not gi.isdigit():

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 from prometheus_client import Gauge
 
-from swarmgpu import webmap
+from swarmgpu import overshare, webmap
 from swarmgpu.audit import audit
 from swarmgpu.cluster_view import SCHEMA, build_cluster, gpu_metrics
+from swarmgpu.placement_step import facts_by_node
 from swarmgpu.sync import Snapshot
 
 if TYPE_CHECKING:
@@ -29,30 +30,43 @@ def attach(daemon: Daemon) -> None:
     util = Gauge("swarmgpu_service_gpu_util", "GPU utilisation (%) of GPUs a service holds",
                  ["service", "node", "gpu"], registry=r)
     mem = Gauge("swarmgpu_service_gpu_memory_used_mib",
-                "GPU memory used (MiB) on GPUs a service holds", ["service", "node", "gpu"],
-                registry=r)
+                "GPU memory used (MiB) by a service's processes on a GPU it holds (where the "
+                "agent lists processes; elsewhere the GPU's used memory)",
+                ["service", "node", "gpu"], registry=r)
+    share_mem = Gauge("swarmgpu_service_gpu_memory_share_mib",
+                      "GPU memory (MiB) a service's share of a GPU is worth (share x memory)",
+                      ["service", "node", "gpu"], registry=r)
 
     def step(d: Daemon, snap: Snapshot) -> None:
         moves = d.moves_view
+        # The rebalancer scraped every node this cycle already: use its pages.
+        metrics = d.last_metrics if d.last_metrics is not None else gpu_metrics(snap.nodes, cfg)
+        uses = overshare.uses_now(snap, facts_by_node(snap), metrics, cfg.sync.prefix)
+        d.overshare.update(uses)
         doc = build_cluster(
-            snap, d.last_placement, prefix=cfg.sync.prefix,
-            # The rebalancer scraped every node this cycle already: use its pages.
-            metrics=d.last_metrics if d.last_metrics is not None
-            else gpu_metrics(snap.nodes, cfg),
+            snap, d.last_placement, prefix=cfg.sync.prefix, metrics=metrics,
             saved_agents={k: v.to_dict() for k, v in d.book.records.items()},
-            findings=audit(snap, prefix=cfg.sync.prefix), moves=moves() if moves else None,
-            leader=d.leader,
+            findings=audit(snap, prefix=cfg.sync.prefix) + overshare.findings(uses),
+            moves=moves() if moves else None, leader=d.leader,
         )
+        overshare.annotate(doc, uses)
         util.clear()
         mem.clear()
+        share_mem.clear()
         for n in doc["nodes"]:
             for g in n["gpus"]:
                 for h in g["holders"]:
                     labels = (h["service"], n["hostname"], str(g["index"]))
                     if g["util_pct"] is not None:
                         util.labels(*labels).set(g["util_pct"])
-                    if g["memory_used_mib"] is not None:
-                        mem.labels(*labels).set(g["memory_used_mib"])
+                    own = h.get("memory_used_mib", g["memory_used_mib"])
+                    if own is not None:
+                        mem.labels(*labels).set(own)
+                    if "memory_share_mib" in h:
+                        share_mem.labels(*labels).set(h["memory_share_mib"])
+                    elif g.get("memory_mib"):
+                        share_mem.labels(*labels).set(g["memory_mib"] * h["share_milli"]
+                                                      // 1000)
         with lock:
             state["doc"] = doc
 

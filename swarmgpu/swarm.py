@@ -81,6 +81,7 @@ class SwarmTask:
     cpu_milli: int = 0  # Resources.Reservations: what Swarm counts against its node
     memory_mib: int = 0
     message: str = ""  # Status.Message ("pending task scheduling", ...)
+    container_id: str = ""  # Status.ContainerStatus.ContainerID, once the task has one
 
 
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
@@ -185,6 +186,7 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         cpu_milli=reservations(spec)[0],
         memory_mib=reservations(spec)[1],
         message=str(status.get("Message", "") or ""),
+        container_id=str((status.get("ContainerStatus") or {}).get("ContainerID") or ""),
     )
 
 

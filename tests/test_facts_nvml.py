@@ -210,3 +210,21 @@ def test_hung_gpu_answers_within_deadline_and_is_not_asked_again(tmp_path: Path)
     t0 = time.monotonic()
     again = src.read()
     assert time.monotonic() - t0 < 1.5 and not again.gpus[5].healthy
+
+
+def test_running_processes_from_a_real_capture(tmp_path: Path) -> None:
+    """nvidia-smi -q 'Processes' of a real machine, served by the fake's
+    nvmlDeviceGetComputeRunningProcesses, read as per-GPU processes."""
+    from swarmgpu.facts.nvml import read_utilisation
+    from swarmgpu.facts.samples import GpuProcess
+
+    b = build_layout("rtx4090_pix_sys", tmp_path, processes_file=CAPTURES
+                     / "nvsmi_processes_rtx2070_x2_drv450_excerpt.txt")
+    samples = read_utilisation(b.nvml)
+    assert samples[0].processes == (GpuProcess(12769, 6757), GpuProcess(12810, 1217))
+    assert all(s.processes == () for s in samples[1:])
+    b.machine.gpus[1].processes = [fake.FakeProcess(4242, None)]  # NVML_VALUE_NOT_AVAILABLE
+    assert read_utilisation(b.nvml)[1].processes == (GpuProcess(4242, None),)
+    b2 = build_layout("rtx4090_pix_sys", tmp_path / "b2",
+                      missing=frozenset({"nvmlDeviceGetComputeRunningProcesses"}))
+    assert all(s.processes == () for s in read_utilisation(b2.nvml))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmgpu.facts.naming import mig_profile_name
-from swarmgpu.facts.samples import GpuSample
+from swarmgpu.facts.samples import GpuProcess, GpuSample
 from swarmgpu.model import Gpu, MigDevice, NodeFacts
 
 _MIB = 1024 * 1024
@@ -524,7 +524,30 @@ def _sample(nv: _Nvml, index: int) -> GpuSample | None:
         mem_copy_util_pct=float(util.memory) if util is not None else None,
         temp_c=float(temp) if temp is not None else None,
         power_w=round(float(power_mw) / 1000.0, 3) if power_mw is not None else None,
+        processes=_processes(nv, h),
     )
+
+
+_NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long
+_NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of a process on a GPU without MIG
+
+
+def _processes(nv: _Nvml, h: Any) -> tuple[GpuProcess, ...]:
+    """Compute processes and the memory each uses (unknown: none listed)."""
+    procs = nv.call("nvmlDeviceGetComputeRunningProcesses", h)
+    out: list[GpuProcess] = []
+    for p in procs or ():
+        pid = getattr(p, "pid", None)
+        if not isinstance(pid, int) or pid <= 0:
+            continue
+        used = getattr(p, "usedGpuMemory", None)
+        gi = getattr(p, "gpuInstanceId", None)
+        out.append(GpuProcess(
+            pid=pid,
+            used_mib=int(used) // _MIB if isinstance(used, int) and used != _NOT_AVAILABLE
+            else None,
+            gpu_instance_id=gi if isinstance(gi, int) and gi != _NO_INSTANCE else None))
+    return tuple(out)
 
 
 __all__ = [

@@ -273,7 +273,7 @@
         { class: "holders" },
         holders.length
           ? holders.map((x) =>
-              h("div", { class: "holder" }, svcChip(x.service, share(x.share_milli)), x.request ? h("span", { class: "req", title: x.request }, x.request) : null),
+              h("div", { class: "holder" }, svcChip(x.service, share(x.share_milli)), x.over_share ? badge("bad", "!", "over share", `uses ${x.memory_used_mib} MiB, share ${x.memory_share_mib} MiB`) : null, x.request ? h("span", { class: "req", title: x.request }, x.request) : null),
             )
           : mig
             ? null

@@ -17,6 +17,9 @@ Where a capture lacks something the builder must invent, it says so here:
   same NUMA node, else SYS.
 * Compute capability from "Product Architecture" (Ampere 8.0, Hopper 9.0,
   Ada Lovelace 8.9, Volta 7.0), as those data-centre parts have.
+* Running processes (``processes_file``, the ``Processes`` sections of a ``-q``
+  capture): PID and used memory as captured, put on the GPU with the same index of
+  the machine being built (the only capture with processes is of another machine).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from fake_pynvml.pynvml import (
     FakeMachine,
     FakeMig,
     FakeNvml,
+    FakeProcess,
     FakeProfile,
 )
 from swarmgpu.facts.topo import TopoMatrix, parse_topo
@@ -152,6 +156,29 @@ def parse_q(path: Path) -> QCapture:
     return QCapture(root.get("Driver Version") or "", root.get("CUDA Version") or "", gpus)
 
 
+def parse_processes(path: Path) -> list[list[FakeProcess]]:
+    """Per GPU (in -q order), its compute processes from the ``Processes`` sections."""
+    text = path.read_text()
+    text = text[text.index("==============NVSMI LOG"):]  # the -q part of the capture
+    out: list[list[FakeProcess]] = []
+    for g in parse_tree(text).all("GPU"):
+        procs: list[FakeProcess] = []
+        sec = g.get("Processes")
+        node = next((c for c in g.children if c.key == "Processes"), None)
+        if node is not None and sec != "None":
+            gi: int | None = None
+            for c in node.children:
+                if c.key == "GPU instance ID":
+                    gi = int(c.value) if c.value.isdigit() else None
+                elif c.key == "Process ID":
+                    used = next((x.value for x in c.children if x.key == "Used GPU Memory"), "")
+                    mib = _num(used)
+                    procs.append(FakeProcess(int(c.value), int(mib) if mib is not None else None,
+                                             gi))
+        out.append(procs)
+    return out
+
+
 # --- nvidia-smi -L and mig -lgip --------------------------------------------------------
 _L_GPU = re.compile(r"^GPU (\d+): (.+) \(UUID: (GPU-[^)]+)\)")
 _L_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)")
@@ -209,6 +236,7 @@ def build(
     product: str | None = None,
     memory_mib: int | None = None,
     missing: frozenset[str] = frozenset(),
+    processes_file: Path | None = None,
 ) -> Built:
     """A fake machine: topology from ``topo_file``, GPUs from ``q_file`` (or the given
     product/memory), MIG from ``l_file``+``lgip_file``; sysfs numa_node files written
@@ -253,6 +281,9 @@ def build(
             )
         )
     _wire_links(gpus, topo)
+    if processes_file is not None:
+        for g, procs in zip(gpus, parse_processes(processes_file), strict=False):
+            g.processes = procs
     ancestors = {}
     for i in range(n):
         for j in range(i + 1, n):

@@ -136,6 +136,13 @@ class FakeMig:
 
 
 @dataclass
+class FakeProcess:
+    pid: int
+    used_mib: int | None  # None: NVML_VALUE_NOT_AVAILABLE
+    gi_id: int | None = None
+
+
+@dataclass
 class FakeGpu:
     uuid: str
     name: str
@@ -155,6 +162,7 @@ class FakeGpu:
     power_mw: int | None = None
     lost: bool = False
     hang_s: float = 0.0  # every call on this GPU blocks this long (a GPU off the bus)
+    processes: list[FakeProcess] = field(default_factory=list)
 
 
 @dataclass
@@ -395,6 +403,14 @@ class FakeNvml:
         if g.temp_c is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return g.temp_c
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: _Handle) -> list[SimpleNamespace]:
+        g = self._gpu(h)
+        return [SimpleNamespace(
+            pid=p.pid,
+            usedGpuMemory=(1 << 64) - 1 if p.used_mib is None else p.used_mib * 1024 * 1024,
+            gpuInstanceId=0xFFFFFFFF if p.gi_id is None else p.gi_id,
+            computeInstanceId=0xFFFFFFFF if p.gi_id is None else 0) for p in g.processes]
 
     def nvmlDeviceGetPowerUsage(self, h: _Handle) -> int:
         g = self._gpu(h)

@@ -1,0 +1,106 @@
+"""Each holder's GPU memory use against its share (swarmgpu.overshare), pure; the
+agent's page parsed back by the daemon's reader. On the real swarm:
+tests/test_overshare_swarm.py."""
+
+from __future__ import annotations
+
+from gpu_nodes import DGX_A100
+from test_placement import DGX
+
+from swarmgpu.facts.samples import GpuProcess, GpuSample
+from swarmgpu.metrics import render_metrics
+from swarmgpu.metrics_in import parse_metrics
+from swarmgpu.overshare import Watch, annotate, findings, service_use
+from swarmgpu.placement import Holding
+
+F = DGX_A100.facts()
+G1, G2 = F.gpus[1], F.gpus[2]
+
+
+def _metrics(procs: dict[str, tuple[GpuProcess, ...]]) -> dict[str, dict[str, object]]:
+    """The agent's /metrics page for these processes, read back as the daemon reads it."""
+    samples = [GpuSample(g.uuid, g.index, 1.0, 1, 1, 1.0, 1.0, 1.0, procs.get(g.uuid, ()))
+               for g in F.gpus]
+    return {DGX.id: dict(parse_metrics(render_metrics(F, samples).decode()).samples_by_uuid)}
+
+
+LEDGER = {"a": {DGX.id: Holding("a", DGX.id, (G1.uuid,), (500,))},
+          "b": {DGX.id: Holding("b", DGX.id, (G1.uuid,), (500,))},
+          "w": {DGX.id: Holding("w", DGX.id, (G2.uuid,), (1000,))}}
+
+
+def test_use_against_share_per_holder() -> None:
+    m = _metrics({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64, "ta", "a"),
+                            GpuProcess(11, 2000, None, "c" * 64, "ta", "a"),
+                            GpuProcess(12, 4000, None, "d" * 64, "tb", "b"),
+                            GpuProcess(13, 999)),  # a host process: nobody's
+                  G2.uuid: (GpuProcess(20, 40000, None, "e" * 64, "tw", "w"),)})
+    uses = {(u.service, u.uuid): u for u in service_use([DGX], LEDGER, {DGX.id: F}, m)}
+    a, b, w = uses["a", G1.uuid], uses["b", G1.uuid], uses["w", G2.uuid]
+    assert (a.used_mib, a.share_mib, a.over, a.tasks, a.pids) == (32000, 20480, True, ("ta",),
+                                                                  (10, 11))
+    assert (b.used_mib, b.share_mib, b.over) == (4000, 20480, False)
+    assert (w.used_mib, w.share_mib, w.over) == (40000, 40960, False)  # a whole GPU
+    (f,) = findings(uses.values())
+    assert f.kind == "over-share" and f.subject == "a" and f.actual == "32000 MiB"
+    assert "uses 32000 MiB of GPU 1" in f.message and "share is 20480 MiB" in f.message
+
+
+def test_a_service_on_a_gpu_it_does_not_hold_is_over() -> None:
+    m = _metrics({G1.uuid: (GpuProcess(10, 100, None, "c" * 64, "tx", "x"),)})
+    uses = {(u.service, u.uuid): u for u in service_use([DGX], LEDGER, {DGX.id: F}, m)}
+    assert uses["x", G1.uuid].over and uses["x", G1.uuid].share_mib == 0
+    assert not uses["a", G1.uuid].over  # the holders use nothing
+
+
+def test_no_processes_listed_judges_nothing() -> None:
+    assert service_use([DGX], LEDGER, {DGX.id: F}, _metrics({})) == []
+
+
+def test_watch_window_and_map_annotation() -> None:
+    now = [100.0]
+    w = Watch(clock=lambda: now[0])
+    over = _metrics({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64, "ta", "a"),)})
+    w.update(service_use([DGX], LEDGER, {DGX.id: F}, over))
+    assert w.due(60) == []
+    now[0] = 170.0
+    w.update(service_use([DGX], LEDGER, {DGX.id: F}, over))
+    assert [u.service for u in w.due(60)] == ["a"]
+    w.update(service_use([DGX], LEDGER, {DGX.id: F}, _metrics(
+        {G1.uuid: (GpuProcess(10, 100, None, "c" * 64, "ta", "a"),)})))
+    assert w.due(0) == [] and w.since == {}
+    doc = {"nodes": [{"id": DGX.id, "gpus": [{"uuid": G1.uuid, "holders": [
+        {"service": "a"}, {"service": "b"}]}]}]}
+    annotate(doc, service_use([DGX], LEDGER, {DGX.id: F}, over))
+    a, b = doc["nodes"][0]["gpus"][0]["holders"]
+    assert a == {"service": "a", "memory_used_mib": 30000, "memory_share_mib": 20480,
+                 "over_share": True}
+    assert b["over_share"] is False
+
+
+def test_unnamed_processes_are_named_from_swarms_task_list() -> None:
+    from swarmgpu.overshare import owners
+    from swarmgpu.swarm import SwarmService, SwarmTask
+
+    svc = SwarmService("sid-a", "a", {}, (), (), "replicated", 1, None, 1)
+    task = SwarmTask("ta", "sid-a", DGX.id, 1, "running", "running", (),
+                     container_id="c" * 64)
+    m = _metrics({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64),)})  # no engine access
+    (u, _b) = service_use([DGX], LEDGER, {DGX.id: F}, m, owners([svc], [task]))
+    assert (u.service, u.tasks, u.used_mib, u.over) == ("a", ("ta",), 30000, True)
+
+
+def test_overshare_config_is_checked(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    from swarmgpu.config import ConfigError, load_config
+
+    p = Path(str(tmp_path)) / "c.yml"
+    p.write_text(json.dumps({"placement": {"overshare": "kill"}}))
+    with pytest.raises(ConfigError, match=r"placement\.overshare: 'kill'"):
+        load_config(str(p))
+    p.write_text(json.dumps({"placement": {"overshare": "restart", "overshare_window_s": 5}}))
+    assert load_config(str(p)).placement.overshare == "restart"

@@ -1,0 +1,147 @@
+"""A shared GPU's holder over its share, on the real test swarm, start to finish.
+
+gpu-node-1's agent serves a fake NVML (an 8x A100-SXM4-80GB layout from real captures)
+whose running processes are the host PIDs of real task containers; everything after
+NVML is real: the PID's cgroup, the node's dockerd labels, the agent's /metrics, the
+daemon's scrape, its log, /metrics, the map document, `swarmgpu audit`, and
+(``placement.overshare: restart``) the restart of the offender's task only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_nodes import (
+    LOGS,
+    cfg_file,
+    kwargs_for_logs,
+    run_cli,
+    start_agent,
+    stop,
+    swarmgpu_env,
+    wait_port,
+)
+from swarm_harness import SwarmCluster
+from test_placement_swarm import container_env, deploy, tasks_running, wait_running
+
+pytestmark = pytest.mark.swarm
+P = "swarmgpu."
+HTTP_PORT = 9412
+WINDOW_S = 12.0
+TESTS = Path(__file__).resolve().parent
+LOG = LOGS / "overshare-daemon.log"
+
+
+@pytest.fixture(scope="module")
+def env(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
+        ) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("overshare")
+    procs_file = tmp / "processes.json"
+    procs_file.write_text("{}")
+    node1 = swarm.node("gpu-node-1")
+    LOGS.mkdir(parents=True, exist_ok=True)
+    fake = swarm.exec_in_netns(node1, [
+        sys.executable, str(TESTS / "fake_nvml_agent.py"), "dgx_a100_nv12", str(procs_file),
+        str(tmp / "sysfs"), "--hostname", "gpu-node-1", "--listen", f"{node1.addr}:9401",
+        "--refresh-s", "1"], env=swarmgpu_env(), **kwargs_for_logs(LOGS / "agent-nvml.log"))
+    wait_port(node1.addr, 9401)
+    other = start_agent(swarm, "gpu-node-2")
+    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2},
+                   http={"listen": f"{swarm.manager.addr}:{HTTP_PORT}"},
+                   placement={"overshare": "restart", "overshare_window_s": WINDOW_S},
+                   rebalance={"cooldown_s": 0})
+    LOG.write_text("")
+    daemon = swarm.exec_in_netns(
+        swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
+        env=swarmgpu_env(), **kwargs_for_logs(LOG))
+    yield {"tmp": tmp, "procs": procs_file, "cfg": cfg}
+    for p in (daemon, fake, other):
+        stop(p)
+    swarm.cli(swarm.manager, "stack", "rm", "os", check=False)
+
+
+def http(swarm: SwarmCluster, route: str) -> str:
+    with urllib.request.urlopen(f"http://{swarm.manager.addr}:{HTTP_PORT}{route}",
+                                timeout=3) as resp:
+        return str(resp.read().decode())
+
+
+def held_gpu(swarm: SwarmCluster, service: str) -> str:
+    nid = swarm.node("gpu-node-1").node_id
+    labels = swarm.client(swarm.manager).api.inspect_node(nid)["Spec"]["Labels"] or {}
+    return str(labels[f"{P}assign.{service}"].split("@")[0])
+
+
+def pid_of(swarm: SwarmCluster, task: dict[str, Any]) -> int:
+    node = swarm.node(task["NodeID"])
+    cid = task["Status"]["ContainerStatus"]["ContainerID"]
+    return int(swarm.client(node).api.inspect_container(cid)["State"]["Pid"])
+
+
+def test_over_share_is_reported_then_only_the_offender_restarts(
+        swarm: SwarmCluster, env: dict[str, Any]) -> None:
+    a100 = {"swarmgpu.gpu-product": "*A100*"}
+    half = {**a100, "swarmgpu.gpu-fraction": "0.5"}
+    t0 = time.monotonic()
+    deploy(swarm, env["tmp"], "os", {"a": {"labels": half}, "b": {"labels": half}})
+    (ta,) = wait_running(swarm, "os_a", 1, timeout=90)
+    (tb,) = wait_running(swarm, "os_b", 1, timeout=90)
+    t_running = time.monotonic() - t0
+    gpu = held_gpu(swarm, "os_a")
+    assert held_gpu(swarm, "os_b") == gpu  # two halves packed on one 80 GB GPU
+    assert container_env(swarm, ta)["CUDA_DEVICE_MEMORY_LIMIT"] == "40960m"
+    # a leaks to 50 GiB of its 40 GiB share; b stays at 4 GiB
+    env["procs"].write_text(json.dumps({gpu: [{"pid": pid_of(swarm, ta), "used_mib": 51200},
+                                              {"pid": pid_of(swarm, tb), "used_mib": 4096}]}))
+    t1 = time.monotonic()
+    swarm.wait_for(lambda: "over its GPU share: service os_a" in LOG.read_text(), 30,
+                   "the daemon's log line naming os_a")
+    t_logged = time.monotonic() - t1
+    # the agent found each PID's container in its cgroup (it has no engine access; the
+    # daemon named the task and service from Swarm's task list)
+    node1 = swarm.node("gpu-node-1")
+    with urllib.request.urlopen(f"http://{node1.addr}:9401/metrics", timeout=3) as resp:
+        page = resp.read().decode()
+    cid = ta["Status"]["ContainerStatus"]["ContainerID"]
+    assert any(f'container="{cid[:12]}"' in ln and f'pid="{pid_of(swarm, ta)}"' in ln
+               and ln.endswith(" 51200.0") for ln in page.splitlines()), page[-2000:]
+    assert f"tasks {ta['ID']}" in LOG.read_text()
+    text = LOG.read_text()
+    assert "os_b" not in text.split("over its GPU share", 1)[1].split("\n", 1)[0]
+    # the daemon's /metrics: use and share per service
+    metrics = http(swarm, "/metrics")
+    assert 'swarmgpu_service_gpu_memory_used_mib{gpu="' in metrics
+    mine = [ln for ln in metrics.splitlines() if 'service="os_a"' in ln]
+    assert any(ln.startswith("swarmgpu_service_gpu_memory_used_mib") and ln.endswith(" 51200.0")
+               for ln in mine), mine
+    assert any(ln.startswith("swarmgpu_service_gpu_memory_share_mib") and ln.endswith(" 40960.0")
+               for ln in mine), mine
+    # the map document: a badge on a's holder entry, none on b's
+    doc = json.loads(http(swarm, "/api/v1/cluster"))
+    holders = {h["service"]: h for n in doc["nodes"] for g in n["gpus"] for h in g["holders"]
+               if g["uuid"] == gpu}
+    assert holders["os_a"]["over_share"] is True and holders["os_b"]["over_share"] is False
+    # `swarmgpu audit` names it
+    res = run_cli("audit", "--config", str(env["cfg"]), "--json")
+    found = [f for f in json.loads(res.stdout)["findings"] if f["kind"] == "over-share"]
+    assert [f["subject"] for f in found] == ["os_a"], found
+    # restart: after the window, a's task only; b keeps its container
+    swarm.wait_for(lambda: (lambda ts: ts and ts[0]["ID"] != ta["ID"])(
+        tasks_running(swarm, "os_a")), WINDOW_S + 60, "os_a restarted")
+    t_restarted = time.monotonic() - t1
+    (tb2,) = tasks_running(swarm, "os_b")
+    assert tb2["ID"] == tb["ID"]
+    (ta2,) = wait_running(swarm, "os_a", 1)
+    assert ta2["NodeID"] == ta["NodeID"] and held_gpu(swarm, "os_a") == gpu
+    for t in (ta2, tb2):  # docker inspect of every replica: same GPU, same share
+        e = container_env(swarm, t)
+        assert e["NVIDIA_VISIBLE_DEVICES"] == gpu and e["CUDA_DEVICE_MEMORY_LIMIT"] == "40960m"
+    print(f"\ntimings: deploy->running {t_running:.1f}s, over-share->log {t_logged:.1f}s, "
+          f"over-share->a restarted {t_restarted:.1f}s (window {WINDOW_S:.0f}s)")
