@@ -1,22 +1,41 @@
 # swarmgpu: one image for both roles.
 #   agent  (GPU nodes):  swarmgpu agent --source nvml --listen 0.0.0.0:9401
 #   daemon (managers):   swarmgpu run --config /etc/swarmgpu/config.yml
-# Built offline by scripts/build-image.sh: the base comes from a local debootstrap
-# and every Python package from the wheels in dist/wheels (no registry, no index).
 # Deploying it on Swarm: stacks/swarmgpu.yml and docs/deploy.md.
-ARG BASE=local/debian-bookworm-python:latest
+#
+# Two ways to build it (docs/deploy.md):
+#   docker build -t swarmgpu .
+#       anywhere with registry and package-index access: the public Python base, and
+#       the wheels (swarmgpu's and its dependencies') built in the build stage.
+#   scripts/build-image.sh
+#       offline, what CI does: --build-arg BASE=local/debian-bookworm-python:latest (a
+#       local debootstrap base) --build-arg WHEELS=dist/wheels (wheels made on the host)
+#       and docker build --network=none: no registry, no index.
+ARG BASE=python:3.11-slim
 
-# --- build: a venv from wheels only ----------------------------------------------
+# --- build: a venv from wheels ----------------------------------------------------
 FROM ${BASE} AS build
-COPY dist/wheels/ /wheels/
-# --no-index: the build has no network (docker build --network=none) and must never
-# want one. pip and setuptools leave the venv afterwards: the image never installs.
-RUN python3 -m venv /opt/swarmgpu \
- && /opt/swarmgpu/bin/pip install --no-index --find-links /wheels --no-cache-dir \
-      --disable-pip-version-check swarmgpu \
- && /opt/swarmgpu/bin/pip uninstall -y -q pip setuptools \
- && /opt/swarmgpu/bin/python -m compileall -q /opt/swarmgpu/lib \
- && /opt/swarmgpu/bin/swarmgpu --version
+# Empty: build the wheels here, from the source in the context (needs the index).
+# A folder of the build context (dist/wheels): install from it with --no-index only.
+ARG WHEELS=
+# The context is only what the image needs (.dockerignore): pyproject.toml, README.md,
+# swarmgpu/ and, when there, dist/wheels/.
+COPY . /src/
+# pip and setuptools leave the venv afterwards: the image never installs.
+RUN set -eu; \
+    python3 -m venv /opt/swarmgpu; \
+    pip="/opt/swarmgpu/bin/pip --disable-pip-version-check --no-cache-dir"; \
+    if [ -n "$WHEELS" ]; then \
+      test -d "/src/$WHEELS" || { echo "WHEELS=$WHEELS: no such folder in the build context" >&2; exit 1; }; \
+      wheels="/src/$WHEELS"; \
+    else \
+      wheels=/wheels; \
+      $pip wheel --wheel-dir "$wheels" /src; \
+    fi; \
+    $pip install --no-index --find-links "$wheels" swarmgpu; \
+    $pip uninstall -y -q pip setuptools; \
+    /opt/swarmgpu/bin/python -m compileall -q /opt/swarmgpu/lib; \
+    /opt/swarmgpu/bin/swarmgpu --version
 
 # --- runtime ----------------------------------------------------------------------
 FROM ${BASE}

@@ -90,7 +90,8 @@ t2=$(date +%s)
 
 # --- 3. image --------------------------------------------------------------------
 log "docker build --network=none -t $IMAGE"
-docker build --network=none --build-arg "BASE=$BASE" -t "$IMAGE" -f Dockerfile . >&2
+docker build --network=none --build-arg "BASE=$BASE" --build-arg WHEELS=dist/wheels \
+  -t "$IMAGE" -f Dockerfile . >&2
 t3=$(date +%s)
 size=$(docker image inspect --format '{{.Size}}' "$IMAGE")
 base_size=$(docker image inspect --format '{{.Size}}' "$BASE")

@@ -1,0 +1,227 @@
+"""The Grafana dashboard's queries and docs/deploy.md's scrape configuration, in a real
+Prometheus (Debian's `prometheus`) scraping real agents and a real daemon on the test
+swarm.
+
+Prometheus discovers the nodes through `dockerswarm_sd_configs` with the manager's
+engine socket, using the configuration printed in docs/deploy.md (only the socket path
+and the intervals changed). gpu-node-1 carries the operator's `gpu=true` node label,
+gpu-node-2 only the `swarmgpu.gpu.present` label the daemon writes (how a node marked
+by an engine label is found: Prometheus sees no engine labels). A one-GPU service is
+placed, so the per-service panels have rows. Then every panel's expression is
+evaluated through the HTTP API: no error anywhere, and a result wherever the agents or
+the daemon serve the series.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from gpu_nodes import (
+    GPU_NODES,
+    LOGS,
+    kwargs_for_logs,
+    labels_of,
+    start_agent,
+    stop,
+    swarmgpu_env,
+)
+from gpu_nodes import cfg_file as _cfg_file
+from paths import REPO
+from swarm_harness import SwarmCluster
+from test_deploy_docs import scrape_config
+
+pytestmark = pytest.mark.swarm
+DASHBOARD = json.loads((REPO / "stacks" / "grafana-dashboard.json").read_text())
+SERVICE = "promdash"
+PROFILE = {"default": {"util_pct": 40, "fb_used_mib": 1000, "mem_copy_util_pct": 10,
+                       "temp_c": 50, "power_w": 200}}
+# Panels whose series exist only once something happens that this test does not cause.
+MAY_BE_EMPTY = {
+    "swarmgpu_errors_total": "no daemon error happens here",
+    "swarmgpu_moves_total": "no rebalancing move happens here",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(base: str, path: str, **params: str) -> Any:
+    url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else base + path
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _query(base: str, expr: str) -> list[dict[str, Any]]:
+    doc = _get(base, "/api/v1/query", query=expr)
+    assert doc["status"] == "success", (expr, doc)
+    result = doc["data"]["result"]
+    assert isinstance(result, list), (expr, doc)
+    return result
+
+
+def _prometheus_config(swarm: SwarmCluster) -> dict[str, Any]:
+    cfg = scrape_config()
+    cfg["global"] = {"scrape_interval": "1s", "scrape_timeout": "1s",
+                     "evaluation_interval": "1s"}
+    for job in cfg["scrape_configs"]:  # type: ignore[attr-defined]
+        for sd in job["dockerswarm_sd_configs"]:
+            sd["host"] = swarm.manager.docker_host
+            sd["refresh_interval"] = "2s"
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def stack(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[dict[str, Any]]:
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        pytest.skip("prometheus missing: apt-get install prometheus (scripts/setup.sh does)")
+    tmp = tmp_path_factory.mktemp("promdash")
+    mgr = swarm.manager
+    procs: list[Any] = []
+    node1 = swarm.node("gpu-node-1")
+    try:
+        profile = tmp / "profile.yml"
+        profile.write_text(json.dumps(PROFILE))
+        procs += [start_agent(swarm, h, "--metrics-profile", str(profile)) for h in GPU_NODES]
+        swarm.cli(mgr, "node", "update", "--label-add", "gpu=true", node1.node_id)
+        cfg = _cfg_file(tmp, swarm, http={"listen": f"{mgr.addr}:9402"})
+        procs.append(swarm.exec_in_netns(
+            mgr, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
+            env=swarmgpu_env(), **kwargs_for_logs(LOGS / "promdash-daemon.log")))
+        swarm.cli(mgr, "service", "create", "--detach", "--no-resolve-image", "--name",
+                  SERVICE, "--label", "swarmgpu.gpus=1", "--stop-grace-period", "1s",
+                  "local/busybox:latest", "sleep", "3600")
+        port = _free_port()
+        prom_cfg = tmp / "prometheus.yml"
+        prom_cfg.write_text(yaml.safe_dump(_prometheus_config(swarm)))
+        procs.append(subprocess.Popen(
+            [prometheus, f"--config.file={prom_cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            **kwargs_for_logs(LOGS / "promdash-prometheus.log")))
+        yield {"base": f"http://127.0.0.1:{port}", "mgr": mgr}
+    finally:
+        with contextlib.suppress(Exception):  # not created
+            swarm.cli(mgr, "service", "rm", SERVICE)
+        for p in reversed(procs):
+            stop(p)
+        _strip_test_labels(swarm, node1)
+
+
+def _strip_test_labels(swarm: SwarmCluster, node1: Any) -> None:
+    """Nothing left behind in the shared swarm: the gpu label and this service's ledger."""
+    api = swarm.client(swarm.manager).api
+    for n in swarm.nodes:
+        spec = api.inspect_node(n.node_id)
+        labels = dict(spec["Spec"].get("Labels") or {})
+        keep = {k: v for k, v in labels.items()
+                if SERVICE not in k and not (n is node1 and k == "gpu")}
+        if keep != labels:
+            api.update_node(n.node_id, spec["Version"]["Index"], {**spec["Spec"], "Labels": keep})
+
+
+def _wait(what: str, fn: Any, timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except (OSError, ValueError) as exc:
+            last = exc
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}; last: {last}")
+
+
+def test_scrape_config_finds_gpu_nodes_both_ways_and_the_daemon(
+    swarm: SwarmCluster, stack: dict[str, Any]
+) -> None:
+    base = stack["base"]
+    _wait("gpu-node-2 labelled by the daemon",
+          lambda: labels_of(swarm, "gpu-node-2").get("swarmgpu.gpu.present") == "true")
+    assert "gpu" not in labels_of(swarm, "gpu-node-2")
+
+    def up() -> dict[str, set[str]] | None:
+        active = _get(base, "/api/v1/targets")["data"]["activeTargets"]
+        got: dict[str, set[str]] = {}
+        for t in active:
+            if t["health"] == "up":
+                got.setdefault(t["labels"]["job"], set()).add(t["labels"]["instance"])
+        want_agents = {"gpu-node-1", "gpu-node-2"}
+        return got if got.get("swarmgpu-agent") == want_agents and got.get(
+            "swarmgpu-daemon") else None
+
+    got = _wait("both agents and the daemon scraped", up)
+    assert got["swarmgpu-daemon"] == {f"{stack['mgr'].addr}:9402"}
+    dropped = _get(base, "/api/v1/targets")["data"]["droppedTargets"]
+    # mgr-1 has neither label: no agent target for it.
+    assert any(t["discoveredLabels"].get("job") == "swarmgpu-agent"
+               and t["discoveredLabels"].get("__meta_dockerswarm_node_hostname") == "mgr-1"
+               for t in dropped), dropped
+
+
+def test_every_panel_query_evaluates_and_has_data(stack: dict[str, Any]) -> None:
+    base = stack["base"]
+    # The service placed and its GPU's use exported by the daemon, and enough scrapes
+    # for rate() over them.
+    _wait(f"{SERVICE} in swarmgpu_service_gpu_util",
+          lambda: _query(base, f'swarmgpu_service_gpu_util{{service="{SERVICE}"}}'), 120)
+    _wait("rate() over the daemon's counters",
+          lambda: _query(base, "rate(swarmgpu_cycles_total[5m]) > 0"))
+    _wait("rate() over the agents' counters",
+          lambda: _query(base, "rate(swarmgpu_agent_facts_refresh_failures_total[5m])"))
+    checked = 0
+    for panel in DASHBOARD["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"].replace("$service", ".*").replace("$node", ".*")
+            result = _query(base, expr)
+            checked += 1
+            if not any(name in expr for name in MAY_BE_EMPTY):
+                assert result, f"panel {panel['title']!r}: {expr} returned nothing"
+    assert checked >= 20
+
+
+def test_table_panel_queries_merge_on_service_node_gpu(stack: dict[str, Any]) -> None:
+    (panel,) = [p for p in DASHBOARD["panels"] if p["title"] == "Per service, node and GPU"]
+    # Grafana names the value columns "Value #A"/"Value #B" only for instant table
+    # queries: the renames of the organize transform depend on it.
+    assert all(t["format"] == "table" and t["instant"] is True for t in panel["targets"])
+    renames = next(t for t in panel["transformations"]
+                   if t["id"] == "organize")["options"]["renameByName"]
+    assert set(renames) == {f"Value #{t['refId']}" for t in panel["targets"]}
+    base = stack["base"]
+    rows = []
+    for t in panel["targets"]:
+        result = _query(base, t["expr"].replace("$service", ".*").replace("$node", ".*"))
+        rows.append({(r["metric"]["service"], r["metric"]["node"], r["metric"]["gpu"])
+                     for r in result})
+    assert rows[0] == rows[1] and any(s == SERVICE for s, _, _ in rows[0]), rows
+
+
+def test_template_variables_have_values(stack: dict[str, Any]) -> None:
+    base = stack["base"]
+    for var in DASHBOARD["templating"]["list"]:
+        if var["type"] != "query":
+            continue
+        metric, label = var["definition"].removeprefix("label_values(").rstrip(")").split(", ")
+        doc = _get(base, f"/api/v1/label/{label}/values", **{"match[]": metric})
+        assert doc["status"] == "success" and doc["data"], (var["name"], doc)
+    assert DASHBOARD["__inputs"][0]["pluginId"] == "prometheus"
+    ds = next(v for v in DASHBOARD["templating"]["list"] if v["type"] == "datasource")
+    assert ds["current"]["value"] == "${" + DASHBOARD["__inputs"][0]["name"] + "}"

@@ -1,0 +1,68 @@
+"""docs/deploy.md stays true: its daemon.json is what `node-config` prints, its
+Prometheus configuration is one promtool accepts, and the image section matches the
+Dockerfile's build arguments."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from paths import REPO
+
+from swarmgpu.model import NodeFacts
+from swarmgpu.nodeconfig import node_config
+
+DEPLOY = (REPO / "docs" / "deploy.md").read_text()
+
+
+def fenced(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", DEPLOY, flags=re.S)
+
+
+def scrape_config() -> dict[str, object]:
+    (block,) = [b for b in fenced("yaml") if "scrape_configs:" in b]
+    doc = yaml.safe_load(block)
+    assert isinstance(doc, dict)
+    return doc
+
+
+def test_daemon_json_has_the_keys_node_config_prints() -> None:
+    (block,) = fenced("json")
+    documented = json.loads(re.sub(r"<[^>]+>", "x", block))
+    facts = NodeFacts.from_dict(json.loads(
+        (REPO / "tests/doctor_roots/healthy/.swarmgpu-fixture/facts.json").read_text()))
+    text = node_config(facts)
+    printed = json.loads(text[text.index("{"):text.index("\n}\n") + 2])
+    assert documented.keys() == printed.keys()
+    assert documented["runtimes"] == printed["runtimes"]  # runtimeArgs, not args
+    assert documented["default-runtime"] == printed["default-runtime"]
+    assert all(v.startswith("NVIDIA-GPU=GPU-") for v in documented["node-generic-resources"])
+    assert '"args"' not in DEPLOY
+    for step in ("swarmgpu node-config --source nvml", "swarmgpu doctor"):
+        assert step in DEPLOY, step
+
+
+def test_scrape_config_passes_promtool(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool missing: apt-get install prometheus (scripts/setup.sh does)")
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(yaml.safe_dump(scrape_config()))
+    res = subprocess.run([promtool, "check", "config", str(cfg)], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_image_section_names_both_builds() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert re.search(r"^ARG BASE=python:3\.11-slim$", dockerfile, flags=re.M)
+    assert re.search(r"^ARG WHEELS=$", dockerfile, flags=re.M)
+    script = (REPO / "scripts" / "build-image.sh").read_text()
+    assert "--build-arg WHEELS=dist/wheels" in script and "--network=none" in script
+    assert "docker build -t swarmgpu ." in DEPLOY
+    assert "--build-arg WHEELS=dist/wheels" in DEPLOY and "bash scripts/build-image.sh" in DEPLOY
