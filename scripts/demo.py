@@ -108,14 +108,20 @@ def main() -> int:
         print("\n$ swarmgpu status\n" + cli("status", cfg=cfg))
         print("$ swarmgpu plan\n" + cli("plan", cfg=cfg))
         print("$ swarmgpu audit\n" + cli("audit", cfg=cfg))
-        print("what each container sees (docker inspect, NVIDIA_VISIBLE_DEVICES):")
+        print("what each container sees (docker inspect, NVIDIA_VISIBLE_DEVICES and a "
+              "share's limits):")
         for t in sorted(running, key=lambda t: t["ServiceID"]):
             node = cluster.node(t["NodeID"])
             cid = t["Status"]["ContainerStatus"]["ContainerID"]
             env = cluster.client(node).api.inspect_container(cid)["Config"]["Env"]
             name = api.inspect_service(t["ServiceID"])["Spec"]["Name"]
             dev = next(e for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES="))
-            print(f"  {name:<26} on {node.hostname}: {dev}")
+            # a shared GPU's share, as the container is told it (swarmgpu.sharing)
+            share = [e for e in env if e.startswith(("SWARMGPU_GPU_FRACTION=",
+                                                     "CUDA_DEVICE_MEMORY_LIMIT="))
+                     and not e.endswith("=")]
+            print(f"  {name:<26} on {node.hostname}: {dev}"
+                  + (f" ({' '.join(share)})" if share else ""))
         if args.keep:
             print("\nGPU map: http://127.0.0.1:9402/  (Ctrl-C to stop)")
             try:
