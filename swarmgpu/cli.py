@@ -473,5 +473,30 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
     sys.exit(code)
 
 
+@main.command("simulate-derive")
+@click.option("--pods", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="openb default pod CSV to derive from")
+@click.option("--out", "out_dir", default="variants", show_default=True, type=click.Path(),
+              help="Folder for openb_pod_list_<variant>.csv and manifest.json")
+@click.option("--variant", "variants", multiple=True,
+              help="e.g. gpushare60, multigpu30, gpuspec20, cpu250 (repeatable); "
+                   "default: the twelve in docs/simulate.md")
+@click.option("--seed", type=int, default=42, show_default=True)
+def simulate_derive(pods: str, out_dir: str, variants: tuple[str, ...], seed: int) -> None:
+    """Derive heavier openb workloads (more sharing, multi-GPU, model-pinned or CPU-only pods)."""
+    from swarmgpu.sim.trace import TraceError
+    from swarmgpu.sim.variants import DEFAULT_VARIANTS, VariantError, write_variants
+
+    try:
+        made = write_variants(pods, out_dir, list(variants) or list(DEFAULT_VARIANTS), seed)
+    except (TraceError, VariantError) as exc:
+        click.echo(f"swarmgpu simulate-derive: {exc}", err=True)
+        sys.exit(2)
+    for v in made["variants"].values():
+        click.echo(f"{out_dir}/{v['file']}: {v['pods']} pods, sharing {v['share_request']:.1%} "
+                   f"and multi-GPU {v['multi_request']:.1%} of the GPU request, "
+                   f"{v['spec_pods']:.1%} of GPU pods model-pinned, {v['cpu_pods']:.1%} CPU-only")
+
+
 if __name__ == "__main__":
     main()
