@@ -134,6 +134,15 @@ def test_rows_are_copies_of_input_rows_and_load_as_a_trace(default_rows: list[Ro
         pods = load_pods(tmp_path / info["file"])  # what swarmgpu simulate reads
         assert len(pods) == info["pods"]
     assert made["variants"]["cpu150"]["cpu_pods"] == pytest.approx(0.15, abs=0.001)
+    # From a 5-column pod list (as multigpu20 is) a gpuspec variant gains the column.
+    five = tmp_path / "five.csv"
+    with five.open("w") as fh:
+        fh.write("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
+        fh.writelines(f"p{i},1000,1024,1,{500 if i % 2 else 1000}\n" for i in range(200))
+    write_variants(five, tmp_path / "five", ["gpuspec40"])
+    pinned = [p for p in load_pods(tmp_path / "five" / "openb_pod_list_gpuspec40.csv")
+              if p.gpu_spec]
+    assert 40 <= len(pinned) <= 120
     assert (tmp_path / "manifest.json").is_file()
 
 

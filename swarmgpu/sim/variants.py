@@ -291,8 +291,10 @@ def stats(rows: list[Row]) -> dict[str, float]:
 
 
 def write_rows(path: Path, header: list[str], rows: list[Row]) -> None:
+    # A gpuspec variant of a 5-column file gains the gpu_spec column rather than losing it.
+    header = header + [k for k in dict.fromkeys(k for r in rows for k in r) if k not in header]
     with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore", lineterminator="\n")
+        w = csv.DictWriter(fh, fieldnames=header, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
 
