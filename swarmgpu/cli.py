@@ -474,21 +474,23 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
 
 
 @main.command("simulate-derive")
-@click.option("--pods", required=True, type=click.Path(exists=True, dir_okay=False),
-              help="openb default pod CSV to derive from")
+@click.option("--pods", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Pod CSV (openb columns) to derive from; default: the bundled default")
 @click.option("--out", "out_dir", default="variants", show_default=True, type=click.Path(),
               help="Folder for openb_pod_list_<variant>.csv and manifest.json")
 @click.option("--variant", "variants", multiple=True,
               help="e.g. gpushare60, multigpu30, gpuspec20, cpu250 (repeatable); "
                    "default: the twelve in docs/simulate.md")
 @click.option("--seed", type=int, default=42, show_default=True)
-def simulate_derive(pods: str, out_dir: str, variants: tuple[str, ...], seed: int) -> None:
+def simulate_derive(pods: str | None, out_dir: str, variants: tuple[str, ...], seed: int) -> None:
     """Derive heavier openb workloads (more sharing, multi-GPU, model-pinned or CPU-only pods)."""
     from swarmgpu.sim.trace import TraceError
+    from swarmgpu.sim.traces import bundled
     from swarmgpu.sim.variants import DEFAULT_VARIANTS, VariantError, write_variants
 
+    source = pods or str(bundled("default")[1])
     try:
-        made = write_variants(pods, out_dir, list(variants) or list(DEFAULT_VARIANTS), seed)
+        made = write_variants(source, out_dir, list(variants) or list(DEFAULT_VARIANTS), seed)
     except (TraceError, VariantError) as exc:
         click.echo(f"swarmgpu simulate-derive: {exc}", err=True)
         sys.exit(2)
