@@ -42,6 +42,11 @@ HALF = {"labels": {f"{P}gpu-fraction": "0.5"}}
 def fd(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
        ) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("fragmentation")
+    # The workload the moves are judged against: placement's model, pinned here (the
+    # learned one would carry the session's history). The shapes this test deploys, one
+    # of each (the services annotated now would weigh the half twice).
+    workload = tmp / "workload.yml"
+    workload.write_text(json.dumps([{"share": 0.5}, {"gpus": 7}, {"gpus": 6}, {"gpus": 1}]))
     profile = tmp / "idle.yml"
     profile.write_text(json.dumps(IDLE))
     agents = {h: start_agent(swarm, h, "--metrics-profile", str(profile)) for h in GPU_NODES}
@@ -51,6 +56,7 @@ def fd(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
         if state["proc"] is not None:
             stop(state["proc"])
         cfg = cfg_file(tmp, swarm, sync={"interval_s": 1},
+                       placement={"workload": str(workload)},
                        http={"listen": f"{swarm.manager.addr}:{API_PORT}"}, rebalance={
                            "dry_run": dry_run, "policies": "fragmentation",
                            "hot_window_s": 4, "max_gap_s": 3, "min_samples": 3,
@@ -140,24 +146,24 @@ def run(swarm: SwarmCluster, fd: dict[str, Any], tmp: Path, cfg: Path) -> None:
         assert res.returncode == 0, res.stderr
         doc: dict[str, Any] = json.loads(res.stdout)
         moves = (doc.get("moves") or {}).get("proposed") or []
-        # Proposals of cycles before fw_one was annotated judge another workload.
-        return doc if [m.get("frag_before_milli") for m in moves] == [600.0] else None
+        # Proposals of cycles before f6 was placed judge another cluster.
+        return doc if [m.get("frag_before_milli") for m in moves] == [750.0] else None
 
     doc = swarm.wait_for(proposed, 60, "a fragmentation move proposed (dry-run)")
     assert {s["name"]: s["status"] for s in doc["services"]}["fw_one"] == "pending"
     (m,) = doc["moves"]["proposed"]
-    # Workload: 2 halves, a 7-, a 6- and a 1-GPU task. Each node leaves 500 milli that the
-    # three whole-GPU shapes (weight 3/5) cannot use: 2 x 300 before; after the move the
-    # freed GPU is unusable only to the 7- and 6-GPU shapes (weight 2/5): 400.
+    # Workload (placement's, pinned): a half, a 7-, a 6- and a 1-GPU task, 1/4 each. Each
+    # node leaves 500 milli that the three whole-GPU shapes cannot use: 2 x 375 before;
+    # after the move the freed GPU is unusable only to the 7- and 6-GPU shapes: 500.
     assert (m["service"], m["trigger"], m["from"], m["to"]) == \
         ("fy_y", "fragmentation", y_host, x_host)
     assert m["uuids"] == [x_uuid]
-    assert m["frag_gain_milli"] == pytest.approx(200.0, abs=0.2)
-    assert m["frag_before_milli"] == pytest.approx(600.0, abs=0.2)
+    assert m["frag_gain_milli"] == pytest.approx(250.0, abs=0.2)
+    assert m["frag_before_milli"] == pytest.approx(750.0, abs=0.2)
     assert m["frag_gain_pct"] == pytest.approx(33.33, abs=0.01)
     text = run_cli("plan", "--config", str(cfg)).stdout
     assert "[fragmentation, window None]" in text
-    assert "fragmentation -200 GPU-milli (0.20 GPU, 33.3% of the cluster's 600)" in text
+    assert "fragmentation -250 GPU-milli (0.25 GPU, 33.3% of the cluster's 750)" in text
     time.sleep(3)  # dry-run: proposed and logged, never made
     assert f"{P}state.move" not in labels(swarm, "fy_y")
     assert "fy_y'} move gpu-node-2 -> gpu-node-1 dry-run" in log_since(fd["mark"])

@@ -58,9 +58,9 @@ class Inputs:
     now: float
     pending: Sequence[str] = ()  # services placement could not place
     prefix: str = "swarmgpu."
-    # The mix of tasks to expect, for the fragmentation measure. None: the typical tasks
-    # of the services annotated now (``workload_now``). The seam for the daemon's learned
-    # workload model (placement.workload) to fill.
+    # The mix of tasks to expect, for the fragmentation measure: placement's workload
+    # model (placement.workload). None: the typical tasks of the services annotated now
+    # (``workload_now``).
     workload: tuple[TypicalTask, ...] | None = None
 
 

@@ -56,9 +56,13 @@ class Rebalancer:
         self._warned = set(warnings)
         plan = d.last_placement
         pending = [sp.name for sp in getattr(plan, "services", []) if sp.status == "pending"]
+        # The fragmentation policy judges moves against the workload placement expects
+        # (its learned or pinned model); without placement, the services annotated now.
+        model = d.planner.model if d.planner is not None else None
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
                      ledger=ledger, gpus=self.signals.gpus, node_signals=self.signals.nodes,
-                     cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix)
+                     cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
+                     workload=model.typical() if model is not None else None)
         prop = plan_moves(inp)
         self.last = prop
         for m in prop.moves:

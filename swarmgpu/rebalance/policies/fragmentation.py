@@ -3,11 +3,12 @@ the cluster most, with nothing pending and nothing hot.
 
 The search is :class:`swarmgpu.allocator.defrag.FragmentationMoves`, the same object
 ``simulate --rebalance-moves`` drives, so the simulator's moves figures measure this
-policy. Here it reads the ledger (what runs where), the workload (``Inputs.workload``,
-else the typical tasks of the services annotated now) and the daemon's limits on targets:
-a node that is ready, active and has known metrics, a GPU that is verified free (known,
-not hot, below ``hot_clear_pct``), the service's own constraints, no node the service
-already holds, and, when the spread policy runs, no target that spread would undo.
+policy. Here it reads the ledger (what runs where), the workload (``Inputs.workload``:
+placement's model; else the typical tasks of the services annotated now) and the
+daemon's limits on targets: a node that is ready, active and has known metrics, a GPU
+that is verified free (known, not hot, below ``hot_clear_pct``), the service's own
+constraints, no node the service already holds, and, when the spread policy runs, no
+target that spread would undo.
 
 Only single-GPU shares of services that may move now (``Context.movable``: opt-out,
 cooldown, converged, no move in flight) are candidates, and no share with zone rules
