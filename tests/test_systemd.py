@@ -109,7 +109,7 @@ def test_systemd_analyze_security_exposure(tmp_path: Path) -> None:
             pytest.skip(f"this systemd-analyze has no --offline: {r.stderr.strip()}")
         m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", r.stdout)
         assert m, r.stdout + r.stderr
-        # docs/systemd.md gives 1.3 (daemon) and 1.5 (agent) with systemd 252.
+        # docs/systemd.md gives 1.3 (daemon) and 1.7 (agent) with systemd 252.
         assert float(m.group(1)) <= 2.0, r.stdout
 
 
