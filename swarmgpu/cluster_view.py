@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from swarmgpu.audit import Finding
 from swarmgpu.config import Config
 from swarmgpu.labels import desired_labels, owned_by_label_sync
-from swarmgpu.metrics_in import GpuMetrics
+from swarmgpu.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.model import NodeFacts, is_nvlink
 from swarmgpu.placement import PlacementPlan, read_ledger
 from swarmgpu.rebalance.attribution import service_states
@@ -20,6 +21,27 @@ from swarmgpu.swarm import SwarmNode
 from swarmgpu.sync import Snapshot
 
 SCHEMA = "swarmgpu.cluster/v1"
+
+# dcgm-exporter health fields (the agent's /metrics uses the same names)
+XID = "DCGM_FI_DEV_XID_ERRORS"  # value of the last XID error; 0 = none
+ECC_SBE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"  # single-bit (corrected) since the driver loaded
+ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"  # double-bit (uncorrectable)
+FB_USED = "DCGM_FI_DEV_FB_USED"
+
+
+def _num(gm: GpuMetrics | None, metric: str, digits: int | None = None) -> float | int | None:
+    v = gm.values.get(metric) if gm else None
+    if v is None:
+        return None
+    return round(v) if digits is None else round(v, digits)
+
+
+def _mig_used(gm: GpuMetrics | None, gi_id: int | None) -> int | None:
+    """A MIG slice's memory in use, from dcgm-exporter's per-GPU-instance samples."""
+    if gm is None or gi_id is None or gi_id not in gm.mig:
+        return None
+    v = gm.mig[gi_id].values.get(FB_USED)
+    return round(v) if v is not None else None
 
 
 def gpu_metrics(nodes: Sequence[SwarmNode], cfg: Config) -> dict[str, dict[str, GpuMetrics]]:
@@ -73,6 +95,7 @@ def build_cluster(
     findings: Sequence[Finding] = (),
     moves: Mapping[str, Any] | None = None,
     leader: bool = True,
+    zone_label: str = "topology.zone",
 ) -> dict[str, Any]:
     metrics = metrics or {}
     saved_agents = saved_agents or {}
@@ -134,14 +157,19 @@ def build_cluster(
                     "memory_mib": g.memory_mib,
                     "memory_used_mib": gm.fb_used_mib if gm else None,
                     "util_pct": gm.util_pct if gm else None,
+                    "temp_c": _num(gm, GPU_TEMP), "power_w": _num(gm, POWER, 1),
+                    "xid": _num(gm, XID), "ecc_sbe": _num(gm, ECC_SBE),
+                    "ecc_dbe": _num(gm, ECC_DBE),
                     "numa_node": g.numa_node, "healthy": g.healthy, "error": g.error,
                     "mig": [{"profile": m.profile, "uuid": m.uuid, "memory_mib": m.memory_mib,
+                             "memory_used_mib": _mig_used(gm, m.gi_id),
                              "holder": mig_holder.get(m.uuid)} for m in g.mig_devices],
                     "holders": holders.get(g.uuid, []),
                 })
         nodes_out.append({
             "id": n.id, "hostname": n.hostname, "role": n.role, "state": n.state,
             "availability": n.availability, "addr": n.addr, "agent": agent,
+            "zone": n.labels.get(zone_label) or None,
             "labels_state": labels_state, "drift": drift,
             "driver_version": facts.driver_version if facts else None,
             "cuda_driver_version": facts.cuda_driver_version if facts else None,
@@ -177,6 +205,104 @@ def workload_lines(w: Mapping[str, Any]) -> list[str]:
         prods = f" [{'|'.join(t['products'])}]" if t.get("products") else ""
         out.append(f"  {t['weight'] * 100:5.1f}%  {t['ask']}, {t['cpu_milli'] / 1000:g} CPU"
                    f"{prods}")
+    return out
+
+
+_MEM_RE = re.compile(r">= (\d+) (GiB|MiB)")
+_MIG_RE = re.compile(r"(?:^|\d )MIG (\S+)")
+
+
+def document_problems(doc: Mapping[str, Any]) -> list[str]:
+    """States a cluster document must never show, each as a sentence.
+
+    The planner cannot produce them, so a hand-written or generated sample that does
+    would let the map's tests pass on an impossible cluster: a held GPU smaller than
+    its request, a MIG slice held by a whole-GPU request, a proposed move onto an
+    unhealthy or taken GPU, a holder the services list does not place there.
+    """
+    out: list[str] = []
+    nodes = {n["hostname"]: n for n in doc.get("nodes", [])}
+    services = {s["name"]: s for s in doc.get("services", [])}
+
+    def placed_on(svc: Mapping[str, Any], host: str, index: int) -> bool:
+        return any(p.get("node") == host and index in (p.get("gpus") or [])
+                   for p in svc.get("placements") or [])
+
+    for host, n in nodes.items():
+        if n.get("gpus") and (n.get("agent") or {}).get("status") != "ok":
+            out.append(f"{host}: GPUs drawn without an agent's facts")
+        for g in n.get("gpus", []):
+            where = f"{host} GPU {g['index']}"
+            holders = g.get("holders") or []
+            total = sum(int(h.get("share_milli", 1000)) for h in holders)
+            if total > 1000 and not any(h.get("over_share") for h in holders):
+                out.append(f"{where}: holders' shares add up to {total / 10:g} %")
+            if holders and g.get("mig"):
+                out.append(f"{where}: held as a whole GPU while split into MIG slices")
+            for h in holders:
+                svc = services.get(h["service"])
+                if svc is None:
+                    out.append(f"{where}: held by {h['service']}, which is not a service")
+                    continue
+                if not placed_on(svc, host, g["index"]):
+                    out.append(f"{where}: held by {svc['name']}, whose placements omit it")
+                req = str(svc.get("request") or "")
+                if _MIG_RE.search(req):
+                    out.append(f"{where}: whole GPU held by {svc['name']} ({req})")
+                mem = _MEM_RE.search(req)
+                if mem:
+                    need = int(mem.group(1)) * (1024 if mem.group(2) == "GiB" else 1)
+                    if int(g.get("memory_mib") or 0) < need:
+                        out.append(f"{where}: {g.get('memory_mib')} MiB is less than "
+                                   f"{svc['name']}'s request ({req})")
+            for m in g.get("mig") or []:
+                holder = m.get("holder")
+                if not holder:
+                    continue
+                svc = services.get(holder["service"])
+                if svc is None:
+                    out.append(f"{where} {m['profile']}: held by {holder['service']}, "
+                               "which is not a service")
+                    continue
+                req = str(svc.get("request") or "")
+                want = _MIG_RE.search(req)
+                if want is None or want.group(1) != m["profile"]:
+                    out.append(f"{where}: MIG {m['profile']} held by {svc['name']}, "
+                               f"whose request is '{req}'")
+                if not placed_on(svc, host, g["index"]):
+                    out.append(f"{where}: MIG slice held by {svc['name']}, "
+                               "whose placements omit it")
+    for svc in services.values():
+        if svc.get("status") != "placed" and svc.get("placements"):
+            out.append(f"service {svc['name']} is {svc.get('status')} but has placements")
+        for p in svc.get("placements") or []:
+            node = nodes.get(p.get("node"))
+            have = {g["index"] for g in node.get("gpus", [])} if node else set()
+            if node is None or not set(p.get("gpus") or []) <= have:
+                out.append(f"service {svc['name']}: placed on {p.get('node')} GPU "
+                           f"{p.get('gpus')}, which that node does not have")
+    for p in doc.get("pending", []):
+        if services.get(p.get("service"), {}).get("status") != "pending":
+            out.append(f"pending request {p.get('service')} is not a pending service")
+    for mv in (doc.get("moves") or {}).get("proposed", []):
+        name = mv.get("service")
+        target = nodes.get(mv.get("to"))
+        if name not in services:
+            out.append(f"proposed move of {name}: no such service")
+        if target is None:
+            out.append(f"proposed move of {name}: no node {mv.get('to')}")
+            continue
+        by_index = {g["index"]: g for g in target.get("gpus", [])}
+        for i in mv.get("gpus") or []:
+            g = by_index.get(i)
+            if g is None:
+                out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}: no such GPU")
+            elif g.get("healthy") is False:
+                out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}, "
+                           "which is unhealthy")
+            elif g.get("mig") or any(h["service"] != name for h in g.get("holders") or []):
+                out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}, "
+                           "which is taken")
     return out
 
 

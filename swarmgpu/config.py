@@ -159,6 +159,14 @@ class HttpConfig:
 
 
 @dataclass(frozen=True)
+class HistoryConfig:
+    samples: int = 240
+    """Samples kept per GPU for the map's charts, one per cycle (2 h at 30 s)."""
+    max_gpus: int = 16384
+    """GPUs kept; past it the one not seen for longest is dropped (docs/gpu-map.md)."""
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "INFO"
     format: str = "text"
@@ -178,6 +186,7 @@ class Config:
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
 
@@ -212,6 +221,10 @@ def _check(cfg: Config) -> None:
             f"sync.prefix: {p!r} must end with '.' and use only letters, digits, "
             "'-', '_', '.' (Swarm constraint keys cannot contain '/'); e.g. 'swarmgpu.'"
         )
+    if not 2 <= cfg.history.samples <= 100_000:
+        raise ConfigError("history.samples: must be 2-100000 (default 240)")
+    if not 1 <= cfg.history.max_gpus <= 1_000_000:
+        raise ConfigError("history.max_gpus: must be 1-1000000 (default 16384)")
     if cfg.log.format not in ("text", "json"):
         raise ConfigError(f"log.format: {cfg.log.format!r}; use 'text' or 'json'")
     if cfg.log.level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"):

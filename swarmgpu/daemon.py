@@ -86,6 +86,8 @@ class Daemon:
         self._http: ThreadingHTTPServer | None = None
         # path -> () -> (content type, body); the GPU map and APIs plug in here
         self.http_routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+        # path -> (raw query string) -> (content type, body); e.g. /api/v1/history
+        self.http_query_routes: dict[str, Callable[[str], tuple[str, bytes]]] = {}
 
     # --- one cycle -------------------------------------------------------
     def cycle(self) -> CycleReport:
@@ -248,13 +250,15 @@ class Daemon:
                 return
 
             def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
                 if path == "/metrics":
                     body = generate_latest(daemon.metrics.registry)
                     ctype = CONTENT_TYPE_LATEST
                 elif path == "/healthz":
                     body = json.dumps(daemon.health()).encode()
                     ctype = "application/json"
+                elif path in daemon.http_query_routes:
+                    ctype, body = daemon.http_query_routes[path](query)
                 else:
                     extra = daemon.http_routes.get(path)
                     if extra is None:

@@ -13,6 +13,7 @@ from prometheus_client import Gauge
 from swarmgpu import overshare, webmap
 from swarmgpu.audit import audit
 from swarmgpu.cluster_view import SCHEMA, build_cluster, gpu_metrics
+from swarmgpu.history import History
 from swarmgpu.placement_step import facts_by_node
 from swarmgpu.sync import Snapshot
 
@@ -26,6 +27,7 @@ def attach(daemon: Daemon) -> None:
     state: dict[str, Any] = {"doc": {"schema": SCHEMA, "generated_at": 0.0, "leader": False,
                                      "nodes": [], "services": [], "pending": [],
                                      "moves": {"proposed": [], "recent": []}}}
+    history = History(cfg.history)  # bounded: history.samples x history.max_gpus
     r = daemon.metrics.registry
     util = Gauge("swarmgpu_service_gpu_util", "GPU utilisation (%) of GPUs a service holds",
                  ["service", "node", "gpu"], registry=r)
@@ -48,8 +50,10 @@ def attach(daemon: Daemon) -> None:
             saved_agents={k: v.to_dict() for k, v in d.book.records.items()},
             findings=audit(snap, prefix=cfg.sync.prefix) + overshare.findings(uses),
             moves=moves() if moves else None, leader=d.leader,
+            zone_label=cfg.placement.zone_label,
         )
         overshare.annotate(doc, uses)
+        history.record(doc)
         util.clear()
         mem.clear()
         share_mem.clear()
@@ -78,6 +82,7 @@ def attach(daemon: Daemon) -> None:
 
     daemon.extra_steps.append(step)
     daemon.cluster_doc = current
-    webmap.register(daemon.http_routes, current)
+    webmap.register(daemon.http_routes, current, query_routes=daemon.http_query_routes,
+                    history=history)
     logger.debug("GPU map at / and {} ({} bytes of assets)", webmap.CLUSTER_PATH,
                  len(json.dumps(current())))

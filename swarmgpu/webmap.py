@@ -11,12 +11,18 @@ import time
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs
 
 from loguru import logger
 
+from swarmgpu import history as hist
+
 Route = Callable[[], tuple[str, bytes]]
+# a route that reads the query string (raw, after '?'); the daemon passes it as is
+QueryRoute = Callable[[str], tuple[str, bytes]]
 
 CLUSTER_PATH = "/api/v1/cluster"
+HISTORY_PATH = "/api/v1/history"
 SCHEMA = "swarmgpu.cluster/v1"
 
 # URL path -> (asset file in swarmgpu/web, content type)
@@ -61,11 +67,29 @@ def cluster_body(cluster_json: Callable[[], dict[str, Any]]) -> bytes:
     return json.dumps(doc, separators=(",", ":"), default=str).encode()
 
 
+def history_body(history: hist.History, query: str) -> bytes:
+    """The /api/v1/history body; a bad query answers an error document naming it."""
+    try:
+        if len(query) > 2048:
+            raise ValueError("the query string is longer than 2048 characters")
+        args = hist.parse_query(parse_qs(query, max_num_fields=8, strict_parsing=False))
+        doc = history.query(**args)
+    except ValueError as exc:  # parse_qs raises ValueError past max_num_fields too
+        doc = {"schema": hist.SCHEMA, "error": f"/api/v1/history: {exc}"}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
 def register(
     routes: dict[str, Route],
     cluster_json: Callable[[], dict[str, Any]],
+    *,
+    query_routes: dict[str, QueryRoute] | None = None,
+    history: hist.History | None = None,
 ) -> None:
-    """Add the GPU map's page, assets and JSON API to a daemon's ``http_routes``."""
+    """Add the GPU map's page, assets and JSON APIs to a daemon's ``http_routes``
+    (and ``http_query_routes`` for the history, when the daemon keeps one)."""
     for path, (name, ctype) in ASSETS.items():
         routes[path] = _static(name, ctype)
     routes[CLUSTER_PATH] = lambda: ("application/json", cluster_body(cluster_json))
+    if query_routes is not None and history is not None:
+        query_routes[HISTORY_PATH] = lambda q: ("application/json", history_body(history, q))

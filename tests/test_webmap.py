@@ -13,6 +13,7 @@ import base64
 import copy
 import json
 import os
+import random
 import re
 import select
 import shutil
@@ -28,6 +29,7 @@ from typing import Any
 import pytest
 
 from swarmgpu import webmap
+from swarmgpu.history import History
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = Path(__file__).resolve().parent / "web_sample_cluster.json"
@@ -45,30 +47,63 @@ def sample() -> Doc:
 # ---- a server shaped like the daemon's ------------------------------------------
 
 
-class MapServer:
-    """Serve `register()`'s routes on 127.0.0.1:0; counts the API hits."""
+def seed_history(history: History, doc: Doc, samples: int = 60, step_s: float = 30.0) -> None:
+    """Past samples for every GPU of ``doc``, wobbling around its current values, as
+    the daemon would have recorded them cycle by cycle."""
+    rng = random.Random(3)
+    now = float(doc.get("generated_at") or time.time())
+    for k in range(samples, 0, -1):
+        past = copy.deepcopy(doc)
+        for n in past["nodes"]:
+            for g in n["gpus"]:
+                for f, span in (("util_pct", 12.0), ("temp_c", 3.0), ("power_w", 25.0)):
+                    if g.get(f) is not None:
+                        g[f] = max(0.0, min(100.0 if f == "util_pct" else 1e4,
+                                            g[f] + rng.uniform(-span, span)))
+                if g.get("memory_used_mib") is not None:
+                    g["memory_used_mib"] = max(0, g["memory_used_mib"] - k * 40)
+        history.record(past, at=now - k * step_s)
 
-    def __init__(self, cluster_json: Callable[[], Doc]) -> None:
+
+class MapServer:
+    """Serve `register()`'s routes on 127.0.0.1:0 as the daemon does (query routes
+    too); counts the API hits and records each document in a history ring."""
+
+    def __init__(self, cluster_json: Callable[[], Doc], *, seed: bool = True,
+                 record: bool = True) -> None:
         self.routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+        self.query_routes: dict[str, Callable[[str], tuple[str, bytes]]] = {}
+        self.history = History()
         self.api_hits = 0
+        if seed:
+            seed_history(self.history, sample())
 
         def counted() -> Doc:
             self.api_hits += 1
-            return cluster_json()
+            doc = cluster_json()
+            if record:  # the daemon records once per cycle, not per request
+                self.history.record(doc)
+            return doc
 
-        webmap.register(self.routes, counted)
+        webmap.register(self.routes, counted, query_routes=self.query_routes,
+                        history=self.history)
         routes = self.routes
+        query_routes = self.query_routes
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
             def do_GET(self) -> None:
-                route = routes.get(self.path.split("?", 1)[0])
-                if route is None:
+                path, _, query = self.path.partition("?")
+                route = routes.get(path)
+                if path in query_routes:
+                    ctype, body = query_routes[path](query)
+                elif route is None:
                     self.send_error(404)
                     return
-                ctype, body = route()
+                else:
+                    ctype, body = route()
                 self.send_response(200)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
@@ -188,7 +223,9 @@ def test_assets_are_offline_and_never_inject_html() -> None:
         assert sink not in js, f"app.js uses {sink}: build DOM nodes with text instead"
     for name in ("index.html", "app.js", "style.css"):
         text = (WEB / name).read_text()
-        assert not re.search(r"https?://(?!127\.0\.0\.1)", text), f"{name} loads from the net"
+        # the SVG namespace is a name, not a load
+        assert not re.search(r"https?://(?!127\.0\.0\.1|www\.w3\.org/2000/svg\b)", text), (
+            f"{name} loads from the net")
 
 
 # ---- the page in Chromium --------------------------------------------------------
@@ -239,9 +276,20 @@ def test_map_shows_nodes_gpus_holders_pending_mig_groups(
     assert dom.count('<details class="links"') == 3 and ">NV12<" in dom
 
     # moves with reasons and outcomes
-    assert "gpu-node-3 → gpu-node-2 (GPU 3)" in text
+    assert "gpu-node-3 → gpu-node-2 (GPU 1)" in text
     assert "PCIe switch 1 above 85 % utilisation for 5 min" in text
     assert "rolled back" in text and "done" in text
+
+    # health where the source reports it: temperature, power, XID, ECC; hot marked in words
+    assert "86 °C" in text and "397 W" in text
+    assert "XID 79" in text and "ECC 3 DBE" in text
+    assert "Hot 4" in text and "Unhealthy 1" in text  # summary: trainer's 4 GPUs; the XID GPU
+    # MIG: the tile says what its slices hold, each slice its memory (never "? / 80 GiB")
+    mig_tile = text_of(dom.split('data-key="gpu-node-2/0"')[1].split("data-key=")[0])
+    assert "? / 80 GiB" not in mig_tile
+    assert "Mem 42 / 80 GiB" in mig_tile and "3g.40gb asr 30 / 39 GiB" in mig_tile
+    assert "2g.20gb free 20 GiB" in mig_tile
+    assert "zone zone-a" in text
 
     # live status, no banner
     assert "last updated" in text
@@ -440,21 +488,18 @@ def test_keyboard_focus_shows_gpu_details(
     cdp = Cdp(chromium, (1366, 768))
     try:
         cdp.open(srv.url)
-        cdp.wait_for("document.querySelectorAll('.gpu').length === 21")
+        cdp.wait_for("document.querySelectorAll('.gpu').length === 20")
         active = "document.activeElement.dataset.key || document.activeElement.tagName"
-        for _ in range(8):  # skip link, pause button, a <summary>, then the first tile
+        for _ in range(14):  # skip link, pause, the search form's fields, then the first tile
             cdp.key("Tab", 9)
             if cdp.js("document.activeElement.classList.contains('gpu')"):
                 break
-        assert cdp.js(active) == "edge-t4/0", "Tab never reached the first GPU tile"
-        assert cdp.js("document.querySelector('#inspector h2').textContent") == "edge-t4 · GPU 0"
-
-        # next node: the first DGX tile, then arrow keys walk the tiles
-        cdp.key("Tab", 9)
-        assert cdp.js(active) == "gpu-node-1/0"
+        assert cdp.js(active) == "gpu-node-1/0", "Tab never reached the first GPU tile"
+        assert cdp.js("document.querySelector('#inspector h2').textContent") == "gpu-node-1 · GPU 0"
         inspector = cdp.js("document.getElementById('inspector').innerText")
         assert "llm_api" in inspector and "Request: 2 NVLink GPUs >= 40 GiB" in inspector
         assert "NUMA node 3 (NUMA)" in inspector and "NVLink group 1 (NVLink)" in inspector
+        assert "61 °C" in inspector and "262 W" in inspector and "zone-a" in inspector
         cdp.key("ArrowRight", 39)
         assert cdp.js(active) == "gpu-node-1/1"
         assert cdp.js("document.activeElement.getAttribute('aria-pressed')") == "true"
@@ -484,5 +529,178 @@ def test_keyboard_focus_shows_gpu_details(
 
         cdp.key("Escape", 27)
         assert "Tab to a GPU tile" in cdp.js("document.getElementById('inspector').innerText")
+    finally:
+        cdp.close()
+
+
+# ---- possible states only ----------------------------------------------------------
+
+
+def test_sample_and_fleet_documents_are_possible_states() -> None:
+    from web_fleet import fleet_doc
+
+    from swarmgpu.cluster_view import document_problems
+
+    assert document_problems(sample()) == []
+    fleet = fleet_doc(30)  # placed by the real planner from recorded topologies
+    assert document_problems(fleet) == []
+    assert fleet["pending"] and len(fleet["services"]) == 150
+
+    # the contradictions the old sample had are caught, with words saying where
+    bad = sample()
+    bad["moves"]["proposed"][0]["gpus"] = [3]
+    slice0 = bad["nodes"][2]["gpus"][0]["mig"][0]
+    slice0["holder"]["service"] = "vision"
+    assert document_problems(bad) == [
+        "gpu-node-2 GPU 0: MIG 3g.40gb held by vision, whose request is '1 GPU >= 16 GiB'",
+        "gpu-node-2 GPU 0: MIG slice held by vision, whose placements omit it",
+        "proposed move of vision to gpu-node-2 GPU 3, which is unhealthy",
+    ]
+    small = sample()
+    small["nodes"][3]["gpus"][3]["memory_mib"] = 8192
+    assert document_problems(small) == [
+        "gpu-node-3 GPU 3: 8192 MiB is less than vision's request (1 GPU >= 16 GiB)"]
+
+
+# ---- the history ring ----------------------------------------------------------------
+
+
+def test_history_ring_is_bounded_and_answers_per_node_and_service() -> None:
+    from swarmgpu.config import HistoryConfig
+    from swarmgpu.history import parse_query
+
+    h = History(HistoryConfig(samples=4, max_gpus=6))
+    doc = sample()
+    for k in range(10):
+        h.record(doc, at=1000.0 + 30 * k)
+    assert len(h.rings) == 6  # 20 GPUs seen, the 6 seen last kept
+    # fewer slots than GPUs: they churn (one sample each), the memory stays bounded
+    assert sorted(r.n for r in h.rings.values()) == [1] * 6
+    assert h.nbytes() == 6 * 4 * (8 + 4 * 4)  # preallocated: 24 bytes a sample
+
+    h = History(HistoryConfig(samples=4, max_gpus=100))
+    for k in range(10):
+        doc["nodes"][1]["gpus"][4]["util_pct"] = float(k)
+        h.record(doc, at=1000.0 + 30 * k)
+    ans = h.query(node="gpu-node-1", window_s=60, points=60)  # ends at the newest sample
+    assert [g["index"] for g in ans["gpus"]] == list(range(8))
+    g4 = ans["gpus"][4]
+    assert g4["t"] == [1210.0, 1240.0, 1270.0] and g4["util_pct"] == [7.0, 8.0, 9.0]
+    assert g4["temp_c"] == [84.0] * 3 and g4["services"] == ["trainer"]
+    by_svc = h.query(service="embed")
+    assert [(g["node"], g["index"]) for g in by_svc["gpus"]] == [("gpu-node-2", 0)]
+    unknown = h.query(node="gpu-node-2")["gpus"][3]
+    assert unknown["util_pct"] == [None] * 4  # unknown stays unknown, never 0
+
+    assert parse_query({"window": ["15m"], "points": ["30"], "node": ["a"]}) == {
+        "window_s": 900.0, "points": 30, "node": "a"}
+    for q, word in (({"window": ["soon"]}, "window"), ({"points": ["1"]}, "points"),
+                    ({"gpu": ["0"]}, "unknown parameter 'gpu'")):
+        with pytest.raises(ValueError, match=word):
+            parse_query(q)
+    body = json.loads(webmap.history_body(h, "window=forever"))
+    assert body["error"].startswith("/api/v1/history: window 'forever' is not a duration")
+    assert "error" in json.loads(webmap.history_body(h, "&".join(f"x{i}=1" for i in range(50))))
+
+
+# ---- fleet view, filter, node and service views -----------------------------------------
+
+
+def test_filter_lives_in_the_url(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    srv = serve(sample)
+    dom = dump_dom(chromium, srv.url + "?q=service:trainer")
+    assert 'data-node="gpu-node-1"' in dom and 'data-node="gpu-node-3"' not in dom
+    assert "1 of 5 nodes, 4 of 20 GPUs match." in text_of(dom)
+    dom = dump_dom(chromium, srv.url + "?state=unhealthy")
+    assert 'data-node="gpu-node-2"' in dom and 'data-node="gpu-node-1"' not in dom
+    assert re.search(r'class="gpu free sick"[^>]*data-key="gpu-node-2/3"', dom)
+    assert re.search(r'class="gpu free dim"[^>]*data-key="gpu-node-2/1"', dom)
+    dom = dump_dom(chromium, srv.url + "?q=zone:zone-b+state:hot")
+    assert "No node matches the filter." in text_of(dom)
+    dom = dump_dom(chromium, srv.url + "?q=product:h100")
+    assert "1 of 5 nodes, 4 of 20 GPUs match." in text_of(dom)
+    # pending requests hold no GPUs: the panels narrow to them instead
+    dom = dump_dom(chromium, srv.url + "?state=pending")
+    services = text_of(dom[dom.index('id="services"'):])
+    assert "Services 2 of 8" in services and "big" in services and "broken" in services
+
+
+def test_service_and_node_views_from_the_url(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    srv = serve(sample)
+    dom = dump_dom(chromium, srv.url + "?service=vision")
+    focus = text_of(dom[dom.index('id="focus"'):dom.index('id="nodes"')])
+    assert "Request 1 GPU &gt;= 16 GiB" in focus
+    assert "gpu-node-3 GPU 3 15 / 24 GiB 63 % ✓ 64 °C · 318 W" in focus
+    assert "gpu-node-3 → gpu-node-2 (GPU 1)" in focus and "hot-spot" in focus
+    assert "Past moves 0" in focus
+    dom = dump_dom(chromium, srv.url + "?service=embed")
+    focus = text_of(dom[dom.index('id="focus"'):dom.index('id="nodes"')])
+    assert focus.count("MIG 1g.10gb") >= 2 and "6 / 9.8 GiB" in focus
+    assert "idle cleanup: MIG slice unused for 30 min" in focus  # its past move
+    dom = dump_dom(chromium, srv.url + "?node=gpu-node-2&gpu=0")
+    focus = dom[dom.index('id="focus"'):dom.index('id="nodes"')]
+    assert focus.count('class="gpu ') == 4 and 'data-key="gpu-node-2/0"' in focus
+    inspector = text_of(dom[dom.index('id="inspector"'):])
+    assert "gpu-node-2 · GPU 0" in inspector and '<svg class="chart"' in dom
+    assert dom.count('<svg class="spark"') >= 20  # history on every tile
+    for q, name in (("?service=vision", "map-service-1366.png"),
+                    ("?node=gpu-node-2&gpu=0", "map-node-1366.png")):
+        screenshot(chromium, srv.url + q, name, "1366,900")
+
+
+def test_fleet_heat_map_at_scale_opens_node_cards(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    from web_fleet import fleet_doc
+
+    fleet = fleet_doc(40)  # above FLEET_AUTO_NODES: the heat map takes over
+    gpus = sum(len(n["gpus"]) for n in fleet["nodes"])
+    srv = serve(lambda: fleet)
+    cdp = Cdp(chromium, (1366, 900))
+    try:
+        cdp.open(srv.url)
+        cdp.wait_for(f"document.querySelectorAll('.fleet .cell').length === {gpus}")
+        assert cdp.js("document.body.dataset.view") == "fleet"
+        assert cdp.js("document.querySelectorAll('.node').length") == 0
+        legend = cdp.js("document.querySelector('.legend').innerText")
+        assert "free (outline)" in legend and "✕ unhealthy" in legend and "▲ hot" in legend
+        # one tab stop for the whole map; arrows walk the cells; labels come on focus
+        assert cdp.js("document.querySelectorAll('.fleet [tabindex]').length") == 1
+        cdp.js("document.querySelector('.fleet [tabindex]').focus()")
+        assert cdp.js("document.activeElement.dataset.key") == "gpu-0000/0"
+        cdp.key("ArrowRight", 39)
+        assert cdp.js("document.activeElement.dataset.key") == "gpu-0000/1"
+        assert "gpu-0000 GPU 1" in cdp.js("document.activeElement.getAttribute('aria-label')")
+        cdp.key("ArrowDown", 40)
+        assert cdp.js("document.activeElement.dataset.key") == "gpu-0001/1"
+        # Enter opens the node's card above the map, the URL says so
+        cdp.key("Enter", 13)
+        cdp.wait_for("document.querySelectorAll('#focus .gpu').length === 8")
+        assert cdp.js("location.search") == "?node=gpu-0001&gpu=1"
+        assert cdp.js("document.activeElement.dataset.key") == "gpu-0001/1"
+        assert cdp.js("document.querySelector('#inspector h2').textContent") == "gpu-0001 · GPU 1"
+        cdp.screenshot(ARTIFACTS / "map-fleet-node-1366.png")
+        cdp.key("Escape", 27)
+        cdp.wait_for("document.getElementById('focus').hidden")
+        assert cdp.js("document.activeElement.dataset.key") == "gpu-0001/1"
+        # colour by utilisation: the same cells, now levels; a click opens a node
+        cdp.js("document.getElementById('color').value = 'util';"
+               "document.getElementById('color').dispatchEvent(new Event('change'))")
+        assert cdp.js("location.search") == "?color=util"
+        assert cdp.js("document.querySelectorAll('.fleet .cell.v4, .fleet .cell.v0').length") > 0
+        cdp.screenshot(ARTIFACTS / "map-fleet-1366.png")
+        # a live poll patches cells in place: the focused cell keeps its element
+        cdp.js("window.keep = document.querySelector('[data-key=\"gpu-0002/3\"]')")
+        fleet["nodes"][2]["gpus"][3]["util_pct"] = 99.0
+        hits = srv.api_hits
+        cdp.wait_for(f"window.swarmgpuMap.state.perf.updates.length > 1 && {hits}", timeout=10)
+        cdp.wait_for("window.keep.classList.contains('v4')", timeout=10)
+        assert cdp.js("window.keep === document.querySelector('[data-key=\"gpu-0002/3\"]')")
+        cdp.js("document.querySelector('[data-key=\"gpu-0003/0\"]').click()")
+        cdp.wait_for("location.search.includes('node=gpu-0003')")
     finally:
         cdp.close()

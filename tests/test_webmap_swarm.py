@@ -95,3 +95,35 @@ def test_page_shows_nodes_gpus_holders_and_pending(chromium: str, daemon_url: st
                        ("1920,1080", "swarm-map-1920x1080.png")):
         shot = screenshot(chromium, daemon_url + "/", name, size)
         assert isinstance(shot, Path) and shot.exists()
+
+
+def test_history_filter_and_service_view_on_the_real_daemon(chromium: str,
+                                                            daemon_url: str) -> None:
+    def get(path: str) -> dict[str, Any]:
+        with urllib.request.urlopen(daemon_url + path, timeout=5) as r:
+            return dict(json.load(r))
+
+    deadline = time.monotonic() + 30
+    while True:  # one sample per cycle (sync.interval_s 2): wait for a line's worth
+        hist = get("/api/v1/history?node=gpu-node-1&window=10m&points=30")
+        if hist["gpus"] and min(len(g["t"]) for g in hist["gpus"]) >= 2:
+            break
+        assert time.monotonic() < deadline, f"no history after 30 s: {hist}"
+        time.sleep(1)
+    assert hist["schema"] == "swarmgpu.history/v1"
+    assert sorted(g["index"] for g in hist["gpus"]) == list(range(8))
+    assert all(g["node"] == "gpu-node-1" for g in hist["gpus"])
+    llm = get("/api/v1/history?service=map_llm")["gpus"]
+    assert len(llm) == 2 and all("map_llm" in g["services"] for g in llm)
+    bad = get("/api/v1/history?window=forever")
+    assert "window 'forever' is not a duration" in bad["error"]
+
+    dom = dump_dom(chromium, daemon_url + "/?service=map_llm", budget_ms=6000)
+    focus = text_of(dom[dom.index('id="focus"'):dom.index('id="nodes"')])
+    assert "Where it runs" in focus and "2 NVLink GPUs" in focus
+    assert "gpu-node-1 GPU" in focus or "gpu-node-2 GPU" in focus
+    dom = dump_dom(chromium, daemon_url + "/?q=service:map_small", budget_ms=6000)
+    assert "1 of 3 nodes, 1 of " in text_of(dom)
+    shot = screenshot(chromium, daemon_url + "/?service=map_llm", "swarm-map-service.png",
+                      "1366,768")
+    assert shot.exists()
