@@ -360,7 +360,8 @@ def status(config_path: str | None, as_json: bool) -> None:
     doc = build_cluster(snap, make_plan(snap, cfg, swarm=SwarmClient(cfg.docker_host)),
                         prefix=cfg.sync.prefix,
                         metrics=gpu_metrics(snap.nodes, cfg), saved_agents=saved,
-                        findings=run_audit(snap, prefix=cfg.sync.prefix, saved_agents=saved))
+                        findings=run_audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
+                                           generic_resource_kind=cfg.placement.generic_resource_kind))
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
 
 

@@ -48,7 +48,9 @@ def attach(daemon: Daemon) -> None:
         doc = build_cluster(
             snap, d.last_placement, prefix=cfg.sync.prefix, metrics=metrics,
             saved_agents={k: v.to_dict() for k, v in d.book.records.items()},
-            findings=audit(snap, prefix=cfg.sync.prefix) + overshare.findings(uses),
+            findings=audit(snap, prefix=cfg.sync.prefix,
+                           generic_resource_kind=cfg.placement.generic_resource_kind)
+            + overshare.findings(uses),
             moves=moves() if moves else None, leader=d.leader,
             zone_label=cfg.placement.zone_label,
         )
