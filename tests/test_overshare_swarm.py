@@ -31,6 +31,8 @@ from gpu_nodes import (
 from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, tasks_running, wait_running
 
+from swarmgpu.procattr import SERVICE_LABEL, TASK_LABEL, engine_labels
+
 pytestmark = pytest.mark.swarm
 P = "swarmgpu."
 HTTP_PORT = 9412
@@ -121,6 +123,11 @@ def test_over_share_is_reported_then_only_the_offender_restarts(
     assert any(f'container="{cid[:12]}"' in ln and f'pid="{pid_of(swarm, ta)}"' in ln
                and ln.endswith(" 51200.0") for ln in page.splitlines()), page[-2000:]
     assert f"tasks {ta['ID']}" in LOG.read_text()
+    # an agent given --docker-host would name them itself, from the engine's labels
+    lookup = engine_labels(node1.docker_host)
+    got = lookup(cid)
+    assert got is not None and (got[SERVICE_LABEL], got[TASK_LABEL]) == ("os_a", ta["ID"])
+    assert lookup("0" * 64) == {}  # no such container: no owner
     assert "over its GPU share: service os_b" not in LOG.read_text()
     # the daemon's /metrics: use and share per service
     metrics = http(swarm, "/metrics")
