@@ -225,3 +225,44 @@ def test_shares_are_paired_to_complete_each_other() -> None:
     assert isinstance(c, Choice) and c.gpus == (1,)
     c = a.place(Demand(gpu_milli=320, cpu_milli=1000))
     assert isinstance(c, Choice) and c.gpus == (0,)
+
+
+def test_restricted_pressure_weighs_pinned_demand_against_model_capacity() -> None:
+    from swarmgpu.allocator.fragmentation import restricted_pressure
+
+    # Half the GPU demand is pinned to T4, which has 1 of 4 GPUs: it claims all of it.
+    tasks = typical_tasks([TaskShape(0, 1000, 1, ("T4",)), TaskShape(0, 1000, 1)])
+    p = restricted_pressure(tasks, {"T4": 1, "G2": 3})
+    assert p == {"T4": pytest.approx(1.0), "G2": 0.0}
+    # Pins that follow capacity (1:3) claim each model alike: nothing to prefer.
+    even = typical_tasks([TaskShape(0, 1000, 1, ("T4",))] + [TaskShape(0, 1000, 1, ("G2",))] * 3
+                         + [TaskShape(0, 1000, 1)] * 4)
+    assert all(v == pytest.approx(0.0) for v in restricted_pressure(even, {"T4": 1, "G2": 3})
+               .values())
+    # A task that accepts every model present restricts nothing; no capacity, no pressure.
+    anywhere = typical_tasks([TaskShape(0, 1000, 1, ("T4", "G2"))])
+    assert restricted_pressure(anywhere, {"T4": 1, "G2": 3}) == {"T4": 0.0, "G2": 0.0}
+    assert restricted_pressure(tasks, {}) == {}
+
+
+def test_unpinned_tasks_leave_the_contested_model_to_pinned_ones() -> None:
+    from swarmgpu.allocator.core import SwarmScorer
+
+    # T4 is first in node order and the residual waste of both nodes grows alike, so only
+    # the pressure of the T4-pinned half of the workload sends the unpinned task to G2.
+    tasks = typical_tasks([TaskShape(1000, 1000, 1, ("T4",)), TaskShape(1000, 1000, 1)])
+    a = Allocator(SwarmScorer(tasks))
+    a.add_node(NodeSpec("t4", gpus(1, "T4"), cpu_milli=8000, memory_mib=1 << 16))
+    a.add_node(NodeSpec("g2", gpus(1, "G2"), cpu_milli=8000, memory_mib=1 << 16))
+    assert a.gpu_capacity == {"T4": 1, "G2": 1}
+    free_anywhere = a.place(Demand(num_gpu=1, cpu_milli=1000))
+    assert isinstance(free_anywhere, Choice) and free_anywhere.node == "g2"
+    a.commit(free_anywhere)
+    pinned = a.place(Demand(num_gpu=1, cpu_milli=1000, products=("T4",)))
+    assert isinstance(pinned, Choice) and pinned.node == "t4"
+    # Without pinned tasks in the workload the node order decides, as before.
+    b = Allocator(SwarmScorer(typical_tasks([TaskShape(1000, 1000, 1)])))
+    b.add_node(NodeSpec("t4", gpus(1, "T4"), cpu_milli=8000, memory_mib=1 << 16))
+    b.add_node(NodeSpec("g2", gpus(1, "G2"), cpu_milli=8000, memory_mib=1 << 16))
+    c = b.place(Demand(num_gpu=1, cpu_milli=1000))
+    assert isinstance(c, Choice) and c.node == "t4"

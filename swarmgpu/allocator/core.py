@@ -25,6 +25,7 @@ from swarmgpu.allocator.fragmentation import (
     TypicalTask,
     cpu_per_gpu_milli,
     product_matches,
+    restricted_pressure,
     stranded_milli,
 )
 
@@ -203,8 +204,20 @@ class SwarmScorer:
     keeping the free share usable now, as FGD's fragmentation does. Stranded capacity is
     the free GPU-milli a node's CPU cannot feed at the workload's mean CPU per GPU-milli
     (``stranded_milli``): counting its growth sends CPU-heavy tasks to CPU-rich nodes
-    before the CPU runs out. Measured on the openb traces (docs/simulate.md): default
-    95.85% allocated at 100% arrived (FGD 95.27%), gpuspec10 95.72% (FGD 94.58%).
+    before the CPU runs out.
+
+    Model-pinned tasks: residual waste rates every model's free capacity as equally good
+    for a task that may run anywhere, so unpinned tasks filled the models most pinned
+    tasks need and those failed at 100% arrived though other models had room (1.4-2.8
+    points below FGD when 30-40% of GPU pods are pinned). The cost therefore subtracts
+    the free milli that restricted tasks are expected to claim (``pressure``, from
+    ``restricted_pressure`` over the cluster's GPUs per model, which ``Allocator``
+    passes in ``set_capacity``): a milli taken on a contested model costs the restricted
+    demand it displaces. FGD's fragmentation has a capacity-blind form of this (a model
+    a task cannot use is all fragment for it); that form sends unpinned work away from
+    the model most tasks are pinned to even when it is the largest, and loses 5-7 points
+    where pins follow the cluster's model mix. Without restricted tasks the term is 0.
+    Measured on the openb traces and derived variants: docs/simulate.md.
 
     The integer score makes nodes whose waste grows about equally tie; sending those ties
     to used nodes and then always to the same node order packs work onto few nodes and
@@ -217,11 +230,27 @@ class SwarmScorer:
     name = "swarmgpu"
 
     def __init__(self, workload: tuple[TypicalTask, ...] = ()) -> None:
+        self.capacity: dict[str, int] = {}
         self.set_workload(workload)
 
     def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
+        self.workload = workload
         self.waste = ResidualWaste(workload) if workload else None
         self.cpu_per_milli = cpu_per_gpu_milli(workload) if workload else None
+        self._pressure: dict[str, float] | None = None
+
+    def set_capacity(self, capacity: Mapping[str, int]) -> None:
+        """GPUs per model in the cluster (``Allocator.add_node`` keeps it current): what
+        ``restricted_pressure`` weighs model-pinned demand against."""
+        self.capacity = dict(capacity)
+        self._pressure = None
+
+    def pressure(self, product: str) -> float:
+        """Expected milli of model-restricted demand displaced per milli taken on a GPU of
+        ``product`` (``restricted_pressure``); 0 without a workload or cluster capacity."""
+        if self._pressure is None:
+            self._pressure = restricted_pressure(self.workload, self.capacity)
+        return self._pressure.get(product, 0.0)
 
     def _after(self, node: NodeState, d: Demand, gpu: int | None) -> tuple[int, tuple[int, ...]]:
         cpu = (node.cpu_left or 0) - d.cpu_milli
@@ -238,11 +267,14 @@ class SwarmScorer:
 
     def node_cost(self, product: str, cpu_left: int | None, free: tuple[int, ...]) -> float:
         """What placement lowers: expected residual waste of the node's free GPU shares
-        plus CPU-stranded GPU-milli. ``cpu_left`` None (no CPU data) strands nothing.
-        0 without a workload."""
+        plus CPU-stranded GPU-milli, minus the free milli that model-restricted tasks are
+        expected to claim (``pressure``; so taking it costs what it displaces).
+        ``cpu_left`` None (no CPU data) strands nothing. 0 without a workload."""
         if self.waste is None:
             return 0.0
-        return self.waste(product, free) + self._stranded(cpu_left, free)
+        cost = self.waste(product, free) + self._stranded(cpu_left, free)
+        claimed = self.pressure(product)
+        return cost - claimed * sum(free) if claimed else cost
 
     def _stranded(self, cpu_left: int | None, free: tuple[int, ...]) -> float:
         c = self.cpu_per_milli
@@ -301,6 +333,7 @@ class Allocator:
         self._group_best: dict[tuple[object, ...], NodeState] = {}
         self._usage: dict[str, tuple[int, int]] = {}
         self._memo: dict[Demand, dict[tuple[object, ...], float | None]] = {}
+        self.gpu_capacity: dict[str, int] = {}  # GPUs per model, for the scorer
         self.decisions = 0
         # Bumped whenever capacity may have grown (a release, a node added or unblocked,
         # less CPU reserved): an answer "nothing fits" stays true while it is unchanged.
@@ -322,12 +355,26 @@ class Allocator:
         self.nodes[spec.name] = node
         self._enter(node)
         self.capacity_gen += 1
+        self._count_gpus(spec, +1)
 
     def remove_node(self, name: str) -> None:
         """Forget a node and everything committed on it."""
         node = self.nodes.pop(name)
         self._leave(node)
         self._usage.pop(name, None)
+        self._count_gpus(node.spec, -1)
+
+    def _count_gpus(self, spec: NodeSpec, sign: int) -> None:
+        for g in spec.gpus:
+            left = self.gpu_capacity.get(g.product, 0) + sign
+            if left > 0:
+                self.gpu_capacity[g.product] = left
+            else:
+                self.gpu_capacity.pop(g.product, None)
+        set_capacity = getattr(self.scorer, "set_capacity", None)
+        if set_capacity is not None and spec.gpus:  # scores may weigh models by capacity
+            set_capacity(self.gpu_capacity)
+            self._memo.clear()
 
     def set_usage(self, name: str, cpu_milli: int, memory_mib: int) -> None:
         """What the node's resources hold besides committed choices (other tasks'

@@ -12,7 +12,7 @@ Pure functions over plain tuples, so the allocator can memoise them by node stat
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
@@ -188,3 +188,55 @@ class ResidualWaste:
 
     def __call__(self, product: str, free: tuple[int, ...]) -> float:
         return self._waste(product, tuple(sorted(free)))
+
+
+def restricted_pressure(tasks: tuple[TypicalTask, ...],
+                        capacity: Mapping[str, int]) -> dict[str, float]:
+    """Per GPU model, the expected share of its capacity that tasks which can run on only
+    some of the cluster's models will claim, in 0..1, minus the least such share.
+
+    ``capacity`` is GPUs per model in the cluster. A restricted task's GPU demand (weight x
+    GPU-milli) is spread over the models it accepts by their capacity, so per unit of
+    capacity each accepted model m receives ``demand / capacity(accepted)``; divided by
+    the whole workload's GPU demand per unit of cluster capacity, that is the share of m
+    that restricted tasks claim by the time arrivals reach the cluster's size (1 = all
+    of it; capped there, since a milli cannot be claimed twice). Tasks that accept every
+    model, or none present, restrict nothing.
+
+    Why: residual waste (and the FGD fragmentation of each model) rates every model's
+    free capacity as equally good for a task that may run anywhere, so unrestricted tasks
+    fill the models that pinned tasks need, and those fail later although other models
+    had room. A milli taken on m by an unrestricted task is expected to displace
+    ``pressure[m]`` milli of restricted demand. FGD's own term (free capacity counts as
+    fragment for tasks that cannot use the model) is the same idea without capacity: it
+    avoids the model most tasks are pinned to even when that model is the largest and
+    least contested (measured in docs/simulate.md). Subtracting the least share keeps
+    the values near 0 when pinning follows capacity, so the score's resolution (a sigmoid
+    of the cost's growth) stays as it is.
+    """
+    models = {m: c for m, c in capacity.items() if c > 0}
+    total_cap = sum(models.values())
+    if not models or total_cap <= 0:
+        return {}
+    per_unit: dict[str, float] = dict.fromkeys(models, 0.0)
+    demand = 0.0
+    for t in tasks:
+        s = t.shape
+        if s.num_gpu == 0 or s.gpu_milli <= 0:
+            continue
+        d = t.weight * s.num_gpu * s.gpu_milli
+        demand += d
+        if not s.products:
+            continue
+        accepted = [m for m in models if product_matches(m, s.products)]
+        if not accepted or len(accepted) == len(models):
+            continue
+        cap = sum(models[m] for m in accepted)
+        for m in accepted:
+            per_unit[m] += d / cap
+    if demand <= 0:
+        return dict.fromkeys(models, 0.0)
+    mean = demand / total_cap
+    share = {m: min(1.0, v / mean) for m, v in per_unit.items()}
+    least = min(share.values())
+    return {m: v - least for m, v in share.items()}
