@@ -46,20 +46,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, cast
 
 from loguru import logger
 
 from swarmgpu.facts import FactSource
 from swarmgpu.facts.samples import GpuSample
+from swarmgpu.httpguard import GuardedServer, HeadTooLarge, read_head
 from swarmgpu.metrics import CONTENT_TYPE, AgentStats, render_metrics
 from swarmgpu.model import NodeFacts
 
 MAX_HEAD_BYTES = 8 * 1024
 SOCKET_TIMEOUT_S = 5.0
+HEAD_DEADLINE_S = 5.0  # the whole request head, not each read of it
 MAX_CONNECTIONS = 32
-DEFAULT_LISTEN = "0.0.0.0:9401"  # every interface: the agent is meant to be scraped
+# Loopback unless told otherwise: the stack and the systemd unit pass --listen to expose
+# it to the managers (with identity: swarm-pki, only the daemon can check who answers).
+DEFAULT_LISTEN = "127.0.0.1:9401"
 
 _log = logger.bind(component="agent")
 
@@ -241,17 +245,12 @@ class GuardedSampler:
 # --- HTTP ------------------------------------------------------------------------
 
 
-class _TooLarge(Exception):
-    def __init__(self, status: HTTPStatus) -> None:
-        super().__init__(status.phrase)
-        self.status = status
+class AgentServer(GuardedServer):
+    """The agent's HTTP server; ``shutdown()`` also stops the facts refresh.
 
-
-class AgentServer(ThreadingHTTPServer):
-    """The agent's HTTP server; ``shutdown()`` also stops the facts refresh."""
-
-    daemon_threads = True
-    request_queue_size = 64
+    Connections are capped overall and per client, and each request head must arrive
+    within one deadline (httpguard), so a slowloris cannot keep /facts from the daemon.
+    """
 
     def __init__(
         self,
@@ -259,26 +258,11 @@ class AgentServer(ThreadingHTTPServer):
         cache: FactsCache,
         sampler: GuardedSampler,
     ) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
+        self.max_connections = MAX_CONNECTIONS
         self.cache = cache
         self.sampler = sampler
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._closed = False
         super().__init__(address, _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            _log.warning("too many connections; closing one from {}", client_address)
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
 
     def shutdown(self) -> None:
         """Stop ``serve_forever`` (running in another thread), then release everything."""
@@ -364,40 +348,22 @@ class _Handler(BaseHTTPRequestHandler):
     def version_string(self) -> str:
         return "swarmgpu-agent"
 
-    def _read_head(self) -> bytes:
-        """Request line and headers, bounded; raises _TooLarge."""
-        line = self.rfile.readline(MAX_HEAD_BYTES + 1)
-        if len(line) > MAX_HEAD_BYTES:
-            raise _TooLarge(HTTPStatus.REQUEST_URI_TOO_LONG)
-        if not line:
-            return b""
-        head = [line]
-        size = 0
-        while True:
-            h = self.rfile.readline(MAX_HEAD_BYTES + 1)
-            size += len(h)
-            if size > MAX_HEAD_BYTES:
-                raise _TooLarge(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
-            if h == b"":
-                return b""  # the client went away before finishing its request
-            head.append(h)
-            if h in (b"\r\n", b"\n"):
-                return b"".join(head)
-
     def handle_one_request(self) -> None:
         self.close_connection = True  # one request per connection keeps it bounded
         self.command = ""
         self.request_version = "HTTP/1.0"
         try:
-            head = self._read_head()
-        except _TooLarge as e:
+            # The whole head within one deadline (the handler's timeout), not per read.
+            head = read_head(self.connection, float(self.timeout or HEAD_DEADLINE_S),
+                             MAX_HEAD_BYTES)
+        except HeadTooLarge as e:
             self.requestline = "(too large)"
+            self.connection.settimeout(SOCKET_TIMEOUT_S)
             self.send_error(e.status)
             return
-        except (TimeoutError, OSError):
-            return
         if not head:
-            return
+            return  # gone, or too slow: nothing is owed to it
+        self.connection.settimeout(SOCKET_TIMEOUT_S)  # the answer's write deadline
         real_rfile = self.rfile
         self.rfile = io.BytesIO(head)  # parse_request reads the headers from rfile
         try:

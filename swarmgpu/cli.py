@@ -98,7 +98,9 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
 
 @main.command()
 @_source_options
-@click.option("--listen", default="0.0.0.0:9401", show_default=True, help="HOST:PORT to serve on.")
+@click.option("--listen", default="127.0.0.1:9401", show_default=True,
+              help="HOST:PORT to serve on (loopback by default; managers must reach it: "
+              "e.g. 0.0.0.0:9401 or the node's cluster address).")
 @click.option("--metrics-profile", default=None, type=click.Path(),
               help="YAML profile of scripted utilisation (demos, tests).")
 @click.option("--refresh-s", default=30.0, show_default=True, help="Seconds between fact reads.")

@@ -155,7 +155,12 @@ class RebalanceConfig:
 @dataclass(frozen=True)
 class HttpConfig:
     listen: str = "127.0.0.1:9402"
-    """Where the daemon serves /metrics and /healthz. Keep it on loopback."""
+    """Where the daemon serves /metrics, /healthz and the GPU map. Loopback by default;
+    the stack opts in to 0.0.0.0:9402 (firewall it)."""
+    allowed_hosts: str = ""
+    """Extra host names (comma-separated) the HTTP server answers to. IP addresses,
+    localhost and this machine's host name always work; any other Host header is
+    refused (421), which stops DNS rebinding from a web page."""
 
 
 @dataclass(frozen=True)

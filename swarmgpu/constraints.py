@@ -11,19 +11,22 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-# swarmkit: alphaNumeric key rule and value rule.
-_KEY_RE = re.compile(r"^[a-z_][a-z0-9\-_.]+$", re.IGNORECASE)
-_VALUE_RE = re.compile(r"^[a-z0-9:\-_\s\.\*\(\)\?\+\[\]\\\^\$\|\/]+$", re.IGNORECASE)
+# swarmkit: alphaNumeric key rule and value rule. Go's (?i)[a-z] is ASCII; Python's
+# IGNORECASE is not without re.ASCII (U+017F long s and the Kelvin sign would match), and '$'
+# also matches before a trailing newline, so both are matched with fullmatch.
+_KEY_RE = re.compile(r"[a-z_][a-z0-9\-_.]+", re.IGNORECASE | re.ASCII)
+_VALUE_RE = re.compile(r"[a-z0-9:\-_\s\.\*\(\)\?\+\[\]\\\^\$\|\/]+",
+                       re.IGNORECASE | re.ASCII)
 _OP_RE = re.compile(r"(==|!=)")
 
 
 def usable_label_key(key: str) -> bool:
     """True when ``node.labels.<key>`` can appear in a Swarm constraint."""
-    return bool(_KEY_RE.match(key))
+    return bool(_KEY_RE.fullmatch(key))
 
 
 def usable_label_value(value: str) -> bool:
-    return bool(_VALUE_RE.match(value))
+    return bool(_VALUE_RE.fullmatch(value))
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ def parse_constraint(expr: str) -> Constraint:
     if len(parts) != 3:
         raise ConstraintError(f"constraint {expr!r}: expected KEY==VALUE or KEY!=VALUE")
     key, op, value = (p.strip() for p in parts)
-    if not _KEY_RE.match(key):
+    if not _KEY_RE.fullmatch(key):
         raise ConstraintError(
             f"constraint {expr!r}: key {key!r} is invalid for Swarm "
             "(letters, digits, '-', '_', '.' only; no '/')"

@@ -16,17 +16,18 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from swarmgpu import webguard
 from swarmgpu.agent_client import fetch_all
 from swarmgpu.agentbook import AgentBook
 from swarmgpu.config import Config
 from swarmgpu.daemon_metrics import DaemonMetrics
+from swarmgpu.httpguard import GuardedServer
 from swarmgpu.model import NodeFacts
 from swarmgpu.overshare import Watch
 from swarmgpu.placement import Planner
@@ -83,7 +84,7 @@ class Daemon:
         self.planner: Planner | None = None  # placement's, kept across cycles as leader
         self.overshare = Watch()  # holders over their GPU share, since when (observe)
         self._scheduler: BackgroundScheduler | None = None
-        self._http: ThreadingHTTPServer | None = None
+        self._http: GuardedServer | None = None
         # path -> () -> (content type, body); the GPU map and APIs plug in here
         self.http_routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
         # path -> (raw query string) -> (content type, body); e.g. /api/v1/history
@@ -242,37 +243,26 @@ class Daemon:
     def _start_http(self) -> None:
         host, _, port = self.cfg.http.listen.rpartition(":")
         daemon = self
+        allowed = webguard.allowed_hosts(self.cfg.http.listen, self.cfg.http.allowed_hosts)
 
-        class Handler(BaseHTTPRequestHandler):
-            server_version = "swarmgpu"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-            def do_GET(self) -> None:
-                path, _, query = self.path.partition("?")
+        class Handler(webguard.GuardedHandler):
+            def answer(self, path: str, query: str) -> tuple[int, str, bytes]:
                 if path == "/metrics":
-                    body = generate_latest(daemon.metrics.registry)
-                    ctype = CONTENT_TYPE_LATEST
-                elif path == "/healthz":
-                    body = json.dumps(daemon.health()).encode()
-                    ctype = "application/json"
-                elif path in daemon.http_query_routes:
+                    return 200, CONTENT_TYPE_LATEST, generate_latest(daemon.metrics.registry)
+                if path == "/healthz":
+                    return 200, "application/json", json.dumps(daemon.health()).encode()
+                if path in daemon.http_query_routes:
                     ctype, body = daemon.http_query_routes[path](query)
-                else:
-                    extra = daemon.http_routes.get(path)
-                    if extra is None:
-                        self.send_error(404)
-                        return
-                    ctype, body = extra()
-                self.send_response(200)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                    return 200, ctype, body
+                extra = daemon.http_routes.get(path)
+                if extra is None:
+                    return 404, "text/plain; charset=utf-8", b"not found\n"
+                ctype, body = extra()
+                return 200, ctype, body
 
+        Handler.allowed_hosts = allowed
         try:
-            self._http = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
+            self._http = GuardedServer((host.strip("[]"), int(port)), Handler)
         except OSError as exc:
             logger.error("cannot serve HTTP on {}: {}", self.cfg.http.listen, exc)
             return

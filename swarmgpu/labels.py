@@ -42,30 +42,61 @@ def owned_by_label_sync(key: str, prefix: str = DEFAULT_PREFIX) -> bool:
     )
 
 
-def _largest_nvlink_group(facts: NodeFacts) -> int:
-    """Size of the largest set of GPUs that are pairwise NVLink-connected."""
+NVLINK_SEARCH_BUDGET = 20_000  # search steps; a count, not a time, so answers are stable
+
+
+def largest_nvlink_group(facts: NodeFacts, budget: int = NVLINK_SEARCH_BUDGET) -> int:
+    """Size of the largest set of GPUs that are pairwise NVLink-connected.
+
+    A maximum-clique search (Bron-Kerbosch with Tomita pivoting and a size bound), which
+    is exact and instant on real topologies (NVSwitch: one clique; hybrid cube mesh:
+    cliques of 4). Max-clique is exponential in general, and an agent chooses the link
+    matrix, so the search stops after ``budget`` steps and answers the largest group
+    found by then: never more than the truth, and at least a greedy clique's size.
+    """
     n = len(facts.gpus)
     if n == 0:
         return 0
     if not facts.links:
         return 1
-    adj = [{j for j in range(n) if j != i and is_nvlink(facts.link(i, j))} for i in range(n)]
-    best = 1
+    adj = [frozenset(j for j in range(n) if j != i and is_nvlink(facts.link(i, j)))
+           for i in range(n)]
+    best = _greedy_clique(adj)
+    steps = 0
 
-    # Bron-Kerbosch without pivot: n is small (<= 64 GPUs), cliques are few.
     def expand(r: int, p: set[int], x: set[int]) -> None:
-        nonlocal best
-        if not p and not x:
-            best = max(best, r)
+        nonlocal best, steps
+        steps += 1
+        if steps > budget:
+            return
+        if not p:
+            best = max(best, r)  # r is a clique (x non-empty: not maximal, still a clique)
             return
         if r + len(p) <= best:
             return
-        for v in list(p):
+        pivot = max(p | x, key=lambda u: len(adj[u] & p))
+        for v in list(p - adj[pivot]):
             expand(r + 1, p & adj[v], x & adj[v])
             p.discard(v)
             x.add(v)
+            if steps > budget:
+                return
 
     expand(0, set(range(n)), set())
+    return best
+
+
+def _greedy_clique(adj: Sequence[frozenset[int]]) -> int:
+    """A quick lower bound: grow a clique from each GPU, best-connected first."""
+    best = 1
+    for start in range(len(adj)):
+        clique = {start}
+        cand = set(adj[start])
+        while cand:
+            v = max(cand, key=lambda u: (len(adj[u] & cand), -u))
+            clique.add(v)
+            cand &= adj[v]
+        best = max(best, len(clique))
     return best
 
 
@@ -103,10 +134,10 @@ def desired_labels(facts: NodeFacts, prefix: str = DEFAULT_PREFIX) -> dict[str, 
         out[f"{p}mig.capable"] = str(any(g.mig_capable for g in gpus)).lower()
         out[f"{p}mig.strategy"] = _mig_strategy(facts)
         mig_counts = Counter(m.profile for g in gpus for m in g.mig_devices)
-        for profile, count in sorted(mig_counts.items()):
+        for profile, count in sorted(mig_counts.items())[:MAX_MIG_PROFILES]:
             out[f"{p}mig-{profile}.count"] = str(count)
         if facts.links:
-            group = _largest_nvlink_group(facts)
+            group = largest_nvlink_group(facts)
             out[f"{p}nvlink"] = str(group > 1).lower()
             out[f"{p}nvlink.largest-group"] = str(group)
         numa = Counter(g.numa_node for g in gpus if g.numa_node is not None)
@@ -121,11 +152,25 @@ def desired_labels(facts: NodeFacts, prefix: str = DEFAULT_PREFIX) -> dict[str, 
         out[f"{p}cuda.driver-version.full"] = facts.cuda_driver_version
         out[f"{p}cuda.driver-version.major"] = major
         out[f"{p}cuda.driver-version.minor"] = minor.split(".")[0] or "0"
-    # Every key must be usable in a constraint; a value Swarm cannot match is dropped
-    # rather than written as a label nobody can select on.
-    return {
-        k: v for k, v in out.items() if usable_label_key(k) and v and usable_label_value(v)
-    }
+    # Every key must be usable in a constraint; a value Swarm cannot match (or one an
+    # agent made up: whitespace, a newline, non-ASCII, huge) is dropped rather than
+    # written as a label nobody can select on. At most MAX_NODE_LABELS, whatever the
+    # facts say.
+    good = {k: v for k, v in out.items() if usable_label_key(k) and writable_label_value(v)}
+    return dict(sorted(good.items())[:MAX_NODE_LABELS]) if len(good) > MAX_NODE_LABELS \
+        else good
+
+
+MAX_LABEL_VALUE_LEN = 128
+MAX_NODE_LABELS = 64  # ~20 fixed keys plus MIG profiles (capped at MAX_MIG_PROFILES)
+MAX_MIG_PROFILES = 16  # distinct MIG profile labels per node; real GPUs have under 10
+_WRITABLE_VALUE = re.compile(r"[A-Za-z0-9:_.\-()+\[\]/]+", re.ASCII)
+
+
+def writable_label_value(value: str) -> bool:
+    """A value swarmgpu writes: swarmkit's value rule, ASCII, no whitespace, short."""
+    return 0 < len(value) <= MAX_LABEL_VALUE_LEN and bool(_WRITABLE_VALUE.fullmatch(value)) \
+        and usable_label_value(value)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ else that is not a finite number.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -29,6 +30,10 @@ MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"
 GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 _MAX_ERRORS = 50  # a garbage page must not produce a garbage-sized error list
+MAX_GPUS = 64  # per page (node); a page naming more is cut here and says so
+MAX_MIG_PER_GPU = 16  # MIG instances kept per GPU (real GPUs have at most 7)
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+MAX_ID_LEN = 96  # UUID / hostname label values longer than this are not real
 _HOST_LABELS = ("hostname", "Hostname")
 PROCESS_MEMORY = "swarmgpu_gpu_process_memory_used_mib"  # swarmgpu.metrics writes it
 _MAX_PROCESSES = 512  # per GPU: a page listing more is not to be trusted with memory
@@ -118,9 +123,16 @@ class ScrapeResult:
         )
 
 
-def _short(line: str, n: int = 160) -> str:
-    """The line's start (metric name) and end (the value), which say what went wrong."""
-    return line if len(line) <= n else line[: n // 2] + " ... " + line[-n // 2 :]
+def small_int(text: str | None, most: int = 9999) -> int | None:
+    """A small non-negative ASCII integer, or None ('²' and '٣' pass isdigit(), not this)."""
+    if not text or len(text) > 7 or not text.isascii() or not text.isdigit():
+        return None
+    v = int(text)
+    return v if v <= most else None
+
+
+def _sane_id(text: str) -> bool:
+    return 0 < len(text) <= MAX_ID_LEN and text.isascii() and text.isprintable()
 
 
 def _families_strict(text: str) -> list[tuple[str, Mapping[str, str], float]]:
@@ -140,8 +152,11 @@ def _samples_lenient(
             continue
         try:
             out.extend(_families_strict(line + "\n"))
-        except Exception as e:  # the parser raises ValueError, IndexError, ...
-            _note(errors, f"line {n}: cannot parse ({e}): {_short(line)}")
+        except Exception:  # the parser raises ValueError, IndexError, ...
+            # Only the metric name, never the line: what a page says is not echoed.
+            m = _METRIC_NAME.match(line)
+            what = f"{m.group(0)[:64]} " if m else ""
+            _note(errors, f"line {n}: {what}sample cannot be parsed; skipped")
     return out
 
 
@@ -169,34 +184,49 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
         uuid = labels.get("UUID")
         if not uuid:
             continue
+        if not _sane_id(uuid):
+            _note(res.errors, f"{name[:64]}: a UUID label that is not a GPU UUID; skipped")
+            continue
         for key in _HOST_LABELS:
             if labels.get(key):
-                hosts.add(labels[key])
+                if _sane_id(labels[key]):
+                    hosts.add(labels[key])
+                else:
+                    _note(res.errors, f"{name[:64]}: a {key} label that is not a host name")
                 break
         if not math.isfinite(value):
             continue  # NaN/Inf: the exporter could not say; unknown, not 0
         gpu = res.samples_by_uuid.get(uuid)
         if gpu is None:
+            if len(res.samples_by_uuid) >= MAX_GPUS:
+                _note(res.errors, f"more than {MAX_GPUS} GPUs in one page; the rest ignored")
+                continue
             gpu = res.samples_by_uuid[uuid] = GpuMetrics(uuid=uuid)
-        if gpu.index is None and labels.get("gpu", "").isdigit():
-            gpu.index = int(labels["gpu"])
-        gpu.model_name = gpu.model_name or labels.get("modelName") or None
-        gpu.pci_bus_id = gpu.pci_bus_id or labels.get("pci_bus_id") or None
+        if gpu.index is None:
+            gpu.index = small_int(labels.get("gpu"))
+        gpu.model_name = gpu.model_name or (labels.get("modelName") or "")[:MAX_ID_LEN] or None
+        gpu.pci_bus_id = gpu.pci_bus_id or (labels.get("pci_bus_id") or "")[:MAX_ID_LEN] or None
         if name == PROCESS_MEMORY:
-            pid = labels.get("pid", "")
-            if pid.isdigit() and len(gpu.processes) < _MAX_PROCESSES:
+            pid = small_int(labels.get("pid"), most=2**22)  # the kernel's pid_max limit
+            if pid is not None and len(gpu.processes) < _MAX_PROCESSES:
                 gpu.processes.append(ProcessMetric(
-                    int(pid), value, labels.get("service", ""), labels.get("task", ""),
-                    labels.get("container", "")))
+                    pid, value, labels.get("service", "")[:MAX_ID_LEN],
+                    labels.get("task", "")[:MAX_ID_LEN],
+                    labels.get("container", "")[:MAX_ID_LEN]))
             continue
         gi = labels.get("GPU_I_ID")
         if gi is not None:
-            if not gi.isdigit():
-                _note(res.errors, f"{name}: GPU_I_ID {gi!r} of {uuid} is not a number; skipped")
+            gi_id = small_int(gi)
+            if gi_id is None:
+                _note(res.errors, f"{name[:64]}: GPU_I_ID of {uuid} is not a small number")
                 continue
-            mig = gpu.mig.get(int(gi))
+            mig = gpu.mig.get(gi_id)
             if mig is None:
-                mig = gpu.mig[int(gi)] = MigMetrics(int(gi), labels.get("GPU_I_PROFILE"))
+                if len(gpu.mig) >= MAX_MIG_PER_GPU:
+                    _note(res.errors, f"{uuid}: more than {MAX_MIG_PER_GPU} MIG instances")
+                    continue
+                prof = (labels.get("GPU_I_PROFILE") or "")[:MAX_ID_LEN] or None
+                mig = gpu.mig[gi_id] = MigMetrics(gi_id, prof)
             target = mig.values
         else:
             target = gpu.values

@@ -25,7 +25,16 @@ LINK_SCORES: dict[str, int] = {
     "SOC": 10,  # older drivers print SOC for what is now SYS
 }
 NVLINK_SCORE_PER_LINK = 100
-_LINK_RE = re.compile(r"^(?:X|SYS|NODE|PHB|PXB|PIX|SOC|NV(\d+))$")
+_LINK_RE = re.compile(r"(?:X|SYS|NODE|PHB|PXB|PIX|SOC|NV([0-9]{1,3}))", re.ASCII)
+
+
+# What one agent may claim, at most: anything bigger is a broken or hostile agent, refused
+# before it becomes labels (each GPU and MIG profile turns into node labels and ledger
+# room). The biggest real nodes have 16 GPUs; a GPU has at most 7 MIG devices.
+MAX_GPUS = 64
+MAX_MIG_PER_GPU = 16
+MAX_STR_LEN = 256  # any string field (hostname, product, UUID, versions...)
+MAX_ERRORS = 50  # agent-reported problems kept (each cut to MAX_STR_LEN)
 
 
 class FactsError(ValueError):
@@ -34,17 +43,18 @@ class FactsError(ValueError):
 
 def link_score(link: str) -> int:
     """Score of one link as ``nvidia-smi topo -m`` prints it (``NV12``, ``PIX``...)."""
-    if link.startswith("NV") and link[2:].isdigit():
+    if is_nvlink(link):
         return NVLINK_SCORE_PER_LINK * int(link[2:])
     return LINK_SCORES.get(link, 0)
 
 
 def is_nvlink(link: str) -> bool:
-    return link.startswith("NV") and link[2:].isdigit()
+    n = link[2:]
+    return link.startswith("NV") and 0 < len(n) <= 3 and n.isascii() and n.isdigit()
 
 
 def valid_link(link: str) -> bool:
-    return bool(_LINK_RE.match(link))
+    return bool(_LINK_RE.fullmatch(link))
 
 
 @dataclass(frozen=True)
@@ -186,6 +196,9 @@ class NodeFacts:
         gpus_raw = data.get("gpus", [])
         if not isinstance(gpus_raw, Sequence) or isinstance(gpus_raw, str | bytes):
             raise FactsError(f"{where}.gpus: expected a list of GPU objects")
+        if len(gpus_raw) > MAX_GPUS:
+            raise FactsError(f"{where}.gpus: {len(gpus_raw)} GPUs; at most {MAX_GPUS} per node "
+                             "are accepted (a broken or hostile agent?)")
         gpus = tuple(_gpu_from(g, f"{where}.gpus[{n}]") for n, g in enumerate(gpus_raw))
         seen: set[str] = set()
         for g in gpus:
@@ -196,8 +209,15 @@ class NodeFacts:
         errors_raw = data.get("errors", [])
         if not isinstance(errors_raw, list) or not all(isinstance(e, str) for e in errors_raw):
             raise FactsError(f"{where}.errors: expected a list of strings")
+        if len(errors_raw) > MAX_ERRORS:
+            left = len(errors_raw) - MAX_ERRORS
+            errors_raw = [*errors_raw[:MAX_ERRORS], f"{left} further error(s) left out"]
+        errors_raw = [e[:MAX_STR_LEN] for e in errors_raw]
         collected = node.get("collected_at")
-        if collected is not None and not isinstance(collected, int | float):
+        if collected is not None and (
+            isinstance(collected, bool) or not isinstance(collected, int | float)
+            or not 0 <= collected < 1e11  # also refuses NaN
+        ):
             raise FactsError(f"{where}.node.collected_at: expected a number (unix seconds)")
         return cls(
             hostname=hostname,
@@ -225,7 +245,12 @@ def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
         return None
     if isinstance(v, bool) or not isinstance(v, str | int | float):
         raise FactsError(f"{where}.{key}: expected a string, got {type(v).__name__}")
-    return str(v)
+    if isinstance(v, int) and abs(v) >= 10**18:
+        raise FactsError(f"{where}.{key}: a number that long is not a {key}")
+    text = str(v)
+    if len(text) > MAX_STR_LEN:
+        raise FactsError(f"{where}.{key}: {len(text)} characters; at most {MAX_STR_LEN}")
+    return text
 
 
 def _int(d: Mapping[str, Any], key: str, where: str, *, required: bool, minimum: int = 0) -> Any:
@@ -235,16 +260,18 @@ def _int(d: Mapping[str, Any], key: str, where: str, *, required: bool, minimum:
             raise FactsError(f"{where}.{key}: missing; it is required")
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise FactsError(f"{where}.{key}: expected an integer, got {v!r}")
+        raise FactsError(f"{where}.{key}: expected an integer, got {str(v)[:32]!r}")
     if v < minimum:
         raise FactsError(f"{where}.{key}: {v} is below the minimum {minimum}")
+    if v >= 2**53:
+        raise FactsError(f"{where}.{key}: a number that big is not a {key}")
     return v
 
 
 def _bool(d: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
     v = d.get(key, default)
     if not isinstance(v, bool):
-        raise FactsError(f"{where}.{key}: expected true or false, got {v!r}")
+        raise FactsError(f"{where}.{key}: expected true or false, got {str(v)[:32]!r}")
     return v
 
 
@@ -263,6 +290,9 @@ def _gpu_from(g: Any, where: str) -> Gpu:
     migs_raw = g.get("mig_devices", [])
     if not isinstance(migs_raw, list):
         raise FactsError(f"{where}.mig_devices: expected a list")
+    if len(migs_raw) > MAX_MIG_PER_GPU:
+        raise FactsError(f"{where}.mig_devices: {len(migs_raw)} MIG devices; at most "
+                         f"{MAX_MIG_PER_GPU} per GPU are accepted")
     migs = []
     for n, m in enumerate(migs_raw):
         mw = f"{where}.mig_devices[{n}]"
@@ -311,8 +341,8 @@ def _links_from(raw: Any, n: int, where: str) -> tuple[tuple[str, ...], ...]:
         for j, v in enumerate(row):
             if not isinstance(v, str) or not valid_link(v):
                 raise FactsError(
-                    f"{where}[{i}][{j}]: {v!r} is not a link; use X, NV<n>, PIX, PXB, PHB, "
-                    "NODE or SYS"
+                    f"{where}[{i}][{j}]: {str(v)[:16]!r} is not a link; use X, NV<n>, PIX, "
+                    "PXB, PHB, NODE or SYS"
                 )
         rows.append(tuple(row))
     for i in range(n):

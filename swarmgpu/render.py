@@ -77,7 +77,9 @@ def _mapping(parent: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
 
 def _replicas(deploy: Mapping[str, Any], where: str) -> int:
     v = deploy.get("replicas", 1)
-    if isinstance(v, bool) or not isinstance(v, int | str) or not str(v).isdigit():
+    text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
+    # ASCII digits only ('¹' passes isdigit(), not int()), and a sane length.
+    if not text.isascii() or not text.isdigit() or len(text) > 6:
         raise StackError(f"{where}.deploy.replicas: {v!r} is not a whole number >= 0")
     return int(v)
 

@@ -137,6 +137,9 @@ def parse_request(
             raise RequestError(
                 key, labels[key], f"a known key: {', '.join(prefix + k for k in KEYS)}{hint}"
             )
+        if len(labels[key]) > MAX_VALUE_LEN:
+            raise RequestError(key, labels[key][:32] + "...",
+                               f"a value of at most {MAX_VALUE_LEN} characters")
         mine[name] = labels[key].strip()
     if not mine:
         return None
@@ -204,26 +207,40 @@ def parse_all(
     prefix: str = DEFAULT_PREFIX,
     zone_label: str = DEFAULT_ZONE_LABEL,
 ) -> GpuRequest | RequestError | None:
-    """``parse_request`` that returns the error instead of raising it (for planners)."""
+    """``parse_request`` that returns the error instead of raising it (for planners).
+
+    Any failure is this service's error, never the cycle's: a value that slips past a
+    key's parser (a 5,000-digit number, an overflow) still makes only this service
+    ``invalid``, and every other service is placed.
+    """
     try:
         return parse_request(labels, prefix=prefix, zone_label=zone_label)
     except RequestError as e:
         return e
+    except Exception as e:
+        bad = sorted(k for k in labels if k.startswith(prefix))
+        key = bad[0] if bad else prefix + "*"
+        return RequestError(key, labels.get(key, "")[:64],
+                            f"labels swarmgpu can read ({e.__class__.__name__} reading them)")
 
 
 E = TypeVar("E", bound=StrEnum)
 
 # --- one parser per key -------------------------------------------------------------
 
-_INT_RE = re.compile(r"^\d+$")
-_MEM_RE = re.compile(r"^(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[kmgt]?)(?:i?b)?$", re.IGNORECASE)
+# ASCII only (\d would take '٣'), whole string (\Z: '$' also matches before a newline),
+# and short: a 5,000-digit value is refused by the parser, not by int()'s digit limit.
+_INT_RE = re.compile(r"[0-9]{1,6}", re.ASCII)
+_MEM_RE = re.compile(r"(?P<num>[0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(?P<unit>[kmgt]?)(?:i?b)?",
+                     re.IGNORECASE | re.ASCII)
+MAX_VALUE_LEN = 1024  # any request label value longer than this is refused as is
 _UNIT_MIB = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
-_ZONE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_ZONE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}", re.ASCII)
 
 
 def _whole(mine: Mapping[str, str], name: str, p: str) -> int:
     value = mine[name]
-    if not _INT_RE.match(value) or int(value) < 1:
+    if not _INT_RE.fullmatch(value) or int(value) < 1:
         raise RequestError(p + name, value, f"a whole number >= 1 (e.g. {p}{name}=2)")
     return int(value)
 
@@ -245,7 +262,7 @@ def _fraction(mine: Mapping[str, str], p: str) -> float:
 
 def _memory(mine: Mapping[str, str], p: str) -> int:
     value = mine["gpu-memory"]
-    m = _MEM_RE.match(value)
+    m = _MEM_RE.fullmatch(value)
     mib = ceil(float(m["num"]) * _UNIT_MIB[m["unit"].lower()]) if m else 0
     if mib < 1:
         raise RequestError(
@@ -298,7 +315,7 @@ def _zones(mine: Mapping[str, str], name: str, p: str) -> tuple[str, ...]:
     if value is None:
         return ()
     parts = tuple(x.strip() for x in re.split(r"[,|]", value))
-    if not all(_ZONE_RE.match(x) for x in parts):
+    if not all(_ZONE_RE.fullmatch(x) for x in parts):
         raise RequestError(
             p + name, value,
             f"zone names (letters, digits, . _ -) separated by , or | "

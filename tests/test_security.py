@@ -243,8 +243,9 @@ def test_subprocess_argv_is_never_a_string() -> None:
 
 # (test id, file) -> why it is fine; docs/security.md carries the same table.
 JUSTIFIED = {
-    ("B104", "swarmgpu/agent.py"): "the agent listens on all interfaces by default on "
-    "purpose (managers must reach it); --listen narrows it",
+    ("B104", "swarmgpu/agent.py"): "--listen :9401 (an empty host) means every interface, "
+    "as asked; the default is loopback",
+    ("B104", "swarmgpu/webguard.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/swarm.py"): "a comparison with '0.0.0.0', not a bind",
     ("B101", "swarmgpu/allocator/core.py"): "type-narrowing invariants, not input checks",
     ("B101", "swarmgpu/allocator/mig.py"): "type-narrowing invariant on a regex built here",

@@ -7,13 +7,13 @@ garbage or names another host yields an error, which the signals turn into UNKNO
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import requests
-
+from swarmgpu import boundedhttp
 from swarmgpu.metrics_in import ScrapeResult, parse_metrics
 from swarmgpu.swarm import SwarmNode
 
@@ -50,33 +50,45 @@ def judge(node: SwarmNode, url: str, text: str, at: float) -> NodeScrape:
     return NodeScrape(node.id, node.hostname, url, at, res, err)
 
 
-def scrape_node(node: SwarmNode, template: str, timeout_s: float) -> NodeScrape:
+def scrape_node(node: SwarmNode, template: str, timeout_s: float,
+                tls: ssl.SSLContext | None = None, token: str | None = None) -> NodeScrape:
+    """One node's page: one wall-clock deadline for the whole request, a byte cap, no
+    redirects, and errors that never quote what the exporter sent. Never raises."""
     url = metrics_url(node, template)
     at = time.time()
+
+    def fail(msg: str) -> NodeScrape:
+        return NodeScrape(node.id, node.hostname, url, at, None, f"metrics at {url} {msg}")
+
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        with requests.get(url, timeout=timeout_s, stream=True) as resp:
-            if resp.status_code != 200:
-                return NodeScrape(node.id, node.hostname, url, at, None,
-                                  f"metrics at {url} answered HTTP {resp.status_code}")
-            body = b""
-            deadline = time.monotonic() + timeout_s
-            for chunk in resp.iter_content(65536):
-                body += chunk
-                if len(body) > MAX_BYTES or time.monotonic() > deadline:
-                    return NodeScrape(node.id, node.hostname, url, at, None,
-                                      f"metrics at {url} too big or too slow; ignored")
-    except requests.exceptions.RequestException as exc:
-        return NodeScrape(node.id, node.hostname, url, at, None,
-                          f"metrics at {url} unreachable: {exc.__class__.__name__}")
-    return judge(node, url, body.decode("utf-8", "replace"), at)
+        got = boundedhttp.get(url, timeout_s=timeout_s, max_bytes=MAX_BYTES, tls=tls,
+                              headers=headers)
+    except TimeoutError:
+        return fail(f"did not answer within {timeout_s}s; ignored")
+    except boundedhttp.FetchError as exc:
+        return fail(f"unusable: {exc}; ignored")
+    except Exception as exc:
+        return fail(f"unreachable: {exc.__class__.__name__}")
+    if tls is not None and got.peer_cn != node.id:
+        return fail(f"presented the certificate of node {(got.peer_cn or '?')[:25]!r}, not "
+                    f"of {node.hostname} ({node.id[:12]}); refused")
+    if got.status != 200:
+        extra = " (redirects are not followed)" if 300 <= got.status < 400 else ""
+        return fail(f"answered HTTP {got.status}{extra}")
+    try:
+        return judge(node, url, got.body.decode("utf-8", "replace"), at)
+    except Exception as exc:  # the parser never should; one page never stops the cycle
+        return fail(f"cannot be parsed ({exc.__class__.__name__}); ignored")
 
 
 def scrape_all(nodes: Sequence[SwarmNode], template: str, timeout_s: float,
-               parallel: int = 16) -> dict[str, NodeScrape]:
+               parallel: int = 16, tls: ssl.SSLContext | None = None,
+               token: str | None = None) -> dict[str, NodeScrape]:
     """Every ready node's metrics, in parallel; one dead exporter never blocks others."""
     ready = [n for n in nodes if n.state == "ready"]
     if not ready:
         return {}
     with ThreadPoolExecutor(max_workers=min(parallel, len(ready))) as pool:
-        got = list(pool.map(lambda n: scrape_node(n, template, timeout_s), ready))
+        got = list(pool.map(lambda n: scrape_node(n, template, timeout_s, tls, token), ready))
     return {s.node_id: s for s in got}

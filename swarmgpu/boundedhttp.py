@@ -1,0 +1,218 @@
+"""One HTTP(S) GET with a wall-clock deadline and a byte cap, for talking to agents.
+
+``requests`` bounds each socket read, not the request: a peer that sends one byte a
+second never times out, and its byte cap is checked per 64 KiB chunk. Here every step
+(connect, TLS handshake, send, each read of at most 16 KiB) runs with the socket timeout
+set to what is left of one deadline, so the whole request ends by ``timeout_s`` whatever
+the peer does. Redirects are never followed, and errors never contain what the peer sent
+(a body could carry an internal page, read back through the daemon's map).
+
+Only DNS resolution (``{hostname}`` templates) is outside the deadline: Python's resolver
+call cannot be interrupted. ``{addr}`` templates need none.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+MAX_HEAD_BYTES = 64 * 1024  # status line and headers
+READ_CHUNK = 16 * 1024
+
+
+class FetchError(Exception):
+    """Why a GET failed, in words that never quote the peer's bytes."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    status: int
+    body: bytes
+    peer_cn: str | None = None  # the verified certificate's CN (HTTPS with verification)
+
+
+def peer_common_name(cert: Mapping[str, object] | None) -> str | None:
+    """The subject CN of a certificate as ``SSLSocket.getpeercert()`` returns it."""
+    if not cert:
+        return None
+    subject = cert.get("subject", ())
+    if not isinstance(subject, tuple):
+        return None
+    for rdn in subject:
+        for pair in rdn:
+            if isinstance(pair, tuple) and len(pair) == 2 and pair[0] == "commonName":
+                return str(pair[1])
+    return None
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
+def _head_end(buf: bytes | bytearray) -> int:
+    return buf.find(b"\r\n\r\n")
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not (
+        len(parts[1]) == 3 and parts[1].isdigit()  # bytes.isdigit is ASCII-only
+    ):
+        raise FetchError("did not answer HTTP/1.x")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise FetchError("sent a malformed HTTP header")
+        headers[name.strip().decode("latin-1").lower()] = value.strip().decode("latin-1")
+    return int(parts[1]), headers
+
+
+def _content_length(headers: Mapping[str, str]) -> int | None:
+    raw = headers.get("content-length")
+    if raw is None:
+        return None
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 15:
+        raise FetchError("sent a malformed Content-Length")
+    return int(raw)
+
+
+def _dechunk(data: bytes, max_bytes: int) -> bytes | None:
+    """The body of a complete chunked message; None while incomplete."""
+    out = bytearray()
+    pos = 0
+    while True:
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        size_text = data[pos:eol].split(b";", 1)[0].strip()
+        if not size_text or len(size_text) > 8 or not all(
+            c in b"0123456789abcdefABCDEF" for c in size_text
+        ):
+            raise FetchError("sent a malformed chunked body")
+        size = int(size_text, 16)
+        if size == 0:
+            return bytes(out) if data.find(b"\r\n", eol + 2) >= 0 or data.endswith(b"\r\n") \
+                else None
+        start = eol + 2
+        if len(data) < start + size + 2:
+            return None
+        out += data[start:start + size]
+        if len(out) > max_bytes:
+            raise FetchError(f"sent more than {max_bytes} bytes")
+        pos = start + size + 2
+
+
+def get(
+    url: str,
+    *,
+    timeout_s: float,
+    max_bytes: int,
+    tls: ssl.SSLContext | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Fetched:
+    """GET ``url``; raise FetchError (or TimeoutError) when it cannot be done in time."""
+    deadline = time.monotonic() + timeout_s
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise FetchError(f"scheme {parts.scheme!r} is not http or https")
+    host = parts.hostname or ""
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise FetchError("the URL's port is not a number") from None
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host_header = f"[{host}]" if ":" in host else host
+    if parts.port:
+        host_header += f":{parts.port}"
+    lines = [f"GET {path} HTTP/1.1", f"Host: {host_header}", "Connection: close",
+             "Accept-Encoding: identity", "User-Agent: swarmgpu"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    try:
+        raw = socket.create_connection((host, port), timeout=_left(deadline))
+    except OSError as exc:
+        if isinstance(exc, TimeoutError):
+            raise
+        raise FetchError(f"cannot connect ({exc.__class__.__name__})") from None
+    sock: socket.socket = raw
+    peer_cn: str | None = None
+    try:
+        if parts.scheme == "https":
+            ctx = tls or ssl.create_default_context()
+            try:
+                raw.settimeout(_left(deadline))
+                sname = host if ctx.check_hostname else None
+                sock = ctx.wrap_socket(raw, server_hostname=sname)
+            except ssl.SSLCertVerificationError as exc:
+                raise FetchError(f"TLS certificate refused: {exc.verify_message}") from None
+            except ssl.SSLError as exc:
+                raise FetchError(f"TLS handshake failed ({exc.reason or exc.__class__.__name__})"
+                                 ) from None
+            if isinstance(sock, ssl.SSLSocket):
+                peer_cn = peer_common_name(sock.getpeercert())
+        sock.settimeout(_left(deadline))
+        sock.sendall(request)
+        return _read_response(sock, deadline, max_bytes, peer_cn)
+    except OSError as exc:
+        if isinstance(exc, TimeoutError):
+            raise
+        raise FetchError(f"connection failed ({exc.__class__.__name__})") from None
+    finally:
+        sock.close()
+
+
+def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
+                   peer_cn: str | None) -> Fetched:
+    buf = bytearray()
+    status = 0
+    hdrs: dict[str, str] = {}
+    body_at = -1
+    length: int | None = None
+    chunked = False
+    while True:
+        sock.settimeout(_left(deadline))
+        chunk = sock.recv(READ_CHUNK)
+        if chunk:
+            buf += chunk
+        if body_at < 0:
+            end = _head_end(buf)
+            if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    raise FetchError(f"sent more than {MAX_HEAD_BYTES} bytes of headers")
+                if not chunk:
+                    raise FetchError("closed the connection before answering")
+                continue
+            status, hdrs = _parse_head(bytes(buf[:end]))
+            body_at = end + 4
+            if status != 200:  # the body of an error or redirect is never read
+                return Fetched(status, b"", peer_cn)
+            chunked = "chunked" in hdrs.get("transfer-encoding", "").lower()
+            length = None if chunked else _content_length(hdrs)
+            if length is not None and length > max_bytes:
+                raise FetchError(f"sent more than {max_bytes} bytes")
+        body = buf[body_at:]
+        if len(body) > max_bytes + (64 * 1024 if chunked else 0):
+            raise FetchError(f"sent more than {max_bytes} bytes")
+        if chunked:
+            if body.endswith(b"\r\n\r\n") or not chunk:
+                got = _dechunk(bytes(body), max_bytes)
+                if got is not None:
+                    return Fetched(status, got, peer_cn)
+                if not chunk:
+                    raise FetchError("closed the connection in the middle of the body")
+            continue
+        if length is not None and len(body) >= length:
+            return Fetched(status, bytes(body[:length]), peer_cn)
+        if not chunk:
+            if length is not None:
+                raise FetchError("closed the connection in the middle of the body")
+            return Fetched(status, bytes(body), peer_cn)

@@ -1,0 +1,372 @@
+"""Every input bounded, every node isolated (issue 13, part 1).
+
+Hostile agents are real loopback HTTP servers that misbehave on purpose; each cap has a
+Hypothesis property. Times are never asserted tightly: a fetch must end by its deadline
+plus generous slack (a stalled fetch would take minutes, not a second more).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import pytest
+from gpu_nodes import DGX_A100, RTX4090
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from swarmgpu import boundedhttp
+from swarmgpu.agent_client import fetch_all, fetch_facts, parse_json_bounded
+from swarmgpu.config import AgentsConfig
+from swarmgpu.constraints import usable_label_key, usable_label_value
+from swarmgpu.labels import (
+    MAX_LABEL_VALUE_LEN,
+    MAX_NODE_LABELS,
+    desired_labels,
+    largest_nvlink_group,
+    writable_label_value,
+)
+from swarmgpu.metrics_in import MAX_GPUS as MAX_METRIC_GPUS
+from swarmgpu.metrics_in import parse_metrics
+from swarmgpu.model import (
+    MAX_GPUS,
+    MAX_MIG_PER_GPU,
+    FactsError,
+    Gpu,
+    MigDevice,
+    NodeFacts,
+)
+from swarmgpu.placement import plan_placement
+from swarmgpu.rebalance.scrape import scrape_node
+from swarmgpu.requests import RequestError, parse_all
+from swarmgpu.swarm import SwarmNode, SwarmService
+
+Behaviour = Callable[[socket.socket], None]
+GOOD = json.dumps(RTX4090.facts().to_dict()).encode()
+
+
+class _Hostile(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def serve(behaviour: Behaviour) -> tuple[_Hostile, int]:
+    class H(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            try:
+                self.request.settimeout(30)
+                self.request.recv(65536)  # the request; nobody cares what it says
+                behaviour(self.request)
+            except OSError:
+                pass
+
+    srv = _Hostile(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    return srv, srv.server_address[1]
+
+
+@pytest.fixture
+def hostile() -> Iterator[Callable[[Behaviour], int]]:
+    servers: list[_Hostile] = []
+
+    def start(b: Behaviour) -> int:
+        srv, port = serve(b)
+        servers.append(srv)
+        return port
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def node(port: int, nid: str = "nid", host: str = "gpu-node-2") -> SwarmNode:
+    return SwarmNode(nid, host, "127.0.0.1", "worker", "ready", "active", {}, {}, 1, {}, {})
+
+
+def cfg_for(port: int, timeout: float = 1.0) -> AgentsConfig:
+    return AgentsConfig(port=port, timeout_s=timeout, max_response_bytes=1024 * 1024)
+
+
+def ok(body: bytes, extra: bytes = b"") -> Behaviour:
+    def b(s: socket.socket) -> None:
+        s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n" % (len(body), extra)
+                  + body)
+    return b
+
+
+def drip(head: bytes, every_s: float, n: int = 100) -> Behaviour:
+    def b(s: socket.socket) -> None:
+        s.sendall(head)
+        for _ in range(n):
+            s.sendall(b" ")
+            time.sleep(every_s)
+    return b
+
+
+# --- a wall-clock deadline per fetch (connect + every read) -------------------------------
+
+@pytest.mark.parametrize("what", ["body", "headers", "silence"])
+def test_slow_agent_is_cut_at_the_deadline(hostile: Callable[[Behaviour], int],
+                                           what: str) -> None:
+    heads = {"body": b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n",
+             "headers": b"HTTP/1.1 200 OK\r\nX-Slow: ", "silence": b""}
+    every = 0.3 if what != "silence" else 30
+    port = hostile(drip(heads[what], every))
+    t0 = time.monotonic()
+    res = fetch_facts(node(port), cfg_for(port, timeout=1.0))
+    took = time.monotonic() - t0
+    assert res.facts is None and res.error and "within 1.0s" in res.error, res.error
+    assert took < 5, f"a one-byte drip held the fetch {took:.1f}s (deadline 1s)"
+
+
+def test_one_stalling_agent_never_delays_the_others(hostile: Callable[[Behaviour], int]
+                                                    ) -> None:
+    slow = hostile(drip(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n", 0.3))
+    good = hostile(ok(GOOD))
+    cfg = replace(cfg_for(0, timeout=1.0), url_template="http://127.0.0.1:{port}")
+    nodes = [node(slow, "bad"), node(good, "good")]
+    cfgs = {"bad": replace(cfg, port=slow), "good": replace(cfg, port=good)}
+    res = {n.id: fetch_facts(n, cfgs[n.id]) for n in nodes}
+    assert res["good"].facts is not None and res["bad"].facts is None
+    # fetch_all on many stalling agents ends in one deadline per round of `parallel`.
+    t0 = time.monotonic()
+    many = fetch_all([node(slow, f"n{i}") for i in range(6)], replace(cfg, port=slow))
+    assert all(r.facts is None for r in many.values())
+    assert time.monotonic() - t0 < 10
+
+
+# --- caps on bytes, JSON depth, facts -----------------------------------------------------
+
+def test_body_cap_and_lying_content_length(hostile: Callable[[Behaviour], int]) -> None:
+    def chunked_forever(s: socket.socket) -> None:
+        s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        while True:
+            s.sendall(b"10000\r\n" + b" " * 0x10000 + b"\r\n")
+
+    for b in (ok(b"x", b"Content-Length: 99999999\r\n"), chunked_forever,
+              ok(b" " * (2 * 1024 * 1024))):
+        port = hostile(b)
+        res = fetch_facts(node(port), cfg_for(port, timeout=5))
+        assert res.facts is None and res.error and "more than" in res.error, res.error
+
+
+def test_chunked_and_close_delimited_bodies_are_read(hostile: Callable[[Behaviour], int]
+                                                      ) -> None:
+    def chunked(s: socket.socket) -> None:
+        s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(0, len(GOOD), 1000):
+            part = GOOD[i:i + 1000]
+            s.sendall(b"%x\r\n%s\r\n" % (len(part), part))
+        s.sendall(b"0\r\n\r\n")
+
+    def close_delimited(s: socket.socket) -> None:
+        s.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + GOOD)
+
+    for b in (chunked, close_delimited):
+        port = hostile(b)
+        res = fetch_facts(node(port), cfg_for(port, timeout=5))
+        assert res.facts is not None, res.error
+
+
+def test_deep_json_is_this_agents_error(hostile: Callable[[Behaviour], int]) -> None:
+    port = hostile(ok(b"[" * 200_000))
+    res = fetch_facts(node(port), cfg_for(port, timeout=5))
+    assert res.facts is None and res.error and "nested too deeply" in res.error
+    assert parse_json_bounded(b"{" * 100_000)[1] is not None
+
+
+def test_redirect_not_followed_and_body_never_echoed(hostile: Callable[[Behaviour], int]
+                                                     ) -> None:
+    secret = b"INTERNAL-SECRET-PAGE"
+    inner = hostile(ok(secret * 3))
+    port = hostile(lambda s: s.sendall(
+        b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:%d/\r\nContent-Length: 20\r\n\r\n"
+        % inner + secret))
+    res = fetch_facts(node(port), cfg_for(port))
+    assert res.error and "redirect" in res.error and "SECRET" not in res.error
+    garbage = hostile(ok(secret + b" not json"))
+    res = fetch_facts(node(garbage), cfg_for(garbage))
+    assert res.error and "not JSON" in res.error and "SECRET" not in res.error
+    for sc in (scrape_node(node(port), f"http://127.0.0.1:{port}/metrics", 2),
+               scrape_node(node(garbage), f"http://127.0.0.1:{garbage}/metrics", 2)):
+        assert sc.result is None and sc.error and "SECRET" not in sc.error, sc.error
+
+
+def test_too_many_gpus_or_mig_devices_refused() -> None:
+    base = RTX4090.facts().to_dict()
+    g = base["gpus"][0]
+    many = {**base, "gpus": [{**g, "uuid": f"GPU-{i}", "index": i} for i in range(65)],
+            "links": []}
+    with pytest.raises(FactsError, match="at most 64"):
+        NodeFacts.from_dict(many)
+    mig = {"profile": "1g.10gb", "uuid": "MIG-x", "memory_mib": 9728}
+    migs = {**base, "gpus": [{**g, "mig_devices": [{**mig, "uuid": f"MIG-{i}"}
+                                                   for i in range(17)]}], "links": []}
+    with pytest.raises(FactsError, match="at most 16"):
+        NodeFacts.from_dict(migs)
+    huge = {**base, "node": {**base["node"], "collected_at": 10**400}}
+    with pytest.raises(FactsError):
+        NodeFacts.from_dict(huge)
+    nv = RTX4090.facts().to_dict()
+    nv["links"][0][1] = nv["links"][1][0] = "NV" + "9" * 5000
+    with pytest.raises(FactsError):
+        NodeFacts.from_dict(nv)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(["schema", "node", "gpus", "links", "errors"]), _json)
+       | _json)
+def test_prop_facts_from_any_json_is_facts_or_factserror(data: object) -> None:
+    try:
+        f = NodeFacts.from_dict(data)
+    except FactsError:
+        return
+    assert len(f.gpus) <= MAX_GPUS
+    assert all(len(g.mig_devices) <= MAX_MIG_PER_GPU for g in f.gpus)
+
+
+# --- labels: strict values, bounded count -------------------------------------------------
+
+def test_label_values_strict_ascii_no_whitespace() -> None:
+    for bad in ("535.1\n", "535 1", "\u017f", "\u212a", "a" * (MAX_LABEL_VALUE_LEN + 1), "", "é"):
+        assert not writable_label_value(bad), bad
+    assert writable_label_value("535.104.05") and writable_label_value("NVIDIA-A100-SXM4-40GB")
+    assert not usable_label_value("\u017f") and not usable_label_key("\u017fwarmgpu.x")
+    assert not usable_label_key("swarmgpu.x\n")
+    f = replace(RTX4090.facts(), driver_version="535.1\n", cuda_driver_version="12.\u017f")
+    labels = desired_labels(f)
+    assert "swarmgpu.driver.version.full" not in labels
+    assert "swarmgpu.cuda.driver-version.full" not in labels
+
+
+_label_text = st.text(st.characters(codec="utf-8"), max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(_label_text, st.lists(_label_text, max_size=6)),
+                min_size=1, max_size=12), _label_text, _label_text)
+def test_prop_labels_bounded_and_writable(gpus: list[tuple[str, list[str]]],
+                                          driver: str, host: str) -> None:
+    facts = NodeFacts(
+        hostname=host, driver_version=driver or None,
+        gpus=tuple(Gpu(i, f"GPU-{i}", prod or "x", 1024, mig_enabled=bool(migs),
+                       mig_devices=tuple(MigDevice(p or "1g", f"MIG-{i}-{j}", 512)
+                                         for j, p in enumerate(migs)))
+                   for i, (prod, migs) in enumerate(gpus)))
+    labels = desired_labels(facts)
+    assert len(labels) <= MAX_NODE_LABELS
+    for k, v in labels.items():
+        assert usable_label_key(k) and writable_label_value(v), (k, v)
+        assert v.isascii() and not any(c.isspace() for c in v)
+
+
+# --- NVLink group search: bounded ---------------------------------------------------------
+
+def _with_links(n: int, nvlinked: Callable[[int, int], bool]) -> NodeFacts:
+    gpus = tuple(Gpu(i, f"GPU-{i}", "x", 1024) for i in range(n))
+    links = tuple(tuple("X" if i == j else ("NV2" if nvlinked(i, j) else "SYS")
+                        for j in range(n)) for i in range(n))
+    return NodeFacts("h", gpus=gpus, links=links)
+
+
+def test_nvlink_group_at_64_gpus_is_bounded_and_sound() -> None:
+    # Moon-Moser graph (every GPU linked to all but its two twins): 3^21 maximal
+    # cliques, the worst case for a clique enumerator. The answer is 22 (one of each
+    # of the 22 triples); without pivoting this never finishes.
+    moon = _with_links(64, lambda i, j: i // 3 != j // 3)
+    assert largest_nvlink_group(moon) == 22
+    # A tiny budget still answers a real clique size (a lower bound), at once.
+    assert 1 <= largest_nvlink_group(moon, budget=10) <= 22
+    full = _with_links(64, lambda i, j: True)
+    assert largest_nvlink_group(full) == 64
+    assert largest_nvlink_group(DGX_A100.facts()) == 8
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 16), st.randoms(use_true_random=False))
+def test_prop_nvlink_group_is_a_clique_never_above_truth(n: int, rnd: object) -> None:
+    import itertools
+    import random
+    assert isinstance(rnd, random.Random)
+    edges = {(i, j) for i, j in itertools.combinations(range(n), 2) if rnd.random() < 0.5}
+    facts = _with_links(n, lambda i, j: (min(i, j), max(i, j)) in edges)
+    got = largest_nvlink_group(facts, budget=50)
+    exact = largest_nvlink_group(facts, budget=10**9)
+    assert 1 <= got <= exact
+
+
+# --- metrics: nothing an exporter prints crashes the parser -------------------------------
+
+def test_metrics_superscript_gpu_label_does_not_crash() -> None:
+    text = ('DCGM_FI_DEV_GPU_UTIL{gpu="\u00b2",UUID="GPU-1"} 5\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-2",GPU_I_ID="\u0663"} 5\n')
+    res = parse_metrics(text)
+    assert res.samples_by_uuid["GPU-1"].index is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=400))
+def test_prop_metrics_parser_never_raises(text: str) -> None:
+    res = parse_metrics(text)
+    assert len(res.samples_by_uuid) <= MAX_METRIC_GPUS
+    assert len(res.errors) <= 51
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["0", "\u00b2", "\u0663", "99999999999", ""]),
+                          st.sampled_from(["GPU-a", "GPU-b", "x" * 200])), max_size=80))
+def test_prop_metrics_gpu_labels(rows: list[tuple[str, str]]) -> None:
+    text = "".join(f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",UUID="{u}"}} 1\n' for g, u in rows)
+    for g in parse_metrics(text).samples_by_uuid.values():
+        assert g.index is None or 0 <= g.index <= 9999
+        assert len(g.uuid) <= 96
+
+
+# --- one service's labels never stop the others --------------------------------------------
+
+def test_giant_numbers_make_only_that_service_invalid() -> None:
+    for labels in ({"swarmgpu.gpus": "9" * 5000}, {"swarmgpu.gpu-memory": "9" * 400},
+                   {"swarmgpu.gpu-memory": "1" + "0" * 400 + "GiB"},
+                   {"swarmgpu.gpus": "\u0663"}, {"swarmgpu.gpu-fraction": "1e-400"},
+                   {"swarmgpu.zone-prefer": "a" * 100_000}):
+        assert isinstance(parse_all(labels), RequestError), labels
+    bad = SwarmService("id-bad", "aa-bad", {"swarmgpu.gpus": "9" * 5000}, (), (), "replicated",
+                       1, None, 1)
+    good = SwarmService("id-good", "bb-good", {"swarmgpu.gpus": "1"}, (), (), "replicated", 1,
+                        None, 1)
+    n = node(1, "n-4090")
+    plan = plan_placement([n], [bad, good], [], {"n-4090": RTX4090.facts()})
+    by = {s.name: s for s in plan.services}
+    assert by["aa-bad"].status == "invalid" and by["aa-bad"].reason
+    assert by["bb-good"].status == "placed"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(
+    st.sampled_from(["swarmgpu.gpus", "swarmgpu.gpu-memory", "swarmgpu.gpu-fraction",
+                     "swarmgpu.mig", "swarmgpu.topology", "swarmgpu.zone-prefer",
+                     "swarmgpu.zone-avoid", "swarmgpu.gpu-product", "swarmgpu.rebalance"]),
+    st.text(max_size=30) | st.builds(lambda n, d, u: d * n + u, st.integers(300, 5000),
+                                     st.sampled_from("19"), st.sampled_from(["", "GiB", ".5"]))))
+def test_prop_parse_all_never_raises(labels: dict[str, str]) -> None:
+    r = parse_all(labels)
+    assert r is None or isinstance(r, RequestError) or r.gpus >= 1
+
+
+def test_boundedhttp_refuses_other_schemes() -> None:
+    with pytest.raises(boundedhttp.FetchError):
+        boundedhttp.get("file:///etc/passwd", timeout_s=1, max_bytes=10)
