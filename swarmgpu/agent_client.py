@@ -65,7 +65,7 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
         got = boundedhttp.get(real_url, timeout_s=cfg.timeout_s,
                               max_bytes=cfg.max_response_bytes, tls=tls, headers=headers)
     except TimeoutError:
-        return fail(f"agent at {url} did not answer within {cfg.timeout_s}s")
+        return fail(f"agent at {url} timed out: no whole answer within {cfg.timeout_s}s")
     except boundedhttp.FetchError as exc:
         if "more than" in str(exc):
             return fail(f"agent at {url} {exc}; refusing it "

@@ -65,7 +65,7 @@ def scrape_node(node: SwarmNode, template: str, timeout_s: float,
         got = boundedhttp.get(url, timeout_s=timeout_s, max_bytes=MAX_BYTES, tls=tls,
                               headers=headers)
     except TimeoutError:
-        return fail(f"did not answer within {timeout_s}s; ignored")
+        return fail(f"timed out: no whole answer within {timeout_s}s; ignored")
     except boundedhttp.FetchError as exc:
         return fail(f"unusable: {exc}; ignored")
     except Exception as exc:
