@@ -245,6 +245,20 @@ def test_restricted_pressure_weighs_pinned_demand_against_model_capacity() -> No
     assert restricted_pressure(tasks, {}) == {}
 
 
+def test_restricted_claim_fades_as_the_free_models_fill() -> None:
+    from swarmgpu.allocator.fragmentation import restricted_demand, restricted_pressure
+
+    # A quarter of the GPU demand is pinned to T4 (2 of 8 GPUs). Empty, the pins claim
+    # all of T4's free capacity; once G2 is mostly taken, what stays free elsewhere no
+    # longer needs T4 kept apart, and with G2 full there is nothing left to prefer.
+    tasks = typical_tasks([TaskShape(0, 1000, 1, ("T4",))] + [TaskShape(0, 1000, 1)] * 3)
+    cap = {"T4": 2000, "G2": 6000}
+    assert restricted_demand(tasks, cap) == {"T4": pytest.approx(0.25), "G2": 0.0}
+    assert restricted_pressure(tasks, cap)["T4"] == pytest.approx(1.0)
+    assert restricted_pressure(tasks, cap, {"T4": 2000, "G2": 2000})["T4"] == pytest.approx(0.5)
+    assert restricted_pressure(tasks, cap, {"T4": 2000, "G2": 0}) == {"T4": 0.0}
+
+
 def test_unpinned_tasks_leave_the_contested_model_to_pinned_ones() -> None:
     from swarmgpu.allocator.core import SwarmScorer
 
@@ -254,10 +268,11 @@ def test_unpinned_tasks_leave_the_contested_model_to_pinned_ones() -> None:
     a = Allocator(SwarmScorer(tasks))
     a.add_node(NodeSpec("t4", gpus(1, "T4"), cpu_milli=8000, memory_mib=1 << 16))
     a.add_node(NodeSpec("g2", gpus(1, "G2"), cpu_milli=8000, memory_mib=1 << 16))
-    assert a.gpu_capacity == {"T4": 1, "G2": 1}
+    assert a.gpu_capacity == {"T4": 1000, "G2": 1000}
     free_anywhere = a.place(Demand(num_gpu=1, cpu_milli=1000))
     assert isinstance(free_anywhere, Choice) and free_anywhere.node == "g2"
     a.commit(free_anywhere)
+    assert a.gpu_free == {"T4": 1000, "G2": 0}
     pinned = a.place(Demand(num_gpu=1, cpu_milli=1000, products=("T4",)))
     assert isinstance(pinned, Choice) and pinned.node == "t4"
     # Without pinned tasks in the workload the node order decides, as before.

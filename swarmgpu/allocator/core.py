@@ -25,11 +25,13 @@ from swarmgpu.allocator.fragmentation import (
     TypicalTask,
     cpu_per_gpu_milli,
     product_matches,
+    restricted_demand,
     restricted_pressure,
     stranded_milli,
 )
 
 PairScore = Callable[[int, int], int]
+PRESSURE_STEP = 0.02  # share of cluster capacity placed or freed between pressure updates
 NVLINK_PAIR_MIN = 100  # one NVLink in go-gpuallocator's pair score
 TOPOLOGIES = ("any", "nvlink", "numa")
 
@@ -211,12 +213,15 @@ class SwarmScorer:
     tasks need and those failed at 100% arrived though other models had room (1.4-2.8
     points below FGD when 30-40% of GPU pods are pinned). The cost therefore subtracts
     the free milli that restricted tasks are expected to claim (``pressure``, from
-    ``restricted_pressure`` over the cluster's GPUs per model, which ``Allocator``
-    passes in ``set_capacity``): a milli taken on a contested model costs the restricted
-    demand it displaces. FGD's fragmentation has a capacity-blind form of this (a model
-    a task cannot use is all fragment for it); that form sends unpinned work away from
-    the model most tasks are pinned to even when it is the largest, and loses 5-7 points
-    where pins follow the cluster's model mix. Without restricted tasks the term is 0.
+    ``restricted_pressure`` over the cluster's GPU-milli per model, total and free, which
+    ``Allocator`` passes to ``observe_cluster``): a milli taken on a contested model costs
+    the restricted demand it displaces. The claim follows what is free, so the
+    preference fades as the uncontested models fill (measured: a fixed claim from
+    capacity alone cost 0.3-2 points where pins are not oversubscribed). FGD's
+    fragmentation has a capacity-blind form of this (a model a task cannot use is all
+    fragment for it); that form sends unpinned work away from the model most tasks are
+    pinned to even when it is the largest, and loses 5-7 points where pins follow the
+    cluster's model mix. Without restricted tasks the term is 0.
     Measured on the openb traces and derived variants: docs/simulate.md.
 
     The integer score makes nodes whose waste grows about equally tie; sending those ties
@@ -230,26 +235,53 @@ class SwarmScorer:
     name = "swarmgpu"
 
     def __init__(self, workload: tuple[TypicalTask, ...] = ()) -> None:
-        self.capacity: dict[str, int] = {}
+        self.capacity: dict[str, int] = {}  # GPU-milli per model in the cluster
+        self.free: dict[str, int] = {}  # of which free, when pressure was last computed
+        self._free_total = 0
+        self._step = 0.0
         self.set_workload(workload)
 
     def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
         self.workload = workload
         self.waste = ResidualWaste(workload) if workload else None
         self.cpu_per_milli = cpu_per_gpu_milli(workload) if workload else None
+        self._demand: dict[str, float] | None = None
         self._pressure: dict[str, float] | None = None
 
-    def set_capacity(self, capacity: Mapping[str, int]) -> None:
-        """GPUs per model in the cluster (``Allocator.add_node`` keeps it current): what
-        ``restricted_pressure`` weighs model-pinned demand against."""
-        self.capacity = dict(capacity)
-        self._pressure = None
+    def observe_cluster(self, capacity: Mapping[str, int], free: Mapping[str, int]) -> bool:
+        """The cluster's GPU-milli per model and how much is free (``Allocator`` calls
+        this after every change). Returns True when scores change, so cached ones go.
+
+        Pressure is recomputed when capacity changes or the cluster's free total has
+        moved by PRESSURE_STEP of its capacity since the last time: a resolution, so that
+        scores stay cached between (one step is ~120 GPUs on openb's 6,212).
+        """
+        total_free = sum(free.values())
+        if capacity != self.capacity:
+            self.capacity = dict(capacity)
+            self.free, self._free_total = dict(free), total_free
+            self._step = PRESSURE_STEP * sum(capacity.values())
+            self._demand = self._pressure = None
+            return True
+        if abs(total_free - self._free_total) < self._step:
+            return False
+        self.free, self._free_total = dict(free), total_free
+        if self._pressure is None:  # not computed since the last change: nothing cached
+            return False
+        restricted = self._demand is not None and any(self._demand.values())
+        if restricted:
+            self._pressure = None
+        return restricted
 
     def pressure(self, product: str) -> float:
         """Expected milli of model-restricted demand displaced per milli taken on a GPU of
         ``product`` (``restricted_pressure``); 0 without a workload or cluster capacity."""
         if self._pressure is None:
-            self._pressure = restricted_pressure(self.workload, self.capacity)
+            if self._demand is None:
+                self._demand = restricted_demand(self.workload, self.capacity)
+            self._pressure = (
+                restricted_pressure(self.workload, self.capacity, self.free, self._demand)
+                if any(self._demand.values()) else {})
         return self._pressure.get(product, 0.0)
 
     def _after(self, node: NodeState, d: Demand, gpu: int | None) -> tuple[int, tuple[int, ...]]:
@@ -333,7 +365,9 @@ class Allocator:
         self._group_best: dict[tuple[object, ...], NodeState] = {}
         self._usage: dict[str, tuple[int, int]] = {}
         self._memo: dict[Demand, dict[tuple[object, ...], float | None]] = {}
-        self.gpu_capacity: dict[str, int] = {}  # GPUs per model, for the scorer
+        # GPU-milli per model, and how much of it is free, for scorers that weigh models
+        self.gpu_capacity: dict[str, int] = {}
+        self.gpu_free: dict[str, int] = {}
         self.decisions = 0
         # Bumped whenever capacity may have grown (a release, a node added or unblocked,
         # less CPU reserved): an answer "nothing fits" stays true while it is unchanged.
@@ -355,26 +389,31 @@ class Allocator:
         self.nodes[spec.name] = node
         self._enter(node)
         self.capacity_gen += 1
-        self._count_gpus(spec, +1)
+        self._count_gpus(node, +1)
 
     def remove_node(self, name: str) -> None:
         """Forget a node and everything committed on it."""
         node = self.nodes.pop(name)
         self._leave(node)
         self._usage.pop(name, None)
-        self._count_gpus(node.spec, -1)
+        self._count_gpus(node, -1)
 
-    def _count_gpus(self, spec: NodeSpec, sign: int) -> None:
-        for g in spec.gpus:
-            left = self.gpu_capacity.get(g.product, 0) + sign
-            if left > 0:
-                self.gpu_capacity[g.product] = left
+    def _count_gpus(self, node: NodeState, sign: int) -> None:
+        for g, free in zip(node.spec.gpus, node.free, strict=True):
+            cap = self.gpu_capacity.get(g.product, 0) + sign * g.capacity_milli
+            if cap > 0:
+                self.gpu_capacity[g.product] = cap
+                self.gpu_free[g.product] = self.gpu_free.get(g.product, 0) + sign * free
             else:
                 self.gpu_capacity.pop(g.product, None)
-        set_capacity = getattr(self.scorer, "set_capacity", None)
-        if set_capacity is not None and spec.gpus:  # scores may weigh models by capacity
-            set_capacity(self.gpu_capacity)
-            self._memo.clear()
+                self.gpu_free.pop(g.product, None)
+        if node.spec.gpus:
+            self._observe()
+
+    def _observe(self) -> None:
+        observe = getattr(self.scorer, "observe_cluster", None)
+        if observe is not None and observe(self.gpu_capacity, self.gpu_free):
+            self._memo.clear()  # the scorer weighs models by what is free: re-score
 
     def set_usage(self, name: str, cpu_milli: int, memory_mib: int) -> None:
         """What the node's resources hold besides committed choices (other tasks'
@@ -454,11 +493,17 @@ class Allocator:
                 )
         self._leave(node)
         node.free = new_free
+        gpus = node.spec.gpus
+        for g, m in zip(choice.gpus, choice.milli, strict=True):
+            product = gpus[g].product
+            self.gpu_free[product] = self.gpu_free.get(product, 0) + sign * m
         if node.cpu_left is not None:
             node.cpu_left += sign * choice.cpu_milli
         if node.mem_left is not None:
             node.mem_left += sign * choice.memory_mib
         self._enter(node)
+        if choice.gpus:
+            self._observe()
         if sign > 0:
             self.capacity_gen += 1
 

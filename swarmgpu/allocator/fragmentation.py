@@ -190,35 +190,15 @@ class ResidualWaste:
         return self._waste(product, tuple(sorted(free)))
 
 
-def restricted_pressure(tasks: tuple[TypicalTask, ...],
-                        capacity: Mapping[str, int]) -> dict[str, float]:
-    """Per GPU model, the expected share of its capacity that tasks which can run on only
-    some of the cluster's models will claim, in 0..1, minus the least such share.
 
-    ``capacity`` is GPUs per model in the cluster. A restricted task's GPU demand (weight x
-    GPU-milli) is spread over the models it accepts by their capacity, so per unit of
-    capacity each accepted model m receives ``demand / capacity(accepted)``; divided by
-    the whole workload's GPU demand per unit of cluster capacity, that is the share of m
-    that restricted tasks claim by the time arrivals reach the cluster's size (1 = all
-    of it; capped there, since a milli cannot be claimed twice). Tasks that accept every
-    model, or none present, restrict nothing.
-
-    Why: residual waste (and the FGD fragmentation of each model) rates every model's
-    free capacity as equally good for a task that may run anywhere, so unrestricted tasks
-    fill the models that pinned tasks need, and those fail later although other models
-    had room. A milli taken on m by an unrestricted task is expected to displace
-    ``pressure[m]`` milli of restricted demand. FGD's own term (free capacity counts as
-    fragment for tasks that cannot use the model) is the same idea without capacity: it
-    avoids the model most tasks are pinned to even when that model is the largest and
-    least contested (measured in docs/simulate.md). Subtracting the least share keeps
-    the values near 0 when pinning follows capacity, so the score's resolution (a sigmoid
-    of the cost's growth) stays as it is.
-    """
+def restricted_demand(tasks: tuple[TypicalTask, ...],
+                      capacity: Mapping[str, int]) -> dict[str, float]:
+    """Per GPU model, the share of the workload's GPU demand that must land on it: tasks
+    that accept only some of the cluster's models (``capacity``: GPUs or milli per model)
+    spread their demand (weight x GPU-milli) over those models by capacity. Tasks that
+    accept every model present, or none, restrict nothing."""
     models = {m: c for m, c in capacity.items() if c > 0}
-    total_cap = sum(models.values())
-    if not models or total_cap <= 0:
-        return {}
-    per_unit: dict[str, float] = dict.fromkeys(models, 0.0)
+    share: dict[str, float] = dict.fromkeys(models, 0.0)
     demand = 0.0
     for t in tasks:
         s = t.shape
@@ -233,10 +213,49 @@ def restricted_pressure(tasks: tuple[TypicalTask, ...],
             continue
         cap = sum(models[m] for m in accepted)
         for m in accepted:
-            per_unit[m] += d / cap
+            share[m] += d * models[m] / cap
     if demand <= 0:
-        return dict.fromkeys(models, 0.0)
-    mean = demand / total_cap
-    share = {m: min(1.0, v / mean) for m, v in per_unit.items()}
-    least = min(share.values())
-    return {m: v - least for m, v in share.items()}
+        return share
+    return {m: v / demand for m, v in share.items()}
+
+
+def restricted_pressure(tasks: tuple[TypicalTask, ...], capacity: Mapping[str, int],
+                        free: Mapping[str, int] | None = None,
+                        demand: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Per GPU model with free capacity, the share of that free capacity which restricted
+    tasks are expected to claim, in 0..1, minus the least model's share.
+
+    If arrivals keep coming in the workload's mix until the cluster's free capacity is
+    used (as residual waste assumes per GPU), restricted tasks need ``demand[m] x total
+    free`` of model m (``restricted_demand``), so they claim that over ``free[m]`` of it,
+    capped at 1 (a milli cannot be claimed twice). ``free`` defaults to ``capacity`` (an
+    empty cluster); both in the same unit.
+
+    Why: residual waste (and the FGD fragmentation of each model) rates every model's
+    free capacity as equally good for a task that may run anywhere, so unrestricted tasks
+    fill the models that pinned tasks need, and those fail later although other models
+    had room. A milli taken on m by an unrestricted task is expected to displace
+    ``pressure[m]`` milli of restricted demand. As unrestricted work fills the
+    uncontested models, their free share shrinks and the contested ones' claim falls, so
+    the preference fades once the free capacity matches what is claimed (water filling),
+    instead of steering work off a model whose pins it could also hold. FGD's own term
+    (free capacity counts as fragment for tasks that cannot use the model) is the same
+    idea without capacity: it avoids the model most tasks are pinned to even when that
+    model is the largest and least contested (measured in docs/simulate.md).
+    Subtracting the least share keeps values near 0 when the claims are even, so the
+    score's resolution (a sigmoid of the cost's growth) stays as it is.
+    """
+    if free is None:
+        free = capacity
+    if demand is None:
+        demand = restricted_demand(tasks, capacity)
+    total_free = sum(max(0, free.get(m, 0)) for m in demand)
+    claim: dict[str, float] = {}
+    for m, share in demand.items():
+        left = free.get(m, 0)
+        if left > 0:
+            claim[m] = min(1.0, share * total_free / left)
+    if not claim:
+        return {}
+    least = min(claim.values())
+    return {m: v - least for m, v in claim.items()}
