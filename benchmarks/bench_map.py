@@ -67,7 +67,7 @@ def measure(browser: str, doc: dict[str, Any], query: str, updates: int,
         cdp.open(srv.url + query)
         cdp.wait_for("window.swarmgpuMap?.state.perf.first?.painted_ms > 0", timeout=timeout)
         first = cdp.js("window.swarmgpuMap.state.perf.first")
-        applied, painted, script = [], [], []
+        applied, painted, script, phases = [], [], [], []
         for _ in range(updates):
             seen = cdp.js("window.swarmgpuMap.state.perf.updates.length")
             box["doc"] = wobble(doc, rng)
@@ -78,6 +78,7 @@ def measure(browser: str, doc: dict[str, Any], query: str, updates: int,
             applied.append(u["apply_ms"])
             painted.append(u["painted_ms"])
             script.append(u["render_ms"])
+            phases.append((u["prep_ms"], u["map_ms"], u["panels_ms"], u["parse_ms"]))
         cdp.call("HeapProfiler.enable")
         cdp.call("HeapProfiler.collectGarbage")
         cdp.call("Performance.enable")
@@ -104,6 +105,8 @@ def measure(browser: str, doc: dict[str, Any], query: str, updates: int,
         "update_apply_ms": round(med(applied), 1) if applied else None,
         "update_painted_ms": round(med(painted), 1) if painted else None,
         "update_render_ms": round(med(script), 1) if script else None,
+        "update_phases_ms": {k: round(med(p[i] for p in phases), 1) for i, k in
+                             enumerate(("prep", "map", "panels", "parse"))} if phases else None,
         "js_heap_mib": round(metrics["JSHeapUsedSize"] / 2**20, 1), "elements": elements,
     }
 

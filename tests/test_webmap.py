@@ -206,6 +206,18 @@ def test_register_adds_page_assets_and_api() -> None:
     assert json.loads(body) == sample()
 
 
+def test_cluster_body_is_encoded_once_per_document() -> None:
+    doc = sample()
+    routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+    webmap.register(routes, lambda: dict(doc))  # a shallow copy per request, as observe
+    first = routes["/api/v1/cluster"]()[1]
+    assert routes["/api/v1/cluster"]()[1] is first  # same objects: the same bytes
+    doc["leader"] = False  # a changed scalar is a new document
+    assert json.loads(routes["/api/v1/cluster"]()[1])["leader"] is False
+    doc["nodes"] = doc["nodes"][:2]  # so is a new list
+    assert len(json.loads(routes["/api/v1/cluster"]()[1])["nodes"]) == 2
+
+
 def test_cluster_failure_becomes_an_error_document() -> None:
     def broken() -> Doc:
         raise RuntimeError("docker API unreachable")
@@ -696,6 +708,7 @@ def test_fleet_heat_map_at_scale_opens_node_cards(
         # a live poll patches cells in place: the focused cell keeps its element
         cdp.js("window.keep = document.querySelector('[data-key=\"gpu-0002/3\"]')")
         fleet["nodes"][2]["gpus"][3]["util_pct"] = 99.0
+        fleet["nodes"] = list(fleet["nodes"])  # a new document is new objects (webmap memo)
         hits = srv.api_hits
         cdp.wait_for(f"window.swarmgpuMap.state.perf.updates.length > 1 && {hits}", timeout=10)
         cdp.wait_for("window.keep.classList.contains('v4')", timeout=10)

@@ -37,7 +37,7 @@
     histFor: null, // the query the history was fetched for
     fleet: null, // {sig, cells: [el], keys: [key]} of the drawn heat map
     fleetFocus: null, // data-key of the heat-map cell that holds the tab stop
-    index: new Map(), // data-key -> [node, gpu] of the current document
+    gpuCount: 0, // GPUs in the current document
     perf: { first: null, last: null, renders: 0, updates: [] }, // read by benchmarks/bench_map.py
   };
 
@@ -70,7 +70,8 @@
   function morph(old, neu) {
     // Patch `old` to look like `neu`, touching only what changed: focus, scroll, open
     // <details> and screen-reader position survive a poll. Elements pair up by tag and key.
-    for (const a of [...old.attributes]) if (!neu.hasAttribute(a.name)) old.removeAttribute(a.name);
+    // a <details> the user opened stays open even if a redraw raced its toggle event
+    for (const a of [...old.attributes]) if (!neu.hasAttribute(a.name) && !(a.name === "open" && old.nodeName === "DETAILS")) old.removeAttribute(a.name);
     for (const a of [...neu.attributes]) if (old.getAttribute(a.name) !== a.value) old.setAttribute(a.name, a.value);
     const oc = [...old.childNodes];
     const nc = [...neu.childNodes];
@@ -198,6 +199,7 @@
   // ---- GPU states (filter words; also drawn as icons, never colour alone) ------
 
   const known = (x) => x !== null && x !== undefined;
+  const ALL = { has: () => true }; // "every GPU of the node matches" (no filter)
 
   function shareSum(gpu) {
     return (gpu.holders || []).reduce((a, x) => a + (known(x.share_milli) ? x.share_milli : 1000), 0);
@@ -741,7 +743,7 @@
     const root = $("nodes");
     const keys = [];
     for (const n of shown) for (const g of n.gpus) keys.push(gpuKey(n, g));
-    if (!state.fleetFocus || !state.index.has(state.fleetFocus) || !keys.includes(state.fleetFocus)) state.fleetFocus = keys[0] || null;
+    if (!state.fleetFocus || !keys.includes(state.fleetFocus)) state.fleetFocus = keys[0] || null;
     if (state.fleet && state.fleet.sig === sig && root.querySelector(".fleet")) {
       // same layout: patch classes only (and the labels of cells that have one)
       const { cells: els, keys: ks, labelled } = state.fleet;
@@ -799,7 +801,7 @@
     const cells = state.fleet ? state.fleet.cells : [];
     const i = cells.findIndex((c) => c.dataset.key === key);
     if (i < 0) return;
-    const [node] = state.index.get(key) || [];
+    const [node] = lookup(key) || [];
     let next = null;
     if (e.key === "ArrowRight") next = cells[i + 1];
     else if (e.key === "ArrowLeft") next = cells[i - 1];
@@ -834,7 +836,7 @@
   }
 
   function labelCell(el) {
-    const [n, g] = state.index.get(el.dataset.key) || [];
+    const [n, g] = lookup(el.dataset.key) || [];
     if (n) {
       el.setAttribute("aria-label", cellLabel(n, g));
       el.title = gpuLabel(n, g);
@@ -1044,6 +1046,16 @@
     );
   }
 
+  const panelMemo = {};
+
+  function unchanged(id, ...parts) {
+    // side panels are rebuilt only when what they show changed (a fleet polls often)
+    const sig = JSON.stringify(parts);
+    if (panelMemo[id] === sig) return true;
+    panelMemo[id] = sig;
+    return false;
+  }
+
   function capped(items, render, what) {
     // a fleet has thousands of services: show the first LIST_CAP, say how many more
     const shown = items.slice(0, LIST_CAP).map(render);
@@ -1053,8 +1065,9 @@
 
   function renderPending(doc, f) {
     const all = doc.pending || [];
-    const svcs = new Map((doc.services || []).map((s) => [s.name, s]));
+    const svcs = f.active ? new Map((doc.services || []).map((s) => [s.name, s])) : null;
     const items = f.active ? all.filter((p) => serviceOk(svcs.get(p.service) || { name: p.service, status: "pending" }, f)) : all;
+    if (unchanged("pending", all.length, items.slice(0, LIST_CAP), items.length)) return;
     replace(
       $("pending"),
       h("h2", { id: "pending-h" }, "Pending requests ", h("span", { class: "count" }, items.length === all.length ? String(all.length) : `${items.length} of ${all.length}`)),
@@ -1095,6 +1108,7 @@
     const ok = (m) => !f.active || serviceOk({ name: m.service, placements: [{ node: m.from }, { node: m.to }] }, f);
     const proposed = (moves.proposed || []).filter(ok);
     const recent = (moves.recent || []).filter(ok);
+    if (unchanged("moves", now, proposed.slice(0, LIST_CAP), proposed.length, recent.slice(0, LIST_CAP), recent.length)) return;
     replace(
       $("moves"),
       h("h2", { id: "moves-h" }, "Rebalancing"),
@@ -1110,6 +1124,7 @@
   function renderServices(doc, f) {
     const all = doc.services || [];
     const svcs = f.active ? all.filter((s) => serviceOk(s, f)) : all;
+    if (unchanged("services", all.length, svcs.slice(0, LIST_CAP), svcs.length)) return;
     replace(
       $("services"),
       h("h2", { id: "services-h" }, "Services ", h("span", { class: "count" }, svcs.length === all.length ? String(all.length) : `${svcs.length} of ${all.length}`)),
@@ -1161,10 +1176,32 @@
     );
   }
 
+  const COLLATOR = new Intl.Collator(undefined, { numeric: true });
+  let sortMemo = { sig: null, order: [] };
+
   function sortedNodes(doc) {
-    // GPU nodes first, then by name ("node-2" before "node-10"), so cards keep their place
-    const coll = new Intl.Collator(undefined, { numeric: true });
-    return [...(doc.nodes || [])].sort((a, b) => Number(!(a.gpus || []).length) - Number(!(b.gpus || []).length) || coll.compare(String(a.hostname), String(b.hostname)));
+    // GPU nodes first, then by name ("node-2" before "node-10"), so cards keep their
+    // place; a poll with the same nodes reuses the last order instead of sorting again
+    const nodes = doc.nodes || [];
+    const sig = nodes.map((n) => `${n.hostname}${(n.gpus || []).length ? "" : "!"}`).join("\n");
+    if (sig !== sortMemo.sig) {
+      const order = nodes.map((_, i) => i);
+      order.sort((i, j) => Number(!(nodes[i].gpus || []).length) - Number(!(nodes[j].gpus || []).length) || COLLATOR.compare(String(nodes[i].hostname), String(nodes[j].hostname)));
+      sortMemo = { sig, order };
+    }
+    return sortMemo.order.map((i) => nodes[i]);
+  }
+
+  // data-key -> [node, gpu], built when first asked after a poll (hover, focus, keys)
+  let indexMemo = { doc: null, map: new Map() };
+
+  function lookup(key) {
+    if (indexMemo.doc !== state.doc) {
+      const map = new Map();
+      for (const n of state.doc?.nodes || []) for (const g of n.gpus || []) map.set(gpuKey(n, g), [n, g]);
+      indexMemo = { doc: state.doc, map };
+    }
+    return indexMemo.map.get(key);
   }
 
   function mode(doc) {
@@ -1192,18 +1229,17 @@
     state.rendering = true;
     const f = parseFilter(state.q, state.stateFilter);
     const nodes = sortedNodes(doc);
-    state.index = new Map();
     const matches = new Map();
     let gpuHits = 0;
     let gpuAll = 0;
     for (const n of nodes) {
-      for (const g of n.gpus || []) state.index.set(gpuKey(n, g), [n, g]);
-      const m = f.active ? filterNode(n, f) : new Set((n.gpus || []).map((g) => g.index));
-      if (!f.active && !(n.gpus || []).length) matches.set(n.hostname, m);
-      else if (m) matches.set(n.hostname, m);
+      const m = f.active ? filterNode(n, f) : ALL;
+      if (m) matches.set(n.hostname, m);
       gpuAll += (n.gpus || []).length;
-      gpuHits += m ? m.size : 0;
+      gpuHits += m === ALL ? (n.gpus || []).length : m ? m.size : 0;
     }
+    state.gpuCount = gpuAll;
+    const t1 = performance.now();
     const view = mode(doc);
     document.body.dataset.view = view;
     renderSummary(doc);
@@ -1213,6 +1249,7 @@
       state.fleet = null;
       renderNodes(doc, now, nodes, matches, f);
     }
+    const t2 = performance.now();
     renderPending(doc, f);
     renderMoves(doc, now, f);
     renderServices(doc, f);
@@ -1222,7 +1259,7 @@
     state.rendering = false;
     const ms = performance.now() - t0;
     state.perf.renders++;
-    state.perf.last = { render_ms: ms, at_ms: performance.now(), nodes: nodes.length, gpus: gpuAll, view };
+    state.perf.last = { render_ms: ms, prep_ms: t1 - t0, map_ms: t2 - t1, panels_ms: performance.now() - t2, at_ms: performance.now(), nodes: nodes.length, gpus: gpuAll, view };
     if (state.perf.first === null) performance.mark("swarmgpu:first-render");
     performance.mark("swarmgpu:render");
   }
@@ -1295,7 +1332,7 @@
   function historyQuery() {
     // only what is on screen: one node, one service, or a small cluster's cards
     if (!state.doc) return null;
-    if (mode(state.doc) === "cards" && state.index.size <= 256) return "";
+    if (mode(state.doc) === "cards" && state.gpuCount <= 256) return "";
     if (state.focusNode) return `node=${encodeURIComponent(state.focusNode)}`;
     if (state.focusService) return `service=${encodeURIComponent(state.focusService)}`;
     return null;
