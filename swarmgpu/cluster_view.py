@@ -30,13 +30,24 @@ FB_USED = "DCGM_FI_DEV_FB_USED"
 
 
 def _num(gm: GpuMetrics | None, metric: str, digits: int | None = None) -> float | int | None:
-    v = gm.values.get(metric) if gm else None
+    if gm is None:
+        return None
+    v = gm.values.get(metric)
+    if v is None:  # a MIG GPU: dcgm-exporter repeats device values on each GPU instance
+        parts = [m.values[metric] for m in gm.mig.values() if metric in m.values]
+        v = max(parts) if parts else None
     if v is None:
         return None
     return round(v) if digits is None else round(v, digits)
 
 
-def _mig_used(gm: GpuMetrics | None, gi_id: int | None) -> int | None:
+def health_fields(gm: GpuMetrics | None) -> dict[str, float | int | None]:
+    """Temperature, power, last XID and ECC counts of one GPU; None = not reported."""
+    return {"temp_c": _num(gm, GPU_TEMP), "power_w": _num(gm, POWER, 1),
+            "xid": _num(gm, XID), "ecc_sbe": _num(gm, ECC_SBE), "ecc_dbe": _num(gm, ECC_DBE)}
+
+
+def mig_used(gm: GpuMetrics | None, gi_id: int | None) -> int | None:
     """A MIG slice's memory in use, from dcgm-exporter's per-GPU-instance samples."""
     if gm is None or gi_id is None or gi_id not in gm.mig:
         return None
@@ -157,12 +168,10 @@ def build_cluster(
                     "memory_mib": g.memory_mib,
                     "memory_used_mib": gm.fb_used_mib if gm else None,
                     "util_pct": gm.util_pct if gm else None,
-                    "temp_c": _num(gm, GPU_TEMP), "power_w": _num(gm, POWER, 1),
-                    "xid": _num(gm, XID), "ecc_sbe": _num(gm, ECC_SBE),
-                    "ecc_dbe": _num(gm, ECC_DBE),
+                    **health_fields(gm),
                     "numa_node": g.numa_node, "healthy": g.healthy, "error": g.error,
                     "mig": [{"profile": m.profile, "uuid": m.uuid, "memory_mib": m.memory_mib,
-                             "memory_used_mib": _mig_used(gm, m.gi_id),
+                             "memory_used_mib": mig_used(gm, m.gi_id),
                              "holder": mig_holder.get(m.uuid)} for m in g.mig_devices],
                     "holders": holders.get(g.uuid, []),
                 })

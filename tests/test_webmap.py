@@ -574,6 +574,26 @@ def test_sample_and_fleet_documents_are_possible_states() -> None:
         "gpu-node-3 GPU 3: 8192 MiB is less than vision's request (1 GPU >= 16 GiB)"]
 
 
+def test_health_and_mig_memory_from_real_dcgm_exporter_pages() -> None:
+    from swarmgpu.cluster_view import health_fields, mig_used
+    from swarmgpu.metrics_in import parse_metrics
+
+    caps = REPO / "tests" / "fixtures" / "captures"
+    t4 = parse_metrics((caps / "dcgm_tesla-t4_x1_drv460_Hostname_datadog-fixture-excerpt.txt")
+                       .read_text()).samples_by_uuid["GPU-20c56d28-0da5-6d26-a36a-e7af1ce2586e"]
+    assert health_fields(t4) == {"temp_c": 25, "power_w": 9.0, "xid": 0, "ecc_sbe": None,
+                                 "ecc_dbe": None}  # this page has no ECC counters
+    a800 = parse_metrics((caps / "dcgm_a800-sxm4-80gb_x8_gpu0-mig-3x2g20gb_Hostname_johnsblog"
+                                 ".txt").read_text()).samples_by_uuid
+    mig = a800["GPU-1f027ee8-6e1e-2b8c-0108-3d370e5f0418"]  # GPU 0: three 2g.20gb slices
+    # device values are only on the GPU instances there: taken from them
+    assert health_fields(mig) == {"temp_c": 33, "power_w": 78.4, "xid": 0, "ecc_sbe": None,
+                                  "ecc_dbe": None}
+    assert [mig_used(mig, gi) for gi in (3, 5, 6, 9)] == [10, 10, 10, None]
+    assert health_fields(None) == dict.fromkeys(("temp_c", "power_w", "xid", "ecc_sbe",
+                                                 "ecc_dbe"))
+
+
 # ---- the history ring ----------------------------------------------------------------
 
 
