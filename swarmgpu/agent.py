@@ -54,6 +54,7 @@ from loguru import logger
 from swarmgpu.facts import FactSource
 from swarmgpu.facts.samples import GpuSample
 from swarmgpu.httpguard import GuardedServer, HeadTooLarge, read_head
+from swarmgpu.identity import ReloadingServerContext, token_matches
 from swarmgpu.metrics import CONTENT_TYPE, AgentStats, render_metrics
 from swarmgpu.model import NodeFacts
 
@@ -262,6 +263,10 @@ class AgentServer(GuardedServer):
         self.cache = cache
         self.sampler = sampler
         self._closed = False
+        # Identity (swarmgpu.identity): HTTPS with the node's Swarm certificate, re-read
+        # on rotation, and/or a bearer token required on /facts and /metrics.
+        self.tls: ReloadingServerContext | None = None
+        self.token: str | None = None
         super().__init__(address, _Handler)
 
     def shutdown(self) -> None:
@@ -348,6 +353,28 @@ class _Handler(BaseHTTPRequestHandler):
     def version_string(self) -> str:
         return "swarmgpu-agent"
 
+    def setup(self) -> None:
+        self._refused = False
+        if self.server.tls is not None:
+            # The handshake runs in this connection's thread, within the head deadline.
+            self.request.settimeout(float(self.timeout or HEAD_DEADLINE_S))
+            try:
+                self.request = self.server.tls.get().wrap_socket(self.request,
+                                                                 server_side=True)
+            except (OSError, ValueError) as exc:
+                _log.debug("TLS handshake from {} failed: {}", self.client_address[0], exc)
+                self._refused = True
+        super().setup()
+
+    def handle(self) -> None:
+        if not self._refused:
+            super().handle()
+
+    def _token_ok(self, path: str) -> bool:
+        token = self.server.token
+        return token is None or path == "/healthz" or \
+            token_matches(self.headers.get("Authorization"), token)
+
     def handle_one_request(self) -> None:
         self.close_connection = True  # one request per connection keeps it bounded
         self.command = ""
@@ -376,6 +403,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command not in ("GET", "HEAD"):
             self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"only GET and HEAD\n",
                        "text/plain; charset=utf-8", {"Allow": "GET, HEAD"})
+            return
+        if not self._token_ok(self.path.split("?", 1)[0]):
+            self._send(HTTPStatus.UNAUTHORIZED, b"bearer token required\n",
+                       "text/plain; charset=utf-8", {"WWW-Authenticate": "Bearer"})
             return
         self._route()
         self.wfile.flush()
@@ -459,6 +490,8 @@ def build_server(
     refresh_s: float = 30.0,
     sample_timeout_s: float = 2.0,
     attribute: Callable[[list[GpuSample]], list[GpuSample]] | None = None,
+    tls: ReloadingServerContext | None = None,
+    token: str | None = None,
 ) -> AgentServer:
     """Bind the server and start the facts refresh; call ``serve_forever()`` next.
     ``attribute`` names the owner of each GPU process (swarmgpu.procattr), inside the
@@ -468,6 +501,7 @@ def build_server(
     if attribute is not None:
         chosen = _Attributed(chosen, attribute)
     server = AgentServer(parse_listen(listen), cache, GuardedSampler(chosen, sample_timeout_s))
+    server.tls, server.token = tls, token
     cache.start()
     return server
 
@@ -480,13 +514,16 @@ def serve(
     refresh_s: float = 30.0,
     stop_event: threading.Event | None = None,
     attribute: Callable[[list[GpuSample]], list[GpuSample]] | None = None,
+    tls: ReloadingServerContext | None = None,
+    token: str | None = None,
 ) -> None:
     """Serve until ``stop_event`` is set (or forever); for ``swarmgpu agent``."""
     server = build_server(source, listen, sampler=sampler, refresh_s=refresh_s,
-                          attribute=attribute)
+                          attribute=attribute, tls=tls, token=token)
     host, port = server.server_address[:2]
-    _log.info("agent serving {} on {}:{} (refresh every {}s)", source.spec, host, port,
-              refresh_s)
+    _log.info("agent serving {} on {}://{}:{} (refresh every {}s{})", source.spec,
+              "https" if tls else "http", host, port, refresh_s,
+              ", bearer token required" if token else "")
     if stop_event is None and threading.current_thread() is threading.main_thread():
         # As PID 1 in a container the kernel gives SIGTERM no default action: without a
         # handler every stop would wait out the grace period and end in SIGKILL.

@@ -214,3 +214,19 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
         lines.append(f"{len(advisory)} advisory (exit 0 unless --strict):")
         lines.extend(f"  [{f.kind}] {f.subject}: {f.message}" for f in advisory)
     return "\n".join(lines)
+
+
+def identity_check(identity: str, token_file: str) -> ServiceCheck:
+    """Plain HTTP to the agents: advisory, with the fix (docs/security.md)."""
+    def check(snap: Snapshot) -> list[Finding]:
+        if identity == "swarm-pki":
+            return []
+        how = "a shared token only (it proves 'one of ours', not which node)" if token_file \
+            else "plain HTTP: anything that binds port 9401 on a node can answer for it"
+        return [Finding(
+            "agent-identity", "agents",
+            f"agents are read over {how}; set agents.identity: swarm-pki and run each agent "
+            "with its node's Swarm certificate (--tls-cert/--tls-key; docs/security.md)",
+            advisory=True)]
+
+    return check

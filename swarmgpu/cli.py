@@ -113,9 +113,18 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
 @click.option("--proc-root", default="/proc", show_default=True,
               help="The host's /proc (GPU process PIDs are the host's; in a container "
                    "mount it, e.g. /host/proc).")
+@click.option("--tls-cert", default=None, type=click.Path(),
+              help="Serve HTTPS with this node's Swarm certificate "
+                   "(<data-root>/swarm/certificates/swarm-node.crt; agents.identity "
+                   "swarm-pki). Re-read when it changes.")
+@click.option("--tls-key", default=None, type=click.Path(),
+              help="Its key (swarm-node.key); under systemd pass both with LoadCredential=.")
+@click.option("--token-file", default=None, type=click.Path(),
+              help="Require this bearer token on /facts and /metrics (agents.token_file).")
 def agent(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
           mig_layout: str | None, listen: str, metrics_profile: str | None, refresh_s: float,
-          log_format: str, docker_host: str | None, proc_root: str) -> None:
+          log_format: str, docker_host: str | None, proc_root: str, tls_cert: str | None,
+          tls_key: str | None, token_file: str | None) -> None:
     """Serve this node's GPU facts and metrics over HTTP (/facts, /metrics, /healthz)."""
     from swarmgpu import agent as agent_mod
 
@@ -130,11 +139,21 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
         except ProfileError as exc:
             click.echo(f"swarmgpu agent: {exc}", err=True)
             sys.exit(2)
+    from swarmgpu.identity import IdentityError, ReloadingServerContext, read_token
     from swarmgpu.procattr import Attributor, engine_labels
 
+    if bool(tls_cert) != bool(tls_key):
+        click.echo("swarmgpu agent: --tls-cert and --tls-key go together", err=True)
+        sys.exit(2)
+    try:
+        tls = ReloadingServerContext(tls_cert, tls_key) if tls_cert and tls_key else None
+        token = read_token(token_file) if token_file else None
+    except (IdentityError, OSError) as exc:
+        click.echo(f"swarmgpu agent: {exc}", err=True)
+        sys.exit(2)
     agent_mod.serve(src, listen, sampler=sampler, refresh_s=refresh_s,
                     attribute=Attributor(engine_labels(docker_host) if docker_host else None,
-                                         proc_root))
+                                         proc_root), tls=tls, token=token)
 
 
 @main.command()
@@ -192,7 +211,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     """
     from swarmgpu.agentbook import load_saved
     from swarmgpu.audit import audit as run_audit
-    from swarmgpu.audit import exit_code, render_table
+    from swarmgpu.audit import exit_code, identity_check, render_table
     from swarmgpu.swarm import SwarmClient, SwarmError
     from swarmgpu.sync import take_snapshot
 
@@ -214,6 +233,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     from swarmgpu.overshare import audit_check
 
     checks.append(audit_check(cfg))  # holders over their GPU share (agents' processes)
+    checks.append(identity_check(cfg.agents.identity, cfg.agents.token_file))
     findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
                          extra_checks=checks,
                          generic_resource_kind=cfg.placement.generic_resource_kind)
@@ -393,7 +413,13 @@ def doctor(root: str, as_json: bool, source: str | None) -> None:
             docker_info = docker.from_env(timeout=5).info()
         except Exception:  # dockerd down is itself a finding the checks report
             docker_info = None
-    text, code = run_doctor(root, facts=facts, docker_info=docker_info, as_json=as_json)
+    scheme = None
+    if root == "/":
+        from swarmgpu.identity import probe_agent_scheme
+
+        scheme = probe_agent_scheme()
+    text, code = run_doctor(root, facts=facts, docker_info=docker_info, as_json=as_json,
+                            agent_probed=root == "/", agent_scheme=scheme)
     click.echo(text)
     sys.exit(code)
 

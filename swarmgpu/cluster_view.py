@@ -11,6 +11,7 @@ from typing import Any
 
 from swarmgpu.audit import Finding
 from swarmgpu.config import Config
+from swarmgpu.identity import scrape_auth
 from swarmgpu.labels import desired_labels, owned_by_label_sync
 from swarmgpu.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.model import NodeFacts, is_nvlink
@@ -58,8 +59,9 @@ def mig_used(gm: GpuMetrics | None, gi_id: int | None) -> int | None:
 def gpu_metrics(nodes: Sequence[SwarmNode], cfg: Config) -> dict[str, dict[str, GpuMetrics]]:
     """node id -> GPU UUID -> metrics, scraped the way the rebalancer scrapes them
     (``rebalance.metrics_url_template``); unusable pages are left out."""
+    auth = scrape_auth(cfg)
     scrapes = scrape_all(nodes, cfg.rebalance.metrics_url_template,
-                         cfg.rebalance.scrape_timeout_s, cfg.agents.parallel)
+                         cfg.rebalance.scrape_timeout_s, cfg.agents.parallel, auth.tls, auth.token)
     return {nid: sc.result.samples_by_uuid for nid, sc in scrapes.items() if sc.result}
 
 

@@ -38,6 +38,18 @@ class AgentsConfig:
     """Facts bigger than this are rejected (a broken or hostile agent)."""
     parallel: int = 16
     """Agents fetched at once."""
+    identity: str = "none"
+    """How the daemon knows which node answers: 'swarm-pki' (the agent serves HTTPS with
+    its Swarm node certificate; the chain must lead to the swarm root CA and the CN must
+    be the node's ID; use an https:// url_template) or 'none' (plain HTTP: anything on
+    the port can answer; audit and doctor warn). docs/security.md."""
+    token_file: str = ""
+    """A file with a shared bearer token (e.g. a Docker secret) sent to every agent, which
+    the agents require (swarmgpu agent --token-file). For set-ups that cannot use the
+    node certificates; it proves 'one of ours', not which node."""
+    ca_file: str = ""
+    """The swarm root CA (PEM) for identity swarm-pki; empty: read it from the engine
+    (GET /swarm, TLSInfo.TrustRoot), which follows CA rotation."""
     watch_s: float = 5.0
     """Seconds between light polls of every agent's facts between full cycles; a change
     starts a cycle at once (a fact change shows as a label within about this long after
@@ -211,6 +223,11 @@ def _check(cfg: Config) -> None:
         raise ConfigError("agents.timeout_s: must be > 0 seconds (e.g. 3)")
     if cfg.agents.parallel < 1:
         raise ConfigError("agents.parallel: must be >= 1")
+    if cfg.agents.identity not in ("none", "swarm-pki"):
+        raise ConfigError(f"agents.identity: {cfg.agents.identity!r}; use swarm-pki or none")
+    if cfg.agents.identity == "swarm-pki" and not cfg.agents.url_template.startswith("https://"):
+        raise ConfigError("agents.identity: swarm-pki needs an https:// agents.url_template, "
+                          "e.g. 'https://{addr}:{port}'")
     if cfg.agents.watch_s != 0 and cfg.agents.watch_s < 1:
         raise ConfigError("agents.watch_s: must be 0 (off) or >= 1 second (default 5)")
     if "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:
@@ -341,6 +358,9 @@ _ENV_OVERRIDES = {
     "SWARMGPU_STATE_DIR": ("state_dir",),
     "SWARMGPU_AGENTS_PORT": ("agents", "port"),
     "SWARMGPU_AGENTS_TIMEOUT_S": ("agents", "timeout_s"),
+    "SWARMGPU_AGENTS_IDENTITY": ("agents", "identity"),
+    "SWARMGPU_AGENTS_URL_TEMPLATE": ("agents", "url_template"),
+    "SWARMGPU_AGENTS_TOKEN_FILE": ("agents", "token_file"),
     "SWARMGPU_SYNC_INTERVAL_S": ("sync", "interval_s"),
     "SWARMGPU_SYNC_PREFIX": ("sync", "prefix"),
     "SWARMGPU_HTTP_LISTEN": ("http", "listen"),

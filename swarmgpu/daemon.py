@@ -23,7 +23,6 @@ from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from swarmgpu import webguard
-from swarmgpu.agent_client import fetch_all
 from swarmgpu.agentbook import AgentBook
 from swarmgpu.config import Config
 from swarmgpu.daemon_metrics import DaemonMetrics
@@ -32,7 +31,7 @@ from swarmgpu.model import NodeFacts
 from swarmgpu.overshare import Watch
 from swarmgpu.placement import Planner
 from swarmgpu.swarm import SwarmClient, SwarmError
-from swarmgpu.sync import CycleReport, LabelSync, take_snapshot
+from swarmgpu.sync import CycleReport, LabelSync, fetch_agents, take_snapshot
 
 CycleHook = Callable[["Daemon", Any], None]
 
@@ -164,7 +163,7 @@ class Daemon:
         except SwarmError:
             return  # the next full cycle reports it
         changed = []
-        for node_id, res in fetch_all(nodes, self.cfg.agents).items():
+        for node_id, res in fetch_agents(self.swarm, self.cfg, nodes).items():
             if res.facts is None:
                 continue
             rec = self.book.records.get(node_id)

@@ -13,6 +13,7 @@ See docs/doctor.md for every check and the fixture conventions.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -111,6 +112,8 @@ class NodeView:
     facts: NodeFacts | None = None
     docker_info: Mapping[str, Any] | None = None
     hami: HamiView | None = None
+    # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
+    agent_scheme: str | None = None
 
 
 @dataclass(frozen=True)
@@ -888,6 +891,28 @@ def check_sharing(view: NodeView) -> Check:
                  details=tuple(rows))
 
 
+def check_agent_identity(view: NodeView) -> Check:
+    """Plain HTTP lets whatever binds :9401 (any local user, while the agent restarts)
+    answer for this node; the Swarm node certificate proves which node answers."""
+    cid = "agent.identity"
+    data_root = str((view.docker_info or {}).get("DockerRootDir") or "/var/lib/docker")
+    cert = Path(view.root) / data_root.lstrip("/") / "swarm/certificates/swarm-node.crt"
+    fix = (f"run the agent with --tls-cert {data_root}/swarm/certificates/swarm-node.crt "
+           f"--tls-key {data_root}/swarm/certificates/swarm-node.key (systemd: "
+           "LoadCredential=) and set agents.identity: swarm-pki with an https:// "
+           "agents.url_template; or agents.token_file (docs/security.md)")
+    if view.agent_scheme == "https":
+        return Check(cid, Status.OK, "the local agent serves HTTPS")
+    if view.agent_scheme == "http":
+        return Check(cid, Status.WARN,
+                     "the local agent serves plain HTTP"
+                     + (f" though this node has its Swarm certificate ({cert})"
+                        if cert.exists() else ""),
+                     "anything that binds port 9401 (any local user, while the agent "
+                     "restarts) can answer for this node and steer GPU placement", fix)
+    return Check(cid, Status.SKIP, "no local agent answered on 127.0.0.1:9401")
+
+
 CHECKS: tuple[Callable[[NodeView], Check], ...] = (
     check_daemon_json,
     check_default_runtime,
@@ -945,7 +970,8 @@ def render_json(view: NodeView, checks: Sequence[Check]) -> str:
 
 def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
                docker_info: Mapping[str, Any] | None = None,
-               as_json: bool = False) -> tuple[str, int]:
+               as_json: bool = False, agent_probed: bool = False,
+               agent_scheme: str | None = None) -> tuple[str, int]:
     """Text (or JSON) to print and the exit code: 0 ok, 1 a check failed, 2 cannot run.
 
     ``facts`` (NVML's view) and ``docker_info`` (the running dockerd's ``docker info``)
@@ -958,6 +984,9 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
         if as_json:
             return json.dumps({"root": root, "error": str(exc)}, indent=2), 2
         return f"swarmgpu doctor: {exc}", 2
+    view = dataclasses.replace(view, agent_scheme=agent_scheme)
     checks = run_checks(view)
+    if agent_probed:  # the live node only: a fixture tree has no agent to ask
+        checks.insert(0, check_agent_identity(view))
     text = render_json(view, checks) if as_json else render_text(view, checks)
     return text, exit_code(checks)

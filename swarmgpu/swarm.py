@@ -220,6 +220,11 @@ class SwarmClient:
     def info(self) -> Mapping[str, Any]:
         return dict(self._call(self._api.info))
 
+    def trust_root(self) -> str:
+        """The swarm root CA certificate (PEM), as ``docker swarm ca`` prints it."""
+        raw = self._call(self._api.inspect_swarm)
+        return str((raw.get("TLSInfo") or {}).get("TrustRoot") or "")
+
     def self_node_id(self) -> str:
         return str(self.info().get("Swarm", {}).get("NodeID", ""))
 

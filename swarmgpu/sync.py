@@ -12,8 +12,9 @@ from swarmgpu.agent_client import FactsResult, fetch_all
 from swarmgpu.agentbook import AgentBook
 from swarmgpu.config import Config
 from swarmgpu.daemon_metrics import DaemonMetrics
+from swarmgpu.identity import IdentityError, agent_auth
 from swarmgpu.labels import NodeLabelPlan, owned_by_label_sync, plan_node_labels
-from swarmgpu.swarm import SwarmClient, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,20 @@ def take_snapshot(swarm: SwarmClient, cfg: Config) -> Snapshot:
     nodes = swarm.nodes()
     services = swarm.services()
     tasks = swarm.tasks({"desired-state": "running"})
-    facts = fetch_all(nodes, cfg.agents)
-    return Snapshot(nodes, services, tasks, facts)
+    return Snapshot(nodes, services, tasks, fetch_agents(swarm, cfg, nodes))
+
+
+def fetch_agents(swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode]
+                 ) -> dict[str, FactsResult]:
+    """Every node's facts with this cycle's agent identity (TLS context, token); when
+    that cannot be built, every node says why instead of the cycle failing."""
+    try:
+        auth = agent_auth(swarm, cfg.agents)
+    except (IdentityError, SwarmError, OSError) as exc:
+        now = time.time()
+        msg = f"agent identity unusable: {exc}"
+        return {n.id: FactsResult(n.id, n.hostname, "", None, msg, now) for n in nodes}
+    return fetch_all(nodes, cfg.agents, auth.tls, auth.token)
 
 
 def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str) -> bool:

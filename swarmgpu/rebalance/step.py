@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from swarmgpu.identity import scrape_auth
 from swarmgpu.placement import read_ledger
 from swarmgpu.placement_step import facts_by_node
 from swarmgpu.rebalance.context import Inputs
@@ -43,8 +44,9 @@ class Rebalancer:
     def step(self, d: Daemon, snap: Snapshot) -> None:
         fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
         facts = facts_by_node(snap, fallback)
+        auth = scrape_auth(d.cfg)
         scrapes = scrape_all(snap.nodes, self.cfg.metrics_url_template, self.cfg.scrape_timeout_s,
-                             d.cfg.agents.parallel)
+                             d.cfg.agents.parallel, auth.tls, auth.token)
         d.last_metrics = {nid: sc.result.samples_by_uuid for nid, sc in scrapes.items()
                           if sc.result}
         ledger = read_ledger(snap.nodes, self.prefix)

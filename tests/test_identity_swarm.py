@@ -1,0 +1,167 @@
+"""Agent identity from Swarm's own PKI, on the real test swarm (issue 13, part 4).
+
+The harness's dockerds hold real swarm certificates under their data roots
+(``swarm/certificates/swarm-node.{crt,key}``, CN = node ID, signed by the swarm root CA).
+An agent serving node A's certificate at node B's address is refused and reported;
+A's own agent is accepted; so is a token-mode agent with the right token only.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_nodes import (
+    GPU_NODES,
+    LOGS,
+    cfg_file,
+    kwargs_for_logs,
+    labels_of,
+    run_cli,
+    stop,
+    swarmgpu_env,
+    wait_port,
+)
+from swarm_harness import NodeHandle, SwarmCluster
+
+from swarmgpu.agent_client import fetch_facts
+from swarmgpu.config import AgentsConfig
+from swarmgpu.identity import client_context, default_cert_paths, read_token
+from swarmgpu.swarm import SwarmClient, SwarmNode
+
+PORT = 9411  # beside the plain agents of other tests on 9401
+
+
+def _agent(swarm: SwarmCluster, at: NodeHandle, serves: str, *extra: str) -> Any:
+    """An agent listening on ``at``'s address, serving ``serves``'s capture."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    proc = swarm.exec_in_netns(at, GPU_NODES[serves].agent_argv(at.addr, PORT, *extra),
+                               env=swarmgpu_env(),
+                               **kwargs_for_logs(LOGS / f"agent-tls-{at.name}.log"))
+    wait_port(at.addr, PORT)
+    time.sleep(0.3)
+    assert proc.poll() is None, f"agent on {at.name} exited; see {LOGS}"
+    return proc
+
+
+def _cert_args(node: NodeHandle) -> list[str]:
+    crt, key, _ = default_cert_paths(str(node.data_root))
+    assert crt.exists() and key.exists(), f"no swarm certificate under {node.data_root}"
+    return ["--tls-cert", str(crt), "--tls-key", str(key)]
+
+
+def _swarm_nodes(swarm: SwarmCluster) -> dict[str, SwarmNode]:
+    return {n.hostname: n for n in SwarmClient(swarm.manager.docker_host).nodes()}
+
+
+def test_agent_with_another_nodes_certificate_is_refused_and_reported(
+        swarm: SwarmCluster, tmp_path: Path) -> None:
+    n1, n2 = swarm.node("gpu-node-1"), swarm.node("gpu-node-2")
+    mgr = SwarmClient(swarm.manager.docker_host)
+    ctx = client_context(mgr.trust_root())
+    cfg = AgentsConfig(port=PORT, url_template="https://{addr}:{port}", identity="swarm-pki",
+                       timeout_s=5)
+    nodes = _swarm_nodes(swarm)
+    honest = _agent(swarm, n1, "gpu-node-1", *_cert_args(n1))
+    # The impostor on gpu-node-2's address claims gpu-node-2's host name and serves
+    # plausible facts, but can only present a certificate it got hold of: node 1's.
+    impostor = _agent(swarm, n2, "gpu-node-2", *_cert_args(n1))
+    try:
+        ok = fetch_facts(nodes["gpu-node-1"], cfg, ctx)
+        assert ok.facts is not None and ok.error is None, ok.error
+        bad = fetch_facts(nodes["gpu-node-2"], cfg, ctx)
+        assert bad.facts is None and bad.error
+        assert "certificate of node" in bad.error and n1.node_id[:12] in bad.error, bad.error
+        # The daemon, one cycle: node 1 synced, node 2 refused and reported (it carries
+        # a swarmgpu label, so an agent is expected there).
+        mgr_cli = swarm.client(swarm.manager).api
+        spec = mgr_cli.inspect_node(n2.node_id)
+        labels = {**(spec["Spec"].get("Labels") or {}), "swarmgpu.gpu.count": "8"}
+        mgr_cli.update_node(n2.node_id, spec["Version"]["Index"],
+                            {**spec["Spec"], "Labels": labels})
+        before2 = labels_of(swarm, "gpu-node-2")
+        path = cfg_file(tmp_path, swarm, agents={"port": PORT, "identity": "swarm-pki",
+                                                 "url_template": "https://{addr}:{port}",
+                                                 "timeout_s": 5},
+                        placement={"enabled": False}, rebalance={"enabled": False})
+        res = run_cli("run", "--config", str(path), "--once")
+        assert res.returncode == 0, res.stderr
+        assert "gpu-node-2" in res.stderr and "certificate of node" in res.stderr, res.stderr
+        assert labels_of(swarm, "gpu-node-1").get("swarmgpu.gpu.count") == "8"
+        assert labels_of(swarm, "gpu-node-2") == before2, "the impostor steered labels"
+    finally:
+        stop(honest)
+        stop(impostor)
+
+
+def test_plain_agent_behind_an_https_template_is_refused(swarm: SwarmCluster) -> None:
+    n1 = swarm.node("gpu-node-1")
+    ctx = client_context(SwarmClient(swarm.manager.docker_host).trust_root())
+    cfg = AgentsConfig(port=PORT, url_template="https://{addr}:{port}", identity="swarm-pki",
+                       timeout_s=3)
+    plain = _agent(swarm, n1, "gpu-node-1")
+    try:
+        res = fetch_facts(_swarm_nodes(swarm)["gpu-node-1"], cfg, ctx)
+        # The plain agent reads the ClientHello as a (never-ending) request head: the
+        # handshake fails or runs into the deadline; either way nothing is trusted.
+        assert res.facts is None and res.error, res.error
+        assert "TLS" in res.error or "timed out" in res.error, res.error
+    finally:
+        stop(plain)
+
+
+def test_certificate_rotation_is_picked_up(swarm: SwarmCluster, tmp_path: Path) -> None:
+    """The agent re-reads its files: swapping in a new pair (here node 2's, as a
+    rotation would swap in a new one) changes what it presents, without a restart."""
+    n1, n2 = swarm.node("gpu-node-1"), swarm.node("gpu-node-2")
+    crt, key = tmp_path / "node.crt", tmp_path / "node.key"
+    c1, k1, _ = default_cert_paths(str(n1.data_root))
+    c2, k2, _ = default_cert_paths(str(n2.data_root))
+    shutil.copy(c1, crt)
+    shutil.copy(k1, key)
+    ctx = client_context(SwarmClient(swarm.manager.docker_host).trust_root())
+    cfg = AgentsConfig(port=PORT, url_template="https://{addr}:{port}", identity="swarm-pki",
+                       timeout_s=5)
+    node1 = _swarm_nodes(swarm)["gpu-node-1"]
+    proc = _agent(swarm, n1, "gpu-node-1", "--tls-cert", str(crt), "--tls-key", str(key))
+    try:
+        assert fetch_facts(node1, cfg, ctx).facts is not None
+        shutil.copy(c2, crt)
+        shutil.copy(k2, key)
+        deadline = time.monotonic() + 10
+        while True:
+            res = fetch_facts(node1, cfg, ctx)
+            if res.error and "certificate of node" in res.error:
+                break  # it now presents node 2's certificate: the files were re-read
+            assert time.monotonic() < deadline, "the rotated certificate was never used"
+            time.sleep(0.5)
+    finally:
+        stop(proc)
+
+
+def test_token_mode(swarm: SwarmCluster, tmp_path: Path) -> None:
+    n1 = swarm.node("gpu-node-1")
+    tok = tmp_path / "token"
+    tok.write_text("s3cret-token-0123456789\n")
+    node1 = _swarm_nodes(swarm)["gpu-node-1"]
+    cfg = AgentsConfig(port=PORT, timeout_s=3)
+    proc = _agent(swarm, n1, "gpu-node-1", "--token-file", str(tok))
+    try:
+        assert fetch_facts(node1, cfg, None, read_token(tok)).facts is not None
+        for wrong in (None, "wrong"):
+            res = fetch_facts(node1, cfg, None, wrong)
+            assert res.facts is None and res.error and "HTTP 401" in res.error, res.error
+            assert "s3cret" not in res.error
+    finally:
+        stop(proc)
+
+
+def test_swarm_root_ca_file_matches_the_api(swarm: SwarmCluster) -> None:
+    _, _, ca = default_cert_paths(str(swarm.manager.data_root))
+    api = SwarmClient(swarm.manager.docker_host).trust_root()
+    if not ca.exists():
+        pytest.fail(f"no swarm-root-ca.crt under {swarm.manager.data_root}")
+    assert ca.read_text().strip() == api.strip()
