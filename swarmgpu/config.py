@@ -228,6 +228,11 @@ def _check(cfg: Config) -> None:
     if cfg.agents.identity == "swarm-pki" and not cfg.agents.url_template.startswith("https://"):
         raise ConfigError("agents.identity: swarm-pki needs an https:// agents.url_template, "
                           "e.g. 'https://{addr}:{port}'")
+    if cfg.agents.identity == "swarm-pki" and cfg.rebalance.metrics_url_template.startswith(
+            f"http://{{addr}}:{cfg.agents.port}/"):
+        raise ConfigError("rebalance.metrics_url_template: the agents serve HTTPS "
+                          "(agents.identity swarm-pki); use "
+                          f"'https://{{addr}}:{cfg.agents.port}/metrics'")
     if cfg.agents.watch_s != 0 and cfg.agents.watch_s < 1:
         raise ConfigError("agents.watch_s: must be 0 (off) or >= 1 second (default 5)")
     if "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:

@@ -40,8 +40,13 @@ class _Source:
 def test_swarm_pki_needs_https(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="https://"):
         load_config(None, env={"SWARMGPU_AGENTS_IDENTITY": "swarm-pki"})
-    cfg = load_config(None, env={"SWARMGPU_AGENTS_IDENTITY": "swarm-pki",
-                                 "SWARMGPU_AGENTS_URL_TEMPLATE": "https://{addr}:{port}"})
+    with pytest.raises(ConfigError, match="metrics_url_template"):
+        load_config(None, env={"SWARMGPU_AGENTS_IDENTITY": "swarm-pki",
+                               "SWARMGPU_AGENTS_URL_TEMPLATE": "https://{addr}:{port}"})
+    f = tmp_path / "c.yml"
+    f.write_text("agents: {identity: swarm-pki, url_template: 'https://{addr}:{port}'}\n"
+                 "rebalance: {metrics_url_template: 'https://{addr}:9401/metrics'}\n")
+    cfg = load_config(f, env={})
     assert cfg.agents.identity == "swarm-pki"
     with pytest.raises(ConfigError, match="swarm-pki or none"):
         load_config(None, env={"SWARMGPU_AGENTS_IDENTITY": "mtls"})
