@@ -106,8 +106,9 @@ def test_hostile_node_never_stops_the_honest_one(swarm: SwarmCluster, scene: dic
     assert plan.returncode == 0, plan.stderr
     by = {s["name"]: s for s in json.loads(plan.stdout)["services"]}
     llm, bad = by[f"{STACK}_llm"], by[f"{STACK}_bad"]
-    assert llm["status"] == "placed", llm
-    assert {p["node"] for p in llm["placements"]} == {"gpu-node-1"}, llm
+    # GPUs chosen on gpu-node-1 (Swarm may still be starting the task: Allocated/Active)
+    assert {p["node"] for p in llm["placements"]} == {"gpu-node-1"}, json.dumps(llm)
+    assert llm["state"] in ("Allocated", "Bound", "Active"), json.dumps(llm)
     assert bad["status"] == "invalid" and bad["reason"], bad
 
 
