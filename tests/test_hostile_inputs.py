@@ -371,3 +371,38 @@ def test_prop_parse_all_never_raises(labels: dict[str, str]) -> None:
 def test_boundedhttp_refuses_other_schemes() -> None:
     with pytest.raises(boundedhttp.FetchError):
         boundedhttp.get("file:///etc/passwd", timeout_s=1, max_bytes=10)
+
+
+_ANSWER: list[bytes] = [b""]
+
+
+@pytest.fixture(scope="module")
+def echo_port() -> Iterator[int]:
+    """A server that answers whatever the current example put in _ANSWER, then closes."""
+    srv, port = serve(lambda s: s.sendall(_ANSWER[0]))
+    yield port
+    srv.shutdown()
+    srv.server_close()
+
+
+_heads = st.sampled_from([b"HTTP/1.1 200 OK\r\n", b"HTTP/1.0 200 OK\r\n", b"HTTP/1.1 302 X\r\n",
+                          b"HTTP/1.1 2000 OK\r\n", b"garbage\r\n", b""])
+_hdrs = st.lists(st.sampled_from([b"Content-Length: 5\r\n", b"Content-Length: 99999999\r\n",
+                                  b"Content-Length: -1\r\n", b"Content-Length: \xd9\xa3\r\n",
+                                  b"Transfer-Encoding: chunked\r\n", b"X: y\r\n", b"bad\r\n"]),
+                 max_size=3)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(_heads, _hdrs, st.binary(max_size=3000))
+def test_prop_bounded_get_never_exceeds_its_cap(echo_port: int, head: bytes,
+                                                hdrs: list[bytes], body: bytes) -> None:
+    _ANSWER[0] = head + b"".join(hdrs) + b"\r\n" + body
+    try:
+        got = boundedhttp.get(f"http://127.0.0.1:{echo_port}/facts", timeout_s=2,
+                              max_bytes=1000)
+    except (boundedhttp.FetchError, TimeoutError):
+        return
+    assert len(got.body) <= 1000
+    assert got.status == 200 or got.body == b""  # an error's body is never read

@@ -29,7 +29,12 @@ from swarm_harness import NodeHandle, SwarmCluster
 
 from swarmgpu.agent_client import fetch_facts
 from swarmgpu.config import AgentsConfig
-from swarmgpu.identity import client_context, default_cert_paths, read_token
+from swarmgpu.identity import (
+    client_context,
+    default_cert_paths,
+    load_server_context,
+    read_token,
+)
 from swarmgpu.swarm import SwarmClient, SwarmNode
 
 PORT = 9411  # beside the plain agents of other tests on 9401
@@ -165,3 +170,12 @@ def test_swarm_root_ca_file_matches_the_api(swarm: SwarmCluster) -> None:
     if not ca.exists():
         pytest.fail(f"no swarm-root-ca.crt under {swarm.manager.data_root}")
     assert ca.read_text().strip() == api.strip()
+
+
+def test_manager_key_with_raft_headers_loads(swarm: SwarmCluster) -> None:
+    """A manager's swarm-node.key carries raft-dek PEM headers OpenSSL refuses as is."""
+    crt, key, _ = default_cert_paths(str(swarm.manager.data_root))
+    text = key.read_text()
+    ctx = load_server_context(crt, key)
+    assert ctx is not None
+    print(f"\nmanager key has PEM headers: {'raft-dek' in text}")
