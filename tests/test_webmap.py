@@ -737,3 +737,29 @@ def test_fleet_heat_map_at_scale_opens_node_cards(
         cdp.wait_for("location.search.includes('node=gpu-0003')")
     finally:
         cdp.close()
+
+
+def test_typing_a_search_updates_the_url_and_clear_resets_it(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    srv = serve(sample)
+    cdp = Cdp(chromium, (1366, 900))
+    try:
+        cdp.open(srv.url)
+        cdp.wait_for("document.querySelectorAll('.gpu').length === 20")
+        cdp.js("document.getElementById('q').focus()")
+        cdp.call("Input.insertText", text="service:embed")
+        cdp.wait_for("location.search === '?q=service%3Aembed'")
+        assert cdp.js("document.getElementById('matches').textContent") == (
+            "1 of 5 nodes, 1 of 20 GPUs match.")
+        assert cdp.js("document.querySelectorAll('.node').length") == 1
+        # a service link is a button: Enter on it opens the service view
+        cdp.js("document.querySelector('#services [data-service=\"embed\"]').focus()")
+        cdp.key("Enter", 13)
+        cdp.wait_for("location.search === '?q=service%3Aembed&service=embed'")
+        assert "Where it runs" in cdp.js("document.getElementById('focus').textContent")
+        cdp.js("document.getElementById('clear').click()")
+        cdp.wait_for("location.search === '?service=embed'")
+        assert cdp.js("document.querySelectorAll('#nodes .node').length") == 5
+    finally:
+        cdp.close()
