@@ -380,6 +380,12 @@ def test_data_is_escaped_never_markup(
     assert "&lt;img src=x" in dom and "&lt;b&gt;bold&lt;/b&gt;" in dom
     assert "&lt;script&gt;document.title=2" in dom
     assert "<title>swarmgpu · GPU map</title>" in dom
+    # the same in the heat map and in the views opened from the URL
+    for q in ("?view=fleet", "?service=%3Cb%3Ebold%3C%2Fb%3E",
+              "?node=%3Cimg%20src%3Dx%20onerror%3D%22document.title%3D1%22%3E&gpu=0"):
+        dom = dump_dom(chromium, srv.url + q)
+        assert "<img" not in dom and "<b>bold" not in dom, q
+        assert "<title>swarmgpu · GPU map</title>" in dom, q
 
 
 # ---- keyboard, through the DevTools protocol over a pipe ------------------------------
@@ -763,3 +769,21 @@ def test_typing_a_search_updates_the_url_and_clear_resets_it(
         assert cdp.js("document.querySelectorAll('#nodes .node').length") == 5
     finally:
         cdp.close()
+
+
+def test_over_share_badge_and_filter(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    def over() -> Doc:
+        doc = sample()  # notebook (0.5 GPU) uses more memory than its half, as observe says
+        holder = doc["nodes"][3]["gpus"][2]["holders"][0]
+        holder.update(over_share=True, memory_used_mib=17400, memory_share_mib=12282)
+        return doc
+
+    srv = serve(over)
+    dom = dump_dom(chromium, srv.url + "?state=over-share")
+    assert 'data-node="gpu-node-3"' in dom and 'data-node="gpu-node-1"' not in dom
+    assert "1 of 5 nodes, 1 of 20 GPUs match." in text_of(dom)
+    assert 'title="uses 17400 MiB, share 12282 MiB"' in dom and "over share" in dom
+    dom = dump_dom(chromium, srv.url + "?view=fleet")
+    assert re.search(r'class="cell a-part x-over"[^>]*data-key="gpu-node-3/2"', dom)
