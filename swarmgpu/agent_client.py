@@ -92,6 +92,10 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
         return fail(str(exc))
     except Exception as exc:
         return fail(f"facts from {url}: cannot be read ({exc.__class__.__name__})")
+    if not facts.hostname and node.hostname:
+        return fail(f"agent at {url} serves facts without a host name; Swarm node "
+                    f"{node.id[:12]} is {node.hostname!r} (an agent always names its host: "
+                    "is something else answering on that port?)")
     if facts.hostname and node.hostname and facts.hostname != node.hostname:
         return fail(
             f"agent at {url} serves facts for host {facts.hostname[:64]!r}, but Swarm node "

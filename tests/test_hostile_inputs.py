@@ -406,3 +406,12 @@ def test_prop_bounded_get_never_exceeds_its_cap(echo_port: int, head: bytes,
         return
     assert len(got.body) <= 1000
     assert got.status == 200 or got.body == b""  # an error's body is never read
+
+
+def test_facts_without_a_host_name_are_refused(hostile: Callable[[Behaviour], int]) -> None:
+    """The host name check is no longer skipped when the claim is empty."""
+    body = RTX4090.facts().to_dict()
+    body["node"]["hostname"] = ""
+    port = hostile(ok(json.dumps(body).encode()))
+    res = fetch_facts(node(port), cfg_for(port))
+    assert res.facts is None and res.error and "without a host name" in res.error
