@@ -35,6 +35,7 @@ from swarmgpu.identity import (
     load_server_context,
     read_token,
 )
+from swarmgpu.rebalance.scrape import scrape_node
 from swarmgpu.swarm import SwarmClient, SwarmNode
 
 PORT = 9411  # beside the plain agents of other tests on 9401
@@ -179,3 +180,21 @@ def test_manager_key_with_raft_headers_loads(swarm: SwarmCluster) -> None:
     ctx = load_server_context(crt, key)
     assert ctx is not None
     print(f"\nmanager key has PEM headers: {'raft-dek' in text}")
+
+
+def test_metrics_scrape_checks_the_same_identity(swarm: SwarmCluster) -> None:
+    """Fake metrics cannot steer the rebalancer: scrapes verify the node, as fetches do."""
+    n1, n2 = swarm.node("gpu-node-1"), swarm.node("gpu-node-2")
+    ctx = client_context(SwarmClient(swarm.manager.docker_host).trust_root())
+    nodes = _swarm_nodes(swarm)
+    honest = _agent(swarm, n1, "gpu-node-1", *_cert_args(n1))
+    impostor = _agent(swarm, n2, "gpu-node-2", *_cert_args(n1))
+    tmpl = f"https://{{addr}}:{PORT}/metrics"
+    try:
+        ok = scrape_node(nodes["gpu-node-1"], tmpl, 5, ctx)
+        assert ok.result is not None and ok.result.samples_by_uuid, ok.error
+        bad = scrape_node(nodes["gpu-node-2"], tmpl, 5, ctx)
+        assert bad.result is None and bad.error and "certificate of node" in bad.error
+    finally:
+        stop(honest)
+        stop(impostor)
