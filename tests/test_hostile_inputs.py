@@ -415,3 +415,10 @@ def test_facts_without_a_host_name_are_refused(hostile: Callable[[Behaviour], in
     port = hostile(ok(json.dumps(body).encode()))
     res = fetch_facts(node(port), cfg_for(port))
     assert res.facts is None and res.error and "without a host name" in res.error
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 300_000), st.sampled_from(["[", "{\"a\":", "[{\"b\":"]))
+def test_prop_json_nesting_never_escapes(depth: int, opener: str) -> None:
+    value, why = parse_json_bounded((opener * depth).encode())
+    assert value is None and why is not None  # never closed: an error, never an exception
