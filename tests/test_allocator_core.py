@@ -281,3 +281,22 @@ def test_unpinned_tasks_leave_the_contested_model_to_pinned_ones() -> None:
     b.add_node(NodeSpec("g2", gpus(1, "G2"), cpu_milli=8000, memory_mib=1 << 16))
     c = b.place(Demand(num_gpu=1, cpu_milli=1000))
     assert isinstance(c, Choice) and c.node == "t4"
+
+
+def test_cpu_only_demand_beyond_the_spare_cpu_raises_the_reserve() -> None:
+    from swarmgpu.allocator.core import SwarmScorer
+    from swarmgpu.allocator.fragmentation import cpu_reserve_per_gpu_milli
+
+    # GPU tasks ask 8 CPU per GPU; CPU-only tasks another 8 per GPU-milli of GPU demand.
+    tasks = typical_tasks([TaskShape(8000, 1000, 1), TaskShape(8000, 0, 0)])
+    assert cpu_reserve_per_gpu_milli(tasks, 0, 0) == pytest.approx(8.0)  # unknown cluster
+    # 20 CPU per GPU: the CPU-only tasks fit in the 12 the GPU tasks leave.
+    assert cpu_reserve_per_gpu_milli(tasks, 80_000, 4000) == pytest.approx(8.0)
+    # 12 CPU per GPU: 16 are asked, so 4 per GPU-milli come out of the GPU tasks' CPU.
+    assert cpu_reserve_per_gpu_milli(tasks, 48_000, 4000) == pytest.approx(12.0)
+    a = Allocator(SwarmScorer(tasks))
+    a.add_node(NodeSpec("n", gpus(4), cpu_milli=48_000, memory_mib=1 << 20))
+    assert a.cpu_capacity == 48_000
+    assert isinstance(a.scorer, SwarmScorer) and a.scorer.cpu_per_milli == pytest.approx(12.0)
+    a.add_node(NodeSpec("no-cpu-data", gpus(4)))
+    assert a.cpu_capacity == 0 and a.scorer.cpu_per_milli == pytest.approx(8.0)

