@@ -371,6 +371,27 @@ class ClusterAllocator:
             cpu, mem = use.get(nid, (0, 0))
             self.alloc.set_usage(nid, cpu, mem)
 
+    def add_usage(self, node_id: str, cpu_milli: int, memory_mib: int) -> None:
+        """More (or less) reserved on a node by a task placed between cycles."""
+        cpu, mem = self.alloc.usage(node_id)
+        self.alloc.set_usage(node_id, cpu + cpu_milli, mem + memory_mib)
+
+    def held_items(self) -> list[tuple[tuple[str, str], _Held]]:
+        return list(self._held.items())
+
+    def moved(self, svc: str, old: str, new: Choice, uuids: Sequence[str]) -> str:
+        """Record a move the fragmentation policy made on this allocator (released from
+        ``old``, ``new`` committed with the task's reservation): the task now runs on the
+        new node, whose usage counts it, so the holding itself reserves no CPU. Returns
+        the ledger value."""
+        self.alloc.release(new)
+        bare = replace(new, cpu_milli=0, memory_mib=0)
+        self.alloc.commit(bare)
+        self._held.pop((svc, old), None)
+        h = Holding(svc, new.node, tuple(uuids), new.milli)
+        self._held[(svc, new.node)] = _Held((h.label_value(), 0, 0), bare, ())
+        return h.label_value()
+
     def holding_reservation(self, service_id: str, node_id: str, res: tuple[int, int]
                             ) -> tuple[int, int]:
         """What a holding reserves itself: the service's reservation while no task of it

@@ -449,6 +449,9 @@ class Allocator:
         if cpu_milli < old_cpu or memory_mib < old_mem:
             self.capacity_gen += 1
 
+    def usage(self, name: str) -> tuple[int, int]:
+        return self._usage.get(name, (0, 0))
+
     def set_blocked(self, name: str, blocked: bool) -> None:
         node = self.nodes[name]
         if node.blocked == blocked:

@@ -1,0 +1,340 @@
+"""The trace replayed through the daemon's own planner (``swarmgpu.placement.Planner``).
+
+``simulate --policy swarmgpu`` runs this: every trace pod becomes a Swarm service object
+with the request labels a user would write (``swarmgpu.gpus`` or ``swarmgpu.gpu-fraction``,
+``swarmgpu.gpu-product``, CPU and memory reservations), and the planner the daemon keeps
+across cycles plans over in-memory Swarm objects -- nodes with their resources, services,
+tasks -- exactly as it does over a snapshot of a real swarm. Its writes (ledger and gate
+node labels, device labels, ``ForceUpdate``) are applied to those objects the way
+``placement_step.apply_plan`` applies them to Swarm (the same spec transformation), and
+Swarm's part is played by a small stand-in: a task runs on the node whose gate is open.
+
+A cycle runs every ``batch`` arrivals (and before each 5% load level is recorded), as the
+daemon runs one per event burst; within a cycle services are planned in arrival order
+(their names sort that way). A GPU pod that gets no placement in its first cycle is
+dropped, as in the FGD replay. CPU-only pods (no GPU request; Swarm would schedule them)
+are placed at arrival on the node the same allocator prefers for them, so the baselines
+and this replay see the same CPU pressure.
+
+``workload``: ``online`` (what the daemon does: the model learned from the services seen
+so far, starting from the prior) or ``oracle`` (the whole trace's typical tasks, as FGD's
+paper gives its policy).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarmgpu.allocator.core import Choice, Demand, NodeSpec
+from swarmgpu.allocator.defrag import FragmentationMoves, Held
+from swarmgpu.allocator.fragmentation import FragCache
+from swarmgpu.model import Gpu, NodeFacts
+from swarmgpu.placement import (
+    ORDER_ENV,
+    PlacementPlan,
+    Planner,
+    assign_key,
+    devices_key,
+    env_template,
+    gate_constraint,
+    gate_key,
+)
+from swarmgpu.placement_step import _service_compute
+from swarmgpu.sharing import env_lines
+from swarmgpu.sim.replay import LEVEL_STEP, RunResult, arrival_order, pod_kind, workload_of
+from swarmgpu.sim.trace import TracePod
+from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask, service_from_api
+from swarmgpu.workload import WorkloadModel
+
+P = "swarmgpu."
+WORKLOADS = ("online", "oracle")
+BATCH = 50  # arrivals per planner cycle
+GPU_MEMORY_MIB = 16384  # the trace gives none; only share labels read it
+MIB = 1024 * 1024
+
+
+@dataclass
+class World:
+    """Swarm objects in memory, changed as the daemon's writes and Swarm would."""
+
+    nodes: dict[str, SwarmNode] = field(default_factory=dict)
+    facts: dict[str, NodeFacts] = field(default_factory=dict)
+    services: dict[str, SwarmService] = field(default_factory=dict)
+    tasks: dict[str, SwarmTask] = field(default_factory=dict)  # by service id (1 replica)
+    cpu_tasks: dict[str, SwarmTask] = field(default_factory=dict)
+    pods: dict[str, TracePod] = field(default_factory=dict)  # service name -> pod
+
+    @classmethod
+    def of(cls, nodes: Sequence[NodeSpec], ranks: Sequence[int]) -> World:
+        """Hostnames follow ``ranks`` (the planner breaks ties by hostname order, as the
+        FGD replay breaks them by a per-seed node permutation)."""
+        w = cls()
+        for spec, rank in zip(sorted(nodes, key=lambda n: n.name), ranks, strict=True):
+            nid = f"id-{spec.name}"
+            host = f"n{rank:05d}"
+            w.nodes[nid] = SwarmNode(
+                id=nid, hostname=host, addr="", role="worker", state="ready",
+                availability="active", labels={}, engine_labels={}, version=1,
+                generic_resources={}, discrete_resources={}, cpu_milli=spec.cpu_milli,
+                memory_mib=spec.memory_mib)
+            w.facts[nid] = NodeFacts(hostname=host, gpus=tuple(
+                Gpu(index=i, uuid=f"GPU-{spec.name}-{i}", product=g.product,
+                    memory_mib=g.memory_mib or GPU_MEMORY_MIB)
+                for i, g in enumerate(spec.gpus)))
+        return w
+
+    def add_service(self, idx: int, pod: TracePod) -> SwarmService:
+        name = f"p{idx:06d}"
+        d = pod.demand()
+        labels = ({f"{P}gpu-fraction": f"{d.gpu_milli / 1000:g}"} if d.gpu_milli
+                  else {f"{P}gpus": str(d.num_gpu)})
+        if d.products:
+            labels[f"{P}gpu-product"] = "|".join(d.products)
+        env = [env_template(P), ORDER_ENV, *(env_lines(P) if d.gpu_milli else ())]
+        spec: dict[str, Any] = {
+            "Name": name, "Labels": labels,
+            "TaskTemplate": {
+                "ContainerSpec": {"Image": "trace", "Env": env},
+                "Placement": {"Constraints": [gate_constraint(P, name)]},
+                "Resources": {"Reservations": {"NanoCPUs": pod.cpu_milli * 1_000_000,
+                                               "MemoryBytes": pod.memory_mib * MIB}},
+            },
+            "Mode": {"Replicated": {"Replicas": 1}},
+        }
+        s = service_from_api({"ID": f"s{idx}", "Spec": spec, "Version": {"Index": 1}})
+        self.services[s.id] = s
+        self.pods[name] = pod
+        self.tasks[s.id] = self._task(s, "")
+        return s
+
+    def _task(self, s: SwarmService, node_id: str) -> SwarmTask:
+        pod = self.pods[s.name]
+        return SwarmTask(id=f"t{s.id}.{s.force_update}", service_id=s.id, node_id=node_id,
+                         slot=1, state="running" if node_id else "pending",
+                         desired_state="running", env=(), force_update=s.force_update,
+                         cpu_milli=pod.cpu_milli if node_id else 0,
+                         memory_mib=pod.memory_mib if node_id else 0)
+
+    def remove_service(self, sid: str) -> None:
+        s = self.services.pop(sid)
+        self.pods.pop(s.name, None)
+        self.tasks.pop(sid, None)
+
+    def add_cpu_task(self, key: str, node_id: str, pod: TracePod) -> None:
+        self.cpu_tasks[key] = SwarmTask(
+            id=key, service_id=key, node_id=node_id, slot=1, state="running",
+            desired_state="running", env=(), cpu_milli=pod.cpu_milli,
+            memory_mib=pod.memory_mib)
+
+    def all_tasks(self) -> list[SwarmTask]:
+        return [*self.tasks.values(), *self.cpu_tasks.values()]
+
+    def apply(self, plan: PlacementPlan) -> None:
+        """The daemon's writes (``apply_plan``'s order and spec changes), then Swarm's
+        part: tasks of changed services are re-created and run where their gate is open."""
+        for nid in set(plan.node_remove) | set(plan.node_set):
+            n = self.nodes[nid]
+            labels = {k: v for k, v in n.labels.items() if k not in plan.node_remove.get(nid, [])}
+            labels.update(plan.node_set.get(nid, {}))
+            self.nodes[nid] = SwarmNode(**{**n.__dict__, "labels": labels,
+                                           "version": n.version + 1})
+        for sp in plan.services:
+            s = self.services.get(sp.id)
+            if s is None:
+                continue
+            if sp.needs_service_write:
+                new = _service_compute(sp)(s.spec)
+                if new is not None:
+                    s = service_from_api({"ID": s.id, "Spec": new,
+                                          "Version": {"Index": s.version + 1}})
+                    self.services[s.id] = s
+            if sp.needs_service_write or sp.node_writes or sp.new:
+                self._schedule(s, [p.node_id for p in sp.placements])
+
+    def _schedule(self, s: SwarmService, holders: Sequence[str]) -> None:
+        gate = gate_key(P, s.name)
+        open_on = [nid for nid in holders if self.nodes[nid].labels.get(gate) == "true"]
+        self.tasks[s.id] = self._task(s, open_on[0] if open_on else "")
+
+    def move(self, name: str, old: str, new: str, uuids: Sequence[str], value: str) -> None:
+        """A finished rebalancing move: the mover's end state (ledger, gate, devices and
+        the task on the new node)."""
+        sid = next(s.id for s in self.services.values() if s.name == name)
+        s = self.services[sid]
+        for nid, drop, add in ((old, [assign_key(P, name), gate_key(P, name)], {}),
+                               (new, [], {assign_key(P, name): value,
+                                          gate_key(P, name): "true"})):
+            n = self.nodes[nid]
+            labels = {k: v for k, v in n.labels.items() if k not in drop} | add
+            self.nodes[nid] = SwarmNode(**{**n.__dict__, "labels": labels,
+                                           "version": n.version + 1})
+        labels = {k: v for k, v in s.labels.items() if k != devices_key(P, old)}
+        labels[devices_key(P, new)] = ",".join(uuids)
+        spec = {**s.spec, "Labels": labels}
+        s = service_from_api({"ID": sid, "Spec": spec, "Version": {"Index": s.version + 1}})
+        self.services[sid] = s
+        self.tasks[sid] = self._task(s, new)
+
+
+def _model(mode: str, pods: Sequence[TracePod]) -> WorkloadModel:
+    if mode == "online":
+        return WorkloadModel.prior()
+    if mode == "oracle":
+        m = WorkloadModel(pinned=True, source="oracle (whole trace)")
+        m.weights = {t.shape: t.weight for t in workload_of(pods)}
+        return m
+    raise ValueError(f"workload {mode!r}: use one of {', '.join(WORKLOADS)}")
+
+
+class Replay:
+    """One seed of the no-departure replay through the planner."""
+
+    def __init__(self, nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int, *,
+                 workload: str = "online", inflate: float = 1.3, batch: int = BATCH) -> None:
+        self.cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
+        self.order, rng = arrival_order(pods, self.cluster_milli, seed, inflate)
+        ranks = list(range(len(nodes)))
+        rng.shuffle(ranks)  # the FGD replay's node permutation, from the same stream
+        self.world = World.of(nodes, ranks)
+        self.planner = Planner(workload=_model(workload, pods))
+        self.batch = batch
+        self.inflate = inflate
+        self.frag = FragCache(workload_of(pods))
+        self.res = RunResult("swarmgpu", seed, pods=len(self.order))
+        self.failed: Counter[str] = Counter()
+        self.allocated = 0
+        self.new: dict[str, TracePod] = {}  # service id -> pod, awaiting their first cycle
+        self.cycles = 0
+        self.cycle_s = 0.0
+
+    def cycle(self) -> None:
+        w = self.world
+        t0 = time.perf_counter()
+        plan = self.planner.plan(list(w.nodes.values()), list(w.services.values()),
+                                 w.all_tasks(), w.facts)
+        self.cycle_s += time.perf_counter() - t0
+        self.cycles += 1
+        gone: list[str] = []
+        for sp in plan.services:
+            pod = self.new.get(sp.id)
+            if pod is None:
+                continue
+            if sp.placements:
+                self.allocated += pod.total_gpu_milli
+                self.res.placed += 1
+            else:
+                self.failed[pod_kind(pod)] += 1
+                gone.append(sp.id)
+        self.new.clear()
+        w.apply(plan)
+        for sid in gone:  # tried once, then dropped (the user gives up)
+            w.remove_service(sid)
+
+    def place_cpu_pod(self, idx: int, pod: TracePod) -> None:
+        alloc = self.planner.cluster.alloc
+        got = alloc.place(Demand(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib),
+                          explain=False)
+        if not isinstance(got, Choice):
+            self.failed["cpu"] += 1
+            return
+        self.world.add_cpu_task(f"cpu{idx}", got.node, pod)
+        self.planner.cluster.add_usage(got.node, pod.cpu_milli, pod.memory_mib)
+        self.res.placed += 1
+
+    def record(self, level: int) -> None:
+        alloc = self.planner.cluster.alloc
+        self.res.alloc_pct_at[level] = 100.0 * self.allocated / self.cluster_milli
+        self.res.frag_pct_at[level] = 100.0 * sum(
+            self.frag(n.product, n.cpu_left or 0, tuple(n.free))
+            for n in alloc.nodes.values()) / self.cluster_milli
+        self.res.failed_at[level] = dict(self.failed)
+        self.res.moves_at[level] = self.res.moves
+
+    def run(self, moves_per_100: float = 0.0, defrag: Defragmenter | None = None,
+            defrag_every: int = BATCH) -> RunResult:
+        arrived = 0
+        next_level = LEVEL_STEP
+        last_level = int(self.inflate * 100)
+        self.cycle()  # the planner's first look at the (empty) cluster
+        for n_arrived, pod in enumerate(self.order, start=1):
+            arrived += pod.total_gpu_milli
+            if pod.total_gpu_milli == 0:
+                if self.new:  # keep arrival order: GPU pods before it are planned first
+                    self.cycle()
+                self.place_cpu_pod(n_arrived, pod)
+            else:
+                s = self.world.add_service(n_arrived, pod)
+                self.new[s.id] = pod
+            level_due = (next_level <= last_level
+                         and arrived * 100 >= next_level * self.cluster_milli)
+            if self.new and (len(self.new) >= self.batch or level_due):
+                self.cycle()
+            if defrag is not None and n_arrived % defrag_every == 0:
+                budget = int(n_arrived * moves_per_100 / 100) - self.res.moves
+                if budget >= 1:
+                    if self.new:
+                        self.cycle()
+                    self.res.moves += defrag(self, budget)
+            while next_level <= last_level and arrived * 100 >= next_level * self.cluster_milli:
+                self.record(next_level)
+                next_level += LEVEL_STEP
+        if self.new:
+            self.cycle()
+        while next_level <= last_level:
+            self.record(next_level)
+            next_level += LEVEL_STEP
+        self.res.pods = len(self.order)
+        return self.res
+
+
+class Defragmenter:
+    """``--rebalance-moves`` through the daemon's own policy object
+    (``FragmentationMoves``, what the ``fragmentation`` rebalance policy runs) on the
+    planner's allocator; each move it makes is then carried out in the world as the
+    mover ends it (ledger, gate and devices on the new node, the task there)."""
+
+    def __init__(self, pods: Sequence[TracePod], reserve: int = 0) -> None:
+        self.policy = FragmentationMoves(workload_of(pods))
+        self.reserve = reserve
+
+    def __call__(self, rp: Replay, budget: int) -> int:
+        cluster = rp.planner.cluster
+        w = rp.world
+        held = []
+        for (svc, nid), h in cluster.held_items():
+            pod = w.pods.get(svc)
+            if pod is None or h.choice is None or not h.choice.gpus:
+                continue
+            held.append(Held((svc, nid), pod.demand(), h.choice))
+        moves = self.policy.plan(cluster.alloc, held, budget - self.reserve)
+        final: dict[str, tuple[str, Choice]] = {}  # service -> (first node, last choice)
+        for mv in moves:
+            svc = str(mv.key[0])  # type: ignore[index]
+            first = final.get(svc, (mv.old.node, mv.old))[0]
+            final[svc] = (first, mv.new)
+        for svc, (old, new) in final.items():
+            pod = w.pods[svc]
+            sid = next(x.id for x in w.services.values() if x.name == svc)
+            was_running = w.tasks[sid].node_id == old
+            uuids = [w.facts[new.node].gpus[i].uuid for i in new.gpus]
+            value = cluster.moved(svc, old, new, uuids)
+            if was_running:
+                cluster.add_usage(old, -pod.cpu_milli, -pod.memory_mib)
+            cluster.add_usage(new.node, pod.cpu_milli, pod.memory_mib)
+            w.move(svc, old, new.node, uuids, value)
+        return len(moves)
+
+
+def replay_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int, *,
+                   workload: str = "online", moves_per_100: float = 0.0,
+                   defrag: Defragmenter | None = None, inflate: float = 1.3,
+                   timing: bool = False) -> RunResult:
+    rp = Replay(nodes, pods, seed, workload=workload, inflate=inflate)
+    res = rp.run(moves_per_100, defrag)
+    if timing and rp.cycles:
+        res.decision_s = [rp.cycle_s / max(1, res.pods)]
+    return res
