@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from swarmgpu.allocator.core import (
@@ -37,6 +38,7 @@ from swarmgpu.allocator.core import (
     SwarmScorer,
     Unplaceable,
 )
+from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.mig import MigChoice, MigProfileError, pick_mig_device
 from swarmgpu.constraints import node_satisfies, platform_ok
 from swarmgpu.constraints import parse_all as parse_constraints
@@ -96,9 +98,13 @@ class Holding:
     uuids: tuple[str, ...]
     milli: tuple[int, ...]
 
-    def label_value(self) -> str:
+    @cached_property
+    def _value(self) -> str:
         return ",".join(u if m >= 1000 else f"{u}@{m}" for u, m in zip(self.uuids, self.milli,
                                                                         strict=True))
+
+    def label_value(self) -> str:
+        return self._value
 
 
 _HOLD_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9\-_/:.]*?)(?:@(\d{1,4}))?$")
@@ -118,17 +124,27 @@ def parse_holding(service: str, node_id: str, value: str) -> Holding | None:
     return Holding(service, node_id, tuple(uuids), tuple(milli))
 
 
-def read_ledger(nodes: Sequence[SwarmNode], prefix: str) -> dict[str, dict[str, Holding]]:
-    """service name -> node id -> holding, from the nodes' assign labels."""
+def read_ledger(nodes: Sequence[SwarmNode], prefix: str,
+                cache: dict[str, tuple[int, list[Holding]]] | None = None,
+                ) -> dict[str, dict[str, Holding]]:
+    """service name -> node id -> holding, from the nodes' assign labels. ``cache`` (a
+    long-lived planner's) keeps each node's parse while its spec version is unchanged."""
     out: dict[str, dict[str, Holding]] = {}
     ak = prefix + ASSIGN
     for n in nodes:
-        for k, v in n.labels.items():
-            if k.startswith(ak):
-                svc = k[len(ak):]
-                h = parse_holding(svc, n.id, v)
-                if h is not None:
-                    out.setdefault(svc, {})[n.id] = h
+        got = cache.get(n.id) if cache is not None else None
+        if got is None or got[0] != n.version:
+            held = []
+            for k, v in n.labels.items():
+                if k.startswith(ak):
+                    h = parse_holding(k[len(ak):], n.id, v)
+                    if h is not None:
+                        held.append(h)
+            got = (n.version, held)
+            if cache is not None:
+                cache[n.id] = got
+        for h in got[1]:
+            out.setdefault(h.service, {})[n.id] = h
     return out
 
 
@@ -296,6 +312,7 @@ class ClusterAllocator:
         self.assigned_mig: dict[str, set[str]] = {}
         self.problems: list[str] = []
         self.node_gen: dict[str, int] = {}  # bumped when a node's spec is rebuilt
+        self.tasks_on: set[tuple[str, str]] = set()  # (service id, node id) with a task
         self._gen = 0
         self._order: list[str] = []
         self._node_keys: dict[str, tuple[object, ...]] = {}
@@ -365,8 +382,8 @@ class ClusterAllocator:
                 u = use.setdefault(t.node_id, [0, 0])
                 u[0] += t.cpu_milli
                 u[1] += t.memory_mib
-        self._tasks_on = {(t.service_id, t.node_id) for t in tasks
-                          if t.desired_state == "running" and t.node_id}
+        self.tasks_on = {(t.service_id, t.node_id) for t in tasks
+                         if t.desired_state == "running" and t.node_id}
         for nid in self.alloc.nodes:
             cpu, mem = use.get(nid, (0, 0))
             self.alloc.set_usage(nid, cpu, mem)
@@ -396,7 +413,7 @@ class ClusterAllocator:
                             ) -> tuple[int, int]:
         """What a holding reserves itself: the service's reservation while no task of it
         is on the node yet (then the task's own reservation counts)."""
-        if (service_id, node_id) in getattr(self, "_tasks_on", set()):
+        if (service_id, node_id) in self.tasks_on:
             return (0, 0)
         return res
 
@@ -634,23 +651,29 @@ class Planner:
         self._model_mark = self.model.seen
         self._requests: dict[str, tuple[int, GpuRequest | RequestError | None,
                                         tuple[int, int]]] = {}
-        self._settled: dict[str, tuple[tuple[object, ...], ServicePlan]] = {}
+        self._settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         self._exclude: dict[tuple[object, ...], frozenset[str]] = {}
+        self._ledger_cache: dict[str, tuple[int, list[Holding]]] = {}
+        self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
+        self._declared: dict[str, tuple[int, list[tuple[str, tuple[str, ...]]]]] = {}
+        self._fits: dict[tuple[Holding, GpuRequest, int], str | None] = {}  # holding fits
         self.model_changed = False  # since the owner last stored the model
 
     # --- the workload model ------------------------------------------------------
     def _learn(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]]) -> None:
+        model = self.model
         for s, r in parsed:
-            if isinstance(r, RequestError) or s.mode != "replicated":
-                continue
-            cpu, _mem = self._requests[s.id][2]
-            d = demand_of(r, cpu)
-            if d.mig_profile:
+            if isinstance(r, RequestError) or s.mode != "replicated" or r.mig_profile:
                 continue  # MIG slices are their own pool; they do not fragment shares
-            shape = d.shape()
-            if self.model.observe(s.id, str(shape), shape, max(1, s.replicas or 0)):
+            if model.knows(s.id) and s.id in self._shapes:
+                continue  # counted (per request: a changed request has a new version)
+            cpu, _mem = self._requests[s.id][2]
+            shape = demand_of(r, cpu).shape()
+            self._shapes[s.id] = shape
+            if model.observe(s.id, str(shape), shape, max(1, s.replicas or 0)):
                 self.model_changed = True
-        self.model.forget_keys(s.id for s, _ in parsed)
+        if model.known_count() > len(parsed):
+            model.forget_keys(s.id for s, _ in parsed)
         # Refresh the policy when the model grew by a tenth (or 20 tasks) since: a new
         # model drops the allocator's score cache, so not on every single arrival.
         if self.model.seen - self._model_mark >= max(20.0, 0.1 * self._model_mark):
@@ -666,6 +689,7 @@ class Planner:
     def _parse(self, s: SwarmService) -> GpuRequest | RequestError | None:
         got = self._requests.get(s.id)
         if got is None or got[0] != s.version:
+            self._shapes.pop(s.id, None)
             r = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label)
             got = (s.version, r, reservations(s.spec))
             self._requests[s.id] = got
@@ -703,7 +727,7 @@ class Planner:
         """Decide placements for every annotated service; say what to write, in order."""
         prefix = self.prefix
         plan = PlacementPlan()
-        ledger = read_ledger(nodes, prefix)
+        ledger = read_ledger(nodes, prefix, self._ledger_cache)
         by_id = {n.id: n for n in nodes}
         cluster = self.cluster
         cluster.problems = []
@@ -760,14 +784,15 @@ class Planner:
         cyc = _Cycle(cluster, by_id, facts, prefix, self.zone_label,
                      {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
                      plan, self._exclude_for)
-        settled: dict[str, tuple[tuple[object, ...], ServicePlan]] = {}
+        settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         for s, r in parsed:
             mine = kept.get(s.name, {})
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
                                     running.get(s.id, {}), waiting.get(s.id, []))
             memo = self._settled.get(s.id)
             if memo is not None and memo[0] == key:
-                sp = replace(memo[1], warnings=list(memo[1].warnings))
+                sp = memo[1]  # last cycle's plan, no writes: it still holds
+                sp.warnings = list(memo[2])
             else:
                 sp = _plan_service(s, r, mine, ledger.get(s.name, {}), running.get(s.id, {}),
                                    waiting.get(s.id, []), self._requests[s.id][2], cyc)
@@ -775,9 +800,16 @@ class Planner:
                     _reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
             if (sp.status == "placed" and not sp.needs_service_write and not sp.node_writes
                     and not sp.new):
-                settled[s.id] = (key, replace(sp, warnings=list(sp.warnings)))
+                settled[s.id] = (key, sp, tuple(sp.warnings))
             plan.services.append(sp)
         self._settled = settled
+        if len(self._fits) > 4 * len(settled) + 10_000:  # departed services' entries
+            self._fits.clear()
+        if len(self._requests) > 2 * len(services) + 1000:
+            live = {s.id for s in services}
+            for cache in (self._requests, self._shapes, self._declared):
+                for sid in [k for k in cache if k not in live]:
+                    del cache[sid]
         for p in cluster.problems:
             for sp in plan.services:
                 if p.startswith(sp.name + ":"):
@@ -802,31 +834,39 @@ class Planner:
         cluster, prefix = self.cluster, self.prefix
         wanted: dict[str, dict[str, Holding]] = {}
         order: list[tuple[str, str, Holding]] = []
-        for s, r in parsed:  # 1. the ledger
-            for node_id, h in ledger.get(s.name, {}).items():
+        gen, in_alloc, fits = cluster.node_gen, cluster.alloc.nodes, self._fits
+        declared: list[tuple[bool, str, SwarmService, GpuRequest, Holding]] = []
+        dk = prefix + DEVICES
+        no_holdings: dict[str, Holding] = {}
+        for s, r in parsed:
+            mine = ledger.get(s.name, no_holdings)
+            for node_id, h in mine.items():  # 1. the ledger
                 if not isinstance(r, RequestError):  # invalid now: keep, never drop
-                    why = (_holding_fits(h, r, facts.get(node_id)) if node_id in by_id
-                           else "node gone")
+                    if node_id not in by_id:
+                        continue
+                    fk = (h, r, gen.get(node_id, 0) if node_id in in_alloc else -1)
+                    why = fits.get(fk, fk)
+                    if why is fk:
+                        why = fits[fk] = _holding_fits(h, r, facts.get(node_id))
                     if why is not None:
                         continue
                 wanted.setdefault(s.name, {})[node_id] = h
                 order.append((s.id, s.name, h))
-        owner = {(nid, u): svc for svc, per in wanted.items() for nid, h in per.items()
-                 for u in h.uuids}
-        declared: list[tuple[bool, str, SwarmService, GpuRequest, Holding]] = []
-        dk = prefix + DEVICES
-        for s, r in parsed:  # 2. declared device lists, onto free GPUs only
             if isinstance(r, RequestError):
                 continue
-            for k, v in s.labels.items():
-                nid = k[len(dk):]
-                if not k.startswith(dk) or nid in ledger.get(s.name, {}) or nid not in by_id:
+            got = self._declared.get(s.id)
+            if got is None or got[0] != s.version:
+                got = (s.version, [(k[len(dk):], tuple(u for u in v.split(",") if u))
+                                   for k, v in s.labels.items() if k.startswith(dk)])
+                self._declared[s.id] = got
+            for nid, uuids in got[1]:  # 2. declared device lists (below)
+                if nid in mine or nid not in by_id or not uuids:
                     continue
-                uuids = tuple(u for u in v.split(",") if u)
                 milli = r.gpu_milli if r.is_fraction else 1000
-                if uuids:
-                    h = Holding(s.name, nid, uuids, tuple(milli for _ in uuids))
-                    declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
+                h = Holding(s.name, nid, uuids, tuple(milli for _ in uuids))
+                declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
+        owner = {(nid, u): svc for svc, per in wanted.items() for nid, h in per.items()
+                 for u in h.uuids} if declared else {}
         for _, name, s, r, h in sorted(declared, key=lambda d: (d[0], d[1])):
             # A share of a GPU may sit beside another service's share (capacity decides).
             taken = sorted({owner[(h.node_id, u)] for u, m in zip(h.uuids, h.milli, strict=True)
@@ -840,8 +880,8 @@ class Planner:
                 wanted.setdefault(name, {})[h.node_id] = h
                 order.append((s.id, name, h))
                 owner.update({(h.node_id, u): name for u in h.uuids})
-        res = {(name, h.node_id): cluster.holding_reservation(sid, h.node_id,
-                                                                self._requests[sid][2])
+        tasks_on, reqs = cluster.tasks_on, self._requests
+        res = {(name, h.node_id): (0, 0) if (sid, h.node_id) in tasks_on else reqs[sid][2]
                for sid, name, h in order}
         cluster.begin_holdings(wanted, res)
         kept: dict[str, dict[str, Holding]] = {}
@@ -856,14 +896,12 @@ class Planner:
                      ) -> tuple[object, ...]:
         """Everything a settled service's plan reads: while it is unchanged, last
         cycle's plan (no writes) still holds."""
-        ak, gk = assign_key(self.prefix, s.name), gate_key(self.prefix, s.name)
-        nodes = tuple(sorted(
-            (nid, h.label_value(), by_id[nid].labels.get(ak), by_id[nid].labels.get(gk),
-             by_id[nid].hostname, self.cluster.node_gen.get(nid, 0))
-            for nid, h in kept.items() if nid in by_id))
-        return (s.version, nodes, tuple(sorted((n, h.label_value()) for n, h in old.items())),
-                tuple(sorted(running_on.items())),
-                tuple((t.id, t.force_update, t.error) for t in waiting))
+        gen = self.cluster.node_gen
+        # A node's spec version moves with any label change on it (gates, ledger).
+        nodes = tuple((nid, h, by_id[nid].version, gen.get(nid, 0))
+                      for nid, h in kept.items() if nid in by_id)
+        return (s.version, nodes, tuple(old.values()), tuple(running_on.items()),
+                tuple((t.id, t.force_update, t.error, t.message) for t in waiting))
 
 
 def plan_placement(

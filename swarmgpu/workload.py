@@ -116,16 +116,22 @@ class WorkloadModel:
     def knows(self, key: str) -> bool:
         return key in self._seen_keys
 
+    def known_count(self) -> int:
+        return len(self._seen_keys)
+
     def forget_keys(self, live: Iterable[str]) -> None:
         """Drop the seen-marks of departed services (their counts stay and decay)."""
         keep = set(live)
         self._seen_keys = {k: v for k, v in self._seen_keys.items() if k in keep}
 
     def typical(self) -> tuple[TypicalTask, ...]:
-        """The shapes covering 95% of the weight, renormalised (FGD's typical pods)."""
+        """The shapes covering 95% of the weight, renormalised (FGD's typical pods); a
+        pinned mix is used as given."""
         total = sum(self.weights.values())
         if total <= 0:
             return ()
+        if self.pinned:
+            return _norm(self.weights)
         ranked = sorted(self.weights.items(), key=lambda kv: (-kv[1], kv[0]))
         chosen: dict[TaskShape, float] = {}
         covered = 0.0

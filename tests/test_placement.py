@@ -46,7 +46,8 @@ def apply(nodes: list[SwarmNode], plan: object) -> list[SwarmNode]:
         for k in plan.node_remove.get(n.id, []):  # type: ignore[attr-defined]
             labels.pop(k, None)
         labels.update(plan.node_set.get(n.id, {}))  # type: ignore[attr-defined]
-        out.append(replace(n, labels=labels))
+        # Swarm bumps a node's version on every update (a long-lived planner relies on it)
+        out.append(replace(n, labels=labels, version=n.version + (labels != n.labels)))
     return out
 
 

@@ -178,7 +178,8 @@ def test_usage_survives_a_node_rebuild() -> None:
     (px,) = plan.services[0].placements
     tx = task("tx", x, px.node_id, 1500)
     planner.plan(nodes, [x], [tx], facts)  # type: ignore[arg-type]
-    nodes = [replace(n, labels={**n.labels, "rack": "r1"}) for n in nodes]  # a rebuild
+    nodes = [replace(n, labels={**n.labels, "rack": "r1"}, version=n.version + 1)
+             for n in nodes]  # a rebuild
     y = reserving(svc("y", {"swarmgpu.gpus": "1"}), 1000)
     sp = {s.name: s for s in planner.plan(nodes, [x, y], [tx], facts).services}  # type: ignore[arg-type]
     assert sp["y"].placements[0].node_id != px.node_id

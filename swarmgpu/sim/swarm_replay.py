@@ -52,7 +52,7 @@ from swarmgpu.workload import WorkloadModel
 
 P = "swarmgpu."
 WORKLOADS = ("online", "oracle")
-BATCH = 50  # arrivals per planner cycle
+BATCH = 250  # arrivals per planner cycle (and one before each 5% load level)
 GPU_MEMORY_MIB = 16384  # the trace gives none; only share labels read it
 MIB = 1024 * 1024
 
@@ -263,8 +263,6 @@ class Replay:
         for n_arrived, pod in enumerate(self.order, start=1):
             arrived += pod.total_gpu_milli
             if pod.total_gpu_milli == 0:
-                if self.new:  # keep arrival order: GPU pods before it are planned first
-                    self.cycle()
                 self.place_cpu_pod(n_arrived, pod)
             else:
                 s = self.world.add_service(n_arrived, pod)
