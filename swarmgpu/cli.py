@@ -483,9 +483,13 @@ def config_defaults() -> None:
               help="Allow defragmenting moves: at most this many per 100 arrived pods.")
 @click.option("--speedup", type=float, default=1.0, show_default=True,
               help="With --departures: arrivals K times faster, lifetimes kept (more load).")
+@click.option("--workload", default="online", show_default=True,
+              type=click.Choice(["online", "oracle"]),
+              help="swarmgpu's workload model: online = learned from arrivals so far, as the "
+                   "daemon does; oracle = the whole trace's mix, as FGD's paper gives FGD.")
 def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, seeds: str,
              as_json: bool, plot: str | None, departures: bool, rebalance_moves: float | None,
-             speedup: float) -> None:
+             speedup: float, workload: str) -> None:
     """Replay a GPU cluster trace through the placement policies."""
     from swarmgpu.sim.cli_entry import parse_seeds, resolve_trace, run_simulate
 
@@ -497,7 +501,8 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
         click.echo(f"swarmgpu simulate: --seeds: {exc}", err=True)
         sys.exit(2)
     text, code = run_simulate(nodes, pods, [p.strip() for p in policies.split(",") if p.strip()],
-                              seed_list, as_json, plot, departures, rebalance_moves, speedup)
+                              seed_list, as_json, plot, departures, rebalance_moves, speedup,
+                              workload)
     click.echo(text)
     sys.exit(code)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -313,6 +314,7 @@ class ClusterAllocator:
         self.problems: list[str] = []
         self.node_gen: dict[str, int] = {}  # bumped when a node's spec is rebuilt
         self.tasks_on: set[tuple[str, str]] = set()  # (service id, node id) with a task
+        self.timings: list[float] | None = None  # per placement decision, when measured
         self._gen = 0
         self._order: list[str] = []
         self._node_keys: dict[str, tuple[object, ...]] = {}
@@ -505,6 +507,17 @@ class ClusterAllocator:
         """Best node for ``d``: the core's scorer over one node per group of nodes in the
         same state. ``exclude`` names nodes that may not take it, ``where`` filters on
         what a group shares (labels); ``allowed`` (any per-node test) scans every node."""
+        if self.timings is None:
+            return self._place(d, allowed, exclude, where)
+        t0 = time.perf_counter()
+        try:
+            return self._place(d, allowed, exclude, where)
+        finally:
+            self.timings.append(time.perf_counter() - t0)
+
+    def _place(self, d: Demand, allowed: Callable[[NodeState], bool] | None,
+               exclude: AbstractSet[str], where: Callable[[NodeState], bool] | None,
+               ) -> Choice | Unplaceable:
         a = self.alloc
         if d.mig_profile:
             for node in sorted(a.nodes.values(), key=lambda n: n.rank):

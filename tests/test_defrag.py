@@ -8,7 +8,8 @@ from swarmgpu.allocator.core import Allocator, Choice, Demand, GpuSpec, NodeSpec
 from swarmgpu.allocator.defrag import Held, NodeCost, best_move, cheapest_target, movable
 from swarmgpu.allocator.fragmentation import typical_tasks
 from swarmgpu.sim.rebalance import Defragmenter, Running, apply_moves
-from swarmgpu.sim.replay import replay
+from swarmgpu.sim.swarm_replay import Defragmenter as PlannerDefragmenter
+from swarmgpu.sim.swarm_replay import replay_planner
 from swarmgpu.sim.trace import TracePod
 
 WHOLE = Demand(num_gpu=1, cpu_milli=4000)
@@ -111,11 +112,10 @@ def test_replay_with_defrag_counts_moves_within_the_budget_and_the_allocator_agr
     nodes = [_node(f"n{i}", 2, cpu=16000) for i in range(6)]
     pods = _pods()
     moves_per_100 = 10.0
-    res = replay(nodes, pods, "swarmgpu", 3, moves_per_100=moves_per_100,
-                 defrag=Defragmenter(tuple(typical_tasks(p.demand().shape() for p in pods))),
-                 defrag_every=5)
+    res = replay_planner(nodes, pods, 3, moves_per_100=moves_per_100,
+                         defrag=PlannerDefragmenter(pods), defrag_every=5)
     assert 0 < res.moves <= int(res.pods * moves_per_100 / 100)
     spent = [res.moves_at[lv] for lv in sorted(res.moves_at)]
     assert spent == sorted(spent) and spent[-1] <= res.moves
-    plain = replay(nodes, pods, "swarmgpu", 3)
+    plain = replay_planner(nodes, pods, 3)
     assert res.pods == plain.pods and res.placed >= plain.placed

@@ -697,7 +697,7 @@ class Allocator:
         """Why no node fits, naming the node that came closest (one node per state)."""
         if not self.nodes:
             return f"needs {d.describe()}; no nodes are known"
-        best_name, best_have, why = "", -1, ""
+        best_name, why = "", ""
         reps: list[NodeState] = []
         for gk, members in self._groups.items():
             rep: NodeState | None = self._group_best[gk]
@@ -708,7 +708,10 @@ class Allocator:
                 reps.append(rep)
         if not reps:
             return f"needs {d.describe()}; no node is allowed for it"
-        for node in sorted(reps, key=lambda n: n.rank):
+        need = d.milli_per_gpu
+        matches: dict[str, bool] = {}
+        best_key: tuple[int, int] = (-1, 0)
+        for node in reps:  # the most GPUs free wins, then the lowest rank
             if node.blocked:
                 have, reason = 0, "it is not schedulable (down, paused or drained)"
             elif any(node.spec.labels.get(k) != v for k, v in d.node_labels):
@@ -718,13 +721,23 @@ class Allocator:
             elif node.mem_left is not None and node.mem_left < d.memory_mib:
                 have, reason = 0, f"only {node.mem_left} MiB memory free"
             else:
-                elig = self.eligible_gpus(node, d)
-                have = sum(1 for i in elig if node.free[i] >= d.milli_per_gpu)
+                if node.simple:  # alike GPUs: count without building the eligible list
+                    ok = matches.get(node.product)
+                    if ok is None:
+                        ok = matches[node.product] = product_matches(node.product, d.products)
+                    g0 = node.spec.gpus[0] if node.spec.gpus else None
+                    have = (sum(1 for f in node.free if f >= need)
+                            if ok and g0 is not None and g0.memory_mib >= d.min_memory_mib
+                            else 0)
+                else:
+                    elig = self.eligible_gpus(node, d)
+                    have = sum(1 for i in elig if node.free[i] >= need)
                 reason = f"{have} free"
                 if have >= d.gpus_wanted:
                     reason = f"{have} free but not as one {d.topology} set"
-            if have > best_have:
-                best_name, best_have, why = node.spec.name, have, reason
+            key = (have, -node.rank)
+            if key > best_key:
+                best_key, best_name, why = key, node.spec.name, reason
         return f"needs {d.describe()}; best node {best_name} has {why}"
 
 

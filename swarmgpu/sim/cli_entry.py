@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from swarmgpu.sim import report
 from swarmgpu.sim.replay import POLICIES
+from swarmgpu.sim.swarm_replay import WORKLOADS
 from swarmgpu.sim.trace import TraceError
 from swarmgpu.sim.traces import bundled
 
@@ -41,12 +42,14 @@ def parse_seeds(text: str) -> list[int]:
 def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], as_json: bool,
                  plot: str | None, departures: bool = False,
                  rebalance_moves: float | None = None,
-                 speedup: float = 1.0) -> tuple[str, int]:
+                 speedup: float = 1.0, workload: str = "online") -> tuple[str, int]:
     """Run the replay; returns (text to print, exit code)."""
     known = set(POLICIES) | {"fgd-unrounded"}
     bad = [p for p in policies if p not in known]
     if bad:
         return (f"unknown policy {', '.join(bad)}; choose from {', '.join(POLICIES)}", 2)
+    if workload not in WORKLOADS:
+        return (f"--workload {workload!r}: use one of {', '.join(WORKLOADS)}", 2)
     if rebalance_moves is not None and rebalance_moves < 0:
         return (f"--rebalance-moves {rebalance_moves:g}: must be >= 0 (moves per 100 pods)", 2)
     if departures:
@@ -57,12 +60,13 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
             if speedup <= 0:
                 return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
             timed = report.run_timed(nodes, pods, policies, seeds, moves=rebalance_moves,
-                                     speedup=speedup)
+                                     speedup=speedup, workload=workload)
         except TraceError as e:
             return (str(e), 2)
         return (report.timed_json(timed) if as_json else report.timed_text(timed), 0)
     try:
-        results = report.run_many(nodes, pods, policies, seeds, moves=rebalance_moves)
+        results = report.run_many(nodes, pods, policies, seeds, moves=rebalance_moves,
+                                  workload=workload)
     except TraceError as e:
         return (str(e), 2)
     s = report.summary(results)

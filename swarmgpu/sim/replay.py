@@ -51,7 +51,11 @@ def workload_of(pods: Sequence[TracePod]) -> tuple[TypicalTask, ...]:
 
 
 def make_scorer(policy: str, workload: tuple[TypicalTask, ...]) -> Scorer:
+    """The baselines' node scorers. swarmgpu has none here: it runs through the daemon's
+    own planner (``sim.swarm_replay``), so its figures are the daemon's."""
     if policy == "swarmgpu":
+        raise ValueError("swarmgpu replays through the daemon's planner: sim.swarm_replay")
+    if policy == "swarmgpu-allocator":  # the scorer alone, for tests of the allocator
         return SwarmScorer(workload)
     if policy == "fgd":
         return FgdScorer(workload)
@@ -133,6 +137,13 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
     """
     import time
 
+    if policy == "swarmgpu":
+        if rebalancer is not None or defrag is not None:
+            raise ValueError("swarmgpu's moves replay through the planner: "
+                             "sim.swarm_replay.replay_planner(defrag=...)")
+        from swarmgpu.sim.swarm_replay import replay_planner
+
+        return replay_planner(nodes, pods, seed, inflate=inflate, timing=timing)
     cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
     order, rng = arrival_order(pods, cluster_milli, seed, inflate)
     workload = workload_of(pods)

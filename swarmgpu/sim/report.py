@@ -13,6 +13,8 @@ from typing import Any
 
 from swarmgpu.sim.rebalance import Defragmenter, MoveRescuer
 from swarmgpu.sim.replay import RunResult, replay, workload_of
+from swarmgpu.sim.swarm_replay import Defragmenter as PlannerDefragmenter
+from swarmgpu.sim.swarm_replay import replay_departures_planner, replay_planner
 from swarmgpu.sim.timeline import TimelineResult, replay_departures, timed_pods
 from swarmgpu.sim.trace import load_nodes, load_pods
 
@@ -21,9 +23,12 @@ REPORT_LEVELS = (50, 100, 130)
 RESCUE_RESERVE = 8
 
 
-def _one(args: tuple[str, str, str, int, float | None]) -> RunResult:
-    nodes_path, pods_path, policy, seed, moves = args
+def _one(args: tuple[str, str, str, int, float | None, str]) -> RunResult:
+    nodes_path, pods_path, policy, seed, moves, workload = args
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
+    if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
+        return replay_planner(nodes, pods, seed, workload=workload, moves_per_100=moves or 0.0,
+                              defrag=PlannerDefragmenter(pods) if moves else None)
     if moves:
         return replay(nodes, pods, policy, seed, moves_per_100=moves,
                       defrag=Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE),
@@ -31,9 +36,13 @@ def _one(args: tuple[str, str, str, int, float | None]) -> RunResult:
     return replay(nodes, pods, policy, seed)
 
 
-def _one_timed(args: tuple[str, str, str, int, float | None, float]) -> TimelineResult:
-    nodes_path, pods_path, policy, seed, moves, speedup = args
+def _one_timed(args: tuple[str, str, str, int, float | None, float, str]) -> TimelineResult:
+    nodes_path, pods_path, policy, seed, moves, speedup, workload = args
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
+    if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
+        return replay_departures_planner(
+            nodes, pods, seed, workload=workload, speedup=speedup, moves_per_100=moves or 0.0,
+            defrag=PlannerDefragmenter(pods) if moves else None, source=pods_path)
     return replay_departures(nodes, pods, policy, seed,
                              rebalancer=MoveRescuer() if moves else None,
                              defrag=(Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE)
@@ -50,10 +59,10 @@ def _map(fn: Callable[[Any], Any], jobs: list[Any], workers: int | None) -> list
 
 
 def run_many(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
-             *, moves: float | None = None,
+             *, moves: float | None = None, workload: str = "online",
              workers: int | None = None) -> dict[str, list[RunResult]]:
     """No-departure replays of every policy x seed, on all cores."""
-    jobs = [(nodes_path, pods_path, p, s, moves) for p in policies for s in seeds]
+    jobs = [(nodes_path, pods_path, p, s, moves, workload) for p in policies for s in seeds]
     out: dict[str, list[RunResult]] = {p: [] for p in policies}
     for r in _map(_one, jobs, workers):
         out[r.policy].append(r)
@@ -61,16 +70,17 @@ def run_many(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Se
 
 
 def run_timed(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
-              *, moves: float | None = None, speedup: float = 1.0,
+              *, moves: float | None = None, speedup: float = 1.0, workload: str = "online",
               workers: int | None = None) -> dict[str, list[TimelineResult]]:
     """Departure replays; with ``moves`` each policy runs with the rebalancer off and on
     (keys ``policy`` and ``policy+moves``)."""
     timed_pods(load_pods(pods_path), pods_path)  # fail fast, before the workers start
     variants = [None, moves] if moves else [None]
-    jobs = [(nodes_path, pods_path, p, s, m, speedup)
+    jobs = [(nodes_path, pods_path, p, s, m, speedup, workload)
             for p in policies for m in variants for s in seeds]
     out: dict[str, list[TimelineResult]] = {}
-    for (_n, _p, pol, _s, m, _k), r in zip(jobs, _map(_one_timed, jobs, workers), strict=True):
+    for (_n, _p, pol, _s, m, _k, _w), r in zip(jobs, _map(_one_timed, jobs, workers),
+                                               strict=True):
         out.setdefault(pol + ("+moves" if m else ""), []).append(r)
     return out
 

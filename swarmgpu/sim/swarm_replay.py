@@ -23,6 +23,8 @@ paper gives its policy).
 
 from __future__ import annotations
 
+import heapq
+import random
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -46,6 +48,7 @@ from swarmgpu.placement import (
 from swarmgpu.placement_step import _service_compute
 from swarmgpu.sharing import env_lines
 from swarmgpu.sim.replay import LEVEL_STEP, RunResult, arrival_order, pod_kind, workload_of
+from swarmgpu.sim.timeline import TimelineResult, timed_pods
 from swarmgpu.sim.trace import TracePod
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask, service_from_api
 from swarmgpu.workload import WorkloadModel
@@ -300,8 +303,10 @@ class Defragmenter:
         self.reserve = reserve
 
     def __call__(self, rp: Replay, budget: int) -> int:
-        cluster = rp.planner.cluster
-        w = rp.world
+        return self.run(rp.planner, rp.world, budget)
+
+    def run(self, planner: Planner, w: World, budget: int) -> int:
+        cluster = planner.cluster
         held = []
         for (svc, nid), h in cluster.held_items():
             pod = w.pods.get(svc)
@@ -330,9 +335,146 @@ class Defragmenter:
 def replay_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int, *,
                    workload: str = "online", moves_per_100: float = 0.0,
                    defrag: Defragmenter | None = None, inflate: float = 1.3,
-                   timing: bool = False) -> RunResult:
+                   timing: bool = False, defrag_every: int = BATCH) -> RunResult:
+    """One seed; ``timing`` records each placement decision the planner makes (its
+    allocator's ``place``) in ``decision_s``."""
     rp = Replay(nodes, pods, seed, workload=workload, inflate=inflate)
-    res = rp.run(moves_per_100, defrag)
-    if timing and rp.cycles:
-        res.decision_s = [rp.cycle_s / max(1, res.pods)]
+    if timing:
+        rp.planner.cluster.timings = []
+    res = rp.run(moves_per_100, defrag, defrag_every)
+    if timing:
+        res.decision_s = list(rp.planner.cluster.timings or [])
+    return res
+
+
+def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int,
+                              *, workload: str = "online", speedup: float = 1.0,
+                              moves_per_100: float = 0.0, defrag: Defragmenter | None = None,
+                              source: str = "the pod file", batch: int = BATCH,
+                              ) -> TimelineResult:
+    """The departures replay (``sim.timeline``) through the planner: pods arrive and
+    leave at their trace times (``speedup`` as there). Arrivals wait for the next cycle,
+    which runs every ``batch`` arrivals and before any departure is processed, so a pod
+    never sees capacity freed after it arrived; a departed pod's service is removed and
+    the planner releases its holding, as the daemon does when a stack goes."""
+    if speedup <= 0:
+        raise ValueError(f"speedup={speedup}: must be > 0 (1 = the trace's own times)")
+    order = timed_pods(pods, source)
+    cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
+    rng = random.Random(seed)  # noqa: S311 - node order only
+    ranks = list(range(len(nodes)))
+    rng.shuffle(ranks)  # as build_allocator does in the allocator-level replay
+    world = World.of(nodes, ranks)
+    planner = Planner(workload=_model(workload, pods))
+    res = TimelineResult("swarmgpu", seed, pods=len(order))
+    failed: Counter[str] = Counter()
+    leaving: list[tuple[int, int, str]] = []  # (deletion time, tid, service id or cpu key)
+    wanted: list[tuple[int, int]] = []
+    allocated = demanded = 0
+    area_alloc = area_demand = 0.0
+    # service id -> (tid, pod, leave, arrival), awaiting their first cycle
+    new: dict[str, tuple[int, TracePod, int, int]] = {}
+
+    def times(p: TracePod) -> tuple[int, int]:
+        c, e = p.creation_time or 0, p.deletion_time or 0
+        a = int(c / speedup)
+        return a, a + max(e - c, 0)
+
+    start = times(order[0])[0] if order else 0
+    now = start
+
+    def advance(t: int) -> None:
+        nonlocal now, area_alloc, area_demand
+        if t > now:
+            area_alloc += allocated * (t - now)
+            area_demand += demanded * (t - now)
+            now = t
+
+    def cycle() -> None:
+        nonlocal allocated, area_alloc
+        plan = planner.plan(list(world.nodes.values()), list(world.services.values()),
+                            world.all_tasks(), world.facts)
+        gone: list[str] = []
+        for sp in plan.services:
+            got = new.get(sp.id)
+            if got is None:
+                continue
+            tid, pod, leave, arrived = got
+            if sp.placements:
+                allocated += pod.total_gpu_milli
+                # held since it arrived: the cycle's delay is the daemon's, not the policy's
+                area_alloc += pod.total_gpu_milli * (now - arrived)
+                res.placed += 1
+                heapq.heappush(leaving, (leave, tid, sp.id))
+                res.peak_alloc_pct = max(res.peak_alloc_pct, 100.0 * allocated / cluster_milli)
+            else:
+                failed[pod_kind(pod)] += 1
+                res.failed_gpu_milli += pod.total_gpu_milli
+                gone.append(sp.id)
+        new.clear()
+        world.apply(plan)
+        for sid in gone:
+            world.remove_service(sid)
+
+    def depart_until(t: int) -> None:
+        nonlocal allocated, demanded
+        while wanted and wanted[0][0] <= t:
+            when, milli = heapq.heappop(wanted)
+            if new and ((leaving and leaving[0][0] <= when)
+                        or min(v[2] for v in new.values()) <= when):
+                cycle()  # pods that arrived before this departure are planned without it
+            advance(when)
+            demanded -= milli
+            while leaving and leaving[0][0] <= when:
+                _, _tid, key = heapq.heappop(leaving)
+                if key in world.cpu_tasks:
+                    task = world.cpu_tasks.pop(key)
+                    planner.cluster.add_usage(task.node_id, -task.cpu_milli, -task.memory_mib)
+                    continue
+                pod = world.pods.get(world.services[key].name) if key in world.services else None
+                if pod is not None:
+                    allocated -= pod.total_gpu_milli
+                    world.remove_service(key)
+
+    rp_moves = 0
+    for tid, pod in enumerate(order, start=1):
+        arrive, leave = times(pod)
+        depart_until(arrive)
+        advance(arrive)
+        demanded += pod.total_gpu_milli
+        res.asked_gpu_milli += pod.total_gpu_milli
+        heapq.heappush(wanted, (leave, pod.total_gpu_milli))
+        if pod.total_gpu_milli == 0:
+            alloc = planner.cluster.alloc
+            got = alloc.place(Demand(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib),
+                              explain=False)
+            if isinstance(got, Choice):
+                key = f"cpu{tid}"
+                world.add_cpu_task(key, got.node, pod)
+                planner.cluster.add_usage(got.node, pod.cpu_milli, pod.memory_mib)
+                heapq.heappush(leaving, (leave, tid, key))
+                res.placed += 1
+            else:
+                failed["cpu"] += 1
+        else:
+            s = world.add_service(tid, pod)
+            new[s.id] = (tid, pod, leave, arrive)
+        if len(new) >= batch:
+            cycle()
+        if defrag is not None and tid % BATCH == 0:
+            budget = int(tid * moves_per_100 / 100) - rp_moves
+            if budget >= 1:
+                if new:
+                    cycle()
+                rp_moves += defrag.run(planner, world, budget)
+    if new:
+        cycle()
+    if order:
+        advance(times(order[-1])[0])
+    res.moves = rp_moves
+    res.span_s = now - start
+    res.failed = dict(failed)
+    if res.span_s > 0:
+        res.mean_alloc_pct = 100.0 * area_alloc / res.span_s / cluster_milli
+        res.mean_demand_pct = 100.0 * area_demand / res.span_s / cluster_milli
     return res

@@ -76,6 +76,13 @@ def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], polic
     node, ``defrag`` every ``DEFRAG_EVERY`` arrivals."""
     if speedup <= 0:
         raise ValueError(f"speedup={speedup}: must be > 0 (1 = the trace's own times)")
+    if policy == "swarmgpu":
+        if rebalancer is not None or defrag is not None:
+            raise ValueError("swarmgpu's moves replay through the planner: "
+                             "sim.swarm_replay.replay_departures_planner(defrag=...)")
+        from swarmgpu.sim.swarm_replay import replay_departures_planner
+
+        return replay_departures_planner(nodes, pods, seed, speedup=speedup, source=source)
     order = timed_pods(pods, source)
 
     def times(p: TracePod) -> tuple[int, int]:
