@@ -112,7 +112,22 @@ def _mig_strategy(facts: NodeFacts) -> str:
 
 
 def desired_labels(facts: NodeFacts, prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
-    """The labels a node with these facts should carry (keys include the prefix)."""
+    """The labels a node with these facts should carry (keys include the prefix).
+    Memoised on what they are made of: agents re-read facts every cycle, and a thousand
+    nodes built alike would otherwise recompute the same NVLink groups each time."""
+    key = (facts.gpus, facts.links, facts.driver_version, facts.cuda_driver_version, prefix)
+    got = _DESIRED.get(key)
+    if got is None:
+        if len(_DESIRED) > 4096:
+            _DESIRED.clear()
+        got = _DESIRED[key] = _desired_labels(facts, prefix)
+    return dict(got)
+
+
+_DESIRED: dict[tuple[object, ...], dict[str, str]] = {}
+
+
+def _desired_labels(facts: NodeFacts, prefix: str) -> dict[str, str]:
     p = prefix
     gpus = facts.gpus
     out: dict[str, str] = {f"{p}gpu.count": str(len(gpus))}

@@ -238,6 +238,10 @@ def user_labels(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
     return {k: v for k, v in labels.items() if not owned_by_placement(k, prefix)}
 
 
+# (GPUs, links) -> a small id: nodes built alike share it (NodeSpec.shape)
+_SHAPES: dict[tuple[object, ...], int] = {}
+
+
 def node_spec(node: SwarmNode, facts: NodeFacts, prefix: str = "swarmgpu.") -> NodeSpec:
     links = facts.links
     numa = [g.numa_node for g in facts.gpus]
@@ -250,12 +254,13 @@ def node_spec(node: SwarmNode, facts: NodeFacts, prefix: str = "swarmgpu.") -> N
         same = numa[a] is not None and numa[a] == numa[b]
         return link_score(links[a][b]) + (1 if same else 0)
 
+    gpus = tuple(GpuSpec(index=i, product=g.product, memory_mib=g.memory_mib,
+                         numa_node=g.numa_node, healthy=g.healthy, mig_enabled=g.mig_enabled)
+                 for i, g in enumerate(facts.gpus))
     return NodeSpec(
         name=node.id,
-        gpus=tuple(GpuSpec(index=i, product=g.product, memory_mib=g.memory_mib,
-                           numa_node=g.numa_node, healthy=g.healthy,
-                           mig_enabled=g.mig_enabled)
-                   for i, g in enumerate(facts.gpus)),
+        gpus=gpus,
+        shape=_SHAPES.setdefault((gpus, links), len(_SHAPES)),
         cpu_milli=node.cpu_milli,
         memory_mib=node.memory_mib,
         labels=user_labels(node.labels, prefix),
@@ -315,6 +320,11 @@ class ClusterAllocator:
         self.node_gen: dict[str, int] = {}  # bumped when a node's spec is rebuilt
         self.tasks_on: set[tuple[str, str]] = set()  # (service id, node id) with a task
         self.timings: list[float] | None = None  # per placement decision, when measured
+        self._host_text: dict[str, str] = {}
+        # (node, MIG profile) with no free device: stays so until a release on the node
+        self._mig_none: set[tuple[str, str]] = set()
+        self._by_rank: list[NodeState] = []  # for MIG requests, rebuilt with the nodes
+        self._names: tuple[tuple[str, str], ...] = ()
         self._gen = 0
         self._order: list[str] = []
         self._node_keys: dict[str, tuple[object, ...]] = {}
@@ -347,6 +357,11 @@ class ClusterAllocator:
             self._order = ids
         self.nodes = {n.id: n for n in nodes}
         self.facts = dict(facts)
+        names = tuple((n.id, n.hostname) for n in order)
+        if names != self._names:
+            self._names = names
+            self._host_text.clear()
+        self._by_rank = []
         for rank, n in enumerate(order):
             f = facts.get(n.id)
             present = n.id in self.alloc.nodes
@@ -367,6 +382,7 @@ class ClusterAllocator:
             self.alloc.set_blocked(n.id, not _schedulable(n))
 
     def _drop_node(self, node_id: str) -> None:
+        self._mig_none = {k for k in self._mig_none if k[0] != node_id}
         self.alloc.remove_node(node_id)
         self._node_keys.pop(node_id, None)
         self.assigned_mig.pop(node_id, None)
@@ -438,6 +454,8 @@ class ClusterAllocator:
             self.alloc.release(held.choice)
         for u in held.migs:
             self.assigned_mig.get(key[1], set()).discard(u)
+        if held.migs:
+            self._mig_none = {k for k in self._mig_none if k[0] != key[1]}
 
     def commit_holding(self, svc: str, node_id: str, h: Holding,
                        res: tuple[int, int] = (0, 0)) -> bool:
@@ -520,15 +538,20 @@ class ClusterAllocator:
                ) -> Choice | Unplaceable:
         a = self.alloc
         if d.mig_profile:
-            for node in sorted(a.nodes.values(), key=lambda n: n.rank):
+            if len(self._by_rank) != len(a.nodes):
+                self._by_rank = sorted(a.nodes.values(), key=lambda n: n.rank)
+            for node in self._by_rank:
                 if (node.blocked or node.spec.name in exclude
                         or (where is not None and not where(node))
                         or (allowed is not None and not allowed(node))
+                        or (node.spec.name, d.mig_profile) in self._mig_none
                         or not a.fits(node, Demand(cpu_milli=d.cpu_milli,
                                                    memory_mib=d.memory_mib))):
                     continue
                 got = self._pick_mig(node.spec, tuple(node.free), d)
-                if got is not None:
+                if got is None:
+                    self._mig_none.add((node.spec.name, d.mig_profile))
+                else:
                     return Choice(node=node.spec.name, gpus=(), milli=(), score=0.0,
                                   explanation=f"{d.describe()} on {node.spec.name}", mig=got,
                                   cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
@@ -543,11 +566,18 @@ class ClusterAllocator:
         return got
 
     def hostnames(self, text: str) -> str:
-        """Node ids in the allocator's words, as the hostnames people know."""
-        for nid, n in self.nodes.items():
-            if nid in text:
-                text = text.replace(nid, n.hostname)
-        return text
+        """Node ids in the allocator's words, as the hostnames people know (identical
+        pending requests share one reason: each text is rewritten once per node set)."""
+        got = self._host_text.get(text)
+        if got is None:
+            got = text
+            for nid, n in self.nodes.items():
+                if nid in got:
+                    got = got.replace(nid, n.hostname)
+            if len(self._host_text) > 10_000:
+                self._host_text.clear()
+            self._host_text[text] = got
+        return got
 
     def to_replica(self, choice: Choice) -> ReplicaPlacement:
         f = self.facts[choice.node]
@@ -626,6 +656,10 @@ def _zone_orders(req: GpuRequest, used_zones: set[str],
     return tiers
 
 
+# (constraints, platforms (os, arch), generic reservations (kind, count))
+ExcludeKey = tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[tuple[str, int], ...]]
+
+
 @dataclass
 class _Cycle:
     """What every service's planning in one cycle reads (and the plan it writes to)."""
@@ -665,8 +699,10 @@ class Planner:
         self._requests: dict[str, tuple[int, GpuRequest | RequestError | None,
                                         tuple[int, int]]] = {}
         self._settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
-        self._exclude: dict[tuple[object, ...], frozenset[str]] = {}
+        self._exclude: dict[ExcludeKey, frozenset[str]] = {}
         self._ledger_cache: dict[str, tuple[int, list[Holding]]] = {}
+        self._exclude_sig: tuple[tuple[str, int], ...] = ()
+        self._exclude_keys: dict[str, tuple[int, ExcludeKey | None]] = {}
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
         self._declared: dict[str, tuple[int, list[tuple[str, tuple[str, ...]]]]] = {}
         self._fits: dict[tuple[Holding, GpuRequest, int], str | None] = {}  # holding fits
@@ -710,7 +746,26 @@ class Planner:
 
     def _exclude_for(self, s: SwarmService) -> frozenset[str]:
         """Nodes Swarm would refuse the service's task on: its own constraints (not the
-        gate, which swarmgpu opens) and platforms."""
+        gate, which swarmgpu opens), platforms and generic resources."""
+        got = self._exclude_keys.get(s.id)
+        if got is None or got[0] != s.version:
+            got = (s.version, self._exclude_key(s))
+            self._exclude_keys[s.id] = got
+        key = got[1]
+        if key is None:
+            return frozenset()
+        hit = self._exclude.get(key)
+        if hit is None:
+            cons, plats, generic = key
+            parsed, _errors = parse_constraints(cons)
+            hit = frozenset(n.id for n in self._cycle_nodes
+                            if not node_satisfies(parsed, n)
+                            or (plats and not any(platform_ok(n, o, a) for o, a in plats))
+                            or any(_generic_count(n, k) < v for k, v in generic))
+            self._exclude[key] = hit
+        return hit
+
+    def _exclude_key(self, s: SwarmService) -> ExcludeKey | None:
         gate_prefix = f"node.labels.{self.prefix}{GATE}"
         cons = tuple(c for c in s.constraints
                      if not c.replace(" ", "").lower().startswith(gate_prefix.lower()))
@@ -723,17 +778,8 @@ class Planner:
                 and not r.is_fraction):
             generic[self.generic_kind] = r.gpus  # what _reserve_generic will reserve
         if not cons and not plats and not generic:
-            return frozenset()
-        key = (cons, plats, tuple(sorted(generic.items())))
-        got = self._exclude.get(key)
-        if got is None:
-            parsed, _errors = parse_constraints(cons)
-            got = frozenset(n.id for n in self._cycle_nodes
-                            if not node_satisfies(parsed, n)
-                            or (plats and not any(platform_ok(n, o, a) for o, a in plats))
-                            or any(_generic_count(n, k) < v for k, v in generic.items()))
-            self._exclude[key] = got
-        return got
+            return None
+        return (cons, plats, tuple(sorted(generic.items())))
 
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts]) -> PlacementPlan:
@@ -746,7 +792,10 @@ class Planner:
         cluster.problems = []
         cluster.sync_nodes(nodes, facts)
         self._cycle_nodes = nodes
-        self._exclude = {}
+        sig = tuple((n.id, n.version) for n in nodes)
+        if sig != self._exclude_sig:  # a node changed: Swarm's filters may answer anew
+            self._exclude_sig = sig
+            self._exclude = {}
         live_names = {s.name for s in services}
         running: dict[str, dict[str, int]] = {}
         waiting: dict[str, list[SwarmTask]] = {}  # desired running, not running yet
@@ -820,7 +869,7 @@ class Planner:
             self._fits.clear()
         if len(self._requests) > 2 * len(services) + 1000:
             live = {s.id for s in services}
-            for cache in (self._requests, self._shapes, self._declared):
+            for cache in (self._requests, self._shapes, self._declared, self._exclude_keys):
                 for sid in [k for k in cache if k not in live]:
                     del cache[sid]
         for p in cluster.problems:

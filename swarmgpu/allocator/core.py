@@ -57,6 +57,9 @@ class NodeSpec:
     memory_mib: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     pair_score: PairScore | None = None  # link score between GPU indices, if known
+    # Nodes with the same ``shape`` (GPUs, links) answer alike in the same state: the
+    # allocator scores one of them per state. None: the node is its own shape.
+    shape: int | None = None
 
 
 @dataclass(frozen=True)
@@ -165,8 +168,10 @@ class NodeState:
             sig = (self.product, g0.memory_mib if g0 else 0, len(self.spec.gpus),
                    tuple(sorted(self.spec.labels.items())))
             return (sig, self.blocked, self.cpu_left, self.mem_left, tuple(sorted(self.free)))
-        return ("node", self.spec.name, self.blocked, self.cpu_left, self.mem_left,
-                tuple(self.free))
+        who: object = ("shape", self.spec.shape) if self.spec.shape is not None \
+            else ("node", self.spec.name)
+        return (who, tuple(sorted(self.spec.labels.items())), self.blocked, self.cpu_left,
+                self.mem_left, tuple(self.free))
 
     def free_total(self) -> int:
         return sum(self.free)
@@ -374,6 +379,7 @@ class Allocator:
         self._gpu_groups: dict[tuple[object, ...], dict[str, NodeState]] = {}
         self._group_best: dict[tuple[object, ...], NodeState] = {}
         self._usage: dict[str, tuple[int, int]] = {}
+        self._sets: dict[object, tuple[int, ...] | None] = {}  # gpu_set per (shape, state)
         self._memo: dict[Demand, dict[tuple[object, ...], float | None]] = {}
         # GPU-milli per model, and how much of it is free, for scorers that weigh models
         self.gpu_capacity: dict[str, int] = {}
@@ -537,9 +543,22 @@ class Allocator:
         ]
 
     def gpu_set(self, node: NodeState, d: Demand) -> tuple[int, ...] | None:
-        """The GPUs this node would hand out for ``d``, or None when it cannot."""
+        """The GPUs this node would hand out for ``d``, or None when it cannot. Nodes of
+        one shape in the same state answer alike (the topology search is memoised)."""
         if d.mig_profile:
             return None
+        shape = node.spec.shape
+        if shape is None or node.spec.pair_score is None or d.gpu_milli:
+            return self._gpu_set(node, d)
+        key = (shape, tuple(node.free), d)
+        got = self._sets.get(key, key)
+        if got is key:
+            if len(self._sets) > 200_000:
+                self._sets.clear()
+            got = self._sets[key] = self._gpu_set(node, d)
+        return got  # type: ignore[return-value]
+
+    def _gpu_set(self, node: NodeState, d: Demand) -> tuple[int, ...] | None:
         want = d.gpus_wanted
         if want == 0:
             return ()
