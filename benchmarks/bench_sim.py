@@ -1,5 +1,6 @@
 """Speed and quality of the replay: one seed of the default openb trace at 130% for
-``swarmgpu`` with per-decision latency, then (``--full``) every policy x workload over
+``swarmgpu`` (the daemon's planner) with per-decision latency beside FGD's in the same
+run, then (``--full``) every policy x workload over
 seeds 42-51 on both cores.
 
     python benchmarks/bench_sim.py            # speed, one seed
@@ -29,16 +30,27 @@ def _pods(workload: str) -> str:
 
 
 def speed() -> None:
+    """swarmgpu through the daemon's planner (each allocator decision timed), beside the
+    allocator-level replay of FGD in the same run: the machine's load slows both."""
     nodes, pods = load_nodes(NODES), load_pods(_pods("default"))
+    t0 = time.perf_counter()
+    ref = replay(nodes, pods, "fgd", 42, timing=True)
+    ref_wall = time.perf_counter() - t0
     t0 = time.perf_counter()
     r = replay(nodes, pods, "swarmgpu", 42, timing=True)
     wall = time.perf_counter() - t0
-    lat = sorted(r.decision_s)
-    p99 = lat[int(0.99 * (len(lat) - 1))]
-    print(f"swarmgpu seed 42, {len(nodes)} nodes / {sum(len(n.gpus) for n in nodes)} GPUs, "
-          f"{r.pods} pods to 130%: {wall:.1f} s; per decision median "
-          f"{statistics.median(lat) * 1e6:.0f} us, p99 {p99 * 1e6:.0f} us; "
-          f"alloc@100% {r.alloc_pct_at[100]:.2f}")
+
+    def med_p99(xs: list[float]) -> tuple[float, float]:
+        xs = sorted(xs)
+        return statistics.median(xs) * 1e6, xs[int(0.99 * (len(xs) - 1))] * 1e6
+
+    m, p = med_p99(r.decision_s)
+    rm, rp = med_p99(ref.decision_s)
+    print(f"{len(nodes)} nodes / {sum(len(n.gpus) for n in nodes)} GPUs, seed 42 to 130%")
+    print(f"swarmgpu (daemon planner): {r.pods} pods in {wall:.1f} s; per decision median "
+          f"{m:.0f} us, p99 {p:.0f} us; alloc@100% {r.alloc_pct_at[100]:.2f}")
+    print(f"reference fgd (allocator replay): {ref.pods} pods in {ref_wall:.1f} s; per "
+          f"decision median {rm:.0f} us, p99 {rp:.0f} us; ratio of medians {m / rm:.2f}")
 
 
 def full() -> None:
