@@ -702,6 +702,7 @@ class Planner:
         self._exclude: dict[ExcludeKey, frozenset[str]] = {}
         self._ledger_cache: dict[str, tuple[int, list[Holding]]] = {}
         self._exclude_sig: tuple[tuple[str, int], ...] = ()
+        self._exclude_sig_gen = 0
         self._exclude_keys: dict[str, tuple[int, ExcludeKey | None]] = {}
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
         self._declared: dict[str, tuple[int, list[tuple[str, tuple[str, ...]]]]] = {}
@@ -795,6 +796,7 @@ class Planner:
         sig = tuple((n.id, n.version) for n in nodes)
         if sig != self._exclude_sig:  # a node changed: Swarm's filters may answer anew
             self._exclude_sig = sig
+            self._exclude_sig_gen += 1
             self._exclude = {}
         live_names = {s.name for s in services}
         running: dict[str, dict[str, int]] = {}
@@ -851,6 +853,8 @@ class Planner:
             mine = kept.get(s.name, {})
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
                                     running.get(s.id, {}), waiting.get(s.id, []))
+            if not mine:  # pending: the same answer while capacity and nodes are as they were
+                key += (cluster.version, self._exclude_sig_gen)
             memo = self._settled.get(s.id)
             if memo is not None and memo[0] == key:
                 sp = memo[1]  # last cycle's plan, no writes: it still holds
@@ -860,8 +864,8 @@ class Planner:
                                    waiting.get(s.id, []), self._requests[s.id][2], cyc)
                 if self.generic_kind and sp.request is not None and sp.status != "invalid":
                     _reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
-            if (sp.status == "placed" and not sp.needs_service_write and not sp.node_writes
-                    and not sp.new):
+            if ((sp.status == "placed" or (sp.status == "pending" and not sp.placements))
+                    and not sp.needs_service_write and not sp.node_writes and not sp.new):
                 settled[s.id] = (key, sp, tuple(sp.warnings))
             plan.services.append(sp)
         self._settled = settled
