@@ -710,8 +710,21 @@ class Planner:
         self.model_changed = False  # since the owner last stored the model
 
     # --- the workload model ------------------------------------------------------
-    def _learn(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]]) -> None:
+    def _learn(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
+               cpu_only: Sequence[SwarmService] = ()) -> None:
+        """Count each service's shape once. Services without a GPU request count too,
+        by the CPU they reserve: they compete for the CPU that GPU tasks need, and the
+        policy's CPU reserve weighs them (``cpu_reserve_per_gpu_milli``)."""
         model = self.model
+        for s in cpu_only:
+            if model.knows(s.id) and s.id in self._shapes:
+                continue
+            cpu = self._requests[s.id][2][0]
+            shape = TaskShape(cpu, 0, 0)
+            self._shapes[s.id] = shape
+            count = max(1, s.replicas or 0) if s.mode == "replicated" else 1
+            if model.observe(s.id, str(shape), shape, count):
+                self.model_changed = True
         for s, r in parsed:
             if isinstance(r, RequestError) or s.mode != "replicated" or r.mig_profile:
                 continue  # MIG slices are their own pool; they do not fragment shares
@@ -722,8 +735,8 @@ class Planner:
             self._shapes[s.id] = shape
             if model.observe(s.id, str(shape), shape, max(1, s.replicas or 0)):
                 self.model_changed = True
-        if model.known_count() > len(parsed):
-            model.forget_keys(s.id for s, _ in parsed)
+        if model.known_count() > len(parsed) + len(cpu_only):
+            model.forget_keys([*(s.id for s, _ in parsed), *(s.id for s in cpu_only)])
         # Refresh the policy when the model grew by a tenth (or 20 tasks) since: a new
         # model drops the allocator's score cache, so not on every single arrival.
         if self.model.seen - self._model_mark >= max(20.0, 0.1 * self._model_mark):
@@ -824,11 +837,15 @@ class Planner:
                     _node_remove(plan, n.id, [k])
 
         parsed: list[tuple[SwarmService, GpuRequest | RequestError]] = []
+        cpu_only: list[SwarmService] = []
         for s in sorted(services, key=lambda s: s.name):
             r = self._parse(s)
             if r is not None:
                 parsed.append((s, r))
-            elif s.name in ledger:  # request labels removed: release its GPUs
+                continue
+            if self._requests[s.id][2][0] > 0:
+                cpu_only.append(s)
+            if s.name in ledger:  # request labels removed: release its GPUs
                 plan.released.append(s.name)
                 for node_id in ledger[s.name]:
                     _node_remove(plan, node_id, [assign_key(prefix, s.name),
@@ -839,7 +856,11 @@ class Planner:
                         s.name, s.id, None, "", "released", "Released",
                         service_labels_remove=stale))
         if not self.model.pinned:
-            self._learn(parsed)
+            # A CPU-only service competes for the GPU nodes' CPU only where its tasks run
+            # there; one on CPU-only nodes is none of placement's business.
+            on_gpu_nodes = {t.service_id for t in tasks if t.desired_state == "running"
+                            and t.node_id in cluster.alloc.nodes}
+            self._learn(parsed, [s for s in cpu_only if s.id in on_gpu_nodes])
 
         # First commit every valid existing holding, so new placements never reuse GPUs.
         cluster.set_usage(tasks, services, ledger)

@@ -182,12 +182,19 @@ class WorkloadModel:
 
 
 def _shape_dict(s: TaskShape) -> dict[str, Any]:
-    ask = f"{s.gpu_milli / MILLI:.2f} GPU" if s.gpu_milli < MILLI else f"{s.num_gpu} GPU"
+    if s.num_gpu == 0:
+        ask = "no GPU"
+    elif s.gpu_milli < MILLI:
+        ask = f"{s.gpu_milli / MILLI:.2f} GPU"
+    else:
+        ask = f"{s.num_gpu} GPU"
     return {"gpus": s.num_gpu, "gpu_milli": s.gpu_milli, "cpu_milli": s.cpu_milli,
             "products": list(s.products), "ask": ask}
 
 
 def _check_shape(s: TaskShape, where: str) -> None:
+    if s.num_gpu == 0 and s.gpu_milli == 0 and s.cpu_milli > 0:
+        return  # a CPU-only task: it competes for the CPU GPU tasks need
     if s.num_gpu < 1 or not 0 < s.gpu_milli <= MILLI or s.cpu_milli < 0:
         raise WorkloadError(f"{where}: shape {s} needs gpus >= 1, 0 < share <= 1, cpu >= 0")
     if s.gpu_milli < MILLI and s.num_gpu != 1:

@@ -183,3 +183,19 @@ def test_usage_survives_a_node_rebuild() -> None:
     y = reserving(svc("y", {"swarmgpu.gpus": "1"}), 1000)
     sp = {s.name: s for s in planner.plan(nodes, [x, y], [tx], facts).services}  # type: ignore[arg-type]
     assert sp["y"].placements[0].node_id != px.node_id
+
+
+def test_cpu_only_services_on_gpu_nodes_are_learned() -> None:
+    """Services without a GPU request take CPU that GPU tasks need: the model counts
+    those whose tasks run on GPU nodes (and not those elsewhere)."""
+    nodes, facts = two_nodes()
+    cpu_node_ = cpu_node("n-cpu", "cpu-only")
+    web = reserving(replace(svc("web", {}), constraints=(), env=()), 4000)
+    batch = reserving(replace(svc("batch", {}), constraints=(), env=()), 6000)
+    planner = Planner()
+    tasks = [task("tw", web, "n-a", 4000), task("tb", batch, "n-cpu", 6000)]
+    plan = planner.plan([*nodes, cpu_node_], [web, batch], tasks,
+                        facts)  # type: ignore[arg-type]
+    assert plan.workload["tasks_seen"] == 1
+    back = WorkloadModel.loads(planner.model.dumps())  # and it survives storage
+    assert TaskShape(4000, 0, 0) in back.weights and TaskShape(6000, 0, 0) not in back.weights

@@ -128,6 +128,19 @@ class World:
         self.tasks.pop(sid, None)
 
     def add_cpu_task(self, key: str, node_id: str, pod: TracePod) -> None:
+        """A CPU-only pod: a service without a GPU request (the daemon sees it and learns
+        the CPU it takes on GPU nodes) and its task, placed by the stand-in scheduler."""
+        spec: dict[str, Any] = {
+            "Name": key,
+            "TaskTemplate": {
+                "ContainerSpec": {"Image": "trace"},
+                "Resources": {"Reservations": {"NanoCPUs": pod.cpu_milli * 1_000_000,
+                                               "MemoryBytes": pod.memory_mib * MIB}},
+            },
+            "Mode": {"Replicated": {"Replicas": 1}},
+        }
+        self.services[key] = service_from_api({"ID": key, "Spec": spec,
+                                               "Version": {"Index": 1}})
         self.cpu_tasks[key] = SwarmTask(
             id=key, service_id=key, node_id=node_id, slot=1, state="running",
             desired_state="running", env=(), cpu_milli=pod.cpu_milli,
@@ -429,6 +442,7 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
                 _, _tid, key = heapq.heappop(leaving)
                 if key in world.cpu_tasks:
                     task = world.cpu_tasks.pop(key)
+                    world.services.pop(key, None)
                     planner.cluster.add_usage(task.node_id, -task.cpu_milli, -task.memory_mib)
                     continue
                 pod = world.pods.get(world.services[key].name) if key in world.services else None
