@@ -286,12 +286,14 @@ def test_concurrent_requests(run_agent: Callable[..., tuple[AgentServer, str]]) 
         for _ in range(10):
             codes.append(get(base + "/metrics")[0])
 
-    ts = [threading.Thread(target=hit) for _ in range(8)]
+    # below the per-client connection cap (8): a closed connection's slot frees when its
+    # handler ends, which a loaded machine may do after the client's next connect
+    ts = [threading.Thread(target=hit) for _ in range(6)]
     for t in ts:
         t.start()
     for t in ts:
         t.join(20)
-    assert codes == [200] * 80
+    assert codes == [200] * 60
 
 
 def test_serve_stops_on_event(tmp_path: Path) -> None:
