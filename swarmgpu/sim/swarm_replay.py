@@ -48,7 +48,7 @@ from swarmgpu.placement import (
 from swarmgpu.placement_step import _service_compute
 from swarmgpu.sharing import env_lines
 from swarmgpu.sim.replay import LEVEL_STEP, RunResult, arrival_order, pod_kind, workload_of
-from swarmgpu.sim.timeline import TimelineResult, timed_pods
+from swarmgpu.sim.timeline import TimelineResult, Window, arrival_times, timed_pods
 from swarmgpu.sim.trace import TracePod
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask, service_from_api
 from swarmgpu.workload import WorkloadModel
@@ -383,28 +383,13 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
     failed: Counter[str] = Counter()
     leaving: list[tuple[int, int, str]] = []  # (deletion time, tid, service id or cpu key)
     wanted: list[tuple[int, int]] = []
-    allocated = demanded = 0
-    area_alloc = area_demand = 0.0
     # service id -> (tid, pod, leave, arrival), awaiting their first cycle
     new: dict[str, tuple[int, TracePod, int, int]] = {}
 
-    def times(p: TracePod) -> tuple[int, int]:
-        c, e = p.creation_time or 0, p.deletion_time or 0
-        a = int(c / speedup)
-        return a, a + max(e - c, 0)
-
-    start = times(order[0])[0] if order else 0
-    now = start
-
-    def advance(t: int) -> None:
-        nonlocal now, area_alloc, area_demand
-        if t > now:
-            area_alloc += allocated * (t - now)
-            area_demand += demanded * (t - now)
-            now = t
+    start = arrival_times(order[0], speedup)[0] if order else 0
+    w = Window(start)
 
     def cycle() -> None:
-        nonlocal allocated, area_alloc
         plan = planner.plan(list(world.nodes.values()), list(world.services.values()),
                             world.all_tasks(), world.facts)
         gone: list[str] = []
@@ -414,12 +399,12 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
                 continue
             tid, pod, leave, arrived = got
             if sp.placements:
-                allocated += pod.total_gpu_milli
+                w.allocated += pod.total_gpu_milli
                 # held since it arrived: the cycle's delay is the daemon's, not the policy's
-                area_alloc += pod.total_gpu_milli * (now - arrived)
+                w.area_alloc += pod.total_gpu_milli * (w.now - arrived)
                 res.placed += 1
                 heapq.heappush(leaving, (leave, tid, sp.id))
-                res.peak_alloc_pct = max(res.peak_alloc_pct, 100.0 * allocated / cluster_milli)
+                res.peak_alloc_pct = max(res.peak_alloc_pct, 100.0 * w.allocated / cluster_milli)
             else:
                 failed[pod_kind(pod)] += 1
                 res.failed_gpu_milli += pod.total_gpu_milli
@@ -430,14 +415,13 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
             world.remove_service(sid)
 
     def depart_until(t: int) -> None:
-        nonlocal allocated, demanded
         while wanted and wanted[0][0] <= t:
             when, milli = heapq.heappop(wanted)
             if new and ((leaving and leaving[0][0] <= when)
                         or min(v[2] for v in new.values()) <= when):
                 cycle()  # pods that arrived before this departure are planned without it
-            advance(when)
-            demanded -= milli
+            w.advance(when)
+            w.demanded -= milli
             while leaving and leaving[0][0] <= when:
                 _, _tid, key = heapq.heappop(leaving)
                 if key in world.cpu_tasks:
@@ -447,15 +431,15 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
                     continue
                 pod = world.pods.get(world.services[key].name) if key in world.services else None
                 if pod is not None:
-                    allocated -= pod.total_gpu_milli
+                    w.allocated -= pod.total_gpu_milli
                     world.remove_service(key)
 
     rp_moves = 0
     for tid, pod in enumerate(order, start=1):
-        arrive, leave = times(pod)
+        arrive, leave = arrival_times(pod, speedup)
         depart_until(arrive)
-        advance(arrive)
-        demanded += pod.total_gpu_milli
+        w.advance(arrive)
+        w.demanded += pod.total_gpu_milli
         res.asked_gpu_milli += pod.total_gpu_milli
         heapq.heappush(wanted, (leave, pod.total_gpu_milli))
         if pod.total_gpu_milli == 0:
@@ -484,11 +468,11 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
     if new:
         cycle()
     if order:
-        advance(times(order[-1])[0])
+        w.advance(arrival_times(order[-1], speedup)[0])
     res.moves = rp_moves
-    res.span_s = now - start
+    res.span_s = w.now - start
     res.failed = dict(failed)
     if res.span_s > 0:
-        res.mean_alloc_pct = 100.0 * area_alloc / res.span_s / cluster_milli
-        res.mean_demand_pct = 100.0 * area_demand / res.span_s / cluster_milli
+        res.mean_alloc_pct = 100.0 * w.area_alloc / res.span_s / cluster_milli
+        res.mean_demand_pct = 100.0 * w.area_demand / res.span_s / cluster_milli
     return res

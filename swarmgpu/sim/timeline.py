@@ -67,6 +67,30 @@ def timed_pods(pods: Sequence[TracePod], source: str = "the pod file") -> list[T
     return sorted(pods, key=lambda p: (p.creation_time or 0, p.name))
 
 
+def arrival_times(p: TracePod, speedup: float) -> tuple[int, int]:
+    """(arrival, departure) of a pod with arrivals compressed ``speedup`` times."""
+    c, e = p.creation_time or 0, p.deletion_time or 0
+    a = int(c / speedup)
+    return a, a + max(e - c, 0)
+
+
+@dataclass
+class Window:
+    """Time-weighted allocated and demanded GPU-milli over the arrival window."""
+
+    now: int
+    allocated: int = 0
+    demanded: int = 0
+    area_alloc: float = 0.0
+    area_demand: float = 0.0
+
+    def advance(self, t: int) -> None:
+        if t > self.now:
+            self.area_alloc += self.allocated * (t - self.now)
+            self.area_demand += self.demanded * (t - self.now)
+            self.now = t
+
+
 def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str,
                       seed: int, *, rebalancer: Rebalancer | None = None,
                       moves_per_100: float = 0.0, source: str = "the pod file",
@@ -85,11 +109,6 @@ def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], polic
         return replay_departures_planner(nodes, pods, seed, speedup=speedup, source=source)
     order = timed_pods(pods, source)
 
-    def times(p: TracePod) -> tuple[int, int]:
-        c, e = p.creation_time or 0, p.deletion_time or 0
-        a = int(c / speedup)
-        return a, a + max(e - c, 0)
-
     cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
     rng = random.Random(seed)  # noqa: S311 - node order and the random policy only
     workload = workload_of(pods)
@@ -101,41 +120,31 @@ def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], polic
     where: dict[int, str] = {}  # task id -> node, for departures of moved tasks
     leaving: list[tuple[int, int]] = []  # (deletion_time, task id)
     wanted: list[tuple[int, int]] = []  # (deletion_time, GPU-milli) of every arrived pod
-    allocated = demanded = 0
-    area_alloc = area_demand = 0.0
-    start = times(order[0])[0] if order else 0
-    now = start
-
-    def advance(t: int) -> None:
-        nonlocal now, area_alloc, area_demand
-        if t > now:
-            area_alloc += allocated * (t - now)
-            area_demand += demanded * (t - now)
-            now = t
+    start = arrival_times(order[0], speedup)[0] if order else 0
+    w = Window(start)
 
     def depart_until(t: int) -> None:
-        nonlocal allocated, demanded
         while wanted and wanted[0][0] <= t:
             when, milli = heapq.heappop(wanted)
-            advance(when)
-            demanded -= milli
+            w.advance(when)
+            w.demanded -= milli
             while leaving and leaving[0][0] <= when:
                 _, tid = heapq.heappop(leaving)
                 node = where.pop(tid)
                 td, tc = running[node].pop(tid)
                 alloc.release(tc)
-                allocated -= td.total_gpu_milli
+                w.allocated -= td.total_gpu_milli
 
     for tid, pod in enumerate(order, start=1):
-        arrive, leave = times(pod)
+        arrive, leave = arrival_times(pod, speedup)
         depart_until(arrive)
-        advance(arrive)
+        w.advance(arrive)
         if defrag is not None and tid % DEFRAG_EVERY == 0:
             budget = int(tid * moves_per_100 / 100) - res.moves
             if budget >= 1:
                 res.moves += apply_moves(running, defrag(alloc, running, budget), where)
         d = pod.demand()
-        demanded += pod.total_gpu_milli
+        w.demanded += pod.total_gpu_milli
         res.asked_gpu_milli += pod.total_gpu_milli
         heapq.heappush(wanted, (leave, pod.total_gpu_milli))
         if policy == "random":
@@ -158,14 +167,14 @@ def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], polic
         running.setdefault(choice.node, {})[tid] = (d, choice)
         where[tid] = choice.node
         heapq.heappush(leaving, (leave, tid))
-        allocated += pod.total_gpu_milli
+        w.allocated += pod.total_gpu_milli
         res.placed += 1
-        res.peak_alloc_pct = max(res.peak_alloc_pct, 100.0 * allocated / cluster_milli)
+        res.peak_alloc_pct = max(res.peak_alloc_pct, 100.0 * w.allocated / cluster_milli)
     if order:  # close the window at the last arrival
-        advance(times(order[-1])[0])
-    res.span_s = now - start
+        w.advance(arrival_times(order[-1], speedup)[0])
+    res.span_s = w.now - start
     res.failed = dict(failed)
     if res.span_s > 0:
-        res.mean_alloc_pct = 100.0 * area_alloc / res.span_s / cluster_milli
-        res.mean_demand_pct = 100.0 * area_demand / res.span_s / cluster_milli
+        res.mean_alloc_pct = 100.0 * w.area_alloc / res.span_s / cluster_milli
+        res.mean_demand_pct = 100.0 * w.area_demand / res.span_s / cluster_milli
     return res
