@@ -263,22 +263,10 @@ class SwarmClient:
     ) -> bool:
         """Read-modify-write the swarm object's labels (same contract as node labels);
         the rest of the swarm spec is posted back unchanged."""
-        for _ in range(attempts):
-            raw = self._call(self._api.inspect_swarm)
-            spec = dict(raw.get("Spec") or {})
-            current = dict(spec.get("Labels") or {})
-            new = compute(current)
-            if new is None or dict(new) == current:
-                return False
-            spec["Labels"] = dict(new)
-            try:
-                with self._lock:
-                    self.writes += 1
-                self._call(self._post_swarm_update, int(raw["Version"]["Index"]), spec)
-                return True
-            except VersionConflict:
-                continue
-        raise VersionConflict(f"swarm labels kept changing for {attempts} attempts")
+        return self._update_labels(
+            lambda: self._call(self._api.inspect_swarm),
+            lambda version, spec: self._call(self._post_swarm_update, version, spec),
+            compute, attempts, "swarm labels")
 
     def _post_swarm_update(self, version: int, spec: Mapping[str, Any]) -> None:
         # The SDK's update_swarm rebuilds the spec from keyword parts; posting the whole
@@ -312,9 +300,21 @@ class SwarmClient:
         ``compute`` asked again, so a concurrent writer's edits are never lost.
         Returns True when a write landed.
         """
+        return self._update_labels(
+            lambda: self._call(self._api.inspect_node, node_id),
+            lambda version, spec: self._call(self._api.update_node, node_id, version, spec),
+            compute, attempts, f"node {node_id}: labels")
+
+    def _update_labels(
+        self, read: Callable[[], Any], write: Callable[[int, Mapping[str, Any]], Any],
+        compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
+        attempts: int, what: str,
+    ) -> bool:
+        """One read-modify-write loop for the labels of a node or of the swarm object:
+        re-read and ``compute`` again on a version conflict."""
         for _ in range(attempts):
-            raw = self._call(self._api.inspect_node, node_id)
-            spec = dict(raw.get("Spec", {}))
+            raw = read()
+            spec = dict(raw.get("Spec") or {})
             current = dict(spec.get("Labels") or {})
             new = compute(current)
             if new is None or dict(new) == current:
@@ -323,15 +323,11 @@ class SwarmClient:
             try:
                 with self._lock:
                     self.writes += 1
-                self._call(
-                    self._api.update_node, node_id, int(raw["Version"]["Index"]), spec
-                )
+                write(int(raw["Version"]["Index"]), spec)
                 return True
             except VersionConflict:
                 continue
-        raise VersionConflict(
-            f"node {node_id}: labels kept changing under us for {attempts} attempts"
-        )
+        raise VersionConflict(f"{what} kept changing under us for {attempts} attempts")
 
     def _post_service_update(
         self, service_id: str, raw: Mapping[str, Any], new: Mapping[str, Any]
