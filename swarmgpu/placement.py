@@ -309,8 +309,7 @@ class ClusterAllocator:
                  facts: Mapping[str, NodeFacts] | None = None,
                  ledger: Mapping[str, Mapping[str, Holding]] | None = None, *,
                  scorer: Scorer | None = None, prefix: str = "swarmgpu.",
-                 tasks: Sequence[SwarmTask] = (), services: Sequence[SwarmService] = ()
-                 ) -> None:
+                 tasks: Sequence[SwarmTask] = ()) -> None:
         self.prefix = prefix
         self.alloc = Allocator(scorer or SwarmScorer(), mig_picker=self._pick_mig)
         self.nodes: dict[str, SwarmNode] = {}
@@ -333,7 +332,7 @@ class ClusterAllocator:
         self.unplaceable: dict[object, tuple[int, Unplaceable]] = {}
         if nodes or ledger:
             self.sync_nodes(nodes, facts or {})
-            self.set_usage(tasks, services, ledger or {})
+            self.set_usage(tasks)
             self.begin_holdings(ledger or {})
             for svc, per_node in (ledger or {}).items():
                 for node_id, h in per_node.items():
@@ -389,19 +388,20 @@ class ClusterAllocator:
         for k in [k for k in self._held if k[1] == node_id]:
             del self._held[k]
 
-    def set_usage(self, tasks: Sequence[SwarmTask], services: Sequence[SwarmService],
-                  ledger: Mapping[str, Mapping[str, Holding]]) -> None:
+    def set_usage(self, tasks: Sequence[SwarmTask]) -> None:
         """CPU and memory that tasks reserve on each node (Swarm counts every task with
         desired state running, GPU or not); a holding's own reservation is counted by
         the holding until its task exists (``holding_reservation``)."""
         use: dict[str, list[int]] = {}
+        self.tasks_on = set()
         for t in tasks:
-            if t.desired_state == "running" and t.node_id and (t.cpu_milli or t.memory_mib):
+            if t.desired_state != "running" or not t.node_id:
+                continue
+            self.tasks_on.add((t.service_id, t.node_id))
+            if t.cpu_milli or t.memory_mib:
                 u = use.setdefault(t.node_id, [0, 0])
                 u[0] += t.cpu_milli
                 u[1] += t.memory_mib
-        self.tasks_on = {(t.service_id, t.node_id) for t in tasks
-                         if t.desired_state == "running" and t.node_id}
         for nid in self.alloc.nodes:
             cpu, mem = use.get(nid, (0, 0))
             self.alloc.set_usage(nid, cpu, mem)
@@ -863,7 +863,7 @@ class Planner:
             self._learn(parsed, [s for s in cpu_only if s.id in on_gpu_nodes])
 
         # First commit every valid existing holding, so new placements never reuse GPUs.
-        cluster.set_usage(tasks, services, ledger)
+        cluster.set_usage(tasks)
         kept = self._commit_existing(parsed, ledger, by_id, facts, running)
 
         cyc = _Cycle(cluster, by_id, facts, prefix, self.zone_label,
@@ -967,8 +967,8 @@ class Planner:
                 wanted.setdefault(name, {})[h.node_id] = h
                 order.append((s.id, name, h))
                 owner.update({(h.node_id, u): name for u in h.uuids})
-        tasks_on, reqs = cluster.tasks_on, self._requests
-        res = {(name, h.node_id): (0, 0) if (sid, h.node_id) in tasks_on else reqs[sid][2]
+        reqs = self._requests
+        res = {(name, h.node_id): cluster.holding_reservation(sid, h.node_id, reqs[sid][2])
                for sid, name, h in order}
         cluster.begin_holdings(wanted, res)
         kept: dict[str, dict[str, Holding]] = {}
