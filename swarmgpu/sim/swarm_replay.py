@@ -470,9 +470,6 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
     if order:
         w.advance(arrival_times(order[-1], speedup)[0])
     res.moves = rp_moves
-    res.span_s = w.now - start
     res.failed = dict(failed)
-    if res.span_s > 0:
-        res.mean_alloc_pct = 100.0 * w.area_alloc / res.span_s / cluster_milli
-        res.mean_demand_pct = 100.0 * w.area_demand / res.span_s / cluster_milli
+    w.close(res, start, cluster_milli)
     return res

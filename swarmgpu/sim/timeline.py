@@ -90,6 +90,13 @@ class Window:
             self.area_demand += self.demanded * (t - self.now)
             self.now = t
 
+    def close(self, res: TimelineResult, start: int, cluster_milli: int) -> None:
+        """The window's span and time-weighted means, into ``res``."""
+        res.span_s = self.now - start
+        if res.span_s > 0:
+            res.mean_alloc_pct = 100.0 * self.area_alloc / res.span_s / cluster_milli
+            res.mean_demand_pct = 100.0 * self.area_demand / res.span_s / cluster_milli
+
 
 def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str,
                       seed: int, *, rebalancer: Rebalancer | None = None,
@@ -172,9 +179,6 @@ def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], polic
         res.peak_alloc_pct = max(res.peak_alloc_pct, 100.0 * w.allocated / cluster_milli)
     if order:  # close the window at the last arrival
         w.advance(arrival_times(order[-1], speedup)[0])
-    res.span_s = w.now - start
     res.failed = dict(failed)
-    if res.span_s > 0:
-        res.mean_alloc_pct = 100.0 * w.area_alloc / res.span_s / cluster_milli
-        res.mean_demand_pct = 100.0 * w.area_demand / res.span_s / cluster_milli
+    w.close(res, start, cluster_milli)
     return res
