@@ -233,8 +233,9 @@ class SwarmScorer:
     to used nodes and then always to the same node order packs work onto few nodes and
     keeps whole nodes free for multi-GPU tasks (measured: unrounded scores or best-fit
     tie-breaks place less). For a share, the GPU whose use grows waste least is taken,
-    ties to the fullest GPU. Without a workload model (the daemon) it is best fit: used
-    nodes first, then the least GPU left after placement, then node order.
+    ties to the fullest GPU. Without a workload model (the rebalancer's scratch
+    allocators; the daemon's planner always has one) it is best fit: used nodes first,
+    then the least GPU left after placement, then node order.
     """
 
     name = "swarmgpu"
@@ -351,7 +352,7 @@ class SwarmScorer:
         grad = int(_sigmoid(-delta / 1000) * 100)
         capacity = sum(g.capacity_milli for g in node.spec.gpus)
         used = 1 if node.free_total() < capacity else 0
-        if self.waste is None:  # no workload model (the daemon): best fit on GPU left
+        if self.waste is None:  # no workload model: best fit on GPU left
             left = node.free_total() - d.total_gpu_milli
             return grad * 10.0 + used + 0.5 * (1.0 - left / (capacity + 1))
         # One float: gradient first, then "already in use"; ties go to the lower rank.
