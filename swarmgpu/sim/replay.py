@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeSpec, Scorer, SwarmScorer
+from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeSpec, Scorer
 from swarmgpu.allocator.fragmentation import FragCache, TypicalTask, typical_tasks
 from swarmgpu.sim.baselines import BestFitScorer, DotProdScorer, FgdScorer, PackingScorer
 from swarmgpu.sim.rebalance import Move, Rebalancer, Running, apply_moves
@@ -55,8 +55,6 @@ def make_scorer(policy: str, workload: tuple[TypicalTask, ...]) -> Scorer:
     own planner (``sim.swarm_replay``), so its figures are the daemon's."""
     if policy == "swarmgpu":
         raise ValueError("swarmgpu replays through the daemon's planner: sim.swarm_replay")
-    if policy == "swarmgpu-allocator":  # the scorer alone, for tests of the allocator
-        return SwarmScorer(workload)
     if policy == "fgd":
         return FgdScorer(workload)
     if policy == "fgd-unrounded":
