@@ -707,14 +707,17 @@ class Planner:
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
         self._declared: dict[str, tuple[int, list[tuple[str, tuple[str, ...]]]]] = {}
         self._fits: dict[tuple[Holding, GpuRequest, int], str | None] = {}  # holding fits
+        self._last_cycle: _Cycle | None = None  # what place_arrivals plans against
         self.model_changed = False  # since the owner last stored the model
 
     # --- the workload model ------------------------------------------------------
     def _learn(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
-               cpu_only: Sequence[SwarmService] = ()) -> None:
+               cpu_only: Sequence[SwarmService] = (), *, forget: bool = True) -> None:
         """Count each service's shape once. Services without a GPU request count too,
         by the CPU they reserve: they compete for the CPU that GPU tasks need, and the
-        policy's CPU reserve weighs them (``cpu_reserve_per_gpu_milli``)."""
+        policy's CPU reserve weighs them (``cpu_reserve_per_gpu_milli``). ``forget``:
+        ``parsed`` and ``cpu_only`` are every live service (a full cycle), so the marks
+        of the others are dropped."""
         model = self.model
         for s in cpu_only:
             if model.knows(s.id) and s.id in self._shapes:
@@ -735,7 +738,7 @@ class Planner:
             self._shapes[s.id] = shape
             if model.observe(s.id, str(shape), shape, max(1, s.replicas or 0)):
                 self.model_changed = True
-        if model.known_count() > len(parsed) + len(cpu_only):
+        if forget and model.known_count() > len(parsed) + len(cpu_only):
             model.forget_keys([*(s.id for s, _ in parsed), *(s.id for s in cpu_only)])
         # Refresh the policy when the model grew by a tenth (or 20 tasks) since: a new
         # model drops the allocator's score cache, so not on every single arrival.
@@ -869,6 +872,7 @@ class Planner:
         cyc = _Cycle(cluster, by_id, facts, prefix, self.zone_label,
                      {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
                      plan, self._exclude_for)
+        self._last_cycle = cyc
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         for s, r in parsed:
             mine = kept.get(s.name, {})
@@ -901,6 +905,52 @@ class Planner:
             for sp in plan.services:
                 if p.startswith(sp.name + ":"):
                     sp.warnings.append(p)
+        plan.workload = self.model.summary()
+        return plan
+
+    def place_arrivals(self, services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
+                       ) -> PlacementPlan:
+        """Plan services created since the last cycle against the state it left (its
+        holdings, CPU usage as changed since through ``cluster.add_usage``, and what
+        this method committed since): the decisions a full cycle run right then would
+        make for them while nothing else changed, at the cost of the new services only.
+
+        ``simulate`` places each arrival this way. The daemon runs a cycle on every
+        service-create event, so a new service is planned before the next one arrives
+        whenever arrivals are further apart than a cycle takes (the openb trace: median
+        161 s apart, 2% within a second); re-planning the whole cluster per arrival
+        would make a replay hours long. tests/test_planner.py checks the decisions
+        against a full cycle per arrival. ``services`` are the new ones, CPU-only
+        ones included (the model learns them as a cycle would); ``tasks`` their tasks.
+        """
+        last = self._last_cycle
+        if last is None:
+            raise RuntimeError("place_arrivals needs a full cycle (plan) first")
+        plan = PlacementPlan()
+        cyc = replace(last, plan=plan)
+        parsed: list[tuple[SwarmService, GpuRequest | RequestError]] = []
+        cpu_only: list[SwarmService] = []
+        for s in sorted(services, key=lambda s: s.name):
+            r = self._parse(s)
+            if r is not None:
+                parsed.append((s, r))
+            elif self._requests[s.id][2][0] > 0:
+                cpu_only.append(s)
+        if not self.model.pinned:
+            on_gpu_nodes = {t.service_id for t in tasks if t.desired_state == "running"
+                            and t.node_id in self.cluster.alloc.nodes}
+            self._learn(parsed, [s for s in cpu_only if s.id in on_gpu_nodes], forget=False)
+        waiting: dict[str, list[SwarmTask]] = {}
+        for t in tasks:
+            if (t.desired_state == "running" and t.state not in ("running", "starting")
+                    and t.state in ACTIVE_STATES):
+                waiting.setdefault(t.service_id, []).append(t)
+        for s, r in parsed:
+            sp = _plan_service(s, r, {}, {}, {}, waiting.get(s.id, []),
+                               self._requests[s.id][2], cyc)
+            if self.generic_kind and sp.request is not None and sp.status != "invalid":
+                _reserve_generic(sp, s, self.generic_kind, False)
+            plan.services.append(sp)
         plan.workload = self.model.summary()
         return plan
 

@@ -206,3 +206,37 @@ def test_wheel_ships_the_trace_and_its_attribution(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     want = {f"swarmgpu/sim/traces/openb/{p.name}" for p in TRACES.iterdir()}
     assert "swarmgpu/sim/traces/openb/ATTRIBUTION.md" in want and want <= names
+
+
+@pytest.mark.parametrize("cpu_heavy", [False, True])
+def test_placing_each_arrival_equals_a_full_cycle_per_arrival(cpu_heavy: bool) -> None:
+    """``simulate`` plans each arrival with ``Planner.place_arrivals`` (the new services
+    only) and a full cycle every 50 arrivals; the daemon runs a full cycle per
+    service-create event. Same decisions, same ledger, same learned model."""
+    import random
+
+    from swarmgpu.sim.swarm_replay import Replay
+
+    nodes_csv, pods_csv = bundled("default")
+    rng = random.Random(7)
+    nodes = rng.sample(load_nodes(nodes_csv), 40)
+    pods = load_pods(pods_csv)
+    if cpu_heavy:  # a third CPU-only pods, as in the cpu250-style variants
+        cpu = [p for p in pods if p.total_gpu_milli == 0]
+        gpu = [p for p in pods if p.total_gpu_milli > 0]
+        pods = rng.sample(gpu, 260) + rng.sample(cpu, 130)
+    else:
+        pods = rng.sample(pods, 400)
+
+    def ledger(rp: Replay) -> dict[str, dict[str, str]]:
+        return {n.id: {k: v for k, v in n.labels.items() if ".assign." in f".{k}"}
+                for n in rp.world.nodes.values()}
+
+    full = Replay(nodes, pods, 42, at_arrival=False, batch=1)
+    a = full.run()
+    fast = Replay(nodes, pods, 42, at_arrival=True, batch=50)
+    b = fast.run()
+    assert full.cycles > 5 * fast.cycles
+    assert a.alloc_pct_at == b.alloc_pct_at and a.failed_at == b.failed_at
+    assert ledger(full) == ledger(fast) and any(ledger(fast).values())
+    assert full.planner.model.weights == fast.planner.model.weights

@@ -210,7 +210,8 @@ class Replay:
     """One seed of the no-departure replay through the planner."""
 
     def __init__(self, nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int, *,
-                 workload: str = "online", inflate: float = 1.3, batch: int = BATCH) -> None:
+                 workload: str = "online", inflate: float = 1.3, batch: int = BATCH,
+                 at_arrival: bool = True) -> None:
         self.cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
         self.order, rng = arrival_order(pods, self.cluster_milli, seed, inflate)
         ranks = list(range(len(nodes)))
@@ -224,6 +225,8 @@ class Replay:
         self.failed: Counter[str] = Counter()
         self.allocated = 0
         self.new: dict[str, TracePod] = {}  # service id -> pod, awaiting their first cycle
+        self.at_arrival = at_arrival
+        self.cpu_since: list[str] = []  # CPU-only services the planner has not seen yet
         self.cycles = 0
         self.cycle_s = 0.0
 
@@ -234,6 +237,24 @@ class Replay:
                                  w.all_tasks(), w.facts)
         self.cycle_s += time.perf_counter() - t0
         self.cycles += 1
+        self.cpu_since.clear()
+        self._settle(plan)
+
+    def arrival(self) -> None:
+        """Place what arrived since the planner last looked (``Planner.place_arrivals``:
+        what a full cycle run now would decide for it)."""
+        w = self.world
+        keys = [*self.new, *self.cpu_since]
+        tasks = [t for k in keys if (t := w.tasks.get(k) or w.cpu_tasks.get(k)) is not None]
+        t0 = time.perf_counter()
+        plan = self.planner.place_arrivals([w.services[k] for k in keys], tasks)
+        self.cycle_s += time.perf_counter() - t0
+        self.cpu_since.clear()
+        self._settle(plan)
+
+    def _settle(self, plan: PlacementPlan) -> None:
+        """Count the new services' outcomes, then apply the plan to the objects."""
+        w = self.world
         gone: list[str] = []
         for sp in plan.services:
             pod = self.new.get(sp.id)
@@ -259,6 +280,7 @@ class Replay:
             return
         self.world.add_cpu_task(f"cpu{idx}", got.node, pod)
         self.planner.cluster.add_usage(got.node, pod.cpu_milli, pod.memory_mib)
+        self.cpu_since.append(f"cpu{idx}")
         self.res.placed += 1
 
     def record(self, level: int) -> None:
@@ -283,9 +305,14 @@ class Replay:
             else:
                 s = self.world.add_service(n_arrived, pod)
                 self.new[s.id] = pod
+                if self.at_arrival:
+                    self.arrival()
             level_due = (next_level <= last_level
                          and arrived * 100 >= next_level * self.cluster_milli)
-            if self.new and (len(self.new) >= self.batch or level_due):
+            if self.at_arrival:
+                if n_arrived % self.batch == 0:
+                    self.cycle()  # the daemon's interval cycle (gates open, tasks run)
+            elif self.new and (len(self.new) >= self.batch or level_due):
                 self.cycle()
             if defrag is not None and n_arrived % defrag_every == 0:
                 budget = int(n_arrived * moves_per_100 / 100) - self.res.moves
