@@ -292,8 +292,11 @@ def plan(config_path: str | None, as_json: bool) -> None:
     for sp in p.services:
         click.echo(f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}")
         for pl in sp.placements:
-            click.echo(f"  {pl.hostname}: GPU {','.join(map(str, pl.gpus))} "
+            slot = f" (slot {pl.slot})" if pl.slot is not None else ""
+            click.echo(f"  {pl.hostname}{slot}: GPU {','.join(map(str, pl.gpus))} "
                        f"{','.join(pl.uuids)}")
+        if sp.packed:
+            click.echo(f"  replicas {sp.packed}")
         if sp.reason:
             click.echo(f"  why: {sp.reason}")
         for w in sp.warnings:

@@ -157,10 +157,13 @@ def build_cluster(
                 svc = services_by_name.get(svc_name)
                 sp = plans.get(svc_name)
                 tasks = tasks_by_service_node.get((svc.id, n.id), []) if svc else []
+                slot_of = dict(zip(h.uuids, h.slots, strict=True)) if h.packed else {}
                 for u, m in zip(h.uuids, h.milli, strict=True):
                     entry = {"service": svc_name, "service_id": svc.id if svc else None,
                              "tasks": tasks, "share_milli": m,
                              "request": sp.request_text if sp else ""}
+                    if u in slot_of:  # replicas packed on one node: whose GPU this is
+                        entry["slot"] = slot_of[u]
                     holders.setdefault(u, []).append(entry)
                     mig_holder[u] = {"service": svc_name, "task": tasks[0] if tasks else None}
             for g in facts.gpus:
@@ -334,6 +337,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
             who = ", ".join(
                 f"{h['service']}" + (f" ({h['share_milli'] / 10:.0f}%)"
                                       if h["share_milli"] < 1000 else "")
+                + (f" slot {h['slot']}" if "slot" in h else "")
                 for h in g["holders"]
             )
             migs = [f"{m['profile']}->{m['holder']['service'] if m['holder'] else 'free'}"
@@ -343,6 +347,12 @@ def render_status(doc: Mapping[str, Any]) -> str:
             health = "" if g["healthy"] else " UNHEALTHY"
             lines.append(f"  GPU{g['index']:<2} {mem:>17} util {util:>4}{health}  "
                          f"{who or 'free'}")
+    packed = [sv for sv in doc.get("services", []) if sv.get("packed")]
+    if packed:
+        lines.append("")
+        lines.append("replicas packed on one node:")
+        for sv in packed:
+            lines.append(f"  {sv['name']}: {sv['packed']}")
     if doc["pending"]:
         lines.append("")
         lines.append("pending GPU requests:")

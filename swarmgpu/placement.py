@@ -5,14 +5,25 @@ How a placement is expressed (every piece verified on a real swarm, see README):
 - node label ``<p>assign.<service>=UUID[@milli],...`` on each chosen node: the
   ledger. Node labels survive ``docker stack deploy``, so the daemon can always
   rebuild who holds which GPU from Swarm itself (no database, restarts lose nothing).
+  Replicas packed on one node hold one entry per task slot:
+  ``<p>assign.<service>=s1=UUID,...;s2=UUID,...``.
 - service label ``<p>devices.<nodeID>=UUID,...``: the copy the env template reads:
-  ``NVIDIA_VISIBLE_DEVICES={{or (index .Service.Labels (print "<p>devices." .Node.ID)) "void"}}``.
-  Changing service labels restarts no task.
+  ``NVIDIA_VISIBLE_DEVICES={{or (index .Service.Labels (print "<p>devices." .Node.ID "."
+  .Task.Slot)) (index .Service.Labels (print "<p>devices." .Node.ID)) "void"}}``
+  (``env_template``; the older template without the per-slot lookup is still accepted
+  for services that are not packed). Changing service labels restarts no task.
 - node label ``<p>service.<service>=true``: the gate. The service carries the
   constraint ``node.labels.<p>service.<service>==true``; no node has the label until
   swarmgpu opens it, so the service cannot start anywhere else, and never before its
   devices are written (the service label is written first, the gate after).
-- ``max_replicas_per_node=1`` when several replicas are placed: one device list per node.
+- replicas spread one per node (``max_replicas_per_node=1`` when several replicas are
+  placed: one device list per node), or, when they cannot be spread and one node holds
+  them all (``<p>pack``: auto/always), packed on that one node: its gate alone opens,
+  ``MaxReplicas`` is lifted, and each task slot reads its own list
+  ``<p>devices.<nodeID>.<slot>``. Spread replicas never get per-slot lists: Swarm
+  chooses which slot runs on which node, so two slots' lists on one node could
+  collide; packed replicas cannot, because every slot runs on the one gated node.
+  Whole GPUs only: a share or a MIG device keeps one replica per node.
 - service labels ``<p>share.<field>.<nodeID>`` for a shared (fractional) holding: what
   the container is told of its share, read by env templates (``swarmgpu.sharing``).
 """
@@ -44,7 +55,7 @@ from swarmgpu.allocator.mig import MigChoice, MigProfileError, pick_mig_device
 from swarmgpu.constraints import node_satisfies, platform_ok
 from swarmgpu.constraints import parse_all as parse_constraints
 from swarmgpu.model import NodeFacts, link_score
-from swarmgpu.requests import GpuRequest, Rebalance, RequestError, parse_all
+from swarmgpu.requests import GpuRequest, Pack, Rebalance, RequestError, parse_all
 from swarmgpu.sharing import is_share_key, missing_env, want_labels
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask, reservations
 from swarmgpu.workload import WorkloadModel
@@ -58,10 +69,34 @@ ACTIVE_STATES = ("running", "starting", "preparing", "assigned", "accepted", "re
 
 
 def env_template(prefix: str) -> str:
+    """The device list of the task's slot on its node, else of its node, else none
+    (``void``). Swarm expands it when it creates the container (swarmkit's template
+    context has ``.Task.Slot``)."""
+    return (
+        'NVIDIA_VISIBLE_DEVICES={{or (index .Service.Labels (print "'
+        + prefix + DEVICES + '" .Node.ID "." .Task.Slot)) (index .Service.Labels (print "'
+        + prefix + DEVICES + '" .Node.ID)) "void"}}'
+    )
+
+
+def env_template_per_node(prefix: str) -> str:
+    """The template before per-slot lists: still read right for replicas spread one
+    per node (services deployed with it keep working); packed replicas need
+    ``env_template``."""
     return (
         'NVIDIA_VISIBLE_DEVICES={{or (index .Service.Labels (print "'
         + prefix + DEVICES + '" .Node.ID)) "void"}}'
     )
+
+
+def device_env(prefix: str, env: Sequence[str]) -> str | None:
+    """Which of swarmgpu's device templates ``env`` carries: ``"slot"``, ``"node"``
+    (the older per-node one) or None."""
+    if env_template(prefix) in env:
+        return "slot"
+    if env_template_per_node(prefix) in env:
+        return "node"
+    return None
 
 
 ORDER_ENV = "CUDA_DEVICE_ORDER=PCI_BUS_ID"
@@ -79,8 +114,10 @@ def assign_key(prefix: str, service: str) -> str:
     return f"{prefix}{ASSIGN}{service}"
 
 
-def devices_key(prefix: str, node_id: str) -> str:
-    return f"{prefix}{DEVICES}{node_id}"
+def devices_key(prefix: str, node_id: str, slot: int | None = None) -> str:
+    """The service label a task on ``node_id`` reads its devices from; with ``slot``,
+    the one of that task slot (replicas packed on one node)."""
+    return f"{prefix}{DEVICES}{node_id}" if slot is None else f"{prefix}{DEVICES}{node_id}.{slot}"
 
 
 def owned_by_placement(key: str, prefix: str) -> bool:
@@ -92,26 +129,71 @@ def owned_by_placement(key: str, prefix: str) -> bool:
 
 @dataclass(frozen=True)
 class Holding:
-    """What one service holds on one node: device UUIDs and the share of each."""
+    """What one service holds on one node: device UUIDs and the share of each.
+
+    ``slots`` is empty for one replica on the node; for replicas packed on it, the
+    task slot each UUID belongs to (as long as ``uuids``, in slot order)."""
 
     service: str
     node_id: str
     uuids: tuple[str, ...]
     milli: tuple[int, ...]
+    slots: tuple[int, ...] = ()
 
     @cached_property
     def _value(self) -> str:
-        return ",".join(u if m >= 1000 else f"{u}@{m}" for u, m in zip(self.uuids, self.milli,
-                                                                        strict=True))
+        if not self.slots:
+            return _uuid_list(self.uuids, self.milli)
+        return ";".join(f"s{slot}={_uuid_list(u, m)}"
+                        for slot, (u, m) in self.per_slot_milli().items())
 
     def label_value(self) -> str:
         return self._value
 
+    @property
+    def packed(self) -> bool:
+        return bool(self.slots)
+
+    @property
+    def replicas(self) -> int:
+        """Replicas the holding serves on its node."""
+        return len(set(self.slots)) if self.slots else 1
+
+    def per_slot_milli(self) -> dict[int, tuple[tuple[str, ...], tuple[int, ...]]]:
+        """slot -> (uuids, milli), in slot order (packed holdings)."""
+        out: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = {}
+        for slot, u, m in zip(self.slots, self.uuids, self.milli, strict=True):
+            got = out.get(slot, ((), ()))
+            out[slot] = ((*got[0], u), (*got[1], m))
+        return dict(sorted(out.items()))
+
+    def per_slot(self) -> dict[int, tuple[str, ...]]:
+        return {k: v[0] for k, v in self.per_slot_milli().items()}
+
+
+def packed_holding(service: str, node_id: str,
+                   per_slot: Mapping[int, tuple[Sequence[str], Sequence[int]]]) -> Holding:
+    """A holding of replicas packed on one node: slot -> (uuids, milli)."""
+    uuids: list[str] = []
+    milli: list[int] = []
+    slots: list[int] = []
+    for slot in sorted(per_slot):
+        u, m = per_slot[slot]
+        uuids.extend(u)
+        milli.extend(m)
+        slots.extend(slot for _ in u)
+    return Holding(service, node_id, tuple(uuids), tuple(milli), tuple(slots))
+
+
+def _uuid_list(uuids: Sequence[str], milli: Sequence[int]) -> str:
+    return ",".join(u if m >= 1000 else f"{u}@{m}" for u, m in zip(uuids, milli, strict=True))
+
 
 _HOLD_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9\-_/:.]*?)(?:@(\d{1,4}))?$")
+_SLOT_RE = re.compile(r"^s([1-9][0-9]{0,5})=(.*)$")
 
 
-def parse_holding(service: str, node_id: str, value: str) -> Holding | None:
+def _parse_list(value: str) -> tuple[list[str], list[int]] | None:
     uuids: list[str] = []
     milli: list[int] = []
     for part in value.split(","):
@@ -122,7 +204,26 @@ def parse_holding(service: str, node_id: str, value: str) -> Holding | None:
         milli.append(int(m.group(2)) if m.group(2) else 1000)
     if not uuids or any(not 0 < x <= 1000 for x in milli):
         return None
-    return Holding(service, node_id, tuple(uuids), tuple(milli))
+    return uuids, milli
+
+
+def parse_holding(service: str, node_id: str, value: str) -> Holding | None:
+    """A ledger value; None when it is not one (never a guess). ``s<slot>=`` groups
+    separated by ``;`` are replicas packed on the node (a ledger from before packing
+    has none, and reads as it always did)."""
+    if "=" not in value:
+        got = _parse_list(value)
+        return None if got is None else Holding(service, node_id, tuple(got[0]),
+                                                tuple(got[1]))
+    per: dict[int, tuple[Sequence[str], Sequence[int]]] = {}
+    for group in value.split(";"):
+        m = _SLOT_RE.match(group.strip())
+        got = _parse_list(m.group(2)) if m else None
+        if m is None or got is None or int(m.group(1)) in per:
+            return None
+        per[int(m.group(1))] = got
+    h = packed_holding(service, node_id, per)
+    return h if len(set(h.uuids)) == len(h.uuids) else None  # a GPU in two slots: not ours
 
 
 def read_ledger(nodes: Sequence[SwarmNode], prefix: str,
@@ -160,11 +261,29 @@ class ReplicaPlacement:
     uuids: tuple[str, ...]
     milli: tuple[int, ...]
     score: float | None = None
+    slot: int | None = None  # the task slot, for replicas packed on one node
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node": self.hostname, "node_id": self.node_id, "gpus": list(self.gpus),
-                "uuids": list(self.uuids), "share_milli": list(self.milli),
-                "score": self.score}
+        out = {"node": self.hostname, "node_id": self.node_id, "gpus": list(self.gpus),
+               "uuids": list(self.uuids), "share_milli": list(self.milli),
+               "score": self.score}
+        if self.slot is not None:
+            out["slot"] = self.slot
+        return out
+
+
+def holdings_of(service: str, placements: Sequence[ReplicaPlacement]) -> dict[str, Holding]:
+    """node id -> the ledger holding of a service's placements (packed ones merged)."""
+    out: dict[str, Holding] = {}
+    packed: dict[str, dict[int, tuple[Sequence[str], Sequence[int]]]] = {}
+    for p in placements:
+        if p.slot is None:
+            out[p.node_id] = Holding(service, p.node_id, p.uuids, p.milli)
+        else:
+            packed.setdefault(p.node_id, {})[p.slot] = (p.uuids, p.milli)
+    for nid, per in packed.items():
+        out[nid] = packed_holding(service, nid, per)
+    return out
 
 
 @dataclass
@@ -184,6 +303,8 @@ class ServicePlan:
     add_constraints: list[str] = field(default_factory=list)
     add_env: list[str] = field(default_factory=list)
     set_max_replicas: int | None = None
+    replace_env: list[tuple[str, str]] = field(default_factory=list)  # (old line, new)
+    packed: str | None = None  # replicas packed on one node: where and why
     force_update: bool = False  # replace tasks created before their device map existed
     set_update_parallelism: int | None = None
     set_generic: tuple[str, int] | None = None  # (kind, count) discrete reservation
@@ -195,7 +316,7 @@ class ServicePlan:
     @property
     def needs_service_write(self) -> bool:
         return bool(self.service_labels_set or self.service_labels_remove or self.add_constraints
-                    or self.remove_constraints or self.add_env
+                    or self.remove_constraints or self.add_env or self.replace_env
                     or self.set_max_replicas is not None or self.force_update
                     or self.set_update_parallelism is not None
                     or self.set_generic is not None)
@@ -206,6 +327,7 @@ class ServicePlan:
             "status": self.status, "state": self.state,
             "placements": [p.to_dict() for p in self.placements],
             "reason": self.reason, "warnings": list(self.warnings),
+            "packed": self.packed,
         }
 
 
@@ -427,13 +549,20 @@ class ClusterAllocator:
         self._held[(svc, new.node)] = _Held((h.label_value(), 0, 0), bare, ())
         return h.label_value()
 
-    def holding_reservation(self, service_id: str, node_id: str, res: tuple[int, int]
-                            ) -> tuple[int, int]:
-        """What a holding reserves itself: the service's reservation while no task of it
-        is on the node yet (then the task's own reservation counts)."""
+    def holding_reservation(self, service_id: str, node_id: str, res: tuple[int, int],
+                            replicas: int = 1) -> tuple[int, int]:
+        """What a holding reserves itself: the service's reservation (per replica it
+        serves) while no task of it is on the node yet (then the tasks' own count)."""
         if (service_id, node_id) in self.tasks_on:
             return (0, 0)
-        return res
+        return (res[0] * replicas, res[1] * replicas)
+
+    def release_holding(self, svc: str, node_id: str) -> None:
+        """Give back what ``svc`` holds on ``node_id`` on this allocator (a choice made
+        in this cycle that is replaced by another)."""
+        held = self._held.get((svc, node_id))
+        if held is not None:
+            self._release((svc, node_id), held)
 
     # --- holdings ------------------------------------------------------------------
     def begin_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
@@ -604,15 +733,24 @@ class ClusterAllocator:
                 migs)
 
 
-def _replica_of(holding: Holding, node: SwarmNode, facts: NodeFacts | None) -> ReplicaPlacement:
-    idx: list[int] = []
+def _replicas_of(holding: Holding, node: SwarmNode, facts: NodeFacts | None
+                 ) -> list[ReplicaPlacement]:
+    """The replicas a holding serves: one, or one per slot when packed."""
+    where: dict[str, int] = {}
     if facts is not None:
         where = {g.uuid: i for i, g in enumerate(facts.gpus)}
         for i, g in enumerate(facts.gpus):
             for m in g.mig_devices:
                 where[m.uuid] = i
-        idx = [where[u] for u in holding.uuids if u in where]
-    return ReplicaPlacement(node.id, node.hostname, tuple(idx), holding.uuids, holding.milli)
+
+    def one(uuids: tuple[str, ...], milli: tuple[int, ...], slot: int | None
+            ) -> ReplicaPlacement:
+        idx = tuple(where[u] for u in uuids if u in where)
+        return ReplicaPlacement(node.id, node.hostname, idx, uuids, milli, slot=slot)
+
+    if not holding.packed:
+        return [one(holding.uuids, holding.milli, None)]
+    return [one(u, m, slot) for slot, (u, m) in holding.per_slot_milli().items()]
 
 
 def _holding_fits(h: Holding, req: GpuRequest, facts: NodeFacts | None) -> str | None:
@@ -624,7 +762,13 @@ def _holding_fits(h: Holding, req: GpuRequest, facts: NodeFacts | None) -> str |
     if req.mig_profile:
         return None if len(h.uuids) == 1 and h.uuids[0] in migs else "not a MIG device"
     want = 1 if req.is_fraction else req.gpus
-    if len(h.uuids) != want:
+    if h.packed:
+        if not req.can_pack:
+            return "replicas packed on one node; the request keeps one per node"
+        bad = [slot for slot, u in h.per_slot().items() if len(u) != want]
+        if bad:
+            return f"slot {bad[0]} holds a GPU count other than the request's {want}"
+    elif len(h.uuids) != want:
         return f"holds {len(h.uuids)} GPU(s), request wants {want}"
     for u, m in zip(h.uuids, h.milli, strict=True):
         g = gpus.get(u)
@@ -817,9 +961,12 @@ class Planner:
         live_names = {s.name for s in services}
         running: dict[str, dict[str, int]] = {}
         waiting: dict[str, list[SwarmTask]] = {}  # desired running, not running yet
+        slots: dict[str, set[int]] = {}  # task slots of replicas meant to run
         for t in tasks:
             if t.desired_state != "running":
                 continue
+            if t.slot:
+                slots.setdefault(t.service_id, set()).add(t.slot)
             if t.state in ("running", "starting"):
                 running.setdefault(t.service_id, {}).setdefault(t.node_id, 0)
                 running[t.service_id][t.node_id] += 1
@@ -876,8 +1023,10 @@ class Planner:
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         for s, r in parsed:
             mine = kept.get(s.name, {})
+            mine_slots = frozenset(slots.get(s.id, ()))
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
                                     running.get(s.id, {}), waiting.get(s.id, []))
+            key += (mine_slots,)
             if not mine:  # pending: the same answer while capacity and nodes are as they were
                 key += (cluster.version, self._exclude_sig_gen)
             memo = self._settled.get(s.id)
@@ -886,7 +1035,8 @@ class Planner:
                 sp.warnings = list(memo[2])
             else:
                 sp = _plan_service(s, r, mine, ledger.get(s.name, {}), running.get(s.id, {}),
-                                   waiting.get(s.id, []), self._requests[s.id][2], cyc)
+                                   waiting.get(s.id, []), self._requests[s.id][2], cyc,
+                                   mine_slots)
                 if self.generic_kind and sp.request is not None and sp.status != "invalid":
                     _reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
             if ((sp.status == "placed" or (sp.status == "pending" and not sp.placements))
@@ -946,8 +1096,9 @@ class Planner:
                     and t.state in ACTIVE_STATES):
                 waiting.setdefault(t.service_id, []).append(t)
         for s, r in parsed:
-            sp = _plan_service(s, r, {}, {}, {}, waiting.get(s.id, []),
-                               self._requests[s.id][2], cyc)
+            mine = waiting.get(s.id, [])
+            sp = _plan_service(s, r, {}, {}, {}, mine, self._requests[s.id][2], cyc,
+                               frozenset(t.slot for t in mine if t.slot))
             if self.generic_kind and sp.request is not None and sp.status != "invalid":
                 _reserve_generic(sp, s, self.generic_kind, False)
             plan.services.append(sp)
@@ -1018,7 +1169,8 @@ class Planner:
                 order.append((s.id, name, h))
                 owner.update({(h.node_id, u): name for u in h.uuids})
         reqs = self._requests
-        res = {(name, h.node_id): cluster.holding_reservation(sid, h.node_id, reqs[sid][2])
+        res = {(name, h.node_id): cluster.holding_reservation(sid, h.node_id, reqs[sid][2],
+                                                              h.replicas)
                for sid, name, h in order}
         cluster.begin_holdings(wanted, res)
         kept: dict[str, dict[str, Holding]] = {}
@@ -1072,6 +1224,7 @@ def _plan_service(
     s: SwarmService, r: GpuRequest | RequestError, kept: dict[str, Holding],
     old: Mapping[str, Holding], running_on: Mapping[str, int],
     waiting: Sequence[SwarmTask], res: tuple[int, int], cyc: _Cycle,
+    slots: AbstractSet[int] = frozenset(),
 ) -> ServicePlan:
     """One service's plan, in steps: can it be placed at all, is it gated, which
     holdings it keeps, where its missing replicas go, what to write, what to report."""
@@ -1087,21 +1240,21 @@ def _plan_service(
         # A rebalancing move owns this service until it ends (swarmgpu.rebalance.mover):
         # its holdings stay reserved (committed above), nothing is written here.
         sp.state = "Rebalancing"
-        sp.placements = sorted((_replica_of(h, cyc.by_id[nid], cyc.facts.get(nid))
-                                for nid, h in kept.items() if nid in cyc.by_id),
-                               key=lambda p: p.hostname)
+        sp.placements = sorted((p for nid, h in kept.items() if nid in cyc.by_id
+                                for p in _replicas_of(h, cyc.by_id[nid], cyc.facts.get(nid))),
+                               key=_placement_order)
         sp.warnings.append("a rebalancing move is in progress; placement waits for it")
         return sp
     if not _gate_service(sp, s, cyc):
         return sp
     replicas = s.replicas or 0
-    if replicas > 1 and s.max_replicas_per_node != 1:
-        sp.set_max_replicas = 1
     holdings = _keep_holdings(sp, s, kept, old, running_on, replicas, cyc)
-    placements = [_replica_of(h, cyc.by_id[nid], cyc.facts.get(nid))
-                  for nid, h in holdings.items() if nid in cyc.by_id]
-    reasons = _place_missing(sp, s, r, placements, replicas - len(placements), res, cyc)
-    sp.placements = sorted(placements, key=lambda p: p.hostname)
+    placements, reasons = _place_replicas(sp, s, r, holdings, replicas, slots, res, cyc)
+    sp.placements = sorted(placements, key=_placement_order)
+    if sp.packed is None and replicas > 1 and s.max_replicas_per_node != 1:
+        sp.set_max_replicas = 1
+    elif sp.packed is not None and not _packed_env(sp, s, cyc):
+        return sp
     gates_open = _write_devices_and_gates(sp, s, running_on, waiting, cyc)
     if len(sp.placements) < replicas:
         sp.status = "pending"
@@ -1118,6 +1271,184 @@ def _plan_service(
     return sp
 
 
+def _placement_order(p: ReplicaPlacement) -> tuple[str, int]:
+    return (p.hostname, p.slot or 0)
+
+
+def _place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
+                    holdings: Mapping[str, Holding], replicas: int, live: AbstractSet[int],
+                    res: tuple[int, int], cyc: _Cycle
+                    ) -> tuple[list[ReplicaPlacement], list[str]]:
+    """Spread one replica per node, or pack them all on one node: a service packed
+    stays packed (its slots follow the tasks' on scale-up and -down); a service that
+    holds nothing is packed when its replicas cannot be spread (``pack: auto``) or
+    always (``pack: always``), if one node can hold them all."""
+    by_id = cyc.by_id
+    packed = next((h for h in holdings.values() if h.packed), None)
+    if packed is not None:
+        return _repack(sp, s, r, packed, replicas, live, res, cyc)
+    placements = [p for nid, h in holdings.items() if nid in by_id
+                  for p in _replicas_of(h, by_id[nid], cyc.facts.get(nid))]
+    mrpn = s.max_replicas_per_node or 0
+    may_pack = (not holdings and replicas > 1 and r.can_pack
+                and not 1 < mrpn < replicas)
+    if may_pack and r.pack is Pack.ALWAYS:
+        got, why = _place_packed(s, r, _want_slots(live, replicas), {}, res, cyc)
+        if got:
+            sp.packed = f"packed on {got[0].hostname} ({Pack.ALWAYS.value})"
+            sp.new = True
+            return got, []
+        return [], [why]
+    reasons = _place_missing(sp, s, r, placements, replicas - len(placements), res, cyc)
+    if len(placements) < replicas and may_pack:
+        for p in placements:  # not enough nodes: try all of them on one node instead
+            cyc.cluster.release_holding(s.name, p.node_id)
+        got, _why = _place_packed(s, r, _want_slots(live, replicas), {}, res, cyc)
+        if got:
+            sp.packed = (f"packed on {got[0].hostname}: {replicas} replicas could not be "
+                         f"spread one per node ({'; '.join(reasons)})")
+            sp.new = True
+            return got, []
+        placements = []
+        reasons = _place_missing(sp, s, r, placements, replicas, res, cyc)
+        reasons.append("no single node can hold all replicas either")
+    elif len(placements) < replicas and r.can_pack and 1 < mrpn < replicas:
+        reasons.append(f"not packed on one node: max_replicas_per_node {mrpn} is below "
+                       f"{replicas} replicas (raise or remove it)")
+    return placements, reasons
+
+
+def _want_slots(live: AbstractSet[int], replicas: int) -> list[int]:
+    """The task slots a packed service's replicas use: its tasks' (Swarm keeps a
+    task's slot when it replaces the task), then the lowest missing numbers, which
+    is where Swarm's replicated orchestrator puts new tasks."""
+    out = sorted(live)[:replicas]
+    k = 0
+    while len(out) < replicas:
+        k += 1
+        if k not in out:
+            out.append(k)
+    return sorted(out)
+
+
+def _place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
+                  have: Mapping[int, tuple[tuple[str, ...], tuple[int, ...]]],
+                  res: tuple[int, int], cyc: _Cycle, node: str | None = None,
+                  ) -> tuple[list[ReplicaPlacement], str]:
+    """Every slot of ``slots`` on one node (``node``, or the best that takes them all),
+    each a replica choice of its own (topology holds per replica); the slots in
+    ``have`` keep their GPUs. Committed as one packed holding; ([], why) when no node
+    takes them."""
+    cluster = cyc.cluster
+    demand = demand_of(r, *res)
+    new = [k for k in slots if k not in have]
+    need = len(new) * r.gpus
+    swarm_no = cyc.exclude(s)
+    tried: set[str] = set()
+    why = f"no node can hold {len(new)} more replica(s) of {demand.describe()}"
+
+    def room(ns: NodeState) -> bool:
+        return sum(1 for f in ns.free if f >= 1000) >= need
+
+    while True:
+        choices: list[Choice] = []
+        target = node
+        if target is None:
+            first = cluster.place(demand, room, exclude=swarm_no | tried)
+            if isinstance(first, Unplaceable):
+                return [], why
+            target = first.node
+            cluster.alloc.commit(first)
+            choices.append(first)
+        ok = target in cluster.alloc.nodes
+        while ok and len(choices) < len(new):
+            got = cluster.alloc.place_on(target, demand)
+            if isinstance(got, Unplaceable):
+                why = cluster.hostnames(got.reason)
+                ok = False
+                break
+            cluster.alloc.commit(got)
+            choices.append(got)
+        for c in choices:
+            cluster.alloc.release(c)
+        if ok:
+            break
+        if node is not None:
+            return [], why
+        tried.add(target)
+    f = cyc.facts[target]
+    per: dict[int, tuple[Sequence[str], Sequence[int]]] = dict(have)
+    for slot, c in zip(new, choices, strict=True):
+        per[slot] = (tuple(f.gpus[i].uuid for i in c.gpus), c.milli)
+    h = packed_holding(s.name, target, {k: per[k] for k in slots})
+    cluster.release_holding(s.name, target)
+    if not cluster.commit_holding(s.name, target, h, cluster.holding_reservation(
+            s.id, target, res, h.replicas)):
+        return [], f"{s.name}: the packed GPUs on {target} could not be committed"
+    return _replicas_of(h, cyc.by_id[target], f), ""
+
+
+def _repack(sp: ServicePlan, s: SwarmService, r: GpuRequest, h: Holding, replicas: int,
+            live: AbstractSet[int], res: tuple[int, int], cyc: _Cycle,
+            ) -> tuple[list[ReplicaPlacement], list[str]]:
+    """A packed service keeps its node: the slots of its tasks keep their GPUs, a slot
+    gone (scale-down) gives them back, a new slot (scale-up) gets GPUs on the node."""
+    node = cyc.by_id.get(h.node_id)
+    host = node.hostname if node is not None else h.node_id
+    sp.packed = f"packed on {host}"
+    if node is None:
+        return [], [f"packed on {h.node_id}, which is gone"]
+    want = _want_slots(live, replicas)
+    have = {k: v for k, v in h.per_slot_milli().items() if k in want}
+    if list(have) == want and len(have) == h.replicas:
+        return _replicas_of(h, node, cyc.facts.get(h.node_id)), []
+    if all(k in have for k in want):
+        got = packed_holding(s.name, h.node_id, have)
+        cyc.cluster.release_holding(s.name, h.node_id)
+        cyc.cluster.commit_holding(s.name, h.node_id, got, cyc.cluster.holding_reservation(
+            s.id, h.node_id, res, got.replicas))
+        return _replicas_of(got, node, cyc.facts.get(h.node_id)), []
+    placed, why = _place_packed(s, r, want, have, res, cyc, node=h.node_id)
+    if placed:
+        sp.new = True
+        return placed, []
+    # Scale-up beyond the node's room: what is held stays, the rest waits.
+    kept = packed_holding(s.name, h.node_id, have) if have else None
+    got_p = _replicas_of(kept, node, cyc.facts.get(h.node_id)) if kept else []
+    if kept is not None and kept != h:
+        cyc.cluster.release_holding(s.name, h.node_id)
+        cyc.cluster.commit_holding(s.name, h.node_id, kept, cyc.cluster.holding_reservation(
+            s.id, h.node_id, res, kept.replicas))
+    return got_p, [f"packed on {host}, which has no room for {replicas - len(have)} more "
+                   f"replica(s): {why}"]
+
+
+def _packed_env(sp: ServicePlan, s: SwarmService, cyc: _Cycle) -> bool:
+    """Packed replicas read per-slot lists: the service needs the per-slot template. One
+    with the older per-node template is upgraded (adoption) or waits; False: it waits."""
+    if device_env(cyc.prefix, s.env) == "slot":
+        if s.max_replicas_per_node == 1:
+            sp.set_max_replicas = 0
+            sp.warnings.append("max_replicas_per_node 1 lifted (swarmgpu's one-per-node "
+                               f"rule): its replicas are {sp.packed}; set "
+                               f"{cyc.prefix}pack: never to keep one replica per node")
+        return True
+    old, new = env_template_per_node(cyc.prefix), env_template(cyc.prefix)
+    if cyc.adopt_ungated and old in s.env:
+        sp.replace_env.append((old, new))
+        if s.max_replicas_per_node == 1:
+            sp.set_max_replicas = 0
+        sp.warnings.append(f"its replicas are {sp.packed}: swarmgpu replaced its env "
+                           f"template with the per-slot one ({new}); put it in the stack "
+                           "file so a re-deploy keeps it")
+        return True
+    sp.status, sp.state = "pending", "Pending"
+    sp.reason = (f"its replicas would be {sp.packed}, which needs the per-slot env "
+                 f"template {new} (replace {old})")
+    sp.placements = []
+    return False
+
+
 def _gate_service(sp: ServicePlan, s: SwarmService, cyc: _Cycle) -> bool:
     """The gate constraint and env template: present, added (adopted), or reported.
     A gate naming another service (a stack rendered or deployed under another name) is
@@ -1129,7 +1460,7 @@ def _gate_service(sp: ServicePlan, s: SwarmService, cyc: _Cycle) -> bool:
                if c.replace(" ", "").lower().startswith(own) and c.replace(" ", "") != gate]
     has_gate = any(c.replace(" ", "") == gate for c in s.constraints)
     tmpl = env_template(prefix)
-    has_env = any(e == tmpl for e in s.env)
+    has_env = device_env(prefix, s.env) is not None
     _share_env(sp, s, cyc)
     if foreign:
         sp.warnings.append(
@@ -1251,12 +1582,15 @@ def _write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappi
     """The desired Swarm state for the service: device labels, ledger, gates. True when
     every gate is open (or opens in this plan)."""
     prefix, by_id = cyc.prefix, cyc.by_id
-    want_devices = {devices_key(prefix, p.node_id): ",".join(p.uuids) for p in sp.placements}
+    want_devices = {devices_key(prefix, p.node_id, p.slot): ",".join(p.uuids)
+                    for p in sp.placements}
+    held = holdings_of(s.name, sp.placements)
     have_devices = {k: v for k, v in s.labels.items()
                     if k.startswith(prefix + DEVICES) or is_share_key(k, prefix)}
     # A shared GPU's container is told its share the same way (swarmgpu.sharing).
     want_devices.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
-                                             for p in sp.placements), cyc.facts, have_devices))
+                                             for p in sp.placements if p.slot is None),
+                                    cyc.facts, have_devices))
     sp.service_labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
     sp.service_labels_remove = sorted(k for k in have_devices if k not in want_devices)
     # Swarm copies the service's labels into a task when it creates it, and a pending
@@ -1267,9 +1601,8 @@ def _write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappi
     gen_key = f"{prefix}state.devices-gen"
     gen = _int_or0(s.labels.get(gen_key))
     changed_for_running = any(
-        running_on.get(p.node_id) and by_id[p.node_id].labels.get(assign_key(prefix, s.name))
-        != Holding(s.name, p.node_id, p.uuids, p.milli).label_value()
-        for p in sp.placements
+        running_on.get(nid) and by_id[nid].labels.get(assign_key(prefix, s.name))
+        != h.label_value() for nid, h in held.items()
     )
     if sp.service_labels_set:
         gen = s.force_update  # tasks created from now on carry the map
@@ -1295,9 +1628,8 @@ def _write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappi
         sp.set_update_parallelism = _int_or0(s.labels[par_key]) or 1
         sp.service_labels_remove.append(par_key)
     all_open = True
-    for p in sp.placements:
-        node = by_id[p.node_id]
-        h = Holding(s.name, p.node_id, p.uuids, p.milli)
+    for nid, h in held.items():
+        node = by_id[nid]
         want = {assign_key(prefix, s.name): h.label_value()}
         if gate_ready or node.labels.get(gate_key(prefix, s.name)) == "true":
             want[gate_key(prefix, s.name)] = "true"
@@ -1306,7 +1638,7 @@ def _write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappi
             all_open = False
         diff = {k: v for k, v in want.items() if node.labels.get(k) != v}
         if diff:
-            _node_set(cyc.plan, p.node_id, diff)
+            _node_set(cyc.plan, nid, diff)
             sp.node_writes = True
     return all_open
 

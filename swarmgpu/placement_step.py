@@ -134,6 +134,9 @@ def _service_compute(sp: ServicePlan) -> Any:
             new.setdefault("UpdateConfig", {})["Parallelism"] = sp.set_update_parallelism
         cs = tt.setdefault("ContainerSpec", {})
         env = list(cs.get("Env") or [])
+        for old, repl in sp.replace_env:
+            # Only swarmgpu's own line, exactly as written, is replaced.
+            env = [repl if x == old else x for x in env]
         for e in sp.add_env:
             name = e.split("=", 1)[0] + "="
             # A user's own value for the same variable is kept: never overwrite env.
@@ -155,7 +158,7 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool) -> int
                 logger.bind(service=sp.name).info(
                     "dry-run: would set {} remove {} add constraints {} env {}",
                     sp.service_labels_set, sp.service_labels_remove, sp.add_constraints,
-                    sp.add_env)
+                    [*sp.add_env, *(new for _, new in sp.replace_env)])
         for nid in set(plan.node_set) | set(plan.node_remove):
             logger.info("dry-run: node {} labels set {} remove {}", nid[:12],
                         plan.node_set.get(nid, {}), plan.node_remove.get(nid, []))

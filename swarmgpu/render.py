@@ -21,7 +21,9 @@ from swarmgpu.placement import (
     DEVICES,
     ORDER_ENV,
     PlacementPlan,
+    devices_key,
     env_template,
+    env_template_per_node,
     gate_constraint,
     plan_placement,
 )
@@ -154,9 +156,10 @@ def render_stack(
         labels = _labels(deploy, f"services.{svc_name}")
         if sp is not None:
             for p in sp.placements:
-                labels[f"{prefix}{DEVICES}{p.node_id}"] = ",".join(p.uuids)
+                labels[devices_key(prefix, p.node_id, p.slot)] = ",".join(p.uuids)
             labels.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
-                                               for p in sp.placements), facts, labels))
+                                               for p in sp.placements if p.slot is None),
+                                      facts, labels))
         deploy["labels"] = labels
         placement = _mapping(deploy, "placement", f"{where}.deploy")
         deploy["placement"] = placement
@@ -165,10 +168,22 @@ def render_stack(
         if gate not in cons:
             cons.append(gate)
         placement["constraints"] = cons
-        if _replicas(deploy, where) > 1:
+        if sp is not None and sp.packed is not None:
+            # Replicas packed on one node (swarmgpu.placement): one per node no more.
+            if placement.get("max_replicas_per_node") == 1:
+                del placement["max_replicas_per_node"]
+        elif _replicas(deploy, where) > 1:
             placement["max_replicas_per_node"] = 1
         env = svc.get("environment")
-        additions = [env_template(prefix), ORDER_ENV]
+        old_tmpl, tmpl = env_template_per_node(prefix), env_template(prefix)
+        # The older per-node template is upgraded to the per-slot one (it reads the
+        # same lists, and packed replicas need the per-slot ones).
+        if isinstance(env, dict) and env.get("NVIDIA_VISIBLE_DEVICES") == \
+                old_tmpl.partition("=")[2]:
+            env["NVIDIA_VISIBLE_DEVICES"] = tmpl.partition("=")[2]
+        elif isinstance(env, list):
+            svc["environment"] = env = [tmpl if e == old_tmpl else e for e in env]
+        additions = [tmpl, ORDER_ENV]
         if not isinstance(req, RequestError) and req.is_fraction:
             additions.extend(env_lines(prefix))  # the container is told its share
         if isinstance(env, dict):

@@ -33,7 +33,7 @@ OUTPUT_LABEL_PREFIXES: tuple[str, ...] = (
 
 KEYS: tuple[str, ...] = (
     "gpus", "gpu-memory", "gpu-fraction", "gpu-product", "topology", "mig",
-    "rebalance", "zone-prefer", "zone-avoid",
+    "rebalance", "zone-prefer", "zone-avoid", "pack",
 )
 
 
@@ -46,6 +46,14 @@ class Topology(StrEnum):
 class Rebalance(StrEnum):
     AUTO = "auto"
     NEVER = "never"
+
+
+class Pack(StrEnum):
+    """Whether the replicas of a service may share one node (``swarmgpu.placement``)."""
+
+    AUTO = "auto"  # one per node; all on one node when they cannot be spread
+    ALWAYS = "always"  # all on one node
+    NEVER = "never"  # one per node, always
 
 
 class RequestError(ValueError):
@@ -73,6 +81,13 @@ class GpuRequest:
     zone_prefer: tuple[str, ...] = ()
     zone_avoid: tuple[str, ...] = ()
     zone_label: str = DEFAULT_ZONE_LABEL  # node label holding the zone name
+    pack: Pack = Pack.AUTO
+
+    @property
+    def can_pack(self) -> bool:
+        """Replicas may share a node: whole GPUs only (a share or a MIG device keeps
+        one replica per node, see docs/requests.md)."""
+        return self.pack is not Pack.NEVER and not self.is_fraction and not self.mig_profile
 
     @property
     def is_fraction(self) -> bool:
@@ -107,6 +122,8 @@ class GpuRequest:
             text += f", avoid zone {'|'.join(self.zone_avoid)}"
         if self.rebalance is Rebalance.NEVER:
             text += ", never moved"
+        if self.pack is not Pack.AUTO:
+            text += f", pack {self.pack}"
         return text
 
 
@@ -151,6 +168,7 @@ def parse_request(
     products = _products(mine, p) if "gpu-product" in mine else ()
     topology = _choice(mine, "topology", Topology, p)
     rebalance = _choice(mine, "rebalance", Rebalance, p)
+    pack = _choice(mine, "pack", Pack, p)
     prefer = _zones(mine, "zone-prefer", p)
     avoid = _zones(mine, "zone-avoid", p)
 
@@ -181,6 +199,12 @@ def parse_request(
             f"{p}gpus of 2 or more with it: topology is about how GPUs of one replica "
             f"connect (set {p}gpus=2 or more, or drop {p}topology)",
         )
+    if pack is Pack.ALWAYS and (fraction is not None or mig):
+        raise RequestError(
+            p + "pack", mine["pack"],
+            f"auto or never with {p}{'mig' if mig else 'gpu-fraction'}: replicas of a "
+            "share or a MIG device stay one per node (drop the key)",
+        )
     overlap = sorted(set(prefer) & set(avoid))
     if overlap:
         raise RequestError(
@@ -198,6 +222,7 @@ def parse_request(
         zone_prefer=prefer,
         zone_avoid=avoid,
         zone_label=zone_label,
+        pack=pack,
     )
 
 

@@ -82,10 +82,17 @@ def test_numa_request_gets_one_pix_group_on_4090() -> None:
 
 
 def test_40gib_never_on_24gib_and_pending_reason() -> None:
-    s = svc("big", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB"}, replicas=2)
+    s = svc("big", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB",
+                    "swarmgpu.pack": "never"}, replicas=2)
     sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
     assert [p.hostname for p in sp.placements] == ["gpu-node-1"]
     assert sp.status == "pending" and "1 of 2 replicas placed" in (sp.reason or "")
+    # By default the two replicas, which cannot be spread, are packed on the DGX.
+    s = svc("big", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB"}, replicas=2)
+    sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
+    assert sp.status == "placed" and sp.packed and "gpu-node-1" in sp.packed
+    assert [(p.hostname, p.slot) for p in sp.placements] == [("gpu-node-1", 1),
+                                                             ("gpu-node-1", 2)]
     s2 = svc("huge", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "80GiB"})
     sp2 = plan_placement([DGX, R4090], [s2], [], FACTS).services[0]
     assert sp2.status == "pending" and not sp2.placements

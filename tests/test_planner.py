@@ -83,10 +83,14 @@ def test_service_constraints_and_platform_are_respected() -> None:
 def test_second_replica_reason_names_the_one_per_node_rule() -> None:
     nodes, facts = two_nodes()
     nodes = nodes[:1]
-    s = svc("r", {"swarmgpu.gpus": "1"}, replicas=2)
+    s = svc("r", {"swarmgpu.gpus": "1", "swarmgpu.pack": "never"}, replicas=2)
     sp = plan_placement(nodes, [s], [], {"n-a": facts["n-a"]}).services[0]  # type: ignore[arg-type]
     assert sp.status == "pending"
     assert "one replica per node" in (sp.reason or "")
+    # By default (pack: auto) the two replicas are packed on the one node instead.
+    s = svc("r", {"swarmgpu.gpus": "1"}, replicas=2)
+    sp = plan_placement(nodes, [s], [], {"n-a": facts["n-a"]}).services[0]  # type: ignore[arg-type]
+    assert sp.status == "placed" and sp.packed and [p.slot for p in sp.placements] == [1, 2]
 
 
 def test_gate_naming_another_service_is_replaced_and_reported() -> None:

@@ -90,6 +90,10 @@ def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[Swa
         return "MIG devices are not moved"
     if prefix + MOVE_STATE in s.labels:
         return "a move is already in progress"
+    if any(h.packed for h in holdings.values()):
+        # A move (or a restart through the gate) takes one node's task away; packed
+        # replicas all run behind one gate, so it would stop every one of them.
+        return "replicas packed on one node: never moved"
     try:
         last: float | None = float(s.labels[prefix + MOVED_AT])
     except (KeyError, ValueError):

@@ -1,0 +1,219 @@
+"""Several replicas on one node: per-slot device lists (pure planner tests on facts from
+real captures)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpu_nodes import RTX4090
+from test_placement import DGX, FACTS, R4090, apply, svc
+
+from swarmgpu.placement import (
+    PlacementPlan,
+    ServicePlan,
+    env_template,
+    env_template_per_node,
+    gate_constraint,
+    packed_holding,
+    parse_holding,
+    plan_placement,
+    read_ledger,
+)
+from swarmgpu.rebalance.context import why_not_movable
+from swarmgpu.render import render_stack
+from swarmgpu.requests import parse_all
+from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+ONE_GPU = {"swarmgpu.gpus": "1"}
+
+
+def task(s: SwarmService, slot: int, state: str = "running", node: str = "n-4090",
+         desired: str = "running", force: int = 1) -> SwarmTask:
+    return SwarmTask(f"t-{s.name}-{slot}-{state}", s.id, node if state == "running" else "",
+                     slot, state, desired, (), force_update=force)
+
+
+def written(s: SwarmService, sp: ServicePlan) -> SwarmService:
+    """The service as Swarm holds it once the plan's service write landed."""
+    labels = {k: v for k, v in s.labels.items() if k not in sp.service_labels_remove}
+    labels.update(sp.service_labels_set)
+    mrpn = s.max_replicas_per_node if sp.set_max_replicas is None else sp.set_max_replicas
+    env = tuple(new if e == old else e for e in s.env for old, new in
+                (sp.replace_env or [("", "")]))
+    return replace(s, labels=labels, max_replicas_per_node=mrpn, env=env,
+                   force_update=s.force_update + sp.force_update, version=s.version + 1)
+
+
+def slot_lists(sp: ServicePlan, node: str = "n-4090") -> dict[int, str]:
+    pre = f"{P}devices.{node}."
+    return {int(k[len(pre):]): v for k, v in sp.service_labels_set.items()
+            if k.startswith(pre)}
+
+
+def test_eight_replicas_of_one_gpu_on_one_8gpu_node_get_eight_lists() -> None:
+    s = replace(svc("inf", ONE_GPU, replicas=8), max_replicas_per_node=1)
+    plan = plan_placement([R4090], [s], [], FACTS)
+    (sp,) = plan.services
+    assert sp.status == "placed", sp.reason
+    assert sp.packed and "gpu-node-2" in sp.packed and "spread" in sp.packed
+    assert [p.slot for p in sp.placements] == list(range(1, 9))
+    lists = slot_lists(sp)
+    assert sorted(lists) == list(range(1, 9))
+    assert sorted(lists.values()) == sorted(RTX4090.uuids())  # eight distinct GPUs
+    assert f"{P}devices.n-4090" not in sp.service_labels_set  # no node-wide list
+    assert sp.set_max_replicas == 0  # swarmgpu's one-per-node rule lifted
+    assert any("max_replicas_per_node 1 lifted" in w for w in sp.warnings)
+    # The ledger: one holding for the node, per slot, read back as it was written.
+    value = plan.node_set["n-4090"][f"{P}assign.inf"]
+    assert value.startswith("s1=") and value.count(";") == 7
+    h = parse_holding("inf", "n-4090", value)
+    assert h is not None and h.replicas == 8 and h.per_slot() == {
+        k: (v,) for k, v in lists.items()}
+    # Applied (tasks recreated after the map, gate opened): a restart plans the same
+    # and writes nothing.
+    s2 = written(s, sp)
+    tasks = [task(s2, k, "pending", force=s2.force_update) for k in range(1, 9)]
+    nodes = apply([R4090], plan)
+    opened = plan_placement(nodes, [s2], tasks, FACTS)
+    assert opened.node_set == {"n-4090": {f"{P}service.inf": "true"}}
+    nodes = apply(nodes, opened)
+    running = [task(s2, k, force=s2.force_update) for k in range(1, 9)]
+    again = plan_placement(nodes, [s2], running, FACTS)
+    assert again.empty, (again.node_set, again.services[0].service_labels_set)
+    assert again.services[0].state == "Active" and again.services[0].packed
+    assert [p.uuids for p in again.services[0].placements] == [p.uuids for p in sp.placements]
+    # The packed holding is never moved (a move or restart closes its one gate).
+    r = parse_all(s2.labels)
+    assert why_not_movable(s2, r if not isinstance(r, Exception) else None, running,
+                           read_ledger(nodes, P)["inf"], P, 0.0, 0.0) == \
+        "replicas packed on one node: never moved"
+
+
+def test_spread_stays_spread_when_nodes_have_room() -> None:
+    s = svc("two", ONE_GPU, replicas=2)
+    (sp,) = plan_placement([DGX, R4090], [s], [], FACTS).services
+    assert sp.status == "placed" and sp.packed is None
+    assert sorted(p.hostname for p in sp.placements) == ["gpu-node-1", "gpu-node-2"]
+    assert all(p.slot is None for p in sp.placements)
+    assert sp.set_max_replicas == 1
+    assert set(sp.service_labels_set) >= {f"{P}devices.n-dgx", f"{P}devices.n-4090"}
+
+
+def test_pack_never_and_always() -> None:
+    never = svc("n", {**ONE_GPU, "swarmgpu.pack": "never"}, replicas=3)
+    (sp,) = plan_placement([R4090], [never], [], FACTS).services
+    assert sp.status == "pending" and sp.packed is None and len(sp.placements) == 1
+    always = svc("a", {**ONE_GPU, "swarmgpu.pack": "always"}, replicas=2)
+    (sp,) = plan_placement([DGX, R4090], [always], [], FACTS).services
+    assert sp.status == "placed" and sp.packed and "always" in sp.packed
+    assert len({p.node_id for p in sp.placements}) == 1 and len(sp.placements) == 2
+    # A share or a MIG device keeps one replica per node.
+    share = svc("s", {"swarmgpu.gpu-fraction": "0.5"}, replicas=3)
+    (sp,) = plan_placement([R4090], [share], [], FACTS).services
+    assert sp.packed is None and sp.status == "pending"
+    assert isinstance(parse_all({"swarmgpu.gpu-fraction": "0.5", "swarmgpu.pack": "always"}),
+                      ValueError)
+
+
+def test_topology_holds_per_replica_when_packed() -> None:
+    s = svc("numa", {"swarmgpu.gpus": "4", "swarmgpu.topology": "numa",
+                     "swarmgpu.gpu-product": "*4090*"}, replicas=2)
+    (sp,) = plan_placement([DGX, R4090], [s], [], FACTS).services
+    assert sp.status == "placed" and sp.packed
+    assert sorted(sorted(p.gpus) for p in sp.placements) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_user_max_replicas_below_replicas_is_a_conflict_not_overridden() -> None:
+    s = replace(svc("c", ONE_GPU, replicas=4), max_replicas_per_node=2)
+    (sp,) = plan_placement([R4090], [s], [], FACTS).services
+    assert sp.packed is None and sp.status == "pending"
+    assert "max_replicas_per_node 2 is below 4 replicas" in (sp.reason or "")
+
+
+def _packed(replicas: int) -> tuple[list[SwarmNode], SwarmService, list[SwarmTask], PlacementPlan]:
+    s = svc("sc", ONE_GPU, replicas=replicas)
+    plan = plan_placement([R4090], [s], [], FACTS)
+    s2 = written(s, plan.services[0])
+    nodes = apply(apply([R4090], plan), plan_placement(
+        apply([R4090], plan), [s2], [], FACTS))
+    running = [task(s2, k, force=s2.force_update) for k in range(1, replicas + 1)]
+    return nodes, s2, running, plan
+
+
+def test_scale_down_gives_back_the_gone_slots_and_restarts_nothing() -> None:
+    nodes, s, running, first = _packed(4)
+    before = {p.slot: p.uuids for p in first.services[0].placements}
+    # Swarm removed slots 2 and 4 (it picks on scale-down; slots are not renumbered).
+    s2 = replace(s, replicas=2, version=s.version + 1)
+    live = [t for t in running if t.slot in (1, 3)]
+    plan = plan_placement(nodes, [s2], live, FACTS)
+    (sp,) = plan.services
+    assert sp.status == "placed" and not sp.force_update
+    assert {p.slot: p.uuids for p in sp.placements} == {1: before[1], 3: before[3]}
+    assert sorted(sp.service_labels_remove) == [f"{P}devices.n-4090.2", f"{P}devices.n-4090.4"]
+    h = parse_holding("sc", "n-4090", plan.node_set["n-4090"][f"{P}assign.sc"])
+    assert h is not None and h.per_slot() == {1: before[1], 3: before[3]}
+
+
+def test_scale_up_adds_slots_on_the_same_node_with_free_gpus() -> None:
+    nodes, s, running, first = _packed(2)
+    s2 = replace(s, replicas=4, version=s.version + 1)
+    new = [task(s2, 3, "pending"), task(s2, 4, "pending")]
+    (sp,) = plan_placement(nodes, [s2], running + new, FACTS).services
+    assert sp.status == "placed" and sp.packed
+    got = {p.slot: p.uuids for p in sp.placements}
+    assert sorted(got) == [1, 2, 3, 4]
+    assert {k: got[k] for k in (1, 2)} == {p.slot: p.uuids for p in first.services[0].placements}
+    assert len({u for us in got.values() for u in us}) == 4
+
+
+def test_old_template_is_upgraded_when_packed_and_kept_when_spread() -> None:
+    old = replace(svc("o", ONE_GPU, replicas=3), env=(env_template_per_node(P),))
+    (sp,) = plan_placement([R4090], [old], [], FACTS).services
+    assert sp.status == "placed" and sp.packed
+    assert sp.replace_env == [(env_template_per_node(P), env_template(P))]
+    (sp,) = plan_placement([R4090], [old], [], FACTS, adopt_ungated=False).services
+    assert sp.status == "pending" and "per-slot env template" in (sp.reason or "")
+    spread = replace(svc("o2", ONE_GPU, replicas=2), env=(env_template_per_node(P),))
+    (sp,) = plan_placement([DGX, R4090], [spread], [], FACTS).services
+    assert sp.status == "placed" and not sp.replace_env and not sp.add_env
+
+
+def test_ledger_round_trip_and_bad_values() -> None:
+    h = packed_holding("x", "n1", {2: (("GPU-b",), (1000,)), 1: (("GPU-a", "GPU-c"),
+                                                                  (1000, 1000))})
+    assert h.label_value() == "s1=GPU-a,GPU-c;s2=GPU-b"
+    assert parse_holding("x", "n1", h.label_value()) == h
+    plain = parse_holding("x", "n1", "GPU-a,GPU-b@500")
+    assert plain is not None and not plain.packed and plain.replicas == 1
+    for bad in ("s1=GPU-a;s1=GPU-b", "s1=GPU-a;s2=GPU-a", "s0=GPU-a", "s1=", "x1=GPU-a",
+                "s1=GPU-a;GPU-b"):
+        assert parse_holding("x", "n1", bad) is None, bad
+
+
+def test_render_writes_per_slot_lists_and_drops_one_per_node() -> None:
+    stack = f"""
+services:
+  inf:
+    image: x
+    environment:
+      - '{env_template_per_node(P)}'
+    deploy:
+      replicas: 4
+      labels: {{swarmgpu.gpus: "1"}}
+      placement:
+        max_replicas_per_node: 1
+        constraints: ["node.hostname==gpu-node-2"]
+"""
+    text, plan = render_stack(stack, "st", [DGX, R4090], [], [], FACTS)
+    assert plan.services[0].packed
+    import yaml
+    out = yaml.safe_load(text.split("\n", 2)[2])["services"]["inf"]
+    assert "max_replicas_per_node" not in out["deploy"]["placement"]
+    assert gate_constraint(P, "st_inf") in out["deploy"]["placement"]["constraints"]
+    assert env_template(P) in out["environment"]
+    assert env_template_per_node(P) not in out["environment"]
+    lists = {k: v for k, v in out["deploy"]["labels"].items() if k.startswith(f"{P}devices.")}
+    assert sorted(lists) == [f"{P}devices.n-4090.{k}" for k in range(1, 5)]
+    assert len(set(lists.values())) == 4

@@ -1,0 +1,155 @@
+"""Several replicas on one node, on the real test swarm: the daemon packs the replicas of
+a service that cannot be spread on the one node that holds them all, and every replica's
+container (``docker inspect``) gets its own GPUs through ``.Task.Slot``; a service that
+can be spread still gets one replica per node, with the older per-node template too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_nodes import LOGS, RTX4090, agents, cfg_file, kwargs_for_logs, run_cli, stop, swarmgpu_env
+from swarm_harness import SwarmCluster
+
+from swarmgpu.placement import env_template, env_template_per_node, gate_constraint
+
+pytestmark = pytest.mark.swarm
+_ = agents  # fixture, used by name
+P = "swarmgpu."
+
+
+def stack(name: str, services: dict[str, dict[str, Any]]) -> str:
+    out: dict[str, Any] = {"version": "3.8", "services": {}}
+    for svc, spec in services.items():
+        out["services"][svc] = {
+            "image": "local/busybox:latest",
+            "command": ["sleep", "3600"],
+            "environment": [spec.get("template", env_template(P)),
+                            "CUDA_DEVICE_ORDER=PCI_BUS_ID"],
+            "deploy": {
+                "replicas": spec["replicas"],
+                "labels": spec["labels"],
+                # as `swarmgpu render` wrote it before packing existed
+                "placement": {"constraints": [gate_constraint(P, f"{name}_{svc}"),
+                                              *spec.get("constraints", [])],
+                              "max_replicas_per_node": 1},
+                "restart_policy": {"condition": "any", "delay": "1s"},
+            },
+        }
+    return json.dumps(out, indent=1)
+
+
+@pytest.fixture(scope="module")
+def daemon(swarm: SwarmCluster, agents: dict[str, Any],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("slots")
+    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
+    proc = swarm.exec_in_netns(
+        swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
+        env=swarmgpu_env(), **kwargs_for_logs(LOGS / "slots-daemon.log"))
+    yield {"cfg": cfg, "tmp": tmp}
+    stop(proc)
+
+
+def deploy(swarm: SwarmCluster, tmp: Path, name: str, services: dict[str, Any]) -> None:
+    f = tmp / f"{name}.yml"
+    f.write_text(stack(name, services))
+    swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c", str(f), name)
+
+
+def running(swarm: SwarmCluster, service: str) -> list[dict[str, Any]]:
+    api = swarm.client(swarm.manager).api
+    return [t for t in api.tasks(filters={"service": service, "desired-state": "running"})
+            if t["Status"]["State"] == "running"]
+
+
+def wait_running(swarm: SwarmCluster, service: str, n: int, timeout: float = 90
+                 ) -> list[dict[str, Any]]:
+    def ready() -> list[dict[str, Any]] | None:
+        ts = running(swarm, service)
+        # every task that runs is one created after its device map (no "void" left)
+        return ts if len(ts) == n and all(env_of(swarm, t)[0] != "void" for t in ts) else None
+
+    try:
+        return swarm.wait_for(ready, timeout, f"{n} running task(s) of {service} with GPUs")
+    except Exception as exc:
+        api = swarm.client(swarm.manager).api
+        seen = [(t["Slot"], t["DesiredState"], t["Status"]["State"], t["Status"].get("Err"))
+                for t in api.tasks(filters={"service": service})]
+        raise AssertionError(f"{exc}; tasks: {seen}") from exc
+
+
+def env_of(swarm: SwarmCluster, task: dict[str, Any]) -> tuple[str, str]:
+    """(NVIDIA_VISIBLE_DEVICES, hostname) of the task's container, by `docker inspect`."""
+    node = swarm.node(task["NodeID"])
+    cid = task["Status"]["ContainerStatus"]["ContainerID"]
+    env = dict(e.split("=", 1) for e in
+               swarm.client(node).api.inspect_container(cid)["Config"]["Env"])
+    return env["NVIDIA_VISIBLE_DEVICES"], node.hostname
+
+
+def replicas_seen(swarm: SwarmCluster, service: str) -> dict[int, tuple[str, str]]:
+    """slot -> (devices, hostname) of every running replica."""
+    return {t["Slot"]: env_of(swarm, t) for t in running(swarm, service)}
+
+
+def test_packed_replicas_get_distinct_gpus_and_spread_stays_spread(
+        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    deploy(swarm, daemon["tmp"], "pk", {
+        # four replicas that only gpu-node-2 may run: they cannot be spread
+        "inf": {"replicas": 4, "labels": {"swarmgpu.gpus": "1"},
+                "constraints": ["node.hostname==gpu-node-2"]},
+        # two replicas with room on both nodes, deployed with the older template
+        "two": {"replicas": 2, "labels": {"swarmgpu.gpus": "1"},
+                "template": env_template_per_node(P)},
+    })
+    wait_running(swarm, "pk_inf", 4)
+    wait_running(swarm, "pk_two", 2)
+    packed = replicas_seen(swarm, "pk_inf")
+    print("\npk_inf replicas (slot -> NVIDIA_VISIBLE_DEVICES, node):")
+    for slot, (dev, host) in sorted(packed.items()):
+        print(f"  slot {slot}: {dev} on {host}")
+    assert sorted(packed) == [1, 2, 3, 4]
+    assert {host for _, host in packed.values()} == {"gpu-node-2"}
+    devs = [dev for dev, _ in packed.values()]
+    assert all("," not in d for d in devs) and len(set(devs)) == 4, devs
+    assert set(devs) <= set(RTX4090.uuids())
+    spec = swarm.client(swarm.manager).api.inspect_service("pk_inf")["Spec"]
+    labels = spec["Labels"]
+    node_id = swarm.node("gpu-node-2").node_id
+    assert {k: v for k, v in labels.items() if k.startswith(f"{P}devices.")} == {
+        f"{P}devices.{node_id}.{slot}": dev for slot, (dev, _) in packed.items()}
+    assert not spec["TaskTemplate"]["Placement"].get("MaxReplicas")  # lifted from 1
+    plan = json.loads(run_cli("plan", "--config", str(daemon["cfg"]), "--json").stdout)
+    by = {s["name"]: s for s in plan["services"]}
+    assert by["pk_inf"]["status"] == "placed" and "packed on gpu-node-2" in by["pk_inf"]["packed"]
+    assert by["pk_two"]["packed"] is None
+    spread = replicas_seen(swarm, "pk_two")
+    print("pk_two replicas (older per-node template):")
+    for slot, (dev, host) in sorted(spread.items()):
+        print(f"  slot {slot}: {dev} on {host}")
+    assert sorted(host for _, host in spread.values()) == ["gpu-node-1", "gpu-node-2"]
+    every = devs + [dev for dev, _ in spread.values()]
+    assert len(every) == len(set(every)), "a GPU was handed out twice"
+    status = run_cli("status", "--config", str(daemon["cfg"]))
+    assert "replicas packed on one node:" in status.stdout and "slot 4" in status.stdout
+
+    # Scale down: the replicas left keep their GPUs and are not restarted.
+    before = {t["ID"] for t in running(swarm, "pk_inf")}
+    swarm.cli(swarm.manager, "service", "scale", "pk_inf=2")
+    swarm.wait_for(lambda: len(running(swarm, "pk_inf")) == 2 or None, 60, "scaled to 2")
+    left = replicas_seen(swarm, "pk_inf")
+    assert {t["ID"] for t in running(swarm, "pk_inf")} <= before
+    assert all(packed[slot] == v for slot, v in left.items())
+    api = swarm.client(swarm.manager).api
+    swarm.wait_for(lambda: sorted(k for k in api.inspect_service("pk_inf")["Spec"]["Labels"]
+                                  if k.startswith(f"{P}devices."))
+                   == sorted(f"{P}devices.{node_id}.{s}" for s in left) or None,
+                   30, "the gone slots' lists removed")
+    print(f"after scale to 2: {sorted(left.items())}")
+    swarm.cli(swarm.manager, "stack", "rm", "pk")
