@@ -14,9 +14,23 @@ from swarmgpu.logs import setup_logging
 from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 
 
+def _load_checked(path: str | None) -> Config:
+    """load_config, then what the layers above the configuration check: a pinned
+    ``placement.workload`` file must parse (the workload model owns that format)."""
+    cfg = load_config(path)
+    if cfg.placement.workload != "auto":
+        from swarmgpu.workload import WorkloadError, load_file
+
+        try:
+            load_file(cfg.placement.workload)
+        except WorkloadError as exc:
+            raise ConfigError(f"placement.workload: {exc} (or use 'auto')") from None
+    return cfg
+
+
 def _load_cfg(path: str | None, **overrides: Any) -> Config:
     try:
-        cfg = load_config(path)
+        cfg = _load_checked(path)
     except ConfigError as exc:
         click.echo(f"swarmgpu: configuration error: {exc}", err=True)
         sys.exit(2)
@@ -455,7 +469,7 @@ def config() -> None:
 def config_check(path: str) -> None:
     """Validate a config file; exit 2 with the key and the fix when it is wrong."""
     try:
-        load_config(path)
+        _load_checked(path)
     except ConfigError as exc:
         click.echo(f"{path}: {exc}", err=True)
         sys.exit(2)

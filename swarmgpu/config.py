@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from swarmgpu.constraints import usable_label_key
+from swarmgpu.labelkeys import usable_label_key
 from swarmgpu.yamlfile import read_yaml
 
 
@@ -208,13 +208,6 @@ class Config:
 
 
 def _check(cfg: Config) -> None:
-    if cfg.placement.workload != "auto":
-        from swarmgpu.workload import WorkloadError, load_file
-
-        try:
-            load_file(cfg.placement.workload)
-        except WorkloadError as exc:
-            raise ConfigError(f"placement.workload: {exc} (or use 'auto')") from None
     if cfg.placement.workload_window < 100:
         raise ConfigError("placement.workload_window: must be >= 100 tasks (default 5000)")
     if cfg.agents.port <= 0 or cfg.agents.port > 65535:

@@ -1,4 +1,5 @@
-"""Swarm placement constraints: the key rule, parsing, and evaluation against labels.
+"""Swarm placement constraints: parsing, and evaluation against labels (the key rule
+itself is :mod:`swarmgpu.labelkeys`).
 
 Mirrors swarmkit's ``manager/constraint/constraint.go``: only ``==`` and ``!=``,
 whole-string and case-insensitive on the value, a missing label compares as ``""``.
@@ -11,22 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-# swarmkit: alphaNumeric key rule and value rule. Go's (?i)[a-z] is ASCII; Python's
-# IGNORECASE is not without re.ASCII (U+017F long s and the Kelvin sign would match), and '$'
-# also matches before a trailing newline, so both are matched with fullmatch.
-_KEY_RE = re.compile(r"[a-z_][a-z0-9\-_.]+", re.IGNORECASE | re.ASCII)
-_VALUE_RE = re.compile(r"[a-z0-9:\-_\s\.\*\(\)\?\+\[\]\\\^\$\|\/]+",
-                       re.IGNORECASE | re.ASCII)
+from swarmgpu.labelkeys import KEY_RE
+
 _OP_RE = re.compile(r"(==|!=)")
-
-
-def usable_label_key(key: str) -> bool:
-    """True when ``node.labels.<key>`` can appear in a Swarm constraint."""
-    return bool(_KEY_RE.fullmatch(key))
-
-
-def usable_label_value(value: str) -> bool:
-    return bool(_VALUE_RE.fullmatch(value))
 
 
 @dataclass(frozen=True)
@@ -55,7 +43,7 @@ def parse_constraint(expr: str) -> Constraint:
     if len(parts) != 3:
         raise ConstraintError(f"constraint {expr!r}: expected KEY==VALUE or KEY!=VALUE")
     key, op, value = (p.strip() for p in parts)
-    if not _KEY_RE.fullmatch(key):
+    if not KEY_RE.fullmatch(key):
         raise ConstraintError(
             f"constraint {expr!r}: key {key!r} is invalid for Swarm "
             "(letters, digits, '-', '_', '.' only; no '/')"

@@ -20,9 +20,8 @@ from swarmgpu.constraints import (
     Constraint,
     node_labels_satisfy,
     parse_all,
-    usable_label_key,
-    usable_label_value,
 )
+from swarmgpu.labelkeys import usable_label_key, usable_label_value
 from swarmgpu.model import NodeFacts, gpu_family, is_nvlink
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
 

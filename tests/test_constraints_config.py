@@ -9,8 +9,8 @@ from swarmgpu.constraints import (
     ConstraintError,
     node_labels_satisfy,
     parse_constraint,
-    usable_label_key,
 )
+from swarmgpu.labelkeys import usable_label_key
 
 
 @pytest.mark.parametrize(("key", "ok"), [
@@ -67,3 +67,21 @@ def test_defaults_document_every_section() -> None:
     text = describe_defaults()
     for section in ("agents:", "sync:", "http:", "log:"):
         assert section in text
+
+
+def test_config_check_reads_a_pinned_workload_file(tmp_path: Path) -> None:
+    """The workload model owns its file format; `config check` still reports a bad file
+    with the key, and a good one passes."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+
+    bad, good, cfg = tmp_path / "bad.yml", tmp_path / "good.yml", tmp_path / "c.yml"
+    bad.write_text("- {gpus: -1}\n")
+    good.write_text("- {gpus: 1, share: 0.5, cpu: 4, weight: 3}\n")
+    cfg.write_text(f"placement:\n  workload: {bad}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2 and "placement.workload:" in res.output, res.output
+    cfg.write_text(f"placement:\n  workload: {good}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 0 and res.output.endswith(": ok\n"), res.output

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from swarmgpu import boundedhttp
 from swarmgpu.agent_client import fetch_all, fetch_facts, parse_json_bounded
 from swarmgpu.config import AgentsConfig
-from swarmgpu.constraints import usable_label_key, usable_label_value
+from swarmgpu.labelkeys import usable_label_key, usable_label_value
 from swarmgpu.labels import (
     MAX_LABEL_VALUE_LEN,
     MAX_NODE_LABELS,

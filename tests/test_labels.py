@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swarmgpu.constraints import usable_label_key
+from swarmgpu.labelkeys import usable_label_key
 from swarmgpu.labels import desired_labels, plan_node_labels
 from swarmgpu.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask

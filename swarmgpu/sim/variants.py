@@ -323,9 +323,3 @@ def write_variants(pods: str | Path, out_dir: str | Path, names: list[str] | tup
                                     "fraction": v.fraction, **stats(derived)}
     (out / "manifest.json").write_text(json.dumps(made, indent=2, sort_keys=True) + "\n")
     return made
-
-
-if __name__ == "__main__":  # python -m swarmgpu.sim.variants ...
-    from swarmgpu.cli import simulate_derive
-
-    simulate_derive()

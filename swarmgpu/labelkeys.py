@@ -1,0 +1,25 @@
+"""Swarm's rule for label keys and values that a placement constraint can use.
+
+Kept apart from :mod:`swarmgpu.constraints` (the constraint language) because the
+configuration checks its label prefix with it when it is loaded, below every layer that
+speaks to the engine.
+"""
+
+from __future__ import annotations
+
+import re
+
+# swarmkit: alphaNumeric key rule and value rule. Go's (?i)[a-z] is ASCII; Python's
+# IGNORECASE is not without re.ASCII (U+017F long s and the Kelvin sign would match), and '$'
+# also matches before a trailing newline, so both are matched with fullmatch.
+KEY_RE = re.compile(r"[a-z_][a-z0-9\-_.]+", re.IGNORECASE | re.ASCII)
+VALUE_RE = re.compile(r"[a-z0-9:\-_\s\.\*\(\)\?\+\[\]\\\^\$\|\/]+", re.IGNORECASE | re.ASCII)
+
+
+def usable_label_key(key: str) -> bool:
+    """True when ``node.labels.<key>`` can appear in a Swarm constraint."""
+    return bool(KEY_RE.fullmatch(key))
+
+
+def usable_label_value(value: str) -> bool:
+    return bool(VALUE_RE.fullmatch(value))
