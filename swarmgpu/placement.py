@@ -305,6 +305,8 @@ class ServicePlan:
     set_max_replicas: int | None = None
     replace_env: list[tuple[str, str]] = field(default_factory=list)  # (old line, new)
     packed: str | None = None  # replicas packed on one node: where and why
+    # packed slots gone whose GPUs stay held one more cycle (their lists are removed)
+    draining: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = field(default_factory=dict)
     force_update: bool = False  # replace tasks created before their device map existed
     set_update_parallelism: int | None = None
     set_generic: tuple[str, int] | None = None  # (kind, count) discrete reservation
@@ -1334,6 +1336,7 @@ def _want_slots(live: AbstractSet[int], replicas: int) -> list[int]:
 def _place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
                   have: Mapping[int, tuple[tuple[str, ...], tuple[int, ...]]],
                   res: tuple[int, int], cyc: _Cycle, node: str | None = None,
+                  extra: Mapping[int, tuple[tuple[str, ...], tuple[int, ...]]] | None = None,
                   ) -> tuple[list[ReplicaPlacement], str]:
     """Every slot of ``slots`` on one node (``node``, or the best that takes them all),
     each a replica choice of its own (topology holds per replica); the slots in
@@ -1381,9 +1384,10 @@ def _place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
     for slot, c in zip(new, choices, strict=True):
         per[slot] = (tuple(f.gpus[i].uuid for i in c.gpus), c.milli)
     h = packed_holding(s.name, target, {k: per[k] for k in slots})
+    held = packed_holding(s.name, target, {**(extra or {}), **{k: per[k] for k in slots}})
     cluster.release_holding(s.name, target)
-    if not cluster.commit_holding(s.name, target, h, cluster.holding_reservation(
-            s.id, target, res, h.replicas)):
+    if not cluster.commit_holding(s.name, target, held, cluster.holding_reservation(
+            s.id, target, res, held.replicas)):
         return [], f"{s.name}: the packed GPUs on {target} could not be committed"
     return _replicas_of(h, cyc.by_id[target], f), ""
 
@@ -1398,29 +1402,41 @@ def _repack(sp: ServicePlan, s: SwarmService, r: GpuRequest, h: Holding, replica
     sp.packed = f"packed on {host}"
     if node is None:
         return [], [f"packed on {h.node_id}, which is gone"]
+    facts = cyc.facts.get(h.node_id)
     want = _want_slots(live, replicas)
-    have = {k: v for k, v in h.per_slot_milli().items() if k in want}
-    if list(have) == want and len(have) == h.replicas:
-        return _replicas_of(h, node, cyc.facts.get(h.node_id)), []
+    per = h.per_slot_milli()
+    have = {k: v for k, v in per.items() if k in want}
+    # A gone slot's GPUs stay held while its device list is still on the service: the
+    # gate stays open, so a task Swarm creates for that slot before the list's removal
+    # lands would run on them (the next cycle sees that task, and the slot is kept).
+    sp.draining = {k: v for k, v in per.items()
+                   if k not in want and devices_key(cyc.prefix, h.node_id, k) in s.labels}
     if all(k in have for k in want):
-        got = packed_holding(s.name, h.node_id, have)
-        cyc.cluster.release_holding(s.name, h.node_id)
-        cyc.cluster.commit_holding(s.name, h.node_id, got, cyc.cluster.holding_reservation(
-            s.id, h.node_id, res, got.replicas))
-        return _replicas_of(got, node, cyc.facts.get(h.node_id)), []
-    placed, why = _place_packed(s, r, want, have, res, cyc, node=h.node_id)
+        _recommit(s, h, {**have, **sp.draining}, res, cyc)
+        return _replicas_of(packed_holding(s.name, h.node_id, have), node, facts), []
+    placed, why = _place_packed(s, r, want, have, res, cyc, node=h.node_id,
+                                extra=sp.draining)
     if placed:
         sp.new = True
         return placed, []
     # Scale-up beyond the node's room: what is held stays, the rest waits.
-    kept = packed_holding(s.name, h.node_id, have) if have else None
-    got_p = _replicas_of(kept, node, cyc.facts.get(h.node_id)) if kept else []
-    if kept is not None and kept != h:
-        cyc.cluster.release_holding(s.name, h.node_id)
-        cyc.cluster.commit_holding(s.name, h.node_id, kept, cyc.cluster.holding_reservation(
-            s.id, h.node_id, res, kept.replicas))
-    return got_p, [f"packed on {host}, which has no room for {replicas - len(have)} more "
-                   f"replica(s): {why}"]
+    _recommit(s, h, {**have, **sp.draining}, res, cyc)
+    return (_replicas_of(packed_holding(s.name, h.node_id, have), node, facts) if have else [],
+            [f"packed on {host}, which has no room for {replicas - len(have)} more "
+             f"replica(s): {why}"])
+
+
+def _recommit(s: SwarmService, h: Holding,
+              per: Mapping[int, tuple[Sequence[str], Sequence[int]]], res: tuple[int, int],
+              cyc: _Cycle) -> None:
+    """Hold ``per`` (slot -> GPUs) on the packed holding's node instead of ``h``."""
+    got = packed_holding(s.name, h.node_id, per)
+    if got == h:
+        return
+    cyc.cluster.release_holding(s.name, h.node_id)
+    if got.uuids:
+        cyc.cluster.commit_holding(s.name, h.node_id, got, cyc.cluster.holding_reservation(
+            s.id, h.node_id, res, got.replicas))
 
 
 def _packed_env(sp: ServicePlan, s: SwarmService, cyc: _Cycle) -> bool:
@@ -1585,6 +1601,9 @@ def _write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappi
     want_devices = {devices_key(prefix, p.node_id, p.slot): ",".join(p.uuids)
                     for p in sp.placements}
     held = holdings_of(s.name, sp.placements)
+    for nid, h in list(held.items()):
+        if h.packed and sp.draining:  # the ledger keeps them until the lists are gone
+            held[nid] = packed_holding(s.name, nid, {**sp.draining, **h.per_slot_milli()})
     have_devices = {k: v for k, v in s.labels.items()
                     if k.startswith(prefix + DEVICES) or is_share_key(k, prefix)}
     # A shared GPU's container is told its share the same way (swarmgpu.sharing).

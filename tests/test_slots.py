@@ -152,8 +152,14 @@ def test_scale_down_gives_back_the_gone_slots_and_restarts_nothing() -> None:
     assert sp.status == "placed" and not sp.force_update
     assert {p.slot: p.uuids for p in sp.placements} == {1: before[1], 3: before[3]}
     assert sorted(sp.service_labels_remove) == [f"{P}devices.n-4090.2", f"{P}devices.n-4090.4"]
-    h = parse_holding("sc", "n-4090", plan.node_set["n-4090"][f"{P}assign.sc"])
+    # Their GPUs stay held while the lists are on the service: the gate is open, so a
+    # task Swarm created for slot 2 or 4 before the removal landed would run on them.
+    assert "n-4090" not in plan.node_set
+    s3 = written(s2, sp)
+    nxt = plan_placement(nodes, [s3], live, FACTS)
+    h = parse_holding("sc", "n-4090", nxt.node_set["n-4090"][f"{P}assign.sc"])
     assert h is not None and h.per_slot() == {1: before[1], 3: before[3]}
+    assert not nxt.services[0].needs_service_write
 
 
 def test_scale_up_adds_slots_on_the_same_node_with_free_gpus() -> None:
@@ -217,3 +223,23 @@ services:
     lists = {k: v for k, v in out["deploy"]["labels"].items() if k.startswith(f"{P}devices.")}
     assert sorted(lists) == [f"{P}devices.n-4090.{k}" for k in range(1, 5)]
     assert len(set(lists.values())) == 4
+
+
+def test_a_slot_back_before_its_list_was_removed_keeps_its_gpus() -> None:
+    """Scale-down, then up again before the daemon's removal of the gone slot's list
+    landed: Swarm's new task for that slot carries the old list, so the slot keeps
+    those GPUs (they were still held) and nobody else is given them."""
+    nodes, s, running, first = _packed(4)
+    before = {p.slot: p.uuids for p in first.services[0].placements}
+    s2 = replace(s, replicas=2, version=s.version + 1)
+    live = [t for t in running if t.slot in (1, 3)]
+    down = plan_placement(nodes, [s2], live, FACTS).services[0]
+    s3 = replace(written(s2, down), replicas=3)
+    back = [*live, task(s3, 2, "pending", force=s.force_update)]  # created before removal
+    other = svc("other", {"swarmgpu.gpus": "5"})
+    plan = plan_placement(nodes, [s3, other], back, FACTS)
+    sp, osp = plan.services[1], plan.services[0]
+    assert {p.slot: p.uuids for p in sp.placements} == {k: before[k] for k in (1, 2, 3)}
+    assert osp.status == "pending"  # the ledger (4 slots held) is committed first: 4 free
+    taken = {u for p in osp.placements for u in p.uuids}
+    assert not taken & {u for k in (1, 2, 3) for u in before[k]}

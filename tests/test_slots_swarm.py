@@ -152,4 +152,17 @@ def test_packed_replicas_get_distinct_gpus_and_spread_stays_spread(
                    == sorted(f"{P}devices.{node_id}.{s}" for s in left) or None,
                    30, "the gone slots' lists removed")
     print(f"after scale to 2: {sorted(left.items())}")
+
+    # Scale up again: the new slot gets a GPU of its own on the same node (the running
+    # replicas restart once, rolling, so that every task carries the new map).
+    swarm.cli(swarm.manager, "service", "scale", "-d", "pk_inf=3")
+    wait_running(swarm, "pk_inf", 3)
+    swarm.wait_for(lambda: len({d for d, _ in replicas_seen(swarm, "pk_inf").values()}) == 3
+                   or None, 60, "three distinct device lists")
+    up = replicas_seen(swarm, "pk_inf")
+    print(f"after scale to 3: {sorted(up.items())}")
+    assert sorted(up) == [1, 2, 3] and {h for _, h in up.values()} == {"gpu-node-2"}
+    assert all(up[k] == left[k] for k in left)  # slots 1 and 2 kept their GPUs
+    spread = [dev for dev, _ in replicas_seen(swarm, "pk_two").values()]
+    assert not {d for d, _ in up.values()} & set(spread)
     swarm.cli(swarm.manager, "stack", "rm", "pk")
