@@ -851,7 +851,7 @@ class Planner:
         self._exclude_sig_gen = 0
         self._exclude_keys: dict[str, tuple[int, ExcludeKey | None]] = {}
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
-        self._declared: dict[str, tuple[int, list[tuple[str, tuple[str, ...]]]]] = {}
+        self._declared: dict[str, tuple[int, list[tuple[str, int | None, tuple[str, ...]]]]] = {}
         self._fits: dict[tuple[Holding, GpuRequest, int], str | None] = {}  # holding fits
         self._last_cycle: _Cycle | None = None  # what place_arrivals plans against
         self.model_changed = False  # since the owner last stored the model
@@ -1146,15 +1146,22 @@ class Planner:
                 continue
             got = self._declared.get(s.id)
             if got is None or got[0] != s.version:
-                got = (s.version, [(k[len(dk):], tuple(u for u in v.split(",") if u))
-                                   for k, v in s.labels.items() if k.startswith(dk)])
+                got = (s.version, _declared_lists(s.labels, dk))
                 self._declared[s.id] = got
-            for nid, uuids in got[1]:  # 2. declared device lists (below)
+            per_slot: dict[str, dict[int, tuple[Sequence[str], Sequence[int]]]] = {}
+            for nid, slot, uuids in got[1]:  # 2. declared device lists (below)
                 if nid in mine or nid not in by_id or not uuids:
                     continue
                 milli = r.gpu_milli if r.is_fraction else 1000
+                if slot is not None:  # replicas packed on the node: one list per slot
+                    per_slot.setdefault(nid, {})[slot] = (uuids, tuple(1000 for _ in uuids))
+                    continue
                 h = Holding(s.name, nid, uuids, tuple(milli for _ in uuids))
                 declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
+            for nid, per in per_slot.items():
+                h = packed_holding(s.name, nid, per)
+                if len(set(h.uuids)) == len(h.uuids):  # a GPU in two slots: not adopted
+                    declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
         owner = {(nid, u): svc for svc, per in wanted.items() for nid, h in per.items()
                  for u in h.uuids} if declared else {}
         for _, name, s, r, h in sorted(declared, key=lambda d: (d[0], d[1])):
@@ -1193,6 +1200,25 @@ class Planner:
                       for nid, h in kept.items() if nid in by_id)
         return (s.version, nodes, tuple(old.values()), tuple(running_on.items()),
                 tuple((t.id, t.force_update, t.error, t.message) for t in waiting))
+
+
+def _declared_lists(labels: Mapping[str, str], dk: str
+                    ) -> list[tuple[str, int | None, tuple[str, ...]]]:
+    """(node id, slot or None, uuids) of each device list on a service (node ids have no
+    dot; ``<node>.<slot>`` is a packed replica's list)."""
+    out: list[tuple[str, int | None, tuple[str, ...]]] = []
+    for k, v in labels.items():
+        if not k.startswith(dk):
+            continue
+        rest = k[len(dk):]
+        uuids = tuple(u for u in v.split(",") if u)
+        nid, dot, slot = rest.rpartition(".")
+        if dot and nid and slot.isascii() and slot.isdigit() and 0 < len(slot) <= 6 \
+                and int(slot) > 0:
+            out.append((nid, int(slot), uuids))
+        else:
+            out.append((rest, None, uuids))
+    return out
 
 
 def plan_placement(

@@ -243,3 +243,26 @@ def test_a_slot_back_before_its_list_was_removed_keeps_its_gpus() -> None:
     assert osp.status == "pending"  # the ledger (4 slots held) is committed first: 4 free
     taken = {u for p in osp.placements for u in p.uuids}
     assert not taken & {u for k in (1, 2, 3) for u in before[k]}
+
+
+def test_per_slot_lists_without_a_ledger_are_adopted_onto_free_gpus() -> None:
+    """A lost ledger (or a stack from `swarmgpu render`): the per-slot lists on the
+    service are taken as the holding where those GPUs are free, so running replicas keep
+    theirs and nothing restarts; a list naming another service's GPUs is not."""
+    nodes, s, running, first = _packed(3)
+    lists = {p.slot: p.uuids for p in first.services[0].placements}
+    bare = [replace(n, labels={k: v for k, v in n.labels.items()
+                               if not k.startswith(f"{P}assign.")}) for n in nodes]
+    (sp,) = (plan := plan_placement(bare, [s], running, FACTS)).services
+    assert sp.status == "placed" and sp.packed
+    assert {p.slot: p.uuids for p in sp.placements} == lists
+    assert not sp.service_labels_set and not sp.force_update
+    h = parse_holding("sc", "n-4090", plan.node_set["n-4090"][f"{P}assign.sc"])
+    assert h is not None and h.per_slot() == lists
+    # Another service whose ledger holds slot 1's GPU: the declared lists are not adopted.
+    thief = svc("aaa", ONE_GPU)
+    owned = [replace(n, labels={**n.labels, f"{P}assign.aaa": lists[1][0]}) for n in bare]
+    plan = plan_placement(owned, [thief, s], running, FACTS)
+    got = {p.slot: p.uuids for p in plan.services[1].placements}
+    assert lists[1] not in got.values()
+    assert any("hold(s) in the ledger" in w for w in plan.services[1].warnings)
