@@ -963,12 +963,13 @@ class Planner:
         live_names = {s.name for s in services}
         running: dict[str, dict[str, int]] = {}
         waiting: dict[str, list[SwarmTask]] = {}  # desired running, not running yet
-        slots: dict[str, set[int]] = {}  # task slots of replicas meant to run
+        slots: dict[str, dict[int, str]] = {}  # slot -> node ("": not yet) of tasks meant to run
         for t in tasks:
             if t.desired_state != "running":
                 continue
             if t.slot:
-                slots.setdefault(t.service_id, set()).add(t.slot)
+                at = slots.setdefault(t.service_id, {})
+                at[t.slot] = at.get(t.slot) or t.node_id
             if t.state in ("running", "starting"):
                 running.setdefault(t.service_id, {}).setdefault(t.node_id, 0)
                 running[t.service_id][t.node_id] += 1
@@ -1025,10 +1026,10 @@ class Planner:
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         for s, r in parsed:
             mine = kept.get(s.name, {})
-            mine_slots = frozenset(slots.get(s.id, ()))
+            mine_slots = slots.get(s.id, {})
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
                                     running.get(s.id, {}), waiting.get(s.id, []))
-            key += (mine_slots,)
+            key += (tuple(sorted(mine_slots.items())),)
             if not mine:  # pending: the same answer while capacity and nodes are as they were
                 key += (cluster.version, self._exclude_sig_gen)
             memo = self._settled.get(s.id)
@@ -1100,7 +1101,7 @@ class Planner:
         for s, r in parsed:
             mine = waiting.get(s.id, [])
             sp = _plan_service(s, r, {}, {}, {}, mine, self._requests[s.id][2], cyc,
-                               frozenset(t.slot for t in mine if t.slot))
+                               {t.slot: t.node_id for t in mine if t.slot})
             if self.generic_kind and sp.request is not None and sp.status != "invalid":
                 _reserve_generic(sp, s, self.generic_kind, False)
             plan.services.append(sp)
@@ -1252,7 +1253,7 @@ def _plan_service(
     s: SwarmService, r: GpuRequest | RequestError, kept: dict[str, Holding],
     old: Mapping[str, Holding], running_on: Mapping[str, int],
     waiting: Sequence[SwarmTask], res: tuple[int, int], cyc: _Cycle,
-    slots: AbstractSet[int] = frozenset(),
+    slots: Mapping[int, str] | None = None,
 ) -> ServicePlan:
     """One service's plan, in steps: can it be placed at all, is it gated, which
     holdings it keeps, where its missing replicas go, what to write, what to report."""
@@ -1277,7 +1278,7 @@ def _plan_service(
         return sp
     replicas = s.replicas or 0
     holdings = _keep_holdings(sp, s, kept, old, running_on, replicas, cyc)
-    placements, reasons = _place_replicas(sp, s, r, holdings, replicas, slots, res, cyc)
+    placements, reasons = _place_replicas(sp, s, r, holdings, replicas, slots or {}, res, cyc)
     sp.placements = sorted(placements, key=_placement_order)
     if sp.packed is None and replicas > 1 and s.max_replicas_per_node != 1:
         sp.set_max_replicas = 1
@@ -1304,7 +1305,7 @@ def _placement_order(p: ReplicaPlacement) -> tuple[str, int]:
 
 
 def _place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
-                    holdings: Mapping[str, Holding], replicas: int, live: AbstractSet[int],
+                    holdings: Mapping[str, Holding], replicas: int, live: Mapping[int, str],
                     res: tuple[int, int], cyc: _Cycle
                     ) -> tuple[list[ReplicaPlacement], list[str]]:
     """Spread one replica per node, or pack them all on one node: a service packed
@@ -1327,7 +1328,33 @@ def _place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
             sp.new = True
             return got, []
         return [], [why]
+    base = len(placements)
     reasons = _place_missing(sp, s, r, placements, replicas - len(placements), res, cyc)
+    held = next(iter(holdings.items()), None)
+    if (len(placements) < replicas and held is not None and len(holdings) == 1
+            and replicas > 1 and r.can_pack and not 1 < mrpn < replicas):
+        # Spread, one replica placed, no node for the others (a service from before
+        # packing, or one whose nodes filled up): pack on the node it holds, its replica
+        # there keeping its slot and GPUs, when that node has room for the rest.
+        nid, h0 = held
+        on = [k for k, n in live.items() if n == nid]
+        want = _want_slots(live, replicas)
+        slot0 = on[0] if on else want[0]
+        if len(on) <= 1 and slot0 in want:
+            for p in placements[base:]:
+                cyc.cluster.release_holding(s.name, p.node_id)
+            got, _why = _place_packed(s, r, want, {slot0: (h0.uuids, h0.milli)}, res, cyc,
+                                      node=nid)
+            if got:
+                sp.packed = (f"packed on {got[0].hostname}: {replicas} replicas could not "
+                             f"be spread one per node ({'; '.join(reasons)}); its replica "
+                             "there keeps its GPUs")
+                sp.new = True
+                return got, []
+            del placements[base:]
+            cyc.cluster.commit_holding(s.name, nid, h0, cyc.cluster.holding_reservation(
+                s.id, nid, res))
+            reasons = _place_missing(sp, s, r, placements, replicas - base, res, cyc)
     if len(placements) < replicas and may_pack:
         for p in placements:  # not enough nodes: try all of them on one node instead
             cyc.cluster.release_holding(s.name, p.node_id)
@@ -1346,7 +1373,7 @@ def _place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
     return placements, reasons
 
 
-def _want_slots(live: AbstractSet[int], replicas: int) -> list[int]:
+def _want_slots(live: Mapping[int, str] | AbstractSet[int], replicas: int) -> list[int]:
     """The task slots a packed service's replicas use: its tasks' (Swarm keeps a
     task's slot when it replaces the task), then the lowest missing numbers, which
     is where Swarm's replicated orchestrator puts new tasks."""
@@ -1419,7 +1446,7 @@ def _place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
 
 
 def _repack(sp: ServicePlan, s: SwarmService, r: GpuRequest, h: Holding, replicas: int,
-            live: AbstractSet[int], res: tuple[int, int], cyc: _Cycle,
+            live: Mapping[int, str], res: tuple[int, int], cyc: _Cycle,
             ) -> tuple[list[ReplicaPlacement], list[str]]:
     """A packed service keeps its node: the slots of its tasks keep their GPUs, a slot
     gone (scale-down) gives them back, a new slot (scale-up) gets GPUs on the node."""

@@ -266,3 +266,25 @@ def test_per_slot_lists_without_a_ledger_are_adopted_onto_free_gpus() -> None:
     got = {p.slot: p.uuids for p in plan.services[1].placements}
     assert lists[1] not in got.values()
     assert any("hold(s) in the ledger" in w for w in plan.services[1].warnings)
+
+
+def test_a_spread_service_short_of_nodes_is_packed_where_its_replica_runs() -> None:
+    """Placed one per node before packing existed: one replica runs (slot 2), two wait
+    for nodes that never come. It is packed on its node, slot 2 keeping its GPU."""
+    gpu = RTX4090.uuids()[5]
+    node = replace(R4090, labels={f"{P}assign.old": gpu, f"{P}service.old": "true"})
+    s = replace(svc("old", ONE_GPU, replicas=3), env=(env_template_per_node(P),),
+                labels={**ONE_GPU, f"{P}devices.n-4090": gpu}, max_replicas_per_node=1)
+    tasks = [task(s, 2, force=0), task(s, 1, "pending", force=0),
+             task(s, 3, "pending", force=0)]
+    (sp,) = plan_placement([node], [s], tasks, FACTS).services
+    assert sp.status == "placed" and sp.packed and "keeps its GPUs" in sp.packed
+    got = {p.slot: p.uuids for p in sp.placements}
+    assert got[2] == (gpu,) and len({u for us in got.values() for u in us}) == 3
+    assert sp.service_labels_remove == [f"{P}devices.n-4090"]
+    assert sp.replace_env == [(env_template_per_node(P), env_template(P))]
+    assert sp.set_max_replicas == 0 and sp.force_update
+    # pack: never keeps it as it was: one placed, the rest pending.
+    never = replace(s, labels={**s.labels, "swarmgpu.pack": "never"})
+    (sp,) = plan_placement([node], [never], tasks, FACTS).services
+    assert sp.status == "pending" and sp.packed is None and len(sp.placements) == 1
