@@ -166,3 +166,30 @@ def test_packed_replicas_get_distinct_gpus_and_spread_stays_spread(
     spread = [dev for dev, _ in replicas_seen(swarm, "pk_two").values()]
     assert not {d for d, _ in up.values()} & set(spread)
     swarm.cli(swarm.manager, "stack", "rm", "pk")
+
+
+def test_service_from_before_packing_is_packed_where_its_replica_runs(
+        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    """Deployed one per node with the older template (as before packing existed, here
+    through pack: never): one replica runs, two wait. Once packing is allowed the daemon
+    packs it on that node: the per-slot template replaces the older one, the replica that
+    ran keeps its slot and GPU, the others get GPUs of their own."""
+    svc = {"replicas": 3, "labels": {"swarmgpu.gpus": "1", "swarmgpu.pack": "never"},
+           "constraints": ["node.hostname==gpu-node-2"], "template": env_template_per_node(P)}
+    deploy(swarm, daemon["tmp"], "cv", {"old": svc})
+    (t,) = wait_running(swarm, "cv_old", 1)
+    first = env_of(swarm, t)
+    print(f"\ncv_old, spread (pack: never): slot {t['Slot']}: {first}")
+    deploy(swarm, daemon["tmp"], "cv", {"old": {**svc, "labels": {"swarmgpu.gpus": "1"}}})
+    wait_running(swarm, "cv_old", 3)
+    swarm.wait_for(lambda: len({d for d, _ in replicas_seen(swarm, "cv_old").values()}) == 3
+                   or None, 60, "three distinct device lists")
+    seen = replicas_seen(swarm, "cv_old")
+    print("cv_old, packed:")
+    for slot, (dev, host) in sorted(seen.items()):
+        print(f"  slot {slot}: {dev} on {host}")
+    assert seen[t["Slot"]] == first
+    assert {h for _, h in seen.values()} == {"gpu-node-2"}
+    spec = swarm.client(swarm.manager).api.inspect_service("cv_old")["Spec"]
+    assert env_template(P) in spec["TaskTemplate"]["ContainerSpec"]["Env"]
+    swarm.cli(swarm.manager, "stack", "rm", "cv")
