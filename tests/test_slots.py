@@ -288,3 +288,13 @@ def test_a_spread_service_short_of_nodes_is_packed_where_its_replica_runs() -> N
     never = replace(s, labels={**s.labels, "swarmgpu.pack": "never"})
     (sp,) = plan_placement([node], [never], tasks, FACTS).services
     assert sp.status == "pending" and sp.packed is None and len(sp.placements) == 1
+
+
+def test_fragmentation_budget_counts_each_packed_replica() -> None:
+    from swarmgpu.rebalance.budget import FragBudget
+
+    h = packed_holding("p", "n1", {k: ((f"GPU-{k}",), (1000,)) for k in (1, 2, 3)})
+    b = FragBudget(per_hour=10, per_100_placements=100)
+    assert b.observe({"p": {"n1": h}}, [], P, 0.0) == 3
+    grown = packed_holding("p", "n1", {k: ((f"GPU-{k}",), (1000,)) for k in (1, 2, 3, 4)})
+    assert b.observe({"p": {"n1": grown}}, [], P, 1.0) == 1

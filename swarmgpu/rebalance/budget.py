@@ -32,13 +32,15 @@ class FragBudget:
     placements: int = 0
     spent: int = 0  # fragmentation moves started since this daemon leads
     started: list[float] = field(default_factory=list)  # start times within the hour
-    _seen: set[tuple[str, str]] | None = None
+    _seen: set[tuple[str, str, int]] | None = None
 
     def observe(self, ledger: Mapping[str, Mapping[str, Holding]],
                 services: Sequence[SwarmService], prefix: str, now: float) -> int:
         """Count the replicas placed since the last look; returns how many were new."""
         moving = {s.name for s in services if prefix + MOVE_STATE in s.labels}
-        cur = {(svc, nid) for svc, by in ledger.items() for nid in by}
+        # one per replica: a holding of replicas packed on one node counts each slot
+        cur = {(svc, nid, slot) for svc, by in ledger.items() for nid, h in by.items()
+               for slot in (h.per_slot() if h.packed else (0,))}
         if self._seen is None:
             new = len(cur)
             for s in services:  # moves finished within the hour count against it
@@ -49,7 +51,7 @@ class FragBudget:
                 if now - at < HOUR_S:
                     self.started.append(at)
         else:
-            new = sum(1 for svc, nid in cur - self._seen if svc not in moving)
+            new = sum(1 for svc, _nid, _slot in cur - self._seen if svc not in moving)
         self._seen = cur
         self.placements += new
         return new
