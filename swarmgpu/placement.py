@@ -64,6 +64,7 @@ GATE = "service."
 ASSIGN = "assign."
 DEVICES = "devices."
 MOVE_STATE = "state.move"  # service label: a rebalancing move in progress (JSON)
+MAX_STATE = "state.max-replicas"  # service label: the MaxReplicas swarmgpu set (packed)
 ACTIVE_STATES = ("running", "starting", "preparing", "assigned", "accepted", "ready", "pending",
                  "new", "allocated")
 
@@ -307,6 +308,7 @@ class ServicePlan:
     packed: str | None = None  # replicas packed on one node: where and why
     # packed slots gone whose GPUs stay held one more cycle (their lists are removed)
     draining: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = field(default_factory=dict)
+    state_labels: dict[str, str] = field(default_factory=dict)  # swarmgpu's own records
     force_update: bool = False  # replace tasks created before their device map existed
     set_update_parallelism: int | None = None
     set_generic: tuple[str, int] | None = None  # (kind, count) discrete reservation
@@ -1285,6 +1287,11 @@ def _plan_service(
     elif sp.packed is not None and not _packed_env(sp, s, cyc):
         return sp
     gates_open = _write_devices_and_gates(sp, s, running_on, waiting, cyc)
+    # swarmgpu's own record of the MaxReplicas it set (not a device map: no restart)
+    sp.service_labels_set.update({k: v for k, v in sp.state_labels.items()
+                                  if s.labels.get(k) != v})
+    if cyc.prefix + MAX_STATE in s.labels and cyc.prefix + MAX_STATE not in sp.state_labels:
+        sp.service_labels_remove.append(cyc.prefix + MAX_STATE)
     if len(sp.placements) < replicas:
         sp.status = "pending"
         sp.reason = "; ".join(reasons) or "not enough nodes"
@@ -1496,17 +1503,12 @@ def _packed_env(sp: ServicePlan, s: SwarmService, cyc: _Cycle) -> bool:
     """Packed replicas read per-slot lists: the service needs the per-slot template. One
     with the older per-node template is upgraded (adoption) or waits; False: it waits."""
     if device_env(cyc.prefix, s.env) == "slot":
-        if s.max_replicas_per_node == 1:
-            sp.set_max_replicas = 0
-            sp.warnings.append("max_replicas_per_node 1 lifted (swarmgpu's one-per-node "
-                               f"rule): its replicas are {sp.packed}; set "
-                               f"{cyc.prefix}pack: never to keep one replica per node")
+        _packed_max(sp, s, cyc)
         return True
     old, new = env_template_per_node(cyc.prefix), env_template(cyc.prefix)
     if cyc.adopt_ungated and old in s.env:
         sp.replace_env.append((old, new))
-        if s.max_replicas_per_node == 1:
-            sp.set_max_replicas = 0
+        _packed_max(sp, s, cyc)
         sp.warnings.append(f"its replicas are {sp.packed}: swarmgpu replaced its env "
                            f"template with the per-slot one ({new}); put it in the stack "
                            "file so a re-deploy keeps it")
@@ -1516,6 +1518,32 @@ def _packed_env(sp: ServicePlan, s: SwarmService, cyc: _Cycle) -> bool:
                  f"template {new} (replace {old})")
     sp.placements = []
     return False
+
+
+def _packed_max(sp: ServicePlan, s: SwarmService, cyc: _Cycle) -> None:
+    """Swarm runs no more of a packed service's tasks on its node than there are slot
+    lists: ``MaxReplicas`` is the number of replicas packed (a task beyond them, on a
+    scale-up past the node's room, would start with no GPU). swarmgpu owns the value
+    when it is unset, its own one-per-node 1, or the value it recorded last
+    (``<p>state.max-replicas``); a value of yours is left as it is."""
+    key = cyc.prefix + MAX_STATE
+    have = s.max_replicas_per_node or 0
+    want = len(sp.placements)
+    sp.state_labels[key] = str(want)
+    if have == want:
+        return
+    if have not in (0, 1) and s.labels.get(key) != str(have):
+        sp.state_labels.pop(key)
+        if want < (s.replicas or 0):
+            sp.warnings.append(f"max_replicas_per_node {have} is yours and left as it is: "
+                               f"tasks beyond the {want} replicas {sp.packed} may start "
+                               "there without a GPU")
+        return
+    sp.set_max_replicas = want
+    if have == 1:
+        sp.warnings.append(f"max_replicas_per_node 1 (swarmgpu's one-per-node rule) is now "
+                           f"{want}: its replicas are {sp.packed}; set {cyc.prefix}pack: "
+                           "never to keep one replica per node")
 
 
 def _gate_service(sp: ServicePlan, s: SwarmService, cyc: _Cycle) -> bool:

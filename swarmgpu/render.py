@@ -169,9 +169,11 @@ def render_stack(
             cons.append(gate)
         placement["constraints"] = cons
         if sp is not None and sp.packed is not None:
-            # Replicas packed on one node (swarmgpu.placement): one per node no more.
-            if placement.get("max_replicas_per_node") == 1:
-                del placement["max_replicas_per_node"]
+            # Replicas packed on one node (swarmgpu.placement): as many tasks on it as
+            # there are slot lists, with swarmgpu's record that the value is its own.
+            if sp.set_max_replicas is not None:
+                placement["max_replicas_per_node"] = sp.set_max_replicas
+            labels.update(sp.state_labels)
         elif _replicas(deploy, where) > 1:
             placement["max_replicas_per_node"] = 1
         env = svc.get("environment")

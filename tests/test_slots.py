@@ -62,8 +62,10 @@ def test_eight_replicas_of_one_gpu_on_one_8gpu_node_get_eight_lists() -> None:
     assert sorted(lists) == list(range(1, 9))
     assert sorted(lists.values()) == sorted(RTX4090.uuids())  # eight distinct GPUs
     assert f"{P}devices.n-4090" not in sp.service_labels_set  # no node-wide list
-    assert sp.set_max_replicas == 0  # swarmgpu's one-per-node rule lifted
-    assert any("max_replicas_per_node 1 lifted" in w for w in sp.warnings)
+    # swarmgpu's one-per-node rule becomes "no more tasks on the node than lists"
+    assert sp.set_max_replicas == 8 and sp.service_labels_set[f"{P}state.max-replicas"] == "8"
+    assert any("max_replicas_per_node 1 (swarmgpu's one-per-node rule) is now 8" in w
+               for w in sp.warnings)
     # The ledger: one holding for the node, per slot, read back as it was written.
     value = plan.node_set["n-4090"][f"{P}assign.inf"]
     assert value.startswith("s1=") and value.count(";") == 7
@@ -149,7 +151,7 @@ def test_scale_down_gives_back_the_gone_slots_and_restarts_nothing() -> None:
     live = [t for t in running if t.slot in (1, 3)]
     plan = plan_placement(nodes, [s2], live, FACTS)
     (sp,) = plan.services
-    assert sp.status == "placed" and not sp.force_update
+    assert sp.status == "placed" and not sp.force_update and sp.set_max_replicas == 2
     assert {p.slot: p.uuids for p in sp.placements} == {1: before[1], 3: before[3]}
     assert sorted(sp.service_labels_remove) == [f"{P}devices.n-4090.2", f"{P}devices.n-4090.4"]
     # Their GPUs stay held while the lists are on the service: the gate is open, so a
@@ -169,6 +171,7 @@ def test_scale_up_adds_slots_on_the_same_node_with_free_gpus() -> None:
     (sp,) = plan_placement(nodes, [s2], running + new, FACTS).services
     assert sp.status == "placed" and sp.packed
     got = {p.slot: p.uuids for p in sp.placements}
+    assert sp.set_max_replicas == 4
     assert sorted(got) == [1, 2, 3, 4]
     assert {k: got[k] for k in (1, 2)} == {p.slot: p.uuids for p in first.services[0].placements}
     assert len({u for us in got.values() for u in us}) == 4
@@ -216,7 +219,8 @@ services:
     assert plan.services[0].packed
     import yaml
     out = yaml.safe_load(text.split("\n", 2)[2])["services"]["inf"]
-    assert "max_replicas_per_node" not in out["deploy"]["placement"]
+    assert out["deploy"]["placement"]["max_replicas_per_node"] == 4
+    assert out["deploy"]["labels"][f"{P}state.max-replicas"] == "4"
     assert gate_constraint(P, "st_inf") in out["deploy"]["placement"]["constraints"]
     assert env_template(P) in out["environment"]
     assert env_template_per_node(P) not in out["environment"]
@@ -283,7 +287,7 @@ def test_a_spread_service_short_of_nodes_is_packed_where_its_replica_runs() -> N
     assert got[2] == (gpu,) and len({u for us in got.values() for u in us}) == 3
     assert sp.service_labels_remove == [f"{P}devices.n-4090"]
     assert sp.replace_env == [(env_template_per_node(P), env_template(P))]
-    assert sp.set_max_replicas == 0 and sp.force_update
+    assert sp.set_max_replicas == 3 and sp.force_update
     # pack: never keeps it as it was: one placed, the rest pending.
     never = replace(s, labels={**s.labels, "swarmgpu.pack": "never"})
     (sp,) = plan_placement([node], [never], tasks, FACTS).services
@@ -298,3 +302,22 @@ def test_fragmentation_budget_counts_each_packed_replica() -> None:
     assert b.observe({"p": {"n1": h}}, [], P, 0.0) == 3
     grown = packed_holding("p", "n1", {k: ((f"GPU-{k}",), (1000,)) for k in (1, 2, 3, 4)})
     assert b.observe({"p": {"n1": grown}}, [], P, 1.0) == 1
+
+
+def test_scale_up_past_the_nodes_room_waits_and_swarm_runs_no_gpu_less_task() -> None:
+    nodes, s, running, _first = _packed(4)
+    s2 = replace(s, replicas=10, version=s.version + 1)
+    new = [task(s2, k, "pending") for k in range(5, 11)]
+    (sp,) = plan_placement(nodes, [s2], running + new, FACTS).services
+    assert sp.status == "pending" and "no room for 6 more" in (sp.reason or "")
+    assert len(sp.placements) == 4 and not sp.service_labels_set
+    # MaxReplicas stays 4: Swarm keeps the six new tasks pending instead of starting
+    # them on the node with NVIDIA_VISIBLE_DEVICES=void.
+    assert s2.max_replicas_per_node == 4 and sp.set_max_replicas is None
+
+
+def test_users_own_max_replicas_is_left_as_it_is() -> None:
+    s = replace(svc("u", ONE_GPU, replicas=4), max_replicas_per_node=6)
+    (sp,) = plan_placement([R4090], [s], [], FACTS).services
+    assert sp.status == "placed" and sp.packed and sp.set_max_replicas is None
+    assert f"{P}state.max-replicas" not in sp.service_labels_set

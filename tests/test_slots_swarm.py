@@ -124,7 +124,8 @@ def test_packed_replicas_get_distinct_gpus_and_spread_stays_spread(
     node_id = swarm.node("gpu-node-2").node_id
     assert {k: v for k, v in labels.items() if k.startswith(f"{P}devices.")} == {
         f"{P}devices.{node_id}.{slot}": dev for slot, (dev, _) in packed.items()}
-    assert not spec["TaskTemplate"]["Placement"].get("MaxReplicas")  # lifted from 1
+    # 1 (one per node) became 4: no more tasks on the node than slot lists
+    assert spec["TaskTemplate"]["Placement"].get("MaxReplicas") == 4
     plan = json.loads(run_cli("plan", "--config", str(daemon["cfg"]), "--json").stdout)
     by = {s["name"]: s for s in plan["services"]}
     assert by["pk_inf"]["status"] == "placed" and "packed on gpu-node-2" in by["pk_inf"]["packed"]
@@ -152,6 +153,8 @@ def test_packed_replicas_get_distinct_gpus_and_spread_stays_spread(
                    == sorted(f"{P}devices.{node_id}.{s}" for s in left) or None,
                    30, "the gone slots' lists removed")
     print(f"after scale to 2: {sorted(left.items())}")
+    swarm.wait_for(lambda: api.inspect_service("pk_inf")["Spec"]["TaskTemplate"]["Placement"]
+                   .get("MaxReplicas") == 2 or None, 30, "MaxReplicas 2")
 
     # Scale up again: the new slot gets a GPU of its own on the same node (the running
     # replicas restart once, rolling, so that every task carries the new map).
