@@ -196,3 +196,24 @@ def test_service_from_before_packing_is_packed_where_its_replica_runs(
     spec = swarm.client(swarm.manager).api.inspect_service("cv_old")["Spec"]
     assert env_template(P) in spec["TaskTemplate"]["ContainerSpec"]["Env"]
     swarm.cli(swarm.manager, "stack", "rm", "cv")
+
+
+def test_eight_replicas_of_one_gpu_fill_the_8gpu_box(
+        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    """The issue's case: 8 replicas x 1 GPU, no constraint. Two nodes cannot take one
+    each of eight; the RTX 4090 box (8 GPUs; the DGX has 7 whole ones) takes them all."""
+    api = swarm.client(swarm.manager).api
+    swarm.wait_for(lambda: not any(k.startswith(f"{P}assign.") for n in api.nodes()
+                                   for k in (n["Spec"].get("Labels") or {})) or None,
+                   60, "earlier stacks' GPUs released")
+    deploy(swarm, daemon["tmp"], "eight", {"inf": {"replicas": 8,
+                                                   "labels": {"swarmgpu.gpus": "1"}}})
+    wait_running(swarm, "eight_inf", 8, timeout=120)
+    seen = replicas_seen(swarm, "eight_inf")
+    print("\neight_inf replicas:")
+    for slot, (dev, host) in sorted(seen.items()):
+        print(f"  slot {slot}: {dev} on {host}")
+    assert sorted(seen) == list(range(1, 9))
+    assert {h for _, h in seen.values()} == {"gpu-node-2"}
+    assert sorted(d for d, _ in seen.values()) == sorted(RTX4090.uuids())
+    swarm.cli(swarm.manager, "stack", "rm", "eight")
