@@ -1417,7 +1417,13 @@ def _place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
         choices: list[Choice] = []
         target = node
         if target is None:
-            first = cluster.place(demand, room, exclude=swarm_no | tried)
+            first: Choice | Unplaceable = Unplaceable(why)
+            for tier in _zone_orders(r, set(), cyc.all_zones):  # preferred, not avoided
+                def where(ns: NodeState, tier: Callable[[str | None], bool] = tier) -> bool:
+                    return tier(ns.spec.labels.get(cyc.zone_label, ""))
+                first = cluster.place(demand, room, exclude=swarm_no | tried, where=where)
+                if isinstance(first, Choice):
+                    break
             if isinstance(first, Unplaceable):
                 return [], why
             target = first.node

@@ -321,3 +321,15 @@ def test_users_own_max_replicas_is_left_as_it_is() -> None:
     (sp,) = plan_placement([R4090], [s], [], FACTS).services
     assert sp.status == "placed" and sp.packed and sp.set_max_replicas is None
     assert f"{P}state.max-replicas" not in sp.service_labels_set
+
+
+def test_packing_respects_zone_wishes() -> None:
+    dgx = replace(DGX, labels={"topology.zone": "a"})
+    box = replace(R4090, labels={"topology.zone": "b"})
+    for zone_key, zone, host in (("swarmgpu.zone-avoid", "b", "gpu-node-1"),
+                                 ("swarmgpu.zone-avoid", "a", "gpu-node-2"),
+                                 ("swarmgpu.zone-prefer", "a", "gpu-node-1"),
+                                 ("swarmgpu.zone-prefer", "b", "gpu-node-2")):
+        s = svc("z", {**ONE_GPU, zone_key: zone}, replicas=3)
+        (sp,) = plan_placement([dgx, box], [s], [], FACTS).services
+        assert sp.packed and {p.hostname for p in sp.placements} == {host}, (zone_key, zone)
