@@ -141,6 +141,9 @@
     return el;
   }
 
+  // replicas packed on one node: which task slot holds the GPU
+  const slotText = (x) => (x.slot ? `slot ${x.slot}` : "");
+
   const shortId = (id) => (id ? String(id).slice(0, 10) : "?");
 
   function share(milli) {
@@ -499,7 +502,7 @@
       parts.push(`MIG: ${gpu.mig.map((m) => `${m.profile} ${m.holder ? "held by " + m.holder.service : "free"}`).join(", ")}`);
     }
     const hs = gpu.holders || [];
-    if (hs.length) parts.push(`held by ${hs.map((x) => x.service + (share(x.share_milli) ? ` (${share(x.share_milli)})` : "")).join(", ")}`);
+    if (hs.length) parts.push(`held by ${hs.map((x) => x.service + (share(x.share_milli) ? ` (${share(x.share_milli)})` : "") + (x.slot ? ` (${slotText(x)})` : "")).join(", ")}`);
     else if (!(gpu.mig || []).length) parts.push("free");
     return parts.join("; ");
   }
@@ -556,7 +559,7 @@
               h(
                 "div",
                 { class: "holder" },
-                svcChip(x.service, share(x.share_milli)),
+                svcChip(x.service, share(x.share_milli) || slotText(x)),
                 holderBadges(x, gpu, node),
                 x.request ? h("span", { class: "req" }, x.request) : null,
               ),
@@ -1023,7 +1026,7 @@
               h(
                 "li",
                 {},
-                svcChip(x.service, share(x.share_milli)),
+                svcChip(x.service, share(x.share_milli) || slotText(x)),
                 holderBadges(x, gpu, node),
                 x.request ? h("div", { class: "req" }, `Request: ${x.request}`) : null,
                 h("div", { class: "tasks" }, `Task${(x.tasks || []).length === 1 ? "" : "s"}: `, (x.tasks || []).map((t) => h("code", { title: t }, shortId(t))), (x.tasks || []).length ? null : "none running"),
