@@ -1326,6 +1326,8 @@ def _place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
     placements = [p for nid, h in holdings.items() if nid in by_id
                   for p in _replicas_of(h, by_id[nid], cyc.facts.get(nid))]
     mrpn = s.max_replicas_per_node or 0
+    if s.labels.get(cyc.prefix + MAX_STATE) == str(mrpn):
+        mrpn = 0  # the value swarmgpu set when it last packed the service: not a limit
     may_pack = (not holdings and replicas > 1 and r.can_pack
                 and not 1 < mrpn < replicas)
     if may_pack and r.pack is Pack.ALWAYS:

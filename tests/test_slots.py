@@ -333,3 +333,13 @@ def test_packing_respects_zone_wishes() -> None:
         s = svc("z", {**ONE_GPU, zone_key: zone}, replicas=3)
         (sp,) = plan_placement([dgx, box], [s], [], FACTS).services
         assert sp.packed and {p.hostname for p in sp.placements} == {host}, (zone_key, zone)
+
+
+def test_swarmgpus_own_max_replicas_is_no_conflict_when_packing_anew() -> None:
+    """Packed with MaxReplicas 3 (swarmgpu's, recorded), then the request changes: the
+    holding goes, and the service is packed anew for its 5 replicas, not refused."""
+    s = replace(svc("m", {"swarmgpu.gpus": "1", "swarmgpu.gpu-product": "*4090*"},
+                    replicas=5), max_replicas_per_node=3)
+    s = replace(s, labels={**s.labels, f"{P}state.max-replicas": "3"})
+    (sp,) = plan_placement([DGX, R4090], [s], [], FACTS).services
+    assert sp.status == "placed" and sp.packed and sp.set_max_replicas == 5
