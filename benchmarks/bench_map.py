@@ -38,7 +38,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from test_webmap import Cdp, MapServer, sample  # noqa: E402
 from web_fleet import fleet_doc  # noqa: E402
 
-from swarmgpu.config import HistoryConfig  # noqa: E402
+from swarmgpu.core.config import HistoryConfig  # noqa: E402
 from swarmgpu.history import History  # noqa: E402
 
 

@@ -37,10 +37,10 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from swarmgpu.agent_client import FactsResult  # noqa: E402
 from swarmgpu.agentbook import AgentBook  # noqa: E402
-from swarmgpu.config import Config, SyncConfig  # noqa: E402
+from swarmgpu.core.config import Config, SyncConfig  # noqa: E402
+from swarmgpu.core.model import NodeFacts  # noqa: E402
 from swarmgpu.daemon_metrics import DaemonMetrics  # noqa: E402
 from swarmgpu.facts.topo import TopoSource  # noqa: E402
-from swarmgpu.model import NodeFacts  # noqa: E402
 from swarmgpu.placement import env_template, gate_constraint  # noqa: E402
 from swarmgpu.placement_step import apply_plan, make_plan, new_planner  # noqa: E402
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask  # noqa: E402
@@ -238,7 +238,7 @@ def real_mode(args: argparse.Namespace) -> dict[str, Any]:
     from gpu_nodes import DGX_A100, RTX4090, swarmgpu_env
     from swarm_harness import SwarmCluster, gpu_resource_args
 
-    from swarmgpu.config import load_config
+    from swarmgpu.core.config import load_config
     from swarmgpu.daemon import Daemon
     from swarmgpu.placement_step import attach
     from swarmgpu.swarm import SwarmClient

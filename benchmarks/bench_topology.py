@@ -24,7 +24,7 @@ from math import comb
 from pathlib import Path
 
 from swarmgpu.allocator.topology import choose_gpu_set, set_score
-from swarmgpu.model import is_nvlink, link_score
+from swarmgpu.core.model import is_nvlink, link_score
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

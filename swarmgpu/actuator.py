@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 
 from loguru import logger
 
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.daemon_metrics import DaemonMetrics
 from swarmgpu.labels import NodeLabelPlan, plan_node_labels
-from swarmgpu.model import NodeFacts
 from swarmgpu.swarm import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 
 

@@ -51,12 +51,12 @@ from typing import Any, cast
 
 from loguru import logger
 
+from swarmgpu.core.httpguard import GuardedServer, HeadTooLarge, read_head
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.samples import GpuSample
 from swarmgpu.facts import FactSource
-from swarmgpu.facts.samples import GpuSample
-from swarmgpu.httpguard import GuardedServer, HeadTooLarge, read_head
 from swarmgpu.identity import ReloadingServerContext, token_matches
 from swarmgpu.metrics import CONTENT_TYPE, AgentStats, render_metrics
-from swarmgpu.model import NodeFacts
 
 MAX_HEAD_BYTES = 8 * 1024
 SOCKET_TIMEOUT_S = 5.0

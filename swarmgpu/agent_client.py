@@ -12,8 +12,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from swarmgpu import boundedhttp
-from swarmgpu.config import AgentsConfig
-from swarmgpu.model import FactsError, NodeFacts
+from swarmgpu.core.config import AgentsConfig
+from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.swarm import SwarmNode
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmgpu.agent_client import FactsResult
-from swarmgpu.model import NodeFacts
+from swarmgpu.core.model import NodeFacts
 
 STATE_FILE = "agents.json"
 

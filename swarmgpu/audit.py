@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from swarmgpu.constraints import parse_all
-from swarmgpu.labelkeys import usable_label_key
+from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.labels import desired_labels, owned_by_label_sync
 from swarmgpu.sync import Snapshot
 

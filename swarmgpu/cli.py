@@ -9,7 +9,7 @@ from typing import Any
 import click
 from loguru import logger
 
-from swarmgpu.config import Config, ConfigError, describe_defaults, load_config
+from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config
 from swarmgpu.logs import setup_logging
 from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 
@@ -80,8 +80,8 @@ def _open(source: str, hostname: str | None, product: str | None, memory_mib: in
 def facts(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
           mig_layout: str | None, as_json: bool) -> None:
     """Print the GPU facts the agent would serve."""
+    from swarmgpu.core.model import FactsError
     from swarmgpu.labels import desired_labels
-    from swarmgpu.model import FactsError
 
     src = _open(source, hostname, product, memory_mib, mig_layout)
     try:
@@ -448,7 +448,7 @@ def doctor(root: str, as_json: bool, source: str | None) -> None:
 def node_config_cmd(source: str, hostname: str | None, product: str | None,
                     memory_mib: int | None, mig_layout: str | None, kind: str) -> None:
     """Print the daemon.json and toolkit config.toml fragments for this node's GPUs."""
-    from swarmgpu.model import FactsError
+    from swarmgpu.core.model import FactsError
     from swarmgpu.nodeconfig import node_config
 
     src = _open(source, hostname, product, memory_mib, mig_layout)

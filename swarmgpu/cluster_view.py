@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from swarmgpu.audit import Finding
-from swarmgpu.config import Config
+from swarmgpu.core.config import Config
+from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
+from swarmgpu.core.model import NodeFacts, is_nvlink
 from swarmgpu.identity import scrape_auth
 from swarmgpu.labels import desired_labels, owned_by_label_sync
-from swarmgpu.metrics_in import GPU_TEMP, POWER, GpuMetrics
-from swarmgpu.model import NodeFacts, is_nvlink
 from swarmgpu.placement import PlacementPlan, read_ledger
 from swarmgpu.rebalance.attribution import service_states
 from swarmgpu.rebalance.scrape import scrape_all

@@ -1,5 +1,5 @@
 """Swarm placement constraints: parsing, and evaluation against labels (the key rule
-itself is :mod:`swarmgpu.labelkeys`).
+itself is :mod:`swarmgpu.core.labelkeys`).
 
 Mirrors swarmkit's ``manager/constraint/constraint.go``: only ``==`` and ``!=``,
 whole-string and case-insensitive on the value, a missing label compares as ``""``.
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from swarmgpu.labelkeys import KEY_RE
+from swarmgpu.core.labelkeys import KEY_RE
 
 _OP_RE = re.compile(r"(==|!=)")
 

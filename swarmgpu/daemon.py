@@ -24,10 +24,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from swarmgpu import webguard
 from swarmgpu.agentbook import AgentBook
-from swarmgpu.config import Config
+from swarmgpu.core.config import Config
+from swarmgpu.core.httpguard import GuardedServer
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.daemon_metrics import DaemonMetrics
-from swarmgpu.httpguard import GuardedServer
-from swarmgpu.model import NodeFacts
 from swarmgpu.overshare import Watch
 from swarmgpu.placement import Planner
 from swarmgpu.swarm import SwarmClient, SwarmError

@@ -25,7 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from swarmgpu.model import FactsError, NodeFacts
+from swarmgpu.core.model import FactsError, NodeFacts
 
 SWARMGPU_KIND = "NVIDIA-GPU"
 # Fixture-only files: a fixture tree cannot hold device nodes, NVML or a live dockerd.

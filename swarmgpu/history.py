@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from swarmgpu.config import HistoryConfig
+from swarmgpu.core.config import HistoryConfig
 
 SCHEMA = "swarmgpu.history/v1"
 FIELDS = ("util_pct", "memory_used_mib", "temp_c", "power_w")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from swarmgpu.config import AgentsConfig, Config
+    from swarmgpu.core.config import AgentsConfig, Config
     from swarmgpu.swarm import SwarmClient
 
 IDENTITIES = ("none", "swarm-pki")

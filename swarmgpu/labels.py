@@ -21,8 +21,8 @@ from swarmgpu.constraints import (
     node_labels_satisfy,
     parse_all,
 )
-from swarmgpu.labelkeys import usable_label_key, usable_label_value
-from swarmgpu.model import NodeFacts, gpu_family, is_nvlink
+from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
+from swarmgpu.core.model import NodeFacts, gpu_family, is_nvlink
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
 
 DEFAULT_PREFIX = "swarmgpu."

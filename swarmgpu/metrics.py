@@ -33,9 +33,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from swarmgpu.facts.samples import GpuSample
-from swarmgpu.metrics_in import PROCESS_MEMORY
-from swarmgpu.model import Gpu, MigDevice, NodeFacts
+from swarmgpu.core.metrics_in import PROCESS_MEMORY
+from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
+from swarmgpu.core.samples import GpuSample
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.doctor import (
     HAMI_LIBS,
     HAMI_LOCK_DIR,
@@ -20,7 +21,6 @@ from swarmgpu.doctor import (
     TOOLKIT_TOML,
     env_name,
 )
-from swarmgpu.model import NodeFacts
 
 # Swarm accepts any kind, but the kind ends up in an environment variable name and in
 # "KIND=VALUE" strings: keep to letters, digits, '-', '_' and '.'.

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from swarmgpu.audit import Finding
-from swarmgpu.metrics_in import GpuMetrics
-from swarmgpu.model import NodeFacts
+from swarmgpu.core.metrics_in import GpuMetrics
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.placement import MOVE_STATE, Holding, gate_key, read_ledger
 from swarmgpu.swarm import SwarmClient, SwarmNode, SwarmService, SwarmTask
 
 if TYPE_CHECKING:
-    from swarmgpu.config import Config
+    from swarmgpu.core.config import Config
     from swarmgpu.daemon import Daemon
     from swarmgpu.sync import Snapshot
 

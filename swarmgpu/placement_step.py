@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 
 from swarmgpu.audit import Finding
-from swarmgpu.config import Config
-from swarmgpu.model import NodeFacts
+from swarmgpu.core.config import Config
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.placement import PlacementPlan, Planner, ServicePlan
 from swarmgpu.swarm import SwarmClient, SwarmError, SwarmService
 from swarmgpu.sync import Snapshot

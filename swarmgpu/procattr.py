@@ -22,7 +22,7 @@ from typing import Any
 
 from loguru import logger
 
-from swarmgpu.facts.samples import GpuProcess, GpuSample
+from swarmgpu.core.samples import GpuProcess, GpuSample
 
 _ID = re.compile(r"(?<![0-9a-f])([0-9a-f]{64})(?![0-9a-f])")
 TASK_LABEL = "com.docker.swarm.task.id"

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from swarmgpu.model import NodeFacts
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.placement import (
     DEVICES,
     ORDER_ENV,

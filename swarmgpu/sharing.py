@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from swarmgpu.model import NodeFacts
+from swarmgpu.core.model import NodeFacts
 
 SHARE = "share."
 

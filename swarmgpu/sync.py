@@ -10,7 +10,7 @@ from loguru import logger
 from swarmgpu.actuator import Actuator
 from swarmgpu.agent_client import FactsResult, fetch_all
 from swarmgpu.agentbook import AgentBook
-from swarmgpu.config import Config
+from swarmgpu.core.config import Config
 from swarmgpu.daemon_metrics import DaemonMetrics
 from swarmgpu.identity import IdentityError, agent_auth
 from swarmgpu.labels import NodeLabelPlan, owned_by_label_sync, plan_node_labels

@@ -21,7 +21,7 @@ from typing import Any
 
 from loguru import logger
 
-from swarmgpu.httpguard import HEAD_DEADLINE_S, WRITE_DEADLINE_S, HeadTooLarge, read_head
+from swarmgpu.core.httpguard import HEAD_DEADLINE_S, WRITE_DEADLINE_S, HeadTooLarge, read_head
 
 SECURITY_HEADERS: dict[str, str] = {
     "Content-Security-Policy": (

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask, typical_tasks
-from swarmgpu.yamlfile import read_yaml
+from swarmgpu.core.yamlfile import read_yaml
 
 MILLI = 1000
 DEFAULT_WINDOW = 5000  # tasks: an observation's weight halves after ~0.69 x window tasks

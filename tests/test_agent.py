@@ -25,10 +25,10 @@ from swarmgpu.agent import (
     parse_listen,
     serve,
 )
+from swarmgpu.core.metrics_in import parse_metrics
+from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
+from swarmgpu.core.samples import GpuSample
 from swarmgpu.facts.profile import ProfileError, ProfileSampler, load_profile
-from swarmgpu.facts.samples import GpuSample
-from swarmgpu.metrics_in import parse_metrics
-from swarmgpu.model import Gpu, MigDevice, NodeFacts
 
 FACTS = NodeFacts(
     hostname="node-a",

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from paths import REPO
 
-from swarmgpu.model import NodeFacts
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.nodeconfig import node_config
 
 DEPLOY = (REPO / "docs" / "deploy.md").read_text()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.doctor import (
     Status,
     dpkg_version,
@@ -20,7 +21,6 @@ from swarmgpu.doctor import (
     run_checks,
     run_doctor,
 )
-from swarmgpu.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.nodeconfig import node_config
 
 ROOTS = Path(__file__).parent / "doctor_roots"

@@ -102,7 +102,7 @@ def test_open_source_nvml_injected(tmp_path: Path) -> None:
 def test_schema_doc_example_parses() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "facts-schema.md").read_text()
     block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
-    from swarmgpu.model import NodeFacts
+    from swarmgpu.core.model import NodeFacts
 
     facts = NodeFacts.from_dict(yaml.safe_load(block), where="docs example")
     assert len(facts.gpus) == 2 and facts.link(0, 1) == "NV18"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from paths import FIXTURES as FIXTURES_DIR
 
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.facts import SourceError
 from swarmgpu.facts.gfd import GfdSource, normalise_profile, parse_labels
 from swarmgpu.facts.naming import is_synthetic_uuid
-from swarmgpu.model import NodeFacts
 
 CAP = FIXTURES_DIR / "captures"
 ALL_GFD = sorted(CAP.glob("gfd_*"))

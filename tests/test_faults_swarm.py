@@ -37,7 +37,7 @@ from gpu_nodes import (
 )
 from swarm_harness import SwarmCluster
 
-from swarmgpu.config import load_config
+from swarmgpu.core.config import load_config
 from swarmgpu.daemon import Daemon
 from swarmgpu.labels import desired_labels
 from swarmgpu.placement_step import attach

@@ -22,24 +22,24 @@ from hypothesis import strategies as st
 
 from swarmgpu import boundedhttp
 from swarmgpu.agent_client import fetch_all, fetch_facts, parse_json_bounded
-from swarmgpu.config import AgentsConfig
-from swarmgpu.labelkeys import usable_label_key, usable_label_value
-from swarmgpu.labels import (
-    MAX_LABEL_VALUE_LEN,
-    MAX_NODE_LABELS,
-    desired_labels,
-    largest_nvlink_group,
-    writable_label_value,
-)
-from swarmgpu.metrics_in import MAX_GPUS as MAX_METRIC_GPUS
-from swarmgpu.metrics_in import parse_metrics
-from swarmgpu.model import (
+from swarmgpu.core.config import AgentsConfig
+from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
+from swarmgpu.core.metrics_in import MAX_GPUS as MAX_METRIC_GPUS
+from swarmgpu.core.metrics_in import parse_metrics
+from swarmgpu.core.model import (
     MAX_GPUS,
     MAX_MIG_PER_GPU,
     FactsError,
     Gpu,
     MigDevice,
     NodeFacts,
+)
+from swarmgpu.labels import (
+    MAX_LABEL_VALUE_LEN,
+    MAX_NODE_LABELS,
+    desired_labels,
+    largest_nvlink_group,
+    writable_label_value,
 )
 from swarmgpu.placement import plan_placement
 from swarmgpu.rebalance.scrape import scrape_node

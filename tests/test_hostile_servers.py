@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from paths import REPO
 
 from swarmgpu.agent import DEFAULT_LISTEN, AgentServer, build_server
-from swarmgpu.config import load_config
+from swarmgpu.core.config import load_config
+from swarmgpu.core.httpguard import HEAD_DEADLINE_S, GuardedServer
 from swarmgpu.daemon import Daemon
-from swarmgpu.httpguard import HEAD_DEADLINE_S, GuardedServer
 from swarmgpu.webguard import allowed_hosts, host_allowed, host_of
 
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from swarmgpu.agent import build_server
 from swarmgpu.audit import identity_check
-from swarmgpu.config import ConfigError, load_config
+from swarmgpu.core.config import ConfigError, load_config
 from swarmgpu.doctor import Status, check_agent_identity, read_view
 from swarmgpu.identity import (
     IdentityError,

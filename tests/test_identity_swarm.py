@@ -28,7 +28,7 @@ from gpu_nodes import (
 from swarm_harness import NodeHandle, SwarmCluster
 
 from swarmgpu.agent_client import fetch_facts
-from swarmgpu.config import AgentsConfig
+from swarmgpu.core.config import AgentsConfig
 from swarmgpu.identity import (
     client_context,
     default_cert_paths,

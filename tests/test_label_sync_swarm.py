@@ -31,7 +31,7 @@ from gpu_nodes import (
 from gpu_nodes import cfg_file as _cfg_file
 from swarm_harness import SwarmCluster
 
-from swarmgpu.config import load_config
+from swarmgpu.core.config import load_config
 from swarmgpu.daemon import Daemon
 from swarmgpu.swarm import SwarmClient
 

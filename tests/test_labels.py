@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from swarmgpu.labelkeys import usable_label_key
+from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.labels import desired_labels, plan_node_labels
-from swarmgpu.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
 
 

@@ -17,7 +17,7 @@ from swarmgpu.allocator.mig import (
     pick_mig_device,
     profiles_for_product,
 )
-from swarmgpu.model import Gpu, MigDevice
+from swarmgpu.core.model import Gpu, MigDevice
 
 FIXTURES = FIXTURES_DIR
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from gpu_nodes import DGX_A100
 from test_placement import DGX
 
-from swarmgpu.facts.samples import GpuProcess, GpuSample
+from swarmgpu.core.metrics_in import parse_metrics
+from swarmgpu.core.samples import GpuProcess, GpuSample
 from swarmgpu.metrics import render_metrics
-from swarmgpu.metrics_in import parse_metrics
 from swarmgpu.overshare import Watch, annotate, findings, service_use
 from swarmgpu.placement import Holding
 
@@ -96,7 +96,7 @@ def test_overshare_config_is_checked(tmp_path: object) -> None:
 
     import pytest
 
-    from swarmgpu.config import ConfigError, load_config
+    from swarmgpu.core.config import ConfigError, load_config
 
     p = Path(str(tmp_path)) / "c.yml"
     p.write_text(json.dumps({"placement": {"overshare": "kill"}}))

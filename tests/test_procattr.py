@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gpu_nodes import RTX4090
 
-from swarmgpu.facts.samples import GpuProcess, GpuSample
+from swarmgpu.core.samples import GpuProcess, GpuSample
 from swarmgpu.metrics import PROCESS_MEMORY, render_metrics
 from swarmgpu.procattr import SERVICE_LABEL, TASK_LABEL, Attributor, container_of
 

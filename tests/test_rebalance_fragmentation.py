@@ -23,7 +23,7 @@ from test_rebalance_policies import (
 
 from swarmgpu.allocator.defrag import FragmentationMoves
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
-from swarmgpu.config import ConfigError, RebalanceConfig
+from swarmgpu.core.config import ConfigError, RebalanceConfig
 from swarmgpu.placement import MOVE_STATE, read_ledger
 from swarmgpu.rebalance.budget import FragBudget
 from swarmgpu.rebalance.context import Inputs, workload_now

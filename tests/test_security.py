@@ -28,7 +28,7 @@ from paths import REPO
 
 from swarmgpu.agent import AgentServer, build_server, parse_listen
 from swarmgpu.agent_client import fetch_facts
-from swarmgpu.config import AgentsConfig, Config, load_config
+from swarmgpu.core.config import AgentsConfig, Config, load_config
 from swarmgpu.daemon import Daemon
 from swarmgpu.swarm import SwarmNode
 

@@ -23,9 +23,9 @@ import yaml
 from gpu_nodes import GPU_NODES
 from paths import REPO
 
-from swarmgpu.config import load_config
+from swarmgpu.core.config import load_config
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.labels import desired_labels
-from swarmgpu.model import NodeFacts
 from swarmgpu.placement import ORDER_ENV, env_template, gate_constraint
 from swarmgpu.render import render_stack
 from swarmgpu.requests import GpuRequest, RequestError, parse_all
@@ -195,8 +195,8 @@ def _exposed_names() -> set[str]:
     """Every sample name the agents and the daemon expose."""
     from prometheus_client import generate_latest
 
+    from swarmgpu.core.samples import GpuSample
     from swarmgpu.daemon_metrics import DaemonMetrics
-    from swarmgpu.facts.samples import GpuSample
     from swarmgpu.metrics import AgentStats, render_metrics
 
     names: set[str] = set()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from swarmgpu import daemon
-from swarmgpu.config import Config, describe_defaults, load_config
+from swarmgpu.core.config import Config, describe_defaults, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 UNITS = REPO / "systemd"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.allocator.topology import best_gpu_set, choose_gpu_set, set_score
-from swarmgpu.model import is_nvlink, link_score
+from swarmgpu.core.model import is_nvlink, link_score
 
 FIXTURES = FIXTURES_DIR
 _CELLS = re.compile(r"\t+|\s{2,}")

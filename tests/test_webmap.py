@@ -582,7 +582,7 @@ def test_sample_and_fleet_documents_are_possible_states() -> None:
 
 def test_health_and_mig_memory_from_real_dcgm_exporter_pages() -> None:
     from swarmgpu.cluster_view import health_fields, mig_used
-    from swarmgpu.metrics_in import parse_metrics
+    from swarmgpu.core.metrics_in import parse_metrics
 
     caps = REPO / "tests" / "fixtures" / "captures"
     t4 = parse_metrics((caps / "dcgm_tesla-t4_x1_drv460_Hostname_datadog-fixture-excerpt.txt")
@@ -604,7 +604,7 @@ def test_health_and_mig_memory_from_real_dcgm_exporter_pages() -> None:
 
 
 def test_history_ring_is_bounded_and_answers_per_node_and_service() -> None:
-    from swarmgpu.config import HistoryConfig
+    from swarmgpu.core.config import HistoryConfig
     from swarmgpu.history import parse_query
 
     h = History(HistoryConfig(samples=4, max_gpus=6))

@@ -28,10 +28,10 @@ from swarmgpu.agent_client import FactsResult  # noqa: E402
 from swarmgpu.agentbook import AgentBook  # noqa: E402
 from swarmgpu.cluster_view import ECC_DBE, ECC_SBE, XID  # noqa: E402
 from swarmgpu.cluster_view import build_cluster as build_doc  # noqa: E402
-from swarmgpu.config import Config, SyncConfig  # noqa: E402
+from swarmgpu.core.config import Config, SyncConfig  # noqa: E402
+from swarmgpu.core.metrics_in import FB_USED, GPU_TEMP, POWER, UTIL, GpuMetrics  # noqa: E402
+from swarmgpu.core.model import NodeFacts  # noqa: E402
 from swarmgpu.daemon_metrics import DaemonMetrics  # noqa: E402
-from swarmgpu.metrics_in import FB_USED, GPU_TEMP, POWER, UTIL, GpuMetrics  # noqa: E402
-from swarmgpu.model import NodeFacts  # noqa: E402
 from swarmgpu.placement_step import apply_plan, make_plan  # noqa: E402
 from swarmgpu.sync import LabelSync, Snapshot  # noqa: E402
 

@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from swarmgpu.model import Gpu
+from swarmgpu.core.model import Gpu
 
 # Every profile in NVIDIA/mig-parted's default config (config-default.yaml), i.e. every
 # GPU-instance profile of A30, A100, H100, H100 NVL, H200, GH200, B200/B300, GB200/GB300

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from swarmgpu.model import FactsError, NodeFacts
+from swarmgpu.core.model import FactsError, NodeFacts
 
 
 class SourceError(FactsError):

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
+from swarmgpu.core.samples import GpuProcess, GpuSample
 from swarmgpu.facts.naming import mig_profile_name
-from swarmgpu.facts.samples import GpuProcess, GpuSample
-from swarmgpu.model import Gpu, MigDevice, NodeFacts
 
 _MIB = 1024 * 1024
 # nvidia-smi topo -m prints these for nvmlDeviceGetTopologyCommonAncestor's levels

@@ -41,9 +41,9 @@ from typing import Any
 
 from loguru import logger
 
-from swarmgpu.facts.samples import GpuSample
-from swarmgpu.model import FactsError, NodeFacts
-from swarmgpu.yamlfile import read_yaml
+from swarmgpu.core.model import FactsError, NodeFacts
+from swarmgpu.core.samples import GpuSample
+from swarmgpu.core.yamlfile import read_yaml
 
 FIELDS = ("util_pct", "fb_used_mib", "fb_free_mib", "mem_copy_util_pct", "temp_c", "power_w")
 _INT_FIELDS = {"fb_used_mib", "fb_free_mib"}

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from swarmgpu.allocator.core import Choice, NodeState
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask, typical_tasks
-from swarmgpu.config import RebalanceConfig
 from swarmgpu.constraints import ConstraintError, parse_constraint
-from swarmgpu.model import NodeFacts
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.placement import (
     MOVE_STATE,
     ClusterAllocator,

@@ -40,7 +40,7 @@ from typing import Any
 
 from loguru import logger
 
-from swarmgpu.config import RebalanceConfig
+from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.daemon_metrics import DaemonMetrics
 from swarmgpu.placement import (
     MOVE_STATE,

@@ -1,7 +1,7 @@
 """Scrape Prometheus text (swarmgpu agent or dcgm-exporter) from every node.
 
 Bounded and never trusting: a deadline per node, a size cap, the real parser
-(:func:`swarmgpu.metrics_in.parse_metrics`). A node whose page is unreachable, late,
+(:func:`swarmgpu.core.metrics_in.parse_metrics`). A node whose page is unreachable, late,
 garbage or names another host yields an error, which the signals turn into UNKNOWN.
 """
 
@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from swarmgpu import boundedhttp
-from swarmgpu.metrics_in import ScrapeResult, parse_metrics
+from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
 from swarmgpu.swarm import SwarmNode
 
 MAX_BYTES = 8 * 1024 * 1024

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from swarmgpu.config import RebalanceConfig
-from swarmgpu.model import NodeFacts
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.placement import Holding
 from swarmgpu.rebalance.scrape import NodeScrape
 from swarmgpu.windows import Condition, ConditionTracker, SeriesStore, State, coverage_problem

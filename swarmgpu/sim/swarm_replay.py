@@ -34,7 +34,7 @@ from typing import Any
 from swarmgpu.allocator.core import Choice, Demand, NodeSpec
 from swarmgpu.allocator.defrag import FragmentationMoves, Held
 from swarmgpu.allocator.fragmentation import FragCache
-from swarmgpu.model import Gpu, NodeFacts
+from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.placement import (
     ORDER_ENV,
     PlacementPlan,

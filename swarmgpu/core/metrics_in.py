@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from swarmgpu.facts.samples import GpuSample
+from swarmgpu.core.samples import GpuSample
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
 FB_USED = "DCGM_FI_DEV_FB_USED"

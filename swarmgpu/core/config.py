@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from swarmgpu.labelkeys import usable_label_key
-from swarmgpu.yamlfile import read_yaml
+from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.core.yamlfile import read_yaml
 
 
 class ConfigError(ValueError):
