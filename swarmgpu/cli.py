@@ -19,7 +19,7 @@ def _load_checked(path: str | None) -> Config:
     ``placement.workload`` file must parse (the workload model owns that format)."""
     cfg = load_config(path)
     if cfg.placement.workload != "auto":
-        from swarmgpu.workload import WorkloadError, load_file
+        from swarmgpu.allocator.workload import WorkloadError, load_file
 
         try:
             load_file(cfg.placement.workload)

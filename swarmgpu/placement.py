@@ -52,13 +52,13 @@ from swarmgpu.allocator.core import (
 )
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.mig import MigChoice, MigProfileError, pick_mig_device
+from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.constraints import node_satisfies, platform_ok
 from swarmgpu.constraints import parse_all as parse_constraints
 from swarmgpu.core.model import NodeFacts, link_score
 from swarmgpu.requests import GpuRequest, Pack, Rebalance, RequestError, parse_all
 from swarmgpu.sharing import is_share_key, missing_env, want_labels
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask, reservations
-from swarmgpu.workload import WorkloadModel
 
 GATE = "service."
 ASSIGN = "assign."
@@ -829,7 +829,7 @@ class Planner:
     what did not change since the last cycle is not recomputed: parsed requests, the
     allocator's nodes and holdings, unplaceable answers, the plans of settled services.
 
-    Node choice is ``SwarmScorer`` with the workload model (``swarmgpu.workload``):
+    Node choice is ``SwarmScorer`` with the workload model (``swarmgpu.allocator.workload``):
     learned from the services seen (``learn``), or pinned.
     """
 

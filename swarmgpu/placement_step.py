@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
+from swarmgpu.allocator.workload import STATE_KEY, WorkloadError, WorkloadModel, load_file
 from swarmgpu.audit import Finding
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.placement import PlacementPlan, Planner, ServicePlan
 from swarmgpu.swarm import SwarmClient, SwarmError, SwarmService
 from swarmgpu.sync import Snapshot
-from swarmgpu.workload import STATE_KEY, WorkloadError, WorkloadModel, load_file
 
 if TYPE_CHECKING:
     from swarmgpu.daemon import Daemon

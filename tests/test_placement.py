@@ -7,6 +7,7 @@ from dataclasses import replace
 from gpu_nodes import DGX_A100, RTX4090
 
 from swarmgpu.allocator.fragmentation import TaskShape
+from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.placement import (
     env_template,
     gate_constraint,
@@ -14,7 +15,6 @@ from swarmgpu.placement import (
     read_ledger,
 )
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
-from swarmgpu.workload import WorkloadModel
 
 P = "swarmgpu."
 

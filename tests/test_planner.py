@@ -10,9 +10,9 @@ from gpu_nodes import RTX4090
 from test_placement import P, apply, node, svc
 
 from swarmgpu.allocator.fragmentation import TaskShape
+from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.placement import Planner, gate_constraint, plan_placement, read_ledger
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
-from swarmgpu.workload import WorkloadModel
 
 CPU2 = 2000
 

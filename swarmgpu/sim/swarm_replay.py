@@ -34,6 +34,7 @@ from typing import Any
 from swarmgpu.allocator.core import Choice, Demand, NodeSpec
 from swarmgpu.allocator.defrag import FragmentationMoves, Held
 from swarmgpu.allocator.fragmentation import FragCache
+from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.placement import (
     ORDER_ENV,
@@ -51,7 +52,6 @@ from swarmgpu.sim.replay import LEVEL_STEP, RunResult, arrival_order, pod_kind, 
 from swarmgpu.sim.timeline import TimelineResult, Window, arrival_times, timed_pods
 from swarmgpu.sim.trace import TracePod
 from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask, service_from_api
-from swarmgpu.workload import WorkloadModel
 
 P = "swarmgpu."
 WORKLOADS = ("online", "oracle")
