@@ -32,7 +32,7 @@ from gpu_nodes import RTX4090  # noqa: E402
 from swarmgpu.agent import build_server  # noqa: E402
 from swarmgpu.agent_client import fetch_all, fetch_facts  # noqa: E402
 from swarmgpu.core.config import AgentsConfig  # noqa: E402
-from swarmgpu.swarm import SwarmNode  # noqa: E402
+from swarmgpu.swarm.client import SwarmNode  # noqa: E402
 
 HOSTILE = ("drip", "hang", "deep-json", "too-many-gpus", "huge")
 PORT = 19401

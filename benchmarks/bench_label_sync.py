@@ -34,7 +34,7 @@ from swarm_harness import SwarmCluster, gpu_resource_args  # noqa: E402
 
 from swarmgpu.core.config import load_config  # noqa: E402
 from swarmgpu.daemon import Daemon  # noqa: E402
-from swarmgpu.swarm import SwarmClient  # noqa: E402
+from swarmgpu.swarm.client import SwarmClient  # noqa: E402
 
 
 def main() -> int:

@@ -43,7 +43,7 @@ from swarmgpu.daemon_metrics import DaemonMetrics  # noqa: E402
 from swarmgpu.facts.topo import TopoSource  # noqa: E402
 from swarmgpu.placement import env_template, gate_constraint  # noqa: E402
 from swarmgpu.placement_step import apply_plan, make_plan, new_planner  # noqa: E402
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask  # noqa: E402
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask  # noqa: E402
 from swarmgpu.sync import LabelSync, Snapshot  # noqa: E402
 
 P = "swarmgpu."
@@ -58,7 +58,7 @@ def _topology() -> Path:
 # --- the fake at swarmgpu's client boundary ------------------------------------------------
 
 class FakeSwarm:
-    """Same methods as swarmgpu.swarm.SwarmClient, state in memory, versions enforced."""
+    """Same methods as swarmgpu.swarm.client.SwarmClient, state in memory, versions enforced."""
 
     def __init__(self, nodes: list[SwarmNode], services: list[SwarmService]) -> None:
         self._nodes = {n.id: n for n in nodes}
@@ -241,7 +241,7 @@ def real_mode(args: argparse.Namespace) -> dict[str, Any]:
     from swarmgpu.core.config import load_config
     from swarmgpu.daemon import Daemon
     from swarmgpu.placement_step import attach
-    from swarmgpu.swarm import SwarmClient
+    from swarmgpu.swarm.client import SwarmClient
 
     kinds = [DGX_A100, RTX4090]
     def kind_of(i: int) -> Any:  # the agent's synthetic UUIDs follow its hostname

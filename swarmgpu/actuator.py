@@ -14,8 +14,8 @@ from loguru import logger
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.daemon_metrics import DaemonMetrics
-from swarmgpu.labels import NodeLabelPlan, plan_node_labels
-from swarmgpu.swarm import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.labels import NodeLabelPlan, plan_node_labels
 
 
 @dataclass(frozen=True)

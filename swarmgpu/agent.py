@@ -55,8 +55,8 @@ from swarmgpu.core.httpguard import GuardedServer, HeadTooLarge, read_head
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.facts import FactSource
-from swarmgpu.identity import ReloadingServerContext, token_matches
 from swarmgpu.metrics import CONTENT_TYPE, AgentStats, render_metrics
+from swarmgpu.swarm.identity import ReloadingServerContext, token_matches
 
 MAX_HEAD_BYTES = 8 * 1024
 SOCKET_TIMEOUT_S = 5.0
@@ -263,7 +263,7 @@ class AgentServer(GuardedServer):
         self.cache = cache
         self.sampler = sampler
         self._closed = False
-        # Identity (swarmgpu.identity): HTTPS with the node's Swarm certificate, re-read
+        # Identity (swarmgpu.swarm.identity): HTTPS with the node's Swarm certificate, re-read
         # on rotation, and/or a bearer token required on /facts and /metrics.
         self.tls: ReloadingServerContext | None = None
         self.token: str | None = None

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 from swarmgpu import boundedhttp
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.model import FactsError, NodeFacts
-from swarmgpu.swarm import SwarmNode
+from swarmgpu.swarm.client import SwarmNode
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from swarmgpu.constraints import parse_all
 from swarmgpu.core.labelkeys import usable_label_key
-from swarmgpu.labels import desired_labels, owned_by_label_sync
+from swarmgpu.swarm.constraints import parse_all
+from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
 from swarmgpu.sync import Snapshot
 
 GPU_RESOURCE_KINDS = ("NVIDIA-GPU", "GPU", "gpu", "nvidia.com/gpu")

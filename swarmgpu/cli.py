@@ -81,7 +81,7 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
           mig_layout: str | None, as_json: bool) -> None:
     """Print the GPU facts the agent would serve."""
     from swarmgpu.core.model import FactsError
-    from swarmgpu.labels import desired_labels
+    from swarmgpu.swarm.labels import desired_labels
 
     src = _open(source, hostname, product, memory_mib, mig_layout)
     try:
@@ -153,8 +153,8 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
         except ProfileError as exc:
             click.echo(f"swarmgpu agent: {exc}", err=True)
             sys.exit(2)
-    from swarmgpu.identity import IdentityError, ReloadingServerContext, read_token
     from swarmgpu.procattr import Attributor, engine_labels
+    from swarmgpu.swarm.identity import IdentityError, ReloadingServerContext, read_token
 
     if bool(tls_cert) != bool(tls_key):
         click.echo("swarmgpu agent: --tls-cert and --tls-key go together", err=True)
@@ -178,7 +178,7 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
 def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     """The manager daemon: sync GPU labels, place GPU services, rebalance."""
     from swarmgpu.daemon import Daemon
-    from swarmgpu.swarm import SwarmError
+    from swarmgpu.swarm.client import SwarmError
 
     cfg = _load_cfg(config_path, dry_run=dry_run or None)
     setup_logging(cfg.log.level, cfg.log.format)
@@ -226,7 +226,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     from swarmgpu.agentbook import load_saved
     from swarmgpu.audit import audit as run_audit
     from swarmgpu.audit import exit_code, identity_check, render_table
-    from swarmgpu.swarm import SwarmClient, SwarmError
+    from swarmgpu.swarm.client import SwarmClient, SwarmError
     from swarmgpu.sync import take_snapshot
 
     cfg = _load_cfg(config_path)
@@ -265,7 +265,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
 
 
 def _snapshot(cfg: Config) -> Any:
-    from swarmgpu.swarm import SwarmClient, SwarmError
+    from swarmgpu.swarm.client import SwarmClient, SwarmError
     from swarmgpu.sync import take_snapshot
 
     try:
@@ -283,7 +283,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
     from swarmgpu.cluster_view import workload_lines
     from swarmgpu.placement_step import make_plan
     from swarmgpu.rebalance.attribution import service_states
-    from swarmgpu.swarm import SwarmClient
+    from swarmgpu.swarm.client import SwarmClient
 
     cfg = _load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
@@ -394,7 +394,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     setup_logging("WARNING", cfg.log.format)
     snap = _snapshot(cfg)
     saved = load_saved(cfg.state_dir)
-    from swarmgpu.swarm import SwarmClient
+    from swarmgpu.swarm.client import SwarmClient
 
     doc = build_cluster(snap, make_plan(snap, cfg, swarm=SwarmClient(cfg.docker_host)),
                         prefix=cfg.sync.prefix,
@@ -432,7 +432,7 @@ def doctor(root: str, as_json: bool, source: str | None) -> None:
             docker_info = None
     scheme = None
     if root == "/":
-        from swarmgpu.identity import probe_agent_scheme
+        from swarmgpu.swarm.identity import probe_agent_scheme
 
         scheme = probe_agent_scheme()
     text, code = run_doctor(root, facts=facts, docker_info=docker_info, as_json=as_json,

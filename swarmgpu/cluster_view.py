@@ -13,12 +13,12 @@ from swarmgpu.audit import Finding
 from swarmgpu.core.config import Config
 from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
-from swarmgpu.identity import scrape_auth
-from swarmgpu.labels import desired_labels, owned_by_label_sync
 from swarmgpu.placement import PlacementPlan, read_ledger
 from swarmgpu.rebalance.attribution import service_states
 from swarmgpu.rebalance.scrape import scrape_all
-from swarmgpu.swarm import SwarmNode
+from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.identity import scrape_auth
+from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
 from swarmgpu.sync import Snapshot
 
 SCHEMA = "swarmgpu.cluster/v1"

@@ -30,7 +30,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.daemon_metrics import DaemonMetrics
 from swarmgpu.overshare import Watch
 from swarmgpu.placement import Planner
-from swarmgpu.swarm import SwarmClient, SwarmError
+from swarmgpu.swarm.client import SwarmClient, SwarmError
 from swarmgpu.sync import CycleReport, LabelSync, fetch_agents, take_snapshot
 
 CycleHook = Callable[["Daemon", Any], None]

@@ -26,7 +26,7 @@ from swarmgpu.audit import Finding
 from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.placement import MOVE_STATE, Holding, gate_key, read_ledger
-from swarmgpu.swarm import SwarmClient, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmClient, SwarmNode, SwarmService, SwarmTask
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config

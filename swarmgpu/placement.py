@@ -53,12 +53,12 @@ from swarmgpu.allocator.core import (
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.mig import MigChoice, MigProfileError, pick_mig_device
 from swarmgpu.allocator.workload import WorkloadModel
-from swarmgpu.constraints import node_satisfies, platform_ok
-from swarmgpu.constraints import parse_all as parse_constraints
 from swarmgpu.core.model import NodeFacts, link_score
 from swarmgpu.requests import GpuRequest, Pack, Rebalance, RequestError, parse_all
 from swarmgpu.sharing import is_share_key, missing_env, want_labels
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask, reservations
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
+from swarmgpu.swarm.constraints import node_satisfies, platform_ok
+from swarmgpu.swarm.constraints import parse_all as parse_constraints
 
 GATE = "service."
 ASSIGN = "assign."

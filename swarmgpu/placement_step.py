@@ -20,7 +20,7 @@ from swarmgpu.audit import Finding
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.placement import PlacementPlan, Planner, ServicePlan
-from swarmgpu.swarm import SwarmClient, SwarmError, SwarmService
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 from swarmgpu.sync import Snapshot
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from swarmgpu.placement import (
 )
 from swarmgpu.requests import RequestError, parse_all
 from swarmgpu.sharing import env_lines, is_share_key, want_labels
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 
 class StackError(ValueError):

@@ -12,9 +12,9 @@ from swarmgpu.agent_client import FactsResult, fetch_all
 from swarmgpu.agentbook import AgentBook
 from swarmgpu.core.config import Config
 from swarmgpu.daemon_metrics import DaemonMetrics
-from swarmgpu.identity import IdentityError, agent_auth
-from swarmgpu.labels import NodeLabelPlan, owned_by_label_sync, plan_node_labels
-from swarmgpu.swarm import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.identity import IdentityError, agent_auth
+from swarmgpu.swarm.labels import NodeLabelPlan, owned_by_label_sync, plan_node_labels
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from gpu_nodes import RTX4090
 
 from swarmgpu.agent_client import FactsResult
 from swarmgpu.audit import audit, exit_code, render_table
-from swarmgpu.labels import desired_labels
-from swarmgpu.swarm import SwarmNode, SwarmService
+from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.labels import desired_labels
 from swarmgpu.sync import Snapshot
 
 FACTS = RTX4090.facts()

@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from swarmgpu.constraints import (
+from swarmgpu.core.config import ConfigError, describe_defaults, load_config
+from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.swarm.constraints import (
     ConstraintError,
     node_labels_satisfy,
     parse_constraint,
 )
-from swarmgpu.core.config import ConfigError, describe_defaults, load_config
-from swarmgpu.core.labelkeys import usable_label_key
 
 
 @pytest.mark.parametrize(("key", "ok"), [

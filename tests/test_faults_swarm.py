@@ -39,9 +39,9 @@ from swarm_harness import SwarmCluster
 
 from swarmgpu.core.config import load_config
 from swarmgpu.daemon import Daemon
-from swarmgpu.labels import desired_labels
 from swarmgpu.placement_step import attach
-from swarmgpu.swarm import SwarmClient
+from swarmgpu.swarm.client import SwarmClient
+from swarmgpu.swarm.labels import desired_labels
 
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name

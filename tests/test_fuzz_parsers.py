@@ -33,7 +33,7 @@ from swarmgpu.facts.gfd import facts_from_labels, parse_labels
 from swarmgpu.facts.topo import parse_topo
 from swarmgpu.render import StackError, load_stack, render_stack
 from swarmgpu.requests import KEYS, GpuRequest, RequestError, parse_all
-from swarmgpu.swarm import SwarmNode
+from swarmgpu.swarm.client import SwarmNode
 
 T = TypeVar("T")
 

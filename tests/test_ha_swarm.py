@@ -31,7 +31,7 @@ from gpu_nodes import DGX_A100, LOGS, cfg_file, start_agent, stop, swarmgpu_env
 from paths import REPO
 from swarm_harness import NodeHandle, SwarmCluster
 
-from swarmgpu.labels import desired_labels
+from swarmgpu.swarm.labels import desired_labels
 
 pytestmark = pytest.mark.swarm
 

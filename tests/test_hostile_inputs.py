@@ -34,17 +34,17 @@ from swarmgpu.core.model import (
     MigDevice,
     NodeFacts,
 )
-from swarmgpu.labels import (
+from swarmgpu.placement import plan_placement
+from swarmgpu.rebalance.scrape import scrape_node
+from swarmgpu.requests import RequestError, parse_all
+from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.labels import (
     MAX_LABEL_VALUE_LEN,
     MAX_NODE_LABELS,
     desired_labels,
     largest_nvlink_group,
     writable_label_value,
 )
-from swarmgpu.placement import plan_placement
-from swarmgpu.rebalance.scrape import scrape_node
-from swarmgpu.requests import RequestError, parse_all
-from swarmgpu.swarm import SwarmNode, SwarmService
 
 Behaviour = Callable[[socket.socket], None]
 GOOD = json.dumps(RTX4090.facts().to_dict()).encode()

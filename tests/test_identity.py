@@ -18,7 +18,7 @@ from swarmgpu.agent import build_server
 from swarmgpu.audit import identity_check
 from swarmgpu.core.config import ConfigError, load_config
 from swarmgpu.doctor import Status, check_agent_identity, read_view
-from swarmgpu.identity import (
+from swarmgpu.swarm.identity import (
     IdentityError,
     _plain_key_pem,
     probe_agent_scheme,

@@ -29,14 +29,14 @@ from swarm_harness import NodeHandle, SwarmCluster
 
 from swarmgpu.agent_client import fetch_facts
 from swarmgpu.core.config import AgentsConfig
-from swarmgpu.identity import (
+from swarmgpu.rebalance.scrape import scrape_node
+from swarmgpu.swarm.client import SwarmClient, SwarmNode
+from swarmgpu.swarm.identity import (
     client_context,
     default_cert_paths,
     load_server_context,
     read_token,
 )
-from swarmgpu.rebalance.scrape import scrape_node
-from swarmgpu.swarm import SwarmClient, SwarmNode
 
 PORT = 9411  # beside the plain agents of other tests on 9401
 

@@ -31,7 +31,7 @@ from gpu_nodes import GPU_NODES, cfg_file, labels_of, run_cli
 from paths import REPO
 from swarm_harness import NodeHandle, SwarmCluster
 
-from swarmgpu.labels import desired_labels
+from swarmgpu.swarm.labels import desired_labels
 
 pytestmark = pytest.mark.swarm
 

@@ -33,7 +33,7 @@ from swarm_harness import SwarmCluster
 
 from swarmgpu.core.config import load_config
 from swarmgpu.daemon import Daemon
-from swarmgpu.swarm import SwarmClient
+from swarmgpu.swarm.client import SwarmClient
 
 pytestmark = pytest.mark.swarm
 _ = agents  # a fixture, used by name

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
-from swarmgpu.labels import desired_labels, plan_node_labels
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.labels import desired_labels, plan_node_labels
 
 
 def _facts(n: int = 2, link: str = "NV12", product: str = "NVIDIA A100-SXM4-40GB") -> NodeFacts:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from test_placement import DGX, FACTS, R4090, apply, svc
 
 from swarmgpu.placement import plan_placement
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 
 def _placed_owner() -> tuple[list[SwarmNode], SwarmService, str, SwarmTask]:

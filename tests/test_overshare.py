@@ -80,7 +80,7 @@ def test_watch_window_and_map_annotation() -> None:
 
 def test_unnamed_processes_are_named_from_swarms_task_list() -> None:
     from swarmgpu.overshare import owners
-    from swarmgpu.swarm import SwarmService, SwarmTask
+    from swarmgpu.swarm.client import SwarmService, SwarmTask
 
     svc = SwarmService("sid-a", "a", {}, (), (), "replicated", 1, None, 1)
     task = SwarmTask("ta", "sid-a", DGX.id, 1, "running", "running", (),

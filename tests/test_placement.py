@@ -14,7 +14,7 @@ from swarmgpu.placement import (
     plan_placement,
     read_ledger,
 )
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
 

@@ -12,7 +12,7 @@ from test_placement import P, apply, node, svc
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.placement import Planner, gate_constraint, plan_placement, read_ledger
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 CPU2 = 2000
 

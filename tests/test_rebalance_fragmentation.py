@@ -32,7 +32,7 @@ from swarmgpu.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
 from swarmgpu.rebalance.planner import plan_moves
 from swarmgpu.rebalance.signals import Signals
 from swarmgpu.sim.rebalance import Defragmenter
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 U1 = [g.uuid for g in F1.gpus]  # gpu-node-1 (DGX A100): GPU 0 runs MIG
 HALF = {f"{P}gpu-fraction": "0.5"}

@@ -24,7 +24,7 @@ from swarmgpu.rebalance.moves import Move, Trigger
 from swarmgpu.rebalance.planner import plan_moves
 from swarmgpu.rebalance.scrape import NodeScrape, judge
 from swarmgpu.rebalance.signals import Signals, fragmentation_pct
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
 # Short windows; frag_pct 15: one 0.3 share on each of two of eight GPUs already leaves

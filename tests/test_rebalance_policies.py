@@ -20,7 +20,7 @@ from swarmgpu.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
 from swarmgpu.rebalance.planner import plan_moves
 from swarmgpu.rebalance.scrape import NodeScrape, judge
 from swarmgpu.rebalance.signals import Signals
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
 CFG = RebalanceConfig(dry_run=False, hot_window_s=5, idle_window_s=5, frag_window_s=5,

@@ -30,7 +30,7 @@ from swarmgpu.agent import AgentServer, build_server, parse_listen
 from swarmgpu.agent_client import fetch_facts
 from swarmgpu.core.config import AgentsConfig, Config, load_config
 from swarmgpu.daemon import Daemon
-from swarmgpu.swarm import SwarmNode
+from swarmgpu.swarm.client import SwarmNode
 
 PACKAGE = REPO / "swarmgpu"
 METHODS = ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "PROPFIND"]
@@ -246,7 +246,7 @@ JUSTIFIED = {
     ("B104", "swarmgpu/agent.py"): "--listen :9401 (an empty host) means every interface, "
     "as asked; the default is loopback",
     ("B104", "swarmgpu/webguard.py"): "a comparison with '0.0.0.0', not a bind",
-    ("B104", "swarmgpu/swarm.py"): "a comparison with '0.0.0.0', not a bind",
+    ("B104", "swarmgpu/swarm/client.py"): "a comparison with '0.0.0.0', not a bind",
     ("B101", "swarmgpu/allocator/core.py"): "type-narrowing invariants, not input checks",
     ("B101", "swarmgpu/allocator/mig.py"): "type-narrowing invariant on a regex built here",
     ("B101", "swarmgpu/facts/profile.py"): "type-narrowing invariant after validation",

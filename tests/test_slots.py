@@ -22,7 +22,7 @@ from swarmgpu.placement import (
 from swarmgpu.rebalance.context import why_not_movable
 from swarmgpu.render import render_stack
 from swarmgpu.requests import parse_all
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
 ONE_GPU = {"swarmgpu.gpus": "1"}

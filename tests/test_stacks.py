@@ -25,12 +25,12 @@ from paths import REPO
 
 from swarmgpu.core.config import load_config
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.labels import desired_labels
 from swarmgpu.placement import ORDER_ENV, env_template, gate_constraint
 from swarmgpu.render import render_stack
 from swarmgpu.requests import GpuRequest, RequestError, parse_all
 from swarmgpu.sharing import env_lines
-from swarmgpu.swarm import SwarmNode
+from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.labels import desired_labels
 
 P = "swarmgpu."
 STACKS = REPO / "stacks"

@@ -1,6 +1,6 @@
 """Swarm's rule for label keys and values that a placement constraint can use.
 
-Kept apart from :mod:`swarmgpu.constraints` (the constraint language) because the
+Kept apart from :mod:`swarmgpu.swarm.constraints` (the constraint language) because the
 configuration checks its label prefix with it when it is loaded, below every layer that
 speaks to the engine.
 """

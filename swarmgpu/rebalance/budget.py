@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from swarmgpu.placement import MOVE_STATE, Holding
 from swarmgpu.rebalance.context import MOVED_AT
-from swarmgpu.swarm import SwarmService
+from swarmgpu.swarm.client import SwarmService
 
 HOUR_S = 3600.0
 

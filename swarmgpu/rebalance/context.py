@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from swarmgpu.allocator.core import Choice, NodeState
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask, typical_tasks
-from swarmgpu.constraints import ConstraintError, parse_constraint
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.placement import (
@@ -29,7 +28,8 @@ from swarmgpu.rebalance.moves import Move, Trigger
 from swarmgpu.rebalance.signals import GpuSignal, NodeSignal
 from swarmgpu.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.sharing import share_labels
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
 from swarmgpu.windows import State
 
 MOVED_AT = "state.moved-at"  # service label: epoch seconds of its last finished move

@@ -56,7 +56,7 @@ from swarmgpu.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.rebalance.moves import Move, MoveRecord, Outcome, Trigger
 from swarmgpu.requests import GpuRequest, parse_all
 from swarmgpu.sharing import node_of_key
-from swarmgpu.swarm import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 
 CRASH_ENV = "SWARMGPU_TEST_CRASH_AFTER"  # test hook: os._exit(137) at a named point
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from swarmgpu import boundedhttp
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
-from swarmgpu.swarm import SwarmNode
+from swarmgpu.swarm.client import SwarmNode
 
 MAX_BYTES = 8 * 1024 * 1024
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from loguru import logger
 
-from swarmgpu.identity import scrape_auth
 from swarmgpu.placement import read_ledger
 from swarmgpu.placement_step import facts_by_node
 from swarmgpu.rebalance.context import Inputs
@@ -22,6 +21,7 @@ from swarmgpu.rebalance.moves import Proposal, moves_to_dicts, render_moves
 from swarmgpu.rebalance.planner import plan_moves
 from swarmgpu.rebalance.scrape import scrape_all
 from swarmgpu.rebalance.signals import Signals
+from swarmgpu.swarm.identity import scrape_auth
 from swarmgpu.sync import Snapshot
 
 if TYPE_CHECKING:

@@ -51,7 +51,7 @@ from swarmgpu.sharing import env_lines
 from swarmgpu.sim.replay import LEVEL_STEP, RunResult, arrival_order, pod_kind, workload_of
 from swarmgpu.sim.timeline import TimelineResult, Window, arrival_times, timed_pods
 from swarmgpu.sim.trace import TracePod
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask, service_from_api
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
 P = "swarmgpu."
 WORKLOADS = ("online", "oracle")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import AgentsConfig, Config
-    from swarmgpu.swarm import SwarmClient
+    from swarmgpu.swarm.client import SwarmClient
 
 IDENTITIES = ("none", "swarm-pki")
 SWARM_CERT_DIR = "swarm/certificates"

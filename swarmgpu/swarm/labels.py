@@ -16,14 +16,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from swarmgpu.constraints import (
+from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
+from swarmgpu.core.model import NodeFacts, gpu_family, is_nvlink
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.constraints import (
     Constraint,
     node_labels_satisfy,
     parse_all,
 )
-from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
-from swarmgpu.core.model import NodeFacts, gpu_family, is_nvlink
-from swarmgpu.swarm import SwarmNode, SwarmService, SwarmTask
 
 DEFAULT_PREFIX = "swarmgpu."
 # Placement owns these node labels (gates and the GPU ledger), not label sync.

@@ -1,0 +1,6 @@
+"""The engine edge: everything that speaks Docker Swarm's language.
+
+``client`` (the engine API, typed), ``labels`` (the node labels swarmgpu owns),
+``constraints`` (Swarm's constraint language), ``identity`` (agent identity from the
+swarm's own PKI). Imports only ``swarmgpu.core``.
+"""
