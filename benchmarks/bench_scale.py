@@ -35,12 +35,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from swarmgpu.agent.facts.topo import TopoSource  # noqa: E402
 from swarmgpu.agent_client import FactsResult  # noqa: E402
 from swarmgpu.agentbook import AgentBook  # noqa: E402
 from swarmgpu.core.config import Config, SyncConfig  # noqa: E402
 from swarmgpu.core.model import NodeFacts  # noqa: E402
 from swarmgpu.daemon_metrics import DaemonMetrics  # noqa: E402
-from swarmgpu.facts.topo import TopoSource  # noqa: E402
 from swarmgpu.placement import env_template, gate_constraint  # noqa: E402
 from swarmgpu.placement_step import apply_plan, make_plan, new_planner  # noqa: E402
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask  # noqa: E402

@@ -63,8 +63,8 @@ def _source_options(f: Any) -> Any:
 
 def _open(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
           mig_layout: str | None) -> Any:
-    from swarmgpu.facts import SourceError
-    from swarmgpu.facts.registry import open_source
+    from swarmgpu.agent.facts import SourceError
+    from swarmgpu.agent.facts.registry import open_source
 
     try:
         return open_source(source, hostname=hostname, product=product,
@@ -140,20 +140,20 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
           log_format: str, docker_host: str | None, proc_root: str, tls_cert: str | None,
           tls_key: str | None, token_file: str | None) -> None:
     """Serve this node's GPU facts and metrics over HTTP (/facts, /metrics, /healthz)."""
-    from swarmgpu import agent as agent_mod
+    from swarmgpu.agent import server as agent_mod
 
     setup_logging("INFO", log_format)
     src = _open(source, hostname, product, memory_mib, mig_layout)
     sampler = None
     if metrics_profile:
-        from swarmgpu.facts.profile import ProfileError, ProfileSampler
+        from swarmgpu.agent.facts.profile import ProfileError, ProfileSampler
 
         try:
             sampler = ProfileSampler(metrics_profile, src.read()).sample
         except ProfileError as exc:
             click.echo(f"swarmgpu agent: {exc}", err=True)
             sys.exit(2)
-    from swarmgpu.procattr import Attributor, engine_labels
+    from swarmgpu.agent.procattr import Attributor, engine_labels
     from swarmgpu.swarm.identity import IdentityError, ReloadingServerContext, read_token
 
     if bool(tls_cert) != bool(tls_key):
@@ -412,7 +412,7 @@ def status(config_path: str | None, as_json: bool) -> None:
               help="Fact source to compare with (default: nvml when --root is /).")
 def doctor(root: str, as_json: bool, source: str | None) -> None:
     """Check this node's GPU container setup and explain each problem and its fix."""
-    from swarmgpu.doctor import run_doctor
+    from swarmgpu.agent.doctor import run_doctor
 
     facts = None
     docker_info = None
@@ -448,8 +448,8 @@ def doctor(root: str, as_json: bool, source: str | None) -> None:
 def node_config_cmd(source: str, hostname: str | None, product: str | None,
                     memory_mib: int | None, mig_layout: str | None, kind: str) -> None:
     """Print the daemon.json and toolkit config.toml fragments for this node's GPUs."""
+    from swarmgpu.agent.nodeconfig import node_config
     from swarmgpu.core.model import FactsError
-    from swarmgpu.nodeconfig import node_config
 
     src = _open(source, hostname, product, memory_mib, mig_layout)
     try:

@@ -1,7 +1,7 @@
 """Shared GPUs stay within their share: each holder's memory use against its share.
 
 The agents list every GPU process with its container (``swarmgpu_gpu_process_memory_used_mib``,
-swarmgpu.procattr); Swarm's task list names the container's task and service (or the
+swarmgpu.agent.procattr); Swarm's task list names the container's task and service (or the
 agent did, given engine access); the ledger says what
 share each service holds of which GPU. ``service_use`` (pure) puts the two together
 per (service, node, GPU); a holder whose processes use more than share x the GPU's

@@ -21,8 +21,8 @@ import pytest
 from paths import REPO, TOPOLOGY
 from swarm_harness import SwarmCluster
 
+from swarmgpu.agent.facts.topo import TopoSource
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.facts.topo import TopoSource
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from swarmgpu.agent import (
+from swarmgpu.agent.facts.profile import ProfileError, ProfileSampler, load_profile
+from swarmgpu.agent.server import (
     AgentServer,
     FactsCache,
     GuardedSampler,
@@ -28,7 +29,6 @@ from swarmgpu.agent import (
 from swarmgpu.core.metrics_in import parse_metrics
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.core.samples import GpuSample
-from swarmgpu.facts.profile import ProfileError, ProfileSampler, load_profile
 
 FACTS = NodeFacts(
     hostname="node-a",
@@ -175,7 +175,7 @@ def test_oversized_request_line_and_headers(
 def test_silent_client_is_dropped(
     run_agent: Callable[..., tuple[AgentServer, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("swarmgpu.agent._Handler.timeout", 0.3)
+    monkeypatch.setattr("swarmgpu.agent.server._Handler.timeout", 0.3)
     _, base = run_agent(Source())
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as s:
@@ -447,8 +447,8 @@ def test_profile_missing_file_and_repeat(tmp_path: Path) -> None:
 def test_connection_limit(
     run_agent: Callable[..., tuple[AgentServer, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("swarmgpu.agent.MAX_CONNECTIONS", 1)
-    monkeypatch.setattr("swarmgpu.agent._Handler.timeout", 1.0)
+    monkeypatch.setattr("swarmgpu.agent.server.MAX_CONNECTIONS", 1)
+    monkeypatch.setattr("swarmgpu.agent.server._Handler.timeout", 1.0)
     _, base = run_agent(Source())
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as slow:
@@ -467,8 +467,8 @@ def test_connection_limit(
 
 
 def test_default_sampler_choice() -> None:
-    from swarmgpu.agent import default_sampler
-    from swarmgpu.facts import nvml
+    from swarmgpu.agent.facts import nvml
+    from swarmgpu.agent.server import default_sampler
 
     assert default_sampler(Source(spec="nvml"), lambda: None) is nvml.read_utilisation
     static = default_sampler(Source(spec="file:/x"), lambda: FACTS)

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from paths import REPO
 
+from swarmgpu.agent.nodeconfig import node_config
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.nodeconfig import node_config
 
 DEPLOY = (REPO / "docs" / "deploy.md").read_text()
 

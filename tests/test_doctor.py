@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
-from swarmgpu.doctor import (
+from swarmgpu.agent.doctor import (
     Status,
     dpkg_version,
     norm_bus_id,
@@ -21,7 +20,8 @@ from swarmgpu.doctor import (
     run_checks,
     run_doctor,
 )
-from swarmgpu.nodeconfig import node_config
+from swarmgpu.agent.nodeconfig import node_config
+from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 
 ROOTS = Path(__file__).parent / "doctor_roots"
 UA = "GPU-2a8c5b3e-9d1f-4c6a-8e7b-1f0d3c5a7b91"

@@ -10,12 +10,12 @@ import yaml
 from fake_pynvml.builder import build_layout
 from paths import FIXTURES as FIXTURES_DIR
 
-from swarmgpu.facts import SourceError
-from swarmgpu.facts.file import FileSource
-from swarmgpu.facts.gfd import GfdSource
-from swarmgpu.facts.nvml import NvmlSource
-from swarmgpu.facts.registry import open_source
-from swarmgpu.facts.topo import TopoSource
+from swarmgpu.agent.facts import SourceError
+from swarmgpu.agent.facts.file import FileSource
+from swarmgpu.agent.facts.gfd import GfdSource
+from swarmgpu.agent.facts.nvml import NvmlSource
+from swarmgpu.agent.facts.registry import open_source
+from swarmgpu.agent.facts.topo import TopoSource
 
 FIX = FIXTURES_DIR
 TOPO = FIX / "topology/topo_dgx_a100_nv12.txt"

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from paths import FIXTURES as FIXTURES_DIR
 
+from swarmgpu.agent.facts import SourceError
+from swarmgpu.agent.facts.gfd import GfdSource, normalise_profile, parse_labels
+from swarmgpu.agent.facts.naming import is_synthetic_uuid
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.facts import SourceError
-from swarmgpu.facts.gfd import GfdSource, normalise_profile, parse_labels
-from swarmgpu.facts.naming import is_synthetic_uuid
 
 CAP = FIXTURES_DIR / "captures"
 ALL_GFD = sorted(CAP.glob("gfd_*"))

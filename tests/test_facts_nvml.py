@@ -8,8 +8,8 @@ import pytest
 from fake_pynvml import pynvml as fake
 from fake_pynvml.builder import CAPTURES, build_layout, layouts, parse_l, parse_q
 
+from swarmgpu.agent.facts.nvml import NvmlSource, cpu_list, cuda_version_text, read_utilisation
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.facts.nvml import NvmlSource, cpu_list, cuda_version_text, read_utilisation
 
 
 def _read(name: str, tmp_path: Path, **kw: object) -> tuple[NodeFacts, object]:
@@ -161,7 +161,7 @@ def test_read_utilisation_from_capture(tmp_path: Path) -> None:
 
 
 def test_no_pynvml_module_reads_as_zero_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    import swarmgpu.facts.nvml as nvml_mod
+    import swarmgpu.agent.facts.nvml as nvml_mod
 
     def boom() -> object:
         raise ImportError("No module named 'pynvml'")
@@ -215,8 +215,8 @@ def test_hung_gpu_answers_within_deadline_and_is_not_asked_again(tmp_path: Path)
 def test_running_processes_from_a_real_capture(tmp_path: Path) -> None:
     """nvidia-smi -q 'Processes' of a real machine, served by the fake's
     nvmlDeviceGetComputeRunningProcesses, read as per-GPU processes."""
+    from swarmgpu.agent.facts.nvml import read_utilisation
     from swarmgpu.core.samples import GpuProcess
-    from swarmgpu.facts.nvml import read_utilisation
 
     b = build_layout("rtx4090_pix_sys", tmp_path, processes_file=CAPTURES
                      / "nvsmi_processes_rtx2070_x2_drv450_excerpt.txt")

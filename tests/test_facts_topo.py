@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from paths import FIXTURES as FIXTURES_DIR
 
+from swarmgpu.agent.facts import SourceError
+from swarmgpu.agent.facts.naming import SYNTHETIC_PREFIX, is_synthetic_uuid
+from swarmgpu.agent.facts.topo import TopoSource, parse_mig_layout, parse_topo
 from swarmgpu.core.model import FactsError, NodeFacts
-from swarmgpu.facts import SourceError
-from swarmgpu.facts.naming import SYNTHETIC_PREFIX, is_synthetic_uuid
-from swarmgpu.facts.topo import TopoSource, parse_mig_layout, parse_topo
 
 FIX = FIXTURES_DIR
 ALL_TOPO = sorted([*FIX.glob("topology/*.txt"), *FIX.glob("captures/nvsmi_topo_*")])

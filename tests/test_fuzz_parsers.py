@@ -25,12 +25,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from paths import CAPTURES, TOPOLOGY
 
+from swarmgpu.agent.facts import SourceError
+from swarmgpu.agent.facts.gfd import facts_from_labels, parse_labels
+from swarmgpu.agent.facts.topo import parse_topo
 from swarmgpu.core.config import ConfigError, load_config
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
 from swarmgpu.core.model import FactsError, Gpu, NodeFacts
-from swarmgpu.facts import SourceError
-from swarmgpu.facts.gfd import facts_from_labels, parse_labels
-from swarmgpu.facts.topo import parse_topo
 from swarmgpu.render import StackError, load_stack, render_stack
 from swarmgpu.requests import KEYS, GpuRequest, RequestError, parse_all
 from swarmgpu.swarm.client import SwarmNode

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from paths import REPO
 
-from swarmgpu.agent import DEFAULT_LISTEN, AgentServer, build_server
+from swarmgpu.agent.server import DEFAULT_LISTEN, AgentServer, build_server
 from swarmgpu.core.config import load_config
 from swarmgpu.core.httpguard import HEAD_DEADLINE_S, GuardedServer
 from swarmgpu.daemon import Daemon

@@ -14,10 +14,10 @@ from gpu_nodes import RTX4090
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from swarmgpu.agent import build_server
+from swarmgpu.agent.doctor import Status, check_agent_identity, read_view
+from swarmgpu.agent.server import build_server
 from swarmgpu.audit import identity_check
 from swarmgpu.core.config import ConfigError, load_config
-from swarmgpu.doctor import Status, check_agent_identity, read_view
 from swarmgpu.swarm.identity import (
     IdentityError,
     _plain_key_pem,

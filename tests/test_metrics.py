@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from paths import FIXTURES as FIXTURES_DIR
 
+from swarmgpu.agent.metrics import DCGM_FIELDS, AgentStats, render_metrics
 from swarmgpu.core.metrics_in import FB_FREE, FB_USED, UTIL, parse_metrics
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.core.samples import GpuSample
-from swarmgpu.metrics import DCGM_FIELDS, AgentStats, render_metrics
 
 CAPTURES = FIXTURES_DIR / "captures"
 DCGM_FILES = sorted(CAPTURES.glob("dcgm_*.txt"))

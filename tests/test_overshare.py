@@ -7,9 +7,9 @@ from __future__ import annotations
 from gpu_nodes import DGX_A100
 from test_placement import DGX
 
+from swarmgpu.agent.metrics import render_metrics
 from swarmgpu.core.metrics_in import parse_metrics
 from swarmgpu.core.samples import GpuProcess, GpuSample
-from swarmgpu.metrics import render_metrics
 from swarmgpu.overshare import Watch, annotate, findings, service_use
 from swarmgpu.placement import Holding
 

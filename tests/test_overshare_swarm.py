@@ -31,7 +31,7 @@ from gpu_nodes import (
 from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, tasks_running, wait_running
 
-from swarmgpu.procattr import SERVICE_LABEL, TASK_LABEL, engine_labels
+from swarmgpu.agent.procattr import SERVICE_LABEL, TASK_LABEL, engine_labels
 
 pytestmark = pytest.mark.swarm
 P = "swarmgpu."

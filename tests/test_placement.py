@@ -167,7 +167,7 @@ def test_fraction_packs_by_memory_and_never_over() -> None:
 def test_mig_request_gets_mig_uuid() -> None:
     from paths import TOPOLOGY
 
-    from swarmgpu.facts.topo import TopoSource
+    from swarmgpu.agent.facts.topo import TopoSource
 
     h100 = TopoSource(TOPOLOGY / "topo_hgx_h100_nv18_partial_nics.txt", hostname="h",
                       product="NVIDIA H100 80GB HBM3", memory_mib=81559,

@@ -1,4 +1,4 @@
-"""GPU process -> container -> Swarm task/service (swarmgpu.procattr), and the agent's
+"""GPU process -> container -> Swarm task/service (swarmgpu.agent.procattr), and the agent's
 per-process metric. The engine side runs for real in tests/test_overshare_swarm.py."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from pathlib import Path
 
 from gpu_nodes import RTX4090
 
+from swarmgpu.agent.metrics import PROCESS_MEMORY, render_metrics
+from swarmgpu.agent.procattr import SERVICE_LABEL, TASK_LABEL, Attributor, container_of
 from swarmgpu.core.samples import GpuProcess, GpuSample
-from swarmgpu.metrics import PROCESS_MEMORY, render_metrics
-from swarmgpu.procattr import SERVICE_LABEL, TASK_LABEL, Attributor, container_of
 
 CID = "3f1c0a9e" * 8
 

@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from gpu_nodes import DGX_A100, RTX4090
 
+from swarmgpu.agent.metrics import render_metrics
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.samples import GpuSample
-from swarmgpu.metrics import render_metrics
 from swarmgpu.placement import MOVE_STATE, ServicePlan, env_template, gate_constraint, read_ledger
 from swarmgpu.rebalance.attribution import service_states
 from swarmgpu.rebalance.context import Inputs

@@ -9,10 +9,10 @@ from collections.abc import Set as AbstractSet
 import pytest
 from gpu_nodes import DGX_A100, RTX4090
 
+from swarmgpu.agent.metrics import render_metrics
 from swarmgpu.core.config import ConfigError, RebalanceConfig, load_config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.samples import GpuSample
-from swarmgpu.metrics import render_metrics
 from swarmgpu.placement import MOVE_STATE, env_template, gate_constraint, read_ledger
 from swarmgpu.rebalance.context import Inputs
 from swarmgpu.rebalance.mover import MoveState, admit

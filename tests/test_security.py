@@ -26,7 +26,7 @@ import pytest
 from gpu_nodes import RTX4090
 from paths import REPO
 
-from swarmgpu.agent import AgentServer, build_server, parse_listen
+from swarmgpu.agent.server import AgentServer, build_server, parse_listen
 from swarmgpu.agent_client import fetch_facts
 from swarmgpu.core.config import AgentsConfig, Config, load_config
 from swarmgpu.daemon import Daemon
@@ -243,13 +243,13 @@ def test_subprocess_argv_is_never_a_string() -> None:
 
 # (test id, file) -> why it is fine; docs/security.md carries the same table.
 JUSTIFIED = {
-    ("B104", "swarmgpu/agent.py"): "--listen :9401 (an empty host) means every interface, "
+    ("B104", "swarmgpu/agent/server.py"): "--listen :9401 (an empty host) means every interface, "
     "as asked; the default is loopback",
     ("B104", "swarmgpu/webguard.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/swarm/client.py"): "a comparison with '0.0.0.0', not a bind",
     ("B101", "swarmgpu/allocator/core.py"): "type-narrowing invariants, not input checks",
     ("B101", "swarmgpu/allocator/mig.py"): "type-narrowing invariant on a regex built here",
-    ("B101", "swarmgpu/facts/profile.py"): "type-narrowing invariant after validation",
+    ("B101", "swarmgpu/agent/facts/profile.py"): "type-narrowing invariant after validation",
     ("B311", "swarmgpu/sim/replay.py"): "seeded PRNG for a reproducible simulation",
     ("B311", "swarmgpu/sim/timeline.py"): "seeded PRNG for a reproducible simulation",
     ("B311", "swarmgpu/sim/swarm_replay.py"): "seeded PRNG for a reproducible simulation",
@@ -280,7 +280,7 @@ def test_bandit_clean_or_justified() -> None:
 
 def test_cli_entry_point_importable_without_docker_socket() -> None:
     """Importing the package must not touch the engine (no side effects at import)."""
-    res = subprocess.run([sys.executable, "-c", "import swarmgpu.daemon, swarmgpu.agent"],
+    res = subprocess.run([sys.executable, "-c", "import swarmgpu.daemon, swarmgpu.agent.server"],
                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
                          env={"DOCKER_HOST": "unix:///nonexistent.sock", "PATH": "/usr/bin"})
     assert res.returncode == 0, res.stderr

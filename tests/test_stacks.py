@@ -195,9 +195,9 @@ def _exposed_names() -> set[str]:
     """Every sample name the agents and the daemon expose."""
     from prometheus_client import generate_latest
 
+    from swarmgpu.agent.metrics import AgentStats, render_metrics
     from swarmgpu.core.samples import GpuSample
     from swarmgpu.daemon_metrics import DaemonMetrics
-    from swarmgpu.metrics import AgentStats, render_metrics
 
     names: set[str] = set()
     for fam in DaemonMetrics().registry.collect():
@@ -230,7 +230,7 @@ def test_dashboard_names_only_real_metrics() -> None:
 
 
 def test_hami_example_mounts_what_doctor_checks() -> None:
-    from swarmgpu.doctor import HAMI_LIBS, HAMI_LOCK_DIR, HAMI_PRELOAD
+    from swarmgpu.agent.doctor import HAMI_LIBS, HAMI_LOCK_DIR, HAMI_PRELOAD
 
     svc = load(STACKS / "examples" / "hami" / "shared-gpu-hami.yml")["services"]["vllm"]
     mounts = {m["source"]: m["target"] for m in svc["volumes"]}

@@ -55,7 +55,7 @@ def test_daemon_unit_notify_watchdog_and_restart() -> None:
 
 def test_agent_unit_type_matches_what_the_agent_sends() -> None:
     s = settings("swarmgpu-agent.service")
-    agent_src = (REPO / "swarmgpu" / "agent.py").read_text()
+    agent_src = (REPO / "swarmgpu" / "agent" / "server.py").read_text()
     if "READY=1" in agent_src:
         pytest.fail("the agent now sends READY=1: make swarmgpu-agent.service Type=notify "
                     "(with WatchdogSec= if it sends WATCHDOG=1)")

@@ -35,7 +35,7 @@ MAX_MIG_PER_GPU = 16  # MIG instances kept per GPU (real GPUs have at most 7)
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 MAX_ID_LEN = 96  # UUID / hostname label values longer than this are not real
 _HOST_LABELS = ("hostname", "Hostname")
-PROCESS_MEMORY = "swarmgpu_gpu_process_memory_used_mib"  # swarmgpu.metrics writes it
+PROCESS_MEMORY = "swarmgpu_gpu_process_memory_used_mib"  # swarmgpu.agent.metrics writes it
 _MAX_PROCESSES = 512  # per GPU: a page listing more is not to be trusted with memory
 
 
@@ -50,7 +50,7 @@ class MigMetrics:
 
 @dataclass(frozen=True)
 class ProcessMetric:
-    """One compute process on a GPU, as the agent names it (swarmgpu.procattr)."""
+    """One compute process on a GPU, as the agent names it (swarmgpu.agent.procattr)."""
 
     pid: int
     used_mib: float

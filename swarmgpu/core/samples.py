@@ -13,7 +13,7 @@ class GpuProcess:
     pid: int
     used_mib: int | None
     gpu_instance_id: int | None = None  # the MIG GPU instance, when the GPU runs MIG
-    # who runs it (swarmgpu.procattr): the container id, its Swarm task and service
+    # who runs it (swarmgpu.agent.procattr): the container id, its Swarm task and service
     container: str = ""
     task: str = ""
     service: str = ""

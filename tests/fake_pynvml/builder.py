@@ -41,7 +41,7 @@ from fake_pynvml.pynvml import (
     FakeProcess,
     FakeProfile,
 )
-from swarmgpu.facts.topo import TopoMatrix, parse_topo
+from swarmgpu.agent.facts.topo import TopoMatrix, parse_topo
 
 FIXTURES = FIXTURES_DIR
 CAPTURES = FIXTURES / "captures"

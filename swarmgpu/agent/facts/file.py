@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from swarmgpu.agent.facts import SourceError
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.yamlfile import read_yaml
-from swarmgpu.facts import SourceError
 
 
 def load_facts(path: str | Path, *, hostname: str | None = None) -> NodeFacts:

@@ -12,8 +12,7 @@ import json
 import re
 from typing import Any
 
-from swarmgpu.core.model import NodeFacts
-from swarmgpu.doctor import (
+from swarmgpu.agent.doctor import (
     HAMI_LIBS,
     HAMI_LOCK_DIR,
     HAMI_PRELOAD,
@@ -21,6 +20,7 @@ from swarmgpu.doctor import (
     TOOLKIT_TOML,
     env_name,
 )
+from swarmgpu.core.model import NodeFacts
 
 # Swarm accepts any kind, but the kind ends up in an environment variable name and in
 # "KIND=VALUE" strings: keep to letters, digits, '-', '_' and '.'.

@@ -20,10 +20,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from swarmgpu.agent.facts import SourceError
+from swarmgpu.agent.facts.naming import (
+    max_instances,
+    mig_profile_name,
+    parse_profile,
+    synthetic_uuid,
+)
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.core.yamlfile import parse_yaml
-from swarmgpu.facts import SourceError
-from swarmgpu.facts.naming import max_instances, mig_profile_name, parse_profile, synthetic_uuid
 
 PREFIX = "nvidia.com/"
 _MIG_KEY_RE = re.compile(r"^mig-((?:\d+c\.)?\d+g\.\d+gb(?:\+me)?)\.(count|memory)$")

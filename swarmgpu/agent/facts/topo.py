@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarmgpu.agent.facts import SourceError
+from swarmgpu.agent.facts.naming import max_instances, parse_profile, synthetic_uuid
 from swarmgpu.core.model import FactsError, Gpu, MigDevice, NodeFacts, valid_link
-from swarmgpu.facts import SourceError
-from swarmgpu.facts.naming import max_instances, parse_profile, synthetic_uuid
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _GPU_RE = re.compile(r"^GPU(\d+)$")

@@ -128,7 +128,7 @@ class AgentCollector(Collector):
         yield from self._self_metrics()
 
     def _processes(self) -> Iterator[Metric]:
-        """GPU memory per compute process and who runs it (swarmgpu.procattr);
+        """GPU memory per compute process and who runs it (swarmgpu.agent.procattr);
         dcgm-exporter has no per-process metric, so the name is swarmgpu's own."""
         fam = Metric(PROCESS_MEMORY, "GPU memory used by one compute process (MiB), with "
                      "its container and Swarm task/service when known.", "gauge")

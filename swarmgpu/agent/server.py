@@ -10,14 +10,14 @@ Endpoints (GET and HEAD only; other methods get 405, unknown paths 404):
   ``X-Swarmgpu-Facts-Age``. (The JSON keeps exactly the ``NodeFacts`` schema so that
   ``NodeFacts.from_dict`` reads it.) Before the first good read: 503.
 * ``/metrics``: Prometheus text (``text/plain; version=0.0.4``) with dcgm-exporter's
-  names (see :mod:`swarmgpu.metrics`) plus ``swarmgpu_agent_*`` self metrics.
+  names (see :mod:`swarmgpu.agent.metrics`) plus ``swarmgpu_agent_*`` self metrics.
 * ``/healthz``: ``{"status": "ok"|"degraded", "errors": [...], "facts_age_s": ...}``,
   always HTTP 200 once facts exist (degraded is still serving), 503 before.
 
 Where the GPU values come from (the ``sampler``):
 
-* given explicitly (e.g. a :class:`swarmgpu.facts.profile.ProfileSampler`): that;
-* ``nvml`` source: ``swarmgpu.facts.nvml.read_utilisation`` (imported lazily);
+* given explicitly (e.g. a :class:`swarmgpu.agent.facts.profile.ProfileSampler`): that;
+* ``nvml`` source: ``swarmgpu.agent.facts.nvml.read_utilisation`` (imported lazily);
 * any other source (``file:``, ``fake:``, ``gfd:`` ...) describes GPUs nobody can
   measure: each GPU (each MIG device on a MIG GPU) is reported as empty,
   ``FB_USED=0`` and ``FB_FREE=memory_mib``, so capacity arithmetic works; util,
@@ -51,11 +51,11 @@ from typing import Any, cast
 
 from loguru import logger
 
+from swarmgpu.agent.facts import FactSource
+from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
 from swarmgpu.core.httpguard import GuardedServer, HeadTooLarge, read_head
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.samples import GpuSample
-from swarmgpu.facts import FactSource
-from swarmgpu.metrics import CONTENT_TYPE, AgentStats, render_metrics
 from swarmgpu.swarm.identity import ReloadingServerContext, token_matches
 
 MAX_HEAD_BYTES = 8 * 1024
@@ -109,7 +109,7 @@ def default_sampler(source: FactSource, facts: Callable[[], NodeFacts | None]) -
     """The sampler used when none is given; see the module docstring."""
     if source.spec.split(":", 1)[0] == "nvml":
         try:  # lazy: only an NVML node needs pynvml
-            nvml = importlib.import_module("swarmgpu.facts.nvml")
+            nvml = importlib.import_module("swarmgpu.agent.facts.nvml")
             return cast(Sampler, nvml.read_utilisation)
         except (ImportError, AttributeError) as e:
             _log.warning("nvml sampler unavailable ({}); reporting memory only", e)
@@ -494,7 +494,7 @@ def build_server(
     token: str | None = None,
 ) -> AgentServer:
     """Bind the server and start the facts refresh; call ``serve_forever()`` next.
-    ``attribute`` names the owner of each GPU process (swarmgpu.procattr), inside the
+    ``attribute`` names the owner of each GPU process (swarmgpu.agent.procattr), inside the
     sampler's deadline."""
     cache = FactsCache(source, refresh_s)
     chosen = sampler or default_sampler(source, lambda: cache.view().facts)

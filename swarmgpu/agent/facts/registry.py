@@ -5,11 +5,11 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from swarmgpu.facts import FactSource, SourceError
-from swarmgpu.facts.file import FileSource
-from swarmgpu.facts.gfd import GfdSource
-from swarmgpu.facts.nvml import NvmlSource
-from swarmgpu.facts.topo import TopoSource
+from swarmgpu.agent.facts import FactSource, SourceError
+from swarmgpu.agent.facts.file import FileSource
+from swarmgpu.agent.facts.gfd import GfdSource
+from swarmgpu.agent.facts.nvml import NvmlSource
+from swarmgpu.agent.facts.topo import TopoSource
 
 KINDS = ("nvml", "gfd:PATH", "file:PATH", "topo:PATH")
 

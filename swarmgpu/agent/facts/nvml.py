@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from swarmgpu.agent.facts.naming import mig_profile_name
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.core.samples import GpuProcess, GpuSample
-from swarmgpu.facts.naming import mig_profile_name
 
 _MIB = 1024 * 1024
 # nvidia-smi topo -m prints these for nvmlDeviceGetTopologyCommonAncestor's levels

@@ -1,0 +1,7 @@
+"""What runs on a GPU node: the HTTP agent and what it reads and serves.
+
+``server`` (the agent: /facts, /metrics), ``facts`` (NVML, GFD, file and topo
+sources), ``metrics`` (the DCGM-style exposition), ``procattr`` (which task a GPU
+process belongs to), ``doctor`` and ``nodeconfig`` (checking and setting up a node).
+Imports ``core``, ``swarm`` and ``allocator``; never the manager.
+"""
