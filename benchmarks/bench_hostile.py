@@ -30,8 +30,8 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 from gpu_nodes import RTX4090  # noqa: E402
 
 from swarmgpu.agent.server import build_server  # noqa: E402
-from swarmgpu.agent_client import fetch_all, fetch_facts  # noqa: E402
 from swarmgpu.core.config import AgentsConfig  # noqa: E402
+from swarmgpu.manager.agent_client import fetch_all, fetch_facts  # noqa: E402
 from swarmgpu.swarm.client import SwarmNode  # noqa: E402
 
 HOSTILE = ("drip", "hang", "deep-json", "too-many-gpus", "huge")

@@ -33,7 +33,7 @@ from gpu_nodes import (  # noqa: E402
 from swarm_harness import SwarmCluster, gpu_resource_args  # noqa: E402
 
 from swarmgpu.core.config import load_config  # noqa: E402
-from swarmgpu.daemon import Daemon  # noqa: E402
+from swarmgpu.manager.daemon import Daemon  # noqa: E402
 from swarmgpu.swarm.client import SwarmClient  # noqa: E402
 
 

@@ -36,15 +36,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from swarmgpu.agent.facts.topo import TopoSource  # noqa: E402
-from swarmgpu.agent_client import FactsResult  # noqa: E402
-from swarmgpu.agentbook import AgentBook  # noqa: E402
 from swarmgpu.core.config import Config, SyncConfig  # noqa: E402
 from swarmgpu.core.model import NodeFacts  # noqa: E402
-from swarmgpu.daemon_metrics import DaemonMetrics  # noqa: E402
-from swarmgpu.placement import env_template, gate_constraint  # noqa: E402
-from swarmgpu.placement_step import apply_plan, make_plan, new_planner  # noqa: E402
+from swarmgpu.manager.agent_client import FactsResult  # noqa: E402
+from swarmgpu.manager.agentbook import AgentBook  # noqa: E402
+from swarmgpu.manager.daemon_metrics import DaemonMetrics  # noqa: E402
+from swarmgpu.manager.placement import env_template, gate_constraint  # noqa: E402
+from swarmgpu.manager.placement_step import apply_plan, make_plan, new_planner  # noqa: E402
+from swarmgpu.manager.sync import LabelSync, Snapshot  # noqa: E402
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask  # noqa: E402
-from swarmgpu.sync import LabelSync, Snapshot  # noqa: E402
 
 P = "swarmgpu."
 
@@ -239,8 +239,8 @@ def real_mode(args: argparse.Namespace) -> dict[str, Any]:
     from swarm_harness import SwarmCluster, gpu_resource_args
 
     from swarmgpu.core.config import load_config
-    from swarmgpu.daemon import Daemon
-    from swarmgpu.placement_step import attach
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.placement_step import attach
     from swarmgpu.swarm.client import SwarmClient
 
     kinds = [DGX_A100, RTX4090]

@@ -24,7 +24,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 from gpu_nodes import GPU_NODES, start_agent, swarmgpu_env  # noqa: E402
 from swarm_harness import SwarmCluster, gpu_resource_args  # noqa: E402
 
-from swarmgpu.placement import ORDER_ENV, env_template, gate_constraint  # noqa: E402
+from swarmgpu.manager.placement import ORDER_ENV, env_template, gate_constraint  # noqa: E402
 
 EXAMPLES = REPO / "stacks" / "examples"
 # One request nothing here can satisfy, to show a pending request and its reason.
@@ -116,7 +116,7 @@ def main() -> int:
             env = cluster.client(node).api.inspect_container(cid)["Config"]["Env"]
             name = api.inspect_service(t["ServiceID"])["Spec"]["Name"]
             dev = next(e for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES="))
-            # a shared GPU's share, as the container is told it (swarmgpu.sharing)
+            # a shared GPU's share, as the container is told it (swarmgpu.manager.sharing)
             share = [e for e in env if e.startswith(("SWARMGPU_GPU_FRACTION=",
                                                      "CUDA_DEVICE_MEMORY_LIMIT="))
                      and not e.endswith("=")]

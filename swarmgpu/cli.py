@@ -177,7 +177,7 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
 @click.option("--dry-run", is_flag=True, default=None, help="Plan and log; never write.")
 def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     """The manager daemon: sync GPU labels, place GPU services, rebalance."""
-    from swarmgpu.daemon import Daemon
+    from swarmgpu.manager.daemon import Daemon
     from swarmgpu.swarm.client import SwarmError
 
     cfg = _load_cfg(config_path, dry_run=dry_run or None)
@@ -202,8 +202,8 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
 
 def _attach_steps(d: Any) -> None:
     """Plug the planners (placement, rebalancing) and the cluster view into the cycle."""
-    from swarmgpu import observe, overshare, placement_step
-    from swarmgpu.rebalance.step import attach as attach_rebalance
+    from swarmgpu.manager import observe, overshare, placement_step
+    from swarmgpu.manager.rebalance.step import attach as attach_rebalance
 
     placement_step.attach(d)
     rebalancer = attach_rebalance(d)
@@ -223,11 +223,11 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     Exit 0: clean, or advisories only; 1: findings needing action (--strict: any
     finding); 2: could not run.
     """
-    from swarmgpu.agentbook import load_saved
-    from swarmgpu.audit import audit as run_audit
-    from swarmgpu.audit import exit_code, identity_check, render_table
+    from swarmgpu.manager.agentbook import load_saved
+    from swarmgpu.manager.audit import audit as run_audit
+    from swarmgpu.manager.audit import exit_code, identity_check, render_table
+    from swarmgpu.manager.sync import take_snapshot
     from swarmgpu.swarm.client import SwarmClient, SwarmError
-    from swarmgpu.sync import take_snapshot
 
     cfg = _load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
@@ -239,12 +239,12 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         sys.exit(2)
     checks = []
     try:
-        from swarmgpu.placement_step import audit_checks
+        from swarmgpu.manager.placement_step import audit_checks
 
         checks = audit_checks(cfg)
     except ImportError:
         pass
-    from swarmgpu.overshare import audit_check
+    from swarmgpu.manager.overshare import audit_check
 
     checks.append(audit_check(cfg))  # holders over their GPU share (agents' processes)
     checks.append(identity_check(cfg.agents.identity, cfg.agents.token_file))
@@ -265,8 +265,8 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
 
 
 def _snapshot(cfg: Config) -> Any:
+    from swarmgpu.manager.sync import take_snapshot
     from swarmgpu.swarm.client import SwarmClient, SwarmError
-    from swarmgpu.sync import take_snapshot
 
     try:
         return take_snapshot(SwarmClient(cfg.docker_host), cfg)
@@ -280,9 +280,9 @@ def _snapshot(cfg: Config) -> Any:
 @click.option("--json", "as_json", is_flag=True)
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
-    from swarmgpu.cluster_view import workload_lines
-    from swarmgpu.placement_step import make_plan
-    from swarmgpu.rebalance.attribution import service_states
+    from swarmgpu.manager.cluster_view import workload_lines
+    from swarmgpu.manager.placement_step import make_plan
+    from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.swarm.client import SwarmClient
 
     cfg = _load_cfg(config_path)
@@ -336,7 +336,7 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
     """The leader daemon's move proposals (its metric windows live in its memory)."""
     import requests
 
-    from swarmgpu.rebalance.step import ROUTE
+    from swarmgpu.manager.rebalance.step import ROUTE
 
     try:
         r = requests.get(f"http://{cfg.http.listen}{ROUTE}", timeout=3)
@@ -357,8 +357,8 @@ def render(stack_file: str, stack_name: str | None, output: str,
     """Rewrite a stack with GPU placement resolved, for `docker stack deploy -c -`."""
     from pathlib import Path
 
-    from swarmgpu.placement_step import facts_by_node
-    from swarmgpu.render import StackError, render_stack
+    from swarmgpu.manager.placement_step import facts_by_node
+    from swarmgpu.manager.render import StackError, render_stack
 
     cfg = _load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
@@ -385,10 +385,10 @@ def render(stack_file: str, stack_name: str | None, output: str,
 @click.option("--json", "as_json", is_flag=True, help="The same document as /api/v1/cluster.")
 def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
-    from swarmgpu.agentbook import load_saved
-    from swarmgpu.audit import audit as run_audit
-    from swarmgpu.cluster_view import build_cluster, gpu_metrics, render_status
-    from swarmgpu.placement_step import make_plan
+    from swarmgpu.manager.agentbook import load_saved
+    from swarmgpu.manager.audit import audit as run_audit
+    from swarmgpu.manager.cluster_view import build_cluster, gpu_metrics, render_status
+    from swarmgpu.manager.placement_step import make_plan
 
     cfg = _load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)

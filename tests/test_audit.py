@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from gpu_nodes import RTX4090
 
-from swarmgpu.agent_client import FactsResult
-from swarmgpu.audit import audit, exit_code, render_table
+from swarmgpu.manager.agent_client import FactsResult
+from swarmgpu.manager.audit import audit, exit_code, render_table
+from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.labels import desired_labels
-from swarmgpu.sync import Snapshot
 
 FACTS = RTX4090.facts()
 UUIDS = tuple(sorted(g.uuid for g in FACTS.gpus))

@@ -20,8 +20,6 @@ from gpu_nodes import DGX_A100, RTX4090
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarmgpu import boundedhttp
-from swarmgpu.agent_client import fetch_all, fetch_facts, parse_json_bounded
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
 from swarmgpu.core.metrics_in import MAX_GPUS as MAX_METRIC_GPUS
@@ -34,9 +32,11 @@ from swarmgpu.core.model import (
     MigDevice,
     NodeFacts,
 )
-from swarmgpu.placement import plan_placement
-from swarmgpu.rebalance.scrape import scrape_node
-from swarmgpu.requests import RequestError, parse_all
+from swarmgpu.manager import boundedhttp
+from swarmgpu.manager.agent_client import fetch_all, fetch_facts, parse_json_bounded
+from swarmgpu.manager.placement import plan_placement
+from swarmgpu.manager.rebalance.scrape import scrape_node
+from swarmgpu.manager.requests import RequestError, parse_all
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.labels import (
     MAX_LABEL_VALUE_LEN,

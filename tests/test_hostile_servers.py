@@ -24,8 +24,8 @@ from paths import REPO
 from swarmgpu.agent.server import DEFAULT_LISTEN, AgentServer, build_server
 from swarmgpu.core.config import load_config
 from swarmgpu.core.httpguard import HEAD_DEADLINE_S, GuardedServer
-from swarmgpu.daemon import Daemon
-from swarmgpu.webguard import allowed_hosts, host_allowed, host_of
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.webguard import allowed_hosts, host_allowed, host_of
 
 
 class _Source:

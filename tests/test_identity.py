@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from swarmgpu.agent.doctor import Status, check_agent_identity, read_view
 from swarmgpu.agent.server import build_server
-from swarmgpu.audit import identity_check
 from swarmgpu.core.config import ConfigError, load_config
+from swarmgpu.manager.audit import identity_check
+from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.identity import (
     IdentityError,
     _plain_key_pem,
@@ -25,7 +26,6 @@ from swarmgpu.swarm.identity import (
     read_token,
     token_matches,
 )
-from swarmgpu.sync import Snapshot
 
 ROOT = Path(__file__).parent / "doctor_roots" / "healthy"
 

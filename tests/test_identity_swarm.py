@@ -27,9 +27,9 @@ from gpu_nodes import (
 )
 from swarm_harness import NodeHandle, SwarmCluster
 
-from swarmgpu.agent_client import fetch_facts
 from swarmgpu.core.config import AgentsConfig
-from swarmgpu.rebalance.scrape import scrape_node
+from swarmgpu.manager.agent_client import fetch_facts
+from swarmgpu.manager.rebalance.scrape import scrape_node
 from swarmgpu.swarm.client import SwarmClient, SwarmNode
 from swarmgpu.swarm.identity import (
     client_context,

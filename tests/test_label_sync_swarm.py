@@ -32,7 +32,7 @@ from gpu_nodes import cfg_file as _cfg_file
 from swarm_harness import SwarmCluster
 
 from swarmgpu.core.config import load_config
-from swarmgpu.daemon import Daemon
+from swarmgpu.manager.daemon import Daemon
 from swarmgpu.swarm.client import SwarmClient
 
 pytestmark = pytest.mark.swarm

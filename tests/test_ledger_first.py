@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from test_placement import DGX, FACTS, R4090, apply, svc
 
-from swarmgpu.placement import plan_placement
+from swarmgpu.manager.placement import plan_placement
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 

@@ -1,4 +1,4 @@
-"""Each holder's GPU memory use against its share (swarmgpu.overshare), pure; the
+"""Each holder's GPU memory use against its share (swarmgpu.manager.overshare), pure; the
 agent's page parsed back by the daemon's reader. On the real swarm:
 tests/test_overshare_swarm.py."""
 
@@ -10,8 +10,8 @@ from test_placement import DGX
 from swarmgpu.agent.metrics import render_metrics
 from swarmgpu.core.metrics_in import parse_metrics
 from swarmgpu.core.samples import GpuProcess, GpuSample
-from swarmgpu.overshare import Watch, annotate, findings, service_use
-from swarmgpu.placement import Holding
+from swarmgpu.manager.overshare import Watch, annotate, findings, service_use
+from swarmgpu.manager.placement import Holding
 
 F = DGX_A100.facts()
 G1, G2 = F.gpus[1], F.gpus[2]
@@ -79,7 +79,7 @@ def test_watch_window_and_map_annotation() -> None:
 
 
 def test_unnamed_processes_are_named_from_swarms_task_list() -> None:
-    from swarmgpu.overshare import owners
+    from swarmgpu.manager.overshare import owners
     from swarmgpu.swarm.client import SwarmService, SwarmTask
 
     svc = SwarmService("sid-a", "a", {}, (), (), "replicated", 1, None, 1)

@@ -8,7 +8,7 @@ from gpu_nodes import DGX_A100, RTX4090
 
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.workload import WorkloadModel
-from swarmgpu.placement import (
+from swarmgpu.manager.placement import (
     env_template,
     gate_constraint,
     plan_placement,

@@ -11,7 +11,7 @@ from test_placement import P, apply, node, svc
 
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.workload import WorkloadModel
-from swarmgpu.placement import Planner, gate_constraint, plan_placement, read_ledger
+from swarmgpu.manager.placement import Planner, gate_constraint, plan_placement, read_ledger
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 CPU2 = 2000

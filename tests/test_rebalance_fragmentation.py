@@ -24,13 +24,13 @@ from test_rebalance_policies import (
 from swarmgpu.allocator.defrag import FragmentationMoves
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
 from swarmgpu.core.config import ConfigError, RebalanceConfig
-from swarmgpu.placement import MOVE_STATE, read_ledger
-from swarmgpu.rebalance.budget import FragBudget
-from swarmgpu.rebalance.context import Inputs, workload_now
-from swarmgpu.rebalance.mover import admit
-from swarmgpu.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
-from swarmgpu.rebalance.planner import plan_moves
-from swarmgpu.rebalance.signals import Signals
+from swarmgpu.manager.placement import MOVE_STATE, read_ledger
+from swarmgpu.manager.rebalance.budget import FragBudget
+from swarmgpu.manager.rebalance.context import Inputs, workload_now
+from swarmgpu.manager.rebalance.mover import admit
+from swarmgpu.manager.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
+from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.sim.rebalance import Defragmenter
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 

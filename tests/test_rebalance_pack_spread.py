@@ -16,14 +16,20 @@ from swarmgpu.agent.metrics import render_metrics
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.samples import GpuSample
-from swarmgpu.placement import MOVE_STATE, ServicePlan, env_template, gate_constraint, read_ledger
-from swarmgpu.rebalance.attribution import service_states
-from swarmgpu.rebalance.context import Inputs
-from swarmgpu.rebalance.mover import admit
-from swarmgpu.rebalance.moves import Move, Trigger
-from swarmgpu.rebalance.planner import plan_moves
-from swarmgpu.rebalance.scrape import NodeScrape, judge
-from swarmgpu.rebalance.signals import Signals, fragmentation_pct
+from swarmgpu.manager.placement import (
+    MOVE_STATE,
+    ServicePlan,
+    env_template,
+    gate_constraint,
+    read_ledger,
+)
+from swarmgpu.manager.rebalance.attribution import service_states
+from swarmgpu.manager.rebalance.context import Inputs
+from swarmgpu.manager.rebalance.mover import admit
+from swarmgpu.manager.rebalance.moves import Move, Trigger
+from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.scrape import NodeScrape, judge
+from swarmgpu.manager.rebalance.signals import Signals, fragmentation_pct
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."

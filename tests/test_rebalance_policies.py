@@ -13,13 +13,13 @@ from swarmgpu.agent.metrics import render_metrics
 from swarmgpu.core.config import ConfigError, RebalanceConfig, load_config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.samples import GpuSample
-from swarmgpu.placement import MOVE_STATE, env_template, gate_constraint, read_ledger
-from swarmgpu.rebalance.context import Inputs
-from swarmgpu.rebalance.mover import MoveState, admit
-from swarmgpu.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
-from swarmgpu.rebalance.planner import plan_moves
-from swarmgpu.rebalance.scrape import NodeScrape, judge
-from swarmgpu.rebalance.signals import Signals
+from swarmgpu.manager.placement import MOVE_STATE, env_template, gate_constraint, read_ledger
+from swarmgpu.manager.rebalance.context import Inputs
+from swarmgpu.manager.rebalance.mover import MoveState, admit
+from swarmgpu.manager.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
+from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.scrape import NodeScrape, judge
+from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."

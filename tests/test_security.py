@@ -27,9 +27,9 @@ from gpu_nodes import RTX4090
 from paths import REPO
 
 from swarmgpu.agent.server import AgentServer, build_server, parse_listen
-from swarmgpu.agent_client import fetch_facts
 from swarmgpu.core.config import AgentsConfig, Config, load_config
-from swarmgpu.daemon import Daemon
+from swarmgpu.manager.agent_client import fetch_facts
+from swarmgpu.manager.daemon import Daemon
 from swarmgpu.swarm.client import SwarmNode
 
 PACKAGE = REPO / "swarmgpu"
@@ -245,7 +245,7 @@ def test_subprocess_argv_is_never_a_string() -> None:
 JUSTIFIED = {
     ("B104", "swarmgpu/agent/server.py"): "--listen :9401 (an empty host) means every interface, "
     "as asked; the default is loopback",
-    ("B104", "swarmgpu/webguard.py"): "a comparison with '0.0.0.0', not a bind",
+    ("B104", "swarmgpu/manager/webguard.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/swarm/client.py"): "a comparison with '0.0.0.0', not a bind",
     ("B101", "swarmgpu/allocator/core.py"): "type-narrowing invariants, not input checks",
     ("B101", "swarmgpu/allocator/mig.py"): "type-narrowing invariant on a regex built here",
@@ -280,7 +280,8 @@ def test_bandit_clean_or_justified() -> None:
 
 def test_cli_entry_point_importable_without_docker_socket() -> None:
     """Importing the package must not touch the engine (no side effects at import)."""
-    res = subprocess.run([sys.executable, "-c", "import swarmgpu.daemon, swarmgpu.agent.server"],
+    code = "import swarmgpu.manager.daemon, swarmgpu.agent.server"
+    res = subprocess.run([sys.executable, "-c", code],
                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
                          env={"DOCKER_HOST": "unix:///nonexistent.sock", "PATH": "/usr/bin"})
     assert res.returncode == 0, res.stderr

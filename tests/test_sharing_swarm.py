@@ -12,7 +12,7 @@ from gpu_nodes import LOGS, agents, cfg_file, kwargs_for_logs, stop, swarmgpu_en
 from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, wait_running
 
-from swarmgpu.sharing import env_lines
+from swarmgpu.manager.sharing import env_lines
 
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name

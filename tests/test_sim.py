@@ -191,7 +191,8 @@ def test_simulate_trace_option_fills_what_is_not_given(tmp_path: Path) -> None:
 
 
 def test_wheel_ships_the_trace_and_its_attribution(tmp_path: Path) -> None:
-    """What `pip install swarmgpu` gets: every bundled CSV plus ATTRIBUTION.md."""
+    """What `pip install swarmgpu` gets: every bundled CSV plus ATTRIBUTION.md, and the
+    GPU map's static files beside the manager's code."""
     import subprocess
     import sys
     import zipfile
@@ -206,6 +207,8 @@ def test_wheel_ships_the_trace_and_its_attribution(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     want = {f"swarmgpu/sim/traces/openb/{p.name}" for p in TRACES.iterdir()}
     assert "swarmgpu/sim/traces/openb/ATTRIBUTION.md" in want and want <= names
+    web = REPO / "swarmgpu" / "manager" / "web"
+    assert {f"swarmgpu/manager/web/{p.name}" for p in web.iterdir()} <= names
 
 
 @pytest.mark.parametrize("cpu_heavy", [False, True])

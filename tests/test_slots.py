@@ -8,7 +8,7 @@ from dataclasses import replace
 from gpu_nodes import RTX4090
 from test_placement import DGX, FACTS, R4090, apply, svc
 
-from swarmgpu.placement import (
+from swarmgpu.manager.placement import (
     PlacementPlan,
     ServicePlan,
     env_template,
@@ -19,9 +19,9 @@ from swarmgpu.placement import (
     plan_placement,
     read_ledger,
 )
-from swarmgpu.rebalance.context import why_not_movable
-from swarmgpu.render import render_stack
-from swarmgpu.requests import parse_all
+from swarmgpu.manager.rebalance.context import why_not_movable
+from swarmgpu.manager.render import render_stack
+from swarmgpu.manager.requests import parse_all
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
@@ -295,7 +295,7 @@ def test_a_spread_service_short_of_nodes_is_packed_where_its_replica_runs() -> N
 
 
 def test_fragmentation_budget_counts_each_packed_replica() -> None:
-    from swarmgpu.rebalance.budget import FragBudget
+    from swarmgpu.manager.rebalance.budget import FragBudget
 
     h = packed_holding("p", "n1", {k: ((f"GPU-{k}",), (1000,)) for k in (1, 2, 3)})
     b = FragBudget(per_hour=10, per_100_placements=100)

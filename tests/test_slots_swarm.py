@@ -16,7 +16,7 @@ import pytest
 from gpu_nodes import LOGS, RTX4090, agents, cfg_file, kwargs_for_logs, run_cli, stop, swarmgpu_env
 from swarm_harness import SwarmCluster
 
-from swarmgpu.placement import env_template, env_template_per_node, gate_constraint
+from swarmgpu.manager.placement import env_template, env_template_per_node, gate_constraint
 
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from swarmgpu import daemon
 from swarmgpu.core.config import Config, describe_defaults, load_config
+from swarmgpu.manager import daemon
 
 REPO = Path(__file__).resolve().parent.parent
 UNITS = REPO / "systemd"

@@ -1,4 +1,5 @@
-"""The live GPU map (swarmgpu/webmap.py + swarmgpu/web/) in Debian's real headless Chromium.
+"""The live GPU map (swarmgpu/manager/webmap.py + swarmgpu/manager/web/) in Debian's
+real headless Chromium.
 
 The page is served through `webmap.register()` by a ThreadingHTTPServer that answers
 like the daemon's (200 + route, or 404), then Chromium runs its JS with virtual time
@@ -28,13 +29,13 @@ from typing import Any
 
 import pytest
 
-from swarmgpu import webmap
-from swarmgpu.history import History
+from swarmgpu.manager import webmap
+from swarmgpu.manager.history import History
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = Path(__file__).resolve().parent / "web_sample_cluster.json"
 ARTIFACTS = REPO / "artifacts" / "webmap"
-WEB = REPO / "swarmgpu" / "web"
+WEB = REPO / "swarmgpu" / "manager" / "web"
 
 Doc = dict[str, Any]
 
@@ -557,7 +558,7 @@ def test_keyboard_focus_shows_gpu_details(
 def test_sample_and_fleet_documents_are_possible_states() -> None:
     from web_fleet import fleet_doc
 
-    from swarmgpu.cluster_view import document_problems
+    from swarmgpu.manager.cluster_view import document_problems
 
     assert document_problems(sample()) == []
     fleet = fleet_doc(30)  # placed by the real planner from recorded topologies
@@ -581,8 +582,8 @@ def test_sample_and_fleet_documents_are_possible_states() -> None:
 
 
 def test_health_and_mig_memory_from_real_dcgm_exporter_pages() -> None:
-    from swarmgpu.cluster_view import health_fields, mig_used
     from swarmgpu.core.metrics_in import parse_metrics
+    from swarmgpu.manager.cluster_view import health_fields, mig_used
 
     caps = REPO / "tests" / "fixtures" / "captures"
     t4 = parse_metrics((caps / "dcgm_tesla-t4_x1_drv460_Hostname_datadog-fixture-excerpt.txt")
@@ -605,7 +606,7 @@ def test_health_and_mig_memory_from_real_dcgm_exporter_pages() -> None:
 
 def test_history_ring_is_bounded_and_answers_per_node_and_service() -> None:
     from swarmgpu.core.config import HistoryConfig
-    from swarmgpu.history import parse_query
+    from swarmgpu.manager.history import parse_query
 
     h = History(HistoryConfig(samples=4, max_gpus=6))
     doc = sample()

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from swarmgpu.windows import Condition, ConditionTracker, Point, SeriesStore, State, evaluate
+from swarmgpu.manager.rebalance.windows import (
+    Condition,
+    ConditionTracker,
+    Point,
+    SeriesStore,
+    State,
+    evaluate,
+)
 
 T, F, U = State.TRUE, State.FALSE, State.UNKNOWN
 

@@ -1,4 +1,4 @@
-"""The trace replayed through the daemon's own planner (``swarmgpu.placement.Planner``).
+"""The trace replayed through the daemon's own planner (``swarmgpu.manager.placement.Planner``).
 
 ``simulate --policy swarmgpu`` runs this: every trace pod becomes a Swarm service object
 with the request labels a user would write (``swarmgpu.gpus`` or ``swarmgpu.gpu-fraction``,
@@ -36,7 +36,7 @@ from swarmgpu.allocator.defrag import FragmentationMoves, Held
 from swarmgpu.allocator.fragmentation import FragCache
 from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.core.model import Gpu, NodeFacts
-from swarmgpu.placement import (
+from swarmgpu.manager.placement import (
     ORDER_ENV,
     PlacementPlan,
     Planner,
@@ -46,8 +46,8 @@ from swarmgpu.placement import (
     gate_constraint,
     gate_key,
 )
-from swarmgpu.placement_step import _service_compute
-from swarmgpu.sharing import env_lines
+from swarmgpu.manager.placement_step import _service_compute
+from swarmgpu.manager.sharing import env_lines
 from swarmgpu.sim.replay import LEVEL_STEP, RunResult, arrival_order, pod_kind, workload_of
 from swarmgpu.sim.timeline import TimelineResult, Window, arrival_times, timed_pods
 from swarmgpu.sim.trace import TracePod

@@ -1,0 +1,95 @@
+"""The only writer: applies plans to Swarm with dry-run, read-back and counting.
+
+A plan is made from one snapshot, but the write re-derives it from the labels as
+they are at write time (read-modify-write with the version), so a concurrent
+user's edit between snapshot and write is kept, never overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from loguru import logger
+
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.daemon_metrics import DaemonMetrics
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.labels import NodeLabelPlan, plan_node_labels
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    node_id: str
+    written: bool
+    dry_run: bool
+    error: str | None = None
+
+
+class Actuator:
+    def __init__(
+        self,
+        swarm: SwarmClient,
+        metrics: DaemonMetrics,
+        *,
+        dry_run: bool = False,
+        prefix: str = "swarmgpu.",
+        allow_disruptive: bool = False,
+    ) -> None:
+        self.swarm = swarm
+        self.metrics = metrics
+        self.dry_run = dry_run
+        self.prefix = prefix
+        self.allow_disruptive = allow_disruptive
+
+    def apply_labels(
+        self,
+        plan: NodeLabelPlan,
+        node: SwarmNode,
+        facts: NodeFacts,
+        services: Sequence[SwarmService],
+        tasks: Sequence[SwarmTask],
+    ) -> ApplyResult:
+        log = logger.bind(node=node.hostname)
+        if plan.empty:
+            return ApplyResult(node.id, False, self.dry_run)
+        if self.dry_run:
+            log.info("dry-run: would set {} and remove {}", dict(plan.set), list(plan.remove))
+            return ApplyResult(node.id, False, True)
+
+        def compute(current: Mapping[str, str]) -> Mapping[str, str] | None:
+            fresh = plan_node_labels(
+                replace(node, labels=dict(current)),
+                facts,
+                services=services,
+                tasks=tasks,
+                prefix=self.prefix,
+                allow_disruptive=self.allow_disruptive,
+            )
+            return None if fresh.empty else fresh.apply_to(current)
+
+        return self._write(node, compute, plan)
+
+    def _write(
+        self,
+        node: SwarmNode,
+        compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
+        plan: NodeLabelPlan,
+    ) -> ApplyResult:
+        before = self.swarm.writes
+        try:
+            written = self.swarm.update_node_labels(node.id, compute)
+        except SwarmError as exc:
+            self.metrics.errors.labels(kind="label_write").inc()
+            logger.bind(node=node.hostname).error("label write failed: {}", exc)
+            return ApplyResult(node.id, False, False, str(exc))
+        finally:
+            attempts = self.swarm.writes - before
+            if attempts > 1:
+                self.metrics.label_conflicts.inc(attempts - 1)
+        if written:
+            self.metrics.label_writes.inc()
+            logger.bind(node=node.hostname).info(
+                "labels updated: set {} removed {}", dict(plan.set), list(plan.remove)
+            )
+        return ApplyResult(node.id, written, False)

@@ -1,0 +1,73 @@
+"""What the daemon has seen of each node's agent: last good facts, failures since when.
+
+Kept in memory for the daemon and written atomically to ``state_dir`` so that
+``swarmgpu audit`` (another process) can say since when an agent is unreachable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.agent_client import FactsResult
+
+STATE_FILE = "agents.json"
+
+
+@dataclass
+class AgentRecord:
+    hostname: str
+    last_ok: float | None = None
+    failing_since: float | None = None
+    last_error: str | None = None
+    facts: NodeFacts | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hostname": self.hostname,
+            "last_ok": self.last_ok,
+            "failing_since": self.failing_since,
+            "last_error": self.last_error,
+        }
+
+
+class AgentBook:
+    def __init__(self) -> None:
+        self.records: dict[str, AgentRecord] = {}
+
+    def record(self, result: FactsResult) -> AgentRecord:
+        rec = self.records.setdefault(result.node_id, AgentRecord(result.hostname))
+        rec.hostname = result.hostname
+        if result.facts is not None:
+            rec.last_ok = result.fetched_at
+            rec.failing_since = None
+            rec.last_error = None
+            rec.facts = result.facts
+        else:
+            if rec.failing_since is None:
+                rec.failing_since = result.fetched_at
+            rec.last_error = result.error
+        return rec
+
+    def save(self, state_dir: str) -> None:
+        """Atomic write (temp file + rename); failures to persist are not fatal."""
+        d = Path(state_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        data = {nid: r.to_dict() for nid, r in self.records.items()}
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".agents.", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, d / STATE_FILE)
+
+
+def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads((Path(state_dir) / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

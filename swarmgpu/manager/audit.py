@@ -1,0 +1,233 @@
+"""`swarmgpu audit`: what is wrong with GPU labels and GPU constraints, right now.
+
+Pure over a snapshot (plus what the daemon saved about agents); the CLI renders it.
+Each finding either needs action (drifted labels, an unreachable agent, a request that
+cannot be placed...) or is advisory (a setting worth knowing about that nothing here
+depends on). Scripts gate on ``exit_code``: advisories alone exit 0 unless strict.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.manager.sync import Snapshot
+from swarmgpu.swarm.constraints import parse_all
+from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
+
+GPU_RESOURCE_KINDS = ("NVIDIA-GPU", "GPU", "gpu", "nvidia.com/gpu")
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # missing | wrong | stale | unreachable | unusable-key | dangling-constraint ...
+    subject: str  # node hostname or service name
+    message: str
+    key: str | None = None
+    expected: str | None = None
+    actual: str | None = None
+    advisory: bool = False  # worth knowing, but nothing swarmgpu does is wrong without it
+
+    @property
+    def severity(self) -> str:
+        return "advisory" if self.advisory else "action"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if v is not None and k != "advisory"}
+        out["severity"] = self.severity
+        return out
+
+
+def exit_code(findings: Sequence[Finding], *, strict: bool = False) -> int:
+    """0: clean or advisories only; 1: a finding needs action (strict: any finding)."""
+    if any(not f.advisory for f in findings):
+        return 1
+    return 1 if strict and findings else 0
+
+
+ServiceCheck = Callable[[Snapshot], list[Finding]]
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "unknown"
+    ago = max(0, int(time.time() - ts))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    return f"{stamp} ({ago}s ago)"
+
+
+def audit(
+    snap: Snapshot,
+    *,
+    prefix: str = "swarmgpu.",
+    saved_agents: Mapping[str, Mapping[str, Any]] | None = None,
+    extra_checks: Sequence[ServiceCheck] = (),
+    generic_resource_kind: str = "",
+) -> list[Finding]:
+    """``generic_resource_kind``: placement's reservation kind (config); when set, a GPU
+    node that does not advertise it needs action, else its absence is only advisory."""
+    saved_agents = saved_agents or {}
+    out: list[Finding] = []
+    all_label_keys: set[str] = set()
+    for node in snap.nodes:
+        all_label_keys.update(node.labels)
+    for node in snap.nodes:
+        h = node.hostname
+        ours = {k: v for k, v in node.labels.items() if owned_by_label_sync(k, prefix)}
+        for key in node.labels:
+            if not usable_label_key(key):
+                out.append(Finding(
+                    "unusable-key", h,
+                    f"label {key!r} cannot be used in a Swarm constraint (keys allow letters, "
+                    "digits, '-', '_', '.'; no '/'); use the swarmgpu.* labels instead",
+                    key=key, advisory=True,
+                ))
+        res = snap.facts.get(node.id)
+        if res is None or res.facts is None:
+            saved = saved_agents.get(node.id, {})
+            gpu_node = bool(ours) or saved.get("last_ok") is not None
+            if gpu_node:
+                out.append(Finding(
+                    "unreachable", h,
+                    f"agent unreachable since {_when(saved.get('failing_since'))}; last good "
+                    f"facts {_when(saved.get('last_ok'))}; labels kept as they are "
+                    f"({res.error if res else 'not fetched'})",
+                ))
+            continue
+        want = desired_labels(res.facts, prefix)
+        for k, v in sorted(want.items()):
+            if k not in ours:
+                out.append(Finding("missing", h, f"label {k} missing (want {v!r})", k, v, None))
+            elif ours[k] != v:
+                out.append(Finding(
+                    "wrong", h, f"label {k} is {ours[k]!r}, facts say {v!r}", k, v, ours[k]
+                ))
+        for k in sorted(set(ours) - set(want)):
+            out.append(Finding(
+                "stale", h, f"label {k}={ours[k]!r} no longer matches any fact", k, None, ours[k]
+            ))
+        out.extend(_resource_findings(node.hostname, node.generic_resources,
+                                      node.discrete_resources, res.facts, generic_resource_kind))
+    for svc in snap.services:
+        good, errors = parse_all(svc.constraints)
+        for e in errors:
+            out.append(Finding("unusable-constraint", svc.name, e))
+        for c in good:
+            label_key = c.node_label
+            if label_key is None or c.op != "==":
+                continue
+            if label_key.startswith(prefix + "service."):
+                continue  # a placement gate: no node has it until swarmgpu opens it
+            if label_key not in all_label_keys:
+                out.append(Finding(
+                    "dangling-constraint", svc.name,
+                    f"constraint {c.text()} names a label no node has; the service can never "
+                    "be placed",
+                    key=label_key,
+                ))
+    for check in extra_checks:
+        out.extend(check(snap))
+    return out
+
+
+def _resource_findings(
+    hostname: str,
+    named: Mapping[str, tuple[str, ...]],
+    discrete: Mapping[str, int],
+    facts: Any,
+    reserved_kind: str = "",
+) -> list[Finding]:
+    if not facts.gpus:
+        return []
+    gpu_kinds = (*GPU_RESOURCE_KINDS, reserved_kind) if reserved_kind else GPU_RESOURCE_KINDS
+    kinds = [k for k in named if k in gpu_kinds] + [k for k in discrete if k in gpu_kinds]
+    if reserved_kind and reserved_kind not in kinds:
+        # placement reserves this kind for whole-GPU services: Swarm cannot place them here.
+        return [Finding(
+            "no-generic-resources", hostname,
+            f"engine does not advertise {reserved_kind} (placement.generic_resource_kind) "
+            f"though the node has {len(facts.gpus)} GPU(s): whole-GPU services that reserve "
+            "it can never run here; add node-generic-resources to daemon.json "
+            "(`swarmgpu node-config` prints it) and restart dockerd",
+            key=reserved_kind,
+        )]
+    if not kinds:
+        return [Finding(
+            "no-generic-resources", hostname,
+            f"engine advertises no GPU generic resources though the node has "
+            f"{len(facts.gpus)} GPU(s); swarmgpu's placement does not need them "
+            "(placement.generic_resource_kind is empty), but services that reserve GPUs "
+            "through Swarm cannot use this node; `swarmgpu node-config` prints the "
+            "daemon.json lines",
+            advisory=True,
+        )]
+    out: list[Finding] = []
+    facts_uuids = {g.uuid for g in facts.gpus} | {
+        m.uuid for g in facts.gpus for m in g.mig_devices
+    }
+    for kind in kinds:
+        adv = set(named.get(kind, ()))
+        unknown = sorted(adv - facts_uuids)
+        missing = sorted({g.uuid for g in facts.gpus} - adv) if adv else []
+        if unknown or missing:
+            out.append(Finding(
+                "resource-mismatch", hostname,
+                f"generic resource {kind} advertises {sorted(adv)} but the GPUs are "
+                f"{sorted(g.uuid for g in facts.gpus)}: unknown {unknown}, missing {missing}; "
+                "fix node-generic-resources and restart dockerd",
+                key=kind,
+            ))
+    return out
+
+
+def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> str:
+    lines = []
+    nodes = sorted(snap.nodes, key=lambda n: n.hostname)
+    lines.append(f"{'NODE':<16} {'ROLE':<8} {'AGENT':<12} {'GPUS':<5} {'LABELS':<10} PRODUCT")
+    by_subject: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_subject.setdefault(f.subject, []).append(f)
+    for n in nodes:
+        res = snap.facts.get(n.id)
+        agent = "ok" if res and res.facts else ("unreachable" if any(
+            f.kind == "unreachable" for f in by_subject.get(n.hostname, [])) else "none")
+        label_state = "drifted" if any(
+            f.kind in ("missing", "wrong", "stale") for f in by_subject.get(n.hostname, [])
+        ) else ("in-sync" if res and res.facts else "-")
+        gpus = n.labels.get(f"{prefix}gpu.count", "-")
+        product = n.labels.get(f"{prefix}gpu.product", "-")
+        lines.append(f"{n.hostname:<16} {n.role:<8} {agent:<12} {gpus:<5} {label_state:<10} "
+                     f"{product}")
+    lines.append("")
+    action = [f for f in findings if not f.advisory]
+    advisory = [f for f in findings if f.advisory]
+    if not findings:
+        lines.append("No findings: labels match the facts.")
+    if action:
+        lines.append(f"{len(action)} finding(s) needing action:")
+        lines.extend(f"  [{f.kind}] {f.subject}: {f.message}" for f in action)
+    if advisory:
+        if action:
+            lines.append("")
+        lines.append(f"{len(advisory)} advisory (exit 0 unless --strict):")
+        lines.extend(f"  [{f.kind}] {f.subject}: {f.message}" for f in advisory)
+    return "\n".join(lines)
+
+
+def identity_check(identity: str, token_file: str) -> ServiceCheck:
+    """Plain HTTP to the agents: advisory, with the fix (docs/security.md)."""
+    def check(snap: Snapshot) -> list[Finding]:
+        if identity == "swarm-pki":
+            return []
+        how = "a shared token only (it proves 'one of ours', not which node)" if token_file \
+            else "plain HTTP: anything that binds port 9401 on a node can answer for it"
+        return [Finding(
+            "agent-identity", "agents",
+            f"agents are read over {how}; set agents.identity: swarm-pki and run each agent "
+            "with its node's Swarm certificate (--tls-cert/--tls-key; docs/security.md)",
+            advisory=True)]
+
+    return check

@@ -1,0 +1,371 @@
+"""The cluster at a glance: one document for `swarmgpu status --json`, the GPU map
+(`/api/v1/cluster`) and scripts. Pure over a snapshot, a placement plan and metrics.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from swarmgpu.core.config import Config
+from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
+from swarmgpu.core.model import NodeFacts, is_nvlink
+from swarmgpu.manager.audit import Finding
+from swarmgpu.manager.placement import PlacementPlan, read_ledger
+from swarmgpu.manager.rebalance.attribution import service_states
+from swarmgpu.manager.rebalance.scrape import scrape_all
+from swarmgpu.manager.sync import Snapshot
+from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.identity import scrape_auth
+from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
+
+SCHEMA = "swarmgpu.cluster/v1"
+
+# dcgm-exporter health fields (the agent's /metrics uses the same names)
+XID = "DCGM_FI_DEV_XID_ERRORS"  # value of the last XID error; 0 = none
+ECC_SBE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"  # single-bit (corrected) since the driver loaded
+ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"  # double-bit (uncorrectable)
+FB_USED = "DCGM_FI_DEV_FB_USED"
+
+
+def _num(gm: GpuMetrics | None, metric: str, digits: int | None = None) -> float | int | None:
+    if gm is None:
+        return None
+    v = gm.values.get(metric)
+    if v is None:  # a MIG GPU: dcgm-exporter repeats device values on each GPU instance
+        parts = [m.values[metric] for m in gm.mig.values() if metric in m.values]
+        v = max(parts) if parts else None
+    if v is None:
+        return None
+    return round(v) if digits is None else round(v, digits)
+
+
+def health_fields(gm: GpuMetrics | None) -> dict[str, float | int | None]:
+    """Temperature, power, last XID and ECC counts of one GPU; None = not reported."""
+    return {"temp_c": _num(gm, GPU_TEMP), "power_w": _num(gm, POWER, 1),
+            "xid": _num(gm, XID), "ecc_sbe": _num(gm, ECC_SBE), "ecc_dbe": _num(gm, ECC_DBE)}
+
+
+def mig_used(gm: GpuMetrics | None, gi_id: int | None) -> int | None:
+    """A MIG slice's memory in use, from dcgm-exporter's per-GPU-instance samples."""
+    if gm is None or gi_id is None or gi_id not in gm.mig:
+        return None
+    v = gm.mig[gi_id].values.get(FB_USED)
+    return round(v) if v is not None else None
+
+
+def gpu_metrics(nodes: Sequence[SwarmNode], cfg: Config) -> dict[str, dict[str, GpuMetrics]]:
+    """node id -> GPU UUID -> metrics, scraped the way the rebalancer scrapes them
+    (``rebalance.metrics_url_template``); unusable pages are left out."""
+    auth = scrape_auth(cfg)
+    scrapes = scrape_all(nodes, cfg.rebalance.metrics_url_template,
+                         cfg.rebalance.scrape_timeout_s, cfg.agents.parallel, auth.tls, auth.token)
+    return {nid: sc.result.samples_by_uuid for nid, sc in scrapes.items() if sc.result}
+
+
+def _groups(facts: NodeFacts) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    n = len(facts.gpus)
+    if facts.links:
+        seen: set[int] = set()
+        k = 0
+        for i in range(n):
+            if i in seen:
+                continue
+            grp = [i] + [j for j in range(n) if j != i and is_nvlink(facts.link(i, j))]
+            if len(grp) > 1:
+                k += 1
+                seen.update(grp)
+                out.append({"kind": "nvlink", "name": f"NVLink group {k}", "gpus": sorted(grp)})
+        if not out:  # PCIe switch groups (PIX) when there is no NVLink
+            k = 0
+            for i in range(n):
+                if i in seen:
+                    continue
+                grp = [i] + [j for j in range(n) if j != i and facts.link(i, j) == "PIX"]
+                if len(grp) > 1:
+                    k += 1
+                    seen.update(grp)
+                    out.append({"kind": "pcie", "name": f"PCIe switch {k}", "gpus": sorted(grp)})
+    numa: dict[int, list[int]] = {}
+    for i, g in enumerate(facts.gpus):
+        if g.numa_node is not None:
+            numa.setdefault(g.numa_node, []).append(i)
+    for node_id, gpus in sorted(numa.items()):
+        out.append({"kind": "numa", "name": f"NUMA node {node_id}", "gpus": gpus})
+    return out
+
+
+def build_cluster(
+    snap: Snapshot,
+    plan: PlacementPlan | None,
+    *,
+    prefix: str = "swarmgpu.",
+    metrics: Mapping[str, Mapping[str, GpuMetrics]] | None = None,
+    saved_agents: Mapping[str, Mapping[str, Any]] | None = None,
+    findings: Sequence[Finding] = (),
+    moves: Mapping[str, Any] | None = None,
+    leader: bool = True,
+    zone_label: str = "topology.zone",
+) -> dict[str, Any]:
+    metrics = metrics or {}
+    saved_agents = saved_agents or {}
+    ledger = read_ledger(snap.nodes, prefix)
+    services_by_name = {s.name: s for s in snap.services}
+    plans = {sp.name: sp for sp in (plan.services if plan else [])}
+    tasks_by_service_node: dict[tuple[str, str], list[str]] = {}
+    for t in snap.tasks:
+        if t.desired_state == "running":
+            tasks_by_service_node.setdefault((t.service_id, t.node_id), []).append(t.id)
+    drift_by_host: dict[str, list[str]] = {}
+    for f in findings:
+        if f.kind in ("missing", "wrong", "stale"):
+            drift_by_host.setdefault(f.subject, []).append(f.message)
+
+    nodes_out = []
+    for n in sorted(snap.nodes, key=lambda n: n.hostname):
+        res = snap.facts.get(n.id)
+        facts = res.facts if res else None
+        saved = saved_agents.get(n.id, {})
+        ours = {k: v for k, v in n.labels.items() if owned_by_label_sync(k, prefix)}
+        if facts is not None:
+            agent = {"status": "ok", "error": None, "last_ok": res.fetched_at if res else None,
+                     "failing_since": None}
+            want = desired_labels(facts, prefix)
+            drift = [f"{k}: want {v}, have {ours.get(k)}" for k, v in sorted(want.items())
+                     if ours.get(k) != v]
+            drift += [f"{k}: stale" for k in sorted(set(ours) - set(want))]
+            labels_state = "drifted" if drift else "in-sync"
+        elif ours or saved.get("last_ok"):
+            agent = {"status": "unreachable", "error": res.error if res else None,
+                     "last_ok": saved.get("last_ok"), "failing_since": saved.get("failing_since")}
+            labels_state, drift = "agent-stale", []
+        else:
+            agent = {"status": "none", "error": None, "last_ok": None, "failing_since": None}
+            labels_state, drift = "no-agent", []
+        gpus_out: list[dict[str, Any]] = []
+        if facts is not None:
+            node_metrics = metrics.get(n.id, {})
+            holders: dict[str, list[dict[str, Any]]] = {}
+            mig_holder: dict[str, dict[str, Any]] = {}
+            for svc_name, per_node in ledger.items():
+                h = per_node.get(n.id)
+                if h is None:
+                    continue
+                svc = services_by_name.get(svc_name)
+                sp = plans.get(svc_name)
+                tasks = tasks_by_service_node.get((svc.id, n.id), []) if svc else []
+                slot_of = dict(zip(h.uuids, h.slots, strict=True)) if h.packed else {}
+                for u, m in zip(h.uuids, h.milli, strict=True):
+                    entry = {"service": svc_name, "service_id": svc.id if svc else None,
+                             "tasks": tasks, "share_milli": m,
+                             "request": sp.request_text if sp else ""}
+                    if u in slot_of:  # replicas packed on one node: whose GPU this is
+                        entry["slot"] = slot_of[u]
+                    holders.setdefault(u, []).append(entry)
+                    mig_holder[u] = {"service": svc_name, "task": tasks[0] if tasks else None}
+            for g in facts.gpus:
+                gm = node_metrics.get(g.uuid)
+                gpus_out.append({
+                    "index": g.index, "uuid": g.uuid, "product": g.product,
+                    "memory_mib": g.memory_mib,
+                    "memory_used_mib": gm.fb_used_mib if gm else None,
+                    "util_pct": gm.util_pct if gm else None,
+                    **health_fields(gm),
+                    "numa_node": g.numa_node, "healthy": g.healthy, "error": g.error,
+                    "mig": [{"profile": m.profile, "uuid": m.uuid, "memory_mib": m.memory_mib,
+                             "memory_used_mib": mig_used(gm, m.gi_id),
+                             "holder": mig_holder.get(m.uuid)} for m in g.mig_devices],
+                    "holders": holders.get(g.uuid, []),
+                })
+        nodes_out.append({
+            "id": n.id, "hostname": n.hostname, "role": n.role, "state": n.state,
+            "availability": n.availability, "addr": n.addr, "agent": agent,
+            "zone": n.labels.get(zone_label) or None,
+            "labels_state": labels_state, "drift": drift,
+            "driver_version": facts.driver_version if facts else None,
+            "cuda_driver_version": facts.cuda_driver_version if facts else None,
+            "product": facts.gpus[0].product if facts and facts.gpus else None,
+            "gpu_count": len(facts.gpus) if facts else 0,
+            "gpus": gpus_out,
+            "links": [list(r) for r in facts.links] if facts else [],
+            "groups": _groups(facts) if facts else [],
+        })
+    services_out: list[dict[str, Any]] = [sp.to_dict() for sp in (plan.services if plan else [])]
+    if plan is not None:  # a move in flight, or a proposed idle clean-up, shows as state
+        idle = [m.get("service") for m in (moves or {}).get("proposed", [])
+                if m.get("trigger") == "consolidation"]
+        states = service_states(plan.services, {s.name: s.labels for s in snap.services},
+                                [str(x) for x in idle if x], prefix)
+        for entry in services_out:
+            entry["state"] = states.get(str(entry["name"]), entry["state"])
+    pending = [{"service": sp.name, "request": sp.request_text, "reason": sp.reason}
+               for sp in (plan.services if plan else []) if sp.status == "pending"]
+    return {
+        "schema": SCHEMA, "generated_at": time.time(), "leader": leader,
+        "nodes": nodes_out, "services": services_out, "pending": pending,
+        "moves": dict(moves) if moves else {"proposed": [], "recent": []},
+        "workload": dict(plan.workload) if plan else {},
+    }
+
+
+def workload_lines(w: Mapping[str, Any]) -> list[str]:
+    """The workload model placement uses, in a few lines (``status`` and ``plan``)."""
+    out = [f"workload model: {w.get('source')}, {w.get('tasks_seen', 0)} tasks seen, "
+           f"window {w.get('window')}" + (" (pinned)" if w.get("pinned") else "")]
+    for t in w.get("top", []):
+        prods = f" [{'|'.join(t['products'])}]" if t.get("products") else ""
+        out.append(f"  {t['weight'] * 100:5.1f}%  {t['ask']}, {t['cpu_milli'] / 1000:g} CPU"
+                   f"{prods}")
+    return out
+
+
+_MEM_RE = re.compile(r">= (\d+) (GiB|MiB)")
+_MIG_RE = re.compile(r"(?:^|\d )MIG (\S+)")
+
+
+def document_problems(doc: Mapping[str, Any]) -> list[str]:
+    """States a cluster document must never show, each as a sentence.
+
+    The planner cannot produce them, so a hand-written or generated sample that does
+    would let the map's tests pass on an impossible cluster: a held GPU smaller than
+    its request, a MIG slice held by a whole-GPU request, a proposed move onto an
+    unhealthy or taken GPU, a holder the services list does not place there.
+    """
+    out: list[str] = []
+    nodes = {n["hostname"]: n for n in doc.get("nodes", [])}
+    services = {s["name"]: s for s in doc.get("services", [])}
+
+    def placed_on(svc: Mapping[str, Any], host: str, index: int) -> bool:
+        return any(p.get("node") == host and index in (p.get("gpus") or [])
+                   for p in svc.get("placements") or [])
+
+    for host, n in nodes.items():
+        if n.get("gpus") and (n.get("agent") or {}).get("status") != "ok":
+            out.append(f"{host}: GPUs drawn without an agent's facts")
+        for g in n.get("gpus", []):
+            where = f"{host} GPU {g['index']}"
+            holders = g.get("holders") or []
+            total = sum(int(h.get("share_milli", 1000)) for h in holders)
+            if total > 1000 and not any(h.get("over_share") for h in holders):
+                out.append(f"{where}: holders' shares add up to {total / 10:g} %")
+            if holders and g.get("mig"):
+                out.append(f"{where}: held as a whole GPU while split into MIG slices")
+            for h in holders:
+                svc = services.get(h["service"])
+                if svc is None:
+                    out.append(f"{where}: held by {h['service']}, which is not a service")
+                    continue
+                if not placed_on(svc, host, g["index"]):
+                    out.append(f"{where}: held by {svc['name']}, whose placements omit it")
+                req = str(svc.get("request") or "")
+                if _MIG_RE.search(req):
+                    out.append(f"{where}: whole GPU held by {svc['name']} ({req})")
+                mem = _MEM_RE.search(req)
+                if mem:
+                    need = int(mem.group(1)) * (1024 if mem.group(2) == "GiB" else 1)
+                    if int(g.get("memory_mib") or 0) < need:
+                        out.append(f"{where}: {g.get('memory_mib')} MiB is less than "
+                                   f"{svc['name']}'s request ({req})")
+            for m in g.get("mig") or []:
+                holder = m.get("holder")
+                if not holder:
+                    continue
+                svc = services.get(holder["service"])
+                if svc is None:
+                    out.append(f"{where} {m['profile']}: held by {holder['service']}, "
+                               "which is not a service")
+                    continue
+                req = str(svc.get("request") or "")
+                want = _MIG_RE.search(req)
+                if want is None or want.group(1) != m["profile"]:
+                    out.append(f"{where}: MIG {m['profile']} held by {svc['name']}, "
+                               f"whose request is '{req}'")
+                if not placed_on(svc, host, g["index"]):
+                    out.append(f"{where}: MIG slice held by {svc['name']}, "
+                               "whose placements omit it")
+    for svc in services.values():
+        if svc.get("status") != "placed" and svc.get("placements"):
+            out.append(f"service {svc['name']} is {svc.get('status')} but has placements")
+        for p in svc.get("placements") or []:
+            node = nodes.get(p.get("node"))
+            have = {g["index"] for g in node.get("gpus", [])} if node else set()
+            if node is None or not set(p.get("gpus") or []) <= have:
+                out.append(f"service {svc['name']}: placed on {p.get('node')} GPU "
+                           f"{p.get('gpus')}, which that node does not have")
+    for p in doc.get("pending", []):
+        if services.get(p.get("service"), {}).get("status") != "pending":
+            out.append(f"pending request {p.get('service')} is not a pending service")
+    for mv in (doc.get("moves") or {}).get("proposed", []):
+        name = mv.get("service")
+        target = nodes.get(mv.get("to"))
+        if name not in services:
+            out.append(f"proposed move of {name}: no such service")
+        if target is None:
+            out.append(f"proposed move of {name}: no node {mv.get('to')}")
+            continue
+        by_index = {g["index"]: g for g in target.get("gpus", [])}
+        for i in mv.get("gpus") or []:
+            g = by_index.get(i)
+            if g is None:
+                out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}: no such GPU")
+            elif g.get("healthy") is False:
+                out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}, "
+                           "which is unhealthy")
+            elif g.get("mig") or any(h["service"] != name for h in g.get("holders") or []):
+                out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}, "
+                           "which is taken")
+    return out
+
+
+def render_status(doc: Mapping[str, Any]) -> str:
+    """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests."""
+    lines: list[str] = []
+    for n in doc["nodes"]:
+        head = (f"{n['hostname']} ({n['role']}, {n['state']}) agent {n['agent']['status']}, "
+                f"labels {n['labels_state']}")
+        if n["gpu_count"]:
+            head += (f" - {n['gpu_count']}x {n['product']}, driver {n['driver_version'] or '?'}"
+                     f", CUDA {n['cuda_driver_version'] or '?'}")
+        lines.append(head)
+        for g in n["gpus"]:
+            used = g["memory_used_mib"]
+            mem = f"{used if used is not None else '?'}/{g['memory_mib']} MiB"
+            util = f"{g['util_pct']:.0f}%" if g["util_pct"] is not None else "-"
+            who = ", ".join(
+                f"{h['service']}" + (f" ({h['share_milli'] / 10:.0f}%)"
+                                      if h["share_milli"] < 1000 else "")
+                + (f" slot {h['slot']}" if "slot" in h else "")
+                for h in g["holders"]
+            )
+            migs = [f"{m['profile']}->{m['holder']['service'] if m['holder'] else 'free'}"
+                    for m in g["mig"]]
+            if migs:
+                who = (who + " " if who else "") + "MIG[" + ", ".join(migs) + "]"
+            health = "" if g["healthy"] else " UNHEALTHY"
+            lines.append(f"  GPU{g['index']:<2} {mem:>17} util {util:>4}{health}  "
+                         f"{who or 'free'}")
+    packed = [sv for sv in doc.get("services", []) if sv.get("packed")]
+    if packed:
+        lines.append("")
+        lines.append("replicas packed on one node:")
+        for sv in packed:
+            lines.append(f"  {sv['name']}: {sv['packed']}")
+    if doc["pending"]:
+        lines.append("")
+        lines.append("pending GPU requests:")
+        for p in doc["pending"]:
+            lines.append(f"  {p['service']}: {p['request']} - {p['reason']}")
+    if doc.get("workload"):
+        lines.append("")
+        lines.extend(workload_lines(doc["workload"]))
+    proposed = doc.get("moves", {}).get("proposed", [])
+    if proposed:
+        lines.append("")
+        lines.append("proposed moves:")
+        for m in proposed:
+            lines.append(f"  {m.get('service')}: {m.get('from')} -> {m.get('to')} "
+                         f"({m.get('trigger')}): {m.get('reason')}")
+    return "\n".join(lines)

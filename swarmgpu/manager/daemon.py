@@ -1,0 +1,269 @@
+"""The manager daemon: schedules cycles, watches events, serves /metrics and /healthz.
+
+Runs on every manager; only the one whose engine is the Swarm leader acts, so when
+leadership moves the new leader's daemon takes over on its next cycle.
+A signal only sets a flag: the cycle in progress finishes, no new one starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from loguru import logger
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from swarmgpu.core.config import Config
+from swarmgpu.core.httpguard import GuardedServer
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager import webguard
+from swarmgpu.manager.agentbook import AgentBook
+from swarmgpu.manager.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.overshare import Watch
+from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.sync import CycleReport, LabelSync, fetch_agents, take_snapshot
+from swarmgpu.swarm.client import SwarmClient, SwarmError
+
+CycleHook = Callable[["Daemon", Any], None]
+
+
+def _facts_key(f: NodeFacts) -> str:
+    """Facts without their read time: what a change means."""
+    d = f.to_dict()
+    d["node"].pop("collected_at", None)
+    return json.dumps(d, sort_keys=True)
+
+
+def sd_notify(message: str) -> bool:
+    """Tell systemd (Type=notify) about readiness/liveness; no-op outside systemd."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return False
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.connect(addr)
+            s.sendall(message.encode())
+        return True
+    except OSError:
+        return False
+
+
+class Daemon:
+    def __init__(
+        self, cfg: Config, swarm: SwarmClient | None = None, metrics: DaemonMetrics | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.swarm = swarm or SwarmClient(cfg.docker_host)
+        self.metrics = metrics or DaemonMetrics()
+        self.book = AgentBook()
+        self.labels = LabelSync(self.swarm, cfg, self.metrics, self.book)
+        self.extra_steps: list[CycleHook] = []  # placement, rebalancing plug in here
+        self.stop_event = threading.Event()
+        self._cycle_lock = threading.Lock()
+        self._rerun = threading.Event()
+        self.last_report: CycleReport | None = None
+        self.last_cycle_at: float | None = None
+        self.leader = False
+        self.last_placement: Any = None  # the placement step's last plan, for status/plan
+        self.cluster_doc: Callable[[], dict[str, Any]] | None = None  # set by observe
+        self.moves_view: Callable[[], dict[str, Any]] | None = None  # set by rebalancing
+        # GPU metrics per node id and UUID, scraped this cycle (by the rebalancer)
+        self.last_metrics: dict[str, dict[str, Any]] | None = None
+        self.planner: Planner | None = None  # placement's, kept across cycles as leader
+        self.overshare = Watch()  # holders over their GPU share, since when (observe)
+        self._scheduler: BackgroundScheduler | None = None
+        self._http: GuardedServer | None = None
+        # path -> () -> (content type, body); the GPU map and APIs plug in here
+        self.http_routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+        # path -> (raw query string) -> (content type, body); e.g. /api/v1/history
+        self.http_query_routes: dict[str, Callable[[str], tuple[str, bytes]]] = {}
+
+    # --- one cycle -------------------------------------------------------
+    def cycle(self) -> CycleReport:
+        """Run one full cycle now (serialised: never two at once)."""
+        with self._cycle_lock:
+            start = time.monotonic()
+            try:
+                self.leader = self.swarm.is_leader()
+            except SwarmError as exc:
+                self.metrics.errors.labels(kind="swarm").inc()
+                self.metrics.cycles.labels(outcome="error").inc()
+                logger.error("cannot reach the Swarm manager: {}", exc)
+                return CycleReport(leader=False, errors=[str(exc)])
+            self.metrics.is_leader.set(1 if self.leader else 0)
+            if not self.leader:
+                self.planner = None  # a new term starts from what Swarm stores
+                self.metrics.cycles.labels(outcome="follower").inc()
+                logger.debug("not the Swarm leader; standing by")
+                return CycleReport(leader=False)
+            try:
+                snapshot = take_snapshot(self.swarm, self.cfg)
+                report = self.labels.cycle(snapshot)
+                for step in self.extra_steps:
+                    if self.stop_event.is_set():
+                        break
+                    step(self, snapshot)
+            except SwarmError as exc:
+                self.metrics.errors.labels(kind="swarm").inc()
+                self.metrics.cycles.labels(outcome="error").inc()
+                logger.error("cycle aborted, will retry next interval: {}", exc)
+                return CycleReport(errors=[str(exc)])
+            try:
+                self.book.save(self.cfg.state_dir)
+            except OSError as exc:
+                logger.warning("cannot save agent state to {}: {}", self.cfg.state_dir, exc)
+            report.duration_s = time.monotonic() - start
+            self.metrics.cycle_seconds.observe(report.duration_s)
+            self.metrics.cycles.labels(outcome="ok" if not report.errors else "partial").inc()
+            self.last_report = report
+            self.last_cycle_at = time.time()
+            return report
+
+    def _safe_cycle(self) -> None:
+        # An event that arrives while a cycle runs cannot start another one (one at a
+        # time); it leaves a flag instead, and the cycle is run again right after.
+        for _ in range(5):
+            if self.stop_event.is_set():
+                return
+            self._rerun.clear()
+            try:
+                self.cycle()
+                sd_notify("WATCHDOG=1")
+            except Exception as exc:  # the daemon must outlive any one bad cycle
+                self.metrics.errors.labels(kind="cycle").inc()
+                logger.exception("cycle failed: {}", exc)
+            if not self._rerun.is_set():
+                return
+
+    # --- continuous mode ---------------------------------------------------
+    def trigger(self) -> None:
+        """Run a cycle soon (after an event), coalescing bursts."""
+        self._rerun.set()
+        if self._scheduler is not None:
+            with contextlib.suppress(Exception):  # the job is gone during shutdown
+                self._scheduler.modify_job("sync", next_run_time=datetime.now().astimezone())
+
+    def _watch_facts(self) -> None:
+        """Between full cycles, poll the agents' facts; a change starts a cycle now."""
+        if not self.leader or self.stop_event.is_set():
+            return
+        try:
+            nodes = self.swarm.nodes()
+        except SwarmError:
+            return  # the next full cycle reports it
+        changed = []
+        for node_id, res in fetch_agents(self.swarm, self.cfg, nodes).items():
+            if res.facts is None:
+                continue
+            rec = self.book.records.get(node_id)
+            if rec is None or rec.facts is None or _facts_key(rec.facts) != _facts_key(res.facts):
+                changed.append(res.hostname)
+        if changed:
+            logger.info("facts changed on {}: syncing now", ", ".join(sorted(changed)))
+            self.trigger()
+
+    def _watch_events(self) -> None:
+        backoff = 1.0
+        while not self.stop_event.is_set():
+            try:
+                for event in self.swarm.events(types=("node", "service")):
+                    if self.stop_event.is_set():
+                        return
+                    backoff = 1.0
+                    logger.debug("event {} {}", event.get("Type"), event.get("Action"))
+                    self.trigger()
+            except SwarmError as exc:
+                logger.warning("event stream cut ({}); reconnecting in {:.0f}s", exc, backoff)
+            except Exception as exc:
+                logger.warning("event watcher error ({}); reconnecting", exc)
+            self.stop_event.wait(backoff)
+            backoff = min(backoff * 2, 30.0)
+            self.trigger()  # events sent while the stream was down are lost: resync
+
+    def run_forever(self) -> None:
+        self._install_signals()
+        self._start_http()
+        sched = BackgroundScheduler()
+        sched.add_job(
+            self._safe_cycle, "interval", seconds=self.cfg.sync.interval_s, id="sync",
+            max_instances=1, coalesce=True, next_run_time=datetime.now().astimezone(),
+        )
+        if self.cfg.agents.watch_s:
+            sched.add_job(self._watch_facts, "interval", seconds=self.cfg.agents.watch_s,
+                          id="facts-watch", max_instances=1, coalesce=True)
+        self._scheduler = sched
+        sched.start()
+        if self.cfg.sync.watch_events:
+            threading.Thread(target=self._watch_events, name="events", daemon=True).start()
+        sd_notify("READY=1")
+        logger.info("swarmgpu daemon running (interval {}s)", self.cfg.sync.interval_s)
+        self.stop_event.wait()
+        logger.info("stopping: letting the current step finish")
+        sd_notify("STOPPING=1")
+        sched.shutdown(wait=True)
+        if self._http is not None:
+            self._http.shutdown()
+        logger.info("stopped cleanly")
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handler(signum: int, _frame: object) -> None:
+            logger.info("signal {} received", signal.Signals(signum).name)
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    # --- HTTP ----------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        age = None if self.last_cycle_at is None else time.time() - self.last_cycle_at
+        stale = age is None or age > 3 * self.cfg.sync.interval_s
+        report = self.last_report
+        return {
+            "status": "ok" if (not self.leader or not stale) else "degraded",
+            "leader": self.leader,
+            "last_cycle_age_s": age,
+            "errors": report.errors if report else [],
+        }
+
+    def _start_http(self) -> None:
+        host, _, port = self.cfg.http.listen.rpartition(":")
+        daemon = self
+        allowed = webguard.allowed_hosts(self.cfg.http.listen, self.cfg.http.allowed_hosts)
+
+        class Handler(webguard.GuardedHandler):
+            def answer(self, path: str, query: str) -> tuple[int, str, bytes]:
+                if path == "/metrics":
+                    return 200, CONTENT_TYPE_LATEST, generate_latest(daemon.metrics.registry)
+                if path == "/healthz":
+                    return 200, "application/json", json.dumps(daemon.health()).encode()
+                if path in daemon.http_query_routes:
+                    ctype, body = daemon.http_query_routes[path](query)
+                    return 200, ctype, body
+                extra = daemon.http_routes.get(path)
+                if extra is None:
+                    return 404, "text/plain; charset=utf-8", b"not found\n"
+                ctype, body = extra()
+                return 200, ctype, body
+
+        Handler.allowed_hosts = allowed
+        try:
+            self._http = GuardedServer((host.strip("[]"), int(port)), Handler)
+        except OSError as exc:
+            logger.error("cannot serve HTTP on {}: {}", self.cfg.http.listen, exc)
+            return
+        threading.Thread(target=self._http.serve_forever, name="http", daemon=True).start()
+        logger.info("serving /metrics and /healthz on {}", self.cfg.http.listen)

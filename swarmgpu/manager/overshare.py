@@ -1,0 +1,314 @@
+"""Shared GPUs stay within their share: each holder's memory use against its share.
+
+The agents list every GPU process with its container (``swarmgpu_gpu_process_memory_used_mib``,
+swarmgpu.agent.procattr); Swarm's task list names the container's task and service (or the
+agent did, given engine access); the ledger says what
+share each service holds of which GPU. ``service_use`` (pure) puts the two together
+per (service, node, GPU); a holder whose processes use more than share x the GPU's
+memory is *over its share*. ``Watch`` keeps, across cycles, since when each one has
+been over: it logs the start and the end (naming the service), and says which tasks
+have been over for a whole window, for ``placement.overshare: restart``.
+
+Only GPUs whose agent listed processes are judged: a node served by dcgm-exporter, or
+an agent without NVML, says nothing about processes, and nothing is inferred there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+
+from swarmgpu.core.metrics_in import GpuMetrics
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.audit import Finding
+from swarmgpu.manager.placement import MOVE_STATE, Holding, gate_key, read_ledger
+from swarmgpu.swarm.client import SwarmClient, SwarmNode, SwarmService, SwarmTask
+
+if TYPE_CHECKING:
+    from swarmgpu.core.config import Config
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.sync import Snapshot
+
+
+@dataclass(frozen=True)
+class ServiceUse:
+    """What one service's processes use of one GPU, against its share of it."""
+
+    service: str
+    node_id: str
+    hostname: str
+    gpu: int
+    uuid: str
+    used_mib: int
+    share_mib: int  # 0: the service holds nothing on this GPU
+    milli: int
+    tasks: tuple[str, ...] = ()
+    pids: tuple[int, ...] = ()
+
+    @property
+    def over(self) -> bool:
+        return self.used_mib > self.share_mib
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.service, self.node_id, self.uuid)
+
+    def describe(self) -> str:
+        held = (f"its share is {self.share_mib} MiB ({self.milli / 1000:g} GPU)"
+                if self.milli else "it holds no share of that GPU")
+        return (f"uses {self.used_mib} MiB of GPU {self.gpu} ({self.uuid}) on "
+                f"{self.hostname}; {held}")
+
+
+def owners(services: Sequence[SwarmService], tasks: Sequence[SwarmTask]
+           ) -> dict[str, tuple[str, str]]:
+    """Container id (its first 12 characters, as the agent reports it) -> (task id,
+    service name), from Swarm's own task list: the agent needs no engine access."""
+    names = {s.id: s.name for s in services}
+    return {t.container_id[:12]: (t.id, names.get(t.service_id, ""))
+            for t in tasks if t.container_id and t.service_id in names}
+
+
+def service_use(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Holding]],
+                facts: Mapping[str, NodeFacts],
+                metrics: Mapping[str, Mapping[str, GpuMetrics]],
+                containers: Mapping[str, tuple[str, str]] | None = None) -> list[ServiceUse]:
+    """Per (service, node, GPU) with known processes: use and share (pure). A process
+    the agent could not name is named by its container through ``containers``."""
+    containers = containers or {}
+    hosts = {n.id: n.hostname for n in nodes}
+    out: list[ServiceUse] = []
+    for nid, per_uuid in sorted(metrics.items()):
+        f = facts.get(nid)
+        if f is None:
+            continue
+        gpus = {g.uuid: g for g in f.gpus}
+        held: dict[str, dict[str, int]] = {}  # uuid -> service -> milli
+        for svc, per_node in ledger.items():
+            h = per_node.get(nid)
+            if h is not None:
+                for u, m in zip(h.uuids, h.milli, strict=True):
+                    held.setdefault(u, {})[svc] = m
+        for uuid, gm in sorted(per_uuid.items()):
+            g = gpus.get(uuid)
+            if g is None or not gm.processes:
+                continue
+            use: dict[str, tuple[float, set[str], list[int]]] = {}
+            for p in gm.processes:
+                task, svc = (p.task, p.service) if p.service else containers.get(
+                    p.container[:12], ("", "")) if p.container else ("", "")
+                if not svc:
+                    continue  # a host process or a container Swarm did not start
+                mib, tasks, pids = use.setdefault(svc, (0.0, set(), []))
+                if task:
+                    tasks.add(task)
+                pids.append(p.pid)
+                use[svc] = (mib + p.used_mib, tasks, pids)
+            for svc in sorted(set(use) | set(held.get(uuid, {}))):
+                milli = held.get(uuid, {}).get(svc, 0)
+                mib, tasks, pids = use.get(svc, (0.0, set(), []))
+                out.append(ServiceUse(svc, nid, hosts.get(nid, nid), g.index, uuid,
+                                      round(mib), g.memory_mib * milli // 1000, milli,
+                                      tuple(sorted(tasks)), tuple(sorted(pids))))
+    return out
+
+
+def findings(uses: Iterable[ServiceUse]) -> list[Finding]:
+    """The audit's view: one finding per holder over its share."""
+    return [Finding("over-share", u.service,
+                    f"{u.describe()}: over its share (tasks {', '.join(u.tasks) or '?'}); "
+                    "size the application to SWARMGPU_GPU_MEMORY_MIB, or install HAMi-core "
+                    "on the node for a hard limit (docs/requests.md, Shared GPUs)",
+                    key=u.uuid, expected=f"<= {u.share_mib} MiB", actual=f"{u.used_mib} MiB")
+            for u in uses if u.over]
+
+
+@dataclass
+class Watch:
+    """Since when each holder has been over its share; logs starts and ends."""
+
+    clock: Callable[[], float] = time.time
+    since: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    last: list[ServiceUse] = field(default_factory=list)
+
+    def update(self, uses: Sequence[ServiceUse]) -> None:
+        now = self.clock()
+        over = {u.key: u for u in uses if u.over}
+        judged = {u.key for u in uses}
+        for k, u in over.items():
+            if k not in self.since:
+                self.since[k] = now
+                logger.bind(service=u.service).warning(
+                    "over its GPU share: service {} {} (tasks {}, pids {})", u.service,
+                    u.describe(), ",".join(u.tasks) or "?", ",".join(map(str, u.pids)))
+        for k in list(self.since):
+            if k not in over and (k in judged or not any(x[1] == k[1] for x in judged)):
+                del self.since[k]
+                logger.bind(service=k[0]).info("back within its GPU share: service {} on "
+                                               "{}", k[0], k[1][:12])
+        self.last = list(uses)
+
+    def forget(self, key: tuple[str, str, str]) -> None:
+        """A restarted holder starts a new window (its old reading is stale)."""
+        self.since.pop(key, None)
+        self.last = [u for u in self.last if u.key != key]
+
+    def due(self, window_s: float) -> list[ServiceUse]:
+        """Holders over their share for at least ``window_s``."""
+        now = self.clock()
+        return [u for u in self.last
+                if u.over and now - self.since.get(u.key, now) >= window_s]
+
+
+def annotate(doc: dict[str, Any], uses: Sequence[ServiceUse]) -> None:
+    """Add each holder's own memory use and an over-share flag to the map document."""
+    by = {(u.node_id, u.uuid, u.service): u for u in uses}
+    for n in doc.get("nodes", []):
+        for g in n.get("gpus", []):
+            for h in g.get("holders", []):
+                u = by.get((n.get("id"), g.get("uuid"), h.get("service")))
+                if u is not None:
+                    h["memory_used_mib"] = u.used_mib
+                    h["memory_share_mib"] = u.share_mib
+                    h["over_share"] = u.over
+
+
+def uses_now(snap: Snapshot, facts: Mapping[str, NodeFacts],
+             metrics: Mapping[str, Mapping[str, GpuMetrics]], prefix: str) -> list[ServiceUse]:
+    return service_use(snap.nodes, read_ledger(snap.nodes, prefix), facts, metrics,
+                       owners(snap.services, snap.tasks))
+
+
+def audit_check(cfg: Config) -> Callable[[Snapshot], list[Finding]]:
+    """For `swarmgpu audit`: scrape the agents as the daemon does, judge every holder."""
+    def check(snap: Snapshot) -> list[Finding]:
+        from swarmgpu.manager.cluster_view import gpu_metrics
+        from swarmgpu.manager.placement_step import facts_by_node
+
+        return findings(uses_now(snap, facts_by_node(snap),
+                                 gpu_metrics(snap.nodes, cfg), cfg.sync.prefix))
+
+    return check
+
+
+# --- placement.overshare: restart ------------------------------------------------------
+
+
+class Restarter:
+    """Restarts the task of a holder over its share, and nothing else.
+
+    Swarm cannot restart one task (``service update --force`` replaces every replica),
+    and the daemon cannot reach a worker's engine. So it uses placement's own gate: the
+    gate node label ``<p>service.<svc>`` is removed from that node, Swarm's constraint
+    enforcer stops the service's task there at once (one replica per node: exactly the
+    offender), and the gate is put back as soon as that task is no longer meant to
+    run; its replacement starts on the same node with the same GPUs and env. Other
+    services on the GPU (the neighbours) and other replicas are never touched.
+
+    Within the mover's budgets (rebalance.*): a restart counts as a move for the
+    per-cycle budget (moves in flight included) and for the per-service cooldown (it
+    sets ``<p>state.moved-at``); never a ``rebalance: never`` service, one with a move in
+    flight, or one not converged (rebalance.context.why_not_movable). Top-level
+    ``dry_run`` logs what it would do.
+    """
+
+    def __init__(self, swarm: SwarmClient, cfg: Config, *,
+                 clock: Callable[[], float] = time.time, wait_s: float = 15.0) -> None:
+        self.swarm, self.cfg, self.clock, self.wait_s = swarm, cfg, clock, wait_s
+        self.done: list[dict[str, Any]] = []  # what was restarted (newest last)
+        self._said: dict[tuple[str, str, str], str] = {}  # last "not done" reason logged
+
+    def run(self, due: Sequence[ServiceUse], snap: Snapshot,
+            restarted: Callable[[tuple[str, str, str]], None] = lambda key: None) -> int:
+        from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
+        from swarmgpu.manager.requests import GpuRequest, parse_all
+
+        p = self.cfg.sync.prefix
+        by_name = {s.name: s for s in snap.services}
+        ledger = read_ledger(snap.nodes, p)
+        budget = self.cfg.rebalance.max_moves_per_cycle - sum(
+            1 for s in snap.services if p + MOVE_STATE in s.labels)
+        n = 0
+        for u in due:
+            log = logger.bind(service=u.service)
+            s = by_name.get(u.service)
+            if s is None or not u.milli:
+                continue  # holds nothing here: a restart would not bring it within a share
+            req = parse_all(s.labels, prefix=p)
+            why = why_not_movable(s, req if isinstance(req, GpuRequest) else None, snap.tasks,
+                                  ledger.get(u.service, {}), p, self.clock(),
+                                  self.cfg.rebalance.cooldown_s)
+            if why is None and budget <= 0:
+                why = f"budget: {self.cfg.rebalance.max_moves_per_cycle} move(s) per cycle"
+            if why is not None:
+                if self._said.get(u.key) != why:  # once per reason, not every cycle
+                    log.info("over-share restart of {} on {} not done: {}", u.service,
+                             u.hostname, why)
+                self._said[u.key] = why
+                continue
+            self._said.pop(u.key, None)
+            if self.cfg.dry_run:
+                log.info("dry-run: would restart {}'s task on {} ({})", u.service, u.hostname,
+                         u.describe())
+                continue
+            budget -= 1
+            if self._bounce(s, u, MOVED_AT):
+                restarted(u.key)
+                n += 1
+        return n
+
+    def _bounce(self, s: SwarmService, u: ServiceUse, moved_at: str) -> bool:
+        p = self.cfg.sync.prefix
+        gate = gate_key(p, s.name)
+        log = logger.bind(service=s.name)
+        old = {t.id for t in self.swarm.tasks({"service": s.id})
+               if t.node_id == u.node_id and t.desired_state == "running"}
+        t0 = self.clock()
+        try:
+            self.swarm.update_node_labels(
+                u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate})
+            deadline = time.monotonic() + self.wait_s
+            while time.monotonic() < deadline:
+                live = {t.id for t in self.swarm.tasks({"service": s.id})
+                        if t.id in old and t.desired_state == "running"}
+                if not live:
+                    break
+                time.sleep(0.2)
+            else:
+                log.warning("restart of {} on {}: its task still runs after {:.0f}s; gate "
+                            "reopened anyway", s.name, u.hostname, self.wait_s)
+        finally:
+            # Reopened whatever happened: a closed gate would keep the service down.
+            self.swarm.update_node_labels(u.node_id, lambda cur: {**cur, gate: "true"})
+
+        def mark(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+            new = dict(spec)
+            new["Labels"] = {**(spec.get("Labels") or {}), p + moved_at: f"{self.clock():.0f}"}
+            return new
+
+        self.swarm.update_service_spec(s.id, mark)
+        log.warning("restarted {}'s task on {} (over its GPU share: {}; tasks {})", s.name,
+                    u.hostname, u.describe(), ",".join(u.tasks) or "?")
+        self.done.append({"service": s.name, "node": u.hostname, "at": t0,
+                          "used_mib": u.used_mib, "share_mib": u.share_mib})
+        return True
+
+
+def attach(daemon: Daemon) -> None:
+    """``placement.overshare: restart``: act on holders over their share for a window
+    (the watch is updated by swarmgpu.manager.observe, which runs before this step)."""
+    cfg = daemon.cfg
+    if cfg.placement.overshare != "restart":
+        return
+    r = Restarter(daemon.swarm, cfg)
+
+    def step(d: Daemon, snap: Snapshot) -> None:
+        if d.leader:
+            r.run(d.overshare.due(cfg.placement.overshare_window_s), snap,
+                  d.overshare.forget)
+
+    daemon.extra_steps.append(step)

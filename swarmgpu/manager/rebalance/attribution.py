@@ -1,0 +1,58 @@
+"""Who uses which GPU: the placement ledger tied to metrics, and each service's state.
+
+dcgm-exporter samples name GPUs, never Swarm services; the ledger
+(``swarmgpu.assign.<svc>`` node labels) says which services hold which GPU UUID and
+what share, so a GPU's utilisation is split between its holders by share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from swarmgpu.manager.placement import MOVE_STATE, Holding, ServicePlan
+
+
+@dataclass(frozen=True)
+class Share:
+    service: str
+    node_id: str
+    uuid: str
+    milli: int
+    holding: Holding
+
+
+def holders_by_gpu(ledger: Mapping[str, Mapping[str, Holding]]) -> dict[str, list[Share]]:
+    """GPU (or MIG) UUID -> the holdings on it, largest share first."""
+    out: dict[str, list[Share]] = {}
+    for svc, per_node in ledger.items():
+        for nid, h in per_node.items():
+            for u, m in zip(h.uuids, h.milli, strict=True):
+                out.setdefault(u, []).append(Share(svc, nid, u, m, h))
+    for v in out.values():
+        v.sort(key=lambda s: (-s.milli, s.service))
+    return out
+
+
+def estimated_util(share: Share, gpu_util: float | None, holders: Sequence[Share]) -> float | None:
+    """A holder's part of its GPU's utilisation, split by share (unknown stays None)."""
+    if gpu_util is None:
+        return None
+    total = sum(s.milli for s in holders) or 1
+    return gpu_util * share.milli / total
+
+
+def service_states(plans: Iterable[ServicePlan], labels: Mapping[str, Mapping[str, str]],
+                   proposed_idle: Iterable[str] = (), prefix: str = "swarmgpu.") -> dict[str, str]:
+    """Pending -> Bound -> Allocated -> Active, then Rebalancing (a move in flight) or
+    IdleCleanup (a consolidation move proposed for it)."""
+    idle = set(proposed_idle)
+    out: dict[str, str] = {}
+    for sp in plans:
+        st = sp.state
+        if f"{prefix}{MOVE_STATE}" in labels.get(sp.name, {}):
+            st = "Rebalancing"
+        elif sp.name in idle and st == "Active":
+            st = "IdleCleanup"
+        out[sp.name] = st
+    return out

@@ -1,0 +1,262 @@
+"""The planning context every policy shares: inputs, a working ledger, target search.
+
+Pure. Targets come from the one allocator (:class:`swarmgpu.manager.placement.ClusterAllocator`)
+over the ledger as it will be once the moves already proposed are made; a GPU is a
+possible target only when its metrics are known and it is not (and would not become)
+hot. Sources stay reserved until their move ends (make-before-break needs both).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from swarmgpu.allocator.core import Choice, NodeState
+from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask, typical_tasks
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement import (
+    MOVE_STATE,
+    ClusterAllocator,
+    Holding,
+    demand_of,
+    gate_key,
+)
+from swarmgpu.manager.rebalance.attribution import Share, holders_by_gpu
+from swarmgpu.manager.rebalance.moves import Move, Trigger
+from swarmgpu.manager.rebalance.signals import GpuSignal, NodeSignal
+from swarmgpu.manager.rebalance.windows import State
+from swarmgpu.manager.requests import GpuRequest, Rebalance, parse_all
+from swarmgpu.manager.sharing import share_labels
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
+
+MOVED_AT = "state.moved-at"  # service label: epoch seconds of its last finished move
+OPT_OUT = "rebalance"  # <prefix>rebalance=never
+
+
+def hold(ledger: dict[str, dict[str, Holding]], m: Move) -> None:
+    """Reserve a planned move's target GPUs in ``ledger``: later choices of the pass see
+    them taken."""
+    ledger.setdefault(m.service, {})[m.target_node] = Holding(
+        m.service, m.target_node, m.target_uuids, m.target_milli)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a planning pass reads: one snapshot plus this cycle's windows."""
+
+    nodes: Sequence[SwarmNode]
+    services: Sequence[SwarmService]
+    tasks: Sequence[SwarmTask]
+    facts: Mapping[str, NodeFacts]
+    ledger: Mapping[str, Mapping[str, Holding]]
+    gpus: Mapping[str, GpuSignal]
+    node_signals: Mapping[str, NodeSignal]
+    cfg: RebalanceConfig
+    now: float
+    pending: Sequence[str] = ()  # services placement could not place
+    prefix: str = "swarmgpu."
+    # The mix of tasks to expect, for the fragmentation measure: placement's workload
+    # model (placement.workload). None: the typical tasks of the services annotated now
+    # (``workload_now``).
+    workload: tuple[TypicalTask, ...] | None = None
+
+
+def workload_now(services: Sequence[SwarmService], prefix: str) -> tuple[TypicalTask, ...]:
+    """The typical tasks of the GPU requests annotated now, one per replica (MIG requests
+    left out: they are handed out by profile, not by share)."""
+    shapes: list[TaskShape] = []
+    for s in services:
+        r = parse_all(s.labels, prefix=prefix)
+        if isinstance(r, GpuRequest) and not r.mig_profile:
+            shapes += [demand_of(r).shape()] * max(1, s.replicas or 1)
+    return typical_tasks(shapes)
+
+
+def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[SwarmTask],
+                    holdings: Mapping[str, Holding], prefix: str, now: float,
+                    cooldown_s: float) -> str | None:
+    """None when one replica of ``s`` may be moved now; else the reason it may not."""
+    if s.mode != "replicated":
+        return f"{s.mode} service: never moved"
+    if s.labels.get(prefix + OPT_OUT, "").lower() == "never" or (
+            req is not None and req.rebalance is Rebalance.NEVER):
+        return f"opted out ({prefix}{OPT_OUT}=never)"
+    if req is None:
+        return "no valid GPU request"
+    if req.mig_profile:
+        return "MIG devices are not moved"
+    if prefix + MOVE_STATE in s.labels:
+        return "a move is already in progress"
+    if any(h.packed for h in holdings.values()):
+        # A move (or a restart through the gate) takes one node's task away; packed
+        # replicas all run behind one gate, so it would stop every one of them.
+        return "replicas packed on one node: never moved"
+    try:
+        last: float | None = float(s.labels[prefix + MOVED_AT])
+    except (KeyError, ValueError):
+        last = None  # never moved (or unreadable): no cooldown
+    if last is not None and now - last < cooldown_s:
+        return f"cooling down ({cooldown_s - (now - last):.0f}s left of {cooldown_s:g}s)"
+    replicas = s.replicas or 0
+    mine = [t for t in tasks if t.service_id == s.id and t.desired_state == "running"]
+    running = [t for t in mine if t.state == "running"]
+    if len(running) != replicas or len(mine) != replicas or len(holdings) != replicas:
+        return (f"not converged ({len(running)} running of {replicas}, {len(holdings)} "
+                "placed); moved only once stable")
+    if any(t.node_id not in holdings for t in running):
+        return "a task runs on a node without its placement; not converged"
+    return None
+
+
+def _constraints_allow(s: SwarmService, node: SwarmNode, prefix: str) -> bool:
+    """The service's own constraints (not our gate) on ``node``; unsure means no."""
+    gate = f"node.labels.{gate_key(prefix, s.name)}"
+    for text in s.constraints:
+        try:
+            c = parse_constraint(text)
+        except ConstraintError:
+            return False
+        f = c.field.lower()
+        if f == gate.lower():
+            continue
+        if f.startswith("node.labels."):
+            actual = node.labels.get(c.field[len("node.labels."):], "")
+        elif f == "node.hostname":
+            actual = node.hostname
+        elif f == "node.id":
+            actual = node.id
+        elif f == "node.role":
+            actual = node.role
+        elif f.startswith("engine.labels."):
+            actual = node.engine_labels.get(c.field[len("engine.labels."):], "")
+        else:
+            return False  # a field we cannot check: do not risk a stuck move
+        if (c.op == "==") != (actual.lower() == c.value.lower()):
+            return False
+    return True
+
+
+@dataclass
+class Context:
+    inp: Inputs
+    ledger: dict[str, dict[str, Holding]] = field(default_factory=dict)
+    requests: dict[str, GpuRequest] = field(default_factory=dict)
+    by_name: dict[str, SwarmService] = field(default_factory=dict)
+    nodes: dict[str, SwarmNode] = field(default_factory=dict)
+    moved: set[str] = field(default_factory=set)  # services with a proposed move
+    moves: list[Move] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, inp: Inputs) -> Context:
+        ctx = cls(inp, ledger={k: dict(v) for k, v in inp.ledger.items()})
+        ctx.nodes = {n.id: n for n in inp.nodes}
+        for s in inp.services:
+            ctx.by_name[s.name] = s
+            r = parse_all(s.labels, prefix=inp.prefix)
+            if isinstance(r, GpuRequest):
+                ctx.requests[s.name] = r
+        return ctx
+
+    @property
+    def cfg(self) -> RebalanceConfig:
+        return self.inp.cfg
+
+    def movable(self, svc: str) -> str | None:
+        s = self.by_name.get(svc)
+        if s is None:
+            return "service gone"
+        if svc in self.moved:
+            return "already has a proposed move"
+        return why_not_movable(s, self.requests.get(svc), self.inp.tasks,
+                               self.inp.ledger.get(svc, {}), self.inp.prefix, self.inp.now,
+                               self.cfg.cooldown_s)
+
+    def holders(self) -> dict[str, list[Share]]:
+        return holders_by_gpu(self.ledger)
+
+    def node_known(self, nid: str) -> bool:
+        sig = self.inp.node_signals.get(nid)
+        return sig is not None and sig.known
+
+    def gpu_ok_as_target(self, g: GpuSignal, add_util: float) -> bool:
+        if g.hot is not State.FALSE or g.util_pct is None:
+            return False  # unknown or hot: not verified free
+        return g.util_pct + add_util < self.cfg.hot_clear_pct
+
+    def workload(self) -> tuple[TypicalTask, ...]:
+        if self.inp.workload is not None:
+            return self.inp.workload
+        return workload_now(self.inp.services, self.inp.prefix)
+
+    def allocator(self, ledger: Mapping[str, Mapping[str, Holding]] | None = None,
+                  ) -> ClusterAllocator:
+        return ClusterAllocator(self.inp.nodes, self.inp.facts,
+                                self.ledger if ledger is None else ledger)
+
+    def find_target(self, svc: str, source: str, *, add_util: float = 0.0,
+                    only_shared: bool = False, only_nodes: set[str] | None = None,
+                    ledger: Mapping[str, Mapping[str, Holding]] | None = None,
+                    ) -> Choice | None:
+        """Best node and GPUs for one more replica of ``svc``, away from ``source``."""
+        req = self.requests.get(svc)
+        s = self.by_name.get(svc)
+        if req is None or s is None:
+            return None
+        lg = self.ledger if ledger is None else ledger
+        alloc = self.allocator(lg)
+        a = alloc.alloc
+        for nid, node in a.nodes.items():  # block GPUs that are not verified free
+            f = self.inp.facts[nid]
+            for i, gpu in enumerate(f.gpus):
+                sig = self.inp.gpus.get(gpu.uuid)
+                blocked = sig is None or not self.gpu_ok_as_target(sig, add_util)
+                if only_shared and node.free[i] == node.spec.gpus[i].capacity_milli:
+                    blocked = True
+                if blocked and node.free[i] > 0:
+                    a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
+        has = set(lg.get(svc, {}))
+
+        def allowed(ns: NodeState) -> bool:
+            nid = ns.spec.name
+            n = self.nodes.get(nid)
+            return (n is not None and nid != source and nid not in has
+                    and n.state == "ready" and n.availability == "active"
+                    and self.node_known(nid)
+                    and (only_nodes is None or nid in only_nodes)
+                    and _constraints_allow(s, n, self.inp.prefix))
+
+        got = alloc.place(demand_of(req), allowed)
+        return got if isinstance(got, Choice) and got.gpus else None
+
+    def make_move(self, svc: str, source: str, choice: Choice, trigger: Trigger,
+                  window_s: float | None, reason: str, gain: str) -> Move:
+        s = self.by_name[svc]
+        h = self.ledger[svc][source]
+        f = self.inp.facts[choice.node]
+        return Move(
+            service=svc, service_id=s.id, source_node=source,
+            source_host=self.nodes[source].hostname, source_uuids=h.uuids,
+            source_milli=h.milli, target_node=choice.node,
+            target_host=self.nodes[choice.node].hostname, target_gpus=choice.gpus,
+            target_uuids=tuple(f.gpus[i].uuid for i in choice.gpus),
+            target_milli=choice.milli, trigger=trigger, window_s=window_s, reason=reason,
+            gain=gain, target_share=tuple(sorted((share_labels(
+                self.inp.prefix, choice.node, [f.gpus[i].uuid for i in choice.gpus],
+                choice.milli, f) or {}).items())))
+
+    def accept(self, m: Move) -> None:
+        """Count a proposed move: its target is reserved for the rest of the pass."""
+        self.moves.append(m)
+        self.moved.add(m.service)
+        hold(self.ledger, m)
+
+    def ledger_without(self, drop: Sequence[tuple[str, str]]
+                       ) -> dict[str, dict[str, Holding]]:
+        lg = copy.deepcopy(self.ledger)
+        for svc, nid in drop:
+            lg.get(svc, {}).pop(nid, None)
+        return lg

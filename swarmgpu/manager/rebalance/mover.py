@@ -1,0 +1,400 @@
+"""The move actuator: the only code that writes a rebalancing move, and every safety.
+
+Safety owned here (policies only propose): dry-run; a budget of moves per cycle and
+per node (moves in flight count), and of fragmentation moves per hour and per 100
+placements (``budget.py``); per-service cooldown; opt-out
+(``<p>rebalance=never``); never a global or unconverged service; the target is
+verified free against a fresh read of the ledger just before the first write.
+
+A move of one replica from node A to node B (GPUs U), through placement's own
+mechanisms (gate node label, ledger node label, per-node device service label):
+
+1. service write: ``<p>state.move=<json>`` (the intent) and ``<p>devices.B=U``; with
+   make-before-break also replicas + 1 and ``MaxReplicas=1``. Placement leaves a
+   service with a move label alone. A task created from now on carries B's devices.
+2. node B: ledger ``<p>assign.<svc>`` and gate ``<p>service.<svc>=true``. With the
+   surge, Swarm starts the extra task on B now (the only gated node without one).
+3. node A: ledger and gate removed once B's task runs (surge) or right away (no
+   surge): the constraint enforcer stops A's task; without the surge its replacement
+   can only go to B.
+4. service write: replicas and MaxReplicas back, ``<p>devices.A`` and the move label
+   removed, ``<p>state.moved-at`` set (the cooldown, kept in Swarm).
+
+Progress is read back from Swarm each cycle (gates, tasks), so a daemon killed at any
+point, or a new leader, finishes the move, or rolls it back once ``move_timeout_s``
+has passed without B's task running: A reopened, B closed, the spec restored. No step
+leaves more than replicas + 1 tasks, and A's task stops only after B is open.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loguru import logger
+
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.manager.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.placement import (
+    MOVE_STATE,
+    Holding,
+    assign_key,
+    devices_key,
+    gate_key,
+    parse_holding,
+    read_ledger,
+)
+from swarmgpu.manager.rebalance.budget import FragBudget
+from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
+from swarmgpu.manager.rebalance.moves import Move, MoveRecord, Outcome, Trigger
+from swarmgpu.manager.requests import GpuRequest, parse_all
+from swarmgpu.manager.sharing import node_of_key
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+
+CRASH_ENV = "SWARMGPU_TEST_CRASH_AFTER"  # test hook: os._exit(137) at a named point
+
+
+@dataclass(frozen=True)
+class MoveState:
+    """The intent of a move in flight, as stored in the service's move label."""
+
+    id: str
+    service: str
+    source: str
+    source_host: str
+    source_uuids: tuple[str, ...]
+    source_milli: tuple[int, ...]
+    target: str
+    target_host: str
+    target_uuids: tuple[str, ...]
+    target_milli: tuple[int, ...]
+    surge: bool
+    replicas: int
+    max_replicas: int  # the spec's MaxReplicas before the move (0: unset)
+    started_at: float
+    trigger: str
+    reason: str
+    direction: str = "forward"  # or "back"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> MoveState:
+        d = json.loads(text)
+        for k in ("source_uuids", "source_milli", "target_uuids", "target_milli"):
+            d[k] = tuple(d[k])
+        return cls(**d)
+
+    def source_holding(self) -> Holding:
+        return Holding(self.service, self.source, self.source_uuids, self.source_milli)
+
+    def target_holding(self) -> Holding:
+        return Holding(self.service, self.target, self.target_uuids, self.target_milli)
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        logger.warning("test hook {}={}: exiting now", CRASH_ENV, name)
+        os._exit(137)
+
+
+# --- admission: the budget, pure --------------------------------------------------------
+
+
+def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
+          services: Mapping[str, SwarmService], tasks: Sequence[SwarmTask],
+          ledger: Mapping[str, Mapping[str, Holding]], cfg: RebalanceConfig, prefix: str,
+          now: float, frag_left: tuple[int, str] | None = None,
+          ) -> tuple[list[Move], list[tuple[Move, str]]]:
+    """Which proposed moves may start this cycle; the rest with the reason (pure).
+
+    ``frag_left``: fragmentation moves allowed now and why none is when 0
+    (:meth:`FragBudget.left`); None: no such limit.
+    """
+    frag = frag_left[0] if frag_left is not None else 0
+    ok: list[Move] = []
+    refused: list[tuple[Move, str]] = []
+    per_node: dict[str, int] = {}
+    for st in in_flight:
+        for n in (st.source, st.target):
+            per_node[n] = per_node.get(n, 0) + 1
+    budget = cfg.max_moves_per_cycle - len(in_flight)
+    for m in moves:
+        s = services.get(m.service)
+        req = parse_all(s.labels, prefix=prefix) if s is not None else None
+        why = "service gone" if s is None else why_not_movable(
+            s, req if isinstance(req, GpuRequest) else None, tasks, ledger.get(m.service, {}),
+            prefix, now, cfg.cooldown_s)
+        if why is None and budget <= 0:
+            why = (f"budget: {cfg.max_moves_per_cycle} move(s) per cycle "
+                   f"({len(in_flight)} in flight)")
+        if why is None and any(per_node.get(n, 0) >= cfg.max_moves_per_node
+                               for n in (m.source_node, m.target_node)):
+            why = f"budget: {cfg.max_moves_per_node} move(s) per node per cycle"
+        rationed = frag_left is not None and m.trigger is Trigger.FRAGMENTATION
+        if why is None and rationed and frag_left is not None and frag <= 0:
+            why = frag_left[1]
+        if why is not None:
+            refused.append((m, why))
+            continue
+        ok.append(m)
+        budget -= 1
+        if rationed:
+            frag -= 1
+        for n in (m.source_node, m.target_node):
+            per_node[n] = per_node.get(n, 0) + 1
+    return ok, refused
+
+
+def target_free(m: Move, target: SwarmNode, prefix: str) -> str | None:
+    """None when the target GPUs still have room by the node's live ledger."""
+    used: dict[str, int] = {}
+    for h in read_ledger([target], prefix).values():
+        for hh in h.values():
+            if hh.service == m.service:
+                return f"{m.service} already holds GPUs on {target.hostname}"
+            for u, mi in zip(hh.uuids, hh.milli, strict=True):
+                used[u] = used.get(u, 0) + mi
+    for u, mi in zip(m.target_uuids, m.target_milli, strict=True):
+        if used.get(u, 0) + mi > 1000:
+            return f"{u} on {target.hostname} is no longer free ({used[u]} milli held)"
+    if target.state != "ready" or target.availability != "active":
+        return f"{target.hostname} is {target.state}/{target.availability}"
+    return None
+
+
+# --- spec edits ---------------------------------------------------------------------------
+
+
+def _spec_edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[Mapping[str, Any]],
+                                                                 Mapping[str, Any] | None]:
+    def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        new = copy.deepcopy(dict(spec))
+        fn(new)
+        return None if new == spec else new
+
+    return compute
+
+
+def _labels(spec: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = spec.setdefault("Labels", {}) or {}
+    spec["Labels"] = labels
+    return labels
+
+
+def _set_replicas(spec: dict[str, Any], replicas: int, max_replicas: int) -> None:
+    rep = spec.setdefault("Mode", {}).setdefault("Replicated", {})
+    rep["Replicas"] = replicas
+    placement = spec.setdefault("TaskTemplate", {}).setdefault("Placement", {})
+    if max_replicas:
+        placement["MaxReplicas"] = max_replicas
+    else:
+        placement.pop("MaxReplicas", None)
+
+
+class Mover:
+    def __init__(self, swarm: SwarmClient, cfg: RebalanceConfig, *, prefix: str,
+                 dry_run: bool, metrics: DaemonMetrics | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.swarm = swarm
+        self.cfg = cfg
+        self.prefix = prefix
+        self.dry_run = dry_run
+        self.metrics = metrics
+        self.clock = clock
+        self.recent: deque[MoveRecord] = deque(maxlen=50)
+        self.frag_budget = FragBudget(cfg.fragmentation_moves_per_hour,
+                                      cfg.fragmentation_moves_per_100_placements)
+        self._last_dry: set[tuple[str, str, str]] = set()
+
+    # --- bookkeeping ---------------------------------------------------------------
+    def _record(self, service: str, src: str, dst: str, reason: str, outcome: Outcome,
+                detail: str = "") -> None:
+        self.recent.append(MoveRecord(self.clock(), service, src, dst, reason, outcome, detail))
+        if self.metrics is not None:
+            self.metrics.moves.labels(outcome=str(outcome)).inc()
+        log = logger.bind(service=service)
+        msg = "move {} -> {} {}: {}{}"
+        args = (src, dst, outcome, reason, f" ({detail})" if detail else "")
+        if outcome in (Outcome.FAILED, Outcome.ROLLED_BACK):
+            log.warning(msg, *args)
+        else:
+            log.info(msg, *args)
+
+    def in_flight(self, services: Sequence[SwarmService]) -> dict[str, MoveState]:
+        out: dict[str, MoveState] = {}
+        for s in services:
+            raw = s.labels.get(self.prefix + MOVE_STATE)
+            if raw is None:
+                continue
+            try:
+                out[s.id] = MoveState.from_json(raw)
+            except (ValueError, TypeError, KeyError) as exc:
+                logger.bind(service=s.name).error(
+                    "unreadable {}{} label ({}); remove it by hand after checking the "
+                    "service's gates", self.prefix, MOVE_STATE, exc)
+        return out
+
+    # --- starting ------------------------------------------------------------------
+    def run_cycle(self, moves: Sequence[Move], nodes: Sequence[SwarmNode],
+                  services: Sequence[SwarmService], tasks: Sequence[SwarmTask]) -> None:
+        """Advance moves in flight, then start the admitted new ones."""
+        flying = self.in_flight(services)
+        for sid, st in flying.items():
+            try:
+                self.advance(sid, st)
+            except SwarmError as exc:
+                logger.bind(service=st.service).error("move step failed, retried next "
+                                                      "cycle: {}", exc)
+        by_name = {s.name: s for s in services}
+        ledger = read_ledger(nodes, self.prefix)
+        self.frag_budget.observe(ledger, services, self.prefix, self.clock())
+        ok, refused = admit(moves, list(flying.values()), by_name, tasks, ledger, self.cfg,
+                            self.prefix, self.clock(), self.frag_budget.left(self.clock()))
+        for m, why in refused:
+            logger.bind(service=m.service).info("move {} -> {} not started: {}",
+                                                m.source_host, m.target_host, why)
+        if self.dry_run:
+            now_keys = set()
+            for m in ok:
+                key = (m.service, m.source_node, m.target_node)
+                now_keys.add(key)
+                if key not in self._last_dry:
+                    self._record(m.service, m.source_host, m.target_host, m.reason,
+                                 Outcome.DRY_RUN, f"GPUs {','.join(m.target_uuids)}")
+            self._last_dry = now_keys
+            return
+        for m in ok:
+            try:
+                if self.start(m, by_name[m.service]) and m.trigger is Trigger.FRAGMENTATION:
+                    self.frag_budget.spend(self.clock())
+            except SwarmError as exc:
+                self._record(m.service, m.source_host, m.target_host, m.reason,
+                             Outcome.FAILED, str(exc))
+
+    def start(self, m: Move, svc: SwarmService) -> bool:
+        fresh = self.swarm.service(svc.id)
+        target = self.swarm.node(m.target_node)
+        source = self.swarm.node(m.source_node)
+        why = target_free(m, target, self.prefix)
+        held = source.labels.get(assign_key(self.prefix, m.service))
+        h = parse_holding(m.service, m.source_node, held or "")
+        if why is None and (h is None or h.uuids != m.source_uuids):
+            why = f"the replica on {m.source_host} changed since planning"
+        tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
+        req = parse_all(fresh.labels, prefix=self.prefix)
+        ledger = read_ledger(self.swarm.nodes(), self.prefix).get(m.service, {})
+        why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
+                                     tasks, ledger, self.prefix, self.clock(),
+                                     self.cfg.cooldown_s)
+        if why is not None:
+            self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.REFUSED, why)
+            return False
+        replicas = fresh.replicas or 0
+        st = MoveState(
+            id=uuid.uuid4().hex[:12], service=m.service, source=m.source_node,
+            source_host=m.source_host, source_uuids=m.source_uuids,
+            source_milli=m.source_milli, target=m.target_node, target_host=m.target_host,
+            target_uuids=m.target_uuids, target_milli=m.target_milli,
+            surge=self.cfg.make_before_break, replicas=replicas,
+            max_replicas=int(fresh.max_replicas_per_node or 0), started_at=self.clock(),
+            trigger=str(m.trigger), reason=m.reason)
+        p = self.prefix
+
+        def step1(spec: dict[str, Any]) -> None:
+            labels = _labels(spec)
+            labels[p + MOVE_STATE] = st.to_json()
+            labels[devices_key(p, st.target)] = ",".join(st.target_uuids)
+            labels.update(dict(m.target_share))  # the moved task is told its share
+            if st.surge:
+                _set_replicas(spec, replicas + 1, 1)
+
+        self.swarm.update_service_spec(fresh.id, _spec_edit(step1))
+        self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.STARTED,
+                     f"GPUs {','.join(m.target_uuids)}"
+                     f"{', make-before-break' if st.surge else ''}")
+        _crash_point("move-step-1")
+        self._open(st.target, st.target_holding())
+        _crash_point("move-step-2")
+        return True
+
+    # --- progress ------------------------------------------------------------------
+    def _open(self, node_id: str, h: Holding) -> bool:
+        want = {assign_key(self.prefix, h.service): h.label_value(),
+                gate_key(self.prefix, h.service): "true"}
+
+        def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+            new = dict(cur)
+            new.update(want)
+            return new
+
+        return self.swarm.update_node_labels(node_id, compute)
+
+    def _close(self, node_id: str, service: str) -> bool:
+        keys = (assign_key(self.prefix, service), gate_key(self.prefix, service))
+
+        def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+            return {k: v for k, v in cur.items() if k not in keys}
+
+        return self.swarm.update_node_labels(node_id, compute)
+
+    def _finish(self, sid: str, st: MoveState, drop_node: str) -> None:
+        p = self.prefix
+        now = self.clock()
+
+        def edit(spec: dict[str, Any]) -> None:
+            labels = _labels(spec)
+            labels.pop(p + MOVE_STATE, None)
+            labels.pop(devices_key(p, drop_node), None)
+            for k in [k for k in labels if node_of_key(k, p) == drop_node]:
+                labels.pop(k)
+            labels[p + MOVED_AT] = f"{now:.0f}"
+            if st.surge:
+                _set_replicas(spec, st.replicas, st.max_replicas)
+
+        self.swarm.update_service_spec(sid, _spec_edit(edit))
+
+    def advance(self, sid: str, st: MoveState) -> None:
+        """One look at a move in flight; make every step whose condition holds."""
+        p = self.prefix
+        src = self.swarm.node(st.source)
+        dst = self.swarm.node(st.target)
+        tasks = self.swarm.tasks({"service": sid, "desired-state": "running"})
+        running_on = {t.node_id for t in tasks if t.state == "running"}
+        on_source = any(t.node_id == st.source for t in tasks)
+        src_open = src.labels.get(gate_key(p, st.service)) == "true"
+        dst_open = dst.labels.get(gate_key(p, st.service)) == "true"
+        late = self.clock() - st.started_at > self.cfg.move_timeout_s
+        if st.direction == "forward" and late and st.target not in running_on:
+            back = MoveState(**{**asdict(st), "direction": "back"})
+            self.swarm.update_service_spec(sid, _spec_edit(
+                lambda spec: _labels(spec).__setitem__(p + MOVE_STATE, back.to_json())))
+            st = back
+        if st.direction == "back":
+            self._open(st.source, st.source_holding())
+            self._close(st.target, st.service)
+            self._finish(sid, st, st.target)
+            self._record(st.service, st.source_host, st.target_host, st.reason,
+                         Outcome.ROLLED_BACK, f"no task running on {st.target_host} within "
+                         f"{self.cfg.move_timeout_s:g}s")
+            return
+        if not dst_open:
+            self._open(st.target, st.target_holding())
+            _crash_point("move-step-2")
+            return
+        if src_open and (not st.surge or st.target in running_on):
+            self._close(st.source, st.service)
+            _crash_point("move-step-3")
+            return
+        if not src_open and not on_source and st.target in running_on:
+            self._finish(sid, st, st.source)
+            self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.DONE,
+                         f"running on {st.target_host} with {','.join(st.target_uuids)}")

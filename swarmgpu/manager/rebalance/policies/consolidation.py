@@ -1,0 +1,51 @@
+"""Consolidation / idle clean-up: pack fractional services from under-used shared GPUs.
+
+Acts on a node whose free share is fragmented (``frag_pct`` held for its window) and
+on a GPU of it that stayed under the low threshold for its window: when every holder
+of that GPU can move to partly used GPUs elsewhere (keeping them below the hot clear
+threshold), the GPU becomes whole again. Only then are the moves proposed.
+"""
+
+from __future__ import annotations
+
+from swarmgpu.manager.placement import Holding
+from swarmgpu.manager.rebalance.attribution import estimated_util
+from swarmgpu.manager.rebalance.context import Context, hold
+from swarmgpu.manager.rebalance.moves import Move, Trigger
+from swarmgpu.manager.rebalance.windows import State
+
+
+def propose(ctx: Context) -> None:
+    cfg = ctx.cfg
+    holders = ctx.holders()
+    for nid, ns in sorted(ctx.inp.node_signals.items(), key=lambda kv: -kv[1].frag_pct):
+        if ns.frag is not State.TRUE or not ns.known:
+            continue
+        idle = [g for g in ctx.inp.gpus.values()
+                if g.node_id == nid and g.idle is State.TRUE]
+        for g in sorted(idle, key=lambda g: sum(s.milli for s in holders.get(g.uuid, []))):
+            on = [s for s in holders.get(g.uuid, []) if s.node_id == nid]
+            if not on or any(len(s.holding.uuids) != 1 or s.milli >= 1000 for s in on):
+                continue
+            if any(ctx.movable(s.service) is not None for s in on):
+                continue
+            planned: list[Move] = []
+            ledger: dict[str, dict[str, Holding]] = {k: dict(v) for k, v in ctx.ledger.items()}
+            for s in on:
+                est = estimated_util(s, g.util_pct, on) or 0.0
+                choice = ctx.find_target(s.service, nid, add_util=est, only_shared=True,
+                                         ledger=ledger)
+                if choice is None:
+                    break
+                m = ctx.make_move(
+                    s.service, nid, choice, Trigger.CONSOLIDATION, cfg.idle_window_s,
+                    reason=(f"{ns.hostname} GPU {g.index} under {cfg.idle_util_pct:g}% util "
+                            f"for {cfg.idle_window_s:g}s and {ns.frag_pct:.0f}% of the node's "
+                            f"free share is fragmented (> {cfg.frag_pct:g}% for "
+                            f"{cfg.frag_window_s:g}s)"),
+                    gain=f"frees {ns.hostname} GPU {g.index} as a whole GPU")
+                planned.append(m)
+                hold(ledger, m)
+            if len(planned) == len(on):
+                for m in planned:
+                    ctx.accept(m)

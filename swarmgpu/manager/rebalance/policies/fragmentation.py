@@ -1,0 +1,155 @@
+"""Fragmentation: the single moves of running GPU shares that lower FGD's fragmentation of
+the cluster most, with nothing pending and nothing hot.
+
+The search is :class:`swarmgpu.allocator.defrag.FragmentationMoves`, the same object
+``simulate --rebalance-moves`` drives, so the simulator's moves figures measure this
+policy. Here it reads the ledger (what runs where), the workload (``Inputs.workload``:
+placement's model; else the typical tasks of the services annotated now) and the
+daemon's limits on targets: a node that is ready, active and has known metrics, a GPU
+that is verified free (known, not hot, below ``hot_clear_pct``), the service's own
+constraints, no node the service already holds, and, when the spread policy runs, no
+target that spread would undo.
+
+Only single-GPU shares of services that may move now (``Context.movable``: opt-out,
+cooldown, converged, no move in flight) are candidates, and no share with zone rules
+(placement's zone choice stands). Up to ``max_moves_per_cycle`` moves are proposed, each
+the best after the ones before; the mover admits them against its budgets (moves per
+hour and per 100 placements among them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable
+from typing import cast
+
+from swarmgpu.allocator.core import Allocator, Choice, NodeState
+from swarmgpu.allocator.defrag import FragmentationMoves, Held, Targets
+from swarmgpu.manager.placement import demand_of
+from swarmgpu.manager.rebalance.context import Context, _constraints_allow
+from swarmgpu.manager.rebalance.moves import Trigger
+
+_PCT_EPS = 1e-9
+
+
+def _cap(node: NodeState) -> int:
+    return sum(g.capacity_milli for g in node.spec.gpus if g.healthy and not g.mig_enabled)
+
+
+def _alloc_pct(node: NodeState) -> float | None:
+    cap = _cap(node)
+    if not cap:
+        return None
+    free = sum(f for f, g in zip(node.free, node.spec.gpus, strict=True)
+               if g.healthy and not g.mig_enabled)
+    return 100.0 * (cap - free) / cap
+
+
+def _key(key: Hashable) -> tuple[str, str]:
+    """(service, source node id): the keys ``_running_shares`` gives its tasks."""
+    svc, nid = cast(tuple[str, str], key)
+    return svc, nid
+
+
+def _consistent_gpus(ctx: Context, alloc: Allocator) -> set[tuple[str, int]]:
+    """(node, GPU) whose ledger holdings are exactly what the allocator counts as used (a
+    holding it refused, e.g. an over-committed GPU, makes the GPU's state unreliable:
+    nothing on it is moved)."""
+    used: dict[tuple[str, int], int] = {}
+    for by_node in ctx.ledger.values():
+        for nid, h in by_node.items():
+            f = ctx.inp.facts.get(nid)
+            if f is None:
+                continue
+            index = {g.uuid: i for i, g in enumerate(f.gpus)}
+            for u, m in zip(h.uuids, h.milli, strict=True):
+                if u in index:
+                    used[(nid, index[u])] = used.get((nid, index[u]), 0) + m
+    return {k for k, m in used.items() if k[0] in alloc.nodes
+            and alloc.nodes[k[0]].spec.gpus[k[1]].capacity_milli - alloc.nodes[k[0]].free[k[1]]
+            == m}
+
+
+def _running_shares(ctx: Context, alloc: Allocator) -> list[Held]:
+    held: list[Held] = []
+    ok = _consistent_gpus(ctx, alloc)
+    for svc in sorted(ctx.ledger):
+        req = ctx.requests.get(svc)
+        if (req is None or not req.is_fraction or req.mig_profile or req.zone_prefer
+                or req.zone_avoid or ctx.movable(svc) is not None):
+            continue
+        d = demand_of(req)
+        for nid, h in sorted(ctx.ledger[svc].items()):
+            f = ctx.inp.facts.get(nid)
+            if f is None or len(h.uuids) != 1 or h.milli != (d.gpu_milli,):
+                continue  # not (yet) what the request asks: placement re-places it
+            idx = next((i for i, g in enumerate(f.gpus) if g.uuid == h.uuids[0]), None)
+            if idx is None or (nid, idx) not in ok:
+                continue
+            held.append(Held((svc, nid), d, Choice(nid, (idx,), h.milli, 0.0,
+                                                   f"held by {svc}")))
+    return held
+
+
+def propose(ctx: Context) -> None:
+    cfg = ctx.cfg
+    budget = cfg.max_moves_per_cycle
+    if (budget <= 0 or cfg.fragmentation_moves_per_hour <= 0
+            or cfg.fragmentation_moves_per_100_placements <= 0):
+        return
+    workload = ctx.workload()
+    alloc = ctx.allocator().alloc
+    held = _running_shares(ctx, alloc)
+    if not workload or not held:
+        return
+    policy = FragmentationMoves(workload)
+    spread = "spread" in {p.strip() for p in cfg.policies.split(",")}
+    pct = {nid: p for nid, n in alloc.nodes.items() if (p := _alloc_pct(n)) is not None}
+    low = {nid for nid, p in pct.items() if p < cfg.spread_low_pct and ctx.node_known(nid)}
+
+    def node_ok(node: NodeState) -> bool:
+        n = ctx.nodes.get(node.spec.name)
+        return (n is not None and n.state == "ready" and n.availability == "active"
+                and ctx.node_known(node.spec.name))
+
+    def gpu_ok(node: NodeState, i: int) -> bool:
+        sig = ctx.inp.gpus.get(ctx.inp.facts[node.spec.name].gpus[i].uuid)
+        return sig is not None and ctx.gpu_ok_as_target(sig, 0.0)
+
+    def task_ok(h: Held, node: NodeState) -> bool:
+        svc, src = _key(h.key)
+        dst = node.spec.name
+        s = ctx.by_name[svc]
+        if dst in ctx.ledger.get(svc, {}) or not _constraints_allow(s, ctx.nodes[dst],
+                                                                      ctx.inp.prefix):
+            return False
+        if not spread or dst not in pct:
+            return True
+        # Spread would move it back: the target squeezed while a node stays (or the
+        # source becomes) nearly empty.
+        milli = h.demand.gpu_milli
+        if pct[dst] + 100.0 * milli / _cap(node) <= cfg.spread_high_pct + _PCT_EPS:
+            return True
+        src_cap = _cap(alloc.nodes[src])
+        after_src = pct[src] - 100.0 * milli / src_cap if src in pct and src_cap else 100.0
+        emptied = after_src < cfg.spread_low_pct and ctx.node_known(src)
+        return not (low - {dst} or emptied)
+
+    before = policy.cluster_cost(alloc)
+    got = policy.plan(alloc, held, budget, targets=Targets(node_ok, gpu_ok, task_ok),
+                      again=False)
+    n_shapes = len(workload)
+    for mv in got:
+        svc, src = _key(mv.key)
+        share = before and 100.0 * mv.gain / before
+        src_host = ctx.nodes[src].hostname
+        dst_host = ctx.nodes[mv.new.node].hostname
+        m = ctx.make_move(
+            svc, src, mv.new, Trigger.FRAGMENTATION, None,
+            reason=(f"{src_host} GPU {mv.old.gpus[0]} -> {dst_host} GPU {mv.new.gpus[0]}: "
+                    f"the move that lowers the cluster's fragmentation most (FGD, against "
+                    f"{n_shapes} typical task shape(s))"),
+            gain=(f"fragmentation -{mv.gain:.0f} GPU-milli ({mv.gain / 1000:.2f} GPU, "
+                  f"{share:.1f}% of the cluster's {before:.0f})"))
+        ctx.accept(dataclasses.replace(m, frag_gain_milli=mv.gain, frag_before_milli=before))
+        before -= mv.gain

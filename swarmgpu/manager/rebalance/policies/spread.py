@@ -1,0 +1,52 @@
+"""Node joined or freed: spread back what was squeezed.
+
+Descheduler-style allocation thresholds with a dead band: a node above
+``spread_high_pct`` of its GPU share allocated gives one movable holding to a node
+below ``spread_low_pct`` (known metrics, schedulable), when that leaves the target
+below the source. One move per squeezed node per pass.
+"""
+
+from __future__ import annotations
+
+from swarmgpu.manager.rebalance.context import Context
+from swarmgpu.manager.rebalance.moves import Trigger
+
+
+def _alloc_pct(ctx: Context) -> dict[str, float]:
+    alloc = ctx.allocator()
+    out: dict[str, float] = {}
+    for nid, ns in alloc.alloc.nodes.items():
+        cap = sum(g.capacity_milli for g in ns.spec.gpus if g.healthy and not g.mig_enabled)
+        if cap:
+            free = sum(f for f, g in zip(ns.free, ns.spec.gpus, strict=True)
+                       if g.healthy and not g.mig_enabled)
+            out[nid] = 100.0 * (cap - free) / cap
+    return out
+
+
+def propose(ctx: Context) -> None:
+    cfg = ctx.cfg
+    pct = _alloc_pct(ctx)
+    low = {nid for nid, p in pct.items() if p < cfg.spread_low_pct and ctx.node_known(nid)}
+    if not low:
+        return
+    for src in sorted((n for n, p in pct.items() if p > cfg.spread_high_pct),
+                      key=lambda n: -pct[n]):
+        holdings = sorted(((sum(h.milli), svc) for svc, by in ctx.ledger.items()
+                           for nid, h in by.items() if nid == src))
+        for size, svc in holdings:
+            if ctx.movable(svc) is not None:
+                continue
+            choice = ctx.find_target(svc, src, only_nodes=low)
+            if choice is None:
+                continue
+            m = ctx.make_move(
+                svc, src, choice, Trigger.SPREAD, None,
+                reason=(f"{ctx.nodes[src].hostname} has {pct[src]:.0f}% of its GPU share "
+                        f"allocated (> {cfg.spread_high_pct:g}%), "
+                        f"{ctx.nodes[choice.node].hostname} {pct[choice.node]:.0f}% "
+                        f"(< {cfg.spread_low_pct:g}%)"),
+                gain=f"{size / 1000:g} GPU moves to the emptier node")
+            ctx.accept(m)
+            low.discard(choice.node)
+            break

@@ -1,0 +1,94 @@
+"""Scrape Prometheus text (swarmgpu agent or dcgm-exporter) from every node.
+
+Bounded and never trusting: a deadline per node, a size cap, the real parser
+(:func:`swarmgpu.core.metrics_in.parse_metrics`). A node whose page is unreachable, late,
+garbage or names another host yields an error, which the signals turn into UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
+from swarmgpu.manager import boundedhttp
+from swarmgpu.swarm.client import SwarmNode
+
+MAX_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class NodeScrape:
+    node_id: str
+    hostname: str
+    url: str
+    at: float
+    result: ScrapeResult | None  # None: nothing usable came back
+    error: str | None  # why the node's metrics are unusable (or partly broken)
+
+
+def metrics_url(node: SwarmNode, template: str) -> str:
+    return template.format(addr=node.addr, hostname=node.hostname)
+
+
+def judge(node: SwarmNode, url: str, text: str, at: float) -> NodeScrape:
+    """Parse one page; decide whether it can be trusted for this node."""
+    res = parse_metrics(text)
+    if not res.samples_by_uuid:
+        why = "; ".join(res.errors[:3]) or "no GPU sample (no UUID label) in the page"
+        return NodeScrape(node.id, node.hostname, url, at, None,
+                          f"metrics at {url} unusable: {why}")
+    if res.hostname and node.hostname and res.hostname != node.hostname:
+        return NodeScrape(node.id, node.hostname, url, at, None,
+                          f"metrics at {url} are for host {res.hostname!r}, not "
+                          f"{node.hostname!r}; check rebalance.metrics_url_template")
+    err = f"metrics at {url}: {len(res.errors)} broken line(s), e.g. {res.errors[0]}" \
+        if res.errors else None
+    return NodeScrape(node.id, node.hostname, url, at, res, err)
+
+
+def scrape_node(node: SwarmNode, template: str, timeout_s: float,
+                tls: ssl.SSLContext | None = None, token: str | None = None) -> NodeScrape:
+    """One node's page: one wall-clock deadline for the whole request, a byte cap, no
+    redirects, and errors that never quote what the exporter sent. Never raises."""
+    url = metrics_url(node, template)
+    at = time.time()
+
+    def fail(msg: str) -> NodeScrape:
+        return NodeScrape(node.id, node.hostname, url, at, None, f"metrics at {url} {msg}")
+
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    try:
+        got = boundedhttp.get(url, timeout_s=timeout_s, max_bytes=MAX_BYTES, tls=tls,
+                              headers=headers)
+    except TimeoutError:
+        return fail(f"timed out: no whole answer within {timeout_s}s; ignored")
+    except boundedhttp.FetchError as exc:
+        return fail(f"unusable: {exc}; ignored")
+    except Exception as exc:
+        return fail(f"unreachable: {exc.__class__.__name__}")
+    if tls is not None and got.peer_cn != node.id:
+        return fail(f"presented the certificate of node {(got.peer_cn or '?')[:25]!r}, not "
+                    f"of {node.hostname} ({node.id[:12]}); refused")
+    if got.status != 200:
+        extra = " (redirects are not followed)" if 300 <= got.status < 400 else ""
+        return fail(f"answered HTTP {got.status}{extra}")
+    try:
+        return judge(node, url, got.body.decode("utf-8", "replace"), at)
+    except Exception as exc:  # the parser never should; one page never stops the cycle
+        return fail(f"cannot be parsed ({exc.__class__.__name__}); ignored")
+
+
+def scrape_all(nodes: Sequence[SwarmNode], template: str, timeout_s: float,
+               parallel: int = 16, tls: ssl.SSLContext | None = None,
+               token: str | None = None) -> dict[str, NodeScrape]:
+    """Every ready node's metrics, in parallel; one dead exporter never blocks others."""
+    ready = [n for n in nodes if n.state == "ready"]
+    if not ready:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(parallel, len(ready))) as pool:
+        got = list(pool.map(lambda n: scrape_node(n, template, timeout_s, tls, token), ready))
+    return {s.node_id: s for s in got}

@@ -1,0 +1,144 @@
+"""Per-GPU and per-node time windows over scraped metrics, kept across cycles.
+
+Each cycle records one point per GPU (utilisation, or ``None`` when the node's page was
+unusable or the GPU missing from it) and one per node (allocation fragmentation from
+the ledger); the trackers of :mod:`swarmgpu.manager.rebalance.windows` turn them into TRUE / FALSE /
+UNKNOWN with hysteresis. Broken, late or missing metrics make a GPU UNKNOWN, and a node
+with any UNKNOWN GPU is not "known": no move starts from or lands on it because of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement import Holding
+from swarmgpu.manager.rebalance.scrape import NodeScrape
+from swarmgpu.manager.rebalance.windows import (
+    Condition,
+    ConditionTracker,
+    SeriesStore,
+    State,
+    coverage_problem,
+)
+
+UTIL = "util_pct"
+FRAG = "frag_pct"
+
+
+@dataclass(frozen=True)
+class GpuSignal:
+    uuid: str
+    node_id: str
+    index: int
+    util_pct: float | None  # last reading; None: unknown
+    hot: State
+    idle: State
+    why_unknown: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeSignal:
+    node_id: str
+    hostname: str
+    known: bool
+    why_unknown: str | None
+    frag_pct: float
+    frag: State
+
+
+def conditions(cfg: RebalanceConfig) -> tuple[Condition, Condition, Condition]:
+    hot = Condition(UTIL, ">", cfg.hot_util_pct, cfg.hot_window_s,
+                    clear_threshold=cfg.hot_clear_pct, max_gap_s=cfg.max_gap_s,
+                    min_samples=cfg.min_samples)
+    idle = Condition(UTIL, "<", cfg.idle_util_pct, cfg.idle_window_s,
+                     clear_threshold=cfg.idle_clear_pct, max_gap_s=cfg.max_gap_s,
+                     min_samples=cfg.min_samples)
+    frag = Condition(FRAG, ">", cfg.frag_pct, cfg.frag_window_s, max_gap_s=cfg.max_gap_s,
+                     min_samples=cfg.min_samples)
+    return hot, idle, frag
+
+
+def fragmentation_pct(node_facts: NodeFacts, holdings: Mapping[str, Holding]) -> float:
+    """Share of the node's free GPU capacity that lies on partly used GPUs (0-100)."""
+    used: dict[str, int] = {}
+    for h in holdings.values():
+        for u, m in zip(h.uuids, h.milli, strict=True):
+            used[u] = used.get(u, 0) + m
+    free_total = partial = 0
+    for g in node_facts.gpus:
+        if g.mig_enabled or not g.healthy:
+            continue
+        free = max(0, 1000 - used.get(g.uuid, 0))
+        free_total += free
+        if 0 < free < 1000:
+            partial += free
+    return 100.0 * partial / free_total if free_total else 0.0
+
+
+class Signals:
+    """The windows of one daemon (the leader's memory; a new leader starts UNKNOWN)."""
+
+    def __init__(self, cfg: RebalanceConfig) -> None:
+        self.cfg = cfg
+        self.hot_c, self.idle_c, self.frag_c = conditions(cfg)
+        longest = max(cfg.hot_window_s, cfg.idle_window_s, cfg.frag_window_s)
+        self.store = SeriesStore(longest + 2 * cfg.max_gap_s)
+        self.hot = ConditionTracker(self.hot_c, self.store)
+        self.idle = ConditionTracker(self.idle_c, self.store)
+        self.frag = ConditionTracker(self.frag_c, self.store)
+        self.gpus: dict[str, GpuSignal] = {}
+        self.nodes: dict[str, NodeSignal] = {}
+
+    def observe(self, scrapes: Mapping[str, NodeScrape], facts: Mapping[str, NodeFacts],
+                hostnames: Mapping[str, str],
+                ledger: Mapping[str, Mapping[str, Holding]], now: float) -> list[str]:
+        """Record this cycle's readings and re-judge every window. Returns warnings."""
+        warnings: list[str] = []
+        per_node: dict[str, dict[str, Holding]] = {}
+        for svc, by_node in ledger.items():
+            for nid, h in by_node.items():
+                per_node.setdefault(nid, {})[svc] = h
+        gpus: dict[str, GpuSignal] = {}
+        nodes: dict[str, NodeSignal] = {}
+        for nid, f in facts.items():
+            if not f.gpus:
+                continue
+            host = hostnames.get(nid, nid[:12])
+            sc = scrapes.get(nid)
+            res = sc.result if sc is not None else None
+            node_why: str | None = None
+            if sc is None:
+                node_why = "no metrics scraped (node not ready?)"
+            elif res is None:
+                node_why = sc.error or "metrics unusable"
+            if node_why is not None:
+                warnings.append(f"{host}: {node_why}; node is UNKNOWN, no move from or to it")
+            elif sc is not None and sc.error:
+                warnings.append(f"{host}: {sc.error}")
+            for g in f.gpus:
+                if g.mig_enabled:
+                    continue  # MIG GPUs report per instance; they are never moved
+                m = res.samples_by_uuid.get(g.uuid) if res is not None else None
+                util = m.util_pct if m is not None else None
+                self.store.add(g.uuid, UTIL, now, util)
+                hot = self.hot.update(g.uuid, now)
+                idle = self.idle.update(g.uuid, now)
+                why = None
+                if hot is State.UNKNOWN:
+                    why = node_why or coverage_problem(
+                        self.store.points(g.uuid, UTIL), now, self.hot_c) or "unknown"
+                gpus[g.uuid] = GpuSignal(g.uuid, nid, g.index, util, hot, idle, why)
+            frag = fragmentation_pct(f, per_node.get(nid, {}))
+            self.store.add(nid, FRAG, now, frag)
+            fst = self.frag.update(nid, now)
+            unknown = [s for s in gpus.values() if s.node_id == nid and s.hot is State.UNKNOWN]
+            why_n = node_why or (f"GPU {unknown[0].index}: {unknown[0].why_unknown}"
+                                 if unknown else None)
+            nodes[nid] = NodeSignal(nid, host, node_why is None and not unknown, why_n, frag, fst)
+        self.gpus, self.nodes = gpus, nodes
+        for key in self.store.keys() - set(gpus) - set(nodes):
+            self.store.forget(key)  # GPUs and nodes that left
+        return warnings

@@ -1,0 +1,360 @@
+"""The GPU request language: what a service asks for, in its ``deploy.labels``.
+
+Pure parsing and validation; docs/requests.md is the user-facing description. Every bad
+value raises RequestError naming the key, the value and what is accepted, so a planner
+can report it on the service and carry on with the others (``parse_all``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from fnmatch import fnmatchcase
+from math import ceil
+from typing import TypeVar
+
+from swarmgpu.allocator.mig import MigProfileError, normalize_profile
+
+DEFAULT_PREFIX = "swarmgpu."
+DEFAULT_ZONE_LABEL = "topology.zone"
+
+# Keys swarmgpu writes onto services itself; never user errors.
+OUTPUT_LABEL_PREFIXES: tuple[str, ...] = (
+    "swarmgpu.devices.",
+    "swarmgpu.share.",  # what a shared GPU holding tells its container (swarmgpu.manager.sharing)
+    "swarmgpu.placement",
+    "swarmgpu.state",
+    "swarmgpu.assigned",
+    "swarmgpu.managed",
+)
+
+KEYS: tuple[str, ...] = (
+    "gpus", "gpu-memory", "gpu-fraction", "gpu-product", "topology", "mig",
+    "rebalance", "zone-prefer", "zone-avoid", "pack",
+)
+
+
+class Topology(StrEnum):
+    ANY = "any"
+    NVLINK = "nvlink"  # every pair of the set NVLink-connected
+    NUMA = "numa"  # every GPU of the set on one NUMA node
+
+
+class Rebalance(StrEnum):
+    AUTO = "auto"
+    NEVER = "never"
+
+
+class Pack(StrEnum):
+    """Whether the replicas of a service may share one node (``swarmgpu.placement``)."""
+
+    AUTO = "auto"  # one per node; all on one node when they cannot be spread
+    ALWAYS = "always"  # all on one node
+    NEVER = "never"  # one per node, always
+
+
+class RequestError(ValueError):
+    """A request label with a value swarmgpu cannot use."""
+
+    def __init__(self, key: str, value: str, accepted: str) -> None:
+        self.key = key
+        self.value = value
+        self.accepted = accepted
+        super().__init__(f"{key}={value!r}: expected {accepted}")
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """What one replica of a service needs. Amount is one of: ``gpus`` whole GPUs,
+    ``gpu_milli`` thousandths of one GPU (< 1000, by memory), or one MIG device."""
+
+    gpus: int = 1
+    gpu_milli: int = 1000  # per GPU; < 1000 only for a fraction of one GPU
+    min_memory_mib: int | None = None
+    products: tuple[str, ...] = ()  # globs, case-insensitive; empty = any
+    topology: Topology = Topology.ANY
+    mig_profile: str | None = None
+    rebalance: Rebalance = Rebalance.AUTO
+    zone_prefer: tuple[str, ...] = ()
+    zone_avoid: tuple[str, ...] = ()
+    zone_label: str = DEFAULT_ZONE_LABEL  # node label holding the zone name
+    pack: Pack = Pack.AUTO
+
+    @property
+    def can_pack(self) -> bool:
+        """Replicas may share a node: whole GPUs only (a share or a MIG device keeps
+        one replica per node, see docs/requests.md)."""
+        return self.pack is not Pack.NEVER and not self.is_fraction and not self.mig_profile
+
+    @property
+    def is_fraction(self) -> bool:
+        return self.gpu_milli < 1000
+
+    def matches_product(self, product: str) -> bool:
+        """Does a GPU product (nvidia-smi ``NVIDIA A100-SXM4-80GB`` or GFD
+        ``NVIDIA-A100-SXM4-80GB`` spelling) match the request?"""
+        if not self.products:
+            return True
+        name = _product_norm(product)
+        return any(fnmatchcase(name, _product_norm(p)) for p in self.products)
+
+    def describe(self) -> str:
+        """Human text: ``2 NVLink GPUs >= 40 GiB``, ``MIG 1g.10gb``, ``0.25 GPU``."""
+        if self.mig_profile:
+            text = f"MIG {self.mig_profile}"
+        elif self.is_fraction:
+            text = f"{self.gpu_milli / 1000:g} GPU"
+        else:
+            kind = {Topology.NVLINK: "NVLink ", Topology.NUMA: "same-NUMA "}.get(
+                self.topology, ""
+            )
+            text = f"{self.gpus} {kind}GPU{'s' if self.gpus != 1 else ''}"
+        if self.min_memory_mib is not None:
+            text += f" >= {_mib_text(self.min_memory_mib)}"
+        if self.products:
+            text += f" ({' | '.join(self.products)})"
+        if self.zone_prefer:
+            text += f", prefer zone {'|'.join(self.zone_prefer)}"
+        if self.zone_avoid:
+            text += f", avoid zone {'|'.join(self.zone_avoid)}"
+        if self.rebalance is Rebalance.NEVER:
+            text += ", never moved"
+        if self.pack is not Pack.AUTO:
+            text += f", pack {self.pack}"
+        return text
+
+
+def is_output_key(key: str) -> bool:
+    return key.startswith(OUTPUT_LABEL_PREFIXES)
+
+
+def parse_request(
+    labels: Mapping[str, str],
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    zone_label: str = DEFAULT_ZONE_LABEL,
+) -> GpuRequest | None:
+    """The request in a service's labels; None when it has no request key.
+
+    Any request key makes the service a GPU request; the amount defaults to one whole
+    GPU. Raise RequestError on the first bad key or value.
+    """
+    output = tuple(prefix + p[len(DEFAULT_PREFIX):] for p in OUTPUT_LABEL_PREFIXES)
+    mine: dict[str, str] = {}
+    for key in sorted(labels):
+        if not key.startswith(prefix) or key.startswith(output):
+            continue
+        name = key[len(prefix):]
+        if name not in KEYS:
+            near = difflib.get_close_matches(name, KEYS, n=1)
+            hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
+            raise RequestError(
+                key, labels[key], f"a known key: {', '.join(prefix + k for k in KEYS)}{hint}"
+            )
+        if len(labels[key]) > MAX_VALUE_LEN:
+            raise RequestError(key, labels[key][:32] + "...",
+                               f"a value of at most {MAX_VALUE_LEN} characters")
+        mine[name] = labels[key].strip()
+    if not mine:
+        return None
+    p = prefix
+    gpus = _whole(mine, "gpus", p) if "gpus" in mine else None
+    fraction = _fraction(mine, p) if "gpu-fraction" in mine else None
+    mig = _mig(mine, p) if "mig" in mine else None
+    memory = _memory(mine, p) if "gpu-memory" in mine else None
+    products = _products(mine, p) if "gpu-product" in mine else ()
+    topology = _choice(mine, "topology", Topology, p)
+    rebalance = _choice(mine, "rebalance", Rebalance, p)
+    pack = _choice(mine, "pack", Pack, p)
+    prefer = _zones(mine, "zone-prefer", p)
+    avoid = _zones(mine, "zone-avoid", p)
+
+    if fraction is not None and gpus is not None and gpus > 1:
+        raise RequestError(
+            p + "gpu-fraction", mine["gpu-fraction"],
+            f"no {p}gpus above 1 with it: a fraction is a share of one GPU "
+            f"(drop {p}gpus={gpus} or the fraction)",
+        )
+    if mig is not None:
+        if gpus is not None and gpus > 1:
+            raise RequestError(
+                p + "mig", mine["mig"],
+                f"no {p}gpus above 1 with it: one replica gets one MIG device "
+                f"(drop {p}gpus={gpus})",
+            )
+        for other in ("gpu-fraction", "gpu-memory"):
+            if other in mine:
+                raise RequestError(
+                    p + "mig", mine["mig"],
+                    f"no {p}{other} with it: the MIG profile fixes the share and memory "
+                    f"(drop {p}{other})",
+                )
+    whole = gpus if gpus is not None else 1
+    if topology is not Topology.ANY and (whole < 2 or fraction is not None or mig):
+        raise RequestError(
+            p + "topology", mine["topology"],
+            f"{p}gpus of 2 or more with it: topology is about how GPUs of one replica "
+            f"connect (set {p}gpus=2 or more, or drop {p}topology)",
+        )
+    if pack is Pack.ALWAYS and (fraction is not None or mig):
+        raise RequestError(
+            p + "pack", mine["pack"],
+            f"auto or never with {p}{'mig' if mig else 'gpu-fraction'}: replicas of a "
+            "share or a MIG device stay one per node (drop the key)",
+        )
+    overlap = sorted(set(prefer) & set(avoid))
+    if overlap:
+        raise RequestError(
+            p + "zone-avoid", mine["zone-avoid"],
+            f"zones not also in {p}zone-prefer (both name {', '.join(overlap)})",
+        )
+    return GpuRequest(
+        gpus=whole,
+        gpu_milli=round(fraction * 1000) if fraction is not None else 1000,
+        min_memory_mib=memory,
+        products=products,
+        topology=topology,
+        mig_profile=mig,
+        rebalance=rebalance,
+        zone_prefer=prefer,
+        zone_avoid=avoid,
+        zone_label=zone_label,
+        pack=pack,
+    )
+
+
+def parse_all(
+    labels: Mapping[str, str],
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    zone_label: str = DEFAULT_ZONE_LABEL,
+) -> GpuRequest | RequestError | None:
+    """``parse_request`` that returns the error instead of raising it (for planners).
+
+    Any failure is this service's error, never the cycle's: a value that slips past a
+    key's parser (a 5,000-digit number, an overflow) still makes only this service
+    ``invalid``, and every other service is placed.
+    """
+    try:
+        return parse_request(labels, prefix=prefix, zone_label=zone_label)
+    except RequestError as e:
+        return e
+    except Exception as e:
+        bad = sorted(k for k in labels if k.startswith(prefix))
+        key = bad[0] if bad else prefix + "*"
+        return RequestError(key, labels.get(key, "")[:64],
+                            f"labels swarmgpu can read ({e.__class__.__name__} reading them)")
+
+
+E = TypeVar("E", bound=StrEnum)
+
+# --- one parser per key -------------------------------------------------------------
+
+# ASCII only (\d would take '٣'), whole string (\Z: '$' also matches before a newline),
+# and short: a 5,000-digit value is refused by the parser, not by int()'s digit limit.
+_INT_RE = re.compile(r"[0-9]{1,6}", re.ASCII)
+_MEM_RE = re.compile(r"(?P<num>[0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(?P<unit>[kmgt]?)(?:i?b)?",
+                     re.IGNORECASE | re.ASCII)
+MAX_VALUE_LEN = 1024  # any request label value longer than this is refused as is
+_UNIT_MIB = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
+_ZONE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}", re.ASCII)
+
+
+def _whole(mine: Mapping[str, str], name: str, p: str) -> int:
+    value = mine[name]
+    if not _INT_RE.fullmatch(value) or int(value) < 1:
+        raise RequestError(p + name, value, f"a whole number >= 1 (e.g. {p}{name}=2)")
+    return int(value)
+
+
+def _fraction(mine: Mapping[str, str], p: str) -> float:
+    value = mine["gpu-fraction"]
+    accepted = (
+        f"a share of one GPU strictly between 0 and 1, at most 3 decimals "
+        f"(e.g. {p}gpu-fraction=0.25); for whole GPUs use {p}gpus"
+    )
+    try:
+        f = float(value.rstrip("%")) / (100 if value.endswith("%") else 1)
+    except ValueError:
+        raise RequestError(p + "gpu-fraction", value, accepted) from None
+    if not 0 < f < 1 or not 1 <= round(f * 1000) <= 999:
+        raise RequestError(p + "gpu-fraction", value, accepted)
+    return f
+
+
+def _memory(mine: Mapping[str, str], p: str) -> int:
+    value = mine["gpu-memory"]
+    m = _MEM_RE.fullmatch(value)
+    mib = ceil(float(m["num"]) * _UNIT_MIB[m["unit"].lower()]) if m else 0
+    if mib < 1:
+        raise RequestError(
+            p + "gpu-memory", value,
+            f"a memory size per GPU in binary units: 40GiB (= 40G = 40GB), 24576MiB, "
+            f"or a bare number of MiB (e.g. {p}gpu-memory=40GiB)",
+        )
+    return mib
+
+
+def _products(mine: Mapping[str, str], p: str) -> tuple[str, ...]:
+    value = mine["gpu-product"]
+    parts = tuple(x.strip() for x in value.split("|"))
+    if not parts or any(not x for x in parts):
+        raise RequestError(
+            p + "gpu-product", value,
+            "product names or globs separated by | with none empty "
+            f"(e.g. {p}gpu-product=NVIDIA A100*|NVIDIA H100*)",
+        )
+    return parts
+
+
+def _mig(mine: Mapping[str, str], p: str) -> str:
+    value = mine["mig"]
+    try:
+        return normalize_profile(value)
+    except MigProfileError as e:
+        raise RequestError(
+            p + "mig", value,
+            f"{e.hint} (e.g. {p}mig=1g.10gb)",
+        ) from e
+
+
+def _choice(mine: Mapping[str, str], name: str, enum: type[E], p: str) -> E:
+    default = next(iter(enum))
+    value = mine.get(name)
+    if value is None:
+        return default
+    try:
+        return enum(value.lower())
+    except ValueError:
+        allowed = " | ".join(e.value for e in enum)
+        raise RequestError(
+            p + name, value, f"one of {allowed} (default {default.value})"
+        ) from None
+
+
+def _zones(mine: Mapping[str, str], name: str, p: str) -> tuple[str, ...]:
+    value = mine.get(name)
+    if value is None:
+        return ()
+    parts = tuple(x.strip() for x in re.split(r"[,|]", value))
+    if not all(_ZONE_RE.fullmatch(x) for x in parts):
+        raise RequestError(
+            p + name, value,
+            f"zone names (letters, digits, . _ -) separated by , or | "
+            f"(e.g. {p}{name}=eu-west-1a,eu-west-1b)",
+        )
+    return tuple(dict.fromkeys(parts))
+
+
+def _product_norm(name: str) -> str:
+    # GFD writes "NVIDIA-A100-SXM4-80GB" for nvidia-smi's "NVIDIA A100-SXM4-80GB".
+    return re.sub(r"[\s_-]+", "-", name.strip()).lower()
+
+
+def _mib_text(mib: int) -> str:
+    if mib % 1024 == 0:
+        return f"{mib // 1024} GiB"
+    return f"{mib} MiB"

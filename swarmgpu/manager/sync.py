@@ -1,0 +1,121 @@
+"""One label-sync cycle: snapshot -> plans -> actuator. No scheduling here."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from loguru import logger
+
+from swarmgpu.core.config import Config
+from swarmgpu.manager.actuator import Actuator
+from swarmgpu.manager.agent_client import FactsResult, fetch_all
+from swarmgpu.manager.agentbook import AgentBook
+from swarmgpu.manager.daemon_metrics import DaemonMetrics
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.identity import IdentityError, agent_auth
+from swarmgpu.swarm.labels import NodeLabelPlan, owned_by_label_sync, plan_node_labels
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent read of the cluster, planned from as a whole."""
+
+    nodes: list[SwarmNode]
+    services: list[SwarmService]
+    tasks: list[SwarmTask]
+    facts: dict[str, FactsResult]
+    taken_at: float = field(default_factory=time.time)
+
+
+def take_snapshot(swarm: SwarmClient, cfg: Config) -> Snapshot:
+    nodes = swarm.nodes()
+    services = swarm.services()
+    tasks = swarm.tasks({"desired-state": "running"})
+    return Snapshot(nodes, services, tasks, fetch_agents(swarm, cfg, nodes))
+
+
+def fetch_agents(swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode]
+                 ) -> dict[str, FactsResult]:
+    """Every node's facts with this cycle's agent identity (TLS context, token); when
+    that cannot be built, every node says why instead of the cycle failing."""
+    try:
+        auth = agent_auth(swarm, cfg.agents)
+    except (IdentityError, SwarmError, OSError) as exc:
+        now = time.time()
+        msg = f"agent identity unusable: {exc}"
+        return {n.id: FactsResult(n.id, n.hostname, "", None, msg, now) for n in nodes}
+    return fetch_all(nodes, cfg.agents, auth.tls, auth.token)
+
+
+def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str) -> bool:
+    """A node we expect an agent on: it carries our labels or an agent answered once."""
+    rec = book.records.get(node.id)
+    return (rec is not None and rec.last_ok is not None) or any(
+        owned_by_label_sync(k, prefix) for k in node.labels
+    )
+
+
+@dataclass
+class CycleReport:
+    leader: bool = True
+    plans: list[NodeLabelPlan] = field(default_factory=list)
+    writes: int = 0
+    errors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+
+class LabelSync:
+    def __init__(
+        self, swarm: SwarmClient, cfg: Config, metrics: DaemonMetrics, book: AgentBook
+    ) -> None:
+        self.swarm = swarm
+        self.cfg = cfg
+        self.metrics = metrics
+        self.book = book
+        self.actuator = Actuator(
+            swarm, metrics, dry_run=cfg.dry_run, prefix=cfg.sync.prefix,
+            allow_disruptive=cfg.sync.allow_disruptive,
+        )
+
+    def cycle(self, snapshot: Snapshot) -> CycleReport:
+        report = CycleReport()
+        prefix = self.cfg.sync.prefix
+        unreachable = held = 0
+        for node in snapshot.nodes:
+            log = logger.bind(node=node.hostname)
+            result = snapshot.facts.get(node.id)
+            expected = is_gpu_node(node, self.book, prefix)
+            if result is not None:
+                self.book.record(result)
+            facts = result.facts if result else None
+            if facts is None:
+                err = result.error if result else "not fetched"
+                if expected:
+                    unreachable += 1
+                    log.warning("agent unreachable, labels left as they are: {}", err)
+                    report.errors.append(f"{node.hostname}: {err}")
+                else:
+                    log.debug("no agent (not a GPU node?): {}", err)
+                report.plans.append(plan_node_labels(node, None, facts_error=err))
+                continue
+            for e in facts.errors:
+                log.warning("agent reports: {}", e)
+            plan = plan_node_labels(
+                node, facts, services=snapshot.services, tasks=snapshot.tasks,
+                prefix=prefix, allow_disruptive=self.cfg.sync.allow_disruptive,
+            )
+            report.plans.append(plan)
+            for h in plan.held:
+                held += 1
+                log.warning("held label change {}: {} -> {}: {}", h.key, h.old, h.new, h.reason)
+            res = self.actuator.apply_labels(
+                plan, node, facts, snapshot.services, snapshot.tasks
+            )
+            if res.written:
+                report.writes += 1
+            if res.error:
+                report.errors.append(f"{node.hostname}: {res.error}")
+        self.metrics.agents_unreachable.set(unreachable)
+        self.metrics.held_changes.set(held)
+        return report
