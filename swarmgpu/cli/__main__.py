@@ -1,0 +1,5 @@
+"""python -m swarmgpu.cli"""
+
+from swarmgpu.cli import main
+
+main()

@@ -1,0 +1,248 @@
+"""Commands for a manager: `run` (the daemon), `audit`, `plan`, `render`, `status`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from loguru import logger
+
+from swarmgpu.cli.config import load_cfg
+from swarmgpu.cli.logs import setup_logging
+from swarmgpu.core.config import Config
+
+
+@click.command()
+@click.option("--config", "config_path", default=None, type=click.Path(),
+              help="YAML config (default: built-in defaults).")
+@click.option("--once", is_flag=True, help="Run one cycle and exit.")
+@click.option("--dry-run", is_flag=True, default=None, help="Plan and log; never write.")
+def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
+    """The manager daemon: sync GPU labels, place GPU services, rebalance."""
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.swarm.client import SwarmError
+
+    cfg = load_cfg(config_path, dry_run=dry_run or None)
+    setup_logging(cfg.log.level, cfg.log.format)
+    try:
+        d = Daemon(cfg)
+    except SwarmError as exc:
+        logger.error("{}", exc)
+        sys.exit(2)
+    _attach_steps(d)
+    if once:
+        report = d.cycle()
+        if not report.leader and report.errors:
+            sys.exit(2)
+        if not report.leader:
+            click.echo("not the Swarm leader: nothing done", err=True)
+        click.echo(f"cycle done: {report.writes} label write(s), {len(report.errors)} error(s)",
+                   err=True)
+        return
+    d.run_forever()
+
+
+def _attach_steps(d: Any) -> None:
+    """Plug the planners (placement, rebalancing) and the cluster view into the cycle."""
+    from swarmgpu.manager import observe, overshare, placement_step
+    from swarmgpu.manager.rebalance.step import attach as attach_rebalance
+
+    placement_step.attach(d)
+    rebalancer = attach_rebalance(d)
+    if rebalancer is not None:
+        d.moves_view = rebalancer.to_dict
+    observe.attach(d)
+    overshare.attach(d)  # after observe, which judges each holder's use
+
+
+@click.command()
+@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--strict", is_flag=True, help="Advisories count as findings too (exit 1).")
+def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
+    """Compare GPU labels with the agents' facts.
+
+    Exit 0: clean, or advisories only; 1: findings needing action (--strict: any
+    finding); 2: could not run.
+    """
+    from swarmgpu.manager.agentbook import load_saved
+    from swarmgpu.manager.audit import audit as run_audit
+    from swarmgpu.manager.audit import exit_code, identity_check, render_table
+    from swarmgpu.manager.sync import take_snapshot
+    from swarmgpu.swarm.client import SwarmClient, SwarmError
+
+    cfg = load_cfg(config_path)
+    setup_logging("WARNING", cfg.log.format)
+    try:
+        swarm = SwarmClient(cfg.docker_host)
+        snap = take_snapshot(swarm, cfg)
+    except SwarmError as exc:
+        click.echo(f"swarmgpu audit: cannot read the swarm: {exc}", err=True)
+        sys.exit(2)
+    checks = []
+    try:
+        from swarmgpu.manager.placement_step import audit_checks
+
+        checks = audit_checks(cfg)
+    except ImportError:
+        pass
+    from swarmgpu.manager.overshare import audit_check
+
+    checks.append(audit_check(cfg))  # holders over their GPU share (agents' processes)
+    checks.append(identity_check(cfg.agents.identity, cfg.agents.token_file))
+    findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
+                         extra_checks=checks,
+                         generic_resource_kind=cfg.placement.generic_resource_kind)
+    code = exit_code(findings, strict=strict)
+    if as_json:
+        click.echo(json.dumps({
+            "findings": [f.to_dict() for f in findings],
+            "action": sum(not f.advisory for f in findings),
+            "advisory": sum(f.advisory for f in findings),
+            "exit": code,
+        }, indent=2))
+    else:
+        click.echo(render_table(findings, snap, cfg.sync.prefix))
+    sys.exit(code)
+
+
+def _snapshot(cfg: Config) -> Any:
+    from swarmgpu.manager.sync import take_snapshot
+    from swarmgpu.swarm.client import SwarmClient, SwarmError
+
+    try:
+        return take_snapshot(SwarmClient(cfg.docker_host), cfg)
+    except SwarmError as exc:
+        click.echo(f"swarmgpu: cannot read the swarm: {exc}", err=True)
+        sys.exit(2)
+
+
+@click.command()
+@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+def plan(config_path: str | None, as_json: bool) -> None:
+    """What placement would do for every annotated service, and why. Writes nothing."""
+    from swarmgpu.manager.cluster_view import workload_lines
+    from swarmgpu.manager.placement_step import make_plan
+    from swarmgpu.manager.rebalance.attribution import service_states
+    from swarmgpu.swarm.client import SwarmClient
+
+    cfg = load_cfg(config_path)
+    setup_logging("WARNING", cfg.log.format)
+    snap = _snapshot(cfg)
+    p = make_plan(snap, cfg, swarm=SwarmClient(cfg.docker_host))
+    moves = _daemon_moves(cfg)
+    # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
+    idle = [str(m.get("service")) for m in (moves or {}).get("proposed", [])
+            if m.get("trigger") == "consolidation"]
+    states = service_states(p.services, {s.name: dict(s.labels) for s in snap.services},
+                            idle, cfg.sync.prefix)
+    for sp in p.services:
+        sp.state = states.get(sp.name, sp.state)
+    if not p.services and not as_json:
+        click.echo("no service carries a swarmgpu GPU request")
+    if as_json:
+        click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services],
+                               "moves": moves, "workload": p.workload}, indent=2))
+        return
+    for sp in p.services:
+        click.echo(f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}")
+        for pl in sp.placements:
+            slot = f" (slot {pl.slot})" if pl.slot is not None else ""
+            click.echo(f"  {pl.hostname}{slot}: GPU {','.join(map(str, pl.gpus))} "
+                       f"{','.join(pl.uuids)}")
+        if sp.packed:
+            click.echo(f"  replicas {sp.packed}")
+        if sp.reason:
+            click.echo(f"  why: {sp.reason}")
+        for w in sp.warnings:
+            click.echo(f"  note: {w}")
+    for line in workload_lines(p.workload):
+        click.echo(line)
+    if moves is None:
+        click.echo("moves: the daemon is not reachable on "
+                   f"{cfg.http.listen}; move proposals need its metric windows")
+        return
+    if not moves.get("proposed"):
+        click.echo("moves: none proposed" + (" (dry-run)" if moves.get("dry_run") else ""))
+    for m in moves.get("proposed", []):
+        click.echo(f"move {m['service']}: {m['from']} -> {m['to']} GPUs {m.get('gpus')} "
+                   f"[{m['trigger']}, window {m.get('window')}] {m['reason']}; "
+                   f"gain: {m.get('gain')}")
+    for m in moves.get("recent", [])[-5:]:
+        click.echo(f"recent {m['service']}: {m['from']} -> {m['to']}: {m['outcome']} "
+                   f"({m['reason']})")
+
+
+def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
+    """The leader daemon's move proposals (its metric windows live in its memory)."""
+    import requests
+
+    from swarmgpu.manager.rebalance.step import ROUTE
+
+    try:
+        r = requests.get(f"http://{cfg.http.listen}{ROUTE}", timeout=3)
+        data = r.json() if r.status_code == 200 else None
+    except (requests.RequestException, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@click.command()
+@click.argument("stack_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--stack", "-n", "stack_name", default=None,
+              help="Stack name used with `docker stack deploy` (default: file name).")
+@click.option("-o", "--output", default="-", type=click.Path(), help="Output file (default -).")
+@click.option("--config", "config_path", default=None, type=click.Path())
+def render(stack_file: str, stack_name: str | None, output: str,
+           config_path: str | None) -> None:
+    """Rewrite a stack with GPU placement resolved, for `docker stack deploy -c -`."""
+    from pathlib import Path
+
+    from swarmgpu.manager.placement_step import facts_by_node
+    from swarmgpu.manager.render import StackError, render_stack
+
+    cfg = load_cfg(config_path)
+    setup_logging("WARNING", cfg.log.format)
+    name = stack_name or Path(stack_file).stem.split(".")[0]
+    snap = _snapshot(cfg)
+    try:
+        text, p = render_stack(Path(stack_file).read_text(), name, snap.nodes, snap.services,
+                               snap.tasks, facts_by_node(snap), prefix=cfg.sync.prefix,
+                               zone_label=cfg.placement.zone_label)
+    except StackError as exc:
+        click.echo(f"swarmgpu render: {exc}", err=True)
+        sys.exit(2)
+    for sp in p.services:
+        if sp.name.startswith(name + "_") and sp.status != "placed":
+            click.echo(f"swarmgpu render: {sp.name} is {sp.status}: {sp.reason}", err=True)
+    if output == "-":
+        click.echo(text, nl=False)
+    else:
+        Path(output).write_text(text)
+
+
+@click.command()
+@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="The same document as /api/v1/cluster.")
+def status(config_path: str | None, as_json: bool) -> None:
+    """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
+    from swarmgpu.manager.agentbook import load_saved
+    from swarmgpu.manager.audit import audit as run_audit
+    from swarmgpu.manager.cluster_view import build_cluster, gpu_metrics, render_status
+    from swarmgpu.manager.placement_step import make_plan
+
+    cfg = load_cfg(config_path)
+    setup_logging("WARNING", cfg.log.format)
+    snap = _snapshot(cfg)
+    saved = load_saved(cfg.state_dir)
+    from swarmgpu.swarm.client import SwarmClient
+
+    doc = build_cluster(snap, make_plan(snap, cfg, swarm=SwarmClient(cfg.docker_host)),
+                        prefix=cfg.sync.prefix,
+                        metrics=gpu_metrics(snap.nodes, cfg), saved_agents=saved,
+                        findings=run_audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
+                                           generic_resource_kind=cfg.placement.generic_resource_kind))
+    click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))

@@ -1,0 +1,79 @@
+"""`swarmgpu simulate` and `simulate-derive`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from swarmgpu.sim.traces import NAMES as TRACE_NAMES
+
+
+@click.command()
+@click.option("--trace", default="default", show_default=True,
+              type=click.Choice(TRACE_NAMES),
+              help="Bundled openb trace (CC BY 4.0) for whichever of --nodes/--pods is not given.")
+@click.option("--nodes", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Node CSV (openb columns); default: the bundled trace's GPU nodes.")
+@click.option("--pods", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Pod CSV (openb columns); default: the bundled trace's pods.")
+@click.option("--policy", "policies", default="swarmgpu", show_default=True,
+              help="Comma-separated: swarmgpu,fgd,bestfit,dotprod,packing,random")
+@click.option("--seeds", default="42", show_default=True, help="e.g. 42 or 42-51 or 42,43")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--plot", default=None, type=click.Path(), help="Write allocation-vs-load PNG.")
+@click.option("--departures", is_flag=True, help="Replay with creation/deletion times.")
+@click.option("--rebalance-moves", type=float, default=None,
+              help="Allow defragmenting moves: at most this many per 100 arrived pods.")
+@click.option("--speedup", type=float, default=1.0, show_default=True,
+              help="With --departures: arrivals K times faster, lifetimes kept (more load).")
+@click.option("--workload", default="online", show_default=True,
+              type=click.Choice(["online", "oracle"]),
+              help="swarmgpu's workload model: online = learned from arrivals so far, as the "
+                   "daemon does; oracle = the whole trace's mix, as FGD's paper gives FGD.")
+def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, seeds: str,
+             as_json: bool, plot: str | None, departures: bool, rebalance_moves: float | None,
+             speedup: float, workload: str) -> None:
+    """Replay a GPU cluster trace through the placement policies."""
+    from swarmgpu.sim.cli_entry import parse_seeds, resolve_trace, run_simulate
+
+    nodes, pods = resolve_trace(trace, nodes, pods)
+
+    try:
+        seed_list = parse_seeds(seeds)
+    except ValueError as exc:
+        click.echo(f"swarmgpu simulate: --seeds: {exc}", err=True)
+        sys.exit(2)
+    text, code = run_simulate(nodes, pods, [p.strip() for p in policies.split(",") if p.strip()],
+                              seed_list, as_json, plot, departures, rebalance_moves, speedup,
+                              workload)
+    click.echo(text)
+    sys.exit(code)
+
+
+@click.command("simulate-derive")
+@click.option("--pods", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Pod CSV (openb columns) to derive from; default: the bundled default")
+@click.option("--out", "out_dir", default="variants", show_default=True, type=click.Path(),
+              help="Folder for openb_pod_list_<variant>.csv and manifest.json")
+@click.option("--variant", "variants", multiple=True,
+              help="e.g. gpushare60, multigpu30, gpuspec20, cpu250 (repeatable); "
+                   "default: the twelve in docs/simulate.md")
+@click.option("--seed", type=int, default=42, show_default=True)
+def simulate_derive(pods: str | None, out_dir: str, variants: tuple[str, ...], seed: int) -> None:
+    """Derive heavier openb workloads (more sharing, multi-GPU, model-pinned or CPU-only pods)."""
+    from swarmgpu.sim.trace import TraceError
+    from swarmgpu.sim.traces import bundled
+    from swarmgpu.sim.variants import DEFAULT_VARIANTS, VariantError, write_variants
+
+    source = pods or str(bundled("default")[1])
+    try:
+        made = write_variants(source, out_dir, list(variants) or list(DEFAULT_VARIANTS), seed)
+    except (TraceError, VariantError) as exc:
+        click.echo(f"swarmgpu simulate-derive: {exc}", err=True)
+        sys.exit(2)
+    for v in made["variants"].values():
+        click.echo(f"{out_dir}/{v['file']}: {v['pods']} pods, sharing {v['share_request']:.1%} "
+                   f"and multi-GPU {v['multi_request']:.1%} of the GPU request, "
+                   f"{v['spec_pods']:.1%} of GPU pods model-pinned, {v['cpu_pods']:.1%} CPU-only")
+
