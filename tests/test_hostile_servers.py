@@ -187,3 +187,18 @@ def test_prop_only_ip_literals_and_known_names_pass(host: str) -> None:
             assert h in allowed, host
     assert host_allowed("evil.example", allowed) is False
     assert host_allowed("GPU-MAP.example.:80", allowed) is True
+
+
+def test_daemon_http_answers_an_oversized_head(daemon_http: tuple[GuardedServer, int]) -> None:
+    # The daemon shares the agent's request reading (httpguard.OneRequestHandler), so a
+    # too-long request line or header block gets 414 / 431 with the security headers.
+    _, port = daemon_http
+    for head, code in ((b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", b"414"),
+                       (b"GET / HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n", b"431")):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(head)
+            resp = b""
+            while chunk := s.recv(65536):
+                resp += chunk
+        assert resp.startswith(b"HTTP/1.1 " + code), resp[:80]
+        assert b"X-Content-Type-Options: nosniff" in resp

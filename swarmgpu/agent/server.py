@@ -35,9 +35,7 @@ Bounds: one request per connection; request line and headers each at most 8 KiB
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import importlib
-import io
 import json
 import signal
 import socket
@@ -46,21 +44,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
 from typing import Any, cast
 
 from loguru import logger
 
 from swarmgpu.agent.facts import FactSource
 from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
-from swarmgpu.core.httpguard import GuardedServer, HeadTooLarge, read_head
+from swarmgpu.core.httpguard import HEAD_DEADLINE_S, PLAIN, GuardedServer, OneRequestHandler
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.swarm.identity import ReloadingServerContext, token_matches
 
-MAX_HEAD_BYTES = 8 * 1024
-SOCKET_TIMEOUT_S = 5.0
-HEAD_DEADLINE_S = 5.0  # the whole request head, not each read of it
+SOCKET_TIMEOUT_S = 5.0  # the whole request head, and the answer's write
 MAX_CONNECTIONS = 32
 # Loopback unless told otherwise: the stack and the systemd unit pass --listen to expose
 # it to the managers (with identity: swarm-pki, only the daemon can check who answers).
@@ -345,10 +340,12 @@ def _json(obj: Any) -> bytes:
     return json.dumps(obj, indent=1, sort_keys=False).encode() + b"\n"
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(OneRequestHandler):
     server: AgentServer
-    timeout = SOCKET_TIMEOUT_S
-    protocol_version = "HTTP/1.1"
+    timeout = SOCKET_TIMEOUT_S  # also the head deadline (OneRequestHandler)
+    write_deadline_s = SOCKET_TIMEOUT_S
+    always_headers = {"Cache-Control": "no-store"}
+    error_detail = True
 
     def version_string(self) -> str:
         return "swarmgpu-agent"
@@ -375,38 +372,10 @@ class _Handler(BaseHTTPRequestHandler):
         return token is None or path == "/healthz" or \
             token_matches(self.headers.get("Authorization"), token)
 
-    def handle_one_request(self) -> None:
-        self.close_connection = True  # one request per connection keeps it bounded
-        self.command = ""
-        self.request_version = "HTTP/1.0"
-        try:
-            # The whole head within one deadline (the handler's timeout), not per read.
-            head = read_head(self.connection, float(self.timeout or HEAD_DEADLINE_S),
-                             MAX_HEAD_BYTES)
-        except HeadTooLarge as e:
-            self.requestline = "(too large)"
-            self.connection.settimeout(SOCKET_TIMEOUT_S)
-            self.send_error(e.status)
-            return
-        if not head:
-            return  # gone, or too slow: nothing is owed to it
-        self.connection.settimeout(SOCKET_TIMEOUT_S)  # the answer's write deadline
-        real_rfile = self.rfile
-        self.rfile = io.BytesIO(head)  # parse_request reads the headers from rfile
-        try:
-            self.raw_requestline = self.rfile.readline()
-            if not self.parse_request():
-                return
-        finally:
-            self.rfile = real_rfile
-        self.close_connection = True
-        if self.command not in ("GET", "HEAD"):
-            self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"only GET and HEAD\n",
-                       "text/plain; charset=utf-8", {"Allow": "GET, HEAD"})
-            return
+    def respond(self) -> None:
         if not self._token_ok(self.path.split("?", 1)[0]):
-            self._send(HTTPStatus.UNAUTHORIZED, b"bearer token required\n",
-                       "text/plain; charset=utf-8", {"WWW-Authenticate": "Bearer"})
+            self.send_answer(HTTPStatus.UNAUTHORIZED, PLAIN, b"bearer token required\n",
+                             {"WWW-Authenticate": "Bearer"})
             return
         self._route()
         self.wfile.flush()
@@ -416,46 +385,21 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if path == "/facts":
                 status, headers, body = self.server.facts_response()
-                self._send(status, body, "application/json", headers)
+                self.send_answer(status, "application/json", body, headers)
             elif path == "/metrics":
                 status, headers, body = self.server.metrics_response()
-                self._send(status, body, CONTENT_TYPE, headers)
+                self.send_answer(status, CONTENT_TYPE, body, headers)
             elif path == "/healthz":
                 code, h = self.server.health()
-                self._send(code, _json(h), "application/json")
+                self.send_answer(code, "application/json", _json(h))
             else:
-                self._send(HTTPStatus.NOT_FOUND,
-                           b"not found; try /facts, /metrics or /healthz\n",
-                           "text/plain; charset=utf-8")
+                self.send_answer(HTTPStatus.NOT_FOUND, PLAIN,
+                                 b"not found; try /facts, /metrics or /healthz\n")
         except OSError:  # the client has gone; nothing to tell it
             return
         except Exception:  # a bug must not kill the agent; the client sees 500
             _log.exception("request {} failed", path[:100])
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"internal error\n",
-                       "text/plain; charset=utf-8")
-
-    def _send(self, status: HTTPStatus, body: bytes, ctype: str,
-              headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("Connection", "close")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def send_error(self, code: int, message: str | None = None,
-                   explain: str | None = None) -> None:
-        status = HTTPStatus(code)
-        self.request_version = "HTTP/1.1"  # always answer with a status line, even to 0.9
-        if message and len(message) > 200:
-            message = message[:200] + "..."
-        with contextlib.suppress(OSError):  # the client has gone; nothing to tell it
-            self._send(status, f"{status.value} {message or status.phrase}\n".encode(),
-                       "text/plain; charset=utf-8")
+            self.send_answer(HTTPStatus.INTERNAL_SERVER_ERROR, PLAIN, b"internal error\n")
 
     def log_message(self, format: str, *args: Any) -> None:
         _log.debug("{} {}", self.client_address[0], format % args)

@@ -5,26 +5,30 @@
   scraping the daemon, always finds one free;
 * a whole-request deadline for the request head: each read waits at most what is left
   of it, so one header byte every few seconds ends at the deadline, not never;
-* a write deadline for the answer (a client that never reads cannot hold a thread).
+* a write deadline for the answer (a client that never reads cannot hold a thread);
+* one GET or HEAD per connection (``OneRequestHandler``), other methods 405.
 
 The standard library's ``BaseHTTPRequestHandler`` has only a per-read timeout.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import socket
 import threading
 import time
 from collections import Counter
 from http import HTTPStatus
-from http.server import ThreadingHTTPServer
-from typing import Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
 
 from loguru import logger
 
 HEAD_DEADLINE_S = 5.0
 WRITE_DEADLINE_S = 10.0
 MAX_HEAD_BYTES = 8 * 1024
+PLAIN = "text/plain; charset=utf-8"
 
 
 class HeadTooLarge(Exception):
@@ -63,6 +67,74 @@ def read_head(sock: socket.socket, deadline_s: float = HEAD_DEADLINE_S,
         if not chunk:
             return b""
         buf += chunk
+
+
+class OneRequestHandler(BaseHTTPRequestHandler):
+    """One GET or HEAD per connection, which keeps each connection bounded: the head is
+    read within one deadline (the handler's ``timeout`` if set, else HEAD_DEADLINE_S),
+    parsed, and other methods get 405. Subclasses answer in ``respond()`` with
+    ``send_answer``; ``always_headers`` go on every answer, errors included."""
+
+    protocol_version = "HTTP/1.1"
+    write_deadline_s: float = WRITE_DEADLINE_S
+    always_headers: ClassVar[dict[str, str]] = {}
+    # Echo parse_request's reason (cut to 200 characters) in error bodies, or only the phrase.
+    error_detail = False
+
+    def respond(self) -> None:
+        raise NotImplementedError
+
+    def handle_one_request(self) -> None:
+        self.close_connection = True
+        self.command = ""
+        self.request_version = "HTTP/1.0"
+        try:
+            head = read_head(self.connection, float(self.timeout or HEAD_DEADLINE_S))
+        except HeadTooLarge as e:
+            self.requestline = "(too large)"  # send_response logs it
+            self.connection.settimeout(self.write_deadline_s)
+            self.send_error(e.status)
+            return
+        if not head:
+            return  # gone, or too slow: nothing is owed to it
+        self.connection.settimeout(self.write_deadline_s)  # the answer's write deadline
+        real_rfile = self.rfile
+        self.rfile = io.BytesIO(head)  # parse_request reads the headers from rfile
+        try:
+            self.raw_requestline = self.rfile.readline()
+            if not self.parse_request():
+                return
+        finally:
+            self.rfile = real_rfile
+        self.close_connection = True
+        if self.command not in ("GET", "HEAD"):
+            self.send_answer(HTTPStatus.METHOD_NOT_ALLOWED, PLAIN, b"only GET and HEAD\n",
+                             {"Allow": "GET, HEAD"})
+            return
+        self.respond()
+
+    def send_answer(self, status: int, ctype: str, body: bytes,
+                    headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        for k, v in {**self.always_headers, **(headers or {})}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_error(self, code: int, message: str | None = None,
+                   explain: str | None = None) -> None:
+        status = HTTPStatus(code)
+        self.request_version = "HTTP/1.1"  # always answer with a status line, even to 0.9
+        if not self.error_detail:
+            message = None
+        elif message and len(message) > 200:
+            message = message[:200] + "..."
+        with contextlib.suppress(OSError):  # the client has gone; nothing to tell it
+            self.send_answer(status, PLAIN, f"{status.value} {message or status.phrase}\n".encode())
 
 
 class GuardedServer(ThreadingHTTPServer):

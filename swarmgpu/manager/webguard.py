@@ -12,16 +12,13 @@ no-referrer / no-framing headers.
 from __future__ import annotations
 
 import contextlib
-import io
 import ipaddress
 import socket
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from loguru import logger
 
-from swarmgpu.core.httpguard import HEAD_DEADLINE_S, WRITE_DEADLINE_S, HeadTooLarge, read_head
+from swarmgpu.core.httpguard import PLAIN, OneRequestHandler
 
 SECURITY_HEADERS: dict[str, str] = {
     "Content-Security-Policy": (
@@ -67,13 +64,14 @@ def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
         return h in allowed
 
 
-class GuardedHandler(BaseHTTPRequestHandler):
-    """One GET per connection, head within a deadline, Host checked, headers added.
-    Subclasses implement ``answer(path, query) -> (status, content type, body)``."""
+class GuardedHandler(OneRequestHandler):
+    """One GET per connection, head within a deadline (httpguard), Host checked, security
+    headers added. Subclasses implement ``answer(path, query) -> (status, content type,
+    body)``."""
 
     allowed_hosts: frozenset[str] = frozenset({"localhost"})
+    always_headers = SECURITY_HEADERS
     server_version = "swarmgpu"
-    protocol_version = "HTTP/1.1"
 
     def answer(self, path: str, query: str) -> tuple[int, str, bytes]:
         raise NotImplementedError
@@ -81,66 +79,20 @@ class GuardedHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return
 
-    def handle_one_request(self) -> None:
-        self.close_connection = True
-        self.command = ""
-        self.request_version = "HTTP/1.0"
-        try:
-            head = read_head(self.connection, HEAD_DEADLINE_S)
-        except HeadTooLarge as e:
-            self.connection.settimeout(WRITE_DEADLINE_S)
-            self.send_error(e.status)
-            return
-        if not head:
-            return
-        self.connection.settimeout(WRITE_DEADLINE_S)
-        real = self.rfile
-        self.rfile = io.BytesIO(head)
-        try:
-            self.raw_requestline = self.rfile.readline()
-            if not self.parse_request():
-                return
-        finally:
-            self.rfile = real
-        self.close_connection = True
-        if self.command not in ("GET", "HEAD"):
-            self._send(405, "text/plain; charset=utf-8", b"only GET and HEAD\n",
-                       {"Allow": "GET, HEAD"})
-            return
+    def respond(self) -> None:
         host = self.headers.get("Host")
         if not host_allowed(host, self.allowed_hosts):
             logger.warning("HTTP request for host {!r} refused (DNS rebinding?); add it to "
                            "http.allowed_hosts if it is a real name of this manager",
                            (host or "")[:100])
-            self._send(421, "text/plain; charset=utf-8",
-                       b"host not allowed; add it to http.allowed_hosts\n")
+            self.send_answer(421, PLAIN, b"host not allowed; add it to http.allowed_hosts\n")
             return
         try:
             path, _, query = self.path.partition("?")
             status, ctype, body = self.answer(path, query)
         except Exception:
             logger.exception("HTTP {} failed", self.path[:100])
-            status, ctype, body = 500, "text/plain; charset=utf-8", b"internal error\n"
+            status, ctype, body = 500, PLAIN, b"internal error\n"
         with contextlib.suppress(OSError):
-            self._send(status, ctype, body)
+            self.send_answer(status, ctype, body)
             self.wfile.flush()
-
-    def _send(self, status: int, ctype: str, body: bytes,
-              extra: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        for k, v in {**SECURITY_HEADERS, **(extra or {})}.items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def send_error(self, code: int, message: str | None = None,
-                   explain: str | None = None) -> None:
-        status = HTTPStatus(code)
-        self.request_version = "HTTP/1.1"
-        with contextlib.suppress(OSError):
-            self._send(status.value, "text/plain; charset=utf-8",
-                       f"{status.value} {status.phrase}\n".encode())
