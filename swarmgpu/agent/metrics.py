@@ -26,7 +26,7 @@ Rendering goes through prometheus-client with a custom collector on a fresh
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -170,43 +170,24 @@ class AgentCollector(Collector):
         st = self._stats
         if st is None:
             return out
-        out.append(
-            GaugeMetricFamily(
-                "swarmgpu_agent_facts_errors",
-                "Problems in the facts now served (read errors, failed or stale refresh).",
-                value=float(st.facts_errors),
-            )
-        )
-        out.append(
-            CounterMetricFamily(
-                "swarmgpu_agent_facts_refresh_failures",
-                "Facts refreshes that failed since the agent started.",
-                value=float(st.refresh_failures_total),
-            )
-        )
-        if st.facts_age_s is not None:
-            out.append(
-                GaugeMetricFamily(
-                    "swarmgpu_agent_facts_age_seconds",
-                    "Seconds since the facts now served were read.",
-                    value=st.facts_age_s,
-                )
-            )
-        if st.scrape_duration_s is not None:
-            out.append(
-                GaugeMetricFamily(
-                    "swarmgpu_agent_scrape_duration_seconds",
-                    "Seconds spent gathering the GPU samples of this scrape.",
-                    value=st.scrape_duration_s,
-                )
-            )
-        out.append(
-            GaugeMetricFamily(
-                "swarmgpu_agent_sampler_ok",
-                "1 when this scrape's GPU samples are fresh, 0 when they are old or missing.",
-                value=1.0 if st.sampler_ok else 0.0,
-            )
-        )
+        # (family, name, help, value); a value not measured yet (None) is left out.
+        rows: list[tuple[Callable[..., Metric], str, str, float | None]] = [
+            (GaugeMetricFamily, "swarmgpu_agent_facts_errors",
+             "Problems in the facts now served (read errors, failed or stale refresh).",
+             float(st.facts_errors)),
+            (CounterMetricFamily, "swarmgpu_agent_facts_refresh_failures",
+             "Facts refreshes that failed since the agent started.",
+             float(st.refresh_failures_total)),
+            (GaugeMetricFamily, "swarmgpu_agent_facts_age_seconds",
+             "Seconds since the facts now served were read.", st.facts_age_s),
+            (GaugeMetricFamily, "swarmgpu_agent_scrape_duration_seconds",
+             "Seconds spent gathering the GPU samples of this scrape.", st.scrape_duration_s),
+            (GaugeMetricFamily, "swarmgpu_agent_sampler_ok",
+             "1 when this scrape's GPU samples are fresh, 0 when they are old or missing.",
+             1.0 if st.sampler_ok else 0.0),
+        ]
+        out.extend(family(name, help_, value=value)
+                   for family, name, help_, value in rows if value is not None)
         return out
 
 

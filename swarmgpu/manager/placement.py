@@ -893,6 +893,19 @@ class Planner:
         if self.model.seen - self._model_mark >= max(20.0, 0.1 * self._model_mark):
             self.set_workload(self.model)
 
+    def _learn_on_gpu_nodes(
+            self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
+            cpu_only: Sequence[SwarmService], tasks: Sequence[SwarmTask], *,
+            forget: bool = True) -> None:
+        """``_learn``, unless the model is pinned. A CPU-only service competes for the GPU
+        nodes' CPU only where its tasks run there; one on CPU-only nodes is none of
+        placement's business."""
+        if self.model.pinned:
+            return
+        on_gpu_nodes = {t.service_id for t in tasks if t.desired_state == "running"
+                        and t.node_id in self.cluster.alloc.nodes}
+        self._learn(parsed, [s for s in cpu_only if s.id in on_gpu_nodes], forget=forget)
+
     def set_workload(self, model: WorkloadModel) -> None:
         self.model = model
         self._model_mark = model.seen
@@ -900,6 +913,24 @@ class Planner:
         self.cluster.unplaceable.clear()
 
     # --- one cycle -----------------------------------------------------------------
+    def _parse_all(self, services: Sequence[SwarmService]) -> tuple[
+            list[tuple[SwarmService, GpuRequest | RequestError]], list[SwarmService],
+            list[SwarmService]]:
+        """By name: the services with a GPU request (or a broken one), those without one
+        that reserve CPU, and all those without one."""
+        parsed: list[tuple[SwarmService, GpuRequest | RequestError]] = []
+        cpu_only: list[SwarmService] = []
+        no_request: list[SwarmService] = []
+        for s in sorted(services, key=lambda s: s.name):
+            r = self._parse(s)
+            if r is not None:
+                parsed.append((s, r))
+                continue
+            no_request.append(s)
+            if self._requests[s.id][2][0] > 0:
+                cpu_only.append(s)
+        return parsed, cpu_only, no_request
+
     def _parse(self, s: SwarmService) -> GpuRequest | RequestError | None:
         got = self._requests.get(s.id)
         if got is None or got[0] != s.version:
@@ -991,15 +1022,8 @@ class Planner:
                 if k.startswith(gk) and k[len(gk):] not in live_names:
                     _node_remove(plan, n.id, [k])
 
-        parsed: list[tuple[SwarmService, GpuRequest | RequestError]] = []
-        cpu_only: list[SwarmService] = []
-        for s in sorted(services, key=lambda s: s.name):
-            r = self._parse(s)
-            if r is not None:
-                parsed.append((s, r))
-                continue
-            if self._requests[s.id][2][0] > 0:
-                cpu_only.append(s)
+        parsed, cpu_only, no_request = self._parse_all(services)
+        for s in no_request:
             if s.name in ledger:  # request labels removed: release its GPUs
                 plan.released.append(s.name)
                 for node_id in ledger[s.name]:
@@ -1010,12 +1034,7 @@ class Planner:
                     plan.services.append(ServicePlan(
                         s.name, s.id, None, "", "released", "Released",
                         service_labels_remove=stale))
-        if not self.model.pinned:
-            # A CPU-only service competes for the GPU nodes' CPU only where its tasks run
-            # there; one on CPU-only nodes is none of placement's business.
-            on_gpu_nodes = {t.service_id for t in tasks if t.desired_state == "running"
-                            and t.node_id in cluster.alloc.nodes}
-            self._learn(parsed, [s for s in cpu_only if s.id in on_gpu_nodes])
+        self._learn_on_gpu_nodes(parsed, cpu_only, tasks)
 
         # First commit every valid existing holding, so new placements never reuse GPUs.
         cluster.set_usage(tasks)
@@ -1083,18 +1102,8 @@ class Planner:
             raise RuntimeError("place_arrivals needs a full cycle (plan) first")
         plan = PlacementPlan()
         cyc = replace(last, plan=plan)
-        parsed: list[tuple[SwarmService, GpuRequest | RequestError]] = []
-        cpu_only: list[SwarmService] = []
-        for s in sorted(services, key=lambda s: s.name):
-            r = self._parse(s)
-            if r is not None:
-                parsed.append((s, r))
-            elif self._requests[s.id][2][0] > 0:
-                cpu_only.append(s)
-        if not self.model.pinned:
-            on_gpu_nodes = {t.service_id for t in tasks if t.desired_state == "running"
-                            and t.node_id in self.cluster.alloc.nodes}
-            self._learn(parsed, [s for s in cpu_only if s.id in on_gpu_nodes], forget=False)
+        parsed, cpu_only, _ = self._parse_all(services)
+        self._learn_on_gpu_nodes(parsed, cpu_only, tasks, forget=False)
         waiting: dict[str, list[SwarmTask]] = {}
         for t in tasks:
             if (t.desired_state == "running" and t.state not in ("running", "starting")

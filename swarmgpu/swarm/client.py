@@ -310,24 +310,43 @@ class SwarmClient:
         compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
         attempts: int, what: str,
     ) -> bool:
-        """One read-modify-write loop for the labels of a node or of the swarm object:
-        re-read and ``compute`` again on a version conflict."""
-        for _ in range(attempts):
-            raw = read()
+        """The labels of a node or of the swarm object (read-modify-write)."""
+
+        def change(raw: Mapping[str, Any]) -> Mapping[str, Any] | None:
             spec = dict(raw.get("Spec") or {})
             current = dict(spec.get("Labels") or {})
             new = compute(current)
             if new is None or dict(new) == current:
-                return False
+                return None
             spec["Labels"] = dict(new)
+            return spec
+
+        return self._read_modify_write(
+            read, change, lambda raw, spec: write(int(raw["Version"]["Index"]), spec),
+            attempts, f"{what} kept changing under us for {attempts} attempts")
+
+    def _read_modify_write(
+        self, read: Callable[[], Any],
+        change: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+        write: Callable[[Mapping[str, Any], Mapping[str, Any]], Any],
+        attempts: int, gave_up: str,
+    ) -> bool:
+        """Read, ``change`` (None: nothing to write), write; on a version conflict re-read
+        and change again, so a concurrent writer's edits are never lost. True when a
+        write landed."""
+        for _ in range(attempts):
+            raw = read()
+            new = change(raw)
+            if new is None:
+                return False
             try:
                 with self._lock:
                     self.writes += 1
-                write(int(raw["Version"]["Index"]), spec)
+                write(raw, new)
                 return True
             except VersionConflict:
                 continue
-        raise VersionConflict(f"{what} kept changing under us for {attempts} attempts")
+        raise VersionConflict(gave_up)
 
     def _post_service_update(
         self, service_id: str, raw: Mapping[str, Any], new: Mapping[str, Any]
@@ -348,17 +367,13 @@ class SwarmClient:
         attempts: int = 5,
     ) -> bool:
         """Read-modify-write a whole service spec (same contract as node labels)."""
-        for _ in range(attempts):
-            raw = self._call(self._api.inspect_service, service_id)
+
+        def change(raw: Mapping[str, Any]) -> Mapping[str, Any] | None:
             spec = raw.get("Spec", {})
             new = compute(spec)
-            if new is None or new == spec:
-                return False
-            try:
-                with self._lock:
-                    self.writes += 1
-                self._call(self._post_service_update, service_id, raw, new)
-                return True
-            except VersionConflict:
-                continue
-        raise VersionConflict(f"service {service_id}: kept changing for {attempts} attempts")
+            return None if new is None or new == spec else new
+
+        return self._read_modify_write(
+            lambda: self._call(self._api.inspect_service, service_id), change,
+            lambda raw, new: self._call(self._post_service_update, service_id, raw, new),
+            attempts, f"service {service_id}: kept changing for {attempts} attempts")
