@@ -142,6 +142,15 @@ def start_agent(swarm: SwarmCluster, hostname: str, *extra: str) -> Any:
     return proc
 
 
+def start_daemon(swarm: SwarmCluster, cfg: Path, log: Path, **env: str) -> Any:
+    """The real daemon (`swarmgpu run`, continuous mode) in the manager's namespace,
+    its output appended to ``log``; ``env`` is added to its environment."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    return swarm.exec_in_netns(
+        swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
+        env=swarmgpu_env(**env), **kwargs_for_logs(log))
+
+
 def stop(proc: Any) -> None:
     proc.terminate()
     try:

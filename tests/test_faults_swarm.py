@@ -13,7 +13,6 @@ import contextlib
 import os
 import random
 import signal
-import sys
 import threading
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from gpu_nodes import (
     kwargs_for_logs,
     labels_of,
     start_agent,
+    start_daemon,
     stop,
     swarmgpu_env,
     wait_port,
@@ -335,9 +335,7 @@ def test_daemon_sigkilled_between_two_writes(swarm: SwarmCluster, agents: dict[s
     procs: list[Any] = []
 
     def start() -> Any:
-        p = swarm.exec_in_netns(swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run",
-                                                "--config", str(cfg)], env=swarmgpu_env(),
-                                **kwargs_for_logs(LOGS / "faults-daemon.log"))
+        p = start_daemon(swarm, cfg, LOGS / "faults-daemon.log")
         procs.append(p)
         return p
 

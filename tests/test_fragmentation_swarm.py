@@ -10,23 +10,13 @@ then with ``rebalance.dry_run: false``.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
-    GPU_NODES,
-    LOGS,
-    cfg_file,
-    kwargs_for_logs,
-    run_cli,
-    start_agent,
-    stop,
-    swarmgpu_env,
-)
+from gpu_nodes import GPU_NODES, LOGS, cfg_file, run_cli, start_agent, start_daemon, stop
 from swarm_harness import SwarmCluster
 from test_placement_swarm import deploy, tasks_running, wait_running
 from test_rebalance_swarm import IDLE, holder_gpu, labels, node_labels, where
@@ -63,9 +53,7 @@ def fd(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
                            "cooldown_s": 600, "move_timeout_s": 60,
                            "fragmentation_moves_per_hour": 4,
                            "fragmentation_moves_per_100_placements": 50})
-        state["proc"] = swarm.exec_in_netns(
-            swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
-            env=swarmgpu_env(), **kwargs_for_logs(LOG))
+        state["proc"] = start_daemon(swarm, cfg, LOG)
         return cfg
 
     state["start"] = start

@@ -24,6 +24,7 @@ from gpu_nodes import (
     node_version,
     run_cli,
     start_agent,
+    start_daemon,
     stop,
     swarmgpu_env,
     wait_port,
@@ -277,9 +278,7 @@ def test_daemon_mode_fact_change_latency(
     ], env=swarmgpu_env(), **kwargs_for_logs(LOGS / "agent-file.log"))
     # A long full-cycle interval: the change must arrive through the facts watch.
     cfg = _cfg_file(tmp_path, swarm, sync={"interval_s": 60}, agents={"watch_s": 1})
-    daemon = swarm.exec_in_netns(swarm.manager, [
-        sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg),
-    ], env=swarmgpu_env(), **kwargs_for_logs(LOGS / "daemon.log"))
+    daemon = start_daemon(swarm, cfg, LOGS / "daemon.log")
     try:
         wait_port(node.addr, 9401)
         swarm.wait_for(lambda: labels_of(swarm, "gpu-node-1").get(
@@ -310,9 +309,7 @@ def test_daemon_mode_repairs_on_node_event(
     """With a long interval, a hand edit is repaired because the node event triggers a cycle."""
     cfg = _cfg_file(tmp_path, swarm, sync={"interval_s": 300})
     LOGS.mkdir(parents=True, exist_ok=True)
-    daemon = swarm.exec_in_netns(swarm.manager, [
-        sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg),
-    ], env=swarmgpu_env(), **kwargs_for_logs(LOGS / "daemon-events.log"))
+    daemon = start_daemon(swarm, cfg, LOGS / "daemon-events.log")
     node = swarm.node("gpu-node-2")
     try:
         swarm.wait_for(lambda: labels_of(swarm, "gpu-node-2").get("swarmgpu.gpu.count") == "8",

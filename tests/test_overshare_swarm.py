@@ -24,6 +24,7 @@ from gpu_nodes import (
     kwargs_for_logs,
     run_cli,
     start_agent,
+    start_daemon,
     stop,
     swarmgpu_env,
     wait_port,
@@ -60,9 +61,7 @@ def env(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
                    placement={"overshare": "restart", "overshare_window_s": WINDOW_S},
                    rebalance={"cooldown_s": 0})
     LOG.write_text("")
-    daemon = swarm.exec_in_netns(
-        swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
-        env=swarmgpu_env(), **kwargs_for_logs(LOG))
+    daemon = start_daemon(swarm, cfg, LOG)
     yield {"tmp": tmp, "procs": procs_file, "cfg": cfg}
     for p in (daemon, fake, other):
         stop(p)

@@ -5,24 +5,13 @@ daemon (real CLI, continuous mode) placing them, containers checked for their de
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
-    DGX_A100,
-    LOGS,
-    RTX4090,
-    agents,
-    cfg_file,
-    kwargs_for_logs,
-    run_cli,
-    stop,
-    swarmgpu_env,
-)
+from gpu_nodes import DGX_A100, LOGS, RTX4090, agents, cfg_file, run_cli, start_daemon, stop
 from swarm_harness import SwarmCluster
 
 from swarmgpu.manager.placement import env_template, gate_constraint
@@ -69,9 +58,7 @@ def daemon(swarm: SwarmCluster, agents: dict[str, Any],
     state: dict[str, Any] = {"cfg": cfg, "tmp": tmp}
 
     def start() -> None:
-        state["proc"] = swarm.exec_in_netns(
-            swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
-            env=swarmgpu_env(), **kwargs_for_logs(LOGS / "placement-daemon.log"))
+        state["proc"] = start_daemon(swarm, cfg, LOGS / "placement-daemon.log")
 
     state["start"] = start
     start()
@@ -79,9 +66,11 @@ def daemon(swarm: SwarmCluster, agents: dict[str, Any],
     stop(state["proc"])
 
 
-def deploy(swarm: SwarmCluster, tmp: Path, stack: str, services: dict[str, Any]) -> None:
+def deploy(swarm: SwarmCluster, tmp: Path, stack: str, services: dict[str, Any],
+           render: Callable[[str, dict[str, dict[str, Any]]], str] = stack_yaml) -> None:
+    """``docker stack deploy`` of the compose file ``render`` writes for ``services``."""
     f = tmp / f"{stack}.yml"
-    f.write_text(stack_yaml(stack, services))
+    f.write_text(render(stack, services))
     swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c", str(f), stack)
 
 
@@ -104,11 +93,17 @@ def container_env(swarm: SwarmCluster, task: dict[str, Any]) -> dict[str, str]:
     return dict(e.split("=", 1) for e in env)
 
 
-def wait_running(swarm: SwarmCluster, service: str, n: int, timeout: float = 60
+def wait_running(swarm: SwarmCluster, service: str, n: int, timeout: float = 60, *,
+                 each: Callable[[dict[str, Any]], bool] | None = None, what: str = ""
                  ) -> list[dict[str, Any]]:
+    """The ``n`` running tasks of ``service`` once there are exactly ``n`` (and ``each``,
+    where given, holds for every one; ``what`` says what it checks)."""
+    def ready() -> list[dict[str, Any]] | None:
+        ts = tasks_running(swarm, service)
+        return ts if len(ts) == n and (each is None or all(each(t) for t in ts)) else None
+
     try:
-        return swarm.wait_for(lambda: (lambda ts: ts if len(ts) == n else None)(
-            tasks_running(swarm, service)), timeout, f"{n} running task(s) of {service}")
+        return swarm.wait_for(ready, timeout, f"{n} running task(s) of {service}{what}")
     except Exception as exc:
         api = swarm.client(swarm.manager).api
         seen = [(t["Slot"], t["DesiredState"], t["Status"]["State"], t["Status"].get("Err"),

@@ -4,7 +4,6 @@ daemon (real CLI) moving one replica; containers checked for their new devices."
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import urllib.request
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import GPU_NODES, LOGS, cfg_file, kwargs_for_logs, start_agent, stop, swarmgpu_env
+from gpu_nodes import GPU_NODES, LOGS, cfg_file, start_agent, start_daemon, stop
 from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, tasks_running, wait_running
 
@@ -36,9 +35,7 @@ def rb(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     state: dict[str, Any] = {"cfg": cfg, "tmp": tmp, "profiles": profiles}
 
     def start(config: Path = cfg, **env: str) -> Any:
-        state["proc"] = swarm.exec_in_netns(
-            swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(config)],
-            env=swarmgpu_env(**env), **kwargs_for_logs(LOGS / "rebalance-daemon.log"))
+        state["proc"] = start_daemon(swarm, config, LOGS / "rebalance-daemon.log", **env)
         return state["proc"]
 
     state["start"] = start

@@ -3,12 +3,11 @@ read back with `docker inspect` on the dockerd of the node it runs on."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, agents, cfg_file, kwargs_for_logs, stop, swarmgpu_env
+from gpu_nodes import LOGS, agents, cfg_file, start_daemon, stop
 from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, wait_running
 
@@ -26,9 +25,7 @@ def daemon(swarm: SwarmCluster, agents: dict[str, Any],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("sharing")
     cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
-    proc = swarm.exec_in_netns(
-        swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
-        env=swarmgpu_env(), **kwargs_for_logs(LOGS / "sharing-daemon.log"))
+    proc = start_daemon(swarm, cfg, LOGS / "sharing-daemon.log")
     yield {"cfg": cfg, "tmp": tmp, "proc": proc}
     stop(proc)
     swarm.cli(swarm.manager, "stack", "rm", "share", check=False)

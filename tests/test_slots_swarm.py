@@ -7,14 +7,16 @@ can be spread still gets one replica per node, with the older per-node template 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, RTX4090, agents, cfg_file, kwargs_for_logs, run_cli, stop, swarmgpu_env
+from gpu_nodes import LOGS, RTX4090, agents, cfg_file, run_cli, start_daemon, stop
 from swarm_harness import SwarmCluster
+from test_placement_swarm import container_env, tasks_running
+from test_placement_swarm import deploy as placement_deploy
+from test_placement_swarm import wait_running as placement_wait_running
 
 from swarmgpu.manager.placement import env_template, env_template_per_node, gate_constraint
 
@@ -49,53 +51,32 @@ def daemon(swarm: SwarmCluster, agents: dict[str, Any],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("slots")
     cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
-    proc = swarm.exec_in_netns(
-        swarm.manager, [sys.executable, "-m", "swarmgpu.cli", "run", "--config", str(cfg)],
-        env=swarmgpu_env(), **kwargs_for_logs(LOGS / "slots-daemon.log"))
+    proc = start_daemon(swarm, cfg, LOGS / "slots-daemon.log")
     yield {"cfg": cfg, "tmp": tmp}
     stop(proc)
 
 
 def deploy(swarm: SwarmCluster, tmp: Path, name: str, services: dict[str, Any]) -> None:
-    f = tmp / f"{name}.yml"
-    f.write_text(stack(name, services))
-    swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c", str(f), name)
-
-
-def running(swarm: SwarmCluster, service: str) -> list[dict[str, Any]]:
-    api = swarm.client(swarm.manager).api
-    return [t for t in api.tasks(filters={"service": service, "desired-state": "running"})
-            if t["Status"]["State"] == "running"]
+    placement_deploy(swarm, tmp, name, services, render=stack)
 
 
 def wait_running(swarm: SwarmCluster, service: str, n: int, timeout: float = 90
                  ) -> list[dict[str, Any]]:
-    def ready() -> list[dict[str, Any]] | None:
-        ts = running(swarm, service)
-        # every task that runs is one created after its device map (no "void" left)
-        return ts if len(ts) == n and all(env_of(swarm, t)[0] != "void" for t in ts) else None
-
-    try:
-        return swarm.wait_for(ready, timeout, f"{n} running task(s) of {service} with GPUs")
-    except Exception as exc:
-        api = swarm.client(swarm.manager).api
-        seen = [(t["Slot"], t["DesiredState"], t["Status"]["State"], t["Status"].get("Err"))
-                for t in api.tasks(filters={"service": service})]
-        raise AssertionError(f"{exc}; tasks: {seen}") from exc
+    # every task that runs is one created after its device map (no "void" left)
+    return placement_wait_running(swarm, service, n, timeout,
+                                  each=lambda t: env_of(swarm, t)[0] != "void",
+                                  what=" with GPUs")
 
 
 def env_of(swarm: SwarmCluster, task: dict[str, Any]) -> tuple[str, str]:
     """(NVIDIA_VISIBLE_DEVICES, hostname) of the task's container, by `docker inspect`."""
-    node = swarm.node(task["NodeID"])
-    cid = task["Status"]["ContainerStatus"]["ContainerID"]
-    env = dict(e.split("=", 1) for e in
-               swarm.client(node).api.inspect_container(cid)["Config"]["Env"])
-    return env["NVIDIA_VISIBLE_DEVICES"], node.hostname
+    return (container_env(swarm, task)["NVIDIA_VISIBLE_DEVICES"],
+            swarm.node(task["NodeID"]).hostname)
 
 
 def replicas_seen(swarm: SwarmCluster, service: str) -> dict[int, tuple[str, str]]:
     """slot -> (devices, hostname) of every running replica."""
-    return {t["Slot"]: env_of(swarm, t) for t in running(swarm, service)}
+    return {t["Slot"]: env_of(swarm, t) for t in tasks_running(swarm, service)}
 
 
 def test_packed_replicas_get_distinct_gpus_and_spread_stays_spread(
@@ -141,11 +122,11 @@ def test_packed_replicas_get_distinct_gpus_and_spread_stays_spread(
     assert "replicas packed on one node:" in status.stdout and "slot 4" in status.stdout
 
     # Scale down: the replicas left keep their GPUs and are not restarted.
-    before = {t["ID"] for t in running(swarm, "pk_inf")}
+    before = {t["ID"] for t in tasks_running(swarm, "pk_inf")}
     swarm.cli(swarm.manager, "service", "scale", "pk_inf=2")
-    swarm.wait_for(lambda: len(running(swarm, "pk_inf")) == 2 or None, 60, "scaled to 2")
+    swarm.wait_for(lambda: len(tasks_running(swarm, "pk_inf")) == 2 or None, 60, "scaled to 2")
     left = replicas_seen(swarm, "pk_inf")
-    assert {t["ID"] for t in running(swarm, "pk_inf")} <= before
+    assert {t["ID"] for t in tasks_running(swarm, "pk_inf")} <= before
     assert all(packed[slot] == v for slot, v in left.items())
     api = swarm.client(swarm.manager).api
     swarm.wait_for(lambda: sorted(k for k in api.inspect_service("pk_inf")["Spec"]["Labels"]
