@@ -1093,7 +1093,7 @@ class Planner:
         service-create event, so a new service is planned before the next one arrives
         whenever arrivals are further apart than a cycle takes (the openb trace: median
         161 s apart, 2% within a second); re-planning the whole cluster per arrival
-        would make a replay hours long. tests/test_planner.py checks the decisions
+        would make a replay hours long. tests/test_sim.py checks the decisions
         against a full cycle per arrival. ``services`` are the new ones, CPU-only
         ones included (the model learns them as a cycle would); ``tasks`` their tasks.
         """
