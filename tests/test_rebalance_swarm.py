@@ -41,6 +41,13 @@ def rb(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     state["start"] = start
     start()
     yield state
+    # The module's last stacks go while its daemon still runs, which releases their GPUs:
+    # the swarm is shared, and a later module must find every GPU free.
+    for old in state.get("stacks", ["rb", "rc"]):
+        swarm.cli(swarm.manager, "stack", "rm", old, check=False)
+    swarm.wait_for(lambda: not any(k.startswith(f"{P}assign.")
+                                   for h in GPU_NODES for k in node_labels(swarm, h)),
+                   60, "the module's GPUs released")
     stop(state["proc"])
     for a in agents.values():
         stop(a)

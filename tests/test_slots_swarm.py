@@ -184,9 +184,14 @@ def test_eight_replicas_of_one_gpu_fill_the_8gpu_box(
     """The issue's case: 8 replicas x 1 GPU, no constraint. Two nodes cannot take one
     each of eight; the RTX 4090 box (8 GPUs; the DGX has 7 whole ones) takes them all."""
     api = swarm.client(swarm.manager).api
-    swarm.wait_for(lambda: not any(k.startswith(f"{P}assign.") for n in api.nodes()
-                                   for k in (n["Spec"].get("Labels") or {})) or None,
-                   60, "earlier stacks' GPUs released")
+    def held() -> list[str]:
+        return [k for n in api.nodes() for k in (n["Spec"].get("Labels") or {})
+                if k.startswith(f"{P}assign.")]
+
+    try:
+        swarm.wait_for(lambda: not held() or None, 60, "earlier stacks' GPUs released")
+    except Exception as exc:  # name what still holds GPUs (another module's leftovers?)
+        raise AssertionError(f"{exc}: still held: {held()}") from exc
     deploy(swarm, daemon["tmp"], "eight", {"inf": {"replicas": 8,
                                                    "labels": {"swarmgpu.gpus": "1"}}})
     wait_running(swarm, "eight_inf", 8, timeout=120)
