@@ -994,20 +994,7 @@ class Planner:
             self._exclude_sig_gen += 1
             self._exclude = {}
         live_names = {s.name for s in services}
-        running: dict[str, dict[str, int]] = {}
-        waiting: dict[str, list[SwarmTask]] = {}  # desired running, not running yet
-        slots: dict[str, dict[int, str]] = {}  # slot -> node ("": not yet) of tasks meant to run
-        for t in tasks:
-            if t.desired_state != "running":
-                continue
-            if t.slot:
-                at = slots.setdefault(t.service_id, {})
-                at[t.slot] = at.get(t.slot) or t.node_id
-            if t.state in ("running", "starting"):
-                running.setdefault(t.service_id, {}).setdefault(t.node_id, 0)
-                running[t.service_id][t.node_id] += 1
-            elif t.state in ACTIVE_STATES:
-                waiting.setdefault(t.service_id, []).append(t)
+        running, waiting, slots = _tasks_by_service(tasks)
 
         # Holdings of services that no longer exist are released (gate and ledger).
         for svc_name, per_node in ledger.items():
@@ -1104,15 +1091,10 @@ class Planner:
         cyc = replace(last, plan=plan)
         parsed, cpu_only, _ = self._parse_all(services)
         self._learn_on_gpu_nodes(parsed, cpu_only, tasks, forget=False)
-        waiting: dict[str, list[SwarmTask]] = {}
-        for t in tasks:
-            if (t.desired_state == "running" and t.state not in ("running", "starting")
-                    and t.state in ACTIVE_STATES):
-                waiting.setdefault(t.service_id, []).append(t)
+        _running, waiting, slots = _tasks_by_service(tasks)
         for s, r in parsed:
-            mine = waiting.get(s.id, [])
-            sp = _plan_service(s, r, {}, {}, {}, mine, self._requests[s.id][2], cyc,
-                               {t.slot: t.node_id for t in mine if t.slot})
+            sp = _plan_service(s, r, {}, {}, {}, waiting.get(s.id, []),
+                               self._requests[s.id][2], cyc, slots.get(s.id, {}))
             if self.generic_kind and sp.request is not None and sp.status != "invalid":
                 _reserve_generic(sp, s, self.generic_kind, False)
             plan.services.append(sp)
@@ -1231,6 +1213,27 @@ def _declared_lists(labels: Mapping[str, str], dk: str
         else:
             out.append((rest, None, uuids))
     return out
+
+
+def _tasks_by_service(tasks: Sequence[SwarmTask]) -> tuple[
+        dict[str, dict[str, int]], dict[str, list[SwarmTask]], dict[str, dict[int, str]]]:
+    """Per service, of its tasks meant to run: how many run on each node, which wait (not
+    running yet), and each slot's node ("": not scheduled yet)."""
+    running: dict[str, dict[str, int]] = {}
+    waiting: dict[str, list[SwarmTask]] = {}
+    slots: dict[str, dict[int, str]] = {}
+    for t in tasks:
+        if t.desired_state != "running":
+            continue
+        if t.slot:
+            at = slots.setdefault(t.service_id, {})
+            at[t.slot] = at.get(t.slot) or t.node_id
+        if t.state in ("running", "starting"):
+            running.setdefault(t.service_id, {}).setdefault(t.node_id, 0)
+            running[t.service_id][t.node_id] += 1
+        elif t.state in ACTIVE_STATES:
+            waiting.setdefault(t.service_id, []).append(t)
+    return running, waiting, slots
 
 
 def plan_placement(

@@ -9,10 +9,13 @@ node labels, device labels, ``ForceUpdate``) are applied to those objects the wa
 ``placement_step.apply_plan`` applies them to Swarm (the same spec transformation), and
 Swarm's part is played by a small stand-in: a task runs on the node whose gate is open.
 
-A cycle runs every ``batch`` arrivals (and before each 5% load level is recorded), as the
-daemon runs one per event burst; within a cycle services are planned in arrival order
-(their names sort that way). A GPU pod that gets no placement in its first cycle is
-dropped, as in the FGD replay. CPU-only pods (no GPU request; Swarm would schedule them)
+Each GPU pod is planned when it arrives (``Planner.place_arrivals``: what a full cycle
+run then decides for it, as the daemon runs a cycle per service-create event), and a full
+cycle runs every ``batch`` arrivals, as the daemon's interval cycle; ``at_arrival=False``
+plans in bursts of ``batch`` arrivals instead (and before each 5% load level), which
+``--departures`` still does. Services are planned in arrival order (their names sort that
+way). A GPU pod that gets no placement when first planned is dropped, as in the FGD
+replay. CPU-only pods (no GPU request; Swarm would schedule them)
 are placed at arrival on the node the same allocator prefers for them, so the baselines
 and this replay see the same CPU pressure.
 
@@ -55,7 +58,7 @@ from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_fr
 
 P = "swarmgpu."
 WORKLOADS = ("online", "oracle")
-BATCH = 250  # arrivals per planner cycle (and one before each 5% load level)
+BATCH = 250  # arrivals per full planner cycle
 GPU_MEMORY_MIB = 16384  # the trace gives none; only share labels read it
 MIB = 1024 * 1024
 
