@@ -6,12 +6,19 @@ import math
 import re
 import shutil
 import subprocess
+import threading
+import time
+import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from paths import FIXTURES as FIXTURES_DIR
+from prometheus_client.parser import text_string_to_metric_families
 
+from swarmgpu.agent.facts.topo import TopoSource
 from swarmgpu.agent.metrics import DCGM_FIELDS, AgentStats, render_metrics
+from swarmgpu.agent.server import build_server
 from swarmgpu.core.metrics_in import FB_FREE, FB_USED, UTIL, parse_metrics
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.core.samples import GpuSample
@@ -111,17 +118,101 @@ def test_sample_for_unknown_uuid_is_still_written() -> None:
     assert 'UUID="GPU-zzzz"' in line and 'gpu="7"' in line
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-def test_promtool_accepts_output(tmp_path: Path) -> None:
-    stats = AgentStats(facts_errors=0, facts_age_s=1.0, scrape_duration_s=0.1)
-    text = render_metrics(_facts(), _samples(), stats)
-    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+def _promtool_check(text: bytes) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool missing: apt-get install prometheus (scripts/setup.sh does)"
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                        timeout=30, check=False)
     out = (r.stdout + r.stderr).decode()
     # 3 = lint remarks only; the only remark allowed is dcgm-exporter's own camelCase
     assert r.returncode in (0, 3), out
     for line in out.splitlines():
         assert "camelCase" in line, line
+
+
+def test_promtool_accepts_output() -> None:
+    stats = AgentStats(facts_errors=0, facts_age_s=1.0, scrape_duration_s=0.1)
+    _promtool_check(render_metrics(_facts(), _samples(), stats))
+
+
+def _series(text: str) -> list[tuple[str, frozenset[tuple[str, str]]]]:
+    """Every sample as (name, labels), through prometheus_client's own parser."""
+    return [(s.name, frozenset(s.labels.items()))
+            for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def _seven_slice_agent_page() -> str:
+    """/metrics of a real agent (HTTP on 127.0.0.1) over a topo: A100 80GB box with GPU
+    0 cut into 7 x 1g.10gb, the facts source whose GI ids used to be unknown."""
+    src = TopoSource(CAPTURES / "nvsmi_topo_a100-8x_nv12_stas00-mlengineering.txt",
+                     hostname="dgx-1", product="NVIDIA A100-SXM4-80GB", memory_mib=81920,
+                     mig_layout="0:1g.10gb*7")
+    srv = build_server(src, "127.0.0.1:0", refresh_s=60)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while srv.cache.view().facts is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        host, port = srv.server_address[:2]
+        with urllib.request.urlopen(f"http://{host!s}:{port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+    finally:
+        srv.shutdown()
+        t.join(5)
+
+
+def test_seven_mig_slices_give_unique_series() -> None:
+    text = _seven_slice_agent_page()
+    series = _series(text)
+    dupes = {s for s in series if series.count(s) > 1}
+    assert not dupes, dupes
+    fb_free = [dict(lab) for name, lab in series if name == "DCGM_FI_DEV_FB_FREE"]
+    mig = [lab for lab in fb_free if lab["gpu"] == "0"]
+    assert len(mig) == 7 and len({lab["GPU_I_ID"] for lab in mig}) == 7
+    assert {lab["GPU_I_PROFILE"] for lab in mig} == {"1g.10gb"}
+    assert len(fb_free) == 7 + 7  # the 7 slices of GPU 0 and GPUs 1-7 whole
+    # The manager's parser keeps each slice apart too (none folded into another).
+    g0 = next(g for g in parse_metrics(text).samples_by_uuid.values() if g.index == 0)
+    assert len(g0.mig) == 7 and g0.values.get(FB_FREE) is None
+    _promtool_check(text.encode())
+
+
+def test_slices_without_gi_id_are_numbered_apart() -> None:
+    """A facts file may leave gi_id null: every slice still gets a GPU_I_ID of its own,
+    never one a known slice of that GPU already has."""
+    slices = tuple(MigDevice("1g.10gb", f"MIG-{k}", 9984, gi_id=(1 if k == 0 else None))
+                   for k in range(7))
+    facts = NodeFacts(hostname="n", gpus=(
+        Gpu(0, "GPU-x", "NVIDIA A100-SXM4-80GB", 81920, mig_capable=True, mig_enabled=True,
+            mig_devices=slices),))
+    samples = [GpuSample(m.uuid, 0, None, 0, 9984, None, None, None) for m in slices]
+    series = _series(render_metrics(facts, samples).decode())
+    ids = [dict(lab)["GPU_I_ID"] for name, lab in series if name == "DCGM_FI_DEV_FB_USED"]
+    assert sorted(ids, key=int) == ["0", "1", "2", "3", "4", "5", "6"]
+
+
+def test_driver_version_and_label_set_match_dcgm_exporter() -> None:
+    """Our label names for a MIG slice are dcgm-exporter's (A800 capture), with the
+    lower-case hostname of current exporters and without its process-name label."""
+    facts = replace(_facts(), driver_version="535.129.03")
+    text = render_metrics(facts, _samples()).decode()
+    ours = {n: dict(lab) for n, lab in _series(text) if dict(lab).get("GPU_I_ID") == "1"}
+    assert ours["DCGM_FI_DEV_FB_FREE"]["DCGM_FI_DRIVER_VERSION"] == "535.129.03"
+    (a800,) = [p for p in DCGM_FILES if "a800" in p.name]
+    real = next(dict(lab) for n, lab in _series(_parsable(a800)) if "GPU_I_ID" in dict(lab))
+    want = (set(real) - {"DCGM_FI_PROCESS_NAME", "Hostname"}) | {"hostname"}
+    assert set(ours["DCGM_FI_DEV_FB_FREE"]) == want
+    (util,) = _lines(text, "DCGM_FI_DEV_GPU_UTIL")
+    assert 'pci_bus_id="00000000:07:00.0"' in util  # known: written, as newer exporters do
+    assert "DCGM_FI_DRIVER_VERSION" not in render_metrics(_facts(), _samples()).decode()
+
+
+def _parsable(path: Path) -> str:
+    """A capture without the broken lines the exporter wrote (see the a800 test)."""
+    return "\n".join(ln for ln in path.read_text().splitlines()
+                     if ln.startswith("#") or "ERROR - FAILED" not in ln) + "\n"
 
 
 # --- metrics_in ------------------------------------------------------------------

@@ -3,11 +3,13 @@
 Anything that already scrapes dcgm-exporter (dashboards, alerts, our own
 ``metrics_in`` parser) reads the agent unchanged. Names, HELP texts, TYPEs and label
 names (``gpu, UUID, pci_bus_id, device, modelName[, GPU_I_PROFILE, GPU_I_ID],
-hostname``) are copied from real captures (``fixtures/captures/dcgm_*.txt``); the
-host label is the lower-case ``hostname`` that dcgm-exporter uses since 2026-05.
+hostname, DCGM_FI_DRIVER_VERSION``) are copied from real captures
+(``fixtures/captures/dcgm_*.txt``); the host label is the lower-case ``hostname`` that
+dcgm-exporter uses since 2026-05 (the dashboard and ``metrics_in`` read both spellings).
 prometheus-client writes labels sorted by name, not in dcgm-exporter's order; label
 order carries no meaning in the exposition format. ``pci_bus_id`` is left out when
-the facts do not know it, as older dcgm-exporters do. ``promtool check metrics``
+the facts do not know it, as older dcgm-exporters do; so is ``DCGM_FI_DRIVER_VERSION``
+when no driver version is known. ``promtool check metrics``
 exits 3 on the camelCase label names, exactly as it does on dcgm-exporter's output.
 
 Rules:
@@ -16,8 +18,12 @@ Rules:
   written as 0: a 0 would read as "idle" to a rebalancer.
 * A sample whose UUID is a MIG device UUID known to the facts is written with the
   parent GPU's ``gpu``/``UUID`` labels plus ``GPU_I_PROFILE`` and ``GPU_I_ID``, as
-  dcgm-exporter does for GPU instances. A sample for a UUID the facts do not know is
-  still written (labels from the sample alone) so nothing measured is lost.
+  dcgm-exporter does for GPU instances. ``GPU_I_ID`` is what tells the slices of one
+  GPU apart, so every slice gets one: a slice whose GI id the facts do not know (a
+  facts file with ``gi_id: null``) gets the lowest number no other slice of that GPU
+  uses; without it two slices of one profile would be one series written twice.
+  A sample for a UUID the facts do not know is still written (labels from the
+  sample alone) so nothing measured is lost.
 
 Rendering goes through prometheus-client with a custom collector on a fresh
 ``CollectorRegistry`` per call, so nothing lives in the global registry.
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -72,7 +78,14 @@ class AgentStats:
 
 
 def _mig_index(facts: NodeFacts) -> dict[str, tuple[Gpu, MigDevice]]:
-    return {m.uuid: (g, m) for g in facts.gpus for m in g.mig_devices}
+    """MIG UUID -> (parent, slice), each slice with a GI id unique on its parent."""
+    out: dict[str, tuple[Gpu, MigDevice]] = {}
+    for g in facts.gpus:
+        taken = {m.gi_id for m in g.mig_devices if m.gi_id is not None}
+        free = (n for n in range(1 << 16) if n not in taken)
+        for m in g.mig_devices:
+            out[m.uuid] = (g, m if m.gi_id is not None else replace(m, gi_id=next(free)))
+    return out
 
 
 def sample_labels(
@@ -99,9 +112,10 @@ def sample_labels(
         del labels["pci_bus_id"]  # as older dcgm-exporters: absent, not empty
     if mig is not None:
         labels["GPU_I_PROFILE"] = mig.profile
-        if mig.gi_id is not None:
-            labels["GPU_I_ID"] = str(mig.gi_id)
+        labels["GPU_I_ID"] = str(mig.gi_id)
     labels["hostname"] = facts.hostname
+    if facts.driver_version:
+        labels["DCGM_FI_DRIVER_VERSION"] = facts.driver_version
     return labels
 
 

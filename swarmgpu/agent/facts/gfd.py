@@ -219,6 +219,7 @@ def facts_from_labels(
                 profile=prof,
                 uuid=synthetic_uuid("MIG", hostname, origin, i, k, prof),
                 memory_mib=mem,
+                gi_id=k,  # synthetic, like the UUID: GFD does not say; see topo
             )
             for k, (prof, mem) in enumerate(per_parent[i])
         )

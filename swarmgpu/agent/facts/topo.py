@@ -129,7 +129,7 @@ def _numa(v: str | None, where: str, lineno: int) -> int | None:
 
 # --- MIG layout ----------------------------------------------------------------------
 def parse_mig_layout(layout: str, gpu_count: int, memory_mib: int) -> dict[int, list[str]]:
-    """``{gpu_index: [profile, ...]}`` from a ``--mig-layout`` string.
+    """``{gpu_index: [profile, ...]}`` from a ``--mig`` string (the ``facts``/``agent`` option).
 
     Forms (documented in docs/facts-schema.md):
     ``all-1g.10gb`` every GPU filled with as many of that profile as fit;
@@ -137,7 +137,7 @@ def parse_mig_layout(layout: str, gpu_count: int, memory_mib: int) -> dict[int, 
     ``0:3g.40gb,1g.10gb*2;1:7g.80gb`` per GPU, ``;``-separated.
     """
     out: dict[int, list[str]] = {}
-    what = f"--mig-layout {layout!r}"
+    what = f"--mig {layout!r}"
     for part in (p.strip() for p in layout.split(";")):
         if not part:
             continue
@@ -182,7 +182,10 @@ def _check_profile(profile: str, what: str) -> None:
 def mig_devices_for(
     profiles: list[str], *, hostname: str, origin: str, gpu_index: int
 ) -> tuple[MigDevice, ...]:
-    """Synthetic MIG devices (stable ``MIG-5ca1ab1e-...`` UUIDs) for a list of profiles."""
+    """Synthetic MIG devices (stable ``MIG-5ca1ab1e-...`` UUIDs) for a list of profiles.
+
+    The GI id is synthetic too (the slice's position on its GPU): it is what tells
+    slices apart in ``/metrics`` (``GPU_I_ID``) and ties their samples back to them."""
     devs = []
     for k, prof in enumerate(profiles):
         _, gb = parse_profile(prof)
@@ -191,6 +194,7 @@ def mig_devices_for(
                 profile=prof,
                 uuid=synthetic_uuid("MIG", hostname, origin, gpu_index, k, prof),
                 memory_mib=gb * 1024,  # nominal: the name's GB, not the exact GI size
+                gi_id=k,
             )
         )
     return tuple(devs)
