@@ -247,3 +247,90 @@ def test_generic_resource_reservation_before_tasks_run() -> None:
     sp3 = plan_placement([DGX], [s], [running], {"n-dgx": FACTS["n-dgx"]},
                          generic_kind="NVIDIA-GPU").services[0]
     assert sp3.set_generic is None and any("generic" in w for w in sp3.warnings)
+
+
+# --- render reads what Swarm checks (issue 20, finding 4) -----------------------------
+
+def _cpu_node(nid: str, host: str, cpus: int = 2) -> SwarmNode:
+    return replace(node(nid, host), cpu_milli=cpus * 1000, memory_mib=8192)
+
+
+def test_render_sees_the_stacks_cpu_reservation() -> None:
+    """The issue's X/Y case: X, pinned to gpu-node-1, reserves 1.5 of its 2 CPUs; Y
+    (1 GPU, cpus "1.0") rendered as a separate stack gets its devices on gpu-node-2,
+    where Swarm can run it (render used to build Y without its reservation)."""
+    from swarmgpu.manager.render import render_stack
+
+    dgx, r4090 = _cpu_node("n-dgx", "gpu-node-1"), _cpu_node("n-4090", "gpu-node-2")
+    x = replace(svc("x_x", {"swarmgpu.gpus": "1"}), spec={
+        "TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 1_500_000_000}}}})
+    plan = plan_placement([dgx, r4090], [x], [], FACTS)
+    nodes = apply([dgx, r4090], plan)
+    x = replace(x, labels={**x.labels, **plan.services[0].service_labels_set})
+    tx = SwarmTask("tx", x.id, "n-dgx", 1, "running", "running", (), cpu_milli=1500)
+    text = """
+services:
+  y:
+    image: busybox
+    deploy:
+      labels: {swarmgpu.gpus: "1"}
+      resources: {reservations: {cpus: "1.0", memory: 512M}}
+"""
+    out, p = render_stack(text, "y", nodes, [x], [tx], FACTS, prefix=P)
+    sp = next(s for s in p.services if s.name == "y_y")
+    assert sp.status == "placed", sp.reason
+    assert [pl.hostname for pl in sp.placements] == ["gpu-node-2"]
+    assert "swarmgpu.devices.n-4090" in out and "swarmgpu.devices.n-dgx" not in out
+
+
+def test_render_builds_the_spec_swarm_will_hold() -> None:
+    import pytest
+
+    from swarmgpu.manager.render import StackError, load_stack, stack_services
+
+    text = """
+services:
+  a:
+    image: busybox
+    platform: linux/arm64
+    deploy:
+      replicas: 2
+      labels: {swarmgpu.gpus: "1"}
+      resources:
+        reservations:
+          cpus: 1.5
+          memory: 1g
+          generic_resources:
+            - discrete_resource_spec: {kind: NVIDIA-GPU, value: 1}
+      placement:
+        constraints: [node.role==worker]
+        preferences: [{spread: node.labels.zone}]
+        max_replicas_per_node: 1
+"""
+    (a,) = stack_services(load_stack(text), "s", [])
+    tt = a.spec["TaskTemplate"]
+    assert tt["Resources"]["Reservations"] == {
+        "NanoCPUs": 1_500_000_000, "MemoryBytes": 1 << 30,
+        "GenericResources": [{"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 1}}]}
+    assert tt["Placement"] == {
+        "Constraints": ["node.role==worker"],
+        "Preferences": [{"Spread": {"SpreadDescriptor": "node.labels.zone"}}],
+        "MaxReplicas": 1, "Platforms": [{"OS": "linux", "Architecture": "arm64"}]}
+    assert a.spec["Mode"] == {"Replicated": {"Replicas": 2}} and a.max_replicas_per_node == 1
+    # the planner refuses what Swarm would: an amd64 node for an arm64 platform
+    amd = replace(_cpu_node("n-dgx", "gpu-node-1"), arch="x86_64")
+    sp = plan_placement([amd], [replace(a, constraints=(*a.constraints,
+                                                         gate_constraint(P, a.name)),
+                                        env=(env_template(P),))], [],
+                        {"n-dgx": FACTS["n-dgx"]}).services[0]
+    assert sp.status == "pending"
+    for bad, key in (("cpus: lots", "reservations.cpus"), ("memory: 12Q", "reservations.memory"),
+                     ("cpus: 0", "reservations.cpus"),
+                     ("generic_resources: [{discrete_resource_spec: {kind: g}}]",
+                      "reservations.generic_resources")):
+        with pytest.raises(StackError, match=rf"services\.b\.deploy\.resources\.{key}"):
+            stack_services(load_stack(
+                f"services:\n  b:\n    deploy:\n      resources:\n        reservations: "
+                f"{{{bad}}}\n"), "s", [])
+    with pytest.raises(StackError, match=r"services\.b\.deploy\.mode"):
+        stack_services(load_stack("services:\n  b:\n    deploy: {mode: sometimes}\n"), "s", [])

@@ -201,17 +201,20 @@ def render(stack_file: str, stack_name: str | None, output: str,
     """Rewrite a stack with GPU placement resolved, for `docker stack deploy -c -`."""
     from pathlib import Path
 
-    from swarmgpu.manager.placement_step import facts_by_node
+    from swarmgpu.manager.placement_step import facts_by_node, new_planner
     from swarmgpu.manager.render import StackError, render_stack
+    from swarmgpu.swarm.client import SwarmClient
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     name = stack_name or Path(stack_file).stem.split(".")[0]
     snap = _snapshot(cfg)
+    # The daemon's planner (config, stored workload model): render chooses as it would.
+    planner = new_planner(cfg, SwarmClient(cfg.docker_host), snap.services)
     try:
         text, p = render_stack(Path(stack_file).read_text(), name, snap.nodes, snap.services,
                                snap.tasks, facts_by_node(snap), prefix=cfg.sync.prefix,
-                               zone_label=cfg.placement.zone_label)
+                               zone_label=cfg.placement.zone_label, planner=planner)
     except StackError as exc:
         click.echo(f"swarmgpu render: {exc}", err=True)
         sys.exit(2)

@@ -11,7 +11,9 @@ keeps every piece (what already runs stays where it runs: its holding is reused)
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -21,11 +23,11 @@ from swarmgpu.manager.placement import (
     DEVICES,
     ORDER_ENV,
     PlacementPlan,
+    Planner,
     devices_key,
     env_template,
     env_template_per_node,
     gate_constraint,
-    plan_placement,
 )
 from swarmgpu.manager.requests import RequestError, parse_all
 from swarmgpu.manager.sharing import env_lines, is_share_key, want_labels
@@ -94,10 +96,145 @@ def _constraints(placement: Mapping[str, Any], where: str) -> list[str]:
     return list(v)
 
 
+# --- what Swarm's scheduler checks, as `docker stack deploy` converts it -------------
+
+_CPUS_RE = re.compile(r"^\s*(\d{1,6}(?:\.\d{0,9})?|\.\d{1,9})\s*$")
+# docker's units.RAMInBytes: binary multipliers, an optional b / ib after the letter.
+_MEM_RE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,9})?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
+_MEM_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def parse_cpus(v: object, where: str) -> int:
+    """Compose ``cpus`` ("1.5", 0.5, 2) as Swarm's NanoCPUs."""
+    text = str(v) if isinstance(v, int | float | str) and not isinstance(v, bool) else ""
+    m = _CPUS_RE.match(text)
+    if m is None:
+        raise StackError(f"{where}: {v!r} is not a number of CPUs (like \"1.5\" or 2)")
+    nano = round(float(m.group(1)) * 1e9)
+    if nano <= 0:
+        raise StackError(f"{where}: {v!r} reserves no CPU; leave the key out instead")
+    return nano
+
+
+def parse_memory(v: object, where: str) -> int:
+    """Compose ``memory`` (bytes, or "512M", "1g", "1.5GiB") as Swarm's MemoryBytes."""
+    text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
+    m = _MEM_RE.match(text)
+    if m is None:
+        raise StackError(f"{where}: {v!r} is not an amount of memory (bytes, or a number "
+                         "with b, k, m, g, t or p: \"512M\", \"1g\")")
+    got = int(float(m.group(1)) * _MEM_UNIT[m.group(2).lower()])
+    if got <= 0:
+        raise StackError(f"{where}: {v!r} reserves no memory; leave the key out instead")
+    return got
+
+
+def _generic(v: object, where: str) -> list[dict[str, Any]]:
+    """Compose ``generic_resources`` as Swarm's GenericResources (discrete ones; a named
+    one is listed by value, which placement does not count)."""
+    if not isinstance(v, list):
+        raise StackError(f"{where}: expected a list of discrete_resource_spec entries")
+    out: list[dict[str, Any]] = []
+    for i, item in enumerate(v):
+        spec = item.get("discrete_resource_spec") if isinstance(item, dict) else None
+        kind = spec.get("kind") if isinstance(spec, dict) else None
+        value = spec.get("value") if isinstance(spec, dict) else None
+        if not isinstance(kind, str) or not kind or not isinstance(value, int) \
+                or isinstance(value, bool) or not 0 < value < 1_000_000:
+            raise StackError(f"{where}[{i}]: expected discrete_resource_spec: "
+                             "{kind: NAME, value: COUNT} with a whole COUNT > 0")
+        out.append({"DiscreteResourceSpec": {"Kind": kind, "Value": value}})
+    return out
+
+
+def _reservations(deploy: Mapping[str, Any], where: str) -> dict[str, Any]:
+    res = _mapping(_mapping(deploy, "resources", f"{where}.deploy"), "reservations",
+                   f"{where}.deploy.resources")
+    at = f"{where}.deploy.resources.reservations"
+    out: dict[str, Any] = {}
+    if res.get("cpus") is not None:
+        out["NanoCPUs"] = parse_cpus(res["cpus"], f"{at}.cpus")
+    if res.get("memory") is not None:
+        out["MemoryBytes"] = parse_memory(res["memory"], f"{at}.memory")
+    if res.get("generic_resources") is not None:
+        out["GenericResources"] = _generic(res["generic_resources"], f"{at}.generic_resources")
+    return out
+
+
+def _preferences(placement: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    v = placement.get("preferences") or []
+    at = f"{where}.deploy.placement.preferences"
+    if not isinstance(v, list):
+        raise StackError(f"{at}: expected a list of {{spread: node.labels.NAME}}")
+    out = []
+    for item in v:
+        spread = item.get("spread") if isinstance(item, dict) else None
+        if not isinstance(spread, str) or not spread:
+            raise StackError(f"{at}: {item!r} is not {{spread: node.labels.NAME}}")
+        out.append({"Spread": {"SpreadDescriptor": spread}})
+    return out
+
+
+def _max_replicas(placement: Mapping[str, Any], where: str) -> int | None:
+    v = placement.get("max_replicas_per_node")
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1_000_000:
+        raise StackError(f"{where}.deploy.placement.max_replicas_per_node: {v!r} is not a "
+                         "whole number >= 0")
+    return v or None  # 0 is Swarm's "no limit"
+
+
+def _platforms(svc: Mapping[str, Any], where: str) -> list[dict[str, str]]:
+    """The service's ``platform`` (os/arch[/variant]). Platforms `docker stack deploy`
+    reads from the image's manifest are not in the file: render cannot know them."""
+    v = svc.get("platform")
+    if v is None:
+        return []
+    parts = str(v).split("/") if isinstance(v, str) else []
+    if not 2 <= len(parts) <= 3 or not all(parts[:2]):
+        raise StackError(f"{where}.platform: {v!r} is not os/arch (like linux/amd64)")
+    return [{"OS": parts[0], "Architecture": parts[1]}]
+
+
+_MODES = ("replicated", "global", "replicated-job", "global-job")
+
+
+def _mode(deploy: Mapping[str, Any], where: str) -> str:
+    mode = str(deploy.get("mode", "replicated"))
+    if mode not in _MODES:
+        raise StackError(f"{where}.deploy.mode: {mode!r} is not one of {', '.join(_MODES)}")
+    return mode
+
+
+def _swarm_spec(full: str, svc: Mapping[str, Any], deploy: Mapping[str, Any],
+                placement: Mapping[str, Any], labels: Mapping[str, str], env: Sequence[str],
+                mode: str, replicas: int | None, where: str) -> dict[str, Any]:
+    """The service spec `docker stack deploy` makes of the file, in the Engine API's
+    shape (what the daemon reads back from Swarm), as far as placement reads it."""
+    pl: dict[str, Any] = {"Constraints": _constraints(placement, where)}
+    if prefs := _preferences(placement, where):
+        pl["Preferences"] = prefs
+    if (mrpn := _max_replicas(placement, where)) is not None:
+        pl["MaxReplicas"] = mrpn
+    if plats := _platforms(svc, where):
+        pl["Platforms"] = plats
+    tt: dict[str, Any] = {"ContainerSpec": {"Env": list(env)}, "Placement": pl}
+    if res := _reservations(deploy, where):
+        tt["Resources"] = {"Reservations": res}
+    api_mode: dict[str, Any] = (
+        {"Replicated": {"Replicas": replicas}} if mode == "replicated"
+        else {"".join(w.capitalize() for w in mode.split("-")): {}})
+    return {"Name": full, "Labels": dict(labels), "Mode": api_mode, "TaskTemplate": tt}
+
+
 def stack_services(stack: Mapping[str, Any], name: str,
                    existing: Sequence[SwarmService], prefix: str = "swarmgpu."
                    ) -> list[SwarmService]:
-    """The stack's annotated services as Swarm would hold them (existing ids reused)."""
+    """The stack's services as Swarm will hold them once deployed (existing ids reused):
+    everything Swarm's scheduler checks -- reservations (CPU, memory, generic
+    resources), constraints, preferences, max replicas per node, platform, mode -- so
+    the planner refuses every node Swarm would refuse."""
     by_name = {s.name: s for s in existing}
     out = []
     for svc_name, svc in stack["services"].items():
@@ -112,14 +249,17 @@ def stack_services(stack: Mapping[str, Any], name: str,
             labels.update({k: v for k, v in cur.labels.items()
                            if DEVICES in k or is_share_key(k, prefix)})
         placement = _mapping(deploy, "placement", f"{where}.deploy")
-        mode = str(deploy.get("mode", "replicated"))
-        mrpn = placement.get("max_replicas_per_node")
+        mode = _mode(deploy, where)
+        replicas = _replicas(deploy, where) if mode == "replicated" else None
+        env = _env_list(svc, where)
+        spec = _swarm_spec(full, svc, deploy, placement, labels, env, mode, replicas, where)
         out.append(SwarmService(
             id=cur.id if cur else f"render:{full}", name=full, labels=labels,
-            constraints=tuple(_constraints(placement, where)),
-            env=tuple(_env_list(svc, where)), mode=mode,
-            replicas=_replicas(deploy, where) if mode == "replicated" else None,
-            max_replicas_per_node=mrpn if isinstance(mrpn, int) else None, version=0,
+            constraints=tuple(spec["TaskTemplate"]["Placement"]["Constraints"]),
+            env=tuple(env), mode=mode, replicas=replicas,
+            max_replicas_per_node=spec["TaskTemplate"]["Placement"].get("MaxReplicas"),
+            version=cur.version + 1 if cur else 0, spec=spec,
+            force_update=cur.force_update if cur else 0,
         ))
     return out
 
@@ -127,21 +267,24 @@ def stack_services(stack: Mapping[str, Any], name: str,
 def render_stack(
     text: str, name: str, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str = "swarmgpu.",
-    zone_label: str = "topology.zone",
+    zone_label: str = "topology.zone", planner: Planner | None = None,
 ) -> tuple[str, PlacementPlan]:
+    """``planner``: the daemon's (its config's generic-resource kind, its stored
+    workload model), so render chooses what the daemon would; a fresh default one
+    otherwise."""
     stack = load_stack(text)
     mine = stack_services(stack, name, services, prefix)
     mine_names = {s.name for s in mine}
     others = [s for s in services if s.name not in mine_names]
     # Gate and env are written into the file, so plan as if they were already there.
-    gated = [
-        SwarmService(s.id, s.name, s.labels, (*s.constraints, gate_constraint(prefix, s.name)),
-                     (*s.env, env_template(prefix), *env_lines(prefix)), s.mode, s.replicas,
-                     s.max_replicas_per_node, s.version)
-        for s in mine
-    ]
-    plan = plan_placement(nodes, [*others, *gated], tasks, facts, prefix=prefix,
-                          zone_label=zone_label, adopt_ungated=False)
+    gated = [replace(s, constraints=(*s.constraints, gate_constraint(prefix, s.name)),
+                     env=(*s.env, env_template(prefix), *env_lines(prefix)))
+             for s in mine]
+    if planner is None:
+        planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
+    else:  # the file carries the gate and env: nothing to adopt
+        planner.adopt_ungated = False
+    plan = planner.plan(nodes, [*others, *gated], tasks, facts)
     out = copy.deepcopy(stack)
     by_name = {sp.name: sp for sp in plan.services}
     for svc_name, svc in out["services"].items():
