@@ -7,12 +7,17 @@
     core                     model, config, shared contracts
 
 Every import counts, also the ones inside functions and under ``TYPE_CHECKING``: a lazy
-import is still a dependency. README.md ("Layout") shows the tree.
+import is still a dependency. Within a layer, modules import each other without a cycle
+(two modules that need each other are one responsibility, or one needs a smaller thing
+below both), and no part of the manager imports the daemon: the daemon wires the parts
+together (``swarmgpu.manager.host.CycleHost`` is what they see of it). README.md
+("Layout") shows the tree.
 """
 
 from __future__ import annotations
 
 import ast
+from itertools import pairwise
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "swarmgpu"
@@ -55,6 +60,98 @@ def _imports(source: str, module: str, is_package: bool) -> list[tuple[int, str]
     return sorted((ln, m) for ln, m in out if m == "swarmgpu" or m.startswith("swarmgpu."))
 
 
+def _targets(source: str, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, module or module.name) for every import: ``from a.b import c`` gives
+    ``a.b.c``, which is ``a.b``'s submodule ``c`` when there is one."""
+    pkg = module if is_package else module.rpartition(".")[0]
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            out += [(node.lineno, f"{base}.{a.name}") for a in node.names]
+    return out
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, dict[str, int]]:
+    """module -> {module it imports: line}, over the given modules only
+    (``sources``: module -> (source, is_package)). An import names the deepest module
+    it reaches (``from a import b`` is ``a.b`` when that is a module, else ``a``)."""
+    graph: dict[str, dict[str, int]] = {m: {} for m in sources}
+    for module, (source, is_package) in sources.items():
+        for line, target in _targets(source, module, is_package):
+            while target and target not in sources:
+                target = target.rpartition(".")[0]
+            if target and target != module:
+                graph[module].setdefault(target, line)
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle (a -> b -> ... -> a) per strongly connected group of modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan; the package is far shallower than the limit
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_cycle_in(graph, g) for g in groups]
+
+
+def _cycle_in(graph: dict[str, dict[str, int]], group: set[str]) -> list[str]:
+    """The shortest way from the group's first module back to it, inside the group."""
+    start = min(group)
+    came: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v]):
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(came[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if w in group and w not in came:
+                    came[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"no cycle in {sorted(group)}")  # a group always has one
+
+
+def _package_graph() -> dict[str, dict[str, int]]:
+    return import_graph({_module(p): (p.read_text(), p.name == "__init__.py")
+                         for p in PACKAGE.rglob("*.py")})
+
+
 def _layer(module: str) -> str | None:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else None
@@ -91,3 +188,40 @@ def test_the_check_sees_every_kind_of_import() -> None:
     found = [m for _, m in _imports(src, "swarmgpu.agent.x", is_package=False)]
     assert found == ["swarmgpu.agent", "swarmgpu.manager.daemon", "swarmgpu.cli",
                      "swarmgpu.manager", "swarmgpu.sim"]
+
+
+def test_no_import_cycles() -> None:
+    graph = _package_graph()
+
+    def where(a: str, b: str) -> str:
+        return f"{a} (line {graph[a][b]})"
+
+    cycles = [" -> ".join([*(where(a, b) for a, b in pairwise(c)), c[-1]])
+              for c in import_cycles(graph)]
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_no_part_imports_the_daemon() -> None:
+    """Only the command line (which starts it) imports the daemon."""
+    graph = _package_graph()
+    importers = sorted(m for m, targets in graph.items()
+                       if "swarmgpu.manager.daemon" in targets and _layer(m) != "cli")
+    assert not importers, f"modules importing the daemon: {importers}"
+
+
+def test_the_cycle_check_finds_lazy_and_type_only_cycles() -> None:
+    """The checker itself: a cycle closed by a lazy or TYPE_CHECKING import is found and
+    named; ``from pkg import mod`` is an import of ``mod``; a chain is no cycle."""
+    sources = {
+        "p": ("", True),
+        "p.a": ("from p import b\n", False),
+        "p.b": ("def f():\n    from .c import X\n", False),
+        "p.c": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                "    import p.a\n", False),
+        "p.d": ("import p.a\nfrom p.c import Y\n", False),
+    }
+    graph = import_graph(sources)
+    assert graph["p.a"] == {"p.b": 1} and graph["p.b"] == {"p.c": 2}
+    assert import_cycles(graph) == [["p.a", "p.b", "p.c", "p.a"]]
+    sources["p.c"] = ("import json\n", False)
+    assert import_cycles(import_graph(sources)) == []

@@ -4,20 +4,23 @@ tests/test_overshare_swarm.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpu_nodes import DGX_A100
 from test_placement import DGX
 
 from swarmgpu.agent.metrics import render_metrics
-from swarmgpu.core.metrics_in import parse_metrics
+from swarmgpu.core.metrics_in import GpuMetrics, parse_metrics
 from swarmgpu.core.samples import GpuProcess, GpuSample
-from swarmgpu.manager.overshare import Watch, annotate, findings, service_use
+from swarmgpu.manager.overshare import Watch, annotate, findings, owners, service_use
 from swarmgpu.manager.placement import Holding
+from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 F = DGX_A100.facts()
 G1, G2 = F.gpus[1], F.gpus[2]
 
 
-def _metrics(procs: dict[str, tuple[GpuProcess, ...]]) -> dict[str, dict[str, object]]:
+def _metrics(procs: dict[str, tuple[GpuProcess, ...]]) -> dict[str, dict[str, GpuMetrics]]:
     """The agent's /metrics page for these processes, read back as the daemon reads it."""
     samples = [GpuSample(g.uuid, g.index, 1.0, 1, 1, 1.0, 1.0, 1.0, procs.get(g.uuid, ()))
                for g in F.gpus]
@@ -27,6 +30,13 @@ def _metrics(procs: dict[str, tuple[GpuProcess, ...]]) -> dict[str, dict[str, ob
 LEDGER = {"a": {DGX.id: Holding("a", DGX.id, (G1.uuid,), (500,))},
           "b": {DGX.id: Holding("b", DGX.id, (G1.uuid,), (500,))},
           "w": {DGX.id: Holding("w", DGX.id, (G2.uuid,), (1000,))}}
+# Swarm's own word on each container: (task, service) on DGX (tests/test_attribution_checked.py
+# has what happens to a process Swarm does not place there).
+OWNERS = owners([SwarmService(f"sid-{n}", n, {}, (), (), "replicated", 1, None, 1)
+                 for n in "abwx"],
+                [SwarmTask(t, f"sid-{n}", DGX.id, 1, "running", "running", (), container_id=c)
+                 for t, n, c in (("ta", "a", "c" * 64), ("tb", "b", "d" * 64),
+                                 ("tw", "w", "e" * 64), ("tx", "x", "f" * 64))])
 
 
 def test_use_against_share_per_holder() -> None:
@@ -35,7 +45,8 @@ def test_use_against_share_per_holder() -> None:
                             GpuProcess(12, 4000, None, "d" * 64, "tb", "b"),
                             GpuProcess(13, 999)),  # a host process: nobody's
                   G2.uuid: (GpuProcess(20, 40000, None, "e" * 64, "tw", "w"),)})
-    uses = {(u.service, u.uuid): u for u in service_use([DGX], LEDGER, {DGX.id: F}, m)}
+    uses = {(u.service, u.uuid): u for u in service_use([DGX], LEDGER, {DGX.id: F}, m,
+                                                         OWNERS)}
     a, b, w = uses["a", G1.uuid], uses["b", G1.uuid], uses["w", G2.uuid]
     assert (a.used_mib, a.share_mib, a.over, a.tasks, a.pids) == (32000, 20480, True, ("ta",),
                                                                   (10, 11))
@@ -47,8 +58,9 @@ def test_use_against_share_per_holder() -> None:
 
 
 def test_a_service_on_a_gpu_it_does_not_hold_is_over() -> None:
-    m = _metrics({G1.uuid: (GpuProcess(10, 100, None, "c" * 64, "tx", "x"),)})
-    uses = {(u.service, u.uuid): u for u in service_use([DGX], LEDGER, {DGX.id: F}, m)}
+    m = _metrics({G1.uuid: (GpuProcess(10, 100, None, "f" * 64, "tx", "x"),)})
+    uses = {(u.service, u.uuid): u for u in service_use([DGX], LEDGER, {DGX.id: F}, m,
+                                                         OWNERS)}
     assert uses["x", G1.uuid].over and uses["x", G1.uuid].share_mib == 0
     assert not uses["a", G1.uuid].over  # the holders use nothing
 
@@ -61,17 +73,17 @@ def test_watch_window_and_map_annotation() -> None:
     now = [100.0]
     w = Watch(clock=lambda: now[0])
     over = _metrics({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64, "ta", "a"),)})
-    w.update(service_use([DGX], LEDGER, {DGX.id: F}, over))
+    w.update(service_use([DGX], LEDGER, {DGX.id: F}, over, OWNERS))
     assert w.due(60) == []
     now[0] = 170.0
-    w.update(service_use([DGX], LEDGER, {DGX.id: F}, over))
+    w.update(service_use([DGX], LEDGER, {DGX.id: F}, over, OWNERS))
     assert [u.service for u in w.due(60)] == ["a"]
     w.update(service_use([DGX], LEDGER, {DGX.id: F}, _metrics(
-        {G1.uuid: (GpuProcess(10, 100, None, "c" * 64, "ta", "a"),)})))
+        {G1.uuid: (GpuProcess(10, 100, None, "c" * 64, "ta", "a"),)}), OWNERS))
     assert w.due(0) == [] and w.since == {}
-    doc = {"nodes": [{"id": DGX.id, "gpus": [{"uuid": G1.uuid, "holders": [
+    doc: dict[str, Any] = {"nodes": [{"id": DGX.id, "gpus": [{"uuid": G1.uuid, "holders": [
         {"service": "a"}, {"service": "b"}]}]}]}
-    annotate(doc, service_use([DGX], LEDGER, {DGX.id: F}, over))
+    annotate(doc, service_use([DGX], LEDGER, {DGX.id: F}, over, OWNERS))
     a, b = doc["nodes"][0]["gpus"][0]["holders"]
     assert a == {"service": "a", "memory_used_mib": 30000, "memory_share_mib": 20480,
                  "over_share": True}

@@ -28,12 +28,11 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager import webguard
 from swarmgpu.manager.agentbook import AgentBook
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.host import QueryRoute, Route, Step
 from swarmgpu.manager.overshare import Watch
 from swarmgpu.manager.placement import Planner
 from swarmgpu.manager.sync import CycleReport, LabelSync, fetch_agents, take_snapshot
 from swarmgpu.swarm.client import SwarmClient, SwarmError
-
-CycleHook = Callable[["Daemon", Any], None]
 
 
 def _facts_key(f: NodeFacts) -> str:
@@ -60,6 +59,9 @@ def sd_notify(message: str) -> bool:
 
 
 class Daemon:
+    """The cycle and its wiring; steps plug in through ``extra_steps`` and see the daemon
+    as a ``swarmgpu.manager.host.CycleHost``."""
+
     def __init__(
         self, cfg: Config, swarm: SwarmClient | None = None, metrics: DaemonMetrics | None = None
     ) -> None:
@@ -68,7 +70,7 @@ class Daemon:
         self.metrics = metrics or DaemonMetrics()
         self.book = AgentBook()
         self.labels = LabelSync(self.swarm, cfg, self.metrics, self.book)
-        self.extra_steps: list[CycleHook] = []  # placement, rebalancing plug in here
+        self.extra_steps: list[Step] = []  # placement, rebalancing plug in here
         self.stop_event = threading.Event()
         self._cycle_lock = threading.Lock()
         self._rerun = threading.Event()
@@ -85,9 +87,9 @@ class Daemon:
         self._scheduler: BackgroundScheduler | None = None
         self._http: GuardedServer | None = None
         # path -> () -> (content type, body); the GPU map and APIs plug in here
-        self.http_routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+        self.http_routes: dict[str, Route] = {}
         # path -> (raw query string) -> (content type, body); e.g. /api/v1/history
-        self.http_query_routes: dict[str, Callable[[str], tuple[str, bytes]]] = {}
+        self.http_query_routes: dict[str, QueryRoute] = {}
 
     # --- one cycle -------------------------------------------------------
     def cycle(self) -> CycleReport:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from loguru import logger
 from prometheus_client import Gauge
@@ -14,14 +14,12 @@ from swarmgpu.manager import overshare, webmap
 from swarmgpu.manager.audit import audit
 from swarmgpu.manager.cluster_view import SCHEMA, build_cluster, gpu_metrics
 from swarmgpu.manager.history import History
+from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement_step import facts_by_node
 from swarmgpu.manager.sync import Snapshot
 
-if TYPE_CHECKING:
-    from swarmgpu.manager.daemon import Daemon
 
-
-def attach(daemon: Daemon) -> None:
+def attach(daemon: overshare.WatchHost) -> None:
     cfg = daemon.cfg
     lock = threading.Lock()
     state: dict[str, Any] = {"doc": {"schema": SCHEMA, "generated_at": 0.0, "leader": False,
@@ -38,27 +36,36 @@ def attach(daemon: Daemon) -> None:
     share_mem = Gauge("swarmgpu_service_gpu_memory_share_mib",
                       "GPU memory (MiB) a service's share of a GPU is worth (share x memory)",
                       ["service", "node", "gpu"], registry=r)
+    stray = Gauge("swarmgpu_unattributed_gpu_memory_mib",
+                  "GPU memory (MiB) used by processes no task Swarm runs on that node "
+                  "accounts for (counted for no service)", ["node", "gpu"], registry=r)
 
-    def step(d: Daemon, snap: Snapshot) -> None:
+    watch = daemon.overshare
+
+    def step(d: CycleHost, snap: Snapshot) -> None:
         moves = d.moves_view
         # The rebalancer scraped every node this cycle already: use its pages.
         metrics = d.last_metrics if d.last_metrics is not None else gpu_metrics(snap.nodes, cfg)
-        uses = overshare.uses_now(snap, facts_by_node(snap), metrics, cfg.sync.prefix)
-        d.overshare.update(uses)
+        att = overshare.attribution_now(snap, facts_by_node(snap), metrics, cfg.sync.prefix)
+        uses = att.uses
+        watch.update(uses, att.unattributed)
         doc = build_cluster(
             snap, d.last_placement, prefix=cfg.sync.prefix, metrics=metrics,
             saved_agents={k: v.to_dict() for k, v in d.book.records.items()},
             findings=audit(snap, prefix=cfg.sync.prefix,
                            generic_resource_kind=cfg.placement.generic_resource_kind)
-            + overshare.findings(uses),
+            + overshare.findings(uses, att.unattributed),
             moves=moves() if moves else None, leader=d.leader,
             zone_label=cfg.placement.zone_label,
         )
-        overshare.annotate(doc, uses)
+        overshare.annotate(doc, uses, att.unattributed)
         history.record(doc)
         util.clear()
         mem.clear()
         share_mem.clear()
+        stray.clear()
+        for x in att.unattributed:
+            stray.labels(x.hostname, str(x.gpu)).inc(x.used_mib)
         for n in doc["nodes"]:
             for g in n["gpus"]:
                 for h in g["holders"]:

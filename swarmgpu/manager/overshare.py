@@ -18,19 +18,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loguru import logger
 
 from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.audit import Finding
+from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import MOVE_STATE, Holding, gate_key, read_ledger
 from swarmgpu.swarm.client import SwarmClient, SwarmNode, SwarmService, SwarmTask
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
-    from swarmgpu.manager.daemon import Daemon
     from swarmgpu.manager.sync import Snapshot
 
 
@@ -298,17 +298,23 @@ class Restarter:
         return True
 
 
-def attach(daemon: Daemon) -> None:
+class WatchHost(CycleHost, Protocol):
+    """A cycle host that keeps the over-share ``Watch`` (the daemon does)."""
+
+    overshare: Watch
+
+
+def attach(daemon: WatchHost) -> None:
     """``placement.overshare: restart``: act on holders over their share for a window
     (the watch is updated by swarmgpu.manager.observe, which runs before this step)."""
     cfg = daemon.cfg
     if cfg.placement.overshare != "restart":
         return
     r = Restarter(daemon.swarm, cfg)
+    watch = daemon.overshare
 
-    def step(d: Daemon, snap: Snapshot) -> None:
+    def step(d: CycleHost, snap: Snapshot) -> None:
         if d.leader:
-            r.run(d.overshare.due(cfg.placement.overshare_window_s), snap,
-                  d.overshare.forget)
+            r.run(watch.due(cfg.placement.overshare_window_s), snap, watch.forget)
 
     daemon.extra_steps.append(step)

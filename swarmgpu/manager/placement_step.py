@@ -11,7 +11,7 @@ import copy
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from loguru import logger
 
@@ -19,12 +19,10 @@ from swarmgpu.allocator.workload import STATE_KEY, WorkloadError, WorkloadModel,
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.audit import Finding
+from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
-
-if TYPE_CHECKING:
-    from swarmgpu.manager.daemon import Daemon
 
 
 def facts_by_node(snap: Snapshot, fallback: Mapping[str, NodeFacts] | None = None
@@ -102,7 +100,10 @@ def make_plan(snap: Snapshot, cfg: Config,
 WORKLOAD_STORE_EVERY_S = 60.0  # one swarm write a minute at most while the model learns
 
 
-def _service_compute(sp: ServicePlan) -> Any:
+def service_compute(sp: ServicePlan) -> Any:
+    """The read-modify-write of one service's spec that applies ``sp``: None when the
+    spec already says it all (no write)."""
+
     def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
         new = copy.deepcopy(dict(spec))
         labels = dict(new.get("Labels") or {})
@@ -185,7 +186,7 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool) -> int
             continue
         log = logger.bind(service=sp.name)
         try:
-            if swarm.update_service_spec(sp.id, _service_compute(sp)):
+            if swarm.update_service_spec(sp.id, service_compute(sp)):
                 writes += 1
                 log.info("placement written: {}", [p.to_dict() for p in sp.placements])
         except SwarmError as exc:
@@ -198,14 +199,14 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool) -> int
     return writes
 
 
-def attach(daemon: Daemon) -> None:
+def attach(daemon: CycleHost) -> None:
     cfg = daemon.cfg
     if not cfg.placement.enabled:
         return
 
     last_store = [0.0]
 
-    def step(d: Daemon, snap: Snapshot) -> None:
+    def step(d: CycleHost, snap: Snapshot) -> None:
         fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
         if d.planner is None:  # first cycle as leader: start from the stored model
             d.planner = new_planner(cfg, d.swarm, snap.services)

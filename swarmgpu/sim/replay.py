@@ -12,42 +12,15 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeSpec, Scorer
-from swarmgpu.allocator.fragmentation import FragCache, TypicalTask, typical_tasks
+from swarmgpu.allocator.fragmentation import FragCache, TypicalTask
 from swarmgpu.sim.baselines import BestFitScorer, DotProdScorer, FgdScorer, PackingScorer
 from swarmgpu.sim.rebalance import Move, Rebalancer, Running, apply_moves
+from swarmgpu.sim.runs import LEVEL_STEP, RunResult, arrival_order, pod_kind, workload_of
 from swarmgpu.sim.trace import TracePod
 
 POLICIES = ("swarmgpu", "random", "bestfit", "dotprod", "packing", "fgd")
-LEVEL_STEP = 5
-
-
-@dataclass
-class RunResult:
-    policy: str
-    seed: int
-    alloc_pct_at: dict[int, float] = field(default_factory=dict)
-    frag_pct_at: dict[int, float] = field(default_factory=dict)
-    failed_at: dict[int, dict[str, int]] = field(default_factory=dict)
-    pods: int = 0
-    placed: int = 0
-    moves: int = 0
-    moves_at: dict[int, int] = field(default_factory=dict)  # moves spent by each level
-    decision_s: list[float] = field(default_factory=list)
-
-
-def pod_kind(p: TracePod) -> str:
-    if p.total_gpu_milli == 0:
-        return "cpu"
-    if p.gpu_milli < 1000:
-        return "share"
-    return f"{p.num_gpu}gpu" if p.num_gpu in (1, 2, 4, 8) else "other"
-
-
-def workload_of(pods: Sequence[TracePod]) -> tuple[TypicalTask, ...]:
-    return typical_tasks(p.demand().shape() for p in pods)
 
 
 def make_scorer(policy: str, workload: tuple[TypicalTask, ...]) -> Scorer:
@@ -66,25 +39,6 @@ def make_scorer(policy: str, workload: tuple[TypicalTask, ...]) -> Scorer:
     if policy == "dotprod":
         return DotProdScorer()
     raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
-
-
-def arrival_order(pods: Sequence[TracePod], cluster_milli: int, seed: int,
-                  inflate: float = 1.3) -> tuple[list[TracePod], random.Random]:
-    """Shuffled originals plus resampled copies up to ``inflate`` x cluster GPU-milli."""
-    rng = random.Random(seed)  # noqa: S311 - simulation, not security
-    order = sorted(pods, key=lambda p: p.name)
-    rng.shuffle(order)
-    total = sum(p.total_gpu_milli for p in order)
-    limit = inflate * cluster_milli
-    originals = sorted(pods, key=lambda p: p.name)
-    extra: list[TracePod] = []
-    while True:
-        p = rng.choice(originals)
-        if total + p.total_gpu_milli > limit:
-            break
-        total += p.total_gpu_milli
-        extra.append(p)
-    return order + extra, rng
 
 
 def build_allocator(nodes: Sequence[NodeSpec], scorer: Scorer, rng: random.Random) -> Allocator:

@@ -12,10 +12,11 @@ from statistics import mean
 from typing import Any
 
 from swarmgpu.sim.rebalance import Defragmenter, MoveRescuer
-from swarmgpu.sim.replay import RunResult, replay, workload_of
+from swarmgpu.sim.replay import replay
+from swarmgpu.sim.runs import RunResult, TimelineResult, timed_pods, workload_of
 from swarmgpu.sim.swarm_replay import Defragmenter as PlannerDefragmenter
 from swarmgpu.sim.swarm_replay import replay_departures_planner, replay_planner
-from swarmgpu.sim.timeline import TimelineResult, replay_departures, timed_pods
+from swarmgpu.sim.timeline import replay_departures
 from swarmgpu.sim.trace import load_nodes, load_pods
 
 REPORT_LEVELS = (50, 100, 130)

@@ -49,10 +49,19 @@ from swarmgpu.manager.placement import (
     gate_constraint,
     gate_key,
 )
-from swarmgpu.manager.placement_step import _service_compute
+from swarmgpu.manager.placement_step import service_compute
 from swarmgpu.manager.sharing import env_lines
-from swarmgpu.sim.replay import LEVEL_STEP, RunResult, arrival_order, pod_kind, workload_of
-from swarmgpu.sim.timeline import TimelineResult, Window, arrival_times, timed_pods
+from swarmgpu.sim.runs import (
+    LEVEL_STEP,
+    RunResult,
+    TimelineResult,
+    Window,
+    arrival_order,
+    arrival_times,
+    pod_kind,
+    timed_pods,
+    workload_of,
+)
 from swarmgpu.sim.trace import TracePod
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
@@ -166,7 +175,7 @@ class World:
             if s is None:
                 continue
             if sp.needs_service_write:
-                new = _service_compute(sp)(s.spec)
+                new = service_compute(sp)(s.spec)
                 if new is not None:
                     s = service_from_api({"ID": s.id, "Spec": new,
                                           "Version": {"Index": s.version + 1}})

@@ -24,7 +24,6 @@ import heapq
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from swarmgpu.allocator.core import Choice, NodeSpec
 from swarmgpu.sim.rebalance import Rebalancer, Running, apply_moves
@@ -34,68 +33,16 @@ from swarmgpu.sim.replay import (
     build_allocator,
     make_scorer,
     place_random,
+)
+from swarmgpu.sim.runs import (
+    TimelineResult,
+    Window,
+    arrival_times,
     pod_kind,
+    timed_pods,
     workload_of,
 )
-from swarmgpu.sim.trace import TraceError, TracePod
-
-
-@dataclass
-class TimelineResult:
-    policy: str
-    seed: int
-    pods: int = 0
-    placed: int = 0
-    failed: dict[str, int] = field(default_factory=dict)
-    failed_gpu_milli: int = 0
-    asked_gpu_milli: int = 0
-    mean_alloc_pct: float = 0.0
-    mean_demand_pct: float = 0.0
-    peak_alloc_pct: float = 0.0
-    moves: int = 0
-    span_s: int = 0
-
-
-def timed_pods(pods: Sequence[TracePod], source: str = "the pod file") -> list[TracePod]:
-    """The pods in arrival order; every pod must carry both times."""
-    missing = [p.name for p in pods if p.creation_time is None or p.deletion_time is None]
-    if missing:
-        raise TraceError(
-            f"{source}: {len(missing)} pod(s) (first {missing[0]}) have no creation_time/"
-            "deletion_time, which --departures needs; use an 11-column openb pod file "
-            "(e.g. openb_pod_list_default.csv) or run without --departures")
-    return sorted(pods, key=lambda p: (p.creation_time or 0, p.name))
-
-
-def arrival_times(p: TracePod, speedup: float) -> tuple[int, int]:
-    """(arrival, departure) of a pod with arrivals compressed ``speedup`` times."""
-    c, e = p.creation_time or 0, p.deletion_time or 0
-    a = int(c / speedup)
-    return a, a + max(e - c, 0)
-
-
-@dataclass
-class Window:
-    """Time-weighted allocated and demanded GPU-milli over the arrival window."""
-
-    now: int
-    allocated: int = 0
-    demanded: int = 0
-    area_alloc: float = 0.0
-    area_demand: float = 0.0
-
-    def advance(self, t: int) -> None:
-        if t > self.now:
-            self.area_alloc += self.allocated * (t - self.now)
-            self.area_demand += self.demanded * (t - self.now)
-            self.now = t
-
-    def close(self, res: TimelineResult, start: int, cluster_milli: int) -> None:
-        """The window's span and time-weighted means, into ``res``."""
-        res.span_s = self.now - start
-        if res.span_s > 0:
-            res.mean_alloc_pct = 100.0 * self.area_alloc / res.span_s / cluster_milli
-            res.mean_demand_pct = 100.0 * self.area_demand / res.span_s / cluster_milli
+from swarmgpu.sim.trace import TracePod
 
 
 def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str,

@@ -9,29 +9,27 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from loguru import logger
 
+from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.placement_step import facts_by_node
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Proposal, moves_to_dicts, render_moves
 from swarmgpu.manager.rebalance.planner import plan_moves
-from swarmgpu.manager.rebalance.scrape import scrape_all
+from swarmgpu.manager.rebalance.scrape import for_moves, scrape_all
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.identity import scrape_auth
-
-if TYPE_CHECKING:
-    from swarmgpu.manager.daemon import Daemon
 
 ROUTE = "/api/rebalance"
 
 
 class Rebalancer:
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: CycleHost) -> None:
         cfg = daemon.cfg
         self.cfg = cfg.rebalance
         self.prefix = cfg.sync.prefix
@@ -41,7 +39,7 @@ class Rebalancer:
         self.last: Proposal | None = None
         self._warned: set[str] = set()
 
-    def step(self, d: Daemon, snap: Snapshot) -> None:
+    def step(self, d: CycleHost, snap: Snapshot) -> None:
         fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
         facts = facts_by_node(snap, fallback)
         auth = scrape_auth(d.cfg)
@@ -51,7 +49,9 @@ class Rebalancer:
                           if sc.result}
         ledger = read_ledger(snap.nodes, self.prefix)
         hostnames = {n.id: n.hostname for n in snap.nodes}
-        warnings = self.signals.observe(scrapes, facts, hostnames, ledger, snap.taken_at)
+        # Gate at the source: unauthenticated metrics inform the map (above), not moves.
+        trusted = for_moves(scrapes, self.cfg.trust_unauthenticated_metrics)
+        warnings = self.signals.observe(trusted, facts, hostnames, ledger, snap.taken_at)
         for w in warnings:  # say it once when it starts, not every cycle
             if w not in self._warned:
                 logger.warning("rebalance: {}", w)
@@ -71,7 +71,7 @@ class Rebalancer:
             logger.bind(service=m.service).debug("proposed {} -> {} ({}): {}", m.source_host,
                                                  m.target_host, m.trigger, m.reason)
         self.mover.run_cycle(prop.moves, snap.nodes, snap.services, snap.tasks)
-        if self.mover.in_flight(d.swarm.services()):
+        if not self.mover.dry_run and self.mover.records():
             # A move in flight progresses on the next cycle: make that one come soon.
             timer = threading.Timer(1.0, d.trigger)
             timer.daemon = True
@@ -91,7 +91,7 @@ class Rebalancer:
                             p.notes if p else [])
 
 
-def attach(daemon: Daemon) -> Rebalancer | None:
+def attach(daemon: CycleHost) -> Rebalancer | None:
     """Add the rebalancing step to the daemon (after placement) and its HTTP route."""
     if not daemon.cfg.rebalance.enabled:
         return None

@@ -1,0 +1,120 @@
+"""What every replay shares: the arrival order, pod kinds and the result records.
+
+The baselines' replays (``replay``, ``timeline``) and the planner's (``swarm_replay``)
+all build on this module and on nothing of each other's, so ``replay`` and ``timeline``
+can hand ``policy="swarmgpu"`` to the planner's replay without an import cycle.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from swarmgpu.allocator.fragmentation import TypicalTask, typical_tasks
+from swarmgpu.sim.trace import TraceError, TracePod
+
+LEVEL_STEP = 5
+
+
+@dataclass
+class RunResult:
+    policy: str
+    seed: int
+    alloc_pct_at: dict[int, float] = field(default_factory=dict)
+    frag_pct_at: dict[int, float] = field(default_factory=dict)
+    failed_at: dict[int, dict[str, int]] = field(default_factory=dict)
+    pods: int = 0
+    placed: int = 0
+    moves: int = 0
+    moves_at: dict[int, int] = field(default_factory=dict)  # moves spent by each level
+    decision_s: list[float] = field(default_factory=list)
+
+
+def pod_kind(p: TracePod) -> str:
+    if p.total_gpu_milli == 0:
+        return "cpu"
+    if p.gpu_milli < 1000:
+        return "share"
+    return f"{p.num_gpu}gpu" if p.num_gpu in (1, 2, 4, 8) else "other"
+
+
+def workload_of(pods: Sequence[TracePod]) -> tuple[TypicalTask, ...]:
+    return typical_tasks(p.demand().shape() for p in pods)
+
+
+def arrival_order(pods: Sequence[TracePod], cluster_milli: int, seed: int,
+                  inflate: float = 1.3) -> tuple[list[TracePod], random.Random]:
+    """Shuffled originals plus resampled copies up to ``inflate`` x cluster GPU-milli."""
+    rng = random.Random(seed)  # noqa: S311 - simulation, not security
+    order = sorted(pods, key=lambda p: p.name)
+    rng.shuffle(order)
+    total = sum(p.total_gpu_milli for p in order)
+    limit = inflate * cluster_milli
+    originals = sorted(pods, key=lambda p: p.name)
+    extra: list[TracePod] = []
+    while True:
+        p = rng.choice(originals)
+        if total + p.total_gpu_milli > limit:
+            break
+        total += p.total_gpu_milli
+        extra.append(p)
+    return order + extra, rng
+
+
+@dataclass
+class TimelineResult:
+    policy: str
+    seed: int
+    pods: int = 0
+    placed: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    failed_gpu_milli: int = 0
+    asked_gpu_milli: int = 0
+    mean_alloc_pct: float = 0.0
+    mean_demand_pct: float = 0.0
+    peak_alloc_pct: float = 0.0
+    moves: int = 0
+    span_s: int = 0
+
+
+def timed_pods(pods: Sequence[TracePod], source: str = "the pod file") -> list[TracePod]:
+    """The pods in arrival order; every pod must carry both times."""
+    missing = [p.name for p in pods if p.creation_time is None or p.deletion_time is None]
+    if missing:
+        raise TraceError(
+            f"{source}: {len(missing)} pod(s) (first {missing[0]}) have no creation_time/"
+            "deletion_time, which --departures needs; use an 11-column openb pod file "
+            "(e.g. openb_pod_list_default.csv) or run without --departures")
+    return sorted(pods, key=lambda p: (p.creation_time or 0, p.name))
+
+
+def arrival_times(p: TracePod, speedup: float) -> tuple[int, int]:
+    """(arrival, departure) of a pod with arrivals compressed ``speedup`` times."""
+    c, e = p.creation_time or 0, p.deletion_time or 0
+    a = int(c / speedup)
+    return a, a + max(e - c, 0)
+
+
+@dataclass
+class Window:
+    """Time-weighted allocated and demanded GPU-milli over the arrival window."""
+
+    now: int
+    allocated: int = 0
+    demanded: int = 0
+    area_alloc: float = 0.0
+    area_demand: float = 0.0
+
+    def advance(self, t: int) -> None:
+        if t > self.now:
+            self.area_alloc += self.allocated * (t - self.now)
+            self.area_demand += self.demanded * (t - self.now)
+            self.now = t
+
+    def close(self, res: TimelineResult, start: int, cluster_milli: int) -> None:
+        """The window's span and time-weighted means, into ``res``."""
+        res.span_s = self.now - start
+        if res.span_s > 0:
+            res.mean_alloc_pct = 100.0 * self.area_alloc / res.span_s / cluster_milli
+            res.mean_demand_pct = 100.0 * self.area_demand / res.span_s / cluster_milli

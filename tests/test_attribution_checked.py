@@ -1,0 +1,168 @@
+"""A GPU process counts for a service only where Swarm says so (swarmgpu.manager.overshare):
+its container must be a task of that service that Swarm places on that very node. A
+node's metrics line naming a service is a claim, never trusted on its own; a forged one
+acts on nobody and is reported unattributed (issue 20, finding 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from gpu_nodes import DGX_A100
+from test_overshare import G1, G2, F, _metrics
+from test_placement import DGX, R4090, svc
+
+from swarmgpu.core.config import Config
+from swarmgpu.core.samples import GpuProcess
+from swarmgpu.manager.overshare import (
+    Restarter,
+    ServiceUse,
+    Watch,
+    annotate,
+    attribute,
+    findings,
+    owners,
+)
+from swarmgpu.manager.placement import Holding, assign_key, gate_key
+from swarmgpu.manager.sync import Snapshot
+from swarmgpu.swarm.client import SwarmTask
+
+P = "swarmgpu."
+VICTIM = svc("victim", {P + "gpu-fraction": "0.5"}, sid="sid-victim")
+OTHER = svc("other", {P + "gpu-fraction": "0.5"}, sid="sid-other")
+C_VICTIM_HERE, C_VICTIM_THERE, C_OTHER = "a" * 64, "b" * 64, "c" * 64
+TASKS = [SwarmTask("t-victim", VICTIM.id, DGX.id, 1, "running", "running", (),
+                   container_id=C_VICTIM_HERE),
+         SwarmTask("t-victim2", VICTIM.id, R4090.id, 2, "running", "running", (),
+                   container_id=C_VICTIM_THERE),
+         SwarmTask("t-other", OTHER.id, DGX.id, 1, "running", "running", (),
+                   container_id=C_OTHER)]
+LED = {"victim": {DGX.id: Holding("victim", DGX.id, (G1.uuid,), (500,))},
+       "other": {DGX.id: Holding("other", DGX.id, (G2.uuid,), (500,))}}
+OWNERS = owners([VICTIM, OTHER], TASKS)
+BIG = 80000  # MiB: far over a half-GPU share
+
+
+def _judge(*procs: GpuProcess) -> tuple[dict[str, ServiceUse], list[Any]]:
+    att = attribute([DGX], LED, {DGX.id: F}, _metrics({G1.uuid: procs}), OWNERS)
+    return {u.service: u for u in att.uses}, att.unattributed
+
+
+def test_a_line_naming_a_service_without_a_container_acts_on_nobody() -> None:
+    uses, stray = _judge(GpuProcess(66, BIG, None, "", "t-victim", "victim"))
+    assert not uses["victim"].over and uses["victim"].used_mib == 0
+    (x,) = stray
+    assert (x.claimed, x.used_mib, x.why) == ("victim", BIG, "no container id")
+    (f,) = [f for f in findings(uses.values(), stray)]
+    assert f.kind == "unattributed-gpu-process" and f.advisory and "named 'victim'" in f.message
+
+
+def test_a_container_swarm_does_not_know_acts_on_nobody() -> None:
+    uses, stray = _judge(GpuProcess(66, BIG, None, "f" * 64, "t-victim", "victim"))
+    assert not uses["victim"].over
+    assert [x.why for x in stray] == ["its container is no task Swarm knows"]
+
+
+def test_a_victims_container_from_another_node_acts_on_nobody() -> None:
+    # The victim does run a task, with this container, but Swarm runs it on R4090.
+    uses, stray = _judge(GpuProcess(66, BIG, None, C_VICTIM_THERE, "t-victim2", "victim"))
+    assert not uses["victim"].over
+    assert [x.why for x in stray] == [
+        "its container is a task of victim that Swarm runs on another node"]
+
+
+def test_another_services_container_named_as_the_victim_acts_on_nobody() -> None:
+    uses, stray = _judge(GpuProcess(66, BIG, None, C_OTHER, "t-victim", "victim"))
+    assert not uses["victim"].over and "other" not in uses
+    assert [x.why for x in stray] == ["its container is a task of other, not of victim"]
+    # The right service but another task's id: a claim that does not match Swarm's.
+    uses, stray = _judge(GpuProcess(66, BIG, None, C_VICTIM_HERE, "t-other", "victim"))
+    assert not uses["victim"].over
+    assert [x.why for x in stray] == ["its container is task t-victim, not t-other"]
+
+
+def test_a_short_container_id_is_not_matched() -> None:
+    # The agent's page carries 12 characters; fewer could match several containers.
+    uses, stray = _judge(GpuProcess(66, BIG, None, "a" * 6))
+    assert not uses["victim"].over
+    assert [x.why for x in stray] == ["container id too short to check"]
+
+
+def test_an_honest_process_still_counts_and_host_processes_are_nobodys() -> None:
+    uses, stray = _judge(GpuProcess(10, BIG, None, C_VICTIM_HERE, "t-victim", "victim"),
+                         GpuProcess(11, 500, None, C_VICTIM_HERE[:12]),  # no engine access
+                         GpuProcess(12, 999))  # the host's own: not reported
+    v = uses["victim"]
+    assert (v.over, v.used_mib, v.tasks, v.pids) == (True, BIG + 500, ("t-victim",), (10, 11))
+    assert v.containers == (C_VICTIM_HERE[:12],) and stray == []
+
+
+def test_unattributed_shows_in_the_map_and_is_logged_once() -> None:
+    uses, stray = _judge(GpuProcess(66, BIG, None, C_OTHER, "", "victim"))
+    doc: dict[str, Any] = {"nodes": [{"id": DGX.id, "gpus": [{"uuid": G1.uuid, "holders": [
+        {"service": "victim"}]}]}]}
+    annotate(doc, list(uses.values()), stray)
+    g = doc["nodes"][0]["gpus"][0]
+    assert g["unattributed"] == [{"pid": 66, "memory_used_mib": BIG, "container": "c" * 12,
+                                  "claimed_service": "victim",
+                                  "why": "its container is a task of other, not of victim"}]
+    assert g["holders"][0]["over_share"] is False
+    w = Watch(clock=lambda: 0.0)
+    w.update(list(uses.values()), stray)
+    w.update(list(uses.values()), stray)
+    assert list(w.unattributed) == [stray[0].key] and w.due(0) == []
+
+
+class _Swarm:
+    """swarmgpu's own boundary (SwarmClient): tasks as Swarm answers now; every write
+    is recorded."""
+
+    def __init__(self, tasks: list[SwarmTask]) -> None:
+        self.now = tasks
+        self.writes: list[tuple[str, str]] = []
+
+    def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
+        sid = (filters or {}).get("service")
+        return [t for t in self.now if sid is None or t.service_id == sid]
+
+    def update_node_labels(self, node_id: str,
+                           fn: Callable[[Mapping[str, str]], Mapping[str, str]]) -> None:
+        self.writes.append(("node", node_id))
+
+    def update_service_spec(self, sid: str,
+                            fn: Callable[[Mapping[str, Any]], Mapping[str, Any]]) -> None:
+        self.writes.append(("service", sid))
+
+
+def _restart_case(fresh: list[SwarmTask]) -> tuple[_Swarm, int, list[str]]:
+    base = Config()
+    cfg = replace(base, dry_run=False, placement=replace(base.placement, overshare="restart"))
+    held = Holding("victim", DGX.id, (G1.uuid,), (500,))
+    dgx = replace(DGX, labels={assign_key(P, "victim"): held.label_value(),
+                               gate_key(P, "victim"): "true"})
+    victim = VICTIM
+    tasks = [TASKS[0]]
+    snap = Snapshot([dgx], [victim], tasks, {})
+    att = attribute([dgx], {"victim": {DGX.id: held}}, {DGX.id: DGX_A100.facts()},
+                    _metrics({G1.uuid: (GpuProcess(10, BIG, None, C_VICTIM_HERE),)}),
+                    owners([victim], tasks))
+    (u,) = att.uses
+    assert u.over
+    swarm = _Swarm(fresh)
+    r = Restarter(swarm, cfg, wait_s=0.0)  # type: ignore[arg-type]
+    n = r.run([u], snap)
+    return swarm, n, list(r._said.values())
+
+
+def test_a_restart_rechecks_swarm_before_it_writes() -> None:
+    # Swarm has replaced the task since the reading: nothing is written.
+    moved = SwarmTask("t-new", VICTIM.id, DGX.id, 1, "running", "running", (),
+                      container_id="d" * 64)
+    swarm, n, why = _restart_case([moved])
+    assert (n, swarm.writes, why) == (0, [], ["Swarm no longer runs the task(s) t-victim on "
+                                              "gpu-node-1"])
+    # Swarm still runs the very container that was over its share: the gate is bounced.
+    swarm, n, why = _restart_case([TASKS[0]])
+    assert n == 1 and ("node", DGX.id) in swarm.writes and why == []
+
