@@ -1,6 +1,7 @@
 """The move actuator: the only code that writes a rebalancing move, and every safety.
 
-Safety owned here (policies only propose): dry-run; a budget of moves per cycle and
+Safety owned here (policies only propose): dry-run (nothing is written, not even to
+finish a move in flight); a budget of moves per cycle and
 per node (moves in flight count), and of fragmentation moves per hour and per 100
 placements (``budget.py``); per-service cooldown; opt-out
 (``<p>rebalance=never``); never a global or unconverged service; the target is
@@ -9,6 +10,12 @@ verified free against a fresh read of the ledger just before the first write.
 A move of one replica from node A to node B (GPUs U), through placement's own
 mechanisms (gate node label, ledger node label, per-node device service label):
 
+0. the record: ``<p>state.moves.<service id>=<json>`` on the swarm object. Only the
+   daemon (or an operator with the manager API) writes there; a stack deploy cannot.
+   It is the authority: a move advances only while its record names the carrying
+   service (id and name) and the service's move label carries the record's move id.
+   A move label with no record (``deploy.labels`` can say anything) is reported and
+   ignored, and removed from its own service's spec when not in dry-run.
 1. service write: ``<p>state.move=<json>`` (the intent) and ``<p>devices.B=U``; with
    make-before-break also replicas + 1 and ``MaxReplicas=1``. Placement leaves a
    service with a move label alone. A task created from now on carries B's devices.
@@ -18,12 +25,14 @@ mechanisms (gate node label, ledger node label, per-node device service label):
    surge): the constraint enforcer stops A's task; without the surge its replacement
    can only go to B.
 4. service write: replicas and MaxReplicas back, ``<p>devices.A`` and the move label
-   removed, ``<p>state.moved-at`` set (the cooldown, kept in Swarm).
+   removed, ``<p>state.moved-at`` set (the cooldown, kept in Swarm); then the record goes.
 
 Progress is read back from Swarm each cycle (gates, tasks), so a daemon killed at any
 point, or a new leader, finishes the move, or rolls it back once ``move_timeout_s``
 has passed without B's task running: A reopened, B closed, the spec restored. No step
-leaves more than replicas + 1 tasks, and A's task stops only after B is open.
+leaves more than replicas + 1 tasks, and A's task stops only after B is open. A record
+whose service lost its move label (a stack re-deploy rewrites the labels) is finished
+when A's gate is already closed, else rolled back.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from loguru import logger
@@ -61,9 +70,19 @@ from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmServi
 CRASH_ENV = "SWARMGPU_TEST_CRASH_AFTER"  # test hook: os._exit(137) at a named point
 
 
+RECORD = "state.moves."  # swarm-object label: <p>state.moves.<service id> = MoveState JSON
+MAX_LABEL_CHARS = 8192  # a move label or record longer than any the mover writes is not read
+
+
+def record_key(prefix: str, service_id: str) -> str:
+    """The swarm-object label that records the move of service ``service_id``."""
+    return f"{prefix}{RECORD}{service_id}"
+
+
 @dataclass(frozen=True)
 class MoveState:
-    """The intent of a move in flight, as stored in the service's move label."""
+    """The intent of a move in flight: the daemon's record (swarm object) and its copy in
+    the service's move label."""
 
     id: str
     service: str
@@ -82,6 +101,7 @@ class MoveState:
     trigger: str
     reason: str
     direction: str = "forward"  # or "back"
+    service_id: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
@@ -93,11 +113,88 @@ class MoveState:
             d[k] = tuple(d[k])
         return cls(**d)
 
+    @classmethod
+    def parse(cls, text: str) -> MoveState | None:
+        """``from_json``, or None for anything it cannot read (a label is anyone's text)."""
+        if len(text) > MAX_LABEL_CHARS:
+            return None
+        try:
+            st = cls.from_json(text)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None
+        return st if isinstance(st.id, str) and isinstance(st.service, str) else None
+
     def source_holding(self) -> Holding:
         return Holding(self.service, self.source, self.source_uuids, self.source_milli)
 
     def target_holding(self) -> Holding:
         return Holding(self.service, self.target, self.target_uuids, self.target_milli)
+
+
+def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]:
+    """service id -> the move the daemon recorded for it, from the swarm object's labels."""
+    out: dict[str, MoveState] = {}
+    head = prefix + RECORD
+    for k, v in labels.items():
+        if not k.startswith(head):
+            continue
+        st = MoveState.parse(v)
+        if st is None:
+            logger.error("unreadable move record {}; remove it by hand after checking the "
+                         "service's gates", k)
+            continue
+        out[k[len(head):]] = st
+    return out
+
+
+@dataclass
+class Verdict:
+    """Moves in flight, each judged against the daemon's records (pure: ``verify``)."""
+
+    verified: dict[str, MoveState] = field(default_factory=dict)  # service id -> record
+    # Records whose service no longer carries their move label (a stack re-deploy
+    # rewrote its labels, or the daemon stopped between the record and the label).
+    lost: dict[str, MoveState] = field(default_factory=dict)
+    gone: dict[str, MoveState] = field(default_factory=dict)  # the service was removed
+    # Move labels with no record of the daemon's: written by whoever deployed the
+    # service. Never acted on.
+    forged: list[tuple[SwarmService, str]] = field(default_factory=list)
+    # A record whose service id now carries another name: never acted on.
+    mismatched: list[tuple[str, MoveState]] = field(default_factory=list)
+
+    def in_flight(self) -> list[MoveState]:
+        return [*self.verified.values(), *self.lost.values()]
+
+
+def verify(services: Sequence[SwarmService], records: Mapping[str, MoveState],
+           prefix: str) -> Verdict:
+    """Which moves the daemon started, judged from its records, never from a label alone:
+    a move is verified when its record is keyed by the carrying service's id, names that
+    service, and carries the move id of the service's move label."""
+    v = Verdict()
+    by_id = {s.id: s for s in services}
+    for sid, st in records.items():
+        s = by_id.get(sid)
+        if s is None:
+            v.gone[sid] = st
+        elif st.service != s.name or (st.service_id and st.service_id != sid):
+            v.mismatched.append((sid, st))
+        else:
+            raw = s.labels.get(prefix + MOVE_STATE)
+            carried = MoveState.parse(raw) if raw is not None else None
+            if carried is not None and carried.id == st.id and carried.service == s.name:
+                v.verified[sid] = st
+            else:
+                v.lost[sid] = st
+    for s in services:
+        raw = s.labels.get(prefix + MOVE_STATE)
+        if raw is None or s.id in v.verified or s.id in v.lost:
+            continue
+        claim = MoveState.parse(raw)
+        named = f"naming {claim.service}" if claim is not None else "unreadable"
+        v.forged.append((s, f"{prefix}{MOVE_STATE} label ({named}) with no move record of "
+                            f"the daemon's for service id {s.id}"))
+    return v
 
 
 def _crash_point(name: str) -> None:
@@ -214,6 +311,8 @@ class Mover:
         self.frag_budget = FragBudget(cfg.fragmentation_moves_per_hour,
                                       cfg.fragmentation_moves_per_100_placements)
         self._last_dry: set[tuple[str, str, str]] = set()
+        self._dry_flying: set[str] = set()  # move ids said "left as it is" in dry-run
+        self._said: set[str] = set()  # forged or mismatched labels already reported
 
     # --- bookkeeping ---------------------------------------------------------------
     def _record(self, service: str, src: str, dst: str, reason: str, outcome: Outcome,
@@ -229,35 +328,99 @@ class Mover:
         else:
             log.info(msg, *args)
 
-    def in_flight(self, services: Sequence[SwarmService]) -> dict[str, MoveState]:
-        out: dict[str, MoveState] = {}
-        for s in services:
-            raw = s.labels.get(self.prefix + MOVE_STATE)
-            if raw is None:
-                continue
-            try:
-                out[s.id] = MoveState.from_json(raw)
-            except (ValueError, TypeError, KeyError) as exc:
-                logger.bind(service=s.name).error(
-                    "unreadable {}{} label ({}); remove it by hand after checking the "
-                    "service's gates", self.prefix, MOVE_STATE, exc)
-        return out
+    # --- the record: the daemon's own word ---------------------------------------
+    def records(self) -> dict[str, MoveState]:
+        """The moves this daemon (or a leader before it) started, from Swarm itself."""
+        return read_records(self.swarm.swarm_labels(), self.prefix)
+
+    def _report(self, v: Verdict) -> None:
+        """Say each forged or mismatched move label once (while it stays the same)."""
+        said: set[str] = set()
+        for s, why in v.forged:
+            key = f"{s.id}:{s.labels.get(self.prefix + MOVE_STATE)}"
+            said.add(key)
+            if key not in self._said:
+                self._record(s.name, "-", "-", "a move label the daemon did not write",
+                             Outcome.IGNORED, why + ("" if self.dry_run else
+                                                     "; removed from its spec"))
+        for sid, st in v.mismatched:
+            key = f"{sid}:{st.id}"
+            said.add(key)
+            if key not in self._said:
+                logger.error("move record {} names {} but service id {} is not that service: "
+                             "left alone; remove it by hand", record_key(self.prefix, sid),
+                             st.service, sid)
+        self._said = said
+
+    # --- writes: every one checks dry-run here, before anything else ---------------
+    def _refused(self, what: str) -> bool:
+        if self.dry_run:  # the callers never get here in dry-run; this is the backstop
+            logger.error("dry-run: refused a write the mover should not have tried ({})", what)
+        return self.dry_run
+
+    def _write_spec(self, sid: str, fn: Callable[[dict[str, Any]], None]) -> bool:
+        if self._refused(f"service {sid} spec"):
+            return False
+        return self.swarm.update_service_spec(sid, _spec_edit(fn))
+
+    def _write_node(self, node_id: str,
+                    compute: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
+        if self._refused(f"node {node_id} labels"):
+            return False
+        return self.swarm.update_node_labels(node_id, compute)
+
+    def _put_record(self, sid: str, st: MoveState) -> bool:
+        if self._refused(f"move record of {sid}"):
+            return False
+        key, text = record_key(self.prefix, sid), st.to_json()
+        return self.swarm.update_swarm_labels(
+            lambda cur: None if cur.get(key) == text else {**cur, key: text})
+
+    def _drop_record(self, sid: str) -> bool:
+        if self._refused(f"move record of {sid}"):
+            return False
+        key = record_key(self.prefix, sid)
+        return self.swarm.update_swarm_labels(
+            lambda cur: {k: v for k, v in cur.items() if k != key} if key in cur else None)
+
+    def _repair(self, s: SwarmService) -> None:
+        """Remove a move label the daemon did not write from its own service's spec
+        (swarmgpu's key; nothing else of the spec changes, no task restarts)."""
+        key = self.prefix + MOVE_STATE
+        seen = s.labels.get(key)
+
+        def edit(spec: dict[str, Any]) -> None:
+            labels = _labels(spec)
+            if labels.get(key) == seen:  # a newer value is judged next cycle
+                labels.pop(key, None)
+
+        self._write_spec(s.id, edit)
 
     # --- starting ------------------------------------------------------------------
     def run_cycle(self, moves: Sequence[Move], nodes: Sequence[SwarmNode],
                   services: Sequence[SwarmService], tasks: Sequence[SwarmTask]) -> None:
-        """Advance moves in flight, then start the admitted new ones."""
-        flying = self.in_flight(services)
-        for sid, st in flying.items():
-            try:
-                self.advance(sid, st)
-            except SwarmError as exc:
-                logger.bind(service=st.service).error("move step failed, retried next "
-                                                      "cycle: {}", exc)
+        """Judge the move labels against the daemon's records, advance the moves it
+        started, then start the admitted new ones. In dry-run nothing is written."""
+        try:
+            v = verify(services, self.records(), self.prefix)
+        except SwarmError as exc:
+            logger.error("rebalance: cannot read the move records, no move this cycle: {}", exc)
+            return
+        self._report(v)
+        if self.dry_run:
+            for st in v.in_flight():
+                if st.id not in self._dry_flying:
+                    logger.bind(service=st.service).warning(
+                        "dry-run: move {} -> {} in flight is left as it is (set "
+                        "rebalance.dry_run: false to finish or roll it back)",
+                        st.source_host, st.target_host)
+            self._dry_flying = {st.id for st in v.in_flight()}
+        else:
+            self._act_on(v)
         by_name = {s.name: s for s in services}
         ledger = read_ledger(nodes, self.prefix)
         self.frag_budget.observe(ledger, services, self.prefix, self.clock())
-        ok, refused = admit(moves, list(flying.values()), by_name, tasks, ledger, self.cfg,
+        ok, refused = admit(moves, v.in_flight(), by_name, tasks, ledger, self.cfg,
                             self.prefix, self.clock(), self.frag_budget.left(self.clock()))
         for m, why in refused:
             logger.bind(service=m.service).info("move {} -> {} not started: {}",
@@ -280,6 +443,23 @@ class Mover:
                 self._record(m.service, m.source_host, m.target_host, m.reason,
                              Outcome.FAILED, str(exc))
 
+    def _act_on(self, v: Verdict) -> None:
+        for s in (s for s, _why in v.forged):
+            self._step(s.name, self._repair, s)
+        for sid, st in v.gone.items():  # its gates and ledger are placement's to release
+            self._step(st.service, self._drop_record, sid)
+        for sid, st in v.verified.items():
+            self._step(st.service, self.advance, sid, st)
+        for sid, st in v.lost.items():
+            self._step(st.service, self.recover, sid, st)
+
+    def _step(self, service: str, fn: Callable[..., object], *args: Any) -> None:
+        try:
+            fn(*args)
+        except SwarmError as exc:
+            logger.bind(service=service).error("move step failed, retried next cycle: {}",
+                                               exc)
+
     def start(self, m: Move, svc: SwarmService) -> bool:
         fresh = self.swarm.service(svc.id)
         target = self.swarm.node(m.target_node)
@@ -289,6 +469,8 @@ class Mover:
         h = parse_holding(m.service, m.source_node, held or "")
         if why is None and (h is None or h.uuids != m.source_uuids):
             why = f"the replica on {m.source_host} changed since planning"
+        if why is None and fresh.id in self.records():
+            why = "a move record exists for it already"
         tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
         req = parse_all(fresh.labels, prefix=self.prefix)
         ledger = read_ledger(self.swarm.nodes(), self.prefix).get(m.service, {})
@@ -300,13 +482,13 @@ class Mover:
             return False
         replicas = fresh.replicas or 0
         st = MoveState(
-            id=uuid.uuid4().hex[:12], service=m.service, source=m.source_node,
+            id=uuid.uuid4().hex[:12], service=fresh.name, source=m.source_node,
             source_host=m.source_host, source_uuids=m.source_uuids,
             source_milli=m.source_milli, target=m.target_node, target_host=m.target_host,
             target_uuids=m.target_uuids, target_milli=m.target_milli,
             surge=self.cfg.make_before_break, replicas=replicas,
             max_replicas=int(fresh.max_replicas_per_node or 0), started_at=self.clock(),
-            trigger=str(m.trigger), reason=m.reason)
+            trigger=str(m.trigger), reason=m.reason, service_id=fresh.id)
         p = self.prefix
 
         def step1(spec: dict[str, Any]) -> None:
@@ -317,7 +499,14 @@ class Mover:
             if st.surge:
                 _set_replicas(spec, replicas + 1, 1)
 
-        self.swarm.update_service_spec(fresh.id, _spec_edit(step1))
+        # The record first: a label is only ever acted on when its record exists.
+        self._put_record(fresh.id, st)
+        _crash_point("move-step-0")
+        try:
+            self._write_spec(fresh.id, step1)
+        except SwarmError:
+            self._drop_record(fresh.id)  # nothing else was written
+            raise
         self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.STARTED,
                      f"GPUs {','.join(m.target_uuids)}"
                      f"{', make-before-break' if st.surge else ''}")
@@ -336,7 +525,7 @@ class Mover:
             new.update(want)
             return new
 
-        return self.swarm.update_node_labels(node_id, compute)
+        return self._write_node(node_id, compute)
 
     def _close(self, node_id: str, service: str) -> bool:
         keys = (assign_key(self.prefix, service), gate_key(self.prefix, service))
@@ -344,7 +533,7 @@ class Mover:
         def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
             return {k: v for k, v in cur.items() if k not in keys}
 
-        return self.swarm.update_node_labels(node_id, compute)
+        return self._write_node(node_id, compute)
 
     def _finish(self, sid: str, st: MoveState, drop_node: str) -> None:
         p = self.prefix
@@ -360,10 +549,33 @@ class Mover:
             if st.surge:
                 _set_replicas(spec, st.replicas, st.max_replicas)
 
-        self.swarm.update_service_spec(sid, _spec_edit(edit))
+        self._write_spec(sid, edit)
+        # Last: until the record goes, a restarted daemon finishes this step again.
+        self._drop_record(sid)
+
+    def _roll_back(self, sid: str, st: MoveState, detail: str) -> None:
+        self._open(st.source, st.source_holding())
+        self._close(st.target, st.service)
+        self._finish(sid, st, st.target)
+        self._record(st.service, st.source_host, st.target_host, st.reason,
+                     Outcome.ROLLED_BACK, detail)
+
+    def recover(self, sid: str, st: MoveState) -> None:
+        """A recorded move whose service lost its move label: finished when the source is
+        already closed (the new task is the one to keep), else rolled back."""
+        src_open = self.swarm.node(st.source).labels.get(
+            gate_key(self.prefix, st.service)) == "true"
+        if st.direction == "forward" and not src_open:
+            self._finish(sid, st, st.source)
+            self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.DONE,
+                         "finished from the daemon's record (the service's move label "
+                         "was gone)")
+            return
+        self._roll_back(sid, st, "the service's move label was gone (re-deployed?)")
 
     def advance(self, sid: str, st: MoveState) -> None:
-        """One look at a move in flight; make every step whose condition holds."""
+        """One look at a move in flight; make every step whose condition holds. ``st`` is
+        the daemon's record, never the service's label."""
         p = self.prefix
         src = self.swarm.node(st.source)
         dst = self.swarm.node(st.target)
@@ -374,17 +586,14 @@ class Mover:
         dst_open = dst.labels.get(gate_key(p, st.service)) == "true"
         late = self.clock() - st.started_at > self.cfg.move_timeout_s
         if st.direction == "forward" and late and st.target not in running_on:
-            back = MoveState(**{**asdict(st), "direction": "back"})
-            self.swarm.update_service_spec(sid, _spec_edit(
-                lambda spec: _labels(spec).__setitem__(p + MOVE_STATE, back.to_json())))
+            back = replace(st, direction="back")
+            self._put_record(sid, back)  # the record first: it is the authority
+            self._write_spec(sid, lambda spec: _labels(spec).__setitem__(
+                p + MOVE_STATE, back.to_json()))
             st = back
         if st.direction == "back":
-            self._open(st.source, st.source_holding())
-            self._close(st.target, st.service)
-            self._finish(sid, st, st.target)
-            self._record(st.service, st.source_host, st.target_host, st.reason,
-                         Outcome.ROLLED_BACK, f"no task running on {st.target_host} within "
-                         f"{self.cfg.move_timeout_s:g}s")
+            self._roll_back(sid, st, f"no task running on {st.target_host} within "
+                                     f"{self.cfg.move_timeout_s:g}s")
             return
         if not dst_open:
             self._open(st.target, st.target_holding())

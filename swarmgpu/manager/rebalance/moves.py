@@ -27,6 +27,7 @@ class Outcome(StrEnum):
     DRY_RUN = "dry-run"
     REFUSED = "refused"
     STARTED = "started"
+    IGNORED = "ignored"  # a move label the daemon did not write (never acted on)
 
 
 @dataclass(frozen=True)
