@@ -1,13 +1,21 @@
 """Shared GPUs stay within their share: each holder's memory use against its share.
 
 The agents list every GPU process with its container (``swarmgpu_gpu_process_memory_used_mib``,
-swarmgpu.agent.procattr); Swarm's task list names the container's task and service (or the
-agent did, given engine access); the ledger says what
-share each service holds of which GPU. ``service_use`` (pure) puts the two together
-per (service, node, GPU); a holder whose processes use more than share x the GPU's
-memory is *over its share*. ``Watch`` keeps, across cycles, since when each one has
-been over: it logs the start and the end (naming the service), and says which tasks
-have been over for a whole window, for ``placement.overshare: restart``.
+swarmgpu.agent.procattr); the ledger says what share each service holds of which GPU.
+``attribute`` (pure) puts the two together per (service, node, GPU); a holder whose
+processes use more than share x the GPU's memory is *over its share*.
+
+Attribution is checked against Swarm, never taken from the node: a process counts for a
+service only when its container is the container of a task of that service that Swarm
+itself places on that very node (``Status.ContainerStatus.ContainerID`` and ``NodeID``
+from the daemon's own read of the task list, ``owners``). Whatever answers on a node's
+metrics port can claim any service or task in its labels; a claim is at most checked
+against Swarm's answer, and a process that fails the check is *unattributed*: reported
+(log, audit, the map, ``swarmgpu_unattributed_gpu_memory_mib``), counted for nobody.
+
+``Watch`` keeps, across cycles, since when each holder has been over: it logs the start
+and the end (naming the service), and says which tasks have been over for a whole
+window, for ``placement.overshare: restart``, which re-reads Swarm before it acts.
 
 Only GPUs whose agent listed processes are judged: a node served by dcgm-exporter, or
 an agent without NVML, says nothing about processes, and nothing is inferred there.
@@ -18,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from loguru import logger
 
@@ -27,7 +35,14 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import MOVE_STATE, Holding, gate_key, read_ledger
-from swarmgpu.swarm.client import SwarmClient, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import (
+    SwarmClient,
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+)
+from swarmgpu.swarm.identity import metrics_may_act
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
@@ -48,6 +63,7 @@ class ServiceUse:
     milli: int
     tasks: tuple[str, ...] = ()
     pids: tuple[int, ...] = ()
+    containers: tuple[str, ...] = ()  # checked: Swarm's containers of ``tasks`` on this node
 
     @property
     def over(self) -> bool:
@@ -64,24 +80,90 @@ class ServiceUse:
                 f"{self.hostname}; {held}")
 
 
-def owners(services: Sequence[SwarmService], tasks: Sequence[SwarmTask]
-           ) -> dict[str, tuple[str, str]]:
-    """Container id (its first 12 characters, as the agent reports it) -> (task id,
-    service name), from Swarm's own task list: the agent needs no engine access."""
+class Owner(NamedTuple):
+    """A container's task, service and node, as Swarm's own task list says."""
+
+    task: str
+    service: str
+    node_id: str
+    container: str  # the full id
+
+
+@dataclass(frozen=True)
+class Unattributed:
+    """A GPU process the daemon could not tie to a task Swarm runs there: counted for
+    nobody, and reported."""
+
+    node_id: str
+    hostname: str
+    gpu: int
+    uuid: str
+    pid: int
+    used_mib: int
+    container: str  # as the agent named it (12 characters)
+    claimed: str  # the service the agent's line named ("" if none)
+    why: str
+
+    @property
+    def key(self) -> tuple[str, str, int, str]:
+        return (self.node_id, self.uuid, self.pid, self.container)
+
+    def describe(self) -> str:
+        claim = f", named {self.claimed!r} by the node" if self.claimed else ""
+        return (f"pid {self.pid} (container {self.container or 'none'}{claim}) uses "
+                f"{self.used_mib} MiB of GPU {self.gpu} ({self.uuid}) on {self.hostname}: "
+                f"{self.why}")
+
+
+@dataclass(frozen=True)
+class Attribution:
+    uses: list[ServiceUse]
+    unattributed: list[Unattributed]
+
+
+MIN_CONTAINER_ID = 12  # the short id: shorter ones could match several containers
+
+
+def owners(services: Sequence[SwarmService], tasks: Sequence[SwarmTask]) -> dict[str, Owner]:
+    """Container id (its first 12 characters, as the agent reports it) -> its task,
+    service and node, from Swarm's own task list: the agent needs no engine access, and
+    its word on who owns a process is never needed."""
     names = {s.id: s.name for s in services}
-    return {t.container_id[:12]: (t.id, names.get(t.service_id, ""))
-            for t in tasks if t.container_id and t.service_id in names}
+    return {t.container_id[:MIN_CONTAINER_ID]: Owner(t.id, names[t.service_id], t.node_id,
+                                                     t.container_id)
+            for t in tasks
+            if len(t.container_id) >= MIN_CONTAINER_ID and t.service_id in names}
 
 
-def service_use(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Holding]],
-                facts: Mapping[str, NodeFacts],
-                metrics: Mapping[str, Mapping[str, GpuMetrics]],
-                containers: Mapping[str, tuple[str, str]] | None = None) -> list[ServiceUse]:
-    """Per (service, node, GPU) with known processes: use and share (pure). A process
-    the agent could not name is named by its container through ``containers``."""
+def _check(container: str, claimed: str, claimed_task: str, nid: str,
+           containers: Mapping[str, Owner]) -> Owner | str:
+    """The owner Swarm names for a process on node ``nid``, or why there is none."""
+    if len(container) < MIN_CONTAINER_ID:
+        return "no container id" if not container else "container id too short to check"
+    own = containers.get(container[:MIN_CONTAINER_ID])
+    if own is None or not own.container.startswith(container):
+        return "its container is no task Swarm knows"
+    if own.node_id != nid:
+        return f"its container is a task of {own.service} that Swarm runs on another node"
+    if claimed and claimed != own.service:
+        return f"its container is a task of {own.service}, not of {claimed}"
+    if claimed_task and claimed_task != own.task:
+        return f"its container is task {own.task}, not {claimed_task}"
+    return own
+
+
+def attribute(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Holding]],
+              facts: Mapping[str, NodeFacts],
+              metrics: Mapping[str, Mapping[str, GpuMetrics]],
+              containers: Mapping[str, Owner] | None = None) -> Attribution:
+    """Per (service, node, GPU) with known processes: use and share (pure), counting only
+    processes whose container Swarm places on that node (``containers``: ``owners``).
+    A process outside any container that claims nothing (the host's own) is nobody's
+    and not reported; any other that fails the check is ``Unattributed``."""
     containers = containers or {}
     hosts = {n.id: n.hostname for n in nodes}
     out: list[ServiceUse] = []
+    stray: list[Unattributed] = []
     for nid, per_uuid in sorted(metrics.items()):
         f = facts.get(nid)
         if f is None:
@@ -97,29 +179,48 @@ def service_use(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Ho
             g = gpus.get(uuid)
             if g is None or not gm.processes:
                 continue
-            use: dict[str, tuple[float, set[str], list[int]]] = {}
+            use: dict[str, tuple[float, set[str], list[int], set[str]]] = {}
             for p in gm.processes:
-                task, svc = (p.task, p.service) if p.service else containers.get(
-                    p.container[:12], ("", "")) if p.container else ("", "")
-                if not svc:
-                    continue  # a host process or a container Swarm did not start
-                mib, tasks, pids = use.setdefault(svc, (0.0, set(), []))
-                if task:
-                    tasks.add(task)
+                if not (p.container or p.service or p.task):
+                    continue  # a host process: nobody's
+                own = _check(p.container, p.service, p.task, nid, containers)
+                if isinstance(own, str):
+                    stray.append(Unattributed(nid, hosts.get(nid, nid), g.index, uuid, p.pid,
+                                              round(p.used_mib), p.container[:12], p.service,
+                                              own))
+                    continue
+                mib, tasks, pids, cids = use.setdefault(own.service, (0.0, set(), [], set()))
+                tasks.add(own.task)
+                cids.add(own.container[:MIN_CONTAINER_ID])
                 pids.append(p.pid)
-                use[svc] = (mib + p.used_mib, tasks, pids)
+                use[own.service] = (mib + p.used_mib, tasks, pids, cids)
             for svc in sorted(set(use) | set(held.get(uuid, {}))):
                 milli = held.get(uuid, {}).get(svc, 0)
-                mib, tasks, pids = use.get(svc, (0.0, set(), []))
+                mib, tasks, pids, cids = use.get(svc, (0.0, set(), [], set()))
                 out.append(ServiceUse(svc, nid, hosts.get(nid, nid), g.index, uuid,
                                       round(mib), g.memory_mib * milli // 1000, milli,
-                                      tuple(sorted(tasks)), tuple(sorted(pids))))
-    return out
+                                      tuple(sorted(tasks)), tuple(sorted(pids)),
+                                      tuple(sorted(cids))))
+    return Attribution(out, stray)
 
 
-def findings(uses: Iterable[ServiceUse]) -> list[Finding]:
-    """The audit's view: one finding per holder over its share."""
-    return [Finding("over-share", u.service,
+def service_use(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Holding]],
+                facts: Mapping[str, NodeFacts],
+                metrics: Mapping[str, Mapping[str, GpuMetrics]],
+                containers: Mapping[str, Owner] | None = None) -> list[ServiceUse]:
+    """``attribute``'s checked uses only."""
+    return attribute(nodes, ledger, facts, metrics, containers).uses
+
+
+def findings(uses: Iterable[ServiceUse],
+             unattributed: Iterable[Unattributed] = ()) -> list[Finding]:
+    """The audit's view: one finding per holder over its share, and an advisory per GPU
+    process no task Swarm runs there accounts for (it acts on nobody)."""
+    stray = [Finding("unattributed-gpu-process", x.hostname,
+                     f"{x.describe()}; counted for no service, so no over-share action",
+                     key=x.uuid, actual=f"{x.used_mib} MiB", advisory=True)
+             for x in unattributed]
+    return stray + [Finding("over-share", u.service,
                     f"{u.describe()}: over its share (tasks {', '.join(u.tasks) or '?'}); "
                     "size the application to SWARMGPU_GPU_MEMORY_MIB, or install HAMi-core "
                     "on the node for a hard limit (docs/requests.md, Shared GPUs)",
@@ -134,9 +235,17 @@ class Watch:
     clock: Callable[[], float] = time.time
     since: dict[tuple[str, str, str], float] = field(default_factory=dict)
     last: list[ServiceUse] = field(default_factory=list)
+    unattributed: dict[tuple[str, str, int, str], Unattributed] = field(default_factory=dict)
 
-    def update(self, uses: Sequence[ServiceUse]) -> None:
+    def update(self, uses: Sequence[ServiceUse],
+               unattributed: Sequence[Unattributed] = ()) -> None:
         now = self.clock()
+        stray = {x.key: x for x in unattributed}
+        for sk, x in stray.items():
+            if sk not in self.unattributed:  # once per process, not every cycle
+                logger.warning("unattributed GPU process: {}; it counts for no service",
+                               x.describe())
+        self.unattributed = stray
         over = {u.key: u for u in uses if u.over}
         judged = {u.key for u in uses}
         for k, u in over.items():
@@ -164,11 +273,21 @@ class Watch:
                 if u.over and now - self.since.get(u.key, now) >= window_s]
 
 
-def annotate(doc: dict[str, Any], uses: Sequence[ServiceUse]) -> None:
-    """Add each holder's own memory use and an over-share flag to the map document."""
+def annotate(doc: dict[str, Any], uses: Sequence[ServiceUse],
+             unattributed: Sequence[Unattributed] = ()) -> None:
+    """Add each holder's own memory use and an over-share flag to the map document, and
+    to each GPU the processes no task Swarm runs there accounts for."""
     by = {(u.node_id, u.uuid, u.service): u for u in uses}
+    stray: dict[tuple[str, str], list[Unattributed]] = {}
+    for x in unattributed:
+        stray.setdefault((x.node_id, x.uuid), []).append(x)
     for n in doc.get("nodes", []):
         for g in n.get("gpus", []):
+            xs = stray.get((n.get("id"), g.get("uuid")))
+            if xs:
+                g["unattributed"] = [{"pid": x.pid, "memory_used_mib": x.used_mib,
+                                      "container": x.container, "claimed_service": x.claimed,
+                                      "why": x.why} for x in xs]
             for h in g.get("holders", []):
                 u = by.get((n.get("id"), g.get("uuid"), h.get("service")))
                 if u is not None:
@@ -177,10 +296,17 @@ def annotate(doc: dict[str, Any], uses: Sequence[ServiceUse]) -> None:
                     h["over_share"] = u.over
 
 
+def attribution_now(snap: Snapshot, facts: Mapping[str, NodeFacts],
+                    metrics: Mapping[str, Mapping[str, GpuMetrics]],
+                    prefix: str) -> Attribution:
+    """This cycle's attribution, checked against the snapshot's own task list."""
+    return attribute(snap.nodes, read_ledger(snap.nodes, prefix), facts, metrics,
+                     owners(snap.services, snap.tasks))
+
+
 def uses_now(snap: Snapshot, facts: Mapping[str, NodeFacts],
              metrics: Mapping[str, Mapping[str, GpuMetrics]], prefix: str) -> list[ServiceUse]:
-    return service_use(snap.nodes, read_ledger(snap.nodes, prefix), facts, metrics,
-                       owners(snap.services, snap.tasks))
+    return attribution_now(snap, facts, metrics, prefix).uses
 
 
 def audit_check(cfg: Config) -> Callable[[Snapshot], list[Finding]]:
@@ -189,8 +315,9 @@ def audit_check(cfg: Config) -> Callable[[Snapshot], list[Finding]]:
         from swarmgpu.manager.cluster_view import gpu_metrics
         from swarmgpu.manager.placement_step import facts_by_node
 
-        return findings(uses_now(snap, facts_by_node(snap),
-                                 gpu_metrics(snap.nodes, cfg), cfg.sync.prefix))
+        att = attribution_now(snap, facts_by_node(snap), gpu_metrics(snap.nodes, cfg),
+                              cfg.sync.prefix)
+        return findings(att.uses, att.unattributed)
 
     return check
 
@@ -244,6 +371,8 @@ class Restarter:
                                   self.cfg.rebalance.cooldown_s)
             if why is None and budget <= 0:
                 why = f"budget: {self.cfg.rebalance.max_moves_per_cycle} move(s) per cycle"
+            if why is None:
+                why = self._recheck(s, u)
             if why is not None:
                 if self._said.get(u.key) != why:  # once per reason, not every cycle
                     log.info("over-share restart of {} on {} not done: {}", u.service,
@@ -260,6 +389,23 @@ class Restarter:
                 restarted(u.key)
                 n += 1
         return n
+
+    def _recheck(self, s: SwarmService, u: ServiceUse) -> str | None:
+        """Why the over-share reading no longer holds by a fresh read of Swarm's tasks:
+        the gate is closed only while Swarm still runs, on that node, a task of ``s``
+        whose container is one the reading was checked against."""
+        if not u.containers:
+            return "none of its use was checked against Swarm's tasks"
+        try:
+            fresh = self.swarm.tasks({"service": s.id})
+        except SwarmError as exc:
+            return f"cannot re-read its tasks from Swarm: {exc}"
+        if not any(t.service_id == s.id and t.node_id == u.node_id
+                   and t.desired_state == "running"
+                   and t.container_id[:MIN_CONTAINER_ID] in u.containers for t in fresh):
+            return (f"Swarm no longer runs the task(s) {', '.join(u.tasks) or '?'} on "
+                    f"{u.hostname}")
+        return None
 
     def _bounce(self, s: SwarmService, u: ServiceUse, moved_at: str) -> bool:
         p = self.cfg.sync.prefix
@@ -314,7 +460,8 @@ def attach(daemon: WatchHost) -> None:
     watch = daemon.overshare
 
     def step(d: CycleHost, snap: Snapshot) -> None:
-        if d.leader:
+        # Per-process use read without a checked identity reports, never restarts.
+        if d.leader and metrics_may_act(cfg):
             r.run(watch.due(cfg.placement.overshare_window_s), snap, watch.forget)
 
     daemon.extra_steps.append(step)
