@@ -1,0 +1,131 @@
+"""`swarmgpu doctor`: is this node set up so that Swarm GPU services get exactly their GPUs?
+
+The GPU-on-containers debugging handbook, made into checks. Each check reads a
+:class:`NodeView` (everything taken from the node's files once, under a root directory)
+and returns a :class:`Check`: id, status, what was found, why it matters, and the fix.
+The checks are pure, so tests point them at fixture trees (``tests/doctor_roots/``).
+
+Never executes anything from the root: the toolkit's version comes from the dpkg
+status file, device numbers from ``os.stat`` (or, in a fixture tree, from the
+manifest ``dev/.swarmgpu-devices.json``, since committed files cannot be device nodes).
+See docs/doctor.md for every check and the fixture conventions.
+
+One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
+root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
+``sharing``, ``identity`` (the checks), ``report`` (run, exit code, text/JSON).
+"""
+
+from __future__ import annotations
+
+from swarmgpu.agent.doctor.devices import (
+    check_cgroup,
+    check_dev_char_links,
+    check_device_nodes,
+    check_device_order,
+    check_numa,
+)
+from swarmgpu.agent.doctor.engine import (
+    check_daemon_json,
+    check_default_runtime,
+    check_generic_resources,
+    check_swarm_resource,
+    check_toolkit_mode,
+)
+from swarmgpu.agent.doctor.identity import check_agent_identity
+from swarmgpu.agent.doctor.read import (
+    dpkg_version,
+    parse_proc_devices,
+    parse_version,
+    read_view,
+)
+from swarmgpu.agent.doctor.report import (
+    CHECKS,
+    exit_code,
+    render_json,
+    render_text,
+    run_checks,
+    run_doctor,
+)
+from swarmgpu.agent.doctor.resources import (
+    GenericResource,
+    env_name,
+    norm_bus_id,
+    parse_generic_resources,
+)
+from swarmgpu.agent.doctor.sharing import check_sharing, sharing_mode
+from swarmgpu.agent.doctor.view import (
+    DAEMON_JSON,
+    DEVICE_MANIFEST,
+    DPKG_STATUS,
+    FIXTURE_DOCKER_INFO,
+    FIXTURE_FACTS,
+    HAMI_LIBS,
+    HAMI_LOCK_DIR,
+    HAMI_PRELOAD,
+    HOST_PRELOAD,
+    JIT_CDI_DEFAULT_FROM,
+    NODE_CONFIG_HINT,
+    SWARM_IN_CDI_FROM,
+    SWARMGPU_KIND,
+    TOOLKIT_PACKAGES,
+    TOOLKIT_TOML,
+    Check,
+    DoctorError,
+    HamiView,
+    NodeView,
+    Parsed,
+    Status,
+    Version,
+)
+
+__all__ = [
+    "CHECKS",
+    "DAEMON_JSON",
+    "DEVICE_MANIFEST",
+    "DPKG_STATUS",
+    "FIXTURE_DOCKER_INFO",
+    "FIXTURE_FACTS",
+    "HAMI_LIBS",
+    "HAMI_LOCK_DIR",
+    "HAMI_PRELOAD",
+    "HOST_PRELOAD",
+    "JIT_CDI_DEFAULT_FROM",
+    "NODE_CONFIG_HINT",
+    "SWARMGPU_KIND",
+    "SWARM_IN_CDI_FROM",
+    "TOOLKIT_PACKAGES",
+    "TOOLKIT_TOML",
+    "Check",
+    "DoctorError",
+    "GenericResource",
+    "HamiView",
+    "NodeView",
+    "Parsed",
+    "Status",
+    "Version",
+    "check_agent_identity",
+    "check_cgroup",
+    "check_daemon_json",
+    "check_default_runtime",
+    "check_dev_char_links",
+    "check_device_nodes",
+    "check_device_order",
+    "check_generic_resources",
+    "check_numa",
+    "check_sharing",
+    "check_swarm_resource",
+    "check_toolkit_mode",
+    "dpkg_version",
+    "env_name",
+    "exit_code",
+    "norm_bus_id",
+    "parse_generic_resources",
+    "parse_proc_devices",
+    "parse_version",
+    "read_view",
+    "render_json",
+    "render_text",
+    "run_checks",
+    "run_doctor",
+    "sharing_mode",
+]

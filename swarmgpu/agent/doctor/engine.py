@@ -1,0 +1,238 @@
+"""Checks of the engine's set-up: daemon.json, the default runtime, the GPUs as generic
+resources, and the container toolkit's mode."""
+
+from __future__ import annotations
+
+import json
+
+from swarmgpu.agent.doctor.read import parse_version
+from swarmgpu.agent.doctor.resources import (
+    env_name,
+    from_docker_info,
+    gpu_kind,
+    gpu_kinds,
+    parse_generic_resources,
+)
+from swarmgpu.agent.doctor.view import (
+    DPKG_STATUS,
+    JIT_CDI_DEFAULT_FROM,
+    NODE_CONFIG_HINT,
+    SWARM_IN_CDI_FROM,
+    SWARMGPU_KIND,
+    TOOLKIT_TOML,
+    Check,
+    NodeView,
+    Status,
+    daemon_json_unusable,
+    quote,
+)
+
+
+def check_daemon_json(view: NodeView) -> Check:
+    p = view.daemon_json
+    why = ("Docker's daemon.json is where a GPU node gets its default runtime and its "
+           "GPUs as Swarm generic resources.")
+    if p.missing:
+        return Check("docker.daemon-json", Status.FAIL, f"{p.path} does not exist", why,
+                     f"Create it ({NODE_CONFIG_HINT}), then `systemctl restart docker`.")
+    if p.error is not None:
+        return Check("docker.daemon-json", Status.FAIL, f"{p.path}: {p.error}", why,
+                     "Fix the syntax (`python3 -m json.tool` shows where); dockerd refuses "
+                     "to start with an invalid daemon.json.")
+    return Check("docker.daemon-json", Status.OK, f"{p.path} parses")
+
+
+def check_default_runtime(view: NodeView) -> Check:
+    cid = "runtime.default"
+    skip = daemon_json_unusable(view, cid)
+    if skip:
+        return skip
+    data = view.daemon_json.data or {}
+    why = ("Swarm has no per-service runtime (no --runtime, no --gpus for services): task "
+           "containers run with Docker's default runtime, so unless that is the NVIDIA "
+           "runtime the toolkit never sees the task and the container gets no GPU.")
+    fix = ('Set "default-runtime": "nvidia" and "runtimes": {"nvidia": {"path": '
+           '"nvidia-container-runtime", "runtimeArgs": []}} in daemon.json '
+           f"({NODE_CONFIG_HINT}; or `nvidia-ctk runtime configure --runtime=docker "
+           "--set-as-default`), then `systemctl restart docker`.")
+    default = data.get("default-runtime")
+    runtimes = data.get("runtimes")
+    nvidia = runtimes.get("nvidia") if isinstance(runtimes, dict) else None
+    path = nvidia.get("path") if isinstance(nvidia, dict) else None
+    problems = []
+    if default != "nvidia":
+        problems.append(f"default-runtime is {json.dumps(default) if default else 'not set'}")
+    if not path:
+        problems.append("runtimes.nvidia (with a path) is not defined")
+    if problems:
+        return Check(cid, Status.FAIL, "; ".join(problems), why, fix)
+    info = view.docker_info
+    live = info.get("DefaultRuntime") if info is not None else None
+    if info is not None and live is not None:
+        live_runtimes = info.get("Runtimes") or {}
+        if live != "nvidia" or "nvidia" not in live_runtimes:
+            return Check(
+                cid, Status.FAIL,
+                f'daemon.json says "nvidia" but the running dockerd uses {live!r} '
+                f"(runtimes {sorted(live_runtimes)})",
+                "dockerd reads daemon.json only when it starts: the file was edited after.",
+                "`systemctl restart docker` (running tasks restart with it).")
+    live_note = "" if live is None else "; the running dockerd agrees"
+    return Check(cid, Status.OK, f"default-runtime nvidia ({path}){live_note}")
+
+
+def check_generic_resources(view: NodeView) -> Check:
+    cid = "resources.generic"
+    skip = daemon_json_unusable(view, cid)
+    if skip:
+        return skip
+    data = view.daemon_json.data or {}
+    configured, errors = parse_generic_resources(
+        data.get("node-generic-resources"), "daemon.json node-generic-resources")
+    why_fmt = ("Swarm hands each task named values of this node's generic resources and the "
+               "toolkit exposes exactly those GPUs; the list is read only when dockerd starts.")
+    if errors:
+        return Check(cid, Status.FAIL, "; ".join(errors), why_fmt,
+                     f"Write one \"KIND=GPU-<uuid>\" per GPU ({NODE_CONFIG_HINT}).")
+    live = from_docker_info(view.docker_info) if view.docker_info is not None else None
+    source = "daemon.json"
+    if not configured and live:
+        configured, source = live, "dockerd flags (--node-generic-resource)"
+    elif live is not None and sorted(map(str, live)) != sorted(map(str, configured)):
+        only_file = sorted(f"{r.kind}={r.value}" for r in set(configured) - set(live))
+        only_live = sorted(f"{r.kind}={r.value}" for r in set(live) - set(configured))
+        return Check(
+            cid, Status.FAIL,
+            f"daemon.json and the running dockerd differ: only in the file "
+            f"[{quote(only_file)}], only in dockerd [{quote(only_live)}]", why_fmt,
+            "`systemctl restart docker` so dockerd (and Swarm) read the current list.")
+    gpu = [r for r in configured if gpu_kind(r)]
+    facts = view.facts
+    n_gpus = len(facts.gpus) if facts is not None else None
+    if not gpu:
+        if n_gpus == 0:
+            return Check(cid, Status.OK, "no GPUs on this node and none advertised")
+        return Check(
+            cid, Status.FAIL, f"no GPU generic resources in {source}",
+            "Without them Swarm does not know this node has GPUs: a service reserving "
+            f"{SWARMGPU_KIND} is never placed here, and one reserving nothing gets no GPU.",
+            f'Add "node-generic-resources": ["{SWARMGPU_KIND}=GPU-<uuid>", ...] '
+            f"({NODE_CONFIG_HINT}), then `systemctl restart docker`.")
+    discrete = [r for r in gpu if r.discrete]
+    if discrete:
+        r = discrete[0]
+        return Check(
+            cid, Status.FAIL, f"{r.kind}={r.value} is a count, not GPU UUIDs",
+            f"For a count Swarm sets {env_name(r.kind)}=<number reserved> in the task, and "
+            "the toolkit reads that number as a GPU index: every task reserving 1 GPU gets "
+            "GPU 1, all of them the same one, whatever Swarm thinks it handed out.",
+            f"List one named value per GPU instead: {r.kind}=GPU-<uuid> for each "
+            f"({NODE_CONFIG_HINT}).")
+    if facts is None:
+        return Check(cid, Status.SKIP,
+                     f"{len(gpu)} GPU value(s) advertised; no GPU facts to compare them with "
+                     "(run on the node with NVML, or give facts)")
+    present = {g.uuid for g in facts.gpus} | {m.uuid for g in facts.gpus for m in g.mig_devices}
+    advertised = {r.value for r in gpu}
+    stale = sorted(advertised - present)
+    missing = [g for g in facts.gpus
+               if g.uuid not in advertised and not any(m.uuid in advertised for m in g.mig_devices)]
+    found = []
+    if stale:
+        found.append(f"advertised but not on this node: {quote(stale)}")
+    if missing:
+        found.append("on this node but not advertised: "
+                     + quote([f"GPU{g.index} {g.uuid}" for g in missing]))
+    if found:
+        return Check(
+            cid, Status.FAIL, "; ".join(found),
+            "A stale UUID (a replaced GPU, or another node's list copied here) is handed to a "
+            "task whose container then fails to start; a GPU left out is never given to any "
+            "service. " + why_fmt,
+            f"Make node-generic-resources list exactly this node's GPU UUIDs "
+            f"({NODE_CONFIG_HINT}), then `systemctl restart docker`.")
+    return Check(cid, Status.OK,
+                 f"{len(advertised)} value(s) of kind {', '.join(sorted({r.kind for r in gpu}))} "
+                 f"match the {len(facts.gpus)} GPU(s) NVML sees ({source})")
+
+
+def check_swarm_resource(view: NodeView) -> Check:
+    cid = "toolkit.swarm-resource"
+    p = view.toolkit_toml
+    if p.missing:
+        return Check(cid, Status.FAIL, f"{p.path} does not exist",
+                     "Without the NVIDIA container toolkit no container gets a GPU.",
+                     "Install nvidia-container-toolkit (NVIDIA's apt/yum repository), then "
+                     "set swarm-resource as `swarmgpu node-config` prints.")
+    if p.error is not None or p.data is None:
+        return Check(cid, Status.FAIL, f"{p.path}: {p.error}",
+                     "The toolkit cannot read its configuration.",
+                     "Fix the syntax; `nvidia-ctk config default` prints a valid file.")
+    kinds = gpu_kinds(view) or [SWARMGPU_KIND]
+    needed = [env_name(k) for k in kinds]
+    why_all = ("Swarm passes the GPUs it reserved in DOCKER_RESOURCE_<KIND>; the toolkit only "
+               "reads the variable(s) named by swarm-resource. Otherwise it falls back to "
+               "NVIDIA_VISIBLE_DEVICES, which CUDA images set to \"all\": every container sees "
+               "every GPU, whatever Swarm reserved.")
+    fix = (f'Put swarm-resource = "{",".join(needed)}" at the top of /{TOOLKIT_TOML} (above '
+           "the first [section]); no restart needed, it is read for each container.")
+    misplaced = [name for name, table in p.data.items()
+                 if isinstance(table, dict) and "swarm-resource" in table]
+    value = p.data.get("swarm-resource")
+    if value is None and misplaced:
+        return Check(cid, Status.FAIL,
+                     f"swarm-resource is inside [{misplaced[0]}], not at the top level",
+                     "A key after a [section] header belongs to that section (a line appended "
+                     "at the end of the file lands in the last one); the toolkit reads only the "
+                     "top-level key. " + why_all, fix)
+    if not value:
+        return Check(cid, Status.FAIL,
+                     "swarm-resource is not set (the shipped file has it commented out)",
+                     why_all, fix)
+    names = [v.strip() for v in str(value).split(",") if v.strip()]
+    absent = [n for n in needed if n not in names]
+    if absent:
+        return Check(
+            cid, Status.FAIL,
+            f"swarm-resource = {json.dumps(value)} but this node advertises kind "
+            f"{', '.join(kinds)}, whose variable is {', '.join(absent)}",
+            "Docker's docs use kind NVIDIA-GPU, whose variable DOCKER_RESOURCE_NVIDIA-GPU the "
+            "commented example DOCKER_RESOURCE_GPU never matches "
+            "(NVIDIA/nvidia-container-toolkit#57). " + why_all, fix)
+    return Check(cid, Status.OK, f"swarm-resource = {json.dumps(value)} covers kind "
+                                 f"{', '.join(kinds)}")
+
+
+def check_toolkit_mode(view: NodeView) -> Check:
+    cid = "toolkit.mode"
+    data = view.toolkit_toml.data
+    if data is None:
+        return Check(cid, Status.SKIP, "no readable toolkit config.toml (see "
+                                       "toolkit.swarm-resource)")
+    runtime = data.get("nvidia-container-runtime")
+    mode = str(runtime.get("mode", "auto")) if isinstance(runtime, dict) else "auto"
+    version_text = view.toolkit_version
+    parsed = parse_version(version_text) if version_text else None
+    why = ("Before v1.19.0 the NVIDIA runtime ignored swarm-resource in every mode but "
+           "legacy; v1.18.0 made jit-cdi the default, so a plain upgrade silently gave every "
+           "Swarm container every GPU (NVIDIA/nvidia-container-toolkit#1599, fixed by #1600).")
+    fix = ("Upgrade nvidia-container-toolkit to 1.19.0 or later, or set mode = \"legacy\" "
+           "under [nvidia-container-runtime] in config.toml.")
+    where = f"mode {mode!r}, toolkit {version_text or 'version unknown'}"
+    if mode == "legacy":
+        return Check(cid, Status.OK, f"{where}: legacy mode honours swarm-resource")
+    if parsed is None:
+        return Check(cid, Status.WARN,
+                     f"{where} (no nvidia-container-toolkit in {DPKG_STATUS}; rpm and "
+                     "tarball installs are not read)", why,
+                     "Check `nvidia-ctk --version`; " + fix)
+    version, pre = parsed
+    effective = mode
+    if mode == "auto":
+        effective = "jit-cdi" if version >= JIT_CDI_DEFAULT_FROM else "legacy"
+    if effective == "legacy":
+        return Check(cid, Status.OK, f"{where}: auto resolves to legacy before 1.18.0")
+    if version < SWARM_IN_CDI_FROM or (version == SWARM_IN_CDI_FROM and pre):
+        return Check(cid, Status.FAIL, f"{where}: effective mode {effective} ignores Swarm's "
+                                       "GPU assignment in this version", why, fix)
+    return Check(cid, Status.OK, f"{where}: {effective} honours swarm-resource since 1.19.0")

@@ -1,0 +1,240 @@
+"""Reading a node's root (or a fixture tree) once into a NodeView; never executes anything
+from it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from swarmgpu.agent.doctor.resources import norm_bus_id
+from swarmgpu.agent.doctor.view import (
+    DAEMON_JSON,
+    DEVICE_MANIFEST,
+    DPKG_STATUS,
+    FIXTURE_DOCKER_INFO,
+    FIXTURE_FACTS,
+    HAMI_LIBS,
+    HAMI_LOCK_DIR,
+    HAMI_PRELOAD,
+    HOST_PRELOAD,
+    TOOLKIT_PACKAGES,
+    TOOLKIT_TOML,
+    DoctorError,
+    HamiView,
+    NodeView,
+    Parsed,
+    Version,
+)
+from swarmgpu.core.model import FactsError, NodeFacts
+
+
+def _under(root: str, rel: str) -> Path:
+    return Path(root) / rel
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DoctorError(f"{path}: cannot read ({exc.strerror}); run as root?") from exc
+
+
+def _parse_daemon_json(root: str) -> Parsed:
+    path = _under(root, DAEMON_JSON)
+    text = _read_text(path)
+    if text is None:
+        return Parsed(str(path))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return Parsed(str(path), error=f"not valid JSON: {exc.msg} at line {exc.lineno} "
+                                       f"column {exc.colno}")
+    if not isinstance(data, dict):
+        return Parsed(str(path), error=f"expected a JSON object, got {type(data).__name__}")
+    return Parsed(str(path), data=data)
+
+
+def _parse_toolkit_toml(root: str) -> Parsed:
+    path = _under(root, TOOLKIT_TOML)
+    text = _read_text(path)
+    if text is None:
+        return Parsed(str(path))
+    try:
+        return Parsed(str(path), data=tomllib.loads(text))
+    except tomllib.TOMLDecodeError as exc:
+        return Parsed(str(path), error=f"not valid TOML: {exc}")
+
+
+def dpkg_version(status_text: str, packages: Sequence[str] = TOOLKIT_PACKAGES) -> str | None:
+    """Installed version of the first of ``packages`` found in a dpkg status file."""
+    found: dict[str, str] = {}
+    for stanza in re.split(r"\n\s*\n", status_text):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and not line[:1].isspace():
+                fields[key.strip()] = value.strip()
+        name = fields.get("Package", "")
+        if name in packages and fields.get("Status", "").endswith(" installed"):
+            found[name] = fields.get("Version", "")
+    return next((found[p] for p in packages if found.get(p)), None)
+
+
+def parse_version(text: str) -> tuple[Version, bool] | None:
+    """``1.17.8-1`` -> ((1, 17, 8), False); ``1.19.0~rc.2-1`` -> ((1, 19, 0), True)."""
+    m = re.match(r"^(?:\d+:)?(\d+)\.(\d+)(?:\.(\d+))?([~+-].*)?$", text.strip())
+    if not m:
+        return None
+    prerelease = bool(m.group(4)) and m.group(4).startswith("~")
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)), prerelease
+
+
+def parse_proc_devices(text: str) -> dict[str, int]:
+    """The "Character devices:" part of /proc/devices: name -> major."""
+    out: dict[str, int] = {}
+    in_char = False
+    for line in text.splitlines():
+        if line.strip().endswith("devices:"):
+            in_char = line.strip().startswith("Character")
+            continue
+        parts = line.split()
+        if in_char and len(parts) == 2 and parts[0].isdigit():
+            out.setdefault(parts[1], int(parts[0]))
+    return out
+
+
+def _parse_devnum(value: Any, where: str) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    m = re.match(r"^(\d+):(\d+)$", str(value))
+    if not m:
+        raise DoctorError(f"{where}: {value!r} is not MAJOR:MINOR (e.g. \"195:0\"), or null "
+                          "for a path that exists but is not a character device")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _read_devices(root: str) -> tuple[dict[str, tuple[int, int] | None], frozenset[str] | None]:
+    manifest = _under(root, DEVICE_MANIFEST)
+    text = _read_text(manifest)
+    if text is not None:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DoctorError(f"{manifest}: not valid JSON: {exc}") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("nodes", {}), dict):
+            raise DoctorError(f"{manifest}: expected {{\"nodes\": {{\"nvidia0\": \"195:0\"}}, "
+                              "\"char\": [\"195:0\"]}")
+        nodes = {str(k): _parse_devnum(v, f"{manifest}: nodes.{k}")
+                 for k, v in data.get("nodes", {}).items()}
+        char = data.get("char")
+        return nodes, None if char is None else frozenset(str(c) for c in char)
+    dev = _under(root, "dev")
+    nodes = {}
+    for path in sorted([*dev.glob("nvidia*"), *dev.glob("nvidia-caps/*")]):
+        if path.is_dir():
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # dangling or vanished: reported as missing if it is needed
+        rel = str(path.relative_to(dev))
+        nodes[rel] = (os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(
+            st.st_mode) else None
+    char_dir = dev / "char"
+    chars = frozenset(p.name for p in char_dir.iterdir()) if char_dir.is_dir() else None
+    return nodes, chars
+
+
+def _read_sysfs_numa(root: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    base = _under(root, "sys/bus/pci/devices")
+    if not base.is_dir():
+        return out
+    for d in base.iterdir():
+        text = _read_text(d / "numa_node")
+        if text is not None and text.strip().lstrip("-").isdigit():
+            out[norm_bus_id(d.name)] = int(text.strip())
+    return out
+
+
+def _load_fixture_json(root: str, rel: str) -> Any:
+    path = _under(root, rel)
+    text = _read_text(path)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DoctorError(f"{path}: not valid JSON: {exc}") from exc
+
+
+def read_view(root: str = "/", *, facts: NodeFacts | None = None,
+              docker_info: Mapping[str, Any] | None = None) -> NodeView:
+    """Read the node under ``root`` once. Raises DoctorError when that is impossible."""
+    if not Path(root).is_dir():
+        raise DoctorError(f"root {root!r} is not a directory; pass --root DIR of a node's "
+                          "filesystem (default /)")
+    if facts is None:
+        raw = _load_fixture_json(root, FIXTURE_FACTS)
+        if raw is not None:
+            try:
+                facts = NodeFacts.from_dict(raw, where=str(_under(root, FIXTURE_FACTS)))
+            except FactsError as exc:
+                raise DoctorError(str(exc)) from exc
+    if docker_info is None:
+        docker_info = _load_fixture_json(root, FIXTURE_DOCKER_INFO)
+    status_text = _read_text(_under(root, DPKG_STATUS))
+    devices_text = _read_text(_under(root, "proc/devices"))
+    cgroups_text = _read_text(_under(root, "proc/cgroups"))
+    nodes, chars = _read_devices(root)
+    return NodeView(
+        root=root,
+        daemon_json=_parse_daemon_json(root),
+        toolkit_toml=_parse_toolkit_toml(root),
+        toolkit_version=dpkg_version(status_text) if status_text is not None else None,
+        proc_devices=parse_proc_devices(devices_text) if devices_text is not None else None,
+        dev_nodes=nodes,
+        dev_char=chars,
+        cgroup_v2=_under(root, "sys/fs/cgroup/cgroup.controllers").is_file(),
+        cgroup_v1_devices=None if cgroups_text is None else _devices_enabled(cgroups_text),
+        sysfs_numa=_read_sysfs_numa(root),
+        facts=facts,
+        docker_info=docker_info,
+        hami=_read_hami(root),
+    )
+
+
+def _read_hami(root: str) -> HamiView:
+    libs: dict[str, bool] = {}
+    for rel in HAMI_LIBS:
+        path = _under(root, rel)
+        if path.is_file():
+            try:
+                with open(path, "rb") as fh:
+                    libs["/" + rel] = fh.read(4) == b"\x7fELF"
+            except OSError:
+                libs["/" + rel] = False
+    preloads: dict[str, tuple[str, ...]] = {}
+    for rel in (HAMI_PRELOAD, HOST_PRELOAD):
+        text = _read_text(_under(root, rel))
+        if text is not None:
+            # ld.so.preload: whitespace- or colon-separated paths, '#' comments
+            words = re.split(r"[\s:]+", re.sub(r"#.*", "", text))
+            preloads["/" + rel] = tuple(w for w in words if w)
+    return HamiView(libs, preloads, _under(root, HAMI_LOCK_DIR).is_dir())
+
+
+def _devices_enabled(proc_cgroups: str) -> bool:
+    for line in proc_cgroups.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[0] == "devices":
+            return parts[3] == "1"
+    return False

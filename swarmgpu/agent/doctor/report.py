@@ -1,0 +1,103 @@
+"""Running the checks in order, the exit code, and the text or JSON report."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from swarmgpu.agent.doctor.devices import (
+    check_cgroup,
+    check_dev_char_links,
+    check_device_nodes,
+    check_device_order,
+    check_numa,
+)
+from swarmgpu.agent.doctor.engine import (
+    check_daemon_json,
+    check_default_runtime,
+    check_generic_resources,
+    check_swarm_resource,
+    check_toolkit_mode,
+)
+from swarmgpu.agent.doctor.identity import check_agent_identity
+from swarmgpu.agent.doctor.read import read_view
+from swarmgpu.agent.doctor.sharing import check_sharing, sharing_mode
+from swarmgpu.agent.doctor.view import Check, DoctorError, NodeView, Status
+from swarmgpu.core.model import NodeFacts
+
+CHECKS: tuple[Callable[[NodeView], Check], ...] = (
+    check_daemon_json,
+    check_default_runtime,
+    check_generic_resources,
+    check_swarm_resource,
+    check_toolkit_mode,
+    check_device_nodes,
+    check_cgroup,
+    check_dev_char_links,
+    check_device_order,
+    check_numa,
+    check_sharing,
+)
+
+
+def run_checks(view: NodeView) -> list[Check]:
+    return [check(view) for check in CHECKS]
+
+
+def exit_code(checks: Sequence[Check]) -> int:
+    """0 when nothing failed (warnings are advice), 1 when a check failed."""
+    return 1 if any(c.status is Status.FAIL for c in checks) else 0
+
+
+def _summary(checks: Sequence[Check]) -> dict[str, int]:
+    return {s.value: sum(1 for c in checks if c.status is s) for s in Status}
+
+
+def render_text(view: NodeView, checks: Sequence[Check]) -> str:
+    counts = _summary(checks)
+    host = view.facts.hostname if view.facts is not None else "?"
+    lines = [f"swarmgpu doctor: root {view.root}  host {host}  "
+             + ", ".join(f"{n} {s}" for s, n in counts.items())]
+    for c in checks:
+        lines.append(f"{c.status.value.upper():<5} {c.id}: {c.found}")
+        if c.status in (Status.WARN, Status.FAIL):
+            lines.append(f"      why: {c.why}")
+            lines.append(f"      fix: {c.fix}")
+        lines.extend(f"      {d}" for d in c.details)
+    return "\n".join(lines)
+
+
+def render_json(view: NodeView, checks: Sequence[Check]) -> str:
+    return json.dumps({
+        "root": view.root,
+        "hostname": view.facts.hostname if view.facts is not None else None,
+        "summary": _summary(checks),
+        "sharing_mode": sharing_mode(view),
+        "checks": [c.to_dict() for c in checks],
+    }, indent=2)
+
+
+def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
+               docker_info: Mapping[str, Any] | None = None,
+               as_json: bool = False, agent_probed: bool = False,
+               agent_scheme: str | None = None) -> tuple[str, int]:
+    """Text (or JSON) to print and the exit code: 0 ok, 1 a check failed, 2 cannot run.
+
+    ``facts`` (NVML's view) and ``docker_info`` (the running dockerd's ``docker info``)
+    enable the checks that compare files with reality; without them those checks are
+    skipped, unless the root is a fixture tree that carries them (see docs/doctor.md).
+    """
+    try:
+        view = read_view(root, facts=facts, docker_info=docker_info)
+    except DoctorError as exc:
+        if as_json:
+            return json.dumps({"root": root, "error": str(exc)}, indent=2), 2
+        return f"swarmgpu doctor: {exc}", 2
+    view = dataclasses.replace(view, agent_scheme=agent_scheme)
+    checks = run_checks(view)
+    if agent_probed:  # the live node only: a fixture tree has no agent to ask
+        checks.insert(0, check_agent_identity(view))
+    text = render_json(view, checks) if as_json else render_text(view, checks)
+    return text, exit_code(checks)

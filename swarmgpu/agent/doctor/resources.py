@@ -1,0 +1,77 @@
+"""Swarm generic resources as daemon.json and ``docker info`` list them, and the names
+derived from them (bus ids, the task's environment variable)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from swarmgpu.agent.doctor.view import NodeView
+
+
+def norm_bus_id(bus_id: str) -> str:
+    """``00000000:3B:00.0`` and ``0000:3b:00.0`` are the same device: ``0000:3b:00.0``."""
+    s = bus_id.strip().lower()
+    domain, sep, rest = s.partition(":")
+    if sep and rest.count(":") == 1 and all(c in "0123456789abcdef" for c in domain):
+        return f"{int(domain, 16):04x}:{rest}"
+    return s
+
+
+def env_name(kind: str) -> str:
+    """The variable Swarm sets in a task for a generic resource (swarmkit EnvFormat)."""
+    return f"DOCKER_RESOURCE_{kind.upper()}"
+
+
+@dataclass(frozen=True)
+class GenericResource:
+    kind: str
+    value: str
+
+    @property
+    def discrete(self) -> bool:
+        return self.value.isdigit()
+
+
+def parse_generic_resources(entries: Any, where: str) -> tuple[list[GenericResource], list[str]]:
+    """``["NVIDIA-GPU=GPU-..."]`` -> resources, plus errors naming bad entries."""
+    if entries is None:
+        return [], []
+    if not isinstance(entries, list):
+        return [], [f"{where}: expected a list of \"KIND=VALUE\" strings"]
+    out: list[GenericResource] = []
+    errors: list[str] = []
+    for n, e in enumerate(entries):
+        kind, sep, value = str(e).partition("=")
+        if not isinstance(e, str) or not sep or not kind.strip() or not value.strip():
+            errors.append(f"{where}[{n}]: {e!r} is not KIND=VALUE (e.g. NVIDIA-GPU=GPU-<uuid>)")
+            continue
+        out.append(GenericResource(kind.strip(), value.strip()))
+    return out, errors
+
+
+def from_docker_info(info: Mapping[str, Any]) -> list[GenericResource] | None:
+    raw = info.get("GenericResources")
+    if raw is None:
+        return None
+    out = []
+    for gr in raw or []:
+        for key in ("NamedResourceSpec", "DiscreteResourceSpec"):
+            spec = gr.get(key) if isinstance(gr, Mapping) else None
+            if isinstance(spec, Mapping):
+                out.append(GenericResource(str(spec.get("Kind", "")), str(spec.get("Value", ""))))
+    return out
+
+
+def gpu_kind(r: GenericResource) -> bool:
+    return (r.value.startswith(("GPU-", "MIG-")) or "GPU" in r.kind.upper()
+            or r.kind.lower() == "nvidia.com/gpu")
+
+
+def gpu_kinds(view: NodeView) -> list[str]:
+    data = view.daemon_json.data or {}
+    res, _ = parse_generic_resources(data.get("node-generic-resources"), "node-generic-resources")
+    if not res and view.docker_info is not None:
+        res = from_docker_info(view.docker_info) or []
+    return sorted({r.kind for r in res if gpu_kind(r)})

@@ -1,0 +1,124 @@
+"""What the checks read and what they return: the node's files once, as a NodeView, and
+a Check per question; the paths they come from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from swarmgpu.core.model import NodeFacts
+
+SWARMGPU_KIND = "NVIDIA-GPU"
+# Fixture-only files: a fixture tree cannot hold device nodes, NVML or a live dockerd.
+DEVICE_MANIFEST = "dev/.swarmgpu-devices.json"
+FIXTURE_FACTS = ".swarmgpu-fixture/facts.json"
+FIXTURE_DOCKER_INFO = ".swarmgpu-fixture/docker-info.json"
+
+DAEMON_JSON = "etc/docker/daemon.json"
+TOOLKIT_TOML = "etc/nvidia-container-runtime/config.toml"
+DPKG_STATUS = "var/lib/dpkg/status"
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base")
+# v1.18.0 made jit-cdi the default mode; the runtime ignored swarm-resource outside
+# legacy mode until v1.19.0 (NVIDIA/nvidia-container-toolkit#1599, fixed by #1600).
+JIT_CDI_DEFAULT_FROM = (1, 18, 0)
+SWARM_IN_CDI_FROM = (1, 19, 0)
+
+Version = tuple[int, int, int]
+
+# HAMi-core (Project-HAMi/HAMi-core), the library that enforces a GPU share inside a
+# container: where HAMi installs it on a node, the preload file services mount at
+# /etc/ld.so.preload, and the lock directory builds before 2026-02 (7970f7f) take.
+HAMI_LIBS = ("usr/local/vgpu/libvgpu.so", "usr/local/lib/libvgpu.so", "usr/lib/libvgpu.so",
+             "usr/lib/x86_64-linux-gnu/libvgpu.so")
+HAMI_PRELOAD = "usr/local/vgpu/ld.so.preload"
+HOST_PRELOAD = "etc/ld.so.preload"
+HAMI_LOCK_DIR = "tmp/vgpulock"
+
+
+class DoctorError(Exception):
+    """The doctor cannot run at all (bad root, unreadable fixture file): exit code 2."""
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    status: Status
+    found: str
+    why: str = ""
+    fix: str = ""
+    details: tuple[str, ...] = ()  # extra lines (a table), shown under the check
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "status": str(self.status), "found": self.found,
+            "why": self.why, "fix": self.fix, "details": list(self.details),
+        }
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """One config file: its data, or why it could not be read (both None: absent)."""
+
+    path: str
+    data: dict[str, Any] | None = None
+    error: str | None = None
+
+    @property
+    def missing(self) -> bool:
+        return self.data is None and self.error is None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """Everything the checks need, read once from the node (or a fixture tree)."""
+
+    root: str
+    daemon_json: Parsed
+    toolkit_toml: Parsed
+    toolkit_version: str | None  # as dpkg writes it, e.g. "1.17.8-1"
+    proc_devices: dict[str, int] | None  # character devices: name -> major
+    # "nvidia0" -> (major, minor); None: the path is not a character device
+    dev_nodes: dict[str, tuple[int, int] | None]
+    dev_char: frozenset[str] | None  # entries of /dev/char ("195:0"); None: no such dir
+    cgroup_v2: bool
+    cgroup_v1_devices: bool | None  # devices controller enabled (v1); None: /proc/cgroups absent
+    sysfs_numa: dict[str, int] = field(default_factory=dict)  # pci bus id -> numa_node
+    facts: NodeFacts | None = None
+    docker_info: Mapping[str, Any] | None = None
+    hami: HamiView | None = None
+    # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
+    agent_scheme: str | None = None
+
+
+@dataclass(frozen=True)
+class HamiView:
+    """HAMi-core's pieces on the node: library files (path -> looks like ELF), preload
+    files (path -> the libraries they name), the lock directory."""
+
+    libs: dict[str, bool] = field(default_factory=dict)
+    preloads: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    lock_dir: bool = False
+
+
+def daemon_json_unusable(view: NodeView, check_id: str) -> Check | None:
+    if view.daemon_json.data is None:
+        return Check(check_id, Status.SKIP,
+                     f"{view.daemon_json.path} is missing or unreadable (see docker.daemon-json)")
+    return None
+
+
+def quote(values: Sequence[str], limit: int = 4) -> str:
+    shown = ", ".join(values[:limit])
+    return shown + (f" and {len(values) - limit} more" if len(values) > limit else "")
+
+
+NODE_CONFIG_HINT = "`swarmgpu node-config` prints the fragment for this node"
