@@ -41,8 +41,9 @@ RUN set -eu; \
 FROM ${BASE}
 # A fixed, unprivileged uid/gid (10001) for both roles. The agent needs nothing more
 # (the NVIDIA runtime hands it the device nodes). The daemon needs the docker socket:
-# run it with the socket's group (docker run --group-add $(stat -c %g
-# /var/run/docker.sock), or ContainerSpec.Groups / `group_add` in a stack), never as root.
+# run it with the socket's group, never as root: `docker run --group-add $(stat -c %g
+# /var/run/docker.sock)`, or in a stack `user: "10001:<that gid>"` as stacks/swarmgpu.yml
+# does (docker stack deploy rejects `group_add`).
 RUN echo 'swarmgpu:x:10001:10001:swarmgpu:/var/lib/swarmgpu:/usr/sbin/nologin' >>/etc/passwd \
  && echo 'swarmgpu:x:10001:' >>/etc/group \
  && mkdir -p /var/lib/swarmgpu /etc/swarmgpu \
@@ -57,6 +58,10 @@ USER 10001:10001
 WORKDIR /var/lib/swarmgpu
 # 9401: agent (/facts, /metrics, /healthz); 9402: daemon (/metrics, /healthz, GPU map).
 EXPOSE 9401 9402
+# /healthz of whichever role runs here (found from its command line), with the image's
+# own Python: no curl. start-period: the agent answers 503 until it has read its facts.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+    CMD ["/opt/swarmgpu/bin/python", "-m", "swarmgpu.core.healthcheck"]
 # exec form: swarmgpu is PID 1 and gets SIGTERM itself (the daemon finishes its step).
 ENTRYPOINT ["swarmgpu"]
 CMD ["--help"]

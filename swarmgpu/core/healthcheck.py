@@ -1,0 +1,169 @@
+"""``python -m swarmgpu.core.healthcheck [URL]``: the image's ``HEALTHCHECK``.
+
+The image has Python and no curl, and one image serves both roles, so the probe finds
+the role itself: the ``swarmgpu agent`` or ``swarmgpu run`` process in this container
+(``/proc/*/cmdline``), and the address that process serves on: the agent's
+``--listen`` (default 127.0.0.1:9401; ``https`` with ``--tls-cert``; its
+``--token-file`` sent as the bearer token), the daemon's ``SWARMGPU_HTTP_LISTEN``
+from its environment, else ``http.listen`` of its ``--config``, else 127.0.0.1:9402.
+A wildcard host (``0.0.0.0``, ``::``) is probed on loopback. With a URL given, that is
+probed instead.
+
+Exit 0 healthy, 1 unhealthy (Docker's meaning): ``/healthz`` answered 200, or 401/403
+(the server is up and asks for an identity this probe does not hold: a token it could
+not read, a manager certificate). 503 (no facts yet), any other answer, a refused
+connection or a timeout is unhealthy. Standard library only, so it runs in a few MiB
+beside an agent limited to 128 MiB; it imports nothing of swarmgpu but this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import ssl
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+AGENT_LISTEN = "127.0.0.1:9401"
+DAEMON_LISTEN = "127.0.0.1:9402"
+TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    token_file: str | None = None
+
+
+def _argv(pid_dir: Path) -> list[str]:
+    try:
+        raw = (pid_dir / "cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def _environ(pid_dir: Path) -> dict[str, str]:
+    try:
+        raw = (pid_dir / "environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        k, sep, v = item.decode(errors="replace").partition("=")
+        if sep:
+            out[k] = v
+    return out
+
+
+def _command(argv: list[str]) -> tuple[str, list[str]] | None:
+    """(``agent``|``run``, its arguments) when argv is a swarmgpu process: the console
+    script itself or Python running it (``docker-init -- swarmgpu ...`` is not)."""
+    for i, a in enumerate(argv[:3]):
+        if i == 2 and argv[1] != "-m":
+            break
+        if a.endswith("/swarmgpu") or a == "swarmgpu" or (i == 2 and a == "swarmgpu.cli"):
+            rest = argv[i + 1:]
+            if rest and rest[0] in ("agent", "run"):
+                return rest[0], rest[1:]
+    return None
+
+
+def _option(args: list[str], name: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a[len(name) + 1:]
+    return None
+
+
+def _loopback(listen: str) -> str:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0"):  # noqa: S104 (a wildcard bind, probed on loopback)
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _config_listen(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        import yaml  # the image has it (a swarmgpu dependency); lazy: only the daemon
+
+        doc = yaml.safe_load(Path(path).read_text())
+    except Exception:  # unreadable or broken: the daemon itself says why; use the default
+        return None
+    http = doc.get("http") if isinstance(doc, dict) else None
+    listen = http.get("listen") if isinstance(http, dict) else None
+    return listen if isinstance(listen, str) else None
+
+
+def find_target(proc: Path = Path("/proc")) -> Target | None:
+    """The /healthz of the swarmgpu server running in this container, if any."""
+    me = str(os.getpid())
+    try:
+        pids = sorted((p for p in proc.iterdir() if p.name.isdigit() and p.name != me),
+                      key=lambda p: int(p.name))
+    except OSError:
+        return None
+    for pid_dir in pids:
+        found = _command(_argv(pid_dir))
+        if found is None:
+            continue
+        role, args = found
+        if role == "agent":
+            scheme = "https" if _option(args, "--tls-cert") else "http"
+            listen = _option(args, "--listen") or AGENT_LISTEN
+            return Target(f"{scheme}://{_loopback(listen)}/healthz",
+                          _option(args, "--token-file"))
+        listen = (_environ(pid_dir).get("SWARMGPU_HTTP_LISTEN")
+                  or _config_listen(_option(args, "--config")) or DAEMON_LISTEN)
+        return Target(f"http://{_loopback(listen)}/healthz")
+    return None
+
+
+def probe(target: Target, timeout_s: float = TIMEOUT_S) -> tuple[bool, str]:
+    """(healthy, what was seen)."""
+    headers = {}
+    if target.token_file:
+        # Unreadable: the answer (401) still shows the server is up.
+        with contextlib.suppress(OSError):
+            headers["Authorization"] = "Bearer " + Path(target.token_file).read_text().strip()
+    # Loopback, our own process: the question is whether it answers, not who it is.
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if not target.url.startswith(("http://", "https://")):
+        return False, f"{target.url}: not an http(s) URL"
+    req = urllib.request.Request(target.url, headers=headers)  # noqa: S310 (checked above)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as r:  # noqa: S310
+            body = r.read(200).decode(errors="replace")
+            return r.status == 200, f"{target.url}: {r.status} {body}"
+    except urllib.error.HTTPError as e:
+        return e.code in (401, 403), f"{target.url}: {e.code} {e.reason}"
+    except (OSError, ValueError) as e:
+        return False, f"{target.url}: {e}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    target = Target(args[0]) if args else find_target()
+    if target is None:
+        print("no `swarmgpu agent` or `swarmgpu run` process in this container",
+              file=sys.stderr)
+        return 1
+    ok, seen = probe(target)
+    print(seen.strip(), file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

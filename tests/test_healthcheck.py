@@ -1,0 +1,159 @@
+"""swarmgpu.core.healthcheck (the image's HEALTHCHECK) against real agents on 127.0.0.1,
+its role finding over /proc-shaped folders, and the Dockerfile and stack that use it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from paths import REPO
+
+from swarmgpu.agent.server import AgentServer, build_server
+from swarmgpu.core.healthcheck import Target, find_target, main, probe
+from swarmgpu.core.model import Gpu, NodeFacts
+
+FACTS = NodeFacts(hostname="n", gpus=(Gpu(0, "GPU-a", "NVIDIA A100-SXM4-40GB", 40960),))
+COMMAND = ["/opt/swarmgpu/bin/python", "-m", "swarmgpu.core.healthcheck"]
+
+
+class Source:
+    spec = "fake:test"
+
+    def __init__(self, hang: bool = False) -> None:
+        self.release = threading.Event()
+        self.hang = hang
+
+    def read(self) -> NodeFacts:
+        if self.hang:
+            self.release.wait(30)
+        return FACTS
+
+
+@pytest.fixture
+def agent() -> Iterator[Any]:
+    started: list[tuple[AgentServer, threading.Thread, Source]] = []
+
+    def start(source: Source, **kw: Any) -> str:
+        srv = build_server(source, "127.0.0.1:0", refresh_s=60, **kw)
+        t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                             daemon=True)
+        t.start()
+        started.append((srv, t, source))
+        host, port = srv.server_address[:2]
+        deadline = time.monotonic() + 5
+        while not source.hang and srv.cache.view().facts is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        return f"{host!s}:{port}"
+
+    yield start
+    for srv, t, src in started:
+        src.release.set()
+        srv.shutdown()
+        t.join(5)
+
+
+def test_healthy_agent_is_healthy(agent: Any) -> None:
+    listen = agent(Source())
+    ok, seen = probe(Target(f"http://{listen}/healthz"))
+    assert ok and '"status": "ok"' in seen.replace('":"', '": "'), seen
+
+
+def test_agent_without_facts_yet_is_unhealthy(agent: Any) -> None:
+    listen = agent(Source(hang=True))
+    ok, seen = probe(Target(f"http://{listen}/healthz"))
+    assert not ok and ": 503" in seen
+
+
+def test_nothing_listening_is_unhealthy() -> None:
+    ok, seen = probe(Target("http://127.0.0.1:1/healthz"), timeout_s=2)
+    assert not ok and "127.0.0.1:1" in seen
+
+
+def test_token_agent_answers_with_its_token_or_401(agent: Any, tmp_path: Path) -> None:
+    listen = agent(Source(), token="s3cret-token-0123456789abcdef")
+    tok = tmp_path / "tok"
+    tok.write_text("s3cret-token-0123456789abcdef\n")
+    assert probe(Target(f"http://{listen}/healthz", str(tok)))[0]
+    # No token readable: healthy still (/healthz open, or a 401 from a serving agent).
+    ok, seen = probe(Target(f"http://{listen}/healthz", str(tmp_path / "missing")))
+    assert ok and (": 200" in seen or ": 401" in seen), seen
+
+
+def _proc(root: Path, pid: int, argv: list[str], env: dict[str, str] | None = None) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True)
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode()
+                                           for k, v in (env or {}).items()))
+
+
+def test_finds_the_agent_and_its_listen_address(tmp_path: Path) -> None:
+    _proc(tmp_path, 1, ["/sbin/docker-init", "--", "swarmgpu", "agent"])
+    _proc(tmp_path, 7, ["/opt/swarmgpu/bin/python", "/opt/swarmgpu/bin/swarmgpu", "agent",
+                        "--source", "nvml", "--listen", "0.0.0.0:9401",
+                        "--token-file", "/run/secrets/t"])
+    assert find_target(tmp_path) == Target("http://127.0.0.1:9401/healthz", "/run/secrets/t")
+
+
+def test_agent_defaults_and_tls(tmp_path: Path) -> None:
+    _proc(tmp_path, 1, ["swarmgpu", "agent", "--listen=[::]:19401", "--tls-cert", "c"])
+    assert find_target(tmp_path) == Target("https://[::1]:19401/healthz")
+    other = tmp_path / "o"
+    _proc(other, 1, ["swarmgpu", "agent"])
+    assert find_target(other) == Target("http://127.0.0.1:9401/healthz")
+    module = tmp_path / "m"
+    _proc(module, 1, ["python3", "-m", "swarmgpu.cli", "agent", "--listen", ":19401"])
+    assert find_target(module) == Target("http://127.0.0.1:19401/healthz")
+
+
+def test_finds_the_daemon_from_env_config_or_default(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yml"
+    cfg.write_text("http:\n  listen: 0.0.0.0:19402\n")
+    cases = [
+        ({"SWARMGPU_HTTP_LISTEN": "0.0.0.0:9402"}, str(cfg), "http://127.0.0.1:9402/healthz"),
+        ({}, str(cfg), "http://127.0.0.1:19402/healthz"),
+        ({}, str(tmp_path / "missing.yml"), "http://127.0.0.1:9402/healthz"),
+    ]
+    for n, (env, path, want) in enumerate(cases):
+        root = tmp_path / f"p{n}"
+        _proc(root, 1, ["/opt/swarmgpu/bin/python", "/opt/swarmgpu/bin/swarmgpu", "run",
+                        "--config", path], env)
+        assert find_target(root) == Target(want)
+
+
+def test_no_swarmgpu_process_is_unhealthy(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    _proc(tmp_path, 1, ["sleep", "3600"])
+    assert find_target(tmp_path) is None
+    assert main(["ftp://x/"]) == 1
+
+
+def test_module_runs_as_the_image_runs_it(agent: Any) -> None:
+    """`python -m swarmgpu.core.healthcheck URL` as a process: exit 0 healthy, 1 not."""
+    listen = agent(Source())
+    for url, rc in ((f"http://{listen}/healthz", 0), ("http://127.0.0.1:1/healthz", 1)):
+        r = subprocess.run([sys.executable, *COMMAND[1:], url], capture_output=True,
+                           text=True, timeout=30, check=False)
+        assert r.returncode == rc, r
+
+
+def test_dockerfile_and_stack_use_it() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert 'CMD ["' + '", "'.join(COMMAND) + '"]' in dockerfile
+    assert "HEALTHCHECK --interval=" in dockerfile
+    # docker stack deploy rejects group_add: no line may advise it.
+    assert not any("group_add" in ln and "rejects" not in ln
+                   for ln in dockerfile.splitlines())
+    stack = yaml.safe_load((REPO / "stacks" / "swarmgpu.yml").read_text())
+    for name in ("agent", "daemon"):
+        hc = stack["services"][name]["healthcheck"]
+        assert hc["test"] == ["CMD", *COMMAND], name
+        assert hc["start_period"] and hc["retries"] >= 1
