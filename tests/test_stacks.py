@@ -188,7 +188,7 @@ DASHBOARD = STACKS / "grafana-dashboard.json"
 SERVICE_METRICS = {"swarmgpu_service_gpu_util", "swarmgpu_service_gpu_memory_used_mib"}
 _PROMQL_WORDS = {"by", "sum", "avg", "max", "min", "count", "rate", "increase", "or",
                  "vector", "histogram_quantile", "le", "service", "node", "gpu", "kind",
-                 "outcome", "instance", "hostname"}
+                 "outcome", "instance", "hostname", "label_replace"}
 
 
 def _exposed_names() -> set[str]:
