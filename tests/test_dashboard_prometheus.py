@@ -15,11 +15,14 @@ the daemon serve the series.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -38,13 +41,16 @@ from gpu_nodes import (
     swarmgpu_env,
 )
 from gpu_nodes import cfg_file as _cfg_file
-from paths import REPO
+from paths import FIXTURES, REPO
 from swarm_harness import SwarmCluster
 from test_deploy_docs import scrape_config
 
 pytestmark = pytest.mark.swarm
 DASHBOARD = json.loads((REPO / "stacks" / "grafana-dashboard.json").read_text())
 SERVICE = "promdash"
+OLD_EXPORTER_PAGE = (FIXTURES / "captures"
+                     / "dcgm_tesla-t4_x1_drv460_Hostname_datadog-fixture-excerpt.txt")
+OLD_HOST = "424773df46e0"  # its Hostname label
 PROFILE = {"default": {"util_pct": 40, "fb_used_mib": 1000, "mem_copy_util_pct": 10,
                        "temp_c": 50, "power_w": 200}}
 # Panels whose series exist only once something happens that this test does not cause.
@@ -74,7 +80,7 @@ def _query(base: str, expr: str) -> list[dict[str, Any]]:
     return result
 
 
-def _prometheus_config(swarm: SwarmCluster) -> dict[str, Any]:
+def _prometheus_config(swarm: SwarmCluster, old_exporter: str) -> dict[str, Any]:
     cfg = scrape_config()
     cfg["global"] = {"scrape_interval": "1s", "scrape_timeout": "1s",
                      "evaluation_interval": "1s"}
@@ -82,19 +88,48 @@ def _prometheus_config(swarm: SwarmCluster) -> dict[str, Any]:
         for sd in job["dockerswarm_sd_configs"]:
             sd["host"] = swarm.manager.docker_host
             sd["refresh_interval"] = "2s"
+    # An older dcgm-exporter beside the agents: its host label is `Hostname`.
+    cfg["scrape_configs"].append(  # type: ignore[attr-defined]
+        {"job_name": "dcgm-exporter-old", "static_configs": [{"targets": [old_exporter]}]})
     return cfg
+
+
+@contextlib.contextmanager
+def _old_dcgm_exporter() -> Iterator[str]:
+    """A real dcgm-exporter page (the T4 capture, `Hostname=...`) served on loopback."""
+    page = OLD_EXPORTER_PAGE.read_bytes()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield f"127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        t.join(5)
 
 
 @pytest.fixture(scope="module")
 def stack(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[dict[str, Any]]:
     prometheus = shutil.which("prometheus")
-    if prometheus is None:
-        pytest.skip("prometheus missing: apt-get install prometheus (scripts/setup.sh does)")
+    assert prometheus, "prometheus missing: apt-get install prometheus (scripts/setup.sh does)"
     tmp = tmp_path_factory.mktemp("promdash")
     mgr = swarm.manager
     procs: list[Any] = []
     node1 = swarm.node("gpu-node-1")
+    stack_ctx = contextlib.ExitStack()
     try:
         profile = tmp / "profile.yml"
         profile.write_text(json.dumps(PROFILE))
@@ -108,8 +143,9 @@ def stack(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
                   SERVICE, "--label", "swarmgpu.gpus=1", "--stop-grace-period", "1s",
                   "local/busybox:latest", "sleep", "3600")
         port = _free_port()
+        old_exporter = stack_ctx.enter_context(_old_dcgm_exporter())
         prom_cfg = tmp / "prometheus.yml"
-        prom_cfg.write_text(yaml.safe_dump(_prometheus_config(swarm)))
+        prom_cfg.write_text(yaml.safe_dump(_prometheus_config(swarm, old_exporter)))
         procs.append(subprocess.Popen(
             [prometheus, f"--config.file={prom_cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
@@ -120,6 +156,7 @@ def stack(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
             swarm.cli(mgr, "service", "rm", SERVICE)
         for p in reversed(procs):
             stop(p)
+        stack_ctx.close()
         _strip_test_labels(swarm, node1)
 
 
@@ -165,10 +202,11 @@ def test_scrape_config_finds_gpu_nodes_both_ways_and_the_daemon(
                 got.setdefault(t["labels"]["job"], set()).add(t["labels"]["instance"])
         want_agents = {"gpu-node-1", "gpu-node-2"}
         return got if got.get("swarmgpu-agent") == want_agents and got.get(
-            "swarmgpu-daemon") else None
+            "swarmgpu-daemon") and got.get("dcgm-exporter-old") else None
 
     got = _wait("both agents and the daemon scraped", up)
     assert got["swarmgpu-daemon"] == {f"{stack['mgr'].addr}:9402"}
+    assert got.get("dcgm-exporter-old")
     dropped = _get(base, "/api/v1/targets")["data"]["droppedTargets"]
     # mgr-1 has neither label: no agent target for it.
     assert any(t["discoveredLabels"].get("job") == "swarmgpu-agent"
@@ -214,14 +252,52 @@ def test_table_panel_queries_merge_on_service_node_gpu(stack: dict[str, Any]) ->
     assert rows[0] == rows[1] and any(s == SERVICE for s, _, _ in rows[0]), rows
 
 
+def _variable_values(base: str, var: dict[str, Any]) -> set[str]:
+    """A query variable's values as Grafana computes them: `label_values(M, L)` through
+    the label API; `query_result(Q)` as each result's `{labels} value ts` text through
+    the variable's regex (its first group)."""
+    definition = var["definition"]
+    if definition.startswith("label_values("):
+        metric, label = definition.removeprefix("label_values(").rstrip(")").split(", ")
+        doc = _get(base, f"/api/v1/label/{label}/values", **{"match[]": metric})
+        assert doc["status"] == "success", (var["name"], doc)
+        return set(doc["data"])
+    assert definition.startswith("query_result("), definition
+    regex = re.compile(var["regex"].strip("/"))
+    out = set()
+    for r in _query(base, definition.removeprefix("query_result(")[:-1]):
+        text = "{" + ",".join(f'{k}="{v}"' for k, v in r["metric"].items()) + "}"
+        m = regex.search(text)
+        if m:
+            out.add(m.group(1))
+    return out
+
+
 def test_template_variables_have_values(stack: dict[str, Any]) -> None:
     base = stack["base"]
     for var in DASHBOARD["templating"]["list"]:
-        if var["type"] != "query":
-            continue
-        metric, label = var["definition"].removeprefix("label_values(").rstrip(")").split(", ")
-        doc = _get(base, f"/api/v1/label/{label}/values", **{"match[]": metric})
-        assert doc["status"] == "success" and doc["data"], (var["name"], doc)
+        if var["type"] == "query":
+            assert _variable_values(base, var), var["name"]
     assert DASHBOARD["__inputs"][0]["pluginId"] == "prometheus"
     ds = next(v for v in DASHBOARD["templating"]["list"] if v["type"] == "datasource")
     assert ds["current"]["value"] == "${" + DASHBOARD["__inputs"][0]["name"] + "}"
+
+
+def test_node_variable_and_gpu_panels_read_both_host_labels(stack: dict[str, Any]) -> None:
+    """The agents write `hostname`, an older dcgm-exporter `Hostname`: the node variable
+    lists both kinds, and each per-node GPU panel, for either kind of node, has rows that
+    carry the node in `hostname` (the legend's label)."""
+    base = stack["base"]
+    (var,) = [v for v in DASHBOARD["templating"]["list"] if v["name"] == "node"]
+    values = _wait("both kinds of host label in the node variable",
+                   lambda: (lambda v: v if {"gpu-node-1", OLD_HOST} <= v else None)(
+                       _variable_values(base, var)))
+    assert {"gpu-node-1", "gpu-node-2", OLD_HOST} <= values
+    panels = [(p["title"], t["expr"]) for p in DASHBOARD["panels"]
+              for t in p.get("targets", []) if "DCGM_FI_DEV_" in t["expr"]]
+    assert len(panels) == 5
+    for node in ("gpu-node-1", OLD_HOST):
+        for title, expr in panels:
+            result = _query(base, expr.replace("$node", node))
+            assert result, (title, node)
+            assert {r["metric"].get("hostname") for r in result} == {node}, (title, result)
