@@ -11,13 +11,14 @@ Only static facts become labels; anything that moves with load would rewrite lab
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
-from swarmgpu.core.model import NodeFacts, gpu_family, is_nvlink
+from swarmgpu.core.model import Gpu, NodeFacts, gpu_family, is_nvlink
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import (
     Constraint,
@@ -36,9 +37,13 @@ def product_label(product: str) -> str:
 
 
 def owned_by_label_sync(key: str, prefix: str = DEFAULT_PREFIX) -> bool:
-    return key.startswith(prefix) and not key.startswith(
-        tuple(prefix + infix for infix in PLACEMENT_INFIXES)
-    )
+    return key.startswith(prefix) and not key.startswith(_placement_prefixes(prefix))
+
+
+@functools.cache
+def _placement_prefixes(prefix: str) -> tuple[str, ...]:
+    # Called for every label of every node each cycle: built once per prefix.
+    return tuple(prefix + infix for infix in PLACEMENT_INFIXES)
 
 
 NVLINK_SEARCH_BUDGET = 20_000  # search steps; a count, not a time, so answers are stable
@@ -113,17 +118,28 @@ def _mig_strategy(facts: NodeFacts) -> str:
 def desired_labels(facts: NodeFacts, prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
     """The labels a node with these facts should carry (keys include the prefix).
     Memoised on what they are made of: agents re-read facts every cycle, and a thousand
-    nodes built alike would otherwise recompute the same NVLink groups each time."""
-    key = (facts.gpus, facts.links, facts.driver_version, facts.cuda_driver_version, prefix)
+    nodes built alike would otherwise recompute the same NVLink groups each time. The
+    key leaves out what the labels never show (UUIDs, bus ids), so nodes built alike
+    share one entry; keyed on whole GPUs, 5,000 nodes overflowed the memo and every
+    cycle recomputed all of them."""
+    key = (tuple(_label_inputs(g) for g in facts.gpus), facts.links,
+           facts.driver_version, facts.cuda_driver_version, prefix)
     got = _DESIRED.get(key)
     if got is None:
-        if len(_DESIRED) > 4096:
-            _DESIRED.clear()
+        if len(_DESIRED) >= _DESIRED_MAX:
+            del _DESIRED[next(iter(_DESIRED))]  # the oldest entry
         got = _DESIRED[key] = _desired_labels(facts, prefix)
     return dict(got)
 
 
+def _label_inputs(g: Gpu) -> tuple[object, ...]:
+    """What ``_desired_labels`` reads of one GPU."""
+    return (g.product, g.memory_mib, g.compute_major, g.compute_minor, g.mig_capable,
+            g.mig_enabled, tuple(m.profile for m in g.mig_devices), g.numa_node)
+
+
 _DESIRED: dict[tuple[object, ...], dict[str, str]] = {}
+_DESIRED_MAX = 4096  # distinct node shapes remembered
 
 
 def _desired_labels(facts: NodeFacts, prefix: str) -> dict[str, str]:
