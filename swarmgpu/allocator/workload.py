@@ -9,6 +9,24 @@ exponential window of ``window`` tasks), and departed services keep counting unt
 they decay. A new cluster starts from a documented prior (``PRIOR``, below) that weighs
 as ``PRIOR_TASKS`` tasks, so a handful of early services cannot swing the policy.
 
+What a service declares is someone else's input, so learning is bounded:
+
+- one observation counts at most ``MAX_SERVICE_SHARE`` (10%) of the model's weight (the
+  weight taken as at least ``PRIOR_TASKS``), however many replicas it declares, and a
+  service whose request changes takes back what it counted before (and ages nothing: the
+  same tasks, asking differently): one service moves the learned mix by at most 10%
+  (total variation), so a ``gpus: "8"`` service with 1,000 replicas cannot make the mix
+  "8 GPUs";
+- a shape outside sane bounds (more than ``MAX_TASK_GPUS`` GPUs, ``MAX_TASK_CPU_MILLI``
+  CPU, a share outside (0, 1]) is not learned; GPU products longer than
+  ``MAX_PRODUCT_LEN`` characters, more than ``MAX_PRODUCTS`` of them, or with a character
+  that is not printable or is ``|``, are dropped: the shape is learned as "any GPU";
+- the stored model is at most ``MAX_STORED_BYTES`` (4 KiB): ``dumps`` drops the
+  least-weighted shapes until it fits;
+- a stored model that is corrupt, larger than ``MAX_LOAD_BYTES``, non-finite, or
+  carries an insane shape is refused (``WorkloadError``; the daemon warns and uses the
+  prior); one that weighs more than a window could hold is scaled down (its mix kept).
+
 The model lives in Swarm itself (a label on the swarm object, ``<prefix>state.workload``)
 so a restart or a new leader starts from it; no local state. ``placement.workload:
 FILE`` pins a mix instead (YAML, ``load_file``).
@@ -32,6 +50,13 @@ PRIOR_TASKS = 50.0  # what the prior weighs, in tasks
 MAX_SHAPES = 256  # shapes kept (by weight); bounds the label and the policy's tables
 STATE_KEY = "state.workload"  # under the prefix, on the swarm object's labels
 FORMAT = 1
+MAX_SERVICE_SHARE = 0.10  # of the model's weight: what one observation may count
+MAX_TASK_GPUS = 64  # beyond any node: a declared task that large is not learned
+MAX_TASK_CPU_MILLI = 1024 * MILLI
+MAX_PRODUCT_LEN = 64  # per product name or glob ("NVIDIA A100-SXM4-80GB" is 21)
+MAX_PRODUCTS = 8
+MAX_STORED_BYTES = 4096  # the swarm label ``dumps`` writes
+MAX_LOAD_BYTES = 16384  # a stored text larger than this is refused unread
 
 # The prior: the GPU task mix of Alibaba's openb GPU trace (cluster-trace-gpu-v2023, CC
 # BY 4.0), measured from openb_pod_list_default.csv: of its 7,064 GPU pods, 55% ask one
@@ -73,6 +98,11 @@ class WorkloadModel:
     pinned: bool = False  # from a file or the whole trace: never learns
     source: str = "prior"
     _seen_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    # What each live service counted (shape, weight, _decayed then), to take it back
+    # when its request changes; _decayed sums every observation's log-decay.
+    _counted: dict[str, tuple[TaskShape, float, float]] = field(default_factory=dict,
+                                                                repr=False)
+    _decayed: float = field(default=0.0, repr=False)
 
     @classmethod
     def prior(cls, window: int = DEFAULT_WINDOW) -> WorkloadModel:
@@ -91,7 +121,8 @@ class WorkloadModel:
     # --- learning --------------------------------------------------------------
     def observe(self, key: str, signature: str, shape: TaskShape, count: int = 1) -> bool:
         """Count ``count`` tasks of ``shape`` for the service ``key`` once per
-        ``signature`` (its request); True when the model changed."""
+        ``signature`` (its request), at most ``MAX_SERVICE_SHARE`` of the model's
+        weight; a shape that is not sane counts nothing. True when the model changed."""
         seen = self._seen_keys.get(key)
         if self.pinned or count <= 0 or seen == signature:
             return False
@@ -99,14 +130,37 @@ class WorkloadModel:
             self._seen_keys[key] = signature
             return False
         self._seen_keys[key] = signature
-        decay = math.exp(-count / max(1, self.window))
-        for s in self.weights:
-            self.weights[s] *= decay
-        self.weights[shape] = self.weights.get(shape, 0.0) + count
-        self.seen += count
+        took_back = self._take_back(key)
+        clean = sane_shape(shape)
+        if clean is None:
+            return took_back
+        total = sum(self.weights.values())
+        counted: float = min(count, MAX_SERVICE_SHARE * max(total, PRIOR_TASKS))
+        if not took_back:  # new tasks age the rest; a changed request replaces its own
+            step = counted / max(1, self.window)
+            decay = math.exp(-step)
+            for s in self.weights:
+                self.weights[s] *= decay
+            self._decayed += step
+        self.weights[clean] = self.weights.get(clean, 0.0) + counted
+        self._counted[key] = (clean, counted, self._decayed)
+        self.seen += counted
         if len(self.weights) > MAX_SHAPES:
             keep = sorted(self.weights.items(), key=lambda kv: -kv[1])[:MAX_SHAPES]
             self.weights = dict(keep)
+        return True
+
+    def _take_back(self, key: str) -> bool:
+        """Remove what ``key`` counted before (decayed as the rest since)."""
+        prev = self._counted.pop(key, None)
+        if prev is None:
+            return False
+        shape, w, at = prev
+        left = self.weights.get(shape, 0.0) - w * math.exp(-(self._decayed - at))
+        if left > 1e-9:
+            self.weights[shape] = left
+        else:
+            self.weights.pop(shape, None)
         return True
 
     def mark_seen(self, key: str) -> None:
@@ -123,6 +177,7 @@ class WorkloadModel:
         """Drop the seen-marks of departed services (their counts stay and decay)."""
         keep = set(live)
         self._seen_keys = {k: v for k, v in self._seen_keys.items() if k in keep}
+        self._counted = {k: v for k, v in self._counted.items() if k in keep}
 
     def typical(self) -> tuple[TypicalTask, ...]:
         """The shapes covering 95% of the weight, renormalised (FGD's typical pods); a
@@ -152,33 +207,106 @@ class WorkloadModel:
                 "window": self.window, "shapes": len(self.weights), "top": self.describe()}
 
     def dumps(self) -> str:
-        """Compact JSON for the swarm label (weights rounded: labels are small)."""
-        rows = [[s.num_gpu, s.gpu_milli, s.cpu_milli, "|".join(s.products), round(w, 3)]
-                for s, w in sorted(self.weights.items(), key=lambda kv: -kv[1]) if w >= 1e-3]
-        return json.dumps({"v": FORMAT, "seen": round(self.seen), "w": rows},
+        """Compact JSON for the swarm label, at most ``MAX_STORED_BYTES``: weights
+        rounded, and the least-weighted shapes left out where they would not fit."""
+        head = json.dumps({"v": FORMAT, "seen": round(self.seen), "w": []},
                           separators=(",", ":"))
+        room = MAX_STORED_BYTES - len(head.encode())
+        rows: list[str] = []
+        for s, w in sorted(self.weights.items(), key=lambda kv: (-kv[1], kv[0])):
+            if w < 1e-3:
+                break
+            row = json.dumps([s.num_gpu, s.gpu_milli, s.cpu_milli, "|".join(s.products),
+                              round(w, 3)], separators=(",", ":"))
+            need = len(row.encode()) + (1 if rows else 0)
+            if need > room:
+                break  # this one and every lighter one stay out
+            rows.append(row)
+            room -= need
+        return head[:-2] + ",".join(rows) + "]}"  # head ends with the empty list: []}
 
     @classmethod
     def loads(cls, text: str, window: int = DEFAULT_WINDOW) -> WorkloadModel:
+        """A stored model, or ``WorkloadError`` (the caller warns and uses the prior) when
+        it is not one ``dumps`` could have written: corrupt, huge, non-finite, or
+        carrying a shape that is not sane."""
+        if len(text.encode()) > MAX_LOAD_BYTES:
+            raise WorkloadError(f"stored workload model is {len(text.encode())} bytes (more "
+                                f"than {MAX_LOAD_BYTES}); the prior is used")
         try:
-            raw = json.loads(text)
+            raw = json.loads(text, parse_constant=_no_constant)
             if not isinstance(raw, dict) or raw.get("v") != FORMAT:
-                raise WorkloadError(f"stored workload model has format {raw.get('v')!r}, "
-                                    f"expected {FORMAT}")
+                v = raw.get("v") if isinstance(raw, dict) else None
+                raise WorkloadError(f"stored workload model has format {v!r}, expected "
+                                    f"{FORMAT}; the prior is used")
             m = cls(window=window, source="learned")
-            m.seen = float(raw.get("seen", 0))
-            for row in raw["w"][:MAX_SHAPES]:
+            m.seen = _finite(raw.get("seen", 0), "seen")
+            rows = raw["w"]
+            if not isinstance(rows, list):
+                raise TypeError("w is not a list")
+            for row in rows[:MAX_SHAPES]:
                 n, g, c, prod, w = row
-                shape = TaskShape(int(c), int(g), int(n),
-                                  tuple(p for p in str(prod).split("|") if p))
-                _check_shape(shape, "stored workload model")
-                m.weights[shape] = float(w)
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            if isinstance(exc, WorkloadError):
-                raise
+                if not isinstance(prod, str):
+                    raise TypeError(f"products {prod!r} are not text")
+                shape = TaskShape(_whole(c), _whole(g), _whole(n),
+                                  tuple(p for p in prod.split("|") if p))
+                clean = sane_shape(shape)
+                if clean is None or clean != shape:
+                    raise ValueError(f"shape {shape} is not one swarmgpu learns")
+                weight = _finite(w, "weight")
+                if weight <= 0:
+                    raise ValueError(f"weight {w!r} is not positive")
+                m.weights[shape] = m.weights.get(shape, 0.0) + weight
+        except WorkloadError:
+            raise
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError,
+                ArithmeticError) as exc:
             raise WorkloadError(f"stored workload model is not readable ({exc}); "
-                                "it is rebuilt from the prior") from None
+                                "the prior is used") from None
+        total = sum(m.weights.values())
+        most = 2.0 * max(1, window) + PRIOR_TASKS  # more than a window of tasks can weigh
+        if total > most:
+            m.weights = {s: w * window / total for s, w in m.weights.items()}
+            m.seen = min(m.seen, float(window))
         return m
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number swarmgpu stores")
+
+
+def _finite(v: object, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise TypeError(f"{what} {v!r} is not a number")
+    f = float(v)
+    if not math.isfinite(f) or f < 0:
+        raise ValueError(f"{what} {v!r} is not a finite number >= 0")
+    return f
+
+
+def _whole(v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{v!r} is not a whole number")
+    return v
+
+
+def sane_shape(s: TaskShape) -> TaskShape | None:
+    """``s`` as the model learns it, or None: not a shape any node could run. Odd GPU
+    products (too long, too many, a character that is not printable or is ``|``) are
+    dropped, so the shape asks for any GPU."""
+    if not 0 <= s.cpu_milli <= MAX_TASK_CPU_MILLI:
+        return None
+    if s.num_gpu == 0:  # a CPU-only task (it competes for the CPU GPU tasks need)
+        if s.gpu_milli != 0:
+            return None
+    elif not (1 <= s.num_gpu <= MAX_TASK_GPUS and 0 < s.gpu_milli <= MILLI
+              and (s.gpu_milli == MILLI or s.num_gpu == 1)):
+        return None  # a share of a GPU is on one GPU
+    if s.products and (len(s.products) > MAX_PRODUCTS or any(
+            not p or len(p) > MAX_PRODUCT_LEN or "|" in p or not p.isprintable()
+            for p in s.products)):
+        return TaskShape(s.cpu_milli, s.gpu_milli, s.num_gpu)
+    return s
 
 
 def _shape_dict(s: TaskShape) -> dict[str, Any]:

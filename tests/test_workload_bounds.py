@@ -1,0 +1,169 @@
+"""The learned workload model is bounded (swarmgpu.allocator.workload; issue 20, finding 3):
+one service moves the mix by at most MAX_SERVICE_SHARE however many replicas it declares
+or how often it changes its request, odd GPU products are dropped, the stored label stays
+under MAX_STORED_BYTES, and a stored model that is corrupt, huge or non-finite is refused
+with a warning while the daemon starts from the prior."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+from loguru import logger
+from test_placement import svc
+from test_planner import two_nodes
+
+from swarmgpu.allocator.fragmentation import TaskShape
+from swarmgpu.allocator.workload import (
+    MAX_SERVICE_SHARE,
+    MAX_STORED_BYTES,
+    STATE_KEY,
+    WorkloadError,
+    WorkloadModel,
+)
+from swarmgpu.core.config import Config
+from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.placement_step import load_workload, store_workload
+
+EIGHT = TaskShape(88000, 1000, 8)
+ONE = TaskShape(11400, 1000, 1)
+
+
+def _mix(m: WorkloadModel) -> dict[TaskShape, float]:
+    total = sum(m.weights.values())
+    return {s: w / total for s, w in m.weights.items()}
+
+
+def _moved(a: dict[TaskShape, float], b: dict[TaskShape, float]) -> float:
+    """Total variation distance: how much of the mix changed hands."""
+    return 0.5 * sum(abs(a.get(s, 0.0) - b.get(s, 0.0)) for s in set(a) | set(b))
+
+
+def test_one_service_with_1000_replicas_moves_the_mix_by_at_most_the_bound() -> None:
+    prior = _mix(WorkloadModel.prior())
+    m = WorkloadModel.prior()
+    assert m.observe("sid-evil", "8x", EIGHT, 1000)
+    after = _mix(m)
+    assert _moved(prior, after) <= MAX_SERVICE_SHARE + 1e-9
+    assert after[ONE] > 0.45  # the prior's ~55% "1 GPU" is still the mix's largest part
+    # Changing its request over and over: each change takes back what it counted before.
+    for i in range(200):
+        m.observe("sid-evil", f"8x-{i}", TaskShape(88000 + i, 1000, 8), 1000)
+    assert _moved(prior, _mix(m)) <= MAX_SERVICE_SHARE + 1e-9
+
+
+def test_the_planner_learns_a_bounded_share_from_a_huge_service() -> None:
+    nodes, facts = two_nodes()
+    planner = Planner()
+    evil = svc("evil", {"swarmgpu.gpus": "8"}, replicas=1000)
+    plan = planner.plan(nodes, [evil], [], facts)  # type: ignore[arg-type]
+    eight = sum(t["weight"] for t in plan.workload["top"] if t["gpus"] == 8)
+    assert eight <= MAX_SERVICE_SHARE + 0.02  # the prior had ~0.6% of 8-GPU tasks
+    one = sum(t["weight"] for t in plan.workload["top"] if t["ask"] == "1 GPU")
+    assert one > 0.45
+
+
+def test_honest_services_still_teach_the_model() -> None:
+    m = WorkloadModel.prior()
+    half = TaskShape(4000, 500, 1)
+    for i in range(300):
+        m.observe(f"s{i}", "x", half, 1)
+    assert _mix(m)[half] > 0.8  # many services, one replica each: learned in full
+
+
+def test_insane_shapes_are_not_learned_and_odd_products_dropped() -> None:
+    m = WorkloadModel.prior()
+    before = dict(m.weights)
+    assert not m.observe("a", "x", TaskShape(1000, 1000, 10_000), 1)  # 10,000 GPUs
+    assert not m.observe("b", "x", TaskShape(10**12, 1000, 1), 1)  # a billion cores
+    assert not m.observe("c", "x", TaskShape(1000, 500, 4), 1)  # a share over 4 GPUs
+    assert m.weights == before
+    assert m.observe("d", "x", TaskShape(1000, 1000, 1, ("x" * 1000,)), 1)
+    assert m.observe("e", "x", TaskShape(2000, 1000, 1, ("A|B",)), 1)
+    assert m.observe("f", "x", TaskShape(3000, 1000, 1, ("NVIDIA A100*",)), 1)
+    assert TaskShape(1000, 1000, 1) in m.weights and TaskShape(2000, 1000, 1) in m.weights
+    assert TaskShape(3000, 1000, 1, ("NVIDIA A100*",)) in m.weights
+
+
+class _Swarm:
+    """swarmgpu's own boundary: the swarm object's labels."""
+
+    def __init__(self, labels: dict[str, str] | None = None) -> None:
+        self.labels = labels or {}
+
+    def swarm_labels(self) -> dict[str, str]:
+        return self.labels
+
+    def update_swarm_labels(self, fn: Callable[[Mapping[str, str]], Mapping[str, str] | None]
+                            ) -> bool:
+        new = fn(self.labels)
+        if new is None:
+            return False
+        self.labels = dict(new)
+        return True
+
+
+def test_300_services_with_long_products_store_a_small_label() -> None:
+    nodes, facts = two_nodes()
+    services = [svc(f"s{i}", {"swarmgpu.gpus": "1", "swarmgpu.gpu-product": f"{i}" * 1000})
+                for i in range(300)]
+    planner = Planner()
+    planner.plan(nodes, services, [], facts)  # type: ignore[arg-type]
+    swarm = _Swarm()
+    assert store_workload(swarm, Config(), planner.model)
+    text = swarm.labels["swarmgpu." + STATE_KEY]
+    assert len(text.encode()) <= MAX_STORED_BYTES
+    assert all(not s.products for s in WorkloadModel.loads(text).weights)
+
+
+def test_many_valid_shapes_are_trimmed_to_the_size_least_weighted_first() -> None:
+    m = WorkloadModel.prior()
+    for i in range(300):
+        m.observe(f"s{i}", "x", TaskShape(1000 + i, 1000, 1, (f"NVIDIA-{i:03d}-" + "x" * 50,)),
+                  1 + i % 3)
+    text = m.dumps()
+    assert len(text.encode()) <= MAX_STORED_BYTES
+    back = WorkloadModel.loads(text)
+    assert ONE in back.weights  # the heaviest shape survives
+    kept = min(back.weights.values())
+    assert all(w <= kept + 1e-3 for s, w in m.weights.items() if s not in back.weights)
+
+
+BAD = {
+    "overflow": '{"v":1,"seen":1,"w":[[1,1000,11400,"",1e999]]}',
+    "nan": '{"v":1,"seen":1,"w":[[1,1000,11400,"",NaN]]}',
+    "infinite seen": '{"v":1,"seen":Infinity,"w":[[1,1000,11400,"",1]]}',
+    "huge int": '{"v":1,"seen":1,"w":[[1,1000,' + "9" * 400 + ',"",1]]}',
+    "insane shape": '{"v":1,"seen":1,"w":[[100000,1000,11400,"",1]]}',
+    "negative": '{"v":1,"seen":1,"w":[[1,1000,11400,"",-5]]}',
+    "row shape": '{"v":1,"seen":1,"w":[[1,1000]]}',
+    "not a list": '{"v":1,"seen":1,"w":{"a":1}}',
+    "text weight": '{"v":1,"seen":1,"w":[[1,1000,11400,"","1"]]}',
+    "corrupt": '{"v":1,"seen":',
+    "not json object": "[1,2,3]",
+    "deep": "[" * 100_00 + "]" * 100_00,
+    "huge": '{"v":1,"seen":1,"w":[' + ",".join(['[1,1000,11400,"",1]'] * 2000) + "]}",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_stored_model_is_refused_and_the_prior_used(case: str) -> None:
+    with pytest.raises(WorkloadError):
+        WorkloadModel.loads(BAD[case])
+    said: list[Any] = []
+    sink = logger.add(lambda msg: said.append(msg), level="WARNING")
+    try:
+        m = load_workload(Config(), _Swarm({"swarmgpu." + STATE_KEY: BAD[case]}))
+    finally:
+        logger.remove(sink)
+    assert m.source == "prior" and m.weights == WorkloadModel.prior().weights
+    assert any("the prior is used" in str(x) for x in said)
+
+
+def test_an_overweight_stored_model_is_scaled_down_keeping_its_mix() -> None:
+    m = WorkloadModel.loads('{"v":1,"seen":1e300,"w":[[1,1000,11400,"",1e200],'
+                            '[1,500,4000,"",1e200]]}', window=5000)
+    assert sum(m.weights.values()) == pytest.approx(5000)
+    assert m.weights[TaskShape(4000, 500, 1)] == pytest.approx(2500)
+    assert m.seen == 5000
