@@ -91,7 +91,8 @@ def node(port: int, nid: str = "nid", host: str = "gpu-node-2") -> SwarmNode:
 
 
 def cfg_for(port: int, timeout: float = 1.0) -> AgentsConfig:
-    return AgentsConfig(port=port, timeout_s=timeout, max_response_bytes=1024 * 1024)
+    return AgentsConfig(port=port, timeout_s=timeout, max_response_bytes=1024 * 1024,
+                        identity="none")  # plain HTTP: these agents are hostile, not TLS
 
 
 def ok(body: bytes, extra: bytes = b"") -> Behaviour:

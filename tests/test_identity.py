@@ -5,6 +5,8 @@ warnings on plain HTTP. The certificate checks themselves run on the real swarm
 from __future__ import annotations
 
 import dataclasses
+import ssl
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,12 +18,21 @@ from hypothesis import strategies as st
 
 from swarmgpu.agent.doctor import Status, check_agent_identity, read_view
 from swarmgpu.agent.server import build_server
-from swarmgpu.core.config import ConfigError, load_config
+from swarmgpu.core.config import AgentsConfig, ConfigError, describe_defaults, load_config
+from swarmgpu.core.samples import GpuProcess, GpuSample
+from swarmgpu.manager import boundedhttp
+from swarmgpu.manager.agent_client import fetch_facts
 from swarmgpu.manager.audit import identity_check
+from swarmgpu.manager.rebalance.scrape import NodeScrape, for_moves, scrape_node
 from swarmgpu.manager.sync import Snapshot
+from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import (
     IdentityError,
+    ReloadingServerContext,
     _plain_key_pem,
+    client_context,
+    metrics_may_act,
+    node_cert_paths,
     probe_agent_scheme,
     read_token,
     token_matches,
@@ -39,10 +50,12 @@ class _Source:
 
 def test_swarm_pki_needs_https(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="https://"):
-        load_config(None, env={"SWARMGPU_AGENTS_IDENTITY": "swarm-pki"})
-    with pytest.raises(ConfigError, match="metrics_url_template"):
         load_config(None, env={"SWARMGPU_AGENTS_IDENTITY": "swarm-pki",
-                               "SWARMGPU_AGENTS_URL_TEMPLATE": "https://{addr}:{port}"})
+                               "SWARMGPU_AGENTS_URL_TEMPLATE": "http://{addr}:{port}"})
+    f = tmp_path / "m.yml"
+    f.write_text("rebalance: {metrics_url_template: 'http://{addr}:9401/metrics'}\n")
+    with pytest.raises(ConfigError, match="metrics_url_template"):
+        load_config(f, env={})
     f = tmp_path / "c.yml"
     f.write_text("agents: {identity: swarm-pki, url_template: 'https://{addr}:{port}'}\n"
                  "rebalance: {metrics_url_template: 'https://{addr}:9401/metrics'}\n")
@@ -87,7 +100,8 @@ def test_prop_token_only_exact_bearer_matches(header: str, token: str) -> None:
 def test_audit_warns_about_plain_http() -> None:
     snap = Snapshot([], [], [], {})
     (f,) = identity_check("none", "")(snap)
-    assert f.advisory and "plain HTTP" in f.message and "swarm-pki" in f.message
+    assert not f.advisory, "plain HTTP to the agents needs action"
+    assert "plain HTTP" in f.message and "swarm-pki" in f.message
     (f,) = identity_check("none", "/run/secrets/t")(snap)
     assert "token" in f.message
     assert identity_check("swarm-pki", "")(snap) == []
@@ -107,3 +121,206 @@ def test_doctor_warns_about_a_plain_http_agent() -> None:
     assert c.status is Status.WARN and "--tls-cert" in c.fix and c.why
     assert check_agent_identity(dataclasses.replace(view, agent_scheme="https")).status \
         is Status.OK
+
+
+# --- the whole identity, over real TLS on loopback (a CA made here with openssl) --------
+
+CLUSTER = "clusterA0123456789abcdefg"
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A swarm-like PKI: a root CA and node certificates with Swarm's subject layout
+    (CN node ID, O cluster ID, OU role), plus the forgeries a reviewer would try."""
+    d = tmp_path_factory.mktemp("pki")
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"),
+             "-subj", "/CN=swarm-ca", "-days", "2")
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-keyout", str(d / "rogue.key"), "-out", str(d / "rogue.crt"),
+             "-subj", "/CN=swarm-ca", "-days", "2")
+    out = {"ca": d / "ca.crt"}
+    for name, subj, ca in (
+            ("node1", f"/O={CLUSTER}/OU=swarm-worker/CN=node1", "ca"),
+            ("mgr", f"/O={CLUSTER}/OU=swarm-manager/CN=mgr1", "ca"),
+            ("badou", f"/O={CLUSTER}/OU=not-a-swarm-role/CN=node1", "ca"),
+            ("othercluster", "/O=clusterB/OU=swarm-worker/CN=node1", "ca"),
+            ("othermgr", "/O=clusterB/OU=swarm-manager/CN=mgr9", "ca"),
+            ("roguenode", f"/O={CLUSTER}/OU=swarm-worker/CN=node1", "rogue"),
+            ("roguemgr", f"/O={CLUSTER}/OU=swarm-manager/CN=mgr1", "rogue")):
+        _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                 "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"),
+                 "-subj", subj)
+        _openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.crt"),
+                 "-CAkey", str(d / f"{ca}.key"), "-CAcreateserial", "-days", "2",
+                 "-out", str(d / f"{name}.crt"))
+        out[name] = d / f"{name}.crt"
+    return out
+
+
+def _key(crt: Path) -> Path:
+    return crt.with_suffix(".key")
+
+
+def _serve(pki: dict[str, Path], cert: str, token: str | None = None) -> Any:
+    srv = build_server(_Source(), "127.0.0.1:0", refresh_s=60, sampler=_with_process,
+                       tls=ReloadingServerContext(pki[cert], _key(pki[cert]), pki["ca"]),
+                       token=token)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    return srv
+
+
+def _with_process() -> list[GpuSample]:
+    g = RTX4090.facts().gpus[0]
+    return [GpuSample(uuid=g.uuid, index=0, util_pct=50.0, fb_used_mib=100, fb_free_mib=1,
+                      mem_copy_util_pct=None, temp_c=None, power_w=None,
+                      processes=(GpuProcess(pid=4242, used_mib=100, container="c0ffee"),))]
+
+
+def _node(port: int, node_id: str = "node1") -> SwarmNode:
+    return SwarmNode(node_id, RTX4090.hostname, "127.0.0.1", "worker", "ready", "active",
+                     {}, {}, 1, {}, {})
+
+
+def _daemon_ctx(pki: dict[str, Path], cert: str | None = "mgr",
+                cluster: str = CLUSTER) -> ssl.SSLContext:
+    c = pki[cert] if cert else None
+    return client_context(pki["ca"].read_text(), cluster, c, _key(c) if c else None)
+
+
+def _cfg(port: int) -> AgentsConfig:
+    return AgentsConfig(port=port, timeout_s=3)
+
+
+def test_the_daemon_checks_chain_cn_o_and_ou(pki: dict[str, Path]) -> None:
+    """Only the node's own certificate from this swarm's CA, of this cluster and with a
+    Swarm role, is accepted (a reviewer's OU=not-a-swarm-role certificate from the
+    real CA was accepted while only the CN was checked)."""
+    cases = {"node1": None, "badou": "OU 'not-a-swarm-role'", "othercluster": "cluster",
+             "roguenode": "TLS", "mgr": "certificate of node"}
+    for cert, refusal in cases.items():
+        srv = _serve(pki, cert)
+        try:
+            port = srv.server_address[1]
+            res = fetch_facts(_node(port), _cfg(port), _daemon_ctx(pki))
+        finally:
+            srv.shutdown()
+        if refusal is None:
+            assert res.facts is not None and res.error is None, (cert, res.error)
+        else:
+            assert res.facts is None and res.error and refusal in res.error, (cert, res.error)
+            assert "refused" in res.error or "TLS" in res.error
+
+
+def test_scrapes_check_the_same_identity_and_say_whether_authenticated(
+        pki: dict[str, Path]) -> None:
+    srv = _serve(pki, "badou")
+    good = _serve(pki, "node1")
+    try:
+        tmpl = "https://{addr}:%d/metrics"
+        bad = scrape_node(_node(0), tmpl % srv.server_address[1], 3, _daemon_ctx(pki))
+        assert bad.result is None and bad.error and "not a Swarm role" in bad.error
+        ok = scrape_node(_node(0), tmpl % good.server_address[1], 3, _daemon_ctx(pki))
+        assert ok.result is not None and ok.authenticated, ok.error
+    finally:
+        srv.shutdown()
+        good.shutdown()
+
+
+def _get(port: int, path: str, ctx: ssl.SSLContext, token: str | None = None
+         ) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    got = boundedhttp.get(f"https://127.0.0.1:{port}{path}", timeout_s=3,
+                          max_bytes=1 << 20, tls=ctx, headers=headers)
+    return got.status, got.body
+
+
+def test_only_a_manager_of_this_swarm_reads_facts_and_processes(pki: dict[str, Path]) -> None:
+    """Mutual TLS: /facts and per-process metrics need a swarm-manager certificate of
+    the agent's own cluster; the token opens /metrics without per-process detail."""
+    srv = _serve(pki, "node1", token="prom-token-123")
+    port = srv.server_address[1]
+    try:
+        code, body = _get(port, "/facts", _daemon_ctx(pki))
+        assert code == 200 and b'"gpus"' in body
+        code, body = _get(port, "/metrics", _daemon_ctx(pki))
+        assert code == 200 and b"4242" in body, body[:300]
+        for who in (None, "node1", "othermgr"):  # no cert, a worker's, another swarm's
+            code, _ = _get(port, "/facts", _daemon_ctx(pki, who, "any"))
+            assert code == 403, who
+            code, _ = _get(port, "/metrics", _daemon_ctx(pki, who, "any"))
+            assert code == 401, who
+        code, _ = _get(port, "/facts", _daemon_ctx(pki, None), token="prom-token-123")
+        assert code == 403
+        code, body = _get(port, "/metrics", _daemon_ctx(pki, None), token="prom-token-123")
+        assert code == 200 and b"DCGM_FI_DEV_FB_USED" in body and b"4242" not in body
+        code, _ = _get(port, "/healthz", _daemon_ctx(pki, None))
+        assert code == 200
+        # A manager certificate from a rogue CA fails the handshake itself.
+        with pytest.raises(boundedhttp.FetchError):
+            _get(port, "/facts", _daemon_ctx(pki, "roguemgr"))
+    finally:
+        srv.shutdown()
+
+
+def test_identity_is_one_key() -> None:
+    """swarm-pki is the default and derives https:// templates; none derives http://;
+    an explicit http:// template with swarm-pki is an error naming the key and fix."""
+    cfg = load_config(None, env={})
+    assert cfg.agents.identity == "swarm-pki"
+    assert cfg.agents.url_template == "https://{addr}:{port}"
+    assert cfg.rebalance.metrics_url_template == "https://{addr}:9401/metrics"
+    assert not cfg.rebalance.trust_unauthenticated_metrics
+    plain = load_config(None, env={"SWARMGPU_AGENTS_IDENTITY": "none"})
+    assert plain.agents.url_template == "http://{addr}:{port}"
+    assert plain.rebalance.metrics_url_template == "http://{addr}:9401/metrics"
+    with pytest.raises(ConfigError, match=r"agents.url_template.*identity: none"):
+        load_config(None, env={"SWARMGPU_AGENTS_URL_TEMPLATE": "http://{addr}:{port}"})
+    assert "url_template: ''" in describe_defaults()
+    assert "identity: swarm-pki" in describe_defaults()
+
+
+def test_unauthenticated_metrics_never_move() -> None:
+    """A plain-HTTP page (dcgm-exporter, identity none) informs the map; the
+    rebalancer's signals see it as unusable unless the config trusts it."""
+    from swarmgpu.core.metrics_in import ScrapeResult
+
+    res = ScrapeResult()
+    plain = NodeScrape("n1", "h1", "http://x:9400/metrics", 0.0, res, None, False)
+    tls = NodeScrape("n2", "h2", "https://y:9401/metrics", 0.0, res, None, True)
+    got = for_moves({"n1": plain, "n2": tls}, trust_unauthenticated=False)
+    assert got["n1"].result is None and got["n1"].error and "unauthenticated" in \
+        got["n1"].error
+    assert got["n2"] is tls
+    assert for_moves({"n1": plain}, trust_unauthenticated=True)["n1"] is plain
+    base = load_config(None, env={})
+    assert metrics_may_act(base)
+    dcgm = dataclasses.replace(base, rebalance=dataclasses.replace(
+        base.rebalance, metrics_url_template="http://{addr}:9400/metrics"))
+    assert not metrics_may_act(dcgm)
+    assert metrics_may_act(dataclasses.replace(dcgm, rebalance=dataclasses.replace(
+        dcgm.rebalance, trust_unauthenticated_metrics=True)))
+    assert not metrics_may_act(load_config(None, env={"SWARMGPU_AGENTS_IDENTITY": "none"}))
+
+
+def test_agent_finds_its_certificate_or_says_how(tmp_path: Path, pki: dict[str, Path]
+                                                 ) -> None:
+    from swarmgpu.cli.node import _agent_tls
+
+    assert _agent_tls("auto", str(tmp_path), None, None, None) is None  # not a member
+    with pytest.raises(IdentityError, match="--identity none"):
+        _agent_tls("swarm-pki", str(tmp_path), None, None, None)
+    d = tmp_path / "swarm" / "certificates"
+    d.mkdir(parents=True)
+    for src, name in ((pki["node1"], "swarm-node.crt"), (_key(pki["node1"]), "swarm-node.key"),
+                      (pki["ca"], "swarm-root-ca.crt")):
+        (d / name).write_bytes(src.read_bytes())
+    tls = _agent_tls("auto", str(tmp_path), None, None, None)
+    assert tls is not None and tls.mutual and tls.cluster_id == CLUSTER
+    assert node_cert_paths(str(tmp_path), {"CREDENTIALS_DIRECTORY": str(d)})[0] == \
+        d / "swarm-node.crt"

@@ -170,7 +170,7 @@ def test_daemon_refuses_oversized_facts() -> None:
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     port = srv.server_address[1]
     try:
-        cfg = AgentsConfig(port=port, max_response_bytes=1024 * 1024, timeout_s=5)
+        cfg = AgentsConfig(port=port, max_response_bytes=1024 * 1024, timeout_s=5, identity="none")
         res = fetch_facts(_node(port), cfg)
         assert res.facts is None and res.error and "more than 1048576 bytes" in res.error
     finally:

@@ -42,7 +42,8 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+import ssl
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -53,12 +54,18 @@ from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
 from swarmgpu.core.httpguard import HEAD_DEADLINE_S, PLAIN, GuardedServer, OneRequestHandler
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.samples import GpuSample
-from swarmgpu.swarm.identity import ReloadingServerContext, token_matches
+from swarmgpu.swarm.identity import (
+    ReloadingServerContext,
+    is_manager_of,
+    peer_name,
+    token_matches,
+)
 
-SOCKET_TIMEOUT_S = 5.0  # the whole request head, and the answer's write
-MAX_CONNECTIONS = 32
+SOCKET_TIMEOUT_S = 5.0  # the answer's write
+MAX_CONNECTIONS = 64
 # Loopback unless told otherwise: the stack and the systemd unit pass --listen to expose
-# it to the managers (with identity: swarm-pki, only the daemon can check who answers).
+# it to the managers (with identity swarm-pki, the default, the daemon checks who answers
+# and the agent checks who asks).
 DEFAULT_LISTEN = "127.0.0.1:9401"
 
 _log = logger.bind(component="agent")
@@ -293,7 +300,10 @@ class AgentServer(GuardedServer):
             facts = facts.with_errors(f"agent: stale facts, {v.age_s or 0.0:.0f}s old ({why})")
         return HTTPStatus.OK, headers, _json(facts.to_dict())
 
-    def metrics_response(self) -> tuple[HTTPStatus, dict[str, str], bytes]:
+    def metrics_response(self, per_process: bool = True
+                         ) -> tuple[HTTPStatus, dict[str, str], bytes]:
+        """The metrics page; without ``per_process`` (a token, not a manager) the GPU
+        processes and the services they belong to are left out."""
         v = self.cache.view()
         facts = v.facts if v.facts is not None else NodeFacts(hostname=socket.gethostname())
         t0 = time.monotonic()
@@ -303,6 +313,8 @@ class AgentServer(GuardedServer):
             facts_errors=len(facts.errors) + (1 if v.stale else 0),
             facts_age_s=v.age_s,
             refresh_failures_total=v.refresh_failures,
+        if not per_process:
+            samples = [replace(s, processes=()) if s.processes else s for s in samples]
             scrape_duration_s=duration,
             sampler_ok=err is None,
         )
@@ -367,27 +379,50 @@ class _Handler(OneRequestHandler):
         if not self._refused:
             super().handle()
 
-    def _token_ok(self, path: str) -> bool:
-        token = self.server.token
-        return token is None or path == "/healthz" or \
-            token_matches(self.headers.get("Authorization"), token)
+    def _access(self, path: str) -> tuple[bool, bool]:
+        """(may read ``path``, may see per-process detail).
+
+        Mutual TLS (swarm-pki): /facts and per-process metrics only for a verified
+        swarm-manager certificate of this node's own cluster; the bearer token, when the
+        agent has one, opens /metrics without per-process detail (Prometheus). Plain
+        HTTP: the token, when set, opens everything (the token-only fallback)."""
+        if path not in ("/facts", "/metrics"):
+            return True, True
+        token, tls = self.server.token, self.server.tls
+        bearer = token is not None and token_matches(self.headers.get("Authorization"), token)
+        if tls is not None and tls.mutual:
+            cert = self.request.getpeercert() if isinstance(self.request, ssl.SSLSocket) \
+                else None
+            if is_manager_of(peer_name(cert), tls.cluster_id):
+                return True, True
+            return (path == "/metrics" and bearer), False
+        return token is None or bearer, True
 
     def respond(self) -> None:
-        if not self._token_ok(self.path.split("?", 1)[0]):
-            self.send_answer(HTTPStatus.UNAUTHORIZED, PLAIN, b"bearer token required\n",
-                             {"WWW-Authenticate": "Bearer"})
+        path = self.path.split("?", 1)[0]
+        allowed, per_process = self._access(path)
+        if not allowed:
+            if self.server.token is not None and path == "/metrics":
+                self.send_answer(HTTPStatus.UNAUTHORIZED, PLAIN, b"bearer token required\n",
+                                 {"WWW-Authenticate": "Bearer"})
+            elif self.server.tls is not None and self.server.tls.mutual:
+                self.send_answer(HTTPStatus.FORBIDDEN, PLAIN,
+                                 b"a swarm-manager certificate of this swarm is required\n")
+            else:
+                self.send_answer(HTTPStatus.UNAUTHORIZED, PLAIN, b"bearer token required\n",
+                                 {"WWW-Authenticate": "Bearer"})
             return
-        self._route()
+        self._route(per_process)
         self.wfile.flush()
 
-    def _route(self) -> None:
+    def _route(self, per_process: bool = True) -> None:
         path = self.path.split("?", 1)[0]
         try:
             if path == "/facts":
                 status, headers, body = self.server.facts_response()
                 self.send_answer(status, "application/json", body, headers)
             elif path == "/metrics":
-                status, headers, body = self.server.metrics_response()
+                status, headers, body = self.server.metrics_response(per_process)
                 self.send_answer(status, CONTENT_TYPE, body, headers)
             elif path == "/healthz":
                 code, h = self.server.health()

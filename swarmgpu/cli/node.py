@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from swarmgpu.cli.logs import setup_logging
+
+if TYPE_CHECKING:
+    from swarmgpu.swarm.identity import ReloadingServerContext
 
 
 def _source_options(f: Any) -> Any:
@@ -90,18 +94,33 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
 @click.option("--proc-root", default="/proc", show_default=True,
               help="The host's /proc (GPU process PIDs are the host's; in a container "
                    "mount it, e.g. /host/proc).")
+@click.option("--identity", type=click.Choice(["auto", "swarm-pki", "none"]), default="auto",
+              show_default=True, envvar="SWARMGPU_AGENT_IDENTITY",
+              help="swarm-pki: serve HTTPS with this node's Swarm certificate and give "
+                   "/facts and per-process metrics only to a swarm-manager certificate of "
+                   "this swarm (fails without the certificate). auto: swarm-pki where the "
+                   "certificate is found, else plain HTTP with a warning. none: plain HTTP.")
+@click.option("--data-root", default="/var/lib/docker", show_default=True,
+              envvar="SWARMGPU_AGENT_DATA_ROOT",
+              help="The engine's data root (docker info -f '{{.DockerRootDir}}'): the node "
+                   "certificate is read from its swarm/certificates, or from systemd's "
+                   "$CREDENTIALS_DIRECTORY when LoadCredential= put it there.")
 @click.option("--tls-cert", default=None, type=click.Path(),
-              help="Serve HTTPS with this node's Swarm certificate "
-                   "(<data-root>/swarm/certificates/swarm-node.crt; agents.identity "
-                   "swarm-pki). Re-read when it changes.")
+              help="The node certificate, instead of the one under --data-root "
+                   "(swarm-node.crt). Re-read when it changes (rotation).")
 @click.option("--tls-key", default=None, type=click.Path(),
-              help="Its key (swarm-node.key); under systemd pass both with LoadCredential=.")
+              help="Its key (swarm-node.key).")
+@click.option("--tls-ca", default=None, type=click.Path(),
+              help="The swarm root CA that client certificates must chain to "
+                   "(swarm-root-ca.crt; default: beside --tls-cert, else under --data-root).")
 @click.option("--token-file", default=None, type=click.Path(),
-              help="Require this bearer token on /facts and /metrics (agents.token_file).")
+              help="A bearer token: with swarm-pki it opens /metrics without per-process "
+                   "detail (Prometheus); with none it is required on /facts and /metrics.")
 def agent(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
           mig_layout: str | None, listen: str, metrics_profile: str | None, refresh_s: float,
-          log_format: str, docker_host: str | None, proc_root: str, tls_cert: str | None,
-          tls_key: str | None, token_file: str | None) -> None:
+          log_format: str, docker_host: str | None, proc_root: str, identity: str,
+          data_root: str, tls_cert: str | None, tls_key: str | None, tls_ca: str | None,
+          token_file: str | None) -> None:
     """Serve this node's GPU facts and metrics over HTTP (/facts, /metrics, /healthz)."""
     from swarmgpu.agent import server as agent_mod
 
@@ -117,13 +136,10 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
             click.echo(f"swarmgpu agent: {exc}", err=True)
             sys.exit(2)
     from swarmgpu.agent.procattr import Attributor, engine_labels
-    from swarmgpu.swarm.identity import IdentityError, ReloadingServerContext, read_token
+    from swarmgpu.swarm.identity import IdentityError, read_token
 
-    if bool(tls_cert) != bool(tls_key):
-        click.echo("swarmgpu agent: --tls-cert and --tls-key go together", err=True)
-        sys.exit(2)
     try:
-        tls = ReloadingServerContext(tls_cert, tls_key) if tls_cert and tls_key else None
+        tls = _agent_tls(identity, data_root, tls_cert, tls_key, tls_ca)
         token = read_token(token_file) if token_file else None
     except (IdentityError, OSError) as exc:
         click.echo(f"swarmgpu agent: {exc}", err=True)
@@ -131,6 +147,44 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
     agent_mod.serve(src, listen, sampler=sampler, refresh_s=refresh_s,
                     attribute=Attributor(engine_labels(docker_host) if docker_host else None,
                                          proc_root), tls=tls, token=token)
+
+
+def _agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
+               ca: str | None) -> ReloadingServerContext | None:
+    """The agent's TLS, or None for plain HTTP; raises IdentityError with the fix."""
+    from swarmgpu.swarm.identity import IdentityError, ReloadingServerContext, node_cert_paths
+
+    if bool(cert) != bool(key):
+        raise IdentityError("--tls-cert and --tls-key go together")
+    if identity == "none":
+        if cert:
+            raise IdentityError("--tls-cert needs --identity swarm-pki (or auto)")
+        _log_plain("--identity none")
+        return None
+    found_crt, found_key, found_ca = node_cert_paths(data_root)
+    crt, k = (Path(cert), Path(key)) if cert and key else (found_crt, found_key)
+    beside = crt.parent / found_ca.name
+    root_ca = Path(ca) if ca else beside if beside.exists() else found_ca
+    if not crt.exists():
+        if identity == "auto" and not cert:
+            _log_plain(f"no Swarm node certificate at {crt}")
+            return None
+        raise IdentityError(
+            f"no Swarm node certificate at {crt}: is this node a Swarm member, and is "
+            "--data-root the engine's (docker info -f '{{.DockerRootDir}}')? Under systemd "
+            "pass it with LoadCredential=; --identity none serves plain HTTP (not recommended)")
+    if not root_ca.exists():
+        raise IdentityError(f"no swarm root CA at {root_ca} (swarm-root-ca.crt); pass --tls-ca")
+    return ReloadingServerContext(crt, k, root_ca)
+
+
+def _log_plain(why: str) -> None:
+    from loguru import logger
+
+    logger.warning("agent serves plain HTTP ({}): anyone on the network can read /facts and "
+                   "/metrics, and the daemon (agents.identity swarm-pki, the default) refuses "
+                   "it; run it on a Swarm member with its node certificate (docs/security.md)",
+                   why)
 
 
 @click.command()

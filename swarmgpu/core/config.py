@@ -30,19 +30,22 @@ class ConfigError(ValueError):
 class AgentsConfig:
     port: int = 9401
     """Port of every node's swarmgpu agent (or anything serving /facts)."""
-    url_template: str = "http://{addr}:{port}"
-    """Base URL of a node's agent; {addr}, {hostname}, {port} are filled in."""
+    url_template: str = ""
+    """Base URL of a node's agent; {addr}, {hostname}, {port} are filled in. Empty:
+    'https://{addr}:{port}' with identity swarm-pki, 'http://{addr}:{port}' with none."""
     timeout_s: float = 3.0
     """Per-request deadline when fetching facts; a slow agent is 'unreachable'."""
     max_response_bytes: int = 4 * 1024 * 1024
     """Facts bigger than this are rejected (a broken or hostile agent)."""
     parallel: int = 16
     """Agents fetched at once."""
-    identity: str = "none"
-    """How the daemon knows which node answers: 'swarm-pki' (the agent serves HTTPS with
-    its Swarm node certificate; the chain must lead to the swarm root CA and the CN must
-    be the node's ID; use an https:// url_template) or 'none' (plain HTTP: anything on
-    the port can answer; audit and doctor warn). docs/security.md."""
+    identity: str = "swarm-pki"
+    """How the daemon knows which node answers, and the agent who asks: 'swarm-pki' (the
+    agent serves HTTPS with its Swarm node certificate: chain to the swarm root CA, CN =
+    the node's ID, O = this swarm's cluster ID, OU = a Swarm role; the daemon presents
+    its manager certificate, which the agent requires for /facts) or 'none' (plain
+    HTTP: anything on the port can answer, anyone can read; a warning every cycle,
+    swarmgpu_agents_identity_off 1, an audit finding). docs/security.md."""
     token_file: str = ""
     """A file with a shared bearer token (e.g. a Docker secret) sent to every agent, which
     the agents require (swarmgpu agent --token-file). For set-ups that cannot use the
@@ -50,10 +53,21 @@ class AgentsConfig:
     ca_file: str = ""
     """The swarm root CA (PEM) for identity swarm-pki; empty: read it from the engine
     (GET /swarm, TLSInfo.TrustRoot), which follows CA rotation."""
+    cert_file: str = ""
+    """The certificate the daemon presents to agents (swarm-pki); empty: this manager's
+    own node certificate, from systemd's credentials (LoadCredential=swarm-node.crt) or
+    <DockerRootDir>/swarm/certificates/swarm-node.crt, re-read every few minutes."""
+    key_file: str = ""
+    """Its key; empty: beside the certificate (swarm-node.key)."""
     watch_s: float = 5.0
     """Seconds between light polls of every agent's facts between full cycles; a change
     starts a cycle at once (a fact change shows as a label within about this long after
     the agent sees it). 0 turns the watch off."""
+
+    def __post_init__(self) -> None:
+        if not self.url_template:  # derived: switching identity on is one key
+            scheme = "https" if self.identity == "swarm-pki" else "http"
+            object.__setattr__(self, "url_template", scheme + "://{addr}:{port}")
 
 
 @dataclass(frozen=True)
@@ -114,9 +128,14 @@ class RebalanceConfig:
     policies: str = "hotspot,consolidation,defrag,fragmentation,spread"
     """Policies to run, comma-separated: hotspot, consolidation, defrag, fragmentation,
     spread."""
-    metrics_url_template: str = "http://{addr}:9401/metrics"
-    """Where each node's GPU metrics are scraped: the swarmgpu agent (port 9401) or an
-    existing dcgm-exporter (http://{addr}:9400/metrics); {addr}, {hostname} are filled in."""
+    metrics_url_template: str = ""
+    """Where each node's GPU metrics are scraped: the swarmgpu agent or an existing
+    dcgm-exporter (http://{addr}:9400/metrics); {addr}, {hostname} are filled in.
+    Empty: the agents' own /metrics (agents.url_template, https with swarm-pki)."""
+    trust_unauthenticated_metrics: bool = False
+    """Metrics scraped without a checked identity (plain HTTP: dcgm-exporter, or
+    agents.identity none) show on the map and in plan, but trigger no move and no
+    over-share restart unless this is true."""
     scrape_timeout_s: float = 3.0
     """Per-node scrape deadline; a slow or dead exporter makes the node UNKNOWN."""
     max_gap_s: float = 90.0
@@ -206,6 +225,12 @@ class Config:
     history: HistoryConfig = field(default_factory=HistoryConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
+    def __post_init__(self) -> None:
+        if not self.rebalance.metrics_url_template:  # derived from the agents' address
+            base = self.agents.url_template.replace("{port}", str(self.agents.port))
+            object.__setattr__(self, "rebalance", dataclasses.replace(
+                self.rebalance, metrics_url_template=base.rstrip("/") + "/metrics"))
+
 
 def _check(cfg: Config) -> None:
     if cfg.placement.workload_window < 100:
@@ -219,13 +244,19 @@ def _check(cfg: Config) -> None:
     if cfg.agents.identity not in ("none", "swarm-pki"):
         raise ConfigError(f"agents.identity: {cfg.agents.identity!r}; use swarm-pki or none")
     if cfg.agents.identity == "swarm-pki" and not cfg.agents.url_template.startswith("https://"):
-        raise ConfigError("agents.identity: swarm-pki needs an https:// agents.url_template, "
-                          "e.g. 'https://{addr}:{port}'")
+        raise ConfigError(
+            f"agents.url_template: {cfg.agents.url_template!r} is plain HTTP, but "
+            "agents.identity is swarm-pki (the default), so agents serve HTTPS; remove "
+            "agents.url_template (it then defaults to 'https://{addr}:{port}'), or set "
+            "agents.identity: none to read agents over plain HTTP (not recommended)")
     if cfg.agents.identity == "swarm-pki" and cfg.rebalance.metrics_url_template.startswith(
             f"http://{{addr}}:{cfg.agents.port}/"):
         raise ConfigError("rebalance.metrics_url_template: the agents serve HTTPS "
-                          "(agents.identity swarm-pki); use "
-                          f"'https://{{addr}}:{cfg.agents.port}/metrics'")
+                          "(agents.identity swarm-pki); remove the key (it then defaults to "
+                          f"'https://{{addr}}:{cfg.agents.port}/metrics')")
+    if bool(cfg.agents.cert_file) != bool(cfg.agents.key_file):
+        raise ConfigError("agents.cert_file and agents.key_file: set both or neither "
+                          "(neither: this manager's own Swarm node certificate)")
     if cfg.agents.watch_s != 0 and cfg.agents.watch_s < 1:
         raise ConfigError("agents.watch_s: must be 0 (off) or >= 1 second (default 5)")
     if "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:
@@ -406,7 +437,9 @@ def describe_defaults() -> str:
                 lines.append(f"{pad}{f.name}:")
                 walk(value, indent + 1)
             else:
-                dumped = yaml.safe_dump(value).strip().removesuffix("...").strip()
+                # The declared default, not a value derived from other keys.
+                shown = f.default if f.default is not dataclasses.MISSING else value
+                dumped = yaml.safe_dump(shown).strip().removesuffix("...").strip()
                 lines.append(f"{pad}{f.name}: {dumped}")
 
     walk(Config(), 0)

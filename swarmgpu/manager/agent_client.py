@@ -16,6 +16,7 @@ from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.manager import boundedhttp
 from swarmgpu.swarm.client import SwarmNode
 
+from swarmgpu.swarm.identity import node_refusal, peer_name
 
 @dataclass(frozen=True)
 class FactsResult:
@@ -51,7 +52,8 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     (``cfg.timeout_s``), the body a byte cap, the JSON a depth limit, the facts caps on
     GPUs and MIG devices; no redirect is followed and no error quotes the body.
     With ``tls`` (agents.identity: swarm-pki) the agent must present the Swarm node
-    certificate of this very node: verified against the swarm root CA, CN == node ID.
+    certificate of this very node: verified against the swarm root CA, CN == node ID,
+    O == this swarm's cluster ID (``tls.cluster_id``), OU a Swarm role.
     """
     real_url = agent_base_url(node, cfg).rstrip("/") + "/facts"
     url = redact(real_url)  # every message and the result carry no credentials
@@ -73,11 +75,11 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
         return fail(f"agent at {url} unusable: {exc}")
     except Exception as exc:
         return fail(f"agent at {url} unreachable: {exc.__class__.__name__}")
-    if tls is not None and got.peer_cn != node.id:
-        return fail(f"agent at {url} presented the certificate of node "
-                    f"{(got.peer_cn or '?')[:25]!r}, not of {node.hostname} "
-                    f"({node.id[:12]}); refused (another node's agent, or a stray service "
-                    "on that port)")
+    if tls is not None:
+        why = node_refusal(peer_name(got.peer_cert), node.id, node.hostname,
+                           getattr(tls, "cluster_id", None) or None)
+        if why is not None:
+            return fail(f"agent at {url} {why}; refused")
     if 300 <= got.status < 400:
         return fail(f"agent at {url} answered a redirect (HTTP {got.status}); "
                     "redirects are not followed")

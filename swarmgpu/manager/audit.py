@@ -218,7 +218,8 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
 
 
 def identity_check(identity: str, token_file: str) -> ServiceCheck:
-    """Plain HTTP to the agents: advisory, with the fix (docs/security.md)."""
+    """Agents read without a checked identity (agents.identity: none) need action: any
+    process on a node's port can answer for it, and anyone can read the agents."""
     def check(snap: Snapshot) -> list[Finding]:
         if identity == "swarm-pki":
             return []
@@ -226,8 +227,8 @@ def identity_check(identity: str, token_file: str) -> ServiceCheck:
             else "plain HTTP: anything that binds port 9401 on a node can answer for it"
         return [Finding(
             "agent-identity", "agents",
-            f"agents are read over {how}; set agents.identity: swarm-pki and run each agent "
-            "with its node's Swarm certificate (--tls-cert/--tls-key; docs/security.md)",
-            advisory=True)]
+            f"agents are read over {how}; remove agents.identity: none (swarm-pki is the "
+            "default) and run each agent on its Swarm member, where it serves its node's "
+            "Swarm certificate (docs/security.md)")]
 
     return check

@@ -39,6 +39,7 @@ def peer_common_name(cert: Mapping[str, object] | None) -> str | None:
     """The subject CN of a certificate as ``SSLSocket.getpeercert()`` returns it."""
     if not cert:
         return None
+    peer_cert: Mapping[str, object] | None = None  # all of it, as getpeercert() decodes it
     subject = cert.get("subject", ())
     if not isinstance(subject, tuple):
         return None
@@ -151,6 +152,7 @@ def get(
             try:
                 raw.settimeout(_left(deadline))
                 sname = host if ctx.check_hostname else None
+    peer_cert: Mapping[str, object] | None = None
                 sock = ctx.wrap_socket(raw, server_hostname=sname)
             except ssl.SSLCertVerificationError as exc:
                 raise FetchError(f"TLS certificate refused: {exc.verify_message}") from None
@@ -158,10 +160,12 @@ def get(
                 raise FetchError(f"TLS handshake failed ({exc.reason or exc.__class__.__name__})"
                                  ) from None
             if isinstance(sock, ssl.SSLSocket):
-                peer_cn = peer_common_name(sock.getpeercert())
+                peer_cert = sock.getpeercert()
+                peer_cn = peer_common_name(peer_cert)
         sock.settimeout(_left(deadline))
         sock.sendall(request)
-        return _read_response(sock, deadline, max_bytes, peer_cn)
+        got = _read_response(sock, deadline, max_bytes, peer_cn)
+        return Fetched(got.status, got.body, got.peer_cn, peer_cert)
     except OSError as exc:
         if isinstance(exc, TimeoutError):
             raise

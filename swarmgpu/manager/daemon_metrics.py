@@ -33,6 +33,11 @@ class DaemonMetrics:
             "swarmgpu_agents_unreachable", "Nodes whose agent did not answer this cycle",
             registry=r,
         )
+        self.identity_off = Gauge(
+            "swarmgpu_agents_identity_off",
+            "1 when agents are read without a checked identity (agents.identity: none)",
+            registry=r,
+        )
         self.errors = Counter(
             "swarmgpu_errors", "Errors by kind", ["kind"], registry=r
         )

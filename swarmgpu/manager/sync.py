@@ -118,4 +118,11 @@ class LabelSync:
                 report.errors.append(f"{node.hostname}: {res.error}")
         self.metrics.agents_unreachable.set(unreachable)
         self.metrics.held_changes.set(held)
+        off = self.cfg.agents.identity == "none"
+        self.metrics.identity_off.set(1 if off else 0)
+        if off:  # every cycle: a setting like this must not be forgotten once started
+            logger.warning("agents.identity is none: facts are read over plain HTTP and "
+                           "anything on a node's port {} can answer for it; set "
+                           "agents.identity: swarm-pki (docs/security.md)",
+                           self.cfg.agents.port)
         return report

@@ -1,18 +1,27 @@
-"""Which node is answering: agent identity from Swarm's own PKI, or a shared token.
+"""Which node is answering, and who is asking: identity from Swarm's own PKI.
 
-Every Swarm node holds a certificate signed by the swarm root CA whose CN is its node
-ID (``<data-root>/swarm/certificates/swarm-node.crt`` and ``swarm-node.key``). With
-``agents.identity: swarm-pki`` the agent serves HTTPS with its node's certificate, and
-the daemon verifies the chain against the swarm root CA (``GET /swarm``:
-``TLSInfo.TrustRoot``, or ``agents.ca_file``) and requires CN == the ID of the node it
-is syncing. Host names are not checked: a node certificate names no address; the CN is
-what ties the answer to a node. Swarm rotates node certificates (every 90 days by
-default, and at ``docker swarm ca --rotate``): the agent re-reads its files when they
-change, and the daemon re-reads the trust root every few minutes.
+Every Swarm node holds a certificate signed by the swarm root CA
+(``<data-root>/swarm/certificates/swarm-node.crt`` and ``swarm-node.key``) whose subject
+is CN = its node ID, O = the swarm's cluster ID, OU = ``swarm-worker`` or
+``swarm-manager``. With ``agents.identity: swarm-pki`` (the default):
 
-``agents.token_file`` is the fallback for set-ups that cannot read the node's files: a
-shared bearer token (e.g. a Docker secret) that the agent requires on /facts and
-/metrics. It proves "one of our agents", not which node; prefer swarm-pki.
+* the agent serves HTTPS with its node's certificate and asks the caller for one: /facts
+  and per-process metrics go only to a ``swarm-manager`` certificate of its own cluster
+  (chain to the swarm root CA, O = the O of its own certificate);
+* the daemon presents its manager node's certificate, verifies the agent's chain against
+  the swarm root CA (``GET /swarm`` ``TLSInfo.TrustRoot``, or ``agents.ca_file``) and
+  requires CN = the ID of the node at that address, O = this swarm's cluster ID
+  (``docker info`` ``Swarm.Cluster.ID``), OU = a Swarm role.
+
+Host names are not checked: a node certificate names no address; the CN ties the answer
+to a node. Swarm rotates node certificates (every 90 days by default, and at ``docker
+swarm ca --rotate``): the agent re-reads its files when they change, and the daemon
+rebuilds its context (trust root, its own certificate) every few minutes.
+
+``agents.token_file`` is the fallback for set-ups that cannot read the node's files
+(``agents.identity: none``): a shared bearer token the agent requires on /facts and
+/metrics. It proves "one of our agents", not which node. With swarm-pki a token only
+opens /metrics without per-process detail: the way in for Prometheus.
 """
 
 from __future__ import annotations
@@ -23,10 +32,10 @@ import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import AgentsConfig, Config
@@ -34,6 +43,10 @@ if TYPE_CHECKING:
 
 IDENTITIES = ("none", "swarm-pki")
 SWARM_CERT_DIR = "swarm/certificates"
+SWARM_ROLES = ("swarm-worker", "swarm-manager")
+MANAGER_ROLE = "swarm-manager"
+CERT_NAMES = ("swarm-node.crt", "swarm-node.key", "swarm-root-ca.crt")
+DEFAULT_DATA_ROOT = "/var/lib/docker"
 TRUST_ROOT_TTL_S = 300.0
 MAX_TOKEN_BYTES = 4096
 
@@ -42,10 +55,95 @@ class IdentityError(ValueError):
     """A certificate, key or token that cannot be used, with the fix."""
 
 
-def default_cert_paths(data_root: str = "/var/lib/docker") -> tuple[Path, Path, Path]:
+def default_cert_paths(data_root: str = DEFAULT_DATA_ROOT) -> tuple[Path, Path, Path]:
     """(node certificate, node key, swarm root CA) under an engine's data root."""
     d = Path(data_root) / SWARM_CERT_DIR
-    return d / "swarm-node.crt", d / "swarm-node.key", d / "swarm-root-ca.crt"
+    crt, key, ca = CERT_NAMES
+    return d / crt, d / key, d / ca
+
+
+def node_cert_paths(data_root: str = DEFAULT_DATA_ROOT,
+                    env: Mapping[str, str] | None = None) -> tuple[Path, Path, Path]:
+    """Where this node's certificate, key and root CA are: systemd's credentials
+    directory when it holds them (``LoadCredential=``), else under the data root."""
+    cred = (os.environ if env is None else env).get("CREDENTIALS_DIRECTORY", "")
+    if cred and (Path(cred) / CERT_NAMES[0]).exists():
+        crt, key, ca = CERT_NAMES
+        return Path(cred) / crt, Path(cred) / key, Path(cred) / ca
+    return default_cert_paths(data_root)
+
+
+@dataclass(frozen=True)
+class PeerName:
+    """The subject fields of a Swarm node certificate that say who it is."""
+
+    cn: str | None = None  # node ID
+    o: str | None = None  # cluster ID
+    ou: str | None = None  # swarm-worker | swarm-manager
+
+    def short(self) -> str:
+        return f"CN={(self.cn or '?')[:25]} O={(self.o or '?')[:25]} OU={(self.ou or '?')[:20]}"
+
+
+_FIELDS = {"commonName": "cn", "organizationName": "o", "organizationalUnitName": "ou"}
+
+
+def peer_name(cert: Mapping[str, object] | None) -> PeerName | None:
+    """CN, O and OU of a certificate as ``SSLSocket.getpeercert()`` decodes it (None
+    when there is no verified certificate). A field given twice counts as absent."""
+    if not cert:
+        return None
+    subject = cert.get("subject", ())
+    if not isinstance(subject, tuple):
+        return None
+    got: dict[str, list[str]] = {}
+    for rdn in subject:
+        for pair in rdn if isinstance(rdn, tuple) else ():
+            if isinstance(pair, tuple) and len(pair) == 2 and pair[0] in _FIELDS:
+                got.setdefault(_FIELDS[pair[0]], []).append(str(pair[1]))
+    one = {k: v[0] for k, v in got.items() if len(v) == 1}
+    return PeerName(one.get("cn"), one.get("o"), one.get("ou"))
+
+
+def cert_file_name(path: str | os.PathLike[str]) -> PeerName:
+    """The subject of a PEM certificate file (this node's own: its cluster ID)."""
+    # The ssl module decodes files only through this helper (no third-party parser).
+    import _ssl
+
+    decode = cast(Callable[[str], Mapping[str, object]],
+                  _ssl._test_decode_cert)  # type: ignore[attr-defined]
+    try:
+        name = peer_name(decode(str(path)))
+    except (OSError, ssl.SSLError) as exc:
+        raise IdentityError(f"certificate {path}: cannot be read ({exc})") from None
+    if name is None:
+        raise IdentityError(f"certificate {path}: no subject")
+    return name
+
+
+def node_refusal(peer: PeerName | None, node_id: str, hostname: str,
+                 cluster_id: str | None) -> str | None:
+    """Why a verified certificate does not prove it is node ``node_id`` of this swarm
+    (None: it does). The chain was checked by the TLS handshake; here CN, O and OU."""
+    who = f"{hostname} ({node_id[:12]})"
+    if peer is None:
+        return f"presented no verified certificate; {who} must present its node certificate"
+    if peer.cn != node_id:
+        return (f"presented the certificate of node {(peer.cn or '?')[:25]!r}, not of {who} "
+                "(another node's agent, or a stray service on that port)")
+    if cluster_id and peer.o != cluster_id:
+        return (f"presented a certificate of cluster {(peer.o or '?')[:25]!r}, not of this "
+                f"swarm ({cluster_id[:12]}); {who}")
+    if peer.ou not in SWARM_ROLES:
+        return (f"presented a certificate with OU {(peer.ou or '?')[:20]!r}, not a Swarm "
+                f"role (swarm-worker, swarm-manager); {who}")
+    return None
+
+
+def is_manager_of(peer: PeerName | None, cluster_id: str | None) -> bool:
+    """A verified swarm-manager certificate of ``cluster_id`` (what /facts requires)."""
+    return bool(peer is not None and cluster_id and peer.o == cluster_id
+                and peer.ou == MANAGER_ROLE and peer.cn)
 
 
 def _plain_key_pem(text: str, where: str) -> str:
@@ -76,11 +174,9 @@ def _plain_key_pem(text: str, where: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def load_server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str]
-                        ) -> ssl.SSLContext:
-    """A TLS server context with the node's certificate chain and key."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+def _load_chain(ctx: ssl.SSLContext, cert: str | os.PathLike[str],
+                key: str | os.PathLike[str]) -> None:
+    """Load the node's certificate and key into ``ctx`` (server or client side)."""
     try:
         key_pem = _plain_key_pem(Path(key).read_text(), str(key))
     except OSError as exc:
@@ -98,24 +194,52 @@ def load_server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str
         except (ssl.SSLError, OSError) as exc:
             raise IdentityError(f"--tls-cert {cert} / --tls-key {key}: cannot be used "
                                 f"({exc.__class__.__name__}: {exc})") from None
+
+
+def load_server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str],
+                        client_ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext:
+    """A TLS server context with the node's certificate chain and key. With
+    ``client_ca`` (the swarm root CA) it asks every caller for a certificate and
+    verifies one that is offered; callers without one still connect (Prometheus with a
+    token, /healthz), and the handler decides what each may read."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load_chain(ctx, cert, key)
+    if client_ca is not None:
+        try:
+            ctx.load_verify_locations(cafile=str(client_ca))
+        except (OSError, ssl.SSLError) as exc:
+            raise IdentityError(f"--tls-ca {client_ca}: cannot be used ({exc}); it is the "
+                                "swarm root CA, swarm-root-ca.crt") from None
+        ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
 
 
 class ReloadingServerContext:
-    """The server context, rebuilt when the certificate or key file changes (rotation).
-    Checked at most once a second, from the connection threads."""
+    """The server context, rebuilt when the certificate, key or CA file changes
+    (rotation). Checked at most once a second, from the connection threads.
+    ``cluster_id`` is the O of the node's own certificate: the cluster whose managers
+    may read /facts."""
 
-    def __init__(self, cert: str | os.PathLike[str], key: str | os.PathLike[str]) -> None:
+    def __init__(self, cert: str | os.PathLike[str], key: str | os.PathLike[str],
+                 client_ca: str | os.PathLike[str] | None = None) -> None:
         self.cert, self.key = Path(cert), Path(key)
+        self.client_ca = Path(client_ca) if client_ca is not None else None
         self._lock = threading.Lock()
         self._stamp = self._files_stamp()
-        self._ctx = load_server_context(self.cert, self.key)
+        self._ctx = load_server_context(self.cert, self.key, self.client_ca)
+        self.cluster_id = cert_file_name(self.cert).o if self.client_ca else None
         self._checked = time.monotonic()
         self.reloads = 0
 
-    def _files_stamp(self) -> tuple[float, float, int, int]:
-        c, k = self.cert.stat(), self.key.stat()
-        return c.st_mtime, k.st_mtime, c.st_ino, k.st_ino
+    @property
+    def mutual(self) -> bool:
+        return self.client_ca is not None
+
+    def _files_stamp(self) -> tuple[float, ...]:
+        files = [self.cert, self.key] + ([self.client_ca] if self.client_ca else [])
+        stats = [f.stat() for f in files]
+        return tuple(x for st in stats for x in (st.st_mtime, float(st.st_ino)))
 
     def get(self) -> ssl.SSLContext:
         with self._lock:
@@ -124,7 +248,9 @@ class ReloadingServerContext:
                 try:
                     stamp = self._files_stamp()
                     if stamp != self._stamp:
-                        self._ctx = load_server_context(self.cert, self.key)
+                        self._ctx = load_server_context(self.cert, self.key, self.client_ca)
+                        if self.client_ca:
+                            self.cluster_id = cert_file_name(self.cert).o
                         self._stamp = stamp
                         self.reloads += 1
                 except (OSError, IdentityError):
@@ -132,18 +258,31 @@ class ReloadingServerContext:
             return self._ctx
 
 
-def client_context(trust_root_pem: str) -> ssl.SSLContext:
+class SwarmTLS(ssl.SSLContext):
+    """The daemon's client context, carrying the cluster ID agents must belong to."""
+
+    cluster_id: str = ""
+
+
+def client_context(trust_root_pem: str, cluster_id: str = "",
+                   cert: str | os.PathLike[str] | None = None,
+                   key: str | os.PathLike[str] | None = None) -> SwarmTLS:
     """The daemon's context: the chain must lead to the swarm root CA; the host name is
-    not checked (the caller compares the certificate's CN with the node ID)."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    not checked (the caller compares CN, O and OU with the node: ``node_refusal``).
+    With ``cert``/``key`` (the manager's node certificate) it presents them, which the
+    agents require for /facts."""
+    ctx = SwarmTLS(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.cluster_id = cluster_id
     try:
         ctx.load_verify_locations(cadata=trust_root_pem)
     except (ssl.SSLError, ValueError) as exc:
         raise IdentityError(f"the swarm root CA is not a usable PEM certificate ({exc})"
                             ) from None
+    if cert is not None and key is not None:
+        _load_chain(ctx, cert, key)
     return ctx
 
 
@@ -171,18 +310,18 @@ def token_matches(header: str | None, token: str) -> bool:
 class AgentAuth:
     """What the daemon presents to and expects from agents this cycle."""
 
-    tls: ssl.SSLContext | None = None
+    tls: SwarmTLS | None = None
     token: str | None = None
 
 
 class AuthSource:
-    """The daemon's AgentAuth, rebuilt from the trust root and token file now and then
-    (root CA rotation, secret updates) instead of once at start."""
+    """The daemon's AgentAuth, rebuilt from the engine and the files now and then (root
+    CA rotation, node certificate rotation, secret updates) instead of once at start."""
 
-    def __init__(self, identity: str, token_file: str, ca_file: str,
-                 trust_root: Callable[[], str], ttl_s: float = TRUST_ROOT_TTL_S) -> None:
-        self.identity, self.token_file, self.ca_file = identity, token_file, ca_file
-        self._trust_root = trust_root
+    def __init__(self, cfg: AgentsConfig, swarm: SwarmClient,
+                 ttl_s: float = TRUST_ROOT_TTL_S) -> None:
+        self.cfg = cfg
+        self._swarm = swarm
         self._ttl = ttl_s
         self._at = -1e18
         self._auth = AgentAuth()
@@ -192,38 +331,64 @@ class AuthSource:
         with self._lock:
             if time.monotonic() - self._at < self._ttl:
                 return self._auth
+            cfg = self.cfg
             auth = AgentAuth()
-            if self.identity == "swarm-pki":
-                pem = Path(self.ca_file).read_text() if self.ca_file else self._trust_root()
+            if cfg.identity == "swarm-pki":
+                pem = Path(cfg.ca_file).read_text() if cfg.ca_file else \
+                    self._swarm.trust_root()
                 if not pem.strip():
                     raise IdentityError("the engine reported no swarm root CA (GET /swarm "
                                         "TLSInfo.TrustRoot); set agents.ca_file")
-                auth.tls = client_context(pem)
-            if self.token_file:
-                auth.token = read_token(self.token_file)
+                info = self._swarm.info()
+                swarm_info = info.get("Swarm") or {}
+                cluster = str((swarm_info.get("Cluster") or {}).get("ID") or "")
+                if not cluster:
+                    raise IdentityError("the engine names no swarm cluster ID (docker info: "
+                                        "Swarm.Cluster.ID); the daemon must talk to a manager")
+                cert, key = own_cert_paths(cfg, str(info.get("DockerRootDir") or
+                                                    DEFAULT_DATA_ROOT))
+                auth.tls = client_context(pem, cluster, cert, key)
+            if cfg.token_file:
+                auth.token = read_token(cfg.token_file)
             self._auth, self._at = auth, time.monotonic()
             return auth
 
 
-_SOURCES: dict[tuple[str, str, str], AuthSource] = {}
-_LAST: dict[tuple[str, str, str], AgentAuth] = {}
+def own_cert_paths(cfg: AgentsConfig, data_root: str) -> tuple[Path, Path]:
+    """The certificate and key the daemon presents to agents: agents.cert_file and
+    key_file, else systemd's credentials, else the manager's own under its data root."""
+    if cfg.cert_file or cfg.key_file:
+        if not (cfg.cert_file and cfg.key_file):
+            raise IdentityError("agents.cert_file and agents.key_file go together")
+        return Path(cfg.cert_file), Path(cfg.key_file)
+    crt, key, _ = node_cert_paths(data_root)
+    if not crt.exists():
+        raise IdentityError(
+            f"no manager certificate at {crt} (the engine's data root {data_root}): agents "
+            "serve /facts only to a swarm-manager certificate; run the daemon on a manager "
+            "with the engine's swarm/certificates readable (stack: mounted; systemd: "
+            "LoadCredential=), or set agents.cert_file and agents.key_file")
+    return crt, key
+
+
+_SOURCES: dict[AgentsConfig, AuthSource] = {}
+_LAST: dict[AgentsConfig, AgentAuth] = {}
 
 
 def agent_auth(swarm: SwarmClient, cfg: AgentsConfig) -> AgentAuth:
     """This process's AgentAuth for ``cfg`` (rebuilt every TRUST_ROOT_TTL_S)."""
-    key = (cfg.identity, cfg.token_file, cfg.ca_file)
     if cfg.identity == "none" and not cfg.token_file:
         return AgentAuth()
-    src = _SOURCES.get(key)
+    src = _SOURCES.get(cfg)
     if src is None:
-        src = _SOURCES[key] = AuthSource(*key, trust_root=swarm.trust_root)
-    _LAST[key] = src.get()
-    return _LAST[key]
+        src = _SOURCES[cfg] = AuthSource(cfg, swarm)
+    _LAST[cfg] = src.get()
+    return _LAST[cfg]
 
 
 def last_auth(cfg: AgentsConfig) -> AgentAuth:
     """The AgentAuth the last snapshot used, for scrapes that follow it (no engine call)."""
-    return _LAST.get((cfg.identity, cfg.token_file, cfg.ca_file), AgentAuth())
+    return _LAST.get(cfg, AgentAuth())
 
 
 def scrape_auth(cfg: Config) -> AgentAuth:
@@ -234,6 +399,20 @@ def scrape_auth(cfg: Config) -> AgentAuth:
     agent_base = cfg.agents.url_template.replace("{port}", str(cfg.agents.port))
     return AgentAuth(auth.tls if tmpl.startswith("https://") else None,
                      auth.token if tmpl.startswith(agent_base.rstrip("/") + "/") else None)
+
+
+def metrics_authenticated(cfg: Config) -> bool:
+    """Whether scraped metrics prove where they come from: HTTPS with the node identity
+    checked (swarm-pki). Plain HTTP (agents.identity none, or dcgm-exporter over http)
+    informs the map but triggers no move or restart unless
+    rebalance.trust_unauthenticated_metrics."""
+    return cfg.agents.identity == "swarm-pki" and \
+        cfg.rebalance.metrics_url_template.startswith("https://")
+
+
+def metrics_may_act(cfg: Config) -> bool:
+    """Whether scraped metrics may trigger moves and restarts."""
+    return metrics_authenticated(cfg) or cfg.rebalance.trust_unauthenticated_metrics
 
 
 def probe_agent_scheme(addr: str = "127.0.0.1", port: int = 9401, timeout_s: float = 2.0

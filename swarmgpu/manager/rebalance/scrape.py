@@ -11,12 +11,13 @@ import ssl
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
 from swarmgpu.manager import boundedhttp
 from swarmgpu.swarm.client import SwarmNode
 
+from swarmgpu.swarm.identity import node_refusal, peer_name
 MAX_BYTES = 8 * 1024 * 1024
 
 
@@ -29,6 +30,7 @@ class NodeScrape:
     result: ScrapeResult | None  # None: nothing usable came back
     error: str | None  # why the node's metrics are unusable (or partly broken)
 
+    authenticated: bool = False  # HTTPS with the node's identity checked (swarm-pki)
 
 def metrics_url(node: SwarmNode, template: str) -> str:
     return template.format(addr=node.addr, hostname=node.hostname)
@@ -70,14 +72,17 @@ def scrape_node(node: SwarmNode, template: str, timeout_s: float,
         return fail(f"unusable: {exc}; ignored")
     except Exception as exc:
         return fail(f"unreachable: {exc.__class__.__name__}")
-    if tls is not None and got.peer_cn != node.id:
-        return fail(f"presented the certificate of node {(got.peer_cn or '?')[:25]!r}, not "
-                    f"of {node.hostname} ({node.id[:12]}); refused")
+    if tls is not None:  # the same identity check as facts (CN, O, OU)
+        why = node_refusal(peer_name(got.peer_cert), node.id, node.hostname,
+                           getattr(tls, "cluster_id", None) or None)
+        if why is not None:
+            return fail(f"{why}; refused")
     if got.status != 200:
         extra = " (redirects are not followed)" if 300 <= got.status < 400 else ""
         return fail(f"answered HTTP {got.status}{extra}")
     try:
-        return judge(node, url, got.body.decode("utf-8", "replace"), at)
+        return replace(judge(node, url, got.body.decode("utf-8", "replace"), at),
+                       authenticated=tls is not None)
     except Exception as exc:  # the parser never should; one page never stops the cycle
         return fail(f"cannot be parsed ({exc.__class__.__name__}); ignored")
 
@@ -92,3 +97,16 @@ def scrape_all(nodes: Sequence[SwarmNode], template: str, timeout_s: float,
     with ThreadPoolExecutor(max_workers=min(parallel, len(ready))) as pool:
         got = list(pool.map(lambda n: scrape_node(n, template, timeout_s, tls, token), ready))
     return {s.node_id: s for s in got}
+
+
+def for_moves(scrapes: dict[str, NodeScrape], trust_unauthenticated: bool
+              ) -> dict[str, NodeScrape]:
+    """The scrapes that may trigger moves: unauthenticated pages (plain HTTP) become
+    unusable here, so their nodes are UNKNOWN to the rebalancer's signals, unless the
+    config trusts them (rebalance.trust_unauthenticated_metrics). The map keeps them."""
+    if trust_unauthenticated:
+        return scrapes
+    return {nid: sc if sc.authenticated or sc.result is None else replace(
+        sc, result=None, error=f"metrics at {sc.url} are unauthenticated (no checked node "
+        "certificate): shown, not used for moves (rebalance.trust_unauthenticated_metrics)")
+        for nid, sc in scrapes.items()}
