@@ -19,7 +19,7 @@ FROM ${BASE} AS build
 # A folder of the build context (dist/wheels): install from it with --no-index only.
 ARG WHEELS=
 # The context is only what the image needs (.dockerignore): pyproject.toml, README.md,
-# swarmgpu/ and, when there, dist/wheels/.
+# LICENSE, swarmgpu/ and, when there, dist/wheels/.
 COPY . /src/
 # pip and setuptools leave the venv afterwards: the image never installs.
 RUN set -eu; \
