@@ -34,8 +34,18 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, seeds: str,
              as_json: bool, plot: str | None, departures: bool, rebalance_moves: float | None,
              speedup: float, workload: str) -> None:
-    """Replay a GPU cluster trace through the placement policies."""
-    from swarmgpu.sim.cli_entry import parse_seeds, resolve_trace, run_simulate
+    """Replay a GPU cluster trace through the placement policies.
+
+    Progress (each policy and seed as it ends, with an ETA) goes to stderr, except with
+    --json when stdout is not a terminal. Exit 0 done, 2 bad options or trace (nothing
+    replayed); --plot without matplotlib is refused before the replay."""
+    from swarmgpu.sim.cli_entry import (
+        ProgressLine,
+        parse_seeds,
+        resolve_trace,
+        run_simulate,
+        wants_progress,
+    )
 
     nodes, pods = resolve_trace(trace, nodes, pods)
 
@@ -44,9 +54,13 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
     except ValueError as exc:
         click.echo(f"swarmgpu simulate: --seeds: {exc}", err=True)
         sys.exit(2)
+    progress = (ProgressLine(0) if wants_progress(as_json, sys.stdout.isatty()) else None)
     text, code = run_simulate(nodes, pods, [p.strip() for p in policies.split(",") if p.strip()],
                               seed_list, as_json, plot, departures, rebalance_moves, speedup,
-                              workload)
+                              workload, progress)
+    if code != 0:  # a usage error: on stderr, as click's own
+        click.echo(f"swarmgpu simulate: {text}", err=True)
+        sys.exit(code)
     click.echo(text)
     sys.exit(code)
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
+
 from swarmgpu.sim import report
 from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.swarm_replay import WORKLOADS
@@ -39,11 +45,72 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
+PLOT_NEEDS = ("--plot needs matplotlib, which is not installed: "
+              "pip install 'swarmgpu[sim]' (or pip install matplotlib)")
+
+
+def plot_missing() -> str | None:
+    """Why ``--plot`` cannot draw here, or None: asked before a replay of minutes."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        return PLOT_NEEDS
+    return None
+
+
+class ProgressLine:
+    """Progress of a run on stderr: replays done of all, the last one ended (policy and
+    seed), time so far and an ETA from the mean time per replay so far. On a terminal
+    one line rewritten in place; elsewhere (a log, CI) one line per replay."""
+
+    def __init__(self, total: int, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total = total
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock
+        self.t0 = clock()
+        self.done = 0
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def start(self, what: str) -> None:
+        self._write(f"simulate: {what}: {self.total} replays (policy x seed) ...")
+
+    def __call__(self, policy: str, seed: int) -> None:
+        self.done += 1
+        spent = self.clock() - self.t0
+        left = self.total - self.done
+        eta = f"ETA {_duration(spent / self.done * left)}" if left else "done"
+        self._write(f"simulate: {self.done}/{self.total} {policy} seed {seed} "
+                    f"({_duration(spent)}); {eta}")
+        if not left and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _write(self, line: str) -> None:
+        self.stream.write(f"\r\x1b[K{line}" if self.tty else line + "\n")
+        self.stream.flush()
+
+
+def _duration(s: float) -> str:
+    s = max(0.0, s)
+    if s < 60:
+        return f"{s:.0f} s"
+    m, sec = divmod(round(s), 60)
+    return f"{m} min {sec:02d} s" if m < 60 else f"{m // 60} h {m % 60:02d} min"
+
+
+def wants_progress(as_json: bool, stdout_tty: bool) -> bool:
+    """Quiet only for a machine reading JSON: --json with stdout not a terminal."""
+    return not (as_json and not stdout_tty)
+
+
 def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], as_json: bool,
                  plot: str | None, departures: bool = False,
                  rebalance_moves: float | None = None,
-                 speedup: float = 1.0, workload: str = "online") -> tuple[str, int]:
-    """Run the replay; returns (text to print, exit code)."""
+                 speedup: float = 1.0, workload: str = "online",
+                 progress: ProgressLine | None = None) -> tuple[str, int]:
+    """Run the replay; returns (text to print, exit code). ``progress`` (if given) hears
+    of every replay as it ends."""
     known = set(POLICIES) | {"fgd-unrounded"}
     bad = [p for p in policies if p not in known]
     if bad:
@@ -59,14 +126,22 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
         try:
             if speedup <= 0:
                 return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
+            if progress is not None:
+                progress.total = len(policies) * len(seeds) * (2 if rebalance_moves else 1)
+                progress.start("replays with departures")
             timed = report.run_timed(nodes, pods, policies, seeds, moves=rebalance_moves,
-                                     speedup=speedup, workload=workload)
+                                     speedup=speedup, workload=workload, progress=progress)
         except TraceError as e:
             return (str(e), 2)
         return (report.timed_json(timed) if as_json else report.timed_text(timed), 0)
+    if plot and (why := plot_missing()):
+        return (why, 2)
     try:
+        if progress is not None:
+            progress.total = len(policies) * len(seeds)
+            progress.start("replays to 130% arrived load")
         results = report.run_many(nodes, pods, policies, seeds, moves=rebalance_moves,
-                                  workload=workload)
+                                  workload=workload, progress=progress)
     except TraceError as e:
         return (str(e), 2)
     s = report.summary(results)

@@ -6,7 +6,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict
 from statistics import mean
 from typing import Any
@@ -51,28 +51,49 @@ def _one_timed(args: tuple[str, str, str, int, float | None, float, str]) -> Tim
                              moves_per_100=moves or 0.0, source=pods_path, speedup=speedup)
 
 
-def _map(fn: Callable[[Any], Any], jobs: list[Any], workers: int | None) -> list[Any]:
+def _map(fn: Callable[[Any], Any], jobs: list[Any], workers: int | None,
+         progress: Progress | None = None) -> list[Any]:
+    """``fn`` over jobs (each starts with nodes, pods, policy, seed), results in job
+    order; ``progress`` hears of each job as it ends, in the order they end."""
+    def done(job: Any) -> None:
+        if progress is not None:
+            progress(job[2], job[3])
+
     n = workers or min(len(jobs), os.cpu_count() or 1)
     if n <= 1:
-        return [fn(j) for j in jobs]
+        out = []
+        for j in jobs:
+            out.append(fn(j))
+            done(j)
+        return out
     with ProcessPoolExecutor(max_workers=n) as ex:
-        return list(ex.map(fn, jobs))
+        futures = {ex.submit(fn, j): j for j in jobs}
+        for f in as_completed(futures):
+            f.result()  # a failed replay fails the run now, as ex.map did
+            done(futures[f])
+        return [f.result() for f in futures]
+
+
+# Called as each replay ends: (its policy, its seed).
+Progress = Callable[[str, int], None]
 
 
 def run_many(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
              *, moves: float | None = None, workload: str = "online",
-             workers: int | None = None) -> dict[str, list[RunResult]]:
+             workers: int | None = None, progress: Progress | None = None,
+             ) -> dict[str, list[RunResult]]:
     """No-departure replays of every policy x seed, on all cores."""
     jobs = [(nodes_path, pods_path, p, s, moves, workload) for p in policies for s in seeds]
     out: dict[str, list[RunResult]] = {p: [] for p in policies}
-    for r in _map(_one, jobs, workers):
+    for r in _map(_one, jobs, workers, progress):
         out[r.policy].append(r)
     return out
 
 
 def run_timed(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
               *, moves: float | None = None, speedup: float = 1.0, workload: str = "online",
-              workers: int | None = None) -> dict[str, list[TimelineResult]]:
+              workers: int | None = None, progress: Progress | None = None,
+              ) -> dict[str, list[TimelineResult]]:
     """Departure replays; with ``moves`` each policy runs with the rebalancer off and on
     (keys ``policy`` and ``policy+moves``)."""
     timed_pods(load_pods(pods_path), pods_path)  # fail fast, before the workers start
@@ -80,7 +101,7 @@ def run_timed(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: S
     jobs = [(nodes_path, pods_path, p, s, m, speedup, workload)
             for p in policies for m in variants for s in seeds]
     out: dict[str, list[TimelineResult]] = {}
-    for (_n, _p, pol, _s, m, _k, _w), r in zip(jobs, _map(_one_timed, jobs, workers),
+    for (_n, _p, pol, _s, m, _k, _w), r in zip(jobs, _map(_one_timed, jobs, workers, progress),
                                                strict=True):
         out.setdefault(pol + ("+moves" if m else ""), []).append(r)
     return out

@@ -1,0 +1,107 @@
+"""`swarmgpu simulate` as a user runs it: progress on stderr (per policy and seed, with an
+ETA; quiet for --json into a pipe), and --plot refused before the replay when
+matplotlib is missing."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swarmgpu.sim.cli_entry import PLOT_NEEDS, ProgressLine, wants_progress
+from swarmgpu.sim.traces import bundled
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_progress_lines_name_policy_seed_and_eta() -> None:
+    out, clock = io.StringIO(), Clock()
+    p = ProgressLine(4, out, clock)
+    p.start("replays to 130% arrived load")
+    for k, (policy, seed) in enumerate([("fgd", 42), ("bestfit", 42), ("fgd", 43),
+                                        ("bestfit", 43)]):
+        clock.t = 100.0 + 30 * (k + 1)
+        p(policy, seed)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "simulate: replays to 130% arrived load: 4 replays (policy x seed) ..."
+    assert lines[1] == "simulate: 1/4 fgd seed 42 (30 s); ETA 1 min 30 s"
+    assert lines[3] == "simulate: 3/4 fgd seed 43 (1 min 30 s); ETA 30 s"
+    assert lines[4] == "simulate: 4/4 bestfit seed 43 (2 min 00 s); done"
+
+
+def test_progress_is_quiet_only_for_json_into_a_pipe() -> None:
+    assert wants_progress(as_json=False, stdout_tty=False)
+    assert wants_progress(as_json=False, stdout_tty=True)
+    assert wants_progress(as_json=True, stdout_tty=True)
+    assert not wants_progress(as_json=True, stdout_tty=False)
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """The real trace's first 30 nodes and 200 pods, in its own format."""
+    tmp = tmp_path_factory.mktemp("trace")
+    paths = []
+    for src, n in zip(bundled("default"), (30, 200), strict=True):
+        with Path(src).open() as f:
+            rows = list(csv.reader(f))
+        dst = tmp / Path(src).name
+        dst.write_text("\n".join(",".join(r) for r in rows[: n + 1]) + "\n")
+        paths.append(str(dst))
+    return paths[0], paths[1]
+
+
+def _simulate(args: list[str], env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "swarmgpu.cli", "simulate", *args],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, **(env or {})})
+
+
+def test_simulate_prints_progress_on_stderr(small_trace: tuple[str, str]) -> None:
+    nodes, pods = small_trace
+    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit,fgd",
+                   "--seeds", "1-2"])
+    assert r.returncode == 0, r.stderr
+    progress = [ln for ln in r.stderr.splitlines() if ln.startswith("simulate: ")]
+    assert progress[0].endswith("4 replays (policy x seed) ...")
+    done = progress[1:]
+    assert len(done) == 4 and done[-1].startswith("simulate: 4/4 ") and "done" in done[-1]
+    assert all("ETA" in ln for ln in done[:-1])
+    assert {ln.split()[2] for ln in done} == {"bestfit", "fgd"}
+    assert "policy" in r.stdout and "simulate:" not in r.stdout  # the table, alone
+
+
+def test_simulate_json_into_a_pipe_is_quiet(small_trace: tuple[str, str]) -> None:
+    nodes, pods = small_trace
+    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--json"])
+    assert r.returncode == 0, r.stderr
+    assert "simulate:" not in r.stderr
+    assert json.loads(r.stdout)["policies"]["bestfit"]
+
+
+def test_plot_without_matplotlib_is_refused_before_the_replay(
+        small_trace: tuple[str, str], tmp_path: Path) -> None:
+    # A Python where `import matplotlib` fails, as where it is not installed.
+    shadow = tmp_path / "shadow" / "matplotlib"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
+    nodes, pods = small_trace
+    r = _simulate(["--nodes", nodes, "--pods", pods, "--plot", str(tmp_path / "a.png")],
+                  env={"PYTHONPATH": str(tmp_path / "shadow")})
+    assert r.returncode == 2, r
+    assert PLOT_NEEDS in r.stderr and "pip install 'swarmgpu[sim]'" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert "replays" not in r.stderr  # refused before anything ran
+    assert not (tmp_path / "a.png").exists()
