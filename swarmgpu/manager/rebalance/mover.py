@@ -321,6 +321,9 @@ class Mover:
         if self.metrics is not None:
             self.metrics.moves.labels(outcome=str(outcome)).inc()
         log = logger.bind(service=service)
+        if outcome is Outcome.IGNORED:
+            log.warning("{} ignored: {}{}", service, reason, f" ({detail})" if detail else "")
+            return
         msg = "move {} -> {} {}: {}{}"
         args = (src, dst, outcome, reason, f" ({detail})" if detail else "")
         if outcome in (Outcome.FAILED, Outcome.ROLLED_BACK):
