@@ -76,15 +76,23 @@ class Actuator:
         compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
         plan: NodeLabelPlan,
     ) -> ApplyResult:
-        before = self.swarm.writes
+        # Attempts counted per call, not from the client's shared write counter: label
+        # writes to different nodes run in parallel (swarmgpu.manager.writes).
+        tries = [0]
+
+        def counted(current: Mapping[str, str]) -> Mapping[str, str] | None:
+            new = compute(current)
+            tries[0] += new is not None
+            return new
+
         try:
-            written = self.swarm.update_node_labels(node.id, compute)
+            written = self.swarm.update_node_labels(node.id, counted)
         except SwarmError as exc:
             self.metrics.errors.labels(kind="label_write").inc()
             logger.bind(node=node.hostname).error("label write failed: {}", exc)
             return ApplyResult(node.id, False, False, str(exc))
         finally:
-            attempts = self.swarm.writes - before
+            attempts = tries[0]
             if attempts > 1:
                 self.metrics.label_conflicts.inc(attempts - 1)
         if written:

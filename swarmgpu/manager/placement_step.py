@@ -22,6 +22,7 @@ from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan
 from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.writes import write_each
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 
 
@@ -179,23 +180,30 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool) -> int
             logger.error("placement: node {} label write failed: {}", nid[:12], exc)
             return 0
 
-    for nid, keys in plan.node_remove.items():
-        writes += node_write(nid, {}, keys)
-    for sp in plan.services:
-        if not sp.needs_service_write:
-            continue
+    def service_write(sp: ServicePlan) -> bool | None:
+        """True: written, False: nothing to write, None: the write failed."""
         log = logger.bind(service=sp.name)
         try:
             if swarm.update_service_spec(sp.id, service_compute(sp)):
-                writes += 1
                 log.info("placement written: {}", [p.to_dict() for p in sp.placements])
+                return True
+            return False
         except SwarmError as exc:
             log.error("placement: service write failed, gate stays closed: {}", exc)
-            # Never open a gate whose devices were not written.
+            return None
+
+    # Each phase's writes go to different objects: a few at a time (manager.writes);
+    # a phase ends before the next one starts, which keeps the order above.
+    writes += sum(write_each(list(plan.node_remove.items()),
+                             lambda kv: node_write(kv[0], {}, kv[1])))
+    todo = [sp for sp in plan.services if sp.needs_service_write]
+    for sp, ok in zip(todo, write_each(todo, service_write), strict=True):
+        writes += bool(ok)
+        if ok is None:  # never open a gate whose devices were not written
             for p in sp.placements:
                 plan.node_set.pop(p.node_id, None)
-    for nid, labels in plan.node_set.items():
-        writes += node_write(nid, labels, [])
+    writes += sum(write_each(list(plan.node_set.items()),
+                             lambda kv: node_write(kv[0], kv[1], [])))
     return writes
 
 

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from loguru import logger
 
 from swarmgpu.core.config import Config
-from swarmgpu.manager.actuator import Actuator
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.actuator import Actuator, ApplyResult
 from swarmgpu.manager.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.agentbook import AgentBook
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.writes import write_each
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.identity import IdentityError, agent_auth
 from swarmgpu.swarm.labels import NodeLabelPlan, owned_by_label_sync, plan_node_labels
@@ -82,6 +84,7 @@ class LabelSync:
         report = CycleReport()
         prefix = self.cfg.sync.prefix
         unreachable = held = 0
+        todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]] = []
         for node in snapshot.nodes:
             log = logger.bind(node=node.hostname)
             result = snapshot.facts.get(node.id)
@@ -109,9 +112,16 @@ class LabelSync:
             for h in plan.held:
                 held += 1
                 log.warning("held label change {}: {} -> {}: {}", h.key, h.old, h.new, h.reason)
-            res = self.actuator.apply_labels(
-                plan, node, facts, snapshot.services, snapshot.tasks
-            )
+            if not plan.empty:  # nothing to write: no round trip either
+                todo.append((plan, node, facts))
+
+        def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts]) -> ApplyResult:
+            plan, node, facts = item
+            return self.actuator.apply_labels(plan, node, facts, snapshot.services,
+                                              snapshot.tasks)
+
+        # Each node's write is its own read-modify-write: different nodes, in parallel.
+        for (_, node, _), res in zip(todo, write_each(todo, write), strict=True):
             if res.written:
                 report.writes += 1
             if res.error:
