@@ -203,3 +203,109 @@ def test_cpu_only_services_on_gpu_nodes_are_learned() -> None:
     assert plan.workload["tasks_seen"] == 1
     back = WorkloadModel.loads(planner.model.dumps())  # and it survives storage
     assert TaskShape(4000, 0, 0) in back.weights and TaskShape(6000, 0, 0) not in back.weights
+
+
+# --- convergence: a GPU task Swarm will not run where its devices are (issue 20, 4) ----
+
+def _placed(planner: Planner, nodes: list[SwarmNode], s: SwarmService, facts: dict[str, object],
+            now: float = 0.0) -> tuple[list[SwarmNode], SwarmService, str]:
+    """Plan, apply, write the device map, open the gate: the service held on one node."""
+    plan = planner.plan(nodes, [s], [], facts, now=now)  # type: ignore[arg-type]
+    nodes = apply(nodes, plan)
+    s = replace(s, labels={**s.labels, **plan.services[0].service_labels_set},
+                version=s.version + 1, force_update=s.force_update + 1)
+    nodes = apply(nodes, planner.plan(nodes, [s], [], facts, now=now))  # type: ignore[arg-type]
+    held = [n.id for n in nodes if n.labels.get(f"{P}service.{s.name}") == "true"]
+    assert len(held) == 1
+    return nodes, s, held[0]
+
+
+def test_refused_task_is_replaced_after_the_gate_grace_and_logged() -> None:
+    nodes, facts = two_nodes()
+    planner = Planner()
+    s = svc("s", {"swarmgpu.gpus": "1"})
+    nodes, s, where = _placed(planner, nodes, s, facts)
+    stuck = replace(task("t1", s, "", 0, state="pending",
+                         err="no suitable node (insufficient resources on 1 node)"),
+                    force_update=s.force_update)
+    # A message Swarm may have written before the gate opened is no refusal yet.
+    sp = planner.plan(nodes, [s], [stuck], facts, now=1.0).services[0]  # type: ignore[arg-type]
+    assert sp.status == "pending" and not sp.replaced
+    later = planner.plan(nodes, [s], [stuck], facts, now=10.0)  # type: ignore[arg-type]
+    sp = later.services[0]
+    assert sp.replaced and "insufficient resources" in sp.replaced, sp
+    (p,) = sp.placements
+    assert p.node_id != where  # moved to the other node, within this one cycle
+    gone = later.node_remove[where]
+    assert f"{P}assign.s" in gone and f"{P}service.s" in gone
+    assert f"{P}devices.{where}" in sp.service_labels_remove
+    assert any(w.startswith("Swarm cannot run") and "re-placed on" in w for w in sp.warnings)
+
+
+def test_drained_node_moves_the_replica_and_back_off_stops_a_loop() -> None:
+    nodes, facts = two_nodes()
+    planner = Planner()
+    s = svc("s", {"swarmgpu.gpus": "1"})
+    nodes, s, first = _placed(planner, nodes, s, facts, now=100.0)
+    waiting = replace(task("t1", s, "", 0, state="pending"), force_update=s.force_update)
+    drained = [replace(n, availability="drain", version=n.version + 1) if n.id == first else n
+               for n in nodes]
+    plan = planner.plan(drained, [s], [waiting], facts, now=101.0)  # type: ignore[arg-type]
+    sp = plan.services[0]
+    assert "is drain" in sp.replaced and [p.node_id for p in sp.placements] != [first]
+    nodes = apply(drained, plan)
+    s = replace(s, labels={**{k: v for k, v in s.labels.items()
+                              if k not in sp.service_labels_remove}, **sp.service_labels_set},
+                version=s.version + 1, force_update=s.force_update + 1)
+    nodes = apply(nodes, planner.plan(nodes, [s], [], facts, now=102.0))  # type: ignore[arg-type]
+    # The second node is drained too and the first is back: the service was just moved,
+    # so it waits out its back-off (reported) instead of bouncing back at once.
+    second = next(n.id for n in nodes if n.labels.get(f"{P}service.s") == "true")
+    nodes = [replace(n, availability="drain" if n.id == second else "active",
+                     version=n.version + 1) for n in nodes]
+    waiting = replace(waiting, id="t2", force_update=s.force_update)
+    sp = planner.plan(nodes, [s], [waiting], facts, now=103.0).services[0]  # type: ignore[arg-type]
+    assert sp.status == "pending" and not sp.replaced
+    assert "backed off" in (sp.reason or "") and "1 re-placement" in (sp.reason or ""), sp.reason
+    sp = planner.plan(nodes, [s], [waiting], facts, now=113.0).services[0]  # type: ignore[arg-type]
+    assert sp.replaced and [p.node_id for p in sp.placements] == [first]
+
+
+def test_failed_tasks_back_off_and_nowhere_better_keeps_the_gpus() -> None:
+    nodes, facts = two_nodes()
+    planner = Planner()
+    s = svc("s", {"swarmgpu.gpus": "1"})
+    nodes, s, where = _placed(planner, nodes, s, facts, now=0.0)
+    waiting = replace(task("t9", s, "", 0, state="pending"), force_update=s.force_update)
+    failed = [replace(task(f"f{i}", s, where, 0, state="rejected", err="no such image"),
+                      desired_state="shutdown") for i in range(3)]
+    drained = [replace(n, availability="drain", version=n.version + 1) if n.id == where else n
+               for n in nodes]
+    sp = planner.plan(drained, [s], [waiting, *failed], facts,  # type: ignore[arg-type]
+                      now=1.0).services[0]
+    assert not sp.replaced and "3 task(s) failed or rejected" in (sp.reason or ""), sp.reason
+    # Only one node, drained: nowhere better, so the service keeps its GPUs and waits.
+    one = [replace(n, availability="drain", version=n.version + 1) for n in nodes
+           if n.id == where]
+    fresh = Planner()
+    sp = fresh.plan(one, [s], [waiting], {where: facts[where]},  # type: ignore[arg-type]
+                    now=0.0).services[0]
+    assert sp.status == "pending" and "no other node can take it" in (sp.reason or "")
+    assert [p.node_id for p in sp.placements] == [where]
+
+
+def test_a_node_without_the_cpu_its_task_reserves_is_left_before_the_gate_opens() -> None:
+    """A render's device list on a node whose CPU another service took since: the
+    daemon's own view (reservations of the node's tasks) moves it, no gate opened."""
+    nodes, facts = two_nodes()
+    y = reserving(svc("y", {"swarmgpu.gpus": "1"}), 1000)
+    uuid = RTX4090.facts().gpus[0].uuid
+    y = replace(y, labels={**y.labels, f"{P}devices.n-a": uuid})  # rendered onto n-a
+    hog = SwarmService("id-hog", "hog", {}, (), (), "replicated", 1, None, 1)
+    t_hog = task("th", hog, "n-a", 1500)
+    t_y = replace(task("ty", y, "", 0, state="pending"), slot=1)
+    sp = Planner().plan(nodes, [y, hog], [t_hog, t_y], facts,  # type: ignore[arg-type]
+                        now=0.0).services[0]
+    assert sp.replaced and "CPU" in sp.replaced
+    assert [p.node_id for p in sp.placements] == ["n-b"]
+    assert f"{P}devices.n-a" in sp.service_labels_remove

@@ -343,3 +343,27 @@ def test_swarmgpus_own_max_replicas_is_no_conflict_when_packing_anew() -> None:
     s = replace(s, labels={**s.labels, f"{P}state.max-replicas": "3"})
     (sp,) = plan_placement([DGX, R4090], [s], [], FACTS).services
     assert sp.status == "placed" and sp.packed and sp.set_max_replicas == 5
+
+
+def test_want_slots_keeps_live_slots_then_fills_the_lowest_missing() -> None:
+    from swarmgpu.manager.placement import _want_slots
+
+    assert _want_slots({3: "n", 7: "n"}, 4) == [1, 2, 3, 7]
+    assert _want_slots({1: "n", 2: "n", 5: "n"}, 2) == [1, 2]  # scale-down keeps the lowest
+    assert _want_slots(set(), 3) == [1, 2, 3]
+    big = _want_slots(set(range(2, 100_001, 2)), 100_000)  # linear: no list scan per slot
+    assert big == list(range(1, 100_001))
+
+
+def test_replicas_beyond_the_cluster_are_pending_without_a_list_each() -> None:
+    """100,000 replicas x 1 GPU on two 8-GPU nodes: one replica per node placed, the
+    rest one pending count in the reason; nothing in the plan grows with them."""
+    s = svc("big", ONE_GPU, replicas=100_000)
+    tasks = [SwarmTask(f"t{k}", s.id, "", k, "pending", "running", ()) for k in range(1, 100_001)]
+    plan = plan_placement([DGX, R4090], [s], tasks, FACTS)
+    (sp,) = plan.services
+    assert sp.status == "pending" and len(sp.placements) == 2
+    assert sp.packed is None  # no node holds them all: packing is not even tried
+    assert (sp.reason or "").startswith("2 of 100000 replicas placed")
+    assert len(str(sp.to_dict())) < 2000
+    assert len(sp.service_labels_set) <= 4 and sp.set_max_replicas == 1

@@ -316,6 +316,7 @@ class ServicePlan:
     new: bool = False  # placements chosen in this plan (not yet in Swarm)
     node_writes: bool = False  # this plan changes node labels for it
     remove_constraints: list[str] = field(default_factory=list)  # gates naming others
+    replaced: str = ""  # moved off nodes where Swarm would not run it: why (``_converge``)
 
     @property
     def needs_service_write(self) -> bool:
@@ -821,6 +822,65 @@ class _Cycle:
     adopt_ungated: bool
     plan: PlacementPlan
     exclude: Callable[[SwarmService], frozenset[str]]
+    most_gpus: int = 0  # GPUs of the largest node: no more replicas are ever packed
+    now: float = 0.0
+    backoff: dict[str, Backoff] = field(default_factory=dict)  # the planner's, by service id
+    open_since: Mapping[tuple[str, str], float] = field(default_factory=dict)  # last cycle's
+    open_seen: dict[tuple[str, str], float] = field(default_factory=dict)  # this cycle's
+    avoid: dict[str, frozenset[str]] = field(default_factory=dict)  # nodes it is moved off
+
+    def swarm_no(self, s: SwarmService) -> frozenset[str]:
+        """Nodes the service's replicas may not take: those Swarm refuses, and those it
+        is being moved off in this cycle (``_converge``)."""
+        avoid = self.avoid.get(s.id)
+        return self.exclude(s) | avoid if avoid else self.exclude(s)
+
+
+# Re-placing a GPU task Swarm will not run where its devices are (``_converge``).
+REPLACE_BACKOFF_S = 10.0  # the wait after the first re-placement (or failure seen)
+REPLACE_BACKOFF_MAX_S = 600.0
+GATE_GRACE_S = 5.0  # a gate must have been open this long before Swarm's refusal counts
+_FAILURES_KEPT = 16  # failed/rejected task ids remembered per service (2**16 >> the cap)
+
+
+@dataclass
+class Backoff:
+    """One service's re-placements, and the failed or rejected tasks Swarm reported for
+    it: each doubles the wait before the next re-placement (``REPLACE_BACKOFF_S`` up
+    to ``REPLACE_BACKOFF_MAX_S``), so a service whose tasks keep failing to start is
+    not moved around in a loop. Dropped once all its replicas run."""
+
+    attempts: int = 0
+    since: float | None = None  # the last re-placement, or the first failure seen
+    failures: set[str] = field(default_factory=set)
+
+    def saw_failures(self, ids: Sequence[str], now: float) -> None:
+        for i in ids:
+            if len(self.failures) >= _FAILURES_KEPT:
+                break
+            if i not in self.failures:
+                self.failures.add(i)
+                if self.since is None:
+                    self.since = now
+
+    def replaced(self, now: float) -> None:
+        self.attempts += 1
+        self.since = now
+
+    def delay(self) -> float:
+        n = self.attempts + len(self.failures)
+        return 0.0 if n == 0 else min(REPLACE_BACKOFF_MAX_S, REPLACE_BACKOFF_S * 2 ** (n - 1))
+
+    def wait_left(self, now: float) -> float:
+        return 0.0 if self.since is None else max(0.0, self.since + self.delay() - now)
+
+    def key(self) -> tuple[int, int]:
+        return (self.attempts, len(self.failures))
+
+    def describe(self) -> str:
+        return (f"{self.attempts} re-placement(s), {len(self.failures)} task(s) failed or "
+                f"rejected; next wait {self.delay():.0f} s, at most "
+                f"{REPLACE_BACKOFF_MAX_S:.0f} s")
 
 
 class Planner:
@@ -857,6 +917,8 @@ class Planner:
         self._fits: dict[tuple[Holding, GpuRequest, int], str | None] = {}  # holding fits
         self._last_cycle: _Cycle | None = None  # what place_arrivals plans against
         self.model_changed = False  # since the owner last stored the model
+        self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
+        self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
 
     # --- the workload model ------------------------------------------------------
     def _learn(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
@@ -895,15 +957,16 @@ class Planner:
 
     def _learn_on_gpu_nodes(
             self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
-            cpu_only: Sequence[SwarmService], tasks: Sequence[SwarmTask], *,
+            cpu_only: Sequence[SwarmService], on_nodes: Mapping[str, AbstractSet[str]], *,
             forget: bool = True) -> None:
         """``_learn``, unless the model is pinned. A CPU-only service competes for the GPU
         nodes' CPU only where its tasks run there; one on CPU-only nodes is none of
         placement's business."""
         if self.model.pinned:
             return
-        on_gpu_nodes = {t.service_id for t in tasks if t.desired_state == "running"
-                        and t.node_id in self.cluster.alloc.nodes}
+        gpu_nodes = self.cluster.alloc.nodes
+        on_gpu_nodes = {sid for sid, where in on_nodes.items()
+                        if any(n in gpu_nodes for n in where)}
         self._learn(parsed, [s for s in cpu_only if s.id in on_gpu_nodes], forget=forget)
 
     def set_workload(self, model: WorkloadModel) -> None:
@@ -978,8 +1041,11 @@ class Planner:
         return (cons, plats, tuple(sorted(generic.items())))
 
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
-             tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts]) -> PlacementPlan:
-        """Decide placements for every annotated service; say what to write, in order."""
+             tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
+             now: float | None = None) -> PlacementPlan:
+        """Decide placements for every annotated service; say what to write, in order.
+        ``now`` (monotonic seconds) times re-placement back-off (``_converge``)."""
+        now = time.monotonic() if now is None else now
         prefix = self.prefix
         plan = PlacementPlan()
         ledger = read_ledger(nodes, prefix, self._ledger_cache)
@@ -994,7 +1060,8 @@ class Planner:
             self._exclude_sig_gen += 1
             self._exclude = {}
         live_names = {s.name for s in services}
-        running, waiting, slots = _tasks_by_service(tasks)
+        tv = _tasks_by_service(tasks)
+        running, waiting, slots = tv.running, tv.waiting, tv.slots
 
         # Holdings of services that no longer exist are released (gate and ledger).
         for svc_name, per_node in ledger.items():
@@ -1021,23 +1088,34 @@ class Planner:
                     plan.services.append(ServicePlan(
                         s.name, s.id, None, "", "released", "Released",
                         service_labels_remove=stale))
-        self._learn_on_gpu_nodes(parsed, cpu_only, tasks)
+        self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes)
 
         # First commit every valid existing holding, so new placements never reuse GPUs.
         cluster.set_usage(tasks)
         kept = self._commit_existing(parsed, ledger, by_id, facts, running)
 
+        live_ids = {s.id for s, _ in parsed}
+        self._backoff = {k: v for k, v in self._backoff.items() if k in live_ids}
+        for sid, ids in tv.failed.items():
+            if sid in live_ids:
+                self._backoff.setdefault(sid, Backoff()).saw_failures(ids, now)
+        most = max((len(ns.spec.gpus) for ns in cluster.alloc.nodes.values()), default=0)
         cyc = _Cycle(cluster, by_id, facts, prefix, self.zone_label,
                      {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
-                     plan, self._exclude_for)
+                     plan, self._exclude_for, most_gpus=most, now=now,
+                     backoff=self._backoff, open_since=self._open_since)
         self._last_cycle = cyc
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         for s, r in parsed:
             mine = kept.get(s.name, {})
             mine_slots = slots.get(s.id, {})
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
-                                    running.get(s.id, {}), waiting.get(s.id, []))
-            key += (tuple(sorted(mine_slots.items())),)
+                                    running.get(s.id, {}), waiting.get(s.id, NO_WAITING))
+            # Slots are read only where the replicas could be packed on one node.
+            key += (tuple(sorted(mine_slots.items())) if (s.replicas or 0) <= most
+                    else len(mine_slots),)
+            bo = self._backoff.get(s.id)
+            key += (bo.key() if bo is not None else None,)
             if not mine:  # pending: the same answer while capacity and nodes are as they were
                 key += (cluster.version, self._exclude_sig_gen)
             memo = self._settled.get(s.id)
@@ -1046,7 +1124,7 @@ class Planner:
                 sp.warnings = list(memo[2])
             else:
                 sp = _plan_service(s, r, mine, ledger.get(s.name, {}), running.get(s.id, {}),
-                                   waiting.get(s.id, []), self._requests[s.id][2], cyc,
+                                   waiting.get(s.id, NO_WAITING), self._requests[s.id][2], cyc,
                                    mine_slots)
                 if self.generic_kind and sp.request is not None and sp.status != "invalid":
                     _reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
@@ -1055,6 +1133,7 @@ class Planner:
                 settled[s.id] = (key, sp, tuple(sp.warnings))
             plan.services.append(sp)
         self._settled = settled
+        self._open_since = cyc.open_seen
         if len(self._fits) > 4 * len(settled) + 10_000:  # departed services' entries
             self._fits.clear()
         if len(self._requests) > 2 * len(services) + 1000:
@@ -1090,11 +1169,11 @@ class Planner:
         plan = PlacementPlan()
         cyc = replace(last, plan=plan)
         parsed, cpu_only, _ = self._parse_all(services)
-        self._learn_on_gpu_nodes(parsed, cpu_only, tasks, forget=False)
-        _running, waiting, slots = _tasks_by_service(tasks)
+        tv = _tasks_by_service(tasks)
+        self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes, forget=False)
         for s, r in parsed:
-            sp = _plan_service(s, r, {}, {}, {}, waiting.get(s.id, []),
-                               self._requests[s.id][2], cyc, slots.get(s.id, {}))
+            sp = _plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
+                               self._requests[s.id][2], cyc, tv.slots.get(s.id, {}))
             if self.generic_kind and sp.request is not None and sp.status != "invalid":
                 _reserve_generic(sp, s, self.generic_kind, False)
             plan.services.append(sp)
@@ -1184,7 +1263,7 @@ class Planner:
 
     def _settled_key(self, s: SwarmService, kept: Mapping[str, Holding],
                      old: Mapping[str, Holding], by_id: Mapping[str, SwarmNode],
-                     running_on: Mapping[str, int], waiting: Sequence[SwarmTask],
+                     running_on: Mapping[str, int], waiting: Waiting,
                      ) -> tuple[object, ...]:
         """Everything a settled service's plan reads: while it is unchanged, last
         cycle's plan (no writes) still holds."""
@@ -1192,8 +1271,7 @@ class Planner:
         # A node's spec version moves with any label change on it (gates, ledger).
         nodes = tuple((nid, h, by_id[nid].version, gen.get(nid, 0))
                       for nid, h in kept.items() if nid in by_id)
-        return (s.version, nodes, tuple(old.values()), tuple(running_on.items()),
-                tuple((t.id, t.force_update, t.error, t.message) for t in waiting))
+        return (s.version, nodes, tuple(old.values()), tuple(running_on.items()), waiting)
 
 
 def _declared_lists(labels: Mapping[str, str], dk: str
@@ -1215,25 +1293,83 @@ def _declared_lists(labels: Mapping[str, str], dk: str
     return out
 
 
-def _tasks_by_service(tasks: Sequence[SwarmTask]) -> tuple[
-        dict[str, dict[str, int]], dict[str, list[SwarmTask]], dict[str, dict[int, str]]]:
-    """Per service, of its tasks meant to run: how many run on each node, which wait (not
-    running yet), and each slot's node ("": not scheduled yet)."""
+@dataclass(frozen=True)
+class Waiting:
+    """A service's tasks meant to run that do not run yet, as placement reads them: how
+    many, the oldest device map one was created with (``ForceUpdate``), and Swarm's
+    reason when its scheduler refuses one. A summary, not a list: a service of 100,000
+    replicas Swarm cannot run costs one pass over its tasks, and nothing after."""
+
+    count: int = 0
+    min_force_update: int = 0
+    refused: str = ""  # Swarm's words ("no suitable node (insufficient resources ...)")
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def all_newer(self, gen: int) -> bool:
+        """Every waiting task was created at device-map generation ``gen`` or later."""
+        return not self.count or self.min_force_update >= gen
+
+
+NO_WAITING = Waiting()
+_ACTIVE = frozenset(ACTIVE_STATES) - {"running", "starting"}
+_FAILED = frozenset(("failed", "rejected"))
+
+
+@dataclass
+class _TaskView:
+    """Per service id, of its tasks meant to run: how many run on each node, the ones
+    waiting (``Waiting``), each slot's node ("": not scheduled yet), the nodes its
+    tasks are on; and the ids of tasks Swarm reports failed or rejected."""
+
+    running: dict[str, dict[str, int]]
+    waiting: dict[str, Waiting]
+    slots: dict[str, dict[int, str]]
+    on_nodes: dict[str, set[str]]
+    failed: dict[str, list[str]]
+
+
+def _tasks_by_service(tasks: Sequence[SwarmTask]) -> _TaskView:
     running: dict[str, dict[str, int]] = {}
-    waiting: dict[str, list[SwarmTask]] = {}
     slots: dict[str, dict[int, str]] = {}
+    on_nodes: dict[str, set[str]] = {}
+    failed: dict[str, list[str]] = {}
+    acc: dict[str, list[Any]] = {}  # service id -> [count, min ForceUpdate, refusal]
+    refusal: dict[tuple[str, str], str] = {}  # Swarm repeats one text over many tasks
     for t in tasks:
+        sid, state = t.service_id, t.state
+        if state in _FAILED:
+            failed.setdefault(sid, []).append(t.id)
         if t.desired_state != "running":
             continue
+        nid = t.node_id
         if t.slot:
-            at = slots.setdefault(t.service_id, {})
-            at[t.slot] = at.get(t.slot) or t.node_id
-        if t.state in ("running", "starting"):
-            running.setdefault(t.service_id, {}).setdefault(t.node_id, 0)
-            running[t.service_id][t.node_id] += 1
-        elif t.state in ACTIVE_STATES:
-            waiting.setdefault(t.service_id, []).append(t)
-    return running, waiting, slots
+            at = slots.get(sid)
+            if at is None:
+                at = slots[sid] = {}
+            if not at.get(t.slot):
+                at[t.slot] = nid
+        if nid:
+            on_nodes.setdefault(sid, set()).add(nid)
+        if state == "running" or state == "starting":
+            per = running.setdefault(sid, {})
+            per[nid] = per.get(nid, 0) + 1
+        elif state in _ACTIVE:
+            a = acc.get(sid)
+            if a is None:
+                a = acc[sid] = [0, t.force_update, ""]
+            a[0] += 1
+            if t.force_update < a[1]:
+                a[1] = t.force_update
+            if not a[2] and (t.error or t.message):
+                key = (t.error, t.message)
+                text = refusal.get(key)
+                if text is None:
+                    text = refusal[key] = _refusal_text(t.error, t.message)
+                a[2] = text
+    waiting = {sid: Waiting(a[0], a[1], a[2]) for sid, a in acc.items()}
+    return _TaskView(running, waiting, slots, on_nodes, failed)
 
 
 def plan_placement(
@@ -1266,7 +1402,7 @@ def _node_remove(plan: PlacementPlan, node_id: str, keys: Sequence[str]) -> None
 def _plan_service(
     s: SwarmService, r: GpuRequest | RequestError, kept: dict[str, Holding],
     old: Mapping[str, Holding], running_on: Mapping[str, int],
-    waiting: Sequence[SwarmTask], res: tuple[int, int], cyc: _Cycle,
+    waiting: Waiting, res: tuple[int, int], cyc: _Cycle,
     slots: Mapping[int, str] | None = None,
 ) -> ServicePlan:
     """One service's plan, in steps: can it be placed at all, is it gated, which
@@ -1292,6 +1428,7 @@ def _plan_service(
         return sp
     replicas = s.replicas or 0
     holdings = _keep_holdings(sp, s, kept, old, running_on, replicas, cyc)
+    stuck = _converge(sp, s, r, holdings, running_on, waiting, res, cyc)
     placements, reasons = _place_replicas(sp, s, r, holdings, replicas, slots or {}, res, cyc)
     sp.placements = sorted(placements, key=_placement_order)
     if sp.packed is None and replicas > 1 and s.max_replicas_per_node != 1:
@@ -1309,10 +1446,19 @@ def _plan_service(
         sp.reason = "; ".join(reasons) or "not enough nodes"
         if len(sp.placements) and reasons:
             sp.reason = f"{len(sp.placements)} of {replicas} replicas placed; {sp.reason}"
-    elif gates_open and (refused := _swarm_refuses(waiting)):
+    elif gates_open and waiting.refused and not sp.replaced:
         # Placed by the ledger, but Swarm says it cannot run the task there: not placed.
         sp.status = "pending"
-        sp.reason = f"Swarm cannot run its task: {refused}"
+        sp.reason = f"Swarm cannot run its task: {waiting.refused}"
+    if stuck:  # held where Swarm will not run it, and not moved: it waits
+        sp.status = "pending"
+        sp.reason = f"{sp.reason}; {stuck}" if sp.reason else stuck
+    if sp.replaced:
+        now_on = sorted({p.hostname for p in sp.placements})
+        sp.replaced += f"; re-placed on {', '.join(now_on) or 'no node yet'}"
+        sp.warnings.append(sp.replaced)
+    if sp.status == "placed" and replicas and sum(running_on.values()) >= replicas:
+        cyc.backoff.pop(s.id, None)  # converged: a later refusal starts afresh
     sp.state = _state(sp, s, running_on, replicas)
     if r.rebalance is Rebalance.NEVER:
         sp.warnings.append("opted out of rebalancing")
@@ -1340,7 +1486,10 @@ def _place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
     mrpn = s.max_replicas_per_node or 0
     if s.labels.get(cyc.prefix + MAX_STATE) == str(mrpn):
         mrpn = 0  # the value swarmgpu set when it last packed the service: not a limit
-    may_pack = (not holdings and replicas > 1 and r.can_pack
+    # No node holds more replicas than it has GPUs: beyond that, packing is not tried
+    # (and no slot list is built: a service of 100,000 replicas is just pending).
+    fits_one = r.can_pack and replicas * r.gpus <= cyc.most_gpus
+    may_pack = (not holdings and replicas > 1 and fits_one
                 and not 1 < mrpn < replicas)
     if may_pack and r.pack is Pack.ALWAYS:
         got, why = _place_packed(s, r, _want_slots(live, replicas), {}, res, cyc)
@@ -1353,7 +1502,7 @@ def _place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
     reasons = _place_missing(sp, s, r, placements, replicas - len(placements), res, cyc)
     held = next(iter(holdings.items()), None)
     if (len(placements) < replicas and held is not None and len(holdings) == 1
-            and replicas > 1 and r.can_pack and not 1 < mrpn < replicas):
+            and replicas > 1 and fits_one and not 1 < mrpn < replicas):
         # Spread, one replica placed, no node for the others (a service from before
         # packing, or one whose nodes filled up): pack on the node it holds, its replica
         # there keeping its slot and GPUs, when that node has room for the rest.
@@ -1399,10 +1548,11 @@ def _want_slots(live: Mapping[int, str] | AbstractSet[int], replicas: int) -> li
     task's slot when it replaces the task), then the lowest missing numbers, which
     is where Swarm's replicated orchestrator puts new tasks."""
     out = sorted(live)[:replicas]
+    have = set(out)  # linear: a list's ``in`` made 100,000 replicas take seconds
     k = 0
     while len(out) < replicas:
         k += 1
-        if k not in out:
+        if k not in have:
             out.append(k)
     return sorted(out)
 
@@ -1420,7 +1570,7 @@ def _place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
     demand = demand_of(r, *res)
     new = [k for k in slots if k not in have]
     need = len(new) * r.gpus
-    swarm_no = cyc.exclude(s)
+    swarm_no = cyc.swarm_no(s)
     tried: set[str] = set()
     why = f"no node can hold {len(new)} more replica(s) of {demand.describe()}"
 
@@ -1653,7 +1803,7 @@ def _place_missing(sp: ServicePlan, s: SwarmService, r: GpuRequest,
     used_nodes = {p.node_id for p in placements}
     used_zones = {by_id[nid].labels.get(cyc.zone_label, "") for nid in used_nodes
                   if nid in by_id}
-    swarm_no = cyc.exclude(s)
+    swarm_no = cyc.swarm_no(s)
     for _ in range(max(0, missing_n)):
         # Before a service holds anything the answer depends only on the demand, its
         # zone wishes and constraints: identical pending requests share one answer
@@ -1694,8 +1844,85 @@ def _place_missing(sp: ServicePlan, s: SwarmService, r: GpuRequest,
     return reasons
 
 
+def _converge(sp: ServicePlan, s: SwarmService, r: GpuRequest, holdings: dict[str, Holding],
+              running_on: Mapping[str, int], waiting: Waiting, res: tuple[int, int],
+              cyc: _Cycle) -> str:
+    """Holdings where Swarm will not run the service's task -- its node drained, down
+    or paused, its constraints no longer allowing the node, the node without the CPU or
+    memory the task reserves, or Swarm's scheduler refusing it there -- are dropped
+    when another node can take the replica (it is placed anew in this cycle, off those
+    nodes, and ``sp.replaced`` says why). Otherwise, or while the service's back-off
+    runs, they stay and the returned text says why the service is pending."""
+    if not waiting:
+        return ""
+    stuck: dict[str, str] = {}
+    for nid, h in holdings.items():
+        if h.packed or running_on.get(nid):
+            continue  # a task runs there: Swarm does run it
+        why = _stuck_on(s, nid, waiting, res, cyc)
+        if why:
+            stuck[nid] = why
+    if not stuck:
+        return ""
+    what = "Swarm cannot run its task where its GPUs are (" + "; ".join(stuck.values()) + ")"
+    b = cyc.backoff.setdefault(s.id, Backoff())
+    if (left := b.wait_left(cyc.now)) > 0:
+        return f"{what}; re-placing it is backed off for {left:.0f} s more ({b.describe()})"
+    cluster = cyc.cluster
+    for nid in stuck:
+        cluster.release_holding(s.name, nid)
+    exclude = cyc.exclude(s) | set(holdings)
+    try:
+        probe = cluster.place(demand_of(r, *res), exclude=exclude)
+    except MigProfileError as exc:
+        probe = Unplaceable(str(exc))
+    if isinstance(probe, Unplaceable):  # nowhere better: it keeps its GPUs and waits
+        for nid in stuck:
+            cluster.commit_holding(s.name, nid, holdings[nid],
+                                   cluster.holding_reservation(s.id, nid, res))
+        return f"{what}; no other node can take it: {cluster.hostnames(probe.reason)}"
+    for nid in stuck:
+        del holdings[nid]
+        _node_remove(cyc.plan, nid, [assign_key(cyc.prefix, s.name),
+                                     gate_key(cyc.prefix, s.name)])
+    sp.node_writes = True
+    cyc.avoid[s.id] = frozenset(stuck)
+    b.replaced(cyc.now)
+    sp.replaced = what
+    return ""
+
+
+def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
+              cyc: _Cycle) -> str:
+    """Why Swarm will not run the service's waiting task on ``nid``, its held node
+    ("" when nothing says so). Read from Swarm's own state: the node's status, the
+    service's constraints against the node, the reservations of the node's tasks, and
+    the scheduler's message once the gate has been open ``GATE_GRACE_S`` (a message
+    written before the gate opened is no refusal)."""
+    node = cyc.by_id.get(nid)
+    if node is None:
+        return ""
+    host = node.hostname
+    if not _schedulable(node):
+        return f"{host} is {node.availability if node.availability != 'active' else node.state}"
+    if nid in cyc.exclude(s):
+        return f"its constraints, platform or generic resources exclude {host}"
+    ns = cyc.cluster.alloc.nodes.get(nid)
+    if ns is not None and (s.id, nid) not in cyc.cluster.tasks_on and (
+            (res[0] and ns.cpu_left is not None and ns.cpu_left < 0)
+            or (res[1] and ns.mem_left is not None and ns.mem_left < 0)):
+        return f"{host} has not the CPU or memory its task reserves left"
+    key = (s.id, nid)
+    if node.labels.get(gate_key(cyc.prefix, s.name)) == "true":
+        since = cyc.open_since.get(key, cyc.now)
+        cyc.open_seen[key] = since
+        if waiting.refused and cyc.now - since >= GATE_GRACE_S:
+            return f"on {host}, Swarm says: {waiting.refused}"
+    return ""
+
+
 def _write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mapping[str, int],
-                             waiting: Sequence[SwarmTask], cyc: _Cycle) -> bool:
+                             waiting: Waiting, cyc: _Cycle) -> bool:
     """The desired Swarm state for the service: device labels, ledger, gates. True when
     every gate is open (or opens in this plan)."""
     prefix, by_id = cyc.prefix, cyc.by_id
@@ -1734,8 +1961,7 @@ def _write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappi
                                "task carries the new device map")
     if gen and s.labels.get(gen_key) != str(gen):
         sp.service_labels_set[gen_key] = str(gen)
-    gate_ready = not sp.service_labels_set and not sp.force_update and all(
-        t.force_update >= gen for t in waiting)
+    gate_ready = not sp.service_labels_set and not sp.force_update and waiting.all_newer(gen)
     # The rolling updater replaces one task at a time and waits for it to run, which a
     # closed gate never allows: replace all waiting tasks at once (parallelism 0) when
     # nothing runs yet, and give the user's parallelism back once the gates are open.
@@ -1767,11 +1993,10 @@ def _write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappi
 _REFUSED = ("no suitable node", "insufficient resources")
 
 
-def _swarm_refuses(waiting: Sequence[SwarmTask]) -> str:
-    for t in waiting:
-        for text in (t.error, t.message):
-            if any(x in text.lower() for x in _REFUSED):
-                return text
+def _refusal_text(*texts: str) -> str:
+    for text in texts:
+        if any(x in text.lower() for x in _REFUSED):
+            return text
     return ""
 
 

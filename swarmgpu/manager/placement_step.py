@@ -236,7 +236,10 @@ def attach(daemon: CycleHost) -> None:
                 pending += 1
                 log.warning("pending: {} ({})", sp.reason, sp.request_text)
             for w in sp.warnings:
-                log.info("{}", w)
+                if w == sp.replaced:  # moved off a node where Swarm would not run it
+                    log.warning("{}", w)
+                else:
+                    log.info("{}", w)
         d.metrics.pending.set(pending)
         if plan.empty:
             return
