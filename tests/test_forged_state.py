@@ -277,13 +277,30 @@ def test_a_record_for_another_service_id_does_not_verify_a_copied_label() -> Non
 
 
 def test_unreadable_and_huge_move_labels_are_ignored() -> None:
-    for raw in ("{not json", "[" * 100_000 + "]" * 100_000, '{"id": 1}', "x" * 20_000,
-                '{"a": 1e999}'):
+    for raw in ("{not json", "[" * 4000 + "]" * 4000, '{"id": 1}', "x" * 20_000,
+                '{"a": 1e999}', "[]", '"text"'):
         sw = _cluster({f"{P}{MOVE_STATE}": raw})
         m = Mover(sw, RB, prefix=P, dry_run=True)  # type: ignore[arg-type]
         m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
         assert sw.calls == []
         assert [r.outcome for r in m.recent] == [Outcome.IGNORED]
+
+
+def test_records_of_a_gone_service_are_dropped_and_of_a_renamed_one_left_alone() -> None:
+    sw = _cluster({})
+    gone = _forged_move(id="gone00000001", service="removed", service_id="id-removed")
+    other = _forged_move(id="other0000001", service="not-third", service_id="id-third")
+    sw._swarm_labels.update({record_key(P, "id-removed"): gone.to_json(),
+                             record_key(P, "id-third"): other.to_json()})
+    before = _victim_state(sw)
+    v = verify(sw.services(), read_records(sw.swarm_labels(), P), P)
+    assert set(v.gone) == {"id-removed"} and [sid for sid, _ in v.mismatched] == ["id-third"]
+    Mover(sw, RB, prefix=P, dry_run=False).run_cycle(  # type: ignore[arg-type]
+        [], sw.nodes(), sw.services(), sw.tasks())
+    # Only the swarm object changed: the gone service's record went, nothing else.
+    assert sw.calls == [("swarm", "swarm")]
+    assert set(read_records(sw.swarm_labels(), P)) == {"id-third"}
+    assert _victim_state(sw) == before
 
 
 # --- a genuine move still works, across restarts ---------------------------------------
@@ -357,6 +374,24 @@ def test_genuine_move_whose_label_a_redeploy_removed_is_rolled_back_from_its_rec
     assert sw.node("n-dgx").labels[gate_key(P, "victim")] == "true"
     assert gate_key(P, "victim") not in sw.node("n-4090").labels
     assert read_records(sw.swarm_labels(), P) == {}
+
+
+def test_genuine_move_past_its_source_whose_label_went_is_finished_from_its_record() -> None:
+    sw, now = _cluster({}), [1000.0]
+    m = _start(sw, now)
+    sw.run_task(SwarmTask("t-victim-2", "id-victim", "n-4090", 2, "running", "running", ()))
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())  # the source closes
+    assert gate_key(P, "victim") not in sw.node("n-dgx").labels
+    sw.stop_tasks("id-victim", "n-dgx")
+    sw.update_service_spec("id-victim", lambda spec: {
+        **spec, "Labels": {k: v for k, v in spec["Labels"].items()
+                           if k != f"{P}{MOVE_STATE}"}})
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert m.recent[-1].outcome is Outcome.DONE
+    assert sw.node("n-4090").labels[gate_key(P, "victim")] == "true"
+    assert gate_key(P, "victim") not in sw.node("n-dgx").labels
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert sw.service("id-victim").replicas == 1
 
 
 def test_genuine_move_in_dry_run_is_left_as_it_is() -> None:
