@@ -44,13 +44,21 @@ class FakeGpuNode:
     def uuids(self) -> list[str]:
         return [g.uuid for g in self.facts().gpus]
 
-    def agent_argv(self, addr: str, port: int = 9401, *extra: str) -> list[str]:
+    def agent_argv(self, addr: str, port: int = 9401, *extra: str,
+                   data_root: Path | None = None) -> list[str]:
+        """The agent's command line. With ``data_root`` (a test node's engine) it serves
+        that node's Swarm certificate, as on a real member (``--identity swarm-pki``);
+        without, and without identity flags in ``extra``, plain HTTP, said explicitly."""
         argv = [sys.executable, "-m", "swarmgpu.cli", "agent",
                 "--source", f"topo:{TOPOLOGY / self.capture}", "--product", self.product,
                 "--memory-mib", str(self.memory_mib), "--hostname", self.hostname,
                 "--listen", f"{addr}:{port}", "--refresh-s", "1"]
         if self.mig:
             argv += ["--mig", self.mig]
+        if data_root is not None:
+            argv += ["--identity", "swarm-pki", "--data-root", str(data_root)]
+        elif not {"--identity", "--tls-cert"} & set(extra):
+            argv += ["--identity", "none"]
         return argv + list(extra)
 
 
@@ -87,6 +95,9 @@ LOGS = REPO / "artifacts" / "swarm-tests"
 
 
 def cfg_file(tmp: Path, swarm: SwarmCluster, **extra: Any) -> Path:
+    """A daemon config for the test swarm: the shipped defaults (agents.identity
+    swarm-pki: the daemon presents the manager's certificate from its engine's data
+    root) but for the addresses and a fast cycle."""
     cfg: dict[str, Any] = {
         "docker_host": swarm.manager.docker_host,
         "state_dir": str(tmp / "state"),
@@ -126,10 +137,19 @@ def wait_port(addr: str, port: int, timeout: float = 20) -> None:
     raise TimeoutError(f"nothing listening on {addr}:{port}")
 
 
-def start_agent(swarm: SwarmCluster, hostname: str, *extra: str) -> Any:
+# For tests whose agents speak plain HTTP on purpose (hostile stand-ins, a file source):
+# cfg_file(..., agents=PLAIN_AGENTS). Everything else runs the shipped default, swarm-pki.
+PLAIN_AGENTS: dict[str, Any] = {"identity": "none"}
+
+
+def start_agent(swarm: SwarmCluster, hostname: str, *extra: str, secure: bool = True) -> Any:
+    """The agent of ``hostname``, as the shipped units run it: serving that node's own
+    Swarm certificate from its engine's data root (``secure=False``: plain HTTP)."""
     node = swarm.node(hostname)
     LOGS.mkdir(parents=True, exist_ok=True)
-    proc = swarm.exec_in_netns(node, GPU_NODES[hostname].agent_argv(node.addr, 9401, *extra),
+    root = node.data_root if secure and "--identity" not in extra else None
+    argv = GPU_NODES[hostname].agent_argv(node.addr, 9401, *extra, data_root=root)
+    proc = swarm.exec_in_netns(node, argv,
                                env=swarmgpu_env(),
                                **kwargs_for_logs(LOGS / f"agent-{hostname}.log"))
     wait_port(node.addr, 9401)

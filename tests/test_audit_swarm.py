@@ -47,13 +47,12 @@ def test_cluster_set_up_as_documented_audits_clean(
     hosts = {n.hostname for n in swarm.nodes}
     on_nodes = [f for f in doc["findings"] if f["subject"] in hosts]
     assert on_nodes == [], on_nodes
-    # Plain HTTP to the agents (agents.identity none) is the one advisory left.
-    ident = [f for f in doc["findings"] if f["kind"] == "agent-identity"]
-    assert [f["severity"] for f in ident] == ["advisory"], ident
+    # The shipped default, agents.identity swarm-pki, leaves no identity finding.
+    assert not [f for f in doc["findings"] if f["kind"] == "agent-identity"], doc
     if not swarm.client(swarm.manager).api.services():
-        assert code == 0 and doc == {"findings": ident, "action": 0, "advisory": 1, "exit": 0}
+        assert code == 0 and doc == {"findings": [], "action": 0, "advisory": 0, "exit": 0}
         table = run_cli("audit", "--config", str(cfg))
-        assert table.returncode == 0 and "agent-identity" in table.stdout, table.stdout
+        assert table.returncode == 0 and "agent-identity" not in table.stdout, table.stdout
 
 
 def test_node_without_generic_resources_is_advisory(
@@ -63,7 +62,8 @@ def test_node_without_generic_resources_is_advisory(
     mgr = swarm.node("mgr-1")
     api = swarm.client(swarm.manager).api
     fake = FakeGpuNode("mgr-1", RTX4090.capture, RTX4090.product, RTX4090.memory_mib)
-    proc = swarm.exec_in_netns(mgr, fake.agent_argv(mgr.addr, 9401), env=swarmgpu_env(),
+    proc = swarm.exec_in_netns(mgr, fake.agent_argv(mgr.addr, 9401, data_root=mgr.data_root),
+                               env=swarmgpu_env(),
                                **kwargs_for_logs(LOGS / "agent-mgr-1.log"))
     try:
         wait_port(mgr.addr, 9401)

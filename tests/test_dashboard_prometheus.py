@@ -80,11 +80,14 @@ def _query(base: str, expr: str) -> list[dict[str, Any]]:
     return result
 
 
-def _prometheus_config(swarm: SwarmCluster, old_exporter: str) -> dict[str, Any]:
+def _prometheus_config(swarm: SwarmCluster, old_exporter: str, tmp: Any) -> dict[str, Any]:
     cfg = scrape_config()
     cfg["global"] = {"scrape_interval": "1s", "scrape_timeout": "1s",
                      "evaluation_interval": "1s"}
     for job in cfg["scrape_configs"]:  # type: ignore[attr-defined]
+        if "tls_config" in job:  # the agents: the swarm root CA and their token, as documented
+            job["tls_config"]["ca_file"] = str(tmp / "swarm-root-ca.crt")
+            job["authorization"]["credentials_file"] = str(tmp / "agent-token")
         for sd in job["dockerswarm_sd_configs"]:
             sd["host"] = swarm.manager.docker_host
             sd["refresh_interval"] = "2s"
@@ -133,7 +136,11 @@ def stack(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
     try:
         profile = tmp / "profile.yml"
         profile.write_text(json.dumps(PROFILE))
-        procs += [start_agent(swarm, h, "--metrics-profile", str(profile)) for h in GPU_NODES]
+        # The agents as shipped (HTTPS, their Swarm certificates) with a token for Prometheus.
+        (tmp / "agent-token").write_text("prometheus-token-0123456789\n")
+        (tmp / "swarm-root-ca.crt").write_text(swarm.cli(mgr, "swarm", "ca").stdout)
+        procs += [start_agent(swarm, h, "--metrics-profile", str(profile), "--token-file",
+                              str(tmp / "agent-token")) for h in GPU_NODES]
         swarm.cli(mgr, "node", "update", "--label-add", "gpu=true", node1.node_id)
         cfg = _cfg_file(tmp, swarm, http={"listen": f"{mgr.addr}:9402"})
         procs.append(swarm.exec_in_netns(
@@ -145,7 +152,7 @@ def stack(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
         port = _free_port()
         old_exporter = stack_ctx.enter_context(_old_dcgm_exporter())
         prom_cfg = tmp / "prometheus.yml"
-        prom_cfg.write_text(yaml.safe_dump(_prometheus_config(swarm, old_exporter)))
+        prom_cfg.write_text(yaml.safe_dump(_prometheus_config(swarm, old_exporter, tmp)))
         procs.append(subprocess.Popen(
             [prometheus, f"--config.file={prom_cfg}", f"--storage.tsdb.path={tmp / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],

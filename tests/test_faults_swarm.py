@@ -274,7 +274,8 @@ def test_agent_for_another_node_is_refused(swarm: SwarmCluster, agents: dict[str
     stop(agents["gpu-node-1"])
     n1 = swarm.node("gpu-node-1")
     impostor = swarm.exec_in_netns(
-        n1, GPU_NODES["gpu-node-2"].agent_argv(n1.addr, 9401), env=swarmgpu_env(),
+        n1, GPU_NODES["gpu-node-2"].agent_argv(n1.addr, 9401, data_root=n1.data_root),
+        env=swarmgpu_env(),
         **kwargs_for_logs(LOGS / "agent-impostor.log"))
     try:
         wait_port(n1.addr, 9401)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from gpu_nodes import (
     LOGS,
+    PLAIN_AGENTS,
     cfg_file,
     kwargs_for_logs,
     labels_of,
@@ -46,7 +47,7 @@ STACK = "hs"
 def scene(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("hostile")
-    honest = start_agent(swarm, "gpu-node-1")
+    honest = start_agent(swarm, "gpu-node-1", secure=False)  # hostile agents speak HTTP
     f = tmp / "stack.yml"
     f.write_text(stack_yaml(STACK, {
         "llm": {"labels": {"swarmgpu.gpus": "1", "swarmgpu.gpu-product": "*A100*"}},
@@ -61,7 +62,8 @@ def scene(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
     api.update_node(n2.node_id, spec["Version"]["Index"], {
         **spec["Spec"], "Labels": {**(spec["Spec"].get("Labels") or {}),
                                    "swarmgpu.gpu.count": "8"}})
-    cfg = cfg_file(tmp, swarm, agents={"timeout_s": 2}, rebalance={"scrape_timeout_s": 2})
+    cfg = cfg_file(tmp, swarm, agents={"timeout_s": 2, **PLAIN_AGENTS},
+                   rebalance={"scrape_timeout_s": 2})
     yield {"cfg": cfg, "tmp": tmp}
     swarm.cli(swarm.manager, "stack", "rm", STACK, check=False)
     stop(honest)

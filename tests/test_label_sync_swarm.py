@@ -275,6 +275,7 @@ def test_daemon_mode_fact_change_latency(
     agent = swarm.exec_in_netns(node, [
         sys.executable, "-m", "swarmgpu.cli", "agent", "--source", f"file:{path}",
         "--hostname", "gpu-node-1", "--listen", f"{node.addr}:9401", "--refresh-s", "1",
+        "--identity", "swarm-pki", "--data-root", str(node.data_root),
     ], env=swarmgpu_env(), **kwargs_for_logs(LOGS / "agent-file.log"))
     # A long full-cycle interval: the change must arrive through the facts watch.
     cfg = _cfg_file(tmp_path, swarm, sync={"interval_s": 60}, agents={"watch_s": 1})
