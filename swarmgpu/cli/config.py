@@ -7,20 +7,23 @@ from typing import Any
 
 import click
 
-from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config
+from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config_report
 
 
 def load_checked(path: str | None) -> Config:
-    """load_config, then what the layers above the configuration check: a pinned
-    ``placement.workload`` file must parse (the workload model owns that format)."""
-    cfg = load_config(path)
+    """The configuration, checked as a whole: the keys, then what the layers above the
+    configuration check (a pinned ``placement.workload`` file must parse; the workload
+    model owns that format). Raises ConfigError with every problem found."""
+    cfg, errors = load_config_report(path)
     if cfg.placement.workload != "auto":
         from swarmgpu.allocator.workload import WorkloadError, load_file
 
         try:
             load_file(cfg.placement.workload)
         except WorkloadError as exc:
-            raise ConfigError(f"placement.workload: {exc} (or use 'auto')") from None
+            errors.append(f"placement.workload: {exc} (or use 'auto')")
+    if errors:
+        raise ConfigError(errors)
     return cfg
 
 
@@ -28,7 +31,8 @@ def load_cfg(path: str | None, **overrides: Any) -> Config:
     try:
         cfg = load_checked(path)
     except ConfigError as exc:
-        click.echo(f"swarmgpu: configuration error: {exc}", err=True)
+        for err in exc.errors:
+            click.echo(f"swarmgpu: configuration error: {err}", err=True)
         sys.exit(2)
     import dataclasses
 
@@ -46,11 +50,17 @@ def config() -> None:
 @config.command("check")
 @click.argument("path", type=click.Path())
 def config_check(path: str) -> None:
-    """Validate a config file; exit 2 with the key and the fix when it is wrong."""
+    """Validate a config file: every problem, each with its key and the fix.
+
+    Exit 0 valid, 2 invalid (or unreadable). The environment's SWARMGPU_* overrides
+    are checked with it, as the daemon would apply them."""
     try:
         load_checked(path)
     except ConfigError as exc:
-        click.echo(f"{path}: {exc}", err=True)
+        if len(exc.errors) > 1:
+            click.echo(f"{path}: {len(exc.errors)} errors", err=True)
+        for err in exc.errors:
+            click.echo(f"{path}: {err}", err=True)
         sys.exit(2)
     click.echo(f"{path}: ok")
 

@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,12 @@ from swarmgpu.core.yamlfile import read_yaml
 
 
 class ConfigError(ValueError):
-    pass
+    """One or more problems, each naming its key and the fix; ``errors`` lists them all
+    (``config check`` prints every one, so a file with three mistakes takes one run)."""
+
+    def __init__(self, errors: str | list[str]) -> None:
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("\n".join(self.errors))
 
 
 @dataclass(frozen=True)
@@ -232,108 +237,109 @@ class Config:
                 self.rebalance, metrics_url_template=base.rstrip("/") + "/metrics"))
 
 
-def _check(cfg: Config) -> None:
+def _check(cfg: Config, add: Callable[[str], None]) -> None:
+    """Every problem of a built configuration, each given to ``add``."""
     if cfg.placement.workload_window < 100:
-        raise ConfigError("placement.workload_window: must be >= 100 tasks (default 5000)")
+        add("placement.workload_window: must be >= 100 tasks (default 5000)")
     if cfg.agents.port <= 0 or cfg.agents.port > 65535:
-        raise ConfigError(f"agents.port: {cfg.agents.port} is not a TCP port (1-65535)")
+        add(f"agents.port: {cfg.agents.port} is not a TCP port (1-65535)")
     if cfg.agents.timeout_s <= 0:
-        raise ConfigError("agents.timeout_s: must be > 0 seconds (e.g. 3)")
+        add("agents.timeout_s: must be > 0 seconds (e.g. 3)")
     if cfg.agents.parallel < 1:
-        raise ConfigError("agents.parallel: must be >= 1")
+        add("agents.parallel: must be >= 1")
     if cfg.agents.identity not in ("none", "swarm-pki"):
-        raise ConfigError(f"agents.identity: {cfg.agents.identity!r}; use swarm-pki or none")
+        add(f"agents.identity: {cfg.agents.identity!r}; use swarm-pki or none")
     if cfg.agents.identity == "swarm-pki" and not cfg.agents.url_template.startswith("https://"):
-        raise ConfigError(
+        add(
             f"agents.url_template: {cfg.agents.url_template!r} is plain HTTP, but "
             "agents.identity is swarm-pki (the default), so agents serve HTTPS; remove "
             "agents.url_template (it then defaults to 'https://{addr}:{port}'), or set "
             "agents.identity: none to read agents over plain HTTP (not recommended)")
     if cfg.agents.identity == "swarm-pki" and cfg.rebalance.metrics_url_template.startswith(
             f"http://{{addr}}:{cfg.agents.port}/"):
-        raise ConfigError("rebalance.metrics_url_template: the agents serve HTTPS "
-                          "(agents.identity swarm-pki); remove the key (it then defaults to "
-                          f"'https://{{addr}}:{cfg.agents.port}/metrics')")
+        add("rebalance.metrics_url_template: the agents serve HTTPS "
+            "(agents.identity swarm-pki); remove the key (it then defaults to "
+            f"'https://{{addr}}:{cfg.agents.port}/metrics')")
     if bool(cfg.agents.cert_file) != bool(cfg.agents.key_file):
-        raise ConfigError("agents.cert_file and agents.key_file: set both or neither "
-                          "(neither: this manager's own Swarm node certificate)")
+        add("agents.cert_file and agents.key_file: set both or neither "
+            "(neither: this manager's own Swarm node certificate)")
     if cfg.agents.watch_s != 0 and cfg.agents.watch_s < 1:
-        raise ConfigError("agents.watch_s: must be 0 (off) or >= 1 second (default 5)")
+        add("agents.watch_s: must be 0 (off) or >= 1 second (default 5)")
     if "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:
-        raise ConfigError(
+        add(
             "agents.url_template: must contain {addr} or {hostname}, "
             "e.g. 'http://{addr}:{port}'"
         )
     if cfg.sync.interval_s < 1:
-        raise ConfigError("sync.interval_s: must be >= 1 second (default 30)")
+        add("sync.interval_s: must be >= 1 second (default 30)")
     p = cfg.sync.prefix
     if not p.endswith(".") or not usable_label_key(p + "x"):
-        raise ConfigError(
+        add(
             f"sync.prefix: {p!r} must end with '.' and use only letters, digits, "
             "'-', '_', '.' (Swarm constraint keys cannot contain '/'); e.g. 'swarmgpu.'"
         )
     if not 2 <= cfg.history.samples <= 100_000:
-        raise ConfigError("history.samples: must be 2-100000 (default 240)")
+        add("history.samples: must be 2-100000 (default 240)")
     if not 1 <= cfg.history.max_gpus <= 1_000_000:
-        raise ConfigError("history.max_gpus: must be 1-1000000 (default 16384)")
+        add("history.max_gpus: must be 1-1000000 (default 16384)")
     if cfg.log.format not in ("text", "json"):
-        raise ConfigError(f"log.format: {cfg.log.format!r}; use 'text' or 'json'")
+        add(f"log.format: {cfg.log.format!r}; use 'text' or 'json'")
     if cfg.log.level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"):
-        raise ConfigError(f"log.level: {cfg.log.level!r}; use DEBUG, INFO, WARNING or ERROR")
+        add(f"log.level: {cfg.log.level!r}; use DEBUG, INFO, WARNING or ERROR")
     host, _, port = cfg.http.listen.rpartition(":")
     if not host or not port.isdigit():
-        raise ConfigError(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
-    _check_rebalance(cfg.rebalance)
+        add(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
+    _check_rebalance(cfg.rebalance, add)
     if cfg.placement.overshare not in ("report", "restart"):
-        raise ConfigError(f"placement.overshare: {cfg.placement.overshare!r}; use 'report' "
-                          "or 'restart'")
+        add(f"placement.overshare: {cfg.placement.overshare!r}; use 'report' "
+            "or 'restart'")
     if cfg.placement.overshare_window_s <= 0:
-        raise ConfigError("placement.overshare_window_s: must be > 0 seconds")
+        add("placement.overshare_window_s: must be > 0 seconds")
 
 
-def _check_rebalance(r: RebalanceConfig) -> None:
+def _check_rebalance(r: RebalanceConfig, add: Callable[[str], None]) -> None:
     bad = [p for p in (x.strip() for x in r.policies.split(",")) if p and
            p not in REBALANCE_POLICIES]
     if bad:
-        raise ConfigError(f"rebalance.policies: unknown {bad}; use a comma list of "
-                          f"{', '.join(REBALANCE_POLICIES)}")
+        add(f"rebalance.policies: unknown {bad}; use a comma list of "
+            f"{', '.join(REBALANCE_POLICIES)}")
     t = r.metrics_url_template
     if "{addr}" not in t and "{hostname}" not in t:
-        raise ConfigError("rebalance.metrics_url_template: must contain {addr} or {hostname}, "
-                          "e.g. 'http://{addr}:9400/metrics' for dcgm-exporter")
+        add("rebalance.metrics_url_template: must contain {addr} or {hostname}, "
+            "e.g. 'http://{addr}:9400/metrics' for dcgm-exporter")
     for key in ("scrape_timeout_s", "max_gap_s", "hot_window_s", "idle_window_s",
                 "frag_window_s", "move_timeout_s"):
         if getattr(r, key) <= 0:
-            raise ConfigError(f"rebalance.{key}: must be > 0 seconds")
+            add(f"rebalance.{key}: must be > 0 seconds")
     for key in ("hot_util_pct", "hot_clear_pct", "idle_util_pct", "idle_clear_pct", "frag_pct",
                 "spread_high_pct", "spread_low_pct"):
         if not 0 <= getattr(r, key) <= 100:
-            raise ConfigError(f"rebalance.{key}: {getattr(r, key)} is not a percentage 0-100")
+            add(f"rebalance.{key}: {getattr(r, key)} is not a percentage 0-100")
     if r.hot_clear_pct > r.hot_util_pct:
-        raise ConfigError("rebalance.hot_clear_pct: must be <= hot_util_pct (the dead band "
-                          "lies below the high threshold), e.g. 75 with 85")
+        add("rebalance.hot_clear_pct: must be <= hot_util_pct (the dead band "
+            "lies below the high threshold), e.g. 75 with 85")
     if r.idle_clear_pct < r.idle_util_pct:
-        raise ConfigError("rebalance.idle_clear_pct: must be >= idle_util_pct (the dead band "
-                          "lies above the low threshold), e.g. 25 with 15")
+        add("rebalance.idle_clear_pct: must be >= idle_util_pct (the dead band "
+            "lies above the low threshold), e.g. 25 with 15")
     if r.idle_clear_pct >= r.hot_clear_pct:
-        raise ConfigError("rebalance: idle_clear_pct must be below hot_clear_pct, so a GPU "
-                          "is never under-used and hot at once (low/high dead band)")
+        add("rebalance: idle_clear_pct must be below hot_clear_pct, so a GPU "
+            "is never under-used and hot at once (low/high dead band)")
     if r.spread_low_pct >= r.spread_high_pct:
-        raise ConfigError("rebalance.spread_low_pct: must be below spread_high_pct")
+        add("rebalance.spread_low_pct: must be below spread_high_pct")
     if r.min_samples < 1:
-        raise ConfigError("rebalance.min_samples: must be >= 1")
+        add("rebalance.min_samples: must be >= 1")
     for key in ("max_moves_per_cycle", "max_moves_per_node", "defrag_max_moves"):
         if getattr(r, key) < 0:
-            raise ConfigError(f"rebalance.{key}: must be >= 0 (0 turns those moves off)")
+            add(f"rebalance.{key}: must be >= 0 (0 turns those moves off)")
     if r.cooldown_s < 0:
-        raise ConfigError("rebalance.cooldown_s: must be >= 0 seconds (default 600)")
+        add("rebalance.cooldown_s: must be >= 0 seconds (default 600)")
     if r.fragmentation_moves_per_hour < 0:
-        raise ConfigError("rebalance.fragmentation_moves_per_hour: must be >= 0 (default 4; "
-                          "0 turns fragmentation moves off)")
+        add("rebalance.fragmentation_moves_per_hour: must be >= 0 (default 4; "
+            "0 turns fragmentation moves off)")
     if not 0 <= r.fragmentation_moves_per_100_placements <= 100:
-        raise ConfigError("rebalance.fragmentation_moves_per_100_placements: "
-                          f"{r.fragmentation_moves_per_100_placements:g} is out of range; use "
-                          "0-100 moves per 100 placements (default 2; 0 turns them off)")
+        add("rebalance.fragmentation_moves_per_100_placements: "
+            f"{r.fragmentation_moves_per_100_placements:g} is out of range; use "
+            "0-100 moves per 100 placements (default 2; 0 turns them off)")
 
 
 def _coerce(value: Any, typ: Any, where: str) -> Any:
@@ -362,9 +368,12 @@ def _coerce(value: Any, typ: Any, where: str) -> Any:
     return value
 
 
-def _build(cls: Any, data: Any, where: str) -> Any:
+def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
+    """``cls`` from ``data``; a key that is unknown or of the wrong type is given to
+    ``add`` and left at its default, so the checks after it still run."""
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where or 'config'}: expected a mapping of keys, got {data!r}")
+        add(f"{where or 'config'}: expected a mapping of keys, got {data!r}")
+        return cls()
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
@@ -372,12 +381,16 @@ def _build(cls: Any, data: Any, where: str) -> Any:
         if key not in hints:
             close = difflib.get_close_matches(str(key), hints, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"{path}: unknown key{hint} (known: {', '.join(sorted(hints))})")
+            add(f"{path}: unknown key{hint} (known: {', '.join(sorted(hints))})")
+            continue
         typ = hints[key]
         if dataclasses.is_dataclass(typ):
-            kwargs[key] = _build(typ, value if value is not None else {}, path)
-        else:
+            kwargs[key] = _build(typ, value if value is not None else {}, path, add)
+            continue
+        try:
             kwargs[key] = _coerce(value, typ, path)
+        except ConfigError as e:
+            add(str(e))
     return cls(**kwargs)
 
 
@@ -401,7 +414,19 @@ _ENV_OVERRIDES = {
 def load_config(
     path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
 ) -> Config:
-    """Load, apply env overrides, validate. Raises ConfigError naming key and fix."""
+    """Load, apply env overrides, validate. Raises ConfigError naming key and fix, with
+    every problem found (``errors``)."""
+    cfg, errors = load_config_report(path, env)
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+def load_config_report(
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+) -> tuple[Config, list[str]]:
+    """The configuration (defaults where a key is wrong) and every problem in it. A file
+    that is not YAML, or not a mapping, raises ConfigError: nothing else can be read."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -420,9 +445,10 @@ def load_config(
                 if not isinstance(d, dict):
                     raise ConfigError(f"{'.'.join(path_keys[:-1])}: expected a mapping")
             d[path_keys[-1]] = env[var]
-    cfg: Config = _build(Config, data, "")
-    _check(cfg)
-    return cfg
+    errors: list[str] = []
+    cfg: Config = _build(Config, data, "", errors.append)
+    _check(cfg, errors.append)
+    return cfg, errors
 
 
 def describe_defaults() -> str:
