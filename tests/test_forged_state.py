@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from gpu_nodes import DGX_A100, RTX4090
+from loguru import logger
 
 from swarmgpu.core.config import (
     AgentsConfig,
@@ -394,6 +395,15 @@ def test_genuine_move_past_its_source_whose_label_went_is_finished_from_its_reco
     assert sw.service("id-victim").replicas == 1
 
 
+def test_the_actuators_gate_refuses_a_mover_write_in_dry_run() -> None:
+    """The backstop: a write that reaches the gate in dry-run is refused, not made."""
+    sw = _cluster({})
+    m = Mover(sw, RB, prefix=P, dry_run=True)  # type: ignore[arg-type]
+    m._close("n-dgx", "victim")
+    assert m._put_record("id-victim", _forged_move()) is False
+    assert sw.calls == [] and m.writes.refused == 2
+
+
 def test_genuine_move_in_dry_run_is_left_as_it_is() -> None:
     """rebalance.dry_run turned on while a move is in flight: no write, the move waits."""
     sw, now = _cluster({}), [1000.0]
@@ -461,8 +471,15 @@ def test_daemon_cycles_in_dry_run_with_hostile_labels_write_nothing(global_dry: 
     sw._services[att2.id] = att2
     d = _daemon(sw, dry_run=global_dry, rebalance_dry_run=True, tmp=str(tmp_path))
     before = _victim_state(sw)
-    for _ in range(3):
-        d.cycle()
+    errors: list[str] = []
+    sink = logger.add(lambda m: errors.append(str(m)), level="ERROR")
+    try:
+        for _ in range(3):
+            d.cycle()
+    finally:
+        logger.remove(sink)
+    # Every step checked dry-run itself: the actuator's gate (Writes) never had to refuse.
+    assert not [e for e in errors if "dry-run refused" in e], errors
     if global_dry:
         assert sw.calls == []
     else:

@@ -3,12 +3,16 @@
 A plan is made from one snapshot, but the write re-derives it from the labels as
 they are at write time (read-modify-write with the version), so a concurrent
 user's edit between snapshot and write is kept, never overwritten.
+
+``Writes`` is the gate every write of a step passes (label sync's and the mover's): in
+dry-run it refuses the write and says so, whatever the caller forgot to check.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from loguru import logger
 
@@ -16,6 +20,44 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.labels import NodeLabelPlan, plan_node_labels
+
+
+class Writes:
+    """The three writes swarmgpu makes (node labels, a service spec, the swarm object's
+    labels), each refused in dry-run. Callers check dry-run first and log what they
+    would do; a write that still arrives here in dry-run is a bug, logged as an error
+    and counted in ``refused``."""
+
+    def __init__(self, swarm: SwarmClient, *, dry_run: bool, who: str) -> None:
+        self.swarm = swarm
+        self.dry_run = dry_run
+        self.who = who
+        self.refused = 0
+
+    def _refuse(self, what: str) -> bool:
+        if self.dry_run:
+            self.refused += 1
+            logger.error("{}: dry-run refused a write of {} (the caller should not have "
+                         "tried)", self.who, what)
+        return self.dry_run
+
+    def node_labels(self, node_id: str,
+                    compute: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
+        if self._refuse(f"node {node_id} labels"):
+            return False
+        return self.swarm.update_node_labels(node_id, compute)
+
+    def service_spec(self, service_id: str,
+                     compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None]) -> bool:
+        if self._refuse(f"service {service_id} spec"):
+            return False
+        return self.swarm.update_service_spec(service_id, compute)
+
+    def swarm_labels(self, compute: Callable[[Mapping[str, str]],
+                                             Mapping[str, str] | None]) -> bool:
+        if self._refuse("the swarm object's labels"):
+            return False
+        return self.swarm.update_swarm_labels(compute)
 
 
 @dataclass(frozen=True)
@@ -41,6 +83,7 @@ class Actuator:
         self.dry_run = dry_run
         self.prefix = prefix
         self.allow_disruptive = allow_disruptive
+        self.writes = Writes(swarm, dry_run=dry_run, who="label sync")
 
     def apply_labels(
         self,

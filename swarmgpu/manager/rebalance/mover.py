@@ -50,6 +50,7 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.manager.actuator import Writes
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.placement import (
     MOVE_STATE,
@@ -305,6 +306,7 @@ class Mover:
         self.cfg = cfg
         self.prefix = prefix
         self.dry_run = dry_run
+        self.writes = Writes(swarm, dry_run=dry_run, who="rebalance")
         self.metrics = metrics
         self.clock = clock
         self.recent: deque[MoveRecord] = deque(maxlen=50)
@@ -355,35 +357,22 @@ class Mover:
                              st.service, sid)
         self._said = said
 
-    # --- writes: every one checks dry-run here, before anything else ---------------
-    def _refused(self, what: str) -> bool:
-        if self.dry_run:  # the callers never get here in dry-run; this is the backstop
-            logger.error("dry-run: refused a write the mover should not have tried ({})", what)
-        return self.dry_run
-
+    # --- writes: through the actuator's gate, which refuses every one in dry-run ------
     def _write_spec(self, sid: str, fn: Callable[[dict[str, Any]], None]) -> bool:
-        if self._refused(f"service {sid} spec"):
-            return False
-        return self.swarm.update_service_spec(sid, _spec_edit(fn))
+        return self.writes.service_spec(sid, _spec_edit(fn))
 
     def _write_node(self, node_id: str,
                     compute: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
-        if self._refused(f"node {node_id} labels"):
-            return False
-        return self.swarm.update_node_labels(node_id, compute)
+        return self.writes.node_labels(node_id, compute)
 
     def _put_record(self, sid: str, st: MoveState) -> bool:
-        if self._refused(f"move record of {sid}"):
-            return False
         key, text = record_key(self.prefix, sid), st.to_json()
-        return self.swarm.update_swarm_labels(
+        return self.writes.swarm_labels(
             lambda cur: None if cur.get(key) == text else {**cur, key: text})
 
     def _drop_record(self, sid: str) -> bool:
-        if self._refused(f"move record of {sid}"):
-            return False
         key = record_key(self.prefix, sid)
-        return self.swarm.update_swarm_labels(
+        return self.writes.swarm_labels(
             lambda cur: {k: v for k, v in cur.items() if k != key} if key in cur else None)
 
     def _repair(self, s: SwarmService) -> None:
