@@ -8,6 +8,7 @@ with a plain HTTP 500 "update out of sequence", which becomes ``VersionConflict`
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -190,17 +191,34 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
     )
 
 
+# The docker SDK's endpoint when neither a URL nor DOCKER_HOST is given.
+DEFAULT_ENGINE = "unix:///var/run/docker.sock"
+
+
+def engine_endpoint(base_url: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The endpoint a client for ``base_url`` talks to, and where that came from, for
+    errors: the one an operator must check (docker contexts are not read by the SDK)."""
+    env = os.environ if env is None else env
+    if base_url:
+        return base_url
+    if env.get("DOCKER_HOST"):
+        return f"{env['DOCKER_HOST']} (DOCKER_HOST)"
+    return f"{DEFAULT_ENGINE} (the default; DOCKER_HOST is not set)"
+
+
 class SwarmClient:
     """Thin typed wrapper over the docker SDK's low-level API."""
 
     def __init__(self, base_url: str | None = None, *, timeout_s: float = 30.0) -> None:
+        self.endpoint = engine_endpoint(base_url)
         try:
             if base_url:
                 self._api = docker.APIClient(base_url=base_url, timeout=int(timeout_s))
             else:
                 self._api = docker.from_env(timeout=int(timeout_s)).api
         except docker.errors.DockerException as exc:
-            raise SwarmUnavailable(f"cannot reach the Docker Engine: {exc}") from exc
+            raise SwarmUnavailable(
+                f"cannot reach the Docker Engine at {self.endpoint}: {exc}") from exc
         self.writes = 0  # every write call made, for metrics and tests
         self._lock = threading.Lock()
 
@@ -215,7 +233,7 @@ class SwarmClient:
                 raise SwarmUnavailable(f"not a Swarm manager or no quorum: {exc}") from exc
             raise SwarmError(str(exc)) from exc
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
-            raise SwarmUnavailable(f"Docker Engine unreachable: {exc}") from exc
+            raise SwarmUnavailable(f"Docker Engine unreachable at {self.endpoint}: {exc}") from exc
 
     def info(self) -> Mapping[str, Any]:
         return dict(self._call(self._api.info))
