@@ -520,15 +520,23 @@ class ClusterAllocator:
         desired state running, GPU or not); a holding's own reservation is counted by
         the holding until its task exists (``holding_reservation``)."""
         use: dict[str, list[int]] = {}
-        self.tasks_on = set()
+        on_nodes: dict[str, set[str]] = {}
         for t in tasks:
             if t.desired_state != "running" or not t.node_id:
                 continue
-            self.tasks_on.add((t.service_id, t.node_id))
+            on_nodes.setdefault(t.service_id, set()).add(t.node_id)
             if t.cpu_milli or t.memory_mib:
                 u = use.setdefault(t.node_id, [0, 0])
                 u[0] += t.cpu_milli
                 u[1] += t.memory_mib
+        self.set_usage_of(use, on_nodes)
+
+    def set_usage_of(self, use: Mapping[str, Sequence[int]],
+                     on_nodes: Mapping[str, AbstractSet[str]]) -> None:
+        """``set_usage`` from its sums: node id -> (CPU milli, memory MiB) reserved, and
+        service id -> the nodes its tasks are on (``_tasks_by_service`` makes both in its
+        one pass over the tasks)."""
+        self.tasks_on = {(sid, nid) for sid, where in on_nodes.items() for nid in where}
         for nid in self.alloc.nodes:
             cpu, mem = use.get(nid, (0, 0))
             self.alloc.set_usage(nid, cpu, mem)
@@ -1060,7 +1068,9 @@ class Planner:
             self._exclude_sig_gen += 1
             self._exclude = {}
         live_names = {s.name for s in services}
-        tv = _tasks_by_service(tasks)
+        most = max((len(ns.spec.gpus) for ns in cluster.alloc.nodes.values()), default=0)
+        few = {s.id for s in services if (s.replicas or 0) <= most}
+        tv = _tasks_by_service(tasks, few.__contains__)
         running, waiting, slots = tv.running, tv.waiting, tv.slots
 
         # Holdings of services that no longer exist are released (gate and ledger).
@@ -1091,7 +1101,7 @@ class Planner:
         self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes)
 
         # First commit every valid existing holding, so new placements never reuse GPUs.
-        cluster.set_usage(tasks)
+        cluster.set_usage_of(tv.use, tv.on_nodes)
         kept = self._commit_existing(parsed, ledger, by_id, facts, running)
 
         live_ids = {s.id for s, _ in parsed}
@@ -1099,7 +1109,6 @@ class Planner:
         for sid, ids in tv.failed.items():
             if sid in live_ids:
                 self._backoff.setdefault(sid, Backoff()).saw_failures(ids, now)
-        most = max((len(ns.spec.gpus) for ns in cluster.alloc.nodes.values()), default=0)
         cyc = _Cycle(cluster, by_id, facts, prefix, self.zone_label,
                      {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
                      plan, self._exclude_for, most_gpus=most, now=now,
@@ -1112,8 +1121,7 @@ class Planner:
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
                                     running.get(s.id, {}), waiting.get(s.id, NO_WAITING))
             # Slots are read only where the replicas could be packed on one node.
-            key += (tuple(sorted(mine_slots.items())) if (s.replicas or 0) <= most
-                    else len(mine_slots),)
+            key += (tuple(sorted(mine_slots.items())) if s.id in few else None,)
             bo = self._backoff.get(s.id)
             key += (bo.key() if bo is not None else None,)
             if not mine:  # pending: the same answer while capacity and nodes are as they were
@@ -1328,15 +1336,21 @@ class _TaskView:
     slots: dict[str, dict[int, str]]
     on_nodes: dict[str, set[str]]
     failed: dict[str, list[str]]
+    use: dict[str, list[int]]  # node id -> [CPU milli, memory MiB] its tasks reserve
 
 
-def _tasks_by_service(tasks: Sequence[SwarmTask]) -> _TaskView:
+def _tasks_by_service(tasks: Sequence[SwarmTask],
+                      slots_of: Callable[[str], bool] | None = None) -> _TaskView:
+    """``slots_of``: the services whose slots are wanted (those that could be packed on
+    one node; default all): the others' slots are never read."""
     running: dict[str, dict[str, int]] = {}
+    use: dict[str, list[int]] = {}
     slots: dict[str, dict[int, str]] = {}
     on_nodes: dict[str, set[str]] = {}
     failed: dict[str, list[str]] = {}
     acc: dict[str, list[Any]] = {}  # service id -> [count, min ForceUpdate, refusal]
     refusal: dict[tuple[str, str], str] = {}  # Swarm repeats one text over many tasks
+    wanted: dict[str, bool] = {}
     for t in tasks:
         sid, state = t.service_id, t.state
         if state in _FAILED:
@@ -1347,11 +1361,21 @@ def _tasks_by_service(tasks: Sequence[SwarmTask]) -> _TaskView:
         if t.slot:
             at = slots.get(sid)
             if at is None:
-                at = slots[sid] = {}
-            if not at.get(t.slot):
+                want = wanted.get(sid)
+                if want is None:
+                    want = wanted[sid] = slots_of is None or slots_of(sid)
+                if want:
+                    at = slots[sid] = {}
+            if at is not None and not at.get(t.slot):
                 at[t.slot] = nid
         if nid:
             on_nodes.setdefault(sid, set()).add(nid)
+            if t.cpu_milli or t.memory_mib:
+                u = use.get(nid)
+                if u is None:
+                    u = use[nid] = [0, 0]
+                u[0] += t.cpu_milli
+                u[1] += t.memory_mib
         if state == "running" or state == "starting":
             per = running.setdefault(sid, {})
             per[nid] = per.get(nid, 0) + 1
@@ -1369,7 +1393,7 @@ def _tasks_by_service(tasks: Sequence[SwarmTask]) -> _TaskView:
                     text = refusal[key] = _refusal_text(t.error, t.message)
                 a[2] = text
     waiting = {sid: Waiting(a[0], a[1], a[2]) for sid, a in acc.items()}
-    return _TaskView(running, waiting, slots, on_nodes, failed)
+    return _TaskView(running, waiting, slots, on_nodes, failed, use)
 
 
 def plan_placement(
@@ -1830,9 +1854,11 @@ def _place_missing(sp: ServicePlan, s: SwarmService, r: GpuRequest,
             reason = choice.reason
             full = [nid for nid in used_nodes if nid in cluster.alloc.nodes
                     and cluster.alloc.fits(cluster.alloc.nodes[nid], demand)]
-            if full:  # name the rule that stops it, not topology
-                reason += (f"; {', '.join(sorted(full))} would have room but already runs "
-                           "a replica (one replica per node: max_replicas_per_node 1)")
+            if full:  # name the rule that stops it, not topology (and a few of the nodes)
+                names = sorted(full)
+                more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+                reason += (f"; {', '.join(names[:3])}{more} would have room but already "
+                           "run(s) a replica (one replica per node: max_replicas_per_node 1)")
             reasons.append(cluster.hostnames(reason))
             break
         cluster.commit(choice, s.name)
