@@ -1,0 +1,62 @@
+"""Log lines in text format read as text: bound context as key=value, never a dict."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+
+import pytest
+from loguru import logger
+
+from swarmgpu.cli.logs import context_text, setup_logging
+
+
+@pytest.fixture(autouse=True)
+def _restore() -> Iterator[None]:
+    yield None
+    logger.remove()
+    logger.add(sys.stderr)
+
+
+def test_text_lines_have_no_raw_dict(capsys: pytest.CaptureFixture[str]) -> None:
+    setup_logging("INFO", "text")
+    logger.bind(component="agent").info("agent serving {} on {}", "nvml", "http://x:9401")
+    logger.bind(service="my llm", task="t.1").warning("pending: needs {} GPU", 1)
+    logger.info("no context <b>{}</b>", "{not a field}")
+    err = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d INFO    component=agent agent serving nvml on "
+                        r"http://x:9401", err[0]), err[0]
+    assert err[1].endswith("WARNING service='my llm' task=t.1 pending: needs 1 GPU"), err[1]
+    assert err[2].endswith("INFO    no context <b>{not a field}</b>"), err[2]
+    assert not any("{'" in ln or "{}" in ln for ln in err), err
+
+
+def test_braces_and_tags_in_context_are_literal(capsys: pytest.CaptureFixture[str]) -> None:
+    setup_logging("INFO", "text")
+    logger.bind(service="a{b}<red>c").info("x")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("INFO    service=a{b}<red>c x"), line
+
+
+def test_exceptions_still_print(capsys: pytest.CaptureFixture[str]) -> None:
+    setup_logging("INFO", "text")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        logger.bind(component="agent").exception("request failed")
+    err = capsys.readouterr().err
+    assert "component=agent request failed" in err and "RuntimeError: boom" in err
+
+
+def test_json_format_keeps_the_context(capsys: pytest.CaptureFixture[str]) -> None:
+    setup_logging("INFO", "json")
+    logger.bind(component="agent").info("hello")
+    rec = json.loads(capsys.readouterr().err)
+    assert rec["record"]["extra"] == {"component": "agent"}
+
+
+def test_context_text() -> None:
+    assert context_text({}) == ""
+    assert context_text({"a": 1, "b": "x y", "c": ""}) == "a=1 b='x y' c=''"
