@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -37,6 +38,7 @@ MAX_ID_LEN = 96  # UUID / hostname label values longer than this are not real
 _HOST_LABELS = ("hostname", "Hostname")
 PROCESS_MEMORY = "swarmgpu_gpu_process_memory_used_mib"  # swarmgpu.agent.metrics writes it
 _MAX_PROCESSES = 512  # per GPU: a page listing more is not to be trusted with memory
+_MAX_HOSTS = 4  # distinct hostname labels remembered: one is right, two already conflict
 
 
 @dataclass
@@ -155,14 +157,14 @@ def _samples_lenient(
         except Exception:  # the parser raises ValueError, IndexError, ...
             # Only the metric name, never the line: what a page says is not echoed.
             m = _METRIC_NAME.match(line)
-            what = f"{m.group(0)[:64]} " if m else ""
+            what = f"{peer_text(m.group(0), 64)} " if m else ""
             _note(errors, f"line {n}: {what}sample cannot be parsed; skipped")
     return out
 
 
 def _note(errors: list[str], msg: str) -> None:
     if len(errors) < _MAX_ERRORS:
-        errors.append(msg)
+        errors.append(peer_text(msg))
     elif len(errors) == _MAX_ERRORS:
         errors.append("further errors left out")
 
@@ -178,21 +180,32 @@ def parse_metrics(text: str) -> ScrapeResult:
     return result
 
 
+def _label(labels: Mapping[str, str], key: str) -> str:
+    """A free-text label (model, PCI id, MIG profile, process owner), cut and cleaned."""
+    return peer_text(labels.get(key) or "", MAX_ID_LEN)
+
+
 def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: ScrapeResult) -> None:
     hosts: set[str] = set()
+    more_hosts = False
     for name, labels, value in samples:
+        name = peer_text(name, 64) if len(name) > 64 or not name.isprintable() else name
         uuid = labels.get("UUID")
         if not uuid:
             continue
         if not _sane_id(uuid):
-            _note(res.errors, f"{name[:64]}: a UUID label that is not a GPU UUID; skipped")
+            _note(res.errors, f"{name}: a UUID label that is not a GPU UUID; skipped")
             continue
         for key in _HOST_LABELS:
             if labels.get(key):
                 if _sane_id(labels[key]):
-                    hosts.add(labels[key])
+                    # A page may name a host per sample: remember a few, count the rest.
+                    if len(hosts) < _MAX_HOSTS:
+                        hosts.add(labels[key])
+                    elif labels[key] not in hosts:
+                        more_hosts = True
                 else:
-                    _note(res.errors, f"{name[:64]}: a {key} label that is not a host name")
+                    _note(res.errors, f"{name}: a {key} label that is not a host name")
                 break
         if not math.isfinite(value):
             continue  # NaN/Inf: the exporter could not say; unknown, not 0
@@ -204,28 +217,27 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
             gpu = res.samples_by_uuid[uuid] = GpuMetrics(uuid=uuid)
         if gpu.index is None:
             gpu.index = small_int(labels.get("gpu"))
-        gpu.model_name = gpu.model_name or (labels.get("modelName") or "")[:MAX_ID_LEN] or None
-        gpu.pci_bus_id = gpu.pci_bus_id or (labels.get("pci_bus_id") or "")[:MAX_ID_LEN] or None
+        gpu.model_name = gpu.model_name or _label(labels, "modelName") or None
+        gpu.pci_bus_id = gpu.pci_bus_id or _label(labels, "pci_bus_id") or None
         if name == PROCESS_MEMORY:
             pid = small_int(labels.get("pid"), most=2**22)  # the kernel's pid_max limit
             if pid is not None and len(gpu.processes) < _MAX_PROCESSES:
                 gpu.processes.append(ProcessMetric(
-                    pid, value, labels.get("service", "")[:MAX_ID_LEN],
-                    labels.get("task", "")[:MAX_ID_LEN],
-                    labels.get("container", "")[:MAX_ID_LEN]))
+                    pid, value, _label(labels, "service"), _label(labels, "task"),
+                    _label(labels, "container")))
             continue
         gi = labels.get("GPU_I_ID")
         if gi is not None:
             gi_id = small_int(gi)
             if gi_id is None:
-                _note(res.errors, f"{name[:64]}: GPU_I_ID of {uuid} is not a small number")
+                _note(res.errors, f"{name}: GPU_I_ID of {uuid} is not a small number")
                 continue
             mig = gpu.mig.get(gi_id)
             if mig is None:
                 if len(gpu.mig) >= MAX_MIG_PER_GPU:
                     _note(res.errors, f"{uuid}: more than {MAX_MIG_PER_GPU} MIG instances")
                     continue
-                prof = (labels.get("GPU_I_PROFILE") or "")[:MAX_ID_LEN] or None
+                prof = _label(labels, "GPU_I_PROFILE") or None
                 mig = gpu.mig[gi_id] = MigMetrics(gi_id, prof)
             target = mig.values
         else:
@@ -234,5 +246,6 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
         target.setdefault(name, value)
     if hosts:
         res.hostname = sorted(hosts)[0]
-        if len(hosts) > 1:
-            _note(res.errors, f"several hostnames in one scrape: {sorted(hosts)}")
+        if len(hosts) > 1 or more_hosts:
+            more = ", and more" if more_hosts else ""
+            _note(res.errors, f"several hostnames in one scrape: {sorted(hosts)}{more}")

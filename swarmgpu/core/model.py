@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from swarmgpu.core.peertext import peer_text
+
 FACTS_SCHEMA = "swarmgpu.facts/v1"
 
 # go-gpuallocator's pair scores (NVIDIA/go-gpuallocator, used by the k8s device plugin).
@@ -172,12 +174,12 @@ class NodeFacts:
         schema = data.get("schema", FACTS_SCHEMA)
         if schema != FACTS_SCHEMA:
             raise FactsError(
-                f"{where}: schema {schema!r} is not supported; expected {FACTS_SCHEMA!r}"
+                f"{where}: schema {_quote(schema)} is not supported; expected {FACTS_SCHEMA!r}"
             )
         unknown = set(data) - {"schema", "node", "gpus", "links", "errors"}
         if unknown:
             raise FactsError(
-                f"{where}: unknown top-level key(s) {sorted(unknown)}; "
+                f"{where}: unknown top-level key(s) {_keys(unknown)}; "
                 "allowed: schema, node, gpus, links, errors"
             )
         node = data.get("node", {})
@@ -190,7 +192,7 @@ class NodeFacts:
         unknown = set(node) - node_keys
         if unknown:
             raise FactsError(
-                f"{where}.node: unknown key(s) {sorted(unknown)}; allowed: {sorted(node_keys)}"
+                f"{where}.node: unknown key(s) {_keys(unknown)}; allowed: {sorted(node_keys)}"
             )
         hostname = _opt_str(node, "hostname", f"{where}.node") or ""
         gpus_raw = data.get("gpus", [])
@@ -203,7 +205,8 @@ class NodeFacts:
         seen: set[str] = set()
         for g in gpus:
             if g.uuid in seen:
-                raise FactsError(f"{where}.gpus: UUID {g.uuid} appears twice; UUIDs must be unique")
+                raise FactsError(f"{where}.gpus: UUID {_quote(g.uuid)} appears twice; "
+                                 "UUIDs must be unique")
             seen.add(g.uuid)
         links = _links_from(data.get("links", []), len(gpus), f"{where}.links")
         errors_raw = data.get("errors", [])
@@ -212,7 +215,8 @@ class NodeFacts:
         if len(errors_raw) > MAX_ERRORS:
             left = len(errors_raw) - MAX_ERRORS
             errors_raw = [*errors_raw[:MAX_ERRORS], f"{left} further error(s) left out"]
-        errors_raw = [e[:MAX_STR_LEN] for e in errors_raw]
+        # The agent's own notes: shown in logs and on the map, so cut and cleaned.
+        errors_raw = [peer_text(e, MAX_STR_LEN) for e in errors_raw]
         collected = node.get("collected_at")
         if collected is not None and (
             isinstance(collected, bool) or not isinstance(collected, int | float)
@@ -239,6 +243,22 @@ _GPU_KEYS = {
 }
 
 
+def _quote(v: Any) -> str:
+    """A peer's value inside an error: quoted, short, no control characters."""
+    return repr(peer_text(v, 64)) if isinstance(v, str) else f"of type {type(v).__name__}"
+
+
+def _keys(keys: set[Any]) -> str:
+    """Unknown keys named in an error: a few, each short (a peer may send thousands)."""
+    shown = sorted(peer_text(k, 40) for k in list(keys)[:200])[:5]
+    more = f" and {len(keys) - len(shown)} more" if len(keys) > len(shown) else ""
+    return f"{shown}{more}"
+
+
+def _note(text: str | None) -> str | None:
+    return None if text is None else peer_text(text, MAX_STR_LEN)
+
+
 def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
     v = d.get(key)
     if v is None:
@@ -261,10 +281,10 @@ def _int(d: Mapping[str, Any], key: str, where: str, *, required: bool, minimum:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         raise FactsError(f"{where}.{key}: expected an integer, got {str(v)[:32]!r}")
+    if abs(v) >= 2**53:  # first: str() of a 5,000-digit int raises
+        raise FactsError(f"{where}.{key}: a number that big is not a {key}")
     if v < minimum:
         raise FactsError(f"{where}.{key}: {v} is below the minimum {minimum}")
-    if v >= 2**53:
-        raise FactsError(f"{where}.{key}: a number that big is not a {key}")
     return v
 
 
@@ -280,7 +300,7 @@ def _gpu_from(g: Any, where: str) -> Gpu:
         raise FactsError(f"{where}: expected an object")
     unknown = set(g) - _GPU_KEYS
     if unknown:
-        raise FactsError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_GPU_KEYS)}")
+        raise FactsError(f"{where}: unknown key(s) {_keys(unknown)}; allowed: {sorted(_GPU_KEYS)}")
     uuid = _opt_str(g, "uuid", where)
     if not uuid:
         raise FactsError(f"{where}.uuid: missing; every GPU needs its UUID (GPU-...)")
@@ -325,7 +345,7 @@ def _gpu_from(g: Any, where: str) -> Gpu:
         numa_node=_int(g, "numa_node", where, required=False),
         cpu_affinity=_opt_str(g, "cpu_affinity", where),
         healthy=_bool(g, "healthy", where, True),
-        error=_opt_str(g, "error", where),
+        error=_note(_opt_str(g, "error", where)),
     )
 
 

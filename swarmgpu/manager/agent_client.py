@@ -13,10 +13,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.model import FactsError, NodeFacts
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager import boundedhttp
 from swarmgpu.swarm.client import SwarmNode
-
 from swarmgpu.swarm.identity import node_refusal, peer_name
+
 
 @dataclass(frozen=True)
 class FactsResult:
@@ -60,7 +61,8 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     now = time.time()
 
     def fail(msg: str) -> FactsResult:
-        return FactsResult(node.id, node.hostname, url, None, msg, now)
+        # Parts of msg came from the agent: cut and cleaned before anyone logs or stores it.
+        return FactsResult(node.id, node.hostname, url, None, peer_text(msg), now)
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:

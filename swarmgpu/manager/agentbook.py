@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.agent_client import FactsResult
 
 STATE_FILE = "agents.json"
@@ -51,7 +52,8 @@ class AgentBook:
         else:
             if rec.failing_since is None:
                 rec.failing_since = result.fetched_at
-            rec.last_error = result.error
+            # Built from the agent's answer: stored and shown bounded, whoever built it.
+            rec.last_error = None if result.error is None else peer_text(result.error)
         return rec
 
     def save(self, state_dir: str) -> None:
@@ -70,4 +72,9 @@ def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:
         data = json.loads((Path(state_dir) / STATE_FILE).read_text())
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    for rec in data.values():  # a file written before errors were bounded
+        if isinstance(rec, dict) and isinstance(rec.get("last_error"), str):
+            rec["last_error"] = peer_text(rec["last_error"])
+    return data

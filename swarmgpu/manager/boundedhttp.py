@@ -20,12 +20,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from swarmgpu.core.peertext import peer_text
+
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers
 READ_CHUNK = 16 * 1024
 
 
 class FetchError(Exception):
-    """Why a GET failed, in words that never quote the peer's bytes."""
+    """Why a GET failed, in words that never quote the peer's bytes (and, should a
+    TLS library's reason name something the peer sent, at most ~300 clean characters)."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(peer_text(msg))
 
 
 @dataclass(frozen=True)
@@ -33,13 +39,13 @@ class Fetched:
     status: int
     body: bytes
     peer_cn: str | None = None  # the verified certificate's CN (HTTPS with verification)
+    peer_cert: Mapping[str, object] | None = None  # all of it, as getpeercert() decodes it
 
 
 def peer_common_name(cert: Mapping[str, object] | None) -> str | None:
     """The subject CN of a certificate as ``SSLSocket.getpeercert()`` returns it."""
     if not cert:
         return None
-    peer_cert: Mapping[str, object] | None = None  # all of it, as getpeercert() decodes it
     subject = cert.get("subject", ())
     if not isinstance(subject, tuple):
         return None
@@ -146,13 +152,13 @@ def get(
         raise FetchError(f"cannot connect ({exc.__class__.__name__})") from None
     sock: socket.socket = raw
     peer_cn: str | None = None
+    peer_cert: Mapping[str, object] | None = None
     try:
         if parts.scheme == "https":
             ctx = tls or ssl.create_default_context()
             try:
                 raw.settimeout(_left(deadline))
                 sname = host if ctx.check_hostname else None
-    peer_cert: Mapping[str, object] | None = None
                 sock = ctx.wrap_socket(raw, server_hostname=sname)
             except ssl.SSLCertVerificationError as exc:
                 raise FetchError(f"TLS certificate refused: {exc.verify_message}") from None

@@ -14,10 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager import boundedhttp
 from swarmgpu.swarm.client import SwarmNode
-
 from swarmgpu.swarm.identity import node_refusal, peer_name
+
 MAX_BYTES = 8 * 1024 * 1024
 
 
@@ -29,8 +30,8 @@ class NodeScrape:
     at: float
     result: ScrapeResult | None  # None: nothing usable came back
     error: str | None  # why the node's metrics are unusable (or partly broken)
-
     authenticated: bool = False  # HTTPS with the node's identity checked (swarm-pki)
+
 
 def metrics_url(node: SwarmNode, template: str) -> str:
     return template.format(addr=node.addr, hostname=node.hostname)
@@ -42,13 +43,13 @@ def judge(node: SwarmNode, url: str, text: str, at: float) -> NodeScrape:
     if not res.samples_by_uuid:
         why = "; ".join(res.errors[:3]) or "no GPU sample (no UUID label) in the page"
         return NodeScrape(node.id, node.hostname, url, at, None,
-                          f"metrics at {url} unusable: {why}")
+                          peer_text(f"metrics at {url} unusable: {why}"))
     if res.hostname and node.hostname and res.hostname != node.hostname:
         return NodeScrape(node.id, node.hostname, url, at, None,
-                          f"metrics at {url} are for host {res.hostname!r}, not "
-                          f"{node.hostname!r}; check rebalance.metrics_url_template")
-    err = f"metrics at {url}: {len(res.errors)} broken line(s), e.g. {res.errors[0]}" \
-        if res.errors else None
+                          peer_text(f"metrics at {url} are for host {res.hostname!r}, not "
+                                    f"{node.hostname!r}; check rebalance.metrics_url_template"))
+    err = peer_text(f"metrics at {url}: {len(res.errors)} broken line(s), e.g. "
+                    f"{res.errors[0]}") if res.errors else None
     return NodeScrape(node.id, node.hostname, url, at, res, err)
 
 
@@ -60,7 +61,8 @@ def scrape_node(node: SwarmNode, template: str, timeout_s: float,
     at = time.time()
 
     def fail(msg: str) -> NodeScrape:
-        return NodeScrape(node.id, node.hostname, url, at, None, f"metrics at {url} {msg}")
+        return NodeScrape(node.id, node.hostname, url, at, None,
+                          peer_text(f"metrics at {url} {msg}"))
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
