@@ -28,8 +28,12 @@ The sampler runs in one worker thread with a deadline per scrape
 samples with ``swarmgpu_agent_sampler_ok 0``, and no second call piles up behind it.
 
 Bounds: one request per connection; request line and headers each at most 8 KiB
-(414 / 431); request bodies are never read; each socket has a timeout; at most
-``MAX_CONNECTIONS`` requests are handled at once, further ones are closed.
+(414 / 431), sent within ``HEAD_DEADLINE_S`` (the TLS handshake has as long again);
+request bodies are never read; the answer has a write deadline; at most
+``MAX_CONNECTIONS`` connections at once, and when all are taken a newcomer pushes out the
+oldest half-sent request of the address holding the most (httpguard.GuardedServer), so
+no flood of slow connections, from the daemon's own address or from many, keeps the
+daemon from /facts.
 """
 
 from __future__ import annotations
@@ -39,11 +43,11 @@ import importlib
 import json
 import signal
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-import ssl
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -251,8 +255,9 @@ class GuardedSampler:
 class AgentServer(GuardedServer):
     """The agent's HTTP server; ``shutdown()`` also stops the facts refresh.
 
-    Connections are capped overall and per client, and each request head must arrive
-    within one deadline (httpguard), so a slowloris cannot keep /facts from the daemon.
+    Connections are capped, fairly when full (a newcomer evicts the greediest address's
+    oldest half-sent request), and each request head must arrive within one short
+    deadline (httpguard), so a slowloris cannot keep /facts from the daemon.
     """
 
     def __init__(
@@ -308,13 +313,13 @@ class AgentServer(GuardedServer):
         facts = v.facts if v.facts is not None else NodeFacts(hostname=socket.gethostname())
         t0 = time.monotonic()
         samples, err = self.sampler.sample()
+        if not per_process:
+            samples = [replace(s, processes=()) if s.processes else s for s in samples]
         duration = time.monotonic() - t0
         stats = AgentStats(
             facts_errors=len(facts.errors) + (1 if v.stale else 0),
             facts_age_s=v.age_s,
             refresh_failures_total=v.refresh_failures,
-        if not per_process:
-            samples = [replace(s, processes=()) if s.processes else s for s in samples]
             scrape_duration_s=duration,
             sampler_ok=err is None,
         )
@@ -354,7 +359,7 @@ def _json(obj: Any) -> bytes:
 
 class _Handler(OneRequestHandler):
     server: AgentServer
-    timeout = SOCKET_TIMEOUT_S  # also the head deadline (OneRequestHandler)
+    timeout = HEAD_DEADLINE_S  # the TLS handshake's, and the request head's (httpguard)
     write_deadline_s = SOCKET_TIMEOUT_S
     always_headers = {"Cache-Control": "no-store"}
     error_detail = True

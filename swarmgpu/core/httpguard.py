@@ -1,10 +1,17 @@
 """What both HTTP servers (agent and daemon) need to survive hostile clients.
 
-* a connection cap, overall and per client address, so one host's half-open requests
-  (slowloris) can never take every slot: the daemon scraping an agent, or Prometheus
-  scraping the daemon, always finds one free;
-* a whole-request deadline for the request head: each read waits at most what is left
-  of it, so one header byte every few seconds ends at the deadline, not never;
+* a connection cap that is fair when full (``GuardedServer``): a new connection is
+  never refused while someone holds a half-sent request; the address holding the most
+  connections loses its oldest half-sent one instead (``pick_victim``). So slow
+  connections (slowloris), from one address or from hundreds, only ever push out each
+  other, and the daemon scraping an agent or Prometheus scraping the daemon gets in;
+* a reserve for authenticated peers: the handler calls ``peer_authenticated()`` once
+  the peer has proved who it is (a manager certificate, the bearer token); such a
+  connection is never evicted, and when every connection is busy answering, a few more
+  are let in that answer only such a peer;
+* a short whole-request deadline for the request head (``HEAD_DEADLINE_S``): each read
+  waits at most what is left of it, so an idle connection, or one header byte every few
+  seconds, ends at the deadline, not never;
 * a write deadline for the answer (a client that never reads cannot hold a thread);
 * one GET or HEAD per connection (``OneRequestHandler``), other methods 405.
 
@@ -19,13 +26,18 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 from loguru import logger
 
-HEAD_DEADLINE_S = 5.0
+# An honest client sends its request head in one packet, within a round trip or two of
+# connecting (a TLS handshake is a deadline of its own, as long); a slower one is not
+# worth a thread.
+HEAD_DEADLINE_S = 2.0
 WRITE_DEADLINE_S = 10.0
 MAX_HEAD_BYTES = 8 * 1024
 PLAIN = "text/plain; charset=utf-8"
@@ -73,7 +85,8 @@ class OneRequestHandler(BaseHTTPRequestHandler):
     """One GET or HEAD per connection, which keeps each connection bounded: the head is
     read within one deadline (the handler's ``timeout`` if set, else HEAD_DEADLINE_S),
     parsed, and other methods get 405. Subclasses answer in ``respond()`` with
-    ``send_answer``; ``always_headers`` go on every answer, errors included."""
+    ``send_answer``; ``always_headers`` go on every answer, errors included. A subclass
+    that authenticates its peer calls ``peer_authenticated()`` (GuardedServer's reserve)."""
 
     protocol_version = "HTTP/1.1"
     write_deadline_s: float = WRITE_DEADLINE_S
@@ -97,6 +110,8 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             return
         if not head:
             return  # gone, or too slow: nothing is owed to it
+        if isinstance(self.server, GuardedServer):
+            self.server.note_head_complete()  # no longer a candidate for eviction
         self.connection.settimeout(self.write_deadline_s)  # the answer's write deadline
         real_rfile = self.rfile
         self.rfile = io.BytesIO(head)  # parse_request reads the headers from rfile
@@ -113,8 +128,19 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             return
         self.respond()
 
+    def peer_authenticated(self) -> None:
+        """The peer proved who it is (a manager certificate, the bearer token): its
+        connection is never evicted, and may be answered on a reserved slot."""
+        if isinstance(self.server, GuardedServer):
+            self.server.note_authenticated()
+
     def send_answer(self, status: int, ctype: str, body: bytes,
                     headers: dict[str, str] | None = None) -> None:
+        if isinstance(self.server, GuardedServer) and not self.server.may_answer():
+            # A reserved slot, and the peer never authenticated: it holds the slot no
+            # longer than this short answer.
+            status, ctype, body = HTTPStatus.SERVICE_UNAVAILABLE, PLAIN, b"busy; retry\n"
+            headers = {"Retry-After": "1"}
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -137,54 +163,173 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.send_answer(status, PLAIN, f"{status.value} {message or status.phrase}\n".encode())
 
 
+@dataclass(eq=False)
+class Conn:
+    """One accepted connection, as the guard sees it."""
+
+    addr: str
+    since: float
+    ctl: socket.socket | None = None  # a dup of the socket: shutting it wakes its thread
+    complete: bool = False  # its whole request head is in (it is being answered)
+    authenticated: bool = False  # the handler said so (peer_authenticated)
+    reserved: bool = False  # admitted into the reserve: answered only if authenticated
+
+
+def pick_victim(conns: Iterable[Conn], addr: str) -> Conn | None:
+    """The connection to close so that a new one from ``addr`` fits, or None.
+
+    Only connections still sending their request head are ever closed (an honest client
+    sends its head at once; one still sending is slow or hostile), never an authenticated
+    one. The address holding the most connections, the newcomer counted with its own,
+    loses its oldest such connection: a flood from one address or from many wears itself
+    down and never pushes out a client that opened one connection."""
+    held = [c for c in conns if not c.authenticated]
+    count = Counter(c.addr for c in held)
+    count[addr] += 1
+    slow = [c for c in held if not c.complete]
+    if not slow:
+        return None
+    oldest: dict[str, float] = {}
+    for c in slow:
+        oldest[c.addr] = min(oldest.get(c.addr, c.since), c.since)
+    worst = max(oldest, key=lambda a: (count[a], -oldest[a]))
+    return min((c for c in slow if c.addr == worst), key=lambda c: c.since)
+
+
 class GuardedServer(ThreadingHTTPServer):
-    """A threading HTTP server with a connection cap overall and per client address."""
+    """A threading HTTP server that stays fair when full.
+
+    At most ``max_connections`` connections at once (one thread each). When a new one
+    arrives and all are taken, the slowest client's oldest half-sent request is closed
+    to make room (``pick_victim``). When every connection is busy answering, up to
+    ``reserved`` more are let in, but only a peer the handler authenticates is answered
+    on those (the daemon's fetch, Prometheus with the token); others get 503."""
 
     daemon_threads = True
-    request_queue_size = 64
-    max_connections = 32
-    max_per_client = 8
+    block_on_close = False  # closing the server never waits on a client
+    request_queue_size = 128
+    max_connections = 64
+    reserved = 8
+    log_every_s = 10.0  # a flood is logged as one line per this many seconds
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
-        self._slots = threading.BoundedSemaphore(self.max_connections)
-        self._per_client: Counter[str] = Counter()
+        self._conns: set[Conn] = set()
+        self._threads_alive = 0  # handler threads not yet ended, evicted ones included
         self._lock = threading.Lock()
+        self._local = threading.local()
+        self._turned_away: Counter[str] = Counter()
+        self._logged_at = 0.0
+        self.evicted_total = 0  # half-sent requests closed to make room
+        self.refused_total = 0  # connections closed on arrival (all busy, reserve taken)
         super().__init__(address, handler)
+
+    # --- admission ---------------------------------------------------------------
+
+    def _admit(self, request: socket.socket, ip: str) -> Conn | None:
+        with self._lock:
+            # Evicted threads end within microseconds; a cap on threads still holds.
+            if self._threads_alive >= 2 * self.max_connections + self.reserved:
+                self._turn_away("refused", ip)
+                return None
+            conn = Conn(ip, time.monotonic())
+            if sum(not c.authenticated for c in self._conns) >= self.max_connections:
+                victim = pick_victim(self._conns, ip)
+                if victim is not None:
+                    self._evict(victim)
+                elif len(self._conns) < self.max_connections + self.reserved:
+                    conn.reserved = True
+                else:
+                    self._turn_away("refused", ip)
+                    return None
+            try:
+                conn.ctl = request.dup()
+            except OSError:
+                return None
+            self._conns.add(conn)
+            self._threads_alive += 1
+            return conn
+
+    def _evict(self, victim: Conn) -> None:
+        """Close a half-sent request (lock held): its thread wakes from recv and ends."""
+        self._conns.discard(victim)
+        if victim.ctl is not None:
+            with contextlib.suppress(OSError):
+                victim.ctl.shutdown(socket.SHUT_RDWR)
+        self._turn_away("evicted", victim.addr)
+
+    def _turn_away(self, what: str, ip: str) -> None:
+        """Count it; log the counts at most every ``log_every_s`` (lock held)."""
+        self._turned_away[f"{what} from {ip}"] += 1
+        if what == "evicted":
+            self.evicted_total += 1
+        else:
+            self.refused_total += 1
+        now = time.monotonic()
+        if now - self._logged_at >= self.log_every_s:
+            top = ", ".join(f"{n} {k}" for k, n in self._turned_away.most_common(3))
+            logger.warning("connections full ({} at once): {} in the last {:.0f}s",
+                           self.max_connections, top, now - self._logged_at
+                           if self._logged_at else 0)
+            self._turned_away.clear()
+            self._logged_at = now
 
     def process_request(self, request: Any, client_address: Any) -> None:
         ip = str(client_address[0]) if client_address else ""
-        with self._lock:
-            crowded = self._per_client[ip] >= self.max_per_client
-            if not crowded:
-                self._per_client[ip] += 1
-        if crowded or not self._slots.acquire(blocking=False):
-            if not crowded:
-                with self._lock:
-                    self._release_client(ip)
-            logger.warning("too many connections ({}); closing one from {}",
-                           "from that client" if crowded else "in all", ip)
+        conn = self._admit(request, ip)
+        if conn is None:
             self.shutdown_request(request)
             return
         try:
             request.settimeout(WRITE_DEADLINE_S)
-            super().process_request(request, client_address)
+            threading.Thread(target=self._serve_one, args=(request, client_address, conn),
+                             daemon=True).start()
         except Exception:
-            self._slots.release()
-            with self._lock:
-                self._release_client(ip)
+            self._release(conn)
+            self.shutdown_request(request)
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _serve_one(self, request: Any, client_address: Any, conn: Conn) -> None:
+        self._local.conn = conn
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
         finally:
-            self._slots.release()
-            with self._lock:
-                self._release_client(str(client_address[0]) if client_address else "")
+            self._local.conn = None
+            self._release(conn)
+            self.shutdown_request(request)
 
-    def _release_client(self, ip: str) -> None:
-        self._per_client[ip] -= 1
-        if self._per_client[ip] <= 0:
-            del self._per_client[ip]
+    def _release(self, conn: Conn) -> None:
+        with self._lock:
+            self._conns.discard(conn)
+            self._threads_alive -= 1
+        if conn.ctl is not None:  # out of the set: no eviction can reach it any more
+            conn.ctl.close()
+
+    # --- what the handler tells the guard (about the connection of this thread) ----
+
+    def _current(self) -> Conn | None:
+        conn = getattr(self._local, "conn", None)
+        return conn if isinstance(conn, Conn) else None
+
+    def note_head_complete(self) -> None:
+        if (conn := self._current()) is not None:
+            with self._lock:
+                conn.complete = True
+
+    def note_authenticated(self) -> None:
+        if (conn := self._current()) is not None:
+            with self._lock:
+                conn.authenticated = True
+
+    def may_answer(self) -> bool:
+        """False on a reserved connection whose peer has not authenticated."""
+        conn = self._current()
+        return conn is None or not conn.reserved or conn.authenticated
+
+    def connection_counts(self) -> tuple[int, int]:
+        """(connections held, handler threads alive), for tests and benchmarks."""
+        with self._lock:
+            return len(self._conns), self._threads_alive
