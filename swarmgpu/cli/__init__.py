@@ -10,8 +10,31 @@ import click
 
 from swarmgpu.cli import config, manager, node, sim
 
+# Every command's exit status, in one place (`swarmgpu --help`; README "Exit codes").
+# 2 is also click's own status for a usage error (an unknown option, a missing file).
+EXIT_CODES = """\b
+Exit codes:
+  facts, node-config    0 printed; 2 the fact source cannot be opened or read
+  agent                 runs until stopped (SIGTERM ends it); 2 bad source, profile,
+                        identity or token at start
+  doctor                0 no check failed (warnings are advice); 1 a check failed
+  run                   0 stopped by SIGTERM/SIGINT after its step, or --once done;
+                        2 bad config, engine unreachable, or --once on a follower
+                        that could not read the swarm
+  audit                 0 clean or advisories only; 1 findings needing action
+                        (--strict: any finding); 2 could not run
+  plan, status          0 shown; 2 bad config or the swarm cannot be read
+  render                0 the stack was written; 2 nothing written: the stack, the
+                        config or the swarm could not be read
+  simulate, simulate-derive
+                        0 done; 2 bad option or trace (nothing replayed), --plot
+                        without matplotlib
+  config check          0 valid; 2 invalid or unreadable (every problem printed)
+  config show-defaults  0
+  docker-proxy          runs until stopped; 2 bad --listen/--upstream or cannot listen"""
 
-@click.group()
+
+@click.group(epilog=EXIT_CODES)
 @click.version_option(package_name="swarmgpu")
 def main() -> None:
     """GPU-aware placement for Docker Swarm."""

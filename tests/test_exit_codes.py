@@ -1,0 +1,46 @@
+"""Every command's exit codes are documented: in `swarmgpu --help` and in the README."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import click
+from click.testing import CliRunner
+from paths import REPO
+
+from swarmgpu.cli import EXIT_CODES, main
+
+
+def _commands() -> list[str]:
+    out = []
+    for name, cmd in main.commands.items():
+        if isinstance(cmd, click.Group):
+            out += [f"{name} {sub}" for sub in cmd.commands]
+        else:
+            out.append(name)
+    return out
+
+
+def _documented(text: str) -> set[str]:
+    """Command names at the start of each entry (comma-separated), as in EXIT_CODES."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        m = re.match(r"^ {2}(\S[^0-9]*?)(?: {2,}|$)", line)
+        if m:
+            names |= {n.strip() for n in m.group(1).split(",") if n.strip()}
+    return names
+
+
+def test_help_lists_exit_codes_for_every_command() -> None:
+    res = CliRunner().invoke(main, ["--help"])
+    assert res.exit_code == 0 and "Exit codes:" in res.output
+    missing = set(_commands()) - _documented(EXIT_CODES)
+    assert not missing, f"no exit codes documented for {sorted(missing)}"
+
+
+def test_readme_lists_the_same_exit_codes() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    body = textwrap.indent(EXIT_CODES.split("Exit codes:\n", 1)[1], "  ")  # a code block
+    assert body in section, "README's Exit codes section differs from `swarmgpu --help`"
