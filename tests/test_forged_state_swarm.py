@@ -27,7 +27,6 @@ pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name
 P = "swarmgpu."
 VICTIM, THIRD, ATTACKER = "fv_victim", "fv_third", "fa_x"
-AGENTS = {"identity": "none"}
 
 
 def _service_labels(swarm: SwarmCluster, svc: str) -> dict[str, str]:
@@ -60,8 +59,7 @@ def placed(swarm: SwarmCluster, agents: dict[str, Any],
     """The victim on the DGX node and a third service on the RTX 4090 node, placed by a
     daemon with the default config; the stacks go while a daemon still runs."""
     tmp = tmp_path_factory.mktemp("forged")
-    # The defaults (rebalance on, rebalance.dry_run true); the test agents serve plain HTTP.
-    cfg = cfg_file(tmp, swarm, agents=AGENTS)
+    cfg = cfg_file(tmp, swarm)  # the defaults: rebalance on, rebalance.dry_run true
     state: dict[str, Any] = {"tmp": tmp, "cfg": cfg,
                              "proc": start_daemon(swarm, cfg, LOGS / "forged-daemon.log")}
     deploy(swarm, tmp, "fv", {
@@ -127,7 +125,7 @@ def test_forged_move_label_changes_nothing_with_the_default_config(
 def test_forged_move_label_changes_nothing_with_rebalance_writing(
         swarm: SwarmCluster, placed: dict[str, Any]) -> None:
     stop(placed["proc"])
-    cfg = cfg_file(placed["tmp"], swarm, agents=AGENTS, rebalance={"dry_run": False})
+    cfg = cfg_file(placed["tmp"], swarm, rebalance={"dry_run": False})
     placed["proc"] = start_daemon(swarm, cfg, LOGS / "forged-daemon-writing.log")
     before = {"victim": _ledger(swarm, VICTIM), "third": _ledger(swarm, THIRD),
               "victim_spec": _service_labels(swarm, VICTIM)}
