@@ -403,8 +403,8 @@ class Mover:
             for st in v.in_flight():
                 if st.id not in self._dry_flying:
                     logger.bind(service=st.service).warning(
-                        "dry-run: move {} -> {} in flight is left as it is (set "
-                        "rebalance.dry_run: false to finish or roll it back)",
+                        "dry-run: move {} -> {} in flight is left as it is; it is "
+                        "finished or rolled back once dry-run is off",
                         st.source_host, st.target_host)
             self._dry_flying = {st.id for st in v.in_flight()}
         else:
