@@ -1,0 +1,157 @@
+"""`swarmgpu render` sees what Swarm checks, and the daemon converges what it rendered,
+on the real test swarm (issue 20, finding 4): stacks rendered by the real CLI, deployed
+with `docker stack deploy` as separate stacks, the real daemon placing them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_nodes import LOGS, agents, cfg_file, run_cli, start_daemon, stop
+from swarm_harness import SwarmCluster
+from test_placement_swarm import plan, wait_running
+
+pytestmark = pytest.mark.swarm
+_ = agents  # fixture, used by name
+P = "swarmgpu."
+LOG = LOGS / "converge-daemon.log"
+
+
+@pytest.fixture(scope="module")
+def daemon(swarm: SwarmCluster, agents: dict[str, Any],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("converge")
+    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
+    proc = start_daemon(swarm, cfg, LOG)
+    yield {"cfg": cfg, "tmp": tmp}
+    stop(proc)
+
+
+def node_cpus(swarm: SwarmCluster, hostname: str) -> float:
+    api = swarm.client(swarm.manager).api
+    return float(api.inspect_node(swarm.node(hostname).node_id)["Description"]["Resources"]
+                 ["NanoCPUs"]) / 1e9
+
+
+def gpu_stack(name: str, cpus: float, constraints: tuple[str, ...] = ()) -> str:
+    """A plain compose file, as a user writes it: a 1-GPU request and a CPU reservation,
+    no gate or env lines (render adds them)."""
+    svc: dict[str, Any] = {
+        "image": "local/busybox:latest", "command": ["sleep", "3600"],
+        "deploy": {"labels": {f"{P}gpus": "1"},
+                   "resources": {"reservations": {"cpus": f"{cpus:.2f}", "memory": "16M"}},
+                   "restart_policy": {"condition": "any", "delay": "1s"}}}
+    if constraints:
+        svc["deploy"]["placement"] = {"constraints": list(constraints)}
+    return json.dumps({"version": "3.8", "services": {name: svc}})
+
+
+def render(daemon: dict[str, Any], stack: str, text: str) -> Path:
+    src = daemon["tmp"] / f"{stack}.src.yml"
+    src.write_text(text)
+    out = daemon["tmp"] / f"{stack}.yml"
+    res = run_cli("render", str(src), "-n", stack, "--config", str(daemon["cfg"]), "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def deploy_file(swarm: SwarmCluster, path: Path, stack: str) -> None:
+    swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c", str(path),
+              stack)
+
+
+def hog(swarm: SwarmCluster, tmp: Path, hostname: str, cpus: float) -> None:
+    """A CPU-only service pinned to ``hostname`` that reserves ``cpus`` of it."""
+    f = tmp / "hog.yml"
+    f.write_text(json.dumps({"version": "3.8", "services": {"cpu": {
+        "image": "local/busybox:latest", "command": ["sleep", "3600"],
+        "deploy": {"placement": {"constraints": [f"node.hostname=={hostname}"]},
+                   "resources": {"reservations": {"cpus": f"{cpus:.2f}"}}}}}}))
+    deploy_file(swarm, f, "hog")
+    wait_running(swarm, "hog_cpu", 1)
+
+
+def remove_stacks(swarm: SwarmCluster, *stacks: str) -> None:
+    """``docker stack rm``, then wait until their services are gone."""
+    for stack in stacks:
+        swarm.cli(swarm.manager, "stack", "rm", stack)
+    api = swarm.client(swarm.manager).api
+
+    def gone() -> bool:
+        names = {s["Spec"]["Name"] for s in api.services()}
+        return not any(n.startswith(f"{st}_") for n in names for st in stacks)
+
+    swarm.wait_for(gone, 60, f"stacks {', '.join(stacks)} removed")
+
+
+def rendered_nodes(path: Path, swarm: SwarmCluster) -> list[str]:
+    """Hostnames the rendered file wrote device lists for."""
+    text = path.read_text()
+    return sorted(h for h in ("gpu-node-1", "gpu-node-2")
+                  if f"{P}devices.{swarm.node(h).node_id}" in text)
+
+
+def test_render_sees_the_cpu_another_stack_reserves(swarm: SwarmCluster,
+                                                    daemon: dict[str, Any]) -> None:
+    """The issue's X/Y case through render, as separate stacks: X is pinned to
+    gpu-node-1 and reserves 3/4 of its CPUs; Y (1 GPU, 1/2 a node's CPUs) is rendered
+    and deployed after it, and must run on gpu-node-2 within 60 s."""
+    cpus = node_cpus(swarm, "gpu-node-1")
+    x = render(daemon, "x", gpu_stack("x", cpus * 0.75, ("node.hostname==gpu-node-1",)))
+    deploy_file(swarm, x, "x")
+    (tx,) = wait_running(swarm, "x_x", 1, 60)
+    assert swarm.node(tx["NodeID"]).hostname == "gpu-node-1"
+    t0 = time.monotonic()
+    y = render(daemon, "y", gpu_stack("y", cpus * 0.5))
+    assert rendered_nodes(y, swarm) == ["gpu-node-2"], y.read_text()
+    deploy_file(swarm, y, "y")
+    (ty,) = wait_running(swarm, "y_y", 1, 60)
+    assert swarm.node(ty["NodeID"]).hostname == "gpu-node-2"
+    assert time.monotonic() - t0 < 60
+    p = plan(daemon)
+    assert p["y_y"]["status"] == "placed" and p["y_y"]["placements"][0]["node"] == "gpu-node-2"
+    remove_stacks(swarm, "y", "x")
+
+
+def test_rendered_service_whose_node_lost_the_cpu_is_replaced_and_runs(
+        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    """Rendered onto one GPU node; before it is deployed, another service takes that
+    node's CPU. The daemon moves it to the other GPU node (it logs why) and it runs."""
+    cpus = node_cpus(swarm, "gpu-node-1")
+    r = render(daemon, "r", gpu_stack("r", cpus * 0.5))
+    (first,) = rendered_nodes(r, swarm)
+    other = "gpu-node-2" if first == "gpu-node-1" else "gpu-node-1"
+    hog(swarm, daemon["tmp"], first, cpus * 0.75)
+    deploy_file(swarm, r, "r")
+    (tr,) = wait_running(swarm, "r_r", 1, 60)
+    assert swarm.node(tr["NodeID"]).hostname == other
+    log = LOG.read_text()
+    assert "Swarm cannot run its task where its GPUs are" in log and "re-placed on" in log
+    p = plan(daemon)
+    assert p["r_r"]["status"] == "placed" and p["r_r"]["placements"][0]["node"] == other
+    remove_stacks(swarm, "hog")
+
+
+def test_drained_node_re_places_the_running_service(swarm: SwarmCluster,
+                                                    daemon: dict[str, Any]) -> None:
+    """The service of the test above runs; its node is drained: the daemon re-places
+    it on the other GPU node, where it runs again."""
+    (tr,) = wait_running(swarm, "r_r", 1, 30)
+    here = swarm.node(tr["NodeID"]).hostname
+    other = "gpu-node-2" if here == "gpu-node-1" else "gpu-node-1"
+    node_id = swarm.node(here).node_id
+    swarm.cli(swarm.manager, "node", "update", "--availability", "drain", node_id)
+    try:
+        (moved,) = wait_running(
+            swarm, "r_r", 1, 60,
+            each=lambda t: swarm.node(t["NodeID"]).hostname == other, what=f" on {other}")
+        assert moved["ID"] != tr["ID"]
+        assert "is drain" in LOG.read_text()
+    finally:
+        swarm.cli(swarm.manager, "node", "update", "--availability", "active", node_id)
+        remove_stacks(swarm, "r")
