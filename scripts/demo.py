@@ -71,11 +71,23 @@ def main() -> int:
         h: gpu_resource_args(n.uuids()) for h, n in GPU_NODES.items()}).start()
     try:
         for h, n in GPU_NODES.items():
-            start_agent(cluster, h)
-            print(f"  agent on {h}: {n.capture} as {n.product}", flush=True)
+            start_agent(cluster, h)  # HTTPS with the node's own Swarm certificate
+            print(f"  agent on {h}: {n.capture} as {n.product} (https, its node "
+                  "certificate)", flush=True)
+        # As the shipped stack does: the daemon reaches the engine only through
+        # docker-proxy, which passes exactly the calls it makes (docs/security.md).
+        proxy_sock = tmp / "docker.sock"
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "swarmgpu.cli", "docker-proxy", "--listen",
+             f"unix://{proxy_sock}", "--upstream", cluster.manager.docker_host],
+            env=swarmgpu_env(), stdout=open(tmp / "docker-proxy.log", "wb"),  # noqa: SIM115
+            stderr=subprocess.STDOUT)
+        cluster.wait_for(proxy_sock.exists, 20, "docker-proxy's socket")
+        # The shipped defaults (agents.identity swarm-pki: the daemon presents the
+        # manager's certificate and checks each agent's) but for the addresses.
         cfg = tmp / "config.yml"
         cfg.write_text(json.dumps({
-            "docker_host": cluster.manager.docker_host, "state_dir": str(tmp / "state"),
+            "docker_host": f"unix://{proxy_sock}", "state_dir": str(tmp / "state"),
             "sync": {"interval_s": 2}, "http": {"listen": "127.0.0.1:9402"},
         }))
         # The daemon runs on the host: it reaches the manager's socket and every agent
@@ -135,6 +147,9 @@ def main() -> int:
         if "daemon" in locals():
             daemon.terminate()
             daemon.wait(20)
+        if "proxy" in locals():
+            proxy.terminate()
+            proxy.wait(20)
         cluster.teardown()
 
 

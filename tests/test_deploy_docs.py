@@ -51,8 +51,15 @@ def test_scrape_config_passes_promtool(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool missing: apt-get install prometheus (scripts/setup.sh does)")
+    doc = scrape_config()
+    for job in doc["scrape_configs"]:  # type: ignore[attr-defined]
+        if "tls_config" in job:  # promtool opens the files: stand-ins, at documented keys
+            (tmp_path / "ca.crt").write_text("")
+            (tmp_path / "token").write_text("t\n")
+            job["tls_config"]["ca_file"] = str(tmp_path / "ca.crt")
+            job["authorization"]["credentials_file"] = str(tmp_path / "token")
     cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(yaml.safe_dump(scrape_config()))
+    cfg.write_text(yaml.safe_dump(doc))
     res = subprocess.run([promtool, "check", "config", str(cfg)], capture_output=True,
                          text=True, timeout=60, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -66,3 +73,14 @@ def test_image_section_names_both_builds() -> None:
     assert "--build-arg WHEELS=dist/wheels" in script and "--network=none" in script
     assert "docker build -t swarmgpu ." in DEPLOY
     assert "--build-arg WHEELS=dist/wheels" in DEPLOY and "bash scripts/build-image.sh" in DEPLOY
+
+
+def test_agent_scrape_is_https_with_the_swarm_ca_and_a_token() -> None:
+    """Issue 25: the agents serve HTTPS and /metrics needs a token (or a manager's
+    certificate); tests/test_dashboard_prometheus.py runs exactly this job."""
+    (job,) = [j for j in scrape_config()["scrape_configs"]  # type: ignore[attr-defined]
+              if j["job_name"] == "swarmgpu-agent"]
+    assert job["scheme"] == "https"
+    assert job["tls_config"]["ca_file"] and job["tls_config"]["server_name"] == "swarm-worker"
+    assert job["authorization"]["type"] == "Bearer" and job["authorization"]["credentials_file"]
+    assert "insecure_skip_verify" not in job["tls_config"]

@@ -251,6 +251,7 @@ JUSTIFIED = {
     ("B101", "swarmgpu/allocator/mig.py"): "type-narrowing invariant on a regex built here",
     ("B101", "swarmgpu/agent/facts/profile.py"): "type-narrowing invariant after validation",
     ("B311", "swarmgpu/sim/replay.py"): "seeded PRNG for a reproducible simulation",
+    ("B311", "swarmgpu/sim/runs.py"): "seeded PRNG for a reproducible arrival order",
     ("B311", "swarmgpu/sim/timeline.py"): "seeded PRNG for a reproducible simulation",
     ("B311", "swarmgpu/sim/swarm_replay.py"): "seeded PRNG for a reproducible simulation",
     ("B311", "swarmgpu/sim/variants.py"): "seeded PRNG: the same seed gives the same workload",

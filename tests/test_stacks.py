@@ -106,7 +106,34 @@ def test_swarmgpu_stack_shape() -> None:
     assert agent["command"][0] == "agent" and "0.0.0.0:9401" in agent["command"]
     assert daemon["command"][0] == "run"
     assert "node.role==manager" in daemon["deploy"]["placement"]["constraints"]
-    assert not str(daemon["user"]).startswith(("0", "root")), "the daemon must not run as root"
+
+
+def test_swarmgpu_stack_is_least_privilege_with_identity_on() -> None:
+    """Issue 25: only docker-proxy mounts the Docker socket; the daemon reaches the
+    engine through it; agent and daemon read their node's Swarm certificates (root in
+    the container only for the 0600 key, no capabilities); identity is never off."""
+    services = load(STACKS / "swarmgpu.yml")["services"]
+    agent, daemon, proxy = services["agent"], services["daemon"], services["docker-proxy"]
+
+    def mounts(svc: dict[str, Any]) -> list[str]:
+        return [str(v) for v in svc.get("volumes", [])]
+
+    socket_users = [n for n, svc in services.items()
+                    if any("docker.sock" in m.split(":")[-1] for m in mounts(svc)
+                           if not m.startswith("swarmgpu-proxy"))]
+    assert socket_users == ["docker-proxy"], socket_users
+    assert proxy["command"][0] == "docker-proxy"
+    assert proxy["deploy"]["placement"]["constraints"] == ["node.role==manager"]
+    assert "SWARMGPU_DOCKER_HOST=unix:///run/swarmgpu/docker.sock" in daemon["environment"]
+    assert "swarmgpu-proxy:/run/swarmgpu" in mounts(daemon)
+    for svc in (agent, daemon):
+        assert svc["cap_drop"] == ["ALL"]
+        assert any(m.endswith("/swarm/certificates:ro") for m in mounts(svc)), mounts(svc)
+    cmd = agent["command"]
+    assert cmd[cmd.index("--identity") + 1] == "swarm-pki"
+    cfg = load_config(STACKS / "swarmgpu-config.yml", env={})
+    assert cfg.agents.identity == "swarm-pki"
+    assert cfg.agents.url_template.startswith("https://")
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=_id)

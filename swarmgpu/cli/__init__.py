@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from swarmgpu.cli import config, manager, node, sim
+from swarmgpu.cli import config, manager, node, proxy, sim
 
 # Every command's exit status, in one place (`swarmgpu --help`; README "Exit codes").
 # 2 is also click's own status for a usage error (an unknown option, a missing file).
@@ -50,6 +50,7 @@ main.add_command(manager.audit)
 main.add_command(manager.plan)
 main.add_command(manager.render)
 main.add_command(manager.status)
+main.add_command(proxy.docker_proxy)
 main.add_command(sim.simulate)
 main.add_command(sim.simulate_derive)
 

@@ -3,7 +3,8 @@
 The image has Python and no curl, and one image serves both roles, so the probe finds
 the role itself: the ``swarmgpu agent`` or ``swarmgpu run`` process in this container
 (``/proc/*/cmdline``), and the address that process serves on: the agent's
-``--listen`` (default 127.0.0.1:9401; ``https`` with ``--tls-cert``; its
+``--listen`` (default 127.0.0.1:9401; ``https`` with ``--tls-cert`` or ``--identity
+swarm-pki``; its
 ``--token-file`` sent as the bearer token), the daemon's ``SWARMGPU_HTTP_LISTEN``
 from its environment, else ``http.listen`` of its ``--config``, else 127.0.0.1:9402.
 A wildcard host (``0.0.0.0``, ``::``) is probed on loopback. With a URL given, that is
@@ -119,7 +120,8 @@ def find_target(proc: Path = Path("/proc")) -> Target | None:
             continue
         role, args = found
         if role == "agent":
-            scheme = "https" if _option(args, "--tls-cert") else "http"
+            tls = _option(args, "--tls-cert") or _option(args, "--identity") == "swarm-pki"
+            scheme = "https" if tls else "http"
             listen = _option(args, "--listen") or AGENT_LISTEN
             return Target(f"{scheme}://{_loopback(listen)}/healthz",
                           _option(args, "--token-file"))

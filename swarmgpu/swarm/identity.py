@@ -356,12 +356,15 @@ class AuthSource:
 
 def own_cert_paths(cfg: AgentsConfig, data_root: str) -> tuple[Path, Path]:
     """The certificate and key the daemon presents to agents: agents.cert_file and
-    key_file, else systemd's credentials, else the manager's own under its data root."""
+    key_file, else systemd's credentials, else the manager's own under its engine's
+    data root, else under /var/lib/docker (where the stack mounts them)."""
     if cfg.cert_file or cfg.key_file:
         if not (cfg.cert_file and cfg.key_file):
             raise IdentityError("agents.cert_file and agents.key_file go together")
         return Path(cfg.cert_file), Path(cfg.key_file)
     crt, key, _ = node_cert_paths(data_root)
+    if not crt.exists():  # in a container the files are mounted at the default root
+        crt, key, _ = node_cert_paths(DEFAULT_DATA_ROOT)
     if not crt.exists():
         raise IdentityError(
             f"no manager certificate at {crt} (the engine's data root {data_root}): agents "

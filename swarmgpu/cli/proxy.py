@@ -1,0 +1,30 @@
+"""`swarmgpu docker-proxy`: the daemon's least-privilege door to the engine socket."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from swarmgpu.cli.logs import setup_logging
+
+
+@click.command("docker-proxy")
+@click.option("--listen", default="unix:///run/swarmgpu/docker.sock", show_default=True,
+              envvar="SWARMGPU_PROXY_LISTEN",
+              help="unix://PATH (mode 0660) or tcp://127.0.0.1:PORT; point the daemon's "
+                   "docker_host (DOCKER_HOST) at it.")
+@click.option("--upstream", default="unix:///var/run/docker.sock", show_default=True,
+              envvar="SWARMGPU_PROXY_UPSTREAM", help="The manager's engine socket.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+def docker_proxy(listen: str, upstream: str, log_format: str) -> None:
+    """Forward to the Docker socket only the calls the daemon makes; 403 for the rest
+    (the list: docs/security.md, swarmgpu.swarm.dockerproxy.ALLOWED_CALLS)."""
+    from swarmgpu.swarm.dockerproxy import serve
+
+    setup_logging("INFO", log_format)
+    try:
+        serve(listen, upstream)
+    except (ValueError, OSError) as exc:
+        click.echo(f"swarmgpu docker-proxy: {exc}", err=True)
+        sys.exit(2)
