@@ -55,7 +55,8 @@ def main() -> int:
         n1 = cluster.node("gpu-node-1")
         procs.append(cluster.exec_in_netns(n1, [
             sys.executable, "-m", "swarmgpu.cli", "agent", "--source", f"file:{path}",
-            "--hostname", "gpu-node-1", "--listen", f"{n1.addr}:9401", "--refresh-s", "1"],
+            "--hostname", "gpu-node-1", "--listen", f"{n1.addr}:9401", "--refresh-s", "1",
+            "--identity", "swarm-pki", "--data-root", str(n1.data_root)],
             env=swarmgpu_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_port(n1.addr, 9401)
         cfg_path = tmp / "config.yml"

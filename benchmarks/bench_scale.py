@@ -261,7 +261,8 @@ def real_mode(args: argparse.Namespace) -> dict[str, Any]:
     try:
         for i in range(1, args.workers + 1):
             node = cluster.node(f"gpu-node-{i}")
-            procs.append(cluster.exec_in_netns(node, kind_of(i).agent_argv(node.addr, 9401),
+            argv = kind_of(i).agent_argv(node.addr, 9401, data_root=node.data_root)
+            procs.append(cluster.exec_in_netns(node, argv,
                                                env=swarmgpu_env(),
                                                stdout=open(tmp / f"agent{i}.log", "ab")))  # noqa: SIM115
         api = cluster.client(cluster.manager).api
