@@ -14,6 +14,12 @@ Endpoints (GET and HEAD only; other methods get 405, unknown paths 404):
 * ``/healthz``: ``{"status": "ok"|"degraded", "errors": [...], "facts_age_s": ...}``,
   always HTTP 200 once facts exist (degraded is still serving), 503 before.
 
+Who may read (``swarm-pki``, the agent's default where the node has its Swarm
+certificate): ``/facts`` and ``/metrics`` with per-process series only a client with a
+``swarm-manager`` certificate of this node's own cluster (the daemon); ``/metrics``
+without per-process series a bearer token (``--token-file``: Prometheus); ``/healthz``
+anyone. Without TLS a token, when set, is required on ``/facts`` and ``/metrics``.
+
 Where the GPU values come from (the ``sampler``):
 
 * given explicitly (e.g. a :class:`swarmgpu.agent.facts.profile.ProfileSampler`): that;
