@@ -324,3 +324,27 @@ def test_agent_finds_its_certificate_or_says_how(tmp_path: Path, pki: dict[str, 
     assert tls is not None and tls.mutual and tls.cluster_id == CLUSTER
     assert node_cert_paths(str(tmp_path), {"CREDENTIALS_DIRECTORY": str(d)})[0] == \
         d / "swarm-node.crt"
+
+
+def test_identity_off_warns_every_cycle_and_is_a_metric() -> None:
+    from loguru import logger
+
+    from swarmgpu.manager.agentbook import AgentBook
+    from swarmgpu.manager.daemon_metrics import DaemonMetrics
+    from swarmgpu.manager.sync import LabelSync
+
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        for identity, want in (("none", 1.0), ("swarm-pki", 0.0)):
+            cfg = load_config(None, env={"SWARMGPU_AGENTS_IDENTITY": identity})
+            metrics = DaemonMetrics()
+            sync = LabelSync(None, cfg, metrics, AgentBook())  # type: ignore[arg-type]
+            lines.clear()
+            for _ in range(2):
+                sync.cycle(Snapshot([], [], [], {}))
+            assert metrics.identity_off._value.get() == want
+            warned = [ln for ln in lines if "agents.identity is none" in ln]
+            assert len(warned) == (2 if identity == "none" else 0), lines
+    finally:
+        logger.remove(sink)
