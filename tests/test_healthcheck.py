@@ -3,6 +3,7 @@ its role finding over /proc-shaped folders, and the Dockerfile and stack that us
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -100,18 +101,73 @@ def test_finds_the_agent_and_its_listen_address(tmp_path: Path) -> None:
     _proc(tmp_path, 7, ["/opt/swarmgpu/bin/python", "/opt/swarmgpu/bin/swarmgpu", "agent",
                         "--source", "nvml", "--listen", "0.0.0.0:9401",
                         "--token-file", "/run/secrets/t"])
-    assert find_target(tmp_path) == Target("http://127.0.0.1:9401/healthz", "/run/secrets/t")
+    assert find_target(tmp_path) == Target("https://127.0.0.1:9401/healthz", "/run/secrets/t",
+                                           "http://127.0.0.1:9401/healthz")
 
 
-def test_agent_defaults_and_tls(tmp_path: Path) -> None:
-    _proc(tmp_path, 1, ["swarmgpu", "agent", "--listen=[::]:19401", "--tls-cert", "c"])
-    assert find_target(tmp_path) == Target("https://[::1]:19401/healthz")
-    other = tmp_path / "o"
-    _proc(other, 1, ["swarmgpu", "agent"])
-    assert find_target(other) == Target("http://127.0.0.1:9401/healthz")
-    module = tmp_path / "m"
-    _proc(module, 1, ["python3", "-m", "swarmgpu.cli", "agent", "--listen", ":19401"])
-    assert find_target(module) == Target("http://127.0.0.1:19401/healthz")
+def test_agent_scheme_follows_its_identity(tmp_path: Path) -> None:
+    """HTTPS first (swarm-pki, or auto where the certificate is found), plain HTTP first
+    only with --identity none; the other scheme is the fallback."""
+    cases = [
+        (["swarmgpu", "agent", "--listen=[::]:19401", "--tls-cert", "c"],
+         Target("https://[::1]:19401/healthz", None, "http://[::1]:19401/healthz")),
+        (["swarmgpu", "agent"],
+         Target("https://127.0.0.1:9401/healthz", None, "http://127.0.0.1:9401/healthz")),
+        (["python3", "-m", "swarmgpu.cli", "agent", "--listen", ":19401", "--identity",
+          "none"],
+         Target("http://127.0.0.1:19401/healthz", None, "https://127.0.0.1:19401/healthz")),
+    ]
+    for n, (argv, want) in enumerate(cases):
+        _proc(tmp_path / str(n), 1, argv)
+        assert find_target(tmp_path / str(n)) == want, argv
+
+
+def test_docker_proxy_is_probed_on_its_socket(tmp_path: Path) -> None:
+    sock = tmp_path / "docker.sock"
+    _proc(tmp_path / "p", 1, ["/opt/swarmgpu/bin/python", "/opt/swarmgpu/bin/swarmgpu",
+                              "docker-proxy", "--listen", f"unix://{sock}"])
+    target = find_target(tmp_path / "p")
+    assert target == Target(f"unix://{sock}")
+    assert not probe(target)[0]  # nothing listens yet
+    with socket.socket(socket.AF_UNIX) as srv:
+        srv.bind(str(sock))
+        srv.listen(1)
+        ok, seen = probe(target)
+    assert ok, seen
+    _proc(tmp_path / "d", 1, ["swarmgpu", "docker-proxy"])
+    assert find_target(tmp_path / "d") == Target("unix:///run/swarmgpu/docker.sock")
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def test_tls_agent_and_the_scheme_fallback(agent: Any, tmp_path: Path) -> None:
+    """An agent serving HTTPS with a Swarm-style node certificate (mutual TLS): the probe
+    gets an answer over HTTPS (403 without a manager certificate, or 200), and finds it
+    from plain HTTP first too; a plain agent is found from HTTPS first."""
+    from swarmgpu.swarm.identity import ReloadingServerContext
+
+    ca, key = tmp_path / "ca.crt", tmp_path / "ca.key"
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", str(key), "-out", str(ca), "-subj", "/CN=swarm-ca", "-days", "2")
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", str(tmp_path / "n.key"), "-out", str(tmp_path / "n.csr"),
+             "-subj", "/O=clusterA/OU=swarm-worker/CN=node1")
+    _openssl("x509", "-req", "-in", str(tmp_path / "n.csr"), "-CA", str(ca), "-CAkey",
+             str(key), "-CAcreateserial", "-days", "2", "-out", str(tmp_path / "n.crt"))
+    tls = ReloadingServerContext(tmp_path / "n.crt", tmp_path / "n.key", ca)
+    listen = agent(Source(), tls=tls)
+    for first, other in (("https", "http"), ("http", "https")):
+        ok, seen = probe(Target(f"{first}://{listen}/healthz", None,
+                                f"{other}://{listen}/healthz"))
+        assert ok and seen.startswith(f"https://{listen}/healthz: "), seen
+    plain = agent(Source())
+    ok, seen = probe(Target(f"https://{plain}/healthz", None, f"http://{plain}/healthz"))
+    assert ok and seen.startswith(f"http://{plain}/healthz: 200"), seen
+    # Refused is final: no second try would help.
+    ok, seen = probe(Target("https://127.0.0.1:1/healthz", None, "http://127.0.0.1:1/healthz"))
+    assert not ok and ";" not in seen
 
 
 def test_finds_the_daemon_from_env_config_or_default(tmp_path: Path) -> None:
@@ -157,3 +213,8 @@ def test_dockerfile_and_stack_use_it() -> None:
         hc = stack["services"][name]["healthcheck"]
         assert hc["test"] == ["CMD", *COMMAND], name
         assert hc["start_period"] and hc["retries"] >= 1
+    # Every other service of the image either is probed by it (docker-proxy: its
+    # socket) or turns the image's check off.
+    for name, svc in stack["services"].items():
+        hc = svc.get("healthcheck")
+        assert hc is None or hc.get("disable") or hc["test"] == ["CMD", *COMMAND], name

@@ -1,12 +1,18 @@
 """``python -m swarmgpu.core.healthcheck [URL]``: the image's ``HEALTHCHECK``.
 
-The image has Python and no curl, and one image serves both roles, so the probe finds
-the role itself: the ``swarmgpu agent`` or ``swarmgpu run`` process in this container
-(``/proc/*/cmdline``), and the address that process serves on: the agent's
-``--listen`` (default 127.0.0.1:9401; ``https`` with ``--tls-cert`` or ``--identity
-swarm-pki``; its
-``--token-file`` sent as the bearer token), the daemon's ``SWARMGPU_HTTP_LISTEN``
-from its environment, else ``http.listen`` of its ``--config``, else 127.0.0.1:9402.
+The image has Python and no curl, and one image serves every role, so the probe finds
+the role itself: the ``swarmgpu agent``, ``swarmgpu run`` or ``swarmgpu docker-proxy``
+process in this container (``/proc/*/cmdline``), and where that process serves:
+
+* agent: ``/healthz`` on its ``--listen`` (default 127.0.0.1:9401), HTTPS first unless
+  ``--identity none`` (with ``swarm-pki``, and with ``auto`` where the node certificate
+  is found, it serves HTTPS), the other scheme when the first one's answer is not HTTP;
+  its ``--token-file`` is sent as the bearer token;
+* daemon: ``/healthz`` on ``SWARMGPU_HTTP_LISTEN`` from its environment, else
+  ``http.listen`` of its ``--config``, else 127.0.0.1:9402;
+* docker-proxy: its ``--listen`` socket (``SWARMGPU_PROXY_LISTEN``, default
+  unix:///run/swarmgpu/docker.sock) accepts a connection (it has no /healthz).
+
 A wildcard host (``0.0.0.0``, ``::``) is probed on loopback. With a URL given, that is
 probed instead.
 
@@ -20,7 +26,9 @@ beside an agent limited to 128 MiB; it imports nothing of swarmgpu but this modu
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
+import socket
 import ssl
 import sys
 import urllib.error
@@ -33,10 +41,14 @@ DAEMON_LISTEN = "127.0.0.1:9402"
 TIMEOUT_S = 5.0
 
 
+PROXY_LISTEN = "unix:///run/swarmgpu/docker.sock"
+
+
 @dataclass(frozen=True)
 class Target:
-    url: str
+    url: str  # http(s)://.../healthz, or unix:///PATH / tcp://HOST:PORT: connect only
     token_file: str | None = None
+    fallback: str | None = None  # the other scheme, tried when the answer is not HTTP
 
 
 def _argv(pid_dir: Path) -> list[str]:
@@ -61,14 +73,15 @@ def _environ(pid_dir: Path) -> dict[str, str]:
 
 
 def _command(argv: list[str]) -> tuple[str, list[str]] | None:
-    """(``agent``|``run``, its arguments) when argv is a swarmgpu process: the console
-    script itself or Python running it (``docker-init -- swarmgpu ...`` is not)."""
+    """(``agent``|``run``|``docker-proxy``, its arguments) when argv is a swarmgpu
+    process: the console script itself or Python running it (``docker-init --
+    swarmgpu ...`` is not)."""
     for i, a in enumerate(argv[:3]):
         if i == 2 and argv[1] != "-m":
             break
         if a.endswith("/swarmgpu") or a == "swarmgpu" or (i == 2 and a == "swarmgpu.cli"):
             rest = argv[i + 1:]
-            if rest and rest[0] in ("agent", "run"):
+            if rest and rest[0] in ("agent", "run", "docker-proxy"):
                 return rest[0], rest[1:]
     return None
 
@@ -120,19 +133,52 @@ def find_target(proc: Path = Path("/proc")) -> Target | None:
             continue
         role, args = found
         if role == "agent":
-            tls = _option(args, "--tls-cert") or _option(args, "--identity") == "swarm-pki"
-            scheme = "https" if tls else "http"
-            listen = _option(args, "--listen") or AGENT_LISTEN
-            return Target(f"{scheme}://{_loopback(listen)}/healthz",
-                          _option(args, "--token-file"))
+            where = _loopback(_option(args, "--listen") or AGENT_LISTEN) + "/healthz"
+            plain = _option(args, "--identity") == "none" and not _option(args, "--tls-cert")
+            first, other = ("http", "https") if plain else ("https", "http")
+            return Target(f"{first}://{where}", _option(args, "--token-file"),
+                          f"{other}://{where}")
+        if role == "docker-proxy":
+            listen = (_option(args, "--listen")
+                      or _environ(pid_dir).get("SWARMGPU_PROXY_LISTEN") or PROXY_LISTEN)
+            if listen.startswith("tcp://"):
+                listen = "tcp://" + _loopback(listen.removeprefix("tcp://"))
+            return Target(listen)
         listen = (_environ(pid_dir).get("SWARMGPU_HTTP_LISTEN")
                   or _config_listen(_option(args, "--config")) or DAEMON_LISTEN)
         return Target(f"http://{_loopback(listen)}/healthz")
     return None
 
 
+def _connect(url: str, timeout_s: float) -> tuple[bool, str]:
+    """Whether a socket accepts a connection (docker-proxy has no /healthz)."""
+    try:
+        if url.startswith("unix://"):
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(timeout_s)
+                s.connect(url.removeprefix("unix://"))
+        else:
+            host, _, port = url.removeprefix("tcp://").rpartition(":")
+            socket.create_connection((host.strip("[]"), int(port)), timeout_s).close()
+    except (OSError, ValueError) as e:
+        return False, f"{url}: {e}"
+    return True, f"{url}: accepts connections"
+
+
 def probe(target: Target, timeout_s: float = TIMEOUT_S) -> tuple[bool, str]:
     """(healthy, what was seen)."""
+    if target.url.startswith(("unix://", "tcp://")):
+        return _connect(target.url, timeout_s)
+    ok, seen, answered = _get(target, target.url, timeout_s)
+    if not answered and target.fallback:
+        ok2, seen2, answered2 = _get(target, target.fallback, timeout_s)
+        return (ok2, seen2) if answered2 else (False, f"{seen}; {seen2}")
+    return ok, seen
+
+
+def _get(target: Target, url: str, timeout_s: float) -> tuple[bool, str, bool]:
+    """(healthy, what was seen, whether it was an answer: False when the exchange
+    failed in a way the other scheme might not, TLS against plain HTTP or the reverse)."""
     headers = {}
     if target.token_file:
         # Unreadable: the answer (401) still shows the server is up.
@@ -142,17 +188,19 @@ def probe(target: Target, timeout_s: float = TIMEOUT_S) -> tuple[bool, str]:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    if not target.url.startswith(("http://", "https://")):
-        return False, f"{target.url}: not an http(s) URL"
-    req = urllib.request.Request(target.url, headers=headers)  # noqa: S310 (checked above)
+    if not url.startswith(("http://", "https://")):
+        return False, f"{url}: not an http(s), unix or tcp URL", True
+    req = urllib.request.Request(url, headers=headers)  # noqa: S310 (checked above)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as r:  # noqa: S310
             body = r.read(200).decode(errors="replace")
-            return r.status == 200, f"{target.url}: {r.status} {body}"
+            return r.status == 200, f"{url}: {r.status} {body}", True
     except urllib.error.HTTPError as e:
-        return e.code in (401, 403), f"{target.url}: {e.code} {e.reason}"
-    except (OSError, ValueError) as e:
-        return False, f"{target.url}: {e}"
+        return e.code in (401, 403), f"{url}: {e.code} {e.reason}", True
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        reason = getattr(e, "reason", e)  # URLError wraps the socket's error
+        final = isinstance(reason, ConnectionRefusedError | TimeoutError | socket.timeout)
+        return False, f"{url}: {e}", final
 
 
 def main(argv: list[str] | None = None) -> int:
