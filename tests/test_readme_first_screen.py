@@ -67,3 +67,12 @@ def test_unit_exposure_figures_are_what_systemd_analyze_says() -> None:
         m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", r.stdout)
         assert m, r.stdout + r.stderr
         assert m.group(1) == figure, (unit, m.group(1), figure)
+
+
+def test_docs_name_the_mig_flag_the_cli_has() -> None:
+    """docs/facts-schema.md used to name `--mig-layout`; the option is `--mig`."""
+    res = CliRunner().invoke(main, ["facts", "--help"])
+    assert "--mig TEXT" in res.output and "--mig-layout" not in res.output
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        assert "--mig-layout" not in doc.read_text(), doc.name
+    assert "`--mig LAYOUT`" in (REPO / "docs" / "facts-schema.md").read_text()
