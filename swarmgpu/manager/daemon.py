@@ -28,6 +28,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager import webguard
 from swarmgpu.manager.agentbook import AgentBook
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.heap import CycleCollector
 from swarmgpu.manager.host import QueryRoute, Route, Step
 from swarmgpu.manager.overshare import Watch
 from swarmgpu.manager.placement import Planner
@@ -73,6 +74,7 @@ class Daemon:
         self.extra_steps: list[Step] = []  # placement, rebalancing plug in here
         self.stop_event = threading.Event()
         self._cycle_lock = threading.Lock()
+        self._collector = CycleCollector()  # garbage collection between cycles
         self._rerun = threading.Event()
         self.last_report: CycleReport | None = None
         self.last_cycle_at: float | None = None
@@ -94,7 +96,7 @@ class Daemon:
     # --- one cycle -------------------------------------------------------
     def cycle(self) -> CycleReport:
         """Run one full cycle now (serialised: never two at once)."""
-        with self._cycle_lock:
+        with self._cycle_lock, self._collector.around_cycle():
             start = time.monotonic()
             try:
                 self.leader = self.swarm.is_leader()
