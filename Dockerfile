@@ -39,11 +39,13 @@ RUN set -eu; \
 
 # --- runtime ----------------------------------------------------------------------
 FROM ${BASE}
-# A fixed, unprivileged uid/gid (10001) for both roles. The agent needs nothing more
-# (the NVIDIA runtime hands it the device nodes). The daemon needs the docker socket:
-# run it with the socket's group, never as root: `docker run --group-add $(stat -c %g
-# /var/run/docker.sock)`, or in a stack `user: "10001:<that gid>"` as stacks/swarmgpu.yml
-# does (docker stack deploy rejects `group_add`).
+# A fixed, unprivileged uid/gid (10001) by default. The agent needs nothing more for
+# plain HTTP (the NVIDIA runtime hands it the device nodes); reading its node's Swarm
+# key (0600 root) for HTTPS needs root in the container, as stacks/swarmgpu.yml runs it,
+# with no capabilities. The daemon needs the engine: in the stack only through the
+# docker-proxy service; with `docker run`, the socket's group is enough
+# (`--group-add $(stat -c %g /var/run/docker.sock)`; a stack file cannot say that:
+# docker stack deploy rejects `group_add`).
 RUN echo 'swarmgpu:x:10001:10001:swarmgpu:/var/lib/swarmgpu:/usr/sbin/nologin' >>/etc/passwd \
  && echo 'swarmgpu:x:10001:' >>/etc/group \
  && mkdir -p /var/lib/swarmgpu /etc/swarmgpu \
