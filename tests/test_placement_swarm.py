@@ -124,7 +124,7 @@ def devices_of(swarm: SwarmCluster, service: str) -> dict[str, list[str]]:
 def placement_writes(service: str) -> int:
     """Service writes the daemon made, as its log says (one line per landed write)."""
     text = (LOGS / "placement-daemon.log").read_text()
-    return text.count(f"'service': '{service}'}} placement written")
+    return text.count(f"service={service} placement written")  # text log: key=value context
 
 
 def test_nvlink_pair_on_dgx_with_plan_uuids(swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
