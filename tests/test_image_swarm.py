@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from gpu_nodes import GPU_NODES, cfg_file, labels_of, run_cli
+from gpu_nodes import GPU_NODES, PLAIN_AGENTS, cfg_file, labels_of, run_cli
 from paths import REPO
 from swarm_harness import NodeHandle, SwarmCluster
 
@@ -172,7 +173,7 @@ def test_agent_global_service_feeds_labels(swarm: SwarmCluster, image: dict[str,
               *configs, "--entrypoint", "sh",
               IMAGE, "-c",
               f'exec swarmgpu agent --source "file:/etc/swarmgpu/facts/$NODE.json" '
-              f"--listen 0.0.0.0:{AGENT_PORT} --refresh-s 5")
+              f"--listen 0.0.0.0:{AGENT_PORT} --refresh-s 5 --identity none")
     try:
         workers = swarm.workers
         swarm.wait_for(lambda: all(_healthy(w) for w in workers), 90,
@@ -181,7 +182,8 @@ def test_agent_global_service_feeds_labels(swarm: SwarmCluster, image: dict[str,
         # The tasks run as the image's unprivileged user.
         ps = swarm.cli(mgr, "service", "ps", "--format", "{{.Node}} {{.CurrentState}}", svc)
         assert ps.stdout.count("Running") == len(workers), ps.stdout
-        cfg = cfg_file(tmp_path, swarm, agents={"port": AGENT_PORT, "timeout_s": 3})
+        cfg = cfg_file(tmp_path, swarm, agents={"port": AGENT_PORT, "timeout_s": 3,
+                                                **PLAIN_AGENTS})
         t1 = time.monotonic()
         res = run_cli("run", "--once", "--config", str(cfg))
         assert res.returncode == 0, res.stderr
@@ -204,7 +206,8 @@ def test_agent_global_service_feeds_labels(swarm: SwarmCluster, image: dict[str,
         gid = os.stat(mgr.socket).st_gid
         out = swarm.cli(mgr, "run", "--rm", "--network", "host", "--group-add", str(gid),
                         "-v", f"{mgr.socket}:/var/run/docker.sock",
-                        "-e", f"SWARMGPU_AGENTS_PORT={AGENT_PORT}", IMAGE, "run", "--once",
+                        "-e", f"SWARMGPU_AGENTS_PORT={AGENT_PORT}",
+                        "-e", "SWARMGPU_AGENTS_IDENTITY=none", IMAGE, "run", "--once",
                         timeout=120)
         assert "label write" in out.stderr, out.stderr
         want = desired_labels(GPU_NODES["gpu-node-2"].facts())
@@ -224,9 +227,13 @@ def test_agent_global_service_feeds_labels(swarm: SwarmCluster, image: dict[str,
             swarm.wait_for(removed, 30, f"config sgfacts-{host} removed")
 
 
-def _answers(addr: str, port: int, path: str = "/healthz") -> dict[str, object] | None:
+def _answers(addr: str, port: int, path: str = "/healthz", scheme: str = "http"
+             ) -> dict[str, object] | None:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # /healthz: is it up
     try:
-        with urllib.request.urlopen(f"http://{addr}:{port}{path}", timeout=1) as r:
+        with urllib.request.urlopen(f"{scheme}://{addr}:{port}{path}", timeout=1,
+                                    context=ctx if scheme == "https" else None) as r:
             body = json.loads(r.read())
             return body if isinstance(body, dict) else None
     except (OSError, ValueError):
@@ -236,14 +243,24 @@ def _answers(addr: str, port: int, path: str = "/healthz") -> dict[str, object] 
 def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str, float],
                                            restore_labels: None) -> None:
     """stacks/swarmgpu.yml itself, unedited: agents (nvml: these nodes have no driver,
-    so they report zero GPUs) on the nodes labelled gpu=true, the daemon on the manager
-    as uid 10001 with the socket's group, writing the labels."""
+    so they report zero GPUs) on the nodes labelled gpu=true, serving HTTPS with their
+    node's Swarm certificate, the daemon on the manager reaching the engine only through
+    the stack's docker-proxy and presenting its manager certificate, writing the labels.
+    Each test node's engine has its own data root: a per-host symlink and the
+    {{.Node.Hostname}} template in SWARMGPU_DOCKER_DATA_ROOT stand in for the one path
+    real nodes share."""
     mgr = swarm.manager
     for w in swarm.workers:
         swarm.cli(mgr, "node", "update", "--label-add", "gpu=true", w.node_id)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
+    byhost = swarm.base / "byhost"
+    byhost.mkdir(exist_ok=True)
+    for n in swarm.nodes:
+        link = byhost / n.hostname
+        if not link.exists():
+            link.symlink_to(n.data_root)
     env.update(DOCKER_CONFIG=str(swarm.base / "cli-config"), SWARMGPU_IMAGE=IMAGE,
-               SWARMGPU_DOCKER_GID=str(os.stat(mgr.socket).st_gid),
+               SWARMGPU_DOCKER_DATA_ROOT=f"{byhost}/{{{{.Node.Hostname}}}}",
                SWARMGPU_DOCKER_SOCKET=str(mgr.socket), SWARMGPU_SYNC_INTERVAL_S="2")
     stack = REPO / "stacks" / "swarmgpu.yml"
     t0 = time.monotonic()
@@ -252,7 +269,8 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
                          env=env, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, f"docker stack deploy failed: {res.stderr}"
     try:
-        swarm.wait_for(lambda: all(_answers(w.addr, 9401) for w in swarm.workers), 90,
+        swarm.wait_for(lambda: all(_answers(w.addr, 9401, scheme="https")
+                                   for w in swarm.workers), 90,
                        "the stack's agents answering on every gpu=true node")
         health = swarm.wait_for(lambda: _answers(mgr.addr, 9402), 60,
                                 "the stack's daemon answering /healthz on the manager")
@@ -266,12 +284,14 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
               f"daemon health {health}", file=sys.stderr)
         ps = swarm.cli(mgr, "service", "ps", "--format", "{{.Name}} {{.CurrentState}}",
                        "sgstack_daemon")
-        assert "Running" in ps.stdout, ps.stdout
+        logs = swarm.cli(mgr, "service", "logs", "--raw", "sgstack_daemon", check=False)
+        assert "Running" in ps.stdout, ps.stdout + (logs.stdout + logs.stderr)[-3000:]
     finally:
         t1 = time.monotonic()
         swarm.cli(mgr, "stack", "rm", "sgstack", check=False)
         # Port 9401 on the workers belongs to the other modules' agents afterwards.
-        swarm.wait_for(lambda: not any(_answers(w.addr, 9401) for w in swarm.workers), 60,
+        swarm.wait_for(lambda: not any(_answers(w.addr, 9401, scheme="https")
+                                       for w in swarm.workers), 60,
                        "the stack's agents gone")
         swarm.wait_for(lambda: _answers(mgr.addr, 9402) is None, 60, "the daemon gone")
         stop_s = time.monotonic() - t1
