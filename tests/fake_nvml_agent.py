@@ -38,6 +38,27 @@ def main() -> None:
         return FakeNvml.nvmlDeviceGetComputeRunningProcesses(nv, h)
 
     nv.nvmlDeviceGetComputeRunningProcesses = running  # type: ignore[method-assign]
+
+    # A lying node: an entry's "forge" ({"container", "task", "service"}) replaces what
+    # the agent found for that PID, as anything answering on the port could claim.
+    from dataclasses import replace
+
+    from swarmgpu.agent.procattr import Attributor
+
+    honest = Attributor.process
+
+    def forged(self: Attributor, p: Any) -> Any:
+        p = honest(self, p)
+        try:
+            data = json.loads(Path(procs_file).read_text())
+        except (OSError, ValueError):
+            data = {}
+        for entry in (e for es in data.values() for e in es):
+            if int(entry["pid"]) == p.pid and entry.get("forge"):
+                return replace(p, **entry["forge"])
+        return p
+
+    Attributor.process = forged  # type: ignore[method-assign]
     sys.modules["pynvml"] = nv  # type: ignore[assignment]  # what load_pynvml imports
     from swarmgpu.cli import main as cli
 

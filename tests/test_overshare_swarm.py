@@ -33,6 +33,9 @@ from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, tasks_running, wait_running
 
 from swarmgpu.agent.procattr import SERVICE_LABEL, TASK_LABEL, engine_labels
+from swarmgpu.manager import boundedhttp
+from swarmgpu.swarm.client import SwarmClient
+from swarmgpu.swarm.identity import client_context, default_cert_paths
 
 pytestmark = pytest.mark.swarm
 P = "swarmgpu."
@@ -53,7 +56,8 @@ def env(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
     fake = swarm.exec_in_netns(node1, [
         sys.executable, str(TESTS / "fake_nvml_agent.py"), "dgx_a100_nv12", str(procs_file),
         str(tmp / "sysfs"), "--hostname", "gpu-node-1", "--listen", f"{node1.addr}:9401",
-        "--refresh-s", "1"], env=swarmgpu_env(), **kwargs_for_logs(LOGS / "agent-nvml.log"))
+        "--refresh-s", "1", "--identity", "swarm-pki", "--data-root", str(node1.data_root)],
+        env=swarmgpu_env(), **kwargs_for_logs(LOGS / "agent-nvml.log"))
     wait_port(node1.addr, 9401)
     other = start_agent(swarm, "gpu-node-2")
     cfg = cfg_file(tmp, swarm, sync={"interval_s": 2},
@@ -72,6 +76,18 @@ def http(swarm: SwarmCluster, route: str) -> str:
     with urllib.request.urlopen(f"http://{swarm.manager.addr}:{HTTP_PORT}{route}",
                                 timeout=3) as resp:
         return str(resp.read().decode())
+
+
+def agent_page(swarm: SwarmCluster, addr: str) -> str:
+    """The agent's /metrics as the daemon reads it: over TLS, as this swarm's manager
+    (processes are listed only to a manager of the agent's own cluster)."""
+    client = SwarmClient(swarm.manager.docker_host)
+    crt, key, _ = default_cert_paths(str(swarm.manager.data_root))
+    tls = client_context(client.trust_root(), str(client.info()["Swarm"]["Cluster"]["ID"]),
+                         crt, key)
+    got = boundedhttp.get(f"https://{addr}:9401/metrics", timeout_s=5, max_bytes=1 << 22,
+                          tls=tls)
+    return got.body.decode()
 
 
 def held_gpu(swarm: SwarmCluster, service: str) -> str:
@@ -116,8 +132,7 @@ def test_over_share_is_reported_then_only_the_offender_restarts(
     # the agent found each PID's container in its cgroup (it has no engine access; the
     # daemon named the task and service from Swarm's task list)
     node1 = swarm.node("gpu-node-1")
-    with urllib.request.urlopen(f"http://{node1.addr}:9401/metrics", timeout=3) as resp:
-        page = resp.read().decode()
+    page = agent_page(swarm, node1.addr)
     cid = ta["Status"]["ContainerStatus"]["ContainerID"]
     assert any(f'container="{cid[:12]}"' in ln and f'pid="{pid_of(swarm, ta)}"' in ln
                and ln.endswith(" 51200.0") for ln in page.splitlines()), page[-2000:]
@@ -160,3 +175,44 @@ def test_over_share_is_reported_then_only_the_offender_restarts(
         assert e["NVIDIA_VISIBLE_DEVICES"] == gpu and e["CUDA_DEVICE_MEMORY_LIMIT"] == "40960m"
     print(f"\ntimings: deploy->running {t_running:.1f}s, over-share->log {t_logged:.1f}s, "
           f"over-share->a restarted {t_restarted:.1f}s (window {WINDOW_S:.0f}s)")
+
+
+def test_a_node_naming_a_victim_restarts_nothing(swarm: SwarmCluster,
+                                                 env: dict[str, Any]) -> None:
+    """gpu-node-1's agent lies: lines naming os_b (a running 0.5 share, the victim) at
+    80,000 MiB, one from no container, one from os_c's container (another service on
+    that node). Swarm's task list says neither is os_b's: both are unattributed, os_b is
+    never over its share, and its gate and task stay through more than a window."""
+    (tb,) = wait_running(swarm, "os_b", 1, timeout=90)
+    (tc,) = wait_running(swarm, "os_c", 1, timeout=90)
+    gpu = held_gpu(swarm, "os_b")
+    c_cid = tc["Status"]["ContainerStatus"]["ContainerID"]
+    claim = {"service": "os_b", "task": tb["ID"]}
+    env["procs"].write_text(json.dumps({gpu: [
+        {"pid": 4_000_001, "used_mib": 80000, "forge": {**claim, "container": ""}},
+        {"pid": pid_of(swarm, tc), "used_mib": 80000, "forge": {**claim, "container": c_cid}},
+    ]}))
+    t0 = time.monotonic()
+    swarm.wait_for(lambda: LOG.read_text().count("unattributed GPU process") >= 2, 30,
+                   "the daemon's unattributed lines")
+    log = LOG.read_text()
+    assert "named 'os_b' by the node" in log and "no container id" in log
+    assert "its container is a task of os_c, not of os_b" in log
+    metrics = http(swarm, "/metrics")
+    assert any(ln.startswith("swarmgpu_unattributed_gpu_memory_mib") and "gpu-node-1" in ln
+               and ln.endswith(" 160000.0") for ln in metrics.splitlines()), metrics[-3000:]
+    doc = json.loads(http(swarm, "/api/v1/cluster"))
+    (g,) = [g for n in doc["nodes"] for g in n["gpus"] if g["uuid"] == gpu]
+    assert {x["pid"] for x in g["unattributed"]} == {4_000_001, pid_of(swarm, tc)}
+    res = run_cli("audit", "--config", str(env["cfg"]), "--json")
+    kinds = {(f["kind"], f["subject"]) for f in json.loads(res.stdout)["findings"]}
+    assert ("unattributed-gpu-process", "gpu-node-1") in kinds
+    assert ("over-share", "os_b") not in kinds
+    # more than a whole window later: the victim's gate and task are where they were
+    time.sleep(max(0.0, WINDOW_S + 8 - (time.monotonic() - t0)))
+    assert "over its GPU share: service os_b" not in LOG.read_text()
+    assert "restart of os_b" not in LOG.read_text()
+    nid = swarm.node("gpu-node-1").node_id
+    labels = swarm.client(swarm.manager).api.inspect_node(nid)["Spec"]["Labels"] or {}
+    assert labels.get(f"{P}service.os_b") == "true"
+    assert [t["ID"] for t in tasks_running(swarm, "os_b")] == [tb["ID"]]
