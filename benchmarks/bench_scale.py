@@ -1,13 +1,22 @@
-"""Scale figures for the daemon: cycle time, writes per cycle, memory.
+"""Scale figures for the daemon: cycle time, writes per cycle, time to converge, memory.
 
 Fake mode (default): the planner and label sync driven through swarmgpu's own client
 boundary -- a fake SwarmClient with the same methods (no docker SDK) -- holding a
 recorded-shape cluster: N nodes x 8 GPUs (DGX A100 / RTX 4090 `topo -m` captures) and
-M annotated services (1/2/4/8-GPU, nvlink/numa, MIG, fractions; about a third can
-not fit and stay pending). Agents are replaced by their facts (no HTTP).
+5 annotated services per node (1/2/4/8-GPU, nvlink/numa, MIG, fractions; about a
+quarter can not fit and stay pending). Agents are replaced by their facts (no HTTP).
 
-    python benchmarks/bench_scale.py                     # 1000 nodes, 5000 services
-    python benchmarks/bench_scale.py --nodes 200 --services 1000 --cycles 3
+Each size runs twice. First with free engine calls: the first and the steady cycle
+(CPU), the writes of each cycle against the minimum (one per service whose spec must
+change, one per node whose labels must change: what the converged state differs in
+from the start), and how many cycles it takes to converge. Then with every engine
+call taking what it takes on the real test swarm (ENGINE_LATENCY_MS, measured by
+benchmarks/measure_engine_latency.py): the time to converge. Beside them, the same
+run's reference decision cost (FGD's median decision in the allocator-level replay).
+
+    python benchmarks/bench_scale.py                          # 1,000, 2,000, 5,000 nodes
+    python benchmarks/bench_scale.py --sizes 200 --cycles 3
+    python benchmarks/bench_scale.py --nodes 1000 --services 5000 --profile
 
 Real-swarm mode: the largest swarm this machine holds (1 manager + W workers, real
 dockerd per node, agents serving captures), S annotated replicas-0 services, the real
@@ -19,13 +28,17 @@ daemon cycle against the real engine.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import dataclasses
 import gc
+import io
 import json
 import os
+import pstats
 import random
 import resource
 import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Mapping
@@ -41,9 +54,11 @@ from swarmgpu.core.model import NodeFacts  # noqa: E402
 from swarmgpu.manager.agent_client import FactsResult  # noqa: E402
 from swarmgpu.manager.agentbook import AgentBook  # noqa: E402
 from swarmgpu.manager.daemon_metrics import DaemonMetrics  # noqa: E402
+from swarmgpu.manager.heap import CycleCollector  # noqa: E402
 from swarmgpu.manager.placement import env_template, gate_constraint  # noqa: E402
 from swarmgpu.manager.placement_step import apply_plan, make_plan, new_planner  # noqa: E402
 from swarmgpu.manager.sync import LabelSync, Snapshot  # noqa: E402
+from swarmgpu.manager.writes import WRITE_PARALLEL  # noqa: E402
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask  # noqa: E402
 
 P = "swarmgpu."
@@ -57,30 +72,57 @@ def _topology() -> Path:
 
 # --- the fake at swarmgpu's client boundary ------------------------------------------------
 
-class FakeSwarm:
-    """Same methods as swarmgpu.swarm.client.SwarmClient, state in memory, versions enforced."""
+# What each engine call costs on the real test swarm (benchmarks/measure_engine_latency.py
+# --workers 3 --services 40, run once on the 2-core development machine: medians of 40
+# calls; every update is the client's inspect + update round trip). A list call costs
+# its fixed part plus a share per object returned; the share is the difference between
+# listing 40 services and 4 nodes, an extrapolation to thousands of objects.
+ENGINE_LATENCY_MS: dict[str, float] = {
+    "node_update": 25.3, "service_update": 23.4, "list": 3.9, "list_per_object": 0.1,
+}
 
-    def __init__(self, nodes: list[SwarmNode], services: list[SwarmService]) -> None:
+
+class FakeSwarm:
+    """Same methods as swarmgpu.swarm.client.SwarmClient, state in memory, versions enforced.
+
+    ``latency_ms`` (ENGINE_LATENCY_MS's keys; None: free) makes every call sleep what it
+    takes on a real engine; a sleep lets other threads run, as a real round trip does, so
+    bounded parallel writes gain here what they gain on the engine."""
+
+    def __init__(self, nodes: list[SwarmNode], services: list[SwarmService],
+                 latency_ms: Mapping[str, float] | None = None) -> None:
         self._nodes = {n.id: n for n in nodes}
         self._services = {s.id: s for s in services}
         self.writes = 0
+        self.calls = 0
+        self.latency = {k: v / 1e3 for k, v in (latency_ms or {}).items()}
+        self._lock = threading.Lock()
+
+    def _wait(self, kind: str, objects: int = 0) -> None:
+        with self._lock:
+            self.calls += 1
+        if self.latency:
+            time.sleep(self.latency[kind] + objects * self.latency.get("list_per_object", 0))
 
     def is_leader(self) -> bool:
         return True
 
     def nodes(self) -> list[SwarmNode]:
+        self._wait("list", len(self._nodes))
         return list(self._nodes.values())
 
     def node(self, node_id: str) -> SwarmNode:
         return self._nodes[node_id]
 
     def services(self) -> list[SwarmService]:
+        self._wait("list", len(self._services))
         return list(self._services.values())
 
     def service(self, service_id: str) -> SwarmService:
         return self._services[service_id]
 
     def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
+        self._wait("list")
         return []  # replicas stay pending until their gate opens; the planner's input
 
     def events(self, *, types: tuple[str, ...] = ("node", "service")) -> Iterator[dict[str, Any]]:
@@ -89,22 +131,26 @@ class FakeSwarm:
     def update_node_labels(self, node_id: str,
                            compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
                            *, attempts: int = 5) -> bool:
+        self._wait("node_update")  # the inspect and the update: the client's round trip
         n = self._nodes[node_id]
         new = compute(dict(n.labels))
         if new is None or dict(new) == dict(n.labels):
             return False
-        self.writes += 1
+        with self._lock:
+            self.writes += 1
         self._nodes[node_id] = dataclasses.replace(n, labels=dict(new), version=n.version + 1)
         return True
 
     def update_service_spec(self, service_id: str,
                             compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
                             *, attempts: int = 5) -> bool:
+        self._wait("service_update")
         s = self._services[service_id]
         new = compute(s.spec)
         if new is None or new == s.spec:
             return False
-        self.writes += 1
+        with self._lock:
+            self.writes += 1
         tt = new.get("TaskTemplate", {})
         self._services[service_id] = dataclasses.replace(
             s, spec=new, labels=dict(new.get("Labels") or {}),
@@ -112,6 +158,11 @@ class FakeSwarm:
             env=tuple((tt.get("ContainerSpec") or {}).get("Env") or ()), version=s.version + 1,
             force_update=int(tt.get("ForceUpdate") or 0))
         return True
+
+    def state(self) -> tuple[dict[str, dict[str, str]], dict[str, Mapping[str, Any]]]:
+        """Every node's labels and every service's spec, to count what changed."""
+        return ({i: dict(n.labels) for i, n in self._nodes.items()},
+                {i: s.spec for i, s in self._services.items()})
 
 
 # --- the recorded-shape cluster -----------------------------------------------------------
@@ -157,21 +208,31 @@ def build_cluster(n_nodes: int, n_services: int, seed: int = 1
     return nodes, services, facts
 
 
-def fake_mode(args: argparse.Namespace) -> dict[str, Any]:
-    t0 = time.monotonic()
-    nodes, services, facts = build_cluster(args.nodes, args.services)
-    build_s = time.monotonic() - t0
-    fake = FakeSwarm(nodes, services)
+def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
+               facts: dict[str, NodeFacts], max_cycles: int,
+               latency_ms: Mapping[str, float] | None = None,
+               profile: bool = False) -> dict[str, Any]:
+    """The daemon's cycle (one snapshot, label sync, placement) until three cycles in a
+    row write nothing, or ``max_cycles``. The first of them is the settle cycle (the
+    planner re-reads what it wrote), the others are steady. ``profile``: cProfile's top
+    entries of the settle cycle and of the last steady one (their times then include
+    the profiler's)."""
+    fake = FakeSwarm(nodes, services, latency_ms)
     cfg = Config(sync=SyncConfig(interval_s=30))
-    book = AgentBook()
-    sync = LabelSync(fake, cfg, DaemonMetrics(), book)  # type: ignore[arg-type]
+    sync = LabelSync(fake, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
     planner = new_planner(cfg, fake, services)  # the daemon keeps one across cycles
-    if args.tracemalloc:
-        tracemalloc.start()
-    cycles = []
-    steady = 0
-    for c in range(args.cycles):
-        before = fake.writes
+    collector = CycleCollector()  # as the daemon: garbage collection between cycles
+    start_nodes, start_specs = fake.state()
+    cycles: list[dict[str, Any]] = []
+    out: dict[str, Any] = {}
+    t_start = time.monotonic()
+    converged_s = 0.0
+    for c in range(max_cycles):
+        before, calls0 = fake.writes, fake.calls
+        prof = cProfile.Profile() if profile else None  # kept for the quiet cycles only
+        if prof is not None:
+            prof.enable()
+        gc.disable()
         t = time.monotonic()
         snap = Snapshot(fake.nodes(), fake.services(), fake.tasks(), {
             nid: FactsResult(nid, f.hostname, "fake", f, None, time.time())
@@ -179,43 +240,136 @@ def fake_mode(args: argparse.Namespace) -> dict[str, Any]:
         t_snap = time.monotonic()
         report = sync.cycle(snap)
         t_labels = time.monotonic()
-        snap2 = Snapshot(fake.nodes(), fake.services(), fake.tasks(), snap.facts)
         planner.cluster.timings = []
-        plan = make_plan(snap2, cfg, planner=planner)
+        plan = make_plan(snap, cfg, planner=planner)
         t_plan = time.monotonic()
         decisions = sorted(planner.cluster.timings)
         apply_plan(fake, plan, dry_run=False)  # type: ignore[arg-type]
         t_end = time.monotonic()
-        placed = sum(1 for sp in plan.services if sp.placements)
-        pending = sum(1 for sp in plan.services if sp.status == "pending")
+        if prof is not None:
+            prof.disable()
+        gc.enable()
+        collector.after_cycle()
+        t_collect = time.monotonic() - t_end
         cycles.append({
             "cycle": c + 1, "total_s": round(t_end - t, 3),
             "snapshot_s": round(t_snap - t, 3), "label_sync_s": round(t_labels - t_snap, 3),
             "plan_s": round(t_plan - t_labels, 3), "apply_s": round(t_end - t_plan, 3),
-            "label_writes": report.writes, "writes": fake.writes - before,
-            "services_with_placements": placed, "pending": pending,
+            "collect_after_s": round(t_collect, 3), "label_writes": report.writes,
+            "writes": fake.writes - before,
+            "engine_calls": fake.calls - calls0,
+            "services_with_placements": sum(1 for sp in plan.services if sp.placements),
+            "pending": sum(1 for sp in plan.services if sp.status == "pending"),
             "decisions": len(decisions),
             "decision_median_ms": round(decisions[len(decisions) // 2] * 1e3, 3)
             if decisions else None,
         })
         print(json.dumps(cycles[-1]), flush=True)
-        if fake.writes == before:
-            steady += 1
-            if steady >= 2:
-                break  # converged: two steady cycles measured
+        if prof is not None and not cycles[-1]["writes"]:
+            quiet = quiet_run(cycles)
+            out["profile_settle" if quiet == 1 else "profile_steady"] = profile_top(prof)
+        if cycles[-1]["writes"]:
+            converged_s = t_end - t_start
+        elif quiet_run(cycles) == 3:
+            break  # converged: the settle cycle and two steady ones measured
+    end_nodes, end_specs = fake.state()
+    # The least any daemon could write to get from the start to where this one ended.
+    minimum = (sum(1 for i, labels in end_nodes.items() if labels != start_nodes[i])
+               + sum(1 for i, spec in end_specs.items() if spec != start_specs[i]))
+    writing = [c["writes"] for c in cycles if c["writes"]]
+    quiet = quiet_run(cycles)
+    still = sorted(c["total_s"] for c in cycles[len(cycles) - quiet + 1:])
+    converged = quiet > 0
+    out.update({
+        "cycles": cycles, "first_cycle_s": cycles[0]["total_s"],
+        "settle_cycle_s": cycles[len(cycles) - quiet]["total_s"] if quiet else None,
+        "steady_cycle_s": still[len(still) // 2] if still else None,
+        "writes_per_cycle": writing, "writes": sum(writing), "minimum_writes": minimum,
+        "cycles_to_converge": len(writing) if converged else None,
+        "converge_s": round(converged_s, 2)})
+    return out
+
+
+def quiet_run(cycles: list[dict[str, Any]]) -> int:
+    """How many cycles at the end wrote nothing."""
+    n = 0
+    for c in reversed(cycles):
+        if c["writes"]:
+            break
+        n += 1
+    return n
+
+
+def profile_top(prof: cProfile.Profile, n: int = 15) -> list[str]:
+    """The ``n`` entries with the most time of their own, as pstats prints them."""
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(n)
+    lines = buf.getvalue().splitlines()
+    head = next(i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls"))
+    return [line.replace(str(REPO) + "/", "") for line in lines[head:head + n + 1]]
+
+
+def fake_size(args: argparse.Namespace, n_nodes: int, n_services: int) -> dict[str, Any]:
+    t0 = time.monotonic()
+    nodes, services, facts = build_cluster(n_nodes, n_services)
+    build_s = time.monotonic() - t0
+    if args.tracemalloc:
+        tracemalloc.start()
+    print(f"# {n_nodes} nodes, {n_services} services: free engine calls", flush=True)
+    free = run_cycles(nodes, services, facts, args.cycles, profile=args.profile)
     peak = tracemalloc.get_traced_memory()[1] if args.tracemalloc else 0
     tracemalloc.stop()
     gc.collect()
+    out: dict[str, Any] = {
+        "nodes": n_nodes, "gpus": n_nodes * 8, "services": n_services,
+        "build_s": round(build_s, 2),
+        **{k: free[k] for k in ("first_cycle_s", "settle_cycle_s", "steady_cycle_s",
+                                "writes_per_cycle", "writes", "minimum_writes",
+                                "cycles_to_converge")},
+        "cycles": free["cycles"],
+    }
+    for k in ("profile_settle", "profile_steady"):
+        if k in free:
+            out[k] = free[k]
+            print(f"# {k}\n" + "\n".join(free[k]), flush=True)
+    if not args.no_latency:
+        print(f"# {n_nodes} nodes: engine calls at {ENGINE_LATENCY_MS} ms", flush=True)
+        slow = run_cycles(nodes, services, facts, args.cycles, latency_ms=ENGINE_LATENCY_MS)
+        out["latency_ms"] = dict(ENGINE_LATENCY_MS)
+        out["converge_s_at_latency"] = slow["converge_s"]
+        out["cycles_at_latency"] = [c["total_s"] for c in slow["cycles"]]
+        out["steady_cycle_s_at_latency"] = slow["steady_cycle_s"]
     ref = reference_decision_ms()
-    first = cycles[0]["total_s"]
-    still = [c["total_s"] for c in cycles if c["writes"] == 0]
-    return {"mode": "fake", "nodes": args.nodes, "gpus": args.nodes * 8,
-            "services": args.services, "build_s": round(build_s, 2), "cycles": cycles,
-            "first_cycle_s": first, "steady_cycle_s": min(still) if still else None,
-            "reference_sim_decision_ms": ref,
-            "first_cycle_in_reference_decisions": round(first * 1e3 / ref) if ref else None,
-            "tracemalloc_peak_mib": round(peak / 2**20, 1) if peak else None,
-            "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    out["reference_sim_decision_ms"] = ref
+    out["first_cycle_in_reference_decisions"] = round(out["first_cycle_s"] * 1e3 / ref)
+    out["tracemalloc_peak_mib"] = round(peak / 2**20, 1) if peak else None
+    out["max_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return out
+
+
+def fake_mode(args: argparse.Namespace) -> dict[str, Any]:
+    if args.nodes is not None:
+        sizes = [(args.nodes, args.services or args.per_node * args.nodes)]
+    else:
+        sizes = [(n, args.per_node * n) for n in args.sizes]
+    runs = [fake_size(args, n, s) for n, s in sizes]
+    print_table(runs)
+    return {"mode": "fake", "write_parallel": WRITE_PARALLEL, "sizes": runs}
+
+
+def print_table(runs: list[dict[str, Any]]) -> None:
+    print("\n| nodes | services | first cycle s | settle cycle s | steady cycle s "
+          "| steady s per 1,000 nodes | writes per cycle | minimum writes "
+          "| cycles to converge | converge s at latency | reference decision ms |")
+    print("|" + "---|" * 11)
+    for r in runs:
+        steady = r["steady_cycle_s"]
+        per = f"{steady * 1000 / r['nodes']:.3f}" if steady is not None else "-"
+        print(f"| {r['nodes']:,} | {r['services']:,} | {r['first_cycle_s']} "
+              f"| {r['settle_cycle_s']} | {steady} | {per} "
+              f"| {', '.join(f'{w:,}' for w in r['writes_per_cycle'])} "
+              f"| {r['minimum_writes']:,} | {r['cycles_to_converge']} "
+              f"| {r.get('converge_s_at_latency', '-')} | {r['reference_sim_decision_ms']} |")
 
 
 def reference_decision_ms() -> float:
@@ -307,10 +461,17 @@ def real_mode(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", type=int, default=1000)
-    ap.add_argument("--services", type=int, default=5000)
-    ap.add_argument("--cycles", type=int, default=6,
-                    help="at most; stops after two steady cycles")
+    ap.add_argument("--sizes", type=lambda v: [int(x) for x in v.split(",")],
+                    default=[1000, 2000, 5000], help="node counts (default 1000,2000,5000)")
+    ap.add_argument("--per-node", type=int, default=5, help="services per node")
+    ap.add_argument("--nodes", type=int, help="one size instead of --sizes")
+    ap.add_argument("--services", type=int, help="with --nodes (default: --per-node each)")
+    ap.add_argument("--cycles", type=int, default=8,
+                    help="at most; stops after three cycles without writes")
+    ap.add_argument("--no-latency", action="store_true",
+                    help="skip the run with the engine's measured call latency")
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile's top entries of a steady cycle at each size")
     ap.add_argument("--tracemalloc", action="store_true", help="peak Python heap (slow)")
     ap.add_argument("--real-swarm", action="store_true")
     ap.add_argument("--workers", type=int, default=8)
@@ -320,10 +481,11 @@ def main(argv: list[str] | None = None) -> int:
 
     logger.remove()  # per-service log lines would dominate the timing
     logger.add(sys.stderr, level="ERROR")
-    if args.real_swarm and args.services == 5000:
+    if args.real_swarm and args.services is None:
         args.services = 300
     result = real_mode(args) if args.real_swarm else fake_mode(args)
-    print(json.dumps({k: v for k, v in result.items() if k != "cycles"}, indent=1))
+    if args.real_swarm:
+        print(json.dumps({k: v for k, v in result.items() if k != "cycles"}, indent=1))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0
