@@ -14,10 +14,12 @@ bounded by one ``agents.timeout_s`` (each hostile agent is cut at its deadline).
 Second part, slow-connection floods (tests/slowflood.py, in a child process: 400
 connections that each send half a request head and are reopened as soon as the server
 closes them): from ten addresses (127.0.0.20-29), and from the honest client's own
-address (127.0.0.1, where the daemon's fetch comes from). Under each, the daemon's fetch
-of /facts (``agent_client.fetch_facts``) from a real agent, and a GET of the map's
-``/api/v1/cluster`` from the daemon's real HTTP server, are timed beside the same
-figures without a flood, in the same run. One server is flooded at a time.
+address (127.0.0.1, where the daemon's fetch comes from); then 2,000 of each, eight times
+the servers' 256 connections, where every newcomer evicts a half-sent request. Under
+each, the daemon's fetch of /facts (``agent_client.fetch_facts``) from a real agent, and
+a GET of the map's ``/api/v1/cluster`` from the daemon's real HTTP server, are timed
+beside the same figures without a flood, in the same run. One server is flooded at a
+time.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ HOSTILE = ("drip", "hang", "deep-json", "too-many-gpus", "huge")
 PORT = 19401
 FLOOD_AGENT = "127.0.0.10"  # the flooded agent's address; the daemon fetches from 127.0.0.1
 FLOODS = (("no flood", "", 0), ("400 from 10 addresses", "127.0.0.20-29", 40),
-          ("400 from the daemon's own address", "127.0.0.1", 400))
+          ("400 from the daemon's own address", "127.0.0.1", 400),
+          ("2000 from 10 addresses", "127.0.0.20-29", 200),
+          ("2000 from the daemon's own address", "127.0.0.1", 2000))
 
 
 class _Source:

@@ -8,12 +8,14 @@ plus generous slack (a stalled fetch would take minutes, not a second more).
 from __future__ import annotations
 
 import json
+import re
 import socket
 import socketserver
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from gpu_nodes import DGX_A100, RTX4090
@@ -32,11 +34,16 @@ from swarmgpu.core.model import (
     MigDevice,
     NodeFacts,
 )
+from swarmgpu.core.peertext import PEER_TEXT_LIMIT, peer_text
 from swarmgpu.manager import boundedhttp
 from swarmgpu.manager.agent_client import fetch_all, fetch_facts, parse_json_bounded
+from swarmgpu.manager.agentbook import AgentBook, load_saved
+from swarmgpu.manager.audit import audit
+from swarmgpu.manager.cluster_view import build_cluster
 from swarmgpu.manager.placement import plan_placement
 from swarmgpu.manager.rebalance.scrape import scrape_node
 from swarmgpu.manager.requests import RequestError, parse_all
+from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.labels import (
     MAX_LABEL_VALUE_LEN,
@@ -423,3 +430,96 @@ def test_facts_without_a_host_name_are_refused(hostile: Callable[[Behaviour], in
 def test_prop_json_nesting_never_escapes(depth: int, opener: str) -> None:
     value, why = parse_json_bounded((opener * depth).encode())
     assert value is None and why is not None  # never closed: an error, never an exception
+
+
+# --- issue 25, part 4: bounded text -----------------------------------------------------
+
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _clean_and_short(text: object) -> None:
+    assert isinstance(text, str), text
+    assert len(text) <= PEER_TEXT_LIMIT, len(text)
+    assert not _CONTROLS.search(text), repr(text[:120])
+
+
+def test_a_3mb_schema_value_is_a_short_clean_error_everywhere_it_goes(
+        hostile: Callable[[Behaviour], int], tmp_path: Path) -> None:
+    """Issue 25: a 3 MB ``schema`` value made a 3,000,165-character error in the logs,
+    agents.json and /api/v1/cluster."""
+    body = RTX4090.facts().to_dict()
+    body["schema"] = "\x1b[2J\u202e" + "x" * 3_000_000 + "\nforged log line"
+    port = hostile(ok(json.dumps(body).encode()))
+    cfg = replace(cfg_for(port, timeout=5), max_response_bytes=8 * 1024 * 1024)
+    sick = node(port, host=RTX4090.hostname)
+    labelled = replace(sick, labels=desired_labels(RTX4090.facts(), "swarmgpu."))
+    res = fetch_facts(labelled, cfg)
+    assert res.facts is None and res.error and "not supported" in res.error
+    assert "3000" in res.error  # the cut says how long the value was
+    _clean_and_short(res.error)
+    book = AgentBook()
+    book.record(res)
+    book.save(str(tmp_path))
+    saved = json.loads((tmp_path / "agents.json").read_text())
+    _clean_and_short(saved[sick.id]["last_error"])
+    _clean_and_short(load_saved(str(tmp_path))[sick.id]["last_error"])
+    snap = Snapshot([labelled], [], [], {sick.id: res})
+    doc = build_cluster(snap, None, saved_agents=saved)
+    _clean_and_short(doc["nodes"][0]["agent"]["error"])
+    findings = [f for f in audit(snap, saved_agents=saved) if f.kind == "unreachable"]
+    assert findings
+    for f in findings:
+        assert len(f.message) <= PEER_TEXT_LIMIT + 200  # our own words around it
+        assert not _CONTROLS.search(f.message)
+
+
+def test_agents_own_notes_and_many_unknown_keys_are_cut_and_cleaned() -> None:
+    body = RTX4090.facts().to_dict()
+    body["errors"] = ["nvml\x1b]0;pwned\x07 hiccup\n" + "y" * 10_000]
+    body["gpus"][0]["error"] = "Xid 79\r\nforged"
+    facts = NodeFacts.from_dict(body)
+    for text in (*facts.errors, facts.gpus[0].error):
+        _clean_and_short(text)
+    assert facts.errors[0].startswith("nvml]0;pwned hiccup y")
+    junk = {f"k{i}\n" + "z" * 1000: 1 for i in range(5000)}
+    with pytest.raises(FactsError) as e:
+        NodeFacts.from_dict({**RTX4090.facts().to_dict(), **junk})
+    _clean_and_short(str(e.value))
+    assert "more" in str(e.value)
+
+
+def test_a_huge_broken_metrics_page_gives_short_clean_errors(
+        hostile: Callable[[Behaviour], int]) -> None:
+    """Issue 25: metrics errors reached 5.9 MB (every hostname label of a page quoted)."""
+    page = "".join(f'DCGM_FI_DEV_FB_USED{{UUID="GPU-{i % 4}",Hostname="host-{i}"}} 1\n'
+                   for i in range(60_000))
+    page += "\x1b[31m" + "garbage" * 100_000 + "\n"
+    parsed = parse_metrics(page)
+    assert parsed.errors and len(parsed.errors) <= 51
+    for err in parsed.errors:
+        _clean_and_short(err)
+    port = hostile(ok(page.encode()))
+    got = scrape_node(node(port, host=RTX4090.hostname), f"http://127.0.0.1:{port}/metrics",
+                      10)
+    assert got.error
+    _clean_and_short(got.error)
+
+
+def test_metrics_labels_from_a_page_are_cut_and_cleaned() -> None:
+    page = ('swarmgpu_gpu_process_memory_used_mib{UUID="GPU-1",pid="7",'
+            'service="svc\\nforged\\u202e' + "s" * 5000 + '",task="t\\t1",container="c"} 5\n'
+            'DCGM_FI_DEV_FB_USED{UUID="GPU-1",modelName="A100\\u0007' + "m" * 500 + '"} 1\n')
+    g = parse_metrics(page).samples_by_uuid["GPU-1"]
+    p = g.processes[0]
+    for text in (p.service, p.task, p.container, g.model_name):
+        assert text is not None and len(text) <= 96 and not _CONTROLS.search(text), text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=2000), st.integers(0, 400))
+def test_prop_peer_text_is_short_and_clean(text: str, limit: int) -> None:
+    out = peer_text(text, limit)
+    assert len(out) <= limit
+    assert not _CONTROLS.search(out)
+    if len(text) <= limit and text.isprintable():
+        assert out == text  # nothing to cut or clean: unchanged

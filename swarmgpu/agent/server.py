@@ -72,7 +72,7 @@ from swarmgpu.swarm.identity import (
 )
 
 SOCKET_TIMEOUT_S = 5.0  # the answer's write
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 256
 # Loopback unless told otherwise: the stack and the systemd unit pass --listen to expose
 # it to the managers (with identity swarm-pki, the default, the daemon checks who answers
 # and the agent checks who asks).
@@ -384,6 +384,11 @@ class _Handler(OneRequestHandler):
             except (OSError, ValueError) as exc:
                 _log.debug("TLS handshake from {} failed: {}", self.client_address[0], exc)
                 self._refused = True
+            else:
+                tls = self.server.tls
+                if tls.mutual and isinstance(self.request, ssl.SSLSocket) and \
+                        is_manager_of(peer_name(self.request.getpeercert()), tls.cluster_id):
+                    self.peer_authenticated()  # the daemon: never evicted (httpguard)
         super().setup()
 
     def handle(self) -> None:
@@ -401,6 +406,8 @@ class _Handler(OneRequestHandler):
             return True, True
         token, tls = self.server.token, self.server.tls
         bearer = token is not None and token_matches(self.headers.get("Authorization"), token)
+        if bearer:
+            self.peer_authenticated()  # Prometheus: may use httpguard's reserve
         if tls is not None and tls.mutual:
             cert = self.request.getpeercert() if isinstance(self.request, ssl.SSLSocket) \
                 else None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import queue
 import socket
 import threading
 import time
@@ -199,16 +200,20 @@ def pick_victim(conns: Iterable[Conn], addr: str) -> Conn | None:
 class GuardedServer(ThreadingHTTPServer):
     """A threading HTTP server that stays fair when full.
 
-    At most ``max_connections`` connections at once (one thread each). When a new one
-    arrives and all are taken, the slowest client's oldest half-sent request is closed
-    to make room (``pick_victim``). When every connection is busy answering, up to
+    At most ``max_connections`` connections at once, each served by a thread of a pool
+    (a flood's reconnects cost no thread start each). When a new one arrives and all are
+    taken, the slowest client's oldest half-sent request is closed to make room
+    (``pick_victim``). When every connection is busy answering, up to
     ``reserved`` more are let in, but only a peer the handler authenticates is answered
     on those (the daemon's fetch, Prometheus with the token); others get 503."""
 
     daemon_threads = True
     block_on_close = False  # closing the server never waits on a client
-    request_queue_size = 128
-    max_connections = 64
+    # The kernel's accept queue: long, so that a flood's reconnects never fill it and make
+    # the kernel drop an honest client's SYN (a retransmit waits 1 s, then 3 s); the price
+    # is waiting behind them, a few hundred ms at worst (benchmarks/bench_hostile.py).
+    request_queue_size = 1024
+    max_connections = 256
     reserved = 8
     log_every_s = 10.0  # a flood is logged as one line per this many seconds
 
@@ -216,7 +221,9 @@ class GuardedServer(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self._conns: set[Conn] = set()
-        self._threads_alive = 0  # handler threads not yet ended, evicted ones included
+        self._in_flight = 0  # connections not yet released, evicted ones included
+        self._jobs: queue.SimpleQueue[tuple[Any, Any, Conn] | None] = queue.SimpleQueue()
+        self._workers = self._idle = self._queued = 0
         self._lock = threading.Lock()
         self._local = threading.local()
         self._turned_away: Counter[str] = Counter()
@@ -229,8 +236,8 @@ class GuardedServer(ThreadingHTTPServer):
 
     def _admit(self, request: socket.socket, ip: str) -> Conn | None:
         with self._lock:
-            # Evicted threads end within microseconds; a cap on threads still holds.
-            if self._threads_alive >= 2 * self.max_connections + self.reserved:
+            # Evicted connections end within microseconds; a cap on them still holds.
+            if self._in_flight >= self._most_in_flight():
                 self._turn_away("refused", ip)
                 return None
             conn = Conn(ip, time.monotonic())
@@ -248,8 +255,11 @@ class GuardedServer(ThreadingHTTPServer):
             except OSError:
                 return None
             self._conns.add(conn)
-            self._threads_alive += 1
+            self._in_flight += 1
             return conn
+
+    def _most_in_flight(self) -> int:
+        return 2 * self.max_connections + self.reserved
 
     def _evict(self, victim: Conn) -> None:
         """Close a half-sent request (lock held): its thread wakes from recv and ends."""
@@ -281,14 +291,38 @@ class GuardedServer(ThreadingHTTPServer):
         if conn is None:
             self.shutdown_request(request)
             return
-        try:
-            request.settimeout(WRITE_DEADLINE_S)
-            threading.Thread(target=self._serve_one, args=(request, client_address, conn),
-                             daemon=True).start()
-        except Exception:
-            self._release(conn)
-            self.shutdown_request(request)
-            raise
+        request.settimeout(WRITE_DEADLINE_S)
+        with self._lock:
+            self._queued += 1
+            spawn = self._queued > self._idle and self._workers < self._most_in_flight()
+            if spawn:
+                self._workers += 1
+        self._jobs.put((request, client_address, conn))
+        if spawn:
+            try:
+                threading.Thread(target=self._work, name="http-worker", daemon=True).start()
+            except RuntimeError:  # no thread to be had: the others still drain the queue
+                with self._lock:
+                    self._workers -= 1
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._idle -= 1
+                self._queued -= 1
+            if job is None:
+                return
+            self._serve_one(*job)
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self._lock:
+            workers = self._workers
+        for _ in range(workers):
+            self._jobs.put(None)
 
     def _serve_one(self, request: Any, client_address: Any, conn: Conn) -> None:
         self._local.conn = conn
@@ -304,7 +338,7 @@ class GuardedServer(ThreadingHTTPServer):
     def _release(self, conn: Conn) -> None:
         with self._lock:
             self._conns.discard(conn)
-            self._threads_alive -= 1
+            self._in_flight -= 1
         if conn.ctl is not None:  # out of the set: no eviction can reach it any more
             conn.ctl.close()
 
@@ -330,6 +364,7 @@ class GuardedServer(ThreadingHTTPServer):
         return conn is None or not conn.reserved or conn.authenticated
 
     def connection_counts(self) -> tuple[int, int]:
-        """(connections held, handler threads alive), for tests and benchmarks."""
+        """(connections held, connections in flight with evicted ones not yet ended),
+        for tests and benchmarks."""
         with self._lock:
-            return len(self._conns), self._threads_alive
+            return len(self._conns), self._in_flight

@@ -250,7 +250,7 @@ def _quote(v: Any) -> str:
 
 def _keys(keys: set[Any]) -> str:
     """Unknown keys named in an error: a few, each short (a peer may send thousands)."""
-    shown = sorted(peer_text(k, 40) for k in list(keys)[:200])[:5]
+    shown = sorted(peer_text(k, 24) for k in list(keys)[:200])[:3]
     more = f" and {len(keys) - len(shown)} more" if len(keys) > len(shown) else ""
     return f"{shown}{more}"
 
