@@ -117,7 +117,7 @@ def build_cluster(
     plans = {sp.name: sp for sp in (plan.services if plan else [])}
     tasks_by_service_node: dict[tuple[str, str], list[str]] = {}
     for t in snap.tasks:
-        if t.desired_state == "running":
+        if t.desired_state == "running" and t.node_id:  # a task on no node shows nowhere
             tasks_by_service_node.setdefault((t.service_id, t.node_id), []).append(t.id)
     drift_by_host: dict[str, list[str]] = {}
     for f in findings:
