@@ -267,6 +267,11 @@ def test_drained_node_moves_the_replica_and_back_off_stops_a_loop() -> None:
     sp = planner.plan(nodes, [s], [waiting], facts, now=103.0).services[0]  # type: ignore[arg-type]
     assert sp.status == "pending" and not sp.replaced
     assert "backed off" in (sp.reason or "") and "1 re-placement" in (sp.reason or ""), sp.reason
+    # The count is kept in Swarm (a service label): `plan` (a fresh planner) and a new
+    # leader see the same back-off.
+    assert s.labels[f"{P}state.replaced"] == "1@101"
+    fresh = Planner().plan(nodes, [s], [waiting], facts, now=103.0)  # type: ignore[arg-type]
+    assert "backed off for 8 s more" in (fresh.services[0].reason or ""), fresh.services[0]
     sp = planner.plan(nodes, [s], [waiting], facts, now=113.0).services[0]  # type: ignore[arg-type]
     assert sp.replaced and [p.node_id for p in sp.placements] == [first]
 
@@ -309,3 +314,14 @@ def test_a_node_without_the_cpu_its_task_reserves_is_left_before_the_gate_opens(
     assert sp.replaced and "CPU" in sp.replaced
     assert [p.node_id for p in sp.placements] == ["n-b"]
     assert f"{P}devices.n-a" in sp.service_labels_remove
+
+
+def test_back_off_record_goes_once_all_replicas_run() -> None:
+    nodes, facts = two_nodes()
+    planner = Planner()
+    s = svc("s", {"swarmgpu.gpus": "1"})
+    nodes, s, where = _placed(planner, nodes, s, facts)
+    s = replace(s, labels={**s.labels, f"{P}state.replaced": "2@50"}, version=s.version + 1)
+    runs = replace(task("t1", s, where, 0), force_update=s.force_update)
+    sp = planner.plan(nodes, [s], [runs], facts, now=60.0).services[0]  # type: ignore[arg-type]
+    assert sp.status == "placed" and sp.service_labels_remove == [f"{P}state.replaced"]

@@ -65,6 +65,9 @@ ASSIGN = "assign."
 DEVICES = "devices."
 MOVE_STATE = "state.move"  # service label: a rebalancing move in progress (JSON)
 MAX_STATE = "state.max-replicas"  # service label: the MaxReplicas swarmgpu set (packed)
+# service label: "<re-placements>@<epoch s of the last>" (``_converge``'s back-off, kept in
+# Swarm so `plan`, `status` and a new leader see it)
+REPLACED_STATE = "state.replaced"
 ACTIVE_STATES = ("running", "starting", "preparing", "assigned", "accepted", "ready", "pending",
                  "new", "allocated")
 
@@ -875,6 +878,21 @@ class Backoff:
         self.attempts += 1
         self.since = now
 
+    def adopt(self, label: str | None) -> None:
+        """Take the count and time recorded on the service (``REPLACED_STATE``) when
+        they are newer than what this planner saw itself (a restart, a new leader, a
+        one-shot `plan`). A value that does not parse, or one from the future, is none:
+        it could only delay its own service anyway."""
+        attempts, _, at = (label or "").partition("@")
+        if not (attempts.isascii() and attempts.isdigit() and len(attempts) <= 3
+                and at.isascii() and at.isdigit() and len(at) <= 12):
+            return
+        if int(attempts) > self.attempts:
+            self.attempts, self.since = int(attempts), float(at)
+
+    def label(self) -> str:
+        return f"{self.attempts}@{int(self.since or 0)}"
+
     def delay(self) -> float:
         n = self.attempts + len(self.failures)
         return 0.0 if n == 0 else min(REPLACE_BACKOFF_MAX_S, REPLACE_BACKOFF_S * 2 ** (n - 1))
@@ -1052,8 +1070,8 @@ class Planner:
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
              now: float | None = None) -> PlacementPlan:
         """Decide placements for every annotated service; say what to write, in order.
-        ``now`` (monotonic seconds) times re-placement back-off (``_converge``)."""
-        now = time.monotonic() if now is None else now
+        ``now`` (epoch seconds; the back-off of ``_converge`` is kept in Swarm as such)."""
+        now = time.time() if now is None else now
         prefix = self.prefix
         plan = PlacementPlan()
         ledger = read_ledger(nodes, prefix, self._ledger_cache)
@@ -1483,6 +1501,8 @@ def _plan_service(
         sp.warnings.append(sp.replaced)
     if sp.status == "placed" and replicas and sum(running_on.values()) >= replicas:
         cyc.backoff.pop(s.id, None)  # converged: a later refusal starts afresh
+        if cyc.prefix + REPLACED_STATE in s.labels:
+            sp.service_labels_remove.append(cyc.prefix + REPLACED_STATE)
     sp.state = _state(sp, s, running_on, replicas)
     if r.rebalance is Rebalance.NEVER:
         sp.warnings.append("opted out of rebalancing")
@@ -1892,6 +1912,9 @@ def _converge(sp: ServicePlan, s: SwarmService, r: GpuRequest, holdings: dict[st
         return ""
     what = "Swarm cannot run its task where its GPUs are (" + "; ".join(stuck.values()) + ")"
     b = cyc.backoff.setdefault(s.id, Backoff())
+    b.adopt(s.labels.get(cyc.prefix + REPLACED_STATE))
+    if b.since is not None and b.since > cyc.now + 60:
+        b.since = cyc.now  # a recorded time ahead of this clock: count from now
     if (left := b.wait_left(cyc.now)) > 0:
         return f"{what}; re-placing it is backed off for {left:.0f} s more ({b.describe()})"
     cluster = cyc.cluster
@@ -1914,6 +1937,7 @@ def _converge(sp: ServicePlan, s: SwarmService, r: GpuRequest, holdings: dict[st
     sp.node_writes = True
     cyc.avoid[s.id] = frozenset(stuck)
     b.replaced(cyc.now)
+    sp.state_labels[cyc.prefix + REPLACED_STATE] = b.label()  # written with the device map
     sp.replaced = what
     return ""
 
