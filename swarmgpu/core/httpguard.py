@@ -182,8 +182,9 @@ def pick_victim(conns: Iterable[Conn], addr: str) -> Conn | None:
     Only connections still sending their request head are ever closed (an honest client
     sends its head at once; one still sending is slow or hostile), never an authenticated
     one. The address holding the most connections, the newcomer counted with its own,
-    loses its oldest such connection: a flood from one address or from many wears itself
-    down and never pushes out a client that opened one connection."""
+    loses its oldest such connection (a tie: the older one goes): a flood from one address
+    or from many wears itself down, and a client with one connection is only pushed out
+    when no address holds more."""
     held = [c for c in conns if not c.authenticated]
     count = Counter(c.addr for c in held)
     count[addr] += 1
