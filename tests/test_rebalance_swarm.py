@@ -4,6 +4,7 @@ daemon (real CLI) moving one replica; containers checked for their new devices."
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 import urllib.request
@@ -16,6 +17,9 @@ import pytest
 from gpu_nodes import GPU_NODES, LOGS, cfg_file, start_agent, start_daemon, stop
 from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, tasks_running, wait_running
+
+from swarmgpu.swarm.client import SwarmClient
+from swarmgpu.swarm.identity import client_context, default_cert_paths
 
 pytestmark = pytest.mark.swarm
 P = "swarmgpu."
@@ -251,6 +255,7 @@ class _Pages(BaseHTTPRequestHandler):
 
     bad: set[str] = set()
     addrs: dict[str, str] = {}
+    tls: ssl.SSLContext | None = None  # the manager's, as the agents ask (swarm-pki)
 
     def do_GET(self) -> None:
         host = self.path.strip("/").split("/")[0]
@@ -258,8 +263,8 @@ class _Pages(BaseHTTPRequestHandler):
             body, code = b"<html><body><h1>502 Bad Gateway</h1></body></html>\n", 200
         else:
             try:
-                with urllib.request.urlopen(f"http://{self.addrs[host]}:9401/metrics",
-                                            timeout=2) as resp:
+                with urllib.request.urlopen(f"https://{self.addrs[host]}:9401/metrics",
+                                            timeout=2, context=self.tls) as resp:
                     body, code = resp.read(), 200
             except (OSError, KeyError):
                 body, code = b"no agent\n", 502
@@ -282,12 +287,19 @@ def test_garbage_metrics_make_a_node_unknown_no_move_one_warning(
     gateway = str(next(swarm.subnet.hosts()))  # the host's address on the swarm bridge
     _Pages.addrs = {n.hostname: n.addr for n in swarm.nodes}
     _Pages.bad = {other}
+    mgr = SwarmClient(swarm.manager.docker_host)
+    crt, key, _ = default_cert_paths(str(swarm.manager.data_root))
+    _Pages.tls = client_context(mgr.trust_root(), str(mgr.info()["Swarm"]["Cluster"]["ID"]),
+                                crt, key)
     server = ThreadingHTTPServer((gateway, 0), _Pages)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://{gateway}:{server.server_port}/{{hostname}}/metrics"
     stop(rb["proc"])
     try:
-        rb["start"](variant(rb, "garbage", swarm, metrics_url_template=url))
+        # Pages served over plain HTTP here: trusted explicitly, as a config must say to
+        # let unauthenticated metrics move anything (docs/security.md).
+        rb["start"](variant(rb, "garbage", swarm, metrics_url_template=url,
+                            trust_unauthenticated_metrics=True))
         hot(rb["profiles"][host], uuid)
 
         def stuck() -> dict[str, Any] | None:
