@@ -23,7 +23,9 @@ apt_packages=(
   busybox-static   # the registry-free local/busybox:latest test image
   util-linux       # nsenter, unshare
   ca-certificates
-  prometheus       # promtool checks the /metrics text the way Prometheus parses it
+  prometheus       # promtool checks the /metrics text the way Prometheus parses it;
+                   # the real Prometheus scrapes the agents over HTTPS with a token
+  openssl          # test_identity makes a swarm-like CA and forged node certificates
   chromium         # headless browser tests of the GPU map page
   systemd          # systemd-analyze verify/security of the units
   debootstrap      # the local base image for the container image test
