@@ -134,6 +134,10 @@ def test_rendered_service_whose_node_lost_the_cpu_is_replaced_and_runs(
     assert "Swarm cannot run its task where its GPUs are" in log and "re-placed on" in log
     p = plan(daemon)
     assert p["r_r"]["status"] == "placed" and p["r_r"]["placements"][0]["node"] == other
+    # The back-off record, written with the move, goes once the replica runs.
+    api = swarm.client(swarm.manager).api
+    swarm.wait_for(lambda: f"{P}state.replaced" not in api.inspect_service("r_r")["Spec"]
+                   ["Labels"], 30, "the re-placement record removed")
     remove_stacks(swarm, "hog")
 
 
