@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from swarmgpu.core.health import DCGM_HEALTH_FIELDS, DCGM_XID, HealthSignals
 from swarmgpu.core.metrics_in import PROCESS_MEMORY
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.core.samples import GpuSample
@@ -138,8 +139,32 @@ class AgentCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._dcgm()
+        yield from self._health()
         yield from self._processes()
         yield from self._self_metrics()
+
+    # --- health series (core.health); one block, dcgm-exporter's names and HELP texts ---
+    def _health(self) -> Iterator[Metric]:
+        """XID, ECC, retired pages, row remapping, throttle reasons and NVLink errors of
+        each whole GPU, from the facts; a value the GPU does not report is left out."""
+        gpus = [(g, g.health) for g in self._facts.gpus if g.health is not None]
+        if not gpus:
+            return
+        labels = {g.uuid: sample_labels(GpuSample(g.uuid, g.index, None, None, None, None,
+                                                  None, None), self._facts) for g, _ in gpus}
+        xid = Metric(DCGM_XID, "Value of the last XID error encountered.", "gauge")
+        for g, h in gpus:
+            xid.add_sample(DCGM_XID, labels[g.uuid], float(h.last_xid or 0))
+        yield xid
+        for name, attr in DCGM_HEALTH_FIELDS.items():
+            kind, help_ = _HEALTH_HELP[name]
+            fam = Metric(name, help_, kind)
+            for g, h in gpus:
+                v = _health_value(h, attr)
+                if v is not None:
+                    fam.add_sample(name, labels[g.uuid], v)  # no _total: as dcgm-exporter
+            if fam.samples:
+                yield fam
 
     def _processes(self) -> Iterator[Metric]:
         """GPU memory per compute process and who runs it (swarmgpu.agent.procattr);
@@ -203,6 +228,44 @@ class AgentCollector(Collector):
         out.extend(family(name, help_, value=value)
                    for family, name, help_, value in rows if value is not None)
         return out
+
+
+# (type, HELP) as dcgm-exporter's counters csv gives them; the csv has no line for
+# ROW_REMAP_PENDING or CLOCK_THROTTLE_REASONS, whose texts follow DCGM's field comments.
+_HEALTH_HELP: dict[str, tuple[str, str]] = {
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("counter", "Total number of single-bit volatile ECC "
+                                      "errors."),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("counter", "Total number of double-bit volatile ECC "
+                                      "errors."),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": ("counter", "Total number of single-bit persistent ECC "
+                                      "errors."),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("counter", "Total number of double-bit persistent ECC "
+                                      "errors."),
+    "DCGM_FI_DEV_RETIRED_SBE": ("counter", "Total number of retired pages due to single-bit "
+                                "errors."),
+    "DCGM_FI_DEV_RETIRED_DBE": ("counter", "Total number of retired pages due to double-bit "
+                                "errors."),
+    "DCGM_FI_DEV_RETIRED_PENDING": ("counter", "Total number of pages pending retirement."),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("counter", "Number of remapped rows for "
+                                              "correctable errors"),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("counter", "Number of remapped rows for "
+                                                "uncorrectable errors"),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("gauge", "Whether remapping of rows is pending"),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("gauge", "Whether remapping of rows has failed"),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("gauge", "Current clock throttle reasons "
+                                           "(bitmask of DCGM_CLOCKS_THROTTLE_REASON_*)."),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": ("counter", "Total number of NVLink "
+                                                      "flow-control CRC errors."),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("counter", "Total number of NVLink "
+                                                    "retries."),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("counter", "Total number of NVLink "
+                                                      "recovery errors."),
+}
+
+
+def _health_value(h: HealthSignals, attr: str) -> float | None:
+    v = getattr(h, attr)
+    return None if v is None else float(v)
 
 
 def render_metrics(

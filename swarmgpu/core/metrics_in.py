@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from swarmgpu.core.health import HealthSignals, signals_from_dcgm
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample
 
@@ -75,6 +76,10 @@ class GpuMetrics:
 
     def get(self, metric: str) -> float | None:
         return self.values.get(metric)
+
+    def health(self) -> HealthSignals | None:
+        """XID, ECC, remapping... as the agent serves them (core.health); None: not given."""
+        return signals_from_dcgm(self.values)
 
     @property
     def util_pct(self) -> float | None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from swarmgpu.core.health import HealthSignals, signals_from_dict
 from swarmgpu.core.peertext import peer_text
 
 FACTS_SCHEMA = "swarmgpu.facts/v1"
@@ -95,9 +96,10 @@ class Gpu:
     cpu_affinity: str | None = None
     healthy: bool = True
     error: str | None = None  # why this GPU is unhealthy / partly unknown
+    health: HealthSignals | None = None  # XID, ECC, remapping... (core.health); None: unread
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "index": self.index,
             "uuid": self.uuid,
             "product": self.product,
@@ -113,6 +115,9 @@ class Gpu:
             "healthy": self.healthy,
             "error": self.error,
         }
+        if self.health is not None:  # absent, not null, when unread: older readers
+            out["health"] = self.health.to_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -239,7 +244,7 @@ class NodeFacts:
 _GPU_KEYS = {
     "index", "uuid", "product", "memory_mib", "pci_bus_id", "compute_major",
     "compute_minor", "mig_capable", "mig_enabled", "mig_devices", "numa_node",
-    "cpu_affinity", "healthy", "error",
+    "cpu_affinity", "healthy", "error", "health",
 }
 
 
@@ -346,7 +351,17 @@ def _gpu_from(g: Any, where: str) -> Gpu:
         cpu_affinity=_opt_str(g, "cpu_affinity", where),
         healthy=_bool(g, "healthy", where, True),
         error=_note(_opt_str(g, "error", where)),
+        health=_health_from(g.get("health"), f"{where}.health"),
     )
+
+
+def _health_from(raw: Any, where: str) -> HealthSignals | None:
+    if raw is None:
+        return None
+    try:
+        return signals_from_dict(raw, where)
+    except ValueError as e:
+        raise FactsError(str(e)) from e
 
 
 def _links_from(raw: Any, n: int, where: str) -> tuple[tuple[str, ...], ...]:

@@ -17,6 +17,12 @@ Where a capture lacks something the builder must invent, it says so here:
   same NUMA node, else SYS.
 * Compute capability from "Product Architecture" (Ampere 8.0, Hopper 9.0,
   Ada Lovelace 8.9, Volta 7.0), as those data-centre parts have.
+* Health counters (ECC, retired pages, remapped rows, clocks event reasons): from the
+  ``-q`` capture's ``ECC Errors``, ``Retired Pages``, ``Remapped Rows`` and ``Clocks Event
+  Reasons`` sections; ``N/A`` there answers NOT_SUPPORTED. NVML's totals are the sums of
+  nvidia-smi's SRAM and DRAM rows. GPUs without a ``-q`` capture have none (NOT_SUPPORTED).
+  No capture has an XID event or NVLink error counters: tests inject those (plausible
+  values, tests/fixtures/SOURCES.md says which).
 * Running processes (``processes_file``, the ``Processes`` sections of a ``-q``
   capture): PID and used memory as captured, put on the GPU with the same index of
   the machine being built (the only capture with processes is of another machine).
@@ -105,6 +111,10 @@ class QGpu:
     util_memory: int | None
     temp_c: int | None
     power_w: float | None
+    ecc: dict[tuple[int, int], int] | None = None
+    retired_pages: tuple[int, int, bool] | None = None
+    remapped_rows: tuple[int, int, bool, bool] | None = None
+    clocks_event_reasons: int | None = None
 
 
 @dataclass
@@ -151,9 +161,76 @@ def parse_q(path: Path) -> QCapture:
                 util_memory=int(mutil) if mutil is not None else None,
                 temp_c=int(temp) if temp is not None else None,
                 power_w=power,
+                ecc=_ecc(g),
+                retired_pages=_retired(g),
+                remapped_rows=_remapped(g),
+                clocks_event_reasons=_reasons(g),
             )
         )
     return QCapture(root.get("Driver Version") or "", root.get("CUDA Version") or "", gpus)
+
+
+def _int_or_none(v: str | None) -> int | None:
+    return int(v) if v is not None and v.strip().isdigit() else None
+
+
+def _ecc(g: Node) -> dict[tuple[int, int], int] | None:
+    """(error type, counter type) -> count from ``ECC Errors``; corrected = SRAM + DRAM
+    correctable, uncorrected = SRAM parity + SEC-DED + DRAM uncorrectable."""
+    out: dict[tuple[int, int], int] = {}
+    for counter, section in ((0, "Volatile"), (1, "Aggregate")):
+        corr = [g.get("ECC Errors", section, k) for k in ("SRAM Correctable", "DRAM Correctable")]
+        unc = [g.get("ECC Errors", section, k) for k in (
+            "SRAM Uncorrectable Parity", "SRAM Uncorrectable SEC-DED", "DRAM Uncorrectable")]
+        if any(_int_or_none(v) is None for v in corr + unc):
+            return None
+        out[(0, counter)] = sum(int(v or 0) for v in corr)
+        out[(1, counter)] = sum(int(v or 0) for v in unc)
+    return out
+
+
+def _retired(g: Node) -> tuple[int, int, bool] | None:
+    sbe = _int_or_none(g.get("Retired Pages", "Single Bit ECC"))
+    dbe = _int_or_none(g.get("Retired Pages", "Double Bit ECC"))
+    pending = g.get("Retired Pages", "Pending Page Blacklist")
+    if sbe is None or dbe is None or pending not in ("Yes", "No"):
+        return None
+    return (sbe, dbe, pending == "Yes")
+
+
+def _remapped(g: Node) -> tuple[int, int, bool, bool] | None:
+    corr = _int_or_none(g.get("Remapped Rows", "Correctable Error"))
+    unc = _int_or_none(g.get("Remapped Rows", "Uncorrectable Error"))
+    pending = g.get("Remapped Rows", "Pending")
+    failed = g.get("Remapped Rows", "Remapping Failure Occurred")
+    if corr is None or unc is None or pending is None or failed is None:
+        return None
+    return (corr, unc, pending == "Yes", failed == "Yes")
+
+
+_REASON_BITS = {
+    "Idle": 0x1, "Applications Clocks Setting": 0x2, "SW Power Cap": 0x4,
+    "HW Slowdown": 0x8, "Sync Boost": 0x10, "SW Thermal Slowdown": 0x20,
+    "HW Thermal Slowdown": 0x40, "HW Power Brake Slowdown": 0x80,
+    "Display Clock Setting": 0x100,
+}
+
+
+def _reasons(g: Node) -> int | None:
+    """The nvmlClocksEventReasons bitmask from ``Clocks Event Reasons`` (older drivers:
+    ``Clocks Throttle Reasons``); HW Thermal/Power Brake are nested under HW Slowdown."""
+    sec = next((c for c in g.children
+                if c.key in ("Clocks Event Reasons", "Clocks Throttle Reasons")), None)
+    if sec is None:
+        return None
+    bits = 0
+    stack = list(sec.children)
+    while stack:
+        c = stack.pop()
+        stack.extend(c.children)
+        if c.value == "Active":
+            bits |= _REASON_BITS.get(c.key, 0)
+    return bits
 
 
 def parse_processes(path: Path) -> list[list[FakeProcess]]:
@@ -278,6 +355,10 @@ def build(
                 util_memory=qg.util_memory if qg else None,
                 temp_c=qg.temp_c if qg else None,
                 power_mw=round(qg.power_w * 1000) if qg and qg.power_w is not None else None,
+                ecc=qg.ecc if qg else None,
+                retired_pages=qg.retired_pages if qg else None,
+                remapped_rows=qg.remapped_rows if qg else None,
+                clocks_event_reasons=qg.clocks_event_reasons if qg else None,
             )
         )
     _wire_links(gpus, topo)

@@ -7,8 +7,10 @@ made the way pynvml makes them), same constant names and values, same return sha
 
 from __future__ import annotations
 
+import queue
 import string
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -67,6 +69,28 @@ NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 = 0x7
 NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1 = 0x8
 NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 = 0x9
 NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+NVML_NVLINK_ERROR_DL_REPLAY = 0
+NVML_NVLINK_ERROR_DL_RECOVERY = 1
+NVML_NVLINK_ERROR_DL_CRC_FLIT = 2
+NVML_NVLINK_ERROR_DL_CRC_DATA = 3
+nvmlEventTypeSingleBitEccError = 0x1
+nvmlEventTypeDoubleBitEccError = 0x2
+nvmlEventTypeXidCriticalError = 0x8
+nvmlClocksEventReasonGpuIdle = 0x1
+nvmlClocksEventReasonApplicationsClocksSetting = 0x2
+nvmlClocksEventReasonSwPowerCap = 0x4
+nvmlClocksThrottleReasonHwSlowdown = 0x8
+nvmlClocksEventReasonSyncBoost = 0x10
+nvmlClocksEventReasonSwThermalSlowdown = 0x20
+nvmlClocksThrottleReasonHwThermalSlowdown = 0x40
+nvmlClocksThrottleReasonHwPowerBrakeSlowdown = 0x80
+nvmlClocksEventReasonDisplayClockSetting = 0x100
 
 
 class NVMLError(Exception):
@@ -163,6 +187,13 @@ class FakeGpu:
     lost: bool = False
     hang_s: float = 0.0  # every call on this GPU blocks this long (a GPU off the bus)
     processes: list[FakeProcess] = field(default_factory=list)
+    # Health counters; None answers NVML_ERROR_NOT_SUPPORTED, as on GPUs without them.
+    # ecc: (error type, counter type) -> count, as nvmlDeviceGetTotalEccErrors.
+    ecc: dict[tuple[int, int], int] | None = None
+    retired_pages: tuple[int, int, bool] | None = None  # (SBE pages, DBE pages, pending)
+    remapped_rows: tuple[int, int, bool, bool] | None = None  # corr, unc, pending, failed
+    clocks_event_reasons: int | None = None
+    nvlink_errors: dict[int, int] = field(default_factory=dict)  # counter -> count per link
 
 
 @dataclass
@@ -183,6 +214,8 @@ class FakeMachine:
     ancestors: dict[tuple[int, int], int] = field(default_factory=dict)
     profiles: list[FakeProfile] = field(default_factory=list)
     init_error: int | None = None
+    events_supported: bool = True
+    event_wait_hangs: bool = False  # nvmlEventSetWait never returns (a wedged driver)
 
 
 class _Handle:
@@ -198,6 +231,15 @@ class FakeNvml:
         self.missing = missing
         self.initialised = 0
         self.calls: list[str] = []
+        self._events: queue.Queue[SimpleNamespace] = queue.Queue()
+        self._registered: set[int] = set()
+
+    # -- test controls (not pynvml names)
+    def inject_xid(self, gpu: int, xid: int) -> None:
+        """The driver reports XID ``xid`` on GPU ``gpu`` (as an nvmlEventTypeXidCriticalError)."""
+        self._events.put(SimpleNamespace(device=_Handle(gpu), eventType=0x8, eventData=xid,
+                                         gpuInstanceId=0xFFFFFFFF,
+                                         computeInstanceId=0xFFFFFFFF))
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("nvml") and name in object.__getattribute__(self, "missing"):
@@ -411,6 +453,78 @@ class FakeNvml:
             usedGpuMemory=(1 << 64) - 1 if p.used_mib is None else p.used_mib * 1024 * 1024,
             gpuInstanceId=0xFFFFFFFF if p.gi_id is None else p.gi_id,
             computeInstanceId=0xFFFFFFFF if p.gi_id is None else 0) for p in g.processes]
+
+    def nvmlDeviceGetIndex(self, h: _Handle) -> int:
+        self._need_init()
+        return h.gpu
+
+    # -- health counters
+    def nvmlDeviceGetTotalEccErrors(self, h: _Handle, error_type: int, counter_type: int) -> int:
+        g = self._gpu(h)
+        if g.ecc is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return g.ecc.get((error_type, counter_type), 0)
+
+    def nvmlDeviceGetRetiredPages(self, h: _Handle, cause: int) -> list[int]:
+        g = self._gpu(h)
+        if g.retired_pages is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return [0x1000 * n for n in range(g.retired_pages[cause])]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: _Handle) -> int:
+        g = self._gpu(h)
+        if g.retired_pages is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return NVML_FEATURE_ENABLED if g.retired_pages[2] else NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetRemappedRows(self, h: _Handle) -> tuple[int, int, int, int]:
+        g = self._gpu(h)
+        if g.remapped_rows is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        c, u, pending, failed = g.remapped_rows
+        return (c, u, int(pending), int(failed))
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: _Handle) -> int:
+        g = self._gpu(h)
+        if g.clocks_event_reasons is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return g.clocks_event_reasons
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h: _Handle, link: int, counter: int) -> int:
+        self._link(h, link)
+        return self._gpu(h).nvlink_errors.get(counter, 0)
+
+    # -- events
+    def nvmlEventSetCreate(self) -> str:
+        self._need_init()
+        return "event-set"
+
+    def nvmlDeviceGetSupportedEventTypes(self, h: _Handle) -> int:
+        self._gpu(h)
+        if not self.machine.events_supported:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return 0x1 | 0x2 | 0x8
+
+    def nvmlDeviceRegisterEvents(self, h: _Handle, types: int, event_set: str) -> None:
+        self._gpu(h)
+        if not self.machine.events_supported:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        self._registered.add(h.gpu)
+
+    def nvmlEventSetWait(self, event_set: str, timeout_ms: int) -> SimpleNamespace:
+        self._need_init()
+        if self.machine.event_wait_hangs:
+            threading.Event().wait()  # never returns, as a wedged driver call
+        try:
+            while True:
+                ev = self._events.get(timeout=timeout_ms / 1000)
+                if ev.device.gpu in self._registered:
+                    return ev
+        except queue.Empty:
+            raise NVMLError(NVML_ERROR_TIMEOUT) from None
+
+    def nvmlEventSetFree(self, event_set: str) -> None:
+        return None
 
     def nvmlDeviceGetPowerUsage(self, h: _Handle) -> int:
         g = self._gpu(h)

@@ -7,6 +7,12 @@ a missing function or an ``NVMLError`` into ``None`` ("unknown"); only a lost GP
 (``NVML_ERROR_GPU_IS_LOST``/``RESET_REQUIRED``) escapes it, and it marks just that
 GPU unhealthy. Reading never raises: a node without a driver reads as zero GPUs
 with the reason in ``errors``.
+
+Health signals (``core.health.HealthSignals``: ECC, retired pages, row remapping, clock
+throttle reasons, NVLink error counters) are read with the GPU's other facts. XID events
+come from ``_XidWatcher``: one thread per NVML module that registers for critical XID
+events and waits on them; ``/facts`` only copies what it has seen, so a wait that hangs in
+the driver never blocks a read (the facts then say the watch is stalled).
 """
 
 from __future__ import annotations
@@ -16,12 +22,14 @@ import concurrent.futures
 import contextlib
 import socket
 import threading
-from collections import Counter
-from dataclasses import dataclass, field
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from swarmgpu.agent.facts.naming import mig_profile_name
+from swarmgpu.core.health import MAX_XID_EVENTS, HealthSignals, XidEvent
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.core.samples import GpuProcess, GpuSample
 
@@ -187,6 +195,7 @@ class _GpuRead:
     cpu_affinity: str | None = None
     errors: list[str] = field(default_factory=list)
     lost: str | None = None
+    health: HealthSignals | None = None
 
     def to_gpu(self) -> Gpu:
         problems = list(self.errors)
@@ -212,6 +221,7 @@ class _GpuRead:
             cpu_affinity=self.cpu_affinity,
             healthy=self.lost is None and self.uuid is not None,
             error="; ".join(problems) or None,
+            health=self.health,
         )
 
 
@@ -227,11 +237,13 @@ class NvmlSource:
         nvml_module: Any = None,
         sysfs_root: str | Path = "/sys",
         gpu_deadline_s: float = 5.0,
+        xid_events: bool = True,
     ) -> None:
         self.hostname = hostname or socket.gethostname()
         self.nvml_module = nvml_module
         self.sysfs_root = Path(sysfs_root)
         self.gpu_deadline_s = gpu_deadline_s
+        self.xid_events = xid_events
 
     def read(self) -> NodeFacts:
         mod, err = _module(self.nvml_module)
@@ -240,8 +252,9 @@ class NvmlSource:
         init_err = _ensure_init(mod)
         if init_err:
             return NodeFacts(hostname=self.hostname, source=self.spec, errors=(init_err,))
+        watcher = xid_watcher(mod) if self.xid_events else None
         return read_facts(_Nvml(mod), hostname=self.hostname, sysfs_root=self.sysfs_root,
-                          gpu_deadline_s=self.gpu_deadline_s)
+                          gpu_deadline_s=self.gpu_deadline_s, xids=watcher)
 
 
 # Reads of GPUs whose NVML calls hung, by index: a stuck call cannot be cancelled, so
@@ -276,7 +289,7 @@ def _read_gpus(nv: _Nvml, count: int, sysfs_root: Path, deadline_s: float) -> li
 
 
 def read_facts(nv: _Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml",
-               gpu_deadline_s: float = 5.0) -> NodeFacts:
+               gpu_deadline_s: float = 5.0, xids: _XidWatcher | None = None) -> NodeFacts:
     """One consistent read of every GPU on an initialised NVML."""
     errors: list[str] = []
     driver = nv.call("nvmlSystemGetDriverVersion")
@@ -291,6 +304,8 @@ def read_facts(nv: _Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml"
             errors=("nvml: nvmlDeviceGetCount failed; no GPUs can be listed",),
         )
     reads = _read_gpus(nv, int(count), sysfs_root, gpu_deadline_s)
+    if xids is not None:
+        errors += xids.attach(reads)
     links, link_errors = _links(nv, reads)
     errors += link_errors
     gpus = tuple(r.to_gpu() for r in reads)
@@ -349,6 +364,164 @@ def _fill_gpu(nv: _Nvml, r: _GpuRead, sysfs_root: Path) -> None:
         r.numa_node = int(numa) if isinstance(numa, int) and numa >= 0 else None
     words = nv.call("nvmlDeviceGetCpuAffinity", h, _CPUSET_WORDS)
     r.cpu_affinity = cpu_list(words) if words is not None else None
+    r.health = _health(nv, h)
+
+
+def _count(v: Any) -> int | None:
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _health(nv: _Nvml, h: Any) -> HealthSignals:
+    """ECC, retired pages, row remapping, throttle reasons, NVLink errors; what the GPU
+    does not support (NOT_SUPPORTED: ECC off, no remapping before Ampere) stays None."""
+    ecc: dict[tuple[int, int], int | None] = {}
+    for et in (0, 1):  # NVML_MEMORY_ERROR_TYPE_CORRECTED, _UNCORRECTED
+        for ct in (0, 1):  # NVML_VOLATILE_ECC, NVML_AGGREGATE_ECC
+            ecc[(et, ct)] = _count(nv.call("nvmlDeviceGetTotalEccErrors", h, et, ct))
+    sbe_pages = nv.call("nvmlDeviceGetRetiredPages", h, 0)  # MULTIPLE_SINGLE_BIT_ECC_ERRORS
+    dbe_pages = nv.call("nvmlDeviceGetRetiredPages", h, 1)  # DOUBLE_BIT_ECC_ERROR
+    pages_pending = nv.call("nvmlDeviceGetRetiredPagesPendingStatus", h)
+    remap = nv.call("nvmlDeviceGetRemappedRows", h)
+    reasons = nv.call("nvmlDeviceGetCurrentClocksEventReasons", h)
+    if reasons is None:  # drivers before 535 name it "throttle"
+        reasons = nv.call("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+    nvl = _nvlink_errors(nv, h)
+    return HealthSignals(
+        ecc_sbe_volatile=ecc[(0, 0)], ecc_dbe_volatile=ecc[(1, 0)],
+        ecc_sbe_aggregate=ecc[(0, 1)], ecc_dbe_aggregate=ecc[(1, 1)],
+        retired_pages_sbe=len(sbe_pages) if sbe_pages is not None else None,
+        retired_pages_dbe=len(dbe_pages) if dbe_pages is not None else None,
+        retired_pages_pending=(int(pages_pending) == nv.const("NVML_FEATURE_ENABLED", 1)
+                               if pages_pending is not None else None),
+        row_remap_correctable=_count(remap[0]) if remap is not None else None,
+        row_remap_uncorrectable=_count(remap[1]) if remap is not None else None,
+        row_remap_pending=bool(remap[2]) if remap is not None else None,
+        row_remap_failed=bool(remap[3]) if remap is not None else None,
+        throttle_reasons=_count(reasons),
+        nvlink_crc_errors=nvl[2], nvlink_replay_errors=nvl[0], nvlink_recovery_errors=nvl[1],
+    )
+
+
+def _nvlink_errors(nv: _Nvml, h: Any) -> dict[int, int | None]:
+    """Per NVML_NVLINK_ERROR_DL_* counter (0 replay, 1 recovery, 2 CRC flit), the sum over
+    the GPU's links; None when it has no NVLink."""
+    sums: dict[int, int | None] = {0: None, 1: None, 2: None}
+    for link in range(nv.const("NVML_NVLINK_MAX_LINKS", 18)):
+        if nv.call("nvmlDeviceGetNvLinkState", h, link) is None:
+            break
+        for counter in sums:
+            v = _count(nv.call("nvmlDeviceGetNvLinkErrorCounter", h, link, counter))
+            if v is not None:
+                sums[counter] = (sums[counter] or 0) + v
+    return sums
+
+
+# --- XID events ---------------------------------------------------------------------
+_XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+_WAIT_MS = 1000
+_STALLED_S = 30.0  # a wait loop silent this long is reported stalled
+
+
+class _XidWatcher:
+    """One thread: register every GPU for critical XID events, then wait on them forever.
+
+    Reads never wait on it: ``attach`` copies the events seen so far under a lock. The
+    thread's own NVML calls may hang (a GPU off the bus); the facts then say so."""
+
+    def __init__(self, mod: Any) -> None:
+        self.nv = _Nvml(mod)
+        self.lock = threading.Lock()
+        self.events: dict[int, deque[XidEvent]] = {}
+        self.problem: str | None = None
+        self.beat = time.monotonic()
+        self.started = False
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="nvml-xid", daemon=True).start()
+        self.started = True
+
+    def _run(self) -> None:
+        nv = self.nv
+        try:
+            event_set = nv.call("nvmlEventSetCreate")
+            if event_set is None:
+                self._set_problem("XID events unavailable (nvmlEventSetCreate failed)")
+                return
+            count = int(nv.call("nvmlDeviceGetCount") or 0)
+            refused = []
+            for i in range(count):
+                h = nv.call("nvmlDeviceGetHandleByIndex", i)
+                if h is None or not self._registered(h, event_set):
+                    refused.append(i)
+            if refused:
+                self._set_problem(f"XID events not available for GPU(s) {refused} "
+                                  "(NOT_SUPPORTED: a VM or an old driver?)")
+            while _ensure_alive(nv.mod):
+                self.beat = time.monotonic()
+                ev = nv.call("nvmlEventSetWait", event_set, _WAIT_MS)
+                if ev is None:
+                    continue  # NVML_ERROR_TIMEOUT: nothing happened
+                self._record(ev)
+        except Exception as e:  # GpuLost and any driver surprise end the watch, reported
+            self._set_problem(f"XID watch stopped: {_error_text(e)}")
+
+    def _registered(self, h: Any, event_set: Any) -> bool:
+        """Register one GPU; pynvml returns None either way, so success is no exception."""
+        fn = getattr(self.nv.mod, "nvmlDeviceRegisterEvents", None)
+        if fn is None:
+            return False
+        try:
+            fn(h, _XID_CRITICAL, event_set)
+        except self.nv.error_cls:
+            return False
+        return True
+
+    def _record(self, ev: Any) -> None:
+        if int(getattr(ev, "eventType", 0)) & _XID_CRITICAL == 0:
+            return
+        index = self.nv.call("nvmlDeviceGetIndex", ev.device)
+        if not isinstance(index, int):
+            return
+        with self.lock:
+            q = self.events.setdefault(index, deque(maxlen=MAX_XID_EVENTS))
+            q.append(XidEvent(int(ev.eventData), time.time()))
+
+    def _set_problem(self, text: str) -> None:
+        with self.lock:
+            self.problem = text
+
+    def attach(self, reads: list[_GpuRead]) -> list[str]:
+        """Put the events seen so far on each GPU's health; the watch's problems."""
+        with self.lock:
+            events = {i: tuple(q) for i, q in self.events.items()}
+            problem = self.problem
+        for r in reads:
+            if r.index in events:
+                r.health = replace(r.health or HealthSignals(), xid_events=events[r.index])
+        notes = [f"nvml: {problem}"] if problem else []
+        silent = time.monotonic() - self.beat
+        if problem is None and self.started and silent > _STALLED_S + _WAIT_MS / 1000:
+            notes.append(f"nvml: XID event wait has not returned for {silent:.0f}s "
+                         "(hung in the driver); XID events may be missed")
+        return notes
+
+
+_watchers: dict[int, _XidWatcher] = {}
+
+
+def _ensure_alive(mod: Any) -> bool:
+    with _init_lock:
+        return id(mod) in _initialised
+
+
+def xid_watcher(mod: Any) -> _XidWatcher:
+    """The module's watcher, started on first use."""
+    with _init_lock:
+        w = _watchers.get(id(mod))
+        if w is None or w.nv.mod is not mod:
+            w = _watchers[id(mod)] = _XidWatcher(mod)
+            w.start()
+        return w
 
 
 def _mig_devices(nv: _Nvml, parent: Any, errors: list[str]) -> list[MigDevice]:
