@@ -24,8 +24,9 @@ Exit codes:
   audit                 0 clean or advisories only; 1 findings needing action
                         (--strict: any finding); 2 could not run
   plan, status          0 shown; 2 bad config or the swarm cannot be read
-  render                0 the stack was written; 2 nothing written: the stack, the
-                        config or the swarm could not be read
+  render                0 the stack was written (--check: it is valid); 1 the stack
+                        is invalid: every error printed, nothing written; 2 the
+                        file, the config or the swarm could not be read
   simulate, simulate-derive
                         0 done; 2 bad option or trace (nothing replayed), --plot
                         without matplotlib

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from loguru import logger
@@ -196,28 +196,52 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
               help="Stack name used with `docker stack deploy` (default: file name).")
 @click.option("-o", "--output", default="-", type=click.Path(), help="Output file (default -).")
 @click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--check", is_flag=True,
+              help="Only check the stack, offline (no Docker): every error, then exit.")
 def render(stack_file: str, stack_name: str | None, output: str,
-           config_path: str | None) -> None:
-    """Rewrite a stack with GPU placement resolved, for `docker stack deploy -c -`."""
+           config_path: str | None, check: bool) -> None:
+    """Rewrite a stack with GPU placement resolved, for `docker stack deploy -c -`.
+
+    The whole file is checked first, before Docker is asked anything: on any error
+    every one is printed (service and key named), nothing is written, exit 1. Compose's
+    GPU reservations (deploy.resources.reservations.devices, and generic_resources of a
+    GPU kind) become swarmgpu.gpus; the rendered file says so in a comment.
+    """
     from pathlib import Path
 
-    from swarmgpu.manager.placement_step import facts_by_node, new_planner
-    from swarmgpu.manager.render import StackError, render_stack
-    from swarmgpu.swarm.client import SwarmClient
+    from swarmgpu.manager.render import StackError, check_stack, render_stack
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     name = stack_name or Path(stack_file).stem.split(".")[0]
+    try:
+        source = Path(stack_file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        click.echo(f"swarmgpu render: cannot read {stack_file}: {exc}", err=True)
+        sys.exit(2)
+    checked = check_stack(source, where=stack_file, prefix=cfg.sync.prefix,
+                          zone_label=cfg.placement.zone_label,
+                          generic_kind=cfg.placement.generic_resource_kind)
+    for note in checked.notes:
+        click.echo(f"swarmgpu render: {note}", err=True)
+    if checked.errors:
+        _render_errors(stack_file, checked.errors)
+    if check:
+        click.echo(f"swarmgpu render: {stack_file}: valid ({len(checked.stack['services'])} "
+                   f"service(s), {len(checked.requests)} GPU request(s))", err=True)
+        return
+    from swarmgpu.manager.placement_step import facts_by_node, new_planner
+    from swarmgpu.swarm.client import SwarmClient
+
     snap = _snapshot(cfg)
     # The daemon's planner (config, stored workload model): render chooses as it would.
     planner = new_planner(cfg, SwarmClient(cfg.docker_host), snap.services)
     try:
-        text, p = render_stack(Path(stack_file).read_text(), name, snap.nodes, snap.services,
+        text, p = render_stack(source, name, snap.nodes, snap.services,
                                snap.tasks, facts_by_node(snap), prefix=cfg.sync.prefix,
                                zone_label=cfg.placement.zone_label, planner=planner)
-    except StackError as exc:
-        click.echo(f"swarmgpu render: {exc}", err=True)
-        sys.exit(2)
+    except StackError as exc:  # only what needs the swarm: count: all with no GPU node
+        _render_errors(stack_file, exc.errors)
     for sp in p.services:
         if sp.name.startswith(name + "_") and sp.status != "placed":
             click.echo(f"swarmgpu render: {sp.name} is {sp.status}: {sp.reason}", err=True)
@@ -225,6 +249,14 @@ def render(stack_file: str, stack_name: str | None, output: str,
         click.echo(text, nl=False)
     else:
         Path(output).write_text(text)
+
+
+def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:
+    for e in errors:
+        click.echo(f"swarmgpu render: {e}", err=True)
+    click.echo(f"swarmgpu render: {stack_file}: {len(errors)} error(s); nothing written",
+               err=True)
+    sys.exit(1)
 
 
 @click.command()

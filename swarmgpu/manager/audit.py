@@ -14,11 +14,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.manager.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
+from swarmgpu.manager.requests import parse_all as parse_request_labels
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.constraints import parse_all
 from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
 
-GPU_RESOURCE_KINDS = ("NVIDIA-GPU", "GPU", "gpu", "nvidia.com/gpu")
+__all__ = ["GPU_RESOURCE_KINDS", "Finding", "audit", "exit_code"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ def audit(
         out.extend(_resource_findings(node.hostname, node.generic_resources,
                                       node.discrete_resources, res.facts, generic_resource_kind))
     for svc in snap.services:
+        out.extend(_swarm_gpu_reservation(svc, prefix, generic_resource_kind))
         good, errors = parse_all(svc.constraints)
         for e in errors:
             out.append(Finding("unusable-constraint", svc.name, e))
@@ -133,6 +136,30 @@ def audit(
     return out
 
 
+def _swarm_gpu_reservation(svc: Any, prefix: str, kind: str) -> list[Finding]:
+    """A service that reserves GPUs as Swarm generic resources but asks swarmgpu for
+    nothing: Swarm picks its GPUs by count alone, and swarmgpu, which does not know of
+    them, can hand the same GPUs to its own services. With a request, the reservation
+    is read as ``gpus`` by render and kept (docs/requests.md): nothing to say."""
+    res = (svc.spec.get("TaskTemplate") or {}).get("Resources") or {}
+    kinds = gpu_kinds(kind)
+    reserved = [(d.get("Kind"), d.get("Value"))
+                for gr in (res.get("Reservations") or {}).get("GenericResources") or []
+                if isinstance(gr, dict)
+                for d in [gr.get("DiscreteResourceSpec") or {}] if d.get("Kind") in kinds]
+    if not reserved or parse_request_labels(svc.labels, prefix=prefix) is not None:
+        return []
+    k, v = reserved[0]
+    return [Finding(
+        "swarm-gpu-reservation", svc.name,
+        f"reserves {v} {k} through Swarm only: Swarm picks its GPUs by count (no topology, "
+        "memory or product), and swarmgpu, which does not place it, can hand the same GPUs "
+        f"to its own services; add {prefix}gpus: \"{v}\" (`swarmgpu render` reads the "
+        "reservation as that request and keeps it)",
+        key=str(k),
+    )]
+
+
 def _resource_findings(
     hostname: str,
     named: Mapping[str, tuple[str, ...]],
@@ -142,8 +169,8 @@ def _resource_findings(
 ) -> list[Finding]:
     if not facts.gpus:
         return []
-    gpu_kinds = (*GPU_RESOURCE_KINDS, reserved_kind) if reserved_kind else GPU_RESOURCE_KINDS
-    kinds = [k for k in named if k in gpu_kinds] + [k for k in discrete if k in gpu_kinds]
+    known = gpu_kinds(reserved_kind)
+    kinds = [k for k in named if k in known] + [k for k in discrete if k in known]
     if reserved_kind and reserved_kind not in kinds:
         # placement reserves this kind for whole-GPU services: Swarm cannot place them here.
         return [Finding(

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import yaml
 
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.compose_gpu import read_gpu_reservations
 from swarmgpu.manager.placement import (
     DEVICES,
     ORDER_ENV,
@@ -29,13 +30,20 @@ from swarmgpu.manager.placement import (
     env_template_per_node,
     gate_constraint,
 )
-from swarmgpu.manager.requests import RequestError, parse_all
+from swarmgpu.manager.requests import RequestError, parse_all, request_errors
 from swarmgpu.manager.sharing import env_lines, is_share_key, want_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
+T = TypeVar("T")
+
 
 class StackError(ValueError):
-    pass
+    """The stack cannot be rendered; ``errors``: every problem, each naming its service
+    and key."""
+
+    def __init__(self, errors: str | Sequence[str]) -> None:
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("\n".join(self.errors))
 
 
 def load_stack(text: str, where: str = "stack") -> dict[str, Any]:
@@ -228,6 +236,109 @@ def _swarm_spec(full: str, svc: Mapping[str, Any], deploy: Mapping[str, Any],
     return {"Name": full, "Labels": dict(labels), "Mode": api_mode, "TaskTemplate": tt}
 
 
+@dataclass
+class CheckedStack:
+    """A stack file read and checked whole, before anything is asked of Docker."""
+
+    stack: dict[str, Any]  # as Swarm will take it: Compose GPU reservations made requests
+    notes: list[str] = field(default_factory=list)  # what render changed, and why
+    errors: list[str] = field(default_factory=list)  # every problem, service and key named
+    requests: list[str] = field(default_factory=list)  # services with a GPU request
+
+
+def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
+                zone_label: str = "topology.zone", generic_kind: str = "",
+                node_gpus: int | None = None) -> CheckedStack:
+    """Parse the whole file and check every service: its shape, everything Swarm's
+    scheduler reads, its GPU request. Offline and pure (``render --check``); every
+    error is collected, none stops the others. ``node_gpus``: what a Compose ``count:
+    all`` becomes (the most GPUs one node has); None: checked only."""
+    try:
+        stack = copy.deepcopy(load_stack(text, where))
+    except StackError as exc:
+        return CheckedStack({}, errors=exc.errors)
+    out = CheckedStack(stack)
+    for svc_name, svc in stack["services"].items():
+        _check_service(out, str(svc_name), svc, prefix, zone_label, generic_kind, node_gpus)
+    return out
+
+
+def _try(errs: list[str], default: T, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, its StackError collected into ``errs`` (``default`` then)."""
+    try:
+        return fn(*args)
+    except StackError as exc:
+        errs.extend(exc.errors)
+        return default
+
+
+def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
+                   zone_label: str, generic_kind: str, node_gpus: int | None) -> None:
+    """One service of ``check_stack``: its errors and notes into ``out``; its Compose
+    GPU reservation made a request, in place."""
+    w = f"services.{svc_name}"
+    if not isinstance(svc, dict):
+        out.errors.append(f"{w}: expected a mapping")
+        return
+    errs: list[str] = []
+    none: dict[str, Any] = {}
+    deploy = _try(errs, None, _mapping, svc, "deploy", w)
+    if deploy is None:
+        out.errors.extend(errs)
+        return
+    labels = _try(errs, None, _labels, deploy, w)
+    resources = _try(errs, none, _mapping, deploy, "resources", f"{w}.deploy")
+    res = _try(errs, none, _mapping, resources, "reservations", f"{w}.deploy.resources")
+    gpu = read_gpu_reservations(res, labels or {}, w, prefix=prefix, kind=generic_kind,
+                                node_gpus=node_gpus)
+    errs += gpu.errors
+    out.notes += gpu.notes
+    if gpu.drop_devices:  # Swarm refuses the key, whatever its value
+        del res["devices"]
+        if not res:
+            del resources["reservations"]
+        if not resources:
+            del deploy["resources"]
+    if labels is not None and gpu.labels:
+        labels.update(gpu.labels)
+        deploy["labels"] = labels
+    if gpu.env:
+        _add_env(svc, gpu.env)
+    _try(errs, None, _env_list, svc, w)
+    mode = _try(errs, "replicated", _mode, deploy, w)
+    if mode == "replicated":
+        _try(errs, 1, _replicas, deploy, w)
+    placement = _try(errs, none, _mapping, deploy, "placement", f"{w}.deploy")
+    for check in (_constraints, _preferences, _max_replicas):
+        _try(errs, None, check, placement, w)
+    _try(errs, None, _platforms, svc, w)
+    _try(errs, None, _reservations, deploy, w)
+    if labels is not None:
+        bad = request_errors(labels, prefix=prefix, zone_label=zone_label)
+        errs += [f"{w}.deploy.labels: {e}" for e in bad]
+        req = None if bad else parse_all(labels, prefix=prefix, zone_label=zone_label)
+        if req is not None:
+            out.requests.append(svc_name)
+            if mode != "replicated":
+                errs.append(f"{w}.deploy.mode: {mode} services cannot carry GPU requests; "
+                            "use mode: replicated with replicas")
+    out.errors.extend(errs)
+
+
+def _add_env(svc: dict[str, Any], add: Mapping[str, str]) -> None:
+    """Add variables the service does not set itself (a bad shape is reported later)."""
+    env = svc.get("environment")
+    if env is None:
+        svc["environment"] = env = {}
+    if isinstance(env, dict):
+        for k, v in add.items():
+            env.setdefault(k, v)
+    elif isinstance(env, list):
+        for k, v in add.items():
+            if not any(str(e).split("=", 1)[0] == k for e in env):
+                env.append(f"{k}={v}")
+
+
 def stack_services(stack: Mapping[str, Any], name: str,
                    existing: Sequence[SwarmService], prefix: str = "swarmgpu."
                    ) -> list[SwarmService]:
@@ -272,7 +383,14 @@ def render_stack(
     """``planner``: the daemon's (its config's generic-resource kind, its stored
     workload model), so render chooses what the daemon would; a fresh default one
     otherwise."""
-    stack = load_stack(text)
+    if planner is None:
+        planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
+    most = max((len(f.gpus) for f in facts.values()), default=0)
+    checked = check_stack(text, prefix=prefix, zone_label=zone_label,
+                          generic_kind=planner.generic_kind, node_gpus=most)
+    if checked.errors:
+        raise StackError(checked.errors)
+    stack = checked.stack
     mine = stack_services(stack, name, services, prefix)
     mine_names = {s.name for s in mine}
     others = [s for s in services if s.name not in mine_names]
@@ -280,10 +398,7 @@ def render_stack(
     gated = [replace(s, constraints=(*s.constraints, gate_constraint(prefix, s.name)),
                      env=(*s.env, env_template(prefix), *env_lines(prefix)))
              for s in mine]
-    if planner is None:
-        planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
-    else:  # the file carries the gate and env: nothing to adopt
-        planner.adopt_ungated = False
+    planner.adopt_ungated = False  # the file carries the gate and env: nothing to adopt
     plan = planner.plan(nodes, [*others, *gated], tasks, facts)
     out = copy.deepcopy(stack)
     by_name = {sp.name: sp for sp in plan.services}
@@ -343,4 +458,5 @@ def render_stack(
             svc["environment"] = lst
     header = "# rendered by swarmgpu: GPU placement resolved; deploy with\n" \
              f"#   docker stack deploy -c - {name}\n"
+    header += "".join(f"# {' '.join(n.split())}\n" for n in checked.notes)
     return header + yaml.safe_dump(out, sort_keys=False, width=1000), plan

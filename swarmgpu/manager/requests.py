@@ -249,6 +249,25 @@ def parse_all(
                             f"labels swarmgpu can read ({e.__class__.__name__} reading them)")
 
 
+def request_errors(
+    labels: Mapping[str, str],
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    zone_label: str = DEFAULT_ZONE_LABEL,
+) -> list[RequestError]:
+    """Every bad key of a request, not only the first (``render --check`` prints them
+    all): parse, set the key of the error aside, parse the rest again."""
+    rest = dict(labels)
+    errors: list[RequestError] = []
+    while True:
+        e = parse_all(rest, prefix=prefix, zone_label=zone_label)
+        if not isinstance(e, RequestError):
+            return errors
+        errors.append(e)
+        if rest.pop(e.key, None) is None:  # an error not tied to one key: no more to learn
+            return errors
+
+
 E = TypeVar("E", bound=StrEnum)
 
 # --- one parser per key -------------------------------------------------------------

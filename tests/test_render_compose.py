@@ -1,0 +1,279 @@
+"""`swarmgpu render` takes Compose's GPU syntax as written, and fits CI (issue 23, points
+1 and 2): the whole stack is checked before Docker is asked anything, every error is
+printed with its service and key, nothing is written on an error, and `--check` runs
+with no Docker at all."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from gpu_nodes import DGX_A100, RTX4090, run_cli, swarmgpu_env
+
+from swarmgpu.cli import main
+from swarmgpu.manager.audit import audit, exit_code
+from swarmgpu.manager.compose_gpu import read_gpu_reservations
+from swarmgpu.manager.render import StackError, check_stack, render_stack
+from swarmgpu.manager.sync import Snapshot
+from swarmgpu.swarm.client import SwarmNode, SwarmService
+
+P = "swarmgpu."
+NO_DOCKER = "unix:///nonexistent/docker.sock"
+
+
+def node(nid: str, host: str) -> SwarmNode:
+    return SwarmNode(id=nid, hostname=host, addr="10.0.0.1", role="worker", state="ready",
+                     availability="active", labels={}, engine_labels={}, version=1,
+                     generic_resources={}, discrete_resources={})
+
+
+NODES = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
+FACTS = {"n-dgx": DGX_A100.facts(), "n-4090": RTX4090.facts()}
+
+VLLM = """\
+services:
+  llm:
+    image: vllm/vllm-openai
+    environment:
+      HF_HOME: /models
+    deploy:
+      resources:
+        reservations:
+          memory: 1G
+          devices:
+            - driver: nvidia
+              count: 1
+              capabilities: [gpu]
+"""
+
+
+def reservations(devices: object) -> dict[str, object]:
+    return {"devices": devices}
+
+
+# --- point 1: the Compose GPU syntax, as written ------------------------------------------
+
+def test_devices_count_becomes_gpus_and_is_removed_with_a_comment() -> None:
+    out, plan = render_stack(VLLM, "ai", NODES, [], [], FACTS, prefix=P)
+    doc = yaml.safe_load(out)
+    d = doc["services"]["llm"]["deploy"]
+    assert d["labels"][f"{P}gpus"] == "1"
+    assert d["resources"] == {"reservations": {"memory": "1G"}}  # devices gone, rest kept
+    assert any(k.startswith(f"{P}devices.") for k in d["labels"])
+    assert doc["services"]["llm"]["environment"]["HF_HOME"] == "/models"
+    assert "NVIDIA_VISIBLE_DEVICES" in doc["services"]["llm"]["environment"]
+    comment = [ln for ln in out.splitlines() if ln.startswith("#")]
+    assert any("devices became swarmgpu.gpus: \"1\" and was removed" in ln and
+               "refuses devices under reservations" in ln for ln in comment), comment
+    (sp,) = plan.services
+    assert sp.status == "placed" and sum(len(p.uuids) for p in sp.placements) == 1
+
+
+def test_only_devices_entry_leaves_no_empty_resources() -> None:
+    text = VLLM.replace("          memory: 1G\n", "")
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS, prefix=P)
+    assert "resources" not in yaml.safe_load(out)["services"]["llm"]["deploy"]
+
+
+def test_capabilities_only_and_counts_summed() -> None:
+    g = read_gpu_reservations(reservations([{"capabilities": ["gpu"], "count": 2},
+                                            {"driver": "nvidia", "count": "1"}]),
+                              {}, "services.x")
+    assert g.errors == [] and g.labels == {f"{P}gpus": "3"} and g.drop_devices
+
+
+def test_driver_capabilities_become_nvidia_driver_capabilities() -> None:
+    text = VLLM.replace("[gpu]", "[gpu, compute, utility, video]")
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS, prefix=P)
+    env = yaml.safe_load(out)["services"]["llm"]["environment"]
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility,video"
+
+
+def test_options_are_dropped_with_a_note() -> None:
+    g = read_gpu_reservations(reservations([{"driver": "nvidia", "count": 1,
+                                             "options": {"virtualization": "false"}}]),
+                              {}, "services.x")
+    assert g.errors == [] and any("options" in n and "dropped" in n for n in g.notes)
+
+
+def test_count_all_is_the_most_gpus_one_node_has() -> None:
+    """`count: all` (also: no count and no device_ids) = the whole of the largest GPU
+    node: 8 here; only the RTX 4090 box has 8 whole GPUs free (the DGX has one in MIG
+    mode), so all eight of its GPUs."""
+    for entry in ("count: all", "capabilities: [gpu]"):
+        text = VLLM.replace("count: 1", entry) if entry == "count: all" else \
+            VLLM.replace("              count: 1\n", "")
+        out, plan = render_stack(text, "ai", NODES, [], [], FACTS, prefix=P)
+        assert yaml.safe_load(out)["services"]["llm"]["deploy"]["labels"][f"{P}gpus"] == "8"
+        (sp,) = plan.services
+        assert sp.status == "placed", sp.reason
+        assert [p.hostname for p in sp.placements] == ["gpu-node-2"]
+        assert len(sp.placements[0].uuids) == 8
+    checked = check_stack(VLLM.replace("count: 1", "count: all"))  # offline: checked only
+    assert checked.errors == [] and any("count all: checked only" in n for n in checked.notes)
+    with pytest.raises(StackError, match="no node of the swarm reports GPUs"):
+        render_stack(VLLM.replace("count: 1", "count: all"), "ai", NODES, [], [], {}, prefix=P)
+
+
+@pytest.mark.parametrize(("entry", "error"), [
+    ({"driver": "nvidia", "device_ids": ["0", "3"]}, r"device_ids: \['0', '3'\] cannot be "
+     r"expressed: swarmgpu chooses each replica's GPUs"),
+    ({"driver": "amd", "count": 1}, r"devices\[0\]: driver 'amd'.*NVIDIA GPUs only"),
+    ({"capabilities": ["tpu"], "count": 1}, r"NVIDIA GPUs only"),
+    ({"driver": "nvidia", "count": 0}, r"count: 0 is not a whole number >= 1 or 'all'"),
+    ({"driver": "nvidia", "count": "two"}, r"count: 'two'"),
+    ({"driver": "nvidia", "capabilities": ["gpu", "fast"]}, r"capabilities: \['fast'\] unknown"),
+])
+def test_what_cannot_be_expressed_is_an_error_naming_service_and_key(
+        entry: dict[str, object], error: str) -> None:
+    g = read_gpu_reservations(reservations([entry]), {}, "services.x")
+    assert g.labels == {} and g.drop_devices
+    (e,) = g.errors
+    assert e.startswith("services.x.deploy.resources.reservations.devices")
+    assert re.search(error, e), e
+
+
+def test_counts_that_disagree_are_an_error() -> None:
+    g = read_gpu_reservations(reservations([{"driver": "nvidia", "count": 2}]),
+                              {f"{P}gpus": "1"}, "services.x")
+    assert g.errors and "the GPU counts differ" in g.errors[0] and f"{P}gpus" in g.errors[0]
+    same = read_gpu_reservations(reservations([{"driver": "nvidia", "count": 2}]),
+                                 {f"{P}gpus": "2"}, "services.x")
+    assert same.errors == [] and same.labels == {}  # the user's label stays as written
+    both = read_gpu_reservations(reservations([{"driver": "nvidia", "count": "all"}]),
+                                 {f"{P}gpus": "2"}, "services.x")
+    assert both.errors and "count all and another count" in both.errors[0]
+
+
+def test_generic_gpu_reservation_is_the_request_and_is_kept() -> None:
+    text = """\
+services:
+  t:
+    image: x
+    deploy:
+      labels: {swarmgpu.gpu-memory: 20GiB}
+      resources:
+        reservations:
+          generic_resources:
+            - discrete_resource_spec: {kind: NVIDIA-GPU, value: 2}
+"""
+    out, _ = render_stack(text, "s", NODES, [], [], FACTS, prefix=P)
+    d = yaml.safe_load(out)["services"]["t"]["deploy"]
+    assert d["labels"][f"{P}gpus"] == "2" and d["labels"][f"{P}gpu-memory"] == "20GiB"
+    assert d["resources"]["reservations"]["generic_resources"] == [
+        {"discrete_resource_spec": {"kind": "NVIDIA-GPU", "value": 2}}]
+    assert "DOCKER_RESOURCE_NVIDIA-GPU" in out.split("services:")[0]  # the comment says why
+    # a configured kind of another name is a GPU kind too
+    g = read_gpu_reservations({"generic_resources": [{"discrete_resource_spec": {
+        "kind": "acme-gpu", "value": 1}}]}, {}, "services.t", kind="acme-gpu")
+    assert g.labels == {f"{P}gpus": "1"} and not g.drop_devices
+    assert read_gpu_reservations({"generic_resources": [{"discrete_resource_spec": {
+        "kind": "fpga", "value": 1}}]}, {}, "services.t").labels == {}
+
+
+def test_audit_names_a_service_that_reserves_gpus_through_swarm_only() -> None:
+    spec = {"TaskTemplate": {"Resources": {"Reservations": {"GenericResources": [
+        {"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 2}}]}}}}
+
+    def service(name: str, labels: dict[str, str]) -> SwarmService:
+        return SwarmService(id=name, name=name, labels=labels, constraints=(), env=(),
+                            mode="replicated", replicas=1, max_replicas_per_node=None,
+                            version=1, spec=spec)
+
+    snap = Snapshot(nodes=[], services=[service("plain", {}),
+                                        service("mine", {f"{P}gpus": "2"})], tasks=[], facts={})
+    (f,) = audit(snap)
+    assert f.kind == "swarm-gpu-reservation" and f.subject == "plain" and not f.advisory
+    assert "swarmgpu.gpus" in f.message and exit_code([f]) == 1
+
+
+# --- point 2: render for CI ----------------------------------------------------------------
+
+BAD = """\
+services:
+  a:
+    image: x
+    deploy:
+      labels: {swarmgpu.gpus: two, swarmgpu.gpu-memroy: 4G}
+  b:
+    image: x
+    deploy:
+      resources:
+        reservations:
+          cpus: lots
+          devices: [{driver: nvidia, device_ids: ["GPU-1"]}]
+  c:
+    image: x
+    deploy:
+      mode: global
+      labels: {swarmgpu.gpus: "1"}
+  ok:
+    image: x
+    deploy: {labels: {swarmgpu.gpus: "1"}}
+"""
+
+
+def test_check_stack_collects_every_error_with_service_and_key() -> None:
+    errors = check_stack(BAD).errors
+    assert len(errors) == 5, errors
+    for want in ("services.a.deploy.labels: swarmgpu.gpus='two'",
+                 "services.a.deploy.labels: swarmgpu.gpu-memroy='4G'",
+                 "services.b.deploy.resources.reservations.cpus: 'lots'",
+                 "services.b.deploy.resources.reservations.devices[0].device_ids",
+                 "services.c.deploy.mode: global services cannot carry GPU requests"):
+        assert any(e.startswith(want) for e in errors), (want, errors)
+
+
+def test_render_refuses_an_invalid_request_it_used_to_render() -> None:
+    with pytest.raises(StackError) as exc:
+        render_stack(BAD, "s", NODES, [], [], FACTS, prefix=P)
+    assert len(exc.value.errors) == 5
+
+
+def test_cli_invalid_request_exits_1_and_writes_no_stack(tmp_path: Path) -> None:
+    """Before Docker is asked anything: DOCKER_HOST points nowhere, and the answer is
+    still the stack's errors, not 'cannot reach the Docker Engine'."""
+    src, dst = tmp_path / "s.yml", tmp_path / "out.yml"
+    src.write_text(BAD)
+    res = CliRunner().invoke(main, ["render", str(src), "-o", str(dst)],
+                             env={"DOCKER_HOST": NO_DOCKER})
+    assert res.exit_code == 1, res.output
+    assert not dst.exists()
+    out = res.stderr
+    assert "services.a.deploy.labels: swarmgpu.gpus='two'" in out
+    assert "services.b.deploy.resources.reservations.cpus" in out
+    assert "5 error(s); nothing written" in out and "Docker" not in out
+    piped = CliRunner().invoke(main, ["render", str(src)], env={"DOCKER_HOST": NO_DOCKER})
+    assert piped.exit_code == 1 and piped.stdout == ""  # nothing for `docker stack deploy`
+
+
+def test_cli_malformed_yaml_is_a_stack_error_not_an_engine_error(tmp_path: Path) -> None:
+    src = tmp_path / "s.yml"
+    src.write_text("services: [\n")
+    res = CliRunner().invoke(main, ["render", str(src)], env={"DOCKER_HOST": NO_DOCKER})
+    assert res.exit_code == 1 and f"{src}: not valid YAML" in res.stderr
+    assert "Docker" not in res.stderr and res.stdout == ""
+
+
+def test_render_check_runs_with_no_docker(tmp_path: Path) -> None:
+    """The real CLI in a subprocess, DOCKER_HOST at a socket that does not exist."""
+    src = tmp_path / "ai.yml"
+    src.write_text(VLLM)
+    env = {**swarmgpu_env(), "DOCKER_HOST": NO_DOCKER}
+    assert not os.path.exists(NO_DOCKER.removeprefix("unix://"))
+    good = run_cli("render", "--check", str(src), env=env)
+    assert good.returncode == 0, good.stderr
+    assert good.stdout == ""
+    assert "valid (1 service(s), 1 GPU request(s))" in good.stderr
+    assert "devices became swarmgpu.gpus" in good.stderr
+    src.write_text(BAD)
+    bad = run_cli("render", "--check", str(src), env=env)
+    assert bad.returncode == 1 and bad.stderr.count("swarmgpu render: services.") == 5
+    # A valid stack without --check does need the swarm: that is exit 2, naming it.
+    src.write_text(VLLM)
+    down = run_cli("render", str(src), env=env)
+    assert down.returncode == 2 and "cannot read the swarm" in down.stderr
