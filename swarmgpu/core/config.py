@@ -208,6 +208,18 @@ class HistoryConfig:
 
 
 @dataclass(frozen=True)
+class HealthConfig:
+    """GPU health states (docs/health.md): when a failed or degraded GPU counts as clean."""
+
+    clean_window_s: float = 600.0
+    """Seconds with nothing bad seen before a failed or degraded GPU is healthy again."""
+    flap_window_s: float = 3600.0
+    """Failures within this many seconds double the clean window (a flapping GPU)."""
+    max_backoff: int = 8
+    """The clean window grows to at most this many times clean_window_s."""
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = "INFO"
     format: str = "text"
@@ -228,6 +240,7 @@ class Config:
     rebalance: RebalanceConfig = field(default_factory=RebalanceConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     history: HistoryConfig = field(default_factory=HistoryConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -239,6 +252,10 @@ class Config:
 
 def _check(cfg: Config, add: Callable[[str], None]) -> None:
     """Every problem of a built configuration, each given to ``add``."""
+    if cfg.health.clean_window_s <= 0 or cfg.health.flap_window_s <= 0:
+        add("health.clean_window_s and health.flap_window_s: must be > 0 seconds")
+    if cfg.health.max_backoff < 1:
+        add("health.max_backoff: must be >= 1")
     if cfg.placement.workload_window < 100:
         add("placement.workload_window: must be >= 100 tasks (default 5000)")
     if cfg.agents.port <= 0 or cfg.agents.port > 65535:

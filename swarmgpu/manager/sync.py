@@ -13,6 +13,7 @@ from swarmgpu.manager.actuator import Actuator, ApplyResult
 from swarmgpu.manager.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.agentbook import AgentBook
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.gpuhealth import HealthBook
 from swarmgpu.manager.writes import write_each
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.identity import IdentityError, agent_auth
@@ -79,9 +80,13 @@ class LabelSync:
             swarm, metrics, dry_run=cfg.dry_run, prefix=cfg.sync.prefix,
             allow_disruptive=cfg.sync.allow_disruptive,
         )
+        self.health = HealthBook(cfg.health, cfg.sync.prefix, metrics.registry)
 
     def cycle(self, snapshot: Snapshot) -> CycleReport:
         report = CycleReport()
+        # GPU health states (docs/health.md): a failed GPU is unhealthy in the facts every
+        # later step of this cycle reads (labels, placement), so it is never given out.
+        snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
         prefix = self.cfg.sync.prefix
         unreachable = held = 0
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]] = []

@@ -37,7 +37,15 @@ def product_label(product: str) -> str:
 
 
 def owned_by_label_sync(key: str, prefix: str = DEFAULT_PREFIX) -> bool:
-    return key.startswith(prefix) and not key.startswith(_placement_prefixes(prefix))
+    return key.startswith(prefix) and not key.startswith(_placement_prefixes(prefix)) \
+        and not _operator_health_key(key, prefix)
+
+
+def _operator_health_key(key: str, prefix: str) -> bool:
+    """``<prefix>gpu.<uuid>.health``: the operator's reset label (docs/health.md), never
+    label sync's to remove."""
+    return key.endswith(".health") and key.startswith((f"{prefix}gpu.GPU-",
+                                                       f"{prefix}gpu.MIG-"))
 
 
 @functools.cache
@@ -135,7 +143,7 @@ def desired_labels(facts: NodeFacts, prefix: str = DEFAULT_PREFIX) -> dict[str, 
 def _label_inputs(g: Gpu) -> tuple[object, ...]:
     """What ``_desired_labels`` reads of one GPU."""
     return (g.product, g.memory_mib, g.compute_major, g.compute_minor, g.mig_capable,
-            g.mig_enabled, tuple(m.profile for m in g.mig_devices), g.numa_node)
+            g.mig_enabled, tuple(m.profile for m in g.mig_devices), g.numa_node, g.healthy)
 
 
 _DESIRED: dict[tuple[object, ...], dict[str, str]] = {}
@@ -148,6 +156,9 @@ def _desired_labels(facts: NodeFacts, prefix: str) -> dict[str, str]:
     out: dict[str, str] = {f"{p}gpu.count": str(len(gpus))}
     if gpus:
         out[f"{p}gpu.present"] = "true"
+        # GPUs not failed (docs/health.md); set from the hysteresis state, so it does not
+        # flap, and held back like any label when running tasks' constraints use it.
+        out[f"{p}gpu.healthy-count"] = str(sum(g.healthy for g in gpus))
         products = Counter(product_label(g.product) for g in gpus)
         # A mixed node advertises its most common product, and says it is mixed.
         out[f"{p}gpu.product"] = products.most_common(1)[0][0]

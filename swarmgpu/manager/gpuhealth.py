@@ -1,0 +1,122 @@
+"""The daemon's GPU health book: runs ``core.health.step`` over each cycle's facts.
+
+The state machine is pure; this keeps its states across cycles, reads the operator's
+``<prefix>gpu.<uuid>.health`` node label, logs each change once, counts GPUs per level on
+the daemon's metrics, and hands the cycle facts in which a *failed* GPU is
+``healthy=False`` with the reason in ``error``. That is the path every unhealthy GPU takes
+already: the allocator gives it no room, so the planner never gives it out. A degraded GPU
+stays healthy (used) with its warning in ``error``. Reads and logs only; writes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from loguru import logger
+from prometheus_client import CollectorRegistry, Gauge
+
+from swarmgpu.core.config import HealthConfig
+from swarmgpu.core.health import (
+    GpuState,
+    HealthPolicy,
+    Level,
+    NodeHealth,
+    Observation,
+    assess,
+    step,
+    summarise,
+)
+from swarmgpu.core.model import Gpu, NodeFacts
+from swarmgpu.manager.agent_client import FactsResult
+from swarmgpu.swarm.client import SwarmNode
+
+_OWN_ERROR = "health: "  # our note in Gpu.error, recognised so it is not stacked
+
+
+def operator_key(prefix: str, uuid: str) -> str:
+    """The operator's reset label of one GPU (docs/health.md)."""
+    return f"{prefix}gpu.{uuid}.health"
+
+
+class HealthBook:
+    def __init__(self, cfg: HealthConfig, prefix: str,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.policy = HealthPolicy(cfg.clean_window_s, cfg.flap_window_s, cfg.max_backoff)
+        self.prefix = prefix
+        self.states: dict[str, GpuState] = {}
+        self.where: dict[str, tuple[str, int]] = {}  # uuid -> (hostname, index)
+        self.nodes: dict[str, NodeHealth] = {}  # hostname -> summary
+        self.gauge = Gauge("swarmgpu_gpus_by_health", "GPUs by health state "
+                           "(healthy, degraded, failed; docs/health.md)", ["level"],
+                           registry=registry) if registry is not None else None
+
+    def apply(self, nodes: Sequence[SwarmNode], facts: Mapping[str, FactsResult],
+              now: float | None = None) -> dict[str, FactsResult]:
+        """This cycle's facts with each GPU's health state applied (node id -> result)."""
+        now = time.time() if now is None else now
+        out: dict[str, FactsResult] = {}
+        for node in nodes:
+            res = facts.get(node.id)
+            if res is None or res.facts is None:
+                continue
+            f = res.facts
+            obs = [Observation(
+                g.uuid, assess(g.health, lost=None if g.healthy else (g.error or "unreadable")),
+                node.labels.get(operator_key(self.prefix, g.uuid), "")) for g in f.gpus]
+            before = {o.uuid: self.states.get(o.uuid) for o in obs}
+            self.states = step(self.states, obs, now, self.policy)
+            for g in f.gpus:
+                self.where[g.uuid] = (node.hostname, g.index)
+                self._log_change(node.hostname, g, before[g.uuid], self.states[g.uuid], now)
+            self.nodes[node.hostname] = summarise(self.states, [g.uuid for g in f.gpus])
+            out[node.id] = replace(res, facts=self._marked(f))
+        if self.gauge is not None:
+            for lv in Level:
+                self.gauge.labels(level=str(lv)).set(sum(
+                    1 for u, s in self.states.items() if u in self.where and s.level is lv))
+        return out
+
+    def _marked(self, f: NodeFacts) -> NodeFacts:
+        gpus = []
+        for g in f.gpus:
+            st = self.states[g.uuid]
+            raw = g.error if g.error and not g.error.startswith(_OWN_ERROR) else None
+            if st.level is Level.HEALTHY:  # (a lost GPU is never healthy: lost fails)
+                gpus.append(g)
+                continue
+            # Hysteresis decides, not this read: a GPU lost a moment ago that reads
+            # again stays failed (healthy=False) until its clean window has passed.
+            note = f"{_OWN_ERROR}{st.level}: {st.reason} (suggested: {st.action})"
+            gpus.append(replace(g, healthy=st.level is not Level.FAILED,
+                                error="; ".join(x for x in (note, raw) if x)))
+        return replace(f, gpus=tuple(gpus))
+
+    def _log_change(self, host: str, g: Gpu, old: GpuState | None, new: GpuState,
+                    now: float) -> None:
+        was = old.level if old is not None else Level.HEALTHY
+        if new.level is was:
+            return
+        log = logger.bind(node=host, gpu=g.uuid)
+        if new.level is Level.HEALTHY:
+            log.info("GPU {} on {} is healthy again: {}", g.index, host, new.reason)
+        else:
+            log.warning("GPU {} on {} is {}: {} (suggested action: {})", g.index, host,
+                        new.level, new.reason, new.action)
+
+    def view(self, now: float | None = None) -> list[dict[str, Any]]:
+        """Every GPU not healthy, for status, plan, audit and the map."""
+        now = time.time() if now is None else now
+        rows = []
+        for uuid, st in sorted(self.states.items()):
+            if st.level is Level.HEALTHY or uuid not in self.where:
+                continue
+            host, index = self.where[uuid]
+            rows.append({"node": host, "gpu": index, "uuid": uuid, **st.to_dict(now)})
+        return rows
+
+    def failing_nodes(self, min_failed: int = 2) -> list[str]:
+        """Nodes with several failed GPUs: reported as failing as a whole."""
+        return sorted(h for h, n in self.nodes.items() if n.failed >= min_failed)

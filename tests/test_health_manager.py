@@ -1,0 +1,99 @@
+"""The daemon's health book (manager.gpuhealth) and the summary label: a failed GPU is
+unhealthy in the cycle's facts (so the allocator gives it no room), a degraded one is
+still used, the operator's label brings one back and is never label sync's, and the
+healthy-count label follows the hysteresis state, not each read."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from swarmgpu.core.config import HealthConfig
+from swarmgpu.core.health import HealthSignals, XidEvent
+from swarmgpu.core.model import Gpu, NodeFacts
+from swarmgpu.manager.agent_client import FactsResult
+from swarmgpu.manager.gpuhealth import HealthBook, operator_key
+from swarmgpu.manager.placement import node_spec
+from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync, plan_node_labels
+
+P = "swarmgpu."
+
+
+def _node(labels: dict[str, str] | None = None) -> SwarmNode:
+    return SwarmNode("n1", "gpu-node-1", "10.0.0.1", "worker", "ready", "active",
+                     labels or {}, {}, 1, {}, {})
+
+
+def _facts(h0: HealthSignals | None = None, h1: HealthSignals | None = None) -> NodeFacts:
+    return NodeFacts("gpu-node-1", gpus=(
+        Gpu(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", 81920, health=h0 or HealthSignals()),
+        Gpu(1, "GPU-bbbb", "NVIDIA A100-SXM4-80GB", 81920, health=h1 or HealthSignals())))
+
+
+def _res(f: NodeFacts) -> dict[str, FactsResult]:
+    return {"n1": FactsResult("n1", "gpu-node-1", "", f, None, 0.0)}
+
+
+def _apply(book: HealthBook, f: NodeFacts, now: float,
+           labels: dict[str, str] | None = None) -> NodeFacts:
+    out = book.apply([_node(labels)], _res(f), now=now)["n1"].facts
+    assert out is not None
+    return out
+
+
+def test_failed_gpu_is_unhealthy_in_the_cycle_facts_and_counted() -> None:
+    reg = CollectorRegistry()
+    book = HealthBook(HealthConfig(clean_window_s=600), P, reg)
+    x79 = HealthSignals(xid_events=(XidEvent(79, 100.0),))
+    f = _apply(book, _facts(h0=x79, h1=HealthSignals(row_remap_pending=True)), 100)
+    g0, g1 = f.gpus
+    assert not g0.healthy and g0.error is not None
+    assert g0.error.startswith("health: failed: Xid 79") and "suggested: reboot" in g0.error
+    assert g1.healthy and g1.error is not None and "degraded" in g1.error  # still used
+    assert desired_labels(f)[f"{P}gpu.healthy-count"] == "1"
+    # The planner's node model: the failed GPU has no room (allocator: free 0 when
+    # unhealthy), the degraded one is offered as before.
+    assert [g.healthy for g in node_spec(_node(), f).gpus] == [False, True]
+    text = generate_latest(reg).decode()
+    assert 'swarmgpu_gpus_by_health{level="failed"} 1.0' in text
+    assert 'swarmgpu_gpus_by_health{level="degraded"} 1.0' in text
+    rows = book.view(now=160)
+    assert [(r["gpu"], r["level"], r["for_s"]) for r in rows] == [(0, "failed", 60.0),
+                                                                   (1, "degraded", 60.0)]
+    # The agent reads it fine again (a fresh read lists the same old event): still failed
+    # within the clean window, so the label does not flap.
+    for t in (130, 400, 699):
+        f = _apply(book, _facts(h0=x79), t)
+        assert not f.gpus[0].healthy and desired_labels(f)[f"{P}gpu.healthy-count"] == "1"
+    f = _apply(book, _facts(h0=x79), 700)
+    assert f.gpus[0].healthy and desired_labels(f)[f"{P}gpu.healthy-count"] == "2"
+
+
+def test_lost_gpu_fails_and_application_xid_changes_nothing() -> None:
+    book = HealthBook(HealthConfig(), P)
+    lost = replace(_facts(), gpus=(replace(_facts().gpus[0], healthy=False,
+                                           error="nvmlDeviceGetUUID: GPU is lost"),
+                                   replace(_facts().gpus[1], health=HealthSignals(
+                                       xid_events=(XidEvent(13, 5.0),)))))
+    f = _apply(book, lost, 10)
+    assert not f.gpus[0].healthy and "GPU lost" in (f.gpus[0].error or "")
+    assert f.gpus[1] == lost.gpus[1]  # Xid 13: untouched
+    # The agent's own problem text is kept beside ours, never stacked on later cycles.
+    f = _apply(book, lost, 20)
+    assert (f.gpus[0].error or "").count("health:") == 1
+
+
+def test_operator_label_resets_and_is_not_label_syncs() -> None:
+    book = HealthBook(HealthConfig(), P)
+    x48 = HealthSignals(xid_events=(XidEvent(48, 10.0),))
+    assert not _apply(book, _facts(h0=x48), 10).gpus[0].healthy
+    key = operator_key(P, "GPU-aaaa")
+    assert key == "swarmgpu.gpu.GPU-aaaa.health"
+    f = _apply(book, _facts(h0=x48), 20, labels={key: "ok"})
+    assert f.gpus[0].healthy
+    assert not owned_by_label_sync(key, P) and owned_by_label_sync(f"{P}gpu.count", P)
+    node = _node({key: "ok", f"{P}gpu.count": "2"})
+    plan = plan_node_labels(node, f, prefix=P)
+    assert key not in plan.remove and key not in plan.set
