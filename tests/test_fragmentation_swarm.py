@@ -154,7 +154,7 @@ def run(swarm: SwarmCluster, fd: dict[str, Any], tmp: Path, cfg: Path) -> None:
     assert "fragmentation -250 GPU-milli (0.25 GPU, 33.3% of the cluster's 750)" in text
     time.sleep(3)  # dry-run: proposed and logged, never made
     assert f"{P}state.move" not in labels(swarm, "fy_y")
-    assert "fy_y'} move gpu-node-2 -> gpu-node-1 dry-run" in log_since(fd["mark"])
+    assert "service=fy_y move gpu-node-2 -> gpu-node-1 dry-run" in log_since(fd["mark"])
     before = {s: tasks_running(swarm, s)[0]["ID"] for s in ("fx_x", "fy_y")}
 
     t0 = time.monotonic()
