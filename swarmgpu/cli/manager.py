@@ -222,11 +222,11 @@ def render(stack_file: str, stack_name: str | None, output: str,
     checked = check_stack(source, where=stack_file, prefix=cfg.sync.prefix,
                           zone_label=cfg.placement.zone_label,
                           generic_kind=cfg.placement.generic_resource_kind)
-    for note in checked.notes:
-        click.echo(f"swarmgpu render: {note}", err=True)
     if checked.errors:
         _render_errors(stack_file, checked.errors)
     if check:
+        for note in checked.notes:
+            click.echo(f"swarmgpu render: {note}", err=True)
         click.echo(f"swarmgpu render: {stack_file}: valid ({len(checked.stack['services'])} "
                    f"service(s), {len(checked.requests)} GPU request(s))", err=True)
         return
@@ -242,6 +242,10 @@ def render(stack_file: str, stack_name: str | None, output: str,
                                zone_label=cfg.placement.zone_label, planner=planner)
     except StackError as exc:  # only what needs the swarm: count: all with no GPU node
         _render_errors(stack_file, exc.errors)
+    for line in text.splitlines()[2:]:  # what render changed, as the file's comment says
+        if not line.startswith("# "):
+            break
+        click.echo(f"swarmgpu render: {line[2:]}", err=True)
     for sp in p.services:
         if sp.name.startswith(name + "_") and sp.status != "placed":
             click.echo(f"swarmgpu render: {sp.name} is {sp.status}: {sp.reason}", err=True)
