@@ -335,6 +335,9 @@ def step_one(prev: GpuState | None, obs: Observation, now: float,
     """The next state of one GPU. Fail and degrade are entered at once; they are left only
     after a clean window (longer for a GPU that keeps failing), or when the operator's label
     turns to ``ok`` (acknowledging everything seen so far)."""
+    if (prev is not None and prev.level is Level.HEALTHY and not obs.findings
+            and not prev.failures and obs.operator_label == prev.operator_label):
+        return prev  # nothing seen, nothing to forget: what the steps below would give
     st = prev or GpuState(since=now)
     # Only XID events the state has not counted yet; standing conditions always count.
     fresh = [f for f in obs.findings if f.xid_at is None or f.xid_at > st.xid_seen_until]
