@@ -212,7 +212,7 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
                facts: dict[str, NodeFacts], max_cycles: int,
                latency_ms: Mapping[str, float] | None = None,
                profile: bool = False) -> dict[str, Any]:
-    """The daemon's cycle (one snapshot, label sync, placement) until three cycles in a
+    """The daemon's cycle (one snapshot, label sync, placement) until four cycles in a
     row write nothing, or ``max_cycles``. The first of them is the settle cycle (the
     planner re-reads what it wrote), the others are steady. ``profile``: cProfile's top
     entries of the settle cycle and of the last steady one (their times then include
@@ -270,8 +270,8 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
             out["profile_settle" if quiet == 1 else "profile_steady"] = profile_top(prof)
         if cycles[-1]["writes"]:
             converged_s = t_end - t_start
-        elif quiet_run(cycles) == 3:
-            break  # converged: the settle cycle and two steady ones measured
+        elif quiet_run(cycles) == 4:
+            break  # converged: the settle cycle and three steady ones measured
     end_nodes, end_specs = fake.state()
     # The least any daemon could write to get from the start to where this one ended.
     minimum = (sum(1 for i, labels in end_nodes.items() if labels != start_nodes[i])
@@ -283,7 +283,7 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
     out.update({
         "cycles": cycles, "first_cycle_s": cycles[0]["total_s"],
         "settle_cycle_s": cycles[len(cycles) - quiet]["total_s"] if quiet else None,
-        "steady_cycle_s": still[len(still) // 2] if still else None,
+        "steady_cycle_s": still[(len(still) - 1) // 2] if still else None,
         "writes_per_cycle": writing, "writes": sum(writing), "minimum_writes": minimum,
         "cycles_to_converge": len(writing) if converged else None,
         "converge_s": round(converged_s, 2)})
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, help="one size instead of --sizes")
     ap.add_argument("--services", type=int, help="with --nodes (default: --per-node each)")
     ap.add_argument("--cycles", type=int, default=8,
-                    help="at most; stops after three cycles without writes")
+                    help="at most; stops after four cycles without writes")
     ap.add_argument("--no-latency", action="store_true",
                     help="skip the run with the engine's measured call latency")
     ap.add_argument("--profile", action="store_true",
