@@ -6,6 +6,7 @@ healthy-count label follows the hysteresis state, not each read."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -13,8 +14,10 @@ from swarmgpu.core.config import HealthConfig
 from swarmgpu.core.health import HealthSignals, XidEvent
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.agent_client import FactsResult
-from swarmgpu.manager.gpuhealth import HealthBook, operator_key
+from swarmgpu.manager.audit import audit
+from swarmgpu.manager.gpuhealth import HealthBook, apply_saved, health_rows, operator_key
 from swarmgpu.manager.placement import node_spec
+from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync, plan_node_labels
 
@@ -97,3 +100,32 @@ def test_operator_label_resets_and_is_not_label_syncs() -> None:
     node = _node({key: "ok", f"{P}gpu.count": "2"})
     plan = plan_node_labels(node, f, prefix=P)
     assert key not in plan.remove and key not in plan.set
+
+
+def test_saved_states_are_what_plan_status_and_audit_show(tmp_path: Path) -> None:
+    """The daemon saves its states each cycle; a restarted daemon, and plan, status and
+    audit (their own snapshot), apply the same hysteresis from that file."""
+    book = HealthBook(HealthConfig(), P)
+    x79 = HealthSignals(xid_events=(XidEvent(79, 100.0),))
+    _apply(book, _facts(h0=x79, h1=HealthSignals(row_remap_pending=True)), 100)
+    book.save(str(tmp_path))
+    again = HealthBook(HealthConfig(), P)
+    again.load(str(tmp_path))
+    assert again.states == book.states and again.view(now=160) == book.view(now=160)
+    # A fresh read with the old event already counted: still failed, not failed anew.
+    facts = _res(_facts(h0=x79))
+    rows = apply_saved([_node()], facts, HealthConfig(), P, str(tmp_path), now=160)
+    assert [(r["gpu"], r["level"]) for r in rows] == [(0, "failed"), (1, "degraded")]
+    hr = health_rows(facts)
+    assert [r["gpu"] for r in hr] == [0, 1]  # GPU 1 reads clean now; its window still runs
+    assert hr[1]["health"].startswith("degraded: row remapping pending")
+    assert hr[0]["health"].startswith("failed: Xid 79")
+    snap = Snapshot([_node()], [], [], facts)
+    found = [f for f in audit(snap, prefix=P) if f.kind.startswith("gpu-")]
+    assert [(f.kind, f.advisory) for f in found] == [("gpu-failed", False),
+                                                     ("gpu-degraded", True)]
+    assert "suggested: reboot" in found[0].message
+    (tmp_path / "gpu-health.json").write_text("{not json")
+    broken = HealthBook(HealthConfig(), P)
+    broken.load(str(tmp_path))  # a damaged file is ignored, never fatal
+    assert broken.states == {}

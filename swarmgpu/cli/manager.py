@@ -81,6 +81,9 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     except SwarmError as exc:
         click.echo(f"swarmgpu audit: cannot read the swarm: {exc}", err=True)
         sys.exit(2)
+    from swarmgpu.manager.gpuhealth import apply_saved  # failed/degraded GPUs as findings
+
+    apply_saved(snap.nodes, snap.facts, cfg.health, cfg.sync.prefix, cfg.state_dir)
     checks = []
     try:
         from swarmgpu.manager.placement_step import audit_checks
@@ -113,10 +116,14 @@ def _snapshot(cfg: Config) -> Any:
     from swarmgpu.swarm.client import SwarmClient, SwarmError
 
     try:
-        return take_snapshot(SwarmClient(cfg.docker_host), cfg)
+        snap = take_snapshot(SwarmClient(cfg.docker_host), cfg)
     except SwarmError as exc:
         click.echo(f"swarmgpu: cannot read the swarm: {exc}", err=True)
         sys.exit(2)
+    from swarmgpu.manager.gpuhealth import apply_saved  # as the daemon sees GPU health
+
+    apply_saved(snap.nodes, snap.facts, cfg.health, cfg.sync.prefix, cfg.state_dir)
+    return snap
 
 
 @click.command()
@@ -125,6 +132,7 @@ def _snapshot(cfg: Config) -> Any:
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
     from swarmgpu.manager.cluster_view import workload_lines
+    from swarmgpu.manager.gpuhealth import health_rows
     from swarmgpu.manager.placement_step import make_plan
     from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.swarm.client import SwarmClient
@@ -145,7 +153,8 @@ def plan(config_path: str | None, as_json: bool) -> None:
         click.echo("no service carries a swarmgpu GPU request")
     if as_json:
         click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services],
-                               "moves": moves, "workload": p.workload}, indent=2))
+                               "moves": moves, "workload": p.workload,
+                               "gpu_health": health_rows(snap.facts)}, indent=2))
         return
     for sp in p.services:
         click.echo(f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}")
@@ -161,6 +170,8 @@ def plan(config_path: str | None, as_json: bool) -> None:
             click.echo(f"  note: {w}")
     for line in workload_lines(p.workload):
         click.echo(line)
+    for r in health_rows(snap.facts):  # failed GPUs are given to nothing (docs/health.md)
+        click.echo(f"GPU health: {r['node']} GPU {r['gpu']} {r['uuid']}: {r['health']}")
     if moves is None:
         click.echo("moves: the daemon is not reachable on "
                    f"{cfg.http.listen}; move proposals need its metric windows")

@@ -313,6 +313,27 @@ class GpuState:
         return {"level": str(self.level), "reason": self.reason, "action": str(self.action),
                 "since": self.since, "for_s": round(max(0.0, now - self.since), 1)}
 
+    def to_saved(self) -> dict[str, Any]:
+        """Everything, for the daemon's state file (a restart keeps the hysteresis)."""
+        return {"level": str(self.level), "reason": self.reason, "action": str(self.action),
+                "since": self.since, "last_bad_at": self.last_bad_at,
+                "failures": list(self.failures), "xid_seen_until": self.xid_seen_until,
+                "operator_label": self.operator_label}
+
+    @classmethod
+    def from_saved(cls, d: Any) -> GpuState | None:
+        """The saved form back; None for anything malformed (the file is ours, but a
+        damaged one must not stop the daemon)."""
+        try:
+            return cls(level=Level(d["level"]), reason=str(d["reason"])[:300],
+                       action=Action(d["action"]), since=float(d["since"]),
+                       last_bad_at=float(d["last_bad_at"]),
+                       failures=tuple(float(t) for t in d["failures"][:64]),
+                       xid_seen_until=float(d["xid_seen_until"]),
+                       operator_label=str(d["operator_label"])[:64])
+        except (KeyError, TypeError, ValueError):
+            return None
+
 
 @dataclass(frozen=True)
 class Observation:

@@ -113,6 +113,7 @@ def audit(
             ))
         out.extend(_resource_findings(node.hostname, node.generic_resources,
                                       node.discrete_resources, res.facts, generic_resource_kind))
+        out.extend(_health_findings(h, res.facts))
     for svc in snap.services:
         out.extend(_swarm_gpu_reservation(svc, prefix, generic_resource_kind))
         good, errors = parse_all(svc.constraints)
@@ -133,6 +134,21 @@ def audit(
                 ))
     for check in extra_checks:
         out.extend(check(snap))
+    return out
+
+
+def _health_findings(host: str, facts: Any) -> list[Finding]:
+    """GPUs the health state machine holds failed (action) or degraded (advisory), with
+    reason and suggested action; present once the daemon's states are applied
+    (manager.gpuhealth.apply_saved), as ``swarmgpu audit`` does."""
+    out = []
+    for g in facts.gpus:
+        text = g.error.split("; ")[0] if g.error else ""
+        for level, advisory in (("health: failed: ", False), ("health: degraded: ", True)):
+            if text.startswith(level):
+                out.append(Finding(f"gpu-{level[8:-2]}", host,
+                                   f"GPU {g.index} {g.uuid} {level[8:-2]}: {text[len(level):]}",
+                                   advisory=advisory))
     return out
 
 

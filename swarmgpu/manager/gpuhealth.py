@@ -10,9 +10,13 @@ stays healthy (used) with its warning in ``error``. Reads and logs only; writes 
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from loguru import logger
@@ -34,6 +38,7 @@ from swarmgpu.manager.agent_client import FactsResult
 from swarmgpu.swarm.client import SwarmNode
 
 _OWN_ERROR = "health: "  # our note in Gpu.error, recognised so it is not stacked
+STATE_FILE = "gpu-health.json"
 
 
 def operator_key(prefix: str, uuid: str) -> str:
@@ -113,6 +118,34 @@ class HealthBook:
             log.warning("GPU {} on {} is {}: {} (suggested action: {})", g.index, host,
                         new.level, new.reason, new.action)
 
+    # --- persistence: the daemon saves each cycle; plan/status/audit read it -------------
+    def save(self, state_dir: str) -> None:
+        """Atomic write (temp file + rename) of every state and where each GPU is."""
+        d = Path(state_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        data = {u: {**st.to_saved(), "where": list(self.where.get(u, ("", -1)))}
+                for u, st in self.states.items()}
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".gpu-health.", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, d / STATE_FILE)
+
+    def load(self, state_dir: str) -> None:
+        """The states the daemon saved (none when the file is missing or damaged)."""
+        try:
+            data = json.loads((Path(state_dir) / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return
+        if not isinstance(data, dict):
+            return
+        for uuid, d in list(data.items())[:65536]:
+            st = GpuState.from_saved(d)
+            if st is not None and isinstance(uuid, str):
+                self.states[uuid] = st
+                where = d.get("where")
+                if isinstance(where, list) and len(where) == 2:
+                    self.where[uuid] = (str(where[0]), int(where[1]))
+
     def view(self, now: float | None = None) -> list[dict[str, Any]]:
         """Every GPU not healthy, for status, plan, audit and the map."""
         now = time.time() if now is None else now
@@ -127,3 +160,27 @@ class HealthBook:
     def failing_nodes(self, min_failed: int = 2) -> list[str]:
         """Nodes with several failed GPUs: reported as failing as a whole."""
         return sorted(h for h, n in self.nodes.items() if n.failed >= min_failed)
+
+
+def apply_saved(snap_nodes: Sequence[SwarmNode], facts: dict[str, FactsResult],
+                cfg: HealthConfig, prefix: str, state_dir: str,
+                now: float | None = None) -> list[dict[str, Any]]:
+    """For plan, status and audit (their own snapshot): the daemon's saved states applied
+    to ``facts`` in place, so they show and plan what the daemon does; not saved back.
+    Returns the rows of GPUs not healthy."""
+    book = HealthBook(cfg, prefix)
+    book.load(state_dir)
+    facts.update(book.apply(snap_nodes, facts, now))
+    return book.view(now)
+
+
+def health_rows(facts: Mapping[str, FactsResult]) -> list[dict[str, Any]]:
+    """GPUs whose facts carry a health state (after ``apply``/``apply_saved``): node,
+    GPU, UUID and the text (level, reason, suggested action), for plan's output."""
+    rows = []
+    for res in facts.values():
+        for g in (res.facts.gpus if res.facts is not None else ()):
+            if g.error and g.error.startswith(_OWN_ERROR):
+                rows.append({"node": res.hostname, "gpu": g.index, "uuid": g.uuid,
+                             "health": g.error.split("; ")[0][len(_OWN_ERROR):]})
+    return sorted(rows, key=lambda r: (str(r["node"]), int(r["gpu"])))

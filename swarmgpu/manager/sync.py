@@ -81,12 +81,17 @@ class LabelSync:
             allow_disruptive=cfg.sync.allow_disruptive,
         )
         self.health = HealthBook(cfg.health, cfg.sync.prefix, metrics.registry)
+        self.health.load(cfg.state_dir)  # a restarted daemon keeps its hysteresis
 
     def cycle(self, snapshot: Snapshot) -> CycleReport:
         report = CycleReport()
         # GPU health states (docs/health.md): a failed GPU is unhealthy in the facts every
         # later step of this cycle reads (labels, placement), so it is never given out.
         snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
+        try:
+            self.health.save(self.cfg.state_dir)
+        except OSError as exc:
+            logger.warning("cannot save GPU health to {}: {}", self.cfg.state_dir, exc)
         prefix = self.cfg.sync.prefix
         unreachable = held = 0
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]] = []
