@@ -34,6 +34,7 @@ PairScore = Callable[[int, int], int]
 PRESSURE_STEP = 0.02  # share of cluster capacity placed or freed between pressure updates
 NVLINK_PAIR_MIN = 100  # one NVLink in go-gpuallocator's pair score
 TOPOLOGIES = ("any", "nvlink", "numa")
+FIT_MEMO_MAX = 500_000  # (demand, group state) answers kept before they are dropped
 
 
 @dataclass(frozen=True)
@@ -330,15 +331,20 @@ class SwarmScorer:
             return 0.0
         return stranded_milli(cpu_left, free, c)
 
-    def _delta(self, node: NodeState, d: Demand, gpu: int | None) -> float:
-        before = self.node_cost(node.product, node.cpu_left, tuple(node.free))
+    def _delta(self, node: NodeState, d: Demand, gpu: int | None,
+               before: float | None = None) -> float:
+        if before is None:
+            before = self.node_cost(node.product, node.cpu_left, tuple(node.free))
         cpu, free = self._after(node, d, gpu)
         return self.node_cost(node.product, None if node.cpu_left is None else cpu, free) - before
 
     def _best_share_gpu(self, node: NodeState, d: Demand, cands: list[int]) -> tuple[float, int]:
         best = (math.inf, 0, -1)
+        # the node's cost now is the same for every candidate GPU: computed once
+        before = (self.node_cost(node.product, node.cpu_left, tuple(node.free))
+                  if self.waste and cands else 0.0)
         for i in cands:
-            delta = self._delta(node, d, i) if self.waste else 0.0
+            delta = self._delta(node, d, i, before) if self.waste else 0.0
             key = (round(delta, 6), node.free[i], i)
             best = min(best, key)
         return best[0], best[2]
@@ -382,6 +388,12 @@ class Allocator:
         self._usage: dict[str, tuple[int, int]] = {}
         self._sets: dict[object, tuple[int, ...] | None] = {}  # gpu_set per (shape, state)
         self._memo: dict[Demand, dict[tuple[object, ...], float | None]] = {}
+        # Whether a group state fits a demand: unlike scores, the workload does not
+        # change it, so it outlives ``_memo`` (the daemon's planner refreshes its model
+        # every few hundred arrivals, and re-checking every state then cost more than
+        # the scoring).
+        self._fit_memo: dict[Demand, dict[tuple[object, ...], bool]] = {}
+        self._fit_memo_n = 0
         # GPU-milli per model, and how much of it is free, for scorers that weigh models
         self.gpu_capacity: dict[str, int] = {}
         self.gpu_free: dict[str, int] = {}
@@ -643,6 +655,12 @@ class Allocator:
         memo = self._memo.get(d)
         if memo is None:
             memo = self._memo[d] = {}
+        fit_memo = self._fit_memo.get(d)
+        if fit_memo is None:
+            if self._fit_memo_n > FIT_MEMO_MAX:
+                self._fit_memo.clear()
+                self._fit_memo_n = 0
+            fit_memo = self._fit_memo[d] = {}
         groups = self._gpu_groups if d.gpus_wanted else self._groups
         best_score = -math.inf
         best: NodeState | None = None
@@ -652,7 +670,11 @@ class Allocator:
             s = memo.get(gk, 0.0)
             if s == 0.0 and gk not in memo:  # 0.0 doubles as "not cached yet"
                 rep = group_best[gk]
-                s = score(rep, d) if self.fits(rep, d) else None
+                ok = fit_memo.get(gk)
+                if ok is None:
+                    ok = fit_memo[gk] = self.fits(rep, d)
+                    self._fit_memo_n += 1
+                s = score(rep, d) if ok else None
                 memo[gk] = s
             if s is None:
                 continue
@@ -717,29 +739,36 @@ class Allocator:
         """Why no node fits, naming the node that came closest (one node per state)."""
         if not self.nodes:
             return f"needs {d.describe()}; no nodes are known"
-        best_name, why = "", ""
-        reps: list[NodeState] = []
-        for gk, members in self._groups.items():
-            rep: NodeState | None = self._group_best[gk]
-            if rep is not None and rep.spec.name in exclude:
-                rep = min((m for m in members.values() if m.spec.name not in exclude),
-                          key=lambda m: m.rank, default=None)
-            if rep is not None and (where is None or where(rep)):
-                reps.append(rep)
-        if not reps:
-            return f"needs {d.describe()}; no node is allowed for it"
         need = d.milli_per_gpu
+        wanted_labels = d.node_labels
         matches: dict[str, bool] = {}
         best_key: tuple[int, int] = (-1, 0)
-        for node in reps:  # the most GPUs free wins, then the lowest rank
+        best: NodeState | None = None
+        # The winner's reason is written once at the end (most states never win).
+        best_why = ""
+        allowed = False
+        group_best = self._group_best
+        for gk, members in self._groups.items():
+            node = group_best[gk]
+            if exclude and node.spec.name in exclude:
+                other = min((m for m in members.values() if m.spec.name not in exclude),
+                            key=lambda m: m.rank, default=None)
+                if other is None:
+                    continue
+                node = other
+            if where is not None and not where(node):
+                continue
+            allowed = True
+            # the most GPUs free wins, then the lowest rank
             if node.blocked:
-                have, reason = 0, "it is not schedulable (down, paused or drained)"
-            elif any(node.spec.labels.get(k) != v for k, v in d.node_labels):
-                have, reason = 0, "labels do not match"
+                have, why = 0, "blocked"
+            elif wanted_labels and any(node.spec.labels.get(k) != v
+                                       for k, v in wanted_labels):
+                have, why = 0, "labels"
             elif node.cpu_left is not None and node.cpu_left < d.cpu_milli:
-                have, reason = 0, f"only {node.cpu_left} CPU milli free"
+                have, why = 0, "cpu"
             elif node.mem_left is not None and node.mem_left < d.memory_mib:
-                have, reason = 0, f"only {node.mem_left} MiB memory free"
+                have, why = 0, "mem"
             else:
                 if node.simple:  # alike GPUs: count without building the eligible list
                     ok = matches.get(node.product)
@@ -752,13 +781,30 @@ class Allocator:
                 else:
                     elig = self.eligible_gpus(node, d)
                     have = sum(1 for i in elig if node.free[i] >= need)
-                reason = f"{have} free"
-                if have >= d.gpus_wanted:
-                    reason = f"{have} free but not as one {d.topology} set"
+                why = "free"
             key = (have, -node.rank)
             if key > best_key:
-                best_key, best_name, why = key, node.spec.name, reason
-        return f"needs {d.describe()}; best node {best_name} has {why}"
+                best_key, best, best_why = key, node, why
+        if not allowed:
+            return f"needs {d.describe()}; no node is allowed for it"
+        assert best is not None  # any allowed node beats the start key
+        return f"needs {d.describe()}; best node {self._why(best, d, best_key[0], best_why)}"
+
+    @staticmethod
+    def _why(node: NodeState, d: Demand, have: int, why: str) -> str:
+        """``explain_unplaceable``'s words for the closest node."""
+        name = node.spec.name
+        if why == "blocked":
+            return f"{name} has it is not schedulable (down, paused or drained)"
+        if why == "labels":
+            return f"{name} has labels do not match"
+        if why == "cpu":
+            return f"{name} has only {node.cpu_left} CPU milli free"
+        if why == "mem":
+            return f"{name} has only {node.mem_left} MiB memory free"
+        if have >= d.gpus_wanted:
+            return f"{name} has {have} free but not as one {d.topology} set"
+        return f"{name} has {have} free"
 
 
 def demand_key_shapes(demands: Sequence[Demand]) -> tuple[TaskShape, ...]:

@@ -81,11 +81,18 @@ class WorkloadError(ValueError):
     """A workload file or stored model swarmgpu cannot use, with the fix."""
 
 
+def _order(s: TaskShape) -> tuple[int, int, int, tuple[str, ...]]:
+    """``TaskShape``'s own order as a plain tuple (sorting by it skips the dataclass's
+    generated comparisons, which cost most of ``typical`` on every arrival)."""
+    return (s.cpu_milli, s.gpu_milli, s.num_gpu, s.products)
+
+
 def _norm(shapes: Mapping[TaskShape, float]) -> tuple[TypicalTask, ...]:
     total = sum(shapes.values())
     if total <= 0:
         return ()
-    return tuple(TypicalTask(s, w / total) for s, w in sorted(shapes.items()) if w > 0)
+    return tuple(TypicalTask(s, w / total)
+                 for s, w in sorted(shapes.items(), key=lambda kv: _order(kv[0])) if w > 0)
 
 
 @dataclass
@@ -103,6 +110,12 @@ class WorkloadModel:
     _counted: dict[str, tuple[TaskShape, float, float]] = field(default_factory=dict,
                                                                 repr=False)
     _decayed: float = field(default=0.0, repr=False)
+    # typical() of the weights as they were at _version (the daemon's planner asks for
+    # it on every arrival; it changes only when a service is counted or taken back).
+    # The weights dict itself is part of the mark, so replacing it recomputes.
+    _version: int = field(default=0, repr=False, compare=False)
+    _typical: tuple[object, int, bool, tuple[TypicalTask, ...]] | None = field(
+        default=None, repr=False, compare=False)
 
     @classmethod
     def prior(cls, window: int = DEFAULT_WINDOW) -> WorkloadModel:
@@ -130,6 +143,7 @@ class WorkloadModel:
             self._seen_keys[key] = signature
             return False
         self._seen_keys[key] = signature
+        self._version += 1
         took_back = self._take_back(key)
         clean = sane_shape(shape)
         if clean is None:
@@ -155,6 +169,7 @@ class WorkloadModel:
         prev = self._counted.pop(key, None)
         if prev is None:
             return False
+        self._version += 1
         shape, w, at = prev
         left = self.weights.get(shape, 0.0) - w * math.exp(-(self._decayed - at))
         if left > 1e-9:
@@ -182,6 +197,15 @@ class WorkloadModel:
     def typical(self) -> tuple[TypicalTask, ...]:
         """The shapes covering 95% of the weight, renormalised (FGD's typical pods); a
         pinned mix is used as given."""
+        got = self._typical
+        if (got is not None and got[0] is self.weights and got[1] == self._version
+                and got[2] == self.pinned):
+            return got[3]
+        tasks = self._compute_typical()
+        self._typical = (self.weights, self._version, self.pinned, tasks)
+        return tasks
+
+    def _compute_typical(self) -> tuple[TypicalTask, ...]:
         total = sum(self.weights.values())
         if total <= 0:
             return ()
