@@ -129,3 +129,14 @@ def test_saved_states_are_what_plan_status_and_audit_show(tmp_path: Path) -> Non
     broken = HealthBook(HealthConfig(), P)
     broken.load(str(tmp_path))  # a damaged file is ignored, never fatal
     assert broken.states == {}
+
+
+def test_node_with_several_failed_gpus_is_reported_failing() -> None:
+    book = HealthBook(HealthConfig(), P)
+    x = HealthSignals(xid_events=(XidEvent(79, 5.0),))
+    facts = _res(_facts(h0=x, h1=HealthSignals(ecc_dbe_volatile=3)))
+    facts.update(book.apply([_node()], facts, now=5))
+    assert book.failing_nodes() == ["gpu-node-1"]
+    found = audit(Snapshot([_node()], [], [], facts), prefix=P)
+    failing = [f for f in found if f.kind == "node-failing"]
+    assert len(failing) == 1 and failing[0].message.startswith("2 of 2 GPUs failed")

@@ -19,6 +19,7 @@ from gpu_nodes import (
     agents,
     cfg_file,
     kwargs_for_logs,
+    labels_of,
     run_cli,
     start_agent,
     start_daemon,
@@ -132,3 +133,33 @@ def test_application_xid_changes_nothing_then_xid79_moves_the_holder(
     six = devices_of(swarm, "hl2_six")[HOST]
     assert len(six) == 6 and uuid not in six
     assert not set(six) & set(devices_of(swarm, "hl_one")[HOST])
+
+
+def test_flapping_gpu_moves_its_holder_once_and_the_label_holds(
+    swarm: SwarmCluster, setup: dict[str, Any]
+) -> None:
+    """Failed, clean, failed again within the clean window: the holder moves once, and
+    swarmgpu.gpu.healthy-count does not bounce back in between."""
+    facts: FactsFile = setup["facts"]
+    swarm.cli(swarm.manager, "stack", "rm", "hl2")  # room for a move
+    api = swarm.client(swarm.manager).api
+    swarm.wait_for(lambda: not api.services(filters={"name": "hl2_six"}), 60, "hl2 removed")
+    before = int(labels_of(swarm, HOST)["swarmgpu.gpu.healthy-count"])
+    v = _one(swarm, "hl_one")
+    facts.xid(v, 48)  # double-bit ECC: failed
+    wait_running(swarm, "hl_one", 1, timeout=90,
+                 each=lambda t: v not in devices_of(swarm, "hl_one").get(HOST, [v]),
+                 what=" off the second failed GPU")
+    task = tasks_running(swarm, "hl_one")[0]["ID"]
+    swarm.wait_for(lambda: labels_of(swarm, HOST)["swarmgpu.gpu.healthy-count"]
+                   == str(before - 1), 30, "healthy-count down by one")
+    g = next(g for g in facts.data["gpus"] if g["uuid"] == v)
+    g["health"] = {"xid_events": []}  # clean again (as after a reset, before the window)
+    facts.write()
+    time.sleep(10)
+    assert labels_of(swarm, HOST)["swarmgpu.gpu.healthy-count"] == str(before - 1)
+    facts.xid(v, 48)  # and failed again
+    time.sleep(10)
+    assert labels_of(swarm, HOST)["swarmgpu.gpu.healthy-count"] == str(before - 1)
+    assert [t["ID"] for t in tasks_running(swarm, "hl_one")] == [task]  # moved once
+    assert LOG.read_text().count(f"gpu={v} GPU") == 1  # one change logged, no bouncing

@@ -149,6 +149,12 @@ def _health_findings(host: str, facts: Any) -> list[Finding]:
                 out.append(Finding(f"gpu-{level[8:-2]}", host,
                                    f"GPU {g.index} {g.uuid} {level[8:-2]}: {text[len(level):]}",
                                    advisory=advisory))
+    failed = sum(f.kind == "gpu-failed" for f in out)
+    if failed >= 2:  # several at once: the node (board, power, fabric), not one GPU
+        out.append(Finding("node-failing", host,
+                           f"{failed} of {len(facts.gpus)} GPUs failed; check the node as a "
+                           "whole, and drain it (docker node update --availability drain) "
+                           "to move all its GPU services off"))
     return out
 
 

@@ -39,6 +39,7 @@ from swarmgpu.swarm.client import SwarmNode
 
 _OWN_ERROR = "health: "  # our note in Gpu.error, recognised so it is not stacked
 STATE_FILE = "gpu-health.json"
+FAILING_NODE_GPUS = 2  # this many failed GPUs on one node: the node is reported failing
 
 
 def operator_key(prefix: str, uuid: str) -> str:
@@ -81,7 +82,13 @@ class HealthBook:
             for g in f.gpus:
                 self.where[g.uuid] = (node.hostname, g.index)
                 self._log_change(node.hostname, g, before[g.uuid], self.states[g.uuid], now)
+            was_failed = self.nodes.get(node.hostname, NodeHealth()).failed
             self.nodes[node.hostname] = summarise(self.states, [g.uuid for g in f.gpus])
+            n = self.nodes[node.hostname]
+            if n.failed >= FAILING_NODE_GPUS > was_failed:  # said once, when it starts
+                logger.bind(node=node.hostname).warning(
+                    "node {} is failing: {} of {} GPUs failed ({})", node.hostname,
+                    n.failed, len(f.gpus), ", ".join(n.failed_uuids))
             out[node.id] = replace(res, facts=self._marked(f))
         if self.gauge is not None:
             for lv in Level:
@@ -157,7 +164,7 @@ class HealthBook:
             rows.append({"node": host, "gpu": index, "uuid": uuid, **st.to_dict(now)})
         return rows
 
-    def failing_nodes(self, min_failed: int = 2) -> list[str]:
+    def failing_nodes(self, min_failed: int = FAILING_NODE_GPUS) -> list[str]:
         """Nodes with several failed GPUs: reported as failing as a whole."""
         return sorted(h for h, n in self.nodes.items() if n.failed >= min_failed)
 
