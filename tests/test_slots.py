@@ -346,12 +346,12 @@ def test_swarmgpus_own_max_replicas_is_no_conflict_when_packing_anew() -> None:
 
 
 def test_want_slots_keeps_live_slots_then_fills_the_lowest_missing() -> None:
-    from swarmgpu.manager.placement import _want_slots
+    from swarmgpu.manager.placement.replicas import want_slots
 
-    assert _want_slots({3: "n", 7: "n"}, 4) == [1, 2, 3, 7]
-    assert _want_slots({1: "n", 2: "n", 5: "n"}, 2) == [1, 2]  # scale-down keeps the lowest
-    assert _want_slots(set(), 3) == [1, 2, 3]
-    big = _want_slots(set(range(2, 100_001, 2)), 100_000)  # linear: no list scan per slot
+    assert want_slots({3: "n", 7: "n"}, 4) == [1, 2, 3, 7]
+    assert want_slots({1: "n", 2: "n", 5: "n"}, 2) == [1, 2]  # scale-down keeps the lowest
+    assert want_slots(set(), 3) == [1, 2, 3]
+    big = want_slots(set(range(2, 100_001, 2)), 100_000)  # linear: no list scan per slot
     assert big == list(range(1, 100_001))
 
 

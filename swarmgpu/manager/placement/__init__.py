@@ -1,0 +1,133 @@
+"""GPU requests -> placement in Swarm terms. Pure: snapshot in, plan out.
+
+How a placement is expressed (every piece verified on a real swarm, see README):
+
+- node label ``<p>assign.<service>=UUID[@milli],...`` on each chosen node: the
+  ledger. Node labels survive ``docker stack deploy``, so the daemon can always
+  rebuild who holds which GPU from Swarm itself (no database, restarts lose nothing).
+  Replicas packed on one node hold one entry per task slot:
+  ``<p>assign.<service>=s1=UUID,...;s2=UUID,...``.
+- service label ``<p>devices.<nodeID>=UUID,...``: the copy the env template reads:
+  ``NVIDIA_VISIBLE_DEVICES={{or (index .Service.Labels (print "<p>devices." .Node.ID "."
+  .Task.Slot)) (index .Service.Labels (print "<p>devices." .Node.ID)) "void"}}``
+  (``env_template``; the older template without the per-slot lookup is still accepted
+  for services that are not packed). Changing service labels restarts no task.
+- node label ``<p>service.<service>=true``: the gate. The service carries the
+  constraint ``node.labels.<p>service.<service>==true``; no node has the label until
+  swarmgpu opens it, so the service cannot start anywhere else, and never before its
+  devices are written (the service label is written first, the gate after).
+- replicas spread one per node (``max_replicas_per_node=1`` when several replicas are
+  placed: one device list per node), or, when they cannot be spread and one node holds
+  them all (``<p>pack``: auto/always), packed on that one node: its gate alone opens,
+  ``MaxReplicas`` is lifted, and each task slot reads its own list
+  ``<p>devices.<nodeID>.<slot>``. Spread replicas never get per-slot lists: Swarm
+  chooses which slot runs on which node, so two slots' lists on one node could
+  collide; packed replicas cannot, because every slot runs on the one gated node.
+  Whole GPUs only: a share or a MIG device keeps one replica per node.
+- service labels ``<p>share.<field>.<nodeID>`` for a shared (fractional) holding: what
+  the container is told of its share, read by env templates (``swarmgpu.manager.sharing``).
+
+The package, by responsibility; each module imports only modules listed before it
+(README.md "Layout" says what each owns): ``keys``, ``records``; ``envs``, ``ledger``,
+``specs``, ``tasks``, ``backoff``, ``generic``; ``cluster``, ``replicas``, ``filters``;
+``cycle``, ``existing``; ``packing``, ``gating``, ``converge``, ``devicemap``; ``spread``;
+``service``; ``planner``. This module re-exports what the rest of swarmgpu uses.
+"""
+
+from __future__ import annotations
+
+from swarmgpu.manager.placement.backoff import (
+    REPLACE_BACKOFF_MAX_S,
+    REPLACE_BACKOFF_S,
+    Backoff,
+)
+from swarmgpu.manager.placement.cluster import (
+    ClusterAllocator,
+)
+from swarmgpu.manager.placement.converge import (
+    GATE_GRACE_S,
+)
+from swarmgpu.manager.placement.envs import (
+    ORDER_ENV,
+    device_env,
+    env_template,
+    env_template_per_node,
+)
+from swarmgpu.manager.placement.keys import (
+    ACTIVE_STATES,
+    ASSIGN,
+    DEVICES,
+    GATE,
+    MAX_STATE,
+    MOVE_STATE,
+    REPLACED_STATE,
+    assign_key,
+    devices_key,
+    gate_constraint,
+    gate_key,
+    owned_by_placement,
+)
+from swarmgpu.manager.placement.ledger import (
+    Holding,
+    holdings_of,
+    packed_holding,
+    parse_holding,
+    read_ledger,
+)
+from swarmgpu.manager.placement.planner import (
+    Planner,
+    plan_placement,
+)
+from swarmgpu.manager.placement.records import (
+    PlacementPlan,
+    ReplicaPlacement,
+    ServicePlan,
+)
+from swarmgpu.manager.placement.specs import (
+    demand_of,
+    node_spec,
+    user_labels,
+)
+from swarmgpu.manager.placement.tasks import (
+    NO_WAITING,
+    Waiting,
+)
+
+__all__ = [
+    "ACTIVE_STATES",
+    "ASSIGN",
+    "DEVICES",
+    "GATE",
+    "GATE_GRACE_S",
+    "MAX_STATE",
+    "MOVE_STATE",
+    "NO_WAITING",
+    "ORDER_ENV",
+    "REPLACED_STATE",
+    "REPLACE_BACKOFF_MAX_S",
+    "REPLACE_BACKOFF_S",
+    "Backoff",
+    "ClusterAllocator",
+    "Holding",
+    "PlacementPlan",
+    "Planner",
+    "ReplicaPlacement",
+    "ServicePlan",
+    "Waiting",
+    "assign_key",
+    "demand_of",
+    "device_env",
+    "devices_key",
+    "env_template",
+    "env_template_per_node",
+    "gate_constraint",
+    "gate_key",
+    "holdings_of",
+    "node_spec",
+    "owned_by_placement",
+    "packed_holding",
+    "parse_holding",
+    "plan_placement",
+    "read_ledger",
+    "user_labels",
+]

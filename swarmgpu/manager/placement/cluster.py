@@ -1,0 +1,360 @@
+"""The production allocator over live nodes, kept across cycles (``ClusterAllocator``)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, replace
+
+from swarmgpu.allocator.core import (
+    Allocator,
+    Choice,
+    Demand,
+    NodeSpec,
+    NodeState,
+    Scorer,
+    SwarmScorer,
+    Unplaceable,
+)
+from swarmgpu.allocator.mig import MigChoice, pick_mig_device
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.records import ReplicaPlacement
+from swarmgpu.manager.placement.specs import node_spec, schedulable, user_labels
+from swarmgpu.swarm.client import SwarmNode, SwarmTask
+
+
+@dataclass
+class _Held:
+    """One holding as committed on the allocator: the label value and reservation it
+    was committed with, and what it took."""
+
+    key: tuple[str, int, int]
+    choice: Choice | None
+    migs: tuple[str, ...]
+
+
+class ClusterAllocator:
+    """The production allocator over live nodes, kept across cycles.
+
+    ``sync_nodes`` rebuilds only nodes whose facts, resources, labels or state changed;
+    holdings are committed once and released when they go (``begin_holdings``); what
+    other tasks reserve on a node is its usage. A cycle over an unchanged cluster
+    therefore costs a pass over the nodes and holdings, not a rebuild, and identical
+    nodes in the same state are scored once (``Allocator`` groups).
+    """
+
+    def __init__(self, nodes: Sequence[SwarmNode] = (),
+                 facts: Mapping[str, NodeFacts] | None = None,
+                 ledger: Mapping[str, Mapping[str, Holding]] | None = None, *,
+                 scorer: Scorer | None = None, prefix: str = "swarmgpu.",
+                 tasks: Sequence[SwarmTask] = ()) -> None:
+        self.prefix = prefix
+        self.alloc = Allocator(scorer or SwarmScorer(), mig_picker=self._pick_mig)
+        self.nodes: dict[str, SwarmNode] = {}
+        self.facts: dict[str, NodeFacts] = {}
+        self.assigned_mig: dict[str, set[str]] = {}
+        self.problems: list[str] = []
+        self.node_gen: dict[str, int] = {}  # bumped when a node's spec is rebuilt
+        self.tasks_on: set[tuple[str, str]] = set()  # (service id, node id) with a task
+        self.timings: list[float] | None = None  # per placement decision, when measured
+        self._host_text: dict[str, str] = {}
+        # (node, MIG profile) with no free device: stays so until a release on the node
+        self._mig_none: set[tuple[str, str]] = set()
+        self._by_rank: list[NodeState] = []  # for MIG requests, rebuilt with the nodes
+        self._names: tuple[tuple[str, str], ...] = ()
+        self._gen = 0
+        self._order: list[str] = []
+        self._node_keys: dict[str, tuple[object, ...]] = {}
+        self._held: dict[tuple[str, str], _Held] = {}
+        # Demands no node could take, with the capacity generation they were asked at.
+        self.unplaceable: dict[object, tuple[int, Unplaceable]] = {}
+        if nodes or ledger:
+            self.sync_nodes(nodes, facts or {})
+            self.set_usage(tasks)
+            self.begin_holdings(ledger or {})
+            for svc, per_node in (ledger or {}).items():
+                for node_id, h in per_node.items():
+                    self.commit_holding(svc, node_id, h)
+
+    @property
+    def version(self) -> int:
+        return self.alloc.capacity_gen
+
+    # --- nodes -------------------------------------------------------------------
+    def sync_nodes(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts]) -> None:
+        """Bring the allocator's nodes in line with Swarm's and the agents' view."""
+        order = sorted(nodes, key=lambda n: (n.hostname, n.id))
+        ids = [n.id for n in order]
+        if ids != self._order:  # ranks follow hostnames: a new set means a new order
+            self.alloc = Allocator(self.alloc.scorer, mig_picker=self._pick_mig)
+            self._node_keys.clear()
+            self._held.clear()
+            self.assigned_mig.clear()
+            self.unplaceable.clear()
+            self._order = ids
+        self.nodes = {n.id: n for n in nodes}
+        self.facts = dict(facts)
+        names = tuple((n.id, n.hostname) for n in order)
+        if names != self._names:
+            self._names = names
+            self._host_text.clear()
+        self._by_rank = []
+        for rank, n in enumerate(order):
+            f = facts.get(n.id)
+            present = n.id in self.alloc.nodes
+            if f is None or not f.gpus:
+                if present:
+                    self._drop_node(n.id)
+                continue
+            key = (n.hostname, n.cpu_milli, n.memory_mib,
+                   tuple(sorted(user_labels(n.labels, self.prefix).items())), f)
+            old = self._node_keys.get(n.id)
+            if old is None or old[:-1] != key[:-1] or (old[-1] is not f and old[-1] != f):
+                if present:
+                    self._drop_node(n.id)
+                self.alloc.add_node(node_spec(n, f, self.prefix), rank=rank)
+                self._node_keys[n.id] = key
+                self._gen += 1
+                self.node_gen[n.id] = self._gen
+            self.alloc.set_blocked(n.id, not schedulable(n))
+
+    def _drop_node(self, node_id: str) -> None:
+        self._mig_none = {k for k in self._mig_none if k[0] != node_id}
+        self.alloc.remove_node(node_id)
+        self._node_keys.pop(node_id, None)
+        self.assigned_mig.pop(node_id, None)
+        for k in [k for k in self._held if k[1] == node_id]:
+            del self._held[k]
+
+    def set_usage(self, tasks: Sequence[SwarmTask]) -> None:
+        """CPU and memory that tasks reserve on each node (Swarm counts every task with
+        desired state running, GPU or not); a holding's own reservation is counted by
+        the holding until its task exists (``holding_reservation``)."""
+        use: dict[str, list[int]] = {}
+        on_nodes: dict[str, set[str]] = {}
+        for t in tasks:
+            if t.desired_state != "running" or not t.node_id:
+                continue
+            on_nodes.setdefault(t.service_id, set()).add(t.node_id)
+            if t.cpu_milli or t.memory_mib:
+                u = use.setdefault(t.node_id, [0, 0])
+                u[0] += t.cpu_milli
+                u[1] += t.memory_mib
+        self.set_usage_of(use, on_nodes)
+
+    def set_usage_of(self, use: Mapping[str, Sequence[int]],
+                     on_nodes: Mapping[str, AbstractSet[str]]) -> None:
+        """``set_usage`` from its sums: node id -> (CPU milli, memory MiB) reserved, and
+        service id -> the nodes its tasks are on (``tasks_by_service`` makes both in its
+        one pass over the tasks)."""
+        self.tasks_on = {(sid, nid) for sid, where in on_nodes.items() for nid in where}
+        for nid in self.alloc.nodes:
+            cpu, mem = use.get(nid, (0, 0))
+            self.alloc.set_usage(nid, cpu, mem)
+
+    def add_usage(self, node_id: str, cpu_milli: int, memory_mib: int) -> None:
+        """More (or less) reserved on a node by a task placed between cycles."""
+        cpu, mem = self.alloc.usage(node_id)
+        self.alloc.set_usage(node_id, cpu + cpu_milli, mem + memory_mib)
+
+    def held_items(self) -> list[tuple[tuple[str, str], _Held]]:
+        return list(self._held.items())
+
+    def moved(self, svc: str, old: str, new: Choice, uuids: Sequence[str]) -> str:
+        """Record a move the fragmentation policy made on this allocator (released from
+        ``old``, ``new`` committed with the task's reservation): the task now runs on the
+        new node, whose usage counts it, so the holding itself reserves no CPU. Returns
+        the ledger value."""
+        self.alloc.release(new)
+        bare = replace(new, cpu_milli=0, memory_mib=0)
+        self.alloc.commit(bare)
+        self._held.pop((svc, old), None)
+        h = Holding(svc, new.node, tuple(uuids), new.milli)
+        self._held[(svc, new.node)] = _Held((h.label_value(), 0, 0), bare, ())
+        return h.label_value()
+
+    def holding_reservation(self, service_id: str, node_id: str, res: tuple[int, int],
+                            replicas: int = 1) -> tuple[int, int]:
+        """What a holding reserves itself: the service's reservation (per replica it
+        serves) while no task of it is on the node yet (then the tasks' own count)."""
+        if (service_id, node_id) in self.tasks_on:
+            return (0, 0)
+        return (res[0] * replicas, res[1] * replicas)
+
+    def release_holding(self, svc: str, node_id: str) -> None:
+        """Give back what ``svc`` holds on ``node_id`` on this allocator (a choice made
+        in this cycle that is replaced by another)."""
+        held = self._held.get((svc, node_id))
+        if held is not None:
+            self._release((svc, node_id), held)
+
+    # --- holdings ------------------------------------------------------------------
+    def begin_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
+                       res: Mapping[tuple[str, str], tuple[int, int]] | None = None) -> None:
+        """Release every committed holding that is not wanted (as it is) any more; call
+        before ``commit_holding`` so a GPU that changed hands is free for its new owner."""
+        res = res or {}
+        for key, held in list(self._held.items()):
+            svc, nid = key
+            h = wanted.get(svc, {}).get(nid)
+            cpu, mem = res.get(key, (0, 0))
+            if h is None or held.key != (h.label_value(), cpu, mem):
+                self._release(key, held)
+
+    def _release(self, key: tuple[str, str], held: _Held) -> None:
+        del self._held[key]
+        if held.choice is not None and key[1] in self.alloc.nodes:
+            self.alloc.release(held.choice)
+        for u in held.migs:
+            self.assigned_mig.get(key[1], set()).discard(u)
+        if held.migs:
+            self._mig_none = {k for k in self._mig_none if k[0] != key[1]}
+
+    def commit_holding(self, svc: str, node_id: str, h: Holding,
+                       res: tuple[int, int] = (0, 0)) -> bool:
+        """Count a holding as used; False when it is not valid on this node (any more)."""
+        if node_id not in self.alloc.nodes:
+            return False
+        key = (svc, node_id)
+        want = (h.label_value(), res[0], res[1])
+        held = self._held.get(key)
+        if held is not None and held.key == want:
+            return True
+        if held is not None:
+            self._release(key, held)
+        index = self._uuid_index(node_id)
+        gpus: list[int] = []
+        milli: list[int] = []
+        migs: list[str] = []
+        for u, m in zip(h.uuids, h.milli, strict=True):
+            if u not in index:
+                self.problems.append(f"{svc}: holds {u} on {self.nodes[node_id].hostname}, "
+                                     "which that node's facts no longer list")
+                return False
+            i, is_mig = index[u]
+            if is_mig:
+                if u in self.assigned_mig.get(node_id, set()) or u in migs:
+                    self.problems.append(f"{svc}: MIG device {u} is held twice")
+                    return False
+                migs.append(u)
+                continue
+            gpus.append(i)
+            milli.append(m)
+        choice: Choice | None = None
+        if gpus or res != (0, 0):
+            choice = Choice(node=node_id, gpus=tuple(gpus), milli=tuple(milli), score=0.0,
+                            explanation=f"held by {svc}", cpu_milli=res[0], memory_mib=res[1])
+            try:
+                self.alloc.commit(choice)
+            except ValueError as exc:
+                self.problems.append(f"{svc}: {exc}")
+                return False
+        self.assigned_mig.setdefault(node_id, set()).update(migs)
+        self._held[key] = _Held(want, choice, tuple(migs))
+        return True
+
+    def _uuid_index(self, node_id: str) -> dict[str, tuple[int, bool]]:
+        f = self.facts.get(node_id)
+        out: dict[str, tuple[int, bool]] = {}
+        if f is None:
+            return out
+        for i, g in enumerate(f.gpus):
+            out[g.uuid] = (i, False)
+            for m in g.mig_devices:
+                out[m.uuid] = (i, True)
+        return out
+
+    def _pick_mig(self, spec: NodeSpec, _free: tuple[int, ...], d: Demand) -> object | None:
+        f = self.facts.get(spec.name)
+        if f is None or d.mig_profile is None:
+            return None
+        got = pick_mig_device(f.gpus, d.mig_profile, self.assigned_mig.get(spec.name, set()))
+        return got if isinstance(got, MigChoice) else None
+
+    # --- decisions -------------------------------------------------------------------
+    def place(self, d: Demand, allowed: Callable[[NodeState], bool] | None = None, *,
+              exclude: AbstractSet[str] = frozenset(),
+              where: Callable[[NodeState], bool] | None = None) -> Choice | Unplaceable:
+        """Best node for ``d``: the core's scorer over one node per group of nodes in the
+        same state. ``exclude`` names nodes that may not take it, ``where`` filters on
+        what a group shares (labels); ``allowed`` (any per-node test) scans every node."""
+        if self.timings is None:
+            return self._place(d, allowed, exclude, where)
+        t0 = time.perf_counter()
+        try:
+            return self._place(d, allowed, exclude, where)
+        finally:
+            self.timings.append(time.perf_counter() - t0)
+
+    def _place(self, d: Demand, allowed: Callable[[NodeState], bool] | None,
+               exclude: AbstractSet[str], where: Callable[[NodeState], bool] | None,
+               ) -> Choice | Unplaceable:
+        a = self.alloc
+        if d.mig_profile:
+            if len(self._by_rank) != len(a.nodes):
+                self._by_rank = sorted(a.nodes.values(), key=lambda n: n.rank)
+            for node in self._by_rank:
+                if (node.blocked or node.spec.name in exclude
+                        or (where is not None and not where(node))
+                        or (allowed is not None and not allowed(node))
+                        or (node.spec.name, d.mig_profile) in self._mig_none
+                        or not a.fits(node, Demand(cpu_milli=d.cpu_milli,
+                                                   memory_mib=d.memory_mib))):
+                    continue
+                got = self._pick_mig(node.spec, tuple(node.free), d)
+                if got is None:
+                    self._mig_none.add((node.spec.name, d.mig_profile))
+                else:
+                    return Choice(node=node.spec.name, gpus=(), milli=(), score=0.0,
+                                  explanation=f"{d.describe()} on {node.spec.name}", mig=got,
+                                  cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
+            return Unplaceable(f"needs {d.describe()}; no allowed node has one free")
+        if allowed is not None:
+            exclude = frozenset(exclude) | {n for n, ns in a.nodes.items() if not allowed(ns)}
+        got = a.place(d, exclude=exclude, where=where)
+        if isinstance(got, Choice):
+            return Choice(node=got.node, gpus=got.gpus, milli=got.milli, score=got.score,
+                          explanation=f"{d.describe()} on {got.node}",
+                          cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
+        return got
+
+    def hostnames(self, text: str) -> str:
+        """Node ids in the allocator's words, as the hostnames people know (identical
+        pending requests share one reason: each text is rewritten once per node set)."""
+        got = self._host_text.get(text)
+        if got is None:
+            got = text
+            for nid, n in self.nodes.items():
+                if nid in got:
+                    got = got.replace(nid, n.hostname)
+            if len(self._host_text) > 10_000:
+                self._host_text.clear()
+            self._host_text[text] = got
+        return got
+
+    def to_replica(self, choice: Choice) -> ReplicaPlacement:
+        f = self.facts[choice.node]
+        host = self.nodes[choice.node].hostname
+        if isinstance(choice.mig, MigChoice):
+            return ReplicaPlacement(choice.node, host, (choice.mig.gpu_index,),
+                                    (choice.mig.mig_uuid,), (1000,), choice.score)
+        return ReplicaPlacement(choice.node, host, choice.gpus,
+                                tuple(f.gpus[i].uuid for i in choice.gpus), choice.milli,
+                                choice.score if math.isfinite(choice.score) else None)
+
+    def commit(self, choice: Choice, service: str = "") -> None:
+        if isinstance(choice.mig, MigChoice):
+            self.assigned_mig.setdefault(choice.node, set()).add(choice.mig.mig_uuid)
+        elif choice.gpus or choice.cpu_milli or choice.memory_mib:
+            self.alloc.commit(choice)
+        if service:  # recorded as the holding the ledger will show next cycle
+            rp = self.to_replica(choice)
+            h = Holding(service, choice.node, rp.uuids, rp.milli)
+            migs = (choice.mig.mig_uuid,) if isinstance(choice.mig, MigChoice) else ()
+            self._held[(service, choice.node)] = _Held(
+                (h.label_value(), choice.cpu_milli, choice.memory_mib),
+                choice if (choice.gpus or choice.cpu_milli or choice.memory_mib) else None,
+                migs)

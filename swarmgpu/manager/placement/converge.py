@@ -1,0 +1,100 @@
+"""Holdings where Swarm will not run the task: dropped and re-placed, or kept with a reason."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from swarmgpu.allocator.core import Unplaceable
+from swarmgpu.allocator.mig import MigProfileError
+from swarmgpu.manager.placement.backoff import Backoff
+from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.keys import REPLACED_STATE, assign_key, gate_key
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
+from swarmgpu.manager.placement.specs import demand_of, schedulable
+from swarmgpu.manager.placement.tasks import Waiting
+from swarmgpu.manager.requests import GpuRequest
+from swarmgpu.swarm.client import SwarmService
+
+GATE_GRACE_S = 5.0  # a gate must have been open this long before Swarm's refusal counts
+
+
+def converge(sp: ServicePlan, s: SwarmService, r: GpuRequest, holdings: dict[str, Holding],
+             running_on: Mapping[str, int], waiting: Waiting, res: tuple[int, int],
+             cyc: Cycle) -> str:
+    """Holdings where Swarm will not run the service's task -- its node drained, down
+    or paused, its constraints no longer allowing the node, the node without the CPU or
+    memory the task reserves, or Swarm's scheduler refusing it there -- are dropped
+    when another node can take the replica (it is placed anew in this cycle, off those
+    nodes, and ``sp.replaced`` says why). Otherwise, or while the service's back-off
+    runs, they stay and the returned text says why the service is pending."""
+    if not waiting:
+        return ""
+    stuck: dict[str, str] = {}
+    for nid, h in holdings.items():
+        if h.packed or running_on.get(nid):
+            continue  # a task runs there: Swarm does run it
+        why = _stuck_on(s, nid, waiting, res, cyc)
+        if why:
+            stuck[nid] = why
+    if not stuck:
+        return ""
+    what = "Swarm cannot run its task where its GPUs are (" + "; ".join(stuck.values()) + ")"
+    b = cyc.backoff.setdefault(s.id, Backoff())
+    b.adopt(s.labels.get(cyc.prefix + REPLACED_STATE))
+    if b.since is not None and b.since > cyc.now + 60:
+        b.since = cyc.now  # a recorded time ahead of this clock: count from now
+    if (left := b.wait_left(cyc.now)) > 0:
+        return f"{what}; re-placing it is backed off for {left:.0f} s more ({b.describe()})"
+    cluster = cyc.cluster
+    for nid in stuck:
+        cluster.release_holding(s.name, nid)
+    exclude = cyc.exclude(s) | set(holdings)
+    try:
+        probe = cluster.place(demand_of(r, *res), exclude=exclude)
+    except MigProfileError as exc:
+        probe = Unplaceable(str(exc))
+    if isinstance(probe, Unplaceable):  # nowhere better: it keeps its GPUs and waits
+        for nid in stuck:
+            cluster.commit_holding(s.name, nid, holdings[nid],
+                                   cluster.holding_reservation(s.id, nid, res))
+        return f"{what}; no other node can take it: {cluster.hostnames(probe.reason)}"
+    for nid in stuck:
+        del holdings[nid]
+        remove_node_labels(cyc.plan, nid, [assign_key(cyc.prefix, s.name),
+                                           gate_key(cyc.prefix, s.name)])
+    sp.node_writes = True
+    cyc.avoid[s.id] = frozenset(stuck)
+    b.replaced(cyc.now)
+    sp.state_labels[cyc.prefix + REPLACED_STATE] = b.label()  # written with the device map
+    sp.replaced = what
+    return ""
+
+
+def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
+              cyc: Cycle) -> str:
+    """Why Swarm will not run the service's waiting task on ``nid``, its held node
+    ("" when nothing says so). Read from Swarm's own state: the node's status, the
+    service's constraints against the node, the reservations of the node's tasks, and
+    the scheduler's message once the gate has been open ``GATE_GRACE_S`` (a message
+    written before the gate opened is no refusal)."""
+    node = cyc.by_id.get(nid)
+    if node is None:
+        return ""
+    host = node.hostname
+    if not schedulable(node):
+        return f"{host} is {node.availability if node.availability != 'active' else node.state}"
+    if nid in cyc.exclude(s):
+        return f"its constraints, platform or generic resources exclude {host}"
+    ns = cyc.cluster.alloc.nodes.get(nid)
+    if ns is not None and (s.id, nid) not in cyc.cluster.tasks_on and (
+            (res[0] and ns.cpu_left is not None and ns.cpu_left < 0)
+            or (res[1] and ns.mem_left is not None and ns.mem_left < 0)):
+        return f"{host} has not the CPU or memory its task reserves left"
+    key = (s.id, nid)
+    if node.labels.get(gate_key(cyc.prefix, s.name)) == "true":
+        since = cyc.open_since.get(key, cyc.now)
+        cyc.open_seen[key] = since
+        if waiting.refused and cyc.now - since >= GATE_GRACE_S:
+            return f"on {host}, Swarm says: {waiting.refused}"
+    return ""

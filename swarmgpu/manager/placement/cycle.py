@@ -1,0 +1,39 @@
+"""The context one cycle's service steps share (``Cycle``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement.backoff import Backoff
+from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.records import PlacementPlan
+from swarmgpu.swarm.client import SwarmNode, SwarmService
+
+
+@dataclass
+class Cycle:
+    """What every service's planning in one cycle reads (and the plan it writes to)."""
+
+    cluster: ClusterAllocator
+    by_id: Mapping[str, SwarmNode]
+    facts: Mapping[str, NodeFacts]
+    prefix: str
+    zone_label: str
+    all_zones: set[str]
+    adopt_ungated: bool
+    plan: PlacementPlan
+    exclude: Callable[[SwarmService], frozenset[str]]
+    most_gpus: int = 0  # GPUs of the largest node: no more replicas are ever packed
+    now: float = 0.0
+    backoff: dict[str, Backoff] = field(default_factory=dict)  # the planner's, by service id
+    open_since: Mapping[tuple[str, str], float] = field(default_factory=dict)  # last cycle's
+    open_seen: dict[tuple[str, str], float] = field(default_factory=dict)  # this cycle's
+    avoid: dict[str, frozenset[str]] = field(default_factory=dict)  # nodes it is moved off
+
+    def swarm_no(self, s: SwarmService) -> frozenset[str]:
+        """Nodes the service's replicas may not take: those Swarm refuses, and those it
+        is being moved off in this cycle (``converge``)."""
+        avoid = self.avoid.get(s.id)
+        return self.exclude(s) | avoid if avoid else self.exclude(s)

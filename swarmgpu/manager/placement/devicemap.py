@@ -1,0 +1,82 @@
+"""A placed service's desired Swarm state: device labels, ledger, gates, task replacement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.generic import int_or0
+from swarmgpu.manager.placement.keys import DEVICES, assign_key, devices_key, gate_key
+from swarmgpu.manager.placement.ledger import holdings_of, packed_holding
+from swarmgpu.manager.placement.records import ServicePlan, set_node_labels
+from swarmgpu.manager.placement.tasks import Waiting
+from swarmgpu.manager.sharing import is_share_key, want_labels
+from swarmgpu.swarm.client import SwarmService
+
+
+def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mapping[str, int],
+                            waiting: Waiting, cyc: Cycle) -> bool:
+    """The desired Swarm state for the service: device labels, ledger, gates. True when
+    every gate is open (or opens in this plan)."""
+    prefix, by_id = cyc.prefix, cyc.by_id
+    want_devices = {devices_key(prefix, p.node_id, p.slot): ",".join(p.uuids)
+                    for p in sp.placements}
+    held = holdings_of(s.name, sp.placements)
+    for nid, h in list(held.items()):
+        if h.packed and sp.draining:  # the ledger keeps them until the lists are gone
+            held[nid] = packed_holding(s.name, nid, {**sp.draining, **h.per_slot_milli()})
+    have_devices = {k: v for k, v in s.labels.items()
+                    if k.startswith(prefix + DEVICES) or is_share_key(k, prefix)}
+    # A shared GPU's container is told its share the same way (swarmgpu.manager.sharing).
+    want_devices.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
+                                             for p in sp.placements if p.slot is None),
+                                    cyc.facts, have_devices))
+    sp.service_labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
+    sp.service_labels_remove = sorted(k for k in have_devices if k not in want_devices)
+    # Swarm copies the service's labels into a task when it creates it, and a pending
+    # task exists from the moment the service does: a task created before its device
+    # map was written would start with NVIDIA_VISIBLE_DEVICES=void. So when the map
+    # changes, waiting tasks are replaced (ForceUpdate, whose new value is recorded in
+    # <p>state.devices-gen) and gates open only once every waiting task is newer.
+    gen_key = f"{prefix}state.devices-gen"
+    gen = int_or0(s.labels.get(gen_key))
+    changed_for_running = any(
+        running_on.get(nid) and by_id[nid].labels.get(assign_key(prefix, s.name))
+        != h.label_value() for nid, h in held.items()
+    )
+    if sp.service_labels_set:
+        gen = s.force_update  # tasks created from now on carry the map
+    if sp.service_labels_set and (waiting or not running_on or changed_for_running):
+        sp.force_update = True
+        gen = s.force_update + 1
+        if running_on:
+            sp.warnings.append("its running replicas restart once (rolling) so that every "
+                               "task carries the new device map")
+    if gen and s.labels.get(gen_key) != str(gen):
+        sp.service_labels_set[gen_key] = str(gen)
+    gate_ready = not sp.service_labels_set and not sp.force_update and waiting.all_newer(gen)
+    # The rolling updater replaces one task at a time and waits for it to run, which a
+    # closed gate never allows: replace all waiting tasks at once (parallelism 0) when
+    # nothing runs yet, and give the user's parallelism back once the gates are open.
+    par_key = f"{prefix}state.update-parallelism"
+    current_par = int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
+    if sp.force_update and not running_on and current_par != 0:
+        sp.service_labels_set.setdefault(par_key, str(current_par))
+        sp.set_update_parallelism = 0
+    elif gate_ready and par_key in s.labels and current_par == 0:
+        sp.set_update_parallelism = int_or0(s.labels[par_key]) or 1
+        sp.service_labels_remove.append(par_key)
+    all_open = True
+    for nid, h in held.items():
+        node = by_id[nid]
+        want = {assign_key(prefix, s.name): h.label_value()}
+        if gate_ready or node.labels.get(gate_key(prefix, s.name)) == "true":
+            want[gate_key(prefix, s.name)] = "true"
+        else:
+            sp.gates_deferred = True
+            all_open = False
+        diff = {k: v for k, v in want.items() if node.labels.get(k) != v}
+        if diff:
+            set_node_labels(cyc.plan, nid, diff)
+            sp.node_writes = True
+    return all_open

@@ -1,0 +1,150 @@
+"""Holdings kept each cycle: every valid ledger entry, then the device lists a service
+declares, adopted onto free GPUs only (``KeptHoldings``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.keys import DEVICES
+from swarmgpu.manager.placement.ledger import Holding, packed_holding
+from swarmgpu.manager.placement.replicas import holding_fits
+from swarmgpu.manager.requests import GpuRequest, RequestError
+from swarmgpu.swarm.client import SwarmNode, SwarmService
+
+Parsed = Sequence[tuple[SwarmService, GpuRequest | RequestError]]
+# (no task runs there yet, service name, service, request, holding): a declared list
+Declared = tuple[bool, str, SwarmService, GpuRequest, Holding]
+# (service id, service name, holding), in commit order
+Order = list[tuple[str, str, Holding]]
+
+
+class KeptHoldings:
+    """Commits the holdings kept this cycle on the planner's allocator. Kept across
+    cycles: whether a holding fits its request (per node generation), and each
+    service's declared lists (per spec version).
+
+    The ledger (node labels only swarmgpu writes) is authoritative. A
+    ``<p>devices.<node>`` service label without a ledger entry (a stack from ``swarmgpu
+    render``, a lost node label) is adopted only onto GPUs that are still free, so a
+    service cannot take another one's GPUs by naming their UUIDs: the declared list is
+    reported and the service is placed anew, and the running owner keeps its GPUs.
+    Declared lists of services with running tasks on that node are tried first.
+    """
+
+    def __init__(self, cluster: ClusterAllocator, prefix: str,
+                 reservation: Callable[[str], tuple[int, int]]) -> None:
+        self.cluster = cluster
+        self.dk = prefix + DEVICES
+        self.reservation = reservation  # service id -> its (CPU milli, memory MiB)
+        self.fits: dict[tuple[Holding, GpuRequest, int], str | None] = {}
+        self.declared: dict[str, tuple[int, list[tuple[str, int | None, tuple[str, ...]]]]] = {}
+
+    def commit(self, parsed: Parsed, ledger: Mapping[str, Mapping[str, Holding]],
+               by_id: Mapping[str, SwarmNode], facts: Mapping[str, NodeFacts],
+               running: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, Holding]]:
+        """service name -> node id -> holding kept (and committed) this cycle."""
+        wanted, order, declared = self._read(parsed, ledger, by_id, facts, running)
+        self._adopt(declared, facts, wanted, order)
+        return self._commit(wanted, order)
+
+    def _read(self, parsed: Parsed, ledger: Mapping[str, Mapping[str, Holding]],
+              by_id: Mapping[str, SwarmNode], facts: Mapping[str, NodeFacts],
+              running: Mapping[str, Mapping[str, int]],
+              ) -> tuple[dict[str, dict[str, Holding]], Order, list[Declared]]:
+        """The valid ledger entries (service name -> node id -> holding, and in commit
+        order); the declared lists of nodes the service holds nothing on, to adopt."""
+        cluster = self.cluster
+        wanted: dict[str, dict[str, Holding]] = {}
+        order: Order = []
+        gen, in_alloc, fits = cluster.node_gen, cluster.alloc.nodes, self.fits
+        declared: list[Declared] = []
+        no_holdings: dict[str, Holding] = {}
+        for s, r in parsed:
+            mine = ledger.get(s.name, no_holdings)
+            for node_id, h in mine.items():  # 1. the ledger
+                if not isinstance(r, RequestError):  # invalid now: keep, never drop
+                    if node_id not in by_id:
+                        continue
+                    fk = (h, r, gen.get(node_id, 0) if node_id in in_alloc else -1)
+                    why = fits.get(fk, fk)
+                    if why is fk:
+                        why = fits[fk] = holding_fits(h, r, facts.get(node_id))
+                    if why is not None:
+                        continue
+                wanted.setdefault(s.name, {})[node_id] = h
+                order.append((s.id, s.name, h))
+            if isinstance(r, RequestError):
+                continue
+            got = self.declared.get(s.id)
+            if got is None or got[0] != s.version:
+                got = (s.version, _declared_lists(s.labels, self.dk))
+                self.declared[s.id] = got
+            per_slot: dict[str, dict[int, tuple[Sequence[str], Sequence[int]]]] = {}
+            for nid, slot, uuids in got[1]:  # 2. declared device lists (``_adopt``)
+                if nid in mine or nid not in by_id or not uuids:
+                    continue
+                milli = r.gpu_milli if r.is_fraction else 1000
+                if slot is not None:  # replicas packed on the node: one list per slot
+                    per_slot.setdefault(nid, {})[slot] = (uuids, tuple(1000 for _ in uuids))
+                    continue
+                h = Holding(s.name, nid, uuids, tuple(milli for _ in uuids))
+                declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
+            for nid, per in per_slot.items():
+                h = packed_holding(s.name, nid, per)
+                if len(set(h.uuids)) == len(h.uuids):  # a GPU in two slots: not adopted
+                    declared.append((not running.get(s.id, {}).get(nid), s.name, s, r, h))
+        return wanted, order, declared
+
+    def _adopt(self, declared: Sequence[Declared], facts: Mapping[str, NodeFacts],
+               wanted: dict[str, dict[str, Holding]], order: Order) -> None:
+        """Declared lists onto GPUs no other service holds (running services first)."""
+        owner = {(nid, u): svc for svc, per in wanted.items() for nid, h in per.items()
+                 for u in h.uuids} if declared else {}
+        for _, name, s, r, h in sorted(declared, key=lambda d: (d[0], d[1])):
+            # A share of a GPU may sit beside another service's share (capacity decides).
+            taken = sorted({owner[(h.node_id, u)] for u, m in zip(h.uuids, h.milli, strict=True)
+                            if m >= 1000 and owner.get((h.node_id, u), name) != name})
+            if taken:
+                self.cluster.problems.append(
+                    f"{name}: its label {self.dk}{h.node_id} names GPU(s) that "
+                    f"{', '.join(taken)} hold(s) in the ledger; ignored, and the service is "
+                    "placed anew")
+                continue
+            if holding_fits(h, r, facts.get(h.node_id)) is None:
+                wanted.setdefault(name, {})[h.node_id] = h
+                order.append((s.id, name, h))
+                owner.update({(h.node_id, u): name for u in h.uuids})
+
+    def _commit(self, wanted: Mapping[str, Mapping[str, Holding]],
+                order: Order) -> dict[str, dict[str, Holding]]:
+        cluster = self.cluster
+        res = {(name, h.node_id): cluster.holding_reservation(
+                   sid, h.node_id, self.reservation(sid), h.replicas)
+               for sid, name, h in order}
+        cluster.begin_holdings(wanted, res)
+        kept: dict[str, dict[str, Holding]] = {}
+        for _sid, name, h in order:
+            if cluster.commit_holding(name, h.node_id, h, res[(name, h.node_id)]):
+                kept.setdefault(name, {})[h.node_id] = h
+        return kept
+
+
+def _declared_lists(labels: Mapping[str, str], dk: str
+                    ) -> list[tuple[str, int | None, tuple[str, ...]]]:
+    """(node id, slot or None, uuids) of each device list on a service (node ids have no
+    dot; ``<node>.<slot>`` is a packed replica's list)."""
+    out: list[tuple[str, int | None, tuple[str, ...]]] = []
+    for k, v in labels.items():
+        if not k.startswith(dk):
+            continue
+        rest = k[len(dk):]
+        uuids = tuple(u for u in v.split(",") if u)
+        nid, dot, slot = rest.rpartition(".")
+        if dot and nid and slot.isascii() and slot.isdigit() and 0 < len(slot) <= 6 \
+                and int(slot) > 0:
+            out.append((nid, int(slot), uuids))
+        else:
+            out.append((rest, None, uuids))
+    return out

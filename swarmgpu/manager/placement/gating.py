@@ -1,0 +1,65 @@
+"""The gate constraint and env lines a GPU service needs: present, adopted, or reported."""
+
+from __future__ import annotations
+
+from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.envs import ORDER_ENV, device_env, env_template
+from swarmgpu.manager.placement.keys import GATE, gate_constraint
+from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.sharing import missing_env
+from swarmgpu.swarm.client import SwarmService
+
+
+def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
+    """The gate constraint and env template: present, added (adopted), or reported.
+    A gate naming another service (a stack rendered or deployed under another name) is
+    replaced: with it the tasks would wait forever. False when the service waits."""
+    prefix = cyc.prefix
+    gate = gate_constraint(prefix, s.name)
+    own = f"node.labels.{prefix}{GATE}".lower()
+    foreign = [c for c in s.constraints
+               if c.replace(" ", "").lower().startswith(own) and c.replace(" ", "") != gate]
+    has_gate = any(c.replace(" ", "") == gate for c in s.constraints)
+    tmpl = env_template(prefix)
+    has_env = device_env(prefix, s.env) is not None
+    _share_env(sp, s, cyc)
+    if foreign:
+        sp.warnings.append(
+            f"its gate constraint {', '.join(foreign)} names another service (a stack "
+            f"rendered or deployed under another name): swarmgpu replaces it with {gate}; "
+            f"fix the stack file (render with -n matching the deploy name)")
+        sp.remove_constraints.extend(foreign)
+        if not has_gate:
+            sp.add_constraints.append(gate)
+        has_gate = True
+    if has_gate and has_env:
+        return True
+    missing = [x for x, ok in ((f"constraint {gate}", has_gate),
+                               (f"env {tmpl}", has_env)) if not ok]
+    if not cyc.adopt_ungated:
+        sp.status, sp.state = "pending", "Pending"
+        sp.reason = ("not gated: add " + " and ".join(missing) +
+                     " to the service (or deploy through `swarmgpu render`)")
+        return False
+    sp.warnings.append("adopted: swarmgpu added " + " and ".join(missing) +
+                       "; put them in the stack file so a re-deploy keeps them")
+    if not has_gate:
+        sp.add_constraints.append(gate)
+    if not has_env:
+        sp.add_env.append(tmpl)
+    if ORDER_ENV not in s.env:
+        sp.add_env.append(ORDER_ENV)
+    return True
+
+
+def _share_env(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> None:
+    """A shared GPU's containers are told their share (``swarmgpu.manager.sharing``)."""
+    r = sp.request
+    share_env = missing_env(cyc.prefix, s.env) if r is not None and r.is_fraction else []
+    if share_env and cyc.adopt_ungated:
+        sp.add_env.extend(share_env)
+        sp.warnings.append("adopted: swarmgpu added the env lines that tell each container "
+                           "its share; put them in the stack file so a re-deploy keeps them")
+    elif share_env:
+        sp.warnings.append("its containers are not told their share: add env "
+                           + " and ".join(share_env))

@@ -1,0 +1,36 @@
+"""Label keys placement owns, and the task states that count as meant to run."""
+
+from __future__ import annotations
+
+GATE = "service."
+ASSIGN = "assign."
+DEVICES = "devices."
+MOVE_STATE = "state.move"  # service label: a rebalancing move in progress (JSON)
+MAX_STATE = "state.max-replicas"  # service label: the MaxReplicas swarmgpu set (packed)
+# service label: "<re-placements>@<epoch s of the last>" (``converge``'s back-off, kept in
+# Swarm so `plan`, `status` and a new leader see it)
+REPLACED_STATE = "state.replaced"
+ACTIVE_STATES = ("running", "starting", "preparing", "assigned", "accepted", "ready", "pending",
+                 "new", "allocated")
+
+
+def gate_key(prefix: str, service: str) -> str:
+    return f"{prefix}{GATE}{service}"
+
+
+def gate_constraint(prefix: str, service: str) -> str:
+    return f"node.labels.{gate_key(prefix, service)}==true"
+
+
+def assign_key(prefix: str, service: str) -> str:
+    return f"{prefix}{ASSIGN}{service}"
+
+
+def devices_key(prefix: str, node_id: str, slot: int | None = None) -> str:
+    """The service label a task on ``node_id`` reads its devices from; with ``slot``,
+    the one of that task slot (replicas packed on one node)."""
+    return f"{prefix}{DEVICES}{node_id}" if slot is None else f"{prefix}{DEVICES}{node_id}.{slot}"
+
+
+def owned_by_placement(key: str, prefix: str) -> bool:
+    return key.startswith((prefix + GATE, prefix + ASSIGN))

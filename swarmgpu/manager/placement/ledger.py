@@ -1,0 +1,149 @@
+"""The ledger: what each service holds on each node, as the node's assign label says."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from swarmgpu.manager.placement.keys import ASSIGN
+from swarmgpu.manager.placement.records import ReplicaPlacement
+from swarmgpu.swarm.client import SwarmNode
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one service holds on one node: device UUIDs and the share of each.
+
+    ``slots`` is empty for one replica on the node; for replicas packed on it, the
+    task slot each UUID belongs to (as long as ``uuids``, in slot order)."""
+
+    service: str
+    node_id: str
+    uuids: tuple[str, ...]
+    milli: tuple[int, ...]
+    slots: tuple[int, ...] = ()
+
+    @cached_property
+    def _value(self) -> str:
+        if not self.slots:
+            return _uuid_list(self.uuids, self.milli)
+        return ";".join(f"s{slot}={_uuid_list(u, m)}"
+                        for slot, (u, m) in self.per_slot_milli().items())
+
+    def label_value(self) -> str:
+        return self._value
+
+    @property
+    def packed(self) -> bool:
+        return bool(self.slots)
+
+    @property
+    def replicas(self) -> int:
+        """Replicas the holding serves on its node."""
+        return len(set(self.slots)) if self.slots else 1
+
+    def per_slot_milli(self) -> dict[int, tuple[tuple[str, ...], tuple[int, ...]]]:
+        """slot -> (uuids, milli), in slot order (packed holdings)."""
+        out: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = {}
+        for slot, u, m in zip(self.slots, self.uuids, self.milli, strict=True):
+            got = out.get(slot, ((), ()))
+            out[slot] = ((*got[0], u), (*got[1], m))
+        return dict(sorted(out.items()))
+
+    def per_slot(self) -> dict[int, tuple[str, ...]]:
+        return {k: v[0] for k, v in self.per_slot_milli().items()}
+
+
+def packed_holding(service: str, node_id: str,
+                   per_slot: Mapping[int, tuple[Sequence[str], Sequence[int]]]) -> Holding:
+    """A holding of replicas packed on one node: slot -> (uuids, milli)."""
+    uuids: list[str] = []
+    milli: list[int] = []
+    slots: list[int] = []
+    for slot in sorted(per_slot):
+        u, m = per_slot[slot]
+        uuids.extend(u)
+        milli.extend(m)
+        slots.extend(slot for _ in u)
+    return Holding(service, node_id, tuple(uuids), tuple(milli), tuple(slots))
+
+
+def _uuid_list(uuids: Sequence[str], milli: Sequence[int]) -> str:
+    return ",".join(u if m >= 1000 else f"{u}@{m}" for u, m in zip(uuids, milli, strict=True))
+
+
+_HOLD_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9\-_/:.]*?)(?:@(\d{1,4}))?$")
+_SLOT_RE = re.compile(r"^s([1-9][0-9]{0,5})=(.*)$")
+
+
+def _parse_list(value: str) -> tuple[list[str], list[int]] | None:
+    uuids: list[str] = []
+    milli: list[int] = []
+    for part in value.split(","):
+        m = _HOLD_RE.match(part.strip())
+        if not m:
+            return None
+        uuids.append(m.group(1))
+        milli.append(int(m.group(2)) if m.group(2) else 1000)
+    if not uuids or any(not 0 < x <= 1000 for x in milli):
+        return None
+    return uuids, milli
+
+
+def parse_holding(service: str, node_id: str, value: str) -> Holding | None:
+    """A ledger value; None when it is not one (never a guess). ``s<slot>=`` groups
+    separated by ``;`` are replicas packed on the node (a ledger from before packing
+    has none, and reads as it always did)."""
+    if "=" not in value:
+        got = _parse_list(value)
+        return None if got is None else Holding(service, node_id, tuple(got[0]),
+                                                tuple(got[1]))
+    per: dict[int, tuple[Sequence[str], Sequence[int]]] = {}
+    for group in value.split(";"):
+        m = _SLOT_RE.match(group.strip())
+        got = _parse_list(m.group(2)) if m else None
+        if m is None or got is None or int(m.group(1)) in per:
+            return None
+        per[int(m.group(1))] = got
+    h = packed_holding(service, node_id, per)
+    return h if len(set(h.uuids)) == len(h.uuids) else None  # a GPU in two slots: not ours
+
+
+def read_ledger(nodes: Sequence[SwarmNode], prefix: str,
+                cache: dict[str, tuple[int, list[Holding]]] | None = None,
+                ) -> dict[str, dict[str, Holding]]:
+    """service name -> node id -> holding, from the nodes' assign labels. ``cache`` (a
+    long-lived planner's) keeps each node's parse while its spec version is unchanged."""
+    out: dict[str, dict[str, Holding]] = {}
+    ak = prefix + ASSIGN
+    for n in nodes:
+        got = cache.get(n.id) if cache is not None else None
+        if got is None or got[0] != n.version:
+            held = []
+            for k, v in n.labels.items():
+                if k.startswith(ak):
+                    h = parse_holding(k[len(ak):], n.id, v)
+                    if h is not None:
+                        held.append(h)
+            got = (n.version, held)
+            if cache is not None:
+                cache[n.id] = got
+        for h in got[1]:
+            out.setdefault(h.service, {})[n.id] = h
+    return out
+
+
+def holdings_of(service: str, placements: Sequence[ReplicaPlacement]) -> dict[str, Holding]:
+    """node id -> the ledger holding of a service's placements (packed ones merged)."""
+    out: dict[str, Holding] = {}
+    packed: dict[str, dict[int, tuple[Sequence[str], Sequence[int]]]] = {}
+    for p in placements:
+        if p.slot is None:
+            out[p.node_id] = Holding(service, p.node_id, p.uuids, p.milli)
+        else:
+            packed.setdefault(p.node_id, {})[p.slot] = (p.uuids, p.milli)
+    for nid, per in packed.items():
+        out[nid] = packed_holding(service, nid, per)
+    return out

@@ -1,0 +1,105 @@
+"""What a plan says: each service's placements and writes, and the node label changes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarmgpu.manager.requests import GpuRequest
+
+
+@dataclass(frozen=True)
+class ReplicaPlacement:
+    node_id: str
+    hostname: str
+    gpus: tuple[int, ...]
+    uuids: tuple[str, ...]
+    milli: tuple[int, ...]
+    score: float | None = None
+    slot: int | None = None  # the task slot, for replicas packed on one node
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"node": self.hostname, "node_id": self.node_id, "gpus": list(self.gpus),
+               "uuids": list(self.uuids), "share_milli": list(self.milli),
+               "score": self.score}
+        if self.slot is not None:
+            out["slot"] = self.slot
+        return out
+
+
+@dataclass
+class ServicePlan:
+    name: str
+    id: str
+    request: GpuRequest | None
+    request_text: str
+    status: str  # placed | pending | invalid
+    state: str  # Pending | Bound | Allocated | Active | Invalid
+    placements: list[ReplicaPlacement] = field(default_factory=list)
+    reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    # what to write: service spec changes, then node label changes
+    service_labels_set: dict[str, str] = field(default_factory=dict)
+    service_labels_remove: list[str] = field(default_factory=list)
+    add_constraints: list[str] = field(default_factory=list)
+    add_env: list[str] = field(default_factory=list)
+    set_max_replicas: int | None = None
+    replace_env: list[tuple[str, str]] = field(default_factory=list)  # (old line, new)
+    packed: str | None = None  # replicas packed on one node: where and why
+    # packed slots gone whose GPUs stay held one more cycle (their lists are removed)
+    draining: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = field(default_factory=dict)
+    state_labels: dict[str, str] = field(default_factory=dict)  # swarmgpu's own records
+    force_update: bool = False  # replace tasks created before their device map existed
+    set_update_parallelism: int | None = None
+    set_generic: tuple[str, int] | None = None  # (kind, count) discrete reservation
+    gates_deferred: bool = False  # a gate waits for tasks that carry the device map
+    new: bool = False  # placements chosen in this plan (not yet in Swarm)
+    node_writes: bool = False  # this plan changes node labels for it
+    remove_constraints: list[str] = field(default_factory=list)  # gates naming others
+    replaced: str = ""  # moved off nodes where Swarm would not run it: why (``converge``)
+
+    @property
+    def needs_service_write(self) -> bool:
+        return bool(self.service_labels_set or self.service_labels_remove or self.add_constraints
+                    or self.remove_constraints or self.add_env or self.replace_env
+                    or self.set_max_replicas is not None or self.force_update
+                    or self.set_update_parallelism is not None
+                    or self.set_generic is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "id": self.id, "request": self.request_text,
+            "status": self.status, "state": self.state,
+            "placements": [p.to_dict() for p in self.placements],
+            "reason": self.reason, "warnings": list(self.warnings),
+            "packed": self.packed,
+        }
+
+
+@dataclass
+class PlacementPlan:
+    services: list[ServicePlan] = field(default_factory=list)
+    # node id -> (labels to set, keys to remove); applied after the service writes
+    node_set: dict[str, dict[str, str]] = field(default_factory=dict)
+    node_remove: dict[str, list[str]] = field(default_factory=dict)
+    released: list[str] = field(default_factory=list)  # services whose holdings go
+    workload: dict[str, Any] = field(default_factory=dict)  # the model placement used
+
+    def node_changes(self, node_id: str) -> tuple[dict[str, str], list[str]]:
+        return self.node_set.get(node_id, {}), self.node_remove.get(node_id, [])
+
+    @property
+    def empty(self) -> bool:
+        return not self.node_set and not self.node_remove and not any(
+            s.needs_service_write for s in self.services
+        )
+
+
+def set_node_labels(plan: PlacementPlan, node_id: str, labels: Mapping[str, str]) -> None:
+    plan.node_set.setdefault(node_id, {}).update(labels)
+
+
+def remove_node_labels(plan: PlacementPlan, node_id: str, keys: Sequence[str]) -> None:
+    cur = plan.node_remove.setdefault(node_id, [])
+    cur.extend(k for k in keys if k not in cur)

@@ -1,0 +1,98 @@
+"""A service's replicas as held (one per node, or one per slot when packed), whether a
+holding still fits its request, and the orders replicas are tried and listed in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
+
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.records import ReplicaPlacement
+from swarmgpu.manager.requests import GpuRequest
+from swarmgpu.swarm.client import SwarmNode
+
+
+def replicas_of(holding: Holding, node: SwarmNode, facts: NodeFacts | None
+                ) -> list[ReplicaPlacement]:
+    """The replicas a holding serves: one, or one per slot when packed."""
+    where: dict[str, int] = {}
+    if facts is not None:
+        where = {g.uuid: i for i, g in enumerate(facts.gpus)}
+        for i, g in enumerate(facts.gpus):
+            for m in g.mig_devices:
+                where[m.uuid] = i
+
+    def one(uuids: tuple[str, ...], milli: tuple[int, ...], slot: int | None
+            ) -> ReplicaPlacement:
+        idx = tuple(where[u] for u in uuids if u in where)
+        return ReplicaPlacement(node.id, node.hostname, idx, uuids, milli, slot=slot)
+
+    if not holding.packed:
+        return [one(holding.uuids, holding.milli, None)]
+    return [one(u, m, slot) for slot, (u, m) in holding.per_slot_milli().items()]
+
+
+def holding_fits(h: Holding, req: GpuRequest, facts: NodeFacts | None) -> str | None:
+    """Why an existing holding no longer satisfies the request (None: it does)."""
+    if facts is None:
+        return None  # agent unreachable: keep what is there
+    gpus = {g.uuid: g for g in facts.gpus}
+    migs = {m.uuid: m for g in facts.gpus for m in g.mig_devices}
+    if req.mig_profile:
+        return None if len(h.uuids) == 1 and h.uuids[0] in migs else "not a MIG device"
+    want = 1 if req.is_fraction else req.gpus
+    if h.packed:
+        if not req.can_pack:
+            return "replicas packed on one node; the request keeps one per node"
+        bad = [slot for slot, u in h.per_slot().items() if len(u) != want]
+        if bad:
+            return f"slot {bad[0]} holds a GPU count other than the request's {want}"
+    elif len(h.uuids) != want:
+        return f"holds {len(h.uuids)} GPU(s), request wants {want}"
+    for u, m in zip(h.uuids, h.milli, strict=True):
+        g = gpus.get(u)
+        if g is None:
+            return f"{u} is gone from the node"
+        if req.min_memory_mib and g.memory_mib < req.min_memory_mib:
+            return f"{u} has {g.memory_mib} MiB < {req.min_memory_mib} MiB"
+        if not req.matches_product(g.product):
+            return f"{u} is a {g.product}"
+        if req.is_fraction and m != req.gpu_milli:
+            return f"share {m} != requested {req.gpu_milli}"
+    return None
+
+
+def zone_orders(req: GpuRequest, used_zones: set[str],
+                all_zones: set[str]) -> list[Callable[[str | None], bool]]:
+    """Node-zone filters to try in order: preferred & unused, unused, any allowed, avoided."""
+    avoid = set(req.zone_avoid)
+    prefer = set(req.zone_prefer)
+    tiers: list[Callable[[str | None], bool]] = []
+    if prefer:
+        tiers.append(lambda z: z in prefer and z not in used_zones)
+        tiers.append(lambda z: z in prefer)
+    if len(all_zones) > 1:
+        tiers.append(lambda z: z not in avoid and z not in used_zones)
+    tiers.append(lambda z: z not in avoid)
+    if avoid:
+        tiers.append(lambda z: True)  # soft: avoided zones only when nothing else fits
+    return tiers
+
+
+def placement_order(p: ReplicaPlacement) -> tuple[str, int]:
+    return (p.hostname, p.slot or 0)
+
+
+def want_slots(live: Mapping[int, str] | AbstractSet[int], replicas: int) -> list[int]:
+    """The task slots a packed service's replicas use: its tasks' (Swarm keeps a
+    task's slot when it replaces the task), then the lowest missing numbers, which
+    is where Swarm's replicated orchestrator puts new tasks."""
+    out = sorted(live)[:replicas]
+    have = set(out)  # linear: a list's ``in`` made 100,000 replicas take seconds
+    k = 0
+    while len(out) < replicas:
+        k += 1
+        if k not in have:
+            out.append(k)
+    return sorted(out)

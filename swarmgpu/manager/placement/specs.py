@@ -1,0 +1,65 @@
+"""What the allocator is given: a node's spec, a replica's demand, a node Swarm schedules on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from swarmgpu.allocator.core import Demand, GpuSpec, NodeSpec
+from swarmgpu.core.model import NodeFacts, link_score
+from swarmgpu.manager.placement.keys import owned_by_placement
+from swarmgpu.manager.requests import GpuRequest
+from swarmgpu.swarm.client import SwarmNode
+
+
+def user_labels(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """Node labels placement may filter on: everything but swarmgpu's own gates and
+    ledger (those differ per node and would split nodes built alike into one group
+    each, so the allocator could no longer answer once per group)."""
+    return {k: v for k, v in labels.items() if not owned_by_placement(k, prefix)}
+
+
+# (GPUs, links) -> a small id: nodes built alike share it (NodeSpec.shape)
+_SHAPES: dict[tuple[object, ...], int] = {}
+
+
+def node_spec(node: SwarmNode, facts: NodeFacts, prefix: str = "swarmgpu.") -> NodeSpec:
+    links = facts.links
+    numa = [g.numa_node for g in facts.gpus]
+
+    def pair(a: int, b: int) -> int:
+        if a == b:
+            return 0
+        # go-gpuallocator's score, plus 1 for sharing a NUMA node: among equally linked
+        # GPUs (all NV12 on a DGX) the set stays local to one CPU socket.
+        same = numa[a] is not None and numa[a] == numa[b]
+        return link_score(links[a][b]) + (1 if same else 0)
+
+    gpus = tuple(GpuSpec(index=i, product=g.product, memory_mib=g.memory_mib,
+                         numa_node=g.numa_node, healthy=g.healthy, mig_enabled=g.mig_enabled)
+                 for i, g in enumerate(facts.gpus))
+    return NodeSpec(
+        name=node.id,
+        gpus=gpus,
+        shape=_SHAPES.setdefault((gpus, links), len(_SHAPES)),
+        cpu_milli=node.cpu_milli,
+        memory_mib=node.memory_mib,
+        labels=user_labels(node.labels, prefix),
+        pair_score=pair if links else None,
+    )
+
+
+def demand_of(req: GpuRequest, cpu_milli: int = 0, memory_mib: int = 0) -> Demand:
+    """The allocator's demand for one replica; CPU and memory are the service's Swarm
+    reservations, which Swarm's scheduler checks against the node."""
+    if req.mig_profile:
+        return Demand(mig_profile=req.mig_profile, cpu_milli=cpu_milli, memory_mib=memory_mib)
+    if req.is_fraction:
+        return Demand(gpu_milli=req.gpu_milli, min_memory_mib=req.min_memory_mib or 0,
+                      products=req.products, cpu_milli=cpu_milli, memory_mib=memory_mib)
+    return Demand(num_gpu=req.gpus, min_memory_mib=req.min_memory_mib or 0,
+                  products=req.products, topology=str(req.topology),
+                  cpu_milli=cpu_milli, memory_mib=memory_mib)
+
+
+def schedulable(node: SwarmNode) -> bool:
+    return node.state == "ready" and node.availability == "active"

@@ -1,0 +1,116 @@
+"""Swarm's tasks as placement reads them, per service: where they run, which wait and why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from swarmgpu.manager.placement.keys import ACTIVE_STATES
+from swarmgpu.swarm.client import SwarmTask
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A service's tasks meant to run that do not run yet, as placement reads them: how
+    many, the oldest device map one was created with (``ForceUpdate``), and Swarm's
+    reason when its scheduler refuses one. A summary, not a list: a service of 100,000
+    replicas Swarm cannot run costs one pass over its tasks, and nothing after."""
+
+    count: int = 0
+    min_force_update: int = 0
+    refused: str = ""  # Swarm's words ("no suitable node (insufficient resources ...)")
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def all_newer(self, gen: int) -> bool:
+        """Every waiting task was created at device-map generation ``gen`` or later."""
+        return not self.count or self.min_force_update >= gen
+
+
+NO_WAITING = Waiting()
+_ACTIVE = frozenset(ACTIVE_STATES) - {"running", "starting"}
+_FAILED = frozenset(("failed", "rejected"))
+
+
+@dataclass
+class TaskView:
+    """Per service id, of its tasks meant to run: how many run on each node, the ones
+    waiting (``Waiting``), each slot's node ("": not scheduled yet), the nodes its
+    tasks are on; and the ids of tasks Swarm reports failed or rejected."""
+
+    running: dict[str, dict[str, int]]
+    waiting: dict[str, Waiting]
+    slots: dict[str, dict[int, str]]
+    on_nodes: dict[str, set[str]]
+    failed: dict[str, list[str]]
+    use: dict[str, list[int]]  # node id -> [CPU milli, memory MiB] its tasks reserve
+
+
+def tasks_by_service(tasks: Sequence[SwarmTask],
+                     slots_of: Callable[[str], bool] | None = None) -> TaskView:
+    """``slots_of``: the services whose slots are wanted (those that could be packed on
+    one node; default all): the others' slots are never read."""
+    running: dict[str, dict[str, int]] = {}
+    use: dict[str, list[int]] = {}
+    slots: dict[str, dict[int, str]] = {}
+    on_nodes: dict[str, set[str]] = {}
+    failed: dict[str, list[str]] = {}
+    acc: dict[str, list[Any]] = {}  # service id -> [count, min ForceUpdate, refusal]
+    refusal: dict[tuple[str, str], str] = {}  # Swarm repeats one text over many tasks
+    wanted: dict[str, bool] = {}
+    for t in tasks:
+        sid, state = t.service_id, t.state
+        if state in _FAILED:
+            failed.setdefault(sid, []).append(t.id)
+        if t.desired_state != "running":
+            continue
+        nid = t.node_id
+        if t.slot:
+            at = slots.get(sid)
+            if at is None:
+                want = wanted.get(sid)
+                if want is None:
+                    want = wanted[sid] = slots_of is None or slots_of(sid)
+                if want:
+                    at = slots[sid] = {}
+            if at is not None and not at.get(t.slot):
+                at[t.slot] = nid
+        if nid:
+            on_nodes.setdefault(sid, set()).add(nid)
+            if t.cpu_milli or t.memory_mib:
+                u = use.get(nid)
+                if u is None:
+                    u = use[nid] = [0, 0]
+                u[0] += t.cpu_milli
+                u[1] += t.memory_mib
+        if state == "running" or state == "starting":
+            per = running.setdefault(sid, {})
+            per[nid] = per.get(nid, 0) + 1
+        elif state in _ACTIVE:
+            a = acc.get(sid)
+            if a is None:
+                a = acc[sid] = [0, t.force_update, ""]
+            a[0] += 1
+            if t.force_update < a[1]:
+                a[1] = t.force_update
+            if not a[2] and (t.error or t.message):
+                key = (t.error, t.message)
+                text = refusal.get(key)
+                if text is None:
+                    text = refusal[key] = _refusal_text(t.error, t.message)
+                a[2] = text
+    waiting = {sid: Waiting(a[0], a[1], a[2]) for sid, a in acc.items()}
+    return TaskView(running, waiting, slots, on_nodes, failed, use)
+
+
+# What Swarm's scheduler writes into a task it cannot place (swarmkit scheduler/filter.go).
+_REFUSED = ("no suitable node", "insufficient resources")
+
+
+def _refusal_text(*texts: str) -> str:
+    for text in texts:
+        if any(x in text.lower() for x in _REFUSED):
+            return text
+    return ""
