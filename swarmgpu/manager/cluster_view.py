@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from swarmgpu.core.config import Config
+from swarmgpu.core.health import xid_info
 from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
 from swarmgpu.manager.audit import Finding
@@ -46,6 +47,13 @@ def health_fields(gm: GpuMetrics | None) -> dict[str, float | int | None]:
     """Temperature, power, last XID and ECC counts of one GPU; None = not reported."""
     return {"temp_c": _num(gm, GPU_TEMP), "power_w": _num(gm, POWER, 1),
             "xid": _num(gm, XID), "ecc_sbe": _num(gm, ECC_SBE), "ecc_dbe": _num(gm, ECC_DBE)}
+
+
+def xid_effect(gm: GpuMetrics | None) -> str | None:
+    """What the last XID means (core.health's table): none (the application's error),
+    degrade or fail; None when no XID is reported."""
+    x = _num(gm, XID)
+    return str(xid_info(int(x)).effect) if x else None
 
 
 def mig_used(gm: GpuMetrics | None, gi_id: int | None) -> int | None:
@@ -173,7 +181,7 @@ def build_cluster(
                     "memory_mib": g.memory_mib,
                     "memory_used_mib": gm.fb_used_mib if gm else None,
                     "util_pct": gm.util_pct if gm else None,
-                    **health_fields(gm),
+                    **health_fields(gm), "xid_effect": xid_effect(gm),
                     "numa_node": g.numa_node, "healthy": g.healthy, "error": g.error,
                     "mig": [{"profile": m.profile, "uuid": m.uuid, "memory_mib": m.memory_mib,
                              "memory_used_mib": mig_used(gm, m.gi_id),

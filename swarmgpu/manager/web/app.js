@@ -209,7 +209,8 @@
   }
 
   const isHot = (g) => (known(g.util_pct) && g.util_pct >= HOT_UTIL) || (known(g.temp_c) && g.temp_c >= HOT_TEMP_C);
-  const isSick = (g) => g.healthy === false || (known(g.xid) && g.xid > 0) || (known(g.ecc_dbe) && g.ecc_dbe > 0);
+  // An application's XID (xid_effect "none": 13, 31, 43...) leaves the GPU fine (docs/health.md).
+  const isSick = (g) => g.healthy === false || (known(g.xid) && g.xid > 0 && g.xid_effect !== "none") || (known(g.ecc_dbe) && g.ecc_dbe > 0);
   const isOverShare = (g) => shareSum(g) > 1000 || (g.holders || []).some((x) => x.over_share || (x.badges || []).some((b) => b && b.text === "over-share"));
   const isDrifted = (n) => n.labels_state === "drifted" || n.labels_state === "agent-stale";
 
@@ -324,7 +325,7 @@
     const out = [];
     if (known(gpu.temp_c)) out.push(h("span", { class: `temp${gpu.temp_c >= HOT_TEMP_C ? " high" : ""}` }, `${Math.round(gpu.temp_c)} °C`));
     if (known(gpu.power_w)) out.push(h("span", { class: "power" }, `${Math.round(gpu.power_w)} W`));
-    if (known(gpu.xid) && gpu.xid > 0) out.push(badge("bad", "✕", `XID ${gpu.xid}`, "last XID error the driver reported"));
+    if (known(gpu.xid) && gpu.xid > 0) out.push(gpu.xid_effect === "none" ? badge("warn", "!", `XID ${gpu.xid}`, "last XID: an application error; the GPU is fine") : badge("bad", "✕", `XID ${gpu.xid}`, "last XID error the driver reported"));
     if (known(gpu.ecc_dbe) && gpu.ecc_dbe > 0) out.push(badge("bad", "✕", `ECC ${gpu.ecc_dbe} DBE`, "uncorrectable (double-bit) ECC errors since the driver loaded"));
     else if (known(gpu.ecc_sbe) && gpu.ecc_sbe > 0) out.push(badge("warn", "!", `ECC ${gpu.ecc_sbe} SBE`, "corrected (single-bit) ECC errors since the driver loaded"));
     return out;
