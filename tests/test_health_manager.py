@@ -140,3 +140,14 @@ def test_node_with_several_failed_gpus_is_reported_failing() -> None:
     found = audit(Snapshot([_node()], [], [], facts), prefix=P)
     failing = [f for f in found if f.kind == "node-failing"]
     assert len(failing) == 1 and failing[0].message.startswith("2 of 2 GPUs failed")
+
+
+def test_map_says_what_the_last_xid_means() -> None:
+    from swarmgpu.core.metrics_in import GpuMetrics
+    from swarmgpu.manager.cluster_view import xid_effect
+
+    def gm(x: float) -> GpuMetrics:
+        return GpuMetrics("GPU-aaaa", values={"DCGM_FI_DEV_XID_ERRORS": x})
+    assert xid_effect(gm(13)) == "none"  # the application's: a warning on the map
+    assert xid_effect(gm(79)) == "fail" and xid_effect(gm(94)) == "degrade"
+    assert xid_effect(gm(0)) is None and xid_effect(None) is None
