@@ -10,7 +10,12 @@ from swarmgpu.manager.placement.envs import device_env, env_template, env_templa
 from swarmgpu.manager.placement.keys import MAX_STATE, devices_key
 from swarmgpu.manager.placement.ledger import Holding, packed_holding
 from swarmgpu.manager.placement.records import ReplicaPlacement, ServicePlan
-from swarmgpu.manager.placement.replicas import replicas_of, want_slots, zone_orders
+from swarmgpu.manager.placement.replicas import (
+    any_zone,
+    replicas_of,
+    want_slots,
+    zone_orders,
+)
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmService
@@ -44,7 +49,8 @@ def place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
             for tier in zone_orders(r, set(), cyc.all_zones):  # preferred, not avoided
                 def where(ns: NodeState, tier: Callable[[str | None], bool] = tier) -> bool:
                     return tier(ns.spec.labels.get(cyc.zone_label, ""))
-                first = cluster.place(demand, room, exclude=swarm_no | tried, where=where)
+                first = cluster.place(demand, room, exclude=swarm_no | tried,
+                                      where=None if tier is any_zone else where)
                 if isinstance(first, Choice):
                     break
             if isinstance(first, Unplaceable):

@@ -264,6 +264,8 @@ class Planner:
         would make a replay hours long. tests/test_sim.py checks the decisions
         against a full cycle per arrival. ``services`` are the new ones, CPU-only
         ones included (the model learns them as a cycle would); ``tasks`` their tasks.
+        The plan's ``workload`` stays empty (the model's summary cost more than the
+        decision; the next full cycle's plan carries it).
         """
         last = self._last_cycle
         if last is None:
@@ -279,7 +281,6 @@ class Planner:
             if self.generic_kind and sp.request is not None and sp.status != "invalid":
                 reserve_generic(sp, s, self.generic_kind, False)
             plan.services.append(sp)
-        plan.workload = self.model.summary()
         return plan
 
     def _settled_key(self, s: SwarmService, kept: Mapping[str, Holding],

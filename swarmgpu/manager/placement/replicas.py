@@ -63,6 +63,13 @@ def holding_fits(h: Holding, req: GpuRequest, facts: NodeFacts | None) -> str | 
     return None
 
 
+def any_zone(_zone: str | None) -> bool:
+    """The zone filter that lets every node through: callers pass no filter for it
+    (most services name no zone, and a per-node call on every decision cost more than
+    the rest of the scan)."""
+    return True
+
+
 def zone_orders(req: GpuRequest, used_zones: set[str],
                 all_zones: set[str]) -> list[Callable[[str | None], bool]]:
     """Node-zone filters to try in order: preferred & unused, unused, any allowed, avoided."""
@@ -73,10 +80,11 @@ def zone_orders(req: GpuRequest, used_zones: set[str],
         tiers.append(lambda z: z in prefer and z not in used_zones)
         tiers.append(lambda z: z in prefer)
     if len(all_zones) > 1:
-        tiers.append(lambda z: z not in avoid and z not in used_zones)
-    tiers.append(lambda z: z not in avoid)
+        tiers.append((lambda z: z not in avoid and z not in used_zones)
+                     if avoid or used_zones else any_zone)
+    tiers.append((lambda z: z not in avoid) if avoid else any_zone)
     if avoid:
-        tiers.append(lambda z: True)  # soft: avoided zones only when nothing else fits
+        tiers.append(any_zone)  # soft: avoided zones only when nothing else fits
     return tiers
 
 

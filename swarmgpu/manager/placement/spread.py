@@ -11,7 +11,12 @@ from swarmgpu.manager.placement.keys import MAX_STATE
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.packing import place_packed, repack
 from swarmgpu.manager.placement.records import ReplicaPlacement, ServicePlan
-from swarmgpu.manager.placement.replicas import replicas_of, want_slots, zone_orders
+from swarmgpu.manager.placement.replicas import (
+    any_zone,
+    replicas_of,
+    want_slots,
+    zone_orders,
+)
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.requests import GpuRequest, Pack
 from swarmgpu.swarm.client import SwarmService
@@ -117,7 +122,8 @@ def _place_missing(sp: ServicePlan, s: SwarmService, r: GpuRequest,
                 def where(node: NodeState, tier: Callable[[str | None], bool] = tier) -> bool:
                     return tier(node.spec.labels.get(cyc.zone_label, ""))
                 try:
-                    choice = cluster.place(demand, exclude=exclude, where=where)
+                    choice = cluster.place(demand, exclude=exclude,
+                                           where=None if tier is any_zone else where)
                 except MigProfileError as exc:
                     choice = Unplaceable(str(exc))
                 if isinstance(choice, Choice):
