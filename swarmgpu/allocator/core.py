@@ -34,6 +34,7 @@ PairScore = Callable[[int, int], int]
 PRESSURE_STEP = 0.02  # share of cluster capacity placed or freed between pressure updates
 NVLINK_PAIR_MIN = 100  # one NVLink in go-gpuallocator's pair score
 TOPOLOGIES = ("any", "nvlink", "numa")
+COST_MEMO_MAX = 200_000  # node costs kept (SwarmScorer.node_cost)
 FIT_MEMO_MAX = 500_000  # (demand, group state) answers kept before they are dropped
 
 
@@ -252,11 +253,16 @@ class SwarmScorer:
     def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
         self.workload = workload
         self.waste = ResidualWaste(workload) if workload else None
+        # node_cost per (product, CPU left, free GPU-milli), while what it reads (waste,
+        # CPU reserve, pressure) is unchanged: a node's cost before a placement is the
+        # same for every demand scored on it.
+        self._cost: dict[tuple[str, int | None, tuple[int, ...]], float] = {}
         self._set_cpu_reserve()
         self._demand: dict[str, float] | None = None
         self._pressure: dict[str, float] | None = None
 
     def _set_cpu_reserve(self) -> None:
+        self._cost.clear()
         self.cpu_per_milli = cpu_reserve_per_gpu_milli(
             self.workload, self.cluster_cpu, sum(self.capacity.values())
         ) if self.workload else None
@@ -279,6 +285,7 @@ class SwarmScorer:
             self.free, self._free_total = dict(free), total_free
             self._step = PRESSURE_STEP * sum(capacity.values())
             self._demand = self._pressure = None
+            self._cost.clear()
             return True
         if abs(total_free - self._free_total) < self._step:
             return False
@@ -288,6 +295,7 @@ class SwarmScorer:
         restricted = self._demand is not None and any(self._demand.values())
         if restricted:
             self._pressure = None
+            self._cost.clear()
         return restricted
 
     def pressure(self, product: str) -> float:
@@ -321,9 +329,18 @@ class SwarmScorer:
         ``cpu_left`` None (no CPU data) strands nothing. 0 without a workload."""
         if self.waste is None:
             return 0.0
+        key = (product, cpu_left, free)
+        got = self._cost.get(key)
+        if got is not None:
+            return got
         cost = self.waste(product, free) + self._stranded(cpu_left, free)
         claimed = self.pressure(product)
-        return cost - claimed * sum(free) if claimed else cost
+        if claimed:
+            cost -= claimed * sum(free)
+        if len(self._cost) >= COST_MEMO_MAX:
+            self._cost.clear()
+        self._cost[key] = cost
+        return cost
 
     def _stranded(self, cpu_left: int | None, free: tuple[int, ...]) -> float:
         c = self.cpu_per_milli
