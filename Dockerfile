@@ -62,7 +62,7 @@ WORKDIR /var/lib/swarmgpu
 EXPOSE 9401 9402
 # /healthz of whichever role runs here (found from its command line), with the image's
 # own Python: no curl. start-period: the agent answers 503 until it has read its facts.
-HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+HEALTHCHECK --interval=10s --timeout=10s --start-period=60s --retries=3 \
     CMD ["/opt/swarmgpu/bin/python", "-m", "swarmgpu.core.healthcheck"]
 # exec form: swarmgpu is PID 1 and gets SIGTERM itself (the daemon finishes its step).
 ENTRYPOINT ["swarmgpu"]

@@ -179,9 +179,13 @@ def test_agent_global_service_feeds_labels(swarm: SwarmCluster, image: dict[str,
         swarm.wait_for(lambda: all(_healthy(w) for w in workers), 90,
                        f"agents of service {svc} healthy on every GPU node")
         up_s = time.monotonic() - t0
-        # The tasks run as the image's unprivileged user.
-        ps = swarm.cli(mgr, "service", "ps", "--format", "{{.Node}} {{.CurrentState}}", svc)
-        assert ps.stdout.count("Running") == len(workers), ps.stdout
+        # Swarm shows a task "Starting" until the image's HEALTHCHECK first passes
+        # (its interval after the start), then "Running".
+        def all_running() -> str | None:
+            ps = swarm.cli(mgr, "service", "ps", "--format", "{{.Node}} {{.CurrentState}}", svc)
+            return ps.stdout if ps.stdout.count("Running") == len(workers) else None
+
+        swarm.wait_for(all_running, 60, f"every {svc} task Running (healthy)")
         cfg = cfg_file(tmp_path, swarm, agents={"port": AGENT_PORT, "timeout_s": 3,
                                                 **PLAIN_AGENTS})
         t1 = time.monotonic()
@@ -282,10 +286,17 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
             _answers(mgr.addr, 9402)), 30, "the daemon to report itself leader")
         print(f"\nswarmgpu stack up and labelling in {time.monotonic() - t0:.1f} s; "
               f"daemon health {health}", file=sys.stderr)
-        ps = swarm.cli(mgr, "service", "ps", "--format", "{{.Name}} {{.CurrentState}}",
-                       "sgstack_daemon")
-        logs = swarm.cli(mgr, "service", "logs", "--raw", "sgstack_daemon", check=False)
-        assert "Running" in ps.stdout, ps.stdout + (logs.stdout + logs.stderr)[-3000:]
+        def daemon_running() -> str | None:
+            ps = swarm.cli(mgr, "service", "ps", "--format", "{{.Name}} {{.CurrentState}}",
+                           "sgstack_daemon")
+            return ps.stdout if "Running" in ps.stdout else None
+
+        try:
+            swarm.wait_for(daemon_running, 60, "the daemon's task Running (healthy)")
+        except Exception:
+            logs = swarm.cli(mgr, "service", "logs", "--raw", "sgstack_daemon", check=False)
+            print((logs.stdout + logs.stderr)[-3000:], file=sys.stderr)
+            raise
     finally:
         t1 = time.monotonic()
         swarm.cli(mgr, "stack", "rm", "sgstack", check=False)
