@@ -5,7 +5,7 @@ acts on nobody and is reported unattributed (issue 20, finding 2)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -24,9 +24,10 @@ from swarmgpu.manager.overshare import (
     findings,
     owners,
 )
-from swarmgpu.manager.placement import Holding, assign_key, gate_key
+from swarmgpu.manager.placement import MOVE_STATE, Holding, assign_key, gate_key
+from swarmgpu.manager.rebalance.mover import MoveState, record_key
 from swarmgpu.manager.sync import Snapshot
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 P = "swarmgpu."
 VICTIM = svc("victim", {P + "gpu-fraction": "0.5"}, sid="sid-victim")
@@ -118,9 +119,13 @@ class _Swarm:
     """swarmgpu's own boundary (SwarmClient): tasks as Swarm answers now; every write
     is recorded."""
 
-    def __init__(self, tasks: list[SwarmTask]) -> None:
+    def __init__(self, tasks: list[SwarmTask], labels: Mapping[str, str] | None = None) -> None:
         self.now = tasks
+        self.labels = dict(labels or {})  # the swarm object's own (the move records)
         self.writes: list[tuple[str, str]] = []
+
+    def swarm_labels(self) -> Mapping[str, str]:
+        return self.labels
 
     def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
         sid = (filters or {}).get("service")
@@ -135,7 +140,8 @@ class _Swarm:
         self.writes.append(("service", sid))
 
 
-def _restart_case(fresh: list[SwarmTask]) -> tuple[_Swarm, int, list[str]]:
+def _restart_case(fresh: list[SwarmTask], others: Sequence[SwarmService] = (),
+                  records: Mapping[str, str] | None = None) -> tuple[_Swarm, int, list[str]]:
     base = Config()
     cfg = replace(base, dry_run=False, placement=replace(base.placement, overshare="restart"))
     held = Holding("victim", DGX.id, (G1.uuid,), (500,))
@@ -143,13 +149,13 @@ def _restart_case(fresh: list[SwarmTask]) -> tuple[_Swarm, int, list[str]]:
                                gate_key(P, "victim"): "true"})
     victim = VICTIM
     tasks = [TASKS[0]]
-    snap = Snapshot([dgx], [victim], tasks, {})
+    snap = Snapshot([dgx], [victim, *others], tasks, {})
     att = attribute([dgx], {"victim": {DGX.id: held}}, {DGX.id: DGX_A100.facts()},
                     _metrics({G1.uuid: (GpuProcess(10, BIG, None, C_VICTIM_HERE),)}),
                     owners([victim], tasks))
     (u,) = att.uses
     assert u.over
-    swarm = _Swarm(fresh)
+    swarm = _Swarm(fresh, records)
     r = Restarter(swarm, cfg, wait_s=0.0)  # type: ignore[arg-type]
     n = r.run([u], snap)
     return swarm, n, list(r._said.values())
@@ -166,3 +172,21 @@ def test_a_restart_rechecks_swarm_before_it_writes() -> None:
     swarm, n, why = _restart_case([TASKS[0]])
     assert n == 1 and ("node", DGX.id) in swarm.writes and why == []
 
+
+
+def test_forged_move_labels_do_not_ration_restarts() -> None:
+    # Moves in flight count against the restart budget by the daemon's own records on
+    # the swarm object; services that carry a move label of their own making do not.
+    forged = [svc(f"forger{i}", {P + MOVE_STATE: '{"id":"x"}'}, sid=f"sid-f{i}")
+              for i in range(Config().rebalance.max_moves_per_cycle + 2)]
+    swarm, n, why = _restart_case([TASKS[0]], others=forged)
+    assert n == 1 and ("node", DGX.id) in swarm.writes and why == []
+    # The daemon's own records of moves in flight do fill the budget.
+    st = MoveState(id="m1", service="other", source="a", source_host="a", source_uuids=(),
+                   source_milli=(), target="b", target_host="b", target_uuids=(),
+                   target_milli=(), surge=True, replicas=1, max_replicas=0, started_at=0.0,
+                   trigger="hotspot", reason="r")
+    full = {record_key(P, f"sid-m{i}"): st.to_json()
+            for i in range(Config().rebalance.max_moves_per_cycle)}
+    swarm, n, why = _restart_case([TASKS[0]], records=full)
+    assert n == 0 and swarm.writes == [] and any("budget" in w for w in why)

@@ -34,7 +34,7 @@ from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
-from swarmgpu.manager.placement import MOVE_STATE, Holding, gate_key, read_ledger
+from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.swarm.client import (
     SwarmClient,
     SwarmError,
@@ -352,13 +352,22 @@ class Restarter:
     def run(self, due: Sequence[ServiceUse], snap: Snapshot,
             restarted: Callable[[tuple[str, str, str]], None] = lambda key: None) -> int:
         from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
+        from swarmgpu.manager.rebalance.mover import read_records
         from swarmgpu.manager.requests import GpuRequest, parse_all
 
         p = self.cfg.sync.prefix
         by_name = {s.name: s for s in snap.services}
         ledger = read_ledger(snap.nodes, p)
-        budget = self.cfg.rebalance.max_moves_per_cycle - sum(
-            1 for s in snap.services if p + MOVE_STATE in s.labels)
+        if not due:
+            return 0
+        # Moves in flight count against the budget: the daemon's own records of them,
+        # not services' move labels (a stack can write those, and would ration restarts).
+        try:
+            flying = len(read_records(self.swarm.swarm_labels(), p))
+        except SwarmError as exc:
+            logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
+            return 0
+        budget = self.cfg.rebalance.max_moves_per_cycle - flying
         n = 0
         for u in due:
             log = logger.bind(service=u.service)
