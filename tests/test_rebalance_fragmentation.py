@@ -25,9 +25,15 @@ from swarmgpu.allocator.defrag import FragmentationMoves
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
 from swarmgpu.core.config import ConfigError, RebalanceConfig
 from swarmgpu.manager.placement import MOVE_STATE, read_ledger
-from swarmgpu.manager.rebalance.budget import FragBudget
+from swarmgpu.manager.rebalance.budget import (
+    FINISHED,
+    FINISHED_KEEP,
+    FragBudget,
+    finished_times,
+    with_finished,
+)
 from swarmgpu.manager.rebalance.context import Inputs, workload_now
-from swarmgpu.manager.rebalance.mover import admit
+from swarmgpu.manager.rebalance.mover import Mover, admit
 from swarmgpu.manager.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.signals import Signals
@@ -158,34 +164,32 @@ def test_mover_admits_fragmentation_moves_only_within_the_budget() -> None:
 
 
 def test_budget_per_100_placements_is_earned_by_placements() -> None:
-    nodes, svcs, _tasks = two_half_used()
+    nodes, _svcs, _tasks = two_half_used()
     b = FragBudget(per_hour=100, per_100_placements=50)
     ledger = read_ledger(nodes, P)
     # The first look counts the replicas already placed (a and b): one move earned.
-    assert b.observe(ledger, svcs, P, 0.0) == 2
+    assert b.observe(ledger, set(), [], 0.0) == 2
     assert b.left(0.0) == (1, "")
     b.spend(0.0)
     left, why = b.left(1.0)
     assert left == 0 and why == ("budget: 50 fragmentation move(s) per 100 placements "
                                  "(1 spent, 2 placement(s) seen)")
     # Nothing new placed: still none. A move's new holding is no placement.
-    assert b.observe(ledger, svcs, P, 2.0) == 0
+    assert b.observe(ledger, set(), [], 2.0) == 0
     moved = {**ledger, "b": {"n1": ledger["b"]["n2"]}}
-    moving = [dataclasses.replace(s, labels={**s.labels, P + MOVE_STATE: "{}"})
-              if s.name == "b" else s for s in svcs]
-    assert b.observe(moved, moving, P, 3.0) == 0
+    assert b.observe(moved, {"b"}, [], 3.0) == 0
     # Two new replicas placed: one more move earned.
     more = {**moved, "c": {"n2": ledger["b"]["n2"]}, "d": {"n2": ledger["b"]["n2"]}}
-    assert b.observe(more, moving, P, 4.0) == 2
+    assert b.observe(more, {"b"}, [], 4.0) == 2
     assert b.left(4.0) == (1, "")
 
 
 def test_budget_per_hour_rolls_and_counts_moves_finished_before_a_restart() -> None:
-    nodes, svcs, _tasks = two_half_used()
-    recent = [dataclasses.replace(s, labels={**s.labels, f"{P}state.moved-at": "5000"})
-              if s.name == "a" else s for s in svcs]
+    nodes, _svcs, _tasks = two_half_used()
+    # The mover's own list on the swarm object: a move finished 1000 s ago.
+    labels = {P + FINISHED: with_finished([], 5000.0)}
     b = FragBudget(per_hour=2, per_100_placements=100)
-    b.observe(read_ledger(nodes, P), recent, P, 6000.0)  # a moved 1000 s ago
+    b.observe(read_ledger(nodes, P), set(), finished_times(labels, P), 6000.0)
     assert b.left(6000.0) == (1, "")
     b.spend(6100.0)
     left, why = b.left(6200.0)
@@ -210,3 +214,33 @@ def test_the_simulator_drives_the_same_policy_object() -> None:
     w = (TypicalTask(TaskShape(0, 1000, 1), 1.0),)
     d = Defragmenter(w, reserve=1)
     assert isinstance(d.policy, FragmentationMoves) and d.cost is d.policy.cost
+
+
+def test_forged_moved_at_labels_do_not_spend_the_budget() -> None:
+    # A service's own moved-at label is the stack author's to write: a daemon starting
+    # to lead counts only the mover's list on the swarm object as this hour's moves.
+    nodes, svcs, tasks = two_half_used()
+    forged = [dataclasses.replace(s, labels={**s.labels, f"{P}state.moved-at": "5999"})
+              for s in svcs]
+
+    class Swarm:
+        labels: dict[str, str] = {}
+
+        def swarm_labels(self) -> Mapping[str, str]:
+            return self.labels
+
+    def budget_left(swarm_labels: dict[str, str]) -> int:
+        swarm = Swarm()
+        swarm.labels = swarm_labels
+        m = Mover(swarm, RebalanceConfig(fragmentation_moves_per_hour=1,  # type: ignore[arg-type]
+                                         fragmentation_moves_per_100_placements=100),
+                  prefix=P, dry_run=True, clock=lambda: 6000.0)
+        m.run_cycle([], nodes, forged, tasks)
+        return m.frag_budget.left(6000.0)[0]
+
+    assert budget_left({}) == 1
+    assert budget_left({P + FINISHED: with_finished([], 5999.0)}) == 0
+    # The mover's list is bounded, and unreadable entries are dropped.
+    many = with_finished([float(t) for t in range(5000, 5200)], 6000.0)
+    assert len(many.split(",")) == FINISHED_KEEP
+    assert finished_times({P + FINISHED: "1,x,nan,inf,2"}, P) == [1.0, 2.0]

@@ -299,9 +299,9 @@ def test_fragmentation_budget_counts_each_packed_replica() -> None:
 
     h = packed_holding("p", "n1", {k: ((f"GPU-{k}",), (1000,)) for k in (1, 2, 3)})
     b = FragBudget(per_hour=10, per_100_placements=100)
-    assert b.observe({"p": {"n1": h}}, [], P, 0.0) == 3
+    assert b.observe({"p": {"n1": h}}, set(), [], 0.0) == 3
     grown = packed_holding("p", "n1", {k: ((f"GPU-{k}",), (1000,)) for k in (1, 2, 3, 4)})
-    assert b.observe({"p": {"n1": grown}}, [], P, 1.0) == 1
+    assert b.observe({"p": {"n1": grown}}, set(), [], 1.0) == 1
 
 
 def test_scale_up_past_the_nodes_room_waits_and_swarm_runs_no_gpu_less_task() -> None:

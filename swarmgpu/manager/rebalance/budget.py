@@ -9,20 +9,42 @@ never be spent ahead), and at most ``fragmentation_moves_per_hour``.
 Placements are GPU replicas that got a holding in the ledger (node labels), read from
 Swarm each cycle; a move's new holding is not one. The daemon that starts leading counts
 the replicas already placed as seen, and the moves finished within the last hour (the
-``moved-at`` service labels, whatever their trigger) as spent this hour, so a restart or
-a new leader cannot spend an hour's budget twice.
+mover's own list on the swarm object, ``FINISHED``, whatever their trigger) as spent this
+hour, so a restart or a new leader cannot spend an hour's budget twice. Services' own
+``moved-at`` labels are not read here: a stack can write them, and would ration every
+other service's moves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from swarmgpu.manager.placement import MOVE_STATE, Holding
-from swarmgpu.manager.rebalance.context import MOVED_AT
-from swarmgpu.swarm.client import SwarmService
+from swarmgpu.manager.placement import Holding
 
 HOUR_S = 3600.0
+FINISHED = "state.moves-finished"  # swarm-object label: epoch seconds of recent finishes
+FINISHED_KEEP = 64  # more than any sane per-hour budget; bounds the label
+
+
+def finished_times(labels: Mapping[str, str], prefix: str) -> list[float]:
+    """The mover's list of recent finish times (unreadable entries dropped)."""
+    out = []
+    for part in labels.get(prefix + FINISHED, "").split(",")[-FINISHED_KEEP:]:
+        try:
+            t = float(part)
+        except ValueError:
+            continue
+        if t == t and abs(t) != float("inf"):
+            out.append(t)
+    return out
+
+
+def with_finished(times: Iterable[float], now: float) -> str:
+    """The list with ``now`` added, only the last hour's, at most FINISHED_KEEP."""
+    keep = [t for t in times if now - t < HOUR_S] + [now]
+    return ",".join(f"{t:.0f}" for t in keep[-FINISHED_KEEP:])
 
 
 @dataclass
@@ -34,22 +56,17 @@ class FragBudget:
     started: list[float] = field(default_factory=list)  # start times within the hour
     _seen: set[tuple[str, str, int]] | None = None
 
-    def observe(self, ledger: Mapping[str, Mapping[str, Holding]],
-                services: Sequence[SwarmService], prefix: str, now: float) -> int:
-        """Count the replicas placed since the last look; returns how many were new."""
-        moving = {s.name for s in services if prefix + MOVE_STATE in s.labels}
+    def observe(self, ledger: Mapping[str, Mapping[str, Holding]], moving: AbstractSet[str],
+                finished: Sequence[float], now: float) -> int:
+        """Count the replicas placed since the last look; returns how many were new.
+        ``moving``: services with a move in flight (the daemon's records); ``finished``:
+        the mover's recent finish times (read on the first look only)."""
         # one per replica: a holding of replicas packed on one node counts each slot
         cur = {(svc, nid, slot) for svc, by in ledger.items() for nid, h in by.items()
                for slot in (h.per_slot() if h.packed else (0,))}
         if self._seen is None:
             new = len(cur)
-            for s in services:  # moves finished within the hour count against it
-                try:
-                    at = float(s.labels[prefix + MOVED_AT])
-                except (KeyError, ValueError):
-                    continue
-                if now - at < HOUR_S:
-                    self.started.append(at)
+            self.started += [at for at in finished if now - at < HOUR_S]
         else:
             new = sum(1 for svc, _nid, _slot in cur - self._seen if svc not in moving)
         self._seen = cur

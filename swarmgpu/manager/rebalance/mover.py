@@ -61,7 +61,12 @@ from swarmgpu.manager.placement import (
     parse_holding,
     read_ledger,
 )
-from swarmgpu.manager.rebalance.budget import FragBudget
+from swarmgpu.manager.rebalance.budget import (
+    FINISHED,
+    FragBudget,
+    finished_times,
+    with_finished,
+)
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, MoveRecord, Outcome, Trigger
 from swarmgpu.manager.requests import GpuRequest, parse_all
@@ -370,10 +375,21 @@ class Mover:
         return self.writes.swarm_labels(
             lambda cur: None if cur.get(key) == text else {**cur, key: text})
 
-    def _drop_record(self, sid: str) -> bool:
-        key = record_key(self.prefix, sid)
-        return self.writes.swarm_labels(
-            lambda cur: {k: v for k, v in cur.items() if k != key} if key in cur else None)
+    def _drop_record(self, sid: str, finished: bool = False) -> bool:
+        """Remove a move's record; ``finished``: the move ended (done or rolled back), so
+        its time joins the list the fragmentation budget counts after a restart."""
+        key, done = record_key(self.prefix, sid), self.prefix + FINISHED
+        now = self.clock()
+
+        def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+            if key not in cur:
+                return None
+            new = {k: v for k, v in cur.items() if k != key}
+            if finished:
+                new[done] = with_finished(finished_times(cur, self.prefix), now)
+            return new
+
+        return self.writes.swarm_labels(compute)
 
     def _repair(self, s: SwarmService) -> None:
         """Remove a move label the daemon did not write from its own service's spec
@@ -394,7 +410,8 @@ class Mover:
         """Judge the move labels against the daemon's records, advance the moves it
         started, then start the admitted new ones. In dry-run nothing is written."""
         try:
-            v = verify(services, self.records(), self.prefix)
+            labels = self.swarm.swarm_labels()
+            v = verify(services, read_records(labels, self.prefix), self.prefix)
         except SwarmError as exc:
             logger.error("rebalance: cannot read the move records, no move this cycle: {}", exc)
             return
@@ -411,7 +428,8 @@ class Mover:
             self._act_on(v)
         by_name = {s.name: s for s in services}
         ledger = read_ledger(nodes, self.prefix)
-        self.frag_budget.observe(ledger, services, self.prefix, self.clock())
+        self.frag_budget.observe(ledger, {st.service for st in v.in_flight()},
+                                 finished_times(labels, self.prefix), self.clock())
         ok, refused = admit(moves, v.in_flight(), by_name, tasks, ledger, self.cfg,
                             self.prefix, self.clock(), self.frag_budget.left(self.clock()))
         for m, why in refused:
@@ -543,7 +561,7 @@ class Mover:
 
         self._write_spec(sid, edit)
         # Last: until the record goes, a restarted daemon finishes this step again.
-        self._drop_record(sid)
+        self._drop_record(sid, finished=True)
 
     def _roll_back(self, sid: str, st: MoveState, detail: str) -> None:
         self._open(st.source, st.source_holding())
