@@ -151,3 +151,20 @@ def test_map_says_what_the_last_xid_means() -> None:
     assert xid_effect(gm(13)) == "none"  # the application's: a warning on the map
     assert xid_effect(gm(79)) == "fail" and xid_effect(gm(94)) == "degrade"
     assert xid_effect(gm(0)) is None and xid_effect(None) is None
+
+
+def test_an_agent_cannot_fail_another_nodes_gpu() -> None:
+    """States are per node and UUID: a forged agent on node 2 naming node 1's GPU UUID
+    with Xid 79 fails only what it claims on node 2, never node 1's GPU."""
+    book = HealthBook(HealthConfig(), P)
+    n2 = replace(_node(), id="n2", hostname="gpu-node-2")
+    forged = _facts(h0=HealthSignals(xid_events=(XidEvent(79, 5.0),)))
+    facts = {**_res(_facts()),
+             "n2": FactsResult("n2", "gpu-node-2", "", replace(forged, hostname="gpu-node-2"),
+                               None, 0.0)}
+    out = book.apply([_node(), n2], facts, now=5)
+    n1_facts, n2_facts = out["n1"].facts, out["n2"].facts
+    assert n1_facts is not None and n2_facts is not None
+    assert all(g.healthy for g in n1_facts.gpus)
+    assert not n2_facts.gpus[0].healthy
+    assert [r["node"] for r in book.view(now=5)] == ["gpu-node-2"]

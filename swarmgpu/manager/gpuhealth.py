@@ -42,6 +42,14 @@ STATE_FILE = "gpu-health.json"
 FAILING_NODE_GPUS = 2  # this many failed GPUs on one node: the node is reported failing
 
 
+def _key(node_id: str, uuid: str) -> str:
+    return f"{node_id}/{uuid}"
+
+
+def _uuid(key: str) -> str:
+    return key.partition("/")[2] or key
+
+
 def operator_key(prefix: str, uuid: str) -> str:
     """The operator's reset label of one GPU (docs/health.md)."""
     return f"{prefix}gpu.{uuid}.health"
@@ -53,7 +61,9 @@ class HealthBook:
         self.policy = HealthPolicy(cfg.clean_window_s, cfg.flap_window_s, cfg.max_backoff)
         self.prefix = prefix
         self.states: dict[str, GpuState] = {}
-        self.where: dict[str, tuple[str, int]] = {}  # uuid -> (hostname, index)
+        # States are keyed "<node id>/<uuid>": an agent speaks for its own node only, so a
+        # broken or forged one naming another node's GPU UUID cannot fail that GPU.
+        self.where: dict[str, tuple[str, int]] = {}  # key -> (hostname, index)
         self.nodes: dict[str, NodeHealth] = {}  # hostname -> summary
         self.gauge = Gauge("swarmgpu_gpus_by_health", "GPUs by health state "
                            "(healthy, degraded, failed; docs/health.md)", ["level"],
@@ -72,7 +82,8 @@ class HealthBook:
                 continue
             seen.append((node, res, res.facts))
             obs += [Observation(
-                g.uuid, assess(g.health, lost=None if g.healthy else (g.error or "unreadable")),
+                _key(node.id, g.uuid),
+                assess(g.health, lost=None if g.healthy else (g.error or "unreadable")),
                 node.labels.get(operator_key(self.prefix, g.uuid), "")) for g in res.facts.gpus]
         before = {o.uuid: self.states.get(o.uuid) for o in obs}
         # One step for the cycle: a step per node copied every state once per node
@@ -80,28 +91,30 @@ class HealthBook:
         self.states = step(self.states, obs, now, self.policy)
         for node, res, f in seen:
             for g in f.gpus:
-                self.where[g.uuid] = (node.hostname, g.index)
-                self._log_change(node.hostname, g, before[g.uuid], self.states[g.uuid], now)
+                k = _key(node.id, g.uuid)
+                self.where[k] = (node.hostname, g.index)
+                self._log_change(node.hostname, g, before[k], self.states[k], now)
             was_failed = self.nodes.get(node.hostname, NodeHealth()).failed
-            self.nodes[node.hostname] = summarise(self.states, [g.uuid for g in f.gpus])
+            self.nodes[node.hostname] = summarise(self.states,
+                                                  [_key(node.id, g.uuid) for g in f.gpus])
             n = self.nodes[node.hostname]
             if n.failed >= FAILING_NODE_GPUS > was_failed:  # said once, when it starts
                 logger.bind(node=node.hostname).warning(
                     "node {} is failing: {} of {} GPUs failed ({})", node.hostname,
-                    n.failed, len(f.gpus), ", ".join(n.failed_uuids))
-            out[node.id] = replace(res, facts=self._marked(f))
+                    n.failed, len(f.gpus), ", ".join(_uuid(k) for k in n.failed_uuids))
+            out[node.id] = replace(res, facts=self._marked(node.id, f))
         if self.gauge is not None:
             for lv in Level:
                 self.gauge.labels(level=str(lv)).set(sum(
                     1 for u, s in self.states.items() if u in self.where and s.level is lv))
         return out
 
-    def _marked(self, f: NodeFacts) -> NodeFacts:
-        if all(self.states[g.uuid].level is Level.HEALTHY for g in f.gpus):
+    def _marked(self, node_id: str, f: NodeFacts) -> NodeFacts:
+        if all(self.states[_key(node_id, g.uuid)].level is Level.HEALTHY for g in f.gpus):
             return f  # nothing to mark: the same facts, not a copy
         gpus = []
         for g in f.gpus:
-            st = self.states[g.uuid]
+            st = self.states[_key(node_id, g.uuid)]
             raw = g.error if g.error and not g.error.startswith(_OWN_ERROR) else None
             if st.level is Level.HEALTHY:  # (a lost GPU is never healthy: lost fails)
                 gpus.append(g)
@@ -161,7 +174,7 @@ class HealthBook:
             if st.level is Level.HEALTHY or uuid not in self.where:
                 continue
             host, index = self.where[uuid]
-            rows.append({"node": host, "gpu": index, "uuid": uuid, **st.to_dict(now)})
+            rows.append({"node": host, "gpu": index, "uuid": _uuid(uuid), **st.to_dict(now)})
         return rows
 
     def failing_nodes(self, min_failed: int = FAILING_NODE_GPUS) -> list[str]:
