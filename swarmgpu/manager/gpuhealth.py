@@ -160,7 +160,7 @@ class HealthBook:
             return
         for uuid, d in list(data.items())[:65536]:
             st = GpuState.from_saved(d)
-            if st is not None and isinstance(uuid, str):
+            if st is not None and isinstance(uuid, str) and "/" in uuid:  # "<node>/<uuid>"
                 self.states[uuid] = st
                 where = d.get("where")
                 if isinstance(where, list) and len(where) == 2:
