@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any, NoReturn
 
 import click
@@ -12,6 +13,8 @@ from loguru import logger
 from swarmgpu.cli.config import load_cfg
 from swarmgpu.cli.logs import setup_logging
 from swarmgpu.core.config import Config
+
+ENGINE_WAIT_S = 60.0  # how long `run` waits for an unreachable engine before exit 2
 
 
 @click.command()
@@ -26,11 +29,21 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
 
     cfg = load_cfg(config_path, dry_run=dry_run or None)
     setup_logging(cfg.log.level, cfg.log.format)
-    try:
-        d = Daemon(cfg)
-    except SwarmError as exc:
-        logger.error("{}", exc)
-        sys.exit(2)
+    # A daemon started beside its engine (or its socket proxy, in the stack) waits a
+    # while for it rather than exiting at once into a restart loop; --once does not.
+    deadline = time.monotonic() + (0 if once else ENGINE_WAIT_S)
+    pause = 1.0
+    while True:
+        try:
+            d = Daemon(cfg)
+            break
+        except SwarmError as exc:
+            if time.monotonic() + pause > deadline:
+                logger.error("{}", exc)
+                sys.exit(2)
+            logger.warning("waiting for the engine ({}); retry in {:g} s", exc, pause)
+            time.sleep(pause)
+            pause = min(pause * 2, 8.0)
     _attach_steps(d)
     if once:
         report = d.cycle()
