@@ -13,10 +13,10 @@ def check_agent_identity(view: NodeView) -> Check:
     cid = "agent.identity"
     data_root = str((view.docker_info or {}).get("DockerRootDir") or "/var/lib/docker")
     cert = Path(view.root) / data_root.lstrip("/") / "swarm/certificates/swarm-node.crt"
-    fix = (f"run the agent with --tls-cert {data_root}/swarm/certificates/swarm-node.crt "
-           f"--tls-key {data_root}/swarm/certificates/swarm-node.key (systemd: "
-           "LoadCredential=) and set agents.identity: swarm-pki with an https:// "
-           "agents.url_template; or agents.token_file (docs/security.md)")
+    fix = (f"run the agent with --identity swarm-pki (it reads {data_root}/swarm/"
+           "certificates, or --data-root DIR; systemd: LoadCredential=, see "
+           "systemd/swarmgpu-agent.service), and leave agents.identity at its default "
+           "swarm-pki in the daemon's config (docs/security.md)")
     if view.agent_scheme == "https":
         return Check(cid, Status.OK, "the local agent serves HTTPS")
     if view.agent_scheme == "http":
