@@ -44,6 +44,7 @@ from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.rebalance.mover import (
     Mover,
     MoveState,
+    forged_check,
     read_records,
     record_key,
     verify,
@@ -504,3 +505,18 @@ def test_daemon_cycles_with_writes_on_never_touch_the_victim(tmp_path: Any) -> N
     assert ("service", "id-victim") not in sw.calls and ("service", "id-third") not in sw.calls
     assert f"{P}{MOVE_STATE}" not in sw.service("id-attacker").labels
     assert read_records(sw.swarm_labels(), P) == {}
+
+
+def test_audit_names_a_forged_move_label_and_not_a_genuine_one() -> None:
+    from swarmgpu.manager.sync import Snapshot
+
+    sw, now = _cluster({}), [1000.0]
+    _start(sw, now)  # a genuine move of the victim, recorded by the daemon
+    forger = replace(sw.service("id-attacker"),
+                     labels={f"{P}{MOVE_STATE}": _forged_move().to_json()})
+    services = [forger if s.id == forger.id else s for s in sw.services()]
+    check = forged_check(read_records(sw.swarm_labels(), P), P)
+    found = check(Snapshot(sw.nodes(), services, sw.tasks(), {}))
+    assert [(f.kind, f.subject, f.advisory) for f in found] == [
+        ("forged-move-label", "attacker", False)]
+    assert "naming victim" in found[0].message and len(found[0].message) < 400

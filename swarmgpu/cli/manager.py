@@ -108,6 +108,13 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
 
     checks.append(audit_check(cfg))  # holders over their GPU share (agents' processes)
     checks.append(identity_check(cfg.agents.identity, cfg.agents.token_file))
+    from swarmgpu.manager.rebalance.mover import forged_check, read_records
+
+    try:  # move labels the daemon did not write, judged against its records
+        checks.append(forged_check(read_records(swarm.swarm_labels(), cfg.sync.prefix),
+                                   cfg.sync.prefix))
+    except SwarmError as exc:
+        click.echo(f"swarmgpu audit: cannot read the move records: {exc}", err=True)
     findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
                          extra_checks=checks,
                          generic_resource_kind=cfg.placement.generic_resource_kind)

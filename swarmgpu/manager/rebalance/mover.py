@@ -50,7 +50,9 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.actuator import Writes
+from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.placement import (
     MOVE_STATE,
@@ -71,6 +73,7 @@ from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, MoveRecord, Outcome, Trigger
 from swarmgpu.manager.requests import GpuRequest, parse_all
 from swarmgpu.manager.sharing import node_of_key
+from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 
 CRASH_ENV = "SWARMGPU_TEST_CRASH_AFTER"  # test hook: os._exit(137) at a named point
@@ -201,6 +204,20 @@ def verify(services: Sequence[SwarmService], records: Mapping[str, MoveState],
         v.forged.append((s, f"{prefix}{MOVE_STATE} label ({named}) with no move record of "
                             f"the daemon's for service id {s.id}"))
     return v
+
+
+def forged_check(records: Mapping[str, MoveState], prefix: str
+                 ) -> Callable[[Snapshot], list[Finding]]:
+    """``audit``: every move label the daemon did not write (never acted on; the daemon
+    removes it once it writes), as a finding that needs action."""
+
+    def check(snap: Snapshot) -> list[Finding]:
+        v = verify(snap.services, records, prefix)
+        return [Finding("forged-move-label", s.name, peer_text(why) + "; the daemon ignores "
+                        "it: remove it from the stack's deploy.labels", key=prefix + MOVE_STATE)
+                for s, why in v.forged]
+
+    return check
 
 
 def _crash_point(name: str) -> None:
