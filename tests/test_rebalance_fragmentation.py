@@ -244,3 +244,14 @@ def test_forged_moved_at_labels_do_not_spend_the_budget() -> None:
     many = with_finished([float(t) for t in range(5000, 5200)], 6000.0)
     assert len(many.split(",")) == FINISHED_KEEP
     assert finished_times({P + FINISHED: "1,x,nan,inf,2"}, P) == [1.0, 2.0]
+
+
+def test_workload_now_counts_a_service_by_at_most_a_few_replicas() -> None:
+    # Used only when placement is off: one service's replica count (its author's word)
+    # cannot outweigh every other service.
+    from swarmgpu.manager.rebalance.context import REPLICAS_COUNTED
+
+    huge = dataclasses.replace(service("huge", {f"{P}gpus": "8"}), replicas=100_000)
+    small = [service(f"s{i}", {f"{P}gpus": "1"}) for i in range(REPLICAS_COUNTED)]
+    typical = {t.shape.num_gpu: t.weight for t in workload_now([huge, *small], P)}
+    assert typical == {8: 0.5, 1: 0.5}

@@ -64,14 +64,20 @@ class Inputs:
     workload: tuple[TypicalTask, ...] | None = None
 
 
+REPLICAS_COUNTED = 8  # replicas of one service that workload_now counts
+
+
 def workload_now(services: Sequence[SwarmService], prefix: str) -> tuple[TypicalTask, ...]:
-    """The typical tasks of the GPU requests annotated now, one per replica (MIG requests
-    left out: they are handed out by profile, not by share)."""
+    """The typical tasks of the GPU requests annotated now, one per replica up to
+    ``REPLICAS_COUNTED`` a service (MIG requests left out: they are handed out by
+    profile, not by share). The cap keeps one service's replica count, which its stack
+    author writes, from outweighing every other service (and the list linear in
+    services, not replicas)."""
     shapes: list[TaskShape] = []
     for s in services:
         r = parse_all(s.labels, prefix=prefix)
         if isinstance(r, GpuRequest) and not r.mig_profile:
-            shapes += [demand_of(r).shape()] * max(1, s.replicas or 1)
+            shapes += [demand_of(r).shape()] * min(REPLICAS_COUNTED, max(1, s.replicas or 1))
     return typical_tasks(shapes)
 
 
