@@ -219,6 +219,42 @@ class HealthConfig:
     """The clean window grows to at most this many times clean_window_s."""
 
 
+DEFAULT_PRIORITY_CLASSES = "critical=1000,inference=100,batch=0"
+
+
+def parse_priority_classes(text: str) -> dict[str, int]:
+    """``name=N,name=N`` -> {name: N}; ValueError naming the bad part."""
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, eq, num = part.partition("=")
+        name, num = name.strip().lower(), num.strip()
+        if not eq or not name.replace("-", "").replace("_", "").isalnum() or not name.isascii() \
+                or not num.lstrip("-").isdigit() or len(num) > 7:
+            raise ValueError(f"{part!r} is not name=integer")
+        out[name] = int(num)
+    return out
+
+
+@dataclass(frozen=True)
+class PreemptionConfig:
+    """Priority and preemption (docs/requests.md, "Priority and preemption")."""
+
+    dry_run: bool = True
+    """Decide and log preemptions, never stop a service (as rebalance.dry_run)."""
+    priority_classes: str = DEFAULT_PRIORITY_CLASSES
+    """Names accepted by swarmgpu.priority: a comma list of name=integer."""
+    preemptible_below: int = 100
+    """A service without swarmgpu.preemptible is preemptible below this priority."""
+    max_per_hour: int = 10
+    """Services stopped by preemption per hour, at most (0 turns preemption off)."""
+    victim_cooldown_s: float = 600.0
+    """A preempted service is not preempted again this long after it was."""
+    settle_s: float = 30.0
+    """After a preemption for a service, wait this long before another one for it."""
+
+
 @dataclass(frozen=True)
 class LogConfig:
     level: str = "INFO"
@@ -241,6 +277,7 @@ class Config:
     http: HttpConfig = field(default_factory=HttpConfig)
     history: HistoryConfig = field(default_factory=HistoryConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -307,11 +344,23 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     if not host or not port.isdigit():
         add(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
     _check_rebalance(cfg.rebalance, add)
+    _check_preemption(cfg.preemption, add)
     if cfg.placement.overshare not in ("report", "restart"):
         add(f"placement.overshare: {cfg.placement.overshare!r}; use 'report' "
             "or 'restart'")
     if cfg.placement.overshare_window_s <= 0:
         add("placement.overshare_window_s: must be > 0 seconds")
+
+
+def _check_preemption(p: PreemptionConfig, add: Callable[[str], None]) -> None:
+    try:
+        parse_priority_classes(p.priority_classes)
+    except ValueError as e:
+        add(f"preemption.priority_classes: {e}; use e.g. {DEFAULT_PRIORITY_CLASSES!r}")
+    if p.max_per_hour < 0:
+        add("preemption.max_per_hour: must be >= 0 (0 turns preemption off)")
+    if p.victim_cooldown_s < 0 or p.settle_s < 0:
+        add("preemption.victim_cooldown_s and preemption.settle_s: must be >= 0 seconds")
 
 
 def _check_rebalance(r: RebalanceConfig, add: Callable[[str], None]) -> None:

@@ -16,11 +16,13 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.allocator.workload import STATE_KEY, WorkloadError, WorkloadModel, load_file
-from swarmgpu.core.config import Config
+from swarmgpu.core.config import Config, parse_priority_classes
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan
+from swarmgpu.manager.preempt_step import Preempter
+from swarmgpu.manager.preempt_step import run as preempt
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.manager.writes import write_each
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
@@ -85,7 +87,8 @@ def new_planner(cfg: Config, swarm: Any = None,
     return Planner(prefix=cfg.sync.prefix, zone_label=cfg.placement.zone_label,
                    adopt_ungated=cfg.placement.adopt_ungated,
                    generic_kind=cfg.placement.generic_resource_kind,
-                   workload=load_workload(cfg, swarm, services))
+                   workload=load_workload(cfg, swarm, services),
+                   priority_classes=parse_priority_classes(cfg.preemption.priority_classes))
 
 
 def make_plan(snap: Snapshot, cfg: Config,
@@ -213,6 +216,7 @@ def attach(daemon: CycleHost) -> None:
         return
 
     last_store = [0.0]
+    preempter = Preempter(cfg)
 
     def step(d: CycleHost, snap: Snapshot) -> None:
         fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
@@ -241,6 +245,7 @@ def attach(daemon: CycleHost) -> None:
                 else:
                     log.info("{}", w)
         d.metrics.pending.set(pending)
+        preempt(preempter, d, snap, plan, facts_by_node(snap, fallback))
         if plan.empty:
             return
         n = apply_plan(d.swarm, plan, dry_run=cfg.dry_run)

@@ -17,6 +17,7 @@ from math import ceil
 from typing import TypeVar
 
 from swarmgpu.allocator.mig import MigProfileError, normalize_profile
+from swarmgpu.core.config import DEFAULT_PRIORITY_CLASSES, parse_priority_classes
 
 DEFAULT_PREFIX = "swarmgpu."
 DEFAULT_ZONE_LABEL = "topology.zone"
@@ -33,8 +34,9 @@ OUTPUT_LABEL_PREFIXES: tuple[str, ...] = (
 
 KEYS: tuple[str, ...] = (
     "gpus", "gpu-memory", "gpu-fraction", "gpu-product", "topology", "mig",
-    "rebalance", "zone-prefer", "zone-avoid", "pack",
+    "rebalance", "zone-prefer", "zone-avoid", "pack", "priority", "preemptible",
 )
+DEFAULT_CLASSES: Mapping[str, int] = parse_priority_classes(DEFAULT_PRIORITY_CLASSES)
 
 
 class Topology(StrEnum):
@@ -82,6 +84,9 @@ class GpuRequest:
     zone_avoid: tuple[str, ...] = ()
     zone_label: str = DEFAULT_ZONE_LABEL  # node label holding the zone name
     pack: Pack = Pack.AUTO
+    priority: int = 0  # higher is served first and may preempt (docs/requests.md)
+    priority_class: str = ""  # the class name the label gave, if any
+    preemptible: bool | None = None  # None: by the config's preemptible_below
 
     @property
     def can_pack(self) -> bool:
@@ -124,7 +129,15 @@ class GpuRequest:
             text += ", never moved"
         if self.pack is not Pack.AUTO:
             text += f", pack {self.pack}"
+        if self.priority or self.priority_class:
+            text += f", priority {self.priority_class or self.priority}"
+        if self.preemptible is not None:
+            text += ", preemptible" if self.preemptible else ", not preemptible"
         return text
+
+    def is_preemptible(self, below: int) -> bool:
+        """``swarmgpu.preemptible`` when set, else whether the priority is below ``below``."""
+        return self.preemptible if self.preemptible is not None else self.priority < below
 
 
 def is_output_key(key: str) -> bool:
@@ -136,6 +149,7 @@ def parse_request(
     *,
     prefix: str = DEFAULT_PREFIX,
     zone_label: str = DEFAULT_ZONE_LABEL,
+    classes: Mapping[str, int] | None = None,
 ) -> GpuRequest | None:
     """The request in a service's labels; None when it has no request key.
 
@@ -171,6 +185,8 @@ def parse_request(
     pack = _choice(mine, "pack", Pack, p)
     prefer = _zones(mine, "zone-prefer", p)
     avoid = _zones(mine, "zone-avoid", p)
+    priority, pclass = _priority(mine, p, DEFAULT_CLASSES if classes is None else classes)
+    preemptible = _bool(mine, "preemptible", p)
 
     if fraction is not None and gpus is not None and gpus > 1:
         raise RequestError(
@@ -223,6 +239,9 @@ def parse_request(
         zone_avoid=avoid,
         zone_label=zone_label,
         pack=pack,
+        priority=priority,
+        priority_class=pclass,
+        preemptible=preemptible,
     )
 
 
@@ -231,6 +250,7 @@ def parse_all(
     *,
     prefix: str = DEFAULT_PREFIX,
     zone_label: str = DEFAULT_ZONE_LABEL,
+    classes: Mapping[str, int] | None = None,
 ) -> GpuRequest | RequestError | None:
     """``parse_request`` that returns the error instead of raising it (for planners).
 
@@ -239,7 +259,7 @@ def parse_all(
     ``invalid``, and every other service is placed.
     """
     try:
-        return parse_request(labels, prefix=prefix, zone_label=zone_label)
+        return parse_request(labels, prefix=prefix, zone_label=zone_label, classes=classes)
     except RequestError as e:
         return e
     except Exception as e:
@@ -352,6 +372,35 @@ def _choice(mine: Mapping[str, str], name: str, enum: type[E], p: str) -> E:
         raise RequestError(
             p + name, value, f"one of {allowed} (default {default.value})"
         ) from None
+
+
+_PRIO_RE = re.compile(r"-?[0-9]{1,6}", re.ASCII)
+
+
+def _priority(mine: Mapping[str, str], p: str, classes: Mapping[str, int]) -> tuple[int, str]:
+    """(priority, class name or ""): an integer, or a class the config names."""
+    value = mine.get("priority")
+    if value is None:
+        return 0, ""
+    if _PRIO_RE.fullmatch(value):
+        return int(value), ""
+    name = value.lower()
+    if name in classes:
+        return classes[name], name
+    known = ", ".join(f"{k} ({v})" for k, v in sorted(classes.items(), key=lambda kv: -kv[1]))
+    raise RequestError(p + "priority", value,
+                       f"a whole number, higher first (e.g. {p}priority=100), or a class "
+                       f"of preemption.priority_classes: {known or 'none configured'}")
+
+
+def _bool(mine: Mapping[str, str], name: str, p: str) -> bool | None:
+    value = mine.get(name)
+    if value is None:
+        return None
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise RequestError(p + name, value, "true or false (unset: by priority, see "
+                                        "preemption.preemptible_below)")
 
 
 def _zones(mine: Mapping[str, str], name: str, p: str) -> tuple[str, ...]:

@@ -66,6 +66,7 @@ class SwarmService:
     version: int
     spec: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     force_update: int = 0  # TaskTemplate.ForceUpdate: bumping it replaces every task
+    created_at: str = field(default="", compare=False)  # CreatedAt (RFC 3339): its age
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class SwarmTask:
     memory_mib: int = 0
     message: str = ""  # Status.Message ("pending task scheduling", ...)
     container_id: str = ""  # Status.ContainerStatus.ContainerID, once the task has one
+    created_at: str = field(default="", compare=False)  # CreatedAt (RFC 3339)
 
 
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
@@ -168,6 +170,7 @@ def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
         version=int(raw.get("Version", {}).get("Index", 0)),
         spec=spec,
         force_update=int(tt.get("ForceUpdate") or 0),
+        created_at=str(raw.get("CreatedAt") or ""),
     )
 
 
@@ -188,6 +191,7 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         memory_mib=reservations(spec)[1],
         message=str(status.get("Message", "") or ""),
         container_id=str((status.get("ContainerStatus") or {}).get("ContainerID") or ""),
+        created_at=str(raw.get("CreatedAt") or ""),
     )
 
 

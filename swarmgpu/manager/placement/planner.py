@@ -19,6 +19,7 @@ from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.generic import reserve_generic
 from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
+from swarmgpu.manager.placement.preempt import mark_preempted, serve_order
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
@@ -39,8 +40,10 @@ class Planner:
 
     def __init__(self, *, prefix: str = "swarmgpu.", zone_label: str = "topology.zone",
                  adopt_ungated: bool = True, generic_kind: str = "",
-                 workload: WorkloadModel | None = None) -> None:
+                 workload: WorkloadModel | None = None,
+                 priority_classes: Mapping[str, int] | None = None) -> None:
         self.prefix = prefix
+        self.classes = priority_classes  # swarmgpu.priority's names (None: the defaults)
         self.zone_label = zone_label
         self.adopt_ungated = adopt_ungated
         self.generic_kind = generic_kind
@@ -138,10 +141,15 @@ class Planner:
         got = self._requests.get(s.id)
         if got is None or got[0] != s.version:
             self._shapes.pop(s.id, None)
-            r = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label)
+            r = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label,
+                          classes=self.classes)
             got = (s.version, r, reservations(s.spec))
             self._requests[s.id] = got
         return got[1]
+
+    def refused_nodes(self, s: SwarmService) -> AbstractSet[str]:
+        """Nodes Swarm's own filters refuse ``s`` on (as of the last cycle)."""
+        return self._filters.refused(s)
 
     def _request_of(self, sid: str) -> GpuRequest | RequestError | None:
         return self._requests.get(sid, (0, None, (0, 0)))[1]
@@ -208,7 +216,7 @@ class Planner:
                     backoff=self._backoff, open_since=self._open_since)
         self._last_cycle = cyc
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
-        for s, r in parsed:
+        for s, r in serve_order(parsed):  # priority, then age (placement.preempt)
             mine = kept.get(s.name, {})
             mine_slots = slots.get(s.id, {})
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
@@ -229,6 +237,7 @@ class Planner:
                                   mine_slots)
                 if self.generic_kind and sp.request is not None and sp.status != "invalid":
                     reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
+                mark_preempted(sp, s, prefix)
             if ((sp.status == "placed" or (sp.status == "pending" and not sp.placements))
                     and not sp.needs_service_write and not sp.node_writes and not sp.new):
                 settled[s.id] = (key, sp, tuple(sp.warnings))

@@ -1,0 +1,257 @@
+"""Priority and preemption, decided (snapshot in, preemptions out); nothing is written here.
+
+Served order: pending requests are planned by priority (``swarmgpu.priority``, higher
+first), then by age (the service's creation time, oldest first), then by name; with no
+priority labels and no creation times (the simulator) the order is the planner's own.
+
+A request that stays pending for want of GPUs may preempt (``choose_preemptions``):
+
+* candidates: holders of a node the preemptor could use, of a strictly lower priority
+  (so two services of equal priority never preempt each other: no ping-pong), that are
+  preemptible (``swarmgpu.preemptible``, else a priority below
+  ``preemption.preemptible_below``; ``swarmgpu.rebalance: never`` does not protect),
+  not cooling down (preempted recently), and not in a rebalancing move;
+* victims (``pick_victims``, per node, then across nodes): the fewest victims that free
+  enough GPUs; among sets of that size, the lowest highest priority, then the lowest
+  total priority, then the most recently started; hence never more than needed (no
+  smaller set frees enough). Across nodes the same order, then the hostname;
+* no preemption when a node the preemptor may use already has enough free GPUs: the
+  request is pending for another reason (topology, CPU, a constraint), and stopping a
+  service would not place it.
+
+Only whole-GPU requests preempt (a share or a MIG device waits). The actuator
+(``swarmgpu.manager.preempt_step``) owns dry-run, budgets, cooldowns and the writes: the
+victim's ledger entry and gate go (Swarm stops its task with its stop_grace_period), its
+device lists go, and ``<p>state.preempted`` records why, so ``plan``, ``status`` and
+``audit`` give "preempted by <service> (priority N)" until it is placed again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from itertools import combinations
+
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement.keys import MOVE_STATE
+from swarmgpu.manager.placement.ledger import Holding, read_ledger
+from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan
+from swarmgpu.manager.requests import GpuRequest, RequestError
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
+MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
+MAX_CANDIDATES = 12  # per node, in rule order: subsets of at most 2**12 are tried
+
+
+@dataclass(frozen=True)
+class Preempted:
+    """What ``<p>state.preempted`` says: who preempted this service, when, where."""
+
+    by: str
+    priority: int
+    at: float
+    node_id: str
+
+    def reason(self) -> str:
+        return f"preempted by {self.by} (priority {self.priority})"
+
+    def to_json(self) -> str:
+        return json.dumps({"by": self.by, "priority": self.priority, "at": round(self.at, 3),
+                           "node": self.node_id}, sort_keys=True)
+
+
+def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
+    text = labels.get(prefix + PREEMPTED_STATE)
+    if not text or len(text) > MAX_STATE_CHARS:
+        return None
+    try:
+        d = json.loads(text)
+        return Preempted(str(d["by"])[:200], int(d["priority"]), float(d["at"]),
+                         str(d.get("node", ""))[:64])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def mark_preempted(sp: ServicePlan, s: SwarmService, prefix: str) -> None:
+    """Planner hook: a preempted service that waits says why; once placed again, its
+    record goes (written with the placement)."""
+    key = prefix + PREEMPTED_STATE
+    if key not in s.labels:
+        return
+    st = preempted_state(s.labels, prefix)
+    if sp.status == "pending" and not sp.placements and st is not None:
+        sp.reason = f"{st.reason()}; {sp.reason}" if sp.reason else st.reason()
+    elif sp.placements and key not in sp.service_labels_remove:
+        sp.service_labels_remove.append(key)
+
+
+def priority_of(r: GpuRequest | RequestError | None) -> int:
+    return r.priority if isinstance(r, GpuRequest) else 0
+
+
+def serve_order(parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
+                ) -> list[tuple[SwarmService, GpuRequest | RequestError]]:
+    """Priority first, then age (``created_at``, oldest first); stable, so services of
+    one priority and age keep the planner's order (by name)."""
+    return sorted(parsed, key=lambda sr: (-priority_of(sr[1]), sr[0].created_at))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A holder that could be preempted on one node."""
+
+    service: str
+    service_id: str
+    node_id: str
+    priority: int
+    started: str  # its newest task's creation time on the node ("" unknown)
+    uuids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Stop ``victims`` (all on ``node_id``) so that ``service`` can be placed there."""
+
+    service: str
+    service_id: str
+    priority: int
+    node_id: str
+    hostname: str
+    victims: tuple[Candidate, ...]
+
+    def describe(self) -> str:
+        names = ", ".join(f"{v.service} (priority {v.priority})" for v in self.victims)
+        return f"preempt {names} on {self.hostname} for {self.service} (priority {self.priority})"
+
+
+def rule_sorted(cands: Sequence[Candidate]) -> list[Candidate]:
+    """Lowest priority first, then the most recently started, then by name (stable
+    sorts, last key first)."""
+    by_name = sorted(cands, key=lambda c: c.service)
+    newest = sorted(by_name, key=lambda c: c.started, reverse=True)
+    return sorted(newest, key=lambda c: c.priority)
+
+
+def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candidate],
+                 holders: Mapping[str, AbstractSet[str]]) -> tuple[Candidate, ...] | None:
+    """The victims on one node (see the module's rule), or None when even all of them do
+    not free ``need`` GPUs. ``free``: GPUs of the node the preemptor may use that nobody
+    holds; ``holders``: GPU -> every service holding it (a shared GPU frees only when all
+    its holders are victims)."""
+    if len(free) >= need:
+        return ()
+    cands = rule_sorted(candidates)[:MAX_CANDIDATES]
+    for k in range(1, len(cands) + 1):
+        best: tuple[tuple[int, int, tuple[int, ...]], tuple[Candidate, ...]] | None = None
+        for idx in combinations(range(len(cands)), k):
+            combo = tuple(cands[i] for i in idx)
+            names = {c.service for c in combo}
+            freed = {u for c in combo for u in c.uuids if holders.get(u, set()) <= names}
+            if len(free) + len(freed - free) < need:
+                continue
+            key = (max(c.priority for c in combo), sum(c.priority for c in combo), idx)
+            if best is None or key < best[0]:
+                best = (key, combo)
+        if best is not None:
+            return best[1]
+    return None
+
+
+def _usable(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
+    """The node's GPUs a whole-GPU request could be given (health, MIG, product, memory)."""
+    if facts is None:
+        return set()
+    return {g.uuid for g in facts.gpus if g.healthy and not g.mig_enabled
+            and r.matches_product(g.product)
+            and (r.min_memory_mib is None or g.memory_mib >= r.min_memory_mib)}
+
+
+def choose_preemptions(
+    plan: PlacementPlan, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
+    tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str,
+    preemptible_below: int, cooling: AbstractSet[str] = frozenset(),
+    settling: AbstractSet[str] = frozenset(),
+    refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
+) -> list[Preemption]:
+    """At most one preemption per pending service (one replica's GPUs on one node), in
+    served order; a GPU freed for one is not counted for another. ``cooling``: services
+    that may not be victims now; ``settling``: services that may not preempt now (their
+    last preemption is still taking effect); ``refused``: nodes Swarm's own filters
+    (constraints, platforms) refuse a service on."""
+    by_name = {s.name: s for s in services}
+    by_node = {n.id: n for n in nodes}
+    req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
+    ledger = read_ledger(nodes, prefix)
+    started: dict[tuple[str, str], str] = {}
+    for t in tasks:
+        if t.desired_state == "running" and t.node_id:
+            k = (t.service_id, t.node_id)
+            started[k] = max(started.get(k, ""), t.created_at)
+    holdings: dict[str, dict[str, Holding]] = {}  # node -> service -> holding
+    for svc, per in ledger.items():
+        for nid, h in per.items():
+            holdings.setdefault(nid, {})[svc] = h
+    taken: set[tuple[str, str]] = set()  # (node, uuid) freed for an earlier preemptor
+    gone: set[str] = set()  # victims already chosen this cycle
+    out: list[Preemption] = []
+    pending = [sp for sp in plan.services if sp.status == "pending" and sp.request is not None]
+    order = serve_order([(by_name[sp.name], sp.request) for sp in pending
+                         if sp.name in by_name and isinstance(sp.request, GpuRequest)])
+    for s, r in order:
+        if not isinstance(r, GpuRequest) or r.is_fraction or r.mig_profile:
+            continue
+        if s.name in settling or s.name in gone or prefix + MOVE_STATE in s.labels:
+            continue
+        if s.mode != "replicated" or not s.replicas:
+            continue
+        no = refused(s) if refused is not None else frozenset()
+        best: tuple[tuple[int, int, int, str], Preemption] | None = None
+        hopeless = False
+        for nid in sorted(holdings.keys() | facts.keys()):
+            node = by_node.get(nid)
+            if node is None or nid in no or node.state != "ready" \
+                    or node.availability != "active":
+                continue
+            here = holdings.get(nid, {})
+            if s.name in here:
+                continue  # one replica per node: a held node is not where it goes
+            usable = _usable(r, facts.get(nid)) - {u for (n, u) in taken if n == nid}
+            if len(usable) < r.gpus:
+                continue
+            holders: dict[str, set[str]] = {}
+            for svc, h in here.items():
+                for u in h.uuids:
+                    holders.setdefault(u, set()).add(svc)
+            free = usable - holders.keys()
+            if len(free) >= r.gpus:
+                hopeless = True  # room already: pending for another reason
+                break
+            cands = []
+            for svc, h in here.items():
+                vr = req.get(svc)
+                vs = by_name.get(svc)
+                if (not isinstance(vr, GpuRequest) or vs is None or svc in cooling
+                        or svc in gone or vr.priority >= r.priority
+                        or not vr.is_preemptible(preemptible_below)
+                        or prefix + MOVE_STATE in vs.labels):
+                    continue
+                cands.append(Candidate(svc, vs.id, nid, vr.priority,
+                                       started.get((vs.id, nid), ""),
+                                       tuple(u for u in h.uuids if u in usable)))
+            victims = pick_victims(r.gpus, free, cands, holders)
+            if not victims:
+                continue
+            prios = [v.priority for v in victims]
+            key = (len(victims), max(prios), sum(prios), node.hostname)
+            if best is None or key < best[0]:
+                best = (key, Preemption(s.name, s.id, r.priority, nid, node.hostname, victims))
+        if hopeless or best is None:
+            continue
+        p = best[1]
+        out.append(p)
+        gone.update(v.service for v in p.victims)
+        taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
+    return out

@@ -1,0 +1,168 @@
+"""The preemption actuator: the only code that stops a service for a higher-priority one.
+
+``placement.preempt`` decides (snapshot in, preemptions out); this step owns every
+safety and the writes:
+
+* ``preemption.dry_run`` (default true): the decision is logged and shown on the
+  preemptor's plan ("would preempt ..."); nothing is written;
+* budgets: at most ``max_per_hour`` victims stopped per hour (0 turns preemption off);
+* cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in
+  its ``<p>state.preempted`` label and here) and a settle time per preemptor
+  (``settle_s``): a preemptor that is still pending after its victims were stopped does
+  not stop more until it has passed;
+* input is not state: each victim's holding is read again from its node just before
+  the writes, and a victim whose ledger entry is gone or changed is left alone.
+
+A victim is stopped by swarmgpu's own state only: its ``<p>devices.<node>`` lists go and
+``<p>state.preempted`` is set on the service (no task restarts: labels only), then its
+ledger entry and gate leave the node, and Swarm's constraint enforcer stops the task with
+the service's own stop_grace_period. Its spec is otherwise untouched; the planner places
+it again when capacity frees (and removes the record then).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from loguru import logger
+
+from swarmgpu.core.config import Config
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.host import CycleHost
+from swarmgpu.manager.placement import PlacementPlan, assign_key, gate_key
+from swarmgpu.manager.placement.keys import DEVICES
+from swarmgpu.manager.placement.ledger import read_ledger
+from swarmgpu.manager.placement.preempt import (
+    PREEMPTED_STATE,
+    Candidate,
+    Preempted,
+    Preemption,
+    choose_preemptions,
+    preempted_state,
+)
+from swarmgpu.manager.sync import Snapshot
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
+
+HOUR_S = 3600.0
+
+
+class Preempter:
+    """Kept across cycles by the daemon: the budget window and the last preemptions."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.prefix = cfg.sync.prefix
+        self.stopped: deque[float] = deque()  # when each victim was stopped (the hour's budget)
+        self.victim_at: dict[str, float] = {}  # victim name -> when it was last preempted
+        self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
+        self.logged: set[str] = set()  # dry-run decisions already logged
+
+    def cycle(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan,
+              facts: Mapping[str, NodeFacts],
+              refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
+              now: float | None = None) -> list[Preemption]:
+        """Decide and (outside dry-run, within budget) act; return what was acted on
+        (in dry-run: what would have been)."""
+        pc = self.cfg.preemption
+        now = time.time() if now is None else now
+        if pc.max_per_hour == 0:
+            return []
+        cooling = {name for name, at in self.victim_at.items() if now - at < pc.victim_cooldown_s}
+        for s in snap.services:  # the record in Swarm counts too (a new leader)
+            st = preempted_state(s.labels, self.prefix)
+            if st is not None and now - st.at < pc.victim_cooldown_s:
+                cooling.add(s.name)
+        settling = {n for n, at in self.preemptor_at.items() if now - at < pc.settle_s}
+        chosen = choose_preemptions(
+            plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
+            preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
+            refused=refused)
+        by_name = {sp.name: sp for sp in plan.services}
+        done: list[Preemption] = []
+        while self.stopped and now - self.stopped[0] >= HOUR_S:
+            self.stopped.popleft()
+        for p in chosen:
+            log = logger.bind(service=p.service)
+            if pc.dry_run or self.cfg.dry_run:
+                sp = by_name.get(p.service)
+                if sp is not None:
+                    sp.warnings.append(f"would {p.describe()} (preemption.dry_run)")
+                if p.describe() not in self.logged:
+                    self.logged.add(p.describe())
+                    log.info("dry-run: would {}", p.describe())
+                done.append(p)
+                continue
+            if len(self.stopped) + len(p.victims) > pc.max_per_hour:
+                log.warning("preemption budget spent ({} per hour): not {}", pc.max_per_hour,
+                            p.describe())
+                continue
+            stopped = [v for v in p.victims if self._stop(swarm, p, v, now)]
+            if stopped:
+                self.preemptor_at[p.service] = now
+                for v in stopped:
+                    self.victim_at[v.service] = now
+                    self.stopped.append(now)
+                done.append(p)
+        self.logged &= {p.describe() for p in chosen}
+        return done
+
+    def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float) -> bool:
+        """Close one victim's gate on its node, after its device lists and the record."""
+        prefix = self.prefix
+        log = logger.bind(service=v.service)
+        try:  # the holding as Swarm has it now, not as the snapshot had it
+            node = swarm.node(v.node_id)
+        except SwarmError as exc:
+            log.error("preemption: cannot read node {}: {}", v.node_id[:12], exc)
+            return False
+        held = read_ledger([node], prefix).get(v.service, {}).get(v.node_id)
+        if held is None or not set(v.uuids) <= set(held.uuids):
+            log.warning("preemption: {} no longer holds what was decided on {}; left alone",
+                        v.service, p.hostname)
+            return False
+        record = Preempted(p.service, p.priority, now, v.node_id).to_json()
+        dk = f"{prefix}{DEVICES}{v.node_id}"
+
+        def service(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+            new = copy.deepcopy(dict(spec))
+            labels = {k: val for k, val in (new.get("Labels") or {}).items()
+                      if not (k == dk or k.startswith(dk + "."))}
+            labels[prefix + PREEMPTED_STATE] = record
+            new["Labels"] = labels
+            return None if new == spec else new
+
+        def node_labels(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+            drop = {assign_key(prefix, v.service), gate_key(prefix, v.service)}
+            if not drop & cur.keys():
+                return None
+            return {k: val for k, val in cur.items() if k not in drop}
+
+        try:
+            swarm.update_service_spec(v.service_id, service)
+            swarm.update_node_labels(v.node_id, node_labels)
+        except SwarmError as exc:
+            log.error("preemption of {} failed: {}", v.service, exc)
+            return False
+        log.warning("{} on {}: its gate is closed, Swarm stops its task; it is placed again "
+                    "when capacity frees", Preempted(p.service, p.priority, now,
+                                                     v.node_id).reason(), p.hostname)
+        return True
+
+
+def run(pre: Preempter, d: CycleHost, snap: Snapshot, plan: PlacementPlan,
+        facts: Mapping[str, NodeFacts]) -> None:
+    """One cycle of preemption, after placement planned (placement_step)."""
+    planner = d.planner
+    refused = planner.refused_nodes if planner is not None else None
+    done = pre.cycle(d.swarm, snap, plan, facts, refused)
+    if done and not (d.cfg.preemption.dry_run or d.cfg.dry_run):
+        # The victims' tasks stop within their grace period: plan again soon.
+        timer = threading.Timer(1.0, d.trigger)
+        timer.daemon = True
+        timer.start()

@@ -1,0 +1,292 @@
+"""Priority and preemption: the request labels, the served order, the victim rule
+(``placement.preempt``), no ping-pong, and the actuator through full daemon cycles over
+the recording fake SwarmClient of tests/test_forged_state.py (dry-run writes nothing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_forged_state import (
+    DGX_F,
+    R4090_F,
+    RecordingSwarm,
+    _closed_port,
+    _node,
+    _svc,
+)
+
+from swarmgpu.core.config import (
+    AgentsConfig,
+    Config,
+    ConfigError,
+    PreemptionConfig,
+    SyncConfig,
+    load_config,
+)
+from swarmgpu.manager.agentbook import AgentRecord
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
+from swarmgpu.manager.placement.preempt import (
+    PREEMPTED_STATE,
+    Candidate,
+    choose_preemptions,
+    pick_victims,
+    preempted_state,
+    serve_order,
+)
+from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all, parse_request
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
+FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
+
+
+# --- the labels ------------------------------------------------------------------------
+
+
+def test_priority_is_an_integer_or_a_class_and_preemptible_a_boolean() -> None:
+    r = parse_request({f"{P}gpus": "2", f"{P}priority": "100"})
+    assert r is not None and r.priority == 100 and r.preemptible is None
+    assert not r.is_preemptible(100) and r.is_preemptible(101)
+    r = parse_request({f"{P}priority": "Inference", f"{P}preemptible": "true"})
+    assert r is not None and (r.priority, r.priority_class, r.preemptible) == (100, "inference",
+                                                                               True)
+    assert "priority inference" in r.describe() and "preemptible" in r.describe()
+    r = parse_request({f"{P}priority": "gold"}, classes={"gold": 7})
+    assert r is not None and r.priority == 7
+    assert parse_request({f"{P}gpus": "1"}) == GpuRequest()  # unlabelled: priority 0
+    assert parse_request({f"{P}priority": "-5"}).priority == -5  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("priority", "urgent", "critical (1000), inference (100), batch (0)"),
+    ("priority", "1.5", "a whole number"),
+    ("priority", "12345678", "a whole number"),
+    ("preemptible", "maybe", "true or false"),
+])
+def test_bad_priority_labels_are_named_errors(key: str, value: str, says: str) -> None:
+    e = parse_all({f"{P}gpus": "1", f"{P}{key}": value})
+    assert isinstance(e, RequestError) and e.key == f"{P}{key}" and says in str(e)
+
+
+def test_config_priority_classes_are_checked(tmp_path: Any) -> None:
+    f = tmp_path / "c.yml"
+    f.write_text('{"preemption": {"priority_classes": "gold=10,silver"}}')
+    with pytest.raises(ConfigError, match=r"preemption\.priority_classes"):
+        load_config(str(f))
+    f.write_text('{"preemption": {"priority_classes": "gold=10", "dry_run": false}}')
+    cfg = load_config(str(f))
+    assert cfg.preemption.priority_classes == "gold=10" and not cfg.preemption.dry_run
+    assert Config().preemption.dry_run  # default: decide and log only
+
+
+def test_served_in_priority_order_then_age_then_as_before() -> None:
+    def svc(name: str, prio: str | None, created: str) -> tuple[SwarmService, Any]:
+        labels = {f"{P}gpus": "1", **({f"{P}priority": prio} if prio else {})}
+        s = _svc(name, labels)
+        object.__setattr__(s, "created_at", created)
+        return s, parse_all(labels)
+
+    got = serve_order([svc("a", None, "2"), svc("b", "100", "3"), svc("c", None, "1"),
+                       svc("d", "100", "1"), svc("e", "-1", "0")])
+    assert [s.name for s, _ in got] == ["d", "b", "c", "a", "e"]
+    same = [svc("x", None, ""), svc("a", None, ""), svc("m", None, "")]
+    assert [s.name for s, _ in serve_order(same)] == ["x", "a", "m"]  # order kept
+
+
+# --- the victim rule -------------------------------------------------------------------
+
+
+def _c(name: str, prio: int, n: int, started: str = "", first: int = 0) -> Candidate:
+    return Candidate(name, f"id-{name}", "n", prio, started,
+                     tuple(f"G{i}" for i in range(first, first + n)))
+
+
+def _holders(cands: list[Candidate]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for c in cands:
+        for u in c.uuids:
+            out.setdefault(u, set()).add(c.service)
+    return out
+
+
+def test_fewest_victims_first_then_lowest_priority_then_most_recent() -> None:
+    big = _c("big", 50, 4, first=0)
+    small1 = _c("s1", 0, 2, first=4)
+    small2 = _c("s2", 0, 2, first=6)
+    cands = [big, small1, small2]
+    # 4 GPUs: one victim (big, priority 50) beats two of priority 0
+    assert pick_victims(4, set(), cands, _holders(cands)) == (big,)
+    # 2 GPUs: one victim of the lowest priority, the most recently started of the two
+    s1 = _c("s1", 0, 2, "2026-01-01T10:00:00Z", first=4)
+    s2 = _c("s2", 0, 2, "2026-01-01T11:00:00Z", first=6)
+    assert pick_victims(2, set(), [big, s1, s2], _holders([big, s1, s2])) == (s2,)
+    # never more than needed: 1 GPU free + 1 needed from a victim
+    assert pick_victims(2, {"F"}, [big, s1, s2], _holders([big, s1, s2])) == (s2,)
+    # enough free already: no victim; too little even with all: None
+    assert pick_victims(1, {"F"}, cands, _holders(cands)) == ()
+    assert pick_victims(9, set(), cands, _holders(cands)) is None
+
+
+def test_a_shared_gpu_frees_only_with_all_its_holders() -> None:
+    a = Candidate("a", "id-a", "n", 0, "", ("G0",))
+    b = Candidate("b", "id-b", "n", 0, "", ("G0",))
+    holders = {"G0": {"a", "b", "keeper"}}
+    assert pick_victims(1, set(), [a, b], holders) is None
+
+
+# --- the decision on a snapshot ---------------------------------------------------------
+
+
+def _gpu_cluster(batch_labels: dict[str, str], high_labels: dict[str, str]
+                 ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """batch holds all 8 RTX 4090s; high asks for 2 of them (the DGX is not usable)."""
+    held = Holding("batch", "n-4090", R_UUIDS, tuple(1000 for _ in R_UUIDS))
+    nodes = [_node("n-mgr", "manager", role="manager"),
+             _node("n-dgx", "gpu-node-1"),
+             _node("n-4090", "gpu-node-2", {assign_key(P, "batch"): held.label_value(),
+                                            gate_key(P, "batch"): "true"})]
+    batch = _svc("batch", {f"{P}gpus": "8", devices_key(P, "n-4090"): ",".join(R_UUIDS),
+                           **batch_labels})
+    high = _svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*", **high_labels})
+    tasks = [SwarmTask("t-batch", batch.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
+    return nodes, [batch, high], tasks
+
+
+def _decide(batch_labels: dict[str, str], high_labels: dict[str, str], **kw: Any
+            ) -> list[str]:
+    nodes, services, tasks = _gpu_cluster(batch_labels, high_labels)
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    assert {sp.name: sp.status for sp in plan.services} == {"batch": "placed",
+                                                            "high": "pending"}
+    return [p.describe() for p in choose_preemptions(
+        plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100, **kw)]
+
+
+def test_higher_priority_preempts_a_preemptible_lower_one() -> None:
+    assert _decide({f"{P}priority": "0"}, {f"{P}priority": "100"}) == [
+        "preempt batch (priority 0) on gpu-node-2 for high (priority 100)"]
+    # rebalance: never does not protect a preemptible service
+    assert _decide({f"{P}rebalance": "never"}, {f"{P}priority": "critical"}) != []
+
+
+@pytest.mark.parametrize(("batch", "high", "kw"), [
+    ({f"{P}priority": "100"}, {f"{P}priority": "100"}, {}),  # equal: no ping-pong
+    ({f"{P}priority": "100", f"{P}preemptible": "true"}, {f"{P}priority": "100"}, {}),
+    ({f"{P}priority": "0", f"{P}preemptible": "false"}, {f"{P}priority": "100"}, {}),
+    ({f"{P}priority": "150"}, {f"{P}priority": "1000"}, {}),  # not preemptible by default
+    ({}, {}, {}),  # no priorities: nothing changes
+    ({}, {f"{P}priority": "100"}, {"cooling": {"batch"}}),
+    ({}, {f"{P}priority": "100"}, {"settling": {"high"}}),
+])
+def test_no_preemption(batch: dict[str, str], high: dict[str, str], kw: Any) -> None:
+    assert _decide(batch, high, **kw) == []
+
+
+def test_no_ping_pong_the_preempted_one_cannot_preempt_back() -> None:
+    """After batch was preempted and high placed, batch (pending, lower) preempts nothing,
+    and high, placed, is never a victim of it."""
+    nodes, services, tasks = _gpu_cluster({}, {f"{P}priority": "100"})
+    held = Holding("high", "n-4090", R_UUIDS[:2], (1000, 1000))
+    nodes[2] = _node("n-4090", "gpu-node-2", {assign_key(P, "high"): held.label_value(),
+                                              gate_key(P, "high"): "true"})
+    batch = _svc("batch", {f"{P}gpus": "8", f"{P}preemptible": "true"})
+    services = [batch, services[1]]
+    tasks = [SwarmTask("t-high", services[1].id, "n-4090", 1, "running", "running", ())]
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    assert {sp.name: sp.status for sp in plan.services} == {"batch": "pending",
+                                                            "high": "placed"}
+    assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []
+
+
+def test_a_preempted_service_says_why_and_its_record_goes_once_placed() -> None:
+    nodes, _, _ = _gpu_cluster({}, {})
+    rec = '{"at": 1.0, "by": "high", "node": "n-4090", "priority": 100}'
+    waiting = _svc("batch", {f"{P}gpus": "8", f"{P}{PREEMPTED_STATE}": rec})
+    st = preempted_state(waiting.labels, P)
+    assert st is not None and st.reason() == "preempted by high (priority 100)"
+    nodes[2] = _node("n-4090", "gpu-node-2", {assign_key(P, "x"): Holding(
+        "x", "n-4090", R_UUIDS[:1], (1000,)).label_value()})
+    x = _svc("x", {f"{P}gpus": "1"})
+    plan = plan_placement(nodes, [waiting, x], [], FACTS)
+    sp = {s.name: s for s in plan.services}["batch"]
+    assert sp.status == "pending" and (sp.reason or "").startswith(
+        "preempted by high (priority 100)")
+    plan = plan_placement([*nodes[:2], _node("n-4090", "gpu-node-2")], [waiting], [], FACTS)
+    sp = plan.services[0]
+    assert sp.status == "placed" and f"{P}{PREEMPTED_STATE}" in sp.service_labels_remove
+
+
+# --- the actuator, through full daemon cycles ---------------------------------------------
+
+
+def _daemon(sw: RecordingSwarm, tmp: str, **pre: Any) -> Daemon:
+    from swarmgpu.cli.manager import _attach_steps
+
+    port = _closed_port()
+    cfg = Config(state_dir=tmp, sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
+                 preemption=PreemptionConfig(**pre))
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
+    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
+    _attach_steps(d)
+    return d
+
+
+def _batch_state(sw: RecordingSwarm) -> tuple[dict[str, str], Any]:
+    return ({k: v for k, v in sw.node("n-4090").labels.items() if "batch" in k},
+            sw.service("id-batch").spec)
+
+
+def test_dry_run_decides_and_writes_nothing(tmp_path: Any) -> None:
+    sw = RecordingSwarm(*_gpu_cluster({f"{P}priority": "batch"},
+                                      {f"{P}priority": "inference"}))
+    d = _daemon(sw, str(tmp_path))  # preemption.dry_run: true, the default
+    before = _batch_state(sw)
+    for _ in range(3):
+        d.cycle()
+    assert _batch_state(sw) == before
+    assert [c for c in sw.calls if c != ("swarm", "swarm")] == []  # at most the model
+    high = {sp.name: sp for sp in d.last_placement.services}["high"]
+    assert any(w.startswith("would preempt batch (priority 0) on gpu-node-2")
+               for w in high.warnings), high.warnings
+
+
+def test_live_preemption_closes_the_victims_gate_and_places_the_preemptor(
+        tmp_path: Any) -> None:
+    sw = RecordingSwarm(*_gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"}))
+    d = _daemon(sw, str(tmp_path), dry_run=False)
+    d.cycle()
+    node = sw.node("n-4090").labels
+    assert assign_key(P, "batch") not in node and gate_key(P, "batch") not in node
+    labels = sw.service("id-batch").labels
+    assert devices_key(P, "n-4090") not in labels
+    st = preempted_state(labels, P)
+    assert st is not None and (st.by, st.priority) == ("high", 100)
+    sw.stop_tasks("id-batch", "n-4090")  # Swarm's constraint enforcer
+    d.cycle()
+    node = sw.node("n-4090").labels
+    # high holds 2 of the 8 (its gate opens once its task carries the devices)
+    assert assign_key(P, "high") in node and assign_key(P, "batch") not in node
+    by = {sp.name: sp for sp in d.last_placement.services}
+    assert by["batch"].status == "pending"
+    assert (by["batch"].reason or "").startswith("preempted by high (priority 100)")
+    assert by["high"].status == "placed"
+    for _ in range(2):  # the victim is not preempted again, nor re-placed over high
+        d.cycle()
+    node = sw.node("n-4090").labels
+    assert assign_key(P, "high") in node and assign_key(P, "batch") not in node
+
+
+def test_budget_zero_turns_preemption_off(tmp_path: Any) -> None:
+    sw = RecordingSwarm(*_gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"}))
+    d = _daemon(sw, str(tmp_path), dry_run=False, max_per_hour=0)
+    before = _batch_state(sw)
+    for _ in range(2):
+        d.cycle()
+    assert _batch_state(sw) == before

@@ -1,0 +1,84 @@
+"""Preemption on the real test swarm (config ``preemption.dry_run: false``): a priority-0
+batch service holds all 8 GPUs of the RTX 4090 box; a priority-100 service that can only
+use that box asks for 2. Within 60 s it runs, the batch service does not, and ``plan``
+gives "preempted by ... (priority 100)" as the batch service's reason; once the high one
+is removed, the batch service runs again within 60 s (its spec untouched but for
+swarmgpu's own state labels).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gpu_nodes import LOGS, RTX4090, agents, cfg_file, start_daemon, stop
+from swarm_harness import SwarmCluster
+from test_placement_swarm import deploy, plan, tasks_running, wait_running
+
+pytestmark = pytest.mark.swarm
+_ = agents  # fixture, used by name
+P = "swarmgpu."
+
+
+@pytest.fixture(scope="module")
+def daemon(swarm: SwarmCluster, agents: dict[str, Any],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("preempt")
+    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2},
+                   preemption={"dry_run": False, "settle_s": 10})
+    proc = start_daemon(swarm, cfg, LOGS / "preemption-daemon.log")
+    yield {"cfg": cfg, "tmp": tmp}
+    stop(proc)
+
+
+def test_high_priority_preempts_batch_and_batch_comes_back(
+        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    api = swarm.client(swarm.manager).api
+    deploy(swarm, daemon["tmp"], "pre", {
+        "batch": {"labels": {f"{P}gpus": "8", f"{P}priority": "0"}}})
+    wait_running(swarm, "pre_batch", 1, timeout=90)
+    (t,) = tasks_running(swarm, "pre_batch")
+    assert swarm.node(t["NodeID"]).hostname == RTX4090.hostname
+    spec_before = api.inspect_service("pre_batch")["Spec"]
+
+    start = time.monotonic()
+    deploy(swarm, daemon["tmp"], "pre", {
+        "batch": {"labels": {f"{P}gpus": "8", f"{P}priority": "0"}},
+        "high": {"labels": {f"{P}gpus": "2", f"{P}priority": "100",
+                            f"{P}gpu-product": "*RTX 4090*"}}})
+    wait_running(swarm, "pre_high", 1, timeout=60)
+    swarm.wait_for(lambda: not tasks_running(swarm, "pre_batch") or None,
+                   max(1.0, 60 - (time.monotonic() - start)), "the batch service stopped")
+    took = time.monotonic() - start
+    print(f"\npre_high running and pre_batch stopped {took:.1f} s after the deploy")
+    assert took <= 60
+    by = plan(daemon)
+    print(f"plan: pre_batch {by['pre_batch']['status']}: {by['pre_batch']['reason']}")
+    assert by["pre_batch"]["status"] == "pending"
+    assert "preempted by pre_high (priority 100)" in by["pre_batch"]["reason"]
+    assert by["pre_high"]["status"] == "placed"
+    labels = api.inspect_service("pre_batch")["Spec"]["Labels"]
+    assert json.loads(labels[f"{P}state.preempted"])["by"] == "pre_high"
+
+    # The high one goes: the batch service comes back on its own.
+    api.remove_service("pre_high")
+    start = time.monotonic()
+    wait_running(swarm, "pre_batch", 1, timeout=60)
+    print(f"pre_batch running again {time.monotonic() - start:.1f} s after pre_high's removal")
+    swarm.wait_for(lambda: f"{P}state.preempted" not in
+                   api.inspect_service("pre_batch")["Spec"]["Labels"] or None, 30,
+                   "the preempted record removed")
+    spec_after = api.inspect_service("pre_batch")["Spec"]
+    # Nothing but swarmgpu's own state changed: same image, env, constraints, labels.
+    mine = (f"{P}devices.", f"{P}state.")
+    def user(labels: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in labels.items() if not k.startswith(mine)}
+    assert user(spec_after["Labels"]) == user(spec_before["Labels"])
+    assert spec_after["TaskTemplate"]["ContainerSpec"] == \
+        spec_before["TaskTemplate"]["ContainerSpec"]
+    assert spec_after["TaskTemplate"]["Placement"]["Constraints"] == \
+        spec_before["TaskTemplate"]["Placement"]["Constraints"]
+    swarm.cli(swarm.manager, "stack", "rm", "pre")
