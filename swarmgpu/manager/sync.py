@@ -14,6 +14,7 @@ from swarmgpu.manager.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.agentbook import AgentBook
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.gpuhealth import HealthBook
+from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.writes import write_each
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.identity import IdentityError, agent_auth
@@ -35,6 +36,9 @@ def take_snapshot(swarm: SwarmClient, cfg: Config) -> Snapshot:
     nodes = swarm.nodes()
     services = swarm.services()
     tasks = swarm.tasks({"desired-state": "running"})
+    jobs = [s.id for s in services if s.mode in JOB_MODES]
+    if jobs:  # a job's tasks have desired state "complete": its progress is read from them
+        tasks += [t for t in swarm.tasks({"service": jobs}) if t.desired_state == "complete"]
     return Snapshot(nodes, services, tasks, fetch_agents(swarm, cfg, nodes))
 
 

@@ -66,6 +66,11 @@ class SwarmService:
     version: int
     spec: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     force_update: int = 0  # TaskTemplate.ForceUpdate: bumping it replaces every task
+    # Jobs (mode replicated-job / global-job): Swarm's counts and the run it is on
+    # (any update of a job's spec starts a new iteration: the job runs again)
+    max_concurrent: int | None = None
+    total_completions: int | None = None
+    job_iteration: int = 0
     created_at: str = field(default="", compare=False)  # CreatedAt (RFC 3339): its age
 
 
@@ -84,6 +89,7 @@ class SwarmTask:
     memory_mib: int = 0
     message: str = ""  # Status.Message ("pending task scheduling", ...)
     container_id: str = ""  # Status.ContainerStatus.ContainerID, once the task has one
+    job_iteration: int | None = None  # a job's task: the job run it belongs to
     created_at: str = field(default="", compare=False)  # CreatedAt (RFC 3339)
 
 
@@ -151,6 +157,10 @@ def reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
     return (_nano_to_milli(res.get("NanoCPUs")) or 0, _bytes_to_mib(res.get("MemoryBytes")) or 0)
 
 
+# Spec.Mode's keys as the stack file and the CLI write them (--mode replicated-job).
+_MODES = {"ReplicatedJob": "replicated-job", "GlobalJob": "global-job"}
+
+
 def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
     spec = raw.get("Spec", {})
     tt = spec.get("TaskTemplate", {})
@@ -158,18 +168,23 @@ def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
     mode = spec.get("Mode", {})
     mode_name = next(iter(mode), "replicated") if mode else "replicated"
     replicas = mode.get("Replicated", {}).get("Replicas") if "Replicated" in mode else None
+    job = mode.get("ReplicatedJob") or {}
     return SwarmService(
         id=raw["ID"],
         name=spec.get("Name", ""),
         labels=dict(spec.get("Labels") or {}),
         constraints=tuple(placement.get("Constraints") or ()),
         env=tuple(tt.get("ContainerSpec", {}).get("Env") or ()),
-        mode=mode_name.lower(),
+        mode=_MODES.get(mode_name, mode_name.lower()),
         replicas=replicas,
         max_replicas_per_node=placement.get("MaxReplicas"),
         version=int(raw.get("Version", {}).get("Index", 0)),
         spec=spec,
         force_update=int(tt.get("ForceUpdate") or 0),
+        max_concurrent=job.get("MaxConcurrent"),
+        total_completions=job.get("TotalCompletions"),
+        job_iteration=int(((raw.get("JobStatus") or {}).get("JobIteration") or {})
+                          .get("Index") or 0),
         created_at=str(raw.get("CreatedAt") or ""),
     )
 
@@ -191,6 +206,8 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         memory_mib=reservations(spec)[1],
         message=str(status.get("Message", "") or ""),
         container_id=str((status.get("ContainerStatus") or {}).get("ContainerID") or ""),
+        job_iteration=(int((raw.get("JobIteration") or {}).get("Index") or 0)
+                       if "JobIteration" in raw else None),
         created_at=str(raw.get("CreatedAt") or ""),
     )
 

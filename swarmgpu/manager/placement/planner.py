@@ -17,6 +17,7 @@ from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.generic import reserve_generic
+from swarmgpu.manager.placement.jobs import job_progress
 from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.preempt import mark_preempted, serve_order
@@ -216,6 +217,7 @@ class Planner:
                     backoff=self._backoff, open_since=self._open_since)
         self._last_cycle = cyc
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
+        jobs = job_progress(services, tasks)  # {} when no service is a job
         for s, r in serve_order(parsed):  # priority, then age (placement.preempt)
             mine = kept.get(s.name, {})
             mine_slots = slots.get(s.id, {})
@@ -227,6 +229,9 @@ class Planner:
             key += (bo.key() if bo is not None else None,)
             if not mine:  # pending: the same answer while capacity and nodes are as they were
                 key += (cluster.version, self._filters.gen)
+            if s.mode != "replicated":  # a node joining, a job's task ending: planned again
+                key += (jobs.get(s.id), cluster.version, self._filters.gen,
+                        len(cluster.alloc.nodes))
             memo = self._settled.get(s.id)
             if memo is not None and memo[0] == key:
                 sp = memo[1]  # last cycle's plan, no writes: it still holds
@@ -234,7 +239,7 @@ class Planner:
             else:
                 sp = plan_service(s, r, mine, ledger.get(s.name, {}), running.get(s.id, {}),
                                   waiting.get(s.id, NO_WAITING), self._requests[s.id][2], cyc,
-                                  mine_slots)
+                                  mine_slots, jobs.get(s.id))
                 if self.generic_kind and sp.request is not None and sp.status != "invalid":
                     reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
                 mark_preempted(sp, s, prefix)

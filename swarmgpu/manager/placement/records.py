@@ -58,6 +58,9 @@ class ServicePlan:
     node_writes: bool = False  # this plan changes node labels for it
     remove_constraints: list[str] = field(default_factory=list)  # gates naming others
     replaced: str = ""  # moved off nodes where Swarm would not run it: why (``converge``)
+    mode: str = "replicated"  # Swarm's service mode (global, replicated-job, global-job)
+    nodes_waiting: dict[str, str] = field(default_factory=dict)  # global: host -> why
+    progress: str | None = None  # a job's run: "n of m complete, k GPU holding(s) now"
 
     @property
     def needs_service_write(self) -> bool:
@@ -74,6 +77,9 @@ class ServicePlan:
             "placements": [p.to_dict() for p in self.placements],
             "reason": self.reason, "warnings": list(self.warnings),
             "packed": self.packed,
+            # other modes only: a replicated service's document is as it was
+            **({"mode": self.mode, "nodes_waiting": dict(self.nodes_waiting),
+                "progress": self.progress} if self.mode != "replicated" else {}),
         }
 
 

@@ -8,6 +8,8 @@ from swarmgpu.manager.placement.converge import converge
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.devicemap import write_devices_and_gates
 from swarmgpu.manager.placement.gating import gate_service
+from swarmgpu.manager.placement.globalmode import GLOBAL_MODES, plan_global
+from swarmgpu.manager.placement.jobs import JobProgress, finish_job_plan, job_replicas
 from swarmgpu.manager.placement.keys import (
     MAX_STATE,
     MOVE_STATE,
@@ -29,17 +31,17 @@ def plan_service(
     s: SwarmService, r: GpuRequest | RequestError, kept: dict[str, Holding],
     old: Mapping[str, Holding], running_on: Mapping[str, int],
     waiting: Waiting, res: tuple[int, int], cyc: Cycle,
-    slots: Mapping[int, str] | None = None,
+    slots: Mapping[int, str] | None = None, job: JobProgress | None = None,
 ) -> ServicePlan:
     """One service's plan, in steps: can it be placed at all, is it gated, which
     holdings it keeps, where its missing replicas go, what to write, what to report."""
     if isinstance(r, RequestError):
         return ServicePlan(s.name, s.id, None, "", "invalid", "Invalid", reason=str(r))
     sp = ServicePlan(s.name, s.id, r, r.describe(), "placed", "Active")
-    if s.mode != "replicated":
+    sp.mode = s.mode
+    if s.mode not in _MODES:
         sp.status, sp.state = "invalid", "Invalid"
-        sp.reason = (f"{s.mode} services cannot carry GPU requests; use mode: replicated "
-                     "with replicas")
+        sp.reason = f"mode {s.mode} is not one swarmgpu places ({', '.join(sorted(_MODES))})"
         return sp
     if f"{cyc.prefix}{MOVE_STATE}" in s.labels:
         # A rebalancing move owns this service until it ends (swarmgpu.manager.rebalance.mover):
@@ -52,7 +54,15 @@ def plan_service(
         return sp
     if not gate_service(sp, s, cyc):
         return sp
-    replicas = s.replicas or 0
+    if s.mode in GLOBAL_MODES:  # one holding per GPU node (placement.globalmode)
+        plan_global(sp, s, r, kept, old, running_on, waiting, res, cyc,
+                    job.done_nodes if job is not None else frozenset())
+        if s.mode == "global-job":
+            finish_job_plan(sp, s, job or JobProgress(), cyc.prefix)
+        return sp
+    if s.mode == "replicated-job":  # as many holdings as tasks may run now
+        job = job or JobProgress()
+    replicas = job_replicas(s, job) if job is not None else s.replicas or 0
     holdings = _keep_holdings(sp, s, kept, old, running_on, replicas, cyc)
     stuck = converge(sp, s, r, holdings, running_on, waiting, res, cyc)
     placements, reasons = place_replicas(sp, s, r, holdings, replicas, slots or {}, res, cyc)
@@ -90,7 +100,12 @@ def plan_service(
     sp.state = _state(sp, s, running_on, replicas)
     if r.rebalance is Rebalance.NEVER:
         sp.warnings.append("opted out of rebalancing")
+    if job is not None:
+        finish_job_plan(sp, s, job, cyc.prefix)
     return sp
+
+
+_MODES = frozenset(("replicated", "global", "replicated-job", "global-job"))
 
 
 def _keep_holdings(sp: ServicePlan, s: SwarmService, kept: Mapping[str, Holding],

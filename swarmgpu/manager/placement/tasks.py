@@ -32,6 +32,7 @@ class Waiting:
 NO_WAITING = Waiting()
 _ACTIVE = frozenset(ACTIVE_STATES) - {"running", "starting"}
 _FAILED = frozenset(("failed", "rejected"))
+_JOB_LIVE = frozenset(ACTIVE_STATES)
 
 
 @dataclass
@@ -64,8 +65,9 @@ def tasks_by_service(tasks: Sequence[SwarmTask],
         sid, state = t.service_id, t.state
         if state in _FAILED:
             failed.setdefault(sid, []).append(t.id)
-        if t.desired_state != "running":
-            continue
+        if t.desired_state != "running" and (t.desired_state != "complete"
+                                             or state not in _JOB_LIVE):
+            continue  # a job's task meant to run has desired state "complete"
         nid = t.node_id
         if t.slot:
             at = slots.get(sid)

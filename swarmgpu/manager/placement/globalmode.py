@@ -1,0 +1,87 @@
+"""A ``mode: global`` service (and a ``global-job``) with a GPU request: one holding per
+eligible GPU node, each node's own GPU set; a node without room waits, gate closed.
+
+Swarm's global orchestrator creates a task only on a node whose labels match the
+service's constraints, so a node whose gate is closed (no room, or no GPU at all) gets
+no task: nothing waits there, and the task a node gets once its gate opens is created
+after its device map was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+
+from swarmgpu.allocator.core import NodeState, Unplaceable
+from swarmgpu.allocator.mig import MigProfileError
+from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.devicemap import write_devices_and_gates
+from swarmgpu.manager.placement.keys import assign_key, gate_key
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
+from swarmgpu.manager.placement.replicas import placement_order, replicas_of
+from swarmgpu.manager.placement.specs import demand_of
+from swarmgpu.manager.placement.tasks import Waiting
+from swarmgpu.manager.requests import GpuRequest
+from swarmgpu.swarm.client import SwarmService
+
+GLOBAL_MODES = frozenset(("global", "global-job"))
+
+
+def plan_global(sp: ServicePlan, s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
+                old: Mapping[str, Holding], running_on: Mapping[str, int], waiting: Waiting,
+                res: tuple[int, int], cyc: Cycle,
+                done_nodes: AbstractSet[str] = frozenset()) -> ServicePlan:
+    """Keep the holdings on nodes Swarm still runs it on, place one on every other GPU
+    node with room, and say which nodes wait and why. ``done_nodes``: a global job's
+    nodes whose task completed (they hold nothing)."""
+    cluster, by_id = cyc.cluster, cyc.by_id
+    no = cyc.swarm_no(s)
+    holdings = {nid: h for nid, h in kept.items()
+                if nid in by_id and nid not in no and nid not in done_nodes}
+    for nid in old:  # a node gone, no longer matching, or its job task done
+        if nid not in holdings:
+            remove_node_labels(cyc.plan, nid, [assign_key(cyc.prefix, s.name),
+                                               gate_key(cyc.prefix, s.name)])
+            sp.node_writes = True
+            where = by_id[nid].hostname if nid in by_id else nid
+            sp.warnings.append(f"released its GPUs on {where}")
+    placements = [p for nid, h in holdings.items()
+                  for p in replicas_of(h, by_id[nid], cyc.facts.get(nid))]
+    demand = demand_of(r, *res)
+    waits: dict[str, str] = {}
+    for nid in sorted(cluster.alloc.nodes, key=lambda n: by_id[n].hostname if n in by_id else n):
+        if nid in holdings or nid in done_nodes or nid not in by_id or nid in no:
+            continue  # held, done, or a node Swarm would never run it on (constraints)
+        host = by_id[nid].hostname
+        if cluster.alloc.nodes[nid].blocked:
+            waits[host] = "node is down, paused or drained"
+            continue
+
+        def only(ns: NodeState, nid: str = nid) -> bool:
+            return ns.spec.name == nid
+        try:
+            choice = cluster.place(demand, allowed=only)
+        except MigProfileError as exc:
+            choice = Unplaceable(str(exc))
+        if isinstance(choice, Unplaceable):
+            waits[host] = cluster.hostnames(choice.reason)
+            continue
+        cluster.commit(choice, s.name)
+        placements.append(cluster.to_replica(choice))
+        sp.new = True
+    sp.placements = sorted(placements, key=placement_order)
+    sp.nodes_waiting = waits
+    write_devices_and_gates(sp, s, running_on, waiting, cyc)
+    if waits:
+        text = "; ".join(f"{h}: {why}" for h, why in sorted(waits.items()))
+        if sp.placements:
+            sp.warnings.append(f"{len(waits)} GPU node(s) wait, gate closed: {text}")
+        else:
+            sp.status, sp.reason = "pending", f"no GPU node has room: {text}"
+    elif not sp.placements and not done_nodes:
+        sp.status, sp.reason = "pending", "no GPU node Swarm would run it on"
+    sp.state = ("Pending" if not sp.placements else
+                "Bound" if sp.service_labels_set or sp.new or sp.gates_deferred else
+                "Active" if sum(running_on.values()) >= len(sp.placements) else "Allocated")
+    return sp

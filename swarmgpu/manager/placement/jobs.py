@@ -1,0 +1,116 @@
+"""Swarm jobs (``replicated-job``, ``global-job``) with a GPU request: how far the job's
+current run is, how many holdings it still needs, and which writes it must not get.
+
+Swarm starts a new run of a job (``JobIteration``) on ANY update of its spec, not only
+``docker service update --force``: a label write while the job runs would run it again
+from the start. So once a task of the run has started, swarmgpu writes nothing to the
+service: a completed or failed task gives its GPUs back through node labels only (ledger
+and gate), and the device map stays on the service for the next run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from swarmgpu.manager.placement.keys import DEVICES
+from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.swarm.client import SwarmService, SwarmTask
+
+JOB_MODES = frozenset(("replicated-job", "global-job"))
+_FAILED = frozenset(("failed", "rejected"))
+_STARTED = frozenset(("running", "complete", "failed"))
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """A job's current run, from its tasks of that iteration."""
+
+    complete: int = 0
+    failed: int = 0
+    started: bool = False  # a task of this run has run: no service write from now on
+    done_nodes: frozenset[str] = frozenset()  # nodes whose task completed (global jobs)
+
+    def text(self, total: int, held: int) -> str:
+        out = f"{self.complete} of {total} complete, {held} GPU holding(s) now"
+        return out + (f", {self.failed} failed" if self.failed else "")
+
+
+def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
+                 ) -> dict[str, JobProgress]:
+    """Per job service id, its current run's progress (one pass over the tasks; none
+    when there is no job)."""
+    runs = {s.id: s.job_iteration for s in services if s.mode in JOB_MODES}
+    if not runs:
+        return {}
+    complete: dict[str, int] = dict.fromkeys(runs, 0)
+    failed: dict[str, int] = dict.fromkeys(runs, 0)
+    started: set[str] = set()
+    done: dict[str, set[str]] = {sid: set() for sid in runs}
+    for t in tasks:
+        sid = t.service_id
+        if sid not in runs or (t.job_iteration is not None and t.job_iteration != runs[sid]):
+            continue  # a task of an earlier run
+        if t.state == "complete":
+            complete[sid] += 1
+            done[sid].add(t.node_id)
+        elif t.state in _FAILED:
+            failed[sid] += 1
+        if t.state in _STARTED:
+            started.add(sid)
+    return {sid: JobProgress(complete[sid], failed[sid], sid in started, frozenset(done[sid]))
+            for sid in runs}
+
+
+def restarts_failed(s: SwarmService) -> bool:
+    """Whether Swarm runs a failed task of ``s`` again (its restart policy)."""
+    policy = (s.spec.get("TaskTemplate") or {}).get("RestartPolicy") or {}
+    return str(policy.get("Condition") or "any") != "none"
+
+
+def job_replicas(s: SwarmService, prog: JobProgress) -> int:
+    """Holdings a replicated job needs now: at most ``MaxConcurrent`` tasks run at once,
+    and no more than the completions left (a failed task Swarm will not re-run is no
+    longer waiting for GPUs)."""
+    total = s.total_completions if s.total_completions is not None else 1
+    left = total - prog.complete - (0 if restarts_failed(s) else prog.failed)
+    return max(0, min(s.max_concurrent or total, left))
+
+
+def finish_job_plan(sp: ServicePlan, s: SwarmService, prog: JobProgress, prefix: str) -> None:
+    """A job's plan after placement: its progress, ``done`` once every task completed, and
+    no service write a running job would be re-run by."""
+    sp.mode = s.mode
+    total = (s.total_completions if s.total_completions is not None else 1
+             ) if s.mode == "replicated-job" else prog.complete + len(sp.placements)
+    sp.progress = prog.text(total, len(sp.placements))
+    finished = (prog.complete >= total if s.mode == "replicated-job"
+                else bool(prog.complete) and not sp.nodes_waiting)
+    if finished and not sp.placements:
+        sp.status, sp.state, sp.reason = "done", "Complete", sp.progress
+    # The device map of nodes given back stays: removing it would re-run the job, and a
+    # run started again finds it (and keeps it, when the same GPUs are free then).
+    sp.service_labels_remove = [k for k in sp.service_labels_remove
+                                if not k.startswith(prefix + DEVICES)
+                                and k != f"{prefix}state.update-parallelism"]
+    sp.service_labels_set.pop(f"{prefix}state.update-parallelism", None)
+    sp.set_update_parallelism = None  # a job has no rolling update to pace
+    if prog.started and sp.needs_service_write:
+        kept = _drop_writes(sp)
+        if kept:
+            sp.warnings.append("not written while the job runs (any update of a job runs it "
+                               f"again): {kept}")
+
+
+def _drop_writes(sp: ServicePlan) -> str:
+    what = [*sp.service_labels_set, *sp.service_labels_remove,
+            *(["constraints"] if sp.add_constraints or sp.remove_constraints else []),
+            *(["env"] if sp.add_env or sp.replace_env else []),
+            *(["max_replicas_per_node"] if sp.set_max_replicas is not None else []),
+            *(["force update"] if sp.force_update else [])]
+    sp.service_labels_set, sp.service_labels_remove = {}, []
+    sp.add_constraints, sp.remove_constraints = [], []
+    sp.add_env, sp.replace_env = [], []
+    sp.set_max_replicas, sp.force_update = None, False
+    sp.set_generic = None
+    return ", ".join(what)

@@ -1,0 +1,49 @@
+"""Pure tests of ``mode: global`` with a GPU request (placement.globalmode)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpu_nodes import DGX_A100, RTX4090
+from test_placement import FACTS, apply, node, svc
+
+from swarmgpu.manager.placement import Planner, plan_placement
+
+P = "swarmgpu."
+
+
+def gsvc(name: str, labels: dict[str, str]) -> object:
+    return replace(svc(name, labels), mode="global", replicas=None)
+
+
+def test_global_gets_one_holding_per_gpu_node_and_none_elsewhere() -> None:
+    cpu = node("n-cpu", "mgr-1")
+    nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2"), cpu]
+    s = gsvc("infer", {f"{P}gpus": "1"})
+    sp = plan_placement(nodes, [s], [], FACTS).services[0]  # type: ignore[list-item]
+    assert sp.status == "placed" and sp.mode == "global"
+    assert sorted(p.hostname for p in sp.placements) == ["gpu-node-1", "gpu-node-2"]
+    assert {k for k in sp.service_labels_set if k.startswith(f"{P}devices.")} == {
+        f"{P}devices.n-dgx", f"{P}devices.n-4090"}
+    assert sp.to_dict()["mode"] == "global" and sp.to_dict()["nodes_waiting"] == {}
+
+
+def test_global_node_without_room_waits_and_says_why_then_joins() -> None:
+    nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
+    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})  # the 4090 has 24 GiB
+    planner = Planner()
+    plan = planner.plan(nodes, [s], [], FACTS)  # type: ignore[list-item]
+    sp = plan.services[0]
+    assert [p.hostname for p in sp.placements] == ["gpu-node-1"]
+    assert list(sp.nodes_waiting) == ["gpu-node-2"]
+    assert any("gpu-node-2" in w for w in sp.warnings)
+    # A node joining is placed within one cycle (the plan is not the settled one).
+    nodes = apply(nodes, plan)
+    s2 = replace(s, labels={**s.labels, **sp.service_labels_set})  # type: ignore[type-var]
+    third = node("n-dgx2", "gpu-node-3")
+    facts = {**FACTS, "n-dgx2": DGX_A100.facts()}
+    sp = planner.plan([*nodes, third], [s2], [], facts).services[0]
+    assert sorted(p.hostname for p in sp.placements) == ["gpu-node-1", "gpu-node-3"]
+    # ... and a node leaving takes its holding with it (its labels are gone with it).
+    plan = planner.plan(nodes[1:], [s2], [], {"n-4090": RTX4090.facts()})
+    assert plan.services[0].status == "pending" and not plan.services[0].placements

@@ -1,0 +1,62 @@
+"""``mode: global`` with a GPU request on the real test swarm (mgr-1 without GPUs,
+gpu-node-1 and gpu-node-2 with agents): one task per GPU node, each pinned to its own GPU.
+
+The non-GPU node gets no task at all: its gate label is never set, and Swarm's global
+orchestrator creates tasks only on nodes whose labels match the constraints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gpu_nodes import GPU_NODES, LOGS, agents, cfg_file, run_cli, start_daemon, stop
+from swarm_harness import SwarmCluster
+from test_placement_swarm import container_env, wait_running
+
+from swarmgpu.manager.placement import env_template, gate_constraint
+
+pytestmark = pytest.mark.swarm
+_ = agents  # fixture, used by name
+P = "swarmgpu."
+
+
+@pytest.fixture(scope="module")
+def daemon(swarm: SwarmCluster, agents: dict[str, Any],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("global")
+    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
+    proc = start_daemon(swarm, cfg, LOGS / "global-daemon.log")
+    yield {"cfg": cfg}
+    stop(proc)
+
+
+def test_global_service_one_pinned_gpu_per_gpu_node(swarm: SwarmCluster,
+                                                     daemon: dict[str, Any]) -> None:
+    name = "infer"
+    swarm.cli(swarm.manager, "service", "create", "-d", "--no-resolve-image", "--name", name,
+              "--mode", "global", "--label", f"{P}gpus=1",
+              "--constraint", gate_constraint(P, name), "--env", env_template(P),
+              "--env", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "local/busybox:latest", "sleep", "3600")
+    tasks = wait_running(swarm, name, 2, timeout=90)
+    seen: dict[str, list[str]] = {}
+    for t in tasks:
+        host = swarm.node(t["NodeID"]).hostname
+        devices = container_env(swarm, t)["NVIDIA_VISIBLE_DEVICES"]
+        assert devices != "void", host
+        seen[host] = devices.split(",")
+    assert sorted(seen) == sorted(GPU_NODES)  # one task per GPU node, none on mgr-1
+    for host, uuids in seen.items():
+        assert len(uuids) == 1 and uuids[0] in GPU_NODES[host].uuids(), (host, uuids)
+    api = swarm.client(swarm.manager).api
+    on = {swarm.node(t["NodeID"]).hostname for t in api.tasks(filters={"service": name})
+          if t.get("NodeID")}
+    assert "mgr-1" not in on  # the non-GPU node never gets a task
+    res = run_cli("plan", "--config", str(daemon["cfg"]), "--json")
+    assert res.returncode == 0, res.stderr
+    (p,) = [s for s in json.loads(res.stdout)["services"] if s["name"] == name]
+    assert p["mode"] == "global" and p["status"] == "placed", p
+    assert sorted(pl["node"] for pl in p["placements"]) == sorted(GPU_NODES)
+    assert {pl["node"]: pl["uuids"] for pl in p["placements"]} == seen

@@ -1,0 +1,70 @@
+"""Pure tests of Swarm jobs with a GPU request (placement.jobs)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from test_placement import FACTS, apply, node, svc
+
+from swarmgpu.manager.placement import Planner
+from swarmgpu.swarm.client import SwarmService, SwarmTask
+
+P = "swarmgpu."
+NODES = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
+
+
+def job(replicas: int = 2, it: int = 0) -> SwarmService:
+    return replace(svc("embed", {f"{P}gpus": "1"}), mode="replicated-job", replicas=None,
+                   total_completions=replicas, max_concurrent=replicas, job_iteration=it)
+
+
+def task(tid: str, nid: str, state: str, it: int, fu: int = 1) -> SwarmTask:
+    return SwarmTask(tid, "id-embed", nid, None, state, "complete", (), force_update=fu,
+                     job_iteration=it)
+
+
+def test_job_places_its_tasks_then_releases_when_complete_and_reruns() -> None:
+    planner = Planner()
+    s = job()
+    plan = planner.plan(NODES, [s], [task("a", "", "pending", 0, 0)] * 2, FACTS)
+    sp = plan.services[0]
+    assert sp.mode == "replicated-job" and len(sp.placements) == 2
+    assert sp.force_update and sp.set_update_parallelism is None
+    assert sp.progress == "0 of 2 complete, 2 GPU holding(s) now"
+    nodes = apply(NODES, plan)
+    labels = {**s.labels, **sp.service_labels_set}
+    s = replace(s, labels=labels, force_update=1, job_iteration=1, version=2)
+    running = [task("b", "n-dgx", "running", 1), task("c", "n-4090", "running", 1)]
+    plan = planner.plan(nodes, [s], running, FACTS)
+    sp = plan.services[0]
+    assert not sp.needs_service_write  # a write would run the job again
+    nodes = apply(nodes, plan)
+    assert all(n.labels.get(f"{P}service.embed") == "true" for n in nodes)
+    # one completed: its node gives its GPU back (node labels only), the other keeps it
+    half = [task("b", "n-dgx", "complete", 1), task("c", "n-4090", "running", 1)]
+    plan = planner.plan(nodes, [s], half, FACTS)
+    sp = plan.services[0]
+    assert [p.hostname for p in sp.placements] == ["gpu-node-2"]
+    assert not sp.needs_service_write
+    assert f"{P}assign.embed" in plan.node_remove["n-dgx"]
+    nodes = apply(nodes, plan)
+    done = [task("b", "n-dgx", "complete", 1), task("c", "n-4090", "complete", 1)]
+    plan = planner.plan(nodes, [s], done, FACTS)
+    sp = plan.services[0]
+    assert (sp.status, sp.state) == ("done", "Complete") and not sp.placements
+    assert not sp.needs_service_write and sp.progress.startswith("2 of 2 complete, 0 GPU")
+    nodes = apply(nodes, plan)
+    assert not any(k.startswith(f"{P}assign.") for n in nodes for k in n.labels)
+    # docker service update --force: a new run, its tasks wait; they get GPUs again
+    s = replace(s, force_update=2, job_iteration=2, version=3)
+    rerun = [*done, task("d", "", "pending", 2, 2), task("e", "", "pending", 2, 2)]
+    sp = planner.plan(nodes, [s], rerun, FACTS).services[0]
+    assert sp.status == "placed" and len(sp.placements) == 2
+
+
+def test_failed_task_not_restarted_releases_its_gpu() -> None:
+    spec = {"TaskTemplate": {"RestartPolicy": {"Condition": "none"}}}
+    s = replace(job(1, 1), spec=spec)
+    planner = Planner()
+    sp = planner.plan(NODES, [s], [task("a", "n-dgx", "failed", 1)], FACTS).services[0]
+    assert not sp.placements and sp.progress == "0 of 1 complete, 0 GPU holding(s) now, 1 failed"
