@@ -245,16 +245,16 @@ def attach(daemon: CycleHost) -> None:
                 else:
                     log.info("{}", w)
         d.metrics.pending.set(pending)
+        if not plan.empty:
+            n = apply_plan(d.swarm, plan, dry_run=cfg.dry_run)
+            d.metrics.placements.labels(outcome="written").inc(n)
+            if any(sp.gates_deferred or sp.force_update for sp in plan.services):
+                # Replaced tasks appear within a second; open their gates right after.
+                timer = threading.Timer(1.0, d.trigger)
+                timer.daemon = True
+                timer.start()
+        # After placement's writes: a victim's gate closed now is not reopened by them.
         preempt(preempter, d, snap, plan, facts_by_node(snap, fallback))
-        if plan.empty:
-            return
-        n = apply_plan(d.swarm, plan, dry_run=cfg.dry_run)
-        d.metrics.placements.labels(outcome="written").inc(n)
-        if any(sp.gates_deferred or sp.force_update for sp in plan.services):
-            # Replaced tasks appear within a second; open their gates right after.
-            timer = threading.Timer(1.0, d.trigger)
-            timer.daemon = True
-            timer.start()
 
     daemon.extra_steps.append(step)
 
