@@ -232,6 +232,7 @@ class Replay:
         rng.shuffle(ranks)  # the FGD replay's node permutation, from the same stream
         self.world = World.of(nodes, ranks)
         self.planner = Planner(workload=_model(workload, pods))
+        self.planner.cluster.explain = False  # reasons are not read here
         self.batch = batch
         self.inflate = inflate
         self.frag = FragCache(workload_of(pods))
@@ -445,6 +446,7 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
     rng.shuffle(ranks)  # as build_allocator does in the allocator-level replay
     world = World.of(nodes, ranks)
     planner = Planner(workload=_model(workload, pods))
+    planner.cluster.explain = False  # reasons are not read here
     res = TimelineResult("swarmgpu", seed, pods=len(order))
     failed: Counter[str] = Counter()
     leaving: list[tuple[int, int, str]] = []  # (deletion time, tid, service id or cpu key)

@@ -60,6 +60,9 @@ class ClusterAllocator:
         self.node_gen: dict[str, int] = {}  # bumped when a node's spec is rebuilt
         self.tasks_on: set[tuple[str, str]] = set()  # (service id, node id) with a task
         self.timings: list[float] | None = None  # per placement decision, when measured
+        # Name the closest node when nothing fits (a scan of every node state); a
+        # replay that reads no reasons turns it off, as the baselines' replay does.
+        self.explain = True
         self._host_text: dict[str, str] = {}
         # (node, MIG profile) with no free device: stays so until a release on the node
         self._mig_none: set[tuple[str, str]] = set()
@@ -314,7 +317,7 @@ class ClusterAllocator:
             return Unplaceable(f"needs {d.describe()}; no allowed node has one free")
         if allowed is not None:
             exclude = frozenset(exclude) | {n for n, ns in a.nodes.items() if not allowed(ns)}
-        got = a.place(d, exclude=exclude, where=where)
+        got = a.place(d, exclude=exclude, where=where, explain=self.explain)
         if isinstance(got, Choice):
             return Choice(node=got.node, gpus=got.gpus, milli=got.milli, score=got.score,
                           explanation=f"{d.describe()} on {got.node}",

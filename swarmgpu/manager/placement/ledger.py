@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 
 from swarmgpu.manager.placement.keys import ASSIGN
 from swarmgpu.manager.placement.records import ReplicaPlacement
@@ -25,15 +24,18 @@ class Holding:
     milli: tuple[int, ...]
     slots: tuple[int, ...] = ()
 
-    @cached_property
-    def _value(self) -> str:
-        if not self.slots:
-            return _uuid_list(self.uuids, self.milli)
-        return ";".join(f"s{slot}={_uuid_list(u, m)}"
-                        for slot, (u, m) in self.per_slot_milli().items())
-
     def label_value(self) -> str:
-        return self._value
+        # Kept on the instance once written: every cycle compares each holding's value
+        # (functools.cached_property takes a lock per read on Python 3.11).
+        got: str | None = self.__dict__.get("_value")
+        if got is None:
+            if not self.slots:
+                got = _uuid_list(self.uuids, self.milli)
+            else:
+                got = ";".join(f"s{slot}={_uuid_list(u, m)}"
+                               for slot, (u, m) in self.per_slot_milli().items())
+            self.__dict__["_value"] = got
+        return got
 
     @property
     def packed(self) -> bool:
