@@ -360,9 +360,16 @@ class SwarmScorer:
         # the node's cost now is the same for every candidate GPU: computed once
         before = (self.node_cost(node.product, node.cpu_left, tuple(node.free))
                   if self.waste and cands else 0.0)
+        seen: set[int] = set()
         for i in cands:
+            # GPUs with the same free share leave the node in the same state (costs read
+            # the free shares as a multiset): the lowest index of each wins its ties.
+            f = node.free[i]
+            if f in seen:
+                continue
+            seen.add(f)
             delta = self._delta(node, d, i, before) if self.waste else 0.0
-            key = (round(delta, 6), node.free[i], i)
+            key = (round(delta, 6), f, i)
             best = min(best, key)
         return best[0], best[2]
 
