@@ -290,3 +290,68 @@ def test_budget_zero_turns_preemption_off(tmp_path: Any) -> None:
     for _ in range(2):
         d.cycle()
     assert _batch_state(sw) == before
+
+
+# --- a victim that can run elsewhere is moved, not stopped -------------------------------
+
+
+def _movable_cluster() -> RecordingSwarm:
+    """small (priority 0, 2 GPUs, any product) and filler (priority 50, not preemptible,
+    6 GPUs) fill n-4090; the DGX has 7 whole GPUs free; high wants 2 RTX 4090s."""
+    small_h = Holding("small", "n-4090", R_UUIDS[:2], (1000, 1000))
+    fill_h = Holding("filler", "n-4090", R_UUIDS[2:], tuple(1000 for _ in R_UUIDS[2:]))
+    nodes = [_node("n-mgr", "manager", role="manager"), _node("n-dgx", "gpu-node-1"),
+             _node("n-4090", "gpu-node-2", {
+                 assign_key(P, "small"): small_h.label_value(), gate_key(P, "small"): "true",
+                 assign_key(P, "filler"): fill_h.label_value(), gate_key(P, "filler"): "true"})]
+    small = _svc("small", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R_UUIDS[:2])})
+    filler = _svc("filler", {f"{P}gpus": "6", f"{P}priority": "50",
+                             f"{P}preemptible": "false",
+                             devices_key(P, "n-4090"): ",".join(R_UUIDS[2:])})
+    high = _svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+                         f"{P}priority": "100"})
+    tasks = [SwarmTask("t-small", small.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-filler", filler.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
+    return RecordingSwarm(nodes, [small, filler, high], tasks)
+
+
+def test_a_victim_that_fits_elsewhere_gets_a_relocation() -> None:
+    sw = _movable_cluster()
+    nodes, services, tasks = sw.nodes(), sw.services(), sw.tasks()
+    plan = plan_placement(nodes, services, tasks, FACTS)
+    (p,) = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100)
+    assert [v.service for v in p.victims] == ["small"] and p.hostname == "gpu-node-2"
+    where = p.moves["small"]
+    assert where.hostname == "gpu-node-1" and len(where.uuids) == 2
+    assert set(where.uuids) <= {g.uuid for g in DGX_F.gpus if not g.mig_enabled}
+
+
+def test_live_preemption_moves_a_movable_victim_through_the_mover(tmp_path: Any) -> None:
+    from swarmgpu.core.config import RebalanceConfig
+    from swarmgpu.manager.rebalance.mover import read_records
+
+    sw = _movable_cluster()
+    port = _closed_port()
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
+                 rebalance=RebalanceConfig(dry_run=False, policies="",
+                                           metrics_url_template=f"http://{{addr}}:{port}/m",
+                                           scrape_timeout_s=0.5),
+                 preemption=PreemptionConfig(dry_run=False))
+    from swarmgpu.cli.manager import _attach_steps
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
+    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
+    _attach_steps(d)
+    d.cycle()
+    (st,) = read_records(sw.swarm_labels(), P).values()
+    assert (st.service, st.source_host, st.target_host, st.trigger) == (
+        "small", "gpu-node-2", "gpu-node-1", "preemption")
+    small = sw.service("id-small").labels
+    assert f"{P}state.move" in small and f"{P}{PREEMPTED_STATE}" not in small
+    assert gate_key(P, "small") in sw.node("n-dgx").labels  # target open first
+    assert gate_key(P, "small") in sw.node("n-4090").labels  # source still open (surge)
+    d.cycle()  # the move in flight: high waits, nothing else is preempted
+    assert assign_key(P, "filler") in sw.node("n-4090").labels

@@ -3,7 +3,8 @@ batch service holds all 8 GPUs of the RTX 4090 box; a priority-100 service that 
 use that box asks for 2. Within 60 s it runs, the batch service does not, and ``plan``
 gives "preempted by ... (priority 100)" as the batch service's reason; once the high one
 is removed, the batch service runs again within 60 s (its spec untouched but for
-swarmgpu's own state labels).
+swarmgpu's own state labels). A preemptible victim that can run on the other node is
+moved there (make-before-break), not stopped.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ P = "swarmgpu."
 def daemon(swarm: SwarmCluster, agents: dict[str, Any],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("preempt")
+    # Moves on (through the rebalancer's mover), but no rebalancing policy of its own.
     cfg = cfg_file(tmp, swarm, sync={"interval_s": 2},
-                   preemption={"dry_run": False, "settle_s": 10})
+                   preemption={"dry_run": False, "settle_s": 10},
+                   rebalance={"dry_run": False, "policies": ""})
     proc = start_daemon(swarm, cfg, LOGS / "preemption-daemon.log")
     yield {"cfg": cfg, "tmp": tmp}
     stop(proc)
@@ -82,3 +85,46 @@ def test_high_priority_preempts_batch_and_batch_comes_back(
     assert spec_after["TaskTemplate"]["Placement"]["Constraints"] == \
         spec_before["TaskTemplate"]["Placement"]["Constraints"]
     swarm.cli(swarm.manager, "stack", "rm", "pre")
+
+
+def test_a_victim_that_can_run_elsewhere_is_moved_not_stopped(
+        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    """gpu-node-2 is filled by small (priority 0, 2 GPUs of any product) and fill
+    (priority 50, not preemptible, 6 GPUs), placed while gpu-node-1 was drained; the
+    DGX has 7 whole GPUs free. high wants 2 RTX 4090s: small is moved to gpu-node-1 and
+    keeps running; high runs on gpu-node-2; fill is untouched."""
+    api = swarm.client(swarm.manager).api
+    dgx = swarm.node("gpu-node-1").node_id
+    swarm.cli(swarm.manager, "node", "update", "--availability", "drain", dgx)
+    try:
+        deploy(swarm, daemon["tmp"], "mv", {
+            "small": {"labels": {f"{P}gpus": "2", f"{P}priority": "0"}},
+            "fill": {"labels": {f"{P}gpus": "6", f"{P}priority": "50",
+                                f"{P}preemptible": "false"}}})
+        wait_running(swarm, "mv_small", 1, timeout=90)
+        wait_running(swarm, "mv_fill", 1, timeout=90)
+    finally:
+        swarm.cli(swarm.manager, "node", "update", "--availability", "active", dgx)
+    (fill_task,) = tasks_running(swarm, "mv_fill")
+    assert swarm.node(tasks_running(swarm, "mv_small")[0]["NodeID"]).hostname == "gpu-node-2"
+    start = time.monotonic()
+    deploy(swarm, daemon["tmp"], "mv", {
+        "small": {"labels": {f"{P}gpus": "2", f"{P}priority": "0"}},
+        "fill": {"labels": {f"{P}gpus": "6", f"{P}priority": "50",
+                            f"{P}preemptible": "false"}},
+        "high": {"labels": {f"{P}gpus": "2", f"{P}priority": "100",
+                            f"{P}gpu-product": "*RTX 4090*"}}})
+    wait_running(swarm, "mv_high", 1, timeout=90)
+    (small,) = wait_running(swarm, "mv_small", 1, timeout=30)
+    took = time.monotonic() - start
+    print(f"\nmv_high running {took:.1f} s after the deploy; mv_small now on "
+          f"{swarm.node(small['NodeID']).hostname}")
+    assert swarm.node(small["NodeID"]).hostname == "gpu-node-1"
+    labels = api.inspect_service("mv_small")["Spec"]["Labels"]
+    assert f"{P}state.preempted" not in labels  # moved, never stopped
+    (high,) = tasks_running(swarm, "mv_high")
+    assert swarm.node(high["NodeID"]).hostname == "gpu-node-2"
+    assert [t["ID"] for t in tasks_running(swarm, "mv_fill")] == [fill_task["ID"]]
+    log = (LOGS / "preemption-daemon.log").read_text()
+    assert "to make room for mv_high (priority 100)" in log
+    swarm.cli(swarm.manager, "stack", "rm", "mv")

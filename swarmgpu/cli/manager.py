@@ -59,13 +59,14 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
 
 def _attach_steps(d: Any) -> None:
     """Plug the planners (placement, rebalancing) and the cluster view into the cycle."""
-    from swarmgpu.manager import observe, overshare, placement_step
+    from swarmgpu.manager import observe, overshare, placement_step, preempt_step
     from swarmgpu.manager.rebalance.step import attach as attach_rebalance
 
     placement_step.attach(d)
     rebalancer = attach_rebalance(d)
     if rebalancer is not None:
         d.moves_view = rebalancer.to_dict
+    preempt_step.attach(d)  # after both: see swarmgpu.manager.preempt_step
     observe.attach(d)
     overshare.attach(d)  # after observe, which judges each holder's use
 

@@ -21,8 +21,6 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan
-from swarmgpu.manager.preempt_step import Preempter
-from swarmgpu.manager.preempt_step import run as preempt
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.manager.writes import write_each
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
@@ -216,7 +214,6 @@ def attach(daemon: CycleHost) -> None:
         return
 
     last_store = [0.0]
-    preempter = Preempter(cfg)
 
     def step(d: CycleHost, snap: Snapshot) -> None:
         fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
@@ -245,16 +242,15 @@ def attach(daemon: CycleHost) -> None:
                 else:
                     log.info("{}", w)
         d.metrics.pending.set(pending)
-        if not plan.empty:
-            n = apply_plan(d.swarm, plan, dry_run=cfg.dry_run)
-            d.metrics.placements.labels(outcome="written").inc(n)
-            if any(sp.gates_deferred or sp.force_update for sp in plan.services):
-                # Replaced tasks appear within a second; open their gates right after.
-                timer = threading.Timer(1.0, d.trigger)
-                timer.daemon = True
-                timer.start()
-        # After placement's writes: a victim's gate closed now is not reopened by them.
-        preempt(preempter, d, snap, plan, facts_by_node(snap, fallback))
+        if plan.empty:
+            return
+        n = apply_plan(d.swarm, plan, dry_run=cfg.dry_run)
+        d.metrics.placements.labels(outcome="written").inc(n)
+        if any(sp.gates_deferred or sp.force_update for sp in plan.services):
+            # Replaced tasks appear within a second; open their gates right after.
+            timer = threading.Timer(1.0, d.trigger)
+            timer.daemon = True
+            timer.start()
 
     daemon.extra_steps.append(step)
 

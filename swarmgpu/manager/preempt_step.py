@@ -13,6 +13,13 @@ safety and the writes:
 * input is not state: each victim's holding is read again from its node just before
   the writes, and a victim whose ledger entry is gone or changed is left alone.
 
+A victim that can run on another node (``Preemption.moves``) is moved there instead,
+make-before-break, through the rebalancer's mover (``Mover.start``: its own checks, the
+record, the surge); the rebalancer's mover advances it each cycle, so a move needs
+``rebalance.enabled`` and ``rebalance.dry_run: false`` (else the victim is stopped). The
+mover refuses a service with ``swarmgpu.rebalance: never``, one cooling down or not
+converged: that victim is stopped. Its preemptor waits while the move is in flight.
+
 A victim is stopped by swarmgpu's own state only: its ``<p>devices.<node>`` lists go and
 ``<p>state.preempted`` is set on the service (no task restarts: labels only), then its
 ledger entry and gate leave the node, and Swarm's constraint enforcer stops the task with
@@ -36,7 +43,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import PlacementPlan, assign_key, gate_key
-from swarmgpu.manager.placement.keys import DEVICES
+from swarmgpu.manager.placement.keys import DEVICES, MOVE_STATE
 from swarmgpu.manager.placement.ledger import read_ledger
 from swarmgpu.manager.placement.preempt import (
     PREEMPTED_STATE,
@@ -46,6 +53,9 @@ from swarmgpu.manager.placement.preempt import (
     choose_preemptions,
     preempted_state,
 )
+from swarmgpu.manager.placement_step import facts_by_node
+from swarmgpu.manager.rebalance.mover import Mover
+from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 
@@ -62,6 +72,16 @@ class Preempter:
         self.victim_at: dict[str, float] = {}  # victim name -> when it was last preempted
         self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
         self.logged: set[str] = set()  # dry-run decisions already logged
+        self.moving: dict[str, str] = {}  # preemptor -> a victim it had moved
+        self.mover: Mover | None = None
+        rb = cfg.rebalance
+        self.can_move = rb.enabled and not rb.dry_run and not cfg.dry_run
+
+    def _mover(self, swarm: SwarmClient) -> Mover:
+        if self.mover is None:
+            self.mover = Mover(swarm, self.cfg.rebalance, prefix=self.prefix,
+                               dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run)
+        return self.mover
 
     def cycle(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan,
               facts: Mapping[str, NodeFacts],
@@ -79,6 +99,9 @@ class Preempter:
             if st is not None and now - st.at < pc.victim_cooldown_s:
                 cooling.add(s.name)
         settling = {n for n, at in self.preemptor_at.items() if now - at < pc.settle_s}
+        in_move = {s.name for s in snap.services if self.prefix + MOVE_STATE in s.labels}
+        self.moving = {p: v for p, v in self.moving.items() if v in in_move}
+        settling |= self.moving.keys()  # its victim's move is in flight: wait for it
         chosen = choose_preemptions(
             plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
             preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
@@ -102,7 +125,8 @@ class Preempter:
                 log.warning("preemption budget spent ({} per hour): not {}", pc.max_per_hour,
                             p.describe())
                 continue
-            stopped = [v for v in p.victims if self._stop(swarm, p, v, now)]
+            stopped = [v for v in p.victims if self._move(swarm, snap, p, v)
+                       or self._stop(swarm, p, v, now)]
             if stopped:
                 self.preemptor_at[p.service] = now
                 for v in stopped:
@@ -111,6 +135,31 @@ class Preempter:
                 done.append(p)
         self.logged &= {p.describe() for p in chosen}
         return done
+
+    def _move(self, swarm: SwarmClient, snap: Snapshot, p: Preemption, v: Candidate) -> bool:
+        """Start moving ``v`` where it can run instead; False: stop it."""
+        where = p.moves.get(v.service)
+        svc = next((s for s in snap.services if s.id == v.service_id), None)
+        if where is None or not self.can_move or v.holding is None or svc is None:
+            return False
+        m = Move(service=v.service, service_id=v.service_id, source_node=v.node_id,
+                 source_host=p.hostname, source_uuids=v.holding.uuids,
+                 source_milli=v.holding.milli, target_node=where.node_id,
+                 target_host=where.hostname, target_gpus=where.gpus, target_uuids=where.uuids,
+                 target_milli=tuple(1000 for _ in where.uuids), trigger=Trigger.PREEMPTION,
+                 window_s=None, reason=f"room for {p.service} (priority {p.priority})",
+                 gain=f"{p.service} runs, {v.service} keeps running")
+        try:
+            started = self._mover(swarm).start(m, svc)
+        except SwarmError as exc:
+            logger.bind(service=v.service).error("preemption: move failed to start: {}", exc)
+            return False
+        if started:
+            self.moving[p.service] = v.service
+            logger.bind(service=v.service).warning(
+                "moved from {} to {} (make-before-break) to make room for {} (priority {})",
+                p.hostname, where.hostname, p.service, p.priority)
+        return started
 
     def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float) -> bool:
         """Close one victim's gate on its node, after its device lists and the record."""
@@ -155,14 +204,28 @@ class Preempter:
         return True
 
 
-def run(pre: Preempter, d: CycleHost, snap: Snapshot, plan: PlacementPlan,
-        facts: Mapping[str, NodeFacts]) -> None:
-    """One cycle of preemption, after placement planned (placement_step)."""
-    planner = d.planner
-    refused = planner.refused_nodes if planner is not None else None
-    done = pre.cycle(d.swarm, snap, plan, facts, refused)
-    if done and not (d.cfg.preemption.dry_run or d.cfg.dry_run):
-        # The victims' tasks stop within their grace period: plan again soon.
-        timer = threading.Timer(1.0, d.trigger)
-        timer.daemon = True
-        timer.start()
+def attach(daemon: CycleHost) -> Preempter | None:
+    """Add preemption as a step after placement's and the rebalancer's: placement's
+    writes (a re-deploy's device map) cannot reopen a gate closed here, and a move
+    started here is judged by the rebalancer's mover only from the next snapshot on,
+    which carries its label (as for the mover's own moves)."""
+    if not daemon.cfg.placement.enabled:
+        return None
+    pre = Preempter(daemon.cfg)
+
+    def step(d: CycleHost, snap: Snapshot) -> None:
+        plan = d.last_placement
+        if not isinstance(plan, PlacementPlan):
+            return
+        fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
+        planner = d.planner
+        refused = planner.refused_nodes if planner is not None else None
+        done = pre.cycle(d.swarm, snap, plan, facts_by_node(snap, fallback), refused)
+        if done and not (d.cfg.preemption.dry_run or d.cfg.dry_run):
+            # The victims' tasks stop within their grace period: plan again soon.
+            timer = threading.Timer(1.0, d.trigger)
+            timer.daemon = True
+            timer.start()
+
+    daemon.extra_steps.append(step)
+    return pre

@@ -31,14 +31,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.keys import MOVE_STATE
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan
-from swarmgpu.manager.requests import GpuRequest, RequestError
+from swarmgpu.manager.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
@@ -108,6 +108,18 @@ class Candidate:
     node_id: str
     priority: int
     started: str  # its newest task's creation time on the node ("" unknown)
+    uuids: tuple[str, ...]  # the GPUs of its holding the preemptor could use
+    holding: Holding | None = None  # its whole holding on the node
+
+
+@dataclass(frozen=True)
+class Relocation:
+    """Where a victim could run instead: free GPUs on another node (make-before-break
+    through the rebalancer's mover, ``manager.preempt_step``)."""
+
+    node_id: str
+    hostname: str
+    gpus: tuple[int, ...]
     uuids: tuple[str, ...]
 
 
@@ -121,9 +133,12 @@ class Preemption:
     node_id: str
     hostname: str
     victims: tuple[Candidate, ...]
+    moves: Mapping[str, Relocation] = field(default_factory=dict)  # victim -> elsewhere
 
     def describe(self) -> str:
-        names = ", ".join(f"{v.service} (priority {v.priority})" for v in self.victims)
+        names = ", ".join(f"{v.service} (priority {v.priority})" +
+                          (f" -> moved to {self.moves[v.service].hostname}"
+                           if v.service in self.moves else "") for v in self.victims)
         return f"preempt {names} on {self.hostname} for {self.service} (priority {self.priority})"
 
 
@@ -240,7 +255,7 @@ def choose_preemptions(
                     continue
                 cands.append(Candidate(svc, vs.id, nid, vr.priority,
                                        started.get((vs.id, nid), ""),
-                                       tuple(u for u in h.uuids if u in usable)))
+                                       tuple(u for u in h.uuids if u in usable), h))
             victims = pick_victims(r.gpus, free, cands, holders)
             if not victims:
                 continue
@@ -251,7 +266,48 @@ def choose_preemptions(
         if hopeless or best is None:
             continue
         p = best[1]
-        out.append(p)
         gone.update(v.service for v in p.victims)
         taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
+        moves: dict[str, Relocation] = {}
+        for v in p.victims:
+            vr, vs = req.get(v.service), by_name.get(v.service)
+            if isinstance(vr, GpuRequest) and vs is not None:
+                where = relocation(vr, vs, v, by_node, facts, holdings, taken,
+                                   refused(vs) if refused is not None else frozenset())
+                if where is not None:
+                    moves[v.service] = where
+                    taken.update((where.node_id, u) for u in where.uuids)
+        out.append(replace(p, moves=moves))
     return out
+
+
+def relocation(r: GpuRequest, s: SwarmService, v: Candidate, by_node: Mapping[str, SwarmNode],
+               facts: Mapping[str, NodeFacts], holdings: Mapping[str, Mapping[str, Holding]],
+               taken: AbstractSet[tuple[str, str]], refused: AbstractSet[str],
+               ) -> Relocation | None:
+    """Free whole GPUs for one replica of ``s`` on another node it does not hold on: the
+    node left with the fewest free GPUs (best fit), then the hostname. Only a plain
+    whole-GPU replica (no topology, not packed) is moved; the others are stopped."""
+    h = v.holding
+    if (r.is_fraction or r.mig_profile or r.topology is not Topology.ANY or h is None
+            or h.packed or len(h.uuids) != r.gpus):
+        return None
+    best: tuple[tuple[int, str], Relocation] | None = None
+    for nid, node in by_node.items():
+        if nid == v.node_id or nid in refused or node.state != "ready" \
+                or node.availability != "active" or s.name in holdings.get(nid, {}):
+            continue
+        f = facts.get(nid)
+        if f is None:
+            continue
+        held = {u for hh in holdings.get(nid, {}).values() for u in hh.uuids}
+        free = [g for g in f.gpus if g.uuid in _usable(r, f) and g.uuid not in held
+                and (nid, g.uuid) not in taken]
+        if len(free) < r.gpus:
+            continue
+        pick = sorted(free, key=lambda g: g.index)[:r.gpus]
+        key = (len(free) - r.gpus, node.hostname)
+        if best is None or key < best[0]:
+            best = (key, Relocation(nid, node.hostname, tuple(g.index for g in pick),
+                                    tuple(g.uuid for g in pick)))
+    return best[1] if best is not None else None

@@ -18,6 +18,7 @@ class Trigger(StrEnum):
     DEFRAG = "defrag"
     FRAGMENTATION = "fragmentation"
     SPREAD = "spread"
+    PREEMPTION = "preemption"  # a victim moved to make room (manager.preempt_step)
 
 
 class Outcome(StrEnum):
