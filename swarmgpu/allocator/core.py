@@ -36,6 +36,7 @@ NVLINK_PAIR_MIN = 100  # one NVLink in go-gpuallocator's pair score
 TOPOLOGIES = ("any", "nvlink", "numa")
 COST_MEMO_MAX = 200_000  # node costs kept (SwarmScorer.node_cost)
 FIT_MEMO_MAX = 500_000  # (demand, group state) answers kept before they are dropped
+GID_MAX = 1_000_000  # group states numbered before the numbering table is dropped
 
 
 @dataclass(frozen=True)
@@ -145,8 +146,8 @@ MigPicker = Callable[[NodeSpec, tuple[int, ...], Demand], object | None]
 class NodeState:
     """One node's spec and what is free on it now."""
 
-    __slots__ = ("blocked", "cpu_left", "free", "gkey", "mem_left", "product", "rank", "simple",
-                 "spec")
+    __slots__ = ("blocked", "cpu_left", "free", "gid", "gkey", "mem_left", "product", "rank",
+                 "simple", "spec")
 
     def __init__(self, spec: NodeSpec, rank: int) -> None:
         self.spec = spec
@@ -163,6 +164,7 @@ class NodeState:
             and all(g.healthy and not g.mig_enabled and g.numa_node is None for g in spec.gpus)
         )
         self.gkey: tuple[object, ...] = ()
+        self.gid = -1  # the allocator's number for gkey (``Allocator._gid``)
 
     def group_key(self) -> tuple[object, ...]:
         if self.simple:
@@ -406,17 +408,22 @@ class Allocator:
         self.scorer: Scorer = scorer or SwarmScorer()
         self.mig_picker = mig_picker
         self.nodes: dict[str, NodeState] = {}
-        self._groups: dict[tuple[object, ...], dict[str, NodeState]] = {}
-        self._gpu_groups: dict[tuple[object, ...], dict[str, NodeState]] = {}
-        self._group_best: dict[tuple[object, ...], NodeState] = {}
+        # Groups are keyed by a number per group state (``_gid``): the decision loop
+        # looks each group up in a memo, and hashing the state tuple every time cost
+        # most of a decision.
+        self._gids: dict[tuple[object, ...], int] = {}
+        self._next_gid = 0
+        self._groups: dict[int, dict[str, NodeState]] = {}
+        self._gpu_groups: dict[int, dict[str, NodeState]] = {}
+        self._group_best: dict[int, NodeState] = {}
         self._usage: dict[str, tuple[int, int]] = {}
         self._sets: dict[object, tuple[int, ...] | None] = {}  # gpu_set per (shape, state)
-        self._memo: dict[Demand, dict[tuple[object, ...], float | None]] = {}
+        self._memo: dict[Demand, dict[int, float | None]] = {}
         # Whether a group state fits a demand: unlike scores, the workload does not
         # change it, so it outlives ``_memo`` (the daemon's planner refreshes its model
         # every few hundred arrivals, and re-checking every state then cost more than
         # the scoring).
-        self._fit_memo: dict[Demand, dict[tuple[object, ...], bool]] = {}
+        self._fit_memo: dict[Demand, dict[int, bool]] = {}
         self._fit_memo_n = 0
         # GPU-milli per model, and how much of it is free, for scorers that weigh models
         self.gpu_capacity: dict[str, int] = {}
@@ -507,22 +514,36 @@ class Allocator:
 
     def _enter(self, node: NodeState) -> None:
         node.gkey = node.group_key()
-        self._groups.setdefault(node.gkey, {})[node.spec.name] = node
+        gid = node.gid = self._gid(node.gkey)
+        self._groups.setdefault(gid, {})[node.spec.name] = node
         if any(node.free):
-            self._gpu_groups[node.gkey] = self._groups[node.gkey]
-        best = self._group_best.get(node.gkey)
+            self._gpu_groups[gid] = self._groups[gid]
+        best = self._group_best.get(gid)
         if best is None or node.rank < best.rank:
-            self._group_best[node.gkey] = node
+            self._group_best[gid] = node
+
+    def _gid(self, gkey: tuple[object, ...]) -> int:
+        """The number of a group state. Numbers are never reused, so a memo keyed by
+        them stays right when the table is dropped (a state seen again then gets a new
+        number, and is scored again)."""
+        gid = self._gids.get(gkey)
+        if gid is None:
+            if len(self._gids) >= GID_MAX:
+                self._gids.clear()
+            gid = self._gids[gkey] = self._next_gid
+            self._next_gid += 1
+        return gid
 
     def _leave(self, node: NodeState) -> None:
-        members = self._groups[node.gkey]
+        gid = node.gid
+        members = self._groups[gid]
         del members[node.spec.name]
         if not members:
-            del self._groups[node.gkey]
-            self._gpu_groups.pop(node.gkey, None)
-            del self._group_best[node.gkey]
-        elif self._group_best[node.gkey] is node:
-            self._group_best[node.gkey] = min(members.values(), key=lambda n: n.rank)
+            del self._groups[gid]
+            self._gpu_groups.pop(gid, None)
+            del self._group_best[gid]
+        elif self._group_best[gid] is node:
+            self._group_best[gid] = min(members.values(), key=lambda n: n.rank)
 
     def representatives(self, d: Demand) -> list[NodeState]:
         """One node per group of nodes in the same state (the lowest rank), for searches
