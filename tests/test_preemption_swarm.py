@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, RTX4090, agents, cfg_file, start_daemon, stop
+from gpu_nodes import LOGS, RTX4090, agents, cfg_file, run_cli, start_daemon, stop
 from swarm_harness import SwarmCluster
 from test_placement_swarm import deploy, plan, tasks_running, wait_running
 
@@ -65,6 +65,11 @@ def test_high_priority_preempts_batch_and_batch_comes_back(
     assert by["pre_high"]["status"] == "placed"
     labels = api.inspect_service("pre_batch")["Spec"]["Labels"]
     assert json.loads(labels[f"{P}state.preempted"])["by"] == "pre_high"
+    why = "preempted by pre_high (priority 100)"
+    for cmd in ("status", "audit"):  # the same reason wherever a pending service shows
+        out = run_cli(cmd, "--config", str(daemon["cfg"])).stdout
+        assert any("pre_batch" in line and why in line for line in out.splitlines()), out
+    assert why in (LOGS / "preemption-daemon.log").read_text()
 
     # The high one goes: the batch service comes back on its own.
     api.remove_service("pre_high")
