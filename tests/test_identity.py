@@ -118,7 +118,7 @@ def test_doctor_warns_about_a_plain_http_agent() -> None:
     assert scheme == "http"
     view = dataclasses.replace(read_view(str(ROOT)), agent_scheme=scheme)
     c = check_agent_identity(view)
-    assert c.status is Status.WARN and "--tls-cert" in c.fix and c.why
+    assert c.status is Status.WARN and "--identity swarm-pki" in c.fix and c.why
     assert check_agent_identity(dataclasses.replace(view, agent_scheme="https")).status \
         is Status.OK
 
