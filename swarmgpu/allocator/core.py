@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as Set
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from swarmgpu.allocator import topology
 from swarmgpu.allocator.fragmentation import (
@@ -37,6 +37,9 @@ TOPOLOGIES = ("any", "nvlink", "numa")
 COST_MEMO_MAX = 200_000  # node costs kept (SwarmScorer.node_cost)
 FIT_MEMO_MAX = 500_000  # (demand, group state) answers kept before they are dropped
 GID_MAX = 1_000_000  # group states numbered before the numbering table is dropped
+# A memo miss (None is "cannot host it"); only ever compared by identity, typed as a
+# score so the decision loop needs no narrowing.
+_UNSCORED = cast(float, object())
 
 
 @dataclass(frozen=True)
@@ -710,17 +713,20 @@ class Allocator:
         best_score = -math.inf
         best: NodeState | None = None
         group_best = self._group_best
-        score = self.scorer.score
-        for gk in groups:
-            s = memo.get(gk, 0.0)
-            if s == 0.0 and gk not in memo:  # 0.0 doubles as "not cached yet"
+        if where is None and not exclude:  # the common case: no per-group filter
+            for gk in groups:
+                s = memo.get(gk, _UNSCORED)
+                if s is _UNSCORED:
+                    s = self._score_group(gk, d, memo, fit_memo)
+                if s is None or s < best_score:
+                    continue
                 rep = group_best[gk]
-                ok = fit_memo.get(gk)
-                if ok is None:
-                    ok = fit_memo[gk] = self.fits(rep, d)
-                    self._fit_memo_n += 1
-                s = score(rep, d) if ok else None
-                memo[gk] = s
+                if s > best_score or (best is not None and rep.rank < best.rank):
+                    best_score, best = s, rep
+        for gk in groups if where is not None or exclude else ():
+            s = memo.get(gk, _UNSCORED)
+            if s is _UNSCORED:
+                s = self._score_group(gk, d, memo, fit_memo)
             if s is None:
                 continue
             rep = group_best[gk]
@@ -747,6 +753,17 @@ class Allocator:
             explanation=self._explain(best, d, gpus),
             cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
         )
+
+    def _score_group(self, gk: int, d: Demand, memo: dict[int, float | None],
+                     fit_memo: dict[int, bool]) -> float | None:
+        """Score one group's state for ``d`` (None: it cannot host it), into the memos."""
+        rep = self._group_best[gk]
+        ok = fit_memo.get(gk)
+        if ok is None:
+            ok = fit_memo[gk] = self.fits(rep, d)
+            self._fit_memo_n += 1
+        s = memo[gk] = self.scorer.score(rep, d) if ok else None
+        return s
 
     def place_on(self, name: str, d: Demand) -> Choice | Unplaceable:
         """Place ``d`` on one named node (used by rebalancing moves)."""
