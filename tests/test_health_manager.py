@@ -168,3 +168,17 @@ def test_an_agent_cannot_fail_another_nodes_gpu() -> None:
     assert all(g.healthy for g in n1_facts.gpus)
     assert not n2_facts.gpus[0].healthy
     assert [r["node"] for r in book.view(now=5)] == ["gpu-node-2"]
+
+
+def test_save_writes_only_when_a_state_changed(tmp_path: Path) -> None:
+    book = HealthBook(HealthConfig(), P)
+    _apply(book, _facts(), 100)
+    book.save(str(tmp_path))
+    saved = next(tmp_path.glob("*.json"))
+    saved.write_text("{}")  # a marker: a save with nothing changed leaves it
+    _apply(book, _facts(), 130)
+    book.save(str(tmp_path))
+    assert saved.read_text() == "{}"
+    _apply(book, _facts(h0=HealthSignals(xid_events=(XidEvent(79, 140.0),))), 140)
+    book.save(str(tmp_path))
+    assert "Xid 79" in saved.read_text()

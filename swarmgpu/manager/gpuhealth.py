@@ -64,6 +64,8 @@ class HealthBook:
         # States are keyed "<node id>/<uuid>": an agent speaks for its own node only, so a
         # broken or forged one naming another node's GPU UUID cannot fail that GPU.
         self.where: dict[str, tuple[str, int]] = {}  # key -> (hostname, index)
+        # What the last save wrote (states, where): a cycle that changed nothing skips it.
+        self._saved: tuple[dict[str, GpuState], dict[str, tuple[str, int]]] | None = None
         self.nodes: dict[str, NodeHealth] = {}  # hostname -> summary
         self.gauge = Gauge("swarmgpu_gpus_by_health", "GPUs by health state "
                            "(healthy, degraded, failed; docs/health.md)", ["level"],
@@ -140,7 +142,12 @@ class HealthBook:
 
     # --- persistence: the daemon saves each cycle; plan/status/audit read it -------------
     def save(self, state_dir: str) -> None:
-        """Atomic write (temp file + rename) of every state and where each GPU is."""
+        """Atomic write (temp file + rename) of every state and where each GPU is; no
+        write when nothing changed since the last one (steady cycles at 40,000 GPUs
+        would otherwise spend seconds dumping the same states)."""
+        seen = (dict(self.states), dict(self.where))
+        if seen == self._saved:
+            return
         d = Path(state_dir)
         d.mkdir(parents=True, exist_ok=True)
         data = {u: {**st.to_saved(), "where": list(self.where.get(u, ("", -1)))}
@@ -149,6 +156,7 @@ class HealthBook:
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=1, sort_keys=True)
         os.replace(tmp, d / STATE_FILE)
+        self._saved = seen
 
     def load(self, state_dir: str) -> None:
         """The states the daemon saved (none when the file is missing or damaged)."""
