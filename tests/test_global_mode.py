@@ -47,3 +47,18 @@ def test_global_node_without_room_waits_and_says_why_then_joins() -> None:
     # ... and a node leaving takes its holding with it (its labels are gone with it).
     plan = planner.plan(nodes[1:], [s2], [], {"n-4090": RTX4090.facts()})
     assert plan.services[0].status == "pending" and not plan.services[0].placements
+
+
+def test_status_lists_global_nodes_waiting_and_jobs_done() -> None:
+    from swarmgpu.manager.cluster_view import _modes_lines
+
+    nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
+    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})
+    sp = plan_placement(nodes, [s], [], FACTS).services[0]  # type: ignore[list-item]
+    done = {"name": "embed", "mode": "replicated-job", "status": "done", "placements": [],
+            "progress": "2 of 2 complete, 0 GPU holding(s) now", "nodes_waiting": {}}
+    lines = _modes_lines([sp.to_dict(), done, {"name": "r", "placements": []}])
+    assert lines[1] == "global services and jobs:"
+    assert lines[2] == "  big (global): on gpu-node-1"
+    assert lines[3].startswith("    gpu-node-2: waiting, gate closed: ")
+    assert lines[4] == "  embed (replicated-job): done, 2 of 2 complete, 0 GPU holding(s) now"

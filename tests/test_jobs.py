@@ -55,6 +55,9 @@ def test_job_places_its_tasks_then_releases_when_complete_and_reruns() -> None:
     assert not sp.needs_service_write and sp.progress.startswith("2 of 2 complete, 0 GPU")
     nodes = apply(nodes, plan)
     assert not any(k.startswith(f"{P}assign.") for n in nodes for k in n.labels)
+    # the gates stay: Swarm rejects (and runs again) a completed task whose node no
+    # longer matches its constraints
+    assert all(n.labels.get(f"{P}service.embed") == "true" for n in nodes)
     # docker service update --force: a new run, its tasks wait; they get GPUs again
     s = replace(s, force_update=2, job_iteration=2, version=3)
     rerun = [*done, task("d", "", "pending", 2, 2), task("e", "", "pending", 2, 2)]
@@ -68,3 +71,18 @@ def test_failed_task_not_restarted_releases_its_gpu() -> None:
     planner = Planner()
     sp = planner.plan(NODES, [s], [task("a", "n-dgx", "failed", 1)], FACTS).services[0]
     assert not sp.placements and sp.progress == "0 of 1 complete, 0 GPU holding(s) now, 1 failed"
+
+
+def test_done_job_holds_nothing_and_its_gpu_is_taken_by_a_new_service() -> None:
+    """The device map stays on a finished job (removing it would run the job again); it is
+    never adopted as a holding, so every GPU of the node is free for another service."""
+    n4090 = [NODES[1]]
+    s = replace(job(1, 1), labels={f"{P}gpus": "1", f"{P}devices.n-4090": "GPU-x"})
+    s = replace(s, labels={**s.labels, f"{P}devices.n-4090":
+                           FACTS["n-4090"].gpus[0].uuid})
+    whole = svc("whole", {f"{P}gpus": str(len(FACTS["n-4090"].gpus))})
+    plan = Planner().plan(n4090, [s, whole], [task("a", "n-4090", "complete", 1)],
+                          {"n-4090": FACTS["n-4090"]})
+    by = {sp.name: sp for sp in plan.services}
+    assert by["embed"].status == "done" and not by["embed"].placements
+    assert by["whole"].status == "placed", by["whole"].reason

@@ -209,7 +209,7 @@ services:
   c:
     image: x
     deploy:
-      mode: global
+      mode: daemonset
       labels: {swarmgpu.gpus: "1"}
   ok:
     image: x
@@ -224,7 +224,7 @@ def test_check_stack_collects_every_error_with_service_and_key() -> None:
                  "services.a.deploy.labels: swarmgpu.gpu-memroy='4G'",
                  "services.b.deploy.resources.reservations.cpus: 'lots'",
                  "services.b.deploy.resources.reservations.devices[0].device_ids",
-                 "services.c.deploy.mode: global services cannot carry GPU requests"):
+                 "services.c.deploy.mode: 'daemonset' is not one of"):
         assert any(e.startswith(want) for e in errors), (want, errors)
 
 

@@ -185,6 +185,11 @@ def plan(config_path: str | None, as_json: bool) -> None:
                        f"{','.join(pl.uuids)}")
         if sp.packed:
             click.echo(f"  replicas {sp.packed}")
+        if sp.mode != "replicated":  # global: per node; a job: its run's progress
+            for host, why in sorted(sp.nodes_waiting.items()):
+                click.echo(f"  {host}: waiting, gate closed: {why}")
+            if sp.progress and sp.progress != sp.reason:
+                click.echo(f"  {sp.mode}: {sp.progress}")
         if sp.reason:
             click.echo(f"  why: {sp.reason}")
         for w in sp.warnings:

@@ -232,6 +232,9 @@ def _swarm_spec(full: str, svc: Mapping[str, Any], deploy: Mapping[str, Any],
         tt["Resources"] = {"Reservations": res}
     api_mode: dict[str, Any] = (
         {"Replicated": {"Replicas": replicas}} if mode == "replicated"
+        # a stack's replicated job: its replicas are both counts (docker stack deploy)
+        else {"ReplicatedJob": {"MaxConcurrent": replicas, "TotalCompletions": replicas}}
+        if mode == "replicated-job"
         else {"".join(w.capitalize() for w in mode.split("-")): {}})
     return {"Name": full, "Labels": dict(labels), "Mode": api_mode, "TaskTemplate": tt}
 
@@ -306,7 +309,7 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         _add_env(svc, gpu.env)
     _try(errs, None, _env_list, svc, w)
     mode = _try(errs, "replicated", _mode, deploy, w)
-    if mode == "replicated":
+    if mode in ("replicated", "replicated-job"):
         _try(errs, 1, _replicas, deploy, w)
     placement = _try(errs, none, _mapping, deploy, "placement", f"{w}.deploy")
     for check in (_constraints, _preferences, _max_replicas):
@@ -319,9 +322,6 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         req = None if bad else parse_all(labels, prefix=prefix, zone_label=zone_label)
         if req is not None:
             out.requests.append(svc_name)
-            if mode != "replicated":
-                errs.append(f"{w}.deploy.mode: {mode} services cannot carry GPU requests; "
-                            "use mode: replicated with replicas")
     out.errors.extend(errs)
 
 
@@ -361,9 +361,10 @@ def stack_services(stack: Mapping[str, Any], name: str,
                            if DEVICES in k or is_share_key(k, prefix)})
         placement = _mapping(deploy, "placement", f"{where}.deploy")
         mode = _mode(deploy, where)
-        replicas = _replicas(deploy, where) if mode == "replicated" else None
+        count = _replicas(deploy, where) if mode in ("replicated", "replicated-job") else None
+        replicas = count if mode == "replicated" else None
         env = _env_list(svc, where)
-        spec = _swarm_spec(full, svc, deploy, placement, labels, env, mode, replicas, where)
+        spec = _swarm_spec(full, svc, deploy, placement, labels, env, mode, count, where)
         out.append(SwarmService(
             id=cur.id if cur else f"render:{full}", name=full, labels=labels,
             constraints=tuple(spec["TaskTemplate"]["Placement"]["Constraints"]),
@@ -371,6 +372,8 @@ def stack_services(stack: Mapping[str, Any], name: str,
             max_replicas_per_node=spec["TaskTemplate"]["Placement"].get("MaxReplicas"),
             version=cur.version + 1 if cur else 0, spec=spec,
             force_update=cur.force_update if cur else 0,
+            max_concurrent=count if mode == "replicated-job" else None,
+            total_completions=count if mode == "replicated-job" else None,
         ))
     return out
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.keys import DEVICES
 from swarmgpu.manager.placement.ledger import Holding, packed_holding
 from swarmgpu.manager.placement.replicas import holding_fits
@@ -75,8 +76,8 @@ class KeptHoldings:
                         continue
                 wanted.setdefault(s.name, {})[node_id] = h
                 order.append((s.id, s.name, h))
-            if isinstance(r, RequestError):
-                continue
+            if isinstance(r, RequestError) or s.mode in JOB_MODES:
+                continue  # a job's lists outlive its run (placement.jobs): never adopted
             got = self.declared.get(s.id)
             if got is None or got[0] != s.version:
                 got = (s.version, _declared_lists(s.labels, self.dk))

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from swarmgpu.manager.placement.keys import DEVICES
-from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.keys import DEVICES, gate_key
+from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 JOB_MODES = frozenset(("replicated-job", "global-job"))
@@ -77,10 +78,12 @@ def job_replicas(s: SwarmService, prog: JobProgress) -> int:
     return max(0, min(s.max_concurrent or total, left))
 
 
-def finish_job_plan(sp: ServicePlan, s: SwarmService, prog: JobProgress, prefix: str) -> None:
-    """A job's plan after placement: its progress, ``done`` once every task completed, and
-    no service write a running job would be re-run by."""
+def finish_job_plan(sp: ServicePlan, s: SwarmService, prog: JobProgress, cyc: Cycle) -> None:
+    """A job's plan after placement: its progress, ``done`` once every task completed, the
+    gates its completed tasks need, and no service write a running job would be re-run by."""
+    prefix = cyc.prefix
     sp.mode = s.mode
+    _keep_done_gates(sp, s, prog, cyc)
     total = (s.total_completions if s.total_completions is not None else 1
              ) if s.mode == "replicated-job" else prog.complete + len(sp.placements)
     sp.progress = prog.text(total, len(sp.placements))
@@ -100,6 +103,23 @@ def finish_job_plan(sp: ServicePlan, s: SwarmService, prog: JobProgress, prefix:
         if kept:
             sp.warnings.append("not written while the job runs (any update of a job runs it "
                                f"again): {kept}")
+
+
+def _keep_done_gates(sp: ServicePlan, s: SwarmService, prog: JobProgress, cyc: Cycle) -> None:
+    """A completed task's node keeps the job's gate (its ledger goes): Swarm's constraint
+    enforcer rejects a completed task whose node no longer matches the constraints, and
+    the job then runs that task again. Gates of other nodes that hold nothing go (a gate
+    left from an earlier run would let a new run's task start without a holding)."""
+    gate = gate_key(cyc.prefix, s.name)
+    held = {p.node_id for p in sp.placements}
+    for nid in prog.done_nodes:
+        drop = cyc.plan.node_remove.get(nid)
+        if drop is not None and gate in drop:
+            drop.remove(gate)
+    for nid, n in cyc.by_id.items():
+        if n.labels.get(gate) and nid not in held and nid not in prog.done_nodes:
+            remove_node_labels(cyc.plan, nid, [gate])
+            sp.node_writes = True
 
 
 def _drop_writes(sp: ServicePlan) -> str:

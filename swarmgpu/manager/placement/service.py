@@ -58,7 +58,7 @@ def plan_service(
         plan_global(sp, s, r, kept, old, running_on, waiting, res, cyc,
                     job.done_nodes if job is not None else frozenset())
         if s.mode == "global-job":
-            finish_job_plan(sp, s, job or JobProgress(), cyc.prefix)
+            finish_job_plan(sp, s, job or JobProgress(), cyc)
         return sp
     if s.mode == "replicated-job":  # as many holdings as tasks may run now
         job = job or JobProgress()
@@ -101,7 +101,7 @@ def plan_service(
     if r.rebalance is Rebalance.NEVER:
         sp.warnings.append("opted out of rebalancing")
     if job is not None:
-        finish_job_plan(sp, s, job, cyc.prefix)
+        finish_job_plan(sp, s, job, cyc)
     return sp
 
 

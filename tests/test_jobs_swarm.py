@@ -1,0 +1,105 @@
+"""Swarm jobs with a GPU request on the real test swarm: a ``replicated-job`` of 2 tasks,
+1 GPU each, runs both pinned to a GPU, gives its GPUs back within a cycle of completing
+(no ledger label left, a new service takes the whole node), and runs again with GPUs
+after ``docker service update --force``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from gpu_nodes import GPU_NODES, LOGS, RTX4090, agents, cfg_file, run_cli, start_daemon, stop
+from swarm_harness import SwarmCluster
+from test_placement_swarm import wait_running
+
+from swarmgpu.manager.placement import env_template, gate_constraint
+
+pytestmark = pytest.mark.swarm
+_ = agents  # fixture, used by name
+P = "swarmgpu."
+JOB = "embed"
+
+
+@pytest.fixture(scope="module")
+def daemon(swarm: SwarmCluster, agents: dict[str, Any],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("jobs")
+    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
+    proc = start_daemon(swarm, cfg, LOGS / "jobs-daemon.log")
+    yield {"cfg": cfg}
+    stop(proc)
+
+
+def gpu_create(swarm: SwarmCluster, name: str, *args: str) -> None:
+    swarm.cli(swarm.manager, "service", "create", "-d", "--no-resolve-image", "--name", name,
+              "--constraint", gate_constraint(P, name), "--env", env_template(P), *args)
+
+
+def run_devices(swarm: SwarmCluster) -> dict[str, str]:
+    """Once both tasks of the job's current run completed: host -> the devices each saw."""
+    api = swarm.client(swarm.manager).api
+
+    def done() -> dict[str, str] | None:
+        it = (api.inspect_service(JOB).get("JobStatus") or {}).get("JobIteration", {})
+        ts = [t for t in api.tasks(filters={"service": JOB})
+              if t.get("JobIteration", {}).get("Index") == it.get("Index")]
+        if len(ts) != 2 or any(t["Status"]["State"] != "complete" for t in ts):
+            return None
+        out = {}
+        for t in ts:
+            node = swarm.node(t["NodeID"])
+            cid = t["Status"]["ContainerStatus"]["ContainerID"]
+            env = dict(e.split("=", 1) for e in
+                       swarm.client(node).api.inspect_container(cid)["Config"]["Env"])
+            out[f"{node.hostname}/{t['ID']}"] = env["NVIDIA_VISIBLE_DEVICES"]
+        return out
+
+    return swarm.wait_for(done, 120, "both tasks of the job's run complete")
+
+
+def ledger_of(swarm: SwarmCluster, name: str) -> dict[str, str]:
+    api = swarm.client(swarm.manager).api
+    return {n["Description"]["Hostname"]: n["Spec"]["Labels"][f"{P}assign.{name}"]
+            for n in api.nodes() if f"{P}assign.{name}" in (n["Spec"].get("Labels") or {})}
+
+
+def plan_of(daemon: dict[str, Any], name: str) -> dict[str, Any]:
+    res = run_cli("plan", "--config", str(daemon["cfg"]), "--json")
+    assert res.returncode == 0, res.stderr
+    (p,) = [s for s in json.loads(res.stdout)["services"] if s["name"] == name]
+    return p
+
+
+def test_job_runs_pinned_releases_and_reruns(swarm: SwarmCluster,
+                                             daemon: dict[str, Any]) -> None:
+    gpu_create(swarm, JOB, "--mode", "replicated-job", "--replicas", "2",
+               "--label", f"{P}gpus=1", "local/busybox:latest", "sleep", "4")
+    first = run_devices(swarm)
+    assert sorted(k.split("/")[0] for k in first) == sorted(GPU_NODES), first
+    for key, devices in first.items():
+        host = key.split("/")[0]
+        assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
+    # Within a cycle (2 s) of completing, the job holds nothing and is shown done.
+    swarm.wait_for(lambda: not ledger_of(swarm, JOB) or None, 10, "the job's ledger gone")
+    p = plan_of(daemon, JOB)
+    assert p["status"] == "done" and p["mode"] == "replicated-job", json.dumps(p)
+    assert p["progress"].startswith("2 of 2 complete, 0 GPU"), p
+    # A service asking for every GPU of gpu-node-2 gets them, the job's one included.
+    whole = "whole"
+    n = len(RTX4090.facts().gpus)
+    gpu_create(swarm, whole, "--label", f"{P}gpus={n}", "--constraint",
+               "node.hostname==gpu-node-2", "local/busybox:latest", "sleep", "3600")
+    (t,) = wait_running(swarm, whole, 1, timeout=60)
+    assert swarm.node(t["NodeID"]).hostname == "gpu-node-2"
+    swarm.cli(swarm.manager, "service", "rm", whole)
+    swarm.wait_for(lambda: not ledger_of(swarm, whole) or None, 15, "whole's ledger gone")
+    # Re-run: Swarm runs the job again on --force; each task gets a GPU again.
+    swarm.cli(swarm.manager, "service", "update", "-d", "--force", JOB)
+    again = run_devices(swarm)
+    assert set(again).isdisjoint(first)  # new tasks
+    for key, devices in again.items():
+        host = key.split("/")[0]
+        assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
+    swarm.wait_for(lambda: not ledger_of(swarm, JOB) or None, 10, "the re-run's ledger gone")
