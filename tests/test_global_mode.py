@@ -62,3 +62,23 @@ def test_status_lists_global_nodes_waiting_and_jobs_done() -> None:
     assert lines[2] == "  big (global): on gpu-node-1"
     assert lines[3].startswith("    gpu-node-2: waiting, gate closed: ")
     assert lines[4] == "  embed (replicated-job): done, 2 of 2 complete, 0 GPU holding(s) now"
+
+
+def test_audit_names_a_global_services_gpu_node_without_room(tmp_path: object) -> None:
+    import time
+
+    from swarmgpu.core.config import Config
+    from swarmgpu.manager.agent_client import FactsResult
+    from swarmgpu.manager.placement_step import audit_checks
+    from swarmgpu.manager.sync import Snapshot
+
+    nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
+    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})
+    facts = {n.id: FactsResult(n.id, n.hostname, "", FACTS[n.id], None, time.time())
+             for n in nodes}
+    cfg = replace(Config(), state_dir=str(tmp_path))
+    snap = Snapshot(nodes, [s], [], facts)  # type: ignore[list-item]
+    (check,) = audit_checks(cfg)
+    found = [f for f in check(snap) if f.kind == "global-node-waiting"]
+    assert [(f.subject, f.advisory) for f in found] == [("big", True)]
+    assert found[0].message.startswith("gpu-node-2: ")

@@ -268,6 +268,9 @@ def audit_checks(cfg: Config) -> list[Any]:
                 out.append(Finding("invalid-request", sp.name, sp.reason or ""))
             elif sp.status == "pending":
                 out.append(Finding("pending", sp.name, f"{sp.request_text}: {sp.reason}"))
+            for host, why in sorted(sp.nodes_waiting.items()):  # global: a node without room
+                out.append(Finding("global-node-waiting", sp.name, f"{host}: {why}",
+                                   advisory=sp.status != "pending"))
             for w in sp.warnings:
                 if w.startswith("adopted"):
                     # advisory: the daemon adds the gate and env itself (adopt_ungated)
