@@ -355,3 +355,100 @@ def test_live_preemption_moves_a_movable_victim_through_the_mover(tmp_path: Any)
     assert gate_key(P, "small") in sw.node("n-4090").labels  # source still open (surge)
     d.cycle()  # the move in flight: high waits, nothing else is preempted
     assert assign_key(P, "filler") in sw.node("n-4090").labels
+
+
+# --- queues with quotas --------------------------------------------------------------------
+
+
+def test_a_queue_never_exceeds_its_max_and_status_counts_its_use() -> None:
+    nodes = [_node("n-dgx", "gpu-node-1"), _node("n-4090", "gpu-node-2")]
+    a = _svc("a", {f"{P}gpus": "4", f"{P}queue": "research"})
+    b = _svc("b", {f"{P}gpus": "2", f"{P}queue": "research"})
+    c = _svc("c", {f"{P}gpus": "2", f"{P}queue": "prod"})
+    plan = plan_placement(nodes, [a, b, c], [], FACTS)  # no quotas: all placed
+    assert {sp.name: sp.status for sp in plan.services} == dict.fromkeys("abc", "placed")
+    from swarmgpu.manager.placement import Planner
+
+    quotas = {"research": (0, 5000), "prod": (8000, None)}
+    plan = Planner(queues=quotas).plan(nodes, [a, b, c], [], FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["a"].status == "placed" and by["c"].status == "placed"
+    assert by["b"].status == "pending" and by["b"].reason == (
+        "queue research at its quota: max 5 GPUs, 4 used, this service needs 2")
+    assert plan.queues == [
+        {"queue": "prod", "used_gpus": 2.0, "guaranteed_gpus": 8.0, "max_gpus": None,
+         "configured": True, "blocked": []},
+        {"queue": "research", "used_gpus": 4.0, "guaranteed_gpus": 0.0, "max_gpus": 5.0,
+         "configured": True, "blocked": ["b"]}]
+    # held at its max: it never preempts
+    assert choose_preemptions(plan, nodes, [a, b, c], [], FACTS, prefix=P,
+                              preemptible_below=100) == []
+
+
+def test_bad_queue_config_and_label_are_named() -> None:
+    from swarmgpu.core.config import queue_quotas
+
+    assert queue_quotas({"q": {"guaranteed": 2, "max": 4.5}}) == {"q": (2000, 4500)}
+    for bad in ({"q": {"guaranteed": 5, "max": 4}}, {"q": {"min": 1}}, {"q": 3}):
+        with pytest.raises(ValueError, match="q: "):
+            queue_quotas(bad)
+    e = parse_all({f"{P}gpus": "1", f"{P}queue": "a b"})
+    assert isinstance(e, RequestError) and e.key == f"{P}queue"
+
+
+def _quota_cluster(research_prio: str, prod_prio: str
+                   ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    held = Holding("research", "n-4090", R_UUIDS, tuple(1000 for _ in R_UUIDS))
+    nodes = [_node("n-dgx", "gpu-node-1"),
+             _node("n-4090", "gpu-node-2", {assign_key(P, "research"): held.label_value(),
+                                            gate_key(P, "research"): "true"})]
+    research = _svc("research", {f"{P}gpus": "8", f"{P}queue": "research",
+                                 f"{P}priority": research_prio,
+                                 devices_key(P, "n-4090"): ",".join(R_UUIDS)})
+    prod = _svc("prod", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+                         f"{P}queue": "prod", f"{P}priority": prod_prio})
+    tasks = [SwarmTask("t-r", research.id, "n-4090", 1, "running", "running", ())]
+    return nodes, [research, prod], tasks
+
+
+def test_work_above_its_guarantee_is_reclaimed_by_a_queue_below_its_own() -> None:
+    from swarmgpu.manager.placement import Planner
+
+    quotas = {"research": (0, None), "prod": (4000, None)}
+    # equal priorities: only the quota makes research a victim
+    nodes, services, tasks = _quota_cluster("100", "100")
+    plan = Planner(queues=quotas).plan(nodes, services, tasks, FACTS)
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100)
+    assert [(p.service, [v.service for v in p.victims]) for p in got] == [
+        ("prod", ["research"])]
+    # no quotas: equal priorities never preempt
+    plan = Planner().plan(nodes, services, tasks, FACTS)
+    assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []
+    # research's guarantee covers what it holds: not reclaimable
+    plan = Planner(queues={"research": (8000, None), "prod": (4000, None)}).plan(
+        nodes, services, tasks, FACTS)
+    assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []
+
+
+def test_no_ping_pong_between_queues() -> None:
+    """prod got its 2 GPUs back from research: research (pending, 8 GPUs, guarantee 0) can
+    neither reclaim them (it would go above its guarantee) nor preempt by priority."""
+    from swarmgpu.manager.placement import Planner
+
+    held = Holding("prod", "n-4090", R_UUIDS[:2], (1000, 1000))
+    nodes = [_node("n-dgx", "gpu-node-1"),
+             _node("n-4090", "gpu-node-2", {assign_key(P, "prod"): held.label_value(),
+                                            gate_key(P, "prod"): "true"})]
+    research = _svc("research", {f"{P}gpus": "8", f"{P}queue": "research",
+                                 f"{P}priority": "100"})
+    prod = _svc("prod", {f"{P}gpus": "2", f"{P}queue": "prod", f"{P}priority": "100"})
+    tasks = [SwarmTask("t-p", prod.id, "n-4090", 1, "running", "running", ())]
+    plan = Planner(queues={"research": (0, None), "prod": (4000, None)}).plan(
+        nodes, [research, prod], tasks, FACTS)
+    assert {sp.name: sp.status for sp in plan.services} == {"research": "pending",
+                                                            "prod": "placed"}
+    assert choose_preemptions(plan, nodes, [research, prod], tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []

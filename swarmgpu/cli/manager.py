@@ -174,7 +174,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
         click.echo("no service carries a swarmgpu GPU request")
     if as_json:
         click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services],
-                               "moves": moves, "workload": p.workload,
+                               "moves": moves, "workload": p.workload, "queues": p.queues,
                                "gpu_health": health_rows(snap.facts)}, indent=2))
         return
     for sp in p.services:

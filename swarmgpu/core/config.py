@@ -237,6 +237,24 @@ def parse_priority_classes(text: str) -> dict[str, int]:
     return out
 
 
+def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]:
+    """``queues:`` -> {name: (guaranteed, max or None)} in thousandths of a GPU; ValueError
+    naming the bad queue."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for name, q in queues.items():
+        if not isinstance(q, Mapping) or set(q) - {"guaranteed", "max"}:
+            raise ValueError(f"{name}: expected {{guaranteed: GPUs, max: GPUs}}, got {q!r}")
+        try:
+            g = float(q.get("guaranteed", 0))
+            m = None if q.get("max") is None else float(q["max"])
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}: guaranteed and max are numbers of GPUs") from None
+        if g < 0 or (m is not None and m < g) or g > 1e6 or (m is not None and m > 1e6):
+            raise ValueError(f"{name}: need 0 <= guaranteed <= max (GPUs)")
+        out[str(name)] = (round(g * 1000), None if m is None else round(m * 1000))
+    return out
+
+
 @dataclass(frozen=True)
 class PreemptionConfig:
     """Priority and preemption (docs/requests.md, "Priority and preemption")."""
@@ -278,6 +296,8 @@ class Config:
     history: HistoryConfig = field(default_factory=HistoryConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
+    queues: dict[str, Any] = field(default_factory=dict)
+    """GPU quotas per queue (swarmgpu.queue): name -> {guaranteed: GPUs, max: GPUs}."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -345,6 +365,13 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
     _check_rebalance(cfg.rebalance, add)
     _check_preemption(cfg.preemption, add)
+    if not isinstance(cfg.queues, Mapping):
+        add(f"queues: expected a mapping of queue -> {{guaranteed, max}}, got {cfg.queues!r}")
+    else:
+        try:
+            queue_quotas(cfg.queues)
+        except ValueError as e:
+            add(f"queues.{e}")
     if cfg.placement.overshare not in ("report", "restart"):
         add(f"placement.overshare: {cfg.placement.overshare!r}; use 'report' "
             "or 'restart'")

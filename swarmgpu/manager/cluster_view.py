@@ -216,6 +216,7 @@ def build_cluster(
         "nodes": nodes_out, "services": services_out, "pending": pending,
         "moves": dict(moves) if moves else {"proposed": [], "recent": []},
         "workload": dict(plan.workload) if plan else {},
+        "queues": list(plan.queues) if plan else [],  # use against quota (placement.queues)
     }
 
 
@@ -328,24 +329,6 @@ def document_problems(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _modes_lines(services: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Global services per node (which wait, and why) and jobs' runs (done, or n of m)."""
-    out: list[str] = []
-    for sv in services:
-        mode = sv.get("mode")
-        if not mode or mode == "replicated":
-            continue
-        on = ", ".join(sorted(p["node"] for p in sv.get("placements") or [])) or "no node"
-        text = f"  {sv['name']} ({mode}): "
-        text += ("done, " if sv.get("status") == "done" else f"on {on}")
-        if sv.get("progress"):
-            text += ("" if sv.get("status") == "done" else "; ") + str(sv["progress"])
-        out.append(text)
-        for host, why in sorted((sv.get("nodes_waiting") or {}).items()):
-            out.append(f"    {host}: waiting, gate closed: {why}")
-    return ["", "global services and jobs:", *out] if out else []
-
-
 def render_status(doc: Mapping[str, Any]) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests."""
     lines: list[str] = []
@@ -379,12 +362,20 @@ def render_status(doc: Mapping[str, Any]) -> str:
         lines.append("replicas packed on one node:")
         for sv in packed:
             lines.append(f"  {sv['name']}: {sv['packed']}")
-    lines.extend(_modes_lines(doc.get("services", [])))
     if doc["pending"]:
         lines.append("")
         lines.append("pending GPU requests:")
         for p in doc["pending"]:
             lines.append(f"  {p['service']}: {p['request']} - {p['reason']}")
+    if doc.get("queues"):
+        lines.append("")
+        lines.append("queues (GPUs used / guaranteed / max):")
+        for q in doc["queues"]:
+            top = "-" if q["max_gpus"] is None else f"{q['max_gpus']:g}"
+            note = "" if q["configured"] else " (not in the config: no quota)"
+            held = f"; held at max: {', '.join(q['blocked'])}" if q["blocked"] else ""
+            lines.append(f"  {q['queue']}: {q['used_gpus']:g} / {q['guaranteed_gpus']:g} / "
+                         f"{top}{note}{held}")
     if doc.get("workload"):
         lines.append("")
         lines.extend(workload_lines(doc["workload"]))

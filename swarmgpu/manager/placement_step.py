@@ -16,7 +16,7 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.allocator.workload import STATE_KEY, WorkloadError, WorkloadModel, load_file
-from swarmgpu.core.config import Config, parse_priority_classes
+from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
@@ -86,7 +86,8 @@ def new_planner(cfg: Config, swarm: Any = None,
                    adopt_ungated=cfg.placement.adopt_ungated,
                    generic_kind=cfg.placement.generic_resource_kind,
                    workload=load_workload(cfg, swarm, services),
-                   priority_classes=parse_priority_classes(cfg.preemption.priority_classes))
+                   priority_classes=parse_priority_classes(cfg.preemption.priority_classes),
+                   queues=queue_quotas(cfg.queues))
 
 
 def make_plan(snap: Snapshot, cfg: Config,

@@ -35,6 +35,7 @@ OUTPUT_LABEL_PREFIXES: tuple[str, ...] = (
 KEYS: tuple[str, ...] = (
     "gpus", "gpu-memory", "gpu-fraction", "gpu-product", "topology", "mig",
     "rebalance", "zone-prefer", "zone-avoid", "pack", "priority", "preemptible",
+    "queue",
 )
 DEFAULT_CLASSES: Mapping[str, int] = parse_priority_classes(DEFAULT_PRIORITY_CLASSES)
 
@@ -87,6 +88,7 @@ class GpuRequest:
     priority: int = 0  # higher is served first and may preempt (docs/requests.md)
     priority_class: str = ""  # the class name the label gave, if any
     preemptible: bool | None = None  # None: by the config's preemptible_below
+    queue: str = ""  # the quota queue it counts against (config ``queues``); "" none
 
     @property
     def can_pack(self) -> bool:
@@ -133,6 +135,8 @@ class GpuRequest:
             text += f", priority {self.priority_class or self.priority}"
         if self.preemptible is not None:
             text += ", preemptible" if self.preemptible else ", not preemptible"
+        if self.queue:
+            text += f", queue {self.queue}"
         return text
 
     def is_preemptible(self, below: int) -> bool:
@@ -187,6 +191,10 @@ def parse_request(
     avoid = _zones(mine, "zone-avoid", p)
     priority, pclass = _priority(mine, p, DEFAULT_CLASSES if classes is None else classes)
     preemptible = _bool(mine, "preemptible", p)
+    queue = mine.get("queue", "")
+    if "queue" in mine and not _ZONE_RE.fullmatch(queue):
+        raise RequestError(p + "queue", queue, f"a queue name of the config's queues: letters, "
+                                               f"digits, . _ - (e.g. {p}queue=research)")
 
     if fraction is not None and gpus is not None and gpus > 1:
         raise RequestError(
@@ -242,6 +250,7 @@ def parse_request(
         priority=priority,
         priority_class=pclass,
         preemptible=preemptible,
+        queue=queue,
     )
 
 

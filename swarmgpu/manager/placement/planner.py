@@ -21,6 +21,7 @@ from swarmgpu.manager.placement.jobs import job_progress
 from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.preempt import mark_preempted, serve_order
+from swarmgpu.manager.placement.queues import QueueBook, Quotas
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
@@ -42,9 +43,11 @@ class Planner:
     def __init__(self, *, prefix: str = "swarmgpu.", zone_label: str = "topology.zone",
                  adopt_ungated: bool = True, generic_kind: str = "",
                  workload: WorkloadModel | None = None,
-                 priority_classes: Mapping[str, int] | None = None) -> None:
+                 priority_classes: Mapping[str, int] | None = None,
+                 queues: Quotas | None = None) -> None:
         self.prefix = prefix
         self.classes = priority_classes  # swarmgpu.priority's names (None: the defaults)
+        self.queues = QueueBook(queues or {})  # swarmgpu.queue's quotas (placement.queues)
         self.zone_label = zone_label
         self.adopt_ungated = adopt_ungated
         self.generic_kind = generic_kind
@@ -218,8 +221,13 @@ class Planner:
         self._last_cycle = cyc
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         jobs = job_progress(services, tasks)  # {} when no service is a job
+        self.queues.start(parsed, kept)
         for s, r in serve_order(parsed):  # priority, then age (placement.preempt)
             mine = kept.get(s.name, {})
+            held = self.queues.refuse(s, r, mine)  # above its queue's max: it waits
+            if held is not None:
+                plan.services.append(held)
+                continue
             mine_slots = slots.get(s.id, {})
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
                                     running.get(s.id, {}), waiting.get(s.id, NO_WAITING))
@@ -243,6 +251,7 @@ class Planner:
                 if self.generic_kind and sp.request is not None and sp.status != "invalid":
                     reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
                 mark_preempted(sp, s, prefix)
+            self.queues.count(r, mine, sp)
             if ((sp.status == "placed" or (sp.status == "pending" and not sp.placements))
                     and not sp.needs_service_write and not sp.node_writes and not sp.new):
                 settled[s.id] = (key, sp, tuple(sp.warnings))
@@ -262,6 +271,7 @@ class Planner:
                 if p.startswith(sp.name + ":"):
                     sp.warnings.append(p)
         plan.workload = self.model.summary()
+        plan.queues = self.queues.summary()
         return plan
 
     def place_arrivals(self, services: Sequence[SwarmService], tasks: Sequence[SwarmTask],

@@ -10,7 +10,9 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   (so two services of equal priority never preempt each other: no ping-pong), that are
   preemptible (``swarmgpu.preemptible``, else a priority below
   ``preemption.preemptible_below``; ``swarmgpu.rebalance: never`` does not protect),
-  not cooling down (preempted recently), and not in a rebalancing move;
+  not cooling down (preempted recently), and not in a rebalancing move; or, whatever
+  their priority, work of a queue above its guarantee when the preemptor's queue stays
+  within its own (``queues.reclaimable``; ``swarmgpu.preemptible: false`` still protects);
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs; among sets of that size, the lowest highest priority, then the lowest
   total priority, then the most recently started; hence never more than needed (no
@@ -37,6 +39,7 @@ from itertools import combinations
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.keys import MOVE_STATE
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
+from swarmgpu.manager.placement.queues import reclaimable
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan
 from swarmgpu.manager.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -198,6 +201,8 @@ def choose_preemptions(
     (constraints, platforms) refuse a service on."""
     by_name = {s.name: s for s in services}
     by_node = {n.id: n for n in nodes}
+    queues = {q["queue"]: q for q in plan.queues}
+    held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
     ledger = read_ledger(nodes, prefix)
     started: dict[tuple[str, str], str] = {}
@@ -218,7 +223,8 @@ def choose_preemptions(
     for s, r in order:
         if not isinstance(r, GpuRequest) or r.is_fraction or r.mig_profile:
             continue
-        if s.name in settling or s.name in gone or prefix + MOVE_STATE in s.labels:
+        if s.name in settling or s.name in gone or s.name in held_at_max \
+                or prefix + MOVE_STATE in s.labels:
             continue
         if s.mode != "replicated" or not s.replicas:
             continue
@@ -249,9 +255,12 @@ def choose_preemptions(
                 vr = req.get(svc)
                 vs = by_name.get(svc)
                 if (not isinstance(vr, GpuRequest) or vs is None or svc in cooling
-                        or svc in gone or vr.priority >= r.priority
-                        or not vr.is_preemptible(preemptible_below)
-                        or prefix + MOVE_STATE in vs.labels):
+                        or svc in gone or prefix + MOVE_STATE in vs.labels):
+                    continue
+                by_priority = vr.priority < r.priority and vr.is_preemptible(preemptible_below)
+                by_quota = vr.preemptible is not False and reclaimable(r, vr, sum(h.milli),
+                                                                       queues)
+                if not (by_priority or by_quota):
                     continue
                 cands.append(Candidate(svc, vs.id, nid, vr.priority,
                                        started.get((vs.id, nid), ""),

@@ -91,6 +91,7 @@ class PlacementPlan:
     node_remove: dict[str, list[str]] = field(default_factory=dict)
     released: list[str] = field(default_factory=list)  # services whose holdings go
     workload: dict[str, Any] = field(default_factory=dict)  # the model placement used
+    queues: list[dict[str, Any]] = field(default_factory=list)  # use against quota (queues)
 
     def node_changes(self, node_id: str) -> tuple[dict[str, str], list[str]]:
         return self.node_set.get(node_id, {}), self.node_remove.get(node_id, [])

@@ -1,0 +1,107 @@
+"""GPU quotas per queue (``swarmgpu.queue``; the config's ``queues``), kept small after
+KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
+
+* ``max``: a request of a service that holds nothing yet and would take its queue above
+  its max stays pending, with the quota as its reason (``QueueBook.refuse``). Holdings
+  already kept are never taken away by the max (a max lowered later is reported in
+  ``status``, not enforced by stopping), and a service that already holds replicas is
+  planned as usual (a scale-up is not held at the max).
+* ``guaranteed``: work of a queue above its guarantee may be preempted for work of a
+  queue below its own (``placement.preempt``; see ``reclaimable``).
+
+Use is counted in thousandths of a GPU, per holding: the GPUs of the ledger entries kept
+this cycle, plus what the cycle places. A queue not in the config has no limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.requests import GpuRequest, RequestError
+from swarmgpu.swarm.client import SwarmService
+
+Quotas = Mapping[str, tuple[int, int | None]]  # name -> (guaranteed, max or None), milli
+
+
+def replica_milli(r: GpuRequest) -> int:
+    return r.gpu_milli if r.is_fraction or r.mig_profile else 1000 * r.gpus
+
+
+def _gpus(milli: int | None) -> float | None:
+    return None if milli is None else milli / 1000
+
+
+@dataclass
+class QueueBook:
+    """One cycle's use per queue, as the planner goes through the services."""
+
+    quotas: Quotas
+    used: dict[str, int] = field(default_factory=dict)
+    blocked: dict[str, list[str]] = field(default_factory=dict)  # queue -> services held
+
+    def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]]) -> None:
+        """Count the holdings kept this cycle."""
+        self.used, self.blocked = {}, {}
+        for s, r in parsed:
+            if isinstance(r, GpuRequest) and r.queue:
+                self.used[r.queue] = self.used.get(r.queue, 0) + sum(
+                    sum(h.milli) for h in kept.get(s.name, {}).values())
+
+    def refuse(self, s: SwarmService, r: GpuRequest | RequestError,
+               mine: Mapping[str, Holding]) -> ServicePlan | None:
+        """A pending plan when placing ``s`` would take its queue above its max."""
+        if not isinstance(r, GpuRequest) or not r.queue or mine or not s.replicas:
+            return None
+        quota = self.quotas.get(r.queue)
+        if quota is None or quota[1] is None:
+            return None
+        need = replica_milli(r) * s.replicas
+        used = self.used.get(r.queue, 0)
+        if used + need <= quota[1]:
+            return None
+        self.blocked.setdefault(r.queue, []).append(s.name)
+        return ServicePlan(
+            s.name, s.id, r, r.describe(), "pending", "Pending",
+            reason=(f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, "
+                    f"{_gpus(used):g} used, this service needs {_gpus(need):g}"))
+
+    def count(self, r: GpuRequest | RequestError, mine: Mapping[str, Holding],
+              sp: ServicePlan) -> None:
+        """Add what the cycle placed for the service beyond its kept holdings."""
+        if isinstance(r, GpuRequest) and r.queue and sp.status != "invalid":
+            new = max(0, len(sp.placements) - len(mine))
+            if new:
+                self.used[r.queue] = self.used.get(r.queue, 0) + new * replica_milli(r)
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Each queue's use against its quota (``status``, the map's document)."""
+        out = []
+        for name in sorted(self.quotas.keys() | self.used.keys()):
+            g, m = self.quotas.get(name, (0, None))
+            out.append({"queue": name, "used_gpus": _gpus(self.used.get(name, 0)),
+                        "guaranteed_gpus": _gpus(g), "max_gpus": _gpus(m),
+                        "configured": name in self.quotas,
+                        "blocked": sorted(self.blocked.get(name, []))})
+        return out
+
+
+def reclaimable(preemptor: GpuRequest, victim: GpuRequest, victim_milli: int,
+                queues: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Quota preemption: the preemptor's queue stays within its guarantee with the
+    request, and the victim's queue stays at or above its own without the victim (so the
+    victim's queue cannot take it back: no ping-pong)."""
+    if not preemptor.queue or not victim.queue or preemptor.queue == victim.queue:
+        return False
+    p, v = queues.get(preemptor.queue), queues.get(victim.queue)
+    if p is None or v is None or not p.get("configured") or not v.get("configured"):
+        return False
+    need = replica_milli(preemptor)
+    p_used = round(1000 * (p["used_gpus"] or 0))
+    v_used = round(1000 * (v["used_gpus"] or 0))
+    p_guaranteed = round(1000 * float(p["guaranteed_gpus"]))
+    v_guaranteed = round(1000 * float(v["guaranteed_gpus"]))
+    return p_used + need <= p_guaranteed and v_used - victim_milli >= v_guaranteed
