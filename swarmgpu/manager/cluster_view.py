@@ -329,6 +329,24 @@ def document_problems(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _modes_lines(services: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Global services per node (which wait, and why) and jobs' runs (done, or n of m)."""
+    out: list[str] = []
+    for sv in services:
+        mode = sv.get("mode")
+        if not mode or mode == "replicated":
+            continue
+        on = ", ".join(sorted(p["node"] for p in sv.get("placements") or [])) or "no node"
+        text = f"  {sv['name']} ({mode}): "
+        text += ("done, " if sv.get("status") == "done" else f"on {on}")
+        if sv.get("progress"):
+            text += ("" if sv.get("status") == "done" else "; ") + str(sv["progress"])
+        out.append(text)
+        for host, why in sorted((sv.get("nodes_waiting") or {}).items()):
+            out.append(f"    {host}: waiting, gate closed: {why}")
+    return ["", "global services and jobs:", *out] if out else []
+
+
 def render_status(doc: Mapping[str, Any]) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests."""
     lines: list[str] = []
@@ -362,6 +380,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
         lines.append("replicas packed on one node:")
         for sv in packed:
             lines.append(f"  {sv['name']}: {sv['packed']}")
+    lines.extend(_modes_lines(doc.get("services", [])))
     if doc["pending"]:
         lines.append("")
         lines.append("pending GPU requests:")
