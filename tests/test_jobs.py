@@ -86,3 +86,30 @@ def test_done_job_holds_nothing_and_its_gpu_is_taken_by_a_new_service() -> None:
     by = {sp.name: sp for sp in plan.services}
     assert by["embed"].status == "done" and not by["embed"].placements
     assert by["whole"].status == "placed", by["whole"].reason
+
+
+def test_global_job_starts_a_run_once_its_gates_are_open_then_releases_done_nodes() -> None:
+    """Swarm's global job makes tasks only when a run starts, on the nodes matching then:
+    the map is written, the gates open, and then one run is started."""
+    s = replace(svc("embed", {f"{P}gpus": "1"}), mode="global-job", replicas=None)
+    planner = Planner()
+    plan = planner.plan(NODES, [s], [], FACTS)
+    sp = plan.services[0]
+    assert len(sp.placements) == 2 and sp.service_labels_set and not plan.node_set.get(
+        "n-dgx", {}).get(f"{P}service.embed")
+    nodes = apply(NODES, plan)
+    s = replace(s, labels={**s.labels, **sp.service_labels_set}, force_update=1,
+                job_iteration=1, version=2)
+    plan = planner.plan(nodes, [s], [], FACTS)  # no task: gates open now
+    assert not plan.services[0].force_update
+    nodes = apply(nodes, plan)
+    assert all(n.labels.get(f"{P}service.embed") == "true" for n in nodes)
+    sp = planner.plan(nodes, [s], [], FACTS).services[0]
+    assert sp.force_update and not sp.service_labels_set  # a run starts: Swarm makes tasks
+    s = replace(s, force_update=2, job_iteration=2, version=3)
+    one_done = [task("a", "n-dgx", "complete", 2, 2), task("b", "n-4090", "running", 2, 2)]
+    plan = planner.plan(nodes, [s], [replace(t, service_id=s.id) for t in one_done], FACTS)
+    sp = plan.services[0]
+    assert [p.hostname for p in sp.placements] == ["gpu-node-2"]
+    assert not sp.needs_service_write and f"{P}assign.embed" in plan.node_remove["n-dgx"]
+    assert f"{P}service.embed" not in plan.node_remove["n-dgx"]  # the done task's gate stays

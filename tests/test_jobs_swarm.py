@@ -37,13 +37,14 @@ def gpu_create(swarm: SwarmCluster, name: str, *args: str) -> None:
               "--constraint", gate_constraint(P, name), "--env", env_template(P), *args)
 
 
-def run_devices(swarm: SwarmCluster) -> dict[str, str]:
-    """Once both tasks of the job's current run completed: host -> the devices each saw."""
+def run_devices(swarm: SwarmCluster, job: str = JOB, timeout: float = 120) -> dict[str, str]:
+    """Once both tasks of the job's current run completed: host/task -> the devices each
+    saw."""
     api = swarm.client(swarm.manager).api
 
     def done() -> dict[str, str] | None:
-        it = (api.inspect_service(JOB).get("JobStatus") or {}).get("JobIteration", {})
-        ts = [t for t in api.tasks(filters={"service": JOB})
+        it = (api.inspect_service(job).get("JobStatus") or {}).get("JobIteration", {})
+        ts = [t for t in api.tasks(filters={"service": job})
               if t.get("JobIteration", {}).get("Index") == it.get("Index")]
         if len(ts) != 2 or any(t["Status"]["State"] != "complete" for t in ts):
             return None
@@ -56,7 +57,7 @@ def run_devices(swarm: SwarmCluster) -> dict[str, str]:
             out[f"{node.hostname}/{t['ID']}"] = env["NVIDIA_VISIBLE_DEVICES"]
         return out
 
-    return swarm.wait_for(done, 120, "both tasks of the job's run complete")
+    return swarm.wait_for(done, timeout, f"both tasks of {job}'s run complete")
 
 
 def ledger_of(swarm: SwarmCluster, name: str) -> dict[str, str]:
@@ -103,3 +104,20 @@ def test_job_runs_pinned_releases_and_reruns(swarm: SwarmCluster,
         host = key.split("/")[0]
         assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
     swarm.wait_for(lambda: not ledger_of(swarm, JOB) or None, 10, "the re-run's ledger gone")
+
+
+def test_global_job_runs_once_on_each_gpu_node_pinned(swarm: SwarmCluster,
+                                                      daemon: dict[str, Any]) -> None:
+    """A global job: Swarm makes its tasks when a run starts, on the nodes matching then;
+    swarmgpu writes the map, opens the gates, then starts a run (one task per GPU node)."""
+    name = "sweep"
+    gpu_create(swarm, name, "--mode", "global-job", "--label", f"{P}gpus=1",
+               "local/busybox:latest", "sleep", "3")
+    seen = run_devices(swarm, name, timeout=90)
+    assert sorted(k.split("/")[0] for k in seen) == sorted(GPU_NODES), seen  # not mgr-1
+    for key, devices in seen.items():
+        host = key.split("/")[0]
+        assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
+    swarm.wait_for(lambda: not ledger_of(swarm, name) or None, 10, "the global job's ledger")
+    p = plan_of(daemon, name)
+    assert p["status"] == "done" and p["mode"] == "global-job", json.dumps(p)

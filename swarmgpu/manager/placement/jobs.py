@@ -31,6 +31,7 @@ class JobProgress:
     failed: int = 0
     started: bool = False  # a task of this run has run: no service write from now on
     done_nodes: frozenset[str] = frozenset()  # nodes whose task completed (global jobs)
+    tasks: int = 0  # tasks of this run, in any state
 
     def text(self, total: int, held: int) -> str:
         out = f"{self.complete} of {total} complete, {held} GPU holding(s) now"
@@ -48,10 +49,12 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
     failed: dict[str, int] = dict.fromkeys(runs, 0)
     started: set[str] = set()
     done: dict[str, set[str]] = {sid: set() for sid in runs}
+    count: dict[str, int] = dict.fromkeys(runs, 0)
     for t in tasks:
         sid = t.service_id
         if sid not in runs or (t.job_iteration is not None and t.job_iteration != runs[sid]):
             continue  # a task of an earlier run
+        count[sid] += 1
         if t.state == "complete":
             complete[sid] += 1
             done[sid].add(t.node_id)
@@ -59,8 +62,8 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
             failed[sid] += 1
         if t.state in _STARTED:
             started.add(sid)
-    return {sid: JobProgress(complete[sid], failed[sid], sid in started, frozenset(done[sid]))
-            for sid in runs}
+    return {sid: JobProgress(complete[sid], failed[sid], sid in started, frozenset(done[sid]),
+                             count[sid]) for sid in runs}
 
 
 def restarts_failed(s: SwarmService) -> bool:
@@ -98,6 +101,15 @@ def finish_job_plan(sp: ServicePlan, s: SwarmService, prog: JobProgress, cyc: Cy
                                 and k != f"{prefix}state.update-parallelism"]
     sp.service_labels_set.pop(f"{prefix}state.update-parallelism", None)
     sp.set_update_parallelism = None  # a job has no rolling update to pace
+    gate = gate_key(prefix, s.name)
+    if (s.mode == "global-job" and not prog.tasks and sp.placements
+            and not sp.needs_service_write
+            and all(cyc.by_id[p.node_id].labels.get(gate) == "true" for p in sp.placements)):
+        # Swarm's global job makes its tasks when a run starts, on the nodes that match
+        # then: none did (gates closed). With every gate open, a run is started now.
+        sp.force_update = True
+        sp.warnings.append("its gates are open: a run is started so that Swarm creates "
+                           "its tasks on those nodes")
     if prog.started and sp.needs_service_write:
         kept = _drop_writes(sp)
         if kept:
