@@ -113,3 +113,52 @@ def test_global_job_starts_a_run_once_its_gates_are_open_then_releases_done_node
     assert [p.hostname for p in sp.placements] == ["gpu-node-2"]
     assert not sp.needs_service_write and f"{P}assign.embed" in plan.node_remove["n-dgx"]
     assert f"{P}service.embed" not in plan.node_remove["n-dgx"]  # the done task's gate stays
+
+
+def test_a_finished_jobs_gpus_are_free_in_the_cycle_that_sees_it_finish() -> None:
+    """Its ledger entries are not committed once its run is done: a service planned in
+    the same cycle (any order) may take those GPUs while the job's labels go."""
+    n4090 = [NODES[1]]
+    facts = {"n-4090": FACTS["n-4090"]}
+    planner = Planner()
+    s = job(1, 0)
+    plan = planner.plan(n4090, [s], [task("a", "", "pending", 0, 0)], facts)
+    nodes = apply(n4090, plan)
+    s = replace(s, labels={**s.labels, **plan.services[0].service_labels_set},
+                force_update=1, job_iteration=1, version=2)
+    nodes = apply(nodes, planner.plan(nodes, [s], [task("b", "", "pending", 1)], facts))
+    assert any(k.startswith(f"{P}assign.") for k in nodes[0].labels)
+    whole = svc("aaa", {f"{P}gpus": str(len(FACTS["n-4090"].gpus))})
+    plan = planner.plan(nodes, [s, whole], [task("b", "n-4090", "complete", 1)], facts)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["embed"].status == "done"
+    assert f"{P}assign.embed" in plan.node_remove["n-4090"]
+    assert by["aaa"].status == "placed", by["aaa"].reason
+
+
+def test_departures_replay_runs_pods_as_jobs_and_frees_room_through_the_job_path() -> None:
+    from test_sim import _node, _pod
+
+    from swarmgpu.sim.swarm_replay import World, replay_departures_planner
+
+    nodes = [_node("n", 2)]
+    pods = [_pod("p1", 0, 10, 2), _pod("p2", 5, 20), _pod("p3", 10, 30, 2)]
+    r = replay_departures_planner(nodes, pods, 1, batch=1)
+    # p2 finds no GPU (p1 holds both); p1's job completes at 10 and p3 gets both.
+    assert r.placed == 2 and r.failed == {"1gpu": 1}
+    w = World.of(nodes, [0])
+    w.jobs = True
+    s = w.add_service(1, pods[0])
+    assert s.mode == "replicated-job" and w.tasks[s.id].desired_state == "complete"
+    w.complete(s.id)
+    assert w.tasks[s.id].state == "complete"
+
+
+def test_workload_model_counts_a_job_while_it_runs() -> None:
+    planner = Planner()
+    s = job(2, 1)
+    planner.plan(NODES, [s], [task("a", "n-dgx", "running", 1)], FACTS)
+    assert planner.model.knows(s.id)
+    done = [task("a", "n-dgx", "complete", 1), task("b", "n-4090", "complete", 1)]
+    planner.plan(NODES, [s], done, FACTS)
+    assert not planner.model.knows(s.id)  # its run is over: its lifetime ended

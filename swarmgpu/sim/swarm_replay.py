@@ -32,7 +32,7 @@ import heapq
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -84,6 +84,9 @@ class World:
     tasks: dict[str, SwarmTask] = field(default_factory=dict)  # by service id (1 replica)
     cpu_tasks: dict[str, SwarmTask] = field(default_factory=dict)
     pods: dict[str, TracePod] = field(default_factory=dict)  # service name -> pod
+    # Pods as Swarm jobs (a replicated-job of one task): a pod that leaves is a task
+    # that completes, released through the daemon's job path (the departures replay).
+    jobs: bool = False
 
     @classmethod
     def of(cls, nodes: Sequence[NodeSpec], ranks: Sequence[int]) -> World:
@@ -120,7 +123,8 @@ class World:
                 "Resources": {"Reservations": {"NanoCPUs": pod.cpu_milli * 1_000_000,
                                                "MemoryBytes": pod.memory_mib * MIB}},
             },
-            "Mode": {"Replicated": {"Replicas": 1}},
+            "Mode": ({"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 1}}
+                     if self.jobs else {"Replicated": {"Replicas": 1}}),
         }
         s = service_from_api({"ID": f"s{idx}", "Spec": spec, "Version": {"Index": 1}})
         self.services[s.id] = s
@@ -132,9 +136,24 @@ class World:
         pod = self.pods[s.name]
         return SwarmTask(id=f"t{s.id}.{s.force_update}", service_id=s.id, node_id=node_id,
                          slot=1, state="running" if node_id else "pending",
-                         desired_state="running", env=(), force_update=s.force_update,
+                         desired_state="complete" if self.jobs else "running", env=(),
+                         force_update=s.force_update,
                          cpu_milli=pod.cpu_milli if node_id else 0,
-                         memory_mib=pod.memory_mib if node_id else 0)
+                         memory_mib=pod.memory_mib if node_id else 0,
+                         job_iteration=s.job_iteration if self.jobs else None)
+
+    def complete(self, sid: str) -> None:
+        """A job's task ends: it completes (what it reserved is free)."""
+        t = self.tasks[sid]
+        self.tasks[sid] = SwarmTask(**{**t.__dict__, "state": "complete", "cpu_milli": 0,
+                                       "memory_mib": 0})
+
+    def _updated(self, s: SwarmService, spec: Mapping[str, Any]) -> SwarmService:
+        """``s`` after a spec update: a job starts a new run on any update (Swarm)."""
+        raw: dict[str, Any] = {"ID": s.id, "Spec": spec, "Version": {"Index": s.version + 1}}
+        if self.jobs:
+            raw["JobStatus"] = {"JobIteration": {"Index": s.job_iteration + 1}}
+        return service_from_api(raw)
 
     def remove_service(self, sid: str) -> None:
         s = self.services.pop(sid)
@@ -179,8 +198,7 @@ class World:
             if sp.needs_service_write:
                 new = service_compute(sp)(s.spec)
                 if new is not None:
-                    s = service_from_api({"ID": s.id, "Spec": new,
-                                          "Version": {"Index": s.version + 1}})
+                    s = self._updated(s, new)
                     self.services[s.id] = s
             if sp.needs_service_write or sp.node_writes or sp.new:
                 self._schedule(s, [p.node_id for p in sp.placements])
@@ -205,7 +223,7 @@ class World:
         labels = {k: v for k, v in s.labels.items() if k != devices_key(P, old)}
         labels[devices_key(P, new)] = ",".join(uuids)
         spec = {**s.spec, "Labels": labels}
-        s = service_from_api({"ID": sid, "Spec": spec, "Version": {"Index": s.version + 1}})
+        s = self._updated(s, spec)
         self.services[sid] = s
         self.tasks[sid] = self._task(s, new)
 
@@ -445,6 +463,7 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
     ranks = list(range(len(nodes)))
     rng.shuffle(ranks)  # as build_allocator does in the allocator-level replay
     world = World.of(nodes, ranks)
+    world.jobs = True  # a pod that leaves completes; its job gives its GPUs back
     planner = Planner(workload=_model(workload, pods))
     planner.cluster.explain = False  # reasons are not read here
     res = TimelineResult("swarmgpu", seed, pods=len(order))
@@ -481,6 +500,9 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
         world.apply(plan)
         for sid in gone:
             world.remove_service(sid)
+        for sp in plan.services:  # a finished job is removed (docker service rm)
+            if sp.status == "done" and sp.id in world.services:
+                world.remove_service(sp.id)
 
     def depart_until(t: int) -> None:
         while wanted and wanted[0][0] <= t:
@@ -500,7 +522,7 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
                 pod = world.pods.get(world.services[key].name) if key in world.services else None
                 if pod is not None:
                     w.allocated -= pod.total_gpu_milli
-                    world.remove_service(key)
+                    world.complete(key)  # released by the next cycle's job path
 
     rp_moves = 0
     for tid, pod in enumerate(order, start=1):

@@ -10,14 +10,17 @@ and gate), and the device map stays on the service for the next run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import DEVICES, gate_key
+from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
+R = TypeVar("R")
 JOB_MODES = frozenset(("replicated-job", "global-job"))
 _FAILED = frozenset(("failed", "rejected"))
 _STARTED = frozenset(("running", "complete", "failed"))
@@ -146,3 +149,47 @@ def _drop_writes(sp: ServicePlan) -> str:
     sp.set_max_replicas, sp.force_update = None, False
     sp.set_generic = None
     return ", ".join(what)
+
+
+def without_finished(ledger: Mapping[str, Mapping[str, Holding]],
+                     parsed: Iterable[tuple[SwarmService, object]],
+                     jobs: Mapping[str, JobProgress],
+                     ) -> Mapping[str, Mapping[str, Holding]]:
+    """The ledger to commit this cycle: a job's holdings its run no longer needs (every
+    task of a replicated job done, a global job's nodes whose task completed) are left
+    out, so their GPUs are free to every service planned in this cycle; their labels
+    are still removed (the job's plan reads the whole ledger)."""
+    if not jobs:
+        return ledger
+    out = dict(ledger)
+    for s, _r in parsed:
+        prog = jobs.get(s.id)
+        if prog is None or s.name not in ledger:
+            continue
+        if s.mode == "replicated-job" and job_replicas(s, prog) == 0:
+            out.pop(s.name)
+        elif s.mode == "global-job" and prog.done_nodes:
+            out[s.name] = {nid: h for nid, h in ledger[s.name].items()
+                           if nid not in prog.done_nodes}
+    return out
+
+
+def learned_count(s: SwarmService) -> int:
+    """The tasks the workload model counts for a service with a GPU request: its replicas,
+    a replicated job's tasks at once; 0: not counted (global services, global jobs)."""
+    if s.mode == "replicated":
+        return max(1, s.replicas or 0)
+    if s.mode == "replicated-job":
+        return max(1, s.max_concurrent or s.total_completions or 1)
+    return 0
+
+
+def running_jobs(parsed: Sequence[tuple[SwarmService, R]],
+                 jobs: Mapping[str, JobProgress]) -> list[tuple[SwarmService, R]]:
+    """``parsed`` without the replicated jobs whose run is over: the workload model counts
+    a job while it runs (its real lifetime), as a service until it is removed."""
+    if not jobs:
+        return list(parsed)
+    return [(s, r) for s, r in parsed
+            if not (s.mode == "replicated-job" and s.id in jobs
+                    and job_replicas(s, jobs[s.id]) == 0)]

@@ -17,7 +17,12 @@ from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.generic import reserve_generic
-from swarmgpu.manager.placement.jobs import job_progress
+from swarmgpu.manager.placement.jobs import (
+    job_progress,
+    learned_count,
+    running_jobs,
+    without_finished,
+)
 from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.preempt import mark_preempted, serve_order
@@ -86,14 +91,14 @@ class Planner:
             if model.observe(s.id, str(shape), shape, count):
                 self.model_changed = True
         for s, r in parsed:
-            if isinstance(r, RequestError) or s.mode != "replicated" or r.mig_profile:
+            if isinstance(r, RequestError) or not learned_count(s) or r.mig_profile:
                 continue  # MIG slices are their own pool; they do not fragment shares
             if model.knows(s.id) and s.id in self._shapes:
                 continue  # counted (per request: a changed request has a new version)
             cpu, _mem = self._requests[s.id][2]
             shape = demand_of(r, cpu).shape()
             self._shapes[s.id] = shape
-            if model.observe(s.id, str(shape), shape, max(1, s.replicas or 0)):
+            if model.observe(s.id, str(shape), shape, learned_count(s)):
                 self.model_changed = True
         if forget and model.known_count() > len(parsed) + len(cpu_only):
             model.forget_keys([*(s.id for s, _ in parsed), *(s.id for s in cpu_only)])
@@ -203,11 +208,13 @@ class Planner:
                     plan.services.append(ServicePlan(
                         s.name, s.id, None, "", "released", "Released",
                         service_labels_remove=stale))
-        self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes)
+        jobs = job_progress(services, tasks)  # {} when no service is a job
+        self._learn_on_gpu_nodes(running_jobs(parsed, jobs), cpu_only, tv.on_nodes)
 
         # First commit every valid existing holding, so new placements never reuse GPUs.
         cluster.set_usage_of(tv.use, tv.on_nodes)
-        kept = self._kept.commit(parsed, ledger, by_id, facts, running)
+        kept = self._kept.commit(parsed, without_finished(ledger, parsed, jobs), by_id, facts,
+                                 running)
 
         live_ids = {s.id for s, _ in parsed}
         self._backoff = {k: v for k, v in self._backoff.items() if k in live_ids}
@@ -220,7 +227,6 @@ class Planner:
                     backoff=self._backoff, open_since=self._open_since)
         self._last_cycle = cyc
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
-        jobs = job_progress(services, tasks)  # {} when no service is a job
         self.queues.start(parsed, kept)
         for s, r in serve_order(parsed):  # priority, then age (placement.preempt)
             mine = kept.get(s.name, {})
@@ -252,7 +258,7 @@ class Planner:
                     reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
                 mark_preempted(sp, s, prefix)
             self.queues.count(r, mine, sp)
-            if ((sp.status == "placed" or (sp.status == "pending" and not sp.placements))
+            if ((sp.status in ("placed", "done") or (sp.status == "pending" and not sp.placements))
                     and not sp.needs_service_write and not sp.node_writes and not sp.new):
                 settled[s.id] = (key, sp, tuple(sp.warnings))
             plan.services.append(sp)
