@@ -37,16 +37,17 @@ def gpu_create(swarm: SwarmCluster, name: str, *args: str) -> None:
               "--constraint", gate_constraint(P, name), "--env", env_template(P), *args)
 
 
-def run_devices(swarm: SwarmCluster, job: str = JOB, timeout: float = 120) -> dict[str, str]:
-    """Once both tasks of the job's current run completed: host/task -> the devices each
-    saw."""
+def run_devices(swarm: SwarmCluster, job: str = JOB, timeout: float = 120,
+                n: int = 2) -> dict[str, str]:
+    """Once the ``n`` tasks of the job's current run completed: host/task -> the devices
+    each saw."""
     api = swarm.client(swarm.manager).api
 
     def done() -> dict[str, str] | None:
         it = (api.inspect_service(job).get("JobStatus") or {}).get("JobIteration", {})
         ts = [t for t in api.tasks(filters={"service": job})
               if t.get("JobIteration", {}).get("Index") == it.get("Index")]
-        if len(ts) != 2 or any(t["Status"]["State"] != "complete" for t in ts):
+        if len(ts) != n or any(t["Status"]["State"] != "complete" for t in ts):
             return None
         out = {}
         for t in ts:
@@ -57,7 +58,7 @@ def run_devices(swarm: SwarmCluster, job: str = JOB, timeout: float = 120) -> di
             out[f"{node.hostname}/{t['ID']}"] = env["NVIDIA_VISIBLE_DEVICES"]
         return out
 
-    return swarm.wait_for(done, timeout, f"both tasks of {job}'s run complete")
+    return swarm.wait_for(done, timeout, f"{n} tasks of {job}'s run complete")
 
 
 def ledger_of(swarm: SwarmCluster, name: str) -> dict[str, str]:
@@ -121,3 +122,19 @@ def test_global_job_runs_once_on_each_gpu_node_pinned(swarm: SwarmCluster,
     swarm.wait_for(lambda: not ledger_of(swarm, name) or None, 10, "the global job's ledger")
     p = plan_of(daemon, name)
     assert p["status"] == "done" and p["mode"] == "global-job", json.dumps(p)
+
+
+def test_job_with_fewer_at_once_than_completions_runs_each_task_pinned(
+        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    """MaxConcurrent 1 of 3 completions: one holding, kept while tasks are left; each task
+    Swarm starts after a completion finds its node's device map; none left at the end."""
+    name = "steps"
+    gpu_create(swarm, name, "--mode", "replicated-job", "--replicas", "3",
+               "--max-concurrent", "1", "--label", f"{P}gpus=1",
+               "local/busybox:latest", "sleep", "2")
+    seen = run_devices(swarm, name, timeout=120, n=3)
+    for key, devices in seen.items():
+        host = key.split("/")[0]
+        assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
+    swarm.wait_for(lambda: not ledger_of(swarm, name) or None, 10, "the job's ledger gone")
+    assert plan_of(daemon, name)["status"] == "done"
