@@ -162,3 +162,18 @@ def test_workload_model_counts_a_job_while_it_runs() -> None:
     done = [task("a", "n-dgx", "complete", 1), task("b", "n-4090", "complete", 1)]
     planner.plan(NODES, [s], done, FACTS)
     assert not planner.model.knows(s.id)  # its run is over: its lifetime ended
+
+
+def test_jobs_default_to_the_lowest_priority_class_and_preemptible() -> None:
+    classes = {"critical": 1000, "inference": 100, "batch": -5}
+    planner = Planner(priority_classes=classes)
+    plain, told = job(1, 0), replace(job(1, 0), id="id-told", name="told",
+                                     labels={f"{P}gpus": "1", f"{P}priority": "inference",
+                                             f"{P}preemptible": "false"})
+    by = {sp.name: sp.request for sp in planner.plan(NODES, [plain, told], [], FACTS).services}
+    r = by["embed"]
+    assert r is not None and (r.priority, r.priority_class, r.preemptible) == (-5, "batch", True)
+    r = by["told"]
+    assert r is not None and (r.priority, r.preemptible) == (100, False)
+    service = planner.plan(NODES, [svc("svc", {f"{P}gpus": "1"})], [], FACTS).services[0]
+    assert service.request is not None and service.request.preemptible is None  # unchanged

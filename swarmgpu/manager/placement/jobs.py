@@ -11,13 +11,14 @@ and gate), and the device map stays on the service for the next run.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import DEVICES, gate_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
+from swarmgpu.manager.requests import DEFAULT_CLASSES, GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 R = TypeVar("R")
@@ -193,3 +194,20 @@ def running_jobs(parsed: Sequence[tuple[SwarmService, R]],
     return [(s, r) for s, r in parsed
             if not (s.mode == "replicated-job" and s.id in jobs
                     and job_replicas(s, jobs[s.id]) == 0)]
+
+
+def job_defaults(s: SwarmService, r: GpuRequest | RequestError | None, prefix: str,
+                 classes: Mapping[str, int] | None) -> GpuRequest | RequestError | None:
+    """A job is batch work: unless its labels say otherwise it is of the lowest priority
+    class and preemptible (a preempted task is run again by Swarm: its gate closes, Swarm
+    rejects the task and the job makes a new one)."""
+    if s.mode not in JOB_MODES or not isinstance(r, GpuRequest):
+        return r
+    if f"{prefix}priority" not in s.labels:
+        named = classes if classes is not None else DEFAULT_CLASSES
+        if named:
+            name, lowest = min(named.items(), key=lambda kv: (kv[1], kv[0]))
+            r = replace(r, priority=lowest, priority_class=name)
+    if r.preemptible is None:
+        r = replace(r, preemptible=True)
+    return r

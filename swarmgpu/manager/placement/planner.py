@@ -18,6 +18,7 @@ from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.generic import reserve_generic
 from swarmgpu.manager.placement.jobs import (
+    job_defaults,
     job_progress,
     learned_count,
     running_jobs,
@@ -152,6 +153,7 @@ class Planner:
             self._shapes.pop(s.id, None)
             r = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label,
                           classes=self.classes)
+            r = job_defaults(s, r, self.prefix, self.classes)  # jobs: batch by default
             got = (s.version, r, reservations(s.spec))
             self._requests[s.id] = got
         return got[1]
