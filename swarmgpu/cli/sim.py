@@ -31,9 +31,13 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
               type=click.Choice(["online", "oracle"]),
               help="swarmgpu's workload model: online = learned from arrivals so far, as the "
                    "daemon does; oracle = the whole trace's mix, as FGD's paper gives FGD.")
+@click.option("--priorities", "priority_share", type=float, default=None,
+              help="Give this share (0-1) of the GPU pods priority 100 and replay the "
+                   "departures timeline with a queue, without and with priorities "
+                   "(preemption on): wait per class, preemptions, allocation.")
 def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, seeds: str,
              as_json: bool, plot: str | None, departures: bool, rebalance_moves: float | None,
-             speedup: float, workload: str) -> None:
+             speedup: float, workload: str, priority_share: float | None) -> None:
     """Replay a GPU cluster trace through the placement policies.
 
     Progress (each policy and seed as it ends, with an ETA) goes to stderr, except with
@@ -54,6 +58,12 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
     except ValueError as exc:
         click.echo(f"swarmgpu simulate: --seeds: {exc}", err=True)
         sys.exit(2)
+    if priority_share is not None:
+        from swarmgpu.sim.priorities import run_cli
+
+        text, code = run_cli(nodes, pods, seed_list, priority_share, speedup, workload, as_json)
+        click.echo(text, err=code != 0)
+        sys.exit(code)
     progress = (ProgressLine(0) if wants_progress(as_json, sys.stdout.isatty()) else None)
     text, code = run_simulate(nodes, pods, [p.strip() for p in policies.split(",") if p.strip()],
                               seed_list, as_json, plot, departures, rebalance_moves, speedup,
