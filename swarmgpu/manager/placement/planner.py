@@ -26,6 +26,7 @@ from swarmgpu.manager.placement.jobs import (
 )
 from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
+from swarmgpu.manager.placement.memo import NodeContent
 from swarmgpu.manager.placement.preempt import mark_preempted, serve_order
 from swarmgpu.manager.placement.queues import QueueBook, Quotas
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
@@ -65,6 +66,7 @@ class Planner:
                                         tuple[int, int]]] = {}
         self._settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         self._ledger_cache: dict[str, tuple[int, list[Holding]]] = {}
+        self._node_content = NodeContent(prefix)  # settled keys read nodes by content
         self._filters = SwarmFilters(prefix, generic_kind, self._request_of)
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
         self._kept = KeptHoldings(self.cluster, prefix, lambda sid: self._requests[sid][2])
@@ -179,6 +181,7 @@ class Planner:
         cluster.problems = []
         cluster.sync_nodes(nodes, facts)
         self._filters.new_cycle(nodes)
+        self._node_content.new_cycle(nodes)
         live_names = {s.name for s in services}
         most = max((len(ns.spec.gpus) for ns in cluster.alloc.nodes.values()), default=0)
         few = {s.id for s in services if (s.replicas or 0) <= most}
@@ -321,9 +324,12 @@ class Planner:
                      ) -> tuple[object, ...]:
         """Everything a settled service's plan reads: while it is unchanged, last
         cycle's plan (no writes) still holds."""
-        gen = self.cluster.node_gen
-        # A node's spec version moves with any label change on it (gates, ledger).
-        nodes = tuple((nid, h, by_id[nid].version, gen.get(nid, 0))
+        gen, content = self.cluster.node_gen, self._node_content.of
+        # A node by content, its labels but other services' gates and ledger entries
+        # (placement.memo); its gate and ledger entry for this service beside it.
+        ak, gk = assign_key(self.prefix, s.name), gate_key(self.prefix, s.name)
+        nodes = tuple((nid, h, content[nid], by_id[nid].labels.get(ak),
+                       by_id[nid].labels.get(gk), gen.get(nid, 0))
                       for nid, h in kept.items() if nid in by_id)
         return (s.version, nodes, tuple(old.values()), tuple(running_on.items()), waiting)
 
