@@ -58,9 +58,12 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
     # The rolling updater replaces one task at a time and waits for it to run, which a
     # closed gate never allows: replace all waiting tasks at once (parallelism 0) when
     # nothing runs yet, and give the user's parallelism back once the gates are open.
+    # A replicated service with no more replicas than its parallelism has every task in
+    # the first batch already: no change, and no write to give it back.
     par_key = f"{prefix}state.update-parallelism"
     current_par = int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
-    if sp.force_update and not running_on and current_par != 0:
+    one_batch = s.mode == "replicated" and (s.replicas or 0) <= current_par
+    if sp.force_update and not running_on and current_par != 0 and not one_batch:
         sp.service_labels_set.setdefault(par_key, str(current_par))
         sp.set_update_parallelism = 0
     elif gate_ready and par_key in s.labels and current_par == 0:

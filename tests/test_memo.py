@@ -1,0 +1,77 @@
+"""The planner's memo of settled services reads nodes by content (placement.memo), and
+the writes a placed service needs are no more than it needs (update parallelism)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpu_nodes import RTX4090
+from test_placement import apply, node, svc
+
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.placement.records import PlacementPlan
+from swarmgpu.swarm.client import SwarmNode, SwarmService
+
+PAR = "swarmgpu.state.update-parallelism"
+
+
+def _written(services: list[SwarmService], plan: PlacementPlan) -> list[SwarmService]:
+    """The services as Swarm holds them after the plan's service writes."""
+    out = []
+    for s in services:
+        sp = next((x for x in plan.services if x.name == s.name), None)
+        if sp is None or not sp.needs_service_write:
+            out.append(s)
+            continue
+        labels = {k: v for k, v in {**s.labels, **sp.service_labels_set}.items()
+                  if k not in sp.service_labels_remove}
+        out.append(replace(s, labels=labels, version=s.version + 1,
+                           force_update=s.force_update + sp.force_update))
+    return out
+
+
+def _settle(planner: Planner, nodes: list[SwarmNode], services: list[SwarmService],
+            facts: dict[str, NodeFacts]) -> tuple[list[SwarmNode], list[SwarmService],
+                                               PlacementPlan]:
+    for _ in range(4):
+        plan = planner.plan(nodes, services, [], facts)
+        if not plan.node_set and not plan.node_remove and not any(
+                sp.needs_service_write for sp in plan.services):
+            return nodes, services, plan
+        nodes, services = apply(nodes, plan), _written(services, plan)
+    raise AssertionError("did not settle")
+
+
+def test_a_settled_service_is_not_planned_again_when_another_is_placed_beside_it() -> None:
+    nodes = [node("n-a", "node-a", {"team": "ml"})]
+    facts = {"n-a": RTX4090.facts()}
+    planner = Planner()
+    a = svc("a", {"swarmgpu.gpus": "1"})
+    nodes, services, plan = _settle(planner, nodes, [a], facts)
+    before = plan.services[0]
+    assert before.status == "placed"
+    # b's gate and ledger entry on the same node move the node's version, not a's inputs.
+    nodes, services, plan = _settle(planner, nodes, [*services, svc("b", {"swarmgpu.gpus": "1"})],
+                                    facts)
+    by_name = {sp.name: sp for sp in plan.services}
+    assert by_name["b"].status == "placed"
+    assert by_name["a"] is before  # last cycle's plan: a was not planned again
+    # A label of the node's own (the filters read them) plans a again.
+    nodes = [replace(n, labels={**n.labels, "team": "cv"}, version=n.version + 1) for n in nodes]
+    again = planner.plan(nodes, services, [], facts)
+    sp_a = next(sp for sp in again.services if sp.name == "a")
+    assert sp_a is not before and sp_a.to_dict() == before.to_dict()
+
+
+def test_update_parallelism_is_set_only_where_a_batch_would_hold_back_a_task() -> None:
+    nodes = [node("n-a", "node-a"), node("n-b", "node-b"), node("n-c", "node-c")]
+    facts = {n.id: RTX4090.facts() for n in nodes}
+    one = svc("one", {"swarmgpu.gpus": "1"})  # one replica: the first batch is all of it
+    three = svc("three", {"swarmgpu.gpus": "1"}, replicas=3)  # parallelism 1 of 3 replicas
+    plan = Planner().plan(nodes, [one, three], [], facts)
+    by_name = {sp.name: sp for sp in plan.services}
+    assert by_name["one"].force_update and by_name["one"].set_update_parallelism is None
+    assert PAR not in by_name["one"].service_labels_set
+    assert by_name["three"].force_update and by_name["three"].set_update_parallelism == 0
+    assert by_name["three"].service_labels_set[PAR] == "1"
