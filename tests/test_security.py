@@ -257,6 +257,8 @@ JUSTIFIED = {
     ("B311", "swarmgpu/sim/timeline.py"): "seeded PRNG for a reproducible simulation",
     ("B311", "swarmgpu/sim/swarm_replay.py"): "seeded PRNG for a reproducible simulation",
     ("B311", "swarmgpu/sim/variants.py"): "seeded PRNG: the same seed gives the same workload",
+    ("B311", "swarmgpu/sim/priorities.py"): "seeded PRNG: which pods are high priority, "
+    "and the node order, the same in both runs",
 }
 
 
