@@ -60,3 +60,11 @@ def test_global_service_one_pinned_gpu_per_gpu_node(swarm: SwarmCluster,
     assert p["mode"] == "global" and p["status"] == "placed", p
     assert sorted(pl["node"] for pl in p["placements"]) == sorted(GPU_NODES)
     assert {pl["node"]: pl["uuids"] for pl in p["placements"]} == seen
+    # The swarm is shared by the session's tests: the service goes, and its GPUs with it.
+    swarm.cli(swarm.manager, "service", "rm", name)
+
+    def released() -> bool | None:
+        return not any(f"{P}assign.{name}" in (n["Spec"].get("Labels") or {})
+                       for n in api.nodes()) or None
+
+    swarm.wait_for(released, 15, f"{name}'s ledger gone")

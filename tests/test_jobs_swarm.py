@@ -105,6 +105,7 @@ def test_job_runs_pinned_releases_and_reruns(swarm: SwarmCluster,
         host = key.split("/")[0]
         assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
     swarm.wait_for(lambda: not ledger_of(swarm, JOB) or None, 10, "the re-run's ledger gone")
+    swarm.cli(swarm.manager, "service", "rm", JOB)  # the swarm is the session's
 
 
 def test_global_job_runs_once_on_each_gpu_node_pinned(swarm: SwarmCluster,
@@ -122,6 +123,7 @@ def test_global_job_runs_once_on_each_gpu_node_pinned(swarm: SwarmCluster,
     swarm.wait_for(lambda: not ledger_of(swarm, name) or None, 10, "the global job's ledger")
     p = plan_of(daemon, name)
     assert p["status"] == "done" and p["mode"] == "global-job", json.dumps(p)
+    swarm.cli(swarm.manager, "service", "rm", name)  # the swarm is the session's
 
 
 def test_job_with_fewer_at_once_than_completions_runs_each_task_pinned(
@@ -138,3 +140,4 @@ def test_job_with_fewer_at_once_than_completions_runs_each_task_pinned(
         assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
     swarm.wait_for(lambda: not ledger_of(swarm, name) or None, 10, "the job's ledger gone")
     assert plan_of(daemon, name)["status"] == "done"
+    swarm.cli(swarm.manager, "service", "rm", name)  # the swarm is the session's
