@@ -953,7 +953,10 @@
         "article",
         { class: "service-view", "aria-labelledby": "svc-title", "data-service": name },
         h("header", { class: "node-head" }, h("h2", { id: "svc-title" }, svcChip(name)), h("div", { class: "node-badges" }, badge(k, icon, svc.status), svc.state ? badge("muted", "·", svc.state) : null)),
-        dl([["Request", svc.request || "?"], ["Replicas placed", String((svc.placements || []).length)], svc.reason ? [svc.status === "placed" ? "Note" : "Why pending", svc.reason] : null]),
+        dl([["Request", svc.request || "?"], ["Replicas placed", String((svc.placements || []).length)], svc.reason ? [svc.status === "placed" ? "Note" : svc.status === "done" ? "Run" : "Why pending", svc.reason] : null,
+          // global services: the GPU nodes that wait; jobs: the run's progress
+          svc.mode ? ["Mode", svc.mode] : null, svc.progress && svc.status !== "done" ? ["Progress", svc.progress] : null,
+          ...Object.entries(svc.nodes_waiting || {}).map(([host, why]) => [`Waiting: ${host}`, why])]),
         (svc.warnings || []).length ? h("ul", { class: "warnings" }, svc.warnings.map((w) => h("li", {}, "! ", w))) : null,
         h("h3", {}, "Where it runs"),
         rows.length
@@ -1123,7 +1126,7 @@
     );
   }
 
-  const SERVICE_STATUS = { placed: ["ok", "✓"], pending: ["warn", "◔"], invalid: ["bad", "✕"] };
+  const SERVICE_STATUS = { placed: ["ok", "✓"], pending: ["warn", "◔"], invalid: ["bad", "✕"], done: ["muted", "✓"] };
 
   function renderServices(doc, f) {
     const all = doc.services || [];
