@@ -75,3 +75,27 @@ def test_update_parallelism_is_set_only_where_a_batch_would_hold_back_a_task() -
     assert PAR not in by_name["one"].service_labels_set
     assert by_name["three"].force_update and by_name["three"].set_update_parallelism == 0
     assert by_name["three"].service_labels_set[PAR] == "1"
+
+
+def test_the_cycle_after_its_gates_open_does_not_plan_the_service_again() -> None:
+    nodes = [node("n-a", "node-a")]
+    facts = {"n-a": RTX4090.facts()}
+    planner = Planner()
+    services = [svc("a", {"swarmgpu.gpus": "1"})]
+    first = planner.plan(nodes, services, [], facts)  # the map, a forced update; gate waits
+    assert first.services[0].gates_deferred and not first.node_set["n-a"].get(
+        "swarmgpu.service.a")
+    nodes, services = apply(nodes, first), _written(services, first)
+    opens = planner.plan(nodes, services, [], facts)  # only the gate opens
+    sp2 = opens.services[0]
+    assert opens.node_set == {"n-a": {"swarmgpu.service.a": "true"}} and sp2.node_writes
+    closed, nodes = nodes, apply(nodes, opens)
+    after = planner.plan(nodes, services, [], facts)
+    sp3 = after.services[0]
+    assert after.empty and not sp3.node_writes
+    assert sp3.placements is sp2.placements  # the plan kept from the gate cycle, not a new one
+    fresh = Planner().plan(nodes, services, [], facts).services[0]
+    assert sp3.to_dict() == fresh.to_dict()
+    # The gate write did not land (the node as it was): planned again, and it writes again.
+    retry = planner.plan(closed, services, [], facts)
+    assert retry.node_set == {"n-a": {"swarmgpu.service.a": "true"}}

@@ -1,12 +1,15 @@
-"""What a settled service's plan reads of a node, by content (``NodeContent``)."""
+"""What a settled service's plan reads of a node, by content (``NodeContent``), and
+the key it will have once its own gates are open (``key_after_gates_open``)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 
-from swarmgpu.manager.placement.keys import owned_by_placement
-from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.manager.placement.keys import assign_key, gate_key, owned_by_placement
+from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan
+from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 
 class NodeContent:
@@ -54,3 +57,34 @@ def _content(n: SwarmNode, prefix: str) -> tuple[object, ...]:
             v = {k: x for k, x in v.items() if not owned_by_placement(k, prefix)}
         out.append(tuple(sorted(v.items())) if isinstance(v, Mapping) else v)
     return tuple(out)
+
+
+def key_after_gates_open(key: tuple[object, ...], sp: ServicePlan, s: SwarmService,
+                         old: Mapping[str, Holding], plan: PlacementPlan,
+                         prefix: str) -> tuple[object, ...] | None:
+    """The settled key (``Planner._settled_key``: its second part is the nodes, each
+    ``(id, holding, content, ledger entry, gate)`` then more) that the service's next
+    cycle reads once this plan's writes for it landed, when those writes are only its
+    gates opening on the nodes it keeps: that cycle's plan is this one without the
+    writes, so the cycle after the daemon's own writes does not plan it again. None
+    otherwise. A write that did not land leaves the gate as it was: planned again."""
+    if (s.mode != "replicated" or sp.status != "placed" or not sp.node_writes or sp.new
+            or sp.gates_deferred or sp.needs_service_write):
+        return None
+    held = {p.node_id for p in sp.placements}
+    if held != set(old):
+        return None
+    ak, gk = assign_key(prefix, s.name), gate_key(prefix, s.name)
+    opened: set[str] = set()
+    for nid in held:
+        sets = plan.node_set.get(nid, {})
+        if ak in sets or any(k in (ak, gk) for k in plan.node_remove.get(nid, ())):
+            return None
+        if sets.get(gk) == "true":
+            opened.add(nid)
+    nodes = key[1]
+    assert isinstance(nodes, tuple)
+    if not opened or {n[0] for n in nodes} != held:
+        return None
+    after = tuple((*n[:4], "true" if n[0] in opened else n[4], *n[5:]) for n in nodes)
+    return (key[0], after, *key[2:])

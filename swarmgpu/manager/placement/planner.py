@@ -26,7 +26,7 @@ from swarmgpu.manager.placement.jobs import (
 )
 from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
-from swarmgpu.manager.placement.memo import NodeContent
+from swarmgpu.manager.placement.memo import NodeContent, key_after_gates_open
 from swarmgpu.manager.placement.preempt import mark_preempted, serve_order
 from swarmgpu.manager.placement.queues import QueueBook, Quotas
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
@@ -252,7 +252,9 @@ class Planner:
                 key += (jobs.get(s.id), cluster.version, self._filters.gen,
                         len(cluster.alloc.nodes))
             memo = self._settled.get(s.id)
-            if memo is not None and memo[0] == key:
+            if memo is not None and memo[0] != key:
+                memo = None
+            if memo is not None:
                 sp = memo[1]  # last cycle's plan, no writes: it still holds
                 sp.warnings = list(memo[2])
             else:
@@ -263,9 +265,15 @@ class Planner:
                     reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
                 mark_preempted(sp, s, prefix)
             self.queues.count(r, mine, sp)
-            if ((sp.status in ("placed", "done") or (sp.status == "pending" and not sp.placements))
+            if memo is not None:  # settled when kept, and unchanged since
+                settled[s.id] = memo
+            elif ((sp.status in ("placed", "done")
+                   or (sp.status == "pending" and not sp.placements))
                     and not sp.needs_service_write and not sp.node_writes and not sp.new):
                 settled[s.id] = (key, sp, tuple(sp.warnings))
+            elif (after := key_after_gates_open(key, sp, s, ledger.get(s.name, {}), plan,
+                                                prefix)) is not None:  # placement.memo
+                settled[s.id] = (after, replace(sp, node_writes=False), tuple(sp.warnings))
             plan.services.append(sp)
         self._settled = settled
         self._open_since = cyc.open_seen
