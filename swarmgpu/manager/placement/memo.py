@@ -83,8 +83,7 @@ def key_after_gates_open(key: tuple[object, ...], sp: ServicePlan, s: SwarmServi
         if sets.get(gk) == "true":
             opened.add(nid)
     nodes = key[1]
-    assert isinstance(nodes, tuple)
-    if not opened or {n[0] for n in nodes} != held:
+    if not isinstance(nodes, tuple) or not opened or {n[0] for n in nodes} != held:
         return None
     after = tuple((*n[:4], "true" if n[0] in opened else n[4], *n[5:]) for n in nodes)
     return (key[0], after, *key[2:])
