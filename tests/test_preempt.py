@@ -452,3 +452,41 @@ def test_no_ping_pong_between_queues() -> None:
                                                             "prod": "placed"}
     assert choose_preemptions(plan, nodes, [research, prod], tasks, FACTS, prefix=P,
                               preemptible_below=100) == []
+
+
+def _scaled_up(max_milli: int
+               ) -> tuple[Any, list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """``a`` (queue research) holds one replica of 2 GPUs on n-4090 and is scaled to 2."""
+    from swarmgpu.manager.placement import Planner
+
+    held = Holding("a", "n-4090", R_UUIDS[:2], (1000, 1000))
+    nodes = [_node("n-dgx", "gpu-node-1"),
+             _node("n-4090", "gpu-node-2", {assign_key(P, "a"): held.label_value(),
+                                            gate_key(P, "a"): "true"})]
+    a = _svc("a", {f"{P}gpus": "2", f"{P}queue": "research",
+                   devices_key(P, "n-4090"): ",".join(R_UUIDS[:2])}, replicas=2)
+    tasks = [SwarmTask("t-a", a.id, "n-4090", 1, "running", "running", ())]
+    planner = Planner(queues={"research": (0, max_milli)})
+    return planner, nodes, [a], tasks
+
+
+def test_a_scale_up_beyond_the_queue_max_stays_pending_and_keeps_its_replicas() -> None:
+    planner, nodes, services, tasks = _scaled_up(3000)
+    for _ in range(2):  # the second cycle (settled-plan memo) says the same
+        plan = planner.plan(nodes, services, tasks, FACTS)
+        (sp,) = plan.services
+        assert sp.status == "pending" and sp.reason == (
+            "1 of 2 replicas placed; queue research at its quota: max 3 GPUs, 2 used, "
+            "1 more replica(s) need 2")
+        assert [(p.node_id, p.uuids) for p in sp.placements] == [("n-4090", R_UUIDS[:2])]
+        assert not plan.node_remove  # its running replica keeps its GPUs and gate
+        assert sp.set_max_replicas == 1  # Swarm's second task cannot join the held node
+        assert plan.queues[0]["used_gpus"] == 2.0 and plan.queues[0]["blocked"] == ["a"]
+        assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                                  preemptible_below=100) == []
+    # room for the second replica: placed as usual
+    planner, nodes, services, tasks = _scaled_up(4000)
+    plan = planner.plan(nodes, services, tasks, FACTS)
+    (sp,) = plan.services
+    assert sp.status == "placed" and len(sp.placements) == 2
+    assert plan.queues[0]["used_gpus"] == 4.0 and plan.queues[0]["blocked"] == []

@@ -239,6 +239,7 @@ class Planner:
             if held is not None:
                 plan.services.append(held)
                 continue
+            capped = self.queues.cap(s, r, mine)  # a scale-up held at its queue's max
             mine_slots = slots.get(s.id, {})
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
                                     running.get(s.id, {}), waiting.get(s.id, NO_WAITING))
@@ -251,6 +252,8 @@ class Planner:
             if s.mode != "replicated":  # a node joining, a job's task ending: planned again
                 key += (jobs.get(s.id), cluster.version, self._filters.gen,
                         len(cluster.alloc.nodes))
+            if capped is not None:
+                key += (capped,)
             memo = self._settled.get(s.id)
             if memo is not None and memo[0] != key:
                 memo = None
@@ -260,7 +263,13 @@ class Planner:
             else:
                 sp = plan_service(s, r, mine, ledger.get(s.name, {}), running.get(s.id, {}),
                                   waiting.get(s.id, NO_WAITING), self._requests[s.id][2], cyc,
-                                  mine_slots, jobs.get(s.id))
+                                  mine_slots, jobs.get(s.id),
+                                  None if capped is None else capped[0])
+                if capped is not None and sp.status != "invalid":
+                    sp.reason = (f"{sp.reason}; {capped[1]}" if sp.status == "pending"
+                                 and sp.reason else f"{len(sp.placements)} of {s.replicas} "
+                                 f"replicas placed; {capped[1]}")
+                    sp.status = "pending"
                 if self.generic_kind and sp.request is not None and sp.status != "invalid":
                     reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
                 mark_preempted(sp, s, prefix)

@@ -2,10 +2,11 @@
 KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
 
 * ``max``: a request of a service that holds nothing yet and would take its queue above
-  its max stays pending, with the quota as its reason (``QueueBook.refuse``). Holdings
-  already kept are never taken away by the max (a max lowered later is reported in
-  ``status``, not enforced by stopping), and a service that already holds replicas is
-  planned as usual (a scale-up is not held at the max).
+  its max stays pending, all of it, with the quota as its reason (``QueueBook.refuse``).
+  A service that already holds replicas and scales up gets only the replicas that fit
+  under the max; the others stay pending, with the quota as the reason
+  (``QueueBook.cap``). Holdings already kept are never taken away by the max (a max
+  lowered later is reported in ``status``, not enforced by stopping).
 * ``guaranteed``: work of a queue above its guarantee may be preempted for work of a
   queue below its own (``placement.preempt``; see ``reclaimable``).
 
@@ -68,6 +69,31 @@ class QueueBook:
             s.name, s.id, r, r.describe(), "pending", "Pending",
             reason=(f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, "
                     f"{_gpus(used):g} used, this service needs {_gpus(need):g}"))
+
+    def cap(self, s: SwarmService, r: GpuRequest | RequestError,
+            mine: Mapping[str, Holding]) -> tuple[int, str] | None:
+        """(replicas it may hold, why) when a replicated service that holds some replicas
+        asks for more than its queue's max leaves room for; None when not held back. Its
+        kept replicas always count as allowed (the max never stops running work)."""
+        if (not isinstance(r, GpuRequest) or not r.queue or not mine
+                or s.mode != "replicated" or not s.replicas):
+            return None
+        quota = self.quotas.get(r.queue)
+        if quota is None or quota[1] is None:
+            return None
+        held = sum(len(set(h.slots)) or 1 for h in mine.values())
+        if held >= s.replicas:
+            return None
+        each = replica_milli(r)
+        used = self.used.get(r.queue, 0)  # this service's kept holdings included
+        room = max(0, quota[1] - used)
+        more = room // each if each else s.replicas
+        if held + more >= s.replicas:
+            return None
+        self.blocked.setdefault(r.queue, []).append(s.name)
+        return held + more, (f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, "
+                             f"{_gpus(used):g} used, {s.replicas - held - more} more "
+                             f"replica(s) need {_gpus((s.replicas - held - more) * each):g}")
 
     def count(self, r: GpuRequest | RequestError, mine: Mapping[str, Holding],
               sp: ServicePlan) -> None:

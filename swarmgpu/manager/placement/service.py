@@ -32,9 +32,12 @@ def plan_service(
     old: Mapping[str, Holding], running_on: Mapping[str, int],
     waiting: Waiting, res: tuple[int, int], cyc: Cycle,
     slots: Mapping[int, str] | None = None, job: JobProgress | None = None,
+    cap: int | None = None,
 ) -> ServicePlan:
     """One service's plan, in steps: can it be placed at all, is it gated, which
-    holdings it keeps, where its missing replicas go, what to write, what to report."""
+    holdings it keeps, where its missing replicas go, what to write, what to report.
+    ``cap``: at most this many replicas are placed (its queue's max, ``placement.queues``;
+    the caller says why the others wait)."""
     if isinstance(r, RequestError):
         return ServicePlan(s.name, s.id, None, "", "invalid", "Invalid", reason=str(r))
     sp = ServicePlan(s.name, s.id, r, r.describe(), "placed", "Active")
@@ -62,12 +65,15 @@ def plan_service(
         return sp
     if s.mode == "replicated-job":  # as many holdings as tasks may run now
         job = job or JobProgress()
-    replicas = job_replicas(s, job) if job is not None else s.replicas or 0
+    want = replicas = job_replicas(s, job) if job is not None else s.replicas or 0
+    if cap is not None:
+        replicas = min(replicas, cap)
     holdings = _keep_holdings(sp, s, kept, old, running_on, replicas, cyc)
     stuck = converge(sp, s, r, holdings, running_on, waiting, res, cyc)
     placements, reasons = place_replicas(sp, s, r, holdings, replicas, slots or {}, res, cyc)
     sp.placements = sorted(placements, key=placement_order)
-    if sp.packed is None and replicas > 1 and s.max_replicas_per_node != 1:
+    # ``want``: Swarm runs every task; one per node keeps the capped ones off held GPUs
+    if sp.packed is None and want > 1 and s.max_replicas_per_node != 1:
         sp.set_max_replicas = 1
     elif sp.packed is not None and not packed_env(sp, s, cyc):
         return sp
@@ -97,7 +103,7 @@ def plan_service(
         cyc.backoff.pop(s.id, None)  # converged: a later refusal starts afresh
         if cyc.prefix + REPLACED_STATE in s.labels:
             sp.service_labels_remove.append(cyc.prefix + REPLACED_STATE)
-    sp.state = _state(sp, s, running_on, replicas)
+    sp.state = _state(sp, s, running_on, want)
     if r.rebalance is Rebalance.NEVER:
         sp.warnings.append("opted out of rebalancing")
     if job is not None:
