@@ -490,3 +490,32 @@ def test_a_scale_up_beyond_the_queue_max_stays_pending_and_keeps_its_replicas() 
     (sp,) = plan.services
     assert sp.status == "placed" and len(sp.placements) == 2
     assert plan.queues[0]["used_gpus"] == 4.0 and plan.queues[0]["blocked"] == []
+
+
+def test_render_check_knows_the_configured_priority_classes(tmp_path: Any) -> None:
+    """``render --check`` reads ``swarmgpu.priority`` with the config's classes, not the
+    defaults: a configured class is valid, a default one the config dropped is named."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+    from swarmgpu.manager.render import check_stack
+    from swarmgpu.manager.requests import request_errors
+
+    gold = {f"{P}gpus": "1", f"{P}priority": "gold"}
+    assert [e.key for e in request_errors(gold)] == [f"{P}priority"]  # not a default class
+    assert request_errors(gold, classes={"gold": 10}) == []
+    assert [e.key for e in request_errors({f"{P}gpus": "1", f"{P}priority": "batch"},
+                                          classes={"gold": 10})] == [f"{P}priority"]
+    stack = ("services:\n  app:\n    image: busybox\n    deploy:\n      labels:\n"
+             f"        {P}gpus: '1'\n        {P}priority: gold\n")
+    assert check_stack(stack, classes={"gold": 10}).errors == []
+    assert "gold" in check_stack(stack).errors[0]
+    src, cfg = tmp_path / "s.yml", tmp_path / "c.yml"
+    src.write_text(stack)
+    cfg.write_text('{"preemption": {"priority_classes": "gold=10"}}')
+    env = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    ok = CliRunner().invoke(main, ["render", "--check", "--config", str(cfg), str(src)],
+                            env=env)
+    assert ok.exit_code == 0 and "1 GPU request(s)" in ok.stderr, ok.stderr
+    bad = CliRunner().invoke(main, ["render", "--check", str(src)], env=env)
+    assert bad.exit_code == 1 and f"{P}priority" in bad.stderr

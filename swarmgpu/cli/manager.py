@@ -12,7 +12,7 @@ from loguru import logger
 
 from swarmgpu.cli.config import load_cfg
 from swarmgpu.cli.logs import setup_logging
-from swarmgpu.core.config import Config
+from swarmgpu.core.config import Config, parse_priority_classes
 
 ENGINE_WAIT_S = 60.0  # how long `run` waits for an unreachable engine before exit 2
 
@@ -258,7 +258,8 @@ def render(stack_file: str, stack_name: str | None, output: str,
         sys.exit(2)
     checked = check_stack(source, where=stack_file, prefix=cfg.sync.prefix,
                           zone_label=cfg.placement.zone_label,
-                          generic_kind=cfg.placement.generic_resource_kind)
+                          generic_kind=cfg.placement.generic_resource_kind,
+                          classes=parse_priority_classes(cfg.preemption.priority_classes))
     if checked.errors:
         _render_errors(stack_file, checked.errors)
     if check:

@@ -251,18 +251,21 @@ class CheckedStack:
 
 def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
                 zone_label: str = "topology.zone", generic_kind: str = "",
-                node_gpus: int | None = None) -> CheckedStack:
+                node_gpus: int | None = None,
+                classes: Mapping[str, int] | None = None) -> CheckedStack:
     """Parse the whole file and check every service: its shape, everything Swarm's
     scheduler reads, its GPU request. Offline and pure (``render --check``); every
     error is collected, none stops the others. ``node_gpus``: what a Compose ``count:
-    all`` becomes (the most GPUs one node has); None: checked only."""
+    all`` becomes (the most GPUs one node has); None: checked only. ``classes``: the
+    config's priority classes (None: the defaults)."""
     try:
         stack = copy.deepcopy(load_stack(text, where))
     except StackError as exc:
         return CheckedStack({}, errors=exc.errors)
     out = CheckedStack(stack)
     for svc_name, svc in stack["services"].items():
-        _check_service(out, str(svc_name), svc, prefix, zone_label, generic_kind, node_gpus)
+        _check_service(out, str(svc_name), svc, prefix, zone_label, generic_kind, node_gpus,
+                       classes)
     return out
 
 
@@ -276,7 +279,8 @@ def _try(errs: list[str], default: T, fn: Callable[..., T], *args: Any) -> T:
 
 
 def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
-                   zone_label: str, generic_kind: str, node_gpus: int | None) -> None:
+                   zone_label: str, generic_kind: str, node_gpus: int | None,
+                   classes: Mapping[str, int] | None = None) -> None:
     """One service of ``check_stack``: its errors and notes into ``out``; its Compose
     GPU reservation made a request, in place."""
     w = f"services.{svc_name}"
@@ -317,9 +321,10 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
     _try(errs, None, _platforms, svc, w)
     _try(errs, None, _reservations, deploy, w)
     if labels is not None:
-        bad = request_errors(labels, prefix=prefix, zone_label=zone_label)
+        bad = request_errors(labels, prefix=prefix, zone_label=zone_label, classes=classes)
         errs += [f"{w}.deploy.labels: {e}" for e in bad]
-        req = None if bad else parse_all(labels, prefix=prefix, zone_label=zone_label)
+        req = None if bad else parse_all(labels, prefix=prefix, zone_label=zone_label,
+                                         classes=classes)
         if req is not None:
             out.requests.append(svc_name)
     out.errors.extend(errs)
@@ -390,7 +395,8 @@ def render_stack(
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
     most = max((len(f.gpus) for f in facts.values()), default=0)
     checked = check_stack(text, prefix=prefix, zone_label=zone_label,
-                          generic_kind=planner.generic_kind, node_gpus=most)
+                          generic_kind=planner.generic_kind, node_gpus=most,
+                          classes=planner.classes)
     if checked.errors:
         raise StackError(checked.errors)
     stack = checked.stack
@@ -409,7 +415,8 @@ def render_stack(
         full = f"{name}_{svc_name}"
         where = f"services.{svc_name}"
         deploy = _mapping(svc, "deploy", where)
-        req = parse_all(_labels(deploy, where), prefix=prefix, zone_label=zone_label)
+        req = parse_all(_labels(deploy, where), prefix=prefix, zone_label=zone_label,
+                        classes=planner.classes)
         if req is None:
             continue
         sp = by_name.get(full)

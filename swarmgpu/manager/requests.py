@@ -283,13 +283,15 @@ def request_errors(
     *,
     prefix: str = DEFAULT_PREFIX,
     zone_label: str = DEFAULT_ZONE_LABEL,
+    classes: Mapping[str, int] | None = None,
 ) -> list[RequestError]:
     """Every bad key of a request, not only the first (``render --check`` prints them
-    all): parse, set the key of the error aside, parse the rest again."""
+    all): parse, set the key of the error aside, parse the rest again. ``classes``: the
+    config's ``preemption.priority_classes`` (None: the defaults)."""
     rest = dict(labels)
     errors: list[RequestError] = []
     while True:
-        e = parse_all(rest, prefix=prefix, zone_label=zone_label)
+        e = parse_all(rest, prefix=prefix, zone_label=zone_label, classes=classes)
         if not isinstance(e, RequestError):
             return errors
         errors.append(e)
