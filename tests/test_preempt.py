@@ -519,3 +519,43 @@ def test_render_check_knows_the_configured_priority_classes(tmp_path: Any) -> No
     assert ok.exit_code == 0 and "1 GPU request(s)" in ok.stderr, ok.stderr
     bad = CliRunner().invoke(main, ["render", "--check", str(src)], env=env)
     assert bad.exit_code == 1 and f"{P}priority" in bad.stderr
+
+
+def _two_research(prod_gpus: dict[str, str]
+                  ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """research holds all 8 RTX 4090s as r1 (4) and r2 (4); prod services ask for GPUs."""
+    h1 = Holding("r1", "n-4090", R_UUIDS[:4], (1000,) * 4)
+    h2 = Holding("r2", "n-4090", R_UUIDS[4:], (1000,) * 4)
+    nodes = [_node("n-dgx", "gpu-node-1"),
+             _node("n-4090", "gpu-node-2", {assign_key(P, "r1"): h1.label_value(),
+                                            gate_key(P, "r1"): "true",
+                                            assign_key(P, "r2"): h2.label_value(),
+                                            gate_key(P, "r2"): "true"})]
+    research = [_svc(n, {f"{P}gpus": "4", f"{P}queue": "research",
+                         devices_key(P, "n-4090"): ",".join(u)})
+                for n, u in (("r1", R_UUIDS[:4]), ("r2", R_UUIDS[4:]))]
+    prod = [_svc(n, {f"{P}gpus": g, f"{P}gpu-product": "*RTX 4090*", f"{P}queue": "prod"})
+            for n, g in prod_gpus.items()]
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "n-4090", 1, "running", "running", ())
+             for s in research]
+    return nodes, [*research, *prod], tasks
+
+
+def _reclaims(prod_gpus: dict[str, str], research_guarantee: int) -> list[tuple[str, list[str]]]:
+    from swarmgpu.manager.placement import Planner
+
+    nodes, services, tasks = _two_research(prod_gpus)
+    quotas = {"research": (research_guarantee, None), "prod": (8000, None)}
+    plan = Planner(queues=quotas).plan(nodes, services, tasks, FACTS)
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=0)  # only the quotas make victims
+    return [(p.service, sorted(v.service for v in p.victims)) for p in got]
+
+
+def test_queue_take_back_counts_the_victims_of_one_queue_together() -> None:
+    # each of r1, r2 alone leaves research at its guarantee of 4, both together do not
+    assert _reclaims({"prod": "6"}, 4000) == []
+    assert _reclaims({"prod": "6"}, 0) == [("prod", ["r1", "r2"])]
+    # the same across two preemptors of one cycle: the second would take research below 4
+    assert _reclaims({"p1": "4", "p2": "4"}, 4000) == [("p1", ["r1"])]
+    assert _reclaims({"p1": "4", "p2": "4"}, 0) == [("p1", ["r1"]), ("p2", ["r2"])]

@@ -13,6 +13,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   not cooling down (preempted recently), and not in a rebalancing move; or, whatever
   their priority, work of a queue above its guarantee when the preemptor's queue stays
   within its own (``queues.reclaimable``; ``swarmgpu.preemptible: false`` still protects);
+  the victims of one queue taken by quota are counted together, with those of the
+  cycle's earlier preemptions (``queues.group_reclaimable``);
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs; among sets of that size, the lowest highest priority, then the lowest
   total priority, then the most recently started; hence never more than needed (no
@@ -39,7 +41,7 @@ from itertools import combinations
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.keys import MOVE_STATE
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
-from swarmgpu.manager.placement.queues import reclaimable
+from swarmgpu.manager.placement.queues import group_reclaimable, reclaimable
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan
 from swarmgpu.manager.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -113,6 +115,7 @@ class Candidate:
     started: str  # its newest task's creation time on the node ("" unknown)
     uuids: tuple[str, ...]  # the GPUs of its holding the preemptor could use
     holding: Holding | None = None  # its whole holding on the node
+    quota: str = ""  # its queue, when only its queue's quota makes it a candidate
 
 
 @dataclass(frozen=True)
@@ -154,11 +157,14 @@ def rule_sorted(cands: Sequence[Candidate]) -> list[Candidate]:
 
 
 def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candidate],
-                 holders: Mapping[str, AbstractSet[str]]) -> tuple[Candidate, ...] | None:
+                 holders: Mapping[str, AbstractSet[str]],
+                 allowed: Callable[[tuple[Candidate, ...]], bool] | None = None,
+                 ) -> tuple[Candidate, ...] | None:
     """The victims on one node (see the module's rule), or None when even all of them do
     not free ``need`` GPUs. ``free``: GPUs of the node the preemptor may use that nobody
     holds; ``holders``: GPU -> every service holding it (a shared GPU frees only when all
-    its holders are victims)."""
+    its holders are victims); ``allowed``: whether a set may go together (the quota
+    victims of one queue, ``queues.group_reclaimable``)."""
     if len(free) >= need:
         return ()
     cands = rule_sorted(candidates)[:MAX_CANDIDATES]
@@ -169,6 +175,8 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
             names = {c.service for c in combo}
             freed = {u for c in combo for u in c.uuids if holders.get(u, set()) <= names}
             if len(free) + len(freed - free) < need:
+                continue
+            if allowed is not None and not allowed(combo):
                 continue
             key = (max(c.priority for c in combo), sum(c.priority for c in combo), idx)
             if best is None or key < best[0]:
@@ -216,6 +224,8 @@ def choose_preemptions(
             holdings.setdefault(nid, {})[svc] = h
     taken: set[tuple[str, str]] = set()  # (node, uuid) freed for an earlier preemptor
     gone: set[str] = set()  # victims already chosen this cycle
+    q_gone: dict[str, int] = {}  # milli per queue its victims chosen this cycle free
+    q_given: dict[str, int] = {}  # milli per queue its preemptors this cycle take
     out: list[Preemption] = []
     pending = [sp for sp in plan.services if sp.status == "pending" and sp.request is not None]
     order = serve_order([(by_name[sp.name], sp.request) for sp in pending
@@ -264,8 +274,15 @@ def choose_preemptions(
                     continue
                 cands.append(Candidate(svc, vs.id, nid, vr.priority,
                                        started.get((vs.id, nid), ""),
-                                       tuple(u for u in h.uuids if u in usable), h))
-            victims = pick_victims(r.gpus, free, cands, holders)
+                                       tuple(u for u in h.uuids if u in usable), h,
+                                       "" if by_priority else vr.queue))
+
+            def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
+                return group_reclaimable(
+                    r, [(c.quota, sum(c.holding.milli) if c.holding else 0)
+                        for c in combo if c.quota], queues, q_gone, q_given)
+
+            victims = pick_victims(r.gpus, free, cands, holders, together)
             if not victims:
                 continue
             prios = [v.priority for v in victims]
@@ -276,6 +293,12 @@ def choose_preemptions(
             continue
         p = best[1]
         gone.update(v.service for v in p.victims)
+        for v in p.victims:
+            vq = req.get(v.service)
+            if isinstance(vq, GpuRequest) and vq.queue and v.holding is not None:
+                q_gone[vq.queue] = q_gone.get(vq.queue, 0) + sum(v.holding.milli)
+        if r.queue:
+            q_given[r.queue] = q_given.get(r.queue, 0) + 1000 * r.gpus
         taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
         moves: dict[str, Relocation] = {}
         for v in p.victims:

@@ -16,7 +16,7 @@ this cycle, plus what the cycle places. A queue not in the config has no limit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,3 +131,31 @@ def reclaimable(preemptor: GpuRequest, victim: GpuRequest, victim_milli: int,
     p_guaranteed = round(1000 * float(p["guaranteed_gpus"]))
     v_guaranteed = round(1000 * float(v["guaranteed_gpus"]))
     return p_used + need <= p_guaranteed and v_used - victim_milli >= v_guaranteed
+
+
+def group_reclaimable(preemptor: GpuRequest, taken: Sequence[tuple[str, int]],
+                      queues: Mapping[str, Mapping[str, Any]],
+                      gone: Mapping[str, int], given: Mapping[str, int]) -> bool:
+    """``reclaimable`` for a set of victims taken by quota (``taken``: (queue, milli) per
+    victim): each victim queue stays at or above its guarantee without all of its victims
+    together, and the preemptor's queue within its own, counting what earlier preemptions
+    of the cycle took (``gone``: milli per queue) and placed (``given``)."""
+    if not taken:
+        return True
+    p = queues.get(preemptor.queue)
+    if p is None:
+        return False
+    p_used = round(1000 * (p["used_gpus"] or 0)) + given.get(preemptor.queue, 0)
+    if p_used + replica_milli(preemptor) > round(1000 * float(p["guaranteed_gpus"])):
+        return False
+    per: dict[str, int] = {}
+    for q, milli in taken:
+        per[q] = per.get(q, 0) + milli
+    for q, milli in per.items():
+        v = queues.get(q)
+        if v is None:
+            return False
+        v_used = round(1000 * (v["used_gpus"] or 0)) - gone.get(q, 0)
+        if v_used - milli < round(1000 * float(v["guaranteed_gpus"])):
+            return False
+    return True
