@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from fake_pynvml import pynvml as fake
+from fake_pynvml.builder import build_layout
+from paths import TOPOLOGY
 
 from swarmgpu.agent.doctor import (
     Status,
@@ -20,7 +26,9 @@ from swarmgpu.agent.doctor import (
     run_checks,
     run_doctor,
 )
+from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.nodeconfig import node_config
+from swarmgpu.cli import main
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 
 ROOTS = Path(__file__).parent / "doctor_roots"
@@ -281,3 +289,62 @@ def test_sharing_mode_hard_soft_and_node_config_set_up(tmp_path: Path) -> None:
         elif cmd.startswith("mkdir"):
             (root / cmd.split()[-1].lstrip("/")).mkdir(parents=True)
     assert json.loads(run_doctor(str(root), as_json=True)[0])["sharing_mode"] == "hard", cmds
+
+
+# --- the CLI: `doctor --source topo:` and `node-config --source nvml` without a driver ---
+TOPO_A100 = TOPOLOGY / "topo_dgx_a100_nv12.txt"
+TOPO_ARGS = ["--source", f"topo:{TOPO_A100}", "--product", "NVIDIA A100-SXM4-40GB",
+             "--memory-mib", "40960"]
+
+
+def test_doctor_cli_takes_the_topo_source_options() -> None:
+    res = CliRunner().invoke(main, ["doctor", "--root", str(ROOTS / "healthy"), "--json",
+                                    *TOPO_ARGS, "--mig", "0:1g.5gb*7", "--hostname", "gpu-a"])
+    report = json.loads(res.stdout)
+    checks = {c["id"]: c for c in report["checks"]}
+    assert report["hostname"] == "gpu-a"
+    assert "known for 8 GPU(s)" in checks["gpu.numa"]["found"]
+    # The topo facts' synthetic UUIDs (naming.synthetic_uuid) are not the fixture's
+    # daemon.json ones: the check compared them, so the topo facts reached the checks.
+    generic = checks["resources.generic"]
+    assert generic["status"] == "fail" and "GPU0 GPU-5ca1ab1e-" in generic["found"]
+    assert res.exit_code == 1
+
+
+def test_doctor_cli_topo_source_without_memory_says_what_to_pass() -> None:
+    res = CliRunner().invoke(main, ["doctor", "--root", str(ROOTS / "healthy"), "--source",
+                                    f"topo:{TOPO_A100}", "--product", "NVIDIA A100-SXM4-40GB"])
+    assert res.exit_code == 2
+    assert "--memory-mib N" in res.stderr
+
+
+def test_doctor_topo_source_on_this_host_runs_its_checks() -> None:
+    # The command as an operator types it, root / (this machine's real files).
+    out = subprocess.run([str(Path(sys.executable).parent / "swarmgpu"), "doctor", *TOPO_ARGS],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode in (0, 1), out.stderr
+    assert "gpu.numa: NUMA node and CPU affinity known for 8 GPU(s)" in out.stdout
+    assert "cannot read facts" not in out.stderr
+
+
+def test_node_config_nvml_names_what_is_missing() -> None:
+    # Real NVML, no fake: on a host without the NVIDIA driver (this test machine) the
+    # message names the missing library and the fix; on a GPU host it prints the config.
+    facts = NvmlSource().read()
+    res = CliRunner().invoke(main, ["node-config", "--source", "nvml"])
+    if facts.gpus:
+        assert res.exit_code == 0 and '"default-runtime": "nvidia"' in res.stdout
+        return
+    assert res.exit_code == 2 and res.stdout == ""
+    assert "list no GPUs" not in res.stderr
+    assert facts.errors[0] in res.stderr
+    assert "--source gfd:FILE or topo:FILE" in res.stderr
+    if "NVMLError_LibraryNotFound" in facts.errors[0]:
+        assert "libnvidia-ml.so.1" in res.stderr and "install the driver" in res.stderr
+
+
+def test_nvml_library_not_found_says_install_the_driver(tmp_path: Path) -> None:
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    b.machine.init_error = fake.NVML_ERROR_LIBRARY_NOT_FOUND
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    assert "libnvidia-ml.so.1" in facts.errors[0] and "install the driver" in facts.errors[0]

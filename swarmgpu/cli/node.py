@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 def _source_options(f: Any) -> Any:
     f = click.option("--source", required=True, metavar="SPEC",
                      help="nvml | gfd:PATH | file:PATH | topo:PATH")(f)
+    return _source_detail_options(f)
+
+
+def _source_detail_options(f: Any) -> Any:
+    """What a source spec alone cannot say (open_source's keywords); shared by every
+    command that opens a source, so `doctor --source topo:` takes what `facts` does."""
     f = click.option("--hostname", default=None,
                      help="Node hostname to report (default: this host's name).")(f)
     f = click.option("--product", default=None, help="GPU product, for topo: sources.")(f)
@@ -192,15 +198,18 @@ def _log_plain(why: str) -> None:
               help="Root of the node's file system (for checking a mounted image).")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--source", default=None, metavar="SPEC",
-              help="Fact source to compare with (default: nvml when --root is /).")
-def doctor(root: str, as_json: bool, source: str | None) -> None:
+              help="Fact source to compare with: nvml | gfd:PATH | file:PATH | topo:PATH "
+                   "(default: nvml when --root is /).")
+@_source_detail_options
+def doctor(root: str, as_json: bool, source: str | None, hostname: str | None,
+           product: str | None, memory_mib: int | None, mig_layout: str | None) -> None:
     """Check this node's GPU container setup and explain each problem and its fix."""
     from swarmgpu.agent.doctor import run_doctor
 
     facts = None
     docker_info = None
     if source or root == "/":
-        src = _open(source or "nvml", None, None, None, None)
+        src = _open(source or "nvml", hostname, product, memory_mib, mig_layout)
         try:
             facts = src.read()
         except Exception as exc:  # a doctor must report, not crash
@@ -236,7 +245,14 @@ def node_config_cmd(source: str, hostname: str | None, product: str | None,
 
     src = _open(source, hostname, product, memory_mib, mig_layout)
     try:
-        click.echo(node_config(src.read(), kind=kind))
+        nf = src.read()
+        if not nf.gpus and nf.errors:
+            # The source said why it has no GPUs (no driver, no NVML): that, not
+            # "the facts list no GPUs", is what the operator must fix.
+            raise FactsError(f"{source} gives no GPUs: {'; '.join(nf.errors)}; or describe "
+                             "the GPUs with --source gfd:FILE or topo:FILE "
+                             "(docs/facts-schema.md)")
+        click.echo(node_config(nf, kind=kind))
     except (FactsError, ValueError) as exc:
         click.echo(f"swarmgpu node-config: {exc}", err=True)
         sys.exit(2)

@@ -104,6 +104,14 @@ def _ensure_init(mod: Any) -> str | None:
         try:
             mod.nvmlInit()
         except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError...
+            if getattr(e, "value", None) == getattr(mod, "NVML_ERROR_LIBRARY_NOT_FOUND", 12):
+                # No libnvidia-ml.so.1 means no driver installed (or, in a container,
+                # not run with the nvidia runtime): say that, not "is it loaded?".
+                return (
+                    f"nvml: cannot initialise NVML ({_error_text(e)}): libnvidia-ml.so.1, "
+                    "which the NVIDIA driver installs, is not found; install the driver "
+                    "(in a container: run it with the nvidia runtime)"
+                )
             return (
                 f"nvml: cannot initialise NVML ({_error_text(e)}); is the NVIDIA driver "
                 "loaded and, in a container, is it run with the nvidia runtime?"
