@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 from swarm_harness import (
     SwarmCluster,
@@ -134,6 +135,9 @@ def swarm_factory() -> Iterator[SwarmFactory]:
             cluster.teardown()
 
 
+_SHARED: dict[str, SwarmCluster] = {}  # the session swarm, once a module asked for it
+
+
 @pytest.fixture(scope="session")
 def swarm(swarm_factory: SwarmFactory) -> Iterator[SwarmCluster]:
     """mgr-1 + gpu-node-1 + gpu-node-2; each worker advertises, as NVIDIA-GPU generic
@@ -145,10 +149,56 @@ def swarm(swarm_factory: SwarmFactory) -> Iterator[SwarmCluster]:
         workers=2,
         extra_args={host: gpu_resource_args(n.uuids()) for host, n in GPU_NODES.items()},
     )
+    _SHARED["swarm"] = cluster
     try:
         yield cluster
     finally:
+        _SHARED.pop("swarm", None)
         cluster.teardown()
+
+
+# What a module's services leave on the shared swarm: their GPU ledger and gates on the
+# nodes, and the mover's records on the swarm object.
+_MODULE_NODE_KEYS = ("swarmgpu.assign.", "swarmgpu.service.")
+_MODULE_SWARM_KEYS = ("swarmgpu.state.moves",)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _shared_swarm_left_clean() -> Iterator[None]:
+    """The session swarm is shared by every swarm module. After each one (its own
+    daemon already stopped: an autouse fixture ends last), every service it left and its
+    ledger, gates and move records go, so the next module finds every GPU free even when
+    this one failed before its own clean-up (one failure used to fail every later
+    module that needs a whole node)."""
+    yield
+    cluster = _SHARED.get("swarm")
+    if cluster is None:
+        return
+    mgr = cluster.manager
+    for stack in cluster.cli(mgr, "stack", "ls", "--format", "{{.Name}}",
+                             check=False).stdout.split():
+        cluster.cli(mgr, "stack", "rm", stack, check=False)
+    services = cluster.cli(mgr, "service", "ls", "-q", check=False).stdout.split()
+    if services:
+        cluster.cli(mgr, "service", "rm", *services, check=False)
+    api = cluster.client(mgr).api
+    for _ in range(5):  # read-modify-write; "update out of sequence" is retried
+        try:
+            for n in api.nodes():
+                spec = n["Spec"]
+                labels = spec.get("Labels") or {}
+                keep = {k: v for k, v in labels.items() if not k.startswith(_MODULE_NODE_KEYS)}
+                if keep != labels:
+                    api.update_node(n["ID"], n["Version"]["Index"], {**spec, "Labels": keep})
+            sw = api.inspect_swarm()
+            labels = sw["Spec"].get("Labels") or {}
+            keep = {k: v for k, v in labels.items() if not k.startswith(_MODULE_SWARM_KEYS)}
+            if keep != labels:
+                api.update_swarm(version=sw["Version"]["Index"],
+                                 swarm_spec={**sw["Spec"], "Labels": keep})
+            break
+        except docker.errors.APIError:
+            continue
 
 
 @pytest.fixture(scope="module")

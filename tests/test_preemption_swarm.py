@@ -89,7 +89,7 @@ def test_high_priority_preempts_batch_and_batch_comes_back(
         spec_before["TaskTemplate"]["ContainerSpec"]
     assert spec_after["TaskTemplate"]["Placement"]["Constraints"] == \
         spec_before["TaskTemplate"]["Placement"]["Constraints"]
-    swarm.cli(swarm.manager, "stack", "rm", "pre")
+    swarm.cli(swarm.manager, "stack", "rm", "pre", check=False)  # network removal may lag
 
 
 def test_a_victim_that_can_run_elsewhere_is_moved_not_stopped(
@@ -132,4 +132,4 @@ def test_a_victim_that_can_run_elsewhere_is_moved_not_stopped(
     assert [t["ID"] for t in tasks_running(swarm, "mv_fill")] == [fill_task["ID"]]
     log = (LOGS / "preemption-daemon.log").read_text()
     assert "to make room for mv_high (priority 100)" in log
-    swarm.cli(swarm.manager, "stack", "rm", "mv")
+    swarm.cli(swarm.manager, "stack", "rm", "mv", check=False)  # network removal may lag
