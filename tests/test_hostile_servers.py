@@ -338,12 +338,14 @@ class _Busy(GuardedServer):
 
 def test_reserve_answers_only_an_authenticated_peer_when_every_slot_is_busy() -> None:
     release = threading.Event()
+    holding: list[int] = []  # one entry per /hold being answered
 
     class H(OneRequestHandler):
         def respond(self) -> None:
             if self.headers.get("X-Key") == "k":
                 self.peer_authenticated()
             if self.path == "/hold":
+                holding.append(1)
                 release.wait(10)  # busy answering: no candidate for eviction
             self.send_answer(200, PLAIN, b"ok\n")
 
@@ -359,8 +361,11 @@ def test_reserve_answers_only_an_authenticated_peer_when_every_slot_is_busy() ->
         for h in holders:
             h.sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
         t0 = time.monotonic()
-        while srv.connection_counts()[0] < 3 and time.monotonic() - t0 < 5:
+        # Every slot busy answering (accepted is not enough: a head not yet read is a
+        # half-sent request, which the guard may evict for the newcomer).
+        while len(holding) < 3 and time.monotonic() - t0 < 5:
             time.sleep(0.02)
+        assert len(holding) == 3
         assert get(port, "/")[0] == 503  # a reserved slot, and no proof of who it is
         assert get(port, "/", headers={"X-Key": "k"})[0] == 200
     finally:

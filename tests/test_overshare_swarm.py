@@ -108,6 +108,12 @@ def test_over_share_is_reported_then_only_the_offender_restarts(
     half = {**a100, "swarmgpu.gpu-fraction": "0.5"}
     t0 = time.monotonic()
     never = {**a100, "swarmgpu.gpu-fraction": "0.25", "swarmgpu.rebalance": "never"}
+    # The halves first, then the quarter in a re-deploy of the stack: services of one
+    # priority are served by age, and a stack deploy creates its services in no set
+    # order (the quarter placed first would share its GPU with one half).
+    deploy(swarm, env["tmp"], "os", {"a": {"labels": half}, "b": {"labels": half}})
+    wait_running(swarm, "os_a", 1, timeout=90)
+    wait_running(swarm, "os_b", 1, timeout=90)
     deploy(swarm, env["tmp"], "os", {"a": {"labels": half}, "b": {"labels": half},
                                      "c": {"labels": never}})
     (ta,) = wait_running(swarm, "os_a", 1, timeout=90)

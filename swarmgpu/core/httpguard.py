@@ -21,6 +21,7 @@ The standard library's ``BaseHTTPRequestHandler`` has only a per-read timeout.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import queue
 import socket
@@ -34,6 +35,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 from loguru import logger
+
+# errno of a socket the guard closed (evicted) or the peer dropped mid-request.
+_PEER_GONE = frozenset({errno.EBADF, errno.ENOTCONN, errno.ECONNRESET, errno.EPIPE})
 
 # An honest client sends its request head in one packet, within a round trip or two of
 # connecting (a TLS handshake is a deadline of its own, as long); a slower one is not
@@ -329,6 +333,11 @@ class GuardedServer(ThreadingHTTPServer):
         self._local.conn = conn
         try:
             self.finish_request(request, client_address)
+        except OSError as exc:
+            # A connection evicted by the guard, or dropped by its peer, before or while
+            # it was served: the peer's doing, not a fault of the server (no traceback).
+            if exc.errno not in _PEER_GONE:
+                self.handle_error(request, client_address)
         except Exception:
             self.handle_error(request, client_address)
         finally:
