@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cluster import ClusterAllocator
-from swarmgpu.manager.placement.records import PlacementPlan
+from swarmgpu.manager.placement.keys import assign_key, gate_key
+from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 
@@ -37,3 +38,16 @@ class Cycle:
         is being moved off in this cycle (``converge``)."""
         avoid = self.avoid.get(s.id)
         return self.exclude(s) | avoid if avoid else self.exclude(s)
+
+
+def release_dropped(cyc: Cycle, sp: ServicePlan, service: str, old: Iterable[str],
+                    keep: Container[str]) -> None:
+    """Remove the ledger entry and gate of ``service`` on every node of ``old`` it no
+    longer holds (``keep``), each said on its plan."""
+    for nid in old:
+        if nid not in keep:
+            remove_node_labels(cyc.plan, nid, [assign_key(cyc.prefix, service),
+                                               gate_key(cyc.prefix, service)])
+            sp.node_writes = True
+            where = cyc.by_id[nid].hostname if nid in cyc.by_id else nid
+            sp.warnings.append(f"released its GPUs on {where}")

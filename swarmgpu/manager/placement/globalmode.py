@@ -14,11 +14,10 @@ from collections.abc import Set as AbstractSet
 
 from swarmgpu.allocator.core import NodeState, Unplaceable
 from swarmgpu.allocator.mig import MigProfileError
-from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.cycle import Cycle, release_dropped
 from swarmgpu.manager.placement.devicemap import write_devices_and_gates
-from swarmgpu.manager.placement.keys import assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
+from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import Waiting
@@ -39,13 +38,8 @@ def plan_global(sp: ServicePlan, s: SwarmService, r: GpuRequest, kept: Mapping[s
     no = cyc.swarm_no(s)
     holdings = {nid: h for nid, h in kept.items()
                 if nid in by_id and nid not in no and nid not in done_nodes}
-    for nid in old:  # a node gone, no longer matching, or its job task done
-        if nid not in holdings:
-            remove_node_labels(cyc.plan, nid, [assign_key(cyc.prefix, s.name),
-                                               gate_key(cyc.prefix, s.name)])
-            sp.node_writes = True
-            where = by_id[nid].hostname if nid in by_id else nid
-            sp.warnings.append(f"released its GPUs on {where}")
+    # a node gone, no longer matching, or its job task done
+    release_dropped(cyc, sp, s.name, old, holdings)
     placements = [p for nid, h in holdings.items()
                   for p in replicas_of(h, by_id[nid], cyc.facts.get(nid))]
     demand = demand_of(r, *res)

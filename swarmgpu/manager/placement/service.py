@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from swarmgpu.manager.placement.converge import converge
-from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.cycle import Cycle, release_dropped
 from swarmgpu.manager.placement.devicemap import write_devices_and_gates
 from swarmgpu.manager.placement.gating import gate_service
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES, plan_global
@@ -14,12 +14,10 @@ from swarmgpu.manager.placement.keys import (
     MAX_STATE,
     MOVE_STATE,
     REPLACED_STATE,
-    assign_key,
-    gate_key,
 )
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.packing import packed_env
-from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
+from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.spread import place_replicas
 from swarmgpu.manager.placement.tasks import Waiting
@@ -126,13 +124,7 @@ def _keep_holdings(sp: ServicePlan, s: SwarmService, kept: Mapping[str, Holding]
                                                   if nid in by_id else nid))
         for nid in order[: len(holdings) - replicas]:
             del holdings[nid]
-    for nid in old:
-        if nid not in holdings:
-            remove_node_labels(cyc.plan, nid, [assign_key(cyc.prefix, s.name),
-                                               gate_key(cyc.prefix, s.name)])
-            sp.node_writes = True
-            where = by_id[nid].hostname if nid in by_id else nid
-            sp.warnings.append(f"released its GPUs on {where}")
+    release_dropped(cyc, sp, s.name, old, holdings)
     return holdings
 
 
