@@ -15,14 +15,12 @@ the daemon serve the series.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import re
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -43,6 +41,7 @@ from gpu_nodes import (
 from gpu_nodes import cfg_file as _cfg_file
 from paths import FIXTURES, REPO
 from swarm_harness import SwarmCluster
+from test_dashboard_hostlabels import _serve_page
 from test_deploy_docs import scrape_config
 
 pytestmark = pytest.mark.swarm
@@ -100,22 +99,7 @@ def _prometheus_config(swarm: SwarmCluster, old_exporter: str, tmp: Any) -> dict
 @contextlib.contextmanager
 def _old_dcgm_exporter() -> Iterator[str]:
     """A real dcgm-exporter page (the T4 capture, `Hostname=...`) served on loopback."""
-    page = OLD_EXPORTER_PAGE.read_bytes()
-
-    class Page(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(page)))
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
+    srv, t = _serve_page(OLD_EXPORTER_PAGE.read_bytes())
     try:
         yield f"127.0.0.1:{srv.server_address[1]}"
     finally:
