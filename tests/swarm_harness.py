@@ -210,8 +210,11 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    return state != "Z"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False  # it exited (and was reaped) between the two looks
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _kill(pid: int, sig: int) -> None:
