@@ -90,13 +90,31 @@ class FakeSwarm:
     bounded parallel writes gain here what they gain on the engine."""
 
     def __init__(self, nodes: list[SwarmNode], services: list[SwarmService],
-                 latency_ms: Mapping[str, float] | None = None) -> None:
+                 latency_ms: Mapping[str, float] | None = None,
+                 model_tasks: bool = False) -> None:
         self._nodes = {n.id: n for n in nodes}
         self._services = {s.id: s for s in services}
         self.writes = 0
+        self.node_writes = self.service_writes = 0
         self.calls = 0
         self.latency = {k: v / 1e3 for k, v in (latency_ms or {}).items()}
         self._lock = threading.Lock()
+        # ``model_tasks``: Swarm's tasks as its orchestrator keeps them -- each replica a
+        # task from the moment its service exists (pending behind a closed gate), all
+        # replaced at once when ForceUpdate changes (the updater with parallelism 0 or
+        # one batch; here before the next call), and running once a node opens its gate.
+        # Without it the task list is empty (the planner's input in earlier figures).
+        self.model_tasks = model_tasks
+        self._tasks: dict[str, list[SwarmTask]] = {}
+        if model_tasks:
+            for sv in services:
+                self._replace_tasks(sv)
+
+    def _replace_tasks(self, sv: SwarmService) -> None:
+        self._tasks[sv.id] = [
+            SwarmTask(f"t{sv.id}.{sv.force_update}.{k}", sv.id, "", k, "pending", "running",
+                      sv.env, force_update=sv.force_update)
+            for k in range(1, (sv.replicas or 0) + 1)]
 
     def _wait(self, kind: str, objects: int = 0) -> None:
         with self._lock:
@@ -122,8 +140,32 @@ class FakeSwarm:
         return self._services[service_id]
 
     def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
-        self._wait("list")
-        return []  # replicas stay pending until their gate opens; the planner's input
+        if not self.model_tasks:
+            self._wait("list")
+            return []  # replicas stay pending until their gate opens; the planner's input
+        self._schedule()
+        out = [t for ts in self._tasks.values() for t in ts]
+        self._wait("list", len(out))
+        return out
+
+    def _schedule(self) -> None:
+        """Swarm's scheduler, as far as gates go: a waiting task runs on a node that
+        opened its service's gate and runs no other task of it."""
+        gates: dict[str, list[str]] = {}
+        for n in self._nodes.values():
+            for k, v in n.labels.items():
+                if v == "true" and k.startswith(P + "service."):
+                    gates.setdefault(k[len(P + "service."):], []).append(n.id)
+        for sv in self._services.values():
+            open_on = gates.get(sv.name)
+            ts = self._tasks.get(sv.id)
+            if not open_on or not ts:
+                continue
+            used = {t.node_id for t in ts if t.node_id}
+            free = [nid for nid in open_on if nid not in used]
+            for i, t in enumerate(ts):
+                if t.state == "pending" and free:
+                    ts[i] = dataclasses.replace(t, node_id=free.pop(0), state="running")
 
     def events(self, *, types: tuple[str, ...] = ("node", "service")) -> Iterator[dict[str, Any]]:
         return iter(())
@@ -138,6 +180,7 @@ class FakeSwarm:
             return False
         with self._lock:
             self.writes += 1
+            self.node_writes += 1
         self._nodes[node_id] = dataclasses.replace(n, labels=dict(new), version=n.version + 1)
         return True
 
@@ -151,12 +194,15 @@ class FakeSwarm:
             return False
         with self._lock:
             self.writes += 1
+            self.service_writes += 1
         tt = new.get("TaskTemplate", {})
-        self._services[service_id] = dataclasses.replace(
+        sv = self._services[service_id] = dataclasses.replace(
             s, spec=new, labels=dict(new.get("Labels") or {}),
             constraints=tuple((tt.get("Placement") or {}).get("Constraints") or ()),
             env=tuple((tt.get("ContainerSpec") or {}).get("Env") or ()), version=s.version + 1,
             force_update=int(tt.get("ForceUpdate") or 0))
+        if self.model_tasks and sv.force_update != s.force_update:
+            self._replace_tasks(sv)
         return True
 
     def state(self) -> tuple[dict[str, dict[str, str]], dict[str, Mapping[str, Any]]]:
@@ -211,13 +257,13 @@ def build_cluster(n_nodes: int, n_services: int, seed: int = 1
 def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
                facts: dict[str, NodeFacts], max_cycles: int,
                latency_ms: Mapping[str, float] | None = None,
-               profile: bool = False) -> dict[str, Any]:
+               profile: bool = False, model_tasks: bool = False) -> dict[str, Any]:
     """The daemon's cycle (one snapshot, label sync, placement) until four cycles in a
     row write nothing, or ``max_cycles``. The first of them is the settle cycle (the
     planner re-reads what it wrote), the others are steady. ``profile``: cProfile's top
     entries of the settle cycle and of the last steady one (their times then include
     the profiler's)."""
-    fake = FakeSwarm(nodes, services, latency_ms)
+    fake = FakeSwarm(nodes, services, latency_ms, model_tasks)
     cfg = Config(sync=SyncConfig(interval_s=30))
     sync = LabelSync(fake, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
     planner = new_planner(cfg, fake, services)  # the daemon keeps one across cycles
@@ -229,6 +275,7 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
     converged_s = 0.0
     for c in range(max_cycles):
         before, calls0 = fake.writes, fake.calls
+        nw0, sw0 = fake.node_writes, fake.service_writes
         prof = cProfile.Profile() if profile else None  # kept for the quiet cycles only
         if prof is not None:
             prof.enable()
@@ -238,13 +285,16 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
             nid: FactsResult(nid, f.hostname, "fake", f, None, time.time())
             for nid, f in facts.items()})
         t_snap = time.monotonic()
-        report = sync.cycle(snap)
+        report = sync.cycle(snap, hold=True)  # as the daemon with placement on
         t_labels = time.monotonic()
         planner.cluster.timings = []
         plan = make_plan(snap, cfg, planner=planner)
         t_plan = time.monotonic()
         decisions = sorted(planner.cluster.timings)
-        apply_plan(fake, plan, dry_run=False)  # type: ignore[arg-type]
+        # Label sync's node writes folded into placement's (one write per node), and
+        # the gates whose tasks already carry their device map opened in this cycle.
+        apply_plan(fake, plan, dry_run=False, held=sync.held, prefix=P)  # type: ignore[arg-type]
+        sync.flush()
         t_end = time.monotonic()
         if prof is not None:
             prof.disable()
@@ -256,7 +306,8 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
             "snapshot_s": round(t_snap - t, 3), "label_sync_s": round(t_labels - t_snap, 3),
             "plan_s": round(t_plan - t_labels, 3), "apply_s": round(t_end - t_plan, 3),
             "collect_after_s": round(t_collect, 3), "label_writes": report.writes,
-            "writes": fake.writes - before,
+            "writes": fake.writes - before, "node_writes": fake.node_writes - nw0,
+            "service_writes": fake.service_writes - sw0,
             "engine_calls": fake.calls - calls0,
             "services_with_placements": sum(1 for sp in plan.services if sp.placements),
             "pending": sum(1 for sp in plan.services if sp.status == "pending"),
@@ -316,7 +367,8 @@ def fake_size(args: argparse.Namespace, n_nodes: int, n_services: int) -> dict[s
     if args.tracemalloc:
         tracemalloc.start()
     print(f"# {n_nodes} nodes, {n_services} services: free engine calls", flush=True)
-    free = run_cycles(nodes, services, facts, args.cycles, profile=args.profile)
+    free = run_cycles(nodes, services, facts, args.cycles, profile=args.profile,
+                      model_tasks=args.tasks)
     peak = tracemalloc.get_traced_memory()[1] if args.tracemalloc else 0
     tracemalloc.stop()
     gc.collect()
@@ -334,7 +386,8 @@ def fake_size(args: argparse.Namespace, n_nodes: int, n_services: int) -> dict[s
             print(f"# {k}\n" + "\n".join(free[k]), flush=True)
     if not args.no_latency:
         print(f"# {n_nodes} nodes: engine calls at {ENGINE_LATENCY_MS} ms", flush=True)
-        slow = run_cycles(nodes, services, facts, args.cycles, latency_ms=ENGINE_LATENCY_MS)
+        slow = run_cycles(nodes, services, facts, args.cycles, latency_ms=ENGINE_LATENCY_MS,
+                          model_tasks=args.tasks)
         out["latency_ms"] = dict(ENGINE_LATENCY_MS)
         out["converge_s_at_latency"] = slow["converge_s"]
         out["cycles_at_latency"] = [c["total_s"] for c in slow["cycles"]]
@@ -472,6 +525,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the run with the engine's measured call latency")
     ap.add_argument("--profile", action="store_true",
                     help="cProfile's top entries of a steady cycle at each size")
+    ap.add_argument("--tasks", action="store_true",
+                    help="model Swarm's tasks (pending behind their gate, replaced by a "
+                         "force update, running once it opens) instead of an empty list")
     ap.add_argument("--tracemalloc", action="store_true", help="peak Python heap (slow)")
     ap.add_argument("--real-swarm", action="store_true")
     ap.add_argument("--workers", type=int, default=8)

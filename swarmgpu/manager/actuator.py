@@ -66,6 +66,7 @@ class ApplyResult:
     written: bool
     dry_run: bool
     error: str | None = None
+    hostname: str = ""
 
 
 class Actuator:
@@ -85,20 +86,15 @@ class Actuator:
         self.allow_disruptive = allow_disruptive
         self.writes = Writes(swarm, dry_run=dry_run, who="label sync")
 
-    def apply_labels(
+    def label_compute(
         self,
-        plan: NodeLabelPlan,
         node: SwarmNode,
         facts: NodeFacts,
         services: Sequence[SwarmService],
         tasks: Sequence[SwarmTask],
-    ) -> ApplyResult:
-        log = logger.bind(node=node.hostname)
-        if plan.empty:
-            return ApplyResult(node.id, False, self.dry_run)
-        if self.dry_run:
-            log.info("dry-run: would set {} and remove {}", dict(plan.set), list(plan.remove))
-            return ApplyResult(node.id, False, True)
+    ) -> Callable[[Mapping[str, str]], Mapping[str, str] | None]:
+        """Label sync's read-modify-write of one node: re-planned from the labels as they
+        are at write time, so a concurrent edit is kept and only owned keys change."""
 
         def compute(current: Mapping[str, str]) -> Mapping[str, str] | None:
             fresh = plan_node_labels(
@@ -111,7 +107,37 @@ class Actuator:
             )
             return None if fresh.empty else fresh.apply_to(current)
 
-        return self._write(node, compute, plan)
+        return compute
+
+    def apply_labels(
+        self,
+        plan: NodeLabelPlan,
+        node: SwarmNode,
+        facts: NodeFacts,
+        services: Sequence[SwarmService],
+        tasks: Sequence[SwarmTask],
+    ) -> ApplyResult:
+        if plan.empty:
+            return ApplyResult(node.id, False, self.dry_run)
+        if self.dry_run:
+            logger.bind(node=node.hostname).info(
+                "dry-run: would set {} and remove {}", dict(plan.set), list(plan.remove))
+            return ApplyResult(node.id, False, True)
+        return self._write(node, self.label_compute(node, facts, services, tasks), plan)
+
+    def record(self, node: SwarmNode, plan: NodeLabelPlan, written: bool,
+               error: str | None) -> ApplyResult:
+        """Count and log one label write's outcome (alone, or folded into placement's)."""
+        if error is not None:
+            self.metrics.errors.labels(kind="label_write").inc()
+            logger.bind(node=node.hostname).error("label write failed: {}", error)
+            return ApplyResult(node.id, False, False, error, node.hostname)
+        if written:
+            self.metrics.label_writes.inc()
+            logger.bind(node=node.hostname).info(
+                "labels updated: set {} removed {}", dict(plan.set), list(plan.remove)
+            )
+        return ApplyResult(node.id, written, False, hostname=node.hostname)
 
     def _write(
         self,
@@ -129,18 +155,11 @@ class Actuator:
             return new
 
         try:
-            written = self.swarm.update_node_labels(node.id, counted)
+            written = self.writes.node_labels(node.id, counted)
         except SwarmError as exc:
-            self.metrics.errors.labels(kind="label_write").inc()
-            logger.bind(node=node.hostname).error("label write failed: {}", exc)
-            return ApplyResult(node.id, False, False, str(exc))
+            return self.record(node, plan, False, str(exc))
         finally:
             attempts = tries[0]
             if attempts > 1:
                 self.metrics.label_conflicts.inc(attempts - 1)
-        if written:
-            self.metrics.label_writes.inc()
-            logger.bind(node=node.hostname).info(
-                "labels updated: set {} removed {}", dict(plan.set), list(plan.remove)
-            )
-        return ApplyResult(node.id, written, False)
+        return self.record(node, plan, written, None)

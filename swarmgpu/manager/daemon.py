@@ -32,7 +32,13 @@ from swarmgpu.manager.heap import CycleCollector
 from swarmgpu.manager.host import QueryRoute, Route, Step
 from swarmgpu.manager.overshare import Watch
 from swarmgpu.manager.placement import Planner
-from swarmgpu.manager.sync import CycleReport, LabelSync, fetch_agents, take_snapshot
+from swarmgpu.manager.sync import (
+    CycleReport,
+    LabelSync,
+    Snapshot,
+    fetch_agents,
+    take_snapshot,
+)
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 
 
@@ -72,6 +78,7 @@ class Daemon:
         self.book = AgentBook()
         self.labels = LabelSync(self.swarm, cfg, self.metrics, self.book)
         self.extra_steps: list[Step] = []  # placement, rebalancing plug in here
+        self.hold_labels = False  # placement folds label sync's node writes into its own
         self.stop_event = threading.Event()
         self._cycle_lock = threading.Lock()
         self._collector = CycleCollector()  # garbage collection between cycles
@@ -113,11 +120,7 @@ class Daemon:
                 return CycleReport(leader=False)
             try:
                 snapshot = take_snapshot(self.swarm, self.cfg)
-                report = self.labels.cycle(snapshot)
-                for step in self.extra_steps:
-                    if self.stop_event.is_set():
-                        break
-                    step(self, snapshot)
+                report = self.run_steps(snapshot)
             except SwarmError as exc:
                 self.metrics.errors.labels(kind="swarm").inc()
                 self.metrics.cycles.labels(outcome="error").inc()
@@ -133,6 +136,23 @@ class Daemon:
             self.last_report = report
             self.last_cycle_at = time.time()
             return report
+
+    def run_steps(self, snapshot: Snapshot) -> CycleReport:
+        """Label sync, then each step, on one snapshot. With ``hold_labels`` (placement
+        sets it) label sync's node writes wait for placement, which folds each into its
+        own write of the same node (``placement_step.apply_plan``): one write per node
+        per cycle. Whatever a step did not take is written right after it, before the
+        next step, and if a step fails."""
+        report = self.labels.cycle(snapshot, hold=self.hold_labels)
+        try:
+            for step in self.extra_steps:
+                if self.stop_event.is_set():
+                    break
+                step(self, snapshot)
+                self.labels.flush()
+        finally:
+            self.labels.flush()
+        return report
 
     def _safe_cycle(self) -> None:
         # An event that arrives while a cycle runs cannot start another one (one at a

@@ -14,7 +14,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.manager.agentbook import AgentBook
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.placement import Planner
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.sync import LabelSync, Snapshot
 from swarmgpu.swarm.client import SwarmClient
 
 # A step of the cycle: called with the host and this cycle's snapshot, leader only.
@@ -30,6 +30,8 @@ class CycleHost(Protocol):
     book: AgentBook
     leader: bool
     extra_steps: list[Step]
+    labels: LabelSync  # its held node writes: ``held`` (see ``hold_labels``)
+    hold_labels: bool  # label sync holds its node writes for placement to fold in
     planner: Planner | None  # placement's, kept across cycles as leader
     last_placement: Any  # the placement step's last plan, for status/plan
     last_metrics: dict[str, dict[str, Any]] | None  # GPU metrics scraped this cycle

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loguru import logger
@@ -18,11 +18,14 @@ from loguru import logger
 from swarmgpu.allocator.workload import STATE_KEY, WorkloadError, WorkloadModel, load_file
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.actuator import Writes
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
-from swarmgpu.manager.placement import PlacementPlan, Planner, ServicePlan
+from swarmgpu.manager.placement import NO_WAITING, PlacementPlan, Planner, ServicePlan, gate_key
+from swarmgpu.manager.placement.jobs import JOB_MODES
+from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.sync import Snapshot
-from swarmgpu.manager.writes import write_each
+from swarmgpu.manager.writes import HeldNodeWrites, LabelCompute, chain, write_each
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 
 
@@ -153,9 +156,17 @@ def service_compute(sp: ServicePlan) -> Any:
     return compute
 
 
-def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool) -> int:
-    """Apply in the safe order; return the number of writes that landed."""
-    writes = 0
+def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
+               held: HeldNodeWrites | None = None, prefix: str = "swarmgpu.",
+               open_gates_now: bool = True) -> int:
+    """Apply in the safe order; return the number of placement writes that landed.
+
+    ``held``: label sync's node writes of this cycle, each folded into placement's write
+    of the same node (the first one: phase 1 where the node has one, else phase 3), or
+    written in phase 1 alone: one write per node per cycle, and label sync's changes
+    land no later than the node's gate. ``open_gates_now``: after the service writes,
+    one list of the tasks opens, in this cycle, the gates whose service's tasks all
+    carry the new device map (``gates_ready_now``)."""
     if dry_run:
         for sp in plan.services:
             if sp.needs_service_write:
@@ -167,46 +178,126 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool) -> int
             logger.info("dry-run: node {} labels set {} remove {}", nid[:12],
                         plan.node_set.get(nid, {}), plan.node_remove.get(nid, []))
         return 0
+    gate = Writes(swarm, dry_run=dry_run, who="placement")
 
-    def node_write(nid: str, set_: Mapping[str, str], remove: list[str]) -> int:
-        def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+    def node_write(nid: str, set_: Mapping[str, str], remove: Sequence[str]) -> int:
+        mine_changed = [False]  # the last call is the one that landed (retries)
+
+        def mine(cur: Mapping[str, str]) -> Mapping[str, str] | None:
             new = dict(cur)
             for k in remove:
                 new.pop(k, None)
             new.update(set_)
-            return None if new == dict(cur) else new
+            mine_changed[0] = new != dict(cur)
+            return new if mine_changed[0] else None
 
+        other = held.take(nid) if held is not None else None
+        theirs: Callable[[], bool] = lambda: False  # noqa: E731
+        compute: LabelCompute = mine
+        if other is not None:  # label sync's change first, as when it wrote first
+            part, theirs = other.part()
+            compute = chain(part, mine)
         try:
-            return int(swarm.update_node_labels(nid, compute))
+            landed = gate.node_labels(nid, compute)
         except SwarmError as exc:
             logger.error("placement: node {} label write failed: {}", nid[:12], exc)
+            if other is not None:
+                other.done(False, str(exc))
             return 0
+        if other is not None:
+            other.done(landed and theirs(), None)
+        return int(landed and mine_changed[0])
+
+    written_force: dict[str, int] = {}  # service id -> the ForceUpdate its write landed
 
     def service_write(sp: ServicePlan) -> bool | None:
         """True: written, False: nothing to write, None: the write failed."""
         log = logger.bind(service=sp.name)
+        inner = service_compute(sp)
+        last: list[Mapping[str, Any] | None] = [None]
+
+        def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+            new: Mapping[str, Any] | None = inner(spec)
+            last[0] = new
+            return new
+
         try:
-            if swarm.update_service_spec(sp.id, service_compute(sp)):
+            if gate.service_spec(sp.id, compute):
                 log.info("placement written: {}", [p.to_dict() for p in sp.placements])
+                if sp.force_update and last[0] is not None:
+                    written_force[sp.id] = int(
+                        (last[0].get("TaskTemplate") or {}).get("ForceUpdate") or 0)
                 return True
             return False
         except SwarmError as exc:
             log.error("placement: service write failed, gate stays closed: {}", exc)
             return None
 
-    # Each phase's writes go to different objects: a few at a time (manager.writes);
-    # a phase ends before the next one starts, which keeps the order above.
-    writes += sum(write_each(list(plan.node_remove.items()),
-                             lambda kv: node_write(kv[0], {}, kv[1])))
+    # Phase 1: released gates and ledger entries, and label sync's writes of the nodes
+    # placement does not open anything on. Each phase's writes go to different objects:
+    # a few at a time (manager.writes); a phase ends before the next one starts.
+    first = dict(plan.node_remove)
+    if held is not None:
+        for nid in held.nodes():
+            if nid not in plan.node_set:
+                first.setdefault(nid, [])
+    writes = sum(write_each(list(first.items()), lambda kv: node_write(kv[0], {}, kv[1])))
+    # Phase 2: service specs (device maps), before any gate that lets a task use them.
     todo = [sp for sp in plan.services if sp.needs_service_write]
     for sp, ok in zip(todo, write_each(todo, service_write), strict=True):
         writes += bool(ok)
         if ok is None:  # never open a gate whose devices were not written
             for p in sp.placements:
                 plan.node_set.pop(p.node_id, None)
+    if open_gates_now and written_force:
+        gates_ready_now(swarm, plan, written_force, prefix)
+    # Phase 3: ledger entries and gates (with label sync's change of the same node).
     writes += sum(write_each(list(plan.node_set.items()),
                              lambda kv: node_write(kv[0], kv[1], [])))
     return writes
+
+
+def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,
+                    written_force: Mapping[str, int], prefix: str) -> list[str]:
+    """Open, in this cycle, the deferred gates of the services whose tasks already all
+    carry the device map just written; return their names. The others keep the
+    next-cycle path (the planner opens a gate once every waiting task is newer).
+
+    Safe because: a task reads its devices from the service labels copied into it when
+    it is created, and the map was written in the same spec update that bumped
+    ``ForceUpdate`` to ``written_force[id]`` -- the value this write landed, not the
+    snapshot's guess, so a ``--force`` by someone else in between cannot pass for ours.
+    A task created before that update has a lower ``ForceUpdate``; the list is read
+    after the update landed, so every such task still meant to run is in it, waiting
+    (a gate closed since the map was planned: none can be running). Only when none is
+    does the gate open; a task Swarm creates after the list is made from the spec that
+    carries the map. The gate goes into the same node write as the service's ledger
+    entry (phase 3), so a crash anywhere leaves either both or neither: before it, the
+    gate is closed and the next leader plans again from the ledger; after it, the
+    ledger names the GPUs before any task can use them. Jobs are left to the next
+    cycle: their tasks have desired state "complete" and a list of running ones would
+    not show them."""
+    try:
+        tasks = swarm.tasks({"desired-state": "running"})
+    except SwarmError as exc:
+        logger.warning("placement: cannot list tasks, gates open next cycle: {}", exc)
+        return []
+    waiting = tasks_by_service(tasks, slots_of=lambda _: False).waiting
+    opened: list[str] = []
+    for sp in plan.services:
+        force = written_force.get(sp.id)
+        if (force is None or not sp.gates_deferred or sp.mode in JOB_MODES
+                or not waiting.get(sp.id, NO_WAITING).all_newer(force)):
+            continue
+        for p in sp.placements:
+            if p.node_id in plan.node_set:  # its ledger entry is written there too
+                plan.node_set[p.node_id][gate_key(prefix, sp.name)] = "true"
+        sp.gates_deferred = False
+        opened.append(sp.name)
+    if opened:
+        logger.info("placement: {} service(s) open their gates in this cycle (every task "
+                    "carries its device map)", len(opened))
+    return opened
 
 
 def attach(daemon: CycleHost) -> None:
@@ -215,6 +306,10 @@ def attach(daemon: CycleHost) -> None:
         return
 
     last_store = [0.0]
+    # Label sync's node writes wait for placement's own write of the same node (one
+    # write per node per cycle; apply_plan says in which phase). Placement is the first
+    # step (cli.manager): the daemon writes what it did not take right after it.
+    daemon.hold_labels = True
 
     def step(d: CycleHost, snap: Snapshot) -> None:
         fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
@@ -245,7 +340,8 @@ def attach(daemon: CycleHost) -> None:
         d.metrics.pending.set(pending)
         if plan.empty:
             return
-        n = apply_plan(d.swarm, plan, dry_run=cfg.dry_run)
+        n = apply_plan(d.swarm, plan, dry_run=cfg.dry_run, held=d.labels.held,
+                       prefix=cfg.sync.prefix)
         d.metrics.placements.labels(outcome="written").inc(n)
         if any(sp.gates_deferred or sp.force_update for sp in plan.services):
             # Replaced tasks appear within a second; open their gates right after.

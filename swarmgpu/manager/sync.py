@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ from swarmgpu.manager.agentbook import AgentBook
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.gpuhealth import HealthBook
 from swarmgpu.manager.placement.jobs import JOB_MODES
-from swarmgpu.manager.writes import write_each
+from swarmgpu.manager.writes import HeldNodeWrites, HeldWrite, write_each
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.identity import IdentityError, agent_auth
 from swarmgpu.swarm.labels import NodeLabelPlan, owned_by_label_sync, plan_node_labels
@@ -86,9 +87,14 @@ class LabelSync:
         )
         self.health = HealthBook(cfg.health, cfg.sync.prefix, metrics.registry)
         self.health.load(cfg.state_dir)  # a restarted daemon keeps its hysteresis
+        self.held: HeldNodeWrites | None = None  # this cycle's writes, while held
 
-    def cycle(self, snapshot: Snapshot) -> CycleReport:
+    def cycle(self, snapshot: Snapshot, *, hold: bool = False) -> CycleReport:
+        """Plan every node's labels and write them; with ``hold``, the writes are kept
+        in ``self.held`` for placement to fold into its own write of the same node (one
+        write per node per cycle), and ``flush`` writes what it did not take."""
         report = CycleReport()
+        self.flush()  # a previous cycle's, should a step have failed before taking them
         # GPU health states (docs/health.md): a failed GPU is unhealthy in the facts every
         # later step of this cycle reads (labels, placement), so it is never given out.
         snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
@@ -129,17 +135,10 @@ class LabelSync:
             if not plan.empty:  # nothing to write: no round trip either
                 todo.append((plan, node, facts))
 
-        def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts]) -> ApplyResult:
-            plan, node, facts = item
-            return self.actuator.apply_labels(plan, node, facts, snapshot.services,
-                                              snapshot.tasks)
-
-        # Each node's write is its own read-modify-write: different nodes, in parallel.
-        for (_, node, _), res in zip(todo, write_each(todo, write), strict=True):
-            if res.written:
-                report.writes += 1
-            if res.error:
-                report.errors.append(f"{node.hostname}: {res.error}")
+        if hold and not self.cfg.dry_run:
+            self.held = self._hold(todo, snapshot, report)
+        else:
+            self._write_now(todo, snapshot, report)
         self.metrics.agents_unreachable.set(unreachable)
         self.metrics.held_changes.set(held)
         off = self.cfg.agents.identity == "none"
@@ -150,3 +149,52 @@ class LabelSync:
                            "agents.identity: swarm-pki (docs/security.md)",
                            self.cfg.agents.port)
         return report
+
+    def flush(self) -> None:
+        """Write what is held and nobody took (each node alone, as without holding)."""
+        held, self.held = self.held, None
+        if held is not None:
+            held.flush()
+
+    def _write_now(self, todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]],
+                   snapshot: Snapshot, report: CycleReport) -> None:
+        def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts]) -> ApplyResult:
+            plan, node, facts = item
+            return self.actuator.apply_labels(plan, node, facts, snapshot.services,
+                                              snapshot.tasks)
+
+        # Each node's write is its own read-modify-write: different nodes, in parallel.
+        for res in write_each(todo, write):
+            _count(report, res)
+
+    def _hold(self, todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]],
+              snapshot: Snapshot, report: CycleReport) -> HeldNodeWrites:
+        act = self.actuator
+        held: dict[str, HeldWrite] = {}
+        for plan, node, facts in todo:
+            def done(landed: bool, error: str | None, plan: NodeLabelPlan = plan,
+                     node: SwarmNode = node) -> None:
+                _count(report, act.record(node, plan, landed, error))
+
+            held[node.id] = HeldWrite(
+                act.label_compute(node, facts, snapshot.services, snapshot.tasks), done)
+        by_id = {node.id: (plan, node, facts) for plan, node, facts in todo}
+
+        def alone(node_id: str, _: HeldWrite) -> None:
+            plan, node, facts = by_id[node_id]
+            _count(report, act.apply_labels(plan, node, facts, snapshot.services,
+                                            snapshot.tasks))
+
+        return HeldNodeWrites(held, alone)
+
+
+_report_lock = threading.Lock()
+
+
+def _count(report: CycleReport, res: ApplyResult) -> None:
+    """One node's write in the cycle's report (writes land from several threads)."""
+    with _report_lock:
+        if res.written:
+            report.writes += 1
+        if res.error:
+            report.errors.append(f"{res.hostname}: {res.error}")
