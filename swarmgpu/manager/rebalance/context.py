@@ -83,10 +83,21 @@ def workload_now(services: Sequence[SwarmService], prefix: str) -> tuple[Typical
 
 def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[SwarmTask],
                     holdings: Mapping[str, Holding], prefix: str, now: float,
-                    cooldown_s: float) -> str | None:
-    """None when one replica of ``s`` may be moved now; else the reason it may not."""
-    if s.mode != "replicated":
+                    cooldown_s: float, *, same_node: bool = False) -> str | None:
+    """None when one replica of ``s`` may be moved now; else the reason it may not.
+
+    ``same_node``: the move stays on its node, between its GPUs (``repin``). A global
+    service moves only so (each node's task is that node's; Swarm never runs it
+    elsewhere). A replicated one moves so only when its replacement task cannot land on
+    another gated node: one replica, or at most one per node (MaxReplicas 1)."""
+    if s.mode == "global" and not same_node:
+        return "global service: moved only between GPUs of its own node"
+    if s.mode not in ("replicated", "global"):
         return f"{s.mode} service: never moved"
+    if (same_node and s.mode == "replicated" and (s.replicas or 0) > 1
+            and s.max_replicas_per_node != 1):
+        return ("several replicas without MaxReplicas 1: the stopped task's replacement "
+                "could start on another node")
     if s.labels.get(prefix + OPT_OUT, "").lower() == "never" or (
             req is not None and req.rebalance is Rebalance.NEVER):
         return f"opted out ({prefix}{OPT_OUT}=never)"
@@ -106,7 +117,8 @@ def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[Swa
         last = None  # never moved (or unreadable): no cooldown
     if last is not None and now - last < cooldown_s:
         return f"cooling down ({cooldown_s - (now - last):.0f}s left of {cooldown_s:g}s)"
-    replicas = s.replicas or 0
+    # a global service runs one task on each node it holds
+    replicas = len(holdings) if s.mode == "global" else s.replicas or 0
     mine = [t for t in tasks if t.service_id == s.id and t.desired_state == "running"]
     running = [t for t in mine if t.state == "running"]
     if len(running) != replicas or len(mine) != replicas or len(holdings) != replicas:
@@ -171,7 +183,8 @@ class Context:
     def cfg(self) -> RebalanceConfig:
         return self.inp.cfg
 
-    def movable(self, svc: str) -> str | None:
+    def movable(self, svc: str, *, same_node: bool = False) -> str | None:
+        """None when ``svc`` may move now (``same_node``: between GPUs of one node)."""
         s = self.by_name.get(svc)
         if s is None:
             return "service gone"
@@ -179,7 +192,7 @@ class Context:
             return "already has a proposed move"
         return why_not_movable(s, self.requests.get(svc), self.inp.tasks,
                                self.inp.ledger.get(svc, {}), self.inp.prefix, self.inp.now,
-                               self.cfg.cooldown_s)
+                               self.cfg.cooldown_s, same_node=same_node)
 
     def holders(self) -> dict[str, list[Share]]:
         return holders_by_gpu(self.ledger)

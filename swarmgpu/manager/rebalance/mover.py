@@ -4,8 +4,14 @@ Safety owned here (policies only propose): dry-run (nothing is written, not even
 finish a move in flight); a budget of moves per cycle and
 per node (moves in flight count), and of fragmentation moves per hour and per 100
 placements (``budget.py``); per-service cooldown; opt-out
-(``<p>rebalance=never``); never a global or unconverged service; the target is
-verified free against a fresh read of the ledger just before the first write.
+(``<p>rebalance=never``); never an unconverged service or a job, and a global service
+only between GPUs of its own node; the target is verified free against a fresh read of
+the ledger just before the first write.
+
+A move whose target node is its source node is a repin (``repin.py``: the node's task is
+replaced with one on the new GPUs, no other node's); everything below is the move between
+nodes. Both keep the same record (``record.py``) and go through this class's checks,
+budgets and dry-run.
 
 A move of one replica from node A to node B (GPUs U), through placement's own
 mechanisms (gate node label, ledger node label, per-node device service label):
@@ -37,14 +43,12 @@ when A's gate is already closed, else rolled back.
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loguru import logger
@@ -63,97 +67,37 @@ from swarmgpu.manager.placement import (
     parse_holding,
     read_ledger,
 )
-from swarmgpu.manager.rebalance.budget import (
-    FINISHED,
-    FragBudget,
-    finished_times,
-    with_finished,
-)
+from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, MoveRecord, Outcome, Trigger
+from swarmgpu.manager.rebalance.record import (  # the record: re-exported for callers
+    MAX_LABEL_CHARS as MAX_LABEL_CHARS,
+)
+from swarmgpu.manager.rebalance.record import (
+    RECORD as RECORD,
+)
+from swarmgpu.manager.rebalance.record import (
+    MoveState as MoveState,
+)
+from swarmgpu.manager.rebalance.record import (
+    drop_record,
+    put_record,
+    spec_edit,
+    spec_labels,
+)
+from swarmgpu.manager.rebalance.record import (
+    read_records as read_records,
+)
+from swarmgpu.manager.rebalance.record import (
+    record_key as record_key,
+)
+from swarmgpu.manager.rebalance.repin import Repin
 from swarmgpu.manager.requests import GpuRequest, parse_all
 from swarmgpu.manager.sharing import node_of_key
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 
 CRASH_ENV = "SWARMGPU_TEST_CRASH_AFTER"  # test hook: os._exit(137) at a named point
-
-
-RECORD = "state.moves."  # swarm-object label: <p>state.moves.<service id> = MoveState JSON
-MAX_LABEL_CHARS = 8192  # a move label or record longer than any the mover writes is not read
-
-
-def record_key(prefix: str, service_id: str) -> str:
-    """The swarm-object label that records the move of service ``service_id``."""
-    return f"{prefix}{RECORD}{service_id}"
-
-
-@dataclass(frozen=True)
-class MoveState:
-    """The intent of a move in flight: the daemon's record (swarm object) and its copy in
-    the service's move label."""
-
-    id: str
-    service: str
-    source: str
-    source_host: str
-    source_uuids: tuple[str, ...]
-    source_milli: tuple[int, ...]
-    target: str
-    target_host: str
-    target_uuids: tuple[str, ...]
-    target_milli: tuple[int, ...]
-    surge: bool
-    replicas: int
-    max_replicas: int  # the spec's MaxReplicas before the move (0: unset)
-    started_at: float
-    trigger: str
-    reason: str
-    direction: str = "forward"  # or "back"
-    service_id: str = ""
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> MoveState:
-        d = json.loads(text)
-        for k in ("source_uuids", "source_milli", "target_uuids", "target_milli"):
-            d[k] = tuple(d[k])
-        return cls(**d)
-
-    @classmethod
-    def parse(cls, text: str) -> MoveState | None:
-        """``from_json``, or None for anything it cannot read (a label is anyone's text)."""
-        if len(text) > MAX_LABEL_CHARS:
-            return None
-        try:
-            st = cls.from_json(text)
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
-            return None
-        return st if isinstance(st.id, str) and isinstance(st.service, str) else None
-
-    def source_holding(self) -> Holding:
-        return Holding(self.service, self.source, self.source_uuids, self.source_milli)
-
-    def target_holding(self) -> Holding:
-        return Holding(self.service, self.target, self.target_uuids, self.target_milli)
-
-
-def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]:
-    """service id -> the move the daemon recorded for it, from the swarm object's labels."""
-    out: dict[str, MoveState] = {}
-    head = prefix + RECORD
-    for k, v in labels.items():
-        if not k.startswith(head):
-            continue
-        st = MoveState.parse(v)
-        if st is None:
-            logger.error("unreadable move record {}; remove it by hand after checking the "
-                         "service's gates", k)
-            continue
-        out[k[len(head):]] = st
-    return out
 
 
 @dataclass
@@ -244,7 +188,7 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
     refused: list[tuple[Move, str]] = []
     per_node: dict[str, int] = {}
     for st in in_flight:
-        for n in (st.source, st.target):
+        for n in {st.source, st.target}:  # a repin counts once on its node
             per_node[n] = per_node.get(n, 0) + 1
     budget = cfg.max_moves_per_cycle - len(in_flight)
     for m in moves:
@@ -252,12 +196,12 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
         req = parse_all(s.labels, prefix=prefix) if s is not None else None
         why = "service gone" if s is None else why_not_movable(
             s, req if isinstance(req, GpuRequest) else None, tasks, ledger.get(m.service, {}),
-            prefix, now, cfg.cooldown_s)
+            prefix, now, cfg.cooldown_s, same_node=m.source_node == m.target_node)
         if why is None and budget <= 0:
             why = (f"budget: {cfg.max_moves_per_cycle} move(s) per cycle "
                    f"({len(in_flight)} in flight)")
         if why is None and any(per_node.get(n, 0) >= cfg.max_moves_per_node
-                               for n in (m.source_node, m.target_node)):
+                               for n in {m.source_node, m.target_node}):
             why = f"budget: {cfg.max_moves_per_node} move(s) per node per cycle"
         rationed = frag_left is not None and m.trigger is Trigger.FRAGMENTATION
         if why is None and rationed and frag_left is not None and frag <= 0:
@@ -269,7 +213,7 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
         budget -= 1
         if rationed:
             frag -= 1
-        for n in (m.source_node, m.target_node):
+        for n in {m.source_node, m.target_node}:
             per_node[n] = per_node.get(n, 0) + 1
     return ok, refused
 
@@ -294,20 +238,8 @@ def target_free(m: Move, target: SwarmNode, prefix: str) -> str | None:
 # --- spec edits ---------------------------------------------------------------------------
 
 
-def _spec_edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[Mapping[str, Any]],
-                                                                 Mapping[str, Any] | None]:
-    def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        new = copy.deepcopy(dict(spec))
-        fn(new)
-        return None if new == spec else new
-
-    return compute
-
-
-def _labels(spec: dict[str, Any]) -> dict[str, str]:
-    labels: dict[str, str] = spec.setdefault("Labels", {}) or {}
-    spec["Labels"] = labels
-    return labels
+_spec_edit = spec_edit
+_labels = spec_labels
 
 
 def _set_replicas(spec: dict[str, Any], replicas: int, max_replicas: int) -> None:
@@ -323,7 +255,14 @@ def _set_replicas(spec: dict[str, Any], replicas: int, max_replicas: int) -> Non
 class Mover:
     def __init__(self, swarm: SwarmClient, cfg: RebalanceConfig, *, prefix: str,
                  dry_run: bool, metrics: DaemonMetrics | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 scope: Callable[[MoveState], bool] | None = None,
+                 judge_labels: bool = True) -> None:
+        # scope: the records this mover advances (None: all); another mover's records,
+        # and their services, are left to it. judge_labels: report and repair move labels
+        # with no record (one mover does it). The health mover is the second (step.py).
+        self.scope = scope
+        self.judge_labels = judge_labels
         self.swarm = swarm
         self.cfg = cfg
         self.prefix = prefix
@@ -337,6 +276,11 @@ class Mover:
         self._last_dry: set[tuple[str, str, str]] = set()
         self._dry_flying: set[str] = set()  # move ids said "left as it is" in dry-run
         self._said: set[str] = set()  # forged or mismatched labels already reported
+        # moves that stay on their node (source == target): repin.py
+        self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
+                           say=lambda st, outcome, detail: self._record(
+                               st.service, st.source_host, st.target_host, st.reason,
+                               outcome, detail))
 
     # --- bookkeeping ---------------------------------------------------------------
     def _record(self, service: str, src: str, dst: str, reason: str, outcome: Outcome,
@@ -388,25 +332,12 @@ class Mover:
         return self.writes.node_labels(node_id, compute)
 
     def _put_record(self, sid: str, st: MoveState) -> bool:
-        key, text = record_key(self.prefix, sid), st.to_json()
-        return self.writes.swarm_labels(
-            lambda cur: None if cur.get(key) == text else {**cur, key: text})
+        return put_record(self.writes, self.prefix, sid, st)
 
     def _drop_record(self, sid: str, finished: bool = False) -> bool:
         """Remove a move's record; ``finished``: the move ended (done or rolled back), so
         its time joins the list the fragmentation budget counts after a restart."""
-        key, done = record_key(self.prefix, sid), self.prefix + FINISHED
-        now = self.clock()
-
-        def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
-            if key not in cur:
-                return None
-            new = {k: v for k, v in cur.items() if k != key}
-            if finished:
-                new[done] = with_finished(finished_times(cur, self.prefix), now)
-            return new
-
-        return self.writes.swarm_labels(compute)
+        return drop_record(self.writes, self.prefix, sid, self.clock(), finished)
 
     def _repair(self, s: SwarmService) -> None:
         """Remove a move label the daemon did not write from its own service's spec
@@ -428,7 +359,13 @@ class Mover:
         started, then start the admitted new ones. In dry-run nothing is written."""
         try:
             labels = self.swarm.swarm_labels()
-            v = verify(services, read_records(labels, self.prefix), self.prefix)
+            every = read_records(labels, self.prefix)
+            mine = every if self.scope is None else {
+                sid: st for sid, st in every.items() if self.scope(st)}
+            v = verify([s for s in services if s.id in mine or s.id not in every], mine,
+                       self.prefix)
+            if not self.judge_labels:
+                v.forged = []
         except SwarmError as exc:
             logger.error("rebalance: cannot read the move records, no move this cycle: {}", exc)
             return
@@ -476,9 +413,11 @@ class Mover:
         for sid, st in v.gone.items():  # its gates and ledger are placement's to release
             self._step(st.service, self._drop_record, sid)
         for sid, st in v.verified.items():
-            self._step(st.service, self.advance, sid, st)
+            self._step(st.service, self.repin.advance if st.same_node else self.advance,
+                       sid, st)
         for sid, st in v.lost.items():
-            self._step(st.service, self.recover, sid, st)
+            self._step(st.service, self.repin.recover if st.same_node else self.recover,
+                       sid, st)
 
     def _step(self, service: str, fn: Callable[..., object], *args: Any) -> None:
         try:
@@ -488,7 +427,16 @@ class Mover:
                                                exc)
 
     def start(self, m: Move, svc: SwarmService) -> bool:
+        """Start ``m`` after fresh checks; False when refused (recorded, nothing written).
+        A move that stays on its node is a repin (``repin.py``)."""
         fresh = self.swarm.service(svc.id)
+        if m.target_node == m.source_node:
+            got = self.repin.start(m, fresh)
+            if isinstance(got, str):
+                self._record(m.service, m.source_host, m.target_host, m.reason,
+                             Outcome.REFUSED, got)
+                return False
+            return True
         target = self.swarm.node(m.target_node)
         source = self.swarm.node(m.source_node)
         why = target_free(m, target, self.prefix)

@@ -15,16 +15,29 @@ cooldown, converged, no move in flight) are candidates, and no share with zone r
 (placement's zone choice stands). Up to ``max_moves_per_cycle`` moves are proposed, each
 the best after the ones before; the mover admits them against its budgets (moves per
 hour and per 100 placements among them).
+
+A global service's share never leaves its node (Swarm runs its task on every gated
+node): after the moves between nodes, its shares are searched for the move between GPUs
+of their own node that lowers the node's fragmentation most (``best_local_move``; the
+mover makes it a repin, ``rebalance/repin.py``). Replicated shares keep the search between
+nodes (moves within one node were measured to add nothing there: placement already packs).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import cast
 
 from swarmgpu.allocator.core import Allocator, Choice, NodeState
-from swarmgpu.allocator.defrag import FragmentationMoves, Held, Targets
+from swarmgpu.allocator.defrag import (
+    DefragMove,
+    FragmentationMoves,
+    Held,
+    Targets,
+    movable,
+    searchable,
+)
 from swarmgpu.manager.placement import demand_of
 from swarmgpu.manager.rebalance.context import Context, _constraints_allow
 from swarmgpu.manager.rebalance.moves import Trigger
@@ -70,13 +83,22 @@ def _consistent_gpus(ctx: Context, alloc: Allocator) -> set[tuple[str, int]]:
             == m}
 
 
-def _running_shares(ctx: Context, alloc: Allocator) -> list[Held]:
+def _running_shares(ctx: Context, alloc: Allocator) -> tuple[list[Held], list[Held]]:
+    """The candidate shares: (those that may move to another node, those that may only
+    move between GPUs of their node: a global service's)."""
     held: list[Held] = []
+    local: list[Held] = []
     ok = _consistent_gpus(ctx, alloc)
     for svc in sorted(ctx.ledger):
         req = ctx.requests.get(svc)
         if (req is None or not req.is_fraction or req.mig_profile or req.zone_prefer
-                or req.zone_avoid or ctx.movable(svc) is not None):
+                or req.zone_avoid):
+            continue
+        if ctx.movable(svc) is None:
+            out = held
+        elif ctx.by_name[svc].mode == "global" and ctx.movable(svc, same_node=True) is None:
+            out = local
+        else:
             continue
         d = demand_of(req)
         for nid, h in sorted(ctx.ledger[svc].items()):
@@ -86,9 +108,43 @@ def _running_shares(ctx: Context, alloc: Allocator) -> list[Held]:
             idx = next((i for i, g in enumerate(f.gpus) if g.uuid == h.uuids[0]), None)
             if idx is None or (nid, idx) not in ok:
                 continue
-            held.append(Held((svc, nid), d, Choice(nid, (idx,), h.milli, 0.0,
-                                                   f"held by {svc}")))
-    return held
+            out.append(Held((svc, nid), d, Choice(nid, (idx,), h.milli, 0.0,
+                                                  f"held by {svc}")))
+    return held, local
+
+
+def _free_now(node: NodeState) -> tuple[int, ...]:
+    # A MIG GPU counts as full (as the cross-node search counts it).
+    return tuple(0 if g.mig_enabled else f for f, g in zip(node.free, node.spec.gpus,
+                                                            strict=True))
+
+
+def best_local_move(alloc: Allocator, local: list[Held], policy: FragmentationMoves,
+                    gpu_ok: Callable[[NodeState, int], bool],
+                    node_ok: Callable[[NodeState], bool]) -> DefragMove | None:
+    """The single move between GPUs of one node that lowers the fragmentation most (a
+    global service's share: it never leaves its node), or None. The gain is the drop of
+    the node's cost; its CPU does not change."""
+    best: DefragMove | None = None
+    for h in local:
+        node = alloc.nodes.get(h.choice.node)
+        if node is None or not movable(h) or not searchable(node) or not node_ok(node):
+            continue
+        g, milli = h.choice.gpus[0], h.choice.milli[0]
+        free = _free_now(node)
+        before = policy.cost(node.product, node.cpu_left, free)
+        for g2 in alloc.eligible_gpus(node, h.demand):
+            if g2 == g or free[g2] < milli or not gpu_ok(node, g2):
+                continue
+            after = list(free)
+            after[g] += milli
+            after[g2] -= milli
+            gain = before - policy.cost(node.product, node.cpu_left, tuple(after))
+            if gain > (best.gain if best is not None else 0.0) + 1e-6:
+                best = DefragMove(h.key, h.demand, h.choice,
+                                  Choice(node.spec.name, (g2,), h.choice.milli, 0.0,
+                                         "same-node move"), gain)
+    return best
 
 
 def propose(ctx: Context) -> None:
@@ -99,8 +155,8 @@ def propose(ctx: Context) -> None:
         return
     workload = ctx.workload()
     alloc = ctx.allocator().alloc
-    held = _running_shares(ctx, alloc)
-    if not workload or not held:
+    held, local = _running_shares(ctx, alloc)
+    if not workload or not (held or local):
         return
     policy = FragmentationMoves(workload)
     spread = "spread" in {p.strip() for p in cfg.policies.split(",")}
@@ -137,18 +193,27 @@ def propose(ctx: Context) -> None:
 
     before = policy.cluster_cost(alloc)
     got = policy.plan(alloc, held, budget, targets=Targets(node_ok, gpu_ok, task_ok),
-                      again=False)
+                      again=False) if held else []
+    while len(got) < budget and local:  # then global services' shares, on their node
+        mv = best_local_move(alloc, local, policy, gpu_ok, node_ok)
+        if mv is None:
+            break
+        alloc.release(mv.old)
+        alloc.commit(mv.new)
+        got.append(mv)
+        local = [h for h in local if h.key != mv.key]
     n_shapes = len(workload)
     for mv in got:
         svc, src = _key(mv.key)
         share = before and 100.0 * mv.gain / before
         src_host = ctx.nodes[src].hostname
         dst_host = ctx.nodes[mv.new.node].hostname
+        where = " (same node: only this node's task is replaced)" if src == mv.new.node else ""
         m = ctx.make_move(
             svc, src, mv.new, Trigger.FRAGMENTATION, None,
-            reason=(f"{src_host} GPU {mv.old.gpus[0]} -> {dst_host} GPU {mv.new.gpus[0]}: "
-                    f"the move that lowers the cluster's fragmentation most (FGD, against "
-                    f"{n_shapes} typical task shape(s))"),
+            reason=(f"{src_host} GPU {mv.old.gpus[0]} -> {dst_host} GPU {mv.new.gpus[0]}"
+                    f"{where}: the move that lowers the cluster's fragmentation most (FGD, "
+                    f"against {n_shapes} typical task shape(s))"),
             gain=(f"fragmentation -{mv.gain:.0f} GPU-milli ({mv.gain / 1000:.2f} GPU, "
                   f"{share:.1f}% of the cluster's {before:.0f})"))
         ctx.accept(dataclasses.replace(m, frag_gain_milli=mv.gain, frag_before_milli=before))

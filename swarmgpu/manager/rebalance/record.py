@@ -1,0 +1,150 @@
+"""The daemon's own record of a move in flight, and the writes every move step shares.
+
+``<p>state.moves.<service id>=<MoveState JSON>`` on the swarm object is the authority for
+a move (``mover.py``: between nodes; ``repin.py``: between GPUs of one node). Only the
+daemon (or an operator with the manager API) writes there; a stack deploy cannot.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from loguru import logger
+
+from swarmgpu.manager.actuator import Writes
+from swarmgpu.manager.placement import Holding
+from swarmgpu.manager.rebalance.budget import FINISHED, finished_times, with_finished
+
+RECORD = "state.moves."  # swarm-object label: <p>state.moves.<service id> = MoveState JSON
+MAX_LABEL_CHARS = 8192  # a move label or record longer than any the mover writes is not read
+
+
+def record_key(prefix: str, service_id: str) -> str:
+    """The swarm-object label that records the move of service ``service_id``."""
+    return f"{prefix}{RECORD}{service_id}"
+
+
+@dataclass(frozen=True)
+class MoveState:
+    """The intent of a move in flight: the daemon's record (swarm object) and its copy in
+    the service's move label."""
+
+    id: str
+    service: str
+    source: str
+    source_host: str
+    source_uuids: tuple[str, ...]
+    source_milli: tuple[int, ...]
+    target: str
+    target_host: str
+    target_uuids: tuple[str, ...]
+    target_milli: tuple[int, ...]
+    surge: bool
+    replicas: int
+    max_replicas: int  # the spec's MaxReplicas before the move (0: unset)
+    started_at: float
+    trigger: str
+    reason: str
+    direction: str = "forward"  # or "back"
+    service_id: str = ""
+    # A move between GPUs of one node (``source == target``, ``repin``): the service's
+    # share labels for that node before and after (the node keys are the same, so a
+    # roll-back needs the old values).
+    source_share: tuple[tuple[str, str], ...] = ()
+    target_share: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def same_node(self) -> bool:
+        return self.source == self.target
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> MoveState:
+        d = json.loads(text)
+        for k in ("source_uuids", "source_milli", "target_uuids", "target_milli"):
+            d[k] = tuple(d[k])
+        for k in ("source_share", "target_share"):
+            if k in d:
+                d[k] = tuple((str(a), str(b)) for a, b in d[k])
+        return cls(**d)
+
+    @classmethod
+    def parse(cls, text: str) -> MoveState | None:
+        """``from_json``, or None for anything it cannot read (a label is anyone's text)."""
+        if len(text) > MAX_LABEL_CHARS:
+            return None
+        try:
+            st = cls.from_json(text)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None
+        return st if isinstance(st.id, str) and isinstance(st.service, str) else None
+
+    def source_holding(self) -> Holding:
+        return Holding(self.service, self.source, self.source_uuids, self.source_milli)
+
+    def target_holding(self) -> Holding:
+        return Holding(self.service, self.target, self.target_uuids, self.target_milli)
+
+
+def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]:
+    """service id -> the move the daemon recorded for it, from the swarm object's labels."""
+    out: dict[str, MoveState] = {}
+    head = prefix + RECORD
+    for k, v in labels.items():
+        if not k.startswith(head):
+            continue
+        st = MoveState.parse(v)
+        if st is None:
+            logger.error("unreadable move record {}; remove it by hand after checking the "
+                         "service's gates", k)
+            continue
+        out[k[len(head):]] = st
+    return out
+
+
+def spec_edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[Mapping[str, Any]],
+                                                                Mapping[str, Any] | None]:
+    """A service-spec compute for ``Writes.service_spec``: ``fn`` edits a copy in place;
+    no change, no write."""
+
+    def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        new = copy.deepcopy(dict(spec))
+        fn(new)
+        return None if new == spec else new
+
+    return compute
+
+
+def spec_labels(spec: dict[str, Any]) -> dict[str, str]:
+    """The spec's service labels, created when missing (edited in place)."""
+    labels: dict[str, str] = spec.setdefault("Labels", {}) or {}
+    spec["Labels"] = labels
+    return labels
+
+
+def put_record(writes: Writes, prefix: str, sid: str, st: MoveState) -> bool:
+    key, text = record_key(prefix, sid), st.to_json()
+    return writes.swarm_labels(lambda cur: None if cur.get(key) == text else {**cur, key: text})
+
+
+def drop_record(writes: Writes, prefix: str, sid: str, now: float,
+                finished: bool = False) -> bool:
+    """Remove a move's record; ``finished``: the move ended (done or rolled back), so its
+    time joins the list the fragmentation budget counts after a restart."""
+    key, done = record_key(prefix, sid), prefix + FINISHED
+
+    def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+        if key not in cur:
+            return None
+        new = {k: v for k, v in cur.items() if k != key}
+        if finished:
+            new[done] = with_finished(finished_times(cur, prefix), now)
+        return new
+
+    return writes.swarm_labels(compute)

@@ -1,0 +1,297 @@
+"""Repin: move one service's share between GPUs of one node (a :class:`Move` whose
+``target_node`` is its ``source_node``). The mover hands such moves here; any caller of
+``Mover.start`` (the fragmentation policy, a health evacuation) asks for a repin just by
+proposing a move that stays on its node. Dry-run, budgets, cooldown and the record are the
+mover's, as for any move.
+
+A task's devices come from the service label ``<p>devices.<node>``, which Swarm resolves
+when it *creates* the task, so the task on the node must be replaced, and only that one
+(a forced update would restart the service on every node). Through placement's own
+mechanisms:
+
+0. the record ``<p>state.moves.<service id>`` on the swarm object (``record.py``), the
+   authority, as for every move: it names the service, the node, both GPU sets and the
+   node's share labels before and after.
+1. service write: ``<p>state.move`` (placement leaves the service alone), ``<p>devices.N``
+   and the node's share labels for the new GPUs. No task restarts: a service label is
+   not part of the task template; only tasks created from now on read it.
+2. node N, one write: the ledger names the new GPUs and the gate closes. Swarm's
+   constraint enforcer stops the task on N (only there: no other node's gate changes).
+3. node N: once Swarm no longer wants a task running there, the gate reopens. Swarm
+   creates a fresh task on N (global: the orchestrator; replicated: the replacement
+   that waited, pending) with the new devices.
+4. once that task runs: the move label goes, ``<p>state.moved-at`` is set; then the
+   record goes.
+
+Break-before-make is inherent (one node cannot run the task on both GPU sets through one
+gate); the node is without its task only between steps 2 and 3's task start, and the
+daemon comes back a second later while a move is in flight. The source GPUs are freed in
+the ledger at step 2, as a move without make-before-break frees its source.
+
+Progress is read back from Swarm each cycle (the node's ledger and gate, the tasks on the
+node), so a restarted daemon or a new leader carries on. A move whose new task does not
+run within ``move_timeout_s`` is rolled back: the same steps with the GPU sets swapped
+(``direction: back``); a roll-back that times out too is left to placement (gate open,
+ledger as it is, move label gone). A record whose service lost its move label (a stack
+re-deploy) is dropped and placement takes the service back from the ledger. A move label
+without a record is never acted on (``mover.verify``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from loguru import logger
+
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.manager.actuator import Writes
+from swarmgpu.manager.placement import (
+    MOVE_STATE,
+    Holding,
+    assign_key,
+    devices_key,
+    gate_key,
+    parse_holding,
+    read_ledger,
+)
+from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
+from swarmgpu.manager.rebalance.moves import Move, Outcome
+from swarmgpu.manager.rebalance.record import (
+    MoveState,
+    drop_record,
+    put_record,
+    read_records,
+    spec_edit,
+    spec_labels,
+)
+from swarmgpu.manager.requests import GpuRequest, parse_all
+from swarmgpu.manager.sharing import node_of_key
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+
+CRASH_ENV = "SWARMGPU_TEST_CRASH_AFTER"  # as the mover's: os._exit(137) at a named point
+
+# (move state, outcome, detail): the mover's `recent` list, logs and metrics
+Say = Callable[[MoveState, Outcome, str], None]
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        logger.warning("test hook {}={}: exiting now", CRASH_ENV, name)
+        os._exit(137)
+
+
+def same_node_free(m: Move, node: SwarmNode, prefix: str) -> str | None:
+    """None when the move's target GPUs have room on its node by the live ledger, the
+    service's own holding there left out (it is the one that moves)."""
+    if set(m.target_uuids) == set(m.source_uuids):
+        return "the target GPUs are the ones it holds"
+    used: dict[str, int] = {}
+    for by_node in read_ledger([node], prefix).values():
+        for h in by_node.values():
+            if h.service == m.service:
+                continue
+            for u, mi in zip(h.uuids, h.milli, strict=True):
+                used[u] = used.get(u, 0) + mi
+    for u, mi in zip(m.target_uuids, m.target_milli, strict=True):
+        if used.get(u, 0) + mi > 1000:
+            return f"{u} on {node.hostname} is no longer free ({used[u]} milli held)"
+    if node.state != "ready" or node.availability != "active":
+        return f"{node.hostname} is {node.state}/{node.availability}"
+    return None
+
+
+def _node_share(labels: Mapping[str, str], prefix: str, node_id: str
+                ) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items()
+                        if node_of_key(k, prefix) == node_id))
+
+
+def swapped(st: MoveState, now: float) -> MoveState:
+    """The roll-back of ``st``: the same steps, GPU sets swapped, its own timeout."""
+    return replace(st, source_uuids=st.target_uuids, source_milli=st.target_milli,
+                   target_uuids=st.source_uuids, target_milli=st.source_milli,
+                   source_share=st.target_share, target_share=st.source_share,
+                   direction="back", started_at=now)
+
+
+class Repin:
+    """The steps of a same-node move; every write through the mover's ``Writes``."""
+
+    def __init__(self, swarm: SwarmClient, writes: Writes, cfg: RebalanceConfig, *,
+                 prefix: str, clock: Callable[[], float], say: Say) -> None:
+        self.swarm = swarm
+        self.writes = writes
+        self.cfg = cfg
+        self.prefix = prefix
+        self.clock = clock
+        self.say = say
+
+    # --- starting ------------------------------------------------------------------
+    def refusal(self, m: Move, fresh: SwarmService, node: SwarmNode,
+                tasks: Sequence[SwarmTask]) -> str | None:
+        """Why ``m`` may not start now, from fresh reads; None when it may."""
+        p = self.prefix
+        held = parse_holding(m.service, node.id, node.labels.get(assign_key(p, m.service), ""))
+        if held is None or held.uuids != m.source_uuids or held.milli != m.source_milli:
+            return f"the share on {m.source_host} changed since planning"
+        if node.labels.get(gate_key(p, m.service)) != "true":
+            return f"its gate on {m.source_host} is not open"
+        why = same_node_free(m, node, p)
+        if why is not None:
+            return why
+        if fresh.id in read_records(self.swarm.swarm_labels(), p):
+            return "a move record exists for it already"
+        req = parse_all(fresh.labels, prefix=p)
+        ledger = read_ledger(self.swarm.nodes(), p).get(m.service, {})
+        return why_not_movable(fresh, req if isinstance(req, GpuRequest) else None, tasks,
+                               ledger, p, self.clock(), self.cfg.cooldown_s, same_node=True)
+
+    def start(self, m: Move, fresh: SwarmService) -> MoveState | str:
+        """Steps 0-2 for ``m`` (``m.source_node == m.target_node``); the move's state, or
+        why it was refused (nothing written then)."""
+        node = self.swarm.node(m.source_node)
+        tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
+        why = self.refusal(m, fresh, node, tasks)
+        if why is not None:
+            return why
+        p = self.prefix
+        st = MoveState(
+            id=uuid.uuid4().hex[:12], service=fresh.name, source=m.source_node,
+            source_host=m.source_host, source_uuids=m.source_uuids,
+            source_milli=m.source_milli, target=m.target_node, target_host=m.target_host,
+            target_uuids=m.target_uuids, target_milli=m.target_milli, surge=False,
+            replicas=fresh.replicas or 0, max_replicas=int(fresh.max_replicas_per_node or 0),
+            started_at=self.clock(), trigger=str(m.trigger), reason=m.reason,
+            service_id=fresh.id, source_share=_node_share(fresh.labels, p, m.source_node),
+            target_share=tuple(sorted(m.target_share)))
+        # The record first: a label is only ever acted on when its record exists.
+        put_record(self.writes, p, fresh.id, st)
+        _crash_point("repin-step-0")
+        try:
+            self._point_spec(fresh.id, st, st)
+        except SwarmError:
+            drop_record(self.writes, p, fresh.id, self.clock())  # nothing else was written
+            raise
+        self.say(st, Outcome.STARTED, f"GPUs {','.join(st.source_uuids)} -> "
+                                      f"{','.join(st.target_uuids)} on {st.source_host}")
+        _crash_point("repin-step-1")
+        self._close(st)
+        _crash_point("repin-step-2")
+        return st
+
+    # --- writes --------------------------------------------------------------------
+    def _point_spec(self, sid: str, st: MoveState, label: MoveState) -> bool:
+        """Step 1: the move label (``label``) and the node's device map and share labels
+        for ``st``'s target GPUs. Tasks created from now on read them."""
+        p, nid = self.prefix, st.source
+
+        def edit(spec: dict[str, Any]) -> None:
+            labels = spec_labels(spec)
+            labels[p + MOVE_STATE] = label.to_json()
+            labels[devices_key(p, nid)] = ",".join(st.target_uuids)
+            for k in [k for k in labels if node_of_key(k, p) == nid]:
+                labels.pop(k)
+            labels.update(dict(st.target_share))
+
+        return self.writes.service_spec(sid, spec_edit(edit))
+
+    def _node(self, st: MoveState, h: Holding, gate_open: bool) -> bool:
+        """Node N's ledger entry ``h`` and its gate, in one write."""
+        ak, gk = assign_key(self.prefix, st.service), gate_key(self.prefix, st.service)
+
+        def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+            new = {k: v for k, v in cur.items() if k != gk}
+            new[ak] = h.label_value()
+            if gate_open:
+                new[gk] = "true"
+            return new
+
+        return self.writes.node_labels(st.source, compute)
+
+    def _close(self, st: MoveState) -> bool:
+        """Step 2: the ledger names the target GPUs; the gate closes (Swarm stops the task)."""
+        return self._node(st, st.target_holding(), gate_open=False)
+
+    def _open(self, st: MoveState, h: Holding) -> bool:
+        return self._node(st, h, gate_open=True)
+
+    def _finish(self, sid: str, st: MoveState) -> None:
+        p, now = self.prefix, self.clock()
+
+        def edit(spec: dict[str, Any]) -> None:
+            labels = spec_labels(spec)
+            labels.pop(p + MOVE_STATE, None)
+            labels[p + MOVED_AT] = f"{now:.0f}"
+
+        self.writes.service_spec(sid, spec_edit(edit))
+        # Last: until the record goes, a restarted daemon finishes this step again.
+        drop_record(self.writes, p, sid, now, finished=True)
+
+    # --- progress ------------------------------------------------------------------
+    def advance(self, sid: str, st: MoveState) -> None:
+        """One look at a repin in flight; make the step whose condition holds. ``st`` is
+        the daemon's record, never the service's label."""
+        node = self.swarm.node(st.source)
+        p = self.prefix
+        held = parse_holding(st.service, node.id, node.labels.get(assign_key(p, st.service), ""))
+        gate_open = node.labels.get(gate_key(p, st.service)) == "true"
+        on_node = [t for t in self.swarm.tasks({"service": sid}) if t.node_id == st.source]
+        wanted = any(t.desired_state == "running" for t in on_node)
+        runs = any(t.desired_state == "running" and t.state == "running" for t in on_node)
+        at_target = held == st.target_holding()
+        if held not in (st.source_holding(), st.target_holding()):
+            self._leave(sid, st, held, f"its ledger entry on {st.source_host} is "
+                                       f"{'gone' if held is None else 'another GPU set'}")
+            return
+        done = at_target and gate_open and runs
+        if not done and self.clock() - st.started_at > self.cfg.move_timeout_s:
+            if st.direction == "back":
+                self._leave(sid, st, held, f"the roll-back's task did not run within "
+                                           f"{self.cfg.move_timeout_s:g}s")
+                return
+            back = swapped(st, self.clock())
+            put_record(self.writes, p, sid, back)  # the record first: it is the authority
+            self._point_spec(sid, back, back)
+            logger.bind(service=st.service).warning(
+                "repin on {}: no task running on {} within {:g}s; rolling back",
+                st.source_host, ",".join(st.target_uuids), self.cfg.move_timeout_s)
+            self.advance(sid, back)
+            return
+        if not at_target:  # step 2 (or a roll-back's first node write)
+            self._close(st)
+            _crash_point("repin-step-2")
+        elif not gate_open:
+            if not wanted:  # Swarm has let the old task go: step 3
+                self._open(st, st.target_holding())
+                _crash_point("repin-step-3")
+        elif runs:
+            self._finish(sid, st)
+            outcome = Outcome.DONE if st.direction == "forward" else Outcome.ROLLED_BACK
+            self.say(st, outcome, f"running on {st.source_host} with "
+                                  f"{','.join(st.target_uuids)}; only that node's task "
+                                  "was replaced")
+
+    def _leave(self, sid: str, st: MoveState, held: Holding | None, why: str) -> None:
+        """Give the service back to placement: its gate open on the ledger as it is (none:
+        closed, placement places it), the move label and record gone."""
+        if held is not None:
+            self._open(st, held)
+        self._finish(sid, st)
+        self.say(st, Outcome.FAILED, f"{why}; left to placement")
+
+    def recover(self, sid: str, st: MoveState) -> None:
+        """A recorded repin whose service lost its move label (a stack re-deploy, or a
+        stop between the record and the label): placement takes the service back from
+        the node's ledger; only the record goes."""
+        node = self.swarm.node(st.source)
+        held = parse_holding(st.service, node.id,
+                             node.labels.get(assign_key(self.prefix, st.service), ""))
+        started = held is not None and held != st.source_holding()
+        drop_record(self.writes, self.prefix, sid, self.clock(), finished=started)
+        self.say(st, Outcome.DONE if started and st.direction == "forward"
+                 else Outcome.ROLLED_BACK,
+                 "the service's move label was gone; placement carries on from the ledger")

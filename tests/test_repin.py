@@ -1,0 +1,326 @@
+"""Repin: a share moves between GPUs of one node (``rebalance/repin.py``), the only move a
+global service makes. The state machine over a fake Swarm at swarmgpu's own boundary
+(``RecordingSwarm``), with a few lines standing in for Swarm's constraint enforcer and
+orchestrator: every step, a restart between any two, roll-back, a stack re-deploy, forged
+labels, dry-run; and the fragmentation policy proposing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from gpu_nodes import DGX_A100, RTX4090
+from test_forged_state import RecordingSwarm, _node
+from test_rebalance_fragmentation import HALF, WHOLE, plan, two_half_used
+from test_rebalance_policies import U2, node, running, service
+
+from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.manager.placement import (
+    MOVE_STATE,
+    Holding,
+    assign_key,
+    devices_key,
+    env_template,
+    gate_constraint,
+    gate_key,
+)
+from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
+from swarmgpu.manager.rebalance.mover import Mover, MoveState, admit, read_records, record_key
+from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
+from swarmgpu.manager.sharing import node_of_key, share_labels
+from swarmgpu.swarm.client import SwarmService, SwarmTask, service_from_api
+
+P = "swarmgpu."
+F4090, FDGX = RTX4090.facts(), DGX_A100.facts()
+U = [g.uuid for g in F4090.gpus]
+D1 = FDGX.gpus[1].uuid  # gpu-node-1 GPU 1 (GPU 0 runs MIG)
+RB = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
+
+
+def _holds(service: str, nid: str, uuid: str) -> dict[str, str]:
+    return {assign_key(P, service): Holding(service, nid, (uuid,), (500,)).label_value(),
+            gate_key(P, service): "true"}
+
+
+def _shares(nid: str, uuid: str) -> dict[str, str]:
+    facts = F4090 if nid == "n-4090" else FDGX
+    return share_labels(P, nid, [uuid], [500], facts) or {}
+
+
+def _global(name: str, labels: Mapping[str, str]) -> SwarmService:
+    spec: dict[str, Any] = {
+        "Name": name, "Labels": dict(labels),
+        "TaskTemplate": {"ContainerSpec": {"Image": "busybox", "Env": [env_template(P)]},
+                         "Placement": {"Constraints": [gate_constraint(P, name)]}},
+        "Mode": {"Global": {}},
+    }
+    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
+
+
+def _cluster() -> RecordingSwarm:
+    """g (global, half a GPU) runs on both GPU nodes: gpu-node-2 GPU 1, gpu-node-1 GPU 1;
+    a (opted out) holds half of gpu-node-2 GPU 0."""
+    nodes = [_node("n-mgr", "manager", role="manager"),
+             _node("n-dgx", "gpu-node-1", _holds("g", "n-dgx", D1)),
+             _node("n-4090", "gpu-node-2", {**_holds("g", "n-4090", U[1]),
+                                            **_holds("a", "n-4090", U[0])})]
+    g = _global("g", {**HALF, devices_key(P, "n-4090"): U[1], devices_key(P, "n-dgx"): D1,
+                      **_shares("n-4090", U[1]), **_shares("n-dgx", D1)})
+    a = _global("a", {**HALF, devices_key(P, "n-4090"): U[0], f"{P}rebalance": "never"})
+    tasks = [SwarmTask("t-g-4090", g.id, "n-4090", None, "running", "running",
+                       (f"NVIDIA_VISIBLE_DEVICES={U[1]}",)),
+             SwarmTask("t-g-dgx", g.id, "n-dgx", None, "running", "running",
+                       (f"NVIDIA_VISIBLE_DEVICES={D1}",)),
+             SwarmTask("t-a", a.id, "n-4090", None, "running", "running", ())]
+    return RecordingSwarm(nodes, [g, a], tasks)
+
+
+def _repin_move() -> Move:
+    return Move(service="g", service_id="id-g", source_node="n-4090", source_host="gpu-node-2",
+                source_uuids=(U[1],), source_milli=(500,), target_node="n-4090",
+                target_host="gpu-node-2", target_gpus=(0,), target_uuids=(U[0],),
+                target_milli=(500,), trigger=Trigger.HOTSPOT, window_s=None,
+                reason="test", gain="test",
+                target_share=tuple(sorted(_shares("n-4090", U[0]).items())))
+
+
+def swarm_acts(sw: RecordingSwarm, *, new_state: str = "running") -> None:
+    """What Swarm does between two cycles for global ``g``: the constraint enforcer stops
+    a task on a node whose gate is closed; the orchestrator creates one on each gated node
+    without one, its devices resolved from the service label now."""
+    g = sw.service("id-g")
+    gated = {n.id for n in sw.nodes() if n.labels.get(gate_key(P, "g")) == "true"}
+    tasks = []
+    for t in sw._tasks:
+        if t.service_id == g.id and t.node_id not in gated and t.desired_state == "running":
+            t = dataclasses.replace(t, desired_state="shutdown", state="shutdown")
+        tasks.append(t)
+    for nid in sorted(gated):
+        if not any(t.service_id == g.id and t.node_id == nid and t.desired_state == "running"
+                   for t in tasks):
+            dev = g.labels.get(devices_key(P, nid), "void")
+            tasks.append(SwarmTask(f"t-g-{nid}-{len(tasks)}", g.id, nid, None, new_state,
+                                   "running", (f"NVIDIA_VISIBLE_DEVICES={dev}",)))
+    sw._tasks = tasks
+
+
+def _cycle(sw: RecordingSwarm, now: list[float], moves: list[Move] | None = None,
+           dry_run: bool = False) -> Mover:
+    """One daemon cycle by a fresh Mover: a restart (or a new leader) before each."""
+    m = Mover(sw, RB, prefix=P, dry_run=dry_run, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle(moves or [], sw.nodes(), sw.services(), sw.tasks())
+    return m
+
+
+def _running_on(sw: RecordingSwarm, nid: str) -> list[SwarmTask]:
+    return [t for t in sw.tasks() if t.service_id == "id-g" and t.node_id == nid
+            and t.desired_state == "running"]
+
+
+def test_repin_replaces_only_that_nodes_task_with_the_new_gpu() -> None:
+    sw, now = _cluster(), [1000.0]
+    m = _cycle(sw, now, [_repin_move()])
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+    (rec,) = read_records(sw.swarm_labels(), P).values()
+    assert rec.same_node and rec.source_uuids == (U[1],) and rec.target_uuids == (U[0],)
+    n = sw.node("n-4090").labels
+    assert gate_key(P, "g") not in n and n[assign_key(P, "g")] == f"{U[0]}@500"
+    g = sw.service("id-g")
+    assert g.labels[devices_key(P, "n-4090")] == U[0] and P + MOVE_STATE in g.labels
+    outcomes = []
+    for _ in range(4):  # Swarm acts, the daemon looks: stop, reopen, the new task runs
+        swarm_acts(sw)
+        now[0] += 1
+        outcomes += [r.outcome for r in _cycle(sw, now).recent]
+    assert outcomes == [Outcome.DONE]
+    (t,) = _running_on(sw, "n-4090")
+    assert t.id != "t-g-4090" and t.env == (f"NVIDIA_VISIBLE_DEVICES={U[0]}",)
+    assert [t.id for t in _running_on(sw, "n-dgx")] == ["t-g-dgx"]  # untouched
+    g = sw.service("id-g")
+    assert P + MOVE_STATE not in g.labels and g.labels[P + MOVED_AT] == "1002"
+    assert {k: v for k, v in g.labels.items() if node_of_key(k, P) == "n-4090"} == \
+        _shares("n-4090", U[0])
+    n = sw.node("n-4090").labels
+    assert n[gate_key(P, "g")] == "true" and n[assign_key(P, "g")] == f"{U[0]}@500"
+    assert n[assign_key(P, "a")] == f"{U[0]}@500"  # the other share on that GPU, untouched
+    assert sw.node("n-dgx").labels == _holds("g", "n-dgx", D1)
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert sw.swarm_labels()[f"{P}state.moves-finished"] == "1002"
+
+
+def test_the_gate_reopens_only_once_swarm_let_the_old_task_go() -> None:
+    sw, now = _cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    for _ in range(3):  # the enforcer has not acted yet: the gate stays closed
+        _cycle(sw, now)
+        assert gate_key(P, "g") not in sw.node("n-4090").labels
+    swarm_acts(sw)
+    _cycle(sw, now)
+    assert sw.node("n-4090").labels[gate_key(P, "g")] == "true"
+
+
+def test_dry_run_writes_nothing_and_says_the_move_once() -> None:
+    sw, now = _cluster(), [1000.0]
+    m = Mover(sw, RB, prefix=P, dry_run=True, clock=lambda: now[0])  # type: ignore[arg-type]
+    for _ in range(3):
+        m.run_cycle([_repin_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert sw.calls == [] and [r.outcome for r in m.recent] == [Outcome.DRY_RUN]
+
+
+def test_a_repin_in_flight_is_left_alone_in_dry_run() -> None:
+    sw, now = _cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    swarm_acts(sw)
+    calls = len(sw.calls)
+    _cycle(sw, now, dry_run=True)
+    assert len(sw.calls) == calls
+
+
+def test_no_task_running_within_the_timeout_rolls_back_to_the_old_gpu() -> None:
+    sw, now = _cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    outcomes = []
+    for _ in range(3):  # the new task never gets to run (a broken GPU, say)
+        swarm_acts(sw, new_state="starting")
+        _cycle(sw, now)
+    now[0] += RB.move_timeout_s + 1
+    for _ in range(5):
+        outcomes += [r.outcome for r in _cycle(sw, now).recent]
+        swarm_acts(sw)  # now it would run
+    assert outcomes == [Outcome.ROLLED_BACK]
+    (t,) = _running_on(sw, "n-4090")
+    assert t.env == (f"NVIDIA_VISIBLE_DEVICES={U[1]}",) and t.state == "running"
+    g = sw.service("id-g")
+    assert g.labels[devices_key(P, "n-4090")] == U[1] and P + MOVE_STATE not in g.labels
+    assert {k: v for k, v in g.labels.items() if node_of_key(k, P) == "n-4090"} == \
+        _shares("n-4090", U[1])
+    assert sw.node("n-4090").labels[assign_key(P, "g")] == f"{U[1]}@500"
+    assert [t.id for t in _running_on(sw, "n-dgx")] == ["t-g-dgx"]
+    assert read_records(sw.swarm_labels(), P) == {}
+
+
+def test_a_roll_back_that_times_out_too_is_left_to_placement_gate_open() -> None:
+    sw, now = _cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    outcomes = []
+    for _ in range(2):
+        now[0] += RB.move_timeout_s + 1
+        for _ in range(3):
+            swarm_acts(sw, new_state="starting")
+            outcomes += [r.outcome for r in _cycle(sw, now).recent]
+    assert outcomes == [Outcome.FAILED]
+    assert sw.node("n-4090").labels[gate_key(P, "g")] == "true"
+    assert P + MOVE_STATE not in sw.service("id-g").labels
+    assert read_records(sw.swarm_labels(), P) == {}
+
+
+def test_a_stop_between_the_record_and_the_label_drops_the_record_only() -> None:
+    sw, now = _cluster(), [1000.0]
+    m = _cycle(sw, now, [_repin_move()])
+    (sid, rec), = read_records(sw.swarm_labels(), P).items()
+    sw2 = _cluster()  # as if the daemon stopped right after step 0 (repin-step-0)
+    key = record_key(P, sid)
+    sw2.update_swarm_labels(lambda cur: {**cur, key: rec.to_json()})
+    before = {n.id: dict(n.labels) for n in sw2.nodes()}
+    out = [r.outcome for r in _cycle(sw2, now).recent]
+    assert out == [Outcome.ROLLED_BACK] and read_records(sw2.swarm_labels(), P) == {}
+    assert {n.id: dict(n.labels) for n in sw2.nodes()} == before
+    assert sw2.calls[-1] == ("swarm", "swarm") and len(m.recent) == 1
+
+
+def test_a_redeploy_mid_repin_hands_the_service_back_to_placement() -> None:
+    sw, now = _cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    sw.update_service_spec("id-g", lambda spec: {**spec, "Labels": dict(HALF)})
+    out = [r.outcome for r in _cycle(sw, now).recent]
+    assert out == [Outcome.DONE] and read_records(sw.swarm_labels(), P) == {}
+    # The ledger names the new GPU; placement writes the device map and opens the gate.
+    assert sw.node("n-4090").labels[assign_key(P, "g")] == f"{U[0]}@500"
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_forged_same_node_move_label_moves_nothing(dry_run: bool) -> None:
+    sw, now = _cluster(), [1000.0]
+    forged = MoveState(id="forged000002", service="g", source="n-4090",
+                       source_host="gpu-node-2", source_uuids=(U[1],), source_milli=(500,),
+                       target="n-4090", target_host="gpu-node-2", target_uuids=(U[0],),
+                       target_milli=(500,), surge=False, replicas=0, max_replicas=0,
+                       started_at=0.0, trigger="fragmentation", reason="forged",
+                       service_id="id-g")
+    sw.update_service_spec("id-g", lambda spec: {**spec, "Labels": {
+        **spec["Labels"], P + MOVE_STATE: forged.to_json()}})
+    sw.calls.clear()
+    nodes = {n.id: dict(n.labels) for n in sw.nodes()}
+    m = _cycle(sw, now, dry_run=dry_run)
+    assert [r.outcome for r in m.recent] == [Outcome.IGNORED]
+    assert {n.id: dict(n.labels) for n in sw.nodes()} == nodes
+    assert [t.id for t in _running_on(sw, "n-4090")] == ["t-g-4090"]
+    assert sw.calls == ([] if dry_run else [("service", "id-g")])  # the label removed
+    if not dry_run:
+        assert P + MOVE_STATE not in sw.service("id-g").labels
+
+
+def test_start_refuses_a_taken_target_or_a_changed_share() -> None:
+    sw, now = _cluster(), [1000.0]
+    full = dataclasses.replace(_repin_move(), target_milli=(600,))  # 500 + 600 > 1000
+    m = _cycle(sw, now, [full])
+    assert [r.outcome for r in m.recent] == [Outcome.REFUSED]
+    assert "no longer free" in m.recent[0].detail and sw.calls == []
+    stale = dataclasses.replace(_repin_move(), source_uuids=(U[2],))
+    m = _cycle(sw, now, [stale])
+    assert "changed since planning" in m.recent[0].detail and sw.calls == []
+
+
+def test_a_global_service_moves_only_on_its_own_node() -> None:
+    sw = _cluster()
+    g = sw.service("id-g")
+    ledger = {"n-4090": Holding("g", "n-4090", (U[1],), (500,)),
+              "n-dgx": Holding("g", "n-dgx", (D1,), (500,))}
+    tasks = sw.tasks()
+    assert why_not_movable(g, None, tasks, ledger, P, 0.0, 0.0) is not None
+    assert "own node" in (why_not_movable(g, None, tasks, ledger, P, 0.0, 0.0) or "")
+    cross = dataclasses.replace(_repin_move(), target_node="n-dgx", target_host="gpu-node-1",
+                                target_uuids=(FDGX.gpus[2].uuid,))
+    from swarmgpu.manager.placement import read_ledger
+    ok, refused = admit([cross, _repin_move()], [], {"g": g}, tasks,
+                        read_ledger(sw.nodes(), P), RB, P, 1000.0)
+    assert ok == [_repin_move()] and "own node" in refused[0][1]
+
+
+def test_a_replicated_service_repins_only_when_its_replacement_must_wait_for_the_node() -> None:
+    s = service("r", HALF)
+    ledger = {"n2": Holding("r", "n2", (U2[0],), (500,))}
+    tasks = [running("r", "n2")]
+    assert why_not_movable(s, None, tasks, ledger, P, 0.0, 0.0, same_node=True) == \
+        "no valid GPU request"  # every other check passed
+    many = dataclasses.replace(s, replicas=2)
+    assert "MaxReplicas" in (why_not_movable(many, None, tasks, ledger, P, 0.0, 0.0,
+                                             same_node=True) or "")
+
+
+def test_fragmentation_proposes_a_same_node_move_for_a_global_share() -> None:
+    """gpu-node-2: a (opted out) holds half of GPU 0, global g half of GPU 1; the
+    workload has whole-GPU tasks: g joins a on GPU 0, on its own node."""
+    n2 = {**_holds("a", "n2", U2[0]), **_holds("g", "n2", U2[1])}
+    nodes = [node("n1", "gpu-node-1", {}), node("n2", "gpu-node-2", n2)]
+    svcs = [service("a", {**HALF, f"{P}rebalance": "never"}), service("g", HALF, "global"),
+            service("w", WHOLE)]
+    moves = plan(nodes, svcs, [running("a", "n2"), running("g", "n2")])
+    (m,) = moves
+    assert (m.service, m.source_node, m.target_node) == ("g", "n2", "n2")
+    assert m.source_uuids == (U2[1],) and m.target_uuids == (U2[0],)
+    assert m.frag_gain_milli is not None and m.frag_gain_milli > 0
+    assert "same node" in m.reason
+
+
+def test_fragmentation_never_moves_a_global_share_to_another_node() -> None:
+    nodes, svcs, tasks = two_half_used()
+    g = dataclasses.replace(svcs[1], mode="global", replicas=None)
+    moves = plan(nodes, [svcs[0], g, svcs[2]], tasks)
+    assert all(m.source_node == m.target_node for m in moves if m.service == "b")
+    # As a replicated service, b was the one to move (to a's GPU on gpu-node-1).
+    assert [(m.service, m.target_host) for m in plan(nodes, svcs, tasks)] == \
+        [("b", "gpu-node-1")]
