@@ -120,7 +120,7 @@ class PlacementConfig:
     """How long a task must stay over its share before `restart` acts."""
 
 
-REBALANCE_POLICIES = ("hotspot", "consolidation", "defrag", "fragmentation", "spread")
+REBALANCE_POLICIES = ("health", "hotspot", "consolidation", "defrag", "fragmentation", "spread")
 
 
 @dataclass(frozen=True)
@@ -130,9 +130,9 @@ class RebalanceConfig:
     false here and at the top level)."""
     dry_run: bool = True
     """Propose and log moves, never make them. Moves restart containers: opt in."""
-    policies: str = "hotspot,consolidation,defrag,fragmentation,spread"
-    """Policies to run, comma-separated: hotspot, consolidation, defrag, fragmentation,
-    spread."""
+    policies: str = "health,hotspot,consolidation,defrag,fragmentation,spread"
+    """Policies to run, comma-separated: health, hotspot, consolidation, defrag,
+    fragmentation, spread. health runs first and even in dry_run (docs/health.md)."""
     metrics_url_template: str = ""
     """Where each node's GPU metrics are scraped: the swarmgpu agent or an existing
     dcgm-exporter (http://{addr}:9400/metrics); {addr}, {hostname} are filled in.
@@ -186,6 +186,10 @@ class RebalanceConfig:
     """Start the new task before the old one stops (replicas + 1 during the move)."""
     move_timeout_s: float = 120.0
     """A move whose new task is not running by then is rolled back."""
+    health_drain_node: bool = False
+    """A failing node (two or more failed GPUs, or its agent lost beyond
+    health.node_lost_grace_s) is reported; true also moves every GPU service off it
+    (the health policy, within health.evacuations_per_*)."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +221,15 @@ class HealthConfig:
     """Failures within this many seconds double the clean window (a flapping GPU)."""
     max_backoff: int = 8
     """The clean window grows to at most this many times clean_window_s."""
+    evacuate: bool = True
+    """The health rebalance policy moves each holder of a failed GPU to a healthy one
+    (even in rebalance.dry_run); false: it only reports them, and they stay."""
+    evacuations_per_cycle: int = 2
+    """Health moves started per cycle (those in flight count), one per node."""
+    evacuations_per_hour: int = 12
+    """Health moves started per rolling hour at most: one bad node cannot start a storm."""
+    node_lost_grace_s: float = 300.0
+    """A GPU node whose agent has not answered for this long is reported failing."""
 
 
 DEFAULT_PRIORITY_CLASSES = "critical=1000,inference=100,batch=0"
@@ -313,6 +326,12 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add("health.clean_window_s and health.flap_window_s: must be > 0 seconds")
     if cfg.health.max_backoff < 1:
         add("health.max_backoff: must be >= 1")
+    for key in ("evacuations_per_cycle", "evacuations_per_hour"):
+        if getattr(cfg.health, key) < 0:
+            add(f"health.{key}: must be >= 0 (0 stops health moves; health.evacuate: "
+                "false reports only)")
+    if cfg.health.node_lost_grace_s <= 0:
+        add("health.node_lost_grace_s: must be > 0 seconds (default 300)")
     if cfg.placement.workload_window < 100:
         add("placement.workload_window: must be >= 100 tasks (default 5000)")
     if cfg.agents.port <= 0 or cfg.agents.port > 65535:

@@ -202,6 +202,20 @@ def apply_saved(snap_nodes: Sequence[SwarmNode], facts: dict[str, FactsResult],
     return book.view(now)
 
 
+def level_of(g: Gpu) -> tuple[Level, str]:
+    """A GPU's level in a cycle's facts (after ``apply``/``apply_saved``) and its text
+    ("failed: <reason> (suggested: <action>)"); a GPU unhealthy without our note (facts
+    not run through the book) counts as failed with the agent's error."""
+    if g.error and g.error.startswith(_OWN_ERROR):
+        text = g.error.split("; ")[0][len(_OWN_ERROR):]
+        name = text.partition(":")[0]
+        if name in {str(lv) for lv in Level}:
+            return Level(name), text
+    if not g.healthy:
+        return Level.FAILED, f"failed: {g.error or 'unhealthy'}"
+    return Level.HEALTHY, ""
+
+
 def health_rows(facts: Mapping[str, FactsResult]) -> list[dict[str, Any]]:
     """GPUs whose facts carry a health state (after ``apply``/``apply_saved``): node,
     GPU, UUID and the text (level, reason, suggested action), for plan's output."""

@@ -41,6 +41,9 @@ class KeptHoldings:
         self.reservation = reservation  # service id -> its (CPU milli, memory MiB)
         self.fits: dict[tuple[Holding, GpuRequest, int], str | None] = {}
         self.declared: dict[str, tuple[int, list[tuple[str, int | None, tuple[str, ...]]]]] = {}
+        # (service name, node id) -> True: a holding on a failed GPU is kept, for the
+        # health rebalance policy to move (docs/health.md); None or False: re-placed.
+        self.keep_failed: Callable[[str, str], bool] | None = None
 
     def commit(self, parsed: Parsed, ledger: Mapping[str, Mapping[str, Holding]],
                by_id: Mapping[str, SwarmNode], facts: Mapping[str, NodeFacts],
@@ -48,7 +51,35 @@ class KeptHoldings:
         """service name -> node id -> holding kept (and committed) this cycle."""
         wanted, order, declared = self._read(parsed, ledger, by_id, facts, running)
         self._adopt(declared, facts, wanted, order)
-        return self._commit(wanted, order)
+        whole = self._strip_failed(wanted, order, facts) if self.keep_failed else {}
+        kept = self._commit(wanted, order)
+        for (name, nid), h in whole.items():
+            if nid in kept.get(name, {}):
+                kept[name][nid] = h
+        return kept
+
+    def _strip_failed(self, wanted: dict[str, dict[str, Holding]], order: Order,
+                      facts: Mapping[str, NodeFacts]) -> dict[tuple[str, str], Holding]:
+        """Holdings on failed GPUs that ``keep_failed`` keeps: committed without those GPUs
+        (no room to count there, nobody is given them), kept whole; returns the whole ones."""
+        keep = self.keep_failed
+        bad = {nid: u for nid, f in facts.items()
+               if (u := {g.uuid for g in f.gpus if not g.healthy})}
+        whole: dict[tuple[str, str], Holding] = {}
+        if keep is None or not bad:
+            return whole
+        for i, (sid, name, h) in enumerate(order):
+            gone = bad.get(h.node_id)
+            if not gone or h.packed or gone.isdisjoint(h.uuids) or not keep(name, h.node_id):
+                continue
+            pairs = [(u, m) for u, m in zip(h.uuids, h.milli, strict=True) if u not in gone]
+            rest = Holding(h.service, h.node_id, tuple(u for u, _ in pairs),
+                           tuple(m for _, m in pairs))
+            order[i] = (sid, name, rest)
+            wanted[name][h.node_id] = rest
+            whole[(name, h.node_id)] = h
+        return whole
+
 
     def _read(self, parsed: Parsed, ledger: Mapping[str, Mapping[str, Holding]],
               by_id: Mapping[str, SwarmNode], facts: Mapping[str, NodeFacts],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
@@ -74,6 +74,11 @@ class Planner:
         self.model_changed = False  # since the owner last stored the model
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
+
+    def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
+        """(service name, node id) -> keep its holding on a failed GPU (the health
+        rebalance policy moves it: docs/health.md); None: re-place such holdings."""
+        self._kept.keep_failed = keep
 
     # --- the workload model ------------------------------------------------------
     def _learn(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],

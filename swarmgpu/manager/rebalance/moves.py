@@ -6,7 +6,7 @@ Plain values, plus the renderers the CLI (`swarmgpu plan`) and the cluster JSON 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -19,6 +19,7 @@ class Trigger(StrEnum):
     FRAGMENTATION = "fragmentation"
     SPREAD = "spread"
     PREEMPTION = "preemption"  # a victim moved to make room (manager.preempt_step)
+    HEALTH = "health"  # off a failed GPU or a failing node (policies.health)
 
 
 class Outcome(StrEnum):
@@ -97,6 +98,33 @@ class MoveRecord:
                 "detail": self.detail}
 
 
+@dataclass(frozen=True)
+class HealthInputs:
+    """What the health policy reads beside the snapshot (whose facts carry each GPU's
+    state, ``manager.gpuhealth``): its switch, its budget and the nodes lost."""
+
+    evacuate: bool = True  # health.evacuate; false: report only
+    left: int = 0  # health moves (and re-placements) that may start now
+    left_why: str = ""  # why none may, when ``left`` is 0
+    released: frozenset[tuple[str, str]] = frozenset()  # (service, node id) left to placement
+    lost: Mapping[str, float] = field(default_factory=dict)  # node id -> s since its agent
+    lost_grace_s: float = 300.0  # health.node_lost_grace_s
+
+
+@dataclass(frozen=True)
+class Release:
+    """A holder of a failed GPU whose best healthy GPU is on its own node (or a service
+    that never changes nodes): placement re-places it there (a new holding, restart)."""
+
+    service: str
+    node_id: str
+    host: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"service": self.service, "node": self.host, "reason": self.reason}
+
+
 @dataclass
 class Proposal:
     """One planning pass: the moves, and why other candidates were left alone."""
@@ -105,6 +133,9 @@ class Proposal:
     notes: list[str] = field(default_factory=list)
     unknown_nodes: dict[str, str] = field(default_factory=dict)  # hostname -> why
     at: float = field(default_factory=time.time)
+    releases: list[Release] = field(default_factory=list)  # health: same-node re-places
+    failed_holders: frozenset[tuple[str, str]] = frozenset()  # (service, node id) on failed
+    failing_nodes: dict[str, str] = field(default_factory=dict)  # hostname -> why
 
 
 def moves_to_dicts(proposed: Iterable[Move], recent: Iterable[MoveRecord] = ()

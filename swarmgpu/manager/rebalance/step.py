@@ -1,6 +1,13 @@
 """The rebalancer inside the daemon's cycle (leader only: the daemon runs steps only
 when its engine leads). Scrape -> windows -> plan_moves -> mover.
 
+Health moves (``policies.health``) go through a mover of their own: it acts even in
+rebalance dry-run (a failed GPU's holders are already broken; only the top-level dry_run
+stops it), within ``health.evacuations_per_cycle`` (moves in flight count) and
+``health.evacuations_per_hour`` (``HealthBudget``), never with a cooldown. While the
+policy is on, placement keeps a holding on a failed GPU for it (``keep_failed_holdings``)
+unless the policy released it to placement (best healthy GPU on the same node).
+
 ``attach(daemon)`` adds the step and serves ``/api/rebalance`` (the cluster JSON
 ``{"proposed": [...], "recent": [...], ...}``) from the daemon's HTTP server.
 """
@@ -9,20 +16,34 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from loguru import logger
+from prometheus_client import Counter, Gauge
 
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.placement_step import facts_by_node
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover
-from swarmgpu.manager.rebalance.moves import Proposal, moves_to_dicts, render_moves
-from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.moves import (
+    HealthInputs,
+    Move,
+    MoveRecord,
+    Outcome,
+    Proposal,
+    Release,
+    Trigger,
+    moves_to_dicts,
+    render_moves,
+)
+from swarmgpu.manager.rebalance.planner import health_enabled, plan_moves
+from swarmgpu.manager.rebalance.policies.health import HealthBudget
 from swarmgpu.manager.rebalance.scrape import for_moves, scrape_all
 from swarmgpu.manager.rebalance.signals import Signals
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.sync import Snapshot, is_gpu_node
 from swarmgpu.swarm.identity import scrape_auth
 
 ROUTE = "/api/rebalance"
@@ -35,9 +56,46 @@ class Rebalancer:
         self.prefix = cfg.sync.prefix
         self.signals = Signals(self.cfg)
         self.mover = Mover(daemon.swarm, self.cfg, prefix=self.prefix,
-                           dry_run=cfg.dry_run or self.cfg.dry_run, metrics=daemon.metrics)
+                           dry_run=cfg.dry_run or self.cfg.dry_run, metrics=daemon.metrics,
+                           scope=lambda st: st.trigger != Trigger.HEALTH)
         self.last: Proposal | None = None
         self._warned: set[str] = set()
+        # --- health (policies.health) ---
+        self.health = cfg.health
+        self.health_on = health_enabled(self.cfg.policies)
+        self.health_mover = Mover(
+            daemon.swarm, replace(self.cfg, max_moves_per_cycle=cfg.health.evacuations_per_cycle,
+                                  max_moves_per_node=1, cooldown_s=0.0),
+            prefix=self.prefix, dry_run=cfg.dry_run, metrics=daemon.metrics,
+            scope=lambda st: st.trigger == Trigger.HEALTH, judge_labels=False)
+        self.health_budget = HealthBudget(cfg.health.evacuations_per_hour)
+        self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement
+        self._last_seen: MoveRecord | None = None  # the health mover's last record counted
+        self._said: set[str] = set()  # health notes logged while they last
+        reg = daemon.metrics.registry
+        self.evacuations = Counter(
+            "swarmgpu_health_evacuations", "Holders of failed GPUs (or of a drained failing "
+            "node) moved or re-placed by the health policy, by outcome", ["outcome"],
+            registry=reg)
+        self.failing = Gauge("swarmgpu_health_failing_nodes", "Nodes failing as a whole "
+                             "(two or more failed GPUs, or the agent lost)", registry=reg)
+
+    def keeps(self, service: str, node_id: str) -> bool:
+        """Placement keeps this holding on a failed GPU: the health policy moves it."""
+        return (service, node_id) not in self.released
+
+    def health_inputs(self, d: CycleHost, snap: Snapshot) -> HealthInputs:
+        left, why = self.health_budget.left(snap.taken_at, self.health.evacuations_per_cycle)
+        lost: dict[str, float] = {}
+        for n in snap.nodes:
+            res = snap.facts.get(n.id)
+            rec = d.book.records.get(n.id)
+            if ((res is None or res.facts is None) and rec is not None
+                    and rec.last_ok is not None and is_gpu_node(n, d.book, self.prefix)):
+                lost[n.id] = max(0.0, snap.taken_at - rec.last_ok)
+        return HealthInputs(evacuate=self.health.evacuate, left=left, left_why=why,
+                            released=frozenset(self.released), lost=lost,
+                            lost_grace_s=self.health.node_lost_grace_s)
 
     def step(self, d: CycleHost, snap: Snapshot) -> None:
         fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
@@ -65,30 +123,93 @@ class Rebalancer:
                      ledger=ledger, gpus=self.signals.gpus, node_signals=self.signals.nodes,
                      cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
                      workload=model.typical() if model is not None else None)
-        prop = plan_moves(inp)
+        if d.planner is not None:  # placement's next cycle keeps failed holdings for us
+            d.planner.keep_failed_holdings(self.keeps if self.health_on else None)
+        prop = plan_moves(inp, self.health_inputs(d, snap))
         self.last = prop
         for m in prop.moves:
             logger.bind(service=m.service).debug("proposed {} -> {} ({}): {}", m.source_host,
                                                  m.target_host, m.trigger, m.reason)
-        self.mover.run_cycle(prop.moves, snap.nodes, snap.services, snap.tasks)
-        if not self.mover.dry_run and self.mover.records():
+        health = [m for m in prop.moves if m.trigger is Trigger.HEALTH]
+        self.health_step(prop, health, snap)
+        self.mover.run_cycle([m for m in prop.moves if m.trigger is not Trigger.HEALTH],
+                             snap.nodes, snap.services, snap.tasks)
+        if any(not (self.health_mover if st.trigger == Trigger.HEALTH else self.mover).dry_run
+               for st in self.mover.records().values()):
             # A move in flight progresses on the next cycle: make that one come soon.
             timer = threading.Timer(1.0, d.trigger)
             timer.daemon = True
             timer.start()
 
+    def health_step(self, prop: Proposal, moves: list[Move], snap: Snapshot) -> None:
+        """Start the health moves, hand the releases to placement, log and count."""
+        now = snap.taken_at
+        self.released &= set(prop.failed_holders)  # re-placed, or off the failed GPU
+        self.failing.set(len(prop.failing_nodes))
+        said = set()
+        for n in prop.notes:
+            if "health:" in n:  # the health policy's (each names its health reason)
+                said.add(n)
+                if n not in self._said:  # once while it lasts, not every cycle
+                    logger.warning("rebalance: {}", n)
+        if not self.health_mover.dry_run:
+            for r in prop.releases:
+                self._release(r, now)
+        for r in prop.releases if self.health_mover.dry_run else ():
+            key = f"release {r.service} {r.node_id}"
+            said.add(key)
+            if key not in self._said:
+                logger.bind(service=r.service).warning(
+                    "dry-run: health would have placement re-place {} on {}: {}", r.service,
+                    r.host, r.reason)
+        self._said = said
+        self.health_mover.run_cycle(moves, snap.nodes, snap.services, snap.tasks)
+        for rec in self._new_records():
+            self.evacuations.labels(outcome=str(rec.outcome)).inc()
+            if rec.outcome is Outcome.STARTED:
+                self.health_budget.spend(rec.at)
+
+    def _new_records(self) -> list[MoveRecord]:
+        """The health mover's records made since the last look (after the last one seen;
+        its list keeps 50, far more than a cycle's budget)."""
+        recent = list(self.health_mover.recent)
+        start = 0
+        for i in range(len(recent) - 1, -1, -1):
+            if recent[i] is self._last_seen:
+                start = i + 1
+                break
+        self._last_seen = recent[-1] if recent else None
+        return recent[start:]
+
+    def _release(self, r: Release, now: float) -> None:
+        self.released.add((r.service, r.node_id))
+        self.health_budget.spend(now)
+        self.evacuations.labels(outcome="re-placed").inc()
+        logger.bind(service=r.service).warning(
+            "health: {} on {} is re-placed by placement: {}", r.service, r.host, r.reason)
+
+    def _all_recent(self) -> list[MoveRecord]:
+        return sorted([*self.mover.recent, *self.health_mover.recent], key=lambda r: r.at)
+
     def to_dict(self) -> dict[str, Any]:
         p = self.last
-        out: dict[str, Any] = moves_to_dicts(p.moves if p else [], list(self.mover.recent))
+        out: dict[str, Any] = moves_to_dicts(p.moves if p else [], self._all_recent())
         out["notes"] = list(p.notes) if p else []
         out["unknown_nodes"] = dict(p.unknown_nodes) if p else {}
         out["dry_run"] = self.mover.dry_run
+        out["health"] = health_dict(p, self.health_mover.dry_run, self.health.evacuate)
         return out
 
     def render(self) -> str:
         p = self.last
-        return render_moves(p.moves if p else [], list(self.mover.recent),
-                            p.notes if p else [])
+        return render_moves(p.moves if p else [], self._all_recent(), p.notes if p else [])
+
+
+def health_dict(p: Proposal | None, dry_run: bool, evacuate: bool) -> Mapping[str, Any]:
+    """The health policy's part of ``/api/rebalance``."""
+    return {"evacuate": evacuate, "dry_run": dry_run,
+            "releases": [r.to_dict() for r in (p.releases if p else [])],
+            "failing_nodes": dict(p.failing_nodes) if p else {}}
 
 
 def attach(daemon: CycleHost) -> Rebalancer | None:

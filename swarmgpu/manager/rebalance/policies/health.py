@@ -1,0 +1,201 @@
+"""Health: every holder of a failed GPU goes to a healthy GPU, before any other policy.
+
+A failed GPU's holders are already broken (docs/health.md), so this policy waits for no
+utilisation window, and the daemon acts on it even in rebalance dry-run (its own mover,
+``step.py``). A degraded GPU moves nothing. Each holder goes where the allocator scores
+best among the healthy GPUs its service may use (never a failed, degraded or hot one):
+
+* on another node: a make-before-break move through the mover (trigger ``health``);
+* on its own node, or for a service the mover never moves between nodes (global,
+  packed, opted out, not converged, MIG): a ``Release``. Placement then re-places it
+  (a new holding on a healthy GPU and a forced update), as it re-places any holding
+  that no longer fits; until released, placement keeps the holding for this policy.
+
+Both spend the health budget (``HealthInputs.left``: per cycle and per hour), so one bad
+node cannot start a storm; a holder is proposed once while its move or release is under
+way, and a flapping GPU stays failed for its clean window (``core.health``), so its
+holder moves once. With ``health.evacuate: false`` holders are only reported. A failing
+node (two or more failed GPUs, or its agent lost beyond ``health.node_lost_grace_s``) is
+reported; with ``rebalance.health_drain_node`` every GPU holder on it moves off it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+
+from swarmgpu.allocator.core import Choice, NodeState
+from swarmgpu.core.health import Level
+from swarmgpu.manager.gpuhealth import FAILING_NODE_GPUS, level_of
+from swarmgpu.manager.placement import MOVE_STATE, demand_of
+from swarmgpu.manager.rebalance.context import Context, _constraints_allow, why_not_movable
+from swarmgpu.manager.rebalance.moves import HealthInputs, Release, Trigger
+from swarmgpu.manager.rebalance.windows import State
+
+HOUR_S = 3600.0
+
+
+@dataclass
+class HealthBudget:
+    """Health moves and re-placements started per rolling hour (``health.
+    evacuations_per_hour``), and at most ``per_cycle`` at once. Kept by the daemon in
+    memory: a restarted daemon starts a fresh hour."""
+
+    per_hour: int
+    started: list[float] = field(default_factory=list)
+
+    def left(self, now: float, per_cycle: int) -> tuple[int, str]:
+        """How many may start now, and why none may when it is 0."""
+        self.started = [t for t in self.started if now - t < HOUR_S]
+        by_hour = self.per_hour - len(self.started)
+        if per_cycle <= 0:
+            return 0, "health.evacuations_per_cycle is 0"
+        if by_hour <= 0:
+            return 0, (f"budget: {self.per_hour} health move(s) per hour "
+                       f"({len(self.started)} in the last hour)")
+        return min(by_hour, per_cycle), ""
+
+    def spend(self, at: float) -> None:
+        self.started.append(at)
+
+
+@dataclass
+class HealthResult:
+    """What the pass found beside its moves (``ctx.moves``)."""
+
+    releases: list[Release] = field(default_factory=list)
+    held: set[tuple[str, str]] = field(default_factory=set)  # (service, node id) to leave
+    failing: dict[str, str] = field(default_factory=dict)  # node id -> why it is failing
+    reported: list[tuple[str, str]] = field(default_factory=list)  # evacuate false
+
+
+def _states(ctx: Context) -> tuple[dict[tuple[str, str], str], set[tuple[str, str]],
+                                   dict[str, int]]:
+    """(node id, uuid) -> text of each failed GPU; the degraded ones; failed per node."""
+    failed: dict[tuple[str, str], str] = {}
+    degraded: set[tuple[str, str]] = set()
+    per_node: dict[str, int] = {}
+    for nid, f in ctx.inp.facts.items():
+        for g in f.gpus:
+            lv, text = level_of(g)
+            if lv is Level.FAILED:
+                failed[(nid, g.uuid)] = f"GPU {g.index} ({g.uuid}) {text}"
+                per_node[nid] = per_node.get(nid, 0) + 1
+            elif lv is Level.DEGRADED:
+                degraded.add((nid, g.uuid))
+    return failed, degraded, per_node
+
+
+def failing_nodes(ctx: Context, h: HealthInputs, per_node: dict[str, int]) -> dict[str, str]:
+    """Nodes failing as a whole: several failed GPUs, or the agent lost beyond a grace."""
+    out: dict[str, str] = {}
+    for nid, n in per_node.items():
+        if n >= FAILING_NODE_GPUS:
+            out[nid] = f"{n} of {len(ctx.inp.facts[nid].gpus)} GPUs failed"
+    for nid, gone in h.lost.items():
+        if gone >= h.lost_grace_s and nid not in out:
+            out[nid] = f"its agent has not answered for {gone:.0f}s"
+    return out
+
+
+def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
+            avoid: AbstractSet[str], degraded: AbstractSet[tuple[str, str]]) -> Choice | None:
+    """The best healthy GPUs for ``svc`` once its holding on ``source`` is gone: on
+    ``source`` itself when ``same``, elsewhere when ``other``; never on ``avoid``."""
+    req, s = ctx.requests.get(svc), ctx.by_name.get(svc)
+    if req is None or s is None:
+        return None
+    lg = ctx.ledger_without([(svc, source)])
+    alloc = ctx.allocator(lg)
+    a = alloc.alloc
+    for nid, node in a.nodes.items():  # degraded and known-hot GPUs are no target
+        for i, gpu in enumerate(ctx.inp.facts[nid].gpus):
+            sig = ctx.inp.gpus.get(gpu.uuid)
+            if ((nid, gpu.uuid) in degraded or (sig is not None and sig.hot is State.TRUE)) \
+                    and node.free[i] > 0:
+                a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
+    has = set(lg.get(svc, {}))
+
+    def allowed(ns: NodeState) -> bool:
+        nid = ns.spec.name
+        n = ctx.nodes.get(nid)
+        return (n is not None and nid not in has and nid not in avoid
+                and (same if nid == source else other)
+                and n.state == "ready" and n.availability == "active"
+                and _constraints_allow(s, n, ctx.inp.prefix))
+
+    got = alloc.place(demand_of(req), allowed)
+    return got if isinstance(got, Choice) and got.gpus else None
+
+
+def evacuate(ctx: Context, h: HealthInputs) -> HealthResult:
+    """Propose the moves (``ctx.accept``) and releases of this cycle, within ``h.left``."""
+    out = HealthResult()
+    failed, degraded, per_node = _states(ctx)
+    out.failing = failing_nodes(ctx, h, per_node)
+    drain = ctx.cfg.health_drain_node
+    for nid, why in sorted(out.failing.items()):
+        host = ctx.nodes[nid].hostname if nid in ctx.nodes else nid
+        ctx.notes.append(f"health: node {host} is failing ({why}): "
+                         + ("its GPU services are moved off it" if drain else
+                            "reported only (rebalance.health_drain_node: false)"))
+    left = h.left
+    prefix = ctx.inp.prefix
+    for svc in sorted(ctx.inp.ledger):
+        for nid, hold in sorted(ctx.inp.ledger[svc].items()):
+            bad = [failed[(nid, u)] for u in hold.uuids if (nid, u) in failed]
+            draining = not bad and drain and nid in out.failing
+            if not bad and not draining:
+                continue
+            host = ctx.nodes[nid].hostname if nid in ctx.nodes else nid
+            reason = (f"health: {host} {'; '.join(bad)}" if bad else
+                      f"health: node {host} is failing ({out.failing[nid]}); draining it")
+            out.held.add((svc, nid))
+            s = ctx.by_name.get(svc)
+            if s is None or svc in ctx.moved:
+                continue
+            if not h.evacuate:
+                ctx.notes.append(f"{svc} on {host} stays (health.evacuate: false): {reason}")
+                out.reported.append((svc, nid))
+                continue
+            if (svc, nid) in h.released:
+                ctx.notes.append(f"{svc} on {host}: left to placement to re-place ({reason})")
+                continue
+            if prefix + MOVE_STATE in s.labels:
+                ctx.notes.append(f"{svc} on {host}: a move is under way ({reason})")
+                continue
+            if left <= 0:
+                ctx.notes.append(f"{svc} on {host} waits for the health budget: "
+                                 f"{h.left_why} ({reason})")
+                continue
+            # The mover's rules, but no cooldown: a broken holder does not wait.
+            why_not = why_not_movable(s, ctx.requests.get(svc), ctx.inp.tasks,
+                                      ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now, 0.0)
+            if draining and why_not is not None:
+                ctx.notes.append(f"{svc} on {host} cannot be drained: {why_not}")
+                continue
+            choice = _target(ctx, svc, nid, same=not draining and nid not in out.failing,
+                             other=why_not is None, avoid=set(out.failing) - {nid},
+                             degraded=degraded)
+            if choice is None and not draining and nid in out.failing:
+                # a failing node's own healthy GPUs, when nothing else has room
+                choice = _target(ctx, svc, nid, same=True, other=False, avoid=set(),
+                                 degraded=degraded)
+            if choice is None:
+                ctx.notes.append(f"{svc} on {host} stays: no healthy GPU free for it "
+                                 f"({reason})")
+                continue
+            left -= 1
+            ctx.moved.add(svc)
+            if choice.node == nid:
+                how = (why_not if why_not is not None else
+                       "its best healthy GPU is on the same node")
+                out.releases.append(Release(svc, nid, host, f"{reason}; re-placed on {host} "
+                                                             f"by placement ({how})"))
+                continue
+            f = ctx.inp.facts[choice.node]
+            ctx.accept(ctx.make_move(
+                svc, nid, choice, Trigger.HEALTH, None, reason=reason,
+                gain=(f"runs on healthy GPU(s) {','.join(f.gpus[i].uuid for i in choice.gpus)}"
+                      f" of {ctx.nodes[choice.node].hostname}")))
+    return out

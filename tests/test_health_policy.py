@@ -1,0 +1,264 @@
+"""The health rebalance policy, pure: snapshot (facts carrying each GPU's health state, as
+``manager.gpuhealth`` marks them) in, moves and releases out; its budget, report-only
+mode, degraded GPUs, whole failing nodes; and placement keeping a failed holding for it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+from gpu_nodes import DGX_A100, RTX4090
+from test_placement import apply
+
+from swarmgpu.core.config import Config, ConfigError, RebalanceConfig, load_config
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement import MOVE_STATE, Planner, env_template, gate_constraint
+from swarmgpu.manager.rebalance.context import Inputs
+from swarmgpu.manager.rebalance.moves import HealthInputs, Proposal, Trigger
+from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.policies.health import HOUR_S, HealthBudget
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+CFG = RebalanceConfig(dry_run=True)  # health acts even in rebalance dry-run
+F1, F2 = DGX_A100.facts(), RTX4090.facts()
+U1 = [g.uuid for g in F1.gpus]
+U2 = [g.uuid for g in F2.gpus]
+XID79 = "health: failed: Xid 79: GPU has fallen off the bus (suggested: reboot)"
+ECC = "health: degraded: 3 correctable ECC errors (suggested: none)"
+
+
+def mark(f: NodeFacts, failed: Sequence[int] = (), degraded: Sequence[int] = ()) -> NodeFacts:
+    """Facts as the health book leaves them: failed unhealthy, degraded used."""
+    gpus = tuple(replace(g, healthy=False, error=XID79) if g.index in failed else
+                 replace(g, error=ECC) if g.index in degraded else g for g in f.gpus)
+    return replace(f, gpus=gpus)
+
+
+def node(nid: str, host: str, labels: Mapping[str, str]) -> SwarmNode:
+    return SwarmNode(nid, host, "10.0.0." + nid[-1], "worker", "ready", "active", dict(labels),
+                     {}, 1, {}, {})
+
+
+def service(name: str, labels: Mapping[str, str], mode: str = "replicated",
+            constraints: Sequence[str] = ()) -> SwarmService:
+    return SwarmService(f"id-{name}", name, dict(labels),
+                        (gate_constraint(P, name), *constraints), (env_template(P),), mode,
+                        1 if mode == "replicated" else None, None, 1)
+
+
+def running(name: str, nid: str) -> SwarmTask:
+    return SwarmTask(f"t-{name}", f"id-{name}", nid, 1, "running", "running", ())
+
+
+def hold(name: str, uuids: Sequence[str]) -> dict[str, str]:
+    return {f"{P}assign.{name}": ",".join(f"{u}@1000" for u in uuids), f"{P}service.{name}": "true"}
+
+
+ONE = {f"{P}gpus": "1"}
+
+
+def setup(n2_holders: Mapping[str, Sequence[str]], *, full_n2: bool = True,
+          svc_labels: Mapping[str, Mapping[str, str]] | None = None,
+          constraints: Mapping[str, Sequence[str]] | None = None,
+          modes: Mapping[str, str] | None = None,
+          ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """Holders on gpu-node-2; with ``full_n2`` a 'big' service holds every GPU of it
+    the holders do not, so a healthy target exists only on gpu-node-1."""
+    labels: dict[str, str] = {}
+    svcs, tasks = [], []
+    used = {u for us in n2_holders.values() for u in us}
+    for name, us in n2_holders.items():
+        labels.update(hold(name, us))
+        svcs.append(service(name, {**ONE, **(svc_labels or {}).get(name, {})},
+                            (modes or {}).get(name, "replicated"),
+                            (constraints or {}).get(name, ())))
+        tasks.append(running(name, "n2"))
+    if full_n2:
+        rest = [u for u in U2 if u not in used]
+        labels.update(hold("big", rest))
+        svcs.append(service("big", {f"{P}gpus": str(len(rest))}))
+        tasks.append(running("big", "n2"))
+    return [node("n1", "gpu-node-1", {}), node("n2", "gpu-node-2", labels)], svcs, tasks
+
+
+def plan(nodes: Sequence[SwarmNode], svcs: Sequence[SwarmService], tasks: Sequence[SwarmTask],
+         f2: NodeFacts, h: HealthInputs | None = None, cfg: RebalanceConfig = CFG,
+         f1: NodeFacts = F1) -> Proposal:
+    from swarmgpu.manager.placement import read_ledger
+
+    inp = Inputs(nodes=nodes, services=svcs, tasks=tasks, facts={"n1": f1, "n2": f2},
+                 ledger=read_ledger(nodes, P), gpus={}, node_signals={}, cfg=cfg, now=1000.0,
+                 prefix=P)
+    return plan_moves(inp, h if h is not None else HealthInputs(left=2))
+
+
+def test_holder_of_a_failed_gpu_moves_to_the_healthy_gpu_on_the_other_node() -> None:
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))
+    assert len(p.moves) == 1, p.notes
+    m = p.moves[0]
+    assert (m.service, m.trigger, m.source_host, m.target_host) == (
+        "a", Trigger.HEALTH, "gpu-node-2", "gpu-node-1")
+    assert m.window_s is None  # no utilisation window: it does not wait
+    assert "Xid 79: GPU has fallen off the bus" in m.reason and U2[0] in m.reason
+    assert m.target_uuids[0] in U1 and F1.gpus[U1.index(m.target_uuids[0])].mig_enabled is False
+    assert p.failed_holders == {("a", "n2")} and not p.releases
+    # "big" holds healthy GPUs only: nothing else moves, whatever the other policies say
+    assert [x.service for x in p.moves] == ["a"]
+
+
+def test_same_node_target_is_released_to_placement() -> None:
+    """Its best healthy GPU on its own node (here the only one its constraint allows):
+    placement re-places it there; no move."""
+    nodes, svcs, tasks = setup({"a": [U2[0]]}, full_n2=False,
+                               constraints={"a": ["node.hostname==gpu-node-2"]})
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))
+    assert not p.moves
+    assert [(r.service, r.host) for r in p.releases] == [("a", "gpu-node-2")]
+    assert "Xid 79" in p.releases[0].reason and "same node" in p.releases[0].reason
+    # released: it is not proposed again while placement re-places it
+    again = plan(nodes, svcs, tasks, mark(F2, failed=[0]),
+                 HealthInputs(left=2, released=frozenset({("a", "n2")})))
+    assert not again.moves and not again.releases
+    assert any("left to placement" in n for n in again.notes)
+
+
+def test_a_global_service_is_never_moved_between_nodes_only_re_placed() -> None:
+    nodes, svcs, tasks = setup({"g": [U2[0]]}, full_n2=False, modes={"g": "global"})
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))
+    assert not p.moves and [r.service for r in p.releases] == ["g"]
+    assert "global service" in p.releases[0].reason
+
+
+def test_evacuate_false_reports_only() -> None:
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]), HealthInputs(evacuate=False, left=5))
+    assert not p.moves and not p.releases
+    assert any("stays (health.evacuate: false)" in n and "Xid 79" in n for n in p.notes)
+    assert p.failed_holders == {("a", "n2")}  # placement keeps it: nothing moves
+
+
+def test_a_degraded_gpu_moves_nothing() -> None:
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    p = plan(nodes, svcs, tasks, mark(F2, degraded=[0]), HealthInputs(left=5))
+    assert not p.moves and not p.releases and not p.failed_holders
+
+
+def test_budget_moves_one_and_says_why_the_other_waits() -> None:
+    nodes, svcs, tasks = setup({"a": [U2[0]], "b": [U2[1]]})
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0, 1]),
+             HealthInputs(left=1, left_why="budget: 12 health move(s) per hour"))
+    assert [m.service for m in p.moves] == ["a"]
+    assert any(n.startswith("b on gpu-node-2 waits for the health budget: budget: 12")
+               for n in p.notes)
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0, 1]), HealthInputs(left=0, left_why="x"))
+    assert not p.moves
+
+
+def test_budget_per_hour_and_per_cycle() -> None:
+    b = HealthBudget(per_hour=2)
+    assert b.left(0.0, 5) == (2, "")
+    b.spend(0.0)
+    b.spend(10.0)
+    left, why = b.left(20.0, 5)
+    assert left == 0 and "2 health move(s) per hour" in why
+    assert b.left(HOUR_S + 11.0, 5) == (2, "")  # the hour rolls
+    assert b.left(HOUR_S + 11.0, 1) == (1, "")
+    assert b.left(0.0, 0)[0] == 0
+
+
+def test_a_holder_with_a_move_under_way_is_not_proposed_again() -> None:
+    """Hysteresis: once its move started (its move label), the holder is left to it."""
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    svcs = [replace(s, labels={**s.labels, P + MOVE_STATE: "{}"}) if s.name == "a" else s
+            for s in svcs]
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))
+    assert not p.moves and any("a move is under way" in n for n in p.notes)
+
+
+def test_no_healthy_room_leaves_it_and_says_so() -> None:
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    f1 = mark(F1, failed=list(range(8)))
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]), f1=f1)
+    assert not p.moves and not p.releases
+    assert any("no healthy GPU free" in n for n in p.notes)
+
+
+def test_failing_node_is_reported_and_drained_only_when_configured() -> None:
+    """gpu-node-2 with two failed GPUs fails as a whole: 'c' on a healthy GPU of it stays
+    unless rebalance.health_drain_node; the holders of the failed GPUs leave anyway."""
+    nodes, svcs, tasks = setup({"a": [U2[0]], "c": [U2[5]]}, full_n2=False)
+    f2 = mark(F2, failed=[0, 1])
+    p = plan(nodes, svcs, tasks, f2, HealthInputs(left=5))
+    assert p.failing_nodes == {"gpu-node-2": "2 of 8 GPUs failed"}
+    assert any("node gpu-node-2 is failing" in n and "reported only" in n for n in p.notes)
+    assert [(m.service, m.target_host) for m in p.moves] == [("a", "gpu-node-1")]
+    drain = plan(nodes, svcs, tasks, f2, HealthInputs(left=5),
+                 cfg=replace(CFG, health_drain_node=True))
+    assert sorted((m.service, m.target_host) for m in drain.moves) == [
+        ("a", "gpu-node-1"), ("c", "gpu-node-1")]
+    assert all(m.trigger is Trigger.HEALTH for m in drain.moves)
+    assert "draining it" in next(m.reason for m in drain.moves if m.service == "c")
+
+
+def test_an_agent_lost_beyond_its_grace_makes_the_node_failing() -> None:
+    nodes, svcs, tasks = setup({"c": [U2[5]]}, full_n2=False)
+    p = plan(nodes, svcs, tasks, F2, HealthInputs(left=5, lost={"n2": 299.0}))
+    assert not p.failing_nodes
+    p = plan(nodes, svcs, tasks, F2, HealthInputs(left=5, lost={"n2": 400.0}),
+             cfg=replace(CFG, health_drain_node=True))
+    assert p.failing_nodes == {"gpu-node-2": "its agent has not answered for 400s"}
+    assert [(m.service, m.target_host) for m in p.moves] == [("c", "gpu-node-1")]
+
+
+def test_policy_off_proposes_nothing() -> None:
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]), cfg=replace(CFG, policies="hotspot"))
+    assert not p.moves and not p.failed_holders
+
+
+def test_placement_keeps_a_failed_holding_for_the_policy_and_never_gives_it_out() -> None:
+    nodes, svcs, tasks = setup({"a": [U2[0]]}, full_n2=False)
+    svcs = [s for s in svcs if s.name == "a"]
+    facts = {"n1": F1, "n2": mark(F2, failed=[0])}
+    planner = Planner()
+    planner.keep_failed_holdings(lambda svc, nid: True)
+    sp = planner.plan(nodes, svcs, tasks, facts).services[0]
+    assert [pl.uuids for pl in sp.placements] == [(U2[0],)] and sp.status == "placed"
+    # a new service is never given the failed GPU: all 7 healthy ones, not 8
+    big = service("n", {f"{P}gpus": "8"}, constraints=["node.hostname==gpu-node-2"])
+    sp_new = planner.plan(nodes, [*svcs, big], tasks, facts).services
+    assert next(s for s in sp_new if s.name == "n").status == "pending"
+    # released (or the policy off): placement re-places it on a healthy GPU
+    planner.keep_failed_holdings(lambda svc, nid: False)
+    p = planner.plan(nodes, svcs, tasks, facts)
+    nodes2 = apply(nodes, p)
+    sp = planner.plan(nodes2, svcs, tasks, facts).services[0]
+    assert sp.placements and U2[0] not in sp.placements[0].uuids
+
+
+def _load(tmp: Path, data: object) -> Config:
+    f = tmp / "config.yml"
+    f.write_text(yaml.safe_dump(data))
+    return load_config(f)
+
+
+def test_health_keys_are_checked(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, {"health": {"evacuate": False, "evacuations_per_hour": 3},
+                           "rebalance": {"health_drain_node": True}})
+    assert cfg.health.evacuate is False and cfg.health.evacuations_per_hour == 3
+    assert cfg.rebalance.health_drain_node is True
+    assert cfg.rebalance.policies.split(",")[0] == "health"
+    for bad, word in (({"health": {"evacuate": "maybe"}}, "health.evacuate"),
+                      ({"health": {"evacuations_per_cycle": -1}}, "evacuations_per_cycle"),
+                      ({"health": {"evacuat": True}}, "unknown key"),
+                      ({"rebalance": {"health_drain_nodes": True}}, "unknown key")):
+        try:
+            _load(tmp_path, bad)
+        except ConfigError as exc:
+            assert word in str(exc), exc
+        else:
+            raise AssertionError(f"{bad} was accepted")
