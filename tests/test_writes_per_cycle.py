@@ -1,0 +1,331 @@
+"""One write per node per cycle, and gates opened in the cycle that wrote the device map.
+
+The daemon's cycle (label sync, then placement) over ``TaskSwarm``: the SwarmClient
+methods the daemon calls, answered from in-memory Swarm objects, with Swarm's task
+behaviour as far as gates go (a replica is a task from the moment its service exists;
+a ForceUpdate replaces the waiting tasks, optionally only after ``lag`` task lists: the
+updater has not acted yet). Every write is recorded in order.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_nodes import DGX_A100, RTX4090
+
+from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
+from swarmgpu.manager import placement_step
+from swarmgpu.manager.agent_client import FactsResult
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.placement import (
+    assign_key,
+    devices_key,
+    env_template,
+    gate_constraint,
+    gate_key,
+)
+from swarmgpu.manager.sync import Snapshot
+from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask, service_from_api
+
+P = "swarmgpu."
+FACTS = {"n-dgx": DGX_A100.facts(), "n-4090": RTX4090.facts()}
+HOSTS = {"n-dgx": "gpu-node-1", "n-4090": "gpu-node-2"}
+
+
+class TaskSwarm:
+    """In-memory Swarm at swarmgpu's client boundary; writes recorded as (kind, id)."""
+
+    def __init__(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
+                 lag: int = 0) -> None:
+        self._nodes = {n.id: n for n in nodes}
+        self._services = {s.id: s for s in services}
+        self._tasks: dict[str, list[SwarmTask]] = {s.id: self._fresh(s) for s in services}
+        self._pending: list[tuple[int, SwarmService]] = []  # (lists to wait, service)
+        self.lag = lag
+        self.calls: list[tuple[str, str]] = []
+        self.task_lists = 0
+        self.fail_node_writes: set[str] = set()
+        self.writes = 0
+
+    @staticmethod
+    def _fresh(s: SwarmService) -> list[SwarmTask]:
+        return [SwarmTask(f"t-{s.name}-{s.force_update}-{k}", s.id, "", k, "pending", "running",
+                          s.env, force_update=s.force_update)
+                for k in range(1, (s.replicas or 0) + 1)]
+
+    def is_leader(self) -> bool:
+        return True
+
+    def nodes(self) -> list[SwarmNode]:
+        return list(self._nodes.values())
+
+    def node(self, node_id: str) -> SwarmNode:
+        return self._nodes[node_id]
+
+    def services(self) -> list[SwarmService]:
+        return list(self._services.values())
+
+    def service(self, service_id: str) -> SwarmService:
+        return self._services[service_id]
+
+    def swarm_labels(self) -> Mapping[str, str]:
+        return {}
+
+    def update_swarm_labels(self, compute: Callable[[Mapping[str, str]],
+                                                    Mapping[str, str] | None],
+                            **_: Any) -> bool:
+        return False  # the learned workload model: not what these tests count
+
+    def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
+        self.task_lists += 1
+        due = [s for n, s in self._pending if n <= 0]
+        self._pending = [(n - 1, s) for n, s in self._pending if n > 0]
+        for s in due:  # the updater acts: the old tasks go, new ones from the spec
+            self._tasks[s.id] = self._fresh(s)
+        gates = {k.removeprefix(P + "service."): nid for nid, n in self._nodes.items()
+                 for k, v in n.labels.items() if k.startswith(P + "service.") and v == "true"}
+        out = []
+        for s in self._services.values():
+            for i, t in enumerate(self._tasks.get(s.id, [])):
+                if t.state == "pending" and s.name in gates:  # the scheduler starts it
+                    t = self._tasks[s.id][i] = replace(t, node_id=gates[s.name],
+                                                       state="running")
+                out.append(t)
+        return out
+
+    def update_node_labels(self, node_id: str,
+                           compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
+                           **_: Any) -> bool:
+        n = self._nodes[node_id]
+        new = compute(dict(n.labels))
+        if new is None or dict(new) == dict(n.labels):
+            return False
+        if node_id in self.fail_node_writes:
+            raise SwarmError(f"node {node_id}: update failed")
+        self.calls.append(("node", node_id))
+        self.writes += 1
+        self._nodes[node_id] = replace(n, labels=dict(new), version=n.version + 1)
+        return True
+
+    def update_service_spec(self, service_id: str,
+                            compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+                            **_: Any) -> bool:
+        s = self._services[service_id]
+        new = compute(copy.deepcopy(dict(s.spec)))
+        if new is None or new == s.spec:
+            return False
+        self.calls.append(("service", service_id))
+        self.writes += 1
+        s2 = self._services[service_id] = service_from_api(
+            {"ID": s.id, "Spec": new, "Version": {"Index": s.version + 1}})
+        if s2.force_update != s.force_update:
+            self._pending.append((self.lag, s2))
+            if not self.lag:
+                self._tasks[s2.id] = self._fresh(s2)
+                self._pending.pop()
+        return True
+
+    def bump_force(self, service_id: str) -> None:
+        """Someone else's ``docker service update --force``: new tasks, no device map."""
+        s = self._services[service_id]
+        spec = copy.deepcopy(dict(s.spec))
+        spec["TaskTemplate"]["ForceUpdate"] = s.force_update + 1
+        s2 = self._services[service_id] = service_from_api(
+            {"ID": s.id, "Spec": spec, "Version": {"Index": s.version + 1}})
+        self._tasks[s.id] = self._fresh(s2)
+
+
+def _node(nid: str, labels: Mapping[str, str] | None = None) -> SwarmNode:
+    return SwarmNode(id=nid, hostname=HOSTS[nid], addr="127.0.0.1", role="worker",
+                     state="ready", availability="active", labels=dict(labels or {}),
+                     engine_labels={}, version=1, generic_resources={},
+                     discrete_resources={}, cpu_milli=64000, memory_mib=256000)
+
+
+def _svc(name: str, labels: Mapping[str, str], replicas: int = 1,
+         mode: dict[str, Any] | None = None) -> SwarmService:
+    spec: dict[str, Any] = {
+        "Name": name, "Labels": dict(labels),
+        "TaskTemplate": {"ContainerSpec": {"Image": "busybox", "Env": [env_template(P)]},
+                         "Placement": {"Constraints": [gate_constraint(P, name)]}},
+        "Mode": mode or {"Replicated": {"Replicas": replicas}},
+    }
+    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
+
+
+def _daemon(sw: TaskSwarm, tmp: Path, *, dry_run: bool = False) -> Daemon:
+    cfg = Config(dry_run=dry_run, state_dir=str(tmp),
+                 sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none"))
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    placement_step.attach(d)
+    return d
+
+
+def _cycle(d: Daemon, sw: TaskSwarm) -> None:
+    """The daemon's cycle on a snapshot read the way ``take_snapshot`` reads it, with
+    the agents' facts given (no HTTP here)."""
+    now = time.time()
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks({"desired-state": "running"}),
+                    {nid: FactsResult(nid, HOSTS[nid], "", f, None, now)
+                     for nid, f in FACTS.items()})
+    d.run_steps(snap)
+
+
+def _cluster(lag: int = 0) -> TaskSwarm:
+    # A user's own labels on both nodes: never removed or overwritten.
+    nodes = [_node("n-dgx", {"team": "ml"}), _node("n-4090", {"team": "cv"})]
+    return TaskSwarm(nodes, [_svc("train", {f"{P}gpus": "1", "owner": "me"})], lag=lag)
+
+
+def _gate_node(sw: TaskSwarm, name: str) -> str | None:
+    on = [n.id for n in sw.nodes() if n.labels.get(gate_key(P, name)) == "true"]
+    assert len(on) <= 1
+    return on[0] if on else None
+
+
+def test_a_new_service_is_placed_with_one_write_per_node_and_per_service(
+        tmp_path: Path) -> None:
+    sw = _cluster()
+    d = _daemon(sw, tmp_path)
+    _cycle(d, sw)
+    # Each object written once: both nodes (label sync's labels; on the chosen one also
+    # the ledger and the gate, in the same write) and the service (its device map).
+    assert sorted(sw.calls) == [("node", "n-4090"), ("node", "n-dgx"), ("service", "id-train")]
+    nid = _gate_node(sw, "train")
+    assert nid is not None  # the gate opened in this cycle
+    node = sw.node(nid)
+    assert node.labels[assign_key(P, "train")]  # the ledger, in the same write
+    assert node.labels[f"{P}gpu.count"] == "8"  # label sync's labels, in the same write
+    assert {n.labels["team"] for n in sw.nodes()} == {"ml", "cv"}  # the user's kept
+    svc = sw.service("id-train")
+    assert svc.labels["owner"] == "me" and svc.labels[devices_key(P, nid)]
+    # The replica runs, and was created after its device map: pinned, not void.
+    (t,) = [t for t in sw.tasks() if t.service_id == "id-train"]
+    assert t.state == "running" and t.node_id == nid and t.force_update == svc.force_update
+    # Converged: the next cycle writes nothing.
+    sw.calls.clear()
+    _cycle(d, sw)
+    assert sw.calls == []
+
+
+def test_the_service_write_lands_before_the_node_write_that_opens_its_gate(
+        tmp_path: Path) -> None:
+    sw = _cluster()
+    _cycle(_daemon(sw, tmp_path), sw)
+    nid = _gate_node(sw, "train")
+    assert nid is not None
+    order = [c[1] for c in sw.calls]
+    other = next(n for n in HOSTS if n != nid)
+    # The node placement opens nothing on: label sync's write in phase 1, before the
+    # service; the gated node after it.
+    assert order.index(other) < order.index("id-train") < order.index(nid)
+
+
+def test_a_task_older_than_the_map_keeps_the_gate_closed_until_the_next_cycle(
+        tmp_path: Path) -> None:
+    """The updater has not replaced the waiting task when placement lists the tasks:
+    the gate stays closed (the ledger is written), and opens in the next cycle."""
+    sw = _cluster(lag=1)
+    d = _daemon(sw, tmp_path)
+    _cycle(d, sw)
+    assert _gate_node(sw, "train") is None
+    assert any(assign_key(P, "train") in n.labels for n in sw.nodes())
+    (t,) = [t for t in sw.tasks() if t.service_id == "id-train"]  # replaced only now
+    assert t.state == "pending"
+    sw.calls.clear()
+    _cycle(d, sw)
+    nid = _gate_node(sw, "train")
+    assert nid is not None and sw.calls == [("node", nid)]
+    (t,) = [t for t in sw.tasks() if t.service_id == "id-train"]
+    assert t.state == "running" and t.force_update == sw.service("id-train").force_update
+
+
+def test_someone_elses_force_update_does_not_pass_for_the_map(tmp_path: Path) -> None:
+    """A ``--force`` between the snapshot and placement's write creates a task with the
+    ForceUpdate the plan expects but no device map; placement's write bumps ForceUpdate
+    again. Only a task with the value that write landed opens the gate."""
+    sw = _cluster(lag=1)
+    d = _daemon(sw, tmp_path)
+    now = time.time()
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(),
+                    {nid: FactsResult(nid, HOSTS[nid], "", f, None, now)
+                     for nid, f in FACTS.items()})
+    sw.bump_force("id-train")  # after the snapshot: its task has ForceUpdate 1, no map
+    d.run_steps(snap)
+    assert sw.service("id-train").force_update == 2
+    assert _gate_node(sw, "train") is None
+    assert all(t.state == "pending" for t in sw.tasks() if t.service_id == "id-train")
+
+
+def test_a_job_keeps_the_next_cycle_path(tmp_path: Path) -> None:
+    """A job's tasks have desired state "complete": the list of running tasks would not
+    show a waiting one, so its gate is never opened by that list."""
+    job = _svc("batch", {f"{P}gpus": "1"},
+               mode={"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 1}})
+    sw = TaskSwarm([_node("n-dgx"), _node("n-4090")], [job])
+    sw._tasks[job.id] = [SwarmTask("t-job", job.id, "", 1, "pending", "complete", job.env)]
+    d = _daemon(sw, tmp_path)
+    _cycle(d, sw)
+    assert _gate_node(sw, "batch") is None
+
+
+def test_dry_run_writes_nothing_and_holds_nothing(tmp_path: Path) -> None:
+    sw = _cluster()
+    d = _daemon(sw, tmp_path, dry_run=True)
+    _cycle(d, sw)
+    _cycle(d, sw)
+    assert sw.calls == [] and d.labels.held is None
+
+
+def test_a_failed_node_write_is_reported_for_label_sync_and_opens_nothing(
+        tmp_path: Path) -> None:
+    sw = _cluster()
+    sw.fail_node_writes = {"n-dgx", "n-4090"}
+    d = _daemon(sw, tmp_path)
+    now = time.time()
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(),
+                    {nid: FactsResult(nid, HOSTS[nid], "", f, None, now)
+                     for nid, f in FACTS.items()})
+    report = d.run_steps(snap)
+    assert sw.calls == [("service", "id-train")]  # the map; no gate, no ledger anywhere
+    assert _gate_node(sw, "train") is None
+    assert sorted(e.split(":")[0] for e in report.errors) == ["gpu-node-1", "gpu-node-2"]
+    assert report.writes == 0 and d.labels.held is None
+
+
+def test_label_writes_land_when_a_step_fails(tmp_path: Path) -> None:
+    """Held label writes are written even when placement raises before taking them."""
+    sw = _cluster()
+    d = _daemon(sw, tmp_path)
+
+    def broken(_d: Any, _s: Snapshot) -> None:
+        raise RuntimeError("planner bug")
+
+    d.extra_steps[:] = [broken]
+    now = time.time()
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(),
+                    {nid: FactsResult(nid, HOSTS[nid], "", f, None, now)
+                     for nid, f in FACTS.items()})
+    with pytest.raises(RuntimeError):
+        d.run_steps(snap)
+    assert sorted(sw.calls) == [("node", "n-4090"), ("node", "n-dgx")]
+    assert d.labels.held is None
+
+
+def test_label_sync_alone_writes_before_the_steps(tmp_path: Path) -> None:
+    """Without placement nothing is held: label sync writes first, as it always did."""
+    sw = _cluster()
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none"))
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    seen: list[list[tuple[str, str]]] = []
+    d.extra_steps.append(lambda _d, _s: seen.append(list(sw.calls)))
+    _cycle(d, sw)
+    assert sorted(seen[0]) == [("node", "n-4090"), ("node", "n-dgx")]
