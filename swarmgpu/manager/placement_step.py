@@ -156,6 +156,13 @@ def service_compute(sp: ServicePlan) -> Any:
     return compute
 
 
+# On the test swarm a force update's old waiting task leaves the list of tasks meant to
+# run 2-6 ms after the update returns, and its replacement appears 50-110 ms after it:
+# a list taken at once may still show the old task (its gate then waits a cycle, safe
+# but slower). The list waits until this long after the last service write landed.
+RELIST_SETTLE_S = 0.25
+
+
 def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
                held: HeldNodeWrites | None = None, prefix: str = "swarmgpu.",
                open_gates_now: bool = True) -> int:
@@ -209,6 +216,7 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
         return int(landed and mine_changed[0])
 
     written_force: dict[str, int] = {}  # service id -> the ForceUpdate its write landed
+    landed_at = [0.0]  # when the last of them landed (monotonic)
 
     def service_write(sp: ServicePlan) -> bool | None:
         """True: written, False: nothing to write, None: the write failed."""
@@ -227,6 +235,7 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
                 if sp.force_update and last[0] is not None:
                     written_force[sp.id] = int(
                         (last[0].get("TaskTemplate") or {}).get("ForceUpdate") or 0)
+                    landed_at[0] = max(landed_at[0], time.monotonic())
                 return True
             return False
         except SwarmError as exc:
@@ -250,6 +259,9 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
             for p in sp.placements:
                 plan.node_set.pop(p.node_id, None)
     if open_gates_now and written_force:
+        # Give Swarm's updater a moment to act on the last update (see RELIST_SETTLE_S);
+        # at scale the service writes took longer than that already.
+        time.sleep(max(0.0, landed_at[0] + RELIST_SETTLE_S - time.monotonic()))
         gates_ready_now(swarm, plan, written_force, prefix)
     # Phase 3: ledger entries and gates (with label sync's change of the same node).
     writes += sum(write_each(list(plan.node_set.items()),
