@@ -324,3 +324,47 @@ def test_fragmentation_never_moves_a_global_share_to_another_node() -> None:
     # As a replicated service, b was the one to move (to a's GPU on gpu-node-1).
     assert [(m.service, m.target_host) for m in plan(nodes, svcs, tasks)] == \
         [("b", "gpu-node-1")]
+
+
+class _Crash(Exception):
+    """The daemon's os._exit(137) at a test hook, as an exception here."""
+
+
+@pytest.mark.parametrize("point", ["repin-step-0", "repin-step-1", "repin-step-2",
+                                   "repin-step-3"])
+def test_a_daemon_killed_at_any_step_finishes_the_repin_after_a_restart(
+        point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SWARMGPU_TEST_CRASH_AFTER=<point> stops the daemon right after that step's write;
+    the next daemon (a fresh Mover, only Swarm's state) carries the repin to its end:
+    the move, or, when the stop came before the service's label (step 0), nothing."""
+    from swarmgpu.manager.rebalance import repin
+
+    def crash(_code: int) -> None:
+        raise _Crash
+
+    monkeypatch.setattr(repin.os, "_exit", crash)
+    monkeypatch.setenv(repin.CRASH_ENV, point)
+    sw, now = _cluster(), [1000.0]
+    outcomes: list[Outcome] = []
+    crashed = False
+    for i in range(8):
+        m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+        try:
+            m.run_cycle([_repin_move()] if i == 0 else [], sw.nodes(), sw.services(),
+                        sw.tasks())
+        except _Crash:
+            crashed = True
+            monkeypatch.delenv(repin.CRASH_ENV)
+        outcomes += [r.outcome for r in m.recent]
+        swarm_acts(sw)
+        now[0] += 1
+    assert crashed
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert P + MOVE_STATE not in sw.service("id-g").labels
+    (t,) = _running_on(sw, "n-4090")
+    assert [t.id for t in _running_on(sw, "n-dgx")] == ["t-g-dgx"]
+    if point == "repin-step-0":  # record only: dropped, nothing else happened
+        assert outcomes == [Outcome.ROLLED_BACK] and t.id == "t-g-4090"
+    else:
+        assert outcomes[-1] == Outcome.DONE and Outcome.ROLLED_BACK not in outcomes
+        assert t.env == (f"NVIDIA_VISIBLE_DEVICES={U[0]}",)
