@@ -105,32 +105,36 @@ class ClusterAllocator:
             self._names = names
             self._host_text.clear()
         self._by_rank = []
+        dropped: set[str] = set()
         for rank, n in enumerate(order):
             f = facts.get(n.id)
             present = n.id in self.alloc.nodes
             if f is None or not f.gpus:
                 if present:
-                    self._drop_node(n.id)
+                    self._drop_node(n.id, dropped)
                 continue
             key = (n.hostname, n.cpu_milli, n.memory_mib,
                    tuple(sorted(user_labels(n.labels, self.prefix).items())), f)
             old = self._node_keys.get(n.id)
             if old is None or old[:-1] != key[:-1] or (old[-1] is not f and old[-1] != f):
                 if present:
-                    self._drop_node(n.id)
+                    self._drop_node(n.id, dropped)
                 self.alloc.add_node(node_spec(n, f, self.prefix), rank=rank)
                 self._node_keys[n.id] = key
                 self._gen += 1
                 self.node_gen[n.id] = self._gen
             self.alloc.set_blocked(n.id, not schedulable(n))
+        if dropped:  # once for all the nodes dropped (each alone was a pass per node)
+            self._mig_none = {k for k in self._mig_none if k[0] not in dropped}
+            for k in [k for k in self._held if k[1] in dropped]:
+                del self._held[k]
 
-    def _drop_node(self, node_id: str) -> None:
-        self._mig_none = {k for k in self._mig_none if k[0] != node_id}
+    def _drop_node(self, node_id: str, dropped: set[str]) -> None:
+        """Forget a node; its holdings and MIG answers go once ``dropped`` is complete."""
         self.alloc.remove_node(node_id)
         self._node_keys.pop(node_id, None)
         self.assigned_mig.pop(node_id, None)
-        for k in [k for k in self._held if k[1] == node_id]:
-            del self._held[k]
+        dropped.add(node_id)
 
     def set_usage(self, tasks: Sequence[SwarmTask]) -> None:
         """CPU and memory that tasks reserve on each node (Swarm counts every task with
@@ -206,6 +210,60 @@ class ClusterAllocator:
             cpu, mem = res.get(key, (0, 0))
             if h is None or held.key != (h.label_value(), cpu, mem):
                 self._release(key, held)
+
+    def keep_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
+                      order: Sequence[tuple[str, str, Holding]],
+                      reservation: Callable[[str], tuple[int, int]],
+                      ) -> dict[str, dict[str, Holding]]:
+        """``begin_holdings`` then ``commit_holding`` for each of ``order`` ((service id,
+        name, holding), in commit order; ``reservation``: a service's per replica), with
+        the same releases and commits in the same order, in one pass over what is
+        already committed as it is (most of them, cycle after cycle). Returns service
+        name -> node id -> holding committed."""
+        tasks_on, held_map, nodes = self.tasks_on, self._held, self.alloc.nodes
+        res: dict[tuple[str, str], tuple[int, int]] = {}
+        for sid, name, h in order:
+            nid = h.node_id
+            if (sid, nid) in tasks_on:
+                res[(name, nid)] = (0, 0)
+            else:
+                cpu, mem = reservation(sid)
+                n = h.replicas
+                res[(name, nid)] = (cpu * n, mem * n)
+        if len(res) != len(order):  # a node listed twice for a service: the plain way
+            self.begin_holdings(wanted, res)
+            return self._commit_each(order, res)
+        same: set[tuple[str, str]] = set()
+        for _sid, name, h in order:
+            key = (name, h.node_id)
+            held = held_map.get(key)
+            if held is not None and h.node_id in nodes:
+                cpu, mem = res[key]
+                k = held.key
+                if k[1] == cpu and k[2] == mem and k[0] == h.label_value():
+                    same.add(key)
+        if len(same) != len(held_map):
+            for key, held in list(held_map.items()):
+                if key not in same:
+                    self._release(key, held)
+        kept: dict[str, dict[str, Holding]] = {}
+        for _sid, name, h in order:
+            nid = h.node_id
+            if (name, nid) in same or self.commit_holding(name, nid, h, res[(name, nid)]):
+                got = kept.get(name)
+                if got is None:
+                    got = kept[name] = {}
+                got[nid] = h
+        return kept
+
+    def _commit_each(self, order: Sequence[tuple[str, str, Holding]],
+                     res: Mapping[tuple[str, str], tuple[int, int]],
+                     ) -> dict[str, dict[str, Holding]]:
+        kept: dict[str, dict[str, Holding]] = {}
+        for _sid, name, h in order:
+            if self.commit_holding(name, h.node_id, h, res[(name, h.node_id)]):
+                kept.setdefault(name, {})[h.node_id] = h
+        return kept
 
     def _release(self, key: tuple[str, str], held: _Held) -> None:
         del self._held[key]

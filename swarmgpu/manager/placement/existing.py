@@ -151,16 +151,7 @@ class KeptHoldings:
 
     def _commit(self, wanted: Mapping[str, Mapping[str, Holding]],
                 order: Order) -> dict[str, dict[str, Holding]]:
-        cluster = self.cluster
-        res = {(name, h.node_id): cluster.holding_reservation(
-                   sid, h.node_id, self.reservation(sid), h.replicas)
-               for sid, name, h in order}
-        cluster.begin_holdings(wanted, res)
-        kept: dict[str, dict[str, Holding]] = {}
-        for _sid, name, h in order:
-            if cluster.commit_holding(name, h.node_id, h, res[(name, h.node_id)]):
-                kept.setdefault(name, {})[h.node_id] = h
-        return kept
+        return self.cluster.keep_holdings(wanted, order, self.reservation)
 
 
 def _declared_lists(labels: Mapping[str, str], dk: str

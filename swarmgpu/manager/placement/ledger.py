@@ -24,6 +24,15 @@ class Holding:
     milli: tuple[int, ...]
     slots: tuple[int, ...] = ()
 
+    def __hash__(self) -> int:
+        # Kept on the instance: holdings key the planner's per-cycle memos (a dataclass
+        # hash re-hashes every field on every lookup).
+        got: int | None = self.__dict__.get("_hash")
+        if got is None:
+            got = self.__dict__["_hash"] = hash(
+                (self.service, self.node_id, self.uuids, self.milli, self.slots))
+        return got
+
     def label_value(self) -> str:
         # Kept on the instance once written: every cycle compares each holding's value
         # (functools.cached_property takes a lock per read on Python 3.11).
@@ -117,16 +126,23 @@ def read_ledger(nodes: Sequence[SwarmNode], prefix: str,
                 cache: dict[str, tuple[int, list[Holding]]] | None = None,
                 ) -> dict[str, dict[str, Holding]]:
     """service name -> node id -> holding, from the nodes' assign labels. ``cache`` (a
-    long-lived planner's) keeps each node's parse while its spec version is unchanged."""
+    long-lived planner's) keeps each node's parse while its spec version is unchanged,
+    and a label whose value did not change keeps its ``Holding`` object when the node
+    changes (one placement re-parsed every holding on its node; the memos keyed on
+    holdings compare the same object at once)."""
     out: dict[str, dict[str, Holding]] = {}
     ak = prefix + ASSIGN
     for n in nodes:
         got = cache.get(n.id) if cache is not None else None
         if got is None or got[0] != n.version:
+            before = {h.service: h for h in got[1]} if got is not None else {}
             held = []
             for k, v in n.labels.items():
                 if k.startswith(ak):
-                    h = parse_holding(k[len(ak):], n.id, v)
+                    svc = k[len(ak):]
+                    h = before.get(svc)
+                    if h is None or h.label_value() != v:
+                        h = parse_holding(svc, n.id, v)
                     if h is not None:
                         held.append(h)
             got = (n.version, held)
