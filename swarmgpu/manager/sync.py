@@ -94,7 +94,7 @@ class LabelSync:
         in ``self.held`` for placement to fold into its own write of the same node (one
         write per node per cycle), and ``flush`` writes what it did not take."""
         report = CycleReport()
-        self.flush()  # a previous cycle's, should a step have failed before taking them
+        self.held = None  # never a previous cycle's: this one plans every node afresh
         # GPU health states (docs/health.md): a failed GPU is unhealthy in the facts every
         # later step of this cycle reads (labels, placement), so it is never given out.
         snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
