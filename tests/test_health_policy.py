@@ -12,8 +12,18 @@ import yaml
 from gpu_nodes import DGX_A100, RTX4090
 from test_placement import apply
 
-from swarmgpu.core.config import Config, ConfigError, RebalanceConfig, load_config
-from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.config import (
+    Config,
+    ConfigError,
+    HealthConfig,
+    RebalanceConfig,
+    load_config,
+)
+from swarmgpu.core.health import Level
+from swarmgpu.core.metrics_in import parse_metrics
+from swarmgpu.core.model import Gpu, NodeFacts
+from swarmgpu.manager.agent_client import FactsResult
+from swarmgpu.manager.gpuhealth import HealthBook, level_of
 from swarmgpu.manager.placement import MOVE_STATE, Planner, env_template, gate_constraint
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.moves import HealthInputs, Proposal, Trigger
@@ -262,3 +272,33 @@ def test_health_keys_are_checked(tmp_path: Path) -> None:
             assert word in str(exc), exc
         else:
             raise AssertionError(f"{bad} was accepted")
+
+
+T4_PAGE = (Path(__file__).parent / "fixtures" / "captures"
+           / "dcgm_tesla-t4_x1_drv460_Hostname_datadog-fixture-excerpt.txt")
+T4_UUID = "GPU-20c56d28-0da5-6d26-a36a-e7af1ce2586e"
+
+
+def test_dcgm_exporter_page_feeds_the_health_state_of_a_gpu_without_signals() -> None:
+    """A node whose agent reads no health signals (gfd:, topo:) beside dcgm-exporter: the
+    page's last XID (real capture, its value set to 79) fails the GPU in the next apply;
+    a page counts only for the node it was scraped from."""
+    page = T4_PAGE.read_text()
+    line = next(ln for ln in page.splitlines() if ln.startswith("DCGM_FI_DEV_XID_ERRORS{"))
+    res = parse_metrics(page.replace(line, line.rsplit(" ", 1)[0] + " 79"))
+    facts = NodeFacts("t4-node", gpus=(Gpu(0, T4_UUID, "Tesla T4", 15360),))  # health None
+    n = SwarmNode("n9", "t4-node", "10.0.0.9", "worker", "ready", "active", {}, {}, 1, {}, {})
+    book = HealthBook(HealthConfig(), P)
+
+    def apply_once(now: float) -> Gpu:
+        out = book.apply([n], {"n9": FactsResult("n9", "t4-node", "", facts, None, now)},
+                         now=now)["n9"].facts
+        assert out is not None
+        return out.gpus[0]
+
+    book.feed_metrics({"n1": res.samples_by_uuid})  # another node's page: not this GPU's
+    assert apply_once(1.0).healthy
+    book.feed_metrics({"n9": res.samples_by_uuid})
+    g = apply_once(2.0)
+    assert not g.healthy and g.error is not None and "failed: Xid 79" in g.error
+    assert level_of(g)[0] is Level.FAILED

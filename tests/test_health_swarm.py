@@ -1,14 +1,18 @@
 """GPU health on the real test swarm: an agent on an edited ``file:`` facts source stands
 in for NVML (the health signals are part of the facts schema). Xid 13 (the application's)
 changes nothing; Xid 79 moves the holder off that GPU within 90 s, the log and the daemon's
-metric say why, and a new service is never given it."""
+metric say why, and a new service is never given it. With the only free healthy GPUs on
+the other node, the health policy moves the holder there make-before-break through its
+mover, even with rebalance in dry-run (the shipped default)."""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,8 @@ from test_placement_swarm import deploy, devices_of, tasks_running, wait_running
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name
 HOST = "gpu-node-2"
+OTHER = "gpu-node-1"
+API_PORT = 9402  # the daemon's HTTP on the manager's bridge address: plan reads its moves
 LOG = LOGS / "health-daemon.log"
 
 
@@ -68,7 +74,8 @@ def setup(swarm: SwarmCluster, agents: dict[str, Any],
     ], env=swarmgpu_env(), **kwargs_for_logs(LOGS / "agent-health-file.log"))
     wait_port(node.addr, 9401)
     cfg = cfg_file(tmp, swarm, sync={"interval_s": 2}, agents={"watch_s": 1},
-                   health={"clean_window_s": 600})
+                   health={"clean_window_s": 600},
+                   http={"listen": f"{swarm.manager.addr}:{API_PORT}"})  # plan reads moves
     log_at = LOG.stat().st_size if LOG.exists() else 0  # the log is appended to
     daemon = start_daemon(swarm, cfg, LOG)
     try:
@@ -169,3 +176,100 @@ def test_flapping_gpu_moves_its_holder_once_and_the_label_holds(
     assert labels_of(swarm, HOST)["swarmgpu.gpu.healthy-count"] == str(before - 1)
     assert [t["ID"] for t in tasks_running(swarm, "hl_one")] == [task]  # moved once
     assert _log(setup).count(f"gpu={v} GPU") == 1  # one change logged, no bouncing
+
+
+def _set_node_labels(swarm: SwarmCluster, host: str, change: dict[str, str | None]) -> None:
+    api = swarm.client(swarm.manager).api
+    raw = api.inspect_node(swarm.node(host).node_id)
+    labels = dict(raw["Spec"].get("Labels") or {})
+    for k, v in change.items():
+        if v is None:
+            labels.pop(k, None)
+        else:
+            labels[k] = v
+    api.update_node(raw["ID"], raw["Version"]["Index"], {**raw["Spec"], "Labels": labels})
+
+
+def _ts(text: str) -> float:
+    """Swarm's RFC 3339 time (nanoseconds, Z) in seconds."""
+    head, _, frac = text.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head).timestamp() + float("0." + (frac or "0"))
+
+
+def _metrics(swarm: SwarmCluster) -> str:
+    url = f"http://{swarm.manager.addr}:{API_PORT}/metrics"
+    with urllib.request.urlopen(url, timeout=3) as resp:
+        return str(resp.read().decode())
+
+
+def test_health_policy_moves_the_holder_to_the_other_node_make_before_break(
+    swarm: SwarmCluster, setup: dict[str, Any]
+) -> None:
+    """gpu-node-2 full, gpu-node-1 free: a 1-GPU replicated service whose GPU reports Xid
+    79 is moved to gpu-node-1 by the health policy through its mover (new task running
+    before the old one stops), with rebalance in dry-run; log, plan and metric say why."""
+    facts: FactsFile = setup["facts"]
+    api = swarm.client(swarm.manager).api
+    for stack in ("hl", "hl2"):
+        swarm.cli(swarm.manager, "stack", "rm", stack)
+    swarm.wait_for(lambda: not [s for s in api.services()
+                                if s["Spec"]["Name"].startswith(("hl_", "hl2_"))],
+                   60, "earlier stacks removed")
+    # The operator's way back for the GPUs the earlier tests failed: every GPU healthy.
+    failed = [g["uuid"] for g in facts.data["gpus"] if g.get("health", {}).get("xid_events")]
+    ok = {f"swarmgpu.gpu.{u}.health": "ok" for u in failed}
+    _set_node_labels(swarm, HOST, dict(ok))
+    try:
+        swarm.wait_for(lambda: labels_of(swarm, HOST).get("swarmgpu.gpu.healthy-count")
+                       == str(len(facts.data["gpus"])), 30, "every GPU of gpu-node-2 healthy")
+        tmp = setup["tmp"]
+        deploy(swarm, tmp, "hb", {"block": {  # gpu-node-1's 7 whole GPUs, for now
+            "labels": {"swarmgpu.gpus": "7"}, "constraints": [f"node.hostname=={OTHER}"]}})
+        wait_running(swarm, "hb_block", 1, timeout=90)
+        deploy(swarm, tmp, "hm", {"one": {"labels": {"swarmgpu.gpus": "1"}}})
+        wait_running(swarm, "hm_one", 1, timeout=90)
+        u = _one(swarm, "hm_one")  # only gpu-node-2 had room
+        old = tasks_running(swarm, "hm_one")[0]
+        deploy(swarm, tmp, "hf", {"fill": {  # the rest of gpu-node-2
+            "labels": {"swarmgpu.gpus": "7"}, "constraints": [f"node.hostname=={HOST}"]}})
+        wait_running(swarm, "hf_fill", 1, timeout=90)
+        swarm.cli(swarm.manager, "stack", "rm", "hb")  # gpu-node-1 free again
+        swarm.wait_for(lambda: not api.services(filters={"name": "hb_block"}), 60,
+                       "hb removed")
+        log_at = LOG.stat().st_size
+
+        facts.xid(u, 79)
+        t0 = time.monotonic()
+        (new,) = wait_running(
+            swarm, "hm_one", 1, timeout=90,
+            each=lambda t: swarm.node(t["NodeID"]).hostname == OTHER
+            and u not in devices_of(swarm, "hm_one").get(OTHER, [u]),
+            what=f" on {OTHER}, off the failed GPU")
+        took = time.monotonic() - t0
+        print(f"Xid 79 -> holder running on {OTHER} (health policy, mover): {took:.1f}s")
+        swarm.wait_for(lambda: "swarmgpu.state.move" not in api.inspect_service(
+            new["ServiceID"])["Spec"]["Labels"], 60, "the move finished")
+        spec = api.inspect_service(new["ServiceID"])["Spec"]
+        assert spec["Mode"]["Replicated"]["Replicas"] == 1
+        text = LOG.read_bytes()[log_at:].decode(errors="replace")
+        started = [ln for ln in text.splitlines()
+                   if f"move {HOST} -> {OTHER} started: health: {HOST} GPU" in ln]
+        assert started and "Xid 79: GPU has fallen off the bus" in started[0], text[-3000:]
+        assert "make-before-break" in started[0] and "service=hm_one" in started[0]
+        assert f"move {HOST} -> {OTHER} done: health:" in text
+        assert "ignored" not in text and "stale or released twice" not in text
+        # make-before-break: the old task stopped only once the new one ran
+        gone = next(t for t in api.tasks(filters={"service": "hm_one"}) if t["ID"] == old["ID"])
+        assert gone["DesiredState"] == "shutdown"
+        assert _ts(gone["Status"]["Timestamp"]) >= _ts(new["Status"]["Timestamp"]), (gone, new)
+        res = run_cli("plan", "--config", str(setup["cfg"]))
+        assert res.returncode == 0, res.stderr
+        assert f"recent hm_one: {HOST} -> {OTHER}: done (health: {HOST} GPU" in res.stdout, \
+            res.stdout
+        assert 'swarmgpu_health_evacuations_total{outcome="done"} 1.0' in _metrics(swarm)
+        # the filler never moved: it holds healthy GPUs only
+        assert len(devices_of(swarm, "hf_fill")[HOST]) == 7
+    finally:
+        for stack in ("hb", "hm", "hf"):
+            swarm.cli(swarm.manager, "stack", "rm", stack)
+        _set_node_labels(swarm, HOST, {k: None for k in ok})

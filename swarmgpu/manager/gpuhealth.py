@@ -26,6 +26,7 @@ from swarmgpu.core.config import HealthConfig
 from swarmgpu.core.health import (
     GpuState,
     HealthPolicy,
+    HealthSignals,
     Level,
     NodeHealth,
     Observation,
@@ -33,6 +34,7 @@ from swarmgpu.core.health import (
     step,
     summarise,
 )
+from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.agent_client import FactsResult
 from swarmgpu.swarm.client import SwarmNode
@@ -67,6 +69,9 @@ class HealthBook:
         # What the last save wrote (states, where): a cycle that changed nothing skips it.
         self._saved: tuple[dict[str, GpuState], dict[str, tuple[str, int]]] | None = None
         self.nodes: dict[str, NodeHealth] = {}  # hostname -> summary
+        # node id -> uuid -> signals from a metrics page (dcgm-exporter) for GPUs whose
+        # facts carry none (an agent on gfd: or topo:): ``feed_metrics``.
+        self.scraped: dict[str, dict[str, HealthSignals]] = {}
         self.gauge = Gauge("swarmgpu_gpus_by_health", "GPUs by health state "
                            "(healthy, degraded, failed; docs/health.md)", ["level"],
                            registry=registry) if registry is not None else None
@@ -75,6 +80,7 @@ class HealthBook:
               now: float | None = None) -> dict[str, FactsResult]:
         """This cycle's facts with each GPU's health state applied (node id -> result)."""
         now = time.time() if now is None else now
+        scraped = self.scraped
         out: dict[str, FactsResult] = {}
         seen: list[tuple[SwarmNode, FactsResult, NodeFacts]] = []
         obs: list[Observation] = []
@@ -85,7 +91,8 @@ class HealthBook:
             seen.append((node, res, res.facts))
             obs += [Observation(
                 _key(node.id, g.uuid),
-                assess(g.health, lost=None if g.healthy else (g.error or "unreadable")),
+                assess(g.health if g.health is not None else scraped.get(node.id, {}).get(g.uuid),
+                       lost=None if g.healthy else (g.error or "unreadable")),
                 node.labels.get(operator_key(self.prefix, g.uuid), "")) for g in res.facts.gpus]
         before = {o.uuid: self.states.get(o.uuid) for o in obs}
         # One step for the cycle: a step per node copied every state once per node
@@ -110,6 +117,16 @@ class HealthBook:
                 self.gauge.labels(level=str(lv)).set(sum(
                     1 for u, s in self.states.items() if u in self.where and s.level is lv))
         return out
+
+    def feed_metrics(self, pages: Mapping[str, Mapping[str, GpuMetrics]]) -> None:
+        """The health fields of this cycle's metrics pages (node id -> uuid -> metrics;
+        only pages trusted for moves: ``rebalance.trust_unauthenticated_metrics``), for the
+        next ``apply``: a GPU whose facts carry no health signals is judged by them (a node
+        that runs dcgm-exporter beside an agent on gfd: or topo:). A page counts for the
+        node it was scraped from, and only for the GPUs that node's facts list."""
+        self.scraped = {nid: got for nid, page in pages.items()
+                        if (got := {u: h for u, m in page.items()
+                                    if (h := m.health()) is not None})}
 
     def _marked(self, node_id: str, f: NodeFacts) -> NodeFacts:
         if all(self.states[_key(node_id, g.uuid)].level is Level.HEALTHY for g in f.gpus):

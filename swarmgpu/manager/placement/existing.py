@@ -68,9 +68,17 @@ class KeptHoldings:
         whole: dict[tuple[str, str], Holding] = {}
         if keep is None or not bad:
             return whole
+        drop: list[int] = []
         for i, (sid, name, h) in enumerate(order):
             gone = bad.get(h.node_id)
-            if not gone or h.packed or gone.isdisjoint(h.uuids) or not keep(name, h.node_id):
+            if not gone or h.packed or gone.isdisjoint(h.uuids):
+                continue
+            if not keep(name, h.node_id):  # released: re-placed, and said why
+                drop.append(i)
+                wanted[name].pop(h.node_id, None)
+                self.cluster.problems.append(
+                    f"{name}: holds failed GPU(s) {','.join(sorted(gone & set(h.uuids)))}; "
+                    "re-placed on a healthy GPU (the health policy released it)")
                 continue
             pairs = [(u, m) for u, m in zip(h.uuids, h.milli, strict=True) if u not in gone]
             rest = Holding(h.service, h.node_id, tuple(u for u, _ in pairs),
@@ -78,8 +86,9 @@ class KeptHoldings:
             order[i] = (sid, name, rest)
             wanted[name][h.node_id] = rest
             whole[(name, h.node_id)] = h
+        for i in reversed(drop):
+            del order[i]
         return whole
-
 
     def _read(self, parsed: Parsed, ledger: Mapping[str, Mapping[str, Holding]],
               by_id: Mapping[str, SwarmNode], facts: Mapping[str, NodeFacts],

@@ -109,6 +109,11 @@ class Rebalancer:
         hostnames = {n.id: n.hostname for n in snap.nodes}
         # Gate at the source: unauthenticated metrics inform the map (above), not moves.
         trusted = for_moves(scrapes, self.cfg.trust_unauthenticated_metrics)
+        # dcgm-exporter's health fields (XID, ECC, remapping) for GPUs whose facts have
+        # none, judged in the next cycle's health states; trusted pages only: a state can
+        # move holders. (gpuhealth.HealthBook.feed_metrics)
+        d.labels.health.feed_metrics({nid: sc.result.samples_by_uuid
+                                      for nid, sc in trusted.items() if sc.result})
         warnings = self.signals.observe(trusted, facts, hostnames, ledger, snap.taken_at)
         for w in warnings:  # say it once when it starts, not every cycle
             if w not in self._warned:
@@ -130,10 +135,11 @@ class Rebalancer:
         for m in prop.moves:
             logger.bind(service=m.service).debug("proposed {} -> {} ({}): {}", m.source_host,
                                                  m.target_host, m.trigger, m.reason)
-        health = [m for m in prop.moves if m.trigger is Trigger.HEALTH]
-        self.health_step(prop, health, snap)
+        # The other moves first: each mover judges move labels against the records it
+        # reads now, and a health move finished below leaves this snapshot's label stale.
         self.mover.run_cycle([m for m in prop.moves if m.trigger is not Trigger.HEALTH],
                              snap.nodes, snap.services, snap.tasks)
+        self.health_step(prop, [m for m in prop.moves if m.trigger is Trigger.HEALTH], snap)
         if any(not (self.health_mover if st.trigger == Trigger.HEALTH else self.mover).dry_run
                for st in self.mover.records().values()):
             # A move in flight progresses on the next cycle: make that one come soon.
@@ -151,7 +157,8 @@ class Rebalancer:
             if "health:" in n:  # the health policy's (each names its health reason)
                 said.add(n)
                 if n not in self._said:  # once while it lasts, not every cycle
-                    logger.warning("rebalance: {}", n)
+                    quiet = "a move is under way" in n or "left to placement" in n
+                    logger.log("INFO" if quiet else "WARNING", "rebalance: {}", n)
         if not self.health_mover.dry_run:
             for r in prop.releases:
                 self._release(r, now)
