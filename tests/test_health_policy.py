@@ -120,15 +120,27 @@ def test_holder_of_a_failed_gpu_moves_to_the_healthy_gpu_on_the_other_node() -> 
     assert [x.service for x in p.moves] == ["a"]
 
 
-def test_same_node_target_is_released_to_placement() -> None:
-    """Its best healthy GPU on its own node (here the only one its constraint allows):
-    placement re-places it there; no move."""
+def test_same_node_target_is_a_repin_move() -> None:
+    """Its best healthy GPU on its own node (here the only one its constraint allows): a
+    move that stays on its node, which the mover makes as a repin."""
     nodes, svcs, tasks = setup({"a": [U2[0]]}, full_n2=False,
                                constraints={"a": ["node.hostname==gpu-node-2"]})
     p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))
+    assert [(m.service, m.source_node, m.target_node, m.trigger) for m in p.moves] == [
+        ("a", "n2", "n2", Trigger.HEALTH)]
+    assert U2[0] not in p.moves[0].target_uuids and "Xid 79" in p.moves[0].reason
+    assert not p.releases
+
+
+def test_a_holder_the_mover_may_not_move_is_released_to_placement() -> None:
+    """Opted out of rebalancing: placement re-places it (as it always re-placed a holder
+    of a failed GPU), once, within the health budget."""
+    nodes, svcs, tasks = setup({"a": [U2[0]]}, full_n2=False,
+                               svc_labels={"a": {f"{P}rebalance": "never"}})
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))
     assert not p.moves
     assert [(r.service, r.host) for r in p.releases] == [("a", "gpu-node-2")]
-    assert "Xid 79" in p.releases[0].reason and "same node" in p.releases[0].reason
+    assert "Xid 79" in p.releases[0].reason and "opted out" in p.releases[0].reason
     # released: it is not proposed again while placement re-places it
     again = plan(nodes, svcs, tasks, mark(F2, failed=[0]),
                  HealthInputs(left=2, released=frozenset({("a", "n2")})))
@@ -136,11 +148,11 @@ def test_same_node_target_is_released_to_placement() -> None:
     assert any("left to placement" in n for n in again.notes)
 
 
-def test_a_global_service_is_never_moved_between_nodes_only_re_placed() -> None:
+def test_a_global_service_is_never_moved_between_nodes_only_repinned() -> None:
     nodes, svcs, tasks = setup({"g": [U2[0]]}, full_n2=False, modes={"g": "global"})
     p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))
-    assert not p.moves and [r.service for r in p.releases] == ["g"]
-    assert "global service" in p.releases[0].reason
+    assert [(m.service, m.source_node, m.target_node) for m in p.moves] == [("g", "n2", "n2")]
+    assert not p.releases
 
 
 def test_evacuate_false_reports_only() -> None:

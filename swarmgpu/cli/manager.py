@@ -211,6 +211,12 @@ def plan(config_path: str | None, as_json: bool) -> None:
     for m in moves.get("recent", [])[-5:]:
         click.echo(f"recent {m['service']}: {m['from']} -> {m['to']}: {m['outcome']} "
                    f"({m['reason']})")
+    health = moves.get("health") or {}  # the health policy (docs/health.md)
+    for host, why in sorted((health.get("failing_nodes") or {}).items()):
+        click.echo(f"node failing: {host}: {why}")
+    for n in moves.get("notes", []):
+        if "health:" in str(n):
+            click.echo(n if str(n).startswith("health:") else f"health: {n}")
 
 
 def _daemon_moves(cfg: Config) -> dict[str, Any] | None:

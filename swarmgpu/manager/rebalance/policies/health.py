@@ -6,10 +6,12 @@ utilisation window, and the daemon acts on it even in rebalance dry-run (its own
 best among the healthy GPUs its service may use (never a failed, degraded or hot one):
 
 * on another node: a make-before-break move through the mover (trigger ``health``);
-* on its own node, or for a service the mover never moves between nodes (global,
-  packed, opted out, not converged, MIG): a ``Release``. Placement then re-places it
-  (a new holding on a healthy GPU and a forced update), as it re-places any holding
-  that no longer fits; until released, placement keeps the holding for this policy.
+* on its own node (the only choice of a global service): a move that stays on its node,
+  which the mover makes as a repin (``rebalance/repin.py``: that node's task replaced);
+* where the mover may not move it (packed, opted out, not converged, MIG, several
+  replicas without MaxReplicas 1 on its own node): a ``Release``. Placement then
+  re-places it (a new holding on a healthy GPU and a forced update), as it re-places any
+  holding that no longer fits; until released, placement keeps the holding for us.
 
 Both spend the health budget (``HealthInputs.left``: per cycle and per hour), so one bad
 node cannot start a storm; a holder is proposed once while its move or release is under
@@ -187,15 +189,20 @@ def evacuate(ctx: Context, h: HealthInputs) -> HealthResult:
                 continue
             left -= 1
             ctx.moved.add(svc)
-            if choice.node == nid:
-                how = (why_not if why_not is not None else
-                       "its best healthy GPU is on the same node")
-                out.releases.append(Release(svc, nid, host, f"{reason}; re-placed on {host} "
-                                                             f"by placement ({how})"))
-                continue
             f = ctx.inp.facts[choice.node]
+            uuids = ",".join(f.gpus[i].uuid for i in choice.gpus)
+            if choice.node == nid:  # its own node: a repin, else placement's re-place
+                why_here = why_not_movable(s, ctx.requests.get(svc), ctx.inp.tasks,
+                                           ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now,
+                                           0.0, same_node=True)
+                if why_here is not None:
+                    out.releases.append(Release(svc, nid, host, f"{reason}; re-placed on "
+                                                f"{host} by placement ({why_here})"))
+                    continue
+                ctx.accept(ctx.make_move(svc, nid, choice, Trigger.HEALTH, None, reason=reason,
+                                         gain=f"runs on healthy GPU(s) {uuids} of its node"))
+                continue
             ctx.accept(ctx.make_move(
                 svc, nid, choice, Trigger.HEALTH, None, reason=reason,
-                gain=(f"runs on healthy GPU(s) {','.join(f.gpus[i].uuid for i in choice.gpus)}"
-                      f" of {ctx.nodes[choice.node].hostname}")))
+                gain=f"runs on healthy GPU(s) {uuids} of {ctx.nodes[choice.node].hostname}"))
     return out
