@@ -368,3 +368,12 @@ def test_a_daemon_killed_at_any_step_finishes_the_repin_after_a_restart(
     else:
         assert outcomes[-1] == Outcome.DONE and Outcome.ROLLED_BACK not in outcomes
         assert t.env == (f"NVIDIA_VISIBLE_DEVICES={U[0]}",)
+
+
+def test_a_node_that_leaves_mid_repin_ends_it() -> None:
+    sw, now = _cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    del sw._nodes["n-4090"]  # `docker node rm`
+    assert [r.outcome for r in _cycle(sw, now).recent] == [Outcome.FAILED]
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert P + MOVE_STATE not in sw.service("id-g").labels

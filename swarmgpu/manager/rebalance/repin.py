@@ -235,7 +235,11 @@ class Repin:
     def advance(self, sid: str, st: MoveState) -> None:
         """One look at a repin in flight; make the step whose condition holds. ``st`` is
         the daemon's record, never the service's label."""
-        node = self.swarm.node(st.source)
+        node = next((n for n in self.swarm.nodes() if n.id == st.source), None)
+        if node is None:  # the node left the swarm: nothing to repin there
+            self._finish(sid, st)
+            self.say(st, Outcome.FAILED, f"{st.source_host} left the swarm; left to placement")
+            return
         p = self.prefix
         held = parse_holding(st.service, node.id, node.labels.get(assign_key(p, st.service), ""))
         gate_open = node.labels.get(gate_key(p, st.service)) == "true"
@@ -287,9 +291,9 @@ class Repin:
         """A recorded repin whose service lost its move label (a stack re-deploy, or a
         stop between the record and the label): placement takes the service back from
         the node's ledger; only the record goes."""
-        node = self.swarm.node(st.source)
-        held = parse_holding(st.service, node.id,
-                             node.labels.get(assign_key(self.prefix, st.service), ""))
+        node = next((n for n in self.swarm.nodes() if n.id == st.source), None)
+        held = None if node is None else parse_holding(
+            st.service, node.id, node.labels.get(assign_key(self.prefix, st.service), ""))
         started = held is not None and held != st.source_holding()
         drop_record(self.writes, self.prefix, sid, self.clock(), finished=started)
         self.say(st, Outcome.DONE if started and st.direction == "forward"
