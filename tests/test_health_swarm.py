@@ -78,11 +78,12 @@ def setup(swarm: SwarmCluster, agents: dict[str, Any],
                    health={"clean_window_s": 600},
                    http={"listen": f"{swarm.manager.addr}:{API_PORT}"})  # plan reads moves
     log_at = LOG.stat().st_size if LOG.exists() else 0  # the log is appended to
-    daemon = start_daemon(swarm, cfg, LOG)
+    state = {"facts": facts, "tmp": tmp, "cfg": cfg, "daemon": start_daemon(swarm, cfg, LOG),
+             "log_at": log_at}
     try:
-        yield {"facts": facts, "tmp": tmp, "cfg": cfg, "daemon": daemon, "log_at": log_at}
+        yield state
     finally:
-        stop(daemon)
+        stop(state["daemon"])  # a test may have restarted it with other settings
         stop(agent)
         agents[HOST] = start_agent(swarm, HOST)
 
@@ -290,3 +291,56 @@ def test_health_policy_moves_the_holder_to_the_other_node_make_before_break(
         for stack in ("hb", "hm", "hf"):
             swarm.cli(swarm.manager, "stack", "rm", stack)
         _set_node_labels(swarm, HOST, {k: None for k in ok})
+
+
+def _gone(swarm: SwarmCluster, *prefixes: str) -> None:
+    api = swarm.client(swarm.manager).api
+    swarm.wait_for(lambda: not [s for s in api.services()
+                                if s["Spec"]["Name"].startswith(prefixes)],
+                   60, f"{prefixes} removed")
+
+
+def test_a_failing_node_is_drained_only_with_health_drain_node(
+    swarm: SwarmCluster, setup: dict[str, Any]
+) -> None:
+    """With rebalance.health_drain_node, two more failed GPUs make gpu-node-2 a failing
+    node, and a service on one of its healthy GPUs moves to gpu-node-1 (health mover)."""
+    facts: FactsFile = setup["facts"]
+    api = swarm.client(swarm.manager).api
+    _gone(swarm, "hb_", "hm_", "hf_")
+    stop(setup["daemon"])
+    cfg = json.loads(Path(setup["cfg"]).read_text())
+    cfg.setdefault("rebalance", {})["health_drain_node"] = True
+    drain_cfg = Path(setup["tmp"]) / "drain.yml"
+    drain_cfg.write_text(json.dumps(cfg))
+    setup["daemon"] = start_daemon(swarm, drain_cfg, LOG)
+    try:
+        tmp = setup["tmp"]
+        deploy(swarm, tmp, "db", {"block": {
+            "labels": {"swarmgpu.gpus": "7"}, "constraints": [f"node.hostname=={OTHER}"]}})
+        wait_running(swarm, "db_block", 1, timeout=90)
+        deploy(swarm, tmp, "dd", {"one": {"labels": {"swarmgpu.gpus": "1"}}})
+        wait_running(swarm, "dd_one", 1, timeout=90)
+        held = _one(swarm, "dd_one")
+        swarm.cli(swarm.manager, "stack", "rm", "db")
+        swarm.wait_for(lambda: not api.services(filters={"name": "db_block"}), 60,
+                       "db removed")
+        log_at = LOG.stat().st_size
+        # Two GPUs that nobody holds fail: gpu-node-2 (one failed GPU already) is failing.
+        bad = [g["uuid"] for g in facts.data["gpus"]
+               if g["uuid"] != held and not g.get("health", {}).get("xid_events")][:2]
+        for u in bad:
+            facts.xid(u, 48)
+        t0 = time.monotonic()
+        wait_running(swarm, "dd_one", 1, timeout=90,
+                     each=lambda t: swarm.node(t["NodeID"]).hostname == OTHER,
+                     what=f" drained to {OTHER}")
+        print(f"failing node -> its healthy holder running on {OTHER}: "
+              f"{time.monotonic() - t0:.1f}s")
+        text = LOG.read_bytes()[log_at:].decode(errors="replace")
+        assert f"health: node {HOST} is failing (3 of 8 GPUs failed): its GPU services are " \
+            "moved off it" in text, text[-3000:]
+        assert f"move {HOST} -> {OTHER} started: health: node {HOST} is failing" in text
+    finally:
+        swarm.cli(swarm.manager, "stack", "rm", "db")
+        swarm.cli(swarm.manager, "stack", "rm", "dd")
