@@ -3,6 +3,10 @@
 1. node labels that go away (released gates and ledger entries);
 2. service specs (device labels first: a task created later reads them);
 3. node labels that appear (ledger + gate: the gate opens last).
+
+Label sync's change of a node rides in placement's first write of it (one write per node
+per cycle); between 2 and 3, one list of the tasks lets the gates whose tasks all carry
+their new device map open in 3 already (``gates_ready_now``), instead of next cycle.
 """
 
 from __future__ import annotations
@@ -85,12 +89,15 @@ def store_workload(swarm: Any, cfg: Config, model: WorkloadModel) -> bool:
 
 def new_planner(cfg: Config, swarm: Any = None,
                 services: Sequence[SwarmService] = ()) -> Planner:
-    return Planner(prefix=cfg.sync.prefix, zone_label=cfg.placement.zone_label,
-                   adopt_ungated=cfg.placement.adopt_ungated,
-                   generic_kind=cfg.placement.generic_resource_kind,
-                   workload=load_workload(cfg, swarm, services),
-                   priority_classes=parse_priority_classes(cfg.preemption.priority_classes),
-                   queues=queue_quotas(cfg.queues))
+    planner = Planner(prefix=cfg.sync.prefix, zone_label=cfg.placement.zone_label,
+                      adopt_ungated=cfg.placement.adopt_ungated,
+                      generic_kind=cfg.placement.generic_resource_kind,
+                      workload=load_workload(cfg, swarm, services),
+                      priority_classes=parse_priority_classes(cfg.preemption.priority_classes),
+                      queues=queue_quotas(cfg.queues))
+    if cfg.rebalance.health_policy:  # its holdings on failed GPUs: the health policy's
+        planner.keep_failed_holdings(lambda _service, _node: True)
+    return planner
 
 
 def make_plan(snap: Snapshot, cfg: Config,
@@ -186,61 +193,10 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
                         plan.node_set.get(nid, {}), plan.node_remove.get(nid, []))
         return 0
     gate = Writes(swarm, dry_run=dry_run, who="placement")
+    forced = _Forced()
 
     def node_write(nid: str, set_: Mapping[str, str], remove: Sequence[str]) -> int:
-        mine_changed = [False]  # the last call is the one that landed (retries)
-
-        def mine(cur: Mapping[str, str]) -> Mapping[str, str] | None:
-            new = dict(cur)
-            for k in remove:
-                new.pop(k, None)
-            new.update(set_)
-            mine_changed[0] = new != dict(cur)
-            return new if mine_changed[0] else None
-
-        other = held.take(nid) if held is not None else None
-        theirs: Callable[[], bool] = lambda: False  # noqa: E731
-        compute: LabelCompute = mine
-        if other is not None:  # label sync's change first, as when it wrote first
-            part, theirs = other.part()
-            compute = chain(part, mine)
-        try:
-            landed = gate.node_labels(nid, compute)
-        except SwarmError as exc:
-            logger.error("placement: node {} label write failed: {}", nid[:12], exc)
-            if other is not None:
-                other.done(False, str(exc))
-            return 0
-        if other is not None:
-            other.done(landed and theirs(), None)
-        return int(landed and mine_changed[0])
-
-    written_force: dict[str, int] = {}  # service id -> the ForceUpdate its write landed
-    landed_at = [0.0]  # when the last of them landed (monotonic)
-
-    def service_write(sp: ServicePlan) -> bool | None:
-        """True: written, False: nothing to write, None: the write failed."""
-        log = logger.bind(service=sp.name)
-        inner = service_compute(sp)
-        last: list[Mapping[str, Any] | None] = [None]
-
-        def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-            new: Mapping[str, Any] | None = inner(spec)
-            last[0] = new
-            return new
-
-        try:
-            if gate.service_spec(sp.id, compute):
-                log.info("placement written: {}", [p.to_dict() for p in sp.placements])
-                if sp.force_update and last[0] is not None:
-                    written_force[sp.id] = int(
-                        (last[0].get("TaskTemplate") or {}).get("ForceUpdate") or 0)
-                    landed_at[0] = max(landed_at[0], time.monotonic())
-                return True
-            return False
-        except SwarmError as exc:
-            log.error("placement: service write failed, gate stays closed: {}", exc)
-            return None
+        return write_node(gate, nid, set_, remove, held)
 
     # Phase 1: released gates and ledger entries, and label sync's writes of the nodes
     # placement does not open anything on. Each phase's writes go to different objects:
@@ -253,20 +209,92 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
     writes = sum(write_each(list(first.items()), lambda kv: node_write(kv[0], {}, kv[1])))
     # Phase 2: service specs (device maps), before any gate that lets a task use them.
     todo = [sp for sp in plan.services if sp.needs_service_write]
-    for sp, ok in zip(todo, write_each(todo, service_write), strict=True):
+    for sp, ok in zip(todo, write_each(todo, lambda sp: write_service(gate, sp, forced)),
+                      strict=True):
         writes += bool(ok)
         if ok is None:  # never open a gate whose devices were not written
             for p in sp.placements:
                 plan.node_set.pop(p.node_id, None)
-    if open_gates_now and written_force:
+    if open_gates_now and forced.value:
         # Give Swarm's updater a moment to act on the last update (see RELIST_SETTLE_S);
         # at scale the service writes took longer than that already.
-        time.sleep(max(0.0, landed_at[0] + RELIST_SETTLE_S - time.monotonic()))
-        gates_ready_now(swarm, plan, written_force, prefix)
+        time.sleep(max(0.0, forced.last_at + RELIST_SETTLE_S - time.monotonic()))
+        gates_ready_now(swarm, plan, forced.value, prefix)
     # Phase 3: ledger entries and gates (with label sync's change of the same node).
     writes += sum(write_each(list(plan.node_set.items()),
                              lambda kv: node_write(kv[0], kv[1], [])))
     return writes
+
+
+class _Forced:
+    """The ForceUpdate each service write of this cycle landed, and when the last did."""
+
+    def __init__(self) -> None:
+        self.value: dict[str, int] = {}  # service id -> ForceUpdate
+        self.last_at = 0.0  # monotonic
+        self._lock = threading.Lock()
+
+    def landed(self, service_id: str, spec: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.value[service_id] = int((spec.get("TaskTemplate") or {}).get("ForceUpdate")
+                                         or 0)
+            self.last_at = max(self.last_at, time.monotonic())
+
+
+def write_node(gate: Writes, nid: str, set_: Mapping[str, str], remove: Sequence[str],
+               held: HeldNodeWrites | None) -> int:
+    """One node's write: label sync's held change of it first (if any), then placement's
+    (``remove``, then ``set_``); 1 when placement's part landed."""
+    mine_changed = [False]  # the last call is the one that landed (retries)
+
+    def mine(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+        new = dict(cur)
+        for k in remove:
+            new.pop(k, None)
+        new.update(set_)
+        mine_changed[0] = new != dict(cur)
+        return new if mine_changed[0] else None
+
+    other = held.take(nid) if held is not None else None
+    theirs: Callable[[], bool] = lambda: False  # noqa: E731
+    compute: LabelCompute = mine
+    if other is not None:  # label sync's change first, as when it wrote first
+        part, theirs = other.part()
+        compute = chain(part, mine)
+    try:
+        landed = gate.node_labels(nid, compute)
+    except SwarmError as exc:
+        logger.error("placement: node {} label write failed: {}", nid[:12], exc)
+        if other is not None:
+            other.done(False, str(exc))
+        return 0
+    if other is not None:
+        other.done(landed and theirs(), None)
+    return int(landed and mine_changed[0])
+
+
+def write_service(gate: Writes, sp: ServicePlan, forced: _Forced) -> bool | None:
+    """True: written, False: nothing to write, None: the write failed. A forced update
+    notes the ForceUpdate it landed (the last compute is the one that landed)."""
+    log = logger.bind(service=sp.name)
+    inner = service_compute(sp)
+    last: list[Mapping[str, Any] | None] = [None]
+
+    def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        new: Mapping[str, Any] | None = inner(spec)
+        last[0] = new
+        return new
+
+    try:
+        if not gate.service_spec(sp.id, compute):
+            return False
+    except SwarmError as exc:
+        log.error("placement: service write failed, gate stays closed: {}", exc)
+        return None
+    log.info("placement written: {}", [p.to_dict() for p in sp.placements])
+    if sp.force_update and last[0] is not None:
+        forced.landed(sp.id, last[0])
+    return True
 
 
 def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,
