@@ -25,6 +25,7 @@ from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.agent_client import FactsResult
 from swarmgpu.manager.gpuhealth import HealthBook, level_of
 from swarmgpu.manager.placement import MOVE_STATE, Planner, env_template, gate_constraint
+from swarmgpu.manager.placement_step import new_planner
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.moves import HealthInputs, Proposal, Trigger
 from swarmgpu.manager.rebalance.planner import plan_moves
@@ -314,3 +315,20 @@ def test_dcgm_exporter_page_feeds_the_health_state_of_a_gpu_without_signals() ->
     g = apply_once(2.0)
     assert not g.healthy and g.error is not None and "failed: Xid 79" in g.error
     assert level_of(g)[0] is Level.FAILED
+
+
+def test_the_daemons_planner_leaves_failed_holdings_to_the_policy_from_its_first_cycle(
+) -> None:
+    """``new_planner`` (the daemon's first cycle, and plan/status/audit) keeps a holding on
+    a failed GPU when the health policy runs, so a restarted daemon never re-places it
+    behind the policy's back (nor with health.evacuate false); without it, re-placed."""
+    nodes, svcs, tasks = setup({"a": [U2[0]]}, full_n2=False)
+    svcs = [s for s in svcs if s.name == "a"]
+    facts = {"n1": F1, "n2": mark(F2, failed=[0])}
+    on = Config()
+    assert on.rebalance.health_policy
+    sp = new_planner(on).plan(nodes, svcs, tasks, facts).services[0]
+    assert [pl.uuids for pl in sp.placements] == [(U2[0],)]
+    off = replace(on, rebalance=replace(on.rebalance, policies="hotspot"))
+    sp = new_planner(off).plan(nodes, svcs, tasks, facts).services[0]
+    assert not any(U2[0] in pl.uuids for pl in sp.placements)

@@ -191,6 +191,12 @@ class RebalanceConfig:
     health.node_lost_grace_s) is reported; true also moves every GPU service off it
     (the health policy, within health.evacuations_per_*)."""
 
+    @property
+    def health_policy(self) -> bool:
+        """The health policy runs (docs/health.md): placement leaves it the holders of
+        failed GPUs."""
+        return self.enabled and "health" in {p.strip() for p in self.policies.split(",")}
+
 
 @dataclass(frozen=True)
 class HttpConfig:

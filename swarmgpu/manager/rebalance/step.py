@@ -39,7 +39,7 @@ from swarmgpu.manager.rebalance.moves import (
     moves_to_dicts,
     render_moves,
 )
-from swarmgpu.manager.rebalance.planner import health_enabled, plan_moves
+from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.policies.health import HealthBudget
 from swarmgpu.manager.rebalance.scrape import for_moves, scrape_all
 from swarmgpu.manager.rebalance.signals import Signals
@@ -62,7 +62,7 @@ class Rebalancer:
         self._warned: set[str] = set()
         # --- health (policies.health) ---
         self.health = cfg.health
-        self.health_on = health_enabled(self.cfg.policies)
+        self.health_on = self.cfg.health_policy
         self.health_mover = Mover(
             daemon.swarm, replace(self.cfg, max_moves_per_cycle=cfg.health.evacuations_per_cycle,
                                   max_moves_per_node=1, cooldown_s=0.0),
