@@ -332,3 +332,38 @@ def test_the_daemons_planner_leaves_failed_holdings_to_the_policy_from_its_first
     off = replace(on, rebalance=replace(on.rebalance, policies="hotspot"))
     sp = new_planner(off).plan(nodes, svcs, tasks, facts).services[0]
     assert not any(U2[0] in pl.uuids for pl in sp.placements)
+
+
+# --- the two movers (rebalance/step.py): health moves act in rebalance dry-run ----------
+
+
+def test_health_mover_acts_in_dry_run_and_the_movers_leave_each_others_moves() -> None:
+    """The health mover (not dry-run) starts and finishes a health move; the other
+    policies' mover (rebalance dry-run) neither writes, nor calls its label forged; the
+    health mover judges no labels (a forged one is the other mover's to report)."""
+    from test_forged_state import RecordingSwarm, _cluster, _move_victim
+
+    from swarmgpu.manager.rebalance.mover import Mover
+    from swarmgpu.manager.rebalance.moves import Outcome
+
+    sw: RecordingSwarm = _cluster({f"{P}{MOVE_STATE}": "{}"})  # the attacker's forged label
+    rb = RebalanceConfig(dry_run=True, cooldown_s=0.0)
+    now = [1000.0]
+    main = Mover(sw, rb, prefix=P, dry_run=True, clock=lambda: now[0],  # type: ignore[arg-type]
+                 scope=lambda st: st.trigger != Trigger.HEALTH)
+    health = Mover(sw, rb, prefix=P, dry_run=False, clock=lambda: now[0],  # type: ignore[arg-type]
+                   scope=lambda st: st.trigger == Trigger.HEALTH, judge_labels=False)
+    move = replace(_move_victim(), trigger=Trigger.HEALTH, window_s=None, reason="health: x")
+    health.run_cycle([move], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in health.recent] == [Outcome.STARTED]
+    assert all(r.service != "attacker" for r in health.recent)  # not its to judge
+    sw.calls.clear()
+    main.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert sw.calls == []  # dry-run
+    assert [r.service for r in main.recent] == ["attacker"]  # only the forged one
+    sw.run_task(SwarmTask("t-victim-2", "id-victim", "n-4090", 2, "running", "running", ()))
+    for _ in range(3):
+        health.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+        sw.stop_tasks("id-victim", "n-dgx")
+    assert [r.outcome for r in health.recent] == [Outcome.STARTED, Outcome.DONE]
+    assert f"{P}{MOVE_STATE}" not in sw.service("id-victim").labels
