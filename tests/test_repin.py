@@ -377,3 +377,37 @@ def test_a_node_that_leaves_mid_repin_ends_it() -> None:
     assert [r.outcome for r in _cycle(sw, now).recent] == [Outcome.FAILED]
     assert read_records(sw.swarm_labels(), P) == {}
     assert P + MOVE_STATE not in sw.service("id-g").labels
+
+
+# --- a move between nodes whose node leaves (mover.py) ------------------------------------
+
+
+def _cross_move() -> Move:
+    return dataclasses.replace(_repin_move(), service="a", service_id="id-a",
+                               source_uuids=(U[0],), target_node="n-dgx",
+                               target_host="gpu-node-1", target_gpus=(2,),
+                               target_uuids=(FDGX.gpus[2].uuid,))
+
+
+def _replicated_a(sw: RecordingSwarm) -> None:
+    """a as a replicated service (a move between nodes needs one), rebalanced."""
+    def edit(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+        labels = {k: v for k, v in spec["Labels"].items() if k != f"{P}rebalance"}
+        return {**spec, "Labels": labels, "Mode": {"Replicated": {"Replicas": 1}}}
+    sw.update_service_spec("id-a", edit)
+
+
+@pytest.mark.parametrize("gone", ["n-dgx", "n-4090"])
+def test_a_move_between_nodes_ends_when_one_of_its_nodes_leaves(gone: str) -> None:
+    sw, now = _cluster(), [1000.0]
+    _replicated_a(sw)
+    m = _cycle(sw, now, [_cross_move()])
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+    del sw._nodes[gone]
+    out = [r.outcome for r in _cycle(sw, now).recent]
+    assert out == [Outcome.ROLLED_BACK if gone == "n-dgx" else Outcome.DONE]
+    assert read_records(sw.swarm_labels(), P) == {}
+    a = sw.service("id-a")
+    assert P + MOVE_STATE not in a.labels and devices_key(P, gone) not in a.labels
+    kept = "n-4090" if gone == "n-dgx" else "n-dgx"
+    assert sw.node(kept).labels[gate_key(P, "a")] == "true"

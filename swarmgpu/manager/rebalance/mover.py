@@ -535,11 +535,32 @@ class Mover:
         self._record(st.service, st.source_host, st.target_host, st.reason,
                      Outcome.ROLLED_BACK, detail)
 
+    def _node_left(self, sid: str, st: MoveState, src: SwarmNode | None,
+                   dst: SwarmNode | None) -> None:
+        """A node of the move left the swarm (``docker node rm``): the move ends on the
+        node that is left (placement carries on from its ledger), never a step error
+        every cycle."""
+        if dst is None:
+            if src is not None:
+                self._open(st.source, st.source_holding())
+            self._finish(sid, st, st.target)
+            self._record(st.service, st.source_host, st.target_host, st.reason,
+                         Outcome.ROLLED_BACK, f"{st.target_host} left the swarm")
+            return
+        self._open(st.target, st.target_holding())
+        self._finish(sid, st, st.source)
+        self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.DONE,
+                     f"{st.source_host} left the swarm; the replica is {st.target_host}'s")
+
     def recover(self, sid: str, st: MoveState) -> None:
         """A recorded move whose service lost its move label: finished when the source is
         already closed (the new task is the one to keep), else rolled back."""
-        src_open = self.swarm.node(st.source).labels.get(
-            gate_key(self.prefix, st.service)) == "true"
+        ids = {n.id: n for n in self.swarm.nodes()}
+        src, dst = ids.get(st.source), ids.get(st.target)
+        if src is None or dst is None:
+            self._node_left(sid, st, src, dst)
+            return
+        src_open = src.labels.get(gate_key(self.prefix, st.service)) == "true"
         if st.direction == "forward" and not src_open:
             self._finish(sid, st, st.source)
             self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.DONE,
@@ -552,8 +573,11 @@ class Mover:
         """One look at a move in flight; make every step whose condition holds. ``st`` is
         the daemon's record, never the service's label."""
         p = self.prefix
-        src = self.swarm.node(st.source)
-        dst = self.swarm.node(st.target)
+        ids = {n.id: n for n in self.swarm.nodes()}
+        src, dst = ids.get(st.source), ids.get(st.target)
+        if src is None or dst is None:
+            self._node_left(sid, st, src, dst)
+            return
         tasks = self.swarm.tasks({"service": sid, "desired-state": "running"})
         running_on = {t.node_id for t in tasks if t.state == "running"}
         on_source = any(t.node_id == st.source for t in tasks)
