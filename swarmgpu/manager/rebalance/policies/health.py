@@ -68,7 +68,6 @@ class HealthResult:
     releases: list[Release] = field(default_factory=list)
     held: set[tuple[str, str]] = field(default_factory=set)  # (service, node id) to leave
     failing: dict[str, str] = field(default_factory=dict)  # node id -> why it is failing
-    reported: list[tuple[str, str]] = field(default_factory=list)  # evacuate false
 
 
 def _states(ctx: Context) -> tuple[dict[tuple[str, str], str], set[tuple[str, str]],
@@ -105,7 +104,7 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
     """The best healthy GPUs for ``svc`` once its holding on ``source`` is gone: on
     ``source`` itself when ``same``, elsewhere when ``other``; never on ``avoid``."""
     req, s = ctx.requests.get(svc), ctx.by_name.get(svc)
-    if req is None or s is None:
+    if req is None or s is None or not (same or other):
         return None
     lg = ctx.ledger_without([(svc, source)])
     alloc = ctx.allocator(lg)
@@ -158,7 +157,6 @@ def evacuate(ctx: Context, h: HealthInputs) -> HealthResult:
                 continue
             if not h.evacuate:
                 ctx.notes.append(f"{svc} on {host} stays (health.evacuate: false): {reason}")
-                out.reported.append((svc, nid))
                 continue
             if (svc, nid) in h.released:
                 ctx.notes.append(f"{svc} on {host}: left to placement to re-place ({reason})")
