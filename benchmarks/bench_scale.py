@@ -13,8 +13,14 @@ from the start), and how many cycles it takes to converge. Then with every engin
 call taking what it takes on the real test swarm (ENGINE_LATENCY_MS, measured by
 benchmarks/measure_engine_latency.py): the time to converge. Beside them, the same
 run's reference decision cost (FGD's median decision in the allocator-level replay).
+Each cycle's line splits its writes into node and service writes. The cycle is the
+daemon's with placement on: label sync's node writes folded into placement's, and the
+gates whose tasks carry their device map opened in the same cycle. ``--tasks`` gives
+the fake engine Swarm's tasks (FakeSwarm's ``model_tasks``); without it the task list
+is empty, as in the figures measured before it existed.
 
     python benchmarks/bench_scale.py                          # 1,000, 2,000, 5,000 nodes
+    python benchmarks/bench_scale.py --tasks                  # with Swarm's tasks
     python benchmarks/bench_scale.py --sizes 200 --cycles 3
     python benchmarks/bench_scale.py --nodes 1000 --services 5000 --profile
 
