@@ -344,3 +344,39 @@ def test_a_failing_node_is_drained_only_with_health_drain_node(
     finally:
         swarm.cli(swarm.manager, "stack", "rm", "db")
         swarm.cli(swarm.manager, "stack", "rm", "dd")
+
+
+def test_evacuate_false_reports_the_holder_and_moves_nothing(
+    swarm: SwarmCluster, setup: dict[str, Any]
+) -> None:
+    """health.evacuate: false: the holder of a failed GPU keeps its task and its GPU
+    (placement leaves it to the policy, which only reports it): log and plan say so."""
+    facts: FactsFile = setup["facts"]
+    _gone(swarm, "db_", "dd_")
+    stop(setup["daemon"])
+    cfg = json.loads(Path(setup["cfg"]).read_text())
+    cfg.setdefault("health", {})["evacuate"] = False
+    report_cfg = Path(setup["tmp"]) / "report.yml"
+    report_cfg.write_text(json.dumps(cfg))
+    setup["daemon"] = start_daemon(swarm, report_cfg, LOG)
+    try:
+        deploy(swarm, setup["tmp"], "hr", {"one": {
+            "labels": {"swarmgpu.gpus": "1"}, "constraints": [f"node.hostname=={HOST}"]}})
+        wait_running(swarm, "hr_one", 1, timeout=90)
+        u = _one(swarm, "hr_one")
+        task = tasks_running(swarm, "hr_one")[0]["ID"]
+        log_at = LOG.stat().st_size
+        facts.xid(u, 79)
+        want = "hr_one on gpu-node-2 stays (health.evacuate: false): health: gpu-node-2 GPU"
+        swarm.wait_for(lambda: want in LOG.read_bytes()[log_at:].decode(errors="replace"),
+                       30, "the report in the log")
+        time.sleep(8)  # cycles go by: nothing moves
+        assert [t["ID"] for t in tasks_running(swarm, "hr_one")] == [task]
+        assert _one(swarm, "hr_one") == u
+        res = run_cli("plan", "--config", str(report_cfg))
+        assert res.returncode == 0, res.stderr
+        assert f"health: {want}" in res.stdout and "Xid 79" in res.stdout, res.stdout
+        text = LOG.read_bytes()[log_at:].decode(errors="replace")
+        assert "move " not in text and "re-placed" not in text, text[-3000:]
+    finally:
+        swarm.cli(swarm.manager, "stack", "rm", "hr")
