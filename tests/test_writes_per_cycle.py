@@ -329,3 +329,15 @@ def test_label_sync_alone_writes_before_the_steps(tmp_path: Path) -> None:
     d.extra_steps.append(lambda _d, _s: seen.append(list(sw.calls)))
     _cycle(d, sw)
     assert sorted(seen[0]) == [("node", "n-4090"), ("node", "n-dgx")]
+
+
+def test_one_task_list_after_the_service_writes_and_none_without_a_gate_to_open(
+        tmp_path: Path) -> None:
+    sw = _cluster()
+    d = _daemon(sw, tmp_path)
+    lists = sw.task_lists
+    _cycle(d, sw)
+    assert sw.task_lists - lists == 2  # the snapshot's, and the one before the gates
+    lists = sw.task_lists
+    _cycle(d, sw)
+    assert sw.task_lists - lists == 1 and sw.calls.count(("service", "id-train")) == 1

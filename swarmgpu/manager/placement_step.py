@@ -215,7 +215,8 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
         if ok is None:  # never open a gate whose devices were not written
             for p in sp.placements:
                 plan.node_set.pop(p.node_id, None)
-    if open_gates_now and forced.value:
+    if open_gates_now and any(sp.gates_deferred and sp.id in forced.value
+                              for sp in plan.services):
         # Give Swarm's updater a moment to act on the last update (see RELIST_SETTLE_S);
         # at scale the service writes took longer than that already.
         time.sleep(max(0.0, forced.last_at + RELIST_SETTLE_S - time.monotonic()))
