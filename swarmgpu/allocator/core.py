@@ -11,8 +11,9 @@ Node choice is pluggable (``Scorer``); the production policy is ``SwarmScorer``.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as Set
 from dataclasses import dataclass, field
 from typing import Protocol, cast
@@ -37,6 +38,7 @@ TOPOLOGIES = ("any", "nvlink", "numa")
 COST_MEMO_MAX = 200_000  # node costs kept (SwarmScorer.node_cost)
 FIT_MEMO_MAX = 500_000  # (demand, group state) answers kept before they are dropped
 GID_MAX = 1_000_000  # group states numbered before the numbering table is dropped
+BORN_MAX = 200_000  # new group states logged before the log is dropped
 # A memo miss (None is "cannot host it"); only ever compared by identity, typed as a
 # score so the decision loop needs no narrowing.
 _UNSCORED = cast(float, object())
@@ -81,6 +83,21 @@ class Demand:
     memory_mib: int = 0
     mig_profile: str | None = None
     node_labels: tuple[tuple[str, str], ...] = ()  # required label values (zone filters)
+
+    def __hash__(self) -> int:
+        # Kept on the instance: a demand keys the allocator's memos on every decision (a
+        # dataclass hash re-hashes every field on every lookup).
+        got: int | None = self.__dict__.get("_hash")
+        if got is None:
+            got = self.__dict__["_hash"] = hash(
+                (self.num_gpu, self.gpu_milli, self.min_memory_mib, self.products,
+                 self.topology, self.cpu_milli, self.memory_mib, self.mig_profile,
+                 self.node_labels))
+        return got
+
+    def __getstate__(self) -> dict[str, object]:
+        # Without the kept hash: another process hashes strings with another seed.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     def __post_init__(self) -> None:
         if self.num_gpu < 0 or self.gpu_milli < 0 or self.cpu_milli < 0 or self.memory_mib < 0:
@@ -149,14 +166,15 @@ MigPicker = Callable[[NodeSpec, tuple[int, ...], Demand], object | None]
 class NodeState:
     """One node's spec and what is free on it now."""
 
-    __slots__ = ("blocked", "cpu_left", "free", "gid", "gkey", "mem_left", "product", "rank",
-                 "simple", "spec")
+    __slots__ = ("blocked", "capacity", "cpu_left", "free", "gid", "gkey", "mem_left",
+                 "product", "rank", "simple", "spec")
 
     def __init__(self, spec: NodeSpec, rank: int) -> None:
         self.spec = spec
         self.rank = rank
         self.blocked = False  # holds what it holds, takes nothing new (down, drained)
         self.free = [g.capacity_milli if g.healthy else 0 for g in spec.gpus]
+        self.capacity = sum(g.capacity_milli for g in spec.gpus)  # milli, healthy or not
         self.cpu_left = spec.cpu_milli
         self.mem_left = spec.memory_mib
         products = {g.product for g in spec.gpus}
@@ -385,8 +403,8 @@ class SwarmScorer:
         else:
             delta = self._delta(node, d, None) if self.waste else 0.0
         grad = int(_sigmoid(-delta / 1000) * 100)
-        capacity = sum(g.capacity_milli for g in node.spec.gpus)
-        used = 1 if node.free_total() < capacity else 0
+        capacity = node.capacity
+        used = 1 if sum(node.free) < capacity else 0
         if self.waste is None:  # no workload model: best fit on GPU left
             left = node.free_total() - d.total_gpu_milli
             return grad * 10.0 + used + 0.5 * (1.0 - left / (capacity + 1))
@@ -396,6 +414,53 @@ class SwarmScorer:
     def pick(self, node: NodeState, d: Demand, candidates: list[int]) -> tuple[int, ...] | None:
         if d.gpu_milli and candidates:
             return (self._best_share_gpu(node, d, candidates)[1],)
+        return None
+
+
+class _Scores:
+    """One demand's scores per group state (None: it cannot host the demand), and the
+    live states by score, so a decision reads the best score's states instead of every
+    state (most keep their score from one decision to the next)."""
+
+    __slots__ = ("by_score", "era", "of", "order", "read", "seen")
+
+    def __init__(self) -> None:
+        self.era = -1  # of the allocator's log of new states, and how far it was read
+        self.read = 0
+        self.of: dict[int, float | None] = {}
+        self.by_score: dict[float, set[int]] = {}
+        self.order: list[float] = []  # the scores of ``by_score``, ascending
+        # states in ``by_score`` or that cannot host the demand: a state that left the
+        # live set is dropped from ``by_score`` and ``seen``, and keeps its score
+        self.seen: set[int] = set()
+
+    def put(self, gk: int, s: float | None) -> None:
+        self.of[gk] = s
+        self.seen.add(gk)
+        if s is None or s != s or s == -math.inf:  # never chosen (as the scan did)
+            return
+        got = self.by_score.get(s)
+        if got is None:
+            got = self.by_score[s] = set()
+            bisect.insort(self.order, s)
+        got.add(gk)
+
+    def best(self, live: Mapping[int, object], rank: Mapping[int, int],
+             ) -> tuple[float, int] | None:
+        """The highest score among ``live`` states, and its state of the lowest rank
+        (``rank``: a state's lowest node rank)."""
+        order, by_score = self.order, self.by_score
+        while order:
+            s = order[-1]
+            gks = by_score[s]
+            now = gks & live.keys()
+            if len(now) != len(gks):
+                self.seen -= gks - now
+                by_score[s] = now
+            if now:
+                return s, min(now, key=rank.__getitem__)
+            del by_score[s]
+            order.pop()
         return None
 
 
@@ -419,14 +484,22 @@ class Allocator:
         self._groups: dict[int, dict[str, NodeState]] = {}
         self._gpu_groups: dict[int, dict[str, NodeState]] = {}
         self._group_best: dict[int, NodeState] = {}
+        self._best_rank: dict[int, int] = {}  # of ``_group_best``'s node, per group state
+        # Group states in the order they (re)appeared, so a decision scores only those
+        # new since the last one for its demand; dropped when long (``_born_era``).
+        self._born: list[int] = []
+        self._born_era = 0
         self._usage: dict[str, tuple[int, int]] = {}
         self._sets: dict[object, tuple[int, ...] | None] = {}  # gpu_set per (shape, state)
-        self._memo: dict[Demand, dict[int, float | None]] = {}
+        self._memo: dict[Demand, _Scores] = {}
         # Whether a group state fits a demand: unlike scores, the workload does not
         # change it, so it outlives ``_memo`` (the daemon's planner refreshes its model
         # every few hundred arrivals, and re-checking every state then cost more than
         # the scoring).
         self._fit_memo: dict[Demand, dict[int, bool]] = {}
+        # Of ``_fit_memo``, the states that cannot host each demand (a decision leaves
+        # them out at once, also after the scores were dropped).
+        self._unfit: dict[Demand, set[int]] = {}
         self._fit_memo_n = 0
         # GPU-milli per model, and how much of it is free, for scorers that weigh models
         self.gpu_capacity: dict[str, int] = {}
@@ -518,12 +591,17 @@ class Allocator:
     def _enter(self, node: NodeState) -> None:
         node.gkey = node.group_key()
         gid = node.gid = self._gid(node.gkey)
-        self._groups.setdefault(gid, {})[node.spec.name] = node
+        members = self._groups.get(gid)
+        if members is None:
+            members = self._groups[gid] = {}
+            self._born.append(gid)
+        members[node.spec.name] = node
         if any(node.free):
             self._gpu_groups[gid] = self._groups[gid]
         best = self._group_best.get(gid)
         if best is None or node.rank < best.rank:
             self._group_best[gid] = node
+            self._best_rank[gid] = node.rank
 
     def _gid(self, gkey: tuple[object, ...]) -> int:
         """The number of a group state. Numbers are never reused, so a memo keyed by
@@ -545,8 +623,10 @@ class Allocator:
             del self._groups[gid]
             self._gpu_groups.pop(gid, None)
             del self._group_best[gid]
+            del self._best_rank[gid]
         elif self._group_best[gid] is node:
-            self._group_best[gid] = min(members.values(), key=lambda n: n.rank)
+            best = self._group_best[gid] = min(members.values(), key=lambda n: n.rank)
+            self._best_rank[gid] = best.rank
 
     def representatives(self, d: Demand) -> list[NodeState]:
         """One node per group of nodes in the same state (the lowest rank), for searches
@@ -671,62 +751,86 @@ class Allocator:
             return False
         if node.mem_left is not None and node.mem_left < d.memory_mib:
             return False
-        labels = node.spec.labels
-        if any(labels.get(k) != v for k, v in d.node_labels):
-            return False
-        if d.gpus_wanted == 0:
+        if d.node_labels:
+            labels = node.spec.labels
+            if any(labels.get(k) != v for k, v in d.node_labels):
+                return False
+        want = 1 if d.gpu_milli else d.num_gpu  # d.gpus_wanted
+        if want == 0:
             return True
         if node.simple:  # quick count before the full set choice
             if not node.spec.gpus or d.min_memory_mib > node.spec.gpus[0].memory_mib:
                 return False
-            if not product_matches(node.product, d.products):
+            if d.products and not product_matches(node.product, d.products):
                 return False
-            need = d.milli_per_gpu
-            if sum(1 for f in node.free if f >= need) < d.gpus_wanted:
+            need = d.gpu_milli or MILLI  # d.milli_per_gpu
+            if len([f for f in node.free if f >= need]) < want:
                 return False
             if d.topology == "any":
                 return True
         return self.gpu_set(node, d) is not None
 
     def place(self, d: Demand, *, explain: bool = True, exclude: Set[str] = frozenset(),
-              where: Callable[[NodeState], bool] | None = None) -> Choice | Unplaceable:
+              where: Callable[[NodeState], bool] | None = None,
+              note: str | None = None) -> Choice | Unplaceable:
         """The best node and GPUs for ``d`` now; changes nothing (see ``commit``).
 
         ``exclude`` names nodes that may not take it (Swarm constraints, one replica per
         node); ``where`` filters on what every node of a group shares (spec labels, e.g.
         zones). ``explain=False`` skips naming the closest node when nothing fits (a scan
-        of every node state; replays that expect many failures turn it off).
+        of every node state; replays that expect many failures turn it off). ``note``:
+        the choice's explanation is ``<note> on <node>`` instead of the full one.
         """
         self.decisions += 1
         if d.mig_profile:
             return self._place_mig(d)
-        memo = self._memo.get(d)
-        if memo is None:
-            memo = self._memo[d] = {}
         fit_memo = self._fit_memo.get(d)
         if fit_memo is None:
             if self._fit_memo_n > FIT_MEMO_MAX:
                 self._fit_memo.clear()
+                self._unfit.clear()
                 self._fit_memo_n = 0
             fit_memo = self._fit_memo[d] = {}
+        if len(self._born) > BORN_MAX:
+            self._born.clear()
+            self._born_era += 1
+        scores = self._memo.get(d)
+        if scores is None:
+            scores = self._memo[d] = _Scores()
+        memo = scores.of
         groups = self._gpu_groups if d.gpus_wanted else self._groups
         best_score = -math.inf
         best: NodeState | None = None
         group_best = self._group_best
         if where is None and not exclude:  # the common case: no per-group filter
-            for gk in groups:
+            # Only states not scored for ``d`` yet are scored (a set difference finds
+            # them); the best is then the highest score's lowest-rank state, as a scan of
+            # every state would choose, without the scan.
+            unfit = self._unfit.get(d)
+            if unfit is None:
+                unfit = self._unfit[d] = set()
+            born, seen = self._born, scores.seen
+            if scores.era != self._born_era:  # new scores (or log): every live state
+                fresh: Iterable[int] = set(groups).difference(seen).difference(unfit)
+                scores.era = self._born_era
+            else:  # the states that appeared since (each decision changes a few)
+                fresh = born[scores.read:]
+            scores.read = len(born)
+            for gk in fresh:
+                if gk in seen or gk in unfit or gk not in groups:
+                    continue
                 s = memo.get(gk, _UNSCORED)
                 if s is _UNSCORED:
-                    s = self._score_group(gk, d, memo, fit_memo)
-                if s is None or s < best_score:
-                    continue
-                rep = group_best[gk]
-                if s > best_score or (best is not None and rep.rank < best.rank):
-                    best_score, best = s, rep
+                    self._score_group(gk, d, scores, fit_memo)
+                else:
+                    scores.put(gk, s)
+            got = scores.best(groups, self._best_rank)
+            if got is not None:
+                best_score, best = got[0], group_best[got[1]]
         for gk in groups if where is not None or exclude else ():
             s = memo.get(gk, _UNSCORED)
             if s is _UNSCORED:
-                s = self._score_group(gk, d, memo, fit_memo)
+                s = self._score_group(gk, d, scores, fit_memo)
             if s is None:
                 continue
             rep = group_best[gk]
@@ -750,11 +854,12 @@ class Allocator:
                       for i in gpus)
         return Choice(
             node=best.spec.name, gpus=gpus, milli=milli, score=best_score,
-            explanation=self._explain(best, d, gpus),
+            explanation=(self._explain(best, d, gpus) if note is None
+                         else f"{note} on {best.spec.name}"),
             cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
         )
 
-    def _score_group(self, gk: int, d: Demand, memo: dict[int, float | None],
+    def _score_group(self, gk: int, d: Demand, scores: _Scores,
                      fit_memo: dict[int, bool]) -> float | None:
         """Score one group's state for ``d`` (None: it cannot host it), into the memos."""
         rep = self._group_best[gk]
@@ -762,7 +867,10 @@ class Allocator:
         if ok is None:
             ok = fit_memo[gk] = self.fits(rep, d)
             self._fit_memo_n += 1
-        s = memo[gk] = self.scorer.score(rep, d) if ok else None
+            if not ok:
+                self._unfit.setdefault(d, set()).add(gk)
+        s = self.scorer.score(rep, d) if ok else None
+        scores.put(gk, s)
         return s
 
     def place_on(self, name: str, d: Demand) -> Choice | Unplaceable:

@@ -72,6 +72,7 @@ class ClusterAllocator:
         self._order: list[str] = []
         self._node_keys: dict[str, tuple[object, ...]] = {}
         self._held: dict[tuple[str, str], _Held] = {}
+        self._demands: dict[Demand, tuple[Demand, str]] = {}  # each with its description
         # Demands no node could take, with the capacity generation they were asked at.
         self.unplaceable: dict[object, tuple[int, Unplaceable]] = {}
         if nodes or ledger:
@@ -375,12 +376,14 @@ class ClusterAllocator:
             return Unplaceable(f"needs {d.describe()}; no allowed node has one free")
         if allowed is not None:
             exclude = frozenset(exclude) | {n for n, ns in a.nodes.items() if not allowed(ns)}
-        got = a.place(d, exclude=exclude, where=where, explain=self.explain)
-        if isinstance(got, Choice):
-            return Choice(node=got.node, gpus=got.gpus, milli=got.milli, score=got.score,
-                          explanation=f"{d.describe()} on {got.node}",
-                          cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
-        return got
+        # One object per demand: the allocator's memos then find it by identity.
+        known = self._demands.get(d)
+        if known is None:
+            if len(self._demands) > 10_000:
+                self._demands.clear()
+            known = self._demands[d] = (d, d.describe())
+        return a.place(known[0], exclude=exclude, where=where, explain=self.explain,
+                       note=known[1])
 
     def hostnames(self, text: str) -> str:
         """Node ids in the allocator's words, as the hostnames people know (identical

@@ -33,6 +33,10 @@ class Holding:
                 (self.service, self.node_id, self.uuids, self.milli, self.slots))
         return got
 
+    def __getstate__(self) -> dict[str, object]:
+        # Without the kept hash: another process hashes strings with another seed.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     def label_value(self) -> str:
         # Kept on the instance once written: every cycle compares each holding's value
         # (functools.cached_property takes a lock per read on Python 3.11).
