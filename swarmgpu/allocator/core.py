@@ -12,6 +12,7 @@ Node choice is pluggable (``Scorer``); the production policy is ``SwarmScorer``.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as Set
@@ -488,6 +489,11 @@ class Allocator:
         # Group states in the order they (re)appeared, so a decision scores only those
         # new since the last one for its demand; dropped when long (``_born_era``).
         self._born: list[int] = []
+        # Per group state, its nodes by (rank, entry number, name), with entries of
+        # nodes that left (skipped); and each node's last entry number.
+        self._ranked: dict[int, list[tuple[int, int, str]]] = {}
+        self._entered: dict[str, int] = {}
+        self._seq = 0
         self._born_era = 0
         self._usage: dict[str, tuple[int, int]] = {}
         self._sets: dict[object, tuple[int, ...] | None] = {}  # gpu_set per (shape, state)
@@ -591,11 +597,20 @@ class Allocator:
     def _enter(self, node: NodeState) -> None:
         node.gkey = node.group_key()
         gid = node.gid = self._gid(node.gkey)
+        name = node.spec.name
         members = self._groups.get(gid)
         if members is None:
             members = self._groups[gid] = {}
             self._born.append(gid)
-        members[node.spec.name] = node
+            self._ranked[gid] = []
+        members[name] = node
+        self._seq += 1
+        self._entered[name] = self._seq
+        heap = self._ranked[gid]
+        heapq.heappush(heap, (node.rank, self._seq, name))
+        if len(heap) > 2 * len(members) + 16:  # entries of nodes that left: rebuilt
+            heap[:] = [(m.rank, self._entered[n], n) for n, m in members.items()]
+            heapq.heapify(heap)
         if any(node.free):
             self._gpu_groups[gid] = self._groups[gid]
         best = self._group_best.get(gid)
@@ -624,9 +639,20 @@ class Allocator:
             self._gpu_groups.pop(gid, None)
             del self._group_best[gid]
             del self._best_rank[gid]
+            del self._ranked[gid]
         elif self._group_best[gid] is node:
-            best = self._group_best[gid] = min(members.values(), key=lambda n: n.rank)
-            self._best_rank[gid] = best.rank
+            # The next lowest rank (the first to enter among equal ranks, as a scan of
+            # the members in order would find): a heap, not a scan of a group that may
+            # hold thousands of nodes in one state.
+            heap, entered = self._ranked[gid], self._entered
+            while True:
+                rank, seq, name = heap[0]
+                m = members.get(name)
+                if m is not None and entered[name] == seq and m.rank == rank:
+                    break
+                heapq.heappop(heap)
+            self._group_best[gid] = m
+            self._best_rank[gid] = rank
 
     def representatives(self, d: Demand) -> list[NodeState]:
         """One node per group of nodes in the same state (the lowest rank), for searches

@@ -39,7 +39,8 @@ class KeptHoldings:
         self.cluster = cluster
         self.dk = prefix + DEVICES
         self.reservation = reservation  # service id -> its (CPU milli, memory MiB)
-        self.fits: dict[tuple[Holding, GpuRequest, int], str | None] = {}
+        # service id -> (its request, (holding, node generation) -> why it does not fit)
+        self.fits: dict[str, tuple[GpuRequest, dict[tuple[Holding, int], str | None]]] = {}
         self.declared: dict[str, tuple[int, list[tuple[str, int | None, tuple[str, ...]]]]] = {}
         # (service name, node id) -> True: a holding on a failed GPU is kept, for the
         # health rebalance policy to move (docs/health.md); None or False: re-placed.
@@ -104,14 +105,21 @@ class KeptHoldings:
         no_holdings: dict[str, Holding] = {}
         for s, r in parsed:
             mine = ledger.get(s.name, no_holdings)
+            if mine and not isinstance(r, RequestError):
+                # Per service and request object (a new spec version parses a new one):
+                # one lookup per service, not a hash of the request per holding.
+                got_fits = fits.get(s.id)
+                if got_fits is None or got_fits[0] is not r or len(got_fits[1]) > 64:
+                    got_fits = fits[s.id] = (r, {})
+                known = got_fits[1]
             for node_id, h in mine.items():  # 1. the ledger
                 if not isinstance(r, RequestError):  # invalid now: keep, never drop
                     if node_id not in by_id:
                         continue
-                    fk = (h, r, gen.get(node_id, 0) if node_id in in_alloc else -1)
-                    why = fits.get(fk, fk)
+                    fk = (h, gen.get(node_id, 0) if node_id in in_alloc else -1)
+                    why = known.get(fk, fk)
                     if why is fk:
-                        why = fits[fk] = holding_fits(h, r, facts.get(node_id))
+                        why = known[fk] = holding_fits(h, r, facts.get(node_id))
                     if why is not None:
                         continue
                 wanted.setdefault(s.name, {})[node_id] = h

@@ -74,6 +74,7 @@ class Planner:
         self.model_changed = False  # since the owner last stored the model
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
+        self._label_keys: dict[str, tuple[str, str]] = {}  # service name -> its ledger, gate keys
 
     def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
         """(service name, node id) -> keep its holding on a failed GPU (the health
@@ -246,19 +247,21 @@ class Planner:
                 continue
             capped = self.queues.cap(s, r, mine)  # a scale-up held at its queue's max
             mine_slots = slots.get(s.id, {})
-            key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
-                                    running.get(s.id, {}), waiting.get(s.id, NO_WAITING))
             # Slots are read only where the replicas could be packed on one node.
-            key += (tuple(sorted(mine_slots.items())) if s.id in few else None,)
             bo = self._backoff.get(s.id)
-            key += (bo.key() if bo is not None else None,)
+            more: tuple[object, ...] = (
+                (tuple(sorted(mine_slots.items())) if len(mine_slots) > 1
+                 else tuple(mine_slots.items())) if s.id in few else None,
+                bo.key() if bo is not None else None)
             if not mine:  # pending: the same answer while capacity and nodes are as they were
-                key += (cluster.version, self._filters.gen)
+                more += (cluster.version, self._filters.gen)
             if s.mode != "replicated":  # a node joining, a job's task ending: planned again
-                key += (jobs.get(s.id), cluster.version, self._filters.gen,
-                        len(cluster.alloc.nodes))
+                more += (jobs.get(s.id), cluster.version, self._filters.gen,
+                         len(cluster.alloc.nodes))
             if capped is not None:
-                key += (capped,)
+                more += (capped,)
+            key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
+                                    running.get(s.id, {}), waiting.get(s.id, NO_WAITING), more)
             memo = self._settled.get(s.id)
             if memo is not None and memo[0] != key:
                 memo = None
@@ -343,17 +346,28 @@ class Planner:
     def _settled_key(self, s: SwarmService, kept: Mapping[str, Holding],
                      old: Mapping[str, Holding], by_id: Mapping[str, SwarmNode],
                      running_on: Mapping[str, int], waiting: Waiting,
-                     ) -> tuple[object, ...]:
+                     more: tuple[object, ...] = ()) -> tuple[object, ...]:
         """Everything a settled service's plan reads: while it is unchanged, last
-        cycle's plan (no writes) still holds."""
+        cycle's plan (no writes) still holds. ``more``: what the cycle adds to it."""
         gen, content = self.cluster.node_gen, self._node_content.of
         # A node by content, its labels but other services' gates and ledger entries
         # (placement.memo); its gate and ledger entry for this service beside it.
-        ak, gk = assign_key(self.prefix, s.name), gate_key(self.prefix, s.name)
-        nodes = tuple((nid, h, content[nid], by_id[nid].labels.get(ak),
-                       by_id[nid].labels.get(gk), gen.get(nid, 0))
-                      for nid, h in kept.items() if nid in by_id)
-        return (s.version, nodes, tuple(old.values()), tuple(running_on.items()), waiting)
+        keys = self._label_keys.get(s.name)
+        if keys is None:
+            if len(self._label_keys) > 100_000:
+                self._label_keys.clear()
+            keys = self._label_keys[s.name] = (assign_key(self.prefix, s.name),
+                                               gate_key(self.prefix, s.name))
+        ak, gk = keys
+        nodes = []
+        for nid, h in kept.items():
+            n = by_id.get(nid)
+            if n is not None:
+                labels = n.labels
+                nodes.append((nid, h, content[nid], labels.get(ak), labels.get(gk),
+                              gen.get(nid, 0)))
+        return (s.version, tuple(nodes), tuple(old.values()), tuple(running_on.items()),
+                waiting, *more)
 
 
 def plan_placement(
