@@ -166,21 +166,24 @@ def _node(nid: str, host: str, labels: Mapping[str, str] | None = None,
                      cpu_milli=64000, memory_mib=256000)
 
 
-def _svc(name: str, labels: Mapping[str, str], *, replicas: int = 1,
-         gated: bool = True) -> SwarmService:
+def _svc(name: str, labels: Mapping[str, str], *, replicas: int = 1, gated: bool = True,
+         mode: dict[str, Any] | None = None) -> SwarmService:
+    """A service as Swarm returns it: gated (swarmgpu's env line and gate constraint) or
+    plain; ``mode`` replaces replicated ``replicas`` (global, a job)."""
     spec: dict[str, Any] = {
         "Name": name, "Labels": dict(labels),
         "TaskTemplate": {"ContainerSpec": {"Image": "busybox",
                                            "Env": [env_template(P)] if gated else []},
                          "Placement": {"Constraints": [gate_constraint(P, name)]
                                        if gated else []}},
-        "Mode": {"Replicated": {"Replicas": replicas}},
+        "Mode": mode or {"Replicated": {"Replicas": replicas}},
     }
     return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
 
 
-def _held(service: str, nid: str, uuid: str) -> dict[str, str]:
-    return {assign_key(P, service): Holding(service, nid, (uuid,), (1000,)).label_value(),
+def _held(service: str, nid: str, uuid: str, milli: int = 1000) -> dict[str, str]:
+    """The node labels of ``service`` holding ``milli`` of GPU ``uuid``: ledger and gate."""
+    return {assign_key(P, service): Holding(service, nid, (uuid,), (milli,)).label_value(),
             gate_key(P, service): "true"}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from gpu_nodes import DGX_A100, RTX4090
-from test_forged_state import RecordingSwarm, _node
+from test_forged_state import RecordingSwarm, _held, _node, _svc
 from test_rebalance_fragmentation import HALF, WHOLE, plan, two_half_used
 from test_rebalance_policies import U2, node, running, service
 
@@ -23,15 +23,13 @@ from swarmgpu.manager.placement import (
     Holding,
     assign_key,
     devices_key,
-    env_template,
-    gate_constraint,
     gate_key,
 )
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.mover import Mover, MoveState, admit, read_records, record_key
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
 from swarmgpu.manager.sharing import node_of_key, share_labels
-from swarmgpu.swarm.client import SwarmService, SwarmTask, service_from_api
+from swarmgpu.swarm.client import SwarmTask
 
 P = "swarmgpu."
 F4090, FDGX = RTX4090.facts(), DGX_A100.facts()
@@ -41,23 +39,13 @@ RB = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
 
 
 def _holds(service: str, nid: str, uuid: str) -> dict[str, str]:
-    return {assign_key(P, service): Holding(service, nid, (uuid,), (500,)).label_value(),
-            gate_key(P, service): "true"}
+    """Half of GPU ``uuid``: every holding here is a half-GPU share."""
+    return _held(service, nid, uuid, milli=500)
 
 
 def _shares(nid: str, uuid: str) -> dict[str, str]:
     facts = F4090 if nid == "n-4090" else FDGX
     return share_labels(P, nid, [uuid], [500], facts) or {}
-
-
-def _global(name: str, labels: Mapping[str, str]) -> SwarmService:
-    spec: dict[str, Any] = {
-        "Name": name, "Labels": dict(labels),
-        "TaskTemplate": {"ContainerSpec": {"Image": "busybox", "Env": [env_template(P)]},
-                         "Placement": {"Constraints": [gate_constraint(P, name)]}},
-        "Mode": {"Global": {}},
-    }
-    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
 
 
 def _cluster() -> RecordingSwarm:
@@ -67,9 +55,10 @@ def _cluster() -> RecordingSwarm:
              _node("n-dgx", "gpu-node-1", _holds("g", "n-dgx", D1)),
              _node("n-4090", "gpu-node-2", {**_holds("g", "n-4090", U[1]),
                                             **_holds("a", "n-4090", U[0])})]
-    g = _global("g", {**HALF, devices_key(P, "n-4090"): U[1], devices_key(P, "n-dgx"): D1,
-                      **_shares("n-4090", U[1]), **_shares("n-dgx", D1)})
-    a = _global("a", {**HALF, devices_key(P, "n-4090"): U[0], f"{P}rebalance": "never"})
+    g = _svc("g", {**HALF, devices_key(P, "n-4090"): U[1], devices_key(P, "n-dgx"): D1,
+                   **_shares("n-4090", U[1]), **_shares("n-dgx", D1)}, mode={"Global": {}})
+    a = _svc("a", {**HALF, devices_key(P, "n-4090"): U[0], f"{P}rebalance": "never"},
+             mode={"Global": {}})
     tasks = [SwarmTask("t-g-4090", g.id, "n-4090", None, "running", "running",
                        (f"NVIDIA_VISIBLE_DEVICES={U[1]}",)),
              SwarmTask("t-g-dgx", g.id, "n-dgx", None, "running", "running",

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from gpu_nodes import DGX_A100, RTX4090
+from test_forged_state import _node, _svc
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager import placement_step
@@ -26,8 +27,6 @@ from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import (
     assign_key,
     devices_key,
-    env_template,
-    gate_constraint,
     gate_key,
 )
 from swarmgpu.manager.sync import Snapshot
@@ -141,24 +140,6 @@ class TaskSwarm:
         self._tasks[s.id] = self._fresh(s2)
 
 
-def _node(nid: str, labels: Mapping[str, str] | None = None) -> SwarmNode:
-    return SwarmNode(id=nid, hostname=HOSTS[nid], addr="127.0.0.1", role="worker",
-                     state="ready", availability="active", labels=dict(labels or {}),
-                     engine_labels={}, version=1, generic_resources={},
-                     discrete_resources={}, cpu_milli=64000, memory_mib=256000)
-
-
-def _svc(name: str, labels: Mapping[str, str], replicas: int = 1,
-         mode: dict[str, Any] | None = None) -> SwarmService:
-    spec: dict[str, Any] = {
-        "Name": name, "Labels": dict(labels),
-        "TaskTemplate": {"ContainerSpec": {"Image": "busybox", "Env": [env_template(P)]},
-                         "Placement": {"Constraints": [gate_constraint(P, name)]}},
-        "Mode": mode or {"Replicated": {"Replicas": replicas}},
-    }
-    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
-
-
 def _daemon(sw: TaskSwarm, tmp: Path, *, dry_run: bool = False) -> Daemon:
     cfg = Config(dry_run=dry_run, state_dir=str(tmp),
                  sync=SyncConfig(watch_events=False),
@@ -180,7 +161,8 @@ def _cycle(d: Daemon, sw: TaskSwarm) -> None:
 
 def _cluster(lag: int = 0) -> TaskSwarm:
     # A user's own labels on both nodes: never removed or overwritten.
-    nodes = [_node("n-dgx", {"team": "ml"}), _node("n-4090", {"team": "cv"})]
+    nodes = [_node("n-dgx", HOSTS["n-dgx"], {"team": "ml"}),
+             _node("n-4090", HOSTS["n-4090"], {"team": "cv"})]
     return TaskSwarm(nodes, [_svc("train", {f"{P}gpus": "1", "owner": "me"})], lag=lag)
 
 
@@ -269,7 +251,7 @@ def test_a_job_keeps_the_next_cycle_path(tmp_path: Path) -> None:
     show a waiting one, so its gate is never opened by that list."""
     job = _svc("batch", {f"{P}gpus": "1"},
                mode={"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 1}})
-    sw = TaskSwarm([_node("n-dgx"), _node("n-4090")], [job])
+    sw = TaskSwarm([_node(nid, host) for nid, host in HOSTS.items()], [job])
     sw._tasks[job.id] = [SwarmTask("t-job", job.id, "", 1, "pending", "complete", job.env)]
     d = _daemon(sw, tmp_path)
     _cycle(d, sw)
