@@ -26,10 +26,11 @@ from swarmgpu.manager.agent_client import FactsResult
 from swarmgpu.manager.gpuhealth import HealthBook, level_of
 from swarmgpu.manager.placement import MOVE_STATE, Planner, env_template, gate_constraint
 from swarmgpu.manager.placement_step import new_planner
+from swarmgpu.manager.rebalance.budget import HOUR_S
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.moves import HealthInputs, Proposal, Trigger
 from swarmgpu.manager.rebalance.planner import plan_moves
-from swarmgpu.manager.rebalance.policies.health import HOUR_S, HealthBudget
+from swarmgpu.manager.rebalance.policies.health import HealthBudget
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
@@ -183,14 +184,64 @@ def test_budget_moves_one_and_says_why_the_other_waits() -> None:
 
 def test_budget_per_hour_and_per_cycle() -> None:
     b = HealthBudget(per_hour=2)
-    assert b.left(0.0, 5) == (2, "")
-    b.spend(0.0)
-    b.spend(10.0)
-    left, why = b.left(20.0, 5)
-    assert left == 0 and "2 health move(s) per hour" in why
-    assert b.left(HOUR_S + 11.0, 5) == (2, "")  # the hour rolls
-    assert b.left(HOUR_S + 11.0, 1) == (1, "")
-    assert b.left(0.0, 0)[0] == 0
+    assert b.left(0.0, 5, []) == (2, "")
+    left, why = b.left(20.0, 5, [0.0, 10.0])
+    assert left == 0 and "2 health move(s) per hour (2 in the last hour)" in why
+    assert b.left(HOUR_S + 11.0, 5, [0.0, 10.0]) == (2, "")  # the hour rolls
+    assert b.left(HOUR_S + 11.0, 1, [0.0, 10.0]) == (1, "")
+    assert b.left(0.0, 0, [])[0] == 0
+
+
+def test_a_new_daemon_sees_the_hours_spent_health_budget_in_swarm(tmp_path: Path) -> None:
+    """The hour's health moves and releases are counted from the swarm object (records in
+    flight, the list of ended ones and of releases), so a restarted daemon or a new
+    leader over the same swarm cannot start a fresh hour; the list stays bounded."""
+    from test_forged_state import RecordingSwarm, _cluster, _move_victim
+
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.rebalance.moves import Outcome, Release
+    from swarmgpu.manager.rebalance.record import HEALTH_KEEP, HEALTH_SPENT
+    from swarmgpu.manager.rebalance.step import Rebalancer
+    from swarmgpu.manager.sync import Snapshot
+
+    sw: RecordingSwarm = _cluster({})
+    cfg = Config(state_dir=str(tmp_path), health=HealthConfig(evacuations_per_hour=2))
+    clock = [1000.0]
+
+    def daemon() -> tuple[Daemon, Rebalancer]:
+        d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+        rb = Rebalancer(d)
+        rb.health_mover.clock = rb.health_mover.repin.clock = lambda: clock[0]
+        return d, rb
+
+    def left(d: Daemon, rb: Rebalancer) -> tuple[int, str]:
+        h = rb.health_inputs(d, Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                                         taken_at=clock[0]))
+        return h.left, h.left_why
+
+    d, rb = daemon()
+    assert left(d, rb) == (2, "")
+    move = replace(_move_victim(), trigger=Trigger.HEALTH, window_s=None, reason="health: x")
+    rb.health_mover.run_cycle([move], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in rb.health_mover.recent] == [Outcome.STARTED]
+    rb._release(Release("third", "n-4090", "gpu-node-2", "health: y"), clock[0])
+    d2, rb2 = daemon()  # a restart, or a new leader: the same swarm labels
+    n, why = left(d2, rb2)
+    assert n == 0 and "(2 in the last hour)" in why
+    # the move ends (its record goes): its start stays counted in the list
+    sw.run_task(SwarmTask("t-victim-2", "id-victim", "n-4090", 2, "running", "running", ()))
+    for _ in range(3):
+        rb2.health_mover.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+        sw.stop_tasks("id-victim", "n-dgx")
+    assert Outcome.DONE in [r.outcome for r in rb2.health_mover.recent]
+    assert not any(k.startswith(f"{P}state.moves.") for k in sw.swarm_labels())
+    assert left(*daemon())[0] == 0
+    clock[0] += HOUR_S + 1  # the hour rolls: the budget is back
+    assert left(*daemon()) == (2, "")
+    # bounded: the list keeps only the last hour's, at most HEALTH_KEEP entries
+    for _ in range(HEALTH_KEEP + 5):
+        rb2._release(Release("third", "n-4090", "gpu-node-2", "health: y"), clock[0])
+    assert len(sw.swarm_labels()[P + HEALTH_SPENT].split(",")) == HEALTH_KEEP
 
 
 def test_a_holder_with_a_move_under_way_is_not_proposed_again() -> None:

@@ -30,8 +30,14 @@ FINISHED_KEEP = 64  # more than any sane per-hour budget; bounds the label
 
 def finished_times(labels: Mapping[str, str], prefix: str) -> list[float]:
     """The mover's list of recent finish times (unreadable entries dropped)."""
+    return times_in(labels, prefix + FINISHED, FINISHED_KEEP)
+
+
+def times_in(labels: Mapping[str, str], key: str, keep: int) -> list[float]:
+    """A swarm-object list of epoch seconds (comma-separated), its last ``keep`` entries;
+    unreadable entries dropped (a label is anyone's text)."""
     out = []
-    for part in labels.get(prefix + FINISHED, "").split(",")[-FINISHED_KEEP:]:
+    for part in labels.get(key, "").split(",")[-keep:]:
         try:
             t = float(part)
         except ValueError:
@@ -41,10 +47,15 @@ def finished_times(labels: Mapping[str, str], prefix: str) -> list[float]:
     return out
 
 
+def with_time(times: Iterable[float], at: float, now: float, keep: int) -> str:
+    """The list with ``at`` added, only the last hour's (by ``now``), at most ``keep``."""
+    kept = [t for t in times if now - t < HOUR_S] + [at]
+    return ",".join(f"{t:.0f}" for t in kept[-keep:])
+
+
 def with_finished(times: Iterable[float], now: float) -> str:
     """The list with ``now`` added, only the last hour's, at most FINISHED_KEEP."""
-    keep = [t for t in times if now - t < HOUR_S] + [now]
-    return ",".join(f"{t:.0f}" for t in keep[-FINISHED_KEEP:])
+    return with_time(times, now, now, FINISHED_KEEP)
 
 
 @dataclass

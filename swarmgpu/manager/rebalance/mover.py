@@ -334,10 +334,9 @@ class Mover:
     def _put_record(self, sid: str, st: MoveState) -> bool:
         return put_record(self.writes, self.prefix, sid, st)
 
-    def _drop_record(self, sid: str, finished: bool = False) -> bool:
-        """Remove a move's record; ``finished``: the move ended (done or rolled back), so
-        its time joins the list the fragmentation budget counts after a restart."""
-        return drop_record(self.writes, self.prefix, sid, self.clock(), finished)
+    def _drop_record(self, sid: str, finished: bool = False, started: bool = True) -> bool:
+        """Remove a move's record (``record.drop_record``)."""
+        return drop_record(self.writes, self.prefix, sid, self.clock(), finished, started)
 
     def _repair(self, s: SwarmService) -> None:
         """Remove a move label the daemon did not write from its own service's spec
@@ -480,7 +479,7 @@ class Mover:
         try:
             self._write_spec(fresh.id, step1)
         except SwarmError:
-            self._drop_record(fresh.id)  # nothing else was written
+            self._drop_record(fresh.id, started=False)  # nothing else was written
             raise
         self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.STARTED,
                      f"GPUs {','.join(m.target_uuids)}"

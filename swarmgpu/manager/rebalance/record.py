@@ -17,9 +17,22 @@ from loguru import logger
 
 from swarmgpu.manager.actuator import Writes
 from swarmgpu.manager.placement import Holding
-from swarmgpu.manager.rebalance.budget import FINISHED, finished_times, with_finished
+from swarmgpu.manager.rebalance.budget import (
+    FINISHED,
+    HOUR_S,
+    finished_times,
+    times_in,
+    with_finished,
+    with_time,
+)
 
 RECORD = "state.moves."  # swarm-object label: <p>state.moves.<service id> = MoveState JSON
+# swarm-object label: start times (epoch s) of the last hour's health moves that ended and
+# of its releases to placement; with the health records in flight, the hour's spent
+# health budget, whichever daemon leads (``health_spent``).
+HEALTH_SPENT = "state.health-spent"
+HEALTH_KEEP = 256  # bounds the label (~3 KB); an hourly budget above it counts up to it
+HEALTH = "health"  # the trigger of a health move (moves.Trigger.HEALTH)
 MAX_LABEL_CHARS = 8192  # a move label or record longer than any the mover writes is not read
 
 
@@ -134,9 +147,11 @@ def put_record(writes: Writes, prefix: str, sid: str, st: MoveState) -> bool:
 
 
 def drop_record(writes: Writes, prefix: str, sid: str, now: float,
-                finished: bool = False) -> bool:
+                finished: bool = False, started: bool = True) -> bool:
     """Remove a move's record; ``finished``: the move ended (done or rolled back), so its
-    time joins the list the fragmentation budget counts after a restart."""
+    time joins the list the fragmentation budget counts after a restart. A health move's
+    start time joins the health list in the same write (its budget stays spent) unless
+    ``started`` is False (nothing was written but the record)."""
     key, done = record_key(prefix, sid), prefix + FINISHED
 
     def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
@@ -145,6 +160,30 @@ def drop_record(writes: Writes, prefix: str, sid: str, now: float,
         new = {k: v for k, v in cur.items() if k != key}
         if finished:
             new[done] = with_finished(finished_times(cur, prefix), now)
+        st = MoveState.parse(cur[key])
+        if started and st is not None and st.trigger == HEALTH:
+            new[prefix + HEALTH_SPENT] = _with_health(cur, prefix, st.started_at, now)
         return new
 
     return writes.swarm_labels(compute)
+
+
+def _with_health(cur: Mapping[str, str], prefix: str, at: float, now: float) -> str:
+    return with_time(times_in(cur, prefix + HEALTH_SPENT, HEALTH_KEEP), at, now, HEALTH_KEEP)
+
+
+def spend_health(writes: Writes, prefix: str, now: float) -> bool:
+    """Note a health release to placement (no record of its own) in the health list."""
+    return writes.swarm_labels(lambda cur: {**cur, prefix + HEALTH_SPENT:
+                                            _with_health(cur, prefix, now, now)})
+
+
+def health_spent(labels: Mapping[str, str], prefix: str, now: float) -> list[float]:
+    """Start times of the health moves and releases of the last hour, from Swarm: the
+    health records in flight and the list of those that ended. A restarted daemon or a
+    new leader reads the same, so it cannot spend an hour's health budget twice."""
+    head = prefix + RECORD
+    flying = [st.started_at for k, v in labels.items() if k.startswith(head)
+              if (st := MoveState.parse(v)) is not None and st.trigger == HEALTH]
+    return [t for t in [*times_in(labels, prefix + HEALTH_SPENT, HEALTH_KEEP), *flying]
+            if now - t < HOUR_S]

@@ -174,7 +174,8 @@ class Repin:
         try:
             self._point_spec(fresh.id, st, st)
         except SwarmError:
-            drop_record(self.writes, p, fresh.id, self.clock())  # nothing else was written
+            # nothing else was written
+            drop_record(self.writes, p, fresh.id, self.clock(), started=False)
             raise
         self.say(st, Outcome.STARTED, f"GPUs {','.join(st.source_uuids)} -> "
                                       f"{','.join(st.target_uuids)} on {st.source_host}")

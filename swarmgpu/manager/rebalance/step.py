@@ -4,7 +4,8 @@ when its engine leads). Scrape -> windows -> plan_moves -> mover.
 Health moves (``policies.health``) go through a mover of their own: it acts even in
 rebalance dry-run (a failed GPU's holders are already broken; only the top-level dry_run
 stops it), within ``health.evacuations_per_cycle`` (moves in flight count) and
-``health.evacuations_per_hour`` (``HealthBudget``), never with a cooldown. While the
+``health.evacuations_per_hour`` (``HealthBudget``, counted from the swarm object's
+labels: ``record.health_spent``), never with a cooldown. While the
 policy is on, placement keeps a holding on a failed GPU for it (``keep_failed_holdings``)
 unless the policy released it to placement (best healthy GPU on the same node).
 
@@ -32,7 +33,6 @@ from swarmgpu.manager.rebalance.moves import (
     HealthInputs,
     Move,
     MoveRecord,
-    Outcome,
     Proposal,
     Release,
     Trigger,
@@ -41,9 +41,11 @@ from swarmgpu.manager.rebalance.moves import (
 )
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.policies.health import HealthBudget
+from swarmgpu.manager.rebalance.record import health_spent, spend_health
 from swarmgpu.manager.rebalance.scrape import for_moves, scrape_all
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.manager.sync import Snapshot, is_gpu_node
+from swarmgpu.swarm.client import SwarmError
 from swarmgpu.swarm.identity import scrape_auth
 
 ROUTE = "/api/rebalance"
@@ -69,6 +71,7 @@ class Rebalancer:
             prefix=self.prefix, dry_run=cfg.dry_run, metrics=daemon.metrics,
             scope=lambda st: st.trigger == Trigger.HEALTH, judge_labels=False)
         self.health_budget = HealthBudget(cfg.health.evacuations_per_hour)
+        self.swarm = daemon.swarm
         self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement
         self._last_seen: MoveRecord | None = None  # the health mover's last record counted
         self._said: set[str] = set()  # health notes logged while they last
@@ -85,7 +88,12 @@ class Rebalancer:
         return (service, node_id) not in self.released
 
     def health_inputs(self, d: CycleHost, snap: Snapshot) -> HealthInputs:
-        left, why = self.health_budget.left(snap.taken_at, self.health.evacuations_per_cycle)
+        try:
+            spent = health_spent(self.swarm.swarm_labels(), self.prefix, snap.taken_at)
+            left, why = self.health_budget.left(snap.taken_at,
+                                                self.health.evacuations_per_cycle, spent)
+        except SwarmError as exc:  # an unknown spend is no budget: nothing starts
+            left, why = 0, f"cannot read the health budget from the swarm object: {exc}"
         lost: dict[str, float] = {}
         for n in snap.nodes:
             res = snap.facts.get(n.id)
@@ -171,10 +179,8 @@ class Rebalancer:
                     r.host, r.reason)
         self._said = said
         self.health_mover.run_cycle(moves, snap.nodes, snap.services, snap.tasks)
-        for rec in self._new_records():
+        for rec in self._new_records():  # (a start is spent by its record: health_spent)
             self.evacuations.labels(outcome=str(rec.outcome)).inc()
-            if rec.outcome is Outcome.STARTED:
-                self.health_budget.spend(rec.at)
 
     def _new_records(self) -> list[MoveRecord]:
         """The health mover's records made since the last look (after the last one seen;
@@ -189,8 +195,14 @@ class Rebalancer:
         return recent[start:]
 
     def _release(self, r: Release, now: float) -> None:
+        try:  # spent in Swarm first: a new leader must count it
+            spend_health(self.health_mover.writes, self.prefix, now)
+        except SwarmError as exc:
+            logger.bind(service=r.service).error(
+                "health: {} on {} not re-placed now, the budget write failed: {}",
+                r.service, r.host, exc)
+            return
         self.released.add((r.service, r.node_id))
-        self.health_budget.spend(now)
         self.evacuations.labels(outcome="re-placed").inc()
         logger.bind(service=r.service).warning(
             "health: {} on {} is re-placed by placement: {}", r.service, r.host, r.reason)

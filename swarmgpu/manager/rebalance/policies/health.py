@@ -23,6 +23,7 @@ reported; with ``rebalance.health_drain_node`` every GPU holder on it moves off 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -30,35 +31,32 @@ from swarmgpu.allocator.core import Choice, NodeState
 from swarmgpu.core.health import Level
 from swarmgpu.manager.gpuhealth import FAILING_NODE_GPUS, level_of
 from swarmgpu.manager.placement import MOVE_STATE, demand_of
+from swarmgpu.manager.rebalance.budget import HOUR_S
 from swarmgpu.manager.rebalance.context import Context, _constraints_allow, why_not_movable
 from swarmgpu.manager.rebalance.moves import HealthInputs, Release, Trigger
 from swarmgpu.manager.rebalance.windows import State
 
-HOUR_S = 3600.0
 
-
-@dataclass
+@dataclass(frozen=True)
 class HealthBudget:
     """Health moves and re-placements started per rolling hour (``health.
-    evacuations_per_hour``), and at most ``per_cycle`` at once. Kept by the daemon in
-    memory: a restarted daemon starts a fresh hour."""
+    evacuations_per_hour``), and at most ``per_cycle`` at once. Counted from what Swarm
+    holds (``record.health_spent``: the health records in flight and the list of those
+    that ended or were released), never from daemon memory: a restart or a new leader
+    sees the hour's spent budget, so a node flapping across leader changes cannot storm."""
 
     per_hour: int
-    started: list[float] = field(default_factory=list)
 
-    def left(self, now: float, per_cycle: int) -> tuple[int, str]:
-        """How many may start now, and why none may when it is 0."""
-        self.started = [t for t in self.started if now - t < HOUR_S]
-        by_hour = self.per_hour - len(self.started)
+    def left(self, now: float, per_cycle: int, spent: Sequence[float]) -> tuple[int, str]:
+        """How many may start now, given the start times ``spent``; why none when 0."""
+        used = sum(1 for t in spent if now - t < HOUR_S)
+        by_hour = self.per_hour - used
         if per_cycle <= 0:
             return 0, "health.evacuations_per_cycle is 0"
         if by_hour <= 0:
             return 0, (f"budget: {self.per_hour} health move(s) per hour "
-                       f"({len(self.started)} in the last hour)")
+                       f"({used} in the last hour)")
         return min(by_hour, per_cycle), ""
-
-    def spend(self, at: float) -> None:
-        self.started.append(at)
 
 
 @dataclass
