@@ -6,6 +6,7 @@ generic resources that the agents report) and by the tests that start agents.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -177,6 +178,18 @@ def stop(proc: Any) -> None:
         proc.wait(10)
     except Exception:
         proc.kill()
+
+
+@contextlib.contextmanager
+def running_daemon(swarm: SwarmCluster, tmp: Path, log: Path, **cfg: Any) -> Iterator[Path]:
+    """A module's daemon: its config (``cfg_file(tmp, swarm, **cfg)``, yielded) and the
+    daemon running on it (``start_daemon``, output in ``log``) until the block ends."""
+    path = cfg_file(tmp, swarm, **cfg)
+    proc = start_daemon(swarm, path, log)
+    try:
+        yield path
+    finally:
+        stop(proc)
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, RTX4090, agents, cfg_file, run_cli, start_daemon, stop
+from gpu_nodes import LOGS, RTX4090, agents, run_cli, running_daemon
 from swarm_harness import SwarmCluster
 from test_jobs_swarm import gpu_create
 from test_placement_swarm import container_env, wait_running
+from test_preemption_swarm import PREEMPTING
 
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name
@@ -35,12 +36,8 @@ RTX = "*RTX 4090*"
 def daemon(swarm: SwarmCluster, agents: dict[str, Any],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("jobpreempt")
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2},
-                   preemption={"dry_run": False, "settle_s": 10},
-                   rebalance={"dry_run": False, "policies": ""})
-    proc = start_daemon(swarm, cfg, LOGS / "job-preempt-daemon.log")
-    yield {"cfg": cfg, "tmp": tmp}
-    stop(proc)
+    with running_daemon(swarm, tmp, LOGS / "job-preempt-daemon.log", **PREEMPTING) as cfg:
+        yield {"cfg": cfg, "tmp": tmp}
 
 
 def job_tasks(swarm: SwarmCluster) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import GPU_NODES, LOGS, RTX4090, agents, cfg_file, run_cli, start_daemon, stop
+from gpu_nodes import GPU_NODES, LOGS, RTX4090, agents, run_cli, running_daemon
 from swarm_harness import SwarmCluster
 from test_placement_swarm import wait_running
 
@@ -26,10 +26,8 @@ JOB = "embed"
 def daemon(swarm: SwarmCluster, agents: dict[str, Any],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("jobs")
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
-    proc = start_daemon(swarm, cfg, LOGS / "jobs-daemon.log")
-    yield {"cfg": cfg}
-    stop(proc)
+    with running_daemon(swarm, tmp, LOGS / "jobs-daemon.log", sync={"interval_s": 2}) as cfg:
+        yield {"cfg": cfg}
 
 
 def gpu_create(swarm: SwarmCluster, name: str, *args: str) -> None:

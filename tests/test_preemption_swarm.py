@@ -15,26 +15,26 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, RTX4090, agents, cfg_file, run_cli, start_daemon, stop
+from gpu_nodes import LOGS, RTX4090, agents, run_cli, running_daemon
 from swarm_harness import SwarmCluster
 from test_placement_swarm import deploy, plan, tasks_running, wait_running
 
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name
 P = "swarmgpu."
+# The daemon's config here and in test_job_preempt_swarm: preemption on, moves on
+# (through the rebalancer's mover), but no rebalancing policy of its own.
+PREEMPTING: dict[str, Any] = {"sync": {"interval_s": 2},
+                              "preemption": {"dry_run": False, "settle_s": 10},
+                              "rebalance": {"dry_run": False, "policies": ""}}
 
 
 @pytest.fixture(scope="module")
 def daemon(swarm: SwarmCluster, agents: dict[str, Any],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("preempt")
-    # Moves on (through the rebalancer's mover), but no rebalancing policy of its own.
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2},
-                   preemption={"dry_run": False, "settle_s": 10},
-                   rebalance={"dry_run": False, "policies": ""})
-    proc = start_daemon(swarm, cfg, LOGS / "preemption-daemon.log")
-    yield {"cfg": cfg, "tmp": tmp}
-    stop(proc)
+    with running_daemon(swarm, tmp, LOGS / "preemption-daemon.log", **PREEMPTING) as cfg:
+        yield {"cfg": cfg, "tmp": tmp}
 
 
 def test_high_priority_preempts_batch_and_batch_comes_back(
