@@ -400,3 +400,77 @@ def test_a_move_between_nodes_ends_when_one_of_its_nodes_leaves(gone: str) -> No
     assert P + MOVE_STATE not in a.labels and devices_key(P, gone) not in a.labels
     kept = "n-4090" if gone == "n-dgx" else "n-dgx"
     assert sw.node(kept).labels[gate_key(P, "a")] == "true"
+
+
+# --- a health move is never rolled back onto its failed GPU ------------------------------
+
+
+def test_a_health_repin_past_its_timeout_stays_on_the_healthy_gpu() -> None:
+    """Its old GPU failed: a roll-back would restore a broken holder that the policy
+    proposes again at once. Past the timeout it ends on the new GPU (gate open there,
+    ledger naming it), outcome failed, and Swarm runs the new task when it can."""
+    sw, now = _cluster(), [1000.0]
+    move = dataclasses.replace(_repin_move(), trigger=Trigger.HEALTH, reason="health: x")
+    _cycle(sw, now, [move])
+    for _ in range(3):  # the new task does not get to run (slow start, say)
+        swarm_acts(sw, new_state="starting")
+        _cycle(sw, now)
+    now[0] += RB.move_timeout_s + 1
+    outcomes = []
+    for _ in range(3):
+        outcomes += [r.outcome for r in _cycle(sw, now).recent]
+        swarm_acts(sw, new_state="starting")
+    assert outcomes == [Outcome.FAILED]
+    n = sw.node("n-4090").labels
+    assert n[assign_key(P, "g")] == f"{U[0]}@500" and n[gate_key(P, "g")] == "true"
+    g = sw.service("id-g")
+    assert g.labels[devices_key(P, "n-4090")] == U[0] and P + MOVE_STATE not in g.labels
+    (t,) = _running_on(sw, "n-4090")
+    assert t.env == (f"NVIDIA_VISIBLE_DEVICES={U[0]}",)  # never back on the failed GPU
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert sw.swarm_labels()[f"{P}state.health-spent"] == "1000"  # its start stays spent
+
+
+def test_a_health_repin_past_its_timeout_waits_for_swarm_to_stop_the_old_task() -> None:
+    """Before the gate reopens on the new GPU, the steps carry on (no roll-back): the
+    closed gate is Swarm's to act on."""
+    sw, now = _cluster(), [1000.0]
+    move = dataclasses.replace(_repin_move(), trigger=Trigger.HEALTH, reason="health: x")
+    _cycle(sw, now, [move])
+    now[0] += RB.move_timeout_s + 1
+    assert [r.outcome for r in _cycle(sw, now).recent] == []
+    assert gate_key(P, "g") not in sw.node("n-4090").labels
+    assert read_records(sw.swarm_labels(), P)["id-g"].direction == "forward"
+    swarm_acts(sw)  # the enforcer stops the old task; the daemon reopens the gate
+    _cycle(sw, now)
+    swarm_acts(sw)  # the new task runs on the healthy GPU
+    assert [r.outcome for r in _cycle(sw, now).recent] == [Outcome.DONE]
+
+
+def test_a_health_move_between_nodes_past_its_timeout_ends_on_the_target() -> None:
+    """Make-before-break: the target's task never ran within the timeout. Not rolled
+    back onto the failed source GPU: the source closes (Swarm's enforcer stops the broken
+    task), the spec is restored, and the target keeps its holding and open gate."""
+    from test_forged_state import _cluster as _two_nodes
+    from test_forged_state import _move_victim
+
+    sw, now = _two_nodes({}), [1000.0]
+    move = dataclasses.replace(_move_victim(), trigger=Trigger.HEALTH, window_s=None,
+                               reason="health: x")
+    m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([move], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+    assert sw.service("id-victim").replicas == 2  # the surge
+    now[0] += RB.move_timeout_s + 1
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED, Outcome.FAILED]
+    assert "not rolled back" in m.recent[-1].detail
+    assert gate_key(P, "victim") not in sw.node("n-dgx").labels
+    assert assign_key(P, "victim") not in sw.node("n-dgx").labels
+    tgt = sw.node("n-4090").labels
+    assert tgt[gate_key(P, "victim")] == "true"
+    assert tgt[assign_key(P, "victim")] == move.target_uuids[0]
+    v = sw.service("id-victim")
+    assert v.replicas == 1 and P + MOVE_STATE not in v.labels
+    assert devices_key(P, "n-dgx") not in v.labels
+    assert read_records(sw.swarm_labels(), P) == {}

@@ -35,7 +35,9 @@ mechanisms (gate node label, ledger node label, per-node device service label):
 
 Progress is read back from Swarm each cycle (gates, tasks), so a daemon killed at any
 point, or a new leader, finishes the move, or rolls it back once ``move_timeout_s``
-has passed without B's task running: A reopened, B closed, the spec restored. No step
+has passed without B's task running: A reopened, B closed, the spec restored. A health
+move is never rolled back onto its failed GPU: past the timeout it ends on B (A closed,
+the spec restored) and Swarm runs B's task when it can. No step
 leaves more than replicas + 1 tasks, and A's task stops only after B is open. A record
 whose service lost its move label (a stack re-deploy rewrites the labels) is finished
 when A's gate is already closed, else rolled back.
@@ -70,6 +72,13 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, MoveRecord, Outcome, Trigger
+from swarmgpu.manager.rebalance.record import (
+    HEALTH,
+    drop_record,
+    put_record,
+    spec_edit,
+    spec_labels,
+)
 from swarmgpu.manager.rebalance.record import (  # the record: re-exported for callers
     MAX_LABEL_CHARS as MAX_LABEL_CHARS,
 )
@@ -80,18 +89,12 @@ from swarmgpu.manager.rebalance.record import (
     MoveState as MoveState,
 )
 from swarmgpu.manager.rebalance.record import (
-    drop_record,
-    put_record,
-    spec_edit,
-    spec_labels,
-)
-from swarmgpu.manager.rebalance.record import (
     read_records as read_records,
 )
 from swarmgpu.manager.rebalance.record import (
     record_key as record_key,
 )
-from swarmgpu.manager.rebalance.repin import Repin
+from swarmgpu.manager.rebalance.repin import Repin, kept_on_healthy
 from swarmgpu.manager.requests import GpuRequest, parse_all
 from swarmgpu.manager.sharing import node_of_key
 from swarmgpu.manager.sync import Snapshot
@@ -583,7 +586,23 @@ class Mover:
         src_open = src.labels.get(gate_key(p, st.service)) == "true"
         dst_open = dst.labels.get(gate_key(p, st.service)) == "true"
         late = self.clock() - st.started_at > self.cfg.move_timeout_s
-        if st.direction == "forward" and late and st.target not in running_on:
+        if (st.direction == "forward" and late and st.target not in running_on
+                and st.trigger == HEALTH):
+            # A health move is not rolled back: its source GPU failed, so a roll-back
+            # restores a broken holder that the policy proposes again at once (a restart
+            # every move_timeout_s). Its target is healthy and was verified free; Swarm
+            # keeps the task there (pending on an image or resources, or under its
+            # restart policy) and runs it when it can, as for any placement. So it ends
+            # on the target: the source closed (the enforcer stops the broken task) and
+            # the spec restored. Before the target's gate is open, the steps carry on.
+            if dst_open:
+                if src_open:
+                    self._close(st.source, st.service)
+                self._finish(sid, st, st.source)
+                self._record(st.service, st.source_host, st.target_host, st.reason,
+                             Outcome.FAILED, kept_on_healthy(st, self.cfg.move_timeout_s))
+                return
+        elif st.direction == "forward" and late and st.target not in running_on:
             back = replace(st, direction="back")
             self._put_record(sid, back)  # the record first: it is the authority
             self._write_spec(sid, lambda spec: _labels(spec).__setitem__(

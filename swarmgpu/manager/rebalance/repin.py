@@ -32,9 +32,11 @@ Progress is read back from Swarm each cycle (the node's ledger and gate, the tas
 node), so a restarted daemon or a new leader carries on. A move whose new task does not
 run within ``move_timeout_s`` is rolled back: the same steps with the GPU sets swapped
 (``direction: back``); a roll-back that times out too is left to placement (gate open,
-ledger as it is, move label gone). A record whose service lost its move label (a stack
-re-deploy) is dropped and placement takes the service back from the ledger. A move label
-without a record is never acted on (``mover.verify``).
+ledger as it is, move label gone). A health repin is never rolled back (its source GPU
+failed): past the timeout it ends on the new GPUs once their gate is open. A record whose
+service lost its move label (a stack re-deploy) is dropped and placement takes the
+service back from the ledger. A move label without a record is never acted on
+(``mover.verify``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
+    HEALTH,
     MoveState,
     drop_record,
     put_record,
@@ -108,6 +111,13 @@ def _node_share(labels: Mapping[str, str], prefix: str, node_id: str
                 ) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in labels.items()
                         if node_of_key(k, prefix) == node_id))
+
+
+def kept_on_healthy(st: MoveState, timeout_s: float) -> str:
+    """The outcome's detail of a health move that ends on its target past its timeout."""
+    return (f"its task on {st.target_host} ({','.join(st.target_uuids)}) is not running "
+            f"within {timeout_s:g}s; kept there, not rolled back onto the failed GPU(s); "
+            "Swarm runs it when it can")
 
 
 def swapped(st: MoveState, now: float) -> MoveState:
@@ -253,7 +263,19 @@ class Repin:
                                        f"{'gone' if held is None else 'another GPU set'}")
             return
         done = at_target and gate_open and runs
-        if not done and self.clock() - st.started_at > self.cfg.move_timeout_s:
+        late = not done and self.clock() - st.started_at > self.cfg.move_timeout_s
+        if late and st.trigger == HEALTH:
+            # Never rolled back: that would restore its holding on the failed GPU, which
+            # the policy proposes again at once (a restart loop). Once the gate is open on
+            # the healthy GPUs, Swarm has a task with the new devices and keeps it (a slow
+            # start, an image, its restart policy), as for any placement: the repin ends
+            # there. Before that the steps carry on (the closed gate is Swarm's to act on:
+            # its constraint enforcer stops the old task).
+            if at_target and gate_open:
+                self._finish(sid, st)
+                self.say(st, Outcome.FAILED, kept_on_healthy(st, self.cfg.move_timeout_s))
+                return
+        elif late:
             if st.direction == "back":
                 self._leave(sid, st, held, f"the roll-back's task did not run within "
                                            f"{self.cfg.move_timeout_s:g}s")
