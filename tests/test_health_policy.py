@@ -261,6 +261,18 @@ def test_no_healthy_room_leaves_it_and_says_so() -> None:
     assert any("no healthy GPU free" in n for n in p.notes)
 
 
+def test_a_holder_whose_request_no_longer_parses_is_told_why_not_no_gpu_free() -> None:
+    """Its request label was edited into something unreadable: the note names the label,
+    the error and the fix, never "no healthy GPU free"."""
+    nodes, svcs, tasks = setup({"a": [U2[0]]}, svc_labels={"a": {f"{P}gpus": "lots"}})
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))
+    assert not p.moves and not p.releases
+    (note,) = [n for n in p.notes if n.startswith("a on gpu-node-2")]
+    assert f"its GPU request cannot be read: {P}gpus='lots'" in note
+    assert f"--label-add {P}gpus=<value> a" in note and "no healthy GPU" not in note
+    assert "Xid 79" in note  # the health reason still said
+
+
 def test_failing_node_is_reported_and_drained_only_when_configured() -> None:
     """gpu-node-2 with two failed GPUs fails as a whole: 'c' on a healthy GPU of it stays
     unless rebalance.health_drain_node; the holders of the failed GPUs leave anyway."""

@@ -35,6 +35,8 @@ from swarmgpu.manager.rebalance.budget import HOUR_S
 from swarmgpu.manager.rebalance.context import Context, _constraints_allow, why_not_movable
 from swarmgpu.manager.rebalance.moves import HealthInputs, Release, Trigger
 from swarmgpu.manager.rebalance.windows import State
+from swarmgpu.manager.requests import RequestError, parse_all
+from swarmgpu.swarm.client import SwarmService
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,17 @@ def failing_nodes(ctx: Context, h: HealthInputs, per_node: dict[str, int]) -> di
         if gone >= h.lost_grace_s and nid not in out:
             out[nid] = f"its agent has not answered for {gone:.0f}s"
     return out
+
+
+def request_problem(s: SwarmService, prefix: str) -> str:
+    """Why a holder has no GPU request to place it by: its label's error and the fix."""
+    got = parse_all(s.labels, prefix=prefix)
+    if isinstance(got, RequestError):
+        return (f"its GPU request cannot be read: {got}; fix the service's label {got.key} "
+                f"(docker service update --label-add {got.key}=<value> {s.name}, or its "
+                "stack's deploy.labels) and the health policy moves it")
+    return (f"it no longer carries a GPU request ({prefix}gpus, ... labels gone); "
+            "placement releases its holding")
 
 
 def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
@@ -161,6 +174,10 @@ def evacuate(ctx: Context, h: HealthInputs) -> HealthResult:
                 continue
             if prefix + MOVE_STATE in s.labels:
                 ctx.notes.append(f"{svc} on {host}: a move is under way ({reason})")
+                continue
+            if svc not in ctx.requests:  # never "no GPU free": the request is the why
+                ctx.notes.append(f"{svc} on {host} stays: {request_problem(s, prefix)} "
+                                 f"({reason})")
                 continue
             if left <= 0:
                 ctx.notes.append(f"{svc} on {host} waits for the health budget: "
