@@ -29,6 +29,19 @@ class TaskShape:
     num_gpu: int
     products: tuple[str, ...] = ()  # acceptable GPU products (globs); empty = any
 
+    def __hash__(self) -> int:
+        # Kept on the instance: the workload model decays every shape's weight on each
+        # new service (a dataclass hash re-hashes every field on every lookup).
+        got: int | None = self.__dict__.get("_hash")
+        if got is None:
+            got = self.__dict__["_hash"] = hash(
+                (self.cpu_milli, self.gpu_milli, self.num_gpu, self.products))
+        return got
+
+    def __getstate__(self) -> dict[str, object]:
+        # Without the kept hash: another process hashes strings with another seed.
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
 
 @dataclass(frozen=True)
 class TypicalTask:

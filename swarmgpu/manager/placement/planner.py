@@ -75,6 +75,8 @@ class Planner:
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
         self._label_keys: dict[str, tuple[str, str]] = {}  # service name -> its ledger, gate keys
+        # node id -> (spec version, its gate labels with the service each names)
+        self._gates_cache: dict[str, tuple[int, list[tuple[str, str]]]] = {}
 
     def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
         """(service name, node id) -> keep its holding on a failed GPU (the health
@@ -89,9 +91,9 @@ class Planner:
         policy's CPU reserve weighs them (``cpu_reserve_per_gpu_milli``). ``forget``:
         ``parsed`` and ``cpu_only`` are every live service (a full cycle), so the marks
         of the others are dropped."""
-        model = self.model
+        model, shapes = self.model, self._shapes
         for s in cpu_only:
-            if model.knows(s.id) and s.id in self._shapes:
+            if s.id in shapes and model.knows(s.id):
                 continue
             cpu = self._requests[s.id][2][0]
             shape = TaskShape(cpu, 0, 0)
@@ -100,10 +102,10 @@ class Planner:
             if model.observe(s.id, str(shape), shape, count):
                 self.model_changed = True
         for s, r in parsed:
+            if s.id in shapes and model.knows(s.id):
+                continue  # counted (per request: a changed request has a new version)
             if isinstance(r, RequestError) or not learned_count(s) or r.mig_profile:
                 continue  # MIG slices are their own pool; they do not fragment shares
-            if model.knows(s.id) and s.id in self._shapes:
-                continue  # counted (per request: a changed request has a new version)
             cpu, _mem = self._requests[s.id][2]
             shape = demand_of(r, cpu).shape()
             self._shapes[s.id] = shape
@@ -126,9 +128,9 @@ class Planner:
         if self.model.pinned:
             return
         gpu_nodes = self.cluster.alloc.nodes
-        on_gpu_nodes = {sid for sid, where in on_nodes.items()
-                        if any(n in gpu_nodes for n in where)}
-        self._learn(parsed, [s for s in cpu_only if s.id in on_gpu_nodes], forget=forget)
+        self._learn(parsed, [s for s in cpu_only
+                             if any(n in gpu_nodes for n in on_nodes.get(s.id, ()))],
+                    forget=forget)
 
     def set_workload(self, model: WorkloadModel) -> None:
         self.model = model
@@ -202,10 +204,18 @@ class Planner:
                     remove_node_labels(plan, node_id, [assign_key(prefix, svc_name),
                                                        gate_key(prefix, svc_name)])
         gk = prefix + GATE
+        gates = self._gates_cache
         for n in nodes:  # stray gates without a holding
-            for k in n.labels:
-                if k.startswith(gk) and k[len(gk):] not in live_names:
+            got = gates.get(n.id)
+            if got is None or got[0] != n.version:  # a node's gates, per spec version
+                got = gates[n.id] = (n.version, [(k, k[len(gk):]) for k in n.labels
+                                                 if k.startswith(gk)])
+            for k, name in got[1]:
+                if name not in live_names:
                     remove_node_labels(plan, n.id, [k])
+        if len(gates) > 2 * len(nodes) + 100:  # nodes that left
+            for nid in [k for k in gates if k not in by_id]:
+                del gates[nid]
 
         parsed, cpu_only, no_request = self._parse_all(services)
         for s in no_request:

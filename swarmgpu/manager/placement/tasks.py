@@ -80,7 +80,11 @@ def tasks_by_service(tasks: Sequence[SwarmTask],
             if at is not None and not at.get(t.slot):
                 at[t.slot] = nid
         if nid:
-            on_nodes.setdefault(sid, set()).add(nid)
+            on = on_nodes.get(sid)
+            if on is None:
+                on_nodes[sid] = {nid}
+            else:
+                on.add(nid)
             if t.cpu_milli or t.memory_mib:
                 u = use.get(nid)
                 if u is None:
@@ -88,8 +92,11 @@ def tasks_by_service(tasks: Sequence[SwarmTask],
                 u[0] += t.cpu_milli
                 u[1] += t.memory_mib
         if state == "running" or state == "starting":
-            per = running.setdefault(sid, {})
-            per[nid] = per.get(nid, 0) + 1
+            per = running.get(sid)
+            if per is None:
+                running[sid] = {nid: 1}
+            else:
+                per[nid] = per.get(nid, 0) + 1
         elif state in _ACTIVE:
             a = acc.get(sid)
             if a is None:
