@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpu_nodes import RTX4090
 
 from swarmgpu.manager.agent_client import FactsResult
@@ -51,10 +53,26 @@ def test_missing_wrong_stale_and_unusable_keys() -> None:
 
 
 def test_unreachable_agent_reported_with_since() -> None:
-    found = audit(snap(node(desired_labels(FACTS)), facts_ok=False),
-                  saved_agents={"n1": {"failing_since": 1.0, "last_ok": 0.5}})
+    # within health.node_lost_grace_s of its last good facts
+    s = replace(snap(node(desired_labels(FACTS)), facts_ok=False), taken_at=100.0)
+    found = audit(s, saved_agents={"n1": {"failing_since": 1.0, "last_ok": 0.5}})
     (f,) = found
     assert f.kind == "unreachable" and "since 1970-01-01T00:00:01Z" in f.message
+
+
+def test_a_gpu_node_whose_agent_is_lost_beyond_the_grace_is_failing() -> None:
+    """The health policy's rule (gpuhealth.failing_why), from the agent's saved last good
+    facts: lost for node_lost_grace_s or more, the node is failing as a whole."""
+    s = snap(node(desired_labels(FACTS)), facts_ok=False)
+    saved = {"n1": {"failing_since": 1.0, "last_ok": 0.5}}
+    s = replace(s, taken_at=0.5 + 299.0)
+    assert kinds(audit(s, saved_agents=saved, node_lost_grace_s=300.0)) == {"unreachable"}
+    s = replace(s, taken_at=0.5 + 300.0)
+    found = audit(s, saved_agents=saved, node_lost_grace_s=300.0)
+    (f,) = [f for f in found if f.kind == "node-failing"]
+    assert f.subject == "gpu-node-2" and not f.advisory
+    assert f.message.startswith("its agent has not answered for 300s; check the node")
+    assert kinds(audit(s, saved_agents={"n1": {"failing_since": 1.0}})) == {"unreachable"}
 
 
 def test_generic_resources_missing_or_different() -> None:

@@ -118,7 +118,8 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         click.echo(f"swarmgpu audit: cannot read the move records: {exc}", err=True)
     findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
                          extra_checks=checks,
-                         generic_resource_kind=cfg.placement.generic_resource_kind)
+                         generic_resource_kind=cfg.placement.generic_resource_kind,
+                         node_lost_grace_s=cfg.health.node_lost_grace_s)
     code = exit_code(findings, strict=strict)
     if as_json:
         click.echo(json.dumps({
@@ -327,5 +328,6 @@ def status(config_path: str | None, as_json: bool) -> None:
                         prefix=cfg.sync.prefix,
                         metrics=gpu_metrics(snap.nodes, cfg), saved_agents=saved,
                         findings=run_audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
-                                           generic_resource_kind=cfg.placement.generic_resource_kind))
+                                           generic_resource_kind=cfg.placement.generic_resource_kind,
+                                           node_lost_grace_s=cfg.health.node_lost_grace_s))
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))

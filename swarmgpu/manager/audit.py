@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from swarmgpu.core.config import HealthConfig
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.manager.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
+from swarmgpu.manager.gpuhealth import failing_why
 from swarmgpu.manager.requests import parse_all as parse_request_labels
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.constraints import parse_all
@@ -68,9 +70,12 @@ def audit(
     saved_agents: Mapping[str, Mapping[str, Any]] | None = None,
     extra_checks: Sequence[ServiceCheck] = (),
     generic_resource_kind: str = "",
+    node_lost_grace_s: float = HealthConfig().node_lost_grace_s,
 ) -> list[Finding]:
     """``generic_resource_kind``: placement's reservation kind (config); when set, a GPU
-    node that does not advertise it needs action, else its absence is only advisory."""
+    node that does not advertise it needs action, else its absence is only advisory.
+    ``node_lost_grace_s``: ``health.node_lost_grace_s``; a GPU node whose agent has been
+    lost that long is ``node-failing`` (the health policy's rule)."""
     saved_agents = saved_agents or {}
     out: list[Finding] = []
     all_label_keys: set[str] = set()
@@ -98,6 +103,12 @@ def audit(
                     f"facts {_when(saved.get('last_ok'))}; labels kept as they are "
                     f"({res.error if res else 'not fetched'})",
                 ))
+                last_ok = saved.get("last_ok")
+                lost = (max(0.0, snap.taken_at - float(last_ok))
+                        if isinstance(last_ok, (int, float)) else None)
+                why = failing_why(0, 0, lost, node_lost_grace_s)
+                if why is not None:
+                    out.append(_failing(h, why))
             continue
         want = desired_labels(res.facts, prefix)
         for k, v in sorted(want.items()):
@@ -113,7 +124,7 @@ def audit(
             ))
         out.extend(_resource_findings(node.hostname, node.generic_resources,
                                       node.discrete_resources, res.facts, generic_resource_kind))
-        out.extend(_health_findings(h, res.facts))
+        out.extend(_health_findings(h, res.facts, node_lost_grace_s))
     for svc in snap.services:
         out.extend(_swarm_gpu_reservation(svc, prefix, generic_resource_kind))
         good, errors = parse_all(svc.constraints)
@@ -137,7 +148,7 @@ def audit(
     return out
 
 
-def _health_findings(host: str, facts: Any) -> list[Finding]:
+def _health_findings(host: str, facts: Any, grace_s: float) -> list[Finding]:
     """GPUs the health state machine holds failed (action) or degraded (advisory), with
     reason and suggested action; present once the daemon's states are applied
     (manager.gpuhealth.apply_saved), as ``swarmgpu audit`` does."""
@@ -150,12 +161,17 @@ def _health_findings(host: str, facts: Any) -> list[Finding]:
                                    f"GPU {g.index} {g.uuid} {level[8:-2]}: {text[len(level):]}",
                                    advisory=advisory))
     failed = sum(f.kind == "gpu-failed" for f in out)
-    if failed >= 2:  # several at once: the node (board, power, fabric), not one GPU
-        out.append(Finding("node-failing", host,
-                           f"{failed} of {len(facts.gpus)} GPUs failed; check the node as a "
-                           "whole, and drain it (docker node update --availability drain) "
-                           "to move all its GPU services off"))
+    why = failing_why(failed, len(facts.gpus), None, grace_s)
+    if why is not None:  # several at once: the node (board, power, fabric), not one GPU
+        out.append(_failing(host, why))
     return out
+
+
+def _failing(host: str, why: str) -> Finding:
+    """A node failing as a whole (``gpuhealth.failing_why``), as the health policy says."""
+    return Finding("node-failing", host,
+                   f"{why}; check the node as a whole, and drain it (docker node update "
+                   "--availability drain) to move all its GPU services off")
 
 
 def _swarm_gpu_reservation(svc: Any, prefix: str, kind: str) -> list[Finding]:

@@ -44,6 +44,18 @@ STATE_FILE = "gpu-health.json"
 FAILING_NODE_GPUS = 2  # this many failed GPUs on one node: the node is reported failing
 
 
+def failing_why(failed: int, gpus: int, lost_s: float | None, grace_s: float) -> str | None:
+    """Why a node is failing as a whole, or None: ``failed`` of its ``gpus`` GPUs failed
+    (FAILING_NODE_GPUS or more), or its agent lost for ``lost_s`` seconds, at least
+    ``health.node_lost_grace_s`` (``grace_s``). The one rule of the health policy and
+    ``audit``."""
+    if failed >= FAILING_NODE_GPUS:
+        return f"{failed} of {gpus} GPUs failed"
+    if lost_s is not None and lost_s >= grace_s:
+        return f"its agent has not answered for {lost_s:.0f}s"
+    return None
+
+
 def _key(node_id: str, uuid: str) -> str:
     return f"{node_id}/{uuid}"
 

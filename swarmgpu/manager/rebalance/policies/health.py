@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from swarmgpu.allocator.core import Choice, NodeState
 from swarmgpu.core.health import Level
-from swarmgpu.manager.gpuhealth import FAILING_NODE_GPUS, level_of
+from swarmgpu.manager.gpuhealth import failing_why, level_of
 from swarmgpu.manager.placement import MOVE_STATE, demand_of
 from swarmgpu.manager.rebalance.budget import HOUR_S
 from swarmgpu.manager.rebalance.context import Context, _constraints_allow, why_not_movable
@@ -88,14 +88,15 @@ def _states(ctx: Context) -> tuple[dict[tuple[str, str], str], set[tuple[str, st
 
 
 def failing_nodes(ctx: Context, h: HealthInputs, per_node: dict[str, int]) -> dict[str, str]:
-    """Nodes failing as a whole: several failed GPUs, or the agent lost beyond a grace."""
+    """Nodes failing as a whole (``gpuhealth.failing_why``: several failed GPUs, or the
+    agent lost beyond a grace)."""
     out: dict[str, str] = {}
-    for nid, n in per_node.items():
-        if n >= FAILING_NODE_GPUS:
-            out[nid] = f"{n} of {len(ctx.inp.facts[nid].gpus)} GPUs failed"
-    for nid, gone in h.lost.items():
-        if gone >= h.lost_grace_s and nid not in out:
-            out[nid] = f"its agent has not answered for {gone:.0f}s"
+    for nid in {*per_node, *h.lost}:
+        f = ctx.inp.facts.get(nid)
+        why = failing_why(per_node.get(nid, 0), len(f.gpus) if f is not None else 0,
+                          h.lost.get(nid), h.lost_grace_s)
+        if why is not None:
+            out[nid] = why
     return out
 
 
