@@ -300,6 +300,20 @@ def _gone(swarm: SwarmCluster, *prefixes: str) -> None:
                    60, f"{prefixes} removed")
 
 
+def _restart_with(swarm: SwarmCluster, setup: dict[str, Any], file: str, section: str,
+                  key: str, value: Any) -> Path:
+    """The module's daemon stopped and started again on its config with ``section.key``
+    set to ``value`` (written to ``file`` beside it, returned); the fixture stops the new
+    one."""
+    stop(setup["daemon"])
+    cfg = json.loads(Path(setup["cfg"]).read_text())
+    cfg.setdefault(section, {})[key] = value
+    path = Path(setup["tmp"]) / file
+    path.write_text(json.dumps(cfg))
+    setup["daemon"] = start_daemon(swarm, path, LOG)
+    return path
+
+
 def test_a_failing_node_is_drained_only_with_health_drain_node(
     swarm: SwarmCluster, setup: dict[str, Any]
 ) -> None:
@@ -308,12 +322,7 @@ def test_a_failing_node_is_drained_only_with_health_drain_node(
     facts: FactsFile = setup["facts"]
     api = swarm.client(swarm.manager).api
     _gone(swarm, "hb_", "hm_", "hf_")
-    stop(setup["daemon"])
-    cfg = json.loads(Path(setup["cfg"]).read_text())
-    cfg.setdefault("rebalance", {})["health_drain_node"] = True
-    drain_cfg = Path(setup["tmp"]) / "drain.yml"
-    drain_cfg.write_text(json.dumps(cfg))
-    setup["daemon"] = start_daemon(swarm, drain_cfg, LOG)
+    _restart_with(swarm, setup, "drain.yml", "rebalance", "health_drain_node", True)
     try:
         tmp = setup["tmp"]
         deploy(swarm, tmp, "db", {"block": {
@@ -353,12 +362,7 @@ def test_evacuate_false_reports_the_holder_and_moves_nothing(
     (placement leaves it to the policy, which only reports it): log and plan say so."""
     facts: FactsFile = setup["facts"]
     _gone(swarm, "db_", "dd_")
-    stop(setup["daemon"])
-    cfg = json.loads(Path(setup["cfg"]).read_text())
-    cfg.setdefault("health", {})["evacuate"] = False
-    report_cfg = Path(setup["tmp"]) / "report.yml"
-    report_cfg.write_text(json.dumps(cfg))
-    setup["daemon"] = start_daemon(swarm, report_cfg, LOG)
+    report_cfg = _restart_with(swarm, setup, "report.yml", "health", "evacuate", False)
     try:
         deploy(swarm, setup["tmp"], "hr", {"one": {
             "labels": {"swarmgpu.gpus": "1"}, "constraints": [f"node.hostname=={HOST}"]}})
