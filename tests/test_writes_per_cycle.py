@@ -50,6 +50,7 @@ class TaskSwarm:
         self.calls: list[tuple[str, str]] = []
         self.task_lists = 0
         self.fail_node_writes: set[str] = set()
+        self.conflict_once: set[str] = set()  # nodes another writer changes mid-write
         self.writes = 0
 
     @staticmethod
@@ -103,6 +104,13 @@ class TaskSwarm:
                            **_: Any) -> bool:
         n = self._nodes[node_id]
         new = compute(dict(n.labels))
+        if new is not None and node_id in self.conflict_once:
+            # Another writer landed first (a version conflict): SwarmClient re-reads the
+            # node and asks ``compute`` again.
+            self.conflict_once.discard(node_id)
+            n = self._nodes[node_id] = replace(n, labels={**n.labels, "other": "writer"},
+                                               version=n.version + 1)
+            new = compute(dict(n.labels))
         if new is None or dict(new) == dict(n.labels):
             return False
         if node_id in self.fail_node_writes:
@@ -323,3 +331,18 @@ def test_one_task_list_after_the_service_writes_and_none_without_a_gate_to_open(
     lists = sw.task_lists
     _cycle(d, sw)
     assert sw.task_lists - lists == 1 and sw.calls.count(("service", "id-train")) == 1
+
+
+def test_version_conflicts_of_a_merged_node_write_count_in_label_conflicts(
+        tmp_path: Path) -> None:
+    """Label sync's change folded into placement's node write: a version conflict on it
+    is counted in swarmgpu_label_conflicts, as label sync's own writes count theirs."""
+    sw = _cluster()
+    d = _daemon(sw, tmp_path)
+    sw.conflict_once = {"n-dgx", "n-4090"}
+    _cycle(d, sw)
+    assert d.metrics.label_conflicts._value.get() == 2
+    assert sorted(sw.calls) == [("node", "n-4090"), ("node", "n-dgx"), ("service", "id-train")]
+    for n in sw.nodes():  # both changes landed over the other writer's, which is kept
+        assert n.labels["other"] == "writer" and n.labels[f"{P}gpu.count"]
+    assert _gate_node(sw, "train") is not None

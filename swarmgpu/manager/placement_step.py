@@ -257,20 +257,18 @@ def write_node(gate: Writes, nid: str, set_: Mapping[str, str], remove: Sequence
         return new if mine_changed[0] else None
 
     other = held.take(nid) if held is not None else None
-    theirs: Callable[[], bool] = lambda: False  # noqa: E731
+    finish: Callable[[bool, str | None], None] = lambda _landed, _error: None  # noqa: E731
     compute: LabelCompute = mine
     if other is not None:  # label sync's change first, as when it wrote first
-        part, theirs = other.part()
+        part, finish = other.part()
         compute = chain(part, mine)
     try:
         landed = gate.node_labels(nid, compute)
     except SwarmError as exc:
         logger.error("placement: node {} label write failed: {}", nid[:12], exc)
-        if other is not None:
-            other.done(False, str(exc))
+        finish(False, str(exc))
         return 0
-    if other is not None:
-        other.done(landed and theirs(), None)
+    finish(landed, None)  # label sync's part: landed, and its version conflicts counted
     return int(landed and mine_changed[0])
 
 

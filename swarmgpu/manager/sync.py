@@ -176,8 +176,10 @@ class LabelSync:
                      node: SwarmNode = node) -> None:
                 _count(report, act.record(node, plan, landed, error))
 
+            # retries of the folded write count as label sync's own do (label_conflicts)
             held[node.id] = HeldWrite(
-                act.label_compute(node, facts, snapshot.services, snapshot.tasks), done)
+                act.label_compute(node, facts, snapshot.services, snapshot.tasks), done,
+                act.metrics.label_conflicts.inc)
         by_id = {node.id: (plan, node, facts) for plan, node, facts in todo}
 
         def alone(node_id: str, _: HeldWrite) -> None:

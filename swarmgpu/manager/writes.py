@@ -62,22 +62,34 @@ def chain(first: LabelCompute, then: LabelCompute) -> LabelCompute:
 class HeldWrite:
     """A node label write a step holds back for a later step's write of the same node.
     ``compute`` is its read-modify-write; ``done(landed, error)`` is told, once, whether
-    its own change landed (and why not)."""
+    its own change landed (and why not); ``conflicts(n)``, when its change was retried
+    ``n`` times because the node changed under the write (a version conflict), as the
+    step counts its own writes' retries."""
 
     compute: LabelCompute
     done: Callable[[bool, str | None], None]
+    conflicts: Callable[[int], None] | None = None
 
-    def part(self) -> tuple[LabelCompute, Callable[[], bool]]:
-        """``compute`` for a chained write, and whether its last call changed anything
-        (a retried write calls it again: the last call is the one that landed)."""
+    def part(self) -> tuple[LabelCompute, Callable[[bool, str | None], None]]:
+        """``compute`` for a chained write, and ``finish(landed, error)`` to call once
+        that write ended: tells ``done`` whether this part's change landed (a retried
+        write calls ``compute`` again: the last call is the one that landed) and
+        ``conflicts`` how many of its attempts were retried."""
         changed = [False]
+        tries = [0]  # attempts that carried this part's change
 
         def compute(current: Mapping[str, str]) -> Mapping[str, str] | None:
             new = self.compute(current)
             changed[0] = new is not None and dict(new) != dict(current)
+            tries[0] += changed[0]
             return new
 
-        return compute, lambda: changed[0]
+        def finish(landed: bool, error: str | None) -> None:
+            if tries[0] > 1 and self.conflicts is not None:
+                self.conflicts(tries[0] - 1)
+            self.done(landed and changed[0] and error is None, error)
+
+        return compute, finish
 
 
 class HeldNodeWrites:
