@@ -326,13 +326,15 @@ def test_a_daemon_killed_at_any_step_finishes_the_repin_after_a_restart(
     """SWARMGPU_TEST_CRASH_AFTER=<point> stops the daemon right after that step's write;
     the next daemon (a fresh Mover, only Swarm's state) carries the repin to its end:
     the move, or, when the stop came before the service's label (step 0), nothing."""
-    from swarmgpu.manager.rebalance import repin
+    import os
+
+    from swarmgpu.manager.rebalance.record import CRASH_ENV
 
     def crash(_code: int) -> None:
         raise _Crash
 
-    monkeypatch.setattr(repin.os, "_exit", crash)
-    monkeypatch.setenv(repin.CRASH_ENV, point)
+    monkeypatch.setattr(os, "_exit", crash)
+    monkeypatch.setenv(CRASH_ENV, point)
     sw, now = _cluster(), [1000.0]
     outcomes: list[Outcome] = []
     crashed = False
@@ -343,7 +345,7 @@ def test_a_daemon_killed_at_any_step_finishes_the_repin_after_a_restart(
                         sw.tasks())
         except _Crash:
             crashed = True
-            monkeypatch.delenv(repin.CRASH_ENV)
+            monkeypatch.delenv(CRASH_ENV)
         outcomes += [r.outcome for r in m.recent]
         swarm_acts(sw)
         now[0] += 1

@@ -45,9 +45,7 @@ when A's gate is already closed, else rolled back.
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -70,12 +68,18 @@ from swarmgpu.manager.placement import (
     read_ledger,
 )
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
-from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
+from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, MoveRecord, Outcome, Trigger
 from swarmgpu.manager.rebalance.record import (
+    CRASH_ENV as CRASH_ENV,
+)
+from swarmgpu.manager.rebalance.record import (
     HEALTH,
+    crash_point,
     drop_record,
+    end_move,
     put_record,
+    room_for,
     spec_edit,
     spec_labels,
 )
@@ -99,8 +103,6 @@ from swarmgpu.manager.requests import GpuRequest, parse_all
 from swarmgpu.manager.sharing import node_of_key
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
-
-CRASH_ENV = "SWARMGPU_TEST_CRASH_AFTER"  # test hook: os._exit(137) at a named point
 
 
 @dataclass
@@ -167,12 +169,6 @@ def forged_check(records: Mapping[str, MoveState], prefix: str
     return check
 
 
-def _crash_point(name: str) -> None:
-    if os.environ.get(CRASH_ENV) == name:
-        logger.warning("test hook {}={}: exiting now", CRASH_ENV, name)
-        os._exit(137)
-
-
 # --- admission: the budget, pure --------------------------------------------------------
 
 
@@ -223,19 +219,7 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
 
 def target_free(m: Move, target: SwarmNode, prefix: str) -> str | None:
     """None when the target GPUs still have room by the node's live ledger."""
-    used: dict[str, int] = {}
-    for h in read_ledger([target], prefix).values():
-        for hh in h.values():
-            if hh.service == m.service:
-                return f"{m.service} already holds GPUs on {target.hostname}"
-            for u, mi in zip(hh.uuids, hh.milli, strict=True):
-                used[u] = used.get(u, 0) + mi
-    for u, mi in zip(m.target_uuids, m.target_milli, strict=True):
-        if used.get(u, 0) + mi > 1000:
-            return f"{u} on {target.hostname} is no longer free ({used[u]} milli held)"
-    if target.state != "ready" or target.availability != "active":
-        return f"{target.hostname} is {target.state}/{target.availability}"
-    return None
+    return room_for(m, target, prefix, own_moves=False)
 
 
 # --- spec edits ---------------------------------------------------------------------------
@@ -458,14 +442,7 @@ class Mover:
             self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.REFUSED, why)
             return False
         replicas = fresh.replicas or 0
-        st = MoveState(
-            id=uuid.uuid4().hex[:12], service=fresh.name, source=m.source_node,
-            source_host=m.source_host, source_uuids=m.source_uuids,
-            source_milli=m.source_milli, target=m.target_node, target_host=m.target_host,
-            target_uuids=m.target_uuids, target_milli=m.target_milli,
-            surge=self.cfg.make_before_break, replicas=replicas,
-            max_replicas=int(fresh.max_replicas_per_node or 0), started_at=self.clock(),
-            trigger=str(m.trigger), reason=m.reason, service_id=fresh.id)
+        st = MoveState.start(m, fresh, self.clock(), surge=self.cfg.make_before_break)
         p = self.prefix
 
         def step1(spec: dict[str, Any]) -> None:
@@ -478,7 +455,7 @@ class Mover:
 
         # The record first: a label is only ever acted on when its record exists.
         self._put_record(fresh.id, st)
-        _crash_point("move-step-0")
+        crash_point("move-step-0")
         try:
             self._write_spec(fresh.id, step1)
         except SwarmError:
@@ -487,9 +464,9 @@ class Mover:
         self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.STARTED,
                      f"GPUs {','.join(m.target_uuids)}"
                      f"{', make-before-break' if st.surge else ''}")
-        _crash_point("move-step-1")
+        crash_point("move-step-1")
         self._open(st.target, st.target_holding())
-        _crash_point("move-step-2")
+        crash_point("move-step-2")
         return True
 
     # --- progress ------------------------------------------------------------------
@@ -513,22 +490,19 @@ class Mover:
         return self._write_node(node_id, compute)
 
     def _finish(self, sid: str, st: MoveState, drop_node: str) -> None:
+        """Step 4 (``record.end_move``): the node left behind loses its device map and
+        share labels, and the surge goes."""
         p = self.prefix
-        now = self.clock()
 
-        def edit(spec: dict[str, Any]) -> None:
+        def also(spec: dict[str, Any]) -> None:
             labels = _labels(spec)
-            labels.pop(p + MOVE_STATE, None)
             labels.pop(devices_key(p, drop_node), None)
             for k in [k for k in labels if node_of_key(k, p) == drop_node]:
                 labels.pop(k)
-            labels[p + MOVED_AT] = f"{now:.0f}"
             if st.surge:
                 _set_replicas(spec, st.replicas, st.max_replicas)
 
-        self._write_spec(sid, edit)
-        # Last: until the record goes, a restarted daemon finishes this step again.
-        self._drop_record(sid, finished=True)
+        end_move(self.writes, p, sid, self.clock(), also)
 
     def _roll_back(self, sid: str, st: MoveState, detail: str) -> None:
         self._open(st.source, st.source_holding())
@@ -614,11 +588,11 @@ class Mover:
             return
         if not dst_open:
             self._open(st.target, st.target_holding())
-            _crash_point("move-step-2")
+            crash_point("move-step-2")
             return
         if src_open and (not st.surge or st.target in running_on):
             self._close(st.source, st.service)
-            _crash_point("move-step-3")
+            crash_point("move-step-3")
             return
         if not src_open and not on_source and st.target in running_on:
             self._finish(sid, st, st.source)

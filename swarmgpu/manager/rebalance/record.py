@@ -1,4 +1,6 @@
-"""The daemon's own record of a move in flight, and the writes every move step shares.
+"""The daemon's own record of a move in flight, and what every move shares: the writes
+of its steps, the check of its target's room, and the test hook that stops the daemon
+between two steps. Used by both kinds of move (``mover.py``, ``repin.py``).
 
 ``<p>state.moves.<service id>=<MoveState JSON>`` on the swarm object is the authority for
 a move (``mover.py``: between nodes; ``repin.py``: between GPUs of one node). Only the
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,7 +20,7 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.manager.actuator import Writes
-from swarmgpu.manager.placement import Holding
+from swarmgpu.manager.placement import MOVE_STATE, Holding, read_ledger
 from swarmgpu.manager.rebalance.budget import (
     FINISHED,
     HOUR_S,
@@ -25,6 +29,9 @@ from swarmgpu.manager.rebalance.budget import (
     with_finished,
     with_time,
 )
+from swarmgpu.manager.rebalance.context import MOVED_AT
+from swarmgpu.manager.rebalance.moves import Move
+from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 RECORD = "state.moves."  # swarm-object label: <p>state.moves.<service id> = MoveState JSON
 # swarm-object label: start times (epoch s) of the last hour's health moves that ended and
@@ -34,6 +41,38 @@ HEALTH_SPENT = "state.health-spent"
 HEALTH_KEEP = 256  # bounds the label (~3 KB); an hourly budget above it counts up to it
 HEALTH = "health"  # the trigger of a health move (moves.Trigger.HEALTH)
 MAX_LABEL_CHARS = 8192  # a move label or record longer than any the mover writes is not read
+
+
+CRASH_ENV = "SWARMGPU_TEST_CRASH_AFTER"  # test hook: os._exit(137) at a named point
+
+
+def crash_point(name: str) -> None:
+    """The test hook: stop the daemon right after the step named ``name`` (as a kill
+    would), when ``SWARMGPU_TEST_CRASH_AFTER`` names it."""
+    if os.environ.get(CRASH_ENV) == name:
+        logger.warning("test hook {}={}: exiting now", CRASH_ENV, name)
+        os._exit(137)
+
+
+def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool) -> str | None:
+    """None when ``m``'s target GPUs have room on ``node`` by its live ledger and the node
+    takes work. ``own_moves``: the service's own holding there is the one that moves (a
+    repin), left out of the count; else any holding of it there refuses the move."""
+    used: dict[str, int] = {}
+    for by_node in read_ledger([node], prefix).values():
+        for h in by_node.values():
+            if h.service == m.service:
+                if own_moves:
+                    continue
+                return f"{m.service} already holds GPUs on {node.hostname}"
+            for u, mi in zip(h.uuids, h.milli, strict=True):
+                used[u] = used.get(u, 0) + mi
+    for u, mi in zip(m.target_uuids, m.target_milli, strict=True):
+        if used.get(u, 0) + mi > 1000:
+            return f"{u} on {node.hostname} is no longer free ({used[u]} milli held)"
+    if node.state != "ready" or node.availability != "active":
+        return f"{node.hostname} is {node.state}/{node.availability}"
+    return None
 
 
 def record_key(prefix: str, service_id: str) -> str:
@@ -97,6 +136,20 @@ class MoveState:
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return None
         return st if isinstance(st.id, str) and isinstance(st.service, str) else None
+
+    @classmethod
+    def start(cls, m: Move, fresh: SwarmService, now: float, *, surge: bool,
+              source_share: tuple[tuple[str, str], ...] = (),
+              target_share: tuple[tuple[str, str], ...] = ()) -> MoveState:
+        """The record of ``m`` starting now on service ``fresh`` (read just before)."""
+        return cls(
+            id=uuid.uuid4().hex[:12], service=fresh.name, source=m.source_node,
+            source_host=m.source_host, source_uuids=m.source_uuids,
+            source_milli=m.source_milli, target=m.target_node, target_host=m.target_host,
+            target_uuids=m.target_uuids, target_milli=m.target_milli, surge=surge,
+            replicas=fresh.replicas or 0, max_replicas=int(fresh.max_replicas_per_node or 0),
+            started_at=now, trigger=str(m.trigger), reason=m.reason, service_id=fresh.id,
+            source_share=source_share, target_share=target_share)
 
     def source_holding(self) -> Holding:
         return Holding(self.service, self.source, self.source_uuids, self.source_milli)
@@ -187,3 +240,20 @@ def health_spent(labels: Mapping[str, str], prefix: str, now: float) -> list[flo
               if (st := MoveState.parse(v)) is not None and st.trigger == HEALTH]
     return [t for t in [*times_in(labels, prefix + HEALTH_SPENT, HEALTH_KEEP), *flying]
             if now - t < HOUR_S]
+
+
+def end_move(writes: Writes, prefix: str, sid: str, now: float,
+             also: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """The last step of every move: the service's move label goes and ``moved-at`` is
+    set (the cooldown, kept in Swarm), with ``also``'s edit of the same spec; then the
+    record goes, last: until it does, a restarted daemon finishes this step again."""
+
+    def edit(spec: dict[str, Any]) -> None:
+        labels = spec_labels(spec)
+        labels.pop(prefix + MOVE_STATE, None)
+        labels[prefix + MOVED_AT] = f"{now:.0f}"
+        if also is not None:
+            also(spec)
+
+    writes.service_spec(sid, spec_edit(edit))
+    drop_record(writes, prefix, sid, now, finished=True)

@@ -41,8 +41,6 @@ service back from the ledger. A move label without a record is never acted on
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -60,14 +58,17 @@ from swarmgpu.manager.placement import (
     parse_holding,
     read_ledger,
 )
-from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
+from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
     HEALTH,
     MoveState,
+    crash_point,
     drop_record,
+    end_move,
     put_record,
     read_records,
+    room_for,
     spec_edit,
     spec_labels,
 )
@@ -75,16 +76,8 @@ from swarmgpu.manager.requests import GpuRequest, parse_all
 from swarmgpu.manager.sharing import node_of_key
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 
-CRASH_ENV = "SWARMGPU_TEST_CRASH_AFTER"  # as the mover's: os._exit(137) at a named point
-
 # (move state, outcome, detail): the mover's `recent` list, logs and metrics
 Say = Callable[[MoveState, Outcome, str], None]
-
-
-def _crash_point(name: str) -> None:
-    if os.environ.get(CRASH_ENV) == name:
-        logger.warning("test hook {}={}: exiting now", CRASH_ENV, name)
-        os._exit(137)
 
 
 def same_node_free(m: Move, node: SwarmNode, prefix: str) -> str | None:
@@ -92,19 +85,7 @@ def same_node_free(m: Move, node: SwarmNode, prefix: str) -> str | None:
     service's own holding there left out (it is the one that moves)."""
     if set(m.target_uuids) == set(m.source_uuids):
         return "the target GPUs are the ones it holds"
-    used: dict[str, int] = {}
-    for by_node in read_ledger([node], prefix).values():
-        for h in by_node.values():
-            if h.service == m.service:
-                continue
-            for u, mi in zip(h.uuids, h.milli, strict=True):
-                used[u] = used.get(u, 0) + mi
-    for u, mi in zip(m.target_uuids, m.target_milli, strict=True):
-        if used.get(u, 0) + mi > 1000:
-            return f"{u} on {node.hostname} is no longer free ({used[u]} milli held)"
-    if node.state != "ready" or node.availability != "active":
-        return f"{node.hostname} is {node.state}/{node.availability}"
-    return None
+    return room_for(m, node, prefix, own_moves=True)
 
 
 def _node_share(labels: Mapping[str, str], prefix: str, node_id: str
@@ -169,18 +150,12 @@ class Repin:
         if why is not None:
             return why
         p = self.prefix
-        st = MoveState(
-            id=uuid.uuid4().hex[:12], service=fresh.name, source=m.source_node,
-            source_host=m.source_host, source_uuids=m.source_uuids,
-            source_milli=m.source_milli, target=m.target_node, target_host=m.target_host,
-            target_uuids=m.target_uuids, target_milli=m.target_milli, surge=False,
-            replicas=fresh.replicas or 0, max_replicas=int(fresh.max_replicas_per_node or 0),
-            started_at=self.clock(), trigger=str(m.trigger), reason=m.reason,
-            service_id=fresh.id, source_share=_node_share(fresh.labels, p, m.source_node),
-            target_share=tuple(sorted(m.target_share)))
+        st = MoveState.start(m, fresh, self.clock(), surge=False,
+                             source_share=_node_share(fresh.labels, p, m.source_node),
+                             target_share=tuple(sorted(m.target_share)))
         # The record first: a label is only ever acted on when its record exists.
         put_record(self.writes, p, fresh.id, st)
-        _crash_point("repin-step-0")
+        crash_point("repin-step-0")
         try:
             self._point_spec(fresh.id, st, st)
         except SwarmError:
@@ -189,9 +164,9 @@ class Repin:
             raise
         self.say(st, Outcome.STARTED, f"GPUs {','.join(st.source_uuids)} -> "
                                       f"{','.join(st.target_uuids)} on {st.source_host}")
-        _crash_point("repin-step-1")
+        crash_point("repin-step-1")
         self._close(st)
-        _crash_point("repin-step-2")
+        crash_point("repin-step-2")
         return st
 
     # --- writes --------------------------------------------------------------------
@@ -231,16 +206,8 @@ class Repin:
         return self._node(st, h, gate_open=True)
 
     def _finish(self, sid: str, st: MoveState) -> None:
-        p, now = self.prefix, self.clock()
-
-        def edit(spec: dict[str, Any]) -> None:
-            labels = spec_labels(spec)
-            labels.pop(p + MOVE_STATE, None)
-            labels[p + MOVED_AT] = f"{now:.0f}"
-
-        self.writes.service_spec(sid, spec_edit(edit))
-        # Last: until the record goes, a restarted daemon finishes this step again.
-        drop_record(self.writes, p, sid, now, finished=True)
+        """Step 4: the move label goes, ``moved-at`` is set, then the record goes."""
+        end_move(self.writes, self.prefix, sid, self.clock())
 
     # --- progress ------------------------------------------------------------------
     def advance(self, sid: str, st: MoveState) -> None:
@@ -290,11 +257,11 @@ class Repin:
             return
         if not at_target:  # step 2 (or a roll-back's first node write)
             self._close(st)
-            _crash_point("repin-step-2")
+            crash_point("repin-step-2")
         elif not gate_open:
             if not wanted:  # Swarm has let the old task go: step 3
                 self._open(st, st.target_holding())
-                _crash_point("repin-step-3")
+                crash_point("repin-step-3")
         elif runs:
             self._finish(sid, st)
             outcome = Outcome.DONE if st.direction == "forward" else Outcome.ROLLED_BACK
