@@ -71,6 +71,7 @@ class ClusterAllocator:
         self._gen = 0
         self._order: list[str] = []
         self._node_keys: dict[str, tuple[object, ...]] = {}
+        self._node_version: dict[str, int] = {}  # spec version each node's key was read at
         self._held: dict[tuple[str, str], _Held] = {}
         self._demands: dict[Demand, tuple[Demand, str]] = {}  # each with its description
         # Demands no node could take, with the capacity generation they were asked at.
@@ -114,16 +115,23 @@ class ClusterAllocator:
                 if present:
                     self._drop_node(n.id, dropped)
                 continue
-            key = (n.hostname, n.cpu_milli, n.memory_mib,
-                   tuple(sorted(user_labels(n.labels, self.prefix).items())), f)
             old = self._node_keys.get(n.id)
-            if old is None or old[:-1] != key[:-1] or (old[-1] is not f and old[-1] != f):
-                if present:
-                    self._drop_node(n.id, dropped)
-                self.alloc.add_node(node_spec(n, f, self.prefix), rank=rank)
-                self._node_keys[n.id] = key
-                self._gen += 1
-                self.node_gen[n.id] = self._gen
+            if (old is None or self._node_version.get(n.id) != n.version
+                    or old[:3] != (n.hostname, n.cpu_milli, n.memory_mib)
+                    or (old[-1] is not f and old[-1] != f)):
+                # Labels change only with the spec version (as the ledger's cache reads
+                # them): the same version, resources and facts skip the label walk.
+                key = (n.hostname, n.cpu_milli, n.memory_mib,
+                       tuple(sorted(user_labels(n.labels, self.prefix).items())), f)
+                if old is None or old[:-1] != key[:-1] or (old[-1] is not f
+                                                           and old[-1] != f):
+                    if present:
+                        self._drop_node(n.id, dropped)
+                    self.alloc.add_node(node_spec(n, f, self.prefix), rank=rank)
+                    self._node_keys[n.id] = key
+                    self._gen += 1
+                    self.node_gen[n.id] = self._gen
+                self._node_version[n.id] = n.version
             self.alloc.set_blocked(n.id, not schedulable(n))
         if dropped:  # once for all the nodes dropped (each alone was a pass per node)
             self._mig_none = {k for k in self._mig_none if k[0] not in dropped}
