@@ -231,34 +231,36 @@ class ClusterAllocator:
         name -> node id -> holding committed."""
         tasks_on, held_map, nodes = self.tasks_on, self._held, self.alloc.nodes
         res: dict[tuple[str, str], tuple[int, int]] = {}
+        same: set[tuple[str, str]] = set()  # committed as it is wanted
+        as_is: list[bool] = []  # per entry of ``order``
         for sid, name, h in order:
             nid = h.node_id
+            key = (name, nid)
             if (sid, nid) in tasks_on:
-                res[(name, nid)] = (0, 0)
+                cpu = mem = 0
             else:
                 cpu, mem = reservation(sid)
                 n = h.replicas
-                res[(name, nid)] = (cpu * n, mem * n)
+                cpu, mem = cpu * n, mem * n
+            res[key] = (cpu, mem)
+            held = held_map.get(key)
+            if (held is not None and nid in nodes and held.key[1] == cpu
+                    and held.key[2] == mem and held.key[0] == h.label_value()):
+                same.add(key)
+                as_is.append(True)
+            else:
+                as_is.append(False)
         if len(res) != len(order):  # a node listed twice for a service: the plain way
             self.begin_holdings(wanted, res)
             return self._commit_each(order, res)
-        same: set[tuple[str, str]] = set()
-        for _sid, name, h in order:
-            key = (name, h.node_id)
-            held = held_map.get(key)
-            if held is not None and h.node_id in nodes:
-                cpu, mem = res[key]
-                k = held.key
-                if k[1] == cpu and k[2] == mem and k[0] == h.label_value():
-                    same.add(key)
         if len(same) != len(held_map):
             for key, held in list(held_map.items()):
                 if key not in same:
                     self._release(key, held)
         kept: dict[str, dict[str, Holding]] = {}
-        for _sid, name, h in order:
+        for (_sid, name, h), ok in zip(order, as_is, strict=True):
             nid = h.node_id
-            if (name, nid) in same or self.commit_holding(name, nid, h, res[(name, nid)]):
+            if ok or self.commit_holding(name, nid, h, res[(name, nid)]):
                 got = kept.get(name)
                 if got is None:
                     got = kept[name] = {}

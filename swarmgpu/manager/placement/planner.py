@@ -249,13 +249,15 @@ class Planner:
         self._last_cycle = cyc
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         self.queues.start(parsed, kept)
+        quotas = bool(self.queues.quotas)  # without any, nothing is refused or capped
         for s, r in serve_order(parsed):  # priority, then age (placement.preempt)
             mine = kept.get(s.name, {})
-            held = self.queues.refuse(s, r, mine)  # above its queue's max: it waits
+            held = self.queues.refuse(s, r, mine) if quotas else None  # above its max: waits
             if held is not None:
                 plan.services.append(held)
                 continue
-            capped = self.queues.cap(s, r, mine)  # a scale-up held at its queue's max
+            # a scale-up held at its queue's max
+            capped = self.queues.cap(s, r, mine) if quotas else None
             mine_slots = slots.get(s.id, {})
             # Slots are read only where the replicas could be packed on one node.
             bo = self._backoff.get(s.id)
