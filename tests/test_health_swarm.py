@@ -384,3 +384,37 @@ def test_evacuate_false_reports_the_holder_and_moves_nothing(
         assert "move " not in text and "re-placed" not in text, text[-3000:]
     finally:
         swarm.cli(swarm.manager, "stack", "rm", "hr")
+
+
+def test_a_restarted_daemon_sees_the_hours_spent_health_budget(
+    swarm: SwarmCluster, setup: dict[str, Any]
+) -> None:
+    """The hour's health moves are counted from the swarm object (records in flight and
+    swarmgpu.state.health-spent), not daemon memory: a daemon started with
+    health.evacuations_per_hour 1, after this module's earlier daemons moved holders
+    within the hour, starts no health move; the holder of a new Xid 79 waits for it."""
+    facts: FactsFile = setup["facts"]
+    api = swarm.client(swarm.manager).api
+    _gone(swarm, "hr_")
+    spent = api.inspect_swarm()["Spec"]["Labels"].get("swarmgpu.state.health-spent", "")
+    assert spent and all(time.time() - float(t) < 3600 for t in spent.split(",")), spent
+    _restart_with(swarm, setup, "hour.yml", "health", "evacuations_per_hour", 1)
+    try:
+        deploy(swarm, setup["tmp"], "hw", {"one": {
+            "labels": {"swarmgpu.gpus": "1"}, "constraints": [f"node.hostname=={HOST}"]}})
+        wait_running(swarm, "hw_one", 1, timeout=90)
+        u = _one(swarm, "hw_one")
+        task = tasks_running(swarm, "hw_one")[0]["ID"]
+        log_at = LOG.stat().st_size
+        facts.xid(u, 79)
+        want = "hw_one on gpu-node-2 waits for the health budget: budget: 1 health move(s) " \
+            "per hour ("
+        swarm.wait_for(lambda: want in LOG.read_bytes()[log_at:].decode(errors="replace"),
+                       30, "the budget note in the log")
+        time.sleep(6)  # cycles go by: nothing moves
+        assert [t["ID"] for t in tasks_running(swarm, "hw_one")] == [task]
+        assert _one(swarm, "hw_one") == u
+        text = LOG.read_bytes()[log_at:].decode(errors="replace")
+        assert "move " not in text and "re-placed" not in text, text[-3000:]
+    finally:
+        swarm.cli(swarm.manager, "stack", "rm", "hw")
