@@ -40,6 +40,7 @@ COST_MEMO_MAX = 200_000  # node costs kept (SwarmScorer.node_cost)
 FIT_MEMO_MAX = 500_000  # (demand, group state) answers kept before they are dropped
 GID_MAX = 1_000_000  # group states numbered before the numbering table is dropped
 BORN_MAX = 200_000  # new group states logged before the log is dropped
+SHARED_MAX = 500_000  # scores shared between demands kept before they are dropped
 # A memo miss (None is "cannot host it"); only ever compared by identity, typed as a
 # score so the decision loop needs no narrowing.
 _UNSCORED = cast(float, object())
@@ -381,21 +382,34 @@ class SwarmScorer:
 
     def _best_share_gpu(self, node: NodeState, d: Demand, cands: list[int]) -> tuple[float, int]:
         best = (math.inf, 0, -1)
+        free0, product, cpu_left = node.free, node.product, node.cpu_left
+        waste = self.waste is not None
         # the node's cost now is the same for every candidate GPU: computed once
-        before = (self.node_cost(node.product, node.cpu_left, tuple(node.free))
-                  if self.waste and cands else 0.0)
+        before = self.node_cost(product, cpu_left, tuple(free0)) if waste and cands else 0.0
+        cpu = None if cpu_left is None else cpu_left - d.cpu_milli  # as ``_after``
         seen: set[int] = set()
         for i in cands:
             # GPUs with the same free share leave the node in the same state (costs read
             # the free shares as a multiset): the lowest index of each wins its ties.
-            f = node.free[i]
+            f = free0[i]
             if f in seen:
                 continue
             seen.add(f)
-            delta = self._delta(node, d, i, before) if self.waste else 0.0
+            if waste:  # ``_delta`` for the share on GPU i, inline (the scorer's hot loop)
+                free = list(free0)
+                free[i] = f - d.gpu_milli
+                delta = self.node_cost(product, cpu, tuple(free)) - before
+            else:
+                delta = 0.0
             key = (round(delta, 6), f, i)
-            best = min(best, key)
+            if key < best:
+                best = key
         return best[0], best[2]
+
+    @staticmethod
+    def score_key(d: Demand) -> tuple[int, int, int]:
+        """All of a demand ``score`` reads: the GPU share or count and the CPU."""
+        return (d.gpu_milli, d.num_gpu, d.cpu_milli)
 
     def score(self, node: NodeState, d: Demand) -> float:
         if d.gpu_milli:
@@ -498,6 +512,12 @@ class Allocator:
         self._usage: dict[str, tuple[int, int]] = {}
         self._sets: dict[object, tuple[int, ...] | None] = {}  # gpu_set per (shape, state)
         self._memo: dict[Demand, _Scores] = {}
+        # (group state, the scorer's key of a demand) -> score, for scorers whose score
+        # reads only part of a demand (``score_key``): demands that differ elsewhere
+        # (memory, products) share it. Dropped with ``_memo``.
+        self._score_key: Callable[[Demand], object] | None = getattr(
+            self.scorer, "score_key", None)
+        self._shared: dict[tuple[int, object], float] = {}
         # Whether a group state fits a demand: unlike scores, the workload does not
         # change it, so it outlives ``_memo`` (the daemon's planner refreshes its model
         # every few hundred arrivals, and re-checking every state then cost more than
@@ -524,6 +544,7 @@ class Allocator:
         if setter is not None:
             setter(workload)
         self._memo.clear()
+        self._shared.clear()
 
     # --- state ---------------------------------------------------------
     def add_node(self, spec: NodeSpec, rank: int | None = None) -> None:
@@ -563,6 +584,7 @@ class Allocator:
         observe = getattr(self.scorer, "observe_cluster", None)
         if observe is not None and observe(self.gpu_capacity, self.gpu_free, self.cpu_capacity):
             self._memo.clear()  # the scorer weighs models by what is free: re-score
+            self._shared.clear()
 
     def set_usage(self, name: str, cpu_milli: int, memory_mib: int) -> None:
         """What the node's resources hold besides committed choices (other tasks'
@@ -895,7 +917,18 @@ class Allocator:
             self._fit_memo_n += 1
             if not ok:
                 self._unfit.setdefault(d, set()).add(gk)
-        s = self.scorer.score(rep, d) if ok else None
+        if not ok:
+            s = None
+        elif self._score_key is None:
+            s = self.scorer.score(rep, d)
+        else:  # demands the scorer tells apart only by this key share the state's score
+            k = (gk, self._score_key(d))
+            s = self._shared.get(k)
+            if s is None:
+                s = self.scorer.score(rep, d)
+                if len(self._shared) >= SHARED_MAX:
+                    self._shared.clear()
+                self._shared[k] = s
         scores.put(gk, s)
         return s
 
