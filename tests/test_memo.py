@@ -99,3 +99,28 @@ def test_the_cycle_after_its_gates_open_does_not_plan_the_service_again() -> Non
     # The gate write did not land (the node as it was): planned again, and it writes again.
     retry = planner.plan(closed, services, [], facts)
     assert retry.node_set == {"n-a": {"swarmgpu.service.a": "true"}}
+
+
+def test_a_plan_that_places_is_planned_again_once_its_writes_landed() -> None:
+    """The daemon writes a new placement's map, ledger and gate in one cycle
+    (``placement_step.gates_ready_now``). The next cycle plans it again: what a planner
+    says of a holding it finds in the ledger is not what it said when it chose it (state
+    Allocated, not Bound; no score), so no key of the cycle after its writes may keep the
+    first plan. The cycle after that keeps the second."""
+    nodes = [node("n-a", "node-a")]
+    facts = {"n-a": RTX4090.facts()}
+    planner = Planner()
+    services = [svc("a", {"swarmgpu.gpus": "1"})]
+    first = planner.plan(nodes, services, [], facts)
+    sp1 = first.services[0]
+    assert sp1.new and sp1.gates_deferred
+    first.node_set["n-a"]["swarmgpu.service.a"] = "true"  # opened in the same cycle
+    nodes, services = apply(nodes, first), _written(services, first)
+    second = planner.plan(nodes, services, [], facts)
+    sp2 = second.services[0]
+    assert second.empty and sp2 is not sp1
+    assert (sp1.state, sp2.state) == ("Bound", "Allocated")
+    assert sp1.placements[0].score is not None and sp2.placements[0].score is None
+    assert sp2.to_dict() == Planner().plan(nodes, services, [], facts).services[0].to_dict()
+    third = planner.plan(nodes, services, [], facts)
+    assert third.services[0] is sp2  # settled: kept
