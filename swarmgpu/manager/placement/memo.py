@@ -1,5 +1,15 @@
 """What a settled service's plan reads of a node, by content (``NodeContent``), and
-the key it will have once its own gates are open (``key_after_gates_open``)."""
+the key it will have once its own gates are open (``key_after_gates_open``).
+
+Only a plan whose writes are its gates opening is kept across its own writes. A plan
+that chose new placements, or writes the service's spec, is planned again the cycle
+after they landed: a planner says of a holding it finds in the ledger something other
+than it said when it chose it (state Allocated, not Bound; no score; no adoption
+warning), so that plan is no answer to the next cycle's inputs
+(tests/test_memo.py::test_a_plan_that_places_is_planned_again_once_its_writes_landed).
+The daemon writes all of it in one cycle (``placement_step.apply_plan``), so its first
+cycle without writes plans each such service once more; the two-cycle order did that
+in its second, gate-opening, cycle."""
 
 from __future__ import annotations
 
