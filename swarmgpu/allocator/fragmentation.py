@@ -181,13 +181,22 @@ def residual_waste_table(tasks: tuple[TypicalTask, ...], product: str,
     takes a 0.32 share (0.03 left) and the 0.12 hole stays empty. Whole-GPU demands of
     several GPUs count per GPU (1000 each); CPU is left to ``stranded_milli``.
     """
+    return _waste_of_sizes(_gpu_sizes(tasks, product), size)
+
+
+def _gpu_sizes(tasks: tuple[TypicalTask, ...], product: str) -> tuple[tuple[int, float], ...]:
+    """(GPU-milli per GPU, summed weight) of the tasks that may run on ``product``, by
+    size: all that ``residual_waste_table`` reads of the workload."""
     sizes: dict[int, float] = {}
     for t in tasks:
         s = t.shape
         if s.num_gpu == 0 or s.gpu_milli <= 0 or not product_matches(product, s.products):
             continue
         sizes[s.gpu_milli] = sizes.get(s.gpu_milli, 0.0) + t.weight
-    ordered = sorted(sizes.items())
+    return tuple(sorted(sizes.items()))
+
+
+def _waste_of_sizes(ordered: tuple[tuple[int, float], ...], size: int) -> tuple[float, ...]:
     waste = [0.0] * (size + 1)
     for h in range(size + 1):
         num = den = 0.0
@@ -207,6 +216,10 @@ class ResidualWaste:
     def __init__(self, tasks: tuple[TypicalTask, ...], maxsize: int = 1 << 18) -> None:
         self.tasks = tasks
         self._tables: dict[str, tuple[float, ...]] = {}
+        # By content: GPU models that the same tasks may use (most, when few tasks pin a
+        # model) share one table; building one costs ~2 ms, and a cluster of 7 models
+        # would build 7 on every workload refresh.
+        self._by_sizes: dict[tuple[tuple[tuple[int, float], ...], int], tuple[float, ...]] = {}
 
         @lru_cache(maxsize=maxsize)
         def _waste(product: str, free_sorted: tuple[int, ...]) -> float:
@@ -218,7 +231,10 @@ class ResidualWaste:
     def _table(self, product: str, top: int) -> tuple[float, ...]:
         table = self._tables.get(product)
         if table is None or len(table) <= top:  # GPUs larger than 1000 milli: grow it
-            table = residual_waste_table(self.tasks, product, max(MILLI, top))
+            key = (_gpu_sizes(self.tasks, product), max(MILLI, top))
+            table = self._by_sizes.get(key)
+            if table is None:
+                table = self._by_sizes[key] = _waste_of_sizes(*key)
             self._tables[product] = table
         return table
 
