@@ -57,6 +57,10 @@ MAX_PRODUCT_LEN = 64  # per product name or glob ("NVIDIA A100-SXM4-80GB" is 21)
 MAX_PRODUCTS = 8
 MAX_STORED_BYTES = 4096  # the swarm label ``dumps`` writes
 MAX_LOAD_BYTES = 16384  # a stored text larger than this is refused unread
+# An observation of at most this many tasks counts whole whatever the model weighs (the
+# cap is MAX_SERVICE_SHARE of at least PRIOR_TASKS), so it needs no total of the weights.
+_ALWAYS_WHOLE = MAX_SERVICE_SHARE * PRIOR_TASKS
+_MAX_PENDING = 1024  # decays kept pending before every weight takes them (memory bound)
 
 # The prior: the GPU task mix of Alibaba's openb GPU trace (cluster-trace-gpu-v2023, CC
 # BY 4.0), measured from openb_pod_list_default.csv: of its 7,064 GPU pods, 55% ask one
@@ -95,12 +99,19 @@ def _norm(shapes: Mapping[TaskShape, float]) -> tuple[TypicalTask, ...]:
                  for s, w in sorted(shapes.items(), key=lambda kv: _order(kv[0])) if w > 0)
 
 
-@dataclass
+@dataclass(eq=False)
 class WorkloadModel:
-    """Decayed counts of task shapes; ``typical()`` is what the policy uses."""
+    """Decayed counts of task shapes; ``typical()`` is what the policy uses.
+
+    Every new service decays every shape's weight. Doing that on each arrival cost most
+    of the daemon's arrival path (issue 24), so the decays wait in ``_pending`` and a
+    weight takes the ones it has not taken when it is read (``_fresh``), one by one in
+    the order they came: the same float multiplications, so every weight is the very
+    float an eager decay gives and no placement changes. ``weights`` hands out the dict
+    with every decay taken."""
 
     window: int = DEFAULT_WINDOW
-    weights: dict[TaskShape, float] = field(default_factory=dict)
+    _weights: dict[TaskShape, float] = field(default_factory=dict, repr=False)
     seen: float = 0.0  # tasks observed (not decayed), for display
     pinned: bool = False  # from a file or the whole trace: never learns
     source: str = "prior"
@@ -116,6 +127,65 @@ class WorkloadModel:
     _version: int = field(default=0, repr=False, compare=False)
     _typical: tuple[object, int, bool, tuple[TypicalTask, ...]] | None = field(
         default=None, repr=False, compare=False)
+    # Decay factors not yet taken by every weight, oldest first; a shape in _since has
+    # taken those before its index, one not in it none of them.
+    _pending: list[float] = field(default_factory=list, repr=False, compare=False)
+    _since: dict[TaskShape, int] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def weights(self) -> dict[TaskShape, float]:
+        """Shape -> decayed weight, every decay taken (the dict itself: a caller that
+        changes it changes the model)."""
+        self._settle()
+        return self._weights
+
+    @weights.setter
+    def weights(self, value: dict[TaskShape, float]) -> None:
+        self._weights = value
+        self._pending.clear()
+        self._since.clear()
+
+    def _settle(self) -> None:
+        """Every weight takes the decays it has not taken."""
+        pending = self._pending
+        if pending:
+            since, prod = self._since, math.prod
+            w = self._weights
+            for s, v in w.items():
+                w[s] = prod(pending[since.get(s, 0):], start=v)
+            pending.clear()
+            since.clear()
+
+    def _fresh(self, shape: TaskShape) -> float | None:
+        """``shape``'s weight with every decay taken (kept so), or None: not counted."""
+        v = self._weights.get(shape)
+        if v is None:
+            return None
+        n = len(self._pending)
+        at = self._since.get(shape, 0)
+        if at < n:
+            v = self._weights[shape] = math.prod(self._pending[at:], start=v)
+            self._since[shape] = n
+        return v
+
+    def _set(self, shape: TaskShape, v: float) -> None:
+        self._weights[shape] = v
+        if self._pending:
+            self._since[shape] = len(self._pending)
+
+    def _drop(self, shape: TaskShape) -> None:
+        self._weights.pop(shape, None)
+        self._since.pop(shape, None)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WorkloadModel):
+            return NotImplemented
+        return (self.window, self.weights, self.seen, self.pinned, self.source,
+                self._seen_keys, self._counted, self._decayed) == (
+            other.window, other.weights, other.seen, other.pinned, other.source,
+            other._seen_keys, other._counted, other._decayed)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
 
     @classmethod
     def prior(cls, window: int = DEFAULT_WINDOW) -> WorkloadModel:
@@ -148,18 +218,21 @@ class WorkloadModel:
         clean = sane_shape(shape)
         if clean is None:
             return took_back
-        total = sum(self.weights.values())
-        counted: float = min(count, MAX_SERVICE_SHARE * max(total, PRIOR_TASKS))
+        counted: float = count
+        if count > _ALWAYS_WHOLE:
+            total = sum(self.weights.values())
+            counted = min(count, MAX_SERVICE_SHARE * max(total, PRIOR_TASKS))
         if not took_back:  # new tasks age the rest; a changed request replaces its own
             step = counted / max(1, self.window)
-            decay = math.exp(-step)
-            for s in self.weights:
-                self.weights[s] *= decay
+            if len(self._pending) >= _MAX_PENDING:
+                self._settle()
+            self._pending.append(math.exp(-step))
             self._decayed += step
-        self.weights[clean] = self.weights.get(clean, 0.0) + counted
+        before = self._fresh(clean)
+        self._set(clean, (0.0 if before is None else before) + counted)
         self._counted[key] = (clean, counted, self._decayed)
         self.seen += counted
-        if len(self.weights) > MAX_SHAPES:
+        if len(self._weights) > MAX_SHAPES:
             keep = sorted(self.weights.items(), key=lambda kv: -kv[1])[:MAX_SHAPES]
             self.weights = dict(keep)
         return True
@@ -171,11 +244,12 @@ class WorkloadModel:
             return False
         self._version += 1
         shape, w, at = prev
-        left = self.weights.get(shape, 0.0) - w * math.exp(-(self._decayed - at))
+        now = self._fresh(shape)
+        left = (0.0 if now is None else now) - w * math.exp(-(self._decayed - at))
         if left > 1e-9:
-            self.weights[shape] = left
+            self._set(shape, left)
         else:
-            self.weights.pop(shape, None)
+            self._drop(shape)
         return True
 
     def mark_seen(self, key: str) -> None:
@@ -198,11 +272,11 @@ class WorkloadModel:
         """The shapes covering 95% of the weight, renormalised (FGD's typical pods); a
         pinned mix is used as given."""
         got = self._typical
-        if (got is not None and got[0] is self.weights and got[1] == self._version
+        if (got is not None and got[0] is self._weights and got[1] == self._version
                 and got[2] == self.pinned):
             return got[3]
         tasks = self._compute_typical()
-        self._typical = (self.weights, self._version, self.pinned, tasks)
+        self._typical = (self._weights, self._version, self.pinned, tasks)
         return tasks
 
     def _compute_typical(self) -> tuple[TypicalTask, ...]:
@@ -228,7 +302,7 @@ class WorkloadModel:
 
     def summary(self) -> dict[str, Any]:
         return {"source": self.source, "pinned": self.pinned, "tasks_seen": round(self.seen),
-                "window": self.window, "shapes": len(self.weights), "top": self.describe()}
+                "window": self.window, "shapes": len(self._weights), "top": self.describe()}
 
     def dumps(self) -> str:
         """Compact JSON for the swarm label, at most ``MAX_STORED_BYTES``: weights
