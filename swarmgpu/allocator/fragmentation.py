@@ -30,8 +30,8 @@ class TaskShape:
     products: tuple[str, ...] = ()  # acceptable GPU products (globs); empty = any
 
     def __hash__(self) -> int:
-        # Kept on the instance: the workload model decays every shape's weight on each
-        # new service (a dataclass hash re-hashes every field on every lookup).
+        # Kept on the instance: shapes key the workload model's weights and the scorer's
+        # tables (a dataclass hash re-hashes every field on every lookup).
         got: int | None = self.__dict__.get("_hash")
         if got is None:
             got = self.__dict__["_hash"] = hash(
