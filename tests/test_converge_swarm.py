@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, agents, cfg_file, run_cli, start_daemon, stop
+from gpu_nodes import LOGS, agents, cfg_file, remove_stacks, run_cli, start_daemon, stop
 from swarm_harness import SwarmCluster
 from test_placement_swarm import plan, wait_running
 
@@ -74,21 +74,6 @@ def hog(swarm: SwarmCluster, tmp: Path, hostname: str, cpus: float) -> None:
                    "resources": {"reservations": {"cpus": f"{cpus:.2f}"}}}}}}))
     deploy_file(swarm, f, "hog")
     wait_running(swarm, "hog_cpu", 1)
-
-
-def remove_stacks(swarm: SwarmCluster, *stacks: str) -> None:
-    """``docker stack rm``, then wait until their services are gone."""
-    for stack in stacks:
-        # check=False: removing the stack's network can fail while its tasks still stop
-        # ("in use by task"); the services are gone, which the wait below checks.
-        swarm.cli(swarm.manager, "stack", "rm", stack, check=False)
-    api = swarm.client(swarm.manager).api
-
-    def gone() -> bool:
-        names = {s["Spec"]["Name"] for s in api.services()}
-        return not any(n.startswith(f"{st}_") for n in names for st in stacks)
-
-    swarm.wait_for(gone, 60, f"stacks {', '.join(stacks)} removed")
 
 
 def rendered_nodes(path: Path, swarm: SwarmCluster) -> list[str]:

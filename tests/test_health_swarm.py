@@ -25,6 +25,7 @@ from gpu_nodes import (
     cfg_file,
     kwargs_for_logs,
     labels_of,
+    remove_stacks,
     run_cli,
     start_agent,
     start_daemon,
@@ -158,7 +159,7 @@ def test_flapping_gpu_moves_its_holder_once_and_the_label_holds(
     """Failed, clean, failed again within the clean window: the holder moves once, and
     swarmgpu.gpu.healthy-count does not bounce back in between."""
     facts: FactsFile = setup["facts"]
-    swarm.cli(swarm.manager, "stack", "rm", "hl2")  # room for a move
+    remove_stacks(swarm, "hl2")  # room for a move
     api = swarm.client(swarm.manager).api
     swarm.wait_for(lambda: not api.services(filters={"name": "hl2_six"}), 60, "hl2 removed")
     before = int(labels_of(swarm, HOST)["swarmgpu.gpu.healthy-count"])
@@ -228,7 +229,7 @@ def test_health_policy_moves_the_holder_to_the_other_node_make_before_break(
     facts: FactsFile = setup["facts"]
     api = swarm.client(swarm.manager).api
     for stack in ("hl", "hl2"):
-        swarm.cli(swarm.manager, "stack", "rm", stack)
+        remove_stacks(swarm, stack)
     swarm.wait_for(lambda: not [s for s in api.services()
                                 if s["Spec"]["Name"].startswith(("hl_", "hl2_"))],
                    60, "earlier stacks removed")
@@ -250,7 +251,7 @@ def test_health_policy_moves_the_holder_to_the_other_node_make_before_break(
         deploy(swarm, tmp, "hf", {"fill": {  # the rest of gpu-node-2
             "labels": {"swarmgpu.gpus": "7"}, "constraints": [f"node.hostname=={HOST}"]}})
         wait_running(swarm, "hf_fill", 1, timeout=90)
-        swarm.cli(swarm.manager, "stack", "rm", "hb")  # gpu-node-1 free again
+        remove_stacks(swarm, "hb")  # gpu-node-1 free again
         swarm.wait_for(lambda: not api.services(filters={"name": "hb_block"}), 60,
                        "hb removed")
         log_at = LOG.stat().st_size
@@ -289,7 +290,7 @@ def test_health_policy_moves_the_holder_to_the_other_node_make_before_break(
         assert len(devices_of(swarm, "hf_fill")[HOST]) == 7
     finally:
         for stack in ("hb", "hm", "hf"):
-            swarm.cli(swarm.manager, "stack", "rm", stack)
+            remove_stacks(swarm, stack)
         _set_node_labels(swarm, HOST, {k: None for k in ok})
 
 
@@ -331,7 +332,7 @@ def test_a_failing_node_is_drained_only_with_health_drain_node(
         deploy(swarm, tmp, "dd", {"one": {"labels": {"swarmgpu.gpus": "1"}}})
         wait_running(swarm, "dd_one", 1, timeout=90)
         held = _one(swarm, "dd_one")
-        swarm.cli(swarm.manager, "stack", "rm", "db")
+        remove_stacks(swarm, "db")
         swarm.wait_for(lambda: not api.services(filters={"name": "db_block"}), 60,
                        "db removed")
         log_at = LOG.stat().st_size
@@ -351,8 +352,8 @@ def test_a_failing_node_is_drained_only_with_health_drain_node(
             "moved off it" in text, text[-3000:]
         assert f"move {HOST} -> {OTHER} started: health: node {HOST} is failing" in text
     finally:
-        swarm.cli(swarm.manager, "stack", "rm", "db")
-        swarm.cli(swarm.manager, "stack", "rm", "dd")
+        remove_stacks(swarm, "db")
+        remove_stacks(swarm, "dd")
 
 
 def test_evacuate_false_reports_the_holder_and_moves_nothing(
@@ -383,7 +384,7 @@ def test_evacuate_false_reports_the_holder_and_moves_nothing(
         text = LOG.read_bytes()[log_at:].decode(errors="replace")
         assert "move " not in text and "re-placed" not in text, text[-3000:]
     finally:
-        swarm.cli(swarm.manager, "stack", "rm", "hr")
+        remove_stacks(swarm, "hr")
 
 
 def test_a_restarted_daemon_sees_the_hours_spent_health_budget(
@@ -417,4 +418,4 @@ def test_a_restarted_daemon_sees_the_hours_spent_health_budget(
         text = LOG.read_bytes()[log_at:].decode(errors="replace")
         assert "move " not in text and "re-placed" not in text, text[-3000:]
     finally:
-        swarm.cli(swarm.manager, "stack", "rm", "hw")
+        remove_stacks(swarm, "hw")
