@@ -49,11 +49,15 @@ def attach(daemon: overshare.WatchHost) -> None:
         att = overshare.attribution_now(snap, facts_by_node(snap), metrics, cfg.sync.prefix)
         uses = att.uses
         watch.update(uses, att.unattributed)
+        saved = {k: v.to_dict() for k, v in d.book.records.items()}
         doc = build_cluster(
             snap, d.last_placement, prefix=cfg.sync.prefix, metrics=metrics,
-            saved_agents={k: v.to_dict() for k, v in d.book.records.items()},
-            findings=audit(snap, prefix=cfg.sync.prefix,
-                           generic_resource_kind=cfg.placement.generic_resource_kind)
+            saved_agents=saved,
+            # The same audit as `swarmgpu audit`/`status`: with the agents' records, a node
+            # whose agent is lost past the grace is node-failing on the map too.
+            findings=audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
+                           generic_resource_kind=cfg.placement.generic_resource_kind,
+                           node_lost_grace_s=cfg.health.node_lost_grace_s)
             + overshare.findings(uses, att.unattributed),
             moves=moves() if moves else None, leader=d.leader,
             zone_label=cfg.placement.zone_label,
