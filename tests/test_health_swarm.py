@@ -356,25 +356,32 @@ def test_a_failing_node_is_drained_only_with_health_drain_node(
         remove_stacks(swarm, "dd")
 
 
+def _xid79_on_a_new_holder(swarm: SwarmCluster, setup: dict[str, Any], stack: str,
+                           want: str) -> tuple[str, str, int]:
+    """Deploy ``<stack>_one`` (1 GPU on HOST), report Xid 79 on its GPU and wait until the
+    log says ``want``: (the GPU's UUID, the task's ID, the log offset before the XID)."""
+    deploy(swarm, setup["tmp"], stack, {"one": {
+        "labels": {"swarmgpu.gpus": "1"}, "constraints": [f"node.hostname=={HOST}"]}})
+    wait_running(swarm, f"{stack}_one", 1, timeout=90)
+    u = _one(swarm, f"{stack}_one")
+    task = tasks_running(swarm, f"{stack}_one")[0]["ID"]
+    log_at = LOG.stat().st_size
+    setup["facts"].xid(u, 79)
+    swarm.wait_for(lambda: want in LOG.read_bytes()[log_at:].decode(errors="replace"),
+                   30, f"{want!r} in the log")
+    return u, task, log_at
+
+
 def test_evacuate_false_reports_the_holder_and_moves_nothing(
     swarm: SwarmCluster, setup: dict[str, Any]
 ) -> None:
     """health.evacuate: false: the holder of a failed GPU keeps its task and its GPU
     (placement leaves it to the policy, which only reports it): log and plan say so."""
-    facts: FactsFile = setup["facts"]
     _gone(swarm, "db_", "dd_")
     report_cfg = _restart_with(swarm, setup, "report.yml", "health", "evacuate", False)
     try:
-        deploy(swarm, setup["tmp"], "hr", {"one": {
-            "labels": {"swarmgpu.gpus": "1"}, "constraints": [f"node.hostname=={HOST}"]}})
-        wait_running(swarm, "hr_one", 1, timeout=90)
-        u = _one(swarm, "hr_one")
-        task = tasks_running(swarm, "hr_one")[0]["ID"]
-        log_at = LOG.stat().st_size
-        facts.xid(u, 79)
         want = "hr_one on gpu-node-2 stays (health.evacuate: false): health: gpu-node-2 GPU"
-        swarm.wait_for(lambda: want in LOG.read_bytes()[log_at:].decode(errors="replace"),
-                       30, "the report in the log")
+        u, task, log_at = _xid79_on_a_new_holder(swarm, setup, "hr", want)
         time.sleep(8)  # cycles go by: nothing moves
         assert [t["ID"] for t in tasks_running(swarm, "hr_one")] == [task]
         assert _one(swarm, "hr_one") == u
@@ -394,24 +401,15 @@ def test_a_restarted_daemon_sees_the_hours_spent_health_budget(
     swarmgpu.state.health-spent), not daemon memory: a daemon started with
     health.evacuations_per_hour 1, after this module's earlier daemons moved holders
     within the hour, starts no health move; the holder of a new Xid 79 waits for it."""
-    facts: FactsFile = setup["facts"]
     api = swarm.client(swarm.manager).api
     _gone(swarm, "hr_")
     spent = api.inspect_swarm()["Spec"]["Labels"].get("swarmgpu.state.health-spent", "")
     assert spent and all(time.time() - float(t) < 3600 for t in spent.split(",")), spent
     _restart_with(swarm, setup, "hour.yml", "health", "evacuations_per_hour", 1)
     try:
-        deploy(swarm, setup["tmp"], "hw", {"one": {
-            "labels": {"swarmgpu.gpus": "1"}, "constraints": [f"node.hostname=={HOST}"]}})
-        wait_running(swarm, "hw_one", 1, timeout=90)
-        u = _one(swarm, "hw_one")
-        task = tasks_running(swarm, "hw_one")[0]["ID"]
-        log_at = LOG.stat().st_size
-        facts.xid(u, 79)
         want = "hw_one on gpu-node-2 waits for the health budget: budget: 1 health move(s) " \
             "per hour ("
-        swarm.wait_for(lambda: want in LOG.read_bytes()[log_at:].decode(errors="replace"),
-                       30, "the budget note in the log")
+        u, task, log_at = _xid79_on_a_new_holder(swarm, setup, "hw", want)
         time.sleep(6)  # cycles go by: nothing moves
         assert [t["ID"] for t in tasks_running(swarm, "hw_one")] == [task]
         assert _one(swarm, "hw_one") == u
