@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as Set
 from dataclasses import dataclass, field
 from typing import Protocol, cast
@@ -1034,8 +1034,3 @@ class Allocator:
         if have >= d.gpus_wanted:
             return f"{name} has {have} free but not as one {d.topology} set"
         return f"{name} has {have} free"
-
-
-def demand_key_shapes(demands: Sequence[Demand]) -> tuple[TaskShape, ...]:
-    """Task shapes of a workload, for ``typical_tasks``."""
-    return tuple(d.shape() for d in demands)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -462,8 +462,3 @@ def load_file(path: str | Path) -> WorkloadModel:
     m = WorkloadModel(pinned=True, source=f"file {path}")
     m.weights = weights
     return m
-
-
-def shapes_signature(shapes: Sequence[TaskShape]) -> str:
-    return ";".join(f"{s.num_gpu}x{s.gpu_milli}c{s.cpu_milli}{'|'.join(s.products)}"
-                    for s in shapes)

@@ -347,10 +347,6 @@ class Observation:
 OPERATOR_OK = "ok"
 
 
-def operator_label_key(uuid: str) -> str:
-    return f"swarmgpu.gpu.{uuid}.health"
-
-
 def step_one(prev: GpuState | None, obs: Observation, now: float,
              policy: HealthPolicy = HealthPolicy()) -> GpuState:
     """The next state of one GPU. Fail and degrade are entered at once; they are left only

@@ -304,11 +304,6 @@ def attribution_now(snap: Snapshot, facts: Mapping[str, NodeFacts],
                      owners(snap.services, snap.tasks))
 
 
-def uses_now(snap: Snapshot, facts: Mapping[str, NodeFacts],
-             metrics: Mapping[str, Mapping[str, GpuMetrics]], prefix: str) -> list[ServiceUse]:
-    return attribution_now(snap, facts, metrics, prefix).uses
-
-
 def audit_check(cfg: Config) -> Callable[[Snapshot], list[Finding]]:
     """For `swarmgpu audit`: scrape the agents as the daemon does, judge every holder."""
     def check(snap: Snapshot) -> list[Finding]:

@@ -144,10 +144,6 @@ class GpuRequest:
         return self.preemptible if self.preemptible is not None else self.priority < below
 
 
-def is_output_key(key: str) -> bool:
-    return key.startswith(OUTPUT_LABEL_PREFIXES)
-
-
 def parse_request(
     labels: Mapping[str, str],
     *,

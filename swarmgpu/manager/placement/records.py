@@ -93,9 +93,6 @@ class PlacementPlan:
     workload: dict[str, Any] = field(default_factory=dict)  # the model placement used
     queues: list[dict[str, Any]] = field(default_factory=list)  # use against quota (queues)
 
-    def node_changes(self, node_id: str) -> tuple[dict[str, str], list[str]]:
-        return self.node_set.get(node_id, {}), self.node_remove.get(node_id, [])
-
     @property
     def empty(self) -> bool:
         return not self.node_set and not self.node_remove and not any(
