@@ -72,15 +72,21 @@ def plan_of(daemon: dict[str, Any], name: str) -> dict[str, Any]:
     return p
 
 
+def assert_pinned(seen: dict[str, str]) -> None:
+    """Every task (``host/task`` -> devices, as ``run_devices`` gives) saw a GPU of its
+    own node, never ``void``."""
+    for key, devices in seen.items():
+        host = key.split("/")[0]
+        assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
+
+
 def test_job_runs_pinned_releases_and_reruns(swarm: SwarmCluster,
                                              daemon: dict[str, Any]) -> None:
     gpu_create(swarm, JOB, "--mode", "replicated-job", "--replicas", "2",
                "--label", f"{P}gpus=1", "local/busybox:latest", "sleep", "4")
     first = run_devices(swarm)
     assert sorted(k.split("/")[0] for k in first) == sorted(GPU_NODES), first
-    for key, devices in first.items():
-        host = key.split("/")[0]
-        assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
+    assert_pinned(first)
     # Within a cycle (2 s) of completing, the job holds nothing and is shown done.
     swarm.wait_for(lambda: not ledger_of(swarm, JOB) or None, 10, "the job's ledger gone")
     p = plan_of(daemon, JOB)
@@ -99,9 +105,7 @@ def test_job_runs_pinned_releases_and_reruns(swarm: SwarmCluster,
     swarm.cli(swarm.manager, "service", "update", "-d", "--force", JOB)
     again = run_devices(swarm)
     assert set(again).isdisjoint(first)  # new tasks
-    for key, devices in again.items():
-        host = key.split("/")[0]
-        assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
+    assert_pinned(again)
     swarm.wait_for(lambda: not ledger_of(swarm, JOB) or None, 10, "the re-run's ledger gone")
     swarm.cli(swarm.manager, "service", "rm", JOB)  # the swarm is the session's
 
@@ -115,9 +119,7 @@ def test_global_job_runs_once_on_each_gpu_node_pinned(swarm: SwarmCluster,
                "local/busybox:latest", "sleep", "3")
     seen = run_devices(swarm, name, timeout=90)
     assert sorted(k.split("/")[0] for k in seen) == sorted(GPU_NODES), seen  # not mgr-1
-    for key, devices in seen.items():
-        host = key.split("/")[0]
-        assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
+    assert_pinned(seen)
     swarm.wait_for(lambda: not ledger_of(swarm, name) or None, 10, "the global job's ledger")
     p = plan_of(daemon, name)
     assert p["status"] == "done" and p["mode"] == "global-job", json.dumps(p)
@@ -133,9 +135,7 @@ def test_job_with_fewer_at_once_than_completions_runs_each_task_pinned(
                "--max-concurrent", "1", "--label", f"{P}gpus=1",
                "local/busybox:latest", "sleep", "2")
     seen = run_devices(swarm, name, timeout=120, n=3)
-    for key, devices in seen.items():
-        host = key.split("/")[0]
-        assert devices != "void" and devices in GPU_NODES[host].uuids(), (key, devices)
+    assert_pinned(seen)
     swarm.wait_for(lambda: not ledger_of(swarm, name) or None, 10, "the job's ledger gone")
     assert plan_of(daemon, name)["status"] == "done"
     swarm.cli(swarm.manager, "service", "rm", name)  # the swarm is the session's
