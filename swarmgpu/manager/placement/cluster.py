@@ -209,12 +209,16 @@ class ClusterAllocator:
 
     # --- holdings ------------------------------------------------------------------
     def begin_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
-                       res: Mapping[tuple[str, str], tuple[int, int]] | None = None) -> None:
+                       res: Mapping[tuple[str, str], tuple[int, int]] | None = None,
+                       keep: AbstractSet[str] = frozenset()) -> None:
         """Release every committed holding that is not wanted (as it is) any more; call
-        before ``commit_holding`` so a GPU that changed hands is free for its new owner."""
+        before ``commit_holding`` so a GPU that changed hands is free for its new owner.
+        ``keep``: services whose committed holdings stay as they are, unasked."""
         res = res or {}
         for key, held in list(self._held.items()):
             svc, nid = key
+            if svc in keep:
+                continue
             h = wanted.get(svc, {}).get(nid)
             cpu, mem = res.get(key, (0, 0))
             if h is None or held.key != (h.label_value(), cpu, mem):
@@ -223,12 +227,16 @@ class ClusterAllocator:
     def keep_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
                       order: Sequence[tuple[str, str, Holding]],
                       reservation: Callable[[str], tuple[int, int]],
+                      keep: AbstractSet[str] = frozenset(),
                       ) -> dict[str, dict[str, Holding]]:
         """``begin_holdings`` then ``commit_holding`` for each of ``order`` ((service id,
         name, holding), in commit order; ``reservation``: a service's per replica), with
         the same releases and commits in the same order, in one pass over what is
         already committed as it is (most of them, cycle after cycle). Returns service
-        name -> node id -> holding committed."""
+        name -> node id -> holding committed. ``keep``: services not in ``order`` whose
+        committed holdings stay as they are (a change-driven cycle's quiet ones: every
+        one of their holdings would be committed as it is, so keeping them first is the
+        order a full pass commits in)."""
         tasks_on, held_map, nodes = self.tasks_on, self._held, self.alloc.nodes
         res: dict[tuple[str, str], tuple[int, int]] = {}
         same: set[tuple[str, str]] = set()  # committed as it is wanted
@@ -251,11 +259,11 @@ class ClusterAllocator:
             else:
                 as_is.append(False)
         if len(res) != len(order):  # a node listed twice for a service: the plain way
-            self.begin_holdings(wanted, res)
+            self.begin_holdings(wanted, res, keep)
             return self._commit_each(order, res)
         if len(same) != len(held_map):
             for key, held in list(held_map.items()):
-                if key not in same:
+                if key not in same and key[0] not in keep:
                     self._release(key, held)
         kept: dict[str, dict[str, Holding]] = {}
         for (_sid, name, h), ok in zip(order, as_is, strict=True):

@@ -4,6 +4,7 @@ declares, adopted onto free GPUs only (``KeptHoldings``)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.cluster import ClusterAllocator
@@ -48,12 +49,19 @@ class KeptHoldings:
 
     def commit(self, parsed: Parsed, ledger: Mapping[str, Mapping[str, Holding]],
                by_id: Mapping[str, SwarmNode], facts: Mapping[str, NodeFacts],
-               running: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, Holding]]:
-        """service name -> node id -> holding kept (and committed) this cycle."""
+               running: Mapping[str, Mapping[str, int]], keep: AbstractSet[str] = frozenset(),
+               ) -> dict[str, dict[str, Holding]] | None:
+        """service name -> node id -> holding kept (and committed) this cycle. ``keep``:
+        services left out of ``parsed`` whose committed holdings stay as they are (a
+        change-driven cycle's quiet ones); None, with nothing committed, when a service
+        of ``parsed`` has a declared list to adopt then (adoption reads every service's
+        holdings: only a full pass does it)."""
         wanted, order, declared = self._read(parsed, ledger, by_id, facts, running)
+        if keep and declared:
+            return None
         self._adopt(declared, facts, wanted, order)
         whole = self._strip_failed(wanted, order, facts) if self.keep_failed else {}
-        kept = self._commit(wanted, order)
+        kept = self.cluster.keep_holdings(wanted, order, self.reservation, keep)
         for (name, nid), h in whole.items():
             if nid in kept.get(name, {}):
                 kept[name][nid] = h
@@ -165,10 +173,6 @@ class KeptHoldings:
                 wanted.setdefault(name, {})[h.node_id] = h
                 order.append((s.id, name, h))
                 owner.update({(h.node_id, u): name for u in h.uuids})
-
-    def _commit(self, wanted: Mapping[str, Mapping[str, Holding]],
-                order: Order) -> dict[str, dict[str, Holding]]:
-        return self.cluster.keep_holdings(wanted, order, self.reservation)
 
 
 def _declared_lists(labels: Mapping[str, str], dk: str

@@ -29,10 +29,11 @@ from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.memo import NodeContent, key_after_gates_open
 from swarmgpu.manager.placement.preempt import mark_preempted, serve_order
 from swarmgpu.manager.placement.queues import QueueBook, Quotas
+from swarmgpu.manager.placement.quiet import Quiet, QuietServices
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
-from swarmgpu.manager.placement.tasks import NO_WAITING, Waiting, tasks_by_service
+from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, tasks_by_service
 from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
 
@@ -51,8 +52,13 @@ class Planner:
                  adopt_ungated: bool = True, generic_kind: str = "",
                  workload: WorkloadModel | None = None,
                  priority_classes: Mapping[str, int] | None = None,
-                 queues: Quotas | None = None) -> None:
+                 queues: Quotas | None = None, change_driven: bool = True) -> None:
         self.prefix = prefix
+        # Visit only the services whose inputs changed (placement.quiet); False: every
+        # service, every cycle (tests compare the two).
+        self.change_driven = change_driven
+        self._quiet = QuietServices(prefix)
+        self._most = -1  # the largest node's GPUs, last cycle
         self.classes = priority_classes  # swarmgpu.priority's names (None: the defaults)
         self.queues = QueueBook(queues or {})  # swarmgpu.queue's quotas (placement.queues)
         self.zone_label = zone_label
@@ -187,9 +193,13 @@ class Planner:
         by_id = {n.id: n for n in nodes}
         cluster = self.cluster
         cluster.problems = []
+        alloc_was = cluster.alloc
         cluster.sync_nodes(nodes, facts)
+        rebuilt = cluster.alloc is not alloc_was  # a new node set: every holding anew
         self._filters.new_cycle(nodes)
         self._node_content.new_cycle(nodes)
+        touched = self._quiet.changed(nodes, self._node_content.of, cluster.node_gen,
+                                      cluster.alloc.nodes)
         live_names = {s.name for s in services}
         most = max((len(ns.spec.gpus) for ns in cluster.alloc.nodes.values()), default=0)
         few = {s.id for s in services if (s.replicas or 0) <= most}
@@ -232,16 +242,30 @@ class Planner:
         jobs = job_progress(services, tasks)  # {} when no service is a job
         self._learn_on_gpu_nodes(running_jobs(parsed, jobs), cpu_only, tv.on_nodes)
 
-        # First commit every valid existing holding, so new placements never reuse GPUs.
-        cluster.set_usage_of(tv.use, tv.on_nodes)
-        kept = self._kept.commit(parsed, without_finished(ledger, parsed, jobs), by_id, facts,
-                                 running)
-
         live_ids = {s.id for s, _ in parsed}
         self._backoff = {k: v for k, v in self._backoff.items() if k in live_ids}
         for sid, ids in tv.failed.items():
             if sid in live_ids:
                 self._backoff.setdefault(sid, Backoff()).saw_failures(ids, now)
+
+        # First commit every valid existing holding, so new placements never reuse GPUs.
+        cluster.set_usage_of(tv.use, tv.on_nodes)
+        quiet = (self._quiet_services(parsed, tv, touched, facts)
+                 if self.change_driven and not rebuilt and most == self._most else {})
+        self._most = most
+        committed: dict[str, dict[str, Holding]] | None = None
+        if quiet:  # only the others' holdings are read and committed (placement.quiet)
+            rest = [p for p in parsed if p[0].id not in quiet]
+            committed = self._kept.commit(rest, without_finished(ledger, rest, jobs), by_id, facts,
+                                    running, keep=set(quiet.values()))
+            if committed is None:
+                quiet = {}
+        if committed is None:
+            committed = self._kept.commit(parsed, without_finished(ledger, parsed, jobs), by_id,
+                                    facts, running)
+        kept = committed or {}
+        records = self._quiet.records
+        new_records: dict[str, Quiet] = {}
         cyc = Cycle(cluster, by_id, facts, prefix, self.zone_label,
                     {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
                     plan, self._filters.refused, most_gpus=most, now=now,
@@ -251,6 +275,13 @@ class Planner:
         self.queues.start(parsed, kept)
         quotas = bool(self.queues.quotas)  # without any, nothing is refused or capped
         for s, r in serve_order(parsed):  # priority, then age (placement.preempt)
+            if s.id in quiet:  # what a full pass would reuse (placement.quiet)
+                reused = self._settled[s.id]
+                reused[1].warnings = list(reused[2])
+                settled[s.id] = reused
+                new_records[s.id] = records[s.id]
+                plan.services.append(reused[1])
+                continue
             mine = kept.get(s.name, {})
             held = self.queues.refuse(s, r, mine) if quotas else None  # above its max: waits
             if held is not None:
@@ -303,8 +334,14 @@ class Planner:
             elif (after := key_after_gates_open(key, sp, s, ledger.get(s.name, {}), plan,
                                                 prefix)) is not None:  # placement.memo
                 settled[s.id] = (after, replace(sp, node_writes=False), tuple(sp.warnings))
+            if (s.id in settled and bo is None and capped is None and mine
+                    and s.mode == "replicated" and mine == ledger.get(s.name)):
+                new_records[s.id] = Quiet(s.version, running.get(s.id),
+                                          waiting.get(s.id, NO_WAITING), tv.on_nodes.get(s.id),
+                                          mine_slots or None)
             plan.services.append(sp)
         self._settled = settled
+        self._quiet.records = new_records
         self._open_since = cyc.open_seen
         if len(self._kept.fits) > 4 * len(settled) + 10_000:  # departed services' entries
             self._kept.fits.clear()
@@ -321,6 +358,31 @@ class Planner:
         plan.workload = self.model.summary()
         plan.queues = self.queues.summary()
         return plan
+
+    def _quiet_services(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
+                        tv: TaskView, touched: AbstractSet[str],
+                        facts: Mapping[str, NodeFacts]) -> dict[str, str]:
+        """Service id -> name of the services this cycle need not visit (placement.quiet);
+        none when something every service reads may have changed."""
+        if self.queues.quotas or (self._kept.keep_failed is not None and any(
+                not g.healthy for f in facts.values() for g in f.gpus)):
+            return {}
+        records, backoff = self._quiet.records, self._backoff
+        running, waiting, on_nodes, slots = tv.running, tv.waiting, tv.on_nodes, tv.slots
+        out: dict[str, str] = {}
+        for s, r in parsed:
+            if isinstance(r, GpuRequest) and r.queue:
+                return {}  # a queue's use is counted over every service
+            sid = s.id
+            q = records.get(sid)
+            if (q is None or q.version != s.version or s.name in touched or sid in backoff
+                    or running.get(sid) != q.running or on_nodes.get(sid) != q.on_nodes
+                    or slots.get(sid) != q.slots):
+                continue
+            w = waiting.get(sid, NO_WAITING)
+            if w is q.waiting or w == q.waiting:
+                out[sid] = s.name
+        return out
 
     def place_arrivals(self, services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                        ) -> PlacementPlan:
