@@ -227,7 +227,7 @@ class ClusterAllocator:
     def keep_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
                       order: Sequence[tuple[str, str, Holding]],
                       reservation: Callable[[str], tuple[int, int]],
-                      keep: AbstractSet[str] = frozenset(),
+                      keep: AbstractSet[str] = frozenset(), kept_count: int = 0,
                       ) -> dict[str, dict[str, Holding]]:
         """``begin_holdings`` then ``commit_holding`` for each of ``order`` ((service id,
         name, holding), in commit order; ``reservation``: a service's per replica), with
@@ -236,7 +236,8 @@ class ClusterAllocator:
         name -> node id -> holding committed. ``keep``: services not in ``order`` whose
         committed holdings stay as they are (a change-driven cycle's quiet ones: every
         one of their holdings would be committed as it is, so keeping them first is the
-        order a full pass commits in)."""
+        order a full pass commits in); ``kept_count``: how many holdings they have committed.
+        """
         tasks_on, held_map, nodes = self.tasks_on, self._held, self.alloc.nodes
         res: dict[tuple[str, str], tuple[int, int]] = {}
         same: set[tuple[str, str]] = set()  # committed as it is wanted
@@ -261,7 +262,7 @@ class ClusterAllocator:
         if len(res) != len(order):  # a node listed twice for a service: the plain way
             self.begin_holdings(wanted, res, keep)
             return self._commit_each(order, res)
-        if len(same) != len(held_map):
+        if len(same) + kept_count != len(held_map):  # some committed one is not wanted
             for key, held in list(held_map.items()):
                 if key not in same and key[0] not in keep:
                     self._release(key, held)

@@ -50,18 +50,18 @@ class KeptHoldings:
     def commit(self, parsed: Parsed, ledger: Mapping[str, Mapping[str, Holding]],
                by_id: Mapping[str, SwarmNode], facts: Mapping[str, NodeFacts],
                running: Mapping[str, Mapping[str, int]], keep: AbstractSet[str] = frozenset(),
-               ) -> dict[str, dict[str, Holding]] | None:
+               kept_count: int = 0) -> dict[str, dict[str, Holding]] | None:
         """service name -> node id -> holding kept (and committed) this cycle. ``keep``:
         services left out of ``parsed`` whose committed holdings stay as they are (a
-        change-driven cycle's quiet ones); None, with nothing committed, when a service
-        of ``parsed`` has a declared list to adopt then (adoption reads every service's
-        holdings: only a full pass does it)."""
+        change-driven cycle's quiet ones: ``kept_count`` holdings); None, with nothing
+        committed, when a service of ``parsed`` has a declared list to adopt then
+        (adoption reads every service's holdings: only a full pass does it)."""
         wanted, order, declared = self._read(parsed, ledger, by_id, facts, running)
         if keep and declared:
             return None
         self._adopt(declared, facts, wanted, order)
         whole = self._strip_failed(wanted, order, facts) if self.keep_failed else {}
-        kept = self.cluster.keep_holdings(wanted, order, self.reservation, keep)
+        kept = self.cluster.keep_holdings(wanted, order, self.reservation, keep, kept_count)
         for (name, nid), h in whole.items():
             if nid in kept.get(name, {}):
                 kept[name][nid] = h

@@ -33,7 +33,7 @@ from swarmgpu.manager.placement.quiet import Quiet, QuietServices
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
-from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, tasks_by_service
+from swarmgpu.manager.placement.tasks import NO_WAITING, TaskBook, Waiting, tasks_by_service
 from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
 
@@ -58,6 +58,7 @@ class Planner:
         # service, every cycle (tests compare the two).
         self.change_driven = change_driven
         self._quiet = QuietServices(prefix)
+        self._task_book = TaskBook()
         self._most = -1  # the largest node's GPUs, last cycle
         self.classes = priority_classes  # swarmgpu.priority's names (None: the defaults)
         self.queues = QueueBook(queues or {})  # swarmgpu.queue's quotas (placement.queues)
@@ -203,7 +204,10 @@ class Planner:
         live_names = {s.name for s in services}
         most = max((len(ns.spec.gpus) for ns in cluster.alloc.nodes.values()), default=0)
         few = {s.id for s in services if (s.replicas or 0) <= most}
-        tv = tasks_by_service(tasks, few.__contains__)
+        if self.change_driven:  # and which services' tasks changed since
+            tv, tasks_changed = self._task_book.update(tasks, few)
+        else:
+            tv, tasks_changed = tasks_by_service(tasks, few.__contains__), set()
         running, waiting, slots = tv.running, tv.waiting, tv.slots
 
         # Holdings of services that no longer exist are released (gate and ledger).
@@ -250,21 +254,22 @@ class Planner:
 
         # First commit every valid existing holding, so new placements never reuse GPUs.
         cluster.set_usage_of(tv.use, tv.on_nodes)
-        quiet = (self._quiet_services(parsed, tv, touched, facts)
+        records = self._quiet.records
+        quiet = (self._quiet_services(parsed, tasks_changed, touched, facts)
                  if self.change_driven and not rebuilt and most == self._most else {})
         self._most = most
         committed: dict[str, dict[str, Holding]] | None = None
         if quiet:  # only the others' holdings are read and committed (placement.quiet)
             rest = [p for p in parsed if p[0].id not in quiet]
             committed = self._kept.commit(rest, without_finished(ledger, rest, jobs), by_id, facts,
-                                    running, keep=set(quiet.values()))
+                                    running, keep=set(quiet.values()),
+                                    kept_count=sum(records[sid].held for sid in quiet))
             if committed is None:
                 quiet = {}
         if committed is None:
             committed = self._kept.commit(parsed, without_finished(ledger, parsed, jobs), by_id,
                                     facts, running)
         kept = committed or {}
-        records = self._quiet.records
         new_records: dict[str, Quiet] = {}
         cyc = Cycle(cluster, by_id, facts, prefix, self.zone_label,
                     {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
@@ -336,9 +341,7 @@ class Planner:
                 settled[s.id] = (after, replace(sp, node_writes=False), tuple(sp.warnings))
             if (s.id in settled and bo is None and capped is None and mine
                     and s.mode == "replicated" and mine == ledger.get(s.name)):
-                new_records[s.id] = Quiet(s.version, running.get(s.id),
-                                          waiting.get(s.id, NO_WAITING), tv.on_nodes.get(s.id),
-                                          mine_slots or None)
+                new_records[s.id] = Quiet(s.version, len(mine))
             plan.services.append(sp)
         self._settled = settled
         self._quiet.records = new_records
@@ -360,7 +363,7 @@ class Planner:
         return plan
 
     def _quiet_services(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
-                        tv: TaskView, touched: AbstractSet[str],
+                        tasks_changed: AbstractSet[str], touched: AbstractSet[str],
                         facts: Mapping[str, NodeFacts]) -> dict[str, str]:
         """Service id -> name of the services this cycle need not visit (placement.quiet);
         none when something every service reads may have changed."""
@@ -368,19 +371,14 @@ class Planner:
                 not g.healthy for f in facts.values() for g in f.gpus)):
             return {}
         records, backoff = self._quiet.records, self._backoff
-        running, waiting, on_nodes, slots = tv.running, tv.waiting, tv.on_nodes, tv.slots
         out: dict[str, str] = {}
         for s, r in parsed:
             if isinstance(r, GpuRequest) and r.queue:
                 return {}  # a queue's use is counted over every service
             sid = s.id
             q = records.get(sid)
-            if (q is None or q.version != s.version or s.name in touched or sid in backoff
-                    or running.get(sid) != q.running or on_nodes.get(sid) != q.on_nodes
-                    or slots.get(sid) != q.slots):
-                continue
-            w = waiting.get(sid, NO_WAITING)
-            if w is q.waiting or w == q.waiting:
+            if (q is not None and q.version == s.version and sid not in tasks_changed
+                    and s.name not in touched and sid not in backoff):
                 out[sid] = s.name
         return out
 

@@ -10,7 +10,8 @@ key is made of provably did not change since the cycle that settled it:
   diffing only the nodes whose spec version moved;
 * each node it holds on: its content (``NodeContent``), its generation (facts) and its
   presence on the allocator;
-* its tasks: where they run, which wait, their slots and nodes;
+* its tasks (``TaskBook`` says whose changed): where they run, which wait, their slots
+  and nodes;
 * and it held then exactly its ledger entries, is replicated, holds something, and has
   no back-off.
 
@@ -26,19 +27,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from swarmgpu.manager.placement.keys import ASSIGN, GATE
-from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.swarm.client import SwarmNode
 
 
 @dataclass(frozen=True)
 class Quiet:
-    """What a settled service's key read, beside its key: compared, not rebuilt."""
+    """A settled service as of the cycle that settled it: its spec version, and how
+    many holdings it had committed (all of its ledger entries, as they are)."""
 
     version: int
-    running: Mapping[str, int] | None
-    waiting: Waiting
-    on_nodes: frozenset[str] | set[str] | None
-    slots: Mapping[int, str] | None
+    held: int
 
 
 class QuietServices:

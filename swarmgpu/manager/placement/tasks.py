@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from swarmgpu.manager.placement.keys import ACTIVE_STATES
 from swarmgpu.swarm.client import SwarmTask
@@ -30,6 +31,7 @@ class Waiting:
 
 
 NO_WAITING = Waiting()
+_T = TypeVar("_T")
 _ACTIVE = frozenset(ACTIVE_STATES) - {"running", "starting"}
 _FAILED = frozenset(("failed", "rejected"))
 _JOB_LIVE = frozenset(ACTIVE_STATES)
@@ -123,3 +125,97 @@ def _refusal_text(*texts: str) -> str:
         if any(x in text.lower() for x in _REFUSED):
             return text
     return ""
+
+
+class TaskBook:
+    """``tasks_by_service`` kept across a planner's cycles: each cycle re-reads only the
+    services some task of which is new, changed or gone (and those that came into or
+    left the services whose slots are read), and says which those are. A service whose
+    tasks did not change keeps the very objects of its last view, so the planner's
+    change-driven cycle (placement.quiet) asks one set instead of comparing them."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._tasks: dict[str, SwarmTask] = {}
+        self._few: AbstractSet[str] = frozenset()
+        self._use: dict[str, dict[str, tuple[int, int]]] = {}  # service -> node -> use
+        self.view = TaskView({}, {}, {}, {}, {}, {})
+
+    def update(self, tasks: Sequence[SwarmTask], few: AbstractSet[str],
+               ) -> tuple[TaskView, set[str]]:
+        """This cycle's view (what ``tasks_by_service(tasks, few.__contains__)`` gives),
+        and the service ids whose part of it may differ from the last cycle's."""
+        prev = self._tasks
+        now: dict[str, SwarmTask] = {}
+        changed: set[str] = set()
+        matched = 0
+        for t in tasks:
+            o = prev.get(t.id)
+            if o is None:
+                changed.add(t.service_id)
+            else:
+                matched += 1
+                if o is not t and o != t:
+                    changed.add(t.service_id)
+                    changed.add(o.service_id)
+            now[t.id] = t
+        if len(now) != len(tasks):  # one task listed twice: read it all again
+            self._reset()
+            now = {}
+            changed = {t.service_id for t in tasks}
+        if matched != len(prev):  # tasks gone
+            changed.update(prev[k].service_id for k in prev.keys() - now.keys())
+        changed.update(few ^ self._few)  # slots read, or no longer read
+        self._tasks, self._few = now, set(few)
+        if changed:
+            self._merge([t for t in tasks if t.service_id in changed], changed, few)
+        return self.view, changed
+
+    def _merge(self, tasks: list[SwarmTask], changed: set[str], few: AbstractSet[str]) -> None:
+        v = self.view
+        part = tasks_by_service(tasks, few.__contains__)
+        for sid in changed:
+            _put(v.running, part.running, sid)
+            _put(v.waiting, part.waiting, sid)
+            _put(v.slots, part.slots, sid)
+            _put(v.on_nodes, part.on_nodes, sid)
+            _put(v.failed, part.failed, sid)
+        use = _use_by_service(tasks)
+        for sid in changed:  # node totals: each changed service's old part out, new in
+            for nid, (cpu, mem) in self._use.pop(sid, {}).items():
+                u = v.use[nid]
+                u[0] -= cpu
+                u[1] -= mem
+            mine = use.get(sid)
+            if mine:
+                self._use[sid] = mine
+                for nid, (cpu, mem) in mine.items():
+                    u = v.use.setdefault(nid, [0, 0])
+                    u[0] += cpu
+                    u[1] += mem
+
+
+def _put(mine: dict[str, _T], theirs: Mapping[str, _T], sid: str) -> None:
+    got = theirs.get(sid)
+    if got is None:
+        mine.pop(sid, None)
+    else:
+        mine[sid] = got
+
+
+def _use_by_service(tasks: Sequence[SwarmTask]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Service id -> node id -> what its tasks meant to run reserve there (the tasks
+    ``tasks_by_service`` counts in ``use``)."""
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for t in tasks:
+        if not t.node_id or not (t.cpu_milli or t.memory_mib):
+            continue
+        if t.desired_state != "running" and (t.desired_state != "complete"
+                                             or t.state not in _JOB_LIVE):
+            continue
+        per = out.setdefault(t.service_id, {})
+        cpu, mem = per.get(t.node_id, (0, 0))
+        per[t.node_id] = (cpu + t.cpu_milli, mem + t.memory_mib)
+    return out
