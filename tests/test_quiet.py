@@ -157,11 +157,13 @@ class TwinPlanner(Planner):
         super().keep_failed_holdings(keep)
         self.twin.keep_failed_holdings(keep)
 
-    def _quiet_services(self, *args: Any, **kw: Any) -> dict[str, str]:
-        # (whatever it reads: only its answer is counted)
+    def _quiet_services(self, *args: Any, **kw: Any) -> Any:
+        # Whatever it reads and returns (the quiet services, alone or first): only how
+        # many it found is counted, to show the change-driven path was taken.
         out = super()._quiet_services(*args, **kw)
-        self.quiet_cycles += bool(out)
-        self.quiet_services += len(out)
+        quiet = out[0] if isinstance(out, tuple) else out
+        self.quiet_cycles += bool(quiet)
+        self.quiet_services += len(quiet)
         return out
 
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
@@ -392,10 +394,11 @@ class Mini:
         self.service_spec(sid, {**self.services[sid].spec, "Labels": dict(labels)})
 
     # -- the planner's writes, then Swarm
-    def apply(self, plan: PlacementPlan) -> None:
-        for nid in set(plan.node_remove) | set(plan.node_set):
+    def apply(self, plan: PlacementPlan, lossy: float = 0.0) -> None:
+        """``lossy``: the chance that one node's or one service's writes do not land."""
+        for nid in sorted(set(plan.node_remove) | set(plan.node_set)):
             n = self.nodes.get(nid)
-            if n is None:
+            if n is None or (lossy and self.rng.random() < lossy):
                 continue
             labels = {k: v for k, v in n.labels.items()
                       if k not in plan.node_remove.get(nid, [])}
@@ -403,6 +406,8 @@ class Mini:
             self.node_labels(nid, labels)
         for sp in plan.services:
             s = self.services.get(sp.id)
+            if lossy and self.rng.random() < lossy:
+                continue
             if s is not None and sp.needs_service_write:
                 new = service_compute(sp)(s.spec)
                 if new is not None:
@@ -715,7 +720,9 @@ class Mini:
 
 
 def _run_world(seed: int, cycles: int, *, keep_failed: bool,
-               twin: TwinPlanner | None = None) -> TwinPlanner:
+               twin: TwinPlanner | None = None, lossy: float = 0.0) -> TwinPlanner:
+    """``lossy``: the chance that a node's or a service's writes of a cycle do not
+    land (a failed write; dry-run writes nothing)."""
     rng = random.Random(seed)
     w = Mini(rng)
     twin = twin or TwinPlanner()
@@ -726,7 +733,7 @@ def _run_world(seed: int, cycles: int, *, keep_failed: bool,
         w.log.append(f"-- cycle {c + 1}")
         plan = twin.plan(list(w.nodes.values()), list(w.services.values()),
                          list(w.tasks.values()), dict(w.facts), now=w.now)
-        w.apply(plan)
+        w.apply(plan, lossy)
         if rng.random() < 0.85:  # else Swarm has not acted yet
             w.swarm()
         if rng.random() < 0.25:  # a service created between cycles, planned on arrival
@@ -747,6 +754,17 @@ SEEDS, CYCLES = 40, 25
 def test_randomly_perturbed_worlds_plan_the_same(seed: int) -> None:
     twin = _run_world(seed, CYCLES, keep_failed=seed % 3 == 2)
     assert twin.cycles == CYCLES
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "change-driven bug: see test_a_gate_write_that_did_not_land_is_written_again (every "
+    "mismatch these worlds show is that one: with key_after_gates_open disabled they all "
+    "plan the same); once fixed this passes: drop the marker"))
+def test_worlds_whose_writes_partly_do_not_land_plan_the_same() -> None:
+    """A fifth of each cycle's per-node and per-service writes do not land (a failed
+    write; dry-run lands none): the next cycle must plan them again, both ways alike."""
+    for seed in range(8):
+        _run_world(seed, CYCLES, keep_failed=seed % 2 == 1, lossy=0.2)
 
 
 def test_the_perturbed_worlds_reach_the_change_driven_path() -> None:
@@ -776,7 +794,7 @@ def test_the_comparison_catches_a_service_wrongly_taken_for_quiet(
 
 
 # --- mismatches found, kept minimal --------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "change-driven bug: a plan whose only writes open its gates is settled under the key "
     "it will have once they landed (memo.key_after_gates_open) and recorded quiet, but "
     "QuietServices diffs against the snapshot before those writes; when the gate write "
