@@ -651,9 +651,22 @@ class Mini:
         t = self._running()
         if t is None:
             return None
-        self.tasks[t.id] = replace(t, state="pending", node_id="", message=REFUSED,
-                                   cpu_milli=0, memory_mib=0)
+        self.tasks[t.id] = replace(t, state="pending", node_id="", message=self.rng.choice(
+            (REFUSED, "no suitable node (scheduling constraints not satisfied on 3 nodes)",
+             "pending task scheduling")), cpu_milli=0, memory_mib=0)
         return f"task {t.id} of {t.service_id} pending, refused"
+
+    def p_start_first(self) -> str | None:
+        """A start-first update: a second task in the same slot, beside the old one."""
+        t = self._running()
+        nid = self._node()
+        s = self.services.get(t.service_id) if t is not None else None
+        if t is None or nid is None or s is None:
+            return None
+        new = self._task(s, t.slot, nid)
+        new = replace(new, state=self.rng.choice(("running", "preparing")))
+        self.tasks[new.id] = new
+        return f"task {new.id} of {s.name} started first on {nid} (slot {t.slot})"
 
     def p_tasks_removed(self) -> str | None:
         s = self._service(gpu=False)
@@ -720,9 +733,11 @@ class Mini:
 
 
 def _run_world(seed: int, cycles: int, *, keep_failed: bool,
-               twin: TwinPlanner | None = None, lossy: float = 0.0) -> TwinPlanner:
+               twin: TwinPlanner | None = None, lossy: float = 0.0,
+               shuffle: bool = False) -> TwinPlanner:
     """``lossy``: the chance that a node's or a service's writes of a cycle do not
-    land (a failed write; dry-run writes nothing)."""
+    land (a failed write; dry-run writes nothing). ``shuffle``: Swarm lists nodes,
+    services and tasks in any order, each cycle another."""
     rng = random.Random(seed)
     w = Mini(rng)
     twin = twin or TwinPlanner()
@@ -731,8 +746,13 @@ def _run_world(seed: int, cycles: int, *, keep_failed: bool,
     for c in range(cycles):
         twin.label = f"seed {seed}, keep_failed={keep_failed}; changes so far: {w.log[-12:]}"
         w.log.append(f"-- cycle {c + 1}")
-        plan = twin.plan(list(w.nodes.values()), list(w.services.values()),
-                         list(w.tasks.values()), dict(w.facts), now=w.now)
+        nodes, services = list(w.nodes.values()), list(w.services.values())
+        tasks = list(w.tasks.values())
+        if shuffle:
+            rng.shuffle(nodes)
+            rng.shuffle(services)
+            rng.shuffle(tasks)
+        plan = twin.plan(nodes, services, tasks, dict(w.facts), now=w.now)
         w.apply(plan, lossy)
         if rng.random() < 0.85:  # else Swarm has not acted yet
             w.swarm()
@@ -753,6 +773,13 @@ SEEDS, CYCLES = 40, 25
 @pytest.mark.parametrize("seed", range(SEEDS))
 def test_randomly_perturbed_worlds_plan_the_same(seed: int) -> None:
     twin = _run_world(seed, CYCLES, keep_failed=seed % 3 == 2)
+    assert twin.cycles == CYCLES
+
+
+@pytest.mark.parametrize("seed", range(100, 112))
+def test_worlds_listed_in_any_order_plan_the_same(seed: int) -> None:
+    """Swarm's lists come in no set order: nodes, services and tasks each shuffled."""
+    twin = _run_world(seed, CYCLES, keep_failed=seed % 2 == 1, shuffle=True)
     assert twin.cycles == CYCLES
 
 
