@@ -312,6 +312,10 @@ class Mini:
         self.now = 1_700_000_000.0
         self._ids = 0
         self.log: list[str] = []  # what changed, cycle by cycle (for a failure's message)
+        # (node, key) of the labels the last plan applied wrote; an operator reverting
+        # one of those is the known gate mismatch (test_a_gate_write_that_did_not_land_...)
+        self.written: set[tuple[str, str]] = set()
+        self.reverts = False  # whether an operator may revert them
         for _ in range(rng.randint(6, 12)):
             self.add_node()
         for _ in range(rng.randint(20, 36)):
@@ -404,6 +408,7 @@ class Mini:
                       if k not in plan.node_remove.get(nid, [])}
             labels.update(plan.node_set.get(nid, {}))
             self.node_labels(nid, labels)
+            self.written.update((nid, k) for k in plan.node_set.get(nid, {}))
         for sp in plan.services:
             s = self.services.get(sp.id)
             if lossy and self.rng.random() < lossy:
@@ -475,7 +480,8 @@ class Mini:
 
     def _owned_label(self, kind: str) -> tuple[str, str] | None:
         pool = sorted((nid, k) for nid, n in self.nodes.items() for k in n.labels
-                      if k.startswith(P + kind))
+                      if k.startswith(P + kind)
+                      and (self.reverts or (nid, k) not in self.written))
         return self.rng.choice(pool) if pool else None
 
     def p_availability(self) -> str | None:
@@ -734,12 +740,14 @@ class Mini:
 
 def _run_world(seed: int, cycles: int, *, keep_failed: bool,
                twin: TwinPlanner | None = None, lossy: float = 0.0,
-               shuffle: bool = False) -> TwinPlanner:
+               shuffle: bool = False, reverts: bool = False) -> TwinPlanner:
     """``lossy``: the chance that a node's or a service's writes of a cycle do not
     land (a failed write; dry-run writes nothing). ``shuffle``: Swarm lists nodes,
-    services and tasks in any order, each cycle another."""
+    services and tasks in any order, each cycle another. ``reverts``: an operator may
+    edit a label the last cycle wrote (else only older ones)."""
     rng = random.Random(seed)
     w = Mini(rng)
+    w.reverts = reverts
     twin = twin or TwinPlanner()
     if keep_failed:
         twin.keep_failed_holdings(lambda _name, _nid: True)
@@ -753,6 +761,7 @@ def _run_world(seed: int, cycles: int, *, keep_failed: bool,
             rng.shuffle(services)
             rng.shuffle(tasks)
         plan = twin.plan(nodes, services, tasks, dict(w.facts), now=w.now)
+        w.written = set()  # since this cycle
         w.apply(plan, lossy)
         if rng.random() < 0.85:  # else Swarm has not acted yet
             w.swarm()
@@ -789,9 +798,10 @@ def test_worlds_listed_in_any_order_plan_the_same(seed: int) -> None:
     "plan the same); once fixed this passes: drop the marker"))
 def test_worlds_whose_writes_partly_do_not_land_plan_the_same() -> None:
     """A fifth of each cycle's per-node and per-service writes do not land (a failed
-    write; dry-run lands none): the next cycle must plan them again, both ways alike."""
+    write; dry-run lands none), and an operator may undo a label just written: the next
+    cycle must plan them again, both ways alike."""
     for seed in range(8):
-        _run_world(seed, CYCLES, keep_failed=seed % 2 == 1, lossy=0.2)
+        _run_world(seed, CYCLES, keep_failed=seed % 2 == 1, lossy=0.2, reverts=True)
 
 
 def test_the_perturbed_worlds_reach_the_change_driven_path() -> None:
@@ -817,7 +827,8 @@ def test_the_comparison_catches_a_service_wrongly_taken_for_quiet(
             _run_world(seed, CYCLES, keep_failed=False)
         except AssertionError as exc:
             caught.append(str(exc))
-    assert caught and "the change-driven plan differs" in caught[0], caught
+    assert caught and ("the change-driven plan differs" in caught[0]
+                       or "the allocators hold different things" in caught[0]), caught
 
 
 # --- mismatches found, kept minimal --------------------------------------------------
