@@ -113,12 +113,24 @@ def make_plan(snap: Snapshot, cfg: Config,
 WORKLOAD_STORE_EVERY_S = 60.0  # one swarm write a minute at most while the model learns
 
 
+def _spec_copy(v: Any) -> Any:
+    """A deep copy of a spec as the Engine API gives it (mappings, lists, scalars), a
+    few times cheaper than ``copy.deepcopy``, which still copies anything else."""
+    if isinstance(v, Mapping):
+        return {k: _spec_copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_spec_copy(x) for x in v]
+    if v is None or isinstance(v, (str, int, float)):
+        return v
+    return copy.deepcopy(v)
+
+
 def service_compute(sp: ServicePlan) -> Any:
     """The read-modify-write of one service's spec that applies ``sp``: None when the
     spec already says it all (no write)."""
 
     def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        new = copy.deepcopy(dict(spec))
+        new = _spec_copy(spec)
         labels = dict(new.get("Labels") or {})
         for k in sp.service_labels_remove:
             labels.pop(k, None)

@@ -198,16 +198,18 @@ class World:
             self.nodes[nid] = SwarmNode(**{**n.__dict__, "labels": labels,
                                            "version": n.version + 1})
         for sp in plan.services:
+            writes = sp.needs_service_write
+            if not (writes or sp.node_writes or sp.new):
+                continue  # a settled service's plan (most of them): nothing changes
             s = self.services.get(sp.id)
             if s is None:
                 continue
-            if sp.needs_service_write:
+            if writes:
                 new = service_compute(sp)(s.spec)
                 if new is not None:
                     s = self._updated(s, new)
                     self.services[s.id] = s
-            if sp.needs_service_write or sp.node_writes or sp.new:
-                self._schedule(s, [p.node_id for p in sp.placements])
+            self._schedule(s, [p.node_id for p in sp.placements])
 
     def _schedule(self, s: SwarmService, holders: Sequence[str]) -> None:
         gate = gate_key(P, s.name)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from swarmgpu.allocator.core import SwarmScorer
 from swarmgpu.allocator.fragmentation import TaskShape
@@ -18,6 +19,7 @@ from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.generic import reserve_generic
 from swarmgpu.manager.placement.jobs import (
+    JobProgress,
     job_defaults,
     job_progress,
     learned_count,
@@ -27,7 +29,7 @@ from swarmgpu.manager.placement.jobs import (
 from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.memo import NodeContent, key_after_gates_open
-from swarmgpu.manager.placement.preempt import mark_preempted, serve_order
+from swarmgpu.manager.placement.preempt import mark_preempted, serve_key
 from swarmgpu.manager.placement.queues import QueueBook, Quotas
 from swarmgpu.manager.placement.quiet import Quiet, QuietServices
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
@@ -36,6 +38,35 @@ from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskBook, Waiting, tasks_by_service
 from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
+
+Parsed = list[tuple[SwarmService, GpuRequest | RequestError]]
+
+
+@dataclass
+class ServiceRead:
+    """One cycle's services, read once (``Planner._parse_all``), by name."""
+
+    parsed: Parsed = field(default_factory=list)  # with a GPU request, or a broken one
+    cpu_only: list[SwarmService] = field(default_factory=list)  # none, but reserve CPU
+    no_request: list[SwarmService] = field(default_factory=list)  # none
+    names: set[str] = field(default_factory=set)  # every service's name
+    few: set[str] = field(default_factory=set)  # ids: no more replicas than ``most``
+    ids: set[str] = field(default_factory=set)  # ids of ``parsed``
+    queued: bool = False  # some request names a queue
+    serve_keys: list[tuple[int, str]] = field(default_factory=list)  # of ``parsed``
+    mixed: bool = False  # not every serve key is the same
+
+    def served(self) -> Parsed:
+        """``parsed`` in serve order (``placement.preempt.serve_order``: the same stable
+        sort, by keys read once per spec version)."""
+        if not self.mixed:
+            return self.parsed
+        keys, parsed = self.serve_keys, self.parsed
+        return [parsed[i] for i in sorted(range(len(parsed)), key=keys.__getitem__)]
+
+
+def _by_name(s: SwarmService) -> str:
+    return s.name
 
 
 class Planner:
@@ -69,8 +100,9 @@ class Planner:
         self.scorer = SwarmScorer(self.model.typical())
         self.cluster = ClusterAllocator(scorer=self.scorer, prefix=prefix)
         self._model_mark = self.model.seen
+        # service id -> (spec version, its request, reservation, serve key)
         self._requests: dict[str, tuple[int, GpuRequest | RequestError | None,
-                                        tuple[int, int]]] = {}
+                                        tuple[int, int], tuple[int, str]]] = {}
         self._settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         self._ledger_cache: dict[str, tuple[int, list[Holding]]] = {}
         self._node_content = NodeContent(prefix)  # settled keys read nodes by content
@@ -82,8 +114,8 @@ class Planner:
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
         self._label_keys: dict[str, tuple[str, str]] = {}  # service name -> its ledger, gate keys
-        # node id -> (spec version, its gate labels with the service each names)
-        self._gates_cache: dict[str, tuple[int, list[tuple[str, str]]]] = {}
+        # node id -> (spec version, its gate labels with the service each names, those)
+        self._gates_cache: dict[str, tuple[int, list[tuple[str, str]], frozenset[str]]] = {}
 
     def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
         """(service name, node id) -> keep its holding on a failed GPU (the health
@@ -146,41 +178,55 @@ class Planner:
         self.cluster.unplaceable.clear()
 
     # --- one cycle -----------------------------------------------------------------
-    def _parse_all(self, services: Sequence[SwarmService]) -> tuple[
-            list[tuple[SwarmService, GpuRequest | RequestError]], list[SwarmService],
-            list[SwarmService]]:
-        """By name: the services with a GPU request (or a broken one), those without one
-        that reserve CPU, and all those without one."""
-        parsed: list[tuple[SwarmService, GpuRequest | RequestError]] = []
-        cpu_only: list[SwarmService] = []
-        no_request: list[SwarmService] = []
-        for s in sorted(services, key=lambda s: s.name):
-            r = self._parse(s)
+    def _parse_all(self, services: Sequence[SwarmService], most: int = -1) -> ServiceRead:
+        """Every service read once, by name (``ServiceRead``); ``most``: the largest
+        node's GPUs (``few``: services with no more replicas)."""
+        out = ServiceRead()
+        requests = self._requests
+        parsed, cpu_only, no_request = out.parsed, out.cpu_only, out.no_request
+        names, few, ids, keys = out.names, out.few, out.ids, out.serve_keys
+        first: tuple[int, str] | None = None
+        for s in sorted(services, key=_by_name):
+            sid = s.id
+            names.add(s.name)
+            if (s.replicas or 0) <= most:
+                few.add(sid)
+            got = requests.get(sid)
+            if got is None or got[0] != s.version:
+                got = self._parse(s)
+            r = got[1]
             if r is not None:
                 parsed.append((s, r))
+                ids.add(sid)
+                k = got[3]
+                keys.append(k)
+                if first is None:
+                    first = k
+                elif k != first:
+                    out.mixed = True
+                if not out.queued and isinstance(r, GpuRequest) and r.queue:
+                    out.queued = True
                 continue
             no_request.append(s)
-            if self._requests[s.id][2][0] > 0:
+            if got[2][0] > 0:
                 cpu_only.append(s)
-        return parsed, cpu_only, no_request
+        return out
 
-    def _parse(self, s: SwarmService) -> GpuRequest | RequestError | None:
-        got = self._requests.get(s.id)
-        if got is None or got[0] != s.version:
-            self._shapes.pop(s.id, None)
-            r = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label,
-                          classes=self.classes)
-            r = job_defaults(s, r, self.prefix, self.classes)  # jobs: batch by default
-            got = (s.version, r, reservations(s.spec))
-            self._requests[s.id] = got
-        return got[1]
+    def _parse(self, s: SwarmService) -> tuple[int, GpuRequest | RequestError | None,
+                                               tuple[int, int], tuple[int, str]]:
+        self._shapes.pop(s.id, None)
+        r = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label,
+                      classes=self.classes)
+        r = job_defaults(s, r, self.prefix, self.classes)  # jobs: batch by default
+        got = self._requests[s.id] = (s.version, r, reservations(s.spec), serve_key(s, r))
+        return got
 
     def refused_nodes(self, s: SwarmService) -> AbstractSet[str]:
         """Nodes Swarm's own filters refuse ``s`` on (as of the last cycle)."""
         return self._filters.refused(s)
 
     def _request_of(self, sid: str) -> GpuRequest | RequestError | None:
-        return self._requests.get(sid, (0, None, (0, 0)))[1]
+        return self._requests.get(sid, (0, None, (0, 0), (0, "")))[1]
 
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
@@ -201,9 +247,10 @@ class Planner:
         self._node_content.new_cycle(nodes)
         touched = self._quiet.changed(nodes, self._node_content.of, cluster.node_gen,
                                       cluster.alloc.nodes)
-        live_names = {s.name for s in services}
         most = max((len(ns.spec.gpus) for ns in cluster.alloc.nodes.values()), default=0)
-        few = {s.id for s in services if (s.replicas or 0) <= most}
+        read = self._parse_all(services, most)
+        live_names, few = read.names, read.few
+        parsed, cpu_only, no_request = read.parsed, read.cpu_only, read.no_request
         if self.change_driven:  # and which services' tasks changed since
             tv, tasks_changed = self._task_book.update(tasks, few)
         else:
@@ -211,8 +258,9 @@ class Planner:
         running, waiting, slots = tv.running, tv.waiting, tv.slots
 
         # Holdings of services that no longer exist are released (gate and ledger).
-        for svc_name, per_node in ledger.items():
-            if svc_name not in live_names:
+        gone = ledger.keys() - live_names
+        for svc_name, per_node in ledger.items() if gone else ():
+            if svc_name in gone:
                 plan.released.append(svc_name)
                 for node_id in per_node:
                     remove_node_labels(plan, node_id, [assign_key(prefix, svc_name),
@@ -222,16 +270,16 @@ class Planner:
         for n in nodes:  # stray gates without a holding
             got = gates.get(n.id)
             if got is None or got[0] != n.version:  # a node's gates, per spec version
-                got = gates[n.id] = (n.version, [(k, k[len(gk):]) for k in n.labels
-                                                 if k.startswith(gk)])
-            for k, name in got[1]:
-                if name not in live_names:
-                    remove_node_labels(plan, n.id, [k])
+                pairs = [(k, k[len(gk):]) for k in n.labels if k.startswith(gk)]
+                got = gates[n.id] = (n.version, pairs, frozenset(name for _, name in pairs))
+            if got[2] and not got[2] <= live_names:
+                for k, name in got[1]:
+                    if name not in live_names:
+                        remove_node_labels(plan, n.id, [k])
         if len(gates) > 2 * len(nodes) + 100:  # nodes that left
             for nid in [k for k in gates if k not in by_id]:
                 del gates[nid]
 
-        parsed, cpu_only, no_request = self._parse_all(services)
         for s in no_request:
             if s.name in ledger:  # request labels removed: release its GPUs
                 plan.released.append(s.name)
@@ -246,7 +294,7 @@ class Planner:
         jobs = job_progress(services, tasks)  # {} when no service is a job
         self._learn_on_gpu_nodes(running_jobs(parsed, jobs), cpu_only, tv.on_nodes)
 
-        live_ids = {s.id for s, _ in parsed}
+        live_ids = read.ids
         self._backoff = {k: v for k, v in self._backoff.items() if k in live_ids}
         for sid, ids in tv.failed.items():
             if sid in live_ids:
@@ -255,21 +303,10 @@ class Planner:
         # First commit every valid existing holding, so new placements never reuse GPUs.
         cluster.set_usage_of(tv.use, tv.on_nodes)
         records = self._quiet.records
-        quiet = (self._quiet_services(parsed, tasks_changed, touched, facts)
-                 if self.change_driven and not rebuilt and most == self._most else {})
+        quiet, kept = self._commit_kept(
+            read, ledger, jobs, by_id, facts, running, tasks_changed, touched,
+            self.change_driven and not rebuilt and most == self._most)
         self._most = most
-        committed: dict[str, dict[str, Holding]] | None = None
-        if quiet:  # only the others' holdings are read and committed (placement.quiet)
-            rest = [p for p in parsed if p[0].id not in quiet]
-            committed = self._kept.commit(rest, without_finished(ledger, rest, jobs), by_id, facts,
-                                    running, keep=set(quiet.values()),
-                                    kept_count=sum(records[sid].held for sid in quiet))
-            if committed is None:
-                quiet = {}
-        if committed is None:
-            committed = self._kept.commit(parsed, without_finished(ledger, parsed, jobs), by_id,
-                                    facts, running)
-        kept = committed or {}
         new_records: dict[str, Quiet] = {}
         cyc = Cycle(cluster, by_id, facts, prefix, self.zone_label,
                     {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
@@ -277,12 +314,13 @@ class Planner:
                     backoff=self._backoff, open_since=self._open_since)
         self._last_cycle = cyc
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
-        self.queues.start(parsed, kept)
+        self.queues.start(parsed if read.queued else (), kept)  # no queue: nothing to count
         quotas = bool(self.queues.quotas)  # without any, nothing is refused or capped
-        for s, r in serve_order(parsed):  # priority, then age (placement.preempt)
+        for s, r in read.served():  # priority, then age (placement.preempt)
             if s.id in quiet:  # what a full pass would reuse (placement.quiet)
                 reused = self._settled[s.id]
-                reused[1].warnings = list(reused[2])
+                if reused[2] or reused[1].warnings:
+                    reused[1].warnings = list(reused[2])
                 settled[s.id] = reused
                 new_records[s.id] = records[s.id]
                 plan.services.append(reused[1])
@@ -362,25 +400,50 @@ class Planner:
         plan.queues = self.queues.summary()
         return plan
 
-    def _quiet_services(self, parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
-                        tasks_changed: AbstractSet[str], touched: AbstractSet[str],
-                        facts: Mapping[str, NodeFacts]) -> dict[str, str]:
-        """Service id -> name of the services this cycle need not visit (placement.quiet);
-        none when something every service reads may have changed."""
-        if self.queues.quotas or (self._kept.keep_failed is not None and any(
+    def _commit_kept(self, read: ServiceRead, ledger: Mapping[str, Mapping[str, Holding]],
+                     jobs: Mapping[str, JobProgress], by_id: Mapping[str, SwarmNode],
+                     facts: Mapping[str, NodeFacts], running: Mapping[str, Mapping[str, int]],
+                     tasks_changed: AbstractSet[str], touched: AbstractSet[str],
+                     may_skip: bool) -> tuple[dict[str, str], dict[str, dict[str, Holding]]]:
+        """Commit the holdings kept this cycle; returns the quiet services (id -> name:
+        placement.quiet), whose holdings stay committed as they are and are not
+        returned, and service name -> node id -> holding for the others."""
+        quiet, rest, count = (self._quiet_services(read, tasks_changed, touched, facts)
+                              if may_skip else ({}, read.parsed, 0))
+        if quiet:
+            got = self._kept.commit(rest, without_finished(ledger, rest, jobs), by_id, facts,
+                                    running, keep=set(quiet.values()), kept_count=count)
+            if got is not None:
+                return quiet, got
+        parsed = read.parsed  # the full pass
+        got = self._kept.commit(parsed, without_finished(ledger, parsed, jobs), by_id, facts,
+                                running)
+        return {}, got or {}
+
+    def _quiet_services(self, read: ServiceRead, tasks_changed: AbstractSet[str],
+                        touched: AbstractSet[str], facts: Mapping[str, NodeFacts],
+                        ) -> tuple[dict[str, str], Parsed, int]:
+        """The services this cycle need not visit (id -> name; placement.quiet), the
+        others, and how many holdings the quiet ones have committed; none when something
+        every service reads may have changed."""
+        if read.queued or self.queues.quotas or (self._kept.keep_failed is not None and any(
                 not g.healthy for f in facts.values() for g in f.gpus)):
-            return {}
+            return {}, read.parsed, 0  # a queue's use is counted over every service
         records, backoff = self._quiet.records, self._backoff
-        out: dict[str, str] = {}
-        for s, r in parsed:
-            if isinstance(r, GpuRequest) and r.queue:
-                return {}  # a queue's use is counted over every service
+        quiet: dict[str, str] = {}
+        rest: Parsed = []
+        count = 0
+        for p in read.parsed:
+            s = p[0]
             sid = s.id
             q = records.get(sid)
             if (q is not None and q.version == s.version and sid not in tasks_changed
                     and s.name not in touched and sid not in backoff):
-                out[sid] = s.name
-        return out
+                quiet[sid] = s.name
+                count += q.held
+            else:
+                rest.append(p)
+        return quiet, rest, count
 
     def place_arrivals(self, services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                        ) -> PlacementPlan:
@@ -403,8 +466,10 @@ class Planner:
         if last is None:
             raise RuntimeError("place_arrivals needs a full cycle (plan) first")
         plan = PlacementPlan()
-        cyc = replace(last, plan=plan)
-        parsed, cpu_only, _ = self._parse_all(services)
+        cyc = copy.copy(last)  # the last cycle's context, writing to this plan
+        cyc.plan = plan
+        read = self._parse_all(services)
+        parsed, cpu_only = read.parsed, read.cpu_only
         tv = tasks_by_service(tasks)
         self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes, forget=False)
         for s, r in parsed:

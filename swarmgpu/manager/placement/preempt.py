@@ -97,11 +97,15 @@ def priority_of(r: GpuRequest | RequestError | None) -> int:
     return r.priority if isinstance(r, GpuRequest) else 0
 
 
+def serve_key(s: SwarmService, r: GpuRequest | RequestError | None) -> tuple[int, str]:
+    return -priority_of(r), s.created_at
+
+
 def serve_order(parsed: Sequence[tuple[SwarmService, GpuRequest | RequestError]],
                 ) -> list[tuple[SwarmService, GpuRequest | RequestError]]:
     """Priority first, then age (``created_at``, oldest first); stable, so services of
     one priority and age keep the planner's order (by name)."""
-    return sorted(parsed, key=lambda sr: (-priority_of(sr[1]), sr[0].created_at))
+    return sorted(parsed, key=lambda sr: serve_key(*sr))
 
 
 @dataclass(frozen=True)
