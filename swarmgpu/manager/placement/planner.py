@@ -377,8 +377,11 @@ class Planner:
             elif (after := key_after_gates_open(key, sp, s, ledger.get(s.name, {}), plan,
                                                 prefix)) is not None:  # placement.memo
                 settled[s.id] = (after, replace(sp, node_writes=False), tuple(sp.warnings))
-            if (s.id in settled and bo is None and capped is None and mine
-                    and s.mode == "replicated" and mine == ledger.get(s.name)):
+            # Quiet from the next cycle on only when this snapshot is what the kept plan
+            # answers: a plan settled under the key it has once its gate writes landed
+            # is keyed again (a write that did not land leaves no change to see).
+            if (s.id in settled and not sp.node_writes and bo is None and capped is None
+                    and mine and s.mode == "replicated" and mine == ledger.get(s.name)):
                 new_records[s.id] = Quiet(s.version, len(mine))
             plan.services.append(sp)
         self._settled = settled
