@@ -297,7 +297,7 @@ class Replay:
         """Count the new services' outcomes, then apply the plan to the objects."""
         w = self.world
         gone: list[str] = []
-        for sp in plan.services:
+        for sp in plan.services if self.new else ():  # a cycle's: most are placed already
             pod = self.new.get(sp.id)
             if pod is None:
                 continue

@@ -236,6 +236,9 @@ class Planner:
         now = time.time() if now is None else now
         prefix = self.prefix
         plan = PlacementPlan()
+        # Taken, not read: a cycle that raises leaves none, so the next one is a full pass
+        # (its node and task diffs are against the snapshot of the cycle that failed).
+        records, self._quiet.records = self._quiet.records, {}
         ledger = read_ledger(nodes, prefix, self._ledger_cache)
         by_id = {n.id: n for n in nodes}
         cluster = self.cluster
@@ -302,9 +305,8 @@ class Planner:
 
         # First commit every valid existing holding, so new placements never reuse GPUs.
         cluster.set_usage_of(tv.use, tv.on_nodes)
-        records = self._quiet.records
         quiet, kept = self._commit_kept(
-            read, ledger, jobs, by_id, facts, running, tasks_changed, touched,
+            read, ledger, jobs, by_id, facts, running, records, tasks_changed, touched,
             self.change_driven and not rebuilt and most == self._most)
         self._most = most
         new_records: dict[str, Quiet] = {}
@@ -406,12 +408,13 @@ class Planner:
     def _commit_kept(self, read: ServiceRead, ledger: Mapping[str, Mapping[str, Holding]],
                      jobs: Mapping[str, JobProgress], by_id: Mapping[str, SwarmNode],
                      facts: Mapping[str, NodeFacts], running: Mapping[str, Mapping[str, int]],
-                     tasks_changed: AbstractSet[str], touched: AbstractSet[str],
+                     records: Mapping[str, Quiet], tasks_changed: AbstractSet[str],
+                     touched: AbstractSet[str],
                      may_skip: bool) -> tuple[dict[str, str], dict[str, dict[str, Holding]]]:
         """Commit the holdings kept this cycle; returns the quiet services (id -> name:
         placement.quiet), whose holdings stay committed as they are and are not
         returned, and service name -> node id -> holding for the others."""
-        quiet, rest, count = (self._quiet_services(read, tasks_changed, touched, facts)
+        quiet, rest, count = (self._quiet_services(read, records, tasks_changed, touched, facts)
                               if may_skip else ({}, read.parsed, 0))
         if quiet:
             got = self._kept.commit(rest, without_finished(ledger, rest, jobs), by_id, facts,
@@ -423,7 +426,8 @@ class Planner:
                                 running)
         return {}, got or {}
 
-    def _quiet_services(self, read: ServiceRead, tasks_changed: AbstractSet[str],
+    def _quiet_services(self, read: ServiceRead, records: Mapping[str, Quiet],
+                        tasks_changed: AbstractSet[str],
                         touched: AbstractSet[str], facts: Mapping[str, NodeFacts],
                         ) -> tuple[dict[str, str], Parsed, int]:
         """The services this cycle need not visit (id -> name; placement.quiet), the
@@ -432,7 +436,7 @@ class Planner:
         if read.queued or self.queues.quotas or (self._kept.keep_failed is not None and any(
                 not g.healthy for f in facts.values() for g in f.gpus)):
             return {}, read.parsed, 0  # a queue's use is counted over every service
-        records, backoff = self._quiet.records, self._backoff
+        backoff = self._backoff
         quiet: dict[str, str] = {}
         rest: Parsed = []
         count = 0
