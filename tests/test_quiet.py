@@ -8,7 +8,8 @@ plans. Driven by the simulator's replays (arrivals, departures, rebalancing move
 by a small hand-built world perturbed at random between cycles: nodes drained, down,
 leaving and joining, labels placement owns edited by an operator, facts changing and
 vanishing, services edited, removed and added, tasks failing, moving and refused, time
-passing.
+passing, lists in any order. A mismatch found is kept as a minimal test at the end,
+``xfail(strict=True)`` until the planner is fixed.
 """
 
 from __future__ import annotations
@@ -252,7 +253,7 @@ def test_replay_arrivals_and_full_cycles_plan_the_same() -> None:
     assert isinstance(twin, TwinPlanner)
     res = rp.run()
     assert res.placed > 300 and twin.cycles > 60 and twin.arrivals > 400
-    assert twin.quiet_cycles > twin.cycles // 2  # the change-driven path was taken
+    assert twin.quiet_cycles > twin.cycles // 2, "the change-driven path was not taken"
 
 
 @pytest.mark.usefixtures("twins")
@@ -263,7 +264,8 @@ def test_replay_with_rebalance_moves_plans_the_same() -> None:
     twin = rp.planner
     assert isinstance(twin, TwinPlanner)
     rp.run(moves_per_100=3.0, defrag=defrag, defrag_every=60)
-    assert defrag.moves > 0 and twin.quiet_cycles > 10
+    assert defrag.moves > 0
+    assert twin.quiet_cycles > 10, "the change-driven path was not taken"
 
 
 def test_departures_replay_with_jobs_and_moves_plans_the_same(
@@ -281,9 +283,9 @@ def test_departures_replay_with_jobs_and_moves_plans_the_same(
     res = swarm_replay.replay_departures_planner(nodes, pods, 2, batch=6, defrag=defrag,
                                                  moves_per_100=2.0, speedup=1.0)
     (twin,) = made
+    # (Jobs are not quiet today, a replicated service only: this is the full pass's
+    # jobs path, both ways, with the departures' releases and the moves.)
     assert res.placed > 300 and twin.cycles > 50 and defrag.moves > 0
-    # Jobs are never quiet (a replicated service only): every cycle is a full pass on both.
-    assert twin.quiet_cycles == 0
 
 
 # --- a small world perturbed at random -------------------------------------------------
