@@ -250,6 +250,15 @@ def parse_request(
     )
 
 
+def request_labels(labels: Mapping[str, str], prefix: str = DEFAULT_PREFIX,
+                   ) -> tuple[tuple[str, str], ...]:
+    """The labels ``parse_request`` reads, in its order: equal ones give an equal
+    request (swarmgpu's own output labels, such as a device map, are not among them)."""
+    output = tuple(prefix + p[len(DEFAULT_PREFIX):] for p in OUTPUT_LABEL_PREFIXES)
+    return tuple(sorted((k, v) for k, v in labels.items()
+                        if k.startswith(prefix) and not k.startswith(output)))
+
+
 def parse_all(
     labels: Mapping[str, str],
     *,

@@ -36,7 +36,7 @@ from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remov
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskBook, Waiting, tasks_by_service
-from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all
+from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all, request_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
 
 Parsed = list[tuple[SwarmService, GpuRequest | RequestError]]
@@ -108,6 +108,9 @@ class Planner:
         self._node_content = NodeContent(prefix)  # settled keys read nodes by content
         self._filters = SwarmFilters(prefix, generic_kind, self._request_of)
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
+        # service id -> (the labels its request was parsed from, that parse)
+        self._raw: dict[str, tuple[tuple[tuple[str, str], ...],
+                                   GpuRequest | RequestError | None]] = {}
         self._kept = KeptHoldings(self.cluster, prefix, lambda sid: self._requests[sid][2])
         self._last_cycle: Cycle | None = None  # what place_arrivals plans against
         self.model_changed = False  # since the owner last stored the model
@@ -214,11 +217,23 @@ class Planner:
 
     def _parse(self, s: SwarmService) -> tuple[int, GpuRequest | RequestError | None,
                                                tuple[int, int], tuple[int, str]]:
-        self._shapes.pop(s.id, None)
-        r = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label,
-                      classes=self.classes)
-        r = job_defaults(s, r, self.prefix, self.classes)  # jobs: batch by default
-        got = self._requests[s.id] = (s.version, r, reservations(s.spec), serve_key(s, r))
+        """A new spec version's request. A version that changed only what parsing does
+        not read (placement's own device map and state labels, constraints, env) keeps
+        the request object it had, and the shape learned from it."""
+        prev = self._requests.get(s.id)
+        inputs = request_labels(s.labels, self.prefix)
+        raw = self._raw.get(s.id)
+        if raw is None or raw[0] != inputs or isinstance(raw[1], RequestError):
+            raw = self._raw[s.id] = (inputs, parse_all(
+                s.labels, prefix=self.prefix, zone_label=self.zone_label, classes=self.classes))
+        r = job_defaults(s, raw[1], self.prefix, self.classes)  # jobs: batch by default
+        res = reservations(s.spec)
+        if (prev is not None and not isinstance(r, RequestError) and prev[2] == res
+                and (r is prev[1] or r == prev[1])):
+            r = prev[1]
+        else:
+            self._shapes.pop(s.id, None)
+        got = self._requests[s.id] = (s.version, r, res, serve_key(s, r))
         return got
 
     def refused_nodes(self, s: SwarmService) -> AbstractSet[str]:
@@ -393,7 +408,7 @@ class Planner:
             self._kept.fits.clear()
         if len(self._requests) > 2 * len(services) + 1000:
             live = {s.id for s in services}
-            for cache in (self._requests, self._shapes, self._kept.declared,
+            for cache in (self._requests, self._shapes, self._raw, self._kept.declared,
                           self._filters.keys):
                 for sid in [k for k in cache if k not in live]:
                     del cache[sid]
