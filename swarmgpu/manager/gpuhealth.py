@@ -123,11 +123,16 @@ class HealthBook:
                 logger.bind(node=node.hostname).warning(
                     "node {} is failing: {} of {} GPUs failed ({})", node.hostname,
                     n.failed, len(f.gpus), ", ".join(_uuid(k) for k in n.failed_uuids))
-            out[node.id] = replace(res, facts=self._marked(node.id, f))
+            marked = self._marked(node.id, f)
+            out[node.id] = res if marked is f else replace(res, facts=marked)
         if self.gauge is not None:
+            count = dict.fromkeys(Level, 0)  # one pass over the states, not one per level
+            where = self.where
+            for u, st in self.states.items():
+                if u in where:
+                    count[st.level] += 1
             for lv in Level:
-                self.gauge.labels(level=str(lv)).set(sum(
-                    1 for u, s in self.states.items() if u in self.where and s.level is lv))
+                self.gauge.labels(level=str(lv)).set(count[lv])
         return out
 
     def feed_metrics(self, pages: Mapping[str, Mapping[str, GpuMetrics]]) -> None:
