@@ -51,6 +51,12 @@ class TaskView:
     use: dict[str, list[int]]  # node id -> [CPU milli, memory MiB] its tasks reserve
 
 
+def meant_to_run(t: SwarmTask) -> bool:
+    """Desired state running, or a job's task (desired state "complete") still live."""
+    return t.desired_state == "running" or (t.desired_state == "complete"
+                                            and t.state in _JOB_LIVE)
+
+
 def tasks_by_service(tasks: Sequence[SwarmTask],
                      slots_of: Callable[[str], bool] | None = None) -> TaskView:
     """``slots_of``: the services whose slots are wanted (those that could be packed on
@@ -67,9 +73,8 @@ def tasks_by_service(tasks: Sequence[SwarmTask],
         sid, state = t.service_id, t.state
         if state in _FAILED:
             failed.setdefault(sid, []).append(t.id)
-        if t.desired_state != "running" and (t.desired_state != "complete"
-                                             or state not in _JOB_LIVE):
-            continue  # a job's task meant to run has desired state "complete"
+        if not meant_to_run(t):
+            continue
         nid = t.node_id
         if t.slot:
             at = slots.get(sid)
@@ -210,10 +215,7 @@ def _use_by_service(tasks: Sequence[SwarmTask]) -> dict[str, dict[str, tuple[int
     ``tasks_by_service`` counts in ``use``)."""
     out: dict[str, dict[str, tuple[int, int]]] = {}
     for t in tasks:
-        if not t.node_id or not (t.cpu_milli or t.memory_mib):
-            continue
-        if t.desired_state != "running" and (t.desired_state != "complete"
-                                             or t.state not in _JOB_LIVE):
+        if not t.node_id or not (t.cpu_milli or t.memory_mib) or not meant_to_run(t):
             continue
         per = out.setdefault(t.service_id, {})
         cpu, mem = per.get(t.node_id, (0, 0))
