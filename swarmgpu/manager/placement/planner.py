@@ -73,7 +73,9 @@ class Planner:
     """The placement planner: snapshot in, plan out. One object lives as long as its
     user -- the daemon keeps it across cycles, ``simulate`` across a whole replay -- so
     what did not change since the last cycle is not recomputed: parsed requests, the
-    allocator's nodes and holdings, unplaceable answers, the plans of settled services.
+    allocator's nodes and holdings, unplaceable answers, the plans of settled services;
+    and a settled service none of whose inputs changed is not visited at all
+    (``placement.quiet``: the change-driven cycle).
 
     Node choice is ``SwarmScorer`` with the workload model (``swarmgpu.allocator.workload``):
     learned from the services seen (``learn``), or pinned.
