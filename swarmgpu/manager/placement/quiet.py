@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from swarmgpu.manager.placement.keys import ASSIGN, GATE
+from swarmgpu.manager.placement.keys import ASSIGN, GATE, owned_by_placement
 from swarmgpu.swarm.client import SwarmNode
 
 
@@ -45,15 +45,15 @@ class QuietServices:
     records always describe the last cycle's snapshot."""
 
     def __init__(self, prefix: str) -> None:
-        self.gk, self.ak = prefix + GATE, prefix + ASSIGN
+        self.prefix, self.gk, self.ak = prefix, prefix + GATE, prefix + ASSIGN
         # node id -> (spec version, content number, generation, on the allocator,
         #             its placement-owned labels)
         self._nodes: dict[str, tuple[int, int, int, bool, dict[str, str]]] = {}
         self.records: dict[str, Quiet] = {}  # service id -> as of its settled cycle
 
     def _owned(self, n: SwarmNode) -> dict[str, str]:
-        gk, ak = self.gk, self.ak
-        return {k: v for k, v in n.labels.items() if k.startswith(gk) or k.startswith(ak)}
+        prefix = self.prefix
+        return {k: v for k, v in n.labels.items() if owned_by_placement(k, prefix)}
 
     def _name(self, key: str) -> str:
         return key[len(self.gk):] if key.startswith(self.gk) else key[len(self.ak):]
