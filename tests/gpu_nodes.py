@@ -202,15 +202,6 @@ def agents(swarm: SwarmCluster) -> Iterator[dict[str, Any]]:
 
 
 def remove_stacks(swarm: SwarmCluster, *stacks: str) -> None:
-    """``docker stack rm``, then wait until their services are gone."""
+    """``docker stack rm`` each, waiting until it is gone (`SwarmCluster.remove_stack`)."""
     for stack in stacks:
-        # check=False: removing the stack's network can fail while its tasks still stop
-        # ("in use by task"); the services are gone, which the wait below checks.
-        swarm.cli(swarm.manager, "stack", "rm", stack, check=False)
-    api = swarm.client(swarm.manager).api
-
-    def gone() -> bool:
-        names = {s["Spec"]["Name"] for s in api.services()}
-        return not any(n.startswith(f"{st}_") for n in names for st in stacks)
-
-    swarm.wait_for(gone, 60, f"stacks {', '.join(stacks)} removed")
+        swarm.remove_stack(stack)

@@ -753,6 +753,31 @@ class SwarmCluster:
                 raise WaitTimeout(f"timed out after {timeout:.0f} s waiting for {what}{detail}")
             time.sleep(interval)
 
+    def remove_stack(self, stack: str, timeout: float = 60) -> None:
+        """``docker stack rm`` that waits for the stack to be gone.
+
+        Swarm removes the services at once but their tasks stop later, and until they
+        have, removing the stack's network fails ("in use by task") and the CLI exits 1.
+        That one error is retried; any other fails the test.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            res = self.cli(self.manager, "stack", "rm", stack, check=False)
+            if res.returncode == 0:
+                break
+            if "in use by task" not in res.stderr or time.monotonic() > deadline:
+                raise SwarmHarnessError(
+                    f"`docker stack rm {stack}` failed (rc {res.returncode}): "
+                    f"{res.stderr.strip()}"
+                )
+            time.sleep(0.5)
+        api = self.client(self.manager).api
+        self.wait_for(
+            lambda: not any(s["Spec"]["Name"].startswith(f"{stack}_") for s in api.services()),
+            max(1.0, deadline - time.monotonic()),
+            f"stack {stack} removed",
+        )
+
     def log_tail(self, node: NodeHandle, lines: int = 30) -> str:
         path = self.log_dir / f"{node.name}.dockerd.log"
         try:

@@ -179,7 +179,7 @@ def test_memory_floor_and_pending_reason(swarm: SwarmCluster, daemon: dict[str, 
     audit = run_cli("audit", "--config", str(daemon["cfg"]), "--json")
     assert any(f["kind"] == "pending" and f["subject"] == "big_m"
                for f in json.loads(audit.stdout)["findings"])
-    swarm.cli(swarm.manager, "stack", "rm", "big")
+    swarm.remove_stack("big")
 
 
 def test_mig_request_gets_mig_device(swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
@@ -230,7 +230,7 @@ def test_redeploy_kill_and_daemon_restart_keep_devices(
 
 def test_removing_stacks_releases_gpus(swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
     for stack in ("llm", "train", "mig"):
-        swarm.cli(swarm.manager, "stack", "rm", stack)
+        swarm.remove_stack(stack)
     api = swarm.client(swarm.manager).api
 
     def released() -> bool:
@@ -271,7 +271,7 @@ def test_cpu_aware_placement_and_truthful_pending(
     assert p["cpu_z"]["status"] == "pending", p["cpu_z"]
     assert "CPU" in p["cpu_z"]["reason"], p["cpu_z"]
     assert tasks_running(swarm, "cpu_z") == []
-    swarm.cli(swarm.manager, "stack", "rm", "cpu")
+    swarm.remove_stack("cpu")
 
 
 def test_workload_model_is_kept_in_swarm_and_reloaded(

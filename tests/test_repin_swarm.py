@@ -103,7 +103,7 @@ def run(swarm: SwarmCluster, rp: dict[str, Any], mark: int) -> None:
     assert g_uuid != a_uuid
     n1_ledger = node_labels(swarm, "gpu-node-1")[f"{P}assign.{G}"]
     # b leaves: a's GPU and the global share's are each half used on gpu-node-2.
-    swarm.cli(swarm.manager, "stack", "rm", "rpb")
+    swarm.remove_stack("rpb")
 
     def proposed() -> dict[str, Any] | None:
         res = run_cli("plan", "--config", str(cfg), "--json")

@@ -149,7 +149,7 @@ def test_packed_replicas_get_distinct_gpus_and_spread_stays_spread(
     assert all(up[k] == left[k] for k in left)  # slots 1 and 2 kept their GPUs
     spread = [dev for dev, _ in replicas_seen(swarm, "pk_two").values()]
     assert not {d for d, _ in up.values()} & set(spread)
-    swarm.cli(swarm.manager, "stack", "rm", "pk")
+    swarm.remove_stack("pk")
 
 
 def test_service_from_before_packing_is_packed_where_its_replica_runs(
@@ -176,7 +176,7 @@ def test_service_from_before_packing_is_packed_where_its_replica_runs(
     assert {h for _, h in seen.values()} == {"gpu-node-2"}
     spec = swarm.client(swarm.manager).api.inspect_service("cv_old")["Spec"]
     assert env_template(P) in spec["TaskTemplate"]["ContainerSpec"]["Env"]
-    swarm.cli(swarm.manager, "stack", "rm", "cv")
+    swarm.remove_stack("cv")
 
 
 def test_eight_replicas_of_one_gpu_fill_the_8gpu_box(
@@ -202,4 +202,4 @@ def test_eight_replicas_of_one_gpu_fill_the_8gpu_box(
     assert sorted(seen) == list(range(1, 9))
     assert {h for _, h in seen.values()} == {"gpu-node-2"}
     assert sorted(d for d, _ in seen.values()) == sorted(RTX4090.uuids())
-    swarm.cli(swarm.manager, "stack", "rm", "eight")
+    swarm.remove_stack("eight")
