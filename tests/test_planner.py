@@ -3,7 +3,9 @@ learns, truthful status, and that its incremental state equals a fresh build."""
 
 from __future__ import annotations
 
+import gc
 import random
+import weakref
 from dataclasses import replace
 
 from gpu_nodes import RTX4090
@@ -325,3 +327,25 @@ def test_back_off_record_goes_once_all_replicas_run() -> None:
     runs = replace(task("t1", s, where, 0), force_update=s.force_update)
     sp = planner.plan(nodes, [s], [runs], facts, now=60.0).services[0]  # type: ignore[arg-type]
     assert sp.status == "placed" and sp.service_labels_remove == [f"{P}state.replaced"]
+
+
+def test_a_planner_is_freed_when_its_owner_lets_go() -> None:
+    """No reference cycle through a planner, its allocator or its memos: reference
+    counting frees them at once. In a cycle, everything they hold (a replay's: 600,000
+    objects) waited for a full collection, which took 0.75 s of ``simulate``'s wall time
+    per seed."""
+    nodes, facts = two_nodes()
+    planner = Planner()
+    x = svc("x", {"swarmgpu.gpus": "1"})
+    plan = planner.plan(nodes, [x], [], facts)  # type: ignore[arg-type]
+    nodes = apply(nodes, plan)
+    planner.plan(nodes, [x], [], facts)  # type: ignore[arg-type]
+    planner.place_arrivals([svc("y", {"swarmgpu.gpu-fraction": "0.5"})], [])
+    refs = [weakref.ref(o) for o in (planner, planner.cluster, planner.cluster.alloc,
+                                     planner.cluster.alloc.scorer)]
+    gc.disable()
+    try:
+        del planner
+        assert [r() for r in refs] == [None] * len(refs)
+    finally:
+        gc.enable()

@@ -209,34 +209,46 @@ def _waste_of_sizes(ordered: tuple[tuple[int, float], ...], size: int) -> tuple[
     return tuple(waste)
 
 
+def _table_of(tasks: tuple[TypicalTask, ...], tables: dict[str, tuple[float, ...]],
+              by_sizes: dict[tuple[tuple[tuple[int, float], ...], int], tuple[float, ...]],
+              product: str, top: int) -> tuple[float, ...]:
+    """``product``'s waste table, at least ``top`` long (GPUs larger than 1000 milli:
+    grown), shared by the models whose tasks are the same."""
+    table = tables.get(product)
+    if table is None or len(table) <= top:
+        key = (_gpu_sizes(tasks, product), max(MILLI, top))
+        table = by_sizes.get(key)
+        if table is None:
+            table = by_sizes[key] = _waste_of_sizes(*key)
+        tables[product] = table
+    return table
+
+
 class ResidualWaste:
     """Expected residual waste of a node's free GPU shares (``residual_waste_table``,
     summed over GPUs), memoised per GPU model and sorted free tuple."""
 
     def __init__(self, tasks: tuple[TypicalTask, ...], maxsize: int = 1 << 18) -> None:
         self.tasks = tasks
-        self._tables: dict[str, tuple[float, ...]] = {}
+        tables: dict[str, tuple[float, ...]] = {}
         # By content: GPU models that the same tasks may use (most, when few tasks pin a
         # model) share one table; building one costs ~2 ms, and a cluster of 7 models
         # would build 7 on every workload refresh.
-        self._by_sizes: dict[tuple[tuple[tuple[int, float], ...], int], tuple[float, ...]] = {}
+        by_sizes: dict[tuple[tuple[tuple[int, float], ...], int], tuple[float, ...]] = {}
+        self._tables, self._by_sizes = tables, by_sizes
 
+        # The memo holds what it reads, not ``self``: a cycle through it would leave
+        # everything the memo holds for a full collection to free.
         @lru_cache(maxsize=maxsize)
         def _waste(product: str, free_sorted: tuple[int, ...]) -> float:
-            table = self._table(product, free_sorted[-1] if free_sorted else 0)
+            table = _table_of(tasks, tables, by_sizes, product,
+                              free_sorted[-1] if free_sorted else 0)
             return sum(table[f] for f in free_sorted if f > 0)
 
         self._waste = _waste
 
     def _table(self, product: str, top: int) -> tuple[float, ...]:
-        table = self._tables.get(product)
-        if table is None or len(table) <= top:  # GPUs larger than 1000 milli: grow it
-            key = (_gpu_sizes(self.tasks, product), max(MILLI, top))
-            table = self._by_sizes.get(key)
-            if table is None:
-                table = self._by_sizes[key] = _waste_of_sizes(*key)
-            self._tables[product] = table
-        return table
+        return _table_of(self.tasks, self._tables, self._by_sizes, product, top)
 
     def __call__(self, product: str, free: tuple[int, ...]) -> float:
         return self._waste(product, tuple(sorted(free)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
@@ -52,7 +53,7 @@ class ClusterAllocator:
                  scorer: Scorer | None = None, prefix: str = "swarmgpu.",
                  tasks: Sequence[SwarmTask] = ()) -> None:
         self.prefix = prefix
-        self.alloc = Allocator(scorer or SwarmScorer(), mig_picker=self._pick_mig)
+        self.alloc = Allocator(scorer or SwarmScorer(), mig_picker=_mig_picker(self))
         self.nodes: dict[str, SwarmNode] = {}
         self.facts: dict[str, NodeFacts] = {}
         self.assigned_mig: dict[str, set[str]] = {}
@@ -94,7 +95,7 @@ class ClusterAllocator:
         order = sorted(nodes, key=lambda n: (n.hostname, n.id))
         ids = [n.id for n in order]
         if ids != self._order:  # ranks follow hostnames: a new set means a new order
-            self.alloc = Allocator(self.alloc.scorer, mig_picker=self._pick_mig)
+            self.alloc = Allocator(self.alloc.scorer, mig_picker=_mig_picker(self))
             self._node_keys.clear()
             self._held.clear()
             self.assigned_mig.clear()
@@ -441,3 +442,16 @@ class ClusterAllocator:
                 (h.label_value(), choice.cpu_milli, choice.memory_mib),
                 choice if (choice.gpus or choice.cpu_milli or choice.memory_mib) else None,
                 migs)
+
+
+def _mig_picker(cluster: ClusterAllocator
+                ) -> Callable[[NodeSpec, tuple[int, ...], Demand], object | None]:
+    """``cluster._pick_mig`` through a weak reference: a bound method kept by its own
+    allocator would make a reference cycle, and everything the cluster holds would then
+    wait for a full collection to be freed (planner.``_Reads`` says why that matters)."""
+    ref = weakref.ref(cluster)
+
+    def pick(spec: NodeSpec, free: tuple[int, ...], d: Demand) -> object | None:
+        c = ref()
+        return None if c is None else c._pick_mig(spec, free, d)
+    return pick

@@ -69,6 +69,24 @@ def _by_name(s: SwarmService) -> str:
     return s.name
 
 
+class _Reads:
+    """The planner's parsed requests, as its parts read them. Not bound methods of the
+    planner: a part holding one would hold the planner, and a planner in a reference
+    cycle is freed only by a full collection of all it holds (0.75 s after a
+    ``simulate`` seed, in the CLI's wall time), not when its owner lets go of it."""
+
+    def __init__(self, known: Mapping[str, tuple[int, GpuRequest | RequestError | None,
+                                                 tuple[int, int], tuple[int, str]]]) -> None:
+        self.known = known
+
+    def request(self, sid: str) -> GpuRequest | RequestError | None:
+        got = self.known.get(sid)
+        return None if got is None else got[1]
+
+    def reservation(self, sid: str) -> tuple[int, int]:
+        return self.known[sid][2]
+
+
 class Planner:
     """The placement planner: snapshot in, plan out. One object lives as long as its
     user -- the daemon keeps it across cycles, ``simulate`` across a whole replay -- so
@@ -108,12 +126,13 @@ class Planner:
         self._settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         self._ledger_cache: dict[str, tuple[int, list[Holding]]] = {}
         self._node_content = NodeContent(prefix)  # settled keys read nodes by content
-        self._filters = SwarmFilters(prefix, generic_kind, self._request_of)
+        reads = _Reads(self._requests)  # (no bound method: see _Reads)
+        self._filters = SwarmFilters(prefix, generic_kind, reads.request)
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
         # service id -> (the labels its request was parsed from, that parse)
         self._raw: dict[str, tuple[tuple[tuple[str, str], ...],
                                    GpuRequest | RequestError | None]] = {}
-        self._kept = KeptHoldings(self.cluster, prefix, lambda sid: self._requests[sid][2])
+        self._kept = KeptHoldings(self.cluster, prefix, reads.reservation)
         self._last_cycle: Cycle | None = None  # what place_arrivals plans against
         self.model_changed = False  # since the owner last stored the model
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
@@ -241,9 +260,6 @@ class Planner:
     def refused_nodes(self, s: SwarmService) -> AbstractSet[str]:
         """Nodes Swarm's own filters refuse ``s`` on (as of the last cycle)."""
         return self._filters.refused(s)
-
-    def _request_of(self, sid: str) -> GpuRequest | RequestError | None:
-        return self._requests.get(sid, (0, None, (0, 0), (0, "")))[1]
 
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
