@@ -8,6 +8,7 @@ can report it on the service and carry on with the others (``parse_all``).
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -110,6 +111,13 @@ class GpuRequest:
 
     def describe(self) -> str:
         """Human text: ``2 NVLink GPUs >= 40 GiB``, ``MIG 1g.10gb``, ``0.25 GPU``."""
+        # Kept on the instance (frozen: it never changes), as every plan of it says it.
+        got: str | None = self.__dict__.get("_text")
+        if got is None:
+            got = self.__dict__["_text"] = self._describe()
+        return got
+
+    def _describe(self) -> str:
         if self.mig_profile:
             text = f"MIG {self.mig_profile}"
         elif self.is_fraction:
@@ -254,9 +262,14 @@ def request_labels(labels: Mapping[str, str], prefix: str = DEFAULT_PREFIX,
                    ) -> tuple[tuple[str, str], ...]:
     """The labels ``parse_request`` reads, in its order: equal ones give an equal
     request (swarmgpu's own output labels, such as a device map, are not among them)."""
-    output = tuple(prefix + p[len(DEFAULT_PREFIX):] for p in OUTPUT_LABEL_PREFIXES)
+    output = _output_prefixes(prefix)
     return tuple(sorted((k, v) for k, v in labels.items()
                         if k.startswith(prefix) and not k.startswith(output)))
+
+
+@functools.cache
+def _output_prefixes(prefix: str) -> tuple[str, ...]:
+    return tuple(prefix + p[len(DEFAULT_PREFIX):] for p in OUTPUT_LABEL_PREFIXES)
 
 
 def parse_all(

@@ -20,6 +20,7 @@ are information for the application (``swarmgpu doctor`` says which a node is).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import cache, lru_cache
 
 from swarmgpu.core.model import NodeFacts
 
@@ -42,6 +43,7 @@ def is_share_key(key: str, prefix: str) -> bool:
     return key.startswith(prefix + SHARE)
 
 
+@cache  # one per prefix
 def env_lines(prefix: str) -> tuple[str, ...]:
     """The env template lines of a shared service, one per variable."""
     return tuple(
@@ -54,16 +56,26 @@ def missing_env(prefix: str, env: Iterable[str]) -> list[str]:
     """Template lines whose variable the service does not set at all (a user's own
     value for one of them is theirs and kept)."""
     have = {e.split("=", 1)[0] for e in env}
-    return [line for line in env_lines(prefix) if line.split("=", 1)[0] not in have]
+    return [line for line, var in _env_vars(prefix) if var not in have]
+
+
+@cache
+def _env_vars(prefix: str) -> tuple[tuple[str, str], ...]:
+    return tuple((line, line.split("=", 1)[0]) for line in env_lines(prefix))
 
 
 def share_values(milli: int, gpu_memory_mib: int) -> dict[str, str]:
     """Label field -> value for a share of ``milli`` thousandths of a GPU."""
+    return dict(_share_values(milli, gpu_memory_mib))
+
+
+@lru_cache(maxsize=4096)  # few shares and GPU sizes, asked for on every placed service
+def _share_values(milli: int, gpu_memory_mib: int) -> tuple[tuple[str, str], ...]:
     mib = gpu_memory_mib * milli // 1000
     # Floor, so that shares that add up to one GPU never ask for more than 100%.
     sm = max(1, milli // 10)
-    return {"fraction": f"{milli / 1000:g}", "memory-mib": str(mib),
-            "memory-limit": f"{mib}m", "sm-limit": str(sm)}
+    return (("fraction", f"{milli / 1000:g}"), ("memory-mib", str(mib)),
+            ("memory-limit", f"{mib}m"), ("sm-limit", str(sm)))
 
 
 def share_labels(prefix: str, node_id: str, uuids: Sequence[str], milli: Sequence[int],
@@ -78,7 +90,7 @@ def share_labels(prefix: str, node_id: str, uuids: Sequence[str], milli: Sequenc
     mem = next((g.memory_mib for g in facts.gpus if g.uuid == uuids[0]), None)
     if mem is None:
         return None
-    return {share_key(prefix, f, node_id): v for f, v in share_values(milli[0], mem).items()}
+    return {share_key(prefix, f, node_id): v for f, v in _share_values(milli[0], mem)}
 
 
 def node_of_key(key: str, prefix: str) -> str | None:

@@ -51,6 +51,7 @@ from swarmgpu.manager.placement import (
     ORDER_ENV,
     PlacementPlan,
     Planner,
+    ServicePlan,
     assign_key,
     devices_key,
     env_template,
@@ -93,6 +94,9 @@ class World:
     # Pods as Swarm jobs (a replicated-job of one task): a pod that leaves is a task
     # that completes, released through the daemon's job path (the departures replay).
     jobs: bool = False
+    # service id -> the plan last applied for it, which wrote nothing: the planner hands
+    # a settled service the same plan object cycle after cycle (nothing to apply again).
+    applied: dict[str, ServicePlan] = field(default_factory=dict)
 
     @classmethod
     def of(cls, nodes: Sequence[NodeSpec], ranks: Sequence[int]) -> World:
@@ -197,10 +201,16 @@ class World:
             labels.update(plan.node_set.get(nid, {}))
             self.nodes[nid] = SwarmNode(**{**n.__dict__, "labels": labels,
                                            "version": n.version + 1})
+        applied = self.applied
+        if len(applied) > 2 * len(self.services) + 1000:  # services that left
+            applied.clear()
         for sp in plan.services:
+            if applied.get(sp.id) is sp:
+                continue  # a settled service's plan (most of them): nothing changes
             writes = sp.needs_service_write
             if not (writes or sp.node_writes or sp.new):
-                continue  # a settled service's plan (most of them): nothing changes
+                applied[sp.id] = sp
+                continue
             s = self.services.get(sp.id)
             if s is None:
                 continue

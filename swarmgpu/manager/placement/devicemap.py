@@ -10,7 +10,7 @@ from swarmgpu.manager.placement.keys import DEVICES, assign_key, devices_key, ga
 from swarmgpu.manager.placement.ledger import holdings_of, packed_holding
 from swarmgpu.manager.placement.records import ServicePlan, set_node_labels
 from swarmgpu.manager.placement.tasks import Waiting
-from swarmgpu.manager.sharing import is_share_key, want_labels
+from swarmgpu.manager.sharing import SHARE, want_labels
 from swarmgpu.swarm.client import SwarmService
 
 
@@ -25,8 +25,8 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
     for nid, h in list(held.items()):
         if h.packed and sp.draining:  # the ledger keeps them until the lists are gone
             held[nid] = packed_holding(s.name, nid, {**sp.draining, **h.per_slot_milli()})
-    have_devices = {k: v for k, v in s.labels.items()
-                    if k.startswith(prefix + DEVICES) or is_share_key(k, prefix)}
+    ours = (prefix + DEVICES, prefix + SHARE)  # device lists and share labels
+    have_devices = {k: v for k, v in s.labels.items() if k.startswith(ours)}
     # A shared GPU's container is told its share the same way (swarmgpu.manager.sharing).
     want_devices.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
                                              for p in sp.placements if p.slot is None),

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
 from swarmgpu.manager.placement.keys import DEVICES
 
 
+@cache  # one per prefix: built once, not on every service of every cycle
 def env_template(prefix: str) -> str:
     """The device list of the task's slot on its node, else of its node, else none
     (``void``). Swarm expands it when it creates the container (swarmkit's template
@@ -18,6 +20,7 @@ def env_template(prefix: str) -> str:
     )
 
 
+@cache
 def env_template_per_node(prefix: str) -> str:
     """The template before per-slot lists: still read right for replicas spread one
     per node (services deployed with it keep working); packed replicas need

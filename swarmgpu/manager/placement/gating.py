@@ -17,9 +17,14 @@ def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
     prefix = cyc.prefix
     gate = gate_constraint(prefix, s.name)
     own = f"node.labels.{prefix}{GATE}".lower()
-    foreign = [c for c in s.constraints
-               if c.replace(" ", "").lower().startswith(own) and c.replace(" ", "") != gate]
-    has_gate = any(c.replace(" ", "") == gate for c in s.constraints)
+    foreign: list[str] = []
+    has_gate = False
+    for c in s.constraints:
+        bare = c.replace(" ", "")
+        if bare == gate:
+            has_gate = True
+        elif bare.lower().startswith(own):
+            foreign.append(c)
     tmpl = env_template(prefix)
     has_env = device_env(prefix, s.env) is not None
     _share_env(sp, s, cyc)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from swarmgpu.allocator.core import SwarmScorer
 from swarmgpu.allocator.fragmentation import TaskShape
@@ -65,8 +66,8 @@ class ServiceRead:
         return [parsed[i] for i in sorted(range(len(parsed)), key=keys.__getitem__)]
 
 
-def _by_name(s: SwarmService) -> str:
-    return s.name
+_UNPARSED = RequestError("", "", "")  # (a marker: not parsed yet)
+_by_name = attrgetter("name")  # (in C: a sort key called for every service, every cycle)
 
 
 class _Reads:
@@ -132,8 +133,11 @@ class Planner:
         # service id -> (the labels its request was parsed from, that parse)
         self._raw: dict[str, tuple[tuple[tuple[str, str], ...],
                                    GpuRequest | RequestError | None]] = {}
+        # request labels -> their parse, for every service that has them
+        self._by_inputs: dict[tuple[tuple[str, str], ...], GpuRequest | None] = {}
         self._kept = KeptHoldings(self.cluster, prefix, reads.reservation)
         self._last_cycle: Cycle | None = None  # what place_arrivals plans against
+        self._arrival_cycle: Cycle | None = None  # its copy, which arrivals write through
         self.model_changed = False  # since the owner last stored the model
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
@@ -245,8 +249,17 @@ class Planner:
         inputs = request_labels(s.labels, self.prefix)
         raw = self._raw.get(s.id)
         if raw is None or raw[0] != inputs or isinstance(raw[1], RequestError):
-            raw = self._raw[s.id] = (inputs, parse_all(
-                s.labels, prefix=self.prefix, zone_label=self.zone_label, classes=self.classes))
+            # The same labels parse the same (a frozen request, shared); an error is
+            # said per service, so it is parsed again.
+            one = self._by_inputs.get(inputs, _UNPARSED)
+            if one is _UNPARSED:
+                one = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label,
+                                classes=self.classes)
+                if not isinstance(one, RequestError):
+                    if len(self._by_inputs) > 10_000:
+                        self._by_inputs.clear()
+                    self._by_inputs[inputs] = one
+            raw = self._raw[s.id] = (inputs, one)
         r = job_defaults(s, raw[1], self.prefix, self.classes)  # jobs: batch by default
         res = reservations(s.spec)
         if (prev is not None and not isinstance(r, RequestError) and prev[2] == res
@@ -348,6 +361,7 @@ class Planner:
                     plan, self._filters.refused, most_gpus=most, now=now,
                     backoff=self._backoff, open_since=self._open_since)
         self._last_cycle = cyc
+        self._arrival_cycle = None
         settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
         self.queues.start(parsed if read.queued else (), kept)  # no queue: nothing to count
         quotas = bool(self.queues.quotas)  # without any, nothing is refused or capped
@@ -506,7 +520,9 @@ class Planner:
         if last is None:
             raise RuntimeError("place_arrivals needs a full cycle (plan) first")
         plan = PlacementPlan()
-        cyc = copy.copy(last)  # the last cycle's context, writing to this plan
+        cyc = self._arrival_cycle
+        if cyc is None:  # the last cycle's context (one copy), writing to this plan
+            cyc = self._arrival_cycle = copy.copy(last)
         cyc.plan = plan
         read = self._parse_all(services)
         parsed, cpu_only = read.parsed, read.cpu_only
