@@ -163,11 +163,14 @@ class ClusterAllocator:
         self.set_usage_of(use, on_nodes)
 
     def set_usage_of(self, use: Mapping[str, Sequence[int]],
-                     on_nodes: Mapping[str, AbstractSet[str]]) -> None:
+                     on_nodes: Mapping[str, AbstractSet[str]],
+                     tasks_on: AbstractSet[tuple[str, str]] | None = None) -> None:
         """``set_usage`` from its sums: node id -> (CPU milli, memory MiB) reserved, and
         service id -> the nodes its tasks are on (``tasks_by_service`` makes both in its
-        one pass over the tasks)."""
-        self.tasks_on = {(sid, nid) for sid, where in on_nodes.items() for nid in where}
+        one pass over the tasks); ``tasks_on``: those as (service id, node id) pairs,
+        when the caller keeps them (``TaskBook``)."""
+        self.tasks_on = (set(tasks_on) if tasks_on is not None else
+                         {(sid, nid) for sid, where in on_nodes.items() for nid in where})
         for nid in self.alloc.nodes:
             cpu, mem = use.get(nid, (0, 0))
             self.alloc.set_usage(nid, cpu, mem)

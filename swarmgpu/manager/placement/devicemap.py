@@ -40,9 +40,10 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
     # <p>state.devices-gen) and gates open only once every waiting task is newer.
     gen_key = f"{prefix}state.devices-gen"
     gen = int_or0(s.labels.get(gen_key))
+    ak, gk = assign_key(prefix, s.name), gate_key(prefix, s.name)
     changed_for_running = any(
-        running_on.get(nid) and by_id[nid].labels.get(assign_key(prefix, s.name))
-        != h.label_value() for nid, h in held.items()
+        running_on.get(nid) and by_id[nid].labels.get(ak) != h.label_value()
+        for nid, h in held.items()
     )
     if sp.service_labels_set:
         gen = s.force_update  # tasks created from now on carry the map
@@ -71,14 +72,15 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
         sp.service_labels_remove.append(par_key)
     all_open = True
     for nid, h in held.items():
-        node = by_id[nid]
-        want = {assign_key(prefix, s.name): h.label_value()}
-        if gate_ready or node.labels.get(gate_key(prefix, s.name)) == "true":
-            want[gate_key(prefix, s.name)] = "true"
+        labels = by_id[nid].labels
+        value = h.label_value()
+        diff = {ak: value} if labels.get(ak) != value else {}
+        if gate_ready or labels.get(gk) == "true":
+            if labels.get(gk) != "true":
+                diff[gk] = "true"
         else:
             sp.gates_deferred = True
             all_open = False
-        diff = {k: v for k, v in want.items() if node.labels.get(k) != v}
         if diff:
             set_node_labels(cyc.plan, nid, diff)
             sp.node_writes = True

@@ -6,7 +6,7 @@ import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 from swarmgpu.allocator.core import SwarmScorer
@@ -52,7 +52,6 @@ class ServiceRead:
     no_request: list[SwarmService] = field(default_factory=list)  # none
     names: set[str] = field(default_factory=set)  # every service's name
     few: set[str] = field(default_factory=set)  # ids: no more replicas than ``most``
-    ids: set[str] = field(default_factory=set)  # ids of ``parsed``
     queued: bool = False  # some request names a queue
     serve_keys: list[tuple[int, str]] = field(default_factory=list)  # of ``parsed``
     mixed: bool = False  # not every serve key is the same
@@ -130,6 +129,9 @@ class Planner:
         reads = _Reads(self._requests)  # (no bound method: see _Reads)
         self._filters = SwarmFilters(prefix, generic_kind, reads.request)
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
+        # ids whose shape ``_learned_of`` (the model) has counted: not asked again
+        self._learned: set[str] = set()
+        self._learned_of: WorkloadModel | None = None
         # service id -> (the labels its request was parsed from, that parse)
         self._raw: dict[str, tuple[tuple[tuple[str, str], ...],
                                    GpuRequest | RequestError | None]] = {}
@@ -158,9 +160,15 @@ class Planner:
         policy's CPU reserve weighs them (``cpu_reserve_per_gpu_milli``). ``forget``:
         ``parsed`` and ``cpu_only`` are every live service (a full cycle), so the marks
         of the others are dropped."""
-        model, shapes = self.model, self._shapes
+        model, shapes, learned = self.model, self._shapes, self._learned
+        if self._learned_of is not model:
+            learned.clear()
+            self._learned_of = model
         for s in cpu_only:
+            if s.id in learned:
+                continue
             if s.id in shapes and model.knows(s.id):
+                learned.add(s.id)
                 continue
             cpu = self._requests[s.id][2][0]
             shape = TaskShape(cpu, 0, 0)
@@ -169,7 +177,10 @@ class Planner:
             if model.observe(s.id, str(shape), shape, count):
                 self.model_changed = True
         for s, r in parsed:
+            if s.id in learned:
+                continue
             if s.id in shapes and model.knows(s.id):
+                learned.add(s.id)
                 continue  # counted (per request: a changed request has a new version)
             if isinstance(r, RequestError) or not learned_count(s) or r.mig_profile:
                 continue  # MIG slices are their own pool; they do not fragment shares
@@ -180,6 +191,7 @@ class Planner:
                 self.model_changed = True
         if forget and model.known_count() > len(parsed) + len(cpu_only):
             model.forget_keys([*(s.id for s, _ in parsed), *(s.id for s in cpu_only)])
+            learned.clear()
         # Refresh the policy when the model grew by a tenth (or 20 tasks) since: a new
         # model drops the allocator's score cache, so not on every single arrival.
         if self.model.seen - self._model_mark >= max(20.0, 0.1 * self._model_mark):
@@ -212,7 +224,7 @@ class Planner:
         out = ServiceRead()
         known = self._requests  # (not "requests": bandit reads that as the HTTP library)
         parsed, cpu_only, no_request = out.parsed, out.cpu_only, out.no_request
-        names, few, ids, keys = out.names, out.few, out.ids, out.serve_keys
+        names, few, keys = out.names, out.few, out.serve_keys
         first: tuple[int, str] | None = None
         for s in sorted(services, key=_by_name):
             sid = s.id
@@ -225,7 +237,6 @@ class Planner:
             r = got[1]
             if r is not None:
                 parsed.append((s, r))
-                ids.add(sid)
                 k = got[3]
                 keys.append(k)
                 if first is None:
@@ -267,6 +278,7 @@ class Planner:
             r = prev[1]
         else:
             self._shapes.pop(s.id, None)
+            self._learned.discard(s.id)
         got = self._requests[s.id] = (s.version, r, res, serve_key(s, r))
         return got
 
@@ -300,8 +312,10 @@ class Planner:
         read = self._parse_all(services, most)
         live_names, few = read.names, read.few
         parsed, cpu_only, no_request = read.parsed, read.cpu_only, read.no_request
+        tasks_on: AbstractSet[tuple[str, str]] | None = None
         if self.change_driven:  # and which services' tasks changed since
             tv, tasks_changed = self._task_book.update(tasks, few)
+            tasks_on = self._task_book.tasks_on
         else:
             tv, tasks_changed = tasks_by_service(tasks, few.__contains__), set()
         running, waiting, slots = tv.running, tv.waiting, tv.slots
@@ -343,14 +357,15 @@ class Planner:
         jobs = job_progress(services, tasks)  # {} when no service is a job
         self._learn_on_gpu_nodes(running_jobs(parsed, jobs), cpu_only, tv.on_nodes)
 
-        live_ids = read.ids
-        self._backoff = {k: v for k, v in self._backoff.items() if k in live_ids}
-        for sid, ids in tv.failed.items():
-            if sid in live_ids:
-                self._backoff.setdefault(sid, Backoff()).saw_failures(ids, now)
+        if self._backoff or tv.failed:
+            live_ids = {s.id for s, _ in parsed}
+            self._backoff = {k: v for k, v in self._backoff.items() if k in live_ids}
+            for sid, ids in tv.failed.items():
+                if sid in live_ids:
+                    self._backoff.setdefault(sid, Backoff()).saw_failures(ids, now)
 
         # First commit every valid existing holding, so new placements never reuse GPUs.
-        cluster.set_usage_of(tv.use, tv.on_nodes)
+        cluster.set_usage_of(tv.use, tv.on_nodes, tasks_on)
         quiet, kept = self._commit_kept(
             read, ledger, jobs, by_id, facts, running, records, tasks_changed, touched,
             self.change_driven and not rebuilt and most == self._most)
@@ -425,7 +440,7 @@ class Planner:
                 settled[s.id] = (key, sp, tuple(sp.warnings))
             elif (after := key_after_gates_open(key, sp, s, ledger.get(s.name, {}), plan,
                                                 prefix)) is not None:  # placement.memo
-                settled[s.id] = (after, replace(sp, node_writes=False), tuple(sp.warnings))
+                settled[s.id] = (after, _without_node_writes(sp), tuple(sp.warnings))
             # Quiet from the next cycle on only when this snapshot is what the kept plan
             # answers: a plan settled under the key it has once its gate writes landed
             # is keyed again (a write that did not land leaves no change to see).
@@ -444,6 +459,7 @@ class Planner:
                           self._filters.keys):
                 for sid in [k for k in cache if k not in live]:
                     del cache[sid]
+            self._learned &= live
         for p in cluster.problems:
             for sp in plan.services:
                 if p.startswith(sp.name + ":"):
@@ -579,3 +595,11 @@ def plan_placement(
     return Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=adopt_ungated,
                    generic_kind=generic_kind, workload=workload).plan(
         nodes, services, tasks, facts)
+
+
+def _without_node_writes(sp: ServicePlan) -> ServicePlan:
+    """``replace(sp, node_writes=False)``, by a shallow copy (the same fields, shared as
+    ``replace`` shares them; it re-reads the dataclass's fields on every call)."""
+    out = copy.copy(sp)
+    out.node_writes = False
+    return out

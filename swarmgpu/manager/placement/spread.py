@@ -100,6 +100,8 @@ def _place_missing(sp: ServicePlan, s: SwarmService, r: GpuRequest,
                    placements: list[ReplicaPlacement], missing_n: int,
                    res: tuple[int, int], cyc: Cycle) -> list[str]:
     """Choose nodes and GPUs for the replicas that hold nothing yet; reasons when not."""
+    if missing_n <= 0:
+        return []  # (most plans: every replica holds its GPUs)
     cluster, by_id = cyc.cluster, cyc.by_id
     demand = demand_of(r, *res)
     reasons: list[str] = []

@@ -147,6 +147,7 @@ class TaskBook:
         self._few: AbstractSet[str] = frozenset()
         self._use: dict[str, dict[str, tuple[int, int]]] = {}  # service -> node -> use
         self.view = TaskView({}, {}, {}, {}, {}, {})
+        self.tasks_on: set[tuple[str, str]] = set()  # ``view.on_nodes`` as pairs
 
     def update(self, tasks: Sequence[SwarmTask], few: AbstractSet[str],
                ) -> tuple[TaskView, set[str]]:
@@ -181,11 +182,16 @@ class TaskBook:
     def _merge(self, tasks: list[SwarmTask], changed: set[str], few: AbstractSet[str]) -> None:
         v = self.view
         part = tasks_by_service(tasks, few.__contains__)
+        pairs = self.tasks_on
         for sid in changed:
             _put(v.running, part.running, sid)
             _put(v.waiting, part.waiting, sid)
             _put(v.slots, part.slots, sid)
+            for nid in v.on_nodes.get(sid, ()):
+                pairs.discard((sid, nid))
             _put(v.on_nodes, part.on_nodes, sid)
+            for nid in v.on_nodes.get(sid, ()):
+                pairs.add((sid, nid))
             _put(v.failed, part.failed, sid)
         use = _use_by_service(tasks)
         for sid in changed:  # node totals: each changed service's old part out, new in
