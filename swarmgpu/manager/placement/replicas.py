@@ -16,12 +16,7 @@ from swarmgpu.swarm.client import SwarmNode
 def replicas_of(holding: Holding, node: SwarmNode, facts: NodeFacts | None
                 ) -> list[ReplicaPlacement]:
     """The replicas a holding serves: one, or one per slot when packed."""
-    where: dict[str, int] = {}
-    if facts is not None:
-        where = {g.uuid: i for i, g in enumerate(facts.gpus)}
-        for i, g in enumerate(facts.gpus):
-            for m in g.mig_devices:
-                where[m.uuid] = i
+    where = _gpu_index(facts) if facts is not None else {}
 
     def one(uuids: tuple[str, ...], milli: tuple[int, ...], slot: int | None
             ) -> ReplicaPlacement:
@@ -31,6 +26,26 @@ def replicas_of(holding: Holding, node: SwarmNode, facts: NodeFacts | None
     if not holding.packed:
         return [one(holding.uuids, holding.milli, None)]
     return [one(u, m, slot) for slot, (u, m) in holding.per_slot_milli().items()]
+
+
+# id(facts) -> (those facts, GPU or MIG uuid -> GPU index): each node's facts are read
+# by every holding on it, every cycle. The facts are kept with their index, so the id
+# names them while the entry lives.
+_GPU_INDEX: dict[int, tuple[NodeFacts, dict[str, int]]] = {}
+
+
+def _gpu_index(facts: NodeFacts) -> Mapping[str, int]:
+    got = _GPU_INDEX.get(id(facts))
+    if got is not None and got[0] is facts:
+        return got[1]
+    where = {g.uuid: i for i, g in enumerate(facts.gpus)}
+    for i, g in enumerate(facts.gpus):
+        for m in g.mig_devices:
+            where[m.uuid] = i
+    if len(_GPU_INDEX) > 4096:
+        _GPU_INDEX.clear()
+    _GPU_INDEX[id(facts)] = (facts, where)
+    return where
 
 
 def holding_fits(h: Holding, req: GpuRequest, facts: NodeFacts | None) -> str | None:

@@ -1,0 +1,62 @@
+"""The read-modify-write of a service spec (``placement_step.service_compute``): every
+change a plan asks for lands, and the spec it was given stays as it was (only the paths
+it changes are copied)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement_step import service_compute
+
+
+def spec() -> dict[str, Any]:
+    return {
+        "Name": "svc", "Labels": {"swarmgpu.gpus": "1", "swarmgpu.devices.old": "GPU-a"},
+        "TaskTemplate": {
+            "ContainerSpec": {"Image": "x", "Env": ["A=1", "OLD=1"], "Mounts": [{"a": 1}]},
+            "Placement": {"Constraints": ["node.labels.swarmgpu.gate.other==true", "x==y"]},
+            "Resources": {"Reservations": {"NanoCPUs": 1, "GenericResources": [
+                {"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 9}},
+                {"DiscreteResourceSpec": {"Kind": "fpga", "Value": 1}}]}},
+            "ForceUpdate": 2,
+        },
+        "UpdateConfig": {"Parallelism": 2, "Order": "stop-first"},
+        "Mode": {"Replicated": {"Replicas": 1}},
+    }
+
+
+def test_every_change_lands_and_the_given_spec_is_left_as_it_was() -> None:
+    sp = ServicePlan("svc", "id1", None, "", "placed", "Active")
+    sp.service_labels_set = {"swarmgpu.devices.n1": "GPU-b"}
+    sp.service_labels_remove = ["swarmgpu.devices.old"]
+    sp.remove_constraints = ["node.labels.swarmgpu.gate.other == true"]
+    sp.add_constraints = ["node.labels.swarmgpu.gate.svc==true"]
+    sp.set_max_replicas = 1
+    sp.force_update = True
+    sp.set_generic = ("NVIDIA-GPU", 2)
+    sp.set_update_parallelism = 0
+    sp.replace_env = [("OLD=1", "NEW=1")]
+    sp.add_env = ["A=2", "B=1"]
+    given = spec()
+    before = copy.deepcopy(given)
+    new = service_compute(sp)(given)
+    assert given == before
+    assert new is not None
+    tt = new["TaskTemplate"]
+    assert new["Labels"] == {"swarmgpu.gpus": "1", "swarmgpu.devices.n1": "GPU-b"}
+    assert tt["Placement"] == {"Constraints": ["x==y", "node.labels.swarmgpu.gate.svc==true"],
+                               "MaxReplicas": 1}
+    assert tt["ForceUpdate"] == 3
+    assert tt["Resources"]["Reservations"] == {"NanoCPUs": 1, "GenericResources": [
+        {"DiscreteResourceSpec": {"Kind": "fpga", "Value": 1}},
+        {"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 2}}]}
+    assert new["UpdateConfig"] == {"Parallelism": 0, "Order": "stop-first"}
+    assert tt["ContainerSpec"]["Env"] == ["A=1", "NEW=1", "B=1"]  # a user's A is kept
+    assert tt["ContainerSpec"]["Mounts"] == [{"a": 1}] and new["Mode"] == given["Mode"]
+
+
+def test_nothing_to_change_is_no_write() -> None:
+    sp = ServicePlan("svc", "id1", None, "", "placed", "Active")
+    assert service_compute(sp)(spec()) is None
