@@ -370,25 +370,30 @@ class Planner:
             read, ledger, jobs, by_id, facts, running, records, tasks_changed, touched,
             self.change_driven and not rebuilt and most == self._most)
         self._most = most
-        new_records: dict[str, Quiet] = {}
+        # Both kept in place: a quiet service's entries stay as they are; every other
+        # visited service's are dropped first, then set again if it settles.
+        new_records = records
+        n_settled = n_records = 0
         cyc = Cycle(cluster, by_id, facts, prefix, self.zone_label,
                     {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
                     plan, self._filters.refused, most_gpus=most, now=now,
                     backoff=self._backoff, open_since=self._open_since)
         self._last_cycle = cyc
         self._arrival_cycle = None
-        settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
+        settled = self._settled
         self.queues.start(parsed if read.queued else (), kept)  # no queue: nothing to count
         quotas = bool(self.queues.quotas)  # without any, nothing is refused or capped
         for s, r in read.served():  # priority, then age (placement.preempt)
             if s.id in quiet:  # what a full pass would reuse (placement.quiet)
-                reused = self._settled[s.id]
+                reused = settled[s.id]
                 if reused[2] or reused[1].warnings:
                     reused[1].warnings = list(reused[2])
-                settled[s.id] = reused
-                new_records[s.id] = records[s.id]
+                n_settled += 1
+                n_records += 1
                 plan.services.append(reused[1])
                 continue
+            memo = settled.pop(s.id, None)
+            new_records.pop(s.id, None)
             mine = kept.get(s.name, {})
             held = self.queues.refuse(s, r, mine) if quotas else None  # above its max: waits
             if held is not None:
@@ -412,7 +417,6 @@ class Planner:
                 more += (capped,)
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
                                     running.get(s.id, {}), waiting.get(s.id, NO_WAITING), more)
-            memo = self._settled.get(s.id)
             if memo is not None and memo[0] != key:
                 memo = None
             if memo is not None:
@@ -434,21 +438,29 @@ class Planner:
             self.queues.count(r, mine, sp)
             if memo is not None:  # settled when kept, and unchanged since
                 settled[s.id] = memo
+                n_settled += 1
             elif ((sp.status in ("placed", "done")
                    or (sp.status == "pending" and not sp.placements))
                     and not sp.needs_service_write and not sp.node_writes and not sp.new):
                 settled[s.id] = (key, sp, tuple(sp.warnings))
+                n_settled += 1
             elif (after := key_after_gates_open(key, sp, s, ledger.get(s.name, {}), plan,
                                                 prefix)) is not None:  # placement.memo
                 settled[s.id] = (after, _without_node_writes(sp), tuple(sp.warnings))
+                n_settled += 1
             # Quiet from the next cycle on only when this snapshot is what the kept plan
             # answers: a plan settled under the key it has once its gate writes landed
             # is keyed again (a write that did not land leaves no change to see).
             if (s.id in settled and not sp.node_writes and bo is None and capped is None
                     and mine and s.mode == "replicated" and mine == ledger.get(s.name)):
                 new_records[s.id] = Quiet(s.version, len(mine))
+                n_records += 1
             plan.services.append(sp)
-        self._settled = settled
+        if len(settled) != n_settled or len(new_records) != n_records:  # services gone
+            visited = {s.id for s, _ in parsed}
+            for book in (settled, new_records):
+                for sid in [k for k in book if k not in visited]:
+                    del book[sid]
         self._quiet.records = new_records
         self._open_since = cyc.open_seen
         if len(self._kept.fits) > 4 * len(settled) + 10_000:  # departed services' entries
