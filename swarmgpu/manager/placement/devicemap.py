@@ -28,9 +28,11 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
     ours = (prefix + DEVICES, prefix + SHARE)  # device lists and share labels
     have_devices = {k: v for k, v in s.labels.items() if k.startswith(ours)}
     # A shared GPU's container is told its share the same way (swarmgpu.manager.sharing).
-    want_devices.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
-                                             for p in sp.placements if p.slot is None),
-                                    cyc.facts, have_devices))
+    # (Whole GPUs and MIG devices carry no share labels: only shares are asked.)
+    shares = [(p.node_id, p.uuids, p.milli) for p in sp.placements
+              if p.slot is None and len(p.uuids) == 1 and p.milli and p.milli[0] < 1000]
+    if shares:
+        want_devices.update(want_labels(prefix, shares, cyc.facts, have_devices))
     sp.service_labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
     sp.service_labels_remove = sorted(k for k in have_devices if k not in want_devices)
     # Swarm copies the service's labels into a task when it creates it, and a pending
@@ -41,7 +43,7 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
     gen_key = f"{prefix}state.devices-gen"
     gen = int_or0(s.labels.get(gen_key))
     ak, gk = assign_key(prefix, s.name), gate_key(prefix, s.name)
-    changed_for_running = any(
+    changed_for_running = bool(running_on) and any(
         running_on.get(nid) and by_id[nid].labels.get(ak) != h.label_value()
         for nid, h in held.items()
     )
