@@ -74,6 +74,8 @@ class ClusterAllocator:
         self._node_keys: dict[str, tuple[object, ...]] = {}
         self._node_version: dict[str, int] = {}  # spec version each node's key was read at
         self._held: dict[tuple[str, str], _Held] = {}
+        # node id -> (the node, its facts) as last synced while on the allocator
+        self._seen: dict[str, tuple[SwarmNode, NodeFacts | None]] = {}
         self._demands: dict[Demand, tuple[Demand, str]] = {}  # each with its description
         # Demands no node could take, with the capacity generation they were asked at.
         self.unplaceable: dict[object, tuple[int, Unplaceable]] = {}
@@ -109,9 +111,13 @@ class ClusterAllocator:
             self._host_text.clear()
         self._by_rank = []
         dropped: set[str] = set()
+        seen = self._seen
         for rank, n in enumerate(order):
             f = facts.get(n.id)
             present = n.id in self.alloc.nodes
+            last = seen.get(n.id)
+            if present and last is not None and last[0] is n and last[1] is f:
+                continue  # the very objects of the last sync (frozen): nothing to do
             if f is None or not f.gpus:
                 if present:
                     self._drop_node(n.id, dropped)
@@ -134,6 +140,9 @@ class ClusterAllocator:
                     self.node_gen[n.id] = self._gen
                 self._node_version[n.id] = n.version
             self.alloc.set_blocked(n.id, not schedulable(n))
+            seen[n.id] = (n, f)
+        if len(seen) > 2 * len(order) + 100:  # nodes that left
+            self._seen = {k: v for k, v in seen.items() if k in self.nodes}
         if dropped:  # once for all the nodes dropped (each alone was a pass per node)
             self._mig_none = {k for k in self._mig_none if k[0] not in dropped}
             for k in [k for k in self._held if k[1] in dropped]:
