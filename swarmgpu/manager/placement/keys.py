@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 GATE = "service."
 ASSIGN = "assign."
 DEVICES = "devices."
@@ -33,4 +35,10 @@ def devices_key(prefix: str, node_id: str, slot: int | None = None) -> str:
 
 
 def owned_by_placement(key: str, prefix: str) -> bool:
-    return key.startswith((prefix + GATE, prefix + ASSIGN))
+    return key.startswith(owned_prefixes(prefix))
+
+
+@cache  # one per prefix: a node's labels are filtered by it every time the node changes
+def owned_prefixes(prefix: str) -> tuple[str, str]:
+    """What the keys ``owned_by_placement`` start with (for ``str.startswith``)."""
+    return (prefix + GATE, prefix + ASSIGN)

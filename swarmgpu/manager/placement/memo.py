@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 
-from swarmgpu.manager.placement.keys import assign_key, gate_key, owned_by_placement
+from swarmgpu.manager.placement.keys import assign_key, gate_key, owned_prefixes
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan
 from swarmgpu.swarm.client import SwarmNode, SwarmService
@@ -56,15 +56,18 @@ class NodeContent:
         self.of = of
 
 
+# SwarmNode's fields but the version (``dataclasses.fields`` builds its answer per call)
+_CONTENT_FIELDS = tuple(f.name for f in fields(SwarmNode) if f.name != "version")
+
+
 def _content(n: SwarmNode, prefix: str) -> tuple[object, ...]:
     """Every field but the version, the labels without any gate or ledger entry."""
     out: list[object] = []
-    for f in fields(n):
-        if f.name == "version":
-            continue
-        v = getattr(n, f.name)
-        if f.name == "labels":
-            v = {k: x for k, x in v.items() if not owned_by_placement(k, prefix)}
+    owned = owned_prefixes(prefix)
+    for name in _CONTENT_FIELDS:
+        v = getattr(n, name)
+        if name == "labels":
+            v = {k: x for k, x in v.items() if not k.startswith(owned)}
         out.append(tuple(sorted(v.items())) if isinstance(v, Mapping) else v)
     return tuple(out)
 

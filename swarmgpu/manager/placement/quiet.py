@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from swarmgpu.manager.placement.keys import ASSIGN, GATE, owned_by_placement
+from swarmgpu.manager.placement.keys import ASSIGN, GATE, owned_prefixes
 from swarmgpu.swarm.client import SwarmNode
 
 
@@ -52,8 +52,8 @@ class QuietServices:
         self.records: dict[str, Quiet] = {}  # service id -> as of its settled cycle
 
     def _owned(self, n: SwarmNode) -> dict[str, str]:
-        prefix = self.prefix
-        return {k: v for k, v in n.labels.items() if owned_by_placement(k, prefix)}
+        owned = owned_prefixes(self.prefix)
+        return {k: v for k, v in n.labels.items() if k.startswith(owned)}
 
     def _name(self, key: str) -> str:
         return key[len(self.gk):] if key.startswith(self.gk) else key[len(self.ak):]

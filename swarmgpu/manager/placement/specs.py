@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from swarmgpu.allocator.core import Demand, GpuSpec, NodeSpec
 from swarmgpu.core.model import NodeFacts, link_score
-from swarmgpu.manager.placement.keys import owned_by_placement
+from swarmgpu.manager.placement.keys import owned_prefixes
 from swarmgpu.manager.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmNode
 
@@ -15,7 +15,8 @@ def user_labels(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
     """Node labels placement may filter on: everything but swarmgpu's own gates and
     ledger (those differ per node and would split nodes built alike into one group
     each, so the allocator could no longer answer once per group)."""
-    return {k: v for k, v in labels.items() if not owned_by_placement(k, prefix)}
+    owned = owned_prefixes(prefix)
+    return {k: v for k, v in labels.items() if not k.startswith(owned)}
 
 
 # (GPUs, links) -> a small id: nodes built alike share it (NodeSpec.shape)
