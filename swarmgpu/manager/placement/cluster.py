@@ -276,9 +276,9 @@ class ClusterAllocator:
             self.begin_holdings(wanted, res, keep)
             return self._commit_each(order, res)
         if len(same) + kept_count != len(held_map):  # some committed one is not wanted
-            for key, held in list(held_map.items()):
-                if key not in same and key[0] not in keep:
-                    self._release(key, held)
+            for key, held in [(k, h) for k, h in held_map.items()
+                              if k not in same and k[0] not in keep]:
+                self._release(key, held)
         kept: dict[str, dict[str, Holding]] = {}
         for (_sid, name, h), ok in zip(order, as_is, strict=True):
             nid = h.node_id

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 
-from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.requests import GpuRequest
@@ -28,34 +28,38 @@ def replicas_of(holding: Holding, node: SwarmNode, facts: NodeFacts | None
     return [one(u, m, slot) for slot, (u, m) in holding.per_slot_milli().items()]
 
 
-# id(facts) -> (those facts, GPU or MIG uuid -> GPU index): each node's facts are read
-# by every holding on it, every cycle. The facts are kept with their index, so the id
-# names them while the entry lives.
-_GPU_INDEX: dict[int, tuple[NodeFacts, dict[str, int]]] = {}
+# id(facts) -> (those facts, GPU or MIG uuid -> GPU index, GPU uuid -> GPU): each
+# node's facts are read by every holding on it, every cycle. The facts are kept with
+# their indexes, so the id names them while the entry lives.
+_GPU_INDEX: dict[int, tuple[NodeFacts, dict[str, int], dict[str, Gpu]]] = {}
 
 
-def _gpu_index(facts: NodeFacts) -> Mapping[str, int]:
+def _indexes(facts: NodeFacts) -> tuple[NodeFacts, dict[str, int], dict[str, Gpu]]:
     got = _GPU_INDEX.get(id(facts))
     if got is not None and got[0] is facts:
-        return got[1]
+        return got
     where = {g.uuid: i for i, g in enumerate(facts.gpus)}
     for i, g in enumerate(facts.gpus):
         for m in g.mig_devices:
             where[m.uuid] = i
     if len(_GPU_INDEX) > 4096:
         _GPU_INDEX.clear()
-    _GPU_INDEX[id(facts)] = (facts, where)
-    return where
+    got = _GPU_INDEX[id(facts)] = (facts, where, {g.uuid: g for g in facts.gpus})
+    return got
+
+
+def _gpu_index(facts: NodeFacts) -> Mapping[str, int]:
+    return _indexes(facts)[1]
 
 
 def holding_fits(h: Holding, req: GpuRequest, facts: NodeFacts | None) -> str | None:
     """Why an existing holding no longer satisfies the request (None: it does)."""
     if facts is None:
         return None  # agent unreachable: keep what is there
-    gpus = {g.uuid: g for g in facts.gpus}
-    migs = {m.uuid: m for g in facts.gpus for m in g.mig_devices}
     if req.mig_profile:
+        migs = {m.uuid for g in facts.gpus for m in g.mig_devices}
         return None if len(h.uuids) == 1 and h.uuids[0] in migs else "not a MIG device"
+    gpus = _indexes(facts)[2]
     want = 1 if req.is_fraction else req.gpus
     if h.packed:
         if not req.can_pack:
