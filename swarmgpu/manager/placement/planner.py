@@ -20,6 +20,7 @@ from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.generic import reserve_generic
 from swarmgpu.manager.placement.jobs import (
+    JOB_MODES,
     JobProgress,
     job_defaults,
     job_progress,
@@ -129,6 +130,7 @@ class Planner:
         reads = _Reads(self._requests)  # (no bound method: see _Reads)
         self._filters = SwarmFilters(prefix, generic_kind, reads.request)
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
+        self._job_ids: set[str] = set()  # services parsed as jobs (some may be gone)
         # ids whose shape ``_learned_of`` (the model) has counted: not asked again
         self._learned: set[str] = set()
         self._learned_of: WorkloadModel | None = None
@@ -280,6 +282,10 @@ class Planner:
             self._shapes.pop(s.id, None)
             self._learned.discard(s.id)
         got = self._requests[s.id] = (s.version, r, res, serve_key(s, r))
+        if s.mode in JOB_MODES:
+            self._job_ids.add(s.id)
+        else:
+            self._job_ids.discard(s.id)
         return got
 
     def refused_nodes(self, s: SwarmService) -> AbstractSet[str]:
@@ -354,7 +360,8 @@ class Planner:
                     plan.services.append(ServicePlan(
                         s.name, s.id, None, "", "released", "Released",
                         service_labels_remove=stale))
-        jobs = job_progress(services, tasks)  # {} when no service is a job
+        # {} when no service is a job (none parsed as one: no pass over the services)
+        jobs = job_progress(services, tasks) if self._job_ids else {}
         self._learn_on_gpu_nodes(running_jobs(parsed, jobs), cpu_only, tv.on_nodes)
 
         if self._backoff or tv.failed:
@@ -472,6 +479,7 @@ class Planner:
                 for sid in [k for k in cache if k not in live]:
                     del cache[sid]
             self._learned &= live
+            self._job_ids &= live
         for p in cluster.problems:
             for sp in plan.services:
                 if p.startswith(sp.name + ":"):
