@@ -168,9 +168,7 @@ class Planner:
         if self._learned_of is not model:
             learned.clear()
             self._learned_of = model
-        for s in cpu_only:
-            if s.id in learned:
-                continue
+        for s in [s for s in cpu_only if s.id not in learned]:
             if s.id in shapes and model.knows(s.id):
                 learned.add(s.id)
                 continue
@@ -180,9 +178,7 @@ class Planner:
             count = max(1, s.replicas or 0) if s.mode == "replicated" else 1
             if model.observe(s.id, str(shape), shape, count):
                 self.model_changed = True
-        for s, r in parsed:
-            if s.id in learned:
-                continue
+        for s, r in [p for p in parsed if p[0].id not in learned]:
             if s.id in shapes and model.knows(s.id):
                 learned.add(s.id)
                 continue  # counted (per request: a changed request has a new version)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from swarmgpu.manager.placement.keys import ACTIVE_STATES
@@ -132,6 +133,9 @@ def _refusal_text(*texts: str) -> str:
     return ""
 
 
+_task_id = attrgetter("id")
+
+
 class TaskBook:
     """``tasks_by_service`` kept across a planner's cycles: each cycle re-reads only the
     services some task of which is new, changed or gone (and those that came into or
@@ -154,19 +158,15 @@ class TaskBook:
         """This cycle's view (what ``tasks_by_service(tasks, few.__contains__)`` gives),
         and the service ids whose part of it may differ from the last cycle's."""
         prev = self._tasks
-        now: dict[str, SwarmTask] = {}
-        changed: set[str] = set()
-        matched = 0
-        for t in tasks:
-            o = prev.get(t.id)
-            if o is None:
-                changed.add(t.service_id)
-            else:
-                matched += 1
-                if o is not t and o != t:
-                    changed.add(t.service_id)
-                    changed.add(o.service_id)
-            now[t.id] = t
+        ids = list(map(_task_id, tasks))
+        olds = list(map(prev.get, ids))
+        # (comprehensions: a loop over the tasks doing all of it cost twice as much)
+        differ = [(t, o) for t, o in zip(tasks, olds, strict=True)
+                  if o is None or (o is not t and o != t)]
+        changed = {t.service_id for t, _ in differ}
+        changed.update(o.service_id for _, o in differ if o is not None)
+        matched = len(olds) - sum(1 for _, o in differ if o is None)  # (new ones differ)
+        now = dict(zip(ids, tasks, strict=True))
         if len(now) != len(tasks):  # one task listed twice: read it all again
             self._reset()
             now = {}
