@@ -133,6 +133,7 @@ class Planner:
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
         self._job_ids: set[str] = set()  # services parsed as jobs (some may be gone)
         self._queued_ids: set[str] = set()  # ... whose request names a queue
+        self._amended: set[str] = set()  # plans given the last cycle's problems as warnings
         # ids whose shape ``_learned_of`` (the model) has counted: not asked again
         self._learned: set[str] = set()
         self._learned_of: WorkloadModel | None = None
@@ -370,7 +371,6 @@ class Planner:
         # Both kept in place: a quiet service's entries stay as they are; every other
         # visited service's are dropped first, then set again if it settles.
         new_records = records
-        n_settled = n_records = 0
         cyc = Cycle(cluster, by_id, facts, prefix, self.zone_label,
                     {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
                     plan, self._filters.refused, most_gpus=most, now=now,
@@ -380,21 +380,22 @@ class Planner:
         settled = self._settled
         self.queues.start(parsed if read.queued else (), kept)  # no queue: nothing to count
         quotas = bool(self.queues.quotas)  # without any, nothing is refused or capped
-        for s, r in read.served():  # priority, then age (placement.preempt)
-            if s.id in quiet:  # what a full pass would reuse (placement.quiet)
-                reused = settled[s.id]
-                if reused[2] or reused[1].warnings:
-                    reused[1].warnings = list(reused[2])
-                n_settled += 1
-                n_records += 1
-                plan.services.append(reused[1])
-                continue
+        served = read.served()  # priority, then age (placement.preempt)
+        # A quiet service's plan is its last one, as it is (placement.quiet): only the
+        # others are visited, and the quiet ones take their places in serve order below.
+        visit = [p for p in served if p[0].id not in quiet] if quiet else served
+        for sid in self._amended & quiet.keys():  # a cycle's problems were added to it
+            reused = settled[sid]
+            reused[1].warnings = list(reused[2])
+        n_settled = n_records = len(quiet)
+        planned: list[ServicePlan] = []
+        for s, r in visit:
             memo = settled.pop(s.id, None)
             new_records.pop(s.id, None)
             mine = kept.get(s.name, {})
             held = self.queues.refuse(s, r, mine) if quotas else None  # above its max: waits
             if held is not None:
-                plan.services.append(held)
+                planned.append(held)
                 continue
             # a scale-up held at its queue's max
             capped = self.queues.cap(s, r, mine) if quotas else None
@@ -452,7 +453,13 @@ class Planner:
                     and mine and s.mode == "replicated" and mine == ledger.get(s.name)):
                 new_records[s.id] = Quiet(s.version, len(mine))
                 n_records += 1
-            plan.services.append(sp)
+            planned.append(sp)
+        if quiet:
+            visited_plans = iter(planned)
+            plan.services.extend([settled[s.id][1] if s.id in quiet else next(visited_plans)
+                                  for s, _ in served])
+        else:
+            plan.services.extend(planned)
         if len(settled) != n_settled or len(new_records) != n_records:  # services gone
             visited = {s.id for s, _ in parsed}
             for book in (settled, new_records):
@@ -471,10 +478,12 @@ class Planner:
             self._learned &= live
             self._job_ids &= live
             self._queued_ids &= live
+        self._amended = set()
         for p in cluster.problems:
             for sp in plan.services:
                 if p.startswith(sp.name + ":"):
                     sp.warnings.append(p)
+                    self._amended.add(sp.id)
         plan.workload = self.model.summary()
         plan.queues = self.queues.summary()
         return plan
