@@ -152,8 +152,13 @@ def read_ledger(nodes: Sequence[SwarmNode], prefix: str,
             got = (n.version, held)
             if cache is not None:
                 cache[n.id] = got
+        nid = n.id
         for h in got[1]:
-            out.setdefault(h.service, {})[n.id] = h
+            per = out.get(h.service)
+            if per is None:
+                out[h.service] = {nid: h}
+            else:
+                per[nid] = h
     return out
 
 
