@@ -74,6 +74,7 @@ class ClusterAllocator:
         self._node_keys: dict[str, tuple[object, ...]] = {}
         self._node_version: dict[str, int] = {}  # spec version each node's key was read at
         self._held: dict[tuple[str, str], _Held] = {}
+        self._uuid_indexes: dict[str, tuple[NodeFacts, dict[str, tuple[int, bool]]]] = {}
         # node id -> (the node, its facts) as last synced while on the allocator
         self._seen: dict[str, tuple[SwarmNode, NodeFacts | None]] = {}
         self._demands: dict[Demand, tuple[Demand, str]] = {}  # each with its description
@@ -350,15 +351,23 @@ class ClusterAllocator:
         self._held[key] = _Held(want, choice, tuple(migs))
         return True
 
-    def _uuid_index(self, node_id: str) -> dict[str, tuple[int, bool]]:
+    def _uuid_index(self, node_id: str) -> Mapping[str, tuple[int, bool]]:
+        """uuid -> (GPU index, a MIG device), per node, kept while its facts are the
+        same object (every holding committed on the node reads it)."""
         f = self.facts.get(node_id)
-        out: dict[str, tuple[int, bool]] = {}
         if f is None:
-            return out
+            return {}
+        got = self._uuid_indexes.get(node_id)
+        if got is not None and got[0] is f:
+            return got[1]
+        out: dict[str, tuple[int, bool]] = {}
         for i, g in enumerate(f.gpus):
             out[g.uuid] = (i, False)
             for m in g.mig_devices:
                 out[m.uuid] = (i, True)
+        if len(self._uuid_indexes) > 2 * len(self.facts) + 100:
+            self._uuid_indexes.clear()
+        self._uuid_indexes[node_id] = (f, out)
         return out
 
     def _pick_mig(self, spec: NodeSpec, _free: tuple[int, ...], d: Demand) -> object | None:
