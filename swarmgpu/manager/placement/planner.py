@@ -67,8 +67,9 @@ class ServiceRead:
 
 
 _UNPARSED = RequestError("", "", "")  # (a marker: not parsed yet)
+# (in C: keys read from every service, every cycle)
 _by_name = attrgetter("name")
-_by_id = attrgetter("id")  # (in C: a sort key called for every service, every cycle)
+_by_id = attrgetter("id")
 
 
 class _Reads:
