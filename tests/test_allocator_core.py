@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from swarmgpu.allocator.core import (
-    Allocator,
-    Choice,
-    Demand,
-    GpuSpec,
-    NodeSpec,
-    Unplaceable,
-)
+from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.fragmentation import TaskShape, node_fragmentation, typical_tasks
+from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec, Unplaceable
 
 
 def gpus(n: int, product: str = "NVIDIA A100-SXM4-40GB", mem: int = 40960) -> tuple[GpuSpec, ...]:
@@ -142,7 +136,7 @@ def test_fragmentation_counts_unusable_shares() -> None:
 
 def test_fragmentation_aware_choice_keeps_whole_gpus() -> None:
     tasks = typical_tasks([TaskShape(0, 1000, 1)] * 5 + [TaskShape(0, 500, 1)] * 5)
-    from swarmgpu.allocator.core import SwarmScorer
+    from swarmgpu.allocator.scorer import SwarmScorer
 
     a = Allocator(SwarmScorer(tasks))
     a.add_node(NodeSpec("half", gpus(1)))
@@ -174,7 +168,7 @@ def test_stranded_capacity_is_what_the_cpu_cannot_feed() -> None:
 
 
 def test_cpu_heavy_gpu_task_goes_to_the_cpu_rich_node() -> None:
-    from swarmgpu.allocator.core import SwarmScorer
+    from swarmgpu.allocator.scorer import SwarmScorer
 
     # Light (2 CPU) and heavy (12 CPU) one-GPU tasks, 7 CPU per GPU on average; "lean"
     # has 6 CPU per GPU and comes second in node order, so only the score can pick it.
@@ -211,7 +205,7 @@ def test_residual_waste_is_what_the_workload_leaves_at_the_end() -> None:
 
 
 def test_shares_are_paired_to_complete_each_other() -> None:
-    from swarmgpu.allocator.core import SwarmScorer
+    from swarmgpu.allocator.scorer import SwarmScorer
 
     # GPU 0 holds a 0.65 share (0.35 free), GPU 1 a 0.47 share (0.53 free). A 0.23 share
     # beside the 0.65 would leave 0.12 that nothing fills; beside the 0.47 it leaves 0.30
@@ -260,7 +254,7 @@ def test_restricted_claim_fades_as_the_free_models_fill() -> None:
 
 
 def test_unpinned_tasks_leave_the_contested_model_to_pinned_ones() -> None:
-    from swarmgpu.allocator.core import SwarmScorer
+    from swarmgpu.allocator.scorer import SwarmScorer
 
     # T4 is first in node order and the residual waste of both nodes grows alike, so only
     # the pressure of the T4-pinned half of the workload sends the unpinned task to G2.
@@ -284,8 +278,8 @@ def test_unpinned_tasks_leave_the_contested_model_to_pinned_ones() -> None:
 
 
 def test_cpu_only_demand_beyond_the_spare_cpu_raises_the_reserve() -> None:
-    from swarmgpu.allocator.core import SwarmScorer
     from swarmgpu.allocator.fragmentation import cpu_reserve_per_gpu_milli
+    from swarmgpu.allocator.scorer import SwarmScorer
 
     # GPU tasks ask 8 CPU per GPU; CPU-only tasks another 8 per GPU-milli of GPU demand.
     tasks = typical_tasks([TaskShape(8000, 1000, 1), TaskShape(8000, 0, 0)])

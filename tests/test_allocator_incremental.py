@@ -9,16 +9,10 @@ import random
 
 import pytest
 
-from swarmgpu.allocator.core import (
-    Allocator,
-    Choice,
-    Demand,
-    GpuSpec,
-    NodeSpec,
-    SwarmScorer,
-    Unplaceable,
-)
+from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.fragmentation import TaskShape, typical_tasks
+from swarmgpu.allocator.scorer import SwarmScorer
+from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec, Unplaceable
 
 PRODUCTS = ("NVIDIA A100-SXM4-40GB", "Tesla T4", "NVIDIA V100")
 SHAPES = [TaskShape(4000, 500, 1), TaskShape(8000, 1000, 1), TaskShape(2000, 250, 1),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from swarmgpu.allocator.core import Allocator, Choice, Demand, GpuSpec, NodeSpec, SwarmScorer
+from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.defrag import Held, NodeCost, best_move, cheapest_target, movable
 from swarmgpu.allocator.fragmentation import typical_tasks
+from swarmgpu.allocator.scorer import SwarmScorer
+from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec
 from swarmgpu.sim.rebalance import Defragmenter, Running, apply_moves
 from swarmgpu.sim.swarm_replay import Defragmenter as PlannerDefragmenter
 from swarmgpu.sim.swarm_replay import replay_planner

@@ -27,7 +27,7 @@ from test_memo import _written
 from test_placement import apply, node, svc
 
 import swarmgpu.sim.swarm_replay as swarm_replay
-from swarmgpu.allocator.core import NodeSpec
+from swarmgpu.allocator.values import NodeSpec
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.placement import (
     ORDER_ENV,

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from paths import TRACES
 
-from swarmgpu.allocator.core import Allocator, Choice, Demand, GpuSpec, NodeSpec
+from swarmgpu.allocator.core import Allocator
+from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec
 from swarmgpu.sim.cli_entry import parse_seeds, resolve_trace, run_simulate
 from swarmgpu.sim.rebalance import MoveRescuer, Running, move_rescue
 from swarmgpu.sim.replay import replay

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from swarmgpu.allocator.core import GpuSpec, NodeSpec
+from swarmgpu.allocator.values import GpuSpec, NodeSpec
 from swarmgpu.sim.priorities import high_pods, replay_priorities, run_cli
 from swarmgpu.sim.trace import TracePod
 from swarmgpu.sim.traces import bundled

@@ -6,37 +6,33 @@ State is incremental: nodes are added once, ``place`` is a pure decision, ``comm
 memory and per-GPU share) form one group, and node scores are memoised per (group state,
 demand), so a decision over a thousand nodes costs a few hundred microseconds.
 
-Node choice is pluggable (``Scorer``); the production policy is ``SwarmScorer``.
+Node choice is pluggable (``Scorer``); the production policy is ``SwarmScorer``
+(``allocator.scorer``). The value types are in ``allocator.values``, the per-demand score
+memo in ``allocator.scores``.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from collections.abc import Set as Set
-from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import cast
 
 from swarmgpu.allocator import topology
-from swarmgpu.allocator.fragmentation import (
-    MILLI,
-    ResidualWaste,
-    TaskShape,
-    TypicalTask,
-    cpu_reserve_per_gpu_milli,
-    product_matches,
-    restricted_demand,
-    restricted_pressure,
-    stranded_milli,
+from swarmgpu.allocator.fragmentation import MILLI, TypicalTask, product_matches
+from swarmgpu.allocator.scorer import Scorer, SwarmScorer
+from swarmgpu.allocator.scores import GroupScores
+from swarmgpu.allocator.values import (
+    Choice,
+    Demand,
+    MigPicker,
+    NodeSpec,
+    NodeState,
+    Unplaceable,
 )
 
-PairScore = Callable[[int, int], int]
-PRESSURE_STEP = 0.02  # share of cluster capacity placed or freed between pressure updates
 NVLINK_PAIR_MIN = 100  # one NVLink in go-gpuallocator's pair score
-TOPOLOGIES = ("any", "nvlink", "numa")
-COST_MEMO_MAX = 200_000  # node costs kept (SwarmScorer.node_cost)
 FIT_MEMO_MAX = 500_000  # (demand, group state) answers kept before they are dropped
 GID_MAX = 1_000_000  # group states numbered before the numbering table is dropped
 BORN_MAX = 200_000  # new group states logged before the log is dropped
@@ -44,439 +40,6 @@ SHARED_MAX = 500_000  # scores shared between demands kept before they are dropp
 # A memo miss (None is "cannot host it"); only ever compared by identity, typed as a
 # score so the decision loop needs no narrowing.
 _UNSCORED = cast(float, object())
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    index: int
-    product: str
-    memory_mib: int
-    capacity_milli: int = MILLI
-    numa_node: int | None = None
-    healthy: bool = True
-    mig_enabled: bool = False
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """A node as the allocator sees it. ``cpu_milli``/``memory_mib`` None = unconstrained."""
-
-    name: str
-    gpus: tuple[GpuSpec, ...] = ()
-    cpu_milli: int | None = None
-    memory_mib: int | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
-    pair_score: PairScore | None = None  # link score between GPU indices, if known
-    # Nodes with the same ``shape`` (GPUs, links) answer alike in the same state: the
-    # allocator scores one of them per state. None: the node is its own shape.
-    shape: int | None = None
-
-
-@dataclass(frozen=True)
-class Demand:
-    """What one task asks for. ``gpu_milli`` (1..999) is a share of ONE GPU."""
-
-    num_gpu: int = 0
-    gpu_milli: int = 0
-    min_memory_mib: int = 0
-    products: tuple[str, ...] = ()
-    topology: str = "any"
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    mig_profile: str | None = None
-    node_labels: tuple[tuple[str, str], ...] = ()  # required label values (zone filters)
-
-    def __hash__(self) -> int:
-        # Kept on the instance: a demand keys the allocator's memos on every decision (a
-        # dataclass hash re-hashes every field on every lookup).
-        got: int | None = self.__dict__.get("_hash")
-        if got is None:
-            got = self.__dict__["_hash"] = hash(
-                (self.num_gpu, self.gpu_milli, self.min_memory_mib, self.products,
-                 self.topology, self.cpu_milli, self.memory_mib, self.mig_profile,
-                 self.node_labels))
-        return got
-
-    def __getstate__(self) -> dict[str, object]:
-        # Without the kept hash: another process hashes strings with another seed.
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
-
-    def __post_init__(self) -> None:
-        if self.num_gpu < 0 or self.gpu_milli < 0 or self.cpu_milli < 0 or self.memory_mib < 0:
-            raise ValueError(f"demand {self}: counts must not be negative")
-        if self.gpu_milli and not 0 < self.gpu_milli < MILLI:
-            raise ValueError(
-                f"gpu_milli={self.gpu_milli}: a share must be 1..999; ask num_gpu for whole GPUs"
-            )
-        if self.gpu_milli and self.num_gpu:
-            raise ValueError("set either num_gpu (whole GPUs) or gpu_milli (a share), not both")
-        if self.topology not in TOPOLOGIES:
-            raise ValueError(f"topology={self.topology!r}: use one of {', '.join(TOPOLOGIES)}")
-
-    @property
-    def gpus_wanted(self) -> int:
-        return 1 if self.gpu_milli else self.num_gpu
-
-    @property
-    def milli_per_gpu(self) -> int:
-        return self.gpu_milli or (MILLI if self.num_gpu else 0)
-
-    @property
-    def total_gpu_milli(self) -> int:
-        return self.gpus_wanted * self.milli_per_gpu
-
-    def shape(self) -> TaskShape:
-        return TaskShape(self.cpu_milli, self.milli_per_gpu, self.gpus_wanted, self.products)
-
-    def describe(self) -> str:
-        if self.mig_profile:
-            what = f"a MIG {self.mig_profile} device"
-        elif self.gpu_milli:
-            what = f"{self.gpu_milli / MILLI:.2f} of a GPU"
-        elif self.num_gpu:
-            link = {"nvlink": " NVLink", "numa": " same-NUMA"}.get(self.topology, "")
-            what = f"{self.num_gpu}{link} GPU{'s' if self.num_gpu > 1 else ''}"
-        else:
-            what = "no GPU"
-        if self.min_memory_mib:
-            what += f" >= {self.min_memory_mib / 1024:g} GiB"
-        if self.products:
-            what += f" ({'|'.join(self.products)})"
-        return what
-
-
-@dataclass(frozen=True)
-class Choice:
-    node: str
-    gpus: tuple[int, ...]
-    milli: tuple[int, ...]  # per chosen GPU
-    score: float
-    explanation: str
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    mig: object | None = None  # what the MIG picker returned, when delegated
-
-
-@dataclass(frozen=True)
-class Unplaceable:
-    reason: str
-
-
-MigPicker = Callable[[NodeSpec, tuple[int, ...], Demand], object | None]
-
-
-class NodeState:
-    """One node's spec and what is free on it now."""
-
-    __slots__ = ("blocked", "capacity", "cpu_left", "free", "gid", "gkey", "mem_left",
-                 "product", "rank", "simple", "spec")
-
-    def __init__(self, spec: NodeSpec, rank: int) -> None:
-        self.spec = spec
-        self.rank = rank
-        self.blocked = False  # holds what it holds, takes nothing new (down, drained)
-        self.free = [g.capacity_milli if g.healthy else 0 for g in spec.gpus]
-        self.capacity = sum(g.capacity_milli for g in spec.gpus)  # milli, healthy or not
-        self.cpu_left = spec.cpu_milli
-        self.mem_left = spec.memory_mib
-        products = {g.product for g in spec.gpus}
-        self.product = products.pop() if len(products) == 1 else ""
-        self.simple = (
-            spec.pair_score is None
-            and len({(g.product, g.memory_mib, g.capacity_milli) for g in spec.gpus}) <= 1
-            and all(g.healthy and not g.mig_enabled and g.numa_node is None for g in spec.gpus)
-        )
-        self.gkey: tuple[object, ...] = ()
-        self.gid = -1  # the allocator's number for gkey (``Allocator._gid``)
-
-    def group_key(self) -> tuple[object, ...]:
-        if self.simple:
-            g0 = self.spec.gpus[0] if self.spec.gpus else None
-            sig = (self.product, g0.memory_mib if g0 else 0, len(self.spec.gpus),
-                   tuple(sorted(self.spec.labels.items())))
-            return (sig, self.blocked, self.cpu_left, self.mem_left, tuple(sorted(self.free)))
-        who: object = ("shape", self.spec.shape) if self.spec.shape is not None \
-            else ("node", self.spec.name)
-        return (who, tuple(sorted(self.spec.labels.items())), self.blocked, self.cpu_left,
-                self.mem_left, tuple(self.free))
-
-    def free_total(self) -> int:
-        return sum(self.free)
-
-
-class Scorer(Protocol):
-    """Node-choice policy. Higher score wins; equal scores go to the lower node rank.
-
-    ``score`` is called only for nodes that can host the demand and must depend only on
-    the node's state (it is memoised by state). ``pick`` chooses GPUs on the chosen node
-    among ``candidates`` (eligible GPUs with room), returning None to fall back to the
-    allocator's default choice.
-    """
-
-    name: str
-
-    def score(self, node: NodeState, d: Demand) -> float: ...
-
-    def pick(self, node: NodeState, d: Demand, candidates: list[int]) -> tuple[int, ...] | None:
-        ...
-
-
-def _sigmoid(x: float) -> float:
-    if x < -60:
-        return 0.0
-    return 1.0 / (1.0 + math.exp(-x))
-
-
-class SwarmScorer:
-    """swarmgpu's policy: least growth of expected residual waste plus CPU-stranded GPU
-    capacity first (as a 0..100 integer score), then nodes already in use, then the fixed
-    node order.
-
-    Residual waste (``residual_waste_table``) is what a GPU's free share is expected to
-    leave unused once the workload's typical tasks have kept filling it: placement pairs
-    shares that complete each other (0.65 with 0.32, not with 0.23) instead of only
-    keeping the free share usable now, as FGD's fragmentation does. Stranded capacity is
-    the free GPU-milli a node's CPU cannot feed at the workload's mean CPU per GPU-milli
-    (``stranded_milli``): counting its growth sends CPU-heavy tasks to CPU-rich nodes
-    before the CPU runs out.
-
-    Model-pinned tasks: residual waste rates every model's free capacity as equally good
-    for a task that may run anywhere, so unpinned tasks filled the models most pinned
-    tasks need and those failed at 100% arrived though other models had room (1.4-2.8
-    points below FGD when 30-40% of GPU pods are pinned). The cost therefore subtracts
-    the free milli that restricted tasks are expected to claim (``pressure``, from
-    ``restricted_pressure`` over the cluster's GPU-milli per model, total and free, which
-    ``Allocator`` passes to ``observe_cluster``): a milli taken on a contested model costs
-    the restricted demand it displaces. The claim follows what is free, so the
-    preference fades as the uncontested models fill (measured: a fixed claim from
-    capacity alone cost 0.3-2 points where pins are not oversubscribed). FGD's
-    fragmentation has a capacity-blind form of this (a model a task cannot use is all
-    fragment for it); that form sends unpinned work away from the model most tasks are
-    pinned to even when it is the largest, and loses 5-7 points where pins follow the
-    cluster's model mix. Without restricted tasks the term is 0.
-    Measured on the openb traces and derived variants: docs/simulate.md.
-
-    The integer score makes nodes whose waste grows about equally tie; sending those ties
-    to used nodes and then always to the same node order packs work onto few nodes and
-    keeps whole nodes free for multi-GPU tasks (measured: unrounded scores or best-fit
-    tie-breaks place less). For a share, the GPU whose use grows waste least is taken,
-    ties to the fullest GPU. Without a workload model (the rebalancer's scratch
-    allocators; the daemon's planner always has one) it is best fit: used nodes first,
-    then the least GPU left after placement, then node order.
-    """
-
-    name = "swarmgpu"
-
-    def __init__(self, workload: tuple[TypicalTask, ...] = ()) -> None:
-        self.capacity: dict[str, int] = {}  # GPU-milli per model in the cluster
-        self.free: dict[str, int] = {}  # of which free, when pressure was last computed
-        self._free_total = 0
-        self._step = 0.0
-        self.cluster_cpu = 0  # CPU milli of the cluster's nodes (0: unknown)
-        self.set_workload(workload)
-
-    def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
-        self.workload = workload
-        self.waste = ResidualWaste(workload) if workload else None
-        # node_cost per (product, CPU left, free GPU-milli), while what it reads (waste,
-        # CPU reserve, pressure) is unchanged: a node's cost before a placement is the
-        # same for every demand scored on it.
-        self._cost: dict[tuple[str, int | None, tuple[int, ...]], float] = {}
-        self._set_cpu_reserve()
-        self._demand: dict[str, float] | None = None
-        self._pressure: dict[str, float] | None = None
-
-    def _set_cpu_reserve(self) -> None:
-        self._cost.clear()
-        self.cpu_per_milli = cpu_reserve_per_gpu_milli(
-            self.workload, self.cluster_cpu, sum(self.capacity.values())
-        ) if self.workload else None
-
-    def observe_cluster(self, capacity: Mapping[str, int], free: Mapping[str, int],
-                        cpu_milli: int = 0) -> bool:
-        """The cluster's GPU-milli per model, how much is free, and its CPU milli
-        (``Allocator`` calls this after every change). Returns True when scores change,
-        so cached ones go.
-
-        Pressure is recomputed when capacity changes or the cluster's free total has
-        moved by PRESSURE_STEP of its capacity since the last time: a resolution, so that
-        scores stay cached between (one step is ~120 GPUs on openb's 6,212).
-        """
-        total_free = sum(free.values())
-        if capacity != self.capacity or cpu_milli != self.cluster_cpu:
-            self.capacity = dict(capacity)
-            self.cluster_cpu = cpu_milli
-            self._set_cpu_reserve()
-            self.free, self._free_total = dict(free), total_free
-            self._step = PRESSURE_STEP * sum(capacity.values())
-            self._demand = self._pressure = None
-            self._cost.clear()
-            return True
-        if abs(total_free - self._free_total) < self._step:
-            return False
-        self.free, self._free_total = dict(free), total_free
-        if self._pressure is None:  # not computed since the last change: nothing cached
-            return False
-        restricted = self._demand is not None and any(self._demand.values())
-        if restricted:
-            self._pressure = None
-            self._cost.clear()
-        return restricted
-
-    def pressure(self, product: str) -> float:
-        """Expected milli of model-restricted demand displaced per milli taken on a GPU of
-        ``product`` (``restricted_pressure``); 0 without a workload or cluster capacity."""
-        if self._pressure is None:
-            if self._demand is None:
-                self._demand = restricted_demand(self.workload, self.capacity)
-            self._pressure = (
-                restricted_pressure(self.workload, self.capacity, self.free, self._demand)
-                if any(self._demand.values()) else {})
-        return self._pressure.get(product, 0.0)
-
-    def _after(self, node: NodeState, d: Demand, gpu: int | None) -> tuple[int, tuple[int, ...]]:
-        cpu = (node.cpu_left or 0) - d.cpu_milli
-        free = list(node.free)
-        if gpu is not None:
-            free[gpu] -= d.gpu_milli
-        elif d.num_gpu:
-            n = d.num_gpu
-            for i, f in enumerate(free):
-                if n and f == MILLI:
-                    free[i] = 0
-                    n -= 1
-        return cpu, tuple(free)
-
-    def node_cost(self, product: str, cpu_left: int | None, free: tuple[int, ...]) -> float:
-        """What placement lowers: expected residual waste of the node's free GPU shares
-        plus CPU-stranded GPU-milli, minus the free milli that model-restricted tasks are
-        expected to claim (``pressure``; so taking it costs what it displaces).
-        ``cpu_left`` None (no CPU data) strands nothing. 0 without a workload."""
-        if self.waste is None:
-            return 0.0
-        key = (product, cpu_left, free)
-        got = self._cost.get(key)
-        if got is not None:
-            return got
-        cost = self.waste(product, free) + self._stranded(cpu_left, free)
-        claimed = self.pressure(product)
-        if claimed:
-            cost -= claimed * sum(free)
-        if len(self._cost) >= COST_MEMO_MAX:
-            self._cost.clear()
-        self._cost[key] = cost
-        return cost
-
-    def _stranded(self, cpu_left: int | None, free: tuple[int, ...]) -> float:
-        c = self.cpu_per_milli
-        if c is None or cpu_left is None:
-            return 0.0
-        return stranded_milli(cpu_left, free, c)
-
-    def _delta(self, node: NodeState, d: Demand, gpu: int | None,
-               before: float | None = None) -> float:
-        if before is None:
-            before = self.node_cost(node.product, node.cpu_left, tuple(node.free))
-        cpu, free = self._after(node, d, gpu)
-        return self.node_cost(node.product, None if node.cpu_left is None else cpu, free) - before
-
-    def _best_share_gpu(self, node: NodeState, d: Demand, cands: list[int]) -> tuple[float, int]:
-        best = (math.inf, 0, -1)
-        free0, product, cpu_left = node.free, node.product, node.cpu_left
-        waste = self.waste is not None
-        # the node's cost now is the same for every candidate GPU: computed once
-        before = self.node_cost(product, cpu_left, tuple(free0)) if waste and cands else 0.0
-        cpu = None if cpu_left is None else cpu_left - d.cpu_milli  # as ``_after``
-        seen: set[int] = set()
-        for i in cands:
-            # GPUs with the same free share leave the node in the same state (costs read
-            # the free shares as a multiset): the lowest index of each wins its ties.
-            f = free0[i]
-            if f in seen:
-                continue
-            seen.add(f)
-            if waste:  # ``_delta`` for the share on GPU i, inline (the scorer's hot loop)
-                free = list(free0)
-                free[i] = f - d.gpu_milli
-                delta = self.node_cost(product, cpu, tuple(free)) - before
-            else:
-                delta = 0.0
-            key = (round(delta, 6), f, i)
-            if key < best:
-                best = key
-        return best[0], best[2]
-
-    @staticmethod
-    def score_key(d: Demand) -> tuple[int, int, int]:
-        """All of a demand ``score`` reads: the GPU share or count and the CPU."""
-        return (d.gpu_milli, d.num_gpu, d.cpu_milli)
-
-    def score(self, node: NodeState, d: Demand) -> float:
-        if d.gpu_milli:
-            cands = [i for i, f in enumerate(node.free) if f >= d.gpu_milli]
-            delta, _ = self._best_share_gpu(node, d, cands)
-        else:
-            delta = self._delta(node, d, None) if self.waste else 0.0
-        grad = int(_sigmoid(-delta / 1000) * 100)
-        capacity = node.capacity
-        used = 1 if sum(node.free) < capacity else 0
-        if self.waste is None:  # no workload model: best fit on GPU left
-            left = node.free_total() - d.total_gpu_milli
-            return grad * 10.0 + used + 0.5 * (1.0 - left / (capacity + 1))
-        # One float: gradient first, then "already in use"; ties go to the lower rank.
-        return grad * 10.0 + used
-
-    def pick(self, node: NodeState, d: Demand, candidates: list[int]) -> tuple[int, ...] | None:
-        if d.gpu_milli and candidates:
-            return (self._best_share_gpu(node, d, candidates)[1],)
-        return None
-
-
-class _Scores:
-    """One demand's scores per group state (None: it cannot host the demand), and the
-    live states by score, so a decision reads the best score's states instead of every
-    state (most keep their score from one decision to the next)."""
-
-    __slots__ = ("by_score", "era", "of", "order", "read", "seen")
-
-    def __init__(self) -> None:
-        self.era = -1  # of the allocator's log of new states, and how far it was read
-        self.read = 0
-        self.of: dict[int, float | None] = {}
-        self.by_score: dict[float, set[int]] = {}
-        self.order: list[float] = []  # the scores of ``by_score``, ascending
-        # states in ``by_score`` or that cannot host the demand: a state that left the
-        # live set is dropped from ``by_score`` and ``seen``, and keeps its score
-        self.seen: set[int] = set()
-
-    def put(self, gk: int, s: float | None) -> None:
-        self.of[gk] = s
-        self.seen.add(gk)
-        if s is None or s != s or s == -math.inf:  # never chosen (as the scan did)
-            return
-        got = self.by_score.get(s)
-        if got is None:
-            got = self.by_score[s] = set()
-            bisect.insort(self.order, s)
-        got.add(gk)
-
-    def best(self, live: Mapping[int, object], rank: Mapping[int, int],
-             ) -> tuple[float, int] | None:
-        """The highest score among ``live`` states, and its state of the lowest rank
-        (``rank``: a state's lowest node rank)."""
-        order, by_score = self.order, self.by_score
-        while order:
-            s = order[-1]
-            gks = by_score[s]
-            now = gks & live.keys()
-            if len(now) != len(gks):
-                self.seen -= gks - now
-                by_score[s] = now
-            if now:
-                return s, min(now, key=rank.__getitem__)
-            del by_score[s]
-            order.pop()
-        return None
 
 
 class Allocator:
@@ -511,7 +74,7 @@ class Allocator:
         self._born_era = 0
         self._usage: dict[str, tuple[int, int]] = {}
         self._sets: dict[object, tuple[int, ...] | None] = {}  # gpu_set per (shape, state)
-        self._memo: dict[Demand, _Scores] = {}
+        self._memo: dict[Demand, GroupScores] = {}
         # (group state, the scorer's key of a demand) -> score, for scorers whose score
         # reads only part of a demand (``score_key``): demands that differ elsewhere
         # (memory, products) share it. Dropped with ``_memo``.
@@ -844,7 +407,7 @@ class Allocator:
             self._born_era += 1
         scores = self._memo.get(d)
         if scores is None:
-            scores = self._memo[d] = _Scores()
+            scores = self._memo[d] = GroupScores()
         memo = scores.of
         groups = self._gpu_groups if d.gpus_wanted else self._groups
         best_score = -math.inf
@@ -907,7 +470,7 @@ class Allocator:
             cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
         )
 
-    def _score_group(self, gk: int, d: Demand, scores: _Scores,
+    def _score_group(self, gk: int, d: Demand, scores: GroupScores,
                      fit_memo: dict[int, bool]) -> float | None:
         """Score one group's state for ``d`` (None: it cannot host it), into the memos."""
         rep = self._group_best[gk]

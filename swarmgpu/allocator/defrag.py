@@ -29,8 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
-from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeState
+from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.fragmentation import FragCache, TypicalTask
+from swarmgpu.allocator.values import Choice, Demand, NodeState
 
 # (GPU product, CPU milli left or None, free milli per GPU) -> unusable GPU-milli
 NodeCost = Callable[[str, int | None, tuple[int, ...]], float]

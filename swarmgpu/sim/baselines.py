@@ -8,8 +8,9 @@ figures.
 
 from __future__ import annotations
 
-from swarmgpu.allocator.core import Demand, NodeState, _sigmoid
 from swarmgpu.allocator.fragmentation import MILLI, FragCache, TypicalTask
+from swarmgpu.allocator.scorer import sigmoid
+from swarmgpu.allocator.values import Demand, NodeState
 
 MAX_SPEC_CPU = 128_000  # the simulator's normalisers
 MAX_SPEC_GPU = 8_000
@@ -30,7 +31,7 @@ class FgdScorer:
 
     def _score_after(self, node: NodeState, cpu: int, free: tuple[int, ...]) -> float:
         before = self.frag(node.product, node.cpu_left or 0, tuple(node.free))
-        s = _sigmoid((before - self.frag(node.product, cpu, free)) / 1000) * 100
+        s = sigmoid((before - self.frag(node.product, cpu, free)) / 1000) * 100
         return float(int(s)) if self.rounded else s
 
     def _share(self, node: NodeState, d: Demand, cands: list[int]) -> tuple[float, int]:

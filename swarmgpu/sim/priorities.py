@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmgpu.allocator.core import Choice, Demand, NodeSpec
+from swarmgpu.allocator.values import Choice, Demand, NodeSpec
 from swarmgpu.manager.placement import Planner, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.sim.runs import Window, arrival_times, timed_pods

@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import cast
 
-from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeState
+from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.defrag import FragmentationMoves, Held, NodeCost
 from swarmgpu.allocator.fragmentation import MILLI, TypicalTask, product_matches
+from swarmgpu.allocator.values import Choice, Demand, NodeState
 
 
 @dataclass(frozen=True)

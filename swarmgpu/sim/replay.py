@@ -13,8 +13,10 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from swarmgpu.allocator.core import Allocator, Choice, Demand, NodeSpec, Scorer
+from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.fragmentation import FragCache, TypicalTask
+from swarmgpu.allocator.scorer import Scorer
+from swarmgpu.allocator.values import Choice, Demand, NodeSpec
 from swarmgpu.sim.baselines import BestFitScorer, DotProdScorer, FgdScorer, PackingScorer
 from swarmgpu.sim.rebalance import Move, Rebalancer, Running, apply_moves
 from swarmgpu.sim.runs import LEVEL_STEP, RunResult, arrival_order, pod_kind, workload_of

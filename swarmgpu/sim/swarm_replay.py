@@ -42,9 +42,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from swarmgpu.allocator.core import Choice, Demand, NodeSpec
 from swarmgpu.allocator.defrag import FragmentationMoves, Held
 from swarmgpu.allocator.fragmentation import FragCache
+from swarmgpu.allocator.values import Choice, Demand, NodeSpec
 from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.placement import (

@@ -25,7 +25,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 
-from swarmgpu.allocator.core import Choice, NodeSpec
+from swarmgpu.allocator.values import Choice, NodeSpec
 from swarmgpu.sim.rebalance import Rebalancer, Running, apply_moves
 from swarmgpu.sim.replay import (
     DEFRAG_EVERY,

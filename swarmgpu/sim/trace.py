@@ -11,7 +11,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarmgpu.allocator.core import Demand, GpuSpec, NodeSpec
+from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")

@@ -9,17 +9,10 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
-from swarmgpu.allocator.core import (
-    Allocator,
-    Choice,
-    Demand,
-    NodeSpec,
-    NodeState,
-    Scorer,
-    SwarmScorer,
-    Unplaceable,
-)
+from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.mig import MigChoice, pick_mig_device
+from swarmgpu.allocator.scorer import Scorer, SwarmScorer
+from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unplaceable
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from swarmgpu.allocator.core import Unplaceable
 from swarmgpu.allocator.mig import MigProfileError
+from swarmgpu.allocator.values import Unplaceable
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import REPLACED_STATE, assign_key, gate_key

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 
-from swarmgpu.allocator.core import NodeState, Unplaceable
 from swarmgpu.allocator.mig import MigProfileError
+from swarmgpu.allocator.values import NodeState, Unplaceable
 from swarmgpu.manager.placement.cycle import Cycle, release_dropped
 from swarmgpu.manager.placement.devicemap import write_devices_and_gates
 from swarmgpu.manager.placement.ledger import Holding

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from swarmgpu.allocator.core import Choice, NodeState, Unplaceable
+from swarmgpu.allocator.values import Choice, NodeState, Unplaceable
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.envs import device_env, env_template, env_template_per_node
 from swarmgpu.manager.placement.keys import MAX_STATE, devices_key

@@ -9,8 +9,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from swarmgpu.allocator.core import SwarmScorer
 from swarmgpu.allocator.fragmentation import TaskShape
+from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.backoff import Backoff

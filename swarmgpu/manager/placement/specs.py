@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from swarmgpu.allocator.core import Demand, GpuSpec, NodeSpec
+from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
 from swarmgpu.core.model import NodeFacts, link_score
 from swarmgpu.manager.placement.keys import owned_prefixes
 from swarmgpu.manager.requests import GpuRequest

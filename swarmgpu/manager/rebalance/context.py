@@ -12,8 +12,8 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from swarmgpu.allocator.core import Choice, NodeState
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask, typical_tasks
+from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import (

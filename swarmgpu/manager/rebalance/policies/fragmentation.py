@@ -29,7 +29,7 @@ import dataclasses
 from collections.abc import Callable, Hashable
 from typing import cast
 
-from swarmgpu.allocator.core import Allocator, Choice, NodeState
+from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.defrag import (
     DefragMove,
     FragmentationMoves,
@@ -38,6 +38,7 @@ from swarmgpu.allocator.defrag import (
     movable,
     searchable,
 )
+from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.manager.placement import demand_of
 from swarmgpu.manager.rebalance.context import Context, _constraints_allow
 from swarmgpu.manager.rebalance.moves import Trigger

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from swarmgpu.allocator.core import Choice, NodeState
+from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.core.health import Level
 from swarmgpu.manager.gpuhealth import failing_why, level_of
 from swarmgpu.manager.placement import MOVE_STATE, demand_of

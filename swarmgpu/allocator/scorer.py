@@ -1,0 +1,251 @@
+"""Node choice: the ``Scorer`` protocol and swarmgpu's production policy, ``SwarmScorer``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Protocol
+
+from swarmgpu.allocator.fragmentation import (
+    MILLI,
+    ResidualWaste,
+    TypicalTask,
+    cpu_reserve_per_gpu_milli,
+    restricted_demand,
+    restricted_pressure,
+    stranded_milli,
+)
+from swarmgpu.allocator.values import Demand, NodeState
+
+PRESSURE_STEP = 0.02  # share of cluster capacity placed or freed between pressure updates
+COST_MEMO_MAX = 200_000  # node costs kept (SwarmScorer.node_cost)
+
+
+class Scorer(Protocol):
+    """Node-choice policy. Higher score wins; equal scores go to the lower node rank.
+
+    ``score`` is called only for nodes that can host the demand and must depend only on
+    the node's state (it is memoised by state). ``pick`` chooses GPUs on the chosen node
+    among ``candidates`` (eligible GPUs with room), returning None to fall back to the
+    allocator's default choice.
+    """
+
+    name: str
+
+    def score(self, node: NodeState, d: Demand) -> float: ...
+
+    def pick(self, node: NodeState, d: Demand, candidates: list[int]) -> tuple[int, ...] | None:
+        ...
+
+
+def sigmoid(x: float) -> float:
+    if x < -60:
+        return 0.0
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+class SwarmScorer:
+    """swarmgpu's policy: least growth of expected residual waste plus CPU-stranded GPU
+    capacity first (as a 0..100 integer score), then nodes already in use, then the fixed
+    node order.
+
+    Residual waste (``residual_waste_table``) is what a GPU's free share is expected to
+    leave unused once the workload's typical tasks have kept filling it: placement pairs
+    shares that complete each other (0.65 with 0.32, not with 0.23) instead of only
+    keeping the free share usable now, as FGD's fragmentation does. Stranded capacity is
+    the free GPU-milli a node's CPU cannot feed at the workload's mean CPU per GPU-milli
+    (``stranded_milli``): counting its growth sends CPU-heavy tasks to CPU-rich nodes
+    before the CPU runs out.
+
+    Model-pinned tasks: residual waste rates every model's free capacity as equally good
+    for a task that may run anywhere, so unpinned tasks filled the models most pinned
+    tasks need and those failed at 100% arrived though other models had room (1.4-2.8
+    points below FGD when 30-40% of GPU pods are pinned). The cost therefore subtracts
+    the free milli that restricted tasks are expected to claim (``pressure``, from
+    ``restricted_pressure`` over the cluster's GPU-milli per model, total and free, which
+    ``Allocator`` passes to ``observe_cluster``): a milli taken on a contested model costs
+    the restricted demand it displaces. The claim follows what is free, so the
+    preference fades as the uncontested models fill (measured: a fixed claim from
+    capacity alone cost 0.3-2 points where pins are not oversubscribed). FGD's
+    fragmentation has a capacity-blind form of this (a model a task cannot use is all
+    fragment for it); that form sends unpinned work away from the model most tasks are
+    pinned to even when it is the largest, and loses 5-7 points where pins follow the
+    cluster's model mix. Without restricted tasks the term is 0.
+    Measured on the openb traces and derived variants: docs/simulate.md.
+
+    The integer score makes nodes whose waste grows about equally tie; sending those ties
+    to used nodes and then always to the same node order packs work onto few nodes and
+    keeps whole nodes free for multi-GPU tasks (measured: unrounded scores or best-fit
+    tie-breaks place less). For a share, the GPU whose use grows waste least is taken,
+    ties to the fullest GPU. Without a workload model (the rebalancer's scratch
+    allocators; the daemon's planner always has one) it is best fit: used nodes first,
+    then the least GPU left after placement, then node order.
+    """
+
+    name = "swarmgpu"
+
+    def __init__(self, workload: tuple[TypicalTask, ...] = ()) -> None:
+        self.capacity: dict[str, int] = {}  # GPU-milli per model in the cluster
+        self.free: dict[str, int] = {}  # of which free, when pressure was last computed
+        self._free_total = 0
+        self._step = 0.0
+        self.cluster_cpu = 0  # CPU milli of the cluster's nodes (0: unknown)
+        self.set_workload(workload)
+
+    def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
+        self.workload = workload
+        self.waste = ResidualWaste(workload) if workload else None
+        # node_cost per (product, CPU left, free GPU-milli), while what it reads (waste,
+        # CPU reserve, pressure) is unchanged: a node's cost before a placement is the
+        # same for every demand scored on it.
+        self._cost: dict[tuple[str, int | None, tuple[int, ...]], float] = {}
+        self._set_cpu_reserve()
+        self._demand: dict[str, float] | None = None
+        self._pressure: dict[str, float] | None = None
+
+    def _set_cpu_reserve(self) -> None:
+        self._cost.clear()
+        self.cpu_per_milli = cpu_reserve_per_gpu_milli(
+            self.workload, self.cluster_cpu, sum(self.capacity.values())
+        ) if self.workload else None
+
+    def observe_cluster(self, capacity: Mapping[str, int], free: Mapping[str, int],
+                        cpu_milli: int = 0) -> bool:
+        """The cluster's GPU-milli per model, how much is free, and its CPU milli
+        (``Allocator`` calls this after every change). Returns True when scores change,
+        so cached ones go.
+
+        Pressure is recomputed when capacity changes or the cluster's free total has
+        moved by PRESSURE_STEP of its capacity since the last time: a resolution, so that
+        scores stay cached between (one step is ~120 GPUs on openb's 6,212).
+        """
+        total_free = sum(free.values())
+        if capacity != self.capacity or cpu_milli != self.cluster_cpu:
+            self.capacity = dict(capacity)
+            self.cluster_cpu = cpu_milli
+            self._set_cpu_reserve()
+            self.free, self._free_total = dict(free), total_free
+            self._step = PRESSURE_STEP * sum(capacity.values())
+            self._demand = self._pressure = None
+            self._cost.clear()
+            return True
+        if abs(total_free - self._free_total) < self._step:
+            return False
+        self.free, self._free_total = dict(free), total_free
+        if self._pressure is None:  # not computed since the last change: nothing cached
+            return False
+        restricted = self._demand is not None and any(self._demand.values())
+        if restricted:
+            self._pressure = None
+            self._cost.clear()
+        return restricted
+
+    def pressure(self, product: str) -> float:
+        """Expected milli of model-restricted demand displaced per milli taken on a GPU of
+        ``product`` (``restricted_pressure``); 0 without a workload or cluster capacity."""
+        if self._pressure is None:
+            if self._demand is None:
+                self._demand = restricted_demand(self.workload, self.capacity)
+            self._pressure = (
+                restricted_pressure(self.workload, self.capacity, self.free, self._demand)
+                if any(self._demand.values()) else {})
+        return self._pressure.get(product, 0.0)
+
+    def _after(self, node: NodeState, d: Demand, gpu: int | None) -> tuple[int, tuple[int, ...]]:
+        cpu = (node.cpu_left or 0) - d.cpu_milli
+        free = list(node.free)
+        if gpu is not None:
+            free[gpu] -= d.gpu_milli
+        elif d.num_gpu:
+            n = d.num_gpu
+            for i, f in enumerate(free):
+                if n and f == MILLI:
+                    free[i] = 0
+                    n -= 1
+        return cpu, tuple(free)
+
+    def node_cost(self, product: str, cpu_left: int | None, free: tuple[int, ...]) -> float:
+        """What placement lowers: expected residual waste of the node's free GPU shares
+        plus CPU-stranded GPU-milli, minus the free milli that model-restricted tasks are
+        expected to claim (``pressure``; so taking it costs what it displaces).
+        ``cpu_left`` None (no CPU data) strands nothing. 0 without a workload."""
+        if self.waste is None:
+            return 0.0
+        key = (product, cpu_left, free)
+        got = self._cost.get(key)
+        if got is not None:
+            return got
+        cost = self.waste(product, free) + self._stranded(cpu_left, free)
+        claimed = self.pressure(product)
+        if claimed:
+            cost -= claimed * sum(free)
+        if len(self._cost) >= COST_MEMO_MAX:
+            self._cost.clear()
+        self._cost[key] = cost
+        return cost
+
+    def _stranded(self, cpu_left: int | None, free: tuple[int, ...]) -> float:
+        c = self.cpu_per_milli
+        if c is None or cpu_left is None:
+            return 0.0
+        return stranded_milli(cpu_left, free, c)
+
+    def _delta(self, node: NodeState, d: Demand, gpu: int | None,
+               before: float | None = None) -> float:
+        if before is None:
+            before = self.node_cost(node.product, node.cpu_left, tuple(node.free))
+        cpu, free = self._after(node, d, gpu)
+        return self.node_cost(node.product, None if node.cpu_left is None else cpu, free) - before
+
+    def _best_share_gpu(self, node: NodeState, d: Demand, cands: list[int]) -> tuple[float, int]:
+        best = (math.inf, 0, -1)
+        free0, product, cpu_left = node.free, node.product, node.cpu_left
+        waste = self.waste is not None
+        # the node's cost now is the same for every candidate GPU: computed once
+        before = self.node_cost(product, cpu_left, tuple(free0)) if waste and cands else 0.0
+        cpu = None if cpu_left is None else cpu_left - d.cpu_milli  # as ``_after``
+        seen: set[int] = set()
+        for i in cands:
+            # GPUs with the same free share leave the node in the same state (costs read
+            # the free shares as a multiset): the lowest index of each wins its ties.
+            f = free0[i]
+            if f in seen:
+                continue
+            seen.add(f)
+            if waste:  # ``_delta`` for the share on GPU i, inline (the scorer's hot loop)
+                free = list(free0)
+                free[i] = f - d.gpu_milli
+                delta = self.node_cost(product, cpu, tuple(free)) - before
+            else:
+                delta = 0.0
+            key = (round(delta, 6), f, i)
+            if key < best:
+                best = key
+        return best[0], best[2]
+
+    @staticmethod
+    def score_key(d: Demand) -> tuple[int, int, int]:
+        """All of a demand ``score`` reads: the GPU share or count and the CPU."""
+        return (d.gpu_milli, d.num_gpu, d.cpu_milli)
+
+    def score(self, node: NodeState, d: Demand) -> float:
+        if d.gpu_milli:
+            cands = [i for i, f in enumerate(node.free) if f >= d.gpu_milli]
+            delta, _ = self._best_share_gpu(node, d, cands)
+        else:
+            delta = self._delta(node, d, None) if self.waste else 0.0
+        grad = int(sigmoid(-delta / 1000) * 100)
+        capacity = node.capacity
+        used = 1 if sum(node.free) < capacity else 0
+        if self.waste is None:  # no workload model: best fit on GPU left
+            left = node.free_total() - d.total_gpu_milli
+            return grad * 10.0 + used + 0.5 * (1.0 - left / (capacity + 1))
+        # One float: gradient first, then "already in use"; ties go to the lower rank.
+        return grad * 10.0 + used
+
+    def pick(self, node: NodeState, d: Demand, candidates: list[int]) -> tuple[int, ...] | None:
+        if d.gpu_milli and candidates:
+            return (self._best_share_gpu(node, d, candidates)[1],)
+        return None
+
+
