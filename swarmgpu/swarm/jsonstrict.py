@@ -1,0 +1,69 @@
+"""JSON read and compared strictly, for the docker-proxy's checks of a write's body.
+
+Two JSON decoders can read the same text differently: which of two repeated keys wins,
+whether ``NaN`` is a number, which encoding a BOM-less body is in. ``load_json``
+refuses all of these instead of choosing. ``same`` compares with JSON's types
+(Python's ``True == 1`` and ``1 == 1.0`` are not what the engine's Go decoder sees).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class JsonError(ValueError):
+    """A body that is not strict JSON: the message says why."""
+
+
+def load_json(body: bytes) -> Any:
+    """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in items:
+            if k in out:
+                raise JsonError(f"the body names {k[:40]!r} twice in one object")
+            out[k] = v
+        return out
+
+    def constant(name: str) -> Any:
+        raise JsonError(f"the body holds {name}, which is not JSON")
+
+    try:
+        return json.loads(body.decode("utf-8"), object_pairs_hook=pairs,
+                          parse_constant=constant)
+    except (UnicodeDecodeError, RecursionError):
+        raise JsonError("the body is not UTF-8 JSON") from None
+    except json.JSONDecodeError as exc:
+        raise JsonError(f"the body is not JSON: {exc}") from None
+
+
+def same(a: Any, b: Any) -> bool:
+    """JSON equality with types: ``True == 1`` and ``1 == 1.0`` are not the same."""
+    return first_difference(a, b) is None
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """The dotted path of the first place ``a`` and ``b`` differ (the root: "(the whole
+    spec)"), or None when they are the same."""
+    if type(a) is not type(b):
+        return path or "(the whole spec)"
+    if isinstance(a, dict):
+        for k in sorted(a.keys() | b.keys()):
+            sub = f"{path}.{k}" if path else k
+            if k not in a or k not in b:
+                return sub
+            got = first_difference(a[k], b[k], sub)
+            if got is not None:
+                return got
+        return None
+    if isinstance(a, list):
+        if len(a) != len(b):
+            return path or "(the whole spec)"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            got = first_difference(x, y, f"{path}[{i}]")
+            if got is not None:
+                return got
+        return None
+    return None if a == b else (path or "(the whole spec)")
