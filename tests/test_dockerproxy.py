@@ -1,25 +1,36 @@
 """The docker socket proxy (swarmgpu docker-proxy): one list of calls, and only those.
 
-``ALLOWED_CALLS`` is what the proxy lets through, what docs/security.md tables and what
-swarmgpu/swarm/client.py calls: the first tests check that the three agree, the rest
-run the real proxy in front of a recording stand-in for the engine's socket. On the
-real swarm, the daemon's full cycles through it: tests/test_dockerproxy_swarm.py.
+``ALLOWED_CALLS`` is what the proxy lets through, what docs/security.md tables (both
+tables: the calls, and what the proxy lets through per call) and what
+swarmgpu/swarm/client.py calls: the first tests check that the three agree. The rest
+run the real proxy in front of a recording stand-in for the engine's socket, to show
+the bytes that reach it: a request the proxy rebuilt, never the client's. The real
+engine behind it (smuggling, hostile writes, the daemon's cycles):
+tests/test_dockerproxy_swarm.py; the parser alone: tests/test_httpframe.py.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import docker
+import docker.errors
 import pytest
 from paths import REPO
 
-from swarmgpu.swarm.dockerproxy import ALLOWED_CALLS, allowed, build_proxy
+from swarmgpu.manager.proxy_policy import write_checks
+from swarmgpu.swarm import dockerproxy
+from swarmgpu.swarm.dockerproxy import ALLOWED_CALLS, allowed, build_proxy, match
+from swarmgpu.swarm.httpframe import ChunkDecoder
 
 CLIENT = REPO / "swarmgpu" / "swarm" / "client.py"
 SECURITY = REPO / "docs" / "security.md"
@@ -27,12 +38,22 @@ SECURITY = REPO / "docs" / "security.md"
 _PLUMBING = {"_url", "_post_json", "_raise_for_status", "_result", "_get"}
 
 
+def _section(title: str) -> str:
+    return SECURITY.read_text().split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
 def _doc_rows() -> set[tuple[str, str]]:
     """(method, path) of every row of the Engine-calls table in docs/security.md."""
-    text = SECURITY.read_text()
-    section = text.split("## The Docker socket is root-equivalent", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `(GET|POST|PUT|DELETE|HEAD) ([^`]+)` \|", section, re.M)
+    rows = re.findall(r"^\| `(GET|POST|PUT|DELETE|HEAD) ([^`]+)` \|",
+                      _section("The Docker socket is root-equivalent"), re.M)
     return {(m, p) for m, p in rows}
+
+
+def _doc_allows() -> dict[tuple[str, str], str]:
+    """(method, path) -> the "the proxy lets through" cell of the proxy's table."""
+    rows = re.findall(r"^\| `(GET|POST) ([^`]+)` \| (.*) \|$",
+                      _section("Least privilege on the engine: a socket proxy"), re.M)
+    return {(m, p): text for m, p, text in rows}
 
 
 def _client_calls() -> set[str]:
@@ -53,13 +74,45 @@ def _client_calls() -> set[str]:
     return out
 
 
+def _client_params() -> dict[str, set[str]]:
+    """The query names client.py passes to the raw paths it posts to (``params=``)."""
+    tree = ast.parse(CLIENT.read_text())
+    out: dict[str, set[str]] = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        paths = [n.args[0].value for n in ast.walk(fn) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Attribute) and n.func.attr == "_url"
+                 and n.args and isinstance(n.args[0], ast.Constant)]
+        names = {str(k.value) for n in ast.walk(fn) if isinstance(n, ast.keyword)
+                 and n.arg == "params" and isinstance(n.value, ast.Dict)
+                 for k in n.value.keys if isinstance(k, ast.Constant)}
+        for p in paths:
+            out[str(p)] = names
+    return out
+
+
 def test_docs_table_is_the_allow_list() -> None:
     assert _doc_rows() == {(c.method, c.path) for c in ALLOWED_CALLS}
+
+
+def test_docs_say_what_the_proxy_lets_through_per_call() -> None:
+    assert _doc_allows() == {(c.method, c.path): c.allows for c in ALLOWED_CALLS}
 
 
 def test_client_code_makes_exactly_the_listed_calls() -> None:
     listed = {name for c in ALLOWED_CALLS for name in c.client}
     assert _client_calls() == listed
+
+
+def test_the_query_the_client_posts_is_what_the_proxy_allows() -> None:
+    """The raw posts' params (version, the rotation flags the client sends as false)
+    each pass the call's own check, and the whole set is its allowed names."""
+    for path, names in _client_params().items():
+        (call,) = [c for c in ALLOWED_CALLS if path in c.client]
+        assert names == set(call.params), path
+        query = tuple((n, "7" if n == "version" else "false") for n in sorted(names))
+        assert call.check_params(query) is None
 
 
 @pytest.mark.parametrize(("method", "target", "ok"), [
@@ -81,19 +134,56 @@ def test_client_code_makes_exactly_the_listed_calls() -> None:
     ("POST", "/v1.43/services/create", False),
     ("GET", "/v1.43/nodes/../containers/json", False),
     ("GET", "/v1.43/nodes/a%2F..%2Fb", False),
+    ("GET", "/v1.43//nodes", False),
+    ("GET", "http://docker/v1.43/nodes", False),
     ("GET", "/v1.43/services/x/logs", False),
     ("POST", "/v1.43/exec/abc/start", False),
+    ("POST", "/v1.43/containers/abc/attach", False),
+    ("get", "/v1.43/nodes", False),
 ])
 def test_allow_list(method: str, target: str, ok: bool) -> None:
     assert (allowed(method, target) is not None) is ok
 
 
+@pytest.mark.parametrize(("method", "path", "query", "ok"), [
+    ("POST", "/swarm/update", (("version", "9"),), True),
+    ("POST", "/swarm/update", (("version", "9"), ("rotateWorkerToken", "false")), True),
+    ("POST", "/swarm/update", (("version", "9"), ("rotateWorkerToken", "true")), False),
+    ("POST", "/swarm/update", (("version", "9"), ("rotateManagerToken", "1")), False),
+    ("POST", "/swarm/update", (("version", "9"), ("rotateManagerUnlockKey", "yes")), False),
+    ("POST", "/swarm/update", (("version", "9"), ("rotateworkertoken", "true")), False),
+    ("POST", "/swarm/update", (), False),
+    ("POST", "/services/x/update", (("version", "3"), ("rollback", "previous")), False),
+    ("POST", "/services/x/update", (("version", "3"), ("registryAuthFrom", "spec")), False),
+    ("POST", "/services/x/update", (("version", "-1"),), False),
+    ("POST", "/nodes/x/update", (("version", "3"),), True),
+    ("GET", "/nodes/x", (("force", "1"),), False),
+    ("GET", "/services", (("status", "True"),), True),
+    ("GET", "/tasks", (("filters", '{"service": ["a"]}'),), True),
+])
+def test_query_parameters_per_call(method: str, path: str,
+                                   query: tuple[tuple[str, str], ...], ok: bool) -> None:
+    call = match(method, path)
+    assert call is not None
+    assert (call.check_params(query) is None) is ok
+
+
+# --- the proxy in front of a recording stand-in for the engine ---------------------
+
+SWARM = {"ID": "s1", "Version": {"Index": 7}, "Spec": {"Name": "default", "Labels": {}},
+         "JoinTokens": {"Worker": "SWMTKN-1-worker", "Manager": "SWMTKN-1-manager"}}
+
+
 class _Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     seen: list[bytes]
+    events_sent: threading.Event
 
 
 class _EngineHandler(socketserver.BaseRequestHandler):
+    """Records each request's bytes; answers GET /swarm with chunks (as Go does for a
+    longer answer), /events as a stream, anything else 200 ``{}``."""
+
     server: _Engine
 
     def handle(self) -> None:
@@ -103,75 +193,192 @@ class _EngineHandler(socketserver.BaseRequestHandler):
             if not chunk:
                 return
             buf += chunk
+        m = re.search(rb"Content-Length: (\d+)", buf)
+        want = buf.index(b"\r\n\r\n") + 4 + (int(m.group(1)) if m else 0)
+        while len(buf) < want:
+            buf += self.request.recv(4096)
         self.server.seen.append(buf)
-        self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        line = buf.split(b"\r\n", 1)[0]
+        if line.startswith(b"GET /v1.43/swarm "):
+            body = json.dumps(SWARM).encode()
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Transfer-Encoding: chunked\r\n\r\n"
+                                 + b"".join(b"%x\r\n%s\r\n" % (len(p), p)
+                                            for p in (body[:10], body[10:])) + b"0\r\n\r\n")
+        elif line.startswith(b"GET /v1.43/events"):
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Transfer-Encoding: chunked\r\n\r\n")
+            for i in range(3):
+                ev = json.dumps({"Type": "node", "Action": "update", "n": i}).encode() + b"\n"
+                self.request.sendall(b"%x\r\n%s\r\n" % (len(ev), ev))
+            self.server.events_sent.set()
+            self.request.settimeout(10)
+            self.request.recv(1)  # until the proxy hangs up
+        else:
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Api-Version: 1.43\r\nContent-Length: 2\r\n\r\n{}")
 
 
 @pytest.fixture
-def proxy(tmp_path: Path) -> Iterator[tuple[Path, _Engine]]:
+def proxy(tmp_path: Path) -> Iterator[tuple[Path, _Engine, dockerproxy.ProxyServer]]:
     engine_sock = tmp_path / "engine.sock"
     engine = _Engine(str(engine_sock), _EngineHandler)
     engine.seen = []
+    engine.events_sent = threading.Event()
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     path = tmp_path / "proxy.sock"
-    srv = build_proxy(f"unix://{path}", f"unix://{engine_sock}")
+    srv = build_proxy(f"unix://{path}", f"unix://{engine_sock}", write_checks("swarmgpu."))
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
                      daemon=True).start()
-    yield path, engine
+    yield path, engine, srv
     srv.shutdown()
     srv.server_close()
     engine.shutdown()
     engine.server_close()
 
 
-def _send(path: Path, raw: bytes) -> bytes:
+def _send(path: Path, raw: bytes, *, drip: float = 0.0) -> bytes:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(5)
         s.connect(str(path))
-        s.sendall(raw)
+        if drip:
+            for i in range(len(raw)):
+                try:
+                    s.sendall(raw[i:i + 1])
+                except OSError:
+                    break
+                time.sleep(drip)
+        else:
+            s.sendall(raw)
         out = b""
-        while chunk := s.recv(4096):
-            out += chunk
+        try:
+            while chunk := s.recv(4096):
+                out += chunk
+        except OSError:
+            pass
         return out
 
 
-def test_proxy_forwards_listed_calls_and_refuses_the_rest(proxy: tuple[Path, _Engine]
-                                                          ) -> None:
-    path, engine = proxy
-    got = _send(path, b"GET /v1.43/nodes HTTP/1.1\r\nHost: docker\r\n\r\n")
-    assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"ok")
-    body = b'{"Labels": {}}'
-    got = _send(path, b"POST /v1.43/swarm/update?version=3 HTTP/1.1\r\nHost: docker\r\n"
-                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                % (len(body), body))
-    assert got.startswith(b"HTTP/1.1 200")
-    assert len(engine.seen) == 2 and b"Connection: close" in engine.seen[1]
-    for raw in (b"POST /v1.43/containers/create HTTP/1.1\r\nHost: d\r\nContent-Length: 0"
-                b"\r\n\r\n",
-                b"GET /v1.43/secrets HTTP/1.1\r\nHost: d\r\n\r\n",
-                b"DELETE /v1.43/nodes/abc HTTP/1.1\r\nHost: d\r\n\r\n"):
+def test_the_engine_gets_a_rebuilt_request_never_the_clients_bytes(proxy: Any) -> None:
+    path, engine, _ = proxy
+    got = _send(path, b"GET /v1.43/tasks?filters=%7B%22a%22%3A+1%7D HTTP/1.1\r\n"
+                b"Host: whatever\r\nUser-Agent: docker-sdk-python/7.2.0\r\n"
+                b"Accept-Encoding: gzip\r\nCookie: c=1\r\nX-Forwarded-For: 1.2.3.4\r\n"
+                b"Connection: keep-alive\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n") and got.endswith(b"\r\n\r\n{}")
+    assert b"Connection: close\r\n" in got and b"Api-Version: 1.43\r\n" in got
+    assert engine.seen == [b"GET /v1.43/tasks?filters=%7B%22a%22%3A+1%7D HTTP/1.1\r\n"
+                           b"Host: docker\r\nUser-Agent: docker-sdk-python/7.2.0\r\n"
+                           b"Connection: close\r\n\r\n"]
+
+
+def test_a_chunked_write_reaches_the_engine_with_a_content_length(proxy: Any) -> None:
+    path, engine, _ = proxy
+    body = json.dumps({"Name": "default", "Labels": {"swarmgpu.state.workload": "x"}})
+    chunks = b"".join(b"%x;n=v\r\n%s\r\n" % (len(p), p.encode())
+                      for p in (body[:7], body[7:])) + b"0\r\n\r\n"
+    got = _send(path, b"POST /v1.43/swarm/update?version=7&rotateWorkerToken=false "
+                b"HTTP/1.1\r\nHost: d\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + chunks)
+    assert got.startswith(b"HTTP/1.1 200"), got
+    read, write = engine.seen
+    assert read.startswith(b"GET /v1.43/swarm HTTP/1.1\r\n")  # the proxy's own read
+    sent = json.dumps(json.loads(body)).encode()
+    assert write == (b"POST /v1.43/swarm/update?version=7&rotateWorkerToken=false&"
+                     b"rotateManagerToken=false&rotateManagerUnlockKey=false HTTP/1.1\r\n"
+                     b"Host: docker\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(sent), sent))
+
+
+def test_a_write_that_changes_more_never_reaches_the_engine(proxy: Any) -> None:
+    path, engine, _ = proxy
+    for spec, version, status in (({"Name": "other", "Labels": {}}, 7, 403),
+                                  ({"Name": "default", "Labels": {"x": "1"}}, 7, 403),
+                                  ({"Name": "default", "Labels": {}}, 6, 500)):
+        body = json.dumps(spec).encode()
+        got = _send(path, b"POST /v1.43/swarm/update?version=%d HTTP/1.1\r\nHost: d\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (version, len(body), body))
+        assert got.startswith(b"HTTP/1.1 %d" % status), got
+    assert all(s.startswith(b"GET /v1.43/swarm ") for s in engine.seen)
+
+
+def test_get_swarm_comes_back_without_join_tokens(proxy: Any) -> None:
+    path, _, _ = proxy
+    api = docker.APIClient(base_url=f"unix://{path}", version="1.43", timeout=5)
+    got = api.inspect_swarm()
+    assert got == {k: v for k, v in SWARM.items() if k != "JoinTokens"}
+
+
+def test_events_stream_through_in_chunks_until_the_client_leaves(proxy: Any) -> None:
+    path, _engine, srv = proxy
+    api = docker.APIClient(base_url=f"unix://{path}", version="1.43", timeout=5)
+    stream = api.events(decode=True, filters={"type": ["node"]})
+    assert [next(stream)["n"] for _ in range(3)] == [0, 1, 2]
+    stream.close()
+    api.close()
+    # the proxy's thread ends with the client: its connection slot is free again
+    deadline = time.monotonic() + 5
+    while srv.slots._value != dockerproxy.MAX_CONNECTIONS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert srv.slots._value == dockerproxy.MAX_CONNECTIONS
+
+
+def test_refused_requests_never_reach_the_engine(proxy: Any) -> None:
+    path, engine, _ = proxy
+    for raw, status in (
+            (b"POST /v1.43/containers/create HTTP/1.1\r\nHost: d\r\nContent-Length: 0"
+             b"\r\n\r\n", 403),
+            (b"GET /v1.43/secrets HTTP/1.1\r\nHost: d\r\n\r\n", 403),
+            (b"DELETE /v1.43/nodes/abc HTTP/1.1\r\nHost: d\r\n\r\n", 403),
+            (b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\n\nPOST /v1.43/containers/create "
+             b"HTTP/1.1\r\nHost: d\r\nContent-Length: 0\r\n\r\n", 400),
+            (b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\r\nConnection: keep-alive\r\n\r\n"
+             b"POST /v1.43/containers/create HTTP/1.1\r\nHost: d\r\nContent-Length: 0"
+             b"\r\n\r\n", 400),
+            (b"POST /v1.43/nodes/a/update?version=1 HTTP/1.1\r\nHost: d\r\n\r\n", 411),
+            (b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\r\n" + b"X: y\r\n" * 100 + b"\r\n", 431),
+            (b"POST /v1.43/nodes/a/update?version=1 HTTP/1.1\r\nHost: d\r\n"
+             b"Content-Length: 99999999\r\n\r\n", 413)):
         got = _send(path, raw)
-        assert got.startswith(b"HTTP/1.1 403"), got
-    assert len(engine.seen) == 2, "a refused call reached the engine"
+        assert got.startswith(b"HTTP/1.1 %d " % status), (raw[:60], got)
+        assert b"swarmgpu docker-proxy" in got
+    assert not engine.seen, "a refused request reached the engine"
 
 
-def test_a_second_request_on_one_connection_never_reaches_the_engine(
-        proxy: tuple[Path, _Engine]) -> None:
-    """Keep-alive cannot smuggle an unchecked call behind a listed one."""
-    path, engine = proxy
-    got = _send(path, b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\r\nConnection: keep-alive\r\n\r\n"
-                b"POST /v1.43/containers/create HTTP/1.1\r\nHost: d\r\nContent-Length: 0"
-                b"\r\n\r\n")
-    assert got.count(b"HTTP/1.1") == 1
-    assert len(engine.seen) == 1 and b"containers" not in engine.seen[0]
-    assert b"keep-alive" not in engine.seen[0]
+def test_a_slow_client_is_cut_at_the_deadline_and_holds_nothing(
+        proxy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, engine, _srv = proxy
+    monkeypatch.setattr(dockerproxy, "REQUEST_DEADLINE_S", 0.5)
+    t0 = time.monotonic()
+    got = _send(path, b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\r\n\r\n", drip=0.05)
+    assert got.startswith(b"HTTP/1.1 408 "), got
+    assert time.monotonic() - t0 < 4
+    assert not engine.seen
 
 
-def test_chunked_bodies_and_tcp_beyond_loopback_are_refused(proxy: tuple[Path, _Engine]
-                                                          ) -> None:
-    path, engine = proxy
-    got = _send(path, b"POST /v1.43/nodes/a/update?version=1 HTTP/1.1\r\nHost: d\r\n"
-                b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
-    assert got.startswith(b"HTTP/1.1 411") and not engine.seen
+def test_connections_beyond_the_limit_get_503(proxy: Any) -> None:
+    path, _engine, srv = proxy
+    srv.slots = threading.BoundedSemaphore(1)
+    with socket.socket(socket.AF_UNIX) as hold:
+        hold.connect(str(path))
+        hold.sendall(b"GET /v1.43/no")  # holds the only slot
+        time.sleep(0.2)
+        got = _send(path, b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 503 "), got
+
+
+def test_chunked_answers_are_decoded_strictly() -> None:
+    dec = ChunkDecoder(100)
+    assert dec.feed(b"3\r\nabc\r\n0\r\n\r\nrest") == [b"abc"]
+    assert dec.done and dec.leftover == b"rest"
+
+
+def test_tcp_beyond_loopback_and_missing_checks_are_refused() -> None:
+    checks = write_checks("swarmgpu.")
     with pytest.raises(ValueError, match="loopback"):
-        build_proxy("tcp://0.0.0.0:2375", "unix:///var/run/docker.sock")
+        build_proxy("tcp://0.0.0.0:2375", "unix:///var/run/docker.sock", checks)
+    with pytest.raises(ValueError, match="one per write"):
+        build_proxy("unix:///tmp/x.sock", "unix:///var/run/docker.sock",
+                    {k: v for k, v in checks.items() if k != "service-update"})
+    with pytest.raises(ValueError, match="upstream"):
+        build_proxy("unix:///tmp/x.sock", "tcp://127.0.0.1:2375", checks)

@@ -1,44 +1,60 @@
-"""The daemon through `swarmgpu docker-proxy` on the real test swarm (issue 25, part 5).
+"""`swarmgpu docker-proxy` in front of the real manager engine (issues 25 and 32).
 
-The proxy listens on a unix socket in front of the manager's engine; the real daemon
+The proxy listens on a unix socket in front of the manager's dockerd; the real daemon
 (shipped defaults: identity swarm-pki, agents serving their node certificates) is
-pointed at it and nothing else. Full cycles work through it: label sync, placement of
-a one-GPU service (its device list and gate), the workload model stored on the swarm
-object with POST /swarm/update. No call the daemon makes is refused, and a call
-outside the list (containers, secrets, a service create) is refused with 403 before it
-reaches the engine.
+pointed at it and nothing else. Shown here, with the engine itself as the witness
+(read directly, never through the proxy):
+
+- the daemon's full cycles work through it: label sync, placement of a GPU service
+  (its device list and gate), a hot-spot move (make-before-break: replicas, the move
+  record on the swarm object, labels), the workload model stored with
+  ``POST /swarm/update``; no call the daemon makes is refused;
+- smuggling framings (the bare-LF request of issue 32, CL.TE, TE.CL, duplicate
+  Content-Length, obsolete folding, chunk-extension tricks, a pipelined request,
+  HTTP/1.0 keep-alive, an absolute-form target, ``%2f``, ``..``) create no container;
+- the allowed writes are checked for what they do: a service update that adds a bind
+  mount, changes the image, adds a capability or a foreign env line, or asks for a
+  rollback is refused; so are a node role or availability change and a swarm update
+  that rotates a token or changes the CA settings; ``GET /swarm`` carries no join token.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import socket
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
 import pytest
 from gpu_nodes import (
+    GPU_NODES,
     LOGS,
-    agents,
     cfg_file,
     kwargs_for_logs,
     labels_of,
+    start_agent,
     start_daemon,
     stop,
     swarmgpu_env,
 )
-from swarm_harness import SwarmCluster
-from test_placement_swarm import deploy, stack_yaml, wait_running
+from swarm_harness import IMAGE, SwarmCluster
+from test_placement_swarm import deploy, stack_yaml, tasks_running, wait_running
+from test_rebalance_swarm import IDLE, holder_gpu, hot, where
 
 from swarmgpu.allocator.workload import STATE_KEY
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 STACK = "dproxy"
 PROXY_LOG = LOGS / "docker-proxy.log"
 DAEMON_LOG = LOGS / "docker-proxy-daemon.log"
+EVIL = "dproxy-evil"
 
 
 def _swarm_labels(swarm: SwarmCluster) -> dict[str, str]:
@@ -57,12 +73,17 @@ def _drop_workload(swarm: SwarmCluster) -> None:
 
 
 @pytest.fixture(scope="module")
-def proxied(swarm: SwarmCluster, agents: dict[str, Any],
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def proxied(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("dproxy")
     LOGS.mkdir(parents=True, exist_ok=True)
     PROXY_LOG.write_text("")
     DAEMON_LOG.write_text("")
+    profiles = {h: tmp / f"{h}.yml" for h in GPU_NODES}
+    for p in profiles.values():
+        p.write_text(json.dumps(IDLE))
+    agents = {h: start_agent(swarm, h, "--metrics-profile", str(profiles[h]))
+              for h in GPU_NODES}
     sock = tmp / "docker.sock"
     proxy = swarm.exec_in_netns(swarm.manager, [
         sys.executable, "-m", "swarmgpu.cli", "docker-proxy", "--listen", f"unix://{sock}",
@@ -70,49 +91,285 @@ def proxied(swarm: SwarmCluster, agents: dict[str, Any],
         **kwargs_for_logs(PROXY_LOG))
     swarm.wait_for(lambda: sock.exists(), 20, "the proxy's socket")
     _drop_workload(swarm)
-    cfg = cfg_file(tmp, swarm, docker_host=f"unix://{sock}", sync={"interval_s": 2})
+    cfg = cfg_file(tmp, swarm, docker_host=f"unix://{sock}", sync={"interval_s": 1},
+                   rebalance={"dry_run": False, "policies": "hotspot", "hot_window_s": 4,
+                              "max_gap_s": 3, "min_samples": 3, "cooldown_s": 600,
+                              "move_timeout_s": 60})
     daemon = start_daemon(swarm, cfg, DAEMON_LOG)
     try:
-        yield {"sock": sock, "tmp": tmp, "daemon": daemon}
+        yield {"sock": sock, "tmp": tmp, "daemon": daemon, "profiles": profiles}
     finally:
+        swarm.cli(swarm.manager, "service", "rm", EVIL, check=False)
         swarm.cli(swarm.manager, "stack", "rm", STACK, check=False)
+        swarm.wait_for(lambda: not any(k.startswith(f"{P}assign.") for h in GPU_NODES
+                                       for k in labels_of(swarm, h)),
+                       60, "the module's GPUs released")
         stop(daemon)
         stop(proxy)
+        for a in agents.values():
+            stop(a)
+
+
+def _through(proxied: dict[str, Any]) -> docker.APIClient:
+    return docker.APIClient(base_url=f"unix://{proxied['sock']}", timeout=10)
 
 
 def test_full_daemon_cycles_through_the_proxy(swarm: SwarmCluster,
                                               proxied: dict[str, Any]) -> None:
     swarm.wait_for(lambda: labels_of(swarm, "gpu-node-2").get(P + "gpu.product")
                    == "NVIDIA-GeForce-RTX-4090", 60, "labels synced through the proxy")
+    frac = {"labels": {P + "gpu-fraction": "0.5"}}
     deploy(swarm, proxied["tmp"], STACK, {"one": {"labels": {P + "gpus": "1",
-                                                             P + "gpu-product": "*4090*"}}},
-           stack_yaml)
+                                                             P + "gpu-product": "*4090*"}},
+                                          "a": frac, "b": frac}, stack_yaml)
     (task,) = wait_running(swarm, f"{STACK}_one", 1, 90)
     assert swarm.node(task["NodeID"]).hostname == "gpu-node-2"
     assert any(k.startswith(P + "assign.") for k in labels_of(swarm, "gpu-node-2"))
     swarm.wait_for(lambda: P + STATE_KEY in _swarm_labels(swarm), 60,
                    "the workload model stored on the swarm object (POST /swarm/update)")
+    # A move: the halves share a GPU; it runs hot; one of them moves (make-before-break:
+    # replicas and MaxReplicas, the move record on the swarm object, the labels).
+    for s in ("a", "b"):
+        wait_running(swarm, f"{STACK}_{s}", 1, 90)
+    host, uuid = holder_gpu(swarm, f"{STACK}_a")
+    assert holder_gpu(swarm, f"{STACK}_b") == (host, uuid)
+    hot(proxied["profiles"][host], uuid)
+    api = swarm.client(swarm.manager).api
+
+    def moved() -> str | None:
+        for s in ("a", "b"):
+            if f"{P}state.moved-at" in (api.inspect_service(f"{STACK}_{s}")["Spec"]
+                                        .get("Labels") or {}):
+                return s
+        return None
+
+    mover = swarm.wait_for(moved, 90, "a hot-spot move through the proxy")
+    hot(proxied["profiles"][host], None)
+    new_host, new_uuid = holder_gpu(swarm, f"{STACK}_{mover}")
+    assert (new_host, new_uuid) != (host, uuid)
+    swarm.wait_for(lambda: where(swarm, f"{STACK}_{mover}") == {new_host: new_uuid}, 60,
+                   "the moved task on its new GPU")
+    assert len(tasks_running(swarm, f"{STACK}_{mover}")) == 1
+    spec = api.inspect_service(f"{STACK}_{mover}")["Spec"]
+    assert spec["Mode"]["Replicated"]["Replicas"] == 1
     assert proxied["daemon"].poll() is None, f"daemon died; see {DAEMON_LOG}"
     log = PROXY_LOG.read_text()
-    assert "refused" not in log, f"the daemon made a call outside the list:\n{log[-2000:]}"
-    assert "POST /swarm/update" not in DAEMON_LOG.read_text()  # no error quoting it
+    assert "refused" not in log, f"the daemon made a call outside the list:\n{log[-3000:]}"
+    assert "docker-proxy" not in DAEMON_LOG.read_text()  # no refusal quoted in an error
 
 
-def test_calls_outside_the_list_are_refused(swarm: SwarmCluster,
-                                            proxied: dict[str, Any]) -> None:
-    api = docker.APIClient(base_url=f"unix://{proxied['sock']}", timeout=10)
-    assert api.nodes(), "a listed call works"
-    before = len(swarm.client(swarm.manager).api.containers(all=True))
-    for call in (lambda: api.containers(all=True),
-                 lambda: api.secrets(),
-                 lambda: api.create_container("local/busybox:latest", "true"),
-                 lambda: api.create_service({"ContainerSpec": {"Image": "local/busybox"}},
-                                            name="dproxy-evil"),
-                 lambda: api.leave_swarm(force=True)):
+def _create(name: str) -> bytes:
+    """What an attacker wants the engine to run: a privileged container with / mounted."""
+    return json.dumps({"Image": IMAGE, "Cmd": ["true"], "Labels": {"dproxy": "smuggled"},
+                       "HostConfig": {"Privileged": True,
+                                      "Binds": ["/:/host"]}}).encode()
+
+
+def _post_create(name: str, *, version: str = "HTTP/1.1") -> bytes:
+    body = _create(name)
+    return (f"POST /v1.41/containers/create?name={name} {version}\r\nHost: docker\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+
+
+def _smuggles(node_id: str) -> dict[str, bytes]:
+    """Framings that two HTTP parsers can read differently, each hiding a container
+    create behind (or inside) a call the proxy allows."""
+    inner = _post_create("smuggled")
+    upd = f"POST /v1.41/nodes/{node_id}/update?version=1 HTTP/1.1\r\nHost: docker\r\n"
+    chunk = b"%x\r\n%s\r\n0\r\n\r\n" % (len(inner), inner)
+    return {
+        # issue 32: the Host line ends in a bare LF, which Go ends the head at
+        "bare-lf": b"GET /v1.41/nodes HTTP/1.1\r\nHost: docker\n\n" + inner,
+        "bare-cr": b"GET /v1.41/nodes HTTP/1.1\r\nHost: docker\r\rX: y\r\n\r\n" + inner,
+        "cl-te": (upd + "Content-Type: application/json\r\nContent-Length: 5\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n").encode() + b"0\r\n\r\n" + inner,
+        "te-cl": (upd + "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                  f"Content-Length: {len(chunk)}\r\n\r\n").encode() + chunk,
+        "te-obfuscated": (upd + "Content-Length: 5\r\nTransfer-Encoding: xchunked\r\n\r\n"
+                          ).encode() + b"0\r\n\r\n" + inner,
+        "te-list": (upd + "Transfer-Encoding: gzip, chunked\r\n\r\n").encode() + chunk,
+        "duplicate-cl": (upd + f"Content-Length: 0\r\nContent-Length: {len(inner)}\r\n\r\n"
+                         ).encode() + inner,
+        "cl-list": (upd + f"Content-Length: {len(inner)}, {len(inner)}\r\n\r\n"
+                    ).encode() + inner,
+        "cl-space-before-colon": (upd + f"Content-Length : {len(inner)}\r\n\r\n"
+                                  ).encode() + inner,
+        "obs-fold": (upd + "X-Pad: a\r\n Transfer-Encoding: chunked\r\n"
+                     "Content-Length: 5\r\n\r\n").encode() + b"0\r\n\r\n" + inner,
+        "chunk-ext-bare-lf": (upd + "Transfer-Encoding: chunked\r\n\r\n").encode()
+        + b"2;x\n\r\n{}\r\n0\r\n\r\n" + inner,
+        "chunk-ext-quoted-crlf": (upd + "Transfer-Encoding: chunked\r\n\r\n").encode()
+        + b'2;x="\r\n0\r\n\r\n' + inner + b'"\r\n{}\r\n0\r\n\r\n',
+        "chunk-size-prefix": (upd + "Transfer-Encoding: chunked\r\n\r\n").encode()
+        + b"0x0\r\n\r\n" + inner,
+        "chunk-trailer": (upd + "Transfer-Encoding: chunked\r\n\r\n").encode()
+        + b"2\r\n{}\r\n0\r\nContent-Length: 0\r\n\r\n" + inner,
+        "pipelined": b"GET /v1.41/nodes HTTP/1.1\r\nHost: docker\r\n\r\n" + inner,
+        "pipelined-keep-alive": b"GET /v1.41/nodes HTTP/1.1\r\nHost: docker\r\n"
+                                b"Connection: keep-alive\r\n\r\n" + inner,
+        "http10-keep-alive": b"GET /v1.41/nodes HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+                             + _post_create("smuggled", version="HTTP/1.0"),
+        "absolute-form": b"POST http://docker/v1.41/containers/create?name=smuggled "
+                         + inner.split(b" ", 2)[2],
+        "absolute-form-allowed-path": b"GET http://docker/v1.41/nodes HTTP/1.1\r\n"
+                                      b"Host: docker\r\n\r\n" + inner,
+        "encoded-slash": inner.replace(b"/v1.41/containers/create",
+                                       b"/v1.41/nodes/x%2f..%2f..%2fcontainers%2fcreate", 1),
+        "dot-segments": inner.replace(b"/v1.41/containers/create",
+                                      b"/v1.41/nodes/../containers/create", 1),
+        "doubled-slash": inner.replace(b"/v1.41/containers/create",
+                                       b"/v1.41//containers/create", 1),
+        "upgrade": b"GET /v1.41/nodes HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\n"
+                   b"Upgrade: tcp\r\n\r\n" + inner,
+        "direct": inner,
+    }
+
+
+def _send(sock: Path, raw: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(15)
+        s.connect(str(sock))
+        s.sendall(raw)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except OSError:
+            pass
+        return out
+
+
+def test_smuggled_requests_create_nothing(swarm: SwarmCluster,
+                                          proxied: dict[str, Any]) -> None:
+    engine = swarm.client(swarm.manager).api  # the witness: the engine itself
+    before = {c["Id"] for c in engine.containers(all=True)}
+    answers = {}
+    for name, raw in _smuggles(swarm.manager.node_id).items():
+        answers[name] = _send(proxied["sock"], raw)
+    time.sleep(1)
+    after = engine.containers(all=True)
+    created = [c for c in after if c["Id"] not in before]
+    assert not created, f"the engine holds new containers: {created}"
+    assert not engine.containers(all=True, filters={"label": "dproxy=smuggled"})
+    for name, got in answers.items():
+        assert re.match(rb"HTTP/1\.1 4(00|03|11) ", got), (name, got[:300])
+        assert got.count(b"HTTP/1.1 ") == 1, (name, got[:500])
+    log = PROXY_LOG.read_text()
+    assert log.count("refused") >= len(answers), log[-3000:]
+
+
+def _spec(api: docker.APIClient, service: str) -> tuple[int, dict[str, Any]]:
+    raw = api.inspect_service(service)
+    return int(raw["Version"]["Index"]), raw["Spec"]
+
+
+def _post(api: docker.APIClient, path: str, body: Any, **params: Any) -> Any:
+    resp = api._post_json(api._url(path), data=body, params=params)
+    return resp
+
+
+@pytest.fixture(scope="module")
+def plain(swarm: SwarmCluster, proxied: dict[str, Any]) -> str:
+    """A service without GPU labels (the daemon leaves it alone), made on the engine."""
+    api = swarm.client(swarm.manager).api
+    api.create_service({"ContainerSpec": {"Image": IMAGE, "Command": ["sleep", "3600"],
+                                          "Env": ["A=1"]}}, name=EVIL,
+                       labels={"team": "x"})
+    return EVIL
+
+
+def test_service_updates_change_only_what_the_daemon_writes(
+        swarm: SwarmCluster, proxied: dict[str, Any], plain: str) -> None:
+    api, engine = _through(proxied), swarm.client(swarm.manager).api
+    version, spec = _spec(api, plain)
+
+    def with_(**edits: Any) -> dict[str, Any]:
+        new = json.loads(json.dumps(spec))
+        cs = new["TaskTemplate"]["ContainerSpec"]
+        for k, v in edits.items():
+            cs[k] = v
+        return new
+
+    hostile = {
+        "bind mount of /": with_(Mounts=[{"Type": "bind", "Source": "/", "Target": "/host"}]),
+        "image": with_(Image="local/other:latest"),
+        "capability": with_(CapabilityAdd=["CAP_SYS_ADMIN"]),
+        "foreign env": with_(Env=["A=1", "LD_PRELOAD=/host/evil.so"]),
+        "a user's env changed": with_(Env=["A=2"]),
+        "label outside the prefix": {**spec, "Labels": {"team": "y"}},
+        "networks": {**spec, "TaskTemplate": {**spec["TaskTemplate"],
+                                              "Networks": [{"Target": "host"}]}},
+    }
+    for what, body in hostile.items():
+        resp = _post(api, f"/services/{plain}/update", body, version=version)
+        assert resp.status_code == 403, (what, resp.status_code, resp.text)
+        assert "swarmgpu docker-proxy" in resp.json()["message"]
+    resp = _post(api, f"/services/{plain}/update", spec, version=version, rollback="previous")
+    assert resp.status_code == 403, resp.text
+    # with the engine's own client the bind mount is refused too (docker-py's path)
+    with pytest.raises(docker.errors.APIError) as exc:
+        api.update_service(plain, version, task_template=docker.types.TaskTemplate(
+            docker.types.ContainerSpec(IMAGE, mounts=[docker.types.Mount(
+                "/host", "/", type="bind")])))
+    assert exc.value.status_code == 403
+    now_version, now = _spec(engine, plain)
+    assert now_version == version and "Mounts" not in now["TaskTemplate"]["ContainerSpec"]
+    # what the daemon writes passes: its label, ForceUpdate, its env template, replicas
+    ok = with_(Env=["A=1", "CUDA_DEVICE_ORDER=PCI_BUS_ID"])
+    ok["Labels"] = {**spec["Labels"], P + "proxy-test": "1"}
+    ok["TaskTemplate"]["ForceUpdate"] = 1
+    ok["Mode"] = {"Replicated": {"Replicas": 0}}
+    resp = _post(api, f"/services/{plain}/update", ok, version=version)
+    assert resp.status_code == 200, resp.text
+    # a stale version is the engine's "out of sequence", so the daemon reads again
+    resp = _post(api, f"/services/{plain}/update", ok, version=version)
+    assert resp.status_code == 500 and "out of sequence" in resp.text
+    _, now = _spec(engine, plain)
+    assert now["Labels"][P + "proxy-test"] == "1" and now["TaskTemplate"]["ForceUpdate"] == 1
+
+
+def test_node_updates_change_only_labels_under_the_prefix(
+        swarm: SwarmCluster, proxied: dict[str, Any]) -> None:
+    api, engine = _through(proxied), swarm.client(swarm.manager).api
+    nid = swarm.node("gpu-node-1").node_id
+    raw = api.inspect_node(nid)
+    version, spec = int(raw["Version"]["Index"]), raw["Spec"]
+    for what, body in {"availability": {**spec, "Availability": "drain"},
+                       "role": {**spec, "Role": "manager"},
+                       "label outside the prefix": {**spec, "Labels": {
+                           **(spec.get("Labels") or {}), "evil": "1"}}}.items():
         with pytest.raises(docker.errors.APIError) as exc:
-            call()
-        assert exc.value.status_code == 403, exc.value
-    assert len(swarm.client(swarm.manager).api.containers(all=True)) == before
-    assert not [s for s in swarm.client(swarm.manager).api.services()
-                if s["Spec"]["Name"] == "dproxy-evil"]
-    assert PROXY_LOG.read_text().count("refused") >= 5
+            api.update_node(nid, version, body)
+        assert exc.value.status_code == 403, what
+    now = engine.inspect_node(nid)
+    assert now["Version"]["Index"] == version
+    assert now["Spec"]["Availability"] == "active" and now["Spec"]["Role"] == "worker"
+
+
+def test_swarm_updates_rotate_nothing_and_get_swarm_has_no_join_token(
+        swarm: SwarmCluster, proxied: dict[str, Any]) -> None:
+    api, engine = _through(proxied), swarm.client(swarm.manager).api
+    seen = api.inspect_swarm()
+    assert "JoinTokens" not in seen and "JoinTokens" not in json.dumps(seen)
+    direct = engine.inspect_swarm()
+    assert direct["JoinTokens"]["Worker"]  # the engine has them; the proxy holds them back
+    version, spec = int(seen["Version"]["Index"]), seen["Spec"]
+    for params in ({"rotateWorkerToken": "true"}, {"rotateManagerToken": "1"},
+                   {"rotateManagerUnlockKey": "true"}, {"rotateWorkerToken": "false",
+                                                        "rotateworkertoken": "true"}):
+        resp = _post(api, "/swarm/update", spec, version=version, **params)
+        assert resp.status_code == 403, (params, resp.text)
+    with pytest.raises(docker.errors.APIError) as exc:
+        api.update_swarm(version=version, rotate_worker_token=True)
+    assert exc.value.status_code == 403
+    ca = json.loads(json.dumps(spec))
+    ca.setdefault("CAConfig", {})["NodeCertExpiry"] = 3600 * 10**9
+    for body in (ca, {**spec, "Labels": {**(spec.get("Labels") or {}), "evil": "1"}}):
+        resp = _post(api, "/swarm/update", body, version=version)
+        assert resp.status_code == 403, resp.text
+    for path in ("/swarm/unlockkey", "/swarm/join", "/swarm/leave"):
+        assert api._get(api._url(path)).status_code == 403
+    after = engine.inspect_swarm()
+    assert after["JoinTokens"] == direct["JoinTokens"]
+    assert after["Spec"].get("CAConfig") == direct["Spec"].get("CAConfig")

@@ -16,15 +16,20 @@ from swarmgpu.cli.logs import setup_logging
                    "docker_host (DOCKER_HOST) at it.")
 @click.option("--upstream", default="unix:///var/run/docker.sock", show_default=True,
               envvar="SWARMGPU_PROXY_UPSTREAM", help="The manager's engine socket.")
+@click.option("--prefix", default="swarmgpu.", show_default=True,
+              envvar="SWARMGPU_SYNC_PREFIX",
+              help="The daemon's sync.prefix: the label keys its writes may change.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
-def docker_proxy(listen: str, upstream: str, log_format: str) -> None:
-    """Forward to the Docker socket only the calls the daemon makes; 403 for the rest
+def docker_proxy(listen: str, upstream: str, prefix: str, log_format: str) -> None:
+    """Forward to the Docker socket only the calls the daemon makes, framed strictly
+    and with writes that change only what the daemon changes; 400/403 for the rest
     (the list: docs/security.md, swarmgpu.swarm.dockerproxy.ALLOWED_CALLS)."""
+    from swarmgpu.manager.proxy_policy import write_checks
     from swarmgpu.swarm.dockerproxy import serve
 
     setup_logging("INFO", log_format)
     try:
-        serve(listen, upstream)
+        serve(listen, upstream, write_checks(prefix))
     except (ValueError, OSError) as exc:
         click.echo(f"swarmgpu docker-proxy: {exc}", err=True)
         sys.exit(2)

@@ -2,5 +2,7 @@
 
 ``client`` (the engine API, typed), ``labels`` (the node labels swarmgpu owns),
 ``constraints`` (Swarm's constraint language), ``identity`` (agent identity from the
-swarm's own PKI). Imports only ``swarmgpu.core``.
+swarm's own PKI), ``dockerproxy`` (the least-privilege door to the engine socket, with
+``httpframe``, its strict HTTP framing, and ``jsonstrict``). Imports only
+``swarmgpu.core``.
 """

@@ -3,125 +3,298 @@
 The docker group is root-equivalent (start a privileged container, own the host). The
 daemon needs much less: read Swarm objects, and update node labels, service specs and
 the swarm's own labels. ``swarmgpu docker-proxy`` listens on a unix socket (or loopback
-TCP) and forwards a request to the engine only when its method and path are in
-``ALLOWED_CALLS``; anything else gets 403 and never reaches the engine. The same list
-is the table in docs/security.md and what ``swarmgpu/swarm/client.py`` calls, which
-``tests/test_dockerproxy.py`` checks, so the three cannot drift apart.
+TCP) and forwards a request to the engine only when it is one of ``ALLOWED_CALLS`` and
+does what the daemon does with it. ``ALLOWED_CALLS`` is also the table in
+docs/security.md (the "the proxy lets through" column is ``Call.allows``) and what
+``swarmgpu/swarm/client.py`` calls; ``tests/test_dockerproxy.py`` checks all three.
 
-One request per connection: the proxy forces ``Connection: close`` both ways, so a
-keep-alive connection cannot carry a second, unchecked request. Request bodies need a
-``Content-Length`` (the docker SDK sends one) and are capped; chunked bodies get 411.
-The answer is streamed back as it comes (``GET /events`` is a long-lived stream).
+Framing (``httpframe``): the proxy parses each request strictly, refuses anything two
+HTTP parsers could read differently (400/411/413/431), and forwards a request it
+rebuilt from what it parsed (its own head, the body re-framed with Content-Length), one
+per connection, ``Connection: close`` both ways. The engine's answer is re-framed too.
+
+Content: the three writes are checked against the current spec, which the proxy reads
+from the engine itself; ``version`` must be that spec's, so the engine applies the
+update only to the spec that was checked. What a write may change is the daemon's to
+say: ``build_proxy`` takes the checks (``swarmgpu.manager.proxy_policy.write_checks``,
+handed over by ``swarmgpu docker-proxy``). ``GET /swarm`` comes back without its join
+tokens. Refusals are 403 and logged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import re
+import select
 import socket
 import socketserver
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
-from urllib.parse import unquote, urlsplit
+from typing import Any, Literal
+from urllib.parse import urlencode
 
 from loguru import logger
 
+from swarmgpu.swarm.httpframe import (
+    ChunkDecoder,
+    Refused,
+    Request,
+    RequestReader,
+    ResponseHead,
+    parse_response_head,
+    split_target,
+)
+from swarmgpu.swarm.jsonstrict import JsonError, load_json
+
 _log = logger.bind(component="docker-proxy")
 
-MAX_HEAD_BYTES = 64 * 1024
-MAX_BODY_BYTES = 4 * 1024 * 1024  # a service spec is a few KiB; the swarm spec too
-HEAD_DEADLINE_S = 10.0
+REQUEST_DEADLINE_S = 10.0  # the whole request (head and body) from the first byte
+ENGINE_DEADLINE_S = 120.0  # the engine's whole answer (not /events, a stream)
+CLIENT_WRITE_TIMEOUT_S = 30.0  # a client that does not read its answer is dropped
+MAX_CONNECTIONS = 64  # in flight at once; more get 503 at once
+MAX_ANSWER_BYTES = 16 * 1024 * 1024  # an answer the proxy reads whole (specs, /swarm)
 _VERSION = re.compile(r"^/v[0-9]{1,2}\.[0-9]{1,3}(?=/)")
 _ID = "[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"  # node/service IDs and names
+_NUMBER = r"[0-9]{1,20}"
+_ANY = r"[\x20-\x7e]{0,4096}"
+_BOOL = "(?i:true|false)|1|0"  # requests writes a Python bool as True/False
+# Hop-by-hop and framing fields of the engine's answer: the proxy writes its own.
+_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
+                  "upgrade", "proxy-connection", "te", "trailer"})
+
+Kind = Literal["read", "stream", "swarm", "node-update", "service-update", "swarm-update"]
+# A write's check: (the current spec, the posted one) -> None, or ValueError saying what
+# else it changes; one per write kind.
+WriteCheck = Callable[[Mapping[str, Any], Any], None]
+WriteChecks = Mapping[str, WriteCheck]
+WRITE_KINDS = ("node-update", "service-update", "swarm-update")
 
 
 @dataclass(frozen=True)
 class Call:
     """One Engine API call the daemon makes: method, path as the docs write it
     (``{id}`` for an object ID or name), the code in client.py that makes it (docker
-    SDK ``APIClient`` methods, or the raw path it posts to), and why."""
+    SDK ``APIClient`` methods, or the raw path it posts to), why, the query names it
+    may carry (name -> the values allowed, a regex), what the proxy checks beyond
+    that (``kind``) and that check in words (``allows``, the docs' column)."""
 
     method: str
     path: str
     client: tuple[str, ...]
     why: str
+    allows: str
+    kind: Kind = "read"
+    params: Mapping[str, str] = field(default_factory=dict)
 
     @cached_property
     def pattern(self) -> re.Pattern[str]:
         return re.compile("^" + re.escape(self.path).replace(re.escape("{id}"), _ID) + "$")
 
+    def check_params(self, query: tuple[tuple[str, str], ...]) -> str | None:
+        """None when every query parameter is one this call may carry, with a value
+        allowed for it; else what is wrong."""
+        for name, value in query:
+            rule = self.params.get(name)
+            if rule is None:
+                return f"the query parameter {name[:40]!r} (allowed: " \
+                       f"{', '.join(sorted(self.params)) or 'none'})"
+            if not re.fullmatch(rule, value):
+                return f"{name}={value[:40]!r} (allowed: {rule})"
+        if self.kind.endswith("-update") and not any(k == "version" for k, _ in query):
+            return "an update without ?version="
+        return None
+
+
+_WRITE = {"version": _NUMBER}
+_NO_ROTATION = {"rotateWorkerToken": "false", "rotateManagerToken": "false",
+                "rotateManagerUnlockKey": "false"}
 
 # The single source of truth: the proxy allows these, docs/security.md tables them, and
 # tests/test_dockerproxy.py checks that client.py makes no other call.
 ALLOWED_CALLS: tuple[Call, ...] = (
     Call("GET", "/version", ("APIClient()",),
-         "the docker SDK asks the engine's API version when it connects"),
-    Call("GET", "/info", ("info",), "this engine's Swarm node ID, cluster ID, data root"),
+         "the docker SDK asks the engine's API version when it connects", "no query"),
+    Call("GET", "/info", ("info",), "this engine's Swarm node ID, cluster ID, data root",
+         "no query"),
     Call("GET", "/swarm", ("inspect_swarm",),
-         "the swarm root CA agents' certificates must chain to; the workload model label"),
-    Call("GET", "/nodes", ("nodes",), "snapshot"),
-    Call("GET", "/nodes/{id}", ("inspect_node",), "leader check; read before write"),
-    Call("GET", "/services", ("services",), "snapshot"),
-    Call("GET", "/services/{id}", ("inspect_service",), "read before write"),
-    Call("GET", "/tasks", ("tasks",), "snapshot (desired-state running)"),
-    Call("GET", "/events", ("events",), "a cycle on every node or service change (stream)"),
+         "the swarm root CA agents' certificates must chain to; the workload model label",
+         "no query; the answer without `JoinTokens`", "swarm"),
+    Call("GET", "/nodes", ("nodes",), "snapshot", "`filters`", params={"filters": _ANY}),
+    Call("GET", "/nodes/{id}", ("inspect_node",), "leader check; read before write",
+         "no query"),
+    Call("GET", "/services", ("services",), "snapshot", "`filters`, `status`",
+         params={"filters": _ANY, "status": _BOOL}),
+    Call("GET", "/services/{id}", ("inspect_service",), "read before write",
+         "`insertDefaults`", params={"insertDefaults": _BOOL}),
+    Call("GET", "/tasks", ("tasks",), "snapshot (desired-state running)", "`filters`",
+         params={"filters": _ANY}),
+    Call("GET", "/events", ("events",), "a cycle on every node or service change (stream)",
+         "`filters`, `since`, `until`; streamed", "stream",
+         {"filters": _ANY, "since": _ANY, "until": _ANY}),
     Call("POST", "/nodes/{id}/update", ("update_node",),
-         "node labels under the prefix: facts, placement gates, the GPU ledger"),
+         "node labels under the prefix: facts, placement gates, the GPU ledger",
+         "`version` (the current one); the spec equal to the current one but for labels "
+         "under the prefix (no role, availability, name or other label change)",
+         "node-update", _WRITE),
     Call("POST", "/services/{id}/update", ("/services/{0}/update",),
-         "placement and moves: swarmgpu.* service labels, the gate, the device env"),
+         "placement and moves: swarmgpu.* service labels, the gate, the device env",
+         "`version` (the current one); the spec equal to the current one but for: "
+         "service labels under the prefix, gate constraints "
+         "(`node.labels.<prefix>service.*`), swarmgpu's own env lines (exact), "
+         "`ForceUpdate`, `Placement.MaxReplicas`, `Mode.Replicated.Replicas`, discrete "
+         "generic-resource reservations, `UpdateConfig.Parallelism` (no image, mount, "
+         "privilege, capability, network or other change)", "service-update", _WRITE),
     Call("POST", "/swarm/update", ("/swarm/update",),
-         "the learned workload model, a label on the swarm object (swarmgpu.state.workload)"),
+         "the learned workload model, a label on the swarm object (swarmgpu.state.workload)",
+         "`version` (the current one), the three `rotate…` flags only `false`; the spec "
+         "equal to the current one but for labels under the prefix", "swarm-update",
+         {**_WRITE, **_NO_ROTATION}),
 )
 
 
-def allowed(method: str, target: str) -> Call | None:
-    """The call ``method target`` is, when the daemon may make it (None: refuse).
-    ``target`` is the request target: an optional /vX.Y prefix and a query are fine;
-    an encoded slash or dot segment never matches."""
-    path = urlsplit(target).path
-    if unquote(path) != path or "/../" in path + "/" or "/./" in path + "/":
-        return None
-    path = _VERSION.sub("", path, count=1)
+def without_join_tokens(swarm: Any) -> Any:
+    """``GET /swarm``'s answer without ``JoinTokens`` (a join token makes a node)."""
+    if isinstance(swarm, dict):
+        return {k: v for k, v in swarm.items() if k != "JoinTokens"}
+    return swarm
+
+
+def match(method: str, path: str) -> Call | None:
+    """The call ``method path`` is (an optional /vX.Y prefix), when the daemon makes it."""
+    bare = _VERSION.sub("", path, count=1)
     for call in ALLOWED_CALLS:
-        if call.method == method and call.pattern.match(path):
+        if call.method == method and call.pattern.match(bare):
             return call
     return None
 
 
-# --- the proxy server ------------------------------------------------------------
-
-
-def _read_head(sock: socket.socket) -> tuple[bytes, bytes] | None:
-    """(head, the body bytes already read), or None when no whole head came in time."""
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        if len(buf) > MAX_HEAD_BYTES:
-            return None
-        chunk = sock.recv(16 * 1024)
-        if not chunk:
-            return None
-        buf += chunk
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    return head, rest
-
-
-def _answer(sock: socket.socket, status: str, text: str) -> None:
-    body = text.encode() + b"\n"
-    sock.sendall(f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: "
-                 f"{len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
+def allowed(method: str, target: str) -> Call | None:
+    """The call ``method target`` is, when its target parses strictly and the daemon
+    may make it (None: refuse)."""
     try:
-        while chunk := src.recv(64 * 1024):
-            dst.sendall(chunk)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
+        path, _ = split_target(target)
+    except Refused:
+        return None
+    return match(method, path)
+
+
+# --- the engine's side -------------------------------------------------------------
+
+
+class _ClientGone(Exception):
+    """The client closed its connection while an answer streamed."""
+
+
+class _Wire:
+    """One connection to the engine: send a request, read its answer's head, then its
+    body as pieces (Content-Length, chunked, or until close)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def _recv(self, deadline: float | None, watch: socket.socket | None) -> bytes:
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if wait == 0.0:
+                raise Refused(504, "the engine did not answer in time")
+            ready, _, _ = select.select([self.sock, *([watch] if watch else [])], [], [],
+                                        wait)
+            if watch is not None and watch in ready:
+                # A streaming client only reads: EOF, or bytes it should not send.
+                raise _ClientGone
+            if self.sock in ready:
+                return self.sock.recv(64 * 1024)
+
+    def head(self, deadline: float) -> ResponseHead:
+        while b"\r\n\r\n" not in self.buf:
+            if len(self.buf) > 64 * 1024:
+                raise Refused(502, "the engine's answer head is too large")
+            got = self._recv(deadline, None)
+            if not got:
+                raise Refused(502, "the engine closed the connection without an answer")
+            self.buf += got
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        return parse_response_head(head)
+
+    def body(self, head: ResponseHead, deadline: float | None,
+             watch: socket.socket | None = None) -> Iterator[bytes]:
+        if head.bodyless:
+            return
+        if head.chunked:
+            dec = ChunkDecoder(1 << 62)
+            data, self.buf = self.buf, b""
+            while True:
+                yield from dec.feed(data)
+                if dec.done:
+                    return
+                data = self._recv(deadline, watch)
+                if not data:
+                    raise Refused(502, "the engine's chunked answer was cut short")
+        left = head.length
+        data, self.buf = self.buf, b""
+        while True:
+            if left is not None:
+                data = data[:left]
+                left -= len(data)
+            if data:
+                yield data
+            if left == 0:
+                return
+            data = self._recv(deadline, watch)
+            if not data:
+                if left is None:
+                    return
+                raise Refused(502, "the engine's answer was cut short")
+
+    def whole(self, head: ResponseHead, deadline: float) -> bytes:
+        out = b""
+        for piece in self.body(head, deadline):
+            out += piece
+            if len(out) > MAX_ANSWER_BYTES:
+                raise Refused(502, "the engine's answer is too large to check")
+        return out
+
+
+def request_bytes(method: str, target: str, user_agent: str | None,
+                   body: bytes | None) -> bytes:
+    """A request head the proxy writes itself (every value was parsed and checked)."""
+    lines = [f"{method} {target} HTTP/1.1", "Host: docker"]
+    if user_agent:
+        lines.append(f"User-Agent: {user_agent}")
+    if body is not None:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (body or b"")
+
+
+def _json_answer(status: int, message: str) -> bytes:
+    body = json.dumps({"message": message}).encode() + b"\n"
+    return _answer_head(status, (("Content-Type", "application/json"),), len(body)) + body
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+            408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
+            431: "Request Header Fields Too Large", 500: "Internal Server Error",
+            502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+def _answer_head(status: int, headers: tuple[tuple[str, str], ...], length: int | None,
+                 reason: str = "") -> bytes:
+    lines = [f"HTTP/1.1 {status} {reason or _REASONS.get(status, 'Status')}",
+             *(f"{k}: {v}" for k, v in headers)]
+    lines.append(f"Content-Length: {length}" if length is not None
+                 else "Transfer-Encoding: chunked")
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+# --- the proxy server --------------------------------------------------------------
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -129,72 +302,191 @@ class _Handler(socketserver.BaseRequestHandler):
     request: socket.socket
 
     def handle(self) -> None:
-        sock = self.request
-        sock.settimeout(HEAD_DEADLINE_S)
-        try:
-            got = _read_head(sock)
-            if got is None:
-                return
-            head, rest = got
-            lines = head.split(b"\r\n")
-            parts = lines[0].decode("latin-1").split(" ")
-            if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-                _answer(sock, "400 Bad Request", "not an HTTP/1.x request")
-                return
-            method, target, _ = parts
-            call = allowed(method, target)
-            if call is None:
-                self.server.refused += 1
-                _log.warning("refused {} {} (not a call swarmgpu makes; "
-                             "docs/security.md)", method[:10], target[:200])
-                _answer(sock, "403 Forbidden", f"swarmgpu docker-proxy: {method[:10]} "
-                        f"{urlsplit(target).path[:200]} is not a call the daemon makes")
-                return
-            headers, length, chunked = self._headers(lines[1:])
-            if chunked:
-                _answer(sock, "411 Length Required", "chunked request bodies are refused")
-                return
-            if length > MAX_BODY_BYTES:
-                _answer(sock, "413 Payload Too Large", f"bodies above {MAX_BODY_BYTES} bytes")
-                return
-            body = rest
-            while len(body) < length:
-                chunk = sock.recv(min(64 * 1024, length - len(body)))
-                if not chunk:
-                    return
-                body += chunk
-            self._forward(sock, lines[0], headers, body[:length], call)
-        except (OSError, ValueError, UnicodeError):
+        if not self.server.slots.acquire(blocking=False):
+            self._refuse(Refused(503, f"more than {MAX_CONNECTIONS} connections at once"),
+                         None)
             return
+        try:
+            self._serve()
+        except (OSError, _ClientGone):
+            pass
+        finally:
+            self.server.slots.release()
+            with contextlib.suppress(OSError):
+                self.request.close()
 
-    @staticmethod
-    def _headers(lines: list[bytes]) -> tuple[list[bytes], int, bool]:
-        out: list[bytes] = []
-        length, chunked = 0, False
-        for line in lines:
-            name, sep, value = line.partition(b":")
-            key = name.strip().lower()
-            if not sep:
-                raise ValueError("malformed header")
-            if key in (b"connection", b"keep-alive", b"proxy-connection"):
-                continue  # replaced: one request per connection
-            if key == b"content-length":
-                length = int(value.strip())
-            if key == b"transfer-encoding":
-                chunked = True
-            out.append(line)
-        return out, length, chunked
+    def _serve(self) -> None:
+        req: Request | None = None
+        try:
+            req = self._read()
+            if req is None:
+                return
+            call = match(req.method, req.path)
+            if call is None:
+                raise Refused(403, f"{req.method} {req.path} is not a call the daemon makes "
+                                   "(docs/security.md)")
+            bad = call.check_params(req.query)
+            if bad is not None:
+                raise Refused(403, f"{req.method} {req.path}: {bad}")
+            target, body = self._vet(call, req)
+            if self._more_waiting():
+                raise Refused(400, "bytes after the request (pipelining): one request per "
+                                   "connection")
+        except Refused as r:
+            self._refuse(r, req)
+            return
+        self._forward(call, req, target, body)
 
-    def _forward(self, sock: socket.socket, request_line: bytes, headers: list[bytes],
-                 body: bytes, call: Call) -> None:
+    def _read(self) -> Request | None:
+        """The client's one request, framed strictly (None: it went away)."""
+        sock, reader = self.request, RequestReader()
+        deadline = time.monotonic() + REQUEST_DEADLINE_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Refused(408, f"no whole request within {REQUEST_DEADLINE_S:g} s")
+            sock.settimeout(left)
+            try:
+                data = sock.recv(64 * 1024)
+            except TimeoutError:
+                continue
+            if not data:
+                return None
+            got = reader.feed(data)
+            if got is not None:
+                return got
+
+    def _more_waiting(self) -> bool:
+        """Bytes after the request already here (a socket timeout would make even a
+        MSG_DONTWAIT peek wait: select first)."""
+        if not select.select([self.request], [], [], 0)[0]:
+            return False
+        try:
+            return bool(self.request.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except (BlockingIOError, InterruptedError, TimeoutError):
+            return False
+
+    def _refuse(self, r: Refused, req: Request | None) -> None:
+        what = f"{req.method} {req.path}" if req is not None else "a request"
+        if r.status == 500:  # a stale version: the daemon reads again, as from the engine
+            _log.info("{}: {}", what, r.reason)
+        else:
+            self.server.refused += 1
+            _log.warning("refused {} with {}: {}", what, r.status, r.reason)
+        sock = self.request
+        with contextlib.suppress(OSError):
+            sock.settimeout(CLIENT_WRITE_TIMEOUT_S)
+            sock.sendall(_json_answer(r.status, f"swarmgpu docker-proxy: {r.reason}"))
+            sock.shutdown(socket.SHUT_WR)
+            # Read what the client still sends (briefly), so it gets the answer
+            # rather than a reset.
+            sock.settimeout(0.5)
+            for _ in range(16):
+                if not sock.recv(64 * 1024):
+                    break
+
+    # --- content checks --------------------------------------------------------------
+    def _engine_json(self, path: str) -> tuple[int, Any, bytes]:
+        """The proxy's own GET of ``path`` from the engine: (status, JSON, raw body)."""
         up = self.server.connect_upstream()
         try:
-            up.sendall(b"\r\n".join([request_line, *headers, b"Connection: close"])
-                       + b"\r\n\r\n" + body)
-            sock.settimeout(None)  # an events stream stays open as long as the engine's
-            up.settimeout(None)
+            up.sendall(request_bytes("GET", path, None, None))
+            wire = _Wire(up)
+            deadline = time.monotonic() + ENGINE_DEADLINE_S
+            head = wire.head(deadline)
+            raw = wire.whole(head, deadline)
+        finally:
+            up.close()
+        try:
+            return head.status, json.loads(raw) if raw else None, raw
+        except ValueError:
+            raise Refused(502, f"the engine's answer to GET {path} is not JSON") from None
+
+    def _vet(self, call: Call, req: Request) -> tuple[str, bytes | None]:
+        """The target and body to forward: rebuilt, and for a write, checked against
+        the current spec."""
+        if not call.kind.endswith("-update"):
+            return req.path + (f"?{urlencode(req.query)}" if req.query else ""), None
+        try:
+            new = load_json(req.body)
+        except JsonError as exc:
+            raise Refused(400, str(exc)) from None
+        vp = m.group(0) if (m := _VERSION.match(req.path)) else ""
+        obj = req.path[len(vp):].split("/")
+        read = {"node-update": f"{vp}/nodes/{obj[-2]}",
+                "service-update": f"{vp}/services/{obj[-2]}",
+                "swarm-update": f"{vp}/swarm"}[call.kind]
+        status, cur, raw = self._engine_json(read)
+        if status != 200 or not isinstance(cur, dict):
+            msg = cur.get("message") if isinstance(cur, dict) else None
+            raise Refused(status if 400 <= status < 600 else 502,
+                          f"reading {read} first: {msg or raw[:200]!r}")
+        try:
+            version = int(cur["Version"]["Index"])
+            spec = cur["Spec"]
+        except (KeyError, TypeError, ValueError):
+            raise Refused(502, f"the engine's {read} has no Version.Index or Spec") from None
+        if req.param("version") != str(version):
+            # The engine's own words, so the daemon's client reads a version conflict
+            # and reads again.
+            raise Refused(500, f"update out of sequence: version {req.param('version')} "
+                               f"is not the current {version}")
+        try:
+            self.server.checks[call.kind](spec, new)
+        except ValueError as exc:
+            raise Refused(403, str(exc)) from None
+        query: dict[str, str] = {"version": str(version)}
+        if call.kind == "swarm-update":
+            query.update(_NO_ROTATION)
+            target = f"{vp}/swarm/update"
+        else:
+            ident = cur.get("ID")
+            if not isinstance(ident, str) or not re.fullmatch(_ID, ident):
+                raise Refused(502, f"the engine's {read} has no usable ID")
+            target = f"{vp}/{'nodes' if call.kind == 'node-update' else 'services'}/" \
+                     f"{ident}/update"
+        return f"{target}?{urlencode(query)}", json.dumps(new).encode()
+
+    # --- forwarding ----------------------------------------------------------------
+    def _forward(self, call: Call, req: Request, target: str, body: bytes | None) -> None:
+        sock = self.request
+        try:
+            up = self.server.connect_upstream()
+        except OSError as exc:
+            self._refuse(Refused(502, f"the engine is unreachable: {exc}"), req)
+            return
+        try:
+            up.sendall(request_bytes(req.method, target, req.header("user-agent"),
+                                      body if req.method == "POST" else None))
             self.server.forwarded += 1
-            _pipe(up, sock)
+            wire = _Wire(up)
+            stream = call.kind == "stream"
+            deadline = None if stream else time.monotonic() + ENGINE_DEADLINE_S
+            try:
+                head = wire.head(time.monotonic() + ENGINE_DEADLINE_S)
+                if head.status == 101:
+                    raise Refused(502, "the engine switched protocols")
+                headers = tuple((k.title(), v) for k, v in head.headers if k not in _HOP)
+                if call.kind == "swarm" and head.status == 200:
+                    data = json.dumps(without_join_tokens(
+                        json.loads(wire.whole(head, ENGINE_DEADLINE_S + time.monotonic()))
+                    )).encode()
+                    sock.settimeout(CLIENT_WRITE_TIMEOUT_S)
+                    sock.sendall(_answer_head(200, headers, len(data), head.reason) + data)
+                    return
+            except (Refused, ValueError) as exc:
+                r = exc if isinstance(exc, Refused) else Refused(502, "GET /swarm: not JSON")
+                self._refuse(r, req)
+                return
+            sock.settimeout(CLIENT_WRITE_TIMEOUT_S)
+            sock.sendall(_answer_head(head.status, headers,
+                                      0 if head.bodyless else head.length, head.reason))
+            chunked = not head.bodyless and head.length is None
+            with contextlib.suppress(Refused):  # a cut answer: the client sees it cut
+                for piece in wire.body(head, deadline, sock if stream else None):
+                    sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                if chunked:
+                    sock.sendall(b"0\r\n\r\n")
         finally:
             up.close()
 
@@ -204,8 +496,10 @@ class ProxyServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
 
     daemon_threads = True
     connect_upstream: Callable[[], socket.socket]
+    checks: WriteChecks
     refused = 0
     forwarded = 0
+    slots: threading.BoundedSemaphore
 
 
 class _UnixProxy(ProxyServer, socketserver.UnixStreamServer):
@@ -224,20 +518,21 @@ def upstream_connector(upstream: str) -> Callable[[], socket.socket]:
 
     def connect() -> socket.socket:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(30)
+        s.settimeout(10)
         s.connect(path)
         return s
 
     return connect
 
 
-def build_proxy(listen: str, upstream: str) -> ProxyServer:
-    """Bind (``unix://PATH`` or ``tcp://127.0.0.1:PORT``); call ``serve_forever`` next."""
+def build_proxy(listen: str, upstream: str, checks: WriteChecks) -> ProxyServer:
+    """Bind (``unix://PATH`` or ``tcp://127.0.0.1:PORT``); call ``serve_forever`` next.
+    ``checks``: what each write may change (one per ``WRITE_KINDS``)."""
+    if set(checks) != set(WRITE_KINDS):
+        raise ValueError(f"checks for {sorted(checks)}: one per write, {WRITE_KINDS}")
     connect = upstream_connector(upstream)
     server: ProxyServer
     if listen.startswith("unix://"):
-        import os
-
         path = listen.removeprefix("unix://")
         if os.path.exists(path):
             os.unlink(path)  # a stale socket of a previous run
@@ -255,13 +550,17 @@ def build_proxy(listen: str, upstream: str) -> ProxyServer:
     else:
         raise ValueError(f"listen {listen!r}: use unix://PATH or tcp://127.0.0.1:PORT")
     server.connect_upstream = connect
+    server.checks = checks
+    server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
     return server
 
 
-def serve(listen: str, upstream: str, stop: threading.Event | None = None) -> None:
-    server = build_proxy(listen, upstream)
-    _log.info("docker-proxy on {} -> {}: {} calls allowed, everything else 403", listen,
-              upstream, len(ALLOWED_CALLS))
+def serve(listen: str, upstream: str, checks: WriteChecks,
+          stop: threading.Event | None = None) -> None:
+    server = build_proxy(listen, upstream, checks)
+    _log.info("docker-proxy on {} -> {}: {} calls allowed (writes checked against the "
+              "current spec); anything else is answered 400/403", listen, upstream,
+              len(ALLOWED_CALLS))
     if stop is not None:
         def _watch() -> None:
             stop.wait()

@@ -1,0 +1,163 @@
+"""What the docker-proxy lets the daemon's three writes change, and what it hides.
+
+Each write is a whole spec posted back (read-modify-write at ``Version.Index``). The
+proxy reads the current spec from the engine itself and lets the new one through
+only when it differs in nothing but what the daemon writes (found by reading every
+write in ``swarmgpu/manager``: placement_step, preempt_step, overshare, rebalance):
+
+- node spec: labels under the prefix (label sync's facts, placement's gates and
+  ledger). Role, availability, name and every other label stay as they are; the
+  health drain moves services off a node, it never changes the node's availability.
+- service spec: service labels under the prefix; gate constraints
+  (``node.labels.<prefix>service.*``); the env lines swarmgpu writes (the device
+  templates, ``CUDA_DEVICE_ORDER``, the share templates, exact strings); ``ForceUpdate``;
+  ``Placement.MaxReplicas``; ``Mode.Replicated.Replicas`` (moves); discrete generic
+  resource reservations; ``UpdateConfig.Parallelism``. Image, mounts, privileges,
+  capabilities, networks, container labels, every other env line: equal.
+- swarm spec: labels under the prefix. CA, raft, dispatcher, orchestration and
+  encryption settings: equal (token rotation is refused by query, ``dockerproxy``).
+
+Equality is strict (JSON types too: ``true`` is not ``1``). Pure functions; the
+proxy (``swarmgpu.swarm.dockerproxy``) does the reading, and ``swarmgpu docker-proxy``
+hands it ``write_checks``: what the daemon writes is the manager's to say.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from swarmgpu.manager.placement.envs import ORDER_ENV, env_template, env_template_per_node
+from swarmgpu.manager.placement.keys import GATE
+from swarmgpu.manager.sharing import env_lines
+from swarmgpu.swarm.dockerproxy import WriteChecks
+from swarmgpu.swarm.jsonstrict import first_difference
+
+
+class PolicyError(ValueError):
+    """A write body the proxy refuses: the message says what differs."""
+
+
+def owned_env(prefix: str) -> frozenset[str]:
+    """The env lines the daemon adds or replaces (exact strings)."""
+    return frozenset({env_template(prefix), env_template_per_node(prefix), ORDER_ENV,
+                      *env_lines(prefix)})
+
+
+def is_gate_constraint(c: Any, prefix: str) -> bool:
+    """A gate constraint (``node.labels.<prefix>service.<name>...``), as placement reads
+    them (spaces ignored, any case)."""
+    own = f"node.labels.{prefix}{GATE}".lower()
+    return isinstance(c, str) and c.replace(" ", "").lower().startswith(own)
+
+
+def _labels_out(spec: dict[str, Any], key: str, prefix: str) -> None:
+    labels = spec.get(key)
+    if isinstance(labels, dict):
+        kept = {k: v for k, v in labels.items() if not k.startswith(prefix)}
+        if kept:
+            spec[key] = kept
+        else:
+            spec.pop(key)
+
+
+def _sub(d: Any, key: str) -> dict[str, Any] | None:
+    got = d.get(key) if isinstance(d, dict) else None
+    return got if isinstance(got, dict) else None
+
+
+def _drop_empty(d: dict[str, Any], key: str) -> None:
+    if d.get(key) in ({}, [], None):
+        d.pop(key, None)
+
+
+def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
+    s = copy.deepcopy(spec)
+    _labels_out(s, "Labels", prefix)
+    mode = _sub(s, "Mode")
+    rep = _sub(mode, "Replicated")
+    if rep is not None:
+        rep.pop("Replicas", None)  # the Replicated key stays: the mode is not swarmgpu's
+    update = _sub(s, "UpdateConfig")
+    if update is not None:
+        update.pop("Parallelism", None)
+        _drop_empty(s, "UpdateConfig")
+    tt = _sub(s, "TaskTemplate")
+    if tt is None:
+        return s
+    tt.pop("ForceUpdate", None)
+    placement = _sub(tt, "Placement")
+    if placement is not None:
+        placement.pop("MaxReplicas", None)
+        cons = placement.get("Constraints")
+        if isinstance(cons, list):
+            placement["Constraints"] = [c for c in cons if not is_gate_constraint(c, prefix)]
+            _drop_empty(placement, "Constraints")
+        _drop_empty(tt, "Placement")
+    resources = _sub(tt, "Resources")
+    reservations = _sub(resources, "Reservations")
+    if resources is not None and reservations is not None:
+        generic = reservations.get("GenericResources")
+        if isinstance(generic, list):
+            reservations["GenericResources"] = [
+                g for g in generic
+                if not (isinstance(g, dict) and list(g) == ["DiscreteResourceSpec"])]
+            _drop_empty(reservations, "GenericResources")
+        _drop_empty(resources, "Reservations")
+    if resources is not None:
+        _drop_empty(tt, "Resources")  # the engine answers {}; the daemon may add the path
+    cs = _sub(tt, "ContainerSpec")
+    env = cs.get("Env") if cs is not None else None
+    if cs is not None and isinstance(env, list):
+        own = owned_env(prefix)
+        cs["Env"] = [e for e in env if not (isinstance(e, str) and e in own)]
+        _drop_empty(cs, "Env")
+    return s
+
+
+def _mask_labels(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
+    s = copy.deepcopy(spec)
+    _labels_out(s, "Labels", prefix)
+    return s
+
+
+def _check(what: str, mask: Callable[[dict[str, Any], str], dict[str, Any]],
+           current: Mapping[str, Any], new: Any, prefix: str, allowed: str) -> None:
+    if not isinstance(new, dict):
+        raise PolicyError(f"a {what} update's body must be a JSON object (the spec)")
+    where = first_difference(mask(dict(current), prefix), mask(new, prefix))
+    if where is not None:
+        raise PolicyError(f"this {what} update changes {where}; the daemon changes only "
+                          f"{allowed}")
+
+
+SERVICE_ALLOWED = ("service labels under the prefix, gate constraints, its env lines, "
+                   "ForceUpdate, MaxReplicas, Replicas, discrete generic resources, "
+                   "UpdateConfig.Parallelism")
+
+
+def check_service_update(current: Mapping[str, Any], new: Any, prefix: str) -> None:
+    _check("service", _mask_service, current, new, prefix, SERVICE_ALLOWED)
+
+
+def check_node_update(current: Mapping[str, Any], new: Any, prefix: str) -> None:
+    _check("node", _mask_labels, current, new, prefix, f"labels under {prefix!r}")
+
+
+def check_swarm_update(current: Mapping[str, Any], new: Any, prefix: str) -> None:
+    _check("swarm", _mask_labels, current, new, prefix, f"labels under {prefix!r}")
+
+
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\.")
+
+
+def write_checks(prefix: str) -> WriteChecks:
+    """The proxy's checks of the three writes, for a daemon with ``sync.prefix``."""
+    if not _PREFIX.fullmatch(prefix):
+        raise ValueError(f"prefix {prefix!r}: the daemon's sync.prefix, ending in '.', "
+                         "e.g. swarmgpu.")
+    return {"node-update": lambda cur, new: check_node_update(cur, new, prefix),
+            "service-update": lambda cur, new: check_service_update(cur, new, prefix),
+            "swarm-update": lambda cur, new: check_swarm_update(cur, new, prefix)}

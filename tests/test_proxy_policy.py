@@ -1,0 +1,292 @@
+"""What the docker-proxy lets the daemon's writes change (``manager.proxy_policy``).
+
+The current specs are the engine's own (tests/fixtures/engine/, captured from the test
+swarm's dockerd). The daemon's real edit functions (``placement_step.service_compute``,
+the rebalancer's ``spec_edit``) must pass; everything else a hostile client could post
+must not, including a change to any single field outside the allowed paths
+(property-based). The real engine behind the proxy: tests/test_dockerproxy_swarm.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from paths import FIXTURES
+
+from swarmgpu.manager.placement.envs import ORDER_ENV, env_template, env_template_per_node
+from swarmgpu.manager.placement.keys import gate_constraint
+from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement_step import service_compute
+from swarmgpu.manager.proxy_policy import (
+    PolicyError,
+    check_node_update,
+    check_service_update,
+    check_swarm_update,
+    write_checks,
+)
+from swarmgpu.manager.rebalance.record import spec_edit, spec_labels
+from swarmgpu.manager.sharing import env_lines
+from swarmgpu.swarm.dockerproxy import WRITE_KINDS, without_join_tokens
+from swarmgpu.swarm.jsonstrict import JsonError, first_difference, load_json, same
+
+P = "swarmgpu."
+ENGINE = FIXTURES / "engine"
+
+
+def _raw(name: str) -> dict[str, Any]:
+    return dict(json.loads((ENGINE / f"inspect_{name}.json").read_text()))
+
+
+def service() -> dict[str, Any]:
+    return dict(_raw("service")["Spec"])
+
+
+def node() -> dict[str, Any]:
+    return dict(_raw("node")["Spec"])
+
+
+def swarm() -> dict[str, Any]:
+    return dict(_raw("swarm")["Spec"])
+
+
+def _refused(check: Callable[[Any, Any, str], None], cur: Any, new: Any) -> str:
+    with pytest.raises(PolicyError) as exc:
+        check(cur, new, P)
+    return str(exc.value)
+
+
+def test_every_service_write_placement_makes_passes() -> None:
+    cur = service()
+    # a gate naming another service (placement replaces it) and the older env template
+    cur["TaskTemplate"]["Placement"]["Constraints"].append(
+        "node.labels.swarmgpu.service.other == true")
+    cur["TaskTemplate"]["ContainerSpec"]["Env"].append(env_template_per_node(P))
+    sp = ServicePlan("cap_llm", "id1", None, "", "placed", "Active")
+    sp.service_labels_set = {P + "devices.n1": "GPU-b", P + "state.max-replicas": "2"}
+    sp.service_labels_remove = [P + "gpus"]
+    sp.remove_constraints = ["node.labels.swarmgpu.service.other == true"]
+    sp.add_constraints = [gate_constraint(P, "cap_llm2")]
+    sp.set_max_replicas = 2
+    sp.force_update = True
+    sp.set_generic = ("NVIDIA-GPU", 2)
+    sp.set_update_parallelism = 0
+    sp.replace_env = [(env_template_per_node(P), env_template(P))]
+    sp.add_env = [*env_lines(P), ORDER_ENV]
+    new = service_compute(sp)(cur)
+    assert new is not None and first_difference(cur, new) is not None
+    check_service_update(cur, new, P)
+
+
+def test_a_move_and_the_labels_the_rebalancer_and_preemption_write_pass() -> None:
+    cur = service()
+
+    def move(spec: dict[str, Any]) -> None:  # make-before-break, as the mover writes it
+        spec_labels(spec).update({P + "state.move": "{}", P + "devices.n2": "GPU-c"})
+        spec["Mode"]["Replicated"]["Replicas"] = 2
+        spec["TaskTemplate"]["Placement"]["MaxReplicas"] = 1
+
+    new = spec_edit(move)(cur)
+    check_service_update(cur, new, P)
+    back = spec_edit(lambda s: s["TaskTemplate"]["Placement"].pop("MaxReplicas"))(new)
+    check_service_update(new, back, P)
+
+
+def _svc(edit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    new = copy.deepcopy(service())
+    edit(new)
+    return new
+
+
+def _cs(spec: dict[str, Any]) -> dict[str, Any]:
+    return dict(spec["TaskTemplate"]["ContainerSpec"])
+
+
+HOSTILE_SERVICE: dict[str, Callable[[dict[str, Any]], None]] = {
+    "a bind mount of /": lambda s: s["TaskTemplate"]["ContainerSpec"].update(
+        Mounts=[{"Type": "bind", "Source": "/", "Target": "/host"}]),
+    "the image": lambda s: s["TaskTemplate"]["ContainerSpec"].update(Image="evil:latest"),
+    "a capability": lambda s: s["TaskTemplate"]["ContainerSpec"].update(
+        CapabilityAdd=["CAP_SYS_ADMIN"]),
+    "privileges": lambda s: s["TaskTemplate"]["ContainerSpec"]["Privileges"].update(
+        SELinuxContext={"Disable": True}),
+    "the user": lambda s: s["TaskTemplate"]["ContainerSpec"].update(User="0"),
+    "sysctls": lambda s: s["TaskTemplate"]["ContainerSpec"].update(
+        Sysctls={"kernel.core_pattern": "|/host/x"}),
+    "a foreign env line": lambda s: s["TaskTemplate"]["ContainerSpec"]["Env"].append(
+        "LD_PRELOAD=/host/evil.so"),
+    "an env line that looks like swarmgpu's": lambda s: s["TaskTemplate"]["ContainerSpec"][
+        "Env"].append("NVIDIA_VISIBLE_DEVICES=all"),
+    "a user's env line removed": lambda s: s["TaskTemplate"]["ContainerSpec"].update(
+        Env=[e for e in s["TaskTemplate"]["ContainerSpec"]["Env"] if "PCI_BUS_ID" in e]
+        + ["X=1"]),
+    "the command": lambda s: s["TaskTemplate"]["ContainerSpec"].update(Args=["sh"]),
+    "a container label": lambda s: s["TaskTemplate"]["ContainerSpec"]["Labels"].update(
+        {P + "x": "1"}),
+    "a service label outside the prefix": lambda s: s["Labels"].update(
+        {"com.docker.stack.namespace": "other"}),
+    "a network": lambda s: s["TaskTemplate"]["Networks"].append({"Target": "host"}),
+    "a published port": lambda s: s["EndpointSpec"].update(
+        Ports=[{"TargetPort": 22, "PublishedPort": 2222}]),
+    "a constraint that is not a gate": lambda s: s["TaskTemplate"]["Placement"][
+        "Constraints"].append("node.role==manager"),
+    "placement preferences": lambda s: s["TaskTemplate"]["Placement"].update(
+        Preferences=[{"Spread": {"SpreadDescriptor": "node.id"}}]),
+    "a limit": lambda s: s["TaskTemplate"]["Resources"].update(
+        Limits={"MemoryBytes": 1}),
+    "a named generic resource": lambda s: s["TaskTemplate"]["Resources"].update(
+        Reservations={"GenericResources": [{"NamedResourceSpec": {
+            "Kind": "NVIDIA-GPU", "Value": "GPU-x"}}]}),
+    "the restart policy, 0 -> false": lambda s: s["TaskTemplate"]["RestartPolicy"].update(
+        MaxAttempts=False),
+    "the runtime": lambda s: s["TaskTemplate"].update(Runtime="plugin"),
+    "the mode": lambda s: s.update(Mode={"Global": {}}),
+    "the name": lambda s: s.update(Name="other"),
+    "a secret": lambda s: s["TaskTemplate"]["ContainerSpec"].update(
+        Secrets=[{"SecretID": "x", "SecretName": "y"}]),
+    "the update order": lambda s: s.update(UpdateConfig={"Parallelism": 1,
+                                                         "Order": "start-first"}),
+    "a key in another case": lambda s: s["TaskTemplate"].update(
+        containerspec={"Image": "evil"}),
+}
+
+
+@pytest.mark.parametrize("what", sorted(HOSTILE_SERVICE))
+def test_a_service_write_that_changes_anything_else_is_refused(what: str) -> None:
+    msg = _refused(check_service_update, service(), _svc(HOSTILE_SERVICE[what]))
+    assert "this service update changes " in msg
+
+
+def test_the_refusal_names_what_changed() -> None:
+    msg = _refused(check_service_update, service(), _svc(HOSTILE_SERVICE["a bind mount of /"]))
+    assert "TaskTemplate.ContainerSpec.Mounts" in msg
+
+
+def test_node_writes_change_only_labels_under_the_prefix() -> None:
+    cur = node()
+    check_node_update(cur, {**cur, "Labels": {P + "gpu.count": "8",
+                                              P + "service.x": "true"}}, P)
+    for new in ({**cur, "Availability": "drain"}, {**cur, "Role": "manager"},
+                {**cur, "Name": "x"}, {**cur, "Labels": {"evil": "1"}},
+                {k: v for k, v in cur.items() if k != "Availability"}, [cur], "x"):
+        _refused(check_node_update, cur, new)
+    # another prefix is another daemon's: not this one's to change
+    with pytest.raises(PolicyError):
+        check_node_update(cur, {**cur, "Labels": {"other.x": "1"}}, P)
+
+
+def test_swarm_writes_change_only_labels_under_the_prefix() -> None:
+    cur = swarm()
+    check_swarm_update(cur, {**cur, "Labels": {P + "state.workload": "{}"}}, P)
+    hostile = [
+        {**cur, "CAConfig": {"NodeCertExpiry": 3600 * 10**9}},
+        {**cur, "CAConfig": {**cur["CAConfig"], "ExternalCAs": [
+            {"Protocol": "cfssl", "URL": "https://evil"}]}},
+        {**cur, "CAConfig": {**cur["CAConfig"], "SigningCACert": "x", "SigningCAKey": "y"}},
+        {**cur, "EncryptionConfig": {"AutoLockManagers": True}},
+        {**cur, "Dispatcher": {"HeartbeatPeriod": 1}},
+        {**cur, "TaskDefaults": {"LogDriver": {"Name": "syslog"}}},
+        {**cur, "Labels": {"evil": "1"}},
+    ]
+    for new in hostile:
+        _refused(check_swarm_update, cur, new)
+
+
+def test_json_is_read_strictly() -> None:
+    assert load_json(b'{"a": [1, 2.5, true, null]}') == {"a": [1, 2.5, True, None]}
+    for body in (b'{"a": 1, "a": 2}', b'{"x": {"Image": 1, "Image": 2}}', b'{"a": NaN}',
+                 b'{"a": Infinity}', '{"a": 1}'.encode("utf-16"), b'{"a": "\xff"}',
+                 b"[" * 100_000, b"", b"{"):
+        with pytest.raises(JsonError):
+            load_json(body)
+
+
+def test_equality_knows_json_types() -> None:
+    assert same({"a": [1, "x"]}, {"a": [1, "x"]})
+    assert not same({"a": 0}, {"a": False}) and not same({"a": 1}, {"a": 1.0})
+    assert not same({"a": True}, {"a": 1}) and not same({"a": None}, {})
+    assert first_difference({"a": {"b": [1, 2]}}, {"a": {"b": [1, 3]}}) == "a.b[1]"
+
+
+def test_write_checks_cover_every_write_and_check_the_prefix() -> None:
+    checks = write_checks(P)
+    assert set(checks) == set(WRITE_KINDS)
+    cur = node()
+    checks["node-update"](cur, {**cur, "Labels": {P + "x": "1"}})
+    with pytest.raises(PolicyError):
+        checks["node-update"](cur, {**cur, "Labels": {"x": "1"}})
+    with pytest.raises(PolicyError):  # the prefix handed over is the one checked
+        write_checks("other.")["node-update"](cur, {**cur, "Labels": {P + "x": "1"}})
+    for bad in ("", "swarmgpu", "a/b.", ".x."):
+        with pytest.raises(ValueError, match="prefix"):
+            write_checks(bad)
+
+
+def test_join_tokens_are_dropped_and_nothing_else() -> None:
+    raw = _raw("swarm")
+    out = without_join_tokens(raw)
+    assert "JoinTokens" not in out and {**out, "JoinTokens": raw["JoinTokens"]} == raw
+    assert without_join_tokens([1]) == [1]
+
+
+# --- property: a change to any one field outside the allowed paths is refused -------
+
+def _leaves(obj: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(obj, dict) and obj:
+        return [p for k, v in obj.items() for p in _leaves(v, (*path, k))]
+    if isinstance(obj, list) and obj:
+        return [p for i, v in enumerate(obj) for p in _leaves(v, (*path, i))]
+    return [path]
+
+
+def _allowed(path: tuple[Any, ...]) -> bool:
+    """The paths the daemon writes (as ``proxy_policy`` lists them)."""
+    text = ".".join(map(str, path))
+    return (text.startswith(f"Labels.{P}") or text == "TaskTemplate.ForceUpdate"
+            or text == "Mode.Replicated.Replicas"
+            or text.startswith("TaskTemplate.Placement.Constraints")
+            or text.startswith("TaskTemplate.ContainerSpec.Env"))
+
+
+SPEC_LEAVES = [p for p in _leaves(service()) if p and not _allowed(p)]
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
+                   st.just({}), st.just([]), st.just({"Type": "bind", "Source": "/"}))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(SPEC_LEAVES), value=VALUES)
+def test_prop_any_other_field_changed_is_refused(path: tuple[Any, ...], value: Any) -> None:
+    cur = service()
+    new = copy.deepcopy(cur)
+    at = new
+    for k in path[:-1]:
+        at = at[k]
+    if same(at[path[-1]], value):
+        return
+    at[path[-1]] = value
+    with pytest.raises(PolicyError):
+        check_service_update(cur, new, P)
+
+
+@settings(max_examples=200, deadline=None)
+@given(labels=st.dictionaries(st.text(max_size=12).map(lambda s: P + s),
+                              st.text(max_size=12), max_size=5),
+       replicas=st.integers(0, 50), force=st.integers(0, 10**6),
+       env=st.lists(st.sampled_from([env_template(P), ORDER_ENV, *env_lines(P)]),
+                    max_size=4))
+def test_prop_what_the_daemon_writes_passes(labels: dict[str, str], replicas: int,
+                                            force: int, env: list[str]) -> None:
+    cur = service()
+    new = copy.deepcopy(cur)
+    new["Labels"] = {**{k: v for k, v in cur["Labels"].items() if not k.startswith(P)},
+                     **labels}
+    new["Mode"]["Replicated"]["Replicas"] = replicas
+    new["TaskTemplate"]["ForceUpdate"] = force
+    cs = new["TaskTemplate"]["ContainerSpec"]
+    cs["Env"] = [e for e in cs["Env"] if e not in env] + env
+    check_service_update(cur, new, P)
