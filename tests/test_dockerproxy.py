@@ -100,6 +100,23 @@ def test_docs_say_what_the_proxy_lets_through_per_call() -> None:
     assert _doc_allows() == {(c.method, c.path): c.allows for c in ALLOWED_CALLS}
 
 
+def test_the_docs_figures_are_the_codes() -> None:
+    from swarmgpu.swarm import httpframe
+
+    text = " ".join(_section("Least privilege on the engine: a socket proxy").split())
+    for claim in (f"more than {httpframe.MAX_HEADERS} fields",
+                  f"{httpframe.MAX_HEAD_BYTES // 1024} KiB of head",
+                  f"≤ {httpframe.MAX_BODY_BYTES // (1024 * 1024)} MiB: 413",
+                  "plain hex (≤ 8 digits)",
+                  f"more than {dockerproxy.REQUEST_DEADLINE_S:g} s to arrive (408)",
+                  f"does not read for {dockerproxy.CLIENT_WRITE_TIMEOUT_S:g} s",
+                  f"at most {dockerproxy.MAX_CONNECTIONS} connections at once (503)"):
+        assert claim in text, claim
+    assert httpframe.ChunkDecoder(1).feed(b"00000001\r\n") == []
+    with pytest.raises(httpframe.Refused):
+        httpframe.ChunkDecoder(1 << 40).feed(b"000000001\r\n")
+
+
 def test_client_code_makes_exactly_the_listed_calls() -> None:
     listed = {name for c in ALLOWED_CALLS for name in c.client}
     assert _client_calls() == listed
@@ -300,6 +317,18 @@ def test_a_write_that_changes_more_never_reaches_the_engine(proxy: Any) -> None:
                     b"Content-Length: %d\r\n\r\n%s" % (version, len(body), body))
         assert got.startswith(b"HTTP/1.1 %d" % status), got
     assert all(s.startswith(b"GET /v1.43/swarm ") for s in engine.seen)
+
+
+def test_a_refusal_repeats_no_control_character(proxy: Any) -> None:
+    """A refused write names the key it changes: a key carrying an escape sequence or
+    a newline must not forge a log line or rewrite a terminal."""
+    path, _, _ = proxy
+    body = json.dumps({"Name": "default", "Labels": {}, "\x1b[2J\nFAKE LOG LINE": 1})
+    got = _send(path, b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
+    assert got.startswith(b"HTTP/1.1 403 ")
+    message = json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+    assert "FAKE LOG LINE" in message and not any(c in message for c in "\x1b\n\r")
 
 
 def test_get_swarm_comes_back_without_join_tokens(proxy: Any) -> None:

@@ -40,6 +40,7 @@ from urllib.parse import urlencode
 
 from loguru import logger
 
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.swarm.httpframe import (
     ChunkDecoder,
     Refused,
@@ -253,12 +254,14 @@ class _Wire:
                 raise Refused(502, "the engine's answer was cut short")
 
     def whole(self, head: ResponseHead, deadline: float) -> bytes:
-        out = b""
+        out: list[bytes] = []
+        size = 0
         for piece in self.body(head, deadline):
-            out += piece
-            if len(out) > MAX_ANSWER_BYTES:
+            out.append(piece)
+            size += len(piece)
+            if size > MAX_ANSWER_BYTES:
                 raise Refused(502, "the engine's answer is too large to check")
-        return out
+        return b"".join(out)
 
 
 def request_bytes(method: str, target: str, user_agent: str | None,
@@ -368,6 +371,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _refuse(self, r: Refused, req: Request | None) -> None:
         what = f"{req.method} {req.path}" if req is not None else "a request"
+        r = Refused(r.status, peer_text(r.reason))  # a write's refusal names its keys
         if r.status == 500:  # a stale version: the daemon reads again, as from the engine
             _log.info("{}: {}", what, r.reason)
         else:

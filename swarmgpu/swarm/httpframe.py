@@ -197,15 +197,15 @@ def parse_head(head: bytes) -> _Head:
     def only(name: str) -> str | None:
         got = [v for k, v in headers if k == name]
         if len(got) > 1:
-            raise Refused(400, f"{name} given twice")
+            raise Refused(400, f"the {name} header given twice")
         return got[0] if got else None
 
     host = only("host")
     if host is None:
         raise Refused(400, "no Host header (HTTP/1.1 requires one)")
-    for name in ("upgrade", "expect"):
+    for name, title in (("upgrade", "Upgrade"), ("expect", "Expect")):
         if only(name) is not None:
-            raise Refused(400, f"a {name} header (no upgrades, no 100-continue)")
+            raise Refused(400, f"an {title} header (no upgrades, no 100-continue)")
     conn = only("connection")
     if conn is not None:
         tokens = {t.strip().lower() for t in conn.split(",")}
