@@ -12,10 +12,12 @@ pointed at it and nothing else. Shown here, with the engine itself as the witnes
 - smuggling framings (the bare-LF request of issue 32, CL.TE, TE.CL, duplicate
   Content-Length, obsolete folding, chunk-extension tricks, a pipelined request,
   HTTP/1.0 keep-alive, an absolute-form target, ``%2f``, ``..``) create no container;
-- the allowed writes are checked for what they do: a service update that adds a bind
-  mount, changes the image, adds a capability or a foreign env line, or asks for a
-  rollback is refused; so are a node role or availability change and a swarm update
-  that rotates a token or changes the CA settings; ``GET /swarm`` carries no join token.
+- the allowed writes are checked for what they do: an update of the GPU service the
+  daemon placed that adds a bind mount, changes the image, adds a capability, a network,
+  a published port or a foreign env line, or asks for a rollback is refused, and a
+  service that is not swarmgpu's is not written at all; so are a node role or
+  availability change and a swarm update that rotates a token or changes the CA
+  settings; ``GET /swarm`` carries no join token.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +116,10 @@ def _through(proxied: dict[str, Any]) -> docker.APIClient:
     return docker.APIClient(base_url=f"unix://{proxied['sock']}", timeout=10)
 
 
-def test_full_daemon_cycles_through_the_proxy(swarm: SwarmCluster,
-                                              proxied: dict[str, Any]) -> None:
+@pytest.fixture(scope="module")
+def deployed(swarm: SwarmCluster, proxied: dict[str, Any]) -> dict[str, Any]:
+    """The module's GPU services, placed by the daemon through the proxy: one whole
+    4090 (``one``) and two halves (``a``, ``b``) that share a GPU."""
     swarm.wait_for(lambda: labels_of(swarm, "gpu-node-2").get(P + "gpu.product")
                    == "NVIDIA-GeForce-RTX-4090", 60, "labels synced through the proxy")
     frac = {"labels": {P + "gpu-fraction": "0.5"}}
@@ -123,6 +127,12 @@ def test_full_daemon_cycles_through_the_proxy(swarm: SwarmCluster,
                                                              P + "gpu-product": "*4090*"}},
                                           "a": frac, "b": frac}, stack_yaml)
     (task,) = wait_running(swarm, f"{STACK}_one", 1, 90)
+    return {"one": task}
+
+
+def test_full_daemon_cycles_through_the_proxy(swarm: SwarmCluster, proxied: dict[str, Any],
+                                              deployed: dict[str, Any]) -> None:
+    task = deployed["one"]
     assert swarm.node(task["NodeID"]).hostname == "gpu-node-2"
     assert any(k.startswith(P + "assign.") for k in labels_of(swarm, "gpu-node-2"))
     swarm.wait_for(lambda: P + STATE_KEY in _swarm_labels(swarm), 60,
@@ -271,7 +281,7 @@ def _post(api: docker.APIClient, path: str, body: Any, **params: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def plain(swarm: SwarmCluster, proxied: dict[str, Any]) -> str:
-    """A service without GPU labels (the daemon leaves it alone), made on the engine."""
+    """A service without GPU labels (not swarmgpu's), made on the engine."""
     api = swarm.client(swarm.manager).api
     api.create_service({"ContainerSpec": {"Image": IMAGE, "Command": ["sleep", "3600"],
                                           "Env": ["A=1"]}}, name=EVIL,
@@ -279,54 +289,74 @@ def plain(swarm: SwarmCluster, proxied: dict[str, Any]) -> str:
     return EVIL
 
 
-def test_service_updates_change_only_what_the_daemon_writes(
-        swarm: SwarmCluster, proxied: dict[str, Any], plain: str) -> None:
-    api, engine = _through(proxied), swarm.client(swarm.manager).api
-    version, spec = _spec(api, plain)
+def _update(api: docker.APIClient, service: str,
+            edit: Callable[[dict[str, Any]], dict[str, Any]], **params: Any) -> Any:
+    """POST the edited current spec at its version; again when the daemon wrote the
+    service in between (the proxy's "update out of sequence", as the engine's)."""
+    for _ in range(10):
+        version, spec = _spec(api, service)
+        resp = _post(api, f"/services/{service}/update", edit(spec), version=version,
+                     **params)
+        if resp.status_code != 500:
+            return resp
+        time.sleep(0.3)
+    return resp
 
-    def with_(**edits: Any) -> dict[str, Any]:
+
+def _cs(**edits: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def edit(spec: dict[str, Any]) -> dict[str, Any]:
         new = json.loads(json.dumps(spec))
-        cs = new["TaskTemplate"]["ContainerSpec"]
-        for k, v in edits.items():
-            cs[k] = v
+        new["TaskTemplate"]["ContainerSpec"].update(edits)
         return new
+    return edit
 
-    hostile = {
-        "bind mount of /": with_(Mounts=[{"Type": "bind", "Source": "/", "Target": "/host"}]),
-        "image": with_(Image="local/other:latest"),
-        "capability": with_(CapabilityAdd=["CAP_SYS_ADMIN"]),
-        "foreign env": with_(Env=["A=1", "LD_PRELOAD=/host/evil.so"]),
-        "a user's env changed": with_(Env=["A=2"]),
-        "label outside the prefix": {**spec, "Labels": {"team": "y"}},
-        "networks": {**spec, "TaskTemplate": {**spec["TaskTemplate"],
-                                              "Networks": [{"Target": "host"}]}},
+
+def test_service_updates_change_only_what_the_daemon_writes(
+        swarm: SwarmCluster, proxied: dict[str, Any], deployed: dict[str, Any],
+        plain: str) -> None:
+    api, engine = _through(proxied), swarm.client(swarm.manager).api
+    svc = f"{STACK}_one"  # a GPU service the daemon placed: swarmgpu's to write
+    _, before = _spec(engine, svc)
+    env = before["TaskTemplate"]["ContainerSpec"]["Env"]
+    hostile: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "bind mount of /": _cs(Mounts=[{"Type": "bind", "Source": "/", "Target": "/host"}]),
+        "image": _cs(Image="local/other:latest"),
+        "capability": _cs(CapabilityAdd=["CAP_SYS_ADMIN"]),
+        "foreign env": _cs(Env=[*env, "LD_PRELOAD=/host/evil.so"]),
+        "all GPUs by env": _cs(Env=[*env, "NVIDIA_VISIBLE_DEVICES=all"]),
+        "label outside the prefix": lambda s: {**s, "Labels": {**s["Labels"], "team": "y"}},
+        "networks": lambda s: {**s, "TaskTemplate": {**s["TaskTemplate"],
+                                                     "Networks": [{"Target": "host"}]}},
+        "published port": lambda s: {**s, "EndpointSpec": {"Ports": [
+            {"TargetPort": 22, "PublishedPort": 2222}]}},
     }
-    for what, body in hostile.items():
-        resp = _post(api, f"/services/{plain}/update", body, version=version)
+    for what, edit in hostile.items():
+        resp = _update(api, svc, edit)
         assert resp.status_code == 403, (what, resp.status_code, resp.text)
         assert "swarmgpu docker-proxy" in resp.json()["message"]
-    resp = _post(api, f"/services/{plain}/update", spec, version=version, rollback="previous")
+    resp = _update(api, svc, lambda s: s, rollback="previous")
     assert resp.status_code == 403, resp.text
-    # with the engine's own client the bind mount is refused too (docker-py's path)
+    # docker-py's own update_service with a bind mount: refused too
     with pytest.raises(docker.errors.APIError) as exc:
-        api.update_service(plain, version, task_template=docker.types.TaskTemplate(
+        api.update_service(svc, _spec(api, svc)[0], task_template=docker.types.TaskTemplate(
             docker.types.ContainerSpec(IMAGE, mounts=[docker.types.Mount(
                 "/host", "/", type="bind")])))
     assert exc.value.status_code == 403
-    now_version, now = _spec(engine, plain)
-    assert now_version == version and "Mounts" not in now["TaskTemplate"]["ContainerSpec"]
-    # what the daemon writes passes: its label, ForceUpdate, its env template, replicas
-    ok = with_(Env=["A=1", "CUDA_DEVICE_ORDER=PCI_BUS_ID"])
-    ok["Labels"] = {**spec["Labels"], P + "proxy-test": "1"}
-    ok["TaskTemplate"]["ForceUpdate"] = 1
-    ok["Mode"] = {"Replicated": {"Replicas": 0}}
-    resp = _post(api, f"/services/{plain}/update", ok, version=version)
-    assert resp.status_code == 200, resp.text
     # a stale version is the engine's "out of sequence", so the daemon reads again
-    resp = _post(api, f"/services/{plain}/update", ok, version=version)
+    version, spec = _spec(api, svc)
+    resp = _post(api, f"/services/{svc}/update", spec, version=version - 1)
     assert resp.status_code == 500 and "out of sequence" in resp.text
-    _, now = _spec(engine, plain)
-    assert now["Labels"][P + "proxy-test"] == "1" and now["TaskTemplate"]["ForceUpdate"] == 1
+    _, after = _spec(engine, svc)
+    cs = after["TaskTemplate"]["ContainerSpec"]
+    assert "Mounts" not in cs and cs["Image"] == before["TaskTemplate"]["ContainerSpec"][
+        "Image"] and "CapabilityAdd" not in cs and "LD_PRELOAD" not in json.dumps(after)
+    # a service that is not swarmgpu's is not written at all, not even ForceUpdate
+    def force(s: dict[str, Any]) -> dict[str, Any]:
+        return {**s, "TaskTemplate": {**s["TaskTemplate"], "ForceUpdate": 1}}
+
+    resp = _update(api, plain, force)
+    assert resp.status_code == 403 and "does not write it" in resp.json()["message"]
+    assert engine.inspect_service(plain)["Spec"]["TaskTemplate"].get("ForceUpdate", 0) == 0
 
 
 def test_node_updates_change_only_labels_under_the_prefix(

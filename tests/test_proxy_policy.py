@@ -28,6 +28,7 @@ from swarmgpu.manager.proxy_policy import (
     check_node_update,
     check_service_update,
     check_swarm_update,
+    is_swarmgpus,
     write_checks,
 )
 from swarmgpu.manager.rebalance.record import spec_edit, spec_labels
@@ -160,6 +161,28 @@ HOSTILE_SERVICE: dict[str, Callable[[dict[str, Any]], None]] = {
 def test_a_service_write_that_changes_anything_else_is_refused(what: str) -> None:
     msg = _refused(check_service_update, service(), _svc(HOSTILE_SERVICE[what]))
     assert "this service update changes " in msg
+
+
+def test_a_service_that_is_not_swarmgpus_is_not_written_at_all() -> None:
+    cur = service()
+    cur["Labels"] = {k: v for k, v in cur["Labels"].items() if not k.startswith(P)}
+    cur["TaskTemplate"]["Placement"] = {}
+    cur["TaskTemplate"]["ContainerSpec"]["Env"] = ["A=1"]
+    assert not is_swarmgpus(cur, P)
+    for edit in (lambda s: s["TaskTemplate"].update(ForceUpdate=1),
+                 lambda s: s["Mode"]["Replicated"].update(Replicas=0),
+                 lambda s: s["Labels"].update({P + "gpus": "1"})):
+        new = copy.deepcopy(cur)
+        edit(new)
+        assert "the daemon does not write it" in _refused(check_service_update, cur, new)
+    # any one sign of swarmgpu makes it the daemon's: a request label, a gate, its env
+    for sign in (lambda s: s["Labels"].update({P + "gpus": "1"}),
+                 lambda s: s["TaskTemplate"]["Placement"].update(
+                     Constraints=["node.labels.swarmgpu.service.x == true"]),
+                 lambda s: s["TaskTemplate"]["ContainerSpec"]["Env"].append(env_template(P))):
+        owned = copy.deepcopy(cur)
+        sign(owned)
+        assert is_swarmgpus(owned, P)
 
 
 def test_the_refusal_names_what_changed() -> None:

@@ -13,7 +13,9 @@ write in ``swarmgpu/manager``: placement_step, preempt_step, overshare, rebalanc
   templates, ``CUDA_DEVICE_ORDER``, the share templates, exact strings); ``ForceUpdate``;
   ``Placement.MaxReplicas``; ``Mode.Replicated.Replicas`` (moves); discrete generic
   resource reservations; ``UpdateConfig.Parallelism``. Image, mounts, privileges,
-  capabilities, networks, container labels, every other env line: equal.
+  capabilities, networks, container labels, every other env line: equal. And only a
+  service that is swarmgpu's (``is_swarmgpus``): one without a label under the prefix,
+  a gate or a swarmgpu env line is not written at all.
 - swarm spec: labels under the prefix. CA, raft, dispatcher, orchestration and
   encryption settings: equal (token rotation is refused by query, ``dockerproxy``).
 
@@ -138,7 +140,27 @@ SERVICE_ALLOWED = ("service labels under the prefix, gate constraints, its env l
                    "UpdateConfig.Parallelism")
 
 
+def is_swarmgpus(spec: Mapping[str, Any], prefix: str) -> bool:
+    """Whether the daemon may write this service at all: it carries a label under the
+    prefix (a GPU request, or what the daemon wrote), a gate constraint or one of its
+    env lines. The daemon writes no other service (its planners read only services
+    with a request; everything it writes there is under the prefix)."""
+    labels = spec.get("Labels")
+    if isinstance(labels, dict) and any(k.startswith(prefix) for k in labels):
+        return True
+    tt = _sub(spec, "TaskTemplate")
+    cons = (_sub(tt, "Placement") or {}).get("Constraints")
+    if isinstance(cons, list) and any(is_gate_constraint(c, prefix) for c in cons):
+        return True
+    env = (_sub(tt, "ContainerSpec") or {}).get("Env")
+    return isinstance(env, list) and bool(owned_env(prefix) & {e for e in env
+                                                                if isinstance(e, str)})
+
+
 def check_service_update(current: Mapping[str, Any], new: Any, prefix: str) -> None:
+    if not is_swarmgpus(current, prefix):
+        raise PolicyError(f"this service has no label under {prefix!r}, gate constraint or "
+                          "swarmgpu env line: the daemon does not write it")
     _check("service", _mask_service, current, new, prefix, SERVICE_ALLOWED)
 
 

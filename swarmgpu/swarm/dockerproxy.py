@@ -144,8 +144,9 @@ ALLOWED_CALLS: tuple[Call, ...] = (
          "node-update", _WRITE),
     Call("POST", "/services/{id}/update", ("/services/{0}/update",),
          "placement and moves: swarmgpu.* service labels, the gate, the device env",
-         "`version` (the current one); the spec equal to the current one but for: "
-         "service labels under the prefix, gate constraints "
+         "`version` (the current one); only a service that is swarmgpu's (a label under "
+         "the prefix, a gate constraint or a swarmgpu env line), its spec equal to the "
+         "current one but for: service labels under the prefix, gate constraints "
          "(`node.labels.<prefix>service.*`), swarmgpu's own env lines (exact), "
          "`ForceUpdate`, `Placement.MaxReplicas`, `Mode.Replicated.Replicas`, discrete "
          "generic-resource reservations, `UpdateConfig.Parallelism` (no image, mount, "
