@@ -75,12 +75,45 @@ def test_simulate_prints_progress_on_stderr(small_trace: tuple[str, str]) -> Non
                    "--seeds", "1-2"])
     assert r.returncode == 0, r.stderr
     progress = [ln for ln in r.stderr.splitlines() if ln.startswith("simulate: ")]
-    assert progress[0].endswith("4 replays (policy x seed) ...")
+    # Two policies x two seeds, then the upper bound of each seed.
+    assert progress[0].endswith("6 replays (policy x seed) ...")
+    assert "upper bound" in progress[0]
     done = progress[1:]
-    assert len(done) == 4 and done[-1].startswith("simulate: 4/4 ") and "done" in done[-1]
+    assert len(done) == 6 and done[-1].startswith("simulate: 6/6 ") and "done" in done[-1]
     assert all("ETA" in ln for ln in done[:-1])
-    assert {ln.split()[2] for ln in done} == {"bestfit", "fgd"}
+    assert {ln.split()[2] for ln in done} == {"bestfit", "fgd", "bound"}
     assert "policy" in r.stdout and "simulate:" not in r.stdout  # the table, alone
+    assert "bound (lp)" in r.stdout and "gap@100%" in r.stdout
+
+
+def test_simulate_json_has_the_bound_and_each_gap(small_trace: tuple[str, str]) -> None:
+    """The JSON only gains keys: ``bound`` and each policy's ``gap_pct_at``."""
+    nodes, pods = small_trace
+    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--json"])
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    b, p = s["bound"], s["policies"]["bestfit"]
+    assert b["method"] == "lp" and b["seeds"] == [42] and b["solve_s"] >= 0
+    assert set(p) >= {"alloc_pct_at", "frag_pct_at", "failed_at_100", "moves", "by_seed"}
+    for lv, a in p["alloc_pct_at"].items():
+        assert p["gap_pct_at"][lv] == pytest.approx(b["alloc_pct_at"][lv] - a, abs=2e-3)
+        assert b["alloc_pct_at"][lv] >= a
+    off = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--json",
+                     "--bound", "off"])
+    assert "bound" not in json.loads(off.stdout)
+    assert "gap_pct_at" not in json.loads(off.stdout)["policies"]["bestfit"]
+
+
+def test_without_highspy_the_table_says_why_there_is_no_bound(
+        small_trace: tuple[str, str], tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow" / "highspy"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named highspy')\n")
+    nodes, pods = small_trace
+    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit"],
+                  env={"PYTHONPATH": str(tmp_path / "shadow")})
+    assert r.returncode == 0, r.stderr
+    assert "bound: not computed" in r.stdout and "pip install 'swarmgpu[sim]'" in r.stdout
 
 
 def test_simulate_json_into_a_pipe_is_quiet(small_trace: tuple[str, str]) -> None:

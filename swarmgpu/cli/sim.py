@@ -31,13 +31,18 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
               type=click.Choice(["online", "oracle"]),
               help="swarmgpu's workload model: online = learned from arrivals so far, as the "
                    "daemon does; oracle = the whole trace's mix, as FGD's paper gives FGD.")
+@click.option("--bound", "bound", default="lp", show_default=True,
+              type=click.Choice(["lp", "mip", "off"]),
+              help="The upper bound beside the table: the most GPU allocation any placement "
+                   "of the arrived pods could reach. lp = the certified linear relaxation "
+                   "(seconds per level); mip = the integer program (tighter, minutes); off.")
 @click.option("--priorities", "priority_share", type=float, default=None,
               help="Give this share (0-1) of the GPU pods priority 100 and replay the "
                    "departures timeline with a queue, without and with priorities "
                    "(preemption on): wait per class, preemptions, allocation.")
 def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, seeds: str,
              as_json: bool, plot: str | None, departures: bool, rebalance_moves: float | None,
-             speedup: float, workload: str, priority_share: float | None) -> None:
+             speedup: float, workload: str, bound: str, priority_share: float | None) -> None:
     """Replay a GPU cluster trace through the placement policies.
 
     Progress (each policy and seed as it ends, with an ETA) goes to stderr, except with
@@ -67,7 +72,7 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
     progress = (ProgressLine(0) if wants_progress(as_json, sys.stdout.isatty()) else None)
     text, code = run_simulate(nodes, pods, [p.strip() for p in policies.split(",") if p.strip()],
                               seed_list, as_json, plot, departures, rebalance_moves, speedup,
-                              workload, progress)
+                              workload, progress, bound)
     if code != 0:  # a usage error: on stderr, as click's own
         click.echo(f"swarmgpu simulate: {text}", err=True)
         sys.exit(code)

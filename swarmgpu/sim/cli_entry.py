@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import TextIO
 
 from swarmgpu.sim import report
+from swarmgpu.sim.bound import highs_missing
+from swarmgpu.sim.bound_runs import BOUND_METHODS
 from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.swarm_replay import WORKLOADS
 from swarmgpu.sim.trace import TraceError
@@ -108,15 +110,18 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
                  plot: str | None, departures: bool = False,
                  rebalance_moves: float | None = None,
                  speedup: float = 1.0, workload: str = "online",
-                 progress: ProgressLine | None = None) -> tuple[str, int]:
+                 progress: ProgressLine | None = None, bound: str = "lp") -> tuple[str, int]:
     """Run the replay; returns (text to print, exit code). ``progress`` (if given) hears
-    of every replay as it ends."""
+    of every replay as it ends. ``bound``: the upper bound beside the no-departure table
+    (``sim.bound_runs``; "off" for none)."""
     known = set(POLICIES) | {"fgd-unrounded"}
     bad = [p for p in policies if p not in known]
     if bad:
         return (f"unknown policy {', '.join(bad)}; choose from {', '.join(POLICIES)}", 2)
     if workload not in WORKLOADS:
         return (f"--workload {workload!r}: use one of {', '.join(WORKLOADS)}", 2)
+    if bound not in BOUND_METHODS:
+        return (f"--bound {bound!r}: use one of {', '.join(BOUND_METHODS)}", 2)
     if rebalance_moves is not None and rebalance_moves < 0:
         return (f"--rebalance-moves {rebalance_moves:g}: must be >= 0 (moves per 100 pods)", 2)
     if departures:
@@ -136,15 +141,20 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
         return (report.timed_json(timed) if as_json else report.timed_text(timed), 0)
     if plot and (why := plot_missing()):
         return (why, 2)
+    missing = highs_missing() if bound != "off" else None
+    solve = bound != "off" and missing is None
     try:
         if progress is not None:
-            progress.total = len(policies) * len(seeds)
-            progress.start("replays to 130% arrived load")
+            progress.total = len(policies) * len(seeds) + (len(seeds) if solve else 0)
+            progress.start("replays to 130% arrived load"
+                           + (" and the upper bound per seed" if solve else ""))
         results = report.run_many(nodes, pods, policies, seeds, moves=rebalance_moves,
                                   workload=workload, progress=progress)
+        bounds = (report.run_bounds(nodes, pods, results, bound, progress=progress)
+                  if solve else missing)
     except TraceError as e:
         return (str(e), 2)
-    s = report.summary(results)
+    s = report.summary(results, bounds)
     if plot:
         report.plot(s, plot)
     return (report.as_json(s) if as_json else report.as_text(s), 0)

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from statistics import mean
 from typing import Any
 
+from swarmgpu.sim.bound_runs import SeedBound, bound_jobs, bound_seed, bound_summary
 from swarmgpu.sim.rebalance import Defragmenter, MoveRescuer
 from swarmgpu.sim.replay import replay
 from swarmgpu.sim.runs import RunResult, TimelineResult, timed_pods, workload_of
@@ -90,6 +91,15 @@ def run_many(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Se
     return out
 
 
+def run_bounds(nodes_path: str, pods_path: str, results: dict[str, list[RunResult]],
+               method: str = "lp", *, workers: int | None = None,
+               progress: Progress | None = None) -> list[SeedBound]:
+    """The upper bound for every seed the replays ran, at the levels they report
+    (``sim.bound_runs``), on all cores; seeds in order."""
+    jobs = bound_jobs(nodes_path, pods_path, results, method)
+    return list(_map(bound_seed, jobs, workers, progress))
+
+
 def run_timed(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
               *, moves: float | None = None, speedup: float = 1.0, workload: str = "online",
               workers: int | None = None, progress: Progress | None = None,
@@ -137,7 +147,11 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
-def summary(results: dict[str, list[RunResult]]) -> dict[str, Any]:
+def summary(results: dict[str, list[RunResult]],
+            bounds: list[SeedBound] | str | None = None) -> dict[str, Any]:
+    """Means over seeds per policy. ``bounds``: the upper bound's per seed (adds
+    ``bound`` and each policy's ``gap_pct_at``, bound minus policy, in points), or why
+    there is none (a message, kept as ``bound.unavailable``)."""
     pol: dict[str, Any] = {}
     for name, runs in results.items():
         levels = sorted(runs[0].alloc_pct_at)
@@ -155,7 +169,15 @@ def summary(results: dict[str, list[RunResult]]) -> dict[str, Any]:
                                                        if lv in r.alloc_pct_at},
                                       "pods": r.pods, "moves": r.moves} for r in runs},
         }
-    return {"policies": pol}
+    out: dict[str, Any] = {"policies": pol}
+    if isinstance(bounds, str):
+        out["bound"] = {"unavailable": bounds}
+    elif bounds:
+        b = out["bound"] = bound_summary(bounds)
+        for v in pol.values():
+            v["gap_pct_at"] = {lv: round(b["alloc_pct_at"][lv] - a, 3)
+                               for lv, a in v["alloc_pct_at"].items() if lv in b["alloc_pct_at"]}
+    return out
 
 
 def _mean_failed(runs: Sequence[RunResult], level: int) -> dict[str, float]:
@@ -167,15 +189,41 @@ def as_json(s: dict[str, Any]) -> str:
     return json.dumps(s, indent=2)
 
 
+GAP_LEVELS = (100, 130)
+
+
 def as_text(s: dict[str, Any]) -> str:
-    head = ["policy"] + [f"alloc@{lv}%" for lv in REPORT_LEVELS] + ["frag@100%", "moves", "seeds"]
+    """The policies' table; with the bound, its row and each policy's gap to it (points)
+    and a line on how it was computed."""
+    bound = s.get("bound") or {}
+    gaps = [f"gap@{lv}%" for lv in GAP_LEVELS] if "alloc_pct_at" in bound else []
+    head = ["policy"] + [f"alloc@{lv}%" for lv in REPORT_LEVELS] + gaps + ["frag@100%", "moves",
+                                                                           "seeds"]
     rows = [head]
+    nan = float("nan")
     for name, v in s["policies"].items():
-        a = v["alloc_pct_at"]
-        rows.append([name] + [f"{a.get(str(lv), float('nan')):.2f}" for lv in REPORT_LEVELS]
-                    + [f"{v['frag_pct_at'].get('100', float('nan')):.2f}", f"{v['moves']:g}",
+        a, g = v["alloc_pct_at"], v.get("gap_pct_at", {})
+        rows.append([name] + [f"{a.get(str(lv), nan):.2f}" for lv in REPORT_LEVELS]
+                    + [f"{g.get(str(lv), nan):.2f}" for lv in GAP_LEVELS if gaps]
+                    + [f"{v['frag_pct_at'].get('100', nan):.2f}", f"{v['moves']:g}",
                        str(len(v["seeds"]))])
-    return _table(rows)
+    if gaps:
+        a = bound["alloc_pct_at"]
+        rows.append([f"bound ({bound['method']})"]
+                    + [f"{a.get(str(lv), nan):.2f}" for lv in REPORT_LEVELS]
+                    + ["0.00" for _ in GAP_LEVELS] + ["-", "-", str(len(bound["seeds"]))])
+    text = _table(rows)
+    if gaps:
+        solved = sum(len(v["solved_levels"]) for v in bound["by_seed"].values())
+        what = ("the integer program's dual bound (HiGHS)" if bound["method"] == "mip"
+                else "the linear relaxation, certified by weak duality")
+        text += (f"\nbound: the most GPU allocation any placement of the arrived pods could "
+                 f"reach\n  ({what}; docs/simulate.md);\n  solved at {solved} level(s) in "
+                 f"{bound['solve_s']:.1f} s (at the others some policy placed every GPU pod);"
+                 f"\n  gap = bound - policy, in points")
+    elif "unavailable" in bound:
+        text += f"\nbound: not computed: {bound['unavailable']}"
+    return text
 
 
 def plot(s: dict[str, Any], out: str) -> None:
@@ -198,6 +246,12 @@ def plot(s: dict[str, Any], out: str) -> None:
         if tail:
             zoom.annotate(f"{tail[-1][1]:.2f}", tail[-1], textcoords="offset points",
                           xytext=(4, 0), va="center", fontsize=8)
+    if "alloc_pct_at" in s.get("bound", {}):
+        pts = sorted((int(k), val) for k, val in s["bound"]["alloc_pct_at"].items())
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "k--", label="upper bound")
+        tail = [(x, y) for x, y in pts if x >= 85]
+        zoom.plot([x for x, _ in tail], [y for _, y in tail], "k--", label="upper bound")
+        lows += [y for _, y in tail]
     ax.set_xlabel("arrived GPU load (% of cluster GPU)")
     ax.set_ylabel("GPU allocation ratio (%)")
     ax.grid(alpha=0.3)

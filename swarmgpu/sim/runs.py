@@ -118,3 +118,22 @@ class Window:
         if res.span_s > 0:
             res.mean_alloc_pct = 100.0 * self.area_alloc / res.span_s / cluster_milli
             res.mean_demand_pct = 100.0 * self.area_demand / res.span_s / cluster_milli
+
+
+def level_prefixes(order: Sequence[TracePod], cluster_milli: int, inflate: float = 1.3,
+                   step: int = LEVEL_STEP) -> dict[int, int]:
+    """Arrived-load level -> how many pods of ``order`` had arrived when the replays
+    recorded it (the pod whose arrival reached the level included; levels the last copy
+    stops short of: every pod), by the replays' own rule."""
+    out: dict[int, int] = {}
+    arrived = 0
+    next_level, last_level = step, int(inflate * 100)
+    for n, pod in enumerate(order, start=1):
+        arrived += pod.total_gpu_milli
+        while next_level <= last_level and arrived * 100 >= next_level * cluster_milli:
+            out[next_level] = n
+            next_level += step
+    while next_level <= last_level:
+        out[next_level] = len(order)
+        next_level += step
+    return out
