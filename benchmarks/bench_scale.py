@@ -65,6 +65,7 @@ from swarmgpu.manager.placement import env_template, gate_constraint  # noqa: E4
 from swarmgpu.manager.placement_step import apply_plan, make_plan, new_planner  # noqa: E402
 from swarmgpu.manager.sync import LabelSync, Snapshot  # noqa: E402
 from swarmgpu.manager.writes import WRITE_PARALLEL  # noqa: E402
+from swarmgpu.swarm.cache import SwarmCache  # noqa: E402
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask  # noqa: E402
 
 P = "swarmgpu."
@@ -85,6 +86,7 @@ def _topology() -> Path:
 # listing 40 services and 4 nodes, an extrapolation to thousands of objects.
 ENGINE_LATENCY_MS: dict[str, float] = {
     "node_update": 25.3, "service_update": 23.4, "list": 3.9, "list_per_object": 0.1,
+    "inspect": 4.0,  # one node or service read by id (the cache's read of a changed object)
 }
 
 
@@ -103,6 +105,11 @@ class FakeSwarm:
         self.writes = 0
         self.node_writes = self.service_writes = 0
         self.calls = 0
+        self.inspects = 0
+        # As SwarmClient: told of each write that landed (the daemon's cache reads the
+        # object again); ``listeners`` hear the engine's event for every change.
+        self.on_write: Callable[[str, str], None] | None = None
+        self.listeners: list[Callable[[Mapping[str, Any]], None]] = []
         self.latency = {k: v / 1e3 for k, v in (latency_ms or {}).items()}
         self._lock = threading.Lock()
         # ``model_tasks``: Swarm's tasks as its orchestrator keeps them -- each replica a
@@ -136,6 +143,8 @@ class FakeSwarm:
         return list(self._nodes.values())
 
     def node(self, node_id: str) -> SwarmNode:
+        self._wait("inspect")
+        self.inspects += 1
         return self._nodes[node_id]
 
     def services(self) -> list[SwarmService]:
@@ -143,7 +152,16 @@ class FakeSwarm:
         return list(self._services.values())
 
     def service(self, service_id: str) -> SwarmService:
+        self._wait("inspect")
+        self.inspects += 1
         return self._services[service_id]
+
+    def _changed(self, kind: str, obj: str) -> None:
+        """The engine's event for a change, and the client's own note of its write."""
+        for listen in self.listeners:
+            listen({"Type": kind, "Action": "update", "Actor": {"ID": obj}})
+        if self.on_write is not None:
+            self.on_write(kind, obj)
 
     def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
         if not self.model_tasks:
@@ -188,6 +206,7 @@ class FakeSwarm:
             self.writes += 1
             self.node_writes += 1
         self._nodes[node_id] = dataclasses.replace(n, labels=dict(new), version=n.version + 1)
+        self._changed("node", node_id)
         return True
 
     def update_service_spec(self, service_id: str,
@@ -209,6 +228,7 @@ class FakeSwarm:
             force_update=int(tt.get("ForceUpdate") or 0))
         if self.model_tasks and sv.force_update != s.force_update:
             self._replace_tasks(sv)
+        self._changed("service", service_id)
         return True
 
     def state(self) -> tuple[dict[str, dict[str, str]], dict[str, Mapping[str, Any]]]:
@@ -263,13 +283,23 @@ def build_cluster(n_nodes: int, n_services: int, seed: int = 1
 def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
                facts: dict[str, NodeFacts], max_cycles: int,
                latency_ms: Mapping[str, float] | None = None,
-               profile: bool = False, model_tasks: bool = False) -> dict[str, Any]:
+               profile: bool = False, model_tasks: bool = False,
+               cache: bool = True) -> dict[str, Any]:
     """The daemon's cycle (one snapshot, label sync, placement) until four cycles in a
     row write nothing, or ``max_cycles``. The first of them is the settle cycle (the
     planner re-reads what it wrote), the others are steady. ``profile``: cProfile's top
     entries of the settle cycle and of the last steady one (their times then include
-    the profiler's)."""
+    the profiler's). ``cache``: nodes and services come from the daemon's cache
+    (swarm.cache) fed by the fake engine's events, its stream open from the start;
+    without it every snapshot lists them all, as before the cache. With it, once
+    converged, one more cycle after a gap in the events (the stream cut and reopened:
+    a full re-list) says what a missed event costs."""
     fake = FakeSwarm(nodes, services, latency_ms, model_tasks)
+    swarm_cache = SwarmCache(fake) if cache else None
+    if swarm_cache is not None:
+        fake.on_write = swarm_cache.invalidate
+        fake.listeners.append(swarm_cache.on_event)
+        swarm_cache.opened()
     cfg = Config(sync=SyncConfig(interval_s=30))
     sync = LabelSync(fake, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
     planner = new_planner(cfg, fake, services)  # the daemon keeps one across cycles
@@ -279,15 +309,18 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
     out: dict[str, Any] = {}
     t_start = time.monotonic()
     converged_s = 0.0
-    for c in range(max_cycles):
-        before, calls0 = fake.writes, fake.calls
+
+    def one_cycle(c: int, prof: cProfile.Profile | None) -> tuple[dict[str, Any], float]:
+        before, calls0, insp0 = fake.writes, fake.calls, fake.inspects
         nw0, sw0 = fake.node_writes, fake.service_writes
-        prof = cProfile.Profile() if profile else None  # kept for the quiet cycles only
+        relists0 = swarm_cache.stats.relists if swarm_cache is not None else 0
         if prof is not None:
             prof.enable()
         gc.disable()
         t = time.monotonic()
-        snap = Snapshot(fake.nodes(), fake.services(), fake.tasks(), {
+        listed = (swarm_cache.read() if swarm_cache is not None
+                  else (fake.nodes(), fake.services()))
+        snap = Snapshot(listed[0], listed[1], fake.tasks(), {
             nid: FactsResult(nid, f.hostname, "fake", f, None, time.time())
             for nid, f in facts.items()})
         t_snap = time.monotonic()
@@ -298,7 +331,7 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
         t_plan = time.monotonic()
         decisions = sorted(planner.cluster.timings)
         # Label sync's node writes folded into placement's (one write per node), and
-        # the gates whose tasks already carry their device map opened in this cycle.
+        # the gates whose tasks already carry their device map opened in the same cycle.
         apply_plan(fake, plan, dry_run=False, held=sync.held, prefix=P)  # type: ignore[arg-type]
         sync.flush()
         t_end = time.monotonic()
@@ -307,7 +340,7 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
         gc.enable()
         collector.after_cycle()
         t_collect = time.monotonic() - t_end
-        cycles.append({
+        return {
             "cycle": c + 1, "total_s": round(t_end - t, 3),
             "snapshot_s": round(t_snap - t, 3), "label_sync_s": round(t_labels - t_snap, 3),
             "plan_s": round(t_plan - t_labels, 3), "apply_s": round(t_end - t_plan, 3),
@@ -315,12 +348,20 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
             "writes": fake.writes - before, "node_writes": fake.node_writes - nw0,
             "service_writes": fake.service_writes - sw0,
             "engine_calls": fake.calls - calls0,
+            "relists": (swarm_cache.stats.relists - relists0) if swarm_cache is not None
+            else 1,
+            "inspects": fake.inspects - insp0,
             "services_with_placements": sum(1 for sp in plan.services if sp.placements),
             "pending": sum(1 for sp in plan.services if sp.status == "pending"),
             "decisions": len(decisions),
             "decision_median_ms": round(decisions[len(decisions) // 2] * 1e3, 3)
             if decisions else None,
-        })
+        }, t_end
+
+    for c in range(max_cycles):
+        prof = cProfile.Profile() if profile else None  # kept for the quiet cycles only
+        cyc, t_end = one_cycle(c, prof)
+        cycles.append(cyc)
         print(json.dumps(cycles[-1]), flush=True)
         if prof is not None and not cycles[-1]["writes"]:
             quiet = quiet_run(cycles)
@@ -337,10 +378,20 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
     quiet = quiet_run(cycles)
     still = sorted(c["total_s"] for c in cycles[len(cycles) - quiet + 1:])
     converged = quiet > 0
+    if swarm_cache is not None and converged:
+        swarm_cache.gap("bench: the stream was cut")
+        swarm_cache.opened()
+        gap_cycle, _ = one_cycle(len(cycles), None)
+        print(json.dumps({"after_gap": gap_cycle}), flush=True)
+        out["after_gap_cycle_s"] = gap_cycle["total_s"]
+        out["after_gap_snapshot_s"] = gap_cycle["snapshot_s"]
+        out["after_gap_writes"] = gap_cycle["writes"]
     out.update({
         "cycles": cycles, "first_cycle_s": cycles[0]["total_s"],
         "settle_cycle_s": cycles[len(cycles) - quiet]["total_s"] if quiet else None,
         "steady_cycle_s": still[(len(still) - 1) // 2] if still else None,
+        "steady_snapshot_s": sorted(c["snapshot_s"] for c in cycles[len(cycles) - quiet + 1:])[
+            (len(still) - 1) // 2] if still else None,
         "writes_per_cycle": writing, "writes": sum(writing), "minimum_writes": minimum,
         "cycles_to_converge": len(writing) if converged else None,
         "converge_s": round(converged_s, 2)})
@@ -374,7 +425,7 @@ def fake_size(args: argparse.Namespace, n_nodes: int, n_services: int) -> dict[s
         tracemalloc.start()
     print(f"# {n_nodes} nodes, {n_services} services: free engine calls", flush=True)
     free = run_cycles(nodes, services, facts, args.cycles, profile=args.profile,
-                      model_tasks=args.tasks)
+                      model_tasks=args.tasks, cache=not args.no_cache)
     peak = tracemalloc.get_traced_memory()[1] if args.tracemalloc else 0
     tracemalloc.stop()
     gc.collect()
@@ -393,11 +444,15 @@ def fake_size(args: argparse.Namespace, n_nodes: int, n_services: int) -> dict[s
     if not args.no_latency:
         print(f"# {n_nodes} nodes: engine calls at {ENGINE_LATENCY_MS} ms", flush=True)
         slow = run_cycles(nodes, services, facts, args.cycles, latency_ms=ENGINE_LATENCY_MS,
-                          model_tasks=args.tasks)
+                          model_tasks=args.tasks, cache=not args.no_cache)
         out["latency_ms"] = dict(ENGINE_LATENCY_MS)
         out["converge_s_at_latency"] = slow["converge_s"]
         out["cycles_at_latency"] = [c["total_s"] for c in slow["cycles"]]
         out["steady_cycle_s_at_latency"] = slow["steady_cycle_s"]
+        out["steady_snapshot_s_at_latency"] = slow["steady_snapshot_s"]
+        for k in ("after_gap_cycle_s", "after_gap_snapshot_s"):
+            if k in slow:
+                out[k + "_at_latency"] = slow[k]
     ref = reference_decision_ms()
     out["reference_sim_decision_ms"] = ref
     out["first_cycle_in_reference_decisions"] = round(out["first_cycle_s"] * 1e3 / ref)
@@ -413,7 +468,8 @@ def fake_mode(args: argparse.Namespace) -> dict[str, Any]:
         sizes = [(n, args.per_node * n) for n in args.sizes]
     runs = [fake_size(args, n, s) for n, s in sizes]
     print_table(runs)
-    return {"mode": "fake", "write_parallel": WRITE_PARALLEL, "sizes": runs}
+    return {"mode": "fake", "write_parallel": WRITE_PARALLEL, "cache": not args.no_cache,
+            "sizes": runs}
 
 
 def print_table(runs: list[dict[str, Any]]) -> None:
@@ -429,6 +485,16 @@ def print_table(runs: list[dict[str, Any]]) -> None:
               f"| {', '.join(f'{w:,}' for w in r['writes_per_cycle'])} "
               f"| {r['minimum_writes']:,} | {r['cycles_to_converge']} "
               f"| {r.get('converge_s_at_latency', '-')} | {r['reference_sim_decision_ms']} |")
+    if any("steady_cycle_s_at_latency" in r for r in runs):
+        print("\n| nodes | services | steady cycle s at latency | of it the snapshot s "
+              "| cycle after a gap in the events s | of it the snapshot s |")
+        print("|" + "---|" * 6)
+        for r in runs:
+            print(f"| {r['nodes']:,} | {r['services']:,} "
+                  f"| {r.get('steady_cycle_s_at_latency', '-')} "
+                  f"| {r.get('steady_snapshot_s_at_latency', '-')} "
+                  f"| {r.get('after_gap_cycle_s_at_latency', '-')} "
+                  f"| {r.get('after_gap_snapshot_s_at_latency', '-')} |")
 
 
 def reference_decision_ms() -> float:
@@ -534,6 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", action="store_true",
                     help="model Swarm's tasks (pending behind their gate, replaced by a "
                          "force update, running once it opens) instead of an empty list")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="list every node and service in each snapshot (the daemon before "
+                         "its event-fed cache, swarm.cache)")
     ap.add_argument("--tracemalloc", action="store_true", help="peak Python heap (slow)")
     ap.add_argument("--real-swarm", action="store_true")
     ap.add_argument("--workers", type=int, default=8)

@@ -7,7 +7,9 @@ runs), and times, through swarmgpu's own SwarmClient, what a daemon cycle calls:
 - ``update_node_labels`` and ``update_service_spec`` (each an inspect + an update: the
   read-modify-write the daemon does), one at a time and then K at once from a thread
   pool (different nodes / services, as a bounded parallel write would);
-- the list calls of a snapshot: ``nodes()``, ``services()``, ``tasks()``.
+- the list calls of a snapshot: ``nodes()``, ``services()``, ``tasks()``;
+- the single reads of the cache (swarm.cache) for an object an event named: ``node(id)``,
+  ``service(id)``.
 
 Needs root (network namespaces). Prints one JSON object; its ``median_ms`` figures are
 the defaults of ``bench_scale.py --latency`` (see ENGINE_LATENCY_MS there).
@@ -106,6 +108,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             [x for i in range(r) for x in timed(bump_service(services[i % len(services)]), 1)])
         out["list_nodes"] = summary(timed(swarm.nodes, r))
         out["list_services"] = summary(timed(swarm.services, r))
+        # What the cache (swarm.cache) reads for one object an event named.
+        out["inspect_node"] = summary(timed(lambda: swarm.node(nodes[0]), r))
+        out["inspect_service"] = summary(timed(lambda: swarm.service(services[0]), r))
         out["list_tasks"] = summary(timed(lambda: swarm.tasks({"desired-state": "running"}),
                                           r))
         out["node_update_parallel"] = parallel_rate(

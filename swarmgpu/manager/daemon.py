@@ -39,6 +39,7 @@ from swarmgpu.manager.sync import (
     fetch_agents,
     take_snapshot,
 )
+from swarmgpu.swarm.cache import SwarmCache, follow
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 
 
@@ -77,6 +78,10 @@ class Daemon:
         self.metrics = metrics or DaemonMetrics()
         self.book = AgentBook()
         self.labels = LabelSync(self.swarm, cfg, self.metrics, self.book)
+        # Nodes and services from the event stream (swarm.cache); until the stream is
+        # open (watch_events off, or not started yet) every read lists them in full.
+        self.cache = SwarmCache(self.swarm)
+        self.swarm.on_write = self.cache.invalidate
         self.extra_steps: list[Step] = []  # placement, rebalancing plug in here
         self.hold_labels = False  # placement folds label sync's node writes into its own
         self.stop_event = threading.Event()
@@ -119,7 +124,7 @@ class Daemon:
                 logger.debug("not the Swarm leader; standing by")
                 return CycleReport(leader=False)
             try:
-                snapshot = take_snapshot(self.swarm, self.cfg)
+                snapshot = take_snapshot(self.swarm, self.cfg, self.cache)
                 report = self.run_steps(snapshot)
             except SwarmError as exc:
                 self.metrics.errors.labels(kind="swarm").inc()
@@ -182,8 +187,8 @@ class Daemon:
         """Between full cycles, poll the agents' facts; a change starts a cycle now."""
         if not self.leader or self.stop_event.is_set():
             return
-        try:
-            nodes = self.swarm.nodes()
+        try:  # from the cache while the event stream keeps it current
+            nodes = self.cache.read()[0] if self.cache.stream_up else self.swarm.nodes()
         except SwarmError:
             return  # the next full cycle reports it
         changed = []
@@ -198,22 +203,16 @@ class Daemon:
             self.trigger()
 
     def _watch_events(self) -> None:
-        backoff = 1.0
-        while not self.stop_event.is_set():
-            try:
-                for event in self.swarm.events(types=("node", "service")):
-                    if self.stop_event.is_set():
-                        return
-                    backoff = 1.0
-                    logger.debug("event {} {}", event.get("Type"), event.get("Action"))
-                    self.trigger()
-            except SwarmError as exc:
-                logger.warning("event stream cut ({}); reconnecting in {:.0f}s", exc, backoff)
-            except Exception as exc:
-                logger.warning("event watcher error ({}); reconnecting", exc)
-            self.stop_event.wait(backoff)
-            backoff = min(backoff * 2, 30.0)
-            self.trigger()  # events sent while the stream was down are lost: resync
+        """Feed the cache from the event stream; each event, and each reconnect (events
+        sent while the stream was down are lost: the cache re-lists), runs a cycle."""
+        def opened(on_open: Callable[[], None]) -> Any:
+            return self.swarm.events(types=("node", "service"), on_open=on_open)
+
+        def on_event(event: Any) -> None:
+            logger.debug("event {} {}", event.get("Type"), event.get("Action"))
+            self.trigger()
+
+        follow(opened, self.cache, self.stop_event, on_event=on_event, on_gap=self.trigger)
 
     def run_forever(self) -> None:
         self._install_signals()

@@ -17,6 +17,7 @@ from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.gpuhealth import HealthBook
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.writes import HeldNodeWrites, HeldWrite, write_each
+from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.identity import IdentityError, agent_auth
 from swarmgpu.swarm.labels import NodeLabelPlan, owned_by_label_sync, plan_node_labels
@@ -33,9 +34,11 @@ class Snapshot:
     taken_at: float = field(default_factory=time.time)
 
 
-def take_snapshot(swarm: SwarmClient, cfg: Config) -> Snapshot:
-    nodes = swarm.nodes()
-    services = swarm.services()
+def take_snapshot(swarm: SwarmClient, cfg: Config, cache: SwarmCache | None = None) -> Snapshot:
+    """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
+    nodes and services come from it, re-listed only when it must (swarm.cache); tasks
+    have no events and are listed each time."""
+    nodes, services = cache.read() if cache is not None else (swarm.nodes(), swarm.services())
     tasks = swarm.tasks({"desired-state": "running"})
     jobs = [s.id for s in services if s.mode in JOB_MODES]
     if jobs:  # a job's tasks have desired state "complete": its progress is read from them

@@ -27,6 +27,10 @@ class SwarmUnavailable(SwarmError):
     """The engine is not reachable, or this node is not a Swarm manager."""
 
 
+class SwarmNotFound(SwarmError):
+    """The object is not there (HTTP 404): removed, or never was."""
+
+
 class VersionConflict(SwarmError):
     """The object changed since we read it ("update out of sequence")."""
 
@@ -241,6 +245,9 @@ class SwarmClient:
             raise SwarmUnavailable(
                 f"cannot reach the Docker Engine at {self.endpoint}: {exc}") from exc
         self.writes = 0  # every write call made, for metrics and tests
+        # Told (kind "node" or "service", id) after a write landed or failed midway: a
+        # cache of what the engine holds reads the object again (swarm.cache).
+        self.on_write: Callable[[str, str], None] | None = None
         self._lock = threading.Lock()
 
     # --- reads ---------------------------------------------------------
@@ -250,6 +257,8 @@ class SwarmClient:
         except docker.errors.APIError as exc:
             if _is_out_of_sequence(exc):
                 raise VersionConflict(str(exc)) from exc
+            if exc.status_code == 404:
+                raise SwarmNotFound(str(exc)) from exc
             if exc.status_code == 503:
                 raise SwarmUnavailable(f"not a Swarm manager or no quorum: {exc}") from exc
             raise SwarmError(str(exc)) from exc
@@ -316,10 +325,15 @@ class SwarmClient:
             "rotateManagerToken": "false", "rotateManagerUnlockKey": "false"})
         self._api._raise_for_status(resp)
 
-    def events(self, *, types: tuple[str, ...] = ("node", "service")) -> Iterator[dict[str, Any]]:
-        """Blocking iterator over engine events; raises SwarmUnavailable when cut."""
+    def events(self, *, types: tuple[str, ...] = ("node", "service"),
+               on_open: Callable[[], None] | None = None) -> Iterator[dict[str, Any]]:
+        """Blocking iterator over engine events; raises SwarmUnavailable when cut.
+        ``on_open`` is called once the engine has subscribed the stream (its answer's
+        headers came back), before the first event: from then on nothing is missed."""
         try:
             stream = self._api.events(decode=True, filters={"type": list(types)})
+            if on_open is not None:
+                on_open()
             yield from stream
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
             raise SwarmUnavailable(f"event stream ended: {exc}") from exc
@@ -339,10 +353,22 @@ class SwarmClient:
         ``compute`` asked again, so a concurrent writer's edits are never lost.
         Returns True when a write landed.
         """
-        return self._update_labels(
+        return self._told("node", node_id, lambda: self._update_labels(
             lambda: self._call(self._api.inspect_node, node_id),
             lambda version, spec: self._call(self._api.update_node, node_id, version, spec),
-            compute, attempts, f"node {node_id}: labels")
+            compute, attempts, f"node {node_id}: labels"))
+
+    def _told(self, kind: str, obj_id: str, write: Callable[[], bool]) -> bool:
+        """``write()``, then ``on_write`` if it landed or failed with the outcome unknown."""
+        try:
+            landed = write()
+        except SwarmError:
+            if self.on_write is not None:
+                self.on_write(kind, obj_id)
+            raise
+        if landed and self.on_write is not None:
+            self.on_write(kind, obj_id)
+        return landed
 
     def _update_labels(
         self, read: Callable[[], Any], write: Callable[[int, Mapping[str, Any]], Any],
@@ -412,7 +438,7 @@ class SwarmClient:
             new = compute(spec)
             return None if new is None or new == spec else new
 
-        return self._read_modify_write(
+        return self._told("service", service_id, lambda: self._read_modify_write(
             lambda: self._call(self._api.inspect_service, service_id), change,
             lambda raw, new: self._call(self._post_service_update, service_id, raw, new),
-            attempts, f"service {service_id}: kept changing for {attempts} attempts")
+            attempts, f"service {service_id}: kept changing for {attempts} attempts"))

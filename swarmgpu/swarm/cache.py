@@ -1,0 +1,216 @@
+"""Nodes and services kept from the engine's event stream, re-listed only when needed.
+
+What client-go's informers do for Kubernetes controllers, for Swarm: the cycle reads
+the swarm's nodes and services from here (``read``) instead of listing all of them
+again. The engine publishes an event for every change of a node or service in
+Swarm's store (Docker's daemon/events.go: ``generateClusterEvent`` covers nodes,
+services, networks, secrets and configs; tasks have none), so between two reads only
+the objects named by an event (or written by swarmgpu, ``invalidate``) are inspected.
+
+A full re-list happens
+- until the stream is open (the first read, and whenever it is down: then every read
+  is a full list, as without a cache);
+- after a gap: the stream was cut, so what happened until it reopened is unknown
+  (``opened`` after a reconnect asks for one; events carry no sequence number to
+  replay from, and ``since`` reaches back only as far as the engine's small buffer);
+- on a slow timer (``relist_s``), for what no event told (a dropped event: the engine
+  drops events for a subscriber that does not read them fast enough);
+- when so many objects are dirty that inspecting each costs more than one list.
+
+A re-list asked for while the stream is open counts from before the list started, so
+an event that arrives during the list marks its object again for the next read.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from loguru import logger
+
+from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmNotFound, SwarmService
+
+RELIST_S = 600.0  # the slow timer: a full re-list at least this often
+# Inspecting more than this share of a kind's objects one by one costs more than
+# listing them all (one round trip each against one for the list).
+DIRTY_SHARE = 0.05
+DIRTY_MIN = 50  # ...but never re-list for fewer dirty objects than this
+KINDS = ("node", "service")
+
+
+class CacheSource(Protocol):
+    """What the cache reads from (``swarmgpu.swarm.client.SwarmClient``)."""
+
+    def nodes(self) -> list[SwarmNode]: ...
+    def services(self) -> list[SwarmService]: ...
+    def node(self, node_id: str) -> SwarmNode: ...
+    def service(self, service_id: str) -> SwarmService: ...
+
+
+@dataclass
+class CacheStats:
+    """What the reads cost: full lists (and why), single inspects, events taken."""
+
+    relists: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    inspects: int = 0
+    events: int = 0
+    gaps: int = 0
+
+
+class SwarmCache:
+    """The swarm's nodes and services, kept up to date from events (module docstring).
+
+    Thread-safe: the event thread calls ``on_event``/``opened``/``gap``, the cycle and
+    the facts watch call ``read``; writers call ``invalidate``."""
+
+    def __init__(self, swarm: CacheSource, *, relist_s: float = RELIST_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.swarm = swarm
+        self.relist_s = relist_s
+        self.clock = clock
+        self.stats = CacheStats()
+        self._lock = threading.Lock()  # the dirty sets and flags
+        self._read_lock = threading.Lock()  # one read at a time
+        self._nodes: dict[str, SwarmNode] = {}
+        self._services: dict[str, SwarmService] = {}
+        self._dirty: dict[str, set[str]] = {k: set() for k in KINDS}
+        self._stream_up = False
+        self._relist_why: str | None = "first read"
+        self._listed_at: float | None = None
+
+    # --- fed by the event thread and by writers -----------------------------
+    def on_event(self, event: Mapping[str, Any]) -> None:
+        """An engine event: its node or service is read again at the next ``read``."""
+        kind = event.get("Type")
+        obj = (event.get("Actor") or {}).get("ID") or event.get("id")
+        if kind not in KINDS or not isinstance(obj, str) or not obj:
+            return
+        with self._lock:
+            self.stats.events += 1
+            self._dirty[kind].add(obj)
+
+    def invalidate(self, kind: str, obj_id: str) -> None:
+        """swarmgpu wrote this object: read it again, without waiting for its event."""
+        if kind in KINDS:
+            with self._lock:
+                self._dirty[kind].add(obj_id)
+
+    def opened(self) -> None:
+        """The stream is (again) subscribed: what happened before is unknown."""
+        with self._lock:
+            self._stream_up = True
+            self._relist_why = self._relist_why or "stream reopened"
+
+    def gap(self, why: str) -> None:
+        """The stream is down: events are being lost until it reopens."""
+        with self._lock:
+            self.stats.gaps += int(self._stream_up)
+            self._stream_up = False
+            self._relist_why = f"gap: {why}"
+
+    @property
+    def stream_up(self) -> bool:
+        return self._stream_up
+
+    # --- read by the cycle ---------------------------------------------------
+    def read(self) -> tuple[list[SwarmNode], list[SwarmService]]:
+        """The nodes and services as the engine has them now (module docstring: when
+        this lists everything, and when it inspects only what changed)."""
+        with self._read_lock:
+            with self._lock:
+                why = self._relist_why
+                if why is None and not self._stream_up:
+                    why = "no event stream"
+                if why is None and self._listed_at is not None \
+                        and self.clock() - self._listed_at >= self.relist_s:
+                    why = "timer"
+                dirty = {k: v for k, v in self._dirty.items()}
+                if why is None:
+                    for k, have in (("node", self._nodes), ("service", self._services)):
+                        if len(dirty[k]) > max(DIRTY_MIN, DIRTY_SHARE * len(have)):
+                            why = f"{len(dirty[k])} {k}s changed"
+                            break
+                self._dirty = {k: set() for k in KINDS}
+                if why is not None:
+                    # Only an open stream makes the list current from here on;
+                    # otherwise the next read lists again.
+                    self._relist_why = None
+            if why is not None:
+                self._relist(why)
+            else:
+                self._inspect(dirty)
+            return list(self._nodes.values()), list(self._services.values())
+
+    def _relist(self, why: str) -> None:
+        self.stats.relists += 1
+        key = why.split(":")[0] if not why[0].isdigit() else "many changed"
+        self.stats.reasons[key] = self.stats.reasons.get(key, 0) + 1
+        try:
+            nodes, services = self.swarm.nodes(), self.swarm.services()
+        except SwarmError:
+            with self._lock:  # nothing learnt: list again next time
+                self._relist_why = self._relist_why or f"failed list ({why})"
+            raise
+        self._nodes = {n.id: n for n in nodes}
+        self._services = {s.id: s for s in services}
+        self._listed_at = self.clock()
+        logger.debug("swarm cache: full list ({}): {} nodes, {} services", why,
+                     len(nodes), len(services))
+
+    def _inspect(self, dirty: dict[str, set[str]]) -> None:
+        done: dict[str, set[str]] = {k: set() for k in KINDS}
+        try:
+            for kind, ids in dirty.items():
+                for obj in sorted(ids):
+                    self.stats.inspects += 1
+                    self._refresh(kind, obj)
+                    done[kind].add(obj)
+        except SwarmError:
+            with self._lock:  # what was not read yet stays dirty
+                for kind, ids in dirty.items():
+                    self._dirty[kind] |= ids - done[kind]
+            raise
+
+    def _refresh(self, kind: str, obj: str) -> None:
+        store: dict[str, Any] = self._nodes if kind == "node" else self._services
+        try:
+            store[obj] = self.swarm.node(obj) if kind == "node" else self.swarm.service(obj)
+        except SwarmNotFound:
+            store.pop(obj, None)
+
+
+def follow(events: Callable[[Callable[[], None]], Iterator[Mapping[str, Any]]],
+           cache: SwarmCache, stop: threading.Event,
+           on_event: Callable[[Mapping[str, Any]], None] | None = None,
+           on_gap: Callable[[], None] | None = None, max_backoff_s: float = 30.0) -> None:
+    """Feed ``cache`` from the event stream until ``stop``: reconnect after a cut (with
+    back-off), marking the gap. ``events(opened)`` opens the stream and calls
+    ``opened`` once the engine has subscribed it. ``on_event`` hears each event after
+    the cache took it; ``on_gap`` each reconnect (the daemon runs a cycle then)."""
+    first = backoff = min(1.0, max_backoff_s)
+    while not stop.is_set():
+        try:
+            for event in events(cache.opened):
+                if stop.is_set():
+                    return
+                backoff = first
+                cache.on_event(event)
+                if on_event is not None:
+                    on_event(event)
+            if stop.is_set():
+                return
+            cache.gap("the stream ended")
+        except SwarmError as exc:
+            cache.gap(str(exc))
+            logger.warning("event stream cut ({}); reconnecting in {:.0f}s", exc, backoff)
+        except Exception as exc:  # the watcher must outlive any one bad event
+            cache.gap(f"watcher error: {exc}")
+            logger.warning("event watcher error ({}); reconnecting", exc)
+        stop.wait(backoff)
+        backoff = min(backoff * 2, max_backoff_s)
+        if on_gap is not None:
+            on_gap()

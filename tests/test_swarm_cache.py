@@ -1,0 +1,287 @@
+"""swarm.cache: when it lists everything again (first read, stream down, a gap, the
+timer, many changes) and when it reads only what an event or a write named; and
+``follow``'s reconnects. The source is faked at swarmgpu's own boundary (the four
+reads ``CacheSource`` names); tests/test_swarm_cache_swarm.py runs it on the real
+swarm."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from swarmgpu.swarm.cache import DIRTY_MIN, SwarmCache, follow
+from swarmgpu.swarm.client import (
+    SwarmNode,
+    SwarmNotFound,
+    SwarmService,
+    SwarmUnavailable,
+)
+
+
+def mk_node(i: int, version: int = 1) -> SwarmNode:
+    return SwarmNode(f"n{i}", f"host{i}", "10.0.0.1", "worker", "ready", "active", {}, {},
+                     version, {}, {})
+
+
+def mk_service(i: int, version: int = 1) -> SwarmService:
+    return SwarmService(f"s{i}", f"svc{i}", {}, (), (), "replicated", 1, None, version)
+
+
+class Source:
+    """The engine's store, with every read counted; ``during_list`` runs in a list."""
+
+    def __init__(self, nodes: int = 3, services: int = 4) -> None:
+        self.n = {f"n{i}": mk_node(i) for i in range(nodes)}
+        self.s = {f"s{i}": mk_service(i) for i in range(services)}
+        self.lists = 0
+        self.inspects: list[str] = []
+        self.during_list: Callable[[], None] | None = None
+        self.fail_inspect: str | None = None
+
+    def nodes(self) -> list[SwarmNode]:
+        self.lists += 1
+        if self.during_list is not None:
+            self.during_list()
+        return list(self.n.values())
+
+    def services(self) -> list[SwarmService]:
+        return list(self.s.values())
+
+    def node(self, node_id: str) -> SwarmNode:
+        return self._get(self.n, node_id)
+
+    def service(self, service_id: str) -> SwarmService:
+        return self._get(self.s, service_id)
+
+    def _get(self, store: dict[str, Any], obj: str) -> Any:
+        self.inspects.append(obj)
+        if obj == self.fail_inspect:
+            raise SwarmUnavailable("engine unreachable")
+        if obj not in store:
+            raise SwarmNotFound(f"{obj}: no such object")
+        return store[obj]
+
+    def bump(self, obj: str) -> None:
+        store: dict[str, Any] = self.n if obj.startswith("n") else self.s
+        store[obj] = dataclasses.replace(store[obj], version=store[obj].version + 1)
+
+
+def event(kind: str, obj: str, action: str = "update") -> dict[str, Any]:
+    return {"Type": kind, "Action": action, "Actor": {"ID": obj, "Attributes": {}}}
+
+
+def same(cache: SwarmCache, src: Source) -> bool:
+    nodes, services = cache.read()
+    return (sorted(nodes, key=lambda n: n.id) == sorted(src.n.values(), key=lambda n: n.id)
+            and {s.id: s.version for s in services} == {s.id: s.version for s in src.s.values()})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def opened_cache(src: Source, **kw: Any) -> SwarmCache:
+    """A cache whose stream is open and that has made its first list after that."""
+    cache = SwarmCache(src, **kw)
+    cache.opened()
+    cache.read()
+    src.lists, src.inspects = 0, []
+    return cache
+
+
+def test_without_a_stream_every_read_lists_everything() -> None:
+    src = Source()
+    cache = SwarmCache(src)
+    for _ in range(3):
+        assert same(cache, src)
+    assert src.lists == 3 and not src.inspects
+    assert cache.stats.reasons == {"first read": 1, "no event stream": 2}
+
+
+def test_the_first_list_after_the_stream_opens_then_only_what_events_name() -> None:
+    src = Source()
+    cache = SwarmCache(src)
+    cache.read()  # before the stream: a list that events may already have outdated
+    cache.opened()
+    cache.read()
+    assert src.lists == 2  # the list that counts is the one after the subscription
+    src.lists = 0
+    src.bump("n1")
+    src.bump("s2")
+    cache.on_event(event("node", "n1"))
+    cache.on_event(event("service", "s2"))
+    cache.on_event({"Type": "network", "Actor": {"ID": "x"}})  # not ours
+    assert same(cache, src)
+    assert src.lists == 0 and sorted(src.inspects) == ["n1", "s2"]
+    src.inspects = []
+    assert same(cache, src) and src.inspects == [] and src.lists == 0  # nothing changed
+
+
+def test_creates_and_removes_arrive_as_events() -> None:
+    src = Source()
+    cache = opened_cache(src)
+    src.s["s9"] = mk_service(9)
+    del src.s["s0"]
+    del src.n["n2"]
+    for e in (event("service", "s9", "create"), event("service", "s0", "remove"),
+              event("node", "n2", "remove")):
+        cache.on_event(e)
+    assert same(cache, src) and src.lists == 0
+
+
+def test_a_write_is_read_again_without_its_event() -> None:
+    src = Source()
+    cache = opened_cache(src)
+    src.bump("s1")
+    cache.invalidate("service", "s1")
+    assert same(cache, src) and src.inspects == ["s1"]
+
+
+def test_a_gap_lists_again_once_the_stream_reopens() -> None:
+    src = Source()
+    cache = opened_cache(src)
+    cache.gap("connection reset")
+    src.bump("n0")  # changed while the stream was down: no event will ever say so
+    assert same(cache, src) and src.lists == 1  # down: a full list per read
+    assert same(cache, src) and src.lists == 2
+    cache.opened()
+    src.bump("s3")  # changed between the reconnect and the next read, event lost too
+    assert same(cache, src) and src.lists == 3
+    assert same(cache, src) and src.lists == 3  # and then events again
+    assert cache.stats.gaps == 1
+    assert cache.stats.reasons["gap"] == 1 and cache.stats.reasons["no event stream"] == 1
+
+
+def test_an_event_during_a_list_is_read_at_the_next_read() -> None:
+    """A list answers as of some moment during the call: an event arriving while it
+    runs may or may not be in it, so its object is read again next time."""
+    src = Source()
+    cache = SwarmCache(src)
+    cache.opened()
+
+    def change() -> None:
+        src.bump("s1")
+        cache.on_event(event("service", "s1"))
+
+    src.during_list = change
+    cache.read()
+    src.during_list = None
+    src.bump("s1")  # after the list: only the event says so
+    assert same(cache, src) and src.inspects == ["s1"] and src.lists == 1
+
+
+def test_the_timer_lists_everything_again() -> None:
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, relist_s=600.0, clock=clock)
+    src.bump("n0")  # a change whose event the engine dropped
+    clock.t = 599.0
+    cache.read()
+    assert src.lists == 0
+    clock.t = 600.0
+    assert same(cache, src) and src.lists == 1 and cache.stats.reasons["timer"] == 1
+
+
+def test_many_changes_list_instead_of_inspecting_each() -> None:
+    src = Source(services=10)
+    cache = opened_cache(src)
+    for i in range(DIRTY_MIN + 1):
+        src.s[f"new{i}"] = dataclasses.replace(mk_service(100 + i), id=f"new{i}")
+        cache.on_event(event("service", f"new{i}", "create"))
+    assert same(cache, src) and src.lists == 1 and not src.inspects
+
+
+def test_a_failed_read_keeps_what_it_did_not_read() -> None:
+    src = Source()
+    cache = opened_cache(src)
+    for obj in ("n0", "n1", "s0"):
+        src.bump(obj)
+        cache.on_event(event("node" if obj[0] == "n" else "service", obj))
+    src.fail_inspect = "n1"
+    with pytest.raises(SwarmUnavailable):
+        cache.read()
+    src.fail_inspect = None
+    assert same(cache, src) and src.lists == 0
+
+
+def test_a_failed_list_is_tried_again() -> None:
+    src = Source()
+    cache = SwarmCache(src)
+    cache.opened()
+
+    def boom() -> None:
+        raise SwarmUnavailable("engine unreachable")
+
+    src.during_list = boom
+    with pytest.raises(SwarmUnavailable):
+        cache.read()
+    src.during_list = None
+    assert same(cache, src) and src.lists == 2
+
+
+class Stream:
+    """Event streams to hand out one after the other: a list of events, then the end
+    (``None``) or a cut (an exception)."""
+
+    def __init__(self, rounds: list[tuple[list[dict[str, Any]], BaseException | None]],
+                 stop: threading.Event) -> None:
+        self.rounds = rounds
+        self.stop = stop
+        self.opens = 0
+
+    def __call__(self, on_open: Callable[[], None]) -> Iterator[Mapping[str, Any]]:
+        if not self.rounds:
+            self.stop.set()
+            return iter(())
+        events, end = self.rounds.pop(0)
+
+        def gen() -> Iterator[Mapping[str, Any]]:
+            self.opens += 1
+            on_open()
+            yield from events
+            if end is not None:
+                raise end
+
+        return gen()
+
+
+def test_follow_marks_each_cut_as_a_gap_and_reconnects() -> None:
+    src = Source()
+    cache = SwarmCache(src)
+    stop = threading.Event()
+    stream = Stream([([event("node", "n0")], SwarmUnavailable("reset by peer")),
+                     ([event("service", "s1")], None),
+                     ([event("node", "n1")], None)], stop)
+    seen: list[str] = []
+    gaps: list[int] = []
+    follow(stream, cache, stop, on_event=lambda e: seen.append(e["Actor"]["ID"]),
+           on_gap=lambda: gaps.append(1), max_backoff_s=0.0)
+    assert seen == ["n0", "s1", "n1"] and stream.opens == 3
+    assert len(gaps) == 3 and cache.stats.gaps == 3 and not cache.stream_up
+    assert cache.stats.events == 3
+
+
+def test_follow_stops_when_told() -> None:
+    src = Source()
+    cache = SwarmCache(src)
+    stop = threading.Event()
+    seen: list[str] = []
+
+    def endless(on_open: Callable[[], None]) -> Iterator[Mapping[str, Any]]:
+        on_open()
+        while True:
+            seen.append("e")
+            if len(seen) == 5:
+                stop.set()
+            yield event("node", "n0")
+
+    follow(endless, cache, stop)
+    assert len(seen) == 5 and cache.stream_up
