@@ -35,9 +35,11 @@ from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmNotFound, SwarmSer
 
 RELIST_S = 600.0  # the slow timer: a full re-list at least this often
 # Inspecting more than this share of a kind's objects one by one costs more than
-# listing them all (one round trip each against one for the list).
-DIRTY_SHARE = 0.05
-DIRTY_MIN = 50  # ...but never re-list for fewer dirty objects than this
+# listing them all: an inspect took 16-23 ms on the test swarm, a list about 4 ms plus
+# 0.1 ms an object (benchmarks/measure_engine_latency.py), so one inspect costs about
+# what listing 200 objects does.
+DIRTY_SHARE = 0.005
+DIRTY_MIN = 16  # ...but never re-list for fewer dirty objects than this
 KINDS = ("node", "service")
 
 
