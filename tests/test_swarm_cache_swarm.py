@@ -83,7 +83,8 @@ def test_the_cache_is_a_full_list_after_random_changes(swarm: SwarmCluster) -> N
                 else:  # swarmgpu's own writes, through its client
                     client.update_node_labels(rng.choice(node_ids), lambda cur, v=f"{rnd}.{k}":
                                               {**cur, "cachetest.w": v})
-                    sid = next(s.id for s in client.services() if s.name == rng.choice(names))
+                    pick = rng.choice(names)
+                    sid = next(s.id for s in client.services() if s.name == pick)
                     client.update_service_spec(sid, lambda spec, v=str(rnd): {
                         **spec, "Labels": {**(spec.get("Labels") or {}), "w": v}})
             assert converged(cache, client), f"round {rnd}: the cache differs from a list"

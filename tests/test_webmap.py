@@ -219,6 +219,53 @@ def test_cluster_body_is_encoded_once_per_document() -> None:
     assert len(json.loads(routes["/api/v1/cluster"]()[1])["nodes"]) == 2
 
 
+def test_the_light_document_is_what_the_heat_map_reads() -> None:
+    """The first poll's ``?view=map``: per GPU the values cellClass reads, per node its
+    name and state; services and pending requests are left out but counted."""
+    from web_fleet import fleet_doc
+
+    fleet = fleet_doc(30)
+    light = webmap.light_doc(fleet)
+    assert light["light"] is True and light["pending_count"] == len(fleet["pending"])
+    assert "services" not in light and "pending" not in light
+    assert [n["hostname"] for n in light["nodes"]] == [n["hostname"] for n in fleet["nodes"]]
+    for ln, n in zip(light["nodes"], fleet["nodes"], strict=True):
+        assert ln["state"] == n["state"] and len(ln["gpus"]) == len(n["gpus"])
+        for lg, g in zip(ln["gpus"], n["gpus"], strict=True):
+            assert lg["index"] == g["index"]
+            for k in ("util_pct", "memory_used_mib", "temp_c", "xid"):
+                assert lg.get(k) == (g[k] or None)  # left out: unknown or zero
+            assert [h["share_milli"] for h in lg.get("holders", [])] == [
+                h["share_milli"] for h in g["holders"]]
+            assert len(lg.get("mig", [])) == len(g["mig"])
+            assert ["holder" in m for m in lg.get("mig", [])] == [  # {} is true in JS
+                bool(m["holder"]) for m in g["mig"]]
+    assert len(json.dumps(light)) * 4 < len(json.dumps(fleet))
+
+
+def test_the_map_query_answers_light_for_a_fleet_and_refuses_the_unknown() -> None:
+    from web_fleet import fleet_doc
+
+    big, small = fleet_doc(webmap.LIGHT_MIN_NODES), sample()
+    box = {"doc": big}
+    routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+    qroutes: dict[str, Callable[[str], tuple[str, bytes]]] = {}
+    prime = webmap.register(routes, lambda: dict(box["doc"]), query_routes=qroutes)
+    prime()
+    assert json.loads(qroutes["/api/v1/cluster"]("view=map")[1])["light"] is True
+    assert qroutes["/api/v1/cluster"]("view=map")[1] is qroutes["/api/v1/cluster"]("view=map")[1]
+    assert "light" not in json.loads(qroutes["/api/v1/cluster"]("")[1])
+    box["doc"] = small  # fewer nodes than the heat map needs: the whole document at once
+    assert json.loads(qroutes["/api/v1/cluster"]("view=map")[1]) == small
+    for bad in ("view=cards", "view=map&x=1", "v=map", "view=MAP"):
+        err = json.loads(qroutes["/api/v1/cluster"](bad)[1])["error"]
+        assert "unknown query" in err and "view=map" in err
+    # app.js draws the heat map above FLEET_AUTO_NODES: the daemon's threshold is its next
+    js = (WEB / "app.js").read_text()
+    auto = int(re.search(r"const FLEET_AUTO_NODES = (\d+);", js).group(1))  # type: ignore[union-attr]
+    assert auto + 1 == webmap.LIGHT_MIN_NODES
+
+
 def test_cluster_failure_becomes_an_error_document() -> None:
     def broken() -> Doc:
         raise RuntimeError("docker API unreachable")
@@ -704,6 +751,10 @@ def test_fleet_heat_map_at_scale_opens_node_cards(
         cdp.open(srv.url)
         cdp.wait_for(f"document.querySelectorAll('.fleet .cell').length === {gpus}")
         assert cdp.js("document.body.dataset.view") == "fleet"
+        # painted first from the light document, then the whole one patched it in place
+        assert cdp.js("window.swarmgpuMap.state.perf.first.light") is True
+        cdp.wait_for("window.swarmgpuMap.state.perf.full !== null")
+        cdp.wait_for("document.querySelectorAll('#services li, #services .more').length > 0")
         assert cdp.js("document.querySelectorAll('.node').length") == 0
         legend = cdp.js("document.querySelector('.legend').innerText")
         assert "free (outline)" in legend and "✕ unhealthy" in legend and "▲ hot" in legend

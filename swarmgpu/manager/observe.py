@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
@@ -41,6 +42,7 @@ def attach(daemon: overshare.WatchHost) -> None:
                   "accounts for (counted for no service)", ["node", "gpu"], registry=r)
 
     watch = daemon.overshare
+    primed: list[Callable[[], None]] = [lambda: None]  # webmap.register's, below
 
     def step(d: CycleHost, snap: Snapshot) -> None:
         moves = d.moves_view
@@ -86,6 +88,7 @@ def attach(daemon: overshare.WatchHost) -> None:
                                                       // 1000)
         with lock:
             state["doc"] = doc
+        primed[0]()  # the light map document, encoded now rather than at a page's first poll
 
     def current() -> dict[str, Any]:
         with lock:
@@ -95,7 +98,7 @@ def attach(daemon: overshare.WatchHost) -> None:
 
     daemon.extra_steps.append(step)
     daemon.cluster_doc = current
-    webmap.register(daemon.http_routes, current, query_routes=daemon.http_query_routes,
-                    history=history)
+    primed[0] = webmap.register(daemon.http_routes, current,
+                                query_routes=daemon.http_query_routes, history=history)
     logger.debug("GPU map at / and {} ({} bytes of assets)", webmap.CLUSTER_PATH,
                  len(json.dumps(current())))

@@ -80,6 +80,62 @@ class _BodyMemo:
         return self.body
 
 
+# The page's first poll asks for ``?view=map``: at more nodes than this the map is the
+# fleet heat map (app.js FLEET_AUTO_NODES + 1), drawn from the light document below
+# while the whole one is fetched; at fewer the whole document answers at once.
+LIGHT_MIN_NODES = 25
+# What the heat map and the summary read of a GPU (app.js cellClass, renderSummary).
+_LIGHT_GPU = ("index", "util_pct", "memory_mib", "memory_used_mib", "temp_c", "healthy",
+              "xid", "xid_effect", "ecc_dbe")
+_LIGHT_NODE = ("hostname", "state", "availability", "labels_state")
+
+
+def _kept(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """``keys`` of ``d`` that say something (None, False and 0 read as unknown or fine)."""
+    return {k: d[k] for k in keys if d.get(k) not in (None, False, 0) or k == "index"}
+
+
+def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    """The cluster document cut to what the first paint of the fleet heat map reads: per
+    node its name and state, per GPU its values and who holds what share; services,
+    pending requests and moves are left out (``pending_count`` says how many are
+    pending). At 1,000 nodes about a tenth of the whole document's bytes."""
+    nodes = []
+    for n in doc.get("nodes") or []:
+        gpus = []
+        for g in n.get("gpus") or []:
+            light = _kept(g, _LIGHT_GPU)
+            if g.get("healthy") is False:
+                light["healthy"] = False
+            holders = [{"share_milli": h.get("share_milli"),
+                        **({"over_share": True} if h.get("over_share") or any(
+                            isinstance(b, dict) and b.get("text") == "over-share"
+                            for b in h.get("badges") or ()) else {})}
+                       for h in g.get("holders") or []]
+            if holders:
+                light["holders"] = holders
+            if g.get("mig"):
+                light["mig"] = [{"memory_mib": m.get("memory_mib"),
+                                 **({"holder": {}} if m.get("holder") else {})}
+                                for m in g["mig"]]
+            gpus.append(light)
+        nodes.append({**_kept(n, _LIGHT_NODE), "gpus": gpus})
+    return {"schema": doc.get("schema", SCHEMA), "generated_at": doc.get("generated_at"),
+            "leader": doc.get("leader"), "light": True, "nodes": nodes,
+            "pending_count": len(doc.get("pending") or [])}
+
+
+def cluster_query(query: str) -> str:
+    """The view a ``/api/v1/cluster`` query asks for: "full" or "map" (``view=map``);
+    anything else is refused by name."""
+    if query in ("", "view=full"):
+        return "full"
+    if query == "view=map":
+        return "map"
+    raise ValueError(f"{CLUSTER_PATH}: unknown query {query[:80]!r}; use ?view=map (the "
+                     "light document the map paints first) or no query (the whole document)")
+
+
 def cluster_body(cluster_json: Callable[[], dict[str, Any]],
                  memo: _BodyMemo | None = None) -> bytes:
     """The /api/v1/cluster body; a failure becomes an error document, not a dead socket.
@@ -115,12 +171,49 @@ def register(
     *,
     query_routes: dict[str, QueryRoute] | None = None,
     history: hist.History | None = None,
-) -> None:
+) -> Callable[[], None]:
     """Add the GPU map's page, assets and JSON APIs to a daemon's ``http_routes``
-    (and ``http_query_routes`` for the history, when the daemon keeps one)."""
+    (and ``http_query_routes`` for the history and the light document, when the daemon
+    keeps them). Returns ``prime``: build and encode the light document of the current
+    one now (the daemon calls it at the end of its cycle, so a page opening later gets
+    it without waiting for the encoding)."""
     for path, (name, ctype) in ASSETS.items():
         routes[path] = _static(name, ctype)
-    memo = _BodyMemo()
+    memo, light_memo = _BodyMemo(), _BodyMemo()
     routes[CLUSTER_PATH] = lambda: ("application/json", cluster_body(cluster_json, memo))
+
+    def light_json() -> dict[str, Any]:
+        doc = cluster_json()
+        if "error" in doc or len(doc.get("nodes") or ()) < LIGHT_MIN_NODES:
+            return doc  # a small map is drawn from the whole document at once
+        return light_memo_doc(doc)
+
+    light_cache: dict[str, Any] = {"of": None, "doc": None}
+
+    def light_memo_doc(doc: dict[str, Any]) -> dict[str, Any]:
+        # one light document per whole one (the same nodes object: the same cycle)
+        if light_cache["of"] is not doc.get("nodes"):
+            light_cache["doc"], light_cache["of"] = light_doc(doc), doc.get("nodes")
+        out: dict[str, Any] = light_cache["doc"]
+        return out
+
+    def cluster_route(query: str) -> tuple[str, bytes]:
+        try:
+            view = cluster_query(query)
+        except ValueError as exc:
+            body = {"schema": SCHEMA, "generated_at": time.time(), "error": str(exc)}
+            return "application/json", json.dumps(body).encode()
+        if view == "map":
+            return "application/json", cluster_body(light_json, light_memo)
+        return "application/json", cluster_body(cluster_json, memo)
+
+    if query_routes is not None:
+        query_routes[CLUSTER_PATH] = cluster_route
+
     if query_routes is not None and history is not None:
         query_routes[HISTORY_PATH] = lambda q: ("application/json", history_body(history, q))
+
+    def prime() -> None:
+        cluster_body(light_json, light_memo)
+
+    return prime

@@ -38,7 +38,8 @@
     fleet: null, // {sig, cells: [el], keys: [key]} of the drawn heat map
     fleetFocus: null, // data-key of the heat-map cell that holds the tab stop
     gpuCount: 0, // GPUs in the current document
-    perf: { first: null, last: null, renders: 0, updates: [] }, // read by benchmarks/bench_map.py
+    lightSeen: false, // the first poll's light document came (or failed): whole ones now
+    perf: { first: null, full: null, last: null, renders: 0, updates: [] }, // read by benchmarks/bench_map.py
   };
 
   // ---- tiny DOM helpers ----------------------------------------------------
@@ -740,6 +741,46 @@
     return isDrifted(node) ? " ls-bad" : node.state !== "ready" || node.availability !== "active" ? " ls-warn" : "";
   }
 
+  // The first screen of blocks is built at once and painted; the rest follow in chunks,
+  // one task each, so a 1,000-node map paints its first screen without building all of
+  // it (patches of a poll reach the blocks built so far; later chunks read the newest
+  // document).
+  const FLEET_FIRST = 160; // about a 1366 x 900 screen of node blocks
+  const FLEET_CHUNK = 1000; // the rest in one more task
+
+  function fleetBlock(n, color) {
+    const on = state.fleet.matches.get(n.hostname);
+    const row = h("div", { class: "fn-cells" });
+    for (const g of n.gpus) {
+      const key = gpuKey(n, g);
+      const el = document.createElement("span");
+      el.className = cellClass(n, g, color, on.has(g.index)) + (key === state.fleetFocus ? " cur" : "");
+      el.dataset.key = key;
+      el.setAttribute("role", "button");
+      if (key === state.fleetFocus) el.tabIndex = 0;
+      row.append(el);
+      state.fleet.cells.push(el);
+    }
+    const fn = h("div", { class: `fn${nodeMark(n)}`, "data-node": n.hostname }, h("span", { class: "fn-name" }, n.hostname), row);
+    state.fleet.blocks[n.hostname] = fn;
+    return fn;
+  }
+
+  function buildFleet(upto) {
+    // blocks [built, upto) of the current layout, appended to its grid
+    const f = state.fleet;
+    const part = document.createDocumentFragment();
+    const end = Math.min(upto, f.shown.length);
+    for (; f.built < end; f.built++) part.append(fleetBlock(f.shown[f.built], f.color));
+    f.grid.append(part);
+    if (f.built < f.shown.length) {
+      const gen = f;
+      setTimeout(() => state.fleet === gen && buildFleet(gen.built + FLEET_CHUNK), 0);
+    } else {
+      state.perf.fleetBuilt = performance.now();
+    }
+  }
+
   function renderFleet(doc, nodes, matches) {
     const color = state.color;
     const shown = nodes.filter((n) => matches.get(n.hostname) && (n.gpus || []).length);
@@ -749,12 +790,16 @@
     for (const n of shown) for (const g of n.gpus) keys.push(gpuKey(n, g));
     if (!state.fleetFocus || !keys.includes(state.fleetFocus)) state.fleetFocus = keys[0] || null;
     if (state.fleet && state.fleet.sig === sig && root.querySelector(".fleet")) {
-      // same layout: patch classes only (and the labels of cells that have one)
-      const { cells: els, keys: ks, labelled } = state.fleet;
+      // same layout: patch classes only (and the labels of cells that have one) of the
+      // blocks built so far; the chunks still to come read the new document
+      const fl = state.fleet;
+      fl.shown = shown;
+      fl.matches = matches;
+      const { cells: els, keys: ks, labelled } = fl;
       let i = 0;
-      for (const n of shown) {
+      for (const n of shown.slice(0, fl.built)) {
         const on = matches.get(n.hostname);
-        const fn = state.fleet.blocks[n.hostname];
+        const fn = fl.blocks[n.hostname];
         const fc = `fn${nodeMark(n)}`;
         if (fn.className !== fc) fn.className = fc;
         for (const g of n.gpus) {
@@ -767,34 +812,16 @@
       }
       return;
     }
-    const cells = [];
-    const blocks = {};
     const grid = h("div", { class: "fleet", role: "group", "aria-label": `GPU heat map, ${shown.length} nodes, ${keys.length} GPUs. Arrow keys move, Enter opens the node.` });
-    for (const n of shown) {
-      const on = matches.get(n.hostname);
-      const row = h("div", { class: "fn-cells" });
-      for (const g of n.gpus) {
-        const key = gpuKey(n, g);
-        const el = document.createElement("span");
-        el.className = cellClass(n, g, color, on.has(g.index)) + (key === state.fleetFocus ? " cur" : "");
-        el.dataset.key = key;
-        el.setAttribute("role", "button");
-        if (key === state.fleetFocus) el.tabIndex = 0;
-        row.append(el);
-        cells.push(el);
-      }
-      const fn = h("div", { class: `fn${nodeMark(n)}`, "data-node": n.hostname }, h("span", { class: "fn-name" }, n.hostname), row);
-      blocks[n.hostname] = fn;
-      grid.append(fn);
-    }
     const hidden = nodes.length - shown.length;
+    state.fleet = { sig, cells: [], blocks: {}, keys, labelled: new Set(), shown, matches, color, grid, built: 0 };
     replace(
       root,
       legend(color),
       shown.length ? grid : h("p", { class: "empty" }, state.stateFilter === "pending" || /state:pending/.test(state.q) ? "Pending requests hold no GPUs: see Pending requests." : "No GPU matches the filter."),
       hidden ? h("p", { class: "muted" }, `${hidden} node${hidden === 1 ? "" : "s"} not shown (no GPUs, or no match).`) : null,
     );
-    state.fleet = { sig, cells, blocks, keys, labelled: new Set() };
+    buildFleet(FLEET_FIRST);
   }
 
   function cellLabel(node, gpu) {
@@ -1170,12 +1197,13 @@
         if (isSick(g)) sick++;
       }
     const drifted = nodes.filter(isDrifted).length;
+    const pendingCount = doc.pending_count ?? (doc.pending || []).length; // the light document counts them
     const item = (k, v, warn) => h("div", { class: warn ? "warn" : "" }, h("dt", {}, k), h("dd", {}, v));
     replace(
       $("summary"),
       item("Nodes", String(nodes.length)),
       item("GPUs in use", `${used} / ${total}`),
-      item("Pending", String((doc.pending || []).length), (doc.pending || []).length > 0),
+      item("Pending", String(pendingCount), pendingCount > 0),
       item("Hot", String(hot), hot > 0),
       item("Unhealthy", String(sick), sick > 0),
       item("Label issues", String(drifted), drifted > 0),
@@ -1364,13 +1392,44 @@
 
   let timer = null;
 
+  function renderLight(doc) {
+    // the fleet heat map and the summary from the light document (first poll of a big
+    // cluster); the panels wait for the whole document, fetched right after
+    const t0 = performance.now();
+    const nodes = sortedNodes(doc);
+    const matches = new Map(nodes.map((n) => [n.hostname, ALL]));
+    document.body.dataset.view = "fleet";
+    renderSummary(doc);
+    const t1 = performance.now();
+    renderFleet(doc, nodes, matches);
+    const gpus = nodes.reduce((a, n) => a + (n.gpus || []).length, 0);
+    state.perf.last = { render_ms: performance.now() - t0, prep_ms: t1 - t0, map_ms: performance.now() - t1, panels_ms: 0, at_ms: performance.now(), nodes: nodes.length, gpus, view: "fleet", light: true };
+  }
+
+  function notePerf(t0, parsed, full) {
+    // what bench_map.py reads: parse, build/patch the DOM, and the next paint
+    const last = { ...state.perf.last, parse_ms: parsed - t0, apply_ms: performance.now() - t0 };
+    if (state.perf.first === null) state.perf.first = last;
+    if (full && !state.perf.full) state.perf.full = last;
+    if (full) state.perf.updates = [...(state.perf.updates || []).slice(-19), last];
+    requestAnimationFrame(() => setTimeout(() => {
+      last.painted_ms = performance.now() - t0;
+      last.painted_at_ms = performance.now();
+    }, 0));
+  }
+
   async function poll() {
     clearTimeout(timer);
     const ctl = new AbortController();
     const kill = setTimeout(() => ctl.abort(), TIMEOUT_MS);
     let changed = false;
+    let again = POLL_MS;
+    // First poll: the light document (webmap.light_doc), which paints a big fleet's heat
+    // map long before the whole document (ten times the bytes) is parsed and drawn; for a
+    // small cluster the daemon answers the whole document to it.
+    const light = state.doc === null && !state.lightSeen;
     try {
-      const resp = await fetch(API, { cache: "no-store", signal: ctl.signal, headers: { Accept: "application/json" } });
+      const resp = await fetch(light ? `${API}?view=map` : API, { cache: "no-store", signal: ctl.signal, headers: { Accept: "application/json" } });
       if (!resp.ok) throw new Error(`${API} answered HTTP ${resp.status}.`);
       const text = await resp.text();
       if (text !== state.lastText) {
@@ -1383,28 +1442,31 @@
         }
         if (doc.error) throw new Error(`The daemon could not build the cluster view: ${doc.error}.`);
         const parsed = performance.now();
-        state.lastText = text;
-        state.doc = doc;
-        render();
-        const last = { ...state.perf.last, parse_ms: parsed - t0, apply_ms: performance.now() - t0 }; // parse + build/patch the DOM
-        if (state.perf.first === null) state.perf.first = last;
-        state.perf.updates = [...(state.perf.updates || []).slice(-19), last];
-        // ...and until the browser has laid out and painted it (the next frame)
-        requestAnimationFrame(() => setTimeout(() => {
-          last.painted_ms = performance.now() - t0;
-          last.painted_at_ms = performance.now();
-        }, 0));
-        changed = true;
+        if (doc.light) {
+          state.lightSeen = true;
+          again = 0; // the whole document at once
+          if (!parseFilter(state.q, state.stateFilter).active && mode(doc) === "fleet") {
+            renderLight(doc);
+            notePerf(t0, parsed, false);
+          }
+        } else {
+          state.lastText = text;
+          state.doc = doc;
+          render();
+          notePerf(t0, parsed, true);
+          changed = true;
+        }
       }
       state.error = null;
       state.lastOkAt = Date.now();
     } catch (err) {
       state.error = err.name === "AbortError" ? `${API} did not answer within ${TIMEOUT_MS / 1000} s.` : err.message || String(err);
       if (err instanceof TypeError) state.error = `Cannot reach the swarmgpu daemon at ${location.host || "this address"}.`;
+      if (light) state.lightSeen = true; // then the whole document, as before
     } finally {
       clearTimeout(kill);
       renderLive();
-      if (!state.paused) timer = setTimeout(poll, POLL_MS);
+      if (!state.paused) timer = setTimeout(poll, again);
     }
     if (changed) fetchHistory();
   }
