@@ -241,3 +241,39 @@ def test_openb_default_seed_42_at_100(openb_100: tuple[list[NodeSpec], list[Trac
     assert round(100 * b.milli / cluster, 3) == 96.908
     assert b.mip_best_milli == b.milli  # solved to optimality
     assert round(100 * b.lp_milli / cluster, 3) == 96.909
+
+
+# ---- the departures replay's bound (sim.bound_timed) ----------------------------------
+
+
+def test_the_timed_bound_is_the_demand_where_nothing_is_solved(
+        small_trace: tuple[str, str]) -> None:
+    """Its sweep of what is asked over time is the replays' own window: with no span
+    solved, its mean is the replay's mean demand."""
+    from swarmgpu.sim.bound_timed import timed_bound
+    from swarmgpu.sim.timeline import replay_departures
+
+    nodes_p, pods_p = small_trace
+    nodes, pods = load_nodes(nodes_p), load_pods(pods_p)
+    r = replay_departures(nodes, pods, "bestfit", 1, speedup=50.0)
+    b = timed_bound(nodes, pods, 50.0, solve_from=10.0)  # never solves
+    assert not b.solved
+    assert b.mean_alloc_pct == pytest.approx(r.mean_demand_pct, rel=1e-9)
+    assert b.mean_alloc_pct >= r.mean_alloc_pct and b.peak_alloc_pct >= r.peak_alloc_pct
+
+
+@pytest.mark.parametrize("speedup", [300.0, 3000.0])
+def test_no_policy_passes_the_timed_bound(small_trace: tuple[str, str], speedup: float) -> None:
+    from swarmgpu.sim.bound_timed import timed_bound
+    from swarmgpu.sim.report import run_timed
+
+    nodes_p, pods_p = small_trace
+    b = timed_bound(load_nodes(nodes_p), load_pods(pods_p), speedup, solve_from=0.0)
+    assert len(b.solved) == b.spans  # every span solved: the packing bound, not demand
+    results = run_timed(nodes_p, pods_p, ["swarmgpu", "fgd", "bestfit", "random"], [1, 2],
+                        speedup=speedup, workers=1)
+    for name, runs in results.items():
+        for r in runs:
+            assert r.mean_alloc_pct <= b.mean_alloc_pct + 1e-9, name
+            assert r.peak_alloc_pct <= b.peak_alloc_pct + 1e-9, name
+            assert b.mean_alloc_pct <= r.mean_demand_pct + 1e-9

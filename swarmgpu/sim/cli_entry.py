@@ -11,9 +11,10 @@ from typing import TextIO
 from swarmgpu.sim import report
 from swarmgpu.sim.bound import highs_missing
 from swarmgpu.sim.bound_runs import BOUND_METHODS
+from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.swarm_replay import WORKLOADS
-from swarmgpu.sim.trace import TraceError
+from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
 from swarmgpu.sim.traces import bundled
 
 
@@ -136,9 +137,14 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
                 progress.start("replays with departures")
             timed = report.run_timed(nodes, pods, policies, seeds, moves=rebalance_moves,
                                      speedup=speedup, workload=workload, progress=progress)
+            tbound: TimedBound | str | None = None
+            if bound != "off":
+                tbound = highs_missing() or timed_bound(load_nodes(nodes), load_pods(pods),
+                                                        speedup, method=bound)
         except TraceError as e:
             return (str(e), 2)
-        return (report.timed_json(timed) if as_json else report.timed_text(timed), 0)
+        return (report.timed_json(timed, tbound) if as_json
+                else report.timed_text(timed, tbound), 0)
     if plot and (why := plot_missing()):
         return (why, 2)
     missing = highs_missing() if bound != "off" else None

@@ -12,6 +12,7 @@ from statistics import mean
 from typing import Any
 
 from swarmgpu.sim.bound_runs import SeedBound, bound_jobs, bound_seed, bound_summary
+from swarmgpu.sim.bound_timed import TimedBound
 from swarmgpu.sim.rebalance import Defragmenter, MoveRescuer
 from swarmgpu.sim.replay import replay
 from swarmgpu.sim.runs import RunResult, TimelineResult, timed_pods, workload_of
@@ -117,9 +118,15 @@ def run_timed(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: S
     return out
 
 
-def timed_text(results: dict[str, list[TimelineResult]]) -> str:
+def timed_text(results: dict[str, list[TimelineResult]],
+               bound: TimedBound | str | None = None) -> str:
+    """The departures table; with ``bound`` (``sim.bound_timed``) its row and each
+    policy's gap to its mean, or why there is none."""
     head = ["policy", "mean alloc%", "mean demand%", "peak alloc%", "failed pods",
             "failed GPU%", "moves", "seeds"]
+    with_bound = isinstance(bound, TimedBound)
+    if with_bound:
+        head.insert(2, "gap")
     rows = [head]
     for name, runs in results.items():
         kinds = Counter[str]()
@@ -131,15 +138,38 @@ def timed_text(results: dict[str, list[TimelineResult]]) -> str:
                      f"{mean(r.peak_alloc_pct for r in runs):.2f}", fail,
                      f"{mean(100.0 * r.failed_gpu_milli / max(_asked(r), 1) for r in runs):.2f}",
                      f"{mean(r.moves for r in runs):g}", str(len(runs))])
-    return _table(rows)
+        if isinstance(bound, TimedBound):
+            rows[-1].insert(2, f"{bound.mean_alloc_pct - mean(r.mean_alloc_pct for r in runs):.3f}")
+    if isinstance(bound, TimedBound):
+        rows.append([f"bound ({bound.method})", f"{bound.mean_alloc_pct:.3f}", "0.000", "-",
+                     f"{bound.peak_alloc_pct:.2f}", "-", "-", "-", "-"])
+    text = _table(rows)
+    if isinstance(bound, TimedBound):
+        text += ("\nbound: at each instant the most any placement of the pods alive then "
+                 "could allocate\n  (docs/simulate.md); solved for "
+                 f"{len(bound.solved)} of {bound.spans} spans in {bound.solve_s:.1f} s "
+                 "(elsewhere what is asked);\n  gap = bound - policy mean, in points")
+    elif isinstance(bound, str):
+        text += f"\nbound: not computed: {bound}"
+    return text
 
 
 def _asked(r: TimelineResult) -> int:
     return r.asked_gpu_milli
 
 
-def timed_json(results: dict[str, list[TimelineResult]]) -> str:
-    return json.dumps({k: [asdict(r) for r in v] for k, v in results.items()}, indent=2)
+def timed_json(results: dict[str, list[TimelineResult]],
+               bound: TimedBound | str | None = None) -> str:
+    """Each policy's runs; with ``bound`` also the key ``bound`` (its mean and peak, or
+    ``unavailable``: why not)."""
+    out: dict[str, Any] = {k: [asdict(r) for r in v] for k, v in results.items()}
+    if isinstance(bound, TimedBound):
+        out["bound"] = {**asdict(bound), "mean_alloc_pct": round(bound.mean_alloc_pct, 4),
+                        "peak_alloc_pct": round(bound.peak_alloc_pct, 3),
+                        "solve_s": round(bound.solve_s, 2)}
+    elif isinstance(bound, str):
+        out["bound"] = {"unavailable": bound}
+    return json.dumps(out, indent=2)
 
 
 def _table(rows: list[list[str]]) -> str:
