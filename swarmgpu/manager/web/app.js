@@ -746,7 +746,7 @@
   // it (patches of a poll reach the blocks built so far; later chunks read the newest
   // document).
   const FLEET_FIRST = 160; // about a 1366 x 900 screen of node blocks
-  const FLEET_CHUNK = 1000; // the rest in one more task
+  const FLEET_CHUNK = 240;
 
   function fleetBlock(n, color) {
     const on = state.fleet.matches.get(n.hostname);
@@ -774,8 +774,10 @@
     for (; f.built < end; f.built++) part.append(fleetBlock(f.shown[f.built], f.color));
     f.grid.append(part);
     if (f.built < f.shown.length) {
+      // after this frame is painted, at background priority: a poll's work comes first
       const gen = f;
-      setTimeout(() => state.fleet === gen && buildFleet(gen.built + FLEET_CHUNK), 0);
+      const next = () => state.fleet === gen && buildFleet(gen.built + FLEET_CHUNK);
+      requestAnimationFrame(() => (window.scheduler?.postTask ? window.scheduler.postTask(next, { priority: "background" }) : setTimeout(next, 0)));
     } else {
       state.perf.fleetBuilt = performance.now();
     }
