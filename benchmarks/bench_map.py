@@ -76,6 +76,13 @@ def measure(browser: str, doc: dict[str, Any], query: str, updates: int,
         cdp.wait_for("window.swarmgpuMap?.state.perf.full?.painted_ms > 0", timeout=timeout)
         first = cdp.js("window.swarmgpuMap.state.perf.first")
         full = cdp.js("window.swarmgpuMap.state.perf.full")
+        # the first two fetches of the document: (query, request sent, first byte, last)
+        fetches = cdp.js(
+            "performance.getEntriesByType('resource').filter((e) => e.name.includes("
+            "'/api/v1/cluster')).slice(0, 2).map((e) => [e.name.split('?')[1] || '', "
+            "Math.round(e.requestStart), Math.round(e.responseStart), Math.round(e.responseEnd)])")
+        cdp.wait_for("window.swarmgpuMap.state.perf.fleetBuilt || "
+                     "!document.querySelector('.fleet')", timeout=timeout)
         built = cdp.js("window.swarmgpuMap.state.perf.fleetBuilt || null")
         applied, painted, script, phases = [], [], [], []
         for _ in range(updates):
@@ -115,6 +122,7 @@ def measure(browser: str, doc: dict[str, Any], query: str, updates: int,
         "first_light": bool(first.get("light")),
         "full_painted_ms": round(full["painted_at_ms"]),
         "fleet_built_ms": round(built) if built else None,
+        "fetches_ms": fetches,
         "update_apply_ms": round(med(applied), 1) if applied else None,
         "update_painted_ms": round(med(painted), 1) if painted else None,
         "update_render_ms": round(med(script), 1) if script else None,

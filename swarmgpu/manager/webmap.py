@@ -85,8 +85,8 @@ class _BodyMemo:
 # while the whole one is fetched; at fewer the whole document answers at once.
 LIGHT_MIN_NODES = 25
 # What the heat map and the summary read of a GPU (app.js cellClass, renderSummary).
-_LIGHT_GPU = ("index", "util_pct", "memory_mib", "memory_used_mib", "temp_c", "healthy",
-              "xid", "xid_effect", "ecc_dbe")
+_LIGHT_GPU = ("index", "util_pct", "memory_mib", "memory_used_mib", "temp_c", "xid",
+              "xid_effect", "ecc_dbe")  # healthy: only when false
 _LIGHT_NODE = ("hostname", "state", "availability", "labels_state")
 
 
@@ -107,7 +107,9 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
             light = _kept(g, _LIGHT_GPU)
             if g.get("healthy") is False:
                 light["healthy"] = False
-            holders = [{"share_milli": h.get("share_milli"),
+            # a holder without share_milli holds the whole GPU (app.js shareSum)
+            holders = [{**({"share_milli": h["share_milli"]}
+                           if h.get("share_milli") not in (None, 1000) else {}),
                         **({"over_share": True} if h.get("over_share") or any(
                             isinstance(b, dict) and b.get("text") == "over-share"
                             for b in h.get("badges") or ()) else {})}
