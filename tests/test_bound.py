@@ -10,8 +10,8 @@ from functools import cache
 
 import pytest
 
-from swarmgpu.allocator.core import GpuSpec, NodeSpec
 from swarmgpu.allocator.fragmentation import product_matches
+from swarmgpu.allocator.values import GpuSpec, NodeSpec
 from swarmgpu.sim.bound import DUAL_SCALE, certify, linear_bound, upper_bound
 from swarmgpu.sim.bound_model import build, maximal_patterns, node_patterns, node_types
 from swarmgpu.sim.bound_runs import placed_all

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from swarmgpu.allocator.core import NodeSpec
 from swarmgpu.allocator.fragmentation import MILLI
+from swarmgpu.allocator.values import NodeSpec
 from swarmgpu.sim.bound_model import (
     Built,
     Model,

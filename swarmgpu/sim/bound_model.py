@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from swarmgpu.allocator.core import NodeSpec
 from swarmgpu.allocator.fragmentation import MILLI, product_matches
+from swarmgpu.allocator.values import NodeSpec
 from swarmgpu.sim.trace import TracePod
 
 # Share patterns enumerated for the integer program at most; past that only the linear

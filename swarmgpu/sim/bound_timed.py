@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from swarmgpu.allocator.core import NodeSpec
+from swarmgpu.allocator.values import NodeSpec
 from swarmgpu.sim.bound import upper_bound
 from swarmgpu.sim.runs import arrival_times, timed_pods
 from swarmgpu.sim.trace import TracePod
