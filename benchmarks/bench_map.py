@@ -172,11 +172,17 @@ def main() -> int:
     print(json.dumps({"built": f"{args.nodes} nodes by the planner",
                       "s": round(time.monotonic() - t, 1)}), flush=True)
     rows = {}
+    # The 5-node page first, then the fleet, then the 5-node page again: neither gets the
+    # quiet start alone (a browser that just closed still winds down beside the next).
+    small = [measure(browser, sample(), "", args.updates, 60)]
+    print(json.dumps(small[-1]), flush=True)
     rows["fleet (heat map)"] = measure(browser, fleet, "", args.updates, 120,
                                        shot=f"bench-fleet-{args.nodes}.png")
     print(json.dumps(rows["fleet (heat map)"]), flush=True)
-    rows["reference: 5-node sample"] = measure(browser, sample(), "", args.updates, 60)
-    print(json.dumps(rows["reference: 5-node sample"]), flush=True)
+    small.append(measure(browser, sample(), "", args.updates, 60))
+    print(json.dumps(small[-1]), flush=True)
+    # the reference: the slower of the two 5-node loads is not taken, the faster is
+    rows["reference: 5-node sample"] = min(small, key=lambda r: r.get("first_painted_ms", 1e9))
     if not args.no_cards:
         rows["reference: fleet as cards"] = measure(browser, fleet, "?view=cards",
                                                     min(args.updates, 2), 300)
