@@ -487,9 +487,14 @@ def test_daemon_cycles_in_dry_run_with_hostile_labels_write_nothing(global_dry: 
     if global_dry:
         assert sw.calls == []
     else:
-        # At most placement's learned workload model (its own swarm label); the mover,
-        # in its dry-run, neither repairs the forged labels nor records a move.
-        assert set(sw.calls) <= {("swarm", "swarm")}, sw.calls
+        # Placement's learned workload model (its own swarm label), and placement of the
+        # attackers like any GPU service: a move label with no record gives no move in
+        # flight, so it neither freezes them nor protects them (record.move_of). The
+        # mover, in its dry-run, neither repairs the forged labels nor records a move;
+        # nothing is written to the victim or the third service.
+        assert set(sw.calls) <= {("swarm", "swarm"), ("service", "id-attacker"),
+                                 ("service", "id-attacker2"), ("node", "n-dgx"),
+                                 ("node", "n-4090")}, sw.calls
         assert read_records(sw.swarm_labels(), P) == {}
         assert f"{P}{MOVE_STATE}" in sw.service("id-attacker").labels
     assert _victim_state(sw) == before

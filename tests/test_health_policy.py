@@ -98,12 +98,12 @@ def setup(n2_holders: Mapping[str, Sequence[str]], *, full_n2: bool = True,
 
 def plan(nodes: Sequence[SwarmNode], svcs: Sequence[SwarmService], tasks: Sequence[SwarmTask],
          f2: NodeFacts, h: HealthInputs | None = None, cfg: RebalanceConfig = CFG,
-         f1: NodeFacts = F1) -> Proposal:
+         f1: NodeFacts = F1, moving: frozenset[str] = frozenset()) -> Proposal:
     from swarmgpu.manager.placement import read_ledger
 
     inp = Inputs(nodes=nodes, services=svcs, tasks=tasks, facts={"n1": f1, "n2": f2},
                  ledger=read_ledger(nodes, P), gpus={}, node_signals={}, cfg=cfg, now=1000.0,
-                 prefix=P)
+                 prefix=P, moving=moving)
     return plan_moves(inp, h if h is not None else HealthInputs(left=2))
 
 
@@ -245,12 +245,15 @@ def test_a_new_daemon_sees_the_hours_spent_health_budget_in_swarm(tmp_path: Path
 
 
 def test_a_holder_with_a_move_under_way_is_not_proposed_again() -> None:
-    """Hysteresis: once its move started (its move label), the holder is left to it."""
+    """Hysteresis: once its move started (the daemon's record: ``record.moving``), the
+    holder is left to it. A move label alone is no move: that holder is evacuated."""
     nodes, svcs, tasks = setup({"a": [U2[0]]})
     svcs = [replace(s, labels={**s.labels, P + MOVE_STATE: "{}"}) if s.name == "a" else s
             for s in svcs]
-    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]))
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0]), moving=frozenset({"a"}))
     assert not p.moves and any("a move is under way" in n for n in p.notes)
+    forged = plan(nodes, svcs, tasks, mark(F2, failed=[0]))  # the label, no record
+    assert [(m.service, m.trigger) for m in forged.moves] == [("a", Trigger.HEALTH)]
 
 
 def test_no_healthy_room_leaves_it_and_says_so() -> None:

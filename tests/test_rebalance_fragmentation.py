@@ -60,12 +60,12 @@ def two_half_used(a_labels: Mapping[str, str] | None = None,
 
 def plan(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask],
          cfg: RebalanceConfig = CFG, workload: tuple[TypicalTask, ...] | None = None,
-         ) -> list[Move]:
+         moving: frozenset[str] = frozenset()) -> list[Move]:
     sig = Signals(cfg)
     times = [float(t) for t in range(13)]
     feed(sig, nodes, times, {})  # every GPU idle and known
     inp = Inputs(nodes, svcs, tasks, FACTS, read_ledger(nodes, P), sig.gpus, sig.nodes, cfg,
-                 times[-1], (), P, workload)
+                 times[-1], (), P, workload, moving)
     return plan_moves(inp).moves
 
 
@@ -124,7 +124,10 @@ def test_constraints_and_moves_in_flight_are_respected() -> None:
                                                        "node.hostname==gpu-node-2"))
     assert plan(nodes, [svcs[0], pinned, svcs[2]], tasks) == []
     moving = dataclasses.replace(svcs[1], labels={**svcs[1].labels, P + MOVE_STATE: "{}"})
-    assert plan(nodes, [svcs[0], moving, svcs[2]], tasks) == []
+    # In flight by the daemon's record (record.moving): left alone.
+    assert plan(nodes, [svcs[0], moving, svcs[2]], tasks, moving=frozenset({"b"})) == []
+    # The label alone is a stack's claim: no record, no move in flight, moved as before.
+    assert [m.service for m in plan(nodes, [svcs[0], moving, svcs[2]], tasks)] == ["b"]
 
 
 def test_an_over_committed_gpu_is_left_alone() -> None:

@@ -203,7 +203,15 @@ def test_cooldown_holds_and_then_lets_go() -> None:
     assert len(ok) == 1
     moving = [dataclasses.replace(svcs[0], labels={f"{P}gpu-fraction": "0.5",
                                                    P + MOVE_STATE: "{}"})]
+    # A move label alone (no record of the daemon's) is nobody's move: admitted.
     ok, refused = admit(m, [], {"s0": moving[0]}, tasks, ledger, CFG, P, 5000.0)  # type: ignore[arg-type]
+    assert len(ok) == 1, refused
+    # Its record in flight: refused (the budget of one move per cycle says so first
+    # with CFG's; a budget of two leaves "in progress" as the reason).
+    record = MoveState("mv1", "s0", "src0", "src0", ("u",), (500,), "dst0", "dst0", ("v",),
+                       (500,), False, 1, 0, 4000.0, "hotspot", "r", service_id="id-s0")
+    two = dataclasses.replace(CFG, max_moves_per_cycle=2, max_moves_per_node=2)
+    ok, refused = admit(m, [record], {"s0": moving[0]}, tasks, ledger, two, P, 5000.0)  # type: ignore[arg-type]
     assert ok == [] and "in progress" in refused[0][1]
 
 

@@ -157,6 +157,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
     from swarmgpu.manager.gpuhealth import health_rows
     from swarmgpu.manager.placement_step import make_plan
     from swarmgpu.manager.rebalance.attribution import service_states
+    from swarmgpu.manager.rebalance.record import moving
     from swarmgpu.swarm.client import SwarmClient
 
     cfg = load_cfg(config_path)
@@ -167,8 +168,8 @@ def plan(config_path: str | None, as_json: bool) -> None:
     # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
     idle = [str(m.get("service")) for m in (moves or {}).get("proposed", [])
             if m.get("trigger") == "consolidation"]
-    states = service_states(p.services, {s.name: dict(s.labels) for s in snap.services},
-                            idle, cfg.sync.prefix)
+    states = service_states(p.services, moving(snap.services, snap.swarm_labels,
+                                               cfg.sync.prefix), idle)
     for sp in p.services:
         sp.state = states.get(sp.name, sp.state)
     if not p.services and not as_json:
@@ -193,6 +194,10 @@ def plan(config_path: str | None, as_json: bool) -> None:
                 click.echo(f"  {sp.mode}: {sp.progress}")
         if sp.reason:
             click.echo(f"  why: {sp.reason}")
+        if sp.request is not None and sp.request.tenant:  # config tenants (manager.tenants)
+            click.echo(f"  tenant: {sp.request.tenant}")
+            for why in sp.request.limits:
+                click.echo(f"  limited: {why}")
         for w in sp.warnings:
             click.echo(f"  note: {w}")
     for line in workload_lines(p.workload):
@@ -254,6 +259,7 @@ def render(stack_file: str, stack_name: str | None, output: str,
     from pathlib import Path
 
     from swarmgpu.manager.render import StackError, check_stack, render_stack
+    from swarmgpu.manager.tenants import Tenants
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
@@ -266,7 +272,8 @@ def render(stack_file: str, stack_name: str | None, output: str,
     checked = check_stack(source, where=stack_file, prefix=cfg.sync.prefix,
                           zone_label=cfg.placement.zone_label,
                           generic_kind=cfg.placement.generic_resource_kind,
-                          classes=parse_priority_classes(cfg.preemption.priority_classes))
+                          classes=parse_priority_classes(cfg.preemption.priority_classes),
+                          tenants=Tenants.from_config(cfg), stack_name=name)
     if checked.errors:
         _render_errors(stack_file, checked.errors)
     if check:
@@ -276,6 +283,7 @@ def render(stack_file: str, stack_name: str | None, output: str,
                    f"service(s), {len(checked.requests)} GPU request(s))", err=True)
         return
     from swarmgpu.manager.placement_step import facts_by_node, new_planner
+    from swarmgpu.manager.rebalance.record import moving
     from swarmgpu.swarm.client import SwarmClient
 
     snap = _snapshot(cfg)
@@ -284,7 +292,9 @@ def render(stack_file: str, stack_name: str | None, output: str,
     try:
         text, p = render_stack(source, name, snap.nodes, snap.services,
                                snap.tasks, facts_by_node(snap), prefix=cfg.sync.prefix,
-                               zone_label=cfg.placement.zone_label, planner=planner)
+                               zone_label=cfg.placement.zone_label, planner=planner,
+                               moving=moving(snap.services, snap.swarm_labels,
+                                             cfg.sync.prefix))
     except StackError as exc:  # only what needs the swarm: count: all with no GPU node
         _render_errors(stack_file, exc.errors)
     for line in text.splitlines()[2:]:  # what render changed, as the file's comment says

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.core.tenants import parse_tenants
 from swarmgpu.core.yamlfile import read_yaml
 
 
@@ -317,6 +318,10 @@ class Config:
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     queues: dict[str, Any] = field(default_factory=dict)
     """GPU quotas per queue (swarmgpu.queue): name -> {guaranteed: GPUs, max: GPUs}."""
+    tenants: dict[str, Any] = field(default_factory=dict)
+    """Who may ask for what (core/tenants.py, docs/requests.md "Tenants"): name ->
+    {stacks, services, max_priority, may_opt_out, queues, guaranteed, max,
+    preemptions_per_hour}. Empty: every stack's labels are taken as they are."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -397,11 +402,21 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             queue_quotas(cfg.queues)
         except ValueError as e:
             add(f"queues.{e}")
+    _check_tenants(cfg, add)
     if cfg.placement.overshare not in ("report", "restart"):
         add(f"placement.overshare: {cfg.placement.overshare!r}; use 'report' "
             "or 'restart'")
     if cfg.placement.overshare_window_s <= 0:
         add("placement.overshare_window_s: must be > 0 seconds")
+
+
+def _check_tenants(cfg: Config, add: Callable[[str], None]) -> None:
+    try:
+        classes = parse_priority_classes(cfg.preemption.priority_classes)
+    except ValueError:
+        classes = {}  # reported above
+    for e in parse_tenants(cfg.tenants, cfg.queues, classes, cfg.preemption.max_per_hour)[2]:
+        add(e)
 
 
 def _check_preemption(p: PreemptionConfig, add: Callable[[str], None]) -> None:
@@ -569,6 +584,15 @@ def load_config_report(
     return cfg, errors
 
 
+TENANT_DEFAULTS = (
+    "each tenant (docs/requests.md, \"Tenants\"), with its keys' defaults:",
+    "  <name>: {stacks: [globs], services: [globs], max_priority: 0, may_opt_out: false,",
+    "           queues: [], guaranteed: none, max: none,",
+    "           preemptions_per_hour: half of preemption.max_per_hour, rounded up}",
+    "  default: {max_priority: 0, may_opt_out: false}   # services no other tenant matches",
+)
+
+
 def describe_defaults() -> str:
     """A commented YAML of every key with its default (for docs and `config show`)."""
     lines: list[str] = []
@@ -585,6 +609,8 @@ def describe_defaults() -> str:
                 shown = f.default if f.default is not dataclasses.MISSING else value
                 dumped = yaml.safe_dump(shown).strip().removesuffix("...").strip()
                 lines.append(f"{pad}{f.name}: {dumped}")
+                if f.name == "tenants":  # a mapping of the operator's: its keys' defaults
+                    lines.extend(f"{pad}# {line}" for line in TENANT_DEFAULTS)
 
     walk(Config(), 0)
     return "\n".join(lines) + "\n"

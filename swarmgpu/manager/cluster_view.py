@@ -16,6 +16,7 @@ from swarmgpu.core.model import NodeFacts, is_nvlink
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.placement import PlacementPlan, read_ledger
 from swarmgpu.manager.rebalance.attribution import service_states
+from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.rebalance.scrape import scrape_all
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode
@@ -205,8 +206,8 @@ def build_cluster(
     if plan is not None:  # a move in flight, or a proposed idle clean-up, shows as state
         idle = [m.get("service") for m in (moves or {}).get("proposed", [])
                 if m.get("trigger") == "consolidation"]
-        states = service_states(plan.services, {s.name: s.labels for s in snap.services},
-                                [str(x) for x in idle if x], prefix)
+        states = service_states(plan.services, moving(snap.services, snap.swarm_labels, prefix),
+                                [str(x) for x in idle if x])
         for entry in services_out:
             entry["state"] = states.get(str(entry["name"]), entry["state"])
     pending = [{"service": sp.name, "request": sp.request_text, "reason": sp.reason}
@@ -381,6 +382,13 @@ def render_status(doc: Mapping[str, Any]) -> str:
         for sv in packed:
             lines.append(f"  {sv['name']}: {sv['packed']}")
     lines.extend(_modes_lines(doc.get("services", [])))
+    limited = [sv for sv in doc.get("services", []) if sv.get("limits")]
+    if limited:  # config tenants: what a stack's labels asked beyond its tenant's limits
+        lines.append("")
+        lines.append("tenant limits (the labels asked for more):")
+        for sv in limited:
+            for why in sv["limits"]:
+                lines.append(f"  {sv['name']}: {why}")
     if doc["pending"]:
         lines.append("")
         lines.append("pending GPU requests:")

@@ -348,6 +348,7 @@ class Restarter:
             restarted: Callable[[tuple[str, str, str]], None] = lambda key: None) -> int:
         from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
         from swarmgpu.manager.rebalance.mover import read_records
+        from swarmgpu.manager.rebalance.record import moving
         from swarmgpu.manager.requests import GpuRequest, parse_all
 
         p = self.cfg.sync.prefix
@@ -358,7 +359,8 @@ class Restarter:
         # Moves in flight count against the budget: the daemon's own records of them,
         # not services' move labels (a stack can write those, and would ration restarts).
         try:
-            flying = len(read_records(self.swarm.swarm_labels(), p))
+            swarm_labels = self.swarm.swarm_labels()
+            flying = len(read_records(swarm_labels, p))
         except SwarmError as exc:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0
@@ -372,7 +374,8 @@ class Restarter:
             req = parse_all(s.labels, prefix=p)
             why = why_not_movable(s, req if isinstance(req, GpuRequest) else None, snap.tasks,
                                   ledger.get(u.service, {}), p, self.clock(),
-                                  self.cfg.rebalance.cooldown_s)
+                                  self.cfg.rebalance.cooldown_s,
+                                  moving=s.name in moving([s], swarm_labels, p))
             if why is None and budget <= 0:
                 why = f"budget: {self.cfg.rebalance.max_moves_per_cycle} move(s) per cycle"
             if why is None:

@@ -21,13 +21,16 @@ from loguru import logger
 from swarmgpu.allocator.workload import STATE_KEY, WorkloadError, WorkloadModel, load_file
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.actuator import Writes
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import NO_WAITING, PlacementPlan, Planner, ServicePlan, gate_key
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.tasks import tasks_by_service
+from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.tenants import Tenants
 from swarmgpu.manager.writes import HeldNodeWrites, LabelCompute, chain, write_each
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 
@@ -88,12 +91,15 @@ def store_workload(swarm: Any, cfg: Config, model: WorkloadModel) -> bool:
 
 def new_planner(cfg: Config, swarm: Any = None,
                 services: Sequence[SwarmService] = ()) -> Planner:
+    tenants = Tenants.from_config(cfg)
     planner = Planner(prefix=cfg.sync.prefix, zone_label=cfg.placement.zone_label,
                       adopt_ungated=cfg.placement.adopt_ungated,
                       generic_kind=cfg.placement.generic_resource_kind,
                       workload=load_workload(cfg, swarm, services),
                       priority_classes=parse_priority_classes(cfg.preemption.priority_classes),
-                      queues=queue_quotas(cfg.queues))
+                      queues=(tenants.quotas(cfg.queues) if tenants is not None
+                              else queue_quotas(cfg.queues)),
+                      tenants=tenants)
     if cfg.rebalance.health_policy:  # its holdings on failed GPUs: the health policy's
         planner.keep_failed_holdings(lambda _service, _node: True)
     return planner
@@ -106,7 +112,8 @@ def make_plan(snap: Snapshot, cfg: Config,
     (``plan``, ``audit``, ``status``) get a fresh one from the stored model."""
     if planner is None:
         planner = new_planner(cfg, swarm, snap.services)
-    return planner.plan(snap.nodes, snap.services, snap.tasks, facts_by_node(snap, fallback))
+    return planner.plan(snap.nodes, snap.services, snap.tasks, facts_by_node(snap, fallback),
+                        moving=moving(snap.services, snap.swarm_labels, cfg.sync.prefix))
 
 
 WORKLOAD_STORE_EVERY_S = 60.0  # one swarm write a minute at most while the model learns
@@ -348,6 +355,7 @@ def attach(daemon: CycleHost) -> None:
         return
 
     last_store = [0.0]
+    said: set[tuple[str, str]] = set()  # tenant limits logged (once while they last)
     # Label sync's node writes wait for placement's own write of the same node (one
     # write per node per cycle; apply_plan says in which phase). Placement is the first
     # step (cli.manager): the daemon writes what it did not take right after it.
@@ -379,6 +387,12 @@ def attach(daemon: CycleHost) -> None:
                     log.warning("{}", w)
                 else:
                     log.info("{}", w)
+        limits = {(sp.name, why) for sp in plan.services if sp.request is not None
+                  for why in sp.request.limits}
+        for name, why in sorted(limits - said):  # the labels asked more than the tenant may
+            logger.bind(service=name).warning("{}: {}", name, why)
+        said.clear()
+        said.update(limits)
         d.metrics.pending.set(pending)
         if plan.empty:
             return
@@ -395,27 +409,58 @@ def attach(daemon: CycleHost) -> None:
 
 
 def audit_checks(cfg: Config) -> list[Any]:
-    """Audit findings about placement: invalid requests, pending, ungated services."""
+    """Audit findings about placement: invalid requests, pending, ungated services, and
+    what tenants did not give (or that there are none)."""
+    tenants = Tenants.from_config(cfg)
 
     def check(snap: Snapshot) -> list[Finding]:
         plan = make_plan(snap, cfg)
-        out_gates = [Finding("foreign-gate", sp.name, w) for sp in plan.services
-                     for w in sp.warnings if "names another service" in w]
-        out: list[Finding] = []
-        for sp in plan.services:
-            if sp.status == "invalid":
-                out.append(Finding("invalid-request", sp.name, sp.reason or ""))
-            elif sp.status == "pending":
-                out.append(Finding("pending", sp.name, f"{sp.request_text}: {sp.reason}"))
-            for host, why in sorted(sp.nodes_waiting.items()):  # global: a node without room
-                out.append(Finding("global-node-waiting", sp.name, f"{host}: {why}",
-                                   advisory=sp.status != "pending"))
-            for w in sp.warnings:
-                if w.startswith("adopted"):
-                    # advisory: the daemon adds the gate and env itself (adopt_ungated)
-                    out.append(Finding("ungated", sp.name,
-                                       "annotated service without the gate/env in its spec: " +
-                                       w.removeprefix("adopted: "), advisory=True))
-        return out + out_gates
+        out = findings_of(plan)
+        if tenants is None:
+            return [SELF_DECLARED, *out] if any(sp.request is not None
+                                                for sp in plan.services) else out
+        requests = {sp.name for sp in plan.services if sp.request is not None}
+        for s in snap.services:  # the first in file order takes it: say so
+            names = [t.name for t in tenants.matching(s.name, s.labels.get(STACK_LABEL))]
+            if s.name in requests and len(names) > 1:
+                out.append(Finding(
+                    "tenant-overlap", s.name, f"matches tenants {', '.join(names)}; the "
+                    f"first in the config's order, {names[0]}, takes it", key="tenants",
+                    advisory=True))
+        return out
 
     return [check]
+
+
+# Without tenants, a stack's labels are the last word on its priority, opt-out and queue.
+SELF_DECLARED = Finding(
+    "self-declared-priority", "config",
+    "no tenants section: swarmgpu.priority, swarmgpu.preemptible and swarmgpu.queue are "
+    "as each stack declares them (any stack may ask for the top priority and preempt the "
+    "others); give each team a tenant with its limits (docs/requests.md, \"Tenants\")",
+    key="tenants", advisory=True)
+
+
+def findings_of(plan: PlacementPlan) -> list[Finding]:
+    """The findings of one placement plan (``audit_checks``)."""
+    out_gates = [Finding("foreign-gate", sp.name, w) for sp in plan.services
+                 for w in sp.warnings if "names another service" in w]
+    out: list[Finding] = []
+    for sp in plan.services:
+        if sp.status == "invalid":
+            out.append(Finding("invalid-request", sp.name, sp.reason or ""))
+        elif sp.status == "pending":
+            out.append(Finding("pending", sp.name, f"{sp.request_text}: {sp.reason}"))
+        for host, why in sorted(sp.nodes_waiting.items()):  # global: a node without room
+            out.append(Finding("global-node-waiting", sp.name, f"{host}: {why}",
+                               advisory=sp.status != "pending"))
+        for w in sp.warnings:
+            if w.startswith("adopted"):
+                # advisory: the daemon adds the gate and env itself (adopt_ungated)
+                out.append(Finding("ungated", sp.name,
+                                   "annotated service without the gate/env in its spec: " +
+                                   w.removeprefix("adopted: "), advisory=True))
+        if sp.request is not None:  # its labels asked more than its tenant may have
+            out += [Finding("tenant-limit", sp.name, f"tenant {sp.request.tenant}: {why}",
+                            key="tenants") for why in sp.request.limits]
+    return out + out_gates

@@ -5,7 +5,9 @@ safety and the writes:
 
 * ``preemption.dry_run`` (default true): the decision is logged and shown on the
   preemptor's plan ("would preempt ..."); nothing is written;
-* budgets: at most ``max_per_hour`` victims stopped per hour (0 turns preemption off);
+* budgets: at most ``max_per_hour`` victims stopped per hour (0 turns preemption off),
+  and with tenants in the config, at most each tenant's ``preemptions_per_hour`` for its
+  services' preemptions (``manager.tenants``): no one tenant spends the whole hour's;
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in
   its ``<p>state.preempted`` label and here) and a settle time per preemptor
   (``settle_s``): a preemptor that is still pending after its victims were stopped does
@@ -42,8 +44,8 @@ from loguru import logger
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.host import CycleHost
-from swarmgpu.manager.placement import PlacementPlan, assign_key, gate_key
-from swarmgpu.manager.placement.keys import DEVICES, MOVE_STATE
+from swarmgpu.manager.placement import PlacementPlan, ServicePlan, assign_key, gate_key
+from swarmgpu.manager.placement.keys import DEVICES
 from swarmgpu.manager.placement.ledger import read_ledger
 from swarmgpu.manager.placement.preempt import (
     PREEMPTED_STATE,
@@ -56,7 +58,9 @@ from swarmgpu.manager.placement.preempt import (
 from swarmgpu.manager.placement_step import facts_by_node
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Move, Trigger
+from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.tenants import Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 
 HOUR_S = 3600.0
@@ -69,6 +73,8 @@ class Preempter:
         self.cfg = cfg
         self.prefix = cfg.sync.prefix
         self.stopped: deque[float] = deque()  # when each victim was stopped (the hour's budget)
+        self.tenants = Tenants.from_config(cfg)
+        self.by_tenant: dict[str, deque[float]] = {}  # the same, per preemptor's tenant
         self.victim_at: dict[str, float] = {}  # victim name -> when it was last preempted
         self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
         self.logged: set[str] = set()  # dry-run decisions already logged
@@ -99,17 +105,18 @@ class Preempter:
             if st is not None and now - st.at < pc.victim_cooldown_s:
                 cooling.add(s.name)
         settling = {n for n, at in self.preemptor_at.items() if now - at < pc.settle_s}
-        in_move = {s.name for s in snap.services if self.prefix + MOVE_STATE in s.labels}
+        in_move = moving(snap.services, snap.swarm_labels, self.prefix)  # records only
         self.moving = {p: v for p, v in self.moving.items() if v in in_move}
         settling |= self.moving.keys()  # its victim's move is in flight: wait for it
         chosen = choose_preemptions(
             plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
             preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
-            refused=refused)
+            refused=refused, moving=in_move)
         by_name = {sp.name: sp for sp in plan.services}
         done: list[Preemption] = []
-        while self.stopped and now - self.stopped[0] >= HOUR_S:
-            self.stopped.popleft()
+        for times in (self.stopped, *self.by_tenant.values()):
+            while times and now - times[0] >= HOUR_S:
+                times.popleft()
         for p in chosen:
             log = logger.bind(service=p.service)
             if pc.dry_run or self.cfg.dry_run:
@@ -125,6 +132,14 @@ class Preempter:
                 log.warning("preemption budget spent ({} per hour): not {}", pc.max_per_hour,
                             p.describe())
                 continue
+            tenant = self._tenant_of(by_name.get(p.service))
+            spent = self.by_tenant.setdefault(tenant, deque()) if tenant else None
+            if spent is not None and self.tenants is not None and \
+                    len(spent) + len(p.victims) > self.tenants.budget(tenant):
+                log.warning("tenant {}'s preemption budget spent ({} per hour, "
+                            "tenants.{}.preemptions_per_hour): not {}", tenant,
+                            self.tenants.budget(tenant), tenant, p.describe())
+                continue
             stopped = [v for v in p.victims if self._move(swarm, snap, p, v)
                        or self._stop(swarm, p, v, now)]
             if stopped:
@@ -132,9 +147,17 @@ class Preempter:
                 for v in stopped:
                     self.victim_at[v.service] = now
                     self.stopped.append(now)
+                    if spent is not None:
+                        spent.append(now)
                 done.append(p)
         self.logged &= {p.describe() for p in chosen}
         return done
+
+    def _tenant_of(self, sp: ServicePlan | None) -> str:
+        """The preemptor's tenant ("" without tenants): its budget is spent."""
+        if self.tenants is None or sp is None or sp.request is None:
+            return ""
+        return sp.request.tenant
 
     def _move(self, swarm: SwarmClient, snap: Snapshot, p: Preemption, v: Candidate) -> bool:
         """Start moving ``v`` where it can run instead; False: stop it."""

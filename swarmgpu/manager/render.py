@@ -13,12 +13,14 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import yaml
 
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.compose_gpu import read_gpu_reservations
 from swarmgpu.manager.placement import (
     DEVICES,
@@ -30,8 +32,9 @@ from swarmgpu.manager.placement import (
     env_template_per_node,
     gate_constraint,
 )
-from swarmgpu.manager.requests import RequestError, parse_all, request_errors
+from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all, request_errors
 from swarmgpu.manager.sharing import env_lines, is_share_key, want_labels
+from swarmgpu.manager.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 T = TypeVar("T")
@@ -252,12 +255,16 @@ class CheckedStack:
 def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
                 zone_label: str = "topology.zone", generic_kind: str = "",
                 node_gpus: int | None = None,
-                classes: Mapping[str, int] | None = None) -> CheckedStack:
+                classes: Mapping[str, int] | None = None,
+                tenants: Tenants | None = None, stack_name: str | None = None,
+                ) -> CheckedStack:
     """Parse the whole file and check every service: its shape, everything Swarm's
     scheduler reads, its GPU request. Offline and pure (``render --check``); every
     error is collected, none stops the others. ``node_gpus``: what a Compose ``count:
     all`` becomes (the most GPUs one node has); None: checked only. ``classes``: the
-    config's priority classes (None: the defaults)."""
+    config's priority classes (None: the defaults). ``tenants``: the config's
+    (``manager.tenants``), with the name the stack is deployed as: a request above its
+    tenant's limits is an error here (the daemon would cap it)."""
     try:
         stack = copy.deepcopy(load_stack(text, where))
     except StackError as exc:
@@ -266,7 +273,31 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     for svc_name, svc in stack["services"].items():
         _check_service(out, str(svc_name), svc, prefix, zone_label, generic_kind, node_gpus,
                        classes)
+        if tenants is not None and stack_name is not None:
+            _check_tenant(out, str(svc_name), svc, prefix, zone_label, classes, tenants,
+                          stack_name)
     return out
+
+
+def _check_tenant(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_label: str,
+                  classes: Mapping[str, int] | None, tenants: Tenants, stack_name: str) -> None:
+    """The request of a service that checked clean, against its tenant's limits: what the
+    daemon would cap or refuse is an error at this gate."""
+    deploy = svc.get("deploy") if isinstance(svc, dict) else None
+    if not isinstance(deploy, dict) or not isinstance(deploy.get("labels"), dict | list):
+        return
+    labels = _labels(deploy, f"services.{svc_name}")
+    req = parse_all(labels, prefix=prefix, zone_label=zone_label, classes=classes)
+    if not isinstance(req, GpuRequest):
+        return  # none, or an error said above
+    full = f"{stack_name}_{svc_name}"
+    got = tenants.apply(req, full, stack_name)
+    w = f"services.{svc_name}.deploy.labels"
+    if isinstance(got, RequestError):
+        out.errors.append(f"{w}: {got}")
+    elif isinstance(got, GpuRequest):
+        out.errors += [f"{w}: {why} (stack {stack_name}; ask for no more, or change "
+                       f"tenants.{got.tenant} in the config)" for why in got.limits]
 
 
 def _try(errs: list[str], default: T, fn: Callable[..., T], *args: Any) -> T:
@@ -361,6 +392,7 @@ def stack_services(stack: Mapping[str, Any], name: str,
         full = f"{name}_{svc_name}"
         cur = by_name.get(full)
         labels = _labels(deploy, where)
+        labels[STACK_LABEL] = name  # what `docker stack deploy` sets (tenants match it)
         if cur is not None:  # keep the device labels of what already runs
             labels.update({k: v for k, v in cur.labels.items()
                            if DEVICES in k or is_share_key(k, prefix)})
@@ -387,16 +419,17 @@ def render_stack(
     text: str, name: str, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str = "swarmgpu.",
     zone_label: str = "topology.zone", planner: Planner | None = None,
+    moving: AbstractSet[str] = frozenset(),
 ) -> tuple[str, PlacementPlan]:
     """``planner``: the daemon's (its config's generic-resource kind, its stored
     workload model), so render chooses what the daemon would; a fresh default one
-    otherwise."""
+    otherwise. ``moving``: the services with a move in flight (``Planner.plan``)."""
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
     most = max((len(f.gpus) for f in facts.values()), default=0)
     checked = check_stack(text, prefix=prefix, zone_label=zone_label,
                           generic_kind=planner.generic_kind, node_gpus=most,
-                          classes=planner.classes)
+                          classes=planner.classes, tenants=planner.tenants, stack_name=name)
     if checked.errors:
         raise StackError(checked.errors)
     stack = checked.stack
@@ -408,7 +441,7 @@ def render_stack(
                      env=(*s.env, env_template(prefix), *env_lines(prefix)))
              for s in mine]
     planner.adopt_ungated = False  # the file carries the gate and env: nothing to adopt
-    plan = planner.plan(nodes, [*others, *gated], tasks, facts)
+    plan = planner.plan(nodes, [*others, *gated], tasks, facts, moving=moving)
     out = copy.deepcopy(stack)
     by_name = {sp.name: sp for sp in plan.services}
     for svc_name, svc in out["services"].items():

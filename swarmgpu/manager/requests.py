@@ -90,6 +90,12 @@ class GpuRequest:
     priority_class: str = ""  # the class name the label gave, if any
     preemptible: bool | None = None  # None: by the config's preemptible_below
     queue: str = ""  # the quota queue it counts against (config ``queues``); "" none
+    # Set from the operator's config (``manager.tenants``), never from labels: the tenant
+    # the service belongs to, what its labels asked for beyond the tenant's limits (each
+    # said as why it was not given), and whether it may not opt out of preemption.
+    tenant: str = ""
+    limits: tuple[str, ...] = ()
+    always_preemptible: bool = False
 
     @property
     def can_pack(self) -> bool:
@@ -148,7 +154,10 @@ class GpuRequest:
         return text
 
     def is_preemptible(self, below: int) -> bool:
-        """``swarmgpu.preemptible`` when set, else whether the priority is below ``below``."""
+        """Always, for a tenant that may not opt out; else ``swarmgpu.preemptible`` when
+        set, else whether the priority is below ``below``."""
+        if self.always_preemptible:
+            return True
         return self.preemptible if self.preemptible is not None else self.priority < below
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from loguru import logger
@@ -32,18 +33,33 @@ class Snapshot:
     tasks: list[SwarmTask]
     facts: dict[str, FactsResult]
     taken_at: float = field(default_factory=time.time)
+    # The swarm object's labels (the second read of ``take_snapshot``, with the keys only
+    # the first had): the daemon's own records, which only the manager API can write
+    # (``rebalance.record.moving`` reads the moves in flight from them).
+    swarm_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def take_snapshot(swarm: SwarmClient, cfg: Config, cache: SwarmCache | None = None) -> Snapshot:
     """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
     nodes and services come from it, re-listed only when it must (swarm.cache); tasks
-    have no events and are listed each time."""
+    have no events and are listed each time.
+
+    The swarm object's labels are read just before and just after the services: a
+    move's record is written before its service's label and removed after it, so the
+    record of a label the services show is in one of the two reads (in the first when
+    the move ended in between, in the second when it started). A forged label has none.
+    Through the cache the services are as fresh as these reads for every move: only the
+    daemon writes move labels and records, and each of its writes marks its object for
+    a fresh read (``SwarmClient.on_write``)."""
+    before = swarm.swarm_labels()
     nodes, services = cache.read() if cache is not None else (swarm.nodes(), swarm.services())
     tasks = swarm.tasks({"desired-state": "running"})
     jobs = [s.id for s in services if s.mode in JOB_MODES]
     if jobs:  # a job's tasks have desired state "complete": its progress is read from them
         tasks += [t for t in swarm.tasks({"service": jobs}) if t.desired_state == "complete"]
-    return Snapshot(nodes, services, tasks, fetch_agents(swarm, cfg, nodes))
+    after = swarm.swarm_labels()
+    return Snapshot(nodes, services, tasks, fetch_agents(swarm, cfg, nodes),
+                    swarm_labels={**before, **after})
 
 
 def fetch_agents(swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode]

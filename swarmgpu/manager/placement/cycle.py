@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from swarmgpu.core.model import NodeFacts
@@ -32,6 +33,8 @@ class Cycle:
     open_since: Mapping[tuple[str, str], float] = field(default_factory=dict)  # last cycle's
     open_seen: dict[tuple[str, str], float] = field(default_factory=dict)  # this cycle's
     avoid: dict[str, frozenset[str]] = field(default_factory=dict)  # nodes it is moved off
+    # services with a move in flight by the daemon's records (rebalance.record.moving)
+    moving: AbstractSet[str] = frozenset()
 
     def swarm_no(self, s: SwarmService) -> frozenset[str]:
         """Nodes the service's replicas may not take: those Swarm refuses, and those it

@@ -39,6 +39,7 @@ from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskBook, Waiting, tasks_by_service
 from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all, request_labels
+from swarmgpu.manager.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
 
 Parsed = list[tuple[SwarmService, GpuRequest | RequestError]]
@@ -106,8 +107,10 @@ class Planner:
                  adopt_ungated: bool = True, generic_kind: str = "",
                  workload: WorkloadModel | None = None,
                  priority_classes: Mapping[str, int] | None = None,
-                 queues: Quotas | None = None, change_driven: bool = True) -> None:
+                 queues: Quotas | None = None, change_driven: bool = True,
+                 tenants: Tenants | None = None) -> None:
         self.prefix = prefix
+        self.tenants = tenants  # the operator's limits on each request (manager.tenants)
         # Visit only the services whose inputs changed (placement.quiet); False: every
         # service, every cycle (tests compare the two).
         self.change_driven = change_driven
@@ -152,6 +155,7 @@ class Planner:
         self._label_keys: dict[str, tuple[str, str]] = {}  # service name -> its ledger, gate keys
         # node id -> (spec version, its gate labels with the service each names, those)
         self._gates_cache: dict[str, tuple[int, list[tuple[str, str]], frozenset[str]]] = {}
+        self._moving: frozenset[str] = frozenset()  # last cycle's services in a move
 
     def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
         """(service name, node id) -> keep its holding on a failed GPU (the health
@@ -264,6 +268,8 @@ class Planner:
                     self._by_inputs[inputs] = one
             raw = self._raw[s.id] = (inputs, one)
         r = job_defaults(s, raw[1], self.prefix, self.classes)  # jobs: batch by default
+        if self.tenants is not None:  # what its tenant may have (per service, not shared)
+            r = self.tenants.apply_to(s, r)
         res = reservations(s.spec)
         if (prev is not None and not isinstance(r, RequestError) and prev[2] == res
                 and (r is prev[1] or r == prev[1])):
@@ -286,9 +292,12 @@ class Planner:
 
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
-             now: float | None = None) -> PlacementPlan:
+             now: float | None = None, moving: AbstractSet[str] = frozenset(),
+             ) -> PlacementPlan:
         """Decide placements for every annotated service; say what to write, in order.
-        ``now`` (epoch seconds; the back-off of ``converge`` is kept in Swarm as such)."""
+        ``now`` (epoch seconds; the back-off of ``converge`` is kept in Swarm as such).
+        ``moving``: the services with a move in flight by the daemon's own records
+        (``rebalance.record.moving``); placement leaves them to the move."""
         now = time.time() if now is None else now
         prefix = self.prefix
         plan = PlacementPlan()
@@ -306,6 +315,9 @@ class Planner:
         self._node_content.new_cycle(nodes)
         touched = self._quiet.changed(nodes, self._node_content.of, cluster.node_gen,
                                       cluster.alloc.nodes)
+        if moving != self._moving:  # a move began or ended: its service is visited
+            touched = touched | (moving ^ self._moving)
+            self._moving = frozenset(moving)
         most = max((len(ns.spec.gpus) for ns in cluster.alloc.nodes.values()), default=0)
         read = self._parse_all(services, most)
         live_names, few = read.names, read.few
@@ -375,7 +387,7 @@ class Planner:
         cyc = Cycle(cluster, by_id, facts, prefix, self.zone_label,
                     {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
                     plan, self._filters.refused, most_gpus=most, now=now,
-                    backoff=self._backoff, open_since=self._open_since)
+                    backoff=self._backoff, open_since=self._open_since, moving=moving)
         self._last_cycle = cyc
         self._arrival_cycle = None
         settled = self._settled
@@ -414,6 +426,8 @@ class Planner:
                          len(cluster.alloc.nodes))
             if capped is not None:
                 more += (capped,)
+            if s.name in moving:
+                more += ("moving",)
             key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
                                     running.get(s.id, {}), waiting.get(s.id, NO_WAITING), more)
             if memo is not None and memo[0] != key:

@@ -10,7 +10,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   (so two services of equal priority never preempt each other: no ping-pong), that are
   preemptible (``swarmgpu.preemptible``, else a priority below
   ``preemption.preemptible_below``; ``swarmgpu.rebalance: never`` does not protect),
-  not cooling down (preempted recently), and not in a rebalancing move; or, whatever
+  not cooling down (preempted recently), and not in a rebalancing move (by the daemon's
+  record: ``rebalance.record.move_of``); or, whatever
   their priority, work of a queue above its guarantee when the preemptor's queue stays
   within its own (``queues.reclaimable``; ``swarmgpu.preemptible: false`` still protects);
   the victims of one queue taken by quota are counted together, with those of the
@@ -39,7 +40,6 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.placement.keys import MOVE_STATE
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.queues import group_reclaimable, reclaimable
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan
@@ -205,12 +205,15 @@ def choose_preemptions(
     preemptible_below: int, cooling: AbstractSet[str] = frozenset(),
     settling: AbstractSet[str] = frozenset(),
     refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
+    moving: AbstractSet[str] = frozenset(),
 ) -> list[Preemption]:
     """At most one preemption per pending service (one replica's GPUs on one node), in
     served order; a GPU freed for one is not counted for another. ``cooling``: services
     that may not be victims now; ``settling``: services that may not preempt now (their
     last preemption is still taking effect); ``refused``: nodes Swarm's own filters
-    (constraints, platforms) refuse a service on."""
+    (constraints, platforms) refuse a service on; ``moving``: services with a move in
+    flight by the daemon's records (``rebalance.record.moving``; a move label alone
+    protects nothing), neither preemptors nor victims."""
     by_name = {s.name: s for s in services}
     by_node = {n.id: n for n in nodes}
     queues = {q["queue"]: q for q in plan.queues}
@@ -238,7 +241,7 @@ def choose_preemptions(
         if not isinstance(r, GpuRequest) or r.is_fraction or r.mig_profile:
             continue
         if s.name in settling or s.name in gone or s.name in held_at_max \
-                or prefix + MOVE_STATE in s.labels:
+                or s.name in moving:
             continue
         if s.mode != "replicated" or not s.replicas:
             continue
@@ -269,7 +272,7 @@ def choose_preemptions(
                 vr = req.get(svc)
                 vs = by_name.get(svc)
                 if (not isinstance(vr, GpuRequest) or vs is None or svc in cooling
-                        or svc in gone or prefix + MOVE_STATE in vs.labels):
+                        or svc in gone or svc in moving):
                     continue
                 by_priority = vr.priority < r.priority and vr.is_preemptible(preemptible_below)
                 by_quota = vr.preemptible is not False and reclaimable(r, vr, sum(h.milli),

@@ -80,6 +80,9 @@ class ServicePlan:
             # other modes only: a replicated service's document is as it was
             **({"mode": self.mode, "nodes_waiting": dict(self.nodes_waiting),
                 "progress": self.progress} if self.mode != "replicated" else {}),
+            # with tenants in the config only (manager.tenants): whose, and what was not given
+            **({"tenant": self.request.tenant, "limits": list(self.request.limits)}
+               if self.request is not None and self.request.tenant else {}),
         }
 
 

@@ -12,7 +12,6 @@ from swarmgpu.manager.placement.globalmode import GLOBAL_MODES, plan_global
 from swarmgpu.manager.placement.jobs import JobProgress, finish_job_plan, job_replicas
 from swarmgpu.manager.placement.keys import (
     MAX_STATE,
-    MOVE_STATE,
     REPLACED_STATE,
 )
 from swarmgpu.manager.placement.ledger import Holding
@@ -44,9 +43,11 @@ def plan_service(
         sp.status, sp.state = "invalid", "Invalid"
         sp.reason = f"mode {s.mode} is not one swarmgpu places ({', '.join(sorted(_MODES))})"
         return sp
-    if f"{cyc.prefix}{MOVE_STATE}" in s.labels:
+    if s.name in cyc.moving:
         # A rebalancing move owns this service until it ends (swarmgpu.manager.rebalance.mover):
-        # its holdings stay reserved (committed above), nothing is written here.
+        # its holdings stay reserved (committed above), nothing is written here. Only the
+        # daemon's record says so (rebalance.record.move_of): a move label alone is a
+        # stack's claim, and such a service is placed like any other.
         sp.state = "Rebalancing"
         sp.placements = sorted((p for nid, h in kept.items() if nid in cyc.by_id
                                 for p in replicas_of(h, cyc.by_id[nid], cyc.facts.get(nid))),

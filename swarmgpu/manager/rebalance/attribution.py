@@ -8,9 +8,10 @@ what share, so a GPU's utilisation is split between its holders by share.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from swarmgpu.manager.placement import MOVE_STATE, Holding, ServicePlan
+from swarmgpu.manager.placement import Holding, ServicePlan
 
 
 @dataclass(frozen=True)
@@ -42,15 +43,16 @@ def estimated_util(share: Share, gpu_util: float | None, holders: Sequence[Share
     return gpu_util * share.milli / total
 
 
-def service_states(plans: Iterable[ServicePlan], labels: Mapping[str, Mapping[str, str]],
-                   proposed_idle: Iterable[str] = (), prefix: str = "swarmgpu.") -> dict[str, str]:
-    """Pending -> Bound -> Allocated -> Active, then Rebalancing (a move in flight) or
-    IdleCleanup (a consolidation move proposed for it)."""
+def service_states(plans: Iterable[ServicePlan], moving: AbstractSet[str],
+                   proposed_idle: Iterable[str] = ()) -> dict[str, str]:
+    """Pending -> Bound -> Allocated -> Active, then Rebalancing (a move in flight by the
+    daemon's records: ``record.moving``) or IdleCleanup (a consolidation move proposed
+    for it)."""
     idle = set(proposed_idle)
     out: dict[str, str] = {}
     for sp in plans:
         st = sp.state
-        if f"{prefix}{MOVE_STATE}" in labels.get(sp.name, {}):
+        if sp.name in moving:
             st = "Rebalancing"
         elif sp.name in idle and st == "Active":
             st = "IdleCleanup"

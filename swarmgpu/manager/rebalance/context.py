@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask, typical_tasks
@@ -17,7 +18,6 @@ from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import (
-    MOVE_STATE,
     ClusterAllocator,
     Holding,
     demand_of,
@@ -62,6 +62,9 @@ class Inputs:
     # model (placement.workload). None: the typical tasks of the services annotated now
     # (``workload_now``).
     workload: tuple[TypicalTask, ...] | None = None
+    # Services with a move in flight by the daemon's records (``record.moving``); a move
+    # label alone is a stack's claim and protects nothing.
+    moving: AbstractSet[str] = frozenset()
 
 
 REPLICAS_COUNTED = 8  # replicas of one service that workload_now counts
@@ -83,8 +86,11 @@ def workload_now(services: Sequence[SwarmService], prefix: str) -> tuple[Typical
 
 def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[SwarmTask],
                     holdings: Mapping[str, Holding], prefix: str, now: float,
-                    cooldown_s: float, *, same_node: bool = False) -> str | None:
+                    cooldown_s: float, *, same_node: bool = False,
+                    moving: bool = False) -> str | None:
     """None when one replica of ``s`` may be moved now; else the reason it may not.
+    ``moving``: the daemon's record says a move of ``s`` is in flight (``record.moving``,
+    or the mover's own records); its move label alone is never asked.
 
     ``same_node``: the move stays on its node, between its GPUs (``repin``). A global
     service moves only so (each node's task is that node's; Swarm never runs it
@@ -105,7 +111,7 @@ def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[Swa
         return "no valid GPU request"
     if req.mig_profile:
         return "MIG devices are not moved"
-    if prefix + MOVE_STATE in s.labels:
+    if moving:
         return "a move is already in progress"
     if any(h.packed for h in holdings.values()):
         # A move (or a restart through the gate) takes one node's task away; packed
@@ -192,7 +198,8 @@ class Context:
             return "already has a proposed move"
         return why_not_movable(s, self.requests.get(svc), self.inp.tasks,
                                self.inp.ledger.get(svc, {}), self.inp.prefix, self.inp.now,
-                               self.cfg.cooldown_s, same_node=same_node)
+                               self.cfg.cooldown_s, same_node=same_node,
+                               moving=svc in self.inp.moving)
 
     def holders(self) -> dict[str, list[Share]]:
         return holders_by_gpu(self.ledger)

@@ -78,6 +78,7 @@ from swarmgpu.manager.rebalance.record import (
     crash_point,
     drop_record,
     end_move,
+    move_of,
     put_record,
     room_for,
     spec_edit,
@@ -137,13 +138,10 @@ def verify(services: Sequence[SwarmService], records: Mapping[str, MoveState],
             v.gone[sid] = st
         elif st.service != s.name or (st.service_id and st.service_id != sid):
             v.mismatched.append((sid, st))
+        elif move_of(s, records, prefix) is not None:  # the one rule (record.move_of)
+            v.verified[sid] = st
         else:
-            raw = s.labels.get(prefix + MOVE_STATE)
-            carried = MoveState.parse(raw) if raw is not None else None
-            if carried is not None and carried.id == st.id and carried.service == s.name:
-                v.verified[sid] = st
-            else:
-                v.lost[sid] = st
+            v.lost[sid] = st
     for s in services:
         raw = s.labels.get(prefix + MOVE_STATE)
         if raw is None or s.id in v.verified or s.id in v.lost:
@@ -190,12 +188,14 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
         for n in {st.source, st.target}:  # a repin counts once on its node
             per_node[n] = per_node.get(n, 0) + 1
     budget = cfg.max_moves_per_cycle - len(in_flight)
+    flying = {st.service for st in in_flight}  # the records' word, not move labels
     for m in moves:
         s = services.get(m.service)
         req = parse_all(s.labels, prefix=prefix) if s is not None else None
         why = "service gone" if s is None else why_not_movable(
             s, req if isinstance(req, GpuRequest) else None, tasks, ledger.get(m.service, {}),
-            prefix, now, cfg.cooldown_s, same_node=m.source_node == m.target_node)
+            prefix, now, cfg.cooldown_s, same_node=m.source_node == m.target_node,
+            moving=m.service in flying)
         if why is None and budget <= 0:
             why = (f"budget: {cfg.max_moves_per_cycle} move(s) per cycle "
                    f"({len(in_flight)} in flight)")
@@ -430,14 +430,15 @@ class Mover:
         h = parse_holding(m.service, m.source_node, held or "")
         if why is None and (h is None or h.uuids != m.source_uuids):
             why = f"the replica on {m.source_host} changed since planning"
-        if why is None and fresh.id in self.records():
+        flying = fresh.id in self.records()
+        if why is None and flying:
             why = "a move record exists for it already"
         tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
         req = parse_all(fresh.labels, prefix=self.prefix)
         ledger = read_ledger(self.swarm.nodes(), self.prefix).get(m.service, {})
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
                                      tasks, ledger, self.prefix, self.clock(),
-                                     self.cfg.cooldown_s)
+                                     self.cfg.cooldown_s, moving=flying)
         if why is not None:
             self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.REFUSED, why)
             return False

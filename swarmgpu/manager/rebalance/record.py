@@ -13,7 +13,7 @@ import copy
 import json
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -172,6 +172,43 @@ def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]
             continue
         out[k[len(head):]] = st
     return out
+
+
+def move_of(s: SwarmService, records: Mapping[str, MoveState], prefix: str
+            ) -> MoveState | None:
+    """The move in flight of ``s``, by the daemon's own word: its record on the swarm
+    object, keyed by ``s``'s id, naming ``s`` (and its id, when the record says one),
+    whose move id ``s``'s move label carries. None otherwise: a ``<p>state.move`` label
+    alone is whatever the stack's ``deploy.labels`` say, and proves nothing.
+
+    The one rule for "a move in flight": the mover (``mover.verify``), placement,
+    preemption, the rebalancing policies (health included) and the service states of
+    ``plan``, ``status`` and the map all ask it (through ``moving``)."""
+    st = records.get(s.id)
+    if st is None or st.service != s.name or (st.service_id and st.service_id != s.id):
+        return None
+    raw = s.labels.get(prefix + MOVE_STATE)
+    carried = MoveState.parse(raw) if raw is not None else None
+    if carried is None or carried.id != st.id or carried.service != s.name:
+        return None
+    return st
+
+
+def moving(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
+           prefix: str) -> frozenset[str]:
+    """Names of the services with a move in flight (``move_of``), from one read of the
+    swarm object's labels (``Snapshot.swarm_labels``). Only services that carry a move
+    label are looked at, and only their records are read."""
+    key = prefix + MOVE_STATE
+    out = []
+    for s in services:
+        if key not in s.labels:
+            continue
+        text = swarm_labels.get(record_key(prefix, s.id))
+        st = MoveState.parse(text) if text is not None else None
+        if st is not None and move_of(s, {s.id: st}, prefix) is not None:
+            out.append(s.name)
+    return frozenset(out)
 
 
 def spec_edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[Mapping[str, Any]],

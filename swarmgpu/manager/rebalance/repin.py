@@ -138,8 +138,10 @@ class Repin:
             return "a move record exists for it already"
         req = parse_all(fresh.labels, prefix=p)
         ledger = read_ledger(self.swarm.nodes(), p).get(m.service, {})
+        # No record of a move (just read): a move label it carries is nobody's move.
         return why_not_movable(fresh, req if isinstance(req, GpuRequest) else None, tasks,
-                               ledger, p, self.clock(), self.cfg.cooldown_s, same_node=True)
+                               ledger, p, self.clock(), self.cfg.cooldown_s, same_node=True,
+                               moving=False)
 
     def start(self, m: Move, fresh: SwarmService) -> MoveState | str:
         """Steps 0-2 for ``m`` (``m.source_node == m.target_node``); the move's state, or

@@ -41,7 +41,7 @@ from swarmgpu.manager.rebalance.moves import (
 )
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.policies.health import HealthBudget
-from swarmgpu.manager.rebalance.record import health_spent, spend_health
+from swarmgpu.manager.rebalance.record import health_spent, moving, spend_health
 from swarmgpu.manager.rebalance.scrape import for_moves, scrape_all
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.manager.sync import Snapshot, is_gpu_node
@@ -135,7 +135,8 @@ class Rebalancer:
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
                      ledger=ledger, gpus=self.signals.gpus, node_signals=self.signals.nodes,
                      cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
-                     workload=model.typical() if model is not None else None)
+                     workload=model.typical() if model is not None else None,
+                     moving=moving(snap.services, snap.swarm_labels, self.prefix))
         if d.planner is not None:  # placement's next cycle keeps failed holdings for us
             d.planner.keep_failed_holdings(self.keeps if self.health_on else None)
         prop = plan_moves(inp, self.health_inputs(d, snap))

@@ -985,6 +985,8 @@
         dl([["Request", svc.request || "?"], ["Replicas placed", String((svc.placements || []).length)], svc.reason ? [svc.status === "placed" ? "Note" : svc.status === "done" ? "Run" : "Why pending", svc.reason] : null,
           // global services: the GPU nodes that wait; jobs: the run's progress
           svc.mode ? ["Mode", svc.mode] : null, svc.progress && svc.status !== "done" ? ["Progress", svc.progress] : null,
+          // config tenants: whose it is, and what its labels asked beyond the tenant's limits
+          svc.tenant ? ["Tenant", svc.tenant] : null, ...(svc.limits || []).map((why) => ["Limited", why]),
           ...Object.entries(svc.nodes_waiting || {}).map(([host, why]) => [`Waiting: ${host}`, why])]),
         (svc.warnings || []).length ? h("ul", { class: "warnings" }, svc.warnings.map((w) => h("li", {}, "! ", w))) : null,
         h("h3", {}, "Where it runs"),

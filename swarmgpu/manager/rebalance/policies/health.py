@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.core.health import Level
 from swarmgpu.manager.gpuhealth import failing_why, level_of
-from swarmgpu.manager.placement import MOVE_STATE, demand_of
+from swarmgpu.manager.placement import demand_of
 from swarmgpu.manager.rebalance.budget import HOUR_S
 from swarmgpu.manager.rebalance.context import Context, _constraints_allow, why_not_movable
 from swarmgpu.manager.rebalance.moves import HealthInputs, Release, Trigger
@@ -173,7 +173,7 @@ def evacuate(ctx: Context, h: HealthInputs) -> HealthResult:
             if (svc, nid) in h.released:
                 ctx.notes.append(f"{svc} on {host}: left to placement to re-place ({reason})")
                 continue
-            if prefix + MOVE_STATE in s.labels:
+            if svc in ctx.inp.moving:  # by the daemon's record, never a label alone
                 ctx.notes.append(f"{svc} on {host}: a move is under way ({reason})")
                 continue
             if svc not in ctx.requests:  # never "no GPU free": the request is the why
@@ -186,7 +186,8 @@ def evacuate(ctx: Context, h: HealthInputs) -> HealthResult:
                 continue
             # The mover's rules, but no cooldown: a broken holder does not wait.
             why_not = why_not_movable(s, ctx.requests.get(svc), ctx.inp.tasks,
-                                      ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now, 0.0)
+                                      ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now, 0.0,
+                                      moving=svc in ctx.inp.moving)
             if draining and why_not is not None:
                 ctx.notes.append(f"{svc} on {host} cannot be drained: {why_not}")
                 continue
@@ -208,7 +209,7 @@ def evacuate(ctx: Context, h: HealthInputs) -> HealthResult:
             if choice.node == nid:  # its own node: a repin, else placement's re-place
                 why_here = why_not_movable(s, ctx.requests.get(svc), ctx.inp.tasks,
                                            ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now,
-                                           0.0, same_node=True)
+                                           0.0, same_node=True, moving=svc in ctx.inp.moving)
                 if why_here is not None:
                     out.releases.append(Release(svc, nid, host, f"{reason}; re-placed on "
                                                 f"{host} by placement ({why_here})"))

@@ -1,0 +1,177 @@
+"""The operator's tenants (config ``tenants:``): who a service belongs to, and the most it
+may ask for. Parsed and checked here (pure); applied to requests in
+``swarmgpu.manager.tenants``.
+
+A service's labels are its stack's request; a tenant's limits are the operator's word.
+Each tenant matches services by stack (``com.docker.stack.namespace``, globs) and/or by
+service name (globs); with both, a service must match both. The first tenant in file
+order that matches takes the service; ``default`` takes every service no other tenant
+matches (docs/requests.md, "Tenants").
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_TENANT = "default"
+STACK_LABEL = "com.docker.stack.namespace"  # set by `docker stack deploy` from the stack name
+KEYS = ("stacks", "services", "max_priority", "may_opt_out", "queues", "guaranteed", "max",
+        "preemptions_per_hour")
+MAX_PRIORITY = 999_999  # the largest priority a label can give (requests._PRIO_RE)
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}", re.ASCII)
+# Names Swarm allows for stacks and services, with fnmatch's * ? [...] and [!...].
+_GLOB_RE = re.compile(r"(?:[A-Za-z0-9_.\-*?]|\[!?[A-Za-z0-9_.\-]+\])+", re.ASCII)
+MAX_GLOB = 128
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    """One tenant as the config gives it (``tenants.<name>``)."""
+
+    name: str
+    stacks: tuple[str, ...] = ()  # globs over the stack name; () any stack (or none)
+    services: tuple[str, ...] = ()  # globs over the service name; () any service
+    max_priority: int = 0  # the highest swarmgpu.priority its services get
+    may_opt_out: bool = False  # swarmgpu.preemptible: false is honoured
+    queues: tuple[str, ...] = ()  # the queues it owns; the first is its services' default
+    preemptions_per_hour: int = 0  # victims its services may have stopped per hour
+
+    @property
+    def default_queue(self) -> str:
+        return self.queues[0] if self.queues else ""
+
+
+def default_budget(max_per_hour: int) -> int:
+    """A tenant's preemption budget when the config gives none: half the cluster's
+    (rounded up), so that no one tenant spends the whole of it."""
+    return -(-max_per_hour // 2)
+
+
+def _globs(value: Any, where: str, add: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list) or not value:
+        add(f"{where}: expected a non-empty list of names or globs, e.g. [\"team-a*\"], "
+            f"got {value!r}")
+        return ()
+    out = []
+    for g in value:
+        if not isinstance(g, str) or len(g) > MAX_GLOB or not _GLOB_RE.fullmatch(g):
+            add(f"{where}: {g!r} is not a name or glob (letters, digits, . _ - and the "
+                "glob characters * ? [...]; at most 128 characters)")
+            continue
+        out.append(g)
+    return tuple(out)
+
+
+def _number(value: Any, where: str, add: Any, *, whole: bool) -> float | None:
+    """A number >= 0 (``whole``: an integer), else None with the error given to ``add``."""
+    ok = isinstance(value, int) if whole else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok or value < 0 or value > MAX_PRIORITY:
+        kind = "a whole number" if whole else "a number of GPUs"
+        add(f"{where}: expected {kind} from 0 to {MAX_PRIORITY}, got {value!r}")
+        return None
+    return float(value)
+
+
+def _priority(value: Any, where: str, classes: Mapping[str, int], add: Any) -> int:
+    if isinstance(value, str) and value.lower() in classes:
+        value = classes[value.lower()]
+    got = _number(value, where, add, whole=True)
+    if got is None and isinstance(value, str):
+        add(f"{where}: a priority class names one of {', '.join(sorted(classes)) or 'none'} "
+            "(preemption.priority_classes)")
+    return int(got) if got is not None else 0
+
+
+def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
+                  max_per_hour: int) -> tuple[list[TenantSpec], dict[str, tuple[int, int | None]],
+                                              list[str]]:
+    """``tenants:`` -> (the tenants in matching order, ``default`` last; the queues the
+    tenants define themselves, name -> (guaranteed, max) in thousandths of a GPU; every
+    problem found, each naming its key). No section (or an empty one): no tenants."""
+    errors: list[str] = []
+    add = errors.append
+    if raw is None or raw == {}:
+        return [], {}, []
+    if not isinstance(raw, Mapping):
+        return [], {}, [f"tenants: expected a mapping of tenant -> {{stacks, max_priority, "
+                        f"may_opt_out, ...}}, got {raw!r}"]
+    known_queues = set(queues) if isinstance(queues, Mapping) else set()
+    specs: list[TenantSpec] = []
+    own: dict[str, tuple[int, int | None]] = {}
+    owner: dict[str, str] = {}
+    default: TenantSpec | None = None
+    for name, body in raw.items():
+        w = f"tenants.{name}"
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            add(f"{w}: a tenant name is letters, digits, . _ - (at most 63), e.g. team-a")
+            continue
+        body = {} if body is None else body
+        if not isinstance(body, Mapping):
+            add(f"{w}: expected a mapping such as {{stacks: [\"{name}*\"], max_priority: 0}}, "
+                f"got {body!r}")
+            continue
+        for key in body:
+            if key not in KEYS:
+                close = difflib.get_close_matches(str(key), KEYS, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                add(f"{w}.{key}: unknown key{hint} (known: {', '.join(KEYS)})")
+        stacks = _globs(body["stacks"], f"{w}.stacks", add) if "stacks" in body else ()
+        services = _globs(body["services"], f"{w}.services", add) if "services" in body else ()
+        if name == DEFAULT_TENANT and ("stacks" in body or "services" in body):
+            add(f"{w}: default takes every service no other tenant matches; it has no "
+                "stacks or services (name another tenant for them)")
+        elif name != DEFAULT_TENANT and "stacks" not in body and "services" not in body:
+            add(f"{w}: matches no service; give stacks (globs over stack names) and/or "
+                "services (globs over service names)")
+        prio = _priority(body.get("max_priority", 0), f"{w}.max_priority", classes, add)
+        opt = body.get("may_opt_out", False)
+        if not isinstance(opt, bool):
+            add(f"{w}.may_opt_out: expected true or false, got {opt!r}")
+            opt = False
+        owned: list[str] = []
+        if "guaranteed" in body or "max" in body:
+            g = _number(body.get("guaranteed", 0), f"{w}.guaranteed", add, whole=False)
+            m = (None if body.get("max") is None
+                 else _number(body["max"], f"{w}.max", add, whole=False))
+            if g is not None and m is not None and m < g:
+                add(f"{w}: need guaranteed <= max (GPUs)")
+            if name in known_queues:
+                add(f"{w}: guaranteed/max make a queue named {name}, but queues.{name} "
+                    "exists too; list it under this tenant's queues instead")
+            own[name] = (round((g or 0) * 1000), None if m is None else round(m * 1000))
+            owned.append(name)
+        q_raw = body.get("queues", [])
+        if isinstance(q_raw, str) or not isinstance(q_raw, list):
+            add(f"{w}.queues: expected a list of queue names of the config's queues, "
+                f"got {q_raw!r}")
+            q_raw = []
+        for q in q_raw:
+            if not isinstance(q, str) or q not in known_queues:
+                add(f"{w}.queues: {q!r} is not a queue of the config's queues: "
+                    f"({', '.join(sorted(known_queues)) or 'none defined'})")
+            elif q in owner:
+                add(f"{w}.queues: {q} is already tenant {owner[q]}'s; a queue belongs to "
+                    "one tenant")
+            elif q not in owned:
+                owned.append(q)
+                owner[q] = name
+        budget = body.get("preemptions_per_hour")
+        per_hour = default_budget(max_per_hour)
+        if budget is not None:
+            got = _number(budget, f"{w}.preemptions_per_hour", add, whole=True)
+            per_hour = int(got) if got is not None else per_hour
+        spec = TenantSpec(name, stacks, services, prio, opt, tuple(owned), per_hour)
+        if name == DEFAULT_TENANT:
+            default = spec
+        else:
+            specs.append(spec)
+    for q in sorted(known_queues - owner.keys()):
+        add(f"queues.{q}: owned by no tenant; with tenants, a queue serves only the tenant "
+            "that lists it under its queues (add it to one, or remove it)")
+    specs.append(default or TenantSpec(DEFAULT_TENANT,
+                                       preemptions_per_hour=default_budget(max_per_hour)))
+    return specs, own, errors

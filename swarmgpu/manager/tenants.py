@@ -1,0 +1,124 @@
+"""The operator's tenants applied to requests: a stack's labels ask, the tenant's limits
+decide (config ``tenants:``, parsed in ``swarmgpu.core.tenants``).
+
+One function, ``Tenants.apply``, for every reader of a request's priority, opt-out and
+queue: the daemon's planner (and so preemption, ``plan``, ``status``, the map),
+``render`` and ``render --check``. What it does with a request of tenant ``T``:
+
+* a priority above ``T.max_priority`` (a number, or a class resolved to its number
+  first) is capped at it; the reason is kept on the request (``limits``);
+* ``swarmgpu.preemptible: false`` from a tenant that may not opt out is ignored (the
+  service is preemptible whatever its priority), with the reason;
+* a ``swarmgpu.queue`` naming a queue ``T`` does not own makes the request invalid; no
+  queue means ``T``'s first queue (none when it owns none).
+
+The daemon caps (a service already deployed runs with what it may have, and says why);
+``render`` and ``render --check``, the gate before a deploy, refuse the same labels.
+Without tenants nothing here runs: requests are as their labels say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from fnmatch import fnmatchcase
+
+from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
+from swarmgpu.core.tenants import DEFAULT_TENANT, STACK_LABEL, TenantSpec, parse_tenants
+from swarmgpu.manager.requests import GpuRequest, RequestError
+from swarmgpu.swarm.client import SwarmService
+
+Quotas = dict[str, tuple[int, int | None]]
+
+
+class Tenants:
+    """The tenants of a valid config, in matching order (``default`` last)."""
+
+    def __init__(self, specs: list[TenantSpec], own_queues: Quotas,
+                 prefix: str = "swarmgpu.") -> None:
+        self.specs = specs
+        self.own_queues = own_queues
+        self.prefix = prefix
+        self.by_name = {t.name: t for t in specs}
+        self.owner = {q: t.name for t in specs for q in t.queues}
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Tenants | None:
+        """None without a ``tenants`` section (requests are as their labels say)."""
+        specs, own, errors = parse_tenants(
+            cfg.tenants, cfg.queues, parse_priority_classes(cfg.preemption.priority_classes),
+            cfg.preemption.max_per_hour)
+        if errors:  # load_config refuses such a config; a hand-built one is refused here
+            raise ValueError("; ".join(errors))
+        return cls(specs, own, cfg.sync.prefix) if specs else None
+
+    def quotas(self, queues: Mapping[str, object]) -> Quotas:
+        """The config's ``queues`` and the queues tenants define (``guaranteed``/``max``)."""
+        return {**queue_quotas(queues), **self.own_queues}
+
+    # --- matching -----------------------------------------------------------------
+    def matching(self, name: str, stack: str | None) -> list[TenantSpec]:
+        """Every tenant that matches (file order; ``default`` only when none does)."""
+        out = [t for t in self.specs[:-1] if _matches(t, name, stack)]
+        return out or [self.specs[-1]]
+
+    def of(self, name: str, stack: str | None) -> TenantSpec:
+        """The tenant of service ``name`` of stack ``stack`` (None: not from a stack): the
+        first in file order that matches, else ``default``."""
+        for t in self.specs[:-1]:
+            if _matches(t, name, stack):
+                return t
+        return self.specs[-1]
+
+    def of_service(self, s: SwarmService) -> TenantSpec:
+        return self.of(s.name, s.labels.get(STACK_LABEL))
+
+    # --- limits -----------------------------------------------------------------------
+    def apply(self, r: GpuRequest | RequestError | None, name: str, stack: str | None,
+              ) -> GpuRequest | RequestError | None:
+        """``r`` as its tenant may have it (see the module's rules)."""
+        if not isinstance(r, GpuRequest):
+            return r
+        t = self.of(name, stack)
+        p = self.prefix
+        limits: list[str] = []
+        priority, pclass = r.priority, r.priority_class
+        if priority > t.max_priority:
+            asked = f"{pclass} ({priority})" if pclass else str(priority)
+            limits.append(f"priority {asked} capped at {t.max_priority} by tenant {t.name} "
+                          "(its max_priority)")
+            priority, pclass = t.max_priority, ""
+        preemptible = r.preemptible
+        if preemptible is False and not t.may_opt_out:
+            limits.append(f"{p}preemptible=false ignored: tenant {t.name} may not opt out "
+                          "of preemption")
+            preemptible = None
+        queue = r.queue or t.default_queue
+        if r.queue and r.queue not in t.queues:
+            other = self.owner.get(r.queue)
+            whose = (f"{r.queue} is tenant {other}'s" if other else
+                     f"{r.queue} is no tenant's queue")
+            mine = ", ".join(t.queues) or "none"
+            return RequestError(p + "queue", r.queue,
+                                f"a queue of tenant {t.name} ({mine}); {whose} (config "
+                                f"tenants.{t.name}.queues)")
+        return replace(r, priority=priority, priority_class=pclass, preemptible=preemptible,
+                       queue=queue, tenant=t.name, limits=tuple(limits),
+                       always_preemptible=not t.may_opt_out)
+
+    def apply_to(self, s: SwarmService, r: GpuRequest | RequestError | None,
+                 ) -> GpuRequest | RequestError | None:
+        return self.apply(r, s.name, s.labels.get(STACK_LABEL))
+
+    def budget(self, tenant: str) -> int:
+        """Victims the services of ``tenant`` may have stopped per hour."""
+        t = self.by_name.get(tenant) or self.by_name[DEFAULT_TENANT]
+        return t.preemptions_per_hour
+
+
+def _matches(t: TenantSpec, name: str, stack: str | None) -> bool:
+    """Every key the tenant gives matches (stacks: the stack name; services: the
+    service name); a tenant with stacks never matches a service of no stack."""
+    if t.stacks and (stack is None or not any(fnmatchcase(stack, g) for g in t.stacks)):
+        return False
+    return not t.services or any(fnmatchcase(name, g) for g in t.services)

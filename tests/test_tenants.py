@@ -1,0 +1,500 @@
+"""Tenants (config ``tenants:``): a stack's labels ask, the operator's config decides.
+
+The config's keys as the issue writes them, and every bad tenant section as a named
+error; matching (first in file order, ``default`` for the rest); the limits applied to
+requests (priority capped, opt-out ignored, a foreign queue refused, the default queue);
+the same rules in the planner, preemption (budgets spent per tenant), ``render --check``
+(exit 1) and ``audit``. Daemon cycles run over the recording fake SwarmClient of
+tests/test_forged_state.py (faked only at swarmgpu's own boundary).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from test_forged_state import DGX_F, R4090_F, RecordingSwarm, _closed_port, _node, _svc
+
+from swarmgpu.core.config import (
+    AgentsConfig,
+    Config,
+    ConfigError,
+    SyncConfig,
+    load_config,
+)
+from swarmgpu.core.tenants import STACK_LABEL
+from swarmgpu.manager.agentbook import AgentRecord
+from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
+from swarmgpu.manager.placement.preempt import choose_preemptions
+from swarmgpu.manager.placement_step import SELF_DECLARED, audit_checks, new_planner
+from swarmgpu.manager.requests import GpuRequest, RequestError, parse_request
+from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.tenants import Tenants
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)  # the 8 RTX 4090s of n-4090
+FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
+
+# The issue's keys, exactly as written there.
+AS_WRITTEN = """\
+tenants:
+  team-a: {stacks: ["team-a*"], max_priority: 100, may_opt_out: true}
+  default: {max_priority: 0, may_opt_out: false}
+"""
+
+
+def _cfg(tmp_path: Path, text: str) -> Config:
+    f = tmp_path / "config.yml"
+    f.write_text(textwrap.dedent(text))
+    return load_config(f, env={})
+
+
+def _tenants(tmp_path: Path, text: str) -> Tenants:
+    t = Tenants.from_config(_cfg(tmp_path, text))
+    assert t is not None
+    return t
+
+
+def _req(**labels: str) -> GpuRequest:
+    r = parse_request({f"{P}gpus": "1", **{f"{P}{k}": v for k, v in labels.items()}})
+    assert isinstance(r, GpuRequest)
+    return r
+
+
+# --- the config -----------------------------------------------------------------------
+
+
+def test_the_keys_work_as_written(tmp_path: Path) -> None:
+    t = _tenants(tmp_path, AS_WRITTEN)
+    a, d = t.of("team-a-infer_api", "team-a-infer"), t.of("x_y", "x")
+    assert (a.name, a.max_priority, a.may_opt_out) == ("team-a", 100, True)
+    assert (d.name, d.max_priority, d.may_opt_out) == ("default", 0, False)
+    # preemption.max_per_hour 10 (the default): each tenant's own budget is half of it
+    assert a.preemptions_per_hour == d.preemptions_per_hour == 5
+
+
+def test_no_tenants_section_is_todays_behaviour(tmp_path: Path) -> None:
+    assert Tenants.from_config(_cfg(tmp_path, "queues: {q: {max: 2}}\n")) is None
+    assert Tenants.from_config(Config()) is None
+    planner = new_planner(Config())
+    assert planner.tenants is None
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("tenants: {team-a: {stacks: [a*], max_prio: 5}}",
+     "tenants.team-a.max_prio: unknown key; did you mean 'max_priority'?"),
+    ("tenants: {team-a: {stacks: [a*], colour: red}}", "tenants.team-a.colour: unknown key"),
+    ("tenants: {team-a: {stacks: \"team-a*\"}}",
+     "tenants.team-a.stacks: expected a non-empty list of names or globs"),
+    ("tenants: {team-a: {stacks: []}}", "tenants.team-a.stacks: expected a non-empty list"),
+    ("tenants: {team-a: {stacks: [\"team a\"]}}", "'team a' is not a name or glob"),
+    ("tenants: {team-a: {stacks: [\"team-[a\"]}}", "'team-[a' is not a name or glob"),
+    ("tenants: {team-a: {services: [\"a/b\"]}}", "'a/b' is not a name or glob"),
+    ("tenants: {team-a: {stacks: [a*], max_priority: -1}}",
+     "tenants.team-a.max_priority: expected a whole number from 0 to 999999, got -1"),
+    ("tenants: {team-a: {stacks: [a*], max_priority: 10000000}}",
+     "tenants.team-a.max_priority: expected a whole number from 0"),
+    ("tenants: {team-a: {stacks: [a*], max_priority: urgent}}",
+     "a priority class names one of batch, critical, inference"),
+    ("tenants: {team-a: {stacks: [a*], guaranteed: -2}}",
+     "tenants.team-a.guaranteed: expected a number of GPUs from 0"),
+    ("tenants: {team-a: {stacks: [a*], guaranteed: 4, max: 2}}",
+     "tenants.team-a: need guaranteed <= max"),
+    ("tenants: {team-a: {stacks: [a*], preemptions_per_hour: -1}}",
+     "tenants.team-a.preemptions_per_hour: expected a whole number from 0"),
+    ("tenants: {team-a: {stacks: [a*], may_opt_out: maybe}}",
+     "tenants.team-a.may_opt_out: expected true or false"),
+    ("tenants: {team-a: {max_priority: 5}}", "tenants.team-a: matches no service"),
+    ("tenants: {default: {stacks: [x*]}}", "tenants.default: default takes every service"),
+    ("tenants: {\"team a\": {stacks: [a*]}}", "a tenant name is letters, digits"),
+    ("tenants: {team-a: [a*]}", "tenants.team-a: expected a mapping"),
+    ("tenants: [team-a]", "tenants: expected a mapping of tenant"),
+    ("tenants: {team-a: {stacks: [a*], queues: [nope]}}",
+     "tenants.team-a.queues: 'nope' is not a queue of the config's queues"),
+    ("queues: {q: {max: 4}}\ntenants: {a: {stacks: [a*], queues: [q]}, "
+     "b: {stacks: [b*], queues: [q]}}", "tenants.b.queues: q is already tenant a's"),
+    ("queues: {q: {max: 4}}\ntenants: {a: {stacks: [a*]}}", "queues.q: owned by no tenant"),
+    ("queues: {a: {max: 4}}\ntenants: {a: {stacks: [a*], max: 2, queues: [a]}}",
+     "tenants.a: guaranteed/max make a queue named a, but queues.a exists too"),
+])
+def test_bad_tenant_sections_are_named_errors(tmp_path: Path, text: str, says: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        _cfg(tmp_path, text + "\n")
+    assert any(says in err for err in e.value.errors), e.value.errors
+
+
+def test_config_check_prints_every_tenant_error(tmp_path: Path) -> None:
+    from swarmgpu.cli import main
+
+    f = tmp_path / "c.yml"
+    f.write_text("tenants: {a: {stacks: [], max_priority: -3, wat: 1}}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(f)])
+    assert res.exit_code == 2
+    for says in ("tenants.a.wat: unknown key", "tenants.a.stacks: expected a non-empty",
+                 "tenants.a.max_priority: expected a whole number"):
+        assert says in res.output, res.output
+
+
+def test_show_defaults_says_each_tenant_key() -> None:
+    from swarmgpu.core.config import describe_defaults
+
+    text = describe_defaults()
+    assert "tenants: {}" in text
+    for key in ("stacks", "services", "max_priority: 0", "may_opt_out: false", "queues",
+                "guaranteed", "preemptions_per_hour"):
+        assert key in text
+
+
+# --- matching ---------------------------------------------------------------------------
+
+
+def test_first_tenant_in_file_order_wins_and_default_takes_the_rest(tmp_path: Path) -> None:
+    t = _tenants(tmp_path, """\
+        tenants:
+          infer-api: {stacks: ["infer*"], services: ["*_api"], max_priority: 1000}
+          infer: {stacks: ["infer*"], max_priority: 100}
+          research: {services: ["lab-*"], max_priority: 10}
+        """)
+    assert t.of("infer-prod_api", "infer-prod").name == "infer-api"  # both keys match
+    assert t.of("infer-prod_worker", "infer-prod").name == "infer"  # services glob fails
+    assert [x.name for x in t.matching("infer-prod_api", "infer-prod")] == ["infer-api",
+                                                                            "infer"]
+    assert t.of("lab-x", None).name == "research"  # a plain service (no stack)
+    assert t.of("infer_api", None).name == "default"  # stacks given: needs a stack
+    assert t.of("whatever_x", "whatever").name == "default"
+    assert [x.name for x in t.matching("whatever_x", "whatever")] == ["default"]
+
+
+def test_a_service_matching_no_tenant_gets_the_defaults_limits(tmp_path: Path) -> None:
+    t = _tenants(tmp_path, """\
+        queues: {shared: {guaranteed: 0, max: 2}}
+        tenants:
+          team-a: {stacks: ["team-a*"], max_priority: 100, may_opt_out: true}
+          default: {max_priority: 5, may_opt_out: false, queues: [shared],
+                    preemptions_per_hour: 1}
+        """)
+    got = t.apply(_req(priority="critical", preemptible="false"), "other_x", "other")
+    assert isinstance(got, GpuRequest)
+    assert (got.tenant, got.priority, got.queue) == ("default", 5, "shared")
+    assert got.is_preemptible(100) and got.preemptible is None
+    assert got.limits == (
+        "priority critical (1000) capped at 5 by tenant default (its max_priority)",
+        f"{P}preemptible=false ignored: tenant default may not opt out of preemption")
+    assert t.budget("default") == 1 and t.budget("no-such-tenant") == 1
+    # Out of the box (no default written): priority 0, preemptible, no queue, budget 5.
+    t2 = _tenants(tmp_path, AS_WRITTEN.replace("  default: {max_priority: 0, may_opt_out: "
+                                               "false}\n", ""))
+    got = t2.apply(_req(priority="50"), "x", None)
+    assert isinstance(got, GpuRequest)
+    assert (got.tenant, got.priority, got.queue, got.always_preemptible) == (
+        "default", 0, "", True)
+    assert t2.budget("default") == 5
+
+
+# --- the limits ---------------------------------------------------------------------------
+
+
+QUEUES = """\
+    queues: {research: {guaranteed: 2, max: 8}, scratch: {max: 2}}
+    tenants:
+      team-a: {stacks: ["team-a*"], max_priority: 100, may_opt_out: true,
+               queues: [research, scratch]}
+      team-b: {stacks: ["team-b*"], max_priority: 0, may_opt_out: false, guaranteed: 1,
+               max: 4}
+    """
+
+
+def test_labels_may_ask_for_less_never_more(tmp_path: Path) -> None:
+    t = _tenants(tmp_path, QUEUES)
+    for asked, got_p in (("50", 50), ("100", 100), ("inference", 100), ("-5", -5)):
+        got = t.apply(_req(priority=asked), "team-a_x", "team-a")
+        assert isinstance(got, GpuRequest) and got.priority == got_p and not got.limits
+    got = t.apply(_req(priority="critical"), "team-a_x", "team-a")
+    assert isinstance(got, GpuRequest) and (got.priority, got.priority_class) == (100, "")
+    assert got.limits == ("priority critical (1000) capped at 100 by tenant team-a (its "
+                          "max_priority)",)
+    assert "priority 100" in got.describe()
+    # team-a may opt out: its label is honoured; team-b's is ignored, with the reason
+    got = t.apply(_req(preemptible="false"), "team-a_x", "team-a")
+    assert isinstance(got, GpuRequest) and got.preemptible is False
+    assert not got.is_preemptible(100) and not got.limits
+    got = t.apply(_req(priority="999999", preemptible="false"), "team-b_x", "team-b")
+    assert isinstance(got, GpuRequest) and got.priority == 0 and got.is_preemptible(0)
+    assert [w.split(" ")[0] for w in got.limits] == ["priority", f"{P}preemptible=false"]
+    assert "capped at 0 by tenant team-b" in got.limits[0]
+
+
+def test_a_queue_owned_by_another_tenant_is_refused(tmp_path: Path) -> None:
+    t = _tenants(tmp_path, QUEUES)
+    got = t.apply(_req(queue="research"), "team-b_x", "team-b")
+    assert isinstance(got, RequestError) and got.key == f"{P}queue"
+    assert str(got) == (f"{P}queue='research': expected a queue of tenant team-b (team-b); "
+                        "research is tenant team-a's (config tenants.team-b.queues)")
+    got = t.apply(_req(queue="nowhere"), "team-a_x", "team-a")
+    assert isinstance(got, RequestError) and "nowhere is no tenant's queue" in str(got)
+    # its own: taken; none named: its first queue (team-b's own, from guaranteed/max)
+    got = t.apply(_req(queue="scratch"), "team-a_x", "team-a")
+    assert isinstance(got, GpuRequest) and got.queue == "scratch"
+    got = t.apply(_req(), "team-b_x", "team-b")
+    assert isinstance(got, GpuRequest) and got.queue == "team-b"
+    assert t.quotas(_cfg(tmp_path, QUEUES).queues) == {
+        "research": (2000, 8000), "scratch": (0, 2000), "team-b": (1000, 4000)}
+
+
+# --- the planner and preemption --------------------------------------------------------
+
+
+TWO_TEAMS = """\
+    preemption: {dry_run: false, max_per_hour: 10}
+    tenants:
+      team-a: {stacks: ["team-a*"], max_priority: 100, may_opt_out: true,
+               preemptions_per_hour: 1}
+      team-b: {stacks: ["team-b*"], max_priority: 0, may_opt_out: false}
+    """
+
+
+def _stack_svc(stack: str, name: str, labels: dict[str, str]) -> SwarmService:
+    return _svc(f"{stack}_{name}", {STACK_LABEL: stack, **labels})
+
+
+def _full_4090(holders: dict[str, tuple[str, int]], pending: dict[str, tuple[str, dict[str, str]]]
+               ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """``holders``: full name -> (stack, GPUs) holding n-4090's GPUs in order, running;
+    ``pending``: full name -> (stack, labels) that want RTX 4090s and wait."""
+    labels: dict[str, str] = {}
+    services, tasks, at = [], [], 0
+    for full, (stack, n) in holders.items():
+        uuids = R_UUIDS[at:at + n]
+        at += n
+        labels |= {assign_key(P, full): Holding(full, "n-4090", uuids,
+                                                tuple(1000 for _ in uuids)).label_value(),
+                   gate_key(P, full): "true"}
+        s = _stack_svc(stack, full.split("_", 1)[1], {
+            f"{P}gpus": str(n), devices_key(P, "n-4090"): ",".join(uuids)})
+        services.append(s)
+        tasks.append(SwarmTask(f"t-{full}", s.id, "n-4090", 1, "running", "running", ()))
+    for full, (stack, extra) in pending.items():
+        s = _stack_svc(stack, full.split("_", 1)[1], {f"{P}gpu-product": "*RTX 4090*",
+                                                      **extra})
+        services.append(s)
+        tasks.append(SwarmTask(f"t-{full}", s.id, "", 1, "pending", "running", ()))
+    nodes = [_node("n-mgr", "manager", role="manager"), _node("n-dgx", "gpu-node-1"),
+             _node("n-4090", "gpu-node-2", labels)]
+    return nodes, services, tasks
+
+
+def test_above_the_ceiling_preempts_nothing_and_plan_says_why(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, TWO_TEAMS)
+    nodes, services, tasks = _full_4090(
+        {"team-b_batch": ("team-b", 8)},
+        {"team-b-greedy_x": ("team-b-greedy", {f"{P}gpus": "2", f"{P}priority": "999999",
+                                               f"{P}preemptible": "false"})})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    greedy = by["team-b-greedy_x"]
+    assert greedy.status == "pending" and greedy.request is not None
+    assert greedy.request.priority == 0 and greedy.request.tenant == "team-b"
+    assert greedy.to_dict()["tenant"] == "team-b"
+    assert greedy.to_dict()["limits"][0] == ("priority 999999 capped at 0 by tenant team-b "
+                                             "(its max_priority)")
+    assert by["team-b_batch"].to_dict()["limits"] == []  # it asked for nothing more
+    assert choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []
+    # Without tenants the same labels take the node (today's self-declared priorities).
+    bare = new_planner(Config()).plan(nodes, services, tasks, FACTS)
+    assert "tenant" not in bare.services[0].to_dict()
+    assert [p.describe() for p in choose_preemptions(
+        bare, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100)] == [
+        "preempt team-b_batch (priority 0) on gpu-node-2 for team-b-greedy_x "
+        "(priority 999999)"]
+
+
+def test_team_a_at_its_ceiling_preempts_team_b_which_may_not_opt_out(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, TWO_TEAMS)
+    # team-b's batch says preemptible: false; team-b may not opt out, so it is a victim
+    nodes, services, tasks = _full_4090(
+        {"team-b_batch": ("team-b", 8)},
+        {"team-a_high": ("team-a", {f"{P}gpus": "2", f"{P}priority": "100"})})
+    services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
+                                                 f"{P}preemptible": "false"})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    assert [p.describe() for p in choose_preemptions(
+        plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100)] == [
+        "preempt team-b_batch (priority 0) on gpu-node-2 for team-a_high (priority 100)"]
+
+
+def _daemon(sw: RecordingSwarm, tmp: Path, cfg_text: str) -> Daemon:
+    from swarmgpu.cli.manager import _attach_steps
+
+    base = _cfg(tmp, cfg_text)
+    port = _closed_port()
+    cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
+                 preemption=base.preemption, tenants=base.tenants, queues=base.queues)
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
+    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
+    _attach_steps(d)
+    return d
+
+
+def _closed(sw: RecordingSwarm) -> set[str]:
+    """The holders whose gate on n-4090 was closed (preempted)."""
+    node = sw.node("n-4090").labels
+    return {n for n in ("batch_b1", "batch_b2", "batch_b3", "batch_b4")
+            if gate_key(P, n) not in node}
+
+
+BUDGETS = """\
+    preemption: {dry_run: false, max_per_hour: 3, settle_s: 0}
+    tenants:
+      team-a: {stacks: ["team-a*"], max_priority: 100, preemptions_per_hour: 1}
+      team-b: {stacks: ["team-b*"], max_priority: 100, preemptions_per_hour: 2}
+      batch: {stacks: ["batch"], max_priority: 0}
+    """
+
+
+def test_preemption_budgets_are_spent_per_tenant(tmp_path: Path) -> None:
+    """Four batch holders of 2 GPUs each fill n-4090. team-a's two preemptors could take
+    two of them, but team-a's budget is 1 an hour; team-b's two take two more (its own
+    budget of 2). The cluster's max_per_hour (3) still caps the whole: the fourth goes
+    to nobody."""
+    want = {f"{P}gpus": "2", f"{P}priority": "100"}
+    sw = RecordingSwarm(*_full_4090(
+        {f"batch_b{i}": ("batch", 2) for i in range(1, 5)},
+        {"team-a_a1": ("team-a", want), "team-a_a2": ("team-a", want),
+         "team-b_b1": ("team-b", want), "team-b_b2": ("team-b", want)}))
+    d = _daemon(sw, tmp_path, BUDGETS)
+    d.cycle()
+    closed = _closed(sw)
+    # In one cycle: team-a's first (its budget of 1), team-b's two (its budget of 2).
+    assert len(closed) == 3, closed
+    by_record = {json.loads(sw.service(f"id-{n}").labels[f"{P}state.preempted"])["by"]
+                 for n in closed}
+    assert by_record == {"team-a_a1", "team-b_b1", "team-b_b2"}
+    for _ in range(2):  # more cycles within the hour: neither budget lets more go
+        d.cycle()
+    assert len(_closed(sw)) == 3
+
+
+def test_the_cluster_cap_still_holds_over_the_tenants(tmp_path: Path) -> None:
+    want = {f"{P}gpus": "2", f"{P}priority": "100"}
+    sw = RecordingSwarm(*_full_4090(
+        {f"batch_b{i}": ("batch", 2) for i in range(1, 5)},
+        {"team-a_a1": ("team-a", want), "team-b_b1": ("team-b", want),
+         "team-b_b2": ("team-b", want)}))
+    d = _daemon(sw, tmp_path, BUDGETS.replace("max_per_hour: 3", "max_per_hour: 1"))
+    d.cycle()
+    assert len(_closed(sw)) == 1
+
+
+# --- render --check and audit -----------------------------------------------------------
+
+
+STACK = """\
+version: "3.8"
+services:
+  x:
+    image: busybox
+    deploy:
+      labels: {LABELS}
+"""
+
+
+def _check(tmp_path: Path, stack_name: str, labels: dict[str, str],
+           cfg_text: str = TWO_TEAMS) -> Any:
+    from swarmgpu.cli import main
+
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(textwrap.dedent(cfg_text))
+    f = tmp_path / "stack.yml"
+    f.write_text(STACK.replace("{LABELS}", json.dumps(labels)))
+    return CliRunner().invoke(main, ["render", "--check", "--config", str(cfg),
+                                     "-n", stack_name, str(f)])
+
+
+def test_render_check_refuses_labels_above_the_tenants_ceiling(tmp_path: Path) -> None:
+    greedy = {f"{P}gpus": "2", f"{P}priority": "999999", f"{P}preemptible": "false"}
+    res = _check(tmp_path, "team-b-greedy", greedy)
+    assert res.exit_code == 1, res.output
+    assert ("services.x.deploy.labels: priority 999999 capped at 0 by tenant team-b (its "
+            "max_priority) (stack team-b-greedy; ask for no more, or change "
+            "tenants.team-b in the config)") in res.output
+    assert f"{P}preemptible=false ignored: tenant team-b may not opt out" in res.output
+    assert "2 error(s); nothing written" in res.output
+    # At or below the ceiling: valid. The same labels under team-a's stack name: valid.
+    ok = {f"{P}gpus": "2", f"{P}priority": "0"}
+    assert _check(tmp_path, "team-b-greedy", ok).exit_code == 0
+    res = _check(tmp_path, "team-a-x", {**greedy, f"{P}priority": "inference"})
+    assert res.exit_code == 0, res.output
+    assert _check(tmp_path, "team-a-x", {**greedy}).exit_code == 1  # 999999 > 100
+    # A class resolves to its number first, then the ceiling applies.
+    res = _check(tmp_path, "team-a-x", {f"{P}priority": "critical"})
+    assert res.exit_code == 1 and "priority critical (1000) capped at 100" in res.output
+    # Without tenants in the config: as today, self-declared (valid).
+    assert _check(tmp_path, "team-b-greedy", greedy, "{}\n").exit_code == 0
+
+
+def test_render_check_refuses_another_tenants_queue(tmp_path: Path) -> None:
+    res = _check(tmp_path, "team-b", {f"{P}queue": "research"}, QUEUES)
+    assert res.exit_code == 1
+    assert "research is tenant team-a's" in res.output
+    assert _check(tmp_path, "team-a", {f"{P}queue": "research"}, QUEUES).exit_code == 0
+
+
+def test_audit_says_priorities_are_self_declared_without_tenants(tmp_path: Path) -> None:
+    nodes, services, tasks = _full_4090(
+        {"team-b_batch": ("team-b", 8)},
+        {"team-b-greedy_x": ("team-b-greedy", {f"{P}gpus": "2", f"{P}priority": "999999"})})
+    snap = Snapshot(nodes, services, tasks, {})
+    (check,) = audit_checks(Config())
+    found = check(snap)
+    assert SELF_DECLARED in found and SELF_DECLARED.advisory
+    assert not [f for f in found if f.kind == "tenant-limit"]
+    (check,) = audit_checks(_cfg(tmp_path, TWO_TEAMS))
+    found = check(snap)
+    assert SELF_DECLARED not in found
+    limits = [(f.kind, f.subject, f.advisory, f.message) for f in found
+              if f.kind == "tenant-limit"]
+    assert limits == [("tenant-limit", "team-b-greedy_x", False, "tenant team-b: priority "
+                       "999999 capped at 0 by tenant team-b (its max_priority)")]
+    # No GPU request at all: nothing to say.
+    assert check(Snapshot(nodes[:2], [], [], {})) == []
+    (bare,) = audit_checks(Config())
+    assert bare(Snapshot(nodes[:2], [], [], {})) == []
+
+
+def test_audit_names_a_service_several_tenants_match(tmp_path: Path) -> None:
+    nodes, services, tasks = _full_4090({"team-a_x": ("team-a", 1)}, {})
+    (check,) = audit_checks(_cfg(tmp_path, """\
+        tenants:
+          team: {stacks: ["team*"]}
+          team-a: {stacks: ["team-a*"], max_priority: 100}
+        """))
+    (f,) = [f for f in check(Snapshot(nodes, services, tasks, {})) if f.kind == "tenant-overlap"]
+    assert f.advisory and f.message == ("matches tenants team, team-a; the first in the "
+                                        "config's order, team, takes it")
+
+
+def test_status_and_the_map_document_carry_the_limits(tmp_path: Path) -> None:
+    from swarmgpu.manager.cluster_view import build_cluster, render_status
+
+    cfg = _cfg(tmp_path, TWO_TEAMS)
+    nodes, services, tasks = _full_4090(
+        {"team-b_batch": ("team-b", 8)},
+        {"team-b-greedy_x": ("team-b-greedy", {f"{P}gpus": "2", f"{P}priority": "999999"})})
+    snap = Snapshot(nodes, services, tasks, {})
+    doc = build_cluster(snap, new_planner(cfg).plan(nodes, services, tasks, FACTS), prefix=P)
+    (sv,) = [sv for sv in doc["services"] if sv["name"] == "team-b-greedy_x"]
+    assert sv["tenant"] == "team-b" and "capped at 0 by tenant team-b" in sv["limits"][0]
+    text = render_status(doc)
+    assert "tenant limits (the labels asked for more):" in text
+    assert "team-b-greedy_x: priority 999999 capped at 0 by tenant team-b" in text
+    js = (Path(__file__).parents[1] / "swarmgpu" / "manager" / "web" / "app.js").read_text()
+    assert 'svc.tenant ? ["Tenant", svc.tenant]' in js and '["Limited", why]' in js
