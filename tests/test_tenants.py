@@ -498,3 +498,66 @@ def test_status_and_the_map_document_carry_the_limits(tmp_path: Path) -> None:
     assert "team-b-greedy_x: priority 999999 capped at 0 by tenant team-b" in text
     js = (Path(__file__).parents[1] / "swarmgpu" / "manager" / "web" / "app.js").read_text()
     assert 'svc.tenant ? ["Tenant", svc.tenant]' in js and '["Limited", why]' in js
+
+
+# --- the example of docs/requests.md -------------------------------------------------------
+
+
+def _documented(tmp_path: Path) -> Config:
+    """The config block of docs/requests.md, "An example: one inference team, two research
+    teams", as written there."""
+    doc = (Path(__file__).parents[1] / "docs" / "requests.md").read_text()
+    part = doc.split("#### An example: one inference team, two research teams", 1)[1]
+    block = part.split("```yaml\n", 1)[1].split("```", 1)[0]
+    return _cfg(tmp_path, block)
+
+
+def test_the_documented_example_does_what_the_docs_say(tmp_path: Path) -> None:
+    cfg = _documented(tmp_path)
+    t = Tenants.from_config(cfg)
+    assert t is not None
+    assert [x.name for x in t.specs] == ["inference", "research-vision", "research-nlp",
+                                         "default"]
+    assert {x.name: x.preemptions_per_hour for x in t.specs} == {
+        "inference": 6, "research-vision": 2, "research-nlp": 2, "default": 5}
+    assert t.quotas(cfg.queues) == {"inference": (8000, None), "research-vision": (4000, 12000),
+                                    "research-nlp": (4000, 12000), "default": (0, 0)}
+    # inference: up to 100 (critical capped), may opt out
+    got = t.apply(_req(priority="critical", preemptible="false"), "infer-chat_api",
+                  "infer-chat")
+    assert isinstance(got, GpuRequest) and (got.priority, got.preemptible) == (100, False)
+    assert got.limits == ("priority critical (1000) capped at 100 by tenant inference (its "
+                          "max_priority)",)
+    # research: priority 0, always preemptible, only its own queue
+    got = t.apply(_req(priority="inference", preemptible="false"), "vision-x_train", "vision-x")
+    assert isinstance(got, GpuRequest) and got.priority == 0 and got.is_preemptible(100)
+    assert got.queue == "research-vision" and len(got.limits) == 2
+    assert isinstance(t.apply(_req(queue="research-nlp"), "vision-x_t", "vision-x"),
+                      RequestError)
+    assert isinstance(t.apply(_req(queue="inference"), "nlp-y_t", "nlp-y"), RequestError)
+
+    planner = new_planner(cfg)
+    # anything else: pending at its queue's max of 0
+    nodes, services, tasks = _full_4090({}, {"misc_x": ("misc", {f"{P}gpus": "1"})})
+    (sp,) = planner.plan(nodes, services, tasks, FACTS).services
+    assert sp.status == "pending" and (sp.reason or "").startswith(
+        "queue default at its quota: max 0 GPUs")
+    # inference at its ceiling preempts research work
+    nodes, services, tasks = _full_4090(
+        {"vision-x_train": ("vision-x", 8)},
+        {"infer-chat_api": ("infer-chat", {f"{P}gpus": "2", f"{P}priority": "inference"})})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    assert [p.describe() for p in choose_preemptions(
+        plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100)] == [
+        "preempt vision-x_train (priority 0) on gpu-node-2 for infer-chat_api (priority 100)"]
+    # research does not preempt research by priority; it takes back up to its guarantee
+    # from the other team above its own
+    nodes, services, tasks = _full_4090(
+        {"nlp-y_a": ("nlp-y", 4), "nlp-y_b": ("nlp-y", 4)},
+        {"vision-x_t": ("vision-x", {f"{P}gpus": "2", f"{P}priority": "50"})})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    (p,) = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100)
+    assert p.service == "vision-x_t" and p.priority == 0
+    (v,) = p.victims  # either of the two: one frees enough (the newest, then by name)
+    assert v.service in ("nlp-y_a", "nlp-y_b") and v.quota == "research-nlp"
