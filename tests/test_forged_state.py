@@ -110,6 +110,9 @@ class RecordingSwarm:
     def swarm_labels(self) -> Mapping[str, str]:
         return dict(self._swarm_labels)
 
+    def image_env(self, ref: str) -> tuple[str, ...] | None:
+        return None  # no image is on this stand-in's engine (unknown: grants_step)
+
     # writes: compute() contract of SwarmClient (None or unchanged: no write)
     def update_node_labels(self, node_id: str,
                            compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],

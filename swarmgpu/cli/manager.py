@@ -59,10 +59,11 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
 
 def _attach_steps(d: Any) -> None:
     """Plug the planners (placement, rebalancing) and the cluster view into the cycle."""
-    from swarmgpu.manager import observe, overshare, placement_step, preempt_step
+    from swarmgpu.manager import grants_step, observe, overshare, placement_step, preempt_step
     from swarmgpu.manager.rebalance.step import attach as attach_rebalance
 
     placement_step.attach(d)
+    grants_step.attach(d)  # after placement: judged on the grants it just wrote
     rebalancer = attach_rebalance(d)
     if rebalancer is not None:
         d.moves_view = rebalancer.to_dict
@@ -109,6 +110,9 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
 
     checks.append(audit_check(cfg))  # holders over their GPU share (agents' processes)
     checks.append(identity_check(cfg.agents.identity, cfg.agents.token_file))
+    from swarmgpu.manager.grants_step import audit_check as ungranted_check
+
+    checks.append(ungranted_check(cfg, swarm))  # GPUs seen without a grant (needs action)
     from swarmgpu.manager.rebalance.mover import forged_check, read_records
 
     try:  # move labels the daemon did not write, judged against its records
@@ -153,8 +157,9 @@ def _snapshot(cfg: Config) -> Any:
 @click.option("--json", "as_json", is_flag=True)
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
-    from swarmgpu.manager.cluster_view import workload_lines
+    from swarmgpu.manager.cluster_view import ungranted_lines, workload_lines
     from swarmgpu.manager.gpuhealth import health_rows
+    from swarmgpu.manager.grants_step import ImageEnvs, find, rows
     from swarmgpu.manager.placement_step import make_plan
     from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.manager.rebalance.record import moving
@@ -163,7 +168,9 @@ def plan(config_path: str | None, as_json: bool) -> None:
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     snap = _snapshot(cfg)
-    p = make_plan(snap, cfg, swarm=SwarmClient(cfg.docker_host))
+    swarm = SwarmClient(cfg.docker_host)
+    p = make_plan(snap, cfg, swarm=swarm)
+    ungranted = rows(find(cfg, snap, p, ImageEnvs(swarm)))
     moves = _daemon_moves(cfg)
     # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
     idle = [str(m.get("service")) for m in (moves or {}).get("proposed", [])
@@ -177,7 +184,8 @@ def plan(config_path: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services],
                                "moves": moves, "workload": p.workload, "queues": p.queues,
-                               "gpu_health": health_rows(snap.facts)}, indent=2))
+                               "gpu_health": health_rows(snap.facts),
+                               "ungranted": ungranted}, indent=2))
         return
     for sp in p.services:
         click.echo(f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}")
@@ -200,6 +208,8 @@ def plan(config_path: str | None, as_json: bool) -> None:
                 click.echo(f"  limited: {why}")
         for w in sp.warnings:
             click.echo(f"  note: {w}")
+    for line in ungranted_lines(ungranted):  # GPUs seen without a grant (docs/security.md)
+        click.echo(line)
     for line in workload_lines(p.workload):
         click.echo(line)
     for r in health_rows(snap.facts):  # failed GPUs are given to nothing (docs/health.md)
@@ -326,6 +336,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     from swarmgpu.manager.agentbook import load_saved
     from swarmgpu.manager.audit import audit as run_audit
     from swarmgpu.manager.cluster_view import build_cluster, gpu_metrics, render_status
+    from swarmgpu.manager.grants_step import ImageEnvs, find, rows
     from swarmgpu.manager.placement_step import make_plan
 
     cfg = load_cfg(config_path)
@@ -334,10 +345,13 @@ def status(config_path: str | None, as_json: bool) -> None:
     saved = load_saved(cfg.state_dir)
     from swarmgpu.swarm.client import SwarmClient
 
-    doc = build_cluster(snap, make_plan(snap, cfg, swarm=SwarmClient(cfg.docker_host)),
+    swarm = SwarmClient(cfg.docker_host)
+    p = make_plan(snap, cfg, swarm=swarm)
+    doc = build_cluster(snap, p,
                         prefix=cfg.sync.prefix,
                         metrics=gpu_metrics(snap.nodes, cfg), saved_agents=saved,
                         findings=run_audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
                                            generic_resource_kind=cfg.placement.generic_resource_kind,
-                                           node_lost_grace_s=cfg.health.node_lost_grace_s))
+                                           node_lost_grace_s=cfg.health.node_lost_grace_s),
+                        ungranted=rows(find(cfg, snap, p, ImageEnvs(swarm))))
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))

@@ -119,6 +119,22 @@ class PlacementConfig:
     rebalancer's budgets; never a neighbour, never a `rebalance: never` service)."""
     overshare_window_s: float = 60.0
     """How long a task must stay over its share before `restart` acts."""
+    ungranted: str = "report"
+    """Services on GPU nodes that see GPUs placement did not grant them (their own
+    NVIDIA_VISIBLE_DEVICES, a CUDA image's, DOCKER_RESOURCE_* lines, a device mount):
+    `report` (an audit finding needing action, plan, status, the map, a log line) or
+    `void` (also write NVIDIA_VISIBLE_DEVICES=void into their ContainerSpec.Env, nothing
+    else: Swarm restarts their tasks once, without the GPUs). docs/security.md."""
+    ungranted_exempt: str = "swarmgpu_agent"
+    """Services allowed to see GPUs without a grant (a comma list of service-name globs):
+    still listed, never voided. The default is the shipped stack's agent, which reads
+    every GPU through NVML; add dcgm-exporter's service if you run it."""
+    grants: str = "env"
+    """How placement grants GPUs: `env` (the NVIDIA_VISIBLE_DEVICES template) or `mounts`
+    (also a /dev/null mount under /var/run/nvidia-container-devices naming the same
+    GPUs, for nodes whose toolkit ignores the variables of unprivileged containers, as
+    `swarmgpu node-config --grants mounts` prints and `swarmgpu doctor --grants mounts`
+    checks). docs/security.md, "GPU access only through a grant"."""
 
 
 REBALANCE_POLICIES = ("health", "hotspot", "consolidation", "defrag", "fragmentation", "spread")
@@ -408,6 +424,10 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             "or 'restart'")
     if cfg.placement.overshare_window_s <= 0:
         add("placement.overshare_window_s: must be > 0 seconds")
+    if cfg.placement.ungranted not in ("report", "void"):
+        add(f"placement.ungranted: {cfg.placement.ungranted!r}; use 'report' or 'void'")
+    if cfg.placement.grants not in ("env", "mounts"):
+        add(f"placement.grants: {cfg.placement.grants!r}; use 'env' or 'mounts'")
 
 
 def _check_tenants(cfg: Config, add: Callable[[str], None]) -> None:

@@ -118,7 +118,9 @@ def build_cluster(
     moves: Mapping[str, Any] | None = None,
     leader: bool = True,
     zone_label: str = "topology.zone",
+    ungranted: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
+    """``ungranted``: the services that see GPUs without a grant (``grants_step.rows``)."""
     metrics = metrics or {}
     saved_agents = saved_agents or {}
     ledger = read_ledger(snap.nodes, prefix)
@@ -218,6 +220,7 @@ def build_cluster(
         "moves": dict(moves) if moves else {"proposed": [], "recent": []},
         "workload": dict(plan.workload) if plan else {},
         "queues": list(plan.queues) if plan else [],  # use against quota (placement.queues)
+        "ungranted": [dict(u) for u in ungranted],  # GPU access without a grant
     }
 
 
@@ -330,6 +333,16 @@ def document_problems(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def ungranted_lines(found: Sequence[Mapping[str, Any]]) -> list[str]:
+    """`plan` and `status`: each service that sees GPUs without a grant, why, the fix."""
+    out = []
+    for u in found:
+        tag = " (exempt)" if u.get("exempt") else ""
+        out.append(f"  {u['service']}{tag} on {', '.join(u['nodes'])}: {u['reason']}")
+        out.append(f"    fix: {u['fix']}")
+    return ["ungranted GPU access:", *out] if out else []
+
+
 def _modes_lines(services: Sequence[Mapping[str, Any]]) -> list[str]:
     """Global services per node (which wait, and why) and jobs' runs (done, or n of m)."""
     out: list[str] = []
@@ -389,6 +402,9 @@ def render_status(doc: Mapping[str, Any]) -> str:
         for sv in limited:
             for why in sv["limits"]:
                 lines.append(f"  {sv['name']}: {why}")
+    if doc.get("ungranted"):
+        lines.append("")
+        lines.extend(ungranted_lines(doc["ungranted"]))
     if doc["pending"]:
         lines.append("")
         lines.append("pending GPU requests:")

@@ -92,6 +92,7 @@ class Daemon:
         self.last_cycle_at: float | None = None
         self.leader = False
         self.last_placement: Any = None  # the placement step's last plan, for status/plan
+        self.last_ungranted: list[dict[str, Any]] = []  # ungranted GPU access (grants_step)
         self.cluster_doc: Callable[[], dict[str, Any]] | None = None  # set by observe
         self.moves_view: Callable[[], dict[str, Any]] | None = None  # set by rebalancing
         # GPU metrics per node id and UUID, scraped this cycle (by the rebalancer)

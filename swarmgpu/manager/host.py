@@ -34,6 +34,7 @@ class CycleHost(Protocol):
     hold_labels: bool  # label sync holds its node writes for placement to fold in
     planner: Planner | None  # placement's, kept across cycles as leader
     last_placement: Any  # the placement step's last plan, for status/plan
+    last_ungranted: list[dict[str, Any]]  # services seeing GPUs without a grant (the map)
     last_metrics: dict[str, dict[str, Any]] | None  # GPU metrics scraped this cycle
     cluster_doc: Callable[[], dict[str, Any]] | None
     moves_view: Callable[[], dict[str, Any]] | None

@@ -62,7 +62,7 @@ def attach(daemon: overshare.WatchHost) -> None:
                            node_lost_grace_s=cfg.health.node_lost_grace_s)
             + overshare.findings(uses, att.unattributed),
             moves=moves() if moves else None, leader=d.leader,
-            zone_label=cfg.placement.zone_label,
+            zone_label=cfg.placement.zone_label, ungranted=d.last_ungranted,
         )
         overshare.annotate(doc, uses, att.unattributed)
         history.record(doc)

@@ -26,6 +26,7 @@ from swarmgpu.manager.actuator import Writes
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import NO_WAITING, PlacementPlan, Planner, ServicePlan, gate_key
+from swarmgpu.manager.placement.envs import DEVICE_VAR, VOID_LINE
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.record import moving
@@ -163,8 +164,14 @@ def service_compute(sp: ServicePlan) -> Any:
             env = [repl if x == old else x for x in env]
         for e in sp.add_env:
             name = e.split("=", 1)[0] + "="
+            if name == DEVICE_VAR + "=" and VOID_LINE in env:
+                # void (no GPU; placement.ungranted: void writes it) is what the template
+                # gives outside a grant: the template in its place widens nothing.
+                first = env.index(VOID_LINE)
+                env = [e if i == first else x for i, x in enumerate(env)
+                       if i == first or x != VOID_LINE]
             # A user's own value for the same variable is kept: never overwrite env.
-            if not any(x.startswith(name) for x in env):
+            elif not any(x.startswith(name) for x in env):
                 env.append(e)
         if env:
             cs["Env"] = env

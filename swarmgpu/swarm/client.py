@@ -216,6 +216,25 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
     )
 
 
+def image_filter(ref: str) -> str:
+    """The image list's ``reference`` filter for a service's image: the familiar name (the
+    filter matches that form), with its digest when it has one (a tag and a digest never
+    match together), else its tag (``latest`` when none: an untagged name would match
+    every tag)."""
+    name, _, digest = ref.partition("@")
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    tag = name[colon + 1:] if colon > slash else ""
+    if tag:
+        name = name[:colon]
+    for hub in ("docker.io/", "index.docker.io/", "registry-1.docker.io/"):
+        if name.startswith(hub):
+            name = name[len(hub):].removeprefix("library/")
+    if digest:
+        return f"{name}@{digest}"
+    return f"{name}:{tag or 'latest'}"
+
+
 # The docker SDK's endpoint when neither a URL nor DOCKER_HOST is given.
 DEFAULT_ENGINE = "unix:///var/run/docker.sock"
 
@@ -298,6 +317,18 @@ class SwarmClient:
 
     def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
         return [task_from_api(t) for t in self._call(self._api.tasks, filters=dict(filters or {}))]
+
+    def image_env(self, ref: str) -> tuple[str, ...] | None:
+        """``Config.Env`` of the image ``ref`` names, as this engine has it; None when it
+        has no such image (or two match). Found with the image list's reference filter,
+        then read by its ID: two plain paths (a reference in a path would carry ``@``,
+        which the socket proxy refuses encoded)."""
+        listed = self._call(self._api.images, filters={"reference": image_filter(ref)})
+        ids = {str(i.get("Id") or "") for i in listed or [] if isinstance(i, Mapping)}
+        if len(ids) != 1 or not next(iter(ids)):
+            return None
+        raw = self._call(self._api.inspect_image, ids.pop().removeprefix("sha256:"))
+        return tuple(str(x) for x in ((raw or {}).get("Config") or {}).get("Env") or ())
 
     def swarm_labels(self) -> Mapping[str, str]:
         """Labels of the swarm object itself (``docker swarm update`` has no flag for

@@ -137,6 +137,12 @@ ALLOWED_CALLS: tuple[Call, ...] = (
     Call("GET", "/events", ("events",), "a cycle on every node or service change (stream)",
          "`filters`, `since`, `until`; streamed", "stream",
          {"filters": _ANY, "since": _ANY, "until": _ANY}),
+    Call("GET", "/images/json", ("images",),
+         "ungranted GPU access: the image a service on a GPU node runs (reference filter)",
+         "`filters`", params={"filters": _ANY}),
+    Call("GET", "/images/{id}/json", ("inspect_image",),
+         "ungranted GPU access: that image's env (NVIDIA_VISIBLE_DEVICES, CUDA_VERSION)",
+         "no query"),
     Call("POST", "/nodes/{id}/update", ("update_node",),
          "node labels under the prefix: facts, placement gates, the GPU ledger",
          "`version` (the current one); the spec equal to the current one but for labels "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 
 from swarmgpu.manager.placement.keys import DEVICES
@@ -42,3 +42,35 @@ def device_env(prefix: str, env: Sequence[str]) -> str | None:
 
 
 ORDER_ENV = "CUDA_DEVICE_ORDER=PCI_BUS_ID"
+
+
+DEVICE_VAR = "NVIDIA_VISIBLE_DEVICES"
+VOID_LINE = DEVICE_VAR + "=void"  # no GPU: what the templates give outside a grant
+DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices"  # the toolkit's root for mounts
+NO_DEVICE_TARGET = "/var/run/swarmgpu-no-gpu"  # outside that root: the toolkit ignores it
+
+
+@cache
+def mount_target(prefix: str) -> str:
+    """``placement.grants: mounts``: the target of the ``/dev/null`` bind mount that names a
+    task's devices (the toolkit's ``accept-nvidia-visible-devices-as-volume-mounts``): the
+    same lookups as ``env_template``, under the toolkit's root when a list is there, else
+    a path outside it. Swarm expands mount targets per task as it does env."""
+    return (
+        '{{with or (index .Service.Labels (print "' + prefix + DEVICES
+        + '" .Node.ID "." .Task.Slot)) (index .Service.Labels (print "' + prefix + DEVICES
+        + '" .Node.ID))}}' + DEVICE_MOUNT_ROOT + "/{{.}}{{else}}" + NO_DEVICE_TARGET
+        + "{{end}}"
+    )
+
+
+def device_mount_spec(prefix: str) -> dict[str, object]:
+    """The mount placement adds to a service's ``ContainerSpec.Mounts`` (grants: mounts)."""
+    return {"Type": "bind", "Source": "/dev/null", "Target": mount_target(prefix),
+            "ReadOnly": True}
+
+
+def device_mount(prefix: str, mount: Mapping[str, object]) -> bool:
+    """Whether ``mount`` is placement's own device mount."""
+    return (mount.get("Target") == mount_target(prefix)
+            and str(mount.get("Source") or "") == "/dev/null")

@@ -1,0 +1,205 @@
+"""Ungranted GPU access in the daemon's cycle and in `audit`, `plan`, `status`.
+
+Each cycle (leader only, after placement wrote its grants): read what the manager's
+engine knows of the images that can decide an answer (``ImageEnvs``, cached), find the
+services that see GPUs without a grant (``grants.find_ungranted``), keep them for the
+map (``last_ungranted``), log each change, export ``swarmgpu_ungranted_services``. With
+``placement.ungranted: void``, void each one's NVIDIA_VISIBLE_DEVICES through the write
+gate (``actuator.Writes``: nothing in dry-run): a read-modify-write judged again on the
+spec read at write time, changing only ``ContainerSpec.Env``; a spec that already says
+``void`` is not written again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from loguru import logger
+from prometheus_client import Counter, Gauge
+
+from swarmgpu.manager.actuator import Writes
+from swarmgpu.manager.audit import Finding
+from swarmgpu.manager.grants import (
+    KIND,
+    ImageEnv,
+    Ungranted,
+    find_ungranted,
+    gpu_nodes,
+    image_of,
+    images_to_read,
+    needs_image,
+    parse_exempt,
+    void_spec,
+)
+from swarmgpu.manager.host import CycleHost
+from swarmgpu.manager.placement_step import make_plan
+from swarmgpu.swarm.client import SwarmClient, SwarmError
+
+if TYPE_CHECKING:
+    from swarmgpu.core.config import Config
+    from swarmgpu.manager.sync import Snapshot
+
+IMAGE_TTL_S = 300.0  # a tag can be moved: its env is read again after this long
+MAX_READS = 32  # image reads per cycle at most; the rest are 'not read yet' (unknown)
+
+
+class ImageEnvs:
+    """The env of images, as the manager's engine has them, by reference; kept for
+    ``ttl_s``, at most ``max_reads`` engine reads per ``lookup`` (a first cycle over
+    thousands of new images stays short; the rest are unknown until a later cycle)."""
+
+    def __init__(self, swarm: SwarmClient, *, ttl_s: float = IMAGE_TTL_S,
+                 max_reads: int = MAX_READS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.swarm = swarm
+        self.ttl_s = ttl_s
+        self.max_reads = max_reads
+        self.clock = clock
+        self._seen: dict[str, tuple[float, ImageEnv]] = {}
+
+    def lookup(self, refs: Iterable[str]) -> dict[str, ImageEnv]:
+        now = self.clock()
+        out: dict[str, ImageEnv] = {}
+        reads = 0
+        for ref in refs:
+            hit = self._seen.get(ref)
+            if hit is not None and now - hit[0] < self.ttl_s:
+                out[ref] = hit[1]
+                continue
+            if reads >= self.max_reads:
+                out[ref] = hit[1] if hit else ImageEnv(ref, None, "not read yet")
+                continue
+            reads += 1
+            out[ref] = self._read(ref)
+            self._seen[ref] = (now, out[ref])
+        live = set(out)
+        for ref in [r for r in self._seen if r not in live]:  # bounded by services' images
+            del self._seen[ref]
+        return out
+
+    def _read(self, ref: str) -> ImageEnv:
+        try:
+            env = self.swarm.image_env(ref)
+        except SwarmError as exc:
+            return ImageEnv(ref, None, f"the manager's engine could not be asked: {exc}"[:200])
+        if env is None:
+            return ImageEnv(ref, None, "it is not on the manager's engine")
+        return ImageEnv(ref, env)
+
+    def get(self, ref: str) -> ImageEnv | None:
+        hit = self._seen.get(ref)
+        return hit[1] if hit else None
+
+
+def managed_names(plan: Any) -> set[str]:
+    """The services placement manages this cycle: a valid request (placed, pending,
+    a finished job). Without placement (disabled) nothing is granted."""
+    return {sp.name for sp in getattr(plan, "services", []) if sp.status != "invalid"}
+
+
+def find(cfg: Config, snap: Snapshot, plan: Any, images: ImageEnvs) -> list[Ungranted]:
+    """Every service on a GPU node that sees GPUs without a grant, now."""
+    prefix = cfg.sync.prefix
+    gpu = gpu_nodes(snap.nodes, snap.facts, prefix, cfg.placement.generic_resource_kind)
+    envs = images.lookup(images_to_read(snap.services, snap.tasks, gpu, prefix))
+    return find_ungranted(snap.services, snap.tasks, gpu, prefix=prefix,
+                          managed=managed_names(plan), images=envs,
+                          exempt=parse_exempt(cfg.placement.ungranted_exempt),
+                          grants=cfg.placement.grants)
+
+
+def findings(found: Sequence[Ungranted]) -> list[Finding]:
+    """``swarmgpu audit``: each needs action (exit 1), but an exempt one."""
+    return [Finding(KIND, u.service,
+                    f"ungranted GPU access on {', '.join(u.nodes)}: {u.reason}; fix: {u.fix}",
+                    advisory=u.exempt) for u in found]
+
+
+def rows(found: Sequence[Ungranted]) -> list[dict[str, Any]]:
+    """The cluster document's ``ungranted`` list (the map, `status --json`, `plan --json`)."""
+    return [u.to_dict() for u in found]
+
+
+def void_one(gate: Writes, u: Ungranted, *, prefix: str, managed: bool, grants: str,
+             images: ImageEnvs) -> bool:
+    """Void one service's NVIDIA_VISIBLE_DEVICES (a read-modify-write judged on the spec
+    read at write time); True when a write landed."""
+    before: list[Any] = [None]
+
+    def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        ref = image_of(spec)
+        image = (images.get(ref) or ImageEnv(ref, None, "not read")) \
+            if needs_image(spec, prefix) else None
+        before[0] = ((spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Env")
+        return void_spec(spec, image, prefix=prefix, managed=managed, grants=grants)
+
+    log = logger.bind(service=u.service)
+    try:
+        landed = gate.service_spec(u.service_id, compute)
+    except SwarmError as exc:
+        log.error("ungranted GPU access: the void write failed: {}", exc)
+        return False
+    if landed:
+        log.warning("ungranted GPU access voided (placement.ungranted: void): "
+                    "NVIDIA_VISIBLE_DEVICES=void written, env was {}; why: {}",
+                    before[0], u.reason)
+    return landed
+
+
+def attach(daemon: CycleHost) -> None:
+    cfg = daemon.cfg
+    images = ImageEnvs(daemon.swarm)
+    prefix = cfg.sync.prefix
+    r = daemon.metrics.registry
+    count = Gauge("swarmgpu_ungranted_services",
+                  "Services on GPU nodes that see GPUs without a grant from placement "
+                  "(exempt ones not counted)", registry=r)
+    voided = Counter("swarmgpu_ungranted_voided",
+                     "NVIDIA_VISIBLE_DEVICES=void writes made (placement.ungranted: void)",
+                     registry=r)
+    said: dict[str, str] = {}  # service -> the reason last logged (a change is logged)
+    void = cfg.placement.ungranted == "void"
+
+    def step(d: CycleHost, snap: Snapshot) -> None:
+        found = find(cfg, snap, d.last_placement, images)
+        d.last_ungranted = rows(found)
+        count.set(sum(not u.exempt for u in found))
+        now = {u.service: u.reason for u in found}
+        for u in found:
+            if said.get(u.service) != u.reason:
+                logger.bind(service=u.service).warning(
+                    "ungranted GPU access{} on {}: {}; fix: {}",
+                    " (exempt)" if u.exempt else "", ", ".join(u.nodes), u.reason, u.fix)
+        for name in set(said) - set(now):
+            logger.bind(service=name).info("ungranted GPU access: no longer")
+        said.clear()
+        said.update(now)
+        if not void:
+            return
+        todo = [u for u in found if u.voidable and not u.exempt]
+        if cfg.dry_run:
+            for u in todo:
+                logger.bind(service=u.service).info(
+                    "dry-run: would write NVIDIA_VISIBLE_DEVICES=void (ungranted GPU access: "
+                    "{})", u.reason)
+            return
+        gate = Writes(d.swarm, dry_run=cfg.dry_run, who="ungranted GPU access")
+        managed = managed_names(d.last_placement)
+        for u in todo:
+            if void_one(gate, u, prefix=prefix, managed=u.service in managed,
+                        grants=cfg.placement.grants, images=images):
+                voided.inc()
+
+    daemon.extra_steps.append(step)
+
+
+def audit_check(cfg: Config, swarm: SwarmClient) -> Callable[[Snapshot], list[Finding]]:
+    """`swarmgpu audit`: the services that see GPUs without a grant."""
+
+    def check(snap: Snapshot) -> list[Finding]:
+        plan = make_plan(snap, cfg, swarm=swarm) if cfg.placement.enabled else None
+        return findings(find(cfg, snap, plan, ImageEnvs(swarm)))
+
+    return check

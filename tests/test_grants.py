@@ -1,0 +1,450 @@
+"""GPU access only through a grant (swarmgpu.manager.grants, grants_step): which services
+see GPUs placement never gave them, and the void write.
+
+Pure detection over specs shaped as Swarm returns them; the step over an in-memory
+stand-in for swarmgpu's own SwarmClient (writes recorded, the compute contract kept).
+The real swarm: tests/test_grants_swarm.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pytest
+from gpu_nodes import DGX_A100
+
+from swarmgpu.core.config import Config, PlacementConfig, load_config
+from swarmgpu.manager.actuator import Writes
+from swarmgpu.manager.agent_client import FactsResult
+from swarmgpu.manager.grants import (
+    Access,
+    ImageEnv,
+    devices_of,
+    exempt_of,
+    final_env,
+    find_ungranted,
+    gpu_nodes,
+    images_to_read,
+    parse_exempt,
+    service_access,
+    void_env,
+    void_spec,
+)
+from swarmgpu.manager.grants_step import ImageEnvs, findings, void_one
+from swarmgpu.manager.placement import devices_key, env_template
+from swarmgpu.manager.placement.envs import VOID_LINE, device_mount_spec, mount_target
+from swarmgpu.swarm.client import (
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+    image_filter,
+    service_from_api,
+)
+
+P = "swarmgpu."
+TMPL = env_template(P)
+CUDA_ENV = ("PATH=/usr/local/nvidia/bin:/usr/bin", "NVARCH=x86_64",
+            "NVIDIA_REQUIRE_CUDA=cuda>=12.4", "CUDA_VERSION=12.4.1",
+            "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")
+"""The env of nvidia/cuda:12.4.1-base-ubuntu22.04 (its Dockerfile's ENV lines)."""
+PLAIN_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+
+
+def spec(env: Sequence[str] = (), *, image: str = "local/app:1", labels: Mapping[str, str]
+         | None = None, mounts: Sequence[Mapping[str, Any]] = (),
+         caps: Sequence[str] = (), name: str = "s") -> dict[str, Any]:
+    cs: dict[str, Any] = {"Image": image, "Env": list(env)}
+    if mounts:
+        cs["Mounts"] = [dict(m) for m in mounts]
+    if caps:
+        cs["CapabilityAdd"] = list(caps)
+    return {"Name": name, "Labels": dict(labels or {}),
+            "TaskTemplate": {"ContainerSpec": cs, "Placement": {"Constraints": ["x==y"]},
+                             "Resources": {"Limits": {"MemoryBytes": 1 << 30}}},
+            "Mode": {"Replicated": {"Replicas": 1}}}
+
+
+def access(env: Sequence[str] = (), image_env: Sequence[str] | None = PLAIN_ENV, *,
+           managed: bool = False, grants: str = "env", **kw: Any) -> list[Access]:
+    s = spec(env, **kw)
+    img = ImageEnv("local/app:1", None if image_env is None else tuple(image_env),
+                   "not on the manager" if image_env is None else "")
+    return service_access(s, img, prefix=P, managed=managed, grants=grants)
+
+
+# --- the toolkit's reading of the variable ------------------------------------------------
+
+@pytest.mark.parametrize(("value", "kind"), [
+    ("all", "all"), (" all ", "all"), ("", "none"), ("void", "none"), ("none", "none"),
+    (",", "none"), ("0,1", "some"), ("GPU-0,void", "none"), ("0,all", "all"),
+    ("none,all", "none"), ("all,none", "all"), ("MIG-abc", "some"), ("void,all", "none"),
+])
+def test_devices_of_follows_the_toolkit(value: str, kind: str) -> None:
+    assert devices_of([value]) == kind
+
+
+def test_final_env_last_line_wins_and_a_bare_line_unsets() -> None:
+    assert final_env(["A=1", "A=2"], ["A=0", "B=1"]) == {"A": "2", "B": "1"}
+    assert final_env(["B"], ["A=0", "B=1"]) == {"A": "0"}
+
+
+# --- env forms ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line", ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=0",
+                                  "NVIDIA_VISIBLE_DEVICES=GPU-1,GPU-2",
+                                  "NVIDIA_VISIBLE_DEVICES=MIG-x"])
+def test_own_variable_naming_gpus_is_ungranted(line: str) -> None:
+    (a,) = access([line, "MODEL=x"])
+    assert a.via == "env" and a.known and a.voidable and line in a.what
+
+
+@pytest.mark.parametrize("line", ["NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=none",
+                                  "NVIDIA_VISIBLE_DEVICES=", "NVIDIA_VISIBLE_DEVICES=0,void"])
+def test_own_variable_naming_no_gpu_is_fine_whatever_the_image(line: str) -> None:
+    assert access([line], CUDA_ENV) == []
+    assert access([line], None) == []  # the image cannot change it: never read
+
+
+def test_the_last_line_of_the_variable_decides() -> None:
+    assert access(["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=void"]) == []
+    assert access(["NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_VISIBLE_DEVICES=all"])
+
+
+def test_cuda_visible_devices_grants_no_device_node() -> None:
+    assert access(["CUDA_VISIBLE_DEVICES=0,1,2,3"]) == []
+
+
+def test_a_template_swarmgpu_did_not_write_is_unknown() -> None:
+    (a,) = access(["NVIDIA_VISIBLE_DEVICES={{.Node.Labels.gpus}}"])
+    assert not a.known and a.voidable and "known only on the node" in a.what
+
+
+# --- grants ------------------------------------------------------------------------------
+
+def test_swarmgpus_template_on_a_managed_service_is_the_grant() -> None:
+    labels = {f"{P}gpus": "1", devices_key(P, "n1"): "GPU-a"}
+    assert access([TMPL], CUDA_ENV, managed=True, labels=labels) == []
+
+
+def test_swarmgpus_template_without_a_valid_request_grants_nothing() -> None:
+    # no devices labels: the template gives void everywhere
+    assert access([TMPL], CUDA_ENV, managed=False) == []
+    # devices labels written by the stack itself: nobody's grant
+    (a,) = access([TMPL], CUDA_ENV, managed=False, labels={devices_key(P, "n1"): "GPU-a"})
+    assert a.via == "env" and "placement did not write" in a.what
+
+
+def test_own_line_after_the_template_overrides_the_grant() -> None:
+    (a,) = access([TMPL, "NVIDIA_VISIBLE_DEVICES=all"], managed=True)
+    assert "overrides" in a.what
+    assert access(["NVIDIA_VISIBLE_DEVICES=all", TMPL], managed=True) == []
+
+
+# --- the image's env --------------------------------------------------------------------
+
+def test_cuda_image_env_all_is_ungranted() -> None:
+    (a,) = access([], CUDA_ENV)
+    assert a.via == "image" and a.known and "sets NVIDIA_VISIBLE_DEVICES=all" in a.what
+
+
+def test_image_without_the_variable_is_fine() -> None:
+    assert access([], PLAIN_ENV) == []
+    # a modern CUDA image with the variable unset by the service: not legacy, no GPU
+    assert access(["NVIDIA_VISIBLE_DEVICES"], CUDA_ENV) == []
+
+
+def test_legacy_cuda_image_with_the_variable_unset_sees_every_gpu() -> None:
+    legacy = ("PATH=/usr/bin", "CUDA_VERSION=10.0.130")
+    (a,) = access([], legacy)
+    assert "legacy CUDA image" in a.what
+    # the service's own CUDA_VERSION makes any image legacy; NVIDIA_REQUIRE_CUDA undoes it
+    assert access(["CUDA_VERSION=11.0"], PLAIN_ENV)
+    assert access(["CUDA_VERSION=11.0", "NVIDIA_REQUIRE_CUDA=cuda>=11.0"], PLAIN_ENV) == []
+
+
+def test_image_not_on_the_manager_is_unknown_and_treated_as_cuda_images() -> None:
+    (a,) = access([], None)
+    assert a.via == "image" and not a.known and a.voidable
+    assert "unknown" in a.what and "not on the manager" in a.what
+    assert "NVIDIA_VISIBLE_DEVICES=all" in a.what
+    # the service unsets the variable: only a legacy image would still see GPUs
+    (b,) = access(["NVIDIA_VISIBLE_DEVICES"], None)
+    assert not b.known and "legacy CUDA image" in b.what
+    assert access(["NVIDIA_VISIBLE_DEVICES", "NVIDIA_REQUIRE_CUDA=cuda>=12"], None) == []
+
+
+# --- DOCKER_RESOURCE_* and mounts -------------------------------------------------------
+
+def test_own_docker_resource_line_is_read_instead_of_the_variable() -> None:
+    (a,) = access(["DOCKER_RESOURCE_NVIDIA-GPU=GPU-a", "NVIDIA_VISIBLE_DEVICES=void"])
+    assert a.via == "resource-env" and a.var == "DOCKER_RESOURCE_NVIDIA-GPU"
+    assert access(["DOCKER_RESOURCE_NVIDIA-GPU=void", "NVIDIA_VISIBLE_DEVICES=void"]) == []
+
+
+def _null(target: str, source: str = "/dev/null", typ: str = "bind") -> dict[str, Any]:
+    return {"Type": typ, "Source": source, "Target": target}
+
+
+def test_dev_null_mount_under_the_toolkits_root_is_ungranted_and_not_voidable() -> None:
+    (a,) = access(["NVIDIA_VISIBLE_DEVICES=void"],
+                  mounts=[_null("/var/run/nvidia-container-devices/all")])
+    assert a.via == "mount" and not a.voidable and "all" in a.what
+    assert access(mounts=[_null("/var/run/nvidia-container-devices/../x")]) == []
+    assert access(mounts=[_null("/var/run/nvidia-container-devices/all", "/tmp/null")]) == []
+    assert access(mounts=[_null("/var/run/nvidia-container-devices/all", "vol",
+                                "volume")]) == []
+    (t,) = access(mounts=[_null("/var/run/{{.Node.Hostname}}")])
+    assert not t.known
+
+
+def test_placements_own_mount_is_a_grant_only_for_a_managed_service() -> None:
+    m = device_mount_spec(P)
+    assert access([TMPL], managed=True, mounts=[m]) == []
+    (a,) = access([TMPL], managed=False, mounts=[m])
+    assert a.via == "mount"
+
+
+def test_grants_as_mounts_ignore_variables_of_unprivileged_containers() -> None:
+    assert access(["NVIDIA_VISIBLE_DEVICES=all"], CUDA_ENV, grants="mounts") == []
+    assert access([], None, grants="mounts") == []
+    (a,) = access(["NVIDIA_VISIBLE_DEVICES=all"], grants="mounts", caps=["CAP_SYS_ADMIN"])
+    assert a.via == "env"
+    (m,) = access(grants="mounts", mounts=[_null("/var/run/nvidia-container-devices/0")])
+    assert m.via == "mount"
+
+
+def test_mount_target_template_names_the_same_lists_as_the_env_template() -> None:
+    t = mount_target(P)
+    assert '"swarmgpu.devices." .Node.ID "." .Task.Slot' in t and t.count("{{") == 4
+    assert "/var/run/nvidia-container-devices/{{.}}" in t
+
+
+# --- services on GPU nodes ---------------------------------------------------------------
+
+def _node(nid: str, labels: Mapping[str, str] | None = None,
+          generic: Mapping[str, tuple[str, ...]] | None = None) -> SwarmNode:
+    return SwarmNode(id=nid, hostname=f"host-{nid}", addr="127.0.0.1", role="worker",
+                     state="ready", availability="active", labels=dict(labels or {}),
+                     engine_labels={}, version=1, generic_resources=dict(generic or {}),
+                     discrete_resources={})
+
+
+def _svc(name: str, env: Sequence[str] = (), **kw: Any) -> SwarmService:
+    return service_from_api({"ID": f"id-{name}", "Spec": spec(env, name=name, **kw),
+                             "Version": {"Index": 3}})
+
+
+def _task(svc: SwarmService, nid: str, n: int = 1) -> SwarmTask:
+    return SwarmTask(f"t-{svc.name}-{n}", svc.id, nid, n, "running", "running", ())
+
+
+def test_gpu_nodes_from_facts_labels_or_generic_resources() -> None:
+    facts = {"a": FactsResult("a", "host-a", "", DGX_A100.facts(), None, 0.0),
+             "e": FactsResult("e", "host-e", "", None, "unreachable", 0.0)}
+    nodes = [_node("a"), _node("b", {f"{P}gpu.count": "8"}),
+             _node("c", generic={"NVIDIA-GPU": ("GPU-x",)}), _node("d"), _node("e"),
+             _node("f", {f"{P}gpu.count": "0"})]
+    assert set(gpu_nodes(nodes, facts, P)) == {"a", "b", "c"}
+
+
+def test_find_checks_only_services_on_gpu_nodes_and_names_them() -> None:
+    gpu = {"g": "gpu-1"}
+    on_gpu = _svc("app", ["NVIDIA_VISIBLE_DEVICES=all"])
+    on_cpu = _svc("web", ["NVIDIA_VISIBLE_DEVICES=all"])
+    granted = _svc("llm", [TMPL], labels={f"{P}gpus": "1", devices_key(P, "g"): "GPU-a"})
+    agent = _svc("swarmgpu_agent", ["NVIDIA_VISIBLE_DEVICES=all"])
+    tasks = [_task(on_gpu, "g"), _task(on_cpu, "cpu"), _task(granted, "g"), _task(agent, "g")]
+    found = find_ungranted([on_gpu, on_cpu, granted, agent], tasks, gpu, prefix=P,
+                           managed={"llm"}, images={},
+                           exempt=parse_exempt("swarmgpu_agent, x*"))
+    assert [(u.service, u.nodes, u.exempt) for u in found] == [
+        ("app", ("gpu-1",), False), ("swarmgpu_agent", ("gpu-1",), True)]
+    f_app, f_agent = findings(found)
+    assert f_app.kind == "ungranted-gpu-access" and not f_app.advisory
+    assert "NVIDIA_VISIBLE_DEVICES=all" in f_app.message and "fix:" in f_app.message
+    assert f_agent.advisory  # exempt: listed, never needs action
+    d = found[0].to_dict()
+    assert d["reason"] and d["fix"] and d["known"] and d["voidable"]
+
+
+def test_images_read_only_where_the_env_leaves_it_to_them() -> None:
+    gpu = {"g": "gpu-1"}
+    a = _svc("a", [], image="img/a:1")
+    b = _svc("b", ["NVIDIA_VISIBLE_DEVICES=void"], image="img/b:1")
+    c = _svc("c", ["NVIDIA_VISIBLE_DEVICES"], image="img/c:1")
+    d = _svc("d", [], image="img/d:1")
+    tasks = [_task(a, "g"), _task(b, "g"), _task(c, "g"), _task(d, "cpu")]
+    assert images_to_read([a, b, c, d], tasks, gpu, P) == ["img/a:1", "img/c:1"]
+
+
+def test_exempt_globs() -> None:
+    assert exempt_of("mon_dcgm-exporter", parse_exempt("swarmgpu_agent,*dcgm-exporter"))
+    assert not exempt_of("swarmgpu_agent2", ["swarmgpu_agent"])
+
+
+def test_image_filter_is_the_familiar_reference() -> None:
+    assert image_filter("busybox") == "busybox:latest"
+    assert image_filter("docker.io/library/busybox:1.36") == "busybox:1.36"
+    assert image_filter("nvcr.io/nvidia/cuda:12.4.1-base@sha256:ab") == \
+        "nvcr.io/nvidia/cuda@sha256:ab"
+    assert image_filter("reg:5000/team/app") == "reg:5000/team/app:latest"
+
+
+# --- the void write -----------------------------------------------------------------------
+
+def _void(env: Sequence[str], image_env: Sequence[str] | None = PLAIN_ENV,
+          managed: bool = False) -> list[str] | None:
+    img = ImageEnv("local/app:1", None if image_env is None else tuple(image_env))
+    acc = service_access(spec(env), img, prefix=P, managed=managed)
+    return void_env(env, acc, prefix=P, managed=managed)
+
+
+def test_void_changes_only_the_variables_line_and_keeps_every_other() -> None:
+    env = ["A=1", "NVIDIA_VISIBLE_DEVICES=all", "B=2", "CUDA_VISIBLE_DEVICES=0"]
+    assert _void(env) == ["A=1", VOID_LINE, "B=2", "CUDA_VISIBLE_DEVICES=0"]
+    assert _void(["A=1", "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_VISIBLE_DEVICES=all"]) == \
+        ["A=1", VOID_LINE]
+    assert _void(["A=1"], CUDA_ENV) == ["A=1", VOID_LINE]  # the image's value: overridden
+    assert _void(["A=1"], None) == ["A=1", VOID_LINE]  # unknown image: voided too
+
+
+def test_void_of_a_managed_service_keeps_its_grant() -> None:
+    env = ["NVIDIA_VISIBLE_DEVICES=all", TMPL, "NVIDIA_VISIBLE_DEVICES=all", "A=1"]
+    assert _void(env, managed=True) == [TMPL, "A=1"]
+
+
+def test_void_of_resource_lines() -> None:
+    env = ["DOCKER_RESOURCE_NVIDIA-GPU=GPU-a", "NVIDIA_VISIBLE_DEVICES=void"]
+    assert _void(env) == ["DOCKER_RESOURCE_NVIDIA-GPU=void", "NVIDIA_VISIBLE_DEVICES=void"]
+
+
+def test_void_is_idempotent_and_leaves_no_gpu_access() -> None:
+    for env, img in ((["NVIDIA_VISIBLE_DEVICES=all"], PLAIN_ENV), ([], CUDA_ENV), ([], None),
+                     (["X=1", "DOCKER_RESOURCE_GPU=all"], PLAIN_ENV)):
+        once = _void(env, img)
+        assert once is not None
+        assert _void(once, img) is None
+        assert access(once, img) == []
+
+
+def test_void_spec_changes_nothing_but_the_env() -> None:
+    s = spec(["NVIDIA_VISIBLE_DEVICES=all", "A=1"], mounts=[_null("/data", "/srv")],
+             caps=["NET_ADMIN"], labels={"team": "b"})
+    before = copy.deepcopy(s)
+    new = void_spec(s, None, prefix=P, managed=False)
+    assert new is not None and s == before  # the spec given is not changed
+    changed = copy.deepcopy(dict(new))
+    assert changed["TaskTemplate"]["ContainerSpec"].pop("Env") == [VOID_LINE, "A=1"]
+    before["TaskTemplate"]["ContainerSpec"].pop("Env")
+    assert changed == before
+    assert void_spec(new, None, prefix=P, managed=False) is None
+    # a mount alone: nothing an env write can stop
+    m = spec([], mounts=[_null("/var/run/nvidia-container-devices/all")])
+    assert void_spec(m, ImageEnv("x", PLAIN_ENV), prefix=P, managed=False) is None
+
+
+def test_placement_replaces_a_void_line_with_its_template() -> None:
+    from swarmgpu.manager.placement import ServicePlan
+    from swarmgpu.manager.placement_step import service_compute
+
+    sp = ServicePlan("s", "id-s", None, "1 GPU", "placed", "Active", add_env=[TMPL])
+    new = service_compute(sp)(spec(["A=1", VOID_LINE, "B=2"]))
+    assert new["TaskTemplate"]["ContainerSpec"]["Env"] == ["A=1", TMPL, "B=2"]
+    # a user's own value that names GPUs is kept (and reported as ungranted)
+    kept = service_compute(sp)(spec(["NVIDIA_VISIBLE_DEVICES=all"]))
+    assert kept is None
+
+
+# --- the step's write, through the gate -------------------------------------------------
+
+class SpecSwarm:
+    """swarmgpu's SwarmClient over in-memory specs: image_env and update_service_spec
+    with their contracts (read-modify-write; None or unchanged: no write)."""
+
+    def __init__(self, services: Sequence[SwarmService],
+                 images: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        self.specs = {s.id: copy.deepcopy(dict(s.spec)) for s in services}
+        self.images = dict(images or {})
+        self.writes: list[str] = []
+        self.image_reads: list[str] = []
+
+    def image_env(self, ref: str) -> tuple[str, ...] | None:
+        self.image_reads.append(ref)
+        if ref == "broken":
+            raise SwarmError("engine said no")
+        return self.images.get(ref)
+
+    def update_service_spec(self, service_id: str,
+                            compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+                            **_: Any) -> bool:
+        cur = self.specs[service_id]
+        new = compute(copy.deepcopy(cur))
+        if new is None or new == cur:
+            return False
+        self.writes.append(service_id)
+        self.specs[service_id] = copy.deepcopy(dict(new))
+        return True
+
+
+def _one(svc: SwarmService, sw: SpecSwarm, dry_run: bool = False) -> tuple[bool, int]:
+    gate = Writes(sw, dry_run=dry_run, who="test")  # type: ignore[arg-type]
+    images = ImageEnvs(sw)  # type: ignore[arg-type]
+    found = find_ungranted([svc], [_task(svc, "g")], {"g": "gpu-1"}, prefix=P, managed=set(),
+                           images=images.lookup([svc.spec["TaskTemplate"]["ContainerSpec"]
+                                                 ["Image"]]))
+    (u,) = found
+    return void_one(gate, u, prefix=P, managed=False, grants="env", images=images), \
+        gate.refused
+
+
+def test_void_write_lands_once_then_nothing() -> None:
+    svc = _svc("app", ["NVIDIA_VISIBLE_DEVICES=all", "A=1"])
+    sw = SpecSwarm([svc])
+    assert _one(svc, sw) == (True, 0)
+    assert sw.specs[svc.id]["TaskTemplate"]["ContainerSpec"]["Env"] == [VOID_LINE, "A=1"]
+    again = service_from_api({"ID": svc.id, "Spec": sw.specs[svc.id], "Version": {"Index": 4}})
+    assert find_ungranted([again], [_task(again, "g")], {"g": "gpu-1"}, prefix=P,
+                          managed=set(), images={}) == []
+    assert sw.writes == [svc.id]
+
+
+def test_void_in_dry_run_writes_nothing() -> None:
+    svc = _svc("app", ["NVIDIA_VISIBLE_DEVICES=all"])
+    sw = SpecSwarm([svc])
+    landed, refused = _one(svc, sw, dry_run=True)
+    assert not landed and refused == 1 and sw.writes == []
+
+
+def test_image_reads_are_cached_bounded_and_errors_are_unknown() -> None:
+    now = [0.0]
+    sw = SpecSwarm([], {"cuda:1": CUDA_ENV})
+    envs = ImageEnvs(sw, ttl_s=60, max_reads=2, clock=lambda: now[0])  # type: ignore[arg-type]
+    got = envs.lookup(["cuda:1", "gone:1", "broken", "later:1"])
+    assert got["cuda:1"].env == CUDA_ENV
+    assert got["gone:1"].env is None and "not on the manager" in got["gone:1"].note
+    assert got["broken"].note == "not read yet" and got["later:1"].note == "not read yet"
+    envs.lookup(["cuda:1", "gone:1", "broken"])
+    assert sw.image_reads == ["cuda:1", "gone:1", "broken"]
+    assert "could not be asked" in envs.lookup(["broken"])["broken"].note
+    now[0] = 61.0
+    envs.lookup(["cuda:1"])
+    assert sw.image_reads.count("cuda:1") == 2
+
+
+# --- the config switch -------------------------------------------------------------------
+
+def test_config_switch_defaults_and_checks(tmp_path: Any) -> None:
+    assert Config().placement.ungranted == "report"
+    assert Config().placement.grants == "env"
+    assert parse_exempt(Config().placement.ungranted_exempt) == ["swarmgpu_agent"]
+    f = tmp_path / "c.yml"
+    f.write_text("placement: {ungranted: void, grants: mounts}\n")
+    cfg = load_config(f, env={})
+    assert cfg.placement == PlacementConfig(ungranted="void", grants="mounts")
+    f.write_text("placement: {ungranted: fix, grants: cdi}\n")
+    with pytest.raises(ValueError) as e:
+        load_config(f, env={})
+    assert "placement.ungranted" in str(e.value) and "placement.grants" in str(e.value)
