@@ -840,3 +840,35 @@ def test_over_share_badge_and_filter(
     assert 'title="uses 17400 MiB, share 12282 MiB"' in dom and "over share" in dom
     dom = dump_dom(chromium, srv.url + "?view=fleet")
     assert re.search(r'class="cell a-part x-over"[^>]*data-key="gpu-node-3/2"', dom)
+
+
+def test_ungranted_gpu_access_panel_and_summary(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    """Services that see GPUs without a grant (swarmgpu/manager/grants.py): each with its
+    nodes, why and the fix, counted in the summary (an exempt one listed, not counted)."""
+    def doc() -> Doc:
+        d = sample()
+        d["ungranted"] = [
+            {"service": "team-b_rogue", "service_id": "x", "nodes": ["gpu-node-2"],
+             "reason": "NVIDIA_VISIBLE_DEVICES=all in its own env", "fix": "set <b>void</b>",
+             "known": True, "voidable": True, "exempt": False, "access": []},
+            {"service": "swarmgpu_agent", "service_id": "y", "nodes": ["gpu-node-1"],
+             "reason": "NVIDIA_VISIBLE_DEVICES=all in its own env",
+             "fix": "none needed: exempt by placement.ungranted_exempt", "known": True,
+             "voidable": True, "exempt": True, "access": []}]
+        return d
+
+    srv = serve(doc)
+    dom = dump_dom(chromium, srv.url)
+    panel = dom[dom.index('id="ungranted"'):]
+    panel = text_of(panel[: panel.index("</section>")])
+    assert "Ungranted GPU access 2" in panel
+    assert "team-b_rogue" in panel and "on gpu-node-2" in panel
+    assert "Why: NVIDIA_VISIBLE_DEVICES=all in its own env" in panel
+    assert "Fix: set &lt;b&gt;void&lt;/b&gt;" in panel  # text, never markup
+    assert "exempt" in panel and "swarmgpu_agent" in panel
+    assert "Ungranted 1" in text_of(dom)  # the summary counts the one needing action
+    clean = dump_dom(chromium, serve(sample).url)
+    assert "None: every service on a GPU node sees only the GPUs placement granted it" in \
+        text_of(clean)

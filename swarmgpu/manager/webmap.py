@@ -99,7 +99,7 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
     """The cluster document cut to what the first paint of the fleet heat map reads: per
     node its name and state, per GPU its values and who holds what share; services,
     pending requests and moves are left out (``pending_count`` says how many are
-    pending). At 1,000 nodes about a tenth of the whole document's bytes."""
+    pending, ``ungranted_count`` how many services see GPUs without a grant). At 1,000 nodes about a tenth of the whole document's bytes."""
     nodes = []
     for n in doc.get("nodes") or []:
         gpus = []
@@ -124,7 +124,8 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
         nodes.append({**_kept(n, _LIGHT_NODE), "gpus": gpus})
     return {"schema": doc.get("schema", SCHEMA), "generated_at": doc.get("generated_at"),
             "leader": doc.get("leader"), "light": True, "nodes": nodes,
-            "pending_count": len(doc.get("pending") or [])}
+            "pending_count": len(doc.get("pending") or []),
+            "ungranted_count": sum(not u.get("exempt") for u in doc.get("ungranted") or [])}
 
 
 def cluster_query(query: str) -> str:

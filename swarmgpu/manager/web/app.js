@@ -1119,6 +1119,31 @@
     );
   }
 
+  function renderUngranted(doc, f) {
+    // services on GPU nodes that see GPUs without a grant (swarmgpu/manager/grants.py)
+    const all = doc.ungranted || [];
+    const items = f.active ? all.filter((u) => serviceOk({ name: u.service, placements: (u.nodes || []).map((n) => ({ node: n })) }, f)) : all;
+    if (unchanged("ungranted", all.length, items.slice(0, LIST_CAP), items.length)) return;
+    replace(
+      $("ungranted"),
+      h("h2", { id: "ungranted-h" }, "Ungranted GPU access ", h("span", { class: "count" }, items.length === all.length ? String(all.length) : `${items.length} of ${all.length}`)),
+      items.length
+        ? capped(
+            items,
+            (u) =>
+              h(
+                "li",
+                { class: "ungranted-item" },
+                h("div", {}, u.exempt ? badge("muted", "○", "exempt") : badge("bad", "⚠", u.known ? "ungranted" : "ungranted (unknown)"), " ", svcChip(u.service), ` on ${list(u.nodes || [])}`),
+                h("div", { class: "reason" }, h("b", {}, "Why: "), u.reason || "?"),
+                h("div", { class: "reason" }, h("b", {}, "Fix: "), u.fix || "?"),
+              ),
+            "services",
+          )
+        : h("p", { class: "muted" }, all.length ? "None match the filter." : "None: every service on a GPU node sees only the GPUs placement granted it."),
+    );
+  }
+
   function moveRoute(m) {
     return h("div", { class: "route" }, svcLink(m.service), " ", m.from, " → ", m.to, m.gpus && m.gpus.length ? ` (GPU ${list(m.gpus)})` : "");
   }
@@ -1202,12 +1227,14 @@
       }
     const drifted = nodes.filter(isDrifted).length;
     const pendingCount = doc.pending_count ?? (doc.pending || []).length; // the light document counts them
+    const ungrantedCount = doc.ungranted_count ?? (doc.ungranted || []).filter((u) => !u.exempt).length; // exempt ones not counted
     const item = (k, v, warn) => h("div", { class: warn ? "warn" : "" }, h("dt", {}, k), h("dd", {}, v));
     replace(
       $("summary"),
       item("Nodes", String(nodes.length)),
       item("GPUs in use", `${used} / ${total}`),
       item("Pending", String(pendingCount), pendingCount > 0),
+      item("Ungranted", String(ungrantedCount), ungrantedCount > 0),
       item("Hot", String(hot), hot > 0),
       item("Unhealthy", String(sick), sick > 0),
       item("Label issues", String(drifted), drifted > 0),
@@ -1289,6 +1316,7 @@
       renderNodes(doc, now, nodes, matches, f);
     }
     const t2 = performance.now();
+    renderUngranted(doc, f);
     renderPending(doc, f);
     renderMoves(doc, now, f);
     renderServices(doc, f);

@@ -1,0 +1,176 @@
+"""GPU access only through a grant, on the real test swarm (docs/security.md).
+
+Beside a service placement granted one GPU of gpu-node-2 (``gr_llm``), services on
+the same node that see GPUs without a grant: their own ``NVIDIA_VISIBLE_DEVICES=all``
+(``rg_all``), an image whose env says ``all`` as CUDA images do, present on every engine
+(``rg_img``), such an image only on the worker, which the manager's engine cannot read
+(``rg_unk``), and a ``/dev/null`` mount under ``/var/run/nvidia-container-devices``
+(``rg_mnt``); one with ``all`` on the manager, which is no GPU node (``rg_cpu``).
+
+``swarmgpu audit`` names the four (exit 1) and neither the granted service nor the one
+off the GPU nodes; `plan` and `status` list them; the daemon in report mode writes
+nothing. Then two cycles of the real daemon with ``placement.ungranted: void``: the
+first writes ``NVIDIA_VISIBLE_DEVICES=void`` into the three whose variable it is, the
+second writes nothing; Swarm replaces their tasks, whose containers then say ``void``
+(the image's ``all`` overridden by the service's line), and the granted service's task
+and env stay as they were. The mount cannot be voided by an env write: still reported.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpu_nodes import LOGS, agents, cfg_file, run_cli, start_daemon, stop
+from swarm_harness import SwarmCluster, busybox_image_tar
+from test_placement_swarm import container_env, deploy, tasks_running, wait_running
+
+from swarmgpu.manager.placement.envs import VOID_LINE
+
+pytestmark = pytest.mark.swarm
+_ = agents  # fixture, used by name
+CUDA_LIKE = "local/cudalike:1"  # on every engine: the manager reads its env
+WORKER_ONLY = "local/workeronly:1"  # only on gpu-node-2: unknown to the manager
+CUDA_CHANGES = ['CMD ["sh"]', "ENV NVIDIA_VISIBLE_DEVICES=all", "ENV CUDA_VERSION=12.4.1",
+                "ENV NVIDIA_REQUIRE_CUDA=cuda>=12.4"]  # as nvidia/cuda images set them
+ON_2 = ["node.hostname==gpu-node-2"]
+ROGUES = ("rg_all", "rg_img", "rg_unk", "rg_mnt")
+
+
+def _load(swarm: SwarmCluster, ref: str, hosts: list[str]) -> None:
+    repo, tag = ref.rsplit(":", 1)
+    tar = busybox_image_tar()
+    for host in hosts:
+        swarm.client(swarm.node(host)).api.import_image_from_data(
+            tar, repository=repo, tag=tag, changes=CUDA_CHANGES)
+
+
+def _rogue_stack() -> str:
+    def svc(env: list[str], image: str = "local/busybox:latest",
+            constraints: list[str] = ON_2, **extra: Any) -> dict[str, Any]:
+        return {"image": image, "command": ["sleep", "3600"], "environment": env,
+                "deploy": {"placement": {"constraints": constraints},
+                           "restart_policy": {"condition": "any", "delay": "1s"}}, **extra}
+
+    return json.dumps({"version": "3.8", "services": {
+        "all": svc(["NVIDIA_VISIBLE_DEVICES=all", "MODEL=x"]),
+        "img": svc([], CUDA_LIKE),
+        "unk": svc([], WORKER_ONLY),
+        "mnt": svc([], volumes=[{"type": "bind", "source": "/dev/null",
+                                 "target": "/var/run/nvidia-container-devices/all"}]),
+        "cpu": svc(["NVIDIA_VISIBLE_DEVICES=all"], constraints=["node.role==manager"]),
+    }}, indent=1)
+
+
+@pytest.fixture(scope="module")
+def env(swarm: SwarmCluster, agents: dict[str, Any],
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("grants")
+    _load(swarm, CUDA_LIKE, ["mgr-1", "gpu-node-1", "gpu-node-2"])
+    _load(swarm, WORKER_ONLY, ["gpu-node-2"])
+    report = cfg_file(tmp, swarm, sync={"interval_s": 2})
+    void = tmp / "void.yml"
+    void.write_text(json.dumps({**json.loads(report.read_text()),
+                                "placement": {"ungranted": "void"}}))
+    log = LOGS / "grants-daemon.log"
+    log.write_text("")
+    daemon = start_daemon(swarm, report, log)
+    state: dict[str, Any] = {"tmp": tmp, "report": report, "void": void, "daemon": daemon}
+    yield state
+    stop(state["daemon"])
+
+
+def _spec(swarm: SwarmCluster, name: str) -> dict[str, Any]:
+    return dict(swarm.client(swarm.manager).api.inspect_service(name))
+
+
+def _env_of(swarm: SwarmCluster, name: str) -> list[str]:
+    return list(_spec(swarm, name)["Spec"]["TaskTemplate"]["ContainerSpec"].get("Env") or [])
+
+
+def _audit(cfg: Path) -> tuple[int, dict[str, str]]:
+    res = run_cli("audit", "--config", str(cfg), "--json")
+    assert res.returncode in (0, 1), res.stderr
+    out = json.loads(res.stdout)
+    return res.returncode, {f["subject"]: f["message"] for f in out["findings"]
+                            if f["kind"] == "ungranted-gpu-access"}
+
+
+def test_ungranted_reported_then_voided_and_the_grant_kept(
+        swarm: SwarmCluster, env: dict[str, Any]) -> None:
+    deploy(swarm, env["tmp"], "gr", {"llm": {"labels": {"swarmgpu.gpus": "1"},
+                                             "constraints": ON_2, "env": ["MODEL=llama"]}})
+    f = env["tmp"] / "rg.yml"
+    f.write_text(_rogue_stack())
+    swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c", str(f), "rg")
+    (llm,) = wait_running(swarm, "gr_llm", 1, timeout=90)
+    for name in (*ROGUES, "rg_cpu"):
+        wait_running(swarm, name, 1, timeout=60)
+    llm_env = container_env(swarm, llm)
+    assert llm_env["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-")  # the grant: one GPU
+    tasks_before = {n: tasks_running(swarm, n)[0]["ID"] for n in ROGUES}
+    env_before = _env_of(swarm, "rg_all")  # `docker stack deploy` sorts the lines
+    assert sorted(env_before) == ["MODEL=x", "NVIDIA_VISIBLE_DEVICES=all"]
+
+    # audit: the four need action (exit 1); the granted one and the CPU node's are fine
+    code, found = _audit(env["report"])
+    assert code == 1
+    assert set(found) == set(ROGUES), found
+    assert "NVIDIA_VISIBLE_DEVICES=all in its own env" in found["rg_all"]
+    assert f"its image {CUDA_LIKE} sets NVIDIA_VISIBLE_DEVICES=all" in found["rg_img"]
+    assert f"unknown: image {WORKER_ONLY} (it is not on the manager's engine)" in \
+        found["rg_unk"]
+    assert "/dev/null mount at /var/run/nvidia-container-devices/all" in found["rg_mnt"]
+    assert all("on gpu-node-2" in m and "fix:" in m for m in found.values())
+
+    # plan --json and status (the map's document) list them with reason and fix
+    res = run_cli("plan", "--config", str(env["report"]), "--json")
+    listed = {u["service"]: u for u in json.loads(res.stdout)["ungranted"]}
+    assert set(listed) == set(ROGUES) and not listed["rg_unk"]["known"]
+    assert listed["rg_all"]["voidable"] and not listed["rg_mnt"]["voidable"]
+    res = run_cli("status", "--config", str(env["report"]), "--json")
+    assert {u["service"] for u in json.loads(res.stdout)["ungranted"]} == set(ROGUES)
+    text = run_cli("status", "--config", str(env["report"])).stdout
+    assert "ungranted GPU access:" in text and "rg_all on gpu-node-2" in text
+
+    # report mode (the default) wrote nothing: same env, same tasks, cycles later
+    time.sleep(5)
+    assert _env_of(swarm, "rg_all") == env_before
+    assert {n: tasks_running(swarm, n)[0]["ID"] for n in ROGUES} == tasks_before
+    stop(env["daemon"])
+
+    # placement.ungranted: void, two cycles of the real daemon
+    versions = {}
+    for cycle in (1, 2):
+        res = run_cli("run", "--once", "--config", str(env["void"]))
+        assert res.returncode == 0, res.stderr
+        versions[cycle] = {n: _spec(swarm, n)["Version"]["Index"] for n in ROGUES}
+        if cycle == 1:
+            assert res.stderr.count("ungranted GPU access voided") == 3, res.stderr
+    assert versions[1] == versions[2]  # the second cycle writes nothing: idempotent
+    # only that line changed, in its place
+    assert _env_of(swarm, "rg_all") == [VOID_LINE if x.startswith("NVIDIA_") else x
+                                        for x in env_before]
+    assert _env_of(swarm, "rg_img") == [VOID_LINE]
+    assert _env_of(swarm, "rg_unk") == [VOID_LINE]
+    assert _env_of(swarm, "rg_mnt") == []  # a mount: no env write can stop it
+
+    # Swarm replaces the three tasks; their containers see void (the image's all overridden)
+    for name in ("rg_all", "rg_img", "rg_unk"):
+        (t,) = wait_running(swarm, name, 1, timeout=60, what=" with NVIDIA_VISIBLE_DEVICES=void",
+                            each=lambda t: container_env(swarm, t).get(
+                                "NVIDIA_VISIBLE_DEVICES") == "void")
+        assert t["ID"] != tasks_before[name]
+    assert tasks_running(swarm, "rg_mnt")[0]["ID"] == tasks_before["rg_mnt"]
+
+    # the granted service beside them: same task, same env
+    (llm_after,) = tasks_running(swarm, "gr_llm")
+    assert llm_after["ID"] == llm["ID"]
+    assert container_env(swarm, llm_after) == llm_env
+
+    code, found = _audit(env["void"])
+    assert set(found) == {"rg_mnt"} and code == 1
