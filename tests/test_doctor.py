@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -16,7 +17,9 @@ from fake_pynvml.builder import build_layout
 from paths import TOPOLOGY
 
 from swarmgpu.agent.doctor import (
+    Check,
     Status,
+    check_grants,
     dpkg_version,
     norm_bus_id,
     parse_generic_resources,
@@ -71,7 +74,7 @@ EXPECTED: dict[str, dict[str, tuple[Status, str]]] = {
 SKIPPED: dict[str, set[str]] = {
     "no-daemon-json": {"runtime.default", "resources.generic"},
     "bad-daemon-json": {"runtime.default", "resources.generic"},
-    "toolkit-missing": {"toolkit.mode"},
+    "toolkit-missing": {"toolkit.mode", "toolkit.grants"},
     "no-driver": {"resources.generic", "gpu.order", "gpu.numa"},  # no NVML, no facts
 }
 
@@ -199,6 +202,61 @@ def test_node_config_round_trips_through_doctor(tmp_path: Path, kind: str) -> No
     checks = {c.id: c for c in run_checks(read_view(str(root), docker_info={}))}
     for cid in ("runtime.default", "resources.generic", "toolkit.swarm-resource"):
         assert checks[cid].status is Status.OK, checks[cid]
+
+
+def _root_with_toolkit(tmp_path: Path, top: str, mode: str | None = None) -> Path:
+    """The healthy root with ``top`` at the top of config.toml (and its mode replaced)."""
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "healthy", root)
+    conf = root / "etc/nvidia-container-runtime/config.toml"
+    text = conf.read_text()
+    if mode is not None:
+        text = text.replace('mode = "auto"', f'mode = "{mode}"')
+    conf.write_text(top + "\n" + text)
+    return root
+
+
+def _grants(root: Path, grants: str) -> Check:
+    view = dataclasses.replace(read_view(str(root)), grants=grants)
+    return check_grants(view)
+
+
+def test_node_config_grants_as_mounts_round_trips_through_doctor(tmp_path: Path) -> None:
+    text = node_config(_facts(), grants="mounts")
+    _, toml = _fragments(text)
+    assert toml["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False
+    assert toml["accept-nvidia-visible-devices-as-volume-mounts"] is True
+    assert toml["nvidia-container-runtime"] == {"mode": "legacy"}
+    top = "\n".join(f"{k} = {json.dumps(v)}" for k, v in toml.items()
+                    if k.startswith("accept-"))
+    root = _root_with_toolkit(tmp_path, top, mode="legacy")
+    ok = _grants(root, "mounts")
+    assert ok.status is Status.OK, ok
+    # the daemon still granting through the variable: its grants would be ignored
+    env = _grants(root, "env")
+    assert env.status is Status.FAIL and "placement.grants: mounts" in env.fix
+    with pytest.raises(ValueError, match="grants 'cdi'"):
+        node_config(_facts(), grants="cdi")
+
+
+def test_grants_checks_name_what_is_missing(tmp_path: Path) -> None:
+    healthy = ROOTS / "healthy"
+    fail = _grants(healthy, "mounts")
+    assert fail.status is Status.FAIL
+    assert "envvar-when-unprivileged is not false" in fail.found
+    assert "as-volume-mounts is not true" in fail.found
+    keys = ("accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
+            "accept-nvidia-visible-devices-as-volume-mounts = true")
+    # mode auto on toolkit 1.19.1 is jit-cdi: a grant of several GPUs would not start
+    jit = _grants(_root_with_toolkit(tmp_path, keys), "mounts")
+    assert jit.status is Status.WARN and 'mode = "legacy"' in jit.fix
+    assert "jit-cdi" in jit.found
+    legacy = _grants(_root_with_toolkit(tmp_path / "b", keys, mode="legacy"), "mounts")
+    assert legacy.status is Status.OK, legacy
+    open_door = _grants(_root_with_toolkit(
+        tmp_path / "c", "accept-nvidia-visible-devices-as-volume-mounts = true"), "env")
+    assert open_door.status is Status.WARN
+    assert _grants(healthy, "env").status is Status.OK
 
 
 def test_node_config_lists_mig_devices_and_rejects_bad_input() -> None:

@@ -202,9 +202,11 @@ def test_dev_null_mount_under_the_toolkits_root_is_ungranted_and_not_voidable() 
 
 def test_placements_own_mount_is_a_grant_only_for_a_managed_service() -> None:
     m = device_mount_spec(P)
-    assert access([TMPL], managed=True, mounts=[m]) == []
-    (a,) = access([TMPL], managed=False, mounts=[m])
-    assert a.via == "mount"
+    labels = {devices_key(P, "n1"): "GPU-a"}
+    assert access([TMPL], managed=True, mounts=[m], labels=labels) == []
+    assert access([TMPL], managed=False, mounts=[m]) == []  # no list: the mount says nothing
+    env_a, mount_a = access([TMPL], managed=False, mounts=[m], labels=labels)
+    assert env_a.via == "env" and mount_a.via == "mount" and not mount_a.voidable
 
 
 def test_grants_as_mounts_ignore_variables_of_unprivileged_containers() -> None:
@@ -219,7 +221,7 @@ def test_grants_as_mounts_ignore_variables_of_unprivileged_containers() -> None:
 def test_mount_target_template_names_the_same_lists_as_the_env_template() -> None:
     t = mount_target(P)
     assert '"swarmgpu.devices." .Node.ID "." .Task.Slot' in t and t.count("{{") == 4
-    assert "/var/run/nvidia-container-devices/{{.}}" in t
+    assert "/var/run/{{with" in t and "nvidia-container-devices/{{.}}" in t
 
 
 # --- services on GPU nodes ---------------------------------------------------------------
@@ -448,3 +450,64 @@ def test_config_switch_defaults_and_checks(tmp_path: Any) -> None:
     with pytest.raises(ValueError) as e:
         load_config(f, env={})
     assert "placement.ungranted" in str(e.value) and "placement.grants" in str(e.value)
+
+
+# --- placement.grants: mounts ------------------------------------------------------------
+
+def _gated(name: str, labels: Mapping[str, str], mounts: Sequence[Mapping[str, Any]] = ()
+           ) -> SwarmService:
+    from swarmgpu.manager.placement import gate_constraint
+
+    s = spec([TMPL], name=name, labels=labels, mounts=mounts)
+    s["TaskTemplate"]["Placement"]["Constraints"] = [gate_constraint(P, name)]
+    return service_from_api({"ID": f"id-{name}", "Spec": s, "Version": {"Index": 2}})
+
+
+def _plan(services: Sequence[SwarmService], *, grants: str, adopt: bool = True) -> Any:
+    from swarmgpu.manager.placement import Planner
+
+    nodes = [_node("n-dgx")]
+    return Planner(prefix=P, grants=grants, adopt_ungated=adopt).plan(
+        nodes, services, [], {"n-dgx": DGX_A100.facts()})
+
+
+def test_grants_as_mounts_adopt_placements_mount_beside_the_env() -> None:
+    from swarmgpu.manager.placement_step import service_compute
+
+    s = _gated("llm", {f"{P}gpus": "2"}, mounts=[_null("/data", "/srv")])
+    (sp,) = _plan([s], grants="mounts").services
+    assert sp.status == "placed" and sp.add_mounts == [device_mount_spec(P)]
+    assert any("mount /dev/null" in w for w in sp.warnings)
+    new = service_compute(sp)(s.spec)
+    assert new["TaskTemplate"]["ContainerSpec"]["Mounts"] == [
+        _null("/data", "/srv"), device_mount_spec(P)]  # the user's mount kept, first
+    # once the mount is there: nothing to add; env mode never adds one
+    with_mount = _gated("llm", {f"{P}gpus": "2"}, mounts=[device_mount_spec(P)])
+    assert _plan([with_mount], grants="mounts").services[0].add_mounts == []
+    assert _plan([s], grants="env").services[0].add_mounts == []
+    # without adoption the service waits, told what to add
+    (pending,) = _plan([s], grants="mounts", adopt=False).services
+    assert pending.status == "pending" and "mount /dev/null" in (pending.reason or "")
+
+
+def test_render_in_grants_as_mounts_writes_the_device_mount() -> None:
+    """`swarmgpu render` with the daemon's planner writes what the daemon would adopt:
+    the mount (long syntax), so a deploy restarts nothing; a user's volume is kept."""
+    import yaml
+
+    from swarmgpu.manager.placement import Planner
+    from swarmgpu.manager.render import render_stack
+
+    text = ("services:\n  llm:\n    image: app\n    volumes: ['/srv:/data']\n"
+            "    deploy:\n      labels: {swarmgpu.gpus: '2'}\n")
+    nodes = [_node("n-dgx")]
+    facts = {"n-dgx": DGX_A100.facts()}
+    out, plan = render_stack(text, "ai", nodes, [], [], facts, prefix=P,
+                             planner=Planner(prefix=P, grants="mounts"))
+    (sp,) = plan.services
+    assert sp.status == "placed", sp.reason
+    vols = yaml.safe_load(out)["services"]["llm"]["volumes"]
+    assert vols == ["/srv:/data", {"type": "bind", "source": "/dev/null",
+                                   "target": mount_target(P), "read_only": True}]
+    plain, _ = render_stack(text, "ai", nodes, [], [], facts, prefix=P)
+    assert yaml.safe_load(plain)["services"]["llm"]["volumes"] == ["/srv:/data"]

@@ -29,7 +29,7 @@ from gpu_nodes import LOGS, agents, cfg_file, run_cli, start_daemon, stop
 from swarm_harness import SwarmCluster, busybox_image_tar
 from test_placement_swarm import container_env, deploy, tasks_running, wait_running
 
-from swarmgpu.manager.placement.envs import VOID_LINE
+from swarmgpu.manager.placement.envs import VOID_LINE, mount_target
 
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name
@@ -39,6 +39,7 @@ CUDA_CHANGES = ['CMD ["sh"]', "ENV NVIDIA_VISIBLE_DEVICES=all", "ENV CUDA_VERSIO
                 "ENV NVIDIA_REQUIRE_CUDA=cuda>=12.4"]  # as nvidia/cuda images set them
 ON_2 = ["node.hostname==gpu-node-2"]
 ROGUES = ("rg_all", "rg_img", "rg_unk", "rg_mnt")
+P = "swarmgpu."
 
 
 def _load(swarm: SwarmCluster, ref: str, hosts: list[str]) -> None:
@@ -174,3 +175,53 @@ def test_ungranted_reported_then_voided_and_the_grant_kept(
 
     code, found = _audit(env["void"])
     assert set(found) == {"rg_mnt"} and code == 1
+
+
+def _mounts_of(swarm: SwarmCluster, task: dict[str, Any]) -> dict[str, str]:
+    """destination -> source of the task's container's bind mounts."""
+    node = swarm.node(task["NodeID"])
+    cid = task["Status"]["ContainerStatus"]["ContainerID"]
+    got = swarm.client(node).api.inspect_container(cid)["Mounts"]
+    return {m["Destination"]: m["Source"] for m in got if m.get("Type") == "bind"}
+
+
+def test_grants_as_mounts_name_the_granted_gpus_in_the_mount(
+        swarm: SwarmCluster, env: dict[str, Any]) -> None:
+    """placement.grants: mounts: the daemon adds its /dev/null mount to a GPU service, and
+    Swarm expands its target per task to the GPUs the ledger gives it (the same list as
+    the env); a service without device lists gets a target outside the toolkit's root.
+    `docker stack deploy` takes the templated target as written."""
+    stop(env["daemon"])
+    (env["tmp"] / "mounts").mkdir()
+    cfg = cfg_file(env["tmp"] / "mounts", swarm, sync={"interval_s": 2},
+                   placement={"grants": "mounts"})
+    daemon = start_daemon(swarm, cfg, LOGS / "grants-mounts-daemon.log")
+    try:
+        deploy(swarm, env["tmp"], "gm", {"pair": {"labels": {"swarmgpu.gpus": "2"},
+                                                  "constraints": ["node.hostname==gpu-node-1"]}})
+        f = env["tmp"] / "gm-plain.yml"
+        f.write_text(json.dumps({"version": "3.8", "services": {"plain": {
+            "image": "local/busybox:latest", "command": ["sleep", "3600"],
+            "volumes": [{"type": "bind", "source": "/dev/null", "target": mount_target(P),
+                         "read_only": True}],
+            "deploy": {"placement": {"constraints": ["node.hostname==gpu-node-1"]}}}}}))
+        swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c", str(f),
+                  "gp")
+
+        def mounted(t: dict[str, Any]) -> bool:
+            return any(d.startswith("/var/run/nvidia-container-devices/")
+                       for d in _mounts_of(swarm, t))
+
+        (pair,) = wait_running(swarm, "gm_pair", 1, timeout=90, each=mounted,
+                               what=" with the device mount")
+        devices = container_env(swarm, pair)["NVIDIA_VISIBLE_DEVICES"]
+        assert len(devices.split(",")) == 2 and devices.startswith("GPU-")
+        assert _mounts_of(swarm, pair)[f"/var/run/nvidia-container-devices/{devices}"] == \
+            "/dev/null"
+        (plain,) = wait_running(swarm, "gp_plain", 1, timeout=60)
+        assert _mounts_of(swarm, plain) == {"/var/run/swarmgpu-no-gpu": "/dev/null"}
+        # the granted mount is no finding; the plain service's copy names no GPU either
+        _, found = _audit(cfg)
+        assert "gm_pair" not in found and "gp_plain" not in found
+    finally:
+        stop(daemon)

@@ -13,6 +13,8 @@ import re
 from typing import Any
 
 from swarmgpu.agent.doctor import (
+    AS_VOLUME_MOUNTS,
+    ENVVAR_UNPRIVILEGED,
     HAMI_LIBS,
     HAMI_LOCK_DIR,
     HAMI_PRELOAD,
@@ -50,8 +52,12 @@ def daemon_json_fragment(facts: NodeFacts, kind: str = SWARMGPU_KIND) -> dict[st
     }
 
 
-def node_config(facts: NodeFacts, *, kind: str = SWARMGPU_KIND) -> str:
-    """Both fragments, each with one line of why, ready to print."""
+def node_config(facts: NodeFacts, *, kind: str = SWARMGPU_KIND, grants: str = "env") -> str:
+    """Both fragments, each with one line of why, ready to print. ``grants``: the
+    daemon's ``placement.grants`` (``mounts``: the toolkit keys of NVIDIA's own defence,
+    which ``swarmgpu doctor --grants mounts`` checks)."""
+    if grants not in ("env", "mounts"):
+        raise ValueError(f"grants {grants!r}: use env or mounts (the daemon's placement.grants)")
     if not _KIND_RE.match(kind):
         raise ValueError(f"kind {kind!r}: use letters, digits, '-', '_' or '.', starting with a "
                          f"letter (e.g. {SWARMGPU_KIND})")
@@ -79,13 +85,32 @@ def node_config(facts: NodeFacts, *, kind: str = SWARMGPU_KIND) -> str:
         "#      named here, otherwise every container sees every GPU "
         "(nvidia-container-toolkit#57).",
         f'swarm-resource = "{env_name(kind)}"',
-        "# and, with toolkit 1.18.x only (Swarm support returned to jit-cdi mode in 1.19.0):",
-        '# [nvidia-container-runtime]',
-        '# mode = "legacy"',
+        *(_mounts_lines() if grants == "mounts" else [
+            "# and, with toolkit 1.18.x only (Swarm support returned to jit-cdi mode in 1.19.0):",
+            '# [nvidia-container-runtime]',
+            '# mode = "legacy"']),
         "",
         *hami_setup(),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _mounts_lines() -> list[str]:
+    """placement.grants: mounts -- NVIDIA's own defence, as the Kubernetes device plugin's
+    volume-mounts strategy uses it (docs/security.md, "GPU access only through a grant")."""
+    return [
+        "# placement.grants: mounts -- GPUs only through swarmgpu's grants",
+        "# why: the toolkit then ignores NVIDIA_VISIBLE_DEVICES (and swarm-resource's",
+        "#      variables) of unprivileged containers -- a stack's own \"all\", a CUDA",
+        "#      image's -- and reads device lists only from /dev/null mounts under",
+        "#      /var/run/nvidia-container-devices, which placement writes.",
+        f"{ENVVAR_UNPRIVILEGED} = false",
+        f"{AS_VOLUME_MOUNTS} = true",
+        "# a grant of several GPUs is one mount naming them all: only legacy mode splits it",
+        "# (move an existing [nvidia-container-runtime] table's mode line instead)",
+        "[nvidia-container-runtime]",
+        'mode = "legacy"',
+    ]
 
 
 def hami_setup() -> list[str]:

@@ -200,8 +200,12 @@ def _log_plain(why: str) -> None:
 @click.option("--source", default=None, metavar="SPEC",
               help="Fact source to compare with: nvml | gfd:PATH | file:PATH | topo:PATH "
                    "(default: nvml when --root is /).")
+@click.option("--grants", type=click.Choice(["env", "mounts"]), default="env",
+              show_default=True,
+              help="How the daemon grants GPUs (its placement.grants): checks the toolkit "
+                   "reads them that way.")
 @_source_detail_options
-def doctor(root: str, as_json: bool, source: str | None, hostname: str | None,
+def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: str | None,
            product: str | None, memory_mib: int | None, mig_layout: str | None) -> None:
     """Check this node's GPU container setup and explain each problem and its fix."""
     from swarmgpu.agent.doctor import run_doctor
@@ -228,7 +232,7 @@ def doctor(root: str, as_json: bool, source: str | None, hostname: str | None,
 
         scheme = probe_agent_scheme()
     text, code = run_doctor(root, facts=facts, docker_info=docker_info, as_json=as_json,
-                            agent_probed=root == "/", agent_scheme=scheme)
+                            agent_probed=root == "/", agent_scheme=scheme, grants=grants)
     click.echo(text)
     sys.exit(code)
 
@@ -237,8 +241,13 @@ def doctor(root: str, as_json: bool, source: str | None, hostname: str | None,
 @_source_options
 @click.option("--kind", default="NVIDIA-GPU", show_default=True,
               help="Swarm generic resource kind to advertise GPUs as.")
+@click.option("--grants", type=click.Choice(["env", "mounts"]), default="env",
+              show_default=True,
+              help="How the daemon grants GPUs (its placement.grants); mounts adds the "
+                   "toolkit keys that make them the only way to a GPU.")
 def node_config_cmd(source: str, hostname: str | None, product: str | None,
-                    memory_mib: int | None, mig_layout: str | None, kind: str) -> None:
+                    memory_mib: int | None, mig_layout: str | None, kind: str,
+                    grants: str) -> None:
     """Print the daemon.json and toolkit config.toml fragments for this node's GPUs."""
     from swarmgpu.agent.nodeconfig import node_config
     from swarmgpu.core.model import FactsError
@@ -252,7 +261,7 @@ def node_config_cmd(source: str, hostname: str | None, product: str | None,
             raise FactsError(f"{source} gives no GPUs: {'; '.join(nf.errors)}; or describe "
                              "the GPUs with --source gfd:FILE or topo:FILE "
                              "(docs/facts-schema.md)")
-        click.echo(node_config(nf, kind=kind))
+        click.echo(node_config(nf, kind=kind, grants=grants))
     except (FactsError, ValueError) as exc:
         click.echo(f"swarmgpu node-config: {exc}", err=True)
         sys.exit(2)

@@ -348,11 +348,18 @@ def _resource_env(env: Sequence[str]) -> list[Access]:
 
 
 def _device_mounts(spec: Mapping[str, Any], prefix: str, managed: bool) -> list[Access]:
+    labelled = any(k.startswith(prefix + DEVICES) for k in spec.get("Labels") or {})
     out = []
     for m in _mounts(spec):
         source, target = str(m.get("Source") or ""), str(m.get("Target") or "")
-        if managed and device_mount(prefix, m):
-            continue  # placement's own mount (placement.grants: mounts): the grant
+        if device_mount(prefix, m):
+            # placement's own mount (placement.grants: mounts), as its env template:
+            # the grant on a service it manages, nothing without devices labels
+            if not managed and labelled:
+                out.append(Access("mount", f"swarmgpu's device mount with {prefix}{DEVICES}* "
+                                           "labels placement did not write (the service "
+                                           "has no valid GPU request)", voidable=False))
+            continue
         templated = "{{" in source or "{{" in target
         if str(m.get("Type") or "bind") != "bind":
             continue  # a volume's or tmpfs's source is never /dev/null on the host

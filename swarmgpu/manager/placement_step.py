@@ -100,7 +100,7 @@ def new_planner(cfg: Config, swarm: Any = None,
                       priority_classes=parse_priority_classes(cfg.preemption.priority_classes),
                       queues=(tenants.quotas(cfg.queues) if tenants is not None
                               else queue_quotas(cfg.queues)),
-                      tenants=tenants)
+                      tenants=tenants, grants=cfg.placement.grants)
     if cfg.rebalance.health_policy:  # its holdings on failed GPUs: the health policy's
         planner.keep_failed_holdings(lambda _service, _node: True)
     return planner
@@ -175,6 +175,11 @@ def service_compute(sp: ServicePlan) -> Any:
                 env.append(e)
         if env:
             cs["Env"] = env
+        if sp.add_mounts:  # placement.grants: mounts; a mount at the same target is kept
+            mounts = list(cs.get("Mounts") or [])
+            have = {m.get("Target") for m in mounts if isinstance(m, Mapping)}
+            mounts += [m for m in sp.add_mounts if m["Target"] not in have]
+            cs["Mounts"] = mounts
         return None if new == spec else new
 
     return compute
@@ -202,9 +207,10 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
         for sp in plan.services:
             if sp.needs_service_write:
                 logger.bind(service=sp.name).info(
-                    "dry-run: would set {} remove {} add constraints {} env {}",
+                    "dry-run: would set {} remove {} add constraints {} env {} mounts {}",
                     sp.service_labels_set, sp.service_labels_remove, sp.add_constraints,
-                    [*sp.add_env, *(new for _, new in sp.replace_env)])
+                    [*sp.add_env, *(new for _, new in sp.replace_env)],
+                    [m["Target"] for m in sp.add_mounts])
         for nid in set(plan.node_set) | set(plan.node_remove):
             logger.info("dry-run: node {} labels set {} remove {}", nid[:12],
                         plan.node_set.get(nid, {}), plan.node_remove.get(nid, []))

@@ -32,6 +32,7 @@ from swarmgpu.manager.placement import (
     env_template_per_node,
     gate_constraint,
 )
+from swarmgpu.manager.placement.envs import device_mount_spec, mount_target
 from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all, request_errors
 from swarmgpu.manager.sharing import env_lines, is_share_key, want_labels
 from swarmgpu.manager.tenants import Tenants
@@ -375,6 +376,30 @@ def _add_env(svc: dict[str, Any], add: Mapping[str, str]) -> None:
                 env.append(f"{k}={v}")
 
 
+def _with_device_mount(spec: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """``spec`` with placement's device mount (``placement.grants: mounts``)."""
+    new = dict(spec)
+    tt = new["TaskTemplate"] = dict(spec.get("TaskTemplate") or {})
+    cs = tt["ContainerSpec"] = dict(tt.get("ContainerSpec") or {})
+    cs["Mounts"] = [*(cs.get("Mounts") or []), device_mount_spec(prefix)]
+    return new
+
+
+def _add_device_mount(svc: dict[str, Any], prefix: str) -> None:
+    """placement.grants: mounts -- the /dev/null mount the toolkit reads the device list
+    from, as the daemon adds it (long syntax: a short one splits the template at ':');
+    a volume of the service's own at that target is left as it is."""
+    target = mount_target(prefix)
+    vols = svc.get("volumes", [])
+    if not isinstance(vols, list):
+        return  # not Compose's shape: `docker stack deploy` says so
+    if not any((v.get("target") if isinstance(v, dict) else str(v).split(":")[-1]) == target
+               for v in vols):
+        vols = [*vols, {"type": "bind", "source": "/dev/null", "target": target,
+                        "read_only": True}]
+    svc["volumes"] = list(vols)
+
+
 def stack_services(stack: Mapping[str, Any], name: str,
                    existing: Sequence[SwarmService], prefix: str = "swarmgpu."
                    ) -> list[SwarmService]:
@@ -437,8 +462,10 @@ def render_stack(
     mine_names = {s.name for s in mine}
     others = [s for s in services if s.name not in mine_names]
     # Gate and env are written into the file, so plan as if they were already there.
+    mounts = planner.grants == "mounts"  # the device mount is written into the file too
     gated = [replace(s, constraints=(*s.constraints, gate_constraint(prefix, s.name)),
-                     env=(*s.env, env_template(prefix), *env_lines(prefix)))
+                     env=(*s.env, env_template(prefix), *env_lines(prefix)),
+                     spec=_with_device_mount(s.spec, prefix) if mounts else s.spec)
              for s in mine]
     planner.adopt_ungated = False  # the file carries the gate and env: nothing to adopt
     plan = planner.plan(nodes, [*others, *gated], tasks, facts, moving=moving)
@@ -499,6 +526,8 @@ def render_stack(
                 if not any(e.startswith(a.split("=", 1)[0] + "=") for e in lst):
                     lst.append(a)
             svc["environment"] = lst
+        if mounts:
+            _add_device_mount(svc, prefix)
     header = "# rendered by swarmgpu: GPU placement resolved; deploy with\n" \
              f"#   docker stack deploy -c - {name}\n"
     header += "".join(f"# {' '.join(n.split())}\n" for n in checked.notes)

@@ -28,8 +28,10 @@ from swarmgpu.agent.doctor.engine import (
     check_daemon_json,
     check_default_runtime,
     check_generic_resources,
+    check_grants,
     check_swarm_resource,
     check_toolkit_mode,
+    effective_mode,
 )
 from swarmgpu.agent.doctor.identity import check_agent_identity
 from swarmgpu.agent.doctor.read import (
@@ -54,9 +56,11 @@ from swarmgpu.agent.doctor.resources import (
 )
 from swarmgpu.agent.doctor.sharing import check_sharing, sharing_mode
 from swarmgpu.agent.doctor.view import (
+    AS_VOLUME_MOUNTS,
     DAEMON_JSON,
     DEVICE_MANIFEST,
     DPKG_STATUS,
+    ENVVAR_UNPRIVILEGED,
     FIXTURE_DOCKER_INFO,
     FIXTURE_FACTS,
     HAMI_LIBS,
@@ -79,10 +83,12 @@ from swarmgpu.agent.doctor.view import (
 )
 
 __all__ = [
+    "AS_VOLUME_MOUNTS",
     "CHECKS",
     "DAEMON_JSON",
     "DEVICE_MANIFEST",
     "DPKG_STATUS",
+    "ENVVAR_UNPRIVILEGED",
     "FIXTURE_DOCKER_INFO",
     "FIXTURE_FACTS",
     "HAMI_LIBS",
@@ -111,11 +117,13 @@ __all__ = [
     "check_device_nodes",
     "check_device_order",
     "check_generic_resources",
+    "check_grants",
     "check_numa",
     "check_sharing",
     "check_swarm_resource",
     "check_toolkit_mode",
     "dpkg_version",
+    "effective_mode",
     "env_name",
     "exit_code",
     "norm_bus_id",

@@ -14,7 +14,9 @@ from swarmgpu.agent.doctor.resources import (
     parse_generic_resources,
 )
 from swarmgpu.agent.doctor.view import (
+    AS_VOLUME_MOUNTS,
     DPKG_STATUS,
+    ENVVAR_UNPRIVILEGED,
     JIT_CDI_DEFAULT_FROM,
     NODE_CONFIG_HINT,
     SWARM_IN_CDI_FROM,
@@ -236,3 +238,76 @@ def check_toolkit_mode(view: NodeView) -> Check:
         return Check(cid, Status.FAIL, f"{where}: effective mode {effective} ignores Swarm's "
                                        "GPU assignment in this version", why, fix)
     return Check(cid, Status.OK, f"{where}: {effective} honours swarm-resource since 1.19.0")
+
+
+def effective_mode(view: NodeView) -> str | None:
+    """The toolkit's mode as it resolves ``auto`` (None: unknown, no version read)."""
+    runtime = (view.toolkit_toml.data or {}).get("nvidia-container-runtime")
+    mode = str(runtime.get("mode", "auto")) if isinstance(runtime, dict) else "auto"
+    if mode != "auto":
+        return mode
+    parsed = parse_version(view.toolkit_version) if view.toolkit_version else None
+    if parsed is None:
+        return None
+    return "jit-cdi" if parsed[0] >= JIT_CDI_DEFAULT_FROM else "legacy"
+
+
+def check_grants(view: NodeView) -> Check:
+    """Does the toolkit read GPU grants the way the daemon writes them (placement.grants)?"""
+    cid = "toolkit.grants"
+    data = view.toolkit_toml.data
+    if data is None:
+        return Check(cid, Status.SKIP, "no readable toolkit config.toml (see "
+                                       "toolkit.swarm-resource)")
+    unpriv = data.get(ENVVAR_UNPRIVILEGED, True)  # the toolkit's defaults
+    mounts = data.get(AS_VOLUME_MOUNTS, False)
+    hint = "`swarmgpu node-config --grants mounts` prints them"
+    if view.grants == "mounts":
+        problems = []
+        if unpriv is not False:
+            problems.append(f"{ENVVAR_UNPRIVILEGED} is not false")
+        if mounts is not True:
+            problems.append(f"{AS_VOLUME_MOUNTS} is not true")
+        if problems:
+            return Check(
+                cid, Status.FAIL, "; ".join(problems),
+                "With placement.grants: mounts the daemon grants GPUs as /dev/null mounts "
+                "under /var/run/nvidia-container-devices. Unless the toolkit reads those "
+                "and ignores the variables of unprivileged containers, a stack's own "
+                "NVIDIA_VISIBLE_DEVICES=all (or a CUDA image's) still sees every GPU, or "
+                "the grants give no GPU at all.",
+                f"Put {ENVVAR_UNPRIVILEGED} = false and {AS_VOLUME_MOUNTS} = true at the "
+                f"top of /{TOOLKIT_TOML} (above the first [section]; {hint}); read for "
+                "each container, no restart.")
+        mode = effective_mode(view)
+        if mode != "legacy":
+            return Check(
+                cid, Status.WARN,
+                f"device lists read from mounts, variables of unprivileged containers "
+                f"ignored; mode {mode or 'unknown (no toolkit version read)'}",
+                "A grant of several GPUs is one mount naming them all (Swarm's templates "
+                "cannot split a list into mounts): only legacy mode's nvidia-container-cli "
+                "splits it; in cdi and jit-cdi modes such a container fails to start. "
+                "Grants of one GPU, a share or a MIG slice work in any mode.",
+                f'Set mode = "legacy" under [nvidia-container-runtime] ({hint}).')
+        return Check(cid, Status.OK, "grants as mounts: device lists read from /dev/null "
+                                     "mounts, variables of unprivileged containers ignored, "
+                                     "legacy mode")
+    if unpriv is False:
+        return Check(
+            cid, Status.FAIL, f"{ENVVAR_UNPRIVILEGED} = false, but the daemon grants "
+                              "through NVIDIA_VISIBLE_DEVICES (placement.grants: env)",
+            "The toolkit then ignores the device lists placement pins: swarmgpu's GPU "
+            "services get no GPU.",
+            "Set placement.grants: mounts in the daemon's config and run `swarmgpu doctor "
+            f"--grants mounts`, or remove the key from /{TOOLKIT_TOML}.")
+    if mounts is True:
+        return Check(
+            cid, Status.WARN, f"{AS_VOLUME_MOUNTS} = true with grants as env",
+            "Any stack can then pick GPUs with a /dev/null mount under "
+            "/var/run/nvidia-container-devices, which wins over the variable placement "
+            "pins (swarmgpu audit reports such mounts as ungranted GPU access).",
+            f"Remove the key, or use placement.grants: mounts ({hint}).")
+    return Check(cid, Status.OK, "grants as env: NVIDIA_VISIBLE_DEVICES is read for every "
+                                 "container (a stack's own value too: `swarmgpu audit` "
+                                 "reports ungranted GPU access)")

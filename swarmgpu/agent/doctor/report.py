@@ -18,6 +18,7 @@ from swarmgpu.agent.doctor.engine import (
     check_daemon_json,
     check_default_runtime,
     check_generic_resources,
+    check_grants,
     check_swarm_resource,
     check_toolkit_mode,
 )
@@ -33,6 +34,7 @@ CHECKS: tuple[Callable[[NodeView], Check], ...] = (
     check_generic_resources,
     check_swarm_resource,
     check_toolkit_mode,
+    check_grants,
     check_device_nodes,
     check_cgroup,
     check_dev_char_links,
@@ -82,12 +84,14 @@ def render_json(view: NodeView, checks: Sequence[Check]) -> str:
 def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
                docker_info: Mapping[str, Any] | None = None,
                as_json: bool = False, agent_probed: bool = False,
-               agent_scheme: str | None = None) -> tuple[str, int]:
+               agent_scheme: str | None = None, grants: str = "env") -> tuple[str, int]:
     """Text (or JSON) to print and the exit code: 0 ok, 1 a check failed, 2 cannot run.
 
     ``facts`` (NVML's view) and ``docker_info`` (the running dockerd's ``docker info``)
     enable the checks that compare files with reality; without them those checks are
     skipped, unless the root is a fixture tree that carries them (see docs/doctor.md).
+    ``grants``: the daemon's ``placement.grants`` (``toolkit.grants`` checks the toolkit
+    reads grants that way).
     """
     try:
         view = read_view(root, facts=facts, docker_info=docker_info)
@@ -95,7 +99,7 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
         if as_json:
             return json.dumps({"root": root, "error": str(exc)}, indent=2), 2
         return f"swarmgpu doctor: {exc}", 2
-    view = dataclasses.replace(view, agent_scheme=agent_scheme)
+    view = dataclasses.replace(view, agent_scheme=agent_scheme, grants=grants)
     checks = run_checks(view)
     if agent_probed:  # the live node only: a fixture tree has no agent to ask
         checks.insert(0, check_agent_identity(view))

@@ -97,6 +97,8 @@ class NodeView:
     hami: HamiView | None = None
     # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
     agent_scheme: str | None = None
+    # How the daemon grants GPUs (its placement.grants): "env", or "mounts" (doctor --grants)
+    grants: str = "env"
 
 
 @dataclass(frozen=True)
@@ -122,3 +124,6 @@ def quote(values: Sequence[str], limit: int = 4) -> str:
 
 
 NODE_CONFIG_HINT = "`swarmgpu node-config` prints the fragment for this node"
+# The toolkit's keys for NVIDIA's own defence (placement.grants: mounts)
+ENVVAR_UNPRIVILEGED = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+AS_VOLUME_MOUNTS = "accept-nvidia-visible-devices-as-volume-mounts"

@@ -35,6 +35,7 @@ class Cycle:
     avoid: dict[str, frozenset[str]] = field(default_factory=dict)  # nodes it is moved off
     # services with a move in flight by the daemon's records (rebalance.record.moving)
     moving: AbstractSet[str] = frozenset()
+    grants: str = "env"  # placement.grants: mounts adds the device mount (envs.mount_target)
 
     def swarm_no(self, s: SwarmService) -> frozenset[str]:
         """Nodes the service's replicas may not take: those Swarm refuses, and those it

@@ -55,12 +55,16 @@ def mount_target(prefix: str) -> str:
     """``placement.grants: mounts``: the target of the ``/dev/null`` bind mount that names a
     task's devices (the toolkit's ``accept-nvidia-visible-devices-as-volume-mounts``): the
     same lookups as ``env_template``, under the toolkit's root when a list is there, else
-    a path outside it. Swarm expands mount targets per task as it does env."""
+    a path outside it. Swarm expands mount targets per task as it does env, but the
+    engine checks a target is absolute before expanding it: the template starts with
+    the two roots' common ``/var/run/`` (a target starting ``{{`` is rejected: "invalid
+    mount target, must be an absolute path", seen on the test swarm)."""
+    common = "/var/run/"  # both constants above start with it
     return (
-        '{{with or (index .Service.Labels (print "' + prefix + DEVICES
+        common + '{{with or (index .Service.Labels (print "' + prefix + DEVICES
         + '" .Node.ID "." .Task.Slot)) (index .Service.Labels (print "' + prefix + DEVICES
-        + '" .Node.ID))}}' + DEVICE_MOUNT_ROOT + "/{{.}}{{else}}" + NO_DEVICE_TARGET
-        + "{{end}}"
+        + '" .Node.ID))}}' + DEVICE_MOUNT_ROOT.removeprefix(common) + "/{{.}}{{else}}"
+        + NO_DEVICE_TARGET.removeprefix(common) + "{{end}}"
     )
 
 

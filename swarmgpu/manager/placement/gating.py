@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from swarmgpu.manager.placement.cycle import Cycle
-from swarmgpu.manager.placement.envs import ORDER_ENV, device_env, env_template
+from swarmgpu.manager.placement.envs import (
+    ORDER_ENV,
+    device_env,
+    device_mount,
+    device_mount_spec,
+    env_template,
+    mount_target,
+)
 from swarmgpu.manager.placement.keys import GATE, gate_constraint
 from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.sharing import missing_env
@@ -27,6 +34,11 @@ def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
             foreign.append(c)
     tmpl = env_template(prefix)
     has_env = device_env(prefix, s.env) is not None
+    # placement.grants: mounts -- the same lists as a /dev/null mount the toolkit reads
+    # (where it ignores the variables of unprivileged containers): needed beside the env.
+    mounts = ((s.spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Mounts")
+    has_mount = cyc.grants != "mounts" or any(
+        device_mount(prefix, m) for m in mounts or [] if isinstance(m, dict))
     _share_env(sp, s, cyc)
     if foreign:
         sp.warnings.append(
@@ -37,10 +49,12 @@ def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
         if not has_gate:
             sp.add_constraints.append(gate)
         has_gate = True
-    if has_gate and has_env:
+    if has_gate and has_env and has_mount:
         return True
     missing = [x for x, ok in ((f"constraint {gate}", has_gate),
-                               (f"env {tmpl}", has_env)) if not ok]
+                               (f"env {tmpl}", has_env),
+                               (f"mount /dev/null -> {mount_target(prefix)}", has_mount))
+               if not ok]
     if not cyc.adopt_ungated:
         sp.status, sp.state = "pending", "Pending"
         sp.reason = ("not gated: add " + " and ".join(missing) +
@@ -52,6 +66,8 @@ def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
         sp.add_constraints.append(gate)
     if not has_env:
         sp.add_env.append(tmpl)
+    if not has_mount:
+        sp.add_mounts.append(device_mount_spec(prefix))
     if ORDER_ENV not in s.env:
         sp.add_env.append(ORDER_ENV)
     return True

@@ -142,11 +142,12 @@ def _drop_writes(sp: ServicePlan) -> str:
     what = [*sp.service_labels_set, *sp.service_labels_remove,
             *(["constraints"] if sp.add_constraints or sp.remove_constraints else []),
             *(["env"] if sp.add_env or sp.replace_env else []),
+            *(["mounts"] if sp.add_mounts else []),
             *(["max_replicas_per_node"] if sp.set_max_replicas is not None else []),
             *(["force update"] if sp.force_update else [])]
     sp.service_labels_set, sp.service_labels_remove = {}, []
     sp.add_constraints, sp.remove_constraints = [], []
-    sp.add_env, sp.replace_env = [], []
+    sp.add_env, sp.replace_env, sp.add_mounts = [], [], []
     sp.set_max_replicas, sp.force_update = None, False
     sp.set_generic = None
     return ", ".join(what)

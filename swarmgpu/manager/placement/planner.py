@@ -108,9 +108,10 @@ class Planner:
                  workload: WorkloadModel | None = None,
                  priority_classes: Mapping[str, int] | None = None,
                  queues: Quotas | None = None, change_driven: bool = True,
-                 tenants: Tenants | None = None) -> None:
+                 tenants: Tenants | None = None, grants: str = "env") -> None:
         self.prefix = prefix
         self.tenants = tenants  # the operator's limits on each request (manager.tenants)
+        self.grants = grants  # placement.grants: env, or mounts (also the device mount)
         # Visit only the services whose inputs changed (placement.quiet); False: every
         # service, every cycle (tests compare the two).
         self.change_driven = change_driven
@@ -387,7 +388,8 @@ class Planner:
         cyc = Cycle(cluster, by_id, facts, prefix, self.zone_label,
                     {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
                     plan, self._filters.refused, most_gpus=most, now=now,
-                    backoff=self._backoff, open_since=self._open_since, moving=moving)
+                    backoff=self._backoff, open_since=self._open_since, moving=moving,
+                    grants=self.grants)
         self._last_cycle = cyc
         self._arrival_cycle = None
         settled = self._settled

@@ -46,6 +46,7 @@ class ServicePlan:
     add_env: list[str] = field(default_factory=list)
     set_max_replicas: int | None = None
     replace_env: list[tuple[str, str]] = field(default_factory=list)  # (old line, new)
+    add_mounts: list[dict[str, Any]] = field(default_factory=list)  # grants: mounts
     packed: str | None = None  # replicas packed on one node: where and why
     # packed slots gone whose GPUs stay held one more cycle (their lists are removed)
     draining: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = field(default_factory=dict)
@@ -66,6 +67,7 @@ class ServicePlan:
     def needs_service_write(self) -> bool:
         return bool(self.service_labels_set or self.service_labels_remove or self.add_constraints
                     or self.remove_constraints or self.add_env or self.replace_env
+                    or self.add_mounts
                     or self.set_max_replicas is not None or self.force_update
                     or self.set_update_parallelism is not None
                     or self.set_generic is not None)
