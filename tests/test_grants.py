@@ -511,3 +511,34 @@ def test_render_in_grants_as_mounts_writes_the_device_mount() -> None:
                                    "target": mount_target(P), "read_only": True}]
     plain, _ = render_stack(text, "ai", nodes, [], [], facts, prefix=P)
     assert yaml.safe_load(plain)["services"]["llm"]["volumes"] == ["/srv:/data"]
+
+
+# --- the docker-proxy lets exactly these writes through ------------------------------------
+
+def test_proxy_policy_lets_the_void_write_and_the_device_mount_through() -> None:
+    from swarmgpu.manager.placement import ServicePlan
+    from swarmgpu.manager.placement_step import service_compute
+    from swarmgpu.manager.proxy_policy import PolicyError, check_service_update
+
+    cur = spec(["A=1", "NVIDIA_VISIBLE_DEVICES=all", "DOCKER_RESOURCE_GPU=GPU-a",
+                "NVIDIA_VISIBLE_DEVICES=0"])
+    voided = void_spec(cur, ImageEnv("x", PLAIN_ENV), prefix=P, managed=False)
+    assert voided is not None
+    check_service_update(cur, voided, P)  # let through
+    appended = void_spec(spec(["A=1"]), None, prefix=P, managed=False)
+    check_service_update(spec(["A=1"]), appended, P)
+    sp = ServicePlan("s", "id-s", None, "2 GPUs", "placed", "Active",
+                     add_env=[TMPL], add_mounts=[device_mount_spec(P)])
+    asked = spec([VOID_LINE, "A=1"], labels={f"{P}gpus": "2"})  # swarmgpu's: a request
+    placed = service_compute(sp)(asked)
+    check_service_update(asked, placed, P)  # its template over void, its device mount
+    # a service that is not swarmgpu's: only the void write, nothing of placement's
+    with pytest.raises(PolicyError, match="does not write it"):
+        check_service_update(spec([VOID_LINE, "A=1"]), placed, P)
+    for bad_env, bad_mounts in ((["A=1", "NVIDIA_VISIBLE_DEVICES=all"], ()),
+                                (["A=1", "DOCKER_RESOURCE_GPU=GPU-b"], ()),
+                                (["A=2"], ()),
+                                (["A=1"], [_null("/var/run/nvidia-container-devices/all")]),
+                                (["A=1"], [{**device_mount_spec(P), "ReadOnly": False}])):
+        with pytest.raises(PolicyError):
+            check_service_update(spec(["A=1"]), spec(bad_env, mounts=bad_mounts), P)

@@ -19,13 +19,23 @@ and env stay as they were. The mount cannot be voided by an env write: still rep
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, agents, cfg_file, run_cli, start_daemon, stop
+from gpu_nodes import (
+    LOGS,
+    agents,
+    cfg_file,
+    kwargs_for_logs,
+    run_cli,
+    start_daemon,
+    stop,
+    swarmgpu_env,
+)
 from swarm_harness import SwarmCluster, busybox_image_tar
 from test_placement_swarm import container_env, deploy, tasks_running, wait_running
 
@@ -40,6 +50,7 @@ CUDA_CHANGES = ['CMD ["sh"]', "ENV NVIDIA_VISIBLE_DEVICES=all", "ENV CUDA_VERSIO
 ON_2 = ["node.hostname==gpu-node-2"]
 ROGUES = ("rg_all", "rg_img", "rg_unk", "rg_mnt")
 P = "swarmgpu."
+PROXY_LOG = LOGS / "grants-docker-proxy.log"
 
 
 def _load(swarm: SwarmCluster, ref: str, hosts: list[str]) -> None:
@@ -73,16 +84,33 @@ def env(swarm: SwarmCluster, agents: dict[str, Any],
     tmp = tmp_path_factory.mktemp("grants")
     _load(swarm, CUDA_LIKE, ["mgr-1", "gpu-node-1", "gpu-node-2"])
     _load(swarm, WORKER_ONLY, ["gpu-node-2"])
-    report = cfg_file(tmp, swarm, sync={"interval_s": 2})
+    # Everything through the docker-proxy, as the shipped stack runs: the image reads,
+    # the void write and the device mount are what it lets through.
+    sock = tmp / "docker.sock"
+    PROXY_LOG.write_text("")
+    proxy = swarm.exec_in_netns(swarm.manager, [
+        sys.executable, "-m", "swarmgpu.cli", "docker-proxy", "--listen", f"unix://{sock}",
+        "--upstream", swarm.manager.docker_host], env=swarmgpu_env(),
+        **kwargs_for_logs(PROXY_LOG))
+    swarm.wait_for(lambda: sock.exists(), 20, "the proxy's socket")
+    report = cfg_file(tmp, swarm, sync={"interval_s": 2}, docker_host=f"unix://{sock}")
     void = tmp / "void.yml"
     void.write_text(json.dumps({**json.loads(report.read_text()),
                                 "placement": {"ungranted": "void"}}))
     log = LOGS / "grants-daemon.log"
     log.write_text("")
     daemon = start_daemon(swarm, report, log)
-    state: dict[str, Any] = {"tmp": tmp, "report": report, "void": void, "daemon": daemon}
+    state: dict[str, Any] = {"tmp": tmp, "report": report, "void": void, "daemon": daemon,
+                             "sock": sock}
     yield state
     stop(state["daemon"])
+    stop(proxy)
+
+
+def _nothing_refused() -> None:
+    """Every call the daemon and the commands made passed the proxy."""
+    refused = [ln for ln in PROXY_LOG.read_text().splitlines() if "refused" in ln]
+    assert not refused, refused[:3]
 
 
 def _spec(swarm: SwarmCluster, name: str) -> dict[str, Any]:
@@ -144,7 +172,7 @@ def test_ungranted_reported_then_voided_and_the_grant_kept(
     assert {n: tasks_running(swarm, n)[0]["ID"] for n in ROGUES} == tasks_before
     stop(env["daemon"])
 
-    # placement.ungranted: void, two cycles of the real daemon
+    # placement.ungranted: void, two cycles of the real daemon (through the proxy)
     versions = {}
     for cycle in (1, 2):
         res = run_cli("run", "--once", "--config", str(env["void"]))
@@ -175,6 +203,7 @@ def test_ungranted_reported_then_voided_and_the_grant_kept(
 
     code, found = _audit(env["void"])
     assert set(found) == {"rg_mnt"} and code == 1
+    _nothing_refused()
 
 
 def _mounts_of(swarm: SwarmCluster, task: dict[str, Any]) -> dict[str, str]:
@@ -194,7 +223,7 @@ def test_grants_as_mounts_name_the_granted_gpus_in_the_mount(
     stop(env["daemon"])
     (env["tmp"] / "mounts").mkdir()
     cfg = cfg_file(env["tmp"] / "mounts", swarm, sync={"interval_s": 2},
-                   placement={"grants": "mounts"})
+                   placement={"grants": "mounts"}, docker_host=f"unix://{env['sock']}")
     daemon = start_daemon(swarm, cfg, LOGS / "grants-mounts-daemon.log")
     try:
         deploy(swarm, env["tmp"], "gm", {"pair": {"labels": {"swarmgpu.gpus": "2"},
@@ -223,5 +252,6 @@ def test_grants_as_mounts_name_the_granted_gpus_in_the_mount(
         # the granted mount is no finding; the plain service's copy names no GPU either
         _, found = _audit(cfg)
         assert "gm_pair" not in found and "gp_plain" not in found
+        _nothing_refused()
     finally:
         stop(daemon)

@@ -12,10 +12,17 @@ write in ``swarmgpu/manager``: placement_step, preempt_step, overshare, rebalanc
   (``node.labels.<prefix>service.*``); the env lines swarmgpu writes (the device
   templates, ``CUDA_DEVICE_ORDER``, the share templates, exact strings); ``ForceUpdate``;
   ``Placement.MaxReplicas``; ``Mode.Replicated.Replicas`` (moves); discrete generic
-  resource reservations; ``UpdateConfig.Parallelism``. Image, mounts, privileges,
-  capabilities, networks, container labels, every other env line: equal. And only a
-  service that is swarmgpu's (``is_swarmgpus``): one without a label under the prefix,
-  a gate or a swarmgpu env line is not written at all.
+  resource reservations; ``UpdateConfig.Parallelism``; the lines of the variables the
+  NVIDIA toolkit reads (``NVIDIA_VISIBLE_DEVICES``, ``DOCKER_RESOURCE_*``) removed or
+  set to ``void`` (``placement.ungranted: void``, ``manager.grants``); placement's own
+  ``/dev/null`` device mount (``placement.grants: mounts``, exact). Image, other mounts,
+  privileges, capabilities, networks, container labels, every other env line: equal.
+  And only a service that is swarmgpu's (``is_swarmgpus``): on one without a label
+  under the prefix, a gate or a swarmgpu env line, the daemon may only void its device
+  variables (removed, or set to ``void``), nothing else.
+  (Removing a device line can widen a service's GPUs, e.g. a ``void`` line over a CUDA
+  image's ``all``; so can what the proxy lets through already, swarmgpu's template with
+  device labels: the daemon's word on GPUs is what the proxy trusts.)
 - swarm spec: labels under the prefix. CA, raft, dispatcher, orchestration and
   encryption settings: equal (token rotation is refused by query, ``dockerproxy``).
 
@@ -31,7 +38,13 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from swarmgpu.manager.placement.envs import ORDER_ENV, env_template, env_template_per_node
+from swarmgpu.manager.placement.envs import (
+    DEVICE_VAR,
+    ORDER_ENV,
+    device_mount_spec,
+    env_template,
+    env_template_per_node,
+)
 from swarmgpu.manager.placement.keys import GATE
 from swarmgpu.manager.sharing import env_lines
 from swarmgpu.swarm.dockerproxy import WriteChecks
@@ -46,6 +59,14 @@ def owned_env(prefix: str) -> frozenset[str]:
     """The env lines the daemon adds or replaces (exact strings)."""
     return frozenset({env_template(prefix), env_template_per_node(prefix), ORDER_ENV,
                       *env_lines(prefix)})
+
+
+def is_device_line(e: Any) -> bool:
+    """A line of a variable the NVIDIA toolkit reads for devices (``manager.grants``)."""
+    if not isinstance(e, str):
+        return False
+    key = e.split("=", 1)[0]
+    return key == DEVICE_VAR or key.startswith("DOCKER_RESOURCE_")
 
 
 def is_gate_constraint(c: Any, prefix: str) -> bool:
@@ -114,9 +135,44 @@ def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
     env = cs.get("Env") if cs is not None else None
     if cs is not None and isinstance(env, list):
         own = owned_env(prefix)
-        cs["Env"] = [e for e in env if not (isinstance(e, str) and e in own)]
+        cs["Env"] = [e for e in env
+                     if not ((isinstance(e, str) and e in own) or is_device_line(e))]
+        _drop_empty(cs, "Env")
+    mounts = cs.get("Mounts") if cs is not None else None
+    if cs is not None and isinstance(mounts, list):
+        mine = device_mount_spec(prefix)
+        cs["Mounts"] = [m for m in mounts if m != mine]
+        _drop_empty(cs, "Mounts")
+    return s
+
+
+def _mask_device_lines(spec: dict[str, Any], _prefix: str) -> dict[str, Any]:
+    """A service that is not swarmgpu's: only its device variables' lines may change."""
+    s = copy.deepcopy(spec)
+    cs = _sub(_sub(s, "TaskTemplate"), "ContainerSpec")
+    env = cs.get("Env") if cs is not None else None
+    if cs is not None and isinstance(env, list):
+        cs["Env"] = [e for e in env if not is_device_line(e)]
         _drop_empty(cs, "Env")
     return s
+
+
+def _device_lines(spec: Any) -> list[str]:
+    tt = _sub(spec, "TaskTemplate")
+    env = (_sub(tt, "ContainerSpec") or {}).get("Env")
+    return [e for e in env if is_device_line(e)] if isinstance(env, list) else []
+
+
+def _check_device_lines(current: Mapping[str, Any], new: Any, allowed: frozenset[str]
+                        ) -> None:
+    """Of the device variables' lines, a write leaves only those the service had,
+    ``allowed`` ones (swarmgpu's templates) and ``void`` ones: it never names GPUs."""
+    had = set(_device_lines(current))
+    for e in _device_lines(new):
+        if e not in had and e not in allowed and e.split("=", 1)[1:] != ["void"]:
+            raise PolicyError(f"this service update changes TaskTemplate.ContainerSpec.Env "
+                              f"to {e[:80]!r}: of the variables the NVIDIA toolkit reads, "
+                              "the daemon writes only its own templates and void")
 
 
 def _mask_labels(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -136,8 +192,8 @@ def _check(what: str, mask: Callable[[dict[str, Any], str], dict[str, Any]],
 
 
 SERVICE_ALLOWED = ("service labels under the prefix, gate constraints, its env lines, "
-                   "ForceUpdate, MaxReplicas, Replicas, discrete generic resources, "
-                   "UpdateConfig.Parallelism")
+                   "device variables voided, its device mount, ForceUpdate, MaxReplicas, "
+                   "Replicas, discrete generic resources, UpdateConfig.Parallelism")
 
 
 def is_swarmgpus(spec: Mapping[str, Any], prefix: str) -> bool:
@@ -159,9 +215,15 @@ def is_swarmgpus(spec: Mapping[str, Any], prefix: str) -> bool:
 
 def check_service_update(current: Mapping[str, Any], new: Any, prefix: str) -> None:
     if not is_swarmgpus(current, prefix):
-        raise PolicyError(f"this service has no label under {prefix!r}, gate constraint or "
-                          "swarmgpu env line: the daemon does not write it")
+        # placement.ungranted: void -- the one write to a service that is not swarmgpu's
+        _check("service", _mask_device_lines, current, new, prefix,
+               f"the device variables' lines (voided) of a service without a label under "
+               f"{prefix!r}, gate constraint or swarmgpu env line: the daemon does not "
+               "write it otherwise")
+        _check_device_lines(current, new, frozenset())
+        return
     _check("service", _mask_service, current, new, prefix, SERVICE_ALLOWED)
+    _check_device_lines(current, new, owned_env(prefix))
 
 
 def check_node_update(current: Mapping[str, Any], new: Any, prefix: str) -> None:

@@ -139,7 +139,8 @@ ALLOWED_CALLS: tuple[Call, ...] = (
          {"filters": _ANY, "since": _ANY, "until": _ANY}),
     Call("GET", "/images/json", ("images",),
          "ungranted GPU access: the image a service on a GPU node runs (reference filter)",
-         "`filters`", params={"filters": _ANY}),
+         "`filters`, `only_ids`, `all`",
+         params={"filters": _ANY, "only_ids": _BOOL, "all": _BOOL}),
     Call("GET", "/images/{id}/json", ("inspect_image",),
          "ungranted GPU access: that image's env (NVIDIA_VISIBLE_DEVICES, CUDA_VERSION)",
          "no query"),
@@ -153,10 +154,14 @@ ALLOWED_CALLS: tuple[Call, ...] = (
          "`version` (the current one); only a service that is swarmgpu's (a label under "
          "the prefix, a gate constraint or a swarmgpu env line), its spec equal to the "
          "current one but for: service labels under the prefix, gate constraints "
-         "(`node.labels.<prefix>service.*`), swarmgpu's own env lines (exact), "
+         "(`node.labels.<prefix>service.*`), swarmgpu's own env lines (exact), the lines "
+         "of `NVIDIA_VISIBLE_DEVICES` and `DOCKER_RESOURCE_*` removed or set to `void`, "
+         "placement's `/dev/null` device mount (exact), "
          "`ForceUpdate`, `Placement.MaxReplicas`, `Mode.Replicated.Replicas`, discrete "
-         "generic-resource reservations, `UpdateConfig.Parallelism` (no image, mount, "
-         "privilege, capability, network or other change)", "service-update", _WRITE),
+         "generic-resource reservations, `UpdateConfig.Parallelism` (no image, other "
+         "mount, privilege, capability, network or other change); any other service "
+         "only its `NVIDIA_VISIBLE_DEVICES` and `DOCKER_RESOURCE_*` lines removed or set "
+         "to `void`", "service-update", _WRITE),
     Call("POST", "/swarm/update", ("/swarm/update",),
          "the learned workload model, a label on the swarm object (swarmgpu.state.workload)",
          "`version` (the current one), the three `rotate…` flags only `false`; the spec "
