@@ -228,6 +228,8 @@ def test_the_light_document_is_what_the_heat_map_reads() -> None:
     light = webmap.light_doc(fleet)
     assert light["light"] is True and light["pending_count"] == len(fleet["pending"])
     assert "services" not in light and "pending" not in light
+    fleet["ungranted"] = [{"service": "a", "exempt": False}, {"service": "b", "exempt": True}]
+    assert webmap.light_doc(fleet)["ungranted_count"] == 1  # the summary's, exempt not counted
     assert [n["hostname"] for n in light["nodes"]] == [n["hostname"] for n in fleet["nodes"]]
     for ln, n in zip(light["nodes"], fleet["nodes"], strict=True):
         assert ln["state"] == n["state"] and len(ln["gpus"]) == len(n["gpus"])

@@ -99,7 +99,8 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
     """The cluster document cut to what the first paint of the fleet heat map reads: per
     node its name and state, per GPU its values and who holds what share; services,
     pending requests and moves are left out (``pending_count`` says how many are
-    pending, ``ungranted_count`` how many services see GPUs without a grant). At 1,000 nodes about a tenth of the whole document's bytes."""
+    pending, ``ungranted_count`` how many services see GPUs without a grant). At 1,000
+    nodes about a tenth of the whole document's bytes."""
     nodes = []
     for n in doc.get("nodes") or []:
         gpus = []
