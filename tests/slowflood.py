@@ -1,10 +1,13 @@
 """A slow-connection flood (slowloris) against one loopback port, for tests and benchmarks.
 
 Each source address holds ``per_source`` connections; each sends half a request head and
-then nothing. A connection the server closes is opened again at once, as a real attacker
-would, so the server stays as full as the attacker can make it. It runs in its own
-process (a flood in the server's process would fight it for the GIL, which no real
-attacker does) and ends by itself after ``--for-s`` seconds.
+then nothing. With ``--complete PATH`` each sends a whole request instead (with any
+``--header``) and never reads the answer, its receive buffer shrunk (``--rcvbuf``): slow
+readers, whose answers wait in the server's send buffer. A connection the server closes
+is opened again at once, as a real attacker would, so the server stays as full as the
+attacker can make it. It runs in its own process (a flood in the server's process would
+fight it for the GIL, which no real attacker does) and ends by itself after ``--for-s``
+seconds.
 
     python tests/slowflood.py PORT --sources 127.0.0.20-29 --per-source 40 [--for-s 60]
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import select
 import selectors
 import socket
 import subprocess
@@ -36,14 +40,76 @@ def sources(spec: str) -> list[str]:
     return out
 
 
-def _open(target: str, port: int, src: str) -> socket.socket | None:
+def _open(target: str, port: int, src: str, head: bytes = HALF_HEAD, rcvbuf: int = 0
+          ) -> socket.socket | None:
     try:
-        s = socket.create_connection((target, port), timeout=1.0, source_address=(src, 0))
-        s.sendall(HALF_HEAD)
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf:  # before connect: the window the server sees
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.settimeout(1.0)
+        s.bind((src, 0))
+        s.connect((target, port))
+        s.sendall(head)
         s.setblocking(False)
         return s
     except OSError:
+        with contextlib.suppress(Exception):
+            s.close()
         return None
+
+
+def complete_head(path: str, headers: list[str], host: str) -> bytes:
+    lines = [f"GET {path} HTTP/1.1", f"Host: {host}", *headers, "", ""]
+    return "\r\n".join(lines).encode()
+
+
+# The peer closed (an answer and FIN read into the small buffer, an eviction, a reset):
+# seen without reading, so an answer that is not read stays unread.
+_GONE = select.POLLRDHUP | select.POLLHUP | select.POLLERR  # type: ignore[attr-defined]
+
+
+def flood_unread(target: str, port: int, srcs: list[str], per_source: int, for_s: float,
+                 head: bytes, rcvbuf: int, renew_s: float = 0.0) -> tuple[int, int]:
+    """Complete requests whose answers are never read; a connection the server closes
+    is opened again at once, and with ``renew_s`` every connection is replaced by a new
+    one after that long (a server that drops a stuck answer sends no FIN while the
+    answer waits: this keeps the pressure on). (reopened, failed connects)."""
+    poll = select.poll()
+    end = time.monotonic() + for_s
+    missing = [src for src in srcs for _ in range(per_source)]
+    conns: dict[int, tuple[socket.socket, str]] = {}
+    born: dict[int, float] = {}
+    reopened = failed = 0
+    announced = False
+    while time.monotonic() < end:
+        still: list[str] = []
+        for src in missing:
+            s = _open(target, port, src, head, rcvbuf)
+            if s is None:
+                failed += 1
+                still.append(src)
+                continue
+            conns[s.fileno()] = (s, src)
+            born[s.fileno()] = time.monotonic()
+            poll.register(s, _GONE)
+        missing = still
+        if not announced:
+            print(f"ready {len(conns)}", flush=True)
+            announced = True
+        gone = [fd for fd, _ in poll.poll(50 if missing else 100)]
+        if renew_s:
+            old = time.monotonic() - renew_s
+            gone += [fd for fd, t in born.items() if t < old and fd not in gone]
+        for fd in gone:
+            s, src = conns.pop(fd)
+            born.pop(fd, None)
+            poll.unregister(fd)
+            s.close()
+            reopened += 1
+            missing.append(src)
+    for s, _ in conns.values():
+        s.close()
+    return reopened, failed
 
 
 def flood(target: str, port: int, srcs: list[str], per_source: int, for_s: float
@@ -86,13 +152,22 @@ def flood(target: str, port: int, srcs: list[str], per_source: int, for_s: float
 
 
 def start(port: int, srcs: str, per_source: int, for_s: float = 60.0,
-          target: str = "127.0.0.1") -> subprocess.Popen[str]:
+          target: str = "127.0.0.1", complete: str | None = None,
+          headers: tuple[str, ...] = (), rcvbuf: int = 0, renew_s: float = 0.0
+          ) -> subprocess.Popen[str]:
     """The flood in a child process, returned once every connection is open (or after
     10 s, when the server would not take them all)."""
+    extra = ["--complete", complete] if complete else []
+    for h in headers:
+        extra += ["--header", h]
+    if rcvbuf:
+        extra += ["--rcvbuf", str(rcvbuf)]
+    if renew_s:
+        extra += ["--renew-s", str(renew_s)]
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).resolve()), str(port), "--sources", srcs,
-         "--per-source", str(per_source), "--for-s", str(for_s), "--target", target],
-        stdout=subprocess.PIPE, text=True)
+         "--per-source", str(per_source), "--for-s", str(for_s), "--target", target,
+         *extra], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
@@ -117,9 +192,19 @@ def main() -> None:
     ap.add_argument("--per-source", type=int, default=40)
     ap.add_argument("--for-s", type=float, default=60.0)
     ap.add_argument("--target", default="127.0.0.1")
+    ap.add_argument("--complete", metavar="PATH", help="whole requests, answers never read")
+    ap.add_argument("--header", action="append", default=[])
+    ap.add_argument("--rcvbuf", type=int, default=0)
+    ap.add_argument("--renew-s", type=float, default=0.0)
     args = ap.parse_args()
-    reopened, failed = flood(args.target, args.port, sources(args.sources), args.per_source,
-                             args.for_s)
+    if args.complete:
+        reopened, failed = flood_unread(args.target, args.port, sources(args.sources),
+                                        args.per_source, args.for_s,
+                                        complete_head(args.complete, args.header, args.target),
+                                        args.rcvbuf, args.renew_s)
+    else:
+        reopened, failed = flood(args.target, args.port, sources(args.sources),
+                                 args.per_source, args.for_s)
     print(f"reopened {reopened} failed {failed}", flush=True)
 
 

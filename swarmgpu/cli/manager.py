@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -236,13 +237,20 @@ def plan(config_path: str | None, as_json: bool) -> None:
 
 
 def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
-    """The leader daemon's move proposals (its metric windows live in its memory)."""
+    """The leader daemon's move proposals (its metric windows live in its memory), with
+    the daemon's bearer token when ``http.token_file`` is readable here (a daemon that
+    listens beyond loopback answers only that, a manager certificate or loopback)."""
     import requests
 
     from swarmgpu.manager.rebalance.step import ROUTE
+    from swarmgpu.swarm.identity import IdentityError, read_token
 
+    headers = {}
+    if cfg.http.token_file:
+        with contextlib.suppress(IdentityError):
+            headers["Authorization"] = f"Bearer {read_token(cfg.http.token_file)}"
     try:
-        r = requests.get(f"http://{cfg.http.listen}{ROUTE}", timeout=3)
+        r = requests.get(f"http://{cfg.http.listen}{ROUTE}", timeout=3, headers=headers)
         data = r.json() if r.status_code == 200 else None
     except (requests.RequestException, ValueError):
         return None

@@ -224,6 +224,15 @@ class HttpConfig:
     """Extra host names (comma-separated) the HTTP server answers to. IP addresses,
     localhost and this machine's host name always work; any other Host header is
     refused (421), which stops DNS rebinding from a web page."""
+    auth: str = "auto"
+    """Who may read the map, /api and /metrics (/healthz is open). auto: on a listen
+    address beyond loopback, a swarm-manager certificate (HTTPS on the same port), the
+    token of token_file, its session cookie (/login?token=...) or a loopback client
+    (SSH tunnel); on loopback, anyone local. required: the same, loopback clients
+    included (behind a reverse proxy). off: anyone (warned at start)."""
+    token_file: str = ""
+    """File holding the bearer token for Prometheus and browsers (one line, e.g. the
+    Docker secret /run/secrets/swarmgpu-http-token); read at start."""
 
 
 @dataclass(frozen=True)
@@ -409,6 +418,8 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     host, _, port = cfg.http.listen.rpartition(":")
     if not host or not port.isdigit():
         add(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
+    if cfg.http.auth not in ("auto", "required", "off"):
+        add(f"http.auth: {cfg.http.auth!r}; use auto (the default), required or off")
     _check_rebalance(cfg.rebalance, add)
     _check_preemption(cfg.preemption, add)
     if not isinstance(cfg.queues, Mapping):
@@ -559,6 +570,8 @@ _ENV_OVERRIDES = {
     "SWARMGPU_SYNC_INTERVAL_S": ("sync", "interval_s"),
     "SWARMGPU_SYNC_PREFIX": ("sync", "prefix"),
     "SWARMGPU_HTTP_LISTEN": ("http", "listen"),
+    "SWARMGPU_HTTP_AUTH": ("http", "auth"),
+    "SWARMGPU_HTTP_TOKEN_FILE": ("http", "token_file"),
     "SWARMGPU_LOG_LEVEL": ("log", "level"),
     "SWARMGPU_LOG_FORMAT": ("log", "format"),
 }

@@ -12,7 +12,13 @@
 * a short whole-request deadline for the request head (``HEAD_DEADLINE_S``): each read
   waits at most what is left of it, so an idle connection, or one header byte every few
   seconds, ends at the deadline, not never;
-* a write deadline for the answer (a client that never reads cannot hold a thread);
+* one write deadline for the whole answer (``WRITE_DEADLINE_S``, not per send): a
+  client that never reads cannot hold a thread for longer; and when every connection is
+  taken, an answer stuck in writing for ``STUCK_WRITE_S`` (its reader does not read) is
+  closed to make room, like a half-sent request: complete requests whose answers are
+  never read do not hold the slots (``pick_victim``);
+* a handler may answer on a reserved slot without proof (``open_on_reserve``): the
+  daemon's ``/healthz``, which the image's healthcheck reads, is never starved;
 * one GET or HEAD per connection (``OneRequestHandler``), other methods 405.
 
 The standard library's ``BaseHTTPRequestHandler`` has only a per-read timeout.
@@ -44,6 +50,11 @@ _PEER_GONE = frozenset({errno.EBADF, errno.ENOTCONN, errno.ECONNRESET, errno.EPI
 # worth a thread.
 HEAD_DEADLINE_S = 2.0
 WRITE_DEADLINE_S = 10.0
+# An answer that fits the socket buffers is written in microseconds; one still being
+# written after this long waits on a reader that does not read (or reads a few bytes a
+# second), and may be closed for a newcomer when every slot is taken.
+STUCK_WRITE_S = 0.5
+WRITE_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 8 * 1024
 PLAIN = "text/plain; charset=utf-8"
 
@@ -96,6 +107,9 @@ class OneRequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     write_deadline_s: float = WRITE_DEADLINE_S
     always_headers: ClassVar[dict[str, str]] = {}
+    # Set by ``respond`` for an answer any caller may have on a reserved slot (small and
+    # quick, such as /healthz): the reserve then never starves it.
+    open_on_reserve = False
     # Echo parse_request's reason (cut to 200 characters) in error bodies, or only the phrase.
     error_detail = False
 
@@ -141,7 +155,8 @@ class OneRequestHandler(BaseHTTPRequestHandler):
 
     def send_answer(self, status: int, ctype: str, body: bytes,
                     headers: dict[str, str] | None = None) -> None:
-        if isinstance(self.server, GuardedServer) and not self.server.may_answer():
+        if isinstance(self.server, GuardedServer) and not self.server.may_answer() \
+                and not self.open_on_reserve:
             # A reserved slot, and the peer never authenticated: it holds the slot no
             # longer than this short answer.
             status, ctype, body = HTTPStatus.SERVICE_UNAVAILABLE, PLAIN, b"busy; retry\n"
@@ -152,9 +167,41 @@ class OneRequestHandler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         for k, v in {**self.always_headers, **(headers or {})}.items():
             self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        self._answer = b""
+        self.end_headers()  # flush_headers (below) keeps the head for the one write
+        head, self._answer = self._answer, None
+        self.write_within_deadline(head, b"" if self.command == "HEAD" else body)
+
+    _answer: bytes | None = None
+
+    def flush_headers(self) -> None:
+        if self._answer is None:
+            super().flush_headers()
+            return
+        buf = getattr(self, "_headers_buffer", [])
+        self._answer += b"".join(buf)
+        buf.clear()
+
+    def write_within_deadline(self, *parts: bytes) -> None:
+        """Send ``parts`` (head, body: never joined, so a big body stays one object
+        shared by every connection) within one deadline for the whole answer
+        (``write_deadline_s``): the socket's own timeout is per send, which a reader
+        taking one byte at a time would renew forever. Raises TimeoutError past the
+        deadline (the connection then closes), OSError when the guard closed a stuck
+        answer or the peer went away."""
+        if isinstance(self.server, GuardedServer):
+            self.server.note_writing()
+        deadline = time.monotonic() + self.write_deadline_s
+        sock = self.connection
+        for data in parts:
+            view = memoryview(data)
+            while view:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("the answer was not read within the write deadline")
+                sock.settimeout(left)
+                sent = sock.send(view[:WRITE_CHUNK])
+                view = view[sent:]
 
     def send_error(self, code: int, message: str | None = None,
                    explain: str | None = None) -> None:
@@ -176,23 +223,43 @@ class Conn:
     since: float
     ctl: socket.socket | None = None  # a dup of the socket: shutting it wakes its thread
     complete: bool = False  # its whole request head is in (it is being answered)
+    writing_since: float | None = None  # when its answer started being written
     authenticated: bool = False  # the handler said so (peer_authenticated)
     reserved: bool = False  # admitted into the reserve: answered only if authenticated
 
 
-def pick_victim(conns: Iterable[Conn], addr: str) -> Conn | None:
+def stuck(c: Conn, now: float, stuck_write_s: float = STUCK_WRITE_S) -> bool:
+    """Its answer has waited on its reader for ``stuck_write_s``: whoever the reader is
+    (a proved peer too), it holds a slot without reading."""
+    return c.writing_since is not None and now - c.writing_since >= stuck_write_s
+
+
+def counted(c: Conn, now: float, stuck_write_s: float = STUCK_WRITE_S) -> bool:
+    """Counts against the cap: everyone but a proved peer that is not stuck."""
+    return not c.authenticated or stuck(c, now, stuck_write_s)
+
+
+def evictable(c: Conn, now: float, stuck_write_s: float = STUCK_WRITE_S) -> bool:
+    """A half-sent request (never an authenticated peer's), or a stuck answer."""
+    return stuck(c, now, stuck_write_s) or (not c.complete and not c.authenticated)
+
+
+def pick_victim(conns: Iterable[Conn], addr: str, now: float | None = None,
+                stuck_write_s: float = STUCK_WRITE_S) -> Conn | None:
     """The connection to close so that a new one from ``addr`` fits, or None.
 
-    Only connections still sending their request head are ever closed (an honest client
-    sends its head at once; one still sending is slow or hostile), never an authenticated
-    one. The address holding the most connections, the newcomer counted with its own,
-    loses its oldest such connection (a tie: the older one goes): a flood from one address
-    or from many wears itself down, and a client with one connection is only pushed out
-    when no address holds more."""
-    held = [c for c in conns if not c.authenticated]
-    count = Counter(c.addr for c in held)
+    Only connections still sending their request head (an honest client sends its head
+    at once; one still sending is slow or hostile), never an authenticated one, and
+    answers stuck on a reader that does not read (``evictable``) are ever closed. The
+    address holding the most connections, the newcomer counted with its own, loses its
+    oldest such connection (a tie: the older one goes): a flood from one address or from
+    many wears itself down, and a client with one connection is only pushed out when no
+    address holds more."""
+    now = time.monotonic() if now is None else now
+    conns = list(conns)
+    count = Counter(c.addr for c in conns if counted(c, now, stuck_write_s))
     count[addr] += 1
-    slow = [c for c in held if not c.complete]
+    slow = [c for c in conns if evictable(c, now, stuck_write_s)]
     if not slow:
         return None
     oldest: dict[str, float] = {}
@@ -207,10 +274,11 @@ class GuardedServer(ThreadingHTTPServer):
 
     At most ``max_connections`` connections at once, each served by a thread of a pool
     (a flood's reconnects cost no thread start each). When a new one arrives and all are
-    taken, the slowest client's oldest half-sent request is closed to make room
-    (``pick_victim``). When every connection is busy answering, up to
-    ``reserved`` more are let in, but only a peer the handler authenticates is answered
-    on those (the daemon's fetch, Prometheus with the token); others get 503."""
+    taken, the slowest client's oldest half-sent request, or answer its reader does not
+    read, is closed to make room (``pick_victim``). When every connection is busy
+    answering, up to ``reserved`` more are let in, but only a peer the handler
+    authenticates is answered on those (the daemon's fetch, Prometheus with the token),
+    and answers the handler marks ``open_on_reserve`` (/healthz); others get 503."""
 
     daemon_threads = True
     block_on_close = False  # closing the server never waits on a client
@@ -246,8 +314,8 @@ class GuardedServer(ThreadingHTTPServer):
                 self._turn_away("refused", ip)
                 return None
             conn = Conn(ip, time.monotonic())
-            if sum(not c.authenticated for c in self._conns) >= self.max_connections:
-                victim = pick_victim(self._conns, ip)
+            if sum(counted(c, conn.since) for c in self._conns) >= self.max_connections:
+                victim = pick_victim(self._conns, ip, conn.since)
                 if victim is not None:
                     self._evict(victim)
                 elif len(self._conns) < self.max_connections + self.reserved:
@@ -362,6 +430,11 @@ class GuardedServer(ThreadingHTTPServer):
         if (conn := self._current()) is not None:
             with self._lock:
                 conn.complete = True
+
+    def note_writing(self) -> None:
+        if (conn := self._current()) is not None:
+            with self._lock:
+                conn.writing_since = time.monotonic()
 
     def note_authenticated(self) -> None:
         if (conn := self._current()) is not None:

@@ -39,8 +39,10 @@ from swarmgpu.manager.sync import (
     fetch_agents,
     take_snapshot,
 )
+from swarmgpu.manager.webauth import WebAuth
 from swarmgpu.swarm.cache import SwarmCache, follow
 from swarmgpu.swarm.client import SwarmClient, SwarmError
+from swarmgpu.swarm.identity import IdentityError, agent_auth
 
 
 def _facts_key(f: NodeFacts) -> str:
@@ -101,6 +103,7 @@ class Daemon:
         self.overshare = Watch()  # holders over their GPU share, since when (observe)
         self._scheduler: BackgroundScheduler | None = None
         self._http: GuardedServer | None = None
+        self.web_auth = WebAuth(cfg.http)  # who may read the HTTP (webauth)
         # path -> () -> (content type, body); the GPU map and APIs plug in here
         self.http_routes: dict[str, Route] = {}
         # path -> (raw query string) -> (content type, body); e.g. /api/v1/history
@@ -119,6 +122,7 @@ class Daemon:
                 logger.error("cannot reach the Swarm manager: {}", exc)
                 return CycleReport(leader=False, errors=[str(exc)])
             self.metrics.is_leader.set(1 if self.leader else 0)
+            self._web_identity()
             if not self.leader:
                 self.planner = None  # a new term starts from what Swarm stores
                 self.metrics.cycles.labels(outcome="follower").inc()
@@ -175,6 +179,17 @@ class Daemon:
                 logger.exception("cycle failed: {}", exc)
             if not self._rerun.is_set():
                 return
+
+    def _web_identity(self) -> None:
+        """The HTTP server's HTTPS for manager certificates, from what the agents' fetch
+        uses (the manager's certificate, the swarm root CA, the cluster ID; rebuilt every
+        few minutes): on followers too, whose map and API are asked as well."""
+        if not self.web_auth.required or self.cfg.agents.identity != "swarm-pki":
+            return
+        try:
+            self.web_auth.update(agent_auth(self.swarm, self.cfg.agents))
+        except (IdentityError, SwarmError, OSError) as exc:
+            self.web_auth.failed(str(exc))
 
     # --- continuous mode ---------------------------------------------------
     def trigger(self) -> None:
@@ -284,10 +299,12 @@ class Daemon:
                 return 200, ctype, body
 
         Handler.allowed_hosts = allowed
+        Handler.auth = self.web_auth
         try:
             self._http = GuardedServer((host.strip("[]"), int(port)), Handler)
         except OSError as exc:
             logger.error("cannot serve HTTP on {}: {}", self.cfg.http.listen, exc)
             return
         threading.Thread(target=self._http.serve_forever, name="http", daemon=True).start()
-        logger.info("serving /metrics and /healthz on {}", self.cfg.http.listen)
+        logger.info("serving /metrics, /healthz and the GPU map on {}: {}",
+                    self.cfg.http.listen, self.web_auth.describe())

@@ -1,4 +1,10 @@
-"""The daemon's HTTP handler: GET only, a Host allow-list, and browser security headers.
+"""The daemon's HTTP handler: GET only, who is asking, a Host allow-list, and browser
+security headers.
+
+Who may read what is ``webauth``'s: beyond loopback, a manager certificate (a
+connection whose first byte is a TLS handshake is served over HTTPS on the same port),
+the bearer token or its session cookie; ``/healthz`` is open, and answered even on the
+guard's reserved slots, so slow or hostile clients never make the healthcheck fail.
 
 The GPU map is read in a browser, so a hostile web page the operator visits could try to
 read it. DNS rebinding (a name of the attacker's that turns into 127.0.0.1) passes the
@@ -14,11 +20,27 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
+import ssl
+import time
 from typing import Any
 
 from loguru import logger
 
-from swarmgpu.core.httpguard import PLAIN, OneRequestHandler
+from swarmgpu.core.httpguard import HEAD_DEADLINE_S, PLAIN, OneRequestHandler
+from swarmgpu.manager.webauth import (
+    LOGIN_PATH,
+    OPEN_PATHS,
+    Answer,
+    Caller,
+    Throttle,
+    WebAuth,
+    login_answer,
+    refused,
+)
+from swarmgpu.swarm.identity import PeerName, peer_name
+
+TLS_HANDSHAKE = 0x16  # the first byte of a TLS record carrying a handshake
+_HOST_REFUSED = Throttle()
 
 SECURITY_HEADERS: dict[str, str] = {
     "Content-Security-Policy": (
@@ -65,13 +87,14 @@ def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
 
 
 class GuardedHandler(OneRequestHandler):
-    """One GET per connection, head within a deadline (httpguard), Host checked, security
-    headers added. Subclasses implement ``answer(path, query) -> (status, content type,
-    body)``."""
+    """One GET per connection, head within a deadline (httpguard), HTTPS or HTTP on one
+    port, the caller judged (``auth``), Host checked, security headers added.
+    Subclasses implement ``answer(path, query) -> (status, content type, body)``."""
 
     allowed_hosts: frozenset[str] = frozenset({"localhost"})
     always_headers = SECURITY_HEADERS
     server_version = "swarmgpu"
+    auth: WebAuth | None = None  # None: everyone (tests of the handler alone)
 
     def answer(self, path: str, query: str) -> tuple[int, str, bytes]:
         raise NotImplementedError
@@ -79,20 +102,82 @@ class GuardedHandler(OneRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return
 
+    def setup(self) -> None:
+        self.tls_peer: PeerName | None = None
+        self.via_tls = False
+        self._dropped = False
+        ctx = self.auth.server_context() if self.auth is not None else None
+        if ctx is not None:
+            self._maybe_tls(ctx)
+        super().setup()
+
+    def _maybe_tls(self, ctx: ssl.SSLContext) -> None:
+        """HTTPS when the first byte is a TLS handshake, plain HTTP otherwise; both within
+        the head deadline (the handshake as long again, as on the agent)."""
+        deadline = time.monotonic() + float(self.timeout or HEAD_DEADLINE_S)
+        sock = self.request
+        try:
+            sock.settimeout(float(self.timeout or HEAD_DEADLINE_S))
+            first = sock.recv(1, socket.MSG_PEEK)
+        except OSError:
+            return  # gone or silent: read_head ends it
+        if first[:1] != bytes([TLS_HANDSHAKE]):
+            return
+        try:
+            sock.settimeout(max(0.1, deadline - time.monotonic()) + HEAD_DEADLINE_S)
+            self.request = ctx.wrap_socket(sock, server_side=True)
+        except (OSError, ValueError) as exc:
+            logger.debug("TLS handshake from {} failed: {}", self.client_address[0], exc)
+            self._dropped = True
+            return
+        self.via_tls = True
+        cert = self.request.getpeercert() if isinstance(self.request, ssl.SSLSocket) else None
+        self.tls_peer = peer_name(cert)
+        if self.auth is not None and self.auth.judge(
+                Caller("/", "", tls_peer=self.tls_peer)).proved:
+            self.peer_authenticated()  # a manager: never evicted while it sends its head
+
+    def handle(self) -> None:
+        if not self._dropped:
+            super().handle()
+
     def respond(self) -> None:
         host = self.headers.get("Host")
         if not host_allowed(host, self.allowed_hosts):
-            logger.warning("HTTP request for host {!r} refused (DNS rebinding?); add it to "
-                           "http.allowed_hosts if it is a real name of this manager",
-                           (host or "")[:100])
+            if n := _HOST_REFUSED.due():
+                logger.warning("HTTP request for host {!r} refused (DNS rebinding?); add it "
+                               "to http.allowed_hosts if it is a real name of this manager "
+                               "({} such since the last line)", (host or "")[:100], n)
             self.send_answer(421, PLAIN, b"host not allowed; add it to http.allowed_hosts\n")
             return
+        path, _, query = self.path.partition("?")
+        self.open_on_reserve = path in OPEN_PATHS  # /healthz is never starved
+        if self.auth is not None:
+            caller = Caller(path, str(self.client_address[0]) if self.client_address else "",
+                            self.headers.get("Authorization"), self.headers.get("Cookie"),
+                            self.tls_peer)
+            if path == LOGIN_PATH:  # the token once, for a browser: a cookie from then on
+                a = login_answer(query, self.auth.token, self.via_tls)
+                if a.status == 303:
+                    self.peer_authenticated()
+                else:
+                    self.auth.note_refused(caller)
+                self._send(a)
+                return
+            verdict = self.auth.judge(caller)
+            if verdict.proved:
+                self.peer_authenticated()
+            if not verdict.allowed:
+                self._send(refused())
+                return
         try:
-            path, _, query = self.path.partition("?")
             status, ctype, body = self.answer(path, query)
         except Exception:
             logger.exception("HTTP {} failed", self.path[:100])
             status, ctype, body = 500, PLAIN, b"internal error\n"
         with contextlib.suppress(OSError):
             self.send_answer(status, ctype, body)
-            self.wfile.flush()
+
+    def _send(self, a: Answer) -> None:
+        with contextlib.suppress(OSError):
+            self.send_answer(a.status, a.ctype, a.body, dict(a.headers))

@@ -75,22 +75,51 @@ def node_cert_paths(data_root: str = DEFAULT_DATA_ROOT,
 
 @dataclass(frozen=True)
 class PeerName:
-    """The subject fields of a Swarm node certificate that say who it is."""
+    """The subject fields of a Swarm node certificate that say who it is, and its
+    validity dates (seconds since the epoch; None: not given, as in hand-made names)."""
 
     cn: str | None = None  # node ID
     o: str | None = None  # cluster ID
     ou: str | None = None  # swarm-worker | swarm-manager
+    not_before: float | None = None
+    not_after: float | None = None
 
     def short(self) -> str:
         return f"CN={(self.cn or '?')[:25]} O={(self.o or '?')[:25]} OU={(self.ou or '?')[:20]}"
+
+    def dates_refusal(self, now: float | None = None) -> str | None:
+        """Why the certificate is not valid at ``now`` (None: it is). OpenSSL checks the
+        dates in the handshake already; this says so again where the name is used, so
+        that no context built without that check (a flag, a verify callback) lets an
+        expired or not-yet-valid certificate through."""
+        now = time.time() if now is None else now
+        if self.not_before is not None and now < self.not_before:
+            return f"is not valid before {_stamp(self.not_before)}"
+        if self.not_after is not None and now > self.not_after:
+            return f"expired at {_stamp(self.not_after)}"
+        return None
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 _FIELDS = {"commonName": "cn", "organizationName": "o", "organizationalUnitName": "ou"}
 
 
+def _cert_time(value: object) -> float:
+    """A ``getpeercert()`` date ("Jun  1 00:00:00 2030 GMT") in seconds; 0.0 when it
+    cannot be read (``peer_name`` then makes the certificate never valid)."""
+    try:
+        return float(ssl.cert_time_to_seconds(str(value)))
+    except (ValueError, OverflowError):
+        return 0.0
+
+
 def peer_name(cert: Mapping[str, object] | None) -> PeerName | None:
-    """CN, O and OU of a certificate as ``SSLSocket.getpeercert()`` decodes it (None
-    when there is no verified certificate). A field given twice counts as absent."""
+    """CN, O, OU and the validity dates of a certificate as ``SSLSocket.getpeercert()``
+    decodes it (None when there is no verified certificate). A field given twice counts
+    as absent; a missing or unreadable date makes the certificate invalid."""
     if not cert:
         return None
     subject = cert.get("subject", ())
@@ -102,7 +131,12 @@ def peer_name(cert: Mapping[str, object] | None) -> PeerName | None:
             if isinstance(pair, tuple) and len(pair) == 2 and pair[0] in _FIELDS:
                 got.setdefault(_FIELDS[pair[0]], []).append(str(pair[1]))
     one = {k: v[0] for k, v in got.items() if len(v) == 1}
-    return PeerName(one.get("cn"), one.get("o"), one.get("ou"))
+    # Unreadable dates: valid from the far future until the epoch, i.e. never.
+    not_before = _cert_time(cert["notBefore"]) if "notBefore" in cert else float("inf")
+    not_after = _cert_time(cert["notAfter"]) if "notAfter" in cert else 0.0
+    if not_before == 0.0:
+        not_before = float("inf")
+    return PeerName(one.get("cn"), one.get("o"), one.get("ou"), not_before, not_after)
 
 
 def cert_file_name(path: str | os.PathLike[str]) -> PeerName:
@@ -128,6 +162,9 @@ def node_refusal(peer: PeerName | None, node_id: str, hostname: str,
     who = f"{hostname} ({node_id[:12]})"
     if peer is None:
         return f"presented no verified certificate; {who} must present its node certificate"
+    if (dates := peer.dates_refusal()) is not None:
+        return (f"presented a certificate that {dates} (now {_stamp(time.time())}); {who} "
+                "renews it with Swarm (docker swarm ca --rotate), or its clock is wrong")
     if peer.cn != node_id:
         return (f"presented the certificate of node {(peer.cn or '?')[:25]!r}, not of {who} "
                 "(another node's agent, or a stray service on that port)")
@@ -141,9 +178,10 @@ def node_refusal(peer: PeerName | None, node_id: str, hostname: str,
 
 
 def is_manager_of(peer: PeerName | None, cluster_id: str | None) -> bool:
-    """A verified swarm-manager certificate of ``cluster_id`` (what /facts requires)."""
+    """A verified swarm-manager certificate of ``cluster_id``, valid now (what /facts
+    requires)."""
     return bool(peer is not None and cluster_id and peer.o == cluster_id
-                and peer.ou == MANAGER_ROLE and peer.cn)
+                and peer.ou == MANAGER_ROLE and peer.cn and peer.dates_refusal() is None)
 
 
 def _plain_key_pem(text: str, where: str) -> str:
@@ -212,6 +250,21 @@ def load_server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str
             raise IdentityError(f"--tls-ca {client_ca}: cannot be used ({exc}); it is the "
                                 "swarm root CA, swarm-root-ca.crt") from None
         ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+def server_context_for_managers(cert: str | os.PathLike[str], key: str | os.PathLike[str],
+                                trust_root_pem: str) -> ssl.SSLContext:
+    """The daemon's HTTPS context: its manager's certificate, and a certificate asked of
+    every caller and verified against the swarm root CA when offered (the handler then
+    requires a swarm-manager one of this cluster, or the bearer token)."""
+    ctx = load_server_context(cert, key)
+    try:
+        ctx.load_verify_locations(cadata=trust_root_pem)
+    except (ssl.SSLError, ValueError) as exc:
+        raise IdentityError(f"the swarm root CA is not a usable PEM certificate ({exc})"
+                            ) from None
+    ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
 
 
@@ -308,10 +361,15 @@ def token_matches(header: str | None, token: str) -> bool:
 
 @dataclass
 class AgentAuth:
-    """What the daemon presents to and expects from agents this cycle."""
+    """What the daemon presents to and expects from agents this cycle; with swarm-pki
+    also what its own HTTP server needs to ask for manager certificates (the manager's
+    certificate and key, the swarm root CA)."""
 
     tls: SwarmTLS | None = None
     token: str | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    trust_root: str = ""
 
 
 class AuthSource:
@@ -348,6 +406,7 @@ class AuthSource:
                 cert, key = own_cert_paths(cfg, str(info.get("DockerRootDir") or
                                                     DEFAULT_DATA_ROOT))
                 auth.tls = client_context(pem, cluster, cert, key)
+                auth.cert, auth.key, auth.trust_root = cert, key, pem
             if cfg.token_file:
                 auth.token = read_token(cfg.token_file)
             self._auth, self._at = auth, time.monotonic()

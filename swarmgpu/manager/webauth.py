@@ -1,0 +1,318 @@
+"""Who may read the daemon's HTTP: a manager certificate, the bearer token, or loopback.
+
+``/api/v1/cluster`` names every node's address, every service and task, GPU UUIDs and
+process IDs: what the agents give only to a swarm-manager certificate. So whenever the
+daemon listens beyond loopback (``http.listen``; ``http.auth: auto``, the default),
+everything but ``/healthz`` needs one of:
+
+* a **swarm-manager certificate** of this swarm, over HTTPS on the same port (mutual
+  TLS, as the agents ask: chain to the swarm root CA, O = this cluster, OU =
+  swarm-manager, valid now). The daemon presents its manager's node certificate; a
+  connection whose first byte is a TLS handshake is served over TLS, any other as plain
+  HTTP;
+* the **bearer token** of ``http.token_file`` (a Docker secret): ``Authorization:
+  Bearer <token>`` (Prometheus), compared in constant time;
+* the **session cookie** a browser gets from ``/login?token=<token>`` (HttpOnly,
+  SameSite=Strict; its value is an HMAC of the token, not the token), which then
+  redirects to the map;
+* a **loopback** peer (the manager itself, an SSH tunnel to ``127.0.0.1:9402``), unless
+  ``http.auth: required`` (behind a reverse proxy on the manager every client is
+  loopback: require proof of everyone).
+
+A daemon that listens on loopback only is open, as before. ``http.auth: off`` opens
+everything (a warning at start).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import ssl
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from pathlib import Path
+from urllib.parse import parse_qs
+
+from loguru import logger
+
+from swarmgpu.core.config import HttpConfig
+from swarmgpu.swarm.identity import (
+    AgentAuth,
+    IdentityError,
+    PeerName,
+    is_manager_of,
+    read_token,
+    server_context_for_managers,
+    token_matches,
+)
+
+AUTH_MODES = ("auto", "required", "off")
+OPEN_PATHS = frozenset({"/healthz"})
+LOGIN_PATH = "/login"
+SESSION_COOKIE = "swarmgpu_session"
+SESSION_MAX_AGE_S = 7 * 86400
+_SESSION_CONTEXT = b"swarmgpu http session v1"
+PLAIN = "text/plain; charset=utf-8"
+UNAUTHORIZED_BODY = (
+    b"401: this daemon answers only a swarm-manager certificate of its swarm (HTTPS on "
+    b"this port, mutual TLS) or its bearer token (http.token_file): send "
+    b"'Authorization: Bearer <token>', or open /login?token=<token> once in a browser, "
+    b"or reach it through an SSH tunnel to the manager's 127.0.0.1 (docs/security.md)\n")
+
+
+def is_loopback(host: str) -> bool:
+    """A loopback address or ``localhost`` (an IPv4-mapped ``::ffff:127.x`` too)."""
+    h = host.strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(h)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def listens_beyond_loopback(listen: str) -> bool:
+    return not is_loopback(listen.rpartition(":")[0])
+
+
+def auth_required(cfg: HttpConfig) -> bool:
+    """Whether anything but /healthz needs proof: ``required``, or ``auto`` on a
+    listen address that is not loopback."""
+    if cfg.auth == "off":
+        return False
+    return cfg.auth == "required" or listens_beyond_loopback(cfg.listen)
+
+
+def session_value(token: str) -> str:
+    """The cookie's value: derived from the token (a new token ends every session), and
+    not the token itself (a cookie read off a browser is not Prometheus's token)."""
+    return hmac.new(token.encode(), _SESSION_CONTEXT, hashlib.sha256).hexdigest()
+
+
+def cookie_values(header: str | None, name: str = SESSION_COOKIE) -> list[str]:
+    """Every value of cookie ``name`` in a ``Cookie`` header."""
+    out = []
+    for part in (header or "").split(";"):
+        k, sep, v = part.strip().partition("=")
+        if sep and k.strip() == name:
+            out.append(v.strip())
+    return out
+
+
+def cookie_matches(header: str | None, token: str) -> bool:
+    """Exactly one session cookie, and it is this token's (constant time)."""
+    values = cookie_values(header)
+    if len(values) != 1:
+        return False  # none, or two: ambiguous, refused
+    return hmac.compare_digest(values[0].encode(), session_value(token).encode())
+
+
+def login_token(query: str) -> str | None:
+    """The one ``token`` of ``/login?token=...`` (None: missing, repeated or malformed)."""
+    if len(query) > 8192:
+        return None
+    try:
+        args = parse_qs(query, max_num_fields=4, strict_parsing=True)
+    except ValueError:
+        return None
+    got = args.get("token", [])
+    return got[0] if len(got) == 1 and set(args) == {"token"} else None
+
+
+@dataclass(frozen=True)
+class Caller:
+    """What one request shows about who sends it."""
+
+    path: str
+    peer_ip: str
+    authorization: str | None = None
+    cookie: str | None = None
+    tls_peer: PeerName | None = None  # the verified client certificate (HTTPS only)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    how: str  # open | off | loopback | manager-certificate | token | cookie | "" (refused)
+
+    @property
+    def proved(self) -> bool:
+        """The caller proved who it is (httpguard: never evicted, may use the reserve)."""
+        return self.how in ("manager-certificate", "token", "cookie")
+
+
+def judge(caller: Caller, *, required: bool, loopback_open: bool, token: str | None,
+          cluster_id: str | None) -> Verdict:
+    """Whether ``caller`` may read its path. Pure: the rules of the module docstring."""
+    if is_manager_of(caller.tls_peer, cluster_id):
+        return Verdict(True, "manager-certificate")
+    if token is not None:
+        if token_matches(caller.authorization, token):
+            return Verdict(True, "token")
+        if cookie_matches(caller.cookie, token):
+            return Verdict(True, "cookie")
+    if caller.path in OPEN_PATHS:
+        return Verdict(True, "open")
+    if not required:
+        return Verdict(True, "off")
+    if loopback_open and is_loopback(caller.peer_ip):
+        return Verdict(True, "loopback")
+    return Verdict(False, "")
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    ctype: str
+    body: bytes
+    headers: Mapping[str, str]
+
+
+def refused() -> Answer:
+    return Answer(HTTPStatus.UNAUTHORIZED, PLAIN, UNAUTHORIZED_BODY,
+                  {"WWW-Authenticate": 'Bearer realm="swarmgpu"'})
+
+
+def login_answer(query: str, token: str | None, secure: bool) -> Answer:
+    """``/login?token=...``: the right token sets the session cookie and redirects to the
+    map (the token leaves the address bar); anything else is 401."""
+    given = login_token(query)
+    if token is None or given is None or not hmac.compare_digest(given.encode(),
+                                                                 token.encode()):
+        return refused()
+    cookie = (f"{SESSION_COOKIE}={session_value(token)}; Path=/; HttpOnly; "
+              f"SameSite=Strict; Max-Age={SESSION_MAX_AGE_S}" + ("; Secure" if secure else ""))
+    return Answer(HTTPStatus.SEE_OTHER, PLAIN, b"signed in; see /\n",
+                  {"Location": "/", "Set-Cookie": cookie})
+
+
+class Throttle:
+    """At most one log line per ``every_s``, carrying how many events it stands for: a
+    scan or a flood cannot flood the log."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.every_s = every_s
+        self._lock = threading.Lock()
+        self._at = -1e18
+        self._n = 0
+
+    def due(self) -> int:
+        """0: stay quiet; else the number of events since the last line."""
+        now = time.monotonic()
+        with self._lock:
+            self._n += 1
+            if now - self._at < self.every_s:
+                return 0
+            n, self._n, self._at = self._n, 0, now
+            return n
+
+
+class WebAuth:
+    """The daemon's HTTP identity: its mode, the token, and the HTTPS context that asks
+    for manager certificates (built from the manager's own certificate and the swarm
+    root CA once the daemon has read them: ``update``)."""
+
+    def __init__(self, cfg: HttpConfig) -> None:
+        self.cfg = cfg
+        self.required = auth_required(cfg)
+        self.loopback_open = cfg.auth == "auto"
+        if cfg.auth == "off" and listens_beyond_loopback(cfg.listen):
+            logger.warning("http.auth is off and the daemon listens on {}: anyone who "
+                           "reaches it reads the cluster; set http.auth: auto", cfg.listen)
+        self.token: str | None = None
+        if cfg.token_file:
+            try:
+                self.token = read_token(cfg.token_file)
+            except IdentityError as exc:
+                logger.error("http.token_file: {}; the daemon's HTTP answers no token "
+                             "(only manager certificates{})", exc,
+                             ", loopback" if self.loopback_open else "")
+        self._lock = threading.Lock()
+        self._ctx: ssl.SSLContext | None = None
+        self._cluster_id: str | None = None
+        self._stamp: tuple[object, ...] | None = None
+        self._last_error: str | None = None
+        self._refused = Throttle()
+
+    # --- the HTTPS side ------------------------------------------------------
+
+    def server_context(self) -> ssl.SSLContext | None:
+        with self._lock:
+            return self._ctx if self.required else None
+
+    @property
+    def cluster_id(self) -> str | None:
+        with self._lock:
+            return self._cluster_id
+
+    def update(self, auth: AgentAuth) -> None:
+        """Rebuild the HTTPS context when the manager's certificate, key, the root CA or
+        the cluster ID changed (Swarm rotation); a failure keeps the last good one."""
+        if not self.required or auth.tls is None or auth.cert is None or auth.key is None:
+            return
+        try:
+            stamp = (_file_stamp(auth.cert), _file_stamp(auth.key), auth.trust_root,
+                     auth.tls.cluster_id)
+            if stamp == self._stamp:
+                return
+            ctx = server_context_for_managers(auth.cert, auth.key, auth.trust_root)
+        except (IdentityError, OSError) as exc:
+            self.failed(str(exc))
+            return
+        with self._lock:
+            first = self._ctx is None
+            self._ctx, self._cluster_id, self._stamp = ctx, auth.tls.cluster_id, stamp
+            self._last_error = None
+        if first:
+            logger.info("HTTP: HTTPS on the same port for swarm-manager certificates of "
+                        "cluster {} (the daemon presents {})", auth.tls.cluster_id[:12],
+                        auth.cert)
+
+    def failed(self, why: str) -> None:
+        """The manager's certificate cannot be used now: say so once per reason."""
+        if why != self._last_error:
+            self._last_error = why
+            logger.warning("HTTP: no HTTPS for manager certificates ({}); the token{} "
+                           "still open the map and the API", why,
+                           " and loopback" if self.loopback_open else "")
+
+    # --- per request -----------------------------------------------------------
+
+    def judge(self, caller: Caller) -> Verdict:
+        v = judge(caller, required=self.required, loopback_open=self.loopback_open,
+                  token=self.token, cluster_id=self.cluster_id)
+        if not v.allowed:
+            self.note_refused(caller)
+        return v
+
+    def note_refused(self, caller: Caller) -> None:
+        """A refused request, logged (throttled)."""
+        if n := self._refused.due():
+            logger.warning("HTTP {} from {} refused (401: no manager certificate, token or "
+                           "session); {} refused since the last such line", caller.path[:80],
+                           caller.peer_ip, n)
+
+    def describe(self) -> str:
+        """One line for the start-up log: who may read what."""
+        if self.cfg.auth == "off":
+            return "http.auth is off: open to anyone who reaches it"
+        if not self.required:
+            return "loopback only: open to local clients (an SSH tunnel from elsewhere)"
+        ways = ["a swarm-manager certificate (HTTPS)"]
+        if self.token is not None:
+            ways.append("the bearer token of http.token_file (/login?token= in a browser)")
+        if self.loopback_open:
+            ways.append("loopback clients")
+        return "everything but /healthz needs " + ", or ".join(ways)
+
+
+def _file_stamp(path: Path) -> tuple[float, int, int]:
+    st = os.stat(path)
+    return st.st_mtime, st.st_ino, st.st_size
