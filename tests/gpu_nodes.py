@@ -95,16 +95,25 @@ def kwargs_for_logs(path: Any) -> dict[str, Any]:
 LOGS = REPO / "artifacts" / "swarm-tests"
 
 
+# The daemon's HTTP token in the tests' configs: a daemon that listens on the manager's
+# bridge address asks who you are (docs/security.md); tests read it with HTTP_AUTH.
+HTTP_TOKEN = "test-http-token-0123456789abcdef"
+HTTP_AUTH = {"Authorization": f"Bearer {HTTP_TOKEN}"}
+
+
 def cfg_file(tmp: Path, swarm: SwarmCluster, **extra: Any) -> Path:
     """A daemon config for the test swarm: the shipped defaults (agents.identity
     swarm-pki: the daemon presents the manager's certificate from its engine's data
-    root) but for the addresses and a fast cycle."""
+    root; http.auth auto, with the token HTTP_TOKEN) but for the addresses and a fast
+    cycle."""
+    token = tmp / "http-token"
+    token.write_text(HTTP_TOKEN + "\n")
     cfg: dict[str, Any] = {
         "docker_host": swarm.manager.docker_host,
         "state_dir": str(tmp / "state"),
         "agents": {"timeout_s": 2},
         "sync": {"interval_s": 1},
-        "http": {"listen": "127.0.0.1:0"},
+        "http": {"listen": "127.0.0.1:0", "token_file": str(token)},
     }
     for k, v in extra.items():
         if isinstance(v, dict):

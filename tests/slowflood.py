@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HALF_HEAD = b"GET /facts HTTP/1.1\r\nHost: x\r\nX-a: "
@@ -153,10 +154,12 @@ def flood(target: str, port: int, srcs: list[str], per_source: int, for_s: float
 
 def start(port: int, srcs: str, per_source: int, for_s: float = 60.0,
           target: str = "127.0.0.1", complete: str | None = None,
-          headers: tuple[str, ...] = (), rcvbuf: int = 0, renew_s: float = 0.0
+          headers: tuple[str, ...] = (), rcvbuf: int = 0, renew_s: float = 0.0,
+          launch: Callable[..., subprocess.Popen[str]] | None = None
           ) -> subprocess.Popen[str]:
     """The flood in a child process, returned once every connection is open (or after
-    10 s, when the server would not take them all)."""
+    10 s, when the server would not take them all). ``launch(argv, **popen_kwargs)``
+    starts it elsewhere (another network namespace); default: here."""
     extra = ["--complete", complete] if complete else []
     for h in headers:
         extra += ["--header", h]
@@ -164,7 +167,7 @@ def start(port: int, srcs: str, per_source: int, for_s: float = 60.0,
         extra += ["--rcvbuf", str(rcvbuf)]
     if renew_s:
         extra += ["--renew-s", str(renew_s)]
-    proc = subprocess.Popen(
+    proc = (launch or subprocess.Popen)(
         [sys.executable, str(Path(__file__).resolve()), str(port), "--sources", srcs,
          "--per-source", str(per_source), "--for-s", str(for_s), "--target", target,
          *extra], stdout=subprocess.PIPE, text=True)

@@ -87,6 +87,8 @@ def _prometheus_config(swarm: SwarmCluster, old_exporter: str, tmp: Any) -> dict
         if "tls_config" in job:  # the agents: the swarm root CA and their token, as documented
             job["tls_config"]["ca_file"] = str(tmp / "swarm-root-ca.crt")
             job["authorization"]["credentials_file"] = str(tmp / "agent-token")
+        elif job["job_name"] == "swarmgpu-daemon":  # the daemon's token (cfg_file's)
+            job["authorization"]["credentials_file"] = str(tmp / "http-token")
         for sd in job["dockerswarm_sd_configs"]:
             sd["host"] = swarm.manager.docker_host
             sd["refresh_interval"] = "2s"

@@ -52,11 +52,13 @@ def test_scrape_config_passes_promtool(tmp_path: Path) -> None:
     if promtool is None:
         pytest.skip("promtool missing: apt-get install prometheus (scripts/setup.sh does)")
     doc = scrape_config()
+    (tmp_path / "ca.crt").write_text("")
+    (tmp_path / "token").write_text("t\n")
     for job in doc["scrape_configs"]:  # type: ignore[attr-defined]
-        if "tls_config" in job:  # promtool opens the files: stand-ins, at documented keys
-            (tmp_path / "ca.crt").write_text("")
-            (tmp_path / "token").write_text("t\n")
+        # promtool opens the files: stand-ins, at documented keys
+        if "tls_config" in job:
             job["tls_config"]["ca_file"] = str(tmp_path / "ca.crt")
+        if "authorization" in job:
             job["authorization"]["credentials_file"] = str(tmp_path / "token")
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(yaml.safe_dump(doc))
@@ -84,3 +86,13 @@ def test_agent_scrape_is_https_with_the_swarm_ca_and_a_token() -> None:
     assert job["tls_config"]["ca_file"] and job["tls_config"]["server_name"] == "swarm-worker"
     assert job["authorization"]["type"] == "Bearer" and job["authorization"]["credentials_file"]
     assert "insecure_skip_verify" not in job["tls_config"]
+
+
+def test_daemon_scrape_sends_the_daemons_token() -> None:
+    """Issue 32: the daemon on the managers' addresses answers /metrics only to its
+    token (or a manager certificate); the stack's secret and this job name one file."""
+    (job,) = [j for j in scrape_config()["scrape_configs"]  # type: ignore[attr-defined]
+              if j["job_name"] == "swarmgpu-daemon"]
+    assert job["authorization"] == {
+        "type": "Bearer", "credentials_file": "/etc/prometheus/swarmgpu-http-token"}
+    assert "docker secret create swarmgpu-http-token" in DEPLOY

@@ -19,6 +19,7 @@ from typing import Any
 import docker
 import pytest
 from gpu_nodes import (
+    HTTP_AUTH,
     LOGS,
     RTX4090,
     agents,
@@ -212,7 +213,8 @@ def _ts(text: str) -> float:
 def _done(swarm: SwarmCluster) -> float:
     """swarmgpu_health_evacuations_total{outcome="done"} on the daemon's /metrics."""
     url = f"http://{swarm.manager.addr}:{API_PORT}/metrics"
-    with urllib.request.urlopen(url, timeout=3) as resp:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=HTTP_AUTH),
+                                timeout=3) as resp:
         text = resp.read().decode()
     key = 'swarmgpu_health_evacuations_total{outcome="done"} '
     return sum(float(ln[len(key):]) for ln in text.splitlines() if ln.startswith(key))

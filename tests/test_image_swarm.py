@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -231,6 +232,15 @@ def test_agent_global_service_feeds_labels(swarm: SwarmCluster, image: dict[str,
             swarm.wait_for(removed, 30, f"config sgfacts-{host} removed")
 
 
+def _status(url: str, headers: dict[str, str] | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),
+                                    timeout=5) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
 def _answers(addr: str, port: int, path: str = "/healthz", scheme: str = "http"
              ) -> dict[str, object] | None:
     ctx = ssl.create_default_context()
@@ -267,6 +277,12 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
                SWARMGPU_DOCKER_DATA_ROOT=f"{byhost}/{{{{.Node.Hostname}}}}",
                SWARMGPU_DOCKER_SOCKET=str(mgr.socket), SWARMGPU_SYNC_INTERVAL_S="2")
     stack = REPO / "stacks" / "swarmgpu.yml"
+    # The one step the stack's header asks before deploying: the daemon HTTP's token.
+    token = "stack-http-token-0123456789"
+    token_file = swarm.base / "swarmgpu-http-token"
+    token_file.write_text(token + "\n")
+    swarm.cli(mgr, "secret", "rm", "swarmgpu-http-token", check=False)
+    swarm.cli(mgr, "secret", "create", "swarmgpu-http-token", str(token_file))
     t0 = time.monotonic()
     res = subprocess.run(["docker", "-H", mgr.docker_host, "stack", "deploy",
                           "--resolve-image", "never", "-c", str(stack), "sgstack"],
@@ -286,6 +302,10 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
             _answers(mgr.addr, 9402)), 30, "the daemon to report itself leader")
         print(f"\nswarmgpu stack up and labelling in {time.monotonic() - t0:.1f} s; "
               f"daemon health {health}", file=sys.stderr)
+        # It listens on 0.0.0.0:9402 and asks who you are: this host is not its loopback.
+        assert _status(f"http://{mgr.addr}:9402/api/v1/cluster") == 401
+        assert _status(f"http://{mgr.addr}:9402/api/v1/cluster",
+                       {"Authorization": f"Bearer {token}"}) == 200
         def daemon_running() -> str | None:
             ps = swarm.cli(mgr, "service", "ps", "--format", "{{.Name}} {{.CurrentState}}",
                            "sgstack_daemon")
@@ -307,5 +327,7 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
         swarm.wait_for(lambda: _answers(mgr.addr, 9402) is None, 60, "the daemon gone")
         stop_s = time.monotonic() - t1
         print(f"swarmgpu stack stopped in {stop_s:.1f} s", file=sys.stderr)
+        swarm.wait_for(lambda: swarm.cli(mgr, "secret", "rm", "swarmgpu-http-token",
+                                         check=False).returncode == 0, 30, "the secret gone")
     # SIGTERM ends both roles at once: not the agent's 10 s grace period and a SIGKILL.
     assert stop_s < 8, f"`docker stack rm` took {stop_s:.1f} s: a role ignores SIGTERM"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from gpu_nodes import (
+    HTTP_AUTH,
     LOGS,
     cfg_file,
     kwargs_for_logs,
@@ -73,8 +74,9 @@ def env(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
 
 
 def http(swarm: SwarmCluster, route: str) -> str:
-    with urllib.request.urlopen(f"http://{swarm.manager.addr}:{HTTP_PORT}{route}",
-                                timeout=3) as resp:
+    req = urllib.request.Request(f"http://{swarm.manager.addr}:{HTTP_PORT}{route}",
+                                 headers=HTTP_AUTH)
+    with urllib.request.urlopen(req, timeout=3) as resp:
         return str(resp.read().decode())
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import GPU_NODES, LOGS, cfg_file, start_agent, start_daemon, stop
+from gpu_nodes import GPU_NODES, HTTP_AUTH, LOGS, cfg_file, start_agent, start_daemon, stop
 from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, tasks_running, wait_running
 
@@ -147,15 +147,16 @@ def variant(rb: dict[str, Any], name: str, swarm: SwarmCluster, **rebalance: Any
     """The fixture's daemon config with other rebalance settings, HTTP reachable from here."""
     cfg = json.loads(Path(rb["cfg"]).read_text())
     cfg["rebalance"].update(rebalance)
-    cfg["http"] = {"listen": f"{swarm.manager.addr}:{API_PORT}"}
+    cfg["http"]["listen"] = f"{swarm.manager.addr}:{API_PORT}"  # its token kept
     path = Path(rb["tmp"]) / f"{name}.yml"
     path.write_text(json.dumps(cfg))
     return path
 
 
 def api(swarm: SwarmCluster, route: str) -> str:
-    with urllib.request.urlopen(f"http://{swarm.manager.addr}:{API_PORT}{route}",
-                                timeout=3) as resp:
+    req = urllib.request.Request(f"http://{swarm.manager.addr}:{API_PORT}{route}",
+                                 headers=HTTP_AUTH)
+    with urllib.request.urlopen(req, timeout=3) as resp:
         return str(resp.read().decode())
 
 

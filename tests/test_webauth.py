@@ -21,6 +21,7 @@ import pytest
 import slowflood
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from paths import REPO
 from test_identity import CLUSTER, pki  # noqa: F401  (pki: the fixture, a swarm-like CA)
 
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
@@ -171,6 +172,20 @@ def test_prop_without_proof_only_healthz_or_an_allowed_loopback(
         return  # hypothesis found the token: proof enough
     if allowed:
         assert path == "/healthz" or (lb_open and is_loopback(ip)), (path, ip, how)
+
+
+def test_the_shipped_stack_asks_who_you_are() -> None:
+    """stacks/swarmgpu.yml: the daemon listens beyond loopback, auth auto (required
+    there), the token from the swarmgpu-http-token secret the header says to create."""
+    from test_webauth_swarm import stack_daemon_env
+
+    env = stack_daemon_env()
+    cfg = load_config(REPO / "stacks" / "swarmgpu-config.yml", env=env)
+    assert cfg.http.listen == "0.0.0.0:9402" and cfg.http.auth == "auto"
+    assert auth_required(cfg.http)
+    assert cfg.http.token_file == "/run/secrets/swarmgpu-http-token"
+    text = (REPO / "stacks" / "swarmgpu.yml").read_text()
+    assert "openssl rand -hex 32 | docker secret create swarmgpu-http-token -" in text
 
 
 # --- over HTTP: the token, the browser's cookie ----------------------------------
