@@ -169,7 +169,7 @@ def test_consolidation_moves_every_holder_or_none() -> None:
     nodes = [node("n1", holds("c", U1[1], 500)), node("n2", n2)]
     svcs = [frac("a", 0.3), frac("b", 0.6), frac("c", 0.5)]
     sig, _ = observe(nodes, T, cfg=cfg)
-    assert sig.nodes["n2"].frag.name == "TRUE" and sig.gpus[U2[0]].idle.name == "TRUE"
+    assert sig.nodes["n2"].frag.name == "TRUE" and sig.gpus[("n2", U2[0])].idle.name == "TRUE"
     assert plan(sig, nodes, svcs, T[-1], cfg) == []
     # With a second half-used GPU (d on GPU 2) both fit: both are proposed, together.
     nodes = [node("n1", {**holds("c", U1[1], 500), **holds("d", U1[2], 300)}), node("n2", n2)]
@@ -197,7 +197,7 @@ def test_consolidation_short_dip_and_busy_gpu_move_nothing() -> None:
 
     for util in (busy, dip):
         sig, _ = observe(nodes, T, util)
-        assert sig.gpus[U2[0]].idle.name != "TRUE"
+        assert sig.gpus[("n2", U2[0])].idle.name != "TRUE"
         assert plan(sig, nodes, svcs, T[-1]) == [], util
     # Idle for the whole window: the move comes.
     late: Util = lambda t, n, i: 5.0 if t >= 6 else busy(t, n, i)  # noqa: E731

@@ -17,6 +17,7 @@ from swarmgpu.core.config import HealthConfig
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.manager.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
 from swarmgpu.manager.gpuhealth import failing_why
+from swarmgpu.manager.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.requests import parse_all as parse_request_labels
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.constraints import parse_all
@@ -71,11 +72,14 @@ def audit(
     extra_checks: Sequence[ServiceCheck] = (),
     generic_resource_kind: str = "",
     node_lost_grace_s: float = HealthConfig().node_lost_grace_s,
+    metrics: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Finding]:
     """``generic_resource_kind``: placement's reservation kind (config); when set, a GPU
     node that does not advertise it needs action, else its absence is only advisory.
     ``node_lost_grace_s``: ``health.node_lost_grace_s``; a GPU node whose agent has been
-    lost that long is ``node-failing`` (the health policy's rule)."""
+    lost that long is ``node-failing`` (the health policy's rule). ``metrics``: each
+    node's scraped samples by UUID (the daemon's; the CLI has none): a page reporting
+    another node's GPU is flagged too."""
     saved_agents = saved_agents or {}
     out: list[Finding] = []
     all_label_keys: set[str] = set()
@@ -143,9 +147,22 @@ def audit(
                     "be placed",
                     key=label_key,
                 ))
+    out.extend(_uuid_findings(snap, metrics))
     for check in extra_checks:
         out.extend(check(snap))
     return out
+
+
+def _uuid_findings(snap: Snapshot, metrics: Mapping[str, Mapping[str, Any]] | None
+                   ) -> list[Finding]:
+    """Each node speaks only for its own GPUs (``gpuowners``): a UUID in two nodes'
+    facts, or on a node's metrics page while another node's facts own it."""
+    host = {n.id: n.hostname for n in snap.nodes}
+    facts = {nid: r.facts for nid, r in snap.facts.items() if r.facts is not None}
+    pages = {nid: list(m) for nid, m in (metrics or {}).items()}
+    return [Finding("gpu-uuid-conflict" if c.where == "facts" else "gpu-uuid-stray",
+                    host.get(c.node_id, c.node_id[:12]), c.message(host), key=c.uuid[:64])
+            for c in uuid_conflicts(facts, pages)]
 
 
 def _health_findings(host: str, facts: Any, grace_s: float) -> list[Finding]:

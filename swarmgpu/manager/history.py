@@ -5,7 +5,9 @@ power; each may be unknown) from the cluster document it just built. Memory is b
 twice: ``history.samples`` per GPU (a ring) and ``history.max_gpus`` GPUs (the GPU not
 seen for longest goes first), so a fleet that grows or churns UUIDs cannot grow it
 without end. One sample costs 24 bytes (a float64 time and four float32 values) in
-preallocated arrays; see docs/gpu-map.md for the measured total.
+preallocated arrays; see docs/gpu-map.md for the measured total. A ring is one node's
+GPU, keyed by (node id, UUID): a node that names another node's GPU UUID writes into a
+ring of its own, never into that GPU's.
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ class History:
         self.limits = limits or HistoryConfig()
         if self.limits.samples < 2 or self.limits.max_gpus < 1:
             raise ValueError("history.samples must be >= 2 and history.max_gpus >= 1")
-        self.rings: OrderedDict[str, Ring] = OrderedDict()  # uuid -> ring, oldest seen first
+        # (node id, uuid) -> ring, oldest seen first
+        self.rings: OrderedDict[tuple[str, str], Ring] = OrderedDict()
         self._lock = threading.Lock()  # the cycle records while HTTP threads query
 
     def record(self, doc: Mapping[str, Any], at: float | None = None) -> None:
@@ -82,17 +85,19 @@ class History:
 
     def _record(self, doc: Mapping[str, Any], at: float) -> None:
         for n in doc.get("nodes", []):
+            node = str(n.get("id") or n.get("hostname"))
             for g in n.get("gpus", []):
                 uuid = g.get("uuid")
                 if not uuid:
                     continue
-                ring = self.rings.get(uuid)
+                key = (node, str(uuid))
+                ring = self.rings.get(key)
                 if ring is None:
-                    ring = self.rings[uuid] = Ring(self.limits.samples)
+                    ring = self.rings[key] = Ring(self.limits.samples)
                     while len(self.rings) > self.limits.max_gpus:
                         self.rings.popitem(last=False)
                 else:
-                    self.rings.move_to_end(uuid)
+                    self.rings.move_to_end(key)
                 ring.node, ring.index = str(n.get("hostname")), int(g.get("index", -1))
                 held = [h["service"] for h in g.get("holders", [])]
                 held += [m["holder"]["service"] for m in g.get("mig", []) if m.get("holder")]
@@ -120,7 +125,7 @@ class History:
         t0 = now - window_s
         out: list[dict[str, Any]] = []
         matched = 0
-        for uuid, r in self.rings.items():
+        for (_, uuid), r in self.rings.items():
             if node is not None and r.node != node:
                 continue
             if service is not None and service not in r.services:

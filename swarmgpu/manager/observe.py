@@ -59,7 +59,7 @@ def attach(daemon: overshare.WatchHost) -> None:
             # whose agent is lost past the grace is node-failing on the map too.
             findings=audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
                            generic_resource_kind=cfg.placement.generic_resource_kind,
-                           node_lost_grace_s=cfg.health.node_lost_grace_s)
+                           node_lost_grace_s=cfg.health.node_lost_grace_s, metrics=metrics)
             + overshare.findings(uses, att.unattributed),
             moves=moves() if moves else None, leader=d.leader,
             zone_label=cfg.placement.zone_label, ungranted=d.last_ungranted,

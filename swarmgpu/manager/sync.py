@@ -16,6 +16,7 @@ from swarmgpu.manager.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.agentbook import AgentBook
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.gpuhealth import HealthBook
+from swarmgpu.manager.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.writes import HeldNodeWrites, HeldWrite, write_each
 from swarmgpu.swarm.cache import SwarmCache
@@ -107,6 +108,7 @@ class LabelSync:
         self.health = HealthBook(cfg.health, cfg.sync.prefix, metrics.registry)
         self.health.load(cfg.state_dir)  # a restarted daemon keeps its hysteresis
         self.held: HeldNodeWrites | None = None  # this cycle's writes, while held
+        self._uuid_warned: set[tuple[str, str]] = set()  # (node id, uuid) said already
 
     def cycle(self, snapshot: Snapshot, *, hold: bool = False) -> CycleReport:
         """Plan every node's labels and write them; with ``hold``, the writes are kept
@@ -158,6 +160,7 @@ class LabelSync:
             self.held = self._hold(todo, snapshot, report)
         else:
             self._write_now(todo, snapshot, report)
+        self._warn_uuid_conflicts(snapshot)
         self.metrics.agents_unreachable.set(unreachable)
         self.metrics.held_changes.set(held)
         off = self.cfg.agents.identity == "none"
@@ -168,6 +171,17 @@ class LabelSync:
                            "agents.identity: swarm-pki (docs/security.md)",
                            self.cfg.agents.port)
         return report
+
+    def _warn_uuid_conflicts(self, snapshot: Snapshot) -> None:
+        """A GPU UUID in two nodes' facts: said once when it starts (gpuowners)."""
+        facts = {nid: r.facts for nid, r in snapshot.facts.items() if r.facts is not None}
+        host = {n.id: n.hostname for n in snapshot.nodes}
+        found = {(c.node_id, c.uuid): c for c in uuid_conflicts(facts)}
+        for key in sorted(set(found) - self._uuid_warned):
+            c = found[key]
+            logger.bind(node=host.get(c.node_id, c.node_id[:12])).warning(
+                "{} {}", host.get(c.node_id, c.node_id[:12]), c.message(host))
+        self._uuid_warned = set(found)
 
     def flush(self) -> None:
         """Write what is held and nobody took (each node alone, as without holding)."""

@@ -101,7 +101,10 @@ class PeerName:
 
 
 def _stamp(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+    except (OverflowError, ValueError, OSError):
+        return "(an unreadable date)"
 
 
 _FIELDS = {"commonName": "cn", "organizationName": "o", "organizationalUnitName": "ou"}

@@ -52,7 +52,7 @@ class Inputs:
     tasks: Sequence[SwarmTask]
     facts: Mapping[str, NodeFacts]
     ledger: Mapping[str, Mapping[str, Holding]]
-    gpus: Mapping[str, GpuSignal]
+    gpus: Mapping[tuple[str, str], GpuSignal]  # (node id, UUID): signals.GpuKey
     node_signals: Mapping[str, NodeSignal]
     cfg: RebalanceConfig
     now: float
@@ -238,7 +238,7 @@ class Context:
         for nid, node in a.nodes.items():  # block GPUs that are not verified free
             f = self.inp.facts[nid]
             for i, gpu in enumerate(f.gpus):
-                sig = self.inp.gpus.get(gpu.uuid)
+                sig = self.inp.gpus.get((nid, gpu.uuid))
                 blocked = sig is None or not self.gpu_ok_as_target(sig, add_util)
                 if only_shared and node.free[i] == node.spec.gpus[i].capacity_milli:
                     blocked = True

@@ -5,6 +5,11 @@ unusable or the GPU missing from it) and one per node (allocation fragmentation 
 the ledger); the trackers of :mod:`swarmgpu.manager.rebalance.windows` turn them into TRUE / FALSE /
 UNKNOWN with hysteresis. Broken, late or missing metrics make a GPU UNKNOWN, and a node
 with any UNKNOWN GPU is not "known": no move starts from or lands on it because of them.
+
+Each node speaks only for its own GPUs (:mod:`swarmgpu.manager.gpuowners`): series and
+signals are keyed by (node id, UUID), a node's page is read only for the GPUs its facts
+list, and a UUID that two nodes' facts list is read only from the node that owned it
+before (this daemon's memory), else from neither (UNKNOWN); both are flagged.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.gpuowners import owners, strays
 from swarmgpu.manager.placement import Holding
 from swarmgpu.manager.rebalance.scrape import NodeScrape
 from swarmgpu.manager.rebalance.windows import (
@@ -26,6 +32,13 @@ from swarmgpu.manager.rebalance.windows import (
 
 UTIL = "util_pct"
 FRAG = "frag_pct"
+
+GpuKey = tuple[str, str]  # (node id, GPU UUID): a node speaks only for its own GPUs
+
+
+def series_key(node_id: str, uuid: str) -> str:
+    """The store's key of one node's GPU (a node's own key is its id alone)."""
+    return f"{node_id}/{uuid}"
 
 
 @dataclass(frozen=True)
@@ -89,8 +102,9 @@ class Signals:
         self.hot = ConditionTracker(self.hot_c, self.store)
         self.idle = ConditionTracker(self.idle_c, self.store)
         self.frag = ConditionTracker(self.frag_c, self.store)
-        self.gpus: dict[str, GpuSignal] = {}
+        self.gpus: dict[GpuKey, GpuSignal] = {}
         self.nodes: dict[str, NodeSignal] = {}
+        self.uuid_owner: dict[str, str] = {}  # uuid -> node id, as of the last cycle
 
     def observe(self, scrapes: Mapping[str, NodeScrape], facts: Mapping[str, NodeFacts],
                 hostnames: Mapping[str, str],
@@ -101,8 +115,10 @@ class Signals:
         for svc, by_node in ledger.items():
             for nid, h in by_node.items():
                 per_node.setdefault(nid, {})[svc] = h
-        gpus: dict[str, GpuSignal] = {}
+        gpus: dict[GpuKey, GpuSignal] = {}
         nodes: dict[str, NodeSignal] = {}
+        own = owners(facts, self.uuid_owner)
+        self.uuid_owner = dict(own.owner)
         for nid, f in facts.items():
             if not f.gpus:
                 continue
@@ -118,19 +134,37 @@ class Signals:
                 warnings.append(f"{host}: {node_why}; node is UNKNOWN, no move from or to it")
             elif sc is not None and sc.error:
                 warnings.append(f"{host}: {sc.error}")
+            if res is not None:
+                for u, other in strays(nid, res.samples_by_uuid, own):
+                    warnings.append(f"{host}: its metrics page reports GPU {u[:64]} of "
+                                    f"{hostnames.get(other, other[:12])}: ignored for that "
+                                    "GPU (a node speaks only for its own)")
             for g in f.gpus:
                 if g.mig_enabled:
                     continue  # MIG GPUs report per instance; they are never moved
-                m = res.samples_by_uuid.get(g.uuid) if res is not None else None
+                ours = own.speaks_for(nid, g.uuid)
+                m = res.samples_by_uuid.get(g.uuid) if res is not None and ours else None
                 util = m.util_pct if m is not None else None
-                self.store.add(g.uuid, UTIL, now, util)
-                hot = self.hot.update(g.uuid, now)
-                idle = self.idle.update(g.uuid, now)
+                key = series_key(nid, g.uuid)
+                self.store.add(key, UTIL, now, util)
+                hot = self.hot.update(key, now)
+                idle = self.idle.update(key, now)
                 why = None
-                if hot is State.UNKNOWN:
+                if shared := own.others(nid, g.uuid):
+                    keeper = own.owner.get(g.uuid)
+                    read = ("here, where it was first" if ours else
+                            f"on {hostnames.get(keeper, keeper[:12])}, where it was first"
+                            if keeper else "on neither")
+                    names = ", ".join(hostnames.get(o, o[:12]) for o in shared)
+                    warnings.append(f"{host}: GPU {g.index} {g.uuid[:64]}: its UUID is in "
+                                    f"the facts of {names} too: read {read} (swarmgpu "
+                                    "audit: gpu-uuid-conflict)")
+                    if not ours:
+                        why = f"its UUID is in the facts of {names} too: read {read}"
+                if ours and hot is State.UNKNOWN:
                     why = node_why or coverage_problem(
-                        self.store.points(g.uuid, UTIL), now, self.hot_c) or "unknown"
-                gpus[g.uuid] = GpuSignal(g.uuid, nid, g.index, util, hot, idle, why)
+                        self.store.points(key, UTIL), now, self.hot_c) or "unknown"
+                gpus[(nid, g.uuid)] = GpuSignal(g.uuid, nid, g.index, util, hot, idle, why)
             frag = fragmentation_pct(f, per_node.get(nid, {}))
             self.store.add(nid, FRAG, now, frag)
             fst = self.frag.update(nid, now)
@@ -139,6 +173,7 @@ class Signals:
                                  if unknown else None)
             nodes[nid] = NodeSignal(nid, host, node_why is None and not unknown, why_n, frag, fst)
         self.gpus, self.nodes = gpus, nodes
-        for key in self.store.keys() - set(gpus) - set(nodes):
+        live = {series_key(n, u) for n, u in gpus} | set(nodes)
+        for key in self.store.keys() - live:
             self.store.forget(key)  # GPUs and nodes that left
         return warnings

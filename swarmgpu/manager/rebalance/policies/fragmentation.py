@@ -170,7 +170,7 @@ def propose(ctx: Context) -> None:
                 and ctx.node_known(node.spec.name))
 
     def gpu_ok(node: NodeState, i: int) -> bool:
-        sig = ctx.inp.gpus.get(ctx.inp.facts[node.spec.name].gpus[i].uuid)
+        sig = ctx.inp.gpus.get((node.spec.name, ctx.inp.facts[node.spec.name].gpus[i].uuid))
         return sig is not None and ctx.gpu_ok_as_target(sig, 0.0)
 
     def task_ok(h: Held, node: NodeState) -> bool:

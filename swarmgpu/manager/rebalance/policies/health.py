@@ -123,7 +123,7 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
     a = alloc.alloc
     for nid, node in a.nodes.items():  # degraded and known-hot GPUs are no target
         for i, gpu in enumerate(ctx.inp.facts[nid].gpus):
-            sig = ctx.inp.gpus.get(gpu.uuid)
+            sig = ctx.inp.gpus.get((nid, gpu.uuid))
             if ((nid, gpu.uuid) in degraded or (sig is not None and sig.hot is State.TRUE)) \
                     and node.free[i] > 0:
                 a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
