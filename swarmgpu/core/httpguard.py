@@ -288,6 +288,12 @@ class GuardedServer(ThreadingHTTPServer):
     request_queue_size = 1024
     max_connections = 256
     reserved = 8
+    # The kernel's send buffer per connection, instead of autotuning up to tcp_wmem's
+    # maximum (4 MiB): a reader that does not read then pins at most this much kernel
+    # memory (twice it, as Linux counts), its answer is stuck (and evictable) sooner,
+    # and 256 connections cannot take a gigabyte of the host's TCP memory. A LAN reader
+    # still gets 256 KiB per round trip.
+    send_buffer_bytes = 256 * 1024
     log_every_s = 10.0  # a flood is logged as one line per this many seconds
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
@@ -365,6 +371,9 @@ class GuardedServer(ThreadingHTTPServer):
             self.shutdown_request(request)
             return
         request.settimeout(WRITE_DEADLINE_S)
+        if self.send_buffer_bytes:
+            with contextlib.suppress(OSError):
+                request.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
         with self._lock:
             self._queued += 1
             spawn = self._queued > self._idle and self._workers < self._most_in_flight()
