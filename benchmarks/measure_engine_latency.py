@@ -14,7 +14,14 @@ runs), and times, through swarmgpu's own SwarmClient, what a daemon cycle calls:
 Needs root (network namespaces). Prints one JSON object; its ``median_ms`` figures are
 the defaults of ``bench_scale.py --latency`` (see ENGINE_LATENCY_MS there).
 
+``--via-proxy`` runs the same calls through ``swarmgpu docker-proxy`` (its own process,
+as the stack runs it, on a unix socket in front of the manager's engine): what the
+strict framing, a connection per call and a write's check against the current spec
+(one more engine read) cost. The labels written are under ``swarmgpu.`` in both modes,
+so both write the same.
+
     sudo .venv/bin/python benchmarks/measure_engine_latency.py --workers 3 --services 40
+    sudo .venv/bin/python benchmarks/measure_engine_latency.py --via-proxy
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 
 from swarm_harness import SwarmCluster  # noqa: E402
 
@@ -73,13 +84,27 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     cluster.start()
     out: dict[str, Any] = {"managers": 1, "workers": args.workers,
                            "start_s": round(time.monotonic() - t0, 1)}
+    proxy = None
     try:
-        swarm = SwarmClient(cluster.manager.docker_host)
+        endpoint = cluster.manager.docker_host
+        if args.via_proxy:
+            sock = Path(tempfile.mkdtemp(prefix="sgproxy")) / "docker.sock"
+            proxy = subprocess.Popen(
+                [sys.executable, "-m", "swarmgpu.cli", "docker-proxy", "--listen",
+                 f"unix://{sock}", "--upstream", endpoint],
+                env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + 60  # its imports take seconds on a busy host
+            while not sock.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            endpoint = f"unix://{sock}"
+        out["via_proxy"] = bool(args.via_proxy)
+        swarm = SwarmClient(endpoint)
         api = cluster.client(cluster.manager).api
         for j in range(args.services):
+            # a label under the prefix: a service the proxy lets the daemon write
             api.create_service({"ContainerSpec": {"Image": "local/busybox:latest",
                                                   "Args": ["sleep", "1d"]}},
-                               name=f"lat{j:03d}", labels={"bench": "latency"},
+                               name=f"lat{j:03d}", labels={"swarmgpu.bench": "latency"},
                                mode={"Replicated": {"Replicas": 0}})
         nodes = [n.id for n in swarm.nodes()]
         services = [s.id for s in swarm.services()]
@@ -89,7 +114,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             def go() -> bool:
                 counter[0] += 1
                 n = counter[0]
-                return swarm.update_node_labels(nid, lambda cur: {**cur, "bench.n": str(n)})
+                return swarm.update_node_labels(nid, lambda cur: {**cur, "swarmgpu.bench-n":
+                                                                      str(n)})
             return go
 
         def bump_service(sid: str) -> Callable[[], bool]:
@@ -98,7 +124,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 n = counter[0]
                 return swarm.update_service_spec(
                     sid, lambda spec: {**spec, "Labels": {**(spec.get("Labels") or {}),
-                                                          "bench.n": str(n)}})
+                                                          "swarmgpu.bench-n": str(n)}})
             return go
 
         r = args.repeats
@@ -119,6 +145,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             [[bump_service(s) for s in services]], args.parallel)
         out["services"] = len(services)
     finally:
+        if proxy is not None:
+            proxy.terminate()
+            _, err = proxy.communicate(timeout=10)
+            out["proxy_refused"] = err.count(b"refused")
         cluster.teardown()
     return out
 
@@ -129,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--services", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--parallel", type=int, default=8, help="threads for the parallel rate")
+    ap.add_argument("--via-proxy", action="store_true",
+                    help="through swarmgpu docker-proxy (in this process)")
     args = ap.parse_args(argv)
     print(json.dumps(measure(args), indent=1))
     return 0

@@ -110,7 +110,7 @@ def test_the_docs_figures_are_the_codes() -> None:
                   "plain hex (≤ 8 digits)",
                   f"more than {dockerproxy.REQUEST_DEADLINE_S:g} s to arrive (408)",
                   f"does not read for {dockerproxy.CLIENT_WRITE_TIMEOUT_S:g} s",
-                  f"at most {dockerproxy.MAX_CONNECTIONS} connections at once (503)"):
+                  f"at most {dockerproxy.MAX_CONNECTIONS} connections at once (503;"):
         assert claim in text, claim
     assert httpframe.ChunkDecoder(1).feed(b"00000001\r\n") == []
     with pytest.raises(httpframe.Refused):

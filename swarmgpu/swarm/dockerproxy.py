@@ -57,8 +57,8 @@ _log = logger.bind(component="docker-proxy")
 REQUEST_DEADLINE_S = 10.0  # the whole request (head and body) from the first byte
 ENGINE_DEADLINE_S = 120.0  # the engine's whole answer (not /events, a stream)
 CLIENT_WRITE_TIMEOUT_S = 30.0  # a client that does not read its answer is dropped
-MAX_CONNECTIONS = 64  # in flight at once; more get 503 at once
-MAX_ANSWER_BYTES = 16 * 1024 * 1024  # an answer the proxy reads whole (specs, /swarm)
+MAX_CONNECTIONS = 32  # in flight at once; more get 503 (the daemon uses ~10)
+MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an answer the proxy reads whole (specs, /swarm)
 _VERSION = re.compile(r"^/v[0-9]{1,2}\.[0-9]{1,3}(?=/)")
 _ID = "[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"  # node/service IDs and names
 _NUMBER = r"[0-9]{1,20}"

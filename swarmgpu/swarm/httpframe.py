@@ -37,7 +37,7 @@ MAX_HEAD_BYTES = 32 * 1024
 MAX_HEADERS = 64
 MAX_LINE_BYTES = 8 * 1024
 MAX_TARGET_BYTES = 4 * 1024
-MAX_BODY_BYTES = 4 * 1024 * 1024  # a service spec is a few KiB; the swarm spec too
+MAX_BODY_BYTES = 1024 * 1024  # a service spec is a few KiB; the swarm spec too
 MAX_CHUNK_LINE = 256
 
 _BARE = re.compile(rb"\r(?!\n)|(?<!\r)\n")
