@@ -12,6 +12,7 @@ tests/test_dockerproxy_swarm.py; the parser alone: tests/test_httpframe.py.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import re
 import socket
@@ -25,6 +26,8 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from paths import REPO
 
 from swarmgpu.manager.proxy_policy import write_checks
@@ -275,6 +278,8 @@ def _send(path: Path, raw: bytes, *, drip: float = 0.0) -> bytes:
                 time.sleep(drip)
         else:
             s.sendall(raw)
+        with contextlib.suppress(OSError):
+            s.shutdown(socket.SHUT_WR)  # all sent: an incomplete request ends here
         out = b""
         try:
             while chunk := s.recv(4096):
@@ -380,6 +385,61 @@ def test_refused_requests_never_reach_the_engine(proxy: Any) -> None:
         assert got.startswith(b"HTTP/1.1 %d " % status), (raw[:60], got)
         assert b"swarmgpu docker-proxy" in got
     assert not engine.seen, "a refused request reached the engine"
+
+
+_SEEDS = [
+    b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\r\n\r\n",
+    b"GET /v1.43/tasks?filters=%7B%7D HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n",
+    b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\nContent-Length: 34\r\n\r\n"
+    b'{"Name": "default", "Labels": {}}\n',
+    b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n21\r\n"
+    b'{"Name": "default", "Labels": {}}\r\n0\r\n\r\n',
+]
+_NOISE = [b"\n", b"\r", b"\r\n", b" ", b"\t", b":", b";", b"%2f", b"/..", b"//", b"0",
+          b"\r\n\r\n", b"Transfer-Encoding: chunked\r\n", b"Content-Length: 3\r\n",
+          b"POST /v1.43/containers/create HTTP/1.1\r\nHost: d\r\nContent-Length: 2\r\n\r\n{}"]
+_HEAD = re.compile(rb"(GET|POST) /v[0-9]{1,2}\.[0-9]{1,3}/(nodes|tasks|swarm|swarm/update)"
+                   rb"(\?[A-Za-z0-9%+._~=&-]+)? HTTP/1\.1\r\nHost: docker\r\n"
+                   rb"(Content-Type: application/json\r\nContent-Length: ([0-9]+)\r\n)?"
+                   rb"Connection: close\r\n\r\n")
+
+
+def _own_form(got: bytes) -> bool:
+    """A request the proxy wrote: its own head, and a write's body the checked JSON
+    with its exact length."""
+    m = _HEAD.match(got)
+    if m is None:
+        return False
+    body = got[m.end():]
+    if m.group(1) == b"GET":
+        return body == b"" and m.group(4) is None
+    return (m.group(2) == b"swarm/update" and int(m.group(5)) == len(body)
+            and json.loads(body) == {"Name": "default", "Labels": {}}
+            and b"rotateWorkerToken=false&rotateManagerToken=false&"
+                b"rotateManagerUnlockKey=false" in got.split(b"\r\n", 1)[0])
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.sampled_from(_SEEDS), edits=st.lists(st.tuples(
+    st.integers(0, 400), st.sampled_from(_NOISE)), max_size=3))
+def test_prop_only_the_proxys_own_requests_reach_the_engine(
+        proxy: Any, seed: bytes, edits: list[tuple[int, bytes]]) -> None:
+    """Whatever a client sends (good requests with smuggling noise put anywhere), each
+    request the engine gets is one the proxy wrote, in its own form, one per
+    connection."""
+    path, engine, _ = proxy
+    raw = seed
+    for at, noise in edits:
+        at %= len(raw) + 1
+        raw = raw[:at] + noise + raw[at:]
+    engine.seen.clear()
+    _send(path, raw)
+    assert len(engine.seen) <= 2  # a write: the proxy's own read, then the write
+    for got in engine.seen:
+        assert _own_form(got), got
+        assert b"containers" not in got
 
 
 def test_a_slow_client_is_cut_at_the_deadline_and_holds_nothing(
