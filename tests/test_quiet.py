@@ -41,7 +41,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
 from swarmgpu.manager.placement.quiet import QuietServices
 from swarmgpu.manager.placement.records import PlacementPlan
-from swarmgpu.manager.placement_step import service_compute
+from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.sharing import env_lines
 from swarmgpu.sim.swarm_replay import Defragmenter, Replay, World
 from swarmgpu.sim.trace import TracePod, load_nodes, load_pods

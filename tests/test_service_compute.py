@@ -8,7 +8,7 @@ import copy
 from typing import Any
 
 from swarmgpu.manager.placement.records import ServicePlan
-from swarmgpu.manager.placement_step import service_compute
+from swarmgpu.manager.placement.specwrite import service_compute
 
 
 def spec() -> dict[str, Any]:

@@ -25,6 +25,9 @@ Exit codes:
   audit                 0 clean or advisories only; 1 findings needing action
                         (--strict: any finding); 2 could not run
   plan, status          0 shown; 2 bad config or the swarm cannot be read
+  apply                 0 written (or nothing held back; --dry-run: shown); 1 a
+                        service unknown, not annotated, or its write failed; 2 bad
+                        config or the swarm cannot be read
   render                0 the stack was written (--check: it is valid); 1 the stack
                         is invalid: every error printed, nothing written; 2 the
                         file, the config or the swarm could not be read
@@ -53,6 +56,7 @@ main.add_command(manager.audit)
 main.add_command(manager.plan)
 main.add_command(manager.render)
 main.add_command(manager.status)
+main.add_command(manager.apply_cmd)
 main.add_command(proxy.docker_proxy)
 main.add_command(sim.simulate)
 main.add_command(sim.simulate_derive)

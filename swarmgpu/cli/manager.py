@@ -363,3 +363,39 @@ def status(config_path: str | None, as_json: bool) -> None:
                                            node_lost_grace_s=cfg.health.node_lost_grace_s),
                         ungranted=rows(find(cfg, snap, p, ImageEnvs(swarm))))
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
+
+
+@click.command("apply")
+@click.option("--service", "services", multiple=True, required=True, metavar="NAME",
+              help="A service whose held-back changes to write (repeatable).")
+@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--dry-run", is_flag=True, default=None,
+              help="Say what would change; write nothing.")
+def apply_cmd(services: tuple[str, ...], config_path: str | None,
+              dry_run: bool | None) -> None:
+    """Write the spec changes swarmgpu holds back for a running service.
+
+    swarmgpu never restarts a running task for a change that is no placement decision
+    (a newer release's env lines, a template, a reservation): `plan` and `audit` list
+    them as held. This writes them now; the service's tasks restart once (Swarm's
+    rolling update). Node labels are left to the daemon.
+    """
+    from swarmgpu.manager.release import release_held
+    from swarmgpu.swarm.client import SwarmClient
+
+    cfg = load_cfg(config_path, dry_run=dry_run or None)
+    setup_logging("WARNING", cfg.log.format)
+    snap = _snapshot(cfg)
+    failed = False
+    for r in release_held(SwarmClient(cfg.docker_host), snap, cfg, services,
+                          dry_run=cfg.dry_run):
+        if r.error:
+            failed = True
+            click.echo(f"swarmgpu apply: {r.error}", err=True)
+        elif not r.changes:
+            click.echo(f"{r.service}: nothing held back")
+        else:
+            verb = "written" if r.written else "would write" if cfg.dry_run else "not written"
+            failed |= not (r.written or cfg.dry_run)
+            click.echo(f"{r.service}: {verb}: {'; '.join(r.changes)}")
+    sys.exit(1 if failed else 0)

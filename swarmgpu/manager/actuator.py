@@ -4,15 +4,20 @@ A plan is made from one snapshot, but the write re-derives it from the labels as
 they are at write time (read-modify-write with the version), so a concurrent
 user's edit between snapshot and write is kept, never overwritten.
 
-``Writes`` is the gate every write of a step passes (label sync's and the mover's): in
-dry-run it refuses the write and says so, whatever the caller forgot to check.
+``Writes`` is the gate every engine write of swarmgpu passes (label sync's, placement's,
+the mover's, preemption's, the over-share restart's, the workload model's; a test scans
+the package for any other). In dry-run it refuses the write and says so, whatever the
+caller forgot to check. A write that would replace a task -- one that changes a
+service's task spec, or removes a gate from a node, which stops the task Swarm runs
+there -- must carry its decision (``Why``): the gate logs the decision with its reason
+and what changes, and refuses such a write without one (logged as an error, counted).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from loguru import logger
 
@@ -20,19 +25,46 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.labels import NodeLabelPlan, plan_node_labels
+from swarmgpu.swarm.taskspec import describe, task_changes
+
+# The decisions that may replace a task (docs/deploy.md, "What restarts a task"):
+# placing a task (a new one, or one that runs without its devices), a rebalancing move,
+# a preemption, an evacuation (failed GPU, a node Swarm will not run it on), the
+# operator's word (a command or a setting that says so), a release (a service gone,
+# scaled down or no longer annotated: nothing of it is meant to run there). ``none``:
+# the writer has checked that no running task is replaced (nothing of the service runs,
+# or a change of placement alone that the nodes its tasks run on satisfy).
+DECISIONS = ("place", "move", "preempt", "evacuate", "operator", "release", "none")
+
+
+class Why(NamedTuple):
+    """A write's decision: one of ``DECISIONS`` and its reason, in words."""
+
+    kind: str
+    reason: str
+
+    def text(self) -> str:
+        return f"{self.kind}: {self.reason}"
 
 
 class Writes:
     """The three writes swarmgpu makes (node labels, a service spec, the swarm object's
     labels), each refused in dry-run. Callers check dry-run first and log what they
     would do; a write that still arrives here in dry-run is a bug, logged as an error
-    and counted in ``refused``."""
+    and counted in ``refused``. ``why``: the decision of this writer's writes that do
+    not name their own (the mover's moves); ``refused_restarts`` counts writes refused
+    because they would replace a task without one."""
 
-    def __init__(self, swarm: SwarmClient, *, dry_run: bool, who: str) -> None:
+    def __init__(self, swarm: SwarmClient, *, dry_run: bool, who: str,
+                 prefix: str = "swarmgpu.", why: Why | None = None) -> None:
         self.swarm = swarm
         self.dry_run = dry_run
         self.who = who
+        self.prefix = prefix
+        self.why = why
         self.refused = 0
+        self.refused_restarts = 0
+        self.decided: list[tuple[str, Why, str]] = []  # (object, decision, what), newest last
 
     def _refuse(self, what: str) -> bool:
         if self.dry_run:
@@ -41,17 +73,68 @@ class Writes:
                          "tried)", self.who, what)
         return self.dry_run
 
+    def _undecided(self, what: str, changes: Sequence[str]) -> None:
+        self.refused_restarts += 1
+        logger.error("{}: refused a write of {} that would replace a task without a "
+                     "decision ({}); a bug: every such write names its reason", self.who,
+                     what, describe(changes))
+
+    def _decided(self, what: str, why: Why, changes: Sequence[str]) -> None:
+        if len(self.decided) >= 200:
+            del self.decided[:100]
+        self.decided.append((what, why, describe(changes)))
+        if why.kind != "none":
+            logger.info("{}: decision ({}) for {}: {}", self.who, why.text(), what,
+                        describe(changes))
+
     def node_labels(self, node_id: str,
-                    compute: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
-        if self._refuse(f"node {node_id} labels"):
+                    compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
+                    why: Why | None = None) -> bool:
+        what = f"node {node_id[:12]} labels"
+        if self._refuse(what):
             return False
-        return self.swarm.update_node_labels(node_id, compute)
+        why = why or self.why
+        gates = self.prefix + "service."
+        closed: list[str] = []
+        undecided = [False]
+
+        def checked(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+            new = compute(cur)
+            closed[:] = [] if new is None else [
+                f"close gate {k}" for k, v in cur.items()
+                if k.startswith(gates) and v == "true" and new.get(k) != "true"]
+            undecided[0] = bool(closed) and why is None
+            return None if undecided[0] else new
+
+        landed = self.swarm.update_node_labels(node_id, checked)
+        if undecided[0]:
+            self._undecided(what, closed)
+        elif landed and closed and why is not None:
+            self._decided(what, why, closed)
+        return landed
 
     def service_spec(self, service_id: str,
-                     compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None]) -> bool:
-        if self._refuse(f"service {service_id} spec"):
+                     compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+                     why: Why | None = None) -> bool:
+        what = f"service {service_id[:12]} spec"
+        if self._refuse(what):
             return False
-        return self.swarm.update_service_spec(service_id, compute)
+        why = why or self.why
+        changes: list[str] = []
+        undecided = [False]
+
+        def checked(cur: Mapping[str, Any]) -> Mapping[str, Any] | None:
+            new = compute(cur)
+            changes[:] = [] if new is None else task_changes(cur, new)
+            undecided[0] = bool(changes) and why is None
+            return None if undecided[0] else new
+
+        landed = self.swarm.update_service_spec(service_id, checked)
+        if undecided[0]:
+            self._undecided(what, changes)
+        elif landed and changes and why is not None:
+            self._decided(what, why, changes)
+        return landed
 
     def swarm_labels(self, compute: Callable[[Mapping[str, str]],
                                              Mapping[str, str] | None]) -> bool:
@@ -84,7 +167,7 @@ class Actuator:
         self.dry_run = dry_run
         self.prefix = prefix
         self.allow_disruptive = allow_disruptive
-        self.writes = Writes(swarm, dry_run=dry_run, who="label sync")
+        self.writes = Writes(swarm, dry_run=dry_run, who="label sync", prefix=prefix)
 
     def label_compute(
         self,

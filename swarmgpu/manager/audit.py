@@ -138,8 +138,9 @@ def audit(
             label_key = c.node_label
             if label_key is None or c.op != "==":
                 continue
-            if label_key.startswith(prefix + "service."):
-                continue  # a placement gate: no node has it until swarmgpu opens it
+            if label_key.startswith(prefix + "service.") or label_key == prefix + "hold":
+                continue  # a placement gate (no node has it until swarmgpu opens it), or
+                # the hold of a stack deployed as written (swarmgpu replaces it)
             if label_key not in all_label_keys:
                 out.append(Finding(
                     "dangling-constraint", svc.name,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 from prometheus_client import Counter, Gauge
 
-from swarmgpu.manager.actuator import Writes
+from swarmgpu.manager.actuator import Why, Writes
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.grants import (
     KIND,
@@ -137,7 +137,9 @@ def void_one(gate: Writes, u: Ungranted, *, prefix: str, managed: bool, grants: 
 
     log = logger.bind(service=u.service)
     try:
-        landed = gate.service_spec(u.service_id, compute)
+        # It restarts the service's tasks: the operator's word (the setting), so decided.
+        landed = gate.service_spec(u.service_id, compute, Why(
+            "operator", f"placement.ungranted: void (GPU access without a grant: {u.reason})"))
     except SwarmError as exc:
         log.error("ungranted GPU access: the void write failed: {}", exc)
         return False
@@ -185,7 +187,8 @@ def attach(daemon: CycleHost) -> None:
                     "dry-run: would write NVIDIA_VISIBLE_DEVICES=void (ungranted GPU access: "
                     "{})", u.reason)
             return
-        gate = Writes(d.swarm, dry_run=cfg.dry_run, who="ungranted GPU access")
+        gate = Writes(d.swarm, dry_run=cfg.dry_run, who="ungranted GPU access",
+                      prefix=prefix)
         managed = managed_names(d.last_placement)
         for u in todo:
             if void_one(gate, u, prefix=prefix, managed=u.service in managed,

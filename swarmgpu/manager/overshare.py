@@ -32,6 +32,7 @@ from loguru import logger
 
 from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.actuator import Why, Writes
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
@@ -421,9 +422,14 @@ class Restarter:
         old = {t.id for t in self.swarm.tasks({"service": s.id})
                if t.node_id == u.node_id and t.desired_state == "running"}
         t0 = self.clock()
+        # Every write through the actuator's gate; the step's dry-run check ran first.
+        writes = Writes(self.swarm, dry_run=self.cfg.dry_run, who="over-share restart",
+                        prefix=p)
+        why = Why("operator", f"placement.overshare: restart (over its GPU share on "
+                              f"{u.hostname}: {u.describe()})")
         try:
-            self.swarm.update_node_labels(
-                u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate})
+            writes.node_labels(
+                u.node_id, lambda cur: {k: v for k, v in cur.items() if k != gate}, why)
             deadline = time.monotonic() + self.wait_s
             while time.monotonic() < deadline:
                 live = {t.id for t in self.swarm.tasks({"service": s.id})
@@ -436,14 +442,14 @@ class Restarter:
                             "reopened anyway", s.name, u.hostname, self.wait_s)
         finally:
             # Reopened whatever happened: a closed gate would keep the service down.
-            self.swarm.update_node_labels(u.node_id, lambda cur: {**cur, gate: "true"})
+            writes.node_labels(u.node_id, lambda cur: {**cur, gate: "true"})
 
         def mark(spec: Mapping[str, Any]) -> Mapping[str, Any]:
             new = dict(spec)
             new["Labels"] = {**(spec.get("Labels") or {}), p + moved_at: f"{self.clock():.0f}"}
             return new
 
-        self.swarm.update_service_spec(s.id, mark)
+        writes.service_spec(s.id, mark)
         log.warning("restarted {}'s task on {} (over its GPU share: {}; tasks {})", s.name,
                     u.hostname, u.describe(), ",".join(u.tasks) or "?")
         self.done.append({"service": s.name, "node": u.hostname, "at": t0,

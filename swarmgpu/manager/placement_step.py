@@ -22,12 +22,14 @@ from swarmgpu.allocator.workload import STATE_KEY, WorkloadError, WorkloadModel,
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.tenants import STACK_LABEL
-from swarmgpu.manager.actuator import Writes
+from swarmgpu.manager.actuator import Why, Writes
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import NO_WAITING, PlacementPlan, Planner, ServicePlan, gate_key
-from swarmgpu.manager.placement.envs import DEVICE_VAR, VOID_LINE
+from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
+from swarmgpu.manager.placement.restarts import HOLD_HINT
+from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.sync import Snapshot
@@ -84,7 +86,8 @@ def store_workload(swarm: Any, cfg: Config, model: WorkloadModel) -> bool:
         return None if labels.get(key) == text else {**labels, key: text}
 
     try:
-        return bool(swarm.update_swarm_labels(compute))
+        return Writes(swarm, dry_run=cfg.dry_run, who="placement",
+                      prefix=cfg.sync.prefix).swarm_labels(compute)
     except SwarmError as exc:
         logger.warning("placement: cannot store the workload model: {}", exc)
         return False
@@ -120,71 +123,6 @@ def make_plan(snap: Snapshot, cfg: Config,
 WORKLOAD_STORE_EVERY_S = 60.0  # one swarm write a minute at most while the model learns
 
 
-def service_compute(sp: ServicePlan) -> Any:
-    """The read-modify-write of one service's spec that applies ``sp``: None when the
-    spec already says it all (no write). The spec given is never changed: each mapping
-    and list on a path ``sp`` changes is copied; the rest is shared with it (a deep copy
-    of every spec took a fifth of ``simulate``'s time outside placement)."""
-
-    def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        new = dict(spec)
-        labels = dict(new.get("Labels") or {})
-        for k in sp.service_labels_remove:
-            labels.pop(k, None)
-        labels.update(sp.service_labels_set)
-        new["Labels"] = labels
-        tt = new["TaskTemplate"] = dict(new.get("TaskTemplate") or {})
-        placement = tt["Placement"] = dict(tt.get("Placement") or {})
-        gone = {c.replace(" ", "") for c in sp.remove_constraints}
-        cons = [c for c in placement.get("Constraints") or [] if c.replace(" ", "") not in gone]
-        for c in sp.add_constraints:
-            if c not in cons:
-                cons.append(c)
-        if cons:
-            placement["Constraints"] = cons
-        if sp.set_max_replicas is not None:
-            placement["MaxReplicas"] = sp.set_max_replicas
-        if sp.force_update:
-            tt["ForceUpdate"] = int(tt.get("ForceUpdate") or 0) + 1
-        if sp.set_generic is not None:
-            kind, count = sp.set_generic
-            resources = tt["Resources"] = dict(tt.get("Resources") or {})
-            reservations = resources["Reservations"] = dict(resources.get("Reservations") or {})
-            others = [g for g in reservations.get("GenericResources") or []
-                      if (g.get("DiscreteResourceSpec") or {}).get("Kind") != kind]
-            reservations["GenericResources"] = [
-                *others, {"DiscreteResourceSpec": {"Kind": kind, "Value": count}}]
-        if sp.set_update_parallelism is not None:
-            update = new["UpdateConfig"] = dict(new.get("UpdateConfig") or {})
-            update["Parallelism"] = sp.set_update_parallelism
-        cs = tt["ContainerSpec"] = dict(tt.get("ContainerSpec") or {})
-        env = list(cs.get("Env") or [])
-        for old, repl in sp.replace_env:
-            # Only swarmgpu's own line, exactly as written, is replaced.
-            env = [repl if x == old else x for x in env]
-        for e in sp.add_env:
-            name = e.split("=", 1)[0] + "="
-            if name == DEVICE_VAR + "=" and VOID_LINE in env:
-                # void (no GPU; placement.ungranted: void writes it) is what the template
-                # gives outside a grant: the template in its place widens nothing.
-                first = env.index(VOID_LINE)
-                env = [e if i == first else x for i, x in enumerate(env)
-                       if i == first or x != VOID_LINE]
-            # A user's own value for the same variable is kept: never overwrite env.
-            elif not any(x.startswith(name) for x in env):
-                env.append(e)
-        if env:
-            cs["Env"] = env
-        if sp.add_mounts:  # placement.grants: mounts; a mount at the same target is kept
-            mounts = list(cs.get("Mounts") or [])
-            have = {m.get("Target") for m in mounts if isinstance(m, Mapping)}
-            mounts += [m for m in sp.add_mounts if m["Target"] not in have]
-            cs["Mounts"] = mounts
-        return None if new == spec else new
-
-    return compute
-
-
 # On the test swarm a force update's old waiting task leaves the list of tasks meant to
 # run 2-6 ms after the update returns, and its replacement appears 50-110 ms after it:
 # a list taken at once may still show the old task (its gate then waits a cycle, safe
@@ -215,11 +153,11 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
             logger.info("dry-run: node {} labels set {} remove {}", nid[:12],
                         plan.node_set.get(nid, {}), plan.node_remove.get(nid, []))
         return 0
-    gate = Writes(swarm, dry_run=dry_run, who="placement")
+    gate = Writes(swarm, dry_run=dry_run, who="placement", prefix=prefix)
     forced = _Forced()
 
     def node_write(nid: str, set_: Mapping[str, str], remove: Sequence[str]) -> int:
-        return write_node(gate, nid, set_, remove, held)
+        return write_node(gate, nid, set_, remove, held, RELEASE if remove else None)
 
     # Phase 1: released gates and ledger entries, and label sync's writes of the nodes
     # placement does not open anything on. Each phase's writes go to different objects:
@@ -265,8 +203,13 @@ class _Forced:
             self.last_at = max(self.last_at, time.monotonic())
 
 
+# Placement closes a gate only where nothing of the service is meant to run any more.
+RELEASE = Why("release", "the service is gone, scaled down, no longer annotated, or "
+                         "re-placed off a node where Swarm would not run it")
+
+
 def write_node(gate: Writes, nid: str, set_: Mapping[str, str], remove: Sequence[str],
-               held: HeldNodeWrites | None) -> int:
+               held: HeldNodeWrites | None, why: Why | None = None) -> int:
     """One node's write: label sync's held change of it first (if any), then placement's
     (``remove``, then ``set_``); 1 when placement's part landed."""
     mine_changed = [False]  # the last call is the one that landed (retries)
@@ -286,7 +229,7 @@ def write_node(gate: Writes, nid: str, set_: Mapping[str, str], remove: Sequence
         part, finish = other.part()
         compute = chain(part, mine)
     try:
-        landed = gate.node_labels(nid, compute)
+        landed = gate.node_labels(nid, compute, why)
     except SwarmError as exc:
         logger.error("placement: node {} label write failed: {}", nid[:12], exc)
         finish(False, str(exc))
@@ -308,7 +251,7 @@ def write_service(gate: Writes, sp: ServicePlan, forced: _Forced) -> bool | None
         return new
 
     try:
-        if not gate.service_spec(sp.id, compute):
+        if not gate.service_spec(sp.id, compute, Why(*sp.decision) if sp.decision else None):
             return False
     except SwarmError as exc:
         log.error("placement: service write failed, gate stays closed: {}", exc)
@@ -369,6 +312,7 @@ def attach(daemon: CycleHost) -> None:
 
     last_store = [0.0]
     said: set[tuple[str, str]] = set()  # tenant limits logged (once while they last)
+    held_said: dict[str, str] = {}  # service -> the held-back note last logged (once each)
     # Label sync's node writes wait for placement's own write of the same node (one
     # write per node per cycle; apply_plan says in which phase). Placement is the first
     # step (cli.manager): the daemon writes what it did not take right after it.
@@ -398,8 +342,16 @@ def attach(daemon: CycleHost) -> None:
             for w in sp.warnings:
                 if w == sp.replaced:  # moved off a node where Swarm would not run it
                     log.warning("{}", w)
+                elif w.startswith(HOLD_HINT):  # logged when it changes, not every cycle
+                    if held_said.get(sp.name) != w:
+                        held_said[sp.name] = w
+                        log.info("{}", w)
                 else:
                     log.info("{}", w)
+            if not sp.held:
+                held_said.pop(sp.name, None)
+        for gone in held_said.keys() - {sp.name for sp in plan.services}:
+            del held_said[gone]
         limits = {(sp.name, why) for sp in plan.services if sp.request is not None
                   for why in sp.request.limits}
         for name, why in sorted(limits - said):  # the labels asked more than the tenant may
@@ -467,8 +419,13 @@ def findings_of(plan: PlacementPlan) -> list[Finding]:
         for host, why in sorted(sp.nodes_waiting.items()):  # global: a node without room
             out.append(Finding("global-node-waiting", sp.name, f"{host}: {why}",
                                advisory=sp.status != "pending"))
+        for c in sp.held:  # would restart a running task: waits (placement.restarts)
+            out.append(Finding("held-change", sp.name,
+                               f"{c}: held back, it would restart its running task; it "
+                               "goes with its next placement, or now with `swarmgpu apply "
+                               f"--service {sp.name}`", advisory=True))
         for w in sp.warnings:
-            if w.startswith("adopted"):
+            if w.startswith("adopted") and not w.startswith(HOLD_ADOPTED):
                 # advisory: the daemon adds the gate and env itself (adopt_ungated)
                 out.append(Finding("ungated", sp.name,
                                    "annotated service without the gate/env in its spec: " +

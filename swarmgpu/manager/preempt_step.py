@@ -43,6 +43,7 @@ from loguru import logger
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.actuator import Why, Writes
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import PlacementPlan, ServicePlan, assign_key, gate_key
 from swarmgpu.manager.placement.keys import DEVICES
@@ -215,9 +216,14 @@ class Preempter:
                 return None
             return {k: val for k, val in cur.items() if k not in drop}
 
+        # Through the actuator's gate, as every write; preemption's own dry-run checks
+        # ran before this (``cycle``), the gate's refuses whatever slipped past them.
+        gate = Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
+                      who="preemption", prefix=prefix)
+        why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
         try:
-            swarm.update_service_spec(v.service_id, service)
-            swarm.update_node_labels(v.node_id, node_labels)
+            gate.service_spec(v.service_id, service, why)
+            gate.node_labels(v.node_id, node_labels, why)
         except SwarmError as exc:
             log.error("preemption of {} failed: {}", v.service, exc)
             return False

@@ -31,6 +31,7 @@ from swarmgpu.manager.placement import (
     env_template,
     env_template_per_node,
     gate_constraint,
+    is_hold,
 )
 from swarmgpu.manager.placement.envs import device_mount_spec, mount_target
 from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all, request_errors
@@ -463,7 +464,8 @@ def render_stack(
     others = [s for s in services if s.name not in mine_names]
     # Gate and env are written into the file, so plan as if they were already there.
     mounts = planner.grants == "mounts"  # the device mount is written into the file too
-    gated = [replace(s, constraints=(*s.constraints, gate_constraint(prefix, s.name)),
+    gated = [replace(s, constraints=(*(c for c in s.constraints if not is_hold(c, prefix)),
+                                     gate_constraint(prefix, s.name)),
                      env=(*s.env, env_template(prefix), *env_lines(prefix)),
                      spec=_with_device_mount(s.spec, prefix) if mounts else s.spec)
              for s in mine]
@@ -491,7 +493,9 @@ def render_stack(
         deploy["labels"] = labels
         placement = _mapping(deploy, "placement", f"{where}.deploy")
         deploy["placement"] = placement
-        cons = _constraints(placement, where)
+        # The hold of a file deployed as written is the daemon's to replace; rendered,
+        # the file carries the gate itself.
+        cons = [c for c in _constraints(placement, where) if not is_hold(c, prefix)]
         gate = gate_constraint(prefix, full)
         if gate not in cons:
             cons.append(gate)

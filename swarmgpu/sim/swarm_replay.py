@@ -58,7 +58,7 @@ from swarmgpu.manager.placement import (
     gate_constraint,
     gate_key,
 )
-from swarmgpu.manager.placement_step import service_compute
+from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.sharing import env_lines
 from swarmgpu.sim.runs import (
     LEVEL_STEP,

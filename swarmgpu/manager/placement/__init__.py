@@ -31,7 +31,8 @@ The package, by responsibility; each module imports only modules listed before i
 (README.md "Layout" says what each owns): ``keys``, ``records``; ``envs``, ``ledger``,
 ``specs``, ``tasks``, ``backoff``, ``generic``; ``cluster``, ``replicas``, ``filters``;
 ``cycle``, ``existing``; ``packing``, ``gating``, ``converge``, ``devicemap``; ``spread``;
-``service``; ``planner``. This module re-exports what the rest of swarmgpu uses.
+``service``; ``specwrite``, ``restarts``; ``planner``. This module re-exports what the
+rest of swarmgpu uses.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ from swarmgpu.manager.placement.keys import (
     devices_key,
     gate_constraint,
     gate_key,
+    hold_constraint,
+    is_hold,
     owned_by_placement,
 )
 from swarmgpu.manager.placement.ledger import (
@@ -99,6 +102,7 @@ __all__ = [
     "DEVICES",
     "GATE",
     "GATE_GRACE_S",
+    "HOLD",
     "MAX_STATE",
     "MOVE_STATE",
     "NO_WAITING",
@@ -122,7 +126,9 @@ __all__ = [
     "env_template_per_node",
     "gate_constraint",
     "gate_key",
+    "hold_constraint",
     "holdings_of",
+    "is_hold",
     "node_spec",
     "owned_by_placement",
     "packed_holding",

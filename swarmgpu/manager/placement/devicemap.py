@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.generic import int_or0
 from swarmgpu.manager.placement.keys import DEVICES, assign_key, devices_key, gate_key
-from swarmgpu.manager.placement.ledger import holdings_of, packed_holding
+from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holding
 from swarmgpu.manager.placement.records import ServicePlan, set_node_labels
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.sharing import SHARE, want_labels
@@ -52,6 +52,7 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
     if sp.service_labels_set and (waiting or not running_on or changed_for_running):
         sp.force_update = True
         gen = s.force_update + 1
+        sp.decision = _decision(s, held, running_on, changed_for_running, cyc)
         if running_on:
             sp.warnings.append("its running replicas restart once (rolling) so that every "
                                "task carries the new device map")
@@ -87,3 +88,26 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
             set_node_labels(cyc.plan, nid, diff)
             sp.node_writes = True
     return all_open
+
+
+def _decision(s: SwarmService, held: Mapping[str, Holding], running_on: Mapping[str, int],
+              changed: bool, cyc: Cycle) -> tuple[str, str]:
+    """Why the ForceUpdate that gives every task the new device map is written: the
+    placement of tasks made before their map, or, where a task runs on GPUs that change
+    under it, a re-placement (an evacuation when a GPU it held has failed)."""
+    if not running_on:
+        return ("place", "placement of its new task(s): made before their device map, "
+                         "replaced before any runs")
+    if not changed:
+        return ("place", "placement of its waiting task(s): made before their device map; "
+                         "ForceUpdate replaces every task, its running one(s) too")
+    ak = assign_key(cyc.prefix, s.name)
+    failed = sorted(cyc.by_id[nid].hostname for nid, h in held.items()
+                    if running_on.get(nid) and (f := cyc.facts.get(nid)) is not None
+                    and any(not g.healthy and g.uuid in cyc.by_id[nid].labels.get(ak, "")
+                            for g in f.gpus))
+    if failed:
+        return ("evacuate", f"a GPU it held on {', '.join(failed)} failed: re-placed on "
+                            "healthy ones, its task restarts there")
+    return ("place", "re-placement: the GPUs it holds where its task runs changed (its "
+                     "request or its replicas did); its task restarts on them")

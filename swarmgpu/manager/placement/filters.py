@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from swarmgpu.manager.placement.generic import generic_count, generic_reservations
-from swarmgpu.manager.placement.keys import GATE
+from swarmgpu.manager.placement.keys import GATE, is_hold
 from swarmgpu.manager.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import node_satisfies, platform_ok
@@ -43,7 +43,8 @@ class SwarmFilters:
 
     def refused(self, s: SwarmService) -> frozenset[str]:
         """Nodes Swarm would refuse the service's task on: its own constraints (not the
-        gate, which swarmgpu opens), platforms and generic resources."""
+        gate, which swarmgpu opens, nor the hold, which it replaces with the gate),
+        platforms and generic resources."""
         got = self.keys.get(s.id)
         if got is None or got[0] != s.version:
             got = (s.version, self._key(s))
@@ -64,8 +65,9 @@ class SwarmFilters:
 
     def _key(self, s: SwarmService) -> ExcludeKey | None:
         gate_prefix = f"node.labels.{self.prefix}{GATE}"
-        cons = tuple(c for c in s.constraints
-                     if not c.replace(" ", "").lower().startswith(gate_prefix.lower()))
+        cons = tuple(c for c in s.constraints  # the gate and the hold are swarmgpu's
+                     if not c.replace(" ", "").lower().startswith(gate_prefix.lower())
+                     and not is_hold(c, self.prefix))
         plats = tuple((str(p.get("OS") or ""), str(p.get("Architecture") or ""))
                       for p in ((s.spec.get("TaskTemplate") or {}).get("Placement") or {})
                       .get("Platforms") or () if isinstance(p, Mapping))

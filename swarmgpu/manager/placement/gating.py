@@ -11,20 +11,26 @@ from swarmgpu.manager.placement.envs import (
     env_template,
     mount_target,
 )
-from swarmgpu.manager.placement.keys import GATE, gate_constraint
+from swarmgpu.manager.placement.keys import GATE, gate_constraint, is_hold
 from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.sharing import missing_env
 from swarmgpu.swarm.client import SwarmService
+
+HOLD_ADOPTED = "adopted its hold"  # a stack deployed as written, on its documented path
 
 
 def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
     """The gate constraint and env template: present, added (adopted), or reported.
     A gate naming another service (a stack rendered or deployed under another name) is
-    replaced: with it the tasks would wait forever. False when the service waits."""
+    replaced: with it the tasks would wait forever. The hold of a stack deployed as
+    written (``<p>hold``) is replaced by the gate, in the same write as the device map,
+    env and template: the task made from the file never runs. False when the service
+    waits."""
     prefix = cyc.prefix
     gate = gate_constraint(prefix, s.name)
     own = f"node.labels.{prefix}{GATE}".lower()
     foreign: list[str] = []
+    holds: list[str] = []
     has_gate = False
     for c in s.constraints:
         bare = c.replace(" ", "")
@@ -32,6 +38,8 @@ def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
             has_gate = True
         elif bare.lower().startswith(own):
             foreign.append(c)
+        elif is_hold(c, prefix):
+            holds.append(c)
     tmpl = env_template(prefix)
     has_env = device_env(prefix, s.env) is not None
     # placement.grants: mounts -- the same lists as a /dev/null mount the toolkit reads
@@ -49,7 +57,7 @@ def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
         if not has_gate:
             sp.add_constraints.append(gate)
         has_gate = True
-    if has_gate and has_env and has_mount:
+    if has_gate and has_env and has_mount and not holds:
         return True
     missing = [x for x, ok in ((f"constraint {gate}", has_gate),
                                (f"env {tmpl}", has_env),
@@ -57,11 +65,19 @@ def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
                if not ok]
     if not cyc.adopt_ungated:
         sp.status, sp.state = "pending", "Pending"
-        sp.reason = ("not gated: add " + " and ".join(missing) +
+        sp.reason = ("held: placement.adopt_ungated is off, so its hold is not replaced; "
+                     "deploy through `swarmgpu render`" if holds else
+                     "not gated: add " + " and ".join(missing) +
                      " to the service (or deploy through `swarmgpu render`)")
         return False
-    sp.warnings.append("adopted: swarmgpu added " + " and ".join(missing) +
-                       "; put them in the stack file so a re-deploy keeps them")
+    if holds:  # the documented path: nothing to advise
+        sp.remove_constraints.extend(holds)
+        sp.warnings.append(f"{HOLD_ADOPTED}: swarmgpu replaced it with constraint {gate}"
+                           + ("" if has_env else f" and added env {tmpl}"))
+    else:
+        sp.warnings.append("adopted: swarmgpu added " + " and ".join(missing) +
+                           "; put them in the stack file so a re-deploy keeps them, or "
+                           f"use the hold (constraint {prefix}hold) instead")
     if not has_gate:
         sp.add_constraints.append(gate)
     if not has_env:

@@ -5,6 +5,11 @@ from __future__ import annotations
 from functools import cache
 
 GATE = "service."
+# The hold: a constraint an annotated stack deployed as written carries instead of the
+# gate. No node ever has the label (label sync owns every other key under the prefix
+# and removes it), so a task made from the file waits; swarmgpu replaces it with the
+# gate when it writes the device map (docs/deploy.md, "Deploying without render").
+HOLD = "hold"
 ASSIGN = "assign."
 DEVICES = "devices."
 MOVE_STATE = "state.move"  # service label: a rebalancing move in progress (JSON)
@@ -22,6 +27,17 @@ def gate_key(prefix: str, service: str) -> str:
 
 def gate_constraint(prefix: str, service: str) -> str:
     return f"node.labels.{gate_key(prefix, service)}==true"
+
+
+def hold_constraint(prefix: str) -> str:
+    return f"node.labels.{prefix}{HOLD}==true"
+
+
+def is_hold(constraint: str, prefix: str) -> bool:
+    """The hold constraint, however spaced (Swarm reads ``a == b`` as ``a==b``) and its
+    value however cased (Swarm compares values case-insensitively, keys exactly)."""
+    key, op, value = constraint.replace(" ", "").partition("==")
+    return bool(op) and key == f"node.labels.{prefix}{HOLD}" and value.lower() == "true"
 
 
 def assign_key(prefix: str, service: str) -> str:

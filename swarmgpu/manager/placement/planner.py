@@ -35,6 +35,7 @@ from swarmgpu.manager.placement.preempt import mark_preempted, serve_key
 from swarmgpu.manager.placement.queues import QueueBook, Quotas
 from swarmgpu.manager.placement.quiet import Quiet, QuietServices
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
+from swarmgpu.manager.placement.restarts import settle_restarts
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskBook, Waiting, tasks_by_service
@@ -151,6 +152,7 @@ class Planner:
         self._last_cycle: Cycle | None = None  # what place_arrivals plans against
         self._arrival_cycle: Cycle | None = None  # its copy, which arrivals write through
         self.model_changed = False  # since the owner last stored the model
+        self.release: set[str] = set()  # services whose held changes are written now
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
         self._label_keys: dict[str, tuple[str, str]] = {}  # service name -> its ledger, gate keys
@@ -450,6 +452,7 @@ class Planner:
                 if self.generic_kind and sp.request is not None and sp.status != "invalid":
                     reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
                 mark_preempted(sp, s, prefix)
+                settle_restarts(sp, s, running.get(s.id, {}), cyc, self.release)
             self.queues.count(r, mine, sp)
             if memo is not None:  # settled when kept, and unchanged since
                 settled[s.id] = memo
@@ -586,6 +589,7 @@ class Planner:
                               self._requests[s.id][2], cyc, tv.slots.get(s.id, {}))
             if self.generic_kind and sp.request is not None and sp.status != "invalid":
                 reserve_generic(sp, s, self.generic_kind, False)
+            settle_restarts(sp, s, {}, cyc)
             plan.services.append(sp)
         return plan
 

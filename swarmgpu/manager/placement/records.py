@@ -62,6 +62,13 @@ class ServicePlan:
     mode: str = "replicated"  # Swarm's service mode (global, replicated-job, global-job)
     nodes_waiting: dict[str, str] = field(default_factory=dict)  # global: host -> why
     progress: str | None = None  # a job's run: "n of m complete, k GPU holding(s) now"
+    # Why this plan's spec write may replace tasks: (kind, reason), a decision the
+    # actuator's gate logs (``actuator.DECISIONS``); None: it changes no task spec.
+    decision: tuple[str, str] | None = None
+    # Task spec changes held back because they would restart a running task without a
+    # decision (placement.restarts): each as it would change the spec. They go with the
+    # service's next decided write, or the operator's ``swarmgpu apply --service``.
+    held: list[str] = field(default_factory=list)
 
     @property
     def needs_service_write(self) -> bool:
@@ -85,6 +92,7 @@ class ServicePlan:
             # with tenants in the config only (manager.tenants): whose, and what was not given
             **({"tenant": self.request.tenant, "limits": list(self.request.limits)}
                if self.request is not None and self.request.tenant else {}),
+            **({"held": list(self.held)} if self.held else {}),
         }
 
 

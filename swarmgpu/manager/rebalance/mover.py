@@ -55,7 +55,7 @@ from loguru import logger
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.actuator import Writes
+from swarmgpu.manager.actuator import Why, Writes
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.placement import (
@@ -244,7 +244,7 @@ class Mover:
                  dry_run: bool, metrics: DaemonMetrics | None = None,
                  clock: Callable[[], float] = time.time,
                  scope: Callable[[MoveState], bool] | None = None,
-                 judge_labels: bool = True) -> None:
+                 judge_labels: bool = True, why: str = "move") -> None:
         # scope: the records this mover advances (None: all); another mover's records,
         # and their services, are left to it. judge_labels: report and repair move labels
         # with no record (one mover does it). The health mover is the second (step.py).
@@ -254,7 +254,11 @@ class Mover:
         self.cfg = cfg
         self.prefix = prefix
         self.dry_run = dry_run
-        self.writes = Writes(swarm, dry_run=dry_run, who="rebalance")
+        # A move closes gates where its tasks run: each write carries the decision
+        # (a rebalancing move; the health mover's are evacuations).
+        self.writes = Writes(swarm, dry_run=dry_run, who="rebalance", prefix=prefix,
+                             why=Why(why, "a rebalancing move" if why == "move" else
+                                     "the health policy moves it off a failed GPU"))
         self.metrics = metrics
         self.clock = clock
         self.recent: deque[MoveRecord] = deque(maxlen=50)

@@ -69,7 +69,8 @@ class Rebalancer:
             daemon.swarm, replace(self.cfg, max_moves_per_cycle=cfg.health.evacuations_per_cycle,
                                   max_moves_per_node=1, cooldown_s=0.0),
             prefix=self.prefix, dry_run=cfg.dry_run, metrics=daemon.metrics,
-            scope=lambda st: st.trigger == Trigger.HEALTH, judge_labels=False)
+            scope=lambda st: st.trigger == Trigger.HEALTH, judge_labels=False,
+            why="evacuate")
         self.health_budget = HealthBudget(cfg.health.evacuations_per_hour)
         self.swarm = daemon.swarm
         self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement

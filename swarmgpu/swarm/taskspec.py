@@ -1,0 +1,88 @@
+"""Which service spec changes make Swarm replace a running task.
+
+Swarm's updater replaces a task when the service's task spec no longer equals the one
+the task was created from (swarmkit ``orchestrator.IsTaskDirty``), with one exception:
+a change of ``Placement`` alone leaves a task where it is when the node it runs on
+satisfies the new constraints. Labels of the service, its mode (replica count) and its
+update config are not part of the task spec: changing them replaces nothing.
+
+``task_changes`` names what a write changes in the task spec (one phrase each, for
+logs, ``plan`` and ``audit``); ``restarts_on`` says whether it would replace a task
+running on a given node. Pure: two specs (and a node) in, an answer out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from swarmgpu.swarm.constraints import NodeLike, node_satisfies, parse_all
+
+
+def _tt(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    return spec.get("TaskTemplate") or {}
+
+
+def _constraints(tt: Mapping[str, Any]) -> list[str]:
+    return list((tt.get("Placement") or {}).get("Constraints") or [])
+
+
+def _diff_keys(a: Mapping[str, Any], b: Mapping[str, Any], skip: tuple[str, ...]) -> list[str]:
+    return sorted(k for k in set(a) | set(b) if k not in skip and a.get(k) != b.get(k))
+
+
+def task_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What ``new`` changes in ``old``'s task spec, one phrase per change ([]: no task
+    of the service is replaced for this write)."""
+    a, b = _tt(old), _tt(new)
+    if a == b:
+        return []
+    out: list[str] = []
+    csa, csb = a.get("ContainerSpec") or {}, b.get("ContainerSpec") or {}
+    ea, eb = list(csa.get("Env") or []), list(csb.get("Env") or [])
+    out += [f"add env {e}" for e in eb if e not in ea]
+    out += [f"remove env {e}" for e in ea if e not in eb]
+    ca, cb = _constraints(a), _constraints(b)
+    out += [f"add constraint {c}" for c in cb if c not in ca]
+    out += [f"remove constraint {c}" for c in ca if c not in cb]
+    fa, fb = int(a.get("ForceUpdate") or 0), int(b.get("ForceUpdate") or 0)
+    if fa != fb:
+        out.append(f"ForceUpdate {fa} -> {fb} (every task is replaced)")
+    out += [f"change {k}" for k in _diff_keys(a, b, ("ForceUpdate", "Placement",
+                                                     "ContainerSpec"))]
+    out += [f"change ContainerSpec.{k}" for k in _diff_keys(csa, csb, ("Env",))]
+    pa, pb = a.get("Placement") or {}, b.get("Placement") or {}
+    out += [f"change Placement.{k}" for k in _diff_keys(pa, pb, ("Constraints",))]
+    return out or ["change the order of its env or constraints"]
+
+
+def placement_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """The task specs differ in ``Placement`` alone (swarmkit
+    ``IsTaskDirtyPlacementConstraintsOnly``)."""
+    a, b = dict(_tt(old)), dict(_tt(new))
+    if a.get("Placement") == b.get("Placement"):
+        return False
+    a.pop("Placement", None)
+    b.pop("Placement", None)
+    return a == b
+
+
+def restarts_on(old: Mapping[str, Any], new: Mapping[str, Any],
+                nodes: Iterable[NodeLike]) -> bool:
+    """Whether writing ``new`` over ``old`` replaces a task that runs (created from
+    ``old``) on one of ``nodes``: any task spec change does, but a change of placement
+    alone does not where the node satisfies the new constraints (a constraint swarmgpu
+    cannot parse counts as unsatisfied, as swarmkit reads a constraint it cannot parse
+    as matching nothing)."""
+    if _tt(old) == _tt(new):
+        return False
+    if not placement_only(old, new):
+        return True
+    cons, bad = parse_all(_constraints(_tt(new)))
+    if bad:
+        return True
+    return not all(node_satisfies(cons, n) for n in nodes)
+
+
+def describe(changes: Sequence[str]) -> str:
+    return "; ".join(changes) if changes else "nothing in its task spec"

@@ -1,0 +1,119 @@
+"""placement.restarts: a plan's task spec changes are a decision or held back; the hold
+of a stack deployed as written; ``render`` of such a file (pure, planner only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from test_forged_state import DGX_F, R4090_F, _node
+from test_write_paths import svc
+
+from swarmgpu.manager.placement import (
+    Holding,
+    Planner,
+    assign_key,
+    devices_key,
+    env_template,
+    env_template_per_node,
+    gate_constraint,
+    gate_key,
+    hold_constraint,
+    is_hold,
+)
+from swarmgpu.manager.render import render_stack
+from swarmgpu.manager.sharing import env_lines
+from swarmgpu.swarm.client import SwarmTask
+
+P = "swarmgpu."
+FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
+U = R4090_F.gpus[0].uuid
+
+
+def half(env: list[str], cons: list[str]) -> Any:
+    return svc("half", {f"{P}gpu-fraction": "0.5", devices_key(P, "n-4090"): U}, env, cons)
+
+
+def nodes(gate: bool = True) -> list[Any]:
+    h = Holding("half", "n-4090", (U,), (500,))
+    return [_node("n-dgx", "gpu-node-1"),
+            _node("n-4090", "gpu-node-2", {assign_key(P, "half"): h.label_value(),
+                                           **({gate_key(P, "half"): "true"} if gate else {})})]
+
+
+def plan_of(services: list[Any], tasks: list[SwarmTask], ns: list[Any] | None = None,
+            release: set[str] | None = None) -> Any:
+    p = Planner(prefix=P)
+    p.release = release or set()
+    plan = p.plan(ns if ns is not None else nodes(), services, tasks, FACTS)
+    return {sp.name: sp for sp in plan.services}
+
+
+RUNNING = [SwarmTask("t1", "id-half", "n-4090", 1, "running", "running", ())]
+WAITING = [SwarmTask("t1", "id-half", "", 1, "pending", "running", ())]
+
+
+def test_new_env_lines_for_a_running_task_are_held() -> None:
+    s = half([env_template_per_node(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID"],
+             [gate_constraint(P, "half")])
+    sp = plan_of([s], RUNNING)["half"]
+    assert [c.split("=", 1)[0] for c in sp.held] == [
+        "add env SWARMGPU_GPU_FRACTION", "add env SWARMGPU_GPU_MEMORY_MIB",
+        "add env CUDA_DEVICE_MEMORY_LIMIT", "add env CUDA_DEVICE_SM_LIMIT"]
+    assert sp.add_env == [] and not sp.force_update
+    assert sp.service_labels_set  # its share labels: written, they restart nothing
+    assert any(w.startswith("held back: it would restart its running task") for w in sp.warnings)
+    assert not any(w.startswith("adopted") for w in sp.warnings)  # nothing was added
+    # Nothing of it runs: nothing to restart, so nothing is held.
+    sp = plan_of([s], WAITING)["half"]
+    assert sp.held == [] and set(env_lines(P)) <= set(sp.add_env)
+    # The operator's word lets it through.
+    sp = plan_of([s], RUNNING, release={"half"})["half"]
+    assert sp.held == [] and sp.decision is not None and sp.decision[0] == "operator"
+
+
+def test_a_gate_constraint_is_added_only_where_its_node_has_the_gate() -> None:
+    env = [env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID", *env_lines(P)]
+    sp = plan_of([half(env, [])], RUNNING)["half"]  # its node has the gate: no restart
+    assert sp.add_constraints == [gate_constraint(P, "half")] and sp.held == []
+    assert sp.decision is not None and sp.decision[0] == "none"
+    sp = plan_of([half(env, [])], RUNNING, nodes(gate=False))["half"]
+    assert sp.add_constraints == [] and sp.held == [
+        f"add constraint {gate_constraint(P, 'half')}"]
+
+
+def test_a_running_task_without_a_device_list_is_placed() -> None:
+    s = svc("loose", {f"{P}gpus": "1"}, ["V=1"], [])
+    t = [SwarmTask("t1", "id-loose", "n-dgx", 1, "running", "running", ())]
+    sp = plan_of([s], t, [_node("n-dgx", "gpu-node-1"), _node("n-4090", "gpu-node-2")])["loose"]
+    assert sp.decision is not None and sp.decision[0] == "place" and sp.held == []
+    assert env_template(P) in sp.add_env
+
+
+def test_the_hold_is_replaced_by_the_gate_in_the_placement_write() -> None:
+    s = svc("web", {f"{P}gpus": "1"}, ["V=1"], [hold_constraint(P), "node.role==worker"])
+    t = [SwarmTask("t1", "id-web", "", 1, "pending", "running", ())]
+    sp = plan_of([s], t, [_node("n-dgx", "gpu-node-1"), _node("n-4090", "gpu-node-2")])["web"]
+    assert sp.status == "placed" and sp.placements
+    assert sp.remove_constraints == [hold_constraint(P)]
+    assert sp.add_constraints == [gate_constraint(P, "web")]
+    assert env_template(P) in sp.add_env and sp.force_update
+    assert sp.decision is not None and sp.decision[0] == "place"
+    assert any(w.startswith("adopted its hold") for w in sp.warnings)
+    assert is_hold("node.labels.swarmgpu.hold == TRUE", P)
+    assert not is_hold("node.labels.swarmgpu.HOLD==true", P)  # keys are exact in Swarm
+    # With adoption off the hold stays: the service waits, and says why.
+    p = Planner(prefix=P, adopt_ungated=False)
+    (sp,) = p.plan([_node("n-dgx", "gpu-node-1")], [s], t, FACTS).services
+    assert sp.status == "pending" and "hold" in (sp.reason or "")
+
+
+def test_render_replaces_the_hold_with_the_gate() -> None:
+    text = yaml.safe_dump({"version": "3.8", "services": {"m": {
+        "image": "x", "deploy": {"labels": {f"{P}gpus": "1"},
+                                 "placement": {"constraints": [hold_constraint(P)]}}}}})
+    out, plan = render_stack(text, "st", [_node("n-dgx", "gpu-node-1")], [], [], FACTS)
+    doc = yaml.safe_load(out.split("\n", 2)[2])
+    assert doc["services"]["m"]["deploy"]["placement"]["constraints"] == [
+        gate_constraint(P, "st_m")]
+    assert plan.services[0].status == "placed"
