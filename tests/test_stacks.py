@@ -3,8 +3,9 @@ stacks/examples/*.yml (annotated GPU services).
 
 Each parses as YAML, `docker stack config` accepts it (when the CLI has that command),
 every example's request labels parse, its gate constraint and env template are exactly
-the documented ones, and `swarmgpu render` places it on a small cluster made of the
-test swarm's two GPU machines (tests/gpu_nodes.py).
+the documented ones (or it carries the hold, to be deployed as written), and `swarmgpu
+render` places it on a small cluster made of the test swarm's two GPU machines
+(tests/gpu_nodes.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from paths import REPO
 
 from swarmgpu.core.config import load_config
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.placement import ORDER_ENV, env_template, gate_constraint
+from swarmgpu.manager.placement import ORDER_ENV, env_template, gate_constraint, hold_constraint
 from swarmgpu.manager.render import render_stack
 from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all
 from swarmgpu.manager.sharing import env_lines
@@ -146,11 +147,14 @@ def test_example_requests_parse_and_are_gated(path: Path) -> None:
         req = parse_all(labels, prefix=P)
         assert not isinstance(req, RequestError), f"{path} {name}: {req}"
         assert isinstance(req, GpuRequest)
-        # The documented gate for `docker stack deploy -c FILE <file stem>`.
         cons = svc["deploy"]["placement"]["constraints"]
-        assert gate_constraint(P, f"{path.stem}_{name}") in cons, (path, name, cons)
         env = svc.get("environment") or []
         assert isinstance(env, list), f"{path} {name}: environment as a list, please"
+        if hold_constraint(P) in cons:  # deployed as written: the daemon adds gate and env
+            assert not any(c.startswith(f"node.labels.{P}service.") for c in cons), cons
+            continue
+        # The documented gate for `docker stack deploy -c FILE <file stem>`.
+        assert gate_constraint(P, f"{path.stem}_{name}") in cons, (path, name, cons)
         assert env_template(P) in env and ORDER_ENV in env, (path, name, env)
         if req.is_fraction:  # the container is told its share (swarmgpu.manager.sharing)
             assert all(e in env for e in env_lines(P)), (path, name, env)

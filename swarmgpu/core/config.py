@@ -93,8 +93,10 @@ class PlacementConfig:
     enabled: bool = True
     """Place services that carry swarmgpu.* request labels."""
     adopt_ungated: bool = True
-    """Add the gate constraint and device env to annotated services that lack them
-    (this restarts their tasks once); false: report them as pending instead."""
+    """Add the gate constraint and device env to annotated services that lack them, and
+    replace the hold constraint of a stack deployed as written with the gate (a task
+    that runs restarts once only when it runs without a device list; other changes to a
+    running task wait: docs/deploy.md); false: report them as pending instead."""
     zone_label: str = "topology.zone"
     """Node label naming a node's failure domain, for zone-prefer/zone-avoid/spread."""
     generic_resource_kind: str = ""
