@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from paths import FIXTURES
 
 from swarmgpu.manager.placement.envs import ORDER_ENV, env_template, env_template_per_node
-from swarmgpu.manager.placement.keys import gate_constraint
+from swarmgpu.manager.placement.keys import gate_constraint, hold_constraint
 from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement_step import service_compute
 from swarmgpu.manager.proxy_policy import (
@@ -71,7 +71,9 @@ def test_every_service_write_placement_makes_passes() -> None:
     sp = ServicePlan("cap_llm", "id1", None, "", "placed", "Active")
     sp.service_labels_set = {P + "devices.n1": "GPU-b", P + "state.max-replicas": "2"}
     sp.service_labels_remove = [P + "gpus"]
-    sp.remove_constraints = ["node.labels.swarmgpu.service.other == true"]
+    cur["TaskTemplate"]["Placement"]["Constraints"].append(hold_constraint(P))
+    sp.remove_constraints = ["node.labels.swarmgpu.service.other == true",
+                             hold_constraint(P)]  # a stack deployed as written
     sp.add_constraints = [gate_constraint(P, "cap_llm2")]
     sp.set_max_replicas = 2
     sp.force_update = True

@@ -9,10 +9,12 @@ write in ``swarmgpu/manager``: placement_step, preempt_step, overshare, rebalanc
   ledger). Role, availability, name and every other label stay as they are; the
   health drain moves services off a node, it never changes the node's availability.
 - service spec: service labels under the prefix; gate constraints
-  (``node.labels.<prefix>service.*``); the env lines swarmgpu writes (the device
-  templates, ``CUDA_DEVICE_ORDER``, the share templates, exact strings); ``ForceUpdate``;
-  ``Placement.MaxReplicas``; ``Mode.Replicated.Replicas`` (moves); discrete generic
-  resource reservations; ``UpdateConfig.Parallelism``; the lines of the variables the
+  (``node.labels.<prefix>service.*``) and the hold of a stack deployed as written
+  (``node.labels.<prefix>hold==true``, which placement replaces with the gate); the env
+  lines swarmgpu writes (the device templates, ``CUDA_DEVICE_ORDER``, the share
+  templates, exact strings); ``ForceUpdate``; ``Placement.MaxReplicas``;
+  ``Mode.Replicated.Replicas`` (moves); discrete generic resource reservations;
+  ``UpdateConfig.Parallelism``; the lines of the variables the
   NVIDIA toolkit reads (``NVIDIA_VISIBLE_DEVICES``, ``DOCKER_RESOURCE_*``) removed or
   set to ``void`` (``placement.ungranted: void``, ``manager.grants``); placement's own
   ``/dev/null`` device mount (``placement.grants: mounts``, exact). Image, other mounts,
@@ -45,7 +47,7 @@ from swarmgpu.manager.placement.envs import (
     env_template,
     env_template_per_node,
 )
-from swarmgpu.manager.placement.keys import GATE
+from swarmgpu.manager.placement.keys import GATE, is_hold
 from swarmgpu.manager.sharing import env_lines
 from swarmgpu.swarm.dockerproxy import WriteChecks
 from swarmgpu.swarm.jsonstrict import first_difference
@@ -116,7 +118,8 @@ def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
         placement.pop("MaxReplicas", None)
         cons = placement.get("Constraints")
         if isinstance(cons, list):
-            placement["Constraints"] = [c for c in cons if not is_gate_constraint(c, prefix)]
+            placement["Constraints"] = [c for c in cons if not is_gate_constraint(c, prefix)
+                                        and not (isinstance(c, str) and is_hold(c, prefix))]
             _drop_empty(placement, "Constraints")
         _drop_empty(tt, "Placement")
     resources = _sub(tt, "Resources")
@@ -191,9 +194,10 @@ def _check(what: str, mask: Callable[[dict[str, Any], str], dict[str, Any]],
                           f"{allowed}")
 
 
-SERVICE_ALLOWED = ("service labels under the prefix, gate constraints, its env lines, "
-                   "device variables voided, its device mount, ForceUpdate, MaxReplicas, "
-                   "Replicas, discrete generic resources, UpdateConfig.Parallelism")
+SERVICE_ALLOWED = ("service labels under the prefix, gate constraints and the hold, its "
+                   "env lines, device variables voided, its device mount, ForceUpdate, "
+                   "MaxReplicas, Replicas, discrete generic resources, "
+                   "UpdateConfig.Parallelism")
 
 
 def is_swarmgpus(spec: Mapping[str, Any], prefix: str) -> bool:
