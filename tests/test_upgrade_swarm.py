@@ -149,6 +149,8 @@ def test_upgrade_keeps_every_task(swarm: SwarmCluster, commit: str, tmp_path: Pa
                        **({"agents": PLAIN_AGENTS} if plain else {}))
     agents = [start_agent(swarm, h, secure=not plain) for h in GPU_NODES]
     log = LOGS / f"upgrade-{commit[:7]}.log"
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log.write_text("")  # this run's only: the checks below read it
     daemon = start_old_daemon(swarm, tree, old_cfg, log)
     names = [f"{st}_s" for st in stacks(plain, share_env)]
     try:
