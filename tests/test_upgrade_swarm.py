@@ -140,12 +140,17 @@ def test_upgrade_keeps_every_task(swarm: SwarmCluster, commit: str, tmp_path: Pa
     plain, share_env = RELEASES[commit]
     tree = old_tree(commit, tmp_path / "old")
     api = swarm.client(swarm.manager).api
-    # Keys every release reads; one state directory, as an upgrade in place keeps it.
-    common: dict[str, Any] = {"sync": {"interval_s": 2}, "state_dir": str(tmp_path / "state")}
+    # Keys every release reads (an older one refuses a key it does not know); one state
+    # directory, as an upgrade in place keeps it.
     (tmp_path / "old-cfg").mkdir()
+    old_cfg = tmp_path / "old-cfg" / "config.yml"
+    old_cfg.write_text(json.dumps({
+        "docker_host": swarm.manager.docker_host, "state_dir": str(tmp_path / "state"),
+        "agents": {"timeout_s": 2}, "sync": {"interval_s": 2},
+        "http": {"listen": "127.0.0.1:0"}}))
     (tmp_path / "new-cfg").mkdir()
-    old_cfg = cfg_file(tmp_path / "old-cfg", swarm, **common)
-    new_cfg = cfg_file(tmp_path / "new-cfg", swarm, **common,
+    new_cfg = cfg_file(tmp_path / "new-cfg", swarm, sync={"interval_s": 2},
+                       state_dir=str(tmp_path / "state"),
                        **({"agents": PLAIN_AGENTS} if plain else {}))
     agents = [start_agent(swarm, h, secure=not plain) for h in GPU_NODES]
     log = LOGS / f"upgrade-{commit[:7]}.log"
