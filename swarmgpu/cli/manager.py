@@ -276,6 +276,8 @@ def render(stack_file: str, stack_name: str | None, output: str,
     """
     from pathlib import Path
 
+    from swarmgpu.core.peertext import escaped
+    from swarmgpu.core.yamlfile import MAX_TEXT
     from swarmgpu.manager.render import StackError, check_stack, render_stack
     from swarmgpu.manager.tenants import Tenants
 
@@ -283,9 +285,11 @@ def render(stack_file: str, stack_name: str | None, output: str,
     setup_logging("WARNING", cfg.log.format)
     name = stack_name or Path(stack_file).stem.split(".")[0]
     try:
-        source = Path(stack_file).read_text()
+        with open(stack_file, encoding="utf-8") as f:
+            source = f.read(MAX_TEXT + 1)  # longer is refused by the loader, unread
     except (OSError, UnicodeDecodeError) as exc:
-        click.echo(f"swarmgpu render: cannot read {stack_file}: {exc}", err=True)
+        click.echo(f"swarmgpu render: cannot read {escaped(stack_file)}: {escaped(exc)}",
+                   err=True)
         sys.exit(2)
     checked = check_stack(source, where=stack_file, prefix=cfg.sync.prefix,
                           zone_label=cfg.placement.zone_label,
@@ -296,9 +300,10 @@ def render(stack_file: str, stack_name: str | None, output: str,
         _render_errors(stack_file, checked.errors)
     if check:
         for note in checked.notes:
-            click.echo(f"swarmgpu render: {note}", err=True)
-        click.echo(f"swarmgpu render: {stack_file}: valid ({len(checked.stack['services'])} "
-                   f"service(s), {len(checked.requests)} GPU request(s))", err=True)
+            click.echo(f"swarmgpu render: {escaped(note)}", err=True)
+        click.echo(f"swarmgpu render: {escaped(stack_file)}: valid "
+                   f"({len(checked.stack['services'])} service(s), {len(checked.requests)} "
+                   "GPU request(s)), fits docker/cli's compose schema 3.8", err=True)
         return
     from swarmgpu.manager.placement_step import facts_by_node, new_planner
     from swarmgpu.manager.rebalance.record import moving
@@ -318,10 +323,11 @@ def render(stack_file: str, stack_name: str | None, output: str,
     for line in text.splitlines()[2:]:  # what render changed, as the file's comment says
         if not line.startswith("# "):
             break
-        click.echo(f"swarmgpu render: {line[2:]}", err=True)
+        click.echo(f"swarmgpu render: {line[2:]}", err=True)  # escaped in the file already
     for sp in p.services:
         if sp.name.startswith(name + "_") and sp.status != "placed":
-            click.echo(f"swarmgpu render: {sp.name} is {sp.status}: {sp.reason}", err=True)
+            click.echo(f"swarmgpu render: {escaped(sp.name)} is {sp.status}: "
+                       f"{escaped(sp.reason)}", err=True)
     if output == "-":
         click.echo(text, nl=False)
     else:
@@ -329,10 +335,12 @@ def render(stack_file: str, stack_name: str | None, output: str,
 
 
 def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:
+    from swarmgpu.core.peertext import escaped  # a hostile file's names reach these lines
+
     for e in errors:
-        click.echo(f"swarmgpu render: {e}", err=True)
-    click.echo(f"swarmgpu render: {stack_file}: {len(errors)} error(s); nothing written",
-               err=True)
+        click.echo(f"swarmgpu render: {escaped(e)}", err=True)
+    click.echo(f"swarmgpu render: {escaped(stack_file)}: {len(errors)} error(s); nothing "
+               "written", err=True)
     sys.exit(1)
 
 

@@ -1,4 +1,12 @@
-"""Reading one YAML (or JSON) file with errors that name the file, and the line."""
+"""Reading one YAML (or JSON) file with errors that name the file, and the line.
+
+Every file swarmgpu reads may come from someone else (a stack to render, a facts or GFD
+file, a config), so it is read as hostile input, bounded before anything is built of it:
+the text's size, the number of nodes once every alias is expanded (a 500-byte "billion
+laughs" file would otherwise become gigabytes downstream), nesting depth and recursive
+aliases. A key given twice in one mapping is refused too, as docker's and Kubernetes'
+YAML readers refuse it: PyYAML would silently keep the last one.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +15,120 @@ from typing import Any
 
 import yaml
 
+MAX_TEXT = 8 * 1024 * 1024  # characters; the largest real file read here is ~100 KiB
+MAX_NODES = 200_000  # nodes once every alias is expanded (a big stack has a few thousand)
+MAX_DEPTH = 100  # nesting; PyYAML's composer recurses per level
+
+# Where each key of a mapping was written: the key's path (mapping keys, list indices)
+# -> 1-based line.
+Lines = dict[tuple[Any, ...], int]
+
 
 def read_yaml(path: Path, what: str, error: type[Exception], *, fmt: str = "YAML") -> Any:
     """The file's parsed content (safe loader); ``error(...)`` naming ``what`` otherwise."""
+    return read_yaml_lines(path, what, error, fmt=fmt)[0]
+
+
+def read_yaml_lines(path: Path, what: str, error: type[Exception], *,
+                    fmt: str = "YAML") -> tuple[Any, Lines]:
+    """``read_yaml`` and the line of every mapping key (``Lines``)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise error(f"{what}: cannot read it ({e.strerror or e})") from e
-    return parse_yaml(text, what, error, fmt=fmt)
+        with path.open(encoding="utf-8") as f:
+            text = f.read(MAX_TEXT + 1)
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise error(f"{what}: cannot read it ({why})") from e
+    return parse_yaml_lines(text, what, error, fmt=fmt)
 
 
 def parse_yaml(text: str, what: str, error: type[Exception], *, fmt: str = "YAML") -> Any:
     """``text`` parsed (safe loader); ``error(...)`` naming ``what`` and the line otherwise."""
+    return parse_yaml_lines(text, what, error, fmt=fmt)[0]
+
+
+def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
+                     fmt: str = "YAML") -> tuple[Any, Lines]:
+    """``parse_yaml`` and the line of every mapping key. Bounded: more than ``MAX_TEXT``
+    characters, ``MAX_NODES`` nodes with aliases expanded, ``MAX_DEPTH`` levels, a
+    recursive alias or a duplicate key is ``error(...)`` naming the limit or the key."""
+    if len(text) > MAX_TEXT:
+        raise error(f"{what}: larger than {MAX_TEXT // (1024 * 1024)} MiB; not read")
+    loader: yaml.SafeLoader | None = None
     try:
-        return yaml.safe_load(text)
+        loader = yaml.SafeLoader(text)  # refuses unprintable characters already here
+        try:
+            node = loader.get_single_node()
+        except RecursionError:
+            raise error(f"{what}: nested too deeply to read (more than {MAX_DEPTH} "
+                        "levels)") from None
+        if node is None:
+            return None, {}
+        lines: Lines = {}
+        _check_tree(node, what, error, lines)
+        return loader.construct_document(node), lines
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise error(f"{what}: not valid {fmt}{at}: {e}") from e
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines) -> None:
+    """Refuse what would blow up once built; record every key's line. Iterative (the
+    depth is checked, not left to Python's stack) and linear in the distinct nodes: an
+    alias is a second reference to a node already composed, whose expanded size is
+    known once (``sizes``)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    # (node, depth, path or None for a node reached again through an alias)
+    stack: list[tuple[yaml.Node, int, tuple[Any, ...] | None, bool]] = [(root, 0, (), False)]
+    while stack:
+        node, depth, path, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            size = 1 + sum(sizes[id(c)] for c in _children(node))
+            if size > MAX_NODES:
+                raise error(f"{what}: more than {MAX_NODES} values once its aliases are "
+                            f"expanded (line {node.start_mark.line + 1}); not read (an "
+                            "alias bomb, or a file far larger than any swarmgpu reads)")
+            sizes[key] = size
+            continue
+        if key in open_:
+            raise error(f"{what}: an alias at line {node.start_mark.line + 1} refers to a "
+                        "node that contains it (a recursive alias); not read")
+        if key in sizes:
+            continue  # an alias of a node already checked: its size is known
+        if depth > MAX_DEPTH:
+            raise error(f"{what}: nested more than {MAX_DEPTH} levels deep at line "
+                        f"{node.start_mark.line + 1}; not read")
+        open_.add(key)
+        stack.append((node, depth, path, True))
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[tuple[str, str], int] = {}
+            for k, v in node.value:
+                sub: tuple[Any, ...] | None = None
+                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                    line = k.start_mark.line + 1
+                    if (k.tag, k.value) in seen:
+                        raise error(f"{what}: key {k.value!r} given twice in one mapping "
+                                    f"(lines {seen[k.tag, k.value]} and {line}); keep one")
+                    seen[k.tag, k.value] = line
+                    if path is not None:
+                        sub = (*path, k.value)
+                        lines.setdefault(sub, line)
+                stack.append((v, depth + 1, sub, False))
+                stack.append((k, depth + 1, None, False))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                stack.append((item, depth + 1, None if path is None else (*path, i), False))

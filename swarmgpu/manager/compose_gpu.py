@@ -1,11 +1,13 @@
 """Compose's own GPU reservations, read as a swarmgpu request (for `swarmgpu render`).
 
-Two spellings reach a stack file: Compose's device request
+Three spellings reach a stack file: Compose's device request
 (``deploy.resources.reservations.devices: [{driver: nvidia, count: 1, capabilities:
 [gpu]}]``, which `docker stack deploy` refuses: "Additional property devices is not
-allowed"), and Swarm's generic resources (``generic_resources: [{discrete_resource_spec:
-{kind: NVIDIA-GPU, value: 1}}]``, which Swarm accepts and counts). Both become
-``swarmgpu.gpus``; the device request is then removed, the generic reservation kept.
+allowed"), the Compose specification's service-level ``gpus: all`` / ``gpus: N`` / ``gpus:
+[device requests]`` (not in the v3 schema either), and Swarm's generic resources
+(``generic_resources: [{discrete_resource_spec: {kind: NVIDIA-GPU, value: 1}}]``, which
+Swarm accepts and counts). All become ``swarmgpu.gpus``; the device request and ``gpus``
+are then removed, the generic reservation kept.
 Pure: one service's reservations and labels in, what to change and why out
 (docs/requests.md, "Compose GPU reservations").
 """
@@ -31,6 +33,7 @@ class ComposeGpu:
     labels: dict[str, str] = field(default_factory=dict)  # request labels to add
     env: dict[str, str] = field(default_factory=dict)  # env to add unless the user set it
     drop_devices: bool = False  # remove reservations.devices (Swarm refuses the key)
+    drop_gpus: bool = False  # remove the service's `gpus` (not in the v3 schema)
     notes: list[str] = field(default_factory=list)  # what was done, for the file's comment
     errors: list[str] = field(default_factory=list)  # each names the service and key
 
@@ -117,46 +120,69 @@ def _generic(raw: object, kinds: tuple[str, ...]) -> tuple[str, int] | None:
     return None
 
 
+_ABSENT: Any = object()
+
+
+def _gpus_entries(gpus: object) -> object:
+    """The service-level ``gpus`` as device requests: ``all`` and ``N`` (as ``docker run
+    --gpus`` reads them), or the Compose specification's list of device requests."""
+    if isinstance(gpus, str | int) and not isinstance(gpus, bool):
+        return [{"capabilities": ["gpu"], "count": gpus}]
+    return gpus
+
+
 def read_gpu_reservations(
     reservations: Mapping[str, Any], labels: Mapping[str, str], where: str, *,
     prefix: str = "swarmgpu.", kind: str = "", node_gpus: int | None = None,
+    gpus: object = _ABSENT,
 ) -> ComposeGpu:
     """One service's GPU reservations as request labels.
 
     ``where``: the service (``services.NAME``). ``kind``: the configured generic
     resource kind (placement.generic_resource_kind), a GPU kind besides the usual ones.
     ``node_gpus``: the most GPUs one node of the swarm has, what ``count: all`` becomes;
-    None offline (``render --check``), where it is only checked.
+    None offline (``render --check``), where it is only checked. ``gpus``: the
+    service's own ``gpus`` key, when it has one.
     """
     out = ComposeGpu()
     at = f"{where}.deploy.resources.reservations"
     key = prefix + "gpus"
     asked: list[tuple[str, int | str]] = []
+    generic = _generic(reservations.get("generic_resources"), gpu_kinds(kind))
+    sources = []
     if "devices" in reservations:
         out.drop_devices = True
-        n = _devices(reservations["devices"], f"{at}.devices", out)
+        sources.append((f"{at}.devices", reservations["devices"]))
+    if gpus is not _ABSENT:
+        out.drop_gpus = True
+        if not isinstance(gpus, list) and _count(gpus) is None:
+            out.errors.append(f"{where}.gpus: {gpus!r} is not 'all', a whole number >= 1 "
+                              "or a list of device requests")
+            return out
+        sources.append((f"{where}.gpus", _gpus_entries(gpus)))
+    for w, entries in sources:
+        n = _devices(entries, w, out)
         if n is None:
             return out
         if n == "all":
-            other = _generic(reservations.get("generic_resources"), gpu_kinds(kind))
-            if labels.get(key) is not None or other is not None:
-                out.errors.append(f"{at}.devices: count all and another count ("
-                                  + (f"{key}" if labels.get(key) is not None else
-                                     f"generic_resources {other[0] if other else ''}")
-                                  + "); give one count")
+            others = [f"{key}"] if labels.get(key) is not None else []
+            others += [f"generic_resources {generic[0]}"] if generic is not None else []
+            others += [o for o, _ in sources if o != w]
+            if others:
+                out.errors.append(f"{w}: count all and another count ({', '.join(others)}); "
+                                  "give one count")
                 return out
             if node_gpus is None:
-                out.notes.append(f"{at}.devices: count all: checked only; rendering makes it "
+                out.notes.append(f"{w}: count all: checked only; rendering makes it "
                                  f"{key} = the most GPUs one node of the swarm has")
                 n = 1  # any valid amount, to check the rest of the request
             elif node_gpus < 1:
-                out.errors.append(f"{at}.devices: count all: no node of the swarm reports "
+                out.errors.append(f"{w}: count all: no node of the swarm reports "
                                   "GPUs, so 'all' names none; give a count")
                 return out
             else:
                 n = node_gpus
-        asked.append((f"{at}.devices", n))
-    generic = _generic(reservations.get("generic_resources"), gpu_kinds(kind))
+        asked.append((w, n))
     if generic is not None:
         asked.append((f"{at}.generic_resources {generic[0]}", generic[1]))
     if not asked:
@@ -175,6 +201,10 @@ def read_gpu_reservations(
     if out.drop_devices:
         out.notes.append(f"{at}.devices became {key}: \"{count}\" and was removed "
                          "(`docker stack deploy` refuses devices under reservations)")
+    if out.drop_gpus:
+        out.notes.append(f"{where}.gpus became {key}: \"{count}\" and was removed "
+                         "(`docker stack deploy` refuses the key: compose format 3.8 has "
+                         "no gpus, and Swarm no device requests)")
     if generic is not None:
         env = f"DOCKER_RESOURCE_{generic[0].upper()}"
         out.notes.append(

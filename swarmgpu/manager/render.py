@@ -20,8 +20,17 @@ from typing import Any, TypeVar
 import yaml
 
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.peertext import escaped
 from swarmgpu.core.tenants import STACK_LABEL
+from swarmgpu.core.yamlfile import parse_yaml
 from swarmgpu.manager.compose_gpu import read_gpu_reservations
+from swarmgpu.manager.composefile import (
+    check_service_keys,
+    check_top_level,
+    check_version,
+    owned_key_errors,
+    schema_errors,
+)
 from swarmgpu.manager.placement import (
     DEVICES,
     ORDER_ENV,
@@ -52,13 +61,22 @@ class StackError(ValueError):
 
 
 def load_stack(text: str, where: str = "stack") -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise StackError(f"{where}: not valid YAML: {exc}") from exc
+    """The stack file parsed (bounded: core.yamlfile), every alias made a copy of its
+    own, so that what render writes into one service never lands in another."""
+    data = _unshared(parse_yaml(text, where, StackError))
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         raise StackError(f"{where}: a stack file needs a top-level 'services:' mapping")
     return data
+
+
+def _unshared(v: Any) -> Any:
+    """``v`` with every mapping and list copied, shared ones once per place they appear
+    (the size is bounded by the loader's expanded-node limit)."""
+    if isinstance(v, dict):
+        return {k: _unshared(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_unshared(x) for x in v]
+    return v
 
 
 def _labels(deploy: Mapping[str, Any], where: str) -> dict[str, str]:
@@ -261,23 +279,29 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
                 tenants: Tenants | None = None, stack_name: str | None = None,
                 ) -> CheckedStack:
     """Parse the whole file and check every service: its shape, everything Swarm's
-    scheduler reads, its GPU request. Offline and pure (``render --check``); every
-    error is collected, none stops the others. ``node_gpus``: what a Compose ``count:
-    all`` becomes (the most GPUs one node has); None: checked only. ``classes``: the
-    config's priority classes (None: the defaults). ``tenants``: the config's
-    (``manager.tenants``), with the name the stack is deployed as: a request above its
-    tenant's limits is an error here (the daemon would cap it)."""
+    scheduler reads, its GPU request, the keys Swarm refuses or ignores (composefile),
+    then the whole file against docker/cli's compose schema. Offline and pure (``render
+    --check``); every error is collected, none stops the others. ``node_gpus``: what a
+    Compose ``count: all`` becomes (the most GPUs one node has); None: checked only.
+    ``classes``: the config's priority classes (None: the defaults). ``tenants``: the
+    config's (``manager.tenants``), with the name the stack is deployed as: a request
+    above its tenant's limits is an error here (the daemon would cap it).
+    ``stack_name``: also what a placement gate in the file must name (its own)."""
     try:
-        stack = copy.deepcopy(load_stack(text, where))
+        stack = load_stack(text, where)
     except StackError as exc:
         return CheckedStack({}, errors=exc.errors)
     out = CheckedStack(stack)
+    out.errors, out.notes = check_version(stack, where)
+    out.errors += check_top_level(stack)
     for svc_name, svc in stack["services"].items():
         _check_service(out, str(svc_name), svc, prefix, zone_label, generic_kind, node_gpus,
-                       classes)
+                       classes, stack_name)
         if tenants is not None and stack_name is not None:
             _check_tenant(out, str(svc_name), svc, prefix, zone_label, classes, tenants,
                           stack_name)
+    if not out.errors:  # the schema's complaints about a broken service add nothing
+        out.errors += schema_errors(stack)
     return out
 
 
@@ -313,14 +337,16 @@ def _try(errs: list[str], default: T, fn: Callable[..., T], *args: Any) -> T:
 
 def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                    zone_label: str, generic_kind: str, node_gpus: int | None,
-                   classes: Mapping[str, int] | None = None) -> None:
+                   classes: Mapping[str, int] | None = None, stack: str | None = None
+                   ) -> None:
     """One service of ``check_stack``: its errors and notes into ``out``; its Compose
     GPU reservation made a request, in place."""
     w = f"services.{svc_name}"
     if not isinstance(svc, dict):
         out.errors.append(f"{w}: expected a mapping")
         return
-    errs: list[str] = []
+    errs, notes = check_service_keys(svc, w)
+    out.notes += notes
     none: dict[str, Any] = {}
     deploy = _try(errs, None, _mapping, svc, "deploy", w)
     if deploy is None:
@@ -330,7 +356,8 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
     resources = _try(errs, none, _mapping, deploy, "resources", f"{w}.deploy")
     res = _try(errs, none, _mapping, resources, "reservations", f"{w}.deploy.resources")
     gpu = read_gpu_reservations(res, labels or {}, w, prefix=prefix, kind=generic_kind,
-                                node_gpus=node_gpus)
+                                node_gpus=node_gpus, **({"gpus": svc["gpus"]}
+                                                        if "gpus" in svc else {}))
     errs += gpu.errors
     out.notes += gpu.notes
     if gpu.drop_devices:  # Swarm refuses the key, whatever its value
@@ -339,9 +366,12 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
             del resources["reservations"]
         if not resources:
             del deploy["resources"]
+    if gpu.drop_gpus:
+        del svc["gpus"]
     if labels is not None and gpu.labels:
         labels.update(gpu.labels)
         deploy["labels"] = labels
+        svc["deploy"] = deploy  # a service with only `gpus` had no deploy yet
     if gpu.env:
         _add_env(svc, gpu.env)
     _try(errs, None, _env_list, svc, w)
@@ -351,6 +381,8 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
     placement = _try(errs, none, _mapping, deploy, "placement", f"{w}.deploy")
     for check in (_constraints, _preferences, _max_replicas):
         _try(errs, None, check, placement, w)
+    errs += owned_key_errors(labels or {}, _try([], [], _constraints, placement, w), w,
+                             prefix, f"{stack}_{svc_name}" if stack is not None else None)
     _try(errs, None, _platforms, svc, w)
     _try(errs, None, _reservations, deploy, w)
     if labels is not None:
@@ -532,7 +564,9 @@ def render_stack(
             svc["environment"] = lst
         if mounts:
             _add_device_mount(svc, prefix)
+    if bad := schema_errors(out):  # what render added must fit the schema too
+        raise StackError(bad)
     header = "# rendered by swarmgpu: GPU placement resolved; deploy with\n" \
-             f"#   docker stack deploy -c - {name}\n"
-    header += "".join(f"# {' '.join(n.split())}\n" for n in checked.notes)
+             f"#   docker stack deploy -c - {escaped(name)}\n"
+    header += "".join(f"# {escaped(' '.join(n.split()))}\n" for n in checked.notes)
     return header + yaml.safe_dump(out, sort_keys=False, width=1000), plan

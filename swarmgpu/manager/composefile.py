@@ -1,0 +1,195 @@
+"""The Compose file `docker stack deploy` takes, as `swarmgpu render` writes it.
+
+- The format version: every engine the README supports (19.03 and later) must accept the
+  file, so it is 3.8 (what 19.03 knows) unless the file asks for another 3.x that the
+  output still fits. A docker CLI before 23.0 refuses a file with no ``version``
+  ("unsupported Compose file version: 1.0", docker/cli#2475).
+- docker/cli's own JSON schema for 3.8, vendored in ``schema/`` with its licence
+  (``schema/SOURCES.md``): the output is checked against it, as the CLI will check it.
+- The keys Swarm ignores (docker/cli's ``UnsupportedProperties`` and
+  ``DeprecatedProperties``, and those older engines ignore) are reported; the ones the
+  CLI refuses (``ForbiddenProperties``, and Compose-specification keys that format 3.8
+  does not have) are errors, each with its fix.
+- The keys the daemon owns (its state and device labels, another service's placement
+  gate) are errors in the input: only the daemon writes them.
+Pure: a parsed stack in, errors and notes out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from swarmgpu.manager.placement import DEVICES, GATE
+from swarmgpu.manager.sharing import SHARE
+
+COMPOSE_VERSION = "3.8"
+SCHEMA_FILE = Path(__file__).with_name("schema") / "config_schema_v3.8.json"
+
+# docker/cli cli/compose/types/types.go UnsupportedProperties (20.10 and later) and
+# DeprecatedProperties: `docker stack deploy` prints "Ignoring unsupported options" and
+# deploys without them. depends_on it drops without a word. Each with what to do instead.
+SWARM_IGNORES: dict[str, str] = {
+    "build": "Swarm does not build: build and push the image first, then name it in image",
+    "cgroup_parent": "Swarm sets no cgroup parent",
+    "container_name": "Swarm names the containers (<stack>_<service>.<slot>.<task>)",
+    "depends_on": "Swarm starts services in no order: make each one wait for what it "
+                  "needs (a retry loop or a healthcheck)",
+    "devices": "Swarm passes no devices: a GPU is asked for with swarmgpu.gpus (or "
+               "deploy.resources.reservations.devices, which render translates); other "
+               "devices need a bind mount",
+    "domainname": "Swarm sets no domain name",
+    "expose": "services on the same overlay network reach each other on every port",
+    "external_links": "use a shared overlay network",
+    "ipc": "Swarm sets no IPC mode (NCCL over shared memory needs a tmpfs mount at "
+           "/dev/shm instead)",
+    "links": "services on the same network reach each other by service name",
+    "mac_address": "Swarm sets no MAC address",
+    "network_mode": "Swarm uses the stack's networks (networks:)",
+    "pid": "Swarm sets no PID namespace mode",
+    "privileged": "Swarm runs no privileged container: grant what is needed with "
+                  "cap_add (Docker 20.10 and later)",
+    "restart": "use deploy.restart_policy",
+    "security_opt": "Swarm sets no security options",
+    "shm_size": "mount a tmpfs at /dev/shm instead (volumes: - type: tmpfs, target: "
+                "/dev/shm, tmpfs: {size: BYTES})",
+    "userns_mode": "Swarm sets no user namespace mode",
+}
+# Keys a docker CLI before 20.10 also ignored (its UnsupportedProperties then).
+IGNORED_BEFORE_20_10 = ("cap_add", "cap_drop", "ulimits")
+
+# docker/cli ForbiddenProperties: `docker stack deploy` refuses the file.
+CLI_REFUSES: dict[str, str] = {
+    "extends": "docker stack deploy does not implement extends: write the keys out",
+    "volume_driver": "define a volume under the top-level volumes: with its driver, and "
+                     "mount it",
+    "volumes_from": "define a volume under the top-level volumes: and mount it in each "
+                    "service that shares it",
+    "cpu_quota": "use deploy.resources.limits.cpus",
+    "cpu_shares": "use deploy.resources.limits.cpus",
+    "cpuset": "use deploy.resources (Swarm cannot pin CPUs)",
+    "mem_limit": "use deploy.resources.limits.memory",
+    "memswap_limit": "use deploy.resources.limits.memory",
+    # Compose-specification keys that format 3.8 does not have (the CLI's schema check
+    # refuses them); gpus is translated before this is checked.
+    "cgroupns_mode": "Compose format 3.8 has no cgroupns_mode, and Swarm would ignore it; "
+                     "remove it",
+    "runtime": "Swarm has no per-service runtime: make nvidia the engine's default-runtime "
+               "on the GPU nodes (swarmgpu node-config; swarmgpu doctor checks it) and "
+               "remove runtime",
+}
+
+_OWNED_LABELS = ("state.", DEVICES, SHARE)
+
+
+def version_of(stack: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``"3.8"`` -> (3, 8); ``"3"`` -> (3, 0); None when absent or not a version."""
+    v = stack.get("version")
+    m = re.fullmatch(r"(\d{1,3})(?:\.(\d{1,3}))?", str(v).strip()) \
+        if isinstance(v, str | int | float) and not isinstance(v, bool) else None
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
+def check_version(stack: dict[str, Any], where: str) -> tuple[list[str], list[str]]:
+    """Set the stack's ``version`` to what every supported engine takes; (errors, notes)."""
+    if "version" not in stack:
+        rest = list(stack.items())  # the version first, where people look for it
+        stack.clear()
+        stack["version"] = COMPOSE_VERSION
+        stack.update(rest)
+        return [], [f"version: \"{COMPOSE_VERSION}\" added: a docker CLI before 23.0 "
+                    "refuses a stack file without one"]
+    got = version_of(stack)
+    if got is None or got[0] != 3:
+        return [f"{where}: version {stack['version']!r}: docker stack deploy takes "
+                f"Compose format 3 only; write version: \"{COMPOSE_VERSION}\""], []
+    if got != (3, 8):
+        old = stack["version"]
+        stack["version"] = COMPOSE_VERSION
+        why = ("render writes keys of 3.8 (max_replicas_per_node)" if got < (3, 8) else
+               "Docker 19.03, the oldest engine swarmgpu supports, knows 3.8 at most")
+        return [], [f"version: {old!r} became \"{COMPOSE_VERSION}\": {why}"]
+    stack["version"] = COMPOSE_VERSION  # 3.8 as a number or "3.8 ": the CLI wants the string
+    return [], []
+
+
+def check_top_level(stack: Mapping[str, Any]) -> list[str]:
+    if "name" in stack:
+        return ["name: docker stack deploy refuses a top-level name (Compose format 3.8 has "
+                "none); remove it and name the stack on the command line (swarmgpu render "
+                "-n NAME, docker stack deploy -c - NAME)"]
+    return []
+
+
+def check_service_keys(svc: Mapping[str, Any], where: str) -> tuple[list[str], list[str]]:
+    """The keys of one service that the CLI refuses (errors) or Swarm ignores (notes)."""
+    errors = [f"{where}.{k}: docker stack deploy refuses it; {fix}"
+              for k, fix in CLI_REFUSES.items() if k in svc]
+    notes = [f"{where}.{k}: Swarm ignores it (docker stack deploy: \"Ignoring unsupported "
+             f"options\"); {why}" for k, why in SWARM_IGNORES.items() if k in svc]
+    notes += [f"{where}.{k}: a docker CLI before 20.10 ignores it" for k in
+              IGNORED_BEFORE_20_10 if k in svc]
+    return errors, notes
+
+
+def owned_key_errors(labels: Mapping[str, str], constraints: Sequence[str], where: str,
+                     prefix: str, service: str | None) -> list[str]:
+    """Keys only the daemon writes: its state, device and share labels, and a placement
+    gate that is not this service's own (``service``: ``<stack>_<name>``; None when the
+    stack name is not known, then only the ``_<name>`` ending is checked)."""
+    errors = [f"{where}.deploy.labels: {k}: owned by the swarmgpu daemon (it writes it "
+              "after checking it against Swarm); remove it: a stack file asks with "
+              f"{prefix}gpus and the other request keys (docs/requests.md)"
+              for k in labels if k.startswith(tuple(prefix + o for o in _OWNED_LABELS))]
+    gate = f"node.labels.{prefix}{GATE}"
+    name = where.rpartition(".")[2]
+    for c in constraints:
+        field = re.split(r"==|!=", c, maxsplit=1)[0].strip()
+        if not field.lower().startswith(gate.lower()):
+            continue
+        gated = field[len(gate):]
+        if gated == service or (service is None and gated.endswith(f"_{name}")):
+            continue  # its own gate, as render writes it
+        errors.append(f"{where}.deploy.placement.constraints: {c!r}: the placement gate of "
+                      f"{gated!r}, owned by the swarmgpu daemon; remove it (render writes "
+                      "this service's own gate)")
+    return errors
+
+
+@cache
+def _validator() -> Any:
+    import jsonschema  # only render loads it
+
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    return jsonschema.Draft4Validator(schema)
+
+
+def schema_errors(stack: Mapping[str, Any], limit: int = 20) -> list[str]:
+    """Where ``stack`` breaks docker/cli's compose schema 3.8, as the CLI would say it."""
+    out = []
+    for e in sorted(_validator().iter_errors(stack), key=lambda e: list(map(str, e.path))):
+        at = ".".join(str(p) for p in e.absolute_path) or "(top level)"
+        msg = _additional(e) or e.message
+        msg = msg if len(msg) <= 300 else msg[:300] + "..."
+        out.append(f"{at}: {msg} (docker/cli's compose schema {COMPOSE_VERSION}, which "
+                   "docker stack deploy checks)")
+        if len(out) == limit:
+            out.append(f"... more schema errors after the first {limit}")
+            break
+    return out
+
+
+def _additional(e: Any) -> str:
+    """An additionalProperties error in the CLI's own words ("Additional property X is
+    not allowed"), naming each key; "" for any other error."""
+    if e.validator != "additionalProperties" or not isinstance(e.instance, dict):
+        return ""
+    known = e.schema.get("properties", {})
+    patterns = e.schema.get("patternProperties", {})
+    extra = [str(k) for k in e.instance if k not in known
+             and not any(re.search(p, str(k)) for p in patterns)]
+    return "; ".join(f"additional property {k!r} is not allowed" for k in extra)

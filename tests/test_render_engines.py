@@ -1,0 +1,276 @@
+"""`swarmgpu render` writes what every supported engine accepts, and reads its input as
+hostile (issue 33 point 1, issue 32 point 5).
+
+- The output carries ``version: "3.8"`` (a docker CLI before 23.0 refuses a file without
+  one) and validates against docker/cli's own compose schema 3.8, vendored in
+  swarmgpu/manager/schema/ and read here with jsonschema directly, not through render.
+- Compose-specification GPU keys (``gpus: all``, ``gpus: N``) become swarmgpu.gpus;
+  ``runtime`` and a top-level ``name`` are refused with their fix; every key Swarm
+  ignores is named.
+- An alias bomb is refused, bounded; escape sequences are printed escaped; the keys the
+  daemon owns are errors naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from click.testing import CliRunner
+from test_render_compose import FACTS, NODES
+
+from swarmgpu.cli import main
+from swarmgpu.core.peertext import escaped
+from swarmgpu.core.yamlfile import MAX_NODES, parse_yaml
+from swarmgpu.manager.composefile import SWARM_IGNORES
+from swarmgpu.manager.render import StackError, check_stack, render_stack
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "swarmgpu" / "manager" / "schema" / "config_schema_v3.8.json"
+EXAMPLES = sorted((ROOT / "stacks" / "examples").rglob("*.yml"))
+VALIDATOR = jsonschema.Draft4Validator(json.loads(SCHEMA.read_text()))
+
+VERSIONLESS = """\
+services:
+  web:
+    image: nginx:1.27
+    deploy:
+      replicas: 2
+      labels:
+        swarmgpu.gpus: "1"
+"""
+GPUS_ALL = """\
+services:
+  trainer:
+    image: pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime
+    command: ["sleep", "infinity"]
+    gpus: all
+"""
+GPUS_2 = """\
+version: "3.8"
+services:
+  llm:
+    image: vllm/vllm-openai:v0.6.3
+    gpus: 2
+    deploy:
+      labels:
+        swarmgpu.topology: nvlink
+"""
+# The stacks of "what it must show": the examples, a versionless one, gpus all and 2.
+STACKS = {p.stem: p.read_text() for p in EXAMPLES} | {
+    "versionless": VERSIONLESS, "gpus-all": GPUS_ALL, "gpus-two": GPUS_2}
+
+
+def schema_errors(doc: object) -> list[str]:
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in VALIDATOR.iter_errors(doc)]
+
+
+def test_the_vendored_schema_is_docker_clis_with_its_licence() -> None:
+    sources = (SCHEMA.parent / "SOURCES.md").read_text()
+    assert "docker/cli" in sources and "config_schema_v3.8.json" in sources
+    assert "Apache License" in (SCHEMA.parent / "LICENSE").read_text()
+    assert json.loads(SCHEMA.read_text())["id"] == "config_schema_v3.8.json"
+
+
+@pytest.mark.parametrize("name", sorted(STACKS))
+def test_rendered_stack_validates_against_docker_clis_v3_8_schema(name: str) -> None:
+    out, plan = render_stack(STACKS[name], name, NODES, [], [], FACTS)
+    doc = yaml.safe_load(out)
+    assert doc["version"] == "3.8"
+    assert next(iter(doc)) == "version"
+    assert schema_errors(doc) == []
+    assert all(sp.status == "placed" for sp in plan.services), plan.services
+    # and --check says the same, offline
+    assert check_stack(STACKS[name], stack_name=name).errors == []
+
+
+def test_versionless_input_gets_version_and_says_so() -> None:
+    assert schema_errors(yaml.safe_load(VERSIONLESS))  # as written the schema refuses it
+    out, _ = render_stack(VERSIONLESS, "v", NODES, [], [], FACTS)
+    assert '# version: "3.8" added: a docker CLI before 23.0 refuses' in out
+
+
+@pytest.mark.parametrize(("text", "count"), [(GPUS_ALL, "8"), (GPUS_2, "2")])
+def test_compose_spec_gpus_become_a_request(text: str, count: str) -> None:
+    out, plan = render_stack(text, "g", NODES, [], [], FACTS)
+    doc = yaml.safe_load(out)
+    (svc,) = doc["services"].values()
+    assert "gpus" not in svc
+    assert svc["deploy"]["labels"]["swarmgpu.gpus"] == count
+    assert "gpus became swarmgpu.gpus" in out.split("services:")[0]
+    (sp,) = plan.services
+    assert sum(len(p.uuids) for p in sp.placements) == int(count)
+
+
+def test_gpus_all_offline_is_checked_only() -> None:
+    c = check_stack(GPUS_ALL)
+    assert c.errors == [] and any("count all: checked only" in n for n in c.notes)
+
+
+@pytest.mark.parametrize("bad", ["0", "two", "true", "{count: 1}"])
+def test_bad_gpus_value_is_an_error(bad: str) -> None:
+    c = check_stack(GPUS_ALL.replace("gpus: all", f"gpus: {bad}"))
+    assert any(e.startswith("services.trainer.gpus") for e in c.errors), c.errors
+
+
+def test_gpus_and_devices_must_agree() -> None:
+    text = GPUS_2.replace("    deploy:\n", "    deploy:\n      resources:\n        reservations:\n"
+                          "          devices: [{driver: nvidia, count: 3}]\n")
+    err = check_stack(text).errors[0]
+    assert "the GPU counts differ" in err and "services.llm.gpus = 2" in err
+
+
+def test_runtime_and_top_level_name_are_not_valid() -> None:
+    text = "name: myproject\n" + GPUS_2.replace("    gpus: 2\n",
+                                                "    gpus: 2\n    runtime: nvidia\n")
+    errors = check_stack(text).errors
+    assert any(e.startswith("name: docker stack deploy refuses a top-level name") and
+               "-n NAME" in e for e in errors), errors
+    assert any(e.startswith("services.llm.runtime: docker stack deploy refuses it") and
+               "default-runtime" in e for e in errors), errors
+
+
+def test_render_check_cli_refuses_runtime(tmp_path: Path) -> None:
+    f = tmp_path / "s.yml"
+    f.write_text(GPUS_2.replace("    gpus: 2\n", "    runtime: nvidia\n"))
+    res = CliRunner().invoke(main, ["render", "--check", str(f)])
+    assert res.exit_code == 1
+    assert "services.llm.runtime: docker stack deploy refuses it" in res.output
+    assert "valid" not in res.output
+
+
+@pytest.mark.parametrize("key", sorted(SWARM_IGNORES))
+def test_every_key_swarm_ignores_is_named(key: str) -> None:
+    text = VERSIONLESS.replace("    image: nginx:1.27\n",
+                               f"    image: nginx:1.27\n    {key}: {_value(key)}\n")
+    c = check_stack(text)
+    assert c.errors == [], c.errors
+    assert any(n.startswith(f"services.web.{key}: Swarm ignores it") for n in c.notes), c.notes
+
+
+def _value(key: str) -> str:
+    """A value the v3.8 schema takes for ``key``."""
+    return {"build": ".", "depends_on": "[db]", "devices": '["/dev/fuse:/dev/fuse"]',
+            "expose": '["80"]', "external_links": "[db]", "links": "[db]",
+            "privileged": "true", "security_opt": '["no-new-privileges"]',
+            "shm_size": "1gb"}.get(key, "host")
+
+
+def test_cli_refused_keys_are_errors() -> None:
+    c = check_stack(VERSIONLESS.replace("    image: nginx:1.27\n",
+                                        "    image: nginx:1.27\n    mem_limit: 1g\n"))
+    assert c.errors == ["services.web.mem_limit: docker stack deploy refuses it; use "
+                        "deploy.resources.limits.memory"]
+
+
+def test_other_schema_breaks_are_reported_as_the_cli_would() -> None:
+    c = check_stack(VERSIONLESS.replace("    image: nginx:1.27\n",
+                                        "    image: nginx:1.27\n    pull_policy: always\n"))
+    (err,) = c.errors
+    assert err.startswith("services.web: additional property 'pull_policy' is not allowed "
+                          "(docker/cli's compose schema 3.8")
+
+
+def test_old_and_newer_3x_versions_become_3_8() -> None:
+    for v in ("3", "3.3", "3.9", "3.13"):
+        c = check_stack(f'version: "{v}"\n' + VERSIONLESS)
+        assert c.errors == [] and c.stack["version"] == "3.8"
+        assert any(n.startswith(f"version: '{v}' became \"3.8\"") for n in c.notes)
+    assert check_stack('version: "2.4"\n' + VERSIONLESS).errors[0].startswith(
+        "stack: version '2.4': docker stack deploy takes Compose format 3 only")
+
+
+# --- hostile input (issue 32, point 5) ---------------------------------------------------
+
+# 506 bytes: nine levels of nine references, 9^9 (387 million) strings once expanded.
+BOMB = ('services: &a ["lol0123456789","lol0123456789","lol0123456789","lol0123456789",'
+        '"lol0123456789","lol0123456789","lol0123456789","lol0123456789","lol0123456789"]\n'
+        "b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+        "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+        "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n"
+        "h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]\ni: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]\n"
+        "x-pad: 01234567890123456789012345678901234567890123456789012345678\n")
+
+
+@pytest.mark.timeout(10)  # a deadline, not a measurement: benchmarks/bench_yaml_bomb.py
+def test_alias_bomb_is_refused_with_bounded_memory() -> None:
+    assert len(BOMB.encode()) == 506
+    tracemalloc.start()
+    try:
+        c = check_stack(BOMB, where="bomb.yml")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    (err,) = c.errors
+    assert err.startswith(f"bomb.yml: more than {MAX_NODES} values once its aliases are "
+                          "expanded"), err
+    assert peak < 16 * 1024 * 1024, peak  # allocations, counted (not timed): 16 MiB
+
+
+def test_recursive_alias_and_deep_nesting_are_refused() -> None:
+    with pytest.raises(StackError, match="recursive alias"):
+        parse_yaml("services: &s {a: *s}\n", "s.yml", StackError)
+    with pytest.raises(StackError, match="nested"):
+        parse_yaml("services: " + "[" * 5000 + "]" * 5000, "s.yml", StackError)
+
+
+def test_a_key_given_twice_is_refused() -> None:
+    c = check_stack(VERSIONLESS + "  web:\n    image: evil\n", where="s.yml")
+    assert c.errors == ["s.yml: key 'web' given twice in one mapping (lines 2 and 8); "
+                        "keep one"]
+
+
+ESC = "\x1b]0;pwned\x07\x1b[2J"
+
+
+def test_escape_sequences_in_names_keys_and_values_are_printed_escaped(
+        tmp_path: Path) -> None:
+    f = tmp_path / "s.yml"
+    doc = {"services": {f"web{ESC}": {"image": "x", "deploy": {"labels": {
+        f"swarmgpu.gpus{ESC}": "1", "swarmgpu.gpu-memory": f"4G{ESC}"}}}}}
+    f.write_text(json.dumps(doc))  # JSON escapes them; YAML reads them back raw
+    res = CliRunner().invoke(main, ["render", "--check", str(f)])
+    assert res.exit_code == 1
+    assert "\x1b" not in res.output and "\x07" not in res.output
+    assert r"\x1b]0;pwned\x07\x1b[2J" in res.output, res.output
+
+
+def test_notes_in_the_rendered_header_are_escaped() -> None:
+    text = GPUS_2.replace("llm:", "llm\u202e:")
+    c = check_stack(text)
+    assert c.errors  # the schema refuses such a name...
+    assert all("\u202e" not in escaped(e) for e in c.errors)  # ...and it prints escaped
+    assert escaped("a\nb\x1bc\u202e") == r"a\nb\x1bc\u202e"
+
+
+@pytest.mark.parametrize(("label", "value"), [
+    ("swarmgpu.state.move", '{"phase": "done"}'),
+    ("swarmgpu.state.max-replicas", "4"),
+    ("swarmgpu.devices.n-dgx", "GPU-0"),
+    ("swarmgpu.share.fraction.n-dgx", "1.0"),
+])
+def test_daemon_owned_labels_in_the_input_are_errors(label: str, value: str) -> None:
+    text = VERSIONLESS.replace('        swarmgpu.gpus: "1"\n',
+                               f'        swarmgpu.gpus: "1"\n        {label}: \'{value}\'\n')
+    (err,) = check_stack(text).errors
+    assert err.startswith(f"services.web.deploy.labels: {label}: owned by the swarmgpu daemon")
+    with pytest.raises(StackError, match=label.replace(".", r"\.")):
+        render_stack(text, "s", NODES, [], [], FACTS)
+
+
+def test_another_services_gate_is_an_error_its_own_is_not() -> None:
+    own = VERSIONLESS + "      placement:\n        constraints:\n" \
+        "          - node.labels.swarmgpu.service.s_web==true\n"
+    assert check_stack(own, stack_name="s").errors == []
+    assert check_stack(own).errors == []  # stack name unknown: the service's own name
+    (err,) = check_stack(own, stack_name="other").errors
+    assert "the placement gate of 's_web', owned by the swarmgpu daemon" in err
+    theirs = own.replace("s_web", "prod_llm")
+    (err,) = check_stack(theirs, stack_name="s").errors
+    assert err.startswith("services.web.deploy.placement.constraints: "
+                          "'node.labels.swarmgpu.service.prod_llm==true'")
