@@ -668,12 +668,14 @@ class SwarmCluster:
             return self._clients[node.name]
 
     def cli(
-        self, node: NodeHandle, *args: str, check: bool = True, timeout: float = 60
+        self, node: NodeHandle, *args: str, check: bool = True, timeout: float = 60,
+        docker: str = "docker",
     ) -> subprocess.CompletedProcess[str]:
-        """Run the real `docker` CLI against the node; raises on failure if `check`."""
+        """Run the real `docker` CLI against the node; raises on failure if `check`.
+        ``docker``: which CLI binary (a path, for one of another version)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
         env["DOCKER_CONFIG"] = str(self.base / "cli-config")  # never the user's contexts
-        argv = ["docker", "-H", node.docker_host, *args]
+        argv = [docker, "-H", node.docker_host, *args]
         res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
         if check and res.returncode != 0:
             raise SwarmHarnessError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ def test_config_check_prints_every_error_at_once(tmp_path: Path,
     cfg.write_text(THREE_WRONG + f"placement:\n  workload: {workload}\n")
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 2, res.output
-    lines = [ln.removeprefix(f"{cfg}: ") for ln in res.output.splitlines()]
+    lines = [re.sub(rf"^{re.escape(str(cfg))}(:\d+)?: ", "", ln)
+             for ln in res.output.splitlines()]
     assert lines[0] == "5 errors"
     assert lines[1].startswith("agents.timout_s: unknown key; did you mean 'timeout_s'?")
     body = "\n".join(lines[1:])
@@ -46,7 +48,7 @@ def test_one_error_reads_as_before(tmp_path: Path) -> None:
     cfg.write_text("log:\n  format: xml\n")
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 2
-    assert res.output == f"{cfg}: log.format: 'xml'; use 'text' or 'json'\n"
+    assert res.output == f"{cfg}:2: log.format: 'xml'; use 'text' or 'json'\n"
 
 
 def test_load_config_raises_with_every_error(tmp_path: Path) -> None:
@@ -67,3 +69,84 @@ def test_broken_yaml_is_one_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 2 and res.output.startswith(f"{cfg}: config file "), res.output
     assert " errors\n" not in res.output
+
+
+# Issue 33 point 2: no silent coercion; each error names the key, the file and the line.
+LOOSE_TYPES = """\
+docker_host: 42
+agents:
+  port: 9401.7
+  parallel: "4"
+history:
+  samples: 2.9
+sync:
+  interval_s: "30"
+  allow_disruptive: "false"
+"""
+
+
+def test_wrong_types_are_errors_with_file_and_line(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("SWARMGPU_DOCKER_HOST", "SWARMGPU_AGENTS_PORT", "SWARMGPU_SYNC_INTERVAL_S"):
+        monkeypatch.delenv(var, raising=False)
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(LOOSE_TYPES)
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert res.output.splitlines() == [
+        f"{cfg}: 6 errors",
+        f"{cfg}:1: docker_host: expected a string, got 42 (a whole number); quote it if "
+        "it is meant as text: '42'",
+        f"{cfg}:3: agents.port: expected a whole number, got 9401.7 (a number with a "
+        "fraction)",
+        f"{cfg}:4: agents.parallel: expected a whole number, got '4' (a string); remove "
+        "the quotes",
+        f"{cfg}:6: history.samples: expected a whole number, got 2.9 (a number with a "
+        "fraction)",
+        f"{cfg}:8: sync.interval_s: expected a number, got '30' (a string); remove the "
+        "quotes",
+        f"{cfg}:9: sync.allow_disruptive: expected true or false, got 'false' (a string)",
+    ]
+
+
+def test_the_real_cli_reports_the_same_lines(tmp_path: Path) -> None:
+    """As a subprocess, as an operator runs it: exit 2, every error on its line."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(LOOSE_TYPES)
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("SWARMGPU_")}
+    res = subprocess.run([sys.executable, "-m", "swarmgpu.cli", "config", "check", str(cfg)],
+                         capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert res.returncode == 2
+    for line in (1, 3, 4, 6, 8, 9):
+        assert f"{cfg}:{line}: " in res.stderr, res.stderr
+
+
+def test_integers_stand_for_floats_and_env_text_is_parsed(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("sync:\n  interval_s: 10\nagents:\n  port: 9500\n")
+    built = load_config(cfg, env={"SWARMGPU_AGENTS_TIMEOUT_S": "2.5",
+                                  "SWARMGPU_DRY_RUN": "true"})
+    assert built.sync.interval_s == 10.0 and isinstance(built.sync.interval_s, float)
+    assert built.agents.timeout_s == 2.5 and built.dry_run is True
+    _, errors = load_config_report(cfg, env={"SWARMGPU_AGENTS_PORT": "9401.7"})
+    assert errors == ["SWARMGPU_AGENTS_PORT: agents.port: expected a whole number, "
+                      "got '9401.7'"]
+
+
+def test_daemon_start_names_file_and_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("agents:\n  port: 9401.7\n")
+    res = CliRunner().invoke(main, ["status", "--config", str(cfg)])
+    assert res.exit_code == 2
+    assert f"swarmgpu: configuration error: {cfg}:2: agents.port: expected a whole number" \
+        in res.output
+
+
+def test_queue_quotas_are_numbers(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("queues:\n  team:\n    guaranteed: '2'\n    max: 4\n")
+    _, errors = load_config_report(cfg, env={})
+    assert errors == [f"{cfg}:3: queues.team.guaranteed: expected a number of GPUs, got '2'"]

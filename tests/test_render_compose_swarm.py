@@ -6,6 +6,8 @@ task runs on exactly one GPU, pinned in NVIDIA_VISIBLE_DEVICES, by the real daem
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +17,7 @@ from gpu_nodes import GPU_NODES, LOGS, agents, cfg_file, start_daemon, stop
 from swarm_harness import SwarmCluster
 from test_converge_swarm import deploy_file, remove_stacks, render
 from test_placement_swarm import container_env, plan, wait_running
+from test_render_engines import STACKS, schema_errors
 
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name
@@ -64,3 +67,46 @@ def test_compose_devices_request_renders_deploys_and_runs_on_one_gpu(
     assert p["status"] == "placed"
     assert [pl["node"] for pl in p["placements"]] == [host]
     remove_stacks(swarm, "cv")
+
+
+# Debian 12's docker.io CLI (20.10): the engines before 23.0 the README supports refuse a
+# stack without `version` ("unsupported Compose file version: 1.0", docker/cli#2475).
+# Named by path: /usr/local/bin/docker may be a newer client.
+OLD_CLI = "/usr/bin/docker"
+
+
+def test_rendered_stacks_deploy_with_a_docker_cli_before_23(
+        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+    """Every example, a versionless stack, gpus: all and gpus: 2: rendered against the
+    real swarm, the output fits docker/cli's schema 3.8 and `docker stack deploy` from a
+    20.10 CLI creates every service, gated and labelled."""
+    ver = subprocess.run([OLD_CLI, "--version"], capture_output=True, text=True,
+                         check=True).stdout
+    major = int(re.search(r"version (\d+)\.", ver).group(1))  # type: ignore[union-attr]
+    assert major < 23, f"{OLD_CLI} is {ver.strip()}: this test needs a CLI before 23.0"
+
+    as_written = daemon["tmp"] / "versionless.as-written.yml"
+    as_written.write_text(STACKS["versionless"])
+    refused = swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c",
+                        str(as_written), "vl", check=False, docker=OLD_CLI)
+    assert refused.returncode != 0
+    assert "unsupported Compose file version: 1.0" in refused.stderr, refused.stderr
+
+    for name, text in STACKS.items():
+        out = render(daemon, name, text)
+        doc = yaml.safe_load(out.read_text())
+        assert doc["version"] == "3.8" and schema_errors(doc) == [], name
+        res = swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c",
+                        str(out), name, check=False, docker=OLD_CLI)
+        assert res.returncode == 0, f"{name}: {res.stderr}"
+        assert "unsupported" not in res.stderr.lower(), f"{name}: {res.stderr}"
+        api = swarm.client(swarm.manager).api
+        created = {s["Spec"]["Name"]: s["Spec"] for s in api.services()
+                   if s["Spec"]["Name"].startswith(f"{name}_")}
+        assert set(created) == {f"{name}_{svc}" for svc in doc["services"]}, name
+        for full, spec in created.items():
+            cons = spec["TaskTemplate"]["Placement"]["Constraints"]
+            assert f"node.labels.{P}service.{full}==true" in cons, (full, cons)
+            assert any(k.startswith(f"{P}devices.") for k in spec["Labels"]), full
+        print(f"\n{name}: deployed by {ver.strip()}: {sorted(created)}")
+        remove_stacks(swarm, name)

@@ -7,7 +7,13 @@ from typing import Any
 
 import click
 
-from swarmgpu.core.config import Config, ConfigError, describe_defaults, load_config_report
+from swarmgpu.core.config import (
+    Config,
+    ConfigError,
+    describe_defaults,
+    load_config_report,
+    locate,
+)
 
 
 def load_checked(path: str | None) -> Config:
@@ -21,7 +27,7 @@ def load_checked(path: str | None) -> Config:
         try:
             load_file(cfg.placement.workload)
         except WorkloadError as exc:
-            errors.append(f"placement.workload: {exc} (or use 'auto')")
+            errors.append(locate(f"placement.workload: {exc} (or use 'auto')", path))
     if errors:
         raise ConfigError(errors)
     return cfg
@@ -52,15 +58,17 @@ def config() -> None:
 def config_check(path: str) -> None:
     """Validate a config file: every problem, each with its key and the fix.
 
-    Exit 0 valid, 2 invalid (or unreadable). The environment's SWARMGPU_* overrides
-    are checked with it, as the daemon would apply them."""
+    Exit 0 valid, 2 invalid (or unreadable). Each error is located: FILE:LINE: for a
+    key of the file, the variable's name for one of the environment's SWARMGPU_*
+    overrides (checked with it, as the daemon would apply them)."""
     try:
         load_checked(path)
     except ConfigError as exc:
         if len(exc.errors) > 1:
             click.echo(f"{path}: {len(exc.errors)} errors", err=True)
         for err in exc.errors:
-            click.echo(f"{path}: {err}", err=True)
+            located = err.startswith((f"{path}:", "SWARMGPU_"))
+            click.echo(err if located else f"{path}: {err}", err=True)
         sys.exit(2)
     click.echo(f"{path}: ok")
 

@@ -7,9 +7,12 @@ overridden from the environment (``SWARMGPU_<SECTION>_<KEY>``, e.g.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import math
 import os
+import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,7 +23,7 @@ import yaml
 
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.tenants import parse_tenants
-from swarmgpu.core.yamlfile import read_yaml
+from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
 
 class ConfigError(ValueError):
@@ -291,11 +294,13 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
     for name, q in queues.items():
         if not isinstance(q, Mapping) or set(q) - {"guaranteed", "max"}:
             raise ValueError(f"{name}: expected {{guaranteed: GPUs, max: GPUs}}, got {q!r}")
-        try:
-            g = float(q.get("guaranteed", 0))
-            m = None if q.get("max") is None else float(q["max"])
-        except (TypeError, ValueError):
-            raise ValueError(f"{name}: guaranteed and max are numbers of GPUs") from None
+        for key in ("guaranteed", "max"):
+            v = q.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
+                                  or not math.isfinite(v)):
+                raise ValueError(f"{name}.{key}: expected a number of GPUs, got {v!r}")
+        g = float(q.get("guaranteed") or 0)
+        m = None if q.get("max") is None else float(q["max"])
         if g < 0 or (m is not None and m < g) or g > 1e6 or (m is not None and m > 1e6):
             raise ValueError(f"{name}: need 0 <= guaranteed <= max (GPUs)")
         out[str(name)] = (round(g * 1000), None if m is None else round(m * 1000))
@@ -508,30 +513,71 @@ def _check_rebalance(r: RebalanceConfig, add: Callable[[str], None]) -> None:
             "0-100 moves per 100 placements (default 2; 0 turns them off)")
 
 
+class _FromEnv(str):
+    """A value from a SWARMGPU_* variable: text, parsed for the key's type (a YAML value
+    already has its type, and must have the right one)."""
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true/false"
+    if isinstance(v, int):
+        return "a whole number"
+    if isinstance(v, float):
+        return "a number with a fraction"
+    if isinstance(v, str):
+        return "a string"
+    return "nothing" if v is None else f"a {'list' if isinstance(v, list) else 'mapping'}" \
+        if isinstance(v, list | dict) else type(v).__name__
+
+
 def _coerce(value: Any, typ: Any, where: str) -> Any:
+    """``value`` as ``typ``, strictly: a YAML value must already be of the type (an
+    integer may stand for a float, nothing else converts); text from the environment
+    is parsed. ConfigError naming the key, what was expected and what was given."""
+    env = isinstance(value, _FromEnv)
+    got = f"got {value!r} ({_kind(value)})" if not env else f"got {str(value)!r}"
     if typ is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        if env and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        raise ConfigError(f"{where}: expected true or false, {got}")
     if typ in (int, float):
-        ok = not isinstance(value, bool) and isinstance(value, int | float | str)
-        try:
-            if ok:
-                return typ(value)
-        except ValueError:
-            pass
+        if typ is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if typ is float and isinstance(value, int | float) and not isinstance(value, bool) \
+                and math.isfinite(value):
+            return float(value)
+        if env:
+            try:
+                num = typ(value.strip())
+                if math.isfinite(num):
+                    return num
+            except ValueError:
+                pass
         kind = "a whole number" if typ is int else "a number"
-        raise ConfigError(f"{where}: expected {kind}, got {value!r}")
+        quoted = isinstance(value, str) and not env and _numeric(value)
+        raise ConfigError(f"{where}: expected {kind}, {got}"
+                          + ("; remove the quotes" if quoted else ""))
     optional = typ == (str | None)
     if typ is str or optional:
         if value is None and optional:
             return None
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
+        if isinstance(value, str):
             return str(value)
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
+        hint = f"; quote it if it is meant as text: '{value}'" \
+            if isinstance(value, int | float | bool) else ""
+        raise ConfigError(f"{where}: expected a string, {got}{hint}")
     return value
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
@@ -593,18 +639,22 @@ def load_config(
 def load_config_report(
     path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
 ) -> tuple[Config, list[str]]:
-    """The configuration (defaults where a key is wrong) and every problem in it. A file
-    that is not YAML, or not a mapping, raises ConfigError: nothing else can be read."""
+    """The configuration (defaults where a key is wrong) and every problem in it, each
+    located: ``FILE:LINE: key: what is wrong`` for a key of the file, ``SWARMGPU_X:
+    key: ...`` for one the environment overrides. A file that is not YAML, or not a
+    mapping, raises ConfigError: nothing else can be read."""
     data: dict[str, Any] = {}
+    lines: Lines = {}
     if path is not None:
         p = Path(path)
-        loaded = read_yaml(p, f"config file {p}", ConfigError)
+        loaded, lines = read_yaml_lines(p, f"config file {p}", ConfigError)
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {p}: expected a mapping at the top level")
         data = loaded
     env = os.environ if env is None else env
+    from_env: dict[tuple[str, ...], str] = {}
     for var, path_keys in _ENV_OVERRIDES.items():
         if var in env:
             d = data
@@ -612,11 +662,39 @@ def load_config_report(
                 d = d.setdefault(k, {})
                 if not isinstance(d, dict):
                     raise ConfigError(f"{'.'.join(path_keys[:-1])}: expected a mapping")
-            d[path_keys[-1]] = env[var]
+            d[path_keys[-1]] = _FromEnv(env[var])
+            from_env[path_keys] = var
     errors: list[str] = []
     cfg: Config = _build(Config, data, "", errors.append)
     _check(cfg, errors.append)
-    return cfg, errors
+    return cfg, [_locate(e, path, lines, from_env) for e in errors]
+
+
+def locate(message: str, path: str | os.PathLike[str] | None) -> str:
+    """``message`` (``key: what is wrong``) located in the config file at ``path``, as
+    ``load_config_report`` locates its own: for a check made outside this module."""
+    lines: Lines = {}
+    if path is not None:
+        with contextlib.suppress(ConfigError):  # unreadable: its own error says so
+            lines = read_yaml_lines(Path(path), "config", ConfigError)[1]
+    return _locate(message, path, lines, {})
+
+
+_KEY_PATH = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _locate(message: str, path: str | os.PathLike[str] | None, lines: Lines,
+            from_env: Mapping[tuple[str, ...], str]) -> str:
+    """The message prefixed with where its key was set: the file and the line of the
+    key (or of the closest enclosing key the file sets), or the environment variable."""
+    m = _KEY_PATH.match(message)
+    keys = tuple(m.group().rstrip(".").split(".")) if m else ()
+    for n in range(len(keys), 0, -1):
+        if keys[:n] in from_env:
+            return f"{from_env[keys[:n]]}: {message}"
+        if keys[:n] in lines:
+            return f"{path}:{lines[keys[:n]]}: {message}"
+    return message if path is None else f"{path}: {message}"
 
 
 TENANT_DEFAULTS = (

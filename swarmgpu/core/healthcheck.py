@@ -109,9 +109,10 @@ def _config_listen(path: str | None) -> str | None:
     if not path:
         return None
     try:
-        import yaml  # the image has it (a swarmgpu dependency); lazy: only the daemon
+        # bounded (alias bombs, size): the same reader as the daemon's; lazy: only the daemon
+        from swarmgpu.core.yamlfile import read_yaml
 
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = read_yaml(Path(path), "config", ValueError)
     except Exception:  # unreadable or broken: the daemon itself says why; use the default
         return None
     http = doc.get("http") if isinstance(doc, dict) else None
