@@ -12,7 +12,6 @@ import dataclasses
 import difflib
 import math
 import os
-import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from swarmgpu.core.configvalues import FromEnv, coerce, locate_in
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.tenants import parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
@@ -513,73 +513,6 @@ def _check_rebalance(r: RebalanceConfig, add: Callable[[str], None]) -> None:
             "0-100 moves per 100 placements (default 2; 0 turns them off)")
 
 
-class _FromEnv(str):
-    """A value from a SWARMGPU_* variable: text, parsed for the key's type (a YAML value
-    already has its type, and must have the right one)."""
-
-
-def _kind(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true/false"
-    if isinstance(v, int):
-        return "a whole number"
-    if isinstance(v, float):
-        return "a number with a fraction"
-    if isinstance(v, str):
-        return "a string"
-    return "nothing" if v is None else f"a {'list' if isinstance(v, list) else 'mapping'}" \
-        if isinstance(v, list | dict) else type(v).__name__
-
-
-def _coerce(value: Any, typ: Any, where: str) -> Any:
-    """``value`` as ``typ``, strictly: a YAML value must already be of the type (an
-    integer may stand for a float, nothing else converts); text from the environment
-    is parsed. ConfigError naming the key, what was expected and what was given."""
-    env = isinstance(value, _FromEnv)
-    got = f"got {value!r} ({_kind(value)})" if not env else f"got {str(value)!r}"
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        if env and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{where}: expected true or false, {got}")
-    if typ in (int, float):
-        if typ is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if typ is float and isinstance(value, int | float) and not isinstance(value, bool) \
-                and math.isfinite(value):
-            return float(value)
-        if env:
-            try:
-                num = typ(value.strip())
-                if math.isfinite(num):
-                    return num
-            except ValueError:
-                pass
-        kind = "a whole number" if typ is int else "a number"
-        quoted = isinstance(value, str) and not env and _numeric(value)
-        raise ConfigError(f"{where}: expected {kind}, {got}"
-                          + ("; remove the quotes" if quoted else ""))
-    optional = typ == (str | None)
-    if typ is str or optional:
-        if value is None and optional:
-            return None
-        if isinstance(value, str):
-            return str(value)
-        hint = f"; quote it if it is meant as text: '{value}'" \
-            if isinstance(value, int | float | bool) else ""
-        raise ConfigError(f"{where}: expected a string, {got}{hint}")
-    return value
-
-
-def _numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
     """``cls`` from ``data``; a key that is unknown or of the wrong type is given to
     ``add`` and left at its default, so the checks after it still run."""
@@ -600,8 +533,8 @@ def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
             kwargs[key] = _build(typ, value if value is not None else {}, path, add)
             continue
         try:
-            kwargs[key] = _coerce(value, typ, path)
-        except ConfigError as e:
+            kwargs[key] = coerce(value, typ, path)
+        except ValueError as e:
             add(str(e))
     return cls(**kwargs)
 
@@ -662,12 +595,12 @@ def load_config_report(
                 d = d.setdefault(k, {})
                 if not isinstance(d, dict):
                     raise ConfigError(f"{'.'.join(path_keys[:-1])}: expected a mapping")
-            d[path_keys[-1]] = _FromEnv(env[var])
+            d[path_keys[-1]] = FromEnv(env[var])
             from_env[path_keys] = var
     errors: list[str] = []
     cfg: Config = _build(Config, data, "", errors.append)
     _check(cfg, errors.append)
-    return cfg, [_locate(e, path, lines, from_env) for e in errors]
+    return cfg, [locate_in(e, path, lines, from_env) for e in errors]
 
 
 def locate(message: str, path: str | os.PathLike[str] | None) -> str:
@@ -677,24 +610,7 @@ def locate(message: str, path: str | os.PathLike[str] | None) -> str:
     if path is not None:
         with contextlib.suppress(ConfigError):  # unreadable: its own error says so
             lines = read_yaml_lines(Path(path), "config", ConfigError)[1]
-    return _locate(message, path, lines, {})
-
-
-_KEY_PATH = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-def _locate(message: str, path: str | os.PathLike[str] | None, lines: Lines,
-            from_env: Mapping[tuple[str, ...], str]) -> str:
-    """The message prefixed with where its key was set: the file and the line of the
-    key (or of the closest enclosing key the file sets), or the environment variable."""
-    m = _KEY_PATH.match(message)
-    keys = tuple(m.group().rstrip(".").split(".")) if m else ()
-    for n in range(len(keys), 0, -1):
-        if keys[:n] in from_env:
-            return f"{from_env[keys[:n]]}: {message}"
-        if keys[:n] in lines:
-            return f"{path}:{lines[keys[:n]]}: {message}"
-    return message if path is None else f"{path}: {message}"
+    return locate_in(message, path, lines, {})
 
 
 TENANT_DEFAULTS = (

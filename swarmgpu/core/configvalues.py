@@ -1,0 +1,101 @@
+"""The configuration's values, strictly typed and located (core.config builds with them).
+
+A YAML value must already have its key's type: an integer may stand for a float, nothing
+else converts (``port: 9401.7``, ``parallel: "4"``, ``docker_host: 42`` are errors, not
+guesses). Text from a ``SWARMGPU_*`` variable is parsed for the type. Every error is
+then located: the file and line of its key, or the variable that set it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from swarmgpu.core.yamlfile import Lines
+
+
+class FromEnv(str):
+    """A value from a SWARMGPU_* variable: text, parsed for the key's type (a YAML value
+    already has its type, and must have the right one)."""
+
+
+def _kind(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true/false"
+    if isinstance(v, int):
+        return "a whole number"
+    if isinstance(v, float):
+        return "a number with a fraction"
+    if isinstance(v, str):
+        return "a string"
+    return "nothing" if v is None else f"a {'list' if isinstance(v, list) else 'mapping'}" \
+        if isinstance(v, list | dict) else type(v).__name__
+
+
+def coerce(value: Any, typ: Any, where: str) -> Any:
+    """``value`` as ``typ``, strictly: a YAML value must already be of the type (an
+    integer may stand for a float, nothing else converts); text from the environment
+    is parsed. ConfigError naming the key, what was expected and what was given."""
+    env = isinstance(value, FromEnv)
+    got = f"got {value!r} ({_kind(value)})" if not env else f"got {str(value)!r}"
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if env and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ValueError(f"{where}: expected true or false, {got}")
+    if typ in (int, float):
+        if typ is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if typ is float and isinstance(value, int | float) and not isinstance(value, bool) \
+                and math.isfinite(value):
+            return float(value)
+        if env:
+            try:
+                num = typ(value.strip())
+                if math.isfinite(num):
+                    return num
+            except ValueError:
+                pass
+        kind = "a whole number" if typ is int else "a number"
+        quoted = isinstance(value, str) and not env and _numeric(value)
+        raise ValueError(f"{where}: expected {kind}, {got}"
+                          + ("; remove the quotes" if quoted else ""))
+    optional = typ == (str | None)
+    if typ is str or optional:
+        if value is None and optional:
+            return None
+        if isinstance(value, str):
+            return str(value)
+        hint = f"; quote it if it is meant as text: '{value}'" \
+            if isinstance(value, int | float | bool) else ""
+        raise ValueError(f"{where}: expected a string, {got}{hint}")
+    return value
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+_KEY_PATH = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def locate_in(message: str, path: str | os.PathLike[str] | None, lines: Lines,
+            from_env: Mapping[tuple[str, ...], str]) -> str:
+    """The message prefixed with where its key was set: the file and the line of the
+    key (or of the closest enclosing key the file sets), or the environment variable."""
+    m = _KEY_PATH.match(message)
+    keys = tuple(m.group().rstrip(".").split(".")) if m else ()
+    for n in range(len(keys), 0, -1):
+        if keys[:n] in from_env:
+            return f"{from_env[keys[:n]]}: {message}"
+        if keys[:n] in lines:
+            return f"{path}:{lines[keys[:n]]}: {message}"
+    return message if path is None else f"{path}: {message}"
