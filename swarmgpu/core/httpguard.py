@@ -65,6 +65,12 @@ class HeadTooLarge(Exception):
         self.status = status
 
 
+class TlsToPlain(Exception):
+    """A TLS handshake record where a plain-HTTP request head belongs: answered at once
+    (400) instead of waiting out the head deadline for a line break a ClientHello has
+    not got, so a client that expected HTTPS learns at once that this is plain HTTP."""
+
+
 def read_head(sock: socket.socket, deadline_s: float = HEAD_DEADLINE_S,
               max_bytes: int = MAX_HEAD_BYTES) -> bytes:
     """The request line and headers (ending in a blank line), read straight from the
@@ -95,6 +101,8 @@ def read_head(sock: socket.socket, deadline_s: float = HEAD_DEADLINE_S,
         if not chunk:
             return b""
         buf += chunk
+        if buf[:1] == b"\x16" and (len(buf) < 2 or buf[1] == 3):  # TLS handshake, v3.x
+            raise TlsToPlain
 
 
 class OneRequestHandler(BaseHTTPRequestHandler):
@@ -126,6 +134,11 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.requestline = "(too large)"  # send_response logs it
             self.connection.settimeout(self.write_deadline_s)
             self.send_error(e.status)
+            return
+        except TlsToPlain:
+            self.requestline = "(a TLS handshake)"
+            self.connection.settimeout(self.write_deadline_s)
+            self.send_error(HTTPStatus.BAD_REQUEST, "this server speaks plain HTTP, not TLS")
             return
         if not head:
             return  # gone, or too slow: nothing is owed to it

@@ -25,8 +25,37 @@ class FactsResult:
     hostname: str
     url: str
     facts: NodeFacts | None
-    error: str | None
+    error: str | None  # the address, what answered, and the fix (the log line, audit, map)
     fetched_at: float
+    listening: bool = False  # something accepted the connection on the agent's port
+    cause: str = ""  # short: what answered instead of the facts (status, the map's badge)
+    fix: str = ""  # the one line to do about it
+
+
+# What to do, by what answered (boundedhttp's kinds, and the checks after the answer).
+_FIX_PLAIN_HTTP = (
+    "the agent serves plain HTTP because it found no Swarm node certificate: run it on a "
+    "Swarm member as root (it reads <DockerRootDir>/swarm/certificates; --data-root, or "
+    "systemd's LoadCredential=, or --tls-cert/--tls-key), or, not recommended, set "
+    "agents.identity: none in the daemon's config")
+_FIX_TLS_ANSWERED = (
+    "the agent serves HTTPS with its node certificate: remove agents.identity: none (and "
+    "any http:// agents.url_template) from the daemon's config; swarm-pki, the default, "
+    "reads it")
+_FIX_REFUSED_DAEMON = (
+    "the agent refused this daemon's certificate: run the daemon on a manager of the same "
+    "swarm (it presents its node certificate), or set agents.cert_file/key_file to a "
+    "swarm-manager certificate")
+_FIX_CERT = (
+    "the agent must serve its own node's Swarm certificate, signed by this swarm's root CA: "
+    "is it a node of another swarm, or was the CA rotated (restart the agent)?")
+_FIX_WRONG_NODE = (
+    "agents.url_template must reach each node's own agent: check the address Swarm "
+    "reports for the node (docker node inspect) and what listens on the agent port there")
+_FIX_UNAUTHORISED = (
+    "give the daemon the agents' token (agents.token_file) or serve the agents with their "
+    "node certificates (agents.identity: swarm-pki)")
+_FIX_OTHER = "check the agent's log on that node (journalctl -u swarmgpu-agent)"
 
 
 def agent_base_url(node: SwarmNode, cfg: AgentsConfig) -> str:
@@ -60,53 +89,91 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
     url = redact(real_url)  # every message and the result carry no credentials
     now = time.time()
 
-    def fail(msg: str) -> FactsResult:
+    def fail(msg: str, cause: str = "", fix: str = _FIX_OTHER,
+             listening: bool = True) -> FactsResult:
         # Parts of msg came from the agent: cut and cleaned before anyone logs or stores it.
-        return FactsResult(node.id, node.hostname, url, None, peer_text(msg), now)
+        cause = peer_text(cause or msg.removeprefix(f"agent at {url} "), 160)
+        return FactsResult(node.id, node.hostname, url, None,
+                           f"{peer_text(msg)}; fix: {fix}", now, listening, cause, fix)
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
         got = boundedhttp.get(real_url, timeout_s=cfg.timeout_s,
                               max_bytes=cfg.max_response_bytes, tls=tls, headers=headers)
-    except TimeoutError:
-        return fail(f"agent at {url} timed out: no whole answer within {cfg.timeout_s}s")
+    except TimeoutError as exc:
+        connected = getattr(exc, "connected", True)
+        return fail(f"agent at {url} timed out: no whole answer within {cfg.timeout_s}s",
+                    "timed out" if connected else "no answer to connect",
+                    _FIX_OTHER if connected else "check that the node's address and the "
+                    "agent port are reachable from this manager (firewall, routing)",
+                    listening=connected)
     except boundedhttp.FetchError as exc:
         if "more than" in str(exc):
             return fail(f"agent at {url} {exc}; refusing it "
-                        "(raise agents.max_response_bytes if that is real)")
-        return fail(f"agent at {url} unusable: {exc}")
+                        "(raise agents.max_response_bytes if that is real)",
+                        "answer too large", "raise agents.max_response_bytes if that is real")
+        return fail(f"agent at {url} unusable: {exc}", *_cause_fix(exc),
+                    listening=exc.connected)
     except Exception as exc:
-        return fail(f"agent at {url} unreachable: {exc.__class__.__name__}")
+        return fail(f"agent at {url} unreachable: {exc.__class__.__name__}",
+                    listening=False)
     if tls is not None:
         why = node_refusal(peer_name(got.peer_cert), node.id, node.hostname,
                            getattr(tls, "cluster_id", None) or None)
         if why is not None:
-            return fail(f"agent at {url} {why}; refused")
+            return fail(f"agent at {url} {why}; refused", "certificate of another node",
+                        _FIX_WRONG_NODE)
     if 300 <= got.status < 400:
         return fail(f"agent at {url} answered a redirect (HTTP {got.status}); "
-                    "redirects are not followed")
+                    "redirects are not followed", f"HTTP {got.status} redirect")
+    if got.status in (401, 403):
+        return fail(f"agent at {url} answered HTTP {got.status}: it refused this daemon",
+                    f"HTTP {got.status}: refused the daemon",
+                    _FIX_UNAUTHORISED if tls is None else _FIX_REFUSED_DAEMON)
     if got.status != 200:
-        return fail(f"agent at {url} answered HTTP {got.status}")
+        return fail(f"agent at {url} answered HTTP {got.status}", f"HTTP {got.status}")
     data, why = parse_json_bounded(got.body)
     if why is not None:
-        return fail(f"agent at {url} answered something that is not JSON facts ({why})")
+        return fail(f"agent at {url} answered something that is not JSON facts ({why})",
+                    "not JSON facts")
     try:
         facts = NodeFacts.from_dict(data, where=f"facts from {url}")
     except FactsError as exc:
-        return fail(str(exc))
+        return fail(str(exc), "facts refused")
     except Exception as exc:
-        return fail(f"facts from {url}: cannot be read ({exc.__class__.__name__})")
+        return fail(f"facts from {url}: cannot be read ({exc.__class__.__name__})",
+                    "facts refused")
     if not facts.hostname and node.hostname:
         return fail(f"agent at {url} serves facts without a host name; Swarm node "
                     f"{node.id[:12]} is {node.hostname!r} (an agent always names its host: "
-                    "is something else answering on that port?)")
+                    "is something else answering on that port?)", "facts of no host",
+                    _FIX_WRONG_NODE)
     if facts.hostname and node.hostname and facts.hostname != node.hostname:
         return fail(
             f"agent at {url} serves facts for host {facts.hostname[:64]!r}, but Swarm node "
-            f"{node.id[:12]} is {node.hostname!r}; check agents.url_template and the "
-            "agent's --hostname"
-        )
-    return FactsResult(node.id, node.hostname, url, facts, None, now)
+            f"{node.id[:12]} is {node.hostname!r}", "facts of another host",
+            "check agents.url_template and the agent's --hostname")
+    return FactsResult(node.id, node.hostname, url, facts, None, now, True)
+
+
+def _cause_fix(exc: boundedhttp.FetchError) -> tuple[str, str]:
+    """What answered, in a few words, and the fix, for a GET that failed."""
+    text = str(exc)
+    if exc.kind == boundedhttp.CONNECT:
+        return ("nothing listens", "start the agent on that node (swarmgpu-agent.service, or "
+                "the stack's agent service), or check agents.port")
+    if exc.kind == boundedhttp.PLAIN_HTTP:
+        return "plain HTTP (the agent has no node certificate)", _FIX_PLAIN_HTTP
+    if exc.kind == boundedhttp.TLS_ANSWERED:
+        return "TLS (the agent serves HTTPS)", _FIX_TLS_ANSWERED
+    if exc.kind == boundedhttp.CERTIFICATE:
+        return text.replace("TLS certificate refused: ", "certificate refused: "), _FIX_CERT
+    if exc.kind == boundedhttp.TLS:
+        # The agent's alert when it will not take the daemon's certificate.
+        if "CERTIFICATE" in text.upper() and "ALERT" in text.upper():
+            return f"{text}: the agent refused the daemon's certificate", _FIX_REFUSED_DAEMON
+        return text, _FIX_OTHER
+    return text, _FIX_OTHER
 
 
 def parse_json_bounded(body: bytes) -> tuple[Any, str | None]:

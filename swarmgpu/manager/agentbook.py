@@ -18,6 +18,9 @@ from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.agent_client import FactsResult
 
 STATE_FILE = "agents.json"
+# An agent error is the address, what answered (both cut to PEER_TEXT_LIMIT where the
+# agent wrote any of it) and the fix: room for all three.
+ERROR_LIMIT = 800
 
 
 @dataclass
@@ -27,6 +30,10 @@ class AgentRecord:
     failing_since: float | None = None
     last_error: str | None = None
     facts: NodeFacts | None = None
+    url: str = ""
+    listening: bool = False  # something answered on the agent port (last time)
+    cause: str = ""  # what answered instead of facts (last time), in a few words
+    fix: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -34,6 +41,10 @@ class AgentRecord:
             "last_ok": self.last_ok,
             "failing_since": self.failing_since,
             "last_error": self.last_error,
+            "url": self.url,
+            "listening": self.listening,
+            "cause": self.cause,
+            "fix": self.fix,
         }
 
 
@@ -44,6 +55,8 @@ class AgentBook:
     def record(self, result: FactsResult) -> AgentRecord:
         rec = self.records.setdefault(result.node_id, AgentRecord(result.hostname))
         rec.hostname = result.hostname
+        rec.url, rec.listening = result.url, result.listening
+        rec.cause, rec.fix = result.cause, result.fix
         if result.facts is not None:
             rec.last_ok = result.fetched_at
             rec.failing_since = None
@@ -53,7 +66,8 @@ class AgentBook:
             if rec.failing_since is None:
                 rec.failing_since = result.fetched_at
             # Built from the agent's answer: stored and shown bounded, whoever built it.
-            rec.last_error = None if result.error is None else peer_text(result.error)
+            rec.last_error = None if result.error is None else peer_text(result.error,
+                                                                         ERROR_LIMIT)
         return rec
 
     def save(self, state_dir: str) -> None:
@@ -75,6 +89,9 @@ def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:
     if not isinstance(data, dict):
         return {}
     for rec in data.values():  # a file written before errors were bounded
-        if isinstance(rec, dict) and isinstance(rec.get("last_error"), str):
-            rec["last_error"] = peer_text(rec["last_error"])
+        if not isinstance(rec, dict):
+            continue
+        for key in ("last_error", "cause", "fix", "url"):
+            if isinstance(rec.get(key), str):
+                rec[key] = peer_text(rec[key], ERROR_LIMIT)
     return data

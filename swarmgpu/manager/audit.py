@@ -19,7 +19,7 @@ from swarmgpu.manager.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
 from swarmgpu.manager.gpuhealth import failing_why
 from swarmgpu.manager.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.requests import parse_all as parse_request_labels
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.sync import Snapshot, gpu_hint
 from swarmgpu.swarm.constraints import parse_all
 from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
 
@@ -99,11 +99,14 @@ def audit(
         res = snap.facts.get(node.id)
         if res is None or res.facts is None:
             saved = saved_agents.get(node.id, {})
-            gpu_node = bool(ours) or saved.get("last_ok") is not None
+            hint = gpu_hint(node, prefix)
+            gpu_node = hint is not None or saved.get("last_ok") is not None
             if gpu_node:
+                state = (f"agent answers but cannot be read ({res.cause})"
+                         if res is not None and res.listening else "agent unreachable")
                 out.append(Finding(
                     "unreachable", h,
-                    f"agent unreachable since {_when(saved.get('failing_since'))}; last good "
+                    f"{state} since {_when(saved.get('failing_since'))}; last good "
                     f"facts {_when(saved.get('last_ok'))}; labels kept as they are "
                     f"({res.error if res else 'not fetched'})",
                 ))
@@ -113,6 +116,15 @@ def audit(
                 why = failing_why(0, 0, lost, node_lost_grace_s)
                 if why is not None:
                     out.append(_failing(h, why))
+            elif res is not None and res.listening:
+                # A first agent the daemon cannot read: no label yet, so nothing else
+                # would say it (its labels will never come).
+                out.append(Finding(
+                    "unreadable", h,
+                    f"an agent answers on {res.url or 'the agent port'} but its facts cannot "
+                    f"be read: {res.cause}; no GPU label is written until it can; "
+                    f"fix: {res.fix}", actual=res.cause,
+                ))
             continue
         want = desired_labels(res.facts, prefix)
         for k, v in sorted(want.items()):
@@ -275,8 +287,10 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
         by_subject.setdefault(f.subject, []).append(f)
     for n in nodes:
         res = snap.facts.get(n.id)
-        agent = "ok" if res and res.facts else ("unreachable" if any(
-            f.kind == "unreachable" for f in by_subject.get(n.hostname, [])) else "none")
+        kinds = {f.kind for f in by_subject.get(n.hostname, [])}
+        agent = "ok" if res and res.facts else "none" if not kinds & {
+            "unreachable", "unreadable"} else "unreadable" if res and res.listening \
+            else "unreachable"
         label_state = "drifted" if any(
             f.kind in ("missing", "wrong", "stale") for f in by_subject.get(n.hostname, [])
         ) else ("in-sync" if res and res.facts else "-")
@@ -287,7 +301,7 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
     lines.append("")
     action = [f for f in findings if not f.advisory]
     advisory = [f for f in findings if f.advisory]
-    if not findings:
+    if not findings:  # every node Swarm calls a GPU node, or whose agent answers, was read
         lines.append("No findings: labels match the facts.")
     if action:
         lines.append(f"{len(action)} finding(s) needing action:")

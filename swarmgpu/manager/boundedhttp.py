@@ -26,12 +26,34 @@ MAX_HEAD_BYTES = 64 * 1024  # status line and headers
 READ_CHUNK = 16 * 1024
 
 
+# What answered, when a GET failed (FetchError.kind): the daemon turns it into the cause
+# and the one-line fix an operator reads (agent_client).
+CONNECT = "connect"  # nothing accepted the connection (connected is False)
+PLAIN_HTTP = "plain-http"  # an HTTPS GET: a plain-HTTP server answered the handshake
+TLS_ANSWERED = "tls-answered"  # an HTTP GET: a TLS server answered
+TLS = "tls"  # the TLS handshake failed otherwise (the reason says how)
+CERTIFICATE = "certificate"  # the peer's certificate failed verification
+HTTP = "http"  # a TCP peer that broke HTTP
+
+
 class FetchError(Exception):
     """Why a GET failed, in words that never quote the peer's bytes (and, should a
-    TLS library's reason name something the peer sent, at most ~300 clean characters)."""
+    TLS library's reason name something the peer sent, at most ~300 clean characters).
+    ``kind``: what answered (the constants above); ``connected``: something accepted
+    the TCP connection."""
 
-    def __init__(self, msg: str) -> None:
+    def __init__(self, msg: str, *, kind: str = HTTP, connected: bool = True) -> None:
         super().__init__(peer_text(msg))
+        self.kind = kind
+        self.connected = connected
+
+
+class Deadline(TimeoutError):
+    """The deadline passed; ``connected``: after something accepted the connection."""
+
+    def __init__(self, connected: bool = True) -> None:
+        super().__init__("timed out")
+        self.connected = connected
 
 
 @dataclass(frozen=True)
@@ -148,8 +170,9 @@ def get(
         raw = socket.create_connection((host, port), timeout=_left(deadline))
     except OSError as exc:
         if isinstance(exc, TimeoutError):
-            raise
-        raise FetchError(f"cannot connect ({exc.__class__.__name__})") from None
+            raise Deadline(connected=False) from None
+        raise FetchError(f"cannot connect ({exc.__class__.__name__})", kind=CONNECT,
+                         connected=False) from None
     sock: socket.socket = raw
     peer_cn: str | None = None
     peer_cert: Mapping[str, object] | None = None
@@ -157,14 +180,29 @@ def get(
         if parts.scheme == "https":
             ctx = tls or ssl.create_default_context()
             try:
-                raw.settimeout(_left(deadline))
+                # The handshake gets part of what is left: a plain-HTTP server that
+                # waits for a request line answers nothing, and the rest of the time
+                # asks it in plain HTTP what it is (_answers_plain_http).
+                left = _left(deadline)
+                raw.settimeout(min(left, max(1.0, 0.6 * left)))
                 sname = host if ctx.check_hostname else None
                 sock = ctx.wrap_socket(raw, server_hostname=sname)
+            except TimeoutError:
+                raw.close()
+                if _answers_plain_http(host, port, host_header, deadline):
+                    raise FetchError("TLS handshake got no answer: a plain-HTTP server "
+                                     "listens there", kind=PLAIN_HTTP) from None
+                raise Deadline() from None
             except ssl.SSLCertVerificationError as exc:
-                raise FetchError(f"TLS certificate refused: {exc.verify_message}") from None
+                raise FetchError(f"TLS certificate refused: {exc.verify_message}",
+                                 kind=CERTIFICATE) from None
             except ssl.SSLError as exc:
-                raise FetchError(f"TLS handshake failed ({exc.reason or exc.__class__.__name__})"
-                                 ) from None
+                reason = exc.reason or exc.__class__.__name__
+                raw.close()
+                if _answers_plain_http(host, port, host_header, deadline):
+                    raise FetchError(f"TLS handshake failed ({reason}): a plain-HTTP server "
+                                     "answered it", kind=PLAIN_HTTP) from None
+                raise FetchError(f"TLS handshake failed ({reason})", kind=TLS) from None
             if isinstance(sock, ssl.SSLSocket):
                 peer_cert = sock.getpeercert()
                 peer_cn = peer_common_name(peer_cert)
@@ -174,10 +212,63 @@ def get(
         return Fetched(got.status, got.body, got.peer_cn, peer_cert)
     except OSError as exc:
         if isinstance(exc, TimeoutError):
-            raise
-        raise FetchError(f"connection failed ({exc.__class__.__name__})") from None
+            raise Deadline() from None
+        why = f"connection failed ({exc.__class__.__name__})"
+        if parts.scheme == "http" and _answers_tls(host, port, deadline):
+            raise FetchError(f"{why}: a TLS server, not plain HTTP", kind=TLS_ANSWERED) from None
+        raise FetchError(why) from None
+    except FetchError as exc:
+        if exc.kind == HTTP and parts.scheme == "http" and "before answering" in str(exc) \
+                and _answers_tls(host, port, deadline):
+            raise FetchError(f"{exc}: a TLS server, not plain HTTP", kind=TLS_ANSWERED) \
+                from None
+        raise
     finally:
         sock.close()
+
+
+def _answers_tls(host: str, port: int, deadline: float) -> bool:
+    """After a plain-HTTP GET got no answer: does the port complete a TLS handshake?
+    (An agent with its node certificate serves HTTPS and drops a plain request.) Nothing
+    is verified or sent: only whether TLS answers, within the same deadline."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # a probe: the certificate is not trusted for anything
+    try:
+        with socket.create_connection((host, port), timeout=_left(deadline)) as raw:
+            raw.settimeout(_left(deadline))
+            with ctx.wrap_socket(raw):
+                return True
+    except (OSError, TimeoutError):
+        return False
+
+
+def _answers_plain_http(host: str, port: int, host_header: str, deadline: float) -> bool:
+    """After a failed TLS handshake: does a plain-HTTP GET on the same port get an HTTP
+    answer? (An agent that found no node certificate serves plain HTTP: the daemon can
+    then say so, instead of a TLS library's 'wrong version number'.) Within the same
+    deadline; only the first bytes of the answer are read, never kept."""
+    try:
+        with socket.create_connection((host, port), timeout=_left(deadline)) as s:
+            s.settimeout(_left(deadline))
+            s.sendall(f"GET /healthz HTTP/1.1\r\nHost: {host_header}\r\nConnection: close"
+                      "\r\nUser-Agent: swarmgpu\r\n\r\n".encode("latin-1"))
+            first = b""
+            while len(first) < 8:
+                s.settimeout(_left(deadline))
+                chunk = s.recv(8 - len(first))
+                if not chunk:
+                    break
+                first += chunk
+    except (OSError, TimeoutError):
+        return False
+    return first.startswith(b"HTTP/1.")
+
+
+def _looks_like_tls(data: bytes | bytearray) -> bool:
+    """A TLS record header (handshake or alert, version 3.x): a TLS server's answer to
+    a plain-HTTP request."""
+    return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03
 
 
 def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
@@ -198,6 +289,8 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
             if end < 0:
                 if len(buf) > MAX_HEAD_BYTES:
                     raise FetchError(f"sent more than {MAX_HEAD_BYTES} bytes of headers")
+                if _looks_like_tls(buf):
+                    raise FetchError("answered in TLS, not plain HTTP", kind=TLS_ANSWERED)
                 if not chunk:
                     raise FetchError("closed the connection before answering")
                 continue

@@ -18,7 +18,7 @@ from swarmgpu.manager.placement import PlacementPlan, read_ledger
 from swarmgpu.manager.rebalance.attribution import service_states
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.rebalance.scrape import scrape_all
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.sync import Snapshot, gpu_hint
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import scrape_auth
 from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
@@ -151,8 +151,16 @@ def build_cluster(
             labels_state = "drifted" if drift else "in-sync"
         elif ours or saved.get("last_ok"):
             agent = {"status": "unreachable", "error": res.error if res else None,
-                     "last_ok": saved.get("last_ok"), "failing_since": saved.get("failing_since")}
+                     "last_ok": saved.get("last_ok"), "failing_since": saved.get("failing_since"),
+                     **_why(res)}
             labels_state, drift = "agent-stale", []
+        elif res is not None and (res.listening or gpu_hint(n, prefix)):
+            # An agent the daemon cannot read (or a GPU node Swarm knows without one):
+            # never "none", which reads as "not a GPU node".
+            agent = {"status": "unreadable" if res.listening else "unreachable",
+                     "error": res.error, "last_ok": None,
+                     "failing_since": saved.get("failing_since"), **_why(res)}
+            labels_state, drift = "agent-unreadable", []
         else:
             agent = {"status": "none", "error": None, "last_ok": None, "failing_since": None}
             labels_state, drift = "no-agent", []
@@ -361,16 +369,29 @@ def _modes_lines(services: Sequence[Mapping[str, Any]]) -> list[str]:
     return ["", "global services and jobs:", *out] if out else []
 
 
+def _why(res: Any) -> dict[str, str]:
+    """What answered instead of an agent's facts, and the fix (agent_client)."""
+    if res is None:
+        return {}
+    return {"url": res.url, "cause": res.cause, "fix": res.fix}
+
+
 def render_status(doc: Mapping[str, Any]) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests."""
     lines: list[str] = []
     for n in doc["nodes"]:
-        head = (f"{n['hostname']} ({n['role']}, {n['state']}) agent {n['agent']['status']}, "
-                f"labels {n['labels_state']}")
+        agent = n["agent"]
+        head = (f"{n['hostname']} ({n['role']}, {n['state']}) agent {agent['status']}"
+                + (f" ({agent['cause']})" if agent.get("cause") else "")
+                + f", labels {n['labels_state']}")
         if n["gpu_count"]:
             head += (f" - {n['gpu_count']}x {n['product']}, driver {n['driver_version'] or '?'}"
                      f", CUDA {n['cuda_driver_version'] or '?'}")
         lines.append(head)
+        if agent.get("status") in ("unreachable", "unreadable") and agent.get("url"):
+            lines.append(f"  agent at {agent['url']}: {agent.get('cause') or agent['status']}")
+            if agent.get("fix"):
+                lines.append(f"  fix: {agent['fix']}")
         for g in n["gpus"]:
             used = g["memory_used_mib"]
             mem = f"{used if used is not None else '?'}/{g['memory_mib']} MiB"

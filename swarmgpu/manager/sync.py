@@ -14,6 +14,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.actuator import Actuator, ApplyResult
 from swarmgpu.manager.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.agentbook import AgentBook
+from swarmgpu.manager.compose_gpu import GPU_RESOURCE_KINDS
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.gpuhealth import HealthBook
 from swarmgpu.manager.gpuowners import conflicts as uuid_conflicts
@@ -76,12 +77,25 @@ def fetch_agents(swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode]
     return fetch_all(nodes, cfg.agents, auth.tls, auth.token)
 
 
+def gpu_hint(node: SwarmNode, prefix: str) -> str | None:
+    """Why Swarm itself says this is a GPU node, whose agent must be read: it carries
+    label sync's labels, the ``gpu=true`` label the shipped stack places agents by, or
+    its engine advertises GPU generic resources. None: nothing says so."""
+    if any(owned_by_label_sync(k, prefix) for k in node.labels):
+        return f"it carries {prefix}gpu labels"
+    if node.labels.get("gpu") == "true":
+        return "it is labelled gpu=true (where the stack runs agents)"
+    kinds = set(node.generic_resources) | set(node.discrete_resources)
+    if kinds & set(GPU_RESOURCE_KINDS):
+        return "its engine advertises GPU generic resources"
+    return None
+
+
 def is_gpu_node(node: SwarmNode, book: AgentBook, prefix: str) -> bool:
-    """A node we expect an agent on: it carries our labels or an agent answered once."""
+    """A node we expect an agent on: Swarm says it has GPUs (``gpu_hint``) or an agent
+    answered once."""
     rec = book.records.get(node.id)
-    return (rec is not None and rec.last_ok is not None) or any(
-        owned_by_label_sync(k, prefix) for k in node.labels
-    )
+    return (rec is not None and rec.last_ok is not None) or gpu_hint(node, prefix) is not None
 
 
 @dataclass
@@ -138,6 +152,12 @@ class LabelSync:
                 if expected:
                     unreachable += 1
                     log.warning("agent unreachable, labels left as they are: {}", err)
+                    report.errors.append(f"{node.hostname}: {err}")
+                elif result is not None and result.listening:
+                    # Something answers on the agent port, but not with facts the daemon
+                    # can read (a first agent in plain HTTP, a certificate refused...).
+                    unreachable += 1
+                    log.warning("agent cannot be read: {}", err)
                     report.errors.append(f"{node.hostname}: {err}")
                 else:
                     log.debug("no agent (not a GPU node?): {}", err)

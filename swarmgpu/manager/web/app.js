@@ -158,6 +158,7 @@
     "in-sync": ["ok", "✓", "Labels in sync"],
     drifted: ["warn", "!", "Labels drifted"],
     "agent-stale": ["bad", "✕", "Agent stale"],
+    "agent-unreadable": ["bad", "✕", "Agent unreadable"],
     "no-agent": ["muted", "–", "No agent"],
   };
 
@@ -177,7 +178,8 @@
     let extra = "";
     if (node.labels_state === "drifted" && drift.length) extra = ` (${drift.length})`;
     if (node.labels_state === "agent-stale" && agent.last_ok) extra = ` · last ok ${ago(now - agent.last_ok)}`;
-    return badge(kind, icon, text + extra);
+    if (node.labels_state === "agent-unreadable" && agent.cause) extra = ` · ${agent.cause}`;
+    return badge(kind, icon, text + extra, agent.fix ? `fix: ${agent.fix}` : undefined);
   }
 
   // ---- per-holder badges ---------------------------------------------------
@@ -213,7 +215,7 @@
   // An application's XID (xid_effect "none": 13, 31, 43...) leaves the GPU fine (docs/health.md).
   const isSick = (g) => g.healthy === false || (known(g.xid) && g.xid > 0 && g.xid_effect !== "none") || (known(g.ecc_dbe) && g.ecc_dbe > 0);
   const isOverShare = (g) => shareSum(g) > 1000 || (g.holders || []).some((x) => x.over_share || (x.badges || []).some((b) => b && b.text === "over-share"));
-  const isDrifted = (n) => n.labels_state === "drifted" || n.labels_state === "agent-stale";
+  const isDrifted = (n) => ["drifted", "agent-stale", "agent-unreadable"].includes(n.labels_state);
 
   function gpuServices(gpu) {
     const names = (gpu.holders || []).map((x) => x.service);
