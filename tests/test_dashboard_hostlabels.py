@@ -38,6 +38,11 @@ CAPTURES = FIXTURES / "captures"
 OLD_PAGE = CAPTURES / "dcgm_tesla-t4_x1_drv460_Hostname_datadog-fixture-excerpt.txt"
 OLD_HOST = "424773df46e0"  # the capture's Hostname
 NEW_HOST = "dgx-a100"
+# The rest of dcgm-exporter's default counters the panels show (values of the A100
+# dcgm-exporter capture: SM clock, energy, PCIe throughput).
+DCGM_REST = {"sm_clock_mhz": 1410, "enc_util_pct": 0, "dec_util_pct": 0,
+             "energy_mj": 319159391, "nvlink_mb_s": 0, "gr_engine_active": 0.4,
+             "pcie_tx_bytes_s": 33011804, "pcie_rx_bytes_s": 97863601}
 
 
 def _free_port() -> int:
@@ -98,7 +103,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     profile = tmp / "profile.yml"  # the agent's scripted values (`--metrics-profile`)
     profile.write_text(json.dumps({"default": {
         "util_pct": 40, "fb_used_mib": 1000, "mem_copy_util_pct": 10, "temp_c": 50,
-        "power_w": 200}}))
+        "power_w": 200, **DCGM_REST}}))
     agent = build_server(source, "127.0.0.1:0", refresh_s=60,
                          sampler=ProfileSampler(profile, source.read()).sample)
     agent_thread = threading.Thread(target=agent.serve_forever,
@@ -154,7 +159,7 @@ def test_node_variable_lists_both_host_labels(prometheus: str) -> None:
 @pytest.mark.parametrize("node", [NEW_HOST, OLD_HOST])
 def test_every_gpu_panel_has_rows_for_either_host_label(prometheus: str, node: str) -> None:
     panels = _gpu_panels()
-    assert len(panels) == 5
+    assert len(panels) == 10
     for title, expr in panels:
         result = _query(prometheus, expr.replace("$node", node))
         assert result, (title, node)

@@ -41,7 +41,7 @@ from gpu_nodes import (
 from gpu_nodes import cfg_file as _cfg_file
 from paths import FIXTURES, REPO
 from swarm_harness import SwarmCluster
-from test_dashboard_hostlabels import _serve_page
+from test_dashboard_hostlabels import DCGM_REST, _serve_page
 from test_deploy_docs import scrape_config
 
 pytestmark = pytest.mark.swarm
@@ -51,7 +51,7 @@ OLD_EXPORTER_PAGE = (FIXTURES / "captures"
                      / "dcgm_tesla-t4_x1_drv460_Hostname_datadog-fixture-excerpt.txt")
 OLD_HOST = "424773df46e0"  # its Hostname label
 PROFILE = {"default": {"util_pct": 40, "fb_used_mib": 1000, "mem_copy_util_pct": 10,
-                       "temp_c": 50, "power_w": 200}}
+                       "temp_c": 50, "power_w": 200, **DCGM_REST}}
 # Panels whose series exist only once something happens that this test does not cause.
 MAY_BE_EMPTY = {
     "swarmgpu_errors_total": "no daemon error happens here",

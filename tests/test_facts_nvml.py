@@ -156,12 +156,14 @@ def test_read_utilisation_from_capture(tmp_path: Path) -> None:
     assert s0.uuid == q.gpus[0].uuid
     assert (s0.util_pct, s0.mem_copy_util_pct, s0.temp_c) == (0.0, 0.0, 25.0)
     assert s0.power_w == 59.77
-    assert s0.fb_used_mib == 1 and s0.fb_free_mib == 81920 - 1
+    # nvmlMemory_v2, as nvidia-smi -q: used leaves out the 763 MiB the driver reserves
+    assert s0.fb_used_mib == 1 and s0.fb_free_mib == 81920 - 763 - 1
+    assert s0.fb_reserved_mib == 763
     assert samples[5].util_pct is None  # GPUs the capture lacks have no readings
 
 
 def test_no_pynvml_module_reads_as_zero_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    import swarmgpu.agent.facts.nvml as nvml_mod
+    import swarmgpu.agent.facts.nvml_session as nvml_mod
 
     def boom() -> object:
         raise ImportError("No module named 'pynvml'")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fake_pynvml.builder import Built, build_layout
 
-from swarmgpu.agent.facts import nvml as nvml_mod
+from swarmgpu.agent.facts import nvml_xid
 from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.server import AgentServer, build_server
 from swarmgpu.core import health
@@ -151,7 +151,7 @@ def test_hung_event_wait_never_blocks_facts(
 ) -> None:
     b = build_layout("hgx_h100_nv18", tmp_path)
     b.machine.event_wait_hangs = True
-    monkeypatch.setattr(nvml_mod, "_STALLED_S", 0.0)  # report the stall at once
+    monkeypatch.setattr(nvml_xid, "STALLED_S", 0.0)  # report the stall at once
     src = _source(b)
     t0 = time.monotonic()
     facts = src.read()

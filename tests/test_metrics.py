@@ -56,15 +56,66 @@ def _lines(text: str, name: str) -> list[str]:
     return [ln for ln in text.splitlines() if ln.startswith(name + "{")]
 
 
+DEFAULT_COUNTERS = FIXTURES_DIR / "dcgm-exporter" / "default-counters.csv"
+
+
+def _default_counters() -> dict[str, tuple[str, str]]:
+    """dcgm-exporter's etc/default-counters.csv: field -> (type, HELP), uncommented lines."""
+    out = {}
+    for line in DEFAULT_COUNTERS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, kind, help_ = (p.strip() for p in line.split(",", 2))
+            out[name] = (kind, help_)
+    return out
+
+
+def _every_field_sample() -> GpuSample:
+    values = {f.attr: 1.0 for f in DCGM_FIELDS}
+    return replace(GpuSample("GPU-aaaa", 0, None, None, None, None, None, None), **values)
+
+
 def test_help_and_type_lines_match_dcgm_exporter() -> None:
-    real = "\n".join(p.read_text() for p in DCGM_FILES)
-    ours = render_metrics(_facts(), _samples()).decode()
+    """Every field of DCGM_FIELDS with the csv's type and HELP text; every field of the
+    csv is served here or in the health block, or is the driver label."""
+    csv = _default_counters()
+    assert len(csv) == 26  # 25 metric fields and DCGM_FI_DRIVER_VERSION (a label)
+    ours = render_metrics(_facts(), [_every_field_sample()]).decode()
     for f in DCGM_FIELDS:
-        for kind in ("HELP", "TYPE"):
-            want = re.search(rf"^# {kind} {f.name} .*$", real, re.M)
-            got = re.search(rf"^# {kind} {f.name} .*$", ours, re.M)
-            assert want is not None, f.name
-            assert got is not None and got.group(0) == want.group(0)
+        kind, help_ = csv[f.name]
+        assert f"# HELP {f.name} {help_}\n" in ours, f.name
+        assert f"# TYPE {f.name} {kind}\n" in ours, f.name
+    from swarmgpu.agent.metrics import _HEALTH_HELP
+
+    health = set(_HEALTH_HELP) | {"DCGM_FI_DEV_XID_ERRORS"}
+    for name, (kind, help_) in csv.items():
+        if name in health and name in _HEALTH_HELP:
+            assert _HEALTH_HELP[name] == (kind, help_), name
+    served = {f.name for f in DCGM_FIELDS} | health | {"DCGM_FI_DRIVER_VERSION"}
+    assert set(csv) <= served, set(csv) - served
+
+
+def test_names_are_in_the_real_captures() -> None:
+    """What the agent serves is what real dcgm-exporters print: every name of a real
+    capture's page that the csv lists; FB_RESERVED is in the csv, no capture has it."""
+    real = "\n".join(p.read_text() for p in DCGM_FILES)
+    in_captures = {f.name for f in DCGM_FIELDS if re.search(rf"^{f.name}{{", real, re.M)}
+    assert {f.name for f in DCGM_FIELDS} - in_captures == {"DCGM_FI_DEV_FB_RESERVED"}
+    for f in DCGM_FIELDS:  # and of the type the capture declares, where it declares one
+        got = re.search(rf"^# TYPE {f.name} (\w+)$", real, re.M)
+        assert got is None or got.group(1) == f.kind, f.name
+
+
+def test_mig_devices_get_only_what_nvml_measures_per_instance() -> None:
+    """A MIG device's sample carrying every value: only memory and the GPM ratios are
+    written for it, never a per-slice GPU_UTIL (dcgm-exporter#216)."""
+    mig = replace(_every_field_sample(), uuid="MIG-1111", index=1)
+    text = render_metrics(_facts(), [_every_field_sample(), mig]).decode()
+    per_slice = {ln.split("{")[0] for ln in text.splitlines()
+                 if 'GPU_I_ID="1"' in ln and not ln.startswith("#")}
+    assert per_slice == {"DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED",
+                         "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"}
+    assert len(_lines(text, "DCGM_FI_DEV_GPU_UTIL")) == 1
 
 
 def test_labels_and_values() -> None:
@@ -124,10 +175,13 @@ def _promtool_check(text: bytes) -> None:
     r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                        timeout=30, check=False)
     out = (r.stdout + r.stderr).decode()
-    # 3 = lint remarks only; the only remark allowed is dcgm-exporter's own camelCase
+    # 3 = lint remarks only; the only remarks allowed are on dcgm-exporter's own names:
+    # camelCase labels, counters without _total, PCIE_REPLAY_COUNTER (as it prints them)
     assert r.returncode in (0, 3), out
     for line in out.splitlines():
-        assert "camelCase" in line, line
+        assert "camelCase" in line or (line.startswith("DCGM_FI_") and line.endswith((
+            'counter metrics should have "_total" suffix',
+            "metric name should not include type 'counter'"))), line
 
 
 def test_promtool_accepts_output() -> None:
@@ -302,3 +356,16 @@ def test_both_hostname_spellings_and_error_cap() -> None:
     assert res.hostname == "new" and any("several hostnames" in e for e in res.errors)
     res = parse_metrics("bad line\n" * 500)
     assert len(res.errors) == 51
+
+
+def test_dcgm_counters_are_read_by_their_own_names() -> None:
+    """A real dcgm-exporter page types TOTAL_ENERGY_CONSUMPTION a counter without _total;
+    prometheus_client's parser would call its samples ..._total: the manager reads them
+    by dcgm-exporter's name, as the health counters (ECC, remapped rows) must be."""
+    page = parse_metrics((CAPTURES / "dcgm_tesla-t4_x1_drv460_Hostname_datadog-fixture-"
+                          "excerpt.txt").read_text())
+    (g,) = page.samples_by_uuid.values()
+    assert g.values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == 128996013
+    assert g.values["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] == 0
+    ours = parse_metrics(render_metrics(_facts(), [_every_field_sample()]).decode())
+    assert ours.samples_by_uuid["GPU-aaaa"].values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] == 1

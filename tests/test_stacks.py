@@ -235,7 +235,13 @@ def _exposed_names() -> set[str]:
         names.add(fam.name)
         names.update(fam.name + s for s in ("_total", "_bucket", "_sum", "_count"))
     facts = GPU_NODES["gpu-node-1"].facts()
-    samples = [GpuSample(g.uuid, g.index, 1.0, 1, 1, 1.0, 1.0, 1.0) for g in facts.gpus]
+    from dataclasses import replace
+
+    from swarmgpu.agent.metrics import DCGM_FIELDS
+
+    every = {f.attr: 1.0 for f in DCGM_FIELDS}  # every dcgm-exporter field the agent serves
+    samples = [replace(GpuSample(g.uuid, g.index, 1.0, 1, 1, 1.0, 1.0, 1.0), **every)
+               for g in facts.gpus]
     text = render_metrics(facts, samples, AgentStats(facts_age_s=1, scrape_duration_s=0.1))
     text += generate_latest(DaemonMetrics().registry)
     for line in text.decode().splitlines():

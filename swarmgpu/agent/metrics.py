@@ -14,6 +14,8 @@ exits 3 on the camelCase label names, exactly as it does on dcgm-exporter's outp
 
 Rules:
 
+* Which fields: dcgm-exporter's default counters (``DCGM_FIELDS``, in its csv's order,
+  with its types and HELP texts), as far as NVML gives them (docs/metrics.md).
 * A value that is unknown (``None`` in a :class:`GpuSample`) is omitted, never
   written as 0: a 0 would read as "idle" to a rebalancer.
 * A sample whose UUID is a MIG device UUID known to the facts is written with the
@@ -49,21 +51,57 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 @dataclass(frozen=True)
 class DcgmField:
-    """One dcgm-exporter metric family and the GpuSample attribute that feeds it."""
+    """One dcgm-exporter metric family and the GpuSample attribute that feeds it.
+    ``mig``: also written for a MIG device's sample (what NVML measures per instance:
+    its memory, GPM's ratios); every other field is the whole GPU's only."""
 
     name: str
     help: str
     attr: str
+    kind: str = "gauge"
+    mig: bool = False
 
 
-# Order and HELP texts as dcgm-exporter prints them (see the T4 and A800 captures).
+# dcgm-exporter's etc/default-counters.csv, in its order, with its types and HELP texts
+# (tests/fixtures/dcgm-exporter/default-counters.csv); the XID and row-remapping lines
+# are the health block's (_HEALTH_HELP), the driver version is a label. Which NVML call
+# reads each: swarmgpu.agent.facts.nvml_sampler, and the table in docs/metrics.md.
 DCGM_FIELDS: tuple[DcgmField, ...] = (
+    DcgmField("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", "sm_clock_mhz"),
+    DcgmField("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", "mem_clock_mhz"),
+    DcgmField("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", "memory_temp_c"),
     DcgmField("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "temp_c"),
     DcgmField("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "power_w"),
+    DcgmField("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+              "Total energy consumption since boot (in mJ).", "energy_mj", "counter"),
+    DcgmField("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.",
+              "pcie_replays", "counter"),
     DcgmField("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "util_pct"),
     DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", "mem_copy_util_pct"),
-    DcgmField("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "fb_free_mib"),
-    DcgmField("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "fb_used_mib"),
+    DcgmField("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", "enc_util_pct"),
+    DcgmField("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", "dec_util_pct"),
+    DcgmField("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "fb_free_mib",
+              mig=True),
+    DcgmField("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "fb_used_mib",
+              mig=True),
+    DcgmField("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).",
+              "fb_reserved_mib", mig=True),
+    DcgmField("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+              "Total number of NVLink bandwidth counters for all lanes.", "nvlink_mb_s",
+              "counter"),
+    DcgmField("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "vGPU License status", "vgpu_licensed"),
+    DcgmField("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.",
+              "gr_engine_active", mig=True),
+    DcgmField("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+              "Ratio of cycles the tensor (HMMA) pipe is active.", "tensor_active", mig=True),
+    DcgmField("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is "
+              "active sending or receiving data.", "dram_active", mig=True),
+    DcgmField("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus "
+              "- including both protocol headers and data payloads - in bytes per second.",
+              "pcie_tx_bytes_s"),
+    DcgmField("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus - "
+              "including both protocol headers and data payloads - in bytes per second.",
+              "pcie_rx_bytes_s"),
 )
 
 
@@ -187,13 +225,22 @@ class AgentCollector(Collector):
 
     def _dcgm(self) -> Iterator[Metric]:
         migs = _mig_index(self._facts)
-        labelled = [(s, sample_labels(s, self._facts, migs)) for s in self._samples]
+        labelled = [(s, sample_labels(s, self._facts, migs), s.uuid in migs)
+                    for s in self._samples]
         for f in DCGM_FIELDS:
-            fam = Metric(f.name, f.help, "gauge")
-            for s, labels in labelled:
+            fam = Metric(f.name, f.help, f.kind)
+            seen: set[tuple[tuple[str, str], ...]] = set()
+            for s, labels, is_mig in labelled:
                 v = _known(getattr(s, f.attr))
-                if v is not None:
-                    fam.add_sample(f.name, labels, v)
+                # A MIG device gets only what NVML measures per instance: never a
+                # per-slice GPU_UTIL, clock or power made of its parent's (dcgm-exporter#216).
+                if v is None or (is_mig and not f.mig):
+                    continue
+                key = tuple(sorted(labels.items()))
+                if key in seen:
+                    continue  # one series per label set: a second sample for it is dropped
+                seen.add(key)
+                fam.add_sample(f.name, labels, v)  # no _total: as dcgm-exporter
             if fam.samples:
                 yield fam
 
@@ -274,4 +321,16 @@ def render_metrics(
     """Prometheus text exposition (format 0.0.4) for one snapshot."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(facts, samples, stats))
-    return generate_latest(registry)
+    text = generate_latest(registry)
+    # prometheus-client names a counter's HELP and TYPE lines NAME_total; dcgm-exporter's
+    # counters have no _total, so the lines are put back on the samples' own name.
+    for name in _DCGM_COUNTERS:
+        for kind in (b"HELP", b"TYPE"):
+            text = text.replace(b"# %s %s_total " % (kind, name), b"# %s %s " % (kind, name))
+    return text
+
+
+_DCGM_COUNTERS = tuple(
+    name.encode() for name in sorted(
+        {f.name for f in DCGM_FIELDS if f.kind == "counter"}
+        | {n for n, (kind, _) in _HEALTH_HELP.items() if kind == "counter"}))

@@ -145,7 +145,11 @@ def _sane_id(text: str) -> bool:
 def _families_strict(text: str) -> list[tuple[str, Mapping[str, str], float]]:
     out: list[tuple[str, Mapping[str, str], float]] = []
     for fam in text_string_to_metric_families(text):
-        out.extend((s.name, s.labels, s.value) for s in fam.samples)
+        # The parser names a counter's samples NAME_total; dcgm-exporter's counters
+        # (TOTAL_ENERGY_CONSUMPTION, ECC, remapped rows...) have no such suffix.
+        dcgm_counter = fam.type == "counter" and fam.name.startswith("DCGM_")
+        out.extend((fam.name if dcgm_counter and s.name == fam.name + "_total" else s.name,
+                    s.labels, s.value) for s in fam.samples)
     return out
 
 

@@ -26,6 +26,13 @@ Where a capture lacks something the builder must invent, it says so here:
 * Running processes (``processes_file``, the ``Processes`` sections of a ``-q``
   capture): PID and used memory as captured, put on the GPU with the same index of
   the machine being built (the only capture with processes is of another machine).
+* dcgm-exporter's other default counters, from the same ``-q`` capture: ``Clocks`` SM
+  and Memory, ``Memory Current Temp``, PCIe ``Replays Since Reset`` and ``Tx``/``Rx
+  Throughput``, ``Utilization`` Encoder and Decoder, ``FB Memory Usage`` Reserved (and
+  each MIG device's ``Shared FB Memory Usage`` Used and Reserved). ``N/A`` answers
+  NOT_SUPPORTED. Not in any ``-q`` capture: the energy counter, NVLink data counters and
+  GPM metrics; GPM is supported on Hopper GPUs (as NVML has it: Hopper and later), with
+  no metric values until a test sets them (tests/fixtures/SOURCES.md says which).
 """
 
 from __future__ import annotations
@@ -115,6 +122,7 @@ class QGpu:
     retired_pages: tuple[int, int, bool] | None = None
     remapped_rows: tuple[int, int, bool, bool] | None = None
     clocks_event_reasons: int | None = None
+    counters: dict[str, int | None] = field(default_factory=dict)  # FakeGpu attr -> value
 
 
 @dataclass
@@ -138,6 +146,8 @@ def parse_q(path: Path) -> QCapture:
                     or _num(m.get("FB Memory Usage", "Total"))
                     or 0
                 ),
+                "used": int(_num(m.get("Shared FB Memory Usage", "Used")) or 0),
+                "reserved": int(_num(m.get("Shared FB Memory Usage", "Reserved")) or 0),
             }
             for m in g.all("MIG Device")
         ]
@@ -165,9 +175,33 @@ def parse_q(path: Path) -> QCapture:
                 retired_pages=_retired(g),
                 remapped_rows=_remapped(g),
                 clocks_event_reasons=_reasons(g),
+                counters=_counters(g),
             )
         )
     return QCapture(root.get("Driver Version") or "", root.get("CUDA Version") or "", gpus)
+
+
+# FakeGpu attribute -> where nvidia-smi -q prints it (the first path that is there).
+_COUNTERS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "sm_clock_mhz": (("Clocks", "SM"),),
+    "mem_clock_mhz": (("Clocks", "Memory"),),
+    "memory_temp_c": (("Temperature", "Memory Current Temp"),),
+    "pcie_replays": (("PCI", "Replays Since Reset"),),
+    "pcie_tx_kb_s": (("PCI", "Tx Throughput"),),
+    "pcie_rx_kb_s": (("PCI", "Rx Throughput"),),
+    "enc_util": (("Utilization", "Encoder"),),
+    "dec_util": (("Utilization", "Decoder"),),
+    "memory_reserved_mib": (("FB Memory Usage", "Reserved"),),
+}
+
+
+def _counters(g: Node) -> dict[str, int | None]:
+    """The -q values of dcgm-exporter's other default counters (``N/A``: None)."""
+    out: dict[str, int | None] = {}
+    for attr, paths in _COUNTERS.items():
+        v = next((_num(g.get(*p)) for p in paths if g.get(*p) is not None), None)
+        out[attr] = int(v) if v is not None else None
+    return out
 
 
 def _int_or_none(v: str | None) -> int | None:
@@ -335,7 +369,8 @@ def build(
             for (prof, muuid), qm in zip(listing.get(i, []), qg.migs, strict=True):
                 p = by_name[prof]
                 migs.append(
-                    FakeMig(muuid, qm["gi"], qm["ci"], p.id, p.slices, p.slices, qm["memory"])
+                    FakeMig(muuid, qm["gi"], qm["ci"], p.id, p.slices, p.slices, qm["memory"],
+                            qm["used"], qm["reserved"])
                 )
         mig_mode = None
         if base and base.mig_current in ("Enabled", "Disabled"):
@@ -359,6 +394,9 @@ def build(
                 retired_pages=qg.retired_pages if qg else None,
                 remapped_rows=qg.remapped_rows if qg else None,
                 clocks_event_reasons=qg.clocks_event_reasons if qg else None,
+                gpm={} if base and base.arch == "Hopper" else None,
+                **{k: v for k, v in (qg.counters if qg else {}).items()
+                   if v is not None or k != "memory_reserved_mib"},
             )
         )
     _wire_links(gpus, topo)
@@ -455,3 +493,23 @@ def layouts() -> dict[str, dict[str, Any]]:
 
 def build_layout(name: str, sysfs_dir: Path, **overrides: Any) -> Built:
     return build(sysfs_dir=sysfs_dir, **{**layouts()[name], **overrides})
+
+
+# Values no nvidia-smi -q capture prints (tests/fixtures/SOURCES.md): the A100
+# dcgm-exporter capture's energy counter and profiling ratios (whole GPU, and its 1g.5gb
+# instance), as NVML's GPM percentages.
+CAPTURED_ENERGY_MJ = 319159391
+GPM_WHOLE = {1: 99.5630, 5: 92.9260, 10: 69.0789}
+GPM_INSTANCE = {1: 99.5687, 5: 93.0433, 10: 80.0339}
+
+
+def with_uncaptured_counters(built: Built) -> Built:
+    """Set what no capture holds: the energy counter on every GPU, NVLink data counters
+    (0 KiB) on GPUs with NVLinks, GPM values on GPM GPUs (each GPU instance too)."""
+    for g in built.machine.gpus:
+        g.energy_mj = CAPTURED_ENERGY_MJ
+        if g.nvlinks:
+            g.nvlink_data_kib = (0, 0)
+        if g.gpm is not None:
+            g.gpm = {None: dict(GPM_WHOLE), **{m.gi_id: dict(GPM_INSTANCE) for m in g.migs}}
+    return built

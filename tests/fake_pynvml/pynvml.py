@@ -91,6 +91,24 @@ nvmlClocksEventReasonSwThermalSlowdown = 0x20
 nvmlClocksThrottleReasonHwThermalSlowdown = 0x40
 nvmlClocksThrottleReasonHwPowerBrakeSlowdown = 0x80
 nvmlClocksEventReasonDisplayClockSetting = 0x100
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+nvmlMemory_v2 = 0x02000028
+NVML_FI_DEV_MEMORY_TEMP = 82
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_VALUE_TYPE_DOUBLE = 0
+NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_GRID_LICENSE_FEATURE_CODE_VGPU = 1
+NVML_GPM_METRICS_GET_VERSION = 1
+NVML_GPM_SUPPORT_VERSION = 1
+NVML_GPM_METRIC_GRAPHICS_UTIL = 1
+NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5
+NVML_GPM_METRIC_DRAM_BW_UTIL = 10
+NVML_GPM_METRIC_MAX = 477
 
 
 class NVMLError(Exception):
@@ -157,6 +175,8 @@ class FakeMig:
     gi_slices: int
     ci_slices: int
     memory_mib: int
+    memory_used_mib: int = 0
+    memory_reserved_mib: int = 0
 
 
 @dataclass
@@ -194,6 +214,21 @@ class FakeGpu:
     remapped_rows: tuple[int, int, bool, bool] | None = None  # corr, unc, pending, failed
     clocks_event_reasons: int | None = None
     nvlink_errors: dict[int, int] = field(default_factory=dict)  # counter -> count per link
+    # The rest of dcgm-exporter's default counters; None answers NOT_SUPPORTED.
+    memory_reserved_mib: int = 0  # FB the driver reserves (nvmlMemory_v2.reserved)
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    memory_temp_c: int | None = None  # NVML_FI_DEV_MEMORY_TEMP (HBM GPUs)
+    pcie_replays: int | None = None
+    pcie_tx_kb_s: int | None = None  # nvmlDeviceGetPcieThroughput, KB/s
+    pcie_rx_kb_s: int | None = None
+    enc_util: int | None = None
+    dec_util: int | None = None
+    energy_mj: int | None = None  # nvmlDeviceGetTotalEnergyConsumption
+    nvlink_data_kib: tuple[int, int] | None = None  # (tx, rx) KiB since reset, all links
+    # GPM (Hopper and later): None not supported; else GI id (None: the whole GPU) ->
+    # NVML_GPM_METRIC_* id -> percent over any interval.
+    gpm: dict[int | None, dict[int, float]] | None = None
 
 
 @dataclass
@@ -221,6 +256,24 @@ class FakeMachine:
 class _Handle:
     def __init__(self, gpu: int, mig: int | None = None) -> None:
         self.gpu, self.mig = gpu, mig
+
+
+class FakeGpmSample:
+    """What nvmlGpmSampleAlloc hands out: filled by a SampleGet with (GPU, GI)."""
+
+    def __init__(self) -> None:
+        self.of: tuple[int, int | None] | None = None
+        self.freed = False
+
+
+class c_nvmlGpmMetricsGet_t:  # pynvml's ctypes structure, by its name
+    def __init__(self) -> None:
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1: FakeGpmSample | None = None
+        self.sample2: FakeGpmSample | None = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0)
+                        for _ in range(NVML_GPM_METRIC_MAX)]
 
 
 class FakeNvml:
@@ -315,14 +368,22 @@ class FakeNvml:
         return self._gpu(h).name
 
     def nvmlDeviceGetMemoryInfo(self, h: _Handle, version: Any = None) -> SimpleNamespace:
+        """v1 (no version): used counts what the driver reserves; nvmlMemory_v2: reserved
+        apart, used and free as nvidia-smi -q prints them."""
         if h.mig is not None:
             m = self._mig(h)
-            return SimpleNamespace(total=m.memory_mib << 20, used=0, free=m.memory_mib << 20)
-        g = self._gpu(h)
-        used = g.memory_used_mib
-        return SimpleNamespace(
-            total=g.memory_total_mib << 20, used=used << 20, free=(g.memory_total_mib - used) << 20
-        )
+            total, used, reserved = m.memory_mib, m.memory_used_mib, m.memory_reserved_mib
+        else:
+            g = self._gpu(h)
+            total, used, reserved = (g.memory_total_mib, g.memory_used_mib,
+                                     g.memory_reserved_mib)
+        free = total - used - reserved
+        if version == nvmlMemory_v2:
+            return SimpleNamespace(version=version, total=total << 20, reserved=reserved << 20,
+                                   used=used << 20, free=free << 20)
+        if version is not None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return SimpleNamespace(total=total << 20, used=(used + reserved) << 20, free=free << 20)
 
     def nvmlDeviceGetPciInfo(self, h: _Handle) -> SimpleNamespace:
         g = self._gpu(h)
@@ -531,3 +592,104 @@ class FakeNvml:
         if g.power_mw is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return g.power_mw
+
+    # -- the rest of dcgm-exporter's default counters
+    def _value(self, h: _Handle, attr: str) -> Any:
+        if h.mig is not None:  # a MIG device measures none of these itself
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        v = getattr(self._gpu(h), attr)
+        if v is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return v
+
+    def nvmlDeviceGetClockInfo(self, h: _Handle, clock: int) -> int:
+        attr = {NVML_CLOCK_SM: "sm_clock_mhz", NVML_CLOCK_MEM: "mem_clock_mhz"}.get(clock)
+        if attr is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return int(self._value(h, attr))
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: _Handle) -> int:
+        return int(self._value(h, "energy_mj"))
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: _Handle) -> int:
+        return int(self._value(h, "pcie_replays"))
+
+    def nvmlDeviceGetPcieThroughput(self, h: _Handle, counter: int) -> int:
+        return int(self._value(h, "pcie_tx_kb_s" if counter == NVML_PCIE_UTIL_TX_BYTES
+                               else "pcie_rx_kb_s"))
+
+    def nvmlDeviceGetEncoderUtilization(self, h: _Handle) -> list[int]:
+        return [int(self._value(h, "enc_util")), 167000]
+
+    def nvmlDeviceGetDecoderUtilization(self, h: _Handle) -> list[int]:
+        return [int(self._value(h, "dec_util")), 167000]
+
+    def nvmlDeviceGetGridLicensableFeatures(self, h: _Handle) -> SimpleNamespace:
+        self._gpu(h)  # bare metal, as every capture: no vGPU licence to hold
+        return SimpleNamespace(isGridLicenseSupported=0, licensableFeaturesCount=0,
+                               gridLicensableFeatures=[])
+
+    def nvmlDeviceGetFieldValues(self, h: _Handle, field_ids: list[Any]) -> list[Any]:
+        out = []
+        for fid in field_ids:
+            fid, scope = fid if isinstance(fid, tuple) else (fid, 0)
+            fv = SimpleNamespace(fieldId=fid, scopeId=scope, timestamp=0, latencyUsec=0,
+                                 valueType=NVML_VALUE_TYPE_UNSIGNED_INT,
+                                 nvmlReturn=NVML_SUCCESS, value=SimpleNamespace())
+            try:
+                if fid == NVML_FI_DEV_MEMORY_TEMP:
+                    fv.value.uiVal = int(self._value(h, "memory_temp_c"))
+                elif fid in (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+                             NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
+                    tx, rx = self._value(h, "nvlink_data_kib")
+                    fv.valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                    fv.value.ullVal = tx if fid == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX else rx
+                else:
+                    raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+            except NVMLError as e:
+                fv.nvmlReturn = e.value
+            out.append(fv)
+        return out
+
+    # -- GPM
+    def nvmlGpmQueryDeviceSupport(self, h: _Handle) -> SimpleNamespace:
+        g = self._gpu(h)
+        return SimpleNamespace(version=NVML_GPM_SUPPORT_VERSION,
+                               isSupportedDevice=int(g.gpm is not None))
+
+    def nvmlGpmSampleAlloc(self) -> FakeGpmSample:
+        self._need_init()
+        return FakeGpmSample()
+
+    def nvmlGpmSampleFree(self, sample: FakeGpmSample) -> None:
+        sample.freed = True
+
+    def _gpm_of(self, h: _Handle, gi: int | None) -> None:
+        g = self._gpu(h)
+        if g.gpm is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if gi is not None and not any(m.gi_id == gi for m in g.migs):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+
+    def nvmlGpmSampleGet(self, h: _Handle, sample: FakeGpmSample) -> FakeGpmSample:
+        self._gpm_of(h, None)
+        sample.of = (h.gpu, None)
+        return sample
+
+    def nvmlGpmMigSampleGet(self, h: _Handle, gi: int, sample: FakeGpmSample) -> FakeGpmSample:
+        self._gpm_of(h, gi)
+        sample.of = (h.gpu, gi)
+        return sample
+
+    def nvmlGpmMetricsGet(self, req: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+        a, b = req.sample1, req.sample2
+        if a is None or b is None or a.freed or b.freed or a.of is None or a.of != b.of:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gpu, gi = a.of
+        table = (self.machine.gpus[gpu].gpm or {}).get(gi, {})
+        for m in req.metrics[:req.numMetrics]:
+            if m.metricId in table:
+                m.value, m.nvmlReturn = float(table[m.metricId]), NVML_SUCCESS
+            else:
+                m.value, m.nvmlReturn = 0.0, NVML_ERROR_NOT_SUPPORTED
+        return req

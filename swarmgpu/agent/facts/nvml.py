@@ -1,37 +1,39 @@
-"""``nvml`` — live facts from the NVIDIA driver. The only module that imports pynvml.
+"""``nvml`` — live facts from the NVIDIA driver, through the one NVML adapter.
 
-pynvml is imported lazily, so the package imports on machines without it, and any
-object with pynvml's names can be injected (``nvml_module=``; the tests use a fake
-built from real captures). Every NVML call goes through ``_Nvml.call``, which turns
-a missing function or an ``NVMLError`` into ``None`` ("unknown"); only a lost GPU
-(``NVML_ERROR_GPU_IS_LOST``/``RESET_REQUIRED``) escapes it, and it marks just that
-GPU unhealthy. Reading never raises: a node without a driver reads as zero GPUs
-with the reason in ``errors``.
+The adapter is four modules, one job each: the session (``nvml_session``: the only
+import of pynvml, init once, guarded calls), this facts source (GPUs, MIG, links,
+health signals), the XID watcher (``nvml_xid``) and the sampler behind ``/metrics``
+(``nvml_sampler``). Reading never raises: a node without a driver reads as zero GPUs
+with the reason in ``errors``; a lost GPU (``GpuLost``) marks just that GPU unhealthy.
 
 Health signals (``core.health.HealthSignals``: ECC, retired pages, row remapping, clock
-throttle reasons, NVLink error counters) are read with the GPU's other facts. XID events
-come from ``_XidWatcher``: one thread per NVML module that registers for critical XID
-events and waits on them; ``/facts`` only copies what it has seen, so a wait that hangs in
-the driver never blocks a read (the facts then say the watch is stalled).
+throttle reasons, NVLink error counters) are read with the GPU's other facts; XID events
+come from the watcher, whose hung wait never blocks a read.
 """
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
-import contextlib
 import socket
-import threading
-import time
-from collections import Counter, deque
-from dataclasses import dataclass, field, replace
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from swarmgpu.agent.facts.naming import mig_profile_name
-from swarmgpu.core.health import MAX_XID_EVENTS, HealthSignals, XidEvent
+from swarmgpu.agent.facts.nvml_sampler import read_utilisation
+from swarmgpu.agent.facts.nvml_session import (
+    GpuLost,
+    Nvml,
+    ensure_init,
+    load_pynvml,
+    module,
+    shutdown,
+    text,
+)
+from swarmgpu.agent.facts.nvml_xid import XidWatcher, xid_watcher
+from swarmgpu.core.health import HealthSignals
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
-from swarmgpu.core.samples import GpuProcess, GpuSample
 
 _MIB = 1024 * 1024
 # nvidia-smi topo -m prints these for nvmlDeviceGetTopologyCommonAncestor's levels
@@ -39,107 +41,8 @@ _MIB = 1024 * 1024
 # INTERNAL means two GPUs on one board (K80, GTX 690) behind the board's own PCIe
 # switch; nvidia-smi has no symbol of its own for it, so it counts as PIX here.
 TOPOLOGY_LINKS: dict[int, str] = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
-_LOST_CODES = {15, 16}  # NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED
 _NVLINK_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
 _CPUSET_WORDS = 16  # 16 x 64 bits: room for 1024 CPUs
-
-
-class GpuLost(Exception):
-    """An NVML call said the GPU is gone; the GPU is reported unhealthy."""
-
-
-def _text(v: Any) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
-
-
-def _error_text(e: BaseException) -> str:
-    try:
-        msg = str(e)
-    except Exception:  # a broken NVMLError.__str__ must not hide the real error
-        msg = ""
-    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
-
-
-def load_pynvml() -> Any:
-    """The real pynvml module (nvidia-ml-py), imported only when NVML is used."""
-    import pynvml
-
-    return pynvml
-
-
-class _Nvml:
-    """Guarded access to a pynvml-like module."""
-
-    def __init__(self, mod: Any) -> None:
-        self.mod = mod
-        self.error_cls: type[BaseException] = getattr(mod, "NVMLError", Exception)
-
-    def const(self, name: str, default: int) -> int:
-        v = getattr(self.mod, name, default)
-        return v if isinstance(v, int) else default
-
-    def call(self, name: str, *args: Any) -> Any:
-        """``mod.name(*args)``, or None when the function is missing or NVML says no."""
-        fn = getattr(self.mod, name, None)
-        if fn is None:
-            return None
-        try:
-            return fn(*args)
-        except self.error_cls as e:
-            if getattr(e, "value", None) in _LOST_CODES:
-                raise GpuLost(f"{name}: {_error_text(e)}") from e
-            return None
-
-
-# --- init once per module object, shut down at exit -------------------------------
-_init_lock = threading.Lock()
-_initialised: dict[int, Any] = {}
-
-
-def _ensure_init(mod: Any) -> str | None:
-    """Initialise NVML once per module; the error text when it cannot be."""
-    with _init_lock:
-        if id(mod) in _initialised:
-            return None
-        try:
-            mod.nvmlInit()
-        except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError...
-            if getattr(e, "value", None) == getattr(mod, "NVML_ERROR_LIBRARY_NOT_FOUND", 12):
-                # No libnvidia-ml.so.1 means no driver installed (or, in a container,
-                # not run with the nvidia runtime): say that, not "is it loaded?".
-                return (
-                    f"nvml: cannot initialise NVML ({_error_text(e)}): libnvidia-ml.so.1, "
-                    "which the NVIDIA driver installs, is not found; install the driver "
-                    "(in a container: run it with the nvidia runtime)"
-                )
-            return (
-                f"nvml: cannot initialise NVML ({_error_text(e)}); is the NVIDIA driver "
-                "loaded and, in a container, is it run with the nvidia runtime?"
-            )
-        _initialised[id(mod)] = mod
-        return None
-
-
-def shutdown(nvml_module: Any = None) -> None:
-    """Shut NVML down (all modules when none is given); called at exit."""
-    with _init_lock:
-        mods = [nvml_module] if nvml_module is not None else list(_initialised.values())
-        for mod in mods:
-            if _initialised.pop(id(mod), None) is not None:
-                with contextlib.suppress(Exception):  # best effort at exit
-                    mod.nvmlShutdown()
-
-
-atexit.register(shutdown)
-
-
-def _module(nvml_module: Any) -> tuple[Any, str | None]:
-    if nvml_module is not None:
-        return nvml_module, None
-    try:
-        return load_pynvml(), None
-    except ImportError as e:
-        return None, f"nvml: pynvml is not installed ({e}); pip install nvidia-ml-py"
 
 
 # --- small pure helpers -----------------------------------------------------------
@@ -254,14 +157,14 @@ class NvmlSource:
         self.xid_events = xid_events
 
     def read(self) -> NodeFacts:
-        mod, err = _module(self.nvml_module)
+        mod, err = module(self.nvml_module)
         if mod is None or err is not None:
             return NodeFacts(hostname=self.hostname, source=self.spec, errors=(err or "",))
-        init_err = _ensure_init(mod)
+        init_err = ensure_init(mod)
         if init_err:
             return NodeFacts(hostname=self.hostname, source=self.spec, errors=(init_err,))
         watcher = xid_watcher(mod) if self.xid_events else None
-        return read_facts(_Nvml(mod), hostname=self.hostname, sysfs_root=self.sysfs_root,
+        return read_facts(Nvml(mod), hostname=self.hostname, sysfs_root=self.sysfs_root,
                           gpu_deadline_s=self.gpu_deadline_s, xids=watcher)
 
 
@@ -271,7 +174,7 @@ _HUNG: dict[tuple[int, int], concurrent.futures.Future[_GpuRead]] = {}
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="nvml-gpu")
 
 
-def _read_gpus(nv: _Nvml, count: int, sysfs_root: Path, deadline_s: float) -> list[_GpuRead]:
+def _read_gpus(nv: Nvml, count: int, sysfs_root: Path, deadline_s: float) -> list[_GpuRead]:
     """Every GPU read in parallel, each within its deadline; a hung GPU is unhealthy."""
     futures: dict[int, concurrent.futures.Future[_GpuRead]] = {}
     lib = id(nv.mod)
@@ -296,8 +199,8 @@ def _read_gpus(nv: _Nvml, count: int, sysfs_root: Path, deadline_s: float) -> li
     return reads
 
 
-def read_facts(nv: _Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml",
-               gpu_deadline_s: float = 5.0, xids: _XidWatcher | None = None) -> NodeFacts:
+def read_facts(nv: Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml",
+               gpu_deadline_s: float = 5.0, xids: XidWatcher | None = None) -> NodeFacts:
     """One consistent read of every GPU on an initialised NVML."""
     errors: list[str] = []
     driver = nv.call("nvmlSystemGetDriverVersion")
@@ -307,7 +210,7 @@ def read_facts(nv: _Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml"
     if count is None:
         return NodeFacts(
             hostname=hostname,
-            driver_version=_text(driver) if driver is not None else None,
+            driver_version=text(driver) if driver is not None else None,
             source=spec,
             errors=("nvml: nvmlDeviceGetCount failed; no GPUs can be listed",),
         )
@@ -322,15 +225,15 @@ def read_facts(nv: _Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml"
         hostname=hostname,
         gpus=gpus,
         links=links,
-        driver_version=_text(driver) if driver is not None else None,
+        driver_version=text(driver) if driver is not None else None,
         cuda_driver_version=cuda_version_text(int(cuda)) if isinstance(cuda, int) else None,
-        nvml_version=_text(nvml_version) if nvml_version is not None else None,
+        nvml_version=text(nvml_version) if nvml_version is not None else None,
         source=spec,
         errors=tuple(errors),
     )
 
 
-def _read_gpu(nv: _Nvml, index: int, sysfs_root: Path) -> _GpuRead:
+def _read_gpu(nv: Nvml, index: int, sysfs_root: Path) -> _GpuRead:
     r = _GpuRead(index=index)
     try:
         r.handle = nv.call("nvmlDeviceGetHandleByIndex", index)
@@ -343,17 +246,17 @@ def _read_gpu(nv: _Nvml, index: int, sysfs_root: Path) -> _GpuRead:
     return r
 
 
-def _fill_gpu(nv: _Nvml, r: _GpuRead, sysfs_root: Path) -> None:
+def _fill_gpu(nv: Nvml, r: _GpuRead, sysfs_root: Path) -> None:
     h = r.handle
     uuid = nv.call("nvmlDeviceGetUUID", h)
-    r.uuid = _text(uuid) if uuid is not None else None
+    r.uuid = text(uuid) if uuid is not None else None
     name = nv.call("nvmlDeviceGetName", h)
-    r.product = _text(name) if name is not None else None
+    r.product = text(name) if name is not None else None
     mem = nv.call("nvmlDeviceGetMemoryInfo", h)
     r.memory_mib = int(mem.total) // _MIB if mem is not None else None
     pci = nv.call("nvmlDeviceGetPciInfo", h)
     if pci is not None:
-        r.pci_bus_id = normalise_bus_id(_text(pci.busId))
+        r.pci_bus_id = normalise_bus_id(text(pci.busId))
     cc = nv.call("nvmlDeviceGetCudaComputeCapability", h)
     if cc is not None:
         r.compute = (int(cc[0]), int(cc[1]))
@@ -379,7 +282,7 @@ def _count(v: Any) -> int | None:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-def _health(nv: _Nvml, h: Any) -> HealthSignals:
+def _health(nv: Nvml, h: Any) -> HealthSignals:
     """ECC, retired pages, row remapping, throttle reasons, NVLink errors; what the GPU
     does not support (NOT_SUPPORTED: ECC off, no remapping before Ampere) stays None."""
     ecc: dict[tuple[int, int], int | None] = {}
@@ -410,7 +313,7 @@ def _health(nv: _Nvml, h: Any) -> HealthSignals:
     )
 
 
-def _nvlink_errors(nv: _Nvml, h: Any) -> dict[int, int | None]:
+def _nvlink_errors(nv: Nvml, h: Any) -> dict[int, int | None]:
     """Per NVML_NVLINK_ERROR_DL_* counter (0 replay, 1 recovery, 2 CRC flit), the sum over
     the GPU's links; None when it has no NVLink."""
     sums: dict[int, int | None] = {0: None, 1: None, 2: None}
@@ -424,115 +327,7 @@ def _nvlink_errors(nv: _Nvml, h: Any) -> dict[int, int | None]:
     return sums
 
 
-# --- XID events ---------------------------------------------------------------------
-_XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
-_WAIT_MS = 1000
-_STALLED_S = 30.0  # a wait loop silent this long is reported stalled
-
-
-class _XidWatcher:
-    """One thread: register every GPU for critical XID events, then wait on them forever.
-
-    Reads never wait on it: ``attach`` copies the events seen so far under a lock. The
-    thread's own NVML calls may hang (a GPU off the bus); the facts then say so."""
-
-    def __init__(self, mod: Any) -> None:
-        self.nv = _Nvml(mod)
-        self.lock = threading.Lock()
-        self.events: dict[int, deque[XidEvent]] = {}
-        self.problem: str | None = None
-        self.beat = time.monotonic()
-        self.started = False
-
-    def start(self) -> None:
-        threading.Thread(target=self._run, name="nvml-xid", daemon=True).start()
-        self.started = True
-
-    def _run(self) -> None:
-        nv = self.nv
-        try:
-            event_set = nv.call("nvmlEventSetCreate")
-            if event_set is None:
-                self._set_problem("XID events unavailable (nvmlEventSetCreate failed)")
-                return
-            count = int(nv.call("nvmlDeviceGetCount") or 0)
-            refused = []
-            for i in range(count):
-                h = nv.call("nvmlDeviceGetHandleByIndex", i)
-                if h is None or not self._registered(h, event_set):
-                    refused.append(i)
-            if refused:
-                self._set_problem(f"XID events not available for GPU(s) {refused} "
-                                  "(NOT_SUPPORTED: a VM or an old driver?)")
-            while _ensure_alive(nv.mod):
-                self.beat = time.monotonic()
-                ev = nv.call("nvmlEventSetWait", event_set, _WAIT_MS)
-                if ev is None:
-                    continue  # NVML_ERROR_TIMEOUT: nothing happened
-                self._record(ev)
-        except Exception as e:  # GpuLost and any driver surprise end the watch, reported
-            self._set_problem(f"XID watch stopped: {_error_text(e)}")
-
-    def _registered(self, h: Any, event_set: Any) -> bool:
-        """Register one GPU; pynvml returns None either way, so success is no exception."""
-        fn = getattr(self.nv.mod, "nvmlDeviceRegisterEvents", None)
-        if fn is None:
-            return False
-        try:
-            fn(h, _XID_CRITICAL, event_set)
-        except self.nv.error_cls:
-            return False
-        return True
-
-    def _record(self, ev: Any) -> None:
-        if int(getattr(ev, "eventType", 0)) & _XID_CRITICAL == 0:
-            return
-        index = self.nv.call("nvmlDeviceGetIndex", ev.device)
-        if not isinstance(index, int):
-            return
-        with self.lock:
-            q = self.events.setdefault(index, deque(maxlen=MAX_XID_EVENTS))
-            q.append(XidEvent(int(ev.eventData), time.time()))
-
-    def _set_problem(self, text: str) -> None:
-        with self.lock:
-            self.problem = text
-
-    def attach(self, reads: list[_GpuRead]) -> list[str]:
-        """Put the events seen so far on each GPU's health; the watch's problems."""
-        with self.lock:
-            events = {i: tuple(q) for i, q in self.events.items()}
-            problem = self.problem
-        for r in reads:
-            if r.index in events:
-                r.health = replace(r.health or HealthSignals(), xid_events=events[r.index])
-        notes = [f"nvml: {problem}"] if problem else []
-        silent = time.monotonic() - self.beat
-        if problem is None and self.started and silent > _STALLED_S + _WAIT_MS / 1000:
-            notes.append(f"nvml: XID event wait has not returned for {silent:.0f}s "
-                         "(hung in the driver); XID events may be missed")
-        return notes
-
-
-_watchers: dict[int, _XidWatcher] = {}
-
-
-def _ensure_alive(mod: Any) -> bool:
-    with _init_lock:
-        return id(mod) in _initialised
-
-
-def xid_watcher(mod: Any) -> _XidWatcher:
-    """The module's watcher, started on first use."""
-    with _init_lock:
-        w = _watchers.get(id(mod))
-        if w is None or w.nv.mod is not mod:
-            w = _watchers[id(mod)] = _XidWatcher(mod)
-            w.start()
-        return w
-
-
-def _mig_devices(nv: _Nvml, parent: Any, errors: list[str]) -> list[MigDevice]:
+def _mig_devices(nv: Nvml, parent: Any, errors: list[str]) -> list[MigDevice]:
     out: list[MigDevice] = []
     most = nv.call("nvmlDeviceGetMaxMigDeviceCount", parent)
     names = _gi_profile_names(nv, parent)
@@ -557,7 +352,7 @@ def _mig_devices(nv: _Nvml, parent: Any, errors: list[str]) -> list[MigDevice]:
         out.append(
             MigDevice(
                 profile=profile,
-                uuid=_text(uuid),
+                uuid=text(uuid),
                 memory_mib=memory_mib,
                 gi_id=int(gi) if gi is not None else None,
                 ci_id=int(ci) if ci is not None else None,
@@ -566,20 +361,20 @@ def _mig_devices(nv: _Nvml, parent: Any, errors: list[str]) -> list[MigDevice]:
     return out
 
 
-def _gi_profile_names(nv: _Nvml, parent: Any) -> dict[int, str]:
+def _gi_profile_names(nv: Nvml, parent: Any) -> dict[int, str]:
     """GI profile id -> nvidia-smi name (``1g.10gb``), from the driver's profile table."""
     names: dict[int, str] = {}
     for p in range(nv.const("NVML_GPU_INSTANCE_PROFILE_COUNT", 0)):
         info = nv.call("nvmlDeviceGetGpuInstanceProfileInfo", parent, p)
         name = getattr(info, "name", None) if info is not None else None
         if name:
-            text = _text(name)
-            names[int(info.id)] = text[4:] if text.startswith("MIG ") else text
+            label = text(name)
+            names[int(info.id)] = label[4:] if label.startswith("MIG ") else label
     return names
 
 
 def _mig_profile(
-    nv: _Nvml, parent: Any, gi: Any, attrs: Any, names: dict[int, str]
+    nv: Nvml, parent: Any, gi: Any, attrs: Any, names: dict[int, str]
 ) -> str | None:
     base: str | None = None
     if gi is not None and names:
@@ -596,7 +391,7 @@ def _mig_profile(
     return f"{ci_slices}c.{base}" if 0 < ci_slices < gi_slices else base
 
 
-def _links(nv: _Nvml, reads: list[_GpuRead]) -> tuple[tuple[tuple[str, ...], ...], list[str]]:
+def _links(nv: Nvml, reads: list[_GpuRead]) -> tuple[tuple[tuple[str, ...], ...], list[str]]:
     """The ``topo -m`` GPU matrix: NV<n> where NVLinks join two GPUs, else the PCIe level."""
     n = len(reads)
     if n == 0:
@@ -642,7 +437,7 @@ def _links(nv: _Nvml, reads: list[_GpuRead]) -> tuple[tuple[tuple[str, ...], ...
     return tuple(tuple(row) for row in rows), errors
 
 
-def _nvlinks(nv: _Nvml, handle: Any, bus_to_pos: dict[str, int]) -> tuple[Counter[int], int]:
+def _nvlinks(nv: Nvml, handle: Any, bus_to_pos: dict[str, int]) -> tuple[Counter[int], int]:
     """Active NVLinks of one GPU: per peer GPU position, and how many go to NVSwitches.
 
     On NVSwitch systems (DGX/HGX) every link ends at a switch and any two GPUs can use
@@ -657,7 +452,7 @@ def _nvlinks(nv: _Nvml, handle: Any, bus_to_pos: dict[str, int]) -> tuple[Counte
         if int(state) != nv.const("NVML_FEATURE_ENABLED", 1):
             continue
         pci = nv.call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
-        bus = normalise_bus_id(_text(pci.busId)) if pci is not None else ""
+        bus = normalise_bus_id(text(pci.busId)) if pci is not None else ""
         if bus in bus_to_pos:
             peers[bus_to_pos[bus]] += 1
             continue
@@ -668,75 +463,13 @@ def _nvlinks(nv: _Nvml, handle: Any, bus_to_pos: dict[str, int]) -> tuple[Counte
     return peers, switch
 
 
-# --- live samples for /metrics ------------------------------------------------------
-def read_utilisation(nvml_module: Any = None) -> list[GpuSample]:
-    """One utilisation sample per readable GPU; ``[]`` when NVML is unavailable."""
-    mod, err = _module(nvml_module)
-    if mod is None or err is not None or _ensure_init(mod):
-        return []
-    nv = _Nvml(mod)
-    count = nv.call("nvmlDeviceGetCount") or 0
-    samples: list[GpuSample] = []
-    for i in range(int(count)):
-        try:
-            s = _sample(nv, i)
-        except GpuLost:
-            continue  # a lost GPU has nothing to sample; facts report it unhealthy
-        if s is not None:
-            samples.append(s)
-    return samples
-
-
-def _sample(nv: _Nvml, index: int) -> GpuSample | None:
-    h = nv.call("nvmlDeviceGetHandleByIndex", index)
-    uuid = nv.call("nvmlDeviceGetUUID", h) if h is not None else None
-    if uuid is None:
-        return None
-    util = nv.call("nvmlDeviceGetUtilizationRates", h)
-    mem = nv.call("nvmlDeviceGetMemoryInfo", h)
-    temp = nv.call("nvmlDeviceGetTemperature", h, nv.const("NVML_TEMPERATURE_GPU", 0))
-    power_mw = nv.call("nvmlDeviceGetPowerUsage", h)
-    return GpuSample(
-        uuid=_text(uuid),
-        index=index,
-        util_pct=float(util.gpu) if util is not None else None,
-        fb_used_mib=int(mem.used) // _MIB if mem is not None else None,
-        fb_free_mib=int(mem.free) // _MIB if mem is not None else None,
-        mem_copy_util_pct=float(util.memory) if util is not None else None,
-        temp_c=float(temp) if temp is not None else None,
-        power_w=round(float(power_mw) / 1000.0, 3) if power_mw is not None else None,
-        processes=_processes(nv, h),
-    )
-
-
-_NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long
-_NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of a process on a GPU without MIG
-
-
-def _processes(nv: _Nvml, h: Any) -> tuple[GpuProcess, ...]:
-    """Compute processes and the memory each uses (unknown: none listed)."""
-    procs = nv.call("nvmlDeviceGetComputeRunningProcesses", h)
-    out: list[GpuProcess] = []
-    for p in procs or ():
-        pid = getattr(p, "pid", None)
-        if not isinstance(pid, int) or pid <= 0:
-            continue
-        used = getattr(p, "usedGpuMemory", None)
-        gi = getattr(p, "gpuInstanceId", None)
-        out.append(GpuProcess(
-            pid=pid,
-            used_mib=int(used) // _MIB if isinstance(used, int) and used != _NOT_AVAILABLE
-            else None,
-            gpu_instance_id=gi if isinstance(gi, int) and gi != _NO_INSTANCE else None))
-    return tuple(out)
-
-
 __all__ = [
     "TOPOLOGY_LINKS",
     "GpuLost",
     "NvmlSource",
     "cpu_list",
     "cuda_version_text",
+    "load_pynvml",
     "read_utilisation",
     "shutdown",
 ]

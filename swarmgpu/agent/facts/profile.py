@@ -18,9 +18,14 @@ make GPU 0 "busy" from t=30 s and "idle" again at t=400 s on any machine::
 * Values are a step function: an entry applies from its ``at`` until the next one.
   A field missing from the entry in force comes from ``default``; before the first
   entry, ``default`` alone applies. Fields: util_pct, fb_used_mib, fb_free_mib,
-  mem_copy_util_pct, temp_c, power_w. A field set nowhere is unknown (``None``),
-  except ``fb_free_mib``, which is the memory size minus ``fb_used_mib`` when that
-  is known.
+  mem_copy_util_pct, temp_c, power_w, and the rest of dcgm-exporter's default counters
+  by their ``GpuSample`` names (sm_clock_mhz, mem_clock_mhz, memory_temp_c, energy_mj,
+  pcie_replays, enc_util_pct, dec_util_pct, fb_reserved_mib, nvlink_mb_s, vgpu_licensed,
+  gr_engine_active, tensor_active, dram_active, pcie_tx_bytes_s, pcie_rx_bytes_s). A
+  field set nowhere is unknown (``None``), except ``fb_free_mib``, which is the memory
+  size minus ``fb_used_mib`` when that is known. A MIG device's sample is served with
+  only what NVML measures per instance (memory, the GPM ratios: agent.metrics): a
+  ``util_pct`` it inherits from ``default`` is never a per-slice ``GPU_UTIL``.
 * GPUs not listed get ``default``. MIG-enabled GPUs with MIG devices get one sample
   per MIG device (as dcgm-exporter reports FB per GPU instance) unless the GPU itself
   is listed.
@@ -35,7 +40,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +50,12 @@ from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.core.yamlfile import read_yaml
 
-FIELDS = ("util_pct", "fb_used_mib", "fb_free_mib", "mem_copy_util_pct", "temp_c", "power_w")
+FIELDS = ("util_pct", "fb_used_mib", "fb_free_mib", "mem_copy_util_pct", "temp_c", "power_w",
+          "sm_clock_mhz", "mem_clock_mhz", "memory_temp_c", "energy_mj", "pcie_replays",
+          "enc_util_pct", "dec_util_pct", "fb_reserved_mib", "nvlink_mb_s", "vgpu_licensed",
+          "gr_engine_active", "tensor_active", "dram_active", "pcie_tx_bytes_s",
+          "pcie_rx_bytes_s")
+_RATIOS = ("gr_engine_active", "tensor_active", "dram_active", "vgpu_licensed")
 _INT_FIELDS = {"fb_used_mib", "fb_free_mib"}
 _log = logger.bind(component="profile")
 
@@ -108,6 +118,8 @@ def _values(raw: Any, where: str, *, allow_at: bool) -> tuple[float | None, Valu
             raise ProfileError(f"{where}.{k}: expected a number >= 0 or null, got {v!r}")
         if k.endswith("_pct") and v > 100:
             raise ProfileError(f"{where}.{k}: {v} is above 100 %")
+        if k in _RATIOS and v > 1:
+            raise ProfileError(f"{where}.{k}: {v} is above 1 (a ratio 0-1)")
         vals[k] = float(v)
     return at, vals
 
@@ -166,7 +178,7 @@ def _sample(uuid: str, index: int, memory_mib: int, v: Values) -> GpuSample:
     free = v.get("fb_free_mib")
     if free is None and used is not None and "fb_free_mib" not in v:
         free = max(0.0, memory_mib - used)
-    return GpuSample(
+    sample = GpuSample(
         uuid=uuid,
         index=index,
         util_pct=v.get("util_pct"),
@@ -176,6 +188,8 @@ def _sample(uuid: str, index: int, memory_mib: int, v: Values) -> GpuSample:
         temp_c=v.get("temp_c"),
         power_w=v.get("power_w"),
     )
+    rest: dict[str, Any] = {k: v.get(k) for k in FIELDS[6:]}
+    return replace(sample, **rest)
 
 
 class ProfileSampler:
