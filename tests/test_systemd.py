@@ -53,19 +53,52 @@ def test_daemon_unit_notify_watchdog_and_restart() -> None:
     assert f"/var/lib/{s['StateDirectory'][0]}" == Config().state_dir
 
 
-def test_agent_unit_type_matches_what_the_agent_sends() -> None:
+def test_agent_unit_notify_watchdog_and_restart() -> None:
     s = settings("swarmgpu-agent.service")
     agent_src = (REPO / "swarmgpu" / "agent" / "server.py").read_text()
-    if "READY=1" in agent_src:
-        pytest.fail("the agent now sends READY=1: make swarmgpu-agent.service Type=notify "
-                    "(with WatchdogSec= if it sends WATCHDOG=1)")
-    assert s["Type"] == ["exec"]
-    assert "WatchdogSec" not in s  # nothing would ping it
+    assert 'sd_notify("READY=1")' in agent_src and 'sd_notify("WATCHDOG=1")' in agent_src
+    assert s["Type"] == ["notify"] and s["NotifyAccess"] == ["main"]
+    # WATCHDOG=1 follows every facts read (--refresh-s, 30 s by default).
+    assert seconds(s["WatchdogSec"][0]) >= 2 * 30 + 30
     assert s["ExecStart"][0].startswith(f"{BINARY} agent --source ")
     assert s["EnvironmentFile"] == ["-/etc/swarmgpu/env"]
     assert s["Restart"] == ["on-failure"]
     assert s["DevicePolicy"] == ["closed"]
     assert s["DeviceAllow"] == ["char-nvidia* rw"]
+
+
+def test_the_real_agent_speaks_the_notify_protocol(tmp_path: Path) -> None:
+    """`swarmgpu agent` as systemd starts it (NOTIFY_SOCKET, WATCHDOG_USEC): READY=1
+    once listening with facts read, WATCHDOG=1 after each read, STOPPING=1 on SIGTERM."""
+    import os
+    import sys
+    import time
+
+    addr = str(tmp_path / "notify")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(addr)
+    sock.settimeout(30)
+    topo = REPO / "tests" / "fixtures" / "topology" / "topo_pcie_8x_rtx4090_pix_sys.txt"
+    env = {**os.environ, "NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "90000000"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swarmgpu.cli", "agent", "--source", f"topo:{topo}",
+         "--product", "NVIDIA GeForce RTX 4090", "--memory-mib", "24564",
+         "--listen", "127.0.0.1:0", "--refresh-s", "0.5", "--identity", "none"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        got = [sock.recv(64).decode() for _ in range(4)]
+        assert got[0] == "READY=1", got
+        assert got[1:] == ["WATCHDOG=1"] * 3, got
+        t0 = time.monotonic()
+        proc.terminate()
+        while (msg := sock.recv(64).decode()) == "WATCHDOG=1":
+            assert time.monotonic() - t0 < 20
+        assert msg == "STOPPING=1"
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sock.close()
 
 
 @pytest.mark.parametrize("unit", ["swarmgpu.service", "swarmgpu-agent.service"])

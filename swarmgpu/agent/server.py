@@ -64,6 +64,7 @@ from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
 from swarmgpu.core.httpguard import HEAD_DEADLINE_S, PLAIN, GuardedServer, OneRequestHandler
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.samples import GpuSample
+from swarmgpu.core.sdnotify import sd_notify, watchdog_s
 from swarmgpu.swarm.identity import (
     ReloadingServerContext,
     is_manager_of,
@@ -166,6 +167,9 @@ class FactsCache:
         self._failures = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="facts-refresh", daemon=True)
+        # Called after each read that completed (systemd's watchdog: serve()); from the
+        # refresher only, so a read hung in NVML stops the calls.
+        self.on_read: Callable[[], None] | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -191,6 +195,8 @@ class FactsCache:
             self._facts = facts
             self._read_at = self._clock()
             self._error = None
+        if self.on_read is not None:
+            self.on_read()
 
     def _run(self) -> None:
         next_at = self._clock()
@@ -521,6 +527,7 @@ def serve(
     _log.info("agent serving {} on {}://{}:{} (refresh every {}s{})", source.spec,
               "https" if tls else "http", host, port, refresh_s,
               ", bearer token required" if token else "")
+    _notify_systemd(server.cache, refresh_s)
     if stop_event is None and threading.current_thread() is threading.main_thread():
         # As PID 1 in a container the kernel gives SIGTERM no default action: without a
         # handler every stop would wait out the grace period and end in SIGKILL.
@@ -536,5 +543,29 @@ def serve(
     try:
         server.serve_forever(poll_interval=0.5)
     finally:
+        sd_notify("STOPPING=1")
         server.close()
         _log.info("agent stopped")
+
+
+def _notify_systemd(cache: FactsCache, refresh_s: float) -> None:
+    """Type=notify with a watchdog (systemd/swarmgpu-agent.service): READY=1 once the
+    server is bound and the first facts are read (when /facts stops answering 503),
+    WATCHDOG=1 after every read the refresher completes, so a read hung in NVML lets
+    systemd restart the agent. Nothing is sent outside systemd."""
+    ready = threading.Event()
+
+    def read() -> None:
+        if not ready.is_set():
+            ready.set()
+            sd_notify("READY=1")
+        sd_notify("WATCHDOG=1")
+
+    cache.on_read = read
+    if cache.view().facts is not None:  # the first read finished before the hook was set
+        read()
+    dog = watchdog_s()
+    if dog is not None and dog < 2 * refresh_s + 30:
+        _log.warning("WatchdogSec={:g}s is short for a refresh every {:g}s: a slow read "
+                     "restarts the agent; use at least {:g}s", dog, refresh_s,
+                     2 * refresh_s + 30)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from swarmgpu.core.config import Config
 from swarmgpu.core.httpguard import GuardedServer
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.sdnotify import sd_notify
 from swarmgpu.manager import webguard
 from swarmgpu.manager.agentbook import AgentBook
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
@@ -50,22 +49,6 @@ def _facts_key(f: NodeFacts) -> str:
     d = f.to_dict()
     d["node"].pop("collected_at", None)
     return json.dumps(d, sort_keys=True)
-
-
-def sd_notify(message: str) -> bool:
-    """Tell systemd (Type=notify) about readiness/liveness; no-op outside systemd."""
-    addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
-        return False
-    if addr.startswith("@"):
-        addr = "\0" + addr[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.connect(addr)
-            s.sendall(message.encode())
-        return True
-    except OSError:
-        return False
 
 
 class Daemon:
