@@ -39,6 +39,21 @@ RUN set -eu; \
 
 # --- runtime ----------------------------------------------------------------------
 FROM ${BASE}
+# OCI annotations (what `docker image inspect`, registries and scanners read). VERSION
+# and the rest come from pyproject.toml (scripts/build-image.sh passes them; the
+# defaults are the same values, tests/test_packaging.py keeps them in step); REVISION
+# is the commit built, when the build knows it.
+ARG VERSION=0.1.0
+ARG REVISION=
+ARG SOURCE=https://github.com/swarmgpu/swarmgpu
+LABEL org.opencontainers.image.title="swarmgpu" \
+      org.opencontainers.image.description="GPU-aware placement for Docker Swarm: GPU facts as node labels, topology-aware placement, rebalancing" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.url="${SOURCE}" \
+      org.opencontainers.image.documentation="${SOURCE}#readme"
 # A fixed, unprivileged uid/gid (10001) by default. The agent needs nothing more for
 # plain HTTP (the NVIDIA runtime hands it the device nodes); reading its node's Swarm
 # key (0600 root) for HTTPS needs root in the container, as stacks/swarmgpu.yml runs it,

@@ -90,7 +90,10 @@ t2=$(date +%s)
 
 # --- 3. image --------------------------------------------------------------------
 log "docker build --network=none -t $IMAGE"
+SOURCE=$(sed -n 's/^Source = "\(.*\)"/\1/p' pyproject.toml | head -n1)
+REVISION=$(git rev-parse HEAD 2>/dev/null || true)
 docker build --network=none --build-arg "BASE=$BASE" --build-arg WHEELS=dist/wheels \
+  --build-arg "VERSION=$VERSION" --build-arg "SOURCE=$SOURCE" --build-arg "REVISION=$REVISION" \
   -t "$IMAGE" -f Dockerfile . >&2
 t3=$(date +%s)
 size=$(docker image inspect --format '{{.Size}}' "$IMAGE")

@@ -116,6 +116,19 @@ def test_image_is_small_non_root_and_runs(swarm: SwarmCluster,
     conf = cfg["Config"]
     assert conf["Entrypoint"] == ["swarmgpu"]
     assert conf["User"] == "10001:10001"
+    # OCI annotations, filled by scripts/build-image.sh from pyproject.toml and git
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    labels = conf["Labels"]
+    p = "org.opencontainers.image."
+    assert labels[p + "version"] == project["version"]
+    assert labels[p + "licenses"] == project["license"] == "Apache-2.0"
+    assert labels[p + "source"] == project["urls"]["Source"]
+    assert labels[p + "title"] == "swarmgpu" and labels[p + "description"]
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip()
+    assert labels[p + "revision"] == head
     assert image["image_bytes"] < 250e6, f"image grew to {image['image_mb']} MB"
     out = swarm.cli(swarm.manager, "run", "--rm", "--network", "none", IMAGE, "--version")
     assert "swarmgpu" in out.stdout

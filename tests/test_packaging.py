@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import email
+import re
 import subprocess
 import sys
 import tomllib
@@ -83,3 +84,39 @@ def test_wheel_ships_the_license_and_its_metadata(wheel: Path) -> None:
     assert meta.get_all("License-File") == ["LICENSE"]
     assert set(meta.get_all("Classifier") or []) == set(PROJECT["classifiers"])
     assert "Provides-Extra" in meta and "numpy" not in str(meta.get_all("Requires-Dist"))
+
+
+def _dockerfile_runtime() -> tuple[dict[str, str], dict[str, str]]:
+    """(ARG defaults, LABELs) of the Dockerfile's runtime stage."""
+    text = (REPO / "Dockerfile").read_text()
+    runtime = text[text.rindex("\nFROM "):].replace("\\\n", " ")
+    args = dict(re.findall(r"^ARG (\w+)=(.*)$", runtime, re.M))
+    labels = dict(re.findall(r'(org\.opencontainers\.image\.\w+)="([^"]*)"', runtime))
+    return args, labels
+
+
+def test_project_urls_and_oci_labels_agree() -> None:
+    urls = PROJECT["urls"]
+    assert set(urls) == {"Homepage", "Source", "Documentation", "Issues"}
+    args, labels = _dockerfile_runtime()
+    filled = {k: re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), ""), v)
+              for k, v in labels.items()}
+    p = "org.opencontainers.image."
+    assert filled[p + "title"] == PROJECT["name"]
+    assert filled[p + "description"] == PROJECT["description"]
+    assert filled[p + "version"] == PROJECT["version"]
+    assert filled[p + "licenses"] == PROJECT["license"]
+    assert filled[p + "source"] == urls["Source"]
+    assert {p + k for k in ("url", "documentation", "revision")} <= set(labels)
+    build = (REPO / "scripts" / "build-image.sh").read_text()
+    for arg in ("VERSION", "SOURCE", "REVISION"):
+        assert f'--build-arg "{arg}=${arg}"' in build, arg
+
+
+def test_wheel_carries_the_project_urls(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        (meta_name,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        meta = email.message_from_bytes(z.read(meta_name))
+    got = {u.split(", ", 1)[0]: u.split(", ", 1)[1] for u in meta.get_all("Project-URL") or []}
+    assert {k.lower(): v for k, v in got.items()} == {
+        k.lower(): v for k, v in PROJECT["urls"].items()}

@@ -1,6 +1,7 @@
-"""`swarmgpu simulate` as a user runs it: progress on stderr (per policy and seed, with an
-ETA; quiet for --json into a pipe), and --plot refused before the replay when
-matplotlib is missing."""
+"""`swarmgpu simulate` as a user runs it: progress on stderr (per policy and seed and
+within a replay, with an ETA; on a terminal or with --progress, quiet in a pipe), every
+table column defined, the --plot PNG titled and its path printed, and --plot refused
+before the replay when matplotlib is missing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from swarmgpu.sim.cli_entry import PLOT_NEEDS, ProgressLine, wants_progress
+from swarmgpu.sim.cli_entry import (
+    PLOT_NEEDS,
+    ProgressLine,
+    plot_title,
+    seeds_text,
+    wants_progress,
+)
 from swarmgpu.sim.traces import bundled
 
 
@@ -41,11 +48,46 @@ def test_progress_lines_name_policy_seed_and_eta() -> None:
     assert lines[4] == "simulate: 4/4 bestfit seed 43 (2 min 00 s); done"
 
 
-def test_progress_is_quiet_only_for_json_into_a_pipe() -> None:
-    assert wants_progress(as_json=False, stdout_tty=False)
-    assert wants_progress(as_json=False, stdout_tty=True)
-    assert wants_progress(as_json=True, stdout_tty=True)
-    assert not wants_progress(as_json=True, stdout_tty=False)
+def test_progress_on_a_terminal_or_when_asked() -> None:
+    assert wants_progress(None, stderr_tty=True)
+    assert not wants_progress(None, stderr_tty=False)  # a pipe, a log, CI
+    assert wants_progress(True, stderr_tty=False)  # --progress
+    assert not wants_progress(False, stderr_tty=True)  # --no-progress
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_within_a_replay_with_an_eta() -> None:
+    """A single seed shows how far it got: the share of its pods, with an ETA from it."""
+    out, clock = Tty(), Clock()
+    p = ProgressLine(1, out, clock, redraw_s=0.25)
+    p.start("replays to 130% arrived load")
+    for k in range(1, 5):
+        clock.t = 100.0 + 10 * k
+        p.within(k / 8)
+    clock.t += 0.1
+    p.within(0.55)  # within redraw_s of the last: not drawn
+    screens = out.getvalue().split("\r\x1b[K")
+    assert screens[-1] == "simulate: 0/1 replays done, 50% of their pods (40 s); ETA 40 s"
+    assert len(screens) == 1 + 1 + 4
+    log = io.StringIO()  # not a terminal (--progress in CI): one line per tenth
+    p = ProgressLine(2, log, clock)
+    for share in (0.05, 0.12, 0.13, 0.31, 1.0):
+        p.within(share)
+    assert [ln.split(",")[1].split("(")[0].strip() for ln in log.getvalue().splitlines()] \
+        == ["12% of their pods", "31% of their pods", "100% of their pods"]
+
+
+def test_seeds_and_plot_title() -> None:
+    assert seeds_text([44, 42, 43, 50, 51, 60]) == "42-44, 50-51, 60"
+    title = plot_title("openb trace 'default'", ["swarmgpu", "fgd"], [42, 43])
+    assert title.splitlines() == [
+        "openb trace 'default': GPU allocation against arrived GPU load",
+        "policies swarmgpu, fgd; seeds 42-43 (mean of 2); arrival points 5% to 130% of "
+        "the cluster's GPU, every 5%"]
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +114,13 @@ def _simulate(args: list[str], env: dict[str, str] | None = None
 def test_simulate_prints_progress_on_stderr(small_trace: tuple[str, str]) -> None:
     nodes, pods = small_trace
     r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit,fgd",
-                   "--seeds", "1-2"])
+                   "--seeds", "1-2", "--progress"])
     assert r.returncode == 0, r.stderr
     progress = [ln for ln in r.stderr.splitlines() if ln.startswith("simulate: ")]
     # Two policies x two seeds, then the upper bound of each seed.
     assert progress[0].endswith("6 replays (policy x seed) ...")
     assert "upper bound" in progress[0]
-    done = progress[1:]
+    done = [ln for ln in progress[1:] if "of their pods" not in ln]
     assert len(done) == 6 and done[-1].startswith("simulate: 6/6 ") and "done" in done[-1]
     assert all("ETA" in ln for ln in done[:-1])
     assert {ln.split()[2] for ln in done} == {"bestfit", "fgd", "bound"}
@@ -114,6 +156,47 @@ def test_without_highspy_the_table_says_why_there_is_no_bound(
                   env={"PYTHONPATH": str(tmp_path / "shadow")})
     assert r.returncode == 0, r.stderr
     assert "bound: not computed" in r.stdout and "pip install 'swarmgpu[sim]'" in r.stdout
+
+
+def test_simulate_in_a_pipe_is_quiet(small_trace: tuple[str, str]) -> None:
+    nodes, pods = small_trace
+    quiet = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit"])
+    assert quiet.returncode == 0 and quiet.stderr == ""  # stderr is a pipe here
+
+
+def test_every_column_of_every_table_is_defined(small_trace: tuple[str, str]) -> None:
+    nodes, pods = small_trace
+    runs = {
+        "plain": ["--policy", "bestfit"],
+        "departures": ["--policy", "bestfit", "--departures", "--speedup", "3000"],
+        "priorities": ["--priorities", "0.1", "--speedup", "3000"],
+    }
+    for what, args in runs.items():
+        r = _simulate(["--nodes", nodes, "--pods", pods, *args])
+        assert r.returncode == 0, (what, r.stderr)
+        table, _, footer = r.stdout.partition("\ncolumns (")
+        head = next(ln for ln in table.splitlines() if ln.startswith(("policy", "run ")))
+        columns = [c.strip() for c in head.split("  ") if c.strip()]
+        defined = {ln.strip().split("  ")[0] for ln in footer.splitlines()[1:]
+                   if ln.startswith("  ") and not ln.startswith("   ")}
+        missing = [c for c in columns if c not in defined and c != "policy"
+                   and not (c.startswith("alloc@") and "alloc@N%" in defined)]
+        assert not missing, (what, missing, footer)
+
+
+def test_plot_is_titled_and_its_path_printed(small_trace: tuple[str, str],
+                                             tmp_path: Path) -> None:
+    nodes, pods = small_trace
+    png = tmp_path / "a.png"
+    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--seeds",
+                   "1-2", "--plot", str(png), "--json"])
+    assert r.returncode == 0, r.stderr
+    assert f"simulate: plot written to {png.resolve()}" in r.stderr
+    assert png.stat().st_size > 1000
+    data = png.read_bytes()  # the title is drawn, and kept in the PNG's Title text chunk
+    assert b"tEXtTitle\x00" in data and b"policies bestfit; seeds 1-2 (mean of 2)" in data
+    assert Path(pods).name.encode() in data
+    assert json.loads(r.stdout)["policies"]["bestfit"]["seeds"] == [1, 2]  # JSON unchanged
 
 
 def test_simulate_json_into_a_pipe_is_quiet(small_trace: tuple[str, str]) -> None:

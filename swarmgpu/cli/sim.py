@@ -40,14 +40,37 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
               help="Give this share (0-1) of the GPU pods priority 100 and replay the "
                    "departures timeline with a queue, without and with priorities "
                    "(preemption on): wait per class, preemptions, allocation.")
+@click.option("--progress/--no-progress", "show_progress", default=None,
+              help="Progress on stderr (replays done, pods replayed, ETA). Default: on a "
+                   "terminal only; quiet in a pipe, a log or CI.")
 def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, seeds: str,
              as_json: bool, plot: str | None, departures: bool, rebalance_moves: float | None,
-             speedup: float, workload: str, bound: str, priority_share: float | None) -> None:
+             speedup: float, workload: str, bound: str, priority_share: float | None,
+             show_progress: bool | None) -> None:
     """Replay a GPU cluster trace through the placement policies.
 
-    Progress (each policy and seed as it ends, with an ETA) goes to stderr, except with
-    --json when stdout is not a terminal. Exit 0 done, 2 bad options or trace (nothing
-    replayed); --plot without matplotlib is refused before the replay."""
+    \b
+    Output: a table, or --json (the same figures, unchanged by any other option).
+    Columns of the table (each table also ends with these definitions):
+      alloc@N%   GPU allocation ratio (GPU held / cluster GPU, %) when the arrived GPU
+                 load reached N% of the cluster's GPUs; mean over the seeds
+      frag@100%  fragmented GPU (free GPU the typical tasks cannot use, FGD's measure),
+                 % of the cluster's GPU, at 100% arrived load
+      moves      defragmenting moves per replay (--rebalance-moves)
+      seeds      replays averaged
+      gap@N%     the bound's alloc@N% minus the policy's, in points (--bound off: none)
+    --departures: mean alloc%, gap (to the bound), mean demand%, peak alloc% (GPU share
+    over the arrival window), failed pods by kind, failed GPU% (of the GPU asked), moves,
+    seeds.
+    --priorities: per run and class, pods, started, mean/median/p95 wait (s), never
+    started, preempted, mean alloc%.
+
+    \b
+    Progress on stderr, on a terminal (or with --progress): replays done, the share of
+    their pods replayed so far, an ETA. --plot: a PNG titled with the trace, policies,
+    seeds and the arrival points; its path is printed on stderr. Exit 0 done, 2 bad
+    options or trace (nothing replayed); --plot without matplotlib is refused before
+    the replay."""
     from swarmgpu.sim.cli_entry import (
         ProgressLine,
         parse_seeds,
@@ -56,6 +79,7 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
         wants_progress,
     )
 
+    bundled_trace = pods is None and nodes is None
     nodes, pods = resolve_trace(trace, nodes, pods)
 
     try:
@@ -69,10 +93,12 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
         text, code = run_cli(nodes, pods, seed_list, priority_share, speedup, workload, as_json)
         click.echo(text, err=code != 0)
         sys.exit(code)
-    progress = (ProgressLine(0) if wants_progress(as_json, sys.stdout.isatty()) else None)
+    progress = (ProgressLine(0) if wants_progress(show_progress, sys.stderr.isatty())
+                else None)
     text, code = run_simulate(nodes, pods, [p.strip() for p in policies.split(",") if p.strip()],
                               seed_list, as_json, plot, departures, rebalance_moves, speedup,
-                              workload, progress, bound)
+                              workload, progress, bound,
+                              trace=f"openb trace '{trace}'" if bundled_trace else "")
     if code != 0:  # a usage error: on stderr, as click's own
         click.echo(f"swarmgpu simulate: {text}", err=True)
         sys.exit(code)

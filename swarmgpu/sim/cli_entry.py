@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TextIO
 
 from swarmgpu.sim import report
@@ -13,6 +14,7 @@ from swarmgpu.sim.bound import highs_missing
 from swarmgpu.sim.bound_runs import BOUND_METHODS
 from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.replay import POLICIES
+from swarmgpu.sim.runs import LEVEL_STEP
 from swarmgpu.sim.swarm_replay import WORKLOADS
 from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
 from swarmgpu.sim.traces import bundled
@@ -63,17 +65,24 @@ def plot_missing() -> str | None:
 
 class ProgressLine:
     """Progress of a run on stderr: replays done of all, the last one ended (policy and
-    seed), time so far and an ETA from the mean time per replay so far. On a terminal
-    one line rewritten in place; elsewhere (a log, CI) one line per replay."""
+    seed), time so far and an ETA from the mean time per replay so far; and, while the
+    replays run, the share of their pods replayed (``within``), with an ETA from it, so
+    that even a single seed shows how far it got. On a terminal one line rewritten in
+    place (``within`` at most every ``redraw_s``); elsewhere (a log, CI, asked for with
+    --progress) one line per replay and one per tenth of the pods."""
 
     def __init__(self, total: int, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, redraw_s: float = 0.25) -> None:
         self.total = total
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
         self.t0 = clock()
         self.done = 0
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.redraw_s = redraw_s
+        self._drawn = float("-inf")
+        self._share = 0.0
+        self._next_tenth = 1
 
     def start(self, what: str) -> None:
         self._write(f"simulate: {what}: {self.total} replays (policy x seed) ...")
@@ -89,6 +98,23 @@ class ProgressLine:
             self.stream.write("\n")
             self.stream.flush()
 
+    def within(self, share: float) -> None:
+        """``share`` (0-1) of all the replays' pods replayed so far."""
+        self._share = share = min(1.0, max(self._share, share))
+        now = self.clock()
+        if self.tty:
+            if now - self._drawn < self.redraw_s:
+                return
+        elif share * 10 < self._next_tenth:
+            return
+        else:
+            self._next_tenth = int(share * 10) + 1
+        self._drawn = now
+        spent = now - self.t0
+        eta = f"ETA {_duration(spent * (1 - share) / share)}" if share > 0 else "ETA -"
+        self._write(f"simulate: {self.done}/{self.total} replays done, {share:.0%} of their "
+                    f"pods ({_duration(spent)}); {eta}")
+
     def _write(self, line: str) -> None:
         self.stream.write(f"\r\x1b[K{line}" if self.tty else line + "\n")
         self.stream.flush()
@@ -102,19 +128,41 @@ def _duration(s: float) -> str:
     return f"{m} min {sec:02d} s" if m < 60 else f"{m // 60} h {m % 60:02d} min"
 
 
-def wants_progress(as_json: bool, stdout_tty: bool) -> bool:
-    """Quiet only for a machine reading JSON: --json with stdout not a terminal."""
-    return not (as_json and not stdout_tty)
+def wants_progress(asked: bool | None, stderr_tty: bool) -> bool:
+    """--progress / --no-progress when given; else on a terminal only (quiet in a pipe,
+    a log or CI)."""
+    return asked if asked is not None else stderr_tty
+
+
+def seeds_text(seeds: Sequence[int]) -> str:
+    """[42, 43, 44, 50] -> "42-44, 50"."""
+    runs: list[list[int]] = []
+    for s in sorted(set(seeds)):
+        if runs and runs[-1][1] == s - 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def plot_title(trace: str, policies: Sequence[str], seeds: Sequence[int]) -> str:
+    """What the --plot PNG shows, on it: trace, policies, seeds, the arrival points."""
+    levels = f"{LEVEL_STEP}% to 130% of the cluster's GPU, every {LEVEL_STEP}%"
+    return (f"{trace}: GPU allocation against arrived GPU load\n"
+            f"policies {', '.join(policies)}; seeds {seeds_text(seeds)} (mean of "
+            f"{len(set(seeds))}); arrival points {levels}")
 
 
 def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], as_json: bool,
                  plot: str | None, departures: bool = False,
                  rebalance_moves: float | None = None,
                  speedup: float = 1.0, workload: str = "online",
-                 progress: ProgressLine | None = None, bound: str = "lp") -> tuple[str, int]:
+                 progress: ProgressLine | None = None, bound: str = "lp",
+                 trace: str = "") -> tuple[str, int]:
     """Run the replay; returns (text to print, exit code). ``progress`` (if given) hears
-    of every replay as it ends. ``bound``: the upper bound beside the no-departure table
-    (``sim.bound_runs``; "off" for none)."""
+    of every replay as it ends, and of the pods replayed while they run. ``bound``: the
+    upper bound beside the no-departure table (``sim.bound_runs``; "off" for none).
+    ``trace``: what the --plot title calls the trace (default: the pod file's name)."""
     known = set(POLICIES) | {"fgd-unrounded"}
     bad = [p for p in policies if p not in known]
     if bad:
@@ -136,7 +184,8 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
                 progress.total = len(policies) * len(seeds) * (2 if rebalance_moves else 1)
                 progress.start("replays with departures")
             timed = report.run_timed(nodes, pods, policies, seeds, moves=rebalance_moves,
-                                     speedup=speedup, workload=workload, progress=progress)
+                                     speedup=speedup, workload=workload, progress=progress,
+                                     within=progress.within if progress else None)
             tbound: TimedBound | str | None = None
             if bound != "off":
                 tbound = highs_missing() or timed_bound(load_nodes(nodes), load_pods(pods),
@@ -155,12 +204,14 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
             progress.start("replays to 130% arrived load"
                            + (" and the upper bound per seed" if solve else ""))
         results = report.run_many(nodes, pods, policies, seeds, moves=rebalance_moves,
-                                  workload=workload, progress=progress)
+                                  workload=workload, progress=progress,
+                                  within=progress.within if progress else None)
         bounds = (report.run_bounds(nodes, pods, results, bound, progress=progress)
                   if solve else missing)
     except TraceError as e:
         return (str(e), 2)
     s = report.summary(results, bounds)
     if plot:
-        report.plot(s, plot)
+        report.plot(s, plot, plot_title(trace or Path(pods).name, policies, seeds))
+        print(f"simulate: plot written to {Path(plot).resolve()}", file=sys.stderr)
     return (report.as_json(s) if as_json else report.as_text(s), 0)

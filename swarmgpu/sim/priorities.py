@@ -34,7 +34,7 @@ from typing import Any
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec
 from swarmgpu.manager.placement import Planner, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.preempt import choose_preemptions
-from swarmgpu.sim.runs import Window, arrival_times, timed_pods
+from swarmgpu.sim.runs import METER_EVERY, Window, arrival_times, meter, timed_pods
 from swarmgpu.sim.swarm_replay import P, World, _model
 from swarmgpu.sim.trace import TraceError, TracePod, load_nodes, load_pods
 from swarmgpu.swarm.client import SwarmNode, service_from_api
@@ -185,6 +185,8 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
         w.advance(t)
 
     for tid, pod in enumerate(order, start=1):
+        if tid % METER_EVERY == 0:
+            meter(tid, len(order))
         arrive, leave = arrival_times(pod, speedup)
         until(arrive)
         if pod.total_gpu_milli == 0:  # CPU-only: placed at once, as the departures replay
@@ -243,7 +245,22 @@ def as_text(results: dict[str, list[PriorityResult]], share: float) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines += ["  ".join(c.ljust(wd) for c, wd in zip(r, widths, strict=True)).rstrip()
               for r in rows]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + COLUMNS
+
+
+COLUMNS = """\
+columns (one row per run, seed and priority class; waits in seconds of trace time):
+  run            without: no pod has a priority; with: the drawn share has priority
+                 100 and preemption is on
+  class          high: the pods given priority 100; batch: the rest (priority 0)
+  pods           GPU pods of the class that arrived
+  started        of them, placed at least once within the window
+  mean wait s    arrival to first placement, mean over the started pods
+  median s       the same, median
+  p95 s          the same, 95th percentile
+  never started  pods still waiting when the window ended
+  preempted      times a pod of the class was stopped for a higher-priority one
+  mean alloc%    time-weighted mean allocated GPU share of the run (both classes)"""
 
 
 def _num(v: float | None) -> str:

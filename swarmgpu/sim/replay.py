@@ -19,7 +19,15 @@ from swarmgpu.allocator.scorer import Scorer
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec
 from swarmgpu.sim.baselines import BestFitScorer, DotProdScorer, FgdScorer, PackingScorer
 from swarmgpu.sim.rebalance import Move, Rebalancer, Running, apply_moves
-from swarmgpu.sim.runs import LEVEL_STEP, RunResult, arrival_order, pod_kind, workload_of
+from swarmgpu.sim.runs import (
+    LEVEL_STEP,
+    METER_EVERY,
+    RunResult,
+    arrival_order,
+    meter,
+    pod_kind,
+    workload_of,
+)
 from swarmgpu.sim.trace import TracePod
 
 POLICIES = ("swarmgpu", "random", "bestfit", "dotprod", "packing", "fgd")
@@ -119,6 +127,8 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
 
     running: Running = {}
     for n_arrived, pod in enumerate(order, start=1):
+        if n_arrived % METER_EVERY == 0:
+            meter(n_arrived, len(order))
         d = demands.get(pod)
         if d is None:
             d = demands[pod] = pod.demand()

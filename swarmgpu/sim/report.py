@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
 from statistics import mean
 from typing import Any
@@ -15,7 +16,7 @@ from swarmgpu.sim.bound_runs import SeedBound, bound_jobs, bound_seed, bound_sum
 from swarmgpu.sim.bound_timed import TimedBound
 from swarmgpu.sim.rebalance import Defragmenter, MoveRescuer
 from swarmgpu.sim.replay import replay
-from swarmgpu.sim.runs import RunResult, TimelineResult, timed_pods, workload_of
+from swarmgpu.sim.runs import RunResult, TimelineResult, set_meter, timed_pods, workload_of
 from swarmgpu.sim.swarm_replay import Defragmenter as PlannerDefragmenter
 from swarmgpu.sim.swarm_replay import replay_departures_planner, replay_planner
 from swarmgpu.sim.timeline import replay_departures
@@ -54,9 +55,11 @@ def _one_timed(args: tuple[str, str, str, int, float | None, float, str]) -> Tim
 
 
 def _map(fn: Callable[[Any], Any], jobs: list[Any], workers: int | None,
-         progress: Progress | None = None) -> list[Any]:
+         progress: Progress | None = None, within: Within | None = None) -> list[Any]:
     """``fn`` over jobs (each starts with nodes, pods, policy, seed), results in job
-    order; ``progress`` hears of each job as it ends, in the order they end."""
+    order; ``progress`` hears of each job as it ends, in the order they end; ``within``
+    of the share of all pods replayed so far (0-1), while the jobs run (every replay
+    reports through sim.runs.meter, from the worker processes through shared memory)."""
     def done(job: Any) -> None:
         if progress is not None:
             progress(job[2], job[3])
@@ -64,30 +67,77 @@ def _map(fn: Callable[[Any], Any], jobs: list[Any], workers: int | None,
     n = workers or min(len(jobs), os.cpu_count() or 1)
     if n <= 1:
         out = []
-        for j in jobs:
-            out.append(fn(j))
+        for i, j in enumerate(jobs):
+            if within is not None:
+                set_meter(_serial_meter(within, i, len(jobs)))
+            try:
+                out.append(fn(j))
+            finally:
+                set_meter(None)
             done(j)
         return out
-    with ProcessPoolExecutor(max_workers=n) as ex:
-        futures = {ex.submit(fn, j): j for j in jobs}
-        for f in as_completed(futures):
-            f.result()  # a failed replay fails the run now, as ex.map did
-            done(futures[f])
+    shares = multiprocessing.get_context().Array("d", len(jobs), lock=False) \
+        if within is not None else None
+    with ProcessPoolExecutor(max_workers=n, initializer=_share_into,
+                             initargs=(shares,)) as ex:
+        futures = {(ex.submit(_metered, fn, i, j) if shares is not None else ex.submit(fn, j)):
+                   (i, j) for i, j in enumerate(jobs)}
+        pending = set(futures)
+        while pending:
+            ended, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for f in ended:
+                f.result()  # a failed replay fails the run now
+                i, j = futures[f]
+                if shares is not None:
+                    shares[i] = 1.0
+                done(j)
+            if within is not None and shares is not None and pending:
+                within(sum(shares) / len(jobs))
         return [f.result() for f in futures]
+
+
+def _serial_meter(within: Within, i: int, n: int) -> Callable[[int, int], None]:
+    def report(d: int, t: int) -> None:
+        within((i + d / max(t, 1)) / n)
+    return report
+
+
+_shares: Any = None  # a worker's view of the run's progress array (_map)
+
+
+def _share_into(shares: Any) -> None:
+    global _shares
+    _shares = shares
+
+
+def _metered(fn: Callable[[Any], Any], slot: int, job: Any) -> Any:
+    """``fn(job)`` in a worker, its replay's progress written to the shared slot."""
+    shares = _shares
+
+    def report(d: int, t: int) -> None:
+        shares[slot] = d / max(t, 1)
+
+    set_meter(report if shares is not None else None)
+    try:
+        return fn(job)
+    finally:
+        set_meter(None)
 
 
 # Called as each replay ends: (its policy, its seed).
 Progress = Callable[[str, int], None]
+# Called while replays run: the share (0-1) of all their pods replayed so far.
+Within = Callable[[float], None]
 
 
 def run_many(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
              *, moves: float | None = None, workload: str = "online",
              workers: int | None = None, progress: Progress | None = None,
-             ) -> dict[str, list[RunResult]]:
+             within: Within | None = None) -> dict[str, list[RunResult]]:
     """No-departure replays of every policy x seed, on all cores."""
     jobs = [(nodes_path, pods_path, p, s, moves, workload) for p in policies for s in seeds]
     out: dict[str, list[RunResult]] = {p: [] for p in policies}
-    for r in _map(_one, jobs, workers, progress):
+    for r in _map(_one, jobs, workers, progress, within):
         out[r.policy].append(r)
     return out
 
@@ -104,7 +154,7 @@ def run_bounds(nodes_path: str, pods_path: str, results: dict[str, list[RunResul
 def run_timed(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
               *, moves: float | None = None, speedup: float = 1.0, workload: str = "online",
               workers: int | None = None, progress: Progress | None = None,
-              ) -> dict[str, list[TimelineResult]]:
+              within: Within | None = None) -> dict[str, list[TimelineResult]]:
     """Departure replays; with ``moves`` each policy runs with the rebalancer off and on
     (keys ``policy`` and ``policy+moves``)."""
     timed_pods(load_pods(pods_path), pods_path)  # fail fast, before the workers start
@@ -112,8 +162,8 @@ def run_timed(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: S
     jobs = [(nodes_path, pods_path, p, s, m, speedup, workload)
             for p in policies for m in variants for s in seeds]
     out: dict[str, list[TimelineResult]] = {}
-    for (_n, _p, pol, _s, m, _k, _w), r in zip(jobs, _map(_one_timed, jobs, workers, progress),
-                                               strict=True):
+    for (_n, _p, pol, _s, m, _k, _w), r in zip(
+            jobs, _map(_one_timed, jobs, workers, progress, within), strict=True):
         out.setdefault(pol + ("+moves" if m else ""), []).append(r)
     return out
 
@@ -151,7 +201,23 @@ def timed_text(results: dict[str, list[TimelineResult]],
                  "(elsewhere what is asked);\n  gap = bound - policy mean, in points")
     elif isinstance(bound, str):
         text += f"\nbound: not computed: {bound}"
-    return text
+    return text + "\n\n" + TIMED_COLUMNS + (TIMED_GAP if with_bound else "")
+
+
+TIMED_COLUMNS = """\
+columns (means over the seeds; the arrival window: first arrival to last):
+  mean alloc%   time-weighted mean of the allocated GPU share (GPU-milli held / the
+                cluster's), over the arrival window
+  mean demand%  the same for what was asked: what would run if nothing failed
+  peak alloc%   the highest allocated GPU share at any time
+  failed pods   pods that found no node, by kind (share: a fraction of one GPU; Ngpu:
+                N whole GPUs; cpu: no GPU), per seed
+  failed GPU%   the GPU-milli of the failed pods, as a % of all the GPU-milli asked
+  moves         rebalancing moves made per seed (rows policy+moves: --rebalance-moves)
+  seeds         replays the row averages"""
+TIMED_GAP = """
+  gap           the bound's mean alloc% minus the policy's, in points (row bound: the
+                upper bound, docs/simulate.md)"""
 
 
 def _asked(r: TimelineResult) -> int:
@@ -253,10 +319,24 @@ def as_text(s: dict[str, Any]) -> str:
                  f"\n  gap = bound - policy, in points")
     elif "unavailable" in bound:
         text += f"\nbound: not computed: {bound['unavailable']}"
-    return text
+    return text + "\n\n" + COLUMNS + (GAP if gaps else "")
 
 
-def plot(s: dict[str, Any], out: str) -> None:
+COLUMNS = """\
+columns (means over the seeds; pods arrive until their GPU asks add up to 130% of the
+cluster's GPUs, none leaves):
+  alloc@N%   GPU allocation ratio: the GPU-milli held by placed pods, as a % of the
+             cluster's, when the arrived GPU load reached N% of the cluster's GPUs
+  frag@100%  fragmented GPU, as a % of the cluster's GPU, at 100% arrived load: free
+             GPU that the trace's typical tasks cannot use (FGD's measure)
+  moves      defragmenting moves made per replay (0 without --rebalance-moves)
+  seeds      replays the row averages"""
+GAP = """
+  gap@N%     the bound's alloc@N% minus the policy's, in points (row bound: the most
+             any placement of the arrived pods could allocate, docs/simulate.md)"""
+
+
+def plot(s: dict[str, Any], out: str, title: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -291,6 +371,8 @@ def plot(s: dict[str, Any], out: str) -> None:
     if lows:
         zoom.set_ylim(max(0.0, min(lows) - 1), min(100.0, max(lows) + 1))
     zoom.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, metadata={"Title": title} if title else None)
     plt.close(fig)

@@ -8,13 +8,29 @@ can hand ``policy="swarmgpu"`` to the planner's replay without an import cycle.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from swarmgpu.allocator.fragmentation import TypicalTask, typical_tasks
 from swarmgpu.sim.trace import TraceError, TracePod
 
 LEVEL_STEP = 5
+METER_EVERY = 64  # pods between two reports of how far a replay got
+
+# How far the replay running in this process got: (pods arrived, pods in all). Set by
+# the command's progress line (sim.report); None: nobody asks, and nothing is reported.
+_meter: Callable[[int, int], None] | None = None
+
+
+def set_meter(fn: Callable[[int, int], None] | None) -> None:
+    global _meter
+    _meter = fn
+
+
+def meter(done: int, total: int) -> None:
+    """A replay's progress, every METER_EVERY pods and at its end (results unchanged)."""
+    if _meter is not None:
+        _meter(done, total)
 
 
 @dataclass

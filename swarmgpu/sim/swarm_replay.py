@@ -62,11 +62,13 @@ from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.sharing import env_lines
 from swarmgpu.sim.runs import (
     LEVEL_STEP,
+    METER_EVERY,
     RunResult,
     TimelineResult,
     Window,
     arrival_order,
     arrival_times,
+    meter,
     pod_kind,
     timed_pods,
     workload_of,
@@ -350,6 +352,8 @@ class Replay:
         last_level = int(self.inflate * 100)
         self.cycle()  # the planner's first look at the (empty) cluster
         for n_arrived, pod in enumerate(self.order, start=1):
+            if n_arrived % METER_EVERY == 0:
+                meter(n_arrived, len(self.order))
             arrived += pod.total_gpu_milli
             if pod.total_gpu_milli == 0:
                 self.place_cpu_pod(n_arrived, pod)
@@ -546,6 +550,8 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
 
     rp_moves = 0
     for tid, pod in enumerate(order, start=1):
+        if tid % METER_EVERY == 0:
+            meter(tid, len(order))
         arrive, leave = arrival_times(pod, speedup)
         depart_until(arrive)
         w.advance(arrive)

@@ -35,9 +35,11 @@ from swarmgpu.sim.replay import (
     place_random,
 )
 from swarmgpu.sim.runs import (
+    METER_EVERY,
     TimelineResult,
     Window,
     arrival_times,
+    meter,
     pod_kind,
     timed_pods,
     workload_of,
@@ -90,6 +92,8 @@ def replay_departures(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], polic
                 w.allocated -= td.total_gpu_milli
 
     for tid, pod in enumerate(order, start=1):
+        if tid % METER_EVERY == 0:
+            meter(tid, len(order))
         arrive, leave = arrival_times(pod, speedup)
         depart_until(arrive)
         w.advance(arrive)
