@@ -13,10 +13,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from paths import REPO, TOPOLOGY
@@ -208,6 +208,42 @@ def agents(swarm: SwarmCluster) -> Iterator[dict[str, Any]]:
     yield procs
     for p in procs.values():
         stop(p)
+
+
+T = TypeVar("T")
+
+
+def eventually(check: Callable[[], T], timeout: float, what: str,
+               interval: float = 0.3) -> T:
+    """``check()``'s value once it stops raising AssertionError, within ``timeout``
+    seconds; past it, the last AssertionError, prefixed with ``what``.
+
+    For what a process writes *after* the state a test waited for (a log line, a label,
+    a metric, the daemon's record of a move): the test waits for what it asserts, with a
+    deadline, instead of asserting the moment the earlier state shows."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError as exc:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} (waited {timeout:g} s): {exc}") from exc
+        time.sleep(interval)
+
+
+def log_text(path: Path, since: int = 0) -> str:
+    """A log's text from byte ``since`` (a test's own part of a shared log)."""
+    return path.read_bytes()[since:].decode(errors="replace")
+
+
+def wait_log(path: Path, *lines: str, since: int = 0, timeout: float = 30) -> str:
+    """The log's text (from byte ``since``) once it holds every one of ``lines``."""
+    def check() -> str:
+        text = log_text(path, since)
+        missing = [ln for ln in lines if ln not in text]
+        assert not missing, f"{path.name} lacks {missing}; its end: {text[-2000:]}"
+        return text
+    return eventually(check, timeout, f"{path.name} to hold {len(lines)} line(s)")
 
 
 def remove_stacks(swarm: SwarmCluster, *stacks: str) -> None:

@@ -12,7 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, agents, cfg_file, remove_stacks, run_cli, start_daemon, stop
+from gpu_nodes import (
+    LOGS,
+    agents,
+    cfg_file,
+    eventually,
+    remove_stacks,
+    run_cli,
+    start_daemon,
+    stop,
+    wait_log,
+)
 from swarm_harness import SwarmCluster
 from test_placement_swarm import plan, wait_running
 
@@ -117,10 +127,13 @@ def test_rendered_service_whose_node_lost_the_cpu_is_replaced_and_runs(
     deploy_file(swarm, r, "r")
     (tr,) = wait_running(swarm, "r_r", 1, 60)
     assert swarm.node(tr["NodeID"]).hostname == other
-    log = LOG.read_text()
-    assert "Swarm cannot run its task where its GPUs are" in log and "re-placed on" in log
-    p = plan(daemon)
-    assert p["r_r"]["status"] == "placed" and p["r_r"]["placements"][0]["node"] == other
+    wait_log(LOG, "Swarm cannot run its task where its GPUs are", "re-placed on")
+
+    def planned_on_other() -> None:
+        p = plan(daemon)
+        assert p["r_r"]["status"] == "placed" and p["r_r"]["placements"][0]["node"] == other
+
+    eventually(planned_on_other, 30, f"plan places r_r on {other}")
     # The back-off record, written with the move, goes once the replica runs.
     api = swarm.client(swarm.manager).api
     swarm.wait_for(lambda: f"{P}state.replaced" not in api.inspect_service("r_r")["Spec"]
@@ -142,7 +155,7 @@ def test_drained_node_re_places_the_running_service(swarm: SwarmCluster,
             swarm, "r_r", 1, 60,
             each=lambda t: swarm.node(t["NodeID"]).hostname == other, what=f" on {other}")
         assert moved["ID"] != tr["ID"]
-        assert "is drain" in LOG.read_text()
+        wait_log(LOG, "is drain")
     finally:
         swarm.cli(swarm.manager, "node", "update", "--availability", "active", node_id)
         remove_stacks(swarm, "r")

@@ -17,7 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import DGX_A100, LOGS, RTX4090, agents, cfg_file, labels_of, start_daemon, stop
+from gpu_nodes import (
+    DGX_A100,
+    LOGS,
+    RTX4090,
+    agents,
+    cfg_file,
+    labels_of,
+    start_daemon,
+    stop,
+    wait_log,
+)
 from swarm_harness import SwarmCluster
 from test_placement_swarm import deploy, tasks_running, wait_running
 
@@ -117,8 +127,7 @@ def test_forged_move_label_changes_nothing_with_the_default_config(
     _unchanged(swarm, placed, before)
     # Dry-run (the default): reported, left in the attacker's spec, never acted on.
     assert f"{P}state.move" in _service_labels(swarm, ATTACKER)
-    log = (LOGS / "forged-daemon.log").read_text()
-    assert "a move label the daemon did not write" in log
+    log = wait_log(LOGS / "forged-daemon.log", "a move label the daemon did not write")
     assert "rolled-back" not in log and "released its GPUs" not in log
 
 
@@ -139,6 +148,6 @@ def test_forged_move_label_changes_nothing_with_rebalance_writing(
                    "the forged move label removed from its carrier")
     _cycles(8.0)
     _unchanged(swarm, placed, before)
-    log = (LOGS / "forged-daemon-writing.log").read_text()
-    assert "removed from its spec" in log
+    # the log line follows the label's removal the test waited for: waited for too
+    log = wait_log(LOGS / "forged-daemon-writing.log", "removed from its spec")
     assert "rolled-back" not in log and "released its GPUs" not in log

@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import GPU_NODES, LOGS, cfg_file, run_cli, start_agent, start_daemon, stop
+from gpu_nodes import (
+    GPU_NODES,
+    LOGS,
+    cfg_file,
+    eventually,
+    run_cli,
+    start_agent,
+    start_daemon,
+    stop,
+)
 from swarm_harness import SwarmCluster
 from test_placement_swarm import deploy, tasks_running, wait_running
 from test_rebalance_swarm import IDLE, holder_gpu, labels, node_labels, where
@@ -154,7 +163,8 @@ def run(swarm: SwarmCluster, fd: dict[str, Any], tmp: Path, cfg: Path) -> None:
     assert "fragmentation -250 GPU-milli (0.25 GPU, 33.3% of the cluster's 750)" in text
     time.sleep(3)  # dry-run: proposed and logged, never made
     assert f"{P}state.move" not in labels(swarm, "fy_y")
-    assert "service=fy_y move gpu-node-2 -> gpu-node-1 dry-run" in log_since(fd["mark"])
+    eventually(lambda: _has("service=fy_y move gpu-node-2 -> gpu-node-1 dry-run",
+                            log_since(fd["mark"])), 30, "the dry-run move logged")
     before = {s: tasks_running(swarm, s)[0]["ID"] for s in ("fx_x", "fy_y")}
 
     t0 = time.monotonic()
@@ -171,12 +181,26 @@ def run(swarm: SwarmCluster, fd: dict[str, Any], tmp: Path, cfg: Path) -> None:
     assert [t["ID"] for t in tasks_running(swarm, "fx_x")] == [before["fx_x"]]
     assert holder_gpu(swarm, "fw_one") == (y_host, y_uuid)
     assert where(swarm, "fw_one") == {y_host: y_uuid}
-    assert f"{P}assign.fy_y" not in node_labels(swarm, y_host)
+    # written as the move ends, around the label the test waited for: waited for too
+    eventually(lambda: _has_not(f"{P}assign.fy_y", node_labels(swarm, y_host)), 30,
+               f"fy_y's ledger entry gone from {y_host}")
     spec = swarm.client(swarm.manager).api.inspect_service("fy_y")["Spec"]
     assert spec["Mode"]["Replicated"]["Replicas"] == 1
     assert f"{P}state.moved-at" not in labels(swarm, "fx_x")
-    log = log_since(fd["mark"])
-    assert log.count("move gpu-node-2 -> gpu-node-1 started") == 1
-    assert log.count("move gpu-node-2 -> gpu-node-1 done") == 1
+
+    def one_move_logged() -> None:
+        log = log_since(fd["mark"])
+        assert log.count("move gpu-node-2 -> gpu-node-1 started") == 1
+        assert log.count("move gpu-node-2 -> gpu-node-1 done") == 1
+
+    eventually(one_move_logged, 30, "the move's started and done lines, once each")
     time.sleep(3)  # nothing left to gain: no further move
     assert f"{P}state.move" not in labels(swarm, "fx_x")
+
+
+def _has(needle: str, text: str) -> None:
+    assert needle in text, text[-2000:]
+
+
+def _has_not(key: str, labels: dict[str, str]) -> None:
+    assert key not in labels, labels

@@ -24,6 +24,7 @@ from gpu_nodes import (
     RTX4090,
     agents,
     cfg_file,
+    eventually,
     kwargs_for_logs,
     labels_of,
     remove_stacks,
@@ -32,6 +33,7 @@ from gpu_nodes import (
     start_daemon,
     stop,
     swarmgpu_env,
+    wait_log,
     wait_port,
 )
 from swarm_harness import SwarmCluster
@@ -125,23 +127,34 @@ def test_application_xid_changes_nothing_then_xid79_moves_the_holder(
     took = time.monotonic() - t0
     print(f"Xid 79 in the facts file -> holder running on a healthy GPU: {took:.1f}s")
     assert _one(swarm, "hl_one") != uuid
-    text = _log(setup)
-    assert "is failed: Xid 79: GPU has fallen off the bus (suggested action: reboot)" in text
+    # The daemon's log lines, written around the move the test waited for: waited for too.
+    text = wait_log(LOG, "is failed: Xid 79: GPU has fallen off the bus (suggested action: "
+                    "reboot)",
+                    # its constraint keeps it on gpu-node-2: the health policy repins it there
+                    f"move {HOST} -> {HOST} started: health: {HOST} GPU",
+                    since=setup["log_at"])
     assert "Xid 13" not in text
-    # its constraint keeps it on gpu-node-2: the health policy repins it there
-    assert f"move {HOST} -> {HOST} started: health: {HOST} GPU" in text, text[-3000:]
+
     # plan, status and audit (their own snapshot, the daemon's saved states) say it too.
-    res = run_cli("plan", "--config", str(setup["cfg"]))
-    assert res.returncode == 0, res.stderr
-    assert f"GPU health: {HOST} GPU" in res.stdout and "failed: Xid 79" in res.stdout
-    assert "suggested: reboot" in res.stdout
-    res = run_cli("status", "--config", str(setup["cfg"]), "--json")
-    gpus = [g for n in json.loads(res.stdout)["nodes"] for g in n.get("gpus", [])
-            if g.get("uuid") == uuid]
-    assert gpus and gpus[0]["healthy"] is False and "Xid 79" in gpus[0]["error"]
-    res = run_cli("audit", "--config", str(setup["cfg"]), "--json")
-    failed = [f for f in json.loads(res.stdout)["findings"] if f["kind"] == "gpu-failed"]
-    assert len(failed) == 1 and uuid in failed[0]["message"], failed
+    def plan_says() -> None:
+        res = run_cli("plan", "--config", str(setup["cfg"]))
+        assert res.returncode == 0, res.stderr
+        assert f"GPU health: {HOST} GPU" in res.stdout and "failed: Xid 79" in res.stdout
+        assert "suggested: reboot" in res.stdout
+
+    def status_says() -> None:
+        res = run_cli("status", "--config", str(setup["cfg"]), "--json")
+        gpus = [g for n in json.loads(res.stdout)["nodes"] for g in n.get("gpus", [])
+                if g.get("uuid") == uuid]
+        assert gpus and gpus[0]["healthy"] is False and "Xid 79" in gpus[0]["error"]
+
+    def audit_says() -> None:
+        res = run_cli("audit", "--config", str(setup["cfg"]), "--json")
+        failed = [f for f in json.loads(res.stdout)["findings"] if f["kind"] == "gpu-failed"]
+        assert len(failed) == 1 and uuid in failed[0]["message"], failed
+
+    for check in (plan_says, status_says, audit_says):
+        eventually(check, 30, check.__name__)
 
     # A new service is never given the failed GPU: 6 of the 7 GPUs left, one of them
     # failed, so only the 6 healthy ones fit.
@@ -210,6 +223,10 @@ def _ts(text: str) -> float:
     return datetime.fromisoformat(head).timestamp() + float("0." + (frac or "0"))
 
 
+def _assert_eq(got: object, want: object) -> None:
+    assert got == want, (got, want)
+
+
 def _done(swarm: SwarmCluster) -> float:
     """swarmgpu_health_evacuations_total{outcome="done"} on the daemon's /metrics."""
     url = f"http://{swarm.manager.addr}:{API_PORT}/metrics"
@@ -264,22 +281,35 @@ def test_health_policy_moves_the_holder_to_the_other_node_make_before_break(
             new["ServiceID"])["Spec"]["Labels"], 60, "the move finished")
         spec = api.inspect_service(new["ServiceID"])["Spec"]
         assert spec["Mode"]["Replicated"]["Replicas"] == 1
-        text = LOG.read_bytes()[log_at:].decode(errors="replace")
+        # The daemon writes the move's `done` line and counts it after it removed the
+        # label the test waited for: each is waited for in turn, with a deadline.
+        text = wait_log(LOG, f"move {HOST} -> {OTHER} started: health: {HOST} GPU",
+                        f"move {HOST} -> {OTHER} done: health:", since=log_at)
         started = [ln for ln in text.splitlines()
                    if f"move {HOST} -> {OTHER} started: health: {HOST} GPU" in ln]
         assert started and "Xid 79: GPU has fallen off the bus" in started[0], text[-3000:]
         assert "make-before-break" in started[0] and "service=hm_one" in started[0]
-        assert f"move {HOST} -> {OTHER} done: health:" in text
         assert "ignored" not in text and "stale or released twice" not in text
+
         # make-before-break: the old task stopped only once the new one ran
-        gone = next(t for t in api.tasks(filters={"service": "hm_one"}) if t["ID"] == old["ID"])
-        assert gone["DesiredState"] == "shutdown"
-        assert _ts(gone["Status"]["Timestamp"]) >= _ts(new["Status"]["Timestamp"]), (gone, new)
-        res = run_cli("plan", "--config", str(setup["cfg"]))
-        assert res.returncode == 0, res.stderr
-        assert f"recent hm_one: {HOST} -> {OTHER}: done (health: {HOST} GPU" in res.stdout, \
-            res.stdout
-        assert _done(swarm) == done_before + 1
+        def old_stopped_after() -> None:
+            gone = next(t for t in api.tasks(filters={"service": "hm_one"})
+                        if t["ID"] == old["ID"])
+            assert gone["DesiredState"] == "shutdown"
+            assert _ts(gone["Status"]["Timestamp"]) >= _ts(new["Status"]["Timestamp"]), \
+                (gone, new)
+
+        eventually(old_stopped_after, 30, "the old task stopped after the new one ran")
+
+        def plan_says_done() -> None:
+            res = run_cli("plan", "--config", str(setup["cfg"]))
+            assert res.returncode == 0, res.stderr
+            assert f"recent hm_one: {HOST} -> {OTHER}: done (health: {HOST} GPU" in \
+                res.stdout, res.stdout
+
+        eventually(plan_says_done, 30, "plan shows the move done")
+        eventually(lambda: _assert_eq(_done(swarm), done_before + 1), 30,
+                   'swarmgpu_health_evacuations_total{outcome="done"} counts it')
         # the filler never moved: it holds healthy GPUs only
         assert len(devices_of(swarm, "hf_fill")[HOST]) == 7
     finally:
@@ -338,10 +368,10 @@ def test_a_failing_node_is_drained_only_with_health_drain_node(
                      what=f" drained to {OTHER}")
         print(f"failing node -> its healthy holder running on {OTHER}: "
               f"{time.monotonic() - t0:.1f}s")
-        text = LOG.read_bytes()[log_at:].decode(errors="replace")
-        assert f"health: node {HOST} is failing (3 of 8 GPUs failed): its GPU services are " \
-            "moved off it" in text, text[-3000:]
-        assert f"move {HOST} -> {OTHER} started: health: node {HOST} is failing" in text
+        wait_log(LOG, f"health: node {HOST} is failing (3 of 8 GPUs failed): its GPU "
+                 "services are moved off it",
+                 f"move {HOST} -> {OTHER} started: health: node {HOST} is failing",
+                 since=log_at)
     finally:
         remove_stacks(swarm, "db")
         remove_stacks(swarm, "dd")
@@ -376,9 +406,13 @@ def test_evacuate_false_reports_the_holder_and_moves_nothing(
         time.sleep(8)  # cycles go by: nothing moves
         assert [t["ID"] for t in tasks_running(swarm, "hr_one")] == [task]
         assert _one(swarm, "hr_one") == u
-        res = run_cli("plan", "--config", str(report_cfg))
-        assert res.returncode == 0, res.stderr
-        assert f"health: {want}" in res.stdout and "Xid 79" in res.stdout, res.stdout
+
+        def plan_says() -> None:
+            res = run_cli("plan", "--config", str(report_cfg))
+            assert res.returncode == 0, res.stderr
+            assert f"health: {want}" in res.stdout and "Xid 79" in res.stdout, res.stdout
+
+        eventually(plan_says, 30, "plan reports the holder staying")
         text = LOG.read_bytes()[log_at:].decode(errors="replace")
         assert "move " not in text and "re-placed" not in text, text[-3000:]
     finally:

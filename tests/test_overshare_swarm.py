@@ -22,12 +22,14 @@ from gpu_nodes import (
     HTTP_AUTH,
     LOGS,
     cfg_file,
+    eventually,
     kwargs_for_logs,
     run_cli,
     start_agent,
     start_daemon,
     stop,
     swarmgpu_env,
+    wait_log,
     wait_port,
 )
 from swarm_harness import SwarmCluster
@@ -144,30 +146,38 @@ def test_over_share_is_reported_then_only_the_offender_restarts(
     cid = ta["Status"]["ContainerStatus"]["ContainerID"]
     assert any(f'container="{cid[:12]}"' in ln and f'pid="{pid_of(swarm, ta)}"' in ln
                and ln.endswith(" 51200.0") for ln in page.splitlines()), page[-2000:]
-    assert f"tasks {ta['ID']}" in LOG.read_text()
+    wait_log(LOG, f"tasks {ta['ID']}")
     # an agent given --docker-host would name them itself, from the engine's labels
     lookup = engine_labels(node1.docker_host)
     got = lookup(cid)
     assert got is not None and (got[SERVICE_LABEL], got[TASK_LABEL]) == ("os_a", ta["ID"])
     assert lookup("0" * 64) == {}  # no such container: no owner
     assert "over its GPU share: service os_b" not in LOG.read_text()
-    # the daemon's /metrics: use and share per service
-    metrics = http(swarm, "/metrics")
-    assert 'swarmgpu_service_gpu_memory_used_mib{gpu="' in metrics
-    mine = [ln for ln in metrics.splitlines() if 'service="os_a"' in ln]
-    assert any(ln.startswith("swarmgpu_service_gpu_memory_used_mib") and ln.endswith(" 51200.0")
-               for ln in mine), mine
-    assert any(ln.startswith("swarmgpu_service_gpu_memory_share_mib") and ln.endswith(" 40960.0")
-               for ln in mine), mine
-    # the map document: a badge on a's holder entry, none on b's
-    doc = json.loads(http(swarm, "/api/v1/cluster"))
-    holders = {h["service"]: h for n in doc["nodes"] for g in n["gpus"] for h in g["holders"]
-               if g["uuid"] == gpu}
-    assert holders["os_a"]["over_share"] is True and holders["os_b"]["over_share"] is False
-    # `swarmgpu audit` names it
-    res = run_cli("audit", "--config", str(env["cfg"]), "--json")
-    found = [f for f in json.loads(res.stdout)["findings"] if f["kind"] == "over-share"]
-    assert sorted(f["subject"] for f in found) == ["os_a", "os_c"], found
+    # the daemon's /metrics, its map document and `audit` (written or read after the log
+    # line the test waited for: each waited for in turn)
+    def metrics_say() -> None:
+        metrics = http(swarm, "/metrics")
+        assert 'swarmgpu_service_gpu_memory_used_mib{gpu="' in metrics
+        mine = [ln for ln in metrics.splitlines() if 'service="os_a"' in ln]
+        assert any(ln.startswith("swarmgpu_service_gpu_memory_used_mib")
+                   and ln.endswith(" 51200.0") for ln in mine), mine
+        assert any(ln.startswith("swarmgpu_service_gpu_memory_share_mib")
+                   and ln.endswith(" 40960.0") for ln in mine), mine
+
+    def map_says() -> None:  # a badge on a's holder entry, none on b's
+        doc = json.loads(http(swarm, "/api/v1/cluster"))
+        holders = {h["service"]: h for n in doc["nodes"] for g in n["gpus"]
+                   for h in g["holders"] if g["uuid"] == gpu}
+        assert holders["os_a"]["over_share"] is True
+        assert holders["os_b"]["over_share"] is False
+
+    def audit_says() -> None:
+        res = run_cli("audit", "--config", str(env["cfg"]), "--json")
+        found = [f for f in json.loads(res.stdout)["findings"] if f["kind"] == "over-share"]
+        assert sorted(f["subject"] for f in found) == ["os_a", "os_c"], found
+
+    for check in (metrics_say, map_says, audit_says):
+        eventually(check, 30, check.__name__)
     # restart: after the window, a's task only; b keeps its container
     swarm.wait_for(lambda: (lambda ts: ts and ts[0]["ID"] != ta["ID"])(
         tasks_running(swarm, "os_a")), WINDOW_S + 60, "os_a restarted")
@@ -175,7 +185,7 @@ def test_over_share_is_reported_then_only_the_offender_restarts(
     (tb2,) = tasks_running(swarm, "os_b")
     assert tb2["ID"] == tb["ID"]
     assert [t["ID"] for t in tasks_running(swarm, "os_c")] == [tc["ID"]]
-    assert "over-share restart of os_c on gpu-node-1 not done: opted out" in LOG.read_text()
+    wait_log(LOG, "over-share restart of os_c on gpu-node-1 not done: opted out")
     (ta2,) = wait_running(swarm, "os_a", 1)
     assert ta2["NodeID"] == ta["NodeID"] and held_gpu(swarm, "os_a") == gpu
     for t in (ta2, tb2):  # docker inspect of every replica: same GPU, same share
@@ -203,19 +213,28 @@ def test_a_node_naming_a_victim_restarts_nothing(swarm: SwarmCluster,
     t0 = time.monotonic()
     swarm.wait_for(lambda: LOG.read_text().count("unattributed GPU process") >= 2, 30,
                    "the daemon's unattributed lines")
-    log = LOG.read_text()
-    assert "named 'os_b' by the node" in log and "no container id" in log
-    assert "its container is a task of os_c, not of os_b" in log
-    metrics = http(swarm, "/metrics")
-    assert any(ln.startswith("swarmgpu_unattributed_gpu_memory_mib") and "gpu-node-1" in ln
-               and ln.endswith(" 160000.0") for ln in metrics.splitlines()), metrics[-3000:]
-    doc = json.loads(http(swarm, "/api/v1/cluster"))
-    (g,) = [g for n in doc["nodes"] for g in n["gpus"] if g["uuid"] == gpu]
-    assert {x["pid"] for x in g["unattributed"]} == {4_000_001, pid_of(swarm, tc)}
-    res = run_cli("audit", "--config", str(env["cfg"]), "--json")
-    kinds = {(f["kind"], f["subject"]) for f in json.loads(res.stdout)["findings"]}
-    assert ("unattributed-gpu-process", "gpu-node-1") in kinds
-    assert ("over-share", "os_b") not in kinds
+    wait_log(LOG, "named 'os_b' by the node", "no container id",
+             "its container is a task of os_c, not of os_b")
+
+    def metrics_say() -> None:
+        metrics = http(swarm, "/metrics")
+        assert any(ln.startswith("swarmgpu_unattributed_gpu_memory_mib") and "gpu-node-1" in ln
+                   and ln.endswith(" 160000.0") for ln in metrics.splitlines()), \
+            metrics[-3000:]
+
+    def map_says() -> None:
+        doc = json.loads(http(swarm, "/api/v1/cluster"))
+        (g,) = [g for n in doc["nodes"] for g in n["gpus"] if g["uuid"] == gpu]
+        assert {x["pid"] for x in g["unattributed"]} == {4_000_001, pid_of(swarm, tc)}
+
+    def audit_says() -> None:
+        res = run_cli("audit", "--config", str(env["cfg"]), "--json")
+        kinds = {(f["kind"], f["subject"]) for f in json.loads(res.stdout)["findings"]}
+        assert ("unattributed-gpu-process", "gpu-node-1") in kinds
+        assert ("over-share", "os_b") not in kinds
+
+    for check in (metrics_say, map_says, audit_says):
+        eventually(check, 30, check.__name__)
     # more than a whole window later: the victim's gate and task are where they were
     time.sleep(max(0.0, WINDOW_S + 8 - (time.monotonic() - t0)))
     assert "over its GPU share: service os_b" not in LOG.read_text()

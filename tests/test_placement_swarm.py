@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import DGX_A100, LOGS, RTX4090, agents, cfg_file, run_cli, start_daemon, stop
+from gpu_nodes import (
+    DGX_A100,
+    LOGS,
+    RTX4090,
+    agents,
+    cfg_file,
+    eventually,
+    run_cli,
+    start_daemon,
+    stop,
+)
 from swarm_harness import SwarmCluster
 
 from swarmgpu.manager.placement import env_template, gate_constraint
@@ -204,8 +214,12 @@ def test_redeploy_kill_and_daemon_restart_keep_devices(
                                api.inspect_service("llm_api")["Spec"]["Labels"]),
                    30, "device labels restored")
     time.sleep(5)  # a few more daemon cycles: no further writes
-    writes_by_daemon = placement_writes("llm_api") - writes0
-    assert writes_by_daemon == 1, f"{writes_by_daemon} daemon writes after a re-deploy"
+
+    def one_write() -> None:  # its log line follows the labels waited for: waited for too
+        writes_by_daemon = placement_writes("llm_api") - writes0
+        assert writes_by_daemon == 1, f"{writes_by_daemon} daemon writes after a re-deploy"
+
+    eventually(one_write, 15, "the daemon's one placement write logged")
     assert {t["ID"] for t in tasks_running(swarm, "llm_api")} == before_tasks
     # Kill the container by hand: the replacement gets the same devices.
     (t,) = tasks_running(swarm, "llm_api")

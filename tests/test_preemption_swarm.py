@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, RTX4090, agents, run_cli, running_daemon
+from gpu_nodes import LOGS, RTX4090, agents, eventually, run_cli, running_daemon, wait_log
 from swarm_harness import SwarmCluster
 from test_placement_swarm import deploy, plan, tasks_running, wait_running
 
@@ -58,18 +58,30 @@ def test_high_priority_preempts_batch_and_batch_comes_back(
     took = time.monotonic() - start
     print(f"\npre_high running and pre_batch stopped {took:.1f} s after the deploy")
     assert took <= 60
-    by = plan(daemon)
-    print(f"plan: pre_batch {by['pre_batch']['status']}: {by['pre_batch']['reason']}")
-    assert by["pre_batch"]["status"] == "pending"
-    assert "preempted by pre_high (priority 100)" in by["pre_batch"]["reason"]
-    assert by["pre_high"]["status"] == "placed"
-    labels = api.inspect_service("pre_batch")["Spec"]["Labels"]
-    assert json.loads(labels[f"{P}state.preempted"])["by"] == "pre_high"
     why = "preempted by pre_high (priority 100)"
-    for cmd in ("status", "audit"):  # the same reason wherever a pending service shows
+
+    # What the daemon writes and reports around the stop the test waited for: each
+    # waited for in turn, with a deadline.
+    def plan_says() -> None:
+        by = plan(daemon)
+        print(f"plan: pre_batch {by['pre_batch']['status']}: {by['pre_batch']['reason']}")
+        assert by["pre_batch"]["status"] == "pending"
+        assert why in by["pre_batch"]["reason"]
+        assert by["pre_high"]["status"] == "placed"
+
+    def labelled() -> None:
+        labels = api.inspect_service("pre_batch")["Spec"]["Labels"]
+        assert json.loads(labels[f"{P}state.preempted"])["by"] == "pre_high"
+
+    def shown(cmd: str) -> None:  # the same reason wherever a pending service shows
         out = run_cli(cmd, "--config", str(daemon["cfg"])).stdout
         assert any("pre_batch" in line and why in line for line in out.splitlines()), out
-    assert why in (LOGS / "preemption-daemon.log").read_text()
+
+    eventually(plan_says, 30, "plan says pre_batch is preempted")
+    eventually(labelled, 30, "the preemption record on pre_batch")
+    for cmd in ("status", "audit"):
+        eventually(lambda cmd=cmd: shown(cmd), 30, f"{cmd} shows the reason")
+    wait_log(LOGS / "preemption-daemon.log", why)
 
     # The high one goes: the batch service comes back on its own.
     api.remove_service("pre_high")
@@ -130,6 +142,5 @@ def test_a_victim_that_can_run_elsewhere_is_moved_not_stopped(
     (high,) = tasks_running(swarm, "mv_high")
     assert swarm.node(high["NodeID"]).hostname == "gpu-node-2"
     assert [t["ID"] for t in tasks_running(swarm, "mv_fill")] == [fill_task["ID"]]
-    log = (LOGS / "preemption-daemon.log").read_text()
-    assert "to make room for mv_high (priority 100)" in log
+    wait_log(LOGS / "preemption-daemon.log", "to make room for mv_high (priority 100)")
     swarm.cli(swarm.manager, "stack", "rm", "mv", check=False)  # network removal may lag

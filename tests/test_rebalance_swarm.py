@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import GPU_NODES, HTTP_AUTH, LOGS, cfg_file, start_agent, start_daemon, stop
+from gpu_nodes import (
+    GPU_NODES,
+    HTTP_AUTH,
+    LOGS,
+    cfg_file,
+    eventually,
+    start_agent,
+    start_daemon,
+    stop,
+)
 from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, tasks_running, wait_running
 
@@ -113,9 +122,13 @@ def test_hot_spot_moves_exactly_one_replica_and_spike_moves_none(
     time.sleep(5)  # still hot, but b holds the GPU alone now and a is cooling down
     assert f"{P}state.moved-at" not in labels(swarm, "rb_b")
     assert len(tasks_running(swarm, "rb_a")) == 1
-    log = (LOGS / "rebalance-daemon.log").read_text()
-    assert log.count("service=rb_a move") >= 2  # started + done, with the reason
-    assert "above 85% util" in log
+    # the move's `done` line follows the label the test waited for: waited for too
+    def logged() -> None:
+        log = (LOGS / "rebalance-daemon.log").read_text()
+        assert log.count("service=rb_a move") >= 2  # started + done, with the reason
+        assert "above 85% util" in log
+
+    eventually(logged, 30, "the move's started and done lines")
 
 
 def test_killed_mid_move_finishes_or_rolls_back(swarm: SwarmCluster, rb: dict[str, Any]) -> None:
@@ -226,9 +239,16 @@ def test_move_whose_target_never_runs_rolls_back(swarm: SwarmCluster, rb: dict[s
         src_id, dst_id = swarm.node(host).node_id, swarm.node(other).node_id
         assert lab[f"{P}devices.{src_id}"] == uuid and f"{P}devices.{dst_id}" not in lab
         assert f"{P}state.moved-at" in lab  # the cooldown holds after a rollback too
-        assert not any(svc in k for k in node_labels(swarm, other))
-        src = node_labels(swarm, host)
-        assert src[f"{P}assign.{svc}"] == f"{uuid}@500" and src[f"{P}service.{svc}"] == "true"
+
+        # The nodes' labels, the metric, /api/rebalance and the log are written around
+        # the move label's removal the test waited for: each waited for, with a deadline.
+        def nodes_rolled_back() -> None:
+            assert not any(svc in k for k in node_labels(swarm, other))
+            src = node_labels(swarm, host)
+            assert src[f"{P}assign.{svc}"] == f"{uuid}@500"
+            assert src[f"{P}service.{svc}"] == "true"
+
+        eventually(nodes_rolled_back, 30, "the nodes' labels rolled back")
         # No duplicate: the surge task that never ran is gone, and the original task on
         # the source kept running throughout (same task, same devices).
         swarm.wait_for(lambda: len(swarm.client(swarm.manager).api.tasks(
@@ -236,13 +256,17 @@ def test_move_whose_target_never_runs_rolls_back(swarm: SwarmCluster, rb: dict[s
         assert [t["ID"] for t in tasks_running(swarm, svc)] == [before[svc]]
         assert where(swarm, svc) == {host: uuid}
         assert [t["ID"] for t in tasks_running(swarm, "rr_y")] == [before["rr_y"]]
-        assert 'swarmgpu_moves_total{outcome="rolled-back"} 1.0' in api(swarm, "/metrics")
-        recent = json.loads(api(swarm, "/api/rebalance"))["recent"]
-        assert [(r["service"], r["from"], r["to"], r["outcome"]) for r in recent] == \
-            [(svc, host, other, "rolled-back")]
-        log = log_since(mark)
-        assert f"service={svc} move {host} -> {other} rolled-back: {host} GPU" in log
-        assert f"(no task running on {other} within 10s)" in log
+
+        def reported() -> None:
+            assert 'swarmgpu_moves_total{outcome="rolled-back"} 1.0' in api(swarm, "/metrics")
+            recent = json.loads(api(swarm, "/api/rebalance"))["recent"]
+            assert [(r["service"], r["from"], r["to"], r["outcome"]) for r in recent] == \
+                [(svc, host, other, "rolled-back")]
+            log = log_since(mark)
+            assert f"service={svc} move {host} -> {other} rolled-back: {host} GPU" in log
+            assert f"(no task running on {other} within 10s)" in log
+
+        eventually(reported, 30, "the rollback in /metrics, /api/rebalance and the log")
     finally:
         swarm.cli(swarm.manager, "node", "update", "--availability", "active", other)
         for p in rb["profiles"].values():
