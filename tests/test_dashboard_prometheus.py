@@ -288,7 +288,7 @@ def test_node_variable_and_gpu_panels_read_both_host_labels(stack: dict[str, Any
     assert {"gpu-node-1", "gpu-node-2", OLD_HOST} <= values
     panels = [(p["title"], t["expr"]) for p in DASHBOARD["panels"]
               for t in p.get("targets", []) if "DCGM_FI_DEV_" in t["expr"]]
-    assert len(panels) == 5
+    assert len(panels) == 10  # 5 targets before, 5 added (SM clock, enc, dec, NVLink, energy)
     for node in ("gpu-node-1", OLD_HOST):
         for title, expr in panels:
             result = _query(base, expr.replace("$node", node))
