@@ -76,6 +76,15 @@ def daemon_http(tmp_path: Path) -> Iterator[tuple[GuardedServer, int]]:
     d._http.shutdown()
     d._http.server_close()
 
+def _flooded(srv: GuardedServer, at_least: int, timeout: float = 20.0) -> None:
+    """Wait, with a deadline, until the flood holds at least this many connections: on a
+    loaded machine the flooder's threads take longer than a fixed sleep to connect."""
+    deadline = time.monotonic() + timeout
+    while (held := srv.connection_counts()[0]) < at_least:
+        assert time.monotonic() < deadline, f"no flood to speak of: {held} < {at_least}"
+        time.sleep(0.05)
+
+
 
 def get(port: int, path: str, host: str | None = None, timeout: float = 5,
         src: str | None = None, headers: dict[str, str] | None = None
@@ -153,8 +162,7 @@ def test_daemon_http_answers_a_new_client_under_400_slow_connections_from_10_add
     before = threading.active_count()
     flood = slowflood.start(port, "127.0.0.20-29", 40, for_s=30)
     try:
-        time.sleep(0.5)
-        assert srv.connection_counts()[0] >= srv.max_connections - 4, "no flood to speak of"
+        _flooded(srv, srv.max_connections - 4)
         answered = 0
         for _ in range(8):
             t0 = time.monotonic()
@@ -273,8 +281,7 @@ def test_flood_from_the_daemons_own_address_never_starves_its_fetch(
     per_source = 2 * srv.max_connections if over_cap else 50
     flood = slowflood.start(port, "127.0.0.1", per_source, for_s=30)
     try:
-        time.sleep(0.5)
-        assert srv.connection_counts()[0] >= min(per_source, srv.max_connections) - 4
+        _flooded(srv, min(per_source, srv.max_connections) - 4)
         results = [fetch_facts(node, cfg) for _ in range(10)]
     finally:
         slowflood.stop(flood)
@@ -288,8 +295,7 @@ def test_fresh_address_answered_beside_floods_from_seven_addresses(
     srv, port = agent
     flood = slowflood.start(port, "127.0.0.2-8", 2 * srv.max_connections // 7 + 1, for_s=30)
     try:
-        time.sleep(0.5)
-        assert srv.connection_counts()[0] >= srv.max_connections - 4, "no flood to speak of"
+        _flooded(srv, srv.max_connections - 4)
         codes = [get(port, "/healthz", src="127.0.0.9", timeout=HEAD_DEADLINE_S)[0]
                  for _ in range(10)]
     finally:
@@ -323,7 +329,7 @@ def test_mutual_tls_fetch_gets_through_a_flood_from_its_own_address(
     cfg = AgentsConfig(port=port, timeout_s=3)
     flood = slowflood.start(port, "127.0.0.1", 2 * srv.max_connections, for_s=30)
     try:
-        time.sleep(0.5)
+        _flooded(srv, srv.max_connections - 4)
         results = [fetch_facts(node, cfg, ctx) for _ in range(10)]
     finally:
         slowflood.stop(flood)
