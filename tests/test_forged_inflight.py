@@ -87,7 +87,7 @@ def _preempt_cluster(batch_extra: dict[str, str]) -> RecordingSwarm:
 
 
 def _daemon(sw: RecordingSwarm, tmp: Path) -> Daemon:
-    from swarmgpu.cli.manager import _attach_steps
+    from swarmgpu.manager.cycle.wiring import daemon_steps
 
     port = _closed_port()
     cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
@@ -96,7 +96,7 @@ def _daemon(sw: RecordingSwarm, tmp: Path) -> Daemon:
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
     d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
     d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
-    _attach_steps(d)
+    d.use(daemon_steps(d))
     return d
 
 
@@ -108,7 +108,7 @@ def test_a_forged_move_label_is_preempted_like_any_other(tmp_path: Path) -> None
     node = sw.node("n-4090").labels
     assert gate_key(P, "batch") not in node and assign_key(P, "batch") not in node
     assert f"{P}state.preempted" in sw.service("id-batch").labels
-    by = {sp.name: sp for sp in d.last_placement.services}
+    by = {sp.name: sp for sp in d.last_session.placement.services}
     assert by["batch"].state != "Rebalancing"
 
 

@@ -436,7 +436,7 @@ def _daemon(sw: RecordingSwarm, *, dry_run: bool, rebalance_dry_run: bool, tmp: 
             ) -> Daemon:
     """The daemon as `swarmgpu run` builds it (every step attached), over the recording
     swarm; agents do not answer (a closed loopback port), their last facts stand in."""
-    from swarmgpu.cli.manager import _attach_steps
+    from swarmgpu.manager.cycle.wiring import daemon_steps
 
     port = _closed_port()
     cfg = Config(dry_run=dry_run, state_dir=tmp,
@@ -449,7 +449,7 @@ def _daemon(sw: RecordingSwarm, *, dry_run: bool, rebalance_dry_run: bool, tmp: 
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
     d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
     d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
-    _attach_steps(d)
+    d.use(daemon_steps(d))
     return d
 
 

@@ -215,8 +215,8 @@ def test_a_new_daemon_sees_the_hours_spent_health_budget_in_swarm(tmp_path: Path
         return d, rb
 
     def left(d: Daemon, rb: Rebalancer) -> tuple[int, str]:
-        h = rb.health_inputs(d, Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
-                                         taken_at=clock[0]))
+        h = rb.health_inputs(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                                      taken_at=clock[0]))
         return h.left, h.left_why
 
     d, rb = daemon()

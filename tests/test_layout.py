@@ -225,3 +225,44 @@ def test_the_cycle_check_finds_lazy_and_type_only_cycles() -> None:
     assert import_cycles(graph) == [["p.a", "p.b", "p.c", "p.a"]]
     sources["p.c"] = ("import json\n", False)
     assert import_cycles(import_graph(sources)) == []
+
+
+def _assigned(cls: ast.ClassDef) -> set[str]:
+    """Names a class assigns: in its body, or as ``self.<name> = ...`` in a method."""
+    out: set[str] = set()
+    for node in ast.walk(cls):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets = [node.target]
+        for t in targets:
+            if isinstance(t, ast.Name):
+                out.add(t.id)
+            elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) \
+                    and t.value.id == "self":
+                out.add(t.attr)
+    return out
+
+
+def test_the_daemons_steps_declare_what_they_require_and_provide() -> None:
+    """Every step of the cycle (a class built on ``cycle.pipeline.Step``) names itself
+    and declares its ``requires`` and ``provides``: the pipeline checks the order from
+    them, and the session holds each step to them."""
+    steps: list[str] = []
+    missing: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
+                     for b in node.bases}
+            if "Step" not in bases or "Protocol" in bases:
+                continue
+            steps.append(node.name)
+            lacks = {"name", "requires", "provides"} - _assigned(node)
+            if lacks:
+                missing.append(f"{path.relative_to(PACKAGE.parent)}: {node.name} does not "
+                               f"declare {', '.join(sorted(lacks))}")
+    assert len(steps) >= 8, steps  # label sync ... overshare: they are found
+    assert not missing, "\n".join(missing)

@@ -225,7 +225,7 @@ def test_a_preempted_service_says_why_and_its_record_goes_once_placed() -> None:
 
 
 def _daemon(sw: RecordingSwarm, tmp: str, **pre: Any) -> Daemon:
-    from swarmgpu.cli.manager import _attach_steps
+    from swarmgpu.manager.cycle.wiring import daemon_steps
 
     port = _closed_port()
     cfg = Config(state_dir=tmp, sync=SyncConfig(watch_events=False),
@@ -234,7 +234,7 @@ def _daemon(sw: RecordingSwarm, tmp: str, **pre: Any) -> Daemon:
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
     d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
     d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
-    _attach_steps(d)
+    d.use(daemon_steps(d))
     return d
 
 
@@ -252,7 +252,7 @@ def test_dry_run_decides_and_writes_nothing(tmp_path: Any) -> None:
         d.cycle()
     assert _batch_state(sw) == before
     assert [c for c in sw.calls if c != ("swarm", "swarm")] == []  # at most the model
-    high = {sp.name: sp for sp in d.last_placement.services}["high"]
+    high = {sp.name: sp for sp in d.last_session.placement.services}["high"]
     assert any(w.startswith("would preempt batch (priority 0) on gpu-node-2")
                for w in high.warnings), high.warnings
 
@@ -273,7 +273,7 @@ def test_live_preemption_closes_the_victims_gate_and_places_the_preemptor(
     node = sw.node("n-4090").labels
     # high holds 2 of the 8 (its gate opens once its task carries the devices)
     assert assign_key(P, "high") in node and assign_key(P, "batch") not in node
-    by = {sp.name: sp for sp in d.last_placement.services}
+    by = {sp.name: sp for sp in d.last_session.placement.services}
     assert by["batch"].status == "pending"
     assert (by["batch"].reason or "").startswith("preempted by high (priority 100)")
     assert by["high"].status == "placed"
@@ -340,11 +340,11 @@ def test_live_preemption_moves_a_movable_victim_through_the_mover(tmp_path: Any)
                                            metrics_url_template=f"http://{{addr}}:{port}/m",
                                            scrape_timeout_s=0.5),
                  preemption=PreemptionConfig(dry_run=False))
-    from swarmgpu.cli.manager import _attach_steps
+    from swarmgpu.manager.cycle.wiring import daemon_steps
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
     d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
     d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
-    _attach_steps(d)
+    d.use(daemon_steps(d))
     d.cycle()
     (st,) = read_records(sw.swarm_labels(), P).values()
     assert (st.service, st.source_host, st.target_host, st.trigger) == (

@@ -330,7 +330,7 @@ def test_team_a_at_its_ceiling_preempts_team_b_which_may_not_opt_out(tmp_path: P
 
 
 def _daemon(sw: RecordingSwarm, tmp: Path, cfg_text: str) -> Daemon:
-    from swarmgpu.cli.manager import _attach_steps
+    from swarmgpu.manager.cycle.wiring import daemon_steps
 
     base = _cfg(tmp, cfg_text)
     port = _closed_port()
@@ -340,7 +340,7 @@ def _daemon(sw: RecordingSwarm, tmp: Path, cfg_text: str) -> Daemon:
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
     d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
     d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
-    _attach_steps(d)
+    d.use(daemon_steps(d))
     return d
 
 

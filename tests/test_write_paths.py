@@ -150,7 +150,7 @@ def logs() -> Iterator[list[str]]:
 
 
 def daemon(sw: ModelSwarm, tmp: str, **cfg: Any) -> Daemon:
-    from swarmgpu.cli.manager import _attach_steps
+    from swarmgpu.manager.cycle.wiring import daemon_steps
 
     port = _closed_port()
     config = Config(state_dir=tmp, sync=SyncConfig(watch_events=False),
@@ -158,7 +158,7 @@ def daemon(sw: ModelSwarm, tmp: str, **cfg: Any) -> Daemon:
     d = Daemon(config, swarm=sw)  # type: ignore[arg-type]
     d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
     d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
-    _attach_steps(d)
+    d.use(daemon_steps(d))
     return d
 
 
@@ -220,7 +220,7 @@ def test_placement_paths_restart_only_by_decision(tmp_path: Any, logs: list[str]
     assert "place" in decided(logs, "id-loose")
     # half: the newer share env lines would restart it: held, listed, not written.
     assert sw.running_on("id-half") == {"n-4090": "t-half"}
-    by = {sp.name: sp for sp in d.last_placement.services}
+    by = {sp.name: sp for sp in d.last_session.placement.services}
     assert any(c.startswith("add env SWARMGPU_GPU_FRACTION=") for c in by["half"].held)
     assert "SWARMGPU_GPU_FRACTION" not in " ".join(sw.service("id-half").env)
     snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {})
@@ -241,7 +241,7 @@ def test_placement_paths_restart_only_by_decision(tmp_path: Any, logs: list[str]
     assert "operator" in decided(logs, "id-half")
     for _ in range(2):
         d.cycle()
-    assert not {sp.name: sp for sp in d.last_placement.services}["half"].held
+    assert not {sp.name: sp for sp in d.last_session.placement.services}["half"].held
     check(sw, logs)
     # A service removed: its gate is released (nothing of it runs), no restart.
     n = len(sw.restarts)

@@ -21,14 +21,16 @@ from gpu_nodes import DGX_A100, RTX4090
 from test_forged_state import _node, _svc
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
-from swarmgpu.manager import placement_step
 from swarmgpu.manager.agent_client import FactsResult
+from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import (
     assign_key,
     devices_key,
     gate_key,
 )
+from swarmgpu.manager.placement_step import PlacementStep
 from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask, service_from_api
 
@@ -153,7 +155,7 @@ def _daemon(sw: TaskSwarm, tmp: Path, *, dry_run: bool = False) -> Daemon:
                  sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(timeout_s=0.5, identity="none"))
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
-    placement_step.attach(d)
+    d.use([PlacementStep(d)])
     return d
 
 
@@ -295,10 +297,15 @@ def test_label_writes_land_when_a_step_fails(tmp_path: Path) -> None:
     sw = _cluster()
     d = _daemon(sw, tmp_path)
 
-    def broken(_d: Any, _s: Snapshot) -> None:
-        raise RuntimeError("planner bug")
+    class Broken(Step):  # takes label sync's held writes, as placement does
+        name = "broken"
+        requires = frozenset({Slot.SNAPSHOT, Slot.HELD})
+        provides: frozenset[Slot] = frozenset()
 
-    d.extra_steps[:] = [broken]
+        def run(self, session: CycleSession) -> None:
+            raise RuntimeError("planner bug")
+
+    d.use([Broken()])
     now = time.time()
     snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(),
                     {nid: FactsResult(nid, HOSTS[nid], "", f, None, now)
@@ -316,7 +323,16 @@ def test_label_sync_alone_writes_before_the_steps(tmp_path: Path) -> None:
                  agents=AgentsConfig(timeout_s=0.5, identity="none"))
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
     seen: list[list[tuple[str, str]]] = []
-    d.extra_steps.append(lambda _d, _s: seen.append(list(sw.calls)))
+
+    class Look(Step):  # requires nothing of label sync: its writes are not held
+        name = "look"
+        requires = frozenset({Slot.SNAPSHOT})
+        provides: frozenset[Slot] = frozenset()
+
+        def run(self, session: CycleSession) -> None:
+            seen.append(list(sw.calls))
+
+    d.use([Look()])
     _cycle(d, sw)
     assert sorted(seen[0]) == [("node", "n-4090"), ("node", "n-dgx")]
 

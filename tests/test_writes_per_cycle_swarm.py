@@ -21,7 +21,6 @@ from gpu_nodes import GPU_NODES, agents, cfg_file
 from swarm_harness import SwarmCluster
 
 from swarmgpu.core.config import load_config
-from swarmgpu.manager import placement_step
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import (
     assign_key,
@@ -30,6 +29,7 @@ from swarmgpu.manager.placement import (
     gate_constraint,
     gate_key,
 )
+from swarmgpu.manager.placement_step import PlacementStep
 from swarmgpu.swarm.client import SwarmClient
 
 pytestmark = pytest.mark.swarm
@@ -103,7 +103,7 @@ def test_new_service_converges_in_one_cycle_with_one_write_per_object(
         cfg = load_config(cfg_file(tmp_path, swarm, sync={"interval_s": 30}), env={})
         client = NotingClient(swarm.manager.docker_host)
         d = Daemon(cfg, client)
-        placement_step.attach(d)
+        d.use([PlacementStep(d)])
 
         rep = d.cycle()
         assert rep.leader and not rep.errors, rep.errors

@@ -25,6 +25,8 @@ ENGINE_WAIT_S = 60.0  # how long `run` waits for an unreachable engine before ex
 @click.option("--dry-run", is_flag=True, default=None, help="Plan and log; never write.")
 def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     """The manager daemon: sync GPU labels, place GPU services, rebalance."""
+    from swarmgpu.manager.cycle.pipeline import PipelineError
+    from swarmgpu.manager.cycle.wiring import daemon_steps
     from swarmgpu.manager.daemon import Daemon
     from swarmgpu.swarm.client import SwarmError
 
@@ -45,7 +47,13 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
             logger.warning("waiting for the engine ({}); retry in {:g} s", exc, pause)
             time.sleep(pause)
             pause = min(pause * 2, 8.0)
-    _attach_steps(d)
+    try:
+        pipeline = d.use(daemon_steps(d))
+    except PipelineError as exc:  # refused before any cycle: say which step and why
+        logger.error("the daemon's steps cannot run in this order: {}", exc)
+        sys.exit(2)
+    for line in pipeline.describe():
+        logger.debug("step {}", line)
     if once:
         report = d.cycle()
         if not report.leader and report.errors:
@@ -56,21 +64,6 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
                    err=True)
         return
     d.run_forever()
-
-
-def _attach_steps(d: Any) -> None:
-    """Plug the planners (placement, rebalancing) and the cluster view into the cycle."""
-    from swarmgpu.manager import grants_step, observe, overshare, placement_step, preempt_step
-    from swarmgpu.manager.rebalance.step import attach as attach_rebalance
-
-    placement_step.attach(d)
-    grants_step.attach(d)  # after placement: judged on the grants it just wrote
-    rebalancer = attach_rebalance(d)
-    if rebalancer is not None:
-        d.moves_view = rebalancer.to_dict
-    preempt_step.attach(d)  # after both: see swarmgpu.manager.preempt_step
-    observe.attach(d)
-    overshare.attach(d)  # after observe, which judges each holder's use
 
 
 @click.command()
@@ -305,8 +298,9 @@ def render(stack_file: str, stack_name: str | None, output: str,
                    f"({len(checked.stack['services'])} service(s), {len(checked.requests)} "
                    "GPU request(s)), fits docker/cli's compose schema 3.8", err=True)
         return
-    from swarmgpu.manager.placement_step import facts_by_node, new_planner
+    from swarmgpu.manager.placement_step import new_planner
     from swarmgpu.manager.rebalance.record import moving
+    from swarmgpu.manager.sync import facts_by_node
     from swarmgpu.swarm.client import SwarmClient
 
     snap = _snapshot(cfg)

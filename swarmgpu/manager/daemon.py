@@ -12,7 +12,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,11 +26,12 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.sdnotify import sd_notify
 from swarmgpu.manager import webguard
 from swarmgpu.manager.agentbook import AgentBook
+from swarmgpu.manager.cycle.label_sync import LabelSyncStep
+from swarmgpu.manager.cycle.pipeline import Pipeline, Step
+from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.heap import CycleCollector
-from swarmgpu.manager.host import QueryRoute, Route, Step
-from swarmgpu.manager.overshare import Watch
-from swarmgpu.manager.placement import Planner
+from swarmgpu.manager.host import QueryRoute, Route
 from swarmgpu.manager.sync import (
     CycleReport,
     LabelSync,
@@ -52,8 +53,9 @@ def _facts_key(f: NodeFacts) -> str:
 
 
 class Daemon:
-    """The cycle and its wiring; steps plug in through ``extra_steps`` and see the daemon
-    as a ``swarmgpu.manager.host.CycleHost``."""
+    """The cycle and its wiring: label sync, then the steps given to ``use`` (see
+    ``swarmgpu.manager.cycle``), which see the daemon as a
+    ``swarmgpu.manager.host.CycleHost``."""
 
     def __init__(
         self, cfg: Config, swarm: SwarmClient | None = None, metrics: DaemonMetrics | None = None
@@ -67,8 +69,8 @@ class Daemon:
         # open (watch_events off, or not started yet) every read lists them in full.
         self.cache = SwarmCache(self.swarm)
         self.swarm.on_write = self.cache.invalidate
-        self.extra_steps: list[Step] = []  # placement, rebalancing plug in here
-        self.hold_labels = False  # placement folds label sync's node writes into its own
+        self.pipeline = Pipeline([LabelSyncStep(self.labels, hold=False)])
+        self.last_session: CycleSession | None = None  # the last cycle's, as leader
         self.stop_event = threading.Event()
         self._cycle_lock = threading.Lock()
         self._collector = CycleCollector()  # garbage collection between cycles
@@ -76,14 +78,6 @@ class Daemon:
         self.last_report: CycleReport | None = None
         self.last_cycle_at: float | None = None
         self.leader = False
-        self.last_placement: Any = None  # the placement step's last plan, for status/plan
-        self.last_ungranted: list[dict[str, Any]] = []  # ungranted GPU access (grants_step)
-        self.cluster_doc: Callable[[], dict[str, Any]] | None = None  # set by observe
-        self.moves_view: Callable[[], dict[str, Any]] | None = None  # set by rebalancing
-        # GPU metrics per node id and UUID, scraped this cycle (by the rebalancer)
-        self.last_metrics: dict[str, dict[str, Any]] | None = None
-        self.planner: Planner | None = None  # placement's, kept across cycles as leader
-        self.overshare = Watch()  # holders over their GPU share, since when (observe)
         self._scheduler: BackgroundScheduler | None = None
         self._http: GuardedServer | None = None
         self.web_auth = WebAuth(cfg.http)  # who may read the HTTP (webauth)
@@ -91,6 +85,16 @@ class Daemon:
         self.http_routes: dict[str, Route] = {}
         # path -> (raw query string) -> (content type, body); e.g. /api/v1/history
         self.http_query_routes: dict[str, QueryRoute] = {}
+
+    def use(self, steps: Sequence[Step]) -> Pipeline:
+        """Run ``steps`` after label sync, in this order, every cycle as leader. The order
+        is checked now, before any cycle: a step that requires what no earlier step
+        provides is refused (``PipelineError``, naming both). When a step requires label
+        sync's held writes, label sync holds its node writes for it (one write per node
+        per cycle)."""
+        hold = any(Slot.HELD in s.requires for s in steps)
+        self.pipeline = Pipeline([LabelSyncStep(self.labels, hold=hold), *steps])
+        return self.pipeline
 
     # --- one cycle -------------------------------------------------------
     def cycle(self) -> CycleReport:
@@ -107,7 +111,7 @@ class Daemon:
             self.metrics.is_leader.set(1 if self.leader else 0)
             self._web_identity()
             if not self.leader:
-                self.planner = None  # a new term starts from what Swarm stores
+                self.pipeline.stand_by()  # a new term starts from what Swarm stores
                 self.metrics.cycles.labels(outcome="follower").inc()
                 logger.debug("not the Swarm leader; standing by")
                 return CycleReport(leader=False)
@@ -131,21 +135,23 @@ class Daemon:
             return report
 
     def run_steps(self, snapshot: Snapshot) -> CycleReport:
-        """Label sync, then each step, on one snapshot. With ``hold_labels`` (placement
-        sets it) label sync's node writes wait for placement, which folds each into its
+        """The pipeline on one snapshot, in a new session. Label sync's held node writes
+        (when a step requires them) wait for the step after it, which folds each into its
         own write of the same node (``placement_step.apply_plan``): one write per node
-        per cycle. Whatever a step did not take is written right after it, before the
+        per cycle. Whatever that step did not take is written right after it, before the
         next step, and if a step fails."""
-        report = self.labels.cycle(snapshot, hold=self.hold_labels)
-        try:
-            for step in self.extra_steps:
-                if self.stop_event.is_set():
-                    break
-                step(self, snapshot)
+        session = CycleSession(snapshot)
+        self.last_session = session
+
+        def after(step: Step) -> None:
+            if Slot.HELD not in step.provides:
                 self.labels.flush()
+
+        try:
+            self.pipeline.run(session, stop=self.stop_event.is_set, after=after)
         finally:
             self.labels.flush()
-        return report
+        return session.report
 
     def _safe_cycle(self) -> None:
         # An event that arrives while a cycle runs cannot start another one (one at a

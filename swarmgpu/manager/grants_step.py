@@ -3,7 +3,7 @@
 Each cycle (leader only, after placement wrote its grants): read what the manager's
 engine knows of the images that can decide an answer (``ImageEnvs``, cached), find the
 services that see GPUs without a grant (``grants.find_ungranted``), keep them for the
-map (``last_ungranted``), log each change, export ``swarmgpu_ungranted_services``. With
+map (the session's ``ungranted``), log each change, export ``swarmgpu_ungranted_services``. With
 ``placement.ungranted: void``, void each one's NVIDIA_VISIBLE_DEVICES through the write
 gate (``actuator.Writes``: nothing in dry-run): a read-modify-write judged again on the
 spec read at write time, changing only ``ContainerSpec.Env``; a spec that already says
@@ -21,6 +21,8 @@ from prometheus_client import Counter, Gauge
 
 from swarmgpu.manager.actuator import Why, Writes
 from swarmgpu.manager.audit import Finding
+from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.grants import (
     KIND,
     ImageEnv,
@@ -34,6 +36,7 @@ from swarmgpu.manager.grants import (
     void_spec,
 )
 from swarmgpu.manager.host import CycleHost
+from swarmgpu.manager.placement import PlacementPlan
 from swarmgpu.manager.placement_step import make_plan
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 
@@ -93,13 +96,15 @@ class ImageEnvs:
         return hit[1] if hit else None
 
 
-def managed_names(plan: Any) -> set[str]:
+def managed_names(plan: PlacementPlan | None) -> set[str]:
     """The services placement manages this cycle: a valid request (placed, pending,
     a finished job). Without placement (disabled) nothing is granted."""
-    return {sp.name for sp in getattr(plan, "services", []) if sp.status != "invalid"}
+    return {sp.name for sp in (plan.services if plan is not None else [])
+            if sp.status != "invalid"}
 
 
-def find(cfg: Config, snap: Snapshot, plan: Any, images: ImageEnvs) -> list[Ungranted]:
+def find(cfg: Config, snap: Snapshot, plan: PlacementPlan | None,
+         images: ImageEnvs) -> list[Ungranted]:
     """Every service on a GPU node that sees GPUs without a grant, now."""
     prefix = cfg.sync.prefix
     gpu = gpu_nodes(snap.nodes, snap.facts, prefix, cfg.placement.generic_resource_kind)
@@ -150,35 +155,39 @@ def void_one(gate: Writes, u: Ungranted, *, prefix: str, managed: bool, grants: 
     return landed
 
 
-def attach(daemon: CycleHost) -> None:
-    cfg = daemon.cfg
-    images = ImageEnvs(daemon.swarm)
-    prefix = cfg.sync.prefix
-    r = daemon.metrics.registry
-    count = Gauge("swarmgpu_ungranted_services",
-                  "Services on GPU nodes that see GPUs without a grant from placement "
-                  "(exempt ones not counted)", registry=r)
-    voided = Counter("swarmgpu_ungranted_voided",
-                     "NVIDIA_VISIBLE_DEVICES=void writes made (placement.ungranted: void)",
-                     registry=r)
-    said: dict[str, str] = {}  # service -> the reason last logged (a change is logged)
-    void = cfg.placement.ungranted == "void"
+class GrantsStep(Step):
+    """After placement (judged on the grants it just wrote): find the services that see
+    GPUs without a grant, log each change, count them; with ``placement.ungranted:
+    void``, void each one (outside dry-run)."""
 
-    def step(d: CycleHost, snap: Snapshot) -> None:
-        found = find(cfg, snap, d.last_placement, images)
-        d.last_ungranted = rows(found)
-        count.set(sum(not u.exempt for u in found))
-        now = {u.service: u.reason for u in found}
-        for u in found:
-            if said.get(u.service) != u.reason:
-                logger.bind(service=u.service).warning(
-                    "ungranted GPU access{} on {}: {}; fix: {}",
-                    " (exempt)" if u.exempt else "", ", ".join(u.nodes), u.reason, u.fix)
-        for name in set(said) - set(now):
-            logger.bind(service=name).info("ungranted GPU access: no longer")
-        said.clear()
-        said.update(now)
-        if not void:
+    name = "grants"
+    provides = frozenset({Slot.UNGRANTED})
+
+    def __init__(self, host: CycleHost, *, placement: bool) -> None:
+        """``placement``: the placement step runs before this one (its plan says which
+        services it manages); without it, nothing is granted."""
+        self.host = host
+        self.cfg = cfg = host.cfg
+        self.placement = placement
+        self.requires = frozenset({Slot.SNAPSHOT, *([Slot.PLACEMENT] if placement else [])})
+        self.images = ImageEnvs(host.swarm)
+        r = host.metrics.registry
+        self.count = Gauge("swarmgpu_ungranted_services",
+                           "Services on GPU nodes that see GPUs without a grant from "
+                           "placement (exempt ones not counted)", registry=r)
+        self.voided = Counter("swarmgpu_ungranted_voided", "NVIDIA_VISIBLE_DEVICES=void "
+                              "writes made (placement.ungranted: void)", registry=r)
+        self.said: dict[str, str] = {}  # service -> the reason last logged (a change is)
+        self.void = cfg.placement.ungranted == "void"
+
+    def run(self, session: CycleSession) -> None:
+        cfg = self.cfg
+        plan = session.placement if self.placement else None
+        found = find(cfg, session.snapshot, plan, self.images)
+        session.ungranted = found
+        self.count.set(sum(not u.exempt for u in found))
+        self._log(found)
+        if not self.void:
             return
         todo = [u for u in found if u.voidable and not u.exempt]
         if cfg.dry_run:
@@ -187,15 +196,27 @@ def attach(daemon: CycleHost) -> None:
                     "dry-run: would write NVIDIA_VISIBLE_DEVICES=void (ungranted GPU access: "
                     "{})", u.reason)
             return
-        gate = Writes(d.swarm, dry_run=cfg.dry_run, who="ungranted GPU access",
+        prefix = cfg.sync.prefix
+        gate = Writes(self.host.swarm, dry_run=cfg.dry_run, who="ungranted GPU access",
                       prefix=prefix)
-        managed = managed_names(d.last_placement)
+        managed = managed_names(plan)
         for u in todo:
             if void_one(gate, u, prefix=prefix, managed=u.service in managed,
-                        grants=cfg.placement.grants, images=images):
-                voided.inc()
+                        grants=cfg.placement.grants, images=self.images):
+                self.voided.inc()
 
-    daemon.extra_steps.append(step)
+    def _log(self, found: Sequence[Ungranted]) -> None:
+        """Each service's ungranted access when it starts or its reason changes, and
+        its end."""
+        now = {u.service: u.reason for u in found}
+        for u in found:
+            if self.said.get(u.service) != u.reason:
+                logger.bind(service=u.service).warning(
+                    "ungranted GPU access{} on {}: {}; fix: {}",
+                    " (exempt)" if u.exempt else "", ", ".join(u.nodes), u.reason, u.fix)
+        for name in set(self.said) - set(now):
+            logger.bind(service=name).info("ungranted GPU access: no longer")
+        self.said = now
 
 
 def audit_check(cfg: Config, swarm: SwarmClient) -> Callable[[Snapshot], list[Finding]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from loguru import logger
@@ -13,64 +13,115 @@ from prometheus_client import Gauge
 
 from swarmgpu.manager import overshare, webmap
 from swarmgpu.manager.audit import audit
-from swarmgpu.manager.cluster_view import SCHEMA, build_cluster, gpu_metrics
+from swarmgpu.manager.cluster_view import SCHEMA, build_cluster
+from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.session import CycleSession, Slot
+from swarmgpu.manager.grants_step import rows
 from swarmgpu.manager.history import History
 from swarmgpu.manager.host import CycleHost
-from swarmgpu.manager.placement_step import facts_by_node
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.sync import facts_by_node
+
+MovesView = Callable[[], dict[str, Any]]
 
 
-def attach(daemon: overshare.WatchHost) -> None:
-    cfg = daemon.cfg
-    lock = threading.Lock()
-    state: dict[str, Any] = {"doc": {"schema": SCHEMA, "generated_at": 0.0, "leader": False,
-                                     "nodes": [], "services": [], "pending": [],
-                                     "moves": {"proposed": [], "recent": []}}}
-    history = History(cfg.history)  # bounded: history.samples x history.max_gpus
-    r = daemon.metrics.registry
-    util = Gauge("swarmgpu_service_gpu_util", "GPU utilisation (%) of GPUs a service holds",
-                 ["service", "node", "gpu"], registry=r)
-    mem = Gauge("swarmgpu_service_gpu_memory_used_mib",
-                "GPU memory used (MiB) by a service's processes on a GPU it holds (where the "
-                "agent lists processes; elsewhere the GPU's used memory)",
-                ["service", "node", "gpu"], registry=r)
-    share_mem = Gauge("swarmgpu_service_gpu_memory_share_mib",
-                      "GPU memory (MiB) a service's share of a GPU is worth (share x memory)",
-                      ["service", "node", "gpu"], registry=r)
-    stray = Gauge("swarmgpu_unattributed_gpu_memory_mib",
-                  "GPU memory (MiB) used by processes no task Swarm runs on that node "
-                  "accounts for (counted for no service)", ["node", "gpu"], registry=r)
+class ObserveStep(Step):
+    """Build the cluster document from this cycle (plan, metrics, findings, moves),
+    judge each holder's GPU memory against its share (the over-share watch), record the
+    history, set the per-service gauges, and serve the map."""
 
-    watch = daemon.overshare
-    primed: list[Callable[[], None]] = [lambda: None]  # webmap.register's, below
+    name = "observe"
+    provides = frozenset({Slot.OVERSHARE})
 
-    def step(d: CycleHost, snap: Snapshot) -> None:
-        moves = d.moves_view
-        # The rebalancer scraped every node this cycle already: use its pages.
-        metrics = d.last_metrics if d.last_metrics is not None else gpu_metrics(snap.nodes, cfg)
+    def __init__(self, host: CycleHost, *, placement: bool,
+                 moves: MovesView | None = None) -> None:
+        """``placement``: the placement step runs before this one; ``moves``: the
+        rebalancer's view (its proposal and recent moves), when it runs before this."""
+        self.host = host
+        self.cfg = cfg = host.cfg
+        self.placement = placement
+        self.moves = moves
+        self.requires = frozenset({Slot.SNAPSHOT, Slot.FACTS, Slot.METRICS, Slot.UNGRANTED,
+                                   *([Slot.PLACEMENT] if placement else []),
+                                   *([Slot.MOVES] if moves is not None else [])})
+        self.lock = threading.Lock()
+        self.doc: dict[str, Any] = {"schema": SCHEMA, "generated_at": 0.0, "leader": False,
+                                    "nodes": [], "services": [], "pending": [],
+                                    "moves": {"proposed": [], "recent": []}}
+        self.history = History(cfg.history)  # bounded: history.samples x history.max_gpus
+        self.watch = overshare.Watch()  # holders over their GPU share, since when
+        self.gauges = _Gauges(host)
+        self.primed = webmap.register(host.http_routes, self.current,
+                                      query_routes=host.http_query_routes,
+                                      history=self.history)
+        logger.debug("GPU map at / and {} ({} bytes of assets)", webmap.CLUSTER_PATH,
+                     len(json.dumps(self.current())))
+
+    def run(self, session: CycleSession) -> None:
+        cfg, host = self.cfg, self.host
+        snap = session.snapshot
+        # This cycle's pages (the rebalancer's too): one scrape per node per cycle.
+        metrics = session.gpu_metrics
+        # Live facts only (health states applied), no stand-ins: a process is tied to a
+        # GPU its node's agent lists now.
         att = overshare.attribution_now(snap, facts_by_node(snap), metrics, cfg.sync.prefix)
         uses = att.uses
-        watch.update(uses, att.unattributed)
-        saved = {k: v.to_dict() for k, v in d.book.records.items()}
+        self.watch.update(uses, att.unattributed)
+        session.overshare = self.watch
+        saved = {k: v.to_dict() for k, v in host.book.records.items()}
         doc = build_cluster(
-            snap, d.last_placement, prefix=cfg.sync.prefix, metrics=metrics,
-            saved_agents=saved,
+            snap, session.placement if self.placement else None, prefix=cfg.sync.prefix,
+            metrics=metrics, saved_agents=saved,
             # The same audit as `swarmgpu audit`/`status`: with the agents' records, a node
             # whose agent is lost past the grace is node-failing on the map too.
             findings=audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
                            generic_resource_kind=cfg.placement.generic_resource_kind,
                            node_lost_grace_s=cfg.health.node_lost_grace_s, metrics=metrics)
             + overshare.findings(uses, att.unattributed),
-            moves=moves() if moves else None, leader=d.leader,
-            zone_label=cfg.placement.zone_label, ungranted=d.last_ungranted,
+            moves=self.moves() if self.moves else None, leader=host.leader,
+            zone_label=cfg.placement.zone_label, ungranted=rows(session.ungranted),
         )
         overshare.annotate(doc, uses, att.unattributed)
-        history.record(doc)
+        self.history.record(doc)
+        self.gauges.set(doc, att.unattributed)
+        with self.lock:
+            self.doc = doc
+        self.primed()  # the light map document, encoded now rather than at a page's first poll
+
+    def current(self) -> dict[str, Any]:
+        """The last cluster document, with leadership as of now."""
+        with self.lock:
+            doc = dict(self.doc)
+        doc["leader"] = self.host.leader
+        return doc
+
+
+class _Gauges:
+    """Per-service GPU use and unattributed memory, set from each cluster document."""
+
+    def __init__(self, host: CycleHost) -> None:
+        r = host.metrics.registry
+        self.util = Gauge("swarmgpu_service_gpu_util",
+                          "GPU utilisation (%) of GPUs a service holds",
+                          ["service", "node", "gpu"], registry=r)
+        self.mem = Gauge("swarmgpu_service_gpu_memory_used_mib",
+                         "GPU memory used (MiB) by a service's processes on a GPU it holds "
+                         "(where the agent lists processes; elsewhere the GPU's used memory)",
+                         ["service", "node", "gpu"], registry=r)
+        self.share_mem = Gauge("swarmgpu_service_gpu_memory_share_mib",
+                               "GPU memory (MiB) a service's share of a GPU is worth "
+                               "(share x memory)", ["service", "node", "gpu"], registry=r)
+        self.stray = Gauge("swarmgpu_unattributed_gpu_memory_mib",
+                           "GPU memory (MiB) used by processes no task Swarm runs on that "
+                           "node accounts for (counted for no service)", ["node", "gpu"],
+                           registry=r)
+
+    def set(self, doc: dict[str, Any], unattributed: Sequence[overshare.Unattributed]) -> None:
+        util, mem, share_mem, stray = self.util, self.mem, self.share_mem, self.stray
         util.clear()
         mem.clear()
         share_mem.clear()
         stray.clear()
-        for x in att.unattributed:
+        for x in unattributed:
             stray.labels(x.hostname, str(x.gpu)).inc(x.used_mib)
         for n in doc["nodes"]:
             for g in n["gpus"]:
@@ -86,19 +137,3 @@ def attach(daemon: overshare.WatchHost) -> None:
                     elif g.get("memory_mib"):
                         share_mem.labels(*labels).set(g["memory_mib"] * h["share_milli"]
                                                       // 1000)
-        with lock:
-            state["doc"] = doc
-        primed[0]()  # the light map document, encoded now rather than at a page's first poll
-
-    def current() -> dict[str, Any]:
-        with lock:
-            doc = dict(state["doc"])
-        doc["leader"] = daemon.leader
-        return doc
-
-    daemon.extra_steps.append(step)
-    daemon.cluster_doc = current
-    primed[0] = webmap.register(daemon.http_routes, current,
-                                query_routes=daemon.http_query_routes, history=history)
-    logger.debug("GPU map at / and {} ({} bytes of assets)", webmap.CLUSTER_PATH,
-                 len(json.dumps(current())))

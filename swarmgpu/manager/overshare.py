@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from loguru import logger
 
@@ -34,8 +34,12 @@ from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.actuator import Why, Writes
 from swarmgpu.manager.audit import Finding
-from swarmgpu.manager.host import CycleHost
+from swarmgpu.manager.cluster_view import gpu_metrics
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
+from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
+from swarmgpu.manager.rebalance.record import moving, read_records
+from swarmgpu.manager.requests import GpuRequest, parse_all
+from swarmgpu.manager.sync import Snapshot, facts_by_node
 from swarmgpu.swarm.client import (
     SwarmClient,
     SwarmError,
@@ -43,11 +47,9 @@ from swarmgpu.swarm.client import (
     SwarmService,
     SwarmTask,
 )
-from swarmgpu.swarm.identity import metrics_may_act
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
-    from swarmgpu.manager.sync import Snapshot
 
 
 @dataclass(frozen=True)
@@ -308,9 +310,6 @@ def attribution_now(snap: Snapshot, facts: Mapping[str, NodeFacts],
 def audit_check(cfg: Config) -> Callable[[Snapshot], list[Finding]]:
     """For `swarmgpu audit`: scrape the agents as the daemon does, judge every holder."""
     def check(snap: Snapshot) -> list[Finding]:
-        from swarmgpu.manager.cluster_view import gpu_metrics
-        from swarmgpu.manager.placement_step import facts_by_node
-
         att = attribution_now(snap, facts_by_node(snap), gpu_metrics(snap.nodes, cfg),
                               cfg.sync.prefix)
         return findings(att.uses, att.unattributed)
@@ -347,11 +346,6 @@ class Restarter:
 
     def run(self, due: Sequence[ServiceUse], snap: Snapshot,
             restarted: Callable[[tuple[str, str, str]], None] = lambda key: None) -> int:
-        from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
-        from swarmgpu.manager.rebalance.mover import read_records
-        from swarmgpu.manager.rebalance.record import moving
-        from swarmgpu.manager.requests import GpuRequest, parse_all
-
         p = self.cfg.sync.prefix
         by_name = {s.name: s for s in snap.services}
         ledger = read_ledger(snap.nodes, p)
@@ -455,26 +449,3 @@ class Restarter:
         self.done.append({"service": s.name, "node": u.hostname, "at": t0,
                           "used_mib": u.used_mib, "share_mib": u.share_mib})
         return True
-
-
-class WatchHost(CycleHost, Protocol):
-    """A cycle host that keeps the over-share ``Watch`` (the daemon does)."""
-
-    overshare: Watch
-
-
-def attach(daemon: WatchHost) -> None:
-    """``placement.overshare: restart``: act on holders over their share for a window
-    (the watch is updated by swarmgpu.manager.observe, which runs before this step)."""
-    cfg = daemon.cfg
-    if cfg.placement.overshare != "restart":
-        return
-    r = Restarter(daemon.swarm, cfg)
-    watch = daemon.overshare
-
-    def step(d: CycleHost, snap: Snapshot) -> None:
-        # Per-process use read without a checked identity reports, never restarts.
-        if d.leader and metrics_may_act(cfg):
-            r.run(watch.due(cfg.placement.overshare_window_s), snap, watch.forget)
-
-    daemon.extra_steps.append(step)

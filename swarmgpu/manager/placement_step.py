@@ -24,6 +24,8 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.actuator import Why, Writes
 from swarmgpu.manager.audit import Finding
+from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import NO_WAITING, PlacementPlan, Planner, ServicePlan, gate_key
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
@@ -32,22 +34,10 @@ from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.record import moving
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.sync import Snapshot, facts_by_node
 from swarmgpu.manager.tenants import Tenants
 from swarmgpu.manager.writes import HeldNodeWrites, LabelCompute, chain, write_each
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
-
-
-def facts_by_node(snap: Snapshot, fallback: Mapping[str, NodeFacts] | None = None
-                  ) -> dict[str, NodeFacts]:
-    """Facts per node id; an unreachable agent's last good facts stand in."""
-    out: dict[str, NodeFacts] = {}
-    for node_id, res in snap.facts.items():
-        if res.facts is not None:
-            out[node_id] = res.facts
-        elif fallback and node_id in fallback:
-            out[node_id] = fallback[node_id]
-    return out
 
 
 def load_workload(cfg: Config, swarm: Any = None,
@@ -305,32 +295,58 @@ def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,
     return opened
 
 
-def attach(daemon: CycleHost) -> None:
-    cfg = daemon.cfg
-    if not cfg.placement.enabled:
-        return
+class PlacementStep(Step):
+    """Placement in the daemon's cycle: plan from this cycle's facts, log what people
+    must see, apply the plan (``apply_plan``), with label sync's held node writes folded
+    into its own. Keeps the planner across cycles while the daemon leads."""
 
-    last_store = [0.0]
-    said: set[tuple[str, str]] = set()  # tenant limits logged (once while they last)
-    held_said: dict[str, str] = {}  # service -> the held-back note last logged (once each)
-    # Label sync's node writes wait for placement's own write of the same node (one
-    # write per node per cycle; apply_plan says in which phase). Placement is the first
-    # step (cli.manager): the daemon writes what it did not take right after it.
-    daemon.hold_labels = True
+    name = "placement"
+    requires = frozenset({Slot.SNAPSHOT, Slot.FACTS, Slot.HELD})
+    provides = frozenset({Slot.PLACEMENT, Slot.PLANNER})
 
-    def step(d: CycleHost, snap: Snapshot) -> None:
-        fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
-        if d.planner is None:  # first cycle as leader: start from the stored model
-            d.planner = new_planner(cfg, d.swarm, snap.services)
-            logger.info("placement: workload model {}", d.planner.model.summary())
-        plan = make_plan(snap, cfg, fallback, planner=d.planner)
-        d.last_placement = plan
+    def __init__(self, host: CycleHost) -> None:
+        self.host = host
+        self.cfg = host.cfg
+        self.planner: Planner | None = None  # kept across cycles as leader
+        self.last_store = 0.0
+        self.said: set[tuple[str, str]] = set()  # tenant limits logged (while they last)
+        self.held_said: dict[str, str] = {}  # service -> held-back note last logged
+
+    def stand_by(self) -> None:
+        self.planner = None  # a new term starts from what Swarm stores
+
+    def run(self, session: CycleSession) -> None:
+        cfg, host = self.cfg, self.host
+        snap = session.snapshot
+        if self.planner is None:  # first cycle as leader: start from the stored model
+            self.planner = new_planner(cfg, host.swarm, snap.services)
+            logger.info("placement: workload model {}", self.planner.model.summary())
+        planner = self.planner
+        plan = make_plan(snap, cfg, session.facts, planner=planner)
+        session.placement = plan
+        session.planner = planner
         now = time.monotonic()
-        if (d.planner.model_changed and not cfg.dry_run
-                and now - last_store[0] >= WORKLOAD_STORE_EVERY_S):
-            if store_workload(d.swarm, cfg, d.planner.model):
-                d.planner.model_changed = False
-            last_store[0] = now
+        if (planner.model_changed and not cfg.dry_run
+                and now - self.last_store >= WORKLOAD_STORE_EVERY_S):
+            if store_workload(host.swarm, cfg, planner.model):
+                planner.model_changed = False
+            self.last_store = now
+        host.metrics.pending.set(self._log(plan))
+        if plan.empty:
+            return
+        n = apply_plan(host.swarm, plan, dry_run=cfg.dry_run, held=session.held,
+                       prefix=cfg.sync.prefix)
+        host.metrics.placements.labels(outcome="written").inc(n)
+        if any(sp.gates_deferred or sp.force_update for sp in plan.services):
+            # Replaced tasks appear within a second; open their gates right after.
+            timer = threading.Timer(1.0, host.trigger)
+            timer.daemon = True
+            timer.start()
+
+    def _log(self, plan: PlacementPlan) -> int:
+        """Log what people must see of ``plan`` (each held-back note and tenant limit once
+        while it lasts); return the number of pending services."""
+        held_said = self.held_said
         pending = 0
         for sp in plan.services:
             log = logger.bind(service=sp.name)
@@ -354,23 +370,10 @@ def attach(daemon: CycleHost) -> None:
             del held_said[gone]
         limits = {(sp.name, why) for sp in plan.services if sp.request is not None
                   for why in sp.request.limits}
-        for name, why in sorted(limits - said):  # the labels asked more than the tenant may
+        for name, why in sorted(limits - self.said):  # labels asked more than the tenant may
             logger.bind(service=name).warning("{}: {}", name, why)
-        said.clear()
-        said.update(limits)
-        d.metrics.pending.set(pending)
-        if plan.empty:
-            return
-        n = apply_plan(d.swarm, plan, dry_run=cfg.dry_run, held=d.labels.held,
-                       prefix=cfg.sync.prefix)
-        d.metrics.placements.labels(outcome="written").inc(n)
-        if any(sp.gates_deferred or sp.force_update for sp in plan.services):
-            # Replaced tasks appear within a second; open their gates right after.
-            timer = threading.Timer(1.0, d.trigger)
-            timer.daemon = True
-            timer.start()
-
-    daemon.extra_steps.append(step)
+        self.said = limits
+        return pending
 
 
 def audit_checks(cfg: Config) -> list[Any]:

@@ -44,6 +44,8 @@ from loguru import logger
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.actuator import Why, Writes
+from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import PlacementPlan, ServicePlan, assign_key, gate_key
 from swarmgpu.manager.placement.keys import DEVICES
@@ -56,7 +58,6 @@ from swarmgpu.manager.placement.preempt import (
     choose_preemptions,
     preempted_state,
 )
-from swarmgpu.manager.placement_step import facts_by_node
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import moving
@@ -233,28 +234,28 @@ class Preempter:
         return True
 
 
-def attach(daemon: CycleHost) -> Preempter | None:
-    """Add preemption as a step after placement's and the rebalancer's: placement's
+class PreemptStep(Step):
+    """Preemption after placement's writes and the rebalancer's moves: placement's
     writes (a re-deploy's device map) cannot reopen a gate closed here, and a move
     started here is judged by the rebalancer's mover only from the next snapshot on,
     which carries its label (as for the mover's own moves)."""
-    if not daemon.cfg.placement.enabled:
-        return None
-    pre = Preempter(daemon.cfg)
 
-    def step(d: CycleHost, snap: Snapshot) -> None:
-        plan = d.last_placement
-        if not isinstance(plan, PlacementPlan):
-            return
-        fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
-        planner = d.planner
-        refused = planner.refused_nodes if planner is not None else None
-        done = pre.cycle(d.swarm, snap, plan, facts_by_node(snap, fallback), refused)
-        if done and not (d.cfg.preemption.dry_run or d.cfg.dry_run):
+    name = "preemption"
+    provides: frozenset[Slot] = frozenset()
+
+    def __init__(self, host: CycleHost, *, after_moves: bool) -> None:
+        """``after_moves``: the rebalancer runs in this cycle (this step comes after it)."""
+        self.host = host
+        self.requires = frozenset({Slot.SNAPSHOT, Slot.FACTS, Slot.PLACEMENT, Slot.PLANNER,
+                                   *([Slot.MOVES] if after_moves else [])})
+        self.preempter = Preempter(host.cfg)
+
+    def run(self, session: CycleSession) -> None:
+        host, cfg = self.host, self.host.cfg
+        done = self.preempter.cycle(host.swarm, session.snapshot, session.placement,
+                                    session.facts, session.planner.refused_nodes)
+        if done and not (cfg.preemption.dry_run or cfg.dry_run):
             # The victims' tasks stop within their grace period: plan again soon.
-            timer = threading.Timer(1.0, d.trigger)
+            timer = threading.Timer(1.0, host.trigger)
             timer.daemon = True
             timer.start()
-
-    daemon.extra_steps.append(step)
-    return pre

@@ -64,6 +64,18 @@ def take_snapshot(swarm: SwarmClient, cfg: Config, cache: SwarmCache | None = No
                     swarm_labels={**before, **after})
 
 
+def facts_by_node(snap: Snapshot, fallback: Mapping[str, NodeFacts] | None = None
+                  ) -> dict[str, NodeFacts]:
+    """Facts per node id; an unreachable agent's last good facts stand in."""
+    out: dict[str, NodeFacts] = {}
+    for node_id, res in snap.facts.items():
+        if res.facts is not None:
+            out[node_id] = res.facts
+        elif fallback and node_id in fallback:
+            out[node_id] = fallback[node_id]
+    return out
+
+
 def fetch_agents(swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode]
                  ) -> dict[str, FactsResult]:
     """Every node's facts with this cycle's agent identity (TLS context, token); when

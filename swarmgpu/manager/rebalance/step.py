@@ -9,8 +9,9 @@ labels: ``record.health_spent``), never with a cooldown. While the
 policy is on, placement keeps a holding on a failed GPU for it (``keep_failed_holdings``)
 unless the policy released it to placement (best healthy GPU on the same node).
 
-``attach(daemon)`` adds the step and serves ``/api/rebalance`` (the cluster JSON
-``{"proposed": [...], "recent": [...], ...}``) from the daemon's HTTP server.
+``Rebalancer`` is the step (``cycle.wiring`` puts it after the metrics are scraped);
+``serve`` serves ``/api/rebalance`` (the cluster JSON ``{"proposed": [...], "recent":
+[...], ...}``) from the daemon's HTTP server.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from typing import Any
 from loguru import logger
 from prometheus_client import Counter, Gauge
 
+from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.host import CycleHost
 from swarmgpu.manager.placement import read_ledger
-from swarmgpu.manager.placement_step import facts_by_node
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import (
@@ -42,18 +44,30 @@ from swarmgpu.manager.rebalance.moves import (
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.policies.health import HealthBudget
 from swarmgpu.manager.rebalance.record import health_spent, moving, spend_health
-from swarmgpu.manager.rebalance.scrape import for_moves, scrape_all
+from swarmgpu.manager.rebalance.scrape import for_moves
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.manager.sync import Snapshot, is_gpu_node
 from swarmgpu.swarm.client import SwarmError
-from swarmgpu.swarm.identity import scrape_auth
 
 ROUTE = "/api/rebalance"
 
 
-class Rebalancer:
-    def __init__(self, daemon: CycleHost) -> None:
+class Rebalancer(Step):
+    """The rebalancing step: this cycle's metrics into the windows, the enabled policies
+    over them (``plan_moves``), the movers (health's apart). Kept across cycles."""
+
+    name = "rebalance"
+    provides = frozenset({Slot.MOVES})
+
+    def __init__(self, daemon: CycleHost, *, placement: bool = True) -> None:
+        """``placement``: the placement step runs before this one (its pending services
+        are what defragmentation makes room for; its model is what fragmentation judges
+        by; it keeps failed holdings for the health policy)."""
         cfg = daemon.cfg
+        self.host = daemon
+        self.placement = placement
+        self.requires = frozenset({Slot.SNAPSHOT, Slot.FACTS, Slot.METRICS,
+                                   *([Slot.PLACEMENT, Slot.PLANNER] if placement else [])})
         self.cfg = cfg.rebalance
         self.prefix = cfg.sync.prefix
         self.signals = Signals(self.cfg)
@@ -88,7 +102,7 @@ class Rebalancer:
         """Placement keeps this holding on a failed GPU: the health policy moves it."""
         return (service, node_id) not in self.released
 
-    def health_inputs(self, d: CycleHost, snap: Snapshot) -> HealthInputs:
+    def health_inputs(self, snap: Snapshot) -> HealthInputs:
         try:
             spent = health_spent(self.swarm.swarm_labels(), self.prefix, snap.taken_at)
             left, why = self.health_budget.left(snap.taken_at,
@@ -96,52 +110,49 @@ class Rebalancer:
         except SwarmError as exc:  # an unknown spend is no budget: nothing starts
             left, why = 0, f"cannot read the health budget from the swarm object: {exc}"
         lost: dict[str, float] = {}
+        book = self.host.book
         for n in snap.nodes:
             res = snap.facts.get(n.id)
-            rec = d.book.records.get(n.id)
+            rec = book.records.get(n.id)
             if ((res is None or res.facts is None) and rec is not None
-                    and rec.last_ok is not None and is_gpu_node(n, d.book, self.prefix)):
+                    and rec.last_ok is not None and is_gpu_node(n, book, self.prefix)):
                 lost[n.id] = max(0.0, snap.taken_at - rec.last_ok)
         return HealthInputs(evacuate=self.health.evacuate, left=left, left_why=why,
                             released=frozenset(self.released), lost=lost,
                             lost_grace_s=self.health.node_lost_grace_s)
 
-    def step(self, d: CycleHost, snap: Snapshot) -> None:
-        fallback = {nid: r.facts for nid, r in d.book.records.items() if r.facts is not None}
-        facts = facts_by_node(snap, fallback)
-        auth = scrape_auth(d.cfg)
-        scrapes = scrape_all(snap.nodes, self.cfg.metrics_url_template, self.cfg.scrape_timeout_s,
-                             d.cfg.agents.parallel, auth.tls, auth.token)
-        d.last_metrics = {nid: sc.result.samples_by_uuid for nid, sc in scrapes.items()
-                          if sc.result}
+    def run(self, session: CycleSession) -> None:
+        snap, facts, scrapes = session.snapshot, session.facts, session.scrapes
         ledger = read_ledger(snap.nodes, self.prefix)
         hostnames = {n.id: n.hostname for n in snap.nodes}
-        # Gate at the source: unauthenticated metrics inform the map (above), not moves.
+        # Gate at the source: unauthenticated metrics inform the map, not moves.
         trusted = for_moves(scrapes, self.cfg.trust_unauthenticated_metrics)
         # dcgm-exporter's health fields (XID, ECC, remapping) for GPUs whose facts have
         # none, judged in the next cycle's health states; trusted pages only: a state can
         # move holders. (gpuhealth.HealthBook.feed_metrics)
-        d.labels.health.feed_metrics({nid: sc.result.samples_by_uuid
-                                      for nid, sc in trusted.items() if sc.result})
+        self.host.labels.health.feed_metrics({nid: sc.result.samples_by_uuid
+                                              for nid, sc in trusted.items() if sc.result})
         warnings = self.signals.observe(trusted, facts, hostnames, ledger, snap.taken_at)
         for w in warnings:  # say it once when it starts, not every cycle
             if w not in self._warned:
                 logger.warning("rebalance: {}", w)
         self._warned = set(warnings)
-        plan = d.last_placement
-        pending = [sp.name for sp in getattr(plan, "services", []) if sp.status == "pending"]
+        plan = session.placement if self.placement else None
+        pending = [sp.name for sp in (plan.services if plan else []) if sp.status == "pending"]
         # The fragmentation policy judges moves against the workload placement expects
         # (its learned or pinned model); without placement, the services annotated now.
-        model = d.planner.model if d.planner is not None else None
+        planner = session.planner if self.placement else None
+        model = planner.model if planner is not None else None
         inp = Inputs(nodes=snap.nodes, services=snap.services, tasks=snap.tasks, facts=facts,
                      ledger=ledger, gpus=self.signals.gpus, node_signals=self.signals.nodes,
                      cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
                      workload=model.typical() if model is not None else None,
                      moving=moving(snap.services, snap.swarm_labels, self.prefix))
-        if d.planner is not None:  # placement's next cycle keeps failed holdings for us
-            d.planner.keep_failed_holdings(self.keeps if self.health_on else None)
-        prop = plan_moves(inp, self.health_inputs(d, snap))
+        if planner is not None:  # placement's next cycle keeps failed holdings for us
+            planner.keep_failed_holdings(self.keeps if self.health_on else None)
+        prop = plan_moves(inp, self.health_inputs(snap))
         self.last = prop
+        session.moves = prop
         for m in prop.moves:
             logger.bind(service=m.service).debug("proposed {} -> {} ({}): {}", m.source_host,
                                                  m.target_host, m.trigger, m.reason)
@@ -153,7 +164,7 @@ class Rebalancer:
         if any(not (self.health_mover if st.trigger == Trigger.HEALTH else self.mover).dry_run
                for st in self.mover.records().values()):
             # A move in flight progresses on the next cycle: make that one come soon.
-            timer = threading.Timer(1.0, d.trigger)
+            timer = threading.Timer(1.0, self.host.trigger)
             timer.daemon = True
             timer.start()
 
@@ -233,12 +244,7 @@ def health_dict(p: Proposal | None, dry_run: bool, evacuate: bool) -> Mapping[st
             "failing_nodes": dict(p.failing_nodes) if p else {}}
 
 
-def attach(daemon: CycleHost) -> Rebalancer | None:
-    """Add the rebalancing step to the daemon (after placement) and its HTTP route."""
-    if not daemon.cfg.rebalance.enabled:
-        return None
-    rb = Rebalancer(daemon)
-    daemon.extra_steps.append(rb.step)
+def serve(daemon: CycleHost, rb: Rebalancer) -> None:
+    """Serve ``/api/rebalance`` (the rebalancer's proposal and its recent moves)."""
     daemon.http_routes[ROUTE] = lambda: ("application/json",
                                          json.dumps(rb.to_dict(), indent=1).encode())
-    return rb

@@ -1,0 +1,51 @@
+"""The daemon's steps, in their order: what `swarmgpu run` runs each cycle (as leader).
+
+    label-sync   node labels from facts; its node writes held for placement (the daemon
+                 puts it first: ``Daemon.use``)
+    placement    the plan, and its writes (label sync's folded in)
+    grants       services that see GPUs without a grant (judged on placement's grants)
+    metrics      every node's metrics page, once
+    rebalance    windows, policies, movers (rebalance.enabled)
+    preemption   after placement's writes and the rebalancer's moves (placement.enabled)
+    observe      the cluster document, the over-share watch, the map
+    overshare    placement.overshare: restart, on observe's watch
+
+Each step declares what it requires and provides (``cycle.session.Slot``); ``Pipeline``
+checks this order when the daemon is wired, so a step moved before what it reads is
+refused before any cycle runs. Steps a config turns off are left out, and the steps
+after them no longer require what they would have provided.
+"""
+
+from __future__ import annotations
+
+from swarmgpu.manager.cycle.overshare import OvershareStep
+from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.scrape import ScrapeStep
+from swarmgpu.manager.grants_step import GrantsStep
+from swarmgpu.manager.host import CycleHost
+from swarmgpu.manager.observe import ObserveStep
+from swarmgpu.manager.placement_step import PlacementStep
+from swarmgpu.manager.preempt_step import PreemptStep
+from swarmgpu.manager.rebalance.step import Rebalancer, serve
+
+
+def daemon_steps(host: CycleHost) -> list[Step]:
+    """The steps after label sync for ``host``'s config, in order (``Daemon.use`` takes
+    them); building them registers their HTTP routes and metrics on ``host``."""
+    cfg = host.cfg
+    placement = cfg.placement.enabled
+    steps: list[Step] = []
+    if placement:
+        steps.append(PlacementStep(host))
+    steps += [GrantsStep(host, placement=placement), ScrapeStep(cfg)]
+    rebalancer = Rebalancer(host, placement=placement) if cfg.rebalance.enabled else None
+    if rebalancer is not None:
+        serve(host, rebalancer)
+        steps.append(rebalancer)
+    if placement:
+        steps.append(PreemptStep(host, after_moves=rebalancer is not None))
+    steps.append(ObserveStep(host, placement=placement,
+                             moves=rebalancer.to_dict if rebalancer is not None else None))
+    if cfg.placement.overshare == "restart":
+        steps.append(OvershareStep(host))
+    return steps
