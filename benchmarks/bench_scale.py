@@ -521,7 +521,7 @@ def real_mode(args: argparse.Namespace) -> dict[str, Any]:
 
     from swarmgpu.core.config import load_config
     from swarmgpu.manager.daemon import Daemon
-    from swarmgpu.manager.placement_step import attach
+    from swarmgpu.manager.placement_step import PlacementStep
     from swarmgpu.swarm.client import SwarmClient
 
     kinds = [DGX_A100, RTX4090]
@@ -566,7 +566,7 @@ def real_mode(args: argparse.Namespace) -> dict[str, Any]:
             "http": {"listen": "127.0.0.1:0"}}))
         time.sleep(2)  # agents' first read
         d = Daemon(load_config(cfg_path, env={}), SwarmClient(cluster.manager.docker_host))
-        attach(d)
+        d.use([PlacementStep(d)])
         cycles = []
         for c in range(args.cycles):
             w0 = d.swarm.writes

@@ -39,7 +39,7 @@ from swarm_harness import SwarmCluster
 
 from swarmgpu.core.config import load_config
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.manager.placement_step import attach
+from swarmgpu.manager.placement_step import PlacementStep
 from swarmgpu.swarm.client import SwarmClient
 from swarmgpu.swarm.labels import desired_labels
 
@@ -148,7 +148,7 @@ def test_api_faults_and_hand_edits(swarm: SwarmCluster, agents: dict[str, Any],
     cfg = load_config(cfg_file(tmp_path, swarm, docker_host=proxy.docker_host,
                                agents={"timeout_s": 2}), env={})
     d = Daemon(cfg, SwarmClient(proxy.docker_host, timeout_s=3))
-    attach(d)
+    d.use([PlacementStep(d)])
     proxy.rules = [
         Rule("out_of_sequence", method="POST", path=r"/(nodes|services)/.*/update",
              probability=0.4),
@@ -304,7 +304,7 @@ def test_worker_dockerd_killed_and_restarted(swarm: SwarmCluster, agents: dict[s
     before = labels_of(swarm, host)
     cfg = load_config(cfg_file(tmp_path, swarm), env={})
     d = Daemon(cfg, SwarmClient(swarm.manager.docker_host, timeout_s=5))
-    attach(d)
+    d.use([PlacementStep(d)])
     swarm.kill_dockerd(node)
     try:
         for _ in range(5):

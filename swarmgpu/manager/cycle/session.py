@@ -13,7 +13,7 @@ watch) is the step's own.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from swarmgpu.core.metrics_in import GpuMetrics
@@ -47,6 +47,16 @@ GIVEN = frozenset({Slot.SNAPSHOT})  # what the daemon puts in before the first s
 
 class SessionError(RuntimeError):
     """A step read or wrote a slot against its declaration, or read one not written."""
+
+
+T = TypeVar("T")
+
+
+def _present(value: T | None, slot: Slot) -> T:
+    """A written slot's value (a slot written is never None: its setter takes a value)."""
+    if value is None:
+        raise SessionError(f"{slot} has no value")
+    return value
 
 
 class _Declared:
@@ -119,8 +129,7 @@ class CycleSession:
     def report(self) -> CycleReport:
         """Label sync's report: its writes and errors (the cycle's report)."""
         self._read(Slot.REPORT)
-        assert self._report is not None
-        return self._report
+        return _present(self._report, Slot.REPORT)
 
     @report.setter
     def report(self, value: CycleReport) -> None:
@@ -156,8 +165,7 @@ class CycleSession:
     def placement(self) -> PlacementPlan:
         """Placement's plan of this cycle (what it wrote, each service's decision)."""
         self._read(Slot.PLACEMENT)
-        assert self._placement is not None
-        return self._placement
+        return _present(self._placement, Slot.PLACEMENT)
 
     @placement.setter
     def placement(self, value: PlacementPlan) -> None:
@@ -169,8 +177,7 @@ class CycleSession:
         """Placement's planner, kept across cycles: its workload model, the nodes Swarm
         refused, the holdings on failed GPUs it keeps for the health policy."""
         self._read(Slot.PLANNER)
-        assert self._planner is not None
-        return self._planner
+        return _present(self._planner, Slot.PLANNER)
 
     @planner.setter
     def planner(self, value: Planner) -> None:
@@ -209,8 +216,7 @@ class CycleSession:
     def moves(self) -> Proposal:
         """The rebalancer's proposal of this cycle; its movers have run."""
         self._read(Slot.MOVES)
-        assert self._moves is not None
-        return self._moves
+        return _present(self._moves, Slot.MOVES)
 
     @moves.setter
     def moves(self, value: Proposal) -> None:
@@ -221,8 +227,7 @@ class CycleSession:
     def overshare(self) -> Watch:
         """Since when each holder has been over its GPU share (updated this cycle)."""
         self._read(Slot.OVERSHARE)
-        assert self._overshare is not None
-        return self._overshare
+        return _present(self._overshare, Slot.OVERSHARE)
 
     @overshare.setter
     def overshare(self, value: Watch) -> None:
