@@ -94,7 +94,7 @@ def proxied(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
     swarm.wait_for(lambda: sock.exists(), 20, "the proxy's socket")
     _drop_workload(swarm)
     cfg = cfg_file(tmp, swarm, docker_host=f"unix://{sock}", sync={"interval_s": 1},
-                   rebalance={"dry_run": False, "policies": "hotspot", "hot_window_s": 4,
+                   rebalance={"dry_run": False, "policies": "hotspot", "hotspot": {"window_s": 4},
                               "max_gap_s": 3, "min_samples": 3, "cooldown_s": 600,
                               "move_timeout_s": 60})
     daemon = start_daemon(swarm, cfg, DAEMON_LOG)

@@ -58,10 +58,9 @@ def fd(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
                        placement={"workload": str(workload)},
                        http={"listen": f"{swarm.manager.addr}:{API_PORT}"}, rebalance={
                            "dry_run": dry_run, "policies": "fragmentation",
-                           "hot_window_s": 4, "max_gap_s": 3, "min_samples": 3,
-                           "cooldown_s": 600, "move_timeout_s": 60,
-                           "fragmentation_moves_per_hour": 4,
-                           "fragmentation_moves_per_100_placements": 50})
+                           "hotspot": {"window_s": 4}, "max_gap_s": 3, "min_samples": 3,
+                           "cooldown_s": 600, "move_timeout_s": 60, "fragmentation": {
+                               "moves_per_hour": 4, "moves_per_100_placements": 50}})
         state["proc"] = start_daemon(swarm, cfg, LOG)
         return cfg
 

@@ -22,6 +22,7 @@ from swarmgpu.core.config import (
 from swarmgpu.core.health import Level
 from swarmgpu.core.metrics_in import parse_metrics
 from swarmgpu.core.model import Gpu, NodeFacts
+from swarmgpu.core.rebalanceconfig import HealthPolicyConfig
 from swarmgpu.manager.agent_client import FactsResult
 from swarmgpu.manager.gpuhealth import HealthBook, level_of
 from swarmgpu.manager.placement import MOVE_STATE, Planner, env_template, gate_constraint
@@ -278,7 +279,7 @@ def test_a_holder_whose_request_no_longer_parses_is_told_why_not_no_gpu_free() -
 
 def test_failing_node_is_reported_and_drained_only_when_configured() -> None:
     """gpu-node-2 with two failed GPUs fails as a whole: 'c' on a healthy GPU of it stays
-    unless rebalance.health_drain_node; the holders of the failed GPUs leave anyway."""
+    unless rebalance.health.drain_node; the holders of the failed GPUs leave anyway."""
     nodes, svcs, tasks = setup({"a": [U2[0]], "c": [U2[5]]}, full_n2=False)
     f2 = mark(F2, failed=[0, 1])
     p = plan(nodes, svcs, tasks, f2, HealthInputs(left=5))
@@ -286,7 +287,7 @@ def test_failing_node_is_reported_and_drained_only_when_configured() -> None:
     assert any("node gpu-node-2 is failing" in n and "reported only" in n for n in p.notes)
     assert [(m.service, m.target_host) for m in p.moves] == [("a", "gpu-node-1")]
     drain = plan(nodes, svcs, tasks, f2, HealthInputs(left=5),
-                 cfg=replace(CFG, health_drain_node=True))
+                 cfg=replace(CFG, health=HealthPolicyConfig(drain_node=True)))
     assert sorted((m.service, m.target_host) for m in drain.moves) == [
         ("a", "gpu-node-1"), ("c", "gpu-node-1")]
     assert all(m.trigger is Trigger.HEALTH for m in drain.moves)
@@ -298,7 +299,7 @@ def test_an_agent_lost_beyond_its_grace_makes_the_node_failing() -> None:
     p = plan(nodes, svcs, tasks, F2, HealthInputs(left=5, lost={"n2": 299.0}))
     assert not p.failing_nodes
     p = plan(nodes, svcs, tasks, F2, HealthInputs(left=5, lost={"n2": 400.0}),
-             cfg=replace(CFG, health_drain_node=True))
+             cfg=replace(CFG, health=HealthPolicyConfig(drain_node=True)))
     assert p.failing_nodes == {"gpu-node-2": "its agent has not answered for 400s"}
     assert [(m.service, m.target_host) for m in p.moves] == [("c", "gpu-node-1")]
 
@@ -337,14 +338,17 @@ def _load(tmp: Path, data: object) -> Config:
 
 def test_health_keys_are_checked(tmp_path: Path) -> None:
     cfg = _load(tmp_path, {"health": {"evacuate": False, "evacuations_per_hour": 3},
-                           "rebalance": {"health_drain_node": True}})
+                           "rebalance": {"health": {"drain_node": True}}})
     assert cfg.health.evacuate is False and cfg.health.evacuations_per_hour == 3
-    assert cfg.rebalance.health_drain_node is True
-    assert cfg.rebalance.policies.split(",")[0] == "health"
+    assert cfg.rebalance.health.drain_node is True
+    assert cfg.rebalance.enabled_policies[0] == "health"
+    # the flat key of older releases is still read
+    assert _load(tmp_path, {"rebalance": {"health_drain_node": True}}).rebalance.health.drain_node
     for bad, word in (({"health": {"evacuate": "maybe"}}, "health.evacuate"),
                       ({"health": {"evacuations_per_cycle": -1}}, "evacuations_per_cycle"),
                       ({"health": {"evacuat": True}}, "unknown key"),
-                      ({"rebalance": {"health_drain_nodes": True}}, "unknown key")):
+                      ({"rebalance": {"health_drain_nodes": True}}, "unknown key"),
+                      ({"rebalance": {"health": {"drain_nodes": True}}}, "unknown key")):
         try:
             _load(tmp_path, bad)
         except ConfigError as exc:

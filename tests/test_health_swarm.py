@@ -346,6 +346,7 @@ def test_a_failing_node_is_drained_only_with_health_drain_node(
     node, and a service on one of its healthy GPUs moves to gpu-node-1 (health mover)."""
     facts: FactsFile = setup["facts"]
     _gone(swarm, "hb_", "hm_", "hf_")
+    # the flat key of earlier releases, still read as rebalance.health.drain_node
     _restart_with(swarm, setup, "drain.yml", "rebalance", "health_drain_node", True)
     try:
         tmp = setup["tmp"]

@@ -24,6 +24,7 @@ from test_rebalance_policies import (
 from swarmgpu.allocator.defrag import FragmentationMoves
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
 from swarmgpu.core.config import ConfigError, RebalanceConfig
+from swarmgpu.core.rebalanceconfig import FragmentationConfig
 from swarmgpu.manager.placement import MOVE_STATE, read_ledger
 from swarmgpu.manager.rebalance.budget import (
     FINISHED,
@@ -142,9 +143,10 @@ def test_an_over_committed_gpu_is_left_alone() -> None:
 def test_policy_off_when_not_listed_or_budget_zero() -> None:
     args = two_half_used()
     assert plan(*args, cfg=dataclasses.replace(CFG, policies="hotspot,spread")) == []
-    assert plan(*args, cfg=dataclasses.replace(CFG, fragmentation_moves_per_hour=0)) == []
     assert plan(*args, cfg=dataclasses.replace(
-        CFG, fragmentation_moves_per_100_placements=0)) == []
+        CFG, fragmentation=FragmentationConfig(moves_per_hour=0))) == []
+    assert plan(*args, cfg=dataclasses.replace(
+        CFG, fragmentation=FragmentationConfig(moves_per_100_placements=0))) == []
 
 
 def _admit(moves: Sequence[Move], svcs: list[SwarmService], tasks: list[SwarmTask],
@@ -203,14 +205,14 @@ def test_budget_per_hour_rolls_and_counts_moves_finished_before_a_restart() -> N
 
 
 def test_config_keys_are_validated() -> None:
-    assert RebalanceConfig().fragmentation_moves_per_hour == 4
-    assert "fragmentation" in RebalanceConfig().policies
-    with pytest.raises(ConfigError, match="fragmentation_moves_per_hour"):
-        _cfg({"fragmentation_moves_per_hour": -1})
-    with pytest.raises(ConfigError, match="fragmentation_moves_per_100_placements"):
-        _cfg({"fragmentation_moves_per_100_placements": 101})
-    with pytest.raises(ConfigError, match="fragmentation_moves_per_100_placements"):
-        _cfg({"fragmentation_moves_per_100_placements": "lots"})
+    assert RebalanceConfig().fragmentation.moves_per_hour == 4
+    assert "fragmentation" in RebalanceConfig().enabled_policies
+    with pytest.raises(ConfigError, match=r"fragmentation\.moves_per_hour"):
+        _cfg({"fragmentation": {"moves_per_hour": -1}})
+    with pytest.raises(ConfigError, match=r"fragmentation\.moves_per_100_placements"):
+        _cfg({"fragmentation": {"moves_per_100_placements": 101}})
+    with pytest.raises(ConfigError, match=r"fragmentation\.moves_per_100_placements"):
+        _cfg({"fragmentation": {"moves_per_100_placements": "lots"}})
 
 
 def test_the_simulator_drives_the_same_policy_object() -> None:
@@ -235,9 +237,10 @@ def test_forged_moved_at_labels_do_not_spend_the_budget() -> None:
     def budget_left(swarm_labels: dict[str, str]) -> int:
         swarm = Swarm()
         swarm.labels = swarm_labels
-        m = Mover(swarm, RebalanceConfig(fragmentation_moves_per_hour=1,  # type: ignore[arg-type]
-                                         fragmentation_moves_per_100_placements=100),
-                  prefix=P, dry_run=True, clock=lambda: 6000.0)
+        rb = RebalanceConfig(fragmentation=FragmentationConfig(
+            moves_per_hour=1, moves_per_100_placements=100))
+        m = Mover(swarm, rb, prefix=P, dry_run=True,  # type: ignore[arg-type]
+                  clock=lambda: 6000.0)
         m.run_cycle([], nodes, forged, tasks)
         return m.frag_budget.left(6000.0)[0]
 

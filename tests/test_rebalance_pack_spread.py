@@ -15,6 +15,7 @@ from gpu_nodes import DGX_A100, RTX4090
 from swarmgpu.agent.metrics import render_metrics
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.rebalanceconfig import ConsolidationConfig, HotspotConfig
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.manager.placement import (
     ServicePlan,
@@ -32,11 +33,12 @@ from swarmgpu.manager.rebalance.signals import Signals, fragmentation_pct
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
-# Short windows; frag_pct 15: one 0.3 share on each of two of eight GPUs already leaves
-# 19% of gpu-node-2's free share on partly used GPUs.
-CFG = RebalanceConfig(dry_run=False, hot_window_s=5, idle_window_s=5, frag_window_s=5,
-                      max_gap_s=2, min_samples=3, cooldown_s=300, frag_pct=15.0,
-                      policies="consolidation")
+# Short windows; consolidation.frag_pct 15: one 0.3 share on each of two of eight GPUs
+# already leaves 19% of gpu-node-2's free share on partly used GPUs.
+CFG = RebalanceConfig(dry_run=False, hotspot=HotspotConfig(window_s=5),
+                      consolidation=ConsolidationConfig(idle_window_s=5, frag_window_s=5,
+                                                        frag_pct=15.0),
+                      max_gap_s=2, min_samples=3, cooldown_s=300, policies="consolidation")
 SPREAD = dataclasses.replace(CFG, policies="spread")
 F1, F2 = DGX_A100.facts(), RTX4090.facts()
 
@@ -150,7 +152,7 @@ def test_consolidation_packs_an_idle_share_onto_a_partly_used_gpu() -> None:
              m.target_milli) for m in moves] == \
         [("a", Trigger.CONSOLIDATION, "gpu-node-2", "gpu-node-1", (U1[1],), (300,))]
     m = moves[0]
-    assert m.window_s == CFG.idle_window_s
+    assert m.window_s == CFG.consolidation.idle_window_s
     assert "gpu-node-2 GPU 0 under 15% util for 5s" in m.reason
     assert "fragmented" in m.reason and m.gain == "frees gpu-node-2 GPU 0 as a whole GPU"
     # The service state of a service with a consolidation move proposed: IdleCleanup;
@@ -164,7 +166,8 @@ def test_consolidation_packs_an_idle_share_onto_a_partly_used_gpu() -> None:
 def test_consolidation_moves_every_holder_or_none() -> None:
     # gpu-node-2 GPU 0 is shared by a (300) and b (600); c's GPU on gpu-node-1 has 500
     # free: a would fit, b not, so moving a alone would not free the GPU: no move.
-    cfg = dataclasses.replace(CFG, frag_pct=1.0)  # 100 of 7100 free milli partial: 1.4%
+    cfg = dataclasses.replace(CFG, consolidation=dataclasses.replace(  # 100 of 7100 free
+        CFG.consolidation, frag_pct=1.0))  # milli partial: 1.4%
     n2 = {**holds("a", U2[0], 300), **holds("b", U2[0], 600)}
     nodes = [node("n1", holds("c", U1[1], 500)), node("n2", n2)]
     svcs = [frac("a", 0.3), frac("b", 0.6), frac("c", 0.5)]
@@ -274,7 +277,7 @@ def test_spread_waits_until_the_new_node_has_known_metrics() -> None:
 
 
 def test_spread_dead_band_drained_target_and_budget() -> None:
-    # gpu-node-3 already 25% allocated (above spread_low_pct): inside the dead band.
+    # gpu-node-3 already 25% allocated (above spread.low_pct): inside the dead band.
     nodes, svcs = squeezed({**holds("x", U3[0]), **holds("y", U3[1])})
     svcs += [service("x", {f"{P}gpus": "1"}), service("y", {f"{P}gpus": "1"})]
     sig, _ = observe(nodes, T, cfg=SPREAD)

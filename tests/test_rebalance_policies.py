@@ -12,6 +12,7 @@ from gpu_nodes import DGX_A100, RTX4090
 from swarmgpu.agent.metrics import render_metrics
 from swarmgpu.core.config import ConfigError, RebalanceConfig, load_config
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.rebalanceconfig import ConsolidationConfig, HotspotConfig
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.manager.placement import MOVE_STATE, env_template, gate_constraint, read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
@@ -23,7 +24,8 @@ from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
-CFG = RebalanceConfig(dry_run=False, hot_window_s=5, idle_window_s=5, frag_window_s=5,
+CFG = RebalanceConfig(dry_run=False, hotspot=HotspotConfig(window_s=5),
+                      consolidation=ConsolidationConfig(idle_window_s=5, frag_window_s=5),
                       max_gap_s=2, min_samples=3, cooldown_s=300)
 F1, F2 = DGX_A100.facts(), RTX4090.facts()
 FACTS = {"n1": F1, "n2": F2}
@@ -231,8 +233,8 @@ def test_defrag_finds_the_fewest_moves_for_a_pending_request() -> None:
 
 def test_config_validation_names_the_key() -> None:
     assert RebalanceConfig().cooldown_s >= 300
-    with pytest.raises(ConfigError, match="hot_clear_pct"):
-        load_config(env={}, path=None) if False else _cfg({"hot_clear_pct": 90})
+    with pytest.raises(ConfigError, match=r"rebalance\.hotspot\.clear_pct: must be <= util_pct"):
+        _cfg({"hotspot": {"clear_pct": 90}})
     with pytest.raises(ConfigError, match="policies"):
         _cfg({"policies": "hotspot,magic"})
     with pytest.raises(ConfigError, match="metrics_url_template"):

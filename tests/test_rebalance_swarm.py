@@ -42,6 +42,7 @@ def rb(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     for p in profiles.values():
         p.write_text(json.dumps(IDLE))
     agents = {h: start_agent(swarm, h, "--metrics-profile", str(profiles[h])) for h in GPU_NODES}
+    # hot_window_s: the flat key of earlier releases, still read (rebalance.hotspot.window_s)
     cfg = cfg_file(tmp, swarm, sync={"interval_s": 1}, rebalance={
         "dry_run": False, "policies": "hotspot", "hot_window_s": 4, "max_gap_s": 3,
         "min_samples": 3, "cooldown_s": 600, "move_timeout_s": 60})

@@ -54,10 +54,10 @@ def rp(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
                        placement={"workload": str(workload)},
                        http={"listen": f"{swarm.manager.addr}:{API_PORT}"},
                        rebalance={"dry_run": dry_run, "policies": "fragmentation",
-                                  "hot_window_s": 4, "max_gap_s": 3, "min_samples": 3,
-                                  "cooldown_s": 600, "move_timeout_s": 60,
-                                  "fragmentation_moves_per_hour": 4,
-                                  "fragmentation_moves_per_100_placements": 100})
+                                  "hotspot": {"window_s": 4}, "max_gap_s": 3,
+                                  "min_samples": 3, "cooldown_s": 600, "move_timeout_s": 60,
+                                  "fragmentation": {"moves_per_hour": 4,
+                                                    "moves_per_100_placements": 100}})
         state["proc"] = start_daemon(swarm, cfg, LOG, **env)
         return cfg
 

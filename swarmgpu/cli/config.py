@@ -16,11 +16,12 @@ from swarmgpu.core.config import (
 )
 
 
-def load_checked(path: str | None) -> Config:
+def load_checked(path: str | None, notes: list[str] | None = None) -> Config:
     """The configuration, checked as a whole: the keys, then what the layers above the
     configuration check (a pinned ``placement.workload`` file must parse; the workload
-    model owns that format). Raises ConfigError with every problem found."""
-    cfg, errors = load_config_report(path)
+    model owns that format). Raises ConfigError with every problem found. ``notes``
+    gets the deprecation notes (keys of an older layout, still read)."""
+    cfg, errors = load_config_report(path, notes=notes)
     if cfg.placement.workload != "auto":
         from swarmgpu.allocator.workload import WorkloadError, load_file
 
@@ -33,9 +34,9 @@ def load_checked(path: str | None) -> Config:
     return cfg
 
 
-def load_cfg(path: str | None, **overrides: Any) -> Config:
+def load_cfg(path: str | None, notes: list[str] | None = None, **overrides: Any) -> Config:
     try:
-        cfg = load_checked(path)
+        cfg = load_checked(path, notes)
     except ConfigError as exc:
         for err in exc.errors:
             click.echo(f"swarmgpu: configuration error: {err}", err=True)
@@ -60,17 +61,25 @@ def config_check(path: str) -> None:
 
     Exit 0 valid, 2 invalid (or unreadable). Each error is located: FILE:LINE: for a
     key of the file, the variable's name for one of the environment's SWARMGPU_*
-    overrides (checked with it, as the daemon would apply them)."""
+    overrides (checked with it, as the daemon would apply them). A key of an older
+    layout that is still read gets a deprecation note (not an error) naming where it
+    goes now."""
+    notes: list[str] = []
     try:
-        load_checked(path)
+        load_checked(path, notes)
     except ConfigError as exc:
+        for note in notes:
+            click.echo(f"{path}: note: {note}", err=True)
         if len(exc.errors) > 1:
             click.echo(f"{path}: {len(exc.errors)} errors", err=True)
         for err in exc.errors:
             located = err.startswith((f"{path}:", "SWARMGPU_"))
             click.echo(err if located else f"{path}: {err}", err=True)
         sys.exit(2)
-    click.echo(f"{path}: ok")
+    for note in notes:
+        click.echo(f"{path}: note: {note}", err=True)
+    click.echo(f"{path}: ok" + (f" ({len(notes)} deprecated key(s) read: see the notes)"
+                                if notes else ""))
 
 
 @config.command("show-defaults")

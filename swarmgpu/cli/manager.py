@@ -30,8 +30,11 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     from swarmgpu.manager.daemon import Daemon
     from swarmgpu.swarm.client import SwarmError
 
-    cfg = load_cfg(config_path, dry_run=dry_run or None)
+    notes: list[str] = []
+    cfg = load_cfg(config_path, notes, dry_run=dry_run or None)
     setup_logging(cfg.log.level, cfg.log.format)
+    for note in notes:  # an older release's keys: read, and said at every start
+        logger.warning("configuration: {}", note)
     # A daemon started beside its engine (or its socket proxy, in the stack) waits a
     # while for it rather than exiting at once into a restart loop; --once does not.
     deadline = time.monotonic() + (0 if once else ENGINE_WAIT_S)

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from swarmgpu.core.commalist import comma_list
 from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 
 
@@ -95,7 +96,7 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
         sys.exit(code)
     progress = (ProgressLine(0) if wants_progress(show_progress, sys.stderr.isatty())
                 else None)
-    text, code = run_simulate(nodes, pods, [p.strip() for p in policies.split(",") if p.strip()],
+    text, code = run_simulate(nodes, pods, comma_list(policies),
                               seed_list, as_json, plot, departures, rebalance_moves, speedup,
                               workload, progress, bound,
                               trace=f"openb trace '{trace}'" if bundled_trace else "")

@@ -22,6 +22,8 @@ import yaml
 
 from swarmgpu.core.configvalues import FromEnv, coerce, locate_in
 from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
+from swarmgpu.core.rebalanceconfig import check_rebalance, move_flat_keys
 from swarmgpu.core.tenants import parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
@@ -140,84 +142,6 @@ class PlacementConfig:
     GPUs, for nodes whose toolkit ignores the variables of unprivileged containers, as
     `swarmgpu node-config --grants mounts` prints and `swarmgpu doctor --grants mounts`
     checks). docs/security.md, "GPU access only through a grant"."""
-
-
-REBALANCE_POLICIES = ("health", "hotspot", "consolidation", "defrag", "fragmentation", "spread")
-
-
-@dataclass(frozen=True)
-class RebalanceConfig:
-    enabled: bool = True
-    """Run the rebalancer in the daemon's cycle (it plans; it moves only when dry_run is
-    false here and at the top level)."""
-    dry_run: bool = True
-    """Propose and log moves, never make them. Moves restart containers: opt in."""
-    policies: str = "health,hotspot,consolidation,defrag,fragmentation,spread"
-    """Policies to run, comma-separated: health, hotspot, consolidation, defrag,
-    fragmentation, spread. health runs first and even in dry_run (docs/health.md)."""
-    metrics_url_template: str = ""
-    """Where each node's GPU metrics are scraped: the swarmgpu agent or an existing
-    dcgm-exporter (http://{addr}:9400/metrics); {addr}, {hostname} are filled in.
-    Empty: the agents' own /metrics (agents.url_template, https with swarm-pki)."""
-    trust_unauthenticated_metrics: bool = False
-    """Metrics scraped without a checked identity (plain HTTP: dcgm-exporter, or
-    agents.identity none) show on the map and in plan, but trigger no move and no
-    over-share restart unless this is true."""
-    scrape_timeout_s: float = 3.0
-    """Per-node scrape deadline; a slow or dead exporter makes the node UNKNOWN."""
-    max_gap_s: float = 90.0
-    """A series whose last sample is older than this, or that has a gap this long,
-    is UNKNOWN (never idle). Keep it above the scrape interval (sync.interval_s)."""
-    min_samples: int = 3
-    """Samples a window needs before it can say anything."""
-    hot_util_pct: float = 85.0
-    """High threshold: a shared GPU above this for hot_window_s is a hot spot."""
-    hot_clear_pct: float = 75.0
-    """A hot spot ends only once utilisation stays below this for a whole window."""
-    hot_window_s: float = 300.0
-    """How long a hot spot must last before a task is moved off it."""
-    idle_util_pct: float = 15.0
-    """Low threshold: a shared GPU below this for idle_window_s is under-used."""
-    idle_clear_pct: float = 25.0
-    """Under-use ends only once utilisation stays above this for a whole window."""
-    idle_window_s: float = 300.0
-    """How long under-use must last before fractional services are packed."""
-    frag_pct: float = 40.0
-    """A node whose free GPU share lies more than this % on partly used GPUs is
-    fragmented (consolidation acts only on fragmented nodes)."""
-    frag_window_s: float = 300.0
-    """How long fragmentation must last before consolidation acts."""
-    spread_high_pct: float = 90.0
-    """Spread: a node with more than this % of its GPU share allocated is squeezed..."""
-    spread_low_pct: float = 10.0
-    """...and a node with less than this % is free to take work back."""
-    max_moves_per_cycle: int = 1
-    """Moves started per cycle (moves still in flight count against it)."""
-    max_moves_per_node: int = 1
-    """Moves per cycle that touch one node (as source or target)."""
-    cooldown_s: float = 600.0
-    """Seconds a service is left alone after one of its moves (recorded in Swarm)."""
-    defrag_max_moves: int = 2
-    """Defragmentation: the most moves one plan may need to make room."""
-    fragmentation_moves_per_hour: int = 4
-    """Fragmentation: moves started per rolling hour at most (0 turns them off)."""
-    fragmentation_moves_per_100_placements: float = 2.0
-    """Fragmentation: moves per 100 GPU replicas placed, counted since the daemon leads
-    (as `simulate --rebalance-moves N` counts per 100 arrived pods; 0 turns them off)."""
-    make_before_break: bool = True
-    """Start the new task before the old one stops (replicas + 1 during the move)."""
-    move_timeout_s: float = 120.0
-    """A move whose new task is not running by then is rolled back."""
-    health_drain_node: bool = False
-    """A failing node (two or more failed GPUs, or its agent lost beyond
-    health.node_lost_grace_s) is reported; true also moves every GPU service off it
-    (the health policy, within health.evacuations_per_*)."""
-
-    @property
-    def health_policy(self) -> bool:
-        """The health policy runs (docs/health.md): placement leaves it the holders of
-        failed GPUs."""
-        return self.enabled and "health" in {p.strip() for p in self.policies.split(",")}
 
 
 @dataclass(frozen=True)
@@ -427,7 +351,7 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
     if cfg.http.auth not in ("auto", "required", "off"):
         add(f"http.auth: {cfg.http.auth!r}; use auto (the default), required or off")
-    _check_rebalance(cfg.rebalance, add)
+    check_rebalance(cfg.rebalance, add)
     _check_preemption(cfg.preemption, add)
     if not isinstance(cfg.queues, Mapping):
         add(f"queues: expected a mapping of queue -> {{guaranteed, max}}, got {cfg.queues!r}")
@@ -466,51 +390,6 @@ def _check_preemption(p: PreemptionConfig, add: Callable[[str], None]) -> None:
         add("preemption.max_per_hour: must be >= 0 (0 turns preemption off)")
     if p.victim_cooldown_s < 0 or p.settle_s < 0:
         add("preemption.victim_cooldown_s and preemption.settle_s: must be >= 0 seconds")
-
-
-def _check_rebalance(r: RebalanceConfig, add: Callable[[str], None]) -> None:
-    bad = [p for p in (x.strip() for x in r.policies.split(",")) if p and
-           p not in REBALANCE_POLICIES]
-    if bad:
-        add(f"rebalance.policies: unknown {bad}; use a comma list of "
-            f"{', '.join(REBALANCE_POLICIES)}")
-    t = r.metrics_url_template
-    if "{addr}" not in t and "{hostname}" not in t:
-        add("rebalance.metrics_url_template: must contain {addr} or {hostname}, "
-            "e.g. 'http://{addr}:9400/metrics' for dcgm-exporter")
-    for key in ("scrape_timeout_s", "max_gap_s", "hot_window_s", "idle_window_s",
-                "frag_window_s", "move_timeout_s"):
-        if getattr(r, key) <= 0:
-            add(f"rebalance.{key}: must be > 0 seconds")
-    for key in ("hot_util_pct", "hot_clear_pct", "idle_util_pct", "idle_clear_pct", "frag_pct",
-                "spread_high_pct", "spread_low_pct"):
-        if not 0 <= getattr(r, key) <= 100:
-            add(f"rebalance.{key}: {getattr(r, key)} is not a percentage 0-100")
-    if r.hot_clear_pct > r.hot_util_pct:
-        add("rebalance.hot_clear_pct: must be <= hot_util_pct (the dead band "
-            "lies below the high threshold), e.g. 75 with 85")
-    if r.idle_clear_pct < r.idle_util_pct:
-        add("rebalance.idle_clear_pct: must be >= idle_util_pct (the dead band "
-            "lies above the low threshold), e.g. 25 with 15")
-    if r.idle_clear_pct >= r.hot_clear_pct:
-        add("rebalance: idle_clear_pct must be below hot_clear_pct, so a GPU "
-            "is never under-used and hot at once (low/high dead band)")
-    if r.spread_low_pct >= r.spread_high_pct:
-        add("rebalance.spread_low_pct: must be below spread_high_pct")
-    if r.min_samples < 1:
-        add("rebalance.min_samples: must be >= 1")
-    for key in ("max_moves_per_cycle", "max_moves_per_node", "defrag_max_moves"):
-        if getattr(r, key) < 0:
-            add(f"rebalance.{key}: must be >= 0 (0 turns those moves off)")
-    if r.cooldown_s < 0:
-        add("rebalance.cooldown_s: must be >= 0 seconds (default 600)")
-    if r.fragmentation_moves_per_hour < 0:
-        add("rebalance.fragmentation_moves_per_hour: must be >= 0 (default 4; "
-            "0 turns fragmentation moves off)")
-    if not 0 <= r.fragmentation_moves_per_100_placements <= 100:
-        add("rebalance.fragmentation_moves_per_100_placements: "
-            f"{r.fragmentation_moves_per_100_placements:g} is out of range; use "
-            "0-100 moves per 100 placements (default 2; 0 turns them off)")
 
 
 def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
@@ -559,23 +438,28 @@ _ENV_OVERRIDES = {
 
 
 def load_config(
-    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
 ) -> Config:
     """Load, apply env overrides, validate. Raises ConfigError naming key and fix, with
-    every problem found (``errors``)."""
-    cfg, errors = load_config_report(path, env)
+    every problem found (``errors``). ``notes``, when given, gets the deprecation notes
+    (keys of an older layout, still read)."""
+    cfg, errors = load_config_report(path, env, notes)
     if errors:
         raise ConfigError(errors)
     return cfg
 
 
 def load_config_report(
-    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+    path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[Config, list[str]]:
     """The configuration (defaults where a key is wrong) and every problem in it, each
     located: ``FILE:LINE: key: what is wrong`` for a key of the file, ``SWARMGPU_X:
     key: ...`` for one the environment overrides. A file that is not YAML, or not a
-    mapping, raises ConfigError: nothing else can be read."""
+    mapping, raises ConfigError: nothing else can be read. ``notes``, when given, gets a
+    deprecation note per key of an older layout that is still read
+    (``rebalance.hot_util_pct`` for ``rebalance.hotspot.util_pct``, ...)."""
     data: dict[str, Any] = {}
     lines: Lines = {}
     if path is not None:
@@ -598,6 +482,10 @@ def load_config_report(
             d[path_keys[-1]] = FromEnv(env[var])
             from_env[path_keys] = var
     errors: list[str] = []
+    if isinstance(data.get("rebalance"), dict):  # the flat keys of older releases
+        moved = move_flat_keys(data["rebalance"], errors.append)
+        if notes is not None:
+            notes += moved
     cfg: Config = _build(Config, data, "", errors.append)
     _check(cfg, errors.append)
     return cfg, [locate_in(e, path, lines, from_env) for e in errors]

@@ -45,6 +45,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from swarmgpu.core.commalist import comma_list
 from swarmgpu.manager.compose_gpu import gpu_kinds
 from swarmgpu.manager.placement.envs import (
     DEVICE_MOUNT_ROOT,
@@ -386,7 +387,7 @@ def exempt_of(name: str, patterns: Collection[str]) -> bool:
 
 def parse_exempt(text: str) -> list[str]:
     """``placement.ungranted_exempt``: a comma list of service-name globs."""
-    return [p.strip() for p in text.split(",") if p.strip()]
+    return comma_list(text)
 
 
 def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],

@@ -24,7 +24,7 @@ from swarmgpu.manager.placement import (
     gate_key,
 )
 from swarmgpu.manager.rebalance.attribution import Share, holders_by_gpu
-from swarmgpu.manager.rebalance.moves import Move, Trigger
+from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal, NodeSignal
 from swarmgpu.manager.rebalance.windows import State
 from swarmgpu.manager.requests import GpuRequest, Rebalance, parse_all
@@ -135,7 +135,7 @@ def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[Swa
     return None
 
 
-def _constraints_allow(s: SwarmService, node: SwarmNode, prefix: str) -> bool:
+def constraints_allow(s: SwarmService, node: SwarmNode, prefix: str) -> bool:
     """The service's own constraints (not our gate) on ``node``; unsure means no."""
     gate = f"node.labels.{gate_key(prefix, s.name)}"
     for text in s.constraints:
@@ -173,10 +173,15 @@ class Context:
     moved: set[str] = field(default_factory=set)  # services with a proposed move
     moves: list[Move] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The health policy's inputs (its switch, budget, lost nodes; default: report only)
+    # and what it found beside its moves (None: it did not run).
+    health_in: HealthInputs = field(default_factory=lambda: HealthInputs(evacuate=False))
+    health_found: HealthResult | None = None
 
     @classmethod
-    def build(cls, inp: Inputs) -> Context:
-        ctx = cls(inp, ledger={k: dict(v) for k, v in inp.ledger.items()})
+    def build(cls, inp: Inputs, health: HealthInputs | None = None) -> Context:
+        ctx = cls(inp, ledger={k: dict(v) for k, v in inp.ledger.items()},
+                  health_in=health or HealthInputs(evacuate=False))
         ctx.nodes = {n.id: n for n in inp.nodes}
         for s in inp.services:
             ctx.by_name[s.name] = s
@@ -211,7 +216,7 @@ class Context:
     def gpu_ok_as_target(self, g: GpuSignal, add_util: float) -> bool:
         if g.hot is not State.FALSE or g.util_pct is None:
             return False  # unknown or hot: not verified free
-        return g.util_pct + add_util < self.cfg.hot_clear_pct
+        return g.util_pct + add_util < self.cfg.hotspot.clear_pct
 
     def workload(self) -> tuple[TypicalTask, ...]:
         if self.inp.workload is not None:
@@ -253,7 +258,7 @@ class Context:
                     and n.state == "ready" and n.availability == "active"
                     and self.node_known(nid)
                     and (only_nodes is None or nid in only_nodes)
-                    and _constraints_allow(s, n, self.inp.prefix))
+                    and constraints_allow(s, n, self.inp.prefix))
 
         got = alloc.place(demand_of(req), allowed)
         return got if isinstance(got, Choice) and got.gpus else None

@@ -262,8 +262,8 @@ class Mover:
         self.metrics = metrics
         self.clock = clock
         self.recent: deque[MoveRecord] = deque(maxlen=50)
-        self.frag_budget = FragBudget(cfg.fragmentation_moves_per_hour,
-                                      cfg.fragmentation_moves_per_100_placements)
+        self.frag_budget = FragBudget(cfg.fragmentation.moves_per_hour,
+                                      cfg.fragmentation.moves_per_100_placements)
         self._last_dry: set[tuple[str, str, str]] = set()
         self._dry_flying: set[str] = set()  # move ids said "left as it is" in dry-run
         self._said: set[str] = set()  # forged or mismatched labels already reported

@@ -111,6 +111,15 @@ class HealthInputs:
     lost_grace_s: float = 300.0  # health.node_lost_grace_s
 
 
+@dataclass
+class HealthResult:
+    """What the health policy found beside its moves (``Context.moves``)."""
+
+    releases: list[Release] = field(default_factory=list)
+    held: set[tuple[str, str]] = field(default_factory=set)  # (service, node id) to leave
+    failing: dict[str, str] = field(default_factory=dict)  # node id -> why it is failing
+
+
 @dataclass(frozen=True)
 class Release:
     """A holder of a failed GPU whose best healthy GPU is on its own node (or a service

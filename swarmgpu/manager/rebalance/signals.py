@@ -63,13 +63,16 @@ class NodeSignal:
 
 
 def conditions(cfg: RebalanceConfig) -> tuple[Condition, Condition, Condition]:
-    hot = Condition(UTIL, ">", cfg.hot_util_pct, cfg.hot_window_s,
-                    clear_threshold=cfg.hot_clear_pct, max_gap_s=cfg.max_gap_s,
+    """The three windows every GPU and node is judged by: hot (the hotspot policy's
+    thresholds), idle and fragmented (consolidation's)."""
+    hs, cs = cfg.hotspot, cfg.consolidation
+    hot = Condition(UTIL, ">", hs.util_pct, hs.window_s,
+                    clear_threshold=hs.clear_pct, max_gap_s=cfg.max_gap_s,
                     min_samples=cfg.min_samples)
-    idle = Condition(UTIL, "<", cfg.idle_util_pct, cfg.idle_window_s,
-                     clear_threshold=cfg.idle_clear_pct, max_gap_s=cfg.max_gap_s,
+    idle = Condition(UTIL, "<", cs.idle_util_pct, cs.idle_window_s,
+                     clear_threshold=cs.idle_clear_pct, max_gap_s=cfg.max_gap_s,
                      min_samples=cfg.min_samples)
-    frag = Condition(FRAG, ">", cfg.frag_pct, cfg.frag_window_s, max_gap_s=cfg.max_gap_s,
+    frag = Condition(FRAG, ">", cs.frag_pct, cs.frag_window_s, max_gap_s=cfg.max_gap_s,
                      min_samples=cfg.min_samples)
     return hot, idle, frag
 
@@ -97,7 +100,7 @@ class Signals:
     def __init__(self, cfg: RebalanceConfig) -> None:
         self.cfg = cfg
         self.hot_c, self.idle_c, self.frag_c = conditions(cfg)
-        longest = max(cfg.hot_window_s, cfg.idle_window_s, cfg.frag_window_s)
+        longest = max(self.hot_c.window_s, self.idle_c.window_s, self.frag_c.window_s)
         self.store = SeriesStore(longest + 2 * cfg.max_gap_s)
         self.hot = ConditionTracker(self.hot_c, self.store)
         self.idle = ConditionTracker(self.idle_c, self.store)

@@ -8,6 +8,7 @@ threshold), the GPU becomes whole again. Only then are the moves proposed.
 
 from __future__ import annotations
 
+from swarmgpu.core.rebalanceconfig import ConsolidationConfig
 from swarmgpu.manager.placement import Holding
 from swarmgpu.manager.rebalance.attribution import estimated_util
 from swarmgpu.manager.rebalance.context import Context, hold
@@ -15,8 +16,7 @@ from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.windows import State
 
 
-def propose(ctx: Context) -> None:
-    cfg = ctx.cfg
+def propose(ctx: Context, cfg: ConsolidationConfig) -> None:
     holders = ctx.holders()
     for nid, ns in sorted(ctx.inp.node_signals.items(), key=lambda kv: -kv[1].frag_pct):
         if ns.frag is not State.TRUE or not ns.known:
@@ -49,3 +49,15 @@ def propose(ctx: Context) -> None:
             if len(planned) == len(on):
                 for m in planned:
                     ctx.accept(m)
+
+
+class Consolidation:
+    """The consolidation policy (``rebalance.consolidation``)."""
+
+    name = "consolidation"
+
+    def __init__(self, cfg: ConsolidationConfig) -> None:
+        self.cfg = cfg
+
+    def propose(self, ctx: Context) -> None:
+        propose(ctx, self.cfg)

@@ -1,6 +1,6 @@
 """Defragmentation: a pending request that fits after moving K tasks; fewest moves wins.
 
-For each pending service and node, try every set of at most ``defrag_max_moves``
+For each pending service and node, try every set of at most ``max_moves``
 movable holdings on that node (fewest first): move them to their best targets
 elsewhere and see whether the pending request then fits there. The first plan with
 the smallest K, over all nodes in allocator order, is proposed.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 
+from swarmgpu.core.rebalanceconfig import DefragConfig
 from swarmgpu.manager.placement import Holding, demand_of
 from swarmgpu.manager.rebalance.context import Context, hold
 from swarmgpu.manager.rebalance.moves import Move, Trigger
@@ -39,8 +40,8 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
     return moves if getattr(ok, "gpus", None) else None
 
 
-def propose(ctx: Context) -> None:
-    k_max = ctx.cfg.defrag_max_moves
+def propose(ctx: Context, cfg: DefragConfig) -> None:
+    k_max = cfg.max_moves
     for pending in sorted(ctx.inp.pending):
         req = ctx.requests.get(pending)
         if req is None or req.mig_profile or k_max == 0:
@@ -75,3 +76,15 @@ def propose(ctx: Context) -> None:
             continue
         for m in best:
             ctx.accept(m)
+
+
+class Defrag:
+    """The defragmentation policy (``rebalance.defrag``)."""
+
+    name = "defrag"
+
+    def __init__(self, cfg: DefragConfig) -> None:
+        self.cfg = cfg
+
+    def propose(self, ctx: Context) -> None:
+        propose(ctx, self.cfg)

@@ -39,8 +39,9 @@ from swarmgpu.allocator.defrag import (
     searchable,
 )
 from swarmgpu.allocator.values import Choice, NodeState
+from swarmgpu.core.rebalanceconfig import FragmentationConfig
 from swarmgpu.manager.placement import demand_of
-from swarmgpu.manager.rebalance.context import Context, _constraints_allow
+from swarmgpu.manager.rebalance.context import Context, constraints_allow
 from swarmgpu.manager.rebalance.moves import Trigger
 
 _PCT_EPS = 1e-9
@@ -148,11 +149,10 @@ def best_local_move(alloc: Allocator, local: list[Held], policy: FragmentationMo
     return best
 
 
-def propose(ctx: Context) -> None:
+def propose(ctx: Context, own: FragmentationConfig) -> None:
     cfg = ctx.cfg
     budget = cfg.max_moves_per_cycle
-    if (budget <= 0 or cfg.fragmentation_moves_per_hour <= 0
-            or cfg.fragmentation_moves_per_100_placements <= 0):
+    if budget <= 0 or own.moves_per_hour <= 0 or own.moves_per_100_placements <= 0:
         return
     workload = ctx.workload()
     alloc = ctx.allocator().alloc
@@ -160,9 +160,9 @@ def propose(ctx: Context) -> None:
     if not workload or not (held or local):
         return
     policy = FragmentationMoves(workload)
-    spread = "spread" in {p.strip() for p in cfg.policies.split(",")}
+    spread = "spread" in cfg.enabled_policies
     pct = {nid: p for nid, n in alloc.nodes.items() if (p := _alloc_pct(n)) is not None}
-    low = {nid for nid, p in pct.items() if p < cfg.spread_low_pct and ctx.node_known(nid)}
+    low = {nid for nid, p in pct.items() if p < cfg.spread.low_pct and ctx.node_known(nid)}
 
     def node_ok(node: NodeState) -> bool:
         n = ctx.nodes.get(node.spec.name)
@@ -177,19 +177,19 @@ def propose(ctx: Context) -> None:
         svc, src = _key(h.key)
         dst = node.spec.name
         s = ctx.by_name[svc]
-        if dst in ctx.ledger.get(svc, {}) or not _constraints_allow(s, ctx.nodes[dst],
-                                                                      ctx.inp.prefix):
+        if dst in ctx.ledger.get(svc, {}) or not constraints_allow(s, ctx.nodes[dst],
+                                                                     ctx.inp.prefix):
             return False
         if not spread or dst not in pct:
             return True
         # Spread would move it back: the target squeezed while a node stays (or the
         # source becomes) nearly empty.
         milli = h.demand.gpu_milli
-        if pct[dst] + 100.0 * milli / _cap(node) <= cfg.spread_high_pct + _PCT_EPS:
+        if pct[dst] + 100.0 * milli / _cap(node) <= cfg.spread.high_pct + _PCT_EPS:
             return True
         src_cap = _cap(alloc.nodes[src])
         after_src = pct[src] - 100.0 * milli / src_cap if src in pct and src_cap else 100.0
-        emptied = after_src < cfg.spread_low_pct and ctx.node_known(src)
+        emptied = after_src < cfg.spread.low_pct and ctx.node_known(src)
         return not (low - {dst} or emptied)
 
     before = policy.cluster_cost(alloc)
@@ -219,3 +219,15 @@ def propose(ctx: Context) -> None:
                   f"{share:.1f}% of the cluster's {before:.0f})"))
         ctx.accept(dataclasses.replace(m, frag_gain_milli=mv.gain, frag_before_milli=before))
         before -= mv.gain
+
+
+class Fragmentation:
+    """The fragmentation policy (``rebalance.fragmentation``)."""
+
+    name = "fragmentation"
+
+    def __init__(self, cfg: FragmentationConfig) -> None:
+        self.cfg = cfg
+
+    def propose(self, ctx: Context) -> None:
+        propose(ctx, self.cfg)

@@ -18,22 +18,23 @@ node cannot start a storm; a holder is proposed once while its move or release i
 way, and a flapping GPU stays failed for its clean window (``core.health``), so its
 holder moves once. With ``health.evacuate: false`` holders are only reported. A failing
 node (two or more failed GPUs, or its agent lost beyond ``health.node_lost_grace_s``) is
-reported; with ``rebalance.health_drain_node`` every GPU holder on it moves off it.
+reported; with ``rebalance.health.drain_node`` every GPU holder on it moves off it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.core.health import Level
+from swarmgpu.core.rebalanceconfig import HealthPolicyConfig
 from swarmgpu.manager.gpuhealth import failing_why, level_of
 from swarmgpu.manager.placement import demand_of
 from swarmgpu.manager.rebalance.budget import HOUR_S
-from swarmgpu.manager.rebalance.context import Context, _constraints_allow, why_not_movable
-from swarmgpu.manager.rebalance.moves import HealthInputs, Release, Trigger
+from swarmgpu.manager.rebalance.context import Context, constraints_allow, why_not_movable
+from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Release, Trigger
 from swarmgpu.manager.rebalance.windows import State
 from swarmgpu.manager.requests import RequestError, parse_all
 from swarmgpu.swarm.client import SwarmService
@@ -59,15 +60,6 @@ class HealthBudget:
             return 0, (f"budget: {self.per_hour} health move(s) per hour "
                        f"({used} in the last hour)")
         return min(by_hour, per_cycle), ""
-
-
-@dataclass
-class HealthResult:
-    """What the pass found beside its moves (``ctx.moves``)."""
-
-    releases: list[Release] = field(default_factory=list)
-    held: set[tuple[str, str]] = field(default_factory=set)  # (service, node id) to leave
-    failing: dict[str, str] = field(default_factory=dict)  # node id -> why it is failing
 
 
 def _states(ctx: Context) -> tuple[dict[tuple[str, str], str], set[tuple[str, str]],
@@ -135,23 +127,22 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
         return (n is not None and nid not in has and nid not in avoid
                 and (same if nid == source else other)
                 and n.state == "ready" and n.availability == "active"
-                and _constraints_allow(s, n, ctx.inp.prefix))
+                and constraints_allow(s, n, ctx.inp.prefix))
 
     got = alloc.place(demand_of(req), allowed)
     return got if isinstance(got, Choice) and got.gpus else None
 
 
-def evacuate(ctx: Context, h: HealthInputs) -> HealthResult:
+def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
     """Propose the moves (``ctx.accept``) and releases of this cycle, within ``h.left``."""
     out = HealthResult()
     failed, degraded, per_node = _states(ctx)
     out.failing = failing_nodes(ctx, h, per_node)
-    drain = ctx.cfg.health_drain_node
     for nid, why in sorted(out.failing.items()):
         host = ctx.nodes[nid].hostname if nid in ctx.nodes else nid
         ctx.notes.append(f"health: node {host} is failing ({why}): "
                          + ("its GPU services are moved off it" if drain else
-                            "reported only (rebalance.health_drain_node: false)"))
+                            "reported only (rebalance.health.drain_node: false)"))
     left = h.left
     prefix = ctx.inp.prefix
     for svc in sorted(ctx.inp.ledger):
@@ -221,3 +212,17 @@ def evacuate(ctx: Context, h: HealthInputs) -> HealthResult:
                 svc, nid, choice, Trigger.HEALTH, None, reason=reason,
                 gain=f"runs on healthy GPU(s) {uuids} of {ctx.nodes[choice.node].hostname}"))
     return out
+
+
+class Health:
+    """The health policy (``rebalance.health``): first, even in rebalance dry-run. Its
+    inputs (switch, budget, lost nodes) are the context's ``health_in``; what it finds
+    beside its moves goes to ``health_found``."""
+
+    name = "health"
+
+    def __init__(self, cfg: HealthPolicyConfig) -> None:
+        self.cfg = cfg
+
+    def propose(self, ctx: Context) -> None:
+        ctx.health_found = evacuate(ctx, ctx.health_in, self.cfg.drain_node)

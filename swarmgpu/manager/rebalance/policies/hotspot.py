@@ -8,14 +8,14 @@ target the allocator finds on another node whose GPUs are known and would stay c
 
 from __future__ import annotations
 
+from swarmgpu.core.rebalanceconfig import HotspotConfig
 from swarmgpu.manager.rebalance.attribution import estimated_util
 from swarmgpu.manager.rebalance.context import Context
 from swarmgpu.manager.rebalance.moves import Trigger
 from swarmgpu.manager.rebalance.windows import State
 
 
-def propose(ctx: Context) -> None:
-    cfg = ctx.cfg
+def propose(ctx: Context, cfg: HotspotConfig) -> None:
     holders = ctx.holders()
     hot = sorted((g for g in ctx.inp.gpus.values() if g.hot is State.TRUE),
                  key=lambda g: (-(g.util_pct or 0), g.uuid))
@@ -39,9 +39,21 @@ def propose(ctx: Context) -> None:
                                  f"for {share.service}")
                 continue
             ctx.accept(ctx.make_move(
-                share.service, g.node_id, choice, Trigger.HOTSPOT, cfg.hot_window_s,
-                reason=(f"{host} GPU {g.index} above {cfg.hot_util_pct:g}% util for "
-                        f"{cfg.hot_window_s:g}s (now {g.util_pct:.0f}%), shared by "
+                share.service, g.node_id, choice, Trigger.HOTSPOT, cfg.window_s,
+                reason=(f"{host} GPU {g.index} above {cfg.util_pct:g}% util for "
+                        f"{cfg.window_s:g}s (now {g.util_pct:.0f}%), shared by "
                         f"{len(on)} services"),
                 gain=f"about {est:.0f} points of util off {host} GPU {g.index}"))
             break
+
+
+class Hotspot:
+    """The hot-spot policy (``rebalance.hotspot``)."""
+
+    name = "hotspot"
+
+    def __init__(self, cfg: HotspotConfig) -> None:
+        self.cfg = cfg
+
+    def propose(self, ctx: Context) -> None:
+        propose(ctx, self.cfg)

@@ -1,13 +1,14 @@
 """Node joined or freed: spread back what was squeezed.
 
 Descheduler-style allocation thresholds with a dead band: a node above
-``spread_high_pct`` of its GPU share allocated gives one movable holding to a node
-below ``spread_low_pct`` (known metrics, schedulable), when that leaves the target
+``rebalance.spread.high_pct`` of its GPU share allocated gives one movable holding to a node
+below ``low_pct`` (known metrics, schedulable), when that leaves the target
 below the source. One move per squeezed node per pass.
 """
 
 from __future__ import annotations
 
+from swarmgpu.core.rebalanceconfig import SpreadConfig
 from swarmgpu.manager.rebalance.context import Context
 from swarmgpu.manager.rebalance.moves import Trigger
 
@@ -24,13 +25,12 @@ def _alloc_pct(ctx: Context) -> dict[str, float]:
     return out
 
 
-def propose(ctx: Context) -> None:
-    cfg = ctx.cfg
+def propose(ctx: Context, cfg: SpreadConfig) -> None:
     pct = _alloc_pct(ctx)
-    low = {nid for nid, p in pct.items() if p < cfg.spread_low_pct and ctx.node_known(nid)}
+    low = {nid for nid, p in pct.items() if p < cfg.low_pct and ctx.node_known(nid)}
     if not low:
         return
-    for src in sorted((n for n, p in pct.items() if p > cfg.spread_high_pct),
+    for src in sorted((n for n, p in pct.items() if p > cfg.high_pct),
                       key=lambda n: -pct[n]):
         holdings = sorted(((sum(h.milli), svc) for svc, by in ctx.ledger.items()
                            for nid, h in by.items() if nid == src))
@@ -43,10 +43,22 @@ def propose(ctx: Context) -> None:
             m = ctx.make_move(
                 svc, src, choice, Trigger.SPREAD, None,
                 reason=(f"{ctx.nodes[src].hostname} has {pct[src]:.0f}% of its GPU share "
-                        f"allocated (> {cfg.spread_high_pct:g}%), "
+                        f"allocated (> {cfg.high_pct:g}%), "
                         f"{ctx.nodes[choice.node].hostname} {pct[choice.node]:.0f}% "
-                        f"(< {cfg.spread_low_pct:g}%)"),
+                        f"(< {cfg.low_pct:g}%)"),
                 gain=f"{size / 1000:g} GPU moves to the emptier node")
             ctx.accept(m)
             low.discard(choice.node)
             break
+
+
+class Spread:
+    """The spread policy (``rebalance.spread``)."""
+
+    name = "spread"
+
+    def __init__(self, cfg: SpreadConfig) -> None:
+        self.cfg = cfg
+
+    def propose(self, ctx: Context) -> None:
+        propose(ctx, self.cfg)
