@@ -10,8 +10,7 @@ from swarmgpu.allocator.fragmentation import typical_tasks
 from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec
 from swarmgpu.sim.rebalance import Defragmenter, Running, apply_moves
-from swarmgpu.sim.swarm_replay import Defragmenter as PlannerDefragmenter
-from swarmgpu.sim.swarm_replay import replay_planner
+from swarmgpu.sim.swarm_replay import FragmentationMover, replay_planner
 from swarmgpu.sim.trace import TracePod
 
 WHOLE = Demand(num_gpu=1, cpu_milli=4000)
@@ -115,7 +114,7 @@ def test_replay_with_defrag_counts_moves_within_the_budget_and_the_allocator_agr
     pods = _pods()
     moves_per_100 = 10.0
     res = replay_planner(nodes, pods, 3, moves_per_100=moves_per_100,
-                         defrag=PlannerDefragmenter(pods), defrag_every=5)
+                         defrag=FragmentationMover(pods), defrag_every=5)
     assert 0 < res.moves <= int(res.pods * moves_per_100 / 100)
     spent = [res.moves_at[lv] for lv in sorted(res.moves_at)]
     assert spent == sorted(spent) and spent[-1] <= res.moves

@@ -43,7 +43,7 @@ from swarmgpu.manager.placement.quiet import QuietServices
 from swarmgpu.manager.placement.records import PlacementPlan
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.sharing import env_lines
-from swarmgpu.sim.swarm_replay import Defragmenter, Replay, World
+from swarmgpu.sim.swarm_replay import FragmentationMover, Replay, World
 from swarmgpu.sim.trace import TracePod, load_nodes, load_pods
 from swarmgpu.sim.traces import bundled
 from swarmgpu.swarm.client import (
@@ -192,14 +192,14 @@ class TwinPlanner(Planner):
         return a
 
 
-class TwinDefragmenter(Defragmenter):
+class TwinDefragmenter(FragmentationMover):
     """The rebalance moves on both planners' allocators: the policy runs on each (it
     moves holdings on the allocator it is given), the twin's moves are only recorded,
     the change-driven planner's are carried out in the world; both must be the same."""
 
     def __init__(self, pods: Sequence[TracePod]) -> None:
         super().__init__(pods)
-        self.other = Defragmenter(pods)
+        self.other = FragmentationMover(pods)
         self.moves = 0
 
     def run(self, planner: Planner, w: World, budget: int) -> int:

@@ -1,6 +1,8 @@
 """The one allocator: the daemon, ``render``, ``plan`` and ``simulate`` all use it.
 
-GPU picking, pure: ``core`` (the allocator), ``topology``, ``mig``, ``fragmentation``,
-``defrag``, and ``workload`` (the task mix the scoring expects, learned or pinned).
+GPU picking, pure: ``core`` (the allocator), ``values`` (node spec, demand, choice),
+``scorer`` (SwarmScorer) and ``scores`` (its score memo), ``topology``, ``mig``,
+``fragmentation``, ``defrag``, and ``workload`` (the task mix the scoring expects,
+learned or pinned).
 Imports only ``swarmgpu.core``.
 """

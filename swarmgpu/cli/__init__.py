@@ -1,7 +1,8 @@
 """The `swarmgpu` command line: the top layer, the only one that may import every other.
 
-One module per kind of command (``node``, ``manager``, ``sim``, ``config``); ``main`` is the
-group that gathers them (the ``swarmgpu`` console script and ``python -m swarmgpu.cli``).
+One module per kind of command (``node``, ``manager``, ``sim``, ``config``, ``proxy``:
+the docker-proxy); ``logs`` sets up logging for all of them; ``main`` is the group that
+gathers them (the ``swarmgpu`` console script and ``python -m swarmgpu.cli``).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from swarmgpu.manager.gpuhealth import failing_why
 from swarmgpu.manager.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.requests import parse_all as parse_request_labels
 from swarmgpu.manager.sync import Snapshot, gpu_hint
+from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import parse_all
 from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
 
@@ -82,87 +84,100 @@ def audit(
     another node's GPU is flagged too."""
     saved_agents = saved_agents or {}
     out: list[Finding] = []
-    all_label_keys: set[str] = set()
     for node in snap.nodes:
-        all_label_keys.update(node.labels)
-    for node in snap.nodes:
-        h = node.hostname
-        ours = {k: v for k, v in node.labels.items() if owned_by_label_sync(k, prefix)}
-        for key in node.labels:
-            if not usable_label_key(key):
-                out.append(Finding(
-                    "unusable-key", h,
-                    f"label {key!r} cannot be used in a Swarm constraint (keys allow letters, "
-                    "digits, '-', '_', '.'; no '/'); use the swarmgpu.* labels instead",
-                    key=key, advisory=True,
-                ))
-        res = snap.facts.get(node.id)
-        if res is None or res.facts is None:
-            saved = saved_agents.get(node.id, {})
-            hint = gpu_hint(node, prefix)
-            gpu_node = hint is not None or saved.get("last_ok") is not None
-            if gpu_node:
-                state = (f"agent answers but cannot be read ({res.cause})"
-                         if res is not None and res.listening else "agent unreachable")
-                out.append(Finding(
-                    "unreachable", h,
-                    f"{state} since {_when(saved.get('failing_since'))}; last good "
-                    f"facts {_when(saved.get('last_ok'))}; labels kept as they are "
-                    f"({res.error if res else 'not fetched'})",
-                ))
-                last_ok = saved.get("last_ok")
-                lost = (max(0.0, snap.taken_at - float(last_ok))
-                        if isinstance(last_ok, (int, float)) else None)
-                why = failing_why(0, 0, lost, node_lost_grace_s)
-                if why is not None:
-                    out.append(_failing(h, why))
-            elif res is not None and res.listening:
-                # A first agent the daemon cannot read: no label yet, so nothing else
-                # would say it (its labels will never come).
-                out.append(Finding(
-                    "unreadable", h,
-                    f"an agent answers on {res.url or 'the agent port'} but its facts cannot "
-                    f"be read: {res.cause}; no GPU label is written until it can; "
-                    f"fix: {res.fix}", actual=res.cause,
-                ))
-            continue
-        want = desired_labels(res.facts, prefix)
-        for k, v in sorted(want.items()):
-            if k not in ours:
-                out.append(Finding("missing", h, f"label {k} missing (want {v!r})", k, v, None))
-            elif ours[k] != v:
-                out.append(Finding(
-                    "wrong", h, f"label {k} is {ours[k]!r}, facts say {v!r}", k, v, ours[k]
-                ))
-        for k in sorted(set(ours) - set(want)):
-            out.append(Finding(
-                "stale", h, f"label {k}={ours[k]!r} no longer matches any fact", k, None, ours[k]
-            ))
-        out.extend(_resource_findings(node.hostname, node.generic_resources,
-                                      node.discrete_resources, res.facts, generic_resource_kind))
-        out.extend(_health_findings(h, res.facts, node_lost_grace_s))
+        out += _node_findings(snap, node, prefix, saved_agents.get(node.id, {}),
+                              generic_resource_kind, node_lost_grace_s)
+    all_label_keys = {k for node in snap.nodes for k in node.labels}
     for svc in snap.services:
-        out.extend(_swarm_gpu_reservation(svc, prefix, generic_resource_kind))
-        good, errors = parse_all(svc.constraints)
-        for e in errors:
-            out.append(Finding("unusable-constraint", svc.name, e))
-        for c in good:
-            label_key = c.node_label
-            if label_key is None or c.op != "==":
-                continue
-            if label_key.startswith(prefix + "service.") or label_key == prefix + "hold":
-                continue  # a placement gate (no node has it until swarmgpu opens it), or
-                # the hold of a stack deployed as written (swarmgpu replaces it)
-            if label_key not in all_label_keys:
-                out.append(Finding(
-                    "dangling-constraint", svc.name,
-                    f"constraint {c.text()} names a label no node has; the service can never "
-                    "be placed",
-                    key=label_key,
-                ))
+        out += _service_findings(svc, prefix, generic_resource_kind, all_label_keys)
     out.extend(_uuid_findings(snap, metrics))
     for check in extra_checks:
         out.extend(check(snap))
+    return out
+
+
+def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[str, Any],
+                   generic_resource_kind: str, node_lost_grace_s: float) -> list[Finding]:
+    """One node: unusable label keys, its agent lost, its labels against its facts, its
+    resources and GPU health."""
+    out: list[Finding] = []
+    h = node.hostname
+    ours = {k: v for k, v in node.labels.items() if owned_by_label_sync(k, prefix)}
+    for key in node.labels:
+        if not usable_label_key(key):
+            out.append(Finding(
+                "unusable-key", h,
+                f"label {key!r} cannot be used in a Swarm constraint (keys allow letters, "
+                "digits, '-', '_', '.'; no '/'); use the swarmgpu.* labels instead",
+                key=key, advisory=True,
+            ))
+    res = snap.facts.get(node.id)
+    if res is None or res.facts is None:
+        gpu_node = gpu_hint(node, prefix) is not None or saved.get("last_ok") is not None
+        if gpu_node:
+            state = (f"agent answers but cannot be read ({res.cause})"
+                     if res is not None and res.listening else "agent unreachable")
+            out.append(Finding(
+                "unreachable", h,
+                f"{state} since {_when(saved.get('failing_since'))}; last good "
+                f"facts {_when(saved.get('last_ok'))}; labels kept as they are "
+                f"({res.error if res else 'not fetched'})",
+            ))
+            last_ok = saved.get("last_ok")
+            lost = (max(0.0, snap.taken_at - float(last_ok))
+                    if isinstance(last_ok, (int, float)) else None)
+            why = failing_why(0, 0, lost, node_lost_grace_s)
+            if why is not None:
+                out.append(_failing(h, why))
+        elif res is not None and res.listening:
+            # A first agent the daemon cannot read: no label yet, so nothing else
+            # would say it (its labels will never come).
+            out.append(Finding(
+                "unreadable", h,
+                f"an agent answers on {res.url or 'the agent port'} but its facts cannot "
+                f"be read: {res.cause}; no GPU label is written until it can; "
+                f"fix: {res.fix}", actual=res.cause,
+            ))
+        return out
+    want = desired_labels(res.facts, prefix)
+    for k, v in sorted(want.items()):
+        if k not in ours:
+            out.append(Finding("missing", h, f"label {k} missing (want {v!r})", k, v, None))
+        elif ours[k] != v:
+            out.append(Finding(
+                "wrong", h, f"label {k} is {ours[k]!r}, facts say {v!r}", k, v, ours[k]
+            ))
+    for k in sorted(set(ours) - set(want)):
+        out.append(Finding(
+            "stale", h, f"label {k}={ours[k]!r} no longer matches any fact", k, None, ours[k]
+        ))
+    out.extend(_resource_findings(node.hostname, node.generic_resources,
+                                  node.discrete_resources, res.facts, generic_resource_kind))
+    out.extend(_health_findings(h, res.facts, node_lost_grace_s))
+    return out
+
+
+def _service_findings(svc: SwarmService, prefix: str, generic_resource_kind: str,
+                      all_label_keys: AbstractSet[str]) -> list[Finding]:
+    """One service: its own GPU reservation, and constraints no node can meet."""
+    out = list(_swarm_gpu_reservation(svc, prefix, generic_resource_kind))
+    good, errors = parse_all(svc.constraints)
+    for e in errors:
+        out.append(Finding("unusable-constraint", svc.name, e))
+    for c in good:
+        label_key = c.node_label
+        if label_key is None or c.op != "==":
+            continue
+        if label_key.startswith(prefix + "service.") or label_key == prefix + "hold":
+            continue  # a placement gate (no node has it until swarmgpu opens it), or
+            # the hold of a stack deployed as written (swarmgpu replaces it)
+        if label_key not in all_label_keys:
+            out.append(Finding(
+                "dangling-constraint", svc.name,
+                f"constraint {c.text()} names a label no node has; the service can never "
+                "be placed",
+                key=label_key,
+            ))
     return out
 
 

@@ -13,6 +13,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.health import xid_info
 from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
+from swarmgpu.manager.agent_client import FactsResult
 from swarmgpu.manager.audit import Finding
 from swarmgpu.manager.placement import PlacementPlan, read_ledger
 from swarmgpu.manager.rebalance.attribution import service_states
@@ -123,82 +124,15 @@ def build_cluster(
     """``ungranted``: the services that see GPUs without a grant (``grants_step.rows``)."""
     metrics = metrics or {}
     saved_agents = saved_agents or {}
-    ledger = read_ledger(snap.nodes, prefix)
-    services_by_name = {s.name: s for s in snap.services}
-    plans = {sp.name: sp for sp in (plan.services if plan else [])}
-    tasks_by_service_node: dict[tuple[str, str], list[str]] = {}
-    for t in snap.tasks:
-        if t.desired_state == "running" and t.node_id:  # a task on no node shows nowhere
-            tasks_by_service_node.setdefault((t.service_id, t.node_id), []).append(t.id)
-    drift_by_host: dict[str, list[str]] = {}
-    for f in findings:
-        if f.kind in ("missing", "wrong", "stale"):
-            drift_by_host.setdefault(f.subject, []).append(f.message)
-
+    holders = _Holders(snap, plan, prefix)
     nodes_out = []
     for n in sorted(snap.nodes, key=lambda n: n.hostname):
         res = snap.facts.get(n.id)
         facts = res.facts if res else None
-        saved = saved_agents.get(n.id, {})
-        ours = {k: v for k, v in n.labels.items() if owned_by_label_sync(k, prefix)}
-        if facts is not None:
-            agent = {"status": "ok", "error": None, "last_ok": res.fetched_at if res else None,
-                     "failing_since": None}
-            want = desired_labels(facts, prefix)
-            drift = [f"{k}: want {v}, have {ours.get(k)}" for k, v in sorted(want.items())
-                     if ours.get(k) != v]
-            drift += [f"{k}: stale" for k in sorted(set(ours) - set(want))]
-            labels_state = "drifted" if drift else "in-sync"
-        elif ours or saved.get("last_ok"):
-            agent = {"status": "unreachable", "error": res.error if res else None,
-                     "last_ok": saved.get("last_ok"), "failing_since": saved.get("failing_since"),
-                     **_why(res)}
-            labels_state, drift = "agent-stale", []
-        elif res is not None and (res.listening or gpu_hint(n, prefix)):
-            # An agent the daemon cannot read (or a GPU node Swarm knows without one):
-            # never "none", which reads as "not a GPU node".
-            agent = {"status": "unreadable" if res.listening else "unreachable",
-                     "error": res.error, "last_ok": None,
-                     "failing_since": saved.get("failing_since"), **_why(res)}
-            labels_state, drift = "agent-unreadable", []
-        else:
-            agent = {"status": "none", "error": None, "last_ok": None, "failing_since": None}
-            labels_state, drift = "no-agent", []
-        gpus_out: list[dict[str, Any]] = []
-        if facts is not None:
-            node_metrics = metrics.get(n.id, {})
-            holders: dict[str, list[dict[str, Any]]] = {}
-            mig_holder: dict[str, dict[str, Any]] = {}
-            for svc_name, per_node in ledger.items():
-                h = per_node.get(n.id)
-                if h is None:
-                    continue
-                svc = services_by_name.get(svc_name)
-                sp = plans.get(svc_name)
-                tasks = tasks_by_service_node.get((svc.id, n.id), []) if svc else []
-                slot_of = dict(zip(h.uuids, h.slots, strict=True)) if h.packed else {}
-                for u, m in zip(h.uuids, h.milli, strict=True):
-                    entry = {"service": svc_name, "service_id": svc.id if svc else None,
-                             "tasks": tasks, "share_milli": m,
-                             "request": sp.request_text if sp else ""}
-                    if u in slot_of:  # replicas packed on one node: whose GPU this is
-                        entry["slot"] = slot_of[u]
-                    holders.setdefault(u, []).append(entry)
-                    mig_holder[u] = {"service": svc_name, "task": tasks[0] if tasks else None}
-            for g in facts.gpus:
-                gm = node_metrics.get(g.uuid)
-                gpus_out.append({
-                    "index": g.index, "uuid": g.uuid, "product": g.product,
-                    "memory_mib": g.memory_mib,
-                    "memory_used_mib": gm.fb_used_mib if gm else None,
-                    "util_pct": gm.util_pct if gm else None,
-                    **health_fields(gm), "xid_effect": xid_effect(gm),
-                    "numa_node": g.numa_node, "healthy": g.healthy, "error": g.error,
-                    "mig": [{"profile": m.profile, "uuid": m.uuid, "memory_mib": m.memory_mib,
-                             "memory_used_mib": mig_used(gm, m.gi_id),
-                             "holder": mig_holder.get(m.uuid)} for m in g.mig_devices],
-                    "holders": holders.get(g.uuid, []),
-                })
+        agent, labels_state, drift = _agent_and_labels(n, res, saved_agents.get(n.id, {}),
+                                                       prefix)
+        gpus_out = (_gpu_rows(facts, metrics.get(n.id, {}), *holders.on(n.id))
+                    if facts is not None else [])
         nodes_out.append({
             "id": n.id, "hostname": n.hostname, "role": n.role, "state": n.state,
             "availability": n.availability, "addr": n.addr, "agent": agent,
@@ -212,14 +146,7 @@ def build_cluster(
             "links": [list(r) for r in facts.links] if facts else [],
             "groups": _groups(facts) if facts else [],
         })
-    services_out: list[dict[str, Any]] = [sp.to_dict() for sp in (plan.services if plan else [])]
-    if plan is not None:  # a move in flight, or a proposed idle clean-up, shows as state
-        idle = [m.get("service") for m in (moves or {}).get("proposed", [])
-                if m.get("trigger") == "consolidation"]
-        states = service_states(plan.services, moving(snap.services, snap.swarm_labels, prefix),
-                                [str(x) for x in idle if x])
-        for entry in services_out:
-            entry["state"] = states.get(str(entry["name"]), entry["state"])
+    services_out = _services(snap, plan, moves, prefix)
     pending = [{"service": sp.name, "request": sp.request_text, "reason": sp.reason}
                for sp in (plan.services if plan else []) if sp.status == "pending"]
     return {
@@ -230,6 +157,106 @@ def build_cluster(
         "queues": list(plan.queues) if plan else [],  # use against quota (placement.queues)
         "ungranted": [dict(u) for u in ungranted],  # GPU access without a grant
     }
+
+
+def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str, Any],
+                      prefix: str) -> tuple[dict[str, Any], str, list[str]]:
+    """A node's agent as the map shows it, and its labels' state with the drift."""
+    facts = res.facts if res else None
+    ours = {k: v for k, v in n.labels.items() if owned_by_label_sync(k, prefix)}
+    if facts is not None:
+        agent = {"status": "ok", "error": None, "last_ok": res.fetched_at if res else None,
+                 "failing_since": None}
+        want = desired_labels(facts, prefix)
+        drift = [f"{k}: want {v}, have {ours.get(k)}" for k, v in sorted(want.items())
+                 if ours.get(k) != v]
+        drift += [f"{k}: stale" for k in sorted(set(ours) - set(want))]
+        return agent, "drifted" if drift else "in-sync", drift
+    if ours or saved.get("last_ok"):
+        return ({"status": "unreachable", "error": res.error if res else None,
+                 "last_ok": saved.get("last_ok"), "failing_since": saved.get("failing_since"),
+                 **_why(res)}, "agent-stale", [])
+    if res is not None and (res.listening or gpu_hint(n, prefix)):
+        # An agent the daemon cannot read (or a GPU node Swarm knows without one):
+        # never "none", which reads as "not a GPU node".
+        return ({"status": "unreadable" if res.listening else "unreachable",
+                 "error": res.error, "last_ok": None,
+                 "failing_since": saved.get("failing_since"), **_why(res)},
+                "agent-unreadable", [])
+    return ({"status": "none", "error": None, "last_ok": None, "failing_since": None},
+            "no-agent", [])
+
+
+class _Holders:
+    """Who holds each GPU of a node, from the ledger, with their tasks and requests."""
+
+    def __init__(self, snap: Snapshot, plan: PlacementPlan | None, prefix: str) -> None:
+        self.ledger = read_ledger(snap.nodes, prefix)
+        self.services = {s.name: s for s in snap.services}
+        self.plans = {sp.name: sp for sp in (plan.services if plan else [])}
+        self.tasks: dict[tuple[str, str], list[str]] = {}  # (service id, node id) -> tasks
+        for t in snap.tasks:
+            if t.desired_state == "running" and t.node_id:  # a task on no node shows nowhere
+                self.tasks.setdefault((t.service_id, t.node_id), []).append(t.id)
+
+    def on(self, node_id: str) -> tuple[dict[str, list[dict[str, Any]]],
+                                        dict[str, dict[str, Any]]]:
+        """(GPU UUID -> its holders, MIG device UUID -> its holder) on one node."""
+        holders: dict[str, list[dict[str, Any]]] = {}
+        mig_holder: dict[str, dict[str, Any]] = {}
+        for svc_name, per_node in self.ledger.items():
+            h = per_node.get(node_id)
+            if h is None:
+                continue
+            svc = self.services.get(svc_name)
+            sp = self.plans.get(svc_name)
+            tasks = self.tasks.get((svc.id, node_id), []) if svc else []
+            slot_of = dict(zip(h.uuids, h.slots, strict=True)) if h.packed else {}
+            for u, m in zip(h.uuids, h.milli, strict=True):
+                entry = {"service": svc_name, "service_id": svc.id if svc else None,
+                         "tasks": tasks, "share_milli": m,
+                         "request": sp.request_text if sp else ""}
+                if u in slot_of:  # replicas packed on one node: whose GPU this is
+                    entry["slot"] = slot_of[u]
+                holders.setdefault(u, []).append(entry)
+                mig_holder[u] = {"service": svc_name, "task": tasks[0] if tasks else None}
+        return holders, mig_holder
+
+
+def _gpu_rows(facts: NodeFacts, node_metrics: Mapping[str, GpuMetrics],
+              holders: Mapping[str, list[dict[str, Any]]],
+              mig_holder: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One node's GPUs for the map: facts, metrics, health fields, MIG slices, holders."""
+    out: list[dict[str, Any]] = []
+    for g in facts.gpus:
+        gm = node_metrics.get(g.uuid)
+        out.append({
+            "index": g.index, "uuid": g.uuid, "product": g.product,
+            "memory_mib": g.memory_mib,
+            "memory_used_mib": gm.fb_used_mib if gm else None,
+            "util_pct": gm.util_pct if gm else None,
+            **health_fields(gm), "xid_effect": xid_effect(gm),
+            "numa_node": g.numa_node, "healthy": g.healthy, "error": g.error,
+            "mig": [{"profile": m.profile, "uuid": m.uuid, "memory_mib": m.memory_mib,
+                     "memory_used_mib": mig_used(gm, m.gi_id),
+                     "holder": mig_holder.get(m.uuid)} for m in g.mig_devices],
+            "holders": holders.get(g.uuid, []),
+        })
+    return out
+
+
+def _services(snap: Snapshot, plan: PlacementPlan | None, moves: Mapping[str, Any] | None,
+              prefix: str) -> list[dict[str, Any]]:
+    """Each service's plan; a move in flight, or a proposed idle clean-up, as its state."""
+    services_out: list[dict[str, Any]] = [sp.to_dict() for sp in (plan.services if plan else [])]
+    if plan is not None:
+        idle = [m.get("service") for m in (moves or {}).get("proposed", [])
+                if m.get("trigger") == "consolidation"]
+        states = service_states(plan.services, moving(snap.services, snap.swarm_labels, prefix),
+                                [str(x) for x in idle if x])
+        for entry in services_out:
+            entry["state"] = states.get(str(entry["name"]), entry["state"])
+    return services_out
 
 
 def workload_lines(w: Mapping[str, Any]) -> list[str]:
@@ -258,55 +285,11 @@ def document_problems(doc: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
     nodes = {n["hostname"]: n for n in doc.get("nodes", [])}
     services = {s["name"]: s for s in doc.get("services", [])}
-
-    def placed_on(svc: Mapping[str, Any], host: str, index: int) -> bool:
-        return any(p.get("node") == host and index in (p.get("gpus") or [])
-                   for p in svc.get("placements") or [])
-
     for host, n in nodes.items():
         if n.get("gpus") and (n.get("agent") or {}).get("status") != "ok":
             out.append(f"{host}: GPUs drawn without an agent's facts")
         for g in n.get("gpus", []):
-            where = f"{host} GPU {g['index']}"
-            holders = g.get("holders") or []
-            total = sum(int(h.get("share_milli", 1000)) for h in holders)
-            if total > 1000 and not any(h.get("over_share") for h in holders):
-                out.append(f"{where}: holders' shares add up to {total / 10:g} %")
-            if holders and g.get("mig"):
-                out.append(f"{where}: held as a whole GPU while split into MIG slices")
-            for h in holders:
-                svc = services.get(h["service"])
-                if svc is None:
-                    out.append(f"{where}: held by {h['service']}, which is not a service")
-                    continue
-                if not placed_on(svc, host, g["index"]):
-                    out.append(f"{where}: held by {svc['name']}, whose placements omit it")
-                req = str(svc.get("request") or "")
-                if _MIG_RE.search(req):
-                    out.append(f"{where}: whole GPU held by {svc['name']} ({req})")
-                mem = _MEM_RE.search(req)
-                if mem:
-                    need = int(mem.group(1)) * (1024 if mem.group(2) == "GiB" else 1)
-                    if int(g.get("memory_mib") or 0) < need:
-                        out.append(f"{where}: {g.get('memory_mib')} MiB is less than "
-                                   f"{svc['name']}'s request ({req})")
-            for m in g.get("mig") or []:
-                holder = m.get("holder")
-                if not holder:
-                    continue
-                svc = services.get(holder["service"])
-                if svc is None:
-                    out.append(f"{where} {m['profile']}: held by {holder['service']}, "
-                               "which is not a service")
-                    continue
-                req = str(svc.get("request") or "")
-                want = _MIG_RE.search(req)
-                if want is None or want.group(1) != m["profile"]:
-                    out.append(f"{where}: MIG {m['profile']} held by {svc['name']}, "
-                               f"whose request is '{req}'")
-                if not placed_on(svc, host, g["index"]):
-                    out.append(f"{where}: MIG slice held by {svc['name']}, "
-                               "whose placements omit it")
+            out += _gpu_problems(host, g, services)
     for svc in services.values():
         if svc.get("status") != "placed" and svc.get("placements"):
             out.append(f"service {svc['name']} is {svc.get('status')} but has placements")
@@ -320,24 +303,83 @@ def document_problems(doc: Mapping[str, Any]) -> list[str]:
         if services.get(p.get("service"), {}).get("status") != "pending":
             out.append(f"pending request {p.get('service')} is not a pending service")
     for mv in (doc.get("moves") or {}).get("proposed", []):
-        name = mv.get("service")
-        target = nodes.get(mv.get("to"))
-        if name not in services:
-            out.append(f"proposed move of {name}: no such service")
-        if target is None:
-            out.append(f"proposed move of {name}: no node {mv.get('to')}")
+        out += _move_problems(mv, nodes, services)
+    return out
+
+
+def _placed_on(svc: Mapping[str, Any], host: str, index: int) -> bool:
+    return any(p.get("node") == host and index in (p.get("gpus") or [])
+               for p in svc.get("placements") or [])
+
+
+def _gpu_problems(host: str, g: Mapping[str, Any],
+                  services: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One GPU's holders and MIG slices against the services that hold them."""
+    out: list[str] = []
+    where = f"{host} GPU {g['index']}"
+    holders = g.get("holders") or []
+    total = sum(int(h.get("share_milli", 1000)) for h in holders)
+    if total > 1000 and not any(h.get("over_share") for h in holders):
+        out.append(f"{where}: holders' shares add up to {total / 10:g} %")
+    if holders and g.get("mig"):
+        out.append(f"{where}: held as a whole GPU while split into MIG slices")
+    for h in holders:
+        svc = services.get(h["service"])
+        if svc is None:
+            out.append(f"{where}: held by {h['service']}, which is not a service")
             continue
-        by_index = {g["index"]: g for g in target.get("gpus", [])}
-        for i in mv.get("gpus") or []:
-            g = by_index.get(i)
-            if g is None:
-                out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}: no such GPU")
-            elif g.get("healthy") is False:
-                out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}, "
-                           "which is unhealthy")
-            elif g.get("mig") or any(h["service"] != name for h in g.get("holders") or []):
-                out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}, "
-                           "which is taken")
+        if not _placed_on(svc, host, g["index"]):
+            out.append(f"{where}: held by {svc['name']}, whose placements omit it")
+        req = str(svc.get("request") or "")
+        if _MIG_RE.search(req):
+            out.append(f"{where}: whole GPU held by {svc['name']} ({req})")
+        mem = _MEM_RE.search(req)
+        if mem:
+            need = int(mem.group(1)) * (1024 if mem.group(2) == "GiB" else 1)
+            if int(g.get("memory_mib") or 0) < need:
+                out.append(f"{where}: {g.get('memory_mib')} MiB is less than "
+                           f"{svc['name']}'s request ({req})")
+    for m in g.get("mig") or []:
+        holder = m.get("holder")
+        if not holder:
+            continue
+        svc = services.get(holder["service"])
+        if svc is None:
+            out.append(f"{where} {m['profile']}: held by {holder['service']}, "
+                       "which is not a service")
+            continue
+        req = str(svc.get("request") or "")
+        want = _MIG_RE.search(req)
+        if want is None or want.group(1) != m["profile"]:
+            out.append(f"{where}: MIG {m['profile']} held by {svc['name']}, "
+                       f"whose request is '{req}'")
+        if not _placed_on(svc, host, g["index"]):
+            out.append(f"{where}: MIG slice held by {svc['name']}, "
+                       "whose placements omit it")
+    return out
+
+
+def _move_problems(mv: Mapping[str, Any], nodes: Mapping[Any, Mapping[str, Any]],
+                   services: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """A proposed move onto a GPU that does not exist, is unhealthy or is taken."""
+    out: list[str] = []
+    name = mv.get("service")
+    target = nodes.get(mv.get("to"))
+    if name not in services:
+        out.append(f"proposed move of {name}: no such service")
+    if target is None:
+        return [*out, f"proposed move of {name}: no node {mv.get('to')}"]
+    by_index = {g["index"]: g for g in target.get("gpus", [])}
+    for i in mv.get("gpus") or []:
+        g = by_index.get(i)
+        if g is None:
+            out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}: no such GPU")
+        elif g.get("healthy") is False:
+            out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}, "
+                       "which is unhealthy")
+        elif g.get("mig") or any(h["service"] != name for h in g.get("holders") or []):
+            out.append(f"proposed move of {name} to {mv.get('to')} GPU {i}, "
+                       "which is taken")
     return out
 
 

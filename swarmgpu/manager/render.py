@@ -36,6 +36,7 @@ from swarmgpu.manager.placement import (
     ORDER_ENV,
     PlacementPlan,
     Planner,
+    ServicePlan,
     devices_key,
     env_template,
     env_template_per_node,
@@ -523,45 +524,8 @@ def render_stack(
                                                for p in sp.placements if p.slot is None),
                                       facts, labels))
         deploy["labels"] = labels
-        placement = _mapping(deploy, "placement", f"{where}.deploy")
-        deploy["placement"] = placement
-        # The hold of a file deployed as written is the daemon's to replace; rendered,
-        # the file carries the gate itself.
-        cons = [c for c in _constraints(placement, where) if not is_hold(c, prefix)]
-        gate = gate_constraint(prefix, full)
-        if gate not in cons:
-            cons.append(gate)
-        placement["constraints"] = cons
-        if sp is not None and sp.packed is not None:
-            # Replicas packed on one node (swarmgpu.manager.placement): as many tasks on it as
-            # there are slot lists, with swarmgpu's record that the value is its own.
-            if sp.set_max_replicas is not None:
-                placement["max_replicas_per_node"] = sp.set_max_replicas
-            labels.update(sp.state_labels)
-        elif _replicas(deploy, where) > 1:
-            placement["max_replicas_per_node"] = 1
-        env = svc.get("environment")
-        old_tmpl, tmpl = env_template_per_node(prefix), env_template(prefix)
-        # The older per-node template is upgraded to the per-slot one (it reads the
-        # same lists, and packed replicas need the per-slot ones).
-        if isinstance(env, dict) and env.get("NVIDIA_VISIBLE_DEVICES") == \
-                old_tmpl.partition("=")[2]:
-            env["NVIDIA_VISIBLE_DEVICES"] = tmpl.partition("=")[2]
-        elif isinstance(env, list):
-            svc["environment"] = env = [tmpl if e == old_tmpl else e for e in env]
-        additions = [tmpl, ORDER_ENV]
-        if not isinstance(req, RequestError) and req.is_fraction:
-            additions.extend(env_lines(prefix))  # the container is told its share
-        if isinstance(env, dict):
-            for a in additions:
-                k, _, v = a.partition("=")
-                env.setdefault(k, v)
-        else:
-            lst = [str(e) for e in (env or [])]
-            for a in additions:
-                if not any(e.startswith(a.split("=", 1)[0] + "=") for e in lst):
-                    lst.append(a)
-            svc["environment"] = lst
+        _write_placement(deploy, labels, where, full, sp, prefix)
+        _write_env(svc, prefix, fraction=not isinstance(req, RequestError) and req.is_fraction)
         if mounts:
             _add_device_mount(svc, prefix)
     if bad := schema_errors(out):  # what render added must fit the schema too
@@ -570,3 +534,52 @@ def render_stack(
              f"#   docker stack deploy -c - {escaped(name)}\n"
     header += "".join(f"# {escaped(' '.join(n.split()))}\n" for n in checked.notes)
     return header + yaml.safe_dump(out, sort_keys=False, width=1000), plan
+
+
+def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str, full: str,
+                     sp: ServicePlan | None, prefix: str) -> None:
+    """The service's gate constraint (the hold replaced) and its replicas per node."""
+    placement = _mapping(deploy, "placement", f"{where}.deploy")
+    deploy["placement"] = placement
+    # The hold of a file deployed as written is the daemon's to replace; rendered,
+    # the file carries the gate itself.
+    cons = [c for c in _constraints(placement, where) if not is_hold(c, prefix)]
+    gate = gate_constraint(prefix, full)
+    if gate not in cons:
+        cons.append(gate)
+    placement["constraints"] = cons
+    if sp is not None and sp.packed is not None:
+        # Replicas packed on one node (swarmgpu.manager.placement): as many tasks on it as
+        # there are slot lists, with swarmgpu's record that the value is its own.
+        if sp.set_max_replicas is not None:
+            placement["max_replicas_per_node"] = sp.set_max_replicas
+        labels.update(sp.state_labels)
+    elif _replicas(deploy, where) > 1:
+        placement["max_replicas_per_node"] = 1
+
+
+def _write_env(svc: dict[str, Any], prefix: str, *, fraction: bool) -> None:
+    """The device env template (the older per-node one upgraded) and order, and a
+    fraction's share lines, added to the service's environment as it spells it."""
+    env = svc.get("environment")
+    old_tmpl, tmpl = env_template_per_node(prefix), env_template(prefix)
+    # The older per-node template is upgraded to the per-slot one (it reads the
+    # same lists, and packed replicas need the per-slot ones).
+    if isinstance(env, dict) and env.get("NVIDIA_VISIBLE_DEVICES") == \
+            old_tmpl.partition("=")[2]:
+        env["NVIDIA_VISIBLE_DEVICES"] = tmpl.partition("=")[2]
+    elif isinstance(env, list):
+        svc["environment"] = env = [tmpl if e == old_tmpl else e for e in env]
+    additions = [tmpl, ORDER_ENV]
+    if fraction:
+        additions.extend(env_lines(prefix))  # the container is told its share
+    if isinstance(env, dict):
+        for a in additions:
+            k, _, v = a.partition("=")
+            env.setdefault(k, v)
+    else:
+        lst = [str(e) for e in (env or [])]
+        for a in additions:
+            if not any(e.startswith(a.split("=", 1)[0] + "=") for e in lst):
+                lst.append(a)
+        svc["environment"] = lst

@@ -173,22 +173,7 @@ def parse_request(
     Any request key makes the service a GPU request; the amount defaults to one whole
     GPU. Raise RequestError on the first bad key or value.
     """
-    output = tuple(prefix + p[len(DEFAULT_PREFIX):] for p in OUTPUT_LABEL_PREFIXES)
-    mine: dict[str, str] = {}
-    for key in sorted(labels):
-        if not key.startswith(prefix) or key.startswith(output):
-            continue
-        name = key[len(prefix):]
-        if name not in KEYS:
-            near = difflib.get_close_matches(name, KEYS, n=1)
-            hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
-            raise RequestError(
-                key, labels[key], f"a known key: {', '.join(prefix + k for k in KEYS)}{hint}"
-            )
-        if len(labels[key]) > MAX_VALUE_LEN:
-            raise RequestError(key, labels[key][:32] + "...",
-                               f"a value of at most {MAX_VALUE_LEN} characters")
-        mine[name] = labels[key].strip()
+    mine = _request_keys(labels, prefix)
     if not mine:
         return None
     p = prefix
@@ -209,6 +194,53 @@ def parse_request(
         raise RequestError(p + "queue", queue, f"a queue name of the config's queues: letters, "
                                                f"digits, . _ - (e.g. {p}queue=research)")
 
+    whole = gpus if gpus is not None else 1
+    _check_together(mine, p, gpus, fraction, mig, topology, pack, prefer, avoid)
+    return GpuRequest(
+        gpus=whole,
+        gpu_milli=round(fraction * 1000) if fraction is not None else 1000,
+        min_memory_mib=memory,
+        products=products,
+        topology=topology,
+        mig_profile=mig,
+        rebalance=rebalance,
+        zone_prefer=prefer,
+        zone_avoid=avoid,
+        zone_label=zone_label,
+        pack=pack,
+        priority=priority,
+        priority_class=pclass,
+        preemptible=preemptible,
+        queue=queue,
+    )
+
+
+def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """The request's keys (prefix stripped) and values; RequestError on an unknown key
+    or an overlong value. swarmgpu's own output labels are not request keys."""
+    output = tuple(prefix + p[len(DEFAULT_PREFIX):] for p in OUTPUT_LABEL_PREFIXES)
+    mine: dict[str, str] = {}
+    for key in sorted(labels):
+        if not key.startswith(prefix) or key.startswith(output):
+            continue
+        name = key[len(prefix):]
+        if name not in KEYS:
+            near = difflib.get_close_matches(name, KEYS, n=1)
+            hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
+            raise RequestError(
+                key, labels[key], f"a known key: {', '.join(prefix + k for k in KEYS)}{hint}"
+            )
+        if len(labels[key]) > MAX_VALUE_LEN:
+            raise RequestError(key, labels[key][:32] + "...",
+                               f"a value of at most {MAX_VALUE_LEN} characters")
+        mine[name] = labels[key].strip()
+    return mine
+
+
+def _check_together(mine: Mapping[str, str], p: str, gpus: int | None,
+                    fraction: float | None, mig: str | None, topology: Topology,
+                    pack: Pack, prefer: tuple[str, ...], avoid: tuple[str, ...]) -> None:
+    """RequestError on keys that each parse but cannot go together."""
     if fraction is not None and gpus is not None and gpus > 1:
         raise RequestError(
             p + "gpu-fraction", mine["gpu-fraction"],
@@ -248,23 +280,6 @@ def parse_request(
             p + "zone-avoid", mine["zone-avoid"],
             f"zones not also in {p}zone-prefer (both name {', '.join(overlap)})",
         )
-    return GpuRequest(
-        gpus=whole,
-        gpu_milli=round(fraction * 1000) if fraction is not None else 1000,
-        min_memory_mib=memory,
-        products=products,
-        topology=topology,
-        mig_profile=mig,
-        rebalance=rebalance,
-        zone_prefer=prefer,
-        zone_avoid=avoid,
-        zone_label=zone_label,
-        pack=pack,
-        priority=priority,
-        priority_class=pclass,
-        preemptible=preemptible,
-        queue=queue,
-    )
 
 
 def request_labels(labels: Mapping[str, str], prefix: str = DEFAULT_PREFIX,

@@ -35,7 +35,7 @@ from swarmgpu.allocator.values import Choice, Demand, NodeSpec
 from swarmgpu.manager.placement import Planner, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.sim.runs import METER_EVERY, Window, arrival_times, meter, timed_pods
-from swarmgpu.sim.swarm_replay import P, World, _model
+from swarmgpu.sim.swarm_replay import P, World, workload_model
 from swarmgpu.sim.trace import TraceError, TracePod, load_nodes, load_pods
 from swarmgpu.swarm.client import SwarmNode, service_from_api
 
@@ -95,7 +95,7 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
     ranks = list(range(len(nodes)))
     rng.shuffle(ranks)
     world = World.of(nodes, ranks)
-    planner = Planner(workload=_model(workload, pods))
+    planner = Planner(workload=workload_model(workload, pods))
     planner.cluster.explain = False
     res = PriorityResult(seed, priorities, {"high": ClassResult(), "batch": ClassResult()})
     waiting: dict[str, int] = {}  # service id -> when it (last) started waiting

@@ -248,7 +248,9 @@ class World:
         self.tasks[sid] = self._task(s, new)
 
 
-def _model(mode: str, pods: Sequence[TracePod]) -> WorkloadModel:
+def workload_model(mode: str, pods: Sequence[TracePod]) -> WorkloadModel:
+    """The planner's workload model in a replay: ``online`` learns from the prior as the
+    daemon does, ``oracle`` is pinned to the whole trace's mix."""
     if mode == "online":
         return WorkloadModel.prior()
     if mode == "oracle":
@@ -269,7 +271,7 @@ class Replay:
         ranks = list(range(len(nodes)))
         rng.shuffle(ranks)  # the FGD replay's node permutation, from the same stream
         self.world = World.of(nodes, ranks)
-        self.planner = Planner(workload=_model(workload, pods))
+        self.planner = Planner(workload=workload_model(workload, pods))
         self.planner.cluster.explain = False  # reasons are not read here
         self.batch = batch
         self.inflate = inflate
@@ -345,7 +347,7 @@ class Replay:
         self.res.failed_at[level] = dict(self.failed)
         self.res.moves_at[level] = self.res.moves
 
-    def run(self, moves_per_100: float = 0.0, defrag: Defragmenter | None = None,
+    def run(self, moves_per_100: float = 0.0, defrag: FragmentationMover | None = None,
             defrag_every: int = BATCH) -> RunResult:
         arrived = 0
         next_level = LEVEL_STEP
@@ -387,7 +389,7 @@ class Replay:
         return self.res
 
 
-class Defragmenter:
+class FragmentationMover:
     """``--rebalance-moves`` through the daemon's own policy object
     (``FragmentationMoves``, what the ``fragmentation`` rebalance policy runs) on the
     planner's allocator; each move it makes is then carried out in the world as the
@@ -455,7 +457,7 @@ def _collect_less(fn: Callable[_Args, _Ret]) -> Callable[_Args, _Ret]:
 @_collect_less
 def replay_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int, *,
                    workload: str = "online", moves_per_100: float = 0.0,
-                   defrag: Defragmenter | None = None, inflate: float = 1.3,
+                   defrag: FragmentationMover | None = None, inflate: float = 1.3,
                    timing: bool = False, defrag_every: int = BATCH) -> RunResult:
     """One seed; ``timing`` records each placement decision the planner makes (its
     allocator's ``place``) in ``decision_s``."""
@@ -471,7 +473,7 @@ def replay_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: in
 @_collect_less
 def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int,
                               *, workload: str = "online", speedup: float = 1.0,
-                              moves_per_100: float = 0.0, defrag: Defragmenter | None = None,
+                              moves_per_100: float = 0.0, defrag: FragmentationMover | None = None,
                               source: str = "the pod file", batch: int = BATCH,
                               ) -> TimelineResult:
     """The departures replay (``sim.timeline``) through the planner: pods arrive and
@@ -488,7 +490,7 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
     rng.shuffle(ranks)  # as build_allocator does in the allocator-level replay
     world = World.of(nodes, ranks)
     world.jobs = True  # a pod that leaves completes; its job gives its GPUs back
-    planner = Planner(workload=_model(workload, pods))
+    planner = Planner(workload=workload_model(workload, pods))
     planner.cluster.explain = False  # reasons are not read here
     res = TimelineResult("swarmgpu", seed, pods=len(order))
     failed: Counter[str] = Counter()

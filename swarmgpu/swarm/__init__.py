@@ -1,8 +1,9 @@
 """The engine edge: everything that speaks Docker Swarm's language.
 
-``client`` (the engine API, typed), ``labels`` (the node labels swarmgpu owns),
-``constraints`` (Swarm's constraint language), ``identity`` (agent identity from the
-swarm's own PKI), ``dockerproxy`` (the least-privilege door to the engine socket, with
-``httpframe``, its strict HTTP framing, and ``jsonstrict``). Imports only
-``swarmgpu.core``.
+``client`` (the engine API, typed), ``cache`` (nodes and services kept from the event
+stream), ``labels`` (the node labels swarmgpu owns), ``constraints`` (Swarm's constraint
+language), ``taskspec`` (which spec changes make Swarm replace a task), ``identity``
+(agent identity from the swarm's own PKI), ``dockerproxy`` (the least-privilege door to
+the engine socket, with ``httpframe``, its strict HTTP framing, and ``jsonstrict``).
+Imports only ``swarmgpu.core``.
 """

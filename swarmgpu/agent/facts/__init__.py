@@ -4,6 +4,11 @@ Every source turns into one ``FactSource`` whose ``read()`` returns a ``NodeFact
 A source never raises for a broken GPU or a missing driver: it returns what it
 knows with ``errors`` filled in. It raises ``SourceError`` only for a spec that can
 never work (unknown kind, unreadable or malformed file), naming the spec and the fix.
+
+``registry`` turns a spec into a source: ``nvml`` (live, from the driver), ``gfd``
+(GPU feature discovery labels), ``file`` (saved facts), ``topo`` (a saved ``nvidia-smi
+topo -m``); ``naming`` (synthetic UUIDs, MIG profile names) is shared by them, and
+``profile`` scripts GPU metrics for demos and tests.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """Rebalancing: metrics in, windows, pure policies, one safe actuator (the mover).
 
-Layers, outer to inner: ``step`` (daemon hook) -> ``mover`` (the only writer) ->
-``planner`` -> ``policies/*`` (pure) -> ``signals``/``attribution``/``scrape``.
+Layers, outer to inner: ``step`` (the daemon's step) -> ``mover`` (the only writer;
+``repin`` for a move between GPUs of one node, ``budget`` for the fragmentation moves'
+budget, ``record`` for a move's record in Swarm) -> ``planner`` -> ``policies/*`` (pure
+plugins) over ``context`` (what policies see) -> ``signals``/``windows`` (utilisation
+windows), ``attribution`` (who holds what) and ``scrape`` (the metrics pages read).
+``moves`` holds the values all of them pass: Move, MoveRecord, Proposal, Trigger.
 """
