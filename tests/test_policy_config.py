@@ -141,3 +141,23 @@ def test_the_plugins_run_in_order_each_with_its_section() -> None:
                                                                                  "a"]
     assert not RebalanceConfig(policies="hotspot").health_policy
     assert RebalanceConfig(policies="hotspot , health").health_policy
+
+
+def test_a_statement_is_kept_or_dropped_as_one() -> None:
+    """Moves tried together (consolidation, defragmentation) reserve their targets in
+    the statement's own ledger; only ``commit`` makes them the pass's."""
+    from swarmgpu.manager.placement import Holding
+    from swarmgpu.manager.rebalance.context import Context, Inputs
+    from swarmgpu.manager.rebalance.moves import Move, Trigger
+
+    held = {"a": {"n1": Holding("a", "n1", ("G1",), (500,))}}
+    ctx = Context.build(Inputs(nodes=[], services=[], tasks=[], facts={}, ledger=held,
+                               gpus={}, node_signals={}, cfg=RebalanceConfig(), now=0.0))
+    move = Move("a", "id-a", "n1", "h1", ("G1",), (500,), "n2", "h2", (0,), ("G2",),
+                (500,), Trigger.DEFRAG, None, "r", "g")
+    st = ctx.statement(evict=[("a", "n1")])
+    st.move(move)
+    assert st.ledger["a"] == {"n2": Holding("a", "n2", ("G2",), (500,))}
+    assert ctx.ledger == held and ctx.moves == []  # dropped: nothing changed
+    st.commit()
+    assert ctx.moves == [move] and set(ctx.ledger["a"]) == {"n1", "n2"}  # make-before-break

@@ -291,3 +291,29 @@ class Context:
         for svc, nid in drop:
             lg.get(svc, {}).pop(nid, None)
         return lg
+
+    def statement(self, evict: Sequence[tuple[str, str]] = ()) -> Statement:
+        """Moves to try together, on a copy of the ledger without ``evict``."""
+        return Statement(self, evict)
+
+
+class Statement:
+    """Moves tried together, kept or dropped as one (after KAI-Scheduler's statements
+    on its cycle's session): ``move`` reserves a target in the statement's own ledger,
+    a copy of the pass's with ``evict``'s holdings gone; ``commit`` accepts every move
+    into the pass; a statement left uncommitted changes nothing. A policy that needs
+    several moves at once (consolidation: every holder of a GPU; defragmentation: the
+    holdings that make room) tries them here."""
+
+    def __init__(self, ctx: Context, evict: Sequence[tuple[str, str]] = ()) -> None:
+        self.ctx = ctx
+        self.ledger = ctx.ledger_without(evict)
+        self.moves: list[Move] = []
+
+    def move(self, m: Move) -> None:
+        self.moves.append(m)
+        hold(self.ledger, m)
+
+    def commit(self) -> None:
+        for m in self.moves:
+            self.ctx.accept(m)

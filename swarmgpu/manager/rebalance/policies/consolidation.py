@@ -9,10 +9,9 @@ threshold), the GPU becomes whole again. Only then are the moves proposed.
 from __future__ import annotations
 
 from swarmgpu.core.rebalanceconfig import ConsolidationConfig
-from swarmgpu.manager.placement import Holding
 from swarmgpu.manager.rebalance.attribution import estimated_util
-from swarmgpu.manager.rebalance.context import Context, hold
-from swarmgpu.manager.rebalance.moves import Move, Trigger
+from swarmgpu.manager.rebalance.context import Context
+from swarmgpu.manager.rebalance.moves import Trigger
 from swarmgpu.manager.rebalance.windows import State
 
 
@@ -29,12 +28,11 @@ def propose(ctx: Context, cfg: ConsolidationConfig) -> None:
                 continue
             if any(ctx.movable(s.service) is not None for s in on):
                 continue
-            planned: list[Move] = []
-            ledger: dict[str, dict[str, Holding]] = {k: dict(v) for k, v in ctx.ledger.items()}
+            st = ctx.statement()  # every holder moves, or none
             for s in on:
                 est = estimated_util(s, g.util_pct, on) or 0.0
                 choice = ctx.find_target(s.service, nid, add_util=est, only_shared=True,
-                                         ledger=ledger)
+                                         ledger=st.ledger)
                 if choice is None:
                     break
                 m = ctx.make_move(
@@ -44,11 +42,9 @@ def propose(ctx: Context, cfg: ConsolidationConfig) -> None:
                             f"free share is fragmented (> {cfg.frag_pct:g}% for "
                             f"{cfg.frag_window_s:g}s)"),
                     gain=f"frees {ns.hostname} GPU {g.index} as a whole GPU")
-                planned.append(m)
-                hold(ledger, m)
-            if len(planned) == len(on):
-                for m in planned:
-                    ctx.accept(m)
+                st.move(m)
+            if len(st.moves) == len(on):
+                st.commit()
 
 
 class Consolidation:

@@ -12,32 +12,31 @@ import itertools
 
 from swarmgpu.core.rebalanceconfig import DefragConfig
 from swarmgpu.manager.placement import Holding, demand_of
-from swarmgpu.manager.rebalance.context import Context, hold
-from swarmgpu.manager.rebalance.moves import Move, Trigger
+from swarmgpu.manager.rebalance.context import Context, Statement
+from swarmgpu.manager.rebalance.moves import Trigger
 
 _MAX_COMBOS = 500  # per pending service: bounds the search on crowded nodes
 
 
 def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pending: str
-         ) -> list[Move] | None:
+         ) -> Statement | None:
+    """The moves of ``combo`` off ``node``, when the pending request then fits there."""
     req = ctx.requests[pending]
-    ledger = ctx.ledger_without([(svc, node) for svc, _ in combo])
-    moves: list[Move] = []
+    st = ctx.statement(evict=[(svc, node) for svc, _ in combo])
     for svc, _h in combo:
-        choice = ctx.find_target(svc, node, ledger=ledger)
+        choice = ctx.find_target(svc, node, ledger=st.ledger)
         if choice is None:
             return None
-        moves.append(ctx.make_move(
+        st.move(ctx.make_move(
             svc, node, choice, Trigger.DEFRAG, None,
             reason=f"makes room for pending {pending} ({req.describe()}) on "
                    f"{ctx.nodes[node].hostname}",
             gain=f"pending {pending} can be placed"))
-        hold(ledger, moves[-1])
-    alloc = ctx.allocator(ledger)
+    alloc = ctx.allocator(st.ledger)
     if node not in alloc.alloc.nodes:
         return None
     ok = alloc.alloc.place_on(node, demand_of(req))
-    return moves if getattr(ok, "gpus", None) else None
+    return st if getattr(ok, "gpus", None) else None
 
 
 def propose(ctx: Context, cfg: DefragConfig) -> None:
@@ -52,7 +51,7 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
             for nid, h in by_node.items():
                 if svc != pending and nid not in has and ctx.movable(svc) is None:
                     per_node.setdefault(nid, []).append((svc, h))
-        best: list[Move] | None = None
+        best: Statement | None = None
         tried = 0
         for k in range(1, k_max + 1):
             for nid in sorted(per_node, key=lambda n: ctx.nodes[n].hostname):
@@ -74,8 +73,7 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
         if best is None:
             ctx.notes.append(f"pending {pending}: no plan of <= {k_max} move(s) makes room")
             continue
-        for m in best:
-            ctx.accept(m)
+        best.commit()
 
 
 class Defrag:
