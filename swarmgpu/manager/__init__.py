@@ -6,7 +6,8 @@ declared steps and their session), ``host`` (what a step sees of the daemon), ``
 ``heap`` (garbage collection between cycles), ``daemon_metrics``.
 Placement: ``placement/`` (the planner), ``placement_step`` (its step and writes),
 ``requests``, ``tenants``, ``sharing``, ``compose_gpu`` (Compose's GPU syntax),
-``release`` (held changes written on the operator's word), ``preempt_step``.
+``composefile`` (the stack file render writes, checked against ``schema/``), ``release``
+(held changes written on the operator's word), ``preempt_step``.
 GPU access without a grant: ``grants`` (found) and ``grants_step`` (reported, voided).
 GPU health and ownership: ``gpuhealth`` (states per GPU), ``gpuowners`` (each node
 speaks for its own GPUs). ``rebalance/`` (moves), ``overshare`` (use against share).

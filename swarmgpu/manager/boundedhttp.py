@@ -18,7 +18,7 @@ import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from swarmgpu.core.peertext import peer_text
 
@@ -151,21 +151,7 @@ def get(
     """GET ``url``; raise FetchError (or TimeoutError) when it cannot be done in time."""
     deadline = time.monotonic() + timeout_s
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise FetchError(f"scheme {parts.scheme!r} is not http or https")
-    host = parts.hostname or ""
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise FetchError("the URL's port is not a number") from None
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    host_header = f"[{host}]" if ":" in host else host
-    if parts.port:
-        host_header += f":{parts.port}"
-    lines = [f"GET {path} HTTP/1.1", f"Host: {host_header}", "Connection: close",
-             "Accept-Encoding: identity", "User-Agent: swarmgpu"]
-    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
-    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    host, port, host_header, request = _request(parts, headers)
     try:
         raw = socket.create_connection((host, port), timeout=_left(deadline))
     except OSError as exc:
@@ -178,31 +164,8 @@ def get(
     peer_cert: Mapping[str, object] | None = None
     try:
         if parts.scheme == "https":
-            ctx = tls or ssl.create_default_context()
-            try:
-                # The handshake gets part of what is left: a plain-HTTP server that
-                # waits for a request line answers nothing, and the rest of the time
-                # asks it in plain HTTP what it is (_answers_plain_http).
-                left = _left(deadline)
-                raw.settimeout(min(left, max(1.0, 0.6 * left)))
-                sname = host if ctx.check_hostname else None
-                sock = ctx.wrap_socket(raw, server_hostname=sname)
-            except TimeoutError:
-                raw.close()
-                if _answers_plain_http(host, port, host_header, deadline):
-                    raise FetchError("TLS handshake got no answer: a plain-HTTP server "
-                                     "listens there", kind=PLAIN_HTTP) from None
-                raise Deadline() from None
-            except ssl.SSLCertVerificationError as exc:
-                raise FetchError(f"TLS certificate refused: {exc.verify_message}",
-                                 kind=CERTIFICATE) from None
-            except ssl.SSLError as exc:
-                reason = exc.reason or exc.__class__.__name__
-                raw.close()
-                if _answers_plain_http(host, port, host_header, deadline):
-                    raise FetchError(f"TLS handshake failed ({reason}): a plain-HTTP server "
-                                     "answered it", kind=PLAIN_HTTP) from None
-                raise FetchError(f"TLS handshake failed ({reason})", kind=TLS) from None
+            sock = _handshake(raw, tls or ssl.create_default_context(), host, port,
+                              host_header, deadline)
             if isinstance(sock, ssl.SSLSocket):
                 peer_cert = sock.getpeercert()
                 peer_cn = peer_common_name(peer_cert)
@@ -225,6 +188,55 @@ def get(
         raise
     finally:
         sock.close()
+
+
+def _request(parts: SplitResult, headers: Mapping[str, str] | None
+             ) -> tuple[str, int, str, bytes]:
+    """(host, port, Host header, the request's bytes) for a URL, or FetchError."""
+    if parts.scheme not in ("http", "https"):
+        raise FetchError(f"scheme {parts.scheme!r} is not http or https")
+    host = parts.hostname or ""
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise FetchError("the URL's port is not a number") from None
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host_header = f"[{host}]" if ":" in host else host
+    if parts.port:
+        host_header += f":{parts.port}"
+    lines = [f"GET {path} HTTP/1.1", f"Host: {host_header}", "Connection: close",
+             "Accept-Encoding: identity", "User-Agent: swarmgpu"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    return host, port, host_header, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _handshake(raw: socket.socket, ctx: ssl.SSLContext, host: str, port: int,
+               host_header: str, deadline: float) -> socket.socket:
+    """The TLS handshake on a connected socket, or FetchError naming what answered."""
+    try:
+        # The handshake gets part of what is left: a plain-HTTP server that waits for a
+        # request line answers nothing, and the rest of the time asks it in plain HTTP
+        # what it is (_answers_plain_http).
+        left = _left(deadline)
+        raw.settimeout(min(left, max(1.0, 0.6 * left)))
+        sname = host if ctx.check_hostname else None
+        return ctx.wrap_socket(raw, server_hostname=sname)
+    except TimeoutError:
+        raw.close()
+        if _answers_plain_http(host, port, host_header, deadline):
+            raise FetchError("TLS handshake got no answer: a plain-HTTP server "
+                             "listens there", kind=PLAIN_HTTP) from None
+        raise Deadline() from None
+    except ssl.SSLCertVerificationError as exc:
+        raise FetchError(f"TLS certificate refused: {exc.verify_message}",
+                         kind=CERTIFICATE) from None
+    except ssl.SSLError as exc:
+        reason = exc.reason or exc.__class__.__name__
+        raw.close()
+        if _answers_plain_http(host, port, host_header, deadline):
+            raise FetchError(f"TLS handshake failed ({reason}): a plain-HTTP server "
+                             "answered it", kind=PLAIN_HTTP) from None
+        raise FetchError(f"TLS handshake failed ({reason})", kind=TLS) from None
 
 
 def _answers_tls(host: str, port: int, deadline: float) -> bool:

@@ -198,6 +198,14 @@ def read_gpu_reservations(
     count = str(asked[0][1])
     if labels.get(key) is None:
         out.labels[key] = count
+    _notes(out, where, key, count, generic)
+    return out
+
+
+def _notes(out: ComposeGpu, where: str, key: str, count: str,
+           generic: tuple[str, int] | None) -> None:
+    """What became of each spelling of the count, said in ``out.notes``."""
+    at = f"{where}.deploy.resources.reservations"
     if out.drop_devices:
         out.notes.append(f"{at}.devices became {key}: \"{count}\" and was removed "
                          "(`docker stack deploy` refuses devices under reservations)")
@@ -212,4 +220,3 @@ def read_gpu_reservations(
             f"and kept: Swarm also counts it, and names its own pick in {env}; the "
             f"container's GPUs are swarmgpu's NVIDIA_VISIBLE_DEVICES as long as the NVIDIA "
             f"toolkit's swarm-resource does not read {env} (`swarmgpu doctor`)")
-    return out

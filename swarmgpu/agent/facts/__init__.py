@@ -5,7 +5,9 @@ A source never raises for a broken GPU or a missing driver: it returns what it
 knows with ``errors`` filled in. It raises ``SourceError`` only for a spec that can
 never work (unknown kind, unreadable or malformed file), naming the spec and the fix.
 
-``registry`` turns a spec into a source: ``nvml`` (live, from the driver), ``gfd``
+``registry`` turns a spec into a source: ``nvml`` (live, from the driver, over
+``nvml_session``: the one NVML session; with ``nvml_xid``, the XID watcher, and
+``nvml_sampler``, the sampler behind /metrics), ``gfd``
 (GPU feature discovery labels), ``file`` (saved facts), ``topo`` (a saved ``nvidia-smi
 topo -m``); ``naming`` (synthetic UUIDs, MIG profile names) is shared by them, and
 ``profile`` scripts GPU metrics for demos and tests.
