@@ -83,6 +83,16 @@ def test_a_key_given_both_ways_is_an_error(tmp_path: Path) -> None:
         load_config(_file(tmp_path, {"hot_util_pct": 80, "hotspot": 3}), env={})
 
 
+def test_an_old_keys_error_is_located_at_its_own_line(tmp_path: Path) -> None:
+    """Strict config locates each error FILE:LINE; a flat key of an older release is
+    checked as its policy's key, at the line the file wrote it on."""
+    path = tmp_path / "old.yml"
+    path.write_text("rebalance:\n  max_moves_per_cycle: 1\n  hot_util_pct: 150\n")
+    _, errors = load_config_report(path, env={})
+    assert errors == [f"{path}:3: rebalance.hotspot.util_pct: 150.0 is not a percentage "
+                      "0-100"], errors
+
+
 def test_each_policy_checks_its_own_section(tmp_path: Path) -> None:
     cases = {"hotspot": ({"clear_pct": 90}, r"rebalance\.hotspot\.clear_pct: must be <= "
                                             r"util_pct"),

@@ -22,8 +22,8 @@ import yaml
 
 from swarmgpu.core.configvalues import FromEnv, coerce, locate_in
 from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
-from swarmgpu.core.rebalanceconfig import check_rebalance, move_flat_keys
 from swarmgpu.core.tenants import parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
@@ -486,6 +486,9 @@ def load_config_report(
         moved = move_flat_keys(data["rebalance"], errors.append)
         if notes is not None:
             notes += moved
+        for old, (policy, key) in FLAT_KEYS.items():  # a moved key's errors: its line
+            if ("rebalance", old) in lines:
+                lines.setdefault(("rebalance", policy, key), lines[("rebalance", old)])
     cfg: Config = _build(Config, data, "", errors.append)
     _check(cfg, errors.append)
     return cfg, [locate_in(e, path, lines, from_env) for e in errors]
