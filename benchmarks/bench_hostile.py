@@ -47,9 +47,9 @@ from gpu_nodes import RTX4090  # noqa: E402
 from swarmgpu.agent.server import build_server  # noqa: E402
 from swarmgpu.core.config import AgentsConfig, load_config  # noqa: E402
 from swarmgpu.core.httpguard import HEAD_DEADLINE_S, GuardedServer  # noqa: E402
-from swarmgpu.manager import webmap  # noqa: E402
-from swarmgpu.manager.agent_client import fetch_all, fetch_facts  # noqa: E402
 from swarmgpu.manager.daemon import Daemon  # noqa: E402
+from swarmgpu.manager.nodes.agent_client import fetch_all, fetch_facts  # noqa: E402
+from swarmgpu.manager.web import webmap  # noqa: E402
 from swarmgpu.swarm.client import SwarmNode  # noqa: E402
 
 HOSTILE = ("drip", "hang", "deep-json", "too-many-gpus", "huge")

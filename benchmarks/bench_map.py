@@ -45,7 +45,7 @@ from test_webmap import Cdp, MapServer, sample  # noqa: E402
 from web_fleet import fleet_doc  # noqa: E402
 
 from swarmgpu.core.config import HistoryConfig  # noqa: E402
-from swarmgpu.manager.history import History  # noqa: E402
+from swarmgpu.manager.web.history import History  # noqa: E402
 
 
 def wobble(doc: dict[str, Any], rng: random.Random, share: float = 0.1) -> dict[str, Any]:

@@ -30,11 +30,11 @@ from bench_scale import FakeSwarm, build_cluster  # noqa: E402
 from loguru import logger  # noqa: E402
 
 from swarmgpu.core.config import Config, SyncConfig  # noqa: E402
-from swarmgpu.manager.agent_client import FactsResult  # noqa: E402
-from swarmgpu.manager.cluster_view import build_cluster as status_doc  # noqa: E402
+from swarmgpu.manager.cycle.placement import apply_plan, make_plan, new_planner  # noqa: E402
+from swarmgpu.manager.nodes.agent_client import FactsResult  # noqa: E402
+from swarmgpu.manager.nodes.sync import Snapshot  # noqa: E402
 from swarmgpu.manager.placement import env_template, gate_constraint  # noqa: E402
-from swarmgpu.manager.placement_step import apply_plan, make_plan, new_planner  # noqa: E402
-from swarmgpu.manager.sync import Snapshot  # noqa: E402
+from swarmgpu.manager.web.cluster_view import build_cluster as status_doc  # noqa: E402
 from swarmgpu.swarm.client import SwarmService, SwarmTask  # noqa: E402
 
 P = "swarmgpu."

@@ -57,14 +57,14 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from swarmgpu.agent.facts.topo import TopoSource  # noqa: E402
 from swarmgpu.core.config import Config, SyncConfig  # noqa: E402
 from swarmgpu.core.model import NodeFacts  # noqa: E402
-from swarmgpu.manager.agent_client import FactsResult  # noqa: E402
-from swarmgpu.manager.agentbook import AgentBook  # noqa: E402
-from swarmgpu.manager.daemon_metrics import DaemonMetrics  # noqa: E402
-from swarmgpu.manager.heap import CycleCollector  # noqa: E402
+from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics  # noqa: E402
+from swarmgpu.manager.cycle.heap import CycleCollector  # noqa: E402
+from swarmgpu.manager.cycle.placement import apply_plan, make_plan, new_planner  # noqa: E402
+from swarmgpu.manager.engine.writes import WRITE_PARALLEL  # noqa: E402
+from swarmgpu.manager.nodes.agent_client import FactsResult  # noqa: E402
+from swarmgpu.manager.nodes.agentbook import AgentBook  # noqa: E402
+from swarmgpu.manager.nodes.sync import LabelSync, Snapshot  # noqa: E402
 from swarmgpu.manager.placement import env_template, gate_constraint  # noqa: E402
-from swarmgpu.manager.placement_step import apply_plan, make_plan, new_planner  # noqa: E402
-from swarmgpu.manager.sync import LabelSync, Snapshot  # noqa: E402
-from swarmgpu.manager.writes import WRITE_PARALLEL  # noqa: E402
 from swarmgpu.swarm.cache import SwarmCache  # noqa: E402
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask  # noqa: E402
 
@@ -520,8 +520,8 @@ def real_mode(args: argparse.Namespace) -> dict[str, Any]:
     from swarm_harness import SwarmCluster, gpu_resource_args
 
     from swarmgpu.core.config import load_config
+    from swarmgpu.manager.cycle.placement import PlacementStep
     from swarmgpu.manager.daemon import Daemon
-    from swarmgpu.manager.placement_step import PlacementStep
     from swarmgpu.swarm.client import SwarmClient
 
     kinds = [DGX_A100, RTX4090]

@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from test_render_engines import BOMB  # noqa: E402
 
-from swarmgpu.manager.render import check_stack  # noqa: E402
+from swarmgpu.manager.commands.render import check_stack  # noqa: E402
 
 _CHILD = """\
 import resource, runpy, sys

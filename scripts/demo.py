@@ -128,7 +128,7 @@ def main() -> int:
             env = cluster.client(node).api.inspect_container(cid)["Config"]["Env"]
             name = api.inspect_service(t["ServiceID"])["Spec"]["Name"]
             dev = next(e for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES="))
-            # a shared GPU's share, as the container is told it (swarmgpu.manager.sharing)
+            # a shared GPU's share, as the container is told it (swarmgpu.manager.services.sharing)
             share = [e for e in env if e.startswith(("SWARMGPU_GPU_FRACTION=",
                                                      "CUDA_DEVICE_MEMORY_LIMIT="))
                      and not e.endswith("=")]

@@ -19,10 +19,10 @@ from test_identity import CLUSTER, pki
 
 from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig
-from swarmgpu.manager.agent_client import FactsResult, fetch_facts
-from swarmgpu.manager.audit import audit, exit_code, render_table
-from swarmgpu.manager.cluster_view import build_cluster, render_status
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.commands.audit import audit, exit_code, render_table
+from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_facts
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import ReloadingServerContext, client_context
 

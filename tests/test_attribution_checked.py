@@ -1,4 +1,4 @@
-"""A GPU process counts for a service only where Swarm says so (swarmgpu.manager.overshare):
+"""A GPU process counts for a service only where Swarm says so (manager.services.overshare):
 its container must be a task of that service that Swarm places on that very node. A
 node's metrics line naming a service is a claim, never trusted on its own; a forged one
 acts on nobody and is reported unattributed (issue 20, finding 2)."""
@@ -15,7 +15,10 @@ from test_placement import DGX, R4090, svc
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.samples import GpuProcess
-from swarmgpu.manager.overshare import (
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import MOVE_STATE, Holding, assign_key, gate_key
+from swarmgpu.manager.rebalance.mover import MoveState, record_key
+from swarmgpu.manager.services.overshare import (
     Restarter,
     ServiceUse,
     Watch,
@@ -24,9 +27,6 @@ from swarmgpu.manager.overshare import (
     findings,
     owners,
 )
-from swarmgpu.manager.placement import MOVE_STATE, Holding, assign_key, gate_key
-from swarmgpu.manager.rebalance.mover import MoveState, record_key
-from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 P = "swarmgpu."

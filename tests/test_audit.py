@@ -6,9 +6,9 @@ from dataclasses import replace
 
 from gpu_nodes import RTX4090
 
-from swarmgpu.manager.agent_client import FactsResult
-from swarmgpu.manager.audit import audit, exit_code, render_table
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.commands.audit import audit, exit_code, render_table
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.labels import desired_labels
 

@@ -23,8 +23,8 @@ from test_identity import CLUSTER, _Source, pki  # noqa: F401  (pki: the fixture
 
 from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig
-from swarmgpu.manager import boundedhttp
-from swarmgpu.manager.agent_client import fetch_facts
+from swarmgpu.manager.nodes import boundedhttp
+from swarmgpu.manager.nodes.agent_client import fetch_facts
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import (
     PeerName,

@@ -33,7 +33,7 @@ from swarm_harness import SwarmCluster
 from task_watch import Seen, TaskWatch
 
 from swarmgpu.manager.placement import env_template, gate_constraint, hold_constraint
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.sharing import env_lines
 
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name

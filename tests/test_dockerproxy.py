@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from paths import REPO
 
-from swarmgpu.manager.proxy_policy import write_checks
+from swarmgpu.manager.engine.proxy_policy import write_checks
 from swarmgpu.swarm import dockerproxy
 from swarmgpu.swarm.dockerproxy import ALLOWED_CALLS, allowed, build_proxy, match
 from swarmgpu.swarm.httpframe import ChunkDecoder

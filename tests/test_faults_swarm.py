@@ -38,8 +38,8 @@ from gpu_nodes import (
 from swarm_harness import SwarmCluster
 
 from swarmgpu.core.config import load_config
+from swarmgpu.manager.cycle.placement import PlacementStep
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.manager.placement_step import PlacementStep
 from swarmgpu.swarm.client import SwarmClient
 from swarmgpu.swarm.labels import desired_labels
 

@@ -18,15 +18,15 @@ from test_health_policy import F2, mark, setup
 from test_health_policy import plan as health_plan
 
 from swarmgpu.core.config import AgentsConfig, Config, PreemptionConfig, SyncConfig
-from swarmgpu.manager.agent_client import FactsResult
-from swarmgpu.manager.agentbook import AgentRecord
+from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.agentbook import AgentRecord
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import MOVE_STATE, Holding, assign_key, devices_key, gate_key
-from swarmgpu.manager.placement_step import make_plan
-from swarmgpu.manager.preempt_step import Preempter
 from swarmgpu.manager.rebalance.moves import Trigger
 from swarmgpu.manager.rebalance.record import MoveState, move_of, moving, record_key
-from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."

@@ -28,8 +28,8 @@ from swarmgpu.core.config import (
     RebalanceConfig,
     SyncConfig,
 )
-from swarmgpu.manager.agentbook import AgentRecord
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.placement import (
     MAX_STATE,
     MOVE_STATE,
@@ -111,7 +111,7 @@ class RecordingSwarm:
         return dict(self._swarm_labels)
 
     def image_env(self, ref: str) -> tuple[str, ...] | None:
-        return None  # no image is on this stand-in's engine (unknown: grants_step)
+        return None  # no image is on this stand-in's engine (unknown: cycle.grants)
 
     # writes: compute() contract of SwarmClient (None or unchanged: no write)
     def update_node_labels(self, node_id: str,
@@ -519,7 +519,7 @@ def test_daemon_cycles_with_writes_on_never_touch_the_victim(tmp_path: Any) -> N
 
 
 def test_audit_names_a_forged_move_label_and_not_a_genuine_one() -> None:
-    from swarmgpu.manager.sync import Snapshot
+    from swarmgpu.manager.nodes.sync import Snapshot
 
     sw, now = _cluster({}), [1000.0]
     _start(sw, now)  # a genuine move of the victim, recorded by the daemon

@@ -31,8 +31,8 @@ from swarmgpu.agent.facts.topo import parse_topo
 from swarmgpu.core.config import ConfigError, load_config
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
 from swarmgpu.core.model import FactsError, Gpu, NodeFacts
-from swarmgpu.manager.render import StackError, load_stack, render_stack
-from swarmgpu.manager.requests import KEYS, GpuRequest, RequestError, parse_all
+from swarmgpu.manager.commands.render import StackError, load_stack, render_stack
+from swarmgpu.manager.services.requests import KEYS, GpuRequest, RequestError, parse_all
 from swarmgpu.swarm.client import SwarmNode
 
 T = TypeVar("T")

@@ -50,7 +50,7 @@ def test_global_node_without_room_waits_and_says_why_then_joins() -> None:
 
 
 def test_status_lists_global_nodes_waiting_and_jobs_done() -> None:
-    from swarmgpu.manager.cluster_view import _modes_lines
+    from swarmgpu.manager.web.cluster_view import _modes_lines
 
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
     s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})
@@ -68,9 +68,9 @@ def test_audit_names_a_global_services_gpu_node_without_room(tmp_path: object) -
     import time
 
     from swarmgpu.core.config import Config
-    from swarmgpu.manager.agent_client import FactsResult
-    from swarmgpu.manager.placement_step import audit_checks
-    from swarmgpu.manager.sync import Snapshot
+    from swarmgpu.manager.cycle.placement import audit_checks
+    from swarmgpu.manager.nodes.agent_client import FactsResult
+    from swarmgpu.manager.nodes.sync import Snapshot
 
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
     s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})

@@ -16,10 +16,10 @@ from gpu_nodes import RTX4090
 from test_rebalance_policies import CFG, U2, P, cluster, node, page
 
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.agent_client import FactsResult
-from swarmgpu.manager.audit import audit
-from swarmgpu.manager.gpuowners import conflicts, owners, strays
-from swarmgpu.manager.history import History
+from swarmgpu.manager.commands.audit import audit
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.gpuowners import conflicts, owners, strays
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.moves import Move
@@ -27,7 +27,7 @@ from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.scrape import NodeScrape, judge
 from swarmgpu.manager.rebalance.signals import GpuSignal, Signals
 from swarmgpu.manager.rebalance.windows import State
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.web.history import History
 from swarmgpu.swarm.client import SwarmNode
 
 F1 = dataclasses.replace(RTX4090.facts(), hostname="gpu-node-1",

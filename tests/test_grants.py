@@ -1,4 +1,4 @@
-"""GPU access only through a grant (swarmgpu.manager.grants, grants_step): which services
+"""GPU access only through a grant (swarmgpu.manager.services.grants, cycle.grants): which services
 see GPUs placement never gave them, and the void write.
 
 Pure detection over specs shaped as Swarm returns them; the step over an in-memory
@@ -16,9 +16,12 @@ import pytest
 from gpu_nodes import DGX_A100
 
 from swarmgpu.core.config import Config, PlacementConfig, load_config
-from swarmgpu.manager.actuator import Writes
-from swarmgpu.manager.agent_client import FactsResult
-from swarmgpu.manager.grants import (
+from swarmgpu.manager.cycle.grants import ImageEnvs, findings, void_one
+from swarmgpu.manager.engine.actuator import Writes
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.placement import devices_key, env_template
+from swarmgpu.manager.placement.envs import VOID_LINE, device_mount_spec, mount_target
+from swarmgpu.manager.services.grants import (
     Access,
     ImageEnv,
     devices_of,
@@ -32,9 +35,6 @@ from swarmgpu.manager.grants import (
     void_env,
     void_spec,
 )
-from swarmgpu.manager.grants_step import ImageEnvs, findings, void_one
-from swarmgpu.manager.placement import devices_key, env_template
-from swarmgpu.manager.placement.envs import VOID_LINE, device_mount_spec, mount_target
 from swarmgpu.swarm.client import (
     SwarmError,
     SwarmNode,
@@ -349,8 +349,8 @@ def test_void_spec_changes_nothing_but_the_env() -> None:
 
 
 def test_placement_replaces_a_void_line_with_its_template() -> None:
+    from swarmgpu.manager.cycle.placement import service_compute
     from swarmgpu.manager.placement import ServicePlan
-    from swarmgpu.manager.placement_step import service_compute
 
     sp = ServicePlan("s", "id-s", None, "1 GPU", "placed", "Active", add_env=[TMPL])
     new = service_compute(sp)(spec(["A=1", VOID_LINE, "B=2"]))
@@ -472,7 +472,7 @@ def _plan(services: Sequence[SwarmService], *, grants: str, adopt: bool = True) 
 
 
 def test_grants_as_mounts_adopt_placements_mount_beside_the_env() -> None:
-    from swarmgpu.manager.placement_step import service_compute
+    from swarmgpu.manager.cycle.placement import service_compute
 
     s = _gated("llm", {f"{P}gpus": "2"}, mounts=[_null("/data", "/srv")])
     (sp,) = _plan([s], grants="mounts").services
@@ -495,8 +495,8 @@ def test_render_in_grants_as_mounts_writes_the_device_mount() -> None:
     the mount (long syntax), so a deploy restarts nothing; a user's volume is kept."""
     import yaml
 
+    from swarmgpu.manager.commands.render import render_stack
     from swarmgpu.manager.placement import Planner
-    from swarmgpu.manager.render import render_stack
 
     text = ("services:\n  llm:\n    image: app\n    volumes: ['/srv:/data']\n"
             "    deploy:\n      labels: {swarmgpu.gpus: '2'}\n")
@@ -516,9 +516,9 @@ def test_render_in_grants_as_mounts_writes_the_device_mount() -> None:
 # --- the docker-proxy lets exactly these writes through ------------------------------------
 
 def test_proxy_policy_lets_the_void_write_and_the_device_mount_through() -> None:
+    from swarmgpu.manager.cycle.placement import service_compute
+    from swarmgpu.manager.engine.proxy_policy import PolicyError, check_service_update
     from swarmgpu.manager.placement import ServicePlan
-    from swarmgpu.manager.placement_step import service_compute
-    from swarmgpu.manager.proxy_policy import PolicyError, check_service_update
 
     cur = spec(["A=1", "NVIDIA_VISIBLE_DEVICES=all", "DOCKER_RESOURCE_GPU=GPU-a",
                 "NVIDIA_VISIBLE_DEVICES=0"])

@@ -1,4 +1,4 @@
-"""The daemon's health book (manager.gpuhealth) and the summary label: a failed GPU is
+"""The daemon's health book (manager.nodes.gpuhealth) and the summary label: a failed GPU is
 unhealthy in the cycle's facts (so the allocator gives it no room), a degraded one is
 still used, the operator's label brings one back and is never label sync's, and the
 healthy-count label follows the hysteresis state, not each read."""
@@ -13,11 +13,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from swarmgpu.core.config import HealthConfig
 from swarmgpu.core.health import HealthSignals, XidEvent
 from swarmgpu.core.model import Gpu, NodeFacts
-from swarmgpu.manager.agent_client import FactsResult
-from swarmgpu.manager.audit import audit
-from swarmgpu.manager.gpuhealth import HealthBook, apply_saved, health_rows, operator_key
+from swarmgpu.manager.commands.audit import audit
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.gpuhealth import HealthBook, apply_saved, health_rows, operator_key
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import node_spec
-from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync, plan_node_labels
 
@@ -144,7 +144,7 @@ def test_node_with_several_failed_gpus_is_reported_failing() -> None:
 
 def test_map_says_what_the_last_xid_means() -> None:
     from swarmgpu.core.metrics_in import GpuMetrics
-    from swarmgpu.manager.cluster_view import xid_effect
+    from swarmgpu.manager.web.cluster_view import xid_effect
 
     def gm(x: float) -> GpuMetrics:
         return GpuMetrics("GPU-aaaa", values={"DCGM_FI_DEV_XID_ERRORS": x})

@@ -1,5 +1,5 @@
 """The health rebalance policy, pure: snapshot (facts carrying each GPU's health state, as
-``manager.gpuhealth`` marks them) in, moves and releases out; its budget, report-only
+``manager.nodes.gpuhealth`` marks them) in, moves and releases out; its budget, report-only
 mode, degraded GPUs, whole failing nodes; and placement keeping a failed holding for it."""
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from swarmgpu.core.health import Level
 from swarmgpu.core.metrics_in import parse_metrics
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.core.rebalanceconfig import HealthPolicyConfig
-from swarmgpu.manager.agent_client import FactsResult
-from swarmgpu.manager.gpuhealth import HealthBook, level_of
+from swarmgpu.manager.cycle.placement import new_planner
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.gpuhealth import HealthBook, level_of
 from swarmgpu.manager.placement import MOVE_STATE, Planner, env_template, gate_constraint
-from swarmgpu.manager.placement_step import new_planner
 from swarmgpu.manager.rebalance.budget import HOUR_S
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.moves import HealthInputs, Proposal, Trigger
@@ -199,11 +199,11 @@ def test_a_new_daemon_sees_the_hours_spent_health_budget_in_swarm(tmp_path: Path
     leader over the same swarm cannot start a fresh hour; the list stays bounded."""
     from test_forged_state import RecordingSwarm, _cluster, _move_victim
 
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
     from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.nodes.sync import Snapshot
     from swarmgpu.manager.rebalance.moves import Outcome, Release
     from swarmgpu.manager.rebalance.record import HEALTH_KEEP, HEALTH_SPENT
-    from swarmgpu.manager.rebalance.step import Rebalancer
-    from swarmgpu.manager.sync import Snapshot
 
     sw: RecordingSwarm = _cluster({})
     cfg = Config(state_dir=str(tmp_path), health=HealthConfig(evacuations_per_hour=2))
@@ -404,7 +404,7 @@ def test_the_daemons_planner_leaves_failed_holdings_to_the_policy_from_its_first
     assert not any(U2[0] in pl.uuids for pl in sp.placements)
 
 
-# --- the two movers (rebalance/step.py): health moves act in rebalance dry-run ----------
+# --- the two movers (cycle/rebalance.py): health moves act in rebalance dry-run ----------
 
 
 def test_health_mover_acts_in_dry_run_and_the_movers_leave_each_others_moves() -> None:

@@ -1,4 +1,4 @@
-"""Garbage collection between the daemon's cycles (swarmgpu.manager.heap)."""
+"""Garbage collection between the daemon's cycles (swarmgpu.manager.cycle.heap)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from swarmgpu.manager.heap import CycleCollector
+from swarmgpu.manager.cycle.heap import CycleCollector
 
 
 @pytest.fixture(autouse=True)

@@ -35,15 +35,15 @@ from swarmgpu.core.model import (
     NodeFacts,
 )
 from swarmgpu.core.peertext import PEER_TEXT_LIMIT, peer_text
-from swarmgpu.manager import boundedhttp
-from swarmgpu.manager.agent_client import fetch_all, fetch_facts, parse_json_bounded
-from swarmgpu.manager.agentbook import AgentBook, load_saved
-from swarmgpu.manager.audit import audit
-from swarmgpu.manager.cluster_view import build_cluster
+from swarmgpu.manager.commands.audit import audit
+from swarmgpu.manager.nodes import boundedhttp
+from swarmgpu.manager.nodes.agent_client import fetch_all, fetch_facts, parse_json_bounded
+from swarmgpu.manager.nodes.agentbook import AgentBook, load_saved
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import plan_placement
 from swarmgpu.manager.rebalance.scrape import scrape_node
-from swarmgpu.manager.requests import RequestError, parse_all
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.services.requests import RequestError, parse_all
+from swarmgpu.manager.web.cluster_view import build_cluster
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.labels import (
     MAX_LABEL_VALUE_LEN,

@@ -37,9 +37,9 @@ from swarmgpu.core.httpguard import (
     OneRequestHandler,
     pick_victim,
 )
-from swarmgpu.manager.agent_client import fetch_facts
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.manager.webguard import allowed_hosts, host_allowed, host_of
+from swarmgpu.manager.nodes.agent_client import fetch_facts
+from swarmgpu.manager.web.webguard import allowed_hosts, host_allowed, host_of
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import ReloadingServerContext, client_context
 

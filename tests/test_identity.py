@@ -20,11 +20,11 @@ from swarmgpu.agent.doctor import Status, check_agent_identity, read_view
 from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig, ConfigError, describe_defaults, load_config
 from swarmgpu.core.samples import GpuProcess, GpuSample
-from swarmgpu.manager import boundedhttp
-from swarmgpu.manager.agent_client import fetch_facts
-from swarmgpu.manager.audit import identity_check
+from swarmgpu.manager.commands.audit import identity_check
+from swarmgpu.manager.nodes import boundedhttp
+from swarmgpu.manager.nodes.agent_client import fetch_facts
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.rebalance.scrape import NodeScrape, for_moves, scrape_node
-from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import (
     IdentityError,
@@ -329,9 +329,9 @@ def test_agent_finds_its_certificate_or_says_how(tmp_path: Path, pki: dict[str, 
 def test_identity_off_warns_every_cycle_and_is_a_metric() -> None:
     from loguru import logger
 
-    from swarmgpu.manager.agentbook import AgentBook
-    from swarmgpu.manager.daemon_metrics import DaemonMetrics
-    from swarmgpu.manager.sync import LabelSync
+    from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+    from swarmgpu.manager.nodes.agentbook import AgentBook
+    from swarmgpu.manager.nodes.sync import LabelSync
 
     lines: list[str] = []
     sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")

@@ -35,8 +35,8 @@ from paths import REPO
 from swarm_harness import NodeHandle, SwarmCluster
 
 from swarmgpu.core.config import AgentsConfig
-from swarmgpu.manager import boundedhttp
-from swarmgpu.manager.agent_client import fetch_facts
+from swarmgpu.manager.nodes import boundedhttp
+from swarmgpu.manager.nodes.agent_client import fetch_facts
 from swarmgpu.manager.rebalance.scrape import scrape_node
 from swarmgpu.swarm.client import SwarmClient, SwarmNode
 from swarmgpu.swarm.identity import (

@@ -10,7 +10,7 @@ Every import counts, also the ones inside functions and under ``TYPE_CHECKING``:
 import is still a dependency. Within a layer, modules import each other without a cycle
 (two modules that need each other are one responsibility, or one needs a smaller thing
 below both), and no part of the manager imports the daemon: the daemon wires the parts
-together (``swarmgpu.manager.host.CycleHost`` is what they see of it). README.md
+together (``swarmgpu.manager.cycle.host.CycleHost`` is what they see of it). README.md
 ("Layout") shows the tree.
 """
 
@@ -334,3 +334,19 @@ def test_no_private_name_is_imported_from_another_module() -> None:
                           f"from {node.module} import {a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert not found, "private names imported across modules:\n" + "\n".join(found)
+
+
+# manager/'s top: the daemon and the packages that show the pipeline (issue 35, item 7)
+MANAGER_TOP = {"daemon.py", "cycle", "nodes", "placement", "rebalance", "services",
+               "engine", "web", "commands"}
+
+
+def test_managers_top_is_the_daemon_and_its_pipeline() -> None:
+    """No module lies loose beside the daemon: a new one goes into the package of its
+    role (the cycle's steps, the nodes, the services, the engine edge, the web side, the
+    commands), whose map names it."""
+    top = {p.name for p in (PACKAGE / "manager").iterdir()
+           if p.name not in {"__init__.py", "__pycache__"}
+           and (p.suffix == ".py" or (p / "__init__.py").exists())}
+    assert top == MANAGER_TOP, f"manager/ holds {sorted(top - MANAGER_TOP)} loose; " \
+        f"missing {sorted(MANAGER_TOP - top)}"

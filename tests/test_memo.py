@@ -103,7 +103,7 @@ def test_the_cycle_after_its_gates_open_does_not_plan_the_service_again() -> Non
 
 def test_a_plan_that_places_is_planned_again_once_its_writes_landed() -> None:
     """The daemon writes a new placement's map, ledger and gate in one cycle
-    (``placement_step.gates_ready_now``). The next cycle plans it again: what a planner
+    (``cycle.placement.gates_ready_now``). The next cycle plans it again: what a planner
     says of a holding it finds in the ledger is not what it said when it chose it (state
     Allocated, not Bound; no score), so no key of the cycle after its writes may keep the
     first plan. The cycle after that keeps the second."""

@@ -1,4 +1,4 @@
-"""Each holder's GPU memory use against its share (swarmgpu.manager.overshare), pure; the
+"""Each holder's GPU memory use against its share (swarmgpu.manager.services.overshare), pure; the
 agent's page parsed back by the daemon's reader. On the real swarm:
 tests/test_overshare_swarm.py."""
 
@@ -12,8 +12,8 @@ from test_placement import DGX
 from swarmgpu.agent.metrics import render_metrics
 from swarmgpu.core.metrics_in import GpuMetrics, parse_metrics
 from swarmgpu.core.samples import GpuProcess, GpuSample
-from swarmgpu.manager.overshare import Watch, annotate, findings, owners, service_use
 from swarmgpu.manager.placement import Holding
+from swarmgpu.manager.services.overshare import Watch, annotate, findings, owners, service_use
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 F = DGX_A100.facts()
@@ -91,7 +91,7 @@ def test_watch_window_and_map_annotation() -> None:
 
 
 def test_unnamed_processes_are_named_from_swarms_task_list() -> None:
-    from swarmgpu.manager.overshare import owners
+    from swarmgpu.manager.services.overshare import owners
     from swarmgpu.swarm.client import SwarmService, SwarmTask
 
     svc = SwarmService("sid-a", "a", {}, (), (), "replicated", 1, None, 1)

@@ -36,7 +36,7 @@ from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, tasks_running, wait_running
 
 from swarmgpu.agent.procattr import SERVICE_LABEL, TASK_LABEL, engine_labels
-from swarmgpu.manager import boundedhttp
+from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.swarm.client import SwarmClient
 from swarmgpu.swarm.identity import client_context, default_cert_paths
 

@@ -20,7 +20,7 @@ from swarmgpu.manager.cycle.pipeline import Pipeline, PipelineError, Step, check
 from swarmgpu.manager.cycle.session import CycleSession, SessionError, Slot
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 

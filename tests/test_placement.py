@@ -259,7 +259,7 @@ def test_render_sees_the_stacks_cpu_reservation() -> None:
     """The issue's X/Y case: X, pinned to gpu-node-1, reserves 1.5 of its 2 CPUs; Y
     (1 GPU, cpus "1.0") rendered as a separate stack gets its devices on gpu-node-2,
     where Swarm can run it (render used to build Y without its reservation)."""
-    from swarmgpu.manager.render import render_stack
+    from swarmgpu.manager.commands.render import render_stack
 
     dgx, r4090 = _cpu_node("n-dgx", "gpu-node-1"), _cpu_node("n-4090", "gpu-node-2")
     x = replace(svc("x_x", {"swarmgpu.gpus": "1"}), spec={
@@ -286,7 +286,7 @@ services:
 def test_render_builds_the_spec_swarm_will_hold() -> None:
     import pytest
 
-    from swarmgpu.manager.render import StackError, load_stack, stack_services
+    from swarmgpu.manager.commands.render import StackError, load_stack, stack_services
 
     text = """
 services:

@@ -25,7 +25,7 @@ from gpu_nodes import (
 from swarm_harness import SwarmCluster
 
 from swarmgpu.manager.placement import env_template, gate_constraint
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.sharing import env_lines
 
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name
@@ -41,7 +41,7 @@ def stack_yaml(stack: str, services: dict[str, dict[str, Any]]) -> str:
             "image": "local/busybox:latest",
             "command": ["sleep", "3600"],
             "environment": [env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID",
-                            # a share is told to the container (swarmgpu.manager.sharing)
+                            # a share is told to the container (swarmgpu.manager.services.sharing)
                             *(env_lines(P) if f"{P}gpu-fraction" in spec["labels"] else ()),
                             *spec.get("env", [])],
             "deploy": {

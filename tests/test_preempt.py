@@ -24,8 +24,8 @@ from swarmgpu.core.config import (
     SyncConfig,
     load_config,
 )
-from swarmgpu.manager.agentbook import AgentRecord
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
 from swarmgpu.manager.placement.preempt import (
     PREEMPTED_STATE,
@@ -35,7 +35,7 @@ from swarmgpu.manager.placement.preempt import (
     preempted_state,
     serve_order,
 )
-from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all, parse_request
+from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, parse_request
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
@@ -498,8 +498,8 @@ def test_render_check_knows_the_configured_priority_classes(tmp_path: Any) -> No
     from click.testing import CliRunner
 
     from swarmgpu.cli import main
-    from swarmgpu.manager.render import check_stack
-    from swarmgpu.manager.requests import request_errors
+    from swarmgpu.manager.commands.render import check_stack
+    from swarmgpu.manager.services.requests import request_errors
 
     gold = {f"{P}gpus": "1", f"{P}priority": "gold"}
     assert [e.key for e in request_errors(gold)] == [f"{P}priority"]  # not a default class

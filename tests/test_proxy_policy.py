@@ -1,7 +1,7 @@
-"""What the docker-proxy lets the daemon's writes change (``manager.proxy_policy``).
+"""What the docker-proxy lets the daemon's writes change (``manager.engine.proxy_policy``).
 
 The current specs are the engine's own (tests/fixtures/engine/, captured from the test
-swarm's dockerd). The daemon's real edit functions (``placement_step.service_compute``,
+swarm's dockerd). The daemon's real edit functions (``cycle.placement.service_compute``,
 the rebalancer's ``spec_edit``) must pass; everything else a hostile client could post
 must not, including a change to any single field outside the allowed paths
 (property-based). The real engine behind the proxy: tests/test_dockerproxy_swarm.py.
@@ -19,11 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from paths import FIXTURES
 
-from swarmgpu.manager.placement.envs import ORDER_ENV, env_template, env_template_per_node
-from swarmgpu.manager.placement.keys import gate_constraint, hold_constraint
-from swarmgpu.manager.placement.records import ServicePlan
-from swarmgpu.manager.placement_step import service_compute
-from swarmgpu.manager.proxy_policy import (
+from swarmgpu.manager.cycle.placement import service_compute
+from swarmgpu.manager.engine.proxy_policy import (
     PolicyError,
     check_node_update,
     check_service_update,
@@ -31,8 +28,11 @@ from swarmgpu.manager.proxy_policy import (
     is_swarmgpus,
     write_checks,
 )
+from swarmgpu.manager.placement.envs import ORDER_ENV, env_template, env_template_per_node
+from swarmgpu.manager.placement.keys import gate_constraint, hold_constraint
+from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.rebalance.record import spec_edit, spec_labels
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.dockerproxy import WRITE_KINDS, without_join_tokens
 from swarmgpu.swarm.jsonstrict import JsonError, first_difference, load_json, same
 

@@ -42,7 +42,7 @@ from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
 from swarmgpu.manager.placement.quiet import QuietServices
 from swarmgpu.manager.placement.records import PlacementPlan
 from swarmgpu.manager.placement.specwrite import service_compute
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.sim.swarm_replay import FragmentationMover, Replay, World
 from swarmgpu.sim.trace import TracePod, load_nodes, load_pods
 from swarmgpu.sim.traces import bundled
@@ -299,7 +299,7 @@ def _gpus(nid: str, n: int, product: str, memory: int = 40960) -> tuple[Gpu, ...
 
 
 class Mini:
-    """Swarm objects in memory: the planner's writes applied as ``placement_step`` applies
+    """Swarm objects in memory: the planner's writes applied as ``cycle.placement`` applies
     them, and Swarm's part played roughly (a replica runs on a node whose gate is open);
     then changed at random as operators, nodes and Swarm change them."""
 
@@ -703,7 +703,7 @@ class Mini:
         return f"service {s.name}: priority edited"
 
     def p_preempted(self) -> str | None:
-        """The preemption actuator's writes (preempt_step): the victim's ledger entries
+        """The preemption actuator's writes (cycle.preemption): the victim's ledger entries
         and gates go, its record says why."""
         s = self._service()
         if s is None:

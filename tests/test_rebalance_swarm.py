@@ -115,7 +115,7 @@ def test_hot_spot_moves_exactly_one_replica_and_spike_moves_none(
     new_host, new_uuid = holder_gpu(swarm, "rb_a")
     assert new_host == other
     assert where(swarm, "rb_a") == {other: new_uuid}
-    # the moved task is told its share of the target GPU (swarmgpu.manager.sharing)
+    # the moved task is told its share of the target GPU (swarmgpu.manager.services.sharing)
     mem = next(g.memory_mib for g in GPU_NODES[other].facts().gpus if g.uuid == new_uuid)
     (moved,) = tasks_running(swarm, "rb_a")
     assert container_env(swarm, moved)["CUDA_DEVICE_MEMORY_LIMIT"] == f"{mem // 2}m"

@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from gpu_nodes import DGX_A100, RTX4090, run_cli, swarmgpu_env
 
 from swarmgpu.cli import main
-from swarmgpu.manager.audit import audit, exit_code
-from swarmgpu.manager.compose_gpu import read_gpu_reservations
-from swarmgpu.manager.render import StackError, check_stack, render_stack
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.commands.audit import audit, exit_code
+from swarmgpu.manager.commands.compose_gpu import read_gpu_reservations
+from swarmgpu.manager.commands.render import StackError, check_stack, render_stack
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 P = "swarmgpu."

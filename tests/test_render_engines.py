@@ -3,7 +3,7 @@ hostile (issue 33 point 1, issue 32 point 5).
 
 - The output carries ``version: "3.8"`` (a docker CLI before 23.0 refuses a file without
   one) and validates against docker/cli's own compose schema 3.8, vendored in
-  swarmgpu/manager/schema/ and read here with jsonschema directly, not through render.
+  swarmgpu/manager/commands/schema/ and read here with jsonschema directly, not through render.
 - Compose-specification GPU keys (``gpus: all``, ``gpus: N``) become swarmgpu.gpus;
   ``runtime`` and a top-level ``name`` are refused with their fix; every key Swarm
   ignores is named.
@@ -26,11 +26,11 @@ from test_render_compose import FACTS, NODES
 from swarmgpu.cli import main
 from swarmgpu.core.peertext import escaped
 from swarmgpu.core.yamlfile import MAX_NODES, parse_yaml
-from swarmgpu.manager.composefile import SWARM_IGNORES
-from swarmgpu.manager.render import StackError, check_stack, render_stack
+from swarmgpu.manager.commands.composefile import SWARM_IGNORES
+from swarmgpu.manager.commands.render import StackError, check_stack, render_stack
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = ROOT / "swarmgpu" / "manager" / "schema" / "config_schema_v3.8.json"
+SCHEMA = ROOT / "swarmgpu" / "manager" / "commands" / "schema" / "config_schema_v3.8.json"
 EXAMPLES = sorted((ROOT / "stacks" / "examples").rglob("*.yml"))
 VALIDATOR = jsonschema.Draft4Validator(json.loads(SCHEMA.read_text()))
 

@@ -28,7 +28,7 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.mover import Mover, MoveState, admit, read_records, record_key
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
-from swarmgpu.manager.sharing import node_of_key, share_labels
+from swarmgpu.manager.services.sharing import node_of_key, share_labels
 from swarmgpu.swarm.client import SwarmTask
 
 P = "swarmgpu."

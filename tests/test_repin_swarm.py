@@ -26,7 +26,7 @@ from test_placement_swarm import container_env, tasks_running, wait_running
 from test_rebalance_swarm import IDLE, holder_gpu, labels, node_labels
 
 from swarmgpu.manager.placement import env_template, gate_constraint
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.sharing import env_lines
 
 pytestmark = pytest.mark.swarm
 P = "swarmgpu."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarmgpu.manager.requests import (
+from swarmgpu.manager.services.requests import (
     OUTPUT_LABEL_PREFIXES,
     GpuRequest,
     Rebalance,

@@ -9,6 +9,7 @@ import yaml
 from test_forged_state import DGX_F, R4090_F, _node
 from test_write_paths import svc
 
+from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import (
     Holding,
     Planner,
@@ -21,8 +22,7 @@ from swarmgpu.manager.placement import (
     hold_constraint,
     is_hold,
 )
-from swarmgpu.manager.render import render_stack
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.client import SwarmTask
 
 P = "swarmgpu."

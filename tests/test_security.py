@@ -28,8 +28,8 @@ from paths import REPO
 
 from swarmgpu.agent.server import AgentServer, build_server, parse_listen
 from swarmgpu.core.config import AgentsConfig, Config, load_config
-from swarmgpu.manager.agent_client import fetch_facts
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agent_client import fetch_facts
 from swarmgpu.swarm.client import SwarmNode
 
 PACKAGE = REPO / "swarmgpu"
@@ -245,7 +245,7 @@ def test_subprocess_argv_is_never_a_string() -> None:
 JUSTIFIED = {
     ("B104", "swarmgpu/agent/server.py"): "--listen :9401 (an empty host) means every interface, "
     "as asked; the default is loopback",
-    ("B104", "swarmgpu/manager/webguard.py"): "a comparison with '0.0.0.0', not a bind",
+    ("B104", "swarmgpu/manager/web/webguard.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/swarm/client.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/core/healthcheck.py"): "a comparison with '0.0.0.0', not a bind",
     ("B310", "swarmgpu/core/healthcheck.py"): "urlopen of the container's own http(s) "

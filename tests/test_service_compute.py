@@ -1,4 +1,4 @@
-"""The read-modify-write of a service spec (``placement_step.service_compute``): every
+"""The read-modify-write of a service spec (``cycle.placement.service_compute``): every
 change a plan asks for lands, and the spec it was given stays as it was (only the paths
 it changes are copied)."""
 

@@ -1,4 +1,4 @@
-"""What a shared GPU holding tells its container (swarmgpu.manager.sharing), in the planner and
+"""What a shared GPU holding tells its container (manager.services.sharing), in the planner and
 in `render`, on facts from real captures (DGX A100 40 GB with GPU 0 in MIG mode)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import yaml
 from gpu_nodes import DGX_A100
 from test_placement import DGX, FACTS, svc
 
+from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import plan_placement
-from swarmgpu.manager.render import render_stack
-from swarmgpu.manager.requests import parse_all
-from swarmgpu.manager.sharing import env_lines, missing_env, share_labels, share_values
+from swarmgpu.manager.services.requests import parse_all
+from swarmgpu.manager.services.sharing import env_lines, missing_env, share_labels, share_values
 
 P = "swarmgpu."
 SHARED_ENV = (

@@ -11,7 +11,7 @@ from gpu_nodes import LOGS, agents, cfg_file, start_daemon, stop
 from swarm_harness import SwarmCluster
 from test_placement_swarm import container_env, deploy, wait_running
 
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.sharing import env_lines
 
 pytestmark = pytest.mark.swarm
 _ = agents  # fixture, used by name

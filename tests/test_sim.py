@@ -209,7 +209,8 @@ def test_wheel_ships_the_trace_and_its_attribution(tmp_path: Path) -> None:
     want = {f"swarmgpu/sim/traces/openb/{p.name}" for p in TRACES.iterdir()}
     assert "swarmgpu/sim/traces/openb/ATTRIBUTION.md" in want and want <= names
     web = REPO / "swarmgpu" / "manager" / "web"
-    assert {f"swarmgpu/manager/web/{p.name}" for p in web.iterdir()} <= names
+    assert {f"swarmgpu/manager/web/{p.name}" for p in web.iterdir()
+            if p.is_file()} <= names
 
 
 @pytest.mark.parametrize("cpu_heavy", [False, True])

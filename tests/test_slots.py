@@ -8,6 +8,7 @@ from dataclasses import replace
 from gpu_nodes import RTX4090
 from test_placement import DGX, FACTS, R4090, apply, svc
 
+from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import (
     PlacementPlan,
     ServicePlan,
@@ -20,8 +21,7 @@ from swarmgpu.manager.placement import (
     read_ledger,
 )
 from swarmgpu.manager.rebalance.context import why_not_movable
-from swarmgpu.manager.render import render_stack
-from swarmgpu.manager.requests import parse_all
+from swarmgpu.manager.services.requests import parse_all
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."

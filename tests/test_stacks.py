@@ -26,10 +26,10 @@ from paths import REPO
 
 from swarmgpu.core.config import load_config
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import ORDER_ENV, env_template, gate_constraint, hold_constraint
-from swarmgpu.manager.render import render_stack
-from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all
+from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.labels import desired_labels
 
@@ -156,7 +156,7 @@ def test_example_requests_parse_and_are_gated(path: Path) -> None:
         # The documented gate for `docker stack deploy -c FILE <file stem>`.
         assert gate_constraint(P, f"{path.stem}_{name}") in cons, (path, name, cons)
         assert env_template(P) in env and ORDER_ENV in env, (path, name, env)
-        if req.is_fraction:  # the container is told its share (swarmgpu.manager.sharing)
+        if req.is_fraction:  # the container is told its share (swarmgpu.manager.services.sharing)
             assert all(e in env for e in env_lines(P)), (path, name, env)
         if int(svc["deploy"].get("replicas", 1)) > 1:
             assert svc["deploy"]["placement"].get("max_replicas_per_node") == 1
@@ -228,7 +228,7 @@ def _exposed_names() -> set[str]:
 
     from swarmgpu.agent.metrics import AgentStats, render_metrics
     from swarmgpu.core.samples import GpuSample
-    from swarmgpu.manager.daemon_metrics import DaemonMetrics
+    from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 
     names: set[str] = set()
     for fam in DaemonMetrics().registry.collect():

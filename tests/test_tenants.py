@@ -27,14 +27,14 @@ from swarmgpu.core.config import (
     load_config,
 )
 from swarmgpu.core.tenants import STACK_LABEL
-from swarmgpu.manager.agentbook import AgentRecord
+from swarmgpu.manager.cycle.placement import SELF_DECLARED, audit_checks, new_planner
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agentbook import AgentRecord
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.preempt import choose_preemptions
-from swarmgpu.manager.placement_step import SELF_DECLARED, audit_checks, new_planner
-from swarmgpu.manager.requests import GpuRequest, RequestError, parse_request
-from swarmgpu.manager.sync import Snapshot
-from swarmgpu.manager.tenants import Tenants
+from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_request
+from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
@@ -483,7 +483,7 @@ def test_audit_names_a_service_several_tenants_match(tmp_path: Path) -> None:
 
 
 def test_status_and_the_map_document_carry_the_limits(tmp_path: Path) -> None:
-    from swarmgpu.manager.cluster_view import build_cluster, render_status
+    from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 
     cfg = _cfg(tmp_path, TWO_TEAMS)
     nodes, services, tasks = _full_4090(

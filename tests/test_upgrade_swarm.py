@@ -42,7 +42,7 @@ from paths import REPO
 from swarm_harness import SwarmCluster
 
 from swarmgpu.manager.placement import env_template, env_template_per_node, gate_constraint
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.sharing import env_lines
 
 pytestmark = pytest.mark.swarm
 P = "swarmgpu."

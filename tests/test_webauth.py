@@ -27,7 +27,7 @@ from test_identity import CLUSTER, pki  # noqa: F401  (pki: the fixture, a swarm
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
 from swarmgpu.core.httpguard import STUCK_WRITE_S, Conn, GuardedServer, pick_victim
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.manager.webauth import (
+from swarmgpu.manager.web.webauth import (
     SESSION_COOKIE,
     Caller,
     auth_required,

@@ -1,4 +1,4 @@
-"""The live GPU map (swarmgpu/manager/webmap.py + swarmgpu/manager/web/) in Debian's
+"""The live GPU map (swarmgpu/manager/web/webmap.py + swarmgpu/manager/web/) in Debian's
 real headless Chromium.
 
 The page is served through `webmap.register()` by a ThreadingHTTPServer that answers
@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from swarmgpu.manager import webmap
-from swarmgpu.manager.history import History
+from swarmgpu.manager.web import webmap
+from swarmgpu.manager.web.history import History
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = Path(__file__).resolve().parent / "web_sample_cluster.json"
@@ -608,7 +608,7 @@ def test_keyboard_focus_shows_gpu_details(
 def test_sample_and_fleet_documents_are_possible_states() -> None:
     from web_fleet import fleet_doc
 
-    from swarmgpu.manager.cluster_view import document_problems
+    from swarmgpu.manager.web.cluster_view import document_problems
 
     assert document_problems(sample()) == []
     fleet = fleet_doc(30)  # placed by the real planner from recorded topologies
@@ -633,7 +633,7 @@ def test_sample_and_fleet_documents_are_possible_states() -> None:
 
 def test_health_and_mig_memory_from_real_dcgm_exporter_pages() -> None:
     from swarmgpu.core.metrics_in import parse_metrics
-    from swarmgpu.manager.cluster_view import health_fields, mig_used
+    from swarmgpu.manager.web.cluster_view import health_fields, mig_used
 
     caps = REPO / "tests" / "fixtures" / "captures"
     t4 = parse_metrics((caps / "dcgm_tesla-t4_x1_drv460_Hostname_datadog-fixture-excerpt.txt")
@@ -656,7 +656,7 @@ def test_health_and_mig_memory_from_real_dcgm_exporter_pages() -> None:
 
 def test_history_ring_is_bounded_and_answers_per_node_and_service() -> None:
     from swarmgpu.core.config import HistoryConfig
-    from swarmgpu.manager.history import parse_query
+    from swarmgpu.manager.web.history import parse_query
 
     h = History(HistoryConfig(samples=4, max_gpus=6))
     doc = sample()
@@ -847,7 +847,7 @@ def test_over_share_badge_and_filter(
 def test_ungranted_gpu_access_panel_and_summary(
     chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
 ) -> None:
-    """Services that see GPUs without a grant (swarmgpu/manager/grants.py): each with its
+    """Services that see GPUs without a grant (swarmgpu/manager/services/grants.py): each with its
     nodes, why and the fix, counted in the summary (an exempt one listed, not counted)."""
     def doc() -> Doc:
         d = sample()

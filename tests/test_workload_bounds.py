@@ -23,8 +23,8 @@ from swarmgpu.allocator.workload import (
     WorkloadModel,
 )
 from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.placement import load_workload, store_workload
 from swarmgpu.manager.placement import Planner
-from swarmgpu.manager.placement_step import load_workload, store_workload
 
 EIGHT = TaskShape(88000, 1000, 8)
 ONE = TaskShape(11400, 1000, 1)

@@ -34,9 +34,11 @@ from swarmgpu.core.config import (
     RebalanceConfig,
     SyncConfig,
 )
-from swarmgpu.manager.agent_client import FactsResult
-from swarmgpu.manager.agentbook import AgentRecord
+from swarmgpu.manager.cycle.placement import audit_checks
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.agentbook import AgentRecord
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
     Holding,
     assign_key,
@@ -46,8 +48,6 @@ from swarmgpu.manager.placement import (
     gate_key,
     hold_constraint,
 )
-from swarmgpu.manager.placement_step import audit_checks
-from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 from swarmgpu.swarm.constraints import node_satisfies, parse_all
 from swarmgpu.swarm.taskspec import restarts_on
@@ -229,7 +229,7 @@ def test_placement_paths_restart_only_by_decision(tmp_path: Any, logs: list[str]
     check(sw, logs)
     assert sum(r[1] == "id-half" for r in sw.restarts) == 0
     # The operator's word writes it: one restart, the operator's decision.
-    from swarmgpu.manager.release import release_held
+    from swarmgpu.manager.services.release import release_held
 
     n = len(sw.restarts)
     snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {
@@ -320,8 +320,8 @@ def test_a_preemption_by_a_move_is_a_decision(tmp_path: Any, logs: list[str]) ->
 
 def test_the_over_share_restart_is_the_operators_word(tmp_path: Any,
                                                       logs: list[str]) -> None:
-    from swarmgpu.manager.overshare import Restarter, ServiceUse
     from swarmgpu.manager.rebalance.context import MOVED_AT
+    from swarmgpu.manager.services.overshare import Restarter, ServiceUse
 
     sw = _busy_4090({f"{P}priority": "0"}, 8)
     cfg = Config(state_dir=str(tmp_path), placement=PlacementConfig(overshare="restart"))

@@ -1,4 +1,4 @@
-"""Bounded parallel writes (swarmgpu.manager.writes): every item once, results in
+"""Bounded parallel writes (swarmgpu.manager.engine.writes): every item once, results in
 order, never more than the bound at once."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from swarmgpu.manager.writes import write_each
+from swarmgpu.manager.engine.writes import write_each
 
 
 def test_results_in_order_and_bounded() -> None:

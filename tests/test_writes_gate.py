@@ -20,7 +20,7 @@ from typing import Any
 import docker
 import pytest
 
-from swarmgpu.manager.actuator import Why, Writes
+from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.taskspec import restarts_on, task_changes
 
@@ -28,7 +28,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "swarmgpu"
 # The client's writes: only the gate calls them.
 CLIENT_WRITES = {"update_node_labels", "update_service_spec", "update_swarm_labels",
                  "_post_service_update", "_post_swarm_update"}
-GATE = {"swarmgpu/manager/actuator.py"}
+GATE = {"swarmgpu/manager/engine/actuator.py"}
 CLIENT = {"swarmgpu/swarm/client.py"}
 
 

@@ -21,17 +21,17 @@ from gpu_nodes import DGX_A100, RTX4090
 from test_forged_state import _node, _svc
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
-from swarmgpu.manager.agent_client import FactsResult
 from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.placement import PlacementStep
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
     assign_key,
     devices_key,
     gate_key,
 )
-from swarmgpu.manager.placement_step import PlacementStep
-from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask, service_from_api
 
 P = "swarmgpu."

@@ -21,6 +21,7 @@ from gpu_nodes import GPU_NODES, agents, cfg_file
 from swarm_harness import SwarmCluster
 
 from swarmgpu.core.config import load_config
+from swarmgpu.manager.cycle.placement import PlacementStep
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import (
     assign_key,
@@ -29,7 +30,6 @@ from swarmgpu.manager.placement import (
     gate_constraint,
     gate_key,
 )
-from swarmgpu.manager.placement_step import PlacementStep
 from swarmgpu.swarm.client import SwarmClient
 
 pytestmark = pytest.mark.swarm

@@ -27,13 +27,13 @@ from loguru import logger  # noqa: E402
 from swarmgpu.core.config import Config, SyncConfig  # noqa: E402
 from swarmgpu.core.metrics_in import FB_USED, GPU_TEMP, POWER, UTIL, GpuMetrics  # noqa: E402
 from swarmgpu.core.model import NodeFacts  # noqa: E402
-from swarmgpu.manager.agent_client import FactsResult  # noqa: E402
-from swarmgpu.manager.agentbook import AgentBook  # noqa: E402
-from swarmgpu.manager.cluster_view import ECC_DBE, ECC_SBE, XID  # noqa: E402
-from swarmgpu.manager.cluster_view import build_cluster as build_doc  # noqa: E402
-from swarmgpu.manager.daemon_metrics import DaemonMetrics  # noqa: E402
-from swarmgpu.manager.placement_step import apply_plan, make_plan  # noqa: E402
-from swarmgpu.manager.sync import LabelSync, Snapshot  # noqa: E402
+from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics  # noqa: E402
+from swarmgpu.manager.cycle.placement import apply_plan, make_plan  # noqa: E402
+from swarmgpu.manager.nodes.agent_client import FactsResult  # noqa: E402
+from swarmgpu.manager.nodes.agentbook import AgentBook  # noqa: E402
+from swarmgpu.manager.nodes.sync import LabelSync, Snapshot  # noqa: E402
+from swarmgpu.manager.web.cluster_view import ECC_DBE, ECC_SBE, XID  # noqa: E402
+from swarmgpu.manager.web.cluster_view import build_cluster as build_doc  # noqa: E402
 
 
 def _snap(fake: FakeSwarm, facts: dict[str, NodeFacts]) -> Snapshot:
@@ -98,7 +98,7 @@ if __name__ == "__main__":
     import json
 
     t = time.monotonic()
-    from swarmgpu.manager.cluster_view import document_problems
+    from swarmgpu.manager.web.cluster_view import document_problems
 
     d = fleet_doc(int(sys.argv[1]) if len(sys.argv) > 1 else 50)
     print(json.dumps({"s": round(time.monotonic() - t, 2), "nodes": len(d["nodes"]),

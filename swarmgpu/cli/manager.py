@@ -79,10 +79,10 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     Exit 0: clean, or advisories only; 1: findings needing action (--strict: any
     finding); 2: could not run.
     """
-    from swarmgpu.manager.agentbook import load_saved
-    from swarmgpu.manager.audit import audit as run_audit
-    from swarmgpu.manager.audit import exit_code, identity_check, render_table
-    from swarmgpu.manager.sync import take_snapshot
+    from swarmgpu.manager.commands.audit import audit as run_audit
+    from swarmgpu.manager.commands.audit import exit_code, identity_check, render_table
+    from swarmgpu.manager.nodes.agentbook import load_saved
+    from swarmgpu.manager.nodes.sync import take_snapshot
     from swarmgpu.swarm.client import SwarmClient, SwarmError
 
     cfg = load_cfg(config_path)
@@ -93,21 +93,21 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     except SwarmError as exc:
         click.echo(f"swarmgpu audit: cannot read the swarm: {exc}", err=True)
         sys.exit(2)
-    from swarmgpu.manager.gpuhealth import apply_saved  # failed/degraded GPUs as findings
+    from swarmgpu.manager.nodes.gpuhealth import apply_saved  # failed/degraded GPUs as findings
 
     apply_saved(snap.nodes, snap.facts, cfg.health, cfg.sync.prefix, cfg.state_dir)
     checks = []
     try:
-        from swarmgpu.manager.placement_step import audit_checks
+        from swarmgpu.manager.cycle.placement import audit_checks
 
         checks = audit_checks(cfg)
     except ImportError:
         pass
-    from swarmgpu.manager.overshare import audit_check
+    from swarmgpu.manager.services.overshare import audit_check
 
     checks.append(audit_check(cfg))  # holders over their GPU share (agents' processes)
     checks.append(identity_check(cfg.agents.identity, cfg.agents.token_file))
-    from swarmgpu.manager.grants_step import audit_check as ungranted_check
+    from swarmgpu.manager.cycle.grants import audit_check as ungranted_check
 
     checks.append(ungranted_check(cfg, swarm))  # GPUs seen without a grant (needs action)
     from swarmgpu.manager.rebalance.mover import forged_check, read_records
@@ -135,7 +135,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
 
 
 def _snapshot(cfg: Config) -> Any:
-    from swarmgpu.manager.sync import take_snapshot
+    from swarmgpu.manager.nodes.sync import take_snapshot
     from swarmgpu.swarm.client import SwarmClient, SwarmError
 
     try:
@@ -143,7 +143,7 @@ def _snapshot(cfg: Config) -> Any:
     except SwarmError as exc:
         click.echo(f"swarmgpu: cannot read the swarm: {exc}", err=True)
         sys.exit(2)
-    from swarmgpu.manager.gpuhealth import apply_saved  # as the daemon sees GPU health
+    from swarmgpu.manager.nodes.gpuhealth import apply_saved  # as the daemon sees GPU health
 
     apply_saved(snap.nodes, snap.facts, cfg.health, cfg.sync.prefix, cfg.state_dir)
     return snap
@@ -154,12 +154,12 @@ def _snapshot(cfg: Config) -> Any:
 @click.option("--json", "as_json", is_flag=True)
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
-    from swarmgpu.manager.cluster_view import ungranted_lines, workload_lines
-    from swarmgpu.manager.gpuhealth import health_rows
-    from swarmgpu.manager.grants_step import ImageEnvs, find, rows
-    from swarmgpu.manager.placement_step import make_plan
+    from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
+    from swarmgpu.manager.cycle.placement import make_plan
+    from swarmgpu.manager.nodes.gpuhealth import health_rows
     from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.manager.rebalance.record import moving
+    from swarmgpu.manager.web.cluster_view import ungranted_lines, workload_lines
     from swarmgpu.swarm.client import SwarmClient
 
     cfg = load_cfg(config_path)
@@ -199,7 +199,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
                 click.echo(f"  {sp.mode}: {sp.progress}")
         if sp.reason:
             click.echo(f"  why: {sp.reason}")
-        if sp.request is not None and sp.request.tenant:  # config tenants (manager.tenants)
+        if sp.request is not None and sp.request.tenant:  # config tenants (services.tenants)
             click.echo(f"  tenant: {sp.request.tenant}")
             for why in sp.request.limits:
                 click.echo(f"  limited: {why}")
@@ -238,7 +238,7 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
     listens beyond loopback answers only that, a manager certificate or loopback)."""
     import requests
 
-    from swarmgpu.manager.rebalance.step import ROUTE
+    from swarmgpu.manager.cycle.rebalance import ROUTE
     from swarmgpu.swarm.identity import IdentityError, read_token
 
     headers = {}
@@ -274,8 +274,8 @@ def render(stack_file: str, stack_name: str | None, output: str,
 
     from swarmgpu.core.peertext import escaped
     from swarmgpu.core.yamlfile import MAX_TEXT
-    from swarmgpu.manager.render import StackError, check_stack, render_stack
-    from swarmgpu.manager.tenants import Tenants
+    from swarmgpu.manager.commands.render import StackError, check_stack, render_stack
+    from swarmgpu.manager.services.tenants import Tenants
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
@@ -301,9 +301,9 @@ def render(stack_file: str, stack_name: str | None, output: str,
                    f"({len(checked.stack['services'])} service(s), {len(checked.requests)} "
                    "GPU request(s)), fits docker/cli's compose schema 3.8", err=True)
         return
-    from swarmgpu.manager.placement_step import new_planner
+    from swarmgpu.manager.cycle.placement import new_planner
+    from swarmgpu.manager.nodes.sync import facts_by_node
     from swarmgpu.manager.rebalance.record import moving
-    from swarmgpu.manager.sync import facts_by_node
     from swarmgpu.swarm.client import SwarmClient
 
     snap = _snapshot(cfg)
@@ -346,11 +346,11 @@ def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:
 @click.option("--json", "as_json", is_flag=True, help="The same document as /api/v1/cluster.")
 def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
-    from swarmgpu.manager.agentbook import load_saved
-    from swarmgpu.manager.audit import audit as run_audit
-    from swarmgpu.manager.cluster_view import build_cluster, gpu_metrics, render_status
-    from swarmgpu.manager.grants_step import ImageEnvs, find, rows
-    from swarmgpu.manager.placement_step import make_plan
+    from swarmgpu.manager.commands.audit import audit as run_audit
+    from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
+    from swarmgpu.manager.cycle.placement import make_plan
+    from swarmgpu.manager.nodes.agentbook import load_saved
+    from swarmgpu.manager.web.cluster_view import build_cluster, gpu_metrics, render_status
 
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
@@ -385,7 +385,7 @@ def apply_cmd(services: tuple[str, ...], config_path: str | None,
     them as held. This writes them now; the service's tasks restart once (Swarm's
     rolling update). Node labels are left to the daemon.
     """
-    from swarmgpu.manager.release import release_held
+    from swarmgpu.manager.services.release import release_held
     from swarmgpu.swarm.client import SwarmClient
 
     cfg = load_cfg(config_path, dry_run=dry_run or None)

@@ -24,7 +24,7 @@ def docker_proxy(listen: str, upstream: str, prefix: str, log_format: str) -> No
     """Forward to the Docker socket only the calls the daemon makes, framed strictly
     and with writes that change only what the daemon changes; 400/403 for the rest
     (the list: docs/security.md, swarmgpu.swarm.dockerproxy.ALLOWED_CALLS)."""
-    from swarmgpu.manager.proxy_policy import write_checks
+    from swarmgpu.manager.engine.proxy_policy import write_checks
     from swarmgpu.swarm.dockerproxy import serve
 
     setup_logging("INFO", log_format)

@@ -1,6 +1,6 @@
 """The operator's tenants (config ``tenants:``): who a service belongs to, and the most it
 may ask for. Parsed and checked here (pure); applied to requests in
-``swarmgpu.manager.tenants``.
+``swarmgpu.manager.services.tenants``.
 
 A service's labels are its stack's request; a tenant's limits are the operator's word.
 Each tenant matches services by stack (``com.docker.stack.namespace``, globs) and/or by

@@ -1,19 +1,21 @@
 """The daemon side: what runs on a Swarm manager.
 
-The cycle: ``daemon`` (schedules cycles, serves HTTP), ``cycle/`` (the pipeline of
-declared steps and their session), ``host`` (what a step sees of the daemon), ``sync``
-(label sync), ``actuator`` and ``writes`` (the only writer; bounded parallel writes),
-``heap`` (garbage collection between cycles), ``daemon_metrics``.
-Placement: ``placement/`` (the planner), ``placement_step`` (its step and writes),
-``requests``, ``tenants``, ``sharing``, ``compose_gpu`` (Compose's GPU syntax),
-``composefile`` (the stack file render writes, checked against ``schema/``), ``release``
-(held changes written on the operator's word), ``preempt_step``.
-GPU access without a grant: ``grants`` (found) and ``grants_step`` (reported, voided).
-GPU health and ownership: ``gpuhealth`` (states per GPU), ``gpuowners`` (each node
-speaks for its own GPUs). ``rebalance/`` (moves), ``overshare`` (use against share).
-The agents as the daemon sees them: ``agent_client``, ``agentbook``, ``boundedhttp``.
-What it tells people: ``audit``, ``render``, ``cluster_view``, ``observe``,
-``history``, ``webmap``, ``webguard``, ``webauth`` (who may read), ``web/`` (the map's
-static files). ``proxy_policy``: what the docker-proxy lets the daemon's writes change.
+The folder is the pipeline. ``daemon`` is the process (schedules cycles, watches events,
+serves HTTP, wires the steps); ``cycle/`` is what it runs each cycle as leader: the
+pipeline of declared steps in their order (label sync, placement, grants, metrics,
+rebalance, preemption, observe, overshare), one module per step. The steps do their work
+with the packages below them:
+
+``nodes/``      what the agents say and what the daemon makes of it (facts, labels,
+                GPU health, who owns which GPU)
+``placement/``  the planner: snapshot in, plan out
+``rebalance/``  moves of running GPU shares: windows, policies, the mover
+``services/``   what a service asks for (the request language), may have (tenants), is
+                told (sharing), sees without a grant (grants) and uses (overshare)
+``engine/``     the engine edge: the only writer (actuator, writes) and what the
+                docker-proxy lets it change
+``web/``        the GPU map and /api: the cluster document, history, who may read
+``commands/``   what the operator's commands compute: audit, render
+
 Imports ``core``, ``swarm`` and ``allocator``; never the agent.
 """

@@ -24,22 +24,22 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.httpguard import GuardedServer
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.sdnotify import sd_notify
-from swarmgpu.manager import webguard
-from swarmgpu.manager.agentbook import AgentBook
+from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.cycle.heap import CycleCollector
+from swarmgpu.manager.cycle.host import QueryRoute, Route
 from swarmgpu.manager.cycle.label_sync import LabelSyncStep
 from swarmgpu.manager.cycle.pipeline import Pipeline, Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
-from swarmgpu.manager.daemon_metrics import DaemonMetrics
-from swarmgpu.manager.heap import CycleCollector
-from swarmgpu.manager.host import QueryRoute, Route
-from swarmgpu.manager.sync import (
+from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.nodes.sync import (
     CycleReport,
     LabelSync,
     Snapshot,
     fetch_agents,
     take_snapshot,
 )
-from swarmgpu.manager.webauth import WebAuth
+from swarmgpu.manager.web import webguard
+from swarmgpu.manager.web.webauth import WebAuth
 from swarmgpu.swarm.cache import SwarmCache, follow
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 from swarmgpu.swarm.identity import IdentityError, agent_auth
@@ -55,7 +55,7 @@ def _facts_key(f: NodeFacts) -> str:
 class Daemon:
     """The cycle and its wiring: label sync, then the steps given to ``use`` (see
     ``swarmgpu.manager.cycle``), which see the daemon as a
-    ``swarmgpu.manager.host.CycleHost``."""
+    ``swarmgpu.manager.cycle.host.CycleHost``."""
 
     def __init__(
         self, cfg: Config, swarm: SwarmClient | None = None, metrics: DaemonMetrics | None = None
@@ -137,7 +137,7 @@ class Daemon:
     def run_steps(self, snapshot: Snapshot) -> CycleReport:
         """The pipeline on one snapshot, in a new session. Label sync's held node writes
         (when a step requires them) wait for the step after it, which folds each into its
-        own write of the same node (``placement_step.apply_plan``): one write per node
+        own write of the same node (``cycle.placement.apply_plan``): one write per node
         per cycle. Whatever that step did not take is written right after it, before the
         next step, and if a step fails."""
         session = CycleSession(snapshot)

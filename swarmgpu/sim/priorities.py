@@ -11,7 +11,7 @@ arrived, and a pod's lifetime starts when it is placed.
 
 With priorities, after each cycle ``placement.preempt.choose_preemptions`` (the daemon's
 own decision, victims of priority 0 for pending pods of priority 100) runs, and each
-victim is stopped as ``manager.preempt_step`` stops one (its ledger entry and gate go): it
+victim is stopped as ``manager.cycle.preemption`` stops one (its ledger entry and gate go): it
 waits again and, when placed anew, runs its whole lifetime again (the work is lost). A
 cycle right after the preemptions places the preemptors (the daemon triggers one a second
 later). Victims are never moved here (no mover in the simulator).

@@ -6,12 +6,12 @@ with the request labels a user would write (``swarmgpu.gpus`` or ``swarmgpu.gpu-
 across cycles plans over in-memory Swarm objects -- nodes with their resources, services,
 tasks -- exactly as it does over a snapshot of a real swarm. Its writes (ledger and gate
 node labels, device labels, ``ForceUpdate``) are applied to those objects the way
-``placement_step.apply_plan`` applies them to Swarm (node label changes and the same spec
+``cycle.placement.apply_plan`` applies them to Swarm (node label changes and the same spec
 transformation), and Swarm's part is played by a small stand-in: a task runs on the node
 whose gate is open. One difference from the daemon, which does not touch what is placed
 where: the daemon opens a gate the planner deferred in the same cycle as the service
 write, once one task list after it shows every waiting task carrying the new
-``ForceUpdate`` (``placement_step.gates_ready_now``); here such a gate stays closed until
+``ForceUpdate`` (``cycle.placement.gates_ready_now``); here such a gate stays closed until
 the planner's next full cycle opens it (its task then runs). The holding is committed,
 and counted, when it is planned, either way.
 
@@ -59,7 +59,7 @@ from swarmgpu.manager.placement import (
     gate_key,
 )
 from swarmgpu.manager.placement.specwrite import service_compute
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.sim.runs import (
     LEVEL_STEP,
     METER_EVERY,

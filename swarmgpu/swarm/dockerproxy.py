@@ -16,7 +16,7 @@ per connection, ``Connection: close`` both ways. The engine's answer is re-frame
 Content: the three writes are checked against the current spec, which the proxy reads
 from the engine itself; ``version`` must be that spec's, so the engine applies the
 update only to the spec that was checked. What a write may change is the daemon's to
-say: ``build_proxy`` takes the checks (``swarmgpu.manager.proxy_policy.write_checks``,
+say: ``build_proxy`` takes the checks (``swarmgpu.manager.engine.proxy_policy.write_checks``,
 handed over by ``swarmgpu docker-proxy``). ``GET /swarm`` comes back without its join
 tokens. Refusals are 403 and logged.
 """

@@ -1,14 +1,27 @@
 """The daemon's cycle: a pipeline of declared steps and what they hand each other.
 
+The machinery:
+
+``pipeline``  the Step protocol (name, requires, provides, run) and Pipeline, which
+              checks the order when the daemon starts and runs the steps each cycle
 ``session``   CycleSession: one cycle's slots (the snapshot, the facts with their GPU
               health states, the placement plan, the metrics, the moves, ...), each
               written by the one step that provides it and read by the steps that
               require it
-``pipeline``  the Step protocol (name, requires, provides, run) and Pipeline, which
-              checks the order when the daemon starts and runs the steps each cycle
 ``wiring``    the daemon's steps in their order (``daemon_steps``): what `swarmgpu run`
               runs, and what tests build
-``label_sync`` the first step: node labels from facts, its node writes held for placement
-``scrape``    every node's GPU metrics, read once per cycle for the rebalancer and the map
-``overshare`` placement.overshare: restart, acting on observe's watch
+``host``      CycleHost: what a step sees of the daemon (read-only)
+``heap``      garbage collection between cycles, not in one
+``daemon_metrics`` the daemon's own Prometheus metrics
+
+The steps, in the order ``wiring`` runs them:
+
+``label_sync`` node labels from facts; its node writes held for placement
+``placement``  the plan (``placement/``) and its writes, in the only safe order
+``grants``     services that see GPUs without a grant: reported, voided
+``scrape``     every node's GPU metrics, read once per cycle for the rebalancer and the map
+``rebalance``  windows, policies, movers (``rebalance/``)
+``preemption`` the preemption actuator: budgets, dry-run, the victims' writes
+``observe``    the cluster document, the over-share watch, the map
+``overshare``  placement.overshare: restart, acting on observe's watch
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
-from swarmgpu.manager.sync import LabelSync, facts_by_node
+from swarmgpu.manager.nodes.sync import LabelSync, facts_by_node
 
 
 class LabelSyncStep(Step):

@@ -4,10 +4,10 @@ over-share watch the observe step updated in this cycle."""
 
 from __future__ import annotations
 
+from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
-from swarmgpu.manager.host import CycleHost
-from swarmgpu.manager.overshare import Restarter
+from swarmgpu.manager.services.overshare import Restarter
 from swarmgpu.swarm.identity import metrics_may_act
 
 

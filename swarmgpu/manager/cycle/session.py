@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from swarmgpu.core.metrics_in import GpuMetrics
     from swarmgpu.core.model import NodeFacts
-    from swarmgpu.manager.grants import Ungranted
-    from swarmgpu.manager.overshare import Watch
+    from swarmgpu.manager.engine.writes import HeldNodeWrites
+    from swarmgpu.manager.nodes.sync import CycleReport, Snapshot
     from swarmgpu.manager.placement import PlacementPlan, Planner
     from swarmgpu.manager.rebalance.moves import Proposal
     from swarmgpu.manager.rebalance.scrape import NodeScrape
-    from swarmgpu.manager.sync import CycleReport, Snapshot
-    from swarmgpu.manager.writes import HeldNodeWrites
+    from swarmgpu.manager.services.grants import Ungranted
+    from swarmgpu.manager.services.overshare import Watch
 
 
 class Slot(StrEnum):

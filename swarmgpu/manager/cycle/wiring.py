@@ -18,15 +18,15 @@ after them no longer require what they would have provided.
 
 from __future__ import annotations
 
+from swarmgpu.manager.cycle.grants import GrantsStep
+from swarmgpu.manager.cycle.host import CycleHost
+from swarmgpu.manager.cycle.observe import ObserveStep
 from swarmgpu.manager.cycle.overshare import OvershareStep
 from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.placement import PlacementStep
+from swarmgpu.manager.cycle.preemption import PreemptStep
+from swarmgpu.manager.cycle.rebalance import Rebalancer, serve
 from swarmgpu.manager.cycle.scrape import ScrapeStep
-from swarmgpu.manager.grants_step import GrantsStep
-from swarmgpu.manager.host import CycleHost
-from swarmgpu.manager.observe import ObserveStep
-from swarmgpu.manager.placement_step import PlacementStep
-from swarmgpu.manager.preempt_step import PreemptStep
-from swarmgpu.manager.rebalance.step import Rebalancer, serve
 
 
 def daemon_steps(host: CycleHost) -> list[Step]:

@@ -25,7 +25,7 @@ How a placement is expressed (every piece verified on a real swarm, see README):
   collide; packed replicas cannot, because every slot runs on the one gated node.
   Whole GPUs only: a share or a MIG device keeps one replica per node.
 - service labels ``<p>share.<field>.<nodeID>`` for a shared (fractional) holding: what
-  the container is told of its share, read by env templates (``swarmgpu.manager.sharing``).
+  the container is told of its share, read by env templates (``swarmgpu.manager.services.sharing``).
 
 The package, by responsibility; each module imports only modules listed before it
 (README.md "Layout" says what each owns): ``keys``, ``records``; ``envs``, ``ledger``,

@@ -13,7 +13,7 @@ from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
 from swarmgpu.manager.placement.specs import demand_of, schedulable
 from swarmgpu.manager.placement.tasks import Waiting
-from swarmgpu.manager.requests import GpuRequest
+from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmService
 
 GATE_GRACE_S = 5.0  # a gate must have been open this long before Swarm's refusal counts

@@ -10,7 +10,7 @@ from swarmgpu.manager.placement.keys import DEVICES, assign_key, devices_key, ga
 from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holding
 from swarmgpu.manager.placement.records import ServicePlan, set_node_labels
 from swarmgpu.manager.placement.tasks import Waiting
-from swarmgpu.manager.sharing import SHARE, want_labels
+from swarmgpu.manager.services.sharing import SHARE, want_labels
 from swarmgpu.swarm.client import SwarmService
 
 
@@ -27,7 +27,7 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
             held[nid] = packed_holding(s.name, nid, {**sp.draining, **h.per_slot_milli()})
     ours = (prefix + DEVICES, prefix + SHARE)  # device lists and share labels
     have_devices = {k: v for k, v in s.labels.items() if k.startswith(ours)}
-    # A shared GPU's container is told its share the same way (swarmgpu.manager.sharing).
+    # A shared GPU's container is told its share the same way (swarmgpu.manager.services.sharing).
     # (Whole GPUs and MIG devices carry no share labels: only shares are asked.)
     shares = [(p.node_id, p.uuids, p.milli) for p in sp.placements
               if p.slot is None and len(p.uuids) == 1 and p.milli and p.milli[0] < 1000]

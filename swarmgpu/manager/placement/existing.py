@@ -12,7 +12,7 @@ from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.placement.keys import DEVICES
 from swarmgpu.manager.placement.ledger import Holding, packed_holding
 from swarmgpu.manager.placement.replicas import holding_fits
-from swarmgpu.manager.requests import GpuRequest, RequestError
+from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 Parsed = Sequence[tuple[SwarmService, GpuRequest | RequestError]]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from swarmgpu.manager.placement.generic import generic_count, generic_reservations
 from swarmgpu.manager.placement.keys import GATE, is_hold
-from swarmgpu.manager.requests import GpuRequest, RequestError
+from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import node_satisfies, platform_ok
 from swarmgpu.swarm.constraints import parse_all as parse_constraints

@@ -13,7 +13,7 @@ from swarmgpu.manager.placement.envs import (
 )
 from swarmgpu.manager.placement.keys import GATE, gate_constraint, is_hold
 from swarmgpu.manager.placement.records import ServicePlan
-from swarmgpu.manager.sharing import missing_env
+from swarmgpu.manager.services.sharing import missing_env
 from swarmgpu.swarm.client import SwarmService
 
 HOLD_ADOPTED = "adopted its hold"  # a stack deployed as written, on its documented path
@@ -90,7 +90,7 @@ def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
 
 
 def _share_env(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> None:
-    """A shared GPU's containers are told their share (``swarmgpu.manager.sharing``)."""
+    """A shared GPU's containers are told their share (``swarmgpu.manager.services.sharing``)."""
     r = sp.request
     share_env = missing_env(cyc.prefix, s.env) if r is not None and r.is_fraction else []
     if share_env and cyc.adopt_ungated:

@@ -21,7 +21,7 @@ from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import Waiting
-from swarmgpu.manager.requests import GpuRequest
+from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmService
 
 GLOBAL_MODES = frozenset(("global", "global-job"))

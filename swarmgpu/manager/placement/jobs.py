@@ -18,7 +18,7 @@ from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import DEVICES, gate_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
-from swarmgpu.manager.requests import DEFAULT_CLASSES, GpuRequest, RequestError
+from swarmgpu.manager.services.requests import DEFAULT_CLASSES, GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
 R = TypeVar("R")

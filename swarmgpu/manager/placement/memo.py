@@ -7,7 +7,7 @@ after they landed: a planner says of a holding it finds in the ledger something 
 than it said when it chose it (state Allocated, not Bound; no score; no adoption
 warning), so that plan is no answer to the next cycle's inputs
 (tests/test_memo.py::test_a_plan_that_places_is_planned_again_once_its_writes_landed).
-The daemon writes all of it in one cycle (``placement_step.apply_plan``), so its first
+The daemon writes all of it in one cycle (``cycle.placement.apply_plan``), so its first
 cycle without writes plans each such service once more; the two-cycle order did that
 in its second, gate-opening, cycle."""
 

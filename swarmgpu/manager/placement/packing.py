@@ -17,7 +17,7 @@ from swarmgpu.manager.placement.replicas import (
     zone_orders,
 )
 from swarmgpu.manager.placement.specs import demand_of
-from swarmgpu.manager.requests import GpuRequest
+from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmService
 
 

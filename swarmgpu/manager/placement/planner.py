@@ -39,8 +39,8 @@ from swarmgpu.manager.placement.restarts import settle_restarts
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskBook, Waiting, tasks_by_service
-from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all, request_labels
-from swarmgpu.manager.tenants import Tenants
+from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, request_labels
+from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
 
 Parsed = list[tuple[SwarmService, GpuRequest | RequestError]]
@@ -111,7 +111,7 @@ class Planner:
                  queues: Quotas | None = None, change_driven: bool = True,
                  tenants: Tenants | None = None, grants: str = "env") -> None:
         self.prefix = prefix
-        self.tenants = tenants  # the operator's limits on each request (manager.tenants)
+        self.tenants = tenants  # the operator's limits on each request (manager.services.tenants)
         self.grants = grants  # placement.grants: env, or mounts (also the device mount)
         # Visit only the services whose inputs changed (placement.quiet); False: every
         # service, every cycle (tests compare the two).

@@ -25,7 +25,7 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   service would not place it.
 
 Only whole-GPU requests preempt (a share or a MIG device waits). The actuator
-(``swarmgpu.manager.preempt_step``) owns dry-run, budgets, cooldowns and the writes: the
+(``swarmgpu.manager.cycle.preemption``) owns dry-run, budgets, cooldowns and the writes: the
 victim's ledger entry and gate go (Swarm stops its task with its stop_grace_period), its
 device lists go, and ``<p>state.preempted`` records why, so ``plan``, ``status`` and
 ``audit`` give "preempted by <service> (priority N)" until it is placed again.
@@ -43,7 +43,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.queues import group_reclaimable, reclaimable
 from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan
-from swarmgpu.manager.requests import GpuRequest, RequestError, Topology
+from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
@@ -125,7 +125,7 @@ class Candidate:
 @dataclass(frozen=True)
 class Relocation:
     """Where a victim could run instead: free GPUs on another node (make-before-break
-    through the rebalancer's mover, ``manager.preempt_step``)."""
+    through the rebalancer's mover, ``manager.cycle.preemption``)."""
 
     node_id: str
     hostname: str

@@ -22,7 +22,7 @@ from typing import Any
 
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ServicePlan
-from swarmgpu.manager.requests import GpuRequest, RequestError
+from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService
 
 Quotas = Mapping[str, tuple[int, int | None]]  # name -> (guaranteed, max or None), milli

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmgpu.manager.requests import GpuRequest
+from swarmgpu.manager.services.requests import GpuRequest
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class ServicePlan:
             # other modes only: a replicated service's document is as it was
             **({"mode": self.mode, "nodes_waiting": dict(self.nodes_waiting),
                 "progress": self.progress} if self.mode != "replicated" else {}),
-            # with tenants in the config only (manager.tenants): whose, and what was not given
+            # with tenants in the config only (services.tenants): whose, and what was not given
             **({"tenant": self.request.tenant, "limits": list(self.request.limits)}
                if self.request is not None and self.request.tenant else {}),
             **({"held": list(self.held)} if self.held else {}),

@@ -9,7 +9,7 @@ from collections.abc import Set as AbstractSet
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
-from swarmgpu.manager.requests import GpuRequest
+from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmNode
 
 

@@ -20,7 +20,7 @@ from swarmgpu.manager.placement.records import ServicePlan
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.spread import place_replicas
 from swarmgpu.manager.placement.tasks import Waiting
-from swarmgpu.manager.requests import GpuRequest, Rebalance, RequestError
+from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
 from swarmgpu.swarm.client import SwarmService
 
 

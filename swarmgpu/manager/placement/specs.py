@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
 from swarmgpu.core.model import NodeFacts, link_score
 from swarmgpu.manager.placement.keys import owned_prefixes
-from swarmgpu.manager.requests import GpuRequest
+from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmNode
 
 

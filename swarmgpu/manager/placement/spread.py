@@ -18,7 +18,7 @@ from swarmgpu.manager.placement.replicas import (
     zone_orders,
 )
 from swarmgpu.manager.placement.specs import demand_of
-from swarmgpu.manager.requests import GpuRequest, Pack
+from swarmgpu.manager.services.requests import GpuRequest, Pack
 from swarmgpu.swarm.client import SwarmService
 
 

@@ -1,6 +1,6 @@
 """Rebalancing: metrics in, windows, pure policies, one safe actuator (the mover).
 
-Layers, outer to inner: ``step`` (the daemon's step) -> ``mover`` (the only writer;
+Layers, outer to inner (the daemon's step is ``cycle.rebalance``): ``mover`` (the only writer;
 ``repin`` for a move between GPUs of one node, ``budget`` for the fragmentation moves'
 budget, ``record`` for a move's record in Swarm) -> ``planner`` -> ``policies/*`` (pure
 plugins) over ``context`` (what policies see) -> ``signals``/``windows`` (utilisation

@@ -27,8 +27,8 @@ from swarmgpu.manager.rebalance.attribution import Share, holders_by_gpu
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal, NodeSignal
 from swarmgpu.manager.rebalance.windows import State
-from swarmgpu.manager.requests import GpuRequest, Rebalance, parse_all
-from swarmgpu.manager.sharing import share_labels
+from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
+from swarmgpu.manager.services.sharing import share_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
 

@@ -55,9 +55,10 @@ from loguru import logger
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.actuator import Why, Writes
-from swarmgpu.manager.audit import Finding
-from swarmgpu.manager.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.commands.audit import Finding
+from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
     MOVE_STATE,
     Holding,
@@ -100,9 +101,8 @@ from swarmgpu.manager.rebalance.record import (
     record_key as record_key,
 )
 from swarmgpu.manager.rebalance.repin import Repin, kept_on_healthy
-from swarmgpu.manager.requests import GpuRequest, parse_all
-from swarmgpu.manager.sharing import node_of_key
-from swarmgpu.manager.sync import Snapshot
+from swarmgpu.manager.services.requests import GpuRequest, parse_all
+from swarmgpu.manager.services.sharing import node_of_key
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 
 

@@ -18,7 +18,7 @@ class Trigger(StrEnum):
     DEFRAG = "defrag"
     FRAGMENTATION = "fragmentation"
     SPREAD = "spread"
-    PREEMPTION = "preemption"  # a victim moved to make room (manager.preempt_step)
+    PREEMPTION = "preemption"  # a victim moved to make room (manager.cycle.preemption)
     HEALTH = "health"  # off a failed GPU or a failing node (policies.health)
 
 
@@ -51,7 +51,7 @@ class Move:
     window_s: float | None  # the window the trigger held for; None: not metric-driven
     reason: str
     gain: str  # human: what the move is expected to buy
-    # service labels that tell the task on the target its share (swarmgpu.manager.sharing)
+    # service labels that tell the task on the target its share (swarmgpu.manager.services.sharing)
     target_share: tuple[tuple[str, str], ...] = ()
     # Fragmentation moves: the drop of the cluster's fragmented GPU-milli (FGD's measure
     # against the workload) and that measure before the move; None for other triggers.
@@ -101,7 +101,7 @@ class MoveRecord:
 @dataclass(frozen=True)
 class HealthInputs:
     """What the health policy reads beside the snapshot (whose facts carry each GPU's
-    state, ``manager.gpuhealth``): its switch, its budget and the nodes lost."""
+    state, ``manager.nodes.gpuhealth``): its switch, its budget and the nodes lost."""
 
     evacuate: bool = True  # health.evacuate; false: report only
     left: int = 0  # health moves (and re-placements) that may start now

@@ -19,7 +19,7 @@ from typing import Any
 
 from loguru import logger
 
-from swarmgpu.manager.actuator import Writes
+from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.placement import MOVE_STATE, Holding, read_ledger
 from swarmgpu.manager.rebalance.budget import (
     FINISHED,

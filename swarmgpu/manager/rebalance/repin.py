@@ -48,7 +48,7 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.core.config import RebalanceConfig
-from swarmgpu.manager.actuator import Writes
+from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.placement import (
     MOVE_STATE,
     Holding,
@@ -72,8 +72,8 @@ from swarmgpu.manager.rebalance.record import (
     spec_edit,
     spec_labels,
 )
-from swarmgpu.manager.requests import GpuRequest, parse_all
-from swarmgpu.manager.sharing import node_of_key
+from swarmgpu.manager.services.requests import GpuRequest, parse_all
+from swarmgpu.manager.services.sharing import node_of_key
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 
 # (move state, outcome, detail): the mover's `recent` list, logs and metrics

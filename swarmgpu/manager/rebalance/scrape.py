@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager import boundedhttp
+from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import node_refusal, peer_name
 

@@ -6,7 +6,7 @@ the ledger); the trackers of :mod:`swarmgpu.manager.rebalance.windows` turn them
 UNKNOWN with hysteresis. Broken, late or missing metrics make a GPU UNKNOWN, and a node
 with any UNKNOWN GPU is not "known": no move starts from or lands on it because of them.
 
-Each node speaks only for its own GPUs (:mod:`swarmgpu.manager.gpuowners`): series and
+Each node speaks only for its own GPUs (:mod:`swarmgpu.manager.nodes.gpuowners`): series and
 signals are keyed by (node id, UUID), a node's page is read only for the GPUs its facts
 list, and a UUID that two nodes' facts list is read only from the node that owned it
 before (this daemon's memory), else from neither (UNKNOWN); both are flagged.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.gpuowners import owners, strays
+from swarmgpu.manager.nodes.gpuowners import owners, strays
 from swarmgpu.manager.placement import Holding
 from swarmgpu.manager.rebalance.scrape import NodeScrape
 from swarmgpu.manager.rebalance.windows import (

@@ -188,7 +188,7 @@
   // also carry holder.badges = [{kind, icon, text, title}] for badges the daemon
   // computes (e.g. an over-share check); add client-side ones to this list.
   const HOLDER_BADGES = [
-    // over share: the holder uses more GPU memory than its share (swarmgpu/manager/overshare.py)
+    // over share: the holder uses more GPU memory than its share (swarmgpu/manager/services/overshare.py)
     (x) => (x.over_share ? ["bad", "!", "over share", `uses ${x.memory_used_mib} MiB, share ${x.memory_share_mib} MiB`] : null),
   ];
 
@@ -1122,7 +1122,7 @@
   }
 
   function renderUngranted(doc, f) {
-    // services on GPU nodes that see GPUs without a grant (swarmgpu/manager/grants.py)
+    // services on GPU nodes that see GPUs without a grant (swarmgpu/manager/services/grants.py)
     const all = doc.ungranted || [];
     const items = f.active ? all.filter((u) => serviceOk({ name: u.service, placements: (u.nodes || []).map((n) => ({ node: n })) }, f)) : all;
     if (unchanged("ungranted", all.length, items.slice(0, LIST_CAP), items.length)) return;

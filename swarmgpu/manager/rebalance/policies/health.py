@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.core.health import Level
 from swarmgpu.core.rebalanceconfig import HealthPolicyConfig
-from swarmgpu.manager.gpuhealth import failing_why, level_of
+from swarmgpu.manager.nodes.gpuhealth import failing_why, level_of
 from swarmgpu.manager.placement import demand_of
 from swarmgpu.manager.rebalance.budget import HOUR_S
 from swarmgpu.manager.rebalance.context import Context, constraints_allow, why_not_movable
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Release, Trigger
 from swarmgpu.manager.rebalance.windows import State
-from swarmgpu.manager.requests import RequestError, parse_all
+from swarmgpu.manager.services.requests import RequestError, parse_all
 from swarmgpu.swarm.client import SwarmService
 
 

@@ -25,7 +25,7 @@ from fnmatch import fnmatchcase
 
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 from swarmgpu.core.tenants import DEFAULT_TENANT, STACK_LABEL, TenantSpec, parse_tenants
-from swarmgpu.manager.requests import GpuRequest, RequestError
+from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService
 
 Quotas = dict[str, tuple[int, int | None]]

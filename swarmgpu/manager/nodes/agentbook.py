@@ -15,7 +15,7 @@ from typing import Any
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.agent_client import FactsResult
+from swarmgpu.manager.nodes.agent_client import FactsResult
 
 STATE_FILE = "agents.json"
 # An agent error is the address, what answered (both cut to PEER_TEXT_LIMIT where the

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from loguru import logger
 
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.labels import NodeLabelPlan, plan_node_labels
 from swarmgpu.swarm.taskspec import describe, task_changes
@@ -229,7 +229,7 @@ class Actuator:
         plan: NodeLabelPlan,
     ) -> ApplyResult:
         # Attempts counted per call, not from the client's shared write counter: label
-        # writes to different nodes run in parallel (swarmgpu.manager.writes).
+        # writes to different nodes run in parallel (swarmgpu.manager.engine.writes).
         tries = [0]
 
         def counted(current: Mapping[str, str]) -> Mapping[str, str] | None:

@@ -23,8 +23,8 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import escaped
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.core.yamlfile import parse_yaml
-from swarmgpu.manager.compose_gpu import read_gpu_reservations
-from swarmgpu.manager.composefile import (
+from swarmgpu.manager.commands.compose_gpu import read_gpu_reservations
+from swarmgpu.manager.commands.composefile import (
     check_service_keys,
     check_top_level,
     check_version,
@@ -44,9 +44,9 @@ from swarmgpu.manager.placement import (
     is_hold,
 )
 from swarmgpu.manager.placement.envs import device_mount_spec, mount_target
-from swarmgpu.manager.requests import GpuRequest, RequestError, parse_all, request_errors
-from swarmgpu.manager.sharing import env_lines, is_share_key, want_labels
-from swarmgpu.manager.tenants import Tenants
+from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, request_errors
+from swarmgpu.manager.services.sharing import env_lines, is_share_key, want_labels
+from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 T = TypeVar("T")
@@ -285,7 +285,7 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     --check``); every error is collected, none stops the others. ``node_gpus``: what a
     Compose ``count: all`` becomes (the most GPUs one node has); None: checked only.
     ``classes``: the config's priority classes (None: the defaults). ``tenants``: the
-    config's (``manager.tenants``), with the name the stack is deployed as: a request
+    config's (``manager.services.tenants``), with the name the stack is deployed as: a request
     above its tenant's limits is an error here (the daemon would cap it).
     ``stack_name``: also what a placement gate in the file must name (its own)."""
     try:

@@ -32,14 +32,14 @@ from loguru import logger
 
 from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.actuator import Why, Writes
-from swarmgpu.manager.audit import Finding
-from swarmgpu.manager.cluster_view import gpu_metrics
+from swarmgpu.manager.commands.audit import Finding
+from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.record import moving, read_records
-from swarmgpu.manager.requests import GpuRequest, parse_all
-from swarmgpu.manager.sync import Snapshot, facts_by_node
+from swarmgpu.manager.services.requests import GpuRequest, parse_all
+from swarmgpu.manager.web.cluster_view import gpu_metrics
 from swarmgpu.swarm.client import (
     SwarmClient,
     SwarmError,

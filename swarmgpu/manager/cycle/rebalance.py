@@ -25,9 +25,10 @@ from typing import Any
 from loguru import logger
 from prometheus_client import Counter, Gauge
 
+from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
-from swarmgpu.manager.host import CycleHost
+from swarmgpu.manager.nodes.sync import Snapshot, is_gpu_node
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover
@@ -46,7 +47,6 @@ from swarmgpu.manager.rebalance.policies.health import HealthBudget
 from swarmgpu.manager.rebalance.record import health_spent, moving, spend_health
 from swarmgpu.manager.rebalance.scrape import for_moves
 from swarmgpu.manager.rebalance.signals import Signals
-from swarmgpu.manager.sync import Snapshot, is_gpu_node
 from swarmgpu.swarm.client import SwarmError
 
 ROUTE = "/api/rebalance"

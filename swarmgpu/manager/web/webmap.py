@@ -15,7 +15,7 @@ from urllib.parse import parse_qs
 
 from loguru import logger
 
-from swarmgpu.manager import history as hist
+from swarmgpu.manager.web import history as hist
 
 Route = Callable[[], tuple[str, bytes]]
 # a route that reads the query string (raw, after '?'); the daemon passes it as is

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager import boundedhttp
+from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import node_refusal, peer_name
 

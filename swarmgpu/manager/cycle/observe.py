@@ -11,15 +11,16 @@ from typing import Any
 from loguru import logger
 from prometheus_client import Gauge
 
-from swarmgpu.manager import overshare, webmap
-from swarmgpu.manager.audit import audit
-from swarmgpu.manager.cluster_view import SCHEMA, build_cluster
+from swarmgpu.manager.commands.audit import audit
+from swarmgpu.manager.cycle.grants import rows
+from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
-from swarmgpu.manager.grants_step import rows
-from swarmgpu.manager.history import History
-from swarmgpu.manager.host import CycleHost
-from swarmgpu.manager.sync import facts_by_node
+from swarmgpu.manager.nodes.sync import facts_by_node
+from swarmgpu.manager.services import overshare
+from swarmgpu.manager.web import webmap
+from swarmgpu.manager.web.cluster_view import SCHEMA, build_cluster
+from swarmgpu.manager.web.history import History
 
 MovesView = Callable[[], dict[str, Any]]
 

@@ -7,7 +7,7 @@ safety and the writes:
   preemptor's plan ("would preempt ..."); nothing is written;
 * budgets: at most ``max_per_hour`` victims stopped per hour (0 turns preemption off),
   and with tenants in the config, at most each tenant's ``preemptions_per_hour`` for its
-  services' preemptions (``manager.tenants``): no one tenant spends the whole hour's;
+  services' preemptions (``manager.services.tenants``): no one tenant spends the whole hour's;
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in
   its ``<p>state.preempted`` label and here) and a settle time per preemptor
   (``settle_s``): a preemptor that is still pending after its victims were stopped does
@@ -43,10 +43,11 @@ from loguru import logger
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.actuator import Why, Writes
+from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
-from swarmgpu.manager.host import CycleHost
+from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import PlacementPlan, ServicePlan, assign_key, gate_key
 from swarmgpu.manager.placement.keys import DEVICES
 from swarmgpu.manager.placement.ledger import read_ledger
@@ -61,8 +62,7 @@ from swarmgpu.manager.placement.preempt import (
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import moving
-from swarmgpu.manager.sync import Snapshot
-from swarmgpu.manager.tenants import Tenants
+from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 
 HOUR_S = 3600.0

@@ -22,11 +22,13 @@ from swarmgpu.allocator.workload import STATE_KEY, WorkloadError, WorkloadModel,
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.tenants import STACK_LABEL
-from swarmgpu.manager.actuator import Why, Writes
-from swarmgpu.manager.audit import Finding
+from swarmgpu.manager.commands.audit import Finding
+from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
-from swarmgpu.manager.host import CycleHost
+from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.engine.writes import HeldNodeWrites, LabelCompute, chain, write_each
+from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import NO_WAITING, PlacementPlan, Planner, ServicePlan, gate_key
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
@@ -34,9 +36,7 @@ from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
 from swarmgpu.manager.rebalance.record import moving
-from swarmgpu.manager.sync import Snapshot, facts_by_node
-from swarmgpu.manager.tenants import Tenants
-from swarmgpu.manager.writes import HeldNodeWrites, LabelCompute, chain, write_each
+from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 
 
@@ -151,7 +151,7 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
 
     # Phase 1: released gates and ledger entries, and label sync's writes of the nodes
     # placement does not open anything on. Each phase's writes go to different objects:
-    # a few at a time (manager.writes); a phase ends before the next one starts.
+    # a few at a time (manager.engine.writes); a phase ends before the next one starts.
     first = dict(plan.node_remove)
     if held is not None:
         for nid in held.nodes():

@@ -36,7 +36,7 @@ from swarmgpu.core.health import (
 )
 from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import Gpu, NodeFacts
-from swarmgpu.manager.agent_client import FactsResult
+from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.swarm.client import SwarmNode
 
 _OWN_ERROR = "health: "  # our note in Gpu.error, recognised so it is not stacked

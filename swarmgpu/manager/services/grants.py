@@ -28,7 +28,7 @@ line without ``=`` unsets it):
   node, and is not read here.
 
 Pure: a snapshot's services, tasks and the GPU nodes in, findings out; the image env the
-manager's engine has (``ImageEnv``) is read by the caller (``grants_step``). Where a fact
+manager's engine has (``ImageEnv``) is read by the caller (``cycle.grants``). Where a fact
 cannot be known from the manager it says so: an image the manager's engine does not have
 is ``unknown`` and treated as CUDA images behave (their env says
 ``NVIDIA_VISIBLE_DEVICES=all``); a template someone else wrote is ``unknown`` (its value
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmgpu.core.commalist import comma_list
-from swarmgpu.manager.compose_gpu import gpu_kinds
+from swarmgpu.manager.commands.compose_gpu import gpu_kinds
 from swarmgpu.manager.placement.envs import (
     DEVICE_MOUNT_ROOT,
     DEVICE_VAR,

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from swarmgpu.core.config import Config
-from swarmgpu.manager.actuator import Why, Writes
+from swarmgpu.manager.cycle.placement import make_plan, new_planner
+from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement.specwrite import service_compute
-from swarmgpu.manager.placement_step import make_plan, new_planner
-from swarmgpu.manager.sync import Snapshot
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 from swarmgpu.swarm.taskspec import task_changes
 

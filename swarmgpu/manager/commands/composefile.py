@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmgpu.manager.placement import DEVICES, GATE
-from swarmgpu.manager.sharing import SHARE
+from swarmgpu.manager.services.sharing import SHARE
 
 COMPOSE_VERSION = "3.8"
 SCHEMA_FILE = Path(__file__).with_name("schema") / "config_schema_v3.8.json"

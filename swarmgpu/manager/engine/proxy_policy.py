@@ -3,7 +3,7 @@
 Each write is a whole spec posted back (read-modify-write at ``Version.Index``). The
 proxy reads the current spec from the engine itself and lets the new one through
 only when it differs in nothing but what the daemon writes (found by reading every
-write in ``swarmgpu/manager``: placement_step, preempt_step, overshare, rebalance):
+write in ``swarmgpu/manager``: cycle.placement, cycle.preemption, overshare, rebalance):
 
 - node spec: labels under the prefix (label sync's facts, placement's gates and
   ledger). Role, availability, name and every other label stay as they are; the
@@ -16,7 +16,7 @@ write in ``swarmgpu/manager``: placement_step, preempt_step, overshare, rebalanc
   ``Mode.Replicated.Replicas`` (moves); discrete generic resource reservations;
   ``UpdateConfig.Parallelism``; the lines of the variables the
   NVIDIA toolkit reads (``NVIDIA_VISIBLE_DEVICES``, ``DOCKER_RESOURCE_*``) removed or
-  set to ``void`` (``placement.ungranted: void``, ``manager.grants``); placement's own
+  set to ``void`` (``placement.ungranted: void``, ``manager.services.grants``); placement's own
   ``/dev/null`` device mount (``placement.grants: mounts``, exact). Image, other mounts,
   privileges, capabilities, networks, container labels, every other env line: equal.
   And only a service that is swarmgpu's (``is_swarmgpus``): on one without a label
@@ -48,7 +48,7 @@ from swarmgpu.manager.placement.envs import (
     env_template_per_node,
 )
 from swarmgpu.manager.placement.keys import GATE, is_hold
-from swarmgpu.manager.sharing import env_lines
+from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.dockerproxy import WriteChecks
 from swarmgpu.swarm.jsonstrict import first_difference
 
@@ -64,7 +64,7 @@ def owned_env(prefix: str) -> frozenset[str]:
 
 
 def is_device_line(e: Any) -> bool:
-    """A line of a variable the NVIDIA toolkit reads for devices (``manager.grants``)."""
+    """A line of a variable the NVIDIA toolkit reads for devices (``manager.services.grants``)."""
     if not isinstance(e, str):
         return False
     key = e.split("=", 1)[0]

@@ -27,7 +27,7 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.core.httpguard import HEAD_DEADLINE_S, PLAIN, OneRequestHandler
-from swarmgpu.manager.webauth import (
+from swarmgpu.manager.web.webauth import (
     LOGIN_PATH,
     OPEN_PATHS,
     Answer,

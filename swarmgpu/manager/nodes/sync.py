@@ -11,15 +11,15 @@ from loguru import logger
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.actuator import Actuator, ApplyResult
-from swarmgpu.manager.agent_client import FactsResult, fetch_all
-from swarmgpu.manager.agentbook import AgentBook
-from swarmgpu.manager.compose_gpu import GPU_RESOURCE_KINDS
-from swarmgpu.manager.daemon_metrics import DaemonMetrics
-from swarmgpu.manager.gpuhealth import HealthBook
-from swarmgpu.manager.gpuowners import conflicts as uuid_conflicts
+from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS
+from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.engine.actuator import Actuator, ApplyResult
+from swarmgpu.manager.engine.writes import HeldNodeWrites, HeldWrite, write_each
+from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
+from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.nodes.gpuhealth import HealthBook
+from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.jobs import JOB_MODES
-from swarmgpu.manager.writes import HeldNodeWrites, HeldWrite, write_each
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.identity import IdentityError, agent_auth

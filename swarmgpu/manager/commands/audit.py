@@ -16,11 +16,11 @@ from typing import Any
 
 from swarmgpu.core.config import HealthConfig
 from swarmgpu.core.labelkeys import usable_label_key
-from swarmgpu.manager.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
-from swarmgpu.manager.gpuhealth import failing_why
-from swarmgpu.manager.gpuowners import conflicts as uuid_conflicts
-from swarmgpu.manager.requests import parse_all as parse_request_labels
-from swarmgpu.manager.sync import Snapshot, gpu_hint
+from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
+from swarmgpu.manager.nodes.gpuhealth import failing_why
+from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
+from swarmgpu.manager.nodes.sync import Snapshot, gpu_hint
+from swarmgpu.manager.services.requests import parse_all as parse_request_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import parse_all
 from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
@@ -196,7 +196,7 @@ def _uuid_findings(snap: Snapshot, metrics: Mapping[str, Mapping[str, Any]] | No
 def _health_findings(host: str, facts: Any, grace_s: float) -> list[Finding]:
     """GPUs the health state machine holds failed (action) or degraded (advisory), with
     reason and suggested action; present once the daemon's states are applied
-    (manager.gpuhealth.apply_saved), as ``swarmgpu audit`` does."""
+    (manager.nodes.gpuhealth.apply_saved), as ``swarmgpu audit`` does."""
     out = []
     for g in facts.gpus:
         text = g.error.split("; ")[0] if g.error else ""

@@ -26,7 +26,7 @@ DEFAULT_ZONE_LABEL = "topology.zone"
 # Keys swarmgpu writes onto services itself; never user errors.
 OUTPUT_LABEL_PREFIXES: tuple[str, ...] = (
     "swarmgpu.devices.",
-    "swarmgpu.share.",  # what a shared GPU holding tells its container (swarmgpu.manager.sharing)
+    "swarmgpu.share.",  # what a shared GPU holding tells its container (manager.services.sharing)
     "swarmgpu.placement",
     "swarmgpu.state",
     "swarmgpu.assigned",
@@ -90,7 +90,7 @@ class GpuRequest:
     priority_class: str = ""  # the class name the label gave, if any
     preemptible: bool | None = None  # None: by the config's preemptible_below
     queue: str = ""  # the quota queue it counts against (config ``queues``); "" none
-    # Set from the operator's config (``manager.tenants``), never from labels: the tenant
+    # Set from the operator's config (``manager.services.tenants``), never from labels: the tenant
     # the service belongs to, what its labels asked for beyond the tenant's limits (each
     # said as why it was not given), and whether it may not opt out of preemption.
     tenant: str = ""

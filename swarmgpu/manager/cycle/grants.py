@@ -19,11 +19,14 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 from prometheus_client import Counter, Gauge
 
-from swarmgpu.manager.actuator import Why, Writes
-from swarmgpu.manager.audit import Finding
+from swarmgpu.manager.commands.audit import Finding
+from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.session import CycleSession, Slot
-from swarmgpu.manager.grants import (
+from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.placement import PlacementPlan
+from swarmgpu.manager.services.grants import (
     KIND,
     ImageEnv,
     Ungranted,
@@ -35,14 +38,11 @@ from swarmgpu.manager.grants import (
     parse_exempt,
     void_spec,
 )
-from swarmgpu.manager.host import CycleHost
-from swarmgpu.manager.placement import PlacementPlan
-from swarmgpu.manager.placement_step import make_plan
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 
 if TYPE_CHECKING:
     from swarmgpu.core.config import Config
-    from swarmgpu.manager.sync import Snapshot
+    from swarmgpu.manager.nodes.sync import Snapshot
 
 IMAGE_TTL_S = 300.0  # a tag can be moved: its env is read again after this long
 MAX_READS = 32  # image reads per cycle at most; the rest are 'not read yet' (unknown)

@@ -13,13 +13,13 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.health import xid_info
 from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
-from swarmgpu.manager.agent_client import FactsResult
-from swarmgpu.manager.audit import Finding
+from swarmgpu.manager.commands.audit import Finding
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.sync import Snapshot, gpu_hint
 from swarmgpu.manager.placement import PlacementPlan, read_ledger
 from swarmgpu.manager.rebalance.attribution import service_states
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.rebalance.scrape import scrape_all
-from swarmgpu.manager.sync import Snapshot, gpu_hint
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import scrape_auth
 from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
@@ -121,7 +121,7 @@ def build_cluster(
     zone_label: str = "topology.zone",
     ungranted: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """``ungranted``: the services that see GPUs without a grant (``grants_step.rows``)."""
+    """``ungranted``: the services that see GPUs without a grant (``cycle.grants.rows``)."""
     metrics = metrics or {}
     saved_agents = saved_agents or {}
     holders = _Holders(snap, plan, prefix)

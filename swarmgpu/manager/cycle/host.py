@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from swarmgpu.core.config import Config
-from swarmgpu.manager.agentbook import AgentBook
-from swarmgpu.manager.daemon_metrics import DaemonMetrics
-from swarmgpu.manager.sync import LabelSync
+from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.nodes.sync import LabelSync
 from swarmgpu.swarm.client import SwarmClient
 
 Route = Callable[[], tuple[str, bytes]]

@@ -1,0 +1,9 @@
+"""What the operator's commands compute, pure over a snapshot or a stack file.
+
+``audit``       `swarmgpu audit`: what is wrong with GPU labels and constraints; its
+                ``Finding`` is what every check returns
+``render``      `swarmgpu render`: a stack file with GPU placement resolved
+``compose_gpu`` Compose's own GPU reservations read as a swarmgpu request
+``composefile`` the stack file render writes: format 3.8, checked against ``schema/``
+``schema/``     docker/cli's compose schema, vendored with its licence
+"""

@@ -1,0 +1,7 @@
+"""The engine edge: every write swarmgpu makes to Swarm.
+
+``actuator``     the only writer: dry-run, read-back, budgets; ``Writes`` is the gate each
+                 engine write passes, with its decision when it restarts a task
+``writes``       bounded parallel writes to different Swarm objects (one per node)
+``proxy_policy`` what the docker-proxy lets the daemon's writes change, and what it hides
+"""

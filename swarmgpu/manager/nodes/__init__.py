@@ -1,0 +1,9 @@
+"""The nodes as the daemon sees them: what each agent says and what the daemon makes of it.
+
+``agent_client`` a node's facts fetched from its agent: bounded, never trusted
+``boundedhttp``  one HTTP(S) GET with a wall-clock deadline and a byte cap
+``agentbook``    each agent's last good facts and failures, kept for ``audit``
+``sync``         the snapshot, and label sync: facts -> node labels (through the actuator)
+``gpuhealth``    GPU health states per GPU, kept across cycles
+``gpuowners``    which node speaks for which GPU (each for the GPUs its facts list)
+"""

@@ -1,0 +1,9 @@
+"""What a service asks for, may have, is told and uses.
+
+``requests``  the GPU request language (``deploy.labels``): parsed and checked
+``tenants``   the operator's tenants applied to requests: a label asks, the tenant decides
+``sharing``   what a shared GPU holding tells its container (its share, as env)
+``grants``    GPU access only through a grant: services that see GPUs placement never gave
+``overshare`` shared GPUs stay within their share: use against share, the restarter
+``release``   the operator's word: held spec changes written (`swarmgpu apply`)
+"""
