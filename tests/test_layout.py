@@ -350,3 +350,38 @@ def test_managers_top_is_the_daemon_and_its_pipeline() -> None:
            and (p.suffix == ".py" or (p / "__init__.py").exists())}
     assert top == MANAGER_TOP, f"manager/ holds {sorted(top - MANAGER_TOP)} loose; " \
         f"missing {sorted(MANAGER_TOP - top)}"
+
+
+PLACEMENT = PACKAGE / "manager" / "placement"
+
+
+def _placement_map() -> list[str]:
+    """The modules ``placement/__init__.py``'s map names, in its order (the paragraph
+    that starts "The package, by responsibility")."""
+    doc = ast.get_docstring(ast.parse((PLACEMENT / "__init__.py").read_text())) or ""
+    _, found, rest = doc.partition("The package, by responsibility")
+    assert found, "placement/__init__.py has no module map"
+    names = re.findall(r"``(\w+)``", rest.split("\n\n")[0])
+    return [n for n in names if (PLACEMENT / f"{n}.py").exists()]
+
+
+def test_the_placement_map_lists_every_module_in_import_order() -> None:
+    """The map in ``placement/__init__.py`` names every module of the package once, and
+    each module imports only modules the map lists before it (as it says)."""
+    listed = _placement_map()
+    modules = sorted(p.stem for p in PLACEMENT.glob("*.py") if p.stem != "__init__")
+    assert sorted(listed) == modules, (
+        f"missing from the map: {sorted(set(modules) - set(listed))}; "
+        f"listed twice: {sorted({n for n in listed if listed.count(n) > 1})}")
+    graph = _package_graph()
+    base = "swarmgpu.manager.placement."
+    wrong = [f"{m} imports {t[len(base):]}, listed after it"
+             for i, m in enumerate(listed)
+             for t in graph[base + m] if t.startswith(base)
+             and t[len(base):] not in listed[:i]]
+    assert not wrong, "placement/__init__.py's order is not the import order:\n" + \
+        "\n".join(wrong)
+    readme = (PACKAGE.parent / "README.md").read_text()
+    part = readme.split("`manager/placement/` is the planner", 1)[1].split("\n`", 1)[0]
+    in_readme = re.findall(r"^    (\w+) ", part, re.MULTILINE)
+    assert in_readme == listed, f"README.md's placement list is not the map: {in_readme}"

@@ -28,11 +28,12 @@ How a placement is expressed (every piece verified on a real swarm, see README):
   the container is told of its share, read by env templates (``swarmgpu.manager.services.sharing``).
 
 The package, by responsibility; each module imports only modules listed before it
-(README.md "Layout" says what each owns): ``keys``, ``records``; ``envs``, ``ledger``,
-``specs``, ``tasks``, ``backoff``, ``generic``; ``cluster``, ``replicas``, ``filters``;
-``cycle``, ``existing``; ``packing``, ``gating``, ``converge``, ``devicemap``; ``spread``;
-``service``; ``specwrite``, ``restarts``; ``planner``. This module re-exports what the
-rest of swarmgpu uses.
+(README.md "Layout" says what each owns; tests/test_layout.py checks both): ``keys``,
+``records``; ``envs``, ``ledger``, ``specs``, ``tasks``, ``backoff``, ``generic``;
+``cluster``, ``replicas``, ``filters``, ``quiet``, ``memo``; ``queues``, ``preempt``;
+``cycle``, ``jobs``, ``existing``; ``packing``, ``gating``, ``converge``, ``devicemap``;
+``spread``, ``globalmode``; ``service``; ``specwrite``, ``restarts``; ``planner``.
+This module re-exports what the rest of swarmgpu uses.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from swarmgpu.manager.placement.keys import (
     ASSIGN,
     DEVICES,
     GATE,
+    HOLD,
     MAX_STATE,
     MOVE_STATE,
     REPLACED_STATE,
@@ -85,6 +87,8 @@ from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ReplicaPlacement,
     ServicePlan,
+    State,
+    Status,
 )
 from swarmgpu.manager.placement.specs import (
     demand_of,
@@ -117,6 +121,8 @@ __all__ = [
     "Planner",
     "ReplicaPlacement",
     "ServicePlan",
+    "State",
+    "Status",
     "Waiting",
     "assign_key",
     "demand_of",

@@ -12,7 +12,7 @@ from swarmgpu.manager.placement.envs import (
     mount_target,
 )
 from swarmgpu.manager.placement.keys import GATE, gate_constraint, is_hold
-from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement.records import ServicePlan, State, Status
 from swarmgpu.manager.services.sharing import missing_env
 from swarmgpu.swarm.client import SwarmService
 
@@ -64,7 +64,7 @@ def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
                                (f"mount /dev/null -> {mount_target(prefix)}", has_mount))
                if not ok]
     if not cyc.adopt_ungated:
-        sp.status, sp.state = "pending", "Pending"
+        sp.status, sp.state = Status.PENDING, State.PENDING
         sp.reason = ("held: placement.adopt_ungated is off, so its hold is not replaced; "
                      "deploy through `swarmgpu render`" if holds else
                      "not gated: add " + " and ".join(missing) +

@@ -17,7 +17,7 @@ from swarmgpu.allocator.values import NodeState, Unplaceable
 from swarmgpu.manager.placement.cycle import Cycle, release_dropped
 from swarmgpu.manager.placement.devicemap import write_devices_and_gates
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement.records import ServicePlan, State, Status
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import Waiting
@@ -72,10 +72,11 @@ def plan_global(sp: ServicePlan, s: SwarmService, r: GpuRequest, kept: Mapping[s
         if sp.placements:
             sp.warnings.append(f"{len(waits)} GPU node(s) wait, gate closed: {text}")
         else:
-            sp.status, sp.reason = "pending", f"no GPU node has room: {text}"
+            sp.status, sp.reason = Status.PENDING, f"no GPU node has room: {text}"
     elif not sp.placements and not done_nodes:
-        sp.status, sp.reason = "pending", "no GPU node Swarm would run it on"
-    sp.state = ("Pending" if not sp.placements else
-                "Bound" if sp.service_labels_set or sp.new or sp.gates_deferred else
-                "Active" if sum(running_on.values()) >= len(sp.placements) else "Allocated")
+        sp.status, sp.reason = Status.PENDING, "no GPU node Swarm would run it on"
+    sp.state = (State.PENDING if not sp.placements else
+                State.BOUND if sp.service_labels_set or sp.new or sp.gates_deferred else
+                State.ACTIVE if sum(running_on.values()) >= len(sp.placements)
+                else State.ALLOCATED)
     return sp

@@ -17,7 +17,7 @@ from typing import TypeVar
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import DEVICES, gate_key
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
+from swarmgpu.manager.placement.records import ServicePlan, State, Status, remove_node_labels
 from swarmgpu.manager.services.requests import DEFAULT_CLASSES, GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
@@ -97,7 +97,7 @@ def finish_job_plan(sp: ServicePlan, s: SwarmService, prog: JobProgress, cyc: Cy
     finished = (prog.complete >= total if s.mode == "replicated-job"
                 else bool(prog.complete) and not sp.nodes_waiting)
     if finished and not sp.placements:
-        sp.status, sp.state, sp.reason = "done", "Complete", sp.progress
+        sp.status, sp.state, sp.reason = Status.DONE, State.COMPLETE, sp.progress
     # The device map of nodes given back stays: removing it would re-run the job, and a
     # run started again finds it (and keeps it, when the same GPUs are free then).
     sp.service_labels_remove = [k for k in sp.service_labels_remove

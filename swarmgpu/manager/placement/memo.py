@@ -18,7 +18,7 @@ from dataclasses import fields
 
 from swarmgpu.manager.placement.keys import assign_key, gate_key, owned_prefixes
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan
+from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 
@@ -81,7 +81,7 @@ def key_after_gates_open(key: tuple[object, ...], sp: ServicePlan, s: SwarmServi
     gates opening on the nodes it keeps: that cycle's plan is this one without the
     writes, so the cycle after the daemon's own writes does not plan it again. None
     otherwise. A write that did not land leaves the gate as it was: planned again."""
-    if (s.mode != "replicated" or sp.status != "placed" or not sp.node_writes or sp.new
+    if (s.mode != "replicated" or sp.status != Status.PLACED or not sp.node_writes or sp.new
             or sp.gates_deferred or sp.needs_service_write):
         return None
     held = {p.node_id for p in sp.placements}

@@ -9,7 +9,7 @@ from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.envs import device_env, env_template, env_template_per_node
 from swarmgpu.manager.placement.keys import MAX_STATE, devices_key
 from swarmgpu.manager.placement.ledger import Holding, packed_holding
-from swarmgpu.manager.placement.records import ReplicaPlacement, ServicePlan
+from swarmgpu.manager.placement.records import ReplicaPlacement, ServicePlan, State, Status
 from swarmgpu.manager.placement.replicas import (
     any_zone,
     replicas_of,
@@ -148,7 +148,7 @@ def packed_env(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
                            f"template with the per-slot one ({new}); put it in the stack "
                            "file so a re-deploy keeps it")
         return True
-    sp.status, sp.state = "pending", "Pending"
+    sp.status, sp.state = Status.PENDING, State.PENDING
     sp.reason = (f"its replicas would be {sp.packed}, which needs the per-slot env "
                  f"template {new} (replace {old})")
     sp.placements = []

@@ -34,7 +34,13 @@ from swarmgpu.manager.placement.memo import NodeContent, key_after_gates_open
 from swarmgpu.manager.placement.preempt import mark_preempted, serve_key
 from swarmgpu.manager.placement.queues import QueueBook, Quotas
 from swarmgpu.manager.placement.quiet import Quiet, QuietServices
-from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
+from swarmgpu.manager.placement.records import (
+    PlacementPlan,
+    ServicePlan,
+    State,
+    Status,
+    remove_node_labels,
+)
 from swarmgpu.manager.placement.restarts import settle_restarts
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
@@ -365,7 +371,7 @@ class Planner:
                 stale = [k for k in s.labels if k.startswith(prefix + DEVICES)]
                 if stale:
                     plan.services.append(ServicePlan(
-                        s.name, s.id, None, "", "released", "Released",
+                        s.name, s.id, None, "", Status.RELEASED, State.RELEASED,
                         service_labels_remove=stale))
         # {} when no service is a job (none parsed as one: no pass over the services)
         jobs = job_progress(services, tasks) if self._job_ids else {}
@@ -444,12 +450,12 @@ class Planner:
                                   waiting.get(s.id, NO_WAITING), self._requests[s.id][2], cyc,
                                   mine_slots, jobs.get(s.id),
                                   None if capped is None else capped[0])
-                if capped is not None and sp.status != "invalid":
-                    sp.reason = (f"{sp.reason}; {capped[1]}" if sp.status == "pending"
+                if capped is not None and sp.status != Status.INVALID:
+                    sp.reason = (f"{sp.reason}; {capped[1]}" if sp.status == Status.PENDING
                                  and sp.reason else f"{len(sp.placements)} of {s.replicas} "
                                  f"replicas placed; {capped[1]}")
-                    sp.status = "pending"
-                if self.generic_kind and sp.request is not None and sp.status != "invalid":
+                    sp.status = Status.PENDING
+                if self.generic_kind and sp.request is not None and sp.status != Status.INVALID:
                     reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
                 mark_preempted(sp, s, prefix)
                 settle_restarts(sp, s, running.get(s.id, {}), cyc, self.release)
@@ -457,8 +463,8 @@ class Planner:
             if memo is not None:  # settled when kept, and unchanged since
                 settled[s.id] = memo
                 n_settled += 1
-            elif ((sp.status in ("placed", "done")
-                   or (sp.status == "pending" and not sp.placements))
+            elif ((sp.status in (Status.PLACED, Status.DONE)
+                   or (sp.status == Status.PENDING and not sp.placements))
                     and not sp.needs_service_write and not sp.node_writes and not sp.new):
                 settled[s.id] = (key, sp, tuple(sp.warnings))
                 n_settled += 1
@@ -587,7 +593,7 @@ class Planner:
         for s, r in parsed:
             sp = plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
                               self._requests[s.id][2], cyc, tv.slots.get(s.id, {}))
-            if self.generic_kind and sp.request is not None and sp.status != "invalid":
+            if self.generic_kind and sp.request is not None and sp.status != Status.INVALID:
                 reserve_generic(sp, s, self.generic_kind, False)
             settle_restarts(sp, s, {}, cyc)
             plan.services.append(sp)

@@ -42,7 +42,7 @@ from itertools import combinations
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.queues import group_reclaimable, reclaimable
-from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan
+from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -87,7 +87,7 @@ def mark_preempted(sp: ServicePlan, s: SwarmService, prefix: str) -> None:
     if key not in s.labels:
         return
     st = preempted_state(s.labels, prefix)
-    if sp.status == "pending" and not sp.placements and st is not None:
+    if sp.status == Status.PENDING and not sp.placements and st is not None:
         sp.reason = f"{st.reason()}; {sp.reason}" if sp.reason else st.reason()
     elif sp.placements and key not in sp.service_labels_remove:
         sp.service_labels_remove.append(key)
@@ -234,7 +234,7 @@ def choose_preemptions(
     q_gone: dict[str, int] = {}  # milli per queue its victims chosen this cycle free
     q_given: dict[str, int] = {}  # milli per queue its preemptors this cycle take
     out: list[Preemption] = []
-    pending = [sp for sp in plan.services if sp.status == "pending" and sp.request is not None]
+    pending = [sp for sp in plan.services if sp.status == Status.PENDING and sp.request is not None]
     order = serve_order([(by_name[sp.name], sp.request) for sp in pending
                          if sp.name in by_name and isinstance(sp.request, GpuRequest)])
     for s, r in order:

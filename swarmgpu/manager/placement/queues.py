@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement.records import ServicePlan, State, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService
 
@@ -66,7 +66,7 @@ class QueueBook:
             return None
         self.blocked.setdefault(r.queue, []).append(s.name)
         return ServicePlan(
-            s.name, s.id, r, r.describe(), "pending", "Pending",
+            s.name, s.id, r, r.describe(), Status.PENDING, State.PENDING,
             reason=(f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, "
                     f"{_gpus(used):g} used, this service needs {_gpus(need):g}"))
 
@@ -98,7 +98,7 @@ class QueueBook:
     def count(self, r: GpuRequest | RequestError, mine: Mapping[str, Holding],
               sp: ServicePlan) -> None:
         """Add what the cycle placed for the service beyond its kept holdings."""
-        if isinstance(r, GpuRequest) and r.queue and sp.status != "invalid":
+        if isinstance(r, GpuRequest) and r.queue and sp.status != Status.INVALID:
             new = max(0, len(sp.placements) - len(mine))
             if new:
                 self.used[r.queue] = self.used.get(r.queue, 0) + new * replica_milli(r)

@@ -4,9 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from swarmgpu.manager.services.requests import GpuRequest
+
+
+class Status(StrEnum):
+    """A service plan's outcome (its JSON and text say the value)."""
+
+    PLACED = "placed"  # every replica it needs now holds its GPUs
+    PENDING = "pending"  # some replica waits: ``reason`` says why
+    INVALID = "invalid"  # its request, or its mode, is nothing swarmgpu places
+    RELEASED = "released"  # its request labels were removed: its device lists go
+    DONE = "done"  # a job whose every task completed (placement.jobs)
+
+
+class State(StrEnum):
+    """Where a service stands, as ``status`` and the map show it. The rebalancer's
+    attribution gives two more (``Rebalancing`` while a move runs, ``IdleCleanup``)."""
+
+    PENDING = "Pending"  # nothing placed
+    BOUND = "Bound"  # placed in this plan: its writes are not in Swarm yet
+    ALLOCATED = "Allocated"  # placed and written; not every task runs yet
+    ACTIVE = "Active"  # every task runs on its GPUs
+    INVALID = "Invalid"
+    REBALANCING = "Rebalancing"  # a move owns it (rebalance.record.move_of)
+    RELEASED = "Released"
+    COMPLETE = "Complete"  # a job done
 
 
 @dataclass(frozen=True)
@@ -34,8 +59,8 @@ class ServicePlan:
     id: str
     request: GpuRequest | None
     request_text: str
-    status: str  # placed | pending | invalid
-    state: str  # Pending | Bound | Allocated | Active | Invalid
+    status: Status
+    state: str  # a ``State``, or the rebalancer's (cli plan, the map)
     placements: list[ReplicaPlacement] = field(default_factory=list)
     reason: str | None = None
     warnings: list[str] = field(default_factory=list)

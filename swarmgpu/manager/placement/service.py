@@ -16,7 +16,7 @@ from swarmgpu.manager.placement.keys import (
 )
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.packing import packed_env
-from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement.records import ServicePlan, State, Status
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.spread import place_replicas
 from swarmgpu.manager.placement.tasks import Waiting
@@ -36,11 +36,11 @@ def plan_service(
     ``cap``: at most this many replicas are placed (its queue's max, ``placement.queues``;
     the caller says why the others wait)."""
     if isinstance(r, RequestError):
-        return ServicePlan(s.name, s.id, None, "", "invalid", "Invalid", reason=str(r))
-    sp = ServicePlan(s.name, s.id, r, r.describe(), "placed", "Active")
+        return ServicePlan(s.name, s.id, None, "", Status.INVALID, State.INVALID, reason=str(r))
+    sp = ServicePlan(s.name, s.id, r, r.describe(), Status.PLACED, State.ACTIVE)
     sp.mode = s.mode
     if s.mode not in _MODES:
-        sp.status, sp.state = "invalid", "Invalid"
+        sp.status, sp.state = Status.INVALID, State.INVALID
         sp.reason = f"mode {s.mode} is not one swarmgpu places ({', '.join(sorted(_MODES))})"
         return sp
     if s.name in cyc.moving:
@@ -48,7 +48,7 @@ def plan_service(
         # its holdings stay reserved (committed above), nothing is written here. Only the
         # daemon's record says so (rebalance.record.move_of): a move label alone is a
         # stack's claim, and such a service is placed like any other.
-        sp.state = "Rebalancing"
+        sp.state = State.REBALANCING
         sp.placements = sorted((p for nid, h in kept.items() if nid in cyc.by_id
                                 for p in replicas_of(h, cyc.by_id[nid], cyc.facts.get(nid))),
                                key=placement_order)
@@ -83,22 +83,22 @@ def plan_service(
     if cyc.prefix + MAX_STATE in s.labels and cyc.prefix + MAX_STATE not in sp.state_labels:
         sp.service_labels_remove.append(cyc.prefix + MAX_STATE)
     if len(sp.placements) < replicas:
-        sp.status = "pending"
+        sp.status = Status.PENDING
         sp.reason = "; ".join(reasons) or "not enough nodes"
         if len(sp.placements) and reasons:
             sp.reason = f"{len(sp.placements)} of {replicas} replicas placed; {sp.reason}"
     elif gates_open and waiting.refused and not sp.replaced:
         # Placed by the ledger, but Swarm says it cannot run the task there: not placed.
-        sp.status = "pending"
+        sp.status = Status.PENDING
         sp.reason = f"Swarm cannot run its task: {waiting.refused}"
     if stuck:  # held where Swarm will not run it, and not moved: it waits
-        sp.status = "pending"
+        sp.status = Status.PENDING
         sp.reason = f"{sp.reason}; {stuck}" if sp.reason else stuck
     if sp.replaced:
         now_on = sorted({p.hostname for p in sp.placements})
         sp.replaced += f"; re-placed on {', '.join(now_on) or 'no node yet'}"
         sp.warnings.append(sp.replaced)
-    if sp.status == "placed" and replicas and sum(running_on.values()) >= replicas:
+    if sp.status == Status.PLACED and replicas and sum(running_on.values()) >= replicas:
         cyc.backoff.pop(s.id, None)  # converged: a later refusal starts afresh
         if cyc.prefix + REPLACED_STATE in s.labels:
             sp.service_labels_remove.append(cyc.prefix + REPLACED_STATE)
@@ -131,9 +131,9 @@ def _keep_holdings(sp: ServicePlan, s: SwarmService, kept: Mapping[str, Holding]
 
 def _state(sp: ServicePlan, s: SwarmService, running_on: Mapping[str, int], replicas: int) -> str:
     if not sp.placements:
-        return "Pending"
+        return State.PENDING
     if sp.service_labels_set or sp.new or sp.gates_deferred:
-        return "Bound"
+        return State.BOUND
     if sum(running_on.values()) >= replicas and replicas > 0:
-        return "Active"
-    return "Allocated"
+        return State.ACTIVE
+    return State.ALLOCATED
