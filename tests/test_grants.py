@@ -350,9 +350,9 @@ def test_void_spec_changes_nothing_but_the_env() -> None:
 
 def test_placement_replaces_a_void_line_with_its_template() -> None:
     from swarmgpu.manager.cycle.placement import service_compute
-    from swarmgpu.manager.placement import ServicePlan
+    from swarmgpu.manager.placement.records import SpecWrites
 
-    sp = ServicePlan("s", "id-s", None, "1 GPU", "placed", "Active", add_env=[TMPL])
+    sp = SpecWrites(add_env=(TMPL,))
     new = service_compute(sp)(spec(["A=1", VOID_LINE, "B=2"]))
     assert new["TaskTemplate"]["ContainerSpec"]["Env"] == ["A=1", TMPL, "B=2"]
     # a user's own value that names GPUs is kept (and reported as ungranted)
@@ -476,15 +476,15 @@ def test_grants_as_mounts_adopt_placements_mount_beside_the_env() -> None:
 
     s = _gated("llm", {f"{P}gpus": "2"}, mounts=[_null("/data", "/srv")])
     (sp,) = _plan([s], grants="mounts").services
-    assert sp.status == "placed" and sp.add_mounts == [device_mount_spec(P)]
+    assert sp.status == "placed" and sp.add_mounts == (device_mount_spec(P),)
     assert any("mount /dev/null" in w for w in sp.warnings)
-    new = service_compute(sp)(s.spec)
+    new = service_compute(sp.writes)(s.spec)
     assert new["TaskTemplate"]["ContainerSpec"]["Mounts"] == [
         _null("/data", "/srv"), device_mount_spec(P)]  # the user's mount kept, first
     # once the mount is there: nothing to add; env mode never adds one
     with_mount = _gated("llm", {f"{P}gpus": "2"}, mounts=[device_mount_spec(P)])
-    assert _plan([with_mount], grants="mounts").services[0].add_mounts == []
-    assert _plan([s], grants="env").services[0].add_mounts == []
+    assert _plan([with_mount], grants="mounts").services[0].add_mounts == ()
+    assert _plan([s], grants="env").services[0].add_mounts == ()
     # without adoption the service waits, told what to add
     (pending,) = _plan([s], grants="mounts", adopt=False).services
     assert pending.status == "pending" and "mount /dev/null" in (pending.reason or "")
@@ -518,7 +518,7 @@ def test_render_in_grants_as_mounts_writes_the_device_mount() -> None:
 def test_proxy_policy_lets_the_void_write_and_the_device_mount_through() -> None:
     from swarmgpu.manager.cycle.placement import service_compute
     from swarmgpu.manager.engine.proxy_policy import PolicyError, check_service_update
-    from swarmgpu.manager.placement import ServicePlan
+    from swarmgpu.manager.placement.records import SpecWrites
 
     cur = spec(["A=1", "NVIDIA_VISIBLE_DEVICES=all", "DOCKER_RESOURCE_GPU=GPU-a",
                 "NVIDIA_VISIBLE_DEVICES=0"])
@@ -527,8 +527,7 @@ def test_proxy_policy_lets_the_void_write_and_the_device_mount_through() -> None
     check_service_update(cur, voided, P)  # let through
     appended = void_spec(spec(["A=1"]), None, prefix=P, managed=False)
     check_service_update(spec(["A=1"]), appended, P)
-    sp = ServicePlan("s", "id-s", None, "2 GPUs", "placed", "Active",
-                     add_env=[TMPL], add_mounts=[device_mount_spec(P)])
+    sp = SpecWrites(add_env=(TMPL,), add_mounts=(device_mount_spec(P),))
     asked = spec([VOID_LINE, "A=1"], labels={f"{P}gpus": "2"})  # swarmgpu's: a request
     placed = service_compute(sp)(asked)
     check_service_update(asked, placed, P)  # its template over void, its device mount

@@ -100,8 +100,8 @@ def test_gate_naming_another_service_is_replaced_and_reported() -> None:
     s = replace(svc("prod_llm", {"swarmgpu.gpus": "1"}),
                 constraints=(gate_constraint(P, "dev_llm"),))
     sp = plan_placement(nodes, [s], [], facts).services[0]  # type: ignore[arg-type]
-    assert sp.remove_constraints == [gate_constraint(P, "dev_llm")]
-    assert sp.add_constraints == [gate_constraint(P, "prod_llm")]
+    assert sp.remove_constraints == (gate_constraint(P, "dev_llm"),)
+    assert sp.add_constraints == (gate_constraint(P, "prod_llm"),)
     assert any("names another service" in w for w in sp.warnings)
 
 
@@ -326,7 +326,7 @@ def test_back_off_record_goes_once_all_replicas_run() -> None:
     s = replace(s, labels={**s.labels, f"{P}state.replaced": "2@50"}, version=s.version + 1)
     runs = replace(task("t1", s, where, 0), force_update=s.force_update)
     sp = planner.plan(nodes, [s], [runs], facts, now=60.0).services[0]  # type: ignore[arg-type]
-    assert sp.status == "placed" and sp.service_labels_remove == [f"{P}state.replaced"]
+    assert sp.status == "placed" and sp.service_labels_remove == (f"{P}state.replaced",)
 
 
 def test_a_planner_is_freed_when_its_owner_lets_go() -> None:

@@ -30,7 +30,7 @@ from swarmgpu.manager.engine.proxy_policy import (
 )
 from swarmgpu.manager.placement.envs import ORDER_ENV, env_template, env_template_per_node
 from swarmgpu.manager.placement.keys import gate_constraint, hold_constraint
-from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.rebalance.record import spec_edit, spec_labels
 from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.dockerproxy import WRITE_KINDS, without_join_tokens
@@ -68,19 +68,16 @@ def test_every_service_write_placement_makes_passes() -> None:
     cur["TaskTemplate"]["Placement"]["Constraints"].append(
         "node.labels.swarmgpu.service.other == true")
     cur["TaskTemplate"]["ContainerSpec"]["Env"].append(env_template_per_node(P))
-    sp = ServicePlan("cap_llm", "id1", None, "", "placed", "Active")
-    sp.service_labels_set = {P + "devices.n1": "GPU-b", P + "state.max-replicas": "2"}
-    sp.service_labels_remove = [P + "gpus"]
     cur["TaskTemplate"]["Placement"]["Constraints"].append(hold_constraint(P))
-    sp.remove_constraints = ["node.labels.swarmgpu.service.other == true",
-                             hold_constraint(P)]  # a stack deployed as written
-    sp.add_constraints = [gate_constraint(P, "cap_llm2")]
-    sp.set_max_replicas = 2
-    sp.force_update = True
-    sp.set_generic = ("NVIDIA-GPU", 2)
-    sp.set_update_parallelism = 0
-    sp.replace_env = [(env_template_per_node(P), env_template(P))]
-    sp.add_env = [*env_lines(P), ORDER_ENV]
+    sp = SpecWrites(
+        service_labels_set={P + "devices.n1": "GPU-b", P + "state.max-replicas": "2"},
+        service_labels_remove=(P + "gpus",),
+        remove_constraints=("node.labels.swarmgpu.service.other == true",
+                            hold_constraint(P)),  # a stack deployed as written
+        add_constraints=(gate_constraint(P, "cap_llm2"),), set_max_replicas=2,
+        force_update=True, set_generic=("NVIDIA-GPU", 2), set_update_parallelism=0,
+        replace_env=((env_template_per_node(P), env_template(P)),),
+        add_env=(*env_lines(P), ORDER_ENV))
     new = service_compute(sp)(cur)
     assert new is not None and first_difference(cur, new) is not None
     check_service_update(cur, new, P)

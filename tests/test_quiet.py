@@ -415,7 +415,7 @@ class Mini:
             if lossy and self.rng.random() < lossy:
                 continue
             if s is not None and sp.needs_service_write:
-                new = service_compute(sp)(s.spec)
+                new = service_compute(sp.writes)(s.spec)
                 if new is not None:
                     self.service_spec(s.id, new)
 

@@ -60,33 +60,33 @@ def test_new_env_lines_for_a_running_task_are_held() -> None:
     assert [c.split("=", 1)[0] for c in sp.held] == [
         "add env SWARMGPU_GPU_FRACTION", "add env SWARMGPU_GPU_MEMORY_MIB",
         "add env CUDA_DEVICE_MEMORY_LIMIT", "add env CUDA_DEVICE_SM_LIMIT"]
-    assert sp.add_env == [] and not sp.force_update
+    assert sp.add_env == () and not sp.force_update
     assert sp.service_labels_set  # its share labels: written, they restart nothing
     assert any(w.startswith("held back: it would restart its running task") for w in sp.warnings)
     assert not any(w.startswith("adopted") for w in sp.warnings)  # nothing was added
     # Nothing of it runs: nothing to restart, so nothing is held.
     sp = plan_of([s], WAITING)["half"]
-    assert sp.held == [] and set(env_lines(P)) <= set(sp.add_env)
+    assert sp.held == () and set(env_lines(P)) <= set(sp.add_env)
     # The operator's word lets it through.
     sp = plan_of([s], RUNNING, release={"half"})["half"]
-    assert sp.held == [] and sp.decision is not None and sp.decision[0] == "operator"
+    assert sp.held == () and sp.decision is not None and sp.decision[0] == "operator"
 
 
 def test_a_gate_constraint_is_added_only_where_its_node_has_the_gate() -> None:
     env = [env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID", *env_lines(P)]
     sp = plan_of([half(env, [])], RUNNING)["half"]  # its node has the gate: no restart
-    assert sp.add_constraints == [gate_constraint(P, "half")] and sp.held == []
+    assert sp.add_constraints == (gate_constraint(P, "half"),) and sp.held == ()
     assert sp.decision is not None and sp.decision[0] == "none"
     sp = plan_of([half(env, [])], RUNNING, nodes(gate=False))["half"]
-    assert sp.add_constraints == [] and sp.held == [
-        f"add constraint {gate_constraint(P, 'half')}"]
+    assert sp.add_constraints == () and sp.held == (
+        f"add constraint {gate_constraint(P, 'half')}",)
 
 
 def test_a_running_task_without_a_device_list_is_placed() -> None:
     s = svc("loose", {f"{P}gpus": "1"}, ["V=1"], [])
     t = [SwarmTask("t1", "id-loose", "n-dgx", 1, "running", "running", ())]
     sp = plan_of([s], t, [_node("n-dgx", "gpu-node-1"), _node("n-4090", "gpu-node-2")])["loose"]
-    assert sp.decision is not None and sp.decision[0] == "place" and sp.held == []
+    assert sp.decision is not None and sp.decision[0] == "place" and sp.held == ()
     assert env_template(P) in sp.add_env
 
 
@@ -95,8 +95,8 @@ def test_the_hold_is_replaced_by_the_gate_in_the_placement_write() -> None:
     t = [SwarmTask("t1", "id-web", "", 1, "pending", "running", ())]
     sp = plan_of([s], t, [_node("n-dgx", "gpu-node-1"), _node("n-4090", "gpu-node-2")])["web"]
     assert sp.status == "placed" and sp.placements
-    assert sp.remove_constraints == [hold_constraint(P)]
-    assert sp.add_constraints == [gate_constraint(P, "web")]
+    assert sp.remove_constraints == (hold_constraint(P),)
+    assert sp.add_constraints == (gate_constraint(P, "web"),)
     assert env_template(P) in sp.add_env and sp.force_update
     assert sp.decision is not None and sp.decision[0] == "place"
     assert any(w.startswith("adopted its hold") for w in sp.warnings)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import service_compute
 
 
@@ -28,17 +28,13 @@ def spec() -> dict[str, Any]:
 
 
 def test_every_change_lands_and_the_given_spec_is_left_as_it_was() -> None:
-    sp = ServicePlan("svc", "id1", None, "", "placed", "Active")
-    sp.service_labels_set = {"swarmgpu.devices.n1": "GPU-b"}
-    sp.service_labels_remove = ["swarmgpu.devices.old"]
-    sp.remove_constraints = ["node.labels.swarmgpu.gate.other == true"]
-    sp.add_constraints = ["node.labels.swarmgpu.gate.svc==true"]
-    sp.set_max_replicas = 1
-    sp.force_update = True
-    sp.set_generic = ("NVIDIA-GPU", 2)
-    sp.set_update_parallelism = 0
-    sp.replace_env = [("OLD=1", "NEW=1")]
-    sp.add_env = ["A=2", "B=1"]
+    sp = SpecWrites(
+        service_labels_set={"swarmgpu.devices.n1": "GPU-b"},
+        service_labels_remove=("swarmgpu.devices.old",),
+        remove_constraints=("node.labels.swarmgpu.gate.other == true",),
+        add_constraints=("node.labels.swarmgpu.gate.svc==true",),
+        set_max_replicas=1, force_update=True, set_generic=("NVIDIA-GPU", 2),
+        set_update_parallelism=0, replace_env=(("OLD=1", "NEW=1"),), add_env=("A=2", "B=1"))
     given = spec()
     before = copy.deepcopy(given)
     new = service_compute(sp)(given)
@@ -58,5 +54,4 @@ def test_every_change_lands_and_the_given_spec_is_left_as_it_was() -> None:
 
 
 def test_nothing_to_change_is_no_write() -> None:
-    sp = ServicePlan("svc", "id1", None, "", "placed", "Active")
-    assert service_compute(sp)(spec()) is None
+    assert service_compute(SpecWrites())(spec()) is None

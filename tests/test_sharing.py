@@ -76,7 +76,7 @@ def test_half_of_a_40gib_gpu_beside_a_whole_gpu_service() -> None:
 def test_shared_service_without_the_env_lines_is_adopted_or_told() -> None:
     half = svc("half", {"swarmgpu.gpu-fraction": "0.5"})
     sp = plan_placement([DGX], [half], [], FACTS).services[0]
-    assert list(SHARED_ENV) == sp.add_env
+    assert tuple(SHARED_ENV) == sp.add_env
     assert any("tell each container its share" in w for w in sp.warnings)
     sp = plan_placement([DGX], [half], [], FACTS, adopt_ungated=False).services[0]
     assert not sp.add_env

@@ -181,7 +181,7 @@ def test_old_template_is_upgraded_when_packed_and_kept_when_spread() -> None:
     old = replace(svc("o", ONE_GPU, replicas=3), env=(env_template_per_node(P),))
     (sp,) = plan_placement([R4090], [old], [], FACTS).services
     assert sp.status == "placed" and sp.packed
-    assert sp.replace_env == [(env_template_per_node(P), env_template(P))]
+    assert sp.replace_env == ((env_template_per_node(P), env_template(P)),)
     (sp,) = plan_placement([R4090], [old], [], FACTS, adopt_ungated=False).services
     assert sp.status == "pending" and "per-slot env template" in (sp.reason or "")
     spread = replace(svc("o2", ONE_GPU, replicas=2), env=(env_template_per_node(P),))
@@ -285,8 +285,8 @@ def test_a_spread_service_short_of_nodes_is_packed_where_its_replica_runs() -> N
     assert sp.status == "placed" and sp.packed and "keeps its GPUs" in sp.packed
     got = {p.slot: p.uuids for p in sp.placements}
     assert got[2] == (gpu,) and len({u for us in got.values() for u in us}) == 3
-    assert sp.service_labels_remove == [f"{P}devices.n-4090"]
-    assert sp.replace_env == [(env_template_per_node(P), env_template(P))]
+    assert sp.service_labels_remove == (f"{P}devices.n-4090",)
+    assert sp.replace_env == ((env_template_per_node(P), env_template(P)),)
     assert sp.set_max_replicas == 3 and sp.force_update
     # pack: never keeps it as it was: one placed, the rest pending.
     never = replace(s, labels={**s.labels, "swarmgpu.pack": "never"})

@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 import time
+from dataclasses import replace
 from typing import Any, NoReturn
 
 import click
@@ -174,8 +175,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
             if m.get("trigger") == "consolidation"]
     states = service_states(p.services, moving(snap.services, snap.swarm_labels,
                                                cfg.sync.prefix), idle)
-    for sp in p.services:
-        sp.state = states.get(sp.name, sp.state)
+    p.services = [replace(sp, state=states.get(sp.name, sp.state)) for sp in p.services]
     if not p.services and not as_json:
         click.echo("no service carries a swarmgpu GPU request")
     if as_json:

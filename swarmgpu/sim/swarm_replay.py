@@ -217,7 +217,7 @@ class World:
             if s is None:
                 continue
             if writes:
-                new = service_compute(sp)(s.spec)
+                new = service_compute(sp.writes)(s.spec)
                 if new is not None:
                     s = self._updated(s, new)
                     self.services[s.id] = s

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from loguru import logger
@@ -232,7 +233,7 @@ def write_service(gate: Writes, sp: ServicePlan, forced: _Forced) -> bool | None
     """True: written, False: nothing to write, None: the write failed. A forced update
     notes the ForceUpdate it landed (the last compute is the one that landed)."""
     log = logger.bind(service=sp.name)
-    inner = service_compute(sp)
+    inner = service_compute(sp.writes)
     last: list[Mapping[str, Any] | None] = [None]
 
     def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -279,7 +280,7 @@ def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,
         return []
     waiting = tasks_by_service(tasks, slots_of=lambda _: False).waiting
     opened: list[str] = []
-    for sp in plan.services:
+    for i, sp in enumerate(plan.services):
         force = written_force.get(sp.id)
         if (force is None or not sp.gates_deferred or sp.mode in JOB_MODES
                 or not waiting.get(sp.id, NO_WAITING).all_newer(force)):
@@ -287,7 +288,7 @@ def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,
         for p in sp.placements:
             if p.node_id in plan.node_set:  # its ledger entry is written there too
                 plan.node_set[p.node_id][gate_key(prefix, sp.name)] = "true"
-        sp.gates_deferred = False
+        plan.services[i] = replace(sp, gates_deferred=False)
         opened.append(sp.name)
     if opened:
         logger.info("placement: {} service(s) open their gates in this cycle (every task "

@@ -114,7 +114,7 @@ class Preempter:
             plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
             preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
             refused=refused, moving=in_move)
-        by_name = {sp.name: sp for sp in plan.services}
+        by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         done: list[Preemption] = []
         for times in (self.stopped, *self.by_tenant.values()):
             while times and now - times[0] >= HOUR_S:
@@ -122,9 +122,10 @@ class Preempter:
         for p in chosen:
             log = logger.bind(service=p.service)
             if pc.dry_run or self.cfg.dry_run:
-                sp = by_name.get(p.service)
-                if sp is not None:
-                    sp.warnings.append(f"would {p.describe()} (preemption.dry_run)")
+                i = by_name.get(p.service)
+                if i is not None:
+                    plan.services[i] = plan.services[i].noted(
+                        f"would {p.describe()} (preemption.dry_run)")
                 if p.describe() not in self.logged:
                     self.logged.add(p.describe())
                     log.info("dry-run: would {}", p.describe())
@@ -134,7 +135,8 @@ class Preempter:
                 log.warning("preemption budget spent ({} per hour): not {}", pc.max_per_hour,
                             p.describe())
                 continue
-            tenant = self._tenant_of(by_name.get(p.service))
+            i = by_name.get(p.service)
+            tenant = self._tenant_of(plan.services[i] if i is not None else None)
             spent = self.by_tenant.setdefault(tenant, deque()) if tenant else None
             if spent is not None and self.tenants is not None and \
                     len(spent) + len(p.victims) > self.tenants.budget(tenant):

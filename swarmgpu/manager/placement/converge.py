@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from swarmgpu.allocator.mig import MigProfileError
 from swarmgpu.allocator.values import Unplaceable
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cycle import Cycle
-from swarmgpu.manager.placement.keys import REPLACED_STATE, assign_key, gate_key
+from swarmgpu.manager.placement.keys import REPLACED_STATE, gate_key
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.records import ServicePlan, remove_node_labels
 from swarmgpu.manager.placement.specs import demand_of, schedulable
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.requests import GpuRequest
@@ -19,17 +19,30 @@ from swarmgpu.swarm.client import SwarmService
 GATE_GRACE_S = 5.0  # a gate must have been open this long before Swarm's refusal counts
 
 
-def converge(sp: ServicePlan, s: SwarmService, r: GpuRequest, holdings: dict[str, Holding],
+@dataclass(frozen=True, slots=True)
+class Convergence:
+    """The converge step's answer: the holdings the service keeps, and either why it
+    waits where it is (``stuck``) or the nodes it is moved off (``dropped``: their
+    ledger entry and gate go) and why (``replaced``), with the back-off's new record."""
+
+    holdings: Mapping[str, Holding]
+    stuck: str = ""
+    dropped: tuple[str, ...] = ()
+    replaced: str = ""
+    backoff_label: str = ""  # ``<p>state.replaced``, written with the device map
+
+
+def converge(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holding],
              running_on: Mapping[str, int], waiting: Waiting, res: tuple[int, int],
-             cyc: Cycle) -> str:
+             cyc: Cycle) -> Convergence | None:
     """Holdings where Swarm will not run the service's task -- its node drained, down
     or paused, its constraints no longer allowing the node, the node without the CPU or
     memory the task reserves, or Swarm's scheduler refusing it there -- are dropped
     when another node can take the replica (it is placed anew in this cycle, off those
-    nodes, and ``sp.replaced`` says why). Otherwise, or while the service's back-off
-    runs, they stay and the returned text says why the service is pending."""
+    nodes). Otherwise, or while the service's back-off runs, they stay and ``stuck``
+    says why the service is pending. None: nothing is stuck."""
     if not waiting:
-        return ""
+        return None
     stuck: dict[str, str] = {}
     for nid, h in holdings.items():
         if h.packed or running_on.get(nid):
@@ -38,14 +51,15 @@ def converge(sp: ServicePlan, s: SwarmService, r: GpuRequest, holdings: dict[str
         if why:
             stuck[nid] = why
     if not stuck:
-        return ""
+        return None
     what = "Swarm cannot run its task where its GPUs are (" + "; ".join(stuck.values()) + ")"
     b = cyc.backoff.setdefault(s.id, Backoff())
     b.adopt(s.labels.get(cyc.prefix + REPLACED_STATE))
     if b.since is not None and b.since > cyc.now + 60:
         b.since = cyc.now  # a recorded time ahead of this clock: count from now
     if (left := b.wait_left(cyc.now)) > 0:
-        return f"{what}; re-placing it is backed off for {left:.0f} s more ({b.describe()})"
+        return Convergence(holdings, f"{what}; re-placing it is backed off for {left:.0f} s "
+                                     f"more ({b.describe()})")
     cluster = cyc.cluster
     for nid in stuck:
         cluster.release_holding(s.name, nid)
@@ -58,17 +72,12 @@ def converge(sp: ServicePlan, s: SwarmService, r: GpuRequest, holdings: dict[str
         for nid in stuck:
             cluster.commit_holding(s.name, nid, holdings[nid],
                                    cluster.holding_reservation(s.id, nid, res))
-        return f"{what}; no other node can take it: {cluster.hostnames(probe.reason)}"
-    for nid in stuck:
-        del holdings[nid]
-        remove_node_labels(cyc.plan, nid, [assign_key(cyc.prefix, s.name),
-                                           gate_key(cyc.prefix, s.name)])
-    sp.node_writes = True
+        return Convergence(holdings, f"{what}; no other node can take it: "
+                                     f"{cluster.hostnames(probe.reason)}")
     cyc.avoid[s.id] = frozenset(stuck)
     b.replaced(cyc.now)
-    sp.state_labels[cyc.prefix + REPLACED_STATE] = b.label()  # written with the device map
-    sp.replaced = what
-    return ""
+    return Convergence({nid: h for nid, h in holdings.items() if nid not in stuck},
+                       dropped=tuple(stuck), replaced=what, backoff_label=b.label())
 
 
 def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],

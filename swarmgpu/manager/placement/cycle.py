@@ -9,14 +9,15 @@ from dataclasses import dataclass, field
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cluster import ClusterAllocator
-from swarmgpu.manager.placement.keys import assign_key, gate_key
-from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, remove_node_labels
+from swarmgpu.manager.placement.records import PlacementPlan
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 
 @dataclass
 class Cycle:
-    """What every service's planning in one cycle reads (and the plan it writes to)."""
+    """What every service's planning in one cycle reads. Its steps write nothing to the
+    plan (they return what to write); they do keep the cycle's own records (back-off,
+    gates seen open, nodes a service is moved off) and commit to the allocator."""
 
     cluster: ClusterAllocator
     by_id: Mapping[str, SwarmNode]
@@ -25,7 +26,7 @@ class Cycle:
     zone_label: str
     all_zones: set[str]
     adopt_ungated: bool
-    plan: PlacementPlan
+    plan: PlacementPlan  # the plan so far (read only: the removals a spec write follows)
     exclude: Callable[[SwarmService], frozenset[str]]
     most_gpus: int = 0  # GPUs of the largest node: no more replicas are ever packed
     now: float = 0.0
@@ -36,6 +37,8 @@ class Cycle:
     # services with a move in flight by the daemon's records (rebalance.record.moving)
     moving: AbstractSet[str] = frozenset()
     grants: str = "env"  # placement.grants: mounts adds the device mount (envs.mount_target)
+    generic_kind: str = ""  # whole GPUs also reserved as this generic resource (``generic``)
+    release: AbstractSet[str] = frozenset()  # services whose held changes are written now
 
     def swarm_no(self, s: SwarmService) -> frozenset[str]:
         """Nodes the service's replicas may not take: those Swarm refuses, and those it
@@ -44,14 +47,23 @@ class Cycle:
         return self.exclude(s) | avoid if avoid else self.exclude(s)
 
 
-def release_dropped(cyc: Cycle, sp: ServicePlan, service: str, old: Iterable[str],
-                    keep: Container[str]) -> None:
-    """Remove the ledger entry and gate of ``service`` on every node of ``old`` it no
-    longer holds (``keep``), each said on its plan."""
-    for nid in old:
-        if nid not in keep:
-            remove_node_labels(cyc.plan, nid, [assign_key(cyc.prefix, service),
-                                               gate_key(cyc.prefix, service)])
-            sp.node_writes = True
-            where = cyc.by_id[nid].hostname if nid in cyc.by_id else nid
-            sp.warnings.append(f"released its GPUs on {where}")
+@dataclass(frozen=True, slots=True)
+class Released:
+    """The nodes a service no longer holds on, whose ledger entry and gate go."""
+
+    nodes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+NOTHING_RELEASED = Released()
+
+
+def release_dropped(cyc: Cycle, old: Iterable[str], keep: Container[str]) -> Released:
+    """Every node of ``old`` the service no longer holds (``keep``), each said."""
+    nodes = tuple(nid for nid in old if nid not in keep)
+    if not nodes:
+        return NOTHING_RELEASED
+    by_id = cyc.by_id
+    return Released(nodes, tuple(
+        f"released its GPUs on {by_id[nid].hostname if nid in by_id else nid}"
+        for nid in nodes))

@@ -2,39 +2,59 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.generic import int_or0
 from swarmgpu.manager.placement.keys import DEVICES, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holding
-from swarmgpu.manager.placement.records import ServicePlan, set_node_labels
+from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.sharing import SHARE, want_labels
 from swarmgpu.swarm.client import SwarmService
 
 
-def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mapping[str, int],
-                            waiting: Waiting, cyc: Cycle) -> bool:
-    """The desired Swarm state for the service: device labels, ledger, gates. True when
-    every gate is open (or opens in this plan)."""
+@dataclass(frozen=True, slots=True)
+class DeviceMap:
+    """The device map step's answer: the service labels (device lists, share values,
+    the ForceUpdate and parallelism records) to set and remove, the task renewal and
+    pacing, its decision, and per node its ledger entry and gate (``node_set``, in node
+    order); ``all_open``: every gate is open or opens in this plan."""
+
+    labels_set: Mapping[str, str]
+    labels_remove: tuple[str, ...]
+    node_set: tuple[tuple[str, Mapping[str, str]], ...]
+    all_open: bool
+    gates_deferred: bool = False
+    force_update: bool = False
+    set_update_parallelism: int | None = None
+    decision: tuple[str, str] | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def write_devices_and_gates(
+        s: SwarmService, placements: Sequence[ReplicaPlacement],
+        draining: Mapping[int, tuple[tuple[str, ...], tuple[int, ...]]],
+        running_on: Mapping[str, int], waiting: Waiting, cyc: Cycle) -> DeviceMap:
+    """The desired Swarm state for the service: device labels, ledger, gates."""
     prefix, by_id = cyc.prefix, cyc.by_id
     want_devices = {devices_key(prefix, p.node_id, p.slot): ",".join(p.uuids)
-                    for p in sp.placements}
-    held = holdings_of(s.name, sp.placements)
+                    for p in placements}
+    held = holdings_of(s.name, placements)
     for nid, h in list(held.items()):
-        if h.packed and sp.draining:  # the ledger keeps them until the lists are gone
-            held[nid] = packed_holding(s.name, nid, {**sp.draining, **h.per_slot_milli()})
+        if h.packed and draining:  # the ledger keeps them until the lists are gone
+            held[nid] = packed_holding(s.name, nid, {**draining, **h.per_slot_milli()})
     ours = (prefix + DEVICES, prefix + SHARE)  # device lists and share labels
     have_devices = {k: v for k, v in s.labels.items() if k.startswith(ours)}
     # A shared GPU's container is told its share the same way (swarmgpu.manager.services.sharing).
     # (Whole GPUs and MIG devices carry no share labels: only shares are asked.)
-    shares = [(p.node_id, p.uuids, p.milli) for p in sp.placements
+    shares = [(p.node_id, p.uuids, p.milli) for p in placements
               if p.slot is None and len(p.uuids) == 1 and p.milli and p.milli[0] < 1000]
     if shares:
         want_devices.update(want_labels(prefix, shares, cyc.facts, have_devices))
-    sp.service_labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
-    sp.service_labels_remove = sorted(k for k in have_devices if k not in want_devices)
+    labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
+    labels_remove = sorted(k for k in have_devices if k not in want_devices)
     # Swarm copies the service's labels into a task when it creates it, and a pending
     # task exists from the moment the service does: a task created before its device
     # map was written would start with NVIDIA_VISIBLE_DEVICES=void. So when the map
@@ -47,18 +67,21 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
         running_on.get(nid) and by_id[nid].labels.get(ak) != h.label_value()
         for nid, h in held.items()
     )
-    if sp.service_labels_set:
+    force = False
+    decision: tuple[str, str] | None = None
+    warnings: tuple[str, ...] = ()
+    if labels_set:
         gen = s.force_update  # tasks created from now on carry the map
-    if sp.service_labels_set and (waiting or not running_on or changed_for_running):
-        sp.force_update = True
+    if labels_set and (waiting or not running_on or changed_for_running):
+        force = True
         gen = s.force_update + 1
-        sp.decision = _decision(s, held, running_on, changed_for_running, cyc)
+        decision = _decision(s, held, running_on, changed_for_running, cyc)
         if running_on:
-            sp.warnings.append("its running replicas restart once (rolling) so that every "
-                               "task carries the new device map")
+            warnings = ("its running replicas restart once (rolling) so that every task "
+                        "carries the new device map",)
     if gen and s.labels.get(gen_key) != str(gen):
-        sp.service_labels_set[gen_key] = str(gen)
-    gate_ready = not sp.service_labels_set and not sp.force_update and waiting.all_newer(gen)
+        labels_set[gen_key] = str(gen)
+    gate_ready = not labels_set and not force and waiting.all_newer(gen)
     # The rolling updater replaces one task at a time and waits for it to run, which a
     # closed gate never allows: replace all waiting tasks at once (parallelism 0) when
     # nothing runs yet, and give the user's parallelism back once the gates are open.
@@ -67,13 +90,15 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
     par_key = f"{prefix}state.update-parallelism"
     current_par = int_or0(str((s.spec.get("UpdateConfig") or {}).get("Parallelism", 1)))
     one_batch = s.mode == "replicated" and (s.replicas or 0) <= current_par
-    if sp.force_update and not running_on and current_par != 0 and not one_batch:
-        sp.service_labels_set.setdefault(par_key, str(current_par))
-        sp.set_update_parallelism = 0
+    parallelism: int | None = None
+    if force and not running_on and current_par != 0 and not one_batch:
+        labels_set.setdefault(par_key, str(current_par))
+        parallelism = 0
     elif gate_ready and par_key in s.labels and current_par == 0:
-        sp.set_update_parallelism = int_or0(s.labels[par_key]) or 1
-        sp.service_labels_remove.append(par_key)
-    all_open = True
+        parallelism = int_or0(s.labels[par_key]) or 1
+        labels_remove.append(par_key)
+    deferred = False
+    node_set: list[tuple[str, Mapping[str, str]]] = []
     for nid, h in held.items():
         labels = by_id[nid].labels
         value = h.label_value()
@@ -82,12 +107,11 @@ def write_devices_and_gates(sp: ServicePlan, s: SwarmService, running_on: Mappin
             if labels.get(gk) != "true":
                 diff[gk] = "true"
         else:
-            sp.gates_deferred = True
-            all_open = False
+            deferred = True
         if diff:
-            set_node_labels(cyc.plan, nid, diff)
-            sp.node_writes = True
-    return all_open
+            node_set.append((nid, diff))
+    return DeviceMap(labels_set, tuple(labels_remove), tuple(node_set), not deferred,
+                     deferred, force, parallelism, decision, warnings)
 
 
 def _decision(s: SwarmService, held: Mapping[str, Holding], running_on: Mapping[str, int],

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.envs import (
     ORDER_ENV,
@@ -12,20 +16,42 @@ from swarmgpu.manager.placement.envs import (
     mount_target,
 )
 from swarmgpu.manager.placement.keys import GATE, gate_constraint, is_hold
-from swarmgpu.manager.placement.records import ServicePlan, State, Status
+from swarmgpu.manager.placement.records import SpecWrites
+from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.manager.services.sharing import missing_env
 from swarmgpu.swarm.client import SwarmService
 
 HOLD_ADOPTED = "adopted its hold"  # a stack deployed as written, on its documented path
 
 
-def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
+@dataclass(frozen=True, slots=True)
+class Gating:
+    """The gate step's answer: what the service's spec needs added or replaced (its
+    gate, the env template, the device mount, a share's env), what to say, and, when it
+    is not gated and not adopted, why it waits."""
+
+    add_constraints: tuple[str, ...] = ()
+    remove_constraints: tuple[str, ...] = ()  # gates naming others, then the hold
+    add_env: tuple[str, ...] = ()
+    add_mounts: tuple[Mapping[str, Any], ...] = ()
+    warnings: tuple[str, ...] = ()
+    waits: str | None = None  # the service waits (pending): why
+
+    def writes(self) -> SpecWrites:
+        return SpecWrites(add_constraints=self.add_constraints,
+                          remove_constraints=self.remove_constraints,
+                          add_env=self.add_env, add_mounts=self.add_mounts)
+
+
+GATED = Gating()  # gated as it is: nothing to write or say
+
+
+def gate_service(s: SwarmService, r: GpuRequest, cyc: Cycle) -> Gating:
     """The gate constraint and env template: present, added (adopted), or reported.
     A gate naming another service (a stack rendered or deployed under another name) is
     replaced: with it the tasks would wait forever. The hold of a stack deployed as
     written (``<p>hold``) is replaced by the gate, in the same write as the device map,
-    env and template: the task made from the file never runs. False when the service
-    waits."""
+    env and template: the task made from the file never runs."""
     prefix = cyc.prefix
     gate = gate_constraint(prefix, s.name)
     own = f"node.labels.{prefix}{GATE}".lower()
@@ -47,56 +73,58 @@ def gate_service(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
     mounts = ((s.spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Mounts")
     has_mount = cyc.grants != "mounts" or any(
         device_mount(prefix, m) for m in mounts or [] if isinstance(m, dict))
-    _share_env(sp, s, cyc)
+    share_env, warnings = _share_env(s, r, cyc)
+    if not foreign and not share_env and not warnings and has_gate and has_env \
+            and has_mount and not holds:
+        return GATED  # (most services, every cycle)
+    add_env, add_constraints = list(share_env), []
     if foreign:
-        sp.warnings.append(
+        warnings.append(
             f"its gate constraint {', '.join(foreign)} names another service (a stack "
             f"rendered or deployed under another name): swarmgpu replaces it with {gate}; "
             f"fix the stack file (render with -n matching the deploy name)")
-        sp.remove_constraints.extend(foreign)
         if not has_gate:
-            sp.add_constraints.append(gate)
+            add_constraints.append(gate)
         has_gate = True
     if has_gate and has_env and has_mount and not holds:
-        return True
+        return Gating(tuple(add_constraints), tuple(foreign), tuple(add_env),
+                      warnings=tuple(warnings))
     missing = [x for x, ok in ((f"constraint {gate}", has_gate),
                                (f"env {tmpl}", has_env),
                                (f"mount /dev/null -> {mount_target(prefix)}", has_mount))
                if not ok]
     if not cyc.adopt_ungated:
-        sp.status, sp.state = Status.PENDING, State.PENDING
-        sp.reason = ("held: placement.adopt_ungated is off, so its hold is not replaced; "
-                     "deploy through `swarmgpu render`" if holds else
-                     "not gated: add " + " and ".join(missing) +
-                     " to the service (or deploy through `swarmgpu render`)")
-        return False
+        return Gating(tuple(add_constraints), tuple(foreign), tuple(add_env),
+                      warnings=tuple(warnings), waits=(
+                          "held: placement.adopt_ungated is off, so its hold is not "
+                          "replaced; deploy through `swarmgpu render`" if holds else
+                          "not gated: add " + " and ".join(missing) +
+                          " to the service (or deploy through `swarmgpu render`)"))
     if holds:  # the documented path: nothing to advise
-        sp.remove_constraints.extend(holds)
-        sp.warnings.append(f"{HOLD_ADOPTED}: swarmgpu replaced it with constraint {gate}"
-                           + ("" if has_env else f" and added env {tmpl}"))
+        warnings.append(f"{HOLD_ADOPTED}: swarmgpu replaced it with constraint {gate}"
+                        + ("" if has_env else f" and added env {tmpl}"))
     else:
-        sp.warnings.append("adopted: swarmgpu added " + " and ".join(missing) +
-                           "; put them in the stack file so a re-deploy keeps them, or "
-                           f"use the hold (constraint {prefix}hold) instead")
+        warnings.append("adopted: swarmgpu added " + " and ".join(missing) +
+                        "; put them in the stack file so a re-deploy keeps them, or "
+                        f"use the hold (constraint {prefix}hold) instead")
     if not has_gate:
-        sp.add_constraints.append(gate)
+        add_constraints.append(gate)
     if not has_env:
-        sp.add_env.append(tmpl)
-    if not has_mount:
-        sp.add_mounts.append(device_mount_spec(prefix))
+        add_env.append(tmpl)
     if ORDER_ENV not in s.env:
-        sp.add_env.append(ORDER_ENV)
-    return True
+        add_env.append(ORDER_ENV)
+    return Gating(tuple(add_constraints), (*foreign, *holds), tuple(add_env),
+                  () if has_mount else (device_mount_spec(prefix),), tuple(warnings))
 
 
-def _share_env(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> None:
-    """A shared GPU's containers are told their share (``swarmgpu.manager.services.sharing``)."""
-    r = sp.request
-    share_env = missing_env(cyc.prefix, s.env) if r is not None and r.is_fraction else []
+def _share_env(s: SwarmService, r: GpuRequest, cyc: Cycle) -> tuple[list[str], list[str]]:
+    """A shared GPU's containers are told their share (``swarmgpu.manager.services.sharing``):
+    the env lines to add, and what to say."""
+    share_env = missing_env(cyc.prefix, s.env) if r.is_fraction else []
     if share_env and cyc.adopt_ungated:
-        sp.add_env.extend(share_env)
-        sp.warnings.append("adopted: swarmgpu added the env lines that tell each container "
-                           "its share; put them in the stack file so a re-deploy keeps them")
-    elif share_env:
-        sp.warnings.append("its containers are not told their share: add env "
-                           + " and ".join(share_env))
+        return share_env, ["adopted: swarmgpu added the env lines that tell each container "
+                           "its share; put them in the stack file so a re-deploy keeps them"]
+    if share_env:
+        return [], ["its containers are not told their share: add env "
+                    + " and ".join(share_env)]
+    return [], []

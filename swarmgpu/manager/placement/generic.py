@@ -5,29 +5,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 
-def reserve_generic(sp: ServicePlan, s: SwarmService, kind: str, running: bool) -> None:
+def reserve_generic(r: GpuRequest, s: SwarmService, kind: str, running: bool,
+                    ) -> tuple[tuple[str, int] | None, str | None]:
     """Whole GPUs also reserved as Swarm generic resources, where Swarm's own accounting
-    should hold. A reservation change rolls tasks, so it is only made before any runs."""
-    req = sp.request
-    if req is None or req.mig_profile or req.is_fraction:
-        return
+    should hold: (the reservation to write, or None; a warning, or None). A reservation
+    change rolls tasks, so it is only made before any runs."""
+    if r.mig_profile or r.is_fraction:
+        return None, None
     res = (s.spec.get("TaskTemplate") or {}).get("Resources") or {}
     have = 0
     for gr in (res.get("Reservations") or {}).get("GenericResources") or []:
         d = gr.get("DiscreteResourceSpec") or {}
         if d.get("Kind") == kind:
             have = int(d.get("Value") or 0)
-    if have == req.gpus:
-        return
+    if have == r.gpus:
+        return None, None
     if running:
-        sp.warnings.append(f"reserves {have} {kind} generic resources, request is "
-                           f"{req.gpus}; left as it is while tasks run")
-        return
-    sp.set_generic = (kind, req.gpus)
+        return None, (f"reserves {have} {kind} generic resources, request is {r.gpus}; "
+                      "left as it is while tasks run")
+    return (kind, r.gpus), None
 
 
 def generic_reservations(spec: Mapping[str, Any]) -> list[tuple[str, int]]:

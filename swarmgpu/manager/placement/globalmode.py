@@ -11,26 +11,47 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 
 from swarmgpu.allocator.mig import MigProfileError
 from swarmgpu.allocator.values import NodeState, Unplaceable
-from swarmgpu.manager.placement.cycle import Cycle, release_dropped
-from swarmgpu.manager.placement.devicemap import write_devices_and_gates
+from swarmgpu.manager.placement.cycle import Cycle, Released, release_dropped
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.records import ServicePlan, State, Status
+from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.specs import demand_of
-from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmService
 
 GLOBAL_MODES = frozenset(("global", "global-job"))
 
 
-def plan_global(sp: ServicePlan, s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
-                old: Mapping[str, Holding], running_on: Mapping[str, int], waiting: Waiting,
-                res: tuple[int, int], cyc: Cycle,
-                done_nodes: AbstractSet[str] = frozenset()) -> ServicePlan:
+@dataclass(frozen=True, slots=True)
+class GlobalPlacement:
+    """A global service's holdings: kept and new, one per node, sorted; the nodes it
+    no longer holds on; and the GPU nodes that wait, by hostname, with why."""
+
+    placements: tuple[ReplicaPlacement, ...]
+    released: Released
+    nodes_waiting: Mapping[str, str]
+    new: bool
+
+    def outcome(self, done_nodes: AbstractSet[str]) -> tuple[str | None, str | None]:
+        """(why it is pending, or None; a warning about the nodes that wait, or None)."""
+        waits = self.nodes_waiting
+        if waits:
+            text = "; ".join(f"{h}: {why}" for h, why in sorted(waits.items()))
+            if self.placements:
+                return None, f"{len(waits)} GPU node(s) wait, gate closed: {text}"
+            return f"no GPU node has room: {text}", None
+        if not self.placements and not done_nodes:
+            return "no GPU node Swarm would run it on", None
+        return None, None
+
+
+def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
+                 old: Mapping[str, Holding], res: tuple[int, int], cyc: Cycle,
+                 done_nodes: AbstractSet[str] = frozenset()) -> GlobalPlacement:
     """Keep the holdings on nodes Swarm still runs it on, place one on every other GPU
     node with room, and say which nodes wait and why. ``done_nodes``: a global job's
     nodes whose task completed (they hold nothing)."""
@@ -39,11 +60,12 @@ def plan_global(sp: ServicePlan, s: SwarmService, r: GpuRequest, kept: Mapping[s
     holdings = {nid: h for nid, h in kept.items()
                 if nid in by_id and nid not in no and nid not in done_nodes}
     # a node gone, no longer matching, or its job task done
-    release_dropped(cyc, sp, s.name, old, holdings)
+    released = release_dropped(cyc, old, holdings)
     placements = [p for nid, h in holdings.items()
                   for p in replicas_of(h, by_id[nid], cyc.facts.get(nid))]
     demand = demand_of(r, *res)
     waits: dict[str, str] = {}
+    new = False
     for nid in sorted(cluster.alloc.nodes, key=lambda n: by_id[n].hostname if n in by_id else n):
         if nid in holdings or nid in done_nodes or nid not in by_id or nid in no:
             continue  # held, done, or a node Swarm would never run it on (constraints)
@@ -63,20 +85,6 @@ def plan_global(sp: ServicePlan, s: SwarmService, r: GpuRequest, kept: Mapping[s
             continue
         cluster.commit(choice, s.name)
         placements.append(cluster.to_replica(choice))
-        sp.new = True
-    sp.placements = sorted(placements, key=placement_order)
-    sp.nodes_waiting = waits
-    write_devices_and_gates(sp, s, running_on, waiting, cyc)
-    if waits:
-        text = "; ".join(f"{h}: {why}" for h, why in sorted(waits.items()))
-        if sp.placements:
-            sp.warnings.append(f"{len(waits)} GPU node(s) wait, gate closed: {text}")
-        else:
-            sp.status, sp.reason = Status.PENDING, f"no GPU node has room: {text}"
-    elif not sp.placements and not done_nodes:
-        sp.status, sp.reason = Status.PENDING, "no GPU node Swarm would run it on"
-    sp.state = (State.PENDING if not sp.placements else
-                State.BOUND if sp.service_labels_set or sp.new or sp.gates_deferred else
-                State.ACTIVE if sum(running_on.values()) >= len(sp.placements)
-                else State.ALLOCATED)
-    return sp
+        new = True
+    return GlobalPlacement(tuple(sorted(placements, key=placement_order)), released, waits,
+                           new)

@@ -11,13 +11,14 @@ and gate), and the device map stays on the service for the next run.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import DEVICES, gate_key
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.records import ServicePlan, State, Status, remove_node_labels
+from swarmgpu.manager.placement.records import NO_WRITES, ReplicaPlacement, SpecWrites
 from swarmgpu.manager.services.requests import DEFAULT_CLASSES, GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService, SwarmTask
 
@@ -85,72 +86,72 @@ def job_replicas(s: SwarmService, prog: JobProgress) -> int:
     return max(0, min(s.max_concurrent or total, left))
 
 
-def finish_job_plan(sp: ServicePlan, s: SwarmService, prog: JobProgress, cyc: Cycle) -> None:
+@dataclass(frozen=True, slots=True)
+class JobRun:
+    """The job step's answer: the run's progress, whether it is done, the gates of its
+    nodes (a completed task's node keeps its gate, other nodes that hold nothing lose
+    theirs), and what of the plan's spec writes the run allows (``writes``): a running
+    job gets none, since any update of a job runs it again."""
+
+    progress: str
+    done: bool
+    keep_gates: AbstractSet[str]  # nodes whose gate stays though their ledger entry goes
+    close_gates: tuple[str, ...]  # other nodes whose gate goes
+    writes: SpecWrites
+    warnings: tuple[str, ...] = ()
+
+
+def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlacement],
+            nodes_waiting: Mapping[str, str], writes: SpecWrites, cyc: Cycle) -> JobRun:
     """A job's plan after placement: its progress, ``done`` once every task completed, the
     gates its completed tasks need, and no service write a running job would be re-run by."""
     prefix = cyc.prefix
-    sp.mode = s.mode
-    _keep_done_gates(sp, s, prog, cyc)
-    total = (s.total_completions if s.total_completions is not None else 1
-             ) if s.mode == "replicated-job" else prog.complete + len(sp.placements)
-    sp.progress = prog.text(total, len(sp.placements))
-    finished = (prog.complete >= total if s.mode == "replicated-job"
-                else bool(prog.complete) and not sp.nodes_waiting)
-    if finished and not sp.placements:
-        sp.status, sp.state, sp.reason = Status.DONE, State.COMPLETE, sp.progress
-    # The device map of nodes given back stays: removing it would re-run the job, and a
-    # run started again finds it (and keeps it, when the same GPUs are free then).
-    sp.service_labels_remove = [k for k in sp.service_labels_remove
-                                if not k.startswith(prefix + DEVICES)
-                                and k != f"{prefix}state.update-parallelism"]
-    sp.service_labels_set.pop(f"{prefix}state.update-parallelism", None)
-    sp.set_update_parallelism = None  # a job has no rolling update to pace
     gate = gate_key(prefix, s.name)
-    if (s.mode == "global-job" and not prog.tasks and sp.placements
-            and not sp.needs_service_write
-            and all(cyc.by_id[p.node_id].labels.get(gate) == "true" for p in sp.placements)):
+    held = {p.node_id for p in placements}
+    total = (s.total_completions if s.total_completions is not None else 1
+             ) if s.mode == "replicated-job" else prog.complete + len(placements)
+    progress = prog.text(total, len(placements))
+    finished = (prog.complete >= total if s.mode == "replicated-job"
+                else bool(prog.complete) and not nodes_waiting)
+    # The device map of nodes given back stays: removing it would re-run the job, and a
+    # run started again finds it (and keeps it, when the same GPUs are free then). A
+    # job has no rolling update to pace.
+    par_key = f"{prefix}state.update-parallelism"
+    writes = replace(writes, service_labels_remove=tuple(
+        k for k in writes.service_labels_remove
+        if not k.startswith(prefix + DEVICES) and k != par_key),
+        service_labels_set={k: v for k, v in writes.service_labels_set.items()
+                            if k != par_key}, set_update_parallelism=None)
+    warnings: list[str] = []
+    if (s.mode == "global-job" and not prog.tasks and placements and not writes
+            and all(cyc.by_id[p.node_id].labels.get(gate) == "true" for p in placements)):
         # Swarm's global job makes its tasks when a run starts, on the nodes that match
         # then: none did (gates closed). With every gate open, a run is started now.
-        sp.force_update = True
-        sp.warnings.append("its gates are open: a run is started so that Swarm creates "
-                           "its tasks on those nodes")
-    if prog.started and sp.needs_service_write:
-        kept = _drop_writes(sp)
-        if kept:
-            sp.warnings.append("not written while the job runs (any update of a job runs it "
-                               f"again): {kept}")
+        writes = replace(writes, force_update=True)
+        warnings.append("its gates are open: a run is started so that Swarm creates its "
+                        "tasks on those nodes")
+    if prog.started and writes:
+        if withheld := _withheld(writes):
+            warnings.append("not written while the job runs (any update of a job runs it "
+                            f"again): {withheld}")
+        writes = NO_WRITES
+    # A completed task's node keeps the job's gate (its ledger goes): Swarm's constraint
+    # enforcer rejects a completed task whose node no longer matches the constraints, and
+    # the job then runs that task again. Gates of other nodes that hold nothing go (a gate
+    # left from an earlier run would let a new run's task start without a holding).
+    close = tuple(nid for nid, n in cyc.by_id.items()
+                  if n.labels.get(gate) and nid not in held and nid not in prog.done_nodes)
+    return JobRun(progress, finished and not placements, prog.done_nodes, close, writes,
+                  tuple(warnings))
 
 
-def _keep_done_gates(sp: ServicePlan, s: SwarmService, prog: JobProgress, cyc: Cycle) -> None:
-    """A completed task's node keeps the job's gate (its ledger goes): Swarm's constraint
-    enforcer rejects a completed task whose node no longer matches the constraints, and
-    the job then runs that task again. Gates of other nodes that hold nothing go (a gate
-    left from an earlier run would let a new run's task start without a holding)."""
-    gate = gate_key(cyc.prefix, s.name)
-    held = {p.node_id for p in sp.placements}
-    for nid in prog.done_nodes:
-        drop = cyc.plan.node_remove.get(nid)
-        if drop is not None and gate in drop:
-            drop.remove(gate)
-    for nid, n in cyc.by_id.items():
-        if n.labels.get(gate) and nid not in held and nid not in prog.done_nodes:
-            remove_node_labels(cyc.plan, nid, [gate])
-            sp.node_writes = True
-
-
-def _drop_writes(sp: ServicePlan) -> str:
-    what = [*sp.service_labels_set, *sp.service_labels_remove,
-            *(["constraints"] if sp.add_constraints or sp.remove_constraints else []),
-            *(["env"] if sp.add_env or sp.replace_env else []),
-            *(["mounts"] if sp.add_mounts else []),
-            *(["max_replicas_per_node"] if sp.set_max_replicas is not None else []),
-            *(["force update"] if sp.force_update else [])]
-    sp.service_labels_set, sp.service_labels_remove = {}, []
-    sp.add_constraints, sp.remove_constraints = [], []
-    sp.add_env, sp.replace_env, sp.add_mounts = [], [], []
-    sp.set_max_replicas, sp.force_update = None, False
-    sp.set_generic = None
-    return ", ".join(what)
+def _withheld(w: SpecWrites) -> str:
+    return ", ".join([*w.service_labels_set, *w.service_labels_remove,
+                      *(["constraints"] if w.add_constraints or w.remove_constraints else []),
+                      *(["env"] if w.add_env or w.replace_env else []),
+                      *(["mounts"] if w.add_mounts else []),
+                      *(["max_replicas_per_node"] if w.set_max_replicas is not None else []),
+                      *(["force update"] if w.force_update else [])])
 
 
 def without_finished(ledger: Mapping[str, Mapping[str, Holding]],

@@ -18,7 +18,7 @@ from dataclasses import fields
 
 from swarmgpu.manager.placement.keys import assign_key, gate_key, owned_prefixes
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
+from swarmgpu.manager.placement.records import EMPTY, ServicePlan, Status
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 
@@ -73,8 +73,7 @@ def _content(n: SwarmNode, prefix: str) -> tuple[object, ...]:
 
 
 def key_after_gates_open(key: tuple[object, ...], sp: ServicePlan, s: SwarmService,
-                         old: Mapping[str, Holding], plan: PlacementPlan,
-                         prefix: str) -> tuple[object, ...] | None:
+                         old: Mapping[str, Holding], prefix: str) -> tuple[object, ...] | None:
     """The settled key (``Planner._settled_key``: its second part is the nodes, each
     ``(id, holding, content, ledger entry, gate)`` then more) that the service's next
     cycle reads once this plan's writes for it landed, when those writes are only its
@@ -90,8 +89,8 @@ def key_after_gates_open(key: tuple[object, ...], sp: ServicePlan, s: SwarmServi
     ak, gk = assign_key(prefix, s.name), gate_key(prefix, s.name)
     opened: set[str] = set()
     for nid in held:
-        sets = plan.node_set.get(nid, {})
-        if ak in sets or any(k in (ak, gk) for k in plan.node_remove.get(nid, ())):
+        sets = sp.node_set.get(nid, EMPTY)
+        if ak in sets or any(k in (ak, gk) for k in sp.node_remove.get(nid, ())):
             return None
         if sets.get(gk) == "true":
             opened.add(nid)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from swarmgpu.allocator.values import Choice, NodeState, Unplaceable
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.envs import device_env, env_template, env_template_per_node
 from swarmgpu.manager.placement.keys import MAX_STATE, devices_key
 from swarmgpu.manager.placement.ledger import Holding, packed_holding
-from swarmgpu.manager.placement.records import ReplicaPlacement, ServicePlan, State, Status
+from swarmgpu.manager.placement.records import EMPTY, ReplicaPlacement
 from swarmgpu.manager.placement.replicas import (
     any_zone,
     replicas_of,
@@ -87,16 +88,28 @@ def place_packed(s: SwarmService, r: GpuRequest, slots: Sequence[int],
     return replicas_of(h, cyc.by_id[target], f), ""
 
 
-def repack(sp: ServicePlan, s: SwarmService, r: GpuRequest, h: Holding, replicas: int,
-           live: Mapping[int, str], res: tuple[int, int], cyc: Cycle,
-           ) -> tuple[list[ReplicaPlacement], list[str]]:
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """Where a service's replicas are (kept and new), or why some are not; packed: on
+    one node, where and why; ``draining``: a packed service's slots gone whose GPUs stay
+    held one more cycle (their lists are removed)."""
+
+    placements: tuple[ReplicaPlacement, ...]
+    reasons: tuple[str, ...] = ()
+    packed: str | None = None
+    draining: Mapping[int, tuple[tuple[str, ...], tuple[int, ...]]] = EMPTY
+    new: bool = False  # placements chosen now
+
+
+def repack(s: SwarmService, r: GpuRequest, h: Holding, replicas: int,
+           live: Mapping[int, str], res: tuple[int, int], cyc: Cycle) -> Spread:
     """A packed service keeps its node: the slots of its tasks keep their GPUs, a slot
     gone (scale-down) gives them back, a new slot (scale-up) gets GPUs on the node."""
     node = cyc.by_id.get(h.node_id)
     host = node.hostname if node is not None else h.node_id
-    sp.packed = f"packed on {host}"
+    packed = f"packed on {host}"
     if node is None:
-        return [], [f"packed on {h.node_id}, which is gone"]
+        return Spread((), (f"packed on {h.node_id}, which is gone",), packed)
     facts = cyc.facts.get(h.node_id)
     want = want_slots(live, replicas)
     per = h.per_slot_milli()
@@ -104,21 +117,21 @@ def repack(sp: ServicePlan, s: SwarmService, r: GpuRequest, h: Holding, replicas
     # A gone slot's GPUs stay held while its device list is still on the service: the
     # gate stays open, so a task Swarm creates for that slot before the list's removal
     # lands would run on them (the next cycle sees that task, and the slot is kept).
-    sp.draining = {k: v for k, v in per.items()
-                   if k not in want and devices_key(cyc.prefix, h.node_id, k) in s.labels}
+    draining = {k: v for k, v in per.items()
+                if k not in want and devices_key(cyc.prefix, h.node_id, k) in s.labels}
     if all(k in have for k in want):
-        _recommit(s, h, {**have, **sp.draining}, res, cyc)
-        return replicas_of(packed_holding(s.name, h.node_id, have), node, facts), []
-    placed, why = place_packed(s, r, want, have, res, cyc, node=h.node_id,
-                               extra=sp.draining)
+        _recommit(s, h, {**have, **draining}, res, cyc)
+        return Spread(tuple(replicas_of(packed_holding(s.name, h.node_id, have), node, facts)),
+                      (), packed, draining)
+    placed, why = place_packed(s, r, want, have, res, cyc, node=h.node_id, extra=draining)
     if placed:
-        sp.new = True
-        return placed, []
+        return Spread(tuple(placed), (), packed, draining, new=True)
     # Scale-up beyond the node's room: what is held stays, the rest waits.
-    _recommit(s, h, {**have, **sp.draining}, res, cyc)
-    return (replicas_of(packed_holding(s.name, h.node_id, have), node, facts) if have else [],
-           [f"packed on {host}, which has no room for {replicas - len(have)} more "
-             f"replica(s): {why}"])
+    _recommit(s, h, {**have, **draining}, res, cyc)
+    return Spread(tuple(replicas_of(packed_holding(s.name, h.node_id, have), node, facts))
+                  if have else (),
+                  (f"packed on {host}, which has no room for {replicas - len(have)} more "
+                   f"replica(s): {why}",), packed, draining)
 
 
 def _recommit(s: SwarmService, h: Holding,
@@ -134,48 +147,52 @@ def _recommit(s: SwarmService, h: Holding,
             s.id, h.node_id, res, got.replicas))
 
 
-def packed_env(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> bool:
+@dataclass(frozen=True, slots=True)
+class PackedEnv:
+    """What packed replicas need of their service: the per-slot env template (present,
+    or the per-node one replaced by adoption) and ``MaxReplicas``; or why they wait."""
+
+    replace_env: tuple[tuple[str, str], ...] = ()
+    max_state: str | None = None  # the MaxReplicas swarmgpu records (``<p>state.max-...``)
+    set_max_replicas: int | None = None
+    warnings: tuple[str, ...] = ()
+    waits: str | None = None  # the per-slot template is missing: why it waits
+
+
+def packed_env(s: SwarmService, packed: str, placements: Sequence[ReplicaPlacement],
+               cyc: Cycle) -> PackedEnv:
     """Packed replicas read per-slot lists: the service needs the per-slot template. One
-    with the older per-node template is upgraded (adoption) or waits; False: it waits."""
+    with the older per-node template is upgraded (adoption) or waits."""
     if device_env(cyc.prefix, s.env) == "slot":
-        _packed_max(sp, s, cyc)
-        return True
+        return _packed_max(s, packed, len(placements), (), cyc)
     old, new = env_template_per_node(cyc.prefix), env_template(cyc.prefix)
     if cyc.adopt_ungated and old in s.env:
-        sp.replace_env.append((old, new))
-        _packed_max(sp, s, cyc)
-        sp.warnings.append(f"its replicas are {sp.packed}: swarmgpu replaced its env "
-                           f"template with the per-slot one ({new}); put it in the stack "
-                           "file so a re-deploy keeps it")
-        return True
-    sp.status, sp.state = Status.PENDING, State.PENDING
-    sp.reason = (f"its replicas would be {sp.packed}, which needs the per-slot env "
-                 f"template {new} (replace {old})")
-    sp.placements = []
-    return False
+        return _packed_max(s, packed, len(placements), (
+            f"its replicas are {packed}: swarmgpu replaced its env template with the "
+            f"per-slot one ({new}); put it in the stack file so a re-deploy keeps it",), cyc,
+            replace_env=((old, new),))
+    return PackedEnv(waits=f"its replicas would be {packed}, which needs the per-slot env "
+                           f"template {new} (replace {old})")
 
 
-def _packed_max(sp: ServicePlan, s: SwarmService, cyc: Cycle) -> None:
+def _packed_max(s: SwarmService, packed: str, want: int, then: tuple[str, ...], cyc: Cycle,
+                replace_env: tuple[tuple[str, str], ...] = ()) -> PackedEnv:
     """Swarm runs no more of a packed service's tasks on its node than there are slot
     lists: ``MaxReplicas`` is the number of replicas packed (a task beyond them, on a
     scale-up past the node's room, would start with no GPU). swarmgpu owns the value
     when it is unset, its own one-per-node 1, or the value it recorded last
-    (``<p>state.max-replicas``); a value of yours is left as it is."""
+    (``<p>state.max-replicas``); a value of yours is left as it is. ``then``: warnings
+    said after this one's."""
     key = cyc.prefix + MAX_STATE
     have = s.max_replicas_per_node or 0
-    want = len(sp.placements)
-    sp.state_labels[key] = str(want)
     if have == want:
-        return
+        return PackedEnv(replace_env, str(want), warnings=then)
     if have not in (0, 1) and s.labels.get(key) != str(have):
-        sp.state_labels.pop(key)
-        if want < (s.replicas or 0):
-            sp.warnings.append(f"max_replicas_per_node {have} is yours and left as it is: "
-                               f"tasks beyond the {want} replicas {sp.packed} may start "
-                               "there without a GPU")
-        return
-    sp.set_max_replicas = want
-    if have == 1:
-        sp.warnings.append(f"max_replicas_per_node 1 (swarmgpu's one-per-node rule) is now "
-                           f"{want}: its replicas are {sp.packed}; set {cyc.prefix}pack: "
-                           "never to keep one replica per node")
+        return PackedEnv(replace_env, warnings=(
+            (f"max_replicas_per_node {have} is yours and left as it is: tasks beyond the "
+             f"{want} replicas {packed} may start there without a GPU",)
+            if want < (s.replicas or 0) else ()) + then)
+    return PackedEnv(replace_env, str(want), want, (
+        (f"max_replicas_per_node 1 (swarmgpu's one-per-node rule) is now {want}: its "
+         f"replicas are {packed}; set {cyc.prefix}pack: never to keep one replica per node",)
+        if have == 1 else ()) + then)

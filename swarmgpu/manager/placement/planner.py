@@ -18,7 +18,6 @@ from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
-from swarmgpu.manager.placement.generic import reserve_generic
 from swarmgpu.manager.placement.jobs import (
     JOB_MODES,
     JobProgress,
@@ -31,17 +30,17 @@ from swarmgpu.manager.placement.jobs import (
 from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.memo import NodeContent, key_after_gates_open
-from swarmgpu.manager.placement.preempt import mark_preempted, serve_key
+from swarmgpu.manager.placement.preempt import serve_key
 from swarmgpu.manager.placement.queues import QueueBook, Quotas
 from swarmgpu.manager.placement.quiet import Quiet, QuietServices
 from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ServicePlan,
+    SpecWrites,
     State,
     Status,
     remove_node_labels,
 )
-from swarmgpu.manager.placement.restarts import settle_restarts
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskBook, Waiting, tasks_by_service
@@ -137,7 +136,7 @@ class Planner:
         # service id -> (spec version, its request, reservation, serve key)
         self._requests: dict[str, tuple[int, GpuRequest | RequestError | None,
                                         tuple[int, int], tuple[int, str]]] = {}
-        self._settled: dict[str, tuple[tuple[object, ...], ServicePlan, tuple[str, ...]]] = {}
+        self._settled: dict[str, tuple[tuple[object, ...], ServicePlan]] = {}
         self._ledger_cache: dict[str, tuple[int, list[Holding]]] = {}
         self._node_content = NodeContent(prefix)  # settled keys read nodes by content
         reads = _Reads(self._requests)  # (no bound method: see _Reads)
@@ -145,7 +144,6 @@ class Planner:
         self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
         self._job_ids: set[str] = set()  # services parsed as jobs (some may be gone)
         self._queued_ids: set[str] = set()  # ... whose request names a queue
-        self._amended: set[str] = set()  # plans given the last cycle's problems as warnings
         # ids whose shape ``_learned_of`` (the model) has counted: not asked again
         self._learned: set[str] = set()
         self._learned_of: WorkloadModel | None = None
@@ -372,7 +370,7 @@ class Planner:
                 if stale:
                     plan.services.append(ServicePlan(
                         s.name, s.id, None, "", Status.RELEASED, State.RELEASED,
-                        service_labels_remove=stale))
+                        writes=SpecWrites(service_labels_remove=tuple(stale))))
         # {} when no service is a job (none parsed as one: no pass over the services)
         jobs = job_progress(services, tasks) if self._job_ids else {}
         self._learn_on_gpu_nodes(running_jobs(parsed, jobs), cpu_only, tv.on_nodes)
@@ -397,7 +395,7 @@ class Planner:
                     {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
                     plan, self._filters.refused, most_gpus=most, now=now,
                     backoff=self._backoff, open_since=self._open_since, moving=moving,
-                    grants=self.grants)
+                    grants=self.grants, generic_kind=self.generic_kind, release=self.release)
         self._last_cycle = cyc
         self._arrival_cycle = None
         settled = self._settled
@@ -407,18 +405,17 @@ class Planner:
         # A quiet service's plan is its last one, as it is (placement.quiet): only the
         # others are visited, and the quiet ones take their places in serve order below.
         visit = [p for p in served if p[0].id not in quiet] if quiet else served
-        for sid in self._amended & quiet.keys():  # a cycle's problems were added to it
-            reused = settled[sid]
-            reused[1].warnings = list(reused[2])
         n_settled = n_records = len(quiet)
         planned: list[ServicePlan] = []
         for s, r in visit:
             memo = settled.pop(s.id, None)
             new_records.pop(s.id, None)
             mine = kept.get(s.name, {})
-            held = self.queues.refuse(s, r, mine) if quotas else None  # above its max: waits
-            if held is not None:
-                planned.append(held)
+            # above its queue's max: waits
+            if quotas and isinstance(r, GpuRequest) and (
+                    why := self.queues.refuse(s, r, mine)) is not None:
+                planned.append(ServicePlan(s.name, s.id, r, r.describe(), Status.PENDING,
+                                           State.PENDING, reason=why))
                 continue
             # a scale-up held at its queue's max
             capped = self.queues.cap(s, r, mine) if quotas else None
@@ -444,21 +441,11 @@ class Planner:
                 memo = None
             if memo is not None:
                 sp = memo[1]  # last cycle's plan, no writes: it still holds
-                sp.warnings = list(memo[2])
             else:
                 sp = plan_service(s, r, mine, ledger.get(s.name, {}), running.get(s.id, {}),
                                   waiting.get(s.id, NO_WAITING), self._requests[s.id][2], cyc,
-                                  mine_slots, jobs.get(s.id),
-                                  None if capped is None else capped[0])
-                if capped is not None and sp.status != Status.INVALID:
-                    sp.reason = (f"{sp.reason}; {capped[1]}" if sp.status == Status.PENDING
-                                 and sp.reason else f"{len(sp.placements)} of {s.replicas} "
-                                 f"replicas placed; {capped[1]}")
-                    sp.status = Status.PENDING
-                if self.generic_kind and sp.request is not None and sp.status != Status.INVALID:
-                    reserve_generic(sp, s, self.generic_kind, bool(running.get(s.id)))
-                mark_preempted(sp, s, prefix)
-                settle_restarts(sp, s, running.get(s.id, {}), cyc, self.release)
+                                  mine_slots, jobs.get(s.id), capped)
+                plan.add_node_writes(sp)
             self.queues.count(r, mine, sp)
             if memo is not None:  # settled when kept, and unchanged since
                 settled[s.id] = memo
@@ -466,11 +453,11 @@ class Planner:
             elif ((sp.status in (Status.PLACED, Status.DONE)
                    or (sp.status == Status.PENDING and not sp.placements))
                     and not sp.needs_service_write and not sp.node_writes and not sp.new):
-                settled[s.id] = (key, sp, tuple(sp.warnings))
+                settled[s.id] = (key, sp)
                 n_settled += 1
-            elif (after := key_after_gates_open(key, sp, s, ledger.get(s.name, {}), plan,
+            elif (after := key_after_gates_open(key, sp, s, ledger.get(s.name, {}),
                                                 prefix)) is not None:  # placement.memo
-                settled[s.id] = (after, _without_node_writes(sp), tuple(sp.warnings))
+                settled[s.id] = (after, sp.without_node_writes())
                 n_settled += 1
             # Quiet from the next cycle on only when this snapshot is what the kept plan
             # answers: a plan settled under the key it has once its gate writes landed
@@ -504,12 +491,10 @@ class Planner:
             self._learned &= live
             self._job_ids &= live
             self._queued_ids &= live
-        self._amended = set()
-        for p in cluster.problems:
-            for sp in plan.services:
+        for p in cluster.problems:  # said on the plan of the service each names
+            for i, sp in enumerate(plan.services):
                 if p.startswith(sp.name + ":"):
-                    sp.warnings.append(p)
-                    self._amended.add(sp.id)
+                    plan.services[i] = sp.noted(p)
         plan.workload = self.model.summary()
         plan.queues = self.queues.summary()
         return plan
@@ -583,20 +568,17 @@ class Planner:
             raise RuntimeError("place_arrivals needs a full cycle (plan) first")
         plan = PlacementPlan()
         cyc = self._arrival_cycle
-        if cyc is None:  # the last cycle's context (one copy), writing to this plan
+        if cyc is None:  # the last cycle's context (one copy), for this plan
             cyc = self._arrival_cycle = copy.copy(last)
+            cyc.release = frozenset()  # (an arrival has nothing held to release)
         cyc.plan = plan
         read = self._parse_all(services)
         parsed, cpu_only = read.parsed, read.cpu_only
         tv = tasks_by_service(tasks)
         self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes, forget=False)
         for s, r in parsed:
-            sp = plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
-                              self._requests[s.id][2], cyc, tv.slots.get(s.id, {}))
-            if self.generic_kind and sp.request is not None and sp.status != Status.INVALID:
-                reserve_generic(sp, s, self.generic_kind, False)
-            settle_restarts(sp, s, {}, cyc)
-            plan.services.append(sp)
+            plan.add(plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
+                                  self._requests[s.id][2], cyc, tv.slots.get(s.id, {})))
         return plan
 
     def _settled_key(self, s: SwarmService, kept: Mapping[str, Holding],
@@ -642,11 +624,3 @@ def plan_placement(
     return Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=adopt_ungated,
                    generic_kind=generic_kind, workload=workload).plan(
         nodes, services, tasks, facts)
-
-
-def _without_node_writes(sp: ServicePlan) -> ServicePlan:
-    """``replace(sp, node_writes=False)``, by a shallow copy (the same fields, shared as
-    ``replace`` shares them; it re-reads the dataclass's fields on every call)."""
-    out = copy.copy(sp)
-    out.node_writes = False
-    return out

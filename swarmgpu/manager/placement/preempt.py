@@ -42,7 +42,7 @@ from itertools import combinations
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.queues import group_reclaimable, reclaimable
-from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, Status
+from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -80,17 +80,18 @@ def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
         return None
 
 
-def mark_preempted(sp: ServicePlan, s: SwarmService, prefix: str) -> None:
-    """Planner hook: a preempted service that waits says why; once placed again, its
-    record goes (written with the placement)."""
+def preempted_mark(s: SwarmService, prefix: str, waits: bool, placed: bool,
+                   ) -> tuple[str | None, str | None]:
+    """A preempted service that waits (``waits``: pending, nothing placed) says why
+    first in its reason; once ``placed`` again, its record goes (written with the
+    placement): (that reason, or None; the label to remove, or None)."""
     key = prefix + PREEMPTED_STATE
     if key not in s.labels:
-        return
+        return None, None
     st = preempted_state(s.labels, prefix)
-    if sp.status == Status.PENDING and not sp.placements and st is not None:
-        sp.reason = f"{st.reason()}; {sp.reason}" if sp.reason else st.reason()
-    elif sp.placements and key not in sp.service_labels_remove:
-        sp.service_labels_remove.append(key)
+    if waits and st is not None:
+        return st.reason(), None
+    return None, key if placed else None
 
 
 def priority_of(r: GpuRequest | RequestError | None) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.records import ServicePlan, State, Status
+from swarmgpu.manager.placement.records import ServicePlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmService
 
@@ -53,8 +53,9 @@ class QueueBook:
                     sum(h.milli) for h in kept.get(s.name, {}).values())
 
     def refuse(self, s: SwarmService, r: GpuRequest | RequestError,
-               mine: Mapping[str, Holding]) -> ServicePlan | None:
-        """A pending plan when placing ``s`` would take its queue above its max."""
+               mine: Mapping[str, Holding]) -> str | None:
+        """Why ``s`` waits, all of it, when placing it would take its queue above its
+        max; None when it does not."""
         if not isinstance(r, GpuRequest) or not r.queue or mine or not s.replicas:
             return None
         quota = self.quotas.get(r.queue)
@@ -65,10 +66,8 @@ class QueueBook:
         if used + need <= quota[1]:
             return None
         self.blocked.setdefault(r.queue, []).append(s.name)
-        return ServicePlan(
-            s.name, s.id, r, r.describe(), Status.PENDING, State.PENDING,
-            reason=(f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, "
-                    f"{_gpus(used):g} used, this service needs {_gpus(need):g}"))
+        return (f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, "
+                f"{_gpus(used):g} used, this service needs {_gpus(need):g}")
 
     def cap(self, s: SwarmService, r: GpuRequest | RequestError,
             mine: Mapping[str, Holding]) -> tuple[int, str] | None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -53,39 +53,87 @@ class ReplicaPlacement:
         return out
 
 
-@dataclass
+class _NoEntries(Mapping[Any, Any]):
+    """An empty mapping that is a constant (the default of a frozen record's mappings:
+    a ``dict`` default would be shared and mutable, a factory costs a call per plan)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+
+EMPTY: Mapping[Any, Any] = _NoEntries()
+
+
+@dataclass(frozen=True, slots=True)
+class SpecWrites:
+    """What a plan writes to its service's spec (``specwrite.service_compute`` applies
+    it). Each part empty: no write."""
+
+    service_labels_set: Mapping[str, str] = EMPTY
+    service_labels_remove: tuple[str, ...] = ()
+    add_constraints: tuple[str, ...] = ()
+    remove_constraints: tuple[str, ...] = ()  # gates naming others, the hold
+    add_env: tuple[str, ...] = ()
+    replace_env: tuple[tuple[str, str], ...] = ()  # (old line, new)
+    add_mounts: tuple[Mapping[str, Any], ...] = ()  # placement.grants: mounts
+    set_max_replicas: int | None = None
+    force_update: bool = False  # replace tasks created before their device map existed
+    set_update_parallelism: int | None = None
+    set_generic: tuple[str, int] | None = None  # (kind, count) discrete reservation
+
+    def __bool__(self) -> bool:
+        return bool(self.service_labels_set or self.service_labels_remove
+                    or self.add_constraints or self.remove_constraints or self.add_env
+                    or self.replace_env or self.add_mounts
+                    or self.set_max_replicas is not None or self.force_update
+                    or self.set_update_parallelism is not None
+                    or self.set_generic is not None)
+
+
+NO_WRITES = SpecWrites()
+
+
+@dataclass(frozen=True, slots=True)
 class ServicePlan:
+    """One service's plan: the decision (status, placements, reason, warnings) and what
+    to write for it (its spec, then its nodes' ledger entries and gates). Built once from
+    the steps' results (``placement.service.plan_service``); never changed after."""
+
     name: str
     id: str
     request: GpuRequest | None
     request_text: str
     status: Status
     state: str  # a ``State``, or the rebalancer's (cli plan, the map)
-    placements: list[ReplicaPlacement] = field(default_factory=list)
+    placements: tuple[ReplicaPlacement, ...] = ()
     reason: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    # what to write: service spec changes, then node label changes
-    service_labels_set: dict[str, str] = field(default_factory=dict)
-    service_labels_remove: list[str] = field(default_factory=list)
-    add_constraints: list[str] = field(default_factory=list)
-    add_env: list[str] = field(default_factory=list)
-    set_max_replicas: int | None = None
-    replace_env: list[tuple[str, str]] = field(default_factory=list)  # (old line, new)
-    add_mounts: list[dict[str, Any]] = field(default_factory=list)  # grants: mounts
+    warnings: tuple[str, ...] = ()
+    writes: SpecWrites = NO_WRITES
+    # its ledger entries and gates: node id -> labels to set / keys to remove (the
+    # planner gathers every plan's into ``PlacementPlan.node_set``/``node_remove``)
+    node_set: Mapping[str, Mapping[str, str]] = EMPTY
+    node_remove: Mapping[str, tuple[str, ...]] = EMPTY
     packed: str | None = None  # replicas packed on one node: where and why
-    # packed slots gone whose GPUs stay held one more cycle (their lists are removed)
-    draining: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = field(default_factory=dict)
-    state_labels: dict[str, str] = field(default_factory=dict)  # swarmgpu's own records
-    force_update: bool = False  # replace tasks created before their device map existed
-    set_update_parallelism: int | None = None
-    set_generic: tuple[str, int] | None = None  # (kind, count) discrete reservation
+    state_labels: Mapping[str, str] = EMPTY  # swarmgpu's own records (in ``writes``)
     gates_deferred: bool = False  # a gate waits for tasks that carry the device map
     new: bool = False  # placements chosen in this plan (not yet in Swarm)
-    node_writes: bool = False  # this plan changes node labels for it
-    remove_constraints: list[str] = field(default_factory=list)  # gates naming others
     replaced: str = ""  # moved off nodes where Swarm would not run it: why (``converge``)
     mode: str = "replicated"  # Swarm's service mode (global, replicated-job, global-job)
-    nodes_waiting: dict[str, str] = field(default_factory=dict)  # global: host -> why
+    nodes_waiting: Mapping[str, str] = EMPTY  # global: host -> why
     progress: str | None = None  # a job's run: "n of m complete, k GPU holding(s) now"
     # Why this plan's spec write may replace tasks: (kind, reason), a decision the
     # actuator's gate logs (``actuator.DECISIONS``); None: it changes no task spec.
@@ -93,16 +141,69 @@ class ServicePlan:
     # Task spec changes held back because they would restart a running task without a
     # decision (placement.restarts): each as it would change the spec. They go with the
     # service's next decided write, or the operator's ``swarmgpu apply --service``.
-    held: list[str] = field(default_factory=list)
+    held: tuple[str, ...] = ()
 
     @property
     def needs_service_write(self) -> bool:
-        return bool(self.service_labels_set or self.service_labels_remove or self.add_constraints
-                    or self.remove_constraints or self.add_env or self.replace_env
-                    or self.add_mounts
-                    or self.set_max_replicas is not None or self.force_update
-                    or self.set_update_parallelism is not None
-                    or self.set_generic is not None)
+        return bool(self.writes)
+
+    @property
+    def node_writes(self) -> bool:
+        """This plan changes node labels for it."""
+        return bool(self.node_set or self.node_remove)
+
+    # What it writes to its spec, by name (the fields of ``writes``).
+    @property
+    def service_labels_set(self) -> Mapping[str, str]:
+        return self.writes.service_labels_set
+
+    @property
+    def service_labels_remove(self) -> tuple[str, ...]:
+        return self.writes.service_labels_remove
+
+    @property
+    def add_constraints(self) -> tuple[str, ...]:
+        return self.writes.add_constraints
+
+    @property
+    def remove_constraints(self) -> tuple[str, ...]:
+        return self.writes.remove_constraints
+
+    @property
+    def add_env(self) -> tuple[str, ...]:
+        return self.writes.add_env
+
+    @property
+    def replace_env(self) -> tuple[tuple[str, str], ...]:
+        return self.writes.replace_env
+
+    @property
+    def add_mounts(self) -> tuple[Mapping[str, Any], ...]:
+        return self.writes.add_mounts
+
+    @property
+    def set_max_replicas(self) -> int | None:
+        return self.writes.set_max_replicas
+
+    @property
+    def force_update(self) -> bool:
+        return self.writes.force_update
+
+    @property
+    def set_update_parallelism(self) -> int | None:
+        return self.writes.set_update_parallelism
+
+    @property
+    def set_generic(self) -> tuple[str, int] | None:
+        return self.writes.set_generic
+
+    def noted(self, *warnings: str) -> ServicePlan:
+        """This plan with more warnings (a cycle's problems, a dry-run's preemption)."""
+        return replace(self, warnings=(*self.warnings, *warnings))
+
+    def without_node_writes(self) -> ServicePlan:
+        """This plan once its node label writes landed (``placement.memo``)."""
+        return replace(self, node_set=EMPTY, node_remove=EMPTY)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +224,10 @@ class ServicePlan:
 
 @dataclass
 class PlacementPlan:
+    """One cycle's plan: every service's, and the node label changes of them all (and
+    of the planner's own releases), applied after the service writes. The planner
+    builds it; the daemon's writer drops the gates of a service whose write failed."""
+
     services: list[ServicePlan] = field(default_factory=list)
     # node id -> (labels to set, keys to remove); applied after the service writes
     node_set: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -136,6 +241,17 @@ class PlacementPlan:
         return not self.node_set and not self.node_remove and not any(
             s.needs_service_write for s in self.services
         )
+
+    def add(self, sp: ServicePlan) -> None:
+        """``sp``, with its node label changes."""
+        self.services.append(sp)
+        self.add_node_writes(sp)
+
+    def add_node_writes(self, sp: ServicePlan) -> None:
+        for nid, keys in sp.node_remove.items():
+            remove_node_labels(self, nid, keys)
+        for nid, labels in sp.node_set.items():
+            set_node_labels(self, nid, labels)
 
 
 def set_node_labels(plan: PlacementPlan, node_id: str, labels: Mapping[str, str]) -> None:

@@ -15,19 +15,19 @@ Anything else -- the env lines a newer swarmgpu tells a share's container, the p
 template, the device mount (``placement.grants: mounts``), a generic reservation, a gate
 constraint its node does not have yet -- is held
 back: the write keeps only what restarts nothing (labels, ``MaxReplicas``, update
-parallelism), and ``sp.held`` says what would change. The held changes go with the
+parallelism), and ``held`` says what would change. The held changes go with the
 service's next decided write, or with the operator's ``swarmgpu apply --service``
 (``release``). Pure: the plan, the service and the nodes its tasks run on, in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.envs import device_env
-from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.taskspec import restarts_on, task_changes
@@ -41,63 +41,76 @@ UNGATED = ("place", "its task runs without a device list (no device env: it may 
 HOLD_HINT = "held back: it would restart its running task"
 
 
-def settle_restarts(sp: ServicePlan, s: SwarmService, running_on: Mapping[str, int],
-                    cyc: Cycle, release: Collection[str] = ()) -> None:
-    """Give ``sp``'s task spec changes their decision, or hold them back (see the
-    module). ``release``: services whose held changes the operator asked for now."""
-    if not sp.needs_service_write:
-        return
-    new = service_compute(sp)(s.spec)
+@dataclass(frozen=True, slots=True)
+class Restarts:
+    """The restarts step's answer: the decision the plan's task spec change is written
+    under, what of the writes goes now (``writes``), and what is held back (``held``,
+    each as it would change the spec), with the note that says so."""
+
+    decision: tuple[str, str] | None
+    writes: SpecWrites
+    held: tuple[str, ...] = ()
+    note: str | None = None
+
+
+def settle_restarts(writes: SpecWrites, decision: tuple[str, str] | None, s: SwarmService,
+                    running_on: Mapping[str, int], removed: Mapping[str, Sequence[str]],
+                    cyc: Cycle) -> Restarts | None:
+    """Give the plan's task spec changes their decision, or hold them back (see the
+    module); None: nothing to decide. ``removed``: node id -> this plan's own removals
+    (the cycle's plan holds the others'); ``cyc.release``: services whose held changes
+    the operator asked for now."""
+    if not writes:
+        return None
+    new = service_compute(writes)(s.spec)
     if new is None:
-        return
+        return None
     changes = task_changes(s.spec, new)
     if not changes:
-        return
-    nodes = _running_nodes(running_on, cyc)
-    if s.name in release:
-        sp.decision = ("operator", f"the operator's word (swarmgpu apply --service {s.name})")
-    elif not nodes:
-        sp.decision = sp.decision or NOTHING_RUNS
-    elif sp.decision is not None:
-        pass  # decided by placement (devicemap)
-    elif device_env(cyc.prefix, s.env) is None:
-        sp.decision = UNGATED
-    elif not restarts_on(s.spec, new, nodes):
-        sp.decision = PLACEMENT_ONLY
-    else:
-        _hold(sp, s, nodes, changes)
+        return None
+    nodes = _running_nodes(running_on, removed, cyc)
+    if s.name in cyc.release:
+        return Restarts(("operator", f"the operator's word (swarmgpu apply --service "
+                                     f"{s.name})"), writes)
+    if not nodes:
+        return Restarts(decision or NOTHING_RUNS, writes)
+    if decision is not None:
+        return Restarts(decision, writes)  # decided by placement (devicemap)
+    if device_env(cyc.prefix, s.env) is None:
+        return Restarts(UNGATED, writes)
+    if not restarts_on(s.spec, new, nodes):
+        return Restarts(PLACEMENT_ONLY, writes)
+    return _hold(writes, s, nodes, changes)
 
 
-def _running_nodes(running_on: Mapping[str, int], cyc: Cycle) -> list[SwarmNode]:
+def _running_nodes(running_on: Mapping[str, int], removed: Mapping[str, Sequence[str]],
+                   cyc: Cycle) -> list[SwarmNode]:
     """The nodes a task of the service runs on, with their labels as the spec write
     finds them: after phase 1 of the write (released gates and ledger entries), before
     phase 3 (gates that open)."""
     out: list[SwarmNode] = []
+    before = cyc.plan.node_remove
     for nid, n in running_on.items():
         node = cyc.by_id.get(nid)
         if not n or node is None:
             continue
-        gone = cyc.plan.node_remove.get(nid)
+        gone = {*before.get(nid, ()), *removed.get(nid, ())}
         out.append(replace(node, labels={k: v for k, v in node.labels.items()
                                          if k not in gone}) if gone else node)
     return out
 
 
-def _hold(sp: ServicePlan, s: SwarmService, nodes: list[SwarmNode],
-          changes: list[str]) -> None:
-    """Keep in ``sp`` what restarts nothing; list the rest in ``sp.held``."""
-    sp.add_env, sp.replace_env, sp.add_mounts = [], [], []
-    sp.force_update = False
-    sp.set_generic = None
-    new = service_compute(sp)(s.spec)
+def _hold(writes: SpecWrites, s: SwarmService, nodes: list[SwarmNode],
+          changes: list[str]) -> Restarts:
+    """Keep of ``writes`` what restarts nothing; hold back the rest."""
+    keep = replace(writes, add_env=(), replace_env=(), add_mounts=(), force_update=False,
+                   set_generic=None)
+    new = service_compute(keep)(s.spec)
     if new is not None and restarts_on(s.spec, new, nodes):
-        sp.add_constraints, sp.remove_constraints = [], []
-        new = service_compute(sp)(s.spec)
+        keep = replace(keep, add_constraints=(), remove_constraints=())
+        new = service_compute(keep)(s.spec)
     kept = task_changes(s.spec, new) if new is not None else []
-    sp.held = [c for c in changes if c not in kept]
-    if kept:
-        sp.decision = PLACEMENT_ONLY
-    # What adoption said it added was not added: the held note says what waits.
-    sp.warnings = [w for w in sp.warnings if not w.startswith("adopted")]
-    sp.warnings.append(f"{HOLD_HINT}: {'; '.join(sp.held)} -- applied with its next "
-                       f"placement, or now with `swarmgpu apply --service {s.name}`")
+    held = tuple(c for c in changes if c not in kept)
+    return Restarts(PLACEMENT_ONLY if kept else None, keep, held,
+                    f"{HOLD_HINT}: {'; '.join(held)} -- applied with its next placement, "
+                    f"or now with `swarmgpu apply --service {s.name}`")

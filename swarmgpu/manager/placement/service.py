@@ -1,23 +1,58 @@
-"""One service's plan, step by step (``plan_service``)."""
+"""One service's plan (``plan_service``): its steps' results put together, in one order.
+
+Each step returns a frozen value -- what it decided, and what to write -- and writes
+nothing to the plan; no step sees another's result but as its input. ``plan_service``
+composes them, in this order, into a draft local to this module, and builds the
+service's ``ServicePlan`` once from it:
+
+1. the request: a broken one, or a mode swarmgpu does not place: invalid;
+2. a rebalancing move owns the service: its holdings as they are, nothing written;
+3. ``gating``: its gate, env template, device mount (present, adopted); or it waits;
+4. a global service (``globalmode``): one holding per GPU node, the others waiting;
+   a replicated one: the holdings it keeps (up to its replicas; the rest released),
+   ``converge`` (holdings Swarm will not run: re-placed or reported), ``spread`` and
+   ``packing`` (where its missing replicas go; a packed one's env and MaxReplicas);
+5. ``devicemap``: device labels, ledger entries and gates, task renewal;
+6. the outcome: status and reason, state, warnings;
+7. ``jobs``: a job's progress, its gates, the writes a running job must not get;
+8. the queue's cap (``queues``), the generic reservation (``generic``), the preemption
+   record (``preempt``);
+9. ``restarts``: the task spec change decided, or held back.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from swarmgpu.manager.placement.converge import converge
-from swarmgpu.manager.placement.cycle import Cycle, release_dropped
-from swarmgpu.manager.placement.devicemap import write_devices_and_gates
-from swarmgpu.manager.placement.gating import gate_service
-from swarmgpu.manager.placement.globalmode import GLOBAL_MODES, plan_global
-from swarmgpu.manager.placement.jobs import JobProgress, finish_job_plan, job_replicas
+from swarmgpu.manager.placement.cycle import Cycle, Released, release_dropped
+from swarmgpu.manager.placement.devicemap import DeviceMap, write_devices_and_gates
+from swarmgpu.manager.placement.gating import Gating, gate_service
+from swarmgpu.manager.placement.generic import reserve_generic
+from swarmgpu.manager.placement.globalmode import GLOBAL_MODES, place_global
+from swarmgpu.manager.placement.jobs import JobProgress, JobRun, job_replicas, job_run
 from swarmgpu.manager.placement.keys import (
     MAX_STATE,
     REPLACED_STATE,
+    assign_key,
+    gate_key,
 )
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.packing import packed_env
-from swarmgpu.manager.placement.records import ServicePlan, State, Status
+from swarmgpu.manager.placement.preempt import preempted_mark
+from swarmgpu.manager.placement.records import (
+    EMPTY,
+    NO_WRITES,
+    ReplicaPlacement,
+    ServicePlan,
+    SpecWrites,
+    State,
+    Status,
+)
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
+from swarmgpu.manager.placement.restarts import settle_restarts
 from swarmgpu.manager.placement.spread import place_replicas
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, RequestError
@@ -29,92 +64,118 @@ def plan_service(
     old: Mapping[str, Holding], running_on: Mapping[str, int],
     waiting: Waiting, res: tuple[int, int], cyc: Cycle,
     slots: Mapping[int, str] | None = None, job: JobProgress | None = None,
-    cap: int | None = None,
+    cap: tuple[int, str] | None = None,
 ) -> ServicePlan:
-    """One service's plan, in steps: can it be placed at all, is it gated, which
-    holdings it keeps, where its missing replicas go, what to write, what to report.
-    ``cap``: at most this many replicas are placed (its queue's max, ``placement.queues``;
-    the caller says why the others wait)."""
+    """One service's plan, its steps in the module's order. ``cap``: at most this many
+    replicas are placed, and why the others wait (its queue's max, ``placement.queues``)."""
     if isinstance(r, RequestError):
-        return ServicePlan(s.name, s.id, None, "", Status.INVALID, State.INVALID, reason=str(r))
-    sp = ServicePlan(s.name, s.id, r, r.describe(), Status.PLACED, State.ACTIVE)
-    sp.mode = s.mode
+        d = _Draft(s, None, "")
+        d.status, d.state, d.reason = Status.INVALID, State.INVALID, str(r)
+        return d.build(NO_WRITES)
+    d = _Draft(s, r, r.describe())
+    d.mode = s.mode
     if s.mode not in _MODES:
-        sp.status, sp.state = Status.INVALID, State.INVALID
-        sp.reason = f"mode {s.mode} is not one swarmgpu places ({', '.join(sorted(_MODES))})"
-        return sp
-    if s.name in cyc.moving:
+        d.status, d.state = Status.INVALID, State.INVALID
+        d.reason = f"mode {s.mode} is not one swarmgpu places ({', '.join(sorted(_MODES))})"
+    elif s.name in cyc.moving:
         # A rebalancing move owns this service until it ends (swarmgpu.manager.rebalance.mover):
         # its holdings stay reserved (committed above), nothing is written here. Only the
         # daemon's record says so (rebalance.record.move_of): a move label alone is a
         # stack's claim, and such a service is placed like any other.
-        sp.state = State.REBALANCING
-        sp.placements = sorted((p for nid, h in kept.items() if nid in cyc.by_id
-                                for p in replicas_of(h, cyc.by_id[nid], cyc.facts.get(nid))),
-                               key=placement_order)
-        sp.warnings.append("a rebalancing move is in progress; placement waits for it")
-        return sp
-    if not gate_service(sp, s, cyc):
-        return sp
-    if s.mode in GLOBAL_MODES:  # one holding per GPU node (placement.globalmode)
-        plan_global(sp, s, r, kept, old, running_on, waiting, res, cyc,
-                    job.done_nodes if job is not None else frozenset())
-        if s.mode == "global-job":
-            finish_job_plan(sp, s, job or JobProgress(), cyc)
-        return sp
-    if s.mode == "replicated-job":  # as many holdings as tasks may run now
-        job = job or JobProgress()
-    want = replicas = job_replicas(s, job) if job is not None else s.replicas or 0
-    if cap is not None:
-        replicas = min(replicas, cap)
-    holdings = _keep_holdings(sp, s, kept, old, running_on, replicas, cyc)
-    stuck = converge(sp, s, r, holdings, running_on, waiting, res, cyc)
-    placements, reasons = place_replicas(sp, s, r, holdings, replicas, slots or {}, res, cyc)
-    sp.placements = sorted(placements, key=placement_order)
-    # ``want``: Swarm runs every task; one per node keeps the capped ones off held GPUs
-    if sp.packed is None and want > 1 and s.max_replicas_per_node != 1:
-        sp.set_max_replicas = 1
-    elif sp.packed is not None and not packed_env(sp, s, cyc):
-        return sp
-    gates_open = write_devices_and_gates(sp, s, running_on, waiting, cyc)
-    # swarmgpu's own record of the MaxReplicas it set (not a device map: no restart)
-    sp.service_labels_set.update({k: v for k, v in sp.state_labels.items()
-                                  if s.labels.get(k) != v})
-    if cyc.prefix + MAX_STATE in s.labels and cyc.prefix + MAX_STATE not in sp.state_labels:
-        sp.service_labels_remove.append(cyc.prefix + MAX_STATE)
-    if len(sp.placements) < replicas:
-        sp.status = Status.PENDING
-        sp.reason = "; ".join(reasons) or "not enough nodes"
-        if len(sp.placements) and reasons:
-            sp.reason = f"{len(sp.placements)} of {replicas} replicas placed; {sp.reason}"
-    elif gates_open and waiting.refused and not sp.replaced:
-        # Placed by the ledger, but Swarm says it cannot run the task there: not placed.
-        sp.status = Status.PENDING
-        sp.reason = f"Swarm cannot run its task: {waiting.refused}"
-    if stuck:  # held where Swarm will not run it, and not moved: it waits
-        sp.status = Status.PENDING
-        sp.reason = f"{sp.reason}; {stuck}" if sp.reason else stuck
-    if sp.replaced:
-        now_on = sorted({p.hostname for p in sp.placements})
-        sp.replaced += f"; re-placed on {', '.join(now_on) or 'no node yet'}"
-        sp.warnings.append(sp.replaced)
-    if sp.status == Status.PLACED and replicas and sum(running_on.values()) >= replicas:
-        cyc.backoff.pop(s.id, None)  # converged: a later refusal starts afresh
-        if cyc.prefix + REPLACED_STATE in s.labels:
-            sp.service_labels_remove.append(cyc.prefix + REPLACED_STATE)
-    sp.state = _state(sp, s, running_on, want)
-    if r.rebalance is Rebalance.NEVER:
-        sp.warnings.append("opted out of rebalancing")
-    if job is not None:
-        finish_job_plan(sp, s, job, cyc)
-    return sp
+        d.state = State.REBALANCING
+        d.placements = tuple(sorted((p for nid, h in kept.items() if nid in cyc.by_id
+                                     for p in replicas_of(h, cyc.by_id[nid],
+                                                          cyc.facts.get(nid))),
+                                    key=placement_order))
+        d.warnings.append("a rebalancing move is in progress; placement waits for it")
+    elif d.gated(gate_service(s, r, cyc)):
+        if s.mode in GLOBAL_MODES:  # one holding per GPU node (placement.globalmode)
+            _plan_global(d, s, r, kept, old, running_on, waiting, res, cyc, job)
+        else:
+            _plan_replicated(d, s, r, kept, old, running_on, waiting, res, cyc, slots, job,
+                             cap[0] if cap is not None else None)
+    return _finish(d, s, r, running_on, cyc, cap)
 
 
 _MODES = frozenset(("replicated", "global", "replicated-job", "global-job"))
 
 
-def _keep_holdings(sp: ServicePlan, s: SwarmService, kept: Mapping[str, Holding],
-                   old: Mapping[str, Holding], running_on: Mapping[str, int], replicas: int,
+def _plan_global(d: _Draft, s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
+                 old: Mapping[str, Holding], running_on: Mapping[str, int], waiting: Waiting,
+                 res: tuple[int, int], cyc: Cycle, job: JobProgress | None) -> None:
+    """Steps 4-7 of a global service (and a global job)."""
+    done = job.done_nodes if job is not None else frozenset()
+    g = place_global(s, r, kept, old, res, cyc, done)
+    d.released(g.released, cyc)
+    d.placements, d.new, d.nodes_waiting = g.placements, g.new, g.nodes_waiting
+    d.device_map(write_devices_and_gates(s, d.placements, EMPTY, running_on, waiting, cyc))
+    pending, note = g.outcome(done)
+    if note is not None:
+        d.warnings.append(note)
+    if pending is not None:
+        d.status, d.reason = Status.PENDING, pending
+    d.state = (State.PENDING if not d.placements else
+               State.BOUND if d.labels_set or d.new or d.gates_deferred else
+               State.ACTIVE if sum(running_on.values()) >= len(d.placements)
+               else State.ALLOCATED)
+    if s.mode == "global-job":
+        d.job(job_run(s, job or JobProgress(), d.placements, d.nodes_waiting, d.writes(), cyc),
+              cyc)
+
+
+def _plan_replicated(d: _Draft, s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
+                     old: Mapping[str, Holding], running_on: Mapping[str, int],
+                     waiting: Waiting, res: tuple[int, int], cyc: Cycle,
+                     slots: Mapping[int, str] | None, job: JobProgress | None,
+                     cap: int | None) -> None:
+    """Steps 4-7 of a replicated service (and a replicated job)."""
+    if s.mode == "replicated-job":  # as many holdings as tasks may run now
+        job = job or JobProgress()
+    want = replicas = job_replicas(s, job) if job is not None else s.replicas or 0
+    if cap is not None:
+        replicas = min(replicas, cap)
+    holdings: Mapping[str, Holding] = _keep_holdings(kept, running_on, replicas, cyc)
+    d.released(release_dropped(cyc, old, holdings), cyc)
+    stuck = ""
+    if (conv := converge(s, r, holdings, running_on, waiting, res, cyc)) is not None:
+        holdings, stuck = conv.holdings, conv.stuck
+        if conv.dropped:  # re-placed off them: their ledger entry and gate go
+            d.remove_holdings(conv.dropped, cyc)
+            d.state_labels[cyc.prefix + REPLACED_STATE] = conv.backoff_label
+            d.replaced = conv.replaced
+    spread = place_replicas(s, r, holdings, replicas, slots or {}, res, cyc)
+    d.placements = tuple(sorted(spread.placements, key=placement_order))
+    d.packed, d.new = spread.packed, spread.new
+    # ``want``: Swarm runs every task; one per node keeps the capped ones off held GPUs
+    if d.packed is None and want > 1 and s.max_replicas_per_node != 1:
+        d.set_max_replicas = 1
+    elif d.packed is not None:
+        env = packed_env(s, d.packed, d.placements, cyc)
+        if env.waits is not None:
+            d.status, d.state, d.reason = Status.PENDING, State.PENDING, env.waits
+            d.placements = ()
+            return
+        d.replace_env += env.replace_env
+        if env.max_state is not None:
+            d.state_labels[cyc.prefix + MAX_STATE] = env.max_state
+        if env.set_max_replicas is not None:
+            d.set_max_replicas = env.set_max_replicas
+        d.warnings += env.warnings
+    dm = write_devices_and_gates(s, d.placements, spread.draining, running_on, waiting, cyc)
+    d.device_map(dm)
+    # swarmgpu's own records: the MaxReplicas it set, the back-off (no device map: no
+    # restart); a MaxReplicas record no longer true goes
+    if want_state := {k: v for k, v in d.state_labels.items() if s.labels.get(k) != v}:
+        d.labels_set = {**d.labels_set, **want_state}
+    if cyc.prefix + MAX_STATE in s.labels and cyc.prefix + MAX_STATE not in d.state_labels:
+        d.labels_remove += (cyc.prefix + MAX_STATE,)
+    _outcome(d, s, r, spread.reasons, dm.all_open, stuck, running_on, waiting, replicas,
+             want, cyc)
+    if job is not None:
+        d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc), cyc)
+
+
+def _keep_holdings(kept: Mapping[str, Holding], running_on: Mapping[str, int], replicas: int,
                    cyc: Cycle) -> dict[str, Holding]:
     """Holdings the service keeps: valid ones up to its replica count (idle nodes are
     dropped first on a scale-down); the rest are released."""
@@ -125,15 +186,191 @@ def _keep_holdings(sp: ServicePlan, s: SwarmService, kept: Mapping[str, Holding]
                                                   if nid in by_id else nid))
         for nid in order[: len(holdings) - replicas]:
             del holdings[nid]
-    release_dropped(cyc, sp, s.name, old, holdings)
     return holdings
 
 
-def _state(sp: ServicePlan, s: SwarmService, running_on: Mapping[str, int], replicas: int) -> str:
-    if not sp.placements:
-        return State.PENDING
-    if sp.service_labels_set or sp.new or sp.gates_deferred:
-        return State.BOUND
-    if sum(running_on.values()) >= replicas and replicas > 0:
-        return State.ACTIVE
-    return State.ALLOCATED
+def _outcome(d: _Draft, s: SwarmService, r: GpuRequest, reasons: Sequence[str],
+             gates_open: bool, stuck: str, running_on: Mapping[str, int], waiting: Waiting,
+             replicas: int, want: int, cyc: Cycle) -> None:
+    """Step 6 of a replicated service: status and reason, state, warnings."""
+    if len(d.placements) < replicas:
+        d.status = Status.PENDING
+        d.reason = "; ".join(reasons) or "not enough nodes"
+        if len(d.placements) and reasons:
+            d.reason = f"{len(d.placements)} of {replicas} replicas placed; {d.reason}"
+    elif gates_open and waiting.refused and not d.replaced:
+        # Placed by the ledger, but Swarm says it cannot run the task there: not placed.
+        d.status = Status.PENDING
+        d.reason = f"Swarm cannot run its task: {waiting.refused}"
+    if stuck:  # held where Swarm will not run it, and not moved: it waits
+        d.status = Status.PENDING
+        d.reason = f"{d.reason}; {stuck}" if d.reason else stuck
+    if d.replaced:
+        now_on = sorted({p.hostname for p in d.placements})
+        d.replaced += f"; re-placed on {', '.join(now_on) or 'no node yet'}"
+        d.warnings.append(d.replaced)
+    if d.status == Status.PLACED and replicas and sum(running_on.values()) >= replicas:
+        cyc.backoff.pop(s.id, None)  # converged: a later refusal starts afresh
+        if cyc.prefix + REPLACED_STATE in s.labels:
+            d.labels_remove += (cyc.prefix + REPLACED_STATE,)
+    d.state = (State.PENDING if not d.placements else
+               State.BOUND if d.labels_set or d.new or d.gates_deferred else
+               State.ACTIVE if sum(running_on.values()) >= want and want > 0
+               else State.ALLOCATED)
+    if r.rebalance is Rebalance.NEVER:
+        d.warnings.append("opted out of rebalancing")
+
+
+def _finish(d: _Draft, s: SwarmService, r: GpuRequest | RequestError,
+            running_on: Mapping[str, int], cyc: Cycle, cap: tuple[int, str] | None,
+            ) -> ServicePlan:
+    """Steps 8 and 9, then the plan."""
+    valid = d.status != Status.INVALID
+    if cap is not None and valid:  # a scale-up held at its queue's max
+        d.reason = (f"{d.reason}; {cap[1]}" if d.status == Status.PENDING and d.reason
+                    else f"{len(d.placements)} of {s.replicas} replicas placed; {cap[1]}")
+        d.status = Status.PENDING
+    if cyc.generic_kind and isinstance(r, GpuRequest) and valid:
+        d.set_generic, note = reserve_generic(r, s, cyc.generic_kind, bool(running_on))
+        if note is not None:
+            d.warnings.append(note)
+    who, done_with = preempted_mark(s, cyc.prefix, d.status == Status.PENDING
+                                    and not d.placements, bool(d.placements))
+    if who is not None:
+        d.reason = f"{who}; {d.reason}" if d.reason else who
+    elif done_with is not None and done_with not in d.labels_remove:
+        d.labels_remove += (done_with,)
+    writes = d.writes()
+    settled = settle_restarts(writes, d.decision, s, running_on, d.node_remove, cyc)
+    if settled is not None:
+        writes, d.decision, d.held = settled.writes, settled.decision, settled.held
+        if settled.note is not None:
+            # What adoption said it added was not added: the held note says what waits.
+            d.warnings = [w for w in d.warnings if not w.startswith("adopted")]
+            d.warnings.append(settled.note)
+    return d.build(writes)
+
+
+@dataclass(slots=True, init=False, eq=False)
+class _Draft:
+    """One service's plan while ``plan_service`` puts its steps' results together (local
+    to this module: nothing else sees it, and the plan built from it is frozen)."""
+
+    s: SwarmService
+    request: GpuRequest | None
+    request_text: str
+    status: Status
+    state: str
+    mode: str
+    reason: str | None
+    placements: tuple[ReplicaPlacement, ...]
+    warnings: list[str]
+    labels_set: Mapping[str, str]  # the spec writes, as ``SpecWrites`` names them
+    labels_remove: tuple[str, ...]
+    add_constraints: tuple[str, ...]
+    remove_constraints: tuple[str, ...]
+    add_env: tuple[str, ...]
+    replace_env: tuple[tuple[str, str], ...]
+    add_mounts: tuple[Mapping[str, Any], ...]
+    set_max_replicas: int | None
+    force_update: bool
+    set_update_parallelism: int | None
+    set_generic: tuple[str, int] | None
+    node_set: dict[str, Mapping[str, str]]
+    node_remove: dict[str, tuple[str, ...]]
+    packed: str | None
+    state_labels: dict[str, str]
+    gates_deferred: bool
+    new: bool
+    replaced: str
+    nodes_waiting: Mapping[str, str]
+    progress: str | None
+    decision: tuple[str, str] | None
+    held: tuple[str, ...]
+
+    def __init__(self, s: SwarmService, request: GpuRequest | None, text: str) -> None:
+        self.s, self.request, self.request_text = s, request, text
+        self.status, self.state, self.mode = Status.PLACED, State.ACTIVE, "replicated"
+        self.reason, self.placements, self.warnings = None, (), []
+        self.labels_set, self.labels_remove = EMPTY, ()
+        self.add_constraints = self.remove_constraints = self.add_env = ()
+        self.replace_env, self.add_mounts = (), ()
+        self.set_max_replicas = self.set_update_parallelism = self.set_generic = None
+        self.force_update = self.gates_deferred = self.new = False
+        self.node_set, self.node_remove, self.state_labels = {}, {}, {}
+        self.packed = self.progress = self.decision = None
+        self.replaced, self.nodes_waiting, self.held = "", EMPTY, ()
+
+    def gated(self, g: Gating) -> bool:
+        """Step 3's result; False: the service waits."""
+        self.add_constraints += g.add_constraints
+        self.remove_constraints += g.remove_constraints
+        self.add_env += g.add_env
+        self.add_mounts += g.add_mounts
+        self.warnings += g.warnings
+        if g.waits is None:
+            return True
+        self.status, self.state, self.reason = Status.PENDING, State.PENDING, g.waits
+        return False
+
+    def released(self, rel: Released, cyc: Cycle) -> None:
+        self.remove_holdings(rel.nodes, cyc)
+        self.warnings += rel.warnings
+
+    def remove_holdings(self, nodes: Sequence[str], cyc: Cycle) -> None:
+        """The service's ledger entry and gate go on ``nodes``."""
+        if nodes:
+            keys = (assign_key(cyc.prefix, self.s.name), gate_key(cyc.prefix, self.s.name))
+            for nid in nodes:
+                self._remove(nid, keys)
+
+    def _remove(self, nid: str, keys: Sequence[str]) -> None:
+        cur = self.node_remove.get(nid, ())
+        self.node_remove[nid] = cur + tuple(k for k in keys if k not in cur)
+
+    def device_map(self, dm: DeviceMap) -> None:
+        """Step 5's result (the first of the service labels' writes)."""
+        self.labels_set, self.labels_remove = dm.labels_set, dm.labels_remove
+        self.force_update, self.decision = dm.force_update, dm.decision
+        self.set_update_parallelism = dm.set_update_parallelism
+        self.gates_deferred = dm.gates_deferred
+        self.warnings += dm.warnings
+        self.node_set.update(dm.node_set)
+
+    def job(self, run: JobRun, cyc: Cycle) -> None:
+        """Step 7's result: its gates, progress and outcome, and the writes it allows."""
+        gate = gate_key(cyc.prefix, self.s.name)
+        for nid in run.keep_gates:
+            if gate in (cur := self.node_remove.get(nid, ())):
+                self.node_remove[nid] = tuple(k for k in cur if k != gate)
+        for nid in run.close_gates:
+            self._remove(nid, (gate,))
+        self.progress = run.progress
+        if run.done:
+            self.status, self.state, self.reason = Status.DONE, State.COMPLETE, run.progress
+        w = run.writes
+        self.labels_set, self.labels_remove = w.service_labels_set, w.service_labels_remove
+        self.add_constraints, self.remove_constraints = w.add_constraints, w.remove_constraints
+        self.add_env, self.replace_env, self.add_mounts = w.add_env, w.replace_env, w.add_mounts
+        self.set_max_replicas, self.force_update = w.set_max_replicas, w.force_update
+        self.set_update_parallelism, self.set_generic = w.set_update_parallelism, w.set_generic
+        self.warnings += run.warnings
+
+    def writes(self) -> SpecWrites:
+        if not (self.labels_set or self.labels_remove or self.add_constraints
+                or self.remove_constraints or self.add_env or self.replace_env
+                or self.add_mounts or self.set_max_replicas is not None or self.force_update
+                or self.set_update_parallelism is not None or self.set_generic is not None):
+            return NO_WRITES
+        return SpecWrites(self.labels_set, self.labels_remove, self.add_constraints,
+                          self.remove_constraints, self.add_env, self.replace_env,
+                          self.add_mounts, self.set_max_replicas, self.force_update,
+                          self.set_update_parallelism, self.set_generic)
+
+    def build(self, writes: SpecWrites) -> ServicePlan:
+        return ServicePlan(
+            self.s.name, self.s.id, self.request, self.request_text, self.status, self.state,
+            self.placements, self.reason, tuple(self.warnings), writes,
+            self.node_set or EMPTY, self.node_remove or EMPTY, self.packed,
+            self.state_labels or EMPTY, self.gates_deferred, self.new, self.replaced,
+            self.mode, self.nodes_waiting, self.progress, self.decision, self.held)

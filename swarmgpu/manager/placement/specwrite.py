@@ -1,4 +1,4 @@
-"""The read-modify-write of a service spec that applies one service's plan."""
+"""The read-modify-write of a service spec that applies one service's plan's writes."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from swarmgpu.manager.placement.envs import DEVICE_VAR, VOID_LINE
-from swarmgpu.manager.placement.records import ServicePlan
+from swarmgpu.manager.placement.records import SpecWrites
 
 SpecCompute = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 
 
-def service_compute(sp: ServicePlan) -> SpecCompute:
-    """The read-modify-write of one service's spec that applies ``sp``: None when the
-    spec already says it all (no write). The spec given is never changed: each mapping
-    and list on a path ``sp`` changes is copied; the rest is shared with it (a deep copy
-    of every spec took a fifth of ``simulate``'s time outside placement)."""
+def service_compute(sp: SpecWrites) -> SpecCompute:
+    """The read-modify-write of one service's spec that applies a plan's ``writes``:
+    None when the spec already says it all (no write). The spec given is never changed:
+    each mapping and list on a path ``sp`` changes is copied; the rest is shared with it
+    (a deep copy of every spec took a fifth of ``simulate``'s time outside placement)."""
 
     def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
         new = dict(spec)

@@ -9,8 +9,8 @@ from swarmgpu.allocator.values import Choice, NodeState, Unplaceable
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import MAX_STATE
 from swarmgpu.manager.placement.ledger import Holding
-from swarmgpu.manager.placement.packing import place_packed, repack
-from swarmgpu.manager.placement.records import ReplicaPlacement, ServicePlan
+from swarmgpu.manager.placement.packing import Spread, place_packed, repack
+from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.replicas import (
     any_zone,
     replicas_of,
@@ -22,10 +22,9 @@ from swarmgpu.manager.services.requests import GpuRequest, Pack
 from swarmgpu.swarm.client import SwarmService
 
 
-def place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
-                   holdings: Mapping[str, Holding], replicas: int, live: Mapping[int, str],
-                   res: tuple[int, int], cyc: Cycle
-                   ) -> tuple[list[ReplicaPlacement], list[str]]:
+def place_replicas(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holding],
+                   replicas: int, live: Mapping[int, str], res: tuple[int, int],
+                   cyc: Cycle) -> Spread:
     """Spread one replica per node, or pack them all on one node: a service packed
     stays packed (its slots follow the tasks' on scale-up and -down); a service that
     holds nothing is packed when its replicas cannot be spread (``pack: auto``) or
@@ -33,7 +32,7 @@ def place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
     by_id = cyc.by_id
     packed = next((h for h in holdings.values() if h.packed), None)
     if packed is not None:
-        return repack(sp, s, r, packed, replicas, live, res, cyc)
+        return repack(s, r, packed, replicas, live, res, cyc)
     placements = [p for nid, h in holdings.items() if nid in by_id
                   for p in replicas_of(h, by_id[nid], cyc.facts.get(nid))]
     mrpn = s.max_replicas_per_node or 0
@@ -47,12 +46,11 @@ def place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
     if may_pack and r.pack is Pack.ALWAYS:
         got, why = place_packed(s, r, want_slots(live, replicas), {}, res, cyc)
         if got:
-            sp.packed = f"packed on {got[0].hostname} ({Pack.ALWAYS.value})"
-            sp.new = True
-            return got, []
-        return [], [why]
+            return Spread(tuple(got), (), f"packed on {got[0].hostname} ({Pack.ALWAYS.value})",
+                          new=True)
+        return Spread((), (why,))
     base = len(placements)
-    reasons = _place_missing(sp, s, r, placements, replicas - len(placements), res, cyc)
+    reasons, new = _place_missing(s, r, placements, replicas - len(placements), res, cyc)
     held = next(iter(holdings.items()), None)
     if (len(placements) < replicas and held is not None and len(holdings) == 1
             and replicas > 1 and fits_one and not 1 < mrpn < replicas):
@@ -69,39 +67,39 @@ def place_replicas(sp: ServicePlan, s: SwarmService, r: GpuRequest,
             got, _why = place_packed(s, r, want, {slot0: (h0.uuids, h0.milli)}, res, cyc,
                                      node=nid)
             if got:
-                sp.packed = (f"packed on {got[0].hostname}: {replicas} replicas could not "
-                             f"be spread one per node ({'; '.join(reasons)}); its replica "
-                             "there keeps its GPUs")
-                sp.new = True
-                return got, []
+                return Spread(tuple(got), (), (
+                    f"packed on {got[0].hostname}: {replicas} replicas could not be spread "
+                    f"one per node ({'; '.join(reasons)}); its replica there keeps its GPUs"),
+                    new=True)
             del placements[base:]
             cyc.cluster.commit_holding(s.name, nid, h0, cyc.cluster.holding_reservation(
                 s.id, nid, res))
-            reasons = _place_missing(sp, s, r, placements, replicas - base, res, cyc)
+            reasons, again = _place_missing(s, r, placements, replicas - base, res, cyc)
+            new = new or again
     if len(placements) < replicas and may_pack:
         for p in placements:  # not enough nodes: try all of them on one node instead
             cyc.cluster.release_holding(s.name, p.node_id)
         got, _why = place_packed(s, r, want_slots(live, replicas), {}, res, cyc)
         if got:
-            sp.packed = (f"packed on {got[0].hostname}: {replicas} replicas could not be "
-                         f"spread one per node ({'; '.join(reasons)})")
-            sp.new = True
-            return got, []
+            return Spread(tuple(got), (), (
+                f"packed on {got[0].hostname}: {replicas} replicas could not be spread one "
+                f"per node ({'; '.join(reasons)})"), new=True)
         placements = []
-        reasons = _place_missing(sp, s, r, placements, replicas, res, cyc)
+        reasons, again = _place_missing(s, r, placements, replicas, res, cyc)
+        new = new or again
         reasons.append("no single node can hold all replicas either")
     elif len(placements) < replicas and r.can_pack and 1 < mrpn < replicas:
         reasons.append(f"not packed on one node: max_replicas_per_node {mrpn} is below "
                        f"{replicas} replicas (raise or remove it)")
-    return placements, reasons
+    return Spread(tuple(placements), tuple(reasons), new=new)
 
 
-def _place_missing(sp: ServicePlan, s: SwarmService, r: GpuRequest,
-                   placements: list[ReplicaPlacement], missing_n: int,
-                   res: tuple[int, int], cyc: Cycle) -> list[str]:
-    """Choose nodes and GPUs for the replicas that hold nothing yet; reasons when not."""
+def _place_missing(s: SwarmService, r: GpuRequest, placements: list[ReplicaPlacement],
+                   missing_n: int, res: tuple[int, int], cyc: Cycle) -> tuple[list[str], bool]:
+    """Choose nodes and GPUs for the replicas that hold nothing yet (added to
+    ``placements``); reasons when not, and whether any was placed."""
     if missing_n <= 0:
-        return []  # (most plans: every replica holds its GPUs)
+        return [], False  # (most plans: every replica holds its GPUs)
     cluster, by_id = cyc.cluster, cyc.by_id
     demand = demand_of(r, *res)
     reasons: list[str] = []
@@ -109,6 +107,7 @@ def _place_missing(sp: ServicePlan, s: SwarmService, r: GpuRequest,
     used_zones = {by_id[nid].labels.get(cyc.zone_label, "") for nid in used_nodes
                   if nid in by_id}
     swarm_no = cyc.swarm_no(s)
+    base = len(placements)
     for _ in range(max(0, missing_n)):
         # Before a service holds anything the answer depends only on the demand, its
         # zone wishes and constraints: identical pending requests share one answer
@@ -148,5 +147,4 @@ def _place_missing(sp: ServicePlan, s: SwarmService, r: GpuRequest,
         placements.append(rp)
         used_nodes.add(rp.node_id)
         used_zones.add(by_id[rp.node_id].labels.get(cyc.zone_label, ""))
-        sp.new = True
-    return reasons
+    return reasons, len(placements) > base

@@ -52,14 +52,14 @@ def release_held(swarm: SwarmClient, snap: Snapshot, cfg: Config, names: Sequenc
         if sp.status == "invalid":
             r.error = f"{name}: invalid GPU request: {sp.reason}"
             continue
-        new = service_compute(sp)(s.spec) if sp.needs_service_write else None
+        new = service_compute(sp.writes)(s.spec) if sp.needs_service_write else None
         r.changes = task_changes(s.spec, new) if new is not None else []
         if not r.changes or dry_run:
             continue
         why = Why(*sp.decision) if sp.decision else Why(
             "operator", f"the operator's word (swarmgpu apply --service {name})")
         try:
-            r.written = gate.service_spec(s.id, service_compute(sp), why)
+            r.written = gate.service_spec(s.id, service_compute(sp.writes), why)
         except SwarmError as exc:
             r.error = f"{name}: the write failed: {exc}"
     return out
