@@ -1,5 +1,9 @@
-"""What a settled service's plan reads of a node, by content (``NodeContent``), and
-the key it will have once its own gates are open (``key_after_gates_open``).
+"""The planner's memory across cycles (``PlannerMemo``: named records, named bounds, one
+``evict``); what a settled service's plan reads of a node, by content (``NodeContent``),
+and the key it will have once its own gates are open (``key_after_gates_open``).
+
+Nothing here decides: each record is an answer the planner computed once and reuses
+while its inputs (a spec version, a node's version, the same labels) are unchanged.
 
 Only a plan whose writes are its gates opening is kept across its own writes. A plan
 that chose new placements, or writes the service's spec, is planned again the cycle
@@ -13,13 +17,132 @@ in its second, gate-opening, cycle."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import fields
+from typing import Any, NamedTuple
 
+from swarmgpu.allocator.fragmentation import TaskShape
+from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.manager.placement.keys import assign_key, gate_key, owned_prefixes
 from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.quiet import QuietServices
 from swarmgpu.manager.placement.records import EMPTY, ServicePlan, Status
+from swarmgpu.manager.placement.tasks import TaskBook
+from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService
+
+# The bounds. Past each, the entries of services or nodes gone are dropped (or, where
+# they are shared answers, all of them: they are asked again).
+PARSES_MAX = 10_000  # distinct request label sets whose parse is shared
+LABEL_KEYS_MAX = 100_000  # services' (ledger, gate) label keys
+SERVICES_SLACK = 1_000  # records of gone services, beyond twice the live ones
+NODES_SLACK = 100  # records of gone nodes, beyond twice the live ones
+FITS_SLACK = 10_000  # kept holdings' fit answers, beyond four per settled service
+
+RequestLabels = tuple[tuple[str, str], ...]
+
+
+class RequestEntry(NamedTuple):
+    """A service's request as read from one spec version."""
+
+    version: int  # the spec version it was read from
+    request: GpuRequest | RequestError | None  # None: no GPU request
+    reservation: tuple[int, int]  # (CPU milli, memory MiB) each task reserves
+    serve_key: tuple[int, str]  # its place in serve order (``placement.preempt``)
+
+
+class LabelParse(NamedTuple):
+    """The request labels a service's request was parsed from, and that parse."""
+
+    labels: RequestLabels
+    request: GpuRequest | RequestError | None
+
+
+class SettledPlan(NamedTuple):
+    """A settled service's last plan (no writes), and everything it read
+    (``Planner._settled_key``): while that is unchanged, the plan still holds."""
+
+    key: tuple[object, ...]
+    plan: ServicePlan
+
+
+class NodeGates(NamedTuple):
+    """A node's gate labels, as of one spec version."""
+
+    version: int
+    gates: list[tuple[str, str]]  # (label key, the service it names)
+    names: frozenset[str]  # the services they name
+
+
+class PlannerMemo:
+    """What a long-lived ``Planner`` remembers between cycles, by name. ``evict`` drops
+    the records of services that are gone once they pass ``SERVICES_SLACK``; the
+    records of the planner's parts kept by service id (``by_service``) go with them."""
+
+    def __init__(self, prefix: str) -> None:
+        self.requests: dict[str, RequestEntry] = {}  # service id -> its request
+        self.parses: dict[str, LabelParse] = {}  # service id -> its labels' parse
+        # request labels -> their parse, shared by every service that has them
+        self.by_labels: dict[RequestLabels, GpuRequest | None] = {}
+        self.shapes: dict[str, TaskShape] = {}  # service id -> shape learned
+        # ids whose shape ``learned_of`` (the model) has counted: not asked again
+        self.learned: set[str] = set()
+        self.learned_of: WorkloadModel | None = None
+        self.job_ids: set[str] = set()  # services parsed as jobs (some may be gone)
+        self.queued_ids: set[str] = set()  # ... whose request names a queue
+        self.settled: dict[str, SettledPlan] = {}  # service id -> its settled plan
+        self.quiet = QuietServices(prefix)  # settled services' records (placement.quiet)
+        self.tasks = TaskBook()  # the last cycle's tasks, by service
+        self.most = -1  # the largest node's GPUs, last cycle
+        self.moving: frozenset[str] = frozenset()  # last cycle's services in a move
+        self.ledger: dict[str, tuple[int, list[Holding]]] = {}  # ``read_ledger``'s
+        self.node_content = NodeContent(prefix)  # settled keys read nodes by content
+        self.node_gates: dict[str, NodeGates] = {}  # node id -> its gates
+        self.label_keys: dict[str, tuple[str, str]] = {}  # service name -> ledger, gate keys
+        # the planner's parts' records by service id, evicted with these
+        self.by_service: tuple[MutableMapping[str, Any], ...] = ()
+        self.fits: MutableMapping[str, Any] = {}  # ``KeptHoldings.fits``
+
+    def request(self, sid: str) -> GpuRequest | RequestError | None:
+        got = self.requests.get(sid)
+        return None if got is None else got.request
+
+    def reservation(self, sid: str) -> tuple[int, int]:
+        return self.requests[sid].reservation
+
+    def shared_parse(self, labels: RequestLabels, request: GpuRequest | None) -> None:
+        if len(self.by_labels) > PARSES_MAX:
+            self.by_labels.clear()
+        self.by_labels[labels] = request
+
+    def label_keys_of(self, name: str, prefix: str) -> tuple[str, str]:
+        keys = self.label_keys.get(name)
+        if keys is None:
+            if len(self.label_keys) > LABEL_KEYS_MAX:
+                self.label_keys.clear()
+            keys = self.label_keys[name] = (assign_key(prefix, name), gate_key(prefix, name))
+        return keys
+
+    def evict(self, live: Sequence[SwarmService], live_nodes: Mapping[str, object]) -> None:
+        """Drop what is remembered of services and nodes no longer live (``live``:
+        every service; ``live_nodes``: by id), each kind once past its bound."""
+        if len(self.fits) > 4 * len(self.settled) + FITS_SLACK:  # departed services'
+            self.fits.clear()
+        gates = self.node_gates
+        if len(gates) > 2 * len(live_nodes) + NODES_SLACK:  # nodes that left
+            for nid in [k for k in gates if k not in live_nodes]:
+                del gates[nid]
+        if len(self.requests) <= 2 * len(live) + SERVICES_SLACK:
+            return
+        live_ids = {s.id for s in live}
+        books: tuple[MutableMapping[str, Any], ...] = (
+            self.requests, self.shapes, self.parses, *self.by_service)
+        for book in books:
+            for sid in [k for k in book if k not in live_ids]:
+                del book[sid]
+        self.learned &= live_ids
+        self.job_ids &= live_ids
+        self.queued_ids &= live_ids
 
 
 class NodeContent:

@@ -29,10 +29,17 @@ from swarmgpu.manager.placement.jobs import (
 )
 from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
-from swarmgpu.manager.placement.memo import NodeContent, key_after_gates_open
+from swarmgpu.manager.placement.memo import (
+    LabelParse,
+    NodeGates,
+    PlannerMemo,
+    RequestEntry,
+    SettledPlan,
+    key_after_gates_open,
+)
 from swarmgpu.manager.placement.preempt import serve_key
 from swarmgpu.manager.placement.queues import QueueBook, Quotas
-from swarmgpu.manager.placement.quiet import Quiet, QuietServices
+from swarmgpu.manager.placement.quiet import Quiet
 from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ServicePlan,
@@ -43,7 +50,7 @@ from swarmgpu.manager.placement.records import (
 )
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
-from swarmgpu.manager.placement.tasks import NO_WAITING, TaskBook, Waiting, tasks_by_service
+from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, tasks_by_service
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, request_labels
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
@@ -73,28 +80,50 @@ class ServiceRead:
         return [parsed[i] for i in sorted(range(len(parsed)), key=keys.__getitem__)]
 
 
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """The nodes as one cycle reads them (``Planner._see``)."""
+
+    ledger: dict[str, dict[str, Holding]]  # service name -> node id -> holding
+    by_id: dict[str, SwarmNode]
+    touched: AbstractSet[str]  # services some changed node label names
+    rebuilt: bool  # a new node set: every holding is committed anew
+    most: int  # the largest node's GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class _Visit:
+    """What the visit phase of one cycle reads (``Planner._visit``)."""
+
+    read: ServiceRead
+    quiet: Mapping[str, str]  # id -> name: services not visited (placement.quiet)
+    kept: dict[str, dict[str, Holding]]  # the others' holdings kept, by name
+    ledger: Mapping[str, Mapping[str, Holding]]
+    by_id: Mapping[str, SwarmNode]
+    tasks: TaskView
+    jobs: Mapping[str, JobProgress]
+    records: dict[str, Quiet]  # the quiet records, kept in place (``_visit`` updates)
+    cyc: Cycle
+    moving: AbstractSet[str]
+
+
+def _settles(key: tuple[object, ...], sp: ServicePlan, s: SwarmService,
+             old: Mapping[str, Holding], prefix: str) -> SettledPlan | None:
+    """A new plan as its service's settled one: a plan that writes nothing, under its
+    key; one whose writes are only its gates opening, under the key it will have once
+    they landed (``placement.memo``); None: it is planned again next cycle."""
+    if ((sp.status in (Status.PLACED, Status.DONE)
+         or (sp.status == Status.PENDING and not sp.placements))
+            and not sp.needs_service_write and not sp.node_writes and not sp.new):
+        return SettledPlan(key, sp)
+    after = key_after_gates_open(key, sp, s, old, prefix)
+    return None if after is None else SettledPlan(after, sp.without_node_writes())
+
+
 _UNPARSED = RequestError("", "", "")  # (a marker: not parsed yet)
 # (in C: keys read from every service, every cycle)
 _by_name = attrgetter("name")
 _by_id = attrgetter("id")
-
-
-class _Reads:
-    """The planner's parsed requests, as its parts read them. Not bound methods of the
-    planner: a part holding one would hold the planner, and a planner in a reference
-    cycle is freed only by a full collection of all it holds (0.75 s after a
-    ``simulate`` seed, in the CLI's wall time), not when its owner lets go of it."""
-
-    def __init__(self, known: Mapping[str, tuple[int, GpuRequest | RequestError | None,
-                                                 tuple[int, int], tuple[int, str]]]) -> None:
-        self.known = known
-
-    def request(self, sid: str) -> GpuRequest | RequestError | None:
-        got = self.known.get(sid)
-        return None if got is None else got[1]
-
-    def reservation(self, sid: str) -> tuple[int, int]:
-        return self.known[sid][2]
 
 
 class Planner:
@@ -121,9 +150,6 @@ class Planner:
         # Visit only the services whose inputs changed (placement.quiet); False: every
         # service, every cycle (tests compare the two).
         self.change_driven = change_driven
-        self._quiet = QuietServices(prefix)
-        self._task_book = TaskBook()
-        self._most = -1  # the largest node's GPUs, last cycle
         self.classes = priority_classes  # swarmgpu.priority's names (None: the defaults)
         self.queues = QueueBook(queues or {})  # swarmgpu.queue's quotas (placement.queues)
         self.zone_label = zone_label
@@ -133,36 +159,22 @@ class Planner:
         self.scorer = SwarmScorer(self.model.typical())
         self.cluster = ClusterAllocator(scorer=self.scorer, prefix=prefix)
         self._model_mark = self.model.seen
-        # service id -> (spec version, its request, reservation, serve key)
-        self._requests: dict[str, tuple[int, GpuRequest | RequestError | None,
-                                        tuple[int, int], tuple[int, str]]] = {}
-        self._settled: dict[str, tuple[tuple[object, ...], ServicePlan]] = {}
-        self._ledger_cache: dict[str, tuple[int, list[Holding]]] = {}
-        self._node_content = NodeContent(prefix)  # settled keys read nodes by content
-        reads = _Reads(self._requests)  # (no bound method: see _Reads)
-        self._filters = SwarmFilters(prefix, generic_kind, reads.request)
-        self._shapes: dict[str, TaskShape] = {}  # service id -> shape learned
-        self._job_ids: set[str] = set()  # services parsed as jobs (some may be gone)
-        self._queued_ids: set[str] = set()  # ... whose request names a queue
-        # ids whose shape ``_learned_of`` (the model) has counted: not asked again
-        self._learned: set[str] = set()
-        self._learned_of: WorkloadModel | None = None
-        # service id -> (the labels its request was parsed from, that parse)
-        self._raw: dict[str, tuple[tuple[tuple[str, str], ...],
-                                   GpuRequest | RequestError | None]] = {}
-        # request labels -> their parse, for every service that has them
-        self._by_inputs: dict[tuple[tuple[str, str], ...], GpuRequest | None] = {}
-        self._kept = KeptHoldings(self.cluster, prefix, reads.reservation)
+        # what it remembers across cycles, by name (``placement.memo``)
+        self._memo = memo = PlannerMemo(prefix)
+        # (the memo's bound methods: a part holding one of the planner's would hold the
+        # planner, and a planner in a reference cycle is freed only by a full
+        # collection of all it holds -- 0.75 s after a ``simulate`` seed, in the CLI's
+        # wall time -- not when its owner lets go of it)
+        self._filters = SwarmFilters(prefix, generic_kind, memo.request)
+        self._kept = KeptHoldings(self.cluster, prefix, memo.reservation)
+        memo.by_service = (self._kept.declared, self._filters.keys)
+        memo.fits = self._kept.fits
         self._last_cycle: Cycle | None = None  # what place_arrivals plans against
         self._arrival_cycle: Cycle | None = None  # its copy, which arrivals write through
         self.model_changed = False  # since the owner last stored the model
         self.release: set[str] = set()  # services whose held changes are written now
         self._backoff: dict[str, Backoff] = {}  # service id -> its re-placements
         self._open_since: dict[tuple[str, str], float] = {}  # (service id, node): gate seen open
-        self._label_keys: dict[str, tuple[str, str]] = {}  # service name -> its ledger, gate keys
-        # node id -> (spec version, its gate labels with the service each names, those)
-        self._gates_cache: dict[str, tuple[int, list[tuple[str, str]], frozenset[str]]] = {}
-        self._moving: frozenset[str] = frozenset()  # last cycle's services in a move
 
     def keep_failed_holdings(self, keep: Callable[[str, str], bool] | None) -> None:
         """(service name, node id) -> keep its holding on a failed GPU (the health
@@ -177,17 +189,18 @@ class Planner:
         policy's CPU reserve weighs them (``cpu_reserve_per_gpu_milli``). ``forget``:
         ``parsed`` and ``cpu_only`` are every live service (a full cycle), so the marks
         of the others are dropped."""
-        model, shapes, learned = self.model, self._shapes, self._learned
-        if self._learned_of is not model:
+        memo = self._memo
+        model, shapes, learned = self.model, memo.shapes, memo.learned
+        if memo.learned_of is not model:
             learned.clear()
-            self._learned_of = model
+            memo.learned_of = model
         for s in [s for s in cpu_only if s.id not in learned]:
             if s.id in shapes and model.knows(s.id):
                 learned.add(s.id)
                 continue
-            cpu = self._requests[s.id][2][0]
+            cpu = memo.requests[s.id].reservation[0]
             shape = TaskShape(cpu, 0, 0)
-            self._shapes[s.id] = shape
+            shapes[s.id] = shape
             count = max(1, s.replicas or 0) if s.mode == "replicated" else 1
             if model.observe(s.id, str(shape), shape, count):
                 self.model_changed = True
@@ -197,9 +210,9 @@ class Planner:
                 continue  # counted (per request: a changed request has a new version)
             if isinstance(r, RequestError) or not learned_count(s) or r.mig_profile:
                 continue  # MIG slices are their own pool; they do not fragment shares
-            cpu, _mem = self._requests[s.id][2]
+            cpu, _mem = memo.requests[s.id].reservation
             shape = demand_of(r, cpu).shape()
-            self._shapes[s.id] = shape
+            shapes[s.id] = shape
             if model.observe(s.id, str(shape), shape, learned_count(s)):
                 self.model_changed = True
         if forget and model.known_count() > len(parsed) + len(cpu_only):
@@ -234,64 +247,63 @@ class Planner:
     def _parse_all(self, services: Sequence[SwarmService], most: int = -1) -> ServiceRead:
         """Every service read once, by name (``ServiceRead``); ``most``: the largest
         node's GPUs (``few``: services with no more replicas)."""
-        known = self._requests  # (not "requests": bandit reads that as the HTTP library)
+        known = self._memo.requests  # (not "requests": bandit reads that as HTTP's)
         order = sorted(services, key=_by_name)
         # New spec versions parsed first; then each field is one comprehension over
         # the services (a loop doing all of it per service cost 3-4 times as much).
-        for s in [s for s in order if (g := known.get(s.id)) is None or g[0] != s.version]:
+        for s in [s for s in order
+                  if (g := known.get(s.id)) is None or g.version != s.version]:
             self._parse(s)
         pairs = list(zip(order, map(known.__getitem__, map(_by_id, order)), strict=True))
-        parsed: Parsed = [(s, g[1]) for s, g in pairs if g[1] is not None]
-        keys = [g[3] for _, g in pairs if g[1] is not None]
+        parsed: Parsed = [(s, g.request) for s, g in pairs if g.request is not None]
+        keys = [g.serve_key for _, g in pairs if g.request is not None]
         return ServiceRead(
             parsed=parsed,
-            cpu_only=[s for s, g in pairs if g[1] is None and g[2][0] > 0],
-            no_request=[s for s, g in pairs if g[1] is None],
+            cpu_only=[s for s, g in pairs if g.request is None and g.reservation[0] > 0],
+            no_request=[s for s, g in pairs if g.request is None],
             names=set(map(_by_name, order)),
             few={s.id for s in order if (s.replicas or 0) <= most},
-            queued=bool(self._queued_ids) and any(
+            queued=bool(self._memo.queued_ids) and any(
                 isinstance(r, GpuRequest) and r.queue for _, r in parsed),
             serve_keys=keys,
             mixed=bool(keys) and keys.count(keys[0]) != len(keys))
 
-    def _parse(self, s: SwarmService) -> tuple[int, GpuRequest | RequestError | None,
-                                               tuple[int, int], tuple[int, str]]:
+    def _parse(self, s: SwarmService) -> RequestEntry:
         """A new spec version's request. A version that changed only what parsing does
         not read (placement's own device map and state labels, constraints, env) keeps
         the request object it had, and the shape learned from it."""
-        prev = self._requests.get(s.id)
-        inputs = request_labels(s.labels, self.prefix)
-        raw = self._raw.get(s.id)
-        if raw is None or raw[0] != inputs or isinstance(raw[1], RequestError):
+        memo = self._memo
+        prev = memo.requests.get(s.id)
+        labels = request_labels(s.labels, self.prefix)
+        got = memo.parses.get(s.id)
+        if got is None or got.labels != labels or isinstance(got.request, RequestError):
             # The same labels parse the same (a frozen request, shared); an error is
             # said per service, so it is parsed again.
-            one = self._by_inputs.get(inputs, _UNPARSED)
+            one = memo.by_labels.get(labels, _UNPARSED)
             if one is _UNPARSED:
                 one = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label,
                                 classes=self.classes)
                 if not isinstance(one, RequestError):
-                    if len(self._by_inputs) > 10_000:
-                        self._by_inputs.clear()
-                    self._by_inputs[inputs] = one
-            raw = self._raw[s.id] = (inputs, one)
-        r = job_defaults(s, raw[1], self.prefix, self.classes)  # jobs: batch by default
+                    memo.shared_parse(labels, one)
+            got = memo.parses[s.id] = LabelParse(labels, one)
+        r = job_defaults(s, got.request, self.prefix, self.classes)  # jobs: batch by default
         if self.tenants is not None:  # what its tenant may have (per service, not shared)
             r = self.tenants.apply_to(s, r)
         res = reservations(s.spec)
-        if (prev is not None and not isinstance(r, RequestError) and prev[2] == res
-                and (r is prev[1] or r == prev[1])):
-            r = prev[1]
+        if (prev is not None and not isinstance(r, RequestError) and prev.reservation == res
+                and (r is prev.request or r == prev.request)):
+            r = prev.request
         else:
-            self._shapes.pop(s.id, None)
-            self._learned.discard(s.id)
-        got = self._requests[s.id] = (s.version, r, res, serve_key(s, r))
-        for ids, yes in ((self._job_ids, s.mode in JOB_MODES),
-                         (self._queued_ids, isinstance(r, GpuRequest) and bool(r.queue))):
+            memo.shapes.pop(s.id, None)
+            memo.learned.discard(s.id)
+        entry = memo.requests[s.id] = RequestEntry(s.version, r, res, serve_key(s, r))
+        for ids, yes in ((memo.job_ids, s.mode in JOB_MODES),
+                         (memo.queued_ids, isinstance(r, GpuRequest) and bool(r.queue))):
             if yes:
                 ids.add(s.id)
             else:
                 ids.discard(s.id)
-        return got
+        return entry
 
     def refused_nodes(self, s: SwarmService) -> AbstractSet[str]:
         """Nodes Swarm's own filters refuse ``s`` on (as of the last cycle)."""
@@ -304,40 +316,77 @@ class Planner:
         """Decide placements for every annotated service; say what to write, in order.
         ``now`` (epoch seconds; the back-off of ``converge`` is kept in Swarm as such).
         ``moving``: the services with a move in flight by the daemon's own records
-        (``rebalance.record.moving``); placement leaves them to the move."""
+        (``rebalance.record.moving``); placement leaves them to the move.
+
+        The phases, in order: see what changed; read the services and their tasks;
+        release what is no longer held; learn the workload and the back-offs; commit
+        the holdings kept; visit each service that may have changed; forget what is
+        gone; say the allocator's problems on the plans they name."""
         now = time.time() if now is None else now
-        prefix = self.prefix
         plan = PlacementPlan()
         # Taken, not read: a cycle that raises leaves none, so the next one is a full pass
         # (its node and task diffs are against the snapshot of the cycle that failed).
-        records, self._quiet.records = self._quiet.records, {}
-        ledger = read_ledger(nodes, prefix, self._ledger_cache)
-        by_id = {n.id: n for n in nodes}
-        cluster = self.cluster
+        records, self._memo.quiet.records = self._memo.quiet.records, {}
+        seen = self._see(nodes, facts, moving)
+        read = self._parse_all(services, seen.most)
+        tv, tasks_changed = self._read_tasks(tasks, read.few)
+        self._release(plan, nodes, seen.ledger, read)
+        # {} when no service is a job (none parsed as one: no pass over the services)
+        jobs = job_progress(services, tasks) if self._memo.job_ids else {}
+        self._learn_on_gpu_nodes(running_jobs(read.parsed, jobs), read.cpu_only, tv.on_nodes)
+        self._back_off(read.parsed, tv.failed, now)
+        # First commit every valid existing holding, so new placements never reuse GPUs.
+        self.cluster.set_usage_of(tv.use, tv.on_nodes,
+                                  self._memo.tasks.tasks_on if self.change_driven else None)
+        quiet, kept = self._commit_kept(
+            read, seen.ledger, jobs, seen.by_id, facts, tv.running, records, tasks_changed,
+            seen.touched,
+            self.change_driven and not seen.rebuilt and seen.most == self._memo.most)
+        self._memo.most = seen.most
+        cyc = self._cycle(plan, nodes, facts, seen, now, moving)
+        # Both kept in place: a quiet service's entries stay as they are; every other
+        # visited service's are dropped first, then set again if it settles.
+        self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
+                                 records, cyc, moving))
+        self._memo.evict(services, seen.by_id)
+        self._note_problems(plan)
+        plan.workload = self.model.summary()
+        plan.queues = self.queues.summary()
+        return plan
+
+    def _see(self, nodes: Sequence[SwarmNode], facts: Mapping[str, NodeFacts],
+             moving: AbstractSet[str]) -> _Seen:
+        """The nodes read: the ledger, the allocator's nodes, Swarm's filters, and what
+        changed since the last cycle."""
+        memo, cluster = self._memo, self.cluster
+        ledger = read_ledger(nodes, self.prefix, memo.ledger)
         cluster.problems = []
         alloc_was = cluster.alloc
         cluster.sync_nodes(nodes, facts)
         rebuilt = cluster.alloc is not alloc_was  # a new node set: every holding anew
         self._filters.new_cycle(nodes)
-        self._node_content.new_cycle(nodes)
-        touched = self._quiet.changed(nodes, self._node_content.of, cluster.node_gen,
-                                      cluster.alloc.nodes)
-        if moving != self._moving:  # a move began or ended: its service is visited
-            touched = touched | (moving ^ self._moving)
-            self._moving = frozenset(moving)
+        memo.node_content.new_cycle(nodes)
+        touched = memo.quiet.changed(nodes, memo.node_content.of, cluster.node_gen,
+                                     cluster.alloc.nodes)
+        if moving != memo.moving:  # a move began or ended: its service is visited
+            touched = touched | (moving ^ memo.moving)
+            memo.moving = frozenset(moving)
         most = max((len(ns.spec.gpus) for ns in cluster.alloc.nodes.values()), default=0)
-        read = self._parse_all(services, most)
-        live_names, few = read.names, read.few
-        parsed, cpu_only, no_request = read.parsed, read.cpu_only, read.no_request
-        tasks_on: AbstractSet[tuple[str, str]] | None = None
-        if self.change_driven:  # and which services' tasks changed since
-            tv, tasks_changed = self._task_book.update(tasks, few)
-            tasks_on = self._task_book.tasks_on
-        else:
-            tv, tasks_changed = tasks_by_service(tasks, few.__contains__), set()
-        running, waiting, slots = tv.running, tv.waiting, tv.slots
+        return _Seen(ledger, {n.id: n for n in nodes}, touched, rebuilt, most)
 
-        # Holdings of services that no longer exist are released (gate and ledger).
+    def _read_tasks(self, tasks: Sequence[SwarmTask], few: AbstractSet[str],
+                    ) -> tuple[TaskView, AbstractSet[str]]:
+        """The tasks by service, and which services' tasks changed since (change-driven:
+        ``TaskBook``)."""
+        if self.change_driven:
+            return self._memo.tasks.update(tasks, few)
+        return tasks_by_service(tasks, few.__contains__), set()
+
+    def _release(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
+                 ledger: Mapping[str, Mapping[str, Holding]], read: ServiceRead) -> None:
+        """Release the holdings of services that are gone or no longer ask for GPUs
+        (their ledger entries and gates), and gates without a holding."""
+        prefix, live_names = self.prefix, read.names
         gone = ledger.keys() - live_names
         for svc_name, per_node in ledger.items() if gone else ():
             if svc_name in gone:
@@ -345,22 +394,8 @@ class Planner:
                 for node_id in per_node:
                     remove_node_labels(plan, node_id, [assign_key(prefix, svc_name),
                                                        gate_key(prefix, svc_name)])
-        gk = prefix + GATE
-        gates = self._gates_cache
-        for n in nodes:  # stray gates without a holding
-            got = gates.get(n.id)
-            if got is None or got[0] != n.version:  # a node's gates, per spec version
-                pairs = [(k, k[len(gk):]) for k in n.labels if k.startswith(gk)]
-                got = gates[n.id] = (n.version, pairs, frozenset(name for _, name in pairs))
-            if got[2] and not got[2] <= live_names:
-                for k, name in got[1]:
-                    if name not in live_names:
-                        remove_node_labels(plan, n.id, [k])
-        if len(gates) > 2 * len(nodes) + 100:  # nodes that left
-            for nid in [k for k in gates if k not in by_id]:
-                del gates[nid]
-
-        for s in no_request:
+        self._stray_gates(plan, nodes, live_names)
+        for s in read.no_request:
             if s.name in ledger:  # request labels removed: release its GPUs
                 plan.released.append(s.name)
                 for node_id in ledger[s.name]:
@@ -371,133 +406,138 @@ class Planner:
                     plan.services.append(ServicePlan(
                         s.name, s.id, None, "", Status.RELEASED, State.RELEASED,
                         writes=SpecWrites(service_labels_remove=tuple(stale))))
-        # {} when no service is a job (none parsed as one: no pass over the services)
-        jobs = job_progress(services, tasks) if self._job_ids else {}
-        self._learn_on_gpu_nodes(running_jobs(parsed, jobs), cpu_only, tv.on_nodes)
 
-        if self._backoff or tv.failed:
+    def _stray_gates(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
+                     live_names: AbstractSet[str]) -> None:
+        """Remove the gates that name a service that is gone."""
+        gk = self.prefix + GATE
+        gates = self._memo.node_gates
+        for n in nodes:
+            got = gates.get(n.id)
+            if got is None or got.version != n.version:  # a node's gates, per spec version
+                pairs = [(k, k[len(gk):]) for k in n.labels if k.startswith(gk)]
+                got = gates[n.id] = NodeGates(n.version, pairs,
+                                              frozenset(name for _, name in pairs))
+            if got.names and not got.names <= live_names:
+                for k, name in got.gates:
+                    if name not in live_names:
+                        remove_node_labels(plan, n.id, [k])
+
+    def _back_off(self, parsed: Parsed, failed: Mapping[str, Sequence[str]],
+                  now: float) -> None:
+        """Each live service's re-placements (``placement.backoff``): its tasks that
+        failed since are counted; a gone service's record goes."""
+        if self._backoff or failed:
             live_ids = {s.id for s, _ in parsed}
             self._backoff = {k: v for k, v in self._backoff.items() if k in live_ids}
-            for sid, ids in tv.failed.items():
+            for sid, ids in failed.items():
                 if sid in live_ids:
                     self._backoff.setdefault(sid, Backoff()).saw_failures(ids, now)
 
-        # First commit every valid existing holding, so new placements never reuse GPUs.
-        cluster.set_usage_of(tv.use, tv.on_nodes, tasks_on)
-        quiet, kept = self._commit_kept(
-            read, ledger, jobs, by_id, facts, running, records, tasks_changed, touched,
-            self.change_driven and not rebuilt and most == self._most)
-        self._most = most
-        # Both kept in place: a quiet service's entries stay as they are; every other
-        # visited service's are dropped first, then set again if it settles.
-        new_records = records
-        cyc = Cycle(cluster, by_id, facts, prefix, self.zone_label,
-                    {n.labels.get(self.zone_label, "") for n in nodes}, self.adopt_ungated,
-                    plan, self._filters.refused, most_gpus=most, now=now,
-                    backoff=self._backoff, open_since=self._open_since, moving=moving,
-                    grants=self.grants, generic_kind=self.generic_kind, release=self.release)
+    def _cycle(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
+               facts: Mapping[str, NodeFacts], seen: _Seen, now: float,
+               moving: AbstractSet[str]) -> Cycle:
+        """The context the service steps of this cycle share (and arrivals, after)."""
+        cyc = Cycle(self.cluster, seen.by_id, facts, self.prefix,
+                    self.zone_label, {n.labels.get(self.zone_label, "") for n in nodes},
+                    self.adopt_ungated, plan, self._filters.refused, most_gpus=seen.most,
+                    now=now, backoff=self._backoff, open_since=self._open_since,
+                    moving=moving, grants=self.grants, generic_kind=self.generic_kind,
+                    release=self.release)
         self._last_cycle = cyc
         self._arrival_cycle = None
-        settled = self._settled
-        self.queues.start(parsed if read.queued else (), kept)  # no queue: nothing to count
-        quotas = bool(self.queues.quotas)  # without any, nothing is refused or capped
-        served = read.served()  # priority, then age (placement.preempt)
+        return cyc
+
+    def _visit(self, plan: PlacementPlan, v: _Visit) -> None:
+        """Plan each service that is not quiet, in serve order (its settled plan when
+        nothing it reads changed); the quiet ones' plans take their places."""
+        settled, records, queues = self._memo.settled, v.records, self.queues
+        queues.start(v.read.parsed if v.read.queued else (), v.kept)  # no queue: no count
+        quotas = bool(queues.quotas)  # without any, nothing is refused or capped
+        served = v.read.served()  # priority, then age (placement.preempt)
+        quiet = v.quiet
         # A quiet service's plan is its last one, as it is (placement.quiet): only the
         # others are visited, and the quiet ones take their places in serve order below.
         visit = [p for p in served if p[0].id not in quiet] if quiet else served
         n_settled = n_records = len(quiet)
         planned: list[ServicePlan] = []
+        running, waiting, ledger = v.tasks.running, v.tasks.waiting, v.ledger
         for s, r in visit:
             memo = settled.pop(s.id, None)
-            new_records.pop(s.id, None)
-            mine = kept.get(s.name, {})
-            # above its queue's max: waits
+            records.pop(s.id, None)
+            mine = v.kept.get(s.name, {})
             if quotas and isinstance(r, GpuRequest) and (
-                    why := self.queues.refuse(s, r, mine)) is not None:
+                    why := queues.refuse(s, r, mine)) is not None:  # above its queue's max
                 planned.append(ServicePlan(s.name, s.id, r, r.describe(), Status.PENDING,
                                            State.PENDING, reason=why))
                 continue
-            # a scale-up held at its queue's max
-            capped = self.queues.cap(s, r, mine) if quotas else None
-            mine_slots = slots.get(s.id, {})
-            # Slots are read only where the replicas could be packed on one node.
+            capped = queues.cap(s, r, mine) if quotas else None  # a scale-up held at max
+            old, running_on = ledger.get(s.name, {}), running.get(s.id, {})
+            waits = waiting.get(s.id, NO_WAITING)
             bo = self._backoff.get(s.id)
-            more: tuple[object, ...] = (
-                (tuple(sorted(mine_slots.items())) if len(mine_slots) > 1
-                 else tuple(mine_slots.items())) if s.id in few else None,
-                bo.key() if bo is not None else None)
-            if not mine:  # pending: the same answer while capacity and nodes are as they were
-                more += (cluster.version, self._filters.gen)
-            if s.mode != "replicated":  # a node joining, a job's task ending: planned again
-                more += (jobs.get(s.id), cluster.version, self._filters.gen,
-                         len(cluster.alloc.nodes))
-            if capped is not None:
-                more += (capped,)
-            if s.name in moving:
-                more += ("moving",)
-            key = self._settled_key(s, mine, ledger.get(s.name, {}), by_id,
-                                    running.get(s.id, {}), waiting.get(s.id, NO_WAITING), more)
-            if memo is not None and memo[0] != key:
-                memo = None
-            if memo is not None:
-                sp = memo[1]  # last cycle's plan, no writes: it still holds
+            key = self._settled_key(s, mine, old, v.by_id, running_on, waits,
+                                    self._more(s, mine, v, bo, capped))
+            if memo is not None and memo.key == key:
+                sp = memo.plan  # last cycle's plan, no writes: it still holds
             else:
-                sp = plan_service(s, r, mine, ledger.get(s.name, {}), running.get(s.id, {}),
-                                  waiting.get(s.id, NO_WAITING), self._requests[s.id][2], cyc,
-                                  mine_slots, jobs.get(s.id), capped)
+                sp = plan_service(s, r, mine, old, running_on, waits,
+                                  self._memo.requests[s.id].reservation, v.cyc,
+                                  v.tasks.slots.get(s.id, {}), v.jobs.get(s.id), capped)
                 plan.add_node_writes(sp)
-            self.queues.count(r, mine, sp)
-            if memo is not None:  # settled when kept, and unchanged since
+                memo = _settles(key, sp, s, old, self.prefix)
+            queues.count(r, mine, sp)
+            if memo is not None:
                 settled[s.id] = memo
-                n_settled += 1
-            elif ((sp.status in (Status.PLACED, Status.DONE)
-                   or (sp.status == Status.PENDING and not sp.placements))
-                    and not sp.needs_service_write and not sp.node_writes and not sp.new):
-                settled[s.id] = (key, sp)
-                n_settled += 1
-            elif (after := key_after_gates_open(key, sp, s, ledger.get(s.name, {}),
-                                                prefix)) is not None:  # placement.memo
-                settled[s.id] = (after, sp.without_node_writes())
                 n_settled += 1
             # Quiet from the next cycle on only when this snapshot is what the kept plan
             # answers: a plan settled under the key it has once its gate writes landed
             # is keyed again (a write that did not land leaves no change to see).
-            if (s.id in settled and not sp.node_writes and bo is None and capped is None
+            if (memo is not None and not sp.node_writes and bo is None and capped is None
                     and mine and s.mode == "replicated" and mine == ledger.get(s.name)):
-                new_records[s.id] = Quiet(s.version, len(mine))
+                records[s.id] = Quiet(s.version, len(mine))
                 n_records += 1
             planned.append(sp)
         if quiet:
             visited_plans = iter(planned)
-            plan.services.extend([settled[s.id][1] if s.id in quiet else next(visited_plans)
-                                  for s, _ in served])
+            plan.services.extend([settled[s.id].plan if s.id in quiet
+                                  else next(visited_plans) for s, _ in served])
         else:
             plan.services.extend(planned)
-        if len(settled) != n_settled or len(new_records) != n_records:  # services gone
-            visited = {s.id for s, _ in parsed}
-            for book in (settled, new_records):
+        if len(settled) != n_settled or len(records) != n_records:  # services gone
+            visited = {s.id for s, _ in v.read.parsed}
+            for book in (settled, records):
                 for sid in [k for k in book if k not in visited]:
                     del book[sid]
-        self._quiet.records = new_records
-        self._open_since = cyc.open_seen
-        if len(self._kept.fits) > 4 * len(settled) + 10_000:  # departed services' entries
-            self._kept.fits.clear()
-        if len(self._requests) > 2 * len(services) + 1000:
-            live = {s.id for s in services}
-            for cache in (self._requests, self._shapes, self._raw, self._kept.declared,
-                          self._filters.keys):
-                for sid in [k for k in cache if k not in live]:
-                    del cache[sid]
-            self._learned &= live
-            self._job_ids &= live
-            self._queued_ids &= live
-        for p in cluster.problems:  # said on the plan of the service each names
+        self._memo.quiet.records = records
+        self._open_since = v.cyc.open_seen
+
+    def _more(self, s: SwarmService, mine: Mapping[str, Holding], v: _Visit,
+              bo: Backoff | None, capped: tuple[int, str] | None) -> tuple[object, ...]:
+        """What the cycle adds to a service's settled key (``_settled_key``)."""
+        cluster = self.cluster
+        mine_slots = v.tasks.slots.get(s.id, {})
+        # Slots are read only where the replicas could be packed on one node.
+        more: tuple[object, ...] = (
+            (tuple(sorted(mine_slots.items())) if len(mine_slots) > 1
+             else tuple(mine_slots.items())) if s.id in v.read.few else None,
+            bo.key() if bo is not None else None)
+        if not mine:  # pending: the same answer while capacity and nodes are as they were
+            more += (cluster.version, self._filters.gen)
+        if s.mode != "replicated":  # a node joining, a job's task ending: planned again
+            more += (v.jobs.get(s.id), cluster.version, self._filters.gen,
+                     len(cluster.alloc.nodes))
+        if capped is not None:
+            more += (capped,)
+        if s.name in v.moving:
+            more += ("moving",)
+        return more
+
+    def _note_problems(self, plan: PlacementPlan) -> None:
+        """The allocator's problems, each said on the plan of the service it names."""
+        for p in self.cluster.problems:
             for i, sp in enumerate(plan.services):
                 if p.startswith(sp.name + ":"):
                     plan.services[i] = sp.noted(p)
-        plan.workload = self.model.summary()
-        plan.queues = self.queues.summary()
-        return plan
 
     def _commit_kept(self, read: ServiceRead, ledger: Mapping[str, Mapping[str, Holding]],
                      jobs: Mapping[str, JobProgress], by_id: Mapping[str, SwarmNode],
@@ -578,7 +618,8 @@ class Planner:
         self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes, forget=False)
         for s, r in parsed:
             plan.add(plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
-                                  self._requests[s.id][2], cyc, tv.slots.get(s.id, {})))
+                                  self._memo.requests[s.id].reservation, cyc,
+                                  tv.slots.get(s.id, {})))
         return plan
 
     def _settled_key(self, s: SwarmService, kept: Mapping[str, Holding],
@@ -587,16 +628,10 @@ class Planner:
                      more: tuple[object, ...] = ()) -> tuple[object, ...]:
         """Everything a settled service's plan reads: while it is unchanged, last
         cycle's plan (no writes) still holds. ``more``: what the cycle adds to it."""
-        gen, content = self.cluster.node_gen, self._node_content.of
+        gen, content = self.cluster.node_gen, self._memo.node_content.of
         # A node by content, its labels but other services' gates and ledger entries
         # (placement.memo); its gate and ledger entry for this service beside it.
-        keys = self._label_keys.get(s.name)
-        if keys is None:
-            if len(self._label_keys) > 100_000:
-                self._label_keys.clear()
-            keys = self._label_keys[s.name] = (assign_key(self.prefix, s.name),
-                                               gate_key(self.prefix, s.name))
-        ak, gk = keys
+        ak, gk = self._memo.label_keys_of(s.name, self.prefix)
         nodes = []
         for nid, h in kept.items():
             n = by_id.get(nid)
