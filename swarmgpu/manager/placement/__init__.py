@@ -31,7 +31,7 @@ The package, by responsibility; each module imports only modules listed before i
 (README.md "Layout" says what each owns; tests/test_layout.py checks both): ``keys``,
 ``records``; ``envs``, ``ledger``, ``specs``, ``tasks``, ``backoff``, ``generic``;
 ``cluster``, ``replicas``, ``filters``, ``quiet``, ``memo``; ``queues``, ``preempt``;
-``cycle``, ``jobs``, ``existing``; ``packing``, ``gating``, ``converge``, ``devicemap``;
+``cycle``, ``jobs``, ``existing``, ``reads``; ``packing``, ``gating``, ``converge``, ``devicemap``;
 ``spread``, ``globalmode``; ``specwrite``, ``restarts``; ``service``; ``planner``.
 This module re-exports what the rest of swarmgpu uses.
 """

@@ -6,8 +6,7 @@ import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
-from operator import attrgetter
+from dataclasses import dataclass
 
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.scorer import SwarmScorer
@@ -19,9 +18,7 @@ from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.jobs import (
-    JOB_MODES,
     JobProgress,
-    job_defaults,
     job_progress,
     learned_count,
     running_jobs,
@@ -30,16 +27,14 @@ from swarmgpu.manager.placement.jobs import (
 from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.memo import (
-    LabelParse,
     NodeGates,
     PlannerMemo,
-    RequestEntry,
     SettledPlan,
     key_after_gates_open,
 )
-from swarmgpu.manager.placement.preempt import serve_key
 from swarmgpu.manager.placement.queues import QueueBook, Quotas
 from swarmgpu.manager.placement.quiet import Quiet
+from swarmgpu.manager.placement.reads import Parsed, RequestReader, ServiceRead
 from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ServicePlan,
@@ -51,33 +46,9 @@ from swarmgpu.manager.placement.records import (
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, tasks_by_service
-from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, request_labels
+from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.manager.services.tenants import Tenants
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
-
-Parsed = list[tuple[SwarmService, GpuRequest | RequestError]]
-
-
-@dataclass
-class ServiceRead:
-    """One cycle's services, read once (``Planner._parse_all``), by name."""
-
-    parsed: Parsed = field(default_factory=list)  # with a GPU request, or a broken one
-    cpu_only: list[SwarmService] = field(default_factory=list)  # none, but reserve CPU
-    no_request: list[SwarmService] = field(default_factory=list)  # none
-    names: set[str] = field(default_factory=set)  # every service's name
-    few: set[str] = field(default_factory=set)  # ids: no more replicas than ``most``
-    queued: bool = False  # some request names a queue
-    serve_keys: list[tuple[int, str]] = field(default_factory=list)  # of ``parsed``
-    mixed: bool = False  # not every serve key is the same
-
-    def served(self) -> Parsed:
-        """``parsed`` in serve order (``placement.preempt.serve_order``: the same stable
-        sort, by keys read once per spec version)."""
-        if not self.mixed:
-            return self.parsed
-        keys, parsed = self.serve_keys, self.parsed
-        return [parsed[i] for i in sorted(range(len(parsed)), key=keys.__getitem__)]
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +91,6 @@ def _settles(key: tuple[object, ...], sp: ServicePlan, s: SwarmService,
     return None if after is None else SettledPlan(after, sp.without_node_writes())
 
 
-_UNPARSED = RequestError("", "", "")  # (a marker: not parsed yet)
-# (in C: keys read from every service, every cycle)
-_by_name = attrgetter("name")
-_by_id = attrgetter("id")
-
-
 class Planner:
     """The placement planner: snapshot in, plan out. One object lives as long as its
     user -- the daemon keeps it across cycles, ``simulate`` across a whole replay -- so
@@ -161,6 +126,7 @@ class Planner:
         self._model_mark = self.model.seen
         # what it remembers across cycles, by name (``placement.memo``)
         self._memo = memo = PlannerMemo(prefix)
+        self._reads = RequestReader(memo, prefix, zone_label, priority_classes, tenants)
         # (the memo's bound methods: a part holding one of the planner's would hold the
         # planner, and a planner in a reference cycle is freed only by a full
         # collection of all it holds -- 0.75 s after a ``simulate`` seed, in the CLI's
@@ -244,67 +210,6 @@ class Planner:
         self.cluster.unplaceable.clear()
 
     # --- one cycle -----------------------------------------------------------------
-    def _parse_all(self, services: Sequence[SwarmService], most: int = -1) -> ServiceRead:
-        """Every service read once, by name (``ServiceRead``); ``most``: the largest
-        node's GPUs (``few``: services with no more replicas)."""
-        known = self._memo.requests  # (not "requests": bandit reads that as HTTP's)
-        order = sorted(services, key=_by_name)
-        # New spec versions parsed first; then each field is one comprehension over
-        # the services (a loop doing all of it per service cost 3-4 times as much).
-        for s in [s for s in order
-                  if (g := known.get(s.id)) is None or g.version != s.version]:
-            self._parse(s)
-        pairs = list(zip(order, map(known.__getitem__, map(_by_id, order)), strict=True))
-        parsed: Parsed = [(s, g.request) for s, g in pairs if g.request is not None]
-        keys = [g.serve_key for _, g in pairs if g.request is not None]
-        return ServiceRead(
-            parsed=parsed,
-            cpu_only=[s for s, g in pairs if g.request is None and g.reservation[0] > 0],
-            no_request=[s for s, g in pairs if g.request is None],
-            names=set(map(_by_name, order)),
-            few={s.id for s in order if (s.replicas or 0) <= most},
-            queued=bool(self._memo.queued_ids) and any(
-                isinstance(r, GpuRequest) and r.queue for _, r in parsed),
-            serve_keys=keys,
-            mixed=bool(keys) and keys.count(keys[0]) != len(keys))
-
-    def _parse(self, s: SwarmService) -> RequestEntry:
-        """A new spec version's request. A version that changed only what parsing does
-        not read (placement's own device map and state labels, constraints, env) keeps
-        the request object it had, and the shape learned from it."""
-        memo = self._memo
-        prev = memo.requests.get(s.id)
-        labels = request_labels(s.labels, self.prefix)
-        got = memo.parses.get(s.id)
-        if got is None or got.labels != labels or isinstance(got.request, RequestError):
-            # The same labels parse the same (a frozen request, shared); an error is
-            # said per service, so it is parsed again.
-            one = memo.by_labels.get(labels, _UNPARSED)
-            if one is _UNPARSED:
-                one = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label,
-                                classes=self.classes)
-                if not isinstance(one, RequestError):
-                    memo.shared_parse(labels, one)
-            got = memo.parses[s.id] = LabelParse(labels, one)
-        r = job_defaults(s, got.request, self.prefix, self.classes)  # jobs: batch by default
-        if self.tenants is not None:  # what its tenant may have (per service, not shared)
-            r = self.tenants.apply_to(s, r)
-        res = reservations(s.spec)
-        if (prev is not None and not isinstance(r, RequestError) and prev.reservation == res
-                and (r is prev.request or r == prev.request)):
-            r = prev.request
-        else:
-            memo.shapes.pop(s.id, None)
-            memo.learned.discard(s.id)
-        entry = memo.requests[s.id] = RequestEntry(s.version, r, res, serve_key(s, r))
-        for ids, yes in ((memo.job_ids, s.mode in JOB_MODES),
-                         (memo.queued_ids, isinstance(r, GpuRequest) and bool(r.queue))):
-            if yes:
-                ids.add(s.id)
-            else:
-                ids.discard(s.id)
-        return entry
-
     def refused_nodes(self, s: SwarmService) -> AbstractSet[str]:
         """Nodes Swarm's own filters refuse ``s`` on (as of the last cycle)."""
         return self._filters.refused(s)
@@ -328,7 +233,7 @@ class Planner:
         # (its node and task diffs are against the snapshot of the cycle that failed).
         records, self._memo.quiet.records = self._memo.quiet.records, {}
         seen = self._see(nodes, facts, moving)
-        read = self._parse_all(services, seen.most)
+        read = self._reads.read(services, seen.most)
         tv, tasks_changed = self._read_tasks(tasks, read.few)
         self._release(plan, nodes, seen.ledger, read)
         # {} when no service is a job (none parsed as one: no pass over the services)
@@ -612,7 +517,7 @@ class Planner:
             cyc = self._arrival_cycle = copy.copy(last)
             cyc.release = frozenset()  # (an arrival has nothing held to release)
         cyc.plan = plan
-        read = self._parse_all(services)
+        read = self._reads.read(services)
         parsed, cpu_only = read.parsed, read.cpu_only
         tv = tasks_by_service(tasks)
         self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes, forget=False)

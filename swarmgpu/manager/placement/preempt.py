@@ -200,6 +200,31 @@ def _usable(r: GpuRequest, facts: NodeFacts | None) -> set[str]:
             and (r.min_memory_mib is None or g.memory_mib >= r.min_memory_mib)}
 
 
+@dataclass(slots=True)
+class _Round:
+    """The cluster as one round of ``choose_preemptions`` reads it, and what the round
+    has taken so far (a GPU freed for one preemptor is not counted for another)."""
+
+    by_name: Mapping[str, SwarmService]
+    by_node: Mapping[str, SwarmNode]
+    facts: Mapping[str, NodeFacts]
+    queues: Mapping[str, Mapping[str, object]]  # the plan's queues, by name
+    req: Mapping[str, GpuRequest | RequestError]  # service name -> its request
+    started: Mapping[tuple[str, str], str]  # (service id, node) -> its newest task's start
+    holdings: Mapping[str, Mapping[str, Holding]]  # node -> service -> holding
+    refused: Callable[[SwarmService], AbstractSet[str]] | None
+    preemptible_below: int
+    cooling: AbstractSet[str]  # may not be victims now
+    moving: AbstractSet[str]  # neither preemptors nor victims
+    taken: set[tuple[str, str]] = field(default_factory=set)  # (node, uuid) freed already
+    gone: set[str] = field(default_factory=set)  # victims already chosen
+    q_gone: dict[str, int] = field(default_factory=dict)  # milli per queue its victims free
+    q_given: dict[str, int] = field(default_factory=dict)  # milli per queue its preemptors take
+
+    def refused_of(self, s: SwarmService) -> AbstractSet[str]:
+        return self.refused(s) if self.refused is not None else frozenset()
+
+
 def choose_preemptions(
     plan: PlacementPlan, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str,
@@ -216,109 +241,120 @@ def choose_preemptions(
     flight by the daemon's records (``rebalance.record.moving``; a move label alone
     protects nothing), neither preemptors nor victims."""
     by_name = {s.name: s for s in services}
-    by_node = {n.id: n for n in nodes}
-    queues = {q["queue"]: q for q in plan.queues}
-    held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
-    req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
-    ledger = read_ledger(nodes, prefix)
     started: dict[tuple[str, str], str] = {}
     for t in tasks:
         if t.desired_state == "running" and t.node_id:
             k = (t.service_id, t.node_id)
             started[k] = max(started.get(k, ""), t.created_at)
     holdings: dict[str, dict[str, Holding]] = {}  # node -> service -> holding
-    for svc, per in ledger.items():
+    for svc, per in read_ledger(nodes, prefix).items():
         for nid, h in per.items():
             holdings.setdefault(nid, {})[svc] = h
-    taken: set[tuple[str, str]] = set()  # (node, uuid) freed for an earlier preemptor
-    gone: set[str] = set()  # victims already chosen this cycle
-    q_gone: dict[str, int] = {}  # milli per queue its victims chosen this cycle free
-    q_given: dict[str, int] = {}  # milli per queue its preemptors this cycle take
-    out: list[Preemption] = []
+    rd = _Round(by_name, {n.id: n for n in nodes}, facts, {q["queue"]: q for q in plan.queues},
+                {sp.name: sp.request for sp in plan.services if sp.request is not None},
+                started, holdings, refused, preemptible_below, cooling, moving)
+    held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     pending = [sp for sp in plan.services if sp.status == Status.PENDING and sp.request is not None]
     order = serve_order([(by_name[sp.name], sp.request) for sp in pending
                          if sp.name in by_name and isinstance(sp.request, GpuRequest)])
+    out: list[Preemption] = []
     for s, r in order:
         if not isinstance(r, GpuRequest) or r.is_fraction or r.mig_profile:
             continue
-        if s.name in settling or s.name in gone or s.name in held_at_max \
+        if s.name in settling or s.name in rd.gone or s.name in held_at_max \
                 or s.name in moving:
             continue
         if s.mode != "replicated" or not s.replicas:
             continue
-        no = refused(s) if refused is not None else frozenset()
-        best: tuple[tuple[int, int, int, str], Preemption] | None = None
-        hopeless = False
-        for nid in sorted(holdings.keys() | facts.keys()):
-            node = by_node.get(nid)
-            if node is None or nid in no or node.state != "ready" \
-                    or node.availability != "active":
-                continue
-            here = holdings.get(nid, {})
-            if s.name in here:
-                continue  # one replica per node: a held node is not where it goes
-            usable = _usable(r, facts.get(nid)) - {u for (n, u) in taken if n == nid}
-            if len(usable) < r.gpus:
-                continue
-            holders: dict[str, set[str]] = {}
-            for svc, h in here.items():
-                for u in h.uuids:
-                    holders.setdefault(u, set()).add(svc)
-            free = usable - holders.keys()
-            if len(free) >= r.gpus:
-                hopeless = True  # room already: pending for another reason
-                break
-            cands = []
-            for svc, h in here.items():
-                vr = req.get(svc)
-                vs = by_name.get(svc)
-                if (not isinstance(vr, GpuRequest) or vs is None or svc in cooling
-                        or svc in gone or svc in moving):
-                    continue
-                by_priority = vr.priority < r.priority and vr.is_preemptible(preemptible_below)
-                by_quota = vr.preemptible is not False and reclaimable(r, vr, sum(h.milli),
-                                                                       queues)
-                if not (by_priority or by_quota):
-                    continue
-                cands.append(Candidate(svc, vs.id, nid, vr.priority,
-                                       started.get((vs.id, nid), ""),
-                                       tuple(u for u in h.uuids if u in usable), h,
-                                       "" if by_priority else vr.queue))
-
-            def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
-                return group_reclaimable(
-                    r, [(c.quota, sum(c.holding.milli) if c.holding else 0)
-                        for c in combo if c.quota], queues, q_gone, q_given)
-
-            victims = pick_victims(r.gpus, free, cands, holders, together)
-            if not victims:
-                continue
-            prios = [v.priority for v in victims]
-            key = (len(victims), max(prios), sum(prios), node.hostname)
-            if best is None or key < best[0]:
-                best = (key, Preemption(s.name, s.id, r.priority, nid, node.hostname, victims))
-        if hopeless or best is None:
-            continue
-        p = best[1]
-        gone.update(v.service for v in p.victims)
-        for v in p.victims:
-            vq = req.get(v.service)
-            if isinstance(vq, GpuRequest) and vq.queue and v.holding is not None:
-                q_gone[vq.queue] = q_gone.get(vq.queue, 0) + sum(v.holding.milli)
-        if r.queue:
-            q_given[r.queue] = q_given.get(r.queue, 0) + 1000 * r.gpus
-        taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
-        moves: dict[str, Relocation] = {}
-        for v in p.victims:
-            vr, vs = req.get(v.service), by_name.get(v.service)
-            if isinstance(vr, GpuRequest) and vs is not None:
-                where = relocation(vr, vs, v, by_node, facts, holdings, taken,
-                                   refused(vs) if refused is not None else frozenset())
-                if where is not None:
-                    moves[v.service] = where
-                    taken.update((where.node_id, u) for u in where.uuids)
-        out.append(replace(p, moves=moves))
+        p = _best_preemption(rd, s, r)
+        if p is not None:
+            out.append(_take(rd, p, r))
     return out
+
+
+def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption | None:
+    """The preemption that places one replica of ``s`` (fewest victims, then the lowest
+    priorities, then the hostname); None when there is none, or when a node it may use
+    has room already (it is pending for another reason)."""
+    no = rd.refused_of(s)
+    best: tuple[tuple[int, int, int, str], Preemption] | None = None
+    for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
+        node = rd.by_node.get(nid)
+        if node is None or nid in no or node.state != "ready" \
+                or node.availability != "active":
+            continue
+        here = rd.holdings.get(nid, {})
+        if s.name in here:
+            continue  # one replica per node: a held node is not where it goes
+        usable = _usable(r, rd.facts.get(nid)) - {u for (n, u) in rd.taken if n == nid}
+        if len(usable) < r.gpus:
+            continue
+        holders: dict[str, set[str]] = {}
+        for svc, h in here.items():
+            for u in h.uuids:
+                holders.setdefault(u, set()).add(svc)
+        free = usable - holders.keys()
+        if len(free) >= r.gpus:
+            return None  # room already: pending for another reason
+
+        def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
+            return group_reclaimable(
+                r, [(c.quota, sum(c.holding.milli) if c.holding else 0)
+                    for c in combo if c.quota], rd.queues, rd.q_gone, rd.q_given)
+
+        victims = pick_victims(r.gpus, free, _candidates(rd, r, nid, here, usable), holders,
+                               together)
+        if not victims:
+            continue
+        prios = [v.priority for v in victims]
+        key = (len(victims), max(prios), sum(prios), node.hostname)
+        if best is None or key < best[0]:
+            best = (key, Preemption(s.name, s.id, r.priority, nid, node.hostname, victims))
+    return best[1] if best is not None else None
+
+
+def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding],
+                usable: AbstractSet[str]) -> list[Candidate]:
+    """The holders on node ``nid`` that ``r`` may preempt (see the module), each with the
+    GPUs of ``usable`` it holds."""
+    cands = []
+    for svc, h in here.items():
+        vr = rd.req.get(svc)
+        vs = rd.by_name.get(svc)
+        if (not isinstance(vr, GpuRequest) or vs is None or svc in rd.cooling
+                or svc in rd.gone or svc in rd.moving):
+            continue
+        by_priority = vr.priority < r.priority and vr.is_preemptible(rd.preemptible_below)
+        by_quota = vr.preemptible is not False and reclaimable(r, vr, sum(h.milli), rd.queues)
+        if not (by_priority or by_quota):
+            continue
+        cands.append(Candidate(svc, vs.id, nid, vr.priority, rd.started.get((vs.id, nid), ""),
+                               tuple(u for u in h.uuids if u in usable), h,
+                               "" if by_priority else vr.queue))
+    return cands
+
+
+def _take(rd: _Round, p: Preemption, r: GpuRequest) -> Preemption:
+    """``p`` chosen: its victims, the GPUs it frees and the queues' use counted in the
+    round; with where each victim that can move goes (``relocation``)."""
+    rd.gone.update(v.service for v in p.victims)
+    for v in p.victims:
+        vq = rd.req.get(v.service)
+        if isinstance(vq, GpuRequest) and vq.queue and v.holding is not None:
+            rd.q_gone[vq.queue] = rd.q_gone.get(vq.queue, 0) + sum(v.holding.milli)
+    if r.queue:
+        rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus
+    rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)
+    moves: dict[str, Relocation] = {}
+    for v in p.victims:
+        vr, vs = rd.req.get(v.service), rd.by_name.get(v.service)
+        if isinstance(vr, GpuRequest) and vs is not None:
+            where = relocation(vr, vs, v, rd.by_node, rd.facts, rd.holdings, rd.taken,
+                               rd.refused_of(vs))
+            if where is not None:
+                moves[v.service] = where
+                rd.taken.update((where.node_id, u) for u in where.uuids)
+    return replace(p, moves=moves)
 
 
 def relocation(r: GpuRequest, s: SwarmService, v: Candidate, by_node: Mapping[str, SwarmNode],
