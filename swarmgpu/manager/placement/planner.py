@@ -32,7 +32,7 @@ from swarmgpu.manager.placement.memo import (
     SettledPlan,
     key_after_gates_open,
 )
-from swarmgpu.manager.placement.queues import QueueBook, Quotas
+from swarmgpu.manager.placement.queues import QueueBook, QueueLimit, Quotas
 from swarmgpu.manager.placement.quiet import Quiet
 from swarmgpu.manager.placement.reads import Parsed, RequestReader, ServiceRead
 from swarmgpu.manager.placement.records import (
@@ -371,14 +371,14 @@ class Planner:
             memo = settled.pop(s.id, None)
             records.pop(s.id, None)
             mine = v.kept.get(s.name, {})
-            if quotas and isinstance(r, GpuRequest) and (
-                    why := queues.refuse(s, r, mine)) is not None:  # above its queue's max
-                planned.append(ServicePlan(s.name, s.id, r, r.describe(), Status.PENDING,
-                                           State.PENDING, reason=why))
-                continue
-            capped = queues.cap(s, r, mine) if quotas else None  # a scale-up held at max
+            capped = queues.limit(s, r, mine) if quotas else None  # its queue's max
             old, running_on = ledger.get(s.name, {}), running.get(s.id, {})
             waits = waiting.get(s.id, NO_WAITING)
+            if capped is not None and capped.whole:  # all of it waits: nothing to keep
+                planned.append(plan_service(s, r, mine, old, running_on, waits,
+                                            self._memo.requests[s.id].reservation, v.cyc,
+                                            cap=capped))
+                continue
             bo = self._backoff.get(s.id)
             key = self._settled_key(s, mine, old, v.by_id, running_on, waits,
                                     self._more(s, mine, v, bo, capped))
@@ -417,7 +417,7 @@ class Planner:
         self._open_since = v.cyc.open_seen
 
     def _more(self, s: SwarmService, mine: Mapping[str, Holding], v: _Visit,
-              bo: Backoff | None, capped: tuple[int, str] | None) -> tuple[object, ...]:
+              bo: Backoff | None, capped: QueueLimit | None) -> tuple[object, ...]:
         """What the cycle adds to a service's settled key (``_settled_key``)."""
         cluster = self.cluster
         mine_slots = v.tasks.slots.get(s.id, {})

@@ -2,11 +2,12 @@
 KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
 
 * ``max``: a request of a service that holds nothing yet and would take its queue above
-  its max stays pending, all of it, with the quota as its reason (``QueueBook.refuse``).
-  A service that already holds replicas and scales up gets only the replicas that fit
-  under the max; the others stay pending, with the quota as the reason
-  (``QueueBook.cap``). Holdings already kept are never taken away by the max (a max
-  lowered later is reported in ``status``, not enforced by stopping).
+  its max stays pending, all of it, with the quota as its reason. A service that
+  already holds replicas and scales up gets only the replicas that fit under the max;
+  the others stay pending, with the quota as the reason. ``QueueBook.limit`` says
+  either as a ``QueueLimit``; ``placement.service`` composes it into the plan.
+  Holdings already kept are never taken away by the max (a max lowered later is
+  reported in ``status``, not enforced by stopping).
 * ``guaranteed``: work of a queue above its guarantee may be preempted for work of a
   queue below its own (``placement.preempt``; see ``reclaimable``).
 
@@ -36,6 +37,20 @@ def _gpus(milli: int | None) -> float | None:
     return None if milli is None else milli / 1000
 
 
+@dataclass(frozen=True, slots=True)
+class QueueLimit:
+    """The queue step's answer for a service its queue's max holds back: at most
+    ``replicas`` are placed (0: it holds nothing, and all of it waits), and why."""
+
+    replicas: int
+    reason: str
+
+    @property
+    def whole(self) -> bool:
+        """All of the service waits (it holds nothing yet)."""
+        return self.replicas == 0
+
+
 @dataclass
 class QueueBook:
     """One cycle's use per queue, as the planner goes through the services."""
@@ -52,10 +67,15 @@ class QueueBook:
                 self.used[r.queue] = self.used.get(r.queue, 0) + sum(
                     sum(h.milli) for h in kept.get(s.name, {}).values())
 
-    def refuse(self, s: SwarmService, r: GpuRequest | RequestError,
-               mine: Mapping[str, Holding]) -> str | None:
-        """Why ``s`` waits, all of it, when placing it would take its queue above its
-        max; None when it does not."""
+    def limit(self, s: SwarmService, r: GpuRequest | RequestError,
+              mine: Mapping[str, Holding]) -> QueueLimit | None:
+        """How its queue's max holds ``s`` back (``mine``: its holdings kept this
+        cycle); None when it does not."""
+        return self._refuse(s, r, mine) if not mine else self._cap(s, r, mine)
+
+    def _refuse(self, s: SwarmService, r: GpuRequest | RequestError,
+                mine: Mapping[str, Holding]) -> QueueLimit | None:
+        """All of ``s`` waits when placing it would take its queue above its max."""
         if not isinstance(r, GpuRequest) or not r.queue or mine or not s.replicas:
             return None
         quota = self.quotas.get(r.queue)
@@ -66,14 +86,14 @@ class QueueBook:
         if used + need <= quota[1]:
             return None
         self.blocked.setdefault(r.queue, []).append(s.name)
-        return (f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, "
-                f"{_gpus(used):g} used, this service needs {_gpus(need):g}")
+        return QueueLimit(0, f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, "
+                             f"{_gpus(used):g} used, this service needs {_gpus(need):g}")
 
-    def cap(self, s: SwarmService, r: GpuRequest | RequestError,
-            mine: Mapping[str, Holding]) -> tuple[int, str] | None:
-        """(replicas it may hold, why) when a replicated service that holds some replicas
-        asks for more than its queue's max leaves room for; None when not held back. Its
-        kept replicas always count as allowed (the max never stops running work)."""
+    def _cap(self, s: SwarmService, r: GpuRequest | RequestError,
+             mine: Mapping[str, Holding]) -> QueueLimit | None:
+        """The replicas it may hold when a replicated service that holds some asks for
+        more than its queue's max leaves room for. Its kept replicas always count as
+        allowed (the max never stops running work)."""
         if (not isinstance(r, GpuRequest) or not r.queue or not mine
                 or s.mode != "replicated" or not s.replicas):
             return None
@@ -90,9 +110,10 @@ class QueueBook:
         if held + more >= s.replicas:
             return None
         self.blocked.setdefault(r.queue, []).append(s.name)
-        return held + more, (f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, "
-                             f"{_gpus(used):g} used, {s.replicas - held - more} more "
-                             f"replica(s) need {_gpus((s.replicas - held - more) * each):g}")
+        return QueueLimit(held + more, (
+            f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, {_gpus(used):g} "
+            f"used, {s.replicas - held - more} more replica(s) need "
+            f"{_gpus((s.replicas - held - more) * each):g}"))
 
     def count(self, r: GpuRequest | RequestError, mine: Mapping[str, Holding],
               sp: ServicePlan) -> None:

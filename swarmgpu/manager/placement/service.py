@@ -5,7 +5,8 @@ nothing to the plan; no step sees another's result but as its input. ``plan_serv
 composes them, in this order, into a draft local to this module, and builds the
 service's ``ServicePlan`` once from it:
 
-1. the request: a broken one, or a mode swarmgpu does not place: invalid;
+1. the request: a broken one, or a mode swarmgpu does not place: invalid; one its
+   queue's max holds back (``queues.QueueLimit``) while it holds nothing: all pending;
 2. a rebalancing move owns the service: its holdings as they are, nothing written;
 3. ``gating``: its gate, env template, device mount (present, adopted); or it waits;
 4. a global service (``globalmode``): one holding per GPU node, the others waiting;
@@ -15,8 +16,8 @@ service's ``ServicePlan`` once from it:
 5. ``devicemap``: device labels, ledger entries and gates, task renewal;
 6. the outcome: status and reason, state, warnings;
 7. ``jobs``: a job's progress, its gates, the writes a running job must not get;
-8. the queue's cap (``queues``), the generic reservation (``generic``), the preemption
-   record (``preempt``);
+8. the queue's cap on a scale-up (``queues.QueueLimit``), the generic reservation
+   (``generic``), the preemption record (``preempt``);
 9. ``restarts``: the task spec change decided, or held back.
 """
 
@@ -42,6 +43,7 @@ from swarmgpu.manager.placement.keys import (
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.packing import packed_env
 from swarmgpu.manager.placement.preempt import preempted_mark
+from swarmgpu.manager.placement.queues import QueueLimit
 from swarmgpu.manager.placement.records import (
     EMPTY,
     NO_WRITES,
@@ -64,7 +66,7 @@ def plan_service(
     old: Mapping[str, Holding], running_on: Mapping[str, int],
     waiting: Waiting, res: tuple[int, int], cyc: Cycle,
     slots: Mapping[int, str] | None = None, job: JobProgress | None = None,
-    cap: tuple[int, str] | None = None,
+    cap: QueueLimit | None = None,
 ) -> ServicePlan:
     """One service's plan, its steps in the module's order. ``cap``: at most this many
     replicas are placed, and why the others wait (its queue's max, ``placement.queues``)."""
@@ -73,6 +75,9 @@ def plan_service(
         d.status, d.state, d.reason = Status.INVALID, State.INVALID, str(r)
         return d.build(NO_WRITES)
     d = _Draft(s, r, r.describe())
+    if cap is not None and cap.whole:  # its queue's max: all of it waits, nothing else
+        d.status, d.state, d.reason = Status.PENDING, State.PENDING, cap.reason
+        return d.build(NO_WRITES)
     d.mode = s.mode
     if s.mode not in _MODES:
         d.status, d.state = Status.INVALID, State.INVALID
@@ -93,7 +98,7 @@ def plan_service(
             _plan_global(d, s, r, kept, old, running_on, waiting, res, cyc, job)
         else:
             _plan_replicated(d, s, r, kept, old, running_on, waiting, res, cyc, slots, job,
-                             cap[0] if cap is not None else None)
+                             cap.replicas if cap is not None else None)
     return _finish(d, s, r, running_on, cyc, cap)
 
 
@@ -222,13 +227,13 @@ def _outcome(d: _Draft, s: SwarmService, r: GpuRequest, reasons: Sequence[str],
 
 
 def _finish(d: _Draft, s: SwarmService, r: GpuRequest | RequestError,
-            running_on: Mapping[str, int], cyc: Cycle, cap: tuple[int, str] | None,
+            running_on: Mapping[str, int], cyc: Cycle, cap: QueueLimit | None,
             ) -> ServicePlan:
     """Steps 8 and 9, then the plan."""
     valid = d.status != Status.INVALID
     if cap is not None and valid:  # a scale-up held at its queue's max
-        d.reason = (f"{d.reason}; {cap[1]}" if d.status == Status.PENDING and d.reason
-                    else f"{len(d.placements)} of {s.replicas} replicas placed; {cap[1]}")
+        d.reason = (f"{d.reason}; {cap.reason}" if d.status == Status.PENDING and d.reason
+                    else f"{len(d.placements)} of {s.replicas} replicas placed; {cap.reason}")
         d.status = Status.PENDING
     if cyc.generic_kind and isinstance(r, GpuRequest) and valid:
         d.set_generic, note = reserve_generic(r, s, cyc.generic_kind, bool(running_on))
