@@ -462,7 +462,7 @@ def _mig_picker(cluster: ClusterAllocator
                 ) -> Callable[[NodeSpec, tuple[int, ...], Demand], object | None]:
     """``cluster._pick_mig`` through a weak reference: a bound method kept by its own
     allocator would make a reference cycle, and everything the cluster holds would then
-    wait for a full collection to be freed (planner.``_Reads`` says why that matters)."""
+    wait for a full collection to be freed (``Planner.__init__`` says why that matters)."""
     ref = weakref.ref(cluster)
 
     def pick(spec: NodeSpec, free: tuple[int, ...], d: Demand) -> object | None:
