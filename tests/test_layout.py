@@ -269,19 +269,12 @@ def test_the_daemons_steps_declare_what_they_require_and_provide() -> None:
     assert not missing, "\n".join(missing)
 
 
-# Packages whose map another change owns for now: manager/placement's is being redone
-# with its steps (issue 35, items 1-2); drop it from here once it names every module.
-MAP_PENDING = {"swarmgpu.manager.placement"}
-
-
 def test_each_package_docstring_maps_its_modules() -> None:
     """A package's docstring is its map: it names every module and subpackage in it
     (``name`` or a map line starting with the name), so a new module is placed on it."""
     missing: list[str] = []
     for init in sorted(PACKAGE.rglob("__init__.py")):
         pkg = init.parent
-        if _module(init) in MAP_PENDING:
-            continue
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         parts = [p.stem for p in pkg.glob("*.py") if not p.name.startswith("__")]
         parts += [p.name for p in pkg.iterdir() if (p / "__init__.py").exists()]
@@ -301,11 +294,6 @@ def _functions(path: Path) -> list[tuple[int, str]]:
 
 MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
-# Functions of manager/placement being split by that package's redesign (issue 35,
-# items 1-2): allowed over the limit until it lands; nothing else is.
-LONG_PENDING = {"swarmgpu/manager/placement/planner.py:plan",
-                "swarmgpu/manager/placement/preempt.py:choose_preemptions",
-                "swarmgpu/manager/placement/service.py:plan_service"}
 
 
 def test_no_module_over_700_lines() -> None:
@@ -316,8 +304,7 @@ def test_no_module_over_700_lines() -> None:
 
 def test_no_function_in_the_manager_over_80_lines() -> None:
     long = sorted(f"{name}: {n} lines" for p in (PACKAGE / "manager").rglob("*.py")
-                  for n, name in _functions(p)
-                  if n > MAX_FUNCTION_LINES and name not in LONG_PENDING)
+                  for n, name in _functions(p) if n > MAX_FUNCTION_LINES)
     assert not long, "functions in manager/ over 80 lines (split them into named " \
         "steps):\n" + "\n".join(long)
 
