@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from swarmgpu.allocator.values import GpuSpec, NodeSpec
-from swarmgpu.sim.priorities import high_pods, replay_priorities, run_cli
+from swarmgpu.sim.priorities import RUNS, high_pods, replay_priorities, run_cli, tenant_of
 from swarmgpu.sim.trace import TracePod
 from swarmgpu.sim.traces import bundled
 
@@ -62,5 +62,40 @@ def test_the_cli_refuses_a_bad_share_and_prints_both_runs() -> None:
         text, code = run_cli(str(nf), str(pf), [1], 0.2, 1.0, "online", True)
     assert code == 0, text
     doc = json.loads(text)
-    assert set(doc) == {"without", "with"}
+    assert set(doc) == set(RUNS) == {"without", "with", "tenants"}
     assert set(doc["with"][0]["classes"]) == {"high", "batch"}
+    assert set(doc["tenants"][0]["classes"]) <= {f"{t}:{k}" for t in ("inference", "research")
+                                                for k in ("high", "batch")}
+    assert doc["tenants"][0]["tenants"] is True
+
+
+def test_a_waiting_pod_starts_in_the_drain_when_the_node_frees() -> None:
+    pods = _pods()
+    seed = next(s for s in range(100) if high_pods(pods, 1 / 9, s) == {"zz-late"})
+    nodes = [_node("n1", 8)]
+    off = replay_priorities(nodes, pods, seed, share=1 / 9, priorities=False, drain_s=20_000)
+    hi = off.classes["high"].to_dict()
+    # the batch pods leave at 10,000 s; the high pod (arrived at 100) starts then
+    assert hi["started"] == 1 and hi["never_started"] == 0
+    assert 9_890 <= hi["mean_wait_s"] <= 9_910
+    assert off.contended_from is not None and off.contended_from <= 101
+    assert off.contended_s >= 9_899  # to its start (then nothing waits: the drain ends)
+    # 8 of 8 GPUs held while it waits, 2 from its start: the mean over the span is high
+    assert off.contended_alloc_pct is not None and 99.0 <= off.contended_alloc_pct <= 100.0
+
+
+def test_a_tenant_ceiling_decides_who_preempts() -> None:
+    # Four long 2-GPU pods fill the node, then a fifth asks for 2 GPUs; all ask priority
+    # 100. Without tenants equal priorities never preempt: the fifth waits. With tenants
+    # the four are research's (capped at 50) and the fifth inference's (100): it preempts.
+    long = [_pod(f"a{i}", 2, i, 10_000) for i in range(4)]
+    pods = [*long, _pod("zz-late", 2, 100, 400)]
+    seed = next(s for s in range(1000) if tenant_of("zz-late", s) == "inference"
+                and all(tenant_of(p.name, s) == "research" for p in long))
+    nodes = [_node("n1", 8)]
+    flat = replay_priorities(nodes, pods, seed, share=1.0, priorities=True)
+    assert flat.classes["high"].to_dict()["never_started"] == 1 and flat.preemptions == 0
+    ten = replay_priorities(nodes, pods, seed, share=1.0, priorities=True, tenants=True)
+    got = ten.classes["inference:high"].to_dict()
+    assert got["started"] == 1 and got["mean_wait_s"] is not None and got["mean_wait_s"] <= 2
+    assert ten.preemptions == 1 and ten.classes["research:high"].preempted == 1

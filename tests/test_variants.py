@@ -22,6 +22,7 @@ from swarmgpu.sim.variants import (
     Row,
     VariantError,
     derive,
+    gpu_milli,
     kind_of,
     parse_variant,
     read_rows,
@@ -161,9 +162,11 @@ def test_names_parse_as_openb_names_them() -> None:
     assert parse_variant("gpuspec05").fraction == 0.05
     assert parse_variant("cpu250").fraction == 0.25  # per mille, as openb's cpu050 = 5%
     assert [parse_variant(n).name for n in DEFAULT_VARIANTS] == list(DEFAULT_VARIANTS)
+    assert parse_variant("load150").fraction == 1.5 and parse_variant("load150").name == "load150"
     for bad, said in [("gpushare", "expected"), ("cpu25", "per mille"),
                       ("multigpu100", "below 100%"), ("gpuspec150", "more than 100%"),
-                      ("../etc", "expected")]:
+                      ("../etc", "expected"), ("load100", "above 100"),
+                      ("load50", "three digits"), ("load600", "at most 500")]:
         with pytest.raises(VariantError, match=said):
             parse_variant(bad)
 
@@ -200,3 +203,19 @@ def test_cli_writes_the_variants_and_reports_bad_input(tmp_path: Path) -> None:
     assert res.exit_code == 2
     assert "cpu050 = 5.0%" in res.output
     assert not (tmp_path / "w").exists()  # names are checked before anything is written
+
+
+def test_load_adds_copies_of_gpu_pods_until_the_request_is_reached(default_rows: list[Row],
+                                                                   ) -> None:
+    def body(r: Row) -> tuple[str, ...]:
+        return tuple(v for k, v in sorted(r.items()) if k != "name")
+
+    got = derive(default_rows, "load150")
+    have, want = Counter(map(body, got)), Counter(map(body, default_rows))
+    assert not want - have  # every input pod kept
+    added = have - want
+    keys = sorted(k for k in default_rows[0] if k != "name")
+    assert added and all(kind_of(dict(zip(keys, b, strict=True))) != "cpu" for b in added)
+    before = sum(gpu_milli(r) for r in default_rows if kind_of(r) != "cpu")
+    after = sum(gpu_milli(r) for r in got if kind_of(r) != "cpu")
+    assert 1.5 * before <= after < 1.5 * before + 8000  # stops at the first pod past it

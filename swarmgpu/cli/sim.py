@@ -40,14 +40,18 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 @click.option("--priorities", "priority_share", type=float, default=None,
               help="Give this share (0-1) of the GPU pods priority 100 and replay the "
                    "departures timeline with a queue, without and with priorities "
-                   "(preemption on): wait per class, preemptions, allocation.")
+                   "(preemption on), and with tenants: wait per class, preemptions, "
+                   "allocation.")
+@click.option("--drain", "drain_s", type=int, default=0, show_default=True,
+              help="With --priorities: after the last arrival, go on up to this many "
+                   "seconds of trace time while pods wait (they start as others leave).")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Progress on stderr (replays done, pods replayed, ETA). Default: on a "
                    "terminal only; quiet in a pipe, a log or CI.")
 def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, seeds: str,
              as_json: bool, plot: str | None, departures: bool, rebalance_moves: float | None,
              speedup: float, workload: str, bound: str, priority_share: float | None,
-             show_progress: bool | None) -> None:
+             drain_s: int, show_progress: bool | None) -> None:
     """Replay a GPU cluster trace through the placement policies.
 
     \b
@@ -63,8 +67,9 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
     --departures: mean alloc%, gap (to the bound), mean demand%, peak alloc% (GPU share
     over the arrival window), failed pods by kind, failed GPU% (of the GPU asked), moves,
     seeds.
-    --priorities: per run and class, pods, started, mean/median/p95 wait (s), never
-    started, preempted, mean alloc%.
+    --priorities: per run (without, with priorities, with tenants) and class, pods,
+    started, mean/median/p95 wait (s), never started, preempted, mean alloc%, and the
+    mean alloc% of the contended span (from the first cycle that left a pod waiting).
 
     \b
     Progress on stderr, on a terminal (or with --progress): replays done, the share of
@@ -91,7 +96,8 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
     if priority_share is not None:
         from swarmgpu.sim.priorities import run_cli
 
-        text, code = run_cli(nodes, pods, seed_list, priority_share, speedup, workload, as_json)
+        text, code = run_cli(nodes, pods, seed_list, priority_share, speedup, workload, as_json,
+                             drain_s)
         click.echo(text, err=code != 0)
         sys.exit(code)
     progress = (ProgressLine(0) if wants_progress(show_progress, sys.stderr.isatty())

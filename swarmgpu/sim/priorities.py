@@ -18,7 +18,19 @@ later). Victims are never moved here (no mover in the simulator).
 
 Reported per class (high, batch): pods, started, mean / median / p95 wait, never started
 within the window, and preemptions (times its pods were stopped); and the time-weighted
-mean GPU allocation of the window, beside the run without priorities.
+mean GPU allocation of the window, beside the run without priorities, and of its
+contended part: from the first cycle that left a pod waiting in the run without
+priorities to the end of the window (the same span in every run of the seed).
+
+A third run (``tenants``) adds the operator's tenants (``manager.tenants``, the daemon's
+own rules): each GPU pod's service belongs to stack ``inference`` or ``research`` (a
+seeded coin flip), the config gives ``inference`` a priority ceiling of 100 and
+``research`` one of 50, and both label their high pods 100; research's are capped at 50
+(they still pass batch pods and may preempt them, and are preemptible by inference's).
+Its classes are reported per tenant (``inference:high``, ``research:batch``, ...).
+Preemption budgets (``max_per_hour``, per tenant ``preemptions_per_hour``), the victim
+cooldown and the settle time are not applied here: every preemption the rule chooses
+is made.
 """
 
 from __future__ import annotations
@@ -32,8 +44,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec
+from swarmgpu.core.config import parse_priority_classes
+from swarmgpu.core.tenants import STACK_LABEL, parse_tenants
 from swarmgpu.manager.placement import Planner, assign_key, devices_key, gate_key
 from swarmgpu.manager.placement.preempt import choose_preemptions
+from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.sim.runs import METER_EVERY, Window, arrival_times, meter, timed_pods
 from swarmgpu.sim.swarm_replay import P, World, workload_model
 from swarmgpu.sim.trace import TraceError, TracePod, load_nodes, load_pods
@@ -41,6 +56,25 @@ from swarmgpu.swarm.client import SwarmNode, service_from_api
 
 HIGH = 100
 INTERVAL_S = 1
+# The tenants run: the config section it stands for (docs/requests.md, "Tenants").
+SIM_TENANTS: dict[str, Any] = {
+    "inference": {"stacks": ["inference"], "max_priority": HIGH},
+    "research": {"stacks": ["research"], "max_priority": 50},
+}
+RUNS = ("without", "with", "tenants")
+
+
+def sim_tenants() -> Tenants:
+    specs, own, errors = parse_tenants(SIM_TENANTS, {}, parse_priority_classes(
+        "critical=1000,inference=100,batch=0"), 10)
+    if errors:  # a constant: a change to the config's rules would show here
+        raise ValueError(f"the simulator's tenants no longer parse: {errors}")
+    return Tenants(specs, own, P)
+
+
+def tenant_of(name: str, seed: int) -> str:
+    """The stack of pod ``name`` in the tenants run: a coin flip per pod and seed."""
+    return "inference" if random.Random(f"{seed}:{name}").random() < 0.5 else "research"  # noqa: S311
 
 
 @dataclass
@@ -67,12 +101,42 @@ class PriorityResult:
     classes: dict[str, ClassResult] = field(default_factory=dict)
     mean_alloc_pct: float = 0.0
     preemptions: int = 0  # decisions (each stops one or more victims)
+    tenants: bool = False
+    # The contended span: from the first cycle that left a GPU pod waiting (in the run
+    # without priorities; None: none did) to the end; the mean allocation over it.
+    contended_from: int | None = None
+    contended_s: int = 0
+    contended_alloc_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "priorities": self.priorities,
+        return {"seed": self.seed, "priorities": self.priorities, "tenants": self.tenants,
                 "mean_alloc_pct": round(self.mean_alloc_pct, 2),
+                "contended_s": self.contended_s,
+                "contended_alloc_pct": (None if self.contended_alloc_pct is None
+                                        else round(self.contended_alloc_pct, 2)),
                 "preemptions": self.preemptions,
                 "classes": {k: v.to_dict() for k, v in sorted(self.classes.items())}}
+
+
+class _Steps(Window):
+    """The window, keeping the allocation's steps so any span's mean can be read."""
+
+    def __init__(self, now: int) -> None:
+        super().__init__(now)
+        self.steps: list[tuple[int, int, int]] = []  # (from, to, allocated)
+
+    def advance(self, t: int) -> None:
+        if t > self.now:
+            self.steps.append((self.now, t, self.allocated))
+        super().advance(t)
+
+    def mean_since(self, t0: int) -> float:
+        """Mean allocated GPU-milli from ``t0`` to now (0 over an empty span)."""
+        span = self.now - t0
+        if span <= 0:
+            return 0.0
+        return sum(a * (min(b, self.now) - max(f, t0)) for f, b, a in self.steps
+                   if b > t0) / span
 
 
 def high_pods(pods: Sequence[TracePod], share: float, seed: int) -> set[str]:
@@ -85,7 +149,15 @@ def high_pods(pods: Sequence[TracePod], share: float, seed: int) -> set[str]:
 def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int, *,
                       share: float, priorities: bool, speedup: float = 1.0,
                       workload: str = "online", interval_s: int = INTERVAL_S,
-                      source: str = "the pod file") -> PriorityResult:
+                      source: str = "the pod file", tenants: bool = False,
+                      contended_from: int | None = None, find_contention: bool = True,
+                      drain_s: int = 0) -> PriorityResult:
+    """One run; ``tenants`` (priorities on) adds ``SIM_TENANTS``. ``contended_from``: the
+    contended span's start to measure over; without it the run finds its own (unless
+    ``find_contention`` is False: another run of the seed found none). ``drain_s``:
+    after the last arrival the window goes on up to this long while pods wait (they
+    start as others leave); in it a cycle runs only when something changed since the
+    last one (a departure, a preemption, a cycle that placed or wrote)."""
     if not 0 <= share <= 1:
         raise ValueError(f"share {share:g}: must be between 0 and 1")
     order = timed_pods(pods, source)
@@ -95,9 +167,13 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
     ranks = list(range(len(nodes)))
     rng.shuffle(ranks)
     world = World.of(nodes, ranks)
-    planner = Planner(workload=workload_model(workload, pods))
+    tenancy = sim_tenants() if tenants else None
+    planner = Planner(workload=workload_model(workload, pods), tenants=tenancy)
     planner.cluster.explain = False
-    res = PriorityResult(seed, priorities, {"high": ClassResult(), "batch": ClassResult()})
+    priorities = priorities or tenants
+    res = PriorityResult(seed, priorities, {} if tenants else
+                         {"high": ClassResult(), "batch": ClassResult()}, tenants=tenants,
+                         contended_from=contended_from)
     waiting: dict[str, int] = {}  # service id -> when it (last) started waiting
     arrived_at: dict[str, int] = {}  # service id -> arrival (first wait)
     lifetime: dict[str, int] = {}
@@ -105,17 +181,28 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
     gen: dict[str, int] = {}  # a preempted pod's old departure is stale
     klass: dict[str, str] = {}
     start = arrival_times(order[0], speedup)[0] if order else 0
-    w = Window(start)
+    w = _Steps(start)
 
     def running_milli(sid: str) -> int:
         s = world.services.get(sid)
         pod = world.pods.get(s.name) if s is not None else None
         return pod.total_gpu_milli if pod is not None else 0
 
+    dirty = [True]  # something changed since the last cycle (read in the drain)
+
     def cycle() -> None:
+        dirty[0] = False
         plan = planner.plan(list(world.nodes.values()), list(world.services.values()),
                             world.all_tasks(), world.facts, now=float(w.now))
         world.apply(plan)
+        if plan.node_set or plan.node_remove or any(
+                (sp.placements and sp.id in waiting) or sp.needs_service_write or sp.node_writes
+                for sp in plan.services):
+            dirty[0] = True  # writes to land, gates to open: the next cycle goes on
+        if find_contention and res.contended_from is None and any(
+                sp.id in waiting and not sp.placements and sp.status == "pending"
+                for sp in plan.services):
+            res.contended_from = w.now  # a pod is left waiting: contention from here
         for sp in plan.services:
             if sp.id in waiting and sp.placements:
                 del waiting[sp.id]
@@ -153,6 +240,7 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
         world.services[sid] = s
         world.tasks[sid] = world._task(s, "")
         gen[sid] = gen.get(sid, 0) + 1  # its departure is void: it runs again from 0
+        dirty[0] = True
         w.allocated -= running_milli(sid)
         waiting[sid] = w.now
         res.classes[klass[sid]].preempted += 1
@@ -160,15 +248,18 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
     def grid(x: int) -> int:  # the first cycle time at or after x
         return start + -(-(x - start) // interval_s) * interval_s
 
-    def until(t: int) -> None:
+    def until(t: int, idle_skips: bool = False) -> None:
         """Advance to ``t``: departures, and a cycle every ``interval_s`` while a pod
-        waits (the cycles of the daemon's interval; none is needed while nothing waits)."""
+        waits (the cycles of the daemon's interval; none is needed while nothing waits).
+        ``idle_skips``: no cycle when nothing changed since the last (it would plan the
+        same)."""
         while True:
             due = leaving[0][0] if leaving else None
             nxt = grid(w.now)
             if waiting and nxt <= t and (due is None or nxt <= due):
                 w.advance(nxt)
-                cycle()
+                if dirty[0] or not idle_skips:
+                    cycle()
                 w.advance(nxt + 1)  # one cycle per grid point
                 continue
             if due is None or due > t:
@@ -182,6 +273,7 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
             elif key in world.services and gen.get(key) == g:
                 w.allocated -= running_milli(key)
                 world.remove_service(key)
+                dirty[0] = True
         w.advance(t)
 
     for tid, pod in enumerate(order, start=1):
@@ -201,38 +293,59 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
         s = world.add_service(tid, pod)
         is_high = pod.name in high
         klass[s.id] = "high" if is_high else "batch"
-        res.classes[klass[s.id]].pods += 1
+        labels = dict(s.labels)
+        if tenants:
+            stack = tenant_of(pod.name, seed)
+            klass[s.id] = f"{stack}:{klass[s.id]}"
+            labels[STACK_LABEL] = stack
+        res.classes.setdefault(klass[s.id], ClassResult()).pods += 1
         if priorities and is_high:
-            spec = {**s.spec, "Labels": {**s.labels, f"{P}priority": str(HIGH)}}
+            labels[f"{P}priority"] = str(HIGH)
+        if labels != s.labels:
+            spec = {**s.spec, "Labels": labels}
             s = service_from_api({"ID": s.id, "Spec": spec, "Version": {"Index": 1}})
             world.services[s.id] = s
         waiting[s.id] = arrived_at[s.id] = arrive
         lifetime[s.id] = leave - arrive
     if waiting:
         cycle()
+    if drain_s > 0 and order:
+        end = w.now + drain_s
+        while waiting and w.now < end:
+            until(min(end, w.now + interval_s), idle_skips=True)
     span = w.now - start
     res.mean_alloc_pct = 100.0 * w.area_alloc / span / cluster_milli if span > 0 else 0.0
+    if res.contended_from is not None:
+        res.contended_s = w.now - res.contended_from
+        res.contended_alloc_pct = 100.0 * w.mean_since(res.contended_from) / cluster_milli
     return res
 
 
 def run(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seeds: Sequence[int], *,
         share: float, speedup: float = 1.0, workload: str = "online",
-        source: str = "the pod file") -> dict[str, list[PriorityResult]]:
-    """Each seed without and with priorities."""
-    out: dict[str, list[PriorityResult]] = {"without": [], "with": []}
+        source: str = "the pod file", drain_s: int = 0) -> dict[str, list[PriorityResult]]:
+    """Each seed without priorities, with them, and with them and ``SIM_TENANTS``; the
+    later runs measure the contended span the first found."""
+    out: dict[str, list[PriorityResult]] = {k: [] for k in RUNS}
     for seed in seeds:
-        for key, on in (("without", False), ("with", True)):
-            out[key].append(replay_priorities(nodes, pods, seed, share=share, priorities=on,
-                                              speedup=speedup, workload=workload,
-                                              source=source))
+        off = replay_priorities(nodes, pods, seed, share=share, priorities=False,
+                                speedup=speedup, workload=workload, source=source,
+                                drain_s=drain_s)
+        out["without"].append(off)
+        for key in RUNS[1:]:
+            out[key].append(replay_priorities(
+                nodes, pods, seed, share=share, priorities=True, speedup=speedup,
+                workload=workload, source=source, tenants=key == "tenants",
+                contended_from=off.contended_from, find_contention=False, drain_s=drain_s))
     return out
 
 
 def as_text(results: dict[str, list[PriorityResult]], share: float) -> str:
     lines = [f"priorities: {share:.0%} of the GPU pods at priority {HIGH}, the rest 0; "
-             "a pod waits until placed (a cycle per second of trace time while one waits)", ""]
+             "a pod waits until placed (a cycle per second of trace time while one waits); "
+             "tenants: inference (ceiling 100) and research (ceiling 50)", ""]
     head = ["run", "class", "pods", "started", "mean wait s", "median s", "p95 s",
-            "never started", "preempted", "mean alloc%"]
+            "never started", "preempted", "mean alloc%", "contended alloc%"]
     rows = [head]
     for key, runs in results.items():
         for r in runs:
@@ -241,7 +354,9 @@ def as_text(results: dict[str, list[PriorityResult]], share: float) -> str:
                 rows.append([f"{key} (seed {r.seed})", name, str(d["pods"]), str(d["started"]),
                              _num(d["mean_wait_s"]), _num(d["median_wait_s"]),
                              _num(d["p95_wait_s"]), str(d["never_started"]),
-                             str(d["preempted"]), f"{r.mean_alloc_pct:.2f}"])
+                             str(d["preempted"]), f"{r.mean_alloc_pct:.2f}",
+                             "-" if r.contended_alloc_pct is None
+                             else f"{r.contended_alloc_pct:.2f} ({r.contended_s} s)"])
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines += ["  ".join(c.ljust(wd) for c, wd in zip(r, widths, strict=True)).rstrip()
               for r in rows]
@@ -268,16 +383,19 @@ def _num(v: float | None) -> str:
 
 
 def run_cli(nodes_path: str, pods_path: str, seeds: Sequence[int], share: float,
-            speedup: float, workload: str, as_json: bool) -> tuple[str, int]:
+            speedup: float, workload: str, as_json: bool, drain_s: int = 0,
+            ) -> tuple[str, int]:
     """``simulate --priorities SHARE``: (text to print, exit code; 2 on a bad option)."""
     if not 0 < share < 1:
         return (f"swarmgpu simulate: --priorities {share:g}: a share of the GPU pods, "
                 "strictly between 0 and 1 (e.g. 0.1)", 2)
     if speedup <= 0:
         return (f"swarmgpu simulate: --speedup {speedup:g}: must be > 0", 2)
+    if drain_s < 0:
+        return (f"swarmgpu simulate: --drain {drain_s}: seconds of trace time, >= 0", 2)
     try:
         results = run(load_nodes(nodes_path), load_pods(pods_path), seeds, share=share,
-                      speedup=speedup, workload=workload, source=pods_path)
+                      speedup=speedup, workload=workload, source=pods_path, drain_s=drain_s)
     except TraceError as e:
         return (f"swarmgpu simulate: {e}", 2)
     if as_json:

@@ -19,6 +19,11 @@ reproduce the published files' statistics:
 - ``cpuNNN``: GPU pods kept; CPU-only pods are NN.N% of all pods (per mille in the name:
   ``cpu050`` = 5.0%, ``cpu250`` = 25.0%), sampled from the input's CPU-only pods
   without replacement when fewer are needed, with replacement when more.
+- ``loadNNN`` (not an openb family; for ``simulate --priorities`` under contention):
+  every input pod kept; GPU pods drawn with replacement (times and all) are added until
+  the GPU request is NNN% of the input's (``load150``: half as much again). The copies
+  arrive and leave with their originals, so the cluster is asked for more than it holds
+  at the trace's busiest time.
 
 Every output row is a verbatim copy of an input row (all columns), renamed
 ``openb-pod-NNNN`` in output order (by ``creation_time`` when the column is there).
@@ -40,7 +45,7 @@ from swarmgpu.sim.trace import POD_COLUMNS, TraceError
 
 Row = dict[str, str]
 
-KINDS = ("gpushare", "multigpu", "gpuspec", "cpu")
+KINDS = ("gpushare", "multigpu", "gpuspec", "cpu", "load")
 # What the lead asked for (heavier than the published gpushare40/multigpu20/gpuspec10/cpu050).
 DEFAULT_VARIANTS = (
     "gpuspec20", "gpuspec30", "gpuspec40",
@@ -85,16 +90,26 @@ class Variant:
     def name(self) -> str:
         if self.kind == "cpu":
             return f"cpu{round(self.fraction * 1000):03d}"
+        if self.kind == "load":
+            return f"load{round(self.fraction * 100):03d}"
         return f"{self.kind}{round(self.fraction * 100):02d}"
 
 
 def parse_variant(name: str) -> Variant:
-    """``gpushare60`` -> (gpushare, 0.60); ``cpu250`` -> (cpu, 0.25): per mille, as in openb."""
-    m = re.fullmatch(r"(gpushare|multigpu|gpuspec|cpu)(\d+)", name.strip())
+    """``gpushare60`` -> (gpushare, 0.60); ``cpu250`` -> (cpu, 0.25): per mille, as in openb;
+    ``load150`` -> (load, 1.5): percent of the input's GPU request."""
+    m = re.fullmatch(r"(gpushare|multigpu|gpuspec|cpu|load)(\d+)", name.strip())
     if not m:
         raise VariantError(f"variant {name!r}: expected gpushareNN, multigpuNN, gpuspecNN "
-                           "(NN = percent) or cpuNNN (per mille of pods), e.g. gpushare60, cpu250")
+                           "(NN = percent), cpuNNN (per mille of pods) or loadNNN (percent "
+                           "of the GPU request), e.g. gpushare60, cpu250, load150")
     kind, digits = m.group(1), m.group(2)
+    if kind == "load":
+        if len(digits) != 3 or not 100 < int(digits) <= 500:
+            raise VariantError(f"variant {name!r}: load variants name the GPU request in "
+                               "percent of the input's with three digits, above 100 and at "
+                               "most 500 (load150 = half as much again)")
+        return Variant(kind, int(digits) / 100)
     if kind == "cpu":
         if len(digits) != 3:
             raise VariantError(f"variant {name!r}: cpu variants name CPU-only pods per mille "
@@ -211,6 +226,19 @@ def derive_multigpu(rows: list[Row], variant: Variant, rng: random.Random) -> li
     return rows + added
 
 
+def derive_load(rows: list[Row], variant: Variant, rng: random.Random) -> list[Row]:
+    gpu_rows = [r for r in rows if kind_of(r) != "cpu"]
+    _need(gpu_rows, "GPU", variant)
+    want = variant.fraction * sum(gpu_milli(r) for r in gpu_rows)
+    have = sum(gpu_milli(r) for r in gpu_rows)
+    added: list[Row] = []
+    while have < want:  # terminates: every GPU pod adds > 0 milli
+        r = rng.choice(gpu_rows)
+        added.append(r)
+        have += gpu_milli(r)
+    return rows + added
+
+
 def derive_gpuspec(rows: list[Row], variant: Variant, rng: random.Random) -> list[Row]:
     gpu_rows = [r for r in rows if kind_of(r) != "cpu"]
     if not gpu_rows:
@@ -251,7 +279,7 @@ def derive_cpu(rows: list[Row], variant: Variant, rng: random.Random) -> list[Ro
 
 
 _DERIVE = {"gpushare": derive_gpushare, "multigpu": derive_multigpu,
-           "gpuspec": derive_gpuspec, "cpu": derive_cpu}
+           "gpuspec": derive_gpuspec, "cpu": derive_cpu, "load": derive_load}
 
 
 def derive(rows: list[Row], variant: Variant | str, seed: int = DEFAULT_SEED) -> list[Row]:
