@@ -366,8 +366,10 @@ def as_text(results: dict[str, list[PriorityResult]], share: float) -> str:
 COLUMNS = """\
 columns (one row per run, seed and priority class; waits in seconds of trace time):
   run            without: no pod has a priority; with: the drawn share has priority
-                 100 and preemption is on
-  class          high: the pods given priority 100; batch: the rest (priority 0)
+                 100 and preemption is on; tenants: as with, and each pod's stack is
+                 inference (priority ceiling 100) or research (ceiling 50)
+  class          high: the pods given priority 100; batch: the rest (priority 0);
+                 in the tenants run prefixed by the tenant (inference:high, ...)
   pods           GPU pods of the class that arrived
   started        of them, placed at least once within the window
   mean wait s    arrival to first placement, mean over the started pods
@@ -375,7 +377,10 @@ columns (one row per run, seed and priority class; waits in seconds of trace tim
   p95 s          the same, 95th percentile
   never started  pods still waiting when the window ended
   preempted      times a pod of the class was stopped for a higher-priority one
-  mean alloc%    time-weighted mean allocated GPU share of the run (both classes)"""
+  mean alloc%    time-weighted mean allocated GPU share of the run (all classes)
+  contended alloc%  the same over the contended span (from the first cycle that left
+                 a pod waiting in the run without priorities to the end; its length
+                 in brackets; - when no pod waited)"""
 
 
 def _num(v: float | None) -> str:
