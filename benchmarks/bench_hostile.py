@@ -1,7 +1,7 @@
 """How long an honest node takes to sync while five hostile agents run beside it.
 
 Six agents on loopback (one address each, 127.0.0.10-15): one real swarmgpu agent
-serving the RTX 4090 capture, and five hostile stand-ins from tests/hostile_agent.py
+serving the RTX 4090 capture, and five hostile stand-ins from tests/support/hostile_agent.py
 (drip one byte a second, hang, 200,000 nested brackets, a 500-GPU claim, an endless
 body). The daemon's fetch of all six (``agent_client.fetch_all``, as a cycle does) is
 timed beside the reference: the same fetch with six honest agents, in the same run.
@@ -11,7 +11,7 @@ timed beside the reference: the same fetch with six honest agents, in the same r
 The honest node's facts arrive with the honest reference's latency; the whole fetch is
 bounded by one ``agents.timeout_s`` (each hostile agent is cut at its deadline).
 
-Second part, slow-connection floods (tests/slowflood.py, in a child process: 400
+Second part, slow-connection floods (tests/support/slowflood.py, in a child process: 400
 connections that each send half a request head and are reopened as soon as the server
 closes them): from ten addresses (127.0.0.20-29), and from the honest client's own
 address (127.0.0.1, where the daemon's fetch comes from); then 2,000 of each, eight times
@@ -41,8 +41,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
-import slowflood  # noqa: E402
-from gpu_nodes import RTX4090  # noqa: E402
+from support import slowflood  # noqa: E402
+from support.gpu_nodes import RTX4090  # noqa: E402
 
 from swarmgpu.agent.server import build_server  # noqa: E402
 from swarmgpu.core.config import AgentsConfig, load_config  # noqa: E402
@@ -191,7 +191,7 @@ def main() -> None:
     ref_whole, ref_honest = measure(nodes, cfg, args.rounds)
     for s in servers[1:]:
         s.shutdown()
-    procs = [subprocess.Popen([sys.executable, str(REPO / "tests" / "hostile_agent.py"), mode,
+    procs = [subprocess.Popen([sys.executable, str(REPO / "tests/support/hostile_agent.py"), mode,
                                n.addr, str(PORT), "honest"])
              for mode, n in zip(HOSTILE, nodes[1:], strict=True)]
     try:
@@ -211,7 +211,7 @@ def main() -> None:
           f"({refused} of {len(HOSTILE)} hostile refused; the honest node's labels are "
           "planned when this ends: at most one agents.timeout_s)")
     print()
-    print(f"slow-connection floods (tests/slowflood.py), {args.flood_rounds} rounds each, "
+    print(f"slow-connection floods (tests/support/slowflood.py), {args.flood_rounds} rounds each, "
           f"deadline {args.timeout}s per call; every figure from this run")
     for line in flood_part(args.flood_rounds, args.timeout):
         print(line)

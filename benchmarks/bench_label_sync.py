@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
-from gpu_nodes import (  # noqa: E402
+from support.gpu_nodes import (  # noqa: E402
     DGX_A100,
     GPU_NODES,
     labels_of,
@@ -30,7 +30,7 @@ from gpu_nodes import (  # noqa: E402
     swarmgpu_env,
     wait_port,
 )
-from swarm_harness import SwarmCluster, gpu_resource_args  # noqa: E402
+from support.swarm_harness import SwarmCluster, gpu_resource_args  # noqa: E402
 
 from swarmgpu.core.config import load_config  # noqa: E402
 from swarmgpu.manager.daemon import Daemon  # noqa: E402

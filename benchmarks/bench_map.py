@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_map.py --nodes 200 --updates 3
     .venv/bin/python benchmarks/bench_map.py --doc /tmp/fleet1000.json  # plan once, reuse
 
-Builds a fleet document with the real planner (tests/web_fleet.py: DGX A100 and RTX 4090
+Builds a fleet document with the real planner (tests/support/web_fleet.py: DGX A100 and RTX 4090
 captures, 5 services per node), serves it the way the daemon does (webmap.register on
 loopback) and drives the page over the DevTools protocol (--remote-debugging-pipe):
 
@@ -41,8 +41,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from test_webmap import Cdp, MapServer, sample  # noqa: E402
-from web_fleet import fleet_doc  # noqa: E402
+from support.browser import Cdp, MapServer, sample  # noqa: E402
+from support.web_fleet import fleet_doc  # noqa: E402
 
 from swarmgpu.core.config import HistoryConfig  # noqa: E402
 from swarmgpu.manager.web.history import History  # noqa: E402

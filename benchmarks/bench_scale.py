@@ -72,7 +72,9 @@ P = "swarmgpu."
 
 
 def _topology() -> Path:
-    from paths import TOPOLOGY  # tests/paths.py: tests/fixtures/topology in the repo
+    from support.paths import (
+        TOPOLOGY,  # tests/support/paths.py: tests/fixtures/topology in the repo
+    )
 
     return TOPOLOGY
 
@@ -516,8 +518,8 @@ def reference_decision_ms() -> float:
 # --- real swarm ----------------------------------------------------------------------------
 
 def real_mode(args: argparse.Namespace) -> dict[str, Any]:
-    from gpu_nodes import DGX_A100, RTX4090, swarmgpu_env
-    from swarm_harness import SwarmCluster, gpu_resource_args
+    from support.gpu_nodes import DGX_A100, RTX4090, swarmgpu_env
+    from support.swarm_harness import SwarmCluster, gpu_resource_args
 
     from swarmgpu.core.config import load_config
     from swarmgpu.manager.cycle.placement import PlacementStep

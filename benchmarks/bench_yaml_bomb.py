@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from test_render_engines import BOMB  # noqa: E402
+from support.render_engines import BOMB  # noqa: E402
 
 from swarmgpu.manager.commands.render import check_stack  # noqa: E402
 

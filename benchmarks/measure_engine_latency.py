@@ -1,6 +1,6 @@
 """Per-call latency of the engine calls the daemon makes, on the real test swarm.
 
-Starts the test swarm of tests/swarm_harness.py (namespaced dockerds on this machine,
+Starts the test swarm of tests/support/swarm_harness.py (namespaced dockerds on this machine,
 1 manager + W workers, no image pull), creates S services (replicas 0, so nothing
 runs), and times, through swarmgpu's own SwarmClient, what a daemon cycle calls:
 
@@ -43,7 +43,7 @@ import os  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 
-from swarm_harness import SwarmCluster  # noqa: E402
+from support.swarm_harness import SwarmCluster  # noqa: E402
 
 from swarmgpu.swarm.client import SwarmClient  # noqa: E402
 

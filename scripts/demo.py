@@ -21,8 +21,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
-from gpu_nodes import GPU_NODES, start_agent, swarmgpu_env  # noqa: E402
-from swarm_harness import SwarmCluster, gpu_resource_args  # noqa: E402
+from support.gpu_nodes import GPU_NODES, start_agent, swarmgpu_env  # noqa: E402
+from support.swarm_harness import SwarmCluster, gpu_resource_args  # noqa: E402
 
 from swarmgpu.manager.placement import ORDER_ENV, env_template, gate_constraint  # noqa: E402
 

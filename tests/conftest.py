@@ -1,11 +1,16 @@
 """Shared pytest fixtures.
 
-Real-swarm fixtures (see tests/swarm_harness.py): `swarm` (session: mgr-1 + gpu-node-1,
-gpu-node-2 advertising the GPUs of tests/gpu_nodes.py), `swarm3` (module: 3 managers +
+Real-swarm fixtures (see tests/support/swarm_harness.py): `swarm` (session: mgr-1 + gpu-node-1,
+gpu-node-2 advertising the GPUs of tests/support/gpu_nodes.py), `swarm3` (module: 3 managers +
 1 worker, for fail-over), `swarm_factory` (session: start any other shape; all torn
 down at the end of the session), `swarm_required` (fail/skip check only).
 They FAIL when the machine cannot run a swarm (not root, no dockerd...), unless
 SWARMGPU_SKIP_SWARM=1 is set, which turns that into a skip.
+
+Shared by several modules: `agents` (module: an agent per GPU node), `daemon` (module:
+the swarm module's real daemon, run as its ``DAEMON = ModuleDaemon(...)`` says), `pki`
+(module: a swarm-like CA) and `chromium`. Their code lives in tests/support/; test
+modules import from there, never from each other (tests/test_test_layout.py).
 
 In CI (CI=true) every skip is a failure: a missing fixture, tool or package must not
 pass unnoticed. The only exceptions are skips whose reason carries a tag
@@ -24,7 +29,7 @@ from typing import Any
 
 import docker
 import pytest
-from swarm_harness import (
+from support.swarm_harness import (
     SwarmCluster,
     cleanup_stale,
     gpu_resource_args,
@@ -141,8 +146,8 @@ _SHARED: dict[str, SwarmCluster] = {}  # the session swarm, once a module asked 
 @pytest.fixture(scope="session")
 def swarm(swarm_factory: SwarmFactory) -> Iterator[SwarmCluster]:
     """mgr-1 + gpu-node-1 + gpu-node-2; each worker advertises, as NVIDIA-GPU generic
-    resources, the GPU UUIDs of the machine it stands in for (tests/gpu_nodes.py)."""
-    from gpu_nodes import GPU_NODES  # lazy: imports swarmgpu, only needed with a swarm
+    resources, the GPU UUIDs of the machine it stands in for (tests/support/gpu_nodes.py)."""
+    from support.gpu_nodes import GPU_NODES  # lazy: imports swarmgpu, only needed with a swarm
 
     cluster = swarm_factory(
         managers=1,
@@ -215,3 +220,31 @@ def swarm3(swarm_factory: SwarmFactory) -> Iterator[SwarmCluster]:
         yield cluster
     finally:
         cluster.teardown()
+
+
+# --- fixtures shared by several modules (their code: tests/support/) ------------------
+
+
+@pytest.fixture(scope="module")
+def agents(swarm: SwarmCluster) -> Iterator[dict[str, Any]]:
+    """An agent per GPU node of the test swarm, serving its real capture on :9401."""
+    from support.gpu_nodes import run_agents
+
+    yield from run_agents(swarm)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A swarm-like PKI: a root CA and node certificates with Swarm's subject layout
+    (CN node ID, O cluster ID, OU role), plus the forgeries a reviewer would try."""
+    from support.identity import make_pki
+
+    return make_pki(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Debian's headless Chromium, for the GPU map tests (fails if missing)."""
+    from support.browser import find_chromium
+
+    return find_chromium()

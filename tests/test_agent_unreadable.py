@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpu_nodes import RTX4090
-from test_identity import CLUSTER, pki
+from support.gpu_nodes import RTX4090
+from support.identity import CLUSTER
 
 from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig
@@ -25,8 +25,6 @@ from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import ReloadingServerContext, client_context
-
-_ = pki  # fixture, used by name
 
 
 class Source:

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, cfg_file, labels_of, run_cli, start_agent, stop
-from swarm_harness import SwarmCluster
+from support.gpu_nodes import LOGS, cfg_file, labels_of, run_cli, start_agent, stop
+from support.swarm_harness import SwarmCluster
 
 pytestmark = pytest.mark.swarm
 NODE = "gpu-node-1"

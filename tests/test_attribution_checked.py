@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpu_nodes import DGX_A100
-from test_overshare import G1, G2, F, _metrics
-from test_placement import DGX, R4090, svc
+from support.gpu_nodes import DGX_A100
+from support.overshare import G1, G2, F, metrics_for
+from support.placement import DGX, R4090, svc
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.samples import GpuProcess
@@ -46,7 +46,7 @@ BIG = 80000  # MiB: far over a half-GPU share
 
 
 def _judge(*procs: GpuProcess) -> tuple[dict[str, ServiceUse], list[Any]]:
-    att = attribute([DGX], LED, {DGX.id: F}, _metrics({G1.uuid: procs}), OWNERS)
+    att = attribute([DGX], LED, {DGX.id: F}, metrics_for({G1.uuid: procs}), OWNERS)
     return {u.service: u for u in att.uses}, att.unattributed
 
 
@@ -151,7 +151,7 @@ def _restart_case(fresh: list[SwarmTask], others: Sequence[SwarmService] = (),
     tasks = [TASKS[0]]
     snap = Snapshot([dgx], [victim, *others], tasks, {})
     att = attribute([dgx], {"victim": {DGX.id: held}}, {DGX.id: DGX_A100.facts()},
-                    _metrics({G1.uuid: (GpuProcess(10, BIG, None, C_VICTIM_HERE),)}),
+                    metrics_for({G1.uuid: (GpuProcess(10, BIG, None, C_VICTIM_HERE),)}),
                     owners([victim], tasks))
     (u,) = att.uses
     assert u.over

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpu_nodes import RTX4090
+from support.gpu_nodes import RTX4090
 
 from swarmgpu.manager.commands.audit import audit, exit_code, render_table
 from swarmgpu.manager.nodes.agent_client import FactsResult

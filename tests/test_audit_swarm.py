@@ -13,22 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     LOGS,
     RTX4090,
     FakeGpuNode,
-    agents,
     kwargs_for_logs,
     run_cli,
     stop,
     swarmgpu_env,
     wait_port,
 )
-from gpu_nodes import cfg_file as _cfg_file
-from swarm_harness import SwarmCluster
+from support.gpu_nodes import cfg_file as _cfg_file
+from support.swarm_harness import SwarmCluster
 
 pytestmark = pytest.mark.swarm
-_ = agents  # a fixture, used by name
 P = "swarmgpu."
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import RTX4090
-from test_identity import CLUSTER, _Source, pki  # noqa: F401  (pki: the fixture)
+from support.gpu_nodes import RTX4090
+from support.identity import CLUSTER, FakeSource
 
 from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig
@@ -45,7 +45,7 @@ def _openssl(*args: str, cwd: Path | None = None) -> None:
 
 
 @pytest.fixture(scope="module")
-def dated(pki: dict[str, Path]) -> dict[str, Path]:  # noqa: F811
+def dated(pki: dict[str, Path]) -> dict[str, Path]:
     """Certificates of the same CA with dates in the past and in the future."""
     d = pki["ca"].parent / "dated"
     d.mkdir(exist_ok=True)
@@ -82,7 +82,7 @@ def _agent(cert: Path, ca: Path, no_time_check: bool = False) -> Any:
     if no_time_check:  # the same object until the files change
         ctx = tls.get()
         ctx.verify_flags = ssl.VerifyFlags(int(ctx.verify_flags) | NO_CHECK_TIME)
-    srv = build_server(_Source(), "127.0.0.1:0", refresh_s=60, tls=tls)
+    srv = build_server(FakeSource(), "127.0.0.1:0", refresh_s=60, tls=tls)
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
                      daemon=True).start()
     return srv
@@ -98,12 +98,12 @@ def _facts(port: int, ctx: ssl.SSLContext) -> tuple[int | None, str]:
     return got.status, ""
 
 
-def _ctx(pki: dict[str, Path], cert: Path) -> ssl.SSLContext:  # noqa: F811
+def _ctx(pki: dict[str, Path], cert: Path) -> ssl.SSLContext:
     return client_context(pki["ca"].read_text(), CLUSTER, cert, _key(cert))
 
 
 def test_the_agent_refuses_an_expired_or_not_yet_valid_manager_certificate(
-        pki: dict[str, Path], dated: dict[str, Path]) -> None:  # noqa: F811
+        pki: dict[str, Path], dated: dict[str, Path]) -> None:
     srv = _agent(pki["node1"], pki["ca"])
     port = srv.server_address[1]
     try:
@@ -118,7 +118,7 @@ def test_the_agent_refuses_an_expired_or_not_yet_valid_manager_certificate(
 
 @pytest.mark.parametrize("name", ["node1-expired", "node1-future"])
 def test_the_daemon_refuses_an_agent_whose_certificate_is_out_of_date(
-        pki: dict[str, Path], dated: dict[str, Path], name: str) -> None:  # noqa: F811
+        pki: dict[str, Path], dated: dict[str, Path], name: str) -> None:
     srv = _agent(dated[name], pki["ca"])
     port = srv.server_address[1]
     node = SwarmNode("node1", RTX4090.hostname, "127.0.0.1", "worker", "ready", "active",
@@ -131,7 +131,7 @@ def test_the_daemon_refuses_an_agent_whose_certificate_is_out_of_date(
 
 
 def test_out_of_date_certificates_are_refused_even_without_openssls_time_check(
-        pki: dict[str, Path], dated: dict[str, Path]) -> None:  # noqa: F811
+        pki: dict[str, Path], dated: dict[str, Path]) -> None:
     """An agent whose context does not check times (a flag, a verify callback): the
     handshake passes, and the manager check still refuses the expired certificate."""
     srv = _agent(pki["node1"], pki["ca"], no_time_check=True)
@@ -168,12 +168,12 @@ def test_names_carry_their_dates_and_the_checks_say_which() -> None:
 
 
 def test_the_daemons_http_refuses_an_out_of_date_manager_certificate(
-        tmp_path: Path, pki: dict[str, Path], dated: dict[str, Path]) -> None:  # noqa: F811
-    from test_webauth import _daemon, get
+        tmp_path: Path, pki: dict[str, Path], dated: dict[str, Path]) -> None:
+    from support.webauth import get, web_daemon
 
     from swarmgpu.swarm.identity import AgentAuth
 
-    d = _daemon(tmp_path)
+    d = web_daemon(tmp_path)
     assert d._http is not None
     port = d._http.server_address[1]
     d.web_auth.update(AgentAuth(tls=_ctx(pki, pki["mgr"]), cert=pki["mgr"],

@@ -12,22 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     LOGS,
-    agents,
     cfg_file,
     eventually,
     remove_stacks,
-    run_cli,
     start_daemon,
     stop,
     wait_log,
 )
-from swarm_harness import SwarmCluster
-from test_placement_swarm import plan, wait_running
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import deploy_file, plan, render, wait_running
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 LOG = LOGS / "converge-daemon.log"
 
@@ -59,20 +56,6 @@ def gpu_stack(name: str, cpus: float, constraints: tuple[str, ...] = ()) -> str:
     if constraints:
         svc["deploy"]["placement"] = {"constraints": list(constraints)}
     return json.dumps({"version": "3.8", "services": {name: svc}})
-
-
-def render(daemon: dict[str, Any], stack: str, text: str) -> Path:
-    src = daemon["tmp"] / f"{stack}.src.yml"
-    src.write_text(text)
-    out = daemon["tmp"] / f"{stack}.yml"
-    res = run_cli("render", str(src), "-n", stack, "--config", str(daemon["cfg"]), "-o", str(out))
-    assert res.returncode == 0, res.stderr
-    return out
-
-
-def deploy_file(swarm: SwarmCluster, path: Path, stack: str) -> None:
-    swarm.cli(swarm.manager, "stack", "deploy", "--resolve-image", "never", "-c", str(path),
-              stack)
 
 
 def hog(swarm: SwarmCluster, tmp: Path, hostname: str, cpus: float) -> None:

@@ -11,7 +11,6 @@ test swarm: tests/test_dashboard_prometheus.py.
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
 import shutil
@@ -27,7 +26,8 @@ from typing import Any
 
 import pytest
 import yaml
-from paths import FIXTURES, REPO
+from support.dashboard import DCGM_REST, serve_page
+from support.paths import FIXTURES, REPO
 
 from swarmgpu.agent.facts.profile import ProfileSampler
 from swarmgpu.agent.facts.topo import TopoSource
@@ -38,35 +38,12 @@ CAPTURES = FIXTURES / "captures"
 OLD_PAGE = CAPTURES / "dcgm_tesla-t4_x1_drv460_Hostname_datadog-fixture-excerpt.txt"
 OLD_HOST = "424773df46e0"  # the capture's Hostname
 NEW_HOST = "dgx-a100"
-# The rest of dcgm-exporter's default counters the panels show (values of the A100
-# dcgm-exporter capture: SM clock, energy, PCIe throughput).
-DCGM_REST = {"sm_clock_mhz": 1410, "enc_util_pct": 0, "dec_util_pct": 0,
-             "energy_mj": 319159391, "nvlink_mb_s": 0, "gr_engine_active": 0.4,
-             "pcie_tx_bytes_s": 33011804, "pcie_rx_bytes_s": 97863601}
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _serve_page(page: bytes) -> tuple[http.server.ThreadingHTTPServer, threading.Thread]:
-    class Page(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(page)))
-            self.end_headers()
-            self.wfile.write(page)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    return srv, t
 
 
 def _query(base: str, expr: str) -> list[dict[str, Any]]:
@@ -109,7 +86,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     agent_thread = threading.Thread(target=agent.serve_forever,
                                     kwargs={"poll_interval": 0.05}, daemon=True)
     agent_thread.start()
-    old, old_thread = _serve_page(OLD_PAGE.read_bytes())
+    old, old_thread = serve_page(OLD_PAGE.read_bytes())
     port = _free_port()
     cfg = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s",
                       "evaluation_interval": "1s"},

@@ -29,7 +29,9 @@ from typing import Any
 
 import pytest
 import yaml
-from gpu_nodes import (
+from support.dashboard import DCGM_REST, serve_page
+from support.deploy_docs import scrape_config
+from support.gpu_nodes import (
     GPU_NODES,
     LOGS,
     kwargs_for_logs,
@@ -38,11 +40,9 @@ from gpu_nodes import (
     stop,
     swarmgpu_env,
 )
-from gpu_nodes import cfg_file as _cfg_file
-from paths import FIXTURES, REPO
-from swarm_harness import SwarmCluster
-from test_dashboard_hostlabels import DCGM_REST, _serve_page
-from test_deploy_docs import scrape_config
+from support.gpu_nodes import cfg_file as _cfg_file
+from support.paths import FIXTURES, REPO
+from support.swarm_harness import SwarmCluster
 
 pytestmark = pytest.mark.swarm
 DASHBOARD = json.loads((REPO / "stacks" / "grafana-dashboard.json").read_text())
@@ -101,7 +101,7 @@ def _prometheus_config(swarm: SwarmCluster, old_exporter: str, tmp: Any) -> dict
 @contextlib.contextmanager
 def _old_dcgm_exporter() -> Iterator[str]:
     """A real dcgm-exporter page (the T4 capture, `Hostname=...`) served on loopback."""
-    srv, t = _serve_page(OLD_EXPORTER_PAGE.read_bytes())
+    srv, t = serve_page(OLD_EXPORTER_PAGE.read_bytes())
     try:
         yield f"127.0.0.1:{srv.server_address[1]}"
     finally:

@@ -12,23 +12,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from paths import REPO
+from support.deploy_docs import DEPLOY, fenced, scrape_config
+from support.paths import REPO
 
 from swarmgpu.agent.nodeconfig import node_config
 from swarmgpu.core.model import NodeFacts
-
-DEPLOY = (REPO / "docs" / "deploy.md").read_text()
-
-
-def fenced(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", DEPLOY, flags=re.S)
-
-
-def scrape_config() -> dict[str, object]:
-    (block,) = [b for b in fenced("yaml") if "scrape_configs:" in b]
-    doc = yaml.safe_load(block)
-    assert isinstance(doc, dict)
-    return doc
 
 
 def test_daemon_json_has_the_keys_node_config_prints() -> None:

@@ -27,16 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import GPU_NODES, LOGS, agents, cfg_file, run_cli, start_daemon, stop
-from paths import REPO
-from swarm_harness import SwarmCluster
-from task_watch import Seen, TaskWatch
+from support.gpu_nodes import GPU_NODES, LOGS, cfg_file, run_cli, start_daemon, stop
+from support.paths import REPO
+from support.swarm_harness import SwarmCluster
+from support.task_watch import Seen, TaskWatch
 
 from swarmgpu.manager.placement import env_template, gate_constraint, hold_constraint
 from swarmgpu.manager.services.sharing import env_lines
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 UUIDS = {u for n in GPU_NODES.values() for g in n.facts().gpus
          for u in (g.uuid, *(m.uuid for m in g.mig_devices))}

@@ -28,7 +28,7 @@ import docker.errors
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from paths import REPO
+from support.paths import REPO
 
 from swarmgpu.manager.engine.proxy_policy import write_checks
 from swarmgpu.swarm import dockerproxy

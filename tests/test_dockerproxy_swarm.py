@@ -34,7 +34,7 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     GPU_NODES,
     LOGS,
     cfg_file,
@@ -45,9 +45,9 @@ from gpu_nodes import (
     stop,
     swarmgpu_env,
 )
-from swarm_harness import IMAGE, SwarmCluster
-from test_placement_swarm import deploy, stack_yaml, tasks_running, wait_running
-from test_rebalance_swarm import IDLE, holder_gpu, hot, where
+from support.swarm_harness import IMAGE, SwarmCluster
+from support.swarm_rebalance import IDLE, holder_gpu, hot, where
+from support.swarm_services import deploy, stack_yaml, tasks_running, wait_running
 
 from swarmgpu.allocator.workload import STATE_KEY
 

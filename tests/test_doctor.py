@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from fake_pynvml import pynvml as fake
-from fake_pynvml.builder import build_layout
-from paths import TOPOLOGY
+from support.fake_pynvml import pynvml as fake
+from support.fake_pynvml.builder import build_layout
+from support.paths import TOPOLOGY
 
 from swarmgpu.agent.doctor import (
     Check,

@@ -7,7 +7,7 @@ import textwrap
 
 import click
 from click.testing import CliRunner
-from paths import REPO
+from support.paths import REPO
 
 from swarmgpu.cli import EXIT_CODES, main
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_pynvml.builder import build_layout
-from paths import FIXTURES as FIXTURES_DIR
+from support.fake_pynvml.builder import build_layout
+from support.paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.agent.facts import SourceError
 from swarmgpu.agent.facts.file import FileSource

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from paths import FIXTURES as FIXTURES_DIR
+from support.paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.agent.facts import SourceError
 from swarmgpu.agent.facts.gfd import GfdSource, normalise_profile, parse_labels

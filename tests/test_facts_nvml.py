@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_pynvml import pynvml as fake
-from fake_pynvml.builder import CAPTURES, build_layout, layouts, parse_l, parse_q
+from support.fake_pynvml import pynvml as fake
+from support.fake_pynvml.builder import CAPTURES, build_layout, layouts, parse_l, parse_q
 
 from swarmgpu.agent.facts.nvml import NvmlSource, cpu_list, cuda_version_text, read_utilisation
 from swarmgpu.core.model import NodeFacts

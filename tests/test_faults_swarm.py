@@ -2,7 +2,7 @@
 ends, never loses or rewrites a label/constraint/env it does not own, never
 duplicates a task, never stops a running task it did not mean to move.
 
-The daemon talks to mgr-1 through tests/faultproxy.py (500s, "update out of
+The daemon talks to mgr-1 through tests/support/faultproxy.py (500s, "update out of
 sequence", slow and hung responses, responses lost after the engine acted, event
 streams cut). Figures are printed (run with -s) and recorded in docs/reliability.md.
 """
@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faultproxy import FaultProxy, Rule
-from gpu_nodes import (
+from support.faultproxy import FaultProxy, Rule
+from support.gpu_nodes import (
     GPU_NODES,
     LOGS,
-    agents,
     cfg_file,
     kwargs_for_logs,
     labels_of,
@@ -35,7 +34,7 @@ from gpu_nodes import (
     swarmgpu_env,
     wait_port,
 )
-from swarm_harness import SwarmCluster
+from support.swarm_harness import SwarmCluster
 
 from swarmgpu.core.config import load_config
 from swarmgpu.manager.cycle.placement import PlacementStep
@@ -44,7 +43,6 @@ from swarmgpu.swarm.client import SwarmClient
 from swarmgpu.swarm.labels import desired_labels
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 IMAGE = "local/busybox:latest"
 FIGURES: Counter[str] = Counter()

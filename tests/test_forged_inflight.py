@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from test_forged_state import DGX_F, R4090_F, RecordingSwarm, _closed_port, _node, _svc
-from test_health_policy import F2, mark, setup
-from test_health_policy import plan as health_plan
+from support.forged import DGX_F, R4090_F, RecordingSwarm, closed_port, sw_node, sw_svc
+from support.health import F2, mark, setup
+from support.health import plan as health_plan
 
 from swarmgpu.core.config import AgentsConfig, Config, PreemptionConfig, SyncConfig
 from swarmgpu.manager.cycle.placement import make_plan
@@ -48,12 +48,12 @@ def _with_label(s: SwarmService, st: MoveState) -> SwarmService:
 
 def test_only_the_daemons_record_makes_a_move_in_flight() -> None:
     st = _state("a", "id-a")
-    a = _with_label(_svc("a", {f"{P}gpus": "1"}), st)
+    a = _with_label(sw_svc("a", {f"{P}gpus": "1"}), st)
     genuine = {record_key(P, "id-a"): st.to_json()}
     assert moving([a], genuine, P) == {"a"}
     assert move_of(a, {"id-a": st}, P) == st
     assert moving([a], {}, P) == frozenset()  # the label alone
-    assert moving([_svc("a", {f"{P}gpus": "1"})], genuine, P) == frozenset()  # record alone
+    assert moving([sw_svc("a", {f"{P}gpus": "1"})], genuine, P) == frozenset()  # record alone
     # A record keyed by another service's id, naming another service, or another move id.
     assert moving([a], {record_key(P, "id-b"): st.to_json()}, P) == frozenset()
     assert moving([a], {record_key(P, "id-a"): replace(st, service="b").to_json()}, P) == \
@@ -63,7 +63,7 @@ def test_only_the_daemons_record_makes_a_move_in_flight() -> None:
     assert moving([a], {record_key(P, "id-a"): replace(st, service_id="id-b").to_json()},
                   P) == frozenset()
     # A copied genuine label on another service: its record names the first one.
-    b = _with_label(_svc("b", {f"{P}gpus": "1"}), st)
+    b = _with_label(sw_svc("b", {f"{P}gpus": "1"}), st)
     assert moving([a, b], genuine, P) == {"a"}
     assert moving([a], {record_key(P, "id-a"): "{not json"}, P) == frozenset()
 
@@ -74,12 +74,12 @@ def test_only_the_daemons_record_makes_a_move_in_flight() -> None:
 def _preempt_cluster(batch_extra: dict[str, str]) -> RecordingSwarm:
     """batch (priority 0) holds all 8 RTX 4090s; high (priority 100) wants 2 of them."""
     held = Holding("batch", "n-4090", R_UUIDS, tuple(1000 for _ in R_UUIDS))
-    nodes = [_node("n-mgr", "manager", role="manager"), _node("n-dgx", "gpu-node-1"),
-             _node("n-4090", "gpu-node-2", {assign_key(P, "batch"): held.label_value(),
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "batch"): held.label_value(),
                                             gate_key(P, "batch"): "true"})]
-    batch = _svc("batch", {f"{P}gpus": "8", devices_key(P, "n-4090"): ",".join(R_UUIDS),
+    batch = sw_svc("batch", {f"{P}gpus": "8", devices_key(P, "n-4090"): ",".join(R_UUIDS),
                            **batch_extra})
-    high = _svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+    high = sw_svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
                          f"{P}priority": "100"})
     tasks = [SwarmTask("t-batch", batch.id, "n-4090", 1, "running", "running", ()),
              SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
@@ -89,7 +89,7 @@ def _preempt_cluster(batch_extra: dict[str, str]) -> RecordingSwarm:
 def _daemon(sw: RecordingSwarm, tmp: Path) -> Daemon:
     from swarmgpu.manager.cycle.wiring import daemon_steps
 
-    port = _closed_port()
+    port = closed_port()
     cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
                  preemption=PreemptionConfig(dry_run=False))
@@ -160,12 +160,12 @@ def _drained_holder(labels: dict[str, str]) -> Snapshot:
     """svc holds RTX 4090 GPU 0, but n-4090 is drained: Swarm cannot run its task there
     (waiting, on no node); the DGX has room."""
     held = Holding("svc", "n-4090", R_UUIDS[:1], (1000,))
-    n4090 = replace(_node("n-4090", "gpu-node-2", {assign_key(P, "svc"): held.label_value(),
+    n4090 = replace(sw_node("n-4090", "gpu-node-2", {assign_key(P, "svc"): held.label_value(),
                                                    gate_key(P, "svc"): "true"}),
                     availability="drain")
-    nodes: list[SwarmNode] = [_node("n-mgr", "manager", role="manager"),
-                              _node("n-dgx", "gpu-node-1"), n4090]
-    s = _svc("svc", {f"{P}gpus": "1", devices_key(P, "n-4090"): R_UUIDS[0], **labels})
+    nodes: list[SwarmNode] = [sw_node("n-mgr", "manager", role="manager"),
+                              sw_node("n-dgx", "gpu-node-1"), n4090]
+    s = sw_svc("svc", {f"{P}gpus": "1", devices_key(P, "n-4090"): R_UUIDS[0], **labels})
     tasks = [SwarmTask("t-svc", s.id, "", 1, "pending", "running", ())]
     facts = {nid: FactsResult(nid, host, "", f, None, 1.0)
              for nid, host, f in (("n-dgx", "gpu-node-1", DGX_F),

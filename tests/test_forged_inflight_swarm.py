@@ -20,11 +20,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     DGX_A100,
     LOGS,
     RTX4090,
-    agents,
     cfg_file,
     kwargs_for_logs,
     remove_stacks,
@@ -35,14 +34,13 @@ from gpu_nodes import (
     swarmgpu_env,
     wait_port,
 )
-from swarm_harness import SwarmCluster
-from test_health_swarm import FactsFile
-from test_placement_swarm import deploy, devices_of, tasks_running, wait_running
+from support.health_swarm import FactsFile
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import deploy, devices_of, tasks_running, wait_running
 
 from swarmgpu.manager.rebalance.record import MoveState
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 HOST, OTHER = RTX4090.hostname, DGX_A100.hostname
 LOG = LOGS / "forged-inflight-daemon.log"

@@ -11,15 +11,23 @@ methods the daemon calls from in-memory Swarm objects and records every write.
 
 from __future__ import annotations
 
-import copy
-import socket
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from gpu_nodes import DGX_A100, RTX4090
 from loguru import logger
+from support.forged import (
+    DGX_F,
+    R4090_F,
+    T_UUID,
+    V_UUID,
+    P,
+    RecordingSwarm,
+    closed_port,
+    sw_svc,
+    victim_cluster,
+    victim_move,
+)
 
 from swarmgpu.core.config import (
     AgentsConfig,
@@ -33,11 +41,8 @@ from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.placement import (
     MAX_STATE,
     MOVE_STATE,
-    Holding,
     assign_key,
     devices_key,
-    env_template,
-    gate_constraint,
     gate_key,
 )
 from swarmgpu.manager.rebalance.context import MOVED_AT
@@ -49,145 +54,10 @@ from swarmgpu.manager.rebalance.mover import (
     record_key,
     verify,
 )
-from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
+from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.swarm.client import (
-    SwarmError,
-    SwarmNode,
-    SwarmService,
     SwarmTask,
-    service_from_api,
 )
-
-P = "swarmgpu."
-DGX_F, R4090_F = DGX_A100.facts(), RTX4090.facts()
-V_UUID = DGX_F.gpus[0].uuid  # the victim's GPU (node n-dgx)
-T_UUID = R4090_F.gpus[0].uuid  # the third service's GPU (node n-4090)
-
-
-class RecordingSwarm:
-    """The SwarmClient methods the daemon calls, over in-memory objects; writes recorded
-    as (method, object id, what changed)."""
-
-    def __init__(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
-                 tasks: Sequence[SwarmTask], swarm_labels: Mapping[str, str] | None = None
-                 ) -> None:
-        self._nodes = {n.id: n for n in nodes}
-        self._services = {s.id: s for s in services}
-        self._tasks = list(tasks)
-        self._swarm_labels = dict(swarm_labels or {})
-        self.calls: list[tuple[str, str]] = []
-        self.writes = 0  # what SwarmClient counts (the label actuator reads it)
-
-    # reads
-    def is_leader(self) -> bool:
-        return True
-
-    def self_node_id(self) -> str:
-        return "n-mgr"
-
-    def nodes(self) -> list[SwarmNode]:
-        return list(self._nodes.values())
-
-    def node(self, node_id: str) -> SwarmNode:
-        if node_id not in self._nodes:
-            raise SwarmError(f"node {node_id} not found")
-        return self._nodes[node_id]
-
-    def services(self) -> list[SwarmService]:
-        return list(self._services.values())
-
-    def service(self, service_id: str) -> SwarmService:
-        if service_id not in self._services:
-            raise SwarmError(f"service {service_id} not found")
-        return self._services[service_id]
-
-    def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
-        f = dict(filters or {})
-        return [t for t in self._tasks
-                if f.get("service") in (None, t.service_id)
-                and f.get("desired-state") in (None, t.desired_state)]
-
-    def swarm_labels(self) -> Mapping[str, str]:
-        return dict(self._swarm_labels)
-
-    def image_env(self, ref: str) -> tuple[str, ...] | None:
-        return None  # no image is on this stand-in's engine (unknown: cycle.grants)
-
-    # writes: compute() contract of SwarmClient (None or unchanged: no write)
-    def update_node_labels(self, node_id: str,
-                           compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
-                           **_: Any) -> bool:
-        n = self.node(node_id)
-        new = compute(dict(n.labels))
-        if new is None or dict(new) == dict(n.labels):
-            return False
-        self._write("node", node_id)
-        self._nodes[node_id] = replace(n, labels=dict(new), version=n.version + 1)
-        return True
-
-    def update_service_spec(self, service_id: str,
-                            compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
-                            **_: Any) -> bool:
-        s = self.service(service_id)
-        spec = copy.deepcopy(dict(s.spec))
-        new = compute(spec)
-        if new is None or new == s.spec:
-            return False
-        self._write("service", service_id)
-        self._services[service_id] = service_from_api(
-            {"ID": s.id, "Spec": new, "Version": {"Index": s.version + 1}})
-        return True
-
-    def update_swarm_labels(self, compute: Callable[[Mapping[str, str]],
-                                                    Mapping[str, str] | None],
-                            **_: Any) -> bool:
-        new = compute(dict(self._swarm_labels))
-        if new is None or dict(new) == self._swarm_labels:
-            return False
-        self._write("swarm", "swarm")
-        self._swarm_labels = dict(new)
-        return True
-
-    def _write(self, kind: str, what: str) -> None:
-        self.writes += 1
-        self.calls.append((kind, what))
-
-    # test helpers
-    def run_task(self, t: SwarmTask) -> None:
-        self._tasks.append(t)
-
-    def stop_tasks(self, service_id: str, node_id: str) -> None:
-        self._tasks = [t for t in self._tasks
-                       if not (t.service_id == service_id and t.node_id == node_id)]
-
-
-def _node(nid: str, host: str, labels: Mapping[str, str] | None = None,
-          role: str = "worker") -> SwarmNode:
-    return SwarmNode(id=nid, hostname=host, addr="127.0.0.1", role=role, state="ready",
-                     availability="active", labels=dict(labels or {}), engine_labels={},
-                     version=1, generic_resources={}, discrete_resources={},
-                     cpu_milli=64000, memory_mib=256000)
-
-
-def _svc(name: str, labels: Mapping[str, str], *, replicas: int = 1, gated: bool = True,
-         mode: dict[str, Any] | None = None) -> SwarmService:
-    """A service as Swarm returns it: gated (swarmgpu's env line and gate constraint) or
-    plain; ``mode`` replaces replicated ``replicas`` (global, a job)."""
-    spec: dict[str, Any] = {
-        "Name": name, "Labels": dict(labels),
-        "TaskTemplate": {"ContainerSpec": {"Image": "busybox",
-                                           "Env": [env_template(P)] if gated else []},
-                         "Placement": {"Constraints": [gate_constraint(P, name)]
-                                       if gated else []}},
-        "Mode": mode or {"Replicated": {"Replicas": replicas}},
-    }
-    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
-
-
-def _held(service: str, nid: str, uuid: str, milli: int = 1000) -> dict[str, str]:
-    """The node labels of ``service`` holding ``milli`` of GPU ``uuid``: ledger and gate."""
-    return {assign_key(P, service): Holding(service, nid, (uuid,), (milli,)).label_value(),
-            gate_key(P, service): "true"}
 
 
 def _forged_move(**over: Any) -> MoveState:
@@ -199,21 +69,6 @@ def _forged_move(**over: Any) -> MoveState:
                    target_milli=(1000,), surge=False, replicas=1, max_replicas=0,
                    started_at=0.0, trigger="hotspot", reason="forged", direction="back")
     return replace(st, **over)
-
-
-def _cluster(attacker_labels: Mapping[str, str]) -> RecordingSwarm:
-    """victim holds DGX GPU 0 and runs; third holds RTX 4090 GPU 0 and runs; the attacker
-    is a plain service whose own labels are ``attacker_labels``."""
-    nodes = [_node("n-mgr", "manager", role="manager"),
-             _node("n-dgx", "gpu-node-1", _held("victim", "n-dgx", V_UUID)),
-             _node("n-4090", "gpu-node-2", _held("third", "n-4090", T_UUID))]
-    victim = _svc("victim", {f"{P}gpus": "1", devices_key(P, "n-dgx"): V_UUID})
-    third = _svc("third", {f"{P}gpus": "1", devices_key(P, "n-4090"): T_UUID})
-    attacker = _svc("attacker", attacker_labels, gated=False)
-    tasks = [SwarmTask("t-victim", victim.id, "n-dgx", 1, "running", "running", ()),
-             SwarmTask("t-third", third.id, "n-4090", 1, "running", "running", ()),
-             SwarmTask("t-attacker", attacker.id, "n-mgr", 1, "running", "running", ())]
-    return RecordingSwarm(nodes, [victim, third, attacker], tasks)
 
 
 RB = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
@@ -236,7 +91,7 @@ def _victim_state(sw: RecordingSwarm) -> tuple[dict[str, str], dict[str, str], A
 def test_forged_move_label_naming_another_service_moves_nothing(dry_run: bool) -> None:
     """The reproduction of finding 1: Mover(dry_run=...).run_cycle([], nodes, [attacker], [])."""
     forged = _forged_move()
-    sw = _cluster({f"{P}{MOVE_STATE}": forged.to_json()})
+    sw = victim_cluster({f"{P}{MOVE_STATE}": forged.to_json()})
     before = _victim_state(sw)
     attacker = sw.service("id-attacker")
     m = Mover(sw, RB, prefix=P, dry_run=dry_run)  # type: ignore[arg-type]
@@ -258,7 +113,7 @@ def test_forged_label_on_the_victim_itself_names_no_record() -> None:
     """Even a move label on the very service it names (what a re-deploy of the victim's
     own stack could carry) is only acted on with the daemon's record."""
     forged = _forged_move(direction="forward", started_at=1e12)
-    sw = _cluster({})
+    sw = victim_cluster({})
     victim = sw.service("id-victim")
     sw.update_service_spec(victim.id, lambda spec: {
         **spec, "Labels": {**spec["Labels"], f"{P}{MOVE_STATE}": forged.to_json()}})
@@ -275,7 +130,7 @@ def test_a_record_for_another_service_id_does_not_verify_a_copied_label() -> Non
     names the victim, so the attacker's copy stays a forgery."""
     genuine = _forged_move(id="genuine00001", direction="forward", started_at=1e12,
                            service_id="id-victim")
-    sw = _cluster({f"{P}{MOVE_STATE}": genuine.to_json()})
+    sw = victim_cluster({f"{P}{MOVE_STATE}": genuine.to_json()})
     sw._swarm_labels[record_key(P, "id-victim")] = genuine.to_json()
     v = verify(sw.services(), read_records(sw.swarm_labels(), P), P)
     assert [s.name for s, _ in v.forged] == ["attacker"]
@@ -287,7 +142,7 @@ def test_a_record_for_another_service_id_does_not_verify_a_copied_label() -> Non
 def test_unreadable_and_huge_move_labels_are_ignored() -> None:
     for raw in ("{not json", "[" * 4000 + "]" * 4000, '{"id": 1}', "x" * 20_000,
                 '{"a": 1e999}', "[]", '"text"'):
-        sw = _cluster({f"{P}{MOVE_STATE}": raw})
+        sw = victim_cluster({f"{P}{MOVE_STATE}": raw})
         m = Mover(sw, RB, prefix=P, dry_run=True)  # type: ignore[arg-type]
         m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
         assert sw.calls == []
@@ -295,7 +150,7 @@ def test_unreadable_and_huge_move_labels_are_ignored() -> None:
 
 
 def test_records_of_a_gone_service_are_dropped_and_of_a_renamed_one_left_alone() -> None:
-    sw = _cluster({})
+    sw = victim_cluster({})
     gone = _forged_move(id="gone00000001", service="removed", service_id="id-removed")
     other = _forged_move(id="other0000001", service="not-third", service_id="id-third")
     sw._swarm_labels.update({record_key(P, "id-removed"): gone.to_json(),
@@ -314,24 +169,15 @@ def test_records_of_a_gone_service_are_dropped_and_of_a_renamed_one_left_alone()
 # --- a genuine move still works, across restarts ---------------------------------------
 
 
-def _move_victim() -> Move:
-    f = R4090_F
-    return Move(service="victim", service_id="id-victim", source_node="n-dgx",
-                source_host="gpu-node-1", source_uuids=(V_UUID,), source_milli=(1000,),
-                target_node="n-4090", target_host="gpu-node-2", target_gpus=(1,),
-                target_uuids=(f.gpus[1].uuid,), target_milli=(1000,),
-                trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
-
-
 def _start(sw: RecordingSwarm, now: list[float]) -> Mover:
     m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
-    m.run_cycle([_move_victim()], sw.nodes(), sw.services(), sw.tasks())
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
     assert [r.outcome for r in m.recent] == [Outcome.STARTED]
     return m
 
 
 def test_genuine_move_finishes_after_a_restart_and_its_record_goes() -> None:
-    sw, now = _cluster({}), [1000.0]
+    sw, now = victim_cluster({}), [1000.0]
     _start(sw, now)
     (sid, rec), = read_records(sw.swarm_labels(), P).items()
     assert sid == "id-victim" and rec.service == "victim" and rec.service_id == "id-victim"
@@ -357,7 +203,7 @@ def test_genuine_move_finishes_after_a_restart_and_its_record_goes() -> None:
 
 
 def test_genuine_move_rolls_back_after_its_timeout_under_a_new_leader() -> None:
-    sw, now = _cluster({}), [1000.0]
+    sw, now = victim_cluster({}), [1000.0]
     _start(sw, now)
     now[0] += RB.move_timeout_s + 1  # the new task never ran
     m2 = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
@@ -371,7 +217,7 @@ def test_genuine_move_rolls_back_after_its_timeout_under_a_new_leader() -> None:
 
 
 def test_genuine_move_whose_label_a_redeploy_removed_is_rolled_back_from_its_record() -> None:
-    sw, now = _cluster({}), [1000.0]
+    sw, now = victim_cluster({}), [1000.0]
     _start(sw, now)
     # `docker stack deploy` again: the spec's labels are the stack file's.
     sw.update_service_spec("id-victim", lambda spec: {
@@ -385,7 +231,7 @@ def test_genuine_move_whose_label_a_redeploy_removed_is_rolled_back_from_its_rec
 
 
 def test_genuine_move_past_its_source_whose_label_went_is_finished_from_its_record() -> None:
-    sw, now = _cluster({}), [1000.0]
+    sw, now = victim_cluster({}), [1000.0]
     m = _start(sw, now)
     sw.run_task(SwarmTask("t-victim-2", "id-victim", "n-4090", 2, "running", "running", ()))
     m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())  # the source closes
@@ -404,7 +250,7 @@ def test_genuine_move_past_its_source_whose_label_went_is_finished_from_its_reco
 
 def test_the_actuators_gate_refuses_a_mover_write_in_dry_run() -> None:
     """The backstop: a write that reaches the gate in dry-run is refused, not made."""
-    sw = _cluster({})
+    sw = victim_cluster({})
     m = Mover(sw, RB, prefix=P, dry_run=True)  # type: ignore[arg-type]
     m._close("n-dgx", "victim")
     assert m._put_record("id-victim", _forged_move()) is False
@@ -413,23 +259,17 @@ def test_the_actuators_gate_refuses_a_mover_write_in_dry_run() -> None:
 
 def test_genuine_move_in_dry_run_is_left_as_it_is() -> None:
     """rebalance.dry_run turned on while a move is in flight: no write, the move waits."""
-    sw, now = _cluster({}), [1000.0]
+    sw, now = victim_cluster({}), [1000.0]
     _start(sw, now)
     sw.calls.clear()
     now[0] += RB.move_timeout_s + 1
     m2 = Mover(sw, RB, prefix=P, dry_run=True, clock=lambda: now[0])  # type: ignore[arg-type]
-    m2.run_cycle([_move_victim()], sw.nodes(), sw.services(), sw.tasks())
+    m2.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
     assert sw.calls == []
     assert set(read_records(sw.swarm_labels(), P)) == {"id-victim"}
 
 
 # --- the full daemon -------------------------------------------------------------------
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _daemon(sw: RecordingSwarm, *, dry_run: bool, rebalance_dry_run: bool, tmp: str
@@ -438,7 +278,7 @@ def _daemon(sw: RecordingSwarm, *, dry_run: bool, rebalance_dry_run: bool, tmp: 
     swarm; agents do not answer (a closed loopback port), their last facts stand in."""
     from swarmgpu.manager.cycle.wiring import daemon_steps
 
-    port = _closed_port()
+    port = closed_port()
     cfg = Config(dry_run=dry_run, state_dir=tmp,
                  sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
@@ -471,9 +311,9 @@ def test_daemon_cycles_in_dry_run_with_hostile_labels_write_nothing(global_dry: 
     """Full cycles (label sync, placement, rebalancing, observe, over-share restarts) with
     forged state.move / moved-at / max-replicas and forged device labels: zero writes,
     with the global dry_run, and with rebalance.dry_run (the default) for the mover."""
-    sw = _cluster(HOSTILE)
+    sw = victim_cluster(HOSTILE)
     # A second attacker, gated like a GPU service, with a forged move of its own.
-    att2 = _svc("attacker2", {**HOSTILE, f"{P}{MOVE_STATE}": _forged_move(
+    att2 = sw_svc("attacker2", {**HOSTILE, f"{P}{MOVE_STATE}": _forged_move(
         direction="forward").to_json()})
     sw._services[att2.id] = att2
     d = _daemon(sw, dry_run=global_dry, rebalance_dry_run=True, tmp=str(tmp_path))
@@ -507,7 +347,7 @@ def test_daemon_cycles_in_dry_run_with_hostile_labels_write_nothing(global_dry: 
 def test_daemon_cycles_with_writes_on_never_touch_the_victim(tmp_path: Any) -> None:
     """dry_run off everywhere: the forged labels are removed from their carriers' own
     specs; the victim's and the third service's gates, ledger, spec and task stay."""
-    sw = _cluster(HOSTILE)
+    sw = victim_cluster(HOSTILE)
     d = _daemon(sw, dry_run=False, rebalance_dry_run=False, tmp=str(tmp_path))
     before = _victim_state(sw)
     for _ in range(4):
@@ -521,7 +361,7 @@ def test_daemon_cycles_with_writes_on_never_touch_the_victim(tmp_path: Any) -> N
 def test_audit_names_a_forged_move_label_and_not_a_genuine_one() -> None:
     from swarmgpu.manager.nodes.sync import Snapshot
 
-    sw, now = _cluster({}), [1000.0]
+    sw, now = victim_cluster({}), [1000.0]
     _start(sw, now)  # a genuine move of the victim, recorded by the daemon
     forger = replace(sw.service("id-attacker"),
                      labels={f"{P}{MOVE_STATE}": _forged_move().to_json()})

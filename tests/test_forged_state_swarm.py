@@ -17,24 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     DGX_A100,
     LOGS,
     RTX4090,
-    agents,
     cfg_file,
     labels_of,
     start_daemon,
     stop,
     wait_log,
 )
-from swarm_harness import SwarmCluster
-from test_placement_swarm import deploy, tasks_running, wait_running
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import deploy, tasks_running, wait_running
 
 from swarmgpu.manager.rebalance.mover import MoveState
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 VICTIM, THIRD, ATTACKER = "fv_victim", "fv_third", "fa_x"
 

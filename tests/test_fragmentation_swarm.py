@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     GPU_NODES,
     LOGS,
     cfg_file,
@@ -26,15 +26,14 @@ from gpu_nodes import (
     start_daemon,
     stop,
 )
-from swarm_harness import SwarmCluster
-from test_placement_swarm import deploy, tasks_running, wait_running
-from test_rebalance_swarm import IDLE, holder_gpu, labels, node_labels, where
+from support.swarm_fragmentation import HALF, P, deploy_on, no_gpu_held
+from support.swarm_harness import SwarmCluster
+from support.swarm_rebalance import IDLE, holder_gpu, labels, node_labels, where
+from support.swarm_services import deploy, tasks_running, wait_running
 
 pytestmark = pytest.mark.swarm
-P = "swarmgpu."
 API_PORT = 9402
 LOG = LOGS / "fragmentation-daemon.log"
-HALF = {"labels": {f"{P}gpu-fraction": "0.5"}}
 
 
 @pytest.fixture(scope="module")
@@ -72,35 +71,7 @@ def fd(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
         stop(a)
 
 
-def availability(swarm: SwarmCluster, host: str, value: str) -> None:
-    swarm.cli(swarm.manager, "node", "update", "--availability", value, host)
-
-
-def deploy_on(swarm: SwarmCluster, tmp: Path, stack: str, svc: str, spec: dict[str, Any],
-              host: str) -> None:
-    """Place ``svc`` on ``host``: the other GPU node is paused while placement chooses
-    (the service carries no constraint of its own, so a move may take it anywhere)."""
-    other = next(h for h in GPU_NODES if h != host)
-    availability(swarm, other, "pause")
-    try:
-        deploy(swarm, tmp, stack, {svc: spec})
-        wait_running(swarm, f"{stack}_{svc}", 1)
-    finally:
-        availability(swarm, other, "active")
-    assert holder_gpu(swarm, f"{stack}_{svc}")[0] == host
-
-
 STACKS = ("fx", "fy", "f7", "f6", "fw")
-
-
-def no_gpu_held(swarm: SwarmCluster) -> None:
-    """Start from idle GPUs: services left by earlier modules of the session removed."""
-    api = swarm.client(swarm.manager).api
-    for s in api.services():
-        api.remove_service(s["ID"])
-    swarm.wait_for(lambda: not any(k.startswith(f"{P}assign.")
-                                   for h in GPU_NODES for k in node_labels(swarm, h)),
-                   60, "every GPU released")
 
 
 def test_two_half_used_gpus_merged_by_one_move_then_a_pending_whole_gpu_runs(

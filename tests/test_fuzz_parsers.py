@@ -23,7 +23,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from paths import CAPTURES, TOPOLOGY
+from support.paths import CAPTURES, TOPOLOGY
 
 from swarmgpu.agent.facts import SourceError
 from swarmgpu.agent.facts.gfd import facts_from_labels, parse_labels
@@ -221,7 +221,7 @@ def test_fuzz_config_yaml(tmp_path_factory: pytest.TempPathFactory, doc: Any, ra
 # --- facts JSON: model.NodeFacts.from_dict ----------------------------------------------
 
 def _real_facts() -> list[dict[str, Any]]:
-    from gpu_nodes import GPU_NODES
+    from support.gpu_nodes import GPU_NODES
 
     return [n.facts().to_dict() for n in GPU_NODES.values()]
 

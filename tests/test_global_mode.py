@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpu_nodes import DGX_A100, RTX4090
-from test_placement import FACTS, apply, node, svc
+from support.gpu_nodes import DGX_A100, RTX4090
+from support.placement import FACTS, apply, node, svc
 
 from swarmgpu.manager.placement import Planner, plan_placement
 

@@ -12,14 +12,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import GPU_NODES, LOGS, agents, cfg_file, run_cli, start_daemon, stop
-from swarm_harness import SwarmCluster
-from test_placement_swarm import container_env, wait_running
+from support.gpu_nodes import GPU_NODES, LOGS, cfg_file, run_cli, start_daemon, stop
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import container_env, wait_running
 
 from swarmgpu.manager.placement import env_template, gate_constraint
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from gpu_nodes import RTX4090
-from test_rebalance_policies import CFG, U2, P, cluster, node, page
+from support.gpu_nodes import RTX4090
+from support.rebalance import CFG, U2, P, cluster, node, page
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.audit import audit

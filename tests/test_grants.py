@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
-from gpu_nodes import DGX_A100
+from support.gpu_nodes import DGX_A100
 
 from swarmgpu.core.config import Config, PlacementConfig, load_config
 from swarmgpu.manager.cycle.grants import ImageEnvs, findings, void_one

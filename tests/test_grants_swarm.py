@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     LOGS,
-    agents,
     cfg_file,
     kwargs_for_logs,
     run_cli,
@@ -36,13 +35,12 @@ from gpu_nodes import (
     stop,
     swarmgpu_env,
 )
-from swarm_harness import SwarmCluster, busybox_image_tar
-from test_placement_swarm import container_env, deploy, tasks_running, wait_running
+from support.swarm_harness import SwarmCluster, busybox_image_tar
+from support.swarm_services import container_env, deploy, tasks_running, wait_running
 
 from swarmgpu.manager.placement.envs import VOID_LINE, mount_target
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 CUDA_LIKE = "local/cudalike:1"  # on every engine: the manager reads its env
 WORKER_ONLY = "local/workeronly:1"  # only on gpu-node-2: unknown to the manager
 CUDA_CHANGES = ['CMD ["sh"]', "ENV NVIDIA_VISIBLE_DEVICES=all", "ENV CUDA_VERSION=12.4.1",

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import DGX_A100, LOGS, cfg_file, eventually, start_agent, stop, swarmgpu_env
-from paths import REPO
-from swarm_harness import NodeHandle, SwarmCluster
+from support.gpu_nodes import DGX_A100, LOGS, cfg_file, eventually, start_agent, stop, swarmgpu_env
+from support.paths import REPO
+from support.swarm_harness import NodeHandle, SwarmCluster
 
 from swarmgpu.swarm.labels import desired_labels
 

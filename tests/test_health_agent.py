@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_pynvml.builder import Built, build_layout
+from support.fake_pynvml.builder import Built, build_layout
 
 from swarmgpu.agent.facts import nvml_xid
 from swarmgpu.agent.facts.nvml import NvmlSource
@@ -177,7 +177,7 @@ def test_events_not_supported_is_said(tmp_path: Path) -> None:
 def test_real_dcgm_pages_read_as_healthy() -> None:
     """The real dcgm-exporter captures carry XID_ERRORS 0 and the remap fields: read
     through the same path, every GPU there is healthy."""
-    from paths import CAPTURES
+    from support.paths import CAPTURES
     seen = 0
     for f in sorted(CAPTURES.glob("dcgm_*.txt")):
         for g in parse_metrics(f.read_text()).samples_by_uuid.values():

@@ -4,13 +4,12 @@ mode, degraded GPUs, whole failing nodes; and placement keeping a failed holding
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import yaml
-from gpu_nodes import DGX_A100, RTX4090
-from test_placement import apply
+from support.health import CFG, F1, F2, U2, P, mark, plan, service, setup
+from support.placement import apply
 
 from swarmgpu.core.config import (
     Config,
@@ -26,86 +25,13 @@ from swarmgpu.core.rebalanceconfig import HealthPolicyConfig
 from swarmgpu.manager.cycle.placement import new_planner
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.gpuhealth import HealthBook, level_of
-from swarmgpu.manager.placement import MOVE_STATE, Planner, env_template, gate_constraint
+from swarmgpu.manager.placement import MOVE_STATE, Planner
 from swarmgpu.manager.rebalance.budget import HOUR_S
-from swarmgpu.manager.rebalance.context import Inputs
-from swarmgpu.manager.rebalance.moves import HealthInputs, Proposal, Trigger
-from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.moves import HealthInputs, Trigger
 from swarmgpu.manager.rebalance.policies.health import HealthBudget
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmTask
 
-P = "swarmgpu."
-CFG = RebalanceConfig(dry_run=True)  # health acts even in rebalance dry-run
-F1, F2 = DGX_A100.facts(), RTX4090.facts()
 U1 = [g.uuid for g in F1.gpus]
-U2 = [g.uuid for g in F2.gpus]
-XID79 = "health: failed: Xid 79: GPU has fallen off the bus (suggested: reboot)"
-ECC = "health: degraded: 3 correctable ECC errors (suggested: none)"
-
-
-def mark(f: NodeFacts, failed: Sequence[int] = (), degraded: Sequence[int] = ()) -> NodeFacts:
-    """Facts as the health book leaves them: failed unhealthy, degraded used."""
-    gpus = tuple(replace(g, healthy=False, error=XID79) if g.index in failed else
-                 replace(g, error=ECC) if g.index in degraded else g for g in f.gpus)
-    return replace(f, gpus=gpus)
-
-
-def node(nid: str, host: str, labels: Mapping[str, str]) -> SwarmNode:
-    return SwarmNode(nid, host, "10.0.0." + nid[-1], "worker", "ready", "active", dict(labels),
-                     {}, 1, {}, {})
-
-
-def service(name: str, labels: Mapping[str, str], mode: str = "replicated",
-            constraints: Sequence[str] = ()) -> SwarmService:
-    return SwarmService(f"id-{name}", name, dict(labels),
-                        (gate_constraint(P, name), *constraints), (env_template(P),), mode,
-                        1 if mode == "replicated" else None, None, 1)
-
-
-def running(name: str, nid: str) -> SwarmTask:
-    return SwarmTask(f"t-{name}", f"id-{name}", nid, 1, "running", "running", ())
-
-
-def hold(name: str, uuids: Sequence[str]) -> dict[str, str]:
-    return {f"{P}assign.{name}": ",".join(f"{u}@1000" for u in uuids), f"{P}service.{name}": "true"}
-
-
-ONE = {f"{P}gpus": "1"}
-
-
-def setup(n2_holders: Mapping[str, Sequence[str]], *, full_n2: bool = True,
-          svc_labels: Mapping[str, Mapping[str, str]] | None = None,
-          constraints: Mapping[str, Sequence[str]] | None = None,
-          modes: Mapping[str, str] | None = None,
-          ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
-    """Holders on gpu-node-2; with ``full_n2`` a 'big' service holds every GPU of it
-    the holders do not, so a healthy target exists only on gpu-node-1."""
-    labels: dict[str, str] = {}
-    svcs, tasks = [], []
-    used = {u for us in n2_holders.values() for u in us}
-    for name, us in n2_holders.items():
-        labels.update(hold(name, us))
-        svcs.append(service(name, {**ONE, **(svc_labels or {}).get(name, {})},
-                            (modes or {}).get(name, "replicated"),
-                            (constraints or {}).get(name, ())))
-        tasks.append(running(name, "n2"))
-    if full_n2:
-        rest = [u for u in U2 if u not in used]
-        labels.update(hold("big", rest))
-        svcs.append(service("big", {f"{P}gpus": str(len(rest))}))
-        tasks.append(running("big", "n2"))
-    return [node("n1", "gpu-node-1", {}), node("n2", "gpu-node-2", labels)], svcs, tasks
-
-
-def plan(nodes: Sequence[SwarmNode], svcs: Sequence[SwarmService], tasks: Sequence[SwarmTask],
-         f2: NodeFacts, h: HealthInputs | None = None, cfg: RebalanceConfig = CFG,
-         f1: NodeFacts = F1, moving: frozenset[str] = frozenset()) -> Proposal:
-    from swarmgpu.manager.placement import read_ledger
-
-    inp = Inputs(nodes=nodes, services=svcs, tasks=tasks, facts={"n1": f1, "n2": f2},
-                 ledger=read_ledger(nodes, P), gpus={}, node_signals={}, cfg=cfg, now=1000.0,
-                 prefix=P, moving=moving)
-    return plan_moves(inp, h if h is not None else HealthInputs(left=2))
 
 
 def test_holder_of_a_failed_gpu_moves_to_the_healthy_gpu_on_the_other_node() -> None:
@@ -197,7 +123,7 @@ def test_a_new_daemon_sees_the_hours_spent_health_budget_in_swarm(tmp_path: Path
     """The hour's health moves and releases are counted from the swarm object (records in
     flight, the list of ended ones and of releases), so a restarted daemon or a new
     leader over the same swarm cannot start a fresh hour; the list stays bounded."""
-    from test_forged_state import RecordingSwarm, _cluster, _move_victim
+    from support.forged import RecordingSwarm, victim_cluster, victim_move
 
     from swarmgpu.manager.cycle.rebalance import Rebalancer
     from swarmgpu.manager.daemon import Daemon
@@ -205,7 +131,7 @@ def test_a_new_daemon_sees_the_hours_spent_health_budget_in_swarm(tmp_path: Path
     from swarmgpu.manager.rebalance.moves import Outcome, Release
     from swarmgpu.manager.rebalance.record import HEALTH_KEEP, HEALTH_SPENT
 
-    sw: RecordingSwarm = _cluster({})
+    sw: RecordingSwarm = victim_cluster({})
     cfg = Config(state_dir=str(tmp_path), health=HealthConfig(evacuations_per_hour=2))
     clock = [1000.0]
 
@@ -222,7 +148,7 @@ def test_a_new_daemon_sees_the_hours_spent_health_budget_in_swarm(tmp_path: Path
 
     d, rb = daemon()
     assert left(d, rb) == (2, "")
-    move = replace(_move_victim(), trigger=Trigger.HEALTH, window_s=None, reason="health: x")
+    move = replace(victim_move(), trigger=Trigger.HEALTH, window_s=None, reason="health: x")
     rb.health_mover.run_cycle([move], sw.nodes(), sw.services(), sw.tasks())
     assert [r.outcome for r in rb.health_mover.recent] == [Outcome.STARTED]
     rb._release(Release("third", "n-4090", "gpu-node-2", "health: y"), clock[0])
@@ -411,19 +337,19 @@ def test_health_mover_acts_in_dry_run_and_the_movers_leave_each_others_moves() -
     """The health mover (not dry-run) starts and finishes a health move; the other
     policies' mover (rebalance dry-run) neither writes, nor calls its label forged; the
     health mover judges no labels (a forged one is the other mover's to report)."""
-    from test_forged_state import RecordingSwarm, _cluster, _move_victim
+    from support.forged import RecordingSwarm, victim_cluster, victim_move
 
     from swarmgpu.manager.rebalance.mover import Mover
     from swarmgpu.manager.rebalance.moves import Outcome
 
-    sw: RecordingSwarm = _cluster({f"{P}{MOVE_STATE}": "{}"})  # the attacker's forged label
+    sw: RecordingSwarm = victim_cluster({f"{P}{MOVE_STATE}": "{}"})  # the attacker's forged label
     rb = RebalanceConfig(dry_run=True, cooldown_s=0.0)
     now = [1000.0]
     main = Mover(sw, rb, prefix=P, dry_run=True, clock=lambda: now[0],  # type: ignore[arg-type]
                  scope=lambda st: st.trigger != Trigger.HEALTH)
     health = Mover(sw, rb, prefix=P, dry_run=False, clock=lambda: now[0],  # type: ignore[arg-type]
                    scope=lambda st: st.trigger == Trigger.HEALTH, judge_labels=False)
-    move = replace(_move_victim(), trigger=Trigger.HEALTH, window_s=None, reason="health: x")
+    move = replace(victim_move(), trigger=Trigger.HEALTH, window_s=None, reason="health: x")
     health.run_cycle([move], sw.nodes(), sw.services(), sw.tasks())
     assert [r.outcome for r in health.recent] == [Outcome.STARTED]
     assert all(r.service != "attacker" for r in health.recent)  # not its to judge

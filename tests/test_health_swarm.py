@@ -18,11 +18,9 @@ from typing import Any
 
 import docker
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     HTTP_AUTH,
     LOGS,
-    RTX4090,
-    agents,
     cfg_file,
     eventually,
     kwargs_for_logs,
@@ -36,33 +34,15 @@ from gpu_nodes import (
     wait_log,
     wait_port,
 )
-from swarm_harness import SwarmCluster
-from test_placement_swarm import deploy, devices_of, tasks_running, wait_running
+from support.health_swarm import FactsFile
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import deploy, devices_of, tasks_running, wait_running
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 HOST = "gpu-node-2"
 OTHER = "gpu-node-1"
 API_PORT = 9402  # the daemon's HTTP on the manager's bridge address: plan reads its moves
 LOG = LOGS / "health-daemon.log"
-
-
-class FactsFile:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.data = RTX4090.facts().to_dict()
-        self.write()
-
-    def write(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data))
-        tmp.replace(self.path)  # the agent never reads half a file
-
-    def xid(self, uuid: str, code: int) -> None:
-        g = next(g for g in self.data["gpus"] if g["uuid"] == uuid)
-        h = g.setdefault("health", {"xid_events": []})
-        h["xid_events"].append({"xid": code, "at": time.time()})
-        self.write()
 
 
 @pytest.fixture(scope="module")

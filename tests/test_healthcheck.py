@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from paths import REPO
+from support.paths import REPO
 
 from swarmgpu.agent.server import AgentServer, build_server
 from swarmgpu.core.healthcheck import Target, find_target, main, probe

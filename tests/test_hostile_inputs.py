@@ -18,9 +18,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from gpu_nodes import DGX_A100, RTX4090
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.gpu_nodes import DGX_A100, RTX4090
 
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.labelkeys import usable_label_key, usable_label_value

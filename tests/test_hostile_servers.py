@@ -4,7 +4,7 @@ daemon's HTTP.
 Attackers connect from other loopback addresses (127.0.0.2...), the honest client
 from 127.0.0.1, as a node's daemon and a neighbour would come from different hosts;
 the floods of issue 25 also come from the honest client's own address. A flood runs in
-a child process (tests/slowflood.py) that reopens every connection the server closes,
+a child process (tests/support/slowflood.py) that reopens every connection the server closes,
 and ends by itself.
 """
 
@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import slowflood
-from gpu_nodes import RTX4090
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from paths import REPO
-from test_identity import CLUSTER, pki  # noqa: F401  (pki: the fixture, a swarm-like CA)
+from support import slowflood
+from support.gpu_nodes import RTX4090
+from support.identity import CLUSTER
+from support.paths import REPO
 
 from swarmgpu.agent.server import DEFAULT_LISTEN, AgentServer, build_server
 from swarmgpu.core.config import AgentsConfig, load_config
@@ -312,7 +312,7 @@ def test_idle_connection_ends_at_the_head_deadline(agent: tuple[AgentServer, int
 
 
 def test_mutual_tls_fetch_gets_through_a_flood_from_its_own_address(
-        pki: dict[str, Path]) -> None:  # noqa: F811
+        pki: dict[str, Path]) -> None:
     """The daemon's real fetch (manager certificate, identity swarm-pki) while twice the
     cap of slow connections from its own address hold the agent: a handshake-complete
     manager is marked authenticated (peer_authenticated) and never evicted."""

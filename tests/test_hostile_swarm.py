@@ -1,7 +1,7 @@
 """The hostile-agent suite on the real test swarm (issue 13, proof).
 
 gpu-node-1 runs an honest agent; gpu-node-2's port 9401 is taken by a hostile stand-in
-(tests/hostile_agent.py), one class of attack at a time. A stack holds an honest GPU
+(tests/support/hostile_agent.py), one class of attack at a time. A stack holds an honest GPU
 service beside one whose label is a 5,000-digit number. For every class, one daemon
 cycle (`swarmgpu run --once`) must: finish within a bound, exit 0, sync gpu-node-1,
 place the honest service there, report the hostile node (without echoing what it
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     LOGS,
     PLAIN_AGENTS,
     cfg_file,
@@ -32,10 +32,10 @@ from gpu_nodes import (
     swarmgpu_env,
     wait_port,
 )
-from hostile_agent import MODES
-from paths import REPO
-from swarm_harness import SwarmCluster
-from test_placement_swarm import stack_yaml
+from support.hostile_agent import MODES
+from support.paths import REPO
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import stack_yaml
 
 pytestmark = pytest.mark.swarm
 REFUSED = ("drip", "hang", "deep-json", "too-many-gpus", "mig-flood", "redirect", "garbage",
@@ -72,7 +72,7 @@ def scene(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
 def _hostile(swarm: SwarmCluster, mode: str) -> Any:
     n2 = swarm.node("gpu-node-2")
     proc = swarm.exec_in_netns(
-        n2, [sys.executable, str(REPO / "tests" / "hostile_agent.py"), mode, n2.addr, "9401",
+        n2, [sys.executable, str(REPO / "tests/support/hostile_agent.py"), mode, n2.addr, "9401",
              "gpu-node-2"], env=swarmgpu_env(), **kwargs_for_logs(LOGS / f"hostile-{mode}.log"))
     wait_port(n2.addr, 9401)
     return proc
@@ -116,4 +116,4 @@ def test_hostile_node_never_stops_the_honest_one(swarm: SwarmCluster, scene: dic
 
 def test_suite_covers_every_mode() -> None:
     assert set(REFUSED) <= set(MODES)
-    assert Path(REPO / "tests" / "hostile_agent.py").exists()
+    assert Path(REPO / "tests/support/hostile_agent.py").exists()

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import ssl
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import RTX4090
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.gpu_nodes import RTX4090
+from support.identity import CLUSTER, FakeSource
 
 from swarmgpu.agent.doctor import Status, check_agent_identity, read_view
 from swarmgpu.agent.server import build_server
@@ -39,13 +39,6 @@ from swarmgpu.swarm.identity import (
 )
 
 ROOT = Path(__file__).parent / "doctor_roots" / "healthy"
-
-
-class _Source:
-    spec = "fake:identity"
-
-    def read(self) -> Any:
-        return RTX4090.facts()
 
 
 def test_swarm_pki_needs_https(tmp_path: Path) -> None:
@@ -108,7 +101,7 @@ def test_audit_warns_about_plain_http() -> None:
 
 
 def test_doctor_warns_about_a_plain_http_agent() -> None:
-    srv = build_server(_Source(), "127.0.0.1:0", refresh_s=60)
+    srv = build_server(FakeSource(), "127.0.0.1:0", refresh_s=60)
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
                      daemon=True).start()
     try:
@@ -125,49 +118,13 @@ def test_doctor_warns_about_a_plain_http_agent() -> None:
 
 # --- the whole identity, over real TLS on loopback (a CA made here with openssl) --------
 
-CLUSTER = "clusterA0123456789abcdefg"
-
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A swarm-like PKI: a root CA and node certificates with Swarm's subject layout
-    (CN node ID, O cluster ID, OU role), plus the forgeries a reviewer would try."""
-    d = tmp_path_factory.mktemp("pki")
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-             "-nodes", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"),
-             "-subj", "/CN=swarm-ca", "-days", "2")
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-             "-nodes", "-keyout", str(d / "rogue.key"), "-out", str(d / "rogue.crt"),
-             "-subj", "/CN=swarm-ca", "-days", "2")
-    out = {"ca": d / "ca.crt"}
-    for name, subj, ca in (
-            ("node1", f"/O={CLUSTER}/OU=swarm-worker/CN=node1", "ca"),
-            ("mgr", f"/O={CLUSTER}/OU=swarm-manager/CN=mgr1", "ca"),
-            ("badou", f"/O={CLUSTER}/OU=not-a-swarm-role/CN=node1", "ca"),
-            ("othercluster", "/O=clusterB/OU=swarm-worker/CN=node1", "ca"),
-            ("othermgr", "/O=clusterB/OU=swarm-manager/CN=mgr9", "ca"),
-            ("roguenode", f"/O={CLUSTER}/OU=swarm-worker/CN=node1", "rogue"),
-            ("roguemgr", f"/O={CLUSTER}/OU=swarm-manager/CN=mgr1", "rogue")):
-        _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                 "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"),
-                 "-subj", subj)
-        _openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.crt"),
-                 "-CAkey", str(d / f"{ca}.key"), "-CAcreateserial", "-days", "2",
-                 "-out", str(d / f"{name}.crt"))
-        out[name] = d / f"{name}.crt"
-    return out
-
 
 def _key(crt: Path) -> Path:
     return crt.with_suffix(".key")
 
 
 def _serve(pki: dict[str, Path], cert: str, token: str | None = None) -> Any:
-    srv = build_server(_Source(), "127.0.0.1:0", refresh_s=60, sampler=_with_process,
+    srv = build_server(FakeSource(), "127.0.0.1:0", refresh_s=60, sampler=_with_process,
                        tls=ReloadingServerContext(pki[cert], _key(pki[cert]), pki["ca"]),
                        token=token)
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},

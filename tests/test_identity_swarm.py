@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from gpu_nodes import (
+from support.gpu_nodes import (
     GPU_NODES,
     LOGS,
     cfg_file,
@@ -31,8 +31,8 @@ from gpu_nodes import (
     swarmgpu_env,
     wait_port,
 )
-from paths import REPO
-from swarm_harness import NodeHandle, SwarmCluster
+from support.paths import REPO
+from support.swarm_harness import NodeHandle, SwarmCluster
 
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.manager.nodes import boundedhttp

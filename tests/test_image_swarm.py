@@ -29,9 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from gpu_nodes import GPU_NODES, PLAIN_AGENTS, cfg_file, labels_of, run_cli
-from paths import REPO
-from swarm_harness import NodeHandle, SwarmCluster
+from support.gpu_nodes import GPU_NODES, PLAIN_AGENTS, cfg_file, labels_of, run_cli
+from support.paths import REPO
+from support.swarm_harness import NodeHandle, SwarmCluster
 
 from swarmgpu.swarm.labels import desired_labels
 

@@ -18,14 +18,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, RTX4090, agents, run_cli, running_daemon
-from swarm_harness import SwarmCluster
-from test_jobs_swarm import gpu_create
-from test_placement_swarm import container_env, wait_running
-from test_preemption_swarm import PREEMPTING
+from support.gpu_nodes import LOGS, RTX4090, run_cli, running_daemon
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import PREEMPTING, container_env, gpu_create, wait_running
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 JOB = "jp-batch"
 HIGH = "jp-high"

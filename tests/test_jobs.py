@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from test_placement import FACTS, apply, node, svc
+from support.placement import FACTS, apply, node, svc
 
 from swarmgpu.manager.placement import Planner
 from swarmgpu.swarm.client import SwarmService, SwarmTask
@@ -137,12 +137,12 @@ def test_a_finished_jobs_gpus_are_free_in_the_cycle_that_sees_it_finish() -> Non
 
 
 def test_departures_replay_runs_pods_as_jobs_and_frees_room_through_the_job_path() -> None:
-    from test_sim import _node, _pod
+    from support.sim import node_spec, trace_pod
 
     from swarmgpu.sim.swarm_replay import World, replay_departures_planner
 
-    nodes = [_node("n", 2)]
-    pods = [_pod("p1", 0, 10, 2), _pod("p2", 5, 20), _pod("p3", 10, 30, 2)]
+    nodes = [node_spec("n", 2)]
+    pods = [trace_pod("p1", 0, 10, 2), trace_pod("p2", 5, 20), trace_pod("p3", 10, 30, 2)]
     r = replay_departures_planner(nodes, pods, 1, batch=1)
     # p2 finds no GPU (p1 holds both); p1's job completes at 10 and p3 gets both.
     assert r.placed == 2 and r.failed == {"1gpu": 1}

@@ -10,15 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import GPU_NODES, LOGS, RTX4090, agents, run_cli, running_daemon
-from swarm_harness import SwarmCluster
-from test_placement_swarm import wait_running
-
-from swarmgpu.manager.placement import env_template, gate_constraint
+from support.gpu_nodes import GPU_NODES, LOGS, RTX4090, run_cli, running_daemon
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import P, gpu_create, wait_running
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
-P = "swarmgpu."
 JOB = "embed"
 
 
@@ -28,11 +24,6 @@ def daemon(swarm: SwarmCluster, agents: dict[str, Any],
     tmp = tmp_path_factory.mktemp("jobs")
     with running_daemon(swarm, tmp, LOGS / "jobs-daemon.log", sync={"interval_s": 2}) as cfg:
         yield {"cfg": cfg}
-
-
-def gpu_create(swarm: SwarmCluster, name: str, *args: str) -> None:
-    swarm.cli(swarm.manager, "service", "create", "-d", "--no-resolve-image", "--name", name,
-              "--constraint", gate_constraint(P, name), "--env", env_template(P), *args)
 
 
 def run_devices(swarm: SwarmCluster, job: str = JOB, timeout: float = 120,

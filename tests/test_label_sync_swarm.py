@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     DGX_A100,
     GPU_NODES,
     LOGS,
-    agents,
     kwargs_for_logs,
     labels_of,
     node_version,
@@ -29,15 +28,14 @@ from gpu_nodes import (
     swarmgpu_env,
     wait_port,
 )
-from gpu_nodes import cfg_file as _cfg_file
-from swarm_harness import SwarmCluster
+from support.gpu_nodes import cfg_file as _cfg_file
+from support.swarm_harness import SwarmCluster
 
 from swarmgpu.core.config import load_config
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.swarm.client import SwarmClient
 
 pytestmark = pytest.mark.swarm
-_ = agents  # a fixture, used by name
 
 
 def test_run_once_writes_labels_and_constraint_places(

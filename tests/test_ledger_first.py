@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from test_placement import DGX, FACTS, R4090, apply, svc
+from support.placement import DGX, FACTS, R4090, apply, svc
 
 from swarmgpu.manager.placement import plan_placement
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpu_nodes import RTX4090
-from test_placement import apply, node, svc
+from support.gpu_nodes import RTX4090
+from support.memo import as_written
+from support.placement import apply, node, svc
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import Planner
@@ -14,21 +15,6 @@ from swarmgpu.manager.placement.records import PlacementPlan
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 PAR = "swarmgpu.state.update-parallelism"
-
-
-def _written(services: list[SwarmService], plan: PlacementPlan) -> list[SwarmService]:
-    """The services as Swarm holds them after the plan's service writes."""
-    out = []
-    for s in services:
-        sp = next((x for x in plan.services if x.name == s.name), None)
-        if sp is None or not sp.needs_service_write:
-            out.append(s)
-            continue
-        labels = {k: v for k, v in {**s.labels, **sp.service_labels_set}.items()
-                  if k not in sp.service_labels_remove}
-        out.append(replace(s, labels=labels, version=s.version + 1,
-                           force_update=s.force_update + sp.force_update))
-    return out
 
 
 def _settle(planner: Planner, nodes: list[SwarmNode], services: list[SwarmService],
@@ -39,7 +25,7 @@ def _settle(planner: Planner, nodes: list[SwarmNode], services: list[SwarmServic
         if not plan.node_set and not plan.node_remove and not any(
                 sp.needs_service_write for sp in plan.services):
             return nodes, services, plan
-        nodes, services = apply(nodes, plan), _written(services, plan)
+        nodes, services = apply(nodes, plan), as_written(services, plan)
     raise AssertionError("did not settle")
 
 
@@ -85,7 +71,7 @@ def test_the_cycle_after_its_gates_open_does_not_plan_the_service_again() -> Non
     first = planner.plan(nodes, services, [], facts)  # the map, a forced update; gate waits
     assert first.services[0].gates_deferred and not first.node_set["n-a"].get(
         "swarmgpu.service.a")
-    nodes, services = apply(nodes, first), _written(services, first)
+    nodes, services = apply(nodes, first), as_written(services, first)
     opens = planner.plan(nodes, services, [], facts)  # only the gate opens
     sp2 = opens.services[0]
     assert opens.node_set == {"n-a": {"swarmgpu.service.a": "true"}} and sp2.node_writes
@@ -115,7 +101,7 @@ def test_a_plan_that_places_is_planned_again_once_its_writes_landed() -> None:
     sp1 = first.services[0]
     assert sp1.new and sp1.gates_deferred
     first.node_set["n-a"]["swarmgpu.service.a"] = "true"  # opened in the same cycle
-    nodes, services = apply(nodes, first), _written(services, first)
+    nodes, services = apply(nodes, first), as_written(services, first)
     second = planner.plan(nodes, services, [], facts)
     sp2 = second.services[0]
     assert second.empty and sp2 is not sp1

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
-import subprocess
 import threading
 import time
 import urllib.request
@@ -13,8 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from paths import FIXTURES as FIXTURES_DIR
 from prometheus_client.parser import text_string_to_metric_families
+from support.paths import FIXTURES as FIXTURES_DIR
+from support.prometheus import promtool_check
 
 from swarmgpu.agent.facts.topo import TopoSource
 from swarmgpu.agent.metrics import DCGM_FIELDS, AgentStats, render_metrics
@@ -169,24 +168,9 @@ def test_sample_for_unknown_uuid_is_still_written() -> None:
     assert 'UUID="GPU-zzzz"' in line and 'gpu="7"' in line
 
 
-def _promtool_check(text: bytes) -> None:
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool missing: apt-get install prometheus (scripts/setup.sh does)"
-    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
-                       timeout=30, check=False)
-    out = (r.stdout + r.stderr).decode()
-    # 3 = lint remarks only; the only remarks allowed are on dcgm-exporter's own names:
-    # camelCase labels, counters without _total, PCIE_REPLAY_COUNTER (as it prints them)
-    assert r.returncode in (0, 3), out
-    for line in out.splitlines():
-        assert "camelCase" in line or (line.startswith("DCGM_FI_") and line.endswith((
-            'counter metrics should have "_total" suffix',
-            "metric name should not include type 'counter'"))), line
-
-
 def test_promtool_accepts_output() -> None:
     stats = AgentStats(facts_errors=0, facts_age_s=1.0, scrape_duration_s=0.1)
-    _promtool_check(render_metrics(_facts(), _samples(), stats))
+    promtool_check(render_metrics(_facts(), _samples(), stats))
 
 
 def _series(text: str) -> list[tuple[str, frozenset[tuple[str, str]]]]:
@@ -230,7 +214,7 @@ def test_seven_mig_slices_give_unique_series() -> None:
     # The manager's parser keeps each slice apart too (none folded into another).
     g0 = next(g for g in parse_metrics(text).samples_by_uuid.values() if g.index == 0)
     assert len(g0.mig) == 7 and g0.values.get(FB_FREE) is None
-    _promtool_check(text.encode())
+    promtool_check(text.encode())
 
 
 def test_slices_without_gi_id_are_numbered_apart() -> None:

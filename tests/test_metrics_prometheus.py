@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 import yaml
-from fake_pynvml.builder import build_layout, with_uncaptured_counters
-from gpu_nodes import LOGS, kwargs_for_logs, stop
-from test_metrics import _promtool_check
+from support.fake_pynvml.builder import build_layout, with_uncaptured_counters
+from support.gpu_nodes import LOGS, kwargs_for_logs, stop
+from support.prometheus import promtool_check
 
 from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.nvml_sampler import read_utilisation
@@ -104,7 +104,7 @@ def test_promtool_reads_both_pages(prom: dict[str, Any]) -> None:
     for target in prom["targets"].values():
         _get(f"http://{target}/metrics")  # the rates need a previous scrape
         page = _get(f"http://{target}/metrics")
-        _promtool_check(page)
+        promtool_check(page)
         assert b"DCGM_FI_PROF_GR_ENGINE_ACTIVE" in page
 
 

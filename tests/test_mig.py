@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from paths import FIXTURES as FIXTURES_DIR
+from support.paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.allocator.mig import (
     MigChoice,

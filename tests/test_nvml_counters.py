@@ -10,14 +10,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from fake_pynvml.builder import (
+from prometheus_client.parser import text_string_to_metric_families
+from support.fake_pynvml.builder import (
     CAPTURED_ENERGY_MJ,
     build_layout,
     layouts,
     parse_q,
     with_uncaptured_counters,
 )
-from prometheus_client.parser import text_string_to_metric_families
 
 from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.nvml_sampler import read_utilisation

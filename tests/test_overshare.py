@@ -6,26 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_nodes import DGX_A100
-from test_placement import DGX
+from support.overshare import G1, G2, F, metrics_for
+from support.placement import DGX
 
-from swarmgpu.agent.metrics import render_metrics
-from swarmgpu.core.metrics_in import GpuMetrics, parse_metrics
-from swarmgpu.core.samples import GpuProcess, GpuSample
+from swarmgpu.core.samples import GpuProcess
 from swarmgpu.manager.placement import Holding
 from swarmgpu.manager.services.overshare import Watch, annotate, findings, owners, service_use
 from swarmgpu.swarm.client import SwarmService, SwarmTask
-
-F = DGX_A100.facts()
-G1, G2 = F.gpus[1], F.gpus[2]
-
-
-def _metrics(procs: dict[str, tuple[GpuProcess, ...]]) -> dict[str, dict[str, GpuMetrics]]:
-    """The agent's /metrics page for these processes, read back as the daemon reads it."""
-    samples = [GpuSample(g.uuid, g.index, 1.0, 1, 1, 1.0, 1.0, 1.0, procs.get(g.uuid, ()))
-               for g in F.gpus]
-    return {DGX.id: dict(parse_metrics(render_metrics(F, samples).decode()).samples_by_uuid)}
-
 
 LEDGER = {"a": {DGX.id: Holding("a", DGX.id, (G1.uuid,), (500,))},
           "b": {DGX.id: Holding("b", DGX.id, (G1.uuid,), (500,))},
@@ -40,7 +27,7 @@ OWNERS = owners([SwarmService(f"sid-{n}", n, {}, (), (), "replicated", 1, None, 
 
 
 def test_use_against_share_per_holder() -> None:
-    m = _metrics({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64, "ta", "a"),
+    m = metrics_for({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64, "ta", "a"),
                             GpuProcess(11, 2000, None, "c" * 64, "ta", "a"),
                             GpuProcess(12, 4000, None, "d" * 64, "tb", "b"),
                             GpuProcess(13, 999)),  # a host process: nobody's
@@ -58,7 +45,7 @@ def test_use_against_share_per_holder() -> None:
 
 
 def test_a_service_on_a_gpu_it_does_not_hold_is_over() -> None:
-    m = _metrics({G1.uuid: (GpuProcess(10, 100, None, "f" * 64, "tx", "x"),)})
+    m = metrics_for({G1.uuid: (GpuProcess(10, 100, None, "f" * 64, "tx", "x"),)})
     uses = {(u.service, u.uuid): u for u in service_use([DGX], LEDGER, {DGX.id: F}, m,
                                                          OWNERS)}
     assert uses["x", G1.uuid].over and uses["x", G1.uuid].share_mib == 0
@@ -66,19 +53,19 @@ def test_a_service_on_a_gpu_it_does_not_hold_is_over() -> None:
 
 
 def test_no_processes_listed_judges_nothing() -> None:
-    assert service_use([DGX], LEDGER, {DGX.id: F}, _metrics({})) == []
+    assert service_use([DGX], LEDGER, {DGX.id: F}, metrics_for({})) == []
 
 
 def test_watch_window_and_map_annotation() -> None:
     now = [100.0]
     w = Watch(clock=lambda: now[0])
-    over = _metrics({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64, "ta", "a"),)})
+    over = metrics_for({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64, "ta", "a"),)})
     w.update(service_use([DGX], LEDGER, {DGX.id: F}, over, OWNERS))
     assert w.due(60) == []
     now[0] = 170.0
     w.update(service_use([DGX], LEDGER, {DGX.id: F}, over, OWNERS))
     assert [u.service for u in w.due(60)] == ["a"]
-    w.update(service_use([DGX], LEDGER, {DGX.id: F}, _metrics(
+    w.update(service_use([DGX], LEDGER, {DGX.id: F}, metrics_for(
         {G1.uuid: (GpuProcess(10, 100, None, "c" * 64, "ta", "a"),)}), OWNERS))
     assert w.due(0) == [] and w.since == {}
     doc: dict[str, Any] = {"nodes": [{"id": DGX.id, "gpus": [{"uuid": G1.uuid, "holders": [
@@ -97,7 +84,7 @@ def test_unnamed_processes_are_named_from_swarms_task_list() -> None:
     svc = SwarmService("sid-a", "a", {}, (), (), "replicated", 1, None, 1)
     task = SwarmTask("ta", "sid-a", DGX.id, 1, "running", "running", (),
                      container_id="c" * 64)
-    m = _metrics({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64),)})  # no engine access
+    m = metrics_for({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64),)})  # no engine access
     (u, _b) = service_use([DGX], LEDGER, {DGX.id: F}, m, owners([svc], [task]))
     assert (u.service, u.tasks, u.used_mib, u.over) == ("a", ("ta",), 30000, True)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     HTTP_AUTH,
     LOGS,
     cfg_file,
@@ -32,8 +32,8 @@ from gpu_nodes import (
     wait_log,
     wait_port,
 )
-from swarm_harness import SwarmCluster
-from test_placement_swarm import container_env, deploy, tasks_running, wait_running
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import container_env, deploy, tasks_running, wait_running
 
 from swarmgpu.agent.procattr import SERVICE_LABEL, TASK_LABEL, engine_labels
 from swarmgpu.manager.nodes import boundedhttp
@@ -57,7 +57,7 @@ def env(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory
     node1 = swarm.node("gpu-node-1")
     LOGS.mkdir(parents=True, exist_ok=True)
     fake = swarm.exec_in_netns(node1, [
-        sys.executable, str(TESTS / "fake_nvml_agent.py"), "dgx_a100_nv12", str(procs_file),
+        sys.executable, str(TESTS / "support/fake_nvml_agent.py"), "dgx_a100_nv12", str(procs_file),
         str(tmp / "sysfs"), "--hostname", "gpu-node-1", "--listen", f"{node1.addr}:9401",
         "--refresh-s", "1", "--identity", "swarm-pki", "--data-root", str(node1.data_root)],
         env=swarmgpu_env(), **kwargs_for_logs(LOGS / "agent-nvml.log"))

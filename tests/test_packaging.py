@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from paths import REPO
+from support.paths import REPO
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 PROJECT = PYPROJECT["project"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpu_nodes import DGX_A100, RTX4090
+from support.gpu_nodes import RTX4090
+from support.placement import DGX, FACTS, R4090, P, apply, node, svc
 
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.workload import WorkloadModel
@@ -14,41 +15,7 @@ from swarmgpu.manager.placement import (
     plan_placement,
     read_ledger,
 )
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-
-P = "swarmgpu."
-
-
-def node(nid: str, host: str, labels: dict[str, str] | None = None) -> SwarmNode:
-    return SwarmNode(id=nid, hostname=host, addr="10.0.0.1", role="worker", state="ready",
-                     availability="active", labels=labels or {}, engine_labels={}, version=1,
-                     generic_resources={}, discrete_resources={})
-
-
-def svc(name: str, labels: dict[str, str], replicas: int = 1, gated: bool = True,
-        sid: str | None = None) -> SwarmService:
-    cons = (gate_constraint(P, name),) if gated else ()
-    env = (env_template(P),) if gated else ()
-    return SwarmService(id=sid or f"id-{name}", name=name, labels=labels, constraints=cons,
-                        env=env, mode="replicated", replicas=replicas,
-                        max_replicas_per_node=None, version=1)
-
-
-DGX = node("n-dgx", "gpu-node-1")
-R4090 = node("n-4090", "gpu-node-2")
-FACTS = {"n-dgx": DGX_A100.facts(), "n-4090": RTX4090.facts()}
-
-
-def apply(nodes: list[SwarmNode], plan: object) -> list[SwarmNode]:
-    out = []
-    for n in nodes:
-        labels = dict(n.labels)
-        for k in plan.node_remove.get(n.id, []):  # type: ignore[attr-defined]
-            labels.pop(k, None)
-        labels.update(plan.node_set.get(n.id, {}))  # type: ignore[attr-defined]
-        # Swarm bumps a node's version on every update (a long-lived planner relies on it)
-        out.append(replace(n, labels=labels, version=n.version + (labels != n.labels)))
-    return out
+from swarmgpu.swarm.client import SwarmNode, SwarmTask
 
 
 def test_nvlink_pair_lands_on_dgx() -> None:
@@ -165,7 +132,7 @@ def test_fraction_packs_by_memory_and_never_over() -> None:
 
 
 def test_mig_request_gets_mig_uuid() -> None:
-    from paths import TOPOLOGY
+    from support.paths import TOPOLOGY
 
     from swarmgpu.agent.facts.topo import TopoSource
 

@@ -8,19 +8,14 @@ import random
 import weakref
 from dataclasses import replace
 
-from gpu_nodes import RTX4090
-from test_placement import P, apply, node, svc
+from support.gpu_nodes import RTX4090
+from support.placement import P, apply, svc
+from support.planner import cpu_node, two_nodes
 
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.manager.placement import Planner, gate_constraint, plan_placement, read_ledger
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-
-CPU2 = 2000
-
-
-def cpu_node(nid: str, host: str, cpu_milli: int = CPU2, **kw: object) -> SwarmNode:
-    return replace(node(nid, host), cpu_milli=cpu_milli, memory_mib=8192, **kw)  # type: ignore[arg-type]
 
 
 def reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
@@ -32,12 +27,6 @@ def task(tid: str, service: SwarmService, node_id: str, cpu_milli: int,
          state: str = "running", err: str = "") -> SwarmTask:
     return SwarmTask(id=tid, service_id=service.id, node_id=node_id, slot=1, state=state,
                      desired_state="running", env=(), error=err, cpu_milli=cpu_milli)
-
-
-def two_nodes() -> tuple[list[SwarmNode], dict[str, object]]:
-    nodes = [cpu_node("n-a", "node-a"), cpu_node("n-b", "node-b")]
-    facts = {"n-a": RTX4090.facts(), "n-b": RTX4090.facts()}
-    return nodes, facts
 
 
 def test_cpu_reserved_by_a_running_task_sends_the_next_service_elsewhere() -> None:

@@ -7,14 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_forged_state import (
-    DGX_F,
-    R4090_F,
-    RecordingSwarm,
-    _closed_port,
-    _node,
-    _svc,
-)
+from support.forged import DGX_F, R4090_F, RecordingSwarm, closed_port, sw_node, sw_svc
 
 from swarmgpu.core.config import (
     AgentsConfig,
@@ -85,7 +78,7 @@ def test_config_priority_classes_are_checked(tmp_path: Any) -> None:
 def test_served_in_priority_order_then_age_then_as_before() -> None:
     def svc(name: str, prio: str | None, created: str) -> tuple[SwarmService, Any]:
         labels = {f"{P}gpus": "1", **({f"{P}priority": prio} if prio else {})}
-        s = _svc(name, labels)
+        s = sw_svc(name, labels)
         object.__setattr__(s, "created_at", created)
         return s, parse_all(labels)
 
@@ -144,13 +137,13 @@ def _gpu_cluster(batch_labels: dict[str, str], high_labels: dict[str, str]
                  ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
     """batch holds all 8 RTX 4090s; high asks for 2 of them (the DGX is not usable)."""
     held = Holding("batch", "n-4090", R_UUIDS, tuple(1000 for _ in R_UUIDS))
-    nodes = [_node("n-mgr", "manager", role="manager"),
-             _node("n-dgx", "gpu-node-1"),
-             _node("n-4090", "gpu-node-2", {assign_key(P, "batch"): held.label_value(),
+    nodes = [sw_node("n-mgr", "manager", role="manager"),
+             sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "batch"): held.label_value(),
                                             gate_key(P, "batch"): "true"})]
-    batch = _svc("batch", {f"{P}gpus": "8", devices_key(P, "n-4090"): ",".join(R_UUIDS),
+    batch = sw_svc("batch", {f"{P}gpus": "8", devices_key(P, "n-4090"): ",".join(R_UUIDS),
                            **batch_labels})
-    high = _svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*", **high_labels})
+    high = sw_svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*", **high_labels})
     tasks = [SwarmTask("t-batch", batch.id, "n-4090", 1, "running", "running", ()),
              SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
     return nodes, [batch, high], tasks
@@ -191,9 +184,9 @@ def test_no_ping_pong_the_preempted_one_cannot_preempt_back() -> None:
     and high, placed, is never a victim of it."""
     nodes, services, tasks = _gpu_cluster({}, {f"{P}priority": "100"})
     held = Holding("high", "n-4090", R_UUIDS[:2], (1000, 1000))
-    nodes[2] = _node("n-4090", "gpu-node-2", {assign_key(P, "high"): held.label_value(),
+    nodes[2] = sw_node("n-4090", "gpu-node-2", {assign_key(P, "high"): held.label_value(),
                                               gate_key(P, "high"): "true"})
-    batch = _svc("batch", {f"{P}gpus": "8", f"{P}preemptible": "true"})
+    batch = sw_svc("batch", {f"{P}gpus": "8", f"{P}preemptible": "true"})
     services = [batch, services[1]]
     tasks = [SwarmTask("t-high", services[1].id, "n-4090", 1, "running", "running", ())]
     plan = plan_placement(nodes, services, tasks, FACTS)
@@ -206,17 +199,17 @@ def test_no_ping_pong_the_preempted_one_cannot_preempt_back() -> None:
 def test_a_preempted_service_says_why_and_its_record_goes_once_placed() -> None:
     nodes, _, _ = _gpu_cluster({}, {})
     rec = '{"at": 1.0, "by": "high", "node": "n-4090", "priority": 100}'
-    waiting = _svc("batch", {f"{P}gpus": "8", f"{P}{PREEMPTED_STATE}": rec})
+    waiting = sw_svc("batch", {f"{P}gpus": "8", f"{P}{PREEMPTED_STATE}": rec})
     st = preempted_state(waiting.labels, P)
     assert st is not None and st.reason() == "preempted by high (priority 100)"
-    nodes[2] = _node("n-4090", "gpu-node-2", {assign_key(P, "x"): Holding(
+    nodes[2] = sw_node("n-4090", "gpu-node-2", {assign_key(P, "x"): Holding(
         "x", "n-4090", R_UUIDS[:1], (1000,)).label_value()})
-    x = _svc("x", {f"{P}gpus": "1"})
+    x = sw_svc("x", {f"{P}gpus": "1"})
     plan = plan_placement(nodes, [waiting, x], [], FACTS)
     sp = {s.name: s for s in plan.services}["batch"]
     assert sp.status == "pending" and (sp.reason or "").startswith(
         "preempted by high (priority 100)")
-    plan = plan_placement([*nodes[:2], _node("n-4090", "gpu-node-2")], [waiting], [], FACTS)
+    plan = plan_placement([*nodes[:2], sw_node("n-4090", "gpu-node-2")], [waiting], [], FACTS)
     sp = plan.services[0]
     assert sp.status == "placed" and f"{P}{PREEMPTED_STATE}" in sp.service_labels_remove
 
@@ -227,7 +220,7 @@ def test_a_preempted_service_says_why_and_its_record_goes_once_placed() -> None:
 def _daemon(sw: RecordingSwarm, tmp: str, **pre: Any) -> Daemon:
     from swarmgpu.manager.cycle.wiring import daemon_steps
 
-    port = _closed_port()
+    port = closed_port()
     cfg = Config(state_dir=tmp, sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
                  preemption=PreemptionConfig(**pre))
@@ -300,15 +293,15 @@ def _movable_cluster() -> RecordingSwarm:
     6 GPUs) fill n-4090; the DGX has 7 whole GPUs free; high wants 2 RTX 4090s."""
     small_h = Holding("small", "n-4090", R_UUIDS[:2], (1000, 1000))
     fill_h = Holding("filler", "n-4090", R_UUIDS[2:], tuple(1000 for _ in R_UUIDS[2:]))
-    nodes = [_node("n-mgr", "manager", role="manager"), _node("n-dgx", "gpu-node-1"),
-             _node("n-4090", "gpu-node-2", {
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {
                  assign_key(P, "small"): small_h.label_value(), gate_key(P, "small"): "true",
                  assign_key(P, "filler"): fill_h.label_value(), gate_key(P, "filler"): "true"})]
-    small = _svc("small", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R_UUIDS[:2])})
-    filler = _svc("filler", {f"{P}gpus": "6", f"{P}priority": "50",
+    small = sw_svc("small", {f"{P}gpus": "2", devices_key(P, "n-4090"): ",".join(R_UUIDS[:2])})
+    filler = sw_svc("filler", {f"{P}gpus": "6", f"{P}priority": "50",
                              f"{P}preemptible": "false",
                              devices_key(P, "n-4090"): ",".join(R_UUIDS[2:])})
-    high = _svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+    high = sw_svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
                          f"{P}priority": "100"})
     tasks = [SwarmTask("t-small", small.id, "n-4090", 1, "running", "running", ()),
              SwarmTask("t-filler", filler.id, "n-4090", 1, "running", "running", ()),
@@ -333,7 +326,7 @@ def test_live_preemption_moves_a_movable_victim_through_the_mover(tmp_path: Any)
     from swarmgpu.manager.rebalance.mover import read_records
 
     sw = _movable_cluster()
-    port = _closed_port()
+    port = closed_port()
     cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
                  rebalance=RebalanceConfig(dry_run=False, policies="",
@@ -361,10 +354,10 @@ def test_live_preemption_moves_a_movable_victim_through_the_mover(tmp_path: Any)
 
 
 def test_a_queue_never_exceeds_its_max_and_status_counts_its_use() -> None:
-    nodes = [_node("n-dgx", "gpu-node-1"), _node("n-4090", "gpu-node-2")]
-    a = _svc("a", {f"{P}gpus": "4", f"{P}queue": "research"})
-    b = _svc("b", {f"{P}gpus": "2", f"{P}queue": "research"})
-    c = _svc("c", {f"{P}gpus": "2", f"{P}queue": "prod"})
+    nodes = [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2")]
+    a = sw_svc("a", {f"{P}gpus": "4", f"{P}queue": "research"})
+    b = sw_svc("b", {f"{P}gpus": "2", f"{P}queue": "research"})
+    c = sw_svc("c", {f"{P}gpus": "2", f"{P}queue": "prod"})
     plan = plan_placement(nodes, [a, b, c], [], FACTS)  # no quotas: all placed
     assert {sp.name: sp.status for sp in plan.services} == dict.fromkeys("abc", "placed")
     from swarmgpu.manager.placement import Planner
@@ -399,13 +392,13 @@ def test_bad_queue_config_and_label_are_named() -> None:
 def _quota_cluster(research_prio: str, prod_prio: str
                    ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
     held = Holding("research", "n-4090", R_UUIDS, tuple(1000 for _ in R_UUIDS))
-    nodes = [_node("n-dgx", "gpu-node-1"),
-             _node("n-4090", "gpu-node-2", {assign_key(P, "research"): held.label_value(),
+    nodes = [sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "research"): held.label_value(),
                                             gate_key(P, "research"): "true"})]
-    research = _svc("research", {f"{P}gpus": "8", f"{P}queue": "research",
+    research = sw_svc("research", {f"{P}gpus": "8", f"{P}queue": "research",
                                  f"{P}priority": research_prio,
                                  devices_key(P, "n-4090"): ",".join(R_UUIDS)})
-    prod = _svc("prod", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
+    prod = sw_svc("prod", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*",
                          f"{P}queue": "prod", f"{P}priority": prod_prio})
     tasks = [SwarmTask("t-r", research.id, "n-4090", 1, "running", "running", ())]
     return nodes, [research, prod], tasks
@@ -439,12 +432,12 @@ def test_no_ping_pong_between_queues() -> None:
     from swarmgpu.manager.placement import Planner
 
     held = Holding("prod", "n-4090", R_UUIDS[:2], (1000, 1000))
-    nodes = [_node("n-dgx", "gpu-node-1"),
-             _node("n-4090", "gpu-node-2", {assign_key(P, "prod"): held.label_value(),
+    nodes = [sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "prod"): held.label_value(),
                                             gate_key(P, "prod"): "true"})]
-    research = _svc("research", {f"{P}gpus": "8", f"{P}queue": "research",
+    research = sw_svc("research", {f"{P}gpus": "8", f"{P}queue": "research",
                                  f"{P}priority": "100"})
-    prod = _svc("prod", {f"{P}gpus": "2", f"{P}queue": "prod", f"{P}priority": "100"})
+    prod = sw_svc("prod", {f"{P}gpus": "2", f"{P}queue": "prod", f"{P}priority": "100"})
     tasks = [SwarmTask("t-p", prod.id, "n-4090", 1, "running", "running", ())]
     plan = Planner(queues={"research": (0, None), "prod": (4000, None)}).plan(
         nodes, [research, prod], tasks, FACTS)
@@ -460,10 +453,10 @@ def _scaled_up(max_milli: int
     from swarmgpu.manager.placement import Planner
 
     held = Holding("a", "n-4090", R_UUIDS[:2], (1000, 1000))
-    nodes = [_node("n-dgx", "gpu-node-1"),
-             _node("n-4090", "gpu-node-2", {assign_key(P, "a"): held.label_value(),
+    nodes = [sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "a"): held.label_value(),
                                             gate_key(P, "a"): "true"})]
-    a = _svc("a", {f"{P}gpus": "2", f"{P}queue": "research",
+    a = sw_svc("a", {f"{P}gpus": "2", f"{P}queue": "research",
                    devices_key(P, "n-4090"): ",".join(R_UUIDS[:2])}, replicas=2)
     tasks = [SwarmTask("t-a", a.id, "n-4090", 1, "running", "running", ())]
     planner = Planner(queues={"research": (0, max_milli)})
@@ -526,15 +519,15 @@ def _two_research(prod_gpus: dict[str, str]
     """research holds all 8 RTX 4090s as r1 (4) and r2 (4); prod services ask for GPUs."""
     h1 = Holding("r1", "n-4090", R_UUIDS[:4], (1000,) * 4)
     h2 = Holding("r2", "n-4090", R_UUIDS[4:], (1000,) * 4)
-    nodes = [_node("n-dgx", "gpu-node-1"),
-             _node("n-4090", "gpu-node-2", {assign_key(P, "r1"): h1.label_value(),
+    nodes = [sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "r1"): h1.label_value(),
                                             gate_key(P, "r1"): "true",
                                             assign_key(P, "r2"): h2.label_value(),
                                             gate_key(P, "r2"): "true"})]
-    research = [_svc(n, {f"{P}gpus": "4", f"{P}queue": "research",
+    research = [sw_svc(n, {f"{P}gpus": "4", f"{P}queue": "research",
                          devices_key(P, "n-4090"): ",".join(u)})
                 for n, u in (("r1", R_UUIDS[:4]), ("r2", R_UUIDS[4:]))]
-    prod = [_svc(n, {f"{P}gpus": g, f"{P}gpu-product": "*RTX 4090*", f"{P}queue": "prod"})
+    prod = [sw_svc(n, {f"{P}gpus": g, f"{P}gpu-product": "*RTX 4090*", f"{P}queue": "prod"})
             for n, g in prod_gpus.items()]
     tasks = [SwarmTask(f"t-{s.name}", s.id, "n-4090", 1, "running", "running", ())
              for s in research]

@@ -15,18 +15,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, RTX4090, agents, eventually, run_cli, running_daemon, wait_log
-from swarm_harness import SwarmCluster
-from test_placement_swarm import deploy, plan, tasks_running, wait_running
+from support.gpu_nodes import LOGS, RTX4090, eventually, run_cli, running_daemon, wait_log
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import PREEMPTING, deploy, plan, tasks_running, wait_running
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
-# The daemon's config here and in test_job_preempt_swarm: preemption on, moves on
-# (through the rebalancer's mover), but no rebalancing policy of its own.
-PREEMPTING: dict[str, Any] = {"sync": {"interval_s": 2},
-                              "preemption": {"dry_run": False, "settle_s": 10},
-                              "rebalance": {"dry_run": False, "policies": ""}}
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpu_nodes import RTX4090
+from support.gpu_nodes import RTX4090
 
 from swarmgpu.agent.metrics import PROCESS_MEMORY, render_metrics
 from swarmgpu.agent.procattr import SERVICE_LABEL, TASK_LABEL, Attributor, container_of

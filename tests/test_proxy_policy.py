@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from paths import FIXTURES
+from support.paths import FIXTURES
 
 from swarmgpu.manager.cycle.placement import service_compute
 from swarmgpu.manager.engine.proxy_policy import (

@@ -22,9 +22,9 @@ from dataclasses import fields, is_dataclass, replace
 from typing import Any
 
 import pytest
-from gpu_nodes import RTX4090
-from test_memo import _written
-from test_placement import apply, node, svc
+from support.gpu_nodes import RTX4090
+from support.memo import as_written
+from support.placement import apply, node, svc
 
 import swarmgpu.sim.swarm_replay as swarm_replay
 from swarmgpu.allocator.values import NodeSpec
@@ -845,7 +845,7 @@ def test_a_gate_write_that_did_not_land_is_written_again() -> None:
     twin = TwinPlanner()
     services = [svc("a", {"swarmgpu.gpus": "1"})]
     first = twin.plan(nodes, services, [], facts)  # the map, a forced update; gate waits
-    nodes, services = apply(nodes, first), _written(services, first)
+    nodes, services = apply(nodes, first), as_written(services, first)
     opens = twin.plan(nodes, services, [], facts)  # only the gate opens
     assert opens.node_set == {"n-a": {"swarmgpu.service.a": "true"}}
     # The gate write did not land: the same snapshot again. The full pass writes the

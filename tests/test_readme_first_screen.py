@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 from click.testing import CliRunner
-from paths import REPO
+from support.paths import REPO
 
 from swarmgpu.cli import main
 

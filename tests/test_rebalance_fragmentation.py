@@ -8,18 +8,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 import pytest
-from test_rebalance_policies import (
-    CFG,
-    F1,
-    FACTS,
-    U2,
-    P,
-    _cfg,
-    feed,
-    node,
-    running,
-    service,
-)
+from support.rebalance import CFG, U2, P, load_rebalance, node, running, service
+from support.rebalance_fragmentation import U1, plan, two_half_used
 
 from swarmgpu.allocator.defrag import FragmentationMoves
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
@@ -33,41 +23,11 @@ from swarmgpu.manager.rebalance.budget import (
     finished_times,
     with_finished,
 )
-from swarmgpu.manager.rebalance.context import Inputs, workload_now
+from swarmgpu.manager.rebalance.context import workload_now
 from swarmgpu.manager.rebalance.mover import Mover, admit
 from swarmgpu.manager.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
-from swarmgpu.manager.rebalance.planner import plan_moves
-from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.sim.rebalance import Defragmenter
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-
-U1 = [g.uuid for g in F1.gpus]  # gpu-node-1 (DGX A100): GPU 0 runs MIG
-HALF = {f"{P}gpu-fraction": "0.5"}
-WHOLE = {f"{P}gpus": "1"}
-
-
-def two_half_used(a_labels: Mapping[str, str] | None = None,
-                  b_labels: Mapping[str, str] | None = None,
-                  ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
-    """a holds half of gpu-node-1 GPU 1, b half of gpu-node-2 GPU 0; w (one whole GPU) is
-    annotated too, so the workload has whole-GPU tasks that the two halves hinder."""
-    n1 = {f"{P}assign.a": f"{U1[1]}@500", f"{P}service.a": "true"}
-    n2 = {f"{P}assign.b": f"{U2[0]}@500", f"{P}service.b": "true"}
-    nodes = [node("n1", "gpu-node-1", n1), node("n2", "gpu-node-2", n2)]
-    svcs = [service("a", {**HALF, **(a_labels or {})}),
-            service("b", {**HALF, **(b_labels or {})}), service("w", WHOLE)]
-    return nodes, svcs, [running("a", "n1"), running("b", "n2")]
-
-
-def plan(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask],
-         cfg: RebalanceConfig = CFG, workload: tuple[TypicalTask, ...] | None = None,
-         moving: frozenset[str] = frozenset()) -> list[Move]:
-    sig = Signals(cfg)
-    times = [float(t) for t in range(13)]
-    feed(sig, nodes, times, {})  # every GPU idle and known
-    inp = Inputs(nodes, svcs, tasks, FACTS, read_ledger(nodes, P), sig.gpus, sig.nodes, cfg,
-                 times[-1], (), P, workload, moving)
-    return plan_moves(inp).moves
 
 
 def test_two_half_used_gpus_are_merged_by_one_move_with_its_gain() -> None:
@@ -208,11 +168,11 @@ def test_config_keys_are_validated() -> None:
     assert RebalanceConfig().fragmentation.moves_per_hour == 4
     assert "fragmentation" in RebalanceConfig().enabled_policies
     with pytest.raises(ConfigError, match=r"fragmentation\.moves_per_hour"):
-        _cfg({"fragmentation": {"moves_per_hour": -1}})
+        load_rebalance({"fragmentation": {"moves_per_hour": -1}})
     with pytest.raises(ConfigError, match=r"fragmentation\.moves_per_100_placements"):
-        _cfg({"fragmentation": {"moves_per_100_placements": 101}})
+        load_rebalance({"fragmentation": {"moves_per_100_placements": 101}})
     with pytest.raises(ConfigError, match=r"fragmentation\.moves_per_100_placements"):
-        _cfg({"fragmentation": {"moves_per_100_placements": "lots"}})
+        load_rebalance({"fragmentation": {"moves_per_100_placements": "lots"}})
 
 
 def test_the_simulator_drives_the_same_policy_object() -> None:

@@ -1,6 +1,6 @@
 """Rebalancing, pure: the consolidation (idle clean-up) and spread policies.
 
-Real inputs end to end: GPU facts from the `topo -m` captures of tests/gpu_nodes.py,
+Real inputs end to end: GPU facts from the `topo -m` captures of tests/support/gpu_nodes.py,
 metrics rendered as the agent's Prometheus page and parsed back (``judge``), windows
 from :class:`Signals`, then ``plan_moves`` and the mover's ``admit`` budget.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
-from gpu_nodes import DGX_A100, RTX4090
+from support.gpu_nodes import DGX_A100, RTX4090
 
 from swarmgpu.agent.metrics import render_metrics
 from swarmgpu.core.config import RebalanceConfig

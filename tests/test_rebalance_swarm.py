@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     GPU_NODES,
     HTTP_AUTH,
     LOGS,
@@ -24,15 +24,14 @@ from gpu_nodes import (
     start_daemon,
     stop,
 )
-from swarm_harness import SwarmCluster
-from test_placement_swarm import container_env, deploy, tasks_running, wait_running
+from support.swarm_harness import SwarmCluster
+from support.swarm_rebalance import IDLE, P, holder_gpu, hot, labels, node_labels, where
+from support.swarm_services import container_env, deploy, tasks_running, wait_running
 
 from swarmgpu.swarm.client import SwarmClient
 from swarmgpu.swarm.identity import client_context, default_cert_paths
 
 pytestmark = pytest.mark.swarm
-P = "swarmgpu."
-IDLE = {"default": {"util_pct": 5, "fb_used_mib": 1000}}
 
 
 @pytest.fixture(scope="module")
@@ -65,33 +64,6 @@ def rb(swarm: SwarmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     stop(state["proc"])
     for a in agents.values():
         stop(a)
-
-
-def labels(swarm: SwarmCluster, svc: str) -> dict[str, str]:
-    return dict(swarm.client(swarm.manager).api.inspect_service(svc)["Spec"]["Labels"] or {})
-
-
-def holder_gpu(swarm: SwarmCluster, svc: str) -> tuple[str, str]:
-    """(hostname, UUID) of the service's one holding, from the node ledger."""
-    for h in GPU_NODES:
-        node = swarm.node(h)
-        lab = swarm.client(swarm.manager).api.inspect_node(node.node_id)["Spec"]["Labels"] or {}
-        if f"{P}assign.{svc}" in lab:
-            return h, lab[f"{P}assign.{svc}"].split("@")[0]
-    raise AssertionError(f"{svc} holds nothing")
-
-
-def hot(path: Path, uuid: str | None) -> None:
-    doc: dict[str, Any] = dict(IDLE)
-    if uuid:
-        doc["gpus"] = {uuid: [{"at": 0, "util_pct": 97}]}
-    path.write_text(json.dumps(doc))
-
-
-def where(swarm: SwarmCluster, svc: str) -> dict[str, str]:
-    """hostname -> NVIDIA_VISIBLE_DEVICES of each running container of the service."""
-    return {swarm.node(t["NodeID"]).hostname: container_env(swarm, t)["NVIDIA_VISIBLE_DEVICES"]
-            for t in tasks_running(swarm, svc)}
 
 
 def test_hot_spot_moves_exactly_one_replica_and_spike_moves_none(
@@ -183,11 +155,6 @@ def log_since(offset: int) -> str:
     with open(LOGS / "rebalance-daemon.log", "rb") as fh:
         fh.seek(offset)
         return fh.read().decode("utf-8", "replace")
-
-
-def node_labels(swarm: SwarmCluster, host: str) -> dict[str, str]:
-    nid = swarm.node(host).node_id
-    return dict(swarm.client(swarm.manager).api.inspect_node(nid)["Spec"]["Labels"] or {})
 
 
 def fresh_pair(swarm: SwarmCluster, rb: dict[str, Any], stack: str) -> tuple[str, str]:

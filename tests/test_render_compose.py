@@ -12,27 +12,19 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from gpu_nodes import DGX_A100, RTX4090, run_cli, swarmgpu_env
+from support.gpu_nodes import run_cli, swarmgpu_env
+from support.render_compose import FACTS, NODES
 
 from swarmgpu.cli import main
 from swarmgpu.manager.commands.audit import audit, exit_code
 from swarmgpu.manager.commands.compose_gpu import read_gpu_reservations
 from swarmgpu.manager.commands.render import StackError, check_stack, render_stack
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.client import SwarmService
 
 P = "swarmgpu."
 NO_DOCKER = "unix:///nonexistent/docker.sock"
 
-
-def node(nid: str, host: str) -> SwarmNode:
-    return SwarmNode(id=nid, hostname=host, addr="10.0.0.1", role="worker", state="ready",
-                     availability="active", labels={}, engine_labels={}, version=1,
-                     generic_resources={}, discrete_resources={})
-
-
-NODES = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
-FACTS = {"n-dgx": DGX_A100.facts(), "n-4090": RTX4090.facts()}
 
 VLLM = """\
 services:

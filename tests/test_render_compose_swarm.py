@@ -13,14 +13,12 @@ from typing import Any
 
 import pytest
 import yaml
-from gpu_nodes import GPU_NODES, LOGS, agents, cfg_file, start_daemon, stop
-from swarm_harness import SwarmCluster
-from test_converge_swarm import deploy_file, remove_stacks, render
-from test_placement_swarm import container_env, plan, wait_running
-from test_render_engines import STACKS, schema_errors
+from support.gpu_nodes import GPU_NODES, LOGS, cfg_file, remove_stacks, start_daemon, stop
+from support.render_engines import STACKS, schema_errors
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import container_env, deploy_file, plan, render, wait_running
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 LOG = LOGS / "render-compose-daemon.log"
 

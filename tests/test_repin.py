@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from gpu_nodes import DGX_A100, RTX4090
-from test_forged_state import RecordingSwarm, _held, _node, _svc
-from test_rebalance_fragmentation import HALF, WHOLE, plan, two_half_used
-from test_rebalance_policies import U2, node, running, service
+from support.forged import RecordingSwarm, held_labels, sw_node, sw_svc
+from support.gpu_nodes import DGX_A100, RTX4090
+from support.rebalance import U2, node, running, service
+from support.rebalance_fragmentation import HALF, WHOLE, plan, two_half_used
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.placement import (
@@ -40,7 +40,7 @@ RB = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
 
 def _holds(service: str, nid: str, uuid: str) -> dict[str, str]:
     """Half of GPU ``uuid``: every holding here is a half-GPU share."""
-    return _held(service, nid, uuid, milli=500)
+    return held_labels(service, nid, uuid, milli=500)
 
 
 def _shares(nid: str, uuid: str) -> dict[str, str]:
@@ -48,16 +48,16 @@ def _shares(nid: str, uuid: str) -> dict[str, str]:
     return share_labels(P, nid, [uuid], [500], facts) or {}
 
 
-def _cluster() -> RecordingSwarm:
+def victim_cluster() -> RecordingSwarm:
     """g (global, half a GPU) runs on both GPU nodes: gpu-node-2 GPU 1, gpu-node-1 GPU 1;
     a (opted out) holds half of gpu-node-2 GPU 0."""
-    nodes = [_node("n-mgr", "manager", role="manager"),
-             _node("n-dgx", "gpu-node-1", _holds("g", "n-dgx", D1)),
-             _node("n-4090", "gpu-node-2", {**_holds("g", "n-4090", U[1]),
+    nodes = [sw_node("n-mgr", "manager", role="manager"),
+             sw_node("n-dgx", "gpu-node-1", _holds("g", "n-dgx", D1)),
+             sw_node("n-4090", "gpu-node-2", {**_holds("g", "n-4090", U[1]),
                                             **_holds("a", "n-4090", U[0])})]
-    g = _svc("g", {**HALF, devices_key(P, "n-4090"): U[1], devices_key(P, "n-dgx"): D1,
+    g = sw_svc("g", {**HALF, devices_key(P, "n-4090"): U[1], devices_key(P, "n-dgx"): D1,
                    **_shares("n-4090", U[1]), **_shares("n-dgx", D1)}, mode={"Global": {}})
-    a = _svc("a", {**HALF, devices_key(P, "n-4090"): U[0], f"{P}rebalance": "never"},
+    a = sw_svc("a", {**HALF, devices_key(P, "n-4090"): U[0], f"{P}rebalance": "never"},
              mode={"Global": {}})
     tasks = [SwarmTask("t-g-4090", g.id, "n-4090", None, "running", "running",
                        (f"NVIDIA_VISIBLE_DEVICES={U[1]}",)),
@@ -110,7 +110,7 @@ def _running_on(sw: RecordingSwarm, nid: str) -> list[SwarmTask]:
 
 
 def test_repin_replaces_only_that_nodes_task_with_the_new_gpu() -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     m = _cycle(sw, now, [_repin_move()])
     assert [r.outcome for r in m.recent] == [Outcome.STARTED]
     (rec,) = read_records(sw.swarm_labels(), P).values()
@@ -141,7 +141,7 @@ def test_repin_replaces_only_that_nodes_task_with_the_new_gpu() -> None:
 
 
 def test_the_gate_reopens_only_once_swarm_let_the_old_task_go() -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     _cycle(sw, now, [_repin_move()])
     for _ in range(3):  # the enforcer has not acted yet: the gate stays closed
         _cycle(sw, now)
@@ -152,7 +152,7 @@ def test_the_gate_reopens_only_once_swarm_let_the_old_task_go() -> None:
 
 
 def test_dry_run_writes_nothing_and_says_the_move_once() -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     m = Mover(sw, RB, prefix=P, dry_run=True, clock=lambda: now[0])  # type: ignore[arg-type]
     for _ in range(3):
         m.run_cycle([_repin_move()], sw.nodes(), sw.services(), sw.tasks())
@@ -160,7 +160,7 @@ def test_dry_run_writes_nothing_and_says_the_move_once() -> None:
 
 
 def test_a_repin_in_flight_is_left_alone_in_dry_run() -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     _cycle(sw, now, [_repin_move()])
     swarm_acts(sw)
     calls = len(sw.calls)
@@ -169,7 +169,7 @@ def test_a_repin_in_flight_is_left_alone_in_dry_run() -> None:
 
 
 def test_no_task_running_within_the_timeout_rolls_back_to_the_old_gpu() -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     _cycle(sw, now, [_repin_move()])
     outcomes = []
     for _ in range(3):  # the new task never gets to run (a broken GPU, say)
@@ -192,7 +192,7 @@ def test_no_task_running_within_the_timeout_rolls_back_to_the_old_gpu() -> None:
 
 
 def test_a_roll_back_that_times_out_too_is_left_to_placement_gate_open() -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     _cycle(sw, now, [_repin_move()])
     outcomes = []
     for _ in range(2):
@@ -207,10 +207,10 @@ def test_a_roll_back_that_times_out_too_is_left_to_placement_gate_open() -> None
 
 
 def test_a_stop_between_the_record_and_the_label_drops_the_record_only() -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     m = _cycle(sw, now, [_repin_move()])
     (sid, rec), = read_records(sw.swarm_labels(), P).items()
-    sw2 = _cluster()  # as if the daemon stopped right after step 0 (repin-step-0)
+    sw2 = victim_cluster()  # as if the daemon stopped right after step 0 (repin-step-0)
     key = record_key(P, sid)
     sw2.update_swarm_labels(lambda cur: {**cur, key: rec.to_json()})
     before = {n.id: dict(n.labels) for n in sw2.nodes()}
@@ -221,7 +221,7 @@ def test_a_stop_between_the_record_and_the_label_drops_the_record_only() -> None
 
 
 def test_a_redeploy_mid_repin_hands_the_service_back_to_placement() -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     _cycle(sw, now, [_repin_move()])
     sw.update_service_spec("id-g", lambda spec: {**spec, "Labels": dict(HALF)})
     out = [r.outcome for r in _cycle(sw, now).recent]
@@ -232,7 +232,7 @@ def test_a_redeploy_mid_repin_hands_the_service_back_to_placement() -> None:
 
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_a_forged_same_node_move_label_moves_nothing(dry_run: bool) -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     forged = MoveState(id="forged000002", service="g", source="n-4090",
                        source_host="gpu-node-2", source_uuids=(U[1],), source_milli=(500,),
                        target="n-4090", target_host="gpu-node-2", target_uuids=(U[0],),
@@ -253,7 +253,7 @@ def test_a_forged_same_node_move_label_moves_nothing(dry_run: bool) -> None:
 
 
 def test_start_refuses_a_taken_target_or_a_changed_share() -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     full = dataclasses.replace(_repin_move(), target_milli=(600,))  # 500 + 600 > 1000
     m = _cycle(sw, now, [full])
     assert [r.outcome for r in m.recent] == [Outcome.REFUSED]
@@ -264,7 +264,7 @@ def test_start_refuses_a_taken_target_or_a_changed_share() -> None:
 
 
 def test_a_global_service_moves_only_on_its_own_node() -> None:
-    sw = _cluster()
+    sw = victim_cluster()
     g = sw.service("id-g")
     ledger = {"n-4090": Holding("g", "n-4090", (U[1],), (500,)),
               "n-dgx": Holding("g", "n-dgx", (D1,), (500,))}
@@ -335,7 +335,7 @@ def test_a_daemon_killed_at_any_step_finishes_the_repin_after_a_restart(
 
     monkeypatch.setattr(os, "_exit", crash)
     monkeypatch.setenv(CRASH_ENV, point)
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     outcomes: list[Outcome] = []
     crashed = False
     for i in range(8):
@@ -362,7 +362,7 @@ def test_a_daemon_killed_at_any_step_finishes_the_repin_after_a_restart(
 
 
 def test_a_node_that_leaves_mid_repin_ends_it() -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     _cycle(sw, now, [_repin_move()])
     del sw._nodes["n-4090"]  # `docker node rm`
     assert [r.outcome for r in _cycle(sw, now).recent] == [Outcome.FAILED]
@@ -390,7 +390,7 @@ def _replicated_a(sw: RecordingSwarm) -> None:
 
 @pytest.mark.parametrize("gone", ["n-dgx", "n-4090"])
 def test_a_move_between_nodes_ends_when_one_of_its_nodes_leaves(gone: str) -> None:
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     _replicated_a(sw)
     m = _cycle(sw, now, [_cross_move()])
     assert [r.outcome for r in m.recent] == [Outcome.STARTED]
@@ -411,7 +411,7 @@ def test_a_health_repin_past_its_timeout_stays_on_the_healthy_gpu() -> None:
     """Its old GPU failed: a roll-back would restore a broken holder that the policy
     proposes again at once. Past the timeout it ends on the new GPU (gate open there,
     ledger naming it), outcome failed, and Swarm runs the new task when it can."""
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     move = dataclasses.replace(_repin_move(), trigger=Trigger.HEALTH, reason="health: x")
     _cycle(sw, now, [move])
     for _ in range(3):  # the new task does not get to run (slow start, say)
@@ -436,7 +436,7 @@ def test_a_health_repin_past_its_timeout_stays_on_the_healthy_gpu() -> None:
 def test_a_health_repin_past_its_timeout_waits_for_swarm_to_stop_the_old_task() -> None:
     """Before the gate reopens on the new GPU, the steps carry on (no roll-back): the
     closed gate is Swarm's to act on."""
-    sw, now = _cluster(), [1000.0]
+    sw, now = victim_cluster(), [1000.0]
     move = dataclasses.replace(_repin_move(), trigger=Trigger.HEALTH, reason="health: x")
     _cycle(sw, now, [move])
     now[0] += RB.move_timeout_s + 1
@@ -453,11 +453,11 @@ def test_a_health_move_between_nodes_past_its_timeout_ends_on_the_target() -> No
     """Make-before-break: the target's task never ran within the timeout. Not rolled
     back onto the failed source GPU: the source closes (Swarm's enforcer stops the broken
     task), the spec is restored, and the target keeps its holding and open gate."""
-    from test_forged_state import _cluster as _two_nodes
-    from test_forged_state import _move_victim
+    from support.forged import victim_cluster as _two_nodes
+    from support.forged import victim_move
 
     sw, now = _two_nodes({}), [1000.0]
-    move = dataclasses.replace(_move_victim(), trigger=Trigger.HEALTH, window_s=None,
+    move = dataclasses.replace(victim_move(), trigger=Trigger.HEALTH, window_s=None,
                                reason="health: x")
     m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
     m.run_cycle([move], sw.nodes(), sw.services(), sw.tasks())

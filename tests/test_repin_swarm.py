@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import GPU_NODES, LOGS, cfg_file, run_cli, start_agent, start_daemon, stop
-from swarm_harness import SwarmCluster
-from test_fragmentation_swarm import HALF, deploy_on, no_gpu_held
-from test_placement_swarm import container_env, tasks_running, wait_running
-from test_rebalance_swarm import IDLE, holder_gpu, labels, node_labels
+from support.gpu_nodes import GPU_NODES, LOGS, cfg_file, run_cli, start_agent, start_daemon, stop
+from support.swarm_fragmentation import HALF, deploy_on, no_gpu_held
+from support.swarm_harness import SwarmCluster
+from support.swarm_rebalance import IDLE, holder_gpu, labels, node_labels
+from support.swarm_services import container_env, tasks_running, wait_running
 
 from swarmgpu.manager.placement import env_template, gate_constraint
 from swarmgpu.manager.services.sharing import env_lines

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from test_forged_state import DGX_F, R4090_F, _node
-from test_write_paths import svc
+from support.forged import DGX_F, R4090_F, sw_node
+from support.write_paths import svc
 
 from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import (
@@ -36,8 +36,8 @@ def half(env: list[str], cons: list[str]) -> Any:
 
 def nodes(gate: bool = True) -> list[Any]:
     h = Holding("half", "n-4090", (U,), (500,))
-    return [_node("n-dgx", "gpu-node-1"),
-            _node("n-4090", "gpu-node-2", {assign_key(P, "half"): h.label_value(),
+    return [sw_node("n-dgx", "gpu-node-1"),
+            sw_node("n-4090", "gpu-node-2", {assign_key(P, "half"): h.label_value(),
                                            **({gate_key(P, "half"): "true"} if gate else {})})]
 
 
@@ -85,7 +85,7 @@ def test_a_gate_constraint_is_added_only_where_its_node_has_the_gate() -> None:
 def test_a_running_task_without_a_device_list_is_placed() -> None:
     s = svc("loose", {f"{P}gpus": "1"}, ["V=1"], [])
     t = [SwarmTask("t1", "id-loose", "n-dgx", 1, "running", "running", ())]
-    sp = plan_of([s], t, [_node("n-dgx", "gpu-node-1"), _node("n-4090", "gpu-node-2")])["loose"]
+    sp = plan_of([s], t, [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2")])["loose"]
     assert sp.decision is not None and sp.decision[0] == "place" and sp.held == ()
     assert env_template(P) in sp.add_env
 
@@ -93,7 +93,7 @@ def test_a_running_task_without_a_device_list_is_placed() -> None:
 def test_the_hold_is_replaced_by_the_gate_in_the_placement_write() -> None:
     s = svc("web", {f"{P}gpus": "1"}, ["V=1"], [hold_constraint(P), "node.role==worker"])
     t = [SwarmTask("t1", "id-web", "", 1, "pending", "running", ())]
-    sp = plan_of([s], t, [_node("n-dgx", "gpu-node-1"), _node("n-4090", "gpu-node-2")])["web"]
+    sp = plan_of([s], t, [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2")])["web"]
     assert sp.status == "placed" and sp.placements
     assert sp.remove_constraints == (hold_constraint(P),)
     assert sp.add_constraints == (gate_constraint(P, "web"),)
@@ -104,7 +104,7 @@ def test_the_hold_is_replaced_by_the_gate_in_the_placement_write() -> None:
     assert not is_hold("node.labels.swarmgpu.HOLD==true", P)  # keys are exact in Swarm
     # With adoption off the hold stays: the service waits, and says why.
     p = Planner(prefix=P, adopt_ungated=False)
-    (sp,) = p.plan([_node("n-dgx", "gpu-node-1")], [s], t, FACTS).services
+    (sp,) = p.plan([sw_node("n-dgx", "gpu-node-1")], [s], t, FACTS).services
     assert sp.status == "pending" and "hold" in (sp.reason or "")
 
 
@@ -112,7 +112,7 @@ def test_render_replaces_the_hold_with_the_gate() -> None:
     text = yaml.safe_dump({"version": "3.8", "services": {"m": {
         "image": "x", "deploy": {"labels": {f"{P}gpus": "1"},
                                  "placement": {"constraints": [hold_constraint(P)]}}}}})
-    out, plan = render_stack(text, "st", [_node("n-dgx", "gpu-node-1")], [], [], FACTS)
+    out, plan = render_stack(text, "st", [sw_node("n-dgx", "gpu-node-1")], [], [], FACTS)
     doc = yaml.safe_load(out.split("\n", 2)[2])
     assert doc["services"]["m"]["deploy"]["placement"]["constraints"] == [
         gate_constraint(P, "st_m")]

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpu_nodes import run_cli, swarmgpu_env
+from support.gpu_nodes import run_cli, swarmgpu_env
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import RTX4090
-from paths import REPO
+from support.gpu_nodes import RTX4090
+from support.paths import REPO
 
 from swarmgpu.agent.server import AgentServer, build_server, parse_listen
 from swarmgpu.core.config import AgentsConfig, Config, load_config

@@ -4,8 +4,8 @@ in `render`, on facts from real captures (DGX A100 40 GB with GPU 0 in MIG mode)
 from __future__ import annotations
 
 import yaml
-from gpu_nodes import DGX_A100
-from test_placement import DGX, FACTS, svc
+from support.gpu_nodes import DGX_A100
+from support.placement import DGX, FACTS, svc
 
 from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import plan_placement

@@ -7,14 +7,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, agents, cfg_file, start_daemon, stop
-from swarm_harness import SwarmCluster
-from test_placement_swarm import container_env, deploy, wait_running
+from support.gpu_nodes import LOGS, cfg_file, start_daemon, stop
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import container_env, deploy, wait_running
 
 from swarmgpu.manager.services.sharing import env_lines
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 SHARE_VARS = ("SWARMGPU_GPU_FRACTION", "SWARMGPU_GPU_MEMORY_MIB", "CUDA_DEVICE_MEMORY_LIMIT",
               "CUDA_DEVICE_SM_LIMIT")

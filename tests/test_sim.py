@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from paths import TRACES
+from support.paths import TRACES
+from support.sim import node_spec, trace_pod
 
 from swarmgpu.allocator.core import Allocator
-from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec
+from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.sim.cli_entry import parse_seeds, resolve_trace, run_simulate
 from swarmgpu.sim.rebalance import MoveRescuer, Running, move_rescue
 from swarmgpu.sim.replay import replay
@@ -71,16 +72,12 @@ def test_unknown_policy_exit_code(tmp_path: Path) -> None:
     assert rc == 2 and "unknown policy" in text
 
 
-def _node(name: str, n: int, cpu: int = 64000) -> NodeSpec:
-    return NodeSpec(name, tuple(GpuSpec(i, "T4", 0) for i in range(n)), cpu, 1 << 20)
-
-
 def test_move_rescue_frees_a_whole_gpu() -> None:
     # a: GPU0 holds a 0.3 share, GPU1 is full; b: GPU0 has 0.5 free. A whole-GPU task fits
     # nowhere until the 0.3 share moves from a to b.
     alloc = Allocator()
-    alloc.add_node(_node("a", 2))
-    alloc.add_node(_node("b", 1))
+    alloc.add_node(node_spec("a", 2))
+    alloc.add_node(node_spec("b", 1))
     running: Running = {}
     for tid, (node, gpu, milli) in enumerate([("a", 0, 300), ("a", 1, 1000), ("b", 0, 500)]):
         d = Demand(gpu_milli=milli) if milli < 1000 else Demand(num_gpu=1)
@@ -98,7 +95,7 @@ def test_move_rescue_frees_a_whole_gpu() -> None:
 
 def test_rescue_that_cannot_help_leaves_state_alone() -> None:
     alloc = Allocator()
-    alloc.add_node(_node("a", 1))
+    alloc.add_node(node_spec("a", 1))
     c = Choice("a", (0,), (1000,), 0.0, "", 0, 0)
     alloc.commit(c)
     running: Running = {"a": {1: (Demand(num_gpu=1), c)}}
@@ -107,13 +104,9 @@ def test_rescue_that_cannot_help_leaves_state_alone() -> None:
     assert alloc.snapshot() == before
 
 
-def _pod(name: str, start: int, end: int, gpus: int = 1) -> TracePod:
-    return TracePod(name, 1000, 1024, gpus, 1000, (), start, end)
-
-
 def test_departures_free_room_and_count_failures() -> None:
-    nodes = [_node("n", 2)]
-    pods = [_pod("p1", 0, 10, 2), _pod("p2", 5, 20), _pod("p3", 10, 30, 2)]
+    nodes = [node_spec("n", 2)]
+    pods = [trace_pod("p1", 0, 10, 2), trace_pod("p2", 5, 20), trace_pod("p3", 10, 30, 2)]
     r = replay_departures(nodes, pods, "swarmgpu", 1)
     # p2 finds no GPU (p1 holds both); p3 arrives as p1 leaves and gets both.
     assert r.placed == 2 and r.failed == {"1gpu": 1}
@@ -125,7 +118,7 @@ def test_departures_free_room_and_count_failures() -> None:
 
 def test_departures_need_times() -> None:
     with pytest.raises(TraceError, match="--departures"):
-        replay_departures([_node("n", 1)], [TracePod("x", 0, 0, 1, 1000)], "fgd", 1)
+        replay_departures([node_spec("n", 1)], [TracePod("x", 0, 0, 1, 1000)], "fgd", 1)
 
 
 def test_departures_cli_rejects_a_file_without_times(tmp_path: Path) -> None:
@@ -198,7 +191,7 @@ def test_wheel_ships_the_trace_and_its_attribution(tmp_path: Path) -> None:
     import sys
     import zipfile
 
-    from paths import REPO
+    from support.paths import REPO
 
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                           "-q", "-w", str(tmp_path), str(REPO)],

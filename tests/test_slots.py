@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpu_nodes import RTX4090
-from test_placement import DGX, FACTS, R4090, apply, svc
+from support.gpu_nodes import RTX4090
+from support.placement import DGX, FACTS, R4090, apply, svc
 
 from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import (

@@ -12,16 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, RTX4090, agents, cfg_file, run_cli, start_daemon, stop
-from swarm_harness import SwarmCluster
-from test_placement_swarm import container_env, tasks_running
-from test_placement_swarm import deploy as placement_deploy
-from test_placement_swarm import wait_running as placement_wait_running
+from support.gpu_nodes import LOGS, RTX4090, cfg_file, run_cli, start_daemon, stop
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import container_env, tasks_running
+from support.swarm_services import deploy as placement_deploy
+from support.swarm_services import wait_running as placement_wait_running
 
 from swarmgpu.manager.placement import env_template, env_template_per_node, gate_constraint
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 
 

@@ -5,7 +5,7 @@ Each parses as YAML, `docker stack config` accepts it (when the CLI has that com
 every example's request labels parse, its gate constraint and env template are exactly
 the documented ones (or it carries the hold, to be deployed as written), and `swarmgpu
 render` places it on a small cluster made of the test swarm's two GPU machines
-(tests/gpu_nodes.py).
+(tests/support/gpu_nodes.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
-from gpu_nodes import GPU_NODES
-from paths import REPO
+from support.gpu_nodes import GPU_NODES
+from support.paths import REPO
 
 from swarmgpu.core.config import load_config
 from swarmgpu.core.model import NodeFacts

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
-from swarm_harness import IMAGE, SwarmCluster
+from support.swarm_harness import IMAGE, SwarmCluster
 
 from swarmgpu.swarm.cache import SwarmCache, follow
 from swarmgpu.swarm.client import SwarmClient, SwarmNode, SwarmService

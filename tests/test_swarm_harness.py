@@ -13,7 +13,7 @@ from typing import Any
 import docker.types
 import pytest
 import requests
-from swarm_harness import (
+from support.swarm_harness import (
     IMAGE,
     PREFIX,
     RUN_ROOT,

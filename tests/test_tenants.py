@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from test_forged_state import DGX_F, R4090_F, RecordingSwarm, _closed_port, _node, _svc
+from support.forged import DGX_F, R4090_F, RecordingSwarm, closed_port, sw_node, sw_svc
 
 from swarmgpu.core.config import (
     AgentsConfig,
@@ -260,7 +260,7 @@ TWO_TEAMS = """\
 
 
 def _stack_svc(stack: str, name: str, labels: dict[str, str]) -> SwarmService:
-    return _svc(f"{stack}_{name}", {STACK_LABEL: stack, **labels})
+    return sw_svc(f"{stack}_{name}", {STACK_LABEL: stack, **labels})
 
 
 def _full_4090(holders: dict[str, tuple[str, int]], pending: dict[str, tuple[str, dict[str, str]]]
@@ -284,8 +284,8 @@ def _full_4090(holders: dict[str, tuple[str, int]], pending: dict[str, tuple[str
                                                       **extra})
         services.append(s)
         tasks.append(SwarmTask(f"t-{full}", s.id, "", 1, "pending", "running", ()))
-    nodes = [_node("n-mgr", "manager", role="manager"), _node("n-dgx", "gpu-node-1"),
-             _node("n-4090", "gpu-node-2", labels)]
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", labels)]
     return nodes, services, tasks
 
 
@@ -333,7 +333,7 @@ def _daemon(sw: RecordingSwarm, tmp: Path, cfg_text: str) -> Daemon:
     from swarmgpu.manager.cycle.wiring import daemon_steps
 
     base = _cfg(tmp, cfg_text)
-    port = _closed_port()
+    port = closed_port()
     cfg = Config(state_dir=str(tmp), sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
                  preemption=base.preemption, tenants=base.tenants, queues=base.queues)

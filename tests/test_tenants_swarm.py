@@ -18,12 +18,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, RTX4090, agents, remove_stacks, run_cli, running_daemon
-from swarm_harness import SwarmCluster
-from test_placement_swarm import deploy, plan, tasks_running, wait_running
+from support.gpu_nodes import LOGS, RTX4090, remove_stacks, run_cli, running_daemon
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import deploy, plan, tasks_running, wait_running
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 P = "swarmgpu."
 LOG = LOGS / "tenants-daemon.log"
 TENANTS: dict[str, Any] = {

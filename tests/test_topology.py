@@ -9,7 +9,7 @@ from itertools import combinations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from paths import FIXTURES as FIXTURES_DIR
+from support.paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.allocator.topology import best_gpu_set, choose_gpu_set, set_score
 from swarmgpu.core.model import is_nvlink, link_score

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import (
+from support.gpu_nodes import (
     GPU_NODES,
     LOGS,
     PLAIN_AGENTS,
@@ -38,8 +38,8 @@ from gpu_nodes import (
     start_daemon,
     stop,
 )
-from paths import REPO
-from swarm_harness import SwarmCluster
+from support.paths import REPO
+from support.swarm_harness import SwarmCluster
 
 from swarmgpu.manager.placement import env_template, env_template_per_node, gate_constraint
 from swarmgpu.manager.services.sharing import env_lines

@@ -9,20 +9,19 @@ can show (tests/test_webauth_swarm.py, from another namespace of the test swarm)
 
 from __future__ import annotations
 
-import http.client
 import socket
 import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import slowflood
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from paths import REPO
-from test_identity import CLUSTER, pki  # noqa: F401  (pki: the fixture, a swarm-like CA)
+from support import slowflood
+from support.identity import CLUSTER
+from support.paths import REPO
+from support.webauth import TOKEN, get, web_daemon
 
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
 from swarmgpu.core.httpguard import STUCK_WRITE_S, Conn, GuardedServer, pick_victim
@@ -39,55 +38,14 @@ from swarmgpu.manager.web.webauth import (
 )
 from swarmgpu.swarm.identity import AgentAuth, PeerName, client_context
 
-TOKEN = "web-token-0123456789abcdef"
-BIG = 4 * 1024 * 1024  # past what socket buffers take: the document of ~500 nodes
-
-
-class _NoSwarm:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"unexpected engine call {name}")
-
-
-def _daemon(tmp: Path, auth: str = "required", listen: str = "127.0.0.1:0",
-            token: bool = True) -> Daemon:
-    (tmp / "token").write_text(TOKEN + "\n")
-    env = {"SWARMGPU_HTTP_LISTEN": listen, "SWARMGPU_HTTP_AUTH": auth,
-           "SWARMGPU_STATE_DIR": str(tmp)}
-    if token:
-        env["SWARMGPU_HTTP_TOKEN_FILE"] = str(tmp / "token")
-    d = Daemon(load_config(None, env=env), swarm=_NoSwarm())  # type: ignore[arg-type]
-    d.http_routes["/api/v1/cluster"] = lambda: ("application/json", b'{"nodes": []}')
-    big = b"x" * BIG
-    d.http_routes["/big"] = lambda: ("text/plain", big)
-    d._start_http()
-    assert d._http is not None
-    return d
-
 
 @pytest.fixture
 def web(tmp_path: Path) -> Iterator[tuple[Daemon, int]]:
-    d = _daemon(tmp_path)
+    d = web_daemon(tmp_path)
     assert d._http is not None
     yield d, d._http.server_address[1]
     d._http.shutdown()
     d._http.server_close()
-
-
-def get(port: int, path: str, headers: dict[str, str] | None = None,
-        ctx: ssl.SSLContext | None = None, src: str | None = None, timeout: float = 5
-        ) -> tuple[int, dict[str, str], bytes]:
-    conn: http.client.HTTPConnection
-    if ctx is not None:
-        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ctx)
-    else:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
-                                          source_address=(src, 0) if src else None)
-    try:
-        conn.request("GET", path, headers=headers or {})
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
 
 
 # --- the rules -------------------------------------------------------------------
@@ -177,7 +135,7 @@ def test_prop_without_proof_only_healthz_or_an_allowed_loopback(
 def test_the_shipped_stack_asks_who_you_are() -> None:
     """stacks/swarmgpu.yml: the daemon listens beyond loopback, auth auto (required
     there), the token from the swarmgpu-http-token secret the header says to create."""
-    from test_webauth_swarm import stack_daemon_env
+    from support.webauth_swarm import stack_daemon_env
 
     env = stack_daemon_env()
     cfg = load_config(REPO / "stacks" / "swarmgpu-config.yml", env=env)
@@ -229,7 +187,7 @@ def test_browser_signs_in_with_a_token_link_and_keeps_a_cookie(
 
 
 def test_without_a_token_file_only_certificates_and_healthz(tmp_path: Path) -> None:
-    d = _daemon(tmp_path, token=False)
+    d = web_daemon(tmp_path, token=False)
     assert d._http is not None
     port = d._http.server_address[1]
     try:
@@ -243,7 +201,7 @@ def test_without_a_token_file_only_certificates_and_healthz(tmp_path: Path) -> N
 
 def test_loopback_listen_and_loopback_clients_stay_open(tmp_path: Path) -> None:
     for auth, listen in (("auto", "127.0.0.1:0"), ("auto", "0.0.0.0:0"), ("off", "0.0.0.0:0")):
-        d = _daemon(tmp_path, auth=auth, listen=listen)
+        d = web_daemon(tmp_path, auth=auth, listen=listen)
         assert d._http is not None
         port = d._http.server_address[1]
         try:
@@ -260,15 +218,15 @@ def _key(crt: Path) -> Path:
     return crt.with_suffix(".key")
 
 
-def _client(pki: dict[str, Path], cert: str | None) -> ssl.SSLContext:  # noqa: F811
+def _client(pki: dict[str, Path], cert: str | None) -> ssl.SSLContext:
     c = pki[cert] if cert else None
     ctx = client_context(pki["ca"].read_text(), CLUSTER, c, _key(c) if c else None)
     return ctx
 
 
 def test_a_manager_certificate_opens_everything_over_https(
-        tmp_path: Path, pki: dict[str, Path]) -> None:  # noqa: F811
-    d = _daemon(tmp_path)
+        tmp_path: Path, pki: dict[str, Path]) -> None:
+    d = web_daemon(tmp_path)
     assert d._http is not None
     port = d._http.server_address[1]
     # What the daemon's cycle hands over: its manager's certificate, the root CA.

@@ -19,30 +19,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import slowflood
-import yaml
-from gpu_nodes import LOGS, agents, kwargs_for_logs, stop, swarmgpu_env
-from paths import REPO
-from swarm_harness import NodeHandle, SwarmCluster
+from support import slowflood
+from support.gpu_nodes import LOGS, kwargs_for_logs, stop, swarmgpu_env
+from support.paths import REPO
+from support.swarm_harness import NodeHandle, SwarmCluster
+from support.webauth_swarm import stack_daemon_env
 
 from swarmgpu.swarm.identity import default_cert_paths
 
 pytestmark = pytest.mark.swarm
-_ = agents  # fixture, used by name
 
 PORT = 9402
 TOKEN = "swarm-http-token-0123456789abcdef"
-PROBE = str(REPO / "tests" / "httpprobe.py")
-
-
-def stack_daemon_env() -> dict[str, str]:
-    """The daemon service's environment in stacks/swarmgpu.yml."""
-    stack = yaml.safe_load((REPO / "stacks" / "swarmgpu.yml").read_text())
-    daemon = stack["services"]["daemon"]
-    assert "swarmgpu-http-token" in daemon["secrets"]
-    assert stack["secrets"]["swarmgpu-http-token"] == {"external": True}
-    env = dict(item.split("=", 1) for item in daemon["environment"])
-    return {k: v.replace("${SWARMGPU_SYNC_INTERVAL_S:-30}", "2") for k, v in env.items()}
+PROBE = str(REPO / "tests/support/httpprobe.py")
 
 
 def probe(swarm: SwarmCluster, node: NodeHandle, *reqs: dict[str, Any]) -> list[dict[str, Any]]:

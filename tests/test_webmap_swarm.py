@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import LOGS, agents, cfg_file, stop, swarmgpu_env
-from swarm_harness import SwarmCluster
-from test_placement_swarm import deploy, wait_running
-from test_webmap import chromium, dump_dom, screenshot, text_of
+from support.browser import dump_dom, screenshot, text_of
+from support.gpu_nodes import LOGS, cfg_file, stop, swarmgpu_env
+from support.swarm_harness import SwarmCluster
+from support.swarm_services import deploy, wait_running
 
 pytestmark = pytest.mark.swarm
-_ = (agents, chromium)  # fixtures, used by name
 
 
 def free_port() -> int:

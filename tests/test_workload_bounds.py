@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from loguru import logger
-from test_placement import svc
-from test_planner import two_nodes
+from support.placement import svc
+from support.planner import two_nodes
 
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.workload import (

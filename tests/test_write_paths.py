@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 from loguru import logger
-from test_forged_state import DGX_F, R4090_F, RecordingSwarm, _closed_port, _node, _svc
+from support.forged import DGX_F, R4090_F, RecordingSwarm, closed_port, sw_node, sw_svc
+from support.write_paths import svc
 
 from swarmgpu.core.config import (
     AgentsConfig,
@@ -48,7 +49,7 @@ from swarmgpu.manager.placement import (
     gate_key,
     hold_constraint,
 )
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import node_satisfies, parse_all
 from swarmgpu.swarm.taskspec import restarts_on
 
@@ -152,7 +153,7 @@ def logs() -> Iterator[list[str]]:
 def daemon(sw: ModelSwarm, tmp: str, **cfg: Any) -> Daemon:
     from swarmgpu.manager.cycle.wiring import daemon_steps
 
-    port = _closed_port()
+    port = closed_port()
     config = Config(state_dir=tmp, sync=SyncConfig(watch_events=False),
                     agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"), **cfg)
     d = Daemon(config, swarm=sw)  # type: ignore[arg-type]
@@ -178,21 +179,13 @@ def check(sw: ModelSwarm, lines: list[str]) -> None:
                                            lines[-30:])
 
 
-def svc(name: str, labels: Mapping[str, str], env: list[str], cons: list[str]) -> SwarmService:
-    spec = {"Name": name, "Labels": dict(labels),
-            "TaskTemplate": {"ContainerSpec": {"Image": "busybox", "Env": env},
-                             "Placement": {"Constraints": cons}, "ForceUpdate": 0},
-            "Mode": {"Replicated": {"Replicas": 1}}}
-    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
-
-
 def world() -> ModelSwarm:
     """web: deployed as written with the hold (its task waits); half: a half GPU placed
     and running by an earlier release (the per-node template, no share env); loose: its
     swarmgpu.* labels only, its task running ungated."""
     half_h = Holding("half", "n-4090", R_UUIDS[:1], (500,))
-    nodes = [_node("n-mgr", "manager", role="manager"), _node("n-dgx", "gpu-node-1"),
-             _node("n-4090", "gpu-node-2", {assign_key(P, "half"): half_h.label_value(),
+    nodes = [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+             sw_node("n-4090", "gpu-node-2", {assign_key(P, "half"): half_h.label_value(),
                                             gate_key(P, "half"): "true"})]
     web = svc("web", {f"{P}gpus": "1"}, ["V=1"], [hold_constraint(P)])
     half = svc("half", {f"{P}gpu-fraction": "0.5", devices_key(P, "n-4090"): R_UUIDS[0]},
@@ -263,21 +256,21 @@ def _busy_4090(high: Mapping[str, str], small_gpus: int) -> ModelSwarm:
     if small_gpus < 8:
         labels |= {assign_key(P, "filler"): fill_h.label_value(),
                    gate_key(P, "filler"): "true"}
-    nodes = [_node("n-mgr", "manager", role="manager"),
-             _node("n-dgx", "gpu-node-1", {assign_key(P, "big"): big_h.label_value(),
+    nodes = [sw_node("n-mgr", "manager", role="manager"),
+             sw_node("n-dgx", "gpu-node-1", {assign_key(P, "big"): big_h.label_value(),
                                            gate_key(P, "big"): "true"}),
-             _node("n-4090", "gpu-node-2", labels)]
-    services = [_svc("batch", {f"{P}gpus": str(small_gpus), f"{P}priority": "0",
+             sw_node("n-4090", "gpu-node-2", labels)]
+    services = [sw_svc("batch", {f"{P}gpus": str(small_gpus), f"{P}priority": "0",
                                devices_key(P, "n-4090"): ",".join(R_UUIDS[:small_gpus])}),
-                _svc("big", {f"{P}gpus": str(len(D_UUIDS)), f"{P}priority": "50",
+                sw_svc("big", {f"{P}gpus": str(len(D_UUIDS)), f"{P}priority": "50",
                              f"{P}preemptible": "false",
                              devices_key(P, "n-dgx"): ",".join(D_UUIDS)}),
-                _svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*", **high})]
+                sw_svc("high", {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*", **high})]
     tasks = [SwarmTask("t-batch", "id-batch", "n-4090", 1, "running", "running", ()),
              SwarmTask("t-big", "id-big", "n-dgx", 1, "running", "running", ()),
              SwarmTask("t-high", "id-high", "", 1, "pending", "running", ())]
     if small_gpus < 8:
-        services.append(_svc("filler", {f"{P}gpus": str(8 - small_gpus),
+        services.append(sw_svc("filler", {f"{P}gpus": str(8 - small_gpus),
                                         f"{P}priority": "50", f"{P}preemptible": "false",
                                         devices_key(P, "n-4090"):
                                             ",".join(R_UUIDS[small_gpus:])}))
@@ -303,7 +296,7 @@ def test_a_preemption_by_a_move_is_a_decision(tmp_path: Any, logs: list[str]) ->
     sw = _busy_4090({f"{P}priority": "100"}, 2)
     sw.drop_service("id-big")
     sw._nodes["n-dgx"] = replace(sw.node("n-dgx"), labels={})
-    port = _closed_port()
+    port = closed_port()
     d = daemon(sw, str(tmp_path), preemption=PreemptionConfig(dry_run=False),
                rebalance=RebalanceConfig(dry_run=False, policies="",
                                          metrics_url_template=f"http://{{addr}}:{port}/m",

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import DGX_A100, RTX4090
-from test_forged_state import _node, _svc
+from support.forged import sw_node, sw_svc
+from support.gpu_nodes import DGX_A100, RTX4090
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager.cycle.pipeline import Step
@@ -171,9 +171,9 @@ def _cycle(d: Daemon, sw: TaskSwarm) -> None:
 
 def _cluster(lag: int = 0) -> TaskSwarm:
     # A user's own labels on both nodes: never removed or overwritten.
-    nodes = [_node("n-dgx", HOSTS["n-dgx"], {"team": "ml"}),
-             _node("n-4090", HOSTS["n-4090"], {"team": "cv"})]
-    return TaskSwarm(nodes, [_svc("train", {f"{P}gpus": "1", "owner": "me"})], lag=lag)
+    nodes = [sw_node("n-dgx", HOSTS["n-dgx"], {"team": "ml"}),
+             sw_node("n-4090", HOSTS["n-4090"], {"team": "cv"})]
+    return TaskSwarm(nodes, [sw_svc("train", {f"{P}gpus": "1", "owner": "me"})], lag=lag)
 
 
 def _gate_node(sw: TaskSwarm, name: str) -> str | None:
@@ -259,9 +259,9 @@ def test_someone_elses_force_update_does_not_pass_for_the_map(tmp_path: Path) ->
 def test_a_job_keeps_the_next_cycle_path(tmp_path: Path) -> None:
     """A job's tasks have desired state "complete": the list of running tasks would not
     show a waiting one, so its gate is never opened by that list."""
-    job = _svc("batch", {f"{P}gpus": "1"},
+    job = sw_svc("batch", {f"{P}gpus": "1"},
                mode={"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 1}})
-    sw = TaskSwarm([_node(nid, host) for nid, host in HOSTS.items()], [job])
+    sw = TaskSwarm([sw_node(nid, host) for nid, host in HOSTS.items()], [job])
     sw._tasks[job.id] = [SwarmTask("t-job", job.id, "", 1, "pending", "complete", job.env)]
     d = _daemon(sw, tmp_path)
     _cycle(d, sw)

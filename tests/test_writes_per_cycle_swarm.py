@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpu_nodes import GPU_NODES, agents, cfg_file
-from swarm_harness import SwarmCluster
+from support.gpu_nodes import GPU_NODES, cfg_file
+from support.swarm_harness import SwarmCluster
 
 from swarmgpu.core.config import load_config
 from swarmgpu.manager.cycle.placement import PlacementStep
@@ -33,7 +33,6 @@ from swarmgpu.manager.placement import (
 from swarmgpu.swarm.client import SwarmClient
 
 pytestmark = pytest.mark.swarm
-_ = agents  # a fixture, used by name
 P = "swarmgpu."
 NAME = "onecycle"
 

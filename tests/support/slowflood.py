@@ -9,7 +9,7 @@ attacker can make it. It runs in its own process (a flood in the server's proces
 fight it for the GIL, which no real attacker does) and ends by itself after ``--for-s``
 seconds.
 
-    python tests/slowflood.py PORT --sources 127.0.0.20-29 --per-source 40 [--for-s 60]
+    python tests/support/slowflood.py PORT --sources 127.0.0.20-29 --per-source 40 [--for-s 60]
 
 Prints ``ready N`` once each connection was tried once (N of them open), then, at the
 end, ``reopened N failed N`` (connects that did not go through within a second).

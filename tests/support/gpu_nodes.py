@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
-from paths import REPO, TOPOLOGY
-from swarm_harness import SwarmCluster
-
+from support.paths import REPO, TOPOLOGY
+from support.swarm_harness import SwarmCluster
 from swarmgpu.agent.facts.topo import TopoSource
 from swarmgpu.core.model import NodeFacts
 
@@ -201,8 +199,7 @@ def running_daemon(swarm: SwarmCluster, tmp: Path, log: Path, **cfg: Any) -> Ite
         stop(proc)
 
 
-@pytest.fixture(scope="module")
-def agents(swarm: SwarmCluster) -> Iterator[dict[str, Any]]:
+def run_agents(swarm: SwarmCluster) -> Iterator[dict[str, Any]]:
     """An agent per GPU node of the test swarm, serving its real capture on :9401."""
     procs = {h: start_agent(swarm, h) for h in GPU_NODES}
     yield procs

@@ -7,7 +7,7 @@ daemon runs with DOCKER_SERVICE_PREFER_OFFLINE_IMAGE=1 on a locally imported ima
 Recipe: one dockerd per network namespace, joined over a bridge (docs/reliability.md).
 
 Run as a script to remove leftovers of crashed runs:
-    python tests/swarm_harness.py cleanup-stale
+    python tests/support/swarm_harness.py cleanup-stale
 """
 
 from __future__ import annotations
@@ -970,7 +970,7 @@ def cleanup_stale() -> list[str]:
 
 def _main(argv: Sequence[str]) -> int:
     if list(argv) != ["cleanup-stale"]:
-        print("usage: python tests/swarm_harness.py cleanup-stale", file=sys.stderr)
+        print("usage: python tests/support/swarm_harness.py cleanup-stale", file=sys.stderr)
         return 2
     cleaned = cleanup_stale()
     print(f"swarm harness: cleaned {len(cleaned)} stale run(s) {cleaned}")

@@ -42,9 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paths import FIXTURES as FIXTURES_DIR
-
-from fake_pynvml.pynvml import (
+from support.fake_pynvml.pynvml import (
     NVML_NVLINK_DEVICE_TYPE_GPU,
     NVML_NVLINK_DEVICE_TYPE_SWITCH,
     FakeGpu,
@@ -54,6 +52,7 @@ from fake_pynvml.pynvml import (
     FakeProcess,
     FakeProfile,
 )
+from support.paths import FIXTURES as FIXTURES_DIR
 from swarmgpu.agent.facts.topo import TopoMatrix, parse_topo
 
 FIXTURES = FIXTURES_DIR

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from swarmgpu.sim.traces import OPENB
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 TOPOLOGY = FIXTURES / "topology"
 CAPTURES = FIXTURES / "captures"

@@ -1,6 +1,6 @@
 """GET some URLs from wherever this runs (another namespace of the test swarm), as JSON.
 
-    python tests/httpprobe.py '[{"url": "http://10.0.0.2:9402/healthz"}, ...]'
+    python tests/support/httpprobe.py '[{"url": "http://10.0.0.2:9402/healthz"}, ...]'
 
 Each request may carry ``headers`` and, for HTTPS, ``cert``/``key`` (a Swarm node's,
 ``raft-dek`` headers and all) and ``ca`` (the swarm root CA; the host name is not

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import docker
-from swarm_harness import SwarmCluster
+
+from support.swarm_harness import SwarmCluster
 
 
 @dataclass

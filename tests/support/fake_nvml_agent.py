@@ -1,12 +1,12 @@
 """`swarmgpu agent --source nvml` over the fake pynvml, for the real-swarm tests.
 
-The GPUs are a layout of tests/fake_pynvml built from real captures; the running
+The GPUs are a layout of tests/support/fake_pynvml built from real captures; the running
 processes are read, on every NVML call, from a JSON file the test writes
 (``{"<GPU uuid>": [{"pid": 1234, "used_mib": 30000}, ...]}``): the PIDs of real task
 containers, so everything after NVML (the PID's cgroup, the engine's container labels,
 the metrics, the daemon) is the real thing.
 
-    python tests/fake_nvml_agent.py LAYOUT PROCESSES_JSON SYSFS_DIR AGENT-ARGS...
+    python tests/support/fake_nvml_agent.py LAYOUT PROCESSES_JSON SYSFS_DIR AGENT-ARGS...
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fake_pynvml.builder import build_layout
-from fake_pynvml.pynvml import FakeNvml, FakeProcess
+from support.fake_pynvml.builder import build_layout
+from support.fake_pynvml.pynvml import FakeNvml, FakeProcess
 
 
 def main() -> None:

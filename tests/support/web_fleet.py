@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "benchmarks") not in sys.path:
     sys.path.append(str(REPO / "benchmarks"))
 

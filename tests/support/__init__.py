@@ -1,0 +1,22 @@
+"""Helpers shared by the test modules; test modules import from here, never from
+each other (tests/test_test_layout.py checks it).
+
+Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py):
+- swarm_harness: the real multi-node test swarm (dockerds in network namespaces).
+- gpu_nodes: the GPU machines the swarm's workers stand in for, agents, the daemon,
+  configs and the CLI as the tests start them.
+- paths: where fixtures, captures and traces lie.
+- fake_pynvml/, fake_nvml_agent: the fake NVML library built from real captures.
+- hostile_agent, faultproxy, slowflood, httpprobe: hostile peers, a faulty engine
+  proxy, slow-connection floods, a probe run inside a namespace.
+- task_watch: records the tasks a service ran; web_fleet: a fleet document made by the
+  real planner; browser: a headless chromium for the GPU map.
+- daemon: the `daemon` fixture's setup (tests/conftest.py).
+
+Builders of test inputs, one module per subject: placement, forged (a recording swarm
+and forged Swarm objects), health, rebalance, rebalance_fragmentation, identity,
+webauth, overshare, dashboard, deploy_docs, sim, memo, planner, render_compose,
+render_engines, prometheus, write_paths; and for the real swarm: swarm_services
+(deploy a stack, wait for it), swarm_rebalance, swarm_fragmentation, health_swarm,
+webauth_swarm.
+"""

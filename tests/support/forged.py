@@ -1,0 +1,185 @@
+"""A recording stand-in for the Swarm client and forged Swarm objects (nodes,
+services, ledger labels): the daemon's steps over a cluster a test writes.
+
+First written in tests/test_forged_state.py."""
+
+from __future__ import annotations
+
+import copy
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from support.gpu_nodes import DGX_A100, RTX4090
+from swarmgpu.manager.placement import (
+    Holding,
+    assign_key,
+    devices_key,
+    env_template,
+    gate_constraint,
+    gate_key,
+)
+from swarmgpu.manager.rebalance.moves import Move, Trigger
+from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask, service_from_api
+
+P = "swarmgpu."
+DGX_F, R4090_F = DGX_A100.facts(), RTX4090.facts()
+V_UUID = DGX_F.gpus[0].uuid  # the victim's GPU (node n-dgx)
+T_UUID = R4090_F.gpus[0].uuid  # the third service's GPU (node n-4090)
+
+
+class RecordingSwarm:
+    """The SwarmClient methods the daemon calls, over in-memory objects; writes recorded
+    as (method, object id, what changed)."""
+
+    def __init__(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
+                 tasks: Sequence[SwarmTask], swarm_labels: Mapping[str, str] | None = None
+                 ) -> None:
+        self._nodes = {n.id: n for n in nodes}
+        self._services = {s.id: s for s in services}
+        self._tasks = list(tasks)
+        self._swarm_labels = dict(swarm_labels or {})
+        self.calls: list[tuple[str, str]] = []
+        self.writes = 0  # what SwarmClient counts (the label actuator reads it)
+
+    # reads
+    def is_leader(self) -> bool:
+        return True
+
+    def self_node_id(self) -> str:
+        return "n-mgr"
+
+    def nodes(self) -> list[SwarmNode]:
+        return list(self._nodes.values())
+
+    def node(self, node_id: str) -> SwarmNode:
+        if node_id not in self._nodes:
+            raise SwarmError(f"node {node_id} not found")
+        return self._nodes[node_id]
+
+    def services(self) -> list[SwarmService]:
+        return list(self._services.values())
+
+    def service(self, service_id: str) -> SwarmService:
+        if service_id not in self._services:
+            raise SwarmError(f"service {service_id} not found")
+        return self._services[service_id]
+
+    def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
+        f = dict(filters or {})
+        return [t for t in self._tasks
+                if f.get("service") in (None, t.service_id)
+                and f.get("desired-state") in (None, t.desired_state)]
+
+    def swarm_labels(self) -> Mapping[str, str]:
+        return dict(self._swarm_labels)
+
+    def image_env(self, ref: str) -> tuple[str, ...] | None:
+        return None  # no image is on this stand-in's engine (unknown: cycle.grants)
+
+    # writes: compute() contract of SwarmClient (None or unchanged: no write)
+    def update_node_labels(self, node_id: str,
+                           compute: Callable[[Mapping[str, str]], Mapping[str, str] | None],
+                           **_: Any) -> bool:
+        n = self.node(node_id)
+        new = compute(dict(n.labels))
+        if new is None or dict(new) == dict(n.labels):
+            return False
+        self._write("node", node_id)
+        self._nodes[node_id] = replace(n, labels=dict(new), version=n.version + 1)
+        return True
+
+    def update_service_spec(self, service_id: str,
+                            compute: Callable[[Mapping[str, Any]], Mapping[str, Any] | None],
+                            **_: Any) -> bool:
+        s = self.service(service_id)
+        spec = copy.deepcopy(dict(s.spec))
+        new = compute(spec)
+        if new is None or new == s.spec:
+            return False
+        self._write("service", service_id)
+        self._services[service_id] = service_from_api(
+            {"ID": s.id, "Spec": new, "Version": {"Index": s.version + 1}})
+        return True
+
+    def update_swarm_labels(self, compute: Callable[[Mapping[str, str]],
+                                                    Mapping[str, str] | None],
+                            **_: Any) -> bool:
+        new = compute(dict(self._swarm_labels))
+        if new is None or dict(new) == self._swarm_labels:
+            return False
+        self._write("swarm", "swarm")
+        self._swarm_labels = dict(new)
+        return True
+
+    def _write(self, kind: str, what: str) -> None:
+        self.writes += 1
+        self.calls.append((kind, what))
+
+    # test helpers
+    def run_task(self, t: SwarmTask) -> None:
+        self._tasks.append(t)
+
+    def stop_tasks(self, service_id: str, node_id: str) -> None:
+        self._tasks = [t for t in self._tasks
+                       if not (t.service_id == service_id and t.node_id == node_id)]
+
+
+def sw_node(nid: str, host: str, labels: Mapping[str, str] | None = None,
+          role: str = "worker") -> SwarmNode:
+    return SwarmNode(id=nid, hostname=host, addr="127.0.0.1", role=role, state="ready",
+                     availability="active", labels=dict(labels or {}), engine_labels={},
+                     version=1, generic_resources={}, discrete_resources={},
+                     cpu_milli=64000, memory_mib=256000)
+
+
+def sw_svc(name: str, labels: Mapping[str, str], *, replicas: int = 1, gated: bool = True,
+         mode: dict[str, Any] | None = None) -> SwarmService:
+    """A service as Swarm returns it: gated (swarmgpu's env line and gate constraint) or
+    plain; ``mode`` replaces replicated ``replicas`` (global, a job)."""
+    spec: dict[str, Any] = {
+        "Name": name, "Labels": dict(labels),
+        "TaskTemplate": {"ContainerSpec": {"Image": "busybox",
+                                           "Env": [env_template(P)] if gated else []},
+                         "Placement": {"Constraints": [gate_constraint(P, name)]
+                                       if gated else []}},
+        "Mode": mode or {"Replicated": {"Replicas": replicas}},
+    }
+    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
+
+
+def held_labels(service: str, nid: str, uuid: str, milli: int = 1000) -> dict[str, str]:
+    """The node labels of ``service`` holding ``milli`` of GPU ``uuid``: ledger and gate."""
+    return {assign_key(P, service): Holding(service, nid, (uuid,), (milli,)).label_value(),
+            gate_key(P, service): "true"}
+
+
+def victim_cluster(attacker_labels: Mapping[str, str]) -> RecordingSwarm:
+    """victim holds DGX GPU 0 and runs; third holds RTX 4090 GPU 0 and runs; the attacker
+    is a plain service whose own labels are ``attacker_labels``."""
+    nodes = [sw_node("n-mgr", "manager", role="manager"),
+             sw_node("n-dgx", "gpu-node-1", held_labels("victim", "n-dgx", V_UUID)),
+             sw_node("n-4090", "gpu-node-2", held_labels("third", "n-4090", T_UUID))]
+    victim = sw_svc("victim", {f"{P}gpus": "1", devices_key(P, "n-dgx"): V_UUID})
+    third = sw_svc("third", {f"{P}gpus": "1", devices_key(P, "n-4090"): T_UUID})
+    attacker = sw_svc("attacker", attacker_labels, gated=False)
+    tasks = [SwarmTask("t-victim", victim.id, "n-dgx", 1, "running", "running", ()),
+             SwarmTask("t-third", third.id, "n-4090", 1, "running", "running", ()),
+             SwarmTask("t-attacker", attacker.id, "n-mgr", 1, "running", "running", ())]
+    return RecordingSwarm(nodes, [victim, third, attacker], tasks)
+
+
+def victim_move() -> Move:
+    f = R4090_F
+    return Move(service="victim", service_id="id-victim", source_node="n-dgx",
+                source_host="gpu-node-1", source_uuids=(V_UUID,), source_milli=(1000,),
+                target_node="n-4090", target_host="gpu-node-2", target_gpus=(1,),
+                target_uuids=(f.gpus[1].uuid,), target_milli=(1000,),
+                trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,56 @@
+"""A swarm-like PKI made with openssl (the ``pki`` fixture) and a fake facts source.
+
+First written in tests/test_identity.py."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.gpu_nodes import RTX4090
+
+
+class FakeSource:
+    spec = "fake:identity"
+
+    def read(self) -> Any:
+        return RTX4090.facts()
+
+
+CLUSTER = "clusterA0123456789abcdefg"
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A swarm-like PKI: a root CA and node certificates with Swarm's subject layout
+    (CN node ID, O cluster ID, OU role), plus the forgeries a reviewer would try."""
+    d = tmp_path_factory.mktemp("pki")
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"),
+             "-subj", "/CN=swarm-ca", "-days", "2")
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-keyout", str(d / "rogue.key"), "-out", str(d / "rogue.crt"),
+             "-subj", "/CN=swarm-ca", "-days", "2")
+    out = {"ca": d / "ca.crt"}
+    for name, subj, ca in (
+            ("node1", f"/O={CLUSTER}/OU=swarm-worker/CN=node1", "ca"),
+            ("mgr", f"/O={CLUSTER}/OU=swarm-manager/CN=mgr1", "ca"),
+            ("badou", f"/O={CLUSTER}/OU=not-a-swarm-role/CN=node1", "ca"),
+            ("othercluster", "/O=clusterB/OU=swarm-worker/CN=node1", "ca"),
+            ("othermgr", "/O=clusterB/OU=swarm-manager/CN=mgr9", "ca"),
+            ("roguenode", f"/O={CLUSTER}/OU=swarm-worker/CN=node1", "rogue"),
+            ("roguemgr", f"/O={CLUSTER}/OU=swarm-manager/CN=mgr1", "rogue")):
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                 "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"),
+                 "-subj", subj)
+        openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / f"{ca}.crt"),
+                 "-CAkey", str(d / f"{ca}.key"), "-CAcreateserial", "-days", "2",
+                 "-out", str(d / f"{name}.crt"))
+        out[name] = d / f"{name}.crt"
+    return out

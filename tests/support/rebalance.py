@@ -1,0 +1,86 @@
+"""The rebalance policies' inputs: two nodes, services, tasks, metrics pages.
+
+First written in tests/test_rebalance_policies.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+
+from support.gpu_nodes import DGX_A100, RTX4090
+from swarmgpu.agent.metrics import render_metrics
+from swarmgpu.core.config import RebalanceConfig, load_config
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.rebalanceconfig import ConsolidationConfig, HotspotConfig
+from swarmgpu.core.samples import GpuSample
+from swarmgpu.manager.placement import env_template, gate_constraint, read_ledger
+from swarmgpu.manager.rebalance.scrape import NodeScrape, judge
+from swarmgpu.manager.rebalance.signals import Signals
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+CFG = RebalanceConfig(dry_run=False, hotspot=HotspotConfig(window_s=5),
+                      consolidation=ConsolidationConfig(idle_window_s=5, frag_window_s=5),
+                      max_gap_s=2, min_samples=3, cooldown_s=300)
+F1, F2 = DGX_A100.facts(), RTX4090.facts()
+FACTS = {"n1": F1, "n2": F2}
+U2 = [g.uuid for g in F2.gpus]
+
+
+def node(nid: str, host: str, labels: Mapping[str, str]) -> SwarmNode:
+    return SwarmNode(nid, host, "10.0.0." + nid[-1], "worker", "ready", "active", dict(labels),
+                     {}, 1, {}, {})
+
+
+def service(name: str, labels: Mapping[str, str], mode: str = "replicated") -> SwarmService:
+    return SwarmService(f"id-{name}", name, dict(labels), (gate_constraint(P, name),),
+                        (env_template(P),), mode, 1 if mode == "replicated" else None, None, 1)
+
+
+def running(name: str, nid: str) -> SwarmTask:
+    return SwarmTask(f"t-{name}", f"id-{name}", nid, 1, "running", "running", ())
+
+
+def cluster(extra: Mapping[str, str] | None = None, b_labels: Mapping[str, str] | None = None
+            ) -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """a and b share GPU 0 of gpu-node-2 (half each); gpu-node-1 is empty."""
+    n2 = {f"{P}assign.a": f"{U2[0]}@500", f"{P}service.a": "true",
+          f"{P}assign.b": f"{U2[0]}@500", f"{P}service.b": "true"}
+    nodes = [node("n1", "gpu-node-1", {}), node("n2", "gpu-node-2", n2)]
+    req = {f"{P}gpu-fraction": "0.5"}
+    svcs = [service("a", {**req, **(extra or {})}), service("b", {**req, **(b_labels or {})})]
+    return nodes, svcs, [running("a", "n2"), running("b", "n2")]
+
+
+def page(facts: NodeFacts, util: Mapping[int, float | None]) -> str:
+    samples = [GpuSample(uuid=g.uuid, index=g.index, util_pct=util.get(g.index, 5.0),
+                         fb_used_mib=1000, fb_free_mib=g.memory_mib - 1000,
+                         mem_copy_util_pct=None, temp_c=None, power_w=None)
+               for g in facts.gpus if not g.mig_enabled]
+    return render_metrics(facts, samples).decode()
+
+
+def feed(sig: Signals, nodes: Sequence[SwarmNode], times: Sequence[float],
+         util2: Mapping[float, Mapping[int, float | None]],
+         broken: AbstractSet[float] = frozenset()) -> list[str]:
+    warnings: list[str] = []
+    ledger = read_ledger(nodes, P)
+    for t in times:
+        scr: dict[str, NodeScrape] = {}
+        for n in nodes:
+            f = FACTS[n.id]
+            text = page(f, util2.get(t, {}) if n.id == "n2" else {})
+            if n.id == "n2" and t in broken:
+                text = "this is not prometheus {{{\n"
+            scr[n.id] = judge(n, "http://x/metrics", text, t)
+        warnings = sig.observe(scr, FACTS, {n.id: n.hostname for n in nodes}, ledger, t)
+    return warnings
+
+
+def load_rebalance(rebalance: dict[str, object]) -> None:
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as fh:
+        json.dump({"rebalance": rebalance}, fh)
+    load_config(fh.name, env={})

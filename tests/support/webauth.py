@@ -1,0 +1,54 @@
+"""The daemon's web side in-process (auth, token) and a plain HTTP GET.
+
+First written in tests/test_webauth.py."""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+from pathlib import Path
+from typing import Any
+
+from swarmgpu.core.config import load_config
+from swarmgpu.manager.daemon import Daemon
+
+TOKEN = "web-token-0123456789abcdef"
+BIG = 4 * 1024 * 1024  # past what socket buffers take: the document of ~500 nodes
+
+
+class NoSwarm:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"unexpected engine call {name}")
+
+
+def web_daemon(tmp: Path, auth: str = "required", listen: str = "127.0.0.1:0",
+            token: bool = True) -> Daemon:
+    (tmp / "token").write_text(TOKEN + "\n")
+    env = {"SWARMGPU_HTTP_LISTEN": listen, "SWARMGPU_HTTP_AUTH": auth,
+           "SWARMGPU_STATE_DIR": str(tmp)}
+    if token:
+        env["SWARMGPU_HTTP_TOKEN_FILE"] = str(tmp / "token")
+    d = Daemon(load_config(None, env=env), swarm=NoSwarm())  # type: ignore[arg-type]
+    d.http_routes["/api/v1/cluster"] = lambda: ("application/json", b'{"nodes": []}')
+    big = b"x" * BIG
+    d.http_routes["/big"] = lambda: ("text/plain", big)
+    d._start_http()
+    assert d._http is not None
+    return d
+
+
+def get(port: int, path: str, headers: dict[str, str] | None = None,
+        ctx: ssl.SSLContext | None = None, src: str | None = None, timeout: float = 5
+        ) -> tuple[int, dict[str, str], bytes]:
+    conn: http.client.HTTPConnection
+    if ctx is not None:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ctx)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout,
+                                          source_address=(src, 0) if src else None)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
