@@ -50,14 +50,15 @@ def test_global_node_without_room_waits_and_says_why_then_joins() -> None:
 
 
 def test_status_lists_global_nodes_waiting_and_jobs_done() -> None:
-    from swarmgpu.manager.web.cluster_view import _modes_lines
+    from swarmgpu.manager.web.cluster_view import render_status
 
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
     s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})
     sp = plan_placement(nodes, [s], [], FACTS).services[0]  # type: ignore[list-item]
     done = {"name": "embed", "mode": "replicated-job", "status": "done", "placements": [],
             "progress": "2 of 2 complete, 0 GPU holding(s) now", "nodes_waiting": {}}
-    lines = _modes_lines([sp.to_dict(), done, {"name": "r", "placements": []}])
+    services = [sp.to_dict(), done, {"name": "r", "placements": []}]
+    lines = render_status({"nodes": [], "services": services, "pending": []}).split("\n")
     assert lines[1] == "global services and jobs:"
     assert lines[2] == "  big (global): on gpu-node-1"
     assert lines[3].startswith("    gpu-node-2: waiting, gate closed: ")

@@ -29,10 +29,10 @@ from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import (
     IdentityError,
     ReloadingServerContext,
-    _plain_key_pem,
     client_context,
     metrics_may_act,
     node_cert_paths,
+    plain_key_pem,
     probe_agent_scheme,
     read_token,
     token_matches,
@@ -62,12 +62,12 @@ def test_manager_key_headers_are_stripped_and_autolock_is_named() -> None:
     body = "MHcCAQEEIByz\nAAAA\n"
     raft = ("-----BEGIN EC PRIVATE KEY-----\nraft-dek: abc\nkek-version: 3\n\n" + body
             + "-----END EC PRIVATE KEY-----\n")
-    assert _plain_key_pem(raft, "k") == ("-----BEGIN EC PRIVATE KEY-----\n" + body
+    assert plain_key_pem(raft, "k") == ("-----BEGIN EC PRIVATE KEY-----\n" + body
                                          + "-----END EC PRIVATE KEY-----\n")
     locked = ("-----BEGIN EC PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: x\n\n"
               + body + "-----END EC PRIVATE KEY-----\n")
     with pytest.raises(IdentityError, match="autolock"):
-        _plain_key_pem(locked, "k")
+        plain_key_pem(locked, "k")
 
 
 def test_tokens(tmp_path: Path) -> None:
@@ -267,17 +267,17 @@ def test_unauthenticated_metrics_never_move() -> None:
 
 def test_agent_finds_its_certificate_or_says_how(tmp_path: Path, pki: dict[str, Path]
                                                  ) -> None:
-    from swarmgpu.cli.node import _agent_tls
+    from swarmgpu.cli.node import agent_tls
 
-    assert _agent_tls("auto", str(tmp_path), None, None, None) is None  # not a member
+    assert agent_tls("auto", str(tmp_path), None, None, None) is None  # not a member
     with pytest.raises(IdentityError, match="--identity none"):
-        _agent_tls("swarm-pki", str(tmp_path), None, None, None)
+        agent_tls("swarm-pki", str(tmp_path), None, None, None)
     d = tmp_path / "swarm" / "certificates"
     d.mkdir(parents=True)
     for src, name in ((pki["node1"], "swarm-node.crt"), (_key(pki["node1"]), "swarm-node.key"),
                       (pki["ca"], "swarm-root-ca.crt")):
         (d / name).write_bytes(src.read_bytes())
-    tls = _agent_tls("auto", str(tmp_path), None, None, None)
+    tls = agent_tls("auto", str(tmp_path), None, None, None)
     assert tls is not None and tls.mutual and tls.cluster_id == CLUSTER
     assert node_cert_paths(str(tmp_path), {"CREDENTIALS_DIRECTORY": str(d)})[0] == \
         d / "swarm-node.crt"

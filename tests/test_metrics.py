@@ -83,12 +83,12 @@ def test_help_and_type_lines_match_dcgm_exporter() -> None:
         kind, help_ = csv[f.name]
         assert f"# HELP {f.name} {help_}\n" in ours, f.name
         assert f"# TYPE {f.name} {kind}\n" in ours, f.name
-    from swarmgpu.agent.metrics import _HEALTH_HELP
+    from swarmgpu.agent.metrics import HEALTH_HELP
 
-    health = set(_HEALTH_HELP) | {"DCGM_FI_DEV_XID_ERRORS"}
+    health = set(HEALTH_HELP) | {"DCGM_FI_DEV_XID_ERRORS"}
     for name, (kind, help_) in csv.items():
-        if name in health and name in _HEALTH_HELP:
-            assert _HEALTH_HELP[name] == (kind, help_), name
+        if name in health and name in HEALTH_HELP:
+            assert HEALTH_HELP[name] == (kind, help_), name
     served = {f.name for f in DCGM_FIELDS} | health | {"DCGM_FI_DRIVER_VERSION"}
     assert set(csv) <= served, set(csv) - served
 

@@ -64,7 +64,7 @@ class DcgmField:
 
 # dcgm-exporter's etc/default-counters.csv, in its order, with its types and HELP texts
 # (tests/fixtures/dcgm-exporter/default-counters.csv); the XID and row-remapping lines
-# are the health block's (_HEALTH_HELP), the driver version is a label. Which NVML call
+# are the health block's (HEALTH_HELP), the driver version is a label. Which NVML call
 # reads each: swarmgpu.agent.facts.nvml_sampler, and the table in docs/metrics.md.
 DCGM_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", "sm_clock_mhz"),
@@ -195,7 +195,7 @@ class AgentCollector(Collector):
             xid.add_sample(DCGM_XID, labels[g.uuid], float(h.last_xid or 0))
         yield xid
         for name, attr in DCGM_HEALTH_FIELDS.items():
-            kind, help_ = _HEALTH_HELP[name]
+            kind, help_ = HEALTH_HELP[name]
             fam = Metric(name, help_, kind)
             for g, h in gpus:
                 v = _health_value(h, attr)
@@ -279,7 +279,7 @@ class AgentCollector(Collector):
 
 # (type, HELP) as dcgm-exporter's counters csv gives them; the csv has no line for
 # ROW_REMAP_PENDING or CLOCK_THROTTLE_REASONS, whose texts follow DCGM's field comments.
-_HEALTH_HELP: dict[str, tuple[str, str]] = {
+HEALTH_HELP: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("counter", "Total number of single-bit volatile ECC "
                                       "errors."),
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("counter", "Total number of double-bit volatile ECC "
@@ -333,4 +333,4 @@ def render_metrics(
 _DCGM_COUNTERS = tuple(
     name.encode() for name in sorted(
         {f.name for f in DCGM_FIELDS if f.kind == "counter"}
-        | {n for n, (kind, _) in _HEALTH_HELP.items() if kind == "counter"}))
+        | {n for n, (kind, _) in HEALTH_HELP.items() if kind == "counter"}))

@@ -145,7 +145,7 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
     from swarmgpu.swarm.identity import IdentityError, read_token
 
     try:
-        tls = _agent_tls(identity, data_root, tls_cert, tls_key, tls_ca)
+        tls = agent_tls(identity, data_root, tls_cert, tls_key, tls_ca)
         token = read_token(token_file) if token_file else None
     except (IdentityError, OSError) as exc:
         click.echo(f"swarmgpu agent: {exc}", err=True)
@@ -155,8 +155,8 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
                                          proc_root), tls=tls, token=token)
 
 
-def _agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
-               ca: str | None) -> ReloadingServerContext | None:
+def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
+              ca: str | None) -> ReloadingServerContext | None:
     """The agent's TLS, or None for plain HTTP; raises IdentityError with the fix."""
     from swarmgpu.swarm.identity import IdentityError, ReloadingServerContext, node_cert_paths
 

@@ -187,7 +187,7 @@ def is_manager_of(peer: PeerName | None, cluster_id: str | None) -> bool:
                 and peer.ou == MANAGER_ROLE and peer.cn and peer.dates_refusal() is None)
 
 
-def _plain_key_pem(text: str, where: str) -> str:
+def plain_key_pem(text: str, where: str) -> str:
     """The key PEM without headers. Swarm managers keep ``raft-dek`` headers in the key
     file, which OpenSSL refuses; an encrypted key (autolock) cannot be used at all."""
     out: list[str] = []
@@ -219,7 +219,7 @@ def _load_chain(ctx: ssl.SSLContext, cert: str | os.PathLike[str],
                 key: str | os.PathLike[str]) -> None:
     """Load the node's certificate and key into ``ctx`` (server or client side)."""
     try:
-        key_pem = _plain_key_pem(Path(key).read_text(), str(key))
+        key_pem = plain_key_pem(Path(key).read_text(), str(key))
     except OSError as exc:
         raise IdentityError(f"--tls-key {key}: cannot read it ({exc.strerror}); under "
                             "systemd pass it with LoadCredential= (docs/security.md)") from None
