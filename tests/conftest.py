@@ -234,6 +234,20 @@ def agents(swarm: SwarmCluster) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
+def daemon(request: pytest.FixtureRequest, swarm: SwarmCluster, agents: dict[str, Any],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The real daemon of a swarm module, with an agent per GPU node, as the module's
+    ``DAEMON = ModuleDaemon(log, config)`` says (tests/support/daemon.py)."""
+    from support.daemon import run_module_daemon
+
+    setup = getattr(request.module, "DAEMON", None)
+    if setup is None:
+        pytest.fail(f"{request.module.__name__} asks for `daemon`: say how it runs with "
+                    "DAEMON = ModuleDaemon(...) (tests/support/daemon.py)", pytrace=False)
+    yield from run_module_daemon(swarm, tmp_path_factory, setup)
+
+
+@pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A swarm-like PKI: a root CA and node certificates with Swarm's subject layout
     (CN node ID, O cluster ID, OU role), plus the forgeries a reviewer would try."""

@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.daemon import ModuleDaemon
 from support.gpu_nodes import (
     LOGS,
-    cfg_file,
     eventually,
     remove_stacks,
-    start_daemon,
-    stop,
     wait_log,
 )
 from support.swarm_harness import SwarmCluster
@@ -29,14 +26,7 @@ P = "swarmgpu."
 LOG = LOGS / "converge-daemon.log"
 
 
-@pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("converge")
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
-    proc = start_daemon(swarm, cfg, LOG)
-    yield {"cfg": cfg, "tmp": tmp}
-    stop(proc)
+DAEMON = ModuleDaemon(LOG.name, {"sync": {"interval_s": 2}})
 
 
 def node_cpus(swarm: SwarmCluster, hostname: str) -> float:

@@ -8,11 +8,11 @@ orchestrator creates tasks only on nodes whose labels match the constraints.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.gpu_nodes import GPU_NODES, LOGS, cfg_file, run_cli, start_daemon, stop
+from support.daemon import ModuleDaemon
+from support.gpu_nodes import GPU_NODES, run_cli
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import container_env, wait_running
 
@@ -22,14 +22,7 @@ pytestmark = pytest.mark.swarm
 P = "swarmgpu."
 
 
-@pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("global")
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
-    proc = start_daemon(swarm, cfg, LOGS / "global-daemon.log")
-    yield {"cfg": cfg}
-    stop(proc)
+DAEMON = ModuleDaemon("global-daemon.log", {"sync": {"interval_s": 2}})
 
 
 def test_global_service_one_pinned_gpu_per_gpu_node(swarm: SwarmCluster,

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.gpu_nodes import LOGS, RTX4090, run_cli, running_daemon
+from support.daemon import ModuleDaemon
+from support.gpu_nodes import RTX4090, run_cli
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import PREEMPTING, container_env, gpu_create, wait_running
 
@@ -29,12 +29,7 @@ HIGH = "jp-high"
 RTX = "*RTX 4090*"
 
 
-@pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("jobpreempt")
-    with running_daemon(swarm, tmp, LOGS / "job-preempt-daemon.log", **PREEMPTING) as cfg:
-        yield {"cfg": cfg, "tmp": tmp}
+DAEMON = ModuleDaemon("job-preempt-daemon.log", PREEMPTING)
 
 
 def job_tasks(swarm: SwarmCluster) -> list[dict[str, Any]]:

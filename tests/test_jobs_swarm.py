@@ -6,11 +6,11 @@ after ``docker service update --force``."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.gpu_nodes import GPU_NODES, LOGS, RTX4090, run_cli, running_daemon
+from support.daemon import ModuleDaemon
+from support.gpu_nodes import GPU_NODES, RTX4090, run_cli
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import P, gpu_create, wait_running
 
@@ -18,12 +18,7 @@ pytestmark = pytest.mark.swarm
 JOB = "embed"
 
 
-@pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("jobs")
-    with running_daemon(swarm, tmp, LOGS / "jobs-daemon.log", sync={"interval_s": 2}) as cfg:
-        yield {"cfg": cfg}
+DAEMON = ModuleDaemon("jobs-daemon.log", {"sync": {"interval_s": 2}})
 
 
 def run_devices(swarm: SwarmCluster, job: str = JOB, timeout: float = 120,

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.daemon import ModuleDaemon
 from support.gpu_nodes import (
     DGX_A100,
     LOGS,
     RTX4090,
-    cfg_file,
     eventually,
     run_cli,
-    start_daemon,
     stop,
 )
 from support.swarm_harness import SwarmCluster
@@ -26,20 +24,7 @@ from support.swarm_services import P, deploy, devices_of, plan, tasks_running, w
 pytestmark = pytest.mark.swarm
 
 
-@pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("placement")
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
-    state: dict[str, Any] = {"cfg": cfg, "tmp": tmp}
-
-    def start() -> None:
-        state["proc"] = start_daemon(swarm, cfg, LOGS / "placement-daemon.log")
-
-    state["start"] = start
-    start()
-    yield state
-    stop(state["proc"])
+DAEMON = ModuleDaemon("placement-daemon.log", {"sync": {"interval_s": 2}})
 
 
 def placement_writes(service: str) -> int:

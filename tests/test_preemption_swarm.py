@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.gpu_nodes import LOGS, RTX4090, eventually, run_cli, running_daemon, wait_log
+from support.daemon import ModuleDaemon
+from support.gpu_nodes import LOGS, RTX4090, eventually, run_cli, wait_log
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import PREEMPTING, deploy, plan, tasks_running, wait_running
 
@@ -23,12 +23,7 @@ pytestmark = pytest.mark.swarm
 P = "swarmgpu."
 
 
-@pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("preempt")
-    with running_daemon(swarm, tmp, LOGS / "preemption-daemon.log", **PREEMPTING) as cfg:
-        yield {"cfg": cfg, "tmp": tmp}
+DAEMON = ModuleDaemon("preemption-daemon.log", PREEMPTING)
 
 
 def test_high_priority_preempts_batch_and_batch_comes_back(

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
-from support.gpu_nodes import GPU_NODES, LOGS, cfg_file, remove_stacks, start_daemon, stop
+from support.daemon import ModuleDaemon
+from support.gpu_nodes import GPU_NODES, LOGS, remove_stacks
 from support.render_engines import STACKS, schema_errors
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import container_env, deploy_file, plan, render, wait_running
@@ -30,14 +30,7 @@ COMPOSE = {"version": "3.8", "services": {"llm": {
         "restart_policy": {"condition": "any", "delay": "1s"}}}}}
 
 
-@pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("render-compose")
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
-    proc = start_daemon(swarm, cfg, LOG)
-    yield {"cfg": cfg, "tmp": tmp}
-    stop(proc)
+DAEMON = ModuleDaemon(LOG.name, {"sync": {"interval_s": 2}})
 
 
 def test_compose_devices_request_renders_deploys_and_runs_on_one_gpu(

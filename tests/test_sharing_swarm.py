@@ -3,11 +3,10 @@ read back with `docker inspect` on the dockerd of the node it runs on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.gpu_nodes import LOGS, cfg_file, start_daemon, stop
+from support.daemon import ModuleDaemon
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import container_env, deploy, wait_running
 
@@ -19,15 +18,7 @@ SHARE_VARS = ("SWARMGPU_GPU_FRACTION", "SWARMGPU_GPU_MEMORY_MIB", "CUDA_DEVICE_M
               "CUDA_DEVICE_SM_LIMIT")
 
 
-@pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("sharing")
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
-    proc = start_daemon(swarm, cfg, LOGS / "sharing-daemon.log")
-    yield {"cfg": cfg, "tmp": tmp, "proc": proc}
-    stop(proc)
-    swarm.cli(swarm.manager, "stack", "rm", "share", check=False)
+DAEMON = ModuleDaemon("sharing-daemon.log", {"sync": {"interval_s": 2}})
 
 
 def test_half_of_a_40gib_gpu_is_told_its_share_and_a_whole_gpu_beside_it_nothing(

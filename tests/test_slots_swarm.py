@@ -7,12 +7,12 @@ can be spread still gets one replica per node, with the older per-node template 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.gpu_nodes import LOGS, RTX4090, cfg_file, run_cli, start_daemon, stop
+from support.daemon import ModuleDaemon
+from support.gpu_nodes import RTX4090, run_cli
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import container_env, tasks_running
 from support.swarm_services import deploy as placement_deploy
@@ -45,14 +45,7 @@ def stack(name: str, services: dict[str, dict[str, Any]]) -> str:
     return json.dumps(out, indent=1)
 
 
-@pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("slots")
-    cfg = cfg_file(tmp, swarm, sync={"interval_s": 2})
-    proc = start_daemon(swarm, cfg, LOGS / "slots-daemon.log")
-    yield {"cfg": cfg, "tmp": tmp}
-    stop(proc)
+DAEMON = ModuleDaemon("slots-daemon.log", {"sync": {"interval_s": 2}})
 
 
 def deploy(swarm: SwarmCluster, tmp: Path, name: str, services: dict[str, Any]) -> None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support.gpu_nodes import LOGS, RTX4090, remove_stacks, run_cli, running_daemon
+from support.daemon import ModuleDaemon
+from support.gpu_nodes import LOGS, RTX4090, run_cli
 from support.swarm_harness import SwarmCluster
 from support.swarm_services import deploy, plan, tasks_running, wait_running
 
@@ -36,14 +36,8 @@ CONFIG: dict[str, Any] = {"sync": {"interval_s": 2},
 CAPPED = "priority 999999 capped at 0 by tenant team-b (its max_priority)"
 
 
-@pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("tenants")
-    log_at = LOG.stat().st_size if LOG.exists() else 0  # the log is appended to
-    with running_daemon(swarm, tmp, LOG, **CONFIG) as cfg:
-        yield {"cfg": cfg, "tmp": tmp, "log_at": log_at}
-        remove_stacks(swarm, "team-a", "team-b-greedy", "team-b")
+DAEMON = ModuleDaemon(LOG.name, CONFIG,
+                      remove_stacks=("team-a", "team-b-greedy", "team-b"))
 
 
 def test_a_tenants_ceiling_holds_and_the_higher_tenant_preempts(

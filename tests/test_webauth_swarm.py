@@ -44,8 +44,8 @@ def probe(swarm: SwarmCluster, node: NodeHandle, *reqs: dict[str, Any]) -> list[
 
 
 @pytest.fixture(scope="module")
-def daemon(swarm: SwarmCluster, agents: dict[str, Any],
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def stack_daemon(swarm: SwarmCluster, agents: dict[str, Any],
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("webauth")
     env = stack_daemon_env()
     assert env["SWARMGPU_HTTP_LISTEN"] == f"0.0.0.0:{PORT}"
@@ -81,8 +81,8 @@ def daemon(swarm: SwarmCluster, agents: dict[str, Any],
 
 
 def test_another_address_needs_a_token_or_a_manager_certificate(
-        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
-    base, worker = daemon["base"], daemon["worker"]
+        swarm: SwarmCluster, stack_daemon: dict[str, Any]) -> None:
+    base, worker = stack_daemon["base"], stack_daemon["worker"]
     wcrt, wkey, wca = default_cert_paths(str(worker.data_root))
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     got = probe(
@@ -93,7 +93,7 @@ def test_another_address_needs_a_token_or_a_manager_certificate(
         {"url": f"http://{base}/api/v1/cluster", "headers": {"Authorization": "Bearer no"}},
         {"url": f"http://{base}/api/v1/cluster", "headers": bearer},
         {"url": f"http://{base}/metrics", "headers": bearer},
-        {"url": f"https://{base}/api/v1/cluster", **daemon["manager_tls"]},
+        {"url": f"https://{base}/api/v1/cluster", **stack_daemon["manager_tls"]},
         # A worker's own Swarm certificate: verified, but not a manager's.
         {"url": f"https://{base}/api/v1/cluster", "cert": str(wcrt), "key": str(wkey),
          "ca": str(wca)},
@@ -109,11 +109,11 @@ def test_another_address_needs_a_token_or_a_manager_certificate(
 
 
 def test_healthz_within_a_second_while_400_clients_hold_unread_answers(
-        swarm: SwarmCluster, daemon: dict[str, Any]) -> None:
+        swarm: SwarmCluster, stack_daemon: dict[str, Any]) -> None:
     """400 connections from a worker's address, each a complete request (the cluster
     document with the token, or without it) whose answer is never read; /healthz from
     the other worker and the image's healthcheck on the manager answer within 1 s."""
-    mgr, worker, other = swarm.manager, daemon["worker"], daemon["other"]
+    mgr, worker, other = swarm.manager, stack_daemon["worker"], stack_daemon["other"]
 
     def launch(argv: list[str], **kw: Any) -> subprocess.Popen[str]:
         return swarm.exec_in_netns(worker, argv, env=swarmgpu_env(), **kw)
@@ -125,7 +125,7 @@ def test_healthz_within_a_second_while_400_clients_hold_unread_answers(
                                     ("/api/v1/cluster", ()))]
     try:
         time.sleep(2)
-        got = probe(swarm, other, *[{"url": f"http://{daemon['base']}/healthz",
+        got = probe(swarm, other, *[{"url": f"http://{stack_daemon['base']}/healthz",
                                      "timeout": 5}] * 10)
         worst = max(r["seconds"] for r in got)
         assert [r["status"] for r in got] == [200] * 10, got
@@ -137,7 +137,7 @@ def test_healthz_within_a_second_while_400_clients_hold_unread_answers(
         hc_out, _ = hc.communicate(timeout=30)
         hc_s = time.monotonic() - t0
         assert hc.returncode == 0, hc_out
-        (authed,) = probe(swarm, other, {"url": f"http://{daemon['base']}/api/v1/cluster",
+        (authed,) = probe(swarm, other, {"url": f"http://{stack_daemon['base']}/api/v1/cluster",
                                          "headers": {"Authorization": f"Bearer {TOKEN}"}})
         print(f"\n/healthz under 400 unread answers: worst {worst:.3f}s of 10; image "
               f"healthcheck {hc_s:.2f}s (a new Python included); token client "
@@ -147,5 +147,5 @@ def test_healthz_within_a_second_while_400_clients_hold_unread_answers(
     finally:
         for f in floods:
             slowflood.stop(f)
-    assert daemon["proc"].poll() is None, "the daemon died under the flood"
+    assert stack_daemon["proc"].poll() is None, "the daemon died under the flood"
 
