@@ -21,7 +21,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -42,6 +41,7 @@ from support.gpu_nodes import (
 )
 from support.gpu_nodes import cfg_file as _cfg_file
 from support.paths import FIXTURES, REPO
+from support.prometheus import wait_prometheus
 from support.swarm_harness import SwarmCluster
 
 pytestmark = pytest.mark.swarm
@@ -165,26 +165,12 @@ def _strip_test_labels(swarm: SwarmCluster, node1: Any) -> None:
             api.update_node(n.node_id, spec["Version"]["Index"], {**spec["Spec"], "Labels": keep})
 
 
-def _wait(what: str, fn: Any, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except (OSError, ValueError) as exc:
-            last = exc
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
-
-
 def test_scrape_config_finds_gpu_nodes_both_ways_and_the_daemon(
     swarm: SwarmCluster, stack: dict[str, Any]
 ) -> None:
     base = stack["base"]
-    _wait("gpu-node-2 labelled by the daemon",
-          lambda: labels_of(swarm, "gpu-node-2").get("swarmgpu.gpu.present") == "true")
+    wait_prometheus("gpu-node-2 labelled by the daemon",
+                    lambda: labels_of(swarm, "gpu-node-2").get("swarmgpu.gpu.present") == "true")
     assert "gpu" not in labels_of(swarm, "gpu-node-2")
 
     def up() -> dict[str, set[str]] | None:
@@ -197,7 +183,7 @@ def test_scrape_config_finds_gpu_nodes_both_ways_and_the_daemon(
         return got if got.get("swarmgpu-agent") == want_agents and got.get(
             "swarmgpu-daemon") and got.get("dcgm-exporter-old") else None
 
-    got = _wait("both agents and the daemon scraped", up)
+    got = wait_prometheus("both agents and the daemon scraped", up)
     assert got["swarmgpu-daemon"] == {f"{stack['mgr'].addr}:9402"}
     assert got.get("dcgm-exporter-old")
     dropped = _get(base, "/api/v1/targets")["data"]["droppedTargets"]
@@ -211,12 +197,12 @@ def test_every_panel_query_evaluates_and_has_data(stack: dict[str, Any]) -> None
     base = stack["base"]
     # The service placed and its GPU's use exported by the daemon, and enough scrapes
     # for rate() over them.
-    _wait(f"{SERVICE} in swarmgpu_service_gpu_util",
-          lambda: _query(base, f'swarmgpu_service_gpu_util{{service="{SERVICE}"}}'), 120)
-    _wait("rate() over the daemon's counters",
-          lambda: _query(base, "rate(swarmgpu_cycles_total[5m]) > 0"))
-    _wait("rate() over the agents' counters",
-          lambda: _query(base, "rate(swarmgpu_agent_facts_refresh_failures_total[5m])"))
+    wait_prometheus(f"{SERVICE} in swarmgpu_service_gpu_util",
+                    lambda: _query(base, f'swarmgpu_service_gpu_util{{service="{SERVICE}"}}'), 120)
+    wait_prometheus("rate() over the daemon's counters",
+                    lambda: _query(base, "rate(swarmgpu_cycles_total[5m]) > 0"))
+    wait_prometheus("rate() over the agents' counters",
+                    lambda: _query(base, "rate(swarmgpu_agent_facts_refresh_failures_total[5m])"))
     checked = 0
     for panel in DASHBOARD["panels"]:
         for target in panel.get("targets", []):
@@ -282,9 +268,9 @@ def test_node_variable_and_gpu_panels_read_both_host_labels(stack: dict[str, Any
     carry the node in `hostname` (the legend's label)."""
     base = stack["base"]
     (var,) = [v for v in DASHBOARD["templating"]["list"] if v["name"] == "node"]
-    values = _wait("both kinds of host label in the node variable",
-                   lambda: (lambda v: v if {"gpu-node-1", OLD_HOST} <= v else None)(
-                       _variable_values(base, var)))
+    values = wait_prometheus("both kinds of host label in the node variable",
+                             lambda: (lambda v: v if {"gpu-node-1", OLD_HOST} <= v else None)(
+                                 _variable_values(base, var)))
     assert {"gpu-node-1", "gpu-node-2", OLD_HOST} <= values
     panels = [(p["title"], t["expr"]) for p in DASHBOARD["panels"]
               for t in p.get("targets", []) if "DCGM_FI_DEV_" in t["expr"]]

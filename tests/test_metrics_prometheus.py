@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import pytest
 import yaml
 from support.fake_pynvml.builder import build_layout, with_uncaptured_counters
 from support.gpu_nodes import LOGS, kwargs_for_logs, stop
-from support.prometheus import promtool_check
+from support.prometheus import promtool_check, wait_prometheus
 
 from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.nvml_sampler import read_utilisation
@@ -86,20 +85,6 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             srv.shutdown()
 
 
-def _wait(what: str, fn: Any, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except (OSError, ValueError) as exc:
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last: {last}")
-
-
 def test_promtool_reads_both_pages(prom: dict[str, Any]) -> None:
     for target in prom["targets"].values():
         _get(f"http://{target}/metrics")  # the rates need a previous scrape
@@ -118,7 +103,7 @@ def test_prometheus_stores_every_field_once(prom: dict[str, Any]) -> None:
             base, f'{{__name__=~"DCGM_.*", instance="{mig}", GPU_I_ID!=""}}')}
 
     # Wait for what is written last: the rates, which need two scrapes of each agent.
-    _wait("every field in Prometheus", lambda: want <= {
+    wait_prometheus("every field in Prometheus", lambda: want <= {
         r["metric"]["__name__"] for r in _query(base, '{__name__=~"DCGM_.*"}')}
         and per_instance() == MIG_PER_INSTANCE)
     targets = json.loads(_get(f"{base}/api/v1/targets"))["data"]["activeTargets"]

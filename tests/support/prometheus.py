@@ -1,4 +1,4 @@
-"""promtool's check of a /metrics page.
+"""promtool's check of a /metrics page, and waiting on a real Prometheus.
 
 First written in tests/test_metrics.py."""
 
@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
+from typing import Any
 
 
 def promtool_check(text: bytes) -> None:
@@ -21,3 +23,20 @@ def promtool_check(text: bytes) -> None:
         assert "camelCase" in line or (line.startswith("DCGM_FI_") and line.endswith((
             'counter metrics should have "_total" suffix',
             "metric name should not include type 'counter'"))), line
+
+
+def wait_prometheus(what: str, fn: Any, timeout: float = 90) -> Any:
+    """``fn()``'s first truthy value within ``timeout`` seconds, polled every 0.5 s; a
+    refused connection or a reply not yet parseable (OSError, ValueError) counts as not
+    yet. Past the deadline: AssertionError naming ``what`` and the last answer."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except (OSError, ValueError) as exc:
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; last: {last}")
