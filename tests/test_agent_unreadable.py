@@ -9,13 +9,12 @@ swarm-like PKI made with openssl in test_identity.py), the daemon's real fetch."
 from __future__ import annotations
 
 import socket
-import ssl
 import threading
 from pathlib import Path
 from typing import Any
 
 from support.gpu_nodes import RTX4090
-from support.identity import CLUSTER
+from support.identity import daemon_context, loopback_node
 
 from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig
@@ -24,7 +23,7 @@ from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_facts
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.web.cluster_view import build_cluster, render_status
 from swarmgpu.swarm.client import SwarmNode
-from swarmgpu.swarm.identity import ReloadingServerContext, client_context
+from swarmgpu.swarm.identity import ReloadingServerContext
 
 
 class Source:
@@ -51,17 +50,6 @@ def _serve(pki: dict[str, Path], cert: str) -> Any:
     return _start(ReloadingServerContext(pki[cert], pki[cert].with_suffix(".key"), pki["ca"]))
 
 
-def _node(port: int) -> SwarmNode:
-    return SwarmNode("node1", RTX4090.hostname, "127.0.0.1", "worker", "ready", "active",
-                     {}, {}, 1, {}, {})
-
-
-def _daemon_ctx(pki: dict[str, Path], cert: str | None = "mgr") -> ssl.SSLContext:
-    c = pki[cert] if cert else None
-    return client_context(pki["ca"].read_text(), CLUSTER, c,
-                          c.with_suffix(".key") if c else None)
-
-
 def _https_cfg(port: int) -> AgentsConfig:
     return AgentsConfig(port=port, timeout_s=3)  # identity swarm-pki: https://
 
@@ -76,7 +64,7 @@ def test_plain_http_agent_is_named_with_the_fix(pki: dict[str, Path]) -> None:
     srv = _plain_agent()
     try:
         port = srv.server_address[1]
-        res = fetch_facts(_node(port), _https_cfg(port), _daemon_ctx(pki))
+        res = fetch_facts(loopback_node(), _https_cfg(port), daemon_context(pki))
     finally:
         srv.shutdown()
     assert res.facts is None and res.listening
@@ -94,7 +82,7 @@ def test_tls_agent_read_over_plain_http_is_named(pki: dict[str, Path]) -> None:
     try:
         port = srv.server_address[1]
         cfg = AgentsConfig(port=port, timeout_s=3, identity="none")
-        res = fetch_facts(_node(port), cfg, None)
+        res = fetch_facts(loopback_node(), cfg, None)
     finally:
         srv.shutdown()
     assert res.facts is None and res.listening
@@ -112,7 +100,7 @@ def test_certificate_refused_names_the_check(pki: dict[str, Path]) -> None:
         srv = _serve(pki, cert)
         try:
             port = srv.server_address[1]
-            res = fetch_facts(_node(port), _https_cfg(port), _daemon_ctx(pki))
+            res = fetch_facts(loopback_node(), _https_cfg(port), daemon_context(pki))
         finally:
             srv.shutdown()
         assert res.facts is None and res.listening, cert
@@ -122,7 +110,7 @@ def test_certificate_refused_names_the_check(pki: dict[str, Path]) -> None:
     srv = _serve(pki, "badou")
     try:
         port = srv.server_address[1]
-        res = fetch_facts(_node(port), _https_cfg(port), _daemon_ctx(pki))
+        res = fetch_facts(loopback_node(), _https_cfg(port), daemon_context(pki))
     finally:
         srv.shutdown()
     assert res.error and "OU 'not-a-swarm-role'" in res.error
@@ -132,7 +120,7 @@ def test_an_agent_that_refuses_the_daemon_says_so(pki: dict[str, Path]) -> None:
     srv = _serve(pki, "node1")
     try:
         port = srv.server_address[1]
-        res = fetch_facts(_node(port), _https_cfg(port), _daemon_ctx(pki, None))
+        res = fetch_facts(loopback_node(), _https_cfg(port), daemon_context(pki, None))
     finally:
         srv.shutdown()
     assert res.cause == "HTTP 403: refused the daemon" and res.listening
@@ -141,7 +129,7 @@ def test_an_agent_that_refuses_the_daemon_says_so(pki: dict[str, Path]) -> None:
 
 def test_nothing_listening_is_not_an_agent() -> None:
     port = _free_port()
-    res = fetch_facts(_node(port), _https_cfg(port), None)
+    res = fetch_facts(loopback_node(), _https_cfg(port), None)
     assert res.facts is None and not res.listening
     assert res.cause == "nothing listens"
 

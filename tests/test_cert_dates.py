@@ -18,14 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.gpu_nodes import RTX4090
-from support.identity import CLUSTER, FakeSource
+from support.identity import CLUSTER, FakeSource, loopback_node
 
 from swarmgpu.agent.server import build_server
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import fetch_facts
-from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import (
     PeerName,
     ReloadingServerContext,
@@ -121,8 +119,7 @@ def test_the_daemon_refuses_an_agent_whose_certificate_is_out_of_date(
         pki: dict[str, Path], dated: dict[str, Path], name: str) -> None:
     srv = _agent(dated[name], pki["ca"])
     port = srv.server_address[1]
-    node = SwarmNode("node1", RTX4090.hostname, "127.0.0.1", "worker", "ready", "active",
-                     {}, {}, 1, {}, {})
+    node = loopback_node()
     try:
         res = fetch_facts(node, AgentsConfig(port=port, timeout_s=3), _ctx(pki, pki["mgr"]))
     finally:

@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import slowflood
 from support.gpu_nodes import RTX4090
-from support.identity import CLUSTER
+from support.identity import daemon_context, loopback_node
 from support.paths import REPO
 
 from swarmgpu.agent.server import DEFAULT_LISTEN, AgentServer, build_server
@@ -41,7 +41,7 @@ from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agent_client import fetch_facts
 from swarmgpu.manager.web.webguard import allowed_hosts, host_allowed, host_of
 from swarmgpu.swarm.client import SwarmNode
-from swarmgpu.swarm.identity import ReloadingServerContext, client_context
+from swarmgpu.swarm.identity import ReloadingServerContext
 
 
 class _Source:
@@ -322,10 +322,8 @@ def test_mutual_tls_fetch_gets_through_a_flood_from_its_own_address(
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
                      daemon=True).start()
     port = srv.server_address[1]
-    mgr = pki["mgr"]
-    ctx = client_context(pki["ca"].read_text(), CLUSTER, mgr, mgr.with_suffix(".key"))
-    node = SwarmNode("node1", RTX4090.hostname, "127.0.0.1", "worker", "ready", "active",
-                     {}, {}, 1, {}, {})
+    ctx = daemon_context(pki)
+    node = loopback_node()
     cfg = AgentsConfig(port=port, timeout_s=3)
     flood = slowflood.start(port, "127.0.0.1", 2 * srv.max_connections, for_s=30)
     try:

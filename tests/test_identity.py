@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.gpu_nodes import RTX4090
-from support.identity import CLUSTER, FakeSource
+from support.identity import CLUSTER, FakeSource, daemon_context, loopback_node
 
 from swarmgpu.agent.doctor import Status, check_agent_identity, read_view
 from swarmgpu.agent.server import build_server
@@ -25,11 +25,9 @@ from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import fetch_facts
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.rebalance.scrape import NodeScrape, for_moves, scrape_node
-from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import (
     IdentityError,
     ReloadingServerContext,
-    client_context,
     metrics_may_act,
     node_cert_paths,
     plain_key_pem,
@@ -139,17 +137,6 @@ def _with_process() -> list[GpuSample]:
                       processes=(GpuProcess(pid=4242, used_mib=100, container="c0ffee"),))]
 
 
-def _node(port: int, node_id: str = "node1") -> SwarmNode:
-    return SwarmNode(node_id, RTX4090.hostname, "127.0.0.1", "worker", "ready", "active",
-                     {}, {}, 1, {}, {})
-
-
-def _daemon_ctx(pki: dict[str, Path], cert: str | None = "mgr",
-                cluster: str = CLUSTER) -> ssl.SSLContext:
-    c = pki[cert] if cert else None
-    return client_context(pki["ca"].read_text(), cluster, c, _key(c) if c else None)
-
-
 def _cfg(port: int) -> AgentsConfig:
     return AgentsConfig(port=port, timeout_s=3)
 
@@ -164,7 +151,7 @@ def test_the_daemon_checks_chain_cn_o_and_ou(pki: dict[str, Path]) -> None:
         srv = _serve(pki, cert)
         try:
             port = srv.server_address[1]
-            res = fetch_facts(_node(port), _cfg(port), _daemon_ctx(pki))
+            res = fetch_facts(loopback_node(), _cfg(port), daemon_context(pki))
         finally:
             srv.shutdown()
         if refusal is None:
@@ -180,9 +167,9 @@ def test_scrapes_check_the_same_identity_and_say_whether_authenticated(
     good = _serve(pki, "node1")
     try:
         tmpl = "https://{addr}:%d/metrics"
-        bad = scrape_node(_node(0), tmpl % srv.server_address[1], 3, _daemon_ctx(pki))
+        bad = scrape_node(loopback_node(), tmpl % srv.server_address[1], 3, daemon_context(pki))
         assert bad.result is None and bad.error and "not a Swarm role" in bad.error
-        ok = scrape_node(_node(0), tmpl % good.server_address[1], 3, _daemon_ctx(pki))
+        ok = scrape_node(loopback_node(), tmpl % good.server_address[1], 3, daemon_context(pki))
         assert ok.result is not None and ok.authenticated, ok.error
     finally:
         srv.shutdown()
@@ -203,24 +190,24 @@ def test_only_a_manager_of_this_swarm_reads_facts_and_processes(pki: dict[str, P
     srv = _serve(pki, "node1", token="prom-token-123")
     port = srv.server_address[1]
     try:
-        code, body = _get(port, "/facts", _daemon_ctx(pki))
+        code, body = _get(port, "/facts", daemon_context(pki))
         assert code == 200 and b'"gpus"' in body
-        code, body = _get(port, "/metrics", _daemon_ctx(pki))
+        code, body = _get(port, "/metrics", daemon_context(pki))
         assert code == 200 and b"4242" in body, body[:300]
         for who in (None, "node1", "othermgr"):  # no cert, a worker's, another swarm's
-            code, _ = _get(port, "/facts", _daemon_ctx(pki, who, "any"))
+            code, _ = _get(port, "/facts", daemon_context(pki, who, "any"))
             assert code == 403, who
-            code, _ = _get(port, "/metrics", _daemon_ctx(pki, who, "any"))
+            code, _ = _get(port, "/metrics", daemon_context(pki, who, "any"))
             assert code == 401, who
-        code, _ = _get(port, "/facts", _daemon_ctx(pki, None), token="prom-token-123")
+        code, _ = _get(port, "/facts", daemon_context(pki, None), token="prom-token-123")
         assert code == 403
-        code, body = _get(port, "/metrics", _daemon_ctx(pki, None), token="prom-token-123")
+        code, body = _get(port, "/metrics", daemon_context(pki, None), token="prom-token-123")
         assert code == 200 and b"DCGM_FI_DEV_FB_USED" in body and b"4242" not in body
-        code, _ = _get(port, "/healthz", _daemon_ctx(pki, None))
+        code, _ = _get(port, "/healthz", daemon_context(pki, None))
         assert code == 200
         # A manager certificate from a rogue CA fails the handshake itself.
         with pytest.raises(boundedhttp.FetchError):
-            _get(port, "/facts", _daemon_ctx(pki, "roguemgr"))
+            _get(port, "/facts", daemon_context(pki, "roguemgr"))
     finally:
         srv.shutdown()
 

@@ -1,9 +1,11 @@
-"""A swarm-like PKI made with openssl (the ``pki`` fixture) and a fake facts source.
+"""A swarm-like PKI made with openssl (the ``pki`` fixture), a fake facts source, and the
+daemon's side of a fetch from a loopback agent (its node, its TLS context).
 
 First written in tests/test_identity.py."""
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,8 @@ from typing import Any
 import pytest
 
 from support.gpu_nodes import RTX4090
+from swarmgpu.swarm.client import SwarmNode
+from swarmgpu.swarm.identity import client_context
 
 
 class FakeSource:
@@ -54,3 +58,18 @@ def make_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                  "-out", str(d / f"{name}.crt"))
         out[name] = d / f"{name}.crt"
     return out
+
+
+def loopback_node(node_id: str = "node1") -> SwarmNode:
+    """A worker node whose agent listens on 127.0.0.1 (the port comes from the config)."""
+    return SwarmNode(node_id, RTX4090.hostname, "127.0.0.1", "worker", "ready", "active",
+                     {}, {}, 1, {}, {})
+
+
+def daemon_context(pki: dict[str, Path], cert: str | None = "mgr",
+                   cluster: str = CLUSTER) -> ssl.SSLContext:
+    """The daemon's TLS context for agents: ``pki``'s CA, the cluster ID it expects, and
+    the client certificate ``cert`` (None: no certificate)."""
+    c = pki[cert] if cert else None
+    return client_context(pki["ca"].read_text(), cluster, c,
+                          c.with_suffix(".key") if c else None)
