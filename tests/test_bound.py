@@ -31,25 +31,30 @@ def pod(name: str, num_gpu: int, milli: int, cpu: int = 1000, mem: int = 1024,
     return TracePod(name, cpu, mem, num_gpu, milli, spec)
 
 
-def brute_force(nodes: list[NodeSpec], pods: list[TracePod]) -> int:
+def brute_force(nodes: list[NodeSpec], pods: list[TracePod], forced: int = 0) -> int | None:
     """The most GPU-milli any placement of a subset of ``pods`` reaches: every pod is
-    dropped or placed on every node and GPU it fits (whole GPUs on free ones)."""
-    gpu_pods = [p for p in pods if p.total_gpu_milli]
+    dropped or placed on every node and GPU it fits (whole GPUs on free ones). The first
+    ``forced`` pods may not be dropped (CPU-only ones among them take CPU and memory):
+    None when they cannot all be placed."""
+    todo = [(p, i < forced) for i, p in enumerate(pods) if p.total_gpu_milli or i < forced]
+    never = -(1 << 60)
 
     @cache
     def best(i: int, state: tuple[tuple[int, int, tuple[int, ...]], ...]) -> int:
-        if i == len(gpu_pods):
+        if i == len(todo):
             return 0
-        p = gpu_pods[i]
-        out = best(i + 1, state)  # dropped
+        p, must = todo[i]
+        out = never if must else best(i + 1, state)  # dropped
         for k, (cpu, mem, free) in enumerate(state):
             spec = nodes[k]
             if cpu < p.cpu_milli or mem < p.memory_mib:
                 continue
-            if not product_matches(spec.gpus[0].product, p.gpu_spec):
+            if p.num_gpu and not product_matches(spec.gpus[0].product, p.gpu_spec):
                 continue
             options: set[tuple[int, ...]] = set()
-            if 0 < p.gpu_milli < 1000:
+            if not p.num_gpu:
+                options.add(free)
+            elif 0 < p.gpu_milli < 1000:
                 for g, f in enumerate(free):
                     if f >= p.gpu_milli:
                         options.add(tuple(sorted(
@@ -66,7 +71,8 @@ def brute_force(nodes: list[NodeSpec], pods: list[TracePod]) -> int:
 
     start = tuple((n.cpu_milli or 0, n.memory_mib or 0, tuple(1000 for _ in n.gpus))
                   for n in nodes)
-    return best(0, start)
+    got = best(0, start)
+    return got if got >= 0 else None
 
 
 SHARES = (110, 160, 230, 320, 470, 500, 550, 650, 810)
@@ -277,3 +283,102 @@ def test_no_policy_passes_the_timed_bound(small_trace: tuple[str, str], speedup:
             assert r.mean_alloc_pct <= b.mean_alloc_pct + 1e-9, name
             assert r.peak_alloc_pct <= b.peak_alloc_pct + 1e-9, name
             assert b.mean_alloc_pct <= r.mean_demand_pct + 1e-9
+
+
+# ---- the online bound: a prefix of the arrivals forced in -----------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_forced_bound_is_the_optimum_when_every_node_differs(seed: int) -> None:
+    """Forcing the first f pods in (CPU-only ones included, as consumers): with one node
+    per type the integer bound is the brute-force optimum over placements holding them,
+    never above the offline one; where they cannot all be placed it says so."""
+    rng = random.Random(7000 + seed)
+    nodes, pods = random_instance(rng, distinct_nodes=True)
+    f = rng.randint(1, len(pods))
+    exact = brute_force(nodes, pods, forced=f)
+    b = upper_bound(nodes, pods, method="mip", forced=pods[:f])
+    if exact is None:  # they do not all fit: only solutions leaving one out, at 10^6 each
+        assert b.milli < 0
+        return
+    assert b.milli == exact, (nodes, pods, f)
+    assert b.lp_milli >= exact and b.short < 1e-6
+    assert b.milli <= upper_bound(nodes, pods, method="mip").milli
+    assert upper_bound(nodes, pods, forced=pods[:f]).milli == b.lp_milli
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_forced_bounds_are_at_least_the_optimum(seed: int) -> None:
+    """Nodes alike pooled: the forced bound can only rise above the optimum."""
+    rng = random.Random(8000 + seed)
+    nodes, pods = random_instance(rng, distinct_nodes=False)
+    nodes = nodes + [node(f"m{i}", len(n.gpus), n.gpus[0].product, n.cpu_milli or 0,
+                          n.memory_mib or 0) for i, n in enumerate(nodes) if rng.random() < 0.5]
+    f = rng.randint(1, len(pods))
+    exact = brute_force(nodes, pods, forced=f)
+    if exact is not None:
+        b = upper_bound(nodes, pods, method="mip", forced=pods[:f])
+        assert b.lp_milli >= b.milli >= exact
+
+
+def test_forced_cpu_only_pods_take_cpu() -> None:
+    """A forced CPU-only pod holds 3 of the node's 4 cores: the 2-core GPU pod after it
+    no longer fits, though offline (the CPU-only pod left out) it does."""
+    nodes = [node("a", 1, cpu=4000)]
+    pods = [pod("c", 0, 0, cpu=3000), pod("g", 1, 1000, cpu=2000)]
+    assert upper_bound(nodes, pods).milli == 1000
+    assert upper_bound(nodes, pods, method="mip", forced=pods[:1]).milli == 0
+    assert upper_bound(nodes, pods, forced=pods[:1]).milli == 500  # the LP: half a pod
+    # nodes without a GPU take forced CPU-only pods (they are counted in then)
+    more = [*nodes, NodeSpec("cpu", (), 4000, 65_536)]
+    assert upper_bound(more, pods, forced=pods[:1]).milli == 1000
+
+
+def test_forced_pods_that_cannot_all_fit_are_short() -> None:
+    nodes = [node("a", 1)]
+    pods = [pod("s", 1, 810), pod("t", 1, 810), pod("u", 1, 160)]
+    assert upper_bound(nodes, pods, forced=pods[:1]).milli == 970
+    b = upper_bound(nodes, pods, forced=pods[:2])
+    assert b.short > 0.5 and b.milli < 0
+
+
+@pytest.mark.parametrize("moves", [None, 2.0])
+def test_no_policy_passes_its_online_bound(small_trace: tuple[str, str],
+                                           moves: float | None) -> None:
+    """Each replay, moves included, stays at or below the bound forced with every pod
+    before its own first failure, which is at most the offline bound; the first failure
+    is where the replay's failure counts start; the "all placed by F%" row bounds every
+    replay that failed nothing by F."""
+    nodes_p, pods_p = small_trace
+    nodes, pods = load_nodes(nodes_p), load_pods(pods_p)
+    cluster = sum(len(n.gpus) for n in nodes) * 1000
+    policies = ["swarmgpu", "fgd", "bestfit", "random"]
+    results = run_many(nodes_p, pods_p, policies, [1, 2], moves=moves, workers=1)
+    bounds = run_bounds(nodes_p, pods_p, results, workers=1, online_at=80)
+    s = summary(results, bounds)
+    forced_rows = 0
+    for b in bounds:
+        order, _ = arrival_order(pods, cluster, b.seed)
+        prefix = level_prefixes(order, cluster)
+        assert b.online_at == 80
+        for name in policies:
+            r = next(r for r in results[name] if r.seed == b.seed)
+            assert r.first_failed, name  # the small trace overflows: every policy fails
+            for lv, n in prefix.items():
+                assert (sum(r.failed_at[lv].values()) > 0) == (n >= r.first_failed)
+            own = b.policy_online_pct_at[name]
+            for lv, pct in own.items():
+                assert pct is not None
+                assert r.alloc_pct_at[lv] <= pct + 1e-9, (name, b.seed, lv)
+                assert pct <= b.alloc_pct_at[lv] + 1e-9
+            if r.first_failed > prefix[80]:
+                forced_rows += 1
+                for lv, pct in b.online_pct_at.items():
+                    assert pct is not None and r.alloc_pct_at[lv] <= pct + 1e-9
+    assert forced_rows  # some replay placed everything to 80%: the row was checked
+    assert any(b.online_pct_at[130] < b.alloc_pct_at[130] - 1e-6 for b in bounds)
+    for name in policies:
+        v = s["policies"][name]
+        assert all(g >= -1e-9 for g in v["online_gap_pct_at"].values())
+        assert set(v["by_seed"]["1"]) >= {"first_failed_pct", "online_bound_pct_at"}
+    assert s["online_bound"]["forced_to_pct"] == 80

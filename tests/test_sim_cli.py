@@ -147,6 +147,29 @@ def test_simulate_json_has_the_bound_and_each_gap(small_trace: tuple[str, str]) 
     assert "gap_pct_at" not in json.loads(off.stdout)["policies"]["bestfit"]
 
 
+def test_simulate_prints_the_online_bound(small_trace: tuple[str, str]) -> None:
+    """The row forced to F% (--online-at), each policy's own ceiling from its first
+    failure (text and JSON), and --online-at 0 for none."""
+    nodes, pods = small_trace
+    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--online-at", "80"])
+    assert r.returncode == 0, r.stderr
+    assert "online bound (all placed by 80%)" in r.stdout
+    assert "online ceiling: bestfit: first failure at " in r.stdout
+    j = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--json",
+                   "--online-at", "80"])
+    s = json.loads(j.stdout)
+    p, on = s["policies"]["bestfit"], s["online_bound"]
+    assert on["forced_to_pct"] == 80 and set(on["alloc_pct_at"]) == {"50", "100", "130"}
+    assert 0 < p["first_failed_pct"] <= 130
+    for lv, x in p["online_bound_pct_at"].items():
+        assert p["alloc_pct_at"][lv] <= x <= s["bound"]["alloc_pct_at"][lv] + 2e-3
+    none = json.loads(_simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit",
+                                 "--json", "--online-at", "0"]).stdout)
+    assert "online_bound" not in none and "online_bound_pct_at" not in none["policies"]["bestfit"]
+    bad = _simulate(["--nodes", nodes, "--pods", pods, "--online-at", "131"])
+    assert bad.returncode == 2 and "--online-at" in bad.stderr
+
+
 def test_without_highspy_the_table_says_why_there_is_no_bound(
         small_trace: tuple[str, str], tmp_path: Path) -> None:
     shadow = tmp_path / "shadow" / "highspy"

@@ -37,6 +37,11 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
               help="The upper bound beside the table: the most GPU allocation any placement "
                    "of the arrived pods could reach. lp = the certified linear relaxation "
                    "(seconds per level); mip = the integer program (tighter, minutes); off.")
+@click.option("--online-at", "online_at", type=click.IntRange(0, 130), default=95,
+              show_default=True,
+              help="F of the online bound's row: the most GPU allocation a policy that "
+                   "placed every pod arrived by F% could reach (each policy's own ceiling, "
+                   "from its first failure, is printed too); 0 = no online bound.")
 @click.option("--priorities", "priority_share", type=float, default=None,
               help="Give this share (0-1) of the GPU pods priority 100 and replay the "
                    "departures timeline with a queue, without and with priorities "
@@ -50,8 +55,8 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
                    "terminal only; quiet in a pipe, a log or CI.")
 def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, seeds: str,
              as_json: bool, plot: str | None, departures: bool, rebalance_moves: float | None,
-             speedup: float, workload: str, bound: str, priority_share: float | None,
-             drain_s: int, show_progress: bool | None) -> None:
+             speedup: float, workload: str, bound: str, online_at: int,
+             priority_share: float | None, drain_s: int, show_progress: bool | None) -> None:
     """Replay a GPU cluster trace through the placement policies.
 
     \b
@@ -105,7 +110,8 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
     text, code = run_simulate(nodes, pods, comma_list(policies),
                               seed_list, as_json, plot, departures, rebalance_moves, speedup,
                               workload, progress, bound,
-                              trace=f"openb trace '{trace}'" if bundled_trace else "")
+                              trace=f"openb trace '{trace}'" if bundled_trace else "",
+                              online_at=online_at)
     if code != 0:  # a usage error: on stderr, as click's own
         click.echo(f"swarmgpu simulate: {text}", err=True)
         sys.exit(code)

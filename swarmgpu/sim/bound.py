@@ -58,6 +58,9 @@ class Bound:
     method: str  # "mip" or "lp"
     patterns: int  # share-pattern columns in the last program solved
     seconds: float
+    # Forced pods (``upper_bound(forced=...)``) the LP optimum leaves out: 0 when they
+    # all fit the relaxation; above 0, no placement holds them all (docs/simulate.md).
+    short: float = 0.0
 
 
 def highs_missing() -> str | None:
@@ -205,8 +208,9 @@ def linear_bound(b: Built) -> tuple[int, list[int]]:
     _seed_patterns(b)
     duals: list[int] = []
     for _ in range(CG_ROUNDS):
-        _status, _x, row_dual, _obj, _d = _solve(b.model, integer=False)
+        _status, x, row_dual, _obj, _d = _solve(b.model, integer=False)
         duals = _int_duals(row_dual)
+        b.short = sum(x[j] for j in b.short_cols) if x else 0.0
         added = 0
         for t, row in b.free_row.items():
             val, pattern = _best_pattern(b, t, duals)
@@ -263,11 +267,13 @@ def integer_bound(b: Built, numerator: int, duals: Sequence[int], seconds: float
 
 
 def upper_bound(nodes: Iterable[NodeSpec], pods: Iterable[TracePod], *, method: str = "lp",
-                mip_seconds: float = MIP_SECONDS) -> Bound:
+                mip_seconds: float = MIP_SECONDS, forced: Sequence[TracePod] = ()) -> Bound:
     """The bound for placing ``pods`` (any subset, any order) on ``nodes``: ``method``
-    "lp" the certified linear bound, "mip" the integer program's as well."""
+    "lp" the certified linear bound, "mip" the integer program's as well. ``forced``:
+    pods of ``pods`` that must all be placed (the online bound: every pod a policy met
+    before its first failure); the bound then holds for placements that hold them."""
     t0 = time.perf_counter()
-    b = build(nodes, pods)
+    b = build(nodes, pods, forced)
     if not b.model.cost:  # no GPU pod can go anywhere: 0, exactly
         zero = 0 if method == "mip" else None
         return Bound(0, 0, zero, zero, method, 0, time.perf_counter() - t0)
@@ -275,6 +281,8 @@ def upper_bound(nodes: Iterable[NodeSpec], pods: Iterable[TracePod], *, method: 
     lp = numerator // DUAL_SCALE
     got = integer_bound(b, numerator, duals, mip_seconds) if method == "mip" else None
     if got is None:
-        return Bound(lp, lp, None, None, "lp", len(b.patterns), time.perf_counter() - t0)
+        return Bound(lp, lp, None, None, "lp", len(b.patterns), time.perf_counter() - t0,
+                     b.short)
     mip, best = got
-    return Bound(mip, lp, mip, best, "mip", len(b.patterns), time.perf_counter() - t0)
+    return Bound(mip, lp, mip, best, "mip", len(b.patterns), time.perf_counter() - t0,
+                 b.short)

@@ -18,6 +18,10 @@ from swarmgpu.sim.trace import TracePod
 # Share patterns enumerated for the integer program at most; past that only the linear
 # bound (by column generation) is computed.
 PATTERN_LIMIT = 20_000
+# What the model charges per forced pod it leaves out (GPU-milli): far above what placing
+# one pod can cost the rest (at most the GPUs, CPU and memory it takes), so the optimum
+# leaves one out only where they cannot all be placed.
+SHORT_COST = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class PodClass:
     products: tuple[str, ...]
     value: int
     count: int
+    forced: int = 0  # pods of the class every solution must place (the online bound)
 
     def fits_type(self, t: NodeType) -> bool:
         """Whether one pod of this class can be placed on one empty node of type ``t``."""
@@ -53,31 +58,48 @@ class PodClass:
             return False
         if t.memory_mib is not None and self.memory_mib > t.memory_mib:
             return False
+        if not self.num_gpu:  # a forced CPU-only pod: any node with the room
+            return True
         # A node of several models: any matching model is enough (a relaxation).
         return any(product_matches(p, self.products) for p in t.products)
 
 
-def node_types(nodes: Iterable[NodeSpec]) -> list[NodeType]:
+def node_types(nodes: Iterable[NodeSpec], cpu_nodes: bool = False) -> list[NodeType]:
     """The GPU nodes grouped by (models, GPU count, CPU, memory); nodes without a GPU
-    can hold no GPU pod and are left out."""
+    can hold no GPU pod and are left out, unless ``cpu_nodes`` (forced CPU-only pods
+    may sit there)."""
     c = Counter((tuple(sorted({g.product for g in n.gpus})), len(n.gpus), n.cpu_milli,
-                 n.memory_mib) for n in nodes if n.gpus)
+                 n.memory_mib) for n in nodes if n.gpus or cpu_nodes)
     return [NodeType(p, g, cpu, mem, k) for (p, g, cpu, mem), k in
             sorted(c.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0,
                                               kv[0][3] or 0))]
 
 
-def pod_classes(pods: Iterable[TracePod]) -> list[PodClass]:
-    """The GPU pods grouped by shape; CPU-only pods add no GPU allocation and are left
-    out (a placement may always leave them unplaced)."""
-    c: Counter[tuple[int, int, int, int, tuple[str, ...], int]] = Counter()
-    for p in pods:
-        if p.total_gpu_milli <= 0:
-            continue
-        share = p.gpu_milli if 0 < p.gpu_milli < MILLI else 0
-        c[(1 if share else p.num_gpu, share, p.cpu_milli, p.memory_mib, p.gpu_spec,
-           p.total_gpu_milli)] += 1
-    return [PodClass(*k, count=n) for k, n in sorted(c.items())]
+ClassKey = tuple[int, int, int, int, tuple[str, ...], int]
+
+
+def class_key(p: TracePod) -> ClassKey:
+    """(GPUs, share, CPU, memory, gpu_spec, value): what the bound reads of a pod."""
+    if p.total_gpu_milli <= 0:
+        return (0, 0, p.cpu_milli, p.memory_mib, (), 0)
+    share = p.gpu_milli if 0 < p.gpu_milli < MILLI else 0
+    return (1 if share else p.num_gpu, share, p.cpu_milli, p.memory_mib, p.gpu_spec,
+            p.total_gpu_milli)
+
+
+def pod_classes(pods: Iterable[TracePod], forced: Iterable[TracePod] = ()) -> list[PodClass]:
+    """The GPU pods grouped by shape. CPU-only pods add no GPU allocation and are left
+    out (a placement may always leave them unplaced), except those in ``forced``: the
+    pods every solution must place (a sub-multiset of ``pods``), whose CPU and memory
+    are then taken (docs/simulate.md, "The online bound")."""
+    c: Counter[ClassKey] = Counter(class_key(p) for p in pods if p.total_gpu_milli > 0)
+    f: Counter[ClassKey] = Counter(class_key(p) for p in forced)
+    for k, n in f.items():
+        if n > c[k] and k[0]:
+            raise ValueError(f"{n} forced pod(s) of class {k}, but only {c[k]} arrived")
+        if not k[0]:
+            c[k] = n  # forced CPU-only pods: only they matter
+    return [PodClass(*k, count=n, forced=f[k]) for k, n in sorted(c.items())]
 
 
 def share_caps(classes: Sequence[PodClass]) -> dict[int, int]:
@@ -169,6 +191,8 @@ class Built:
     free_row: dict[int, int]  # type index -> its row of GPUs left for singles and shares
     slot_row: dict[tuple[int, int], int]  # (type index, share size) -> its slot row
     patterns: dict[tuple[int, tuple[int, ...]], int] = field(default_factory=dict)
+    short_cols: list[int] = field(default_factory=list)  # forced pods left out, per class
+    short: float = 0.0  # forced pods the last LP solution left out (``linear_bound``)
 
     def add_pattern(self, t: int, pattern: tuple[int, ...]) -> int | None:
         """The column of ``pattern`` on type ``t`` (None: it holds no share the type can
@@ -187,10 +211,13 @@ class Built:
         return col
 
 
-def build(nodes: Iterable[NodeSpec], pods: Iterable[TracePod]) -> Built:
+def build(nodes: Iterable[NodeSpec], pods: Iterable[TracePod],
+          forced: Sequence[TracePod] = ()) -> Built:
     """The model for these nodes and pods, without share pattern columns (``add_pattern``
-    adds them: some by column generation, or those the integer program needs)."""
-    return build_types(node_types(nodes), pod_classes(pods))
+    adds them: some by column generation, or those the integer program needs).
+    ``forced``: pods of ``pods`` every solution must place (the online bound)."""
+    classes = pod_classes(pods, forced)
+    return build_types(node_types(nodes, any(not c.num_gpu for c in classes)), classes)
 
 
 def build_like(b: Built) -> Built:
@@ -204,6 +231,13 @@ def build_types(types: list[NodeType], classes: list[PodClass]) -> Built:
     b = Built(m, types, classes, list(caps), caps, {}, {})
     multi = sorted({c.num_gpu for c in classes if c.num_gpu > 1 and not c.share})
     avail = {i: m.row(f"avail[{i}]", c.count) for i, c in enumerate(classes)}
+    # A forced class: -sum_t x(t,c) - short(c) <= -forced(c), a row of the <= form the
+    # certificate reads. short(c), the forced pods left out, costs SHORT_COST each: any
+    # solution placing them all has short = 0 and its own value, so the optimum still
+    # bounds it; short > 0 at the optimum says they do not all fit (``Bound.short``).
+    must = {i: m.row(f"forced[{i}]", -c.forced) for i, c in enumerate(classes) if c.forced}
+    b.short_cols = [m.col(f"short[{i}]", -SHORT_COST, classes[i].forced, [(r, -1)])
+                    for i, r in must.items()]
     for t, nt in enumerate(types):
         fit = [i for i, c in enumerate(classes) if c.fits_type(nt)]
         if not fit:
@@ -227,11 +261,13 @@ def build_types(types: list[NodeType], classes: list[PodClass]) -> Built:
         for i in fit:
             c = classes[i]
             entries = [(avail[i], 1)]
+            if i in must:
+                entries.append((must[i], -1))
             if c.share:
                 entries.append((b.slot_row[(t, c.share)], 1))
             elif c.num_gpu == 1:
                 entries.append((b.free_row[t], 1))
-            else:
+            elif c.num_gpu:
                 entries.append((multi_row[c.num_gpu], 1))
             if cpu_row is not None and c.cpu_milli:
                 entries.append((cpu_row, c.cpu_milli))

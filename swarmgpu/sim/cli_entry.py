@@ -11,7 +11,7 @@ from typing import TextIO
 
 from swarmgpu.sim import report
 from swarmgpu.sim.bound import highs_missing
-from swarmgpu.sim.bound_runs import BOUND_METHODS
+from swarmgpu.sim.bound_runs import BOUND_METHODS, ONLINE_AT
 from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.runs import LEVEL_STEP
@@ -158,10 +158,11 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
                  rebalance_moves: float | None = None,
                  speedup: float = 1.0, workload: str = "online",
                  progress: ProgressLine | None = None, bound: str = "lp",
-                 trace: str = "") -> tuple[str, int]:
+                 trace: str = "", online_at: int = ONLINE_AT) -> tuple[str, int]:
     """Run the replay; returns (text to print, exit code). ``progress`` (if given) hears
     of every replay as it ends, and of the pods replayed while they run. ``bound``: the
-    upper bound beside the no-departure table (``sim.bound_runs``; "off" for none).
+    upper bound beside the no-departure table (``sim.bound_runs``; "off" for none);
+    ``online_at``: F of its online bound's row (0: no online bound).
     ``trace``: what the --plot title calls the trace (default: the pod file's name)."""
     known = set(POLICIES) | {"fgd-unrounded"}
     bad = [p for p in policies if p not in known]
@@ -206,7 +207,8 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
         results = report.run_many(nodes, pods, policies, seeds, moves=rebalance_moves,
                                   workload=workload, progress=progress,
                                   within=progress.within if progress else None)
-        bounds = (report.run_bounds(nodes, pods, results, bound, progress=progress)
+        bounds = (report.run_bounds(nodes, pods, results, bound, progress=progress,
+                                    online_at=online_at)
                   if solve else missing)
     except TraceError as e:
         return (str(e), 2)

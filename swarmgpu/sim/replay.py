@@ -158,6 +158,7 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
             pass
         elif choice is None:
             failed[pod_kind(pod)] += 1
+            res.failed_one(n_arrived)
         else:
             alloc.commit(choice)
             if rebalancer is not None or defrag is not None:

@@ -12,7 +12,14 @@ from dataclasses import asdict
 from statistics import mean
 from typing import Any
 
-from swarmgpu.sim.bound_runs import SeedBound, bound_jobs, bound_seed, bound_summary
+from swarmgpu.sim.bound_runs import (
+    ONLINE_AT,
+    SeedBound,
+    bound_jobs,
+    bound_seed,
+    bound_summary,
+    online_summary,
+)
 from swarmgpu.sim.bound_timed import TimedBound
 from swarmgpu.sim.rebalance import Defragmenter, MoveRescuer
 from swarmgpu.sim.replay import replay
@@ -143,10 +150,12 @@ def run_many(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Se
 
 def run_bounds(nodes_path: str, pods_path: str, results: dict[str, list[RunResult]],
                method: str = "lp", *, workers: int | None = None,
-               progress: Progress | None = None) -> list[SeedBound]:
+               progress: Progress | None = None, online_at: int = ONLINE_AT
+               ) -> list[SeedBound]:
     """The upper bound for every seed the replays ran, at the levels they report
-    (``sim.bound_runs``), on all cores; seeds in order."""
-    jobs = bound_jobs(nodes_path, pods_path, results, method)
+    (``sim.bound_runs``), on all cores; seeds in order. ``online_at``: F of the online
+    bound's row (every pod arrived by F% placed; 0: no online bound)."""
+    jobs = bound_jobs(nodes_path, pods_path, results, method, online_at)
     return list(_map(bound_seed, jobs, workers, progress))
 
 
@@ -272,7 +281,25 @@ def summary(results: dict[str, list[RunResult]],
         for v in pol.values():
             v["gap_pct_at"] = {lv: round(b["alloc_pct_at"][lv] - a, 3)
                                for lv, a in v["alloc_pct_at"].items() if lv in b["alloc_pct_at"]}
+        if bounds[0].online_at or bounds[0].first_failed_pct:
+            _add_online(out, pol, online_summary(bounds))
     return out
+
+
+def _add_online(out: dict[str, Any], pol: dict[str, Any], on: dict[str, Any]) -> None:
+    """The online bound's row (``online_bound``) and, per policy, its first failure, its
+    own online bound and its gap to it (``online_gap_pct_at``), means and per seed."""
+    out["online_bound"] = {k: v for k, v in on.items() if k != "policies"}
+    for name, v in pol.items():
+        o = on["policies"].get(name)
+        if o is None:
+            continue
+        v["first_failed_pct"] = o["first_failed_pct"]
+        v["online_bound_pct_at"] = o["online_bound_pct_at"]
+        v["online_gap_pct_at"] = {lv: None if x is None else round(x - v["alloc_pct_at"][lv], 3)
+                                  for lv, x in o["online_bound_pct_at"].items()}
+        for seed, one in v["by_seed"].items():
+            one.update(o["by_seed"].get(seed, {}))
 
 
 def _mean_failed(runs: Sequence[RunResult], level: int) -> dict[str, float]:
@@ -307,6 +334,12 @@ def as_text(s: dict[str, Any]) -> str:
         rows.append([f"bound ({bound['method']})"]
                     + [f"{a.get(str(lv), nan):.2f}" for lv in REPORT_LEVELS]
                     + ["0.00" for _ in GAP_LEVELS] + ["-", "-", str(len(bound["seeds"]))])
+    online = s.get("online_bound") or {}
+    if gaps and online.get("forced_to_pct"):
+        a = online["alloc_pct_at"]
+        rows.append([f"online bound (all placed by {online['forced_to_pct']}%)"]
+                    + [_pct(a.get(str(lv))) for lv in REPORT_LEVELS]
+                    + ["-" for _ in GAP_LEVELS] + ["-", "-", str(len(bound["seeds"]))])
     text = _table(rows)
     if gaps:
         solved = sum(len(v["solved_levels"]) for v in bound["by_seed"].values())
@@ -316,9 +349,34 @@ def as_text(s: dict[str, Any]) -> str:
                  f"reach\n  ({what}; docs/simulate.md);\n  solved at {solved} level(s) in "
                  f"{bound['solve_s']:.1f} s (at the others some policy placed every GPU pod);"
                  f"\n  gap = bound - policy, in points")
+        if online:
+            text += "\n" + _online_text(s, online)
     elif "unavailable" in bound:
         text += f"\nbound: not computed: {bound['unavailable']}"
     return text + "\n\n" + COLUMNS + (GAP if gaps else "")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _online_text(s: dict[str, Any], online: dict[str, Any]) -> str:
+    """The online bound's lines: its row's meaning, and each policy's own ceiling."""
+    lines = []
+    if online.get("forced_to_pct"):
+        lines.append(f"online bound: the same, for policies that placed every pod arrived by "
+                     f"{online['forced_to_pct']}%\n  (a placement holding them all; \"-\": they "
+                     f"do not all fit); solved in {online['solve_s']:.1f} s with the ceilings")
+    for name, v in s["policies"].items():
+        if "online_bound_pct_at" not in v:
+            continue
+        first = v["first_failed_pct"]
+        when = "no pod failed" if first is None else f"first failure at {first:.2f}% arrived"
+        at = v["online_bound_pct_at"]
+        ceil = ", ".join(f"{_pct(at.get(str(lv)))} at {lv}%" for lv in GAP_LEVELS)
+        gap = ", ".join(_pct(v["online_gap_pct_at"].get(str(lv))) for lv in GAP_LEVELS)
+        lines.append(f"online ceiling: {name}: {when} => at most {ceil} (gap {gap})")
+    return "\n".join(lines)
 
 
 COLUMNS = """\

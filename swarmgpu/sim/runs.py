@@ -45,6 +45,14 @@ class RunResult:
     moves: int = 0
     moves_at: dict[int, int] = field(default_factory=dict)  # moves spent by each level
     decision_s: list[float] = field(default_factory=list)
+    # The arrival position (1-based) of the first pod not placed as it arrived, CPU-only
+    # ones included; 0: none failed. Every pod before it was placed, and moves never
+    # drop one: the online bound (sim.bound_runs) forces them.
+    first_failed: int = 0
+
+    def failed_one(self, position: int) -> None:
+        if not self.first_failed or position < self.first_failed:
+            self.first_failed = position
 
 
 def pod_kind(p: TracePod) -> str:

@@ -280,6 +280,7 @@ class Replay:
         self.failed: Counter[str] = Counter()
         self.allocated = 0
         self.new: dict[str, TracePod] = {}  # service id -> pod, awaiting their first cycle
+        self.position: dict[str, int] = {}  # service id -> its arrival position (1-based)
         self.at_arrival = at_arrival
         self.cpu_since: list[str] = []  # CPU-only services the planner has not seen yet
         self.cycles = 0
@@ -320,6 +321,7 @@ class Replay:
                 self.res.placed += 1
             else:
                 self.failed[pod_kind(pod)] += 1
+                self.res.failed_one(self.position[sp.id])
                 gone.append(sp.id)
         self.new.clear()
         w.apply(plan)
@@ -332,6 +334,7 @@ class Replay:
                           explain=False)
         if not isinstance(got, Choice):
             self.failed["cpu"] += 1
+            self.res.failed_one(idx)
             return
         self.world.add_cpu_task(f"cpu{idx}", got.node, pod)
         self.planner.cluster.add_usage(got.node, pod.cpu_milli, pod.memory_mib)
@@ -362,6 +365,7 @@ class Replay:
             else:
                 s = self.world.add_service(n_arrived, pod)
                 self.new[s.id] = pod
+                self.position[s.id] = n_arrived
                 if self.at_arrival:
                     self.arrival()
             level_due = (next_level <= last_level
