@@ -12,7 +12,7 @@ import pytest
 
 from swarmgpu.allocator.fragmentation import product_matches
 from swarmgpu.allocator.values import GpuSpec, NodeSpec
-from swarmgpu.sim.bound import DUAL_SCALE, certify, linear_bound, upper_bound
+from swarmgpu.sim.bound import DUAL_SCALE, certify, forced_unfit, linear_bound, upper_bound
 from swarmgpu.sim.bound_model import build, maximal_patterns, node_patterns, node_types
 from swarmgpu.sim.bound_runs import placed_all
 from swarmgpu.sim.report import run_bounds, run_many, summary
@@ -299,8 +299,9 @@ def test_the_forced_bound_is_the_optimum_when_every_node_differs(seed: int) -> N
     exact = brute_force(nodes, pods, forced=f)
     b = upper_bound(nodes, pods, method="mip", forced=pods[:f])
     if exact is None:  # they do not all fit: only solutions leaving one out, at 10^6 each
-        assert b.milli < 0
+        assert b.milli < 0 and b.unfit
         return
+    assert not b.unfit
     assert b.milli == exact, (nodes, pods, f)
     assert b.lp_milli >= exact and b.short < 1e-6
     assert b.milli <= upper_bound(nodes, pods, method="mip").milli
@@ -339,7 +340,11 @@ def test_forced_pods_that_cannot_all_fit_are_short() -> None:
     pods = [pod("s", 1, 810), pod("t", 1, 810), pod("u", 1, 160)]
     assert upper_bound(nodes, pods, forced=pods[:1]).milli == 970
     b = upper_bound(nodes, pods, forced=pods[:2])
-    assert b.short > 0.5 and b.milli < 0
+    assert b.short > 0.5 and b.milli < 0 and b.unfit
+    # the price of leaving one out makes the bound negative there; where it does not,
+    # the program with placed pods worth nothing proves it (sim.bound.forced_unfit)
+    assert forced_unfit(nodes, pods, pods[:2]) and not forced_unfit(nodes, pods, pods[:1])
+    assert not upper_bound(nodes, pods, forced=pods[:1]).unfit
 
 
 @pytest.mark.parametrize("moves", [None, 2.0])

@@ -69,6 +69,9 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
       moves      defragmenting moves per replay (--rebalance-moves)
       seeds      replays averaged
       gap@N%     the bound's alloc@N% minus the policy's, in points (--bound off: none)
+    Row "online bound (all placed by F%)" (--online-at F): the most a policy that
+    placed every pod arrived by F% could reach; "online ceiling" lines: each policy's
+    own, from its first failure (docs/simulate.md, "The online bound").
     --departures: mean alloc%, gap (to the bound), mean demand%, peak alloc% (GPU share
     over the arrival window), failed pods by kind, failed GPU% (of the GPU asked), moves,
     seeds.

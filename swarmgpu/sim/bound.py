@@ -59,8 +59,10 @@ class Bound:
     patterns: int  # share-pattern columns in the last program solved
     seconds: float
     # Forced pods (``upper_bound(forced=...)``) the LP optimum leaves out: 0 when they
-    # all fit the relaxation; above 0, no placement holds them all (docs/simulate.md).
+    # all fit the relaxation (docs/simulate.md, "The online bound").
     short: float = 0.0
+    # Proven that no placement holds every forced pod (then ``milli`` bounds nothing).
+    unfit: bool = False
 
 
 def highs_missing() -> str | None:
@@ -279,10 +281,22 @@ def upper_bound(nodes: Iterable[NodeSpec], pods: Iterable[TracePod], *, method: 
         return Bound(0, 0, zero, zero, method, 0, time.perf_counter() - t0)
     numerator, duals = linear_bound(b)
     lp = numerator // DUAL_SCALE
+    unfit = lp < 0 or (b.short > 0 and forced_unfit(nodes, pods, forced))
     got = integer_bound(b, numerator, duals, mip_seconds) if method == "mip" else None
     if got is None:
         return Bound(lp, lp, None, None, "lp", len(b.patterns), time.perf_counter() - t0,
-                     b.short)
+                     b.short, unfit)
     mip, best = got
     return Bound(mip, lp, mip, best, "mip", len(b.patterns), time.perf_counter() - t0,
-                 b.short)
+                 b.short, unfit or mip < 0)
+
+
+def forced_unfit(nodes: Iterable[NodeSpec], pods: Iterable[TracePod],
+                 forced: Sequence[TracePod]) -> bool:
+    """Whether it is proven that no placement of ``pods`` holds all of ``forced``: the
+    model with placed pods worth nothing and each forced one left out costing, whose
+    certified LP bound is below 0 (every solution leaves one out; a placement holding
+    them all would be a solution worth 0)."""
+    b = build(nodes, pods, forced, values=False)
+    numerator, _duals = linear_bound(b)
+    return numerator < 0

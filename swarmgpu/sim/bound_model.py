@@ -212,12 +212,15 @@ class Built:
 
 
 def build(nodes: Iterable[NodeSpec], pods: Iterable[TracePod],
-          forced: Sequence[TracePod] = ()) -> Built:
+          forced: Sequence[TracePod] = (), values: bool = True) -> Built:
     """The model for these nodes and pods, without share pattern columns (``add_pattern``
     adds them: some by column generation, or those the integer program needs).
-    ``forced``: pods of ``pods`` every solution must place (the online bound)."""
+    ``forced``: pods of ``pods`` every solution must place (the online bound).
+    ``values`` False: placed pods are worth nothing, only forced ones left out cost (its
+    optimum below 0 proves that no solution holds them all)."""
     classes = pod_classes(pods, forced)
-    return build_types(node_types(nodes, any(not c.num_gpu for c in classes)), classes)
+    return build_types(node_types(nodes, any(not c.num_gpu for c in classes)), classes,
+                       values)
 
 
 def build_like(b: Built) -> Built:
@@ -225,7 +228,7 @@ def build_like(b: Built) -> Built:
     return build_types(b.types, b.classes)
 
 
-def build_types(types: list[NodeType], classes: list[PodClass]) -> Built:
+def build_types(types: list[NodeType], classes: list[PodClass], values: bool = True) -> Built:
     caps = share_caps(classes)
     m = Model()
     b = Built(m, types, classes, list(caps), caps, {}, {})
@@ -273,5 +276,5 @@ def build_types(types: list[NodeType], classes: list[PodClass]) -> Built:
                 entries.append((cpu_row, c.cpu_milli))
             if mem_row is not None and c.memory_mib:
                 entries.append((mem_row, c.memory_mib))
-            m.col(f"x[{t},{i}]", c.value, c.count, entries)
+            m.col(f"x[{t},{i}]", c.value if values else 0, c.count, entries)
     return b

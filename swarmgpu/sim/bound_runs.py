@@ -28,8 +28,6 @@ BOUND_METHODS = ("lp", "mip", "off")
 # "online bound (all placed by F%)" row.
 ONLINE_LEVELS = (50, 100, 130)
 ONLINE_AT = 95
-# Forced pods the LP may leave out (of the solver's tolerance) and still count as placed.
-SHORT_TOLERANCE = 1e-6
 
 
 @dataclass
@@ -106,12 +104,12 @@ def online_bound(nodes: list[NodeSpec], order: list[TracePod], arrived: int, for
     """The bound (% of the cluster's GPU) on placements of ``order[:arrived]`` that hold
     ``order[:forced]``, at most ``offline_pct`` (the offline bound holds too). ``fits``:
     some placement holds the forced pods (a replay placed them). None: they do not all
-    fit the relaxation, so no placement holds them."""
+    fit the relaxation: no placement holds them (proven, ``Bound.unfit``)."""
     cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
     if forced >= arrived and fits:  # every arrived pod placed: exactly what arrived
         return 100.0 * sum(p.total_gpu_milli for p in order[:arrived]) / cluster_milli
     b = upper_bound(nodes, order[:arrived], method=method, forced=order[:min(forced, arrived)])
-    if b.short > SHORT_TOLERANCE:
+    if b.unfit:
         return None
     return min(offline_pct, 100.0 * b.milli / cluster_milli)
 
