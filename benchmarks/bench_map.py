@@ -121,7 +121,8 @@ def measure(browser: str, doc: dict[str, Any], query: str, updates: int,
         "first_render_ms": round(first["at_ms"]), "first_painted_ms": round(
             first["painted_at_ms"]),
         "first_parse_ms": round(first["parse_ms"]), "first_build_ms": round(first["render_ms"]),
-        "first_light": bool(first.get("light")),
+        "first_light": bool(first.get("light")), "first_elements": first.get("elements"),
+        "first_sketched": (first.get("sketch") or {}).get("blocks"),
         "full_painted_ms": round(full["painted_at_ms"]),
         "fleet_built_ms": round(built) if built else None,
         "fetches_ms": fetches,
@@ -149,7 +150,7 @@ def first_load(browser: str, doc: dict[str, Any], timeout: float = 120) -> dict[
         cdp.close()
         srv.close()
     return {"render_at_ms": round(first["at_ms"]), "painted_at_ms": round(first["painted_at_ms"]),
-            "full_painted_at_ms": round(full["painted_at_ms"])}
+            "full_painted_at_ms": round(full["painted_at_ms"]), "elements": first.get("elements")}
 
 
 def history_memory(gpus: int, cfg: HistoryConfig) -> dict[str, Any]:
