@@ -122,11 +122,34 @@ def test_the_map_query_answers_light_for_a_fleet_and_refuses_the_unknown() -> No
     assert json.loads(qroutes["/api/v1/cluster"]("view=map")[1])["light"] is True
     assert qroutes["/api/v1/cluster"]("view=map")[1] is qroutes["/api/v1/cluster"]("view=map")[1]
     assert "light" not in json.loads(qroutes["/api/v1/cluster"]("")[1])
+    # the first screen: its first N nodes in the map's order, the header counted over all
+    light = json.loads(qroutes["/api/v1/cluster"]("view=map")[1])
+    first = json.loads(qroutes["/api/v1/cluster"]("view=map&first=7")[1])
+    assert first["first"] is True and first["summary"] == webmap.summary_counts(big)
+    assert first["summary"]["nodes"] == len(big["nodes"]) and first["summary"]["gpus"] > 0
+    assert first["nodes"] == sorted(light["nodes"], key=webmap.map_order)[:7]
+    assert {k: v for k, v in first.items() if k not in ("nodes", "first", "summary")} == {
+        k: v for k, v in light.items() if k != "nodes"}
+    whole = qroutes["/api/v1/cluster"](f"view=map&first={webmap.FIRST_MAX}")[1]
+    assert len(json.loads(whole)["nodes"]) == len(big["nodes"])
     box["doc"] = small  # fewer nodes than the heat map needs: the whole document at once
     assert json.loads(qroutes["/api/v1/cluster"]("view=map")[1]) == small
-    for bad in ("view=cards", "view=map&x=1", "v=map", "view=MAP"):
+    assert json.loads(qroutes["/api/v1/cluster"]("view=map&first=3")[1]) == small
+    for bad in ("view=cards", "view=map&x=1", "v=map", "view=MAP", "view=map&first=0",
+                "view=map&first=05", "view=map&first=x", "view=map&first=1000000",
+                f"view=map&first={webmap.FIRST_MAX + 1}", "view=map&first=5&x=1",
+                "first=5&view=map"):
         err = json.loads(qroutes["/api/v1/cluster"](bad)[1])["error"]
-        assert "unknown query" in err and "view=map" in err
+        assert "unknown query" in err and "view=map" in err, bad
+
+
+def test_the_first_screen_is_in_the_map_order() -> None:
+    """app.js sortedNodes: GPU nodes first, then names with numbers compared as numbers."""
+    nodes = [{"hostname": h, "gpus": g} for h, g in (
+        ("gpu-10", [{}]), ("manager-1", []), ("gpu-9", [{}]), ("GPU-2", [{}]), ("a100-x", [{}]),
+        ("gpu-9b", [{}]))]
+    assert [n["hostname"] for n in sorted(nodes, key=webmap.map_order)] == [
+        "a100-x", "GPU-2", "gpu-9", "gpu-9b", "gpu-10", "manager-1"]
     # app.js draws the heat map above FLEET_AUTO_NODES: the daemon's threshold is its next
     js = (WEB / "app.js").read_text()
     auto = int(re.search(r"const FLEET_AUTO_NODES = (\d+);", js).group(1))  # type: ignore[union-attr]
@@ -572,7 +595,7 @@ def test_fleet_first_frame_holds_no_more_elements_than_the_5_node_page(
     interactive blocks that replace it after that paint sit where the canvas drew them."""
     from support.web_fleet import fleet_doc
 
-    fleet = fleet_doc(300)  # more node blocks than a 1366 x 900 screen holds
+    fleet = fleet_doc(400)  # more node blocks than a 1366 x 900 screen holds
     gpus = sum(len(n["gpus"]) for n in fleet["nodes"])
     first: dict[str, Any] = {}
     for name, doc in (("5 nodes", sample()), ("fleet", fleet)):
@@ -592,10 +615,22 @@ def test_fleet_first_frame_holds_no_more_elements_than_the_5_node_page(
                             f"return [b.x - g.x, b.y - g.y]; }})()")
                 assert at == pytest.approx(first[name]["sketch"]["last"], abs=1)
                 assert cdp.js("document.querySelector('.fleet').style.minHeight") == ""
+                # the header the daemon counted for the first screen is the page's own
+                # count over the whole document (app.js renderSummary)
+                want = webmap.summary_counts(fleet)
+                assert want["hot"] > 0 and want["sick"] > 0
+                cdp.wait_for("window.swarmgpuMap.state.perf.full !== null")
+                dd = cdp.js("[...document.querySelectorAll('#summary dd')].map((e) => "
+                            "e.textContent)")
+                assert [dd[0], dd[1], dd[4], dd[5], dd[6]] == [
+                    str(want["nodes"]), f"{want['used']} / {want['gpus']}", str(want["hot"]),
+                    str(want["sick"]), str(want["drifted"])]
         finally:
             cdp.close()
     fleet_first, small_first = first["fleet"], first["5 nodes"]
     assert fleet_first["light"] is True and fleet_first["sketch"]["blocks"] >= 150
+    # the first request asked for about a screen of nodes, not all of them
+    assert fleet_first["sketch"]["blocks"] <= fleet_first["nodes"] < len(fleet["nodes"])
     assert fleet_first["elements"] <= small_first["elements"], (fleet_first, small_first)
 
 

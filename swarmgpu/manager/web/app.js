@@ -850,25 +850,21 @@
   }
 
   function sketchCell(ctx, x, y, cls, css, pats) {
-    const has = (k) => cls.includes(k);
+    // plain rectangles and paths (a copied tile or a glyph costs several times more)
     let fill = null;
-    let border = css("--line");
     for (const k of cls) if (SKETCH_FILL[k]) fill = SKETCH_FILL[k];
-    if (fill && fill[1]) border = fill[1];
+    const has = (k) => cls.includes(k);
     const sick = has("x-sick");
-    if (sick) border = css("--bad-ink");
     ctx.globalAlpha = has("dim") ? 0.28 : 1;
-    ctx.fillStyle = border;
-    ctx.beginPath();
-    ctx.roundRect(x, y, CELL, CELL, 2);
-    ctx.fill();
+    ctx.fillStyle = sick ? css("--bad-ink") : (fill && fill[1]) || css("--line");
+    ctx.fillRect(x, y, CELL, CELL);
     const b = sick ? 2 : 1;
     const w = CELL - 2 * b;
     ctx.fillStyle = css("--card");
     ctx.fillRect(x + b, y + b, w, w);
     if (fill && fill[2] > 0) {
       ctx.fillStyle = fill[3] ? (pats[fill[3]] ||= sketchPattern(ctx, fill[3], css)) : fill[0];
-      const fh = w * fill[2];
+      const fh = Math.round(w * fill[2]);
       ctx.fillRect(x + b, y + b + w - fh, w, fh);
     }
     if (has("x-over")) {
@@ -876,48 +872,31 @@
       ctx.lineWidth = 2;
       ctx.strokeRect(x + b + 1, y + b + 1, w - 2, w - 2);
     }
-    if (sick || has("x-hot")) {
-      // the ::after glyphs: ✕ on a white veil, ▲ white with a dark halo
-      if (sick) {
-        ctx.fillStyle = "rgb(255 255 255 / 55%)";
-        ctx.fillRect(x + b, y + b, w, w);
-      }
-      ctx.font = sick ? "900 9px system-ui, sans-serif" : "8px system-ui, sans-serif";
-      ctx.fillStyle = sick ? css("--bad-ink") : "#fff";
-      ctx.shadowColor = sick ? "transparent" : "#000";
-      ctx.shadowBlur = sick ? 0 : 2;
-      ctx.textAlign = "center";
-      ctx.textBaseline = "middle";
-      ctx.fillText(sick ? "✕" : "▲", x + CELL / 2, y + CELL / 2 + 0.5);
-      ctx.shadowBlur = 0;
-      ctx.textAlign = "start";
+    // the ::after marks: ✕ on a white veil, ▲ white with a dark edge
+    if (sick) {
+      ctx.fillStyle = "rgb(255 255 255 / 55%)";
+      ctx.fillRect(x + b, y + b, w, w);
+      ctx.strokeStyle = css("--bad-ink");
+      ctx.lineWidth = 2;
+      ctx.beginPath();
+      ctx.moveTo(x + 4, y + 4);
+      ctx.lineTo(x + 10, y + 10);
+      ctx.moveTo(x + 10, y + 4);
+      ctx.lineTo(x + 4, y + 10);
+      ctx.stroke();
+    } else if (has("x-hot")) {
+      ctx.beginPath();
+      ctx.moveTo(x + 7, y + 3.5);
+      ctx.lineTo(x + 10.5, y + 9.5);
+      ctx.lineTo(x + 3.5, y + 9.5);
+      ctx.closePath();
+      ctx.fillStyle = "#fff";
+      ctx.strokeStyle = "rgb(0 0 0 / 60%)";
+      ctx.lineWidth = 1;
+      ctx.fill();
+      ctx.stroke();
     }
     ctx.globalAlpha = 1;
-  }
-
-  function cellSprites(css) {
-    // each distinct cell look (a few dozen at most) drawn once into one strip of tiles,
-    // then copied per cell: returns draw(ctx, class string, x, y)
-    const dpr = window.devicePixelRatio || 1;
-    const px = Math.ceil(CELL * dpr);
-    const cap = 96;
-    const atlas = document.createElement("canvas");
-    atlas.width = px * cap;
-    atlas.height = px;
-    const c = atlas.getContext("2d");
-    c.scale(dpr, dpr);
-    const pats = {};
-    const slots = new Map();
-    return (ctx, cls, x, y) => {
-      let i = slots.get(cls);
-      if (i === undefined) {
-        if (slots.size >= cap) return sketchCell(ctx, x, y, cls.split(" "), css, pats);
-        i = slots.size;
-        slots.set(cls, i);
-        sketchCell(c, i * (px / dpr), 0, cls.split(" "), css, pats);
-      }
-      ctx.drawImage(atlas, i * px, 0, px, px, x, y, CELL, CELL);
-    };
   }
 
   function sketchFleet(f) {
@@ -935,6 +914,9 @@
       if (total < innerHeight - top) rows.push(hgt);
       total += hgt + FN_GAP;
     }
+    // rows of the nodes still to come (the first screen's document holds a screen of them)
+    const more = Math.max(0, (f.expect || 0) - f.shown.length);
+    if (more && f.shown.length) total += Math.ceil(more / per) * (blockHeight(f.shown.at(-1)) + FN_GAP);
     grid.style.minHeight = `${Math.max(0, total - FN_GAP)}px`; // until every block is built
     const height = rows.reduce((a, x) => a + x + FN_GAP, 0) - FN_GAP;
     const t1 = performance.now();
@@ -983,11 +965,12 @@
       ctx.fillText(name, b.x + 4, b.y + b.bt + 2 + NAME_H / 2);
       if (long) ctx.restore();
     }
-    const cell = cellSprites(css);
+    const pats = {};
     for (const { n, x, y: by, bt } of at) {
       const on = f.matches.get(n.hostname);
       const cy = by + bt + 2 + NAME_H + 1;
-      n.gpus.forEach((g, i) => cell(ctx, cellClass(n, g, f.color, on.has(g.index)), x + 4 + (i % 4) * (CELL + CELL_GAP), cy + Math.floor(i / 4) * (CELL + CELL_GAP)));
+      // whole pixels, as the page snaps the cells' boxes
+      n.gpus.forEach((g, i) => sketchCell(ctx, x + 4 + (i % 4) * (CELL + CELL_GAP), Math.round(cy + Math.floor(i / 4) * (CELL + CELL_GAP)), cellClass(n, g, f.color, on.has(g.index)).split(" "), css, pats));
     }
     const k = at.length;
     grid.append(canvas);
@@ -1029,6 +1012,9 @@
     }
     const grid = h("div", { class: "fleet", role: "group", "aria-label": `GPU heat map, ${shown.length} nodes, ${keys.length} GPUs. Arrow keys move, Enter opens the node.` });
     const hidden = nodes.length - shown.length;
+    // after the first screen's light document (a sketch, or blocks built from it): as many
+    // blocks at once as it showed
+    const prior = state.fleet?.sketch && state.fleet.grid.isConnected ? Math.max(state.fleet.built, state.fleet.sketch.blocks) : 0;
     state.fleet = { sig, cells: [], blocks: {}, keys, labelled: new Set(), shown, matches, color, grid, built: 0 };
     replace(
       root,
@@ -1038,9 +1024,10 @@
     );
     // the first paint of a big fleet (the light document) is a sketch on one canvas
     if (sketch && shown.length > 0) {
+      state.fleet.expect = doc.summary?.nodes;
       sketchFleet(state.fleet);
       afterPaint(state.fleet, () => unsketch(state.fleet), "user-visible");
-    } else buildFleet(FLEET_FIRST);
+    } else buildFleet(Math.max(FLEET_FIRST, prior));
   }
 
   function cellLabel(node, gpu) {
@@ -1442,13 +1429,17 @@
         if (isHot(g)) hot++;
         if (isSick(g)) sick++;
       }
-    const drifted = nodes.filter(isDrifted).length;
+    let drifted = nodes.filter(isDrifted).length;
+    let count = nodes.length;
+    // the first screen's light document holds a screen of nodes: the daemon counted them all
+    // (webmap.summary_counts, held equal to these counts by tests/test_webmap.py)
+    if (doc.summary) ({ nodes: count, gpus: total, used, hot, sick, drifted } = doc.summary);
     const pendingCount = doc.pending_count ?? (doc.pending || []).length; // the light document counts them
     const ungrantedCount = doc.ungranted_count ?? (doc.ungranted || []).filter((u) => !u.exempt).length; // exempt ones not counted
     const item = (k, v, warn) => h("div", { class: warn ? "warn" : "" }, h("dt", {}, k), h("dd", {}, v));
     replace(
       $("summary"),
-      item("Nodes", String(nodes.length)),
+      item("Nodes", String(count)),
       item("GPUs in use", `${used} / ${total}`),
       item("Pending", String(pendingCount), pendingCount > 0),
       item("Ungranted", String(ungrantedCount), ungrantedCount > 0),
@@ -1641,6 +1632,15 @@
 
   let timer = null;
 
+  function firstScreenNodes() {
+    // at least the node blocks a screen holds, as the first request asks for: the map
+    // column's width (.layout: padding, the side column) over a block's, rows of the
+    // shortest block (one row of cells) down the window
+    const w = innerWidth > 1020 ? innerWidth - 36 - 340 - 16 : innerWidth - 36;
+    const per = Math.max(1, Math.floor((w + FN_GAP) / (FN_W + FN_GAP)));
+    return per * Math.ceil(innerHeight / (blockHeight({ gpus: [0] }) + FN_GAP));
+  }
+
   function renderLight(doc) {
     // the fleet heat map and the summary from the light document (first poll of a big
     // cluster); the panels wait for the whole document, fetched right after
@@ -1682,7 +1682,7 @@
     // small cluster the daemon answers the whole document to it.
     const light = state.doc === null && !state.lightSeen;
     try {
-      const resp = await fetch(light ? `${API}?view=map` : API, { cache: "no-store", signal: ctl.signal, headers: { Accept: "application/json" } });
+      const resp = await fetch(light ? `${API}?view=map&first=${firstScreenNodes()}` : API, { cache: "no-store", signal: ctl.signal, headers: { Accept: "application/json" } });
       if (!resp.ok) throw new Error(`${API} answered HTTP ${resp.status}.`);
       const text = await resp.text();
       if (text !== state.lastText) {

@@ -7,6 +7,7 @@ works on an air-gapped cluster. It polls ``/api/v1/cluster`` and redraws in plac
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -129,15 +130,81 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
             "ungranted_count": sum(not u.get("exempt") for u in doc.get("ungranted") or [])}
 
 
-def cluster_query(query: str) -> str:
-    """The view a ``/api/v1/cluster`` query asks for: "full" or "map" (``view=map``);
-    anything else is refused by name."""
+# What the page counts in its header (app.js renderSummary, isHot, isSick, isDrifted):
+# the first screen's light document carries these counts over every node.
+HOT_UTIL_PCT = 90
+HOT_TEMP_C = 85
+DRIFTED = ("drifted", "agent-stale", "agent-unreadable")
+
+
+def summary_counts(doc: dict[str, Any]) -> dict[str, int]:
+    """The header's counts over every node of ``doc``, as app.js renderSummary counts
+    them from a whole document (tests/test_webmap.py holds the two equal)."""
+    gpus = used = hot = sick = 0
+
+    def at_least(v: Any, line: float) -> bool:
+        return isinstance(v, (int, float)) and v >= line
+
+    for n in doc.get("nodes") or []:
+        for g in n.get("gpus") or []:
+            gpus += 1
+            used += bool(g.get("holders") or any(m.get("holder") for m in g.get("mig") or []))
+            hot += at_least(g.get("util_pct"), HOT_UTIL_PCT) or at_least(g.get("temp_c"),
+                                                                         HOT_TEMP_C)
+            sick += (g.get("healthy") is False
+                     or (at_least(g.get("xid"), 1) and g.get("xid_effect") != "none")
+                     or at_least(g.get("ecc_dbe"), 1))
+    nodes = doc.get("nodes") or []
+    return {"nodes": len(nodes), "gpus": gpus, "used": used, "hot": hot, "sick": sick,
+            "drifted": sum(n.get("labels_state") in DRIFTED for n in nodes)}
+
+
+def map_order(node: dict[str, Any]) -> tuple[bool, list[tuple[int, int, str]], str]:
+    """app.js sortedNodes' order: GPU nodes first, then by name with runs of digits
+    compared as numbers (``Intl.Collator`` numeric). Punctuation and case may order a
+    few names differently there: that changes only which nodes the first screen shows
+    until the whole document comes, which the page sorts itself."""
+    name = str(node.get("hostname", ""))
+    runs = [(0, int(r), "") if r.isdigit() else (1, 0, r)
+            for r in re.split(r"(\d+)", name.casefold()) if r]
+    return (not node.get("gpus"), runs, name)
+
+
+# ``?view=map&first=N``: the first N nodes the map draws (the page asks for about a
+# screen of them); at most this many
+FIRST_MAX = 100_000
+_FIRST_QUERY = re.compile(r"view=map&first=([1-9][0-9]{0,5})")
+
+
+def cluster_query(query: str) -> tuple[str, int | None]:
+    """The view a ``/api/v1/cluster`` query asks for: ("full", None), ("map", None)
+    (``view=map``) or ("map", N) (``view=map&first=N``); anything else is refused by
+    name."""
     if query in ("", "view=full"):
-        return "full"
+        return "full", None
     if query == "view=map":
-        return "map"
+        return "map", None
+    m = _FIRST_QUERY.fullmatch(query)
+    if m and int(m.group(1)) <= FIRST_MAX:
+        return "map", int(m.group(1))
     raise ValueError(f"{CLUSTER_PATH}: unknown query {query[:80]!r}; use ?view=map (the "
-                     "light document the map paints first) or no query (the whole document)")
+                     "light document the map paints first), ?view=map&first=N (its first "
+                     f"N nodes, N from 1 to {FIRST_MAX}) or no query (the whole document)")
+
+
+class _FirstScreen:
+    """``?view=map&first=N`` bodies of one light document: its nodes in the map's order,
+    each encoded once, so an answer is a join of the first N (whatever N a page asks)."""
+
+    def __init__(self, light: dict[str, Any], summary: dict[str, int]) -> None:
+        nodes = sorted(light["nodes"], key=map_order)
+        self.parts = [json.dumps(n, separators=(",", ":")).encode() for n in nodes]
+        head = {k: v for k, v in light.items() if k != "nodes"}
+        head.update(first=True, summary=summary)
+        self.head = json.dumps(head, separators=(",", ":"), default=str).encode()[:-1]
+
+    def body(self, first: int) -> bytes:
+        return self.head + b',"nodes":[' + b",".join(self.parts[:first]) + b"]}"
 
 
 def cluster_body(cluster_json: Callable[[], dict[str, Any]],
@@ -186,27 +253,40 @@ def register(
     memo, light_memo = _BodyMemo(), _BodyMemo()
     routes[CLUSTER_PATH] = lambda: ("application/json", cluster_body(cluster_json, memo))
 
+    light_cache: dict[str, Any] = {"of": None, "doc": None, "first": None, "whole": True}
+
     def light_json() -> dict[str, Any]:
+        light_cache["whole"] = True  # until it is a fleet's light document
         doc = cluster_json()
         if "error" in doc or len(doc.get("nodes") or ()) < LIGHT_MIN_NODES:
             return doc  # a small map is drawn from the whole document at once
-        return light_memo_doc(doc)
-
-    light_cache: dict[str, Any] = {"of": None, "doc": None}
+        out = light_memo_doc(doc)
+        light_cache["whole"] = False
+        return out
 
     def light_memo_doc(doc: dict[str, Any]) -> dict[str, Any]:
         # one light document per whole one (the same nodes object: the same cycle)
         if light_cache["of"] is not doc.get("nodes"):
             light_cache["doc"], light_cache["of"] = light_doc(doc), doc.get("nodes")
+            light_cache["first"] = _FirstScreen(light_cache["doc"], summary_counts(doc))
         out: dict[str, Any] = light_cache["doc"]
+        return out
+
+    def first_body(first: int) -> bytes:
+        body = cluster_body(light_json, light_memo)
+        if light_cache["whole"]:
+            return body  # a small cluster, or an error: the same answer as ?view=map
+        out: bytes = light_cache["first"].body(first)
         return out
 
     def cluster_route(query: str) -> tuple[str, bytes]:
         try:
-            view = cluster_query(query)
+            view, first = cluster_query(query)
         except ValueError as exc:
             body = {"schema": SCHEMA, "generated_at": time.time(), "error": str(exc)}
             return "application/json", json.dumps(body).encode()
+        if view == "map" and first is not None:
+            return "application/json", first_body(first)
         if view == "map":
             return "application/json", cluster_body(light_json, light_memo)
         return "application/json", cluster_body(cluster_json, memo)
