@@ -146,10 +146,15 @@ def first_load(browser: str, doc: dict[str, Any], timeout: float = 120) -> dict[
         cdp.wait_for("window.swarmgpuMap?.state.perf.full?.painted_ms > 0", timeout=timeout)
         first = cdp.js("window.swarmgpuMap.state.perf.first")
         full = cdp.js("window.swarmgpuMap.state.perf.full")
+        # the first fetch of the document: request sent, last byte (ms from navigation)
+        fetch = cdp.js("performance.getEntriesByType('resource').filter((e) => e.name.includes("
+                       "'/api/v1/cluster')).slice(0, 1).map((e) => [Math.round(e.requestStart), "
+                       "Math.round(e.responseEnd)])[0]")
     finally:
         cdp.close()
         srv.close()
-    return {"render_at_ms": round(first["at_ms"]), "painted_at_ms": round(first["painted_at_ms"]),
+    return {"fetch_ms": fetch, "render_ms": round(first["render_ms"]),
+            "render_at_ms": round(first["at_ms"]), "painted_at_ms": round(first["painted_at_ms"]),
             "full_painted_at_ms": round(full["painted_at_ms"]), "elements": first.get("elements")}
 
 

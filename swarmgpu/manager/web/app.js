@@ -849,54 +849,76 @@
     return ctx.createPattern(t, "repeat");
   }
 
-  function sketchCell(ctx, x, y, cls, css, pats) {
-    // plain rectangles and paths (a copied tile or a glyph costs several times more)
+  function cellLook(cls, css) {
+    // what a cell of these classes is drawn with: border, its width, fill, fill height, marks
+    const c = cls.split(" ");
     let fill = null;
-    for (const k of cls) if (SKETCH_FILL[k]) fill = SKETCH_FILL[k];
-    const has = (k) => cls.includes(k);
-    const sick = has("x-sick");
-    ctx.globalAlpha = has("dim") ? 0.28 : 1;
-    ctx.fillStyle = sick ? css("--bad-ink") : (fill && fill[1]) || css("--line");
-    ctx.fillRect(x, y, CELL, CELL);
-    const b = sick ? 2 : 1;
-    const w = CELL - 2 * b;
-    ctx.fillStyle = css("--card");
-    ctx.fillRect(x + b, y + b, w, w);
-    if (fill && fill[2] > 0) {
-      ctx.fillStyle = fill[3] ? (pats[fill[3]] ||= sketchPattern(ctx, fill[3], css)) : fill[0];
-      const fh = Math.round(w * fill[2]);
-      ctx.fillRect(x + b, y + b + w - fh, w, fh);
-    }
-    if (has("x-over")) {
-      ctx.strokeStyle = "#ffb000";
-      ctx.lineWidth = 2;
-      ctx.strokeRect(x + b + 1, y + b + 1, w - 2, w - 2);
-    }
-    // the ::after marks: ✕ on a white veil, ▲ white with a dark edge
-    if (sick) {
-      ctx.fillStyle = "rgb(255 255 255 / 55%)";
-      ctx.fillRect(x + b, y + b, w, w);
-      ctx.strokeStyle = css("--bad-ink");
-      ctx.lineWidth = 2;
-      ctx.beginPath();
-      ctx.moveTo(x + 4, y + 4);
-      ctx.lineTo(x + 10, y + 10);
-      ctx.moveTo(x + 10, y + 4);
-      ctx.lineTo(x + 4, y + 10);
-      ctx.stroke();
-    } else if (has("x-hot")) {
-      ctx.beginPath();
-      ctx.moveTo(x + 7, y + 3.5);
-      ctx.lineTo(x + 10.5, y + 9.5);
-      ctx.lineTo(x + 3.5, y + 9.5);
-      ctx.closePath();
-      ctx.fillStyle = "#fff";
-      ctx.strokeStyle = "rgb(0 0 0 / 60%)";
-      ctx.lineWidth = 1;
-      ctx.fill();
-      ctx.stroke();
-    }
-    ctx.globalAlpha = 1;
+    for (const k of c) if (SKETCH_FILL[k]) fill = SKETCH_FILL[k];
+    const sick = c.includes("x-sick");
+    return {
+      border: sick ? css("--bad-ink") : (fill && fill[1]) || css("--line"),
+      b: sick ? 2 : 1,
+      fill: fill && fill[2] > 0 ? fill : null,
+      over: c.includes("x-over"),
+      sick,
+      hot: !sick && c.includes("x-hot"),
+      alpha: c.includes("dim") ? 0.28 : 1,
+    };
+  }
+
+  function sketchCells(ctx, cells, css) {
+    // cells [{x, y, look}] in layers (borders, insides, fills, marks), grouped by colour:
+    // whole-pixel rectangles (the canvas's fast path), paths only for the few marks
+    const pats = {};
+    const layer = (style, alpha, rects, paint) => {
+      const groups = new Map();
+      for (const r of rects) {
+        const key = `${typeof style(r) === "string" ? style(r) : style(r).key}|${r.look.alpha}`;
+        if (!groups.has(key)) groups.set(key, { style: style(r), alpha: r.look.alpha, rs: [] });
+        groups.get(key).rs.push(r);
+      }
+      for (const g of groups.values()) {
+        ctx.globalAlpha = g.alpha * alpha;
+        const st = typeof g.style === "string" ? g.style : (pats[g.style.key] ||= sketchPattern(ctx, g.style.key, css));
+        if (paint.path) {
+          ctx.beginPath();
+          for (const r of g.rs) paint(r);
+          if (paint.stroke) (ctx.strokeStyle = st), ctx.stroke();
+          else (ctx.fillStyle = st), ctx.fill();
+        } else {
+          ctx.fillStyle = st;
+          for (const r of g.rs) paint(r);
+        }
+      }
+      ctx.globalAlpha = 1;
+    };
+    const inset = (r, d) => ctx.fillRect(r.x + d, r.y + d, CELL - 2 * d, CELL - 2 * d);
+    layer((r) => r.look.border, 1, cells, (r) => ctx.fillRect(r.x, r.y, CELL, CELL));
+    layer(() => css("--card"), 1, cells, (r) => inset(r, r.look.b));
+    const filled = cells.filter((r) => r.look.fill);
+    layer((r) => (r.look.fill[3] ? { key: r.look.fill[3] } : r.look.fill[0]), 1, filled, (r) => {
+      const w = CELL - 2 * r.look.b;
+      const fh = Math.round(w * r.look.fill[2]);
+      ctx.fillRect(r.x + r.look.b, r.y + r.look.b + w - fh, w, fh);
+    });
+    // the marks: an amber ring (over-share), ✕ on a white veil, ▲ white with a dark edge
+    ctx.lineWidth = 2;
+    const ring = (r) => ctx.rect(r.x + r.look.b + 1, r.y + r.look.b + 1, CELL - 2 * r.look.b - 2, CELL - 2 * r.look.b - 2);
+    ring.path = ring.stroke = true;
+    layer(() => "#ffb000", 1, cells.filter((r) => r.look.over), ring);
+    const sick = cells.filter((r) => r.look.sick);
+    layer(() => "rgb(255 255 255 / 55%)", 1, sick, (r) => inset(r, 2));
+    const cross = (r) => (ctx.moveTo(r.x + 4, r.y + 4), ctx.lineTo(r.x + 10, r.y + 10), ctx.moveTo(r.x + 10, r.y + 4), ctx.lineTo(r.x + 4, r.y + 10));
+    cross.path = cross.stroke = true;
+    layer(() => css("--bad-ink"), 1, sick, cross);
+    const hot = cells.filter((r) => r.look.hot);
+    const tri = (r) => (ctx.moveTo(r.x + 7, r.y + 3.5), ctx.lineTo(r.x + 10.5, r.y + 9.5), ctx.lineTo(r.x + 3.5, r.y + 9.5), ctx.closePath());
+    tri.path = true;
+    layer(() => "#fff", 1, hot, tri);
+    ctx.lineWidth = 1;
+    const edge = (r) => tri(r);
+    edge.path = edge.stroke = true;
+    layer(() => "rgb(0 0 0 / 60%)", 1, hot, edge);
   }
 
   function sketchFleet(f) {
@@ -965,13 +987,19 @@
       ctx.fillText(name, b.x + 4, b.y + b.bt + 2 + NAME_H / 2);
       if (long) ctx.restore();
     }
-    const pats = {};
+    const looks = new Map(); // class string -> cellLook
+    const cells = [];
     for (const { n, x, y: by, bt } of at) {
       const on = f.matches.get(n.hostname);
       const cy = by + bt + 2 + NAME_H + 1;
-      // whole pixels, as the page snaps the cells' boxes
-      n.gpus.forEach((g, i) => sketchCell(ctx, x + 4 + (i % 4) * (CELL + CELL_GAP), Math.round(cy + Math.floor(i / 4) * (CELL + CELL_GAP)), cellClass(n, g, f.color, on.has(g.index)).split(" "), css, pats));
+      n.gpus.forEach((g, i) => {
+        const cls = cellClass(n, g, f.color, on.has(g.index));
+        if (!looks.has(cls)) looks.set(cls, cellLook(cls, css));
+        // whole pixels, as the page snaps the cells' boxes
+        cells.push({ x: x + 4 + (i % 4) * (CELL + CELL_GAP), y: Math.round(cy + Math.floor(i / 4) * (CELL + CELL_GAP)), look: looks.get(cls) });
+      });
     }
+    sketchCells(ctx, cells, css);
     const k = at.length;
     grid.append(canvas);
     // (``last``: where the last block drawn sits in the grid, for tests/test_webmap.py)
@@ -991,6 +1019,7 @@
       // same layout: patch classes only (and the labels of cells that have one) of the
       // blocks built so far; the chunks still to come read the new document
       const fl = state.fleet;
+      fl.fromLight = false;
       fl.shown = shown;
       fl.matches = matches;
       const { cells: els, keys: ks, labelled } = fl;
@@ -1014,7 +1043,7 @@
     const hidden = nodes.length - shown.length;
     // after the first screen's light document (a sketch, or blocks built from it): as many
     // blocks at once as it showed
-    const prior = state.fleet?.sketch && state.fleet.grid.isConnected ? Math.max(state.fleet.built, state.fleet.sketch.blocks) : 0;
+    const prior = state.fleet?.fromLight && state.fleet.grid.isConnected ? Math.max(state.fleet.built, state.fleet.sketch.blocks) : 0;
     state.fleet = { sig, cells: [], blocks: {}, keys, labelled: new Set(), shown, matches, color, grid, built: 0 };
     replace(
       root,
@@ -1025,6 +1054,7 @@
     // the first paint of a big fleet (the light document) is a sketch on one canvas
     if (sketch && shown.length > 0) {
       state.fleet.expect = doc.summary?.nodes;
+      state.fleet.fromLight = true; // until the whole document patches or replaces it
       sketchFleet(state.fleet);
       afterPaint(state.fleet, () => unsketch(state.fleet), "user-visible");
     } else buildFleet(Math.max(FLEET_FIRST, prior));
@@ -1433,7 +1463,7 @@
     let count = nodes.length;
     // the first screen's light document holds a screen of nodes: the daemon counted them all
     // (webmap.summary_counts, held equal to these counts by tests/test_webmap.py)
-    if (doc.summary) ({ nodes: count, gpus: total, used, hot, sick, drifted } = doc.summary);
+    if (doc.light && doc.first && doc.summary) ({ nodes: count, gpus: total, used, hot, sick, drifted } = doc.summary);
     const pendingCount = doc.pending_count ?? (doc.pending || []).length; // the light document counts them
     const ungrantedCount = doc.ungranted_count ?? (doc.ungranted || []).filter((u) => !u.exempt).length; // exempt ones not counted
     const item = (k, v, warn) => h("div", { class: warn ? "warn" : "" }, h("dt", {}, k), h("dd", {}, v));
@@ -1638,7 +1668,7 @@
     // shortest block (one row of cells) down the window
     const w = innerWidth > 1020 ? innerWidth - 36 - 340 - 16 : innerWidth - 36;
     const per = Math.max(1, Math.floor((w + FN_GAP) / (FN_W + FN_GAP)));
-    return per * Math.ceil(innerHeight / (blockHeight({ gpus: [0] }) + FN_GAP));
+    return per * Math.max(1, Math.ceil(innerHeight / (blockHeight({ gpus: [0] }) + FN_GAP)));
   }
 
   function renderLight(doc) {
