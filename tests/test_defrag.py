@@ -9,8 +9,15 @@ from swarmgpu.allocator.defrag import Held, NodeCost, best_move, cheapest_target
 from swarmgpu.allocator.fragmentation import typical_tasks
 from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec
+from swarmgpu.manager.placement import Planner
 from swarmgpu.sim.rebalance import Defragmenter, Running, apply_moves
-from swarmgpu.sim.swarm_replay import FragmentationMover, replay_planner
+from swarmgpu.sim.runs import DEFRAG_EVERY
+from swarmgpu.sim.swarm_replay import (
+    DEFRAG_MIN_BATCH,
+    FragmentationMover,
+    World,
+    replay_planner,
+)
 from swarmgpu.sim.trace import TracePod
 
 WHOLE = Demand(num_gpu=1, cpu_milli=4000)
@@ -114,9 +121,37 @@ def test_replay_with_defrag_counts_moves_within_the_budget_and_the_allocator_agr
     pods = _pods()
     moves_per_100 = 10.0
     res = replay_planner(nodes, pods, 3, moves_per_100=moves_per_100,
-                         defrag=FragmentationMover(pods), defrag_every=5)
+                         defrag=FragmentationMover(pods), defrag_every=5, min_batch=1)
     assert 0 < res.moves <= int(res.pods * moves_per_100 / 100)
     spent = [res.moves_at[lv] for lv in sorted(res.moves_at)]
     assert spent == sorted(spent) and spent[-1] <= res.moves
     plain = replay_planner(nodes, pods, 3)
     assert res.pods == plain.pods and res.placed >= plain.placed
+
+
+class _CountingMover(FragmentationMover):
+    """The daemon's mover, counting the replay's calls (the policy object is unchanged)."""
+
+    def __init__(self, pods: list[TracePod]) -> None:
+        super().__init__(pods)
+        self.budgets: list[int] = []
+
+    def run(self, planner: Planner, w: World, budget: int) -> int:
+        self.budgets.append(budget)
+        return super().run(planner, w, budget)
+
+
+def test_planner_replay_plans_moves_every_50_arrivals_in_batches_of_five() -> None:
+    # The planner path checks the budget every DEFRAG_EVERY arrivals, as the baselines'
+    # replay does (it once planned every 250 and so spent about 500 of 830 moves allowed
+    # at 10 per 100), and plans once DEFRAG_MIN_BATCH moves are allowed.
+    nodes = [_node(f"n{i}", 2, cpu=16000) for i in range(6)]
+    pods = _pods() * 3  # 162 pods: 10 per 100 allow 5 more after 50, 100 and 150 arrivals
+    mover = _CountingMover(pods)
+    res = replay_planner(nodes, pods, 3, moves_per_100=10.0, defrag=mover)
+    assert len(mover.budgets) == len(pods) // DEFRAG_EVERY == 3
+    assert mover.budgets[0] == 50 * 10 // 100 == DEFRAG_MIN_BATCH  # never spent ahead
+    assert res.moves <= int(len(pods) * 10.0 / 100)
+    slow = _CountingMover(pods)  # 2 per 100: 5 allowed only after 250 arrivals
+    res = replay_planner(nodes, pods, 3, moves_per_100=2.0, defrag=slow)
+    assert slow.budgets == [] and res.moves == 0

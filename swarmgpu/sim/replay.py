@@ -20,6 +20,7 @@ from swarmgpu.allocator.values import Choice, Demand, NodeSpec
 from swarmgpu.sim.baselines import BestFitScorer, DotProdScorer, FgdScorer, PackingScorer
 from swarmgpu.sim.rebalance import Move, Rebalancer, Running, apply_moves
 from swarmgpu.sim.runs import (
+    DEFRAG_EVERY,
     LEVEL_STEP,
     METER_EVERY,
     RunResult,
@@ -84,7 +85,6 @@ def place_random(alloc: Allocator, d: Demand, rng: random.Random) -> Choice | No
 # (allocator, running tasks, moves allowed now) -> moves made (already committed on the
 # allocator); called between arrivals
 Defrag = Callable[[Allocator, Running, int], list[Move]]
-DEFRAG_EVERY = 50  # arrivals; at 2 moves per 100 pods about one move per call
 
 
 def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, seed: int,

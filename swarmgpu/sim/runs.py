@@ -16,6 +16,9 @@ from swarmgpu.sim.trace import TraceError, TracePod
 
 LEVEL_STEP = 5
 METER_EVERY = 64  # pods between two reports of how far a replay got
+# Arrivals between two calls of the defragmenter (--rebalance-moves), in every replay; at 2
+# moves per 100 pods about one move per call.
+DEFRAG_EVERY = 50
 
 # How far the replay running in this process got: (pods arrived, pods in all). Set by
 # the command's progress line (sim.report); None: nobody asks, and nothing is reported.

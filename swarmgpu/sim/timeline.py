@@ -28,13 +28,13 @@ from collections.abc import Sequence
 from swarmgpu.allocator.values import Choice, NodeSpec
 from swarmgpu.sim.rebalance import Rebalancer, Running, apply_moves
 from swarmgpu.sim.replay import (
-    DEFRAG_EVERY,
     Defrag,
     build_allocator,
     make_scorer,
     place_random,
 )
 from swarmgpu.sim.runs import (
+    DEFRAG_EVERY,
     METER_EVERY,
     TimelineResult,
     Window,
