@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from swarmgpu.allocator.core import Allocator
-from swarmgpu.allocator.fragmentation import TaskShape, node_fragmentation, typical_tasks
+from swarmgpu.allocator.fragmentation import (
+    TaskShape,
+    TypicalTask,
+    node_fragmentation,
+    typical_tasks,
+)
 from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec, Unplaceable
 
 
@@ -185,11 +190,12 @@ def test_cpu_heavy_gpu_task_goes_to_the_cpu_rich_node() -> None:
 def test_residual_waste_is_what_the_workload_leaves_at_the_end() -> None:
     from swarmgpu.allocator.fragmentation import ResidualWaste, residual_waste_table
 
+    # Without the stop draw: tasks keep landing while one fits.
     whole_only = typical_tasks([TaskShape(1000, 1000, 1)])
-    table = residual_waste_table(whole_only, "A")
+    table = residual_waste_table(whole_only, "A", stop=0.0)
     assert table[1000] == 0.0 and table[999] == 999.0  # a whole task or nothing
     mix = typical_tasks([TaskShape(1000, 320, 1), TaskShape(1000, 650, 1)])
-    table = residual_waste_table(mix, "A")
+    table = residual_waste_table(mix, "A", stop=0.0)
     assert table[350] == pytest.approx(30.0)  # takes a 0.32, then nothing fits
     assert table[120] == pytest.approx(120.0)  # nothing ever fits
     assert table[0] == 0.0
@@ -197,11 +203,38 @@ def test_residual_waste_is_what_the_workload_leaves_at_the_end() -> None:
     # then 0.65 (-> 30) or 0.32 (-> 360 -> 40), each half the time.
     assert table[1000] == pytest.approx(0.5 * 30 + 0.5 * (0.5 * 30 + 0.5 * 40))
     pinned = typical_tasks([TaskShape(1000, 500, 1, ("A100*",))])
-    assert residual_waste_table(pinned, "T4")[500] == 500.0  # other models' tasks never fit
-    assert residual_waste_table(pinned, "A100-SXM4")[500] == 0.0
-    w = ResidualWaste(mix)
+    assert residual_waste_table(pinned, "T4", stop=0.0)[500] == 500.0  # never fits
+    assert residual_waste_table(pinned, "A100-SXM4", stop=0.0)[500] == 0.0
+    w = ResidualWaste(mix, stop=0.0)
     assert w("A", (350, 120)) == pytest.approx(150.0) == w("A", (120, 350))
     assert w("A", (0, 0)) == 0.0
+
+
+def test_a_hole_only_rare_tasks_fit_counts_as_mostly_wasted() -> None:
+    from swarmgpu.allocator.fragmentation import STOP_WEIGHT, residual_waste_table
+
+    # 0.81 shares are common, 0.16 ones rare: the 0.19 beside a 0.81 is filled only if
+    # a 0.16 comes to it before the stop draw (weight STOP_WEIGHT beside the tasks').
+    mix = (TypicalTask(TaskShape(4000, 810, 1), 0.3), TypicalTask(TaskShape(4000, 470, 1), 0.69),
+           TypicalTask(TaskShape(4000, 160, 1), 0.01))
+    stop = STOP_WEIGHT
+    table = residual_waste_table(mix, "A")
+    assert table[190] == pytest.approx((0.01 * 30 + stop * 190) / (0.01 + stop))
+    assert residual_waste_table(mix, "A", stop=0.0)[190] == pytest.approx(30.0)
+    # A hole the common 0.47 fits keeps nearly its value: the stop is a few percent there.
+    common = residual_waste_table(mix, "A")[530]
+    assert common == pytest.approx((0.69 * table[60] + 0.01 * table[370] + stop * 530)
+                                   / (0.70 + stop))
+    assert common < table[190]  # 0.53 free is worth more than a 0.19 sliver
+    assert table[0] == 0.0 and table[120] == 120.0  # nothing fits: all of it is left
+    # An untouched GPU stays whole: the stop draw leaves nothing wasted on it (a whole
+    # GPU is what the next whole-GPU or large request needs), so a share still prefers
+    # a broken GPU to an untouched one.
+    whole = typical_tasks([TaskShape(1000, 1000, 1)])
+    assert residual_waste_table(whole, "A")[1000] == 0.0
+    assert residual_waste_table(whole, "A")[999] == 999.0
+    assert table[1000] == pytest.approx((0.3 * table[190] + 0.69 * common + 0.01 * table[840])
+                                        / (1.0 + stop))  # the stop adds nothing at 1000
 
 
 def test_shares_are_paired_to_complete_each_other() -> None:

@@ -150,3 +150,40 @@ def test_queue_quotas_are_numbers(tmp_path: Path) -> None:
     cfg.write_text("queues:\n  team:\n    guaranteed: '2'\n    max: 4\n")
     _, errors = load_config_report(cfg, env={})
     assert errors == [f"{cfg}:3: queues.team.guaranteed: expected a number of GPUs, got '2'"]
+
+
+def test_residual_stop_weight_is_checked_at_its_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yml"
+    for bad in ("2", "-0.1", ".nan"):  # (NaN is refused by the number reader already)
+        cfg.write_text(f"placement:\n  workload: auto\n  residual_stop_weight: {bad}\n")
+        _, errors = load_config_report(cfg, env={})
+        assert len(errors) == 1, errors
+        assert errors[0].startswith(f"{cfg}:3: placement.residual_stop_weight: "), errors
+        if bad != ".nan":
+            assert errors[0] == (f"{cfg}:3: placement.residual_stop_weight: {float(bad)!r}; "
+                                 "a weight from 0 to 1 (default 0.01)"), errors
+    cfg.write_text("placement:\n  residual_stop_weight: '0.5'\n")
+    _, errors = load_config_report(cfg, env={})
+    assert errors == [f"{cfg}:2: placement.residual_stop_weight: expected a number, got "
+                      "'0.5' (a string); remove the quotes"]
+    for good in ("0", "1", "0.05"):
+        cfg.write_text(f"placement:\n  residual_stop_weight: {good}\n")
+        assert load_config(cfg, env={}).placement.residual_stop_weight == float(good)
+
+
+def test_residual_stop_weight_reaches_the_daemons_planner(tmp_path: Path) -> None:
+    from swarmgpu.allocator.fragmentation import STOP_WEIGHT
+    from swarmgpu.core.config import PlacementConfig
+    from swarmgpu.manager.cycle.placement import new_planner
+    from swarmgpu.manager.placement.planner import Planner
+
+    # simulate's Planner keeps the default: the same value the daemon's config defaults to
+    assert PlacementConfig().residual_stop_weight == STOP_WEIGHT == Planner().scorer.stop
+    assert new_planner(load_config(None, env={})).scorer.stop == STOP_WEIGHT
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("placement:\n  residual_stop_weight: 0\n")
+    planner = new_planner(load_config(cfg, env={}))
+    assert planner.scorer.stop == 0.0 and planner.scorer.waste is not None
+    assert planner.scorer.waste.stop == 0.0  # the model it scores with
+    planner.scorer.set_workload(planner.scorer.workload)  # a relearned mix keeps it
+    assert planner.scorer.waste is not None and planner.scorer.waste.stop == 0.0

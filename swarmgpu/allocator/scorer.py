@@ -8,6 +8,7 @@ from typing import Protocol
 
 from swarmgpu.allocator.fragmentation import (
     MILLI,
+    STOP_WEIGHT,
     ResidualWaste,
     TypicalTask,
     cpu_reserve_per_gpu_milli,
@@ -84,7 +85,9 @@ class SwarmScorer:
 
     name = "swarmgpu"
 
-    def __init__(self, workload: tuple[TypicalTask, ...] = ()) -> None:
+    def __init__(self, workload: tuple[TypicalTask, ...] = (),
+                 stop: float = STOP_WEIGHT) -> None:
+        self.stop = stop  # residual waste's "no further task" weight (residual_waste_table)
         self.capacity: dict[str, int] = {}  # GPU-milli per model in the cluster
         self.free: dict[str, int] = {}  # of which free, when pressure was last computed
         self._free_total = 0
@@ -94,7 +97,7 @@ class SwarmScorer:
 
     def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
         self.workload = workload
-        self.waste = ResidualWaste(workload) if workload else None
+        self.waste = ResidualWaste(workload, stop=self.stop) if workload else None
         # node_cost per (product, CPU left, free GPU-milli), while what it reads (waste,
         # CPU reserve, pressure) is unchanged: a node's cost before a placement is the
         # same for every demand scored on it.

@@ -119,6 +119,13 @@ class PlacementConfig:
     shapes ('- {gpus: 1, share: 0.5, cpu: 4, weight: 3}') pins the mix."""
     workload_window: int = 5000
     """'auto' learns over about this many recent tasks (an exponential window)."""
+    residual_stop_weight: float = 0.01
+    """Node choice's residual-waste model: the weight, beside the workload's task mix
+    (whose weights sum to 1), of "no further task comes to this GPU". A GPU's free share
+    that only tasks rarer than this fit (the 0.19 beside a 0.81 share, when 0.16 shares
+    are rare) counts as mostly wasted; one that common tasks fit keeps its value; an
+    untouched GPU counts none. 0: any free share some task fits counts as filled.
+    docs/simulate.md, "swarmgpu's rule"."""
     overshare: str = "report"
     """A service using more GPU memory than its share (its processes, as the agents name
     them): `report` (audit finding, map badge, metrics, log line) or `restart` (also
@@ -301,6 +308,9 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add("health.node_lost_grace_s: must be > 0 seconds (default 300)")
     if cfg.placement.workload_window < 100:
         add("placement.workload_window: must be >= 100 tasks (default 5000)")
+    stop = cfg.placement.residual_stop_weight
+    if not 0 <= stop <= 1:  # NaN fails both comparisons: refused too
+        add(f"placement.residual_stop_weight: {stop!r}; a weight from 0 to 1 (default 0.01)")
     if cfg.agents.port <= 0 or cfg.agents.port > 65535:
         add(f"agents.port: {cfg.agents.port} is not a TCP port (1-65535)")
     if cfg.agents.timeout_s <= 0:

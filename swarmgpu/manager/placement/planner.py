@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from swarmgpu.allocator.fragmentation import TaskShape
+from swarmgpu.allocator.fragmentation import STOP_WEIGHT, TaskShape
 from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.core.model import NodeFacts
@@ -108,7 +108,8 @@ class Planner:
                  workload: WorkloadModel | None = None,
                  priority_classes: Mapping[str, int] | None = None,
                  queues: Quotas | None = None, change_driven: bool = True,
-                 tenants: Tenants | None = None, grants: str = "env") -> None:
+                 tenants: Tenants | None = None, grants: str = "env",
+                 stop_weight: float = STOP_WEIGHT) -> None:
         self.prefix = prefix
         self.tenants = tenants  # the operator's limits on each request (manager.services.tenants)
         self.grants = grants  # placement.grants: env, or mounts (also the device mount)
@@ -121,7 +122,9 @@ class Planner:
         self.adopt_ungated = adopt_ungated
         self.generic_kind = generic_kind
         self.model = workload if workload is not None else WorkloadModel.prior()
-        self.scorer = SwarmScorer(self.model.typical())
+        # placement.residual_stop_weight (residual_waste_table): the daemon passes its
+        # config's; simulate keeps the default, which is the config key's default
+        self.scorer = SwarmScorer(self.model.typical(), stop=stop_weight)
         self.cluster = ClusterAllocator(scorer=self.scorer, prefix=prefix)
         self._model_mark = self.model.seen
         # what it remembers across cycles, by name (``placement.memo``)
