@@ -1,0 +1,170 @@
+"""Derived workloads of our own (rules ``simulate-derive`` does not make), from openb's
+default pod list: held-out checks for placement changes (docs/simulate.md, "Derived
+workloads"), so that a policy tuned on the published variants is also tried on mixes
+nobody tuned it on.
+
+    python benchmarks/derive_own.py /tmp/variants
+
+writes /tmp/variants/openb_pod_list_x-*.csv (rows copied from the default list, some
+fields changed as each rule below says; every rule has its own fixed seed, so the files
+are the same on every run); replay one with
+``swarmgpu simulate --pods /tmp/variants/openb_pod_list_x-shareodd.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from swarmgpu.sim.traces import OPENB
+from swarmgpu.sim.variants import kind_of, read_rows, write_rows
+
+Row = dict[str, str]
+NODES = OPENB / "openb_node_list_gpu_node.csv"
+
+
+def is_share(r: Row) -> bool:
+    return kind_of(r) == "share"
+
+
+def is_gpu(r: Row) -> bool:
+    return kind_of(r) != "cpu"
+
+
+def model_counts() -> dict[str, int]:
+    """GPUs per model in the bundled cluster."""
+    counts: dict[str, int] = {}
+    with NODES.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            if int(r["gpu"]):
+                counts[r["model"]] = counts.get(r["model"], 0) + int(r["gpu"])
+    return counts
+
+
+def changed(rows: list[Row], edit: Callable[[Row], None]) -> list[Row]:
+    """A copy of every row, each edited in place by ``edit``."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        edit(r)
+        out.append(r)
+    return out
+
+
+def renamed(rows: list[Row]) -> list[Row]:
+    for i, r in enumerate(rows):
+        r["name"] = f"openb-pod-{i:04d}"
+    return rows
+
+
+def redraw_shares(rows: list[Row], sizes: list[int], seed: int) -> list[Row]:
+    rng = random.Random(seed)
+
+    def edit(r: Row) -> None:
+        if is_share(r):
+            r["gpu_milli"] = str(rng.choice(sizes))
+    return changed(rows, edit)
+
+
+def share810(rows: list[Row]) -> list[Row]:
+    """Half of the sharing pods become 0.81: a 0.19 sliver beside each."""
+    rng = random.Random(9)
+
+    def edit(r: Row) -> None:
+        if is_share(r) and rng.random() < 0.5:
+            r["gpu_milli"] = "810"
+    return changed(rows, edit)
+
+
+def cpux2(rows: list[Row]) -> list[Row]:
+    """Every GPU pod asks twice its CPU (CPU binds on the CPU-poor nodes)."""
+    def edit(r: Row) -> None:
+        if is_gpu(r):
+            r["cpu_milli"] = str(int(r["cpu_milli"]) * 2)
+    return changed(rows, edit)
+
+
+def pinned(rows: list[Row], share: float, models: list[str], weights: list[int] | None,
+           seed: int) -> list[Row]:
+    """``share`` of the GPU pods get a ``gpu_spec`` of one model, drawn by ``weights``."""
+    rng = random.Random(seed)
+
+    def edit(r: Row) -> None:
+        if is_gpu(r) and rng.random() < share:
+            r["gpu_spec"] = (rng.choices(models, weights)[0] if weights is not None
+                             else rng.choice(models))
+    return changed(rows, edit)
+
+
+def multiburst(rows: list[Row]) -> list[Row]:
+    """Multi-GPU whole pods copied six times, arriving in four short bursts (for
+    ``--departures``; the replay without departures shuffles the order anyway)."""
+    rng = random.Random(12)
+    multi = [r for r in rows if kind_of(r) == "multi"]
+    times = sorted(int(r["creation_time"]) for r in rows if r["creation_time"])
+    bursts = [times[int(len(times) * f)] for f in (0.2, 0.4, 0.6, 0.8)]
+    out = [dict(r) for r in rows]
+    for _ in range(6 * len(multi)):
+        r = dict(rng.choice(multi))
+        life = int(r["deletion_time"]) - int(r["creation_time"])
+        start = rng.choice(bursts) + rng.randrange(0, 600)
+        r["creation_time"], r["deletion_time"] = str(start), str(start + life)
+        r["scheduled_time"] = str(start)
+        out.append(r)
+    out.sort(key=lambda r: int(r["creation_time"]))
+    return renamed(out)
+
+
+def sharecpu(rows: list[Row]) -> list[Row]:
+    """Half of the single whole-GPU pods replaced by sharing pods (openb's sizes), and
+    as many CPU-only pods again."""
+    rng = random.Random(13)
+    shares = [r for r in rows if is_share(r)]
+    out = []
+    for r in rows:
+        if kind_of(r) == "whole" and rng.random() < 0.5:
+            r = rng.choice(shares)
+        out.append(dict(r))
+    cpu_only = [r for r in rows if not is_gpu(r)]
+    out += [dict(rng.choice(cpu_only)) for _ in range(len(cpu_only))]
+    return renamed(out)
+
+
+def workloads(rows: list[Row]) -> dict[str, list[Row]]:
+    counts = model_counts()
+    models = list(counts)
+    small = [m for m in models if m not in ("G2", "A10")]
+    return {
+        # share sizes uniform over 0.10..0.90 (openb's are a few fixed sizes)
+        "x-shareodd": redraw_shares(rows, list(range(100, 901, 50)), 7),
+        # small shares only (0.10..0.40): many per GPU
+        "x-sharesmall": redraw_shares(rows, list(range(100, 401, 30)), 8),
+        "x-share810": share810(rows),
+        "x-cpux2": cpux2(rows),
+        # 60% of the GPU pods pinned to one model, drawn by the cluster's GPUs per model
+        "x-pin60one": pinned(rows, 0.6, models, list(counts.values()), 10),
+        # 35% of the GPU pods pinned to one of the small models
+        "x-pinsmall35": pinned(rows, 0.35, small, None, 11),
+        "x-multiburst": multiburst(rows),
+        "x-sharecpu": sharecpu(rows),
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out = Path(argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    header, rows = read_rows(OPENB / "openb_pod_list_default.csv")
+    for name, new in workloads(rows).items():
+        write_rows(out / f"openb_pod_list_{name}.csv", header, new)
+        print(name, len(new))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
