@@ -150,6 +150,13 @@ def workloads(rows: list[Row]) -> dict[str, list[Row]]:
         "x-pinsmall35": pinned(rows, 0.35, small, None, 11),
         "x-multiburst": multiburst(rows),
         "x-sharecpu": sharecpu(rows),
+        # added for issue 36's stop draw: large shares only (0.55..0.95), so most
+        # GPUs keep a sliver that only the rare small share fits ...
+        "x-sharebig": redraw_shares(rows, list(range(550, 951, 50)), 14),
+        # ... shares that complete each other (0.25, 0.5, 0.75) ...
+        "x-sharequart": redraw_shares(rows, [250, 500, 750], 15),
+        # ... and 0.81 shares with twice the CPU (slivers and CPU binding together)
+        "x-share810cpu": cpux2(share810(rows)),
     }
 
 
