@@ -18,7 +18,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -268,12 +268,13 @@ def integer_bound(b: Built, numerator: int, duals: Sequence[int], seconds: float
         step *= 4
 
 
-def upper_bound(nodes: Iterable[NodeSpec], pods: Iterable[TracePod], *, method: str = "lp",
+def upper_bound(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], *, method: str = "lp",
                 mip_seconds: float = MIP_SECONDS, forced: Sequence[TracePod] = ()) -> Bound:
     """The bound for placing ``pods`` (any subset, any order) on ``nodes``: ``method``
     "lp" the certified linear bound, "mip" the integer program's as well. ``forced``:
     pods of ``pods`` that must all be placed (the online bound: every pod a policy met
-    before its first failure); the bound then holds for placements that hold them."""
+    before its first failure); the bound then holds for placements that hold them.
+    Sequences, not iterators: with ``forced`` they are read twice (``forced_unfit``)."""
     t0 = time.perf_counter()
     b = build(nodes, pods, forced)
     if not b.model.cost:  # no GPU pod can go anywhere: 0, exactly
@@ -291,7 +292,7 @@ def upper_bound(nodes: Iterable[NodeSpec], pods: Iterable[TracePod], *, method: 
                  b.short, unfit or mip < 0)
 
 
-def forced_unfit(nodes: Iterable[NodeSpec], pods: Iterable[TracePod],
+def forced_unfit(nodes: Sequence[NodeSpec], pods: Sequence[TracePod],
                  forced: Sequence[TracePod]) -> bool:
     """Whether it is proven that no placement of ``pods`` holds all of ``forced``: the
     model with placed pods worth nothing and each forced one left out costing, whose
