@@ -287,8 +287,8 @@ class Replay:
         self.res = RunResult("swarmgpu", seed, pods=len(self.order))
         self.failed: Counter[str] = Counter()
         self.allocated = 0
-        self.new: dict[str, TracePod] = {}  # service id -> pod, awaiting their first cycle
-        self.position: dict[str, int] = {}  # service id -> its arrival position (1-based)
+        # service id -> (its arrival position, 1-based; its pod), awaiting their first cycle
+        self.new: dict[str, tuple[int, TracePod]] = {}
         self.at_arrival = at_arrival
         self.cpu_since: list[str] = []  # CPU-only services the planner has not seen yet
         self.cycles = 0
@@ -321,15 +321,16 @@ class Replay:
         w = self.world
         gone: list[str] = []
         for sp in plan.services if self.new else ():  # a cycle's: most are placed already
-            pod = self.new.get(sp.id)
-            if pod is None:
+            got = self.new.get(sp.id)
+            if got is None:
                 continue
+            position, pod = got
             if sp.placements:
                 self.allocated += pod.total_gpu_milli
                 self.res.placed += 1
             else:
                 self.failed[pod_kind(pod)] += 1
-                self.res.failed_one(self.position[sp.id])
+                self.res.failed_one(position)
                 gone.append(sp.id)
         self.new.clear()
         w.apply(plan)
@@ -372,8 +373,7 @@ class Replay:
                 self.place_cpu_pod(n_arrived, pod)
             else:
                 s = self.world.add_service(n_arrived, pod)
-                self.new[s.id] = pod
-                self.position[s.id] = n_arrived
+                self.new[s.id] = (n_arrived, pod)
                 if self.at_arrival:
                     self.arrival()
             level_due = (next_level <= last_level
