@@ -182,6 +182,26 @@ def test_defrag_finds_the_fewest_moves_for_a_pending_request() -> None:
         [("a", Trigger.DEFRAG, "gpu-node-1")]
 
 
+def test_defrag_moves_the_least_gpu_when_plans_move_as_many_tasks() -> None:
+    # Pending p wants 7 whole GPUs. gpu-node-1 (GPU 0 is MIG) has them if x's whole GPU
+    # moves; gpu-node-2 if one of the halves y, z moves. One move either way: the shared
+    # search (allocator.rescue.plans, what the replay carries out) moves the least GPU;
+    # the policy once took the first node by hostname and moved the whole GPU.
+    n1 = {f"{P}assign.x": F1.gpus[1].uuid, f"{P}service.x": "true"}
+    n2 = {f"{P}assign.y": f"{U2[0]}@500", f"{P}service.y": "true",
+          f"{P}assign.z": f"{U2[1]}@500", f"{P}service.z": "true"}
+    nodes = [node("n1", "gpu-node-1", n1), node("n2", "gpu-node-2", n2)]
+    half = {f"{P}gpu-fraction": "0.5"}
+    svcs = [service("x", {f"{P}gpus": "1"}), service("y", half), service("z", half),
+            service("p", {f"{P}gpus": "7"})]
+    tasks = [running("x", "n1"), running("y", "n2"), running("z", "n2")]
+    sig = Signals(CFG)
+    feed(sig, nodes, [float(t) for t in range(13)], {})
+    prop = plan_moves(inputs(sig, nodes, svcs, tasks, 12.0, pending=["p"]))
+    assert [(m.service, m.target_host) for m in prop.moves if m.trigger is Trigger.DEFRAG] \
+        == [("y", "gpu-node-1")]
+
+
 def test_config_validation_names_the_key() -> None:
     assert RebalanceConfig().cooldown_s >= 300
     with pytest.raises(ConfigError, match=r"rebalance\.hotspot\.clear_pct: must be <= util_pct"):

@@ -10,11 +10,11 @@ called when ``demand`` found no node, may commit moves on the allocator (each on
 release on the old node and a commit on the new one) and returns them with the choice for
 ``demand``; None when it cannot help (the allocator is then unchanged).
 
-The search is arithmetic over the running tasks, not trial placements: per node, the
-fewest movable tasks (ones the allocator can place elsewhere now) whose GPU share, CPU and
-memory, given back, let the failed task fit. Only the cheapest few plans are executed for
-real (release, place the failed task, re-place the moved ones by the policy; all or
-nothing), so a failure costs milliseconds instead of hundreds of trial placements.
+The search is the daemon's (``swarmgpu.allocator.rescue.plans``: per node, the fewest
+movable tasks whose GPU share, CPU and memory, given back, let the failed task fit). Only
+the cheapest few plans are executed for real (release, place the failed task, re-place
+the moved ones by the policy; all or nothing). The swarmgpu replay carries plans out as
+the daemon does instead (``sim.swarm_rescue``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from typing import cast
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.defrag import FragmentationMoves, Held, NodeCost
-from swarmgpu.allocator.fragmentation import MILLI, TypicalTask, product_matches
-from swarmgpu.allocator.values import Choice, Demand, NodeState
+from swarmgpu.allocator.fragmentation import TypicalTask
+from swarmgpu.allocator.rescue import MAX_MOVES, Plan, plans
+from swarmgpu.allocator.values import Choice, Demand
 
 
 @dataclass(frozen=True)
@@ -61,129 +62,6 @@ def apply_moves(running: Running, moves: Iterable[Move],
     return n
 
 
-MAX_MOVES = 3  # per rescue: beyond that a rescue costs more restarts than it is worth
-
-
-@dataclass(frozen=True)
-class Plan:
-    cost: int  # tasks to move
-    moved_milli: int
-    rank: int
-    node: str
-    tasks: tuple[int, ...]
-
-
-@dataclass
-class _Task:
-    tid: int
-    milli: int
-    cpu: int
-    mem: int
-
-
-def _cover(have: int, need: int, pool: list[_Task], key: str) -> list[_Task] | None:
-    """Fewest tasks from ``pool`` (largest ``key`` first) lifting ``have`` to ``need``."""
-    got: list[_Task] = []
-    for t in sorted(pool, key=lambda t: -getattr(t, key)):
-        if have >= need:
-            break
-        if getattr(t, key) <= 0:
-            break
-        got.append(t)
-        have += getattr(t, key)
-    return got if have >= need else None
-
-
-def _node_plan(node: NodeState, tasks: dict[int, tuple[Demand, Choice]], d: Demand,
-               movable: Callable[[Demand], bool], max_moves: int) -> Plan | None:
-    """The cheapest set of movable tasks on ``node`` whose departure lets ``d`` fit."""
-    per_gpu: list[list[_Task]] = [[] for _ in node.free]
-    pinned = [False] * len(node.free)  # holds a task that cannot move (multi-GPU, stuck)
-    loose: list[_Task] = []  # every movable task of the node
-    for tid, (td, tc) in tasks.items():
-        ok = len(tc.gpus) <= 1 and movable(td)
-        t = _Task(tid, sum(tc.milli), tc.cpu_milli, tc.memory_mib)
-        for g in tc.gpus:
-            if ok:
-                per_gpu[g].append(t)
-            else:
-                pinned[g] = True
-        if ok:
-            loose.append(t)
-    chosen: list[_Task] = []
-    if d.gpus_wanted:
-        need = d.milli_per_gpu
-        options: list[tuple[int, int, list[_Task]]] = []
-        for i, f in enumerate(node.free):
-            if f >= need:
-                options.append((0, 0, []))
-            elif d.gpu_milli:
-                got = _cover(f, need, per_gpu[i], "milli")
-                if got is not None:
-                    options.append((len(got), sum(t.milli for t in got), got))
-            elif not pinned[i]:  # a whole GPU: everything on it must go
-                options.append((len(per_gpu[i]), MILLI - f, per_gpu[i]))
-        if len(options) < d.gpus_wanted:
-            return None
-        options.sort(key=lambda o: (o[0], o[1]))
-        for _c, _m, got in options[: d.gpus_wanted]:
-            chosen.extend(got)
-    if len(chosen) > max_moves:
-        return None
-    # CPU and memory: the chosen tasks give theirs back; more tasks may have to go.
-    for res, have in (("cpu", node.cpu_left), ("mem", node.mem_left)):
-        if have is None:
-            continue
-        want = d.cpu_milli if res == "cpu" else d.memory_mib
-        have += sum(getattr(t, res) for t in chosen)
-        if have < want:
-            ids = {t.tid for t in chosen}
-            got = _cover(have, want, [t for t in loose if t.tid not in ids], res)
-            if got is None:
-                return None
-            chosen.extend(got)
-    if not chosen or len(chosen) > max_moves:
-        return None  # no move needed would mean the scheduler missed it; not ours to fix
-    return Plan(len(chosen), sum(t.milli for t in chosen), node.rank, node.spec.name,
-                tuple(t.tid for t in chosen))
-
-
-def plans(alloc: Allocator, running: Running, d: Demand, max_moves: int) -> list[Plan]:
-    """Every node's cheapest rescue for ``d``, cheapest first (fewest moves, least GPU moved).
-
-    Only plain nodes (one GPU model, no link or NUMA data) and plain demands are searched;
-    a task counts as movable when the allocator can place it somewhere now.
-    """
-    if d.mig_profile or d.topology != "any" or d.node_labels or d.min_memory_mib:
-        return []
-    can: dict[Demand, bool] = {}
-
-    def movable(td: Demand) -> bool:
-        ok = can.get(td)
-        if ok is None:
-            ok = can[td] = isinstance(alloc.place(td, explain=False), Choice)
-        return ok
-
-    out: list[Plan] = []
-    for name, tasks in running.items():
-        node = alloc.nodes[name]
-        if not tasks or not node.simple:
-            continue
-        spec = node.spec
-        if spec.cpu_milli is not None and spec.cpu_milli < d.cpu_milli:
-            continue
-        if spec.memory_mib is not None and spec.memory_mib < d.memory_mib:
-            continue
-        if d.gpus_wanted and (len(spec.gpus) < d.gpus_wanted
-                              or not product_matches(node.product, d.products)):
-            continue
-        p = _node_plan(node, tasks, d, movable, max_moves)
-        if p is not None:
-            out.append(p)
-    out.sort(key=lambda p: (p.cost, p.moved_milli, p.rank))
-    return out
-
-
 def _undo(alloc: Allocator, done: list[Choice], here: Choice | None,
           originals: list[Choice]) -> None:
     for c in done:
@@ -199,7 +77,7 @@ def execute(alloc: Allocator, running: Running, d: Demand, plan: Plan) -> Rescue
 
     All or nothing: when any step fails the allocator is put back as it was.
     """
-    tasks = [(tid, *running[plan.node][tid]) for tid in plan.tasks]
+    tasks = [(cast(int, tid), *running[plan.node][cast(int, tid)]) for tid in plan.tasks]
     originals = [tc for _tid, _td, tc in tasks]
     for tc in originals:
         alloc.release(tc)
@@ -230,7 +108,7 @@ def move_rescue(alloc: Allocator, running: Running, d: Demand, budget: int,
     limit = min(budget, MAX_MOVES)
     if limit < 1:
         return None
-    for plan in plans(alloc, running, d, limit)[:max_tries]:
+    for plan in plans(alloc, running, d, limit, away=False)[:max_tries]:
         got = execute(alloc, running, d, plan)
         if got is not None:
             return got

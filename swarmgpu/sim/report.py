@@ -25,11 +25,13 @@ from swarmgpu.sim.rebalance import Defragmenter, MoveRescuer
 from swarmgpu.sim.replay import replay
 from swarmgpu.sim.runs import RunResult, TimelineResult, set_meter, timed_pods, workload_of
 from swarmgpu.sim.swarm_replay import FragmentationMover, replay_departures_planner, replay_planner
+from swarmgpu.sim.swarm_rescue import PlannerRescuer
 from swarmgpu.sim.timeline import replay_departures
 from swarmgpu.sim.trace import load_nodes, load_pods
 
 REPORT_LEVELS = (50, 100, 130)
-# Moves the defragmenter leaves for rescuing pods that find no node (docs/simulate.md).
+# Moves the defragmenter leaves for rescuing pods that find no node (docs/simulate.md);
+# every policy's replay, swarmgpu's (the daemon's defrag policy) included.
 RESCUE_RESERVE = 8
 
 
@@ -38,7 +40,9 @@ def _one(args: tuple[str, str, str, int, float | None, str]) -> RunResult:
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
         return replay_planner(nodes, pods, seed, workload=workload, moves_per_100=moves or 0.0,
-                              defrag=FragmentationMover(pods) if moves else None)
+                              defrag=(FragmentationMover(pods, reserve=RESCUE_RESERVE)
+                                      if moves else None),
+                              rescuer=PlannerRescuer() if moves else None)
     if moves:
         return replay(nodes, pods, policy, seed, moves_per_100=moves,
                       defrag=Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE),
@@ -52,7 +56,8 @@ def _one_timed(args: tuple[str, str, str, int, float | None, float, str]) -> Tim
     if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
         return replay_departures_planner(
             nodes, pods, seed, workload=workload, speedup=speedup, moves_per_100=moves or 0.0,
-            defrag=FragmentationMover(pods) if moves else None, source=pods_path)
+            defrag=FragmentationMover(pods, reserve=RESCUE_RESERVE) if moves else None,
+            rescuer=PlannerRescuer() if moves else None, source=pods_path)
     return replay_departures(nodes, pods, policy, seed,
                              rebalancer=MoveRescuer() if moves else None,
                              defrag=(Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE)

@@ -74,6 +74,7 @@ from swarmgpu.sim.runs import (
     timed_pods,
     workload_of,
 )
+from swarmgpu.sim.swarm_rescue import PlannerRescuer
 from swarmgpu.sim.trace import TracePod
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
@@ -293,6 +294,10 @@ class Replay:
         self.cpu_since: list[str] = []  # CPU-only services the planner has not seen yet
         self.cycles = 0
         self.cycle_s = 0.0
+        # --rebalance-moves: the daemon's defrag policy for a pod that finds no node
+        self.rescuer: PlannerRescuer | None = None
+        self.retrying = False  # placing a rescued pod: it is not rescued twice
+        self.allowed = 0  # moves allowed by the arrivals so far
 
     def cycle(self) -> None:
         w = self.world
@@ -320,6 +325,7 @@ class Replay:
         """Count the new services' outcomes, then apply the plan to the objects."""
         w = self.world
         gone: list[str] = []
+        rescued: list[tuple[str, int, TracePod]] = []
         for sp in plan.services if self.new else ():  # a cycle's: most are placed already
             got = self.new.get(sp.id)
             if got is None:
@@ -329,6 +335,15 @@ class Replay:
                 self.allocated += pod.total_gpu_milli
                 self.res.placed += 1
             else:
+                if (self.rescuer is not None and not self.retrying
+                        and self.allowed - self.res.moves >= 1):
+                    moves = self.rescuer(self.planner, w.pods, pod,
+                                         self.allowed - self.res.moves)
+                    if moves:
+                        carry_out(self.planner, w, moves)
+                        self.res.moves += len(moves)
+                        rescued.append((sp.id, position, pod))
+                        continue
                 self.failed[pod_kind(pod)] += 1
                 self.res.failed_one(position)
                 gone.append(sp.id)
@@ -336,6 +351,13 @@ class Replay:
         w.apply(plan)
         for sid in gone:  # tried once, then dropped (the user gives up)
             w.remove_service(sid)
+        for sid, position, pod in rescued:  # the planner places it again, as its next cycle
+            self.new = {sid: (position, pod)}
+            self.retrying = True
+            try:
+                self._settle(self.planner.place_arrivals([w.services[sid]], [w.tasks[sid]]))
+            finally:
+                self.retrying = False
 
     def place_cpu_pod(self, idx: int, pod: TracePod) -> None:
         alloc = self.planner.cluster.alloc
@@ -369,6 +391,7 @@ class Replay:
             if n_arrived % METER_EVERY == 0:
                 meter(n_arrived, len(self.order))
             arrived += pod.total_gpu_milli
+            self.allowed = int(n_arrived * moves_per_100 / 100)
             if pod.total_gpu_milli == 0:
                 self.place_cpu_pod(n_arrived, pod)
             else:
@@ -428,17 +451,22 @@ class FragmentationMover:
             svc = str(mv.key[0])  # type: ignore[index]
             first = final.get(svc, (mv.old.node, mv.old))[0]
             final[svc] = (first, mv.new)
-        for svc, (old, new) in final.items():
-            pod = w.pods[svc]
-            sid = next(x.id for x in w.services.values() if x.name == svc)
-            was_running = w.tasks[sid].node_id == old
-            uuids = [w.facts[new.node].gpus[i].uuid for i in new.gpus]
-            value = cluster.moved(svc, old, new, uuids)
-            if was_running:
-                cluster.add_usage(old, -pod.cpu_milli, -pod.memory_mib)
-            cluster.add_usage(new.node, pod.cpu_milli, pod.memory_mib)
-            w.move(svc, old, new.node, uuids, value)
+        carry_out(planner, w, [(svc, old, new) for svc, (old, new) in final.items()])
         return len(moves)
+
+
+def carry_out(planner: Planner, w: World, moves: Sequence[tuple[str, str, Choice]]) -> None:
+    cluster = planner.cluster
+    for svc, old, new in moves:
+        pod = w.pods[svc]
+        sid = next(x.id for x in w.services.values() if x.name == svc)
+        was_running = w.tasks[sid].node_id == old
+        uuids = [w.facts[new.node].gpus[i].uuid for i in new.gpus]
+        value = cluster.moved(svc, old, new, uuids)
+        if was_running:
+            cluster.add_usage(old, -pod.cpu_milli, -pod.memory_mib)
+        cluster.add_usage(new.node, pod.cpu_milli, pod.memory_mib)
+        w.move(svc, old, new.node, uuids, value)
 
 
 _Args = ParamSpec("_Args")
@@ -471,10 +499,13 @@ def replay_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: in
                    workload: str = "online", moves_per_100: float = 0.0,
                    defrag: FragmentationMover | None = None, inflate: float = 1.3,
                    timing: bool = False, defrag_every: int = DEFRAG_EVERY,
-                   min_batch: int = DEFRAG_MIN_BATCH) -> RunResult:
+                   min_batch: int = DEFRAG_MIN_BATCH,
+                   rescuer: PlannerRescuer | None = None) -> RunResult:
     """One seed; ``timing`` records each placement decision the planner makes (its
-    allocator's ``place``) in ``decision_s``."""
+    allocator's ``place``) in ``decision_s``; ``rescuer`` makes room for a pod that
+    finds no node, within the moves allowed (``moves_per_100``)."""
     rp = Replay(nodes, pods, seed, workload=workload, inflate=inflate)
+    rp.rescuer = rescuer
     if timing:
         rp.planner.cluster.timings = []
     res = rp.run(moves_per_100, defrag, defrag_every, min_batch)
@@ -488,12 +519,14 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
                               *, workload: str = "online", speedup: float = 1.0,
                               moves_per_100: float = 0.0, defrag: FragmentationMover | None = None,
                               source: str = "the pod file", batch: int = BATCH,
-                              ) -> TimelineResult:
+                              rescuer: PlannerRescuer | None = None) -> TimelineResult:
     """The departures replay (``sim.timeline``) through the planner: pods arrive and
     leave at their trace times (``speedup`` as there). Arrivals wait for the next cycle,
     which runs every ``batch`` arrivals and before any departure is processed, so a pod
     never sees capacity freed after it arrived; a departed pod's service is removed and
-    the planner releases its holding, as the daemon does when a stack goes."""
+    the planner releases its holding, as the daemon does when a stack goes. With
+    ``rescuer``, a pod that finds no node gets room made by moves (within the moves
+    allowed) and stays for the next cycle, as a pending service does."""
     if speedup <= 0:
         raise ValueError(f"speedup={speedup}: must be > 0 (1 = the trace's own times)")
     order = timed_pods(pods, source)
@@ -515,15 +548,28 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
     start = arrival_times(order[0], speedup)[0] if order else 0
     w = Window(start)
 
+    rescued: set[str] = set()  # services given room once (not rescued twice)
+    moved = [0, 0]  # moves made, moves allowed by the arrivals so far
+
     def cycle() -> None:
         plan = planner.plan(list(world.nodes.values()), list(world.services.values()),
                             world.all_tasks(), world.facts)
         gone: list[str] = []
+        keep: dict[str, tuple[int, TracePod, int, int]] = {}
         for sp in plan.services:
             got = new.get(sp.id)
             if got is None:
                 continue
             tid, pod, leave, arrived = got
+            if (not sp.placements and rescuer is not None and sp.id not in rescued
+                    and moved[1] - moved[0] >= 1):
+                moves = rescuer(planner, world.pods, pod, moved[1] - moved[0])
+                if moves:
+                    carry_out(planner, world, moves)
+                    moved[0] += len(moves)
+                    rescued.add(sp.id)
+                    keep[sp.id] = got  # pending: the next cycle places it
+                    continue
             if sp.placements:
                 w.allocated += pod.total_gpu_milli
                 # held since it arrived: the cycle's delay is the daemon's, not the policy's
@@ -536,6 +582,7 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
                 res.failed_gpu_milli += pod.total_gpu_milli
                 gone.append(sp.id)
         new.clear()
+        new.update(keep)
         world.apply(plan)
         for sid in gone:
             world.remove_service(sid)
@@ -563,10 +610,10 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
                     w.allocated -= pod.total_gpu_milli
                     world.complete(key)  # released by the next cycle's job path
 
-    rp_moves = 0
     for tid, pod in enumerate(order, start=1):
         if tid % METER_EVERY == 0:
             meter(tid, len(order))
+        moved[1] = int(tid * moves_per_100 / 100)
         arrive, leave = arrival_times(pod, speedup)
         depart_until(arrive)
         w.advance(arrive)
@@ -591,16 +638,16 @@ def replay_departures_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod
         if len(new) >= batch:
             cycle()
         if defrag is not None and tid % DEFRAG_EVERY == 0:
-            budget = int(tid * moves_per_100 / 100) - rp_moves
+            budget = moved[1] - moved[0]
             if budget >= DEFRAG_MIN_BATCH:
                 if new:
                     cycle()
-                rp_moves += defrag.run(planner, world, budget)
-    if new:
+                moved[0] += defrag.run(planner, world, moved[1] - moved[0])
+    while new:
         cycle()
     if order:
         w.advance(arrival_times(order[-1], speedup)[0])
-    res.moves = rp_moves
+    res.moves = moved[0]
     res.failed = dict(failed)
     w.close(res, start, cluster_milli)
     return res

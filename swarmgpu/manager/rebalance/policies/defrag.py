@@ -1,21 +1,23 @@
 """Defragmentation: a pending request that fits after moving K tasks; fewest moves wins.
 
-For each pending service and node, try every set of at most ``max_moves``
-movable holdings on that node (fewest first): move them to their best targets
-elsewhere and see whether the pending request then fits there. The first plan with
-the smallest K, over all nodes in allocator order, is proposed.
+The candidate plans are the shared search's (``swarmgpu.allocator.rescue.plans``, what
+``simulate --rebalance-moves`` carries out for a pod that finds no node): per node, the
+fewest movable holdings (at most ``max_moves``) whose GPU share, CPU and memory, given
+back, let the pending request fit there; cheapest first (fewest moves, least GPU moved,
+node order). The cheapest few (``MAX_TRIES``) are tried for real under the daemon's rules:
+each holding moves to its best target elsewhere (``Context.find_target``: ready nodes
+with known metrics, verified-free GPUs, the service's constraints), and the pending
+request must then fit on the node they left. The first plan that holds is proposed.
 """
 
 from __future__ import annotations
 
-import itertools
-
+from swarmgpu.allocator.rescue import MAX_TRIES, plans
+from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.core.rebalanceconfig import DefragConfig
 from swarmgpu.manager.placement import Holding, demand_of
 from swarmgpu.manager.rebalance.context import Context, Statement
 from swarmgpu.manager.rebalance.moves import Trigger
-
-_MAX_COMBOS = 500  # per pending service: bounds the search on crowded nodes
 
 
 def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pending: str
@@ -39,37 +41,48 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
     return st if getattr(ok, "gpus", None) else None
 
 
+def _running(ctx: Context, pending: str) -> dict[str, dict[str, tuple[Demand, Choice]]]:
+    """Per ready, active node: the holdings that may move now (not the pending
+    service's, not on a node it holds), as the search reads them."""
+    has = set(ctx.ledger.get(pending, {}))
+    out: dict[str, dict[str, tuple[Demand, Choice]]] = {}
+    index: dict[str, dict[str, int]] = {}
+    for svc, by_node in ctx.ledger.items():
+        req = ctx.requests.get(svc)
+        if svc == pending or req is None:
+            continue
+        for nid, h in by_node.items():
+            n = ctx.nodes.get(nid)
+            facts = ctx.inp.facts.get(nid)
+            if (nid in has or n is None or facts is None or n.state != "ready"
+                    or n.availability != "active" or ctx.movable(svc) is not None):
+                continue
+            gpus = index.get(nid)
+            if gpus is None:
+                gpus = index[nid] = {g.uuid: i for i, g in enumerate(facts.gpus)}
+            if not h.uuids or any(u not in gpus for u in h.uuids):
+                continue
+            out.setdefault(nid, {})[svc] = (demand_of(req), Choice(
+                nid, tuple(gpus[u] for u in h.uuids), h.milli, 0.0, f"held by {svc}"))
+    return out
+
+
 def propose(ctx: Context, cfg: DefragConfig) -> None:
     k_max = cfg.max_moves
     for pending in sorted(ctx.inp.pending):
         req = ctx.requests.get(pending)
         if req is None or req.mig_profile or k_max == 0:
             continue
-        has = set(ctx.ledger.get(pending, {}))
-        per_node: dict[str, list[tuple[str, Holding]]] = {}
-        for svc, by_node in ctx.ledger.items():
-            for nid, h in by_node.items():
-                if svc != pending and nid not in has and ctx.movable(svc) is None:
-                    per_node.setdefault(nid, []).append((svc, h))
+        running = _running(ctx, pending)
         best: Statement | None = None
-        tried = 0
-        for k in range(1, k_max + 1):
-            for nid in sorted(per_node, key=lambda n: ctx.nodes[n].hostname):
-                n = ctx.nodes[nid]
-                if n.state != "ready" or n.availability != "active":
-                    continue
-                for combo in itertools.combinations(sorted(per_node[nid]), k):
-                    tried += 1
-                    if tried > _MAX_COMBOS:
-                        break
-                    got = _try(ctx, nid, combo, pending)
-                    if got is not None:
-                        best = got
-                        break
+        if running:
+            alloc = ctx.allocator().alloc
+            for plan in plans(alloc, running, demand_of(req), k_max)[:MAX_TRIES]:
+                combo = tuple((str(svc), ctx.ledger[str(svc)][plan.node])
+                              for svc in plan.tasks)
+                best = _try(ctx, plan.node, combo, pending)
                 if best is not None:
                     break
-            if best is not None:
-                break
         if best is None:
             ctx.notes.append(f"pending {pending}: no plan of <= {k_max} move(s) makes room")
             continue

@@ -1,0 +1,63 @@
+"""A pod the daemon's planner could not place, given room by moving running tasks: the
+daemon's ``defrag`` rebalance policy in the planner replay (``simulate --policy swarmgpu
+--rebalance-moves N``).
+
+The daemon keeps such a service pending; its next rebalance pass asks the ``defrag``
+policy for the fewest moves that make room (``swarmgpu.allocator.rescue.plans``, each
+moved task to where placement puts it, away from its node), the mover carries them out,
+and the next placement cycle places the pending service. The replay does the same at
+once: the moves are made on the planner's allocator and in the Swarm objects as
+``FragmentationMover``'s are, then the planner places the service again. The replay has
+none of the daemon's limits on targets (metrics, constraints), as for fragmentation
+moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+from swarmgpu.allocator.rescue import RoomMove, make_room
+from swarmgpu.allocator.values import Choice, Demand
+from swarmgpu.core.rebalanceconfig import DefragConfig
+
+if TYPE_CHECKING:
+    from swarmgpu.manager.placement import Planner
+    from swarmgpu.sim.trace import TracePod
+
+
+class PlannerRescuer:
+    """``make_room`` over the planner's holdings, with memory: a demand that found no plan
+    is not searched again until a rescue succeeds or ``forget_after`` more failures pass
+    (with no departures the cluster only fills, so the same search would mostly fail
+    again; this keeps a replay fast, as the baselines' ``MoveRescuer`` does)."""
+
+    def __init__(self, forget_after: int = 50,
+                 max_moves: int = DefragConfig().max_moves) -> None:
+        self.forget_after = forget_after
+        self.max_moves = max_moves  # the daemon's default (rebalance.defrag.max_moves)
+        self._hopeless: dict[Demand, int] = {}
+        self._calls = 0
+
+    def __call__(self, planner: Planner, pods: dict[str, TracePod], pod: TracePod,
+                 budget: int) -> list[tuple[str, str, Choice]] | None:
+        """Moves made on the planner's allocator, as (service, old node, new choice), or
+        None (nothing changed). ``pods``: service name -> its pod."""
+        d = pod.demand()
+        self._calls += 1
+        since = self._hopeless.get(d)
+        if since is not None and self._calls - since < self.forget_after:
+            return None
+        cluster = planner.cluster
+        running: dict[str, dict[Hashable, tuple[Demand, Choice]]] = {}
+        for (svc, nid), h in cluster.held_items():
+            p = pods.get(svc)
+            if p is not None and h.choice is not None and h.choice.gpus:
+                running.setdefault(nid, {})[svc] = (p.demand(), h.choice)
+        got = make_room(cluster.alloc, running, d, budget, self.max_moves)
+        if got is None:
+            self._hopeless[d] = self._calls
+            return None
+        self._hopeless.clear()
+        moves: list[RoomMove] = got[0]
+        return [(str(mv.key), mv.old.node, mv.new) for mv in moves]
