@@ -8,7 +8,8 @@
                   published policies re-implemented)
 ``timeline``      the replay with departures
 ``swarm_replay``  the trace through the daemon's own planner (``FragmentationMover``:
-                  ``--rebalance-moves`` as the daemon's mover ends each move)
+                  ``--rebalance-moves`` as the daemon's mover ends each move;
+                  ``swarm_rescue``: the defrag policy's room for a pod that finds no node)
 ``rebalance``     moves for the baselines' replay, against a budget (``Defragmenter``,
                   ``MoveRescuer``)
 ``priorities``    ``--priorities SHARE``: a queue, with and without priorities

@@ -456,6 +456,10 @@ class FragmentationMover:
 
 
 def carry_out(planner: Planner, w: World, moves: Sequence[tuple[str, str, Choice]]) -> None:
+    """Moves already made on the planner's allocator, as (service, old node, new choice),
+    carried out as the daemon's mover ends them: the holding recorded on the new node
+    (``ClusterAllocator.moved``), the task's reservation counted there, the ledger, gate
+    and devices written, the task running on the new node."""
     cluster = planner.cluster
     for svc, old, new in moves:
         pod = w.pods[svc]
