@@ -2,7 +2,7 @@
 
 GPU picking, pure: ``core`` (the allocator), ``values`` (node spec, demand, choice),
 ``scorer`` (SwarmScorer) and ``scores`` (its score memo), ``topology``, ``mig``,
-``fragmentation``, ``defrag``, and ``workload`` (the task mix the scoring expects,
-learned or pinned).
+``fragmentation``, ``defrag`` (defragmenting moves), ``rescue`` (room for a pending
+task), and ``workload`` (the task mix the scoring expects, learned or pinned).
 Imports only ``swarmgpu.core``.
 """
