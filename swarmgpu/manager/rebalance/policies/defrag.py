@@ -15,7 +15,7 @@ from __future__ import annotations
 from swarmgpu.allocator.rescue import MAX_TRIES, plans
 from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.core.rebalanceconfig import DefragConfig
-from swarmgpu.manager.placement import Holding, demand_of
+from swarmgpu.manager.placement import ClusterAllocator, Holding, demand_of
 from swarmgpu.manager.rebalance.context import Context, Statement
 from swarmgpu.manager.rebalance.moves import Trigger
 
@@ -41,29 +41,25 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
     return st if getattr(ok, "gpus", None) else None
 
 
-def _running(ctx: Context, pending: str) -> dict[str, dict[str, tuple[Demand, Choice]]]:
+def _running(ctx: Context, held: ClusterAllocator, pending: str
+             ) -> dict[str, dict[str, tuple[Demand, Choice]]]:
     """Per ready, active node: the holdings that may move now (not the pending
-    service's, not on a node it holds), as the search reads them."""
+    service's, not on a node it holds), with the choices ``held`` committed for them
+    (as the replay reads the planner's: ``sim.swarm_rescue``)."""
     has = set(ctx.ledger.get(pending, {}))
+    may: dict[str, bool] = {}  # service -> may move now
     out: dict[str, dict[str, tuple[Demand, Choice]]] = {}
-    index: dict[str, dict[str, int]] = {}
-    for svc, by_node in ctx.ledger.items():
+    for (svc, nid), h in held.held_items():
         req = ctx.requests.get(svc)
-        if svc == pending or req is None:
+        n = ctx.nodes.get(nid)
+        if (svc == pending or req is None or h.choice is None or not h.choice.gpus
+                or nid in has or n is None or n.state != "ready"
+                or n.availability != "active"):
             continue
-        for nid, h in by_node.items():
-            n = ctx.nodes.get(nid)
-            facts = ctx.inp.facts.get(nid)
-            if (nid in has or n is None or facts is None or n.state != "ready"
-                    or n.availability != "active" or ctx.movable(svc) is not None):
-                continue
-            gpus = index.get(nid)
-            if gpus is None:
-                gpus = index[nid] = {g.uuid: i for i, g in enumerate(facts.gpus)}
-            if not h.uuids or any(u not in gpus for u in h.uuids):
-                continue
-            out.setdefault(nid, {})[svc] = (demand_of(req), Choice(
-                nid, tuple(gpus[u] for u in h.uuids), h.milli, 0.0, f"held by {svc}"))
+        if svc not in may:
+            may[svc] = ctx.movable(svc) is None
+        if may[svc]:
+            out.setdefault(nid, {})[svc] = (demand_of(req), h.choice)
     return out
 
 
@@ -73,11 +69,11 @@ def propose(ctx: Context, cfg: DefragConfig) -> None:
         req = ctx.requests.get(pending)
         if req is None or req.mig_profile or k_max == 0:
             continue
-        running = _running(ctx, pending)
+        held = ctx.allocator()
+        running = _running(ctx, held, pending)
         best: Statement | None = None
         if running:
-            alloc = ctx.allocator().alloc
-            for plan in plans(alloc, running, demand_of(req), k_max)[:MAX_TRIES]:
+            for plan in plans(held.alloc, running, demand_of(req), k_max)[:MAX_TRIES]:
                 combo = tuple((str(svc), ctx.ledger[str(svc)][plan.node])
                               for svc in plan.tasks)
                 best = _try(ctx, plan.node, combo, pending)
