@@ -115,28 +115,42 @@ def move_rescue(alloc: Allocator, running: Running, d: Demand, budget: int,
     return None
 
 
-class MoveRescuer:
-    """``move_rescue`` with memory: a demand that found no plan is not searched again until
-    a rescue succeeds or ``forget_after`` more failures pass (a full cluster only fills
-    further, so the same search would mostly fail again; this keeps a replay fast).
-    """
+class Hopeless:
+    """Demands that found no rescue plan: not searched again until a rescue succeeds or
+    ``forget_after`` more failures pass (a full cluster only fills further, so the same
+    search would mostly fail again; this keeps a replay fast). Both replays' rescuers
+    keep one."""
 
     def __init__(self, forget_after: int = 50) -> None:
         self.forget_after = forget_after
-        self._hopeless: dict[Demand, int] = {}
+        self._since: dict[Demand, int] = {}
         self._calls = 0
+
+    def skip(self, d: Demand) -> bool:
+        """Count a failure of ``d``; True when its search is to be skipped."""
+        self._calls += 1
+        since = self._since.get(d)
+        return since is not None and self._calls - since < self.forget_after
+
+    def outcome(self, d: Demand, rescued: bool) -> None:
+        if rescued:
+            self._since.clear()
+        else:
+            self._since[d] = self._calls
+
+
+class MoveRescuer:
+    """``move_rescue`` with memory (``Hopeless``)."""
+
+    def __init__(self, forget_after: int = 50) -> None:
+        self.hopeless = Hopeless(forget_after)
 
     def __call__(self, alloc: Allocator, running: Running, d: Demand,
                  budget: int) -> Rescue | None:
-        self._calls += 1
-        since = self._hopeless.get(d)
-        if since is not None and self._calls - since < self.forget_after:
+        if self.hopeless.skip(d):
             return None
         got = move_rescue(alloc, running, d, budget)
-        if got is None:
-            self._hopeless[d] = self._calls
-        else:
-            self._hopeless.clear()
+        self.hopeless.outcome(d, got is not None)
         return got
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from swarmgpu.allocator.rescue import RoomMove, make_room
 from swarmgpu.allocator.values import Choice, Demand
 from swarmgpu.core.rebalanceconfig import DefragConfig
+from swarmgpu.sim.rebalance import Hopeless
 
 if TYPE_CHECKING:
     from swarmgpu.manager.placement import Planner
@@ -27,26 +28,20 @@ if TYPE_CHECKING:
 
 
 class PlannerRescuer:
-    """``make_room`` over the planner's holdings, with memory: a demand that found no plan
-    is not searched again until a rescue succeeds or ``forget_after`` more failures pass
-    (with no departures the cluster only fills, so the same search would mostly fail
-    again; this keeps a replay fast, as the baselines' ``MoveRescuer`` does)."""
+    """``make_room`` over the planner's holdings, with the baselines' memory of demands
+    that found no plan (``sim.rebalance.Hopeless``)."""
 
     def __init__(self, forget_after: int = 50,
                  max_moves: int = DefragConfig().max_moves) -> None:
-        self.forget_after = forget_after
+        self.hopeless = Hopeless(forget_after)
         self.max_moves = max_moves  # the daemon's default (rebalance.defrag.max_moves)
-        self._hopeless: dict[Demand, int] = {}
-        self._calls = 0
 
     def __call__(self, planner: Planner, pods: dict[str, TracePod], pod: TracePod,
                  budget: int) -> list[tuple[str, str, Choice]] | None:
         """Moves made on the planner's allocator, as (service, old node, new choice), or
         None (nothing changed). ``pods``: service name -> its pod."""
         d = pod.demand()
-        self._calls += 1
-        since = self._hopeless.get(d)
-        if since is not None and self._calls - since < self.forget_after:
+        if self.hopeless.skip(d):
             return None
         cluster = planner.cluster
         running: dict[str, dict[Hashable, tuple[Demand, Choice]]] = {}
@@ -55,9 +50,8 @@ class PlannerRescuer:
             if p is not None and h.choice is not None and h.choice.gpus:
                 running.setdefault(nid, {})[svc] = (p.demand(), h.choice)
         got = make_room(cluster.alloc, running, d, budget, self.max_moves)
+        self.hopeless.outcome(d, got is not None)
         if got is None:
-            self._hopeless[d] = self._calls
             return None
-        self._hopeless.clear()
         moves: list[RoomMove] = got[0]
         return [(str(mv.key), mv.old.node, mv.new) for mv in moves]
