@@ -8,7 +8,8 @@ own engine), as the README tells operators to deploy it. Shown here:
 - stopping the leader's dockerd: a new leader is elected and its daemon repairs the
   next change within one interval of the election; every change is repaired exactly
   once (none done twice, none lost);
-- SIGTERM: the daemon finishes the step in progress, then exits 0.
+- SIGTERM: the daemon finishes the step in progress, then exits 0;
+- a daemon whose engine no longer leads writes nothing, even mid-cycle (its term).
 
 Timings are printed and written to artifacts/ha-failover.json.
 """
@@ -31,6 +32,8 @@ from support.gpu_nodes import DGX_A100, LOGS, cfg_file, eventually, start_agent,
 from support.paths import REPO
 from support.swarm_harness import NodeHandle, SwarmCluster
 
+from swarmgpu.manager.cycle.term import TERM_CHECK_S, LeaderTerm
+from swarmgpu.swarm.client import NotLeader, SwarmClient
 from swarmgpu.swarm.labels import desired_labels
 
 pytestmark = pytest.mark.swarm
@@ -128,6 +131,43 @@ def figures() -> Iterator[dict[str, Any]]:
     ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
     ARTIFACT.write_text(json.dumps(out, indent=1))
     print(f"\nHA figures: {out}", file=sys.stderr)
+
+
+def test_a_deposed_leaders_daemon_writes_nothing(swarm3: SwarmCluster) -> None:
+    """A cycle found its engine the leader; by its next write another manager leads
+    (here: the client talks to a follower, its term started as if it led). Once the
+    term's answer is older than TERM_CHECK_S the write asks again and is refused; on the
+    leader's engine the same write lands. First in the module: all three managers up."""
+    swarm = swarm3
+    leader = swarm.wait_for(swarm.leader, 60, "a raft leader")
+    follower = next(m for m in swarm.managers if m is not leader)
+    node_id = swarm.node(WORKER).node_id
+    now = [0.0]
+    key = "test.term"
+    try:
+        for mgr, lands in ((follower, False), (leader, True)):
+            client = SwarmClient(mgr.docker_host)
+            term = LeaderTerm(client.is_leader, clock=lambda: now[0])
+            client.may_write = term.holds
+            term.start()
+            now[0] += TERM_CHECK_S + 0.1
+
+            def add(cur: dict[str, str], name: str = mgr.name) -> dict[str, str]:
+                return {**cur, key: name}
+
+            if lands:
+                assert client.update_node_labels(node_id, add)
+                assert node_labels(swarm, leader).get(key) == mgr.name
+            else:
+                with pytest.raises(NotLeader):
+                    client.update_node_labels(node_id, add)
+                assert key not in node_labels(swarm, leader)
+                assert term.lost and term.refused == 1
+                with pytest.raises(NotLeader):  # the rest of its cycle: not even asked
+                    client.update_node_labels(node_id, add)
+    finally:
+        SwarmClient(leader.docker_host).update_node_labels(
+            node_id, lambda cur: {k: v for k, v in cur.items() if k != key})
 
 
 def test_only_leader_acts_and_failover_loses_nothing(

@@ -30,6 +30,7 @@ from swarmgpu.manager.cycle.host import QueryRoute, Route
 from swarmgpu.manager.cycle.label_sync import LabelSyncStep
 from swarmgpu.manager.cycle.pipeline import Pipeline, Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
+from swarmgpu.manager.cycle.term import LeaderTerm
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import (
     CycleReport,
@@ -69,6 +70,9 @@ class Daemon:
         # open (watch_events off, or not started yet) every read lists them in full.
         self.cache = SwarmCache(self.swarm)
         self.swarm.on_write = self.cache.invalidate
+        # each write asks again whether this engine still leads (cycle.term)
+        self.term = LeaderTerm(lambda: self.swarm.is_leader())
+        self.swarm.may_write = self.term.holds
         self.pipeline = Pipeline([LabelSyncStep(self.labels, hold=False)])
         self.last_session: CycleSession | None = None  # the last cycle's, as leader
         self.stop_event = threading.Event()
@@ -104,11 +108,13 @@ class Daemon:
             try:
                 self.leader = self.swarm.is_leader()
             except SwarmError as exc:
+                self.term.end()
                 self.metrics.errors.labels(kind="swarm").inc()
                 self.metrics.cycles.labels(outcome="error").inc()
                 logger.error("cannot reach the Swarm manager: {}", exc)
                 return CycleReport(leader=False, errors=[str(exc)])
             self.metrics.is_leader.set(1 if self.leader else 0)
+            (self.term.start if self.leader else self.term.end)()
             self._web_identity()
             if not self.leader:
                 self.pipeline.stand_by()  # a new term starts from what Swarm stores
@@ -148,7 +154,9 @@ class Daemon:
                 self.labels.flush()
 
         try:
-            self.pipeline.run(session, stop=self.stop_event.is_set, after=after)
+            # a term lost mid-cycle (its writes refused) starts no further step
+            self.pipeline.run(
+                session, stop=lambda: self.stop_event.is_set() or self.term.lost, after=after)
         finally:
             self.labels.flush()
         return session.report

@@ -35,6 +35,11 @@ class VersionConflict(SwarmError):
     """The object changed since we read it ("update out of sequence")."""
 
 
+class NotLeader(SwarmError):
+    """The write was not made: this daemon's engine no longer leads the swarm
+    (``SwarmClient.may_write``)."""
+
+
 @dataclass(frozen=True)
 class SwarmNode:
     id: str
@@ -267,6 +272,9 @@ class SwarmClient:
         # Told (kind "node" or "service", id) after a write landed or failed midway: a
         # cache of what the engine holds reads the object again (swarm.cache).
         self.on_write: Callable[[str, str], None] | None = None
+        # Asked right before each write goes out (the daemon's leader term,
+        # manager.cycle.term): False refuses it with NotLeader. None: every write goes.
+        self.may_write: Callable[[], bool] | None = None
         self._lock = threading.Lock()
 
     # --- reads ---------------------------------------------------------
@@ -435,6 +443,9 @@ class SwarmClient:
             new = change(raw)
             if new is None:
                 return False
+            if self.may_write is not None and not self.may_write():
+                raise NotLeader(f"{self.endpoint} no longer leads the swarm: the write "
+                                "was not made (the leader's daemon decides)")
             try:
                 with self._lock:
                     self.writes += 1

@@ -1,0 +1,85 @@
+"""The leader's term (``manager.cycle.term``): a write asks again whether this engine
+still leads once the last answer is older than ``check_s``; after a "no" nothing more is
+written until a cycle finds it the leader again. On the real 3-manager swarm:
+tests/test_ha_swarm.py::test_a_deposed_leaders_daemon_writes_nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmgpu.manager.cycle.term import LeaderTerm
+from swarmgpu.swarm.client import SwarmUnavailable
+
+
+class Engine:
+    """Answers "leader?" as told, counting the questions."""
+
+    def __init__(self) -> None:
+        self.leader = True
+        self.asked = 0
+        self.down = False
+
+    def is_leader(self) -> bool:
+        self.asked += 1
+        if self.down:
+            raise SwarmUnavailable("engine unreachable")
+        return self.leader
+
+
+def term_at(engine: Engine, now: list[float]) -> LeaderTerm:
+    return LeaderTerm(engine.is_leader, check_s=2.0, clock=lambda: now[0])
+
+
+def test_a_recent_answer_is_enough_an_old_one_is_asked_again() -> None:
+    engine, now = Engine(), [100.0]
+    term = term_at(engine, now)
+    term.start()
+    now[0] += 1.9
+    assert term.holds() and engine.asked == 0
+    now[0] += 0.2  # 2.1 s after the cycle's answer
+    assert term.holds() and engine.asked == 1
+    now[0] += 1.0  # the new answer counts from when it came
+    assert term.holds() and engine.asked == 1
+
+
+def test_after_a_no_nothing_is_written_until_a_cycle_finds_it_leader() -> None:
+    engine, now = Engine(), [0.0]
+    term = term_at(engine, now)
+    term.start()
+    engine.leader = False
+    now[0] += 5
+    assert not term.holds() and term.lost
+    engine.leader = True  # elected again: still nothing until the next cycle says so
+    now[0] += 5
+    assert not term.holds() and not term.holds()
+    assert engine.asked == 1 and term.refused == 3
+    term.start()
+    assert term.holds() and not term.lost
+
+
+def test_a_cycle_that_found_a_follower_ends_the_term() -> None:
+    engine, now = Engine(), [0.0]
+    term = term_at(engine, now)
+    term.end()
+    assert not term.holds() and engine.asked == 0
+
+
+def test_before_any_cycle_a_write_asks() -> None:
+    engine, now = Engine(), [0.0]
+    term = term_at(engine, now)
+    assert not term.lost
+    assert term.holds() and engine.asked == 1
+    assert term.holds() and engine.asked == 1
+
+
+def test_an_engine_that_cannot_answer_fails_that_write_only() -> None:
+    engine, now = Engine(), [0.0]
+    term = term_at(engine, now)
+    term.start()
+    now[0] += 3
+    engine.down = True
+    with pytest.raises(SwarmUnavailable):
+        term.holds()
+    assert not term.lost
+    engine.down = False
+    assert term.holds() and engine.asked == 2
