@@ -383,6 +383,29 @@ def test_preemption_budgets_are_spent_per_tenant(tmp_path: Path) -> None:
     assert len(_closed(sw)) == 3
 
 
+def test_a_new_leader_spends_what_is_left_of_the_hour(tmp_path: Path) -> None:
+    """The hour is kept on the swarm object: a fail-over (a new daemon, nothing in its
+    memory) must not give team-a a fresh budget. max_per_hour 4, so only team-a's own
+    budget (1) keeps its second preemptor from the fourth batch holder."""
+    want = {f"{P}gpus": "2", f"{P}priority": "100"}
+    sw = RecordingSwarm(*_full_4090(
+        {f"batch_b{i}": ("batch", 2) for i in range(1, 5)},
+        {"team-a_a1": ("team-a", want), "team-a_a2": ("team-a", want),
+         "team-b_b1": ("team-b", want), "team-b_b2": ("team-b", want)}))
+    cfg = BUDGETS.replace("max_per_hour: 3", "max_per_hour: 4")
+    _daemon(sw, tmp_path, cfg).cycle()
+    assert len(_closed(sw)) == 3
+    stored = sw.swarm_labels()
+    assert len(stored[f"{P}state.preemptions"].split(",")) == 3
+    assert len(stored[f"{P}state.preemptions.team-a"].split(",")) == 1
+    assert len(stored[f"{P}state.preemptions.team-b"].split(",")) == 2
+    (tmp_path / "new").mkdir()
+    new_leader = _daemon(sw, tmp_path / "new", cfg)
+    for _ in range(2):
+        new_leader.cycle()
+    assert len(_closed(sw)) == 3, "the new leader gave team-a a fresh hour"
+
+
 def test_the_cluster_cap_still_holds_over_the_tenants(tmp_path: Path) -> None:
     want = {f"{P}gpus": "2", f"{P}priority": "100"}
     sw = RecordingSwarm(*_full_4090(

@@ -7,7 +7,8 @@ safety and the writes:
   preemptor's plan ("would preempt ..."); nothing is written;
 * budgets: at most ``max_per_hour`` victims stopped per hour (0 turns preemption off),
   and with tenants in the config, at most each tenant's ``preemptions_per_hour`` for its
-  services' preemptions (``manager.services.tenants``): no one tenant spends the whole hour's;
+  services' preemptions (``manager.services.tenants``): no one tenant spends the whole hour's.
+  The hour is kept in Swarm too (``preempt_budget``), so a new leader spends what is left;
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in
   its ``<p>state.preempted`` label and here) and a settle time per preemptor
   (``settle_s``): a preemptor that is still pending after its victims were stopped does
@@ -34,7 +35,6 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -45,6 +45,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -65,8 +66,6 @@ from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 
-HOUR_S = 3600.0
-
 
 class Preempter:
     """Kept across cycles by the daemon: the budget window and the last preemptions."""
@@ -74,9 +73,8 @@ class Preempter:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.prefix = cfg.sync.prefix
-        self.stopped: deque[float] = deque()  # when each victim was stopped (the hour's budget)
+        self.spent = SpentHour(self.prefix)  # when each victim was stopped, per tenant too
         self.tenants = Tenants.from_config(cfg)
-        self.by_tenant: dict[str, deque[float]] = {}  # the same, per preemptor's tenant
         self.victim_at: dict[str, float] = {}  # victim name -> when it was last preempted
         self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
         self.logged: set[str] = set()  # dry-run decisions already logged
@@ -116,9 +114,9 @@ class Preempter:
             refused=refused, moving=in_move)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         done: list[Preemption] = []
-        for times in (self.stopped, *self.by_tenant.values()):
-            while times and now - times[0] >= HOUR_S:
-                times.popleft()
+        # the hour as stored in Swarm counts too (a new leader's first cycle)
+        self.spent.read(snap.swarm_labels, now, self.tenants.by_name if self.tenants else ())
+        spent_before = len(self.spent.all)
         for p in chosen:
             log = logger.bind(service=p.service)
             if pc.dry_run or self.cfg.dry_run:
@@ -131,15 +129,14 @@ class Preempter:
                     log.info("dry-run: would {}", p.describe())
                 done.append(p)
                 continue
-            if len(self.stopped) + len(p.victims) > pc.max_per_hour:
+            if len(self.spent.all) + len(p.victims) > pc.max_per_hour:
                 log.warning("preemption budget spent ({} per hour): not {}", pc.max_per_hour,
                             p.describe())
                 continue
             i = by_name.get(p.service)
             tenant = self._tenant_of(plan.services[i] if i is not None else None)
-            spent = self.by_tenant.setdefault(tenant, deque()) if tenant else None
-            if spent is not None and self.tenants is not None and \
-                    len(spent) + len(p.victims) > self.tenants.budget(tenant):
+            if tenant and self.tenants is not None and \
+                    len(self.spent.tenant(tenant)) + len(p.victims) > self.tenants.budget(tenant):
                 log.warning("tenant {}'s preemption budget spent ({} per hour, "
                             "tenants.{}.preemptions_per_hour): not {}", tenant,
                             self.tenants.budget(tenant), tenant, p.describe())
@@ -150,12 +147,19 @@ class Preempter:
                 self.preemptor_at[p.service] = now
                 for v in stopped:
                     self.victim_at[v.service] = now
-                    self.stopped.append(now)
-                    if spent is not None:
-                        spent.append(now)
+                    self.spent.spend(now, tenant)
                 done.append(p)
         self.logged &= {p.describe() for p in chosen}
+        if len(self.spent.all) > spent_before:
+            self._store_spent(swarm)
         return done
+
+    def _store_spent(self, swarm: SwarmClient) -> None:
+        try:
+            Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
+                   who="preemption", prefix=self.prefix).swarm_labels(self.spent.labels)
+        except SwarmError as exc:
+            logger.warning("preemption: cannot store the budget hour: {}", exc)
 
     def _tenant_of(self, sp: ServicePlan | None) -> str:
         """The preemptor's tenant ("" without tenants): its budget is spent."""

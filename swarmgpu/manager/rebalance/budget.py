@@ -50,7 +50,12 @@ def times_in(labels: Mapping[str, str], key: str, keep: int) -> list[float]:
 def with_time(times: Iterable[float], at: float, now: float, keep: int) -> str:
     """The list with ``at`` added, only the last hour's (by ``now``), at most ``keep``."""
     kept = [t for t in times if now - t < HOUR_S] + [at]
-    return ",".join(f"{t:.0f}" for t in kept[-keep:])
+    return times_text(kept[-keep:])
+
+
+def times_text(times: Iterable[float]) -> str:
+    """A list of epoch seconds as ``times_in`` reads it (whole seconds)."""
+    return ",".join(f"{t:.0f}" for t in times)
 
 
 def with_finished(times: Iterable[float], now: float) -> str:

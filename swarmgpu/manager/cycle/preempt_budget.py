@@ -1,0 +1,79 @@
+"""The preemption budgets' hour, kept in Swarm: a new leader spends what is left of it.
+
+``preemption.max_per_hour`` and each tenant's ``preemptions_per_hour`` count the
+victims stopped in the last hour. Kept only in the leader daemon's memory, a fail-over
+or a restart gave every tenant a whole new hour. So the hour is also kept on the swarm
+object, as the mover keeps its finished moves (``rebalance.budget``): the times of the
+victims stopped, ``<prefix>state.preemptions``, and per preemptor's tenant
+``<prefix>state.preemptions.<tenant>``, written after each cycle that stopped victims
+and read every cycle. What counts is both together: per second, the larger count of
+the two (one preemption's victims share its second).
+
+A label is anyone's text: unreadable entries are dropped (``times_in``), and so are
+times older than the hour or more than ``MAX_SKEW_S`` ahead of this clock (a time far
+ahead would hold a budget spent for as long); tenants the config does not name are not
+read. At most ``MAX_KEEP`` times per list (a budget larger than that is as good as none).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Collection, Mapping
+
+from swarmgpu.manager.rebalance.budget import HOUR_S, times_in, times_text
+
+STATE_KEY = "state.preemptions"  # under the prefix, on the swarm object's labels
+MAX_KEEP = 1024
+MAX_SKEW_S = 60.0  # two managers' clocks may differ; a time further ahead is dropped
+
+
+def _merge(mine: deque[float], theirs: list[float]) -> None:
+    """Each second counted as often as the more of the two counts it."""
+    have, want = Counter(mine), Counter(theirs)
+    extra = [t for t, n in want.items() for _ in range(n - have.get(t, 0))]
+    if extra:
+        merged = sorted([*mine, *extra])
+        mine.clear()
+        mine.extend(merged)
+
+
+class SpentHour:
+    """The victims stopped in the last hour: all of them, and per preemptor's tenant."""
+
+    def __init__(self, prefix: str) -> None:
+        self.key = prefix + STATE_KEY
+        self.all: deque[float] = deque()
+        self.by_tenant: dict[str, deque[float]] = {}
+
+    def tenant(self, name: str) -> deque[float]:
+        return self.by_tenant.setdefault(name, deque())
+
+    def spend(self, now: float, tenant: str) -> None:
+        """One victim stopped at ``now`` for a preemptor of ``tenant`` ("" for none)."""
+        t = float(round(now))  # as stored: whole seconds
+        self.all.append(t)
+        if tenant:
+            self.tenant(tenant).append(t)
+
+    def read(self, labels: Mapping[str, str], now: float, tenants: Collection[str]) -> None:
+        """Count what the swarm object's labels count too, then forget what is older
+        than the hour."""
+        def stored(key: str) -> list[float]:
+            return [t for t in times_in(labels, key, MAX_KEEP)
+                    if now - HOUR_S < t <= now + MAX_SKEW_S]
+
+        _merge(self.all, stored(self.key))
+        for name in tenants:
+            _merge(self.tenant(name), stored(f"{self.key}.{name}"))
+        for times in (self.all, *self.by_tenant.values()):
+            while times and now - times[0] >= HOUR_S:
+                times.popleft()
+
+    def labels(self, current: Mapping[str, str]) -> Mapping[str, str] | None:
+        """``current`` with the hour written in, or None when it says so already."""
+        new = dict(current)
+        new[self.key] = times_text(list(self.all)[-MAX_KEEP:])
+        for name, times in self.by_tenant.items():
+            if times or f"{self.key}.{name}" in new:
+                new[f"{self.key}.{name}"] = times_text(list(times)[-MAX_KEEP:])
+        return None if new == dict(current) else new
