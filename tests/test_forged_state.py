@@ -202,6 +202,27 @@ def test_genuine_move_finishes_after_a_restart_and_its_record_goes() -> None:
     assert sw.node("n-4090").labels[assign_key(P, "third")] == T_UUID
 
 
+def test_an_owners_scale_during_a_move_is_kept_when_the_surge_ends() -> None:
+    """make-before-break raised replicas 1 -> 2 and set MaxReplicas 1; the owner scaled
+    to 5 while the move ran (`docker service scale`). The move's end takes back only
+    what the surge set: the owner's 5 stays; MaxReplicas, still the surge's, goes."""
+    sw, now = victim_cluster({}), [1000.0]
+    m = _start(sw, now)
+    spec = sw.service("id-victim").spec
+    assert spec["Mode"]["Replicated"]["Replicas"] == 2
+    assert spec["TaskTemplate"]["Placement"]["MaxReplicas"] == 1
+    sw.update_service_spec("id-victim", lambda cur: {
+        **cur, "Mode": {"Replicated": {"Replicas": 5}}})
+    sw.run_task(SwarmTask("t-victim-2", "id-victim", "n-4090", 2, "running", "running", ()))
+    for _ in range(3):
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+        sw.stop_tasks("id-victim", "n-dgx")
+    assert [r.outcome for r in m.recent][-1] == Outcome.DONE
+    spec = sw.service("id-victim").spec
+    assert spec["Mode"]["Replicated"]["Replicas"] == 5
+    assert "MaxReplicas" not in spec["TaskTemplate"]["Placement"]
+
+
 def test_genuine_move_rolls_back_after_its_timeout_under_a_new_leader() -> None:
     sw, now = victim_cluster({}), [1000.0]
     _start(sw, now)

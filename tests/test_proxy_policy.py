@@ -184,6 +184,24 @@ def test_a_service_that_is_not_swarmgpus_is_not_written_at_all() -> None:
         assert is_swarmgpus(owned, P)
 
 
+@pytest.mark.parametrize("replicas", [3, 50, 10**6, 2.0, True, "2", -1, None])
+def test_replicas_rise_by_one_at_most_and_are_whole_numbers(replicas: Any) -> None:
+    """The surge of a make-before-break move adds one replica (1 -> 2 here) and its end
+    takes it back; nothing the daemon writes asks for more, nor for a count that is not
+    a whole number (``Replicas: null`` included)."""
+    cur = service()
+    assert cur["Mode"]["Replicated"]["Replicas"] == 1
+    msg = _refused(check_service_update, cur,
+                   _svc(lambda s: s["Mode"]["Replicated"].update(Replicas=replicas)))
+    assert "Mode.Replicated.Replicas" in msg
+    for ok in (0, 1, 2):  # down to none, as is, the surge
+        check_service_update(cur, _svc(lambda s, n=ok: s["Mode"]["Replicated"].update(
+            Replicas=n)), P)
+    surged = _svc(lambda s: s["Mode"]["Replicated"].update(Replicas=5))
+    check_service_update(surged, _svc(lambda s: s["Mode"]["Replicated"].update(
+        Replicas=1)), P)  # the end of a surge, after the owner had scaled
+
+
 def test_the_refusal_names_what_changed() -> None:
     msg = _refused(check_service_update, service(), _svc(HOSTILE_SERVICE["a bind mount of /"]))
     assert "TaskTemplate.ContainerSpec.Mounts" in msg
@@ -298,7 +316,7 @@ def test_prop_any_other_field_changed_is_refused(path: tuple[Any, ...], value: A
 @settings(max_examples=200, deadline=None)
 @given(labels=st.dictionaries(st.text(max_size=12).map(lambda s: P + s),
                               st.text(max_size=12), max_size=5),
-       replicas=st.integers(0, 50), force=st.integers(0, 10**6),
+       replicas=st.integers(0, 2), force=st.integers(0, 10**6),
        env=st.lists(st.sampled_from([env_template(P), ORDER_ENV, *env_lines(P)]),
                     max_size=4))
 def test_prop_what_the_daemon_writes_passes(labels: dict[str, str], replicas: int,

@@ -67,3 +67,11 @@ def first_difference(a: Any, b: Any, path: str = "") -> str | None:
                 return got
         return None
     return None if a == b else (path or "(the whole spec)")
+
+
+def sub_object(d: Any, *keys: str) -> dict[str, Any] | None:
+    """``d[k1][k2]...`` when each step is a JSON object, else None (a spec is anyone's
+    JSON: a key may be missing or hold another type)."""
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d if isinstance(d, dict) else None

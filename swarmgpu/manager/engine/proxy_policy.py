@@ -13,8 +13,8 @@ write in ``swarmgpu/manager``: cycle.placement, cycle.preemption, overshare, reb
   (``node.labels.<prefix>hold==true``, which placement replaces with the gate); the env
   lines swarmgpu writes (the device templates, ``CUDA_DEVICE_ORDER``, the share
   templates, exact strings); ``ForceUpdate``; ``Placement.MaxReplicas``;
-  ``Mode.Replicated.Replicas`` (moves); discrete generic resource reservations;
-  ``UpdateConfig.Parallelism``; the lines of the variables the
+  ``Mode.Replicated.Replicas`` (moves: raised by one at most); discrete generic
+  resource reservations; ``UpdateConfig.Parallelism``; the lines of the variables the
   NVIDIA toolkit reads (``NVIDIA_VISIBLE_DEVICES``, ``DOCKER_RESOURCE_*``) removed or
   set to ``void`` (``placement.ungranted: void``, ``manager.services.grants``); placement's own
   ``/dev/null`` device mount (``placement.grants: mounts``, exact). Image, other mounts,
@@ -50,7 +50,7 @@ from swarmgpu.manager.placement.envs import (
 from swarmgpu.manager.placement.keys import GATE, is_hold
 from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.dockerproxy import WriteChecks
-from swarmgpu.swarm.jsonstrict import first_difference
+from swarmgpu.swarm.jsonstrict import first_difference, same, sub_object
 
 
 class PolicyError(ValueError):
@@ -88,11 +88,6 @@ def _labels_out(spec: dict[str, Any], key: str, prefix: str) -> None:
             spec.pop(key)
 
 
-def _sub(d: Any, key: str) -> dict[str, Any] | None:
-    got = d.get(key) if isinstance(d, dict) else None
-    return got if isinstance(got, dict) else None
-
-
 def _drop_empty(d: dict[str, Any], key: str) -> None:
     if d.get(key) in ({}, [], None):
         d.pop(key, None)
@@ -101,19 +96,19 @@ def _drop_empty(d: dict[str, Any], key: str) -> None:
 def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
     s = copy.deepcopy(spec)
     _labels_out(s, "Labels", prefix)
-    mode = _sub(s, "Mode")
-    rep = _sub(mode, "Replicated")
+    mode = sub_object(s, "Mode")
+    rep = sub_object(mode, "Replicated")
     if rep is not None:
         rep.pop("Replicas", None)  # the Replicated key stays: the mode is not swarmgpu's
-    update = _sub(s, "UpdateConfig")
+    update = sub_object(s, "UpdateConfig")
     if update is not None:
         update.pop("Parallelism", None)
         _drop_empty(s, "UpdateConfig")
-    tt = _sub(s, "TaskTemplate")
+    tt = sub_object(s, "TaskTemplate")
     if tt is None:
         return s
     tt.pop("ForceUpdate", None)
-    placement = _sub(tt, "Placement")
+    placement = sub_object(tt, "Placement")
     if placement is not None:
         placement.pop("MaxReplicas", None)
         cons = placement.get("Constraints")
@@ -122,8 +117,8 @@ def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
                                         and not (isinstance(c, str) and is_hold(c, prefix))]
             _drop_empty(placement, "Constraints")
         _drop_empty(tt, "Placement")
-    resources = _sub(tt, "Resources")
-    reservations = _sub(resources, "Reservations")
+    resources = sub_object(tt, "Resources")
+    reservations = sub_object(resources, "Reservations")
     if resources is not None and reservations is not None:
         generic = reservations.get("GenericResources")
         if isinstance(generic, list):
@@ -134,7 +129,7 @@ def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
         _drop_empty(resources, "Reservations")
     if resources is not None:
         _drop_empty(tt, "Resources")  # the engine answers {}; the daemon may add the path
-    cs = _sub(tt, "ContainerSpec")
+    cs = sub_object(tt, "ContainerSpec")
     env = cs.get("Env") if cs is not None else None
     if cs is not None and isinstance(env, list):
         own = owned_env(prefix)
@@ -152,7 +147,7 @@ def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
 def _mask_device_lines(spec: dict[str, Any], _prefix: str) -> dict[str, Any]:
     """A service that is not swarmgpu's: only its device variables' lines may change."""
     s = copy.deepcopy(spec)
-    cs = _sub(_sub(s, "TaskTemplate"), "ContainerSpec")
+    cs = sub_object(sub_object(s, "TaskTemplate"), "ContainerSpec")
     env = cs.get("Env") if cs is not None else None
     if cs is not None and isinstance(env, list):
         cs["Env"] = [e for e in env if not is_device_line(e)]
@@ -161,8 +156,8 @@ def _mask_device_lines(spec: dict[str, Any], _prefix: str) -> dict[str, Any]:
 
 
 def _device_lines(spec: Any) -> list[str]:
-    tt = _sub(spec, "TaskTemplate")
-    env = (_sub(tt, "ContainerSpec") or {}).get("Env")
+    tt = sub_object(spec, "TaskTemplate")
+    env = (sub_object(tt, "ContainerSpec") or {}).get("Env")
     return [e for e in env if is_device_line(e)] if isinstance(env, list) else []
 
 
@@ -208,11 +203,11 @@ def is_swarmgpus(spec: Mapping[str, Any], prefix: str) -> bool:
     labels = spec.get("Labels")
     if isinstance(labels, dict) and any(k.startswith(prefix) for k in labels):
         return True
-    tt = _sub(spec, "TaskTemplate")
-    cons = (_sub(tt, "Placement") or {}).get("Constraints")
+    tt = sub_object(spec, "TaskTemplate")
+    cons = (sub_object(tt, "Placement") or {}).get("Constraints")
     if isinstance(cons, list) and any(is_gate_constraint(c, prefix) for c in cons):
         return True
-    env = (_sub(tt, "ContainerSpec") or {}).get("Env")
+    env = (sub_object(tt, "ContainerSpec") or {}).get("Env")
     return isinstance(env, list) and bool(owned_env(prefix) & {e for e in env
                                                                 if isinstance(e, str)})
 
@@ -228,6 +223,32 @@ def check_service_update(current: Mapping[str, Any], new: Any, prefix: str) -> N
         return
     _check("service", _mask_service, current, new, prefix, SERVICE_ALLOWED)
     _check_device_lines(current, new, owned_env(prefix))
+    _check_replicas(current, new)
+
+
+_UNSET = object()
+
+
+def _replicas(spec: Any) -> Any:
+    rep = sub_object(spec, "Mode", "Replicated")
+    return _UNSET if rep is None else rep.get("Replicas", 1)  # the engine's default: 1
+
+
+def _check_replicas(current: Mapping[str, Any], new: Any) -> None:
+    """The daemon raises a service's replicas by one at most (a make-before-break
+    move's surge; its end lowers them again): a write that asks for more, or for a
+    count that is not a whole number, is refused (thousands of tasks in the raft store
+    are a denial of service the labels alone could not cause)."""
+    cur, got = _replicas(current), _replicas(new)
+    if got is _UNSET or same(got, cur):  # not replicated (the mask checks the mode)
+        return
+    if not isinstance(got, int) or isinstance(got, bool) or got < 0:
+        raise PolicyError(f"this service update sets Mode.Replicated.Replicas to {got!r}: "
+                          "expected a whole number")
+    if not isinstance(cur, int) or isinstance(cur, bool) or got > cur + 1:
+        raise PolicyError(f"this service update raises Mode.Replicated.Replicas from {cur!r} "
+                          f"to {got}; the daemon adds one replica at most (a make-before-"
+                          "break move's surge)")
 
 
 def check_node_update(current: Mapping[str, Any], new: Any, prefix: str) -> None:

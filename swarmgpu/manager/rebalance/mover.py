@@ -104,6 +104,7 @@ from swarmgpu.manager.rebalance.repin import Repin, kept_on_healthy
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.sharing import node_of_key
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.jsonstrict import sub_object
 
 
 @dataclass
@@ -237,6 +238,22 @@ def _set_replicas(spec: dict[str, Any], replicas: int, max_replicas: int) -> Non
         placement["MaxReplicas"] = max_replicas
     else:
         placement.pop("MaxReplicas", None)
+
+
+def _end_surge(spec: dict[str, Any], st: MoveState) -> None:
+    """The surge goes: replicas back to the count before the move, MaxReplicas to its
+    value then, each only while it is what the surge set. An owner who scaled or
+    re-deployed the service during the move keeps what they set (the docker-proxy lets
+    the daemon raise replicas by one only: the surge)."""
+    rep = sub_object(spec, "Mode", "Replicated")
+    if rep is not None and rep.get("Replicas") == st.replicas + 1:
+        rep["Replicas"] = st.replicas
+    placement = sub_object(spec, "TaskTemplate", "Placement")
+    if placement is not None and placement.get("MaxReplicas") == 1:
+        if st.max_replicas:
+            placement["MaxReplicas"] = st.max_replicas
+        else:
+            placement.pop("MaxReplicas")
 
 
 class Mover:
@@ -505,7 +522,7 @@ class Mover:
             for k in [k for k in labels if node_of_key(k, p) == drop_node]:
                 labels.pop(k)
             if st.surge:
-                _set_replicas(spec, st.replicas, st.max_replicas)
+                _end_surge(spec, st)
 
         end_move(self.writes, p, sid, self.clock(), also)
 
