@@ -96,8 +96,7 @@ def _drop_empty(d: dict[str, Any], key: str) -> None:
 def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
     s = copy.deepcopy(spec)
     _labels_out(s, "Labels", prefix)
-    mode = sub_object(s, "Mode")
-    rep = sub_object(mode, "Replicated")
+    rep = sub_object(s, "Mode", "Replicated")
     if rep is not None:
         rep.pop("Replicas", None)  # the Replicated key stays: the mode is not swarmgpu's
     update = sub_object(s, "UpdateConfig")
@@ -147,7 +146,7 @@ def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
 def _mask_device_lines(spec: dict[str, Any], _prefix: str) -> dict[str, Any]:
     """A service that is not swarmgpu's: only its device variables' lines may change."""
     s = copy.deepcopy(spec)
-    cs = sub_object(sub_object(s, "TaskTemplate"), "ContainerSpec")
+    cs = sub_object(s, "TaskTemplate", "ContainerSpec")
     env = cs.get("Env") if cs is not None else None
     if cs is not None and isinstance(env, list):
         cs["Env"] = [e for e in env if not is_device_line(e)]
