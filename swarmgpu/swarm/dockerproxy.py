@@ -158,10 +158,12 @@ ALLOWED_CALLS: tuple[Call, ...] = (
          "replaced by the gate), swarmgpu's own env lines (exact), the lines "
          "of `NVIDIA_VISIBLE_DEVICES` and `DOCKER_RESOURCE_*` removed or set to `void`, "
          "placement's `/dev/null` device mount (exact), "
-         "`ForceUpdate`, `Placement.MaxReplicas`, `Mode.Replicated.Replicas`, discrete "
-         "generic-resource reservations, `UpdateConfig.Parallelism` (no image, other "
-         "mount, privilege, capability, network or other change); any other service "
-         "only its `NVIDIA_VISIBLE_DEVICES` and `DOCKER_RESOURCE_*` lines removed or set "
+         "`ForceUpdate`, `Placement.MaxReplicas`, `Mode.Replicated.Replicas` (a whole "
+         "number, raised by one at most: a move's make-before-break surge; a write asking "
+         "for more is refused, so the daemon's access cannot fill the raft store with "
+         "tasks), discrete generic-resource reservations, `UpdateConfig.Parallelism` "
+         "(no image, other mount, privilege, capability, network or other change); any "
+         "other service only its `NVIDIA_VISIBLE_DEVICES` and `DOCKER_RESOURCE_*` lines removed or set "
          "to `void`", "service-update", _WRITE),
     Call("POST", "/swarm/update", ("/swarm/update",),
          "the learned workload model, a label on the swarm object (swarmgpu.state.workload)",
