@@ -163,8 +163,8 @@ ALLOWED_CALLS: tuple[Call, ...] = (
          "for more is refused, so the daemon's access cannot fill the raft store with "
          "tasks), discrete generic-resource reservations, `UpdateConfig.Parallelism` "
          "(no image, other mount, privilege, capability, network or other change); any "
-         "other service only its `NVIDIA_VISIBLE_DEVICES` and `DOCKER_RESOURCE_*` lines removed or set "
-         "to `void`", "service-update", _WRITE),
+         "other service only its `NVIDIA_VISIBLE_DEVICES` and `DOCKER_RESOURCE_*` lines "
+         "removed or set to `void`", "service-update", _WRITE),
     Call("POST", "/swarm/update", ("/swarm/update",),
          "the learned workload model, a label on the swarm object (swarmgpu.state.workload)",
          "`version` (the current one), the three `rotate…` flags only `false`; the spec "
