@@ -12,6 +12,7 @@ The machinery:
               runs, and what tests build
 ``host``      CycleHost: what a step sees of the daemon (read-only)
 ``heap``      garbage collection between cycles, not in one
+``term``      the leader's term: each write asks again whether this engine still leads
 ``daemon_metrics`` the daemon's own Prometheus metrics
 
 The steps, in the order ``wiring`` runs them:
@@ -22,6 +23,7 @@ The steps, in the order ``wiring`` runs them:
 ``scrape``     every node's GPU metrics, read once per cycle for the rebalancer and the map
 ``rebalance``  windows, policies, movers (``rebalance/``)
 ``preemption`` the preemption actuator: budgets, dry-run, the victims' writes
+               (``preempt_budget``: the budgets' hour, kept on the swarm object)
 ``observe``    the cluster document, the over-share watch, the map
 ``overshare``  placement.overshare: restart, acting on observe's watch
 """
