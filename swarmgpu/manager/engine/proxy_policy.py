@@ -155,8 +155,7 @@ def _mask_device_lines(spec: dict[str, Any], _prefix: str) -> dict[str, Any]:
 
 
 def _device_lines(spec: Any) -> list[str]:
-    tt = sub_object(spec, "TaskTemplate")
-    env = (sub_object(tt, "ContainerSpec") or {}).get("Env")
+    env = (sub_object(spec, "TaskTemplate", "ContainerSpec") or {}).get("Env")
     return [e for e in env if is_device_line(e)] if isinstance(env, list) else []
 
 

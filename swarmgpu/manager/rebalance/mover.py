@@ -230,14 +230,10 @@ _spec_edit = spec_edit
 _labels = spec_labels
 
 
-def _set_replicas(spec: dict[str, Any], replicas: int, max_replicas: int) -> None:
-    rep = spec.setdefault("Mode", {}).setdefault("Replicated", {})
-    rep["Replicas"] = replicas
-    placement = spec.setdefault("TaskTemplate", {}).setdefault("Placement", {})
-    if max_replicas:
-        placement["MaxReplicas"] = max_replicas
-    else:
-        placement.pop("MaxReplicas", None)
+def _start_surge(spec: dict[str, Any], replicas: int) -> None:
+    """make-before-break: one replica more, at most one per node (``_end_surge`` undoes)."""
+    spec.setdefault("Mode", {}).setdefault("Replicated", {})["Replicas"] = replicas + 1
+    spec.setdefault("TaskTemplate", {}).setdefault("Placement", {})["MaxReplicas"] = 1
 
 
 def _end_surge(spec: dict[str, Any], st: MoveState) -> None:
@@ -473,7 +469,7 @@ class Mover:
             labels[devices_key(p, st.target)] = ",".join(st.target_uuids)
             labels.update(dict(m.target_share))  # the moved task is told its share
             if st.surge:
-                _set_replicas(spec, replicas + 1, 1)
+                _start_surge(spec, replicas)
 
         # The record first: a label is only ever acted on when its record exists.
         self._put_record(fresh.id, st)
