@@ -189,7 +189,8 @@ def test_silent_client_is_dropped(
 def test_source_that_raises(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
     src = Source(mode="raise")
     srv, base = run_agent(src, refresh_s=0.05)
-    wait_for(lambda: src.reads >= 1)
+    # not ``src.reads``: it counts the read before its error reaches the cache
+    wait_for(lambda: srv.cache.view().last_error is not None)
     code, _, body = get(base + "/facts")
     assert code == 503 and "NVML_ERROR_UNKNOWN" in json.loads(body)["last_error"]
     code, _, body = get(base + "/healthz")

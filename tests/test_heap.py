@@ -60,7 +60,9 @@ def test_every_nth_cycle_unfreezes_everything() -> None:
     assert gone() is not None  # a frozen cycle is left alone
     c.after_cycle()  # the third: everything unfrozen and collected
     assert gone() is None
-    assert gc.get_freeze_count() <= frozen + 100
+    # re-frozen from scratch, not frozen again on top (other threads of the test run
+    # may allocate meanwhile: a loose bound)
+    assert gc.get_freeze_count() < 2 * frozen
 
 
 def test_collection_stays_off_when_it_was_off() -> None:
