@@ -387,3 +387,25 @@ def test_no_policy_passes_its_online_bound(small_trace: tuple[str, str],
         assert all(g >= -1e-9 for g in v["online_gap_pct_at"].values())
         assert set(v["by_seed"]["1"]) >= {"first_failed_pct", "online_bound_pct_at"}
     assert s["online_bound"]["forced_to_pct"] == 80
+
+
+def test_policies_failing_first_at_the_same_pod_share_one_forced_solve(
+        small_trace: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from swarmgpu.sim import bound_runs
+
+    nodes_p, pods_p = small_trace
+    calls: list[tuple[int, int]] = []
+    real = bound_runs.online_bound
+
+    def counted(nodes: list[NodeSpec], order: list[TracePod], arrived: int, forced: int,
+                method: str, offline_pct: float, fits: bool) -> float | None:
+        calls.append((arrived, forced))
+        return real(nodes, order, arrived, forced, method, offline_pct, fits)
+
+    monkeypatch.setattr(bound_runs, "online_bound", counted)
+    levels = (50, 100, 130)
+    alike = bound_runs.bound_seed((nodes_p, pods_p, "bound", 1, "lp", levels, (), 0,
+                                   (("a", 60), ("b", 60), ("c", 90))))
+    assert len(calls) == len(set(calls)) == 2 * len(levels)  # a and b: one solve each
+    assert alike.policy_online_pct_at["a"] == alike.policy_online_pct_at["b"]
+    assert alike.policy_online_pct_at["c"] != alike.policy_online_pct_at["a"]

@@ -88,13 +88,18 @@ def bound_seed(args: BoundJob) -> SeedBound:
         out.online_pct_at = {lv: online_bound(nodes, order, prefix[lv], prefix[online_at],
                                               method, out.alloc_pct_at[lv], fits)
                              for lv in at}
+    # Policies that fail first at the same pod share one forced solve per level (~1.5 s
+    # each on default).
+    solved: dict[tuple[int, int], float | None] = {}
     for policy, f in firsts:
         out.first_failed_pct[policy] = (
             100.0 * sum(p.total_gpu_milli for p in order[:f]) / cluster_milli if f else None)
         forced = f - 1 if f else len(order)
-        out.policy_online_pct_at[policy] = {
-            lv: online_bound(nodes, order, prefix[lv], forced, method, out.alloc_pct_at[lv], True)
-            for lv in at}
+        for lv in at:
+            if (lv, forced) not in solved:
+                solved[lv, forced] = online_bound(nodes, order, prefix[lv], forced, method,
+                                                  out.alloc_pct_at[lv], True)
+        out.policy_online_pct_at[policy] = {lv: solved[lv, forced] for lv in at}
     out.online_solve_s = time.perf_counter() - t0
     return out
 
