@@ -99,8 +99,9 @@ def test_the_light_document_is_what_the_heat_map_reads() -> None:
         assert ln["state"] == n["state"] and len(ln["gpus"]) == len(n["gpus"])
         for lg, g in zip(ln["gpus"], n["gpus"], strict=True):
             assert lg["index"] == g["index"]
-            for k in ("util_pct", "memory_used_mib", "temp_c", "xid"):
-                assert lg.get(k) == (g[k] or None)  # left out: unknown or zero
+            for k in ("util_pct", "memory_used_mib", "temp_c"):
+                assert lg.get(k) == g[k]  # a value, 0 included (an idle GPU is not unknown)
+            assert lg.get("xid") == (g["xid"] or None)  # a fault: left out when none
             assert [h.get("share_milli", 1000) for h in lg.get("holders", [])] == [
                 h["share_milli"] for h in g["holders"]]
             assert lg.get("healthy", True) == g["healthy"]
@@ -585,6 +586,36 @@ def test_fleet_heat_map_at_scale_opens_node_cards(
         cdp.close()
 
 
+def _rgb(hex_colour: str) -> str:
+    h = hex_colour.strip().lstrip("#")
+    return "rgb({}, {}, {})".format(*(int(h[i:i + 2], 16) for i in (0, 2, 4)))
+
+
+def _sketch_looks_are_the_cells_own(cdp: Cdp, looks: dict[str, Any]) -> None:
+    """The first frame's canvas drew each cell class in the colours and fill height the
+    real cells of that class get from style.css (one source: its custom properties)."""
+    fills = 0
+    for cls, look in looks.items():
+        got = cdp.js(f"(() => {{ const c = [...document.querySelectorAll('.fleet .cell')]"
+                     f".find((e) => e.className === {json.dumps(cls)}); if (!c) return null; "
+                     f"const s = getComputedStyle(c); return [s.borderTopColor, "
+                     f"s.backgroundColor, s.backgroundImage]; }})()")
+        assert got is not None, cls
+        border, colour, image = got
+        assert border == _rgb(look["border"]), (cls, look, got)
+        fill = look["fill"]
+        if fill is None or fill[0] is None:
+            continue
+        fills += 1
+        if fill[2] == 1 and fill[3] is None:
+            assert colour == _rgb(fill[0]), (cls, look, got)
+        else:
+            assert _rgb(fill[0]) in image, (cls, look, got)
+            if fill[3] is None:
+                assert f"{round(fill[2] * 100)}%" in image, (cls, look, got)
+    assert fills >= 3, looks  # held, part-held and value cells were compared
+
+
 def test_fleet_first_frame_holds_no_more_elements_than_the_5_node_page(
     chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
 ) -> None:
@@ -615,6 +646,7 @@ def test_fleet_first_frame_holds_no_more_elements_than_the_5_node_page(
                             f"return [b.x - g.x, b.y - g.y]; }})()")
                 assert at == pytest.approx(first[name]["sketch"]["last"], abs=1)
                 assert cdp.js("document.querySelector('.fleet').style.minHeight") == ""
+                _sketch_looks_are_the_cells_own(cdp, first[name]["sketch"]["looks"])
                 # the header the daemon counted for the first screen is the page's own
                 # count over the whole document (app.js renderSummary)
                 want = webmap.summary_counts(fleet)
@@ -632,6 +664,27 @@ def test_fleet_first_frame_holds_no_more_elements_than_the_5_node_page(
     # the first request asked for about a screen of nodes, not all of them
     assert fleet_first["sketch"]["blocks"] <= fleet_first["nodes"] < len(fleet["nodes"])
     assert fleet_first["elements"] <= small_first["elements"], (fleet_first, small_first)
+
+
+def test_fleet_first_frame_draws_values_in_the_cells_own_colours(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    """As above, coloured by utilisation: the value classes' colours and fill heights."""
+    from support.web_fleet import fleet_doc
+
+    fleet = fleet_doc(400)
+    gpus = sum(len(n["gpus"]) for n in fleet["nodes"])
+    srv = serve(lambda: fleet)
+    cdp = Cdp(chromium, (1366, 900))
+    try:
+        cdp.open(srv.url + "/?color=util")
+        cdp.wait_for("window.swarmgpuMap?.state.perf.first?.painted_ms > 0")
+        looks = cdp.js("window.swarmgpuMap.state.perf.first.sketch.looks")
+        assert sum(f" v{i}" in cls for cls in looks for i in range(5)) >= 4, sorted(looks)
+        cdp.wait_for(f"document.querySelectorAll('.fleet .cell').length === {gpus}")
+        _sketch_looks_are_the_cells_own(cdp, looks)
+    finally:
+        cdp.close()
 
 
 def test_typing_a_search_updates_the_url_and_clear_resets_it(

@@ -9,8 +9,14 @@
   const POLL_MS = 2500;
   const FLEET_AUTO_NODES = 24; // above this many nodes "auto" draws the fleet heat map
   const LIST_CAP = 40; // side lists show this many, then "n more: narrow with Search"
-  const HOT_UTIL = 90; // same line as the tiles' ▲
-  const HOT_TEMP_C = 85;
+  // What counts as hot (the tiles' ▲): style.css's --hot-util-pct and --hot-temp-c, the
+  // lines the daemon's header counts read too. Read at first use: the style sheet has
+  // loaded by the time a document is drawn.
+  let hotLines = null;
+  const hotLine = (k) => (hotLines ??= (() => {
+    const s = getComputedStyle(document.documentElement);
+    return { util: Number(s.getPropertyValue("--hot-util-pct")), temp: Number(s.getPropertyValue("--hot-temp-c")) };
+  })())[k];
   const STATES = ["pending", "hot", "unhealthy", "drifted", "over-share", "free"];
   const TIMEOUT_MS = 4000;
   const STALE_AFTER_MS = 3 * POLL_MS + 1000;
@@ -211,7 +217,7 @@
     return (gpu.holders || []).reduce((a, x) => a + (known(x.share_milli) ? x.share_milli : 1000), 0);
   }
 
-  const isHot = (g) => (known(g.util_pct) && g.util_pct >= HOT_UTIL) || (known(g.temp_c) && g.temp_c >= HOT_TEMP_C);
+  const isHot = (g) => (known(g.util_pct) && g.util_pct >= hotLine("util")) || (known(g.temp_c) && g.temp_c >= hotLine("temp"));
   // An application's XID (xid_effect "none": 13, 31, 43...) leaves the GPU fine (docs/health.md).
   const isSick = (g) => g.healthy === false || (known(g.xid) && g.xid > 0 && g.xid_effect !== "none") || (known(g.ecc_dbe) && g.ecc_dbe > 0);
   const isOverShare = (g) => shareSum(g) > 1000 || (g.holders || []).some((x) => x.over_share || (x.badges || []).some((b) => b && b.text === "over-share"));
@@ -326,7 +332,7 @@
   function healthBits(gpu) {
     // temperature, power and error counters as words; unknown ones are left out
     const out = [];
-    if (known(gpu.temp_c)) out.push(h("span", { class: `temp${gpu.temp_c >= HOT_TEMP_C ? " high" : ""}` }, `${Math.round(gpu.temp_c)} °C`));
+    if (known(gpu.temp_c)) out.push(h("span", { class: `temp${gpu.temp_c >= hotLine("temp") ? " high" : ""}` }, `${Math.round(gpu.temp_c)} °C`));
     if (known(gpu.power_w)) out.push(h("span", { class: "power" }, `${Math.round(gpu.power_w)} W`));
     if (known(gpu.xid) && gpu.xid > 0) out.push(gpu.xid_effect === "none" ? badge("warn", "!", `XID ${gpu.xid}`, "last XID: an application error; the GPU is fine") : badge("bad", "✕", `XID ${gpu.xid}`, "last XID error the driver reported"));
     if (known(gpu.ecc_dbe) && gpu.ecc_dbe > 0) out.push(badge("bad", "✕", `ECC ${gpu.ecc_dbe} DBE`, "uncorrectable (double-bit) ECC errors since the driver loaded"));
@@ -336,7 +342,7 @@
 
   function healthText(gpu) {
     const parts = [];
-    if (known(gpu.temp_c)) parts.push(`${Math.round(gpu.temp_c)} °C${gpu.temp_c >= HOT_TEMP_C ? " ▲" : ""}`);
+    if (known(gpu.temp_c)) parts.push(`${Math.round(gpu.temp_c)} °C${gpu.temp_c >= hotLine("temp") ? " ▲" : ""}`);
     if (known(gpu.power_w)) parts.push(`${Math.round(gpu.power_w)} W`);
     if (known(gpu.xid)) parts.push(gpu.xid > 0 ? `XID ${gpu.xid}` : "no XID errors");
     if (known(gpu.ecc_dbe) || known(gpu.ecc_sbe)) parts.push(`ECC ${gpu.ecc_sbe ?? "?"} corrected, ${gpu.ecc_dbe ?? "?"} uncorrectable`);
@@ -708,7 +714,7 @@
       if (color === "util") v = gpu.util_pct;
       else if (color === "mem") v = known(gpu.memory_used_mib) && gpu.memory_mib ? (gpu.memory_used_mib / gpu.memory_mib) * 100 : (gpu.mig || []).length && gpu.memory_mib ? (migMemory(gpu).held / gpu.memory_mib) * 100 : null;
       else if (color === "temp") v = gpu.temp_c;
-      c += !known(v) ? " v-unknown" : ` v${level(v, color === "temp" ? [45, 60, 72, HOT_TEMP_C] : [10, 35, 60, HOT_UTIL])}`;
+      c += !known(v) ? " v-unknown" : ` v${level(v, color === "temp" ? [45, 60, 72, hotLine("temp")] : [10, 35, 60, hotLine("util")])}`;
     }
     if (isSick(gpu)) c += " x-sick";
     else if (isHot(gpu)) c += " x-hot";
@@ -725,8 +731,8 @@
       color === "alloc"
         ? [sw("a-free", "free (outline)"), sw("a-part", "shared (half)"), sw("a-held", "held (solid)"), sw("a-mig", "MIG, slices held (striped)"), sw("a-migfree", "MIG, all free")]
         : color === "temp"
-          ? [sw("v0", "< 45 °C"), sw("v1", "45–60"), sw("v2", "60–72"), sw("v3", `72–${HOT_TEMP_C}`), sw("v4", `≥ ${HOT_TEMP_C} °C`), sw("v-unknown", "unknown")]
-          : [sw("v0", "< 10 %"), sw("v1", "10–35"), sw("v2", "35–60"), sw("v3", `60–${HOT_UTIL}`), sw("v4", `≥ ${HOT_UTIL} %`), sw("v-unknown", "unknown")];
+          ? [sw("v0", "< 45 °C"), sw("v1", "45–60"), sw("v2", "60–72"), sw("v3", `72–${hotLine("temp")}`), sw("v4", `≥ ${hotLine("temp")} °C`), sw("v-unknown", "unknown")]
+          : [sw("v0", "< 10 %"), sw("v1", "10–35"), sw("v2", "35–60"), sw("v3", `60–${hotLine("util")}`), sw("v4", `≥ ${hotLine("util")} %`), sw("v-unknown", "unknown")];
     return h(
       "div",
       { class: "legend", "aria-label": `Legend: colour by ${COLOR_WORDS[color]}` },
@@ -800,9 +806,9 @@
   // one <canvas>: one element, where the blocks are about 11 each (a first screen of
   // ~180 blocks was ~2,000 elements to style, lay out and paint, twice the whole 5-node
   // page). The interactive blocks replace it in the first task after that frame is
-  // painted. Sizes and colours mirror style.css (.fn, .fn-name, .cell.*; the page's
-  // custom properties are read, so the dark theme holds); the meaning comes from
-  // cellClass, the same classes the cells get.
+  // painted. Sizes mirror style.css (.fn, .fn-name, .cell); colours and fill heights are
+  // its custom properties, read here (so one source, and the dark theme holds); the
+  // meaning comes from cellClass, the same classes the cells get.
   const FN_W = 66; // .fn width
   const FN_GAP = 6; // .fleet gap
   const CELL = 14; // .cell
@@ -810,17 +816,18 @@
   const NAME_H = Math.floor(14 * 0.62 * 1.1 * 64) / 64; // .fn-name line box (html 14px), layout units
 
   const SKETCH_FILL = {
-    // class -> [fill, border, fill height (1 = whole), pattern]
-    "a-free": [null, "#8d99ab", 0],
-    "a-held": ["#3565d0", "#23479a", 1],
-    "a-part": ["#3565d0", "#23479a", 0.5],
-    "a-mig": ["#7b4fc9", "#5b36a0", 1, "mig"],
-    "a-migfree": ["#b9a6e0", "#8d99ab", 1, "migfree"],
-    v0: ["#9fd8b4", null, 0.15],
-    v1: ["#5dbb7e", null, 0.35],
-    v2: ["#e0b43a", null, 0.6],
-    v3: ["#e07b2a", null, 0.8],
-    v4: ["#c2321b", "#8a1f10", 1],
+    // class -> [fill, border, fill height (1 = whole), pattern]: style.css's custom
+    // properties (cellLook reads them), numbers where the CSS has none
+    "a-free": [null, "--free-edge", 0],
+    "a-held": ["--held", "--held-edge", 1],
+    "a-part": ["--held", "--held-edge", "--part-h"],
+    "a-mig": ["--mig", "--mig-edge", 1, "mig"],
+    "a-migfree": ["--migfree", "--free-edge", 1, "migfree"],
+    v0: ["--v0", null, "--v0-h"],
+    v1: ["--v1", null, "--v1-h"],
+    v2: ["--v2", null, "--v2-h"],
+    v3: ["--v3", null, "--v3-h"],
+    v4: ["--v4", "--v4-edge", 1],
     "v-unknown": [null, null, 1, "unknown"],
   };
 
@@ -838,7 +845,7 @@
     const c = t.getContext("2d");
     c.fillStyle = css("--card");
     c.fillRect(0, 0, t.width, t.height);
-    c.strokeStyle = kind === "mig" ? "#7b4fc9" : kind === "migfree" ? "#b9a6e0" : css("--muted-bg");
+    c.strokeStyle = css(kind === "mig" ? "--mig" : kind === "migfree" ? "--migfree" : "--muted-bg");
     c.lineWidth = kind === "mig" ? 3 : kind === "migfree" ? 1 : 2;
     c.beginPath();
     for (const o of [-t.width, 0, t.width]) {
@@ -852,8 +859,10 @@
   function cellLook(cls, css) {
     // what a cell of these classes is drawn with: border, its width, fill, fill height, marks
     const c = cls.split(" ");
-    let fill = null;
-    for (const k of c) if (SKETCH_FILL[k]) fill = SKETCH_FILL[k];
+    let spec = null;
+    for (const k of c) if (SKETCH_FILL[k]) spec = SKETCH_FILL[k];
+    const fill = spec && [spec[0] && css(spec[0]), spec[1] && css(spec[1]),
+      typeof spec[2] === "string" ? parseFloat(css(spec[2])) / 100 : spec[2], spec[3]];
     const sick = c.includes("x-sick");
     return {
       border: sick ? css("--bad-ink") : (fill && fill[1]) || css("--line"),
@@ -1002,8 +1011,9 @@
     sketchCells(ctx, cells, css);
     const k = at.length;
     grid.append(canvas);
-    // (``last``: where the last block drawn sits in the grid, for tests/test_webmap.py)
-    f.sketch = { canvas, blocks: k, last: k ? [at[k - 1].x, at[k - 1].y] : null, layout_ms: t1 - t0, draw_ms: performance.now() - t1 };
+    // (``last``: where the last block drawn sits in the grid, ``looks``: what each class
+    // was drawn with; both for tests/test_webmap.py)
+    f.sketch = { canvas, blocks: k, last: k ? [at[k - 1].x, at[k - 1].y] : null, looks: Object.fromEntries(looks), layout_ms: t1 - t0, draw_ms: performance.now() - t1 };
     return k;
   }
 
@@ -1275,7 +1285,7 @@
               : `${gib(gpu.memory_mib)} GiB (usage unknown)`,
         ],
         ["Utilisation", pct(gpu.util_pct) + (isHot(gpu) ? " ▲ hot" : "")],
-        ["Temperature", known(gpu.temp_c) ? `${Math.round(gpu.temp_c)} °C${gpu.temp_c >= HOT_TEMP_C ? " ▲" : ""}` : "not reported"],
+        ["Temperature", known(gpu.temp_c) ? `${Math.round(gpu.temp_c)} °C${gpu.temp_c >= hotLine("temp") ? " ▲" : ""}` : "not reported"],
         ["Power", known(gpu.power_w) ? `${Math.round(gpu.power_w)} W` : "not reported"],
         ["XID", known(gpu.xid) ? (gpu.xid > 0 ? `✕ last XID ${gpu.xid}` : "none") : "not reported"],
         ["ECC", known(gpu.ecc_sbe) || known(gpu.ecc_dbe) ? `${gpu.ecc_sbe ?? "?"} corrected, ${gpu.ecc_dbe ?? "?"} uncorrectable` : "not reported"],

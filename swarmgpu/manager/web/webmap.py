@@ -86,14 +86,17 @@ class _BodyMemo:
 # while the whole one is fetched; at fewer the whole document answers at once.
 LIGHT_MIN_NODES = 25
 # What the heat map and the summary read of a GPU (app.js cellClass, renderSummary).
-_LIGHT_GPU = ("index", "util_pct", "memory_mib", "memory_used_mib", "temp_c", "xid",
-              "xid_effect", "ecc_dbe")  # healthy: only when false
+# Values: 0 is one (an idle GPU's 0% is drawn, not "unknown"); None is left out.
+_LIGHT_GPU = ("index", "util_pct", "memory_mib", "memory_used_mib", "temp_c")
+# Faults: 0 and none read as fine, so only the others are sent. healthy: only when false.
+_LIGHT_FAULTS = ("xid", "xid_effect", "ecc_dbe")
 _LIGHT_NODE = ("hostname", "state", "availability", "labels_state")
 
 
-def _kept(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """``keys`` of ``d`` that say something (None, False and 0 read as unknown or fine)."""
-    return {k: d[k] for k in keys if d.get(k) not in (None, False, 0) or k == "index"}
+def _kept(d: dict[str, Any], keys: tuple[str, ...], fine: tuple[Any, ...] = (None,),
+          ) -> dict[str, Any]:
+    """``keys`` of ``d`` whose value is not one of ``fine`` (read as unknown or fine)."""
+    return {k: d[k] for k in keys if k in d and d[k] not in fine}
 
 
 def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +109,7 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
     for n in doc.get("nodes") or []:
         gpus = []
         for g in n.get("gpus") or []:
-            light = _kept(g, _LIGHT_GPU)
+            light = {**_kept(g, _LIGHT_GPU), **_kept(g, _LIGHT_FAULTS, (None, False, 0))}
             if g.get("healthy") is False:
                 light["healthy"] = False
             # a holder without share_milli holds the whole GPU (app.js shareSum)
@@ -123,17 +126,28 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
                                  **({"holder": {}} if m.get("holder") else {})}
                                 for m in g["mig"]]
             gpus.append(light)
-        nodes.append({**_kept(n, _LIGHT_NODE), "gpus": gpus})
+        nodes.append({**_kept(n, _LIGHT_NODE, (None, False, 0, "")), "gpus": gpus})
     return {"schema": doc.get("schema", SCHEMA), "generated_at": doc.get("generated_at"),
             "leader": doc.get("leader"), "light": True, "nodes": nodes,
             "pending_count": len(doc.get("pending") or []),
             "ungranted_count": sum(not u.get("exempt") for u in doc.get("ungranted") or [])}
 
 
+def _root_number(name: str) -> float:
+    """A number style.css's ``:root`` sets (``--name: 90;``): the page reads the same."""
+    m = re.search(rf"^\s*:root\s*\{{[^}}]*?\s{re.escape(name)}:\s*([0-9]+(?:\.[0-9]+)?)\s*;",
+                  asset_bytes("style.css").decode(), re.MULTILINE)
+    if m is None:
+        raise RuntimeError(f"swarmgpu/manager/web/style.css: :root sets no number {name}: "
+                           "reinstall swarmgpu")
+    return float(m.group(1))
+
+
 # What the page counts in its header (app.js renderSummary, isHot, isSick, isDrifted):
-# the first screen's light document carries these counts over every node.
-HOT_UTIL_PCT = 90
-HOT_TEMP_C = 85
+# the first screen's light document carries these counts over every node. Hot is
+# style.css's line, as app.js isHot reads it.
+HOT_UTIL_PCT = _root_number("--hot-util-pct")
+HOT_TEMP_C = _root_number("--hot-temp-c")
 DRIFTED = ("drifted", "agent-stale", "agent-unreadable")
 
 
