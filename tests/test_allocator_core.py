@@ -327,3 +327,44 @@ def test_cpu_only_demand_beyond_the_spare_cpu_raises_the_reserve() -> None:
     assert isinstance(a.scorer, SwarmScorer) and a.scorer.cpu_per_milli == pytest.approx(12.0)
     a.add_node(NodeSpec("no-cpu-data", gpus(4)))
     assert a.cpu_capacity == 0 and a.scorer.cpu_per_milli == pytest.approx(8.0)
+
+
+def test_cpu_unfit_is_the_share_of_gpu_tasks_the_cpu_left_cannot_take() -> None:
+    from swarmgpu.allocator.fragmentation import CpuUnfit
+
+    tasks = (TypicalTask(TaskShape(2000, 1000, 1), 0.4),
+             TypicalTask(TaskShape(8000, 500, 1), 0.2),
+             TypicalTask(TaskShape(16000, 1000, 2), 0.2),
+             TypicalTask(TaskShape(4000, 0, 0), 0.1),  # CPU-only: no GPU to lose
+             TypicalTask(TaskShape(32000, 1000, 1, ("*A100*",)), 0.1))  # pinned
+    unfit = CpuUnfit(tasks)
+    t4 = "Tesla T4"  # the pinned task never comes here: 0.8 of weight counts
+    assert unfit(t4, 1000) == pytest.approx(0.6 / 0.8)  # the 2-GPU task is not counted
+    assert unfit(t4, 2000) == pytest.approx(0.2 / 0.8)  # as much as asked: it fits
+    assert unfit(t4, 8000) == 0.0
+    a100 = "NVIDIA A100-SXM4-40GB"
+    assert unfit(a100, 16_000) == pytest.approx(0.1 / 0.9)
+    assert unfit(a100, 32_000) == 0.0
+    assert CpuUnfit((TypicalTask(TaskShape(4000, 0, 0), 1.0),))(t4, 0) == 0.0
+
+
+def test_a_cpu_only_task_leaves_the_cpu_that_gpu_tasks_still_fit() -> None:
+    from swarmgpu.allocator.scorer import SwarmScorer
+
+    # GPU tasks ask 8 or 16 CPU. "first" has 9 CPU left, "second" 20: 4 CPU more taken
+    # strands as much of each by the workload's mean (the linear term is level), but on
+    # "first" it stops the 8-CPU tasks, and on "second" the 16-CPU ones still fit there.
+    tasks = typical_tasks([TaskShape(8000, 1000, 1), TaskShape(16000, 1000, 1)])
+    a = Allocator(SwarmScorer(tasks))
+    a.add_node(NodeSpec("first", gpus(2), cpu_milli=9000, memory_mib=1 << 20))
+    a.add_node(NodeSpec("second", gpus(2), cpu_milli=20_000, memory_mib=1 << 20))
+    got = a.place(Demand(cpu_milli=4000))
+    assert isinstance(got, Choice) and got.node == "second"
+    # 29 CPU for 4 GPUs that the workload would feed with 12 each: the cluster is short
+    assert isinstance(a.scorer, SwarmScorer) and a.scorer.cpu_short
+    # with a CPU-rich node beside them the cluster's CPU suffices: no step counted
+    b = Allocator(SwarmScorer(tasks))
+    b.add_node(NodeSpec("first", gpus(2), cpu_milli=9000, memory_mib=1 << 20))
+    b.add_node(NodeSpec("second", gpus(2), cpu_milli=20_000, memory_mib=1 << 20))
+    b.add_node(NodeSpec("cpu-rich", gpus(1), cpu_milli=400_000, memory_mib=1 << 20))
+    assert isinstance(b.scorer, SwarmScorer) and not b.scorer.cpu_short

@@ -9,8 +9,10 @@ from typing import Protocol
 from swarmgpu.allocator.fragmentation import (
     MILLI,
     STOP_WEIGHT,
+    CpuUnfit,
     ResidualWaste,
     TypicalTask,
+    cpu_excess_per_gpu_milli,
     cpu_reserve_per_gpu_milli,
     restricted_demand,
     restricted_pressure,
@@ -56,7 +58,12 @@ class SwarmScorer:
     keeping the free share usable now, as FGD's fragmentation does. Stranded capacity is
     the free GPU-milli a node's CPU cannot feed at the workload's mean CPU per GPU-milli
     (``stranded_milli``): counting its growth sends CPU-heavy tasks to CPU-rich nodes
-    before the CPU runs out.
+    before the CPU runs out. Where the workload asks more CPU than the cluster has, each
+    typical one-GPU task also meets its own step: once the node's CPU left is below what
+    it asks, it cannot use the node's free GPU at all (``CpuUnfit``, FGD's per-task view
+    of CPU), so taking CPU where it stops common tasks costs what they would have used
+    there (without it CPU-only pods took the CPU of nodes whose GPUs then idled: 1-4
+    points below FGD).
 
     Model-pinned tasks: residual waste rates every model's free capacity as equally good
     for a task that may run anywhere, so unpinned tasks filled the models most pinned
@@ -98,6 +105,7 @@ class SwarmScorer:
     def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
         self.workload = workload
         self.waste = ResidualWaste(workload, stop=self.stop) if workload else None
+        self.cpu_unfit = CpuUnfit(workload) if workload else None
         # node_cost per (product, CPU left, free GPU-milli), while what it reads (waste,
         # CPU reserve, pressure) is unchanged: a node's cost before a placement is the
         # same for every demand scored on it.
@@ -108,9 +116,13 @@ class SwarmScorer:
 
     def _set_cpu_reserve(self) -> None:
         self._cost.clear()
+        gpu = sum(self.capacity.values())
         self.cpu_per_milli = cpu_reserve_per_gpu_milli(
-            self.workload, self.cluster_cpu, sum(self.capacity.values())
-        ) if self.workload else None
+            self.workload, self.cluster_cpu, gpu) if self.workload else None
+        # the per-task CPU step counts once the workload asks more CPU than the cluster
+        # has (``CpuUnfit``)
+        self.cpu_short = bool(self.workload) and cpu_excess_per_gpu_milli(
+            self.workload, self.cluster_cpu, gpu) > 0
 
     def observe_cluster(self, capacity: Mapping[str, int], free: Mapping[str, int],
                         cpu_milli: int = 0) -> bool:
@@ -169,9 +181,12 @@ class SwarmScorer:
 
     def node_cost(self, product: str, cpu_left: int | None, free: tuple[int, ...]) -> float:
         """What placement lowers: expected residual waste of the node's free GPU shares
-        plus CPU-stranded GPU-milli, minus the free milli that model-restricted tasks are
-        expected to claim (``pressure``; so taking it costs what it displaces).
-        ``cpu_left`` None (no CPU data) strands nothing. 0 without a workload."""
+        plus CPU-stranded GPU-milli, plus, where the workload asks more CPU than the cluster
+        has, the free GPU-milli that the one-GPU tasks asking more CPU than the node has
+        left cannot use (``CpuUnfit``, by their share), minus the
+        free milli that model-restricted tasks are expected to claim (``pressure``; so
+        taking it costs what it displaces). ``cpu_left`` None (no CPU data) strands
+        nothing. 0 without a workload."""
         if self.waste is None:
             return 0.0
         key = (product, cpu_left, free)
@@ -179,6 +194,8 @@ class SwarmScorer:
         if got is not None:
             return got
         cost = self.waste(product, free) + self._stranded(cpu_left, free)
+        if cpu_left is not None and self.cpu_short and self.cpu_unfit is not None:
+            cost += self.cpu_unfit(product, cpu_left) * sum(free)
         claimed = self.pressure(product)
         if claimed:
             cost -= claimed * sum(free)
