@@ -6,8 +6,10 @@ docs/simulate.md ("Against FGD on every workload").
     .venv/bin/python benchmarks/vs_fgd.py --out /tmp/vsfgd --only default,x-sharebig
 
 The workloads: the five bundled openb traces; `swarmgpu simulate-derive`'s variants
-(its twelve defaults, gpushare20, gpuspec33 and cpu200, derivation seed 42) and four
-made with derivation seed 7 (`<name>s7`: the same rules, other draws); our own rules that
+(its twelve defaults, gpushare20, gpuspec33 and cpu200, derivation seed 42), four
+made with derivation seed 7 (`<name>s7`: the same rules, other draws) and five heavier
+ones with seed 11 (`cpu350s11`, `cpu500s11`, `gpushare90s11`, `gpuspec45s11`,
+`multigpu60s11`); our own rules that
 `simulate-derive` does not make (`benchmarks/derive_own.py`, the `x-*` ones). Each is
 replayed by the command users run, `swarmgpu simulate ... --policy swarmgpu,fgd --bound
 off --json` (with `--rebalance-moves M` for --moves), and its JSON kept under --out: a
@@ -39,6 +41,9 @@ from swarmgpu.sim.variants import DEFAULT_VARIANTS, read_rows, write_rows  # noq
 SWARMGPU = [str(Path(sys.executable).with_name("swarmgpu"))]
 DERIVED = (*DEFAULT_VARIANTS, "gpushare20", "gpuspec33", "cpu200")
 HELD_OUT = ("gpuspec35", "gpushare70", "cpu200", "cpu250")  # derivation seed 7
+# derivation seed 11: heavier than any above (cpu350 and cpu500 ask more CPU than the
+# cluster has; multigpu60 puts 60% of the GPU request in multi-GPU pods)
+HEAVIER = ("cpu350", "cpu500", "gpushare90", "gpuspec45", "multigpu60")
 
 
 def workloads(out: Path) -> dict[str, list[str]]:
@@ -63,6 +68,7 @@ def workloads(out: Path) -> dict[str, list[str]]:
 
     derive(DERIVED, 42, "")
     derive(HELD_OUT, 7, "s7")
+    derive(HEAVIER, 11, "s11")
     header, rows = read_rows(OPENB / "openb_pod_list_default.csv")
     for name, new in derive_own.workloads(rows).items():
         path = var / f"openb_pod_list_{name}.csv"
