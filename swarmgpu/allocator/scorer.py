@@ -181,12 +181,12 @@ class SwarmScorer:
 
     def node_cost(self, product: str, cpu_left: int | None, free: tuple[int, ...]) -> float:
         """What placement lowers: expected residual waste of the node's free GPU shares
-        plus CPU-stranded GPU-milli, plus, where the workload asks more CPU than the cluster
-        has, the free GPU-milli that the one-GPU tasks asking more CPU than the node has
-        left cannot use (``CpuUnfit``, by their share), minus the
-        free milli that model-restricted tasks are expected to claim (``pressure``; so
-        taking it costs what it displaces). ``cpu_left`` None (no CPU data) strands
-        nothing. 0 without a workload."""
+        plus CPU-stranded GPU-milli, plus, where the workload asks more CPU than the
+        cluster has, the free GPU-milli that the one-GPU tasks asking more CPU than the
+        node has left cannot use (``CpuUnfit``, by their share), minus the free milli
+        that model-restricted tasks are expected to claim (``pressure``; so taking it
+        costs what it displaces). ``cpu_left`` None (no CPU data) strands nothing. 0
+        without a workload."""
         if self.waste is None:
             return 0.0
         key = (product, cpu_left, free)

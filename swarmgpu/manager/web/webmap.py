@@ -126,7 +126,7 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
                                  **({"holder": {}} if m.get("holder") else {})}
                                 for m in g["mig"]]
             gpus.append(light)
-        nodes.append({**_kept(n, _LIGHT_NODE, (None, False, 0, "")), "gpus": gpus})
+        nodes.append({**_kept(n, _LIGHT_NODE, (None, False, 0)), "gpus": gpus})
     return {"schema": doc.get("schema", SCHEMA), "generated_at": doc.get("generated_at"),
             "leader": doc.get("leader"), "light": True, "nodes": nodes,
             "pending_count": len(doc.get("pending") or []),
