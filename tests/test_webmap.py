@@ -613,7 +613,7 @@ def _sketch_looks_are_the_cells_own(cdp: Cdp, looks: dict[str, Any]) -> None:
             assert _rgb(fill[0]) in image, (cls, look, got)
             if fill[3] is None:
                 assert f"{round(fill[2] * 100)}%" in image, (cls, look, got)
-    assert fills >= 3, looks  # held, part-held and value cells were compared
+    assert fills >= 3, looks  # filled classes (held, MIG or value cells) were compared
 
 
 def test_fleet_first_frame_holds_no_more_elements_than_the_5_node_page(
