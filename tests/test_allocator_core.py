@@ -286,6 +286,46 @@ def test_restricted_claim_fades_as_the_free_models_fill() -> None:
     assert restricted_pressure(tasks, cap, {"T4": 2000, "G2": 0}) == {"T4": 0.0}
 
 
+def test_a_task_whose_cpu_fits_one_model_claims_it() -> None:
+    from swarmgpu.allocator.fragmentation import restricted_demand
+
+    # 2-GPU tasks of 120 cores fit only the 128-core G3 nodes: with the node classes they
+    # claim G3; by model and GPU count alone they restrict nothing.
+    tasks = typical_tasks([TaskShape(120_000, 1000, 2), TaskShape(1000, 1000, 1)])
+    cap = {"G3": 2000, "G2": 2000}
+    hosts = {("G3", 2, 128_000): 2000, ("G2", 2, 96_000): 2000}
+    assert restricted_demand(tasks, cap) == {"G3": 0.0, "G2": 0.0}
+    assert restricted_demand(tasks, cap, hosts) == {"G3": pytest.approx(2 / 3), "G2": 0.0}
+    # A node that reports no CPU may host any CPU.
+    assert restricted_demand(tasks, cap, {**hosts, ("G2", 2, None): 2000}) == {
+        "G3": 0.0, "G2": 0.0}
+    # Narrowed by GPU count only (G2 nodes hold one GPU): a multi-GPU task needs whole
+    # free nodes, which a claim on a model's free milli does not express.
+    wide = typical_tasks([TaskShape(1000, 1000, 2), TaskShape(1000, 1000, 1)])
+    assert restricted_demand(wide, cap, {("G3", 2, 128_000): 2000, ("G2", 1, 96_000): 2000}) == {
+        "G3": 0.0, "G2": 0.0}
+
+
+def test_a_task_keeps_the_node_only_its_cpu_fits_free() -> None:
+    from swarmgpu.allocator.scorer import SwarmScorer
+
+    # Same residual waste on both nodes and G3 first in node order: only the claim of the
+    # 120-core tasks (which fit G3 alone) sends the small one to G2 (before: to G3, and
+    # the 120-core task that came next found no node).
+    tasks = typical_tasks([TaskShape(120_000, 1000, 2), TaskShape(1000, 1000, 1)])
+    a = Allocator(SwarmScorer(tasks))
+    a.add_node(NodeSpec("g3", gpus(2, "G3"), cpu_milli=128_000, memory_mib=1 << 20))
+    a.add_node(NodeSpec("g2", gpus(2, "G2"), cpu_milli=96_000, memory_mib=1 << 20))
+    assert a.gpu_hosts == {("G3", 2, 128_000): 2000, ("G2", 2, 96_000): 2000}
+    small = a.place(Demand(num_gpu=1, cpu_milli=1000))
+    assert isinstance(small, Choice) and small.node == "g2"
+    a.commit(small)
+    big = a.place(Demand(num_gpu=2, cpu_milli=120_000))
+    assert isinstance(big, Choice) and big.node == "g3"
+    a.remove_node("g2")
+    assert a.gpu_hosts == {("G3", 2, 128_000): 2000}
+
+
 def test_unpinned_tasks_leave_the_contested_model_to_pinned_ones() -> None:
     from swarmgpu.allocator.scorer import SwarmScorer
 

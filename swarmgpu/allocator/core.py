@@ -93,6 +93,9 @@ class Allocator:
         # GPU-milli per model, and how much of it is free, for scorers that weigh models
         self.gpu_capacity: dict[str, int] = {}
         self.gpu_free: dict[str, int] = {}
+        # GPU-milli per node class (model, GPUs of it on the node, node CPU milli): which
+        # models can host a task at all (``restricted_demand``)
+        self.gpu_hosts: dict[tuple[str, int, int | None], int] = {}
         self.cpu_capacity = 0  # CPU milli of the cluster; 0 while a node reports none
         self._cpu_known = 0
         self._cpu_unknown = 0  # nodes without CPU data
@@ -133,6 +136,7 @@ class Allocator:
         else:
             self._cpu_known += sign * node.spec.cpu_milli
         self.cpu_capacity = 0 if self._cpu_unknown else self._cpu_known
+        per_model: dict[str, tuple[int, int]] = {}  # model -> (GPUs, milli) on this node
         for g, free in zip(node.spec.gpus, node.free, strict=True):
             cap = self.gpu_capacity.get(g.product, 0) + sign * g.capacity_milli
             if cap > 0:
@@ -141,11 +145,21 @@ class Allocator:
             else:
                 self.gpu_capacity.pop(g.product, None)
                 self.gpu_free.pop(g.product, None)
+            n, milli = per_model.get(g.product, (0, 0))
+            per_model[g.product] = (n + 1, milli + g.capacity_milli)
+        for product, (n, milli) in per_model.items():
+            key = (product, n, node.spec.cpu_milli)
+            cap = self.gpu_hosts.get(key, 0) + sign * milli
+            if cap > 0:
+                self.gpu_hosts[key] = cap
+            else:
+                self.gpu_hosts.pop(key, None)
         self._observe()
 
     def _observe(self) -> None:
         observe = getattr(self.scorer, "observe_cluster", None)
-        if observe is not None and observe(self.gpu_capacity, self.gpu_free, self.cpu_capacity):
+        if observe is not None and observe(self.gpu_capacity, self.gpu_free, self.cpu_capacity,
+                                           self.gpu_hosts):
             self._memo.clear()  # the scorer weighs models by what is free: re-score
             self._shared.clear()
 

@@ -330,12 +330,26 @@ class ResidualWaste:
 
 
 
-def restricted_demand(tasks: tuple[TypicalTask, ...],
-                      capacity: Mapping[str, int]) -> dict[str, float]:
+# GPU-milli per (GPU model, GPUs of that model on the node, the node's CPU milli or None
+# when it reports none): the node classes a task may fit (``Allocator.gpu_hosts``)
+Hosts = Mapping[tuple[str, int, int | None], int]
+
+
+def restricted_demand(tasks: tuple[TypicalTask, ...], capacity: Mapping[str, int],
+                      hosts: Hosts | None = None) -> dict[str, float]:
     """Per GPU model, the share of the workload's GPU demand that must land on it: tasks
     that accept only some of the cluster's models (``capacity``: GPUs or milli per model)
     spread their demand (weight x GPU-milli) over those models by capacity. Tasks that
-    accept every model present, or none, restrict nothing."""
+    accept every model present, or none, restrict nothing.
+
+    With ``hosts`` (the cluster's node classes), a task is also restricted by its CPU:
+    where no node of a model with the GPUs it asks has the CPU it asks (openb's 8-GPU
+    tasks of 120 cores fit only G3's 128-core nodes, not G2's 96), its demand spreads over
+    the models some node of which can host it, by those nodes' capacity. Narrowing by
+    GPU count alone restricts nothing: a multi-GPU task needs whole free nodes, which a
+    claim on a model's free milli does not express (measured: claiming the 8-GPU models
+    for 8-GPU tasks cost default 0.05 points).
+    """
     models = {m: c for m, c in capacity.items() if c > 0}
     share: dict[str, float] = dict.fromkeys(models, 0.0)
     demand = 0.0
@@ -345,17 +359,36 @@ def restricted_demand(tasks: tuple[TypicalTask, ...],
             continue
         d = t.weight * s.num_gpu * s.gpu_milli
         demand += d
-        if not s.products:
-            continue
-        accepted = [m for m in models if product_matches(m, s.products)]
-        if not accepted or len(accepted) == len(models):
-            continue
-        cap = sum(models[m] for m in accepted)
-        for m in accepted:
-            share[m] += d * models[m] / cap
+        for m, part in _spread(s, models, hosts).items():
+            share[m] += d * part
     if demand <= 0:
         return share
     return {m: v / demand for m, v in share.items()}
+
+
+def _spread(s: TaskShape, models: Mapping[str, int], hosts: Hosts | None) -> dict[str, float]:
+    """The part of ``s``'s demand that must land on each model (by the capacity of the
+    models, or of the nodes, that can host it); empty when it restricts nothing."""
+    accepted = [m for m in models if product_matches(m, s.products)]
+    if hosts is None:
+        if not accepted or len(accepted) == len(models):
+            return {}
+        cap = sum(models[m] for m in accepted)
+        return {m: models[m] / cap for m in accepted}
+    ok = set(accepted)
+    sized: set[str] = set()  # models with a node of enough GPUs
+    fit: dict[str, int] = {}  # of those, the capacity of the nodes with the CPU too
+    for (m, n, cpu), milli in hosts.items():
+        if m not in ok or n < s.num_gpu:
+            continue
+        sized.add(m)
+        if cpu is None or cpu >= s.cpu_milli:
+            fit[m] = fit.get(m, 0) + milli
+    pinned = 0 < len(sized) < len(models) and len(accepted) < len(models)
+    if not fit or (len(fit) == len(sized) and not pinned):
+        return {}
+    total = sum(fit.values())
+    return {m: c / total for m, c in fit.items()}
 
 
 def restricted_pressure(tasks: tuple[TypicalTask, ...], capacity: Mapping[str, int],

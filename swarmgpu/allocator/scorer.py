@@ -10,6 +10,7 @@ from swarmgpu.allocator.fragmentation import (
     MILLI,
     STOP_WEIGHT,
     CpuUnfit,
+    Hosts,
     ResidualWaste,
     TypicalTask,
     cpu_excess_per_gpu_milli,
@@ -78,7 +79,12 @@ class SwarmScorer:
     fragmentation has a capacity-blind form of this (a model a task cannot use is all
     fragment for it); that form sends unpinned work away from the model most tasks are
     pinned to even when it is the largest, and loses 5-7 points where pins follow the
-    cluster's model mix. Without restricted tasks the term is 0.
+    cluster's model mix. A task is restricted by its CPU too, where only some models'
+    nodes have the GPUs and the CPU it asks (``restricted_demand`` over the node classes,
+    ``Allocator.gpu_hosts``): openb's 8-GPU tasks of 120 cores fit G3's 128-core nodes
+    only, and without the claim a 1-GPU or 88-core task broke a G3 node that a G2 one
+    could take (multigpu60: 0.1 points below FGD at 100% arrived, one seed 0.4). Without
+    restricted tasks the term is 0.
     Measured on the openb traces and derived variants: docs/simulate.md.
 
     The integer score makes nodes whose waste grows about equally tie; sending those ties
@@ -100,6 +106,7 @@ class SwarmScorer:
         self._free_total = 0
         self._step = 0.0
         self.cluster_cpu = 0  # CPU milli of the cluster's nodes (0: unknown)
+        self.hosts: dict[tuple[str, int, int | None], int] | None = None  # node classes
         self.set_workload(workload)
 
     def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
@@ -125,19 +132,20 @@ class SwarmScorer:
             self.workload, self.cluster_cpu, gpu) > 0
 
     def observe_cluster(self, capacity: Mapping[str, int], free: Mapping[str, int],
-                        cpu_milli: int = 0) -> bool:
-        """The cluster's GPU-milli per model, how much is free, and its CPU milli
-        (``Allocator`` calls this after every change). Returns True when scores change,
-        so cached ones go.
+                        cpu_milli: int = 0, hosts: Hosts | None = None) -> bool:
+        """The cluster's GPU-milli per model, how much is free, its CPU milli and its
+        node classes (``Allocator.gpu_hosts``; ``Allocator`` calls this after every
+        change). Returns True when scores change, so cached ones go.
 
         Pressure is recomputed when capacity changes or the cluster's free total has
         moved by PRESSURE_STEP of its capacity since the last time: a resolution, so that
         scores stay cached between (one step is ~120 GPUs on openb's 6,212).
         """
         total_free = sum(free.values())
-        if capacity != self.capacity or cpu_milli != self.cluster_cpu:
+        if capacity != self.capacity or cpu_milli != self.cluster_cpu or hosts != self.hosts:
             self.capacity = dict(capacity)
             self.cluster_cpu = cpu_milli
+            self.hosts = None if hosts is None else dict(hosts)
             self._set_cpu_reserve()
             self.free, self._free_total = dict(free), total_free
             self._step = PRESSURE_STEP * sum(capacity.values())
@@ -160,7 +168,7 @@ class SwarmScorer:
         ``product`` (``restricted_pressure``); 0 without a workload or cluster capacity."""
         if self._pressure is None:
             if self._demand is None:
-                self._demand = restricted_demand(self.workload, self.capacity)
+                self._demand = restricted_demand(self.workload, self.capacity, self.hosts)
             self._pressure = (
                 restricted_pressure(self.workload, self.capacity, self.free, self._demand)
                 if any(self._demand.values()) else {})
