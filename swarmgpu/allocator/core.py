@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as Set
+from contextlib import contextmanager
 from typing import cast
 
 from swarmgpu.allocator import topology
@@ -103,6 +104,8 @@ class Allocator:
         # Bumped whenever capacity may have grown (a release, a node added or unblocked,
         # less CPU reserved): an answer "nothing fits" stays true while it is unchanged.
         self.capacity_gen = 0
+        self._batching = 0  # ``observed_once`` depth
+        self._unobserved = False  # a change made inside it, not yet shown to the scorer
 
     def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
         """Give the scorer a new workload model; cached scores are dropped."""
@@ -156,7 +159,26 @@ class Allocator:
                 self.gpu_hosts.pop(key, None)
         self._observe()
 
+    @contextmanager
+    def observed_once(self) -> Iterator[None]:
+        """Commits and releases inside are shown to the scorer once, at the end: a cycle
+        re-committing holdings passes through states no decision is made in, and a
+        scorer that re-reads the cluster at a threshold (``SwarmScorer``'s pressure)
+        must read the same states whichever path the cycles took (a full cycle per
+        arrival, as the daemon runs, or one per 50, as ``simulate`` does)."""
+        self._batching += 1
+        try:
+            yield
+        finally:
+            self._batching -= 1
+            if not self._batching and self._unobserved:
+                self._unobserved = False
+                self._observe()
+
     def _observe(self) -> None:
+        if self._batching:
+            self._unobserved = True
+            return
         observe = getattr(self.scorer, "observe_cluster", None)
         if observe is not None and observe(self.gpu_capacity, self.gpu_free, self.cpu_capacity,
                                            self.gpu_hosts):

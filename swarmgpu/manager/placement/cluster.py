@@ -245,6 +245,14 @@ class ClusterAllocator:
         one of their holdings would be committed as it is, so keeping them first is the
         order a full pass commits in); ``kept_count``: how many holdings they have committed.
         """
+        with self.alloc.observed_once():
+            return self._keep_holdings(wanted, order, reservation, keep, kept_count)
+
+    def _keep_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
+                       order: Sequence[tuple[str, str, Holding]],
+                       reservation: Callable[[str], tuple[int, int]],
+                       keep: AbstractSet[str], kept_count: int,
+                       ) -> dict[str, dict[str, Holding]]:
         tasks_on, held_map, nodes = self.tasks_on, self._held, self.alloc.nodes
         res: dict[tuple[str, str], tuple[int, int]] = {}
         same: set[tuple[str, str]] = set()  # committed as it is wanted
