@@ -11,7 +11,7 @@ from swarmgpu.allocator.fragmentation import (
     node_fragmentation,
     typical_tasks,
 )
-from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec, Unplaceable
+from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec, NodeState, Unplaceable
 
 
 def gpus(n: int, product: str = "NVIDIA A100-SXM4-40GB", mem: int = 40960) -> tuple[GpuSpec, ...]:
@@ -293,7 +293,8 @@ def test_a_task_whose_cpu_fits_one_model_claims_it() -> None:
     # claim G3; by model and GPU count alone they restrict nothing.
     tasks = typical_tasks([TaskShape(120_000, 1000, 2), TaskShape(1000, 1000, 1)])
     cap = {"G3": 2000, "G2": 2000}
-    hosts = {("G3", 2, 128_000): 2000, ("G2", 2, 96_000): 2000}
+    hosts: dict[tuple[str, int, int | None], int] = {
+        ("G3", 2, 128_000): 2000, ("G2", 2, 96_000): 2000}
     assert restricted_demand(tasks, cap) == {"G3": 0.0, "G2": 0.0}
     assert restricted_demand(tasks, cap, hosts) == {"G3": pytest.approx(2 / 3), "G2": 0.0}
     # A node that reports no CPU may host any CPU.
@@ -324,6 +325,39 @@ def test_a_task_keeps_the_node_only_its_cpu_fits_free() -> None:
     assert isinstance(big, Choice) and big.node == "g3"
     a.remove_node("g2")
     assert a.gpu_hosts == {("G3", 2, 128_000): 2000}
+
+
+def test_changes_in_observed_once_reach_the_scorer_once_at_the_end() -> None:
+    seen: list[int] = []
+
+    class Watching:
+        name = "watching"
+
+        def score(self, node: NodeState, d: Demand) -> float:
+            return 0.0
+
+        def pick(self, node: NodeState, d: Demand, candidates: list[int]) -> None:
+            return None
+
+        def observe_cluster(self, capacity: object, free: dict[str, int], cpu: int = 0,
+                            hosts: object = None) -> bool:
+            seen.append(sum(free.values()))
+            return False
+
+    a = Allocator(Watching())
+    a.add_node(NodeSpec("n", gpus(2, "G2"), cpu_milli=8000, memory_mib=1 << 16))
+    c = a.place(Demand(num_gpu=1))
+    assert isinstance(c, Choice)
+    a.commit(c)
+    del seen[:]
+    # a cycle re-committing a holding: the state between is never decided in
+    with a.observed_once():
+        a.release(c)
+        a.commit(c)
+        assert seen == []
+    assert seen == [1000]
+    a.release(c)
+    assert seen == [1000, 2000]
 
 
 def test_unpinned_tasks_leave_the_contested_model_to_pinned_ones() -> None:
