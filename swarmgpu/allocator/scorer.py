@@ -79,8 +79,8 @@ class SwarmScorer:
     fragmentation has a capacity-blind form of this (a model a task cannot use is all
     fragment for it); that form sends unpinned work away from the model most tasks are
     pinned to even when it is the largest, and loses 5-7 points where pins follow the
-    cluster's model mix. A task is restricted by its CPU too, where only some models'
-    nodes have the GPUs and the CPU it asks (``restricted_demand`` over the node classes,
+    cluster's model mix. A task is restricted by its CPU too, where its CPU rules out a
+    model whose nodes have the GPUs it asks (``restricted_demand`` over the node classes,
     ``Allocator.gpu_hosts``): openb's 8-GPU tasks of 120 cores fit G3's 128-core nodes
     only, and without the claim a 1-GPU or 88-core task broke a G3 node that a G2 one
     could take (multigpu60: 0.1 points below FGD at 100% arrived, one seed 0.4). Without
