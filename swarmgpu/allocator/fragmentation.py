@@ -384,7 +384,9 @@ def _spread(s: TaskShape, models: Mapping[str, int], hosts: Hosts | None) -> dic
         sized.add(m)
         if cpu is None or cpu >= s.cpu_milli:
             fit[m] = fit.get(m, 0) + milli
-    pinned = 0 < len(sized) < len(models) and len(accepted) < len(models)
+    # a pin narrows the models on its own; the CPU only where it rules a whole one out
+    # (``fit`` is within ``sized``: equal lengths, the same models)
+    pinned = len(accepted) < len(models)
     if not fit or (len(fit) == len(sized) and not pinned):
         return {}
     total = sum(fit.values())
