@@ -87,6 +87,15 @@ def cpux2(rows: list[Row]) -> list[Row]:
     return changed(rows, edit)
 
 
+def cpu_scaled(rows: list[Row], factor: float) -> list[Row]:
+    """Every GPU pod asks ``factor`` times its CPU (at least 1 milli): CPU that binds
+    less than openb's, so what the policy weighs is the GPUs alone."""
+    def edit(r: Row) -> None:
+        if is_gpu(r):
+            r["cpu_milli"] = str(max(1, int(int(r["cpu_milli"]) * factor)))
+    return changed(rows, edit)
+
+
 def pinned(rows: list[Row], share: float, models: list[str], weights: list[int] | None,
            seed: int) -> list[Row]:
     """``share`` of the GPU pods get a ``gpu_spec`` of one model, drawn by ``weights``."""
@@ -157,6 +166,10 @@ def workloads(rows: list[Row]) -> dict[str, list[Row]]:
         "x-sharequart": redraw_shares(rows, [250, 500, 750], 15),
         # ... and 0.81 shares with twice the CPU (slivers and CPU binding together)
         "x-share810cpu": cpux2(share810(rows)),
+        # added for the prior's CPU: GPU pods asking half and a tenth of their CPU (the
+        # prior's CPU, openb's, then misled the policy's CPU terms)
+        "x-cpuhalf": cpu_scaled(rows, 0.5),
+        "x-cpulight": cpu_scaled(rows, 0.1),
     }
 
 

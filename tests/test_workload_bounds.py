@@ -7,6 +7,7 @@ with a warning while the daemon starts from the prior."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from loguru import logger
 from support.placement import svc
 from support.planner import two_nodes
 
-from swarmgpu.allocator.fragmentation import TaskShape
+from swarmgpu.allocator.fragmentation import TaskShape, cpu_per_gpu_milli
 from swarmgpu.allocator.workload import (
     MAX_SERVICE_SHARE,
     MAX_STORED_BYTES,
@@ -72,6 +73,30 @@ def test_honest_services_still_teach_the_model() -> None:
     assert _mix(m)[half] > 0.8  # many services, one replica each: learned in full
 
 
+def test_the_priors_cpu_follows_the_seen_tasks() -> None:
+    # The prior stands in for the mix of GPU shapes; its CPU (openb's medians, ~10 cores
+    # per GPU) is one trace's, so from the first GPU task seen it asks what those ask.
+    m = WorkloadModel.prior()
+    assert (cpu_per_gpu_milli(m.typical()) or 0) > 5
+    m.observe("s0", "x", TaskShape(1000, 1000, 1), 1)  # one core per GPU
+    assert cpu_per_gpu_milli(m.typical()) == pytest.approx(1.0, rel=0.02)
+    assert sum(m.current().values()) == pytest.approx(sum(m.weights.values()))
+    # A stored model keeps the scaled CPU: a new leader reads it as it was.
+    again = WorkloadModel.loads(m.dumps())
+    assert cpu_per_gpu_milli(again.typical()) == pytest.approx(1.0, rel=0.02)
+
+
+def test_the_planner_weighs_the_first_tasks_cpu_at_once() -> None:
+    nodes, facts = two_nodes()
+    planner = Planner()
+    one_core = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 10**9}}}}
+    light = replace(svc("light", {"swarmgpu.gpus": "1"}), spec=one_core)
+    planner.plan(nodes, [light], [], facts)  # type: ignore[arg-type]
+    # the policy's workload is refreshed on the first task, not after 20
+    assert cpu_per_gpu_milli(planner.cluster.alloc.scorer.workload) == pytest.approx(  # type: ignore[attr-defined]
+        1.0, rel=0.02)
+
+
 def test_insane_shapes_are_not_learned_and_odd_products_dropped() -> None:
     m = WorkloadModel.prior()
     before = dict(m.weights)
@@ -125,9 +150,11 @@ def test_many_valid_shapes_are_trimmed_to_the_size_least_weighted_first() -> Non
     text = m.dumps()
     assert len(text.encode()) <= MAX_STORED_BYTES
     back = WorkloadModel.loads(text)
-    assert ONE in back.weights  # the heaviest shape survives
+    stored = m.current()  # what ``dumps`` writes: the prior's CPU scaled to the tasks'
+    heaviest = max(stored, key=stored.__getitem__)
+    assert heaviest.num_gpu == 1 and heaviest in back.weights  # the heaviest survives
     kept = min(back.weights.values())
-    assert all(w <= kept + 1e-3 for s, w in m.weights.items() if s not in back.weights)
+    assert all(w <= kept + 1e-3 for s, w in stored.items() if s not in back.weights)
 
 
 BAD = {

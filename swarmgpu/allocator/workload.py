@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,9 @@ _MAX_PENDING = 1024  # decays kept pending before every weight takes them (memor
 # BY 4.0), measured from openb_pod_list_default.csv: of its 7,064 GPU pods, 55% ask one
 # whole GPU, 44% a share of one (0.81, 0.47, 0.32, 0.65, 0.23 and 0.46 are the common
 # sizes), 1% two, four or eight GPUs; CPU is the trace's median per kind (11.4 cores per
-# whole GPU, 4 per share). No GPU-model pins. Weights are pod counts.
+# whole GPU, 4 per share), until a GPU task is seen: then the prior asks, per GPU-milli,
+# what the seen tasks ask (``WorkloadModel.current``). No GPU-model pins. Weights are pod
+# counts.
 PRIOR: tuple[tuple[TaskShape, float], ...] = (
     (TaskShape(cpu_milli=11400, gpu_milli=1000, num_gpu=1), 3911),
     (TaskShape(cpu_milli=4000, gpu_milli=810, num_gpu=1), 1078),
@@ -131,6 +133,10 @@ class WorkloadModel:
     # taken those before its index, one not in it none of them.
     _pending: list[float] = field(default_factory=list, repr=False, compare=False)
     _since: dict[TaskShape, int] = field(default_factory=dict, repr=False, compare=False)
+    # The prior's shapes and weights as ``prior()`` set them (they decay with the rest:
+    # exp(-_decayed) of these is left): ``current`` scales their CPU to what the tasks
+    # seen so far ask. Empty for a loaded, file or whole-trace model.
+    _prior: dict[TaskShape, float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def weights(self) -> dict[TaskShape, float]:
@@ -192,6 +198,7 @@ class WorkloadModel:
         m = cls(window=window)
         total = sum(w for _, w in PRIOR)
         m.weights = {s: PRIOR_TASKS * w / total for s, w in PRIOR}
+        m._prior = dict(m._weights)
         return m
 
     @classmethod
@@ -285,7 +292,7 @@ class WorkloadModel:
             return ()
         if self.pinned:
             return _norm(self.weights)
-        ranked = sorted(self.weights.items(), key=lambda kv: (-kv[1], kv[0]))
+        ranked = sorted(self.current().items(), key=lambda kv: (-kv[1], kv[0]))
         chosen: dict[TaskShape, float] = {}
         covered = 0.0
         for s, w in ranked:
@@ -294,6 +301,34 @@ class WorkloadModel:
             chosen[s] = w
             covered += w
         return _norm(chosen)
+
+    def current(self) -> dict[TaskShape, float]:
+        """The weights the policy uses: ``weights``, with the prior's part asking, per
+        GPU-milli, the CPU the tasks seen so far ask (the prior's own CPU, one trace's
+        medians, until a GPU task is seen). The prior stands in for the mix of GPU
+        shapes; CPU differs from cluster to cluster, and the policy's CPU terms
+        (stranding, the reserve) read it from the first placements on: with openb's
+        CPU, GPU tasks asking a tenth of it placed 0.2 points less, and none at all
+        cost CPU-heavy workloads as much (docs/simulate.md, "The prior's CPU")."""
+        weights = self.weights
+        if not self._prior:
+            return weights
+        left = math.exp(-self._decayed)
+        seen: dict[TaskShape, float] = {}
+        for shape, w in weights.items():
+            rest = w - self._prior.get(shape, 0.0) * left
+            if rest > 1e-9 * w:
+                seen[shape] = rest
+        scale = _cpu_per_gpu_milli(seen)
+        prior = _cpu_per_gpu_milli(self._prior)
+        if scale is None or not prior:
+            return weights
+        scale /= prior
+        for shape, w in self._prior.items():
+            if shape in weights:  # not trimmed away (MAX_SHAPES)
+                scaled = replace(shape, cpu_milli=round(shape.cpu_milli * scale))
+                seen[scaled] = seen.get(scaled, 0.0) + w * left
+        return seen
 
     # --- display and storage ---------------------------------------------------
     def describe(self, top: int = 8) -> list[dict[str, Any]]:
@@ -305,13 +340,14 @@ class WorkloadModel:
                 "window": self.window, "shapes": len(self._weights), "top": self.describe()}
 
     def dumps(self) -> str:
-        """Compact JSON for the swarm label, at most ``MAX_STORED_BYTES``: weights
-        rounded, and the least-weighted shapes left out where they would not fit."""
+        """Compact JSON for the swarm label, at most ``MAX_STORED_BYTES``: ``current``
+        weights rounded (a restarted leader reads the prior's CPU as it was scaled), and
+        the least-weighted shapes left out where they would not fit."""
         head = json.dumps({"v": FORMAT, "seen": round(self.seen), "w": []},
                           separators=(",", ":"))
         room = MAX_STORED_BYTES - len(head.encode())
         rows: list[str] = []
-        for s, w in sorted(self.weights.items(), key=lambda kv: (-kv[1], kv[0])):
+        for s, w in sorted(self.current().items(), key=lambda kv: (-kv[1], kv[0])):
             if w < 1e-3:
                 break
             row = json.dumps([s.num_gpu, s.gpu_milli, s.cpu_milli, "|".join(s.products),
@@ -367,6 +403,16 @@ class WorkloadModel:
             m.weights = {s: w * window / total for s, w in m.weights.items()}
             m.seen = min(m.seen, float(window))
         return m
+
+
+def _cpu_per_gpu_milli(weights: Mapping[TaskShape, float]) -> float | None:
+    """Mean CPU milli per GPU-milli of the GPU shapes in ``weights`` (None: none)."""
+    cpu = gpu = 0.0
+    for shape, w in weights.items():
+        if shape.num_gpu:
+            cpu += w * shape.cpu_milli
+            gpu += w * shape.num_gpu * shape.gpu_milli
+    return cpu / gpu if gpu > 0 else None
 
 
 def _no_constant(name: str) -> float:

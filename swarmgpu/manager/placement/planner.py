@@ -187,9 +187,13 @@ class Planner:
         if forget and model.known_count() > len(parsed) + len(cpu_only):
             model.forget_keys([*(s.id for s, _ in parsed), *(s.id for s in cpu_only)])
             learned.clear()
-        # Refresh the policy when the model grew by a tenth (or 20 tasks) since: a new
-        # model drops the allocator's score cache, so not on every single arrival.
-        if self.model.seen - self._model_mark >= max(20.0, 0.1 * self._model_mark):
+        # Refresh the policy when the model grew by a tenth since (a new model drops the
+        # allocator's score cache, so not on every arrival), and on each of the first ten
+        # tasks: their CPU replaces the prior's (``WorkloadModel.current``), and the first
+        # placements weigh it. Refreshed at 20 tasks first, the prior's CPU placed the
+        # first 20 and cost 0.2 points where it was ten times the tasks' (docs/simulate.md,
+        # "The prior's CPU").
+        if self.model.seen - self._model_mark >= max(1.0, 0.1 * self._model_mark):
             self.set_workload(self.model)
 
     def _learn_on_gpu_nodes(
