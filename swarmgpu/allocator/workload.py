@@ -308,8 +308,8 @@ class WorkloadModel:
         medians, until a GPU task is seen). The prior stands in for the mix of GPU
         shapes; CPU differs from cluster to cluster, and the policy's CPU terms
         (stranding, the reserve) read it from the first placements on: with openb's
-        CPU, GPU tasks asking a tenth of it placed 0.2 points less, and none at all
-        cost CPU-heavy workloads as much (docs/simulate.md, "The prior's CPU")."""
+        CPU, GPU tasks asking a tenth of it placed 0.2 points less, and a prior asking
+        no CPU cost CPU-heavy workloads as much (docs/simulate.md, "The prior's CPU")."""
         weights = self.weights
         if not self._prior:
             return weights
