@@ -86,6 +86,14 @@ def test_the_priors_cpu_follows_the_seen_tasks() -> None:
     assert cpu_per_gpu_milli(again.typical()) == pytest.approx(1.0, rel=0.02)
 
 
+def test_tasks_without_cpu_reservations_make_the_prior_ask_none() -> None:
+    # Swarm services often reserve no CPU: then the prior asks none either, and no GPU
+    # counts as stranded for want of CPU nobody reserves.
+    m = WorkloadModel.prior()
+    m.observe("s0", "x", TaskShape(0, 1000, 1), 1)
+    assert cpu_per_gpu_milli(m.typical()) is None
+
+
 def test_the_planner_weighs_the_first_tasks_cpu_at_once() -> None:
     nodes, facts = two_nodes()
     planner = Planner()
