@@ -79,21 +79,18 @@ def share810(rows: list[Row]) -> list[Row]:
     return changed(rows, edit)
 
 
-def cpux2(rows: list[Row]) -> list[Row]:
-    """Every GPU pod asks twice its CPU (CPU binds on the CPU-poor nodes)."""
-    def edit(r: Row) -> None:
-        if is_gpu(r):
-            r["cpu_milli"] = str(int(r["cpu_milli"]) * 2)
-    return changed(rows, edit)
-
-
 def cpu_scaled(rows: list[Row], factor: float) -> list[Row]:
-    """Every GPU pod asks ``factor`` times its CPU (at least 1 milli): CPU that binds
-    less than openb's, so what the policy weighs is the GPUs alone."""
+    """Every GPU pod asks ``factor`` times its CPU (at least 1 milli): below 1, CPU
+    binds less than openb's and what the policy weighs is the GPUs alone."""
     def edit(r: Row) -> None:
         if is_gpu(r):
             r["cpu_milli"] = str(max(1, int(int(r["cpu_milli"]) * factor)))
     return changed(rows, edit)
+
+
+def cpux2(rows: list[Row]) -> list[Row]:
+    """Every GPU pod asks twice its CPU (CPU binds on the CPU-poor nodes)."""
+    return cpu_scaled(rows, 2)
 
 
 def pinned(rows: list[Row], share: float, models: list[str], weights: list[int] | None,
