@@ -88,6 +88,19 @@ def cpu_scaled(rows: list[Row], factor: float) -> list[Row]:
     return changed(rows, edit)
 
 
+def cpu_bimodal(rows: list[Row]) -> list[Row]:
+    """Half the GPU pods (drawn) ask a tenth of their CPU, the others twice: the mean is
+    openb's, the spread is not. Doubling makes a few 8-GPU pods ask 128 cores, all of a
+    G3 node, which only an untouched G3 node can take."""
+    rng = random.Random(31)
+
+    def edit(r: Row) -> None:
+        if is_gpu(r):
+            factor = 0.1 if rng.random() < 0.5 else 2.0
+            r["cpu_milli"] = str(max(1, int(int(r["cpu_milli"]) * factor)))
+    return changed(rows, edit)
+
+
 def cpux2(rows: list[Row]) -> list[Row]:
     """Every GPU pod asks twice its CPU (CPU binds on the CPU-poor nodes)."""
     return cpu_scaled(rows, 2)
@@ -167,6 +180,9 @@ def workloads(rows: list[Row]) -> dict[str, list[Row]]:
         # prior's CPU, openb's, then misled the policy's CPU terms)
         "x-cpuhalf": cpu_scaled(rows, 0.5),
         "x-cpulight": cpu_scaled(rows, 0.1),
+        # added as a held-out check after the prior's CPU: half the GPU pods at a tenth of
+        # their CPU, half at twice (swarmgpu is below FGD on one seed of three)
+        "x-cpubimodal": cpu_bimodal(rows),
     }
 
 
