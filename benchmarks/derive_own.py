@@ -181,7 +181,8 @@ def workloads(rows: list[Row]) -> dict[str, list[Row]]:
         "x-cpuhalf": cpu_scaled(rows, 0.5),
         "x-cpulight": cpu_scaled(rows, 0.1),
         # added as a held-out check after the prior's CPU: half the GPU pods at a tenth of
-        # their CPU, half at twice (swarmgpu is below FGD on one seed of three)
+        # their CPU, half at twice (swarmgpu below FGD over seeds 42-51: docs/simulate.md,
+        # "Held-out checks on the prior's rule")
         "x-cpubimodal": cpu_bimodal(rows),
     }
 
