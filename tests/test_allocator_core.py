@@ -340,7 +340,7 @@ def test_changes_in_observed_once_reach_the_scorer_once_at_the_end() -> None:
             return None
 
         def observe_cluster(self, capacity: object, free: dict[str, int], cpu: int = 0,
-                            hosts: object = None) -> bool:
+                            hosts: object = None, untouched: object = None) -> bool:
             seen.append(sum(free.values()))
             return False
 

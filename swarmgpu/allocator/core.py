@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as Set
 from contextlib import contextmanager
 from typing import cast
 
 from swarmgpu.allocator import topology
-from swarmgpu.allocator.fragmentation import MILLI, TypicalTask, product_matches
+from swarmgpu.allocator.fragmentation import MILLI, TaskShape, TypicalTask, product_matches
 from swarmgpu.allocator.scorer import Scorer, SwarmScorer
 from swarmgpu.allocator.scores import GroupScores
 from swarmgpu.allocator.values import (
@@ -97,6 +97,11 @@ class Allocator:
         # GPU-milli per node class (model, GPUs of it on the node, node CPU milli): which
         # models can host a task at all (``restricted_demand``)
         self.gpu_hosts: dict[tuple[str, int, int | None], int] = {}
+        # Untouched nodes (every GPU free, all CPU left, not blocked) per node class of
+        # one GPU model: tasks that ask all of a node can only go there
+        # (``allocator.untouched``). Kept by ``_enter``/``_leave``.
+        self.untouched: dict[tuple[str, int, int | None], int] = {}
+        self._untouched_moved = False  # a count changed since the scorer last saw them
         self.cpu_capacity = 0  # CPU milli of the cluster; 0 while a node reports none
         self._cpu_known = 0
         self._cpu_unknown = 0  # nodes without CPU data
@@ -107,11 +112,16 @@ class Allocator:
         self._batching = 0  # ``observed_once`` depth
         self._unobserved = False  # a change made inside it, not yet shown to the scorer
 
-    def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
-        """Give the scorer a new workload model; cached scores are dropped."""
+    def set_workload(self, workload: tuple[TypicalTask, ...],
+                     shapes: Mapping[TaskShape, float] | None = None) -> None:
+        """Give the scorer a new workload model (the typical tasks, and every shape seen
+        by weight where the caller has it); cached scores are dropped."""
         setter = getattr(self.scorer, "set_workload", None)
         if setter is not None:
-            setter(workload)
+            if shapes is None:
+                setter(workload)
+            else:
+                setter(workload, shapes)
         self._memo.clear()
         self._shared.clear()
 
@@ -179,9 +189,10 @@ class Allocator:
         if self._batching:
             self._unobserved = True
             return
+        self._untouched_moved = False
         observe = getattr(self.scorer, "observe_cluster", None)
         if observe is not None and observe(self.gpu_capacity, self.gpu_free, self.cpu_capacity,
-                                           self.gpu_hosts):
+                                           self.gpu_hosts, self.untouched):
             self._memo.clear()  # the scorer weighs models by what is free: re-score
             self._shared.clear()
 
@@ -201,6 +212,8 @@ class Allocator:
         self._enter(node)
         if cpu_milli < old_cpu or memory_mib < old_mem:
             self.capacity_gen += 1
+        if self._untouched_moved:
+            self._observe()
 
     def usage(self, name: str) -> tuple[int, int]:
         return self._usage.get(name, (0, 0))
@@ -214,8 +227,29 @@ class Allocator:
         self._enter(node)
         if not blocked:
             self.capacity_gen += 1
+        if self._untouched_moved:
+            self._observe()
+
+    @staticmethod
+    def _untouched_class(node: NodeState) -> tuple[str, int, int | None] | None:
+        if (node.blocked or not node.product or node.cpu_left != node.spec.cpu_milli
+                or sum(node.free) != node.capacity):
+            return None
+        return (node.product, len(node.free), node.spec.cpu_milli)
+
+    def _count_untouched(self, node: NodeState, sign: int) -> None:
+        key = self._untouched_class(node)
+        if key is None:
+            return
+        n = self.untouched.get(key, 0) + sign
+        if n > 0:
+            self.untouched[key] = n
+        else:
+            self.untouched.pop(key, None)
+        self._untouched_moved = True
 
     def _enter(self, node: NodeState) -> None:
+        self._count_untouched(node, +1)
         node.gkey = node.group_key()
         gid = node.gid = self._gid(node.gkey)
         name = node.spec.name
@@ -252,6 +286,7 @@ class Allocator:
         return gid
 
     def _leave(self, node: NodeState) -> None:
+        self._count_untouched(node, -1)
         gid = node.gid
         members = self._groups[gid]
         del members[node.spec.name]
@@ -316,7 +351,7 @@ class Allocator:
         if node.mem_left is not None:
             node.mem_left += sign * choice.memory_mib
         self._enter(node)
-        if choice.gpus:
+        if choice.gpus or self._untouched_moved:
             self._observe()
         if sign > 0:
             self.capacity_gen += 1

@@ -12,12 +12,21 @@ from swarmgpu.allocator.fragmentation import (
     CpuUnfit,
     Hosts,
     ResidualWaste,
+    TaskShape,
     TypicalTask,
     cpu_excess_per_gpu_milli,
     cpu_reserve_per_gpu_milli,
     restricted_demand,
     restricted_pressure,
     stranded_milli,
+)
+from swarmgpu.allocator.untouched import (
+    Groups,
+    NodeClass,
+    Values,
+    exclusive_groups,
+    loss,
+    untouched_values,
 )
 from swarmgpu.allocator.values import Demand, NodeState
 
@@ -99,7 +108,8 @@ class SwarmScorer:
     name = "swarmgpu"
 
     def __init__(self, workload: tuple[TypicalTask, ...] = (),
-                 stop: float = STOP_WEIGHT) -> None:
+                 stop: float = STOP_WEIGHT,
+                 shapes: Mapping[TaskShape, float] | None = None) -> None:
         self.stop = stop  # residual waste's "no further task" weight (residual_waste_table)
         self.capacity: dict[str, int] = {}  # GPU-milli per model in the cluster
         self.free: dict[str, int] = {}  # of which free, when pressure was last computed
@@ -107,10 +117,19 @@ class SwarmScorer:
         self._step = 0.0
         self.cluster_cpu = 0  # CPU milli of the cluster's nodes (0: unknown)
         self.hosts: dict[tuple[str, int, int | None], int] | None = None  # node classes
-        self.set_workload(workload)
+        self.untouched: dict[NodeClass, int] = {}  # untouched nodes per class
+        self.values: Values = {}  # untouched_values, by class
+        self.set_workload(workload, shapes)
 
-    def set_workload(self, workload: tuple[TypicalTask, ...]) -> None:
+    def set_workload(self, workload: tuple[TypicalTask, ...],
+                     shapes: Mapping[TaskShape, float] | None = None) -> None:
+        """``shapes``: every shape seen, by weight (the typical ones leave rare shapes
+        out, and those are what ``untouched`` values nodes for); None: ``workload``."""
         self.workload = workload
+        self.shapes = dict(shapes) if shapes is not None else {
+            t.shape: t.weight for t in workload}
+        self._groups: Groups | None = None  # exclusive_groups, at _groups_free
+        self._groups_free = 0
         self.waste = ResidualWaste(workload, stop=self.stop) if workload else None
         self.cpu_unfit = CpuUnfit(workload) if workload else None
         # node_cost per (product, CPU left, free GPU-milli), while what it reads (waste,
@@ -132,16 +151,21 @@ class SwarmScorer:
             self.workload, self.cluster_cpu, gpu) > 0
 
     def observe_cluster(self, capacity: Mapping[str, int], free: Mapping[str, int],
-                        cpu_milli: int = 0, hosts: Hosts | None = None) -> bool:
-        """The cluster's GPU-milli per model, how much is free, its CPU milli and its
-        node classes (``Allocator.gpu_hosts``; ``Allocator`` calls this after every
-        change). Returns True when scores change, so cached ones go.
+                        cpu_milli: int = 0, hosts: Hosts | None = None,
+                        untouched: Mapping[NodeClass, int] | None = None) -> bool:
+        """The cluster's GPU-milli per model, how much is free, its CPU milli, its node
+        classes (``Allocator.gpu_hosts``) and their untouched nodes
+        (``Allocator.untouched``; ``Allocator`` calls this after every change). Returns
+        True when scores change, so cached ones go.
 
-        Pressure is recomputed when capacity changes or the cluster's free total has
-        moved by PRESSURE_STEP of its capacity since the last time: a resolution, so that
-        scores stay cached between (one step is ~120 GPUs on openb's 6,212).
+        Pressure, and the tasks expected for untouched nodes, are recomputed when
+        capacity changes or the cluster's free total has moved by PRESSURE_STEP of its
+        capacity since the last time: a resolution, so that scores stay cached between
+        (one step is ~120 GPUs on openb's 6,212). The untouched nodes' values follow
+        every change of their count.
         """
         total_free = sum(free.values())
+        changed = self._observe_untouched(total_free, hosts, untouched)
         if capacity != self.capacity or cpu_milli != self.cluster_cpu or hosts != self.hosts:
             self.capacity = dict(capacity)
             self.cluster_cpu = cpu_milli
@@ -153,15 +177,31 @@ class SwarmScorer:
             self._cost.clear()
             return True
         if abs(total_free - self._free_total) < self._step:
-            return False
+            return changed
         self.free, self._free_total = dict(free), total_free
         if self._pressure is None:  # not computed since the last change: nothing cached
-            return False
+            return changed
         restricted = self._demand is not None and any(self._demand.values())
         if restricted:
             self._pressure = None
             self._cost.clear()
-        return restricted
+        return restricted or changed
+
+    def _observe_untouched(self, total_free: int, hosts: Hosts | None,
+                           untouched: Mapping[NodeClass, int] | None) -> bool:
+        """Refresh ``values`` (``untouched_values``); True when they changed."""
+        if untouched is None or hosts is None or not self.workload:
+            changed, self.values = bool(self.values), {}
+            return changed
+        if (self._groups is None or hosts != self.hosts
+                or abs(total_free - self._groups_free) >= self._step):
+            self._groups = exclusive_groups(self.shapes, hosts, total_free)
+            self._groups_free = total_free
+        self.untouched = dict(untouched)
+        values = untouched_values(self._groups, untouched) if self._groups else {}
+        changed = values != self.values
+        self.values = values
+        return changed
 
     def pressure(self, product: str) -> float:
         """Expected milli of model-restricted demand displaced per milli taken on a GPU of
@@ -262,6 +302,16 @@ class SwarmScorer:
             delta, _ = self._best_share_gpu(node, d, cands)
         else:
             delta = self._delta(node, d, None) if self.waste else 0.0
+        if self.values and sum(node.free) == node.capacity:
+            # A node with every GPU free and a class's CPU left hosts what an untouched
+            # one of that class does (``untouched``); read from the state alone, as
+            # scores are memoised by state.
+            n = len(node.free)
+            entries = self.values.get((node.product, n, node.cpu_left))
+            if entries:
+                taken = d.num_gpu if not d.gpu_milli else 1
+                cpu = None if node.cpu_left is None else node.cpu_left - d.cpu_milli
+                delta += loss(entries, n, n - taken, cpu)
         grad = int(sigmoid(-delta / 1000) * 100)
         capacity = node.capacity
         used = 1 if sum(node.free) < capacity else 0

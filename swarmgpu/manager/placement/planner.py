@@ -124,7 +124,8 @@ class Planner:
         self.model = workload if workload is not None else WorkloadModel.prior()
         # placement.residual_stop_weight (residual_waste_table): the daemon passes its
         # config's; simulate keeps the default, which is the config key's default
-        self.scorer = SwarmScorer(self.model.typical(), stop=stop_weight)
+        self.scorer = SwarmScorer(self.model.typical(), stop=stop_weight,
+                                  shapes=self.model.current())
         self.cluster = ClusterAllocator(scorer=self.scorer, prefix=prefix)
         self._model_mark = self.model.seen
         # what it remembers across cycles, by name (``placement.memo``)
@@ -213,7 +214,9 @@ class Planner:
     def set_workload(self, model: WorkloadModel) -> None:
         self.model = model
         self._model_mark = model.seen
-        self.cluster.alloc.set_workload(model.typical())
+        # every shape seen too: tasks rare enough to be left out of the typical ones may
+        # be the only ones some untouched nodes can host (``allocator.untouched``)
+        self.cluster.alloc.set_workload(model.typical(), model.current())
         self.cluster.unplaceable.clear()
 
     # --- one cycle -----------------------------------------------------------------

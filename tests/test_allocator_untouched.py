@@ -1,0 +1,128 @@
+"""The value of untouched nodes to tasks only such a node can host (allocator.untouched)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from swarmgpu.allocator.core import Allocator
+from swarmgpu.allocator.fragmentation import TaskShape, typical_tasks
+from swarmgpu.allocator.scorer import SwarmScorer
+from swarmgpu.allocator.untouched import (
+    Confined,
+    exclusive_groups,
+    loss,
+    poisson_at_least,
+    untouched_values,
+)
+from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec
+
+G3 = ("G3", 8, 128_000)
+G2 = ("G2", 8, 96_000)
+BIG = TaskShape(128_000, 1000, 8)  # all of a G3 node: fits no G2 one
+HEAVY = TaskShape(40_000, 1000, 1)  # one GPU and a lot of CPU
+
+
+def gpus(n: int, product: str) -> tuple[GpuSpec, ...]:
+    return tuple(GpuSpec(index=i, product=product, memory_mib=32768) for i in range(n))
+
+
+def test_poisson_at_least_is_the_upper_tail() -> None:
+    assert poisson_at_least(2.0, 0) == 1.0
+    assert poisson_at_least(0.0, 1) == 0.0
+    assert poisson_at_least(2.0, 1) == pytest.approx(1 - math.exp(-2))
+    below = sum(math.exp(-2) * 2**i / math.factorial(i) for i in range(3))
+    assert poisson_at_least(2.0, 3) == pytest.approx(1 - below)
+    assert poisson_at_least(2.0, 60) == 0.0
+
+
+def test_only_shapes_confined_to_untouched_nodes_of_some_classes_count() -> None:
+    classes = {G3: 39 * 8000, G2: 549 * 8000, ("T4", 2, 104_000): 387 * 2000}
+    shapes = {
+        BIG: 0.01,
+        TaskShape(64_000, 1000, 8): 0.01,  # any 8-GPU node: packing keeps those whole
+        TaskShape(120_000, 1000, 4): 0.01,  # G3 only, but a used G3 node can take it
+        HEAVY: 0.47,
+        TaskShape(4_000, 500, 1): 0.5,
+    }
+    groups = exclusive_groups(shapes, classes, 1000 * 1000)
+    per_task = 0.01 * 8000 + 0.01 * 8000 + 0.01 * 4000 + 0.47 * 1000 + 0.5 * 500
+    assert list(groups) == [(G3,)]
+    assert groups[(G3,)].expected == pytest.approx(0.01 * 1000 * 1000 / per_task)
+    assert (groups[(G3,)].num_gpu, groups[(G3,)].cpu_milli) == (8, 128_000)
+    # nothing without free capacity, or without a shape of whole GPUs
+    assert exclusive_groups(shapes, classes, 0) == {}
+    assert exclusive_groups({TaskShape(4_000, 500, 1): 1.0}, classes, 8000) == {}
+    # a node class that reports no CPU may host any CPU: it joins the group
+    nocpu = ("G2", 8, None)
+    assert list(exclusive_groups(shapes, {**classes, nocpu: 8000}, 8000)) == [(nocpu, G3)]
+
+
+def test_the_value_grows_as_the_last_untouched_nodes_go() -> None:
+    groups = {(G3,): Confined(2.0, 8, 120_000)}
+    assert untouched_values(groups, {G3: 39}) == {}  # 39 such tasks will not come
+    assert untouched_values(groups, {}) == {}  # none left to keep
+    one = untouched_values(groups, {G3: 1})[G3]
+    assert one == ((8, 120_000, pytest.approx(1 - math.exp(-2))),)
+    three = untouched_values(groups, {G3: 3})[G3]
+    assert three[0][2] < one[0][2]
+    # lost when the placement leaves too few whole GPUs or too little CPU; not when it
+    # leaves the node able to host the smallest of those tasks
+    assert loss(one, 8, 7, 127_000) == pytest.approx((1 - math.exp(-2)) * 8000)
+    assert loss(one, 8, 8, 119_000) == pytest.approx((1 - math.exp(-2)) * 8000)
+    assert loss(one, 8, 8, 124_000) == 0.0
+    assert loss(one, 8, 8, None) == 0.0
+    assert loss(one + one, 8, 0, 0) == 8000  # at most the node
+
+
+def test_allocator_counts_untouched_nodes_per_class() -> None:
+    a = Allocator()
+    a.add_node(NodeSpec("g3", gpus(8, "G3"), cpu_milli=128_000, memory_mib=1 << 20))
+    a.add_node(NodeSpec("g3b", gpus(8, "G3"), cpu_milli=128_000, memory_mib=1 << 20))
+    a.add_node(NodeSpec("g2", gpus(8, "G2"), cpu_milli=96_000, memory_mib=1 << 20))
+    assert a.untouched == {G3: 2, G2: 1}
+    c = a.place_on("g3", Demand(num_gpu=1, cpu_milli=1000))
+    assert isinstance(c, Choice)
+    a.commit(c)
+    assert a.untouched == {G3: 1, G2: 1}
+    a.release(c)
+    assert a.untouched == {G3: 2, G2: 1}
+    a.set_usage("g2", 1000, 0)  # CPU taken by a task swarmgpu does not place
+    assert a.untouched == {G3: 2}
+    a.set_blocked("g3b", True)
+    assert a.untouched == {G3: 1}
+    a.remove_node("g3")
+    assert a.untouched == {}
+
+
+def heavy_then_big(shapes: dict[TaskShape, float] | None) -> tuple[str, bool]:
+    """Where a CPU-heavy one-GPU task goes on a G3 node (first in node order) and a G2
+    one, and whether a task asking all of a G3 node then fits."""
+    a = Allocator(SwarmScorer(typical_tasks([HEAVY]), shapes=shapes))
+    a.add_node(NodeSpec("g3", gpus(8, "G3"), cpu_milli=128_000, memory_mib=1 << 20))
+    a.add_node(NodeSpec("g2", gpus(8, "G2"), cpu_milli=96_000, memory_mib=1 << 20))
+    heavy = a.place(Demand(num_gpu=1, cpu_milli=40_000))
+    assert isinstance(heavy, Choice)
+    a.commit(heavy)
+    big = a.place(Demand(num_gpu=8, cpu_milli=128_000))
+    return heavy.node, isinstance(big, Choice)
+
+
+def test_a_rare_task_that_needs_all_of_a_node_keeps_the_last_one_untouched() -> None:
+    # Both nodes strand alike and G3 is first: without the rare shape in the model the
+    # heavy task breaks G3 and the 128-core task then finds no node.
+    assert heavy_then_big(None) == ("g3", False)
+    # One task in a hundred needs all of a G3 node: the heavy one goes to G2.
+    assert heavy_then_big({HEAVY: 0.99, BIG: 0.01}) == ("g2", True)
+
+
+def test_the_planner_gives_the_scorer_every_shape_seen() -> None:
+    from swarmgpu.allocator.workload import WorkloadModel
+    from swarmgpu.manager.placement.planner import Planner
+
+    model = WorkloadModel.fixed([HEAVY] * 99 + [BIG], "test")
+    planner = Planner(workload=model)
+    assert planner.scorer.shapes == model.current()
+    planner.set_workload(model)
+    assert planner.scorer.shapes == model.current()
