@@ -117,7 +117,6 @@ class SwarmScorer:
         self._step = 0.0
         self.cluster_cpu = 0  # CPU milli of the cluster's nodes (0: unknown)
         self.hosts: dict[tuple[str, int, int | None], int] | None = None  # node classes
-        self.untouched: dict[NodeClass, int] = {}  # untouched nodes per class
         self.values: Values = {}  # untouched_values, by class
         self.set_workload(workload, shapes)
 
@@ -197,7 +196,6 @@ class SwarmScorer:
                 or abs(total_free - self._groups_free) >= self._step):
             self._groups = exclusive_groups(self.shapes, hosts, total_free)
             self._groups_free = total_free
-        self.untouched = dict(untouched)
         values = untouched_values(self._groups, untouched) if self._groups else {}
         changed = values != self.values
         self.values = values
