@@ -2,7 +2,8 @@
 
 GPU picking, pure: ``core`` (the allocator), ``values`` (node spec, demand, choice),
 ``scorer`` (SwarmScorer) and ``scores`` (its score memo), ``topology``, ``mig``,
-``fragmentation``, ``defrag`` (defragmenting moves), ``rescue`` (room for a pending
+``fragmentation``, ``untouched`` (what a whole node is worth to the tasks only it can
+host), ``defrag`` (defragmenting moves), ``rescue`` (room for a pending
 task), and ``workload`` (the task mix the scoring expects, learned or pinned).
 Imports only ``swarmgpu.core``.
 """
