@@ -1,0 +1,149 @@
+"""Where the free GPU goes when the cluster is full: what ``swarmgpu simulate`` leaves
+free at an arrived-load level, by size, beside the shares that
+arrived by then (docs/simulate.md, "What is free at 100% arrived").
+
+    .venv/bin/python benchmarks/free_at_full.py                     # default, seed 42
+    .venv/bin/python benchmarks/free_at_full.py --trace gpushare40 --seeds 42-44
+    .venv/bin/python benchmarks/free_at_full.py --pods derived.csv --level 130
+
+The replays are the ones ``simulate --policy swarmgpu,fgd`` runs (swarmgpu's through
+``sim.swarm_replay.Replay``, the daemon's planner), read at the level's record. Per seed
+and policy: the allocation and the pods failed by then; the free
+GPU-milli of partly used GPUs by how much is free on the GPU (exact values, count of
+GPUs and their milli); the whole free GPUs, by node model and the node's CPU left (a
+whole GPU on a node with no CPU left serves no one); then the shares (one GPU, less
+than 1000 milli) arrived by the level, by size. Figures, not assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO)]
+
+from swarmgpu.allocator.core import Allocator  # noqa: E402
+from swarmgpu.allocator.fragmentation import FragCache  # noqa: E402
+from swarmgpu.allocator.values import NodeSpec  # noqa: E402
+from swarmgpu.sim import replay as sim_replay  # noqa: E402
+from swarmgpu.sim.runs import LEVEL_STEP, RunResult, arrival_order  # noqa: E402
+from swarmgpu.sim.swarm_replay import Replay  # noqa: E402
+from swarmgpu.sim.trace import TracePod, load_nodes, load_pods  # noqa: E402
+from swarmgpu.sim.traces import NAMES, NODES, OPENB  # noqa: E402
+
+Tally = tuple[Counter[int], Counter[tuple[str, int]]]
+
+
+def tally(alloc: Allocator) -> Tally:
+    """Free milli of partly used GPUs -> GPUs; (model, cores left) -> whole free GPUs."""
+    partial: Counter[int] = Counter()
+    whole: Counter[tuple[str, int]] = Counter()
+    for n in alloc.nodes.values():
+        for free in n.free:
+            if free == 1000:
+                whole[(n.product, (n.cpu_left or 0) // 1000)] += 1
+            elif free > 0:
+                partial[free] += 1
+    return partial, whole
+
+
+class _Reading(Replay):
+    """swarmgpu's replay, read once at one level."""
+
+    def __init__(self, nodes: list[NodeSpec], pods: list[TracePod], seed: int, *,
+                 level: int) -> None:
+        super().__init__(nodes, pods, seed)
+        self.level = level
+        self.read: Tally = (Counter(), Counter())
+
+    def record(self, level: int) -> None:
+        super().record(level)
+        if level == self.level:
+            self.read = tally(self.planner.cluster.alloc)
+
+
+def fgd_reading(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
+                level: int) -> tuple[RunResult, Tally]:
+    """FGD's replay (``simulate --policy fgd``), read at the level: its loop keeps the
+    allocator to itself, and reads it once per level through ``cluster_frag_milli``."""
+    read: Tally = (Counter(), Counter())
+    calls = 0
+    plain = sim_replay.cluster_frag_milli
+
+    def reading(alloc: Allocator, frag: FragCache) -> float:
+        nonlocal calls, read
+        calls += 1
+        if calls * LEVEL_STEP == level:
+            read = tally(alloc)
+        return plain(alloc, frag)
+
+    sim_replay.cluster_frag_milli = reading
+    try:
+        res = sim_replay.replay(nodes, pods, "fgd", seed)
+    finally:
+        sim_replay.cluster_frag_milli = plain
+    return res, read
+
+
+def shares_arrived(pods: list[TracePod], cluster_milli: int, seed: int,
+                   level: int) -> Counter[int]:
+    """Shares among the pods arrived by ``level`` % of the cluster's GPU, by size."""
+    order, _ = arrival_order(pods, cluster_milli, seed)
+    out: Counter[int] = Counter()
+    arrived = 0
+    for p in order:
+        arrived += p.total_gpu_milli
+        if arrived * 100 > level * cluster_milli:
+            break
+        if p.num_gpu == 1 and p.gpu_milli < 1000:
+            out[p.gpu_milli] += 1
+    return out
+
+
+def seeds_of(text: str) -> list[int]:
+    if "-" in text:
+        lo, hi = text.split("-", 1)
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", choices=NAMES, default="default")
+    ap.add_argument("--pods", type=Path, help="pod CSV (default: the bundled trace's)")
+    ap.add_argument("--seeds", default="42", help="e.g. 42 or 42-44")
+    ap.add_argument("--level", type=int, default=100, help="arrived load, %% (5 steps)")
+    args = ap.parse_args()
+    if args.level % 5 or not 5 <= args.level <= 130:
+        ap.error("--level: a multiple of 5 from 5 to 130 (the replay's records)")
+    nodes = load_nodes(NODES)
+    pods = load_pods(args.pods or OPENB / f"openb_pod_list_{args.trace}.csv")
+    cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
+    for seed in seeds_of(args.seeds):
+        rp = _Reading(nodes, pods, seed, level=args.level)
+        rp.run()
+        fgd, fgd_read = fgd_reading(nodes, pods, seed, args.level)
+        for name, res, (partial, whole) in (("swarmgpu", rp.res, rp.read),
+                                            ("fgd", fgd, fgd_read)):
+            free = sum(k * v for k, v in partial.items()) + 1000 * sum(whole.values())
+            print(f"seed {seed} {name} @{args.level}%: alloc "
+                  f"{res.alloc_pct_at[args.level]:.3f}%, free "
+                  f"{100 * free / cluster_milli:.3f}% of the cluster's GPU ({free} milli); "
+                  f"failed by then {res.failed_at[args.level]}")
+            print("  partly used GPUs, free milli: GPUs (milli)")
+            for k, v in sorted(partial.items()):
+                print(f"    {k:4d}: {v:5d} ({k * v})")
+            print("  whole free GPUs, (model, cores left): GPUs")
+            for (model, cores), v in sorted(whole.items()):
+                print(f"    ({model}, {cores}): {v}")
+        arrived = shares_arrived(pods, cluster_milli, seed, args.level)
+        print(f"seed {seed}: shares arrived by the level, milli: pods")
+        print("    " + ", ".join(f"{k}: {v}" for k, v in sorted(arrived.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
