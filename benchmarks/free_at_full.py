@@ -29,6 +29,7 @@ from swarmgpu.allocator.core import Allocator  # noqa: E402
 from swarmgpu.allocator.fragmentation import FragCache  # noqa: E402
 from swarmgpu.allocator.values import NodeSpec  # noqa: E402
 from swarmgpu.sim import replay as sim_replay  # noqa: E402
+from swarmgpu.sim.cli_entry import parse_seeds  # noqa: E402
 from swarmgpu.sim.runs import LEVEL_STEP, RunResult, arrival_order  # noqa: E402
 from swarmgpu.sim.swarm_replay import Replay  # noqa: E402
 from swarmgpu.sim.trace import TracePod, load_nodes, load_pods  # noqa: E402
@@ -103,13 +104,6 @@ def shares_arrived(pods: list[TracePod], cluster_milli: int, seed: int,
     return out
 
 
-def seeds_of(text: str) -> list[int]:
-    if "-" in text:
-        lo, hi = text.split("-", 1)
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", choices=NAMES, default="default")
@@ -119,10 +113,14 @@ def main() -> int:
     args = ap.parse_args()
     if args.level % 5 or not 5 <= args.level <= 130:
         ap.error("--level: a multiple of 5 from 5 to 130 (the replay's records)")
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as e:
+        ap.error(str(e))
     nodes = load_nodes(NODES)
     pods = load_pods(args.pods or OPENB / f"openb_pod_list_{args.trace}.csv")
     cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
-    for seed in seeds_of(args.seeds):
+    for seed in seeds:
         rp = _Reading(nodes, pods, seed, level=args.level)
         rp.run()
         fgd, fgd_read = fgd_reading(nodes, pods, seed, args.level)
