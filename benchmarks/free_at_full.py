@@ -30,7 +30,7 @@ from swarmgpu.allocator.fragmentation import FragCache  # noqa: E402
 from swarmgpu.allocator.values import NodeSpec  # noqa: E402
 from swarmgpu.sim import replay as sim_replay  # noqa: E402
 from swarmgpu.sim.cli_entry import parse_seeds  # noqa: E402
-from swarmgpu.sim.runs import LEVEL_STEP, RunResult, arrival_order  # noqa: E402
+from swarmgpu.sim.runs import LEVEL_STEP, RunResult, arrival_order, pod_kind  # noqa: E402
 from swarmgpu.sim.swarm_replay import Replay  # noqa: E402
 from swarmgpu.sim.trace import TracePod, load_nodes, load_pods  # noqa: E402
 from swarmgpu.sim.traces import NAMES, NODES, OPENB  # noqa: E402
@@ -95,12 +95,12 @@ def shares_arrived(pods: list[TracePod], cluster_milli: int, seed: int,
     order, _ = arrival_order(pods, cluster_milli, seed)
     out: Counter[int] = Counter()
     arrived = 0
-    for p in order:
-        arrived += p.total_gpu_milli
-        if arrived * 100 > level * cluster_milli:
-            break
-        if p.num_gpu == 1 and p.gpu_milli < 1000:
+    for p in order:  # the pod that reaches the level counts, as in the replay's record
+        if pod_kind(p) == "share":
             out[p.gpu_milli] += 1
+        arrived += p.total_gpu_milli
+        if arrived * 100 >= level * cluster_milli:
+            break
     return out
 
 
@@ -111,8 +111,9 @@ def main() -> int:
     ap.add_argument("--seeds", default="42", help="e.g. 42 or 42-44")
     ap.add_argument("--level", type=int, default=100, help="arrived load, %% (5 steps)")
     args = ap.parse_args()
-    if args.level % 5 or not 5 <= args.level <= 130:
-        ap.error("--level: a multiple of 5 from 5 to 130 (the replay's records)")
+    if args.level % LEVEL_STEP or not LEVEL_STEP <= args.level <= 130:
+        ap.error(f"--level: a multiple of {LEVEL_STEP} from {LEVEL_STEP} to 130 "
+                 "(the replay's records)")
     try:
         seeds = parse_seeds(args.seeds)
     except ValueError as e:
