@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,26 +68,24 @@ class _Reading(Replay):
 
 
 def fgd_reading(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
-                level: int) -> tuple[RunResult, Tally]:
-    """FGD's replay (``simulate --policy fgd``), read at the level: its loop keeps the
-    allocator to itself, and reads it once per level through ``cluster_frag_milli``."""
-    read: Tally = (Counter(), Counter())
+                read: Callable[[int, Allocator], None]) -> RunResult:
+    """FGD's replay (``simulate --policy fgd``), with ``read(level, allocator)`` at each
+    level's record: its loop keeps the allocator to itself, and reads it once per level
+    through ``cluster_frag_milli``."""
     calls = 0
     plain = sim_replay.cluster_frag_milli
 
     def reading(alloc: Allocator, frag: FragCache) -> float:
-        nonlocal calls, read
+        nonlocal calls
         calls += 1
-        if calls * LEVEL_STEP == level:
-            read = tally(alloc)
+        read(calls * LEVEL_STEP, alloc)
         return plain(alloc, frag)
 
     sim_replay.cluster_frag_milli = reading
     try:
-        res = sim_replay.replay(nodes, pods, "fgd", seed)
+        return sim_replay.replay(nodes, pods, "fgd", seed)
     finally:
         sim_replay.cluster_frag_milli = plain
-    return res, read
 
 
 def shares_arrived(pods: list[TracePod], cluster_milli: int, seed: int,
@@ -124,7 +123,14 @@ def main() -> int:
     for seed in seeds:
         rp = _Reading(nodes, pods, seed, level=args.level)
         rp.run()
-        fgd, fgd_read = fgd_reading(nodes, pods, seed, args.level)
+        fgd_read: Tally = (Counter(), Counter())
+
+        def at_level(level: int, alloc: Allocator) -> None:
+            nonlocal fgd_read
+            if level == args.level:
+                fgd_read = tally(alloc)
+
+        fgd = fgd_reading(nodes, pods, seed, at_level)
         for name, res, (partial, whole) in (("swarmgpu", rp.res, rp.read),
                                             ("fgd", fgd, fgd_read)):
             free = sum(k * v for k, v in partial.items()) + 1000 * sum(whole.values())
