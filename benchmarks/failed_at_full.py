@@ -16,7 +16,6 @@ GPUs per node (what a task asking all of a node needs). Figures, not assertions.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections import Counter
@@ -25,16 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from free_at_full import fgd_reading  # noqa: E402
+from free_at_full import fgd_reading, level_inputs, level_parser  # noqa: E402
 
 from swarmgpu.allocator.core import Allocator  # noqa: E402
 from swarmgpu.allocator.values import Choice, NodeSpec  # noqa: E402
 from swarmgpu.sim import replay as sim_replay  # noqa: E402
-from swarmgpu.sim.cli_entry import parse_seeds  # noqa: E402
 from swarmgpu.sim.runs import LEVEL_STEP, RunResult, pod_kind  # noqa: E402
 from swarmgpu.sim.swarm_replay import Replay  # noqa: E402
-from swarmgpu.sim.trace import TracePod, load_nodes, load_pods  # noqa: E402
-from swarmgpu.sim.traces import NAMES, NODES, OPENB  # noqa: E402
+from swarmgpu.sim.trace import TracePod  # noqa: E402
 
 # (GPUs, GPU-milli of one, cores asked): a failed pod's shape
 Shape = tuple[int, int, float]
@@ -143,24 +140,11 @@ def report(name: str, seed: int, level: int, start: int, res: RunResult,
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trace", choices=NAMES, default="default")
-    ap.add_argument("--pods", type=Path, help="pod CSV (default: the bundled trace's)")
-    ap.add_argument("--seeds", default="42", help="e.g. 42 or 42-44")
-    ap.add_argument("--level", type=int, default=100, help="arrived load, %% (5 steps)")
+    ap = level_parser(__doc__.split("\n\n")[0])
     ap.add_argument("--from", dest="start", type=int, default=75,
                     help="first level of the whole-node rows, %% (5 steps)")
     args = ap.parse_args()
-    for flag, v in (("--level", args.level), ("--from", args.start)):
-        if v % LEVEL_STEP or not LEVEL_STEP <= v <= 130:
-            ap.error(f"{flag}: a multiple of {LEVEL_STEP} from {LEVEL_STEP} to 130 "
-                     "(the replay's records)")
-    try:
-        seeds = parse_seeds(args.seeds)
-    except ValueError as e:
-        ap.error(str(e))
-    nodes = load_nodes(NODES)
-    pods = load_pods(args.pods or OPENB / f"openb_pod_list_{args.trace}.csv")
+    seeds, nodes, pods = level_inputs(ap, args, {"--level": args.level, "--from": args.start})
     fits = EmptyFit(nodes)
     for seed in seeds:
         rp = _Reading(nodes, pods, seed)

@@ -103,22 +103,36 @@ def shares_arrived(pods: list[TracePod], cluster_milli: int, seed: int,
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def level_parser(description: str) -> argparse.ArgumentParser:
+    """The options every reading of a replay takes: the workload, the seeds, the level."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--trace", choices=NAMES, default="default")
     ap.add_argument("--pods", type=Path, help="pod CSV (default: the bundled trace's)")
     ap.add_argument("--seeds", default="42", help="e.g. 42 or 42-44")
     ap.add_argument("--level", type=int, default=100, help="arrived load, %% (5 steps)")
-    args = ap.parse_args()
-    if args.level % LEVEL_STEP or not LEVEL_STEP <= args.level <= 130:
-        ap.error(f"--level: a multiple of {LEVEL_STEP} from {LEVEL_STEP} to 130 "
-                 "(the replay's records)")
+    return ap
+
+
+def level_inputs(ap: argparse.ArgumentParser, args: argparse.Namespace,
+                 levels: dict[str, int]) -> tuple[list[int], list[NodeSpec], list[TracePod]]:
+    """The seeds, nodes and pods of ``level_parser``'s options; a level in ``levels``
+    (flag -> value) that the replay does not record, or a bad seed, is a usage error."""
+    for flag, v in levels.items():
+        if v % LEVEL_STEP or not LEVEL_STEP <= v <= 130:
+            ap.error(f"{flag}: a multiple of {LEVEL_STEP} from {LEVEL_STEP} to 130 "
+                     "(the replay's records)")
     try:
         seeds = parse_seeds(args.seeds)
     except ValueError as e:
         ap.error(str(e))
-    nodes = load_nodes(NODES)
-    pods = load_pods(args.pods or OPENB / f"openb_pod_list_{args.trace}.csv")
+    return (seeds, load_nodes(NODES),
+            load_pods(args.pods or OPENB / f"openb_pod_list_{args.trace}.csv"))
+
+
+def main() -> int:
+    ap = level_parser(__doc__.split("\n\n")[0])
+    args = ap.parse_args()
+    seeds, nodes, pods = level_inputs(ap, args, {"--level": args.level})
     cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
     for seed in seeds:
         rp = _Reading(nodes, pods, seed, level=args.level)
