@@ -162,46 +162,14 @@ def test_without_a_workload_used_nodes_then_best_fit() -> None:
 
 
 def test_stranded_capacity_is_what_the_cpu_cannot_feed() -> None:
-    from swarmgpu.allocator.fragmentation import CpuSpread, cpu_per_gpu_milli
+    from swarmgpu.allocator.fragmentation import cpu_per_gpu_milli, stranded_milli
 
     tasks = typical_tasks([TaskShape(8000, 1000, 1)] * 3 + [TaskShape(2000, 500, 1)])
     c = cpu_per_gpu_milli(tasks)
     assert c == pytest.approx((0.75 * 8000 + 0.25 * 2000) / (0.75 * 1000 + 0.25 * 500))
-    one = CpuSpread(typical_tasks([TaskShape(8000, 1000, 1)]))  # one ratio: 8 per milli
-    assert one(16_000, (1000, 1000)) == 0.0  # CPU for both GPUs
-    assert one(8_000, (1000, 1000)) == pytest.approx(1000.0)  # one idles
-    assert one(0, (0, 0)) == 0.0
+    assert stranded_milli(16_000, (1000, 1000), 8.0) == 0.0  # CPU for both GPUs
+    assert stranded_milli(8_000, (1000, 1000), 8.0) == pytest.approx(1000.0)  # one idles
     assert cpu_per_gpu_milli(typical_tasks([TaskShape(4000, 0, 0)])) is None  # CPU-only
-    # Spread: half the GPU-milli asks 2 per milli, half 16 (each share counts by its
-    # GPU-milli). 4 per free milli feeds the light half and a quarter of the heavy one's.
-    spread = CpuSpread(typical_tasks([TaskShape(2000, 1000, 1), TaskShape(8000, 500, 1)]
-                                     + [TaskShape(8000, 500, 1)]))
-    assert spread(8000, (1000, 1000)) == pytest.approx(2000 * 0.5 * (1 - 4 / 16))
-    assert spread(40_000, (1000, 1000)) == 0.0  # 20 per milli feeds every task
-    # the CPU-only excess of the reserve counts on every task's ratio
-    assert CpuSpread(typical_tasks([TaskShape(4000, 1000, 1)]), extra=4.0)(
-        8000, (1000, 1000)) == pytest.approx(1000.0)
-
-
-def test_a_heavy_task_packs_where_the_light_half_still_fills_the_node() -> None:
-    from swarmgpu.allocator.scorer import SwarmScorer
-
-    # Half the tasks ask 1 CPU per GPU, half 19: 10 on average. "used" (listed second)
-    # has 72 CPU for its 7 free GPUs, below the mean: by the mean alone a 19-CPU task
-    # there strands GPUs that a fresh node would not, and it goes to "fresh"; with the
-    # spread the light half still fills "used", the two cost the same, and packing the
-    # used node first wins.
-    def place(tasks: tuple[TypicalTask, ...]) -> str:
-        a = Allocator(SwarmScorer(tasks))
-        a.add_node(NodeSpec("fresh", gpus(8), cpu_milli=96_000, memory_mib=1 << 20))
-        a.add_node(NodeSpec("used", gpus(8), cpu_milli=96_000, memory_mib=1 << 20))
-        a.commit(Choice("used", (0,), (1000,), 0.0, "", cpu_milli=24_000))
-        got = a.place(Demand(num_gpu=1, cpu_milli=19_000))
-        assert isinstance(got, Choice)
-        return got.node
-
-    assert place(typical_tasks([TaskShape(1000, 1000, 1), TaskShape(19_000, 1000, 1)])) == "used"
-    assert place(typical_tasks([TaskShape(10_000, 1000, 1)])) == "fresh"
 
 
 def test_cpu_heavy_gpu_task_goes_to_the_cpu_rich_node() -> None:

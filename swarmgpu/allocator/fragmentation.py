@@ -158,40 +158,14 @@ def cpu_excess_per_gpu_milli(tasks: tuple[TypicalTask, ...], cluster_cpu_milli: 
     return max(0.0, c_all - cluster_cpu_milli / cluster_gpu_milli)
 
 
-class CpuSpread:
-    """Free GPU-milli a node's CPU is expected not to feed, over the workload's spread of
-    CPU per GPU-milli: ``f * sum_i w_i * max(0, 1 - rho / r_i)``, with ``f`` the node's
-    free GPU-milli, ``rho`` its CPU left per free GPU-milli, ``r_i`` what a typical GPU
-    task asks per GPU-milli (plus ``extra``, the reserve's CPU-only excess,
-    ``cpu_excess_per_gpu_milli``) and ``w_i`` that task's share of the GPU-milli asked.
+def stranded_milli(cpu_left: int, free: tuple[int, ...], cpu_per_milli: float) -> float:
+    """Free GPU-milli the node's CPU cannot feed at the workload's CPU-per-GPU ratio.
 
     FGD only sees CPU when a typical task stops fitting, which happens late: by then a
     CPU-poor node has given its CPU to CPU-heavy tasks and its last GPUs stay idle. This
-    measures that risk early, in the same unit as fragmentation. With one ratio ``c`` it
-    is ``max(0, f - cpu_left / c)``: what the CPU cannot feed at the mean, the rule
-    before, which read the workload through its mean alone. Where the tasks' CPU is
-    spread, a node below the mean still feeds the lighter tasks, and each task counts
-    only the part its own ratio cannot get: measured on x-cpubimodal (half the GPU pods
-    at a tenth of their CPU, half at twice), the mean sent every CPU-heavy pod to a fresh
-    node, and the nodes with every GPU free ran out before FGD's (docs/simulate.md,
-    "Which pods fail on x-cpubimodal").
+    measures that risk early, in the same unit as fragmentation.
     """
-
-    def __init__(self, tasks: tuple[TypicalTask, ...], extra: float = 0.0) -> None:
-        gpu = [(t.weight * t.shape.num_gpu * t.shape.gpu_milli,
-                t.shape.cpu_milli / (t.shape.num_gpu * t.shape.gpu_milli) + extra)
-               for t in tasks if t.shape.num_gpu and t.shape.gpu_milli > 0]
-        total = sum(w for w, _r in gpu)
-        # (share of the GPU-milli asked, CPU per GPU-milli); a task asking no CPU is
-        # fed anywhere
-        self.ratios = tuple((w / total, r) for w, r in gpu if r > 0) if total > 0 else ()
-
-    def __call__(self, cpu_left: int, free: tuple[int, ...]) -> float:
-        f = sum(free)
-        if f <= 0:
-            return 0.0
-        rho = max(0, cpu_left) / f
-        return f * sum(w * (1.0 - rho / r) for w, r in self.ratios if r > rho)
+    return max(0.0, sum(free) - cpu_left / cpu_per_milli)
 
 
 class CpuUnfit:
@@ -200,11 +174,11 @@ class CpuUnfit:
     them the node's free GPU is unusable, whatever its shares (FGD's fragmentation counts
     it so, per task).
 
-    ``CpuSpread`` prices CPU by each task's CPU per GPU-milli, smoothly and early; this
-    is the step each task shape meets when the CPU left drops below its own ask.
-    ``SwarmScorer`` counts it where the workload asks more CPU than the cluster has
+    ``stranded_milli`` prices CPU by the workload's mean CPU per GPU-milli, linearly and
+    early; this is the step each task shape meets when the CPU left drops below its own
+    ask. ``SwarmScorer`` counts it where the workload asks more CPU than the cluster has
     (``cpu_excess_per_gpu_milli`` > 0: CPU runs out cluster-wide, so which tasks a node's
-    last CPU still fits decides which GPUs are used): there the ratio alone let CPU-only
+    last CPU still fits decides which GPUs are used): there the mean alone let CPU-only
     pods take the CPU of nodes whose GPUs then idled, 1-4 points below FGD with a third
     to a half of the pods CPU-only. Where the CPU suffices it only pulled GPU work toward
     CPU-poor nodes, against the pairing of shares (0.1-1 point lost; docs/simulate.md,
@@ -266,7 +240,7 @@ def residual_waste_table(tasks: tuple[TypicalTask, ...], product: str,
     the free share is usable *now*, so it rates a 0.35 hole beside a 0.65 share worse
     than a 0.12 one; this asks what will be left at the end, where the 0.35 hole likely
     takes a 0.32 share (0.03 left) and the 0.12 hole stays empty. Whole-GPU demands of
-    several GPUs count per GPU (1000 each); CPU is left to ``CpuSpread``.
+    several GPUs count per GPU (1000 each); CPU is left to ``stranded_milli``.
 
     ``stop`` is the weight, beside the tasks' (which sum to 1), of the draw that ends it:
     no further task is offered to this GPU (the cluster fills first, or the tasks that

@@ -9,7 +9,6 @@ from typing import Protocol
 from swarmgpu.allocator.fragmentation import (
     MILLI,
     STOP_WEIGHT,
-    CpuSpread,
     CpuUnfit,
     Hosts,
     ResidualWaste,
@@ -19,6 +18,7 @@ from swarmgpu.allocator.fragmentation import (
     cpu_reserve_per_gpu_milli,
     restricted_demand,
     restricted_pressure,
+    stranded_milli,
 )
 from swarmgpu.allocator.untouched import (
     Groups,
@@ -66,8 +66,8 @@ class SwarmScorer:
     leave unused once the workload's typical tasks have kept filling it: placement pairs
     shares that complete each other (0.65 with 0.32, not with 0.23) instead of only
     keeping the free share usable now, as FGD's fragmentation does. Stranded capacity is
-    the free GPU-milli a node's CPU is expected not to feed over the workload's spread of
-    CPU per GPU-milli (``CpuSpread``): counting its growth sends CPU-heavy tasks to CPU-rich nodes
+    the free GPU-milli a node's CPU cannot feed at the workload's mean CPU per GPU-milli
+    (``stranded_milli``): counting its growth sends CPU-heavy tasks to CPU-rich nodes
     before the CPU runs out. Where the workload asks more CPU than the cluster has, each
     typical one-GPU task also meets its own step: once the node's CPU left is below what
     it asks, it cannot use the node's free GPU at all (``CpuUnfit``, FGD's per-task view
@@ -142,15 +142,12 @@ class SwarmScorer:
     def _set_cpu_reserve(self) -> None:
         self._cost.clear()
         gpu = sum(self.capacity.values())
-        excess = cpu_excess_per_gpu_milli(self.workload, self.cluster_cpu, gpu)
         self.cpu_per_milli = cpu_reserve_per_gpu_milli(
             self.workload, self.cluster_cpu, gpu) if self.workload else None
-        # None: no GPU task asks CPU, so none is stranded
-        self.cpu_spread = (CpuSpread(self.workload, excess)
-                           if self.cpu_per_milli is not None else None)
         # the per-task CPU step counts once the workload asks more CPU than the cluster
         # has (``CpuUnfit``)
-        self.cpu_short = bool(self.workload) and excess > 0
+        self.cpu_short = bool(self.workload) and cpu_excess_per_gpu_milli(
+            self.workload, self.cluster_cpu, gpu) > 0
 
     def observe_cluster(self, capacity: Mapping[str, int], free: Mapping[str, int],
                         cpu_milli: int = 0, hosts: Hosts | None = None,
@@ -254,9 +251,10 @@ class SwarmScorer:
         return cost
 
     def _stranded(self, cpu_left: int | None, free: tuple[int, ...]) -> float:
-        if self.cpu_spread is None or cpu_left is None:
+        c = self.cpu_per_milli
+        if c is None or cpu_left is None:
             return 0.0
-        return self.cpu_spread(cpu_left, free)
+        return stranded_milli(cpu_left, free, c)
 
     def _delta(self, node: NodeState, d: Demand, gpu: int | None,
                before: float | None = None) -> float:
