@@ -162,14 +162,52 @@ def test_without_a_workload_used_nodes_then_best_fit() -> None:
 
 
 def test_stranded_capacity_is_what_the_cpu_cannot_feed() -> None:
-    from swarmgpu.allocator.fragmentation import cpu_per_gpu_milli, stranded_milli
+    from swarmgpu.allocator.fragmentation import CpuSpread, cpu_per_gpu_milli, stranded_milli
 
     tasks = typical_tasks([TaskShape(8000, 1000, 1)] * 3 + [TaskShape(2000, 500, 1)])
     c = cpu_per_gpu_milli(tasks)
     assert c == pytest.approx((0.75 * 8000 + 0.25 * 2000) / (0.75 * 1000 + 0.25 * 500))
+    one = CpuSpread(typical_tasks([TaskShape(8000, 1000, 1)]))  # one ratio: 8 per milli
+    assert one(16_000, (1000, 1000)) == 0.0  # CPU for both GPUs
+    assert one(8_000, (1000, 1000)) == pytest.approx(1000.0)  # one idles
+    assert one(0, (0, 0)) == 0.0
+    assert cpu_per_gpu_milli(typical_tasks([TaskShape(4000, 0, 0)])) is None  # CPU-only
+    # Spread: half the GPU-milli asks 2 per milli, half 16 (each share counts by its
+    # GPU-milli): 9 on average. s(rho) = 0.5 max(0, 1 - rho/2) + 0.5 max(0, 1 - rho/16).
+    spread = CpuSpread(typical_tasks([TaskShape(2000, 1000, 1), *[TaskShape(8000, 500, 1)] * 2]))
+
+    def s(rho: float) -> float:
+        return 0.5 * max(0, 1 - rho / 2) + 0.5 * max(0, 1 - rho / 16)
+
+    # 4 per free milli feeds the light half and a quarter of the heavy one's: below the
+    # mean's line (2000 * (1 - 4/9)), as the light tasks still use the node
+    assert spread(8000, (1000, 1000)) == pytest.approx(2000 * (s(4) - s(9)) / (s(0) - s(9)))
+    assert spread(8000, (1000, 1000)) < 2000 * (1 - 4 / 9)
+    assert spread(0, (1000, 1000)) == pytest.approx(2000.0)  # no CPU: all idles
+    # at the mean or above nothing counts, though the heavy half asks more (16)
+    assert spread(18_000, (1000, 1000)) == pytest.approx(0.0)
+    assert spread(24_000, (1000, 1000)) == 0.0
+    # where the CPU is short, the mean's line (the reserve's ratio, excess included)
     assert stranded_milli(16_000, (1000, 1000), 8.0) == 0.0  # CPU for both GPUs
     assert stranded_milli(8_000, (1000, 1000), 8.0) == pytest.approx(1000.0)  # one idles
-    assert cpu_per_gpu_milli(typical_tasks([TaskShape(4000, 0, 0)])) is None  # CPU-only
+
+
+def test_a_light_task_does_not_break_a_fresh_node_for_a_ratio_it_cannot_host() -> None:
+    from swarmgpu.allocator.scorer import SwarmScorer
+
+    # One-GPU tasks of 1 CPU and 8-GPU ones of 120 (15 per GPU; they need a node of 120
+    # CPU), the same GPU-milli each: 8 CPU per GPU on average. The 96-CPU nodes (12 per
+    # GPU) are above the mean, so neither strands anything: the light task packs onto
+    # the used node. Counting the shortfall up to the heaviest ratio (15) priced the
+    # fresh node's 12 per GPU as stranding that any light task there relieved, so light
+    # tasks broke whole nodes (multigpu60s11, seed 43: 94.56 against 97.40).
+    tasks = typical_tasks([TaskShape(1000, 1000, 1)] * 8 + [TaskShape(120_000, 1000, 8)])
+    a = Allocator(SwarmScorer(tasks))
+    a.add_node(NodeSpec("fresh", gpus(8), cpu_milli=96_000, memory_mib=1 << 20))
+    a.add_node(NodeSpec("used", gpus(8), cpu_milli=96_000, memory_mib=1 << 20))
+    a.commit(Choice("used", (0,), (1000,), 0.0, "", cpu_milli=1000))
+    got = a.place(Demand(num_gpu=1, cpu_milli=1000))
+    assert isinstance(got, Choice) and got.node == "used"
 
 
 def test_cpu_heavy_gpu_task_goes_to_the_cpu_rich_node() -> None:

@@ -9,6 +9,7 @@ from typing import Protocol
 from swarmgpu.allocator.fragmentation import (
     MILLI,
     STOP_WEIGHT,
+    CpuSpread,
     CpuUnfit,
     Hosts,
     ResidualWaste,
@@ -66,14 +67,14 @@ class SwarmScorer:
     leave unused once the workload's typical tasks have kept filling it: placement pairs
     shares that complete each other (0.65 with 0.32, not with 0.23) instead of only
     keeping the free share usable now, as FGD's fragmentation does. Stranded capacity is
-    the free GPU-milli a node's CPU cannot feed at the workload's mean CPU per GPU-milli
-    (``stranded_milli``): counting its growth sends CPU-heavy tasks to CPU-rich nodes
-    before the CPU runs out. Where the workload asks more CPU than the cluster has, each
-    typical one-GPU task also meets its own step: once the node's CPU left is below what
-    it asks, it cannot use the node's free GPU at all (``CpuUnfit``, FGD's per-task view
-    of CPU), so taking CPU where it stops common tasks costs what they would have used
-    there (without it CPU-only pods took the CPU of nodes whose GPUs then idled: 1-4
-    points below FGD).
+    the free GPU-milli a node's CPU is expected not to feed, from the workload's spread of
+    CPU per GPU-milli below its mean (``CpuSpread``): counting its growth sends CPU-heavy
+    tasks to CPU-rich nodes before the CPU runs out. Where the workload asks more CPU
+    than the cluster has, each typical one-GPU task also meets its own step: once the
+    node's CPU left is below what it asks, it cannot use the node's free GPU at all
+    (``CpuUnfit``, FGD's per-task view of CPU), so taking CPU where it stops common tasks
+    costs what they would have used there (without it CPU-only pods took the CPU of nodes
+    whose GPUs then idled: 1-4 points below FGD).
 
     Model-pinned tasks: residual waste rates every model's free capacity as equally good
     for a task that may run anywhere, so unpinned tasks filled the models most pinned
@@ -148,6 +149,12 @@ class SwarmScorer:
         # has (``CpuUnfit``)
         self.cpu_short = bool(self.workload) and cpu_excess_per_gpu_milli(
             self.workload, self.cluster_cpu, gpu) > 0
+        # The spread only while the cluster's CPU suffices: once it is short every CPU
+        # milli a task takes is some GPU's, the light tasks cannot be counted on to use
+        # what a node has left, and the mean's straight line holds (y-cpuonly4, held
+        # out: 0.4-1.1 points lost with the spread). None: no GPU task asks CPU.
+        self.cpu_spread = (CpuSpread(self.workload)
+                           if self.cpu_per_milli is not None and not self.cpu_short else None)
 
     def observe_cluster(self, capacity: Mapping[str, int], free: Mapping[str, int],
                         cpu_milli: int = 0, hosts: Hosts | None = None,
@@ -254,6 +261,8 @@ class SwarmScorer:
         c = self.cpu_per_milli
         if c is None or cpu_left is None:
             return 0.0
+        if self.cpu_spread is not None:
+            return self.cpu_spread(cpu_left, free)
         return stranded_milli(cpu_left, free, c)
 
     def _delta(self, node: NodeState, d: Demand, gpu: int | None,
