@@ -180,13 +180,13 @@ class CpuSpread:
     as ``f * (s(rho) - s(c)) / (s(0) - s(c))`` below ``c`` and not at all above it.
 
     With one ratio it is ``stranded_milli``'s ``max(0, f - cpu_left / c)``, what the CPU
-    cannot feed at the mean, the rule before.
-    Where the tasks' CPU is spread, a node below the mean still feeds the lighter tasks:
-    ``s`` falls steeply while ``rho`` is below the light tasks' ratio and gently above,
-    so a CPU-heavy task packs onto a used node whose CPU the light tasks can still use.
-    By the mean's straight line every CPU-heavy pod of x-cpubimodal (half the GPU pods at
-    a tenth of their CPU, half at twice) went to a fresh node, and the nodes with every
-    GPU free ran out before FGD's (docs/simulate.md, "Which pods fail on x-cpubimodal").
+    cannot feed at the mean, the rule before. Where the tasks' CPU is spread, a node
+    below the mean still feeds the lighter tasks: ``s`` falls steeply while ``rho`` is
+    below the light tasks' ratio and gently above, so a CPU-heavy task packs onto a used
+    node whose CPU the light tasks can still use. By the mean's straight line every
+    CPU-heavy pod of x-cpubimodal (half the GPU pods at a tenth of their CPU, half at
+    twice) went to a fresh node, and the nodes with every GPU free ran out before FGD's
+    (docs/simulate.md, "Which pods fail on x-cpubimodal").
     Above the mean nothing counts, as before: ``s`` itself is positive up to the
     heaviest task's ratio, so a fresh 8-GPU node with 12 CPU per GPU "stranded" for
     8-GPU pods of 15 per GPU it cannot host at all, and any task that raised its ratio,
@@ -227,11 +227,12 @@ class CpuUnfit:
     them the node's free GPU is unusable, whatever its shares (FGD's fragmentation counts
     it so, per task).
 
-    ``CpuSpread`` prices CPU by each task's CPU per GPU-milli, smoothly and early; this
-    is the step each task shape meets when the CPU left drops below its own ask.
-    ``SwarmScorer`` counts it where the workload asks more CPU than the cluster has
+    ``stranded_milli`` prices CPU by the workload's mean CPU per GPU-milli, linearly and
+    early (where the CPU suffices ``CpuSpread``, by its spread); this is the step each
+    task shape meets when the CPU left drops below its own ask. ``SwarmScorer`` counts it
+    where the workload asks more CPU than the cluster has
     (``cpu_excess_per_gpu_milli`` > 0: CPU runs out cluster-wide, so which tasks a node's
-    last CPU still fits decides which GPUs are used): there the ratio alone let CPU-only
+    last CPU still fits decides which GPUs are used): there the mean alone let CPU-only
     pods take the CPU of nodes whose GPUs then idled, 1-4 points below FGD with a third
     to a half of the pods CPU-only. Where the CPU suffices it only pulled GPU work toward
     CPU-poor nodes, against the pairing of shares (0.1-1 point lost; docs/simulate.md,
