@@ -203,9 +203,8 @@ class CpuSpread:
         self.ratios = tuple((w / total, r) for w, r in gpu if r > 0) if total > 0 else ()
         # the GPU-milli-weighted mean ratio
         self.mean = sum(w * r for w, r in self.ratios)
-        at_mean = self._short(self.mean)
-        span = self._short(0.0) - at_mean
-        self.floor = at_mean
+        self.floor = self._short(self.mean)
+        span = self._short(0.0) - self.floor
         self.scale = 1.0 / span if span > 0 else 0.0
 
     def _short(self, rho: float) -> float:
