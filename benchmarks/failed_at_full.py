@@ -5,13 +5,20 @@ arrived in, beside the nodes with every GPU free at each level (docs/simulate.md
 
     .venv/bin/python benchmarks/failed_at_full.py --pods derived.csv --seeds 44,47
     .venv/bin/python benchmarks/failed_at_full.py --trace default --from 80
+    .venv/bin/python benchmarks/failed_at_full.py --pods derived.csv --rebalance-moves 2 \
+        --breakers G3
 
 The replays are the ones ``simulate --policy swarmgpu,fgd`` runs (swarmgpu's through
 ``sim.swarm_replay.Replay``, the daemon's planner; FGD's through ``sim.replay.replay``),
 read at each level's record. Per seed and policy: the allocation at the level; the pods
 failed by then, by (GPUs, GPU-milli of one, cores asked); the multi-GPU ones each with
 the band it arrived in; and, from --from to the level, the nodes with every GPU free, by
-GPUs per node (what a task asking all of a node needs). Figures, not assertions.
+GPUs per node (what a task asking all of a node needs). ``--rebalance-moves N``: both
+replays move as ``simulate --rebalance-moves N`` has them. ``--breakers MODEL``: what took
+the untouched nodes of a GPU model (every GPU free, all the CPU left: what a task asking
+a whole node of that model needs), by the band it arrived in, and how many were left;
+swarmgpu's read after each arrival and each round of moves, FGD's at each commit (its
+rescues count as placements of the tasks they move). Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -19,24 +26,28 @@ from __future__ import annotations
 import random
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from free_at_full import fgd_reading, level_inputs, level_parser  # noqa: E402
+from free_at_full import fgd_reading, level_inputs, level_parser, moved  # noqa: E402
 
 from swarmgpu.allocator.core import Allocator  # noqa: E402
-from swarmgpu.allocator.values import Choice, NodeSpec  # noqa: E402
+from swarmgpu.allocator.scorer import Scorer  # noqa: E402
+from swarmgpu.allocator.values import Choice, NodeSpec, NodeState  # noqa: E402
 from swarmgpu.sim import replay as sim_replay  # noqa: E402
 from swarmgpu.sim.runs import LEVEL_STEP, RunResult, pod_kind  # noqa: E402
-from swarmgpu.sim.swarm_replay import Replay  # noqa: E402
+from swarmgpu.sim.swarm_replay import FragmentationMover, Replay  # noqa: E402
 from swarmgpu.sim.trace import TracePod  # noqa: E402
 
 # (GPUs, GPU-milli of one, cores asked): a failed pod's shape
 Shape = tuple[int, int, float]
 # a failed pod and the level band it arrived in (the first level recorded after it)
 Failed = tuple[TracePod, int]
+# what took an untouched node (a shape, or "moves"), its band, the untouched nodes left
+Break = tuple[str, int, int]
 
 
 def shape(p: TracePod) -> Shape:
@@ -59,6 +70,13 @@ class EmptyFit:
         return got
 
 
+def untouched(alloc: Allocator, model: str) -> int:
+    """Nodes of ``model`` with every GPU free and all their CPU left."""
+    return sum(1 for n in alloc.nodes.values()
+               if n.product == model and n.free and sum(n.free) == n.capacity
+               and n.cpu_left == n.spec.cpu_milli)
+
+
 def whole_nodes(alloc: Allocator) -> Counter[int]:
     """GPUs per node -> nodes with every GPU free."""
     out: Counter[int] = Counter()
@@ -69,10 +87,16 @@ def whole_nodes(alloc: Allocator) -> Counter[int]:
 
 
 class _Reading(Replay):
-    """swarmgpu's replay, read at every level, its failures with their band."""
+    """swarmgpu's replay, read at every level, its failures with their band; with
+    ``model``, what took that model's untouched nodes."""
 
-    def __init__(self, nodes: list[NodeSpec], pods: list[TracePod], seed: int) -> None:
+    def __init__(self, nodes: list[NodeSpec], pods: list[TracePod], seed: int,
+                 model: str | None = None) -> None:
         super().__init__(nodes, pods, seed)
+        self.model = model
+        self.left = untouched(self.planner.cluster.alloc, model) if model else 0
+        self.taken: list[str] = []  # since the last record
+        self.breaks: list[Break] = []
         self.whole: dict[int, Counter[int]] = {}
         self.failed_pods: list[Failed] = []
         self._band: list[int] = []  # positions failed since the last record
@@ -84,38 +108,112 @@ class _Reading(Replay):
 
         self.res.failed_one = failed_one  # type: ignore[method-assign]
 
+    def watch(self, what: str) -> None:
+        """Count the untouched nodes of ``model`` again; ``what`` took those gone."""
+        if self.model is None:
+            return
+        now = untouched(self.planner.cluster.alloc, self.model)
+        self.taken += [what] * (self.left - now)
+        self.left = now
+
+    def arrival(self) -> None:
+        last = next(reversed(self.new.values()), None)  # the pod that just arrived
+        super().arrival()
+        self.watch(str(shape(last[1])) if last is not None else "a cycle")
+
+    def place_cpu_pod(self, idx: int, pod: TracePod) -> None:
+        super().place_cpu_pod(idx, pod)
+        self.watch(str(shape(pod)))
+
+    def cycle(self) -> None:
+        super().cycle()
+        self.watch("a cycle")
+
     def record(self, level: int) -> None:
         super().record(level)
         self.failed_pods += [(self.order[p - 1], level) for p in self._band]
         self._band.clear()
         self.whole[level] = whole_nodes(self.planner.cluster.alloc)
+        self.breaks += [(what, level, self.left) for what in self.taken]
+        self.taken.clear()
 
 
-def fgd_failures(nodes: list[NodeSpec], pods: list[TracePod],
-                 seed: int) -> tuple[RunResult, list[Failed], dict[int, Counter[int]]]:
-    """FGD's replay (``simulate --policy fgd``), read at every level: its loop keeps the
-    allocator to itself, so failures are read where it names their kind
-    (``pod_kind``) and whole nodes where it records a level (``fgd_reading``)."""
+class _WatchedMover(FragmentationMover):
+    """The fragmentation mover, its round of moves then counted by ``_Reading.watch``."""
+
+    def __call__(self, rp: Replay, budget: int) -> int:
+        made = super().__call__(rp, budget)
+        if isinstance(rp, _Reading):
+            rp.watch("moves")
+        return made
+
+
+def _whole_of(node: NodeState, model: str) -> bool:
+    return (node.product == model and sum(node.free) == node.capacity
+            and node.cpu_left == node.spec.cpu_milli)
+
+
+def _watched(alloc: Allocator, model: str, taken: list[str]) -> Allocator:
+    """``alloc`` whose commits that take an untouched node of ``model`` are told in
+    ``taken``: the committed task's shape, or "moves" for a defragmenting move."""
+    plain = alloc.commit
+
+    def commit(choice: Choice) -> None:
+        node = alloc.nodes[choice.node]
+        was = _whole_of(node, model)
+        plain(choice)
+        if was and not _whole_of(node, model):
+            one = choice.milli[0] if choice.milli else 0
+            taken.append("moves" if choice.explanation == "defragmenting move" else str(
+                (len(choice.gpus), one, round(choice.cpu_milli / 1000, 1))))
+
+    alloc.commit = commit  # type: ignore[method-assign]
+    return alloc
+
+
+FgdReading = tuple[RunResult, list[Failed], dict[int, Counter[int]], list[Break]]
+
+
+def fgd_failures(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
+                 moves: float = 0.0, model: str | None = None) -> FgdReading:
+    """FGD's replay (``simulate --policy fgd``, with ``moves`` per 100 pods), read at
+    every level: its loop keeps the allocator to itself, so failures are read where it
+    names their kind (``pod_kind``), whole nodes where it records a level
+    (``fgd_reading``), and with ``model`` what took that model's untouched nodes where
+    it builds the allocator (``build_allocator``, its commits watched)."""
     band: list[TracePod] = []
     failed: list[Failed] = []
     whole: dict[int, Counter[int]] = {}
-    plain_kind = pod_kind  # the replay's own name for it is patched for the run
+    taken: list[str] = []
+    breaks: list[Break] = []
+    plain_kind = pod_kind  # the replay's own names for these are patched for the run
+    plain_build = sim_replay.build_allocator
 
     def kind(p: TracePod) -> str:
         band.append(p)
         return plain_kind(p)
 
+    def build(nodes: Sequence[NodeSpec], scorer: Scorer, rng: random.Random) -> Allocator:
+        alloc = plain_build(nodes, scorer, rng)
+        return alloc if model is None else _watched(alloc, model, taken)
+
     def level_read(level: int, alloc: Allocator) -> None:
         failed.extend((p, level) for p in band)
         band.clear()
         whole[level] = whole_nodes(alloc)
+        if model is not None:
+            left = untouched(alloc, model)
+            breaks.extend((what, level, left) for what in taken)
+            taken.clear()
 
     setattr(sim_replay, "pod_kind", kind)  # noqa: B010 (not exported, by mypy's reading)
+    sim_replay.build_allocator = build
     try:
-        res = fgd_reading(nodes, pods, seed, level_read)
+        res = fgd_reading(nodes, pods, seed, level_read, moves)
     finally:
         setattr(sim_replay, "pod_kind", plain_kind)  # noqa: B010
-    return res, failed, whole
+        sim_replay.build_allocator = plain_build
+    return res, failed, whole, breaks
 
 
 def report(name: str, seed: int, level: int, start: int, res: RunResult,
@@ -139,20 +237,42 @@ def report(name: str, seed: int, level: int, start: int, res: RunResult,
         print(f"    {lv:3d}: " + ", ".join(f"{g}: {v}" for g, v in sorted(w.items())))
 
 
+def report_breaks(name: str, seed: int, model: str, level: int, breaks: list[Break]) -> None:
+    by = [b for b in breaks if b[1] <= level]
+    print(f"seed {seed} {name}: untouched {model} nodes taken by % arrived, by what took "
+          "them (a shape: the task placed; moves: a round of moves), and how many were left")
+    bands = sorted({lv for _w, lv, _left in by})
+    for lv in bands:
+        here = [(what, left) for what, b, left in by if b == lv]
+        counts = Counter(what for what, _left in here)
+        print(f"    {lv:3d}: {len(here)} taken, {here[-1][1]} left: " + ", ".join(
+            f"{what}: {v}" for what, v in sorted(counts.items())))
+
+
 def main() -> int:
     ap = level_parser(__doc__.split("\n\n")[0])
     ap.add_argument("--from", dest="start", type=int, default=75,
                     help="first level of the whole-node rows, %% (5 steps)")
+    ap.add_argument("--breakers", metavar="MODEL",
+                    help="what took the untouched nodes of this GPU model (e.g. G3)")
     args = ap.parse_args()
     seeds, nodes, pods = level_inputs(ap, args, {"--level": args.level, "--from": args.start})
+    models = sorted({g.product for n in nodes for g in n.gpus})
+    if args.breakers is not None and args.breakers not in models:
+        ap.error(f"--breakers {args.breakers}: no node has that GPU model; the cluster's "
+                 f"are {', '.join(models)}")
     fits = EmptyFit(nodes)
+    moves = args.rebalance_moves
     for seed in seeds:
-        rp = _Reading(nodes, pods, seed)
-        rp.run()
+        rp = _Reading(nodes, pods, seed, args.breakers)
+        moved(rp, pods, moves, _WatchedMover)
         report("swarmgpu", seed, args.level, args.start, rp.res, rp.failed_pods, rp.whole,
                fits)
-        res, failed, whole = fgd_failures(nodes, pods, seed)
+        res, failed, whole, breaks = fgd_failures(nodes, pods, seed, moves, args.breakers)
         report("fgd", seed, args.level, args.start, res, failed, whole, fits)
+        if args.breakers is not None:
+            report_breaks("swarmgpu", seed, args.breakers, args.level, rp.breaks)
+            report_breaks("fgd", seed, args.breakers, args.level, breaks)
     return 0
 
 

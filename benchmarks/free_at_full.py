@@ -5,10 +5,12 @@ arrived by then (docs/simulate.md, "What is free at 100% arrived").
     .venv/bin/python benchmarks/free_at_full.py                     # default, seed 42
     .venv/bin/python benchmarks/free_at_full.py --trace gpushare40 --seeds 42-44
     .venv/bin/python benchmarks/free_at_full.py --pods derived.csv --level 130
+    .venv/bin/python benchmarks/free_at_full.py --trace default --rebalance-moves 2
 
 The replays are the ones ``simulate --policy swarmgpu,fgd`` runs (swarmgpu's through
-``sim.swarm_replay.Replay``, the daemon's planner), read at the level's record. Per seed
-and policy: the allocation and the pods failed by then; the free
+``sim.swarm_replay.Replay``, the daemon's planner), read at the level's record; with
+``--rebalance-moves N`` both replays move as ``simulate --rebalance-moves N`` has them
+(``moved``). Per seed and policy: the allocation and the pods failed by then; the free
 GPU-milli of partly used GPUs by how much is free on the GPU (exact values, count of
 GPUs and their milli); the whole free GPUs, by node model and the node's CPU left (a
 whole GPU on a node with no CPU left serves no one); then the shares (one GPU, less
@@ -31,8 +33,17 @@ from swarmgpu.allocator.fragmentation import FragCache  # noqa: E402
 from swarmgpu.allocator.values import NodeSpec  # noqa: E402
 from swarmgpu.sim import replay as sim_replay  # noqa: E402
 from swarmgpu.sim.cli_entry import parse_seeds  # noqa: E402
-from swarmgpu.sim.runs import LEVEL_STEP, RunResult, arrival_order, pod_kind  # noqa: E402
-from swarmgpu.sim.swarm_replay import Replay  # noqa: E402
+from swarmgpu.sim.rebalance import Defragmenter, MoveRescuer  # noqa: E402
+from swarmgpu.sim.report import RESCUE_RESERVE  # noqa: E402
+from swarmgpu.sim.runs import (  # noqa: E402
+    LEVEL_STEP,
+    RunResult,
+    arrival_order,
+    pod_kind,
+    workload_of,
+)
+from swarmgpu.sim.swarm_replay import FragmentationMover, Replay  # noqa: E402
+from swarmgpu.sim.swarm_rescue import PlannerRescuer  # noqa: E402
 from swarmgpu.sim.trace import TracePod, load_nodes, load_pods  # noqa: E402
 from swarmgpu.sim.traces import NAMES, NODES, OPENB  # noqa: E402
 
@@ -67,11 +78,23 @@ class _Reading(Replay):
             self.read = tally(self.planner.cluster.alloc)
 
 
+def moved(rp: Replay, pods: list[TracePod], moves: float,
+          mover: type[FragmentationMover] = FragmentationMover) -> RunResult:
+    """swarmgpu's replay run with ``moves`` per 100 pods as ``simulate --rebalance-moves``
+    runs it (``sim.report``: the daemon's fragmentation mover, ``RESCUE_RESERVE`` of the
+    allowed moves kept for its ``defrag`` rescuer); 0: placing only."""
+    if not moves:
+        return rp.run()
+    rp.rescuer = PlannerRescuer()
+    return rp.run(moves, mover(pods, reserve=RESCUE_RESERVE))
+
+
 def fgd_reading(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
-                read: Callable[[int, Allocator], None]) -> RunResult:
-    """FGD's replay (``simulate --policy fgd``), with ``read(level, allocator)`` at each
-    level's record: its loop keeps the allocator to itself, and reads it once per level
-    through ``cluster_frag_milli``."""
+                read: Callable[[int, Allocator], None], moves: float = 0.0) -> RunResult:
+    """FGD's replay (``simulate --policy fgd``, with ``moves`` per 100 pods as
+    ``--rebalance-moves`` has it), with ``read(level, allocator)`` at each level's record:
+    its loop keeps the allocator to itself, and reads it once per level through
+    ``cluster_frag_milli``."""
     calls = 0
     plain = sim_replay.cluster_frag_milli
 
@@ -83,7 +106,11 @@ def fgd_reading(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
 
     sim_replay.cluster_frag_milli = reading
     try:
-        return sim_replay.replay(nodes, pods, "fgd", seed)
+        if not moves:
+            return sim_replay.replay(nodes, pods, "fgd", seed)
+        return sim_replay.replay(nodes, pods, "fgd", seed, moves_per_100=moves,
+                                 defrag=Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE),
+                                 rebalancer=MoveRescuer())
     finally:
         sim_replay.cluster_frag_milli = plain
 
@@ -110,6 +137,8 @@ def level_parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--pods", type=Path, help="pod CSV (default: the bundled trace's)")
     ap.add_argument("--seeds", default="42", help="e.g. 42 or 42-44")
     ap.add_argument("--level", type=int, default=100, help="arrived load, %% (5 steps)")
+    ap.add_argument("--rebalance-moves", type=float, default=0.0, metavar="N",
+                    help="moves per 100 arrived pods, as simulate's (default 0: placing only)")
     return ap
 
 
@@ -117,6 +146,8 @@ def level_inputs(ap: argparse.ArgumentParser, args: argparse.Namespace,
                  levels: dict[str, int]) -> tuple[list[int], list[NodeSpec], list[TracePod]]:
     """The seeds, nodes and pods of ``level_parser``'s options; a level in ``levels``
     (flag -> value) that the replay does not record, or a bad seed, is a usage error."""
+    if args.rebalance_moves < 0:
+        ap.error("--rebalance-moves: must be >= 0 (moves per 100 arrived pods)")
     for flag, v in levels.items():
         if v % LEVEL_STEP or not LEVEL_STEP <= v <= 130:
             ap.error(f"{flag}: a multiple of {LEVEL_STEP} from {LEVEL_STEP} to 130 "
@@ -136,7 +167,7 @@ def main() -> int:
     cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
     for seed in seeds:
         rp = _Reading(nodes, pods, seed, level=args.level)
-        rp.run()
+        moved(rp, pods, args.rebalance_moves)
         fgd_read: Tally = (Counter(), Counter())
 
         def at_level(level: int, alloc: Allocator) -> None:
@@ -144,7 +175,7 @@ def main() -> int:
             if level == args.level:
                 fgd_read = tally(alloc)
 
-        fgd = fgd_reading(nodes, pods, seed, at_level)
+        fgd = fgd_reading(nodes, pods, seed, at_level, args.rebalance_moves)
         for name, res, (partial, whole) in (("swarmgpu", rp.res, rp.read),
                                             ("fgd", fgd, fgd_read)):
             free = sum(k * v for k, v in partial.items()) + 1000 * sum(whole.values())
