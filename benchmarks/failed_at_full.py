@@ -70,11 +70,14 @@ class EmptyFit:
         return got
 
 
+def whole_of(node: NodeState, model: str) -> bool:
+    """A node of ``model`` with every GPU free and all its CPU left."""
+    return (node.product == model and bool(node.free) and sum(node.free) == node.capacity
+            and node.cpu_left == node.spec.cpu_milli)
+
+
 def untouched(alloc: Allocator, model: str) -> int:
-    """Nodes of ``model`` with every GPU free and all their CPU left."""
-    return sum(1 for n in alloc.nodes.values()
-               if n.product == model and n.free and sum(n.free) == n.capacity
-               and n.cpu_left == n.spec.cpu_milli)
+    return sum(1 for n in alloc.nodes.values() if whole_of(n, model))
 
 
 def whole_nodes(alloc: Allocator) -> Counter[int]:
@@ -148,11 +151,6 @@ class _WatchedMover(FragmentationMover):
         return made
 
 
-def _whole_of(node: NodeState, model: str) -> bool:
-    return (node.product == model and sum(node.free) == node.capacity
-            and node.cpu_left == node.spec.cpu_milli)
-
-
 def _watched(alloc: Allocator, model: str, taken: list[str]) -> Allocator:
     """``alloc`` whose commits that take an untouched node of ``model`` are told in
     ``taken``: the committed task's shape, or "moves" for a defragmenting move."""
@@ -160,9 +158,9 @@ def _watched(alloc: Allocator, model: str, taken: list[str]) -> Allocator:
 
     def commit(choice: Choice) -> None:
         node = alloc.nodes[choice.node]
-        was = _whole_of(node, model)
+        was = whole_of(node, model)
         plain(choice)
-        if was and not _whole_of(node, model):
+        if was and not whole_of(node, model):
             one = choice.milli[0] if choice.milli else 0
             taken.append("moves" if choice.explanation == "defragmenting move" else str(
                 (len(choice.gpus), one, round(choice.cpu_milli / 1000, 1))))
