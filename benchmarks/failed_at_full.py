@@ -7,6 +7,7 @@ arrived in, beside the nodes with every GPU free at each level (docs/simulate.md
     .venv/bin/python benchmarks/failed_at_full.py --trace default --from 80
     .venv/bin/python benchmarks/failed_at_full.py --pods derived.csv --rebalance-moves 2 \
         --breakers G3
+    .venv/bin/python benchmarks/failed_at_full.py --pods derived.csv --from 40 --by-class
 
 The replays are the ones ``simulate --policy swarmgpu,fgd`` runs (swarmgpu's through
 ``sim.swarm_replay.Replay``, the daemon's planner; FGD's through ``sim.replay.replay``),
@@ -14,7 +15,9 @@ read at each level's record. Per seed and policy: the allocation at the level; t
 failed by then, by (GPUs, GPU-milli of one, cores asked); the multi-GPU ones each with
 the band it arrived in; and, from --from to the level, the nodes with every GPU free, by
 GPUs per node (what a task asking all of a node needs). ``--rebalance-moves N``: both
-replays move as ``simulate --rebalance-moves N`` has them. ``--breakers MODEL``: what took
+replays move as ``simulate --rebalance-moves N`` has them. ``--by-class``: from --from to
+the level, per node class (GPU model, GPUs, cores) the nodes untouched and the share of
+its GPU and CPU in use, each policy beside the other. ``--breakers MODEL``: what took
 the untouched nodes of a GPU model (every GPU free, all the CPU left: what a task asking
 a whole node of that model needs), by the band it arrived in, and how many were left;
 swarmgpu's read after each arrival and each round of moves, FGD's at each commit (its
@@ -48,6 +51,10 @@ Shape = tuple[int, int, float]
 Failed = tuple[TracePod, int]
 # what took an untouched node (a shape, or "moves"), its band, the untouched nodes left
 Break = tuple[str, int, int]
+# a node class: (GPU model, GPUs, cores)
+NodeClass = tuple[str, int, int]
+# per class: nodes, untouched nodes, GPU-milli used, GPU-milli, CPU milli used, CPU milli
+Use = dict[NodeClass, list[int]]
 
 
 def shape(p: TracePod) -> Shape:
@@ -80,6 +87,20 @@ def untouched(alloc: Allocator, model: str) -> int:
     return sum(1 for n in alloc.nodes.values() if whole_of(n, model))
 
 
+def class_use(alloc: Allocator) -> Use:
+    """Per node class: nodes, untouched ones (``whole_of``), GPU and CPU used and held."""
+    out: Use = {}
+    for n in alloc.nodes.values():
+        cpu = n.spec.cpu_milli
+        if not n.free or cpu is None:
+            continue
+        r = out.setdefault((n.product, len(n.free), cpu // 1000), [0] * 6)
+        for i, v in enumerate((1, int(whole_of(n, n.product)), n.capacity - sum(n.free),
+                               n.capacity, cpu - (n.cpu_left or 0), cpu)):
+            r[i] += v
+    return out
+
+
 def whole_nodes(alloc: Allocator) -> Counter[int]:
     """GPUs per node -> nodes with every GPU free."""
     out: Counter[int] = Counter()
@@ -101,6 +122,7 @@ class _Reading(Replay):
         self.taken: list[str] = []  # since the last record
         self.breaks: list[Break] = []
         self.whole: dict[int, Counter[int]] = {}
+        self.use: dict[int, Use] = {}
         self.failed_pods: list[Failed] = []
         self._band: list[int] = []  # positions failed since the last record
         plain = self.res.failed_one
@@ -137,6 +159,7 @@ class _Reading(Replay):
         self.failed_pods += [(self.order[p - 1], level) for p in self._band]
         self._band.clear()
         self.whole[level] = whole_nodes(self.planner.cluster.alloc)
+        self.use[level] = class_use(self.planner.cluster.alloc)
         self.breaks += [(what, level, self.left) for what in self.taken]
         self.taken.clear()
 
@@ -169,7 +192,8 @@ def _watched(alloc: Allocator, model: str, taken: list[str]) -> Allocator:
     return alloc
 
 
-FgdReading = tuple[RunResult, list[Failed], dict[int, Counter[int]], list[Break]]
+FgdReading = tuple[RunResult, list[Failed], dict[int, Counter[int]], list[Break],
+                   dict[int, Use]]
 
 
 def fgd_failures(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
@@ -182,6 +206,7 @@ def fgd_failures(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
     band: list[TracePod] = []
     failed: list[Failed] = []
     whole: dict[int, Counter[int]] = {}
+    use: dict[int, Use] = {}
     taken: list[str] = []
     breaks: list[Break] = []
     plain_kind = pod_kind  # the replay's own names for these are patched for the run
@@ -199,6 +224,7 @@ def fgd_failures(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
         failed.extend((p, level) for p in band)
         band.clear()
         whole[level] = whole_nodes(alloc)
+        use[level] = class_use(alloc)
         if model is not None:
             left = untouched(alloc, model)
             breaks.extend((what, level, left) for what in taken)
@@ -211,7 +237,7 @@ def fgd_failures(nodes: list[NodeSpec], pods: list[TracePod], seed: int,
     finally:
         setattr(sim_replay, "pod_kind", plain_kind)  # noqa: B010
         sim_replay.build_allocator = plain_build
-    return res, failed, whole, breaks
+    return res, failed, whole, breaks, use
 
 
 def report(name: str, seed: int, level: int, start: int, res: RunResult,
@@ -235,6 +261,24 @@ def report(name: str, seed: int, level: int, start: int, res: RunResult,
         print(f"    {lv:3d}: " + ", ".join(f"{g}: {v}" for g, v in sorted(w.items())))
 
 
+def _pct(r: list[int], i: int) -> str:
+    """``r[i]`` as a % of ``r[i + 1]`` (a ``class_use`` row)."""
+    return f"{100 * r[i] / r[i + 1]:.1f}" if r[i + 1] else "-"
+
+
+def report_use(seed: int, start: int, level: int, ours: dict[int, Use],
+               fgd: dict[int, Use]) -> None:
+    print(f"seed {seed}: per node class (GPU model, GPUs, cores), nodes untouched and GPU "
+          "and CPU in use, swarmgpu / fgd")
+    for lv in range(start, level + 1, LEVEL_STEP):
+        a, b = ours.get(lv, {}), fgd.get(lv, {})
+        print(f"  {lv}% arrived: class, nodes: untouched, GPU used %, CPU used %")
+        for k in sorted(set(a) | set(b)):
+            x, y = a.get(k, [0] * 6), b.get(k, [0] * 6)
+            print(f"    {k}, {max(x[0], y[0])}: {x[1]} / {y[1]}, {_pct(x, 2)} / {_pct(y, 2)}, "
+                  f"{_pct(x, 4)} / {_pct(y, 4)}")
+
+
 def report_breaks(name: str, seed: int, model: str, level: int, breaks: list[Break]) -> None:
     by = [b for b in breaks if b[1] <= level]
     print(f"seed {seed} {name}: untouched {model} nodes taken by % arrived, by what took "
@@ -251,6 +295,8 @@ def main() -> int:
     ap = level_parser(__doc__.split("\n\n")[0])
     ap.add_argument("--from", dest="start", type=int, default=75,
                     help="first level of the whole-node rows, %% (5 steps)")
+    ap.add_argument("--by-class", action="store_true",
+                    help="per node class, untouched nodes and GPU and CPU in use")
     ap.add_argument("--breakers", metavar="MODEL",
                     help="what took the untouched nodes of this GPU model (e.g. G3)")
     args = ap.parse_args()
@@ -266,8 +312,11 @@ def main() -> int:
         moved(rp, pods, moves, _WatchedMover)
         report("swarmgpu", seed, args.level, args.start, rp.res, rp.failed_pods, rp.whole,
                fits)
-        res, failed, whole, breaks = fgd_failures(nodes, pods, seed, moves, args.breakers)
+        res, failed, whole, breaks, use = fgd_failures(nodes, pods, seed, moves,
+                                                       args.breakers)
         report("fgd", seed, args.level, args.start, res, failed, whole, fits)
+        if args.by_class:
+            report_use(seed, args.start, args.level, rp.use, use)
         if args.breakers is not None:
             report_breaks("swarmgpu", seed, args.breakers, args.level, rp.breaks)
             report_breaks("fgd", seed, args.breakers, args.level, breaks)
