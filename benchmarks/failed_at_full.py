@@ -88,7 +88,8 @@ def untouched(alloc: Allocator, model: str) -> int:
 
 
 def class_use(alloc: Allocator) -> Use:
-    """Per node class: nodes, untouched ones (``whole_of``), GPU and CPU used and held."""
+    """Per node class: nodes, untouched ones (``whole_of``), GPU and CPU used and held
+    (a node without CPU data has no class here: openb's all have it)."""
     out: Use = {}
     for n in alloc.nodes.values():
         cpu = n.spec.cpu_milli
