@@ -49,6 +49,8 @@ LOCK_PATH = Path("/run/lock/swarmgpu-swarm-harness.lock")
 IMAGE = "local/busybox:latest"
 BUSYBOX = Path("/bin/busybox")
 SWARM_PORT = 2377
+# runs of `docker node|service update` that lost the race with a writer in between
+UPDATE_RETRIES = 10
 DEFAULT_DAEMON_JSON: dict[str, Any] = {}
 # docker.types.SwarmSpec keywords for `swarm init`.
 DEFAULT_SWARM_SPEC: dict[str, Any] = {}
@@ -672,11 +674,22 @@ class SwarmCluster:
         docker: str = "docker",
     ) -> subprocess.CompletedProcess[str]:
         """Run the real `docker` CLI against the node; raises on failure if `check`.
-        ``docker``: which CLI binary (a path, for one of another version)."""
+        ``docker``: which CLI binary (a path, for one of another version).
+
+        `node update` and `service update` are the CLI's read-modify-write of an object
+        that the daemon under test may write in between (its labels, its moves): Swarm
+        then answers "update out of sequence", and the CLI, as an operator would, is run
+        again (at most ``UPDATE_RETRIES`` times)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
         env["DOCKER_CONFIG"] = str(self.base / "cli-config")  # never the user's contexts
         argv = [docker, "-H", node.docker_host, *args]
-        res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+        retry = tuple(args[:2]) in (("node", "update"), ("service", "update"))
+        for attempt in range(UPDATE_RETRIES if retry else 1):
+            res = subprocess.run(argv, capture_output=True, text=True, env=env,
+                                 timeout=timeout)
+            if res.returncode == 0 or "update out of sequence" not in res.stderr:
+                break
+            time.sleep(0.2 * (attempt + 1))
         if check and res.returncode != 0:
             raise SwarmHarnessError(
                 f"`docker {' '.join(args)}` on {node.name} failed (rc {res.returncode}): "
