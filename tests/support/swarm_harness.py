@@ -687,7 +687,8 @@ class SwarmCluster:
         for attempt in range(UPDATE_RETRIES if retry else 1):
             res = subprocess.run(argv, capture_output=True, text=True, env=env,
                                  timeout=timeout)
-            if res.returncode == 0 or "update out of sequence" not in res.stderr:
+            if (res.returncode == 0 or "update out of sequence" not in res.stderr
+                    or attempt == UPDATE_RETRIES - 1):
                 break
             time.sleep(0.2 * (attempt + 1))
         if check and res.returncode != 0:
