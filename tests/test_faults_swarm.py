@@ -34,7 +34,7 @@ from support.gpu_nodes import (
     swarmgpu_env,
     wait_port,
 )
-from support.swarm_harness import SwarmCluster
+from support.swarm_harness import SwarmCluster, SwarmHarnessError, edit_node_labels
 
 from swarmgpu.core.config import load_config
 from swarmgpu.manager.cycle.placement import PlacementStep
@@ -79,20 +79,12 @@ def want(hostname: str) -> dict[str, str]:
 
 
 def update_node(swarm: SwarmCluster, nid: str, change: Any) -> bool:
-    """A user's hand edit (read-modify-write, retried on a conflict like the CLI would)."""
-    a = api(swarm)
-    for _ in range(20):
-        raw = a.inspect_node(nid)
-        spec = raw["Spec"]
-        spec["Labels"] = dict(spec.get("Labels") or {})
-        change(spec["Labels"])
-        try:
-            a.update_node(nid, raw["Version"]["Index"], spec)
-            return True
-        except Exception as exc:
-            if "out of sequence" not in str(exc):
-                raise
-    return False
+    """A user's hand edit (``edit_node_labels``); False when it lost every race."""
+    try:
+        edit_node_labels(api(swarm), nid, change, tries=20)
+    except SwarmHarnessError:  # lost every race with the daemon: the edit did not happen
+        return False
+    return True
 
 
 def update_service(swarm: SwarmCluster, name: str, change: Any) -> bool:
@@ -252,7 +244,7 @@ def test_event_stream_cut_reconnects(swarm: SwarmCluster, agents: dict[str, Any]
             swarm.wait_for(lambda: proxy._streams or None, 40, "event stream connected")
             assert proxy.cut_streams() >= 1
             time.sleep(float(os.environ.get("SGT_CUT_GAP", "0.5")))
-            update_node(swarm, nid, lambda labels: labels.update({f"{P}gpu.count": "1"}))
+            edit_node_labels(api(swarm), nid, lambda labels: labels.update({f"{P}gpu.count": "1"}))
             t0 = time.monotonic()
             swarm.wait_for(lambda: labels_of(swarm, "gpu-node-2")[f"{P}gpu.count"] == "8",
                            15, f"repair after cut {n + 1}")
@@ -298,7 +290,7 @@ def test_worker_dockerd_killed_and_restarted(swarm: SwarmCluster, agents: dict[s
     settle(swarm, tmp_path)
     host = "gpu-node-1"
     node = swarm.node(host)
-    update_node(swarm, node.node_id, lambda labels: labels.update({"user.keep": "1"}))
+    edit_node_labels(api(swarm), node.node_id, lambda labels: labels.update({"user.keep": "1"}))
     before = labels_of(swarm, host)
     cfg = load_config(cfg_file(tmp_path, swarm), env={})
     d = Daemon(cfg, SwarmClient(swarm.manager.docker_host, timeout_s=5))
@@ -317,7 +309,7 @@ def test_worker_dockerd_killed_and_restarted(swarm: SwarmCluster, agents: dict[s
     assert not report.errors, report.errors
     assert labels_of(swarm, host) == before
     FIGURES["dockerd.worker_killed"] += 1
-    update_node(swarm, node.node_id, lambda labels: labels.pop("user.keep", None))
+    edit_node_labels(api(swarm), node.node_id, lambda labels: labels.pop("user.keep", None))
 
 
 def test_daemon_sigkilled_between_two_writes(swarm: SwarmCluster, agents: dict[str, Any],

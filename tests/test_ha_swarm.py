@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from support.gpu_nodes import DGX_A100, LOGS, cfg_file, eventually, start_agent, stop, swarmgpu_env
 from support.paths import REPO
-from support.swarm_harness import NodeHandle, SwarmCluster
+from support.swarm_harness import NodeHandle, SwarmCluster, edit_node_labels
 
 from swarmgpu.manager.cycle.term import TERM_CHECK_S, LeaderTerm
 from swarmgpu.swarm.client import NotLeader, SwarmClient
@@ -93,19 +93,8 @@ def node_labels(swarm: SwarmCluster, via: NodeHandle) -> dict[str, str]:
 
 def hand_edit(swarm: SwarmCluster, via: NodeHandle, **changes: str) -> None:
     """What an operator's `docker node update --label-add` does (read-modify-write)."""
-    api = swarm.client(via).api
-    node_id = swarm.node(WORKER).node_id
-    for _ in range(5):
-        raw = api.inspect_node(node_id)
-        spec = raw["Spec"]
-        spec["Labels"] = {**(spec.get("Labels") or {}), **changes}
-        try:
-            api.update_node(node_id, raw["Version"]["Index"], spec)
-            return
-        except Exception as exc:  # the daemon may have written in between: re-read
-            if "out of sequence" not in str(exc):
-                raise
-    raise AssertionError("hand edit kept losing the race with the daemon")
+    edit_node_labels(swarm.client(via).api, swarm.node(WORKER).node_id,
+                     lambda labels: labels.update(changes))
 
 
 def synced(swarm: SwarmCluster, via: NodeHandle) -> bool:

@@ -16,7 +16,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
 from support.gpu_nodes import (
     HTTP_AUTH,
@@ -35,7 +34,7 @@ from support.gpu_nodes import (
     wait_port,
 )
 from support.health_swarm import FactsFile
-from support.swarm_harness import SwarmCluster
+from support.swarm_harness import SwarmCluster, edit_node_labels
 from support.swarm_services import deploy, devices_of, tasks_running, wait_running
 
 pytestmark = pytest.mark.swarm
@@ -178,23 +177,14 @@ def test_flapping_gpu_moves_its_holder_once_and_the_label_holds(
 def _set_node_labels(swarm: SwarmCluster, host: str, change: dict[str, str | None]) -> None:
     """The operator's read-modify-write of node labels; again when the daemon wrote the
     node in between (Swarm: "update out of sequence")."""
-    api = swarm.client(swarm.manager).api
-    for attempt in range(20):
-        raw = api.inspect_node(swarm.node(host).node_id)
-        labels = dict(raw["Spec"].get("Labels") or {})
+    def edit(labels: dict[str, str]) -> None:
         for k, v in change.items():
             if v is None:
                 labels.pop(k, None)
             else:
                 labels[k] = v
-        try:
-            api.update_node(raw["ID"], raw["Version"]["Index"],
-                            {**raw["Spec"], "Labels": labels})
-            return
-        except docker.errors.APIError as exc:
-            if "out of sequence" not in str(exc) or attempt == 19:
-                raise
-            time.sleep(0.2)
+
+    edit_node_labels(swarm.client(swarm.manager).api, swarm.node(host).node_id, edit)
 
 
 def _ts(text: str) -> float:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from support.gpu_nodes import GPU_NODES, cfg_file
-from support.swarm_harness import SwarmCluster
+from support.swarm_harness import SwarmCluster, edit_node_labels
 
 from swarmgpu.core.config import load_config
 from swarmgpu.manager.cycle.placement import PlacementStep
@@ -66,18 +66,12 @@ def _edit_gpu_nodes(swarm: SwarmCluster, drop: Callable[[str], bool],
     """Each GPU node's labels without those ``drop`` names, with ``extra``."""
     api = swarm.client(swarm.manager).api
     for host in GPU_NODES:
-        nid = swarm.node(host).node_id
-        for _ in range(5):
-            raw = api.inspect_node(nid)
-            spec = raw["Spec"]
-            labels = {k: v for k, v in (spec.get("Labels") or {}).items() if not drop(k)}
-            spec["Labels"] = {**labels, **extra}
-            try:
-                api.update_node(nid, raw["Version"]["Index"], spec)
-                break
-            except Exception as exc:
-                if "out of sequence" not in str(exc):
-                    raise
+        def edit(labels: dict[str, str]) -> None:
+            for k in [k for k in labels if drop(k)]:
+                del labels[k]
+            labels.update(extra)
+
+        edit_node_labels(api, swarm.node(host).node_id, edit)
 
 
 def test_new_service_converges_in_one_cycle_with_one_write_per_object(

@@ -127,6 +127,29 @@ class NodeHandle:
         return found
 
 
+def edit_node_labels(api: docker.APIClient, node_id: str,
+                     change: Callable[[dict[str, str]], None],
+                     tries: int = UPDATE_RETRIES) -> None:
+    """A hand edit of a node's labels as the CLI makes it: read the node, ``change`` its
+    labels in place, write them back at the version read; read again when a writer got
+    in between (Swarm: "update out of sequence", the daemon under test syncing labels).
+    Raises ``SwarmHarnessError`` when every one of ``tries`` lost that race."""
+    for attempt in range(tries):
+        raw = api.inspect_node(node_id)
+        spec = raw["Spec"]
+        labels = dict(spec.get("Labels") or {})
+        change(labels)
+        try:
+            api.update_node(node_id, raw["Version"]["Index"], {**spec, "Labels": labels})
+            return
+        except docker.errors.APIError as exc:
+            if "out of sequence" not in str(exc):
+                raise
+        time.sleep(0.05 * (attempt + 1))
+    raise SwarmHarnessError(f"node {node_id}: the label edit lost the race with another "
+                            f"writer {tries} times (update out of sequence)")
+
+
 def fake_gpu_uuids(node_index: int, count: int) -> list[str]:
     """Stable, UUID-shaped fake GPU ids: GPU-0000000N-0000-4000-8000-00000000000G."""
     return [f"GPU-{node_index:08x}-0000-4000-8000-{g:012x}" for g in range(count)]
