@@ -9,11 +9,17 @@ writes /tmp/variants/openb_pod_list_x-*.csv (rows copied from the default list, 
 fields changed as each rule below says; every rule has its own fixed seed, so the files
 are the same on every run); replay one with
 ``swarmgpu simulate --pods /tmp/variants/openb_pod_list_x-shareodd.csv``.
+
+    python benchmarks/derive_own.py --held-out /tmp/held
+
+writes the h-* files instead: a set kept apart from ``workloads`` (and so from
+``vs_fgd.py``), replayed before a placement change is kept, never tuned on.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import random
 import sys
 from collections.abc import Callable
@@ -88,17 +94,23 @@ def cpu_scaled(rows: list[Row], factor: float) -> list[Row]:
     return changed(rows, edit)
 
 
+def cpu_drawn(rows: list[Row], factors: list[float], weights: list[float], seed: int,
+              which: Callable[[Row], bool] = is_gpu) -> list[Row]:
+    """Each pod ``which`` picks asks its CPU times a factor drawn by ``weights``."""
+    rng = random.Random(seed)
+
+    def edit(r: Row) -> None:
+        if which(r):
+            factor = rng.choices(factors, weights)[0]
+            r["cpu_milli"] = str(max(1, int(int(r["cpu_milli"]) * factor)))
+    return changed(rows, edit)
+
+
 def cpu_bimodal(rows: list[Row]) -> list[Row]:
     """Half the GPU pods (drawn) ask a tenth of their CPU, the others twice: the mean is
     openb's, the spread is not. Doubling makes a few 8-GPU pods ask 128 cores, all of a
     G3 node, which only an untouched G3 node can take."""
-    rng = random.Random(31)
-
-    def edit(r: Row) -> None:
-        if is_gpu(r):
-            factor = 0.1 if rng.random() < 0.5 else 2.0
-            r["cpu_milli"] = str(max(1, int(int(r["cpu_milli"]) * factor)))
-    return changed(rows, edit)
+    return cpu_drawn(rows, [0.1, 2.0], [1, 1], 31)
 
 
 def cpux2(rows: list[Row]) -> list[Row]:
@@ -107,12 +119,13 @@ def cpux2(rows: list[Row]) -> list[Row]:
 
 
 def pinned(rows: list[Row], share: float, models: list[str], weights: list[int] | None,
-           seed: int) -> list[Row]:
-    """``share`` of the GPU pods get a ``gpu_spec`` of one model, drawn by ``weights``."""
+           seed: int, which: Callable[[Row], bool] = is_gpu) -> list[Row]:
+    """``share`` of the pods ``which`` picks (GPU pods) get a ``gpu_spec`` of one model,
+    drawn by ``weights``."""
     rng = random.Random(seed)
 
     def edit(r: Row) -> None:
-        if is_gpu(r) and rng.random() < share:
+        if which(r) and rng.random() < share:
             r["gpu_spec"] = (rng.choices(models, weights)[0] if weights is not None
                              else rng.choice(models))
     return changed(rows, edit)
@@ -152,6 +165,73 @@ def sharecpu(rows: list[Row]) -> list[Row]:
     return renamed(out)
 
 
+def memory_scaled(rows: list[Row], factor: float) -> list[Row]:
+    """Every GPU pod asks ``factor`` times its memory: memory binds, as CPU does."""
+    def edit(r: Row) -> None:
+        if is_gpu(r):
+            r["memory_mib"] = str(max(1, int(int(r["memory_mib"]) * factor)))
+    return changed(rows, edit)
+
+
+def lognormal_shares(rows: list[Row], median: int, sigma: float, seed: int) -> list[Row]:
+    """Share sizes drawn from a log-normal (0.05..0.95, to 10 milli): a long tail of
+    large shares and many small ones, none of openb's fixed sizes."""
+    rng = random.Random(seed)
+
+    def edit(r: Row) -> None:
+        if is_share(r):
+            v = min(950.0, max(50.0, rng.lognormvariate(math.log(median), sigma)))
+            r["gpu_milli"] = str(int(v // 10 * 10))
+    return changed(rows, edit)
+
+
+def whole_to_two(rows: list[Row], share: float, seed: int) -> list[Row]:
+    """``share`` of the one-GPU whole pods ask two GPUs and twice their CPU."""
+    rng = random.Random(seed)
+
+    def edit(r: Row) -> None:
+        if kind_of(r) == "whole" and rng.random() < share:
+            r["num_gpu"] = "2"
+            r["cpu_milli"] = str(int(r["cpu_milli"]) * 2)
+    return changed(rows, edit)
+
+
+def copied(rows: list[Row], which: Callable[[Row], bool], seed: int) -> list[Row]:
+    """Every pod ``which`` picks once more, the copy at a drawn place in the order."""
+    rng = random.Random(seed)
+    out = [dict(r) for r in rows]
+    for r in [r for r in rows if which(r)]:
+        out.insert(rng.randrange(len(out) + 1), dict(r))
+    return renamed(out)
+
+
+def held_out(rows: list[Row]) -> dict[str, list[Row]]:
+    """Stop 53's held-out set (``--held-out``, the h-* files): mixes no placement rule
+    was tuned on, replayed once before any change is kept (docs/simulate.md, "Held-out
+    workloads of stop 53")."""
+    def whole_or_multi(r: Row) -> bool:
+        return kind_of(r) in ("whole", "multi")
+
+    return {
+        # CPU per GPU pod drawn from three levels, and from two at other spreads
+        "h-cpu3modal": cpu_drawn(rows, [0.25, 1, 3], [4, 4, 2], 101),
+        "h-bimodal37": cpu_drawn(rows, [0.3, 1.7], [1, 1], 109),
+        "h-bimodalseed": cpu_drawn(rows, [0.1, 2.0], [1, 1], 110),  # x-cpubimodal's rule
+        "h-bimodal15": cpu_drawn(rows, [0.2, 1.5], [1, 1], 111),
+        # shares asking three times their CPU; whole GPUs half and shares twice theirs
+        "h-sharecpu3": cpu_drawn(rows, [3], [1], 102, is_share),
+        "h-wholecpu05share2": cpu_drawn(cpu_drawn(rows, [0.5], [1], 1, whole_or_multi),
+                                        [2], [1], 1, is_share),
+        "h-mem4": memory_scaled(rows, 4),
+        "h-multi2x": copied(rows, lambda r: kind_of(r) == "multi", 103),
+        "h-cpuonly2": copied(rows, lambda r: not is_gpu(r), 108),
+        "h-whole2": whole_to_two(rows, 0.3, 104),
+        "h-pinT4shares": pinned(rows, 0.4, ["T4"], None, 105, is_share),
+        "h-share333": redraw_shares(rows, [330, 340, 660], 106),
+        "h-sharelogn": lognormal_shares(rows, 350, 0.7, 107),
+    }
+
+
 def workloads(rows: list[Row]) -> dict[str, list[Row]]:
     counts = model_counts()
     models = list(counts)
@@ -188,13 +268,17 @@ def workloads(rows: list[Row]) -> dict[str, list[Row]]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    args = argv[1:]
+    held = args[:1] == ["--held-out"]
+    if held:
+        args = args[1:]
+    if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    out = Path(argv[1])
+    out = Path(args[0])
     out.mkdir(parents=True, exist_ok=True)
     header, rows = read_rows(OPENB / "openb_pod_list_default.csv")
-    for name, new in workloads(rows).items():
+    for name, new in (held_out(rows) if held else workloads(rows)).items():
         write_rows(out / f"openb_pod_list_{name}.csv", header, new)
         print(name, len(new))
     return 0
