@@ -145,7 +145,8 @@ def edit_node_labels(api: docker.APIClient, node_id: str,
         except docker.errors.APIError as exc:
             if "out of sequence" not in str(exc):
                 raise
-        time.sleep(0.05 * (attempt + 1))
+        if attempt < tries - 1:
+            time.sleep(0.05 * (attempt + 1))
     raise SwarmHarnessError(f"node {node_id}: the label edit lost the race with another "
                             f"writer {tries} times (update out of sequence)")
 
