@@ -8,6 +8,8 @@ arrived in, beside the nodes with every GPU free at each level (docs/simulate.md
     .venv/bin/python benchmarks/failed_at_full.py --pods derived.csv --rebalance-moves 2 \
         --breakers G3
     .venv/bin/python benchmarks/failed_at_full.py --pods derived.csv --from 40 --by-class
+    .venv/bin/python benchmarks/failed_at_full.py --pods derived.csv --rebalance-moves 2 \
+        --rescues
 
 The replays are the ones ``simulate --policy swarmgpu,fgd`` runs (swarmgpu's through
 ``sim.swarm_replay.Replay``, the daemon's planner; FGD's through ``sim.replay.replay``),
@@ -21,7 +23,11 @@ its GPU and CPU in use, each policy beside the other. ``--breakers MODEL``: what
 the untouched nodes of a GPU model (every GPU free, all the CPU left: what a task asking
 a whole node of that model needs), by the band it arrived in, and how many were left;
 swarmgpu's read after each arrival and each round of moves, FGD's at each commit (its
-rescues count as placements of the tasks they move). Figures, not assertions.
+rescues count as placements of the tasks they move). ``--rescues`` (with moves): every
+pod swarmgpu's ``defrag`` rescuer searched and gave no room, by shape, with the fewest
+moves any plan would need (``allocator.rescue.plans`` searched to ``DEEP`` moves, as
+arithmetic) and the nodes that could host it empty: whether a longer rescue could have
+placed it. Figures, not assertions.
 """
 
 from __future__ import annotations
@@ -38,11 +44,15 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 from free_at_full import fgd_reading, level_inputs, level_parser, moved  # noqa: E402
 
 from swarmgpu.allocator.core import Allocator  # noqa: E402
+from swarmgpu.allocator.rescue import plans  # noqa: E402
 from swarmgpu.allocator.scorer import Scorer  # noqa: E402
-from swarmgpu.allocator.values import Choice, NodeSpec, NodeState  # noqa: E402
+from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState  # noqa: E402
+from swarmgpu.manager.placement import Planner  # noqa: E402
 from swarmgpu.sim import replay as sim_replay  # noqa: E402
+from swarmgpu.sim.rebalance import Hopeless  # noqa: E402
 from swarmgpu.sim.runs import LEVEL_STEP, RunResult, pod_kind  # noqa: E402
 from swarmgpu.sim.swarm_replay import FragmentationMover, Replay  # noqa: E402
+from swarmgpu.sim.swarm_rescue import PlannerRescuer, gpu_tasks  # noqa: E402
 from swarmgpu.sim.trace import TracePod  # noqa: E402
 
 # (GPUs, GPU-milli of one, cores asked): a failed pod's shape
@@ -55,6 +65,10 @@ Break = tuple[str, int, int]
 NodeClass = tuple[str, int, int]
 # per class: nodes, untouched nodes, GPU-milli used, GPU-milli, CPU milli used, CPU milli
 Use = dict[NodeClass, list[int]]
+# a pod the rescuer gave no room: its shape, the band it arrived in, the fewest moves of
+# a plan (None: none within DEEP), the nodes that could host it empty
+Unrescued = tuple[Shape, int, int | None, int]
+DEEP = 20  # moves searched for a plan, far past any rescue the daemon would make
 
 
 def shape(p: TracePod) -> Shape:
@@ -193,6 +207,64 @@ def _watched(alloc: Allocator, model: str, taken: list[str]) -> Allocator:
     return alloc
 
 
+class _Noting(Hopeless):
+    """The rescuer's memory, noting the last search's outcome (None: skipped)."""
+
+    last: bool | None = None
+
+    def outcome(self, d: Demand, rescued: bool) -> None:
+        self.last = rescued
+        super().outcome(d, rescued)
+
+
+class _TellingRescuer(PlannerRescuer):
+    """The daemon's rescuer (``simulate``'s), noting each search: the shapes rescued, and
+    for each pod given no room, what a longer rescue would have needed."""
+
+    def __init__(self, rp: Replay) -> None:
+        super().__init__()
+        self.rp = rp  # whose levels recorded so far give the band a pod arrived in
+        self.noting = self.hopeless = _Noting(self.hopeless.forget_after)
+        self.rescued: list[tuple[Shape, int]] = []
+        self.unrescued: list[Unrescued] = []
+
+    def __call__(self, planner: Planner, pods: dict[str, TracePod], pod: TracePod,
+                 budget: int) -> list[tuple[str, str, Choice]] | None:
+        self.noting.last = None
+        got = super().__call__(planner, pods, pod, budget)
+        band = LEVEL_STEP * (len(self.rp.res.alloc_pct_at) + 1)
+        if got is not None:
+            self.rescued.append((shape(pod), band))
+        elif self.noting.last is False:
+            d = pod.demand()
+            alloc = planner.cluster.alloc
+            found = plans(alloc, gpu_tasks(planner, pods), d, DEEP)
+            hosts = sum(1 for n in alloc.nodes.values()
+                        if len(n.free) >= d.gpus_wanted
+                        and (n.spec.cpu_milli is None or n.spec.cpu_milli >= d.cpu_milli)
+                        and (n.spec.memory_mib is None or n.spec.memory_mib >= d.memory_mib))
+            self.unrescued.append((shape(pod), band, found[0].cost if found else None,
+                                   hosts))
+        return got
+
+
+def report_rescues(seed: int, level: int, r: _TellingRescuer) -> None:
+    done = Counter(s for s, band in r.rescued if band <= level)
+    print(f"seed {seed} swarmgpu, pods arrived by {level}%: the defrag rescuer (at most "
+          f"{r.max_moves} moves) placed {sum(done.values())}: " + ", ".join(
+              f"{s}: {v}" for s, v in sorted(done.items())))
+    print(f"  searched and given no room, (GPUs, milli of one, cores): pods, the fewest moves "
+          f"of a plan (-: none within {DEEP}), nodes that could host it empty")
+    by: dict[Shape, list[tuple[int | None, int]]] = {}
+    for s, band, cost, hosts in r.unrescued:
+        if band <= level:
+            by.setdefault(s, []).append((cost, hosts))
+    for s, got in sorted(by.items()):
+        costs = Counter("-" if c is None else str(c) for c, _h in got)
+        print(f"    {s}: {len(got)}, moves {dict(sorted(costs.items()))}, hosts "
+              f"{min(h for _c, h in got)}-{max(h for _c, h in got)}")
+
+
 FgdReading = tuple[RunResult, list[Failed], dict[int, Counter[int]], list[Break],
                    dict[int, Use]]
 
@@ -298,6 +370,9 @@ def main() -> int:
                     help="first level of the whole-node rows, %% (5 steps)")
     ap.add_argument("--by-class", action="store_true",
                     help="per node class, untouched nodes and GPU and CPU in use")
+    ap.add_argument("--rescues", action="store_true",
+                    help="(with --rebalance-moves) the pods swarmgpu's rescuer gave no "
+                         "room, and what a longer rescue would need")
     ap.add_argument("--breakers", metavar="MODEL",
                     help="what took the untouched nodes of this GPU model (e.g. G3)")
     args = ap.parse_args()
@@ -306,16 +381,22 @@ def main() -> int:
     if args.breakers is not None and args.breakers not in models:
         ap.error(f"--breakers {args.breakers}: no node has that GPU model; the cluster's "
                  f"are {', '.join(models)}")
+    if args.rescues and not args.rebalance_moves:
+        ap.error("--rescues: the rescuer runs only with moves; add --rebalance-moves N "
+                 "(e.g. 2)")
     fits = EmptyFit(nodes)
     moves = args.rebalance_moves
     for seed in seeds:
         rp = _Reading(nodes, pods, seed, args.breakers)
-        moved(rp, pods, moves, _WatchedMover)
+        telling = _TellingRescuer(rp) if args.rescues else None
+        moved(rp, pods, moves, _WatchedMover, telling)
         report("swarmgpu", seed, args.level, args.start, rp.res, rp.failed_pods, rp.whole,
                fits)
         res, failed, whole, breaks, use = fgd_failures(nodes, pods, seed, moves,
                                                        args.breakers)
         report("fgd", seed, args.level, args.start, res, failed, whole, fits)
+        if telling is not None:
+            report_rescues(seed, args.level, telling)
         if args.by_class:
             report_use(seed, args.start, args.level, rp.use, use)
         if args.breakers is not None:

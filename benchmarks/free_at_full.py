@@ -79,13 +79,15 @@ class _Reading(Replay):
 
 
 def moved(rp: Replay, pods: list[TracePod], moves: float,
-          mover: type[FragmentationMover] = FragmentationMover) -> RunResult:
+          mover: type[FragmentationMover] = FragmentationMover,
+          rescuer: PlannerRescuer | None = None) -> RunResult:
     """swarmgpu's replay run with ``moves`` per 100 pods as ``simulate --rebalance-moves``
     runs it (``sim.report``: the daemon's fragmentation mover, ``RESCUE_RESERVE`` of the
-    allowed moves kept for its ``defrag`` rescuer); 0: placing only."""
+    allowed moves kept for its ``defrag`` rescuer, ``rescuer`` if given); 0: placing
+    only."""
     if not moves:
         return rp.run()
-    rp.rescuer = PlannerRescuer()
+    rp.rescuer = rescuer or PlannerRescuer()
     return rp.run(moves, mover(pods, reserve=RESCUE_RESERVE))
 
 

@@ -27,6 +27,18 @@ if TYPE_CHECKING:
     from swarmgpu.sim.trace import TracePod
 
 
+def gpu_tasks(planner: Planner, pods: dict[str, TracePod]
+              ) -> dict[str, dict[Hashable, tuple[Demand, Choice]]]:
+    """node -> service -> (what it asked, where it runs): the planner's GPU holdings, the
+    tasks a rescue may move (a CPU-only service is not the daemon's to move)."""
+    running: dict[str, dict[Hashable, tuple[Demand, Choice]]] = {}
+    for (svc, nid), h in planner.cluster.held_items():
+        p = pods.get(svc)
+        if p is not None and h.choice is not None and h.choice.gpus:
+            running.setdefault(nid, {})[svc] = (p.demand(), h.choice)
+    return running
+
+
 class PlannerRescuer:
     """``make_room`` over the planner's holdings, with the baselines' memory of demands
     that found no plan (``sim.rebalance.Hopeless``)."""
@@ -43,13 +55,8 @@ class PlannerRescuer:
         d = pod.demand()
         if self.hopeless.skip(d):
             return None
-        cluster = planner.cluster
-        running: dict[str, dict[Hashable, tuple[Demand, Choice]]] = {}
-        for (svc, nid), h in cluster.held_items():
-            p = pods.get(svc)
-            if p is not None and h.choice is not None and h.choice.gpus:
-                running.setdefault(nid, {})[svc] = (p.demand(), h.choice)
-        got = make_room(cluster.alloc, running, d, budget, self.max_moves)
+        got = make_room(planner.cluster.alloc, gpu_tasks(planner, pods), d, budget,
+                        self.max_moves)
         self.hopeless.outcome(d, got is not None)
         if got is None:
             return None
