@@ -221,9 +221,10 @@ class _TellingRescuer(PlannerRescuer):
     """The daemon's rescuer (``simulate``'s), noting each search: the shapes rescued, and
     for each pod given no room, what a longer rescue would have needed."""
 
-    def __init__(self, rp: Replay) -> None:
+    def __init__(self, rp: Replay, empty: EmptyFit) -> None:
         super().__init__()
         self.rp = rp  # whose levels recorded so far give the band a pod arrived in
+        self.empty = empty.alloc  # the cluster with nothing placed: who could host a pod
         self.noting = self.hopeless = _Noting(self.hopeless.forget_after)
         self.rescued: list[tuple[Shape, int]] = []
         self.unrescued: list[Unrescued] = []
@@ -239,10 +240,7 @@ class _TellingRescuer(PlannerRescuer):
             d = pod.demand()
             alloc = planner.cluster.alloc
             found = plans(alloc, gpu_tasks(planner, pods), d, DEEP)
-            hosts = sum(1 for n in alloc.nodes.values()
-                        if len(n.free) >= d.gpus_wanted
-                        and (n.spec.cpu_milli is None or n.spec.cpu_milli >= d.cpu_milli)
-                        and (n.spec.memory_mib is None or n.spec.memory_mib >= d.memory_mib))
+            hosts = sum(1 for n in self.empty.nodes.values() if self.empty.fits(n, d))
             self.unrescued.append((shape(pod), band, found[0].cost if found else None,
                                    hosts))
         return got
@@ -388,7 +386,7 @@ def main() -> int:
     moves = args.rebalance_moves
     for seed in seeds:
         rp = _Reading(nodes, pods, seed, args.breakers)
-        telling = _TellingRescuer(rp) if args.rescues else None
+        telling = _TellingRescuer(rp, fits) if args.rescues else None
         moved(rp, pods, moves, _WatchedMover, telling)
         report("swarmgpu", seed, args.level, args.start, rp.res, rp.failed_pods, rp.whole,
                fits)
