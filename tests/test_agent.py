@@ -233,12 +233,14 @@ def test_source_that_hangs_does_not_block_requests(
 def test_hanging_and_failing_sampler(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
     gate = threading.Event()
     calls = {"n": 0}
+    mode = {"now": "ok"}
 
     def sampler() -> list[GpuSample]:
         calls["n"] += 1
-        if calls["n"] == 1:
+        if mode["now"] == "ok":
             return [GpuSample("GPU-aaaa", 0, 77.0, 1, 2, None, None, None)]
-        if calls["n"] == 2:
+        if mode["now"] == "boom":
+            mode["now"] = "hang"
             raise RuntimeError("boom")
         gate.wait(10)
         return []
@@ -247,14 +249,34 @@ def test_hanging_and_failing_sampler(run_agent: Callable[..., tuple[AgentServer,
     wait_for(lambda: srv.cache.view().facts is not None)
     body = get(base + "/metrics")[2].decode()
     assert "swarmgpu_agent_sampler_ok 1.0" in body
+    before, mode["now"] = calls["n"], "boom"
     for _ in range(3):  # failing, then hanging twice: last samples, marked not ok
         t0 = time.monotonic()
         body = get(base + "/metrics")[2].decode()
         assert time.monotonic() - t0 < 2
         assert "swarmgpu_agent_sampler_ok 0.0" in body
         assert parse_metrics(body).samples_by_uuid["GPU-aaaa"].util_pct == 77.0
-    assert calls["n"] == 3  # the hung call is not piled up on
+    assert calls["n"] == before + 2  # the hung call is not piled up on
     gate.set()
+
+
+def test_the_agent_takes_a_first_sample_at_start(
+    run_agent: Callable[..., tuple[AgentServer, str]],
+) -> None:
+    """Rates need a previous reading: the agent samples once as it starts, so the first
+    scrape already has them (and a first scrape whose sampler fails serves that one)."""
+    calls = {"n": 0}
+
+    def sampler() -> list[GpuSample]:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise RuntimeError("boom")
+        return [GpuSample("GPU-aaaa", 0, 55.0, 1, 2, None, None, None)]
+
+    _srv, base = run_agent(Source(), sampler=sampler, sample_timeout_s=0.5)
+    wait_for(lambda: calls["n"] == 1)  # before any scrape
+    body = get(base + "/metrics")[2].decode()
+    assert parse_metrics(body).samples_by_uuid["GPU-aaaa"].util_pct == 55.0
 
 
 def test_zero_gpus(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from support.gpu_nodes import LOGS, kwargs_for_logs, stop
 from support.prometheus import promtool_check, wait_prometheus
 
 from swarmgpu.agent.facts.nvml import NvmlSource
-from swarmgpu.agent.facts.nvml_sampler import read_utilisation
+from swarmgpu.agent.facts.nvml_sampler import MIN_RATE_INTERVAL_S, read_utilisation
 from swarmgpu.agent.metrics import DCGM_FIELDS
 from swarmgpu.agent.server import build_server
 
@@ -87,7 +88,8 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 def test_promtool_reads_both_pages(prom: dict[str, Any]) -> None:
     for target in prom["targets"].values():
-        _get(f"http://{target}/metrics")  # the rates need a previous scrape
+        _get(f"http://{target}/metrics")  # the rates need a previous scrape,
+        time.sleep(MIN_RATE_INTERVAL_S + 0.2)  # at least this long before
         page = _get(f"http://{target}/metrics")
         promtool_check(page)
         assert b"DCGM_FI_PROF_GR_ENGINE_ACTIVE" in page

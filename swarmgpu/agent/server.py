@@ -242,6 +242,18 @@ class GuardedSampler:
         err = getattr(owner, "error", None)
         return err if isinstance(err, str) else None
 
+    def prime(self) -> None:
+        """Take a first sample in the background: rates (GPM ratios, NVLink throughput)
+        need a previous reading, so the first scrape has them, over the time since."""
+        with self._lock:
+            if self._future is None:
+                self._future = self._pool.submit(self._sampler)
+                self._future.add_done_callback(self._keep)
+
+    def _keep(self, fut: concurrent.futures.Future[list[GpuSample]]) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            self._last = list(fut.result())
+
     def sample(self) -> tuple[list[GpuSample], str | None]:
         """(samples, error); on error the samples are the last good ones."""
         with self._lock:
@@ -503,9 +515,11 @@ def build_server(
     chosen = sampler or default_sampler(source, lambda: cache.view().facts)
     if attribute is not None:
         chosen = _Attributed(chosen, attribute)
-    server = AgentServer(parse_listen(listen), cache, GuardedSampler(chosen, sample_timeout_s))
+    guarded = GuardedSampler(chosen, sample_timeout_s)
+    server = AgentServer(parse_listen(listen), cache, guarded)
     server.tls, server.token = tls, token
     cache.start()
+    guarded.prime()
     return server
 
 

@@ -12,11 +12,15 @@ NOT_SUPPORTED on a MIG device), and none is made up.
 Some figures are rates over the time between two scrapes, as DCGM computes them: GPM
 ratios (two GPM samples), and the NVLink throughput (DCGM's NVLINK_BANDWIDTH_TOTAL: the
 rx + tx data counters' growth, in MB/s). The first scrape has none of them (unknown,
-left out); each later one has the figure since the one before.
+left out); each later one has the figure since the one before. A scrape less than
+``MIN_RATE_INTERVAL_S`` after the last interval's end repeats that interval's figures and
+keeps its baseline: on a real H200 (driver 580.159.04) GPM over a few milliseconds gave
+0 % busy on a GPU at 99 % and NaN for DRAM (tests/fixtures/captures/SOURCES.md).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -46,16 +50,34 @@ GPM_METRICS: dict[str, int] = {
     "tensor_active": 5,  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
     "dram_active": 10,  # NVML_GPM_METRIC_DRAM_BW_UTIL
 }
+# Shortest interval a rate is computed over; two Prometheus servers scraping the same
+# agent a moment apart (an HA pair) would otherwise get a figure of a few milliseconds.
+MIN_RATE_INTERVAL_S = 1.0
+
+
+def _clock() -> float:
+    """Seconds, monotonic; a function so the tests can step it."""
+    return time.monotonic()
+
+
+@dataclass
+class _Baseline:
+    """A rate's last reading (a GPM sample or an NVLink counter), when it was read, and
+    the figures of the interval it closed (repeated for a scrape too soon after it)."""
+
+    at: float
+    reading: Any
+    figures: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class _Rates:
     """What one NVML module's rates are computed from: the last GPM sample per (GPU, GI)
-    and the last NVLink data counter per GPU, with when it was read."""
+    and the last NVLink data counter per GPU."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
-    gpm: dict[tuple[int, int | None], Any] = field(default_factory=dict)
-    nvlink: dict[int, tuple[float, float]] = field(default_factory=dict)
+    gpm: dict[tuple[int, int | None], _Baseline] = field(default_factory=dict)
+    nvlink: dict[int, _Baseline] = field(default_factory=dict)
 
 
 _rates: dict[int, _Rates] = {}
@@ -158,9 +180,13 @@ def _with(sample: GpuSample, ratios: dict[str, float]) -> GpuSample:
 
 
 def _num(v: Any) -> float | None:
+    """A reading as a float; None for what NVML marks unknown (negative, NOT_AVAILABLE)
+    and for NaN or infinity (GPM's DRAM ratio over a too short interval was NaN)."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
-    return None if v < 0 or v == _NOT_AVAILABLE else float(v)
+    if not math.isfinite(v) or v < 0 or v == _NOT_AVAILABLE:
+        return None
+    return float(v)
 
 
 def _first(pair: Any) -> float | None:
@@ -203,12 +229,16 @@ def _nvlink_rate(nv: Nvml, h: Any, index: int, rates: _Rates) -> float | None:
     tx = _field(nv, h, _FI_NVLINK_DATA_TX, _ALL_LINKS)
     if rx is None or tx is None:
         return None
-    now, total = time.monotonic(), rx + tx
+    now, total = _clock(), rx + tx
     prev = rates.nvlink.get(index)
-    rates.nvlink[index] = (now, total)
-    if prev is None or now <= prev[0] or total < prev[1]:
+    if prev is not None and 0 <= now - prev.at < MIN_RATE_INTERVAL_S and total >= prev.reading:
+        return prev.figures.get("mb_s")  # too soon: the last interval's figure
+    rates.nvlink[index] = _Baseline(now, total)
+    if prev is None or now <= prev.at or total < prev.reading:
         return None  # the first reading, or a counter reset
-    return round((total - prev[1]) / (now - prev[0]) / 1000.0, 3)
+    rate: float = round((total - prev.reading) / (now - prev.at) / 1000.0, 3)
+    rates.nvlink[index].figures["mb_s"] = rate
+    return rate
 
 
 def _pcie(nv: Nvml, h: Any, const: str, default: int) -> float | None:
@@ -240,6 +270,10 @@ def _gpm_supported(nv: Nvml, h: Any) -> bool:
 def _gpm(nv: Nvml, h: Any, gi: int | None, index: int, rates: _Rates) -> dict[str, float]:
     """GPM's ratios for the GPU (``gi`` None) or one of its GPU instances, over the time
     since the previous scrape's GPM sample; {} on the first scrape or any failure."""
+    key, now = (index, gi), _clock()
+    prev = rates.gpm.get(key)
+    if prev is not None and 0 <= now - prev.at < MIN_RATE_INTERVAL_S:
+        return dict(prev.figures)  # too soon: keep the baseline, repeat the last interval
     sample = nv.call("nvmlGpmSampleAlloc")
     if sample is None:
         return {}
@@ -248,14 +282,15 @@ def _gpm(nv: Nvml, h: Any, gi: int | None, index: int, rates: _Rates) -> dict[st
     if got is None:
         nv.call("nvmlGpmSampleFree", sample)
         return {}
-    prev = rates.gpm.get((index, gi))
-    rates.gpm[(index, gi)] = sample
+    rates.gpm[key] = _Baseline(now, sample)
     if prev is None:
         return {}
     try:
-        return _gpm_metrics(nv, prev, sample)
+        figures = _gpm_metrics(nv, prev.reading, sample)
     finally:
-        nv.call("nvmlGpmSampleFree", prev)
+        nv.call("nvmlGpmSampleFree", prev.reading)
+    rates.gpm[key].figures = figures
+    return dict(figures)
 
 
 def _gpm_metrics(nv: Nvml, first: Any, second: Any) -> dict[str, float]:
