@@ -125,7 +125,8 @@ def test_one_lost_gpu_is_unhealthy_the_rest_served(tmp_path: Path) -> None:
 
 def test_missing_optional_functions_read_as_unknown(tmp_path: Path) -> None:
     missing = frozenset({
-        "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetNvLinkState",
+        "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetNumaNodeId", "nvmlDeviceGetMemoryAffinity",
+        "nvmlDeviceGetNvLinkState",
         "nvmlDeviceGetCudaComputeCapability", "nvmlSystemGetNVMLVersion",
         "nvmlDeviceGetMigMode", "nvmlDeviceGetPowerUsage",
     })

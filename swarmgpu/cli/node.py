@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 
 def _source_options(f: Any) -> Any:
-    f = click.option("--source", required=True, metavar="SPEC",
-                     help="nvml | gfd:PATH | file:PATH | topo:PATH")(f)
+    f = click.option("--source", default="nvml", show_default=True, metavar="SPEC",
+                     help="nvml (this node's driver) | gfd:PATH | file:PATH | topo:PATH")(f)
     return _source_detail_options(f)
 
 

@@ -43,6 +43,7 @@ _MIB = 1024 * 1024
 TOPOLOGY_LINKS: dict[int, str] = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 _NVLINK_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
 _CPUSET_WORDS = 16  # 16 x 64 bits: room for 1024 CPUs
+_NODESET_WORDS = 4  # 4 x 64 bits: room for 256 NUMA nodes
 
 
 # --- small pure helpers -----------------------------------------------------------
@@ -266,16 +267,31 @@ def _fill_gpu(nv: Nvml, r: _GpuRead, sysfs_root: Path) -> None:
         r.mig_enabled = int(mig[0]) == nv.const("NVML_DEVICE_MIG_ENABLE", 1)
     if r.mig_enabled:
         r.mig_devices = _mig_devices(nv, h, r.errors)
-    # sysfs first: it is the CPU-side node that `topo -m` calls "NUMA Affinity".
-    # nvmlDeviceGetNumaNodeId is the GPU's own memory node ("GPU NUMA ID"), set only
-    # where GPU memory is a NUMA node (Grace Hopper); it is the fallback.
+    # sysfs first: it is the CPU-side node that `topo -m` calls "NUMA Affinity". Where
+    # sysfs has none (-1: a VM, as the H200 of tests/fixtures/captures), NVML's memory
+    # affinity, which `topo -m` prints there. nvmlDeviceGetNumaNodeId is the GPU's own
+    # memory node ("GPU NUMA ID"), set only where GPU memory is a NUMA node (Grace
+    # Hopper); it is the last fallback.
     r.numa_node = sysfs_numa_node(r.pci_bus_id, sysfs_root) if r.pci_bus_id else None
+    if r.numa_node is None:
+        r.numa_node = _memory_affinity_node(nv, h)
     if r.numa_node is None:
         numa = nv.call("nvmlDeviceGetNumaNodeId", h)
         r.numa_node = int(numa) if isinstance(numa, int) and numa >= 0 else None
     words = nv.call("nvmlDeviceGetCpuAffinity", h, _CPUSET_WORDS)
     r.cpu_affinity = cpu_list(words) if words is not None else None
     r.health = _health(nv, h)
+
+
+def _memory_affinity_node(nv: Nvml, h: Any) -> int | None:
+    """The NUMA node NVML names as the GPU's memory affinity (scope node); None when it
+    names none or several."""
+    words = nv.call("nvmlDeviceGetMemoryAffinity", h, _NODESET_WORDS,
+                    nv.const("NVML_AFFINITY_SCOPE_NODE", 0))
+    if words is None:
+        return None
+    nodes = [w * 64 + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
+    return nodes[0] if len(nodes) == 1 else None
 
 
 def _count(v: Any) -> int | None:

@@ -44,6 +44,8 @@ NVML_ERROR_UNKNOWN = 999
 NVML_FEATURE_DISABLED = 0
 NVML_FEATURE_ENABLED = 1
 NVML_TEMPERATURE_GPU = 0
+NVML_AFFINITY_SCOPE_NODE = 0
+NVML_AFFINITY_SCOPE_SOCKET = 1
 NVML_NVLINK_MAX_LINKS = 36
 NVML_NVLINK_DEVICE_TYPE_GPU = 0x00
 NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01
@@ -198,6 +200,9 @@ class FakeGpu:
     migs: list[FakeMig] = field(default_factory=list)
     max_migs: int = 7
     gpu_numa_id: int | None = None  # nvmlDeviceGetNumaNodeId; None -> NOT_SUPPORTED
+    # The NUMA node of nvmlDeviceGetMemoryAffinity (scope node), what `topo -m` prints
+    # as "NUMA Affinity"; None -> NOT_SUPPORTED.
+    memory_affinity: int | None = None
     cpu_affinity: str | None = None  # "0-35,72-107"
     nvlinks: list[tuple[str, int]] | None = None  # (remote bus id, remote type) per link
     util_gpu: int | None = None
@@ -400,6 +405,15 @@ class FakeNvml:
         if g.gpu_numa_id is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return g.gpu_numa_id
+
+    def nvmlDeviceGetMemoryAffinity(self, h: _Handle, node_set_size: int, scope: int) -> list[int]:
+        g = self._gpu(h)
+        if g.memory_affinity is None or scope != NVML_AFFINITY_SCOPE_NODE:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        words = [0] * node_set_size
+        if g.memory_affinity // 64 < node_set_size:
+            words[g.memory_affinity // 64] |= 1 << (g.memory_affinity % 64)
+        return words
 
     def nvmlDeviceGetCpuAffinity(self, h: _Handle, cpu_set_size: int) -> list[int]:
         g = self._gpu(h)
