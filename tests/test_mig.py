@@ -38,6 +38,8 @@ def test_known_profiles_cover_mig_parted_default_config() -> None:
         ("mig/mig_h100_80gb_lgip_lgipp.txt", "NVIDIA H100 80GB HBM3"),
         ("mig/mig_a100_pcie_40gb_lgip_lgipp_olddriver.txt", "A100-PCIE-40GB"),
         ("captures/nvsmi_mig-lgip_a30-24gb_summerlo.txt", "NVIDIA A30"),
+        # the project's own H200 (device check): all seven profiles, exactly the table's
+        ("captures/nvsmi_mig-lgip_h200_x1_vm_drv580_swarmgpu-device.txt", "NVIDIA H200"),
     ],
 )
 def test_lgip_captures_match_per_product_table(capture: str, product: str) -> None:

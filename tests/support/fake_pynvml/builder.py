@@ -150,10 +150,21 @@ def parse_q(path: Path) -> QCapture:
             }
             for m in g.all("MIG Device")
         ]
-        power = _num(g.get("GPU Power Readings", "Power Draw")) or _num(
-            g.get("Power Readings", "Power Draw")
-        )
+        # Drivers from R530 print "Average" and "Instantaneous Power Draw" for the one
+        # "Power Draw"; nvmlDeviceGetPowerUsage is the 1 s average on Ampere (but GA100)
+        # and later, instantaneous on GA100 (A100, A30) and older (NVML reference).
+        name = g.get("Product Name") or ""
+        older = g.get("Product Architecture") in ("Volta", "Turing", "Pascal") or any(
+            m in name for m in ("A100", "A30"))
+        readings = ("GPU Power Readings", "Power Readings")
+        power = next((v for sec in readings for key in (
+            "Power Draw", "Instantaneous Power Draw" if older else "Average Power Draw",
+            "Average Power Draw" if older else "Instantaneous Power Draw")
+            if (v := _num(g.get(sec, key))) is not None), None)
+        # "Gpu" before R580, "GPU" from it (the H200 capture)
         util = _num(g.get("Utilization", "Gpu"))
+        if util is None:
+            util = _num(g.get("Utilization", "GPU"))
         mutil = _num(g.get("Utilization", "Memory"))
         temp = _num(g.get("Temperature", "GPU Current Temp"))
         gpus.append(
@@ -347,6 +358,8 @@ def build(
     memory_mib: int | None = None,
     missing: frozenset[str] = frozenset(),
     processes_file: Path | None = None,
+    sysfs_numa: bool = True,
+    nvml_record: Path | None = None,
 ) -> Built:
     """A fake machine: topology from ``topo_file``, GPUs from ``q_file`` (or the given
     product/memory), MIG from ``l_file``+``lgip_file``; sysfs numa_node files written
@@ -385,6 +398,7 @@ def build(
                 mig_mode=mig_mode,
                 migs=migs,
                 cpu_affinity=topo.cpu_affinity[i],
+                memory_affinity=topo.numa_node[i],
                 util_gpu=qg.util_gpu if qg else None,
                 util_memory=qg.util_memory if qg else None,
                 temp_c=qg.temp_c if qg else None,
@@ -398,6 +412,8 @@ def build(
                    if v is not None or k != "memory_reserved_mib"},
             )
         )
+    if nvml_record is not None:
+        _from_record(gpus, nvml_record)
     _wire_links(gpus, topo)
     if processes_file is not None:
         for g, procs in zip(gpus, parse_processes(processes_file), strict=False):
@@ -415,7 +431,8 @@ def build(
         dom, _, rest = g.bus_id.partition(":")
         d = sysfs_dir / "bus" / "pci" / "devices" / f"{int(dom, 16):04x}:{rest.lower()}"
         d.mkdir(parents=True, exist_ok=True)
-        (d / "numa_node").write_text(f"{numa if numa is not None else -1}\n")
+        # A VM's sysfs may know no node (-1) where NVML and `topo -m` name one.
+        (d / "numa_node").write_text(f"{numa if numa is not None and sysfs_numa else -1}\n")
     cuda = _cuda_int(q.cuda) if q else 12020
     driver = q.driver if q else "535.129.03"
     machine = FakeMachine(
@@ -427,6 +444,18 @@ def build(
         profiles=profiles,
     )
     return Built(FakeNvml(machine, missing=missing), machine, topo, sysfs_dir)
+
+
+def _from_record(gpus: list[FakeGpu], path: Path) -> None:
+    """What no ``-q`` prints but the same machine's NVML record holds (scripts/nvml-record.py):
+    the energy counter, as first read."""
+    import json
+
+    for c in json.loads(path.read_text())["calls"]:
+        if c["fn"] == "nvmlDeviceGetTotalEnergyConsumption" and "result" in c:
+            g = gpus[int(c["args"][0]["handle"][3:])]
+            if g.energy_mj is None:
+                g.energy_mj = int(c["result"])
 
 
 def _cuda_int(v: str) -> int:
@@ -481,6 +510,15 @@ def layouts() -> dict[str, dict[str, Any]]:
             / "nvsmi_q_h100-80gb-hbm3_mig-enabled_drv590_masked_nvgpuexporter.txt",
             "l_file": CAPTURES / "nvsmi_L_h100-80gb-hbm3_mig-mixed_drv590_masked_nvgpuexporter.txt",
             "lgip_file": FIXTURES / "mig" / "mig_h100_80gb_lgip_lgipp.txt",
+        },
+        # The project's own device check (tests/fixtures/SOURCES.md): one H200 in a VM,
+        # whose sysfs has no NUMA node (-1) while NVML's memory affinity names node 0.
+        "h200_vm": {
+            "topo_file": CAPTURES / "nvsmi_topo_h200_x1_vm_drv580_swarmgpu-device.txt",
+            "q_file": CAPTURES / "nvsmi_q_h200_x1_vm_drv580_swarmgpu-device.txt",
+            "lgip_file": CAPTURES / "nvsmi_mig-lgip_h200_x1_vm_drv580_swarmgpu-device.txt",
+            "sysfs_numa": False,
+            "nvml_record": CAPTURES / "nvml_record_h200_x1_vm_drv580_swarmgpu-device.json",
         },
         "dgx1_v100_direct_nvlink": {
             "topo_file": CAPTURES / "nvsmi_topo_dgx1-v100_mlx5x4_msccl.txt",
