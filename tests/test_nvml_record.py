@@ -9,10 +9,13 @@ be what it made of the real driver."""
 from __future__ import annotations
 
 import json
+import runpy
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support.fake_pynvml.builder import CAPTURES, build_layout
 from support.fake_pynvml.pynvml import NVMLError
 
@@ -21,6 +24,7 @@ from swarmgpu.agent.facts.nvml_sampler import read_utilisation
 from swarmgpu.core.metrics_in import parse_metrics
 
 RECORD = CAPTURES / "nvml_record_h200_x1_vm_drv580_swarmgpu-device.json"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "nvml-record.py"
 METRICS = CAPTURES / "swarmgpu_agent_metrics_h200_x1_vm_drv580_swarmgpu-device_load.txt"
 
 
@@ -156,3 +160,17 @@ def test_a_compute_process_reads_as_on_the_driver(tmp_path: Path) -> None:
     real = [(p["used_mib"], p["gpu_instance_id"])
             for p in record()["samples_load"][1][0]["processes"]]
     assert fake == real == [(1002, None)]
+
+
+def test_the_recorder_runs_on_any_pynvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scripts/nvml-record.py, the tool that made the record, over the fake: it writes
+    what swarmgpu made of NVML and each call, so the next GPU machine's run is sure."""
+    b = build_layout("h200_vm", tmp_path / "sysfs")
+    monkeypatch.setitem(sys.modules, "pynvml", b.nvml)
+    monkeypatch.setattr(sys, "argv", ["nvml-record.py", "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+    assert done.value.code == 0
+    out = json.loads((tmp_path / "out" / "nvml-record.json").read_text())
+    assert out["facts_idle"]["gpus"][0]["uuid"] == b.machine.gpus[0].uuid
+    assert {"nvmlDeviceGetUUID", "nvmlDeviceGetMemoryAffinity"} <= {c["fn"] for c in out["calls"]}
