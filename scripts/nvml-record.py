@@ -142,7 +142,7 @@ def main() -> int:
 
     rec = Recorder(pynvml)
     out: dict[str, Any] = {"python": sys.version.split()[0], "kernel": platform.release(),
-                           "nvidia_ml_py": getattr(pynvml, "__version__", None)}
+                           "nvidia_ml_py": None}
     with contextlib.suppress(PackageNotFoundError):  # the version is a note, not a need
         out["nvidia_ml_py"] = version("nvidia-ml-py")
     src = NvmlSource(nvml_module=rec, xid_events=True)

@@ -52,9 +52,14 @@ def cuda_version_text(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
+def set_bits(words: Any) -> list[int]:
+    """The numbers set in an NVML bitmask of 64-bit words, lowest first."""
+    return [w * 64 + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
+
+
 def cpu_list(words: Any) -> str | None:
     """A CPU bitmask (64-bit words, lowest CPUs first) as ``"0-35,72-107"``."""
-    cpus = [w * 64 + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
+    cpus = set_bits(words)
     if not cpus:
         return None
     ranges: list[str] = []
@@ -290,7 +295,7 @@ def _memory_affinity_node(nv: Nvml, h: Any) -> int | None:
                     nv.const("NVML_AFFINITY_SCOPE_NODE", 0))
     if words is None:
         return None
-    nodes = [w * 64 + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
+    nodes = set_bits(words)
     return nodes[0] if len(nodes) == 1 else None
 
 

@@ -32,11 +32,16 @@ Where a capture lacks something the builder must invent, it says so here:
   each MIG device's ``Shared FB Memory Usage`` Used and Reserved). ``N/A`` answers
   NOT_SUPPORTED. Not in any ``-q`` capture: the energy counter, NVLink data counters and
   GPM metrics; GPM is supported on Hopper GPUs (as NVML has it: Hopper and later), with
-  no metric values until a test sets them (tests/fixtures/SOURCES.md says which).
+  no metric values until a test sets them (tests/fixtures/SOURCES.md says which). The
+  energy counter comes from the machine's NVML record where the layout has one
+  (``nvml_record``: the project's own H200, scripts/nvml-record.py).
+* NUMA: sysfs ``numa_node`` and NVML's memory affinity both say the ``topo -m`` "NUMA
+  Affinity", except with ``sysfs_numa=False`` (a VM: sysfs -1, as the H200 capture).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -449,8 +454,6 @@ def build(
 def _from_record(gpus: list[FakeGpu], path: Path) -> None:
     """What no ``-q`` prints but the same machine's NVML record holds (scripts/nvml-record.py):
     the energy counter, as first read."""
-    import json
-
     for c in json.loads(path.read_text())["calls"]:
         if c["fn"] == "nvmlDeviceGetTotalEnergyConsumption" and "result" in c:
             g = gpus[int(c["args"][0]["handle"][3:])]
