@@ -34,6 +34,7 @@ EXPECTED: dict[str, tuple[int, set[str], Sequence[int | None], str | None]] = {
     "nvsmi_topo_h200-8x_nv18_12nic_distributedai.txt": (
         8, {"NV18"}, [0] * 4 + [1] * 4, "0-55,112-167"
     ),
+    "nvsmi_topo_h200_x1_vm_drv580_swarmgpu-device.txt": (1, set(), [0], "0-15"),
     "nvsmi_topo_v100-sxm2-32gb-x8_hybrid-cube-mesh_drv580_vast-llamacpp.txt": (
         8, {"NV1", "NV2", "SYS"}, [0] * 4 + [1] * 4, "0-19,40-59"
     ),
