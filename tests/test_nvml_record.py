@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from support.fake_pynvml.builder import CAPTURES, build_layout
 from support.fake_pynvml.pynvml import NVMLError
+from support.prometheus import promtool_check
 
 from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.nvml_sampler import read_utilisation
@@ -142,6 +143,7 @@ def test_the_manager_reads_the_real_agent_page_under_load() -> None:
     """The agent's /metrics on the H200 at 99 % (a bf16 matrix-product loop): the
     manager's parser takes every figure, GPM's profiling ratios included (the agent takes
     a first sample at start, so its first scrape has them)."""
+    promtool_check(METRICS.read_bytes())  # Prometheus's own checker takes it too
     page = parse_metrics(METRICS.read_text())
     (s,) = page.samples_by_uuid.values()
     assert s.util_pct is not None and s.util_pct >= 99
