@@ -14,6 +14,10 @@ are the same on every run); replay one with
 
 writes the h-* files instead: a set kept apart from ``workloads`` (and so from
 ``vs_fgd.py``), replayed before a placement change is kept, never tuned on.
+
+    python benchmarks/derive_own.py --bimodal /tmp/bimodal
+
+writes the b-* files: CPU-bimodal draws at spreads around x-cpubimodal's (stop 56).
 """
 
 from __future__ import annotations
@@ -232,6 +236,20 @@ def held_out(rows: list[Row]) -> dict[str, list[Row]]:
     }
 
 
+def bimodal_spreads(rows: list[Row]) -> dict[str, list[Row]]:
+    """Stop 56's CPU-bimodal draws (``--bimodal``, the b-* files): half the GPU pods at
+    the first factor of their CPU, half at the second, at spreads around x-cpubimodal's
+    (0.1 and 2.0), each its own draw: where moves leave swarmgpu below FGD (docs/simulate.md,
+    "A fresh sweep with moves, and the CPU-bimodal boundary")."""
+    return {
+        "b-10-15": cpu_drawn(rows, [0.1, 1.5], [1, 1], 201),
+        "b-15-18": cpu_drawn(rows, [0.15, 1.8], [1, 1], 202),
+        "b-25-20": cpu_drawn(rows, [0.25, 2.0], [1, 1], 203),
+        "b-10-20": cpu_drawn(rows, [0.1, 2.0], [1, 1], 204),  # x-cpubimodal's rule
+        "b-05-19": cpu_drawn(rows, [0.05, 1.95], [1, 1], 205),
+    }
+
+
 def workloads(rows: list[Row]) -> dict[str, list[Row]]:
     counts = model_counts()
     models = list(counts)
@@ -269,16 +287,17 @@ def workloads(rows: list[Row]) -> dict[str, list[Row]]:
 
 def main(argv: list[str]) -> int:
     args = argv[1:]
-    held = args[:1] == ["--held-out"]
-    if held:
-        args = args[1:]
+    sets = {"--held-out": held_out, "--bimodal": bimodal_spreads}
+    make = workloads
+    if args[:1] and args[0] in sets:
+        make = sets[args.pop(0)]
     if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
     out = Path(args[0])
     out.mkdir(parents=True, exist_ok=True)
     header, rows = read_rows(OPENB / "openb_pod_list_default.csv")
-    for name, new in (held_out(rows) if held else workloads(rows)).items():
+    for name, new in make(rows).items():
         write_rows(out / f"openb_pod_list_{name}.csv", header, new)
         print(name, len(new))
     return 0

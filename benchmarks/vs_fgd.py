@@ -4,13 +4,16 @@ docs/simulate.md ("Against FGD on every workload").
     .venv/bin/python benchmarks/vs_fgd.py --out /tmp/vsfgd                  # place only
     .venv/bin/python benchmarks/vs_fgd.py --out /tmp/vsfgd-m2 --moves 2 --seeds 42-43
     .venv/bin/python benchmarks/vs_fgd.py --out /tmp/vsfgd --only default,x-sharebig
+    .venv/bin/python benchmarks/vs_fgd.py --out /tmp/vsfgd-x --extra --moves 2 --seeds 45
 
 The workloads: the five bundled openb traces; `swarmgpu simulate-derive`'s variants
 (its twelve defaults, gpushare20, gpuspec33 and cpu200, derivation seed 42), four
 made with derivation seed 7 (`<name>s7`: the same rules, other draws) and five heavier
 ones with seed 11 (`cpu350s11`, `cpu500s11`, `gpushare90s11`, `gpuspec45s11`,
 `multigpu60s11`); our own rules that
-`simulate-derive` does not make (`benchmarks/derive_own.py`, the `x-*` ones). Each is
+`simulate-derive` does not make (`benchmarks/derive_own.py`, the `x-*` ones). With
+--extra, stop 56's set instead: nine levels none of those use (derivation seed 101,
+`<name>s101`) and derive_own's CPU-bimodal spreads (`b-*`). Each is
 replayed by the command users run, `swarmgpu simulate ... --policy swarmgpu,fgd --bound
 off --json` (with `--rebalance-moves M` for --moves), and its JSON kept under --out: a
 rerun skips the workloads whose JSON is there, so a long run can be stopped and taken
@@ -44,11 +47,16 @@ HELD_OUT = ("gpuspec35", "gpushare70", "cpu200", "cpu250")  # derivation seed 7
 # derivation seed 11: heavier than any above (cpu350 and cpu500 ask more CPU than the
 # cluster has; multigpu60 puts 60% of the GPU request in multi-GPU pods)
 HEAVIER = ("cpu350", "cpu500", "gpushare90", "gpuspec45", "multigpu60")
+# --extra (stop 56): levels no table above uses, derivation seed 101, for a sweep with
+# moves on seeds no rule was measured on; with derive_own's CPU-bimodal spreads (b-*)
+FRESH = ("gpushare55", "gpushare75", "multigpu35", "multigpu45", "gpuspec15", "gpuspec25",
+         "cpu075", "cpu175", "cpu300")
 
 
-def workloads(out: Path) -> dict[str, list[str]]:
+def workloads(out: Path, extra: bool = False) -> dict[str, list[str]]:
     """Each workload's name and its trace options for `swarmgpu simulate`, the derived
-    pod lists written under ``out`` first (once: an existing file is kept)."""
+    pod lists written under ``out`` first (once: an existing file is kept). ``extra``:
+    stop 56's set (``FRESH`` and the b-* spreads) instead."""
     got: dict[str, list[str]] = {w: ["--trace", w] for w in NAMES}
     var = out / "variants"
 
@@ -66,11 +74,17 @@ def workloads(out: Path) -> dict[str, list[str]]:
         for n in names:
             got[n + suffix] = ["--pods", str(var / f"openb_pod_list_{n}{suffix}.csv")]
 
-    derive(DERIVED, 42, "")
-    derive(HELD_OUT, 7, "s7")
-    derive(HEAVIER, 11, "s11")
     header, rows = read_rows(OPENB / "openb_pod_list_default.csv")
-    for name, new in derive_own.workloads(rows).items():
+    own = derive_own.workloads
+    if extra:
+        got = {}
+        derive(FRESH, 101, "s101")
+        own = derive_own.bimodal_spreads
+    else:
+        derive(DERIVED, 42, "")
+        derive(HELD_OUT, 7, "s7")
+        derive(HEAVIER, 11, "s11")
+    for name, new in own(rows).items():
         path = var / f"openb_pod_list_{name}.csv"
         if not path.exists():
             write_rows(path, header, new)
@@ -116,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="42-43", help="as `swarmgpu simulate --seeds`")
     ap.add_argument("--moves", type=float, default=0.0, help="--rebalance-moves (per 100)")
     ap.add_argument("--only", default="", help="comma-separated workload names")
+    ap.add_argument("--extra", action="store_true",
+                    help="stop 56's set: seed-101 derivations and CPU-bimodal spreads")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    every = workloads(args.out)
+    every = workloads(args.out, args.extra)
     names = [n for n in args.only.split(",") if n] or list(every)
     unknown = sorted(set(names) - set(every))
     if unknown:
