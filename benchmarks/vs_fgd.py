@@ -57,7 +57,7 @@ def workloads(out: Path, extra: bool = False) -> dict[str, list[str]]:
     """Each workload's name and its trace options for `swarmgpu simulate`, the derived
     pod lists written under ``out`` first (once: an existing file is kept). ``extra``:
     stop 56's set (``FRESH`` and the b-* spreads) instead."""
-    got: dict[str, list[str]] = {w: ["--trace", w] for w in NAMES}
+    got: dict[str, list[str]] = {} if extra else {w: ["--trace", w] for w in NAMES}
     var = out / "variants"
 
     def derive(names: tuple[str, ...], seed: int, suffix: str) -> None:
@@ -77,7 +77,6 @@ def workloads(out: Path, extra: bool = False) -> dict[str, list[str]]:
     header, rows = read_rows(OPENB / "openb_pod_list_default.csv")
     own = derive_own.workloads
     if extra:
-        got = {}
         derive(FRESH, 101, "s101")
         own = derive_own.bimodal_spreads
     else:
