@@ -1,10 +1,10 @@
 """The fake pynvml against a real driver: every NVML call swarmgpu made on the project's own
-H200 machine (driver 580.159.04, in a VM), recorded by scripts/nvml-record.py, replayed
-on the fake built from that machine's `nvidia-smi` captures (layout ``h200_vm``;
-tests/fixtures/SOURCES.md). Where the driver refused a call, the fake must refuse it with
-the same code; where it answered, the fake must answer, and with the same value for
-everything that does not move between two reads; and swarmgpu's facts from the fake must
-be what it made of the real driver."""
+H200 machines (driver 580.159.04, in a VM; two GPUs, stops 55 and 57), recorded by
+scripts/nvml-record.py, replayed on the fake built from each machine's `nvidia-smi`
+captures (layouts ``h200_vm`` and ``h200_vm_2``; tests/fixtures/SOURCES.md). Where the
+driver refused a call, the fake must refuse it with the same code; where it answered, the
+fake must answer, and with the same value for everything that does not move between two
+reads; and swarmgpu's facts from the fake must be what it made of the real driver."""
 
 from __future__ import annotations
 
@@ -24,14 +24,21 @@ from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.nvml_sampler import read_utilisation
 from swarmgpu.core.metrics_in import parse_metrics
 
-RECORD = CAPTURES / "nvml_record_h200_x1_vm_drv580_swarmgpu-device.json"
+# layout -> that machine's recording
+RECORDS = {"h200_vm": CAPTURES / "nvml_record_h200_x1_vm_drv580_swarmgpu-device.json",
+           "h200_vm_2": CAPTURES / "nvml_record_h200_x1_vm_drv580_swarmgpu-device-2.json"}
+MACHINES = pytest.mark.parametrize("machine", sorted(RECORDS))
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "nvml-record.py"
 METRICS = CAPTURES / "swarmgpu_agent_metrics_h200_x1_vm_drv580_swarmgpu-device_load.txt"
+DEVICE_2 = "h200_x1_vm_drv580_swarmgpu-device-2"
+# The second machine's agent under load: its first scrape 12 s after start, two more back
+# to back, a fourth 3 s later.
+SCRAPES = [CAPTURES / f"swarmgpu_agent_metrics_{DEVICE_2}_load_scrape{i}.txt" for i in (1, 2, 3, 4)]
 
 
 @cache
-def record() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(RECORD.read_text())
+def record(machine: str = "h200_vm") -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(RECORDS[machine].read_text())
     return data
 
 
@@ -87,12 +94,13 @@ def _arg(nv: Any, a: Any) -> Any:
     return a
 
 
-def test_the_fake_answers_each_call_as_the_driver_did(tmp_path: Path) -> None:
-    nv = build_layout("h200_vm", tmp_path).nvml
+@MACHINES
+def test_the_fake_answers_each_call_as_the_driver_did(tmp_path: Path, machine: str) -> None:
+    nv = build_layout(machine, tmp_path).nvml
     nv.nvmlInit()
     seen: set[str] = set()
     checked: set[str] = set()
-    for c in record()["calls"]:
+    for c in record(machine)["calls"]:
         if not c["phase"].startswith("idle") or c["fn"] in _NOT_REPLAYED:
             continue
         key = json.dumps([c["fn"], c["args"]])
@@ -114,23 +122,26 @@ def test_the_fake_answers_each_call_as_the_driver_did(tmp_path: Path) -> None:
     assert len(checked) >= 30, sorted(checked)
 
 
-def test_facts_from_the_fake_are_what_swarmgpu_made_of_the_driver(tmp_path: Path) -> None:
-    b = build_layout("h200_vm", tmp_path)
+@MACHINES
+def test_facts_from_the_fake_are_what_swarmgpu_made_of_the_driver(tmp_path: Path,
+                                                                  machine: str) -> None:
+    b = build_layout(machine, tmp_path)
     fake = NvmlSource(hostname="vm", nvml_module=b.nvml, sysfs_root=b.sysfs,
                       xid_events=False).read().to_dict()
-    real = record()["facts_idle"]  # shared by the tests: compared, not changed
+    real = record(machine)["facts_idle"]  # shared by the tests: compared, not changed
     assert {**fake, "node": {**fake["node"], "collected_at": None}} == {
         **real, "node": {**real["node"], "collected_at": None}}
     # sysfs said -1 in the VM; NVML's memory affinity named node 0, as `topo -m` did
     assert real["gpus"][0]["numa_node"] == 0
 
 
-def test_samples_from_the_fake_know_what_the_driver_knew(tmp_path: Path) -> None:
+@MACHINES
+def test_samples_from_the_fake_know_what_the_driver_knew(tmp_path: Path, machine: str) -> None:
     """Same fields known (a value) and unknown (None) as the real idle scrape with a
     previous one; the values that do not move between reads equal."""
-    b = build_layout("h200_vm", tmp_path)
+    b = build_layout(machine, tmp_path)
     read_utilisation(b.nvml)
-    real = record()["samples_idle"][1][0]
+    real = record(machine)["samples_idle"][1][0]
     fake = read_utilisation(b.nvml)[0].__dict__
     rates = {"gr_engine_active", "tensor_active", "dram_active"}  # GPM: no values in a fake
     known = {k for k, v in real.items() if v is not None} - rates
@@ -154,6 +165,26 @@ def test_the_manager_reads_the_real_agent_page_under_load() -> None:
     assert (s.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE") or 0) > 0.8
     assert s.fb_used_mib == 1010
     assert [p.used_mib for p in s.processes] == [1002]  # the matrix-product process
+
+
+def test_back_to_back_scrapes_on_the_real_gpu_repeat_the_last_interval() -> None:
+    """The second machine's agent under load (the code as mended after the first): its
+    first scrape already has GPM's ratios (the sample taken at start); scrapes a moment
+    apart repeat the last full interval's ratios instead of a ratio over milliseconds
+    (which read 0 % at 100 % busy on the first machine); one 3 s later is a new interval."""
+    pages = [parse_metrics(p.read_text()) for p in SCRAPES]
+    for p in SCRAPES:
+        promtool_check(p.read_bytes())
+    gr = []
+    for page in pages:
+        (s,) = page.samples_by_uuid.values()
+        assert s.util_pct is not None and s.util_pct >= 99
+        v = s.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+        assert v is not None and 0.9 < v <= 1.0
+        assert 0 < (s.get("DCGM_FI_PROF_DRAM_ACTIVE") or 0) < 1  # no NaN
+        gr.append(v)
+    assert gr[0] == gr[1] == gr[2] != gr[3]
+    assert [p.used_mib for p in s.processes] == [1130]  # the matrix-product process
 
 
 def test_a_compute_process_reads_as_on_the_driver(tmp_path: Path) -> None:

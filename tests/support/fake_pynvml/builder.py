@@ -523,6 +523,16 @@ def layouts() -> dict[str, dict[str, Any]]:
             "sysfs_numa": False,
             "nvml_record": CAPTURES / "nvml_record_h200_x1_vm_drv580_swarmgpu-device.json",
         },
+        # The same check on a second H200 of that pool (stop 57): same driver, VM and
+        # topology; its own UUID, `-q` and recording, made by the code as mended after
+        # the first.
+        "h200_vm_2": {
+            "topo_file": CAPTURES / "nvsmi_topo_h200_x1_vm_drv580_swarmgpu-device.txt",
+            "q_file": CAPTURES / "nvsmi_q_h200_x1_vm_drv580_swarmgpu-device-2.txt",
+            "lgip_file": CAPTURES / "nvsmi_mig-lgip_h200_x1_vm_drv580_swarmgpu-device.txt",
+            "sysfs_numa": False,
+            "nvml_record": CAPTURES / "nvml_record_h200_x1_vm_drv580_swarmgpu-device-2.json",
+        },
         "dgx1_v100_direct_nvlink": {
             "topo_file": CAPTURES / "nvsmi_topo_dgx1-v100_mlx5x4_msccl.txt",
             "product": "Tesla V100-SXM2-32GB",
