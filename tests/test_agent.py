@@ -361,6 +361,43 @@ def test_facts_cache_and_guarded_sampler_units() -> None:
     gs.close()
 
 
+def test_guarded_sampler_keeps_a_late_or_primed_reading_as_the_last_good_one() -> None:
+    """A reading that comes after its caller stopped waiting, or the one taken at start,
+    is what a later failing scrape serves, not nothing."""
+    gate = threading.Event()
+    mode = ["block"]
+
+    def sampler() -> list[GpuSample]:
+        if mode[0] == "block":
+            gate.wait(5)
+        if mode[0] == "fail":
+            raise RuntimeError("NVML went away")
+        return empty_samples(FACTS)
+
+    gs = GuardedSampler(sampler, timeout_s=0.05)
+    samples, err = gs.sample()
+    assert samples == [] and err is not None and "did not answer within" in err
+    gate.set()  # the reading arrives late; nobody waits for it
+    deadline = time.monotonic() + 5
+    while gs._future is not None and not gs._future.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    mode[0] = "fail"
+    samples, err = gs.sample()
+    assert err is not None and "NVML went away" in err
+    assert [s.uuid for s in samples] == ["GPU-aaaa", "MIG-1111"]
+    gs.close()
+
+    mode[0] = "ok"
+    primed = GuardedSampler(sampler, timeout_s=1)
+    primed.prime()
+    assert primed._future is not None
+    primed._future.result(timeout=5)
+    mode[0] = "fail"
+    samples, err = primed.sample()
+    assert err is not None and [s.uuid for s in samples] == ["GPU-aaaa", "MIG-1111"]
+    primed.close()
+
+
 # --- profile ----------------------------------------------------------------------
 
 PROFILE = """

@@ -247,8 +247,15 @@ class GuardedSampler:
         need a previous reading, so the first scrape has them, over the time since."""
         with self._lock:
             if self._future is None:
-                self._future = self._pool.submit(self._sampler)
-                self._future.add_done_callback(self._keep)
+                self._submit()
+
+    def _submit(self) -> concurrent.futures.Future[list[GpuSample]]:
+        """A new reading (the lock held); whenever it succeeds, even after its caller
+        gave up waiting, it becomes the last good one."""
+        fut = self._pool.submit(self._sampler)
+        fut.add_done_callback(self._keep)
+        self._future = fut
+        return fut
 
     def _keep(self, fut: concurrent.futures.Future[list[GpuSample]]) -> None:
         if not fut.cancelled() and fut.exception() is None:
@@ -257,16 +264,15 @@ class GuardedSampler:
     def sample(self) -> tuple[list[GpuSample], str | None]:
         """(samples, error); on error the samples are the last good ones."""
         with self._lock:
-            if self._future is None or self._future.done():
-                self._future = self._pool.submit(self._sampler)
             fut = self._future
+            if fut is None or fut.done():
+                fut = self._submit()
         try:
             samples = fut.result(timeout=self._timeout_s)
         except concurrent.futures.TimeoutError:
             return list(self._last), f"GPU sampler did not answer within {self._timeout_s}s"
         except Exception as e:  # the sampler failed: report it, serve the last samples
             return list(self._last), f"GPU sampler failed: {type(e).__name__}: {e}"
-        self._last = list(samples)
         return list(samples), None
 
     def close(self) -> None:
