@@ -70,8 +70,8 @@ _SAME: dict[str, Any] = {
     "nvmlDeviceGetCurrentClocksEventReasons": lambda r: r,
     "nvmlDeviceGetClockInfo": lambda r: r,
     "nvmlDeviceGetPcieReplayCounter": lambda r: r,
-    "nvmlDeviceGetEncoderUtilization": lambda r: r[0],
-    "nvmlDeviceGetDecoderUtilization": lambda r: r[0],
+    "nvmlDeviceGetEncoderUtilization": lambda r: list(r),  # (utilisation, sampling period)
+    "nvmlDeviceGetDecoderUtilization": lambda r: list(r),  # (utilisation, sampling period)
     "nvmlDeviceGetComputeRunningProcesses": lambda r: len(r),
     "nvmlGpmQueryDeviceSupport": lambda r: _get(r, "isSupportedDevice"),
     "nvmlDeviceGetGridLicensableFeatures": lambda r: _get(r, "isGridLicenseSupported"),

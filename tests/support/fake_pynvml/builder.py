@@ -453,12 +453,17 @@ def build(
 
 def _from_record(gpus: list[FakeGpu], path: Path) -> None:
     """What no ``-q`` prints but the same machine's NVML record holds (scripts/nvml-record.py):
-    the energy counter, as first read."""
+    the energy counter, as first read, and the encoder's sampling period."""
     for c in json.loads(path.read_text())["calls"]:
-        if c["fn"] == "nvmlDeviceGetTotalEnergyConsumption" and "result" in c:
-            g = gpus[int(c["args"][0]["handle"][3:])]
-            if g.energy_mj is None:
-                g.energy_mj = int(c["result"])
+        first = c["args"][0] if c["args"] else None
+        label = first.get("handle", "") if isinstance(first, dict) else ""
+        if "result" not in c or not label.startswith("gpu") or "/" in label:
+            continue  # a system call, a refused one, or a MIG device's
+        g = gpus[int(label[3:])]
+        if c["fn"] == "nvmlDeviceGetTotalEnergyConsumption" and g.energy_mj is None:
+            g.energy_mj = int(c["result"])
+        elif c["fn"] == "nvmlDeviceGetEncoderUtilization":
+            g.codec_period_us = int(c["result"][1])
 
 
 def _cuda_int(v: str) -> int:

@@ -230,6 +230,9 @@ class FakeGpu:
     enc_util: int | None = None
     dec_util: int | None = None
     energy_mj: int | None = None  # nvmlDeviceGetTotalEnergyConsumption
+    # The encoder/decoder sampling period (µs) their utilisation comes with; no `-q` prints
+    # it: 167,000 as the public captures' NVML answers, or the machine's own record.
+    codec_period_us: int = 167000
     nvlink_data_kib: tuple[int, int] | None = None  # (tx, rx) KiB since reset, all links
     # GPM (Hopper and later): None not supported; else GI id (None: the whole GPU) ->
     # NVML_GPM_METRIC_* id -> percent over any interval.
@@ -633,10 +636,10 @@ class FakeNvml:
                                else "pcie_rx_kb_s"))
 
     def nvmlDeviceGetEncoderUtilization(self, h: _Handle) -> list[int]:
-        return [int(self._value(h, "enc_util")), 167000]
+        return [int(self._value(h, "enc_util")), self._gpu(h).codec_period_us]
 
     def nvmlDeviceGetDecoderUtilization(self, h: _Handle) -> list[int]:
-        return [int(self._value(h, "dec_util")), 167000]
+        return [int(self._value(h, "dec_util")), self._gpu(h).codec_period_us]
 
     def nvmlDeviceGetGridLicensableFeatures(self, h: _Handle) -> SimpleNamespace:
         self._gpu(h)  # bare metal, as every capture: no vGPU licence to hold
