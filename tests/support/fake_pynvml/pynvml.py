@@ -231,7 +231,7 @@ class FakeGpu:
     dec_util: int | None = None
     energy_mj: int | None = None  # nvmlDeviceGetTotalEnergyConsumption
     # The encoder/decoder sampling period (µs) their utilisation comes with; no `-q` prints
-    # it: 167,000 as the public captures' NVML answers, or the machine's own record.
+    # it, so a machine's own NVML record gives it, else the fake's long-standing 167,000.
     codec_period_us: int = 167000
     nvlink_data_kib: tuple[int, int] | None = None  # (tx, rx) KiB since reset, all links
     # GPM (Hopper and later): None not supported; else GI id (None: the whole GPU) ->
