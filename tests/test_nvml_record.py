@@ -1,5 +1,5 @@
 """The fake pynvml against a real driver: every NVML call swarmgpu made on the project's own
-H200 machines (driver 580.159.04, in a VM; two GPUs, stops 55 and 57), recorded by
+H200 machines (driver 580.159.04, in a VM; stops 55 and 57, one GPU each), recorded by
 scripts/nvml-record.py, replayed on the fake built from each machine's `nvidia-smi`
 captures (layouts ``h200_vm`` and ``h200_vm_2``; tests/fixtures/SOURCES.md). Where the
 driver refused a call, the fake must refuse it with the same code; where it answered, the
@@ -31,7 +31,7 @@ MACHINES = pytest.mark.parametrize("machine", sorted(RECORDS))
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "nvml-record.py"
 METRICS = CAPTURES / "swarmgpu_agent_metrics_h200_x1_vm_drv580_swarmgpu-device_load.txt"
 DEVICE_2 = "h200_x1_vm_drv580_swarmgpu-device-2"
-# The second machine's agent under load: its first scrape 12 s after start, two more back
+# Stop 57's machine's agent under load: its first scrape 12 s after start, two more back
 # to back, a fourth 3 s later.
 SCRAPES = [CAPTURES / f"swarmgpu_agent_metrics_{DEVICE_2}_load_scrape{i}.txt" for i in (1, 2, 3, 4)]
 
@@ -168,7 +168,7 @@ def test_the_manager_reads_the_real_agent_page_under_load() -> None:
 
 
 def test_back_to_back_scrapes_on_the_real_gpu_repeat_the_last_interval() -> None:
-    """The second machine's agent under load (the code as mended after the first): its
+    """Stop 57's machine's agent under load (the code as mended after the first): its
     first scrape already has GPM's ratios (the sample taken at start); scrapes a moment
     apart repeat the last full interval's ratios instead of a ratio over milliseconds
     (which read 0 % at 100 % busy on the first machine); one 3 s later is a new interval."""

@@ -528,7 +528,7 @@ def layouts() -> dict[str, dict[str, Any]]:
             "sysfs_numa": False,
             "nvml_record": CAPTURES / "nvml_record_h200_x1_vm_drv580_swarmgpu-device.json",
         },
-        # The same check on a second H200 of that pool (stop 57): same driver, VM and
+        # The same check on another H200 of that pool (stop 57): same driver, VM and
         # topology; its own UUID, `-q` and recording, made by the code as mended after
         # the first.
         "h200_vm_2": {
