@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.fake_pynvml.builder import CAPTURES, build_layout
+from support.fake_pynvml.builder import CAPTURES, build_layout, layouts
 from support.fake_pynvml.pynvml import NVMLError
 from support.prometheus import promtool_check
 
@@ -24,9 +24,9 @@ from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.nvml_sampler import read_utilisation
 from swarmgpu.core.metrics_in import parse_metrics
 
-# layout -> that machine's recording
-RECORDS = {"h200_vm": CAPTURES / "nvml_record_h200_x1_vm_drv580_swarmgpu-device.json",
-           "h200_vm_2": CAPTURES / "nvml_record_h200_x1_vm_drv580_swarmgpu-device-2.json"}
+# layout -> that machine's recording: the layouts that name one (the project's own H200s)
+RECORDS: dict[str, Path] = {n: spec["nvml_record"] for n, spec in layouts().items()
+                            if "nvml_record" in spec}
 MACHINES = pytest.mark.parametrize("machine", sorted(RECORDS))
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "nvml-record.py"
 METRICS = CAPTURES / "swarmgpu_agent_metrics_h200_x1_vm_drv580_swarmgpu-device_load.txt"
