@@ -11,10 +11,11 @@ from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec
 from swarmgpu.manager.placement import Planner
 from swarmgpu.sim.rebalance import Defragmenter, Running, apply_moves
-from swarmgpu.sim.runs import DEFRAG_EVERY
+from swarmgpu.sim.runs import DEFRAG_EVERY, workload_of
 from swarmgpu.sim.swarm_replay import (
     DEFRAG_MIN_BATCH,
     FragmentationMover,
+    Replay,
     World,
     replay_planner,
 )
@@ -124,7 +125,7 @@ def test_replay_with_defrag_counts_moves_within_the_budget_and_the_allocator_agr
     pods = _pods()
     moves_per_100 = 10.0
     res = replay_planner(nodes, pods, 3, moves_per_100=moves_per_100,
-                         defrag=FragmentationMover(pods), defrag_every=5, min_batch=1)
+                         defrag=FragmentationMover(), defrag_every=5, min_batch=1)
     assert 0 < res.moves <= int(res.pods * moves_per_100 / 100)
     spent = [res.moves_at[lv] for lv in sorted(res.moves_at)]
     assert spent == sorted(spent) and spent[-1] <= res.moves
@@ -135,13 +136,17 @@ def test_replay_with_defrag_counts_moves_within_the_budget_and_the_allocator_agr
 class _CountingMover(FragmentationMover):
     """The daemon's mover, counting the replay's calls (the policy object is unchanged)."""
 
-    def __init__(self, pods: list[TracePod]) -> None:
-        super().__init__(pods)
+    def __init__(self) -> None:
+        super().__init__()
         self.budgets: list[int] = []
+        self.judged: list[bool] = []  # each call: moves judged by placement's model then
 
     def run(self, planner: Planner, w: World, budget: int) -> int:
         self.budgets.append(budget)
-        return super().run(planner, w, budget)
+        typical = planner.model.typical()
+        got = super().run(planner, w, budget)
+        self.judged.append(self.policy is not None and self.policy.workload == typical)
+        return got
 
 
 def test_planner_replay_plans_moves_every_50_arrivals_in_batches_of_five() -> None:
@@ -150,11 +155,26 @@ def test_planner_replay_plans_moves_every_50_arrivals_in_batches_of_five() -> No
     # at 10 per 100), and plans once DEFRAG_MIN_BATCH moves are allowed.
     nodes = [_node(f"n{i}", 2, cpu=16000) for i in range(6)]
     pods = _pods() * 3  # 162 pods: 10 per 100 allow 5 more after 50, 100 and 150 arrivals
-    mover = _CountingMover(pods)
+    mover = _CountingMover()
     res = replay_planner(nodes, pods, 3, moves_per_100=10.0, defrag=mover)
     assert len(mover.budgets) == len(pods) // DEFRAG_EVERY == 3
     assert mover.budgets[0] == 50 * 10 // 100 == DEFRAG_MIN_BATCH  # never spent ahead
     assert res.moves <= int(len(pods) * 10.0 / 100)
-    slow = _CountingMover(pods)  # 2 per 100: 5 allowed only after 250 arrivals
+    slow = _CountingMover()  # 2 per 100: 5 allowed only after 250 arrivals
     res = replay_planner(nodes, pods, 3, moves_per_100=2.0, defrag=slow)
     assert slow.budgets == [] and res.moves == 0
+
+
+def test_the_replays_mover_judges_moves_by_placements_model_as_the_daemon_does() -> None:
+    # The daemon's rebalance cycle hands the fragmentation policy placement's model
+    # (cycle/rebalance.py: ``planner.model.typical()``); the replay once gave it the whole
+    # trace's mix, which no daemon has, so its moves figures were not the daemon's.
+    nodes = [_node(f"n{i}", 2, cpu=32000) for i in range(6)]
+    pods = _pods()
+    for mode in ("oracle", "online"):
+        rp = Replay(nodes, pods, 3, workload=mode)
+        mover = _CountingMover()
+        rp.run(10.0, mover, defrag_every=5, min_batch=1)
+        assert len(mover.judged) > 1 and all(mover.judged)
+    # online: the prior's shapes and the tasks seen so far, not the whole trace's mix
+    assert mover.policy is not None and mover.policy.workload != workload_of(pods)

@@ -197,9 +197,9 @@ class TwinDefragmenter(FragmentationMover):
     moves holdings on the allocator it is given), the twin's moves are only recorded,
     the change-driven planner's are carried out in the world; both must be the same."""
 
-    def __init__(self, pods: Sequence[TracePod]) -> None:
-        super().__init__(pods)
-        self.other = FragmentationMover(pods)
+    def __init__(self) -> None:
+        super().__init__()
+        self.other = FragmentationMover()
         self.moves = 0
 
     def run(self, planner: Planner, w: World, budget: int) -> int:
@@ -258,7 +258,7 @@ def test_replay_arrivals_and_full_cycles_plan_the_same() -> None:
 @pytest.mark.usefixtures("twins")
 def test_replay_with_rebalance_moves_plans_the_same() -> None:
     nodes, pods = _trace(60, 700, 5)
-    defrag = TwinDefragmenter(pods)
+    defrag = TwinDefragmenter()
     rp = Replay(nodes, pods, 4, batch=9, at_arrival=False)
     twin = rp.planner
     assert isinstance(twin, TwinPlanner)
@@ -270,7 +270,7 @@ def test_replay_with_rebalance_moves_plans_the_same() -> None:
 def test_departures_replay_with_jobs_and_moves_plans_the_same(
         monkeypatch: pytest.MonkeyPatch) -> None:
     nodes, pods = _trace(40, 900, 8)
-    defrag = TwinDefragmenter(pods)
+    defrag = TwinDefragmenter()
     made: list[TwinPlanner] = []
 
     class Recorded(TwinPlanner):

@@ -40,7 +40,7 @@ def _one(args: tuple[str, str, str, int, float | None, str]) -> RunResult:
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
         return replay_planner(nodes, pods, seed, workload=workload, moves_per_100=moves or 0.0,
-                              defrag=(FragmentationMover(pods, reserve=RESCUE_RESERVE)
+                              defrag=(FragmentationMover(reserve=RESCUE_RESERVE)
                                       if moves else None),
                               rescuer=PlannerRescuer() if moves else None)
     if moves:
@@ -56,7 +56,7 @@ def _one_timed(args: tuple[str, str, str, int, float | None, float, str]) -> Tim
     if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
         return replay_departures_planner(
             nodes, pods, seed, workload=workload, speedup=speedup, moves_per_100=moves or 0.0,
-            defrag=FragmentationMover(pods, reserve=RESCUE_RESERVE) if moves else None,
+            defrag=FragmentationMover(reserve=RESCUE_RESERVE) if moves else None,
             rescuer=PlannerRescuer() if moves else None, source=pods_path)
     return replay_departures(nodes, pods, policy, seed,
                              rebalancer=MoveRescuer() if moves else None,

@@ -428,10 +428,16 @@ class FragmentationMover:
     """``--rebalance-moves`` through the daemon's own policy object
     (``FragmentationMoves``, what the ``fragmentation`` rebalance policy runs) on the
     planner's allocator; each move it makes is then carried out in the world as the
-    mover ends it (ledger, gate and devices on the new node, the task there)."""
+    mover ends it (ledger, gate and devices on the new node, the task there).
 
-    def __init__(self, pods: Sequence[TracePod], reserve: int = 0) -> None:
-        self.policy = FragmentationMoves(workload_of(pods))
+    The moves are judged against the mix placement's model expects now
+    (``planner.model.typical()``), as the daemon's rebalance cycle hands it to the policy
+    (``Inputs.workload``): with ``--workload online`` what the services seen so far
+    ask, not the whole trace's mix (which the replay gave it until stop 58; the daemon
+    never has it)."""
+
+    def __init__(self, reserve: int = 0) -> None:
+        self.policy: FragmentationMoves | None = None
         self.reserve = reserve
 
     def __call__(self, rp: Replay, budget: int) -> int:
@@ -445,6 +451,9 @@ class FragmentationMover:
             if pod is None or h.choice is None or not h.choice.gpus:
                 continue
             held.append(Held((svc, nid), pod.demand(), h.choice))
+        typical = planner.model.typical()  # the same tuple while the model is unchanged
+        if self.policy is None or self.policy.workload is not typical:
+            self.policy = FragmentationMoves(typical)
         moves = self.policy.plan(cluster.alloc, held, budget - self.reserve)
         final: dict[str, tuple[str, Choice]] = {}  # service -> (first node, last choice)
         for mv in moves:
