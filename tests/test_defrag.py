@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
 
 from swarmgpu.allocator.core import Allocator
-from swarmgpu.allocator.defrag import Held, NodeCost, best_move, cheapest_target, movable
+from swarmgpu.allocator.defrag import (
+    DefragMove,
+    FragmentationMoves,
+    Held,
+    NodeCost,
+    best_move,
+    cheapest_target,
+    movable,
+)
 from swarmgpu.allocator.fragmentation import typical_tasks
 from swarmgpu.allocator.scorer import SwarmScorer
 from swarmgpu.allocator.values import Choice, Demand, GpuSpec, NodeSpec
 from swarmgpu.manager.placement import Planner
+from swarmgpu.sim import swarm_replay
 from swarmgpu.sim.rebalance import Defragmenter, Running, apply_moves
 from swarmgpu.sim.runs import DEFRAG_EVERY, workload_of
 from swarmgpu.sim.swarm_replay import (
@@ -17,6 +30,7 @@ from swarmgpu.sim.swarm_replay import (
     FragmentationMover,
     Replay,
     World,
+    carry_out,
     replay_planner,
 )
 from swarmgpu.sim.trace import TracePod
@@ -178,3 +192,30 @@ def test_the_replays_mover_judges_moves_by_placements_model_as_the_daemon_does()
         assert len(mover.judged) > 1 and all(mover.judged)
     # online: the prior's shapes and the tasks seen so far, not the whole trace's mix
     assert mover.policy is not None and mover.policy.workload != workload_of(pods)
+
+
+def test_the_replays_mover_moves_a_task_once_per_call_as_the_daemons_pass_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The daemon's fragmentation pass plans with ``again=False`` (a service moves at most
+    # once per pass); the replay once let a task moved in a call move again in it, so its
+    # moves figures were a little above the daemon's (docs/simulate.md, stop 59).
+    calls: list[bool] = []
+    carried: list[list[str]] = []
+    plan = FragmentationMoves.plan
+
+    def spy(self: FragmentationMoves, *args: Any, **kwargs: Any) -> list[DefragMove]:
+        calls.append(kwargs.get("again", True))
+        return plan(self, *args, **kwargs)
+
+    def record(planner: Planner, w: World, moves: Sequence[tuple[str, str, Choice]]) -> None:
+        carried.append([svc for svc, _old, _new in moves])
+        carry_out(planner, w, moves)
+
+    monkeypatch.setattr(FragmentationMoves, "plan", spy)
+    monkeypatch.setattr(swarm_replay, "carry_out", record)
+    nodes = [_node(f"n{i}", 2, cpu=32000) for i in range(6)]
+    res = replay_planner(nodes, _pods() * 2, 3, moves_per_100=30.0,
+                         defrag=FragmentationMover(), defrag_every=5, min_batch=1)
+    assert calls and not any(calls)
+    assert res.moves == sum(map(len, carried)) > 0
+    assert all(len(set(svcs)) == len(svcs) for svcs in carried)

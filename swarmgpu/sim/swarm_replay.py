@@ -454,13 +454,11 @@ class FragmentationMover:
         typical = planner.model.typical()  # the same tuple while the model is unchanged
         if self.policy is None or self.policy.workload is not typical:
             self.policy = FragmentationMoves(typical)
-        moves = self.policy.plan(cluster.alloc, held, budget - self.reserve)
-        final: dict[str, tuple[str, Choice]] = {}  # service -> (first node, last choice)
-        for mv in moves:
-            svc = str(mv.key[0])  # type: ignore[index]
-            first = final.get(svc, (mv.old.node, mv.old))[0]
-            final[svc] = (first, mv.new)
-        carry_out(planner, w, [(svc, old, new) for svc, (old, new) in final.items()])
+        # A task moves at most once per call, as the daemon's pass moves a service once
+        # (``again=False`` there); the replay let it move twice until stop 59.
+        moves = self.policy.plan(cluster.alloc, held, budget - self.reserve, again=False)
+        carry_out(planner, w, [(str(mv.key[0]), mv.old.node, mv.new)  # type: ignore[index]
+                               for mv in moves])
         return len(moves)
 
 
