@@ -291,7 +291,7 @@ def main(argv: list[str]) -> int:
     make = workloads
     if args[:1] and args[0] in sets:
         make = sets[args.pop(0)]
-    if len(args) != 1:
+    if len(args) != 1 or args[0].startswith("-"):  # --help, or an option it lacks: not a folder
         print(__doc__, file=sys.stderr)
         return 2
     out = Path(args[0])

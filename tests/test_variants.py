@@ -8,6 +8,8 @@ variants are not bundled; their statistics are pinned below.
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -219,3 +221,14 @@ def test_load_adds_copies_of_gpu_pods_until_the_request_is_reached(default_rows:
     before = sum(gpu_milli(r) for r in default_rows if kind_of(r) != "cpu")
     after = sum(gpu_milli(r) for r in got if kind_of(r) != "cpu")
     assert 1.5 * before <= after < 1.5 * before + 8000  # stops at the first pod past it
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["--held-out", "--help"], []])
+def test_derive_own_takes_no_option_for_its_folder(tmp_path: Path, argv: list[str]) -> None:
+    # benchmarks/derive_own.py once took `--help` for the folder to write into and wrote
+    # fourteen pod lists under ./--help; an option or nothing prints its usage, writes none.
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "derive_own.py"
+    done = subprocess.run([sys.executable, str(script), *argv], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and "derive_own.py --held-out" in done.stderr
+    assert not list(tmp_path.iterdir())
