@@ -258,7 +258,8 @@ class FragmentationMoves:
         """Up to ``budget`` moves, each the best single move after the ones before, while
         a move still lowers the cost; each is made on ``alloc`` (released from its old
         place, committed to its new one). ``again``: a task moved here may move again
-        (the replay); the daemon moves a service at most once per pass."""
+        (the baselines' replay); the daemon moves a service at most once per pass, and
+        swarmgpu's replay does as the daemon does."""
         moves: list[DefragMove] = []
         # Tasks moved in this call, where they run now.
         moved: dict[Hashable, Held] = {}

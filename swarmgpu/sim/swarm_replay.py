@@ -434,7 +434,8 @@ class FragmentationMover:
     (``planner.model.typical()``), as the daemon's rebalance cycle hands it to the policy
     (``Inputs.workload``): with ``--workload online`` what the services seen so far
     ask, not the whole trace's mix (which the replay gave it until stop 58; the daemon
-    never has it)."""
+    never has it). A task moves at most once per call, as the daemon's pass moves a
+    service once (``again=False``; until stop 59 the replay let it move twice)."""
 
     def __init__(self, reserve: int = 0) -> None:
         self.policy: FragmentationMoves | None = None
@@ -454,8 +455,6 @@ class FragmentationMover:
         typical = planner.model.typical()  # the same tuple while the model is unchanged
         if self.policy is None or self.policy.workload is not typical:
             self.policy = FragmentationMoves(typical)
-        # A task moves at most once per call, as the daemon's pass moves a service once
-        # (``again=False`` there); the replay let it move twice until stop 59.
         moves = self.policy.plan(cluster.alloc, held, budget - self.reserve, again=False)
         carry_out(planner, w, [(str(mv.key[0]), mv.old.node, mv.new)  # type: ignore[index]
                                for mv in moves])
