@@ -204,7 +204,7 @@ def test_the_replays_mover_moves_a_task_once_per_call_as_the_daemons_pass_does(
     plan = FragmentationMoves.plan
 
     def spy(self: FragmentationMoves, *args: Any, **kwargs: Any) -> list[DefragMove]:
-        calls.append(kwargs.get("again", True))
+        calls.append(kwargs["again"])  # required keyword: every caller says which
         return plan(self, *args, **kwargs)
 
     def record(planner: Planner, w: World, moves: Sequence[tuple[str, str, Choice]]) -> None:

@@ -254,12 +254,13 @@ class FragmentationMoves:
                                             - press.get(product, 0.0) * sum(free_))
 
     def plan(self, alloc: Allocator, running: Sequence[Held], budget: int, *,
-             targets: Targets | None = None, again: bool = True) -> list[DefragMove]:
+             again: bool, targets: Targets | None = None) -> list[DefragMove]:
         """Up to ``budget`` moves, each the best single move after the ones before, while
         a move still lowers the cost; each is made on ``alloc`` (released from its old
         place, committed to its new one). ``again``: a task moved here may move again
-        (the baselines' replay); the daemon moves a service at most once per pass, and
-        swarmgpu's replay does as the daemon does."""
+        (the baselines' replay); False for the daemon, which moves a service at most once
+        per pass, and for swarmgpu's replay, which does as the daemon does. No default:
+        each caller says which, so a new one cannot take the baselines' way unseen."""
         moves: list[DefragMove] = []
         # Tasks moved in this call, where they run now.
         moved: dict[Hashable, Held] = {}

@@ -180,6 +180,7 @@ class Defragmenter:
     def __call__(self, alloc: Allocator, running: Running, budget: int) -> list[Move]:
         held = [Held(tid, td, tc) for tasks in running.values()
                 for tid, (td, tc) in tasks.items()]
-        got = self.policy.plan(alloc, held, budget - self.reserve)
+        # FGD's replay lets a task move again within a call (as before stop 59)
+        got = self.policy.plan(alloc, held, budget - self.reserve, again=True)
         # The Held keys above are task ids.
         return [Move(cast(int, mv.key), mv.old, mv.new) for mv in got]
