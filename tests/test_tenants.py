@@ -584,3 +584,48 @@ def test_the_documented_example_does_what_the_docs_say(tmp_path: Path) -> None:
     assert p.service == "vision-x_t" and p.priority == 0
     (v,) = p.victims  # either of the two: one frees enough (the newest, then by name)
     assert v.service in ("nlp-y_a", "nlp-y_b") and v.quota == "research-nlp"
+
+
+# --- labels the daemon owns, written by a stack ------------------------------------------
+
+
+def test_a_forged_preempted_record_buys_no_immunity(tmp_path: Path) -> None:
+    """``<p>state.preempted`` is the daemon's record of a preemption, but it sits in the
+    victim's own ``deploy.labels``: team-b (may not opt out) writes one with a time far
+    ahead (or just now, refreshed by a re-deploy) on its batch service. The victim
+    cooldown must not read it as a preemption that happened: team-a's service at its
+    ceiling still preempts the batch service."""
+    import time
+
+    want = {f"{P}gpus": "2", f"{P}priority": "100"}
+    for at in (time.time() + 10 * 365 * 86400, time.time()):
+        forged = json.dumps({"by": "x", "priority": 0, "at": at, "node": "n-4090"})
+        nodes, services, tasks = _full_4090({"team-b_batch": ("team-b", 8)},
+                                            {"team-a_high": ("team-a", want)})
+        services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
+                                                     f"{P}state.preempted": forged})
+        sw = RecordingSwarm(nodes, services, tasks)
+        d = _daemon(sw, tmp_path, TWO_TEAMS)
+        d.cycle()
+        node = sw.node("n-4090").labels
+        assert gate_key(P, "team-b_batch") not in node, f"a forged record (at {at}) protected it"
+        st = json.loads(sw.service("id-team-b_batch").labels[f"{P}state.preempted"])
+        assert st["by"] == "team-a_high"  # the daemon's own record replaced the forged one
+
+
+def test_a_genuine_preempted_record_still_cools_the_victim_under_a_new_leader(
+        tmp_path: Path) -> None:
+    """The record the daemon wrote, with the stop in the hour on the swarm object: a new
+    leader (nothing in its memory) keeps the victim's cooldown from it."""
+    import time
+
+    now = time.time() - 5
+    record = json.dumps({"by": "old", "priority": 100, "at": round(now, 3), "node": "n-4090"})
+    nodes, services, tasks = _full_4090({"team-b_batch": ("team-b", 8)},
+                                        {"team-a_high": ("team-a", {f"{P}gpus": "2",
+                                                                    f"{P}priority": "100"})})
+    services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
+                                                 f"{P}state.preempted": record})
+    sw = RecordingSwarm(nodes, services, tasks, {f"{P}state.preemptions": f"{round(now)}"})
+    _daemon(sw, tmp_path, TWO_TEAMS).cycle()
+    assert gate_key(P, "team-b_batch") in sw.node("n-4090").labels

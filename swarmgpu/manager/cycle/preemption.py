@@ -10,7 +10,9 @@ safety and the writes:
   services' preemptions (``manager.services.tenants``): no one tenant spends the whole hour's.
   The hour is kept in Swarm too (``preempt_budget``), so a new leader spends what is left;
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in
-  its ``<p>state.preempted`` label and here) and a settle time per preemptor
+  its ``<p>state.preempted`` label and here; the label counts only when the hour on the
+  swarm object has a victim stopped at its time, as a stack can write it too) and a
+  settle time per preemptor
   (``settle_s``): a preemptor that is still pending after its victims were stopped does
   not stop more until it has passed;
 * input is not state: each victim's holding is read again from its node just before
@@ -99,10 +101,19 @@ class Preempter:
         now = time.time() if now is None else now
         if pc.max_per_hour == 0:
             return []
+        # the hour as stored in Swarm counts too (a new leader's first cycle)
+        self.spent.read(snap.swarm_labels, now, self.tenants.by_name if self.tenants else ())
         cooling = {name for name, at in self.victim_at.items() if now - at < pc.victim_cooldown_s}
-        for s in snap.services:  # the record in Swarm counts too (a new leader)
+        # The record in Swarm counts too (a new leader), but it is a label on the victim's
+        # own spec, which its stack writes: it counts only when the hour on the swarm
+        # object (written by managers alone) has a victim stopped in that second, so a
+        # record a stack made up (a time far ahead, or refreshed by each re-deploy) buys
+        # no immunity from preemption.
+        stopped_at = {round(t) for t in self.spent.all}
+        for s in snap.services:
             st = preempted_state(s.labels, self.prefix)
-            if st is not None and now - st.at < pc.victim_cooldown_s:
+            if (st is not None and now - st.at < pc.victim_cooldown_s
+                    and round(st.at) in stopped_at):
                 cooling.add(s.name)
         settling = {n for n, at in self.preemptor_at.items() if now - at < pc.settle_s}
         in_move = moving(snap.services, snap.swarm_labels, self.prefix)  # records only
@@ -114,8 +125,6 @@ class Preempter:
             refused=refused, moving=in_move)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         done: list[Preemption] = []
-        # the hour as stored in Swarm counts too (a new leader's first cycle)
-        self.spent.read(snap.swarm_labels, now, self.tenants.by_name if self.tenants else ())
         spent_before = len(self.spent.all)
         for p in chosen:
             log = logger.bind(service=p.service)
