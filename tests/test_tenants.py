@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -629,3 +630,105 @@ def test_a_genuine_preempted_record_still_cools_the_victim_under_a_new_leader(
     sw = RecordingSwarm(nodes, services, tasks, {f"{P}state.preemptions": f"{round(now)}"})
     _daemon(sw, tmp_path, TWO_TEAMS).cycle()
     assert gate_key(P, "team-b_batch") in sw.node("n-4090").labels
+
+
+# --- a queue's max, whatever the service's mode or labels ---------------------------------
+
+
+CAPPED = """\
+    tenants:
+      team-b: {stacks: ["team-b*"], max_priority: 0, guaranteed: 0, max: 2}
+      default: {max: 0}
+    """
+
+
+def _two_nodes() -> list[SwarmNode]:
+    return [sw_node("n-mgr", "manager", role="manager"), sw_node("n-dgx", "gpu-node-1"),
+            sw_node("n-4090", "gpu-node-2")]
+
+
+def _used(plan: Any, queue: str) -> float:
+    (q,) = [q for q in plan.queues if q["queue"] == queue]
+    return float(q["used_gpus"])
+
+
+def test_device_labels_a_stack_writes_do_not_bypass_its_queues_max(tmp_path: Path) -> None:
+    """``<p>devices.<node>`` lists in a stack's own labels (no ledger entry) are adopted
+    onto free GPUs. Adopting them is placing them: team-b (max 2 GPUs) names four free
+    GPUs on each node for its 2 replicas of 4, and an unknown stack (default, max 0)
+    names one; neither gets a ledger entry or an open gate."""
+    cfg = _cfg(tmp_path, CAPPED)
+    d_uuids = [g.uuid for g in DGX_F.gpus]
+    greedy = _stack_svc("team-b", "x", {
+        f"{P}gpus": "4", devices_key(P, "n-dgx"): ",".join(d_uuids[:4]),
+        devices_key(P, "n-4090"): ",".join(R_UUIDS[:4])})
+    greedy = replace(greedy, replicas=2)
+    nobody = _stack_svc("misc", "y", {f"{P}gpus": "1", devices_key(P, "n-dgx"): d_uuids[7]})
+    plan = new_planner(cfg).plan(_two_nodes(), [greedy, nobody], [], FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    for name, queue in (("team-b_x", "team-b"), ("misc_y", "default")):
+        assert by[name].status == "pending" and not by[name].placements, by[name].to_dict()
+        assert "at its quota" in (by[name].reason or "")
+        assert _used(plan, queue) == 0
+        for labels in plan.node_set.values():
+            assert assign_key(P, name) not in labels and gate_key(P, name) not in labels
+    # Within the max, a declared list is adopted as before (a rendered stack).
+    ok = _stack_svc("team-b", "z", {f"{P}gpus": "2", devices_key(P, "n-dgx"): ",".join(
+        d_uuids[:2])})
+    (sp,) = new_planner(cfg).plan(_two_nodes(), [ok], [], FACTS).services
+    assert sp.status == "placed" and [p.gpus for p in sp.placements] == [(0, 1)]
+
+
+def test_a_global_service_stays_within_its_queues_max(tmp_path: Path) -> None:
+    """A global service gets one holding per GPU node: with a max of 2 GPUs, a 2-GPU
+    global service of team-b holds on one node and the other waits, saying why; an
+    unknown stack's (max 0) holds nothing."""
+    cfg = _cfg(tmp_path, CAPPED)
+    g = _stack_svc("team-b", "g", {f"{P}gpus": "2"})
+    g = replace(g, mode="global", replicas=None)
+    plan = new_planner(cfg).plan(_two_nodes(), [g], [], FACTS)
+    (sp,) = plan.services
+    assert len(sp.placements) == 1 and _used(plan, "team-b") == 2
+    (why,) = sp.nodes_waiting.values()
+    assert "queue team-b at its quota: max 2 GPUs" in why
+    assert sum(assign_key(P, "team-b_g") in labels for labels in plan.node_set.values()) == 1
+    other = replace(_stack_svc("misc", "g", {f"{P}gpus": "1"}), mode="global", replicas=None)
+    plan = new_planner(cfg).plan(_two_nodes(), [other], [], FACTS)
+    (sp,) = plan.services
+    assert sp.status == "pending" and not sp.placements and _used(plan, "default") == 0
+    assert (sp.reason or "").startswith("queue default at its quota: max 0 GPUs")
+
+
+def test_a_replicated_job_stays_within_its_queues_max(tmp_path: Path) -> None:
+    """A replicated job holds GPUs for the tasks that may run at once: 3 x 2 GPUs is
+    above team-b's max of 2, so it waits (as a replicated service holding nothing
+    does); 1 x 2 GPUs fits."""
+    cfg = _cfg(tmp_path, CAPPED)
+    for conc, placed in ((3, 0), (1, 1)):
+        job = replace(_stack_svc("team-b", "j", {f"{P}gpus": "2"}), mode="replicated-job",
+                      replicas=None, max_concurrent=conc, total_completions=3)
+        plan = new_planner(cfg).plan(_two_nodes(), [job], [], FACTS)
+        (sp,) = plan.services
+        assert len(sp.placements) == placed and _used(plan, "team-b") <= 2, sp.to_dict()
+        if not placed:
+            assert "queue team-b at its quota" in (sp.reason or "")
+
+
+def test_a_global_services_ledger_holdings_stay_above_a_lowered_max(tmp_path: Path) -> None:
+    """The max never stops running work: holdings in the ledger on both nodes stay when
+    the max is below them; only a device list the stack declares is held back."""
+    cfg = _cfg(tmp_path, CAPPED)
+    d_uuids = [g.uuid for g in DGX_F.gpus]
+    nodes = _two_nodes()
+    held = {"n-dgx": d_uuids[:2], "n-4090": list(R_UUIDS[:2])}
+    nodes = [replace(n, labels={
+        assign_key(P, "team-b_g"): Holding("team-b_g", n.id, tuple(held[n.id]),
+                                           (1000, 1000)).label_value(),
+        gate_key(P, "team-b_g"): "true"}) if n.id in held else n for n in nodes]
+    g = replace(_stack_svc("team-b", "g", {
+        f"{P}gpus": "2", **{devices_key(P, nid): ",".join(u) for nid, u in held.items()}}),
+        mode="global", replicas=None)
+    plan = new_planner(cfg).plan(nodes, [g], [], FACTS)
+    (sp,) = plan.services
+    assert len(sp.placements) == 2 and not sp.nodes_waiting and _used(plan, "team-b") == 4
+    assert not [k for ks in plan.node_remove.values() for k in ks if "team-b_g" in k]

@@ -51,27 +51,43 @@ class GlobalPlacement:
 
 def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
                  old: Mapping[str, Holding], res: tuple[int, int], cyc: Cycle,
-                 done_nodes: AbstractSet[str] = frozenset()) -> GlobalPlacement:
+                 done_nodes: AbstractSet[str] = frozenset(),
+                 most: tuple[int, str] | None = None) -> GlobalPlacement:
     """Keep the holdings on nodes Swarm still runs it on, place one on every other GPU
     node with room, and say which nodes wait and why. ``done_nodes``: a global job's
-    nodes whose task completed (they hold nothing)."""
+    nodes whose task completed (they hold nothing). ``most``: its queue's max, as the
+    most nodes it may hold on and why the others wait (``placement.queues``); a holding
+    the ledger has is kept whatever it says, one adopted from the service's own device
+    labels only within it."""
     cluster, by_id = cyc.cluster, cyc.by_id
     no = cyc.swarm_no(s)
     holdings = {nid: h for nid, h in kept.items()
                 if nid in by_id and nid not in no and nid not in done_nodes}
+    waits: dict[str, str] = {}
+    if most is not None and len(holdings) > most[0]:
+        for nid in sorted(nid for nid in holdings if nid not in old)[
+                :len(holdings) - most[0]]:
+            del holdings[nid]  # adopted, beyond the max: not held, free for the others
+            cluster.release_holding(s.name, nid)
+            waits[by_id[nid].hostname] = most[1]
     # a node gone, no longer matching, or its job task done
     released = release_dropped(cyc, old, holdings)
     placements = [p for nid, h in holdings.items()
                   for p in replicas_of(h, by_id[nid], cyc.facts.get(nid))]
     demand = demand_of(r, *res)
-    waits: dict[str, str] = {}
     new = False
+    room = None if most is None else most[0] - len(holdings)
     for nid in sorted(cluster.alloc.nodes, key=lambda n: by_id[n].hostname if n in by_id else n):
         if nid in holdings or nid in done_nodes or nid not in by_id or nid in no:
             continue  # held, done, or a node Swarm would never run it on (constraints)
         host = by_id[nid].hostname
+        if host in waits:
+            continue
         if cluster.alloc.nodes[nid].blocked:
             waits[host] = "node is down, paused or drained"
+            continue
+        if room is not None and room <= 0 and most is not None:
+            waits[host] = most[1]  # its queue's max: no more nodes
             continue
 
         def only(ns: NodeState, nid: str = nid) -> bool:
@@ -86,5 +102,7 @@ def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
         cluster.commit(choice, s.name)
         placements.append(cluster.to_replica(choice))
         new = True
+        if room is not None:
+            room -= 1
     return GlobalPlacement(tuple(sorted(placements, key=placement_order)), released, waits,
                            new)

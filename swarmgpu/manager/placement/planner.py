@@ -17,9 +17,11 @@ from swarmgpu.manager.placement.cluster import ClusterAllocator
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
+from swarmgpu.manager.placement.globalmode import GLOBAL_MODES
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
     job_progress,
+    job_replicas,
     learned_count,
     running_jobs,
     without_finished,
@@ -32,7 +34,7 @@ from swarmgpu.manager.placement.memo import (
     SettledPlan,
     key_after_gates_open,
 )
-from swarmgpu.manager.placement.queues import QueueBook, QueueLimit, Quotas
+from swarmgpu.manager.placement.queues import QueueBook, QueueLimit, Quotas, held_in_ledger
 from swarmgpu.manager.placement.quiet import Quiet
 from swarmgpu.manager.placement.reads import Parsed, RequestReader, ServiceRead
 from swarmgpu.manager.placement.records import (
@@ -367,7 +369,7 @@ class Planner:
         """Plan each service that is not quiet, in serve order (its settled plan when
         nothing it reads changed); the quiet ones' plans take their places."""
         settled, records, queues = self._memo.settled, v.records, self.queues
-        queues.start(v.read.parsed if v.read.queued else (), v.kept)  # no queue: no count
+        queues.start(v.read.parsed if v.read.queued else (), v.kept, v.ledger)  # no queue: none
         quotas = bool(queues.quotas)  # without any, nothing is refused or capped
         served = v.read.served()  # priority, then age (placement.preempt)
         quiet = v.quiet
@@ -381,10 +383,17 @@ class Planner:
             memo = settled.pop(s.id, None)
             records.pop(s.id, None)
             mine = v.kept.get(s.name, {})
-            capped = queues.limit(s, r, mine) if quotas else None  # its queue's max
             old, running_on = ledger.get(s.name, {}), running.get(s.id, {})
+            # Its queue's max. What it holds is what the ledger says: a device list adopted
+            # from its own labels this cycle is a new placement (placement.queues).
+            held = held_in_ledger(mine, old) if quotas else mine
+            capped = (queues.limit(s, r, held, _wanted(s, v.jobs.get(s.id))) if quotas
+                      else None)
             waits = waiting.get(s.id, NO_WAITING)
             if capped is not None and capped.whole:  # all of it waits: nothing to keep
+                for nid in mine.keys() - held.keys():  # adopted lists: free for the others
+                    self.cluster.release_holding(s.name, nid)
+                mine = dict(held)
                 planned.append(plan_service(s, r, mine, old, running_on, waits,
                                             self._memo.requests[s.id].reservation, v.cyc,
                                             cap=capped))
@@ -400,7 +409,7 @@ class Planner:
                                   v.tasks.slots.get(s.id, {}), v.jobs.get(s.id), capped)
                 plan.add_node_writes(sp)
                 memo = _settles(key, sp, s, old, self.prefix)
-            queues.count(r, mine, sp)
+            queues.count(r, held, sp)
             if memo is not None:
                 settled[s.id] = memo
                 n_settled += 1
@@ -556,6 +565,17 @@ class Planner:
                               gen.get(nid, 0)))
         return (s.version, tuple(nodes), tuple(old.values()), tuple(running_on.items()),
                 waiting, *more)
+
+
+def _wanted(s: SwarmService, job: JobProgress | None) -> int | None:
+    """The holdings ``s`` asks for now, as placement counts them: a replicated service's
+    replicas, a replicated job's tasks that may run now; None for a global service or
+    job (one per GPU node Swarm runs it on)."""
+    if s.mode in GLOBAL_MODES:
+        return None
+    if s.mode == "replicated-job":
+        return job_replicas(s, job or JobProgress())
+    return s.replicas or 0
 
 
 def plan_placement(

@@ -13,6 +13,14 @@ KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
 
 Use is counted in thousandths of a GPU, per holding: the GPUs of the ledger entries kept
 this cycle, plus what the cycle places. A queue not in the config has no limit.
+
+Only the ledger (node labels only swarmgpu writes) says what a service holds. A device
+list in the service's own labels that the cycle adopts (``existing``) is the stack's
+claim: adopting it is placing it, so it is counted and limited as a new placement (else
+a stack naming free GPUs in ``<p>devices.<node>`` labels had them whatever its max).
+The max holds for every mode: a replicated job's holdings are the tasks that may run
+now; a global service's, one per GPU node, are bounded by the room left
+(``QueueLimit.replicas``: the most nodes it holds on), the other nodes waiting.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ class QueueLimit:
 
     replicas: int
     reason: str
+    wanted: int | None = None  # the holdings it asks for (None: a global service's)
 
     @property
     def whole(self) -> bool:
@@ -59,61 +68,82 @@ class QueueBook:
     used: dict[str, int] = field(default_factory=dict)
     blocked: dict[str, list[str]] = field(default_factory=dict)  # queue -> services held
 
-    def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]]) -> None:
-        """Count the holdings kept this cycle."""
+    def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]],
+              ledger: Mapping[str, Mapping[str, Holding]]) -> None:
+        """Count the holdings kept this cycle that the ledger has (a device list adopted
+        from a service's own labels is counted when its service is visited, as new)."""
         self.used, self.blocked = {}, {}
         for s, r in parsed:
             if isinstance(r, GpuRequest) and r.queue:
                 self.used[r.queue] = self.used.get(r.queue, 0) + sum(
-                    sum(h.milli) for h in kept.get(s.name, {}).values())
+                    sum(h.milli) for h in held_in_ledger(kept.get(s.name, {}),
+                                                         ledger.get(s.name, {})).values())
 
     def limit(self, s: SwarmService, r: GpuRequest | RequestError,
-              mine: Mapping[str, Holding]) -> QueueLimit | None:
-        """How its queue's max holds ``s`` back (``mine``: its holdings kept this
-        cycle); None when it does not."""
-        return self._refuse(s, r, mine) if not mine else self._cap(s, r, mine)
-
-    def _refuse(self, s: SwarmService, r: GpuRequest | RequestError,
-                mine: Mapping[str, Holding]) -> QueueLimit | None:
-        """All of ``s`` waits when placing it would take its queue above its max."""
-        if not isinstance(r, GpuRequest) or not r.queue or mine or not s.replicas:
+              mine: Mapping[str, Holding], wanted: int | None) -> QueueLimit | None:
+        """How its queue's max holds ``s`` back (``mine``: its holdings kept this cycle
+        that the ledger has, ``held_in_ledger``; ``wanted``: the holdings it asks for now,
+        None for a global service); None when it does not."""
+        if not isinstance(r, GpuRequest) or not r.queue:
             return None
         quota = self.quotas.get(r.queue)
         if quota is None or quota[1] is None:
             return None
-        need = replica_milli(r) * s.replicas
+        if wanted is None:
+            return self._nodes(s, r, mine, quota[1])
+        return self._refuse(s, r, quota[1], wanted) if not mine else self._cap(
+            s, r, mine, quota[1], wanted)
+
+    def _refuse(self, s: SwarmService, r: GpuRequest, most: int,
+                wanted: int) -> QueueLimit | None:
+        """All of ``s`` waits when placing it would take its queue above its max."""
+        if not wanted:
+            return None
+        need = replica_milli(r) * wanted
         used = self.used.get(r.queue, 0)
-        if used + need <= quota[1]:
+        if used + need <= most:
             return None
         self.blocked.setdefault(r.queue, []).append(s.name)
-        return QueueLimit(0, f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, "
-                             f"{_gpus(used):g} used, this service needs {_gpus(need):g}")
+        return QueueLimit(0, f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, "
+                             f"{_gpus(used):g} used, this service needs {_gpus(need):g}",
+                          wanted)
 
-    def _cap(self, s: SwarmService, r: GpuRequest | RequestError,
-             mine: Mapping[str, Holding]) -> QueueLimit | None:
-        """The replicas it may hold when a replicated service that holds some asks for
-        more than its queue's max leaves room for. Its kept replicas always count as
-        allowed (the max never stops running work)."""
-        if (not isinstance(r, GpuRequest) or not r.queue or not mine
-                or s.mode != "replicated" or not s.replicas):
-            return None
-        quota = self.quotas.get(r.queue)
-        if quota is None or quota[1] is None:
+    def _cap(self, s: SwarmService, r: GpuRequest, mine: Mapping[str, Holding], most: int,
+             wanted: int) -> QueueLimit | None:
+        """The replicas it may hold when a replicated service (or job) that holds some
+        asks for more than its queue's max leaves room for. Its kept replicas always
+        count as allowed (the max never stops running work)."""
+        if s.mode not in ("replicated", "replicated-job") or not wanted:
             return None
         held = sum(len(set(h.slots)) or 1 for h in mine.values())
-        if held >= s.replicas:
+        if held >= wanted:
             return None
         each = replica_milli(r)
         used = self.used.get(r.queue, 0)  # this service's kept holdings included
-        room = max(0, quota[1] - used)
-        more = room // each if each else s.replicas
-        if held + more >= s.replicas:
+        room = max(0, most - used)
+        more = room // each if each else wanted
+        if held + more >= wanted:
             return None
         self.blocked.setdefault(r.queue, []).append(s.name)
         return QueueLimit(held + more, (
-            f"queue {r.queue} at its quota: max {_gpus(quota[1]):g} GPUs, {_gpus(used):g} "
-            f"used, {s.replicas - held - more} more replica(s) need "
-            f"{_gpus((s.replicas - held - more) * each):g}"))
+            f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, {_gpus(used):g} "
+            f"used, {wanted - held - more} more replica(s) need "
+            f"{_gpus((wanted - held - more) * each):g}"), wanted)
+
+    def _nodes(self, s: SwarmService, r: GpuRequest, mine: Mapping[str, Holding],
+               most: int) -> QueueLimit:
+        """A global service: the most nodes it may hold on (its kept ones and as many
+        new ones as the room left takes); all of it waits when it holds none and the
+        room takes none. Which nodes Swarm runs it on is known only once placed, so the
+        bound is given whether or not it binds."""
+        each = replica_milli(r)
+        used = self.used.get(r.queue, 0)  # this service's kept holdings included
+        more = max(0, most - used) // each if each else 0
+        reason = (f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, "
+                  f"{_gpus(used):g} used, each node's holding needs {_gpus(each):g}")
+        if not mine and not more:
+            self.blocked.setdefault(r.queue, []).append(s.name)
+        return QueueLimit(len(mine) + more, reason)
 
     def count(self, r: GpuRequest | RequestError, mine: Mapping[str, Holding],
               sp: ServicePlan) -> None:
@@ -133,6 +163,15 @@ class QueueBook:
                         "configured": name in self.quotas,
                         "blocked": sorted(self.blocked.get(name, []))})
         return out
+
+
+def held_in_ledger(kept: Mapping[str, Holding], ledger: Mapping[str, Holding],
+                   ) -> Mapping[str, Holding]:
+    """The holdings of ``kept`` (one service's, by node) that its ledger entries back;
+    the others were adopted this cycle from its own device labels (not held yet)."""
+    if len(kept) == len(ledger) and kept.keys() == ledger.keys():
+        return kept
+    return {nid: h for nid, h in kept.items() if nid in ledger}
 
 
 def reclaimable(preemptor: GpuRequest, victim: GpuRequest, victim_milli: int,

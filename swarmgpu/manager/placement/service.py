@@ -95,7 +95,7 @@ def plan_service(
         d.warnings.append("a rebalancing move is in progress; placement waits for it")
     elif d.gated(gate_service(s, r, cyc)):
         if s.mode in GLOBAL_MODES:  # one holding per GPU node (placement.globalmode)
-            _plan_global(d, s, r, kept, old, running_on, waiting, res, cyc, job)
+            _plan_global(d, s, r, kept, old, running_on, waiting, res, cyc, job, cap)
         else:
             _plan_replicated(d, s, r, kept, old, running_on, waiting, res, cyc, slots, job,
                              cap.replicas if cap is not None else None)
@@ -107,10 +107,13 @@ _MODES = frozenset(("replicated", "global", "replicated-job", "global-job"))
 
 def _plan_global(d: _Draft, s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
                  old: Mapping[str, Holding], running_on: Mapping[str, int], waiting: Waiting,
-                 res: tuple[int, int], cyc: Cycle, job: JobProgress | None) -> None:
-    """Steps 4-7 of a global service (and a global job)."""
+                 res: tuple[int, int], cyc: Cycle, job: JobProgress | None,
+                 cap: QueueLimit | None) -> None:
+    """Steps 4-7 of a global service (and a global job); ``cap``: its queue's max, the
+    most nodes it holds on (the others wait, with the reason)."""
     done = job.done_nodes if job is not None else frozenset()
-    g = place_global(s, r, kept, old, res, cyc, done)
+    g = place_global(s, r, kept, old, res, cyc, done,
+                     None if cap is None else (cap.replicas, cap.reason))
     d.released(g.released, cyc)
     d.placements, d.new, d.nodes_waiting = g.placements, g.new, g.nodes_waiting
     d.device_map(write_devices_and_gates(s, d.placements, EMPTY, running_on, waiting, cyc))
@@ -231,9 +234,9 @@ def _finish(d: _Draft, s: SwarmService, r: GpuRequest | RequestError,
             ) -> ServicePlan:
     """Steps 8 and 9, then the plan."""
     valid = d.status != Status.INVALID
-    if cap is not None and valid:  # a scale-up held at its queue's max
+    if cap is not None and valid and s.mode not in GLOBAL_MODES:  # a scale-up held at its max
         d.reason = (f"{d.reason}; {cap.reason}" if d.status == Status.PENDING and d.reason
-                    else f"{len(d.placements)} of {s.replicas} replicas placed; {cap.reason}")
+                    else f"{len(d.placements)} of {cap.wanted} replicas placed; {cap.reason}")
         d.status = Status.PENDING
     if cyc.generic_kind and isinstance(r, GpuRequest) and valid:
         d.set_generic, note = reserve_generic(r, s, cyc.generic_kind, bool(running_on))
