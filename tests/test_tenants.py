@@ -732,3 +732,23 @@ def test_a_global_services_ledger_holdings_stay_above_a_lowered_max(tmp_path: Pa
     (sp,) = plan.services
     assert len(sp.placements) == 2 and not sp.nodes_waiting and _used(plan, "team-b") == 4
     assert not [k for ks in plan.node_remove.values() for k in ks if "team-b_g" in k]
+
+
+def test_a_packed_services_replicas_are_counted_once(tmp_path: Path) -> None:
+    """4 replicas x 1 GPU packed on one node use 4 GPUs of the queue, not 4 plus the 3
+    slots beyond the node's one holding (which held team-b's next service back)."""
+    from support.placement import apply
+
+    cfg = _cfg(tmp_path, CAPPED.replace("max: 2", "max: 5"))
+    nodes = [sw_node("n-4090", "gpu-node-2")]
+    s = replace(_stack_svc("team-b", "x", {f"{P}gpus": "1", f"{P}pack": "always"}),
+                replicas=4)
+    planner = new_planner(cfg)
+    plan = planner.plan(nodes, [s], [], {"n-4090": R4090_F})
+    nodes = apply(nodes, plan)
+    s = replace(s, labels={**s.labels, **plan.services[0].service_labels_set}, version=2)
+    one = _stack_svc("team-b", "y", {f"{P}gpus": "1"})
+    plan = planner.plan(nodes, [s, one], [], {"n-4090": R4090_F})
+    by = {sp.name: sp for sp in plan.services}
+    assert len(by["team-b_x"].placements) == 4 and by["team-b_y"].status == "placed"
+    assert _used(plan, "team-b") == 5

@@ -147,9 +147,11 @@ class QueueBook:
 
     def count(self, r: GpuRequest | RequestError, mine: Mapping[str, Holding],
               sp: ServicePlan) -> None:
-        """Add what the cycle placed for the service beyond its kept holdings."""
+        """Add what the cycle placed for the service beyond its kept holdings (counted
+        per replica, as placements are: a packed holding serves one per slot)."""
         if isinstance(r, GpuRequest) and r.queue and sp.status != Status.INVALID:
-            new = max(0, len(sp.placements) - len(mine))
+            new = max(0, len(sp.placements) - sum(len(set(h.slots)) or 1
+                                                  for h in mine.values()))
             if new:
                 self.used[r.queue] = self.used.get(r.queue, 0) + new * replica_milli(r)
 
