@@ -15,7 +15,9 @@ per connection, ``Connection: close`` both ways. The engine's answer is re-frame
 
 Content: the three writes are checked against the current spec, which the proxy reads
 from the engine itself; ``version`` must be that spec's, so the engine applies the
-update only to the spec that was checked. What a write may change is the daemon's to
+update only to the spec that was checked; the read and the write go without the
+client's ``/vX.Y`` (at an older API version the engine drops fields from the body it
+was sent, ``_vet``). What a write may change is the daemon's to
 say: ``build_proxy`` takes the checks (``swarmgpu.manager.engine.proxy_policy.write_checks``,
 handed over by ``swarmgpu docker-proxy``). ``GET /swarm`` comes back without its join
 tokens. Refusals are 403 and logged.
@@ -430,11 +432,16 @@ class _Handler(socketserver.BaseRequestHandler):
             new = load_json(req.body)
         except JsonError as exc:
             raise Refused(400, str(exc)) from None
-        vp = m.group(0) if (m := _VERSION.match(req.path)) else ""
-        obj = req.path[len(vp):].split("/")
-        read = {"node-update": f"{vp}/nodes/{obj[-2]}",
-                "service-update": f"{vp}/services/{obj[-2]}",
-                "swarm-update": f"{vp}/swarm"}[call.kind]
+        # The read and the write go without the client's /vX.Y: the engine takes a
+        # service update at the URL's API version and drops what older versions lacked
+        # (moby's adjustForAPIVersion: CapabilityDrop, Ulimits, Pids, NoNewPrivileges,
+        # Seccomp, AppArmor...; below 1.30 it re-pins the image), so a body equal to the
+        # checked spec, posted to /v1.40/, would change it. Unprefixed, the engine uses
+        # its own version (what the SDK negotiates), where the body means what was checked.
+        obj = _VERSION.sub("", req.path, count=1).split("/")
+        read = {"node-update": f"/nodes/{obj[-2]}",
+                "service-update": f"/services/{obj[-2]}",
+                "swarm-update": "/swarm"}[call.kind]
         status, cur, raw = self._engine_json(read)
         if status != 200 or not isinstance(cur, dict):
             msg = cur.get("message") if isinstance(cur, dict) else None
@@ -457,12 +464,12 @@ class _Handler(socketserver.BaseRequestHandler):
         query: dict[str, str] = {"version": str(version)}
         if call.kind == "swarm-update":
             query.update(_NO_ROTATION)
-            target = f"{vp}/swarm/update"
+            target = "/swarm/update"
         else:
             ident = cur.get("ID")
             if not isinstance(ident, str) or not re.fullmatch(_ID, ident):
                 raise Refused(502, f"the engine's {read} has no usable ID")
-            target = f"{vp}/{'nodes' if call.kind == 'node-update' else 'services'}/" \
+            target = f"/{'nodes' if call.kind == 'node-update' else 'services'}/" \
                      f"{ident}/update"
         return f"{target}?{urlencode(query)}", json.dumps(new).encode()
 
