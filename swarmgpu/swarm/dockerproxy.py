@@ -154,7 +154,7 @@ ALLOWED_CALLS: tuple[Call, ...] = (
     Call("POST", "/services/{id}/update", ("/services/{0}/update",),
          "placement and moves: swarmgpu.* service labels, the gate, the device env",
          "`version` (the current one); only a service that is swarmgpu's (a label under "
-         "the prefix, a gate constraint or a swarmgpu env line), its spec equal to the "
+         "the prefix, a gate constraint or a swarmgpu env template), its spec equal to the "
          "current one but for: service labels under the prefix, gate constraints "
          "(`node.labels.<prefix>service.*`) and the hold (`node.labels.<prefix>hold==true`, "
          "replaced by the gate), swarmgpu's own env lines (exact), the lines "
