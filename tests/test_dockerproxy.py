@@ -341,12 +341,31 @@ def test_a_write_reaches_the_engine_at_its_own_api_version(proxy: Any, prefix: s
     path, engine, _ = proxy
     body = json.dumps(SERVICE["Spec"]).encode()
     got = _send(path, b"POST %s/services/web/update?version=3 HTTP/1.1\r\nHost: d\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (prefix.encode(), len(body), body))
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (prefix.encode(), len(body), body))
     assert got.startswith(b"HTTP/1.1 200"), got
     read, write = engine.seen
     assert read.startswith(b"GET /services/web HTTP/1.1\r\n")
     assert write.startswith(b"POST /services/svc1/update?version=3 HTTP/1.1\r\n")
     assert write.endswith(body)
+
+
+@pytest.mark.parametrize(("content_type", "status"), [
+    (b"Content-Type: text/plain\r\n", 400), (b"", 400),
+    (b"Content-Type: application/x-www-form-urlencoded\r\n", 400),
+    (b"Content-Type: application/json\r\n", 200),
+    (b"Content-Type: Application/JSON; charset=utf-8\r\n", 200)])
+def test_a_write_must_say_it_is_json(proxy: Any, content_type: bytes, status: int) -> None:
+    """The engine refuses a body that is not ``Content-Type: application/json``
+    (moby's CheckForJSON), which keeps a web page's form or ``text/plain`` POST (no CORS
+    preflight) out; the proxy writes its own Content-Type, so it must not turn such a
+    body into JSON for the engine: ``tcp://127.0.0.1`` is reachable from a browser."""
+    path, engine, _ = proxy
+    body = json.dumps({"Name": "default", "Labels": {"swarmgpu.state.workload": "x"}})
+    got = _send(path, b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n%s"
+                b"Content-Length: %d\r\n\r\n%s" % (content_type, len(body), body.encode()))
+    assert got.startswith(b"HTTP/1.1 %d " % status), got
+    assert len(engine.seen) == (2 if status == 200 else 0)
 
 
 def test_a_write_that_changes_more_never_reaches_the_engine(proxy: Any) -> None:
@@ -356,7 +375,8 @@ def test_a_write_that_changes_more_never_reaches_the_engine(proxy: Any) -> None:
                                   ({"Name": "default", "Labels": {}}, 6, 500)):
         body = json.dumps(spec).encode()
         got = _send(path, b"POST /v1.43/swarm/update?version=%d HTTP/1.1\r\nHost: d\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (version, len(body), body))
+                    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (version, len(body), body))
         assert got.startswith(b"HTTP/1.1 %d" % status), got
     assert all(s.startswith(b"GET /swarm ") for s in engine.seen)
 
@@ -367,7 +387,8 @@ def test_a_refusal_repeats_no_control_character(proxy: Any) -> None:
     path, _, _ = proxy
     body = json.dumps({"Name": "default", "Labels": {}, "\x1b[2J\nFAKE LOG LINE": 1})
     got = _send(path, b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body.encode()))
     assert got.startswith(b"HTTP/1.1 403 ")
     message = json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
     assert "FAKE LOG LINE" in message and not any(c in message for c in "\x1b\n\r")
@@ -419,10 +440,11 @@ def test_refused_requests_never_reach_the_engine(proxy: Any) -> None:
 _SEEDS = [
     b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\r\n\r\n",
     b"GET /v1.43/tasks?filters=%7B%7D HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n",
-    b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\nContent-Length: 34\r\n\r\n"
+    b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\nContent-Length: 34\r\n"
+    b"Content-Type: application/json\r\n\r\n"
     b'{"Name": "default", "Labels": {}}\n',
     b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
-    b"Transfer-Encoding: chunked\r\n\r\n21\r\n"
+    b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n21\r\n"
     b'{"Name": "default", "Labels": {}}\r\n0\r\n\r\n',
 ]
 _NOISE = [b"\n", b"\r", b"\r\n", b" ", b"\t", b":", b";", b"%2f", b"/..", b"//", b"0",

@@ -428,6 +428,12 @@ class _Handler(socketserver.BaseRequestHandler):
         the current spec."""
         if not call.kind.endswith("-update"):
             return req.path + (f"?{urlencode(req.query)}" if req.query else ""), None
+        # The engine refuses a body that does not say it is JSON (CheckForJSON): a web
+        # page's form or text/plain POST needs no CORS preflight. The proxy writes its
+        # own Content-Type, so it makes the same check first.
+        ctype = (req.header("content-type") or "").split(";", 1)[0].strip().lower()
+        if ctype != "application/json":
+            raise Refused(400, "a write's Content-Type must be application/json")
         try:
             new = load_json(req.body)
         except JsonError as exc:
