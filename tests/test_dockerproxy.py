@@ -521,6 +521,34 @@ def test_chunked_answers_are_decoded_strictly() -> None:
     assert dec.done and dec.leftover == b"rest"
 
 
+@pytest.mark.parametrize(("host", "ok"), [
+    ("127.0.0.1:{port}", True), ("localhost:{port}", True), ("[::1]:{port}", True),
+    ("127.0.0.1", True), ("attacker.example:{port}", False), ("attacker.example", False),
+    ("127.0.0.1.nip.io:{port}", False), ("LOCALHOST:{port}", True)])
+def test_over_tcp_only_a_loopback_host_is_served(proxy: Any, host: str, ok: bool) -> None:
+    """DNS rebinding: a page on attacker.example, rebound to 127.0.0.1, makes same-origin
+    requests (reads, JSON writes) to the loopback listener with its own name in Host;
+    the engine checks no Host either. Over TCP the proxy serves only a loopback Host."""
+    _, engine, _ = proxy
+    tcp = build_proxy("tcp://127.0.0.1:0", f"unix://{engine.server_address}",
+                      write_checks("swarmgpu."))
+    threading.Thread(target=tcp.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    try:
+        port = tcp.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /v1.43/tasks HTTP/1.1\r\nHost: %s\r\n\r\n"
+                      % host.format(port=port).encode())
+            got = b""
+            while chunk := s.recv(4096):
+                got += chunk
+    finally:
+        tcp.shutdown()
+        tcp.server_close()
+    assert got.startswith(b"HTTP/1.1 200 " if ok else b"HTTP/1.1 421 "), got
+    assert len(engine.seen) == (1 if ok else 0)
+
+
 def test_tcp_beyond_loopback_and_missing_checks_are_refused() -> None:
     checks = write_checks("swarmgpu.")
     with pytest.raises(ValueError, match="loopback"):

@@ -66,6 +66,10 @@ _ID = "[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"  # node/service IDs and names
 _NUMBER = r"[0-9]{1,20}"
 _ANY = r"[\x20-\x7e]{0,4096}"
 _BOOL = "(?i:true|false)|1|0"  # requests writes a Python bool as True/False
+# The Host a client of the loopback TCP listener names: a page whose name was rebound
+# to 127.0.0.1 (DNS rebinding) sends its own, and neither the proxy nor the engine
+# authenticates anyone.
+_LOOPBACK_HOST = re.compile(r"(?:(?i:localhost)|127\.0\.0\.1|\[::1\])(?::[0-9]{1,5})?")
 # Hop-by-hop and framing fields of the engine's answer: the proxy writes its own.
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
                   "upgrade", "proxy-connection", "te", "trailer"})
@@ -300,6 +304,7 @@ def _json_answer(status: int, message: str) -> bytes:
 
 _REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
             408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
+            421: "Misdirected Request",
             431: "Request Header Fields Too Large", 500: "Internal Server Error",
             502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
@@ -341,6 +346,10 @@ class _Handler(socketserver.BaseRequestHandler):
             req = self._read()
             if req is None:
                 return
+            if self.server.loopback_host_only and \
+                    not _LOOPBACK_HOST.fullmatch(req.header("host") or ""):
+                raise Refused(421, "over TCP only a loopback Host (127.0.0.1, localhost, "
+                                   "[::1]): another name is a rebound one")
             call = match(req.method, req.path)
             if call is None:
                 raise Refused(403, f"{req.method} {req.path} is not a call the daemon makes "
@@ -529,6 +538,7 @@ class ProxyServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
     daemon_threads = True
     connect_upstream: Callable[[], socket.socket]
     checks: WriteChecks
+    loopback_host_only = False  # TCP: a browser reaches it (DNS rebinding)
     refused = 0
     forwarded = 0
     slots: threading.BoundedSemaphore
@@ -540,6 +550,7 @@ class _UnixProxy(ProxyServer, socketserver.UnixStreamServer):
 
 class _TcpProxy(ProxyServer, socketserver.TCPServer):
     allow_reuse_address = True
+    loopback_host_only = True
 
 
 def upstream_connector(upstream: str) -> Callable[[], socket.socket]:
