@@ -200,6 +200,11 @@ def test_query_parameters_per_call(method: str, path: str,
 
 SWARM = {"ID": "s1", "Version": {"Index": 7}, "Spec": {"Name": "default", "Labels": {}},
          "JoinTokens": {"Worker": "SWMTKN-1-worker", "Manager": "SWMTKN-1-manager"}}
+# A GPU service (a label under the prefix) whose owner dropped every capability.
+SERVICE = {"ID": "svc1", "Version": {"Index": 3}, "Spec": {
+    "Name": "web", "Labels": {"swarmgpu.gpus": "1"}, "Mode": {"Replicated": {"Replicas": 1}},
+    "TaskTemplate": {"ContainerSpec": {"Image": "app:1", "CapabilityDrop": ["ALL"],
+                                       "Privileges": {"NoNewPrivileges": True}}}}}
 
 
 class _Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -227,12 +232,16 @@ class _EngineHandler(socketserver.BaseRequestHandler):
             buf += self.request.recv(4096)
         self.server.seen.append(buf)
         line = buf.split(b"\r\n", 1)[0]
-        if line.startswith(b"GET /v1.43/swarm "):
+        if re.match(rb"GET (/v[0-9.]+)?/swarm ", line):
             body = json.dumps(SWARM).encode()
             self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                  b"Transfer-Encoding: chunked\r\n\r\n"
                                  + b"".join(b"%x\r\n%s\r\n" % (len(p), p)
                                             for p in (body[:10], body[10:])) + b"0\r\n\r\n")
+        elif re.match(rb"GET (/v[0-9.]+)?/services/[^/ ]+ ", line):
+            body = json.dumps(SERVICE).encode()
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         elif line.startswith(b"GET /v1.43/events"):
             self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                  b"Transfer-Encoding: chunked\r\n\r\n")
@@ -312,12 +321,51 @@ def test_a_chunked_write_reaches_the_engine_with_a_content_length(proxy: Any) ->
                 b"Transfer-Encoding: chunked\r\n\r\n" + chunks)
     assert got.startswith(b"HTTP/1.1 200"), got
     read, write = engine.seen
-    assert read.startswith(b"GET /v1.43/swarm HTTP/1.1\r\n")  # the proxy's own read
+    assert read.startswith(b"GET /swarm HTTP/1.1\r\n")  # the proxy's own read
     sent = json.dumps(json.loads(body)).encode()
-    assert write == (b"POST /v1.43/swarm/update?version=7&rotateWorkerToken=false&"
+    assert write == (b"POST /swarm/update?version=7&rotateWorkerToken=false&"
                      b"rotateManagerToken=false&rotateManagerUnlockKey=false HTTP/1.1\r\n"
                      b"Host: docker\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(sent), sent))
+
+
+@pytest.mark.parametrize("prefix", ["/v1.24", "/v1.40", "/v1.43", ""])
+def test_a_write_reaches_the_engine_at_its_own_api_version(proxy: Any, prefix: str) -> None:
+    """The engine reads a service update at the URL's API version and drops what that
+    version lacked (moby's ``adjustForAPIVersion``: CapabilityAdd/Drop, Ulimits, Pids
+    below 1.41; Privileges' NoNewPrivileges, Seccomp, AppArmor below 1.44; and below
+    1.30 it re-pins the image to the registry's digest). So a body equal to the current
+    spec, posted to ``/v1.40/...``, would give back every capability: the proxy reads
+    and writes without the client's prefix, at the engine's own version, where the
+    body means what was checked."""
+    path, engine, _ = proxy
+    body = json.dumps(SERVICE["Spec"]).encode()
+    got = _send(path, b"POST %s/services/web/update?version=3 HTTP/1.1\r\nHost: d\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (prefix.encode(), len(body), body))
+    assert got.startswith(b"HTTP/1.1 200"), got
+    read, write = engine.seen
+    assert read.startswith(b"GET /services/web HTTP/1.1\r\n")
+    assert write.startswith(b"POST /services/svc1/update?version=3 HTTP/1.1\r\n")
+    assert write.endswith(body)
+
+
+@pytest.mark.parametrize(("content_type", "status"), [
+    (b"Content-Type: text/plain\r\n", 400), (b"", 400),
+    (b"Content-Type: application/x-www-form-urlencoded\r\n", 400),
+    (b"Content-Type: application/json\r\n", 200),
+    (b"Content-Type: Application/JSON; charset=utf-8\r\n", 200)])
+def test_a_write_must_say_it_is_json(proxy: Any, content_type: bytes, status: int) -> None:
+    """The engine refuses a body that is not ``Content-Type: application/json``
+    (moby's CheckForJSON), which keeps a web page's form or ``text/plain`` POST (no CORS
+    preflight) out; the proxy writes its own Content-Type, so it must not turn such a
+    body into JSON for the engine: ``tcp://127.0.0.1`` is reachable from a browser."""
+    path, engine, _ = proxy
+    body = json.dumps({"Name": "default", "Labels": {"swarmgpu.state.workload": "x"}})
+    got = _send(path, b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n%s"
+                b"Content-Length: %d\r\n\r\n%s" % (content_type, len(body), body.encode()))
+    assert got.startswith(b"HTTP/1.1 %d " % status), got
+    assert len(engine.seen) == (2 if status == 200 else 0)
 
 
 def test_a_write_that_changes_more_never_reaches_the_engine(proxy: Any) -> None:
@@ -327,9 +375,10 @@ def test_a_write_that_changes_more_never_reaches_the_engine(proxy: Any) -> None:
                                   ({"Name": "default", "Labels": {}}, 6, 500)):
         body = json.dumps(spec).encode()
         got = _send(path, b"POST /v1.43/swarm/update?version=%d HTTP/1.1\r\nHost: d\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (version, len(body), body))
+                    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (version, len(body), body))
         assert got.startswith(b"HTTP/1.1 %d" % status), got
-    assert all(s.startswith(b"GET /v1.43/swarm ") for s in engine.seen)
+    assert all(s.startswith(b"GET /swarm ") for s in engine.seen)
 
 
 def test_a_refusal_repeats_no_control_character(proxy: Any) -> None:
@@ -338,7 +387,8 @@ def test_a_refusal_repeats_no_control_character(proxy: Any) -> None:
     path, _, _ = proxy
     body = json.dumps({"Name": "default", "Labels": {}, "\x1b[2J\nFAKE LOG LINE": 1})
     got = _send(path, b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
-                b"Content-Length: %d\r\n\r\n%s" % (len(body), body.encode()))
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body.encode()))
     assert got.startswith(b"HTTP/1.1 403 ")
     message = json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
     assert "FAKE LOG LINE" in message and not any(c in message for c in "\x1b\n\r")
@@ -390,16 +440,17 @@ def test_refused_requests_never_reach_the_engine(proxy: Any) -> None:
 _SEEDS = [
     b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\r\n\r\n",
     b"GET /v1.43/tasks?filters=%7B%7D HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n",
-    b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\nContent-Length: 34\r\n\r\n"
+    b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\nContent-Length: 34\r\n"
+    b"Content-Type: application/json\r\n\r\n"
     b'{"Name": "default", "Labels": {}}\n',
     b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
-    b"Transfer-Encoding: chunked\r\n\r\n21\r\n"
+    b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n21\r\n"
     b'{"Name": "default", "Labels": {}}\r\n0\r\n\r\n',
 ]
 _NOISE = [b"\n", b"\r", b"\r\n", b" ", b"\t", b":", b";", b"%2f", b"/..", b"//", b"0",
           b"\r\n\r\n", b"Transfer-Encoding: chunked\r\n", b"Content-Length: 3\r\n",
           b"POST /v1.43/containers/create HTTP/1.1\r\nHost: d\r\nContent-Length: 2\r\n\r\n{}"]
-_HEAD = re.compile(rb"(GET|POST) /v[0-9]{1,2}\.[0-9]{1,3}/(nodes|tasks|swarm|swarm/update)"
+_HEAD = re.compile(rb"(GET|POST) (?:/v[0-9]{1,2}\.[0-9]{1,3})?/(nodes|tasks|swarm|swarm/update)"
                    rb"(\?[A-Za-z0-9%+._~=&-]+)? HTTP/1\.1\r\nHost: docker\r\n"
                    rb"(Content-Type: application/json\r\nContent-Length: ([0-9]+)\r\n)?"
                    rb"Connection: close\r\n\r\n")
@@ -468,6 +519,34 @@ def test_chunked_answers_are_decoded_strictly() -> None:
     dec = ChunkDecoder(100)
     assert dec.feed(b"3\r\nabc\r\n0\r\n\r\nrest") == [b"abc"]
     assert dec.done and dec.leftover == b"rest"
+
+
+@pytest.mark.parametrize(("host", "ok"), [
+    ("127.0.0.1:{port}", True), ("localhost:{port}", True), ("[::1]:{port}", True),
+    ("127.0.0.1", True), ("attacker.example:{port}", False), ("attacker.example", False),
+    ("127.0.0.1.nip.io:{port}", False), ("LOCALHOST:{port}", True)])
+def test_over_tcp_only_a_loopback_host_is_served(proxy: Any, host: str, ok: bool) -> None:
+    """DNS rebinding: a page on attacker.example, rebound to 127.0.0.1, makes same-origin
+    requests (reads, JSON writes) to the loopback listener with its own name in Host;
+    the engine checks no Host either. Over TCP the proxy serves only a loopback Host."""
+    _, engine, _ = proxy
+    tcp = build_proxy("tcp://127.0.0.1:0", f"unix://{engine.server_address}",
+                      write_checks("swarmgpu."))
+    threading.Thread(target=tcp.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    try:
+        port = tcp.server_address[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /v1.43/tasks HTTP/1.1\r\nHost: %s\r\n\r\n"
+                      % host.format(port=port).encode())
+            got = b""
+            while chunk := s.recv(4096):
+                got += chunk
+    finally:
+        tcp.shutdown()
+        tcp.server_close()
+    assert got.startswith(b"HTTP/1.1 200 " if ok else b"HTTP/1.1 421 "), got
+    assert len(engine.seen) == (1 if ok else 0)
 
 
 def test_tcp_beyond_loopback_and_missing_checks_are_refused() -> None:

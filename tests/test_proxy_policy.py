@@ -184,6 +184,22 @@ def test_a_service_that_is_not_swarmgpus_is_not_written_at_all() -> None:
         assert is_swarmgpus(owned, P)
 
 
+def test_cuda_device_order_alone_does_not_make_a_service_swarmgpus() -> None:
+    """``CUDA_DEVICE_ORDER=PCI_BUS_ID`` is a line swarmgpu adds, but also one GPU
+    services commonly set themselves: it names no swarmgpu label. A service with it and
+    nothing of swarmgpu's stays another's: the daemon may not give it the device
+    template (GPUs named by labels it writes), labels, gates or replicas."""
+    cur = service()
+    cur["Labels"] = {k: v for k, v in cur["Labels"].items() if not k.startswith(P)}
+    cur["TaskTemplate"]["Placement"] = {}
+    cur["TaskTemplate"]["ContainerSpec"]["Env"] = [ORDER_ENV, "NVIDIA_VISIBLE_DEVICES=0"]
+    assert not is_swarmgpus(cur, P)
+    new = copy.deepcopy(cur)
+    new["Labels"][P + "devices.n1"] = "all"
+    new["TaskTemplate"]["ContainerSpec"]["Env"] = [ORDER_ENV, env_template(P)]
+    _refused(check_service_update, cur, new)
+
+
 @pytest.mark.parametrize("replicas", [3, 50, 10**6, 2.0, True, "2", -1, None])
 def test_replicas_rise_by_one_at_most_and_are_whole_numbers(replicas: Any) -> None:
     """The surge of a make-before-break move adds one replica (1 -> 2 here) and its end

@@ -15,7 +15,9 @@ per connection, ``Connection: close`` both ways. The engine's answer is re-frame
 
 Content: the three writes are checked against the current spec, which the proxy reads
 from the engine itself; ``version`` must be that spec's, so the engine applies the
-update only to the spec that was checked. What a write may change is the daemon's to
+update only to the spec that was checked; the read and the write go without the
+client's ``/vX.Y`` (at an older API version the engine drops fields from the body it
+was sent, ``_vet``). What a write may change is the daemon's to
 say: ``build_proxy`` takes the checks (``swarmgpu.manager.engine.proxy_policy.write_checks``,
 handed over by ``swarmgpu docker-proxy``). ``GET /swarm`` comes back without its join
 tokens. Refusals are 403 and logged.
@@ -64,6 +66,10 @@ _ID = "[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"  # node/service IDs and names
 _NUMBER = r"[0-9]{1,20}"
 _ANY = r"[\x20-\x7e]{0,4096}"
 _BOOL = "(?i:true|false)|1|0"  # requests writes a Python bool as True/False
+# The Host a client of the loopback TCP listener names: a page whose name was rebound
+# to 127.0.0.1 (DNS rebinding) sends its own, and neither the proxy nor the engine
+# authenticates anyone.
+_LOOPBACK_HOST = re.compile(r"(?:(?i:localhost)|127\.0\.0\.1|\[::1\])(?::[0-9]{1,5})?")
 # Hop-by-hop and framing fields of the engine's answer: the proxy writes its own.
 _HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length",
                   "upgrade", "proxy-connection", "te", "trailer"})
@@ -152,7 +158,7 @@ ALLOWED_CALLS: tuple[Call, ...] = (
     Call("POST", "/services/{id}/update", ("/services/{0}/update",),
          "placement and moves: swarmgpu.* service labels, the gate, the device env",
          "`version` (the current one); only a service that is swarmgpu's (a label under "
-         "the prefix, a gate constraint or a swarmgpu env line), its spec equal to the "
+         "the prefix, a gate constraint or a swarmgpu env template), its spec equal to the "
          "current one but for: service labels under the prefix, gate constraints "
          "(`node.labels.<prefix>service.*`) and the hold (`node.labels.<prefix>hold==true`, "
          "replaced by the gate), swarmgpu's own env lines (exact), the lines "
@@ -298,6 +304,7 @@ def _json_answer(status: int, message: str) -> bytes:
 
 _REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
             408: "Request Timeout", 411: "Length Required", 413: "Payload Too Large",
+            421: "Misdirected Request",
             431: "Request Header Fields Too Large", 500: "Internal Server Error",
             502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
 
@@ -339,6 +346,10 @@ class _Handler(socketserver.BaseRequestHandler):
             req = self._read()
             if req is None:
                 return
+            if self.server.loopback_host_only and \
+                    not _LOOPBACK_HOST.fullmatch(req.header("host") or ""):
+                raise Refused(421, "over TCP only a loopback Host (127.0.0.1, localhost, "
+                                   "[::1]): another name is a rebound one")
             call = match(req.method, req.path)
             if call is None:
                 raise Refused(403, f"{req.method} {req.path} is not a call the daemon makes "
@@ -426,15 +437,26 @@ class _Handler(socketserver.BaseRequestHandler):
         the current spec."""
         if not call.kind.endswith("-update"):
             return req.path + (f"?{urlencode(req.query)}" if req.query else ""), None
+        # The engine refuses a body that does not say it is JSON (CheckForJSON): a web
+        # page's form or text/plain POST needs no CORS preflight. The proxy writes its
+        # own Content-Type, so it makes the same check first.
+        ctype = (req.header("content-type") or "").split(";", 1)[0].strip().lower()
+        if ctype != "application/json":
+            raise Refused(400, "a write's Content-Type must be application/json")
         try:
             new = load_json(req.body)
         except JsonError as exc:
             raise Refused(400, str(exc)) from None
-        vp = m.group(0) if (m := _VERSION.match(req.path)) else ""
-        obj = req.path[len(vp):].split("/")
-        read = {"node-update": f"{vp}/nodes/{obj[-2]}",
-                "service-update": f"{vp}/services/{obj[-2]}",
-                "swarm-update": f"{vp}/swarm"}[call.kind]
+        # The read and the write go without the client's /vX.Y: the engine takes a
+        # service update at the URL's API version and drops what older versions lacked
+        # (moby's adjustForAPIVersion: CapabilityDrop, Ulimits, Pids, NoNewPrivileges,
+        # Seccomp, AppArmor...; below 1.30 it re-pins the image), so a body equal to the
+        # checked spec, posted to /v1.40/, would change it. Unprefixed, the engine uses
+        # its own version (what the SDK negotiates), where the body means what was checked.
+        obj = _VERSION.sub("", req.path, count=1).split("/")
+        read = {"node-update": f"/nodes/{obj[-2]}",
+                "service-update": f"/services/{obj[-2]}",
+                "swarm-update": "/swarm"}[call.kind]
         status, cur, raw = self._engine_json(read)
         if status != 200 or not isinstance(cur, dict):
             msg = cur.get("message") if isinstance(cur, dict) else None
@@ -457,12 +479,12 @@ class _Handler(socketserver.BaseRequestHandler):
         query: dict[str, str] = {"version": str(version)}
         if call.kind == "swarm-update":
             query.update(_NO_ROTATION)
-            target = f"{vp}/swarm/update"
+            target = "/swarm/update"
         else:
             ident = cur.get("ID")
             if not isinstance(ident, str) or not re.fullmatch(_ID, ident):
                 raise Refused(502, f"the engine's {read} has no usable ID")
-            target = f"{vp}/{'nodes' if call.kind == 'node-update' else 'services'}/" \
+            target = f"/{'nodes' if call.kind == 'node-update' else 'services'}/" \
                      f"{ident}/update"
         return f"{target}?{urlencode(query)}", json.dumps(new).encode()
 
@@ -516,6 +538,7 @@ class ProxyServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
     daemon_threads = True
     connect_upstream: Callable[[], socket.socket]
     checks: WriteChecks
+    loopback_host_only = False  # TCP: a browser reaches it (DNS rebinding)
     refused = 0
     forwarded = 0
     slots: threading.BoundedSemaphore
@@ -527,6 +550,7 @@ class _UnixProxy(ProxyServer, socketserver.UnixStreamServer):
 
 class _TcpProxy(ProxyServer, socketserver.TCPServer):
     allow_reuse_address = True
+    loopback_host_only = True
 
 
 def upstream_connector(upstream: str) -> Callable[[], socket.socket]:

@@ -20,7 +20,7 @@ write in ``swarmgpu/manager``: cycle.placement, cycle.preemption, overshare, reb
   ``/dev/null`` device mount (``placement.grants: mounts``, exact). Image, other mounts,
   privileges, capabilities, networks, container labels, every other env line: equal.
   And only a service that is swarmgpu's (``is_swarmgpus``): on one without a label
-  under the prefix, a gate or a swarmgpu env line, the daemon may only void its device
+  under the prefix, a gate or a swarmgpu env template, the daemon may only void its device
   variables (removed, or set to ``void``), nothing else.
   (Removing a device line can widen a service's GPUs, e.g. a ``void`` line over a CUDA
   image's ``all``; so can what the proxy lets through already, swarmgpu's template with
@@ -196,8 +196,8 @@ SERVICE_ALLOWED = ("service labels under the prefix, gate constraints and the ho
 def is_swarmgpus(spec: Mapping[str, Any], prefix: str) -> bool:
     """Whether the daemon may write this service at all: it carries a label under the
     prefix (a GPU request, or what the daemon wrote), a gate constraint or one of its
-    env lines. The daemon writes no other service (its planners read only services
-    with a request; everything it writes there is under the prefix)."""
+    env template lines. The daemon writes no other service (its planners read only
+    services with a request; everything it writes there is under the prefix)."""
     labels = spec.get("Labels")
     if isinstance(labels, dict) and any(k.startswith(prefix) for k in labels):
         return True
@@ -206,8 +206,11 @@ def is_swarmgpus(spec: Mapping[str, Any], prefix: str) -> bool:
     if isinstance(cons, list) and any(is_gate_constraint(c, prefix) for c in cons):
         return True
     env = (sub_object(tt, "ContainerSpec") or {}).get("Env")
-    return isinstance(env, list) and bool(owned_env(prefix) & {e for e in env
-                                                                if isinstance(e, str)})
+    # Only the template lines (they name labels under the prefix) mark a service:
+    # CUDA_DEVICE_ORDER=PCI_BUS_ID is swarmgpu's too, but GPU services set it
+    # themselves, and the daemon adds it only beside a gate and a template.
+    return isinstance(env, list) and bool((owned_env(prefix) - {ORDER_ENV})
+                                          & {e for e in env if isinstance(e, str)})
 
 
 def check_service_update(current: Mapping[str, Any], new: Any, prefix: str) -> None:
@@ -215,7 +218,7 @@ def check_service_update(current: Mapping[str, Any], new: Any, prefix: str) -> N
         # placement.ungranted: void -- the one write to a service that is not swarmgpu's
         _check("service", _mask_device_lines, current, new, prefix,
                f"the device variables' lines (voided) of a service without a label under "
-               f"{prefix!r}, gate constraint or swarmgpu env line: the daemon does not "
+               f"{prefix!r}, gate constraint or swarmgpu env template: the daemon does not "
                "write it otherwise")
         _check_device_lines(current, new, frozenset())
         return
