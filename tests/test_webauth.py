@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loguru import logger
 from support import slowflood
 from support.identity import CLUSTER
 from support.paths import REPO
@@ -163,6 +164,25 @@ def test_nothing_but_healthz_without_proof(web: tuple[Daemon, int]) -> None:
     status, _, body = get(port, "/metrics", {"Authorization": f"Bearer {TOKEN}"})
     assert status == 200 and b"swarmgpu_" in body
     assert get(port, "/api/v1/cluster", {"Authorization": "Bearer wrong"})[0] == 401
+
+
+def test_a_refused_path_is_logged_without_control_characters(
+        web: tuple[Daemon, int]) -> None:
+    """Anyone may send a path: an escape sequence in it must not reach the operator's
+    terminal through the refusal's log line (peer input is cleaned, core.peertext)."""
+    _, port = web
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /x\x1b]0;owned\x07\x1b[2J\x9b31m HTTP/1.1\r\n"
+                      b"Host: 127.0.0.1\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 401")
+    finally:
+        logger.remove(sink)
+    refused = [ln for ln in lines if "refused (401" in ln]
+    assert refused and "/x" in refused[0], lines
+    assert not any(c in refused[0] for c in "\x1b\x07\x9b"), refused
 
 
 def test_browser_signs_in_with_a_token_link_and_keeps_a_cookie(

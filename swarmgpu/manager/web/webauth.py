@@ -41,6 +41,7 @@ from urllib.parse import parse_qs
 from loguru import logger
 
 from swarmgpu.core.config import HttpConfig
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.swarm.identity import (
     AgentAuth,
     IdentityError,
@@ -295,9 +296,11 @@ class WebAuth:
     def note_refused(self, caller: Caller) -> None:
         """A refused request, logged (throttled)."""
         if n := self._refused.due():
+            # The path is anyone's to write: cleaned (an escape sequence in it would reach
+            # the operator's terminal through the log), as all peer input is.
             logger.warning("HTTP {} from {} refused (401: no manager certificate, token or "
-                           "session); {} refused since the last such line", caller.path[:80],
-                           caller.peer_ip, n)
+                           "session); {} refused since the last such line",
+                           peer_text(caller.path, 80), caller.peer_ip, n)
 
     def describe(self) -> str:
         """One line for the start-up log: who may read what."""

@@ -27,6 +27,7 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.core.httpguard import HEAD_DEADLINE_S, PLAIN, OneRequestHandler
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.web.webauth import (
     LOGIN_PATH,
     OPEN_PATHS,
@@ -173,7 +174,7 @@ class GuardedHandler(OneRequestHandler):
         try:
             status, ctype, body = self.answer(path, query)
         except Exception:
-            logger.exception("HTTP {} failed", self.path[:100])
+            logger.exception("HTTP {} failed", peer_text(self.path, 100))  # the client's text
             status, ctype, body = 500, PLAIN, b"internal error\n"
         with contextlib.suppress(OSError):
             self.send_answer(status, ctype, body)
