@@ -9,6 +9,7 @@ can show (tests/test_webauth_swarm.py, from another namespace of the test swarm)
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 import time
@@ -27,6 +28,7 @@ from support.webauth import TOKEN, get, web_daemon
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
 from swarmgpu.core.httpguard import STUCK_WRITE_S, Conn, GuardedServer, pick_victim
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.nodes.sync import CycleReport
 from swarmgpu.manager.web.webauth import (
     SESSION_COOKIE,
     Caller,
@@ -164,6 +166,37 @@ def test_nothing_but_healthz_without_proof(web: tuple[Daemon, int]) -> None:
     status, _, body = get(port, "/metrics", {"Authorization": f"Bearer {TOKEN}"})
     assert status == 200 and b"swarmgpu_" in body
     assert get(port, "/api/v1/cluster", {"Authorization": "Bearer wrong"})[0] == 401
+
+
+LEAKY = ("gpu-7: agent at https://10.1.2.3:9401/facts timed out: no whole answer within "
+         "5s; fix: check agents.url_template")
+
+
+def test_healthz_tells_a_stranger_no_error_texts(web: tuple[Daemon, int],
+                                                tmp_path: Path) -> None:
+    """/healthz is open to anyone, so it says whether the daemon is well, not the
+    cycle's errors: those name nodes, agent addresses and node IDs, what /api/v1/cluster
+    answers only with proof."""
+    d, port = web
+    d.last_report = CycleReport(errors=[LEAKY])
+    d.last_cycle_at = time.time()
+    status, _, body = get(port, "/healthz")
+    doc = json.loads(body)
+    assert status == 200 and doc["status"] == "ok" and doc["error_count"] == 1
+    assert b"10.1.2.3" not in body and b"gpu-7" not in body and "errors" not in doc
+    for proof in ({"Authorization": f"Bearer {TOKEN}"},
+                  {"Cookie": f"{SESSION_COOKIE}={session_value(TOKEN)}"}):
+        doc = json.loads(get(port, "/healthz", proof)[2])
+        assert doc["errors"] == [LEAKY] and doc["error_count"] == 1, proof
+    # where anything else is open to the caller (a loopback client under auto), so is this
+    d2 = web_daemon(tmp_path, auth="auto", listen="0.0.0.0:0")
+    assert d2._http is not None
+    try:
+        d2.last_report = CycleReport(errors=[LEAKY])
+        assert json.loads(get(d2._http.server_address[1], "/healthz")[2])["errors"] == [LEAKY]
+    finally:
+        d2._http.shutdown()
+        d2._http.server_close()
 
 
 def test_a_refused_path_is_logged_without_control_characters(

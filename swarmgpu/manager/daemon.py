@@ -264,16 +264,22 @@ class Daemon:
         signal.signal(signal.SIGINT, handler)
 
     # --- HTTP ----------------------------------------------------------------
-    def health(self) -> dict[str, Any]:
+    def health(self, detail: bool = True) -> dict[str, Any]:
+        """/healthz. Without ``detail`` (a caller that may read nothing else: /healthz
+        is open) the errors are only counted: their texts name nodes, agent addresses and
+        node IDs, which /api/v1/cluster tells only with proof."""
         age = None if self.last_cycle_at is None else time.time() - self.last_cycle_at
         stale = age is None or age > 3 * self.cfg.sync.interval_s
-        report = self.last_report
-        return {
+        errors = self.last_report.errors if self.last_report else []
+        out: dict[str, Any] = {
             "status": "ok" if (not self.leader or not stale) else "degraded",
             "leader": self.leader,
             "last_cycle_age_s": age,
-            "errors": report.errors if report else [],
         }
+        if detail:
+            out["errors"] = errors
+        out["error_count"] = len(errors)
+        return out
 
     def _start_http(self) -> None:
         host, _, port = self.cfg.http.listen.rpartition(":")
@@ -285,7 +291,7 @@ class Daemon:
                 if path == "/metrics":
                     return 200, CONTENT_TYPE_LATEST, generate_latest(daemon.metrics.registry)
                 if path == "/healthz":
-                    return 200, "application/json", json.dumps(daemon.health()).encode()
+                    return 200, "application/json", json.dumps(daemon.health(self.trusted)).encode()
                 if path in daemon.http_query_routes:
                     ctype, body = daemon.http_query_routes[path](query)
                     return 200, ctype, body

@@ -33,7 +33,7 @@ import ssl
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -292,6 +292,14 @@ class WebAuth:
         if not v.allowed:
             self.note_refused(caller)
         return v
+
+    def sees_everything(self, caller: Caller) -> bool:
+        """Whether ``caller`` may read what is not open (no log line): an open path such
+        as /healthz tells only such a caller what the cycle's errors name (nodes, agent
+        addresses), which is /api/v1/cluster's to tell."""
+        return judge(replace(caller, path="/"), required=self.required,
+                     loopback_open=self.loopback_open, token=self.token,
+                     cluster_id=self.cluster_id).allowed
 
     def note_refused(self, caller: Caller) -> None:
         """A refused request, logged (throttled)."""

@@ -96,6 +96,9 @@ class GuardedHandler(OneRequestHandler):
     always_headers = SECURITY_HEADERS
     server_version = "swarmgpu"
     auth: WebAuth | None = None  # None: everyone (tests of the handler alone)
+    # Whether this request's caller may read what is not open (set by ``respond``): an
+    # open answer (/healthz) keeps what names the cluster for such a caller.
+    trusted = True
 
     def answer(self, path: str, query: str) -> tuple[int, str, bytes]:
         raise NotImplementedError
@@ -166,6 +169,7 @@ class GuardedHandler(OneRequestHandler):
                 self._send(a)
                 return
             verdict = self.auth.judge(caller)
+            self.trusted = verdict.how != "open" or self.auth.sees_everything(caller)
             if verdict.proved:
                 self.peer_authenticated()
             if not verdict.allowed:
