@@ -218,6 +218,14 @@ def test_a_refused_path_is_logged_without_control_characters(
     assert not any(c in refused[0] for c in "\x1b\x07\x9b"), refused
 
 
+def test_the_server_header_names_no_python_version(web: tuple[Daemon, int]) -> None:
+    """Anyone gets /healthz and 401s: their Server header says swarmgpu, not the
+    interpreter's exact version (which would point at its known flaws)."""
+    _, port = web
+    for path in ("/healthz", "/metrics"):
+        assert get(port, path)[1]["server"] == "swarmgpu", path
+
+
 def test_browser_signs_in_with_a_token_link_and_keeps_a_cookie(
         web: tuple[Daemon, int]) -> None:
     _, port = web

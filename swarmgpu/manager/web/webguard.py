@@ -106,6 +106,11 @@ class GuardedHandler(OneRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return
 
+    def version_string(self) -> str:
+        # The Server header of every answer, 401s and /healthz too: not the
+        # interpreter's exact version (BaseHTTPRequestHandler adds "Python/3.x.y").
+        return self.server_version
+
     def setup(self) -> None:
         self.tls_peer: PeerName | None = None
         self.via_tls = False
