@@ -235,6 +235,19 @@ def test_another_services_gate_is_an_error_its_own_is_not() -> None:
                           "'node.labels.swarmgpu.service.prod_llm==true'")
 
 
+@pytest.mark.parametrize(("text", "where"), [
+    (VERSIONLESS + "        on: x\n", "services.web.deploy.labels"),
+    ("services:\n  1:\n    image: nginx\n", "services"),
+    ("services:\n  web:\n    image: nginx\n    environment:\n      null: x\n",
+     "services.web.environment"),
+])
+def test_a_non_string_key_is_refused_as_docker_refuses_it(text: str, where: str) -> None:
+    # docker/cli's loader: "non-string key in services.web.deploy.labels: true"; render
+    # crashed (jsonschema's pattern match on a bool or int key) or rewrote the key.
+    (err,) = check_stack(text, where="s.yml").errors
+    assert err.startswith(f"s.yml: non-string key in {where}: "), err
+    assert "quote it" in err
+
 
 def test_values_docker_reads_as_text_are_written_back_as_that_text() -> None:
     # docker/cli reads YAML with go-yaml v2: no base-60 numbers, no timestamps (kept as
