@@ -369,8 +369,9 @@ def _fraction(mine: Mapping[str, str], p: str) -> float:
         f"a share of one GPU strictly between 0 and 1, at most 3 decimals "
         f"(e.g. {p}gpu-fraction=0.25); for whole GPUs use {p}gpus"
     )
-    # ASCII digits and one '%' only: float() also reads '０.５', '٠.٥' and '0.2_5', and
-    # rstrip('%') took '50%%'. At most 3 decimals as documented, not 0.2504 rounded.
+    # ASCII digits and one '%' only: float() also reads fullwidth and Arabic-Indic
+    # digits and '0.2_5', and rstrip('%') took '50%%'. At most 3 decimals as
+    # documented, not 0.2504 rounded.
     if not _FRACTION_RE.fullmatch(value):
         raise RequestError(p + "gpu-fraction", value, accepted)
     f = float(value.rstrip("%")) / (100 if value.endswith("%") else 1)
