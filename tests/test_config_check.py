@@ -136,6 +136,16 @@ def test_integers_stand_for_floats_and_env_text_is_parsed(tmp_path: Path) -> Non
                       "got '9401.7'"]
 
 
+def test_a_base_60_number_is_not_a_number_of_seconds(tmp_path: Path) -> None:
+    # YAML 1.1 read 1:30 as 90 (and 12:00 as 720): one reader's minutes and seconds,
+    # another's hours. Text, as docker's reader and YAML 1.2 read it, so refused here.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("sync:\n  interval_s: 1:30\n")
+    _, errors = load_config_report(cfg, env={})
+    assert errors == [f"{cfg}:2: sync.interval_s: expected a number, got '1:30' (a "
+                      "string)"]
+
+
 def test_daemon_start_names_file_and_line(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yml"
     cfg.write_text("agents:\n  port: 9401.7\n")

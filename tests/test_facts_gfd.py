@@ -114,3 +114,32 @@ def test_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="cannot read"):
         GfdSource(tmp_path / "missing", hostname="n").read()
     assert parse_labels("nvidia.com/gpu.count=2\nother=1\n") == {"gpu.count": "2"}
+
+
+BASE = "nvidia.com/gpu.product=NVIDIA-A100\nnvidia.com/gpu.memory=40960\n"
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(("text", "match"), [
+    (BASE + "nvidia.com/gpu.count=\u00b2\n", "gpu\\.count='\u00b2' is not a whole number"),
+    (BASE + "nvidia.com/gpu.count=\uff18\n", "is not a whole number"),  # was 8
+    (BASE + "nvidia.com/gpu.count=" + "9" * 5000 + "\n", "is not a whole number"),
+    (BASE + "nvidia.com/gpu.count=2000000\n", r"at most 64 GPUs"),  # was 18 s, 2M GPUs
+    (BASE + "nvidia.com/gpu.count=1\nnvidia.com/mig-1g.5gb.count=\u00b2\n",
+     "mig-1g\\.5gb\\.count='\u00b2' is not a whole number"),
+    (BASE + "nvidia.com/gpu.count=1\nnvidia.com/mig-1g.5gb.count=two\n",
+     "is not a whole number"),  # was 0 MIG devices, silently
+    (BASE + "nvidia.com/gpu.count=1\nnvidia.com/mig-1g.5gb.count=3000000\n",
+     "at most 16 MIG devices per GPU"),  # was 29 s
+    (BASE + "nvidia.com/gpu.count=1\nnvidia.com/gpu.count=8\n",
+     r"nvidia\.com/gpu\.count given twice \(lines 3 and 4\)"),  # was 8
+    ('{"nvidia.com/gpu.count": "1", "nvidia.com/gpu.count": "8"}',
+     r"nvidia\.com/gpu\.count given twice"),  # was 8
+    ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+])
+def test_hostile_labels_are_this_sources_error_naming_the_label(
+        tmp_path: Path, text: str, match: str) -> None:
+    f = tmp_path / "gfd"
+    f.write_text(text)
+    with pytest.raises(SourceError, match=match):
+        GfdSource(f, hostname="n").read()

@@ -233,3 +233,35 @@ def test_another_services_gate_is_an_error_its_own_is_not() -> None:
     (err,) = check_stack(theirs, stack_name="s").errors
     assert err.startswith("services.web.deploy.placement.constraints: "
                           "'node.labels.swarmgpu.service.prod_llm==true'")
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    (VERSIONLESS + "        on: x\n", "services.web.deploy.labels"),
+    ("services:\n  1:\n    image: nginx\n", "services"),
+    ("services:\n  web:\n    image: nginx\n    environment:\n      null: x\n",
+     "services.web.environment"),
+])
+def test_a_non_string_key_is_refused_as_docker_refuses_it(text: str, where: str) -> None:
+    # docker/cli's loader: "non-string key in services.web.deploy.labels: true"; render
+    # crashed (jsonschema's pattern match on a bool or int key) or rewrote the key.
+    (err,) = check_stack(text, where="s.yml").errors
+    assert err.startswith(f"s.yml: non-string key in {where}: "), err
+    assert "quote it" in err
+
+
+def test_values_docker_reads_as_text_are_written_back_as_that_text() -> None:
+    # docker/cli reads YAML with go-yaml v2: no base-60 numbers, no timestamps (kept as
+    # the text), '=' is text. PyYAML's YAML 1.1 made 12:30 the number 750, which render
+    # then wrote into the service's env and labels (neither is swarmgpu's to change).
+    text = VERSIONLESS.replace("    deploy:\n", "    environment:\n      AT: 12:30\n"
+                               "      WHEN: 2001-12-14t21:59:43.10-05:00\n      EQ: =\n"
+                               "      GB: 1:30.5\n    deploy:\n") \
+        + "        backup-window: 1:30\n"
+    assert check_stack(text).errors == []
+    out, _ = render_stack(text, "s", NODES, [], [], FACTS)
+    svc = yaml.safe_load(out)["services"]["web"]
+    assert svc["environment"]["AT"] == "12:30"
+    assert svc["environment"]["WHEN"] == "2001-12-14t21:59:43.10-05:00"
+    assert svc["environment"]["EQ"] == "="
+    assert svc["environment"]["GB"] == "1:30.5"
+    assert svc["deploy"]["labels"]["backup-window"] == "1:30"

@@ -65,6 +65,12 @@ def test_good(labels: dict[str, str], want: GpuRequest, text: str) -> None:
         ({"gpu_fraction": "0"}, "swarmgpu.gpu-fraction", "strictly between 0 and 1"),
         ({"gpu_fraction": "0.0001"}, "swarmgpu.gpu-fraction", "3 decimals"),
         ({"gpu_fraction": "half"}, "swarmgpu.gpu-fraction", "strictly between"),
+        # What float() also took: other scripts' digits, '_', '%%', 4 decimals rounded.
+        ({"gpu_fraction": "\uff10.\uff15"}, "swarmgpu.gpu-fraction", "3 decimals"),
+        ({"gpu_fraction": "\u0660.\u0665"}, "swarmgpu.gpu-fraction", "3 decimals"),
+        ({"gpu_fraction": "0.2_5"}, "swarmgpu.gpu-fraction", "3 decimals"),
+        ({"gpu_fraction": "50%%"}, "swarmgpu.gpu-fraction", "3 decimals"),
+        ({"gpu_fraction": "0.2504"}, "swarmgpu.gpu-fraction", "3 decimals"),
         ({"gpu_fraction": "0.5", "gpus": "2"}, "swarmgpu.gpu-fraction", "no swarmgpu.gpus"),
         ({"gpu_memory": "lots"}, "swarmgpu.gpu-memory", "binary units"),
         ({"gpu_memory": "0GiB"}, "swarmgpu.gpu-memory", "binary units"),

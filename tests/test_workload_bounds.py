@@ -6,8 +6,10 @@ with a warning while the daemon starts from the prior."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -202,3 +204,38 @@ def test_an_overweight_stored_model_is_scaled_down_keeping_its_mix() -> None:
     assert sum(m.weights.values()) == pytest.approx(5000)
     assert m.weights[TaskShape(4000, 500, 1)] == pytest.approx(2500)
     assert m.seen == 5000
+
+
+@pytest.mark.parametrize(("shape", "key"), [
+    ("{gpus: 1.9}", "gpus"),  # was 1: int() cut it
+    ("{gpus: on}", "gpus"),  # was 1: YAML's true
+    ("{gpus: '2'}", "gpus"),
+    ("{gpus: 99999999999999999999999}", "gpus"),  # was kept: no task that large runs
+    ("{gpus: 1, share: '\uff10.\uff15'}", "share"),  # was 0.5: float() reads fullwidth digits
+    ("{gpus: 1, cpu: '1_0'}", "cpu"),  # was 10 cores: float() reads '_'
+    ("{gpus: 1, cpu: 100000}", "cpu"),
+    ("{gpus: 1, weight: yes}", "weight"),
+    ("{gpus: 1, products: [1, on]}", "products"),  # was ('1', 'True')
+    ("{gpus: 1, products: {a: 1}}", "products"),  # was ('a',)
+])
+def test_a_workload_file_value_of_the_wrong_type_is_an_error(tmp_path: Path, shape: str,
+                                                           key: str) -> None:
+    from swarmgpu.allocator.workload import load_file
+
+    f = tmp_path / "w.yml"
+    f.write_text(f"- {shape}\n")
+    with pytest.raises(WorkloadError, match=rf"^{re.escape(str(f))}: shape 1: {key}: "):
+        load_file(f)
+
+
+def test_a_workload_file_of_good_values_still_loads(tmp_path: Path) -> None:
+    from swarmgpu.allocator.workload import load_file
+
+    f = tmp_path / "w.yml"
+    f.write_text("- {gpus: 1, share: 0.5, cpu: 4, weight: 3}\n- {gpus: 8, cpu: 88.5}\n"
+                 "- {gpus: 0, share: 0, cpu: 2}\n- {gpus: 1, products: 'NVIDIA A100*|H100*'}\n"
+                 "- {gpus: 1, products: [NVIDIA L4], weight: 0.5}\n")
+    assert load_file(f).weights == {
+        TaskShape(4000, 500, 1): 3.0, TaskShape(88500, 1000, 8): 1.0,
+        TaskShape(2000, 0, 0): 1.0, TaskShape(0, 1000, 1, ("NVIDIA A100*", "H100*")): 1.0,
+        TaskShape(0, 1000, 1, ("NVIDIA L4",)): 0.5}

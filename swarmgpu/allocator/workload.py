@@ -473,6 +473,14 @@ def _check_shape(s: TaskShape, where: str) -> None:
         raise WorkloadError(f"{where}: a share of a GPU is on one GPU (gpus: 1)")
 
 
+def _file_number(shape: Mapping[str, Any], key: str, default: float, where: str) -> float:
+    """A finite number >= 0 of a workload file's shape (YAML's number, not text)."""
+    v = shape.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e9:
+        raise WorkloadError(f"{where}: {key}: {v!r} is not a number >= 0")  # NaN too
+    return float(v)
+
+
 def load_file(path: str | Path) -> WorkloadModel:
     """A pinned mix from YAML: a list of ``{gpus: 1, share: 0.5, cpu: 4, products:
     [..], weight: 3}`` (share defaults to 1 = whole GPUs, cpu in cores, weight 1)."""
@@ -491,18 +499,27 @@ def load_file(path: str | Path) -> WorkloadModel:
         if unknown:
             raise WorkloadError(f"{where}: unknown key(s) {sorted(unknown)}; use gpus, "
                                 "share, cpu, products, weight")
-        try:
-            share = float(it.get("share", 1))
-            prods = it.get("products") or ()
-            if isinstance(prods, str):
-                prods = prods.split("|")
-            shape = TaskShape(int(float(it.get("cpu", 0)) * MILLI), round(share * MILLI),
-                              int(it.get("gpus", 1)), tuple(str(p) for p in prods))
-            weight = float(it.get("weight", 1))
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise WorkloadError(f"{where}: {exc}") from None
+        # Each value of its own type, as the config's: int()/float() read 1.9 GPUs as 1,
+        # YAML's 'on' as 1, fullwidth digits and '1_0' as numbers, and products {a: 1} as ['a'].
+        gpus = it.get("gpus", 1)
+        if isinstance(gpus, bool) or not isinstance(gpus, int) \
+                or not 0 <= gpus <= MAX_TASK_GPUS:
+            raise WorkloadError(f"{where}: gpus: {gpus!r} is not a whole number from 0 to "
+                                f"{MAX_TASK_GPUS}")
+        share, cpu, weight = (_file_number(it, k, d, where)
+                              for k, d in (("share", 1), ("cpu", 0), ("weight", 1)))
+        if cpu * MILLI > MAX_TASK_CPU_MILLI:
+            raise WorkloadError(f"{where}: cpu: {cpu!r} cores is more than any task "
+                                f"reserves (at most {MAX_TASK_CPU_MILLI // MILLI})")
+        prods = it.get("products") or ()
+        if isinstance(prods, str):
+            prods = prods.split("|")
+        if not isinstance(prods, list | tuple) or not all(isinstance(p, str) for p in prods):
+            raise WorkloadError(f"{where}: products: {prods!r} is not a list of product "
+                                "names (or one text of names separated by |)")
+        shape = TaskShape(int(cpu * MILLI), round(share * MILLI), gpus, tuple(prods))
         _check_shape(shape, where)
-        if not weight > 0 or not math.isfinite(weight):
+        if not weight > 0:
             raise WorkloadError(f"{where}: weight must be a positive number")
         weights[shape] = weights.get(shape, 0.0) + weight
     m = WorkloadModel(pinned=True, source=f"file {path}")

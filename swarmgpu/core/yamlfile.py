@@ -6,10 +6,17 @@ the text's size, the number of nodes once every alias is expanded (a 500-byte "b
 laughs" file would otherwise become gigabytes downstream), nesting depth and recursive
 aliases. A key given twice in one mapping is refused too, as docker's and Kubernetes'
 YAML readers refuse it: PyYAML would silently keep the last one.
+
+Plain scalars resolve as docker/cli's reader (go-yaml v2) resolves them, not as YAML 1.1
+does in full: ``12:30`` is text, not the base-60 number 750; a timestamp is its text, not
+a datetime; ``=`` is text (PyYAML's safe loader has no constructor for it). `render`
+writes back what it read, so a value read otherwise than docker reads it would reach
+Swarm rewritten, in env and labels that are not swarmgpu's.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +29,28 @@ MAX_DEPTH = 100  # nesting; PyYAML's composer recurses per level
 # Where each key of a mapping was written: the key's path (mapping keys, list indices)
 # -> 1-based line.
 Lines = dict[tuple[Any, ...], int]
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader without YAML 1.1's base-60 numbers, implicit timestamps and ``=``."""
+
+
+_DROPPED = ("tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value")
+# PyYAML's own patterns less their base-60 alternative ([-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+).
+_PLAIN = {
+    "tag:yaml.org,2002:int": re.compile(r"""^(?:[-+]?0b[0-1_]+
+                    |[-+]?0[0-7_]+
+                    |[-+]?(?:0|[1-9][0-9_]*)
+                    |[-+]?0x[0-9a-fA-F_]+)$""", re.X),
+    "tag:yaml.org,2002:float": re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X),
+}
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, _PLAIN.get(tag, rx)) for tag, rx in resolvers if tag not in _DROPPED]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def read_yaml(path: Path, what: str, error: type[Exception], *, fmt: str = "YAML") -> Any:
@@ -55,7 +84,7 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
         raise error(f"{what}: larger than {MAX_TEXT // (1024 * 1024)} MiB; not read")
     loader: yaml.SafeLoader | None = None
     try:
-        loader = yaml.SafeLoader(text)  # refuses unprintable characters already here
+        loader = _Loader(text)  # refuses unprintable characters already here
         try:
             node = loader.get_single_node()
         except RecursionError:

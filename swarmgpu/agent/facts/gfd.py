@@ -27,13 +27,16 @@ from swarmgpu.agent.facts.naming import (
     parse_profile,
     synthetic_uuid,
 )
-from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
-from swarmgpu.core.yamlfile import parse_yaml
+from swarmgpu.core.model import MAX_GPUS, MAX_MIG_PER_GPU, Gpu, MigDevice, NodeFacts
+from swarmgpu.core.yamlfile import MAX_TEXT, parse_yaml
 
 PREFIX = "nvidia.com/"
 _MIG_KEY_RE = re.compile(r"^mig-((?:\d+c\.)?\d+g\.\d+gb(?:\+me)?)\.(count|memory)$")
 _SINGLE_PRODUCT_RE = re.compile(r"^(.*)-MIG-((?:\d+c\.)?\d+g\.\d+gb(?:\+me)?)$")
 _GB_IN_NAME_RE = re.compile(r"(\d+)GB", re.IGNORECASE)
+# A count: ASCII digits only ('²' and fullwidth digits pass isdigit()), short enough
+# for int().
+_COUNT_RE = re.compile(r"[0-9]{1,9}", re.ASCII)
 
 
 def parse_labels(text: str, *, where: str = "gfd") -> dict[str, str]:
@@ -41,10 +44,12 @@ def parse_labels(text: str, *, where: str = "gfd") -> dict[str, str]:
     stripped = text.strip()
     data: Any = None
     if stripped.startswith("{"):
-        try:
-            data = json.loads(stripped)
+        try:  # a key given twice is refused, as core.yamlfile refuses it in YAML
+            data = json.loads(stripped, object_pairs_hook=lambda kv: _unique(kv, where))
         except json.JSONDecodeError as e:
             raise SourceError(f"{where}: invalid JSON at line {e.lineno}: {e.msg}") from e
+        except RecursionError:
+            raise SourceError(f"{where}: JSON nested too deeply to read") from None
     elif _looks_like_key_value(stripped):
         return _key_values(stripped, where)
     else:
@@ -58,6 +63,15 @@ def parse_labels(text: str, *, where: str = "gfd") -> dict[str, str]:
     return labels
 
 
+def _unique(pairs: list[tuple[str, Any]], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise SourceError(f"{where}: {k} given twice in one object; keep one")
+        out[k] = v
+    return out
+
+
 def _looks_like_key_value(text: str) -> bool:
     first = next((ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
     return "=" in first and ":" not in first.split("=", 1)[0]
@@ -65,6 +79,7 @@ def _looks_like_key_value(text: str) -> bool:
 
 def _key_values(text: str, where: str) -> dict[str, str]:
     out: dict[str, str] = {}
+    seen: dict[str, int] = {}
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -72,6 +87,10 @@ def _key_values(text: str, where: str) -> dict[str, str]:
         if not sep:
             raise SourceError(f"{where}:{n}: expected key=value, got {line.strip()!r}")
         key = key.strip()
+        if key in seen:  # not the last one silently: which one does GFD mean?
+            raise SourceError(f"{where}: {key} given twice (lines {seen[key]} and {n}); "
+                              "keep one")
+        seen[key] = n
         if key.startswith(PREFIX):
             out[key[len(PREFIX):]] = value.strip()
     return out
@@ -117,7 +136,7 @@ def _int_label(labels: Mapping[str, str], key: str, where: str) -> int | None:
     v = labels.get(key)
     if v is None or v == "":
         return None
-    if not v.isdigit():
+    if not _COUNT_RE.fullmatch(v):
         raise SourceError(f"{where}: label {PREFIX}{key}={v!r} is not a whole number")
     return int(v)
 
@@ -161,6 +180,11 @@ def facts_from_labels(
     count = _int_label(labels, "gpu.count", where)
     if count is None:
         raise SourceError(f"{where}: label {PREFIX}gpu.count missing; is GFD running there?")
+    # Bounded before anything is built of it (a count of millions took seconds and memory
+    # per read): the limits NodeFacts.from_dict holds every agent's facts to.
+    if count > MAX_GPUS * MAX_MIG_PER_GPU:
+        raise SourceError(f"{where}: label {PREFIX}gpu.count={count}; at most {MAX_GPUS} "
+                          f"GPUs per node (or {MAX_MIG_PER_GPU} MIG devices per GPU)")
     major = _int_label(labels, "gpu.compute.major", where)
     minor = _int_label(labels, "gpu.compute.minor", where)
     strategy = labels.get("mig.strategy", "none")
@@ -183,19 +207,29 @@ def facts_from_labels(
             )
         per_gpu = max_instances(migs[0][0], parent_memory)
         parents = max(1, math.ceil(count / per_gpu))
+        if parents > MAX_GPUS:
+            raise SourceError(f"{where}: {count} MIG devices of {migs[0][0]} need {parents} "
+                              f"GPUs; at most {MAX_GPUS} GPUs per node")
         errors.append(
             f"{where}: {count} MIG devices of {migs[0][0]} put on {parents} GPU(s) "
             f"({per_gpu} per GPU); GFD does not say which GPU holds which"
         )
     else:
         parents = count
+        if parents > MAX_GPUS:
+            raise SourceError(f"{where}: label {PREFIX}gpu.count={count}; at most "
+                              f"{MAX_GPUS} GPUs per node")
         parent_product = product or gfd_product
         parent_memory = memory_mib or gfd_memory or 0
-        for key, value in sorted(labels.items()):
+        for key in sorted(labels):
             m = _MIG_KEY_RE.match(key)
             if not m or m.group(2) != "count":
                 continue
-            n = int(value) if value.isdigit() else 0
+            n = _int_label(labels, key, where) or 0
+            if len(migs) + n > max(parents, 1) * MAX_MIG_PER_GPU:  # all profiles together
+                raise SourceError(f"{where}: label {PREFIX}{key}={n}: more MIG devices than "
+                                  f"{parents} GPU(s) hold (at most {MAX_MIG_PER_GPU} MIG "
+                                  "devices per GPU)")
             mig_mem = _int_label(labels, f"mig-{m.group(1)}.memory", where)
             name = normalise_profile(m.group(1), mig_mem)
             migs += [(name, mig_mem or parse_profile(name)[1] * 1024)] * n
@@ -282,9 +316,13 @@ class GfdSource:
 
     def read(self) -> NodeFacts:
         try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
+            with self.path.open(encoding="utf-8", errors="replace") as f:
+                text = f.read(MAX_TEXT + 1)
         except OSError as e:
             raise SourceError(f"{self.spec}: cannot read {self.path}: {e.strerror}") from e
+        if len(text) > MAX_TEXT:  # every form is far smaller; not read whole
+            raise SourceError(f"{self.spec}: larger than {MAX_TEXT // (1024 * 1024)} MiB; "
+                              "not read")
         labels = parse_labels(text, where=self.spec)
         return facts_from_labels(
             labels,

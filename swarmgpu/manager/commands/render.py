@@ -64,19 +64,28 @@ class StackError(ValueError):
 def load_stack(text: str, where: str = "stack") -> dict[str, Any]:
     """The stack file parsed (bounded: core.yamlfile), every alias made a copy of its
     own, so that what render writes into one service never lands in another."""
-    data = _unshared(parse_yaml(text, where, StackError))
+    data = _unshared(parse_yaml(text, where, StackError), where, "")
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         raise StackError(f"{where}: a stack file needs a top-level 'services:' mapping")
     return data
 
 
-def _unshared(v: Any) -> Any:
+def _unshared(v: Any, where: str, at: str) -> Any:
     """``v`` with every mapping and list copied, shared ones once per place they appear
-    (the size is bounded by the loader's expanded-node limit)."""
+    (the size is bounded by the loader's expanded-node limit). A key that is not a
+    string is refused, as docker/cli's loader refuses it ("non-string key in ..."):
+    ``on:`` is the boolean true, ``1:`` a number, and render would write them back as
+    other keys (or fail on them in the schema check)."""
     if isinstance(v, dict):
-        return {k: _unshared(x) for k, x in v.items()}
+        for k in v:
+            if not isinstance(k, str):
+                raise StackError(
+                    f"{where}: non-string key in {at or 'the top level'}: {k!r} (YAML reads "
+                    "on/off/yes/no/true/false, numbers and null as such); quote it if it is "
+                    "meant as text")
+        return {k: _unshared(x, where, f"{at}.{k}" if at else k) for k, x in v.items()}
     if isinstance(v, list):
-        return [_unshared(x) for x in v]
+        return [_unshared(x, where, f"{at}[{i}]") for i, x in enumerate(v)]
     return v
 
 

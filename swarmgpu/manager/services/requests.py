@@ -351,6 +351,7 @@ _INT_RE = re.compile(r"[0-9]{1,6}", re.ASCII)
 _MEM_RE = re.compile(r"(?P<num>[0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(?P<unit>[kmgt]?)(?:i?b)?",
                      re.IGNORECASE | re.ASCII)
 MAX_VALUE_LEN = 1024  # any request label value longer than this is refused as is
+_FRACTION_RE = re.compile(r"(?:[0-9]{1,3}(?:\.[0-9]{0,12})?|\.[0-9]{1,12})%?", re.ASCII)
 _UNIT_MIB = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
 _ZONE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}", re.ASCII)
 
@@ -368,11 +369,14 @@ def _fraction(mine: Mapping[str, str], p: str) -> float:
         f"a share of one GPU strictly between 0 and 1, at most 3 decimals "
         f"(e.g. {p}gpu-fraction=0.25); for whole GPUs use {p}gpus"
     )
-    try:
-        f = float(value.rstrip("%")) / (100 if value.endswith("%") else 1)
-    except ValueError:
-        raise RequestError(p + "gpu-fraction", value, accepted) from None
-    if not 0 < f < 1 or not 1 <= round(f * 1000) <= 999:
+    # ASCII digits and one '%' only: float() also reads fullwidth and Arabic-Indic
+    # digits and '0.2_5', and rstrip('%') took '50%%'. At most 3 decimals as
+    # documented, not 0.2504 rounded.
+    if not _FRACTION_RE.fullmatch(value):
+        raise RequestError(p + "gpu-fraction", value, accepted)
+    f = float(value.rstrip("%")) / (100 if value.endswith("%") else 1)
+    if not 0 < f < 1 or not 1 <= round(f * 1000) <= 999 \
+            or abs(f * 1000 - round(f * 1000)) > 1e-6:
         raise RequestError(p + "gpu-fraction", value, accepted)
     return f
 
