@@ -265,3 +265,17 @@ def test_values_docker_reads_as_text_are_written_back_as_that_text() -> None:
     assert svc["environment"]["EQ"] == "="
     assert svc["environment"]["GB"] == "1:30.5"
     assert svc["deploy"]["labels"]["backup-window"] == "1:30"
+
+
+def test_a_label_given_twice_in_list_form_is_refused() -> None:
+    # In mapping form a key given twice is refused (yamlfile); the list form ("k=v")
+    # kept the last one silently (docker/cli does too), so `- swarmgpu.gpus=1` then
+    # `- swarmgpu.gpus=8` asked for 8 GPUs where a reader of the file sees 1.
+    text = VERSIONLESS.replace('      labels:\n        swarmgpu.gpus: "1"\n',
+                               "      labels:\n        - swarmgpu.gpus=1\n"
+                               "        - team=a\n        - swarmgpu.gpus=8\n")
+    (err,) = check_stack(text, where="s.yml").errors
+    assert "services.web.deploy.labels" in err and "'swarmgpu.gpus'" in err, err
+    assert "twice" in err
+    once = text.replace("        - swarmgpu.gpus=8\n", "")
+    assert check_stack(once).errors == []

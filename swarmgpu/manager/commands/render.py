@@ -92,9 +92,14 @@ def _unshared(v: Any, where: str, at: str) -> Any:
 def _labels(deploy: Mapping[str, Any], where: str) -> dict[str, str]:
     raw = deploy.get("labels") or {}
     if isinstance(raw, list):  # compose allows ["k=v", ...]
-        out = {}
+        out: dict[str, str] = {}
         for item in raw:
             k, _, v = str(item).partition("=")
+            if k in out:
+                # docker keeps the last; a mapping's key given twice is refused
+                # (yamlfile), and so is this: a reader sees the first one
+                raise StackError(f"{where}.deploy.labels: {k!r} given twice "
+                                 f"({out[k]!r}, then {v!r}); keep one")
             out[k] = v
         return out
     if not isinstance(raw, dict):
