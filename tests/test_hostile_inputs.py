@@ -21,6 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.gpu_nodes import DGX_A100, RTX4090
+from support.overshare import G1
+from support.overshare import F as OF
+from support.placement import DGX
 
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
@@ -40,11 +43,12 @@ from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import fetch_all, fetch_facts, parse_json_bounded
 from swarmgpu.manager.nodes.agentbook import AgentBook, load_saved
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import plan_placement
+from swarmgpu.manager.placement import Holding, plan_placement
 from swarmgpu.manager.rebalance.scrape import scrape_node
+from swarmgpu.manager.services.overshare import owners, service_use
 from swarmgpu.manager.services.requests import RequestError, parse_all
 from swarmgpu.manager.web.cluster_view import build_cluster
-from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.labels import (
     MAX_LABEL_VALUE_LEN,
     MAX_NODE_LABELS,
@@ -344,6 +348,35 @@ def test_prop_metrics_gpu_labels(rows: list[tuple[str, str]]) -> None:
         assert g.index is None or 0 <= g.index <= 9999
         assert len(g.uuid) <= 96
 
+
+
+def test_a_reading_near_float_max_is_unknown_not_a_crash() -> None:
+    """1e308 is finite, so it was kept: two of them summed to inf (the MIG slices of one
+    GPU, or one service's processes on a GPU) and ``round(inf)`` raised OverflowError,
+    which ended every cycle's observe step (the map, the over-share watch) for all nodes
+    while that one page said so."""
+    procs = "".join(
+        f'swarmgpu_gpu_process_memory_used_mib{{UUID="{G1.uuid}",gpu="1",pid="{pid}",'
+        f'container="{"c" * 64}",task="ta",service="a"}} {v}\n'
+        for pid, v in ((10, "1e308"), (11, "1e308"), (12, "100")))
+    migs = "".join(f'DCGM_FI_DEV_FB_USED{{UUID="{G1.uuid}",gpu="1",GPU_I_ID="{gi}"}} '
+                   f'{v}\n' for gi, v in ((1, "1e308"), (2, "1.7e308")))
+    res = parse_metrics(procs + migs + f'DCGM_FI_DEV_GPU_UTIL{{UUID="{G1.uuid}"}} 1e300\n')
+    g = res.samples_by_uuid[G1.uuid]
+    assert g.fb_used_mib is None and g.util_pct is None
+    assert [(p.pid, p.used_mib) for p in g.processes] == [(12, 100)]
+    assert any("DCGM_FI_DEV_FB_USED" in e and "not a reading" in e for e in res.errors), \
+        res.errors
+    ledger = {"a": {DGX.id: Holding("a", DGX.id, (G1.uuid,), (500,))}}
+    owners_ = owners([SwarmService("sid-a", "a", {}, (), (), "replicated", 1, None, 1)],
+                     [SwarmTask("ta", "sid-a", DGX.id, 1, "running", "running", (),
+                                container_id="c" * 64)])
+    (use,) = service_use([DGX], ledger, {DGX.id: OF}, {DGX.id: res.samples_by_uuid}, owners_)
+    assert (use.service, use.used_mib) == ("a", 100)
+    # Real readings stay: DCGM's energy counter (mJ) and the like are far below 2**53.
+    big = parse_metrics(f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{UUID="{G1.uuid}"}} '
+                        '5.7767663e+13\n')
+    assert big.samples_by_uuid[G1.uuid].values and not big.errors
 
 # --- one service's labels never stop the others --------------------------------------------
 
