@@ -240,6 +240,46 @@ _json = st.recursive(
 )
 
 
+
+@pytest.mark.parametrize("uuid", [
+    "GPU-1\nswarmgpu.x=y",  # a newline into a node label (the ledger) and a service label
+    "GPU-a,GPU-b",  # read back from the ledger as two GPUs; two devices for the container
+    "all",  # NVIDIA_VISIBLE_DEVICES=all: every GPU of the node
+    "GPU-a@500",  # read back as half of GPU-a
+    "s1=GPU-a;x", "GPU a", "GPU-\u202eevil", "", 5,
+])
+@pytest.mark.parametrize("where", ["gpu", "mig"])
+def test_a_gpu_uuid_that_would_change_a_label_or_device_list_is_refused(
+        hostile: Callable[[Behaviour], int], uuid: object, where: str) -> None:
+    """A GPU's UUID is written as it is into the ledger (``<p>assign.<svc>`` node label),
+    the service's device list and so NVIDIA_VISIBLE_DEVICES: any string an agent sent was
+    placed and written, newline and all."""
+    body = DGX_A100.facts().to_dict()
+    g = body["gpus"][0]
+    if where == "mig":
+        g = g["mig_devices"][0]
+    g["uuid"] = uuid
+    with pytest.raises(FactsError) as e:
+        NodeFacts.from_dict(body)
+    assert "uuid" in str(e.value) and ("GPU-" if where == "gpu" else "MIG-") in str(e.value)
+    _clean_and_short(str(e.value))
+    port = hostile(ok(json.dumps(body).encode()))
+    res = fetch_facts(node(port, host=DGX_A100.hostname), cfg_for(port))
+    assert res.facts is None and res.error and "uuid" in res.error, res.error
+
+
+def test_real_gpu_and_mig_uuid_forms_are_read() -> None:
+    body = RTX4090.facts().to_dict()
+    for uuid, mig in (("GPU-b4895dbf-9350-2524-a89b-98161ddd9fe4",
+                       "MIG-7089d0f3-293f-58c9-8f8c-5ea666eedbde"),
+                      ("GPU-5ca1ab1e-0279-8fe3-6a24-1338ed3e7532",  # synthetic
+                       "MIG-GPU-5ca1ab1e-0279-8fe3-6a24-1338ed3e7532/1/0")):  # pre-R470
+        body["gpus"][0]["uuid"] = uuid
+        body["gpus"][0]["mig_devices"] = [{"profile": "1g.10gb", "uuid": mig,
+                                           "memory_mib": 9984}]
+        f = NodeFacts.from_dict(body)
+        assert (f.gpus[0].uuid, f.gpus[0].mig_devices[0].uuid) == (uuid, mig)
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(["schema", "node", "gpus", "links", "errors"]), _json)
        | _json)
