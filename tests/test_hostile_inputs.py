@@ -195,6 +195,22 @@ def test_deep_json_is_this_agents_error(hostile: Callable[[Behaviour], int]) -> 
     assert parse_json_bounded(b"{" * 100_000)[1] is not None
 
 
+def test_a_key_named_twice_is_this_agents_error(hostile: Callable[[Behaviour], int]) -> None:
+    """json.loads keeps the last of two repeated keys, silently: an answer naming a key
+    twice (one value for whoever reads the first, jq, a proxy, another for the daemon)
+    was taken as facts."""
+    good = RTX4090.facts().to_dict()
+    text = json.dumps(good)
+    twice = text[:-1] + ', "errors": []}'  # the same object, "errors" again at its end
+    port = hostile(ok(twice.encode()))
+    res = fetch_facts(node(port, host=RTX4090.hostname), cfg_for(port))
+    assert res.facts is None and res.error and "'errors' twice" in res.error, res.error
+    inner = text.replace('"hostname": ', '"hostname": "x\\nforged", "hostname": ', 1)
+    value, why = parse_json_bounded(inner.encode())
+    assert value is None and why and "'hostname' twice" in why, why
+    _clean_and_short(why)
+    assert parse_json_bounded(text.encode()) == (good, None)
+
 def test_redirect_not_followed_and_body_never_echoed(hostile: Callable[[Behaviour], int]
                                                      ) -> None:
     secret = b"INTERNAL-SECRET-PAGE"
