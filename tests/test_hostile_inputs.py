@@ -21,6 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.gpu_nodes import DGX_A100, RTX4090
+from support.overshare import G1
+from support.overshare import F as OF
+from support.placement import DGX
 
 from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
@@ -40,11 +43,12 @@ from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import fetch_all, fetch_facts, parse_json_bounded
 from swarmgpu.manager.nodes.agentbook import AgentBook, load_saved
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.manager.placement import plan_placement
+from swarmgpu.manager.placement import Holding, plan_placement
 from swarmgpu.manager.rebalance.scrape import scrape_node
+from swarmgpu.manager.services.overshare import owners, service_use
 from swarmgpu.manager.services.requests import RequestError, parse_all
 from swarmgpu.manager.web.cluster_view import build_cluster
-from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.labels import (
     MAX_LABEL_VALUE_LEN,
     MAX_NODE_LABELS,
@@ -191,6 +195,22 @@ def test_deep_json_is_this_agents_error(hostile: Callable[[Behaviour], int]) -> 
     assert parse_json_bounded(b"{" * 100_000)[1] is not None
 
 
+def test_a_key_named_twice_is_this_agents_error(hostile: Callable[[Behaviour], int]) -> None:
+    """json.loads keeps the last of two repeated keys, silently: an answer naming a key
+    twice (one value for whoever reads the first, jq, a proxy, another for the daemon)
+    was taken as facts."""
+    good = RTX4090.facts().to_dict()
+    text = json.dumps(good)
+    twice = text[:-1] + ', "errors": []}'  # the same object, "errors" again at its end
+    port = hostile(ok(twice.encode()))
+    res = fetch_facts(node(port, host=RTX4090.hostname), cfg_for(port))
+    assert res.facts is None and res.error and "'errors' twice" in res.error, res.error
+    inner = text.replace('"hostname": ', '"hostname": "x\\nforged", "hostname": ', 1)
+    value, why = parse_json_bounded(inner.encode())
+    assert value is None and why and "'hostname' twice" in why, why
+    _clean_and_short(why)
+    assert parse_json_bounded(text.encode()) == (good, None)
+
 def test_redirect_not_followed_and_body_never_echoed(hostile: Callable[[Behaviour], int]
                                                      ) -> None:
     secret = b"INTERNAL-SECRET-PAGE"
@@ -235,6 +255,46 @@ _json = st.recursive(
     max_leaves=30,
 )
 
+
+
+@pytest.mark.parametrize("uuid", [
+    "GPU-1\nswarmgpu.x=y",  # a newline into a node label (the ledger) and a service label
+    "GPU-a,GPU-b",  # read back from the ledger as two GPUs; two devices for the container
+    "all",  # NVIDIA_VISIBLE_DEVICES=all: every GPU of the node
+    "GPU-a@500",  # read back as half of GPU-a
+    "s1=GPU-a;x", "GPU a", "GPU-\u202eevil", "", 5,
+])
+@pytest.mark.parametrize("where", ["gpu", "mig"])
+def test_a_gpu_uuid_that_would_change_a_label_or_device_list_is_refused(
+        hostile: Callable[[Behaviour], int], uuid: object, where: str) -> None:
+    """A GPU's UUID is written as it is into the ledger (``<p>assign.<svc>`` node label),
+    the service's device list and so NVIDIA_VISIBLE_DEVICES: any string an agent sent was
+    placed and written, newline and all."""
+    body = DGX_A100.facts().to_dict()
+    g = body["gpus"][0]
+    if where == "mig":
+        g = g["mig_devices"][0]
+    g["uuid"] = uuid
+    with pytest.raises(FactsError) as e:
+        NodeFacts.from_dict(body)
+    assert "uuid" in str(e.value) and ("GPU-" if where == "gpu" else "MIG-") in str(e.value)
+    _clean_and_short(str(e.value))
+    port = hostile(ok(json.dumps(body).encode()))
+    res = fetch_facts(node(port, host=DGX_A100.hostname), cfg_for(port))
+    assert res.facts is None and res.error and "uuid" in res.error, res.error
+
+
+def test_real_gpu_and_mig_uuid_forms_are_read() -> None:
+    body = RTX4090.facts().to_dict()
+    for uuid, mig in (("GPU-b4895dbf-9350-2524-a89b-98161ddd9fe4",
+                       "MIG-7089d0f3-293f-58c9-8f8c-5ea666eedbde"),
+                      ("GPU-5ca1ab1e-0279-8fe3-6a24-1338ed3e7532",  # synthetic
+                       "MIG-GPU-5ca1ab1e-0279-8fe3-6a24-1338ed3e7532/1/0")):  # pre-R470
+        body["gpus"][0]["uuid"] = uuid
+        body["gpus"][0]["mig_devices"] = [{"profile": "1g.10gb", "uuid": mig,
+                                           "memory_mib": 9984}]
+        f = NodeFacts.from_dict(body)
+        assert (f.gpus[0].uuid, f.gpus[0].mig_devices[0].uuid) == (uuid, mig)
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(["schema", "node", "gpus", "links", "errors"]), _json)
@@ -344,6 +404,35 @@ def test_prop_metrics_gpu_labels(rows: list[tuple[str, str]]) -> None:
         assert g.index is None or 0 <= g.index <= 9999
         assert len(g.uuid) <= 96
 
+
+
+def test_a_reading_near_float_max_is_unknown_not_a_crash() -> None:
+    """1e308 is finite, so it was kept: two of them summed to inf (the MIG slices of one
+    GPU, or one service's processes on a GPU) and ``round(inf)`` raised OverflowError,
+    which ended every cycle's observe step (the map, the over-share watch) for all nodes
+    while that one page said so."""
+    procs = "".join(
+        f'swarmgpu_gpu_process_memory_used_mib{{UUID="{G1.uuid}",gpu="1",pid="{pid}",'
+        f'container="{"c" * 64}",task="ta",service="a"}} {v}\n'
+        for pid, v in ((10, "1e308"), (11, "1e308"), (12, "100")))
+    migs = "".join(f'DCGM_FI_DEV_FB_USED{{UUID="{G1.uuid}",gpu="1",GPU_I_ID="{gi}"}} '
+                   f'{v}\n' for gi, v in ((1, "1e308"), (2, "1.7e308")))
+    res = parse_metrics(procs + migs + f'DCGM_FI_DEV_GPU_UTIL{{UUID="{G1.uuid}"}} 1e300\n')
+    g = res.samples_by_uuid[G1.uuid]
+    assert g.fb_used_mib is None and g.util_pct is None
+    assert [(p.pid, p.used_mib) for p in g.processes] == [(12, 100)]
+    assert any("DCGM_FI_DEV_FB_USED" in e and "not a reading" in e for e in res.errors), \
+        res.errors
+    ledger = {"a": {DGX.id: Holding("a", DGX.id, (G1.uuid,), (500,))}}
+    owners_ = owners([SwarmService("sid-a", "a", {}, (), (), "replicated", 1, None, 1)],
+                     [SwarmTask("ta", "sid-a", DGX.id, 1, "running", "running", (),
+                                container_id="c" * 64)])
+    (use,) = service_use([DGX], ledger, {DGX.id: OF}, {DGX.id: res.samples_by_uuid}, owners_)
+    assert (use.service, use.used_mib) == ("a", 100)
+    # Real readings stay: DCGM's energy counter (mJ) and the like are far below 2**53.
+    big = parse_metrics(f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{UUID="{G1.uuid}"}} '
+                        '5.7767663e+13\n')
+    assert big.samples_by_uuid[G1.uuid].values and not big.errors
 
 # --- one service's labels never stop the others --------------------------------------------
 

@@ -30,6 +30,7 @@ from swarmgpu.agent.server import AgentServer, build_server, parse_listen
 from swarmgpu.core.config import AgentsConfig, Config, load_config
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agent_client import fetch_facts
+from swarmgpu.manager.rebalance.scrape import scrape_node
 from swarmgpu.swarm.client import SwarmNode
 
 PACKAGE = REPO / "swarmgpu"
@@ -186,6 +187,18 @@ def test_agent_credentials_are_not_logged() -> None:
     assert res.error is not None
     assert "s3cret-pw" not in res.error, f"password echoed: {res.error}"
     assert "s3cret-pw" not in res.url, f"password kept in the recorded URL: {res.url}"
+
+
+def test_agent_credentials_are_not_logged_by_metrics_scrapes() -> None:
+    """The metrics URL is derived from agents.url_template, credentials and all: each
+    scrape's error (rebalancer warnings, the log) and its recorded URL carried them."""
+    cfg = Config(agents=AgentsConfig(url_template="http://monitor:s3cret-pw@{addr}:{port}",
+                                     port=1, timeout_s=1, identity="none"))
+    assert "s3cret-pw" in cfg.rebalance.metrics_url_template
+    sc = scrape_node(_node(1), cfg.rebalance.metrics_url_template, 1)
+    assert sc.error is not None
+    assert "s3cret-pw" not in sc.error, f"password echoed: {sc.error}"
+    assert "s3cret-pw" not in sc.url, f"password kept in the recorded URL: {sc.url}"
 
 
 # --- source code: no shell, safe YAML, no eval/pickle --------------------------------------

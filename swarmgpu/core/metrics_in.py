@@ -9,7 +9,7 @@ broken line in ``ScrapeResult.errors``.
 Only samples with a ``UUID`` label are kept (that is what ties a value to a GPU).
 Samples with ``GPU_I_ID`` belong to a MIG GPU instance and are kept apart, under
 their parent GPU's UUID. NaN values mean "unknown" and are dropped, as is anything
-else that is not a finite number.
+else that is not a finite number or is beyond any reading (``MAX_VALUE``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ _HOST_LABELS = ("hostname", "Hostname")
 PROCESS_MEMORY = "swarmgpu_gpu_process_memory_used_mib"  # swarmgpu.agent.metrics writes it
 _MAX_PROCESSES = 512  # per GPU: a page listing more is not to be trusted with memory
 _MAX_HOSTS = 4  # distinct hostname labels remembered: one is right, two already conflict
+# No GPU reading comes near this (DCGM's energy counter, in mJ, would take centuries at
+# a kilowatt); 1e308 is finite, but two of them sum to inf and round(inf) raises, in the
+# daemon's sums over MIG slices and processes. Beyond it a value is unknown, and said so.
+MAX_VALUE = float(2**53)
 
 
 @dataclass
@@ -218,6 +222,9 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
                 break
         if not math.isfinite(value):
             continue  # NaN/Inf: the exporter could not say; unknown, not 0
+        if abs(value) > MAX_VALUE:
+            _note(res.errors, f"{name} of {uuid}: {value:.3g} is not a reading; unknown")
+            continue
         gpu = res.samples_by_uuid.get(uuid)
         if gpu is None:
             if len(res.samples_by_uuid) >= MAX_GPUS:

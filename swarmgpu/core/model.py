@@ -29,6 +29,11 @@ LINK_SCORES: dict[str, int] = {
 }
 NVLINK_SCORE_PER_LINK = 100
 _LINK_RE = re.compile(r"(?:X|SYS|NODE|PHB|PXB|PIX|SOC|NV([0-9]{1,3}))", re.ASCII)
+# A UUID is written as it is into labels: the ledger (``GPU-a,GPU-b@500``), the service's
+# device list, and so NVIDIA_VISIBLE_DEVICES. A newline, ``,``, ``@``, ``;``, ``=``, a
+# space or a keyword such as ``all`` would change what they say (two GPUs, half a GPU,
+# every GPU), so only NVIDIA's forms pass: GPU-..., MIG-... (and MIG-GPU-<uuid>/gi/ci).
+_UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*", re.ASCII)
 
 
 # What one agent may claim, at most: anything bigger is a broken or hostile agent, refused
@@ -309,6 +314,7 @@ def _gpu_from(g: Any, where: str) -> Gpu:
     uuid = _opt_str(g, "uuid", where)
     if not uuid:
         raise FactsError(f"{where}.uuid: missing; every GPU needs its UUID (GPU-...)")
+    _check_uuid(uuid, "GPU-", f"{where}.uuid")
     product = _opt_str(g, "product", where)
     if not product:
         raise FactsError(f"{where}.product: missing; e.g. 'NVIDIA A100-SXM4-40GB'")
@@ -327,6 +333,7 @@ def _gpu_from(g: Any, where: str) -> Gpu:
         muuid = _opt_str(m, "uuid", mw)
         if not prof or not muuid:
             raise FactsError(f"{mw}: needs 'profile' (e.g. 1g.10gb) and 'uuid' (MIG-...)")
+        _check_uuid(muuid, "MIG-", f"{mw}.uuid")
         migs.append(
             MigDevice(
                 profile=prof,
@@ -353,6 +360,13 @@ def _gpu_from(g: Any, where: str) -> Gpu:
         error=_note(_opt_str(g, "error", where)),
         health=_health_from(g.get("health"), f"{where}.health"),
     )
+
+
+def _check_uuid(uuid: str, kind: str, where: str) -> None:
+    if not (uuid.startswith(kind) and _UUID_RE.fullmatch(uuid)):
+        raise FactsError(f"{where}: {_quote(uuid)} is not a {kind}... UUID (letters, digits "
+                         "and - . _ : / only, as NVIDIA's GPU-<uuid> and MIG-<uuid>); fix "
+                         "the agent's facts source")
 
 
 def _health_from(raw: Any, where: str) -> HealthSignals | None:

@@ -180,19 +180,38 @@ def parse_json_bounded(body: bytes) -> tuple[Any, str | None]:
     """(value, None) or (None, why): never raises, never quotes the body.
 
     json's C scanner raises RecursionError on deep nesting (200,000 ``[``); that is
-    caught here, so it stays this agent's error instead of escaping the cycle.
+    caught here, so it stays this agent's error instead of escaping the cycle. A key
+    given twice in one object is refused: json keeps the last one silently, another
+    reader of the same answer (jq, a proxy, a person) may take the first.
     """
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return None, "not UTF-8"
     try:
-        return json.loads(text), None
+        return json.loads(text, object_pairs_hook=_no_repeated_keys), None
+    except _RepeatedKey as exc:
+        return None, f"it names {peer_text(exc.key, 40)!r} twice in one object"
     except RecursionError:
         return None, "nested too deeply"
     except ValueError as exc:
         pos = getattr(exc, "pos", None)
         return None, f"invalid JSON at character {pos}" if pos is not None else "invalid JSON"
+
+
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _RepeatedKey(k)
+        out[k] = v
+    return out
 
 
 def fetch_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig, tls: ssl.SSLContext | None = None,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.nodes import boundedhttp
+from swarmgpu.manager.nodes.agent_client import redact
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import node_refusal, peer_name
 
@@ -57,7 +58,10 @@ def scrape_node(node: SwarmNode, template: str, timeout_s: float,
                 tls: ssl.SSLContext | None = None, token: str | None = None) -> NodeScrape:
     """One node's page: one wall-clock deadline for the whole request, a byte cap, no
     redirects, and errors that never quote what the exporter sent. Never raises."""
-    url = metrics_url(node, template)
+    real_url = metrics_url(node, template)
+    # Derived from agents.url_template, user:password@ included: every message and the
+    # recorded URL (warnings, the log) carry none, as for facts (agent_client.redact).
+    url = redact(real_url)
     at = time.time()
 
     def fail(msg: str) -> NodeScrape:
@@ -66,7 +70,7 @@ def scrape_node(node: SwarmNode, template: str, timeout_s: float,
 
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        got = boundedhttp.get(url, timeout_s=timeout_s, max_bytes=MAX_BYTES, tls=tls,
+        got = boundedhttp.get(real_url, timeout_s=timeout_s, max_bytes=MAX_BYTES, tls=tls,
                               headers=headers)
     except TimeoutError:
         return fail(f"timed out: no whole answer within {timeout_s}s; ignored")
