@@ -106,3 +106,24 @@ def test_change_that_would_stop_running_task_is_held() -> None:
     forced = plan_node_labels(node, _facts(2), services=[svc], tasks=[task],
                               allow_disruptive=True)
     assert forced.set["swarmgpu.gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+
+
+def test_change_that_would_stop_a_running_job_task_is_held() -> None:
+    # A job's tasks have desired state "complete", and Swarm's constraint enforcer stops
+    # them as it stops a service's (every desired state up to "complete").
+    node = _node({"swarmgpu.gpu.product": "NVIDIA-H100", "swarmgpu.gpu.count": "2"})
+    job = SwarmService(id="s1", name="train", labels={},
+                       constraints=("node.labels.swarmgpu.gpu.product==NVIDIA-H100",),
+                       env=(), mode="replicated-job", replicas=1, max_replicas_per_node=None,
+                       version=1)
+    task = SwarmTask(id="t1", service_id="s1", node_id="n1", slot=1, state="running",
+                     desired_state="complete", env=())
+    plan = plan_node_labels(node, _facts(2), services=[job], tasks=[task])
+    assert "swarmgpu.gpu.product" not in plan.set
+    assert [h.key for h in plan.held] == ["swarmgpu.gpu.product"]
+    assert plan.held[0].tasks == ("t1",)
+    # A job task that finished is not stopped by a label: the change goes through.
+    done = SwarmTask(id="t1", service_id="s1", node_id="n1", slot=1, state="complete",
+                     desired_state="complete", env=())
+    plan = plan_node_labels(node, _facts(2), services=[job], tasks=[done])
+    assert plan.set["swarmgpu.gpu.product"] == "NVIDIA-A100-SXM4-40GB" and not plan.held

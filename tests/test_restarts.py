@@ -9,6 +9,7 @@ import yaml
 from support.forged import DGX_F, R4090_F, sw_node
 from support.write_paths import svc
 
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import (
     Holding,
@@ -117,3 +118,38 @@ def test_render_replaces_the_hold_with_the_gate() -> None:
     assert doc["services"]["m"]["deploy"]["placement"]["constraints"] == [
         gate_constraint(P, "st_m")]
     assert plan.services[0].status == "placed"
+
+
+def _web_on_4090() -> tuple[Any, list[Any], list[SwarmTask]]:
+    """A settled service whose task runs on its GPU of n-4090 (ledger, gate, device list)."""
+    s = svc("web", {f"{P}gpus": "1", devices_key(P, "n-4090"): U},
+            [env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID"], [gate_constraint(P, "web")])
+    h = Holding("web", "n-4090", (U,), (1000,))
+    ns = [sw_node("n-dgx", "gpu-node-1"),
+          sw_node("n-4090", "gpu-node-2", {assign_key(P, "web"): h.label_value(),
+                                           gate_key(P, "web"): "true"})]
+    return s, ns, [SwarmTask("t1", "id-web", "n-4090", 1, "running", "running", ())]
+
+
+def test_a_node_whose_facts_cannot_be_read_keeps_its_running_holdings() -> None:
+    # An agent unreachable when a new leader (or a restarted daemon) starts, with no
+    # last good facts to stand in, or one whose source could not list its GPUs (NVML
+    # cannot initialise: "Driver/library version mismatch" after a driver upgrade) says
+    # nothing about the GPUs its running task holds: releasing them would close the gate
+    # under that task (Swarm stops it) and place the model anew elsewhere.
+    unread = NodeFacts(hostname="gpu-node-2", errors=("nvml: cannot initialise NVML",))
+    for facts in ({"n-dgx": DGX_F}, {"n-dgx": DGX_F, "n-4090": unread}):
+        s, ns, tasks = _web_on_4090()
+        p = Planner(prefix=P)
+        plan = p.plan(ns, [s], tasks, facts)
+        (sp,) = plan.services
+        assert "n-4090" not in plan.node_remove
+        assert [pl.node_id for pl in sp.placements] == ["n-4090"]
+        assert not sp.needs_service_write and sp.decision is None
+        # Its facts back: the holding is counted again (its GPU is given to nobody else).
+        plan = p.plan(ns, [s, svc("b", {f"{P}gpus": "8"}, [], [])], tasks,
+                      {"n-dgx": DGX_F, "n-4090": R4090_F})
+        by_name = {sp.name: sp for sp in plan.services}
+        web, b = by_name["web"], by_name["b"]
+        assert "n-4090" not in plan.node_remove and not web.needs_service_write
+        assert all(p.node_id != "n-4090" for p in b.placements)

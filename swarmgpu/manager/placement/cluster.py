@@ -16,7 +16,7 @@ from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unpla
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
-from swarmgpu.manager.placement.specs import node_spec, schedulable, user_labels
+from swarmgpu.manager.placement.specs import node_spec, schedulable, unread, user_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmTask
 
 
@@ -312,9 +312,20 @@ class ClusterAllocator:
     def commit_holding(self, svc: str, node_id: str, h: Holding,
                        res: tuple[int, int] = (0, 0)) -> bool:
         """Count a holding as used; False when it is not valid on this node (any more)."""
-        if node_id not in self.alloc.nodes:
-            return False
         key = (svc, node_id)
+        if node_id not in self.alloc.nodes:
+            if node_id not in self.nodes or not unread(self.facts.get(node_id)):
+                return False
+            # Its GPUs cannot be read (agent unreachable with no facts to stand in, or
+            # its source failed): nothing says the holding is gone, and dropping it would
+            # release it, closing the gate under its running task. Kept, counted nowhere
+            # (the node is not on the allocator); recorded under a key no commit wants, so
+            # once the facts are back it is committed on the allocator again.
+            old = self._held.get(key)
+            if old is not None:
+                self._release(key, old)
+            self._held[key] = _Held((h.label_value(), -1, -1), None, ())
+            return True
         want = (h.label_value(), res[0], res[1])
         held = self._held.get(key)
         if held is not None and held.key == want:

@@ -9,6 +9,7 @@ from collections.abc import Set as AbstractSet
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
+from swarmgpu.manager.placement.specs import unread
 from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmNode
 
@@ -54,8 +55,8 @@ def _gpu_index(facts: NodeFacts) -> Mapping[str, int]:
 
 def holding_fits(h: Holding, req: GpuRequest, facts: NodeFacts | None) -> str | None:
     """Why an existing holding no longer satisfies the request (None: it does)."""
-    if facts is None:
-        return None  # agent unreachable: keep what is there
+    if facts is None or unread(facts):
+        return None  # agent unreachable, or its GPUs unreadable: keep what is there
     if req.mig_profile:
         migs = {m.uuid for g in facts.gpus for m in g.mig_devices}
         return None if len(h.uuids) == 1 and h.uuids[0] in migs else "not a MIG device"

@@ -62,5 +62,13 @@ def demand_of(req: GpuRequest, cpu_milli: int = 0, memory_mib: int = 0) -> Deman
                   cpu_milli=cpu_milli, memory_mib=memory_mib)
 
 
+def unread(facts: NodeFacts | None) -> bool:
+    """Nothing is known of the node's GPUs: no facts (its agent unreachable, and no last
+    good ones to stand in, as when a new leader starts), or facts that list no GPU and
+    say why (the source failed: NVML cannot initialise, its GPU count failed). Zero GPUs
+    without an error is an answer; this is not."""
+    return facts is None or (not facts.gpus and bool(facts.errors))
+
+
 def schedulable(node: SwarmNode) -> bool:
     return node.state == "ready" and node.availability == "active"
