@@ -385,8 +385,12 @@ class Mover:
             self._act_on(v)
         by_name = {s.name: s for s in services}
         ledger = read_ledger(nodes, self.prefix)
+        # The hour's moves for a daemon that starts leading: those finished (the mover's
+        # list) and those in flight, whose finish joins that list only after this first
+        # look; without the latter a restart mid-move gave the hour one move more.
         self.frag_budget.observe(ledger, {st.service for st in v.in_flight()},
-                                 finished_times(labels, self.prefix), self.clock())
+                                 [*finished_times(labels, self.prefix),
+                                  *(st.started_at for st in v.in_flight())], self.clock())
         ok, refused = admit(moves, v.in_flight(), by_name, tasks, ledger, self.cfg,
                             self.prefix, self.clock(), self.frag_budget.left(self.clock()))
         for m, why in refused:
