@@ -29,7 +29,7 @@ from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.mover import Mover, MoveState, admit, read_records, record_key
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
 from swarmgpu.manager.services.sharing import node_of_key, share_labels
-from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.client import SwarmTask, SwarmUnavailable
 
 P = "swarmgpu."
 F4090, FDGX = RTX4090.facts(), DGX_A100.facts()
@@ -218,6 +218,51 @@ def test_a_stop_between_the_record_and_the_label_drops_the_record_only() -> None
     assert out == [Outcome.ROLLED_BACK] and read_records(sw2.swarm_labels(), P) == {}
     assert {n.id: dict(n.labels) for n in sw2.nodes()} == before
     assert sw2.calls[-1] == ("swarm", "swarm") and len(m.recent) == 1
+
+
+@pytest.mark.parametrize("fails", ["spec-answer-lost", "node-write"])
+def test_a_repin_whose_first_writes_fail_after_its_record_ends_from_the_record(
+        fails: str) -> None:
+    """Step 1's spec write made by the engine but its answer lost (a timeout), or step 2's
+    node write failing: the repin is in flight by its record (spent, a fragmentation
+    move's hour too), and later cycles end it on the new GPU: the device map, the ledger
+    and the running task agree."""
+    sw, now = victim_cluster(), [1000.0]
+    real_spec, real_node = sw.update_service_spec, sw.update_node_labels
+    once = [True]
+
+    def spec(service_id: str, compute: Any, **kw: Any) -> bool:
+        landed = real_spec(service_id, compute, **kw)
+        if once[0] and fails == "spec-answer-lost":
+            once[0] = False
+            raise SwarmUnavailable("Docker Engine unreachable: read timed out")
+        return landed
+
+    def node_labels(node_id: str, compute: Any, **kw: Any) -> bool:
+        if once[0] and fails == "node-write":
+            once[0] = False
+            raise SwarmUnavailable("Docker Engine unreachable: connection reset")
+        return real_node(node_id, compute, **kw)
+
+    sw.update_service_spec = spec  # type: ignore[method-assign]
+    sw.update_node_labels = node_labels  # type: ignore[method-assign]
+    frag = dataclasses.replace(_repin_move(), trigger=Trigger.FRAGMENTATION)
+    rb = dataclasses.replace(RB, fragmentation=dataclasses.replace(
+        RB.fragmentation, moves_per_100_placements=100.0))
+    m = Mover(sw, rb, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([frag], sw.nodes(), sw.services(), sw.tasks())
+    assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+    assert m.frag_budget.spent == 1
+    outcomes = []
+    for _ in range(5):
+        swarm_acts(sw)
+        now[0] += 1
+        outcomes += [r.outcome for r in _cycle(sw, now).recent]
+    assert outcomes == [Outcome.DONE] and read_records(sw.swarm_labels(), P) == {}
+    assert sw.node("n-4090").labels[assign_key(P, "g")] == f"{U[0]}@500"
+    assert sw.service("id-g").labels[devices_key(P, "n-4090")] == U[0]
+    (t,) = _running_on(sw, "n-4090")
+    assert t.env == (f"NVIDIA_VISIBLE_DEVICES={U[0]}",)
 
 
 def test_a_redeploy_mid_repin_hands_the_service_back_to_placement() -> None:

@@ -9,8 +9,9 @@ never be spent ahead), and at most ``fragmentation_moves_per_hour``.
 Placements are GPU replicas that got a holding in the ledger (node labels), read from
 Swarm each cycle; a move's new holding is not one. The daemon that starts leading counts
 the replicas already placed as seen, and the moves finished within the last hour (the
-mover's own list on the swarm object, ``FINISHED``, whatever their trigger) as spent this
-hour, so a restart or a new leader cannot spend an hour's budget twice. Services' own
+mover's own list on the swarm object, ``FINISHED``, whatever their trigger) and those in
+flight started within it (their records) as spent this hour, so a restart or a new leader
+cannot spend an hour's budget twice. Services' own
 ``moved-at`` labels are not read here: a stack can write them, and would ration every
 other service's moves.
 """
@@ -76,7 +77,8 @@ class FragBudget:
                 finished: Sequence[float], now: float) -> int:
         """Count the replicas placed since the last look; returns how many were new.
         ``moving``: services with a move in flight (the daemon's records); ``finished``:
-        the mover's recent finish times (read on the first look only)."""
+        the times of the hour's moves before this daemon, the mover's recent finish times
+        and the start times of the moves in flight (read on the first look only)."""
         # one per replica: a holding of replicas packed on one node counts each slot
         cur = {(svc, nid, slot) for svc, by in ledger.items() for nid, h in by.items()
                for slot in (h.per_slot() if h.packed else (0,))}

@@ -103,7 +103,15 @@ from swarmgpu.manager.rebalance.record import (
 from swarmgpu.manager.rebalance.repin import Repin, kept_on_healthy
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.sharing import node_of_key
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import (
+    NotLeader,
+    SwarmClient,
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+    VersionConflict,
+)
 from swarmgpu.swarm.jsonstrict import sub_object
 
 
@@ -385,8 +393,12 @@ class Mover:
             self._act_on(v)
         by_name = {s.name: s for s in services}
         ledger = read_ledger(nodes, self.prefix)
+        # The hour's moves for a daemon that starts leading: those finished (the mover's
+        # list) and those in flight, whose finish joins that list only after this first
+        # look; without the latter a restart mid-move gave the hour one move more.
         self.frag_budget.observe(ledger, {st.service for st in v.in_flight()},
-                                 finished_times(labels, self.prefix), self.clock())
+                                 [*finished_times(labels, self.prefix),
+                                  *(st.started_at for st in v.in_flight())], self.clock())
         ok, refused = admit(moves, v.in_flight(), by_name, tasks, ledger, self.cfg,
                             self.prefix, self.clock(), self.frag_budget.left(self.clock()))
         for m, why in refused:
@@ -474,16 +486,27 @@ class Mover:
         # The record first: a label is only ever acted on when its record exists.
         self._put_record(fresh.id, st)
         crash_point("move-step-0")
+        detail = f"GPUs {','.join(m.target_uuids)}{', make-before-break' if st.surge else ''}"
         try:
             self._write_spec(fresh.id, step1)
-        except SwarmError:
-            self._drop_record(fresh.id, started=False)  # nothing else was written
+        except (VersionConflict, NotLeader):
+            self._drop_record(fresh.id, started=False)  # not made: nothing else was written
             raise
+        except SwarmError as exc:
+            # Outcome unknown (a timeout after the engine made it, an engine error): the
+            # spec may carry the move label and the surge. Only the record lets a later
+            # cycle undo them (no label: ``recover`` rolls back what the surge set) or go
+            # on (label there); dropped, a surge (replicas + 1) stayed for good.
+            self._record(m.service, m.source_host, m.target_host, m.reason,
+                         Outcome.STARTED, f"{detail}; the spec write's outcome is unknown "
+                         f"({exc}): judged from the record next cycle")
+            return True
         self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.STARTED,
-                     f"GPUs {','.join(m.target_uuids)}"
-                     f"{', make-before-break' if st.surge else ''}")
+                     detail)
         crash_point("move-step-1")
-        self._open(st.target, st.target_holding())
+        # In flight from here on by its record, whatever this write does: a failure is
+        # retried by ``advance``, and the move is spent (budgets) all the same.
+        self._step(m.service, self._open, st.target, st.target_holding())
         crash_point("move-step-2")
         return True
 

@@ -74,7 +74,15 @@ from swarmgpu.manager.rebalance.record import (
 )
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.sharing import node_of_key
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import (
+    NotLeader,
+    SwarmClient,
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+    VersionConflict,
+)
 
 # (move state, outcome, detail): the mover's `recent` list, logs and metrics
 Say = Callable[[MoveState, Outcome, str], None]
@@ -158,16 +166,29 @@ class Repin:
         # The record first: a label is only ever acted on when its record exists.
         put_record(self.writes, p, fresh.id, st)
         crash_point("repin-step-0")
+        detail = (f"GPUs {','.join(st.source_uuids)} -> {','.join(st.target_uuids)} on "
+                  f"{st.source_host}")
         try:
             self._point_spec(fresh.id, st, st)
-        except SwarmError:
-            # nothing else was written
+        except (VersionConflict, NotLeader):
+            # not made: nothing else was written
             drop_record(self.writes, p, fresh.id, self.clock(), started=False)
             raise
-        self.say(st, Outcome.STARTED, f"GPUs {','.join(st.source_uuids)} -> "
-                                      f"{','.join(st.target_uuids)} on {st.source_host}")
+        except SwarmError as exc:
+            # Outcome unknown (a timeout after the engine made it): the spec may carry the
+            # label and the new device map. The record stays, so the next cycle goes on
+            # (label there) or drops it (``recover``); dropped now, a device map naming
+            # GPUs the ledger does not was left behind.
+            self.say(st, Outcome.STARTED, f"{detail}; the spec write's outcome is unknown "
+                                          f"({exc}): judged from the record next cycle")
+            return st
+        self.say(st, Outcome.STARTED, detail)
         crash_point("repin-step-1")
-        self._close(st)
+        try:
+            self._close(st)
+        except SwarmError as exc:  # in flight by its record: ``advance`` retries the step
+            logger.bind(service=st.service).error(
+                "repin step failed, retried next cycle: {}", exc)
         crash_point("repin-step-2")
         return st
 
