@@ -215,6 +215,32 @@ def test_hung_gpu_answers_within_deadline_and_is_not_asked_again(tmp_path: Path)
     assert time.monotonic() - t0 < 1.5 and not again.gpus[5].healthy
 
 
+def test_a_gpu_that_hangs_later_keeps_its_identity(tmp_path: Path) -> None:
+    """A GPU read well once, whose calls then hang (or fail), is the same GPU gone
+    unhealthy: its UUID, model and memory from the last good read, not
+    ``GPU-unknown-index-N``. Under a placeholder the daemon saw its holding's GPU gone
+    and re-placed the service at once (a restart), past the health states' wait and
+    the health policy's budget. One never read well keeps the placeholder."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs, gpu_deadline_s=0.5)
+    good = src.read()
+    b.machine.gpus[5].hang_s = 3.0
+    b.machine.gpus[3].lost = True
+    hung = src.read()
+    for k, why in ((5, "did not return within"), (3, "GPU is lost")):
+        g, was = hung.gpus[k], good.gpus[k]
+        assert not g.healthy and why in (g.error or ""), g
+        assert (g.uuid, g.product, g.memory_mib, g.pci_bus_id) == (
+            was.uuid, was.product, was.memory_mib, was.pci_bus_id)
+        assert "last good read" in (g.error or "")
+    assert [g.uuid for g in hung.gpus] == [g.uuid for g in good.gpus]
+    fresh = build_layout("hgx_h100_nv18", tmp_path / "fresh")
+    fresh.machine.gpus[5].hang_s = 3.0
+    first = NvmlSource(hostname="n", nvml_module=fresh.nvml, sysfs_root=fresh.sysfs,
+                       gpu_deadline_s=0.5).read()
+    assert first.gpus[5].uuid == "GPU-unknown-index-5" and not first.gpus[5].healthy
+
+
 def test_running_processes_from_a_real_capture(tmp_path: Path) -> None:
     """nvidia-smi -q 'Processes' of a real machine, served by the fake's
     nvmlDeviceGetComputeRunningProcesses, read as per-GPU processes."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import socket
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,8 +181,43 @@ _HUNG: dict[tuple[int, int], concurrent.futures.Future[_GpuRead]] = {}
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="nvml-gpu")
 
 
+# Each GPU's identity (UUID, model, memory, PCI bus) from its last good read, per NVML
+# library, by (GPU count, index): an index names the same GPU while the count holds.
+# A GPU that hangs or is lost later keeps it: under a placeholder UUID the daemon saw
+# the GPU of a holding gone and re-placed the service at once (a restart), past the
+# health states' wait and the health policy's budget.
+_Identity = tuple[str, str | None, int | None, str]
+_KNOWN: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], _Identity]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _identities(mod: Any) -> dict[tuple[int, int], _Identity]:
+    try:
+        return _KNOWN.setdefault(mod, {})
+    except TypeError:  # a library object that takes no weak reference: nothing kept
+        return {}
+
+
+def _keep_identities(mod: Any, count: int, reads: list[_GpuRead]) -> None:
+    """Record what was read of each GPU; give a GPU read without a UUID its last one."""
+    known = _identities(mod)
+    for r in reads:
+        key = (count, r.index)
+        if r.uuid is not None:
+            known[key] = (r.uuid, r.product, r.memory_mib, r.pci_bus_id)
+        elif (got := known.get(key)) is not None:
+            r.uuid, product, memory, bus = got
+            r.product = r.product or product
+            r.memory_mib = r.memory_mib or memory
+            r.pci_bus_id = r.pci_bus_id or bus
+            # unhealthy all the same: what NVML says of it now is not known
+            r.lost = r.lost or "its UUID could not be read"
+            r.errors.append("identity (UUID, model, memory, bus) from its last good read")
+
+
 def _read_gpus(nv: Nvml, count: int, sysfs_root: Path, deadline_s: float) -> list[_GpuRead]:
-    """Every GPU read in parallel, each within its deadline; a hung GPU is unhealthy."""
+    """Every GPU read in parallel, each within its deadline; a hung GPU is unhealthy
+    (with its identity from its last good read, ``_keep_identities``)."""
     futures: dict[int, concurrent.futures.Future[_GpuRead]] = {}
     lib = id(nv.mod)
     for i in range(count):
@@ -202,6 +238,7 @@ def _read_gpus(nv: Nvml, count: int, sysfs_root: Path, deadline_s: float) -> lis
         reads.append(_GpuRead(index=i, lost=(
             f"NVML calls for this GPU did not return within {deadline_s:g}s (hung: fallen "
             "off the bus? check dmesg for Xid errors); not asked again until they return")))
+    _keep_identities(nv.mod, count, reads)
     return reads
 
 
