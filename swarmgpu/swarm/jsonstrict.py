@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
+
 
 class JsonError(ValueError):
     """A body that is not strict JSON: the message says why."""
@@ -19,20 +21,14 @@ class JsonError(ValueError):
 def load_json(body: bytes) -> Any:
     """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity."""
 
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in items:
-            if k in out:
-                raise JsonError(f"the body names {k[:40]!r} twice in one object")
-            out[k] = v
-        return out
-
     def constant(name: str) -> Any:
         raise JsonError(f"the body holds {name}, which is not JSON")
 
     try:
-        return json.loads(body.decode("utf-8"), object_pairs_hook=pairs,
+        return json.loads(body.decode("utf-8"), object_pairs_hook=unique_keys,
                           parse_constant=constant)
+    except RepeatedKey as exc:
+        raise JsonError(f"the body names {exc.key[:40]!r} twice in one object") from None
     except (UnicodeDecodeError, RecursionError):
         raise JsonError("the body is not UTF-8 JSON") from None
     except json.JSONDecodeError as exc:

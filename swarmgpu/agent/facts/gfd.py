@@ -27,6 +27,7 @@ from swarmgpu.agent.facts.naming import (
     parse_profile,
     synthetic_uuid,
 )
+from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.model import MAX_GPUS, MAX_MIG_PER_GPU, Gpu, MigDevice, NodeFacts
 from swarmgpu.core.yamlfile import MAX_TEXT, parse_yaml
 
@@ -45,7 +46,9 @@ def parse_labels(text: str, *, where: str = "gfd") -> dict[str, str]:
     data: Any = None
     if stripped.startswith("{"):
         try:  # a key given twice is refused, as core.yamlfile refuses it in YAML
-            data = json.loads(stripped, object_pairs_hook=lambda kv: _unique(kv, where))
+            data = json.loads(stripped, object_pairs_hook=unique_keys)
+        except RepeatedKey as e:
+            raise SourceError(f"{where}: {e.key} given twice in one object; keep one") from None
         except json.JSONDecodeError as e:
             raise SourceError(f"{where}: invalid JSON at line {e.lineno}: {e.msg}") from e
         except RecursionError:
@@ -61,15 +64,6 @@ def parse_labels(text: str, *, where: str = "gfd") -> dict[str, str]:
             "(key=value lines), a JSON object of node labels, or 'kubectl get nodes -o yaml'"
         )
     return labels
-
-
-def _unique(pairs: list[tuple[str, Any]], where: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise SourceError(f"{where}: {k} given twice in one object; keep one")
-        out[k] = v
-    return out
 
 
 def _looks_like_key_value(text: str) -> bool:

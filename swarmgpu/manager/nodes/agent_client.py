@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from swarmgpu.core.config import AgentsConfig
+from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.nodes import boundedhttp
@@ -189,8 +190,8 @@ def parse_json_bounded(body: bytes) -> tuple[Any, str | None]:
     except UnicodeDecodeError:
         return None, "not UTF-8"
     try:
-        return json.loads(text, object_pairs_hook=_no_repeated_keys), None
-    except _RepeatedKey as exc:
+        return json.loads(text, object_pairs_hook=unique_keys), None
+    except RepeatedKey as exc:
         return None, f"it names {peer_text(exc.key, 40)!r} twice in one object"
     except RecursionError:
         return None, "nested too deeply"
@@ -198,20 +199,6 @@ def parse_json_bounded(body: bytes) -> tuple[Any, str | None]:
         pos = getattr(exc, "pos", None)
         return None, f"invalid JSON at character {pos}" if pos is not None else "invalid JSON"
 
-
-class _RepeatedKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise _RepeatedKey(k)
-        out[k] = v
-    return out
 
 
 def fetch_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig, tls: ssl.SSLContext | None = None,
