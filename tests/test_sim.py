@@ -300,3 +300,36 @@ def test_pod_csv_encoding_and_control_characters(tmp_path: Path) -> None:
         load_pods(esc)
     assert "\x1b" not in str(e.value) and "\n" not in str(e.value)
     assert "control characters" in str(e.value)
+
+
+def test_parse_seeds_refuses_ambiguous_or_huge() -> None:
+    with pytest.raises(ValueError, match="LOW-HIGH"):
+        parse_seeds("44-42")
+    with pytest.raises(ValueError, match="42 more than once"):  # was two identical replays
+        parse_seeds("42,42")
+    with pytest.raises(ValueError, match="42 more than once"):
+        parse_seeds("40-45,42")
+    with pytest.raises(ValueError, match="at most 1000 seeds"):  # was a list of 10^8 ints
+        parse_seeds("1-100000000")
+    assert len(parse_seeds("1-1000")) == 1000
+    with pytest.raises(ValueError, match="at most 1000 seeds"):
+        parse_seeds(",".join(map(str, range(1001))))
+
+
+@pytest.mark.parametrize(("moves", "speedup", "match"), [
+    (float("nan"), 1.0, "--rebalance-moves nan"),  # was a ValueError traceback mid-replay
+    (float("inf"), 1.0, "--rebalance-moves inf"),  # was an OverflowError traceback
+    (None, float("nan"), "--speedup nan"),
+    (None, float("inf"), "--speedup inf"),
+])
+def test_non_finite_options_are_refused(tmp_path: Path, moves: float | None, speedup: float,
+                                        match: str) -> None:
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn1,8000,8000,1,T4\n")
+    pods = write(tmp_path, "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,"
+                                    "deletion_time\np,1,1,1,1000,1,2\n")
+    for departures in (False, True):
+        if speedup != 1.0 and not departures:
+            continue
+        text, rc = run_simulate(nodes, pods, ["fgd"], [1], False, None, departures, moves,
+                                speedup, bound="off")
+        assert rc == 2 and match in text, text
