@@ -300,6 +300,7 @@ def test_pod_csv_encoding_and_control_characters(tmp_path: Path) -> None:
         load_pods(esc)
     assert "\x1b" not in str(e.value) and "\n" not in str(e.value)
     assert "control characters" in str(e.value)
+    assert "'\\x1b]0;pwned\\x07a\\nb'" in str(e.value)  # shown once-escaped
 
 
 def test_parse_seeds_refuses_ambiguous_or_huge() -> None:

@@ -99,7 +99,7 @@ def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, 
     (an escape sequence would reach the terminal) and no name twice (they would collide)."""
     name = row.get(col) or ""
     if escaped(name) != name:
-        raise TraceError(f"{where}: {what} name {escaped(name)!r} has control characters; "
+        raise TraceError(f"{where}: {what} name '{escaped(name)}' has control characters; "
                          "remove them")
     if name in seen:
         raise TraceError(f"{where}: {what} name {name!r} also on line {seen[name]}; "
