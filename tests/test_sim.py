@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,98 @@ def test_placing_each_arrival_equals_a_full_cycle_per_arrival(cpu_heavy: bool) -
     assert a.alloc_pct_at == b.alloc_pct_at and a.failed_at == b.failed_at
     assert ledger(full) == ledger(fast) and any(ledger(fast).values())
     assert full.planner.model.weights == fast.planner.model.weights
+
+
+POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+
+
+@pytest.mark.parametrize(("row", "match"), [
+    ("x,inf,1,1,1", "cpu_milli = 'inf'"),  # was an OverflowError traceback
+    ("x,1,1,1,nan", "gpu_milli = 'nan'"),
+    ("x,-5,1,1,1", "cpu_milli = '-5'"),  # was taken as -5 milli CPU
+    ("x,1,-1,1,1", "memory_mib = '-1'"),
+    ("x,1,1,1,2.7", "gpu_milli = '2.7'"),  # was cut to 2
+    ("x,1,1,1,5000", "gpu_milli 5000"),  # was a whole GPU
+    ("x,1,1,0,500", "num_gpu 0"),  # was a share on no GPU, refused only mid-replay
+])
+def test_pod_csv_values_out_of_range_are_refused(tmp_path: Path, row: str, match: str) -> None:
+    p = write(tmp_path, "p.csv", POD_HEADER + row + "\n")
+    with pytest.raises(TraceError, match=re.escape(match)) as e:
+        load_pods(p)
+    assert f"{p}:2" in str(e.value)
+
+
+def test_pod_csv_whole_numbers_written_as_floats_still_load(tmp_path: Path) -> None:
+    (pod,) = load_pods(write(tmp_path, "p.csv", POD_HEADER + "x,1000.0,2,1,1000\n"))
+    assert pod.cpu_milli == 1000
+
+
+def test_node_csv_negative_gpus_refused(tmp_path: Path) -> None:
+    p = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn1,1,1,-2,V100M16\n")
+    with pytest.raises(TraceError, match="gpu = '-2'"):
+        load_nodes(p)
+
+
+def test_ambiguous_pod_csv_is_refused(tmp_path: Path) -> None:
+    """A name given twice would collide in the replay (pods are keyed by name), a column
+    given twice silently kept its last value."""
+    dup = write(tmp_path, "d.csv", POD_HEADER + "x,1,1,1,500\ny,1,1,1,500\nx,1,1,1,500\n")
+    with pytest.raises(TraceError, match=r"d\.csv:4: pod name 'x' also on line 2"):
+        load_pods(dup)
+    col = write(tmp_path, "c.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,cpu_milli\n"
+                                   "x,1,1,1,500,9\n")
+    with pytest.raises(TraceError, match=r"column\(s\) \['cpu_milli'\] more than once"):
+        load_pods(col)
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\n"
+                                     "n1,1,1,1,P100\nn1,1,1,1,P100\n")
+    with pytest.raises(TraceError, match="node name 'n1' also on line 2"):
+        load_nodes(nodes)
+
+
+def test_pod_csv_encoding_and_control_characters(tmp_path: Path) -> None:
+    bom = tmp_path / "bom.csv"  # as Excel saves a CSV: the header still matches
+    bom.write_bytes(b"\xef\xbb\xbf" + POD_HEADER.encode() + b"x,1,1,1,500\r\n")
+    assert [p.name for p in load_pods(bom)] == ["x"]
+    latin = tmp_path / "l.csv"
+    latin.write_bytes(POD_HEADER.encode() + b"caf\xe9,1,1,1,500\n")
+    with pytest.raises(TraceError, match="not a UTF-8 CSV"):  # was a UnicodeDecodeError
+        load_pods(latin)
+    esc = write(tmp_path, "e.csv", POD_HEADER + '"\x1b]0;pwned\x07a\nb",1,1,1,500\n')
+    with pytest.raises(TraceError) as e:
+        load_pods(esc)
+    assert "\x1b" not in str(e.value) and "\n" not in str(e.value)
+    assert "control characters" in str(e.value)
+    assert "'\\x1b]0;pwned\\x07a\\nb'" in str(e.value)  # shown once-escaped
+
+
+def test_parse_seeds_refuses_ambiguous_or_huge() -> None:
+    with pytest.raises(ValueError, match="LOW-HIGH"):
+        parse_seeds("44-42")
+    with pytest.raises(ValueError, match="42 more than once"):  # was two identical replays
+        parse_seeds("42,42")
+    with pytest.raises(ValueError, match="42 more than once"):
+        parse_seeds("40-45,42")
+    with pytest.raises(ValueError, match="at most 1000 seeds"):  # was a list of 10^8 ints
+        parse_seeds("1-100000000")
+    assert len(parse_seeds("1-1000")) == 1000
+    with pytest.raises(ValueError, match="at most 1000 seeds"):
+        parse_seeds(",".join(map(str, range(1001))))
+
+
+@pytest.mark.parametrize(("moves", "speedup", "match"), [
+    (float("nan"), 1.0, "--rebalance-moves nan"),  # was a ValueError traceback mid-replay
+    (float("inf"), 1.0, "--rebalance-moves inf"),  # was an OverflowError traceback
+    (None, float("nan"), "--speedup nan"),
+    (None, float("inf"), "--speedup inf"),
+])
+def test_non_finite_options_are_refused(tmp_path: Path, moves: float | None, speedup: float,
+                                        match: str) -> None:
+    nodes = write(tmp_path, "n.csv", "sn,cpu_milli,memory_mib,gpu,model\nn1,8000,8000,1,T4\n")
+    pods = write(tmp_path, "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,"
+                                    "deletion_time\np,1,1,1,1000,1,2\n")
+    for departures in (False, True):
+        if speedup != 1.0 and not departures:
+            continue
+        text, rc = run_simulate(nodes, pods, ["fgd"], [1], False, None, departures, moves,
+                                speedup, bound="off")
+        assert rc == 2 and match in text, text

@@ -99,3 +99,11 @@ def test_a_tenant_ceiling_decides_who_preempts() -> None:
     got = ten.classes["inference:high"].to_dict()
     assert got["started"] == 1 and got["mean_wait_s"] is not None and got["mean_wait_s"] <= 2
     assert ten.preemptions == 1 and ten.classes["research:high"].preempted == 1
+
+
+def test_the_cli_refuses_a_non_finite_speedup() -> None:
+    """NaN passed ``speedup <= 0`` and was replayed (arrival times all NaN)."""
+    n, p = bundled("default")
+    for bad in (float("nan"), float("inf")):
+        text, code = run_cli(str(n), str(p), [42], 0.1, bad, "online", False)
+        assert code == 2 and f"--speedup {bad:g}" in text

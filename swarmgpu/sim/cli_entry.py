@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,8 +27,13 @@ def resolve_trace(trace: str, nodes: str | None, pods: str | None) -> tuple[str,
     return (nodes or str(bundled_nodes), pods or str(bundled_pods))
 
 
+MAX_SEEDS = 1000  # a replay per policy and seed, each seconds to minutes
+
+
 def parse_seeds(text: str) -> list[int]:
-    """``"42-51"`` -> 42..51; ``"1,5,7"`` and mixes like ``"1,3-4"`` work too."""
+    """``"42-51"`` -> 42..51; ``"1,5,7"`` and mixes like ``"1,3-4"`` work too. A seed
+    given twice (the same replay twice, counted twice in the means) is refused, and so
+    is more than MAX_SEEDS, before a range is built (``1-100000000`` would fill memory)."""
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -39,12 +45,23 @@ def parse_seeds(text: str) -> list[int]:
                 a, b = int(lo), int(hi)
                 if b < a:
                     raise ValueError
+                if len(out) + b - a + 1 > MAX_SEEDS:
+                    raise OverflowError
                 out.extend(range(a, b + 1))
             else:
                 out.append(int(part))
         except ValueError:
             raise ValueError(f"--seeds {text!r}: {part!r} is not N or LOW-HIGH; "
                              "e.g. --seeds 42-51") from None
+        except OverflowError:
+            raise ValueError(f"--seeds {text!r}: at most {MAX_SEEDS} seeds; "
+                             "e.g. --seeds 42-51") from None
+    if len(out) > MAX_SEEDS:  # single seeds, comma after comma
+        raise ValueError(f"--seeds {text!r}: at most {MAX_SEEDS} seeds; e.g. --seeds 42-51")
+    twice = sorted({s for s in out if out.count(s) > 1})
+    if twice:
+        raise ValueError(f"--seeds {text!r}: {', '.join(map(str, twice))} more than once; "
+                         "give each seed once")
     if not out:
         raise ValueError(f"--seeds {text!r}: no seeds given; e.g. --seeds 42-51")
     return out
@@ -172,14 +189,16 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
         return (f"--workload {workload!r}: use one of {', '.join(WORKLOADS)}", 2)
     if bound not in BOUND_METHODS:
         return (f"--bound {bound!r}: use one of {', '.join(BOUND_METHODS)}", 2)
-    if rebalance_moves is not None and rebalance_moves < 0:
+    # not (x >= 0): NaN too, which every comparison lets through; inf has no budget either
+    if rebalance_moves is not None and not (math.isfinite(rebalance_moves)
+                                            and rebalance_moves >= 0):
         return (f"--rebalance-moves {rebalance_moves:g}: must be >= 0 (moves per 100 pods)", 2)
     if departures:
         if plot:
             return ("--plot draws allocation against arrived load, which a replay with "
                     "--departures has no axis for; drop one of the two", 2)
         try:
-            if speedup <= 0:
+            if not (math.isfinite(speedup) and speedup > 0):  # NaN fails every comparison
                 return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
             if progress is not None:
                 progress.total = len(policies) * len(seeds) * (2 if rebalance_moves else 1)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import random
 import statistics
 from collections.abc import Sequence
@@ -394,7 +395,7 @@ def run_cli(nodes_path: str, pods_path: str, seeds: Sequence[int], share: float,
     if not 0 < share < 1:
         return (f"swarmgpu simulate: --priorities {share:g}: a share of the GPU pods, "
                 "strictly between 0 and 1 (e.g. 0.1)", 2)
-    if speedup <= 0:
+    if not (math.isfinite(speedup) and speedup > 0):  # NaN fails every comparison
         return (f"swarmgpu simulate: --speedup {speedup:g}: must be > 0", 2)
     if drain_s < 0:
         return (f"swarmgpu simulate: --drain {drain_s}: seconds of trace time, >= 0", 2)

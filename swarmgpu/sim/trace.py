@@ -8,10 +8,12 @@ deletion_time,scheduled_time``) or the 5-column form (``name,...,gpu_milli``).
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
+from swarmgpu.core.peertext import escaped
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -53,50 +55,95 @@ class TracePod:
 def _rows(path: str | Path, required: tuple[str, ...]) -> list[dict[str, str]]:
     p = Path(path)
     try:
-        with p.open(newline="") as fh:
+        # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide
+        # the first column's name.
+        with p.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
-            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            header = list(reader.fieldnames or [])
+            missing = [c for c in required if c not in header]
             if missing:
                 raise TraceError(f"{p}: missing column(s) {missing}; expected header "
                                  f"starting {','.join(required)}")
+            # DictReader keeps the last of two same-named columns: which one was meant?
+            twice = sorted({c for c in header if header.count(c) > 1})
+            if twice:
+                raise TraceError(f"{p}: column(s) {twice} more than once in the header; "
+                                 "keep one of each")
             return list(reader)
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{p}: not a UTF-8 CSV ({e.reason} at byte {e.start}); "
+                         "save it as UTF-8") from e
+    except csv.Error as e:
+        raise TraceError(f"{p}: not a CSV file ({e})") from e
 
 
 def _int(row: dict[str, str], col: str, where: str, default: int | None = None) -> int:
+    """A whole number >= 0 (``1000.0`` too): a negative, fractional, NaN or infinite
+    value is a broken trace, not something to truncate or to crash on."""
     raw = (row.get(col) or "").strip()
     if raw == "" and default is not None:
         return default
     try:
-        return int(float(raw))
+        x = float(raw)
     except ValueError:
-        raise TraceError(f"{where}: column {col} = {raw!r} is not a number") from None
+        x = math.nan
+    if not (math.isfinite(x) and x >= 0 and x == int(x)):
+        raise TraceError(f"{where}: column {col} = {raw!r} is not a whole number >= 0")
+    return int(x)
+
+
+def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, str]) -> str:
+    """The row's name: printed in errors and keying the replay, so no control characters
+    (an escape sequence would reach the terminal) and no name twice (they would collide)."""
+    name = row.get(col) or ""
+    if escaped(name) != name:
+        raise TraceError(f"{where}: {what} name '{escaped(name)}' has control characters; "
+                         "remove them")
+    if name in seen:
+        raise TraceError(f"{where}: {what} name {name!r} also on line {seen[name]}; "
+                         "names must be unique")
+    seen[name] = where.rsplit(":", 1)[1]
+    return name
 
 
 def load_nodes(path: str | Path) -> list[NodeSpec]:
     out: list[NodeSpec] = []
+    seen: dict[str, str] = {}
     for n, row in enumerate(_rows(path, NODE_COLUMNS), start=2):
         where = f"{path}:{n}"
+        name = _name(row, "sn", "node", where, seen)
         model = (row.get("model") or "").strip()
         gpus = tuple(GpuSpec(index=i, product=model, memory_mib=0)
                      for i in range(_int(row, "gpu", where)))
-        out.append(NodeSpec(name=row["sn"], gpus=gpus, cpu_milli=_int(row, "cpu_milli", where),
+        out.append(NodeSpec(name=name, gpus=gpus, cpu_milli=_int(row, "cpu_milli", where),
                             memory_mib=_int(row, "memory_mib", where)))
     return out
 
 
 def load_pods(path: str | Path) -> list[TracePod]:
     out: list[TracePod] = []
+    seen: dict[str, str] = {}
     for n, row in enumerate(_rows(path, POD_COLUMNS), start=2):
         where = f"{path}:{n}"
+        name = _name(row, "name", "pod", where, seen)
+        num_gpu, gpu_milli = _int(row, "num_gpu", where), _int(row, "gpu_milli", where)
+        # gpu_milli is per GPU: above 1000 (once read as a whole GPU) or on no GPU (once
+        # refused only mid-replay) the row asks for something no placement can give.
+        if gpu_milli > 1000:
+            raise TraceError(f"{where}: gpu_milli {gpu_milli} is per GPU, at most 1000; "
+                             "for several GPUs set num_gpu and gpu_milli 1000")
+        if num_gpu == 0 and gpu_milli > 0:
+            raise TraceError(f"{where}: num_gpu 0 with gpu_milli {gpu_milli}; give num_gpu 1 "
+                             "for a share, or gpu_milli 0 for a CPU-only pod")
         spec = tuple(s for s in (row.get("gpu_spec") or "").split("|") if s)
         ct = row.get("creation_time")
         dt = row.get("deletion_time")
         out.append(TracePod(
-            name=row["name"], cpu_milli=_int(row, "cpu_milli", where),
-            memory_mib=_int(row, "memory_mib", where), num_gpu=_int(row, "num_gpu", where),
-            gpu_milli=_int(row, "gpu_milli", where), gpu_spec=spec,
+            name=name, cpu_milli=_int(row, "cpu_milli", where),
+            memory_mib=_int(row, "memory_mib", where), num_gpu=num_gpu,
+            gpu_milli=gpu_milli, gpu_spec=spec,
             creation_time=_int(row, "creation_time", where) if ct else None,
             deletion_time=_int(row, "deletion_time", where) if dt else None,
         ))
