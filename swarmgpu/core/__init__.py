@@ -11,5 +11,6 @@ the one parser of comma lists), and small helpers both HTTP servers and every YA
 reader use (``httpguard``, ``yamlfile``, ``healthcheck``: the image's HEALTHCHECK,
 ``sdnotify``: systemd's notify protocol for both roles), and
 ``peertext``, which cuts and cleans what a peer wrote before any error or note repeats
-it, and ``jsonkeys``, the one refusal of a JSON key given twice. A package rather than loose top-level modules so that the tree shows the layer.
+it, and ``jsonkeys``, the one refusal of a JSON key given twice. A package rather than
+loose top-level modules so that the tree shows the layer.
 """
