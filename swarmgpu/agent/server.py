@@ -64,6 +64,7 @@ from swarmgpu.agent.facts import FactSource
 from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
 from swarmgpu.core.httpguard import HEAD_DEADLINE_S, PLAIN, GuardedServer, OneRequestHandler
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.core.sdnotify import sd_notify, watchdog_s
 from swarmgpu.swarm.identity import (
@@ -482,11 +483,14 @@ class _Handler(OneRequestHandler):
         except OSError:  # the client has gone; nothing to tell it
             return
         except Exception:  # a bug must not kill the agent; the client sees 500
-            _log.exception("request {} failed", path[:100])
+            _log.exception("request {} failed", peer_text(path, 100))
             self.send_answer(HTTPStatus.INTERNAL_SERVER_ERROR, PLAIN, b"internal error\n")
 
     def log_message(self, format: str, *args: Any) -> None:
-        _log.debug("{} {}", self.client_address[0], format % args)
+        # The request line is anyone's text (up to 8 KiB): cut and without control
+        # characters, so no escape sequence reaches the operator's terminal (the
+        # standard library's own log_message escapes them; this override must too).
+        _log.debug("{} {}", self.client_address[0], peer_text(format % args))
 
 
 # --- entry points ----------------------------------------------------------------
