@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loguru import logger
 
 from swarmgpu.agent.facts.profile import ProfileError, ProfileSampler, load_profile
 from swarmgpu.agent.server import (
@@ -155,6 +156,27 @@ def test_garbage_paths_and_methods(run_agent: Callable[..., tuple[AgentServer, s
     assert raw(base, b"BREW /coffee HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
     assert raw(base, b"\x16\x03\x01\x00\xa5garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
     assert raw(base, b"GET /healthz HTTP/9.9\r\n\r\n").startswith(b"HTTP/1.1 505")
+
+
+def test_a_request_line_is_logged_without_control_characters(
+    run_agent: Callable[..., tuple[AgentServer, str]],
+) -> None:
+    """Anyone who reaches the port writes the request line the agent logs: an escape
+    sequence in it must not reach the operator's terminal (core.peertext), nor a line
+    of 8 KiB (the standard library's own log_message cleans it; the override did not)."""
+    _, base = run_agent(Source())
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="DEBUG")
+    try:
+        resp = raw(base, b"GET /x\x1b]0;owned\x07\x1b[2J\x9b31m" + b"a" * 5000
+                   + b" HTTP/1.1\r\n\r\n")
+        assert resp.startswith(b"HTTP/1.1 404")
+    finally:
+        logger.remove(sink)
+    logged = [ln for ln in lines if "/x" in ln]
+    assert logged, lines
+    assert not any(c in ln for ln in logged for c in "\x1b\x07\x9b"), logged
+    assert all(len(ln) < 1000 for ln in logged), [len(ln) for ln in logged]
 
 
 def test_oversized_request_line_and_headers(

@@ -5,6 +5,7 @@ warnings on plain HTTP. The certificate checks themselves run on the real swarm
 from __future__ import annotations
 
 import dataclasses
+import json
 import ssl
 import threading
 from pathlib import Path
@@ -208,6 +209,43 @@ def test_only_a_manager_of_this_swarm_reads_facts_and_processes(pki: dict[str, P
         # A manager certificate from a rogue CA fails the handshake itself.
         with pytest.raises(boundedhttp.FetchError):
             _get(port, "/facts", daemon_context(pki, "roguemgr"))
+    finally:
+        srv.shutdown()
+
+
+class _SickSource:
+    """Facts naming an unhealthy GPU and an error, read from a path on the node."""
+
+    spec = "file:/etc/swarmgpu/private-facts.json"
+
+    def read(self) -> Any:
+        f = RTX4090.facts()
+        g = dataclasses.replace(f.gpus[0], healthy=False, error="XID 79 on the bus")
+        return dataclasses.replace(f, gpus=(g, *f.gpus[1:])).with_errors("nvml: odd reading")
+
+
+def test_healthz_tells_a_stranger_no_uuids_or_error_texts(pki: dict[str, Path]) -> None:
+    """/healthz is open; like the daemon's, it names GPU UUIDs, error texts and the
+    facts path only to a caller who may read /facts (a manager of this swarm), and
+    counts the errors for everyone else."""
+    srv = build_server(_SickSource(), "127.0.0.1:0", refresh_s=60, sampler=_with_process,
+                       tls=ReloadingServerContext(pki["node1"], _key(pki["node1"]), pki["ca"]),
+                       token="prom-token-123")
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    port = srv.server_address[1]
+    uuid = RTX4090.facts().gpus[0].uuid.encode()
+    try:
+        code, body = _get(port, "/healthz", daemon_context(pki))
+        assert code == 200 and uuid in body and b"XID 79" in body and b"private-facts" in body
+        for who in (None, "node1", "othermgr"):  # no cert, a worker's, another swarm's
+            code, body = _get(port, "/healthz", daemon_context(pki, who, "any"))
+            h = json.loads(body)
+            assert code == 200 and h["status"] == "degraded" and h["error_count"] == 2, who
+            assert uuid not in body and b"XID" not in body and b"nvml" not in body, who
+            assert b"private-facts" not in body, who
+        code, body = _get(port, "/healthz", daemon_context(pki, None), token="prom-token-123")
+        assert code == 200 and uuid not in body  # the token reads /metrics, not /facts
     finally:
         srv.shutdown()
 

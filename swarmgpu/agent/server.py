@@ -11,8 +11,9 @@ Endpoints (GET and HEAD only; other methods get 405, unknown paths 404):
   ``NodeFacts.from_dict`` reads it.) Before the first good read: 503.
 * ``/metrics``: Prometheus text (``text/plain; version=0.0.4``) with dcgm-exporter's
   names (see :mod:`swarmgpu.agent.metrics`) plus ``swarmgpu_agent_*`` self metrics.
-* ``/healthz``: ``{"status": "ok"|"degraded", "errors": [...], "facts_age_s": ...}``,
-  always HTTP 200 once facts exist (degraded is still serving), 503 before.
+* ``/healthz``: ``{"status": "ok"|"degraded", "facts_age_s": ..., "error_count": N}``,
+  plus ``"errors": [...]`` and ``"source"`` for a caller who may read /facts; always
+  HTTP 200 once facts exist (degraded is still serving), 503 before.
 
 Who may read (``swarm-pki``, the agent's default where the node has its Swarm
 certificate): ``/facts`` and ``/metrics`` with per-process series only a client with a
@@ -63,6 +64,7 @@ from swarmgpu.agent.facts import FactSource
 from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
 from swarmgpu.core.httpguard import HEAD_DEADLINE_S, PLAIN, GuardedServer, OneRequestHandler
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.core.sdnotify import sd_notify, watchdog_s
 from swarmgpu.swarm.identity import (
@@ -357,7 +359,11 @@ class AgentServer(GuardedServer):
             _log.warning(err)
         return HTTPStatus.OK, {}, render_metrics(facts, samples, stats)
 
-    def health(self) -> tuple[HTTPStatus, dict[str, Any]]:
+    def health(self, detail: bool = True) -> tuple[HTTPStatus, dict[str, Any]]:
+        """/healthz. Without ``detail`` (a caller that may not read /facts: /healthz is
+        open to anyone who reaches the port) the errors are only counted: their texts
+        name GPU UUIDs, NVML and file errors, and the source its facts path, which /facts
+        tells only to a manager of this swarm (the daemon's /healthz does the same)."""
         v = self.cache.view()
         errors: list[str] = []
         if v.facts is None:
@@ -373,12 +379,14 @@ class AgentServer(GuardedServer):
                           f"{self.cache.refresh_s}s)")
         if self.sampler.inner_error:
             errors.append(self.sampler.inner_error)
-        body = {
+        body: dict[str, Any] = {
             "status": "ok" if not errors else "degraded",
-            "errors": errors,
             "facts_age_s": None if v.age_s is None else round(v.age_s, 3),
-            "source": self.cache.source.spec,
+            "error_count": len(errors),
         }
+        if detail:
+            body["errors"] = errors
+            body["source"] = self.cache.source.spec
         code = HTTPStatus.OK if v.facts is not None else HTTPStatus.SERVICE_UNAVAILABLE
         return code, body
 
@@ -467,7 +475,7 @@ class _Handler(OneRequestHandler):
                 status, headers, body = self.server.metrics_response(per_process)
                 self.send_answer(status, CONTENT_TYPE, body, headers)
             elif path == "/healthz":
-                code, h = self.server.health()
+                code, h = self.server.health(detail=self._access("/facts")[0])
                 self.send_answer(code, "application/json", _json(h))
             else:
                 self.send_answer(HTTPStatus.NOT_FOUND, PLAIN,
@@ -475,11 +483,14 @@ class _Handler(OneRequestHandler):
         except OSError:  # the client has gone; nothing to tell it
             return
         except Exception:  # a bug must not kill the agent; the client sees 500
-            _log.exception("request {} failed", path[:100])
+            _log.exception("request {} failed", peer_text(path, 100))
             self.send_answer(HTTPStatus.INTERNAL_SERVER_ERROR, PLAIN, b"internal error\n")
 
     def log_message(self, format: str, *args: Any) -> None:
-        _log.debug("{} {}", self.client_address[0], format % args)
+        # The request line is anyone's text (up to 8 KiB): cut and without control
+        # characters, so no escape sequence reaches the operator's terminal (the
+        # standard library's own log_message escapes them; this override must too).
+        _log.debug("{} {}", self.client_address[0], peer_text(format % args))
 
 
 # --- entry points ----------------------------------------------------------------
