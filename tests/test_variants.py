@@ -232,3 +232,23 @@ def test_derive_own_takes_no_option_for_its_folder(tmp_path: Path, argv: list[st
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and "derive_own.py --held-out" in done.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_derive_reads_a_pod_list_as_simulate_does(tmp_path: Path) -> None:
+    # simulate-derive had its own CSV reader: a BOM (as Excel saves a CSV) hid the first
+    # column ("missing column ['name']"), a column given twice was taken (the last one)
+    # and written out again. It reads with simulate's reader now.
+    head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+    row = "p1,1000,1024,1,1000,,0,10\n"
+    bom = tmp_path / "bom.csv"
+    bom.write_text("\ufeff" + head + row, encoding="utf-8")
+    header, rows = read_rows(bom)
+    assert header[0] == "name" and rows[0]["name"] == "p1"
+    twice = tmp_path / "twice.csv"
+    twice.write_text(head.rstrip("\n") + ",cpu_milli\n" + row.rstrip("\n") + ",5\n")
+    with pytest.raises(TraceError, match=r"\['cpu_milli'\] more than once"):
+        read_rows(twice)
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes((head + "p\xe9,1000,1024,1,1000,,0,10\n").encode("latin-1"))
+    with pytest.raises(TraceError, match="not a UTF-8 CSV"):
+        read_rows(latin)

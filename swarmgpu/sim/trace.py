@@ -53,6 +53,15 @@ class TracePod:
 
 
 def _rows(path: str | Path, required: tuple[str, ...]) -> list[dict[str, str]]:
+    return read_csv(path, required)[1]
+
+
+def read_csv(path: str | Path, required: tuple[str, ...],
+             expected: str = "") -> tuple[list[str], list[dict[str, str]]]:
+    """An openb CSV as (header, rows), the header holding ``required`` once each;
+    ``TraceError`` naming the file and the fix otherwise (``expected``: what the file
+    should be, for the missing-column error). ``simulate`` and ``simulate-derive`` read
+    with it."""
     p = Path(path)
     try:
         # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide
@@ -62,14 +71,15 @@ def _rows(path: str | Path, required: tuple[str, ...]) -> list[dict[str, str]]:
             header = list(reader.fieldnames or [])
             missing = [c for c in required if c not in header]
             if missing:
-                raise TraceError(f"{p}: missing column(s) {missing}; expected header "
-                                 f"starting {','.join(required)}")
+                raise TraceError(f"{p}: missing column(s) {missing}; expected "
+                                 f"{expected}{' with ' if expected else ''}header starting "
+                                 f"{','.join(required)}")
             # DictReader keeps the last of two same-named columns: which one was meant?
             twice = sorted({c for c in header if header.count(c) > 1})
             if twice:
                 raise TraceError(f"{p}: column(s) {twice} more than once in the header; "
                                  "keep one of each")
-            return list(reader)
+            return header, list(reader)
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
     except UnicodeDecodeError as e:

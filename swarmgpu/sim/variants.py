@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmgpu.sim.trace import POD_COLUMNS, TraceError
+from swarmgpu.sim.trace import POD_COLUMNS, TraceError, read_csv
 
 Row = dict[str, str]
 
@@ -127,19 +127,7 @@ def parse_variant(name: str) -> Variant:
 def read_rows(path: str | Path) -> tuple[list[str], list[Row]]:
     """The pod CSV as (header, rows), checked enough that derivation cannot crash."""
     p = Path(path)
-    try:
-        with p.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = list(reader.fieldnames or [])
-            missing = [c for c in POD_COLUMNS if c not in header]
-            if missing:
-                raise TraceError(f"{p}: missing column(s) {missing}; expected an openb pod list "
-                                 f"with header starting {','.join(POD_COLUMNS)}")
-            rows = list(reader)
-    except OSError as e:
-        raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
-    except (csv.Error, UnicodeDecodeError) as e:
-        raise TraceError(f"{p}: not a CSV file ({e})") from e
+    header, rows = read_csv(p, POD_COLUMNS, "an openb pod list")  # as simulate reads it
     for n, row in enumerate(rows, start=2):
         for col in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli"):
             raw = (row.get(col) or "").strip()
