@@ -115,7 +115,7 @@ class QueueBook:
         count as allowed (the max never stops running work)."""
         if s.mode not in ("replicated", "replicated-job") or not wanted:
             return None
-        held = sum(len(set(h.slots)) or 1 for h in mine.values())
+        held = sum(h.replicas for h in mine.values())
         if held >= wanted:
             return None
         each = replica_milli(r)
@@ -150,8 +150,7 @@ class QueueBook:
         """Add what the cycle placed for the service beyond its kept holdings (counted
         per replica, as placements are: a packed holding serves one per slot)."""
         if isinstance(r, GpuRequest) and r.queue and sp.status != Status.INVALID:
-            new = max(0, len(sp.placements) - sum(len(set(h.slots)) or 1
-                                                  for h in mine.values()))
+            new = max(0, len(sp.placements) - sum(h.replicas for h in mine.values()))
             if new:
                 self.used[r.queue] = self.used.get(r.queue, 0) + new * replica_milli(r)
 
