@@ -52,10 +52,6 @@ class TracePod:
         )
 
 
-def _rows(path: str | Path, required: tuple[str, ...]) -> list[dict[str, str]]:
-    return read_csv(path, required)[1]
-
-
 def read_csv(path: str | Path, required: tuple[str, ...],
              expected: str = "") -> tuple[list[str], list[dict[str, str]]]:
     """An openb CSV as (header, rows), the header holding ``required`` once each;
@@ -121,7 +117,7 @@ def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, 
 def load_nodes(path: str | Path) -> list[NodeSpec]:
     out: list[NodeSpec] = []
     seen: dict[str, str] = {}
-    for n, row in enumerate(_rows(path, NODE_COLUMNS), start=2):
+    for n, row in enumerate(read_csv(path, NODE_COLUMNS)[1], start=2):
         where = f"{path}:{n}"
         name = _name(row, "sn", "node", where, seen)
         model = (row.get("model") or "").strip()
@@ -135,7 +131,7 @@ def load_nodes(path: str | Path) -> list[NodeSpec]:
 def load_pods(path: str | Path) -> list[TracePod]:
     out: list[TracePod] = []
     seen: dict[str, str] = {}
-    for n, row in enumerate(_rows(path, POD_COLUMNS), start=2):
+    for n, row in enumerate(read_csv(path, POD_COLUMNS)[1], start=2):
         where = f"{path}:{n}"
         name = _name(row, "name", "pod", where, seen)
         num_gpu, gpu_milli = _int(row, "num_gpu", where), _int(row, "gpu_milli", where)
