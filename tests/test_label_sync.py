@@ -96,6 +96,17 @@ def test_a_node_whose_gpus_cannot_be_read_keeps_its_labels(tmp_path: Path, logs:
                 ), logs
 
 
+def test_an_unreachable_agent_keeps_the_labels(tmp_path: Path, logs: list[str]) -> None:
+    sw = _labelled(running=True)
+    before = dict(sw.node(NID).labels)
+    why = f"agent at https://{HOST}:9101/facts: timed out after 3s"
+    report, metrics = _cycle(sw, tmp_path, _facts(None, why), allow_disruptive=True)
+    assert sw.node(NID).labels == before and sw.calls == []
+    assert report.errors == [f"{HOST}: {why}"]
+    assert metrics.agents_unreachable._value.get() == 1
+    assert any("labels left as they are" in ln for ln in logs), logs
+
+
 def test_a_node_that_lists_no_gpu_without_an_error_is_labelled_so(tmp_path: Path) -> None:
     # Zero GPUs and no error is an answer (the GPUs were taken out): count=0, the rest
     # of label sync's labels removed, the user's kept.
