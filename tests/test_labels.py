@@ -89,6 +89,42 @@ def test_unreachable_agent_changes_nothing() -> None:
     assert plan.empty and plan.skipped == "timeout"
 
 
+def test_facts_that_cannot_list_the_gpus_change_nothing() -> None:
+    # NVML cannot initialise (a driver/library mismatch after a driver upgrade) or its
+    # GPU count fails: the facts list no GPU and say why. That says nothing about the
+    # GPUs the node has; count=0 and the other labels removed would stop every running
+    # task whose constraints read them.
+    ours = desired_labels(_facts(2))
+    node = _node({**ours, "zone": "a"})
+    for facts in (
+        NodeFacts(
+            hostname="gpu-node-1",
+            errors=("nvml: cannot initialise NVML (NVMLError_LibNvmlVersionMismatch)",),
+        ),
+        NodeFacts(
+            hostname="gpu-node-1",
+            driver_version="550.54.15",
+            errors=("nvml: nvmlDeviceGetCount failed; no GPUs can be listed",),
+        ),
+    ):
+        for allow_disruptive in (False, True):
+            plan = plan_node_labels(node, facts, allow_disruptive=allow_disruptive)
+            assert plan.empty and not plan.held, plan
+            assert plan.skipped is not None and facts.errors[0] in plan.skipped
+            assert "cannot be read" in plan.skipped
+
+
+def test_zero_gpus_without_an_error_are_an_answer() -> None:
+    # A node whose source lists no GPU and no error has none: its labels say so.
+    node = _node({**desired_labels(_facts(2)), "zone": "a"})
+    plan = plan_node_labels(node, NodeFacts(hostname="gpu-node-1"))
+    assert plan.skipped is None
+    assert plan.apply_to(node.labels) == {"swarmgpu.gpu.count": "0", "zone": "a"}
+    # Errors beside GPUs it did list (one GPU lost) are not "unread" either.
+    sick = _facts(2).with_errors("nvml: GPU 1: GPU is lost")
+    assert plan_node_labels(_node({}), sick).set == desired_labels(sick)
+
+
 def test_change_that_would_stop_running_task_is_held() -> None:
     node = _node({"swarmgpu.gpu.product": "NVIDIA-H100", "swarmgpu.gpu.count": "2"})
     svc = SwarmService(id="s1", name="llm", labels={},

@@ -156,6 +156,13 @@ class NodeFacts:
     def pair_score(self, i: int, j: int) -> int:
         return link_score(self.link(i, j))
 
+    @property
+    def gpus_unread(self) -> bool:
+        """The source could not list the GPUs: none listed, and errors say why (NVML
+        cannot initialise, its GPU count failed). Zero GPUs without an error is an
+        answer; this says nothing of the GPUs the node has."""
+        return not self.gpus and bool(self.errors)
+
     def with_errors(self, *errors: str) -> NodeFacts:
         return replace(self, errors=self.errors + tuple(errors))
 

@@ -268,13 +268,26 @@ def plan_node_labels(
     """Compare the node's labels with what its facts call for.
 
     ``facts`` None means the agent could not be read: nothing changes (a missing
-    agent must never turn into removed labels, which would stop running tasks).
+    agent must never turn into removed labels, which would stop running tasks). Nor
+    do facts whose source could not list the GPUs (``NodeFacts.gpus_unread``): they
+    say nothing of the node's GPUs, and count=0 would stop the same tasks.
     A change that would make a running task on this node violate its service's
     constraints is held back unless ``allow_disruptive``.
     """
     if facts is None:
         return NodeLabelPlan(
             node.id, node.hostname, skipped=facts_error or "no facts from the agent"
+        )
+    if facts.gpus_unread:
+        # The first error says why; the agent's others are logged each (sync.py).
+        more = f" (and {len(facts.errors) - 1} more)" if len(facts.errors) > 1 else ""
+        return NodeLabelPlan(
+            node.id,
+            node.hostname,
+            skipped=(
+                f"its GPUs cannot be read: {facts.errors[0]}{more}; fix its agent's GPU "
+                "source (run swarmgpu doctor on the node)"
+            ),
         )
     want = desired_labels(facts, prefix)
     have = {k: v for k, v in node.labels.items() if owned_by_label_sync(k, prefix)}

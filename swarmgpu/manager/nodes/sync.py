@@ -182,6 +182,10 @@ class LabelSync:
                 prefix=prefix, allow_disruptive=self.cfg.sync.allow_disruptive,
             )
             report.plans.append(plan)
+            if plan.skipped:  # its GPUs cannot be read: left as they are, as unreachable
+                log.warning("{}; labels left as they are", plan.skipped)
+                report.errors.append(f"{node.hostname}: {plan.skipped}")
+                continue
             for h in plan.held:
                 held += 1
                 log.warning("held label change {}: {} -> {}: {}", h.key, h.old, h.new, h.reason)

@@ -67,7 +67,7 @@ def unread(facts: NodeFacts | None) -> bool:
     good ones to stand in, as when a new leader starts), or facts that list no GPU and
     say why (the source failed: NVML cannot initialise, its GPU count failed). Zero GPUs
     without an error is an answer; this is not."""
-    return facts is None or (not facts.gpus and bool(facts.errors))
+    return facts is None or facts.gpus_unread
 
 
 def schedulable(node: SwarmNode) -> bool:

@@ -1,0 +1,116 @@
+"""Label sync's cycle (``LabelSync.cycle``) over an in-memory Swarm: which nodes it
+writes and which it leaves as they are, and what it reports. Pure (support.forged's
+RecordingSwarm; the real swarm's are in test_label_sync_swarm.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from loguru import logger
+from support.forged import R4090_F, RecordingSwarm, sw_node
+from support.write_paths import svc
+
+from swarmgpu.core.config import Config, SyncConfig
+from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.nodes.sync import CycleReport, LabelSync, Snapshot
+from swarmgpu.swarm.client import SwarmTask
+from swarmgpu.swarm.labels import desired_labels
+
+P = "swarmgpu."
+NID, HOST = "n-4090", "gpu-node-2"
+MISMATCH = "nvml: cannot initialise NVML (NVMLError_LibNvmlVersionMismatch)"
+
+
+@pytest.fixture
+def logs() -> Iterator[list[str]]:
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING")
+    yield lines
+    logger.remove(sink)
+
+
+def _labelled(running: bool) -> RecordingSwarm:
+    """The 4090 node with label sync's labels and one of the user's; with ``running``, a
+    model server runs there whose constraint reads them."""
+    node = sw_node(NID, HOST, {**desired_labels(R4090_F, P), "zone": "a"})
+    llm = svc("llm", {}, [], [f"node.labels.{P}gpu.present==true"])
+    tasks = [SwarmTask("t1", llm.id, NID, 1, "running", "running", ())] if running else []
+    return RecordingSwarm([node], [llm], tasks)
+
+
+def _cycle(
+    sw: RecordingSwarm,
+    tmp: Path,
+    res: FactsResult,
+    *,
+    allow_disruptive: bool = False,
+    hold: bool = False,
+) -> tuple[CycleReport, DaemonMetrics]:
+    cfg = Config(
+        state_dir=str(tmp), sync=SyncConfig(allow_disruptive=allow_disruptive, watch_events=False)
+    )
+    metrics = DaemonMetrics()
+    sync = LabelSync(sw, cfg, metrics, AgentBook())  # type: ignore[arg-type]
+    report = sync.cycle(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {NID: res}), hold=hold)
+    sync.flush()
+    return report, metrics
+
+
+def _facts(facts: NodeFacts | None, error: str | None = None) -> FactsResult:
+    return FactsResult(NID, HOST, f"https://{HOST}:9101/facts", facts, error, time.time())
+
+
+def test_a_node_whose_gpus_cannot_be_read_keeps_its_labels(tmp_path: Path, logs: list[str]) -> None:
+    # NVML cannot initialise (a driver/library mismatch after a driver upgrade), or
+    # its GPU count fails: the agent answers with no GPU and says why. Writing count=0
+    # and removing the rest would stop the model server whose constraint reads them
+    # (with allow_disruptive) or hold back a few keys and drop the others.
+    for facts in (
+        NodeFacts(hostname=HOST, errors=(MISMATCH,)),
+        NodeFacts(
+            hostname=HOST,
+            driver_version="550.54.15",
+            errors=("nvml: nvmlDeviceGetCount failed; no GPUs can be listed",),
+        ),
+    ):
+        for allow_disruptive in (False, True):
+            for hold in (False, True):
+                sw = _labelled(running=True)
+                before = dict(sw.node(NID).labels)
+                logs.clear()
+                report, metrics = _cycle(
+                    sw, tmp_path, _facts(facts), allow_disruptive=allow_disruptive, hold=hold
+                )
+                assert sw.node(NID).labels == before and sw.calls == []
+                assert metrics.held_changes._value.get() == 0
+                (err,) = report.errors
+                assert err.startswith(f"{HOST}: ") and facts.errors[0] in err
+                assert any(
+                    "labels left as they are" in ln and facts.errors[0] in ln for ln in logs
+                ), logs
+
+
+def test_an_unreachable_agent_keeps_the_labels(tmp_path: Path, logs: list[str]) -> None:
+    sw = _labelled(running=True)
+    before = dict(sw.node(NID).labels)
+    why = f"agent at https://{HOST}:9101/facts: timed out after 3s"
+    report, metrics = _cycle(sw, tmp_path, _facts(None, why), allow_disruptive=True)
+    assert sw.node(NID).labels == before and sw.calls == []
+    assert report.errors == [f"{HOST}: {why}"]
+    assert metrics.agents_unreachable._value.get() == 1
+    assert any("labels left as they are" in ln for ln in logs), logs
+
+
+def test_a_node_that_lists_no_gpu_without_an_error_is_labelled_so(tmp_path: Path) -> None:
+    # Zero GPUs and no error is an answer (the GPUs were taken out): count=0, the rest
+    # of label sync's labels removed, the user's kept.
+    sw = _labelled(running=False)
+    report, _ = _cycle(sw, tmp_path, _facts(NodeFacts(hostname=HOST)))
+    assert sw.node(NID).labels == {f"{P}gpu.count": "0", "zone": "a"}
+    assert report.writes == 1 and report.errors == []
