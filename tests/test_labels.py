@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from swarmgpu.core.config import Config
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -137,6 +138,9 @@ def test_change_that_would_stop_running_task_is_held() -> None:
     assert "swarmgpu.gpu.product" not in plan.set
     assert [h.key for h in plan.held] == ["swarmgpu.gpu.product"]
     assert plan.held[0].tasks == ("t1",)
+    # The fix it names is a key the config has (it said labels.allow_disruptive).
+    assert "set sync.allow_disruptive: true" in plan.held[0].reason
+    assert hasattr(Config().sync, "allow_disruptive")
     # Harmless changes still go through.
     assert plan.set["swarmgpu.gpu.memory"] == "40960"
     forced = plan_node_labels(node, _facts(2), services=[svc], tasks=[task],

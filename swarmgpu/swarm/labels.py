@@ -329,7 +329,7 @@ def plan_node_labels(
                         tasks=victims,
                         reason=(
                             f"would stop {len(victims)} running task(s) whose constraints "
-                            f"use node.labels.{key}; set labels.allow_disruptive: true "
+                            f"use node.labels.{key}; set sync.allow_disruptive: true "
                             "or move those tasks first"
                         ),
                     )
