@@ -443,6 +443,25 @@ def test_repeated_writes_add_one_replica_above_the_owners_count(proxy: Any) -> N
             b"HTTP/1.1 %d" % status), n
 
 
+def test_the_proxys_own_service_is_never_written(proxy: Any) -> None:
+    """The surge book is the proxy's memory: a write that restarts the proxy (a void
+    device line added to its service, which any service may get) empties it, so the
+    daemon could add one replica per restart. The proxy refuses every write to its own
+    service (``{{.Service.ID}}`` in the stack); other services are written as before."""
+    path, engine, srv = proxy
+    srv.own_service = "svc1"
+
+    def void(spec: dict[str, Any]) -> None:
+        spec["TaskTemplate"]["ContainerSpec"]["Env"] = ["NVIDIA_VISIBLE_DEVICES=void"]
+
+    got = _update_service(path, engine, void)
+    assert got.startswith(b"HTTP/1.1 403 "), got
+    assert "own service" in json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+    assert all(s.startswith(b"GET ") for s in engine.seen)
+    srv.own_service = "svc2"
+    assert _update_service(path, engine, void).startswith(b"HTTP/1.1 200")
+
+
 def test_racing_writes_never_unlock_a_second_replica() -> None:
     """Writes checked at one version race to the engine, which takes one: only what
     the engine is known to hold past the raise's version ends a raise, never a write's

@@ -478,6 +478,11 @@ class _Handler(socketserver.BaseRequestHandler):
             # and reads again.
             raise Refused(500, f"update out of sequence: version {req.param('version')} "
                                f"is not the current {version}")
+        if call.kind == "service-update" and self.server.own_service is not None and \
+                cur.get("ID") == self.server.own_service:
+            # A new spec restarts the proxy, and a restart empties its surge book.
+            raise Refused(403, "this is the docker-proxy's own service: the daemon never "
+                               "writes it (a write would restart the proxy)")
         try:
             self.server.checks[call.kind](spec, new)
         except ValueError as exc:
@@ -554,6 +559,7 @@ class ProxyServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
     connect_upstream: Callable[[], socket.socket]
     checks: WriteChecks
     surges: SurgeBook  # the daemon's replica raises, per service (this process only)
+    own_service: str | None = None  # the proxy's own service ID: never written
     loopback_host_only = False  # TCP: a browser reaches it (DNS rebinding)
     refused = 0
     forwarded = 0
@@ -584,9 +590,11 @@ def upstream_connector(upstream: str) -> Callable[[], socket.socket]:
     return connect
 
 
-def build_proxy(listen: str, upstream: str, checks: WriteChecks) -> ProxyServer:
+def build_proxy(listen: str, upstream: str, checks: WriteChecks,
+                own_service: str | None = None) -> ProxyServer:
     """Bind (``unix://PATH`` or ``tcp://127.0.0.1:PORT``); call ``serve_forever`` next.
-    ``checks``: what each write may change (one per ``WRITE_KINDS``)."""
+    ``checks``: what each write may change (one per ``WRITE_KINDS``); ``own_service``:
+    the ID of the Swarm service the proxy runs as, refused every write."""
     if set(checks) != set(WRITE_KINDS):
         raise ValueError(f"checks for {sorted(checks)}: one per write, {WRITE_KINDS}")
     connect = upstream_connector(upstream)
@@ -611,13 +619,14 @@ def build_proxy(listen: str, upstream: str, checks: WriteChecks) -> ProxyServer:
     server.connect_upstream = connect
     server.checks = checks
     server.surges = SurgeBook()
+    server.own_service = own_service or None
     server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
     return server
 
 
 def serve(listen: str, upstream: str, checks: WriteChecks,
-          stop: threading.Event | None = None) -> None:
-    server = build_proxy(listen, upstream, checks)
+          stop: threading.Event | None = None, own_service: str | None = None) -> None:
+    server = build_proxy(listen, upstream, checks, own_service)
     _log.info("docker-proxy on {} -> {}: {} calls allowed (writes checked against the "
               "current spec); anything else is answered 400/403", listen, upstream,
               len(ALLOWED_CALLS))
