@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import json
 import re
 import socket
@@ -31,9 +32,10 @@ from hypothesis import strategies as st
 from support.paths import REPO
 
 from swarmgpu.manager.engine.proxy_policy import write_checks
-from swarmgpu.swarm import dockerproxy
+from swarmgpu.swarm import dockerproxy, surges
 from swarmgpu.swarm.dockerproxy import ALLOWED_CALLS, allowed, build_proxy, match
 from swarmgpu.swarm.httpframe import ChunkDecoder
+from swarmgpu.swarm.surges import SurgeBook, SurgeRefused
 
 CLIENT = REPO / "swarmgpu" / "swarm" / "client.py"
 SECURITY = REPO / "docs" / "security.md"
@@ -113,7 +115,8 @@ def test_the_docs_figures_are_the_codes() -> None:
                   "plain hex (≤ 8 digits)",
                   f"more than {dockerproxy.REQUEST_DEADLINE_S:g} s to arrive (408)",
                   f"does not read for {dockerproxy.CLIENT_WRITE_TIMEOUT_S:g} s",
-                  f"at most {dockerproxy.MAX_CONNECTIONS} connections at once (503;"):
+                  f"at most {dockerproxy.MAX_CONNECTIONS} connections at once (503;",
+                  f"at most {surges.MAX_SURGES} raised services"):
         assert claim in text, claim
     assert httpframe.ChunkDecoder(1).feed(b"00000001\r\n") == []
     with pytest.raises(httpframe.Refused):
@@ -211,11 +214,13 @@ class _Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     seen: list[bytes]
     events_sent: threading.Event
+    service: dict[str, Any]  # SERVICE as the engine holds it now (a service update applies)
 
 
 class _EngineHandler(socketserver.BaseRequestHandler):
     """Records each request's bytes; answers GET /swarm with chunks (as Go does for a
-    longer answer), /events as a stream, anything else 200 ``{}``."""
+    longer answer), /events as a stream, a service update at the service's version by
+    applying it (the next version), anything else 200 ``{}``."""
 
     server: _Engine
 
@@ -239,9 +244,20 @@ class _EngineHandler(socketserver.BaseRequestHandler):
                                  + b"".join(b"%x\r\n%s\r\n" % (len(p), p)
                                             for p in (body[:10], body[10:])) + b"0\r\n\r\n")
         elif re.match(rb"GET (/v[0-9.]+)?/services/[^/ ]+ ", line):
-            body = json.dumps(SERVICE).encode()
+            body = json.dumps(self.server.service).encode()
             self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        elif m := re.match(rb"POST /services/svc1/update\?version=([0-9]+) ", line):
+            svc = self.server.service
+            ok = int(m.group(1)) == svc["Version"]["Index"]
+            if ok:  # the engine's own version check: a stale update is not applied
+                svc["Spec"] = json.loads(buf.split(b"\r\n\r\n", 1)[1])
+                svc["Version"] = {"Index": svc["Version"]["Index"] + 1}
+            body = b"{}" if ok else b'{"message": "update out of sequence"}'
+            self.request.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s"
+                                 % (b"200 OK" if ok else b"500 Internal Server Error",
+                                    len(body), body))
         elif line.startswith(b"GET /v1.43/events"):
             self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                                  b"Transfer-Encoding: chunked\r\n\r\n")
@@ -262,6 +278,7 @@ def proxy(tmp_path: Path) -> Iterator[tuple[Path, _Engine, dockerproxy.ProxyServ
     engine = _Engine(str(engine_sock), _EngineHandler)
     engine.seen = []
     engine.events_sent = threading.Event()
+    engine.service = copy.deepcopy(SERVICE)
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     path = tmp_path / "proxy.sock"
     srv = build_proxy(f"unix://{path}", f"unix://{engine_sock}", write_checks("swarmgpu."))
@@ -379,6 +396,105 @@ def test_a_write_that_changes_more_never_reaches_the_engine(proxy: Any) -> None:
                     % (version, len(body), body))
         assert got.startswith(b"HTTP/1.1 %d" % status), got
     assert all(s.startswith(b"GET /swarm ") for s in engine.seen)
+
+
+def _update_service(path: Path, engine: _Engine, edit: Any) -> bytes:
+    """The daemon's read-modify-write of SERVICE through the proxy: its answer."""
+    spec = copy.deepcopy(engine.service["Spec"])
+    edit(spec)
+    body = json.dumps(spec).encode()
+    return _send(path, b"POST /v1.43/services/svc1/update?version=%d HTTP/1.1\r\n"
+                 b"Host: d\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                 b"\r\n%s" % (engine.service["Version"]["Index"], len(body), body))
+
+
+def _replicas(n: int) -> Any:
+    return lambda spec: spec["Mode"]["Replicated"].update(Replicas=n)
+
+
+def test_repeated_writes_add_one_replica_above_the_owners_count(proxy: Any) -> None:
+    """A make-before-break move raises replicas by one and its end lowers them; a
+    daemon that raised them already gets no second replica by writing again (each
+    write at the next version, a label write in between, or both): the proxy keeps the
+    count it let the daemon raise a service to, per service ID."""
+    path, engine, _ = proxy
+
+    def label(spec: dict[str, Any]) -> None:
+        spec["Labels"]["swarmgpu.state.move"] = "{}"
+
+    assert _update_service(path, engine, _replicas(2)).startswith(b"HTTP/1.1 200")
+    for edit in (_replicas(3), label, _replicas(3)):
+        got = _update_service(path, engine, edit)
+        if edit is label:
+            assert got.startswith(b"HTTP/1.1 200"), got
+            continue
+        assert got.startswith(b"HTTP/1.1 403 "), got
+        message = json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+        assert "Mode.Replicated.Replicas" in message and "already" in message
+    assert engine.service["Spec"]["Mode"]["Replicated"]["Replicas"] == 2
+    # The surge's end, then the next move's surge; the owner scales to 5: one more.
+    for n, status in ((1, 200), (2, 200), (3, 403), (1, 200)):
+        assert _update_service(path, engine, _replicas(n)).startswith(
+            b"HTTP/1.1 %d" % status), n
+    engine.service["Spec"]["Mode"]["Replicated"]["Replicas"] = 5
+    engine.service["Version"]["Index"] += 1
+    for n, status in ((6, 200), (7, 403)):
+        assert _update_service(path, engine, _replicas(n)).startswith(
+            b"HTTP/1.1 %d" % status), n
+
+
+def test_the_proxys_own_service_is_never_written(proxy: Any) -> None:
+    """The surge book is the proxy's memory: a write that restarts the proxy (a void
+    device line added to its service, which any service may get) empties it, so the
+    daemon could add one replica per restart. The proxy refuses every write to its own
+    service (``{{.Service.ID}}`` in the stack); other services are written as before."""
+    path, engine, srv = proxy
+    srv.own_service = "svc1"
+
+    def void(spec: dict[str, Any]) -> None:
+        spec["TaskTemplate"]["ContainerSpec"]["Env"] = ["NVIDIA_VISIBLE_DEVICES=void"]
+
+    got = _update_service(path, engine, void)
+    assert got.startswith(b"HTTP/1.1 403 "), got
+    assert "own service" in json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+    assert all(s.startswith(b"GET ") for s in engine.seen)
+    srv.own_service = "svc2"
+    assert _update_service(path, engine, void).startswith(b"HTTP/1.1 200")
+
+
+def test_racing_writes_never_unlock_a_second_replica() -> None:
+    """Writes checked at one version race to the engine, which takes one: only what
+    the engine is known to hold past the raise's version ends a raise, never a write's
+    intent (a lowering the engine then refused) nor a read from before the raise."""
+    book = SurgeBook()
+    book.admit("s", 5, 1, 2)  # the surge, checked at version 5
+    book.admit("s", 5, 1, 1)  # a label write read at 5, before the surge applied
+    book.applied("s", 5, 2)  # the surge won
+    with pytest.raises(SurgeRefused, match="already"):
+        book.admit("s", 7, 2, 3)
+    with pytest.raises(SurgeRefused, match="older than the raise"):
+        book.admit("s", 4, 0, 1)  # checked before the surge: must not replace its entry
+    book.admit("s", 8, 2, 1)  # the surge's end, checked at 8...
+    book.applied("s", 8, 2)  # ...but a label write at 8 won; the end was refused
+    with pytest.raises(SurgeRefused, match="already"):
+        book.admit("s", 9, 2, 3)
+    book.applied("s", 9, 1)  # the end, applied
+    assert len(book) == 0
+    book.admit("s", 10, 1, 2)  # the next move's surge
+
+
+def test_the_surge_book_is_bounded_and_refuses_when_full() -> None:
+    """At the cap a raise that needs a new entry is refused (dropping one early would
+    be one replica more); an entry goes once its service is seen at another count."""
+    book = SurgeBook(cap=2)
+    book.admit("a", 1, 1, 2)
+    book.admit("b", 1, 1, 2)
+    book.admit("a", 2, 2, 2)  # a write that keeps the surge: no new entry needed
+    with pytest.raises(SurgeRefused, match="tracks 2 raised services"):
+        book.admit("c", 1, 1, 2)
+    book.admit("a", 3, 1, 1)  # a seen lowered (a later version, another count)
+    book.admit("c", 1, 1, 2)
+    assert len(book) == 2
 
 
 def test_a_refusal_repeats_no_control_character(proxy: Any) -> None:

@@ -19,8 +19,13 @@ from swarmgpu.cli.logs import setup_logging
 @click.option("--prefix", default="swarmgpu.", show_default=True,
               envvar="SWARMGPU_SYNC_PREFIX",
               help="The daemon's sync.prefix: the label keys its writes may change.")
+@click.option("--own-service", default="", envvar="SWARMGPU_PROXY_SERVICE",
+              help="The ID of the Swarm service this proxy runs as ({{.Service.ID}} in the "
+                   "stack): every write to it is refused, so the daemon cannot restart the "
+                   "proxy. Empty when it is not a service (systemd).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
-def docker_proxy(listen: str, upstream: str, prefix: str, log_format: str) -> None:
+def docker_proxy(listen: str, upstream: str, prefix: str, own_service: str,
+                 log_format: str) -> None:
     """Forward to the Docker socket only the calls the daemon makes, framed strictly
     and with writes that change only what the daemon changes; 400/403 for the rest
     (the list: docs/security.md, swarmgpu.swarm.dockerproxy.ALLOWED_CALLS)."""
@@ -29,7 +34,7 @@ def docker_proxy(listen: str, upstream: str, prefix: str, log_format: str) -> No
 
     setup_logging("INFO", log_format)
     try:
-        serve(listen, upstream, write_checks(prefix))
+        serve(listen, upstream, write_checks(prefix), own_service=own_service or None)
     except (ValueError, OSError) as exc:
         click.echo(f"swarmgpu docker-proxy: {exc}", err=True)
         sys.exit(2)

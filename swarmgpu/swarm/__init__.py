@@ -4,6 +4,7 @@
 stream), ``labels`` (the node labels swarmgpu owns), ``constraints`` (Swarm's constraint
 language), ``taskspec`` (which spec changes make Swarm replace a task), ``identity``
 (agent identity from the swarm's own PKI), ``dockerproxy`` (the least-privilege door to
-the engine socket, with ``httpframe``, its strict HTTP framing, and ``jsonstrict``).
+the engine socket, with ``httpframe``, its strict HTTP framing, ``jsonstrict``, and
+``surges``, its bound on the daemon's replica raises).
 Imports only ``swarmgpu.core``.
 """

@@ -19,8 +19,9 @@ update only to the spec that was checked; the read and the write go without the
 client's ``/vX.Y`` (at an older API version the engine drops fields from the body it
 was sent, ``_vet``). What a write may change is the daemon's to
 say: ``build_proxy`` takes the checks (``swarmgpu.manager.engine.proxy_policy.write_checks``,
-handed over by ``swarmgpu docker-proxy``). ``GET /swarm`` comes back without its join
-tokens. Refusals are 403 and logged.
+handed over by ``swarmgpu docker-proxy``); across writes, ``surges`` keeps the daemon's
+replica raises from stacking. ``GET /swarm`` comes back without its join tokens.
+Refusals are 403 and logged.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from swarmgpu.swarm.httpframe import (
     split_target,
 )
 from swarmgpu.swarm.jsonstrict import JsonError, load_json
+from swarmgpu.swarm.surges import SurgeBook, SurgeRefused, replicas
 
 _log = logger.bind(component="docker-proxy")
 
@@ -166,7 +168,8 @@ ALLOWED_CALLS: tuple[Call, ...] = (
          "placement's `/dev/null` device mount (exact), "
          "`ForceUpdate`, `Placement.MaxReplicas`, `Mode.Replicated.Replicas` (a whole "
          "number, raised by one at most: a move's make-before-break surge; a write asking "
-         "for more is refused, so the daemon's access cannot fill the raft store with "
+         "for more, or raising again the count the proxy let the daemon raise that "
+         "service to, is refused, so the daemon's access cannot fill the raft store with "
          "tasks), discrete generic-resource reservations, `UpdateConfig.Parallelism` "
          "(no image, other mount, privilege, capability, network or other change); any "
          "other service only its `NVIDIA_VISIBLE_DEVICES` and `DOCKER_RESOURCE_*` lines "
@@ -325,6 +328,9 @@ def _answer_head(status: int, headers: tuple[tuple[str, str], ...], length: int 
 class _Handler(socketserver.BaseRequestHandler):
     server: ProxyServer
     request: socket.socket
+    # A service write let through: (its ID, the version checked, its replicas), for
+    # the surge book once the engine answers 2xx.
+    applied: tuple[str, int, int | None] | None = None
 
     def handle(self) -> None:
         if not self.server.slots.acquire(blocking=False):
@@ -472,6 +478,11 @@ class _Handler(socketserver.BaseRequestHandler):
             # and reads again.
             raise Refused(500, f"update out of sequence: version {req.param('version')} "
                                f"is not the current {version}")
+        if call.kind == "service-update" and self.server.own_service is not None and \
+                cur.get("ID") == self.server.own_service:
+            # A new spec restarts the proxy, and a restart empties its surge book.
+            raise Refused(403, "this is the docker-proxy's own service: the daemon never "
+                               "writes it (a write would restart the proxy)")
         try:
             self.server.checks[call.kind](spec, new)
         except ValueError as exc:
@@ -486,6 +497,13 @@ class _Handler(socketserver.BaseRequestHandler):
                 raise Refused(502, f"the engine's {read} has no usable ID")
             target = f"/{'nodes' if call.kind == 'node-update' else 'services'}/" \
                      f"{ident}/update"
+            if call.kind == "service-update":
+                # Across writes: the check above sees one write only (``surges``).
+                try:
+                    self.server.surges.admit(ident, version, replicas(spec), replicas(new))
+                except SurgeRefused as exc:
+                    raise Refused(403, str(exc)) from None
+                self.applied = (ident, version, replicas(new))
         return f"{target}?{urlencode(query)}", json.dumps(new).encode()
 
     # --- forwarding ----------------------------------------------------------------
@@ -507,6 +525,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 head = wire.head(time.monotonic() + ENGINE_DEADLINE_S)
                 if head.status == 101:
                     raise Refused(502, "the engine switched protocols")
+                if self.applied is not None and 200 <= head.status < 300:
+                    self.server.surges.applied(*self.applied)
                 headers = tuple((k.title(), v) for k, v in head.headers if k not in _HOP)
                 if call.kind == "swarm" and head.status == 200:
                     data = json.dumps(without_join_tokens(
@@ -538,6 +558,8 @@ class ProxyServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
     daemon_threads = True
     connect_upstream: Callable[[], socket.socket]
     checks: WriteChecks
+    surges: SurgeBook  # the daemon's replica raises, per service (this process only)
+    own_service: str | None = None  # the proxy's own service ID: never written
     loopback_host_only = False  # TCP: a browser reaches it (DNS rebinding)
     refused = 0
     forwarded = 0
@@ -568,9 +590,11 @@ def upstream_connector(upstream: str) -> Callable[[], socket.socket]:
     return connect
 
 
-def build_proxy(listen: str, upstream: str, checks: WriteChecks) -> ProxyServer:
+def build_proxy(listen: str, upstream: str, checks: WriteChecks,
+                own_service: str | None = None) -> ProxyServer:
     """Bind (``unix://PATH`` or ``tcp://127.0.0.1:PORT``); call ``serve_forever`` next.
-    ``checks``: what each write may change (one per ``WRITE_KINDS``)."""
+    ``checks``: what each write may change (one per ``WRITE_KINDS``); ``own_service``:
+    the ID of the Swarm service the proxy runs as, refused every write."""
     if set(checks) != set(WRITE_KINDS):
         raise ValueError(f"checks for {sorted(checks)}: one per write, {WRITE_KINDS}")
     connect = upstream_connector(upstream)
@@ -594,13 +618,15 @@ def build_proxy(listen: str, upstream: str, checks: WriteChecks) -> ProxyServer:
         raise ValueError(f"listen {listen!r}: use unix://PATH or tcp://127.0.0.1:PORT")
     server.connect_upstream = connect
     server.checks = checks
+    server.surges = SurgeBook()
+    server.own_service = own_service or None
     server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
     return server
 
 
 def serve(listen: str, upstream: str, checks: WriteChecks,
-          stop: threading.Event | None = None) -> None:
-    server = build_proxy(listen, upstream, checks)
+          stop: threading.Event | None = None, own_service: str | None = None) -> None:
+    server = build_proxy(listen, upstream, checks, own_service)
     _log.info("docker-proxy on {} -> {}: {} calls allowed (writes checked against the "
               "current spec); anything else is answered 400/403", listen, upstream,
               len(ALLOWED_CALLS))

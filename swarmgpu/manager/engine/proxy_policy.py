@@ -239,7 +239,9 @@ def _check_replicas(current: Mapping[str, Any], new: Any) -> None:
     """The daemon raises a service's replicas by one at most (a make-before-break
     move's surge; its end lowers them again): a write that asks for more, or for a
     count that is not a whole number, is refused (thousands of tasks in the raft store
-    are a denial of service the labels alone could not cause)."""
+    are a denial of service the labels alone could not cause). Across writes the
+    proxy's surge book (``swarmgpu.swarm.surges``) keeps a raised count from being
+    raised again."""
     cur, got = _replicas(current), _replicas(new)
     if got is _UNSET or same(got, cur):  # not replicated (the mask checks the mode)
         return
