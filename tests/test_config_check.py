@@ -197,3 +197,18 @@ def test_residual_stop_weight_reaches_the_daemons_planner(tmp_path: Path) -> Non
     assert planner.scorer.waste.stop == 0.0  # the model it scores with
     planner.scorer.set_workload(planner.scorer.workload)  # a relearned mix keeps it
     assert planner.scorer.waste is not None and planner.scorer.waste.stop == 0.0
+
+
+@pytest.mark.parametrize("value", ["1" * 5000, "!!int abc", "!!bool maybe", "!!float x",
+                                   "!!timestamp x", "!!timestamp 2001-13-01"])
+def test_a_value_its_tag_cannot_read_is_an_error_at_its_line(tmp_path: Path,
+                                                             value: str) -> None:
+    # PyYAML's constructors raised ValueError, KeyError or AttributeError: a traceback
+    # from `config check`, where a line and the fix were due.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"log:\n  level: INFO\nsync:\n  interval_s: {value}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config_report(cfg, env={})
+    assert str(exc.value).startswith(f"config file {cfg}: the value at line 4 ("), exc.value
+    assert "cannot be read as" in str(exc.value) and "; quote it (with no !! tag)" in str(exc.value)
+    assert len(str(exc.value)) < 300  # 5000 digits are not echoed back

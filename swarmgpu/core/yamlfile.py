@@ -5,7 +5,9 @@ file, a config), so it is read as hostile input, bounded before anything is buil
 the text's size, the number of nodes once every alias is expanded (a 500-byte "billion
 laughs" file would otherwise become gigabytes downstream), nesting depth and recursive
 aliases. A key given twice in one mapping is refused too, as docker's and Kubernetes'
-YAML readers refuse it: PyYAML would silently keep the last one.
+YAML readers refuse it: PyYAML would silently keep the last one. A value its tag cannot
+read (``!!int abc``, an integer of 5,000 digits) is an error at its line, not PyYAML's
+ValueError.
 
 Plain scalars resolve as docker/cli's reader (go-yaml v2) resolves them, not as YAML 1.1
 does in full: ``12:30`` is text, not the base-60 number 750; a timestamp is its text, not
@@ -17,6 +19,7 @@ Swarm rewritten, in env and labels that are not swarmgpu's.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +96,7 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
         if node is None:
             return None, {}
         lines: Lines = {}
-        _check_tree(node, what, error, lines)
+        _check_tree(node, what, error, lines, loader)
         return loader.construct_document(node), lines
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -112,11 +115,33 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines) -> None:
-    """Refuse what would blow up once built; record every key's line. Iterative (the
-    depth is checked, not left to Python's stack) and linear in the distinct nodes: an
-    alias is a second reference to a node already composed, whose expanded size is
-    known once (``sizes``)."""
+def _scalar(loader: yaml.SafeLoader, node: yaml.ScalarNode, what: str,
+            error: type[Exception]) -> Any:
+    """The node's value, built once (``construct_document`` reuses it). PyYAML's
+    constructors raise what they meet (ValueError for ``!!int abc`` or 5,000 digits,
+    KeyError for ``!!bool maybe``, AttributeError for ``!!timestamp x``): the line here."""
+    if node.tag == "tag:yaml.org,2002:merge":
+        return None  # ``<<``: no value of its own; SafeLoader merges what it names
+    try:
+        return loader.construct_object(node)
+    except yaml.YAMLError:
+        raise
+    except (ArithmeticError, LookupError, ValueError, TypeError, AttributeError):
+        tag = "!!" + node.tag.rsplit(":", 1)[-1] if node.tag.startswith("tag:yaml.org,") \
+            else node.tag
+        text = node.value if len(node.value) <= 40 else node.value[:40] + "..."
+        limit = sys.get_int_max_str_digits()
+        why = f", more than {limit} digits" if limit and len(node.value) > limit else ""
+        raise error(f"{what}: the value at line {node.start_mark.line + 1} ({text!r}) cannot "
+                    f"be read as {tag}{why}; quote it (with no !! tag) if it is text") from None
+
+
+def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines,
+                loader: yaml.SafeLoader) -> None:
+    """Refuse what would blow up once built, or could not be; record every key's line.
+    Iterative (the depth is checked, not left to Python's stack) and linear in the
+    distinct nodes: an alias is a second reference to a node already composed, whose
+    expanded size is known once (``sizes``)."""
     sizes: dict[int, int] = {}
     open_: set[int] = set()
     # (node, depth, path or None for a node reached again through an alias)
@@ -143,7 +168,9 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                         f"{node.start_mark.line + 1}; not read")
         open_.add(key)
         stack.append((node, depth, path, True))
-        if isinstance(node, yaml.MappingNode):
+        if isinstance(node, yaml.ScalarNode):
+            _scalar(loader, node, what, error)
+        elif isinstance(node, yaml.MappingNode):
             seen: dict[tuple[str, str], int] = {}
             for k, v in node.value:
                 sub: tuple[Any, ...] | None = None
