@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,35 @@ def _scalar(loader: yaml.SafeLoader, node: yaml.ScalarNode, what: str,
                     f"be read as {tag}{why}; quote it (with no !! tag) if it is text") from None
 
 
+def _one_key_once_read(k: yaml.ScalarNode, value: Any, read: dict[Any, tuple[yaml.ScalarNode, Any]],
+                       what: str, error: type[Exception]) -> None:
+    """Refuse a key that is an earlier one of its mapping once read: ``01``, ``0x1``,
+    ``1.0`` and ``true`` are the number 1 (one dict key: PyYAML kept the last value
+    silently), and ``1`` is ``"1"`` to every reader that names keys by their text.
+    ``read``: each earlier key (node, value) by its value and by ``("text", str(value))``."""
+    if not isinstance(value, Hashable):
+        return  # PyYAML refuses an unhashable key itself
+    text = ("text", str(value))
+    hit = read.get(value, read.get(text))
+    if hit is None:
+        read.setdefault(value, (k, value))
+        read.setdefault(text, (k, value))
+        return
+    other, was = hit
+    same = repr(was) if value == was else f"{str(value)!r}, as text"
+    fix = "write it once" if other.value == k.value else \
+        "write it once, or quote both if they are two names"
+    raise error(f"{what}: keys {_as_written(other)} (line {other.start_mark.line + 1}) and "
+                f"{_as_written(k)} (line {k.start_mark.line + 1}) are one key once read "
+                f"({same}); {fix}")
+
+
+def _as_written(k: yaml.ScalarNode) -> str:
+    """A key as the file has it: plain, or in its quotes (control characters escaped)."""
+    text = repr(k.value)[1:-1]
+    return text if k.style in (None, "") else f"{k.style}{text}{k.style}"
+
+
 def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines,
                 loader: yaml.SafeLoader) -> None:
     """Refuse what would blow up once built, or could not be; record every key's line.
@@ -172,6 +202,7 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
             _scalar(loader, node, what, error)
         elif isinstance(node, yaml.MappingNode):
             seen: dict[tuple[str, str], int] = {}
+            read: dict[Any, tuple[yaml.ScalarNode, Any]] = {}  # _one_key_once_read
             for k, v in node.value:
                 sub: tuple[Any, ...] | None = None
                 if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
@@ -180,6 +211,7 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                         raise error(f"{what}: key {k.value!r} given twice in one mapping "
                                     f"(lines {seen[k.tag, k.value]} and {line}); keep one")
                     seen[k.tag, k.value] = line
+                    _one_key_once_read(k, _scalar(loader, k, what, error), read, what, error)
                     if path is not None:
                         sub = (*path, k.value)
                         lines.setdefault(sub, line)
