@@ -22,13 +22,13 @@ writes the b-* files: CPU-bimodal draws at spreads around x-cpubimodal's (stop 5
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from swarmgpu.sim.trace import NODE_COLUMNS, read_csv
 from swarmgpu.sim.traces import OPENB
 from swarmgpu.sim.variants import kind_of, read_rows, write_rows
 
@@ -47,10 +47,9 @@ def is_gpu(r: Row) -> bool:
 def model_counts() -> dict[str, int]:
     """GPUs per model in the bundled cluster."""
     counts: dict[str, int] = {}
-    with NODES.open(newline="") as fh:
-        for r in csv.DictReader(fh):
-            if int(r["gpu"]):
-                counts[r["model"]] = counts.get(r["model"], 0) + int(r["gpu"])
+    for r in read_csv(NODES, NODE_COLUMNS)[1]:  # simulate's reader, bounds and all
+        if int(r["gpu"]):
+            counts[r["model"]] = counts.get(r["model"], 0) + int(r["gpu"])
     return counts
 
 

@@ -197,3 +197,53 @@ def test_residual_stop_weight_reaches_the_daemons_planner(tmp_path: Path) -> Non
     assert planner.scorer.waste.stop == 0.0  # the model it scores with
     planner.scorer.set_workload(planner.scorer.workload)  # a relearned mix keeps it
     assert planner.scorer.waste is not None and planner.scorer.waste.stop == 0.0
+
+
+@pytest.mark.parametrize("value", ["1" * 5000, "!!int abc", "!!bool maybe", "!!float x",
+                                   "!!timestamp x", "!!timestamp 2001-13-01"])
+def test_a_value_its_tag_cannot_read_is_an_error_at_its_line(tmp_path: Path,
+                                                             value: str) -> None:
+    # PyYAML's constructors raised ValueError, KeyError or AttributeError: a traceback
+    # from `config check`, where a line and the fix were due.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"log:\n  level: INFO\nsync:\n  interval_s: {value}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config_report(cfg, env={})
+    assert str(exc.value).startswith(f"config file {cfg}: the value at line 4 ("), exc.value
+    assert "cannot be read as" in str(exc.value) and "; quote it (with no !! tag)" in str(exc.value)
+    assert len(str(exc.value)) < 300  # 5000 digits are not echoed back
+
+
+@pytest.mark.parametrize(("first", "second", "read", "quote"), [
+    ("1", "01", "1", True),  # YAML 1.1's octal: both the number 1
+    ("1", "0x1", "1", True),
+    ("10", "1_0", "10", True),
+    ("1", "1.0", "1", True),  # 1 == 1.0: one dict key
+    ("1", "true", "1", True),  # True == 1: one dict key
+    ("~", "null", "None", True),
+    ("1", '"1"', "'1'", False),  # the number and the text: one name once read as text
+    ("true", "'True'", "'True'", True),
+])
+def test_keys_that_are_one_key_once_read_are_refused_with_both_lines(
+        tmp_path: Path, first: str, second: str, read: str, quote: bool) -> None:
+    # PyYAML built {1: ..} from `1:` and `01:`, keeping the last silently; a queue named
+    # 1 and one named "1" became one quota (queue_quotas keys by text).
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"queues:\n  {first}: {{guaranteed: 1}}\n  team: {{max: 2}}\n"
+                   f"  {second}: {{guaranteed: 2}}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"{cfg}: config file {cfg}: keys "), res.output
+    assert "(line 2) and " in res.output and "(line 4) are one key once read" in res.output
+    assert f"once read ({read}" in res.output, res.output
+    fix = "; write it once, or quote both if they are two names" if quote \
+        else "; write it once"
+    assert res.output.rstrip().endswith(fix), res.output
+
+
+def test_keys_that_read_apart_are_kept_apart(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("queues:\n  '1': {guaranteed: 1}\n  '01': {guaranteed: 2}\n"
+                   "  <<: {'1': {guaranteed: 3}}\n")  # a merged key: the own one wins
+    queues = load_config(cfg, env={}).queues
+    assert sorted(queues) == ["01", "1"] and queues["1"] == {"guaranteed": 1}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from support.sim import node_spec, trace_pod
 
 from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.values import Choice, Demand
+from swarmgpu.sim import trace
 from swarmgpu.sim.cli_entry import parse_seeds, resolve_trace, run_simulate
 from swarmgpu.sim.rebalance import MoveRescuer, Running, move_rescue
 from swarmgpu.sim.replay import replay
@@ -19,6 +22,7 @@ from swarmgpu.sim.timeline import replay_departures
 from swarmgpu.sim.trace import TraceError, TracePod, load_nodes, load_pods
 from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 from swarmgpu.sim.traces import bundled
+from swarmgpu.sim.variants import read_rows
 
 
 def write(tmp: Path, name: str, text: str) -> str:
@@ -334,3 +338,55 @@ def test_non_finite_options_are_refused(tmp_path: Path, moves: float | None, spe
         text, rc = run_simulate(nodes, pods, ["fgd"], [1], False, None, departures, moves,
                                 speedup, bound="off")
         assert rc == 2 and match in text, text
+
+
+def _peak(read: Callable[[], object]) -> tuple[TraceError, int]:
+    """The TraceError ``read`` raises, and the most memory it held (bytes, traced)."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceError) as e:
+            read()
+        return e.value, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_pod_list_past_the_row_cap_is_refused_while_it_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every row was read (list(reader)) before anything was checked: 10 million rows took
+    # all the memory first. 50,000 rows at a cap of 1,000 show it stops at the cap.
+    monkeypatch.setattr(trace, "MAX_ROWS", 1000, raising=False)
+    f = tmp_path / "big.csv"
+    with f.open("w") as fh:
+        fh.write(POD_HEADER)
+        fh.writelines(f"p{i},1000,100,1,500\n" for i in range(50_000))
+    for read in (lambda: load_pods(f), lambda: read_rows(f)):  # simulate, simulate-derive
+        err, peak = _peak(read)
+        assert str(err) == (f"{f}: more than 1,000 rows; not read (simulate takes at most "
+                            "1,000 pods or nodes; openb's lists have about 8,000): give "
+                            "a shorter list, e.g. a sample of this one")
+        assert peak < 2 * 1024 * 1024, peak  # all 50,000 rows: ~30 MiB
+
+
+def test_a_pod_list_past_the_size_cap_is_refused_while_it_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace, "MAX_TEXT", 131_072, raising=False)
+    f = tmp_path / "big.csv"
+    f.write_text(POD_HEADER + "".join(f"p{i},1000,100,1,500\n" for i in range(20_000)))
+    err, _ = _peak(lambda: load_pods(f))
+    assert str(err).startswith(f"{f}: more than 131,072 characters (0.125 MiB); not read "), err
+
+
+def test_a_line_or_header_too_long_is_refused_before_it_is_split(tmp_path: Path) -> None:
+    # A 6 MB header of 3 million columns was read and split whole (a 24 MiB list) before
+    # the missing column was named; a 2 GB line, all of it.
+    f = tmp_path / "wide.csv"
+    f.write_text("name," + "x," * 3_000_000 + "\n")
+    err, peak = _peak(lambda: load_pods(f))
+    assert str(err) == (f"{f}:1: a line longer than 65,536 characters; not read (openb's "
+                        "lines have about 100): is it a pod list?")
+    assert peak < 2 * 1024 * 1024, peak
+    f.write_text(",".join(["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"]
+                          + [f"c{i}" for i in range(60)]) + "\n")
+    err, _ = _peak(lambda: load_pods(f))
+    assert str(err) == f"{f}: 65 columns; at most 64 (openb's have 11): is it a pod list?"

@@ -752,3 +752,21 @@ def test_a_packed_services_replicas_are_counted_once(tmp_path: Path) -> None:
     by = {sp.name: sp for sp in plan.services}
     assert len(by["team-b_x"].placements) == 4 and by["team-b_y"].status == "placed"
     assert _used(plan, "team-b") == 5
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("queues: {1: {max: 4}}", "queues.1 (a queue name): expected a string, got 1 (a whole "
+     "number); quote it if it is meant as text: '1'"),
+    ("queues: {1: {max: 4}, q: {max: 2}}\ntenants: {a: {stacks: [a*]}}",
+     "queues.1 (a queue name): expected a string"),  # was a TypeError (sorting 1 and 'q')
+    ("queues: {~: {max: 4}}", "queues.None (a queue name): expected a string, got None"),
+    ("tenants: {1: {stacks: [a*]}}", "tenants.1 (a tenant name): expected a string, got 1 "
+     "(a whole number); quote it if it is meant as text: '1'"),
+])
+def test_a_name_that_is_not_text_is_refused_not_read_as_text(tmp_path: Path, text: str,
+                                                             says: str) -> None:
+    # queue_quotas took str(1): a queue "1" no config check had seen; with tenants, the
+    # check sorted 1 beside "q" and stopped with a traceback.
+    with pytest.raises(ConfigError) as e:
+        _cfg(tmp_path, text + "\n")
+    assert any(says in err for err in e.value.errors), e.value.errors

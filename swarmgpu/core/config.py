@@ -223,6 +223,9 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
     naming the bad queue."""
     out: dict[str, tuple[int, int | None]] = {}
     for name, q in queues.items():
+        # A name is swarmgpu.queue's text: 1 is refused, not read as "1" (a queue no
+        # check had seen, beside a "1" it would have replaced).
+        coerce(name, str, f"{name} (a queue name)")
         if not isinstance(q, Mapping) or set(q) - {"guaranteed", "max"}:
             raise ValueError(f"{name}: expected {{guaranteed: GPUs, max: GPUs}}, got {q!r}")
         for key in ("guaranteed", "max"):
@@ -234,7 +237,7 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
         m = None if q.get("max") is None else float(q["max"])
         if g < 0 or (m is not None and m < g) or g > 1e6 or (m is not None and m > 1e6):
             raise ValueError(f"{name}: need 0 <= guaranteed <= max (GPUs)")
-        out[str(name)] = (round(g * 1000), None if m is None else round(m * 1000))
+        out[name] = (round(g * 1000), None if m is None else round(m * 1000))
     return out
 
 

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from swarmgpu.core.configvalues import coerce
+
 DEFAULT_TENANT = "default"
 STACK_LABEL = "com.docker.stack.namespace"  # set by `docker stack deploy` from the stack name
 KEYS = ("stacks", "services", "max_priority", "may_opt_out", "queues", "guaranteed", "max",
@@ -99,14 +101,22 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
     if not isinstance(raw, Mapping):
         return [], {}, [f"tenants: expected a mapping of tenant -> {{stacks, max_priority, "
                         f"may_opt_out, ...}}, got {raw!r}"]
-    known_queues = set(queues) if isinstance(queues, Mapping) else set()
+    # A queue name that is not text is the queues check's error, and no queue here.
+    known_queues = ({q for q in queues if isinstance(q, str)} if isinstance(queues, Mapping)
+                    else set())
     specs: list[TenantSpec] = []
     own: dict[str, tuple[int, int | None]] = {}
     owner: dict[str, str] = {}
     default: TenantSpec | None = None
     for name, body in raw.items():
         w = f"tenants.{name}"
-        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        if not isinstance(name, str):
+            try:
+                coerce(name, str, f"{w} (a tenant name)")
+            except ValueError as e:
+                add(str(e))
+            continue
+        if not _NAME_RE.fullmatch(name):
             add(f"{w}: a tenant name is letters, digits, . _ - (at most 63), e.g. team-a")
             continue
         body = {} if body is None else body

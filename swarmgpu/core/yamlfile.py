@@ -5,7 +5,9 @@ file, a config), so it is read as hostile input, bounded before anything is buil
 the text's size, the number of nodes once every alias is expanded (a 500-byte "billion
 laughs" file would otherwise become gigabytes downstream), nesting depth and recursive
 aliases. A key given twice in one mapping is refused too, as docker's and Kubernetes'
-YAML readers refuse it: PyYAML would silently keep the last one.
+YAML readers refuse it: PyYAML would silently keep the last one. A value its tag cannot
+read (``!!int abc``, an integer of 5,000 digits) is an error at its line, not PyYAML's
+ValueError.
 
 Plain scalars resolve as docker/cli's reader (go-yaml v2) resolves them, not as YAML 1.1
 does in full: ``12:30`` is text, not the base-60 number 750; a timestamp is its text, not
@@ -17,6 +19,8 @@ Swarm rewritten, in env and labels that are not swarmgpu's.
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +97,7 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
         if node is None:
             return None, {}
         lines: Lines = {}
-        _check_tree(node, what, error, lines)
+        _check_tree(node, what, error, lines, loader)
         return loader.construct_document(node), lines
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -112,11 +116,62 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines) -> None:
-    """Refuse what would blow up once built; record every key's line. Iterative (the
-    depth is checked, not left to Python's stack) and linear in the distinct nodes: an
-    alias is a second reference to a node already composed, whose expanded size is
-    known once (``sizes``)."""
+def _scalar(loader: yaml.SafeLoader, node: yaml.ScalarNode, what: str,
+            error: type[Exception]) -> Any:
+    """The node's value, built once (``construct_document`` reuses it). PyYAML's
+    constructors raise what they meet (ValueError for ``!!int abc`` or 5,000 digits,
+    KeyError for ``!!bool maybe``, AttributeError for ``!!timestamp x``): the line here."""
+    if node.tag == "tag:yaml.org,2002:merge":
+        return None  # ``<<``: no value of its own; SafeLoader merges what it names
+    try:
+        return loader.construct_object(node)
+    except yaml.YAMLError:
+        raise
+    except (ArithmeticError, LookupError, ValueError, TypeError, AttributeError):
+        tag = "!!" + node.tag.rsplit(":", 1)[-1] if node.tag.startswith("tag:yaml.org,") \
+            else node.tag
+        text = node.value if len(node.value) <= 40 else node.value[:40] + "..."
+        limit = sys.get_int_max_str_digits()
+        why = f", more than {limit} digits" if limit and len(node.value) > limit else ""
+        raise error(f"{what}: the value at line {node.start_mark.line + 1} ({text!r}) cannot "
+                    f"be read as {tag}{why}; quote it (with no !! tag) if it is text") from None
+
+
+def _one_key_once_read(k: yaml.ScalarNode, value: Any, read: dict[Any, tuple[yaml.ScalarNode, Any]],
+                       what: str, error: type[Exception]) -> None:
+    """Refuse a key that is an earlier one of its mapping once read: ``01``, ``0x1``,
+    ``1.0`` and ``true`` are the number 1 (one dict key: PyYAML kept the last value
+    silently), and ``1`` is ``"1"`` to every reader that names keys by their text.
+    ``read``: each earlier key (node, value) by its value and by ``("text", str(value))``."""
+    if not isinstance(value, Hashable):
+        return  # PyYAML refuses an unhashable key itself
+    text = ("text", str(value))
+    hit = read.get(value, read.get(text))
+    if hit is None:
+        read.setdefault(value, (k, value))
+        read.setdefault(text, (k, value))
+        return
+    other, was = hit
+    same = repr(was) if value == was else f"{str(value)!r}, as text"
+    fix = "write it once" if other.value == k.value else \
+        "write it once, or quote both if they are two names"
+    raise error(f"{what}: keys {_as_written(other)} (line {other.start_mark.line + 1}) and "
+                f"{_as_written(k)} (line {k.start_mark.line + 1}) are one key once read "
+                f"({same}); {fix}")
+
+
+def _as_written(k: yaml.ScalarNode) -> str:
+    """A key as the file has it: plain, or in its quotes (control characters escaped)."""
+    text = repr(k.value)[1:-1]
+    return text if k.style in (None, "") else f"{k.style}{text}{k.style}"
+
+
+def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines,
+                loader: yaml.SafeLoader) -> None:
+    """Refuse what would blow up once built, or could not be; record every key's line.
+    Iterative (the depth is checked, not left to Python's stack) and linear in the
+    distinct nodes: an alias is a second reference to a node already composed, whose
+    expanded size is known once (``sizes``)."""
     sizes: dict[int, int] = {}
     open_: set[int] = set()
     # (node, depth, path or None for a node reached again through an alias)
@@ -143,8 +198,11 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                         f"{node.start_mark.line + 1}; not read")
         open_.add(key)
         stack.append((node, depth, path, True))
-        if isinstance(node, yaml.MappingNode):
+        if isinstance(node, yaml.ScalarNode):
+            _scalar(loader, node, what, error)
+        elif isinstance(node, yaml.MappingNode):
             seen: dict[tuple[str, str], int] = {}
+            read: dict[Any, tuple[yaml.ScalarNode, Any]] = {}  # _one_key_once_read
             for k, v in node.value:
                 sub: tuple[Any, ...] | None = None
                 if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
@@ -153,6 +211,7 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                         raise error(f"{what}: key {k.value!r} given twice in one mapping "
                                     f"(lines {seen[k.tag, k.value]} and {line}); keep one")
                     seen[k.tag, k.value] = line
+                    _one_key_once_read(k, _scalar(loader, k, what, error), read, what, error)
                     if path is not None:
                         sub = (*path, k.value)
                         lines.setdefault(sub, line)

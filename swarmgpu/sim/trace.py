@@ -8,15 +8,25 @@ deletion_time,scheduled_time``) or the 5-column form (``name,...,gpu_milli``).
 from __future__ import annotations
 
 import csv
+import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
 from swarmgpu.core.peertext import escaped
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+
+# A list is read whole (the replay and the derivation need every row), so it is bounded
+# while it is read, before a huge file takes the memory (docs/simulate.md, "Input files").
+MAX_ROWS = 1_000_000  # openb's lists: ~8,000 pods, 1,213 nodes; load500 derives 36,396
+MAX_TEXT = 256 * 1024 * 1024  # characters; 1,000,000 openb rows are ~70 MB
+MAX_LINE = 64 * 1024  # characters in a line; openb's longest has 119
+MAX_COLUMNS = 64  # each row is a dict of every column; openb's have 11
 
 
 class TraceError(ValueError):
@@ -56,15 +66,19 @@ def read_csv(path: str | Path, required: tuple[str, ...],
              expected: str = "") -> tuple[list[str], list[dict[str, str]]]:
     """An openb CSV as (header, rows), the header holding ``required`` once each;
     ``TraceError`` naming the file and the fix otherwise (``expected``: what the file
-    should be, for the missing-column error). ``simulate`` and ``simulate-derive`` read
-    with it."""
+    should be, for the missing-column error). ``simulate``, ``simulate-derive`` and the
+    benchmarks read with it; ``MAX_ROWS``, ``MAX_TEXT``, ``MAX_LINE`` and ``MAX_COLUMNS``
+    bound it while it reads."""
     p = Path(path)
     try:
         # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide
         # the first column's name.
         with p.open(newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
+            reader = csv.DictReader(_lines(fh, p))
             header = list(reader.fieldnames or [])
+            if len(header) > MAX_COLUMNS:
+                raise TraceError(f"{p}: {len(header)} columns; at most {MAX_COLUMNS} (openb's "
+                                 "have 11): is it a pod list?")
             missing = [c for c in required if c not in header]
             if missing:
                 raise TraceError(f"{p}: missing column(s) {missing}; expected "
@@ -75,7 +89,15 @@ def read_csv(path: str | Path, required: tuple[str, ...],
             if twice:
                 raise TraceError(f"{p}: column(s) {twice} more than once in the header; "
                                  "keep one of each")
-            return header, list(reader)
+            rows: list[dict[str, str]] = []
+            for row in reader:
+                if len(rows) == MAX_ROWS:
+                    raise TraceError(f"{p}: more than {MAX_ROWS:,} rows; not read (simulate "
+                                     f"takes at most {MAX_ROWS:,} pods or nodes; openb's lists "
+                                     "have about 8,000): give a shorter list, e.g. a sample "
+                                     "of this one")
+                rows.append(row)
+            return header, rows
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
     except UnicodeDecodeError as e:
@@ -83,6 +105,25 @@ def read_csv(path: str | Path, required: tuple[str, ...],
                          "save it as UTF-8") from e
     except csv.Error as e:
         raise TraceError(f"{p}: not a CSV file ({e})") from e
+
+
+def _lines(fh: TextIO, p: Path) -> Iterator[str]:
+    """The file's lines for the CSV reader, refused past ``MAX_LINE`` or ``MAX_TEXT``
+    as they are read: a line is never read whole before it is measured."""
+    total = 0
+    for n in itertools.count(1):
+        line = fh.readline(MAX_LINE + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE:
+            raise TraceError(f"{p}:{n}: a line longer than {MAX_LINE:,} characters; not read "
+                             "(openb's lines have about 100): is it a pod list?")
+        total += len(line)
+        if total > MAX_TEXT:
+            raise TraceError(f"{p}: more than {MAX_TEXT:,} characters "
+                             f"({MAX_TEXT / 2**20:g} MiB); not read (1,000,000 openb rows are "
+                             "about 70 MB): give a shorter list, e.g. a sample of this one")
+        yield line
 
 
 def _int(row: dict[str, str], col: str, where: str, default: int | None = None) -> int:
