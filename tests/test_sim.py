@@ -390,3 +390,22 @@ def test_a_line_or_header_too_long_is_refused_before_it_is_split(tmp_path: Path)
                           + [f"c{i}" for i in range(60)]) + "\n")
     err, _ = _peak(lambda: load_pods(f))
     assert str(err) == f"{f}: 65 columns; at most 64 (openb's have 11): is it a pod list?"
+
+
+def test_a_row_with_more_or_fewer_fields_than_the_header_is_refused(tmp_path: Path) -> None:
+    # DictReader put a row's extra fields under None (dropped unseen) and filled a short
+    # row's missing columns with None, read as empty: a shifted column read as another.
+    f = tmp_path / "pods.csv"
+    head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+    f.write_text(head + "p1,1000,100,1,1000\np2,1000,100,1,1000,7\n")
+    with pytest.raises(TraceError) as err:
+        load_pods(f)
+    assert str(err.value) == (f"{f}:3: 6 fields where the header has 5; give each row one "
+                              "field per column")
+    f.write_text(head + "p1,1000,100,1\n")
+    with pytest.raises(TraceError) as err:
+        load_pods(f)
+    assert str(err.value) == (f"{f}:2: 4 fields where the header has 5; give each row one "
+                              "field per column")
+    f.write_text(head + "p1,1000,100,1,1000\n\np2,1000,100,0,0\n")  # a blank line is no row
+    assert [p.name for p in load_pods(f)] == ["p1", "p2"]

@@ -96,6 +96,13 @@ def read_csv(path: str | Path, required: tuple[str, ...],
                                      f"takes at most {MAX_ROWS:,} pods or nodes; openb's lists "
                                      "have about 8,000): give a shorter list, e.g. a sample "
                                      "of this one")
+                # DictReader files extra fields under None and fills missing ones with
+                # None: which column a value was meant for is a guess.
+                if None in row or None in row.values():
+                    extra = row.get(None) or ()
+                    got = len(header) - sum(row.get(c) is None for c in header) + len(extra)
+                    raise TraceError(f"{p}:{reader.line_num}: {got} fields where the header "
+                                     f"has {len(header)}; give each row one field per column")
                 rows.append(row)
             return header, rows
     except OSError as e:
