@@ -770,3 +770,13 @@ def test_a_name_that_is_not_text_is_refused_not_read_as_text(tmp_path: Path, tex
     with pytest.raises(ConfigError) as e:
         _cfg(tmp_path, text + "\n")
     assert any(says in err for err in e.value.errors), e.value.errors
+
+
+@pytest.mark.parametrize("name", ["a b", "-x", "team/a", "é", "x" * 64])
+def test_a_queue_no_label_can_name_is_refused(tmp_path: Path, name: str) -> None:
+    # A queue named "a b" was accepted, and no swarmgpu.queue label could ever ask for it.
+    with pytest.raises(ConfigError) as e:
+        _cfg(tmp_path, f"queues: {{'{name}': {{max: 4}}}}\n")
+    assert any(f"queues.{name}: a queue name is what a swarmgpu.queue label can carry"
+               in err for err in e.value.errors), e.value.errors
+    _cfg(tmp_path, "queues: {research.v2_a-1: {max: 4}}\n")  # what a label can carry

@@ -24,7 +24,7 @@ from swarmgpu.core.configvalues import FromEnv, coerce, locate_in
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
-from swarmgpu.core.tenants import parse_tenants
+from swarmgpu.core.tenants import NAME_RE, parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
 
@@ -226,6 +226,11 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
         # A name is swarmgpu.queue's text: 1 is refused, not read as "1" (a queue no
         # check had seen, beside a "1" it would have replaced).
         coerce(name, str, f"{name} (a queue name)")
+        if not NAME_RE.fullmatch(name):
+            # No swarmgpu.queue label could name it: a queue no service can ask for.
+            raise ValueError(f"{name}: a queue name is what a swarmgpu.queue label can carry: "
+                             "letters, digits, . _ - (at most 63, first a letter or digit), "
+                             "e.g. research")
         if not isinstance(q, Mapping) or set(q) - {"guaranteed", "max"}:
             raise ValueError(f"{name}: expected {{guaranteed: GPUs, max: GPUs}}, got {q!r}")
         for key in ("guaranteed", "max"):

@@ -24,7 +24,8 @@ STACK_LABEL = "com.docker.stack.namespace"  # set by `docker stack deploy` from 
 KEYS = ("stacks", "services", "max_priority", "may_opt_out", "queues", "guaranteed", "max",
         "preemptions_per_hour")
 MAX_PRIORITY = 999_999  # the largest priority a label can give (requests._PRIO_RE)
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}", re.ASCII)
+# A tenant or queue name: what a swarmgpu.queue label may carry (requests.py) too.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}", re.ASCII)
 # Names Swarm allows for stacks and services, with fnmatch's * ? [...] and [!...].
 _GLOB_RE = re.compile(r"(?:[A-Za-z0-9_.\-*?]|\[!?[A-Za-z0-9_.\-]+\])+", re.ASCII)
 MAX_GLOB = 128
@@ -116,7 +117,7 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
             except ValueError as e:
                 add(str(e))
             continue
-        if not _NAME_RE.fullmatch(name):
+        if not NAME_RE.fullmatch(name):
             add(f"{w}: a tenant name is letters, digits, . _ - (at most 63), e.g. team-a")
             continue
         body = {} if body is None else body
