@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from support.gpu_nodes import RTX4090
 
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.audit import audit, exit_code, render_table
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
@@ -73,6 +74,41 @@ def test_a_gpu_node_whose_agent_is_lost_beyond_the_grace_is_failing() -> None:
     assert f.subject == "gpu-node-2" and not f.advisory
     assert f.message.startswith("its agent has not answered for 300s; check the node")
     assert kinds(audit(s, saved_agents={"n1": {"failing_since": 1.0}})) == {"unreachable"}
+
+
+def test_a_node_whose_gpus_cannot_be_read_is_reported_not_drift() -> None:
+    # NVML cannot initialise (a driver/library mismatch after a driver upgrade) or its
+    # GPU count fails: the agent answers with no GPU and says why. Label sync keeps the
+    # labels; audit says why they cannot be checked (not "count is '8', facts say '0'")
+    # and needs action, as an unreachable agent does.
+    for facts in (
+        NodeFacts(hostname="gpu-node-2",
+                  errors=("nvml: cannot initialise NVML (NVMLError_LibNvmlVersionMismatch)",)),
+        NodeFacts(hostname="gpu-node-2", driver_version="550.54.15",
+                  errors=("nvml: nvmlDeviceGetCount failed; no GPUs can be listed",
+                          "nvml: 2 GPU pair link(s) unknown; reported as SYS")),
+    ):
+        n = node(desired_labels(FACTS))
+        s = Snapshot([n], [], [], {"n1": FactsResult("n1", n.hostname, "https://x/facts",
+                                                     facts, None, 0.0)})
+        found = audit(s)
+        (f,) = found
+        assert f.kind == "gpus-unread" and not f.advisory and exit_code(found) == 1
+        assert f.message.startswith(f"its GPUs cannot be read: {facts.errors[0]}")
+        assert "run swarmgpu doctor on the node" in f.message
+        assert ("labels kept as they are (swarmgpu.gpu.count=8, swarmgpu.gpu.product="
+                "NVIDIA-GeForce-RTX-4090)") in f.message
+        assert f.actual == facts.errors[0]
+        table = render_table(found, s, "swarmgpu.")
+        assert "gpu-node-2       worker   gpus-unread  8     kept" in table
+        assert "[gpus-unread] gpu-node-2: its GPUs cannot be read" in table
+    assert "(and 1 more)" in f.message
+    # A node with none of label sync's labels yet: none is written until it can
+    bare = node({})
+    s = Snapshot([bare], [], [], {"n1": FactsResult("n1", bare.hostname, "https://x/facts",
+                                                    facts, None, 0.0)})
+    (f,) = audit(s)
+    assert f.kind == "gpus-unread" and "no swarmgpu label yet" in f.message
 
 
 def test_generic_resources_missing_or_different() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from loguru import logger
+from prometheus_client import generate_latest
 from support.forged import R4090_F, RecordingSwarm, sw_node
 from support.write_paths import svc
 
@@ -89,6 +90,8 @@ def test_a_node_whose_gpus_cannot_be_read_keeps_its_labels(tmp_path: Path, logs:
                 )
                 assert sw.node(NID).labels == before and sw.calls == []
                 assert metrics.held_changes._value.get() == 0
+                assert metrics.nodes_gpus_unread._value.get() == 1
+                assert metrics.agents_unreachable._value.get() == 0  # it answered
                 (err,) = report.errors
                 assert err.startswith(f"{HOST}: ") and facts.errors[0] in err
                 assert any(
@@ -111,6 +114,22 @@ def test_a_node_that_lists_no_gpu_without_an_error_is_labelled_so(tmp_path: Path
     # Zero GPUs and no error is an answer (the GPUs were taken out): count=0, the rest
     # of label sync's labels removed, the user's kept.
     sw = _labelled(running=False)
-    report, _ = _cycle(sw, tmp_path, _facts(NodeFacts(hostname=HOST)))
+    report, metrics = _cycle(sw, tmp_path, _facts(NodeFacts(hostname=HOST)))
     assert sw.node(NID).labels == {f"{P}gpu.count": "0", "zone": "a"}
     assert report.writes == 1 and report.errors == []
+    assert metrics.nodes_gpus_unread._value.get() == 0
+
+
+def test_the_gpus_unread_gauge_falls_when_the_agent_lists_its_gpus_again(
+    tmp_path: Path,
+) -> None:
+    # set each cycle, not counted up: a node whose agent reads NVML again leaves it
+    sw = _labelled(running=False)
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    metrics = DaemonMetrics()
+    sync = LabelSync(sw, cfg, metrics, AgentBook())  # type: ignore[arg-type]
+    for facts, want in ((NodeFacts(hostname=HOST, errors=(MISMATCH,)), 1), (R4090_F, 0)):
+        sync.cycle(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {NID: _facts(facts)}))
+        assert metrics.nodes_gpus_unread._value.get() == want
+    text = generate_latest(metrics.registry).decode()
+    assert "# HELP swarmgpu_nodes_gpus_unread Nodes whose agent answers" in text

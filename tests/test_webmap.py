@@ -168,6 +168,59 @@ def test_cluster_failure_becomes_an_error_document() -> None:
     assert doc["error"] == "docker API unreachable"
 
 
+NVML_ERR = "nvml: cannot initialise NVML (NVMLError_LibNvmlVersionMismatch)"
+
+
+def _gpus_unread_doc() -> Doc:
+    """The cluster document of one node whose agent answers with no GPU and an error
+    (NVML cannot initialise: a driver/library mismatch after an upgrade), its labels
+    those of its 8 RTX 4090s."""
+    from support.gpu_nodes import RTX4090
+
+    from swarmgpu.core.model import NodeFacts
+    from swarmgpu.manager.nodes.agent_client import FactsResult
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.web.cluster_view import build_cluster
+    from swarmgpu.swarm.client import SwarmNode
+    from swarmgpu.swarm.labels import desired_labels
+
+    facts = NodeFacts(hostname="gpu-node-2", driver_version="550.54.15", errors=(NVML_ERR,))
+    node = SwarmNode(id="n1", hostname="gpu-node-2", addr="10.0.0.2", role="worker",
+                     state="ready", availability="active",
+                     labels=desired_labels(RTX4090.facts()), engine_labels={}, version=1,
+                     generic_resources={}, discrete_resources={})
+    res = FactsResult("n1", "gpu-node-2", "https://10.0.0.2:9401/facts", facts, None, 5.0)
+    return build_cluster(Snapshot([node], [], [], {"n1": res}), None)
+
+
+def test_a_node_whose_gpus_cannot_be_read_is_shown_so_not_drift() -> None:
+    """The map says the GPUs cannot be read, with the error and the fix and the labels
+    as they stand (label sync keeps them), not a node drifting to 0 GPUs."""
+    from swarmgpu.manager.web.cluster_view import render_status
+
+    doc = _gpus_unread_doc()
+    (n,) = doc["nodes"]
+    assert n["labels_state"] == "gpus-unread" and n["drift"] == []
+    assert "swarmgpu.gpu.count=8" in n["labels_kept"]
+    assert n["gpu_count"] is None and n["gpus"] == []  # unknown, not 0
+    agent = n["agent"]
+    assert agent["status"] == "gpus-unread" and agent["last_ok"] == 5.0
+    assert agent["error"] == agent["cause"] == f"its GPUs cannot be read: {NVML_ERR}"
+    assert "run swarmgpu doctor on the node" in agent["fix"]
+    text = render_status(doc)
+    assert f"agent gpus-unread (its GPUs cannot be read: {NVML_ERR}), labels gpus-unread" in text
+    assert "  labels kept as they are: swarmgpu.gpu.count=8" in text
+    assert "run swarmgpu doctor on the node" in text and "0x" not in text
+    # the header counts it with the nodes whose labels need a look, as the page does
+    assert webmap.summary_counts(doc)["drifted"] == 1
+    assert webmap.light_doc(doc)["nodes"][0]["labels_state"] == "gpus-unread"
+    js = (WEB / "app.js").read_text()
+    assert '"gpus-unread": ["bad", "✕", "GPUs cannot be read"]' in js
+    drifted = re.search(r"const isDrifted = \(n\) => \[([^\]]*)\]", js)
+    assert drifted is not None
+    assert re.findall(r'"([^"]+)"', drifted.group(1)) == list(webmap.DRIFTED)
+
+
 def test_assets_are_offline_and_never_inject_html() -> None:
     js = (WEB / "app.js").read_text()
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
@@ -729,6 +782,27 @@ def test_over_share_badge_and_filter(
     assert 'title="uses 17400 MiB, share 12282 MiB"' in dom and "over share" in dom
     dom = dump_dom(chromium, srv.url + "?view=fleet")
     assert re.search(r'class="cell a-part x-over"[^>]*data-key="gpu-node-3/2"', dom)
+
+
+def test_a_node_whose_gpus_cannot_be_read_has_its_card(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    def with_unread() -> Doc:
+        doc = sample()
+        (n,) = _gpus_unread_doc()["nodes"]
+        doc["nodes"].append({**n, "id": "n9", "hostname": "gpu-node-9"})
+        return doc
+
+    srv = serve(with_unread)
+    dom = dump_dom(chromium, srv.url + "?state=drifted")
+    card = re.search(r'<article class="node no-gpu ls-gpus-unread"[^>]*data-node="gpu-node-9"'
+                     r".*?</article>", dom)
+    assert card is not None
+    text = text_of(card.group(0))
+    assert "✕ GPUs cannot be read GPUs cannot be read · driver 550.54.15" in text
+    assert "No GPUs" not in text and "drifted" not in text
+    assert f"agent: its GPUs cannot be read: {NVML_ERR}" in text
+    assert "kept: swarmgpu.gpu.count=8" in text
 
 
 def test_ungranted_gpu_access_panel_and_summary(

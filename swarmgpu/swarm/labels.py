@@ -255,6 +255,17 @@ def _services_constraints(
     return out
 
 
+# What to do about it: doctor checks the driver, NVML and the runtime the agent reads.
+GPUS_UNREAD_FIX = "run swarmgpu doctor on the node and fix what it fails"
+
+
+def gpus_unread_why(facts: NodeFacts) -> str:
+    """Why a node's GPUs cannot be read (``NodeFacts.gpus_unread``), as label sync, audit
+    and the map say it: the first error; the agent's others are logged each (sync.py)."""
+    more = f" (and {len(facts.errors) - 1} more)" if len(facts.errors) > 1 else ""
+    return f"its GPUs cannot be read: {facts.errors[0]}{more}"
+
+
 def plan_node_labels(
     node: SwarmNode,
     facts: NodeFacts | None,
@@ -279,15 +290,8 @@ def plan_node_labels(
             node.id, node.hostname, skipped=facts_error or "no facts from the agent"
         )
     if facts.gpus_unread:
-        # The first error says why; the agent's others are logged each (sync.py).
-        more = f" (and {len(facts.errors) - 1} more)" if len(facts.errors) > 1 else ""
         return NodeLabelPlan(
-            node.id,
-            node.hostname,
-            skipped=(
-                f"its GPUs cannot be read: {facts.errors[0]}{more}; fix its agent's GPU "
-                "source (run swarmgpu doctor on the node)"
-            ),
+            node.id, node.hostname, skipped=f"{gpus_unread_why(facts)}; fix: {GPUS_UNREAD_FIX}"
         )
     want = desired_labels(facts, prefix)
     have = {k: v for k, v in node.labels.items() if owned_by_label_sync(k, prefix)}

@@ -23,14 +23,19 @@ from swarmgpu.manager.nodes.sync import Snapshot, gpu_hint
 from swarmgpu.manager.services.requests import parse_all as parse_request_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import parse_all
-from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
+from swarmgpu.swarm.labels import (
+    GPUS_UNREAD_FIX,
+    desired_labels,
+    gpus_unread_why,
+    owned_by_label_sync,
+)
 
 __all__ = ["GPU_RESOURCE_KINDS", "Finding", "audit", "exit_code"]
 
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # missing | wrong | stale | unreachable | unusable-key | dangling-constraint ...
+    kind: str  # missing | wrong | stale | unreachable | gpus-unread | unusable-key ...
     subject: str  # node hostname or service name
     message: str
     key: str | None = None
@@ -139,6 +144,12 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
                 f"fix: {res.fix}", actual=res.cause,
             ))
         return out
+    if res.facts.gpus_unread:
+        # Facts that list no GPU and say why tell nothing of the node's GPUs: label
+        # sync keeps its labels (swarm.labels), so they are not drift; the agent's
+        # error is what needs action, as an unreachable agent's would.
+        out.append(_gpus_unread(h, res.facts, ours, prefix))
+        return out
     want = desired_labels(res.facts, prefix)
     for k, v in sorted(want.items()):
         if k not in ours:
@@ -155,6 +166,17 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
                                   node.discrete_resources, res.facts, generic_resource_kind))
     out.extend(_health_findings(h, res.facts, node_lost_grace_s))
     return out
+
+
+def _gpus_unread(host: str, facts: Any, ours: Mapping[str, str], prefix: str) -> Finding:
+    """A node whose agent cannot list its GPUs, with the labels it keeps."""
+    shown = [f"{k}={ours[k]}" for k in (f"{prefix}gpu.count", f"{prefix}gpu.product")
+             if k in ours]
+    kept = (f"labels kept as they are ({', '.join(shown)})" if shown
+            else "labels kept as they are" if ours
+            else "no swarmgpu label yet; none is written until it lists its GPUs")
+    return Finding("gpus-unread", host, f"{gpus_unread_why(facts)}; {kept}; fix: {GPUS_UNREAD_FIX}",
+                   actual=facts.errors[0])
 
 
 def _service_findings(svc: SwarmService, prefix: str, generic_resource_kind: str,
@@ -303,10 +325,10 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
     for n in nodes:
         res = snap.facts.get(n.id)
         kinds = {f.kind for f in by_subject.get(n.hostname, [])}
-        agent = "ok" if res and res.facts else "none" if not kinds & {
-            "unreachable", "unreadable"} else "unreadable" if res and res.listening \
-            else "unreachable"
-        label_state = "drifted" if any(
+        agent = "gpus-unread" if "gpus-unread" in kinds else "ok" if res and res.facts \
+            else "none" if not kinds & {"unreachable", "unreadable"} \
+            else "unreadable" if res and res.listening else "unreachable"
+        label_state = "kept" if agent == "gpus-unread" else "drifted" if any(
             f.kind in ("missing", "wrong", "stale") for f in by_subject.get(n.hostname, [])
         ) else ("in-sync" if res and res.facts else "-")
         gpus = n.labels.get(f"{prefix}gpu.count", "-")

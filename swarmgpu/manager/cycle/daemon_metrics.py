@@ -33,6 +33,12 @@ class DaemonMetrics:
             "swarmgpu_agents_unreachable", "Nodes whose agent did not answer this cycle",
             registry=r,
         )
+        self.nodes_gpus_unread = Gauge(
+            "swarmgpu_nodes_gpus_unread",
+            "Nodes whose agent answers but cannot list their GPUs (NVML cannot initialise, "
+            "its GPU count failed) this cycle; their labels are left as they are",
+            registry=r,
+        )
         self.identity_off = Gauge(
             "swarmgpu_agents_identity_off",
             "1 when agents are read without a checked identity (agents.identity: none)",

@@ -150,7 +150,7 @@ class LabelSync:
         except OSError as exc:
             logger.warning("cannot save GPU health to {}: {}", self.cfg.state_dir, exc)
         prefix = self.cfg.sync.prefix
-        unreachable = held = 0
+        unreachable = unread = held = 0
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]] = []
         for node in snapshot.nodes:
             log = logger.bind(node=node.hostname)
@@ -183,6 +183,7 @@ class LabelSync:
             )
             report.plans.append(plan)
             if plan.skipped:  # its GPUs cannot be read: left as they are, as unreachable
+                unread += 1
                 log.warning("{}; labels left as they are", plan.skipped)
                 report.errors.append(f"{node.hostname}: {plan.skipped}")
                 continue
@@ -198,6 +199,7 @@ class LabelSync:
             self._write_now(todo, snapshot, report)
         self._warn_uuid_conflicts(snapshot)
         self.metrics.agents_unreachable.set(unreachable)
+        self.metrics.nodes_gpus_unread.set(unread)
         self.metrics.held_changes.set(held)
         off = self.cfg.agents.identity == "none"
         self.metrics.identity_off.set(1 if off else 0)

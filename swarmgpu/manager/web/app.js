@@ -165,6 +165,8 @@
     drifted: ["warn", "!", "Labels drifted"],
     "agent-stale": ["bad", "✕", "Agent stale"],
     "agent-unreadable": ["bad", "✕", "Agent unreadable"],
+    // the agent answers but cannot list the GPUs (NVML): labels kept, not drift
+    "gpus-unread": ["bad", "✕", "GPUs cannot be read"],
     "no-agent": ["muted", "–", "No agent"],
   };
 
@@ -221,7 +223,7 @@
   // An application's XID (xid_effect "none": 13, 31, 43...) leaves the GPU fine (docs/health.md).
   const isSick = (g) => g.healthy === false || (known(g.xid) && g.xid > 0 && g.xid_effect !== "none") || (known(g.ecc_dbe) && g.ecc_dbe > 0);
   const isOverShare = (g) => shareSum(g) > 1000 || (g.holders || []).some((x) => x.over_share || (x.badges || []).some((b) => b && b.text === "over-share"));
-  const isDrifted = (n) => ["drifted", "agent-stale", "agent-unreadable"].includes(n.labels_state);
+  const isDrifted = (n) => ["drifted", "agent-stale", "agent-unreadable", "gpus-unread"].includes(n.labels_state);
 
   function gpuServices(gpu) {
     const names = (gpu.holders || []).map((x) => x.service);
@@ -621,6 +623,7 @@
     const agent = node.agent || {};
     const lines = [...drift];
     if (agent.error) lines.unshift(`agent: ${agent.error}`);
+    for (const l of node.labels_kept || []) lines.push(`kept: ${l}`);
     if (!lines.length) return null;
     const key = `drift/${node.hostname}`;
     const d = h(
@@ -649,6 +652,7 @@
     const used = gpus.filter(gpuHeld).length;
     const lay = layoutGroups(node);
     const facts = [];
+    if (node.labels_state === "gpus-unread") facts.push("GPUs cannot be read");
     if (node.product) facts.push(`${node.gpu_count ?? gpus.length} × ${node.product}`);
     if (node.driver_version) facts.push(`driver ${node.driver_version}`);
     if (node.cuda_driver_version) facts.push(`CUDA ${node.cuda_driver_version}`);

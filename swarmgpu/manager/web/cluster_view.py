@@ -22,7 +22,12 @@ from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.rebalance.scrape import scrape_all
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import scrape_auth
-from swarmgpu.swarm.labels import desired_labels, owned_by_label_sync
+from swarmgpu.swarm.labels import (
+    GPUS_UNREAD_FIX,
+    desired_labels,
+    gpus_unread_why,
+    owned_by_label_sync,
+)
 
 SCHEMA = "swarmgpu.cluster/v1"
 
@@ -138,10 +143,14 @@ def build_cluster(
             "availability": n.availability, "addr": n.addr, "agent": agent,
             "zone": n.labels.get(zone_label) or None,
             "labels_state": labels_state, "drift": drift,
+            # what its GPUs cannot be read against: label sync's labels as they stand
+            **({"labels_kept": _ours(n, prefix)} if labels_state == "gpus-unread" else {}),
             "driver_version": facts.driver_version if facts else None,
             "cuda_driver_version": facts.cuda_driver_version if facts else None,
             "product": facts.gpus[0].product if facts and facts.gpus else None,
-            "gpu_count": len(facts.gpus) if facts else 0,
+            # unknown (None) when the agent cannot list them: not "0 GPUs"
+            "gpu_count": None if facts and facts.gpus_unread else len(facts.gpus) if facts
+            else 0,
             "gpus": gpus_out,
             "links": [list(r) for r in facts.links] if facts else [],
             "groups": _groups(facts) if facts else [],
@@ -164,6 +173,14 @@ def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str,
     """A node's agent as the map shows it, and its labels' state with the drift."""
     facts = res.facts if res else None
     ours = {k: v for k, v in n.labels.items() if owned_by_label_sync(k, prefix)}
+    if facts is not None and facts.gpus_unread:
+        # The agent answers but cannot list the GPUs: label sync keeps the labels
+        # (swarm.labels), so they are not drift against 0 GPUs; the error is the news.
+        why = gpus_unread_why(facts)
+        return ({"status": "gpus-unread", "error": why,
+                 "last_ok": res.fetched_at if res else None, "failing_since": None,
+                 "url": res.url if res else "", "cause": why, "fix": GPUS_UNREAD_FIX},
+                "gpus-unread", [])
     if facts is not None:
         agent = {"status": "ok", "error": None, "last_ok": res.fetched_at if res else None,
                  "failing_since": None}
@@ -185,6 +202,11 @@ def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str,
                 "agent-unreadable", [])
     return ({"status": "none", "error": None, "last_ok": None, "failing_since": None},
             "no-agent", [])
+
+
+def _ours(n: SwarmNode, prefix: str) -> list[str]:
+    """Label sync's labels on a node, as ``key=value``."""
+    return [f"{k}={v}" for k, v in sorted(n.labels.items()) if owned_by_label_sync(k, prefix)]
 
 
 class _Holders:
@@ -434,6 +456,10 @@ def render_status(doc: Mapping[str, Any]) -> str:
             lines.append(f"  agent at {agent['url']}: {agent.get('cause') or agent['status']}")
             if agent.get("fix"):
                 lines.append(f"  fix: {agent['fix']}")
+        if agent.get("status") == "gpus-unread":
+            kept = ", ".join(n.get("labels_kept") or []) or "none yet"
+            lines.append(f"  labels kept as they are: {kept}")
+            lines.append(f"  fix: {agent.get('fix')}")
         for g in n["gpus"]:
             used = g["memory_used_mib"]
             mem = f"{used if used is not None else '?'}/{g['memory_mib']} MiB"

@@ -148,7 +148,7 @@ def _root_number(name: str) -> float:
 # style.css's line, as app.js isHot reads it.
 HOT_UTIL_PCT = _root_number("--hot-util-pct")
 HOT_TEMP_C = _root_number("--hot-temp-c")
-DRIFTED = ("drifted", "agent-stale", "agent-unreadable")
+DRIFTED = ("drifted", "agent-stale", "agent-unreadable", "gpus-unread")
 
 
 def summary_counts(doc: dict[str, Any]) -> dict[str, int]:
