@@ -27,9 +27,13 @@ from swarmgpu.agent.server import (
     parse_listen,
     serve,
 )
+from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.metrics_in import parse_metrics
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.core.samples import GpuSample
+from swarmgpu.manager.nodes import boundedhttp
+from swarmgpu.manager.nodes.agent_client import fetch_facts
+from swarmgpu.swarm.client import SwarmNode
 
 FACTS = NodeFacts(
     hostname="node-a",
@@ -177,6 +181,53 @@ def test_a_request_line_is_logged_without_control_characters(
     assert logged, lines
     assert not any(c in ln for ln in logged for c in "\x1b\x07\x9b"), logged
     assert all(len(ln) < 1000 for ln in logged), [len(ln) for ln in logged]
+
+
+def _with_host(base: str, path: str, host: str, extra: str = "") -> bytes:
+    return raw(base, f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode())
+
+
+def test_without_credentials_only_a_host_it_serves_on_is_answered(
+        run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
+    # Plain HTTP without a token reads to anyone who reaches the port, a browser too: a
+    # page whose name is rebound to 127.0.0.1 (DNS rebinding) names its own Host.
+    srv, base = run_agent(Source(), refresh_s=60)
+    wait_for(lambda: srv.cache.view().facts is not None)
+    port = base.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", "LOCALHOST", f"localhost:{port}", "[::1]:9401",
+                 "10.0.0.7:9401", socket.gethostname(), "node-a:9401"):  # node-a: its facts
+        for path in ("/facts", "/metrics", "/healthz"):
+            assert _with_host(base, path, host).startswith(b"HTTP/1.1 200"), (host, path)
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.nip.io", "localhost.evil"):
+        for path in ("/facts", "/metrics", "/healthz"):
+            answer = _with_host(base, path, host)
+            assert answer.startswith(b"HTTP/1.1 421"), (host, path)
+            assert b"--allowed-hosts" in answer and b"GPU-aaaa" not in answer
+    # The daemon's client by name (agents.url_template with {hostname}), and a name the
+    # agent was told.
+    assert boundedhttp.get(f"http://localhost:{port}/facts", timeout_s=5,
+                           max_bytes=1 << 20).status == 200
+    srv.allowed_hosts |= {"gpu-7.cluster.example"}
+    assert _with_host(base, "/facts", "GPU-7.cluster.example.:9401").startswith(b"HTTP/1.1 200")
+    # A name the agent does not know: the daemon says which, and the fix.
+    srv.allowed_hosts = frozenset()
+    node = SwarmNode("n0", "node-a", "127.0.0.1", "worker", "ready", "active", {}, {}, 1,
+                     {}, {})
+    got = fetch_facts(node, AgentsConfig(port=int(port), identity="none",
+                                         url_template="http://localhost:{port}"))
+    assert got.facts is None and got.cause == "HTTP 421: host not served"
+    assert "--allowed-hosts" in (got.error or "") and "{addr}" in got.fix
+
+
+def test_a_token_or_certificate_makes_the_host_check_moot(
+        run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
+    # A browser cannot send the bearer token (nor a manager certificate): with one the
+    # agent answers whatever Host a proved caller names (a name behind a proxy, say).
+    srv, base = run_agent(Source(), refresh_s=60, token="s3cret")
+    wait_for(lambda: srv.cache.view().facts is not None)
+    bearer = "Authorization: Bearer s3cret\r\n"
+    assert _with_host(base, "/facts", "evil.example", bearer).startswith(b"HTTP/1.1 200")
+    assert _with_host(base, "/facts", "evil.example").startswith(b"HTTP/1.1 401")
 
 
 def test_oversized_request_line_and_headers(

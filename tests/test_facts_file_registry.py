@@ -54,6 +54,17 @@ def test_file_wrong_type_names_field(tmp_path: Path) -> None:
         FileSource(p).read()
 
 
+def test_file_with_one_gpu_index_twice_is_refused(tmp_path: Path) -> None:
+    # Two GPUs answering to index 3: a MIG choice or a hot-spot note naming GPU 3 would
+    # mean either (before: read as two GPUs 3).
+    data = _facts_dict()
+    data["gpus"][5]["index"] = 3  # type: ignore[index]
+    p = tmp_path / "node.yaml"
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(SourceError, match=r"node\.yaml.*index 3 .*gpus\[3\] and gpus\[5\]"):
+        FileSource(p).read()
+
+
 def test_file_not_yaml_or_missing(tmp_path: Path) -> None:
     p = tmp_path / "x.yaml"
     p.write_text("gpus: [\n")

@@ -144,6 +144,20 @@ def test_a_page_reporting_another_nodes_gpu_is_not_read_for_it() -> None:
                for w in warned), warned
 
 
+def test_a_page_naming_two_hosts_is_refused_whichever_sorts_first() -> None:
+    # A page carrying gpu-node-2's samples and another host's was judged by the host
+    # name that sorted first: accepted beside "zz-other", refused beside "aa-other".
+    n2 = node("n2", "gpu-node-2", {})
+    own = page(F2, {0: 5.0})
+    for other in ("aa-other", "zz-other"):
+        extra = page(dataclasses.replace(F1, hostname=other), {0: 100.0})
+        got = judge(n2, "https://x/metrics", own + extra, 0.0)
+        assert got.result is None, other
+        assert "'gpu-node-2'" in (got.error or "") and f"'{other}'" in (got.error or "")
+        assert "one host" in (got.error or "")
+    assert judge(n2, "https://x/metrics", own, 0.0).result is not None
+
+
 def test_audit_flags_the_node_that_reports_another_nodes_uuid() -> None:
     nodes = base_nodes()
     res = {n: FactsResult(n, f.hostname, "", f, None, 0.0)

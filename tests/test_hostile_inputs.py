@@ -211,6 +211,23 @@ def test_a_key_named_twice_is_this_agents_error(hostile: Callable[[Behaviour], i
     _clean_and_short(why)
     assert parse_json_bounded(text.encode()) == (good, None)
 
+def test_an_agent_naming_one_gpu_index_twice_is_refused_alone(
+        hostile: Callable[[Behaviour], int]) -> None:
+    """Two GPUs with index 0 in one agent's answer were taken as facts; now that node's
+    facts are refused, naming the index and the fix, and the other nodes are read."""
+    body = RTX4090.facts().to_dict()
+    body["gpus"][1]["index"] = body["gpus"][0]["index"]
+    bad = hostile(ok(json.dumps(body).encode()))
+    good = hostile(ok(GOOD))
+    cfg = replace(cfg_for(0), url_template="http://127.0.0.1:{port}")
+    res = {n: fetch_facts(node(p, n, RTX4090.hostname), replace(cfg, port=p))
+           for n, p in (("bad", bad), ("good", good))}
+    err = res["bad"].error or ""
+    assert res["bad"].facts is None and "GPU index 0 appears twice" in err, err
+    assert "gpus[0] and gpus[1]" in err and "fix:" in err
+    assert res["good"].facts is not None
+
+
 def test_redirect_not_followed_and_body_never_echoed(hostile: Callable[[Behaviour], int]
                                                      ) -> None:
     secret = b"INTERNAL-SECRET-PAGE"

@@ -35,11 +35,13 @@ from swarmgpu.core.httpguard import (
     Conn,
     GuardedServer,
     OneRequestHandler,
+    allowed_hosts,
+    host_allowed,
+    host_of,
     pick_victim,
 )
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agent_client import fetch_facts
-from swarmgpu.manager.web.webguard import allowed_hosts, host_allowed, host_of
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import ReloadingServerContext
 

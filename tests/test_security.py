@@ -258,7 +258,7 @@ def test_subprocess_argv_is_never_a_string() -> None:
 JUSTIFIED = {
     ("B104", "swarmgpu/agent/server.py"): "--listen :9401 (an empty host) means every interface, "
     "as asked; the default is loopback",
-    ("B104", "swarmgpu/manager/web/webguard.py"): "a comparison with '0.0.0.0', not a bind",
+    ("B104", "swarmgpu/core/httpguard.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/swarm/client.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/core/healthcheck.py"): "a comparison with '0.0.0.0', not a bind",
     ("B310", "swarmgpu/core/healthcheck.py"): "urlopen of the container's own http(s) "

@@ -20,6 +20,10 @@ certificate): ``/facts`` and ``/metrics`` with per-process series only a client 
 ``swarm-manager`` certificate of this node's own cluster (the daemon); ``/metrics``
 without per-process series a bearer token (``--token-file``: Prometheus); ``/healthz``
 anyone. Without TLS a token, when set, is required on ``/facts`` and ``/metrics``.
+Without either (``--identity none``, no token) a browser reads it too, so only a request
+naming an IP literal, localhost, this host's name (its own or its facts'), the listen
+address or ``--allowed-hosts`` is answered; any other ``Host`` is a DNS rebinding page's
+(421).
 
 Where the GPU values come from (the ``sampler``):
 
@@ -62,7 +66,15 @@ from loguru import logger
 
 from swarmgpu.agent.facts import FactSource
 from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
-from swarmgpu.core.httpguard import HEAD_DEADLINE_S, PLAIN, GuardedServer, OneRequestHandler
+from swarmgpu.core.httpguard import (
+    HEAD_DEADLINE_S,
+    PLAIN,
+    GuardedServer,
+    OneRequestHandler,
+    Throttle,
+    allowed_hosts,
+    host_allowed,
+)
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample
@@ -82,6 +94,7 @@ MAX_CONNECTIONS = 256
 DEFAULT_LISTEN = "127.0.0.1:9401"
 
 _log = logger.bind(component="agent")
+_HOST_REFUSED = Throttle()
 
 Sampler = Callable[[], list[GpuSample]]
 
@@ -306,6 +319,9 @@ class AgentServer(GuardedServer):
         # on rotation, and/or a bearer token required on /facts and /metrics.
         self.tls: ReloadingServerContext | None = None
         self.token: str | None = None
+        # Host names served without credentials (httpguard.host_allowed), besides IP
+        # literals and the facts' host name.
+        self.allowed_hosts: frozenset[str] = frozenset({"localhost"})
         super().__init__(address, _Handler)
 
     def shutdown(self) -> None:
@@ -448,8 +464,30 @@ class _Handler(OneRequestHandler):
             return (path == "/metrics" and bearer), False
         return token is None or bearer, True
 
+    def _host_served(self) -> bool:
+        """Whether the Host is one this agent serves on, where that matters: with TLS or a
+        token a caller proves itself with what a browser cannot send, but without either
+        a page whose name was rebound to this address (DNS rebinding) reads everything."""
+        srv = self.server
+        if srv.tls is not None or srv.token is not None:
+            return True
+        facts = srv.cache.view().facts
+        names = srv.allowed_hosts | ({facts.hostname.lower()} if facts else set())
+        return host_allowed(self.headers.get("Host"), names)
+
     def respond(self) -> None:
         path = self.path.split("?", 1)[0]
+        if not self._host_served():
+            if n := _HOST_REFUSED.due():
+                _log.warning("request for host {!r} refused (DNS rebinding?); if it is a name "
+                             "of this node, start the agent with --allowed-hosts NAME ({} "
+                             "such since the last line)", peer_text(self.headers.get("Host")
+                                                                   or "", 100), n)
+            self.send_answer(HTTPStatus.MISDIRECTED_REQUEST, PLAIN,
+                             b"host not served (DNS rebinding?); call the agent by IP address, "
+                             b"localhost or its host name, or start it with --allowed-hosts "
+                             b"NAME\n")
+            return
         allowed, per_process = self._access(path)
         if not allowed:
             if self.server.token is not None and path == "/metrics":
@@ -524,10 +562,12 @@ def build_server(
     attribute: Callable[[list[GpuSample]], list[GpuSample]] | None = None,
     tls: ReloadingServerContext | None = None,
     token: str | None = None,
+    extra_hosts: str = "",
 ) -> AgentServer:
     """Bind the server and start the facts refresh; call ``serve_forever()`` next.
     ``attribute`` names the owner of each GPU process (swarmgpu.agent.procattr), inside the
-    sampler's deadline."""
+    sampler's deadline; ``extra_hosts`` (comma-separated) are names it answers to without
+    credentials besides its own (``--allowed-hosts``)."""
     cache = FactsCache(source, refresh_s)
     chosen = sampler or default_sampler(source, lambda: cache.view().facts)
     if attribute is not None:
@@ -535,6 +575,7 @@ def build_server(
     guarded = GuardedSampler(chosen, sample_timeout_s)
     server = AgentServer(parse_listen(listen), cache, guarded)
     server.tls, server.token = tls, token
+    server.allowed_hosts = allowed_hosts(listen, extra_hosts)
     cache.start()
     guarded.prime()
     return server
@@ -550,10 +591,12 @@ def serve(
     attribute: Callable[[list[GpuSample]], list[GpuSample]] | None = None,
     tls: ReloadingServerContext | None = None,
     token: str | None = None,
+    extra_hosts: str = "",
 ) -> None:
     """Serve until ``stop_event`` is set (or forever); for ``swarmgpu agent``."""
     server = build_server(source, listen, sampler=sampler, refresh_s=refresh_s,
-                          attribute=attribute, tls=tls, token=token)
+                          attribute=attribute, tls=tls, token=token,
+                          extra_hosts=extra_hosts)
     host, port = server.server_address[:2]
     _log.info("agent serving {} on {}://{}:{} (refresh every {}s{})", source.spec,
               "https" if tls else "http", host, port, refresh_s,

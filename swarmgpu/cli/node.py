@@ -122,11 +122,15 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
 @click.option("--token-file", default=None, type=click.Path(),
               help="A bearer token: with swarm-pki it opens /metrics without per-process "
                    "detail (Prometheus); with none it is required on /facts and /metrics.")
+@click.option("--allowed-hosts", default="", envvar="SWARMGPU_AGENT_ALLOWED_HOSTS",
+              help="Extra host names (comma-separated) a plain-HTTP agent without a token "
+                   "answers to. IP addresses, localhost, this host's name and the --listen "
+                   "host always work; any other Host is refused (421): DNS rebinding.")
 def agent(source: str, hostname: str | None, product: str | None, memory_mib: int | None,
           mig_layout: str | None, listen: str, metrics_profile: str | None, refresh_s: float,
           log_format: str, docker_host: str | None, proc_root: str, identity: str,
           data_root: str, tls_cert: str | None, tls_key: str | None, tls_ca: str | None,
-          token_file: str | None) -> None:
+          token_file: str | None, allowed_hosts: str) -> None:
     """Serve this node's GPU facts and metrics over HTTP (/facts, /metrics, /healthz)."""
     from swarmgpu.agent import server as agent_mod
 
@@ -152,7 +156,8 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
         sys.exit(2)
     agent_mod.serve(src, listen, sampler=sampler, refresh_s=refresh_s,
                     attribute=Attributor(engine_labels(docker_host) if docker_host else None,
-                                         proc_root), tls=tls, token=token)
+                                         proc_root), tls=tls, token=token,
+                    extra_hosts=allowed_hosts)
 
 
 def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,

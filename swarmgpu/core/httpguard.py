@@ -19,7 +19,11 @@
   never read do not hold the slots (``pick_victim``);
 * a handler may answer on a reserved slot without proof (``open_on_reserve``): the
   daemon's ``/healthz``, which the image's healthcheck reads, is never starved;
-* one GET or HEAD per connection (``OneRequestHandler``), other methods 405.
+* one GET or HEAD per connection (``OneRequestHandler``), other methods 405;
+* the Host a request names (``host_allowed``): where a browser may read without
+  credentials, a name that is not an IP literal or one of the server's own is a DNS
+  rebinding page's (421);
+* ``Throttle``: at most one log line per 10 s for refusals anyone can cause.
 
 The standard library's ``BaseHTTPRequestHandler`` has only a per-read timeout.
 """
@@ -29,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import ipaddress
 import queue
 import socket
 import threading
@@ -57,6 +62,63 @@ STUCK_WRITE_S = 0.5
 WRITE_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 8 * 1024
 PLAIN = "text/plain; charset=utf-8"
+
+
+def allowed_hosts(listen: str, extra: str = "") -> frozenset[str]:
+    """Host names (lower case, no port) a server answers to, besides IP literals:
+    localhost, this machine's name, the listen address's host and ``extra``
+    (comma-separated)."""
+    names = {"localhost", socket.gethostname().lower()}
+    host = listen.rpartition(":")[0].strip("[]").lower()
+    if host and host not in ("0.0.0.0", "::"):  # noqa: S104  (a comparison, not a bind)
+        names.add(host)
+    names.update(h.strip().lower().rstrip(".") for h in extra.split(",") if h.strip())
+    return frozenset(names)
+
+
+def host_of(header: str) -> str:
+    """The host part of a Host header, lower case, without port or trailing dot."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[1:h.find("]")] if "]" in h else h
+    name, sep, port = h.rpartition(":")
+    if sep and port.isdigit():
+        h = name
+    return h.rstrip(".")
+
+
+def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
+    """Whether a request naming ``header`` is no DNS rebinding page's: an IP literal
+    (rebinding needs a name) or a name in ``allowed``."""
+    if header is None:
+        return True  # HTTP/1.0 clients (curl -0, probes): browsers always send Host
+    h = host_of(header)
+    try:
+        ipaddress.ip_address(h)
+        return True
+    except ValueError:
+        return h in allowed
+
+
+class Throttle:
+    """At most one log line per ``every_s``, carrying how many events it stands for: a
+    scan or a flood cannot flood the log."""
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.every_s = every_s
+        self._lock = threading.Lock()
+        self._at = -1e18
+        self._n = 0
+
+    def due(self) -> int:
+        """0: stay quiet; else the number of events since the last line."""
+        now = time.monotonic()
+        with self._lock:
+            self._n += 1
+            if now - self._at < self.every_s:
+                return 0
+            n, self._n, self._at = self._n, 0, now
+            return n
 
 
 class HeadTooLarge(Exception):

@@ -125,7 +125,10 @@ def _fb(g: GpuMetrics, metric: str) -> int | None:
 class ScrapeResult:
     samples_by_uuid: dict[str, GpuMetrics] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # The host the page names, None when it names none or several: several hosts in one
+    # node's page is ambiguous, and ``hostnames`` (at most _MAX_HOSTS, sorted) says which.
     hostname: str | None = None
+    hostnames: tuple[str, ...] = ()
 
     def to_samples(self) -> list[GpuSample]:
         return sorted(
@@ -261,7 +264,8 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
         # k8s pod labels can repeat a GPU's sample; the first one wins.
         target.setdefault(name, value)
     if hosts:
-        res.hostname = sorted(hosts)[0]
+        res.hostnames = tuple(sorted(hosts))
+        res.hostname = res.hostnames[0] if len(hosts) == 1 and not more_hosts else None
         if len(hosts) > 1 or more_hosts:
             more = ", and more" if more_hosts else ""
             _note(res.errors, f"several hostnames in one scrape: {sorted(hosts)}{more}")

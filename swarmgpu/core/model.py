@@ -225,6 +225,15 @@ class NodeFacts:
                 raise FactsError(f"{where}.gpus: UUID {_quote(g.uuid)} appears twice; "
                                  "UUIDs must be unique")
             seen.add(g.uuid)
+        # An index names one GPU (MIG choices, notes, nvidia-smi): two GPUs with one
+        # index make every such name ambiguous.
+        first: dict[int, int] = {}
+        for n, g in enumerate(gpus):
+            if g.index in first:
+                raise FactsError(f"{where}.gpus: GPU index {g.index} appears twice "
+                                 f"(gpus[{first[g.index]}] and gpus[{n}]); each GPU has its "
+                                 "own index, as nvidia-smi numbers them: fix the facts")
+            first[g.index] = n
         links = _links_from(data.get("links", []), len(gpus), f"{where}.links")
         errors_raw = data.get("errors", [])
         if not isinstance(errors_raw, list) or not all(isinstance(e, str) for e in errors_raw):

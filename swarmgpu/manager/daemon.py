@@ -21,7 +21,7 @@ from loguru import logger
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from swarmgpu.core.config import Config
-from swarmgpu.core.httpguard import GuardedServer
+from swarmgpu.core.httpguard import GuardedServer, allowed_hosts
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.sdnotify import sd_notify
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
@@ -284,7 +284,7 @@ class Daemon:
     def _start_http(self) -> None:
         host, _, port = self.cfg.http.listen.rpartition(":")
         daemon = self
-        allowed = webguard.allowed_hosts(self.cfg.http.listen, self.cfg.http.allowed_hosts)
+        allowed = allowed_hosts(self.cfg.http.listen, self.cfg.http.allowed_hosts)
 
         class Handler(webguard.GuardedHandler):
             def answer(self, path: str, query: str) -> tuple[int, str, bytes]:

@@ -56,6 +56,9 @@ _FIX_WRONG_NODE = (
 _FIX_UNAUTHORISED = (
     "give the daemon the agents' token (agents.token_file) or serve the agents with their "
     "node certificates (agents.identity: swarm-pki)")
+_FIX_HOST = (
+    "a plain-HTTP agent without a token answers only a Host it knows (DNS rebinding): keep "
+    "{addr} in agents.url_template, or start the agent with --allowed-hosts NAME")
 _FIX_OTHER = "check the agent's log on that node (journalctl -u swarmgpu-agent)"
 
 
@@ -131,6 +134,9 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
         return fail(f"agent at {url} answered HTTP {got.status}: it refused this daemon",
                     f"HTTP {got.status}: refused the daemon",
                     _FIX_UNAUTHORISED if tls is None else _FIX_REFUSED_DAEMON)
+    if got.status == 421:
+        return fail(f"agent at {url} answered HTTP 421: it does not serve the name this daemon "
+                    "called it by (--allowed-hosts)", "HTTP 421: host not served", _FIX_HOST)
     if got.status != 200:
         return fail(f"agent at {url} answered HTTP {got.status}", f"HTTP {got.status}")
     data, why = parse_json_bounded(got.body)

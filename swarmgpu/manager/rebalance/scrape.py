@@ -45,6 +45,14 @@ def judge(node: SwarmNode, url: str, text: str, at: float) -> NodeScrape:
         why = "; ".join(res.errors[:3]) or "no GPU sample (no UUID label) in the page"
         return NodeScrape(node.id, node.hostname, url, at, None,
                           peer_text(f"metrics at {url} unusable: {why}"))
+    if len(res.hostnames) > 1:
+        # Judged by one of them, the page passed or failed by which name sorted first.
+        names = ", ".join(repr(peer_text(h, 40)) for h in res.hostnames)
+        return NodeScrape(node.id, node.hostname, url, at, None,
+                          peer_text(f"metrics at {url} name several hosts ({names}); a node's "
+                                    f"page names one host, its own ({node.hostname!r}): check "
+                                    "rebalance.metrics_url_template (an exporter of several "
+                                    "nodes?)"))
     if res.hostname and node.hostname and res.hostname != node.hostname:
         return NodeScrape(node.id, node.hostname, url, at, None,
                           peer_text(f"metrics at {url} are for host {res.hostname!r}, not "

@@ -31,7 +31,6 @@ import ipaddress
 import os
 import ssl
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from http import HTTPStatus
@@ -41,6 +40,7 @@ from urllib.parse import parse_qs
 from loguru import logger
 
 from swarmgpu.core.config import HttpConfig
+from swarmgpu.core.httpguard import Throttle
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.swarm.identity import (
     AgentAuth,
@@ -192,27 +192,6 @@ def login_answer(query: str, token: str | None, secure: bool) -> Answer:
               f"SameSite=Strict; Max-Age={SESSION_MAX_AGE_S}" + ("; Secure" if secure else ""))
     return Answer(HTTPStatus.SEE_OTHER, PLAIN, b"signed in; see /\n",
                   {"Location": "/", "Set-Cookie": cookie})
-
-
-class Throttle:
-    """At most one log line per ``every_s``, carrying how many events it stands for: a
-    scan or a flood cannot flood the log."""
-
-    def __init__(self, every_s: float = 10.0) -> None:
-        self.every_s = every_s
-        self._lock = threading.Lock()
-        self._at = -1e18
-        self._n = 0
-
-    def due(self) -> int:
-        """0: stay quiet; else the number of events since the last line."""
-        now = time.monotonic()
-        with self._lock:
-            self._n += 1
-            if now - self._at < self.every_s:
-                return 0
-            n, self._n, self._at = self._n, 0, now
-            return n
 
 
 class WebAuth:

@@ -18,7 +18,6 @@ no-referrer / no-framing headers.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import socket
 import ssl
 import time
@@ -26,14 +25,19 @@ from typing import Any
 
 from loguru import logger
 
-from swarmgpu.core.httpguard import HEAD_DEADLINE_S, PLAIN, OneRequestHandler
+from swarmgpu.core.httpguard import (
+    HEAD_DEADLINE_S,
+    PLAIN,
+    OneRequestHandler,
+    Throttle,
+    host_allowed,
+)
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.web.webauth import (
     LOGIN_PATH,
     OPEN_PATHS,
     Answer,
     Caller,
-    Throttle,
     WebAuth,
     login_answer,
     refused,
@@ -53,38 +57,6 @@ SECURITY_HEADERS: dict[str, str] = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
-
-
-def allowed_hosts(listen: str, extra: str = "") -> frozenset[str]:
-    """Host names (lower case, no port) the daemon answers to, besides IP literals."""
-    names = {"localhost", socket.gethostname().lower()}
-    host = listen.rpartition(":")[0].strip("[]").lower()
-    if host and host not in ("0.0.0.0", "::"):  # noqa: S104  (a comparison, not a bind)
-        names.add(host)
-    names.update(h.strip().lower().rstrip(".") for h in extra.split(",") if h.strip())
-    return frozenset(names)
-
-
-def host_of(header: str) -> str:
-    """The host part of a Host header, lower case, without port or trailing dot."""
-    h = header.strip().lower()
-    if h.startswith("["):
-        return h[1:h.find("]")] if "]" in h else h
-    name, sep, port = h.rpartition(":")
-    if sep and port.isdigit():
-        h = name
-    return h.rstrip(".")
-
-
-def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
-    if header is None:
-        return True  # HTTP/1.0 clients (curl -0, probes): browsers always send Host
-    h = host_of(header)
-    try:
-        ipaddress.ip_address(h)
-        return True
-    except ValueError:
-        return h in allowed
 
 
 class GuardedHandler(OneRequestHandler):
