@@ -33,6 +33,7 @@ from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import fetch_facts
+from swarmgpu.manager.rebalance.scrape import scrape_node
 from swarmgpu.swarm.client import SwarmNode
 
 FACTS = NodeFacts(
@@ -217,6 +218,10 @@ def test_without_credentials_only_a_host_it_serves_on_is_answered(
                                          url_template="http://localhost:{port}"))
     assert got.facts is None and got.cause == "HTTP 421: host not served"
     assert "--allowed-hosts" in (got.error or "") and "{addr}" in got.fix
+    # The metrics scrape by that name says the same fix (it said only "HTTP 421").
+    sc = scrape_node(node, f"http://localhost:{port}/metrics", 5)
+    assert sc.result is None and "answered HTTP 421" in (sc.error or "")
+    assert "--allowed-hosts" in (sc.error or "") and "{addr}" in (sc.error or "")
 
 
 def test_a_token_or_certificate_makes_the_host_check_moot(

@@ -91,6 +91,11 @@ def scrape_node(node: SwarmNode, template: str, timeout_s: float,
                            getattr(tls, "cluster_id", None) or None)
         if why is not None:
             return fail(f"{why}; refused")
+    if got.status == 421:  # the agent's Host check, as for facts (agent_client)
+        return fail("answered HTTP 421: a plain-HTTP agent without a token answers only a "
+                    "Host it knows (DNS rebinding); keep {addr} in "
+                    "rebalance.metrics_url_template (or agents.url_template), or start the "
+                    "agent with --allowed-hosts NAME")
     if got.status != 200:
         extra = " (redirects are not followed)" if 300 <= got.status < 400 else ""
         return fail(f"answered HTTP {got.status}{extra}")
