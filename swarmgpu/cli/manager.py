@@ -80,6 +80,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     Exit 0: clean, or advisories only; 1: findings needing action (--strict: any
     finding); 2: could not run.
     """
+    from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.commands.audit import audit as run_audit
     from swarmgpu.manager.commands.audit import exit_code, identity_check, render_table
     from swarmgpu.manager.nodes.agentbook import load_saved
@@ -92,7 +93,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         swarm = SwarmClient(cfg.docker_host)
         snap = take_snapshot(swarm, cfg)
     except SwarmError as exc:
-        click.echo(f"swarmgpu audit: cannot read the swarm: {exc}", err=True)
+        click.echo(f"swarmgpu audit: cannot read the swarm: {escaped(exc)}", err=True)
         sys.exit(2)
     from swarmgpu.manager.nodes.gpuhealth import apply_saved  # failed/degraded GPUs as findings
 
@@ -117,7 +118,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         checks.append(forged_check(read_records(swarm.swarm_labels(), cfg.sync.prefix),
                                    cfg.sync.prefix))
     except SwarmError as exc:
-        click.echo(f"swarmgpu audit: cannot read the move records: {exc}", err=True)
+        click.echo(f"swarmgpu audit: cannot read the move records: {escaped(exc)}", err=True)
     findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
                          extra_checks=checks,
                          generic_resource_kind=cfg.placement.generic_resource_kind,
