@@ -1,0 +1,68 @@
+"""What `swarmgpu plan` prints: others' text (names, labels, agents' and the daemon's
+words) shows its control characters escaped, one line each."""
+
+from __future__ import annotations
+
+from swarmgpu.manager.commands.plan import render_plan
+from swarmgpu.manager.placement import ReplicaPlacement, ServicePlan
+
+ESC = "\x1b[2K\r"  # erase the line, back to its start
+SHOWN = r"\x1b[2K\r"
+
+
+def test_hostile_names_reasons_and_moves_show_escaped() -> None:
+    sp = ServicePlan(
+        f"web{ESC}",
+        "id-web",
+        None,
+        f"gpus=1{ESC}",
+        "pending",
+        "Pending",
+        placements=(ReplicaPlacement("n1", f"gpu{ESC}host", (0,), (f"GPU-{ESC}",), (1000,)),),
+        reason=f"no fit{ESC}OK\u202e",
+        warnings=(f"label x{ESC}\nnote",),
+    )
+    moves = {
+        "proposed": [
+            {
+                "service": f"llm{ESC}",
+                "from": "a",
+                "to": "b",
+                "gpus": [0],
+                "trigger": "pack",
+                "window": "5m",
+                "reason": f"r{ESC}",
+                "gain": 1,
+            }
+        ],
+        "recent": [
+            {"service": f"old{ESC}", "from": "a", "to": "b", "outcome": f"done{ESC}", "reason": "x"}
+        ],
+        "health": {"failing_nodes": {f"h{ESC}": f"why{ESC}"}},
+        "notes": [f"health: {ESC}fake"],
+    }
+    text = render_plan(
+        [sp],
+        ungranted=[{"service": f"s{ESC}", "nodes": [f"n{ESC}"], "reason": "r", "fix": "f"}],
+        workload={"source": f"w{ESC}", "top": []},
+        health=[{"node": f"h{ESC}", "gpu": 0, "uuid": "GPU-1", "health": f"failed{ESC}"}],
+        moves=moves,
+        listen="127.0.0.1:9400",
+    )
+    assert not any(c in text for c in "\x1b\r\u202e"), text
+    for shown in (
+        f"web{SHOWN}: pending (Pending) gpus=1{SHOWN}",
+        f"  gpu{SHOWN}host: GPU 0 GPU-{SHOWN}",
+        rf"  why: no fit{SHOWN}OK\u202e",
+        rf"  note: label x{SHOWN}\nnote",
+        f"move llm{SHOWN}: a -> b",
+        f"recent old{SHOWN}: a -> b: done{SHOWN}",
+        f"node failing: h{SHOWN}: why{SHOWN}",
+        f"health: {SHOWN}fake",
+        f"  s{SHOWN} on n{SHOWN}: r",
+        f"workload model: w{SHOWN}",
+        f"GPU health: h{SHOWN} GPU 0 GPU-1: failed{SHOWN}",
+    ):
+        assert shown in text.splitlines() or any(
+            ln.startswith(shown) for ln in text.splitlines()
+        ), (shown, text)
