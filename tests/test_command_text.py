@@ -1,10 +1,14 @@
-"""What `swarmgpu plan` prints: others' text (names, labels, agents' and the daemon's
-words) shows its control characters escaped, one line each."""
+"""What `swarmgpu plan` and `status` print: others' text (names, labels, agents' and the
+daemon's words) shows its control characters escaped, one line each."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.placement import ReplicaPlacement, ServicePlan
+from swarmgpu.manager.web.cluster_view import render_status
 
 ESC = "\x1b[2K\r"  # erase the line, back to its start
 SHOWN = r"\x1b[2K\r"
@@ -66,3 +70,16 @@ def test_hostile_names_reasons_and_moves_show_escaped() -> None:
         assert shown in text.splitlines() or any(
             ln.startswith(shown) for ln in text.splitlines()
         ), (shown, text)
+
+
+def test_status_shows_hostile_hostnames_products_and_pending_reasons_escaped() -> None:
+    doc = json.loads((Path(__file__).parent / "web_sample_cluster.json").read_text())
+    n = next(n for n in doc["nodes"] if n["gpu_count"])
+    n["hostname"] = f"gpu{ESC}fake"
+    n["product"] = f"H100{ESC}\u202e"
+    n["agent"]["cause"] = f"it said{ESC}\nok"
+    doc["pending"][0]["reason"] = f"no fit{ESC}"
+    text = render_status(doc)
+    assert not any(c in text for c in "\x1b\r\u202e"), text
+    assert f"gpu{SHOWN}fake (" in text and rf"H100{SHOWN}\u202e" in text, text
+    assert rf"it said{SHOWN}\nok" in text and f"- no fit{SHOWN}" in text, text
