@@ -209,6 +209,7 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
            product: str | None, memory_mib: int | None, mig_layout: str | None) -> None:
     """Check this node's GPU container setup and explain each problem and its fix."""
     from swarmgpu.agent.doctor import run_doctor
+    from swarmgpu.core.peertext import escaped
 
     facts = None
     docker_info = None
@@ -217,8 +218,8 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
         try:
             facts = src.read()
         except Exception as exc:  # a doctor must report, not crash
-            click.echo(f"swarmgpu doctor: cannot read facts from {source or 'nvml'}: {exc}",
-                       err=True)
+            click.echo(f"swarmgpu doctor: cannot read facts from "
+                       f"{escaped(source or 'nvml')}: {escaped(exc)}", err=True)
     if root == "/":
         try:
             import docker
