@@ -1,10 +1,13 @@
-"""What `swarmgpu plan` and `status` print: others' text (names, labels, agents' and the
+"""What `swarmgpu plan`, `status` and `apply` print: others' text (names, labels, agents' and the
 daemon's words) shows its control characters escaped, one line each."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
 
 from swarmgpu.manager.commands.plan import render_plan
 from swarmgpu.manager.placement import ReplicaPlacement, ServicePlan
@@ -83,3 +86,25 @@ def test_status_shows_hostile_hostnames_products_and_pending_reasons_escaped() -
     assert not any(c in text for c in "\x1b\r\u202e"), text
     assert f"gpu{SHOWN}fake (" in text and rf"H100{SHOWN}\u202e" in text, text
     assert rf"it said{SHOWN}\nok" in text and f"- no fit{SHOWN}" in text, text
+
+
+def test_apply_shows_hostile_changes_and_errors_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from swarmgpu.cli import main
+    from swarmgpu.cli import manager as cli_manager
+    from swarmgpu.manager.services import release
+    from swarmgpu.swarm import client
+
+    def held(*_a: object, **_k: object) -> list[release.Released]:
+        return [
+            release.Released("web", [f"add env X=1{ESC}", "add constraint a==b\u202e"]),
+            release.Released("llm", error=f"llm: invalid GPU request: gpus{ESC}x"),
+        ]
+
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg: None)
+    monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
+    monkeypatch.setattr(release, "release_held", held)
+    res = CliRunner().invoke(main, ["apply", "--service", "web", "--service", "llm", "--dry-run"])
+    assert res.exit_code == 1, res.output
+    assert not any(c in res.output for c in "\x1b\r\u202e"), res.output
+    assert rf"web: would write: add env X=1{SHOWN}; add constraint a==b\u202e" in res.output
+    assert f"swarmgpu apply: llm: invalid GPU request: gpus{SHOWN}x" in res.output

@@ -342,6 +342,7 @@ def apply_cmd(services: tuple[str, ...], config_path: str | None,
     them as held. This writes them now; the service's tasks restart once (Swarm's
     rolling update). Node labels are left to the daemon.
     """
+    from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.services.release import release_held
     from swarmgpu.swarm.client import SwarmClient
 
@@ -351,13 +352,14 @@ def apply_cmd(services: tuple[str, ...], config_path: str | None,
     failed = False
     for r in release_held(SwarmClient(cfg.docker_host), snap, cfg, services,
                           dry_run=cfg.dry_run):
+        # Env lines, constraints and reasons come from the stack: shown escaped.
         if r.error:
             failed = True
-            click.echo(f"swarmgpu apply: {r.error}", err=True)
+            click.echo(f"swarmgpu apply: {escaped(r.error)}", err=True)
         elif not r.changes:
-            click.echo(f"{r.service}: nothing held back")
+            click.echo(f"{escaped(r.service)}: nothing held back")
         else:
             verb = "written" if r.written else "would write" if cfg.dry_run else "not written"
             failed |= not (r.written or cfg.dry_run)
-            click.echo(f"{r.service}: {verb}: {'; '.join(r.changes)}")
+            click.echo(escaped(f"{r.service}: {verb}: {'; '.join(r.changes)}"))
     sys.exit(1 if failed else 0)
