@@ -108,3 +108,11 @@ def test_apply_shows_hostile_changes_and_errors_escaped(monkeypatch: pytest.Monk
     assert not any(c in res.output for c in "\x1b\r\u202e"), res.output
     assert rf"web: would write: add env X=1{SHOWN}; add constraint a==b\u202e" in res.output
     assert f"swarmgpu apply: llm: invalid GPU request: gpus{SHOWN}x" in res.output
+
+
+def test_a_lone_surrogate_shows_escaped_and_the_text_can_be_printed() -> None:
+    # JSON from the engine may carry "\ud800": printed raw, UTF-8 cannot encode it
+    # and the command stopped with a UnicodeEncodeError.
+    sp = ServicePlan("web\ud800", "id-web", None, "gpus=1", "pending", "Pending")
+    text = render_plan([sp], ungranted=[], workload={}, health=[], moves=None, listen="x")
+    assert text.encode("utf-8").startswith(rb"web\ud800: pending"), text
