@@ -159,3 +159,21 @@ def test_exit_codes_and_table_keep_advisories_apart() -> None:
     assert "[wrong]" in head and "[no-generic-resources]" not in head
     assert "[no-generic-resources]" in tail and "[unusable-key]" in tail
     assert {f.to_dict()["severity"] for f in mixed} == {"action", "advisory"}
+
+
+ESC = "\x1b[2K\r"  # erase the line, back to its start
+
+
+def test_hostile_names_labels_and_constraints_show_escaped_in_the_table() -> None:
+    labels = desired_labels(FACTS)
+    labels["swarmgpu.gpu.product"] = f"RTX{ESC}ok\u202e"
+    labels[f"team{ESC}"] = "x"
+    n = replace(node(labels), hostname=f"gpu{ESC}fake\nOK")
+    svc = SwarmService(id="s", name="web", labels={}, constraints=(
+        f"node.labels.zone{ESC}\u202e==a",), env=(), mode="replicated", replicas=1,
+        max_replicas_per_node=None, version=1)
+    s = snap(n, services=[svc])
+    table = render_table(audit(s), s, "swarmgpu.")
+    assert not any(c in table for c in "\x1b\r\u202e"), table
+    assert r"gpu\x1b[2K\rfake\nOK" in table and r"RTX\x1b[2K\rok\u202e" in table, table
+    assert r"zone\x1b[2K\r\u202e" in table, table

@@ -170,6 +170,18 @@ def test_mig_devices_count_as_present(tmp_path: Path) -> None:
     assert checks["resources.generic"].status is Status.OK, checks["resources.generic"]
 
 
+ESC = "\x1b[2K\r"  # erase the line, back to its start
+
+
+def test_hostile_names_from_the_facts_show_escaped() -> None:
+    odd = Gpu(index=0, uuid=f"GPU-{ESC}\u202e", product="A100", memory_mib=1,
+              pci_bus_id="0000:07:00.0", numa_node=0, cpu_affinity="0-7")
+    text, code = run_doctor(str(ROOTS / "healthy"),
+                            facts=NodeFacts(hostname=f"n{ESC}", gpus=(odd,)))
+    assert code == 1
+    assert not any(c in text for c in "\x1b\r\u202e"), text
+    assert r"host n\x1b[2K\r " in text and r"GPU0 GPU-\x1b[2K\r\u202e" in text, text
+
 # --- node-config: what it prints is what doctor accepts --------------------------------
 
 

@@ -118,3 +118,20 @@ def test_schema_doc_example_parses() -> None:
     facts = NodeFacts.from_dict(yaml.safe_load(block), where="docs example")
     assert len(facts.gpus) == 2 and facts.link(0, 1) == "NV18"
     assert facts.gpus[0].mig_devices[0].profile == "3g.40gb"
+
+
+def test_facts_prints_hostile_names_escaped(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+
+    data = _facts_dict()
+    data["node"]["hostname"] = "dgx\x1b[2K\r1"  # type: ignore[index]
+    data["gpus"][0]["product"] = "A100\x1b]0;owned\x07\u202e"  # type: ignore[index]
+    p = tmp_path / "facts.json"
+    p.write_text(json.dumps(data))
+    res = CliRunner().invoke(main, ["facts", "--source", f"file:{p}"])
+    assert res.exit_code == 0, res.output
+    assert not any(c in res.output for c in "\x1b\r\x07\u202e"), res.output
+    assert r"host dgx\x1b[2K\r1 " in res.output, res.output
+    assert r"A100\x1b]0;owned\x07\u202e" in res.output, res.output

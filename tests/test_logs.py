@@ -60,3 +60,27 @@ def test_json_format_keeps_the_context(capsys: pytest.CaptureFixture[str]) -> No
 def test_context_text() -> None:
     assert context_text({}) == ""
     assert context_text({"a": 1, "b": "x y", "c": ""}) == "a=1 b='x y' c=''"
+
+
+HOSTILE = "web\x1b[2J\r12:00:00 INFO    all GPUs OK\nforged\u202e"
+
+
+def test_control_characters_in_a_message_or_its_context_show_escaped(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    setup_logging("INFO", "text")
+    logger.bind(service=HOSTILE, task="t\x1b[8m\u202e1").warning("service {} pending", HOSTILE)
+    err = capsys.readouterr().err
+    (line,) = err.splitlines()  # one record, one line: nothing forged after it
+    assert not any(c in err for c in "\x1b\r\u202e"), err
+    shown = r"web\x1b[2J\r12:00:00 INFO    all GPUs OK\nforged\u202e"
+    assert line.endswith(f"WARNING service='{shown}' task=t\\x1b[8m\\u202e1 service {shown} "
+                         "pending"), line
+
+
+def test_backslashes_before_a_tag_in_a_message_or_context_stay_literal(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    setup_logging("INFO", "text")
+    logger.bind(service="a\\<red>b\\\\</level>").info("m \\<b>x\\\\</level> {}", "\\\\<red>")
+    (line,) = capsys.readouterr().err.splitlines()  # not "Logging error in Loguru Handler"
+    assert line.endswith("INFO    service=a\\<red>b\\\\</level> m \\<b>x\\\\</level> "
+                         "\\\\<red>"), line

@@ -3,33 +3,51 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from typing import Any
 
 from loguru import logger
 
+from swarmgpu.core.peertext import escaped
+
 _TEXT = "<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> "
 
 
+# loguru's colour tag with the backslashes before it: an odd count makes the tag literal,
+# and each pair prints one backslash (loguru/_colorizer.py). It reads tags between
+# braces only, so none holds one.
+_TAG = re.compile(r"(\\*)(</?(?:[fb]g\s)?[^<>\s{}]*>)")
+_TRAILING = re.compile(r"\\+\Z")
+
+
 def _escape(text: str) -> str:
-    """Literal text inside a loguru format: no field braces, no colour tags."""
-    return text.replace("{", "{{").replace("}", "}}").replace("<", r"\<")
+    """Literal text inside a loguru format, before a closing tag of ours: no field braces,
+    no colour tags. Backslashes before a tag, and at the end (before ours), are doubled:
+    else ``\\<red>`` opens the tag it seems to escape, and ``a\\`` escapes our tag."""
+    text = _TAG.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), text)
+    text = _TRAILING.sub(lambda m: m.group() * 2, text)
+    return text.replace("{", "{{").replace("}", "}}")
 
 
 def context_text(extra: dict[str, Any]) -> str:
     """A record's bound context as text: ``component=agent service=llm`` (a value with
-    spaces quoted), or nothing when there is none."""
+    spaces quoted), or nothing when there is none. Control characters show escaped
+    (``repr`` escapes them in a quoted value)."""
     parts = []
     for key, value in extra.items():
         v = str(value)
-        parts.append(f"{key}={v!r}" if (not v or any(c.isspace() for c in v)) else f"{key}={v}")
+        parts.append(f"{key}={v!r}" if (not v or any(c.isspace() for c in v))
+                     else f"{key}={escaped(v)}")
     return " ".join(parts)
 
 
 def _text_format(record: Any) -> str:
+    # Messages carry service names, labels and agents' errors: a newline would forge a
+    # log line, an escape sequence rewrite the terminal. They show escaped, one line.
     ctx = context_text(record["extra"])
     return _TEXT + (f"<cyan>{_escape(ctx)}</cyan> " if ctx else "") + \
-        "<level>{message}</level>\n{exception}"
+        f"<level>{_escape(escaped(record['message']))}</level>\n{{exception}}"
 
 
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:

@@ -80,6 +80,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     Exit 0: clean, or advisories only; 1: findings needing action (--strict: any
     finding); 2: could not run.
     """
+    from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.commands.audit import audit as run_audit
     from swarmgpu.manager.commands.audit import exit_code, identity_check, render_table
     from swarmgpu.manager.nodes.agentbook import load_saved
@@ -92,7 +93,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         swarm = SwarmClient(cfg.docker_host)
         snap = take_snapshot(swarm, cfg)
     except SwarmError as exc:
-        click.echo(f"swarmgpu audit: cannot read the swarm: {exc}", err=True)
+        click.echo(f"swarmgpu audit: cannot read the swarm: {escaped(exc)}", err=True)
         sys.exit(2)
     from swarmgpu.manager.nodes.gpuhealth import apply_saved  # failed/degraded GPUs as findings
 
@@ -117,7 +118,7 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
         checks.append(forged_check(read_records(swarm.swarm_labels(), cfg.sync.prefix),
                                    cfg.sync.prefix))
     except SwarmError as exc:
-        click.echo(f"swarmgpu audit: cannot read the move records: {exc}", err=True)
+        click.echo(f"swarmgpu audit: cannot read the move records: {escaped(exc)}", err=True)
     findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
                          extra_checks=checks,
                          generic_resource_kind=cfg.placement.generic_resource_kind,
@@ -136,13 +137,14 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
 
 
 def _snapshot(cfg: Config) -> Any:
+    from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.nodes.sync import take_snapshot
     from swarmgpu.swarm.client import SwarmClient, SwarmError
 
     try:
         snap = take_snapshot(SwarmClient(cfg.docker_host), cfg)
     except SwarmError as exc:
-        click.echo(f"swarmgpu: cannot read the swarm: {exc}", err=True)
+        click.echo(f"swarmgpu: cannot read the swarm: {escaped(exc)}", err=True)
         sys.exit(2)
     from swarmgpu.manager.nodes.gpuhealth import apply_saved  # as the daemon sees GPU health
 
@@ -155,12 +157,12 @@ def _snapshot(cfg: Config) -> Any:
 @click.option("--json", "as_json", is_flag=True)
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
+    from swarmgpu.manager.commands.plan import render_plan
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
     from swarmgpu.manager.cycle.placement import make_plan
     from swarmgpu.manager.nodes.gpuhealth import health_rows
     from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.manager.rebalance.record import moving
-    from swarmgpu.manager.web.cluster_view import ungranted_lines, workload_lines
     from swarmgpu.swarm.client import SwarmClient
 
     cfg = load_cfg(config_path)
@@ -176,60 +178,15 @@ def plan(config_path: str | None, as_json: bool) -> None:
     states = service_states(p.services, moving(snap.services, snap.swarm_labels,
                                                cfg.sync.prefix), idle)
     p.services = [replace(sp, state=states.get(sp.name, sp.state)) for sp in p.services]
-    if not p.services and not as_json:
-        click.echo("no service carries a swarmgpu GPU request")
     if as_json:
         click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services],
                                "moves": moves, "workload": p.workload, "queues": p.queues,
                                "gpu_health": health_rows(snap.facts),
                                "ungranted": ungranted}, indent=2))
         return
-    for sp in p.services:
-        click.echo(f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}")
-        for pl in sp.placements:
-            slot = f" (slot {pl.slot})" if pl.slot is not None else ""
-            click.echo(f"  {pl.hostname}{slot}: GPU {','.join(map(str, pl.gpus))} "
-                       f"{','.join(pl.uuids)}")
-        if sp.packed:
-            click.echo(f"  replicas {sp.packed}")
-        if sp.mode != "replicated":  # global: per node; a job: its run's progress
-            for host, why in sorted(sp.nodes_waiting.items()):
-                click.echo(f"  {host}: waiting, gate closed: {why}")
-            if sp.progress and sp.progress != sp.reason:
-                click.echo(f"  {sp.mode}: {sp.progress}")
-        if sp.reason:
-            click.echo(f"  why: {sp.reason}")
-        if sp.request is not None and sp.request.tenant:  # config tenants (services.tenants)
-            click.echo(f"  tenant: {sp.request.tenant}")
-            for why in sp.request.limits:
-                click.echo(f"  limited: {why}")
-        for w in sp.warnings:
-            click.echo(f"  note: {w}")
-    for line in ungranted_lines(ungranted):  # GPUs seen without a grant (docs/security.md)
-        click.echo(line)
-    for line in workload_lines(p.workload):
-        click.echo(line)
-    for r in health_rows(snap.facts):  # failed GPUs are given to nothing (docs/health.md)
-        click.echo(f"GPU health: {r['node']} GPU {r['gpu']} {r['uuid']}: {r['health']}")
-    if moves is None:
-        click.echo("moves: the daemon is not reachable on "
-                   f"{cfg.http.listen}; move proposals need its metric windows")
-        return
-    if not moves.get("proposed"):
-        click.echo("moves: none proposed" + (" (dry-run)" if moves.get("dry_run") else ""))
-    for m in moves.get("proposed", []):
-        click.echo(f"move {m['service']}: {m['from']} -> {m['to']} GPUs {m.get('gpus')} "
-                   f"[{m['trigger']}, window {m.get('window')}] {m['reason']}; "
-                   f"gain: {m.get('gain')}")
-    for m in moves.get("recent", [])[-5:]:
-        click.echo(f"recent {m['service']}: {m['from']} -> {m['to']}: {m['outcome']} "
-                   f"({m['reason']})")
-    health = moves.get("health") or {}  # the health policy (docs/health.md)
-    for host, why in sorted((health.get("failing_nodes") or {}).items()):
-        click.echo(f"node failing: {host}: {why}")
-    for n in moves.get("notes", []):
-        if "health:" in str(n):
-            click.echo(n if str(n).startswith("health:") else f"health: {n}")
+    click.echo(render_plan(p.services, ungranted=ungranted, workload=p.workload,
+                           health=health_rows(snap.facts), moves=moves,
+                           listen=cfg.http.listen))
 
 
 def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
@@ -385,6 +342,7 @@ def apply_cmd(services: tuple[str, ...], config_path: str | None,
     them as held. This writes them now; the service's tasks restart once (Swarm's
     rolling update). Node labels are left to the daemon.
     """
+    from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.services.release import release_held
     from swarmgpu.swarm.client import SwarmClient
 
@@ -394,13 +352,14 @@ def apply_cmd(services: tuple[str, ...], config_path: str | None,
     failed = False
     for r in release_held(SwarmClient(cfg.docker_host), snap, cfg, services,
                           dry_run=cfg.dry_run):
+        # Env lines, constraints and reasons come from the stack: shown escaped.
         if r.error:
             failed = True
-            click.echo(f"swarmgpu apply: {r.error}", err=True)
+            click.echo(f"swarmgpu apply: {escaped(r.error)}", err=True)
         elif not r.changes:
-            click.echo(f"{r.service}: nothing held back")
+            click.echo(f"{escaped(r.service)}: nothing held back")
         else:
             verb = "written" if r.written else "would write" if cfg.dry_run else "not written"
             failed |= not (r.written or cfg.dry_run)
-            click.echo(f"{r.service}: {verb}: {'; '.join(r.changes)}")
+            click.echo(escaped(f"{r.service}: {verb}: {'; '.join(r.changes)}"))
     sys.exit(1 if failed else 0)

@@ -38,12 +38,13 @@ def _open(source: str, hostname: str | None, product: str | None, memory_mib: in
           mig_layout: str | None) -> Any:
     from swarmgpu.agent.facts import SourceError
     from swarmgpu.agent.facts.registry import open_source
+    from swarmgpu.core.peertext import escaped
 
     try:
         return open_source(source, hostname=hostname, product=product,
                            memory_mib=memory_mib, mig_layout=mig_layout)
     except SourceError as exc:
-        click.echo(f"swarmgpu: {exc}", err=True)
+        click.echo(f"swarmgpu: {escaped(exc)}", err=True)
         sys.exit(2)
 
 
@@ -54,33 +55,34 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
           mig_layout: str | None, as_json: bool) -> None:
     """Print the GPU facts the agent would serve."""
     from swarmgpu.core.model import FactsError
+    from swarmgpu.core.peertext import escaped
     from swarmgpu.swarm.labels import desired_labels
 
     src = _open(source, hostname, product, memory_mib, mig_layout)
     try:
         nf = src.read()
     except FactsError as exc:
-        click.echo(f"swarmgpu facts: {exc}", err=True)
+        click.echo(f"swarmgpu facts: {escaped(exc)}", err=True)
         sys.exit(2)
     if as_json:
         click.echo(json.dumps(nf.to_dict(), indent=2))
         return
-    click.echo(f"host {nf.hostname}  driver {nf.driver_version}  cuda {nf.cuda_driver_version}  "
-               f"source {nf.source}")
+    # A file or GFD source is others' text: every line shows its control characters escaped.
+    lines = [f"host {nf.hostname}  driver {nf.driver_version}  cuda {nf.cuda_driver_version}  "
+             f"source {nf.source}"]
     for g in nf.gpus:
         mig = f"  MIG {[m.profile for m in g.mig_devices]}" if g.mig_enabled else ""
         health = "" if g.healthy else f"  UNHEALTHY: {g.error}"
-        click.echo(f"  GPU{g.index} {g.product} {g.memory_mib} MiB {g.uuid} "
-                   f"numa={g.numa_node}{mig}{health}")
+        lines.append(f"  GPU{g.index} {g.product} {g.memory_mib} MiB {g.uuid} "
+                     f"numa={g.numa_node}{mig}{health}")
     if nf.links:
-        click.echo("links:")
+        lines.append("links:")
         for i, row in enumerate(nf.links):
-            click.echo(f"  GPU{i} " + " ".join(f"{x:>5}" for x in row))
-    for e in nf.errors:
-        click.echo(f"  error: {e}")
-    click.echo("labels:")
-    for k, v in sorted(desired_labels(nf).items()):
-        click.echo(f"  {k}={v}")
+            lines.append(f"  GPU{i} " + " ".join(f"{x:>5}" for x in row))
+    lines += [f"  error: {e}" for e in nf.errors]
+    lines.append("labels:")
+    lines += [f"  {k}={v}" for k, v in sorted(desired_labels(nf).items())]
+    click.echo("\n".join(escaped(line) for line in lines))
 
 
 @click.command()
@@ -214,6 +216,7 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
            product: str | None, memory_mib: int | None, mig_layout: str | None) -> None:
     """Check this node's GPU container setup and explain each problem and its fix."""
     from swarmgpu.agent.doctor import run_doctor
+    from swarmgpu.core.peertext import escaped
 
     facts = None
     docker_info = None
@@ -222,8 +225,8 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
         try:
             facts = src.read()
         except Exception as exc:  # a doctor must report, not crash
-            click.echo(f"swarmgpu doctor: cannot read facts from {source or 'nvml'}: {exc}",
-                       err=True)
+            click.echo(f"swarmgpu doctor: cannot read facts from "
+                       f"{escaped(source or 'nvml')}: {escaped(exc)}", err=True)
     if root == "/":
         try:
             import docker
@@ -256,6 +259,7 @@ def node_config_cmd(source: str, hostname: str | None, product: str | None,
     """Print the daemon.json and toolkit config.toml fragments for this node's GPUs."""
     from swarmgpu.agent.nodeconfig import node_config
     from swarmgpu.core.model import FactsError
+    from swarmgpu.core.peertext import escaped
 
     src = _open(source, hostname, product, memory_mib, mig_layout)
     try:
@@ -268,5 +272,5 @@ def node_config_cmd(source: str, hostname: str | None, product: str | None,
                              "(docs/facts-schema.md)")
         click.echo(node_config(nf, kind=kind, grants=grants))
     except (FactsError, ValueError) as exc:
-        click.echo(f"swarmgpu node-config: {exc}", err=True)
+        click.echo(f"swarmgpu node-config: {escaped(exc)}", err=True)
         sys.exit(2)

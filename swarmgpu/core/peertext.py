@@ -37,17 +37,21 @@ def peer_text(text: object, limit: int = PEER_TEXT_LIMIT) -> str:
     return _CONTROL.sub("", s[: max(0, limit - len(tail))].translate(_SPACE)) + tail
 
 
-# Everything ``escaped`` shows as an escape: the characters above, plus tab and line breaks.
+# Everything ``escaped`` shows as an escape: the characters above, plus tab and line
+# breaks, and lone surrogates (JSON's "\ud800": UTF-8 cannot print them, the command
+# stopped with UnicodeEncodeError).
 _UNPRINTABLE = re.compile(
     "[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e"
-    "\u2060-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+    "\u2060-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
 )
 
 
 def escaped(text: object) -> str:
     """``text`` with every control or format character written as its Python escape
-    (ESC as ``\\x1b``, a newline as ``\\n``, a bidi override as ``\\u202e``): for what a
-    command prints from a file someone else wrote (a stack's service names, label keys
-    and values, the errors about them), so that it shows, and does nothing."""
+    (ESC as ``\\x1b``, a newline as ``\\n``, a bidi override as ``\\u202e``), printable
+    non-ASCII kept: for others' text that meets a terminal or a text log line whole (a
+    stack's or service's names, label keys and values, hostnames, agents' and the
+    engine's errors), so that it shows, and does nothing. The commands apply it to each
+    line they print, the text log format to each message."""
     s = text if isinstance(text, str) else str(text)
     return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], s)

@@ -15,7 +15,7 @@ with the packages below them:
 ``engine/``     the engine edge: the only writer (actuator, writes) and what the
                 docker-proxy lets it change
 ``web/``        the GPU map and /api: the cluster document, history, who may read
-``commands/``   what the operator's commands compute: audit, render
+``commands/``   what the operator's commands compute: audit, plan, render
 
 Imports ``core``, ``swarm`` and ``allocator``; never the agent.
 """

@@ -27,6 +27,7 @@ from swarmgpu.agent.doctor.read import read_view
 from swarmgpu.agent.doctor.sharing import check_sharing, sharing_mode
 from swarmgpu.agent.doctor.view import Check, DoctorError, NodeView, Status
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.peertext import escaped
 
 CHECKS: tuple[Callable[[NodeView], Check], ...] = (
     check_daemon_json,
@@ -58,6 +59,8 @@ def _summary(checks: Sequence[Check]) -> dict[str, int]:
 
 
 def render_text(view: NodeView, checks: Sequence[Check]) -> str:
+    """The report: what the node's files, its engine and its driver say is quoted, so
+    each line shows their control characters escaped."""
     counts = _summary(checks)
     host = view.facts.hostname if view.facts is not None else "?"
     lines = [f"swarmgpu doctor: root {view.root}  host {host}  "
@@ -68,7 +71,7 @@ def render_text(view: NodeView, checks: Sequence[Check]) -> str:
             lines.append(f"      why: {c.why}")
             lines.append(f"      fix: {c.fix}")
         lines.extend(f"      {d}" for d in c.details)
-    return "\n".join(lines)
+    return "\n".join(escaped(line) for line in lines)
 
 
 def render_json(view: NodeView, checks: Sequence[Check]) -> str:
@@ -98,7 +101,7 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
     except DoctorError as exc:
         if as_json:
             return json.dumps({"root": root, "error": str(exc)}, indent=2), 2
-        return f"swarmgpu doctor: {exc}", 2
+        return f"swarmgpu doctor: {escaped(exc)}", 2
     view = dataclasses.replace(view, agent_scheme=agent_scheme, grants=grants)
     checks = run_checks(view)
     if agent_probed:  # the live node only: a fixture tree has no agent to ask

@@ -2,6 +2,7 @@
 
 ``audit``       `swarmgpu audit`: what is wrong with GPU labels and constraints; its
                 ``Finding`` is what every check returns
+``plan``        `swarmgpu plan`: what placement would do for each service, as text
 ``render``      `swarmgpu render`: a stack file with GPU placement resolved
 ``compose_gpu`` Compose's own GPU reservations read as a swarmgpu request
 ``composefile`` the stack file render writes: format 3.8, checked against ``schema/``

@@ -16,6 +16,7 @@ from typing import Any
 
 from swarmgpu.core.config import HealthConfig
 from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.core.peertext import escaped
 from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
 from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
@@ -316,6 +317,8 @@ def _resource_findings(
 
 
 def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> str:
+    """The table and findings ``audit`` prints. Hostnames, labels, constraints and agents'
+    errors are others' text: every line shows their control characters escaped."""
     lines = []
     nodes = sorted(snap.nodes, key=lambda n: n.hostname)
     lines.append(f"{'NODE':<16} {'ROLE':<8} {'AGENT':<12} {'GPUS':<5} {'LABELS':<10} PRODUCT")
@@ -348,7 +351,7 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
             lines.append("")
         lines.append(f"{len(advisory)} advisory (exit 0 unless --strict):")
         lines.extend(f"  [{f.kind}] {f.subject}: {f.message}" for f in advisory)
-    return "\n".join(lines)
+    return "\n".join(escaped(line) for line in lines)
 
 
 def identity_check(identity: str, token_file: str) -> ServiceCheck:

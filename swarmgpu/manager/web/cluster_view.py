@@ -13,6 +13,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.health import xid_info
 from swarmgpu.core.metrics_in import GPU_TEMP, POWER, GpuMetrics
 from swarmgpu.core.model import NodeFacts, is_nvlink
+from swarmgpu.core.peertext import escaped
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot, gpu_hint
@@ -441,7 +442,8 @@ def _why(res: Any) -> dict[str, str]:
 
 
 def render_status(doc: Mapping[str, Any]) -> str:
-    """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests."""
+    """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests. Hostnames,
+    service names and agents' errors are others' text: each line shows them escaped."""
     lines: list[str] = []
     for n in doc["nodes"]:
         agent = n["agent"]
@@ -518,4 +520,4 @@ def render_status(doc: Mapping[str, Any]) -> str:
         for m in proposed:
             lines.append(f"  {m.get('service')}: {m.get('from')} -> {m.get('to')} "
                          f"({m.get('trigger')}): {m.get('reason')}")
-    return "\n".join(lines)
+    return "\n".join(escaped(line) for line in lines)

@@ -1,0 +1,88 @@
+"""`swarmgpu plan`: what placement would do for each annotated service, as text.
+
+Pure over the plan and what the leader daemon said of its moves; the CLI gathers them.
+Service names, labels, hostnames and agents' errors are others' text: every line shows
+their control characters escaped (``peertext.escaped``), so none rewrites the terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from swarmgpu.core.peertext import escaped
+from swarmgpu.manager.placement import ServicePlan
+from swarmgpu.manager.web.cluster_view import ungranted_lines, workload_lines
+
+
+def render_plan(
+    services: Sequence[ServicePlan],
+    *,
+    ungranted: Sequence[Mapping[str, Any]],
+    workload: Mapping[str, Any],
+    health: Sequence[Mapping[str, Any]],
+    moves: Mapping[str, Any] | None,
+    listen: str,
+) -> str:
+    """``health``: ``gpuhealth.health_rows``; ``moves``: the daemon's move document, or
+    None when it cannot be reached (at ``listen``)."""
+    lines = [] if services else ["no service carries a swarmgpu GPU request"]
+    for sp in services:
+        lines += _service_lines(sp)
+    lines += ungranted_lines(ungranted)  # GPUs seen without a grant (docs/security.md)
+    lines += workload_lines(workload)
+    lines += [
+        f"GPU health: {r['node']} GPU {r['gpu']} {r['uuid']}: {r['health']}" for r in health
+    ]  # failed GPUs are given to nothing (docs/health.md)
+    lines += _move_lines(moves, listen)
+    return "\n".join(escaped(line) for line in lines)
+
+
+def _service_lines(sp: ServicePlan) -> list[str]:
+    out = [f"{sp.name}: {sp.status} ({sp.state}) {sp.request_text}"]
+    for pl in sp.placements:
+        slot = f" (slot {pl.slot})" if pl.slot is not None else ""
+        out.append(f"  {pl.hostname}{slot}: GPU {','.join(map(str, pl.gpus))} {','.join(pl.uuids)}")
+    if sp.packed:
+        out.append(f"  replicas {sp.packed}")
+    if sp.mode != "replicated":  # global: per node; a job: its run's progress
+        for host, why in sorted(sp.nodes_waiting.items()):
+            out.append(f"  {host}: waiting, gate closed: {why}")
+        if sp.progress and sp.progress != sp.reason:
+            out.append(f"  {sp.mode}: {sp.progress}")
+    if sp.reason:
+        out.append(f"  why: {sp.reason}")
+    if sp.request is not None and sp.request.tenant:  # config tenants (services.tenants)
+        out.append(f"  tenant: {sp.request.tenant}")
+        out += [f"  limited: {why}" for why in sp.request.limits]
+    out += [f"  note: {w}" for w in sp.warnings]
+    return out
+
+
+def _move_lines(moves: Mapping[str, Any] | None, listen: str) -> list[str]:
+    """The daemon's proposed and recent moves and its health policy's failing nodes."""
+    if moves is None:
+        return [
+            f"moves: the daemon is not reachable on {listen}; move proposals need "
+            "its metric windows"
+        ]
+    out = []
+    if not moves.get("proposed"):
+        out.append("moves: none proposed" + (" (dry-run)" if moves.get("dry_run") else ""))
+    for m in moves.get("proposed", []):
+        out.append(
+            f"move {m['service']}: {m['from']} -> {m['to']} GPUs {m.get('gpus')} "
+            f"[{m['trigger']}, window {m.get('window')}] {m['reason']}; "
+            f"gain: {m.get('gain')}"
+        )
+    for m in moves.get("recent", [])[-5:]:
+        out.append(
+            f"recent {m['service']}: {m['from']} -> {m['to']}: {m['outcome']} ({m['reason']})"
+        )
+    health = moves.get("health") or {}  # the health policy (docs/health.md)
+    for host, why in sorted((health.get("failing_nodes") or {}).items()):
+        out.append(f"node failing: {host}: {why}")
+    for n in moves.get("notes", []):
+        if "health:" in str(n):
+            out.append(str(n) if str(n).startswith("health:") else f"health: {n}")
+    return out

@@ -1,0 +1,118 @@
+"""What `swarmgpu plan`, `status` and `apply` print: others' text (names, labels, agents' and the
+daemon's words) shows its control characters escaped, one line each."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from swarmgpu.manager.commands.plan import render_plan
+from swarmgpu.manager.placement import ReplicaPlacement, ServicePlan
+from swarmgpu.manager.web.cluster_view import render_status
+
+ESC = "\x1b[2K\r"  # erase the line, back to its start
+SHOWN = r"\x1b[2K\r"
+
+
+def test_hostile_names_reasons_and_moves_show_escaped() -> None:
+    sp = ServicePlan(
+        f"web{ESC}",
+        "id-web",
+        None,
+        f"gpus=1{ESC}",
+        "pending",
+        "Pending",
+        placements=(ReplicaPlacement("n1", f"gpu{ESC}host", (0,), (f"GPU-{ESC}",), (1000,)),),
+        reason=f"no fit{ESC}OK\u202e",
+        warnings=(f"label x{ESC}\nnote",),
+    )
+    moves = {
+        "proposed": [
+            {
+                "service": f"llm{ESC}",
+                "from": "a",
+                "to": "b",
+                "gpus": [0],
+                "trigger": "pack",
+                "window": "5m",
+                "reason": f"r{ESC}",
+                "gain": 1,
+            }
+        ],
+        "recent": [
+            {"service": f"old{ESC}", "from": "a", "to": "b", "outcome": f"done{ESC}", "reason": "x"}
+        ],
+        "health": {"failing_nodes": {f"h{ESC}": f"why{ESC}"}},
+        "notes": [f"health: {ESC}fake"],
+    }
+    text = render_plan(
+        [sp],
+        ungranted=[{"service": f"s{ESC}", "nodes": [f"n{ESC}"], "reason": "r", "fix": "f"}],
+        workload={"source": f"w{ESC}", "top": []},
+        health=[{"node": f"h{ESC}", "gpu": 0, "uuid": "GPU-1", "health": f"failed{ESC}"}],
+        moves=moves,
+        listen="127.0.0.1:9400",
+    )
+    assert not any(c in text for c in "\x1b\r\u202e"), text
+    for shown in (
+        f"web{SHOWN}: pending (Pending) gpus=1{SHOWN}",
+        f"  gpu{SHOWN}host: GPU 0 GPU-{SHOWN}",
+        rf"  why: no fit{SHOWN}OK\u202e",
+        rf"  note: label x{SHOWN}\nnote",
+        f"move llm{SHOWN}: a -> b",
+        f"recent old{SHOWN}: a -> b: done{SHOWN}",
+        f"node failing: h{SHOWN}: why{SHOWN}",
+        f"health: {SHOWN}fake",
+        f"  s{SHOWN} on n{SHOWN}: r",
+        f"workload model: w{SHOWN}",
+        f"GPU health: h{SHOWN} GPU 0 GPU-1: failed{SHOWN}",
+    ):
+        assert shown in text.splitlines() or any(
+            ln.startswith(shown) for ln in text.splitlines()
+        ), (shown, text)
+
+
+def test_status_shows_hostile_hostnames_products_and_pending_reasons_escaped() -> None:
+    doc = json.loads((Path(__file__).parent / "web_sample_cluster.json").read_text())
+    n = next(n for n in doc["nodes"] if n["gpu_count"])
+    n["hostname"] = f"gpu{ESC}fake"
+    n["product"] = f"H100{ESC}\u202e"
+    n["agent"]["cause"] = f"it said{ESC}\nok"
+    doc["pending"][0]["reason"] = f"no fit{ESC}"
+    text = render_status(doc)
+    assert not any(c in text for c in "\x1b\r\u202e"), text
+    assert f"gpu{SHOWN}fake (" in text and rf"H100{SHOWN}\u202e" in text, text
+    assert rf"it said{SHOWN}\nok" in text and f"- no fit{SHOWN}" in text, text
+
+
+def test_apply_shows_hostile_changes_and_errors_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    from swarmgpu.cli import main
+    from swarmgpu.cli import manager as cli_manager
+    from swarmgpu.manager.services import release
+    from swarmgpu.swarm import client
+
+    def held(*_a: object, **_k: object) -> list[release.Released]:
+        return [
+            release.Released("web", [f"add env X=1{ESC}", "add constraint a==b\u202e"]),
+            release.Released("llm", error=f"llm: invalid GPU request: gpus{ESC}x"),
+        ]
+
+    monkeypatch.setattr(cli_manager, "_snapshot", lambda cfg: None)
+    monkeypatch.setattr(client, "SwarmClient", lambda *a, **k: None)
+    monkeypatch.setattr(release, "release_held", held)
+    res = CliRunner().invoke(main, ["apply", "--service", "web", "--service", "llm", "--dry-run"])
+    assert res.exit_code == 1, res.output
+    assert not any(c in res.output for c in "\x1b\r\u202e"), res.output
+    assert rf"web: would write: add env X=1{SHOWN}; add constraint a==b\u202e" in res.output
+    assert f"swarmgpu apply: llm: invalid GPU request: gpus{SHOWN}x" in res.output
+
+
+def test_a_lone_surrogate_shows_escaped_and_the_text_can_be_printed() -> None:
+    # JSON from the engine may carry "\ud800": printed raw, UTF-8 cannot encode it
+    # and the command stopped with a UnicodeEncodeError.
+    sp = ServicePlan("web\ud800", "id-web", None, "gpus=1", "pending", "Pending")
+    text = render_plan([sp], ungranted=[], workload={}, health=[], moves=None, listen="x")
+    assert text.encode("utf-8").startswith(rb"web\ud800: pending"), text
