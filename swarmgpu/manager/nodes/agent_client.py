@@ -127,18 +127,9 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
         if why is not None:
             return fail(f"agent at {url} {why}; refused", "certificate of another node",
                         _FIX_WRONG_NODE)
-    if 300 <= got.status < 400:
-        return fail(f"agent at {url} answered a redirect (HTTP {got.status}); "
-                    "redirects are not followed", f"HTTP {got.status} redirect")
-    if got.status in (401, 403):
-        return fail(f"agent at {url} answered HTTP {got.status}: it refused this daemon",
-                    f"HTTP {got.status}: refused the daemon",
-                    _FIX_UNAUTHORISED if tls is None else _FIX_REFUSED_DAEMON)
-    if got.status == 421:
-        return fail(f"agent at {url} answered HTTP 421: it does not serve the name this daemon "
-                    "called it by (--allowed-hosts)", "HTTP 421: host not served", _FIX_HOST)
-    if got.status != 200:
-        return fail(f"agent at {url} answered HTTP {got.status}", f"HTTP {got.status}")
+    refused = _status_refusal(got.status, url, tls is not None)
+    if refused is not None:
+        return fail(*refused)
     data, why = parse_json_bounded(got.body)
     if why is not None:
         return fail(f"agent at {url} answered something that is not JSON facts ({why})",
@@ -161,6 +152,23 @@ def fetch_facts(node: SwarmNode, cfg: AgentsConfig, tls: ssl.SSLContext | None =
             f"{node.id[:12]} is {node.hostname!r}", "facts of another host",
             "check agents.url_template and the agent's --hostname")
     return FactsResult(node.id, node.hostname, url, facts, None, now, True)
+
+
+def _status_refusal(status: int, url: str, tls: bool) -> tuple[str, str, str] | None:
+    """(message, cause, fix) for an answer that is not 200; None for 200."""
+    if 300 <= status < 400:
+        return (f"agent at {url} answered a redirect (HTTP {status}); redirects are not "
+                "followed", f"HTTP {status} redirect", _FIX_OTHER)
+    if status in (401, 403):
+        return (f"agent at {url} answered HTTP {status}: it refused this daemon",
+                f"HTTP {status}: refused the daemon",
+                _FIX_REFUSED_DAEMON if tls else _FIX_UNAUTHORISED)
+    if status == 421:
+        return (f"agent at {url} answered HTTP 421: it does not serve the name this daemon "
+                "called it by (--allowed-hosts)", "HTTP 421: host not served", _FIX_HOST)
+    if status != 200:
+        return f"agent at {url} answered HTTP {status}", f"HTTP {status}", _FIX_OTHER
+    return None
 
 
 def _cause_fix(exc: boundedhttp.FetchError) -> tuple[str, str]:
