@@ -1,0 +1,201 @@
+"""Peak memory of `swarmgpu docker-proxy` under a hostile daemon's maximal requests.
+
+The stack gives the proxy 128 MiB (stacks/swarmgpu.yml); an OOM kill restarts it and
+empties its surge book (swarmgpu/swarm/surges.py), one more replica per restart. Here
+the proxy runs as its own process (its RSS is its own) in front of the tests' stand-in
+engine (tests/support/engine_stub.py), and ``--clients`` connections at once (default:
+the proxy's MAX_CONNECTIONS) each send one request built to take the most memory:
+
+- ``dicts``, ``lists``, ``keys``, ``floats``: a swarm update whose body, just under
+  MAX_BODY_BYTES, is a spec with one more key holding ``[{},{},...]``, ``[[],[],...]``,
+  ``{"k0":0,"k1":0,...}`` or ``[0.5,0.5,...]`` (what expands most once parsed, and
+  once more in the write check's deep copy);
+- ``swarm-read``: ``GET /swarm`` while the swarm spec holds ~1 MiB of short labels
+  under the prefix (the daemon may write those; the proxy reads the answer whole and
+  parses it to drop the join tokens).
+
+Each shape runs in a fresh proxy process; printed: its RSS at rest after one request of
+each kind (VmRSS), its peak during the attack (VmHWM, from /proc), and the answers'
+status codes.
+
+    python benchmarks/bench_proxy_memory.py [--clients 32] [--shapes dicts,keys]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from support.engine_stub import start_engine  # noqa: E402
+
+from swarmgpu.swarm.dockerproxy import MAX_CONNECTIONS  # noqa: E402
+from swarmgpu.swarm.httpframe import MAX_BODY_BYTES  # noqa: E402
+
+_CHILD = """\
+import sys
+from swarmgpu.manager.engine.proxy_policy import write_checks
+from swarmgpu.swarm.dockerproxy import build_proxy
+srv = build_proxy("unix://" + sys.argv[1], "unix://" + sys.argv[2], write_checks("swarmgpu."))
+print("ready", flush=True)
+srv.serve_forever(poll_interval=0.1)
+"""
+SHAPES = ("dicts", "lists", "keys", "floats", "swarm-read")
+_ITEM = {"dicts": "{}", "lists": "[]", "floats": "0.5"}
+
+
+def _key(i: int) -> str:
+    """A short key no other index has (base 62)."""
+    digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    out = ""
+    while True:
+        i, r = divmod(i, 62)
+        out += digits[r]
+        if not i:
+            return out
+
+
+def hostile_body(shape: str, limit: int = MAX_BODY_BYTES) -> bytes:
+    """A swarm spec with one key more, whose value fills the body to ``limit``."""
+    head = b'{"Name": "default", "Labels": {}, "X": '
+    room = limit - len(head) - 2
+    if shape == "keys":
+        parts, size, i = [], 0, 0
+        while True:
+            part = f'"{_key(i)}":0'
+            if size + len(part) + 1 > room:
+                break
+            parts.append(part)
+            size += len(part) + 1
+            i += 1
+        inner = "{" + ",".join(parts) + "}"
+    else:
+        item = _ITEM[shape]
+        inner = "[" + ",".join([item] * ((room - 1) // (len(item) + 1))) + "]"
+    body = head + inner.encode() + b"}"
+    assert len(body) <= limit, len(body)
+    return body
+
+
+def swarm_labels(limit: int = MAX_BODY_BYTES) -> dict[str, str]:
+    """Short labels under the prefix, ~``limit`` bytes of JSON (a write the check lets
+    through)."""
+    labels, size, i = {}, 0, 0
+    while size < limit - 100:
+        key = f"swarmgpu.{_key(i)}"
+        labels[key] = ""
+        size += len(key) + 7
+        i += 1
+    return labels
+
+
+def _request(path: str, raw: bytes, out: list[bytes]) -> None:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(120)
+        while True:
+            try:
+                s.connect(path)
+                break
+            except BlockingIOError:  # the listen backlog is full: as a client retries
+                time.sleep(0.01)
+        try:
+            s.sendall(raw)
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+        except OSError as exc:
+            got = f"error {exc}".encode()
+        out.append(got[:12])
+
+
+def _status(path: str) -> dict[str, int]:
+    """VmRSS and VmHWM of a process, in KiB."""
+    fields = dict(line.split(":", 1) for line in Path(path).read_text().splitlines())
+    return {k: int(fields[k].split()[0]) for k in ("VmRSS", "VmHWM")}
+
+
+def write_request(body: bytes) -> bytes:
+    return (
+        b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+
+_READ = b"GET /v1.43/swarm HTTP/1.1\r\nHost: d\r\n\r\n"
+
+
+def run(shape: str, clients: int) -> tuple[dict[str, int], dict[str, int], float, str]:
+    """(status at rest, status after the attack, its wall s, the answers) of one shape."""
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = start_engine(f"{tmp}/engine.sock")
+        proxy = f"{tmp}/proxy.sock"
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, proxy, f"{tmp}/engine.sock"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=REPO,
+        )
+        try:
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+            warm: list[bytes] = []  # every code path the attack takes, loaded
+            ok = json.dumps(engine.swarm["Spec"]).encode()
+            for raw in (write_request(ok), _READ, write_request(b'{"X": [0.5]}')):
+                _request(proxy, raw, warm)
+            time.sleep(0.3)
+            rest = _status(f"/proc/{child.pid}/status")
+            if shape == "swarm-read":
+                engine.swarm["Spec"]["Labels"] = swarm_labels()
+                raw = _READ
+            else:
+                raw = write_request(hostile_body(shape))
+            answers: list[bytes] = []
+            threads = [
+                threading.Thread(target=_request, args=(proxy, raw, answers))
+                for _ in range(clients)
+            ]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            took = time.perf_counter() - t0
+            peak = _status(f"/proc/{child.pid}/status")
+        finally:
+            child.kill()
+            child.wait()
+            engine.shutdown()
+            engine.server_close()
+    codes = collections.Counter(
+        a.split(b" ")[1].decode() if a.startswith(b"HTTP/") else "cut" for a in answers
+    )
+    return rest, peak, took, ", ".join(f"{n}x {c}" for c, n in sorted(codes.items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", type=int, default=MAX_CONNECTIONS)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    args = ap.parse_args()
+    print(f"{args.clients} clients at once, bodies <= {MAX_BODY_BYTES} bytes; RSS in MiB")
+    for shape in args.shapes.split(","):
+        rest, peak, took, codes = run(shape, args.clients)
+        print(
+            f"{shape:10s}: at rest {rest['VmRSS'] / 1024:6.1f}, peak {peak['VmHWM'] / 1024:6.1f}"
+            f" ({took:5.1f} s; answers {codes})",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
