@@ -9,7 +9,10 @@ the proxy's MAX_CONNECTIONS) each send one request built to take the most memory
 - ``dicts``, ``lists``, ``keys``, ``floats``: a swarm update whose body, just under
   MAX_BODY_BYTES, is a spec with one more key holding ``[{},{},...]``, ``[[],[],...]``,
   ``{"k0":0,"k1":0,...}`` or ``[0.5,0.5,...]`` (what expands most once parsed, and
-  once more in the write check's deep copy);
+  once more in the write check's deep copy); ``load_json`` refuses these from their
+  text (more than MAX_JSON_VALUES values and keys);
+- ``dicts-at-limit`` and so on: as many of those items as ``load_json`` parses, the
+  rest of the body one string that takes 4 bytes a character in Python;
 - ``swarm-read``: ``GET /swarm`` while the swarm spec holds ~1 MiB of short labels
   under the prefix (the daemon may write those; the proxy reads the answer whole and
   parses it to drop the join tokens).
@@ -35,12 +38,13 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout, not an installed one
 
 from support.engine_stub import start_engine  # noqa: E402
 
 from swarmgpu.swarm.dockerproxy import MAX_CONNECTIONS  # noqa: E402
 from swarmgpu.swarm.httpframe import MAX_BODY_BYTES  # noqa: E402
+from swarmgpu.swarm.jsonstrict import MAX_JSON_VALUES, load_json  # noqa: E402
 
 _CHILD = """\
 import sys
@@ -50,7 +54,17 @@ srv = build_proxy("unix://" + sys.argv[1], "unix://" + sys.argv[2], write_checks
 print("ready", flush=True)
 srv.serve_forever(poll_interval=0.1)
 """
-SHAPES = ("dicts", "lists", "keys", "floats", "swarm-read")
+SHAPES = (
+    "dicts",
+    "lists",
+    "keys",
+    "floats",
+    "dicts-at-limit",
+    "lists-at-limit",
+    "keys-at-limit",
+    "floats-at-limit",
+    "swarm-read",
+)
 _ITEM = {"dicts": "{}", "lists": "[]", "floats": "0.5"}
 
 
@@ -66,23 +80,28 @@ def _key(i: int) -> str:
 
 
 def hostile_body(shape: str, limit: int = MAX_BODY_BYTES) -> bytes:
-    """A swarm spec with one key more, whose value fills the body to ``limit``."""
+    """A swarm spec with one key more holding items of ``shape``: as many as fill the
+    body to ``limit`` bytes, or (``...-at-limit``) as many as ``load_json`` parses
+    (MAX_JSON_VALUES), the rest of the body one string that is 4 bytes a character
+    in Python (one character outside the BMP)."""
+    kind, _, at_limit = shape.partition("-")
     head = b'{"Name": "default", "Labels": {}, "X": '
     room = limit - len(head) - 2
-    if shape == "keys":
-        parts, size, i = [], 0, 0
-        while True:
-            part = f'"{_key(i)}":0'
-            if size + len(part) + 1 > room:
-                break
-            parts.append(part)
-            size += len(part) + 1
-            i += 1
-        inner = "{" + ",".join(parts) + "}"
-    else:
-        item = _ITEM[shape]
-        inner = "[" + ",".join([item] * ((room - 1) // (len(item) + 1))) + "]"
-    body = head + inner.encode() + b"}"
+    # Each item opens a container or names a key, and is separated: 2 counted (floats 1).
+    budget = (MAX_JSON_VALUES - 20) // (1 if kind == "floats" else 2) if at_limit else room
+    parts, size = [], 0
+    while len(parts) < budget:
+        part = f'"{_key(len(parts))}":0' if kind == "keys" else _ITEM[kind]
+        if size + len(part) + 1 > room:
+            break
+        parts.append(part)
+        size += len(part) + 1
+    inner = ("{%s}" if kind == "keys" else "[%s]") % ",".join(parts)
+    body = head + inner.encode()
+    if at_limit:
+        pad = limit - len(body) - len(b', "P": ""}') - 4
+        body += b', "P": "' + b"a" * pad + "\U0001f600".encode() + b'"'
+    body += b"}"
     assert len(body) <= limit, len(body)
     return body
 
@@ -158,7 +177,10 @@ def run(shape: str, clients: int) -> tuple[dict[str, int], dict[str, int], float
                 engine.swarm["Spec"]["Labels"] = swarm_labels()
                 raw = _READ
             else:
-                raw = write_request(hostile_body(shape))
+                body = hostile_body(shape)
+                if shape.endswith("-at-limit"):
+                    load_json(body)  # parsed, not refused: the worst the proxy parses
+                raw = write_request(body)
             answers: list[bytes] = []
             threads = [
                 threading.Thread(target=_request, args=(proxy, raw, answers))
@@ -191,7 +213,7 @@ def main() -> None:
     for shape in args.shapes.split(","):
         rest, peak, took, codes = run(shape, args.clients)
         print(
-            f"{shape:10s}: at rest {rest['VmRSS'] / 1024:6.1f}, peak {peak['VmHWM'] / 1024:6.1f}"
+            f"{shape:15s}: at rest {rest['VmRSS'] / 1024:6.1f}, peak {peak['VmHWM'] / 1024:6.1f}"
             f" ({took:5.1f} s; answers {codes})",
             flush=True,
         )

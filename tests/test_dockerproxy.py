@@ -32,7 +32,7 @@ from support.engine_stub import SERVICE, SWARM, Engine, start_engine
 from support.paths import REPO
 
 from swarmgpu.manager.engine.proxy_policy import write_checks
-from swarmgpu.swarm import dockerproxy, surges
+from swarmgpu.swarm import dockerproxy, jsonstrict, surges
 from swarmgpu.swarm.dockerproxy import ALLOWED_CALLS, allowed, build_proxy, match
 from swarmgpu.swarm.httpframe import ChunkDecoder
 from swarmgpu.swarm.surges import SurgeBook, SurgeRefused
@@ -116,7 +116,8 @@ def test_the_docs_figures_are_the_codes() -> None:
                   f"more than {dockerproxy.REQUEST_DEADLINE_S:g} s to arrive (408)",
                   f"does not read for {dockerproxy.CLIENT_WRITE_TIMEOUT_S:g} s",
                   f"at most {dockerproxy.MAX_CONNECTIONS} connections at once (503;",
-                  f"at most {surges.MAX_SURGES} raised services"):
+                  f"at most {surges.MAX_SURGES} raised services",
+                  f"more than {jsonstrict.MAX_JSON_VALUES} values and keys refused"):
         assert claim in text, claim
     assert httpframe.ChunkDecoder(1).feed(b"00000001\r\n") == []
     with pytest.raises(httpframe.Refused):
@@ -433,6 +434,21 @@ def test_a_refusal_repeats_no_control_character(proxy: Any) -> None:
     assert got.startswith(b"HTTP/1.1 403 ")
     message = json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
     assert "FAKE LOG LINE" in message and not any(c in message for c in "\x1b\n\r")
+
+
+def test_a_body_of_too_many_json_values_is_refused_with_413_naming_the_limit(
+        proxy: Any) -> None:
+    """A hostile body built to expand once parsed (``[{},{},...]``: 3 bytes each, 64 as a
+    dict) is refused from its text, before the proxy parses it or reads the spec."""
+    path, engine, _ = proxy
+    body = b'{"Name": "default", "Labels": {}, "X": [' + b",".join([b"{}"] * 100_000) + b"]}"
+    got = _send(path, b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body))
+    assert got.startswith(b"HTTP/1.1 413 "), got[:200]
+    message = json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+    assert "more than 100000 JSON values and keys" in message, message
+    assert not engine.seen
 
 
 def test_get_swarm_comes_back_without_join_tokens(proxy: Any) -> None:

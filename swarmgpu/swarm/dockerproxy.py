@@ -53,7 +53,7 @@ from swarmgpu.swarm.httpframe import (
     parse_response_head,
     split_target,
 )
-from swarmgpu.swarm.jsonstrict import JsonError, load_json
+from swarmgpu.swarm.jsonstrict import JsonError, JsonTooLarge, load_json
 from swarmgpu.swarm.surges import SurgeBook, SurgeRefused, replicas
 
 _log = logger.bind(component="docker-proxy")
@@ -452,7 +452,7 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             new = load_json(req.body)
         except JsonError as exc:
-            raise Refused(400, str(exc)) from None
+            raise Refused(413 if isinstance(exc, JsonTooLarge) else 400, str(exc)) from None
         # The read and the write go without the client's /vX.Y: the engine takes a
         # service update at the URL's API version and drops what older versions lacked
         # (moby's adjustForAPIVersion: CapabilityDrop, Ulimits, Pids, NoNewPrivileges,

@@ -4,29 +4,55 @@ Two JSON decoders can read the same text differently: which of two repeated keys
 whether ``NaN`` is a number, which encoding a BOM-less body is in. ``load_json``
 refuses all of these instead of choosing. ``same`` compares with JSON's types
 (Python's ``True == 1`` and ``1 == 1.0`` are not what the engine's Go decoder sees).
+A body of more values than any spec has is refused from its text, before it is parsed:
+``[{},{},...]`` takes 3 bytes a value and 64 once a dict (``MAX_JSON_VALUES``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
+
+# Values and keys a body may hold. A service spec has about a hundred, one with thousands
+# of env lines or labels some thousands; at the limit the parsed body and the write
+# check's copy of it take about 15 MiB (benchmarks/bench_proxy_memory.py).
+MAX_JSON_VALUES = 100_000
+# A string, or an unterminated one to the end: every quote starts a match, so the scan
+# is linear (a pattern that can fail rescans the rest from each quote: \"\"\"...).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 
 
 class JsonError(ValueError):
     """A body that is not strict JSON: the message says why."""
 
 
+class JsonTooLarge(JsonError):
+    """A body of more than ``MAX_JSON_VALUES`` values and keys."""
+
+
+def _too_many(text: str) -> bool:
+    """Whether ``text`` opens more arrays and objects, and separates more values and
+    keys, than ``MAX_JSON_VALUES`` (strings left out: what they hold is not JSON)."""
+    bare = _STRING.sub("", text)
+    return sum(bare.count(c) for c in "[{,:") > MAX_JSON_VALUES
+
+
 def load_json(body: bytes) -> Any:
-    """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity."""
+    """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity, at most
+    ``MAX_JSON_VALUES`` values and keys."""
 
     def constant(name: str) -> Any:
         raise JsonError(f"the body holds {name}, which is not JSON")
 
     try:
-        return json.loads(body.decode("utf-8"), object_pairs_hook=unique_keys,
-                          parse_constant=constant)
+        text = body.decode("utf-8")
+        if _too_many(text):
+            raise JsonTooLarge(f"the body holds more than {MAX_JSON_VALUES} JSON values and "
+                               "keys (a service spec has some hundreds)")
+        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=constant)
     except RepeatedKey as exc:
         raise JsonError(f"the body names {exc.key[:40]!r} twice in one object") from None
     except (UnicodeDecodeError, RecursionError):
