@@ -13,10 +13,15 @@ the proxy's MAX_CONNECTIONS) each send one request built to take the most memory
   text (more than MAX_JSON_VALUES values and keys);
 - ``dicts-at-limit`` and so on: as many of those items as ``load_json`` parses, the
   rest of the body one string that takes 4 bytes a character in Python;
-- ``swarm-read``: ``GET /swarm`` while the swarm spec holds ~1 MiB of short labels
-  under the prefix (the daemon may write those; the proxy reads the answer whole and
-  parses it to drop the join tokens).
+- ``swarm-read``: ``GET /swarm`` (the proxy reads the answer whole and parses it to
+  drop the join tokens).
 
+In each, the swarm spec the writes are checked against (and GET /swarm answers) holds
+as many short labels under the prefix as one write the proxy lets through can set.
+
+The proxy runs as ``swarmgpu docker-proxy`` does (``serve``); ``--glibc-heaps``: without
+its ``few_heaps`` (glibc's default, a malloc heap per thread that allocates while
+another does, up to 8 per core), a checkout from before it: as it was.
 Each shape runs in a fresh proxy process; printed: its RSS at rest after one request of
 each kind (VmRSS), its peak during the attack (VmHWM, from /proc), and the answers'
 status codes.
@@ -42,17 +47,21 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]  # this checkout, not an install
 
 from support.engine_stub import start_engine  # noqa: E402
 
+from swarmgpu.swarm import dockerproxy, jsonstrict  # noqa: E402
 from swarmgpu.swarm.dockerproxy import MAX_CONNECTIONS  # noqa: E402
 from swarmgpu.swarm.httpframe import MAX_BODY_BYTES  # noqa: E402
-from swarmgpu.swarm.jsonstrict import MAX_JSON_VALUES, load_json  # noqa: E402
+
+# The same bodies against a checkout from before the bound (git worktree): its figure.
+MAX_JSON_VALUES = getattr(jsonstrict, "MAX_JSON_VALUES", 100_000)
+load_json = jsonstrict.load_json
 
 _CHILD = """\
 import sys
 from swarmgpu.manager.engine.proxy_policy import write_checks
-from swarmgpu.swarm.dockerproxy import build_proxy
-srv = build_proxy("unix://" + sys.argv[1], "unix://" + sys.argv[2], write_checks("swarmgpu."))
-print("ready", flush=True)
-srv.serve_forever(poll_interval=0.1)
+from swarmgpu.swarm import dockerproxy
+if sys.argv[3] == "glibc":
+    dockerproxy.few_heaps = lambda: None
+dockerproxy.serve("unix://" + sys.argv[1], "unix://" + sys.argv[2], write_checks("swarmgpu."))
 """
 SHAPES = (
     "dicts",
@@ -107,14 +116,14 @@ def hostile_body(shape: str, limit: int = MAX_BODY_BYTES) -> bytes:
 
 
 def swarm_labels(limit: int = MAX_BODY_BYTES) -> dict[str, str]:
-    """Short labels under the prefix, ~``limit`` bytes of JSON (a write the check lets
-    through)."""
-    labels, size, i = {}, 0, 0
-    while size < limit - 100:
-        key = f"swarmgpu.{_key(i)}"
+    """Short labels under the prefix: as many as one write the proxy lets through holds
+    (``limit`` bytes, MAX_JSON_VALUES values and keys)."""
+    labels, size = {}, 0
+    while size < limit - 100 and len(labels) < MAX_JSON_VALUES // 2 - 20:
+        key = f"swarmgpu.{_key(len(labels))}"
         labels[key] = ""
         size += len(key) + 7
-        i += 1
+    load_json(json.dumps({"Name": "default", "Labels": labels}).encode())
     return labels
 
 
@@ -153,28 +162,42 @@ def write_request(body: bytes) -> bytes:
 _READ = b"GET /v1.43/swarm HTTP/1.1\r\nHost: d\r\n\r\n"
 
 
-def run(shape: str, clients: int) -> tuple[dict[str, int], dict[str, int], float, str]:
+def _wait_listening(path: str, child: subprocess.Popen[bytes]) -> None:
+    for _ in range(300):
+        if child.poll() is not None:
+            raise SystemExit(f"the proxy exited with {child.returncode}")
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.connect(path)
+                return
+            except OSError:
+                time.sleep(0.1)
+    raise SystemExit("the proxy did not listen within 30 s")
+
+
+def run(shape: str, clients: int, heaps: str) -> tuple[dict[str, int], dict[str, int], float, str]:
     """(status at rest, status after the attack, its wall s, the answers) of one shape."""
     with tempfile.TemporaryDirectory() as tmp:
         engine = start_engine(f"{tmp}/engine.sock")
         proxy = f"{tmp}/proxy.sock"
         child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, proxy, f"{tmp}/engine.sock"],
-            stdout=subprocess.PIPE,
+            [sys.executable, "-c", _CHILD, proxy, f"{tmp}/engine.sock", heaps],
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            text=True,
             cwd=REPO,
         )
         try:
-            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+            _wait_listening(proxy, child)
             warm: list[bytes] = []  # every code path the attack takes, loaded
             ok = json.dumps(engine.swarm["Spec"]).encode()
             for raw in (write_request(ok), _READ, write_request(b'{"X": [0.5]}')):
                 _request(proxy, raw, warm)
             time.sleep(0.3)
             rest = _status(f"/proc/{child.pid}/status")
+            # The spec a write is checked against, and GET /swarm's answer: the largest
+            # the daemon can write there.
+            engine.swarm["Spec"]["Labels"] = swarm_labels()
             if shape == "swarm-read":
-                engine.swarm["Spec"]["Labels"] = swarm_labels()
                 raw = _READ
             else:
                 body = hostile_body(shape)
@@ -208,10 +231,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=MAX_CONNECTIONS)
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--glibc-heaps", action="store_true", help="without few_heaps")
     args = ap.parse_args()
-    print(f"{args.clients} clients at once, bodies <= {MAX_BODY_BYTES} bytes; RSS in MiB")
+    few = not args.glibc_heaps and hasattr(dockerproxy, "few_heaps")
+    heaps = "few" if few else "glibc"
+    print(
+        f"{args.clients} clients at once, bodies <= {MAX_BODY_BYTES} bytes, "
+        f"{'two' if few else 'glibc default'} malloc heaps; RSS in MiB"
+    )
     for shape in args.shapes.split(","):
-        rest, peak, took, codes = run(shape, args.clients)
+        rest, peak, took, codes = run(shape, args.clients, heaps)
         print(
             f"{shape:15s}: at rest {rest['VmRSS'] / 1024:6.1f}, peak {peak['VmHWM'] / 1024:6.1f}"
             f" ({took:5.1f} s; answers {codes})",

@@ -17,8 +17,9 @@ from typing import Any
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 
 # Values and keys a body may hold. A service spec has about a hundred, one with thousands
-# of env lines or labels some thousands; at the limit the parsed body and the write
-# check's copy of it take about 15 MiB (benchmarks/bench_proxy_memory.py).
+# of env lines or labels some thousands; one write at the limit, checked against the
+# largest spec the daemon can write, takes the proxy about 26 MiB
+# (benchmarks/bench_proxy_memory.py --clients 1).
 MAX_JSON_VALUES = 100_000
 # A string, or an unterminated one to the end: every quote starts a match, so the scan
 # is linear (a pattern that can fail rescans the rest from each quote: \"\"\"...).
