@@ -452,6 +452,18 @@ def test_a_body_of_too_many_json_values_is_refused_with_413_naming_the_limit(
     assert not engine.seen
 
 
+def test_a_number_of_5000_digits_gets_an_answer_not_a_dropped_connection(
+        proxy: Any) -> None:
+    path, engine, _ = proxy
+    body = b'{"Name": "default", "Labels": {"swarmgpu.x": ' + b"9" * 5000 + b"}}"
+    got = _send(path, b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body))
+    assert got.startswith(b"HTTP/1.1 400 "), got
+    assert "5000 digits" in json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+    assert not engine.seen
+
+
 def test_writes_are_read_and_checked_one_at_a_time(proxy: Any) -> None:
     """Each write is parsed whole, deep-copied by its check, and the spec it is checked
     against read whole: 32 at once took the 128M proxy to 1.4 GiB

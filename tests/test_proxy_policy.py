@@ -265,6 +265,19 @@ def test_json_is_read_strictly() -> None:
             load_json(body)
 
 
+def test_a_number_beyond_64_bits_is_refused_not_raised() -> None:
+    """Python reads a 5000-digit integer as a ValueError that is no JSONDecodeError (its
+    4300-digit limit), and 1e999 as inf, which the proxy would post on as Infinity: the
+    engine's Go decoder holds 64-bit numbers, so both are refused, naming the number."""
+    for body, says in ((b'{"a": ' + b"9" * 5000 + b"}", "5000 digits"),
+                       (b'{"a": -' + b"9" * 21 + b"}", "21 digits"),
+                       (b'{"a": [1e999]}', "'1e999'"), (b'{"a": -1E400}', "'-1E400'")):
+        with pytest.raises(JsonError, match=says):
+            load_json(body)
+    assert load_json(b'[18446744073709551615, -9223372036854775808, 1.5e308, 1e-400]') == [
+        18446744073709551615, -9223372036854775808, 1.5e308, 0.0]
+
+
 def test_a_body_of_too_many_json_values_is_refused_before_it_is_parsed() -> None:
     """A 1 MiB body of ``[{},{},...]`` is 350,000 dicts once parsed (77 MiB in the proxy,
     with the write check's deep copy; benchmarks/bench_proxy_memory.py): a body with more

@@ -11,6 +11,7 @@ A body of more values than any spec has is refused from its text, before it is p
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -42,18 +43,34 @@ def _too_many(text: str) -> bool:
 
 
 def load_json(body: bytes) -> Any:
-    """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity, at most
-    ``MAX_JSON_VALUES`` values and keys."""
+    """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity, numbers of
+    64 bits, at most ``MAX_JSON_VALUES`` values and keys."""
 
     def constant(name: str) -> Any:
         raise JsonError(f"the body holds {name}, which is not JSON")
+
+    # The engine's Go decoder holds 64-bit numbers; Python would raise a bare ValueError
+    # past 4300 digits and read 1e999 as inf, posted on as Infinity.
+    def integer(text: str) -> int:
+        digits = len(text.lstrip("-"))
+        if digits > 20:
+            raise JsonError(f"the body holds a number of {digits} digits (the engine reads "
+                            "64-bit numbers: 20 digits at most)")
+        return int(text)
+
+    def real(text: str) -> float:
+        value = float(text)
+        if math.isinf(value):
+            raise JsonError(f"the body holds {text[:40]!r}, beyond a 64-bit float")
+        return value
 
     try:
         text = body.decode("utf-8")
         if _too_many(text):
             raise JsonTooLarge(f"the body holds more than {MAX_JSON_VALUES} JSON values and "
                                "keys (a service spec has some hundreds)")
-        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=constant)
+        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=constant,
+                          parse_int=integer, parse_float=real)
     except RepeatedKey as exc:
         raise JsonError(f"the body names {exc.key[:40]!r} twice in one object") from None
     except (UnicodeDecodeError, RecursionError):
