@@ -17,7 +17,6 @@ import copy
 import json
 import re
 import socket
-import socketserver
 import threading
 import time
 from collections.abc import Iterator
@@ -29,10 +28,11 @@ import docker.errors
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.engine_stub import SERVICE, SWARM, Engine, start_engine
 from support.paths import REPO
 
 from swarmgpu.manager.engine.proxy_policy import write_checks
-from swarmgpu.swarm import dockerproxy, surges
+from swarmgpu.swarm import dockerproxy, jsonstrict, surges
 from swarmgpu.swarm.dockerproxy import ALLOWED_CALLS, allowed, build_proxy, match
 from swarmgpu.swarm.httpframe import ChunkDecoder
 from swarmgpu.swarm.surges import SurgeBook, SurgeRefused
@@ -116,7 +116,9 @@ def test_the_docs_figures_are_the_codes() -> None:
                   f"more than {dockerproxy.REQUEST_DEADLINE_S:g} s to arrive (408)",
                   f"does not read for {dockerproxy.CLIENT_WRITE_TIMEOUT_S:g} s",
                   f"at most {dockerproxy.MAX_CONNECTIONS} connections at once (503;",
-                  f"at most {surges.MAX_SURGES} raised services"):
+                  f"at most {surges.MAX_SURGES} raised services",
+                  f"more than {jsonstrict.MAX_JSON_VALUES} values and keys refused",
+                  f"waits for its turn up to {dockerproxy.REQUEST_DEADLINE_S:g} s (then 503"):
         assert claim in text, claim
     assert httpframe.ChunkDecoder(1).feed(b"00000001\r\n") == []
     with pytest.raises(httpframe.Refused):
@@ -201,85 +203,10 @@ def test_query_parameters_per_call(method: str, path: str,
 
 # --- the proxy in front of a recording stand-in for the engine ---------------------
 
-SWARM = {"ID": "s1", "Version": {"Index": 7}, "Spec": {"Name": "default", "Labels": {}},
-         "JoinTokens": {"Worker": "SWMTKN-1-worker", "Manager": "SWMTKN-1-manager"}}
-# A GPU service (a label under the prefix) whose owner dropped every capability.
-SERVICE = {"ID": "svc1", "Version": {"Index": 3}, "Spec": {
-    "Name": "web", "Labels": {"swarmgpu.gpus": "1"}, "Mode": {"Replicated": {"Replicas": 1}},
-    "TaskTemplate": {"ContainerSpec": {"Image": "app:1", "CapabilityDrop": ["ALL"],
-                                       "Privileges": {"NoNewPrivileges": True}}}}}
-
-
-class _Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    seen: list[bytes]
-    events_sent: threading.Event
-    service: dict[str, Any]  # SERVICE as the engine holds it now (a service update applies)
-
-
-class _EngineHandler(socketserver.BaseRequestHandler):
-    """Records each request's bytes; answers GET /swarm with chunks (as Go does for a
-    longer answer), /events as a stream, a service update at the service's version by
-    applying it (the next version), anything else 200 ``{}``."""
-
-    server: _Engine
-
-    def handle(self) -> None:
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            chunk = self.request.recv(4096)
-            if not chunk:
-                return
-            buf += chunk
-        m = re.search(rb"Content-Length: (\d+)", buf)
-        want = buf.index(b"\r\n\r\n") + 4 + (int(m.group(1)) if m else 0)
-        while len(buf) < want:
-            buf += self.request.recv(4096)
-        self.server.seen.append(buf)
-        line = buf.split(b"\r\n", 1)[0]
-        if re.match(rb"GET (/v[0-9.]+)?/swarm ", line):
-            body = json.dumps(SWARM).encode()
-            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                 b"Transfer-Encoding: chunked\r\n\r\n"
-                                 + b"".join(b"%x\r\n%s\r\n" % (len(p), p)
-                                            for p in (body[:10], body[10:])) + b"0\r\n\r\n")
-        elif re.match(rb"GET (/v[0-9.]+)?/services/[^/ ]+ ", line):
-            body = json.dumps(self.server.service).encode()
-            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        elif m := re.match(rb"POST /services/svc1/update\?version=([0-9]+) ", line):
-            svc = self.server.service
-            ok = int(m.group(1)) == svc["Version"]["Index"]
-            if ok:  # the engine's own version check: a stale update is not applied
-                svc["Spec"] = json.loads(buf.split(b"\r\n\r\n", 1)[1])
-                svc["Version"] = {"Index": svc["Version"]["Index"] + 1}
-            body = b"{}" if ok else b'{"message": "update out of sequence"}'
-            self.request.sendall(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s"
-                                 % (b"200 OK" if ok else b"500 Internal Server Error",
-                                    len(body), body))
-        elif line.startswith(b"GET /v1.43/events"):
-            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                 b"Transfer-Encoding: chunked\r\n\r\n")
-            for i in range(3):
-                ev = json.dumps({"Type": "node", "Action": "update", "n": i}).encode() + b"\n"
-                self.request.sendall(b"%x\r\n%s\r\n" % (len(ev), ev))
-            self.server.events_sent.set()
-            self.request.settimeout(10)
-            self.request.recv(1)  # until the proxy hangs up
-        else:
-            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                                 b"Api-Version: 1.43\r\nContent-Length: 2\r\n\r\n{}")
-
-
 @pytest.fixture
-def proxy(tmp_path: Path) -> Iterator[tuple[Path, _Engine, dockerproxy.ProxyServer]]:
+def proxy(tmp_path: Path) -> Iterator[tuple[Path, Engine, dockerproxy.ProxyServer]]:
     engine_sock = tmp_path / "engine.sock"
-    engine = _Engine(str(engine_sock), _EngineHandler)
-    engine.seen = []
-    engine.events_sent = threading.Event()
-    engine.service = copy.deepcopy(SERVICE)
-    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    engine = start_engine(str(engine_sock))
     path = tmp_path / "proxy.sock"
     srv = build_proxy(f"unix://{path}", f"unix://{engine_sock}", write_checks("swarmgpu."))
     threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
@@ -398,7 +325,7 @@ def test_a_write_that_changes_more_never_reaches_the_engine(proxy: Any) -> None:
     assert all(s.startswith(b"GET /swarm ") for s in engine.seen)
 
 
-def _update_service(path: Path, engine: _Engine, edit: Any) -> bytes:
+def _update_service(path: Path, engine: Engine, edit: Any) -> bytes:
     """The daemon's read-modify-write of SERVICE through the proxy: its answer."""
     spec = copy.deepcopy(engine.service["Spec"])
     edit(spec)
@@ -508,6 +435,86 @@ def test_a_refusal_repeats_no_control_character(proxy: Any) -> None:
     assert got.startswith(b"HTTP/1.1 403 ")
     message = json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
     assert "FAKE LOG LINE" in message and not any(c in message for c in "\x1b\n\r")
+
+
+def test_a_body_of_too_many_json_values_is_refused_with_413_naming_the_limit(
+        proxy: Any) -> None:
+    """A hostile body built to expand once parsed (``[{},{},...]``: 3 bytes each, 64 as a
+    dict) is refused from its text, before the proxy parses it or reads the spec."""
+    path, engine, _ = proxy
+    body = b'{"Name": "default", "Labels": {}, "X": [' + b",".join([b"{}"] * 100_000) + b"]}"
+    got = _send(path, b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body))
+    assert got.startswith(b"HTTP/1.1 413 "), got[:200]
+    message = json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+    assert "more than 100000 JSON values and keys" in message, message
+    assert not engine.seen
+
+
+def test_a_number_of_5000_digits_gets_an_answer_not_a_dropped_connection(
+        proxy: Any) -> None:
+    path, engine, _ = proxy
+    body = b'{"Name": "default", "Labels": {"swarmgpu.x": ' + b"9" * 5000 + b"}}"
+    got = _send(path, b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body))
+    assert got.startswith(b"HTTP/1.1 400 "), got
+    assert "5000 digits" in json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+    assert not engine.seen
+
+
+def test_writes_are_read_and_checked_one_at_a_time(proxy: Any) -> None:
+    """Each write is parsed whole, deep-copied by its check, and the spec it is checked
+    against read whole: 32 at once took the 128M proxy to 1.4 GiB
+    (benchmarks/bench_proxy_memory.py). Writes take turns, from their body to the
+    engine's answer (the daemon writes one at a time anyway)."""
+    path, _engine, srv = proxy
+    inside, most, lock = [0], [0], threading.Lock()
+
+    def slow(_cur: Any, _new: Any) -> None:
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.1)
+        with lock:
+            inside[0] -= 1
+
+    srv.checks = {**srv.checks, "swarm-update": slow}
+    body = json.dumps({"Name": "default", "Labels": {}}).encode()
+    raw = (b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+           b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+           % (len(body), body))
+    answers: list[bytes] = []
+    threads = [threading.Thread(target=lambda: answers.append(_send(path, raw)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [a[:12] for a in answers] == [b"HTTP/1.1 200"] * 4
+    assert most[0] == 1
+
+
+def test_a_write_waits_its_turn_until_the_request_deadline_then_503(
+        proxy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a write (or GET /swarm, read whole too) holds the turn, another waits up
+    to the request deadline, then gets 503 saying why; reads that stream go on."""
+    path, engine, srv = proxy
+    monkeypatch.setattr(dockerproxy, "REQUEST_DEADLINE_S", 0.5)
+    body = json.dumps({"Name": "default", "Labels": {}}).encode()
+    write = (b"POST /v1.43/swarm/update?version=7 HTTP/1.1\r\nHost: d\r\n"
+             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+             % (len(body), body))
+    with srv.whole:
+        for raw in (write, b"GET /v1.43/swarm HTTP/1.1\r\nHost: d\r\n\r\n"):
+            got = _send(path, raw)
+            assert got.startswith(b"HTTP/1.1 503 "), got
+            assert "one at a time" in json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+        assert not engine.seen
+        assert _send(path, b"GET /v1.43/nodes HTTP/1.1\r\nHost: d\r\n\r\n").startswith(
+            b"HTTP/1.1 200 ")
+    assert _send(path, write).startswith(b"HTTP/1.1 200 ")
 
 
 def test_get_swarm_comes_back_without_join_tokens(proxy: Any) -> None:

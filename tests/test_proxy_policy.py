@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import json
+import time
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +35,7 @@ from swarmgpu.manager.placement.keys import gate_constraint, hold_constraint
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.rebalance.record import spec_edit, spec_labels
 from swarmgpu.manager.services.sharing import env_lines
+from swarmgpu.swarm import jsonstrict
 from swarmgpu.swarm.dockerproxy import WRITE_KINDS, without_join_tokens
 from swarmgpu.swarm.jsonstrict import JsonError, first_difference, load_json, same
 
@@ -260,6 +263,43 @@ def test_json_is_read_strictly() -> None:
                  b"[" * 100_000, b"", b"{"):
         with pytest.raises(JsonError):
             load_json(body)
+
+
+def test_a_number_beyond_64_bits_is_refused_not_raised() -> None:
+    """Python reads a 5000-digit integer as a ValueError that is no JSONDecodeError (its
+    4300-digit limit), and 1e999 as inf, which the proxy would post on as Infinity: the
+    engine's Go decoder holds 64-bit numbers, so both are refused, naming the number."""
+    for body, says in ((b'{"a": ' + b"9" * 5000 + b"}", "5000 digits"),
+                       (b'{"a": -' + b"9" * 21 + b"}", "21 digits"),
+                       (b'{"a": [1e999]}', "'1e999'"), (b'{"a": -1E400}', "'-1E400'")):
+        with pytest.raises(JsonError, match=says):
+            load_json(body)
+    assert load_json(b'[18446744073709551615, -9223372036854775808, 1.5e308, 1e-400]') == [
+        18446744073709551615, -9223372036854775808, 1.5e308, 0.0]
+
+
+def test_a_body_of_too_many_json_values_is_refused_before_it_is_parsed() -> None:
+    """A 1 MiB body of ``[{},{},...]`` is 350,000 dicts once parsed (77 MiB in the proxy,
+    with the write check's deep copy; benchmarks/bench_proxy_memory.py): a body with more
+    values and keys than any spec has is refused from its text, with little memory. A
+    long string counts once, and what its text holds not at all."""
+    limit = jsonstrict.MAX_JSON_VALUES
+    body = b'{"X": [' + b",".join([b"{}"] * (limit // 2 + 1)) + b"]}"
+    tracemalloc.start()
+    try:
+        with pytest.raises(JsonError, match=f"more than {limit} JSON values and keys"):
+            load_json(body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * len(body), peak
+    t0 = time.monotonic()  # quotes that never close: one pass, not one from each
+    with pytest.raises(JsonError):
+        load_json(b'["' + b'\\"' * 400_000)
+    assert time.monotonic() - t0 < 2
+    big = {"Env": [f"V{i}=[{{,:}}]\\\"" for i in range(limit // 4)],
+           "Labels": {f"swarmgpu.k{i}": "v" for i in range(limit // 4)}}
+    assert load_json(json.dumps(big).encode()) == big
 
 
 def test_equality_knows_json_types() -> None:

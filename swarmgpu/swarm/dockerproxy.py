@@ -21,12 +21,16 @@ was sent, ``_vet``). What a write may change is the daemon's to
 say: ``build_proxy`` takes the checks (``swarmgpu.manager.engine.proxy_policy.write_checks``,
 handed over by ``swarmgpu docker-proxy``); across writes, ``surges`` keeps the daemon's
 replica raises from stacking. ``GET /swarm`` comes back without its join tokens.
+What the proxy reads whole (a write's body, the spec it is checked against, ``GET
+/swarm``'s answer) is read in turns, one request at a time (``ProxyServer.whole``), on
+two malloc heaps (``few_heaps``): 32 at once outgrew the stack's 128M.
 Refusals are 403 and logged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -53,7 +57,7 @@ from swarmgpu.swarm.httpframe import (
     parse_response_head,
     split_target,
 )
-from swarmgpu.swarm.jsonstrict import JsonError, load_json
+from swarmgpu.swarm.jsonstrict import JsonError, JsonTooLarge, load_json
 from swarmgpu.swarm.surges import SurgeBook, SurgeRefused, replicas
 
 _log = logger.bind(component="docker-proxy")
@@ -331,6 +335,7 @@ class _Handler(socketserver.BaseRequestHandler):
     # A service write let through: (its ID, the version checked, its replicas), for
     # the surge book once the engine answers 2xx.
     applied: tuple[str, int, int | None] | None = None
+    turn = False  # holds ``server.whole``
 
     def handle(self) -> None:
         if not self.server.slots.acquire(blocking=False):
@@ -342,6 +347,8 @@ class _Handler(socketserver.BaseRequestHandler):
         except (OSError, _ClientGone):
             pass
         finally:
+            if self.turn:
+                self.server.whole.release()
             self.server.slots.release()
             with contextlib.suppress(OSError):
                 self.request.close()
@@ -363,6 +370,8 @@ class _Handler(socketserver.BaseRequestHandler):
             bad = call.check_params(req.query)
             if bad is not None:
                 raise Refused(403, f"{req.method} {req.path}: {bad}")
+            if call.kind in (*WRITE_KINDS, "swarm"):
+                self._take_turn()
             target, body = self._vet(call, req)
             if self._more_waiting():
                 raise Refused(400, "bytes after the request (pipelining): one request per "
@@ -390,6 +399,20 @@ class _Handler(socketserver.BaseRequestHandler):
             got = reader.feed(data)
             if got is not None:
                 return got
+            if reader.body_next and not self.turn:
+                # Nothing more of a body is read before its turn; its time starts then.
+                self._take_turn()
+                deadline = time.monotonic() + REQUEST_DEADLINE_S
+
+    def _take_turn(self) -> None:
+        """Wait for ``server.whole`` up to the request deadline (then 503)."""
+        if self.turn:
+            return
+        if not self.server.whole.acquire(timeout=REQUEST_DEADLINE_S):
+            raise Refused(503, f"no turn within {REQUEST_DEADLINE_S:g} s: the proxy reads "
+                               "writes and GET /swarm one at a time (its memory), and another "
+                               "held it; try again")
+        self.turn = True
 
     def _more_waiting(self) -> bool:
         """Bytes after the request already here (a socket timeout would make even a
@@ -452,7 +475,7 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             new = load_json(req.body)
         except JsonError as exc:
-            raise Refused(400, str(exc)) from None
+            raise Refused(413 if isinstance(exc, JsonTooLarge) else 400, str(exc)) from None
         # The read and the write go without the client's /vX.Y: the engine takes a
         # service update at the URL's API version and drops what older versions lacked
         # (moby's adjustForAPIVersion: CapabilityDrop, Ulimits, Pids, NoNewPrivileges,
@@ -564,6 +587,9 @@ class ProxyServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
     refused = 0
     forwarded = 0
     slots: threading.BoundedSemaphore
+    # One request at a time reads a JSON body or answer whole, parses and checks it:
+    # a write from its body to the engine's answer, GET /swarm while the engine answers.
+    whole: threading.Lock
 
 
 class _UnixProxy(ProxyServer, socketserver.UnixStreamServer):
@@ -621,11 +647,25 @@ def build_proxy(listen: str, upstream: str, checks: WriteChecks,
     server.surges = SurgeBook()
     server.own_service = own_service or None
     server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    server.whole = threading.Lock()
     return server
+
+
+_M_ARENA_MAX = -8  # glibc's malloc.h
+
+
+def few_heaps() -> None:
+    """Two malloc heaps for the process, not one per thread that allocates while another
+    does (glibc: up to 8 per core), each keeping what was freed in it: 32 writes checked
+    one at a time still left 141 MiB on 16 heaps, 75 MiB on two
+    (benchmarks/bench_proxy_memory.py). Without glibc (musl, macOS): nothing to do."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 2)
 
 
 def serve(listen: str, upstream: str, checks: WriteChecks,
           stop: threading.Event | None = None, own_service: str | None = None) -> None:
+    few_heaps()  # before the first handler thread
     server = build_proxy(listen, upstream, checks, own_service)
     _log.info("docker-proxy on {} -> {}: {} calls allowed (writes checked against the "
               "current spec); anything else is answered 400/403", listen, upstream,

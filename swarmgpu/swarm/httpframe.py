@@ -305,6 +305,12 @@ class RequestReader:
         self._body: list[bytes] = []
         self._max_body = max_body
 
+    @property
+    def body_next(self) -> bool:
+        """The head is whole and a body follows (the proxy reads a write's body only in
+        its turn)."""
+        return self._head is not None and (self._head.chunked or bool(self._head.length))
+
     def feed(self, data: bytes) -> Request | None:
         if self._head is None:
             self._buf += data

@@ -4,29 +4,73 @@ Two JSON decoders can read the same text differently: which of two repeated keys
 whether ``NaN`` is a number, which encoding a BOM-less body is in. ``load_json``
 refuses all of these instead of choosing. ``same`` compares with JSON's types
 (Python's ``True == 1`` and ``1 == 1.0`` are not what the engine's Go decoder sees).
+A body of more values than any spec has is refused from its text, before it is parsed:
+``[{},{},...]`` takes 3 bytes a value and 64 once a dict (``MAX_JSON_VALUES``).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
+
+# Values and keys a body may hold. A service spec has about a hundred, one with thousands
+# of env lines or labels some thousands; one write at the limit, checked against the
+# largest spec the daemon can write, takes the proxy about 26 MiB
+# (benchmarks/bench_proxy_memory.py --clients 1).
+MAX_JSON_VALUES = 100_000
+# A string, or an unterminated one to the end: every quote starts a match, so the scan
+# is linear (a pattern that can fail rescans the rest from each quote: \"\"\"...).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 
 
 class JsonError(ValueError):
     """A body that is not strict JSON: the message says why."""
 
 
+class JsonTooLarge(JsonError):
+    """A body of more than ``MAX_JSON_VALUES`` values and keys."""
+
+
+def _too_many(text: str) -> bool:
+    """Whether ``text`` opens more arrays and objects, and separates more values and
+    keys, than ``MAX_JSON_VALUES`` (strings left out: what they hold is not JSON)."""
+    bare = _STRING.sub("", text)
+    return sum(bare.count(c) for c in "[{,:") > MAX_JSON_VALUES
+
+
 def load_json(body: bytes) -> Any:
-    """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity."""
+    """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity, numbers of
+    64 bits, at most ``MAX_JSON_VALUES`` values and keys."""
 
     def constant(name: str) -> Any:
         raise JsonError(f"the body holds {name}, which is not JSON")
 
+    # The engine's Go decoder holds 64-bit numbers; Python would raise a bare ValueError
+    # past 4300 digits and read 1e999 as inf, posted on as Infinity.
+    def integer(text: str) -> int:
+        digits = len(text.lstrip("-"))
+        if digits > 20:
+            raise JsonError(f"the body holds a number of {digits} digits (the engine reads "
+                            "64-bit numbers: 20 digits at most)")
+        return int(text)
+
+    def real(text: str) -> float:
+        value = float(text)
+        if math.isinf(value):
+            raise JsonError(f"the body holds {text[:40]!r}, beyond a 64-bit float")
+        return value
+
     try:
-        return json.loads(body.decode("utf-8"), object_pairs_hook=unique_keys,
-                          parse_constant=constant)
+        text = body.decode("utf-8")
+        if _too_many(text):
+            raise JsonTooLarge(f"the body holds more than {MAX_JSON_VALUES} JSON values and "
+                               "keys (a service spec has some hundreds)")
+        return json.loads(text, object_pairs_hook=unique_keys, parse_constant=constant,
+                          parse_int=integer, parse_float=real)
     except RepeatedKey as exc:
         raise JsonError(f"the body names {exc.key[:40]!r} twice in one object") from None
     except (UnicodeDecodeError, RecursionError):
