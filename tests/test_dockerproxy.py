@@ -681,3 +681,23 @@ def test_tcp_beyond_loopback_and_missing_checks_are_refused() -> None:
                     {k: v for k, v in checks.items() if k != "service-update"})
     with pytest.raises(ValueError, match="upstream"):
         build_proxy("unix:///tmp/x.sock", "tcp://127.0.0.1:2375", checks)
+
+
+def test_a_burst_of_connections_up_to_the_limit_is_queued_not_refused(tmp_path: Path) -> None:
+    # socketserver's listen backlog is 5: the sixth connection of a burst, before the
+    # proxy had accepted any, got EAGAIN from connect (the daemon's client: an error),
+    # though the proxy serves 32 at once.
+    path = tmp_path / "proxy.sock"
+    srv = build_proxy(f"unix://{path}", f"unix://{tmp_path / 'engine.sock'}",
+                      write_checks("swarmgpu."))  # not serving: nothing accepted yet
+    socks = []
+    try:
+        for _ in range(dockerproxy.MAX_CONNECTIONS):
+            s = socket.socket(socket.AF_UNIX)
+            s.setblocking(False)
+            socks.append(s)
+            s.connect(str(path))  # BlockingIOError (EAGAIN) past the backlog
+    finally:
+        for s in socks:
+            s.close()
+        srv.server_close()

@@ -579,6 +579,9 @@ class ProxyServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
     """Shared by the unix and TCP flavours (``serve`` picks one)."""
 
     daemon_threads = True
+    # socketserver's backlog is 5: the sixth connection of a burst got EAGAIN before any
+    # was accepted; the connections it serves at once, and as many again waiting.
+    request_queue_size = 2 * MAX_CONNECTIONS
     connect_upstream: Callable[[], socket.socket]
     checks: WriteChecks
     surges: SurgeBook  # the daemon's replica raises, per service (this process only)
