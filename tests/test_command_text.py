@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from swarmgpu.manager.commands.plan import render_plan
+from swarmgpu.manager.commands.plan import entries, render_plan
 from swarmgpu.manager.placement import ReplicaPlacement, ServicePlan
 from swarmgpu.manager.web.cluster_view import render_status
 
@@ -116,3 +116,19 @@ def test_a_lone_surrogate_shows_escaped_and_the_text_can_be_printed() -> None:
     sp = ServicePlan("web\ud800", "id-web", None, "gpus=1", "pending", "Pending")
     text = render_plan([sp], ungranted=[], workload={}, health=[], moves=None, listen="x")
     assert text.encode("utf-8").startswith(rb"web\ud800: pending"), text
+
+
+def test_an_answer_on_the_daemons_port_that_is_not_moves_is_read_not_trusted() -> None:
+    # Whatever answers on http.listen (another program, an older daemon) was indexed as
+    # the daemon's moves: a move without "from" stopped plan with a KeyError, an entry
+    # that is not a mapping with an AttributeError.
+    for moves in ({"proposed": [{"service": "llm"}], "recent": [{}]},
+                  {"proposed": ["x", 1, None], "recent": "no", "health": [], "notes": 5},
+                  {"proposed": {"a": 1}, "health": {"failing_nodes": {1: "x", "b": 2}}}):
+        text = render_plan([], ungranted=[], workload={}, health=[], moves=moves,
+                           listen="127.0.0.1:9402")
+        assert "Traceback" not in text
+    text = render_plan([], ungranted=[], workload={}, health=[],
+                       moves={"proposed": [{"service": "llm"}]}, listen="127.0.0.1:9402")
+    assert "move llm: None -> None" in text
+    assert entries({"proposed": ["x", {"service": "a"}]}, "proposed") == [{"service": "a"}]

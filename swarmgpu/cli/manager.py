@@ -157,7 +157,7 @@ def _snapshot(cfg: Config) -> Any:
 @click.option("--json", "as_json", is_flag=True)
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
-    from swarmgpu.manager.commands.plan import render_plan
+    from swarmgpu.manager.commands.plan import entries, render_plan
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
     from swarmgpu.manager.cycle.placement import make_plan
     from swarmgpu.manager.nodes.gpuhealth import health_rows
@@ -173,7 +173,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
     ungranted = rows(find(cfg, snap, p, ImageEnvs(swarm)))
     moves = _daemon_moves(cfg)
     # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
-    idle = [str(m.get("service")) for m in (moves or {}).get("proposed", [])
+    idle = [str(m.get("service")) for m in entries(moves or {}, "proposed")
             if m.get("trigger") == "consolidation"]
     states = service_states(p.services, moving(snap.services, snap.swarm_labels,
                                                cfg.sync.prefix), idle)

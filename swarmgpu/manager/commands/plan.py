@@ -59,6 +59,13 @@ def _service_lines(sp: ServicePlan) -> list[str]:
     return out
 
 
+def entries(moves: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """The answer's list under ``key``, its mappings only: whatever answers on the
+    daemon's port (another program, an older daemon) is read, not trusted."""
+    got = moves.get(key)
+    return [m for m in got if isinstance(m, Mapping)] if isinstance(got, list) else []
+
+
 def _move_lines(moves: Mapping[str, Any] | None, listen: str) -> list[str]:
     """The daemon's proposed and recent moves and its health policy's failing nodes."""
     if moves is None:
@@ -67,22 +74,25 @@ def _move_lines(moves: Mapping[str, Any] | None, listen: str) -> list[str]:
             "its metric windows"
         ]
     out = []
-    if not moves.get("proposed"):
+    proposed, recent = entries(moves, "proposed"), entries(moves, "recent")
+    if not proposed:
         out.append("moves: none proposed" + (" (dry-run)" if moves.get("dry_run") else ""))
-    for m in moves.get("proposed", []):
+    for m in proposed:
         out.append(
-            f"move {m['service']}: {m['from']} -> {m['to']} GPUs {m.get('gpus')} "
-            f"[{m['trigger']}, window {m.get('window')}] {m['reason']}; "
+            f"move {m.get('service')}: {m.get('from')} -> {m.get('to')} GPUs {m.get('gpus')} "
+            f"[{m.get('trigger')}, window {m.get('window')}] {m.get('reason')}; "
             f"gain: {m.get('gain')}"
         )
-    for m in moves.get("recent", [])[-5:]:
-        out.append(
-            f"recent {m['service']}: {m['from']} -> {m['to']}: {m['outcome']} ({m['reason']})"
-        )
-    health = moves.get("health") or {}  # the health policy (docs/health.md)
-    for host, why in sorted((health.get("failing_nodes") or {}).items()):
+    for m in recent[-5:]:
+        out.append(f"recent {m.get('service')}: {m.get('from')} -> {m.get('to')}: "
+                   f"{m.get('outcome')} ({m.get('reason')})")
+    health = moves.get("health")  # the health policy (docs/health.md)
+    failing = health.get("failing_nodes") if isinstance(health, Mapping) else None
+    for host, why in sorted((failing if isinstance(failing, Mapping) else {}).items(),
+                            key=lambda kv: str(kv[0])):
         out.append(f"node failing: {host}: {why}")
-    for n in moves.get("notes", []):
+    notes = moves.get("notes")
+    for n in notes if isinstance(notes, list) else []:
         if "health:" in str(n):
             out.append(str(n) if str(n).startswith("health:") else f"health: {n}")
     return out
