@@ -9,6 +9,8 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
 - fake_pynvml/, fake_nvml_agent: the fake NVML library built from real captures.
 - hostile_agent, faultproxy, slowflood, httpprobe: hostile peers, a faulty engine
   proxy, slow-connection floods, a probe run inside a namespace.
+- engine_stub: a recording stand-in for the engine's socket, for the docker-proxy's
+  tests and benchmarks/bench_proxy_memory.py.
 - task_watch: records the tasks a service ran; web_fleet: a fleet document made by the
   real planner; browser: a headless chromium for the GPU map.
 - daemon: the `daemon` fixture's setup (tests/conftest.py).
