@@ -756,12 +756,12 @@ def test_a_packed_services_replicas_are_counted_once(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "says"), [
     ("queues: {1: {max: 4}}", "queues.1 (a queue name): expected a string, got 1 (a whole "
-     "number); quote it if it is meant as text: '1'"),
+     "number); quote it as the file writes it if it is meant as text"),
     ("queues: {1: {max: 4}, q: {max: 2}}\ntenants: {a: {stacks: [a*]}}",
      "queues.1 (a queue name): expected a string"),  # was a TypeError (sorting 1 and 'q')
     ("queues: {~: {max: 4}}", "queues.None (a queue name): expected a string, got None"),
     ("tenants: {1: {stacks: [a*]}}", "tenants.1 (a tenant name): expected a string, got 1 "
-     "(a whole number); quote it if it is meant as text: '1'"),
+     "(a whole number); quote it as the file writes it if it is meant as text"),
 ])
 def test_a_name_that_is_not_text_is_refused_not_read_as_text(tmp_path: Path, text: str,
                                                              says: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from swarmgpu.core.configvalues import FromEnv, coerce, locate_in
+from swarmgpu.core.configvalues import FromEnv, coerce, locate_in, not_text
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
@@ -225,7 +225,8 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
     for name, q in queues.items():
         # A name is swarmgpu.queue's text: 1 is refused, not read as "1" (a queue no
         # check had seen, beside a "1" it would have replaced).
-        coerce(name, str, f"{name} (a queue name)")
+        if not isinstance(name, str):
+            raise ValueError(not_text(name, f"{name} (a queue name)"))
         if not NAME_RE.fullmatch(name):
             # No swarmgpu.queue label could name it: a queue no service can ask for.
             raise ValueError(f"{name}: a queue name is what a swarmgpu.queue label can carry: "
