@@ -247,3 +247,22 @@ def test_keys_that_read_apart_are_kept_apart(tmp_path: Path) -> None:
                    "  <<: {'1': {guaranteed: 3}}\n")  # a merged key: the own one wins
     queues = load_config(cfg, env={}).queues
     assert sorted(queues) == ["01", "1"] and queues["1"] == {"guaranteed": 1}
+
+
+@pytest.mark.parametrize(("written", "read"), [("007", "7"), ("0x1F", "31"), ("010", "8"),
+                                               ("1_000", "1000"), ("true", "True")])
+def test_a_name_read_as_no_text_is_named_at_its_line_without_another_name(
+        tmp_path: Path, written: str, read: str) -> None:
+    # The error said `queues.7 ... quote it if it is meant as text: '7'` at the line of
+    # `queues:`: quoted as told, 007 became another queue ("7"), which the services'
+    # swarmgpu.queue=007 do not name.
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"queues:\n  prod: {{guaranteed: 1}}\n  {written}: {{max: 4}}\n"
+                   f"tenants:\n  {written}: {{stacks: [a*]}}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2, res.output
+    queue, tenant = (line for line in res.output.splitlines() if "name):" in line)
+    assert queue.startswith(f"{cfg}:3: queues.{read} (a queue name): expected a string"), queue
+    assert tenant.startswith(f"{cfg}:5: tenants.{read} (a tenant name): expected a string")
+    for line in (queue, tenant):
+        assert f"'{read}'" not in line and "quote it as the file writes it" in line, line

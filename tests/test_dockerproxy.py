@@ -389,6 +389,25 @@ def test_the_proxys_own_service_is_never_written(proxy: Any) -> None:
     assert _update_service(path, engine, void).startswith(b"HTTP/1.1 200")
 
 
+@pytest.mark.parametrize("given", ["swarmgpu_docker-proxy", "k3j5x0q9w2e8",
+                                   "{{.Service.ID}}", "K3J5X0Q9W2E8R7T6Y5U4I3O2P"])
+def test_an_own_service_that_is_no_service_id_is_refused_at_start(
+        tmp_path: Path, given: str) -> None:
+    """The own-service check compares the engine's full service ID: a name, a short ID
+    as ``docker service ls`` prints it, or a template Swarm did not expand (the env
+    outside a stack) matched no write, and the proxy's own service stayed writable
+    without a word. Each is refused at start, naming the option and the fix."""
+    with pytest.raises(ValueError, match=r"own service .*--own-service.*Service\.ID"):
+        build_proxy(f"unix://{tmp_path}/p.sock", "unix:///var/run/docker.sock",
+                    write_checks("swarmgpu."), own_service=given)
+    srv = build_proxy(f"unix://{tmp_path}/q.sock", "unix:///var/run/docker.sock",
+                      write_checks("swarmgpu."), own_service="k3j5x0q9w2e8r7t6y5u4i3o2p")
+    try:
+        assert srv.own_service == "k3j5x0q9w2e8r7t6y5u4i3o2p"
+    finally:
+        srv.server_close()
+
+
 def test_racing_writes_never_unlock_a_second_replica() -> None:
     """Writes checked at one version race to the engine, which takes one: only what
     the engine is known to hold past the raise's version ends a raise, never a write's

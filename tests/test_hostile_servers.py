@@ -216,6 +216,16 @@ def test_prop_only_ip_literals_and_known_names_pass(host: str) -> None:
     assert host_allowed("GPU-MAP.example.:80", allowed) is True
 
 
+def test_an_allowed_host_given_with_its_port_is_allowed() -> None:
+    # `--allowed-hosts gpu1.example:9401` (or http.allowed_hosts) was kept whole, and a
+    # Host header is compared without its port: the name it gave stayed refused (421),
+    # and the 421 told it to give that very option.
+    allowed = allowed_hosts("0.0.0.0:9401", "GPU1.example:9401, [fe80::1]:9401, map.example.")
+    assert {"gpu1.example", "map.example"} <= allowed
+    assert host_allowed("gpu1.example:9401", allowed) is True
+    assert host_allowed("map.example", allowed) is True
+
+
 def test_daemon_http_answers_an_oversized_head(daemon_http: tuple[GuardedServer, int]) -> None:
     # The daemon shares the agent's request reading (httpguard.OneRequestHandler), so a
     # too-long request line or header block gets 414 / 431 with the security headers.

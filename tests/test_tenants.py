@@ -26,6 +26,7 @@ from swarmgpu.core.config import (
     ConfigError,
     SyncConfig,
     load_config,
+    queue_quotas,
 )
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.cycle.placement import SELF_DECLARED, audit_checks, new_planner
@@ -756,12 +757,12 @@ def test_a_packed_services_replicas_are_counted_once(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "says"), [
     ("queues: {1: {max: 4}}", "queues.1 (a queue name): expected a string, got 1 (a whole "
-     "number); quote it if it is meant as text: '1'"),
+     "number); quote it as the file writes it if it is meant as text"),
     ("queues: {1: {max: 4}, q: {max: 2}}\ntenants: {a: {stacks: [a*]}}",
      "queues.1 (a queue name): expected a string"),  # was a TypeError (sorting 1 and 'q')
     ("queues: {~: {max: 4}}", "queues.None (a queue name): expected a string, got None"),
     ("tenants: {1: {stacks: [a*]}}", "tenants.1 (a tenant name): expected a string, got 1 "
-     "(a whole number); quote it if it is meant as text: '1'"),
+     "(a whole number); quote it as the file writes it if it is meant as text"),
 ])
 def test_a_name_that_is_not_text_is_refused_not_read_as_text(tmp_path: Path, text: str,
                                                              says: str) -> None:
@@ -780,3 +781,18 @@ def test_a_queue_no_label_can_name_is_refused(tmp_path: Path, name: str) -> None
     assert any(f"queues.{name}: a queue name is what a swarmgpu.queue label can carry"
                in err for err in e.value.errors), e.value.errors
     _cfg(tmp_path, "queues: {research.v2_a-1: {max: 4}}\n")  # what a label can carry
+
+
+def test_a_tenants_first_queue_needs_no_name_a_label_can_carry(tmp_path: Path) -> None:
+    # A tenant's services without swarmgpu.queue count against its first queue: "team a"
+    # is reached with no label, and worked; the label-name rule refused the config, and
+    # the daemon did not start. A queue only a label could reach is still refused.
+    text = ("queues: {'team a': {guaranteed: 4}, 'x y': {max: 2}, q: {max: 1}}\n"
+            "tenants: {a: {stacks: [a*], queues: ['team a']}, "
+            "b: {stacks: [b*], queues: [q, 'x y']}}\n")
+    with pytest.raises(ConfigError) as e:
+        _cfg(tmp_path, text)
+    (refused,) = [err for err in e.value.errors if "a queue name is" in err]
+    assert "queues.x y: a queue name is what a swarmgpu.queue label can carry" in refused
+    _cfg(tmp_path, text.replace("[q, 'x y']", "[q]").replace(", 'x y': {max: 2}", ""))
+    assert queue_quotas({"team a": {"guaranteed": 4}}) == {"team a": (4000, None)}

@@ -37,8 +37,8 @@ Exit codes:
                         without matplotlib
   config check          0 valid; 2 invalid or unreadable (every problem printed)
   config show-defaults  0
-  docker-proxy          runs until stopped; 2 bad --listen/--upstream/--prefix or cannot
-                        listen"""
+  docker-proxy          runs until stopped; 2 bad --listen/--upstream/--prefix/
+                        --own-service or cannot listen"""
 
 
 @click.group(epilog=EXIT_CODES)

@@ -22,7 +22,8 @@ from swarmgpu.cli.logs import setup_logging
 @click.option("--own-service", default="", envvar="SWARMGPU_PROXY_SERVICE",
               help="The ID of the Swarm service this proxy runs as ({{.Service.ID}} in the "
                    "stack): every write to it is refused, so the daemon cannot restart the "
-                   "proxy. Empty when it is not a service (systemd).")
+                   "proxy. The whole ID (a name or short ID is refused: it would match "
+                   "no write). Empty when it is not a service (systemd).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
 def docker_proxy(listen: str, upstream: str, prefix: str, own_service: str,
                  log_format: str) -> None:

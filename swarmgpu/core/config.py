@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from swarmgpu.core.configvalues import FromEnv, coerce, locate_in
+from swarmgpu.core.configvalues import FromEnv, coerce, locate_in, not_text
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
@@ -225,12 +225,8 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
     for name, q in queues.items():
         # A name is swarmgpu.queue's text: 1 is refused, not read as "1" (a queue no
         # check had seen, beside a "1" it would have replaced).
-        coerce(name, str, f"{name} (a queue name)")
-        if not NAME_RE.fullmatch(name):
-            # No swarmgpu.queue label could name it: a queue no service can ask for.
-            raise ValueError(f"{name}: a queue name is what a swarmgpu.queue label can carry: "
-                             "letters, digits, . _ - (at most 63, first a letter or digit), "
-                             "e.g. research")
+        if not isinstance(name, str):
+            raise ValueError(not_text(name, f"{name} (a queue name)"))
         if not isinstance(q, Mapping) or set(q) - {"guaranteed", "max"}:
             raise ValueError(f"{name}: expected {{guaranteed: GPUs, max: GPUs}}, got {q!r}")
         for key in ("guaranteed", "max"):
@@ -395,8 +391,18 @@ def _check_tenants(cfg: Config, add: Callable[[str], None]) -> None:
         classes = parse_priority_classes(cfg.preemption.priority_classes)
     except ValueError:
         classes = {}  # reported above
-    for e in parse_tenants(cfg.tenants, cfg.queues, classes, cfg.preemption.max_per_hour)[2]:
+    specs, _, errors = parse_tenants(cfg.tenants, cfg.queues, classes,
+                                     cfg.preemption.max_per_hour)
+    for e in errors:
         add(e)
+    # A queue is asked for by a swarmgpu.queue label, or is a tenant's first, which its
+    # services without the label count against: only the former needs a label's name.
+    firsts = {t.queues[0] for t in specs if t.queues}
+    names = cfg.queues if isinstance(cfg.queues, Mapping) else {}
+    for name in names:
+        if isinstance(name, str) and name not in firsts and not NAME_RE.fullmatch(name):
+            add(f"queues.{name}: a queue name is what a swarmgpu.queue label can carry: "
+                "letters, digits, . _ - (at most 63, first a letter or digit), e.g. research")
 
 
 def _check_preemption(p: PreemptionConfig, add: Callable[[str], None]) -> None:

@@ -76,6 +76,14 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
     return value
 
 
+def not_text(value: Any, where: str) -> str:
+    """The error for a name YAML did not read as text (``1:``, ``007:``, ``true:``, ``~:``).
+    Its fix is the file's own spelling in quotes, not the value read: quoted as read,
+    ``007`` would become the name "7", ``0x1F`` "31", ``true`` "True"."""
+    return (f"{where}: expected a string, got {value!r} ({_kind(value)}); quote it as the "
+            "file writes it if it is meant as text (YAML reads 007 as 7, true as True)")
+
+
 def _numeric(text: str) -> bool:
     try:
         float(text)

@@ -72,7 +72,9 @@ def allowed_hosts(listen: str, extra: str = "") -> frozenset[str]:
     host = listen.rpartition(":")[0].strip("[]").lower()
     if host and host not in ("0.0.0.0", "::"):  # noqa: S104  (a comparison, not a bind)
         names.add(host)
-    names.update(h.strip().lower().rstrip(".") for h in extra.split(",") if h.strip())
+    # As a Host header is read (no port, no trailing dot): a name given with its port
+    # would never match.
+    names.update(host_of(h) for h in extra.split(",") if h.strip())
     return frozenset(names)
 
 

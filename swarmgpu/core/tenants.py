@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from swarmgpu.core.configvalues import coerce
+from swarmgpu.core.configvalues import not_text
 
 DEFAULT_TENANT = "default"
 STACK_LABEL = "com.docker.stack.namespace"  # set by `docker stack deploy` from the stack name
@@ -112,10 +112,7 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
     for name, body in raw.items():
         w = f"tenants.{name}"
         if not isinstance(name, str):
-            try:
-                coerce(name, str, f"{w} (a tenant name)")
-            except ValueError as e:
-                add(str(e))
+            add(not_text(name, f"{w} (a tenant name)"))
             continue
         if not NAME_RE.fullmatch(name):
             add(f"{w}: a tenant name is letters, digits, . _ - (at most 63), e.g. team-a")

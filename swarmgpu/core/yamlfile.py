@@ -211,10 +211,14 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                         raise error(f"{what}: key {k.value!r} given twice in one mapping "
                                     f"(lines {seen[k.tag, k.value]} and {line}); keep one")
                     seen[k.tag, k.value] = line
-                    _one_key_once_read(k, _scalar(loader, k, what, error), read, what, error)
+                    key = _scalar(loader, k, what, error)
+                    _one_key_once_read(k, key, read, what, error)
                     if path is not None:
                         sub = (*path, k.value)
                         lines.setdefault(sub, line)
+                        if not isinstance(key, str):
+                            # Messages name such a key as read (007 is 7): its line too.
+                            lines.setdefault((*path, str(key)), line)
                 stack.append((v, depth + 1, sub, False))
                 stack.append((k, depth + 1, None, False))
         elif isinstance(node, yaml.SequenceNode):

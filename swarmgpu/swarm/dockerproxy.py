@@ -69,6 +69,9 @@ MAX_CONNECTIONS = 32  # in flight at once; more get 503 (the daemon uses ~10)
 MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an answer the proxy reads whole (specs, /swarm)
 _VERSION = re.compile(r"^/v[0-9]{1,2}\.[0-9]{1,3}(?=/)")
 _ID = "[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"  # node/service IDs and names
+# A whole service ID as swarmkit makes it (identity.NewID: base 36, 25 digits), which is
+# what the engine's answer carries and ``{{.Service.ID}}`` gives.
+_SERVICE_ID = re.compile(r"[0-9a-z]{25}")
 _NUMBER = r"[0-9]{1,20}"
 _ANY = r"[\x20-\x7e]{0,4096}"
 _BOOL = "(?i:true|false)|1|0"  # requests writes a Python bool as True/False
@@ -626,6 +629,13 @@ def build_proxy(listen: str, upstream: str, checks: WriteChecks,
     the ID of the Swarm service the proxy runs as, refused every write."""
     if set(checks) != set(WRITE_KINDS):
         raise ValueError(f"checks for {sorted(checks)}: one per write, {WRITE_KINDS}")
+    if own_service and not _SERVICE_ID.fullmatch(own_service):
+        # Compared with the engine's whole ID: a name, a short ID or an unexpanded
+        # template would match no write and leave the proxy's service writable.
+        raise ValueError(f"own service {own_service[:80]!r}: not a whole Swarm service ID "
+                         "(25 lower-case letters and digits); give --own-service "
+                         "(SWARMGPU_PROXY_SERVICE) {{.Service.ID}} in the stack, or "
+                         "docker service inspect -f '{{.ID}}' NAME")
     connect = upstream_connector(upstream)
     server: ProxyServer
     if listen.startswith("unix://"):
