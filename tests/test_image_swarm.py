@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -272,7 +273,7 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
     """stacks/swarmgpu.yml itself, unedited: agents (nvml: these nodes have no driver,
     so they report zero GPUs) on the nodes labelled gpu=true, serving HTTPS with their
     node's Swarm certificate, the daemon on the manager reaching the engine only through
-    the stack's docker-proxy and presenting its manager certificate, writing the labels.
+    the stack's docker-proxy and presenting its manager certificate, reading each agent.
     Each test node's engine has its own data root: a per-host symlink and the
     {{.Node.Hostname}} template in SWARMGPU_DOCKER_DATA_ROOT stand in for the one path
     real nodes share."""
@@ -296,6 +297,7 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
     token_file.write_text(token + "\n")
     swarm.cli(mgr, "secret", "rm", "swarmgpu-http-token", check=False)
     swarm.cli(mgr, "secret", "create", "swarmgpu-http-token", str(token_file))
+    before = {w.name: labels_of(swarm, w.name) for w in swarm.workers}
     t0 = time.monotonic()
     res = subprocess.run(["docker", "-H", mgr.docker_host, "stack", "deploy",
                           "--resolve-image", "never", "-c", str(stack), "sgstack"],
@@ -307,13 +309,29 @@ def test_swarmgpu_stack_deploys_as_shipped(swarm: SwarmCluster, image: dict[str,
                        "the stack's agents answering on every gpu=true node")
         health = swarm.wait_for(lambda: _answers(mgr.addr, 9402), 60,
                                 "the stack's daemon answering /healthz on the manager")
-        # Zero GPUs is a valid answer: the daemon labels each agent's node with it.
-        swarm.wait_for(lambda: all(labels_of(swarm, w.name).get(f"{P}gpu.count") == "0"
-                                   for w in swarm.workers), 60,
-                       "labels written by the stack's daemon")
+        # No driver here: each agent answers that NVML cannot start. Those are GPUs that
+        # cannot be read, not zero GPUs, so the daemon (which reached the engine through
+        # the stack's docker-proxy: the proxy started with its own service's ID) counts
+        # them and writes no label (a count=0 would stop tasks constrained on the node's
+        # labels after a driver upgrade).
+        def unread() -> float | None:
+            req = urllib.request.Request(f"http://{mgr.addr}:9402/metrics",
+                                         headers={"Authorization": f"Bearer {token}"})
+            try:
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                return None
+            m = re.search(r"^swarmgpu_nodes_gpus_unread (\S+)$", text, re.M)
+            return float(m.group(1)) if m and float(m.group(1)) == len(swarm.workers) \
+                else None
+
+        swarm.wait_for(unread, 60, "the stack's daemon counting each agent's GPUs unread")
+        assert {w.name: labels_of(swarm, w.name) for w in swarm.workers} == before, \
+            "labels written for GPUs that cannot be read"
         health = swarm.wait_for(lambda: (lambda h: h if h and h.get("leader") else None)(
             _answers(mgr.addr, 9402)), 30, "the daemon to report itself leader")
-        print(f"\nswarmgpu stack up and labelling in {time.monotonic() - t0:.1f} s; "
+        print(f"\nswarmgpu stack up and reading its agents in {time.monotonic() - t0:.1f} s; "
               f"daemon health {health}", file=sys.stderr)
         # It listens on 0.0.0.0:9402 and asks who you are: this host is not its loopback.
         assert _status(f"http://{mgr.addr}:9402/api/v1/cluster") == 401
