@@ -13,6 +13,7 @@ import socket
 import socketserver
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -37,7 +38,7 @@ from swarmgpu.core.model import (
     MigDevice,
     NodeFacts,
 )
-from swarmgpu.core.peertext import PEER_TEXT_LIMIT, peer_text
+from swarmgpu.core.peertext import PEER_TEXT_LIMIT, escaped, peer_text
 from swarmgpu.manager.commands.audit import audit
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import fetch_all, fetch_facts, parse_json_bounded
@@ -629,3 +630,27 @@ def test_prop_peer_text_is_short_and_clean(text: str, limit: int) -> None:
     assert not _CONTROLS.search(out)
     if len(text) <= limit and text.isprintable():
         assert out == text  # nothing to cut or clean: unchanged
+
+
+# Format characters the hand-written list missed: Arabic number signs, end of ayah,
+# Syriac abbreviation mark, Kaithi number sign, musical beam and slur controls; an
+# unassigned code point; a lone surrogate.
+_MISSED = "\u0600\u0605\u06dd\u070f\U000110bd\U0001d173\U0001d17a\U000e0080\ud800"
+
+
+def test_every_hidden_character_is_dropped_or_escaped_by_its_category() -> None:
+    # A list of code points missed these: they reached terminals and logs as themselves.
+    assert peer_text(f"a{_MISSED}b") == "ab"
+    out = escaped(f"a{_MISSED}b")
+    assert out.isprintable() and out.startswith("a\\u0600\\u0605") and out.endswith("\\ud800b")
+    assert escaped("GPU Ünïcode 名前 🙂") == "GPU Ünïcode 名前 🙂"  # printable kept
+    assert peer_text("x\u2028y\u202ez\u00ad") == "xyz"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=500))
+def test_prop_escaped_text_is_printable_and_only_hidden_characters_change(text: str) -> None:
+    out = escaped(text)
+    assert out.isprintable() or any(unicodedata.category(c) in ("Co", "Zs") for c in out)
+    if text.isprintable():
+        assert out == text

@@ -11,16 +11,23 @@ says so with the original length.
 
 from __future__ import annotations
 
-import re
+import unicodedata
 
 PEER_TEXT_LIMIT = 300
 
-# C0, DEL, C1; zero-width and bidi marks, line/paragraph separators, bidi embeddings and
-# isolates, invisible operators, BOM, interlinear annotation, tag characters.
-_CONTROL = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e"
-    "\u2060-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
-)
+# What a terminal or a page does not show as itself, by Unicode category rather than a
+# list of code points (a list missed U+0600-0605, U+06DD, U+110BD, U+1D173-1D17A): controls
+# (Cc: C0, DEL, C1), format characters (Cf: zero-width and bidi marks, embeddings and
+# isolates, invisible operators, BOM, interlinear annotation, tag characters), lone
+# surrogates (Cs: UTF-8 cannot print them), line and paragraph separators (Zl, Zp), and
+# unassigned code points (Cn: a later Unicode may make them any of these).
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Cn"})
+
+
+def _hidden(c: str) -> bool:
+    return unicodedata.category(c) in _HIDDEN
+
+
 _SPACE = str.maketrans("\t\n\r", "   ")
 
 
@@ -28,22 +35,17 @@ def peer_text(text: object, limit: int = PEER_TEXT_LIMIT) -> str:
     """``text`` as a string of at most ``limit`` characters with no control characters;
     a cut ends in ``... [N characters]`` (N: the length before the cut)."""
     s = text if isinstance(text, str) else str(text)
-    if len(s) <= limit:
-        return _CONTROL.sub("", s.translate(_SPACE))
-    tail = f"... [{len(s)} characters]"
-    if len(tail) > limit:  # too small a limit to say how long it was
-        tail = ""
-    # Cut before cleaning: the work stays bounded whatever the size of the input.
-    return _CONTROL.sub("", s[: max(0, limit - len(tail))].translate(_SPACE)) + tail
-
-
-# Everything ``escaped`` shows as an escape: the characters above, plus tab and line
-# breaks, and lone surrogates (JSON's "\ud800": UTF-8 cannot print them, the command
-# stopped with UnicodeEncodeError).
-_UNPRINTABLE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e"
-    "\u2060-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
-)
+    tail = ""
+    if len(s) > limit:
+        tail = f"... [{len(s)} characters]"
+        if len(tail) > limit:  # too small a limit to say how long it was
+            tail = ""
+        # Cut before cleaning: the work stays bounded whatever the size of the input.
+        s = s[: max(0, limit - len(tail))]
+    s = s.translate(_SPACE)
+    if not s.isprintable():  # str.isprintable is False for every hidden category
+        s = "".join(c for c in s if not _hidden(c))
+    return s + tail
 
 
 def escaped(text: object) -> str:
@@ -54,4 +56,6 @@ def escaped(text: object) -> str:
     engine's errors), so that it shows, and does nothing. The commands apply it to each
     line they print, the text log format to each message."""
     s = text if isinstance(text, str) else str(text)
-    return _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], s)
+    if s.isprintable():  # the common case, in C: nothing hidden (tab and newline are Cc)
+        return s
+    return "".join(ascii(c)[1:-1] if _hidden(c) else c for c in s)
