@@ -84,3 +84,22 @@ def test_backslashes_before_a_tag_in_a_message_or_context_stay_literal(
     (line,) = capsys.readouterr().err.splitlines()  # not "Logging error in Loguru Handler"
     assert line.endswith("INFO    service=a\\<red>b\\\\</level> m \\<b>x\\\\</level> "
                          "\\\\<red>"), line
+
+
+def test_an_exceptions_text_shows_escaped_and_no_variables(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # loguru printed a traceback raw (an exception's message carrying a tenant's label
+    # rewrote the terminal) and, with its default diagnose, each frame's variables: a
+    # token in a local reached the log.
+    setup_logging("INFO", "text")
+    token = "s3cret-token-value"
+    try:
+        raise ValueError(f"label {HOSTILE} for {len(token)}")
+    except ValueError:
+        logger.exception("cycle failed")
+    err = capsys.readouterr().err
+    assert not any(c in err for c in "\x1b\r\u202e"), err
+    assert "Traceback (most recent call last):" in err and "cycle failed" in err
+    assert "ValueError: label web\\x1b[2J\\r12:00:00 INFO    all GPUs OK\\nforged\\u202e" in err
+    assert token not in err  # no frame's variables
+    assert not re.search(r"^forged", err, re.M)  # the newline inside it forged no line

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import traceback
 from typing import Any
 
 from loguru import logger
@@ -42,12 +43,36 @@ def context_text(extra: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def exception_text(exc: BaseException) -> str:
+    """A traceback as text, each exception's message escaped onto its line (it may carry
+    a tenant's label or an agent's error), the frames' lines each escaped; no frame's
+    variables (loguru's ``diagnose`` printed them: a token in a local reached the log)."""
+    te = traceback.TracebackException.from_exception(exc)
+    messages: set[str] = set()
+    todo: list[traceback.TracebackException | None] = [te]
+    while todo:  # every exception of the chain: its own lines are its message
+        t = todo.pop()
+        if t is not None:
+            messages.update(t.format_exception_only())
+            todo += [t.__cause__, t.__context__]
+    out = []
+    for chunk in te.format():
+        if chunk in messages:
+            out.append(escaped(chunk.rstrip("\n")))
+        else:
+            out += [escaped(line) for line in chunk.rstrip("\n").split("\n")]
+    return "\n".join(out) + "\n"
+
+
 def _text_format(record: Any) -> str:
     # Messages carry service names, labels and agents' errors: a newline would forge a
-    # log line, an escape sequence rewrite the terminal. They show escaped, one line.
+    # log line, an escape sequence rewrite the terminal. They show escaped, one line;
+    # so does each exception's message in a traceback.
     ctx = context_text(record["extra"])
+    exc = record["exception"]
+    trace = exception_text(exc.value) if exc is not None and exc.value is not None else ""
     return _TEXT + (f"<cyan>{_escape(ctx)}</cyan> " if ctx else "") + \
-        f"<level>{_escape(escaped(record['message']))}</level>\n{{exception}}"
+        f"<level>{_escape(escaped(record['message']))}</level>\n{_escape(trace)}"
 
 
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
@@ -56,6 +81,7 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     logger.remove()
     if fmt == "json":
-        logger.add(sys.stderr, level=level.upper(), serialize=True)
+        logger.add(sys.stderr, level=level.upper(), serialize=True, diagnose=False)
     else:
-        logger.add(sys.stderr, level=level.upper(), format=_text_format)
+        # No diagnose: the traceback is exception_text's (escaped, no variables).
+        logger.add(sys.stderr, level=level.upper(), format=_text_format, diagnose=False)
