@@ -24,7 +24,7 @@ STACK_LABEL = "com.docker.stack.namespace"  # set by `docker stack deploy` from 
 KEYS = ("stacks", "services", "max_priority", "may_opt_out", "queues", "guaranteed", "max",
         "preemptions_per_hour")
 MAX_PRIORITY = 999_999  # the largest priority a label can give (requests._PRIO_RE)
-# A tenant or queue name: what a swarmgpu.queue label may carry (requests.py) too.
+# A tenant or queue name; requests.py checks a swarmgpu.queue label with it.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,62}", re.ASCII)
 # Names Swarm allows for stacks and services, with fnmatch's * ? [...] and [!...].
 _GLOB_RE = re.compile(r"(?:[A-Za-z0-9_.\-*?]|\[!?[A-Za-z0-9_.\-]+\])+", re.ASCII)

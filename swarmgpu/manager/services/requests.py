@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from swarmgpu.allocator.mig import MigProfileError, normalize_profile
 from swarmgpu.core.config import DEFAULT_PRIORITY_CLASSES, parse_priority_classes
+from swarmgpu.core.tenants import NAME_RE
 
 DEFAULT_PREFIX = "swarmgpu."
 DEFAULT_ZONE_LABEL = "topology.zone"
@@ -190,7 +191,7 @@ def parse_request(
     priority, pclass = _priority(mine, p, DEFAULT_CLASSES if classes is None else classes)
     preemptible = _bool(mine, "preemptible", p)
     queue = mine.get("queue", "")
-    if "queue" in mine and not _ZONE_RE.fullmatch(queue):
+    if "queue" in mine and not NAME_RE.fullmatch(queue):  # the config's queue names
         raise RequestError(p + "queue", queue, f"a queue name of the config's queues: letters, "
                                                f"digits, . _ - (e.g. {p}queue=research)")
 
