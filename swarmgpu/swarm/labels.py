@@ -41,6 +41,11 @@ def owned_by_label_sync(key: str, prefix: str = DEFAULT_PREFIX) -> bool:
         and not _operator_health_key(key, prefix)
 
 
+def label_sync_labels(labels: Mapping[str, str], prefix: str = DEFAULT_PREFIX) -> dict[str, str]:
+    """The labels of a node that label sync owns (``owned_by_label_sync``)."""
+    return {k: v for k, v in labels.items() if owned_by_label_sync(k, prefix)}
+
+
 def _operator_health_key(key: str, prefix: str) -> bool:
     """``<prefix>gpu.<uuid>.health``: the operator's reset label (docs/health.md), never
     label sync's to remove."""
@@ -294,7 +299,7 @@ def plan_node_labels(
             node.id, node.hostname, skipped=f"{gpus_unread_why(facts)}; fix: {GPUS_UNREAD_FIX}"
         )
     want = desired_labels(facts, prefix)
-    have = {k: v for k, v in node.labels.items() if owned_by_label_sync(k, prefix)}
+    have = label_sync_labels(node.labels, prefix)
     to_set = {k: v for k, v in want.items() if have.get(k) != v}
     to_remove = tuple(sorted(k for k in have if k not in want))
     if not to_set and not to_remove:

@@ -28,7 +28,7 @@ from swarmgpu.swarm.labels import (
     GPUS_UNREAD_FIX,
     desired_labels,
     gpus_unread_why,
-    owned_by_label_sync,
+    label_sync_labels,
 )
 
 __all__ = ["GPU_RESOURCE_KINDS", "Finding", "audit", "exit_code"]
@@ -108,7 +108,7 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
     resources and GPU health."""
     out: list[Finding] = []
     h = node.hostname
-    ours = {k: v for k, v in node.labels.items() if owned_by_label_sync(k, prefix)}
+    ours = label_sync_labels(node.labels, prefix)
     for key in node.labels:
         if not usable_label_key(key):
             out.append(Finding(

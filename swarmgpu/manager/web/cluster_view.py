@@ -27,7 +27,7 @@ from swarmgpu.swarm.labels import (
     GPUS_UNREAD_FIX,
     desired_labels,
     gpus_unread_why,
-    owned_by_label_sync,
+    label_sync_labels,
 )
 
 SCHEMA = "swarmgpu.cluster/v1"
@@ -173,7 +173,7 @@ def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str,
                       prefix: str) -> tuple[dict[str, Any], str, list[str]]:
     """A node's agent as the map shows it, and its labels' state with the drift."""
     facts = res.facts if res else None
-    ours = {k: v for k, v in n.labels.items() if owned_by_label_sync(k, prefix)}
+    ours = label_sync_labels(n.labels, prefix)
     if facts is not None and facts.gpus_unread:
         # The agent answers but cannot list the GPUs: label sync keeps the labels
         # (swarm.labels), so they are not drift against 0 GPUs; the error is the news.
@@ -207,7 +207,7 @@ def _agent_and_labels(n: SwarmNode, res: FactsResult | None, saved: Mapping[str,
 
 def _ours(n: SwarmNode, prefix: str) -> list[str]:
     """Label sync's labels on a node, as ``key=value``."""
-    return [f"{k}={v}" for k, v in sorted(n.labels.items()) if owned_by_label_sync(k, prefix)]
+    return [f"{k}={v}" for k, v in sorted(label_sync_labels(n.labels, prefix).items())]
 
 
 class _Holders:
