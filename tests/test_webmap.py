@@ -531,6 +531,35 @@ def test_history_ring_is_bounded_and_answers_per_node_and_service() -> None:
     assert "error" in json.loads(webmap.history_body(h, "&".join(f"x{i}=1" for i in range(50))))
 
 
+
+def test_the_cycle_records_while_a_history_query_averages(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query averages its GPUs outside the lock the cycle records under: at 512 GPUs of
+    240 samples that takes ~0.7 s, and any caller of /api/v1/history (loopback without
+    proof) could keep the cycle's ``record`` waiting behind query after query."""
+    import threading
+
+    from swarmgpu.manager.web import history as hist
+
+    h = History()
+    doc = sample()
+    h.record(doc, at=1000.0)
+    recorded: list[bool] = []
+    real = hist._json_num
+
+    def averaging(x: float) -> float | None:
+        if not recorded:  # once, mid-query: the cycle's next sample
+            t = threading.Thread(target=h.record, args=(doc, 1030.0), daemon=True)
+            t.start()
+            t.join(timeout=2)
+            recorded.append(not t.is_alive())
+        return real(x)
+
+    monkeypatch.setattr(hist, "_json_num", averaging)
+    h.query()
+    assert recorded == [True], "record waited for the query to finish"
+
+
 # ---- fleet view, filter, node and service views -----------------------------------------
 
 
