@@ -560,6 +560,27 @@ def test_the_cycle_records_while_a_history_query_averages(
     assert recorded == [True], "record waited for the query to finish"
 
 
+
+def test_a_history_query_names_a_repeated_or_unreadable_parameter() -> None:
+    """What is not read as asked is refused by name: a parameter given twice (which one
+    counts?), numbers in digits other than 0-9 (int() refused '²' with its own words),
+    and an unknown name, shown cut."""
+    from swarmgpu.manager.web.history import parse_query
+
+    # Arabic-Indic digits: int() and float() read them, 30 and 15
+    for q, word in (({"node": ["a", "b"]}, "node is given 2 times: give it once"),
+                    ({"points": ["²"]}, "points must be a whole number"),
+                    ({"points": ["\u0663\u0660"]}, "points must be a whole number"),
+                    ({"window": ["\u0661\u0665m"]}, "window '.*' is not a duration")):
+        with pytest.raises(ValueError, match=word):
+            parse_query(q)
+    body = json.loads(webmap.history_body(History(), "points=%C2%B2"))
+    assert body["error"] == "/api/v1/history: points must be a whole number from 2 to 240"
+    body = json.loads(webmap.history_body(History(), "x" * 2000 + "=1"))
+    assert body["error"].startswith("/api/v1/history: unknown parameter 'xxx")
+    assert len(body["error"]) < 200
+
+
 # ---- fleet view, filter, node and service views -----------------------------------------
 
 

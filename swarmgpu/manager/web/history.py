@@ -173,7 +173,9 @@ class History:
         return doc
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd]?)$")
+# 0-9 only: \d and int() also read other scripts' digits (and int() refuses '²' in words
+# of its own, naming no parameter)
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -183,7 +185,11 @@ def parse_query(query: Mapping[str, list[str]]) -> dict[str, Any]:
     known = {"node", "service", "window", "points"}
     extra = sorted(set(query) - known)
     if extra:
-        raise ValueError(f"unknown parameter {extra[0]!r}: use node, service, window, points")
+        raise ValueError(f"unknown parameter {extra[0][:40]!r}: use node, service, window, "
+                         "points")
+    for k, v in query.items():
+        if len(v) > 1:  # which one counts is anyone's guess: refused, as /login does
+            raise ValueError(f"{k} is given {len(v)} times: give it once")
     one = {k: v[-1] for k, v in query.items() if v}
     args: dict[str, Any] = {}
     for k in ("node", "service"):
@@ -192,14 +198,15 @@ def parse_query(query: Mapping[str, list[str]]) -> dict[str, Any]:
                 raise ValueError(f"{k} is longer than 256 characters")
             args[k] = one[k]
     if "window" in one:
-        m = _DURATION.match(one["window"].strip())
+        m = _DURATION.fullmatch(one["window"].strip())
         secs = float(m.group(1)) * _UNIT[m.group(2)] if m else 0.0
         if not m or not 0 < secs <= 7 * 86400:
             raise ValueError(f"window {one['window'][:40]!r} is not a duration up to 7d: "
                              "use e.g. 900, 15m or 2h")
         args["window_s"] = secs
     if "points" in one:
-        if not one["points"].isdigit() or not 2 <= int(one["points"]) <= MAX_POINTS:
+        if not re.fullmatch(r"[0-9]{1,4}", one["points"]) or not (
+                2 <= int(one["points"]) <= MAX_POINTS):
             raise ValueError(f"points must be a whole number from 2 to {MAX_POINTS}")
         args["points"] = int(one["points"])
     return args
