@@ -196,6 +196,23 @@ def test_daemon_http_host_allow_list_and_security_headers(
     assert headers["Referrer-Policy"] == "no-referrer"
 
 
+
+def test_a_request_naming_two_hosts_is_refused(
+        daemon_http: tuple[GuardedServer, int], agent: tuple[AgentServer, int]) -> None:
+    # Two Host lines: the Host check read the first, a proxy in front may read the last
+    # (RFC 9112 3.2: 400). An allowed name first no longer carries any other through.
+    for port in (daemon_http[1], agent[1]):
+        for hosts in ((b"127.0.0.1", b"evil.example"), (b"localhost", b"localhost")):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\n" + b"".join(
+                    b"Host: " + h + b"\r\n" for h in hosts) + b"\r\n")
+                resp = b""
+                while chunk := s.recv(65536):
+                    resp += chunk
+            assert resp.startswith(b"HTTP/1.1 400"), (port, resp[:80])
+            assert resp.endswith(b"400: send one Host header, not several\n"), resp
+
+
 def test_stack_opts_in_to_exposing_the_daemon() -> None:
     stack = (REPO / "stacks" / "swarmgpu.yml").read_text()
     i = stack.index("SWARMGPU_HTTP_LISTEN=0.0.0.0:9402")

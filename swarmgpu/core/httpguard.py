@@ -19,7 +19,8 @@
   never read do not hold the slots (``pick_victim``);
 * a handler may answer on a reserved slot without proof (``open_on_reserve``): the
   daemon's ``/healthz``, which the image's healthcheck reads, is never starved;
-* one GET or HEAD per connection (``OneRequestHandler``), other methods 405;
+* one GET or HEAD per connection (``OneRequestHandler``), other methods 405, a
+  request with two Host headers 400;
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
@@ -221,6 +222,12 @@ class OneRequestHandler(BaseHTTPRequestHandler):
         if self.command not in ("GET", "HEAD"):
             self.send_answer(HTTPStatus.METHOD_NOT_ALLOWED, PLAIN, b"only GET and HEAD\n",
                              {"Allow": "GET, HEAD"})
+            return
+        if len(self.headers.get_all("Host") or ()) > 1:
+            # The Host check reads one; a proxy in front may have read another (RFC 9112
+            # 3.2: 400).
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
+                             b"400: send one Host header, not several\n")
             return
         self.respond()
 
