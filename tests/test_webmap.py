@@ -144,6 +144,47 @@ def test_the_map_query_answers_light_for_a_fleet_and_refuses_the_unknown() -> No
         assert "unknown query" in err and "view=map" in err, bad
 
 
+
+def test_a_page_poll_of_the_last_document_never_leaves_its_first_screen_to_the_next() -> None:
+    """A page's poll still encoding the last cycle's document while the cycle primes the
+    new one: the first screen it stored after the cycle's must not be answered for the
+    new document (it paired the old nodes with the new document, until the next cycle)."""
+    import threading
+
+    from support.web_fleet import fleet_doc
+
+    old, new = fleet_doc(webmap.LIGHT_MIN_NODES), fleet_doc(webmap.LIGHT_MIN_NODES)
+    for i, n in enumerate(new["nodes"]):
+        n["hostname"] = f"new-{i:03d}"
+    go, waiting = threading.Event(), threading.Event()
+
+    class SlowNodes(list[Any]):
+        """Its second read (the header's counts) waits: the poll is mid-encoding."""
+
+        reads = 0
+
+        def __iter__(self) -> Iterator[Any]:
+            self.reads += 1
+            if self.reads == 2:
+                waiting.set()
+                go.wait(10)
+            return super().__iter__()
+
+    old["nodes"] = SlowNodes(old["nodes"])
+    box = {"doc": old}
+    qroutes: dict[str, Callable[[str], tuple[str, bytes]]] = {}
+    prime = webmap.register({}, lambda: dict(box["doc"]), query_routes=qroutes)
+    poll = threading.Thread(target=qroutes["/api/v1/cluster"], args=("view=map&first=3",))
+    poll.start()
+    assert waiting.wait(10)
+    box["doc"] = new  # the cycle's new document, primed while the poll still encodes
+    prime()
+    go.set()
+    poll.join(10)
+    first = json.loads(qroutes["/api/v1/cluster"]("view=map&first=3")[1])
+    assert [n["hostname"] for n in first["nodes"]] == ["new-000", "new-001", "new-002"]
+
+
 def test_the_first_screen_is_in_the_map_order() -> None:
     """app.js sortedNodes: GPU nodes first, then names with numbers compared as numbers."""
     nodes = [{"hostname": h, "gpus": g} for h, g in (

@@ -65,20 +65,21 @@ class _BodyMemo:
     """
 
     def __init__(self) -> None:
-        self.parts: tuple[Any, ...] | None = None
-        self.body = b""
+        # (document parts, body) in one attribute: HTTP threads and the cycle's prime()
+        # store at once, and two attributes could pair one's parts with another's body
+        self.state: tuple[tuple[Any, ...], bytes] | None = None
 
     def get(self, doc: dict[str, Any]) -> bytes:
         parts = tuple(doc.items())
-        old = self.parts
-        if old is not None and len(old) == len(parts) and all(
+        state = self.state
+        if state is not None and len(state[0]) == len(parts) and all(
                 k1 == k2 and (v1 is v2 or (isinstance(v1, (str, int, float, bool))
                                            and v1 == v2))
-                for (k1, v1), (k2, v2) in zip(old, parts, strict=True)):
-            return self.body
-        self.body = json.dumps(doc, separators=(",", ":"), default=str).encode()
-        self.parts = parts
-        return self.body
+                for (k1, v1), (k2, v2) in zip(state[0], parts, strict=True)):
+            return state[1]
+        body = json.dumps(doc, separators=(",", ":"), default=str).encode()
+        self.state = (parts, body)
+        return body
 
 
 # The page's first poll asks for ``?view=map``: at more nodes than this the map is the
@@ -267,31 +268,40 @@ def register(
     memo, light_memo = _BodyMemo(), _BodyMemo()
     routes[CLUSTER_PATH] = lambda: ("application/json", cluster_body(cluster_json, memo))
 
-    light_cache: dict[str, Any] = {"of": None, "doc": None, "first": None, "whole": True}
+    # (the whole document's nodes, its light document, its first screen), stored in one
+    # assignment: HTTP threads and the cycle's prime() run this at once, and a poll of the
+    # last document finishing after the cycle's must not pair its parts with the new one
+    # (it then only stores a state the next request replaces).
+    light_cache: list[tuple[Any, dict[str, Any], _FirstScreen]] = []
+
+    def light_state() -> tuple[dict[str, Any], _FirstScreen | None]:
+        """The light document (or the whole one of a small cluster or an error, with
+        None: no first screen of its own)."""
+        doc = cluster_json()
+        nodes = doc.get("nodes")
+        if "error" in doc or len(nodes or ()) < LIGHT_MIN_NODES:
+            return doc, None  # a small map is drawn from the whole document at once
+        state = light_cache[0] if light_cache else None
+        if state is None or state[0] is not nodes:  # one per whole document (cycle)
+            light = light_doc(doc)
+            state = (nodes, light, _FirstScreen(light, summary_counts(doc)))
+            light_cache[:] = [state]
+        return state[1], state[2]
 
     def light_json() -> dict[str, Any]:
-        light_cache["whole"] = True  # until it is a fleet's light document
-        doc = cluster_json()
-        if "error" in doc or len(doc.get("nodes") or ()) < LIGHT_MIN_NODES:
-            return doc  # a small map is drawn from the whole document at once
-        out = light_memo_doc(doc)
-        light_cache["whole"] = False
-        return out
-
-    def light_memo_doc(doc: dict[str, Any]) -> dict[str, Any]:
-        # one light document per whole one (the same nodes object: the same cycle)
-        if light_cache["of"] is not doc.get("nodes"):
-            light_cache["doc"], light_cache["of"] = light_doc(doc), doc.get("nodes")
-            light_cache["first"] = _FirstScreen(light_cache["doc"], summary_counts(doc))
-        out: dict[str, Any] = light_cache["doc"]
-        return out
+        return light_state()[0]
 
     def first_body(first: int) -> bytes:
-        body = cluster_body(light_json, light_memo)
-        if light_cache["whole"]:
+        screen: list[_FirstScreen | None] = [None]
+
+        def light_and_screen() -> dict[str, Any]:
+            doc, screen[0] = light_state()
+            return doc
+
+        body = cluster_body(light_and_screen, light_memo)
+        if screen[0] is None:
             return body  # a small cluster, or an error: the same answer as ?view=map
-        out: bytes = light_cache["first"].body(first)
-        return out
+        return screen[0].body(first)
 
     def cluster_route(query: str) -> tuple[str, bytes]:
         try:
