@@ -49,7 +49,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from loguru import logger
 
@@ -162,6 +162,21 @@ def verify(services: Sequence[SwarmService], records: Mapping[str, MoveState],
     return v
 
 
+def verify_scope(every: Mapping[str, MoveState], services: Sequence[SwarmService],
+                 prefix: str, scope: Callable[[MoveState], bool] | None) -> Verdict:
+    """``verify`` for one mover (pure): the records of ``scope`` (None: all); another
+    mover's records, and their services, are left to it. Its ``in_flight`` is what the
+    mover's budgets count (``run_cycle``'s admission and ``start`` alike)."""
+    mine = every if scope is None else {sid: st for sid, st in every.items() if scope(st)}
+    return verify([s for s in services if s.id in mine or s.id not in every], mine, prefix)
+
+
+def rebalancing(st: MoveState) -> bool:
+    """The scope of a mover on ``rebalance``'s budgets: every record but the health
+    mover's (``health.evacuations_per_cycle`` is its own)."""
+    return st.trigger != HEALTH
+
+
 def forged_check(records: Mapping[str, MoveState], prefix: str
                  ) -> Callable[[Snapshot], list[Finding]]:
     """``audit``: every move label the daemon did not write (never acted on; the daemon
@@ -179,6 +194,30 @@ def forged_check(records: Mapping[str, MoveState], prefix: str
 # --- admission: the budget, pure --------------------------------------------------------
 
 
+class Budget(NamedTuple):
+    """A move over a budget: which (the ``rebalance`` key) and why, for the log."""
+
+    key: str  # max_moves_per_cycle or max_moves_per_node
+    why: str
+
+
+def over_budget(m: Move, in_flight: Sequence[MoveState], admitted: Sequence[Move],
+                cfg: RebalanceConfig) -> Budget | None:
+    """Which budget ``m`` would pass, the moves in flight and those admitted before it
+    counted; None within both (pure). The one rule: ``admit`` and ``Mover.start`` (every
+    move started, preemption's too) ask it."""
+    if len(in_flight) + len(admitted) >= cfg.max_moves_per_cycle:
+        return Budget("max_moves_per_cycle", f"budget: {cfg.max_moves_per_cycle} move(s) "
+                                             f"per cycle ({len(in_flight)} in flight)")
+    touched = [*({st.source, st.target} for st in in_flight),  # a repin counts once
+               *({a.source_node, a.target_node} for a in admitted)]
+    if any(sum(n in t for t in touched) >= cfg.max_moves_per_node
+           for n in {m.source_node, m.target_node}):
+        return Budget("max_moves_per_node",
+                      f"budget: {cfg.max_moves_per_node} move(s) per node per cycle")
+    return None
+
+
 def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
           services: Mapping[str, SwarmService], tasks: Sequence[SwarmTask],
           ledger: Mapping[str, Mapping[str, Holding]], cfg: RebalanceConfig, prefix: str,
@@ -192,11 +231,6 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
     frag = frag_left[0] if frag_left is not None else 0
     ok: list[Move] = []
     refused: list[tuple[Move, str]] = []
-    per_node: dict[str, int] = {}
-    for st in in_flight:
-        for n in {st.source, st.target}:  # a repin counts once on its node
-            per_node[n] = per_node.get(n, 0) + 1
-    budget = cfg.max_moves_per_cycle - len(in_flight)
     flying = {st.service for st in in_flight}  # the records' word, not move labels
     for m in moves:
         s = services.get(m.service)
@@ -205,12 +239,8 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
             s, req if isinstance(req, GpuRequest) else None, tasks, ledger.get(m.service, {}),
             prefix, now, cfg.cooldown_s, same_node=m.source_node == m.target_node,
             moving=m.service in flying)
-        if why is None and budget <= 0:
-            why = (f"budget: {cfg.max_moves_per_cycle} move(s) per cycle "
-                   f"({len(in_flight)} in flight)")
-        if why is None and any(per_node.get(n, 0) >= cfg.max_moves_per_node
-                               for n in {m.source_node, m.target_node}):
-            why = f"budget: {cfg.max_moves_per_node} move(s) per node per cycle"
+        if why is None and (b := over_budget(m, in_flight, ok, cfg)) is not None:
+            why = b.why
         rationed = frag_left is not None and m.trigger is Trigger.FRAGMENTATION
         if why is None and rationed and frag_left is not None and frag <= 0:
             why = frag_left[1]
@@ -218,11 +248,8 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
             refused.append((m, why))
             continue
         ok.append(m)
-        budget -= 1
         if rationed:
             frag -= 1
-        for n in {m.source_node, m.target_node}:
-            per_node[n] = per_node.get(n, 0) + 1
     return ok, refused
 
 
@@ -370,11 +397,8 @@ class Mover:
         started, then start the admitted new ones. In dry-run nothing is written."""
         try:
             labels = self.swarm.swarm_labels()
-            every = read_records(labels, self.prefix)
-            mine = every if self.scope is None else {
-                sid: st for sid, st in every.items() if self.scope(st)}
-            v = verify([s for s in services if s.id in mine or s.id not in every], mine,
-                       self.prefix)
+            v = verify_scope(read_records(labels, self.prefix), services, self.prefix,
+                             self.scope)
             if not self.judge_labels:
                 v.forged = []
         except SwarmError as exc:
