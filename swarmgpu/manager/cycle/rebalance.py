@@ -73,7 +73,7 @@ class Rebalancer(Step):
         self.signals = Signals(self.cfg)
         self.mover = Mover(daemon.swarm, self.cfg, prefix=self.prefix,
                            dry_run=cfg.dry_run or self.cfg.dry_run, metrics=daemon.metrics,
-                           scope=rebalancing)
+                           scope=rebalancing)  # preemption's mover shares it
         self.last: Proposal | None = None
         self._warned: set[str] = set()
         # --- health (policies.health) ---

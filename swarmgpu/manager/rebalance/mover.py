@@ -2,8 +2,9 @@
 
 Safety owned here (policies only propose): dry-run (nothing is written, not even to
 finish a move in flight); a budget of moves per cycle and
-per node (moves in flight count), and of fragmentation moves per hour and per 100
-placements (``budget.py``); per-service cooldown; opt-out
+per node (moves in flight count: ``over_budget``, asked by ``admit`` and again by
+``start``, so a move started by preemption holds it too), and of fragmentation moves per
+hour and per 100 placements (``budget.py``); per-service cooldown; opt-out
 (``<p>rebalance=never``); never an unconverged service or a job, and a global service
 only between GPUs of its own node; the target is verified free against a fresh read of
 the ledger just before the first write.
@@ -287,6 +288,16 @@ def _end_surge(spec: dict[str, Any], st: MoveState) -> None:
             placement.pop("MaxReplicas")
 
 
+@dataclass(frozen=True)
+class Started:
+    """What ``Mover.start`` did: started (``ok``), or refused and why; ``budget`` when
+    the budget alone refused it (it may start on a later cycle)."""
+
+    ok: bool
+    why: str = ""
+    budget: Budget | None = None
+
+
 class Mover:
     def __init__(self, swarm: SwarmClient, cfg: RebalanceConfig, *, prefix: str,
                  dry_run: bool, metrics: DaemonMetrics | None = None,
@@ -440,7 +451,11 @@ class Mover:
             return
         for m in ok:
             try:
-                if self.start(m, by_name[m.service]) and m.trigger is Trigger.FRAGMENTATION:
+                got = self.start(m, by_name[m.service])
+                if got.budget is not None:  # admitted on this cycle's first read
+                    logger.bind(service=m.service).info(
+                        "move {} -> {} not started: {}", m.source_host, m.target_host, got.why)
+                if got.ok and m.trigger is Trigger.FRAGMENTATION:
                     self.frag_budget.spend(self.clock())
             except SwarmError as exc:
                 self._record(m.service, m.source_host, m.target_host, m.reason,
@@ -465,17 +480,29 @@ class Mover:
             logger.bind(service=service).error("move step failed, retried next cycle: {}",
                                                exc)
 
-    def start(self, m: Move, svc: SwarmService) -> bool:
-        """Start ``m`` after fresh checks; False when refused (recorded, nothing written).
-        A move that stays on its node is a repin (``repin.py``)."""
+    def in_flight(self, every: Mapping[str, MoveState]) -> list[MoveState]:
+        """The moves in flight this mover's budgets count (its scope's records), judged
+        against a fresh read of the services, as ``run_cycle`` judges them."""
+        return verify_scope(every, self.swarm.services(), self.prefix, self.scope).in_flight()
+
+    def start(self, m: Move, svc: SwarmService) -> Started:
+        """Start ``m`` after fresh checks, its budgets among them (a caller other than
+        ``run_cycle``, such as preemption, gets no move past them); refused: nothing is
+        written, and the refusal is recorded unless it is the budget alone (its caller
+        says that one, as ``run_cycle`` says ``admit``'s). A move that stays on its node
+        is a repin (``repin.py``)."""
         fresh = self.swarm.service(svc.id)
+        every = self.records()
+        budget = over_budget(m, self.in_flight(every), (), self.cfg)
         if m.target_node == m.source_node:
+            if budget is not None:
+                node = self.swarm.node(m.source_node)
+                tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
+                return self._refused(m, self.repin.refusal(m, fresh, node, tasks), budget)
             got = self.repin.start(m, fresh)
             if isinstance(got, str):
-                self._record(m.service, m.source_host, m.target_host, m.reason,
-                             Outcome.REFUSED, got)
-                return False
-            return True
+                return self._refused(m, got, None)
+            return Started(ok=True)
         target = self.swarm.node(m.target_node)
         source = self.swarm.node(m.source_node)
         why = target_free(m, target, self.prefix)
@@ -483,7 +510,7 @@ class Mover:
         h = parse_holding(m.service, m.source_node, held or "")
         if why is None and (h is None or h.uuids != m.source_uuids):
             why = f"the replica on {m.source_host} changed since planning"
-        flying = fresh.id in self.records()
+        flying = fresh.id in every
         if why is None and flying:
             why = "a move record exists for it already"
         tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
@@ -492,9 +519,8 @@ class Mover:
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
                                      tasks, ledger, self.prefix, self.clock(),
                                      self.cfg.cooldown_s, moving=flying)
-        if why is not None:
-            self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.REFUSED, why)
-            return False
+        if why is not None or budget is not None:
+            return self._refused(m, why, budget)
         replicas = fresh.replicas or 0
         st = MoveState.start(m, fresh, self.clock(), surge=self.cfg.make_before_break)
         p = self.prefix
@@ -524,7 +550,7 @@ class Mover:
             self._record(m.service, m.source_host, m.target_host, m.reason,
                          Outcome.STARTED, f"{detail}; the spec write's outcome is unknown "
                          f"({exc}): judged from the record next cycle")
-            return True
+            return Started(ok=True)
         self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.STARTED,
                      detail)
         crash_point("move-step-1")
@@ -532,7 +558,16 @@ class Mover:
         # retried by ``advance``, and the move is spent (budgets) all the same.
         self._step(m.service, self._open, st.target, st.target_holding())
         crash_point("move-step-2")
-        return True
+        return Started(ok=True)
+
+    def _refused(self, m: Move, why: str | None, budget: Budget | None) -> Started:
+        """``start``'s refusal: another reason first (recorded); the budget alone is not
+        recorded (it would be every cycle while a caller waits for it)."""
+        if why is None and budget is not None:
+            return Started(ok=False, why=budget.why, budget=budget)
+        why = why or "refused"
+        self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.REFUSED, why)
+        return Started(ok=False, why=why)
 
     # --- progress ------------------------------------------------------------------
     def _open(self, node_id: str, h: Holding) -> bool:
