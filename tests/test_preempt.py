@@ -438,6 +438,21 @@ def test_a_victim_the_mover_refuses_for_more_than_the_budget_is_stopped() -> Non
     assert gate_key(P, "small") not in sw.node("n-4090").labels
 
 
+@pytest.mark.parametrize("key", ["max_moves_per_cycle", "max_moves_per_node"])
+def test_a_move_budget_of_zero_is_moves_off_and_the_victim_is_stopped(key: str) -> None:
+    """0 turns those moves off (``rebalance.max_moves_*``): no move will ever start, so
+    the victim is stopped, as with ``rebalance.enabled: false``; it never waits for good."""
+    sw = _movable_cluster()
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels={})
+    cfg = Config(rebalance=RebalanceConfig(dry_run=False, **{key: 0}),
+                 preemption=PreemptionConfig(dry_run=False))
+    (p,) = Preempter(cfg).cycle(sw, snap, make_plan(snap, cfg), FACTS,  # type: ignore[arg-type]
+                                now=5000.0)
+    assert [v.service for v in p.victims] == ["small"]
+    assert f"{P}{PREEMPTED_STATE}" in sw.service("id-small").labels
+    assert not read_records(sw.swarm_labels(), P)  # no move started
+
+
 # --- queues with quotas --------------------------------------------------------------------
 
 

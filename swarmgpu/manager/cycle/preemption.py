@@ -23,7 +23,8 @@ make-before-break, through the rebalancer's mover (``Mover.start``: its own chec
 record, the surge, and the rebalancer's budgets ``max_moves_per_cycle`` and
 ``max_moves_per_node``, its moves in flight counted: this step runs after it, and one
 actuator owns the budgets); the rebalancer's mover advances it each cycle, so a move needs
-``rebalance.enabled`` and ``rebalance.dry_run: false`` (else the victim is stopped). The
+``rebalance.enabled``, ``rebalance.dry_run: false`` and both budgets above 0 (0 turns
+those moves off; else the victim is stopped). The
 mover refuses a service with ``swarmgpu.rebalance: never``, one cooling down or not
 converged: that victim is stopped. A move refused for the budgets alone waits instead (a
 budget never turns a move into a stop): the victim keeps running, nothing of the hour is
@@ -89,7 +90,10 @@ class Preempter:
         self.mover: Mover | None = None
         self.waits: set[str] = set()  # moves said to wait for the move budgets
         rb = cfg.rebalance
-        self.can_move = rb.enabled and not rb.dry_run and not cfg.dry_run
+        # A budget of 0 turns those moves off: no move would ever start, so the victim is
+        # stopped (waiting for it would keep the preemptor pending for good).
+        self.can_move = (rb.enabled and not rb.dry_run and not cfg.dry_run
+                         and rb.max_moves_per_cycle > 0 and rb.max_moves_per_node > 0)
 
     def _mover(self, swarm: SwarmClient) -> Mover:
         if self.mover is None:
