@@ -4,9 +4,11 @@ the recording fake SwarmClient of tests/test_forged_state.py (dry-run writes not
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from loguru import logger
 from support.forged import DGX_F, R4090_F, RecordingSwarm, closed_port, sw_node, sw_svc
 
 from swarmgpu.core.config import (
@@ -14,12 +16,23 @@ from swarmgpu.core.config import (
     Config,
     ConfigError,
     PreemptionConfig,
+    RebalanceConfig,
     SyncConfig,
     load_config,
 )
+from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agentbook import AgentRecord
-from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key, plan_placement
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import (
+    MOVE_STATE,
+    Holding,
+    assign_key,
+    devices_key,
+    gate_key,
+    plan_placement,
+)
 from swarmgpu.manager.placement.preempt import (
     PREEMPTED_STATE,
     Candidate,
@@ -28,6 +41,8 @@ from swarmgpu.manager.placement.preempt import (
     preempted_state,
     serve_order,
 )
+from swarmgpu.manager.rebalance.mover import read_records
+from swarmgpu.manager.rebalance.record import MoveState, record_key
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, parse_request
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -348,6 +363,94 @@ def test_live_preemption_moves_a_movable_victim_through_the_mover(tmp_path: Any)
     assert gate_key(P, "small") in sw.node("n-4090").labels  # source still open (surge)
     d.cycle()  # the move in flight: high waits, nothing else is preempted
     assert assign_key(P, "filler") in sw.node("n-4090").labels
+
+
+def _over_budget(cycle: int, node: int, victim: dict[str, str] | None = None,
+                 trigger: str = "hotspot") -> tuple[RecordingSwarm, Preempter, Snapshot, Any]:
+    """_movable_cluster with another service's move in flight (gpu-node-2 -> gpu-node-1,
+    the record and its label), under rebalance budgets ``cycle`` and ``node``."""
+    sw = _movable_cluster()
+    st = MoveState(id="m0000000001", service="other", source="n-4090",
+                   source_host="gpu-node-2", source_uuids=(R_UUIDS[0],), source_milli=(1000,),
+                   target="n-dgx", target_host="gpu-node-1", target_uuids=(DGX_F.gpus[7].uuid,),
+                   target_milli=(1000,), surge=True, replicas=1, max_replicas=0,
+                   started_at=1000.0, trigger=trigger, reason="r", service_id="id-other")
+    sw._services["id-other"] = sw_svc("other", {f"{P}gpus": "1", P + MOVE_STATE: st.to_json()})
+    sw._swarm_labels[record_key(P, "id-other")] = st.to_json()
+    if victim:
+        small = sw._services["id-small"]
+        sw._services["id-small"] = replace(small, labels={**small.labels, **victim})
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    cfg = Config(rebalance=RebalanceConfig(dry_run=False, max_moves_per_cycle=cycle,
+                                           max_moves_per_node=node),
+                 preemption=PreemptionConfig(dry_run=False))
+    return sw, Preempter(cfg), snap, make_plan(snap, cfg)
+
+
+@pytest.mark.parametrize(("cycle", "node", "says"), [
+    (1, 9, "rebalance.max_moves_per_cycle"), (9, 1, "rebalance.max_moves_per_node")])
+def test_a_victims_move_waits_for_the_move_budgets_and_it_is_not_stopped(
+        cycle: int, node: int, says: str) -> None:
+    """The rebalancer's move in flight spends the budget: preemption starts no move past
+    it (it bypassed both before), nor stops the victim instead; it waits, spends nothing
+    of the hour, says why, and moves the victim once the budget frees."""
+    sw, pre, snap, plan = _over_budget(cycle, node)
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m)), level="INFO")
+    try:
+        assert pre.cycle(sw, snap, plan, FACTS, now=5000.0) == []  # type: ignore[arg-type]
+    finally:
+        logger.remove(sink)
+    assert list(read_records(sw.swarm_labels(), P)) == ["id-other"]  # no move of small's
+    small = sw.service("id-small").labels
+    assert f"{P}{PREEMPTED_STATE}" not in small and f"{P}state.move" not in small
+    assert gate_key(P, "small") in sw.node("n-4090").labels
+    assert not pre.spent.all and "high" not in pre.preemptor_at
+    assert any("waits" in m and says in m for m in said), said
+    high = {sp.name: sp for sp in plan.services}["high"]
+    assert any(says in w for w in high.warnings), high.warnings
+    # The rebalancer's move done (its record gone): the victim moves the next cycle.
+    del sw._swarm_labels[record_key(P, "id-other")]
+    snap = replace(snap, swarm_labels=sw.swarm_labels())
+    (p,) = pre.cycle(sw, snap, plan, FACTS, now=5010.0)  # type: ignore[arg-type]
+    (st,) = [st for st in read_records(sw.swarm_labels(), P).values()]
+    assert (st.service, st.trigger, p.service) == ("small", "preemption", "high")
+
+
+def test_a_health_move_in_flight_spends_its_own_budget_not_the_rebalancers() -> None:
+    """The health mover's evacuations have their own budget
+    (``health.evacuations_per_cycle``): one in flight leaves preemption's move free."""
+    sw, pre, snap, plan = _over_budget(1, 1, trigger="health")
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [p.service for p in done] == ["high"]
+    assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {
+        "other", "small"}
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-small").labels
+
+
+def test_a_victim_the_mover_refuses_for_more_than_the_budget_is_stopped() -> None:
+    """Only the budget makes preemption wait: a victim that cannot move anyway
+    (``swarmgpu.rebalance: never``) is stopped, as before, budget spent or not."""
+    sw, pre, snap, plan = _over_budget(1, 1, {f"{P}rebalance": "never"})
+    (p,) = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [v.service for v in p.victims] == ["small"]
+    assert f"{P}{PREEMPTED_STATE}" in sw.service("id-small").labels
+    assert gate_key(P, "small") not in sw.node("n-4090").labels
+
+
+@pytest.mark.parametrize("key", ["max_moves_per_cycle", "max_moves_per_node"])
+def test_a_move_budget_of_zero_is_moves_off_and_the_victim_is_stopped(key: str) -> None:
+    """0 turns those moves off (``rebalance.max_moves_*``): no move will ever start, so
+    the victim is stopped, as with ``rebalance.enabled: false``; it never waits for good."""
+    sw = _movable_cluster()
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels={})
+    cfg = Config(rebalance=RebalanceConfig(dry_run=False, **{key: 0}),
+                 preemption=PreemptionConfig(dry_run=False))
+    (p,) = Preempter(cfg).cycle(sw, snap, make_plan(snap, cfg), FACTS,  # type: ignore[arg-type]
+                                now=5000.0)
+    assert [v.service for v in p.victims] == ["small"]
+    assert f"{P}{PREEMPTED_STATE}" in sw.service("id-small").labels
+    assert not read_records(sw.swarm_labels(), P)  # no move started
 
 
 # --- queues with quotas --------------------------------------------------------------------

@@ -20,10 +20,16 @@ safety and the writes:
 
 A victim that can run on another node (``Preemption.moves``) is moved there instead,
 make-before-break, through the rebalancer's mover (``Mover.start``: its own checks, the
-record, the surge); the rebalancer's mover advances it each cycle, so a move needs
-``rebalance.enabled`` and ``rebalance.dry_run: false`` (else the victim is stopped). The
+record, the surge, and the rebalancer's budgets ``max_moves_per_cycle`` and
+``max_moves_per_node``, its moves in flight counted: this step runs after it, and one
+actuator owns the budgets); the rebalancer's mover advances it each cycle, so a move needs
+``rebalance.enabled``, ``rebalance.dry_run: false`` and both budgets above 0 (0 turns
+those moves off; else the victim is stopped). The
 mover refuses a service with ``swarmgpu.rebalance: never``, one cooling down or not
-converged: that victim is stopped. Its preemptor waits while the move is in flight.
+converged: that victim is stopped. A move refused for the budgets alone waits instead (a
+budget never turns a move into a stop): the victim keeps running, nothing of the hour is
+spent, the preemptor stays pending with the reason (its plan, the log once) and the move
+is tried again next cycle. Its preemptor waits while the move is in flight.
 
 A victim is stopped by swarmgpu's own state only: its ``<p>devices.<node>`` lists go and
 ``<p>state.preempted`` is set on the service (no task restarts: labels only), then its
@@ -39,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, Literal
 
 from loguru import logger
 
@@ -62,7 +68,7 @@ from swarmgpu.manager.placement.preempt import (
     choose_preemptions,
     preempted_state,
 )
-from swarmgpu.manager.rebalance.mover import Mover
+from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.services.tenants import Tenants
@@ -82,13 +88,19 @@ class Preempter:
         self.logged: set[str] = set()  # dry-run decisions already logged
         self.moving: dict[str, str] = {}  # preemptor -> a victim it had moved
         self.mover: Mover | None = None
+        self.waits: set[str] = set()  # moves said to wait for the move budgets
         rb = cfg.rebalance
-        self.can_move = rb.enabled and not rb.dry_run and not cfg.dry_run
+        # A budget of 0 turns those moves off: no move would ever start, so the victim is
+        # stopped (waiting for it would keep the preemptor pending for good).
+        self.can_move = (rb.enabled and not rb.dry_run and not cfg.dry_run
+                         and rb.max_moves_per_cycle > 0 and rb.max_moves_per_node > 0)
 
     def _mover(self, swarm: SwarmClient) -> Mover:
         if self.mover is None:
+            # the rebalancer's scope: its moves in flight and these share its budgets
             self.mover = Mover(swarm, self.cfg.rebalance, prefix=self.prefix,
-                               dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run)
+                               dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
+                               scope=rebalancing)
         return self.mover
 
     def cycle(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan,
@@ -125,6 +137,7 @@ class Preempter:
             refused=refused, moving=in_move)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         done: list[Preemption] = []
+        waits: list[tuple[str, str]] = []  # (key, what is said) of the moves that wait
         spent_before = len(self.spent.all)
         for p in chosen:
             log = logger.bind(service=p.service)
@@ -150,8 +163,13 @@ class Preempter:
                             "tenants.{}.preemptions_per_hour): not {}", tenant,
                             self.tenants.budget(tenant), tenant, p.describe())
                 continue
-            stopped = [v for v in p.victims if self._move(swarm, snap, p, v)
-                       or self._stop(swarm, p, v, now)]
+            stopped: list[Candidate] = []
+            for v in p.victims:  # a move over budget waits: the victim is not stopped
+                act = self._move(swarm, snap, p, v, waits)
+                if act == "moved" or (act == "stop" and self._stop(swarm, p, v, now)):
+                    stopped.append(v)
+                elif act == "wait" and i is not None:
+                    plan.services[i] = plan.services[i].noted(waits[-1][1])
             if stopped:
                 self.preemptor_at[p.service] = now
                 for v in stopped:
@@ -159,9 +177,18 @@ class Preempter:
                     self.spent.spend(now, tenant)
                 done.append(p)
         self.logged &= {p.describe() for p in chosen}
+        self._say_waits(waits)
         if len(self.spent.all) > spent_before:
             self._store_spent(swarm)
         return done
+
+    def _say_waits(self, waits: list[tuple[str, str]]) -> None:
+        """Log each move that waits for the budgets once while it waits, not every cycle
+        (the preemptor's plan says it each cycle)."""
+        for key, said in waits:
+            if key not in self.waits:
+                logger.bind(service=key.split(":")[0]).warning("{}", said)
+        self.waits = {key for key, _ in waits}
 
     def _store_spent(self, swarm: SwarmClient) -> None:
         try:
@@ -176,12 +203,16 @@ class Preempter:
             return ""
         return sp.request.tenant
 
-    def _move(self, swarm: SwarmClient, snap: Snapshot, p: Preemption, v: Candidate) -> bool:
-        """Start moving ``v`` where it can run instead; False: stop it."""
+    def _move(self, swarm: SwarmClient, snap: Snapshot, p: Preemption, v: Candidate,
+              waits: list[tuple[str, str]]) -> Literal["moved", "wait", "stop"]:
+        """Start moving ``v`` where it can run instead. "stop": it cannot move (the
+        mover refused it, or moves are off); "wait": the move budgets alone refused it
+        (said in ``waits``), tried again next cycle: a budget never turns a move into a
+        stop."""
         where = p.moves.get(v.service)
         svc = next((s for s in snap.services if s.id == v.service_id), None)
         if where is None or not self.can_move or v.holding is None or svc is None:
-            return False
+            return "stop"
         m = Move(service=v.service, service_id=v.service_id, source_node=v.node_id,
                  source_host=p.hostname, source_uuids=v.holding.uuids,
                  source_milli=v.holding.milli, target_node=where.node_id,
@@ -193,13 +224,20 @@ class Preempter:
             started = self._mover(swarm).start(m, svc)
         except SwarmError as exc:
             logger.bind(service=v.service).error("preemption: move failed to start: {}", exc)
-            return False
-        if started:
-            self.moving[p.service] = v.service
-            logger.bind(service=v.service).warning(
-                "moved from {} to {} (make-before-break) to make room for {} (priority {})",
-                p.hostname, where.hostname, p.service, p.priority)
-        return started
+            return "stop"
+        if started.budget is not None:
+            waits.append((f"{p.service}:{v.service}:{started.budget.key}", (
+                f"preemption for {p.service} waits: moving {v.service} {p.hostname} -> "
+                f"{where.hostname} is over rebalance.{started.budget.key} ({started.why}; "
+                "the rebalancer's moves in flight count); tried again next cycle")))
+            return "wait"
+        if not started.ok:
+            return "stop"
+        self.moving[p.service] = v.service
+        logger.bind(service=v.service).warning(
+            "moved from {} to {} (make-before-break) to make room for {} (priority {})",
+            p.hostname, where.hostname, p.service, p.priority)
+        return "moved"
 
     def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float) -> bool:
         """Close one victim's gate on its node, after its device lists and the record."""

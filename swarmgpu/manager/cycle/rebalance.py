@@ -31,7 +31,7 @@ from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.sync import Snapshot, is_gpu_node
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
-from swarmgpu.manager.rebalance.mover import Mover
+from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import (
     HealthInputs,
     Move,
@@ -73,7 +73,7 @@ class Rebalancer(Step):
         self.signals = Signals(self.cfg)
         self.mover = Mover(daemon.swarm, self.cfg, prefix=self.prefix,
                            dry_run=cfg.dry_run or self.cfg.dry_run, metrics=daemon.metrics,
-                           scope=lambda st: st.trigger != Trigger.HEALTH)
+                           scope=rebalancing)  # preemption's mover shares it
         self.last: Proposal | None = None
         self._warned: set[str] = set()
         # --- health (policies.health) ---

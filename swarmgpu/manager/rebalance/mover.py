@@ -2,8 +2,9 @@
 
 Safety owned here (policies only propose): dry-run (nothing is written, not even to
 finish a move in flight); a budget of moves per cycle and
-per node (moves in flight count), and of fragmentation moves per hour and per 100
-placements (``budget.py``); per-service cooldown; opt-out
+per node (moves in flight count: ``over_budget``, asked by ``admit`` and again by
+``start``, so a move started by preemption holds it too), and of fragmentation moves per
+hour and per 100 placements (``budget.py``); per-service cooldown; opt-out
 (``<p>rebalance=never``); never an unconverged service or a job, and a global service
 only between GPUs of its own node; the target is verified free against a fresh read of
 the ledger just before the first write.
@@ -49,7 +50,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from loguru import logger
 
@@ -162,6 +163,21 @@ def verify(services: Sequence[SwarmService], records: Mapping[str, MoveState],
     return v
 
 
+def verify_scope(every: Mapping[str, MoveState], services: Sequence[SwarmService],
+                 prefix: str, scope: Callable[[MoveState], bool] | None) -> Verdict:
+    """``verify`` for one mover (pure): the records of ``scope`` (None: all); another
+    mover's records, and their services, are left to it. Its ``in_flight`` is what the
+    mover's budgets count (``run_cycle``'s admission and ``start`` alike)."""
+    mine = every if scope is None else {sid: st for sid, st in every.items() if scope(st)}
+    return verify([s for s in services if s.id in mine or s.id not in every], mine, prefix)
+
+
+def rebalancing(st: MoveState) -> bool:
+    """The scope of a mover on ``rebalance``'s budgets: every record but the health
+    mover's (``health.evacuations_per_cycle`` is its own)."""
+    return st.trigger != HEALTH
+
+
 def forged_check(records: Mapping[str, MoveState], prefix: str
                  ) -> Callable[[Snapshot], list[Finding]]:
     """``audit``: every move label the daemon did not write (never acted on; the daemon
@@ -179,6 +195,30 @@ def forged_check(records: Mapping[str, MoveState], prefix: str
 # --- admission: the budget, pure --------------------------------------------------------
 
 
+class Budget(NamedTuple):
+    """A move over a budget: which (the ``rebalance`` key) and why, for the log."""
+
+    key: str  # max_moves_per_cycle or max_moves_per_node
+    why: str
+
+
+def over_budget(m: Move, in_flight: Sequence[MoveState], admitted: Sequence[Move],
+                cfg: RebalanceConfig) -> Budget | None:
+    """Which budget ``m`` would pass, the moves in flight and those admitted before it
+    counted; None within both (pure). The one rule: ``admit`` and ``Mover.start`` (every
+    move started, preemption's too) ask it."""
+    if len(in_flight) + len(admitted) >= cfg.max_moves_per_cycle:
+        return Budget("max_moves_per_cycle", f"budget: {cfg.max_moves_per_cycle} move(s) "
+                                             f"per cycle ({len(in_flight)} in flight)")
+    touched = [*({st.source, st.target} for st in in_flight),  # a repin counts once
+               *({a.source_node, a.target_node} for a in admitted)]
+    if any(sum(n in t for t in touched) >= cfg.max_moves_per_node
+           for n in {m.source_node, m.target_node}):
+        return Budget("max_moves_per_node",
+                      f"budget: {cfg.max_moves_per_node} move(s) per node per cycle")
+    return None
+
+
 def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
           services: Mapping[str, SwarmService], tasks: Sequence[SwarmTask],
           ledger: Mapping[str, Mapping[str, Holding]], cfg: RebalanceConfig, prefix: str,
@@ -192,11 +232,6 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
     frag = frag_left[0] if frag_left is not None else 0
     ok: list[Move] = []
     refused: list[tuple[Move, str]] = []
-    per_node: dict[str, int] = {}
-    for st in in_flight:
-        for n in {st.source, st.target}:  # a repin counts once on its node
-            per_node[n] = per_node.get(n, 0) + 1
-    budget = cfg.max_moves_per_cycle - len(in_flight)
     flying = {st.service for st in in_flight}  # the records' word, not move labels
     for m in moves:
         s = services.get(m.service)
@@ -205,12 +240,8 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
             s, req if isinstance(req, GpuRequest) else None, tasks, ledger.get(m.service, {}),
             prefix, now, cfg.cooldown_s, same_node=m.source_node == m.target_node,
             moving=m.service in flying)
-        if why is None and budget <= 0:
-            why = (f"budget: {cfg.max_moves_per_cycle} move(s) per cycle "
-                   f"({len(in_flight)} in flight)")
-        if why is None and any(per_node.get(n, 0) >= cfg.max_moves_per_node
-                               for n in {m.source_node, m.target_node}):
-            why = f"budget: {cfg.max_moves_per_node} move(s) per node per cycle"
+        if why is None and (b := over_budget(m, in_flight, ok, cfg)) is not None:
+            why = b.why
         rationed = frag_left is not None and m.trigger is Trigger.FRAGMENTATION
         if why is None and rationed and frag_left is not None and frag <= 0:
             why = frag_left[1]
@@ -218,11 +249,8 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
             refused.append((m, why))
             continue
         ok.append(m)
-        budget -= 1
         if rationed:
             frag -= 1
-        for n in {m.source_node, m.target_node}:
-            per_node[n] = per_node.get(n, 0) + 1
     return ok, refused
 
 
@@ -258,6 +286,16 @@ def _end_surge(spec: dict[str, Any], st: MoveState) -> None:
             placement["MaxReplicas"] = st.max_replicas
         else:
             placement.pop("MaxReplicas")
+
+
+@dataclass(frozen=True)
+class Started:
+    """What ``Mover.start`` did: started (``ok``), or refused and why; ``budget`` when
+    the budget alone refused it (it may start on a later cycle)."""
+
+    ok: bool
+    why: str = ""
+    budget: Budget | None = None
 
 
 class Mover:
@@ -370,11 +408,8 @@ class Mover:
         started, then start the admitted new ones. In dry-run nothing is written."""
         try:
             labels = self.swarm.swarm_labels()
-            every = read_records(labels, self.prefix)
-            mine = every if self.scope is None else {
-                sid: st for sid, st in every.items() if self.scope(st)}
-            v = verify([s for s in services if s.id in mine or s.id not in every], mine,
-                       self.prefix)
+            v = verify_scope(read_records(labels, self.prefix), services, self.prefix,
+                             self.scope)
             if not self.judge_labels:
                 v.forged = []
         except SwarmError as exc:
@@ -416,7 +451,11 @@ class Mover:
             return
         for m in ok:
             try:
-                if self.start(m, by_name[m.service]) and m.trigger is Trigger.FRAGMENTATION:
+                got = self.start(m, by_name[m.service])
+                if got.budget is not None:  # admitted on this cycle's first read
+                    logger.bind(service=m.service).info(
+                        "move {} -> {} not started: {}", m.source_host, m.target_host, got.why)
+                if got.ok and m.trigger is Trigger.FRAGMENTATION:
                     self.frag_budget.spend(self.clock())
             except SwarmError as exc:
                 self._record(m.service, m.source_host, m.target_host, m.reason,
@@ -441,17 +480,29 @@ class Mover:
             logger.bind(service=service).error("move step failed, retried next cycle: {}",
                                                exc)
 
-    def start(self, m: Move, svc: SwarmService) -> bool:
-        """Start ``m`` after fresh checks; False when refused (recorded, nothing written).
-        A move that stays on its node is a repin (``repin.py``)."""
+    def in_flight(self, every: Mapping[str, MoveState]) -> list[MoveState]:
+        """The moves in flight this mover's budgets count (its scope's records), judged
+        against a fresh read of the services, as ``run_cycle`` judges them."""
+        return verify_scope(every, self.swarm.services(), self.prefix, self.scope).in_flight()
+
+    def start(self, m: Move, svc: SwarmService) -> Started:
+        """Start ``m`` after fresh checks, its budgets among them (a caller other than
+        ``run_cycle``, such as preemption, gets no move past them); refused: nothing is
+        written, and the refusal is recorded unless it is the budget alone (its caller
+        says that one, as ``run_cycle`` says ``admit``'s). A move that stays on its node
+        is a repin (``repin.py``)."""
         fresh = self.swarm.service(svc.id)
+        every = self.records()
+        budget = over_budget(m, self.in_flight(every), (), self.cfg)
         if m.target_node == m.source_node:
+            if budget is not None:
+                node = self.swarm.node(m.source_node)
+                tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
+                return self._refused(m, self.repin.refusal(m, fresh, node, tasks), budget)
             got = self.repin.start(m, fresh)
             if isinstance(got, str):
-                self._record(m.service, m.source_host, m.target_host, m.reason,
-                             Outcome.REFUSED, got)
-                return False
-            return True
+                return self._refused(m, got, None)
+            return Started(ok=True)
         target = self.swarm.node(m.target_node)
         source = self.swarm.node(m.source_node)
         why = target_free(m, target, self.prefix)
@@ -459,7 +510,7 @@ class Mover:
         h = parse_holding(m.service, m.source_node, held or "")
         if why is None and (h is None or h.uuids != m.source_uuids):
             why = f"the replica on {m.source_host} changed since planning"
-        flying = fresh.id in self.records()
+        flying = fresh.id in every
         if why is None and flying:
             why = "a move record exists for it already"
         tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
@@ -468,9 +519,8 @@ class Mover:
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
                                      tasks, ledger, self.prefix, self.clock(),
                                      self.cfg.cooldown_s, moving=flying)
-        if why is not None:
-            self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.REFUSED, why)
-            return False
+        if why is not None or budget is not None:
+            return self._refused(m, why, budget)
         replicas = fresh.replicas or 0
         st = MoveState.start(m, fresh, self.clock(), surge=self.cfg.make_before_break)
         p = self.prefix
@@ -500,7 +550,7 @@ class Mover:
             self._record(m.service, m.source_host, m.target_host, m.reason,
                          Outcome.STARTED, f"{detail}; the spec write's outcome is unknown "
                          f"({exc}): judged from the record next cycle")
-            return True
+            return Started(ok=True)
         self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.STARTED,
                      detail)
         crash_point("move-step-1")
@@ -508,7 +558,16 @@ class Mover:
         # retried by ``advance``, and the move is spent (budgets) all the same.
         self._step(m.service, self._open, st.target, st.target_holding())
         crash_point("move-step-2")
-        return True
+        return Started(ok=True)
+
+    def _refused(self, m: Move, why: str | None, budget: Budget | None) -> Started:
+        """``start``'s refusal: another reason first (recorded); the budget alone is not
+        recorded (it would be every cycle while a caller waits for it)."""
+        if why is None and budget is not None:
+            return Started(ok=False, why=budget.why, budget=budget)
+        why = why or "refused"
+        self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.REFUSED, why)
+        return Started(ok=False, why=why)
 
     # --- progress ------------------------------------------------------------------
     def _open(self, node_id: str, h: Holding) -> bool:
