@@ -12,6 +12,8 @@
   does not have) are errors, each with its fix.
 - The keys the daemon owns (its state and device labels, another service's placement
   gate) are errors in the input: only the daemon writes them.
+- The file is written so that docker/cli's YAML reader (go-yaml) reads every text as
+  text (``dump_stack``).
 Pure: a parsed stack in, errors and notes out.
 """
 
@@ -23,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from swarmgpu.manager.placement import DEVICES, GATE
 from swarmgpu.manager.services.sharing import SHARE
@@ -158,6 +162,37 @@ def owned_key_errors(labels: Mapping[str, str], constraints: Sequence[str], wher
                       f"{gated!r}, owned by the swarmgpu daemon; remove it (render writes "
                       "this service's own gate)")
     return errors
+
+
+# Plain values go-yaml (docker/cli's reader) takes as no text, though YAML 1.1 (PyYAML)
+# reads them as text, so PyYAML writes them plain: y and n are booleans, and a number is
+# what Go's strconv reads once go-yaml has dropped every "_" (08 and 1e3 are floats,
+# 0o17 and 0X1F integers). Wider than go-yaml is harmless: quoted text is text.
+_GO_WORDS = frozenset((
+    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE",
+    "false", "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF",
+    "", "~", "null", "Null", "NULL", "<<"))
+_GO_NUMBER = re.compile(r"[-+]?(?:0[bBoOxX][0-9a-fA-F]+|[0-9]+\.?[0-9]*|\.[0-9]+)"
+                        r"(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)")
+
+
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, with text go-yaml would read otherwise written quoted."""
+
+
+def _text(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    if data in _GO_WORDS or _GO_NUMBER.fullmatch(data.replace("_", "")):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="'")
+    return dumper.represent_str(data)
+
+
+_Dumper.add_representer(str, _text)
+
+
+def dump_stack(stack: Mapping[str, Any]) -> str:
+    """The stack as YAML that `docker stack deploy -c -` reads back as ``stack``: a
+    quoted "08" in the input, written plain, reached the service as the number 8."""
+    return yaml.dump(stack, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
 @cache

@@ -17,8 +17,6 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-import yaml
-
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import escaped
 from swarmgpu.core.tenants import STACK_LABEL
@@ -28,6 +26,7 @@ from swarmgpu.manager.commands.composefile import (
     check_service_keys,
     check_top_level,
     check_version,
+    dump_stack,
     owned_key_errors,
     schema_errors,
 )
@@ -547,7 +546,7 @@ def render_stack(
     header = "# rendered by swarmgpu: GPU placement resolved; deploy with\n" \
              f"#   docker stack deploy -c - {escaped(name)}\n"
     header += "".join(f"# {escaped(' '.join(n.split()))}\n" for n in checked.notes)
-    return header + yaml.safe_dump(out, sort_keys=False, width=1000), plan
+    return header + dump_stack(out), plan
 
 
 def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str, full: str,

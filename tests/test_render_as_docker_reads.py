@@ -1,0 +1,45 @@
+"""What `swarmgpu render` writes is read by `docker stack deploy -c -` as render meant it.
+
+docker/cli reads the file with go-yaml, which reads more plain values as numbers and
+booleans than PyYAML's YAML 1.1 (``y``, ``08``, ``1e3``, ``0o17``): a text value must
+reach it quoted. Everything render does not own keeps its meaning (a label's number, a
+list of labels with ``$$``), and a ``$`` docker would substitute after render read the
+value is refused where render plans with it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from support.render_compose import FACTS, NODES
+
+from swarmgpu.manager.commands.render import render_stack
+
+GPU = """\
+version: "3.8"
+services:
+  llm:
+    image: vllm/vllm-openai
+    deploy:
+      labels:
+        swarmgpu.gpus: "1"
+"""
+
+# Text that go-yaml (docker/cli) reads as a number or a boolean when written plain,
+# though YAML 1.1 (PyYAML) reads it as text.
+GO_NOT_TEXT = ("08", "09", "y", "N", "1e3", "1.5e3", "+1e3", "0o17", "0X1F", "0B1")
+
+
+@pytest.mark.parametrize("value", GO_NOT_TEXT)
+def test_text_docker_would_read_as_a_number_or_boolean_is_written_quoted(value: str) -> None:
+    # A quoted "08" in the input was written back plain (08): docker read the number 8
+    # into a service's env (TZ=8), and y, a boolean, made it refuse the file.
+    text = (
+        GPU + f'  web:\n    image: nginx\n    command: ["sleep", "{value}"]\n'
+        f'    environment:\n      OFFSET: "{value}"\n    labels:\n      "{value}": x\n'
+    )
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    web = yaml.safe_load(out)["services"]["web"]
+    assert web["environment"]["OFFSET"] == value and web["command"][1] == value
+    lines = {ln.strip() for ln in out.splitlines()}
+    assert {f"OFFSET: '{value}'", f"- '{value}'", f"'{value}': x"} <= lines, out
