@@ -43,3 +43,39 @@ def test_text_docker_would_read_as_a_number_or_boolean_is_written_quoted(value: 
     assert web["environment"]["OFFSET"] == value and web["command"][1] == value
     lines = {ln.strip() for ln in out.splitlines()}
     assert {f"OFFSET: '{value}'", f"- '{value}'", f"'{value}': x"} <= lines, out
+
+
+def test_labels_of_a_gpu_service_keep_their_values_as_written() -> None:
+    # render wrote a GPU service's labels back as its own text: 1.0, which docker gives
+    # Swarm as "1", became the text "1.0"; .inf ("+Inf") became "inf".
+    text = GPU + "        version: 1.0\n        big: 100000000.0\n        cap: .inf\n"
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    labels = yaml.safe_load(out)["services"]["llm"]["deploy"]["labels"]
+    assert labels["version"] == 1.0 and isinstance(labels["version"], float)
+    assert labels["big"] == 1e8 and labels["cap"] == float("inf")
+    assert labels["swarmgpu.gpus"] == "1"
+    assert any(k.startswith("swarmgpu.devices.") for k in labels)
+
+
+@pytest.mark.parametrize("devices", [False, True])
+def test_labels_in_list_form_stay_a_list(devices: bool) -> None:
+    # A list item is a value, which docker interpolates ("a$$b=1" is the label a$b); as
+    # a mapping, which render made of it, the key is not: the label became a$$b.
+    ask = (
+        (
+            "      resources:\n        reservations:\n          devices:\n"
+            "            - {driver: nvidia, count: 1, capabilities: [gpu]}\n"
+        )
+        if devices
+        else "        - swarmgpu.gpus=1\n"
+    )
+    text = GPU.replace(
+        '      labels:\n        swarmgpu.gpus: "1"\n',
+        "      labels:\n        - a$$b=1\n        - team=ml\n" + ("" if devices else ask),
+    ) + (ask if devices else "")
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    labels = yaml.safe_load(out)["services"]["llm"]["deploy"]["labels"]
+    assert isinstance(labels, list), labels
+    assert labels[:2] == ["a$$b=1", "team=ml"]
+    assert "swarmgpu.gpus=1" in labels
+    assert any(x.startswith("swarmgpu.devices.") for x in labels)

@@ -106,6 +106,18 @@ def _labels(deploy: Mapping[str, Any], where: str) -> dict[str, str]:
     return {str(k): "" if v is None else str(v) for k, v in raw.items()}
 
 
+def _put_labels(deploy: dict[str, Any], add: Mapping[str, str]) -> None:
+    """Render's own labels into the service's, in the form the file gives them, the
+    others as written: docker gives Swarm a number as Go prints it (1.0 is "1"), and
+    interpolates a list item's key ("a$$b=1" is a$b), not a mapping's."""
+    raw = deploy.get("labels")
+    if isinstance(raw, list):
+        keep = [x for x in raw if str(x).partition("=")[0] not in add]
+        deploy["labels"] = [*keep, *(f"{k}={v}" for k, v in add.items())]
+    else:
+        deploy["labels"] = {**(raw or {}), **add}
+
+
 def _env_list(svc: Mapping[str, Any], where: str) -> list[str]:
     env = svc.get("environment") or []
     if isinstance(env, dict):
@@ -384,7 +396,7 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         del svc["gpus"]
     if labels is not None and gpu.labels:
         labels.update(gpu.labels)
-        deploy["labels"] = labels
+        _put_labels(deploy, gpu.labels)
         svc["deploy"] = deploy  # a service with only `gpus` had no deploy yet
     if gpu.env:
         _add_env(svc, gpu.env)
@@ -529,15 +541,16 @@ def render_stack(
             continue
         sp = by_name.get(full)
         svc["deploy"] = deploy
-        labels = _labels(deploy, f"services.{svc_name}")
+        labels = _labels(deploy, where)
+        given = dict(labels)
         if sp is not None:
             for p in sp.placements:
                 labels[devices_key(prefix, p.node_id, p.slot)] = ",".join(p.uuids)
             labels.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
                                                for p in sp.placements if p.slot is None),
                                       facts, labels))
-        deploy["labels"] = labels
         _write_placement(deploy, labels, where, full, sp, prefix)
+        _put_labels(deploy, {k: v for k, v in labels.items() if given.get(k) != v})
         _write_env(svc, prefix, fraction=not isinstance(req, RequestError) and req.is_fraction)
         if mounts:
             _add_device_mount(svc, prefix)
