@@ -13,7 +13,7 @@ import pytest
 import yaml
 from support.render_compose import FACTS, NODES
 
-from swarmgpu.manager.commands.render import render_stack
+from swarmgpu.manager.commands.render import check_stack, render_stack
 
 GPU = """\
 version: "3.8"
@@ -79,3 +79,55 @@ def test_labels_in_list_form_stay_a_list(devices: bool) -> None:
     assert labels[:2] == ["a$$b=1", "team=ml"]
     assert "swarmgpu.gpus=1" in labels
     assert any(x.startswith("swarmgpu.devices.") for x in labels)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "where"),
+    [
+        (
+            '      placement:\n        constraints: ["node.labels.zone == ${ZONE}"]\n',
+            "services.llm.deploy.placement.constraints[0]",
+        ),
+        ('      replicas: "${REPLICAS:-2}"\n', "services.llm.deploy.replicas"),
+        (
+            '      resources: {reservations: {cpus: "$CPUS"}}\n',
+            "services.llm.deploy.resources.reservations.cpus",
+        ),
+        (
+            '      labels:\n        - "${E:-swarmgpu.priority}=1000"\n',
+            "services.llm.deploy.labels[0]",
+        ),
+        (
+            '      labels:\n        swarmgpu.gpu-product: "${PRODUCT:-NVIDIA A100*}"\n',
+            "services.llm.deploy.labels.swarmgpu.gpu-product",
+        ),
+    ],
+)
+def test_a_value_render_places_with_that_docker_would_substitute_is_refused(
+    yaml_text: str, where: str
+) -> None:
+    # docker stack deploy substitutes ${VAR}, $VAR and $$ after render read the value:
+    # render planned for "node.labels.zone == ${ZONE}" (no node: pending), and `render
+    # --check` passed a list label that docker made swarmgpu.priority=1000.
+    text = "services:\n  llm:\n    image: vllm/vllm-openai\n    deploy:\n" + yaml_text
+    if "labels" not in yaml_text:
+        text += '      labels:\n        swarmgpu.gpus: "1"\n'
+    errors = check_stack(text, stack_name="ai").errors
+    assert any(e.startswith(f"{where}: ") and "substitutes" in e for e in errors), errors
+
+
+def test_what_render_does_not_read_is_left_for_docker_to_substitute() -> None:
+    text = (
+        GPU.replace(
+            "    image: vllm/vllm-openai\n",
+            "    image: vllm/vllm-openai:${TAG:-latest}\n"
+            '    environment: ["HF_TOKEN=${HF_TOKEN}", "PRICE=$$5"]\n',
+        )
+        + '        traefik.rule: "Host(`${DOMAIN}`)"\n'
+    )
+    assert check_stack(text, stack_name="ai").errors == []
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    svc = yaml.safe_load(out)["services"]["llm"]
+    assert svc["image"] == "vllm/vllm-openai:${TAG:-latest}"
+    assert svc["environment"][:2] == ["HF_TOKEN=${HF_TOKEN}", "PRICE=$$5"]
+    assert svc["deploy"]["labels"]["traefik.rule"] == "Host(`${DOMAIN}`)"

@@ -12,6 +12,8 @@
   does not have) are errors, each with its fix.
 - The keys the daemon owns (its state and device labels, another service's placement
   gate) are errors in the input: only the daemon writes them.
+- A ``$`` (``${VAR}``, ``$VAR``, ``$$``) in a value render places the service by is an
+  error: `docker stack deploy` substitutes it after render read it.
 - The file is written so that docker/cli's YAML reader (go-yaml) reads every text as
   text (``dump_stack``).
 Pure: a parsed stack in, errors and notes out.
@@ -162,6 +164,51 @@ def owned_key_errors(labels: Mapping[str, str], constraints: Sequence[str], wher
                       f"{gated!r}, owned by the swarmgpu daemon; remove it (render writes "
                       "this service's own gate)")
     return errors
+
+
+# What render reads to place a service (besides its request labels). docker/cli
+# substitutes ${VAR}, $VAR and $$ in every value (not key) after render has read it.
+_PLACED_BY = (("deploy", "placement"), ("deploy", "replicas"), ("deploy", "mode"),
+              ("deploy", "resources", "reservations"), ("gpus",), ("platform",))
+
+
+def interpolation_errors(svc: Mapping[str, Any], where: str, prefix: str) -> list[str]:
+    """Each value with a ``$`` that render places the service by: docker would give Swarm
+    another one than render checked and placed (a constraint naming ``${ZONE}`` matched
+    no node), or another label (a list item's key is a value: ``${E:-swarmgpu.priority}=
+    1000`` passed render --check as a label that is not swarmgpu's)."""
+    found: list[tuple[str, Any]] = []
+    for path in _PLACED_BY:
+        v: Any = svc
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        found += _dollars(v, f"{where}.{'.'.join(path)}")
+    labels = svc.get("deploy", {}).get("labels") if isinstance(svc.get("deploy"), dict) \
+        else None
+    if isinstance(labels, list):
+        for i, item in enumerate(labels):
+            key, _, value = str(item).partition("=")
+            # $$ in a key is a $ of its own: it never makes the key another one
+            if "$" in key.replace("$$", "") or (key.startswith(prefix) and "$" in value):
+                found.append((f"{where}.deploy.labels[{i}]", item))
+    elif isinstance(labels, dict):
+        found += [(f"{where}.deploy.labels.{k}", v) for k, v in labels.items()
+                  if str(k).startswith(prefix) and "$" in str(v)]
+    return [f"{at}: {v!r}: docker stack deploy substitutes $ (${{VAR}}, $VAR, $$) after "
+            "render has read the value, so Swarm would get another one than render checked "
+            "and placed; write the value itself (or substitute that variable into the file "
+            "before render)" for at, v in found]
+
+
+def _dollars(v: Any, at: str) -> list[tuple[str, Any]]:
+    """(where, text) for each text with a ``$`` in ``v``, however deep."""
+    if isinstance(v, str):
+        return [(at, v)] if "$" in v else []
+    if isinstance(v, dict):
+        return [x for k, e in v.items() for x in _dollars(e, f"{at}.{k}")]
+    if isinstance(v, list):
+        return [x for i, e in enumerate(v) for x in _dollars(e, f"{at}[{i}]")]
+    return []
 
 
 # Plain values go-yaml (docker/cli's reader) takes as no text, though YAML 1.1 (PyYAML)

@@ -27,6 +27,7 @@ from swarmgpu.manager.commands.composefile import (
     check_top_level,
     check_version,
     dump_stack,
+    interpolation_errors,
     owned_key_errors,
     schema_errors,
 )
@@ -372,6 +373,7 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         out.errors.append(f"{w}: expected a mapping")
         return
     errs, notes = check_service_keys(svc, w)
+    errs += interpolation_errors(svc, w, prefix)
     out.notes += notes
     none: dict[str, Any] = {}
     deploy = _try(errs, None, _mapping, svc, "deploy", w)
