@@ -131,3 +131,22 @@ def test_what_render_does_not_read_is_left_for_docker_to_substitute() -> None:
     assert svc["image"] == "vllm/vllm-openai:${TAG:-latest}"
     assert svc["environment"][:2] == ["HF_TOKEN=${HF_TOKEN}", "PRICE=$$5"]
     assert svc["deploy"]["labels"]["traefik.rule"] == "Host(`${DOMAIN}`)"
+
+
+@pytest.mark.parametrize("env", ["[CUDA_DEVICE_ORDER]", "{CUDA_DEVICE_ORDER: null}"])
+def test_a_variable_the_service_takes_from_the_deploy_shell_is_kept(env: str) -> None:
+    # A name with no value is docker's "take it from my environment". In a mapping render
+    # kept it; in a list it added CUDA_DEVICE_ORDER=PCI_BUS_ID after it, which docker
+    # reads as the later, winning value.
+    text = GPU.replace(
+        "    image: vllm/vllm-openai\n", f"    image: vllm/vllm-openai\n    environment: {env}\n"
+    )
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    got = yaml.safe_load(out)["services"]["llm"]["environment"]
+    if isinstance(got, list):
+        assert [e for e in got if e.split("=")[0] == "CUDA_DEVICE_ORDER"] == [
+            "CUDA_DEVICE_ORDER"
+        ], got
+        assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in got)
+    else:
+        assert got["CUDA_DEVICE_ORDER"] is None and "NVIDIA_VISIBLE_DEVICES" in got

@@ -607,7 +607,6 @@ def _write_env(svc: dict[str, Any], prefix: str, *, fraction: bool) -> None:
             env.setdefault(k, v)
     else:
         lst = [str(e) for e in (env or [])]
-        for a in additions:
-            if not any(e.startswith(a.split("=", 1)[0] + "=") for e in lst):
-                lst.append(a)
+        names = {e.partition("=")[0] for e in lst}  # a bare NAME: docker takes the shell's
+        lst += [a for a in additions if a.partition("=")[0] not in names]
         svc["environment"] = lst
