@@ -279,3 +279,18 @@ def test_a_label_given_twice_in_list_form_is_refused() -> None:
     assert "twice" in err
     once = text.replace("        - swarmgpu.gpus=8\n", "")
     assert check_stack(once).errors == []
+
+
+def test_a_label_given_twice_in_list_form_is_an_error_with_tenants_too(tmp_path: Path) -> None:
+    # With the config's tenants, the tenant check read the labels again and raised the
+    # error out of check_stack: `render --check --config` stopped with a traceback.
+    cfg = tmp_path / "cluster.yml"
+    cfg.write_text("tenants:\n  team-a: {stacks: [\"team-a*\"], max_priority: 100}\n"
+                   "  default: {max_priority: 0}\n")
+    stack = tmp_path / "team-a-llm.yml"
+    stack.write_text(VERSIONLESS.replace('      labels:\n        swarmgpu.gpus: "1"\n',
+                                         "      labels:\n        - swarmgpu.gpus=1\n"
+                                         "        - swarmgpu.gpus=8\n"))
+    r = CliRunner().invoke(main, ["render", "--check", "--config", str(cfg), str(stack)])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "given twice" in r.output, r.output

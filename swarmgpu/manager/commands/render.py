@@ -339,7 +339,8 @@ def _check_tenant(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_
     deploy = svc.get("deploy") if isinstance(svc, dict) else None
     if not isinstance(deploy, dict) or not isinstance(deploy.get("labels"), dict | list):
         return
-    labels = _labels(deploy, f"services.{svc_name}")
+    # a shape error is said once, by _check_service; raised here it left check_stack
+    labels: dict[str, str] = _try([], {}, _labels, deploy, f"services.{svc_name}")
     req = parse_all(labels, prefix=prefix, zone_label=zone_label, classes=classes)
     if not isinstance(req, GpuRequest):
         return  # none, or an error said above
