@@ -294,3 +294,15 @@ def test_a_label_given_twice_in_list_form_is_an_error_with_tenants_too(tmp_path:
     r = CliRunner().invoke(main, ["render", "--check", "--config", str(cfg), str(stack)])
     assert r.exit_code == 1 and isinstance(r.exception, SystemExit), repr(r.exception)
     assert "given twice" in r.output, r.output
+
+
+def test_a_key_a_later_merge_also_sets_is_refused() -> None:
+    # go-yaml v2 (docker/cli) merges `<<` where it stands, so it overwrites the keys
+    # above it; PyYAML keeps them: render wrote nginx:2, docker alone deploys nginx:1.
+    text = ("x-base: &base\n  image: nginx:1\n  init: true\nservices:\n  web:\n"
+            "    image: nginx:2\n    <<: *base\n")
+    (err,) = check_stack(text, where="s.yml").errors
+    assert "'image'" in err and "line 6" in err and "line 7" in err and "<<" in err, err
+    first = ("x-base: &base\n  image: nginx:1\nservices:\n  web:\n"
+             "    <<: *base\n    image: nginx:2\n")
+    assert check_stack(first).errors == []

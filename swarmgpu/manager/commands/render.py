@@ -64,7 +64,7 @@ class StackError(ValueError):
 def load_stack(text: str, where: str = "stack") -> dict[str, Any]:
     """The stack file parsed (bounded: core.yamlfile), every alias made a copy of its
     own, so that what render writes into one service never lands in another."""
-    data = _unshared(parse_yaml(text, where, StackError), where, "")
+    data = _unshared(parse_yaml(text, where, StackError, docker=True), where, "")
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         raise StackError(f"{where}: a stack file needs a top-level 'services:' mapping")
     return data
