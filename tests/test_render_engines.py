@@ -279,3 +279,30 @@ def test_a_label_given_twice_in_list_form_is_refused() -> None:
     assert "twice" in err
     once = text.replace("        - swarmgpu.gpus=8\n", "")
     assert check_stack(once).errors == []
+
+
+def test_a_label_given_twice_in_list_form_is_an_error_with_tenants_too(tmp_path: Path) -> None:
+    # With the config's tenants, the tenant check read the labels again and raised the
+    # error out of check_stack: `render --check --config` stopped with a traceback.
+    cfg = tmp_path / "cluster.yml"
+    cfg.write_text("tenants:\n  team-a: {stacks: [\"team-a*\"], max_priority: 100}\n"
+                   "  default: {max_priority: 0}\n")
+    stack = tmp_path / "team-a-llm.yml"
+    stack.write_text(VERSIONLESS.replace('      labels:\n        swarmgpu.gpus: "1"\n',
+                                         "      labels:\n        - swarmgpu.gpus=1\n"
+                                         "        - swarmgpu.gpus=8\n"))
+    r = CliRunner().invoke(main, ["render", "--check", "--config", str(cfg), str(stack)])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "given twice" in r.output, r.output
+
+
+def test_a_key_a_later_merge_also_sets_is_refused() -> None:
+    # go-yaml v2 (docker/cli) merges `<<` where it stands, so it overwrites the keys
+    # above it; PyYAML keeps them: render wrote nginx:2, docker alone deploys nginx:1.
+    text = ("x-base: &base\n  image: nginx:1\n  init: true\nservices:\n  web:\n"
+            "    image: nginx:2\n    <<: *base\n")
+    (err,) = check_stack(text, where="s.yml").errors
+    assert "'image'" in err and "line 6" in err and "line 7" in err and "<<" in err, err
+    first = ("x-base: &base\n  image: nginx:1\nservices:\n  web:\n"
+             "    <<: *base\n    image: nginx:2\n")
+    assert check_stack(first).errors == []

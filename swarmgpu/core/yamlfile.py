@@ -74,13 +74,15 @@ def read_yaml_lines(path: Path, what: str, error: type[Exception], *,
     return parse_yaml_lines(text, what, error, fmt=fmt)
 
 
-def parse_yaml(text: str, what: str, error: type[Exception], *, fmt: str = "YAML") -> Any:
-    """``text`` parsed (safe loader); ``error(...)`` naming ``what`` and the line otherwise."""
-    return parse_yaml_lines(text, what, error, fmt=fmt)[0]
+def parse_yaml(text: str, what: str, error: type[Exception], *, fmt: str = "YAML",
+               docker: bool = False) -> Any:
+    """``text`` parsed (safe loader); ``error(...)`` naming ``what`` and the line otherwise.
+    ``docker``: docker/cli reads the file too (a stack): what it reads otherwise is refused."""
+    return parse_yaml_lines(text, what, error, fmt=fmt, docker=docker)[0]
 
 
 def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
-                     fmt: str = "YAML") -> tuple[Any, Lines]:
+                     fmt: str = "YAML", docker: bool = False) -> tuple[Any, Lines]:
     """``parse_yaml`` and the line of every mapping key. Bounded: more than ``MAX_TEXT``
     characters, ``MAX_NODES`` nodes with aliases expanded, ``MAX_DEPTH`` levels, a
     recursive alias or a duplicate key is ``error(...)`` naming the limit or the key."""
@@ -97,7 +99,7 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
         if node is None:
             return None, {}
         lines: Lines = {}
-        _check_tree(node, what, error, lines, loader)
+        _check_tree(node, what, error, lines, loader, docker)
         return loader.construct_document(node), lines
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -160,6 +162,23 @@ def _one_key_once_read(k: yaml.ScalarNode, value: Any, read: dict[Any, tuple[yam
                 f"({same}); {fix}")
 
 
+def _merge_after_keys(merge: yaml.ScalarNode, value: yaml.Node,
+                      seen: dict[tuple[str, str], int], what: str,
+                      error: type[Exception]) -> None:
+    """Refuse a ``<<`` that merges a key its mapping gave above it: go-yaml v2 (docker
+    before yaml.v3) merges where ``<<`` stands and overwrites that key, PyYAML and the
+    YAML spec keep it, so the file means two things."""
+    maps = value.value if isinstance(value, yaml.SequenceNode) else [value]
+    above = {name: line for (_, name), line in seen.items()}
+    for m in maps:
+        for k, _ in m.value if isinstance(m, yaml.MappingNode) else []:
+            if isinstance(k, yaml.ScalarNode) and k.value in above:
+                raise error(
+                    f"{what}: key {k.value!r} (line {above[k.value]}) is also merged by the "
+                    f"<< at line {merge.start_mark.line + 1}, below it: docker's YAML reader "
+                    "takes the merged value, others this one; put << first in the mapping")
+
+
 def _as_written(k: yaml.ScalarNode) -> str:
     """A key as the file has it: plain, or in its quotes (control characters escaped)."""
     text = repr(k.value)[1:-1]
@@ -167,7 +186,7 @@ def _as_written(k: yaml.ScalarNode) -> str:
 
 
 def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines,
-                loader: yaml.SafeLoader) -> None:
+                loader: yaml.SafeLoader, docker: bool = False) -> None:
     """Refuse what would blow up once built, or could not be; record every key's line.
     Iterative (the depth is checked, not left to Python's stack) and linear in the
     distinct nodes: an alias is a second reference to a node already composed, whose
@@ -205,6 +224,9 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
             read: dict[Any, tuple[yaml.ScalarNode, Any]] = {}  # _one_key_once_read
             for k, v in node.value:
                 sub: tuple[Any, ...] | None = None
+                if docker and isinstance(k, yaml.ScalarNode) \
+                        and k.tag == "tag:yaml.org,2002:merge":
+                    _merge_after_keys(k, v, seen, what, error)
                 if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
                     line = k.start_mark.line + 1
                     if (k.tag, k.value) in seen:

@@ -12,6 +12,10 @@
   does not have) are errors, each with its fix.
 - The keys the daemon owns (its state and device labels, another service's placement
   gate) are errors in the input: only the daemon writes them.
+- A ``$`` (``${VAR}``, ``$VAR``, ``$$``) in a value render places the service by is an
+  error: `docker stack deploy` substitutes it after render read it.
+- The file is written so that docker/cli's YAML reader (go-yaml) reads every text as
+  text (``dump_stack``).
 Pure: a parsed stack in, errors and notes out.
 """
 
@@ -23,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from swarmgpu.manager.placement import DEVICES, GATE
 from swarmgpu.manager.services.sharing import SHARE
@@ -158,6 +164,82 @@ def owned_key_errors(labels: Mapping[str, str], constraints: Sequence[str], wher
                       f"{gated!r}, owned by the swarmgpu daemon; remove it (render writes "
                       "this service's own gate)")
     return errors
+
+
+# What render reads to place a service (besides its request labels). docker/cli
+# substitutes ${VAR}, $VAR and $$ in every value (not key) after render has read it.
+_PLACED_BY = (("deploy", "placement"), ("deploy", "replicas"), ("deploy", "mode"),
+              ("deploy", "resources", "reservations"), ("gpus",), ("platform",))
+
+
+def interpolation_errors(svc: Mapping[str, Any], where: str, prefix: str) -> list[str]:
+    """Each value with a ``$`` that render places the service by: docker would give Swarm
+    another one than render checked and placed (a constraint naming ``${ZONE}`` matched
+    no node), or another label (a list item's key is a value: ``${E:-swarmgpu.priority}=
+    1000`` passed render --check as a label that is not swarmgpu's)."""
+    found: list[tuple[str, Any]] = []
+    for path in _PLACED_BY:
+        v: Any = svc
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        found += _dollars(v, f"{where}.{'.'.join(path)}")
+    labels = svc.get("deploy", {}).get("labels") if isinstance(svc.get("deploy"), dict) \
+        else None
+    if isinstance(labels, list):
+        for i, item in enumerate(labels):
+            key, _, value = str(item).partition("=")
+            # $$ in a key is a $ of its own: it never makes the key another one
+            if "$" in key.replace("$$", "") or (key.startswith(prefix) and "$" in value):
+                found.append((f"{where}.deploy.labels[{i}]", item))
+    elif isinstance(labels, dict):
+        found += [(f"{where}.deploy.labels.{k}", v) for k, v in labels.items()
+                  if str(k).startswith(prefix) and "$" in str(v)]
+    return [f"{at}: {v!r}: docker stack deploy substitutes $ (${{VAR}}, $VAR, $$) after "
+            "render has read the value, so Swarm would get another one than render checked "
+            "and placed; write the value itself (or substitute that variable into the file "
+            "before render)" for at, v in found]
+
+
+def _dollars(v: Any, at: str) -> list[tuple[str, Any]]:
+    """(where, text) for each text with a ``$`` in ``v``, however deep."""
+    if isinstance(v, str):
+        return [(at, v)] if "$" in v else []
+    if isinstance(v, dict):
+        return [x for k, e in v.items() for x in _dollars(e, f"{at}.{k}")]
+    if isinstance(v, list):
+        return [x for i, e in enumerate(v) for x in _dollars(e, f"{at}[{i}]")]
+    return []
+
+
+# Plain values go-yaml (docker/cli's reader) takes as no text, though YAML 1.1 (PyYAML)
+# reads them as text, so PyYAML writes them plain: y and n are booleans, and a number is
+# what Go's strconv reads once go-yaml has dropped every "_" (08 and 1e3 are floats,
+# 0o17 and 0X1F integers). Wider than go-yaml is harmless: quoted text is text.
+_GO_WORDS = frozenset((
+    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE",
+    "false", "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF",
+    "", "~", "null", "Null", "NULL", "<<"))
+_GO_NUMBER = re.compile(r"[-+]?(?:0[bBoOxX][0-9a-fA-F]+|[0-9]+\.?[0-9]*|\.[0-9]+)"
+                        r"(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)")
+
+
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, with text go-yaml would read otherwise written quoted."""
+
+
+def _text(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    if data in _GO_WORDS or _GO_NUMBER.fullmatch(data.replace("_", "")):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="'")
+    return dumper.represent_str(data)
+
+
+_Dumper.add_representer(str, _text)
+
+
+def dump_stack(stack: Mapping[str, Any]) -> str:
+    """The stack as YAML that `docker stack deploy -c -` reads back as ``stack``: a
+    quoted "08" in the input, written plain, reached the service as the number 8."""
+    return yaml.dump(stack, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
 @cache

@@ -17,8 +17,6 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-import yaml
-
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import escaped
 from swarmgpu.core.tenants import STACK_LABEL
@@ -28,6 +26,8 @@ from swarmgpu.manager.commands.composefile import (
     check_service_keys,
     check_top_level,
     check_version,
+    dump_stack,
+    interpolation_errors,
     owned_key_errors,
     schema_errors,
 )
@@ -64,7 +64,7 @@ class StackError(ValueError):
 def load_stack(text: str, where: str = "stack") -> dict[str, Any]:
     """The stack file parsed (bounded: core.yamlfile), every alias made a copy of its
     own, so that what render writes into one service never lands in another."""
-    data = _unshared(parse_yaml(text, where, StackError), where, "")
+    data = _unshared(parse_yaml(text, where, StackError, docker=True), where, "")
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         raise StackError(f"{where}: a stack file needs a top-level 'services:' mapping")
     return data
@@ -105,6 +105,18 @@ def _labels(deploy: Mapping[str, Any], where: str) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise StackError(f"{where}.deploy.labels: expected a mapping or a list of k=v")
     return {str(k): "" if v is None else str(v) for k, v in raw.items()}
+
+
+def _put_labels(deploy: dict[str, Any], add: Mapping[str, str]) -> None:
+    """Render's own labels into the service's, in the form the file gives them, the
+    others as written: docker gives Swarm a number as Go prints it (1.0 is "1"), and
+    interpolates a list item's key ("a$$b=1" is a$b), not a mapping's."""
+    raw = deploy.get("labels")
+    if isinstance(raw, list):
+        keep = [x for x in raw if str(x).partition("=")[0] not in add]
+        deploy["labels"] = [*keep, *(f"{k}={v}" for k, v in add.items())]
+    else:
+        deploy["labels"] = {**(raw or {}), **add}
 
 
 def _env_list(svc: Mapping[str, Any], where: str) -> list[str]:
@@ -327,7 +339,8 @@ def _check_tenant(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_
     deploy = svc.get("deploy") if isinstance(svc, dict) else None
     if not isinstance(deploy, dict) or not isinstance(deploy.get("labels"), dict | list):
         return
-    labels = _labels(deploy, f"services.{svc_name}")
+    # a shape error is said once, by _check_service; raised here it left check_stack
+    labels: dict[str, str] = _try([], {}, _labels, deploy, f"services.{svc_name}")
     req = parse_all(labels, prefix=prefix, zone_label=zone_label, classes=classes)
     if not isinstance(req, GpuRequest):
         return  # none, or an error said above
@@ -361,6 +374,7 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         out.errors.append(f"{w}: expected a mapping")
         return
     errs, notes = check_service_keys(svc, w)
+    errs += interpolation_errors(svc, w, prefix)
     out.notes += notes
     none: dict[str, Any] = {}
     deploy = _try(errs, None, _mapping, svc, "deploy", w)
@@ -385,7 +399,7 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         del svc["gpus"]
     if labels is not None and gpu.labels:
         labels.update(gpu.labels)
-        deploy["labels"] = labels
+        _put_labels(deploy, gpu.labels)
         svc["deploy"] = deploy  # a service with only `gpus` had no deploy yet
     if gpu.env:
         _add_env(svc, gpu.env)
@@ -530,15 +544,16 @@ def render_stack(
             continue
         sp = by_name.get(full)
         svc["deploy"] = deploy
-        labels = _labels(deploy, f"services.{svc_name}")
+        labels = _labels(deploy, where)
+        given = dict(labels)
         if sp is not None:
             for p in sp.placements:
                 labels[devices_key(prefix, p.node_id, p.slot)] = ",".join(p.uuids)
             labels.update(want_labels(prefix, ((p.node_id, p.uuids, p.milli)
                                                for p in sp.placements if p.slot is None),
                                       facts, labels))
-        deploy["labels"] = labels
         _write_placement(deploy, labels, where, full, sp, prefix)
+        _put_labels(deploy, {k: v for k, v in labels.items() if given.get(k) != v})
         _write_env(svc, prefix, fraction=not isinstance(req, RequestError) and req.is_fraction)
         if mounts:
             _add_device_mount(svc, prefix)
@@ -547,7 +562,7 @@ def render_stack(
     header = "# rendered by swarmgpu: GPU placement resolved; deploy with\n" \
              f"#   docker stack deploy -c - {escaped(name)}\n"
     header += "".join(f"# {escaped(' '.join(n.split()))}\n" for n in checked.notes)
-    return header + yaml.safe_dump(out, sort_keys=False, width=1000), plan
+    return header + dump_stack(out), plan
 
 
 def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str, full: str,
@@ -593,7 +608,6 @@ def _write_env(svc: dict[str, Any], prefix: str, *, fraction: bool) -> None:
             env.setdefault(k, v)
     else:
         lst = [str(e) for e in (env or [])]
-        for a in additions:
-            if not any(e.startswith(a.split("=", 1)[0] + "=") for e in lst):
-                lst.append(a)
+        names = {e.partition("=")[0] for e in lst}  # a bare NAME: docker takes the shell's
+        lst += [a for a in additions if a.partition("=")[0] not in names]
         svc["environment"] = lst

@@ -1,0 +1,152 @@
+"""What `swarmgpu render` writes is read by `docker stack deploy -c -` as render meant it.
+
+docker/cli reads the file with go-yaml, which reads more plain values as numbers and
+booleans than PyYAML's YAML 1.1 (``y``, ``08``, ``1e3``, ``0o17``): a text value must
+reach it quoted. Everything render does not own keeps its meaning (a label's number, a
+list of labels with ``$$``), and a ``$`` docker would substitute after render read the
+value is refused where render plans with it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from support.render_compose import FACTS, NODES
+
+from swarmgpu.manager.commands.render import check_stack, render_stack
+
+GPU = """\
+version: "3.8"
+services:
+  llm:
+    image: vllm/vllm-openai
+    deploy:
+      labels:
+        swarmgpu.gpus: "1"
+"""
+
+# Text that go-yaml (docker/cli) reads as a number or a boolean when written plain,
+# though YAML 1.1 (PyYAML) reads it as text.
+GO_NOT_TEXT = ("08", "09", "y", "N", "1e3", "1.5e3", "+1e3", "0o17", "0X1F", "0B1")
+
+
+@pytest.mark.parametrize("value", GO_NOT_TEXT)
+def test_text_docker_would_read_as_a_number_or_boolean_is_written_quoted(value: str) -> None:
+    # A quoted "08" in the input was written back plain (08): docker read the number 8
+    # into a service's env (TZ=8), and y, a boolean, made it refuse the file.
+    text = (
+        GPU + f'  web:\n    image: nginx\n    command: ["sleep", "{value}"]\n'
+        f'    environment:\n      OFFSET: "{value}"\n    labels:\n      "{value}": x\n'
+    )
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    web = yaml.safe_load(out)["services"]["web"]
+    assert web["environment"]["OFFSET"] == value and web["command"][1] == value
+    lines = {ln.strip() for ln in out.splitlines()}
+    assert {f"OFFSET: '{value}'", f"- '{value}'", f"'{value}': x"} <= lines, out
+
+
+def test_labels_of_a_gpu_service_keep_their_values_as_written() -> None:
+    # render wrote a GPU service's labels back as its own text: 1.0, which docker gives
+    # Swarm as "1", became the text "1.0"; .inf ("+Inf") became "inf".
+    text = GPU + "        version: 1.0\n        big: 100000000.0\n        cap: .inf\n"
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    labels = yaml.safe_load(out)["services"]["llm"]["deploy"]["labels"]
+    assert labels["version"] == 1.0 and isinstance(labels["version"], float)
+    assert labels["big"] == 1e8 and labels["cap"] == float("inf")
+    assert labels["swarmgpu.gpus"] == "1"
+    assert any(k.startswith("swarmgpu.devices.") for k in labels)
+
+
+@pytest.mark.parametrize("devices", [False, True])
+def test_labels_in_list_form_stay_a_list(devices: bool) -> None:
+    # A list item is a value, which docker interpolates ("a$$b=1" is the label a$b); as
+    # a mapping, which render made of it, the key is not: the label became a$$b.
+    ask = (
+        (
+            "      resources:\n        reservations:\n          devices:\n"
+            "            - {driver: nvidia, count: 1, capabilities: [gpu]}\n"
+        )
+        if devices
+        else "        - swarmgpu.gpus=1\n"
+    )
+    text = GPU.replace(
+        '      labels:\n        swarmgpu.gpus: "1"\n',
+        "      labels:\n        - a$$b=1\n        - team=ml\n" + ("" if devices else ask),
+    ) + (ask if devices else "")
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    labels = yaml.safe_load(out)["services"]["llm"]["deploy"]["labels"]
+    assert isinstance(labels, list), labels
+    assert labels[:2] == ["a$$b=1", "team=ml"]
+    assert "swarmgpu.gpus=1" in labels
+    assert any(x.startswith("swarmgpu.devices.") for x in labels)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "where"),
+    [
+        (
+            '      placement:\n        constraints: ["node.labels.zone == ${ZONE}"]\n',
+            "services.llm.deploy.placement.constraints[0]",
+        ),
+        ('      replicas: "${REPLICAS:-2}"\n', "services.llm.deploy.replicas"),
+        (
+            '      resources: {reservations: {cpus: "$CPUS"}}\n',
+            "services.llm.deploy.resources.reservations.cpus",
+        ),
+        (
+            '      labels:\n        - "${E:-swarmgpu.priority}=1000"\n',
+            "services.llm.deploy.labels[0]",
+        ),
+        (
+            '      labels:\n        swarmgpu.gpu-product: "${PRODUCT:-NVIDIA A100*}"\n',
+            "services.llm.deploy.labels.swarmgpu.gpu-product",
+        ),
+    ],
+)
+def test_a_value_render_places_with_that_docker_would_substitute_is_refused(
+    yaml_text: str, where: str
+) -> None:
+    # docker stack deploy substitutes ${VAR}, $VAR and $$ after render read the value:
+    # render planned for "node.labels.zone == ${ZONE}" (no node: pending), and `render
+    # --check` passed a list label that docker made swarmgpu.priority=1000.
+    text = "services:\n  llm:\n    image: vllm/vllm-openai\n    deploy:\n" + yaml_text
+    if "labels" not in yaml_text:
+        text += '      labels:\n        swarmgpu.gpus: "1"\n'
+    errors = check_stack(text, stack_name="ai").errors
+    assert any(e.startswith(f"{where}: ") and "substitutes" in e for e in errors), errors
+
+
+def test_what_render_does_not_read_is_left_for_docker_to_substitute() -> None:
+    text = (
+        GPU.replace(
+            "    image: vllm/vllm-openai\n",
+            "    image: vllm/vllm-openai:${TAG:-latest}\n"
+            '    environment: ["HF_TOKEN=${HF_TOKEN}", "PRICE=$$5"]\n',
+        )
+        + '        traefik.rule: "Host(`${DOMAIN}`)"\n'
+    )
+    assert check_stack(text, stack_name="ai").errors == []
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    svc = yaml.safe_load(out)["services"]["llm"]
+    assert svc["image"] == "vllm/vllm-openai:${TAG:-latest}"
+    assert svc["environment"][:2] == ["HF_TOKEN=${HF_TOKEN}", "PRICE=$$5"]
+    assert svc["deploy"]["labels"]["traefik.rule"] == "Host(`${DOMAIN}`)"
+
+
+@pytest.mark.parametrize("env", ["[CUDA_DEVICE_ORDER]", "{CUDA_DEVICE_ORDER: null}"])
+def test_a_variable_the_service_takes_from_the_deploy_shell_is_kept(env: str) -> None:
+    # A name with no value is docker's "take it from my environment". In a mapping render
+    # kept it; in a list it added CUDA_DEVICE_ORDER=PCI_BUS_ID after it, which docker
+    # reads as the later, winning value.
+    text = GPU.replace(
+        "    image: vllm/vllm-openai\n", f"    image: vllm/vllm-openai\n    environment: {env}\n"
+    )
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    got = yaml.safe_load(out)["services"]["llm"]["environment"]
+    if isinstance(got, list):
+        assert [e for e in got if e.split("=")[0] == "CUDA_DEVICE_ORDER"] == [
+            "CUDA_DEVICE_ORDER"
+        ], got
+        assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in got)
+    else:
+        assert got["CUDA_DEVICE_ORDER"] is None and "NVIDIA_VISIBLE_DEVICES" in got
