@@ -483,6 +483,28 @@ def test_a_number_of_5000_digits_gets_an_answer_not_a_dropped_connection(
     assert not engine.seen
 
 
+@pytest.mark.parametrize(("answer", "says"), [
+    # 100,001 empty objects: 0.3 MB of text, some 7 MB once parsed; a 4 MiB answer ~90 MB.
+    (b"[" + b",".join([b"{}"] * 100_001) + b"]", "holds more than 100000 JSON values"),
+    # Within the count, nested past Python's recursion limit: a RecursionError dropped
+    # the connection without an answer.
+    (b"[" * 100_000 + b"]" * 100_000, "not JSON"),
+])
+def test_an_engine_answer_of_too_many_values_is_refused_with_502_naming_it(
+        proxy: Any, answer: bytes, says: str) -> None:
+    """The engine's answers the proxy parses (the spec a write is checked against, GET
+    /swarm's) are read as a write's body is: the same value count (it had none)."""
+    path, engine, _ = proxy
+    engine.raw = {b"/services/svc1": answer, b"/swarm": answer}
+    for got, read in ((_update_service(path, engine, _replicas(1)), "GET /services/svc1"),
+                      (_send(path, b"GET /v1.43/swarm HTTP/1.1\r\nHost: d\r\n\r\n"),
+                       "GET /swarm")):
+        assert got.startswith(b"HTTP/1.1 502 "), got[:200]
+        message = json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+        assert read in message and says in message, message
+    assert not [s for s in engine.seen if s.startswith(b"POST ")]
+
+
 def test_writes_are_read_and_checked_one_at_a_time(proxy: Any) -> None:
     """Each write is parsed whole, deep-copied by its check, and the spec it is checked
     against read whole: 32 at once took the 128M proxy to 1.4 GiB

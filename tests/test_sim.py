@@ -368,6 +368,30 @@ def test_a_pod_list_past_the_row_cap_is_refused_while_it_is_read(
         assert peak < 2 * 1024 * 1024, peak  # all 50,000 rows: ~30 MiB
 
 
+def test_a_long_list_is_held_as_pods_and_nodes_not_as_rows_of_text(tmp_path: Path) -> None:
+    # Every row was kept as a dict of strings until the last was read: ~1.4 KB a pod and
+    # ~2 KB a node at the peak (1.5 and 2 GB RSS at the 1,000,000-row cap); the typed
+    # pods and nodes made of them are ~0.4 KB.
+    n = 20_000
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+                    "creation_time,deletion_time,scheduled_time\n"
+                    + "".join(f"openb-pod-{i:05d},12000,16384,1,1000,,LS,Running,{i * 1000},"
+                              f"{i * 2000},{i * 1000}\n" for i in range(n)))
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n"
+                     + "".join(f"openb-node-{i:05d},96000,786432,8,V100M32\n" for i in range(n)))
+    for read, f in ((load_pods, pods), (load_nodes, nodes)):
+        tracemalloc.start()
+        try:
+            got = read(f)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert len(got) == n
+        assert peak < 600 * n, (f.name, peak // n)
+
+
 def test_a_pod_list_past_the_size_cap_is_refused_while_it_is_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trace, "MAX_TEXT", 131_072, raising=False)

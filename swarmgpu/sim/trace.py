@@ -10,10 +10,10 @@ from __future__ import annotations
 import csv
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
 from swarmgpu.core.peertext import escaped
@@ -29,11 +29,15 @@ MAX_LINE = 64 * 1024  # characters in a line; openb's longest has 119
 MAX_COLUMNS = 64  # each row is a dict of every column; openb's have 11
 
 
+T = TypeVar("T")
+
+
 class TraceError(ValueError):
     """A trace file that cannot be read, with the file, line and fix."""
 
 
-@dataclass(frozen=True)
+# slots: a long list holds a million of them (a __dict__ each was 300 bytes more).
+@dataclass(frozen=True, slots=True)
 class TracePod:
     name: str
     cpu_milli: int
@@ -66,9 +70,18 @@ def read_csv(path: str | Path, required: tuple[str, ...],
              expected: str = "") -> tuple[list[str], list[dict[str, str]]]:
     """An openb CSV as (header, rows), the header holding ``required`` once each;
     ``TraceError`` naming the file and the fix otherwise (``expected``: what the file
-    should be, for the missing-column error). ``simulate``, ``simulate-derive`` and the
-    benchmarks read with it; ``MAX_ROWS``, ``MAX_TEXT``, ``MAX_LINE`` and ``MAX_COLUMNS``
-    bound it while it reads."""
+    should be, for the missing-column error). ``simulate-derive`` and the benchmarks
+    read with it, ``simulate`` with ``read_each``; ``MAX_ROWS``, ``MAX_TEXT``,
+    ``MAX_LINE`` and ``MAX_COLUMNS`` bound it while it reads."""
+    return read_each(path, required, lambda row, _n: row, expected)
+
+
+def read_each(path: str | Path, required: tuple[str, ...],
+              make: Callable[[dict[str, str], int], T],
+              expected: str = "") -> tuple[list[str], list[T]]:
+    """``read_csv`` with each row handed to ``make`` (the row, its number: 2 for the
+    first) as it is read, and only what ``make`` returns kept: a row as a dict of strings
+    is about 1 KB, ten times what the typed pod made of it holds (docs/simulate.md)."""
     p = Path(path)
     try:
         # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide
@@ -89,7 +102,7 @@ def read_csv(path: str | Path, required: tuple[str, ...],
             if twice:
                 raise TraceError(f"{p}: column(s) {twice} more than once in the header; "
                                  "keep one of each")
-            rows: list[dict[str, str]] = []
+            rows: list[T] = []
             for row in reader:
                 if len(rows) == MAX_ROWS:
                     raise TraceError(f"{p}: more than {MAX_ROWS:,} rows; not read (simulate "
@@ -103,7 +116,7 @@ def read_csv(path: str | Path, required: tuple[str, ...],
                     got = len(header) - sum(row.get(c) is None for c in header) + len(extra)
                     raise TraceError(f"{p}:{reader.line_num}: {got} fields where the header "
                                      f"has {len(header)}; give each row one field per column")
-                rows.append(row)
+                rows.append(make(row, len(rows) + 2))
             return header, rows
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
@@ -163,23 +176,30 @@ def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, 
 
 
 def load_nodes(path: str | Path) -> list[NodeSpec]:
-    out: list[NodeSpec] = []
     seen: dict[str, str] = {}
-    for n, row in enumerate(read_csv(path, NODE_COLUMNS)[1], start=2):
+    # One tuple of GPUs per (model, count), shared by the nodes that have it: the GPUs
+    # are frozen values, and 8 of them a node were most of a long list's memory.
+    gpus: dict[tuple[str, int], tuple[GpuSpec, ...]] = {}
+
+    def node(row: dict[str, str], n: int) -> NodeSpec:
         where = f"{path}:{n}"
         name = _name(row, "sn", "node", where, seen)
         model = (row.get("model") or "").strip()
-        gpus = tuple(GpuSpec(index=i, product=model, memory_mib=0)
-                     for i in range(_int(row, "gpu", where)))
-        out.append(NodeSpec(name=name, gpus=gpus, cpu_milli=_int(row, "cpu_milli", where),
-                            memory_mib=_int(row, "memory_mib", where)))
-    return out
+        count = _int(row, "gpu", where)
+        if (model, count) not in gpus:
+            gpus[model, count] = tuple(GpuSpec(index=i, product=model, memory_mib=0)
+                                       for i in range(count))
+        return NodeSpec(name=name, gpus=gpus[model, count],
+                        cpu_milli=_int(row, "cpu_milli", where),
+                        memory_mib=_int(row, "memory_mib", where))
+
+    return read_each(path, NODE_COLUMNS, node)[1]
 
 
 def load_pods(path: str | Path) -> list[TracePod]:
-    out: list[TracePod] = []
     seen: dict[str, str] = {}
-    for n, row in enumerate(read_csv(path, POD_COLUMNS)[1], start=2):
+
+    def pod(row: dict[str, str], n: int) -> TracePod:
         where = f"{path}:{n}"
         name = _name(row, "name", "pod", where, seen)
         num_gpu, gpu_milli = _int(row, "num_gpu", where), _int(row, "gpu_milli", where)
@@ -194,11 +214,13 @@ def load_pods(path: str | Path) -> list[TracePod]:
         spec = tuple(s for s in (row.get("gpu_spec") or "").split("|") if s)
         ct = row.get("creation_time")
         dt = row.get("deletion_time")
-        out.append(TracePod(
+        return TracePod(
             name=name, cpu_milli=_int(row, "cpu_milli", where),
             memory_mib=_int(row, "memory_mib", where), num_gpu=num_gpu,
             gpu_milli=gpu_milli, gpu_spec=spec,
             creation_time=_int(row, "creation_time", where) if ct else None,
             deletion_time=_int(row, "deletion_time", where) if dt else None,
-        ))
-    return out
+        )
+
+    # Each row becomes its pod as it is read: the rows are not all held as dicts first.
+    return read_each(path, POD_COLUMNS, pod)[1]

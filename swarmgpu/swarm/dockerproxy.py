@@ -23,7 +23,8 @@ handed over by ``swarmgpu docker-proxy``); across writes, ``surges`` keeps the d
 replica raises from stacking. ``GET /swarm`` comes back without its join tokens.
 What the proxy reads whole (a write's body, the spec it is checked against, ``GET
 /swarm``'s answer) is read in turns, one request at a time (``ProxyServer.whole``), on
-two malloc heaps (``few_heaps``): 32 at once outgrew the stack's 128M.
+two malloc heaps (``few_heaps``): 32 at once outgrew the stack's 128M. The engine's
+answers it reads whole are parsed as a write's body is (``load_answer``: its bounds).
 Refusals are 403 and logged.
 """
 
@@ -57,7 +58,7 @@ from swarmgpu.swarm.httpframe import (
     parse_response_head,
     split_target,
 )
-from swarmgpu.swarm.jsonstrict import JsonError, JsonTooLarge, load_json
+from swarmgpu.swarm.jsonstrict import JsonError, JsonTooLarge, load_answer, load_json
 from swarmgpu.swarm.surges import SurgeBook, SurgeRefused, replicas
 
 _log = logger.bind(component="docker-proxy")
@@ -460,9 +461,10 @@ class _Handler(socketserver.BaseRequestHandler):
         finally:
             up.close()
         try:
-            return head.status, json.loads(raw) if raw else None, raw
-        except ValueError:
-            raise Refused(502, f"the engine's answer to GET {path} is not JSON") from None
+            return head.status, load_answer(raw, f"GET {path}") if raw else None, raw
+        except JsonError as exc:
+            raise Refused(502, str(exc) if isinstance(exc, JsonTooLarge) else
+                          f"the engine's answer to GET {path} is not JSON") from None
 
     def _vet(self, call: Call, req: Request) -> tuple[str, bytes | None]:
         """The target and body to forward: rebuilt, and for a write, checked against
@@ -555,14 +557,15 @@ class _Handler(socketserver.BaseRequestHandler):
                     self.server.surges.applied(*self.applied)
                 headers = tuple((k.title(), v) for k, v in head.headers if k not in _HOP)
                 if call.kind == "swarm" and head.status == 200:
-                    data = json.dumps(without_join_tokens(
-                        json.loads(wire.whole(head, ENGINE_DEADLINE_S + time.monotonic()))
-                    )).encode()
+                    data = json.dumps(without_join_tokens(load_answer(
+                        wire.whole(head, ENGINE_DEADLINE_S + time.monotonic()), "GET /swarm"
+                    ))).encode()
                     sock.settimeout(CLIENT_WRITE_TIMEOUT_S)
                     sock.sendall(_answer_head(200, headers, len(data), head.reason) + data)
                     return
             except (Refused, ValueError) as exc:
-                r = exc if isinstance(exc, Refused) else Refused(502, "GET /swarm: not JSON")
+                r = exc if isinstance(exc, Refused) else Refused(502, str(exc) if isinstance(
+                    exc, JsonTooLarge) else "GET /swarm: not JSON")
                 self._refuse(r, req)
                 return
             sock.settimeout(CLIENT_WRITE_TIMEOUT_S)

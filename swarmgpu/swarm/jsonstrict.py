@@ -1,4 +1,5 @@
-"""JSON read and compared strictly, for the docker-proxy's checks of a write's body.
+"""JSON read and compared strictly, for the docker-proxy's checks of a write's body
+(and the engine's answers it reads whole, with the same bounds).
 
 Two JSON decoders can read the same text differently: which of two repeated keys wins,
 whether ``NaN`` is a number, which encoding a BOM-less body is in. ``load_json``
@@ -77,6 +78,19 @@ def load_json(body: bytes) -> Any:
         raise JsonError("the body is not UTF-8 JSON") from None
     except json.JSONDecodeError as exc:
         raise JsonError(f"the body is not JSON: {exc}") from None
+
+
+def load_answer(raw: bytes, what: str) -> Any:
+    """The engine's answer to ``what`` (``GET /swarm``), read as a body is: what the
+    docker-proxy reads whole is 4 MiB at most, but 4 MiB of ``[{},{},...]`` is ~100 MiB
+    parsed, and nested past the recursion limit a RecursionError dropped the connection
+    unanswered. ``JsonTooLarge`` names the answer."""
+    try:
+        return load_json(raw)
+    except JsonTooLarge:
+        raise JsonTooLarge(f"the engine's answer to {what} holds more than {MAX_JSON_VALUES} "
+                           "JSON values and keys; not read (a write's body may hold no more: "
+                           "a service spec has some hundreds)") from None
 
 
 def same(a: Any, b: Any) -> bool:

@@ -43,12 +43,14 @@ class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     events_sent: threading.Event
     swarm: dict[str, Any]  # SWARM as the engine holds it now
     service: dict[str, Any]  # SERVICE as the engine holds it now (a service update applies)
+    raw: dict[bytes, bytes]  # path (no /vX.Y) -> a GET's 200 body as sent: a hostile engine
 
 
 class EngineHandler(socketserver.BaseRequestHandler):
-    """Records each request's bytes; answers GET /swarm with chunks (as Go does for a
-    longer answer), /events as a stream, a service update at the service's version by
-    applying it (the next version), anything else 200 ``{}``."""
+    """Records each request's bytes; answers a GET of a path in ``raw`` with its bytes,
+    GET /swarm with chunks (as Go does for a longer answer), /events as a stream, a
+    service update at the service's version by applying it (the next version), anything
+    else 200 ``{}``."""
 
     server: Engine
 
@@ -65,7 +67,14 @@ class EngineHandler(socketserver.BaseRequestHandler):
             buf += self.request.recv(4096)
         self.server.seen.append(buf)
         line = buf.split(b"\r\n", 1)[0]
-        if re.match(rb"GET (/v[0-9.]+)?/swarm ", line):
+        got = re.match(rb"GET (?:/v[0-9.]+)?(/[^ ]*) ", line)
+        if got and got.group(1) in self.server.raw:
+            body = self.server.raw[got.group(1)]
+            self.request.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+        elif re.match(rb"GET (/v[0-9.]+)?/swarm ", line):
             body = json.dumps(self.server.swarm).encode()
             self.request.sendall(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -116,5 +125,6 @@ def start_engine(path: str) -> Engine:
     engine.events_sent = threading.Event()
     engine.swarm = copy.deepcopy(SWARM)
     engine.service = copy.deepcopy(SERVICE)
+    engine.raw = {}
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     return engine
