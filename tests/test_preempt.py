@@ -4,12 +4,21 @@ the recording fake SwarmClient of tests/test_forged_state.py (dry-run writes not
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from loguru import logger
-from support.forged import DGX_F, R4090_F, RecordingSwarm, closed_port, sw_node, sw_svc
+from support.forged import (
+    DGX_F,
+    R4090_F,
+    RecordingSwarm,
+    closed_port,
+    held_labels,
+    sw_node,
+    sw_svc,
+)
 
 from swarmgpu.core.config import (
     AgentsConfig,
@@ -366,7 +375,8 @@ def test_live_preemption_moves_a_movable_victim_through_the_mover(tmp_path: Any)
 
 
 def _over_budget(cycle: int, node: int, victim: dict[str, str] | None = None,
-                 trigger: str = "hotspot") -> tuple[RecordingSwarm, Preempter, Snapshot, Any]:
+                 trigger: str = "hotspot", started_at: float = 1000.0,
+                 ) -> tuple[RecordingSwarm, Preempter, Snapshot, Any]:
     """_movable_cluster with another service's move in flight (gpu-node-2 -> gpu-node-1,
     the record and its label), under rebalance budgets ``cycle`` and ``node``."""
     sw = _movable_cluster()
@@ -374,7 +384,7 @@ def _over_budget(cycle: int, node: int, victim: dict[str, str] | None = None,
                    source_host="gpu-node-2", source_uuids=(R_UUIDS[0],), source_milli=(1000,),
                    target="n-dgx", target_host="gpu-node-1", target_uuids=(DGX_F.gpus[7].uuid,),
                    target_milli=(1000,), surge=True, replicas=1, max_replicas=0,
-                   started_at=1000.0, trigger=trigger, reason="r", service_id="id-other")
+                   started_at=started_at, trigger=trigger, reason="r", service_id="id-other")
     sw._services["id-other"] = sw_svc("other", {f"{P}gpus": "1", P + MOVE_STATE: st.to_json()})
     sw._swarm_labels[record_key(P, "id-other")] = st.to_json()
     if victim:
@@ -655,3 +665,137 @@ def test_queue_take_back_counts_the_victims_of_one_queue_together() -> None:
     # the same across two preemptors of one cycle: the second would take research below 4
     assert _reclaims({"p1": "4", "p2": "4"}, 4000) == [("p1", ["r1"])]
     assert _reclaims({"p1": "4", "p2": "4"}, 0) == [("p1", ["r1"]), ("p2", ["r2"])]
+
+
+# --- a waiting preemption holds the next move slot ---------------------------------------
+
+
+def _slot_daemon(tmp: str, monkeypatch: pytest.MonkeyPatch
+                 ) -> tuple[RecordingSwarm, Daemon]:
+    """The wired daemon over _over_budget's cluster (other's move in flight, budgets 1 and
+    1), and ``third`` (DGX GPU 6) that the rebalancer's policies propose to move to
+    gpu-node-3 every cycle (``plan_moves`` stands in for them)."""
+    from swarmgpu.manager.cycle import rebalance
+    from swarmgpu.manager.cycle.wiring import daemon_steps
+    from swarmgpu.manager.rebalance.moves import Move, Proposal, Trigger
+
+    sw, _pre, _snap, _plan = _over_budget(1, 1, started_at=time.time())  # not timed out
+    u = DGX_F.gpus[6].uuid
+    sw._nodes["n-x"] = sw_node("n-x", "gpu-node-3")
+    dgx = sw._nodes["n-dgx"]
+    sw._nodes["n-dgx"] = replace(dgx, labels={**dgx.labels, **held_labels("third", "n-dgx", u)})
+    sw._services["id-third"] = sw_svc("third", {f"{P}gpus": "1", devices_key(P, "n-dgx"): u})
+    sw.run_task(SwarmTask("t-third", "id-third", "n-dgx", 1, "running", "running", ()))
+    third = Move(service="third", service_id="id-third", source_node="n-dgx",
+                 source_host="gpu-node-1", source_uuids=(u,), source_milli=(1000,),
+                 target_node="n-x", target_host="gpu-node-3", target_gpus=(0,),
+                 target_uuids=("GPU-x0",), target_milli=(1000,), trigger=Trigger.CONSOLIDATION,
+                 window_s=None, reason="consolidation", gain="a node freed")
+    monkeypatch.setattr(rebalance, "plan_moves", lambda *_a: Proposal(moves=[third]))
+    port = closed_port()
+    cfg = Config(state_dir=tmp, sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
+                 rebalance=RebalanceConfig(dry_run=False, policies="",
+                                           metrics_url_template=f"http://{{addr}}:{port}/m",
+                                           scrape_timeout_s=0.5),
+                 preemption=PreemptionConfig(dry_run=False))
+    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
+    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
+    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
+    d.use(daemon_steps(d))
+    return sw, d
+
+
+def _moving(sw: RecordingSwarm) -> set[str]:
+    return {st.service for st in read_records(sw.swarm_labels(), P).values()}
+
+
+def _finish_other(sw: RecordingSwarm) -> None:
+    """other's move ends: its record, service and labels go (the slot frees)."""
+    del sw._swarm_labels[record_key(P, "id-other")]
+    del sw._services["id-other"]
+    for nid, n in list(sw._nodes.items()):
+        sw._nodes[nid] = replace(n, labels={k: v for k, v in n.labels.items()
+                                            if not k.endswith(".other")})
+
+
+def test_a_waiting_preemption_keeps_the_freed_move_slot_from_the_rebalancer(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rebalancer runs before preemption each cycle: when other's move ended, its
+    pack move took the freed slot and high's preemption waited again (and again, while
+    the policies found a move). Now the preemption that waited holds that slot: the pack
+    move is not started, the victim's move is."""
+    sw, d = _slot_daemon(str(tmp_path), monkeypatch)
+    d.cycle()
+    assert _moving(sw) == {"other"}  # the pack move and the victim's both wait
+    _finish_other(sw)
+    d.cycle()
+    assert _moving(sw) == {"small"}
+    (st,) = read_records(sw.swarm_labels(), P).values()
+    assert (st.trigger, st.target_host) == ("preemption", "gpu-node-1")
+
+
+def test_the_slot_is_free_again_once_the_preemption_no_longer_waits(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preemptor gone (or placed, or its victim refused for another reason): the
+    cycle's preemption step waits no more, and the rebalancer's next cycle moves."""
+    sw, d = _slot_daemon(str(tmp_path), monkeypatch)
+    d.cycle()
+    _finish_other(sw)
+    del sw._services["id-high"]
+    sw.stop_tasks("id-high", "")
+    d.cycle()  # the rebalancer held the slot; preemption found nothing to wait for
+    assert _moving(sw) == set()
+    d.cycle()
+    assert _moving(sw) == {"third"}
+
+
+def test_a_preempter_reserves_exactly_the_moves_that_waited_last_cycle() -> None:
+    """``Preempter.reserved``: the victim's move while it waits for the budgets; nothing
+    once it started, nor when the victim is refused for another reason (then stopped)."""
+    sw, pre, snap, plan = _over_budget(1, 1)
+    pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    (m,) = pre.reserved()
+    assert (m.service, m.source_host, m.target_host, m.trigger) == (
+        "small", "gpu-node-2", "gpu-node-1", "preemption")
+    del sw._swarm_labels[record_key(P, "id-other")]  # the budget frees: the move starts
+    pre.cycle(sw, replace(snap, swarm_labels=sw.swarm_labels()), plan,
+              FACTS, now=5010.0)  # type: ignore[arg-type]
+    assert pre.reserved() == () and _moving(sw) == {"small"}
+    sw, pre, snap, plan = _over_budget(1, 1, {f"{P}rebalance": "never"})
+    pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert pre.reserved() == ()  # stopped, not waiting
+
+
+@pytest.mark.parametrize(("reserved_on", "started"), [
+    (("n-4090", "n-dgx"), False),  # it shares n-dgx: max_moves_per_node holds it
+    (("n-y", "n-x"), True),  # other nodes, and a slot of max_moves_per_cycle left
+])
+def test_a_reserved_move_holds_its_slots_of_the_budgets_not_every_move(
+        reserved_on: tuple[str, str], started: bool) -> None:
+    """The mover counts the reserved moves as admitted before its own (``admit``): with
+    max_moves_per_cycle 2 and max_moves_per_node 1, a move that needs a node the
+    reserved one needs waits, and says for whom; one elsewhere starts."""
+    from support.forged import victim_cluster, victim_move
+
+    from swarmgpu.manager.rebalance.mover import Mover
+    from swarmgpu.manager.rebalance.moves import Trigger
+
+    sw = victim_cluster({})
+    held = replace(victim_move(), service="small", source_node=reserved_on[0],
+                   target_node=reserved_on[1], source_host=reserved_on[0][2:],
+                   target_host=reserved_on[1][2:], trigger=Trigger.PREEMPTION,
+                   reason="room for high (priority 100)")
+    mover = Mover(sw, RebalanceConfig(dry_run=False, max_moves_per_cycle=2,  # type: ignore[arg-type]
+                                      max_moves_per_node=1), prefix=P, dry_run=False)
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m)), level="INFO")
+    try:
+        mover.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks(), [held])
+    finally:
+        logger.remove(sink)
+    assert (_moving(sw) == {"victim"}) is started
+    if not started:
+        assert any("not started: budget: 1 move(s) per node per cycle, held for preemption "
+                   "of small 4090 -> dgx (room for high (priority 100)), which waits" in m
+                   for m in said), said

@@ -29,7 +29,10 @@ mover refuses a service with ``swarmgpu.rebalance: never``, one cooling down or 
 converged: that victim is stopped. A move refused for the budgets alone waits instead (a
 budget never turns a move into a stop): the victim keeps running, nothing of the hour is
 spent, the preemptor stays pending with the reason (its plan, the log once) and the move
-is tried again next cycle. Its preemptor waits while the move is in flight.
+is tried again next cycle. It holds its slot meanwhile: the rebalancer, which runs first,
+starts none of its own moves in the slots the waiting move needs (``reserved``, found
+again each cycle, so the slot is held only while it waits). Its preemptor waits while
+the move is in flight.
 
 A victim is stopped by swarmgpu's own state only: its ``<p>devices.<node>`` lists go and
 ``<p>state.preempted`` is set on the service (no task restarts: labels only), then its
@@ -89,6 +92,9 @@ class Preempter:
         self.moving: dict[str, str] = {}  # preemptor -> a victim it had moved
         self.mover: Mover | None = None
         self.waits: set[str] = set()  # moves said to wait for the move budgets
+        # Those moves, as of this step's last cycle: the rebalancer's next cycle holds
+        # their slots of the budgets for them (``reserved``).
+        self.waiting: tuple[Move, ...] = ()
         rb = cfg.rebalance
         # A budget of 0 turns those moves off: no move would ever start, so the victim is
         # stopped (waiting for it would keep the preemptor pending for good).
@@ -111,6 +117,8 @@ class Preempter:
         (in dry-run: what would have been)."""
         pc = self.cfg.preemption
         now = time.time() if now is None else now
+        # Found again each cycle, so a cycle that fails part-way holds no stale slot.
+        self.waiting = ()
         if pc.max_per_hour == 0:
             return []
         # the hour as stored in Swarm counts too (a new leader's first cycle)
@@ -137,7 +145,7 @@ class Preempter:
             refused=refused, moving=in_move)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         done: list[Preemption] = []
-        waits: list[tuple[str, str]] = []  # (key, what is said) of the moves that wait
+        waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
         spent_before = len(self.spent.all)
         for p in chosen:
             log = logger.bind(service=p.service)
@@ -182,13 +190,20 @@ class Preempter:
             self._store_spent(swarm)
         return done
 
-    def _say_waits(self, waits: list[tuple[str, str]]) -> None:
+    def reserved(self) -> tuple[Move, ...]:
+        """The victims' moves that waited for the move budgets in this step's last cycle
+        (none once it ran without a wait): the rebalancer starts none of its own moves in
+        the slots they need (``cycle.wiring`` hands it this)."""
+        return self.waiting
+
+    def _say_waits(self, waits: list[tuple[str, str, Move]]) -> None:
         """Log each move that waits for the budgets once while it waits, not every cycle
-        (the preemptor's plan says it each cycle)."""
-        for key, said in waits:
+        (the preemptor's plan says it each cycle); keep the moves (``reserved``)."""
+        for key, said, _m in waits:
             if key not in self.waits:
                 logger.bind(service=key.split(":")[0]).warning("{}", said)
-        self.waits = {key for key, _ in waits}
+        self.waits = {key for key, _said, _m in waits}
+        self.waiting = tuple(m for _key, _said, m in waits)
 
     def _store_spent(self, swarm: SwarmClient) -> None:
         try:
@@ -204,7 +219,7 @@ class Preempter:
         return sp.request.tenant
 
     def _move(self, swarm: SwarmClient, snap: Snapshot, p: Preemption, v: Candidate,
-              waits: list[tuple[str, str]]) -> Literal["moved", "wait", "stop"]:
+              waits: list[tuple[str, str, Move]]) -> Literal["moved", "wait", "stop"]:
         """Start moving ``v`` where it can run instead. "stop": it cannot move (the
         mover refused it, or moves are off); "wait": the move budgets alone refused it
         (said in ``waits``), tried again next cycle: a budget never turns a move into a
@@ -229,7 +244,8 @@ class Preempter:
             waits.append((f"{p.service}:{v.service}:{started.budget.key}", (
                 f"preemption for {p.service} waits: moving {v.service} {p.hostname} -> "
                 f"{where.hostname} is over rebalance.{started.budget.key} ({started.why}; "
-                "the rebalancer's moves in flight count); tried again next cycle")))
+                "the rebalancer's moves in flight count); tried again next cycle, the "
+                "rebalancer starting no move in its place"), m))
             return "wait"
         if not started.ok:
             return "stop"
@@ -302,6 +318,10 @@ class PreemptStep(Step):
         self.requires = frozenset({Slot.SNAPSHOT, Slot.FACTS, Slot.PLACEMENT, Slot.PLANNER,
                                    *([Slot.MOVES] if after_moves else [])})
         self.preempter = Preempter(host.cfg)
+
+    def stand_by(self) -> None:
+        """Not the leader: a new term holds no slot until its own cycle waits."""
+        self.preempter.waiting = ()
 
     def run(self, session: CycleSession) -> None:
         host, cfg = self.host, self.host.cfg

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -59,13 +59,17 @@ class Rebalancer(Step):
     name = "rebalance"
     provides = frozenset({Slot.MOVES})
 
-    def __init__(self, daemon: CycleHost, *, placement: bool = True) -> None:
+    def __init__(self, daemon: CycleHost, *, placement: bool = True,
+                 reserved: Callable[[], Sequence[Move]] = tuple) -> None:
         """``placement``: the placement step runs before this one (its pending services
         are what defragmentation makes room for; its model is what fragmentation judges
-        by; it keeps failed holdings for the health policy)."""
+        by; it keeps failed holdings for the health policy). ``reserved``: the moves a
+        later step waits to start for the move budgets (preemption's, its last cycle):
+        the budgets' slots they need are theirs, not this step's new moves'."""
         cfg = daemon.cfg
         self.host = daemon
         self.placement = placement
+        self.reserved = reserved
         self.requires = frozenset({Slot.SNAPSHOT, Slot.FACTS, Slot.METRICS,
                                    *([Slot.PLACEMENT, Slot.PLANNER] if placement else [])})
         self.cfg = cfg.rebalance
@@ -158,8 +162,10 @@ class Rebalancer(Step):
                                                  m.target_host, m.trigger, m.reason)
         # The other moves first: each mover judges move labels against the records it
         # reads now, and a health move finished below leaves this snapshot's label stale.
+        # A preemption that waited for the budgets gets the slot it needs first: it runs
+        # after this step, which would otherwise take every slot that frees.
         self.mover.run_cycle([m for m in prop.moves if m.trigger is not Trigger.HEALTH],
-                             snap.nodes, snap.services, snap.tasks)
+                             snap.nodes, snap.services, snap.tasks, self.reserved())
         self.health_step(prop, [m for m in prop.moves if m.trigger is Trigger.HEALTH], snap)
         if any(not (self.health_mover if st.trigger == Trigger.HEALTH else self.mover).dry_run
                for st in self.mover.records().values()):

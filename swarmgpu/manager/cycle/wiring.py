@@ -5,7 +5,8 @@
     placement    the plan, and its writes (label sync's folded in)
     grants       services that see GPUs without a grant (judged on placement's grants)
     metrics      every node's metrics page, once
-    rebalance    windows, policies, movers (rebalance.enabled)
+    rebalance    windows, policies, movers (rebalance.enabled); no new move of its own
+                 in a slot of the budgets a preemption waited for last cycle
     preemption   after placement's writes and the rebalancer's moves (placement.enabled)
     observe      the cluster document, the over-share watch, the map
     overshare    placement.overshare: restart, on observe's watch
@@ -38,12 +39,17 @@ def daemon_steps(host: CycleHost) -> list[Step]:
     if placement:
         steps.append(PlacementStep(host))
     steps += [GrantsStep(host, placement=placement), ScrapeStep(cfg)]
-    rebalancer = Rebalancer(host, placement=placement) if cfg.rebalance.enabled else None
+    preempt = PreemptStep(host, after_moves=cfg.rebalance.enabled) if placement else None
+    # A preemption that waited for the move budgets holds the slot its move needs from
+    # the rebalancer's next cycle (which runs first): its moves, handed over as a call.
+    rebalancer = Rebalancer(host, placement=placement,
+                            reserved=preempt.preempter.reserved if preempt else tuple,
+                            ) if cfg.rebalance.enabled else None
     if rebalancer is not None:
         serve(host, rebalancer)
         steps.append(rebalancer)
-    if placement:
-        steps.append(PreemptStep(host, after_moves=rebalancer is not None))
+    if preempt is not None:
+        steps.append(preempt)
     steps.append(ObserveStep(host, placement=placement,
                              moves=rebalancer.to_dict if rebalancer is not None else None))
     if cfg.placement.overshare == "restart":

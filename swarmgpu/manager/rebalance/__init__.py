@@ -1,7 +1,8 @@
 """Rebalancing: metrics in, windows, pure policies, one safe actuator (the mover).
 
 Layers, outer to inner (the daemon's step is ``cycle.rebalance``): ``mover`` (the only writer;
-``repin`` for a move between GPUs of one node, ``budget`` for the fragmentation moves'
+``repin`` for a move between GPUs of one node, ``admission`` for which moves may start and
+the move budgets, ``budget`` for the fragmentation moves'
 budget, ``record`` for a move's record in Swarm) -> ``planner`` -> ``policies/*`` (pure
 plugins) over ``context`` (what policies see) -> ``signals``/``windows`` (utilisation
 windows), ``attribution`` (who holds what) and ``scrape`` (the metrics pages read).

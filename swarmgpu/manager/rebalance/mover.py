@@ -50,7 +50,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from loguru import logger
 
@@ -68,6 +68,15 @@ from swarmgpu.manager.placement import (
     gate_key,
     parse_holding,
     read_ledger,
+)
+from swarmgpu.manager.rebalance.admission import (  # re-exported for callers
+    Budget as Budget,
+)
+from swarmgpu.manager.rebalance.admission import (
+    admit as admit,
+)
+from swarmgpu.manager.rebalance.admission import (
+    over_budget as over_budget,
 )
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.context import why_not_movable
@@ -190,68 +199,6 @@ def forged_check(records: Mapping[str, MoveState], prefix: str
                 for s, why in v.forged]
 
     return check
-
-
-# --- admission: the budget, pure --------------------------------------------------------
-
-
-class Budget(NamedTuple):
-    """A move over a budget: which (the ``rebalance`` key) and why, for the log."""
-
-    key: str  # max_moves_per_cycle or max_moves_per_node
-    why: str
-
-
-def over_budget(m: Move, in_flight: Sequence[MoveState], admitted: Sequence[Move],
-                cfg: RebalanceConfig) -> Budget | None:
-    """Which budget ``m`` would pass, the moves in flight and those admitted before it
-    counted; None within both (pure). The one rule: ``admit`` and ``Mover.start`` (every
-    move started, preemption's too) ask it."""
-    if len(in_flight) + len(admitted) >= cfg.max_moves_per_cycle:
-        return Budget("max_moves_per_cycle", f"budget: {cfg.max_moves_per_cycle} move(s) "
-                                             f"per cycle ({len(in_flight)} in flight)")
-    touched = [*({st.source, st.target} for st in in_flight),  # a repin counts once
-               *({a.source_node, a.target_node} for a in admitted)]
-    if any(sum(n in t for t in touched) >= cfg.max_moves_per_node
-           for n in {m.source_node, m.target_node}):
-        return Budget("max_moves_per_node",
-                      f"budget: {cfg.max_moves_per_node} move(s) per node per cycle")
-    return None
-
-
-def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
-          services: Mapping[str, SwarmService], tasks: Sequence[SwarmTask],
-          ledger: Mapping[str, Mapping[str, Holding]], cfg: RebalanceConfig, prefix: str,
-          now: float, frag_left: tuple[int, str] | None = None,
-          ) -> tuple[list[Move], list[tuple[Move, str]]]:
-    """Which proposed moves may start this cycle; the rest with the reason (pure).
-
-    ``frag_left``: fragmentation moves allowed now and why none is when 0
-    (:meth:`FragBudget.left`); None: no such limit.
-    """
-    frag = frag_left[0] if frag_left is not None else 0
-    ok: list[Move] = []
-    refused: list[tuple[Move, str]] = []
-    flying = {st.service for st in in_flight}  # the records' word, not move labels
-    for m in moves:
-        s = services.get(m.service)
-        req = parse_all(s.labels, prefix=prefix) if s is not None else None
-        why = "service gone" if s is None else why_not_movable(
-            s, req if isinstance(req, GpuRequest) else None, tasks, ledger.get(m.service, {}),
-            prefix, now, cfg.cooldown_s, same_node=m.source_node == m.target_node,
-            moving=m.service in flying)
-        if why is None and (b := over_budget(m, in_flight, ok, cfg)) is not None:
-            why = b.why
-        rationed = frag_left is not None and m.trigger is Trigger.FRAGMENTATION
-        if why is None and rationed and frag_left is not None and frag <= 0:
-            why = frag_left[1]
-        if why is not None:
-            refused.append((m, why))
-            continue
-        ok.append(m)
-        if rationed:
-            frag -= 1
-    return ok, refused
 
 
 def target_free(m: Move, target: SwarmNode, prefix: str) -> str | None:
@@ -403,9 +350,11 @@ class Mover:
 
     # --- starting ------------------------------------------------------------------
     def run_cycle(self, moves: Sequence[Move], nodes: Sequence[SwarmNode],
-                  services: Sequence[SwarmService], tasks: Sequence[SwarmTask]) -> None:
+                  services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
+                  reserved: Sequence[Move] = ()) -> None:
         """Judge the move labels against the daemon's records, advance the moves it
-        started, then start the admitted new ones. In dry-run nothing is written."""
+        started, then start the admitted new ones (``reserved``: moves that wait for the
+        budgets elsewhere keep their slots, ``admit``). In dry-run nothing is written."""
         try:
             labels = self.swarm.swarm_labels()
             v = verify_scope(read_records(labels, self.prefix), services, self.prefix,
@@ -435,7 +384,8 @@ class Mover:
                                  [*finished_times(labels, self.prefix),
                                   *(st.started_at for st in v.in_flight())], self.clock())
         ok, refused = admit(moves, v.in_flight(), by_name, tasks, ledger, self.cfg,
-                            self.prefix, self.clock(), self.frag_budget.left(self.clock()))
+                            self.prefix, self.clock(), self.frag_budget.left(self.clock()),
+                            reserved)
         for m, why in refused:
             logger.bind(service=m.service).info("move {} -> {} not started: {}",
                                                 m.source_host, m.target_host, why)
