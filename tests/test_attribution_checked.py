@@ -141,9 +141,11 @@ class _Swarm:
 
 
 def _restart_case(fresh: list[SwarmTask], others: Sequence[SwarmService] = (),
-                  records: Mapping[str, str] | None = None) -> tuple[_Swarm, int, list[str]]:
+                  records: Mapping[str, str] | None = None, **budgets: int,
+                  ) -> tuple[_Swarm, int, list[str]]:
     base = Config()
-    cfg = replace(base, dry_run=False, placement=replace(base.placement, overshare="restart"))
+    cfg = replace(base, dry_run=False, placement=replace(base.placement, overshare="restart"),
+                  rebalance=replace(base.rebalance, **budgets))
     held = Holding("victim", DGX.id, (G1.uuid,), (500,))
     dgx = replace(DGX, labels={assign_key(P, "victim"): held.label_value(),
                                gate_key(P, "victim"): "true"})
@@ -182,11 +184,43 @@ def test_forged_move_labels_do_not_ration_restarts() -> None:
     swarm, n, why = _restart_case([TASKS[0]], others=forged)
     assert n == 1 and ("node", DGX.id) in swarm.writes and why == []
     # The daemon's own records of moves in flight do fill the budget.
-    st = MoveState(id="m1", service="other", source="a", source_host="a", source_uuids=(),
-                   source_milli=(), target="b", target_host="b", target_uuids=(),
-                   target_milli=(), surge=True, replicas=1, max_replicas=0, started_at=0.0,
-                   trigger="hotspot", reason="r")
-    full = {record_key(P, f"sid-m{i}"): st.to_json()
-            for i in range(Config().rebalance.max_moves_per_cycle)}
-    swarm, n, why = _restart_case([TASKS[0]], records=full)
+    movers, full = _in_flight(Config().rebalance.max_moves_per_cycle)
+    swarm, n, why = _restart_case([TASKS[0]], others=movers, records=full)
     assert n == 0 and swarm.writes == [] and any("budget" in w for w in why)
+
+
+def _in_flight(n: int, trigger: str = "hotspot", source: str = "a", target: str = "b"
+               ) -> tuple[list[SwarmService], dict[str, str]]:
+    """``n`` moves in flight, ``source`` -> ``target``: their services and the daemon's
+    records of them (the swarm object's labels)."""
+    services = [svc(f"mover{i}", {}, sid=f"sid-m{i}") for i in range(n)]
+    return services, {record_key(P, s.id): MoveState(
+        id=f"m{i}", service=s.name, source=source, source_host=source, source_uuids=(),
+        source_milli=(), target=target, target_host=target, target_uuids=(), target_milli=(),
+        surge=True, replicas=1, max_replicas=0, started_at=0.0, trigger=trigger, reason="r",
+        service_id=s.id).to_json() for i, s in enumerate(services)}
+
+
+def test_a_health_move_in_flight_leaves_the_restart_budget_alone() -> None:
+    """The health policy's evacuations have their own budget
+    (``health.evacuations_per_cycle``), as for the rebalancer's moves (``rebalancing``):
+    one in flight spent the only restart of ``max_moves_per_cycle: 1``."""
+    movers, health = _in_flight(1, trigger="health")
+    swarm, n, why = _restart_case([TASKS[0]], others=movers, records=health,
+                                  max_moves_per_cycle=1)
+    assert n == 1 and ("node", DGX.id) in swarm.writes and why == []
+
+
+def test_a_restart_holds_max_moves_per_node_as_a_move_on_its_node() -> None:
+    """A restart on a node counts there as a move (source and target that node, once):
+    a move in flight to the node fills ``max_moves_per_node: 1`` (it was not counted),
+    one between two other nodes does not."""
+    movers, there = _in_flight(1, target=DGX.id)
+    swarm, n, why = _restart_case([TASKS[0]], others=movers, records=there,
+                                  max_moves_per_cycle=2, max_moves_per_node=1)
+    assert n == 0 and swarm.writes == [] and why == [
+        "budget: 1 move(s) per node per cycle"]
+    movers, elsewhere = _in_flight(1)
+    swarm, n, why = _restart_case([TASKS[0]], others=movers, records=elsewhere,
+                                  max_moves_per_cycle=2, max_moves_per_node=1)
+    assert n == 1 and why == []

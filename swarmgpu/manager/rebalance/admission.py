@@ -3,7 +3,8 @@
 ``over_budget`` is the one rule of ``rebalance.max_moves_per_cycle`` and
 ``max_moves_per_node`` (moves in flight count; a repin counts once on its node): ``admit``
 asks it for the rebalancer's proposals, ``Mover.start`` for every move it starts
-(preemption's too).
+(preemption's too), and the over-share restart for each restart, a move on its one node
+(``services.overshare``, through ``over_budget_on``).
 Moves another step waits to start for the budgets (``reserved``: a preemption's victim)
 are counted as admitted before the proposals, so the slots they need stay theirs.
 """
@@ -11,6 +12,7 @@ are counted as admitted before the proposals, so the slots they need stay theirs
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 from swarmgpu.core.config import RebalanceConfig
@@ -34,13 +36,20 @@ def over_budget(m: Move, in_flight: Sequence[MoveState], admitted: Sequence[Move
     """Which budget ``m`` would pass, the moves in flight and those admitted before it
     counted; None within both (pure). The one rule: ``admit`` and ``Mover.start`` (every
     move started, preemption's too) ask it."""
+    return over_budget_on({m.source_node, m.target_node}, in_flight,
+                          [{a.source_node, a.target_node} for a in admitted], cfg)
+
+
+def over_budget_on(nodes: AbstractSet[str], in_flight: Sequence[MoveState],
+                   admitted: Sequence[AbstractSet[str]], cfg: RebalanceConfig
+                   ) -> Budget | None:
+    """``over_budget`` for what touches ``nodes`` (a move: its source and target; an
+    over-share restart: its one node), ``admitted`` the nodes of each admitted before."""
     if len(in_flight) + len(admitted) >= cfg.max_moves_per_cycle:
         return Budget("max_moves_per_cycle", f"budget: {cfg.max_moves_per_cycle} move(s) "
                                              f"per cycle ({len(in_flight)} in flight)")
-    touched = [*({st.source, st.target} for st in in_flight),  # a repin counts once
-               *({a.source_node, a.target_node} for a in admitted)]
-    if any(sum(n in t for t in touched) >= cfg.max_moves_per_node
-           for n in {m.source_node, m.target_node}):
+    touched = [*({st.source, st.target} for st in in_flight), *admitted]  # a repin: once
+    if any(sum(n in t for t in touched) >= cfg.max_moves_per_node for n in nodes):
         return Budget("max_moves_per_node",
                       f"budget: {cfg.max_moves_per_node} move(s) per node per cycle")
     return None

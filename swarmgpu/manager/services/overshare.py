@@ -36,7 +36,9 @@ from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import Holding, gate_key, read_ledger
+from swarmgpu.manager.rebalance.admission import over_budget_on
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
+from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.web.cluster_view import gpu_metrics
@@ -331,8 +333,10 @@ class Restarter:
     run; its replacement starts on the same node with the same GPUs and env. Other
     services on the GPU (the neighbours) and other replicas are never touched.
 
-    Within the mover's budgets (rebalance.*): a restart counts as a move for the
-    per-cycle budget (moves in flight included) and for the per-service cooldown (it
+    Within the mover's budgets (rebalance.*): a restart counts as a move on its node for
+    ``max_moves_per_cycle`` and ``max_moves_per_node`` (the rebalancer's moves in flight
+    included, as its mover counts them: ``admission.over_budget_on``; the health policy's
+    evacuations have their own budget) and for the per-service cooldown (it
     sets ``<p>state.moved-at``); never a ``rebalance: never`` service, one with a move in
     flight, or one not converged (rebalance.context.why_not_movable). Top-level
     ``dry_run`` logs what it would do.
@@ -352,14 +356,16 @@ class Restarter:
         if not due:
             return 0
         # Moves in flight count against the budget: the daemon's own records of them,
-        # not services' move labels (a stack can write those, and would ration restarts).
+        # not services' move labels (a stack can write those, and would ration restarts);
+        # the rebalancer's, as its mover counts them (health's have their own budget).
         try:
             swarm_labels = self.swarm.swarm_labels()
-            flying = len(read_records(swarm_labels, p))
+            flying = verify_scope(read_records(swarm_labels, p), snap.services, p,
+                                  rebalancing).in_flight()
         except SwarmError as exc:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0
-        budget = self.cfg.rebalance.max_moves_per_cycle - flying
+        done_on: list[set[str]] = []  # a restart is a move on its one node
         n = 0
         for u in due:
             log = logger.bind(service=u.service)
@@ -371,8 +377,9 @@ class Restarter:
                                   ledger.get(u.service, {}), p, self.clock(),
                                   self.cfg.rebalance.cooldown_s,
                                   moving=s.name in moving([s], swarm_labels, p))
-            if why is None and budget <= 0:
-                why = f"budget: {self.cfg.rebalance.max_moves_per_cycle} move(s) per cycle"
+            b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance)
+            if why is None and b is not None:
+                why = b.why
             if why is None:
                 why = self._recheck(s, u)
             if why is not None:
@@ -386,7 +393,7 @@ class Restarter:
                 log.info("dry-run: would restart {}'s task on {} ({})", u.service, u.hostname,
                          u.describe())
                 continue
-            budget -= 1
+            done_on.append({u.node_id})
             if self._bounce(s, u, MOVED_AT):
                 restarted(u.key)
                 n += 1
