@@ -9,10 +9,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
+from swarmgpu.manager.daemon import Daemon
 from swarmgpu.swarm.cache import DIRTY_MIN, SwarmCache, follow
 from swarmgpu.swarm.client import (
     SwarmNode,
@@ -285,3 +288,51 @@ def test_follow_stops_when_told() -> None:
 
     follow(endless, cache, stop)
     assert len(seen) == 5 and cache.stream_up
+
+
+def test_a_new_term_lists_everything_and_a_follower_keeps_nothing() -> None:
+    """Standing by (not the leader) the cache drops what it held and the events it is
+    told of: a follower never reads, so they piled up for as long as it followed (one id
+    per object ever changed), and a new term read from what an earlier term listed."""
+    src = Source()
+    cache = opened_cache(src)
+    cache.forget("not the leader")
+    assert cache.pending == 0
+    for i in range(1000):  # a busy swarm while this daemon follows
+        cache.on_event(event("service", f"gone{i}", "remove"))
+    assert cache.pending == 0
+    src.bump("n0")  # its event lost in the leader change
+    assert same(cache, src) and src.lists == 1 and not src.inspects
+    assert cache.stats.reasons["not the leader"] == 1
+    cache.on_event(event("service", "s1"))  # a term's events are kept again
+    assert cache.pending == 1
+
+
+def test_a_follower_cycle_makes_the_next_term_list_everything(tmp_path: Path) -> None:
+    leads = [True]
+
+    class Swarm(Source):
+        on_write: Any = None
+
+        def is_leader(self) -> bool:
+            return leads[0]
+
+        def swarm_labels(self) -> dict[str, str]:
+            return {}
+
+        def tasks(self, filters: Any = None) -> list[Any]:
+            return []
+
+    swarm = Swarm(nodes=0)  # no agent to ask
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
+                 agents=AgentsConfig(timeout_s=0.5, identity="none"))
+    d = Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
+    d.cache.opened()  # as the event thread does
+    d.cycle()
+    assert swarm.lists == 1
+    leads[0] = False
+    d.cycle()
+    leads[0] = True
+    swarm.bump("s2")  # changed while another manager led: no event here said so
+    d.cycle()
+    assert swarm.lists == 2 and d.cache.stats.reasons.get("not the leader") == 1

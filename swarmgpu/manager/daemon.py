@@ -118,6 +118,7 @@ class Daemon:
             self._web_identity()
             if not self.leader:
                 self.pipeline.stand_by()  # a new term starts from what Swarm stores
+                self.cache.forget("not the leader")
                 self.metrics.cycles.labels(outcome="follower").inc()
                 logger.debug("not the Swarm leader; standing by")
                 return CycleReport(leader=False)

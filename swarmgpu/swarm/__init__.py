@@ -1,10 +1,11 @@
 """The engine edge: everything that speaks Docker Swarm's language.
 
-``client`` (the engine API, typed), ``cache`` (nodes and services kept from the event
-stream), ``labels`` (the node labels swarmgpu owns), ``constraints`` (Swarm's constraint
-language), ``taskspec`` (which spec changes make Swarm replace a task), ``identity``
-(agent identity from the swarm's own PKI), ``dockerproxy`` (the least-privilege door to
-the engine socket, with ``httpframe``, its strict HTTP framing, ``jsonstrict``, and
-``surges``, its bound on the daemon's replica raises).
+``client`` (the engine API, typed), ``eventstream`` (its event stream, read bounded),
+``cache`` (nodes and services kept from the event stream), ``labels`` (the node labels
+swarmgpu owns), ``constraints`` (Swarm's constraint language), ``taskspec`` (which spec
+changes make Swarm replace a task), ``identity`` (agent identity from the swarm's own
+PKI), ``dockerproxy`` (the least-privilege door to the engine socket, with ``httpframe``,
+its strict HTTP framing, ``jsonstrict``, and ``surges``, its bound on the daemon's
+replica raises).
 Imports only ``swarmgpu.core``.
 """

@@ -15,7 +15,12 @@ A full re-list happens
   replay from, and ``since`` reaches back only as far as the engine's small buffer);
 - on a slow timer (``relist_s``), for what no event told (a dropped event: the engine
   drops events for a subscriber that does not read them fast enough);
-- when so many objects are dirty that inspecting each costs more than one list.
+- when so many objects are dirty that inspecting each costs more than one list;
+- after ``forget``: the daemon stood by (not the leader). A follower never reads, so it
+  keeps nothing (neither the objects nor the ids events name: those piled up for as long
+  as it followed), and a new term starts from a full list, not from an earlier term's.
+
+While a full list is due, events are counted but not kept: the list reads everything.
 
 A re-list asked for while the stream is open counts from before the list started, so
 an event that arrives during the list marks its object again for the next read.
@@ -93,7 +98,8 @@ class SwarmCache:
             return
         with self._lock:
             self.stats.events += 1
-            self._dirty[kind].add(obj)
+            if self._relist_why is None:  # else the coming list reads it anyway
+                self._dirty[kind].add(obj)
 
     def invalidate(self, kind: str, obj_id: str) -> None:
         """swarmgpu wrote this object: read it again, without waiting for its event."""
@@ -114,9 +120,22 @@ class SwarmCache:
             self._stream_up = False
             self._relist_why = f"gap: {why}"
 
+    def forget(self, why: str) -> None:
+        """Drop every object and event kept: the next read lists everything (``why``)."""
+        with self._read_lock, self._lock:
+            self._nodes, self._services = {}, {}
+            self._dirty = {k: set() for k in KINDS}
+            self._relist_why = why
+
     @property
     def stream_up(self) -> bool:
         return self._stream_up
+
+    @property
+    def pending(self) -> int:
+        """Objects an event or a write named, waiting for the next read."""
+        with self._lock:
+            return sum(len(ids) for ids in self._dirty.values())
 
     # --- read by the cycle ---------------------------------------------------
     def read(self) -> tuple[list[SwarmNode], list[SwarmService]]:

@@ -8,6 +8,7 @@ with a plain HTTP 500 "update out of sequence", which becomes ``VersionConflict`
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -17,6 +18,9 @@ from typing import Any
 import docker
 import docker.errors
 import requests.exceptions
+import urllib3.exceptions
+
+from swarmgpu.swarm.eventstream import NotAnEvent, read_events
 
 
 class SwarmError(RuntimeError):
@@ -242,6 +246,9 @@ def image_filter(ref: str) -> str:
 
 # The docker SDK's endpoint when neither a URL nor DOCKER_HOST is given.
 DEFAULT_ENGINE = "unix:///var/run/docker.sock"
+# An event stream with nothing for this long is reopened (``events``): the cache's
+# timer lists everything this often anyway (swarm.cache.RELIST_S).
+EVENT_IDLE_S = 600.0
 
 
 def engine_endpoint(base_url: str | None, env: Mapping[str, str] | None = None) -> str:
@@ -365,17 +372,39 @@ class SwarmClient:
         self._api._raise_for_status(resp)
 
     def events(self, *, types: tuple[str, ...] = ("node", "service"),
-               on_open: Callable[[], None] | None = None) -> Iterator[dict[str, Any]]:
-        """Blocking iterator over engine events; raises SwarmUnavailable when cut.
+               on_open: Callable[[], None] | None = None,
+               idle_s: float | None = EVENT_IDLE_S) -> Iterator[dict[str, Any]]:
+        """Blocking iterator over engine events; raises SwarmUnavailable when cut, and
+        SwarmError on an answer that is not events (``swarm.eventstream``: bounded).
         ``on_open`` is called once the engine has subscribed the stream (its answer's
-        headers came back), before the first event: from then on nothing is missed."""
+        headers came back), before the first event: from then on nothing is missed.
+        Nothing read for ``idle_s`` cuts it: the engine sends no heartbeat, so a dead
+        connection (half-open, a hung engine or proxy) looks like a quiet swarm."""
         try:
-            stream = self._api.events(decode=True, filters={"type": list(types)})
-            if on_open is not None:
-                on_open()
-            yield from stream
+            resp = self._api._get(self._api._url("/events"), stream=True, timeout=idle_s,
+                                  params={"filters": json.dumps({"type": list(types)})})
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
             raise SwarmUnavailable(f"event stream ended: {exc}") from exc
+        try:
+            if resp.status_code != 200:
+                head = next(resp.iter_content(512), b"")  # the reason, not a whole body
+                raise SwarmUnavailable(f"event stream: the engine at {self.endpoint} "
+                                       f"answered HTTP {resp.status_code}: {head!r}")
+            if on_open is not None:
+                on_open()
+            yield from read_events(resp.iter_content(65536), self.endpoint)
+        except NotAnEvent as exc:
+            raise SwarmError(str(exc)) from None
+        except requests.exceptions.ConnectionError as exc:
+            if exc.args and isinstance(exc.args[0], urllib3.exceptions.ReadTimeoutError):
+                raise SwarmUnavailable(
+                    f"event stream from {self.endpoint}: no event for {idle_s} s (a dead "
+                    "connection is not told from a quiet swarm): reopening") from exc
+            raise SwarmUnavailable(f"event stream ended: {exc}") from exc
+        except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
+            raise SwarmUnavailable(f"event stream ended: {exc}") from exc
+        finally:
+            resp.close()
 
     # --- writes --------------------------------------------------------
     def update_node_labels(

@@ -1,0 +1,60 @@
+"""The engine's event stream read as events, bounded: one JSON object a line.
+
+The engine writes each event with Go's ``json.Encoder`` (a newline after each). The
+docker SDK's own reader keeps every byte until it parses as JSON, so an answer that is
+not events (a proxy's error page, a huge value, garbage) grew in memory without end
+while the stream looked open and said nothing. Here a line is at most ``MAX_EVENT_BYTES``
+and must be a JSON object; anything else is ``NotAnEvent`` naming it (a ``SwarmError``
+from ``SwarmClient.events``), and the reader (``swarm.cache.follow``) marks a gap, lists
+in full and reconnects.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+MAX_EVENT_BYTES = 1 << 20  # one event; the engine's are under a few KiB
+
+
+class NotAnEvent(ValueError):
+    """The stream said something that is not an event (the message names it)."""
+
+
+def read_events(
+    chunks: Iterable[bytes], source: str, limit: int = MAX_EVENT_BYTES
+) -> Iterator[dict[str, Any]]:
+    """Each event of ``chunks`` (the answer's body as it arrives), as a dict."""
+    buf = bytearray()
+    for chunk in chunks:
+        buf += chunk
+        while (end := buf.find(b"\n")) >= 0:
+            line = bytes(buf[:end])
+            del buf[: end + 1]
+            if line.strip():
+                yield parse_event(line, source, limit)
+        if len(buf) > limit:
+            raise NotAnEvent(
+                f"event stream from {source}: an event over {limit >> 20} MiB without its "
+                f"end of line ({bytes(buf[:60])!r}...): not the engine's answer; a proxy "
+                "between? the stream is read again from a full list"
+            )
+    if buf.strip():
+        yield parse_event(bytes(buf), source, limit)
+
+
+def parse_event(line: bytes, source: str, limit: int = MAX_EVENT_BYTES) -> dict[str, Any]:
+    """One line of the stream as an event, or ``NotAnEvent`` naming what it is."""
+    what = f"event stream from {source}: {line[:60]!r}{'...' if len(line) > 60 else ''}"
+    if len(line) > limit:
+        raise NotAnEvent(f"{what} is over {limit >> 20} MiB: not an event")
+    try:
+        event = json.loads(line)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise NotAnEvent(
+            f"{what} is not JSON ({type(exc).__name__}): not an event; a proxy between?"
+        ) from None
+    if not isinstance(event, dict):
+        raise NotAnEvent(f"{what} is not an object: not an event")
+    return event

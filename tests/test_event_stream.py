@@ -1,0 +1,140 @@
+"""SwarmClient.events on a stand-in engine socket: events split across chunks arrive
+whole; a stream that says nothing for ``idle_s`` (a dead connection looks the same) is
+cut, naming it; an answer that is not events (garbage, one over the bound, JSON that is
+not an object, nested past Python's recursion) is an error naming it, read no further,
+never buffered without end. ``swarm.cache.follow`` then marks a gap and the cache
+lists in full until the stream is open again (tests/test_swarm_cache.py)."""
+
+from __future__ import annotations
+
+import json
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
+
+
+class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    chunks: list[bytes]  # /events' body, chunk by chunk; then it holds until ``done``
+    done: threading.Event
+    close: bool  # end the answer after the chunks instead of holding
+
+
+class Handler(socketserver.BaseRequestHandler):
+    """GET /events: a chunked 200 of the server's chunks; anything else (the client's
+    version probe): a small JSON answer."""
+
+    server: Engine
+
+    def handle(self) -> None:
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            got = self.request.recv(4096)
+            if not got:
+                return
+            buf += got
+        path = buf.split(b" ", 2)[1]
+        if b"/events" not in path:
+            body = json.dumps({"ApiVersion": "1.43", "Version": "24.0.0"}).encode()
+            self.request.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            return
+        self.request.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        try:
+            for c in self.server.chunks:
+                self.request.sendall(b"%x\r\n%s\r\n" % (len(c), c))
+            if self.server.close:
+                self.request.sendall(b"0\r\n\r\n")
+                return
+            self.server.done.wait(30)
+        except OSError:
+            return  # the client left
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    srv = Engine(str(tmp_path / "engine.sock"), Handler)
+    srv.chunks, srv.done, srv.close = [], threading.Event(), False
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.done.set()
+    srv.shutdown()
+    srv.server_close()
+
+
+def drain(srv: Engine, idle_s: float = 5.0) -> tuple[list[dict[str, Any]], BaseException | None]:
+    """The events read, and what ended the stream (None: it ended); at most 15 s."""
+    got: list[dict[str, Any]] = []
+    end: list[BaseException | None] = [None]
+    opened: list[bool] = []
+
+    def read() -> None:
+        client = SwarmClient(f"unix://{srv.server_address}")
+        try:
+            for ev in client.events(on_open=lambda: opened.append(True), idle_s=idle_s):
+                got.append(ev)
+        except BaseException as exc:  # the test reports what ended it
+            end[0] = exc
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(15)
+    assert not t.is_alive(), f"the stream was still read after 15 s: {len(got)} events"
+    assert opened == [True]
+    return got, end[0]
+
+
+def ev(kind: str, obj: str) -> bytes:
+    return json.dumps({"Type": kind, "Action": "update", "Actor": {"ID": obj}}).encode()
+
+
+def test_events_split_across_chunks_arrive_whole(engine: Engine) -> None:
+    one, two = ev("node", "n1"), ev("service", "s1")
+    engine.chunks = [one[:7], one[7:] + b"\n" + two[:3], two[3:] + b"\n"]
+    engine.close = True
+    got, end = drain(engine)
+    assert end is None
+    assert [e["Actor"]["ID"] for e in got] == ["n1", "s1"]
+
+
+def test_a_stream_silent_for_idle_s_is_cut_naming_it(engine: Engine) -> None:
+    engine.chunks = [ev("node", "n1") + b"\n"]
+    start = time.monotonic()
+    got, end = drain(engine, idle_s=0.5)
+    assert [e["Actor"]["ID"] for e in got] == ["n1"]
+    assert isinstance(end, SwarmUnavailable), repr(end)
+    assert "no event for 0.5 s" in str(end) and "engine.sock" in str(end)
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"<html>502 Bad Gateway</html>\n", "not JSON"),
+        (b"[1, 2]\n", "not an object"),
+        (b"[" * 200_000 + b"\n", "not JSON"),  # nested past Python's recursion limit
+        (b"x" * (2 << 20), "over 1 MiB"),  # no end of line: was buffered without end
+    ],
+)
+def test_an_answer_that_is_not_events_is_an_error_naming_it(
+    engine: Engine, body: bytes, says: str
+) -> None:
+    engine.chunks = [ev("node", "n1") + b"\n"] + [
+        body[i : i + 65536] for i in range(0, len(body), 65536)
+    ]
+    got, end = drain(engine)
+    assert [e["Actor"]["ID"] for e in got] == ["n1"]
+    assert isinstance(end, SwarmError), repr(end)
+    assert says in str(end) and "event stream" in str(end), str(end)
