@@ -3,17 +3,28 @@
 docker/cli reads the file with go-yaml, which reads more plain values as numbers and
 booleans than PyYAML's YAML 1.1 (``y``, ``08``, ``1e3``, ``0o17``): a text value must
 reach it quoted. Everything render does not own keeps its meaning (a label's number, a
-list of labels with ``$$``), and a ``$`` docker would substitute after render read the
-value is refused where render plans with it.
+list of labels with ``$$``). Variables are substituted as docker substitutes them
+(cli/compose/template/template.go), from the environment both run in, and the output
+written so docker's own pass gives back what render planned with; with
+``--skip-interpolation`` a ``$`` render would plan with is refused instead.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
 import pytest
 import yaml
+from click.testing import CliRunner
 from support.render_compose import FACTS, NODES
 
+from swarmgpu.cli import main
+from swarmgpu.manager.commands.interpolation import interpolate
 from swarmgpu.manager.commands.render import check_stack, render_stack
+
+NO_DOCKER = "unix:///nonexistent/docker.sock"
 
 GPU = """\
 version: "3.8"
@@ -103,12 +114,13 @@ def test_labels_in_list_form_stay_a_list(devices: bool) -> None:
         ),
     ],
 )
-def test_a_value_render_places_with_that_docker_would_substitute_is_refused(
+def test_skip_interpolation_refuses_a_value_render_places_with_that_docker_substitutes(
     yaml_text: str, where: str
 ) -> None:
-    # docker stack deploy substitutes ${VAR}, $VAR and $$ after render read the value:
-    # render planned for "node.labels.zone == ${ZONE}" (no node: pending), and `render
-    # --check` passed a list label that docker made swarmgpu.priority=1000.
+    # No environment (render --skip-interpolation): docker stack deploy substitutes
+    # ${VAR}, $VAR and $$ after render read the value: render planned for
+    # "node.labels.zone == ${ZONE}" (no node: pending), and `render --check` passed a list
+    # label that docker made swarmgpu.priority=1000.
     text = "services:\n  llm:\n    image: vllm/vllm-openai\n    deploy:\n" + yaml_text
     if "labels" not in yaml_text:
         text += '      labels:\n        swarmgpu.gpus: "1"\n'
@@ -116,7 +128,11 @@ def test_a_value_render_places_with_that_docker_would_substitute_is_refused(
     assert any(e.startswith(f"{where}: ") and "substitutes" in e for e in errors), errors
 
 
-def test_what_render_does_not_read_is_left_for_docker_to_substitute() -> None:
+@pytest.mark.parametrize("environ", [None, {"TAG": "1", "HF_TOKEN": "secret", "DOMAIN": "x"}])
+def test_what_render_does_not_read_is_left_for_docker_to_substitute(
+    environ: dict[str, str] | None,
+) -> None:
+    # Written as the input wrote it, substituted or not: a token stays ${HF_TOKEN}.
     text = (
         GPU.replace(
             "    image: vllm/vllm-openai\n",
@@ -125,8 +141,8 @@ def test_what_render_does_not_read_is_left_for_docker_to_substitute() -> None:
         )
         + '        traefik.rule: "Host(`${DOMAIN}`)"\n'
     )
-    assert check_stack(text, stack_name="ai").errors == []
-    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    assert check_stack(text, stack_name="ai", environ=environ).errors == []
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS, environ=environ)
     svc = yaml.safe_load(out)["services"]["llm"]
     assert svc["image"] == "vllm/vllm-openai:${TAG:-latest}"
     assert svc["environment"][:2] == ["HF_TOKEN=${HF_TOKEN}", "PRICE=$$5"]
@@ -150,3 +166,101 @@ def test_a_variable_the_service_takes_from_the_deploy_shell_is_kept(env: str) ->
         assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in got)
     else:
         assert got["CUDA_DEVICE_ORDER"] is None and "NVIDIA_VISIBLE_DEVICES" in got
+
+
+ZONED = [replace(NODES[0], labels={"zone": "eu"}), NODES[1]]
+ZONE_TEXT = GPU.replace(
+    "    deploy:\n",
+    "    deploy:\n      replicas: ${REPLICAS:-2}\n"
+    '      placement:\n        constraints: ["node.labels.zone == ${ZONE}"]\n',
+)
+
+
+def _as_docker_reads(out: str, environ: dict[str, str]) -> dict[str, Any]:
+    got, errors, _ = interpolate(yaml.safe_load(out), environ)
+    assert errors == []
+    return got
+
+
+def test_variables_render_places_by_are_substituted_from_its_environment() -> None:
+    # template.go: ${ZONE} is eu, ${REPLICAS:-2} is 2 (REPLICAS unset), cast to an integer
+    # (loader/interpolate.go toInt). Render planned for the text "node.labels.zone ==
+    # ${ZONE}" (no node matched) or refused it; now it places on the eu node and writes
+    # the values, so docker deploys those even where it runs with another ZONE.
+    environ = {"ZONE": "eu"}
+    out, plan = render_stack(ZONE_TEXT, "ai", ZONED, [], [], FACTS, environ=environ)
+    (sp,) = plan.services
+    assert sp.status == "placed" and {p.node_id for p in sp.placements} == {"n-dgx"}
+    deploy = yaml.safe_load(out)["services"]["llm"]["deploy"]
+    assert deploy["replicas"] == 2
+    assert "node.labels.zone == eu" in deploy["placement"]["constraints"]
+    for other in (environ, {"ZONE": "us", "REPLICAS": "5"}):
+        assert _as_docker_reads(out, other)["services"]["llm"]["deploy"] == deploy
+
+
+def test_a_dollar_docker_keeps_is_written_so_its_pass_keeps_it() -> None:
+    # template.go "escaped": $$ is one $, and a variable's value is not substituted
+    # again: what render substituted to a $ is written $$, docker's pass makes it $.
+    text = GPU.replace(
+        '      labels:\n        swarmgpu.gpus: "1"\n',
+        "      labels:\n        - a$$b=1\n        - c=${PRICE}\n        - swarmgpu.gpus=1\n"
+        '      placement:\n        constraints: ["node.labels.x != a$$b"]\n',
+    )
+    environ = {"PRICE": "$5"}
+    assert check_stack(text, stack_name="ai", environ=environ).errors == []
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS, environ=environ)
+    deploy = yaml.safe_load(out)["services"]["llm"]["deploy"]
+    assert deploy["labels"][:2] == ["a$$b=1", "c=$$5"]
+    docker = _as_docker_reads(out, {})["services"]["llm"]["deploy"]
+    assert docker["labels"][:2] == ["a$b=1", "c=$5"]
+    assert "node.labels.x != a$b" in docker["placement"]["constraints"]
+
+
+@pytest.mark.parametrize(("e", "is_request"), [(None, True), ("team", False)])
+def test_check_reads_a_list_label_key_as_docker_substitutes_it(
+    e: str | None, is_request: bool
+) -> None:
+    # "${E:-swarmgpu.priority}=1000" is the label swarmgpu.priority to docker with E
+    # unset (template.go softDefault): --check checks it as the request label it is.
+    text = GPU.replace(
+        '      labels:\n        swarmgpu.gpus: "1"\n',
+        '      labels:\n        - swarmgpu.gpus=1\n        - "${E:-swarmgpu.priority}=high"\n',
+    )
+    errors = check_stack(text, stack_name="ai", environ={"E": e} if e else {}).errors
+    assert any("swarmgpu.priority" in x for x in errors) is is_request, errors
+
+
+def test_cli_substitutes_warns_of_an_unset_variable_and_says_so_in_check(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "ai.yml"
+    src.write_text(GPU.replace("vllm/vllm-openai", "vllm/vllm-openai:${TAG}"))
+    res = CliRunner().invoke(main, ["render", "--check", str(src)], env={"TAG": None})
+    assert res.exit_code == 0, res.output
+    assert "services.llm.image (line 4): 'vllm/vllm-openai:${TAG}': TAG is not set" in (res.stderr)
+    assert "variables substituted from this environment" in res.stderr
+
+
+@pytest.mark.parametrize("flag", [[], ["--check"]])
+def test_cli_a_required_variable_unset_is_an_error_naming_it(
+    tmp_path: Path, flag: list[str]
+) -> None:
+    # template.go requiredNonEmpty: docker stack deploy refuses the file.
+    src = tmp_path / "ai.yml"
+    src.write_text(ZONE_TEXT.replace("${ZONE}", "${ZONE:?the zone to run in}"))
+    res = CliRunner().invoke(
+        main, ["render", *flag, str(src)], env={"ZONE": None, "DOCKER_HOST": NO_DOCKER}
+    )
+    assert res.exit_code == 1 and res.stdout == ""
+    assert "services.llm.deploy.placement.constraints[0] (line 8): " in res.stderr
+    assert "ZONE is not set" in res.stderr and "1 error(s); nothing written" in res.stderr
+
+
+def test_cli_skip_interpolation_refuses_as_before(tmp_path: Path) -> None:
+    src = tmp_path / "ai.yml"
+    src.write_text(ZONE_TEXT)
+    for flag in ("--skip-interpolation", "--no-interpolate"):
+        res = CliRunner().invoke(main, ["render", "--check", flag, str(src)], env={"ZONE": "eu"})
+        assert res.exit_code == 1
+        assert "services.llm.deploy.placement.constraints[0]: " in res.stderr
+        assert "services.llm.deploy.replicas: " in res.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -218,14 +219,19 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
 @click.option("--config", "config_path", default=None, type=click.Path())
 @click.option("--check", is_flag=True,
               help="Only check the stack, offline (no Docker): every error, then exit.")
+@click.option("--skip-interpolation", "--no-interpolate", "skip_interpolation", is_flag=True,
+              help="Substitute no variables (docker stack deploy runs in another "
+                   "environment): a $ in a value render places by is then an error.")
 def render(stack_file: str, stack_name: str | None, output: str,
-           config_path: str | None, check: bool) -> None:
+           config_path: str | None, check: bool, skip_interpolation: bool) -> None:
     """Rewrite a stack with GPU placement resolved, for `docker stack deploy -c -`.
 
     The whole file is checked first, before Docker is asked anything: on any error
     every one is printed (service and key named), nothing is written, exit 1. Compose's
     GPU reservations (deploy.resources.reservations.devices, and generic_resources of a
     GPU kind) become swarmgpu.gpus; the rendered file says so in a comment.
+    Variables (${VAR}, $VAR, $$) are substituted from this environment as `docker stack
+    deploy` run here substitutes them, and checked and placed by as substituted.
     """
     from pathlib import Path
 
@@ -237,6 +243,8 @@ def render(stack_file: str, stack_name: str | None, output: str,
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     name = stack_name or Path(stack_file).stem.split(".")[0]
+    # docker stack deploy substitutes from its environment: in the pipeline, this one
+    environ = None if skip_interpolation else dict(os.environ)
     try:
         with open(stack_file, encoding="utf-8") as f:
             source = f.read(MAX_TEXT + 1)  # longer is refused by the loader, unread
@@ -248,15 +256,18 @@ def render(stack_file: str, stack_name: str | None, output: str,
                           zone_label=cfg.placement.zone_label,
                           generic_kind=cfg.placement.generic_resource_kind,
                           classes=parse_priority_classes(cfg.preemption.priority_classes),
-                          tenants=Tenants.from_config(cfg), stack_name=name)
+                          tenants=Tenants.from_config(cfg), stack_name=name, environ=environ)
     if checked.errors:
         _render_errors(stack_file, checked.errors)
     if check:
         for note in checked.notes:
             click.echo(f"swarmgpu render: {escaped(note)}", err=True)
+        how = ("variables not substituted (--skip-interpolation)" if environ is None else
+               "variables substituted from this environment, as docker stack deploy run "
+               "with it would")
         click.echo(f"swarmgpu render: {escaped(stack_file)}: valid "
                    f"({len(checked.stack['services'])} service(s), {len(checked.requests)} "
-                   "GPU request(s)), fits docker/cli's compose schema 3.8", err=True)
+                   f"GPU request(s)), fits docker/cli's compose schema 3.8; {how}", err=True)
         return
     from swarmgpu.manager.cycle.placement import new_planner
     from swarmgpu.manager.nodes.sync import facts_by_node
@@ -271,7 +282,7 @@ def render(stack_file: str, stack_name: str | None, output: str,
                                snap.tasks, facts_by_node(snap), prefix=cfg.sync.prefix,
                                zone_label=cfg.placement.zone_label, planner=planner,
                                moving=moving(snap.services, snap.swarm_labels,
-                                             cfg.sync.prefix))
+                                             cfg.sync.prefix), environ=environ)
     except StackError as exc:  # only what needs the swarm: count: all with no GPU node
         _render_errors(stack_file, exc.errors)
     for line in text.splitlines()[2:]:  # what render changed, as the file's comment says

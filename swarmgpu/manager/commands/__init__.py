@@ -6,5 +6,6 @@
 ``render``      `swarmgpu render`: a stack file with GPU placement resolved
 ``compose_gpu`` Compose's own GPU reservations read as a swarmgpu request
 ``composefile`` the stack file render writes: format 3.8, checked against ``schema/``
+``interpolation`` ``${VAR}`` in a stack file, substituted as `docker stack deploy` does
 ``schema/``     docker/cli's compose schema, vendored with its licence
 """

@@ -12,8 +12,9 @@
   does not have) are errors, each with its fix.
 - The keys the daemon owns (its state and device labels, another service's placement
   gate) are errors in the input: only the daemon writes them.
-- A ``$`` (``${VAR}``, ``$VAR``, ``$$``) in a value render places the service by is an
-  error: `docker stack deploy` substitutes it after render read it.
+- With ``render --skip-interpolation``, a ``$`` (``${VAR}``, ``$VAR``, ``$$``) in a value
+  render places the service by is an error: `docker stack deploy` substitutes it after
+  render read it (without the option render substitutes it first: ``interpolation``).
 - The file is written so that docker/cli's YAML reader (go-yaml) reads every text as
   text (``dump_stack``).
 Pure: a parsed stack in, errors and notes out.
@@ -167,9 +168,11 @@ def owned_key_errors(labels: Mapping[str, str], constraints: Sequence[str], wher
 
 
 # What render reads to place a service (besides its request labels). docker/cli
-# substitutes ${VAR}, $VAR and $$ in every value (not key) after render has read it.
-_PLACED_BY = (("deploy", "placement"), ("deploy", "replicas"), ("deploy", "mode"),
-              ("deploy", "resources", "reservations"), ("gpus",), ("platform",))
+# substitutes ${VAR}, $VAR and $$ in every value (not key) as it reads render's output:
+# render substitutes these first and writes them so (interpolation.pinned), or, with
+# --skip-interpolation, refuses a $ in them (interpolation_errors).
+PLACED_BY = (("deploy", "placement"), ("deploy", "replicas"), ("deploy", "mode"),
+             ("deploy", "resources", "reservations"), ("gpus",), ("platform",))
 
 
 def interpolation_errors(svc: Mapping[str, Any], where: str, prefix: str) -> list[str]:
@@ -178,7 +181,7 @@ def interpolation_errors(svc: Mapping[str, Any], where: str, prefix: str) -> lis
     no node), or another label (a list item's key is a value: ``${E:-swarmgpu.priority}=
     1000`` passed render --check as a label that is not swarmgpu's)."""
     found: list[tuple[str, Any]] = []
-    for path in _PLACED_BY:
+    for path in PLACED_BY:
         v: Any = svc
         for k in path:
             v = v.get(k) if isinstance(v, dict) else None

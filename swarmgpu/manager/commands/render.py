@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import escaped
 from swarmgpu.core.tenants import STACK_LABEL
-from swarmgpu.core.yamlfile import parse_yaml
+from swarmgpu.core.yamlfile import Lines, parse_yaml_lines
 from swarmgpu.manager.commands.compose_gpu import read_gpu_reservations
 from swarmgpu.manager.commands.composefile import (
     check_service_keys,
@@ -31,6 +31,7 @@ from swarmgpu.manager.commands.composefile import (
     owned_key_errors,
     schema_errors,
 )
+from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
 from swarmgpu.manager.placement import (
     DEVICES,
     ORDER_ENV,
@@ -64,10 +65,16 @@ class StackError(ValueError):
 def load_stack(text: str, where: str = "stack") -> dict[str, Any]:
     """The stack file parsed (bounded: core.yamlfile), every alias made a copy of its
     own, so that what render writes into one service never lands in another."""
-    data = _unshared(parse_yaml(text, where, StackError, docker=True), where, "")
+    return _load_stack(text, where)[0]
+
+
+def _load_stack(text: str, where: str) -> tuple[dict[str, Any], Lines]:
+    """``load_stack``, with the line of each key."""
+    data, lines = parse_yaml_lines(text, where, StackError, docker=True)
+    data = _unshared(data, where, "")
     if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
         raise StackError(f"{where}: a stack file needs a top-level 'services:' mapping")
-    return data
+    return data, lines
 
 
 def _unshared(v: Any, where: str, at: str) -> Any:
@@ -297,6 +304,10 @@ class CheckedStack:
     notes: list[str] = field(default_factory=list)  # what render changed, and why
     errors: list[str] = field(default_factory=list)  # every problem, service and key named
     requests: list[str] = field(default_factory=list)  # services with a GPU request
+    # The file as written, and as docker substitutes it (None: not substituted,
+    # --skip-interpolation): what render writes back where it changed nothing.
+    written: dict[str, Any] = field(default_factory=dict)
+    substituted: dict[str, Any] | None = None
 
 
 def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
@@ -304,7 +315,7 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
                 node_gpus: int | None = None,
                 classes: Mapping[str, int] | None = None,
                 tenants: Tenants | None = None, stack_name: str | None = None,
-                ) -> CheckedStack:
+                environ: Mapping[str, str] | None = None) -> CheckedStack:
     """Parse the whole file and check every service: its shape, everything Swarm's
     scheduler reads, its GPU request, the keys Swarm refuses or ignores (composefile),
     then the whole file against docker/cli's compose schema. Offline and pure (``render
@@ -313,17 +324,29 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     ``classes``: the config's priority classes (None: the defaults). ``tenants``: the
     config's (``manager.services.tenants``), with the name the stack is deployed as: a request
     above its tenant's limits is an error here (the daemon would cap it).
-    ``stack_name``: also what a placement gate in the file must name (its own)."""
+    ``stack_name``: also what a placement gate in the file must name (its own).
+    ``environ``: the environment `docker stack deploy` will substitute variables from
+    (``interpolation``; render's own, as both run in one shell): everything is checked as
+    substituted. None: nothing is substituted, and a ``$`` in a value render places by is
+    an error (``render --skip-interpolation``)."""
     try:
-        stack = load_stack(text, where)
+        raw, lines = _load_stack(text, where)
     except StackError as exc:
         return CheckedStack({}, errors=exc.errors)
-    out = CheckedStack(stack)
+    errors: list[str] = []
+    warnings: list[str] = []
+    stack, substituted = raw, None
+    if environ is not None:
+        stack, errors, warnings = interpolate(raw, environ, lines)
+        substituted = copy.deepcopy(stack)  # check_stack changes `stack` in place
+    out = CheckedStack(stack, written=raw, substituted=substituted)
     out.errors, out.notes = check_version(stack, where)
+    out.errors[:0] = errors
+    out.notes[:0] = warnings
     out.errors += check_top_level(stack)
     for svc_name, svc in stack["services"].items():
         _check_service(out, str(svc_name), svc, prefix, zone_label, generic_kind, node_gpus,
-                       classes, stack_name)
+                       classes, stack_name, interpolated=environ is not None)
         if tenants is not None and stack_name is not None:
             _check_tenant(out, str(svc_name), svc, prefix, zone_label, classes, tenants,
                           stack_name)
@@ -365,8 +388,8 @@ def _try(errs: list[str], default: T, fn: Callable[..., T], *args: Any) -> T:
 
 def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                    zone_label: str, generic_kind: str, node_gpus: int | None,
-                   classes: Mapping[str, int] | None = None, stack: str | None = None
-                   ) -> None:
+                   classes: Mapping[str, int] | None = None, stack: str | None = None,
+                   interpolated: bool = False) -> None:
     """One service of ``check_stack``: its errors and notes into ``out``; its Compose
     GPU reservation made a request, in place."""
     w = f"services.{svc_name}"
@@ -374,7 +397,8 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         out.errors.append(f"{w}: expected a mapping")
         return
     errs, notes = check_service_keys(svc, w)
-    errs += interpolation_errors(svc, w, prefix)
+    if not interpolated:  # a $ left for docker where render places by it
+        errs += interpolation_errors(svc, w, prefix)
     out.notes += notes
     none: dict[str, Any] = {}
     deploy = _try(errs, None, _mapping, svc, "deploy", w)
@@ -506,17 +530,19 @@ def render_stack(
     text: str, name: str, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str = "swarmgpu.",
     zone_label: str = "topology.zone", planner: Planner | None = None,
-    moving: AbstractSet[str] = frozenset(),
+    moving: AbstractSet[str] = frozenset(), environ: Mapping[str, str] | None = None,
 ) -> tuple[str, PlacementPlan]:
     """``planner``: the daemon's (its config's generic-resource kind, its stored
     workload model), so render chooses what the daemon would; a fresh default one
-    otherwise. ``moving``: the services with a move in flight (``Planner.plan``)."""
+    otherwise. ``moving``: the services with a move in flight (``Planner.plan``).
+    ``environ``: as in ``check_stack``."""
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
     most = max((len(f.gpus) for f in facts.values()), default=0)
     checked = check_stack(text, prefix=prefix, zone_label=zone_label,
                           generic_kind=planner.generic_kind, node_gpus=most,
-                          classes=planner.classes, tenants=planner.tenants, stack_name=name)
+                          classes=planner.classes, tenants=planner.tenants, stack_name=name,
+                          environ=environ)
     if checked.errors:
         raise StackError(checked.errors)
     stack = checked.stack
@@ -559,6 +585,9 @@ def render_stack(
             _add_device_mount(svc, prefix)
     if bad := schema_errors(out):  # what render added must fit the schema too
         raise StackError(bad)
+    if checked.substituted is not None:  # docker substitutes again as it reads the output
+        out = as_written(out, checked.written, checked.substituted,
+                         lambda path: pinned(path, prefix))
     header = "# rendered by swarmgpu: GPU placement resolved; deploy with\n" \
              f"#   docker stack deploy -c - {escaped(name)}\n"
     header += "".join(f"# {escaped(' '.join(n.split()))}\n" for n in checked.notes)
