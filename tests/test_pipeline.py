@@ -21,7 +21,7 @@ from swarmgpu.manager.cycle.session import CycleSession, SessionError, Slot
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, SwarmUnavailable
 
 
 class EmptySwarm:
@@ -194,3 +194,32 @@ def test_leadership_lost_drops_the_planner(tmp_path: Path) -> None:
     assert getattr(placement, "planner", None) is not None
     d.pipeline.stand_by()
     assert getattr(placement, "planner", "kept") is None
+
+
+def test_a_term_lost_mid_cycle_or_unknown_starts_the_next_term_anew(tmp_path: Path) -> None:
+    """A write that found this engine deposed ends the term; so does a cycle that could
+    not ask. The next cycle that finds it the leader again starts from what Swarm stores
+    (another manager led meanwhile), as after a cycle that found it a follower."""
+    swarm = EmptySwarm()
+    d = Daemon(_cfg(tmp_path), swarm=swarm)  # type: ignore[arg-type]
+    d.use(daemon_steps(d))
+    placement = next(s for s in d.pipeline.steps if s.name == "placement")
+    d.cycle()
+    old = getattr(placement, "planner", None)
+    assert old is not None
+    d.term.check_s = 0.0  # a write mid-cycle asks, and hears "no"
+    swarm.is_leader = lambda: False  # type: ignore[method-assign]
+    assert not d.term.holds() and d.term.lost
+    swarm.is_leader = lambda: True  # type: ignore[method-assign]
+    d.cycle()  # elected again before the next cycle
+    new = getattr(placement, "planner", None)
+    assert new is not None and new is not old
+
+    def down() -> bool:
+        raise SwarmUnavailable("engine unreachable")
+
+    swarm.is_leader = down  # type: ignore[method-assign]
+    assert d.cycle().errors and d.term.lost
+    swarm.is_leader = lambda: True  # type: ignore[method-assign]
+    d.cycle()
+    assert getattr(placement, "planner", None) not in (None, new)

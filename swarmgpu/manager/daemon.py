@@ -114,6 +114,10 @@ class Daemon:
                 logger.error("cannot reach the Swarm manager: {}", exc)
                 return CycleReport(leader=False, errors=[str(exc)])
             self.metrics.is_leader.set(1 if self.leader else 0)
+            if self.leader and self.term.lost:
+                # The last term ended (a write found this engine deposed, or a cycle
+                # could not ask): another manager may have led since.
+                self.pipeline.stand_by()
             (self.term.start if self.leader else self.term.end)()
             self._web_identity()
             if not self.leader:
