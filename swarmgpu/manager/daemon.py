@@ -80,6 +80,8 @@ class Daemon:
         self._collector = CycleCollector()  # garbage collection between cycles
         self._rerun = threading.Event()
         self.last_report: CycleReport | None = None
+        # time.monotonic() at the last cycle's end: /healthz's age survives a step of the
+        # wall clock (NTP, a hand `date -s`)
         self.last_cycle_at: float | None = None
         self.leader = False
         self._scheduler: BackgroundScheduler | None = None
@@ -142,7 +144,7 @@ class Daemon:
             self.metrics.cycle_seconds.observe(report.duration_s)
             self.metrics.cycles.labels(outcome="ok" if not report.errors else "partial").inc()
             self.last_report = report
-            self.last_cycle_at = time.time()
+            self.last_cycle_at = time.monotonic()
             return report
 
     def run_steps(self, snapshot: Snapshot) -> CycleReport:
@@ -273,7 +275,7 @@ class Daemon:
         """/healthz. Without ``detail`` (a caller that may read nothing else: /healthz
         is open) the errors are only counted: their texts name nodes, agent addresses and
         node IDs, which /api/v1/cluster tells only with proof."""
-        age = None if self.last_cycle_at is None else time.time() - self.last_cycle_at
+        age = None if self.last_cycle_at is None else time.monotonic() - self.last_cycle_at
         stale = age is None or age > 3 * self.cfg.sync.interval_s
         errors = self.last_report.errors if self.last_report else []
         out: dict[str, Any] = {
