@@ -3,13 +3,16 @@ schedule, signals, the systemd watchdog."""
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from loguru import logger
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager.daemon import Daemon
@@ -80,3 +83,55 @@ def test_healthz_age_ignores_a_wall_clock_step(
     doc = d.health()
     assert doc["status"] == "ok"
     assert 0 <= doc["last_cycle_age_s"] < 5
+
+
+def test_cycles_go_on_after_the_wall_clock_steps_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The schedule counts on the monotonic clock: a step back of an hour after the first
+    cycle does not hold the next one for an hour (nor stop the watchdog's pings)."""
+    d = daemon(tmp_path, interval_s=0.2)
+    runs: list[float] = []
+    real_cycle = d.cycle
+
+    def cycle() -> Any:
+        runs.append(time.monotonic())
+        if len(runs) == 1:
+            step_wall_clock(monkeypatch, -3600.0)
+        return real_cycle()
+
+    d.cycle = cycle  # type: ignore[method-assign]
+    t = threading.Thread(target=d.run_forever, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(runs) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(runs) >= 3, f"{len(runs)} cycle(s) in 10 s at a 0.2 s interval"
+    finally:
+        d.stop_event.set()
+        t.join(10)
+    assert not t.is_alive()
+
+
+def test_sighup_keeps_the_daemon_and_its_config_and_says_why(tmp_path: Path) -> None:
+    """SIGHUP (`kill -HUP`, a closed terminal) is not a reload: the config is read at
+    start only. It killed the daemon at once, in the middle of a cycle's writes; now it
+    is logged, naming what to do, and the daemon goes on with the config it has."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    d = daemon(tmp_path)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        d._install_signals()
+        handler = signal.getsignal(signal.SIGHUP)
+        assert callable(handler), "SIGHUP ends the process (the default)"
+        handler(signal.SIGHUP, None)
+        assert not d.stop_event.is_set()
+        assert any("SIGHUP" in m and "restart" in m for m in lines), lines
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # type: ignore[operator,misc]
+        assert d.stop_event.is_set()
+    finally:
+        logger.remove(sink)
+        for s, h in saved.items():
+            signal.signal(s, h)

@@ -2,7 +2,8 @@
 
 Runs on every manager; only the one whose engine is the Swarm leader acts, so when
 leadership moves the new leader's daemon takes over on its next cycle.
-A signal only sets a flag: the cycle in progress finishes, no new one starts.
+SIGTERM and SIGINT only set a flag: the step in progress finishes, no new one starts.
+SIGHUP is logged and ignored (the config is read at start only).
 """
 
 from __future__ import annotations
@@ -267,8 +268,16 @@ class Daemon:
             logger.info("signal {} received", signal.Signals(signum).name)
             self.stop_event.set()
 
+        def hangup(_signum: int, _frame: object) -> None:
+            # Its default would end the daemon at once, in the middle of a cycle's writes.
+            logger.warning("SIGHUP received: the configuration is read only at start, so "
+                           "nothing changed; to apply an edited config, check it (swarmgpu "
+                           "config check FILE) and restart the daemon (systemctl restart "
+                           "swarmgpu)")
+
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGHUP, hangup)
 
     # --- HTTP ----------------------------------------------------------------
     def health(self, detail: bool = True) -> dict[str, Any]:
