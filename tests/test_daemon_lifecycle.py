@@ -135,3 +135,38 @@ def test_sighup_keeps_the_daemon_and_its_config_and_says_why(tmp_path: Path) -> 
         logger.remove(sink)
         for s, h in saved.items():
             signal.signal(s, h)
+
+
+def test_a_watchdog_shorter_than_the_interval_allows_is_named_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sync.interval_s raised to 120 s under the unit's WatchdogSec=120s: systemd would
+    kill the daemon between two pings, every few minutes, with nothing in its log to
+    say why. It says so at start, naming both settings and the value to use."""
+    monkeypatch.setenv("WATCHDOG_USEC", "120000000")
+    d = daemon(tmp_path, interval_s=120.0)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    t = threading.Thread(target=d.run_forever, daemon=True)
+    try:
+        t.start()
+        assert wait_for(lambda: any("WatchdogSec" in m for m in lines)), lines
+    finally:
+        d.stop_event.set()
+        t.join(10)
+        logger.remove(sink)
+    said = next(m for m in lines if "WatchdogSec" in m)
+    assert "sync.interval_s" in said and "300" in said, said
+    lines.clear()
+    monkeypatch.setenv("WATCHDOG_USEC", "300000000")  # 2 x 120 s + 60 s: enough
+    d = daemon(tmp_path, interval_s=120.0)
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    t = threading.Thread(target=d.run_forever, daemon=True)
+    try:
+        t.start()
+        time.sleep(0.3)
+    finally:
+        d.stop_event.set()
+        t.join(10)
+        logger.remove(sink)
+    assert not any("WatchdogSec" in m for m in lines), lines

@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from swarmgpu.core.config import Config
 from swarmgpu.core.httpguard import GuardedServer, allowed_hosts
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.core.sdnotify import sd_notify
+from swarmgpu.core.sdnotify import sd_notify, watchdog_s
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.cycle.heap import CycleCollector
 from swarmgpu.manager.cycle.host import QueryRoute, Route
@@ -252,6 +252,13 @@ class Daemon:
             threading.Thread(target=self._watch_events, name="events", daemon=True).start()
         sd_notify("READY=1")
         logger.info("swarmgpu daemon running (interval {}s)", self.cfg.sync.interval_s)
+        dog, every = watchdog_s(), self.cfg.sync.interval_s
+        if dog is not None and dog < 2 * every + 60:
+            # the next ping comes after the interval and the next cycle (docs/systemd.md)
+            logger.warning("WatchdogSec={:g}s is short for sync.interval_s {:g}s: systemd "
+                           "restarts the daemon when a ping comes late; use at least {:g}s "
+                           "(2 x interval + 60 s; systemctl edit swarmgpu.service)",
+                           dog, every, 2 * every + 60)
         self.stop_event.wait()
         logger.info("stopping: letting the current step finish")
         sd_notify("STOPPING=1")
