@@ -114,6 +114,15 @@ def test_cycles_go_on_after_the_wall_clock_steps_back(
     assert not t.is_alive()
 
 
+def wait_for(cond: Any, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_sighup_keeps_the_daemon_and_its_config_and_says_why(tmp_path: Path) -> None:
     """SIGHUP (`kill -HUP`, a closed terminal) is not a reload: the config is read at
     start only. It killed the daemon at once, in the middle of a cycle's writes; now it

@@ -54,6 +54,11 @@ def _facts_key(f: NodeFacts) -> str:
     return json.dumps(d, sort_keys=True)
 
 
+# How often the wall clock is compared with the monotonic one, and the gap that is a step
+# (NTP slews far less than this; ``Daemon._clock_check``).
+CLOCK_CHECK_S = 1.0
+CLOCK_STEP_S = 2.0
+
 class Daemon:
     """The cycle and its wiring: label sync, then the steps given to ``use`` (see
     ``swarmgpu.manager.cycle``), which see the daemon as a
@@ -259,13 +264,31 @@ class Daemon:
                            "restarts the daemon when a ping comes late; use at least {:g}s "
                            "(2 x interval + 60 s; systemctl edit swarmgpu.service)",
                            dog, every, 2 * every + 60)
-        self.stop_event.wait()
+        clocks = (time.time(), time.monotonic())
+        while not self.stop_event.wait(CLOCK_CHECK_S):
+            clocks = self._clock_check(clocks)
         logger.info("stopping: letting the current step finish")
         sd_notify("STOPPING=1")
         sched.shutdown(wait=True)
         if self._http is not None:
             self._http.shutdown()
         logger.info("stopped cleanly")
+
+    def _clock_check(self, last: tuple[float, float]) -> tuple[float, float]:
+        """APScheduler's interval trigger adds the interval to the last run's wall-clock
+        date: a clock stepped back an hour held the next cycle, and the watchdog's pings,
+        for the hour; stepped forward, a run was missed. When the wall clock parts from
+        the monotonic one, every job runs now and counts on from there."""
+        wall, mono = time.time(), time.monotonic()
+        step = (wall - last[0]) - (mono - last[1])
+        if abs(step) > CLOCK_STEP_S and self._scheduler is not None:
+            logger.warning("the wall clock stepped {:+.0f} s: the cycles and the facts watch "
+                           "run now and count on from there", step)
+            now = datetime.now().astimezone()
+            for job in self._scheduler.get_jobs():
+                with contextlib.suppress(Exception):  # gone during shutdown
+                    job.modify(next_run_time=now)
+        return wall, mono
 
     def _install_signals(self) -> None:
         if threading.current_thread() is not threading.main_thread():
