@@ -77,7 +77,8 @@ def run(args: argparse.Namespace, replicas: int) -> dict[str, Any]:
         snap = Snapshot(fake.nodes(), fake.services(), tasks, results)
         t = time.perf_counter()
         plan = make_plan(snap, cfg, planner=planner)
-        apply_plan(fake, plan, dry_run=False)  # type: ignore[arg-type]
+        apply_plan(fake, plan, dry_run=False,  # type: ignore[arg-type]
+                   services=snap.services)
         cycles.append(time.perf_counter() - t)
         if fake.writes == before:
             steady += 1

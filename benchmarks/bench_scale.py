@@ -336,7 +336,8 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
         decisions = sorted(planner.cluster.timings)
         # Label sync's node writes folded into placement's (one write per node), and
         # the gates whose tasks already carry their device map opened in the same cycle.
-        apply_plan(fake, plan, dry_run=False, held=sync.held, prefix=P)  # type: ignore[arg-type]
+        apply_plan(fake, plan, dry_run=False, services=snap.services,  # type: ignore[arg-type]
+                   held=sync.held, prefix=P)
         sync.flush()
         t_end = time.monotonic()
         if prof is not None:

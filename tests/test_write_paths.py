@@ -246,6 +246,27 @@ def test_placement_paths_restart_only_by_decision(tmp_path: Any, logs: list[str]
     check(sw, logs)
 
 
+def test_apply_writes_nothing_on_a_service_redeployed_since_it_was_read(
+        tmp_path: Any) -> None:
+    """``swarmgpu apply --service`` plans from what it read; the owner re-deploys with a
+    quarter GPU before its write: the held changes planned for the half are not written,
+    and the error names what changed."""
+    from swarmgpu.manager.services.release import release_held
+
+    sw = world()
+    d = daemon(sw, str(tmp_path))
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {
+        nid: FactsResult(nid, r.hostname, "fake", r.facts, None, time.time())
+        for nid, r in d.book.records.items()})
+    sw.update_service_spec("id-half", lambda spec: {
+        **spec, "Labels": {**spec["Labels"], f"{P}gpu-fraction": "0.25"}})
+    (r,) = release_held(sw, snap, d.cfg, ["half"], dry_run=False)  # type: ignore[arg-type]
+    assert not r.written and r.changes  # it had something to write
+    assert r.error is not None and f"{P}gpu-fraction 0.5 -> 0.25" in r.error, r
+    assert "SWARMGPU_GPU_FRACTION" not in " ".join(sw.service("id-half").env)
+    assert sw.restarts == []
+
+
 def _busy_4090(high: Mapping[str, str], small_gpus: int) -> ModelSwarm:
     """batch holds RTX 4090s on n-4090 (and the DGX is full of 'big'); high wants 2."""
     small_h = Holding("batch", "n-4090", R_UUIDS[:small_gpus], (1000,) * small_gpus)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loguru import logger
 from support.forged import sw_node, sw_svc
 from support.gpu_nodes import DGX_A100, RTX4090
 
@@ -32,6 +33,8 @@ from swarmgpu.manager.placement import (
     devices_key,
     gate_key,
 )
+from swarmgpu.manager.placement.records import SpecWrites
+from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask, service_from_api
 
 P = "swarmgpu."
@@ -140,6 +143,15 @@ class TaskSwarm:
                 self._pending.pop()
         return True
 
+    def redeploy(self, service_id: str, labels: Mapping[str, str]) -> None:
+        """The owner's ``docker stack deploy`` of the service with other labels (its
+        event not seen by the daemon's snapshot); its waiting tasks stay."""
+        s = self._services[service_id]
+        spec = copy.deepcopy(dict(s.spec))
+        spec["Labels"] = dict(labels)
+        self._services[service_id] = service_from_api(
+            {"ID": s.id, "Spec": spec, "Version": {"Index": s.version + 1}})
+
     def bump_force(self, service_id: str) -> None:
         """Someone else's ``docker service update --force``: new tasks, no device map."""
         s = self._services[service_id]
@@ -167,6 +179,13 @@ def _cycle(d: Daemon, sw: TaskSwarm) -> None:
                     {nid: FactsResult(nid, HOSTS[nid], "", f, None, now)
                      for nid, f in FACTS.items()})
     d.run_steps(snap)
+
+
+def _snapshot(sw: TaskSwarm) -> Snapshot:
+    now = time.time()
+    return Snapshot(sw.nodes(), sw.services(), sw.tasks({"desired-state": "running"}),
+                    {nid: FactsResult(nid, HOSTS[nid], "", f, None, now)
+                     for nid, f in FACTS.items()})
 
 
 def _cluster(lag: int = 0) -> TaskSwarm:
@@ -362,3 +381,54 @@ def test_version_conflicts_of_a_merged_node_write_count_in_label_conflicts(
     for n in sw.nodes():  # both changes landed over the other writer's, which is kept
         assert n.labels["other"] == "writer" and n.labels[f"{P}gpu.count"]
     assert _gate_node(sw, "train") is not None
+
+
+def test_a_service_redeployed_with_another_request_gets_no_write_planned_for_the_old(
+        tmp_path: Path) -> None:
+    """The owner re-deploys with 2 GPUs after the snapshot that planned 1 (an event the
+    cache missed): the plan's device map, gate and ledger for one GPU are not written on
+    the new spec; the service is read afresh and the next cycle places its 2 GPUs."""
+    sw = _cluster()
+    d = _daemon(sw, tmp_path)
+    snap = _snapshot(sw)
+    sw.redeploy("id-train", {f"{P}gpus": "2", "owner": "me"})
+    version = sw.service("id-train").version
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING")
+    try:
+        d.run_steps(snap)
+    finally:
+        logger.remove(sink)
+    (said,) = [x for x in lines if "changed since the snapshot" in x]
+    assert said.startswith("placement: train ") and f"{P}gpus 1 -> 2" in said
+    svc = sw.service("id-train")
+    assert svc.version == version  # nothing written on the new spec
+    assert not [k for k in svc.labels if k.startswith(f"{P}devices.")]
+    assert _gate_node(sw, "train") is None
+    assert not any(assign_key(P, "train") in n.labels for n in sw.nodes())
+    assert ("service", "id-train") not in sw.calls
+    assert d.cache.pending == 1  # marked for a fresh read
+    # From the spec as it is now: two GPUs, on the node that has them.
+    _cycle(d, sw)
+    nid = _gate_node(sw, "train")
+    assert nid == "n-dgx"
+    assert len(sw.service("id-train").labels[devices_key(P, nid)].split(",")) == 2
+
+
+def test_the_daemons_own_write_since_the_snapshot_does_not_stop_placements(
+        tmp_path: Path) -> None:
+    """What swarmgpu itself writes on a service (state labels, a device map of another
+    node, MaxReplicas, ForceUpdate, a generic reservation, update parallelism) landed
+    after the snapshot: placement's write from that snapshot still lands."""
+    sw = _cluster()
+    d = _daemon(sw, tmp_path)
+    snap = _snapshot(sw)
+    own = SpecWrites(service_labels_set={f"{P}state.moved-at": "1", devices_key(P, "gone"): "x"},
+                     set_max_replicas=1, force_update=True, set_update_parallelism=2,
+                     set_generic=("NVIDIA-GPU", 1))
+    assert sw.update_service_spec("id-train", service_compute(own))
+    sw.calls.clear()
+    d.run_steps(snap)
+    nid = _gate_node(sw, "train")
+    assert nid is not None and ("service", "id-train") in sw.calls
+    assert sw.service("id-train").labels[devices_key(P, nid)]

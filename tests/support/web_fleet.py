@@ -62,8 +62,10 @@ def fleet_doc(nodes: int, services: int | None = None, seed: int = 7) -> dict[st
     try:
         LabelSync(fake, cfg, DaemonMetrics(), AgentBook()).cycle(  # type: ignore[arg-type]
             _snap(fake, facts))
-        plan = make_plan(_snap(fake, facts), cfg)
-        apply_plan(fake, plan, dry_run=False)  # type: ignore[arg-type]
+        first = _snap(fake, facts)
+        plan = make_plan(first, cfg)
+        apply_plan(fake, plan, dry_run=False,  # type: ignore[arg-type]
+                   services=first.services)
     finally:
         logger.enable("swarmgpu")
     snap = _snap(fake, facts)

@@ -30,9 +30,17 @@ from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.writes import HeldNodeWrites, LabelCompute, chain, write_each
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
-from swarmgpu.manager.placement import NO_WAITING, PlacementPlan, Planner, ServicePlan, gate_key
+from swarmgpu.manager.placement import (
+    NO_WAITING,
+    PlacementPlan,
+    Planner,
+    ServicePlan,
+    assign_key,
+    gate_key,
+)
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
 from swarmgpu.manager.placement.jobs import JOB_MODES
+from swarmgpu.manager.placement.planned import Planned
 from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.manager.placement.tasks import tasks_by_service
@@ -123,9 +131,12 @@ RELIST_SETTLE_S = 0.25
 
 
 def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
-               held: HeldNodeWrites | None = None, prefix: str = "swarmgpu.",
-               open_gates_now: bool = True) -> int:
+               services: Sequence[SwarmService], held: HeldNodeWrites | None = None,
+               prefix: str = "swarmgpu.", open_gates_now: bool = True) -> int:
     """Apply in the safe order; return the number of placement writes that landed.
+
+    ``services``: the snapshot's, as the plan saw them: a service whose spec no longer
+    asks for what its plan was made from gets none of its writes (``placement.planned``).
 
     ``held``: label sync's node writes of this cycle, each folded into placement's write
     of the same node (the first one: phase 1 where the node has one, else phase 3), or
@@ -162,12 +173,15 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
     writes = sum(write_each(list(first.items()), lambda kv: node_write(kv[0], {}, kv[1])))
     # Phase 2: service specs (device maps), before any gate that lets a task use them.
     todo = [sp for sp in plan.services if sp.needs_service_write]
-    for sp, ok in zip(todo, write_each(todo, lambda sp: write_service(gate, sp, forced)),
-                      strict=True):
-        writes += bool(ok)
+    seen = {s.id: s.spec for s in services}
+    for sp, ok in zip(todo, write_each(todo, lambda sp: write_service(
+            gate, sp, forced, Planned(seen.get(sp.id, {}), prefix))), strict=True):
+        writes += ok is True
         if ok is None:  # never open a gate whose devices were not written
             for p in sp.placements:
                 plan.node_set.pop(p.node_id, None)
+        elif ok is STALE:  # its ledger entries and gates were planned for the old spec
+            drop_node_writes(plan, sp.name, prefix)
     if open_gates_now and any(sp.gates_deferred and sp.id in forced.value
                               for sp in plan.services):
         # Give Swarm's updater a moment to act on the last update (see RELIST_SETTLE_S);
@@ -230,11 +244,17 @@ def write_node(gate: Writes, nid: str, set_: Mapping[str, str], remove: Sequence
     return int(landed and mine_changed[0])
 
 
-def write_service(gate: Writes, sp: ServicePlan, forced: _Forced) -> bool | None:
-    """True: written, False: nothing to write, None: the write failed. A forced update
-    notes the ForceUpdate it landed (the last compute is the one that landed)."""
+STALE = "stale"  # write_service: the spec changed what its plan was made from
+
+
+def write_service(gate: Writes, sp: ServicePlan, forced: _Forced,
+                  planned: Planned) -> bool | str | None:
+    """True: written, False: nothing to write, None: the write failed, ``STALE``: the
+    spec no longer asks for what ``planned`` saw (nothing written; it is read afresh and
+    planned again next cycle). A forced update notes the ForceUpdate it landed (the last
+    compute is the one that landed)."""
     log = logger.bind(service=sp.name)
-    inner = service_compute(sp.writes)
+    inner = planned.guard(service_compute(sp.writes))
     last: list[Mapping[str, Any] | None] = [None]
 
     def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -243,15 +263,34 @@ def write_service(gate: Writes, sp: ServicePlan, forced: _Forced) -> bool | None
         return new
 
     try:
-        if not gate.service_spec(sp.id, compute, Why(*sp.decision) if sp.decision else None):
-            return False
+        landed = gate.service_spec(sp.id, compute, Why(*sp.decision) if sp.decision else None)
     except SwarmError as exc:
         log.error("placement: service write failed, gate stays closed: {}", exc)
         return None
+    if planned.stale:
+        gate.reread("service", sp.id)
+        log.warning("placement: {} changed since the snapshot its plan was made from ({}): "
+                    "nothing written, its gates stay closed; read again and planned next "
+                    "cycle", sp.name, "; ".join(planned.changed))
+        return STALE
+    if not landed:
+        return False
     log.info("placement written: {}", [p.to_dict() for p in sp.placements])
     if sp.force_update and last[0] is not None:
         forced.landed(sp.id, last[0])
     return True
+
+
+def drop_node_writes(plan: PlacementPlan, service: str, prefix: str) -> None:
+    """Leave out ``service``'s ledger entries and gates from the node writes to come
+    (the other services' on the same nodes still go)."""
+    mine = (assign_key(prefix, service), gate_key(prefix, service))
+    for nid in list(plan.node_set):
+        rest = {k: v for k, v in plan.node_set[nid].items() if k not in mine}
+        if rest:
+            plan.node_set[nid] = rest
+        else:
+            del plan.node_set[nid]
 
 
 def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,
@@ -336,8 +375,8 @@ class PlacementStep(Step):
         host.metrics.pending.set(self._log(plan))
         if plan.empty:
             return
-        n = apply_plan(host.swarm, plan, dry_run=cfg.dry_run, held=session.held,
-                       prefix=cfg.sync.prefix)
+        n = apply_plan(host.swarm, plan, dry_run=cfg.dry_run, services=snap.services,
+                       held=session.held, prefix=cfg.sync.prefix)
         host.metrics.placements.labels(outcome="written").inc(n)
         if any(sp.gates_deferred or sp.force_update for sp in plan.services):
             # Replaced tasks appear within a second; open their gates right after.

@@ -136,6 +136,14 @@ class Writes:
             self._decided(what, why, changes)
         return landed
 
+    def reread(self, kind: str, obj_id: str) -> None:
+        """Have the cache read this object afresh next cycle: a write found it changed
+        since the snapshot its plan was made from (an event the cache missed). A client
+        without a cache (a command's, a test's) has nothing to mark."""
+        mark = getattr(self.swarm, "on_write", None)
+        if mark is not None:
+            mark(kind, obj_id)
+
     def swarm_labels(self, compute: Callable[[Mapping[str, str]],
                                              Mapping[str, str] | None]) -> bool:
         if self._refuse("the swarm object's labels"):

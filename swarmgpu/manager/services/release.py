@@ -17,6 +17,7 @@ from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement.planned import Planned
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.swarm.client import SwarmClient, SwarmError
 from swarmgpu.swarm.taskspec import task_changes
@@ -58,8 +59,12 @@ def release_held(swarm: SwarmClient, snap: Snapshot, cfg: Config, names: Sequenc
             continue
         why = Why(*sp.decision) if sp.decision else Why(
             "operator", f"the operator's word (swarmgpu apply --service {name})")
+        planned = Planned(s.spec, cfg.sync.prefix)
         try:
-            r.written = gate.service_spec(s.id, service_compute(sp.writes), why)
+            r.written = gate.service_spec(s.id, planned.guard(service_compute(sp.writes)), why)
         except SwarmError as exc:
             r.error = f"{name}: the write failed: {exc}"
+        if planned.stale:  # re-deployed since it was read: its plan is for the old spec
+            r.error = (f"{name}: changed since it was read ({'; '.join(planned.changed)}); "
+                       "nothing written: run the command again")
     return out

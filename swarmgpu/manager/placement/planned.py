@@ -1,0 +1,135 @@
+"""What a service's plan was made from, checked again at its write (``Planned``).
+
+A plan is made from a snapshot that can be older than the service: the cache keeps a
+service until its event, and one the engine dropped is read again only by the slow
+re-list (``swarm.cache.RELIST_S``). The write is a read-modify-write of the spec as it
+is then, which keeps everyone's edits, but it would still put a plan made for one GPU
+request (its devices, gate, env, MaxReplicas) on a spec re-deployed with another. So the
+write first compares what placement's decision read from the service (``planned_from``)
+in the spec it is about to change with the snapshot's: when they differ it writes
+nothing, and the service is read afresh and planned again next cycle.
+
+Only what the service's owner sets counts: the request labels (``request_labels``: what
+``parse_request`` reads), its stack, mode and replica or job counts, its own constraints
+and platforms, its own MaxReplicas, its CPU and memory reservations. Everything swarmgpu
+writes is left out -- its output labels (devices, share, state), the gate and hold
+constraints, env lines and mounts, the MaxReplicas it sets (1, or the value it recorded in
+``<p>state.max-replicas``), generic reservations, UpdateConfig, ForceUpdate -- so the
+daemon's own earlier writes of the service never make a plan stale. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from swarmgpu.core.tenants import STACK_LABEL
+from swarmgpu.manager.placement.keys import GATE, MAX_STATE, is_hold
+from swarmgpu.manager.services.requests import request_labels
+from swarmgpu.swarm.client import reservations
+
+SpecCompute = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """The parts of a service spec placement's decision reads (module docstring)."""
+
+    name: str
+    request: tuple[tuple[str, str], ...]  # the request labels, sorted
+    stack: str | None  # its stack: which tenant's limits apply
+    mode: str  # Spec.Mode's key (Replicated, Global, ReplicatedJob, GlobalJob)
+    replicas: int | None
+    job: tuple[int | None, int | None]  # MaxConcurrent, TotalCompletions
+    constraints: tuple[str, ...]  # its own (not the gate or hold), spaces removed, sorted
+    platforms: tuple[tuple[str, str], ...]  # (OS, Architecture)
+    max_replicas: int  # its own MaxReplicas; 0: none (or the one swarmgpu set)
+    reserves: tuple[int, int]  # CPU milli, memory MiB each task reserves
+
+
+def planned_from(spec: Mapping[str, Any], prefix: str) -> PlanInputs:
+    """What placement reads from ``spec`` (a service's ``Spec``) to plan it."""
+    labels = spec.get("Labels") or {}
+    tt = spec.get("TaskTemplate") or {}
+    placement = tt.get("Placement") or {}
+    mode = spec.get("Mode") or {}
+    kind = next(iter(mode), "Replicated")
+    counts = mode.get(kind) or {}
+    own_gate = f"node.labels.{prefix}{GATE}".lower()
+    cons = sorted(
+        c.replace(" ", "")
+        for c in placement.get("Constraints") or []
+        if isinstance(c, str)
+        and not is_hold(c, prefix)
+        and not c.replace(" ", "").lower().startswith(own_gate)
+    )
+    most = placement.get("MaxReplicas") or 0
+    # 0 and 1 read alike (``spread``); 1 is also swarmgpu's one-per-node rule, and a
+    # value it recorded is the one it set when it packed the service
+    mine = most in (0, 1) or labels.get(prefix + MAX_STATE) == str(most)
+    return PlanInputs(
+        name=str(spec.get("Name") or ""),
+        request=request_labels(labels, prefix),
+        stack=labels.get(STACK_LABEL),
+        mode=str(kind),
+        replicas=counts.get("Replicas") if isinstance(counts, Mapping) else None,
+        job=(counts.get("MaxConcurrent"), counts.get("TotalCompletions"))
+        if isinstance(counts, Mapping)
+        else (None, None),
+        constraints=tuple(cons),
+        platforms=tuple(
+            (str(p.get("OS") or ""), str(p.get("Architecture") or ""))
+            for p in placement.get("Platforms") or []
+            if isinstance(p, Mapping)
+        ),
+        max_replicas=0 if mine else int(most),
+        reserves=reservations(spec),
+    )
+
+
+def what_changed(was: PlanInputs, now: PlanInputs) -> list[str]:
+    """Each input that differs, in words (``swarmgpu.gpus 1 -> 2``, ``replicas 1 -> 3``)."""
+    out: list[str] = []
+    if was.request != now.request:
+        a, b = dict(was.request), dict(now.request)
+        out += [
+            f"{k} {_short(a.get(k))} -> {_short(b.get(k))}"
+            for k in sorted(a.keys() | b.keys())
+            if a.get(k) != b.get(k)
+        ]
+    for f in fields(PlanInputs):
+        if f.name != "request" and getattr(was, f.name) != getattr(now, f.name):
+            out.append(f"{f.name} {_short(getattr(was, f.name))} -> {_short(getattr(now, f.name))}")
+    return out
+
+
+def _short(v: object) -> str:
+    text = "unset" if v is None else str(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class Planned:
+    """A plan's write, refused when the spec no longer asks for what it was planned from.
+
+    ``guard(compute)`` is the read-modify-write to hand the writer: ``compute`` on the
+    spec as it is at write time, or None (nothing written) with ``changed`` saying what
+    differs from the snapshot. Each call judges afresh (a retried write reads again)."""
+
+    def __init__(self, snapshot_spec: Mapping[str, Any], prefix: str) -> None:
+        self.prefix = prefix
+        self.inputs = planned_from(snapshot_spec, prefix)
+        self.changed: list[str] = []
+
+    def guard(self, compute: SpecCompute) -> SpecCompute:
+        def checked(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+            now = planned_from(spec, self.prefix)
+            self.changed = [] if now == self.inputs else what_changed(self.inputs, now)
+            return None if self.changed else compute(spec)
+
+        return checked
+
+    @property
+    def stale(self) -> bool:
+        """The last write refused: the spec changed what the plan was made from."""
+        return bool(self.changed)

@@ -1,0 +1,140 @@
+"""A plan's write checks that the spec still asks for what the plan was made from
+(``placement.planned``): an owner's re-deploy since the snapshot refuses it, swarmgpu's
+own writes never do. Pure: specs in, the guarded read-modify-write's answer out."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from swarmgpu.manager.placement import devices_key, env_template, gate_constraint, hold_constraint
+from swarmgpu.manager.placement.planned import Planned, planned_from
+from swarmgpu.manager.placement.records import SpecWrites
+from swarmgpu.manager.placement.specwrite import service_compute
+
+P = "swarmgpu."
+MAP = SpecWrites(
+    service_labels_set={devices_key(P, "n1"): "GPU-a"},
+    add_constraints=(gate_constraint(P, "train"),),
+    remove_constraints=(hold_constraint(P),),
+    add_env=(env_template(P),),
+    set_max_replicas=1,
+    force_update=True,
+)
+
+
+def spec() -> dict[str, Any]:
+    """As the owner deployed it: a request, a constraint, reservations, 2 replicas."""
+    return {
+        "Name": "train",
+        "Labels": {f"{P}gpus": "1", "owner": "me", "com.docker.stack.namespace": "ml"},
+        "TaskTemplate": {
+            "ContainerSpec": {"Image": "busybox", "Env": ["A=1"]},
+            "Placement": {"Constraints": ["node.labels.zone == a", hold_constraint(P)]},
+            "Resources": {"Reservations": {"NanoCPUs": 2_000_000_000}},
+        },
+        "Mode": {"Replicated": {"Replicas": 2}},
+    }
+
+
+def test_swarmgpus_own_writes_leave_what_a_plan_was_made_from() -> None:
+    """Everything the daemon writes on a service: the device map with its gate, env,
+    MaxReplicas and ForceUpdate; the packed MaxReplicas it records; a generic
+    reservation, update parallelism, mounts, a foreign gate replaced; state labels of
+    a move, a preemption, a back-off."""
+    before = spec()
+    every = SpecWrites(
+        service_labels_set={
+            f"{P}state.move": "{}",
+            f"{P}state.preempted": "{}",
+            f"{P}state.replaced": "1@2",
+            f"{P}state.max-replicas": "2",
+            f"{P}share.milli.n1": "500",
+        },
+        add_constraints=(gate_constraint(P, "other"),),
+        add_env=("NVIDIA_X=1",),
+        add_mounts=({"Target": "/x", "Source": "/dev/null", "Type": "bind"},),
+        set_max_replicas=2,
+        set_update_parallelism=2,
+        set_generic=("NVIDIA-GPU", 1),
+        replace_env=(("A=1", "A=2"),),
+    )
+    after = service_compute(every)(service_compute(MAP)(before) or before) or before
+    assert after != before
+    assert planned_from(after, P) == planned_from(before, P)
+    # The user's constraint however spaced is the same constraint.
+    spaced = copy.deepcopy(before)
+    spaced["TaskTemplate"]["Placement"]["Constraints"][0] = "node.labels.zone==a"
+    assert planned_from(spaced, P) == planned_from(before, P)
+
+
+def test_two_writes_planned_from_one_snapshot_both_land() -> None:
+    """The daemon's second write of a service in a cycle reads the spec its first one
+    wrote: planned from the same snapshot, both land."""
+    snap = spec()
+    planned = Planned(snap, P)
+    first = planned.guard(service_compute(MAP))(copy.deepcopy(snap))
+    assert first is not None and not planned.stale
+    more = SpecWrites(
+        service_labels_set={f"{P}state.replaced": "1@2"},
+        set_generic=("NVIDIA-GPU", 1),
+        set_update_parallelism=2,
+    )
+    second = planned.guard(service_compute(more))(first)
+    assert second is not None and not planned.stale
+    assert second["Labels"][devices_key(P, "n1")] == "GPU-a"
+    assert second["Labels"][f"{P}state.replaced"] == "1@2"
+
+
+def _set(path: tuple[str, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(s: dict[str, Any]) -> None:
+        for k in path[:-1]:
+            s = s.setdefault(k, {})
+        s[path[-1]] = value
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (_set(("Labels", f"{P}gpus"), "2"), f"{P}gpus 1 -> 2"),
+        (_set(("Labels", f"{P}gpu-memory"), "40GiB"), f"{P}gpu-memory unset -> 40GiB"),
+        (_set(("Mode",), {"Replicated": {"Replicas": 3}}), "replicas 2 -> 3"),
+        (_set(("Mode",), {"Global": {}}), "mode Replicated -> Global"),
+        (
+            _set(("TaskTemplate", "Placement", "Constraints"), ["node.labels.zone == b"]),
+            "constraints",
+        ),
+        (_set(("TaskTemplate", "Placement", "MaxReplicas"), 2), "max_replicas 0 -> 2"),
+        (_set(("TaskTemplate", "Placement", "Platforms"), [{"OS": "linux"}]), "platforms"),
+        (
+            _set(("TaskTemplate", "Resources", "Reservations", "NanoCPUs"), 4_000_000_000),
+            "reserves (2000, 0) -> (4000, 0)",
+        ),
+        (_set(("Labels", "com.docker.stack.namespace"), "other"), "stack ml -> other"),
+    ],
+)
+def test_an_owners_change_of_what_placement_reads_refuses_the_write(
+    edit: Callable[[dict[str, Any]], None], named: str
+) -> None:
+    planned = Planned(spec(), P)
+    now = spec()
+    edit(now)
+    assert planned.guard(service_compute(MAP))(now) is None
+    assert planned.stale and any(c.startswith(named) for c in planned.changed), planned.changed
+
+
+def test_a_retried_write_judges_the_spec_it_reads_again() -> None:
+    """Each read of a retried write is judged afresh: refused while the spec asks for
+    another request, written once it asks again for what was planned."""
+    planned = Planned(spec(), P)
+    compute = planned.guard(service_compute(MAP))
+    other = spec()
+    other["Labels"][f"{P}gpus"] = "4"
+    assert compute(other) is None and planned.stale
+    got: Mapping[str, Any] | None = compute(spec())
+    assert got is not None and not planned.stale
