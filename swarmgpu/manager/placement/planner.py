@@ -409,7 +409,7 @@ class Planner:
                                   v.tasks.slots.get(s.id, {}), v.jobs.get(s.id), capped)
                 plan.add_node_writes(sp)
                 memo = _settles(key, sp, s, old, self.prefix)
-            queues.count(r, held, sp)
+            queues.count(r, held, sp, self.prefix)
             if memo is not None:
                 settled[s.id] = memo
                 n_settled += 1

@@ -12,7 +12,9 @@ KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
   queue below its own (``placement.preempt``; see ``reclaimable``).
 
 Use is counted in thousandths of a GPU, per holding: the GPUs of the ledger entries kept
-this cycle, plus what the cycle places. A queue not in the config has no limit.
+this cycle, plus what the cycle places, less what it releases (``QueueBook.count``: the
+number the ledger holds once the cycle's writes land, which ``status`` and the
+guarantee's reclaim read). A queue not in the config has no limit.
 
 Only the ledger (node labels only swarmgpu writes) says what a service holds. A device
 list in the service's own labels that the cycle adopts (``existing``) is the stack's
@@ -29,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarmgpu.manager.placement.keys import assign_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ServicePlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
@@ -146,13 +149,21 @@ class QueueBook:
         return QueueLimit(len(mine) + more, reason)
 
     def count(self, r: GpuRequest | RequestError, mine: Mapping[str, Holding],
-              sp: ServicePlan) -> None:
-        """Add what the cycle placed for the service beyond its kept holdings (counted
-        per replica, as placements are: a packed holding serves one per slot)."""
-        if isinstance(r, GpuRequest) and r.queue and sp.status != Status.INVALID:
-            new = max(0, len(sp.placements) - sum(h.replicas for h in mine.values()))
-            if new:
-                self.used[r.queue] = self.used.get(r.queue, 0) + new * replica_milli(r)
+              sp: ServicePlan, prefix: str) -> None:
+        """Count the service as the cycle leaves it: what it places (a packed holding per
+        slot, as placements are) and what it keeps unplaced, less what ``start`` counted
+        (``mine``); a holding the plan releases (its ledger entry removed:
+        a scale-down, a node it is moved off) no longer counts."""
+        if not isinstance(r, GpuRequest) or not r.queue or sp.status == Status.INVALID:
+            return
+        assign = assign_key(prefix, sp.name)
+        placed = {p.node_id for p in sp.placements}
+        after = sum(sum(p.milli) for p in sp.placements) + sum(
+            sum(h.milli) for nid, h in mine.items()
+            if nid not in placed and assign not in sp.node_remove.get(nid, ()))
+        before = sum(sum(h.milli) for h in mine.values())
+        if after != before:
+            self.used[r.queue] = self.used.get(r.queue, 0) + after - before
 
     def summary(self) -> list[dict[str, Any]]:
         """Each queue's use against its quota (``status``, the map's document)."""

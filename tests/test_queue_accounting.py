@@ -1,0 +1,58 @@
+"""What a queue counts (``placement.queues``): each GPU a service holds, once, in the
+ledger's unit, in every state a holding can be in -- released this cycle -- so that the max,
+the guarantee's reclaim and ``status``/``plan --json`` read the same number."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+
+from swarmgpu.manager.placement import Holding, Planner, assign_key, gate_key
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
+D_UUIDS = tuple(g.uuid for g in DGX_F.gpus)
+R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)
+
+
+def _used(plan: Any, queue: str) -> float:
+    (q,) = [q for q in plan.queues if q["queue"] == queue]
+    return float(q["used_gpus"])
+
+
+def _held(name: str, per_node: dict[str, tuple[str, ...]]) -> list[SwarmNode]:
+    """n-dgx and n-4090, ``name`` holding ``per_node``'s GPUs in the ledger (gates open)."""
+    out = []
+    for nid, host in (("n-dgx", "gpu-node-1"), ("n-4090", "gpu-node-2")):
+        u = per_node.get(nid)
+        labels = {} if u is None else {
+            assign_key(P, name): Holding(name, nid, u, tuple(1000 for _ in u)).label_value(),
+            gate_key(P, name): "true"}
+        out.append(sw_node(nid, host, labels))
+    return out
+
+
+def _running(s: SwarmService, *nodes: str) -> list[SwarmTask]:
+    return [SwarmTask(f"t-{s.name}-{i}", s.id, nid, i + 1, "running", "running", ())
+            for i, nid in enumerate(nodes)]
+
+
+def test_holdings_a_scale_down_releases_are_not_counted_after_it() -> None:
+    """x (queue prod, 2 GPUs a replica) is scaled from 2 replicas to 1: the cycle releases
+    one holding, and prod holds 2 GPUs after it, not 4. Counted as 4, y (prod, 2 GPUs,
+    max 4) was refused for a cycle, ``status`` said 4 used, and a preemptor of another
+    queue could reclaim prod's 2 GPUs left above a guarantee of 2 (taking it to 0)."""
+    nodes = _held("x", {"n-dgx": D_UUIDS[:2], "n-4090": R_UUIDS[:2]})
+    x = sw_svc("x", {f"{P}gpus": "2", f"{P}queue": "prod"}, replicas=1)
+    y = sw_svc("y", {f"{P}gpus": "2", f"{P}queue": "prod"})
+    tasks = _running(x, "n-dgx", "n-4090")
+    plan = Planner(queues={"prod": (0, 4000)}).plan(nodes, [x, y], tasks, FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert len(by["x"].placements) == 1
+    assert by["y"].status == "placed", by["y"].reason
+    assert _used(plan, "prod") == 4
+    # alone, x is counted as what it keeps: the number preemption's reclaim reads
+    plan = Planner(queues={"prod": (2000, None)}).plan(nodes, [x], tasks, FACTS)
+    assert _used(plan, "prod") == 2
