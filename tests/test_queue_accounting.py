@@ -1,13 +1,20 @@
 """What a queue counts (``placement.queues``): each GPU a service holds, once, in the
-ledger's unit, in every state a holding can be in -- released this cycle -- so that the max,
+ledger's unit, in every state a holding can be in -- released this cycle, held by a
+service whose labels are broken now, held twice by a move in flight -- so that the max,
 the guarantee's reclaim and ``status``/``plan --json`` read the same number."""
 
 from __future__ import annotations
 
+import textwrap
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from support.forged import DGX_F, R4090_F, sw_node, sw_svc
 
+from swarmgpu.core.config import load_config
+from swarmgpu.core.tenants import STACK_LABEL
+from swarmgpu.manager.cycle.placement import new_planner
 from swarmgpu.manager.placement import Holding, Planner, assign_key, gate_key
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
@@ -56,3 +63,50 @@ def test_holdings_a_scale_down_releases_are_not_counted_after_it() -> None:
     # alone, x is counted as what it keeps: the number preemption's reclaim reads
     plan = Planner(queues={"prod": (2000, None)}).plan(nodes, [x], tasks, FACTS)
     assert _used(plan, "prod") == 2
+
+
+def test_a_service_with_broken_labels_still_counts_what_it_holds() -> None:
+    """x holds 2 GPUs of queue research (max 2) and a later label is broken: it keeps
+    its GPUs (an invalid request never loses them), so they still count. Uncounted, y
+    took 2 more: research held 4 above its max of 2."""
+    nodes = _held("x", {"n-4090": R_UUIDS[:2]})
+    x = sw_svc("x", {f"{P}gpus": "2", f"{P}queue": "research", f"{P}topology": "bogus"})
+    y = sw_svc("y", {f"{P}gpus": "2", f"{P}queue": "research"})
+    plan = Planner(queues={"research": (0, 2000)}).plan(nodes, [x, y], _running(x, "n-4090"),
+                                                        FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["x"].status == "invalid"
+    assert by["y"].status == "pending" and not by["y"].placements
+    assert by["y"].reason == "queue research at its quota: max 2 GPUs, 2 used, this " \
+                             "service needs 2"
+    assert _used(plan, "research") == 2
+
+
+TEAMS = """\
+    tenants:
+      team-a: {stacks: ["team-a*"], guaranteed: 0}
+      team-b: {stacks: ["team-b*"], guaranteed: 0, max: 2}
+    """
+
+
+def test_a_tenants_service_naming_a_foreign_queue_still_counts_in_its_own(
+        tmp_path: Path) -> None:
+    """With tenants, a label naming another tenant's queue makes the request invalid;
+    what the service holds still counts against its tenant's queue (team-b's first),
+    else relabelling one service freed team-b's whole max for the next."""
+    f = tmp_path / "config.yml"
+    f.write_text(textwrap.dedent(TEAMS))
+    cfg = load_config(f, env={})
+    nodes = _held("team-b_x", {"n-4090": R_UUIDS[:2]})
+    x = sw_svc("team-b_x", {STACK_LABEL: "team-b", f"{P}gpus": "2", f"{P}queue": "team-a"})
+    y = sw_svc("team-b_y", {STACK_LABEL: "team-b", f"{P}gpus": "2"})
+    plan = new_planner(cfg).plan(nodes, [x, y], _running(x, "n-4090"), FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["team-b_x"].status == "invalid"
+    assert by["team-b_y"].status == "pending" and "at its quota" in (by["team-b_y"].reason
+                                                                    or "")
+    assert _used(plan, "team-b") == 2 and _used(plan, "team-a") == 0
+    # A label naming one of its own queues is kept while another label is broken.
+    z = replace(x, labels={**x.labels, f"{P}queue": "team-b", f"{P}gpus": "two"})
+    plan = new_planner(cfg).plan(nodes, [z], _running(z, "n-4090"), FACTS)
+    assert _used(plan, "team-b") == 2

@@ -72,13 +72,17 @@ class QueueBook:
     blocked: dict[str, list[str]] = field(default_factory=dict)  # queue -> services held
 
     def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]],
-              ledger: Mapping[str, Mapping[str, Holding]]) -> None:
+              ledger: Mapping[str, Mapping[str, Holding]],
+              broken: Mapping[str, str] | None = None) -> None:
         """Count the holdings kept this cycle that the ledger has (a device list adopted
-        from a service's own labels is counted when its service is visited, as new)."""
+        from a service's own labels is counted when its service is visited, as new);
+        ``broken``: the queue of each invalid request (service name -> queue), whose
+        holdings are kept and so count."""
         self.used, self.blocked = {}, {}
         for s, r in parsed:
-            if isinstance(r, GpuRequest) and r.queue:
-                self.used[r.queue] = self.used.get(r.queue, 0) + sum(
+            q = r.queue if isinstance(r, GpuRequest) else (broken or {}).get(s.name, "")
+            if q:
+                self.used[q] = self.used.get(q, 0) + sum(
                     sum(h.milli) for h in held_in_ledger(kept.get(s.name, {}),
                                                          ledger.get(s.name, {})).values())
 
