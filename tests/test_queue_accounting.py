@@ -15,7 +15,8 @@ from support.forged import DGX_F, R4090_F, sw_node, sw_svc
 from swarmgpu.core.config import load_config
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.cycle.placement import new_planner
-from swarmgpu.manager.placement import Holding, Planner, assign_key, gate_key
+from swarmgpu.manager.placement import MOVE_STATE, Holding, Planner, assign_key, gate_key
+from swarmgpu.manager.rebalance.record import MoveState, moving, record_key
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
@@ -110,3 +111,30 @@ def test_a_tenants_service_naming_a_foreign_queue_still_counts_in_its_own(
     z = replace(x, labels={**x.labels, f"{P}queue": "team-b", f"{P}gpus": "two"})
     plan = new_planner(cfg).plan(nodes, [z], _running(z, "n-4090"), FACTS)
     assert _used(plan, "team-b") == 2
+
+
+def test_a_move_in_flight_counts_its_replica_once() -> None:
+    """x (queue prod, 1 replica of 2 GPUs) is moved make-before-break by the daemon: the
+    ledger holds its source and its target until the target's task runs. Its queue counts
+    the replica once: y (prod, max 4) is placed beside it, and prod is not above its
+    guarantee of 2 for a reclaim to take from while the move runs."""
+    st = MoveState(id="m0000000001", service="x", source="n-dgx", source_host="gpu-node-1",
+                   source_uuids=D_UUIDS[:2], source_milli=(1000, 1000), target="n-4090",
+                   target_host="gpu-node-2", target_uuids=R_UUIDS[:2],
+                   target_milli=(1000, 1000), surge=True, replicas=1, max_replicas=0,
+                   started_at=1000.0, trigger="hotspot", reason="r", service_id="id-x")
+    nodes = _held("x", {"n-dgx": D_UUIDS[:2], "n-4090": R_UUIDS[:2]})
+    x = sw_svc("x", {f"{P}gpus": "2", f"{P}queue": "prod", P + MOVE_STATE: st.to_json()},
+               replicas=2)  # the surge: one more while the move runs
+    y = sw_svc("y", {f"{P}gpus": "2", f"{P}queue": "prod"})
+    tasks = _running(x, "n-dgx", "n-4090")
+    records = {record_key(P, x.id): st.to_json()}
+    plan = Planner(queues={"prod": (2000, 4000)}).plan(nodes, [x, y], tasks, FACTS,
+                                                       moving=moving([x, y], records, P))
+    by = {sp.name: sp for sp in plan.services}
+    assert len(by["x"].placements) == 2 and by["x"].state == "Rebalancing"
+    assert by["y"].status == "placed", by["y"].reason
+    assert _used(plan, "prod") == 4
+    plan = Planner(queues={"prod": (2000, None)}).plan(nodes, [x], tasks, FACTS,
+                                                       moving=moving([x], records, P))
+    assert _used(plan, "prod") == 2

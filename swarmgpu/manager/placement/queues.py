@@ -28,6 +28,7 @@ now; a global service's, one per GPU node, are bounded by the room left
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,23 @@ def replica_milli(r: GpuRequest) -> int:
 
 def _gpus(milli: int | None) -> float | None:
     return None if milli is None else milli / 1000
+
+
+class Moving(frozenset[str]):
+    """The services with a move in flight (``rebalance.record.moving``), a set of names
+    as every reader takes it, with each move's (source, target) node ids: between its
+    steps 2 and 3 the ledger holds both for the one replica moved, which its queue counts
+    once (the daemon's move never takes a queue to its max or above its guarantee)."""
+
+    nodes: Mapping[str, tuple[str, str]]
+
+    def __new__(cls, nodes: Mapping[str, tuple[str, str]]) -> Moving:
+        self = super().__new__(cls, nodes)
+        self.nodes = dict(nodes)
+        return self
+
+    def __reduce__(self) -> tuple[type[Moving], tuple[dict[str, tuple[str, str]]]]:
+        return Moving, (dict(self.nodes),)  # (a frozenset's would pass the names alone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +91,24 @@ class QueueBook:
 
     def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]],
               ledger: Mapping[str, Mapping[str, Holding]],
-              broken: Mapping[str, str] | None = None) -> None:
+              broken: Mapping[str, str] | None = None,
+              moving: AbstractSet[str] = frozenset()) -> None:
         """Count the holdings kept this cycle that the ledger has (a device list adopted
         from a service's own labels is counted when its service is visited, as new);
         ``broken``: the queue of each invalid request (service name -> queue), whose
-        holdings are kept and so count."""
+        holdings are kept and so count; ``moving``: a move's source is not counted
+        while its target is held too (``Moving``)."""
         self.used, self.blocked = {}, {}
+        moves = moving.nodes if isinstance(moving, Moving) else {}
         for s, r in parsed:
             q = r.queue if isinstance(r, GpuRequest) else (broken or {}).get(s.name, "")
-            if q:
-                self.used[q] = self.used.get(q, 0) + sum(
-                    sum(h.milli) for h in held_in_ledger(kept.get(s.name, {}),
-                                                         ledger.get(s.name, {})).values())
+            if not q:
+                continue
+            held = held_in_ledger(kept.get(s.name, {}), ledger.get(s.name, {}))
+            source, target = moves.get(s.name, ("", ""))
+            self.used[q] = self.used.get(q, 0) + sum(
+                sum(h.milli) for nid, h in held.items()
+                if nid != source or target == source or target not in held)
 
     def limit(self, s: SwarmService, r: GpuRequest | RequestError,
               mine: Mapping[str, Holding], wanted: int | None) -> QueueLimit | None:
