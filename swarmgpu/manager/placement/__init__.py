@@ -83,6 +83,9 @@ from swarmgpu.manager.placement.planner import (
     Planner,
     plan_placement,
 )
+from swarmgpu.manager.placement.queues import (
+    Moving,
+)
 from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ReplicaPlacement,
@@ -117,6 +120,7 @@ __all__ = [
     "Backoff",
     "ClusterAllocator",
     "Holding",
+    "Moving",
     "PlacementPlan",
     "Planner",
     "ReplicaPlacement",

@@ -369,7 +369,8 @@ class Planner:
         """Plan each service that is not quiet, in serve order (its settled plan when
         nothing it reads changed); the quiet ones' plans take their places."""
         settled, records, queues = self._memo.settled, v.records, self.queues
-        queues.start(v.read.parsed if v.read.queued else (), v.kept, v.ledger)  # no queue: none
+        queues.start(v.read.parsed if v.read.queued else (), v.kept, v.ledger,  # no queue: none
+                     v.read.broken_queues, v.moving)
         quotas = bool(queues.quotas)  # without any, nothing is refused or capped
         served = v.read.served()  # priority, then age (placement.preempt)
         quiet = v.quiet
@@ -409,7 +410,7 @@ class Planner:
                                   v.tasks.slots.get(s.id, {}), v.jobs.get(s.id), capped)
                 plan.add_node_writes(sp)
                 memo = _settles(key, sp, s, old, self.prefix)
-            queues.count(r, held, sp)
+            queues.count(r, held, sp, self.prefix)
             if memo is not None:
                 settled[s.id] = memo
                 n_settled += 1

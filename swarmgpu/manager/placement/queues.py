@@ -12,7 +12,9 @@ KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
   queue below its own (``placement.preempt``; see ``reclaimable``).
 
 Use is counted in thousandths of a GPU, per holding: the GPUs of the ledger entries kept
-this cycle, plus what the cycle places. A queue not in the config has no limit.
+this cycle, plus what the cycle places, less what it releases (``QueueBook.count``: the
+number the ledger holds once the cycle's writes land, which ``status`` and the
+guarantee's reclaim read). A queue not in the config has no limit.
 
 Only the ledger (node labels only swarmgpu writes) says what a service holds. A device
 list in the service's own labels that the cycle adopts (``existing``) is the stack's
@@ -26,9 +28,11 @@ now; a global service's, one per GPU node, are bounded by the room left
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarmgpu.manager.placement.keys import assign_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ServicePlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
@@ -43,6 +47,23 @@ def replica_milli(r: GpuRequest) -> int:
 
 def _gpus(milli: int | None) -> float | None:
     return None if milli is None else milli / 1000
+
+
+class Moving(frozenset[str]):
+    """The services with a move in flight (``rebalance.record.moving``), a set of names
+    as every reader takes it, with each move's (source, target) node ids: between its
+    steps 2 and 3 the ledger holds both for the one replica moved, which its queue counts
+    once (the daemon's move never takes a queue to its max or above its guarantee)."""
+
+    nodes: Mapping[str, tuple[str, str]]
+
+    def __new__(cls, nodes: Mapping[str, tuple[str, str]]) -> Moving:
+        self = super().__new__(cls, nodes)
+        self.nodes = dict(nodes)
+        return self
+
+    def __reduce__(self) -> tuple[type[Moving], tuple[dict[str, tuple[str, str]]]]:
+        return Moving, (dict(self.nodes),)  # (a frozenset's would pass the names alone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,15 +90,25 @@ class QueueBook:
     blocked: dict[str, list[str]] = field(default_factory=dict)  # queue -> services held
 
     def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]],
-              ledger: Mapping[str, Mapping[str, Holding]]) -> None:
+              ledger: Mapping[str, Mapping[str, Holding]],
+              broken: Mapping[str, str] | None = None,
+              moving: AbstractSet[str] = frozenset()) -> None:
         """Count the holdings kept this cycle that the ledger has (a device list adopted
-        from a service's own labels is counted when its service is visited, as new)."""
+        from a service's own labels is counted when its service is visited, as new);
+        ``broken``: the queue of each invalid request (service name -> queue), whose
+        holdings are kept and so count; ``moving``: a move's source is not counted
+        while its target is held too (``Moving``)."""
         self.used, self.blocked = {}, {}
+        moves = moving.nodes if isinstance(moving, Moving) else {}
         for s, r in parsed:
-            if isinstance(r, GpuRequest) and r.queue:
-                self.used[r.queue] = self.used.get(r.queue, 0) + sum(
-                    sum(h.milli) for h in held_in_ledger(kept.get(s.name, {}),
-                                                         ledger.get(s.name, {})).values())
+            q = r.queue if isinstance(r, GpuRequest) else (broken or {}).get(s.name, "")
+            if not q:
+                continue
+            held = held_in_ledger(kept.get(s.name, {}), ledger.get(s.name, {}))
+            source, target = moves.get(s.name, ("", ""))
+            self.used[q] = self.used.get(q, 0) + sum(
+                sum(h.milli) for nid, h in held.items()
+                if nid != source or target == source or target not in held)
 
     def limit(self, s: SwarmService, r: GpuRequest | RequestError,
               mine: Mapping[str, Holding], wanted: int | None) -> QueueLimit | None:
@@ -146,13 +177,21 @@ class QueueBook:
         return QueueLimit(len(mine) + more, reason)
 
     def count(self, r: GpuRequest | RequestError, mine: Mapping[str, Holding],
-              sp: ServicePlan) -> None:
-        """Add what the cycle placed for the service beyond its kept holdings (counted
-        per replica, as placements are: a packed holding serves one per slot)."""
-        if isinstance(r, GpuRequest) and r.queue and sp.status != Status.INVALID:
-            new = max(0, len(sp.placements) - sum(h.replicas for h in mine.values()))
-            if new:
-                self.used[r.queue] = self.used.get(r.queue, 0) + new * replica_milli(r)
+              sp: ServicePlan, prefix: str) -> None:
+        """Count the service as the cycle leaves it: what it places (a packed holding per
+        slot, as placements are) and what it keeps unplaced, less what ``start`` counted
+        (``mine``); a holding the plan releases (its ledger entry removed:
+        a scale-down, a node it is moved off) no longer counts."""
+        if not isinstance(r, GpuRequest) or not r.queue or sp.status == Status.INVALID:
+            return
+        assign = assign_key(prefix, sp.name)
+        placed = {p.node_id for p in sp.placements}
+        after = sum(sum(p.milli) for p in sp.placements) + sum(
+            sum(h.milli) for nid, h in mine.items()
+            if nid not in placed and assign not in sp.node_remove.get(nid, ()))
+        before = sum(sum(h.milli) for h in mine.values())
+        if after != before:
+            self.used[r.queue] = self.used.get(r.queue, 0) + after - before
 
     def summary(self) -> list[dict[str, Any]]:
         """Each queue's use against its quota (``status``, the map's document)."""

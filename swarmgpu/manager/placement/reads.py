@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from swarmgpu.core.tenants import NAME_RE
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_defaults
 from swarmgpu.manager.placement.memo import LabelParse, PlannerMemo, RequestEntry
 from swarmgpu.manager.placement.preempt import serve_key
@@ -27,6 +28,8 @@ class ServiceRead:
     names: set[str] = field(default_factory=set)  # every service's name
     few: set[str] = field(default_factory=set)  # ids: no more replicas than ``most``
     queued: bool = False  # some request names a queue
+    # service name -> the queue an invalid request's holdings count against (``read``)
+    broken_queues: dict[str, str] = field(default_factory=dict)
     serve_keys: list[tuple[int, str]] = field(default_factory=list)  # of ``parsed``
     mixed: bool = False  # not every serve key is the same
 
@@ -70,16 +73,32 @@ class RequestReader:
         pairs = list(zip(order, map(known.__getitem__, map(_by_id, order)), strict=True))
         parsed: Parsed = [(s, g.request) for s, g in pairs if g.request is not None]
         keys = [g.serve_key for _, g in pairs if g.request is not None]
+        broken = self._broken_queues(parsed)
         return ServiceRead(
             parsed=parsed,
             cpu_only=[s for s, g in pairs if g.request is None and g.reservation[0] > 0],
             no_request=[s for s, g in pairs if g.request is None],
             names=set(map(_by_name, order)),
             few={s.id for s in order if (s.replicas or 0) <= most},
-            queued=bool(self.memo.queued_ids) and any(
-                isinstance(r, GpuRequest) and r.queue for _, r in parsed),
+            queued=bool(broken) or (bool(self.memo.queued_ids) and any(
+                isinstance(r, GpuRequest) and r.queue for _, r in parsed)),
+            broken_queues=broken,
             serve_keys=keys,
             mixed=bool(keys) and keys.count(keys[0]) != len(keys))
+
+    def _broken_queues(self, parsed: Parsed) -> dict[str, str]:
+        """The queue of each invalid request: what it holds is kept (never dropped for a
+        broken label), so it still counts -- against its label's queue when that names
+        one it may (with tenants: one its tenant owns, else the tenant's first)."""
+        out: dict[str, str] = {}
+        for s, r in parsed:
+            if isinstance(r, RequestError):
+                asked = s.labels.get(self.prefix + "queue", "")
+                asked = asked if NAME_RE.fullmatch(asked) else ""
+                q = self.tenants.queue_of(s, asked) if self.tenants is not None else asked
+                if q:
+                    out[s.name] = q
+        return out
 
     def _parse(self, s: SwarmService) -> RequestEntry:
         """A new spec version's request. A version that changed only what parsing does

@@ -20,7 +20,7 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.manager.engine.actuator import Writes
-from swarmgpu.manager.placement import MOVE_STATE, Holding, read_ledger
+from swarmgpu.manager.placement import MOVE_STATE, Holding, Moving, read_ledger
 from swarmgpu.manager.rebalance.budget import (
     FINISHED,
     HOUR_S,
@@ -195,20 +195,21 @@ def move_of(s: SwarmService, records: Mapping[str, MoveState], prefix: str
 
 
 def moving(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
-           prefix: str) -> frozenset[str]:
+           prefix: str) -> Moving:
     """Names of the services with a move in flight (``move_of``), from one read of the
-    swarm object's labels (``Snapshot.swarm_labels``). Only services that carry a move
-    label are looked at, and only their records are read."""
+    swarm object's labels (``Snapshot.swarm_labels``), with each move's (source, target)
+    nodes (``placement.queues.Moving``). Only services that carry a move label are
+    looked at, and only their records are read."""
     key = prefix + MOVE_STATE
-    out = []
+    out: dict[str, tuple[str, str]] = {}
     for s in services:
         if key not in s.labels:
             continue
         text = swarm_labels.get(record_key(prefix, s.id))
         st = MoveState.parse(text) if text is not None else None
         if st is not None and move_of(s, {s.id: st}, prefix) is not None:
-            out.append(s.name)
-    return frozenset(out)
+            out[s.name] = (st.source, st.target)
+    return Moving(out)
 
 
 def spec_edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[Mapping[str, Any]],

@@ -106,6 +106,13 @@ class Tenants:
                        queue=queue, tenant=t.name, limits=tuple(limits),
                        always_preemptible=not t.may_opt_out)
 
+    def queue_of(self, s: SwarmService, asked: str) -> str:
+        """The queue ``s`` counts against when its request is invalid (what it holds
+        still counts): ``asked`` (its label's) when its tenant owns it, else the tenant's
+        first queue."""
+        t = self.of_service(s)
+        return asked if asked in t.queues else t.default_queue
+
     def apply_to(self, s: SwarmService, r: GpuRequest | RequestError | None,
                  ) -> GpuRequest | RequestError | None:
         return self.apply(r, s.name, s.labels.get(STACK_LABEL))

@@ -1,0 +1,140 @@
+"""What a queue counts (``placement.queues``): each GPU a service holds, once, in the
+ledger's unit, in every state a holding can be in -- released this cycle, held by a
+service whose labels are broken now, held twice by a move in flight -- so that the max,
+the guarantee's reclaim and ``status``/``plan --json`` read the same number."""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+
+from swarmgpu.core.config import load_config
+from swarmgpu.core.tenants import STACK_LABEL
+from swarmgpu.manager.cycle.placement import new_planner
+from swarmgpu.manager.placement import MOVE_STATE, Holding, Planner, assign_key, gate_key
+from swarmgpu.manager.rebalance.record import MoveState, moving, record_key
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+P = "swarmgpu."
+FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
+D_UUIDS = tuple(g.uuid for g in DGX_F.gpus)
+R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)
+
+
+def _used(plan: Any, queue: str) -> float:
+    (q,) = [q for q in plan.queues if q["queue"] == queue]
+    return float(q["used_gpus"])
+
+
+def _held(name: str, per_node: dict[str, tuple[str, ...]]) -> list[SwarmNode]:
+    """n-dgx and n-4090, ``name`` holding ``per_node``'s GPUs in the ledger (gates open)."""
+    out = []
+    for nid, host in (("n-dgx", "gpu-node-1"), ("n-4090", "gpu-node-2")):
+        u = per_node.get(nid)
+        labels = {} if u is None else {
+            assign_key(P, name): Holding(name, nid, u, tuple(1000 for _ in u)).label_value(),
+            gate_key(P, name): "true"}
+        out.append(sw_node(nid, host, labels))
+    return out
+
+
+def _running(s: SwarmService, *nodes: str) -> list[SwarmTask]:
+    return [SwarmTask(f"t-{s.name}-{i}", s.id, nid, i + 1, "running", "running", ())
+            for i, nid in enumerate(nodes)]
+
+
+def test_holdings_a_scale_down_releases_are_not_counted_after_it() -> None:
+    """x (queue prod, 2 GPUs a replica) is scaled from 2 replicas to 1: the cycle releases
+    one holding, and prod holds 2 GPUs after it, not 4. Counted as 4, y (prod, 2 GPUs,
+    max 4) was refused for a cycle, ``status`` said 4 used, and a preemptor of another
+    queue could reclaim prod's 2 GPUs left above a guarantee of 2 (taking it to 0)."""
+    nodes = _held("x", {"n-dgx": D_UUIDS[:2], "n-4090": R_UUIDS[:2]})
+    x = sw_svc("x", {f"{P}gpus": "2", f"{P}queue": "prod"}, replicas=1)
+    y = sw_svc("y", {f"{P}gpus": "2", f"{P}queue": "prod"})
+    tasks = _running(x, "n-dgx", "n-4090")
+    plan = Planner(queues={"prod": (0, 4000)}).plan(nodes, [x, y], tasks, FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert len(by["x"].placements) == 1
+    assert by["y"].status == "placed", by["y"].reason
+    assert _used(plan, "prod") == 4
+    # alone, x is counted as what it keeps: the number preemption's reclaim reads
+    plan = Planner(queues={"prod": (2000, None)}).plan(nodes, [x], tasks, FACTS)
+    assert _used(plan, "prod") == 2
+
+
+def test_a_service_with_broken_labels_still_counts_what_it_holds() -> None:
+    """x holds 2 GPUs of queue research (max 2) and a later label is broken: it keeps
+    its GPUs (an invalid request never loses them), so they still count. Uncounted, y
+    took 2 more: research held 4 above its max of 2."""
+    nodes = _held("x", {"n-4090": R_UUIDS[:2]})
+    x = sw_svc("x", {f"{P}gpus": "2", f"{P}queue": "research", f"{P}topology": "bogus"})
+    y = sw_svc("y", {f"{P}gpus": "2", f"{P}queue": "research"})
+    plan = Planner(queues={"research": (0, 2000)}).plan(nodes, [x, y], _running(x, "n-4090"),
+                                                        FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["x"].status == "invalid"
+    assert by["y"].status == "pending" and not by["y"].placements
+    assert by["y"].reason == "queue research at its quota: max 2 GPUs, 2 used, this " \
+                             "service needs 2"
+    assert _used(plan, "research") == 2
+
+
+TEAMS = """\
+    tenants:
+      team-a: {stacks: ["team-a*"], guaranteed: 0}
+      team-b: {stacks: ["team-b*"], guaranteed: 0, max: 2}
+    """
+
+
+def test_a_tenants_service_naming_a_foreign_queue_still_counts_in_its_own(
+        tmp_path: Path) -> None:
+    """With tenants, a label naming another tenant's queue makes the request invalid;
+    what the service holds still counts against its tenant's queue (team-b's first),
+    else relabelling one service freed team-b's whole max for the next."""
+    f = tmp_path / "config.yml"
+    f.write_text(textwrap.dedent(TEAMS))
+    cfg = load_config(f, env={})
+    nodes = _held("team-b_x", {"n-4090": R_UUIDS[:2]})
+    x = sw_svc("team-b_x", {STACK_LABEL: "team-b", f"{P}gpus": "2", f"{P}queue": "team-a"})
+    y = sw_svc("team-b_y", {STACK_LABEL: "team-b", f"{P}gpus": "2"})
+    plan = new_planner(cfg).plan(nodes, [x, y], _running(x, "n-4090"), FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["team-b_x"].status == "invalid"
+    assert by["team-b_y"].status == "pending" and "at its quota" in (by["team-b_y"].reason
+                                                                    or "")
+    assert _used(plan, "team-b") == 2 and _used(plan, "team-a") == 0
+    # A label naming one of its own queues is kept while another label is broken.
+    z = replace(x, labels={**x.labels, f"{P}queue": "team-b", f"{P}gpus": "two"})
+    plan = new_planner(cfg).plan(nodes, [z], _running(z, "n-4090"), FACTS)
+    assert _used(plan, "team-b") == 2
+
+
+def test_a_move_in_flight_counts_its_replica_once() -> None:
+    """x (queue prod, 1 replica of 2 GPUs) is moved make-before-break by the daemon: the
+    ledger holds its source and its target until the target's task runs. Its queue counts
+    the replica once: y (prod, max 4) is placed beside it, and prod is not above its
+    guarantee of 2 for a reclaim to take from while the move runs."""
+    st = MoveState(id="m0000000001", service="x", source="n-dgx", source_host="gpu-node-1",
+                   source_uuids=D_UUIDS[:2], source_milli=(1000, 1000), target="n-4090",
+                   target_host="gpu-node-2", target_uuids=R_UUIDS[:2],
+                   target_milli=(1000, 1000), surge=True, replicas=1, max_replicas=0,
+                   started_at=1000.0, trigger="hotspot", reason="r", service_id="id-x")
+    nodes = _held("x", {"n-dgx": D_UUIDS[:2], "n-4090": R_UUIDS[:2]})
+    x = sw_svc("x", {f"{P}gpus": "2", f"{P}queue": "prod", P + MOVE_STATE: st.to_json()},
+               replicas=2)  # the surge: one more while the move runs
+    y = sw_svc("y", {f"{P}gpus": "2", f"{P}queue": "prod"})
+    tasks = _running(x, "n-dgx", "n-4090")
+    records = {record_key(P, x.id): st.to_json()}
+    plan = Planner(queues={"prod": (2000, 4000)}).plan(nodes, [x, y], tasks, FACTS,
+                                                       moving=moving([x, y], records, P))
+    by = {sp.name: sp for sp in plan.services}
+    assert len(by["x"].placements) == 2 and by["x"].state == "Rebalancing"
+    assert by["y"].status == "placed", by["y"].reason
+    assert _used(plan, "prod") == 4
+    plan = Planner(queues={"prod": (2000, None)}).plan(nodes, [x], tasks, FACTS,
+                                                       moving=moving([x], records, P))
+    assert _used(plan, "prod") == 2
