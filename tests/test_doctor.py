@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -418,3 +419,101 @@ def test_nvml_library_not_found_says_install_the_driver(tmp_path: Path) -> None:
     b.machine.init_error = fake.NVML_ERROR_LIBRARY_NOT_FOUND
     facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
     assert "libnvidia-ml.so.1" in facts.errors[0] and "install the driver" in facts.errors[0]
+
+
+# --- odd files: a finding each, never a traceback, a hang or an unbounded read ---------
+
+
+def _healthy_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "healthy", root)
+    return root
+
+
+def _by_id(root: Path) -> tuple[dict[str, Check], int]:
+    text, code = run_doctor(str(root), as_json=True)
+    return {c["id"]: Check(c["id"], Status(c["status"]), c["found"], c["why"], c["fix"])
+            for c in json.loads(text)["checks"]}, code
+
+
+def test_daemon_json_symlink_loop_is_a_finding(tmp_path: Path) -> None:
+    root = _healthy_copy(tmp_path)
+    daemon = root / "etc/docker/daemon.json"
+    daemon.unlink()
+    daemon.symlink_to("daemon.json")
+    checks, code = _by_id(root)
+    c = checks["docker.daemon-json"]
+    assert code == 1 and c.status is Status.FAIL, c
+    assert "symlink loop" in c.found and "ls -lL" in c.fix, c
+    assert checks["toolkit.swarm-resource"].status is Status.OK  # the others still ran
+
+
+def test_config_files_that_are_not_regular_files_are_findings(tmp_path: Path) -> None:
+    root = _healthy_copy(tmp_path)
+    (root / "etc/docker/daemon.json").unlink()
+    (root / "etc/docker/daemon.json").mkdir()
+    conf = root / "etc/nvidia-container-runtime/config.toml"
+    conf.unlink()
+    conf.symlink_to("/dev/zero")  # an endless read, once
+    checks, code = _by_id(root)
+    assert code == 1
+    assert "not a regular file" in checks["docker.daemon-json"].found
+    assert "not a regular file" in checks["toolkit.swarm-resource"].found
+    assert checks["toolkit.swarm-resource"].fix.startswith("Replace")
+
+
+@pytest.mark.timeout(10)
+def test_daemon_json_fifo_does_not_hang(tmp_path: Path) -> None:
+    root = _healthy_copy(tmp_path)
+    (root / "etc/docker/daemon.json").unlink()
+    os.mkfifo(root / "etc/docker/daemon.json")
+    checks, _ = _by_id(root)
+    assert "not a regular file" in checks["docker.daemon-json"].found
+
+
+def test_huge_config_file_is_a_finding_not_read_whole(tmp_path: Path) -> None:
+    root = _healthy_copy(tmp_path)
+    (root / "etc/docker/daemon.json").write_text("{}" + " " * (2 << 20))
+    checks, _ = _by_id(root)
+    c = checks["docker.daemon-json"]
+    assert c.status is Status.FAIL and "larger than 1 MiB" in c.found, c
+
+
+def test_unreadable_daemon_json_names_run_as_root(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _healthy_copy(tmp_path)
+    real_open = os.open
+
+    def denied(path: object, *args: object, **kw: object) -> int:
+        if str(path).endswith("daemon.json"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", denied)
+    checks, code = _by_id(root)
+    c = checks["docker.daemon-json"]
+    assert code == 1 and c.status is Status.FAIL, c
+    assert "permission denied" in c.found and "sudo swarmgpu doctor" in c.fix, c
+
+
+def test_unreadable_sysfs_and_dev_char_are_skipped_not_raised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = _healthy_copy(tmp_path)
+    (root / "sys/bus/pci/devices").mkdir(parents=True)
+    real_iterdir = Path.iterdir
+
+    def iterdir(self: Path) -> object:
+        if self.name == "devices":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    _, code = run_doctor(str(root))
+    assert code == 0
+
+
+def test_fixture_docker_info_not_an_object_exits_2(tmp_path: Path) -> None:
+    root = _healthy_copy(tmp_path)
+    (root / ".swarmgpu-fixture/docker-info.json").write_text("[1, 2]")
+    text, code = run_doctor(str(root))
+    assert code == 2 and "docker-info.json" in text and "object" in text, text

@@ -39,8 +39,9 @@ def check_daemon_json(view: NodeView) -> Check:
                      f"Create it ({NODE_CONFIG_HINT}), then `systemctl restart docker`.")
     if p.error is not None:
         return Check("docker.daemon-json", Status.FAIL, f"{p.path}: {p.error}", why,
-                     "Fix the syntax (`python3 -m json.tool` shows where); dockerd refuses "
-                     "to start with an invalid daemon.json.")
+                     p.fix or "Fix the syntax (`python3 -m json.tool` shows where; JSON "
+                     "takes no comments or trailing commas); dockerd refuses to start with "
+                     "an invalid daemon.json.")
     return Check("docker.daemon-json", Status.OK, f"{p.path} parses")
 
 
@@ -169,7 +170,8 @@ def check_swarm_resource(view: NodeView) -> Check:
     if p.error is not None or p.data is None:
         return Check(cid, Status.FAIL, f"{p.path}: {p.error}",
                      "The toolkit cannot read its configuration.",
-                     "Fix the syntax; `nvidia-ctk config default` prints a valid file.")
+                     p.fix or "Fix the syntax; `nvidia-ctk config default` prints a valid "
+                     "file.")
     kinds = gpu_kinds(view) or [SWARMGPU_KIND]
     needed = [env_name(k) for k in kinds]
     why_all = ("Swarm passes the GPUs it reserved in DOCKER_RESOURCE_<KIND>; the toolkit only "

@@ -3,6 +3,7 @@ from it."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -38,18 +39,94 @@ def _under(root: str, rel: str) -> Path:
     return Path(root) / rel
 
 
-def _read_text(path: Path) -> str | None:
+# A daemon.json, config.toml or /proc file is a few KiB; dpkg's status file a few MiB.
+MAX_FILE_BYTES = 1 << 20
+MAX_DPKG_BYTES = 64 << 20
+
+
+class Unreadable(Exception):
+    """A node file that is there but cannot be read as a small regular file."""
+
+    def __init__(self, why: str, fix: str) -> None:
+        super().__init__(why)
+        self.why = why
+        self.fix = fix
+
+
+def _read_head(path: Path, limit: int) -> bytes | None:
+    """Up to ``limit`` + 1 bytes of the file, None when absent. Opened non-blocking and
+    checked to be a regular file first: a FIFO would block the open, /dev/zero never end;
+    a misconfigured node (or an untrusted image under --root) may put either where a
+    config file belongs."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise DoctorError(f"{path}: cannot read ({exc.strerror}); run as root?") from exc
+        raise _unreadable(path, exc) from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Unreadable("is not a regular file (a directory, FIFO or device)",
+                             f"Replace {path} with the file itself (`ls -lL {path}` shows "
+                             "what is there).")
+        return _read_all(fd, limit + 1)
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int, n: int) -> bytes:
+    chunks: list[bytes] = []
+    got = 0
+    while got < n and (chunk := os.read(fd, min(1 << 20, n - got))):
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str | None:
+    """The file's text, None when absent; Unreadable names why and the fix."""
+    data = _read_head(path, limit)
+    if data is None:
+        return None
+    if len(data) > limit:
+        raise Unreadable(f"is larger than {limit >> 20} MiB",
+                         f"Replace {path} with the real file (`ls -lL {path}`).")
+    return data.decode("utf-8", errors="replace")
+
+
+def _unreadable(path: Path, exc: OSError) -> Unreadable:
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return Unreadable("cannot be read: permission denied",
+                          "Run the doctor as root (`sudo swarmgpu doctor`): dockerd and "
+                          "the toolkit read it as root.")
+    if exc.errno == errno.ELOOP:
+        return Unreadable("is a symlink loop",
+                          f"Point {path} at the real file (`ls -lL {path}` shows the loop).")
+    return Unreadable(f"cannot be read ({exc.strerror})",
+                      f"Make {path} a readable regular file (`ls -lL {path}`).")
+
+
+def _read_or_none(path: Path, limit: int = MAX_FILE_BYTES) -> str | None:
+    """A file a check can do without: one that cannot be read counts as absent."""
+    try:
+        return _read_text(path, limit)
+    except Unreadable:
+        return None
+
+
+def _read_fixture(path: Path) -> str | None:
+    try:
+        return _read_text(path)
+    except Unreadable as exc:
+        raise DoctorError(f"{path} {exc.why}") from exc
 
 
 def _parse_daemon_json(root: str) -> Parsed:
     path = _under(root, DAEMON_JSON)
-    text = _read_text(path)
+    try:
+        text = _read_text(path)
+    except Unreadable as exc:
+        return Parsed(str(path), error=exc.why, fix=exc.fix)
     if text is None:
         return Parsed(str(path))
     try:
@@ -64,7 +141,10 @@ def _parse_daemon_json(root: str) -> Parsed:
 
 def _parse_toolkit_toml(root: str) -> Parsed:
     path = _under(root, TOOLKIT_TOML)
-    text = _read_text(path)
+    try:
+        text = _read_text(path)
+    except Unreadable as exc:
+        return Parsed(str(path), error=exc.why, fix=exc.fix)
     if text is None:
         return Parsed(str(path))
     try:
@@ -123,7 +203,7 @@ def _parse_devnum(value: Any, where: str) -> tuple[int, int] | None:
 
 def _read_devices(root: str) -> tuple[dict[str, tuple[int, int] | None], frozenset[str] | None]:
     manifest = _under(root, DEVICE_MANIFEST)
-    text = _read_text(manifest)
+    text = _read_fixture(manifest)
     if text is not None:
         try:
             data = json.loads(text)
@@ -139,27 +219,30 @@ def _read_devices(root: str) -> tuple[dict[str, tuple[int, int] | None], frozens
     dev = _under(root, "dev")
     nodes = {}
     for path in sorted([*dev.glob("nvidia*"), *dev.glob("nvidia-caps/*")]):
-        if path.is_dir():
-            continue
         try:
             st = os.stat(path)
         except OSError:
             continue  # dangling or vanished: reported as missing if it is needed
+        if stat.S_ISDIR(st.st_mode):
+            continue
         rel = str(path.relative_to(dev))
         nodes[rel] = (os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(
             st.st_mode) else None
-    char_dir = dev / "char"
-    chars = frozenset(p.name for p in char_dir.iterdir()) if char_dir.is_dir() else None
+    try:
+        chars = frozenset(p.name for p in (dev / "char").iterdir())
+    except OSError:  # absent or unreadable: no /dev/char to check
+        chars = None
     return nodes, chars
 
 
 def _read_sysfs_numa(root: str) -> dict[str, int]:
     out: dict[str, int] = {}
-    base = _under(root, "sys/bus/pci/devices")
-    if not base.is_dir():
+    try:
+        entries = list(_under(root, "sys/bus/pci/devices").iterdir())
+    except OSError:  # no sysfs (a container, an image): the hint is optional
         return out
-    for d in base.iterdir():
-        text = _read_text(d / "numa_node")
+    for d in entries:
+        text = _read_or_none(d / "numa_node")
         if text is not None and text.strip().lstrip("-").isdigit():
             out[norm_bus_id(d.name)] = int(text.strip())
     return out
@@ -167,13 +250,16 @@ def _read_sysfs_numa(root: str) -> dict[str, int]:
 
 def _load_fixture_json(root: str, rel: str) -> Any:
     path = _under(root, rel)
-    text = _read_text(path)
+    text = _read_fixture(path)
     if text is None:
         return None
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DoctorError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise DoctorError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def read_view(root: str = "/", *, facts: NodeFacts | None = None,
@@ -191,9 +277,9 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
                 raise DoctorError(str(exc)) from exc
     if docker_info is None:
         docker_info = _load_fixture_json(root, FIXTURE_DOCKER_INFO)
-    status_text = _read_text(_under(root, DPKG_STATUS))
-    devices_text = _read_text(_under(root, "proc/devices"))
-    cgroups_text = _read_text(_under(root, "proc/cgroups"))
+    status_text = _read_or_none(_under(root, DPKG_STATUS), MAX_DPKG_BYTES)
+    devices_text = _read_or_none(_under(root, "proc/devices"))
+    cgroups_text = _read_or_none(_under(root, "proc/cgroups"))
     nodes, chars = _read_devices(root)
     return NodeView(
         root=root,
@@ -215,16 +301,15 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
 def _read_hami(root: str) -> HamiView:
     libs: dict[str, bool] = {}
     for rel in HAMI_LIBS:
-        path = _under(root, rel)
-        if path.is_file():
-            try:
-                with open(path, "rb") as fh:
-                    libs["/" + rel] = fh.read(4) == b"\x7fELF"
-            except OSError:
-                libs["/" + rel] = False
+        try:
+            head = _read_head(_under(root, rel), 3)
+        except Unreadable:
+            continue  # a directory, a FIFO, a loop: no library there
+        if head is not None:
+            libs["/" + rel] = head == b"\x7fELF"
     preloads: dict[str, tuple[str, ...]] = {}
     for rel in (HAMI_PRELOAD, HOST_PRELOAD):
-        text = _read_text(_under(root, rel))
+        text = _read_or_none(_under(root, rel))
         if text is not None:
             # ld.so.preload: whitespace- or colon-separated paths, '#' comments
             words = re.split(r"[\s:]+", re.sub(r"#.*", "", text))

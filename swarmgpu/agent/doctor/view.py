@@ -66,11 +66,13 @@ class Check:
 
 @dataclass(frozen=True)
 class Parsed:
-    """One config file: its data, or why it could not be read (both None: absent)."""
+    """One config file: its data, or why it could not be read (both None: absent); ``fix``
+    when the file could not be read at all (permissions, a symlink loop, not a file)."""
 
     path: str
     data: dict[str, Any] | None = None
     error: str | None = None
+    fix: str | None = None
 
     @property
     def missing(self) -> bool:
