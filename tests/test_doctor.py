@@ -517,3 +517,35 @@ def test_fixture_docker_info_not_an_object_exits_2(tmp_path: Path) -> None:
     (root / ".swarmgpu-fixture/docker-info.json").write_text("[1, 2]")
     text, code = run_doctor(str(root))
     assert code == 2 and "docker-info.json" in text and "object" in text, text
+
+
+@pytest.mark.parametrize("text", ["", " \n", "\ufeff"])
+def test_empty_daemon_json_is_read_as_dockerd_reads_it(tmp_path: Path, text: str) -> None:
+    # dockerd starts with an empty daemon.json (moby config.go: "early return on empty
+    # config"): the finding is what it then lacks, not a syntax error.
+    root = _healthy_copy(tmp_path)
+    (root / "etc/docker/daemon.json").write_text(text, encoding="utf-8")
+    checks, _ = _by_id(root)
+    assert checks["docker.daemon-json"].status is Status.OK, checks["docker.daemon-json"]
+    assert "empty" in checks["docker.daemon-json"].found
+    assert "default-runtime is not set" in checks["runtime.default"].found
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_daemon_json_with_a_bom_parses_as_dockerd_reads_it(tmp_path: Path,
+                                                            encoding: str) -> None:
+    # Notepad writes UTF-8 with a BOM, Windows PowerShell UTF-16 LE with one; dockerd
+    # decodes both (moby config.go, BOMOverride).
+    root = _healthy_copy(tmp_path)
+    daemon = root / "etc/docker/daemon.json"
+    daemon.write_bytes(daemon.read_text().encode(encoding))
+    checks, code = _by_id(root)
+    assert code == 0 and checks["docker.daemon-json"].status is Status.OK, checks
+
+
+def test_daemon_json_not_utf8_is_named(tmp_path: Path) -> None:
+    root = _healthy_copy(tmp_path)
+    (root / "etc/docker/daemon.json").write_bytes(b'{"log-driver": "\xff"}')
+    c = _by_id(root)[0]["docker.daemon-json"]
+    assert c.status is Status.FAIL and "not valid UTF-8 at byte 16" in c.found, c
+    assert "Save it as UTF-8" in c.fix

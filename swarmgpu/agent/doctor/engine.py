@@ -42,6 +42,10 @@ def check_daemon_json(view: NodeView) -> Check:
                      p.fix or "Fix the syntax (`python3 -m json.tool` shows where; JSON "
                      "takes no comments or trailing commas); dockerd refuses to start with "
                      "an invalid daemon.json.")
+    if p.empty:
+        return Check("docker.daemon-json", Status.OK,
+                     f"{p.path} is empty (dockerd reads it as no settings; the checks below "
+                     "say what it lacks)")
     return Check("docker.daemon-json", Status.OK, f"{p.path} parses")
 
 

@@ -3,6 +3,7 @@ from it."""
 
 from __future__ import annotations
 
+import codecs
 import errno
 import json
 import os
@@ -124,11 +125,26 @@ def _read_fixture(path: Path) -> str | None:
 def _parse_daemon_json(root: str) -> Parsed:
     path = _under(root, DAEMON_JSON)
     try:
-        text = _read_text(path)
+        raw = _read_head(path, MAX_FILE_BYTES)
+        if raw is not None and len(raw) > MAX_FILE_BYTES:
+            _read_text(path)  # raises, naming the size
     except Unreadable as exc:
         return Parsed(str(path), error=exc.why, fix=exc.fix)
-    if text is None:
+    if raw is None:
         return Parsed(str(path))
+    # As dockerd decodes it (moby daemon/config getConflictFreeConfiguration): a UTF-8 or
+    # UTF-16 byte order mark is honoured (Notepad, Windows PowerShell), else strict UTF-8,
+    # and an empty or blank file is an empty configuration.
+    codec = ("utf-16" if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+             else "utf-8-sig")
+    try:
+        text = raw.decode(codec)
+    except UnicodeDecodeError as exc:
+        return Parsed(str(path), error=f"not valid {exc.encoding.upper().removesuffix('-SIG')} "
+                                       f"at byte {exc.start}",
+                      fix="Save it as UTF-8 (dockerd refuses to start with it as it is).")
+    if not text.strip():
+        return Parsed(str(path), data={}, empty=True)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

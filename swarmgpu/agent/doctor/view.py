@@ -73,6 +73,7 @@ class Parsed:
     data: dict[str, Any] | None = None
     error: str | None = None
     fix: str | None = None
+    empty: bool = False  # blank: dockerd reads it as no settings at all
 
     @property
     def missing(self) -> bool:
