@@ -76,7 +76,7 @@ SKIPPED: dict[str, set[str]] = {
     "no-daemon-json": {"runtime.default", "resources.generic"},
     "bad-daemon-json": {"runtime.default", "resources.generic"},
     "toolkit-missing": {"toolkit.mode", "toolkit.grants"},
-    "no-driver": {"resources.generic", "gpu.order", "gpu.numa"},  # no NVML, no facts
+    "no-driver": {"resources.generic", "gpu.facts", "gpu.order", "gpu.numa"},  # no facts
 }
 
 
@@ -549,3 +549,38 @@ def test_daemon_json_not_utf8_is_named(tmp_path: Path) -> None:
     c = _by_id(root)[0]["docker.daemon-json"]
     assert c.status is Status.FAIL and "not valid UTF-8 at byte 16" in c.found, c
     assert "Save it as UTF-8" in c.fix
+
+
+# --- GPU facts: NVML that cannot list the GPUs, or loses one ---------------------------
+NO_LIB = ("nvml: cannot initialise NVML (NVMLError_LibraryNotFound): libnvidia-ml.so.1 is "
+          "not found; install the driver")
+
+
+def test_nvml_without_gpus_is_a_finding_not_a_node_without_gpus() -> None:
+    # NvmlSource.read() on a node whose driver does not load: no GPUs, an error why.
+    facts = NodeFacts(hostname="n", errors=(NO_LIB,))
+    checks = {c.id: c for c in run_checks(read_view(str(ROOTS / "healthy"), facts=facts))}
+    c = checks["gpu.facts"]
+    assert c.status is Status.FAIL and "install the driver" in c.found, c
+    # not "advertised but not on this node" with a fix to edit daemon.json
+    assert checks["resources.generic"].status is Status.SKIP, checks["resources.generic"]
+    assert checks["gpu.numa"].status is Status.SKIP
+
+
+def test_nvml_facts_that_could_not_be_read_are_a_finding() -> None:
+    text, code = run_doctor(str(ROOTS / "healthy"), facts_error="nvml: NVMLError_Unknown")
+    assert code == 1 and "gpu.facts: cannot read the GPU facts: nvml: NVMLError_Unknown" \
+        in text, text
+
+
+def test_a_lost_gpu_is_named_with_its_fix_not_as_a_stale_uuid() -> None:
+    ok = _facts().gpus[0]
+    lost = Gpu(index=1, uuid="GPU-unknown-index-1", product="unknown", memory_mib=1,
+               healthy=False, error="GPU is lost (NVMLError_GpuIsLost); UUID unknown")
+    facts = NodeFacts(hostname="n", gpus=(ok, lost),
+                      errors=("nvml: GPU 1: GPU is lost (NVMLError_GpuIsLost)",))
+    checks = {c.id: c for c in run_checks(read_view(str(ROOTS / "healthy"), facts=facts))}
+    c = checks["gpu.facts"]
+    assert c.status is Status.FAIL and "GPU1" in c.found and "Xid" in c.fix, c
+    generic = checks["resources.generic"]
+    assert generic.status is Status.SKIP and "GPU1" in generic.found, generic

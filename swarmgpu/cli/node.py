@@ -219,14 +219,16 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
     from swarmgpu.core.peertext import escaped
 
     facts = None
+    facts_error = None
     docker_info = None
     if source or root == "/":
         src = _open(source or "nvml", hostname, product, memory_mib, mig_layout)
         try:
             facts = src.read()
-        except Exception as exc:  # a doctor must report, not crash
-            click.echo(f"swarmgpu doctor: cannot read facts from "
-                       f"{escaped(source or 'nvml')}: {escaped(exc)}", err=True)
+        except Exception as exc:  # a doctor must report, not crash: gpu.facts names it
+            facts_error = f"{source or 'nvml'}: {exc}"
+            click.echo(f"swarmgpu doctor: cannot read facts from {escaped(facts_error)}",
+                       err=True)
     if root == "/":
         try:
             import docker
@@ -240,7 +242,8 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
 
         scheme = probe_agent_scheme()
     text, code = run_doctor(root, facts=facts, docker_info=docker_info, as_json=as_json,
-                            agent_probed=root == "/", agent_scheme=scheme, grants=grants)
+                            agent_probed=root == "/", agent_scheme=scheme, grants=grants,
+                            facts_error=facts_error)
     click.echo(text)
     sys.exit(code)
 

@@ -22,6 +22,7 @@ from swarmgpu.agent.doctor.devices import (
     check_dev_char_links,
     check_device_nodes,
     check_device_order,
+    check_gpu_facts,
     check_numa,
 )
 from swarmgpu.agent.doctor.engine import (
@@ -117,6 +118,7 @@ __all__ = [
     "check_device_nodes",
     "check_device_order",
     "check_generic_resources",
+    "check_gpu_facts",
     "check_grants",
     "check_numa",
     "check_sharing",

@@ -1,5 +1,5 @@
-"""Checks of the driver's device nodes: numbers, device cgroup, /dev/char links, order and
-NUMA placement."""
+"""Checks of the GPUs NVML reads, the driver's device nodes: numbers, device cgroup,
+/dev/char links, order and NUMA placement."""
 
 from __future__ import annotations
 
@@ -7,6 +7,38 @@ import re
 
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.view import Check, NodeView, Status, quote
+
+
+def check_gpu_facts(view: NodeView) -> Check:
+    """Could NVML (or the --source) read every GPU? The checks compare the node's files
+    with what it read; a GPU it cannot read is one no container can use."""
+    cid = "gpu.facts"
+    if view.facts_error is not None:
+        return Check(
+            cid, Status.FAIL, f"cannot read the GPU facts: {view.facts_error}",
+            "Without NVML's view of the GPUs the agent serves none (placement sends no GPU "
+            "service here) and the checks cannot compare daemon.json with the GPUs.",
+            "Make `nvidia-smi` work on this node first: the driver installed and loaded for "
+            "the running kernel (`dmesg | grep -i nvrm`); in a container run the doctor with "
+            "the nvidia runtime; or describe the GPUs with --source gfd:FILE or topo:FILE.")
+    facts = view.facts
+    if facts is None:
+        return Check(cid, Status.SKIP, "no GPU facts (run on the node with NVML, or pass "
+                                       "--source)")
+    lost = sorted((g for g in facts.gpus if not g.healthy), key=lambda g: g.index)
+    if lost:
+        return Check(
+            cid, Status.FAIL,
+            "; ".join(f"GPU{g.index}: {g.error or 'unhealthy'}" for g in lost[:4])
+            + (f"; and {len(lost) - 4} more" if len(lost) > 4 else ""),
+            "A GPU NVML cannot read (fallen off the bus, 'Unknown Error', a hung call) fails "
+            "every container given it; swarmgpu marks it unhealthy and places nothing on it.",
+            "`dmesg | grep -i xid` names the fault (Xid 79: fallen off the bus); "
+            "`nvidia-smi -r -i <index>` resets a GPU nothing uses, else drain the node "
+            "(`docker node update --availability drain <node>`) and reboot; a GPU that "
+            "keeps falling off needs its slot, power or itself replaced.", tuple(facts.errors))
+    return Check(cid, Status.OK, f"{len(facts.gpus)} GPU(s) read from {facts.source or 'facts'}",
+                 details=tuple(facts.errors))
 
 
 # Device nodes the driver owns: /dev name -> (/proc/devices names, expected minor).

@@ -142,8 +142,15 @@ def check_generic_resources(view: NodeView) -> Check:
     present = {g.uuid for g in facts.gpus} | {m.uuid for g in facts.gpus for m in g.mig_devices}
     advertised = {r.value for r in gpu}
     stale = sorted(advertised - present)
-    missing = [g for g in facts.gpus
-               if g.uuid not in advertised and not any(m.uuid in advertised for m in g.mig_devices)]
+    # A GPU NVML could not read has no UUID to compare: an advertised value not seen may
+    # be its, so neither "stale" nor "missing" can be said (gpu.facts names the GPU).
+    unread = [g for g in facts.gpus if not g.healthy and g.uuid not in advertised]
+    if unread and stale:
+        return Check(cid, Status.SKIP,
+                     f"{', '.join(f'GPU{g.index}' for g in unread)} could not be read (see "
+                     f"gpu.facts): whether {quote(stale)} is on this node is not known")
+    missing = [g for g in facts.gpus if g not in unread and g.uuid not in advertised
+               and not any(m.uuid in advertised for m in g.mig_devices)]
     found = []
     if stale:
         found.append(f"advertised but not on this node: {quote(stale)}")

@@ -279,8 +279,11 @@ def _load_fixture_json(root: str, rel: str) -> Any:
 
 
 def read_view(root: str = "/", *, facts: NodeFacts | None = None,
-              docker_info: Mapping[str, Any] | None = None) -> NodeView:
-    """Read the node under ``root`` once. Raises DoctorError when that is impossible."""
+              docker_info: Mapping[str, Any] | None = None,
+              facts_error: str | None = None) -> NodeView:
+    """Read the node under ``root`` once. Raises DoctorError when that is impossible.
+    Facts that list no GPUs because the source could not (NVML without a driver) are no
+    facts: compared with them, every advertised GPU would look stale."""
     if not Path(root).is_dir():
         raise DoctorError(f"root {root!r} is not a directory; pass --root DIR of a node's "
                           "filesystem (default /)")
@@ -291,6 +294,9 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
                 facts = NodeFacts.from_dict(raw, where=str(_under(root, FIXTURE_FACTS)))
             except FactsError as exc:
                 raise DoctorError(str(exc)) from exc
+    if facts is not None and facts.gpus_unread:
+        facts_error = facts_error or "; ".join(facts.errors)
+        facts = None
     if docker_info is None:
         docker_info = _load_fixture_json(root, FIXTURE_DOCKER_INFO)
     status_text = _read_or_none(_under(root, DPKG_STATUS), MAX_DPKG_BYTES)
@@ -309,6 +315,7 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
         cgroup_v1_devices=None if cgroups_text is None else _devices_enabled(cgroups_text),
         sysfs_numa=_read_sysfs_numa(root),
         facts=facts,
+        facts_error=facts_error,
         docker_info=docker_info,
         hami=_read_hami(root),
     )

@@ -12,6 +12,7 @@ from swarmgpu.agent.doctor.devices import (
     check_dev_char_links,
     check_device_nodes,
     check_device_order,
+    check_gpu_facts,
     check_numa,
 )
 from swarmgpu.agent.doctor.engine import (
@@ -36,6 +37,7 @@ CHECKS: tuple[Callable[[NodeView], Check], ...] = (
     check_swarm_resource,
     check_toolkit_mode,
     check_grants,
+    check_gpu_facts,
     check_device_nodes,
     check_cgroup,
     check_dev_char_links,
@@ -87,17 +89,18 @@ def render_json(view: NodeView, checks: Sequence[Check]) -> str:
 def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
                docker_info: Mapping[str, Any] | None = None,
                as_json: bool = False, agent_probed: bool = False,
-               agent_scheme: str | None = None, grants: str = "env") -> tuple[str, int]:
+               agent_scheme: str | None = None, grants: str = "env",
+               facts_error: str | None = None) -> tuple[str, int]:
     """Text (or JSON) to print and the exit code: 0 ok, 1 a check failed, 2 cannot run.
 
     ``facts`` (NVML's view) and ``docker_info`` (the running dockerd's ``docker info``)
     enable the checks that compare files with reality; without them those checks are
     skipped, unless the root is a fixture tree that carries them (see docs/doctor.md).
     ``grants``: the daemon's ``placement.grants`` (``toolkit.grants`` checks the toolkit
-    reads grants that way).
+    reads grants that way). ``facts_error``: why the facts source could not be read.
     """
     try:
-        view = read_view(root, facts=facts, docker_info=docker_info)
+        view = read_view(root, facts=facts, docker_info=docker_info, facts_error=facts_error)
     except DoctorError as exc:
         if as_json:
             return json.dumps({"root": root, "error": str(exc)}, indent=2), 2

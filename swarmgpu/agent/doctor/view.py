@@ -96,6 +96,8 @@ class NodeView:
     cgroup_v1_devices: bool | None  # devices controller enabled (v1); None: /proc/cgroups absent
     sysfs_numa: dict[str, int] = field(default_factory=dict)  # pci bus id -> numa_node
     facts: NodeFacts | None = None
+    # Why there are no facts though a source was asked (NVML cannot list the GPUs)
+    facts_error: str | None = None
     docker_info: Mapping[str, Any] | None = None
     hami: HamiView | None = None
     # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
