@@ -584,3 +584,36 @@ def test_a_lost_gpu_is_named_with_its_fix_not_as_a_stale_uuid() -> None:
     assert c.status is Status.FAIL and "GPU1" in c.found and "Xid" in c.fix, c
     generic = checks["resources.generic"]
     assert generic.status is Status.SKIP and "GPU1" in generic.found, generic
+
+
+# --- the engine: unreachable, or not in a swarm (asked on the live node only) ----------
+
+
+@pytest.mark.parametrize(("error", "fix"), [
+    ("Error while fetching server API version: ('Connection aborted.', "
+     "PermissionError(13, 'Permission denied'))", "docker group"),
+    ("Error while fetching server API version: ('Connection aborted.', "
+     "FileNotFoundError(2, 'No such file or directory'))", "systemctl start docker"),
+    ("UnixHTTPConnectionPool(host='localhost', port=None): Read timed out. (read timeout=5)",
+     "journalctl -u docker"),
+])
+def test_engine_unreachable_is_a_finding_naming_the_fix(error: str, fix: str) -> None:
+    text, code = run_doctor(str(ROOTS / "healthy"), as_json=True, engine_probed=True,
+                            docker_error=error)
+    (c,) = [c for c in json.loads(text)["checks"] if c["id"] == "docker.engine"]
+    assert code == 1 and c["status"] == "fail" and fix in c["fix"], c
+
+
+@pytest.mark.parametrize(("swarm", "status", "text"), [
+    ({"LocalNodeState": "inactive"}, "fail", "docker swarm join"),
+    ({"LocalNodeState": "locked"}, "fail", "docker swarm unlock"),
+    ({"LocalNodeState": "error", "Error": "rpc error"}, "fail", "rpc error"),
+    ({"LocalNodeState": "active", "NodeID": "n1", "ControlAvailable": False}, "ok", "worker"),
+    ({"LocalNodeState": "active", "NodeID": "n1", "ControlAvailable": True}, "ok", "manager"),
+])
+def test_engine_swarm_state(swarm: dict[str, object], status: str, text: str) -> None:
+    info = json.loads((ROOTS / "healthy/.swarmgpu-fixture/docker-info.json").read_text())
+    out, _ = run_doctor(str(ROOTS / "healthy"), as_json=True, engine_probed=True,
+                        docker_info={**info, "Swarm": swarm})
+    (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "docker.engine"]
+    assert c["status"] == status and text in c["found"] + c["fix"], c

@@ -229,13 +229,14 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
             facts_error = f"{source or 'nvml'}: {exc}"
             click.echo(f"swarmgpu doctor: cannot read facts from {escaped(facts_error)}",
                        err=True)
+    docker_error = None
     if root == "/":
         try:
             import docker
 
             docker_info = docker.from_env(timeout=5).info()
-        except Exception:  # dockerd down is itself a finding the checks report
-            docker_info = None
+        except Exception as exc:  # dockerd down is itself a finding: docker.engine
+            docker_error = str(exc) or type(exc).__name__
     scheme = None
     if root == "/":
         from swarmgpu.swarm.identity import probe_agent_scheme
@@ -243,7 +244,8 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
         scheme = probe_agent_scheme()
     text, code = run_doctor(root, facts=facts, docker_info=docker_info, as_json=as_json,
                             agent_probed=root == "/", agent_scheme=scheme, grants=grants,
-                            facts_error=facts_error)
+                            facts_error=facts_error, engine_probed=root == "/",
+                            docker_error=docker_error)
     click.echo(text)
     sys.exit(code)
 

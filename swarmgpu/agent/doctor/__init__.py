@@ -28,6 +28,7 @@ from swarmgpu.agent.doctor.devices import (
 from swarmgpu.agent.doctor.engine import (
     check_daemon_json,
     check_default_runtime,
+    check_engine,
     check_generic_resources,
     check_grants,
     check_swarm_resource,
@@ -117,6 +118,7 @@ __all__ = [
     "check_dev_char_links",
     "check_device_nodes",
     "check_device_order",
+    "check_engine",
     "check_generic_resources",
     "check_gpu_facts",
     "check_grants",

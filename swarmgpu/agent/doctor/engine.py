@@ -324,3 +324,46 @@ def check_grants(view: NodeView) -> Check:
     return Check(cid, Status.OK, "grants as env: NVIDIA_VISIBLE_DEVICES is read for every "
                                  "container (a stack's own value too: `swarmgpu audit` "
                                  "reports ungranted GPU access)")
+
+
+def check_engine(view: NodeView) -> Check:
+    """Does dockerd answer, and is it a Swarm member? Asked on the live node only."""
+    cid = "docker.engine"
+    why = ("The checks compare daemon.json with what the running dockerd uses, and a GPU "
+           "service reaches this node only through Swarm.")
+    err = view.docker_error
+    if err is not None:
+        if "Permission denied" in err:
+            fix = ("Run the doctor as root (`sudo swarmgpu doctor`), or as a member of the "
+                   "docker group.")
+        elif "timed out" in err or "Timeout" in err:
+            fix = ("dockerd accepted the connection but did not answer within 5 s: "
+                   "`systemctl status docker`, `journalctl -u docker` (a hung dockerd, "
+                   "often a stuck container or storage driver).")
+        else:
+            fix = ("Start dockerd (`systemctl start docker`; `journalctl -u docker` says why "
+                   "it stopped), or point DOCKER_HOST at its socket.")
+        return Check(cid, Status.FAIL, f"cannot ask dockerd: {err}", why, fix)
+    info = view.docker_info
+    swarm = info.get("Swarm") if info is not None else None
+    if not isinstance(swarm, dict):
+        return Check(cid, Status.SKIP, "no docker info with a Swarm state")
+    state = str(swarm.get("LocalNodeState") or "unknown")
+    role = "manager" if swarm.get("ControlAvailable") else "worker"
+    if state == "active":
+        return Check(cid, Status.OK, f"dockerd answers; Swarm {role}, node "
+                                     f"{swarm.get('NodeID') or '?'}")
+    detail = f": {swarm['Error']}" if swarm.get("Error") else ""
+    fixes = {
+        "inactive": "Join the swarm: `docker swarm join --token <token> <manager>:2377` "
+                    "(`docker swarm join-token worker` on a manager prints it).",
+        "locked": "`docker swarm unlock` with the swarm's unlock key (autolock is on: "
+                  "the engine restarted).",
+        "pending": "The engine cannot reach a manager yet: check port 2377 to the managers "
+                   "and their clocks; `docker swarm leave` and join again if it stays.",
+    }
+    return Check(cid, Status.FAIL, f"Swarm state {state}{detail}",
+                 "This engine is not an active Swarm member: no service task is placed here, "
+                 "GPU or not.",
+                 fixes.get(state, "`docker info` shows the Swarm error; `docker swarm leave "
+                                  "--force` and join again if it persists."))

@@ -18,6 +18,7 @@ from swarmgpu.agent.doctor.devices import (
 from swarmgpu.agent.doctor.engine import (
     check_daemon_json,
     check_default_runtime,
+    check_engine,
     check_generic_resources,
     check_grants,
     check_swarm_resource,
@@ -90,7 +91,8 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
                docker_info: Mapping[str, Any] | None = None,
                as_json: bool = False, agent_probed: bool = False,
                agent_scheme: str | None = None, grants: str = "env",
-               facts_error: str | None = None) -> tuple[str, int]:
+               facts_error: str | None = None, engine_probed: bool = False,
+               docker_error: str | None = None) -> tuple[str, int]:
     """Text (or JSON) to print and the exit code: 0 ok, 1 a check failed, 2 cannot run.
 
     ``facts`` (NVML's view) and ``docker_info`` (the running dockerd's ``docker info``)
@@ -98,6 +100,8 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
     skipped, unless the root is a fixture tree that carries them (see docs/doctor.md).
     ``grants``: the daemon's ``placement.grants`` (``toolkit.grants`` checks the toolkit
     reads grants that way). ``facts_error``: why the facts source could not be read.
+    ``engine_probed``: dockerd was asked (the live node), ``docker_error`` why it did not
+    answer; ``docker.engine`` then reports that and its Swarm state.
     """
     try:
         view = read_view(root, facts=facts, docker_info=docker_info, facts_error=facts_error)
@@ -105,8 +109,11 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
         if as_json:
             return json.dumps({"root": root, "error": str(exc)}, indent=2), 2
         return f"swarmgpu doctor: {escaped(exc)}", 2
-    view = dataclasses.replace(view, agent_scheme=agent_scheme, grants=grants)
+    view = dataclasses.replace(view, agent_scheme=agent_scheme, grants=grants,
+                               docker_error=docker_error)
     checks = run_checks(view)
+    if engine_probed:  # the live node only: a fixture tree has no engine to ask
+        checks.insert(0, check_engine(view))
     if agent_probed:  # the live node only: a fixture tree has no agent to ask
         checks.insert(0, check_agent_identity(view))
     text = render_json(view, checks) if as_json else render_text(view, checks)

@@ -99,6 +99,7 @@ class NodeView:
     # Why there are no facts though a source was asked (NVML cannot list the GPUs)
     facts_error: str | None = None
     docker_info: Mapping[str, Any] | None = None
+    docker_error: str | None = None  # why `docker info` could not be asked (live node)
     hami: HamiView | None = None
     # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
     agent_scheme: str | None = None
