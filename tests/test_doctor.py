@@ -617,3 +617,24 @@ def test_engine_swarm_state(swarm: dict[str, object], status: str, text: str) ->
                         docker_info={**info, "Swarm": swarm})
     (c,) = [c for c in json.loads(out)["checks"] if c["id"] == "docker.engine"]
     assert c["status"] == status and text in c["found"] + c["fix"], c
+
+
+@pytest.mark.parametrize(("path", "found"), [
+    ("/usr/local/nvidia/toolkit/nvidia-container-runtime", "does not exist"),
+    (5, "not a path"),
+])
+def test_nvidia_runtime_path_pointing_nowhere_is_a_finding(tmp_path: Path, path: object,
+                                                            found: str) -> None:
+    root = _healthy_copy(tmp_path)
+    daemon_path = root / "etc/docker/daemon.json"
+    daemon = json.loads(daemon_path.read_text())
+    daemon["runtimes"]["nvidia"]["path"] = path
+    daemon_path.write_text(json.dumps(daemon))
+    c = _by_id(root)[0]["runtime.default"]
+    assert c.status is Status.FAIL and found in c.found, c
+    # there once installed: ok
+    if isinstance(path, str):
+        (root / path.lstrip("/")).parent.mkdir(parents=True)
+        (root / path.lstrip("/")).write_text("#!/bin/sh\n")
+        c = _by_id(root)[0]["runtime.default"]
+        assert c.status is Status.OK, c

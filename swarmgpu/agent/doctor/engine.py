@@ -71,6 +71,16 @@ def check_default_runtime(view: NodeView) -> Check:
         problems.append(f"default-runtime is {json.dumps(default) if default else 'not set'}")
     if not path:
         problems.append("runtimes.nvidia (with a path) is not defined")
+    elif not isinstance(path, str):
+        problems.append(f"runtimes.nvidia.path {json.dumps(path)} is not a path")
+    elif view.runtime_found is False:
+        # dockerd starts with it; every container it starts then fails ("no such file")
+        return Check(cid, Status.FAIL, f"runtimes.nvidia.path {path} does not exist",
+                     "dockerd runs every task container through that binary: each one "
+                     "fails to start.",
+                     "Install nvidia-container-toolkit, or set the path to where it is "
+                     "(`command -v nvidia-container-runtime`), then `systemctl restart "
+                     "docker`.")
     if problems:
         return Check(cid, Status.FAIL, "; ".join(problems), why, fix)
     info = view.docker_info

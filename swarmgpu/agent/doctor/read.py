@@ -303,9 +303,11 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     devices_text = _read_or_none(_under(root, "proc/devices"))
     cgroups_text = _read_or_none(_under(root, "proc/cgroups"))
     nodes, chars = _read_devices(root)
+    daemon_json = _parse_daemon_json(root)
     return NodeView(
         root=root,
-        daemon_json=_parse_daemon_json(root),
+        daemon_json=daemon_json,
+        runtime_found=_runtime_found(root, daemon_json),
         toolkit_toml=_parse_toolkit_toml(root),
         toolkit_version=dpkg_version(status_text) if status_text is not None else None,
         proc_devices=parse_proc_devices(devices_text) if devices_text is not None else None,
@@ -319,6 +321,18 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
         docker_info=docker_info,
         hami=_read_hami(root),
     )
+
+
+def _runtime_found(root: str, daemon_json: Parsed) -> bool | None:
+    runtimes = (daemon_json.data or {}).get("runtimes")
+    nvidia = runtimes.get("nvidia") if isinstance(runtimes, dict) else None
+    path = nvidia.get("path") if isinstance(nvidia, dict) else None
+    if not isinstance(path, str) or not path.startswith("/"):
+        return None
+    try:
+        return _under(root, path.lstrip("/")).is_file()
+    except OSError:
+        return False
 
 
 def _read_hami(root: str) -> HamiView:

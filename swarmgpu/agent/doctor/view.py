@@ -100,6 +100,9 @@ class NodeView:
     facts_error: str | None = None
     docker_info: Mapping[str, Any] | None = None
     docker_error: str | None = None  # why `docker info` could not be asked (live node)
+    # daemon.json's runtimes.nvidia.path, when absolute: is it a file under the root?
+    # (None: not absolute, looked up on dockerd's PATH, which the doctor does not know)
+    runtime_found: bool | None = None
     hami: HamiView | None = None
     # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
     agent_scheme: str | None = None
