@@ -638,3 +638,14 @@ def test_nvidia_runtime_path_pointing_nowhere_is_a_finding(tmp_path: Path, path:
         (root / path.lstrip("/")).write_text("#!/bin/sh\n")
         c = _by_id(root)[0]["runtime.default"]
         assert c.status is Status.OK, c
+
+
+def test_malformed_generic_resources_are_named_boundedly(tmp_path: Path) -> None:
+    root = _healthy_copy(tmp_path)
+    daemon_path = root / "etc/docker/daemon.json"
+    daemon = json.loads(daemon_path.read_text())
+    daemon["node-generic-resources"] = ["x" * 100_000, {"kind": "gpu"}, *["bad"] * 5000]
+    daemon_path.write_text(json.dumps(daemon))
+    c = _by_id(root)[0]["resources.generic"]
+    assert c.status is Status.FAIL and "[1]: {'kind': 'gpu'} is not KIND=VALUE" in c.found, c
+    assert "and 4999 more" in c.found and len(c.found) < 1000, len(c.found)

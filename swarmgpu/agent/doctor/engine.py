@@ -108,8 +108,9 @@ def check_generic_resources(view: NodeView) -> Check:
         data.get("node-generic-resources"), "daemon.json node-generic-resources")
     why_fmt = ("Swarm hands each task named values of this node's generic resources and the "
                "toolkit exposes exactly those GPUs; the list is read only when dockerd starts.")
-    if errors:
-        return Check(cid, Status.FAIL, "; ".join(errors), why_fmt,
+    if errors:  # the first few: a list of thousands is one mistake repeated
+        more = f"; and {len(errors) - 3} more" if len(errors) > 3 else ""
+        return Check(cid, Status.FAIL, "; ".join(errors[:3]) + more, why_fmt,
                      f"Write one \"KIND=GPU-<uuid>\" per GPU ({NODE_CONFIG_HINT}).")
     live = from_docker_info(view.docker_info) if view.docker_info is not None else None
     source = "daemon.json"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarmgpu.agent.doctor.view import NodeView
+from swarmgpu.core.peertext import peer_text
 
 
 def norm_bus_id(bus_id: str) -> str:
@@ -45,7 +46,8 @@ def parse_generic_resources(entries: Any, where: str) -> tuple[list[GenericResou
     for n, e in enumerate(entries):
         kind, sep, value = str(e).partition("=")
         if not isinstance(e, str) or not sep or not kind.strip() or not value.strip():
-            errors.append(f"{where}[{n}]: {e!r} is not KIND=VALUE (e.g. NVIDIA-GPU=GPU-<uuid>)")
+            errors.append(f"{where}[{n}]: {peer_text(repr(e), 80)} is not KIND=VALUE "
+                          "(e.g. NVIDIA-GPU=GPU-<uuid>)")
             continue
         out.append(GenericResource(kind.strip(), value.strip()))
     return out, errors
