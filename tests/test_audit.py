@@ -130,7 +130,7 @@ def test_generic_resources_missing_or_different() -> None:
 
 
 def test_dangling_and_unusable_constraints_but_gates_are_fine() -> None:
-    svc = SwarmService(id="s", name="web", labels={}, constraints=(
+    svc = SwarmService(id="s", name="web", labels={"swarmgpu.gpus": "1"}, constraints=(
         "node.labels.nvidia.com/gpu.count==8", "node.labels.team==ml",
         "node.labels.swarmgpu.service.web==true"), env=(), mode="replicated", replicas=1,
         max_replicas_per_node=None, version=1)
@@ -177,3 +177,31 @@ def test_hostile_names_labels_and_constraints_show_escaped_in_the_table() -> Non
     assert not any(c in table for c in "\x1b\r\u202e"), table
     assert r"gpu\x1b[2K\rfake\nOK" in table and r"RTX\x1b[2K\rok\u202e" in table, table
     assert r"zone\x1b[2K\r\u202e" in table, table
+
+
+def _svc(name: str, constraints: tuple[str, ...], labels: dict[str, str] | None = None
+         ) -> SwarmService:
+    return SwarmService(id=f"s-{name}", name=name, labels=labels or {},
+                        constraints=constraints, env=(), mode="replicated", replicas=1,
+                        max_replicas_per_node=None, version=1)
+
+
+def test_a_gate_or_hold_on_a_service_that_asks_for_no_gpu_is_named() -> None:
+    """Swarmgpu opens a gate (or replaces a hold) only for a service that asks it for
+    GPUs: once its request labels are gone (``docker service update --label-rm``), the
+    gate labels are released and its tasks can never be placed again. Before: skipped
+    as "a placement gate", audit said nothing."""
+    gated = _svc("web", ("node.labels.swarmgpu.service.web==true",))
+    held = _svc("job", ("node.labels.swarmgpu.hold == true",))
+    asking = _svc("llm", ("node.labels.swarmgpu.service.llm==true",), {"swarmgpu.gpus": "1"})
+    found = audit(snap(node(desired_labels(FACTS)), services=[gated, held, asking]))
+    assert [(f.kind, f.subject) for f in found] == [("gate-without-request", "web"),
+                                                    ("gate-without-request", "job")]
+    assert all(not f.advisory for f in found) and exit_code(found) == 1
+    web = found[0]
+    assert web.key == "swarmgpu.service.web"
+    assert "can never be placed" in web.message
+    assert ("docker service update --constraint-rm "
+            "'node.labels.swarmgpu.service.web==true' web") in web.message
+    assert "swarmgpu.gpus" in web.message
+

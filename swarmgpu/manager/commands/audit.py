@@ -187,13 +187,18 @@ def _service_findings(svc: SwarmService, prefix: str, generic_resource_kind: str
     good, errors = parse_all(svc.constraints)
     for e in errors:
         out.append(Finding("unusable-constraint", svc.name, e))
+    asks = parse_request_labels(svc.labels, prefix=prefix) is not None
     for c in good:
         label_key = c.node_label
         if label_key is None or c.op != "==":
             continue
         if label_key.startswith(prefix + "service.") or label_key == prefix + "hold":
-            continue  # a placement gate (no node has it until swarmgpu opens it), or
-            # the hold of a stack deployed as written (swarmgpu replaces it)
+            # A placement gate (no node has it until swarmgpu opens it), or the hold of
+            # a stack deployed as written (swarmgpu replaces it): only for a service
+            # that asks swarmgpu for GPUs; without a request neither ever opens.
+            if not asks:
+                out.append(_gate_without_request(svc.name, c.text(), label_key, prefix))
+            continue
         if label_key not in all_label_keys:
             out.append(Finding(
                 "dangling-constraint", svc.name,
@@ -202,6 +207,19 @@ def _service_findings(svc: SwarmService, prefix: str, generic_resource_kind: str
                 key=label_key,
             ))
     return out
+
+
+def _gate_without_request(service: str, text: str, key: str, prefix: str) -> Finding:
+    """A gate or hold on a service with no request: placement releases its gates (the
+    request labels removed) and opens none, so its tasks wait forever."""
+    return Finding(
+        "gate-without-request", service,
+        f"constraint {text} waits for swarmgpu, but the service asks it for no GPU (no "
+        f"{prefix}gpus or other request label): no node will ever carry {key}, so its "
+        f"tasks can never be placed; remove it (docker service update --constraint-rm "
+        f"'{text}' {service}) or put the request labels back",
+        key=key,
+    )
 
 
 def _uuid_findings(snap: Snapshot, metrics: Mapping[str, Mapping[str, Any]] | None
