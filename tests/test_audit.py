@@ -205,3 +205,33 @@ def test_a_gate_or_hold_on_a_service_that_asks_for_no_gpu_is_named() -> None:
             "'node.labels.swarmgpu.service.web==true' web") in web.message
     assert "swarmgpu.gpus" in web.message
 
+
+def test_constraints_no_node_in_the_swarm_meets_are_named() -> None:
+    """A constraint is dangling when no node meets it, not only when no node has its
+    label: a value no node has, the hostname or id of a node that left the swarm, or
+    constraints each met by some node but never by one node together. Before: only a
+    node label key that no node had was named."""
+    labels = {**desired_labels(FACTS), "zone": "a"}
+    services = [
+        _svc("product", ("node.labels.swarmgpu.gpu.product==NVIDIA-A100-SXM4-80GB",)),
+        _svc("pinned", ("node.hostname==gpu-node-9",)),
+        _svc("by-id", ("node.id==n9",)),
+        _svc("both", ("node.labels.zone==a", "node.role==manager")),
+        # met, values compared case-insensitively as Swarm does: nothing to say
+        _svc("fine", ("node.hostname==GPU-NODE-2", "node.labels.zone==A",
+                      "node.labels.swarmgpu.gpu.count!=0", "node.labels.other!=x")),
+    ]
+    mgr = replace(node({}, {}), id="m1", hostname="mgr-1", role="manager")
+    s = replace(snap(node(labels), services=services), nodes=[node(labels), mgr])
+    found = audit(s)
+    got = [(f.kind, f.subject, f.key) for f in found]
+    assert got == [("dangling-constraint", "product", "swarmgpu.gpu.product"),
+                   ("dangling-constraint", "pinned", "node.hostname"),
+                   ("dangling-constraint", "by-id", "node.id"),
+                   ("unplaceable-constraints", "both", None)], got
+    assert all(not f.advisory for f in found)
+    product, pinned, _, both = found
+    assert "no node has it with that value" in product.message
+    assert "NVIDIA-GeForce-RTX-4090" in product.message  # what the nodes do have
+    assert "no node in the swarm" in pinned.message and "docker node ls" in pinned.message
+    assert "node.labels.zone==a" in both.message and "node.role==manager" in both.message
