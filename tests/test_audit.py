@@ -235,3 +235,32 @@ def test_constraints_no_node_in_the_swarm_meets_are_named() -> None:
     assert "NVIDIA-GeForce-RTX-4090" in product.message  # what the nodes do have
     assert "no node in the swarm" in pinned.message and "docker node ls" in pinned.message
     assert "node.labels.zone==a" in both.message and "node.role==manager" in both.message
+
+
+def test_a_down_node_and_the_entry_a_rejoined_node_left_name_their_fix() -> None:
+    """A GPU node Swarm reports down is said to be down, with what to do; a down entry
+    whose hostname a ready node now has is what a re-imaged node (or one that left and
+    joined again) leaves behind under its old ID: `docker node rm` it. Before: both
+    read "agent unreachable", and past the grace the leftover was node-failing with
+    "drain it", which moves nothing off an entry that no longer runs anything."""
+    labels = {**desired_labels(FACTS), "swarmgpu.assign.llm": UUIDS[0]}
+    old = replace(node(labels), id="old-id", state="down")
+    down = snap(old, facts_ok=False)
+    saved = {"old-id": {"failing_since": 1.0, "last_ok": 0.5}}
+    s = Snapshot([old], [], [], {"old-id": replace(down.facts["n1"], node_id="old-id")},
+                 taken_at=10_000.0)
+    (f, failing) = audit(s, saved_agents=saved, node_lost_grace_s=300.0)
+    assert f.kind == "unreachable" and "Swarm reports the node down" in f.message
+    assert "docker node rm old-id" in f.message
+    assert failing.kind == "node-failing"
+
+    new = replace(node(desired_labels(FACTS)), id="new-id")
+    res = snap(new).facts["n1"]
+    s = replace(s, nodes=[old, new], facts={**s.facts, "new-id": replace(res, node_id="new-id")})
+    found = audit(s, saved_agents=saved, node_lost_grace_s=300.0)
+    (f,) = found
+    assert f.kind == "replaced-node" and not f.advisory and f.subject == "gpu-node-2"
+    assert "new-id" in f.message and "docker node rm old-id" in f.message
+    assert "drain" not in f.message
+    table = render_table(found, s, "swarmgpu.")
+    assert "gpu-node-2       worker   ok " in table and "unreachable" in table

@@ -119,14 +119,20 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
     res = snap.facts.get(node.id)
     if res is None or res.facts is None:
         gpu_node = gpu_hint(node, prefix) is not None or saved.get("last_ok") is not None
+        if gpu_node and node.state == "down" and (twin := _rejoined(snap, node)):
+            out.append(_replaced(node, twin))
+            return out
         if gpu_node:
             state = (f"agent answers but cannot be read ({res.cause})"
                      if res is not None and res.listening else "agent unreachable")
+            down = ("; Swarm reports the node down: bring its engine back, or remove it "
+                    f"if it left for good (docker node rm {node.id})"
+                    if node.state == "down" else "")
             out.append(Finding(
                 "unreachable", h,
                 f"{state} since {_when(saved.get('failing_since'))}; last good "
                 f"facts {_when(saved.get('last_ok'))}; labels kept as they are "
-                f"({res.error if res else 'not fetched'})",
+                f"({res.error if res else 'not fetched'}){down}",
             ))
             last_ok = saved.get("last_ok")
             lost = (max(0.0, snap.taken_at - float(last_ok))
@@ -166,6 +172,26 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
                                   node.discrete_resources, res.facts, generic_resource_kind))
     out.extend(_health_findings(h, res.facts, node_lost_grace_s))
     return out
+
+
+def _rejoined(snap: Snapshot, node: SwarmNode) -> SwarmNode | None:
+    """The ready node that has this down node's hostname: the node itself, re-imaged
+    or joined again under a new ID (Swarm keeps the old entry, down, until removed)."""
+    return next((n for n in snap.nodes if n.hostname == node.hostname and n.id != node.id
+                 and n.state == "ready"), None)
+
+
+def _replaced(old: SwarmNode, new: SwarmNode) -> Finding:
+    """A down entry a re-joined node left: its labels (and holdings) are the old node's,
+    and draining it moves nothing; removing it releases them."""
+    return Finding(
+        "replaced-node", old.hostname,
+        f"node {old.id} is down and node {new.id}, ready, has its hostname: the entry the "
+        "node left when it re-joined the swarm (re-imaged, or left and joined again) under "
+        "a new ID; its labels and the GPUs placement holds on it are the old node's; "
+        f"remove it (docker node rm {old.id}), and what it held is placed again",
+        key=old.id,
+    )
 
 
 def _gpus_unread(host: str, facts: Any, ours: Mapping[str, str], prefix: str) -> Finding:
@@ -404,7 +430,7 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
         res = snap.facts.get(n.id)
         kinds = {f.kind for f in by_subject.get(n.hostname, [])}
         agent = "gpus-unread" if "gpus-unread" in kinds else "ok" if res and res.facts \
-            else "none" if not kinds & {"unreachable", "unreadable"} \
+            else "none" if not kinds & {"unreachable", "unreadable", "replaced-node"} \
             else "unreadable" if res and res.listening else "unreachable"
         label_state = "kept" if agent == "gpus-unread" else "drifted" if any(
             f.kind in ("missing", "wrong", "stale") for f in by_subject.get(n.hostname, [])
