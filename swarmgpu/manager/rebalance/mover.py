@@ -187,13 +187,14 @@ def rebalancing(st: MoveState) -> bool:
     return st.trigger != HEALTH
 
 
-def forged_check(records: Mapping[str, MoveState], prefix: str
-                 ) -> Callable[[Snapshot], list[Finding]]:
+def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
     """``audit``: every move label the daemon did not write (never acted on; the daemon
-    removes it once it writes), as a finding that needs action."""
+    removes it once it writes), as a finding that needs action. The records are the
+    snapshot's (read just before and after its services: ``take_snapshot``); a read
+    after them misses the record of a move that ended in between, its label forged."""
 
     def check(snap: Snapshot) -> list[Finding]:
-        v = verify(snap.services, records, prefix)
+        v = verify(snap.services, read_records(snap.swarm_labels, prefix), prefix)
         return [Finding("forged-move-label", s.name, peer_text(why) + "; the daemon ignores "
                         "it: remove it from the stack's deploy.labels", key=prefix + MOVE_STATE)
                 for s, why in v.forged]
