@@ -195,9 +195,21 @@ def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
 
     def check(snap: Snapshot) -> list[Finding]:
         v = verify(snap.services, read_records(snap.swarm_labels, prefix), prefix)
-        return [Finding("forged-move-label", s.name, peer_text(why) + "; the daemon ignores "
-                        "it: remove it from the stack's deploy.labels", key=prefix + MOVE_STATE)
-                for s, why in v.forged]
+        out = [Finding("forged-move-label", s.name, peer_text(why) + "; the daemon ignores "
+                       "it: remove it from the stack's deploy.labels", key=prefix + MOVE_STATE)
+               for s, why in v.forged]
+        # Records the daemon leaves alone, saying "remove it by hand" in its log only.
+        hand = ("; the daemon leaves it alone: check the service's gates, then remove it "
+                "by hand from the swarm object's labels (docs/rebalancing.md)")
+        out += [Finding("move-record-mismatch", st.service, peer_text(
+            f"move record for service id {sid} names {st.service}, which that id no "
+            f"longer is") + hand, key=record_key(prefix, sid)) for sid, st in v.mismatched]
+        head = prefix + RECORD
+        out += [Finding("move-record-unreadable", "swarm", peer_text(f"move record {k} "
+                        "cannot be read") + hand, key=peer_text(k))
+                for k, text in sorted(snap.swarm_labels.items())
+                if k.startswith(head) and MoveState.parse(text) is None]
+        return out
 
     return check
 
