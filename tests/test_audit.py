@@ -130,7 +130,7 @@ def test_generic_resources_missing_or_different() -> None:
 
 
 def test_dangling_and_unusable_constraints_but_gates_are_fine() -> None:
-    svc = SwarmService(id="s", name="web", labels={}, constraints=(
+    svc = SwarmService(id="s", name="web", labels={"swarmgpu.gpus": "1"}, constraints=(
         "node.labels.nvidia.com/gpu.count==8", "node.labels.team==ml",
         "node.labels.swarmgpu.service.web==true"), env=(), mode="replicated", replicas=1,
         max_replicas_per_node=None, version=1)
@@ -177,3 +177,90 @@ def test_hostile_names_labels_and_constraints_show_escaped_in_the_table() -> Non
     assert not any(c in table for c in "\x1b\r\u202e"), table
     assert r"gpu\x1b[2K\rfake\nOK" in table and r"RTX\x1b[2K\rok\u202e" in table, table
     assert r"zone\x1b[2K\r\u202e" in table, table
+
+
+def _svc(name: str, constraints: tuple[str, ...], labels: dict[str, str] | None = None
+         ) -> SwarmService:
+    return SwarmService(id=f"s-{name}", name=name, labels=labels or {},
+                        constraints=constraints, env=(), mode="replicated", replicas=1,
+                        max_replicas_per_node=None, version=1)
+
+
+def test_a_gate_or_hold_on_a_service_that_asks_for_no_gpu_is_named() -> None:
+    """Swarmgpu opens a gate (or replaces a hold) only for a service that asks it for
+    GPUs: once its request labels are gone (``docker service update --label-rm``), the
+    gate labels are released and its tasks can never be placed again. Before: skipped
+    as "a placement gate", audit said nothing."""
+    gated = _svc("web", ("node.labels.swarmgpu.service.web==true",))
+    held = _svc("job", ("node.labels.swarmgpu.hold == true",))
+    asking = _svc("llm", ("node.labels.swarmgpu.service.llm==true",), {"swarmgpu.gpus": "1"})
+    found = audit(snap(node(desired_labels(FACTS)), services=[gated, held, asking]))
+    assert [(f.kind, f.subject) for f in found] == [("gate-without-request", "web"),
+                                                    ("gate-without-request", "job")]
+    assert all(not f.advisory for f in found) and exit_code(found) == 1
+    web = found[0]
+    assert web.key == "swarmgpu.service.web"
+    assert "can never be placed" in web.message
+    assert ("docker service update --constraint-rm "
+            "'node.labels.swarmgpu.service.web==true' web") in web.message
+    assert "swarmgpu.gpus" in web.message
+
+
+def test_constraints_no_node_in_the_swarm_meets_are_named() -> None:
+    """A constraint is dangling when no node meets it, not only when no node has its
+    label: a value no node has, the hostname or id of a node that left the swarm, or
+    constraints each met by some node but never by one node together. Before: only a
+    node label key that no node had was named."""
+    labels = {**desired_labels(FACTS), "zone": "a"}
+    services = [
+        _svc("product", ("node.labels.swarmgpu.gpu.product==NVIDIA-A100-SXM4-80GB",)),
+        _svc("pinned", ("node.hostname==gpu-node-9",)),
+        _svc("by-id", ("node.id==n9",)),
+        _svc("both", ("node.labels.zone==a", "node.role==manager")),
+        # met, values compared case-insensitively as Swarm does: nothing to say
+        _svc("fine", ("node.hostname==GPU-NODE-2", "node.labels.zone==A",
+                      "node.labels.swarmgpu.gpu.count!=0", "node.labels.other!=x")),
+    ]
+    mgr = replace(node({}, {}), id="m1", hostname="mgr-1", role="manager")
+    s = replace(snap(node(labels), services=services), nodes=[node(labels), mgr])
+    found = audit(s)
+    got = [(f.kind, f.subject, f.key) for f in found]
+    assert got == [("dangling-constraint", "product", "swarmgpu.gpu.product"),
+                   ("dangling-constraint", "pinned", "node.hostname"),
+                   ("dangling-constraint", "by-id", "node.id"),
+                   ("unplaceable-constraints", "both", None)], got
+    assert all(not f.advisory for f in found)
+    product, pinned, _, both = found
+    assert "no node has it with that value" in product.message
+    assert "NVIDIA-GeForce-RTX-4090" in product.message  # what the nodes do have
+    assert "no node in the swarm" in pinned.message and "docker node ls" in pinned.message
+    assert "node.labels.zone==a" in both.message and "node.role==manager" in both.message
+
+
+def test_a_down_node_and_the_entry_a_rejoined_node_left_name_their_fix() -> None:
+    """A GPU node Swarm reports down is said to be down, with what to do; a down entry
+    whose hostname a ready node now has is what a re-imaged node (or one that left and
+    joined again) leaves behind under its old ID: `docker node rm` it. Before: both
+    read "agent unreachable", and past the grace the leftover was node-failing with
+    "drain it", which moves nothing off an entry that no longer runs anything."""
+    labels = {**desired_labels(FACTS), "swarmgpu.assign.llm": UUIDS[0]}
+    old = replace(node(labels), id="old-id", state="down")
+    down = snap(old, facts_ok=False)
+    saved = {"old-id": {"failing_since": 1.0, "last_ok": 0.5}}
+    s = Snapshot([old], [], [], {"old-id": replace(down.facts["n1"], node_id="old-id")},
+                 taken_at=10_000.0)
+    (f, failing) = audit(s, saved_agents=saved, node_lost_grace_s=300.0)
+    assert f.kind == "unreachable" and "Swarm reports the node down" in f.message
+    assert "docker node rm old-id" in f.message
+    assert failing.kind == "node-failing"
+
+    new = replace(node(desired_labels(FACTS)), id="new-id")
+    res = snap(new).facts["n1"]
+    s = replace(s, nodes=[old, new], facts={**s.facts, "new-id": replace(res, node_id="new-id")})
+    found = audit(s, saved_agents=saved, node_lost_grace_s=300.0)
+    (f,) = found
+    assert f.kind == "replaced-node" and not f.advisory and f.subject == "gpu-node-2"
+    assert "new-id" in f.message and "docker node rm old-id" in f.message
+    assert "drain" not in f.message
+    table = render_table(found, s, "swarmgpu.")
+    assert "gpu-node-2       worker   ok " in table and "unreachable" in table

@@ -387,8 +387,45 @@ def test_audit_names_a_forged_move_label_and_not_a_genuine_one() -> None:
     forger = replace(sw.service("id-attacker"),
                      labels={f"{P}{MOVE_STATE}": _forged_move().to_json()})
     services = [forger if s.id == forger.id else s for s in sw.services()]
-    check = forged_check(read_records(sw.swarm_labels(), P), P)
-    found = check(Snapshot(sw.nodes(), services, sw.tasks(), {}))
+    found = forged_check(P)(Snapshot(sw.nodes(), services, sw.tasks(), {},
+                                     swarm_labels=sw.swarm_labels()))
     assert [(f.kind, f.subject, f.advisory) for f in found] == [
         ("forged-move-label", "attacker", False)]
     assert "naming victim" in found[0].message and len(found[0].message) < 400
+
+
+def test_audit_judges_move_labels_by_the_snapshots_own_record_reads() -> None:
+    """The snapshot reads the move records just before and just after the services, so
+    a genuine move's label always has its record there (``take_snapshot``). Before: the
+    CLI read the records a third time, after: a move that ended in between had lost
+    its record, and its genuine label was named forged (needs action, exit 1)."""
+    from swarmgpu.manager.nodes.sync import Snapshot
+
+    sw, now = victim_cluster({}), [1000.0]
+    _start(sw, now)  # a genuine move of the victim, recorded by the daemon
+    seen = sw.swarm_labels()  # what the snapshot's reads saw
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=seen)
+    assert read_records(seen, P) and forged_check(P)(snap) == []
+
+
+def test_audit_names_the_move_records_the_daemon_leaves_for_a_human() -> None:
+    """A record whose service id now carries another name, and one that cannot be read,
+    are left alone by the daemon with "remove it by hand" in its log. Before: audit
+    said nothing of either (exit 0)."""
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.rebalance.mover import record_key
+
+    sw, now = victim_cluster({}), [1000.0]
+    _start(sw, now)
+    labels = dict(sw.swarm_labels())
+    (key,) = [k for k in labels if k.startswith(record_key(P, ""))]
+    renamed = [replace(s, name="renamed") if s.name == "victim" else s
+               for s in sw.services()]
+    labels[record_key(P, "id-gone-garbled")] = "{not json"
+    found = forged_check(P)(Snapshot(sw.nodes(), renamed, sw.tasks(), {},
+                                     swarm_labels=labels))
+    got = sorted((f.kind, f.key) for f in found if f.kind != "forged-move-label")
+    assert got == [("move-record-mismatch", key),
+                   ("move-record-unreadable", record_key(P, "id-gone-garbled"))], found
+    assert all(not f.advisory and "remove it by hand" in f.message for f in found
+               if f.kind.startswith("move-record"))

@@ -113,13 +113,9 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     from swarmgpu.manager.cycle.grants import audit_check as ungranted_check
 
     checks.append(ungranted_check(cfg, swarm))  # GPUs seen without a grant (needs action)
-    from swarmgpu.manager.rebalance.mover import forged_check, read_records
+    from swarmgpu.manager.rebalance.mover import forged_check
 
-    try:  # move labels the daemon did not write, judged against its records
-        checks.append(forged_check(read_records(swarm.swarm_labels(), cfg.sync.prefix),
-                                   cfg.sync.prefix))
-    except SwarmError as exc:
-        click.echo(f"swarmgpu audit: cannot read the move records: {escaped(exc)}", err=True)
+    checks.append(forged_check(cfg.sync.prefix))  # move labels the daemon did not write
     findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
                          extra_checks=checks,
                          generic_resource_kind=cfg.placement.generic_resource_kind,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot, gpu_hint
 from swarmgpu.manager.services.requests import parse_all as parse_request_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService
-from swarmgpu.swarm.constraints import parse_all
+from swarmgpu.swarm.constraints import Constraint, node_field, node_satisfies, parse_all
 from swarmgpu.swarm.labels import (
     GPUS_UNREAD_FIX,
     desired_labels,
@@ -93,9 +92,9 @@ def audit(
     for node in snap.nodes:
         out += _node_findings(snap, node, prefix, saved_agents.get(node.id, {}),
                               generic_resource_kind, node_lost_grace_s)
-    all_label_keys = {k for node in snap.nodes for k in node.labels}
+    fields = _NodeFields(snap.nodes)
     for svc in snap.services:
-        out += _service_findings(svc, prefix, generic_resource_kind, all_label_keys)
+        out += _service_findings(svc, prefix, generic_resource_kind, fields)
     out.extend(_uuid_findings(snap, metrics))
     for check in extra_checks:
         out.extend(check(snap))
@@ -120,14 +119,20 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
     res = snap.facts.get(node.id)
     if res is None or res.facts is None:
         gpu_node = gpu_hint(node, prefix) is not None or saved.get("last_ok") is not None
+        if gpu_node and node.state == "down" and (twin := _rejoined(snap, node)):
+            out.append(_replaced(node, twin))
+            return out
         if gpu_node:
             state = (f"agent answers but cannot be read ({res.cause})"
                      if res is not None and res.listening else "agent unreachable")
+            down = ("; Swarm reports the node down: bring its engine back, or remove it "
+                    f"if it left for good (docker node rm {node.id})"
+                    if node.state == "down" else "")
             out.append(Finding(
                 "unreachable", h,
                 f"{state} since {_when(saved.get('failing_since'))}; last good "
                 f"facts {_when(saved.get('last_ok'))}; labels kept as they are "
-                f"({res.error if res else 'not fetched'})",
+                f"({res.error if res else 'not fetched'}){down}",
             ))
             last_ok = saved.get("last_ok")
             lost = (max(0.0, snap.taken_at - float(last_ok))
@@ -169,6 +174,26 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
     return out
 
 
+def _rejoined(snap: Snapshot, node: SwarmNode) -> SwarmNode | None:
+    """The ready node that has this down node's hostname: the node itself, re-imaged
+    or joined again under a new ID (Swarm keeps the old entry, down, until removed)."""
+    return next((n for n in snap.nodes if n.hostname == node.hostname and n.id != node.id
+                 and n.state == "ready"), None)
+
+
+def _replaced(old: SwarmNode, new: SwarmNode) -> Finding:
+    """A down entry a re-joined node left: its labels (and holdings) are the old node's,
+    and draining it moves nothing; removing it releases them."""
+    return Finding(
+        "replaced-node", old.hostname,
+        f"node {old.id} is down and node {new.id}, ready, has its hostname: the entry the "
+        "node left when it re-joined the swarm (re-imaged, or left and joined again) under "
+        "a new ID; its labels and the GPUs placement holds on it are the old node's; "
+        f"remove it (docker node rm {old.id}), and what it held is placed again",
+        key=old.id,
+    )
+
+
 def _gpus_unread(host: str, facts: Any, ours: Mapping[str, str], prefix: str) -> Finding:
     """A node whose agent cannot list its GPUs, with the labels it keeps."""
     shown = [f"{k}={ours[k]}" for k in (f"{prefix}gpu.count", f"{prefix}gpu.product")
@@ -181,27 +206,103 @@ def _gpus_unread(host: str, facts: Any, ours: Mapping[str, str], prefix: str) ->
 
 
 def _service_findings(svc: SwarmService, prefix: str, generic_resource_kind: str,
-                      all_label_keys: AbstractSet[str]) -> list[Finding]:
+                      fields: _NodeFields) -> list[Finding]:
     """One service: its own GPU reservation, and constraints no node can meet."""
     out = list(_swarm_gpu_reservation(svc, prefix, generic_resource_kind))
     good, errors = parse_all(svc.constraints)
     for e in errors:
         out.append(Finding("unusable-constraint", svc.name, e))
+    asks = parse_request_labels(svc.labels, prefix=prefix) is not None
+    rest: list[Constraint] = []
     for c in good:
         label_key = c.node_label
-        if label_key is None or c.op != "==":
+        if label_key is not None and (label_key.startswith(prefix + "service.")
+                                      or label_key == prefix + "hold"):
+            # A placement gate (no node has it until swarmgpu opens it), or the hold of
+            # a stack deployed as written (swarmgpu replaces it): only for a service
+            # that asks swarmgpu for GPUs; without a request neither ever opens.
+            if not asks and c.op == "==":
+                out.append(_gate_without_request(svc.name, c.text(), label_key, prefix))
             continue
-        if label_key.startswith(prefix + "service.") or label_key == prefix + "hold":
-            continue  # a placement gate (no node has it until swarmgpu opens it), or
-            # the hold of a stack deployed as written (swarmgpu replaces it)
-        if label_key not in all_label_keys:
-            out.append(Finding(
-                "dangling-constraint", svc.name,
-                f"constraint {c.text()} names a label no node has; the service can never "
-                "be placed",
-                key=label_key,
-            ))
+        rest.append(c)
+    dangling = [c for c in rest if not fields.met(c)]
+    out += [_dangling(svc.name, c, fields) for c in dangling]
+    if rest and not dangling and not any(node_satisfies(rest, n) for n in fields.nodes):
+        out.append(Finding(
+            "unplaceable-constraints", svc.name,
+            f"no node meets its constraints {', '.join(c.text() for c in rest)} together "
+            "(each alone is met by some node); the service can never be placed: fix the "
+            "constraints or the nodes' labels"))
     return out
+
+
+class _NodeFields:
+    """Each constraint field's values over every node of the swarm (any state: a node
+    that is down may come back), read once per field; Swarm compares values
+    case-insensitively, a missing label as ""."""
+
+    def __init__(self, nodes: Sequence[SwarmNode]) -> None:
+        self.nodes = nodes
+        self._values: dict[str, dict[str, str] | None] = {}
+
+    def values(self, c: Constraint) -> dict[str, str] | None:
+        """lower-cased value -> as written, over the nodes; None when some node's value
+        is one swarmgpu does not model (``node_field``: taken as met)."""
+        if c.field not in self._values:
+            got: dict[str, str] = {}
+            for n in self.nodes:
+                v = node_field(c, n)
+                if v is None:
+                    self._values[c.field] = None
+                    return None
+                got.setdefault(v.lower(), v)
+            self._values[c.field] = got
+        return self._values[c.field]
+
+    def met(self, c: Constraint) -> bool:
+        """Some node meets ``c`` alone."""
+        got = self.values(c)
+        if got is None:
+            return True
+        v = c.value.lower()
+        return v in got if c.op == "==" else bool(got.keys() - {v})
+
+
+SHOWN_VALUES = 5  # of the values nodes have, in a dangling constraint's finding
+
+
+def _dangling(service: str, c: Constraint, fields: _NodeFields) -> Finding:
+    """A constraint no node of the swarm meets, with what the nodes have."""
+    have = sorted(v for v in (fields.values(c) or {}).values() if v)
+    shown = ", ".join(v[:64] for v in have[:SHOWN_VALUES]) + (
+        f" and {len(have) - SHOWN_VALUES} more" if len(have) > SHOWN_VALUES else "")
+    label = c.node_label
+    field = c.field.lower()
+    if label is not None and not have:
+        why = "names a label no node has"
+    elif c.op == "!=":
+        why = f"is met by no node: every node has {c.field}={c.value}"
+    elif field in ("node.hostname", "node.id"):
+        why = ("names no node in the swarm (a node that left it or was re-joined "
+               f"under a new ID? `docker node ls` lists them: {shown})")
+    else:
+        why = f"is met by no node: no node has it with that value (nodes have: {shown})"
+    return Finding("dangling-constraint", service,
+                   f"constraint {c.text()} {why}; the service can never be placed",
+                   key=label if label is not None else field)
+
+
+def _gate_without_request(service: str, text: str, key: str, prefix: str) -> Finding:
+    """A gate or hold on a service with no request: placement releases its gates (the
+    request labels removed) and opens none, so its tasks wait forever."""
+    return Finding(
+        "gate-without-request", service,
+        f"constraint {text} waits for swarmgpu, but the service asks it for no GPU (no "
+        f"{prefix}gpus or other request label): no node will ever carry {key}, so its "
+        f"tasks can never be placed; remove it (docker service update --constraint-rm "
+        f"'{text}' {service}) or put the request labels back",
+        key=key,
+    )
 
 
 def _uuid_findings(snap: Snapshot, metrics: Mapping[str, Mapping[str, Any]] | None
@@ -329,7 +430,7 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
         res = snap.facts.get(n.id)
         kinds = {f.kind for f in by_subject.get(n.hostname, [])}
         agent = "gpus-unread" if "gpus-unread" in kinds else "ok" if res and res.facts \
-            else "none" if not kinds & {"unreachable", "unreadable"} \
+            else "none" if not kinds & {"unreachable", "unreadable", "replaced-node"} \
             else "unreadable" if res and res.listening else "unreachable"
         label_state = "kept" if agent == "gpus-unread" else "drifted" if any(
             f.kind in ("missing", "wrong", "stale") for f in by_subject.get(n.hostname, [])

@@ -187,16 +187,29 @@ def rebalancing(st: MoveState) -> bool:
     return st.trigger != HEALTH
 
 
-def forged_check(records: Mapping[str, MoveState], prefix: str
-                 ) -> Callable[[Snapshot], list[Finding]]:
+def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
     """``audit``: every move label the daemon did not write (never acted on; the daemon
-    removes it once it writes), as a finding that needs action."""
+    removes it once it writes), as a finding that needs action. The records are the
+    snapshot's (read just before and after its services: ``take_snapshot``); a read
+    after them misses the record of a move that ended in between, its label forged."""
 
     def check(snap: Snapshot) -> list[Finding]:
-        v = verify(snap.services, records, prefix)
-        return [Finding("forged-move-label", s.name, peer_text(why) + "; the daemon ignores "
-                        "it: remove it from the stack's deploy.labels", key=prefix + MOVE_STATE)
-                for s, why in v.forged]
+        v = verify(snap.services, read_records(snap.swarm_labels, prefix), prefix)
+        out = [Finding("forged-move-label", s.name, peer_text(why) + "; the daemon ignores "
+                       "it: remove it from the stack's deploy.labels", key=prefix + MOVE_STATE)
+               for s, why in v.forged]
+        # Records the daemon leaves alone, saying "remove it by hand" in its log only.
+        hand = ("; the daemon leaves it alone: check the service's gates, then remove it "
+                "by hand from the swarm object's labels (docs/rebalancing.md)")
+        out += [Finding("move-record-mismatch", st.service, peer_text(
+            f"move record for service id {sid} names {st.service}, which that id no "
+            f"longer is") + hand, key=record_key(prefix, sid)) for sid, st in v.mismatched]
+        head = prefix + RECORD
+        out += [Finding("move-record-unreadable", "swarm", peer_text(f"move record {k} "
+                        "cannot be read") + hand, key=peer_text(k))
+                for k, text in sorted(snap.swarm_labels.items())
+                if k.startswith(head) and MoveState.parse(text) is None]
+        return out
 
     return check
 
