@@ -1,0 +1,22 @@
+"""MIG requests through the planner: which device a service holds, and when it changes."""
+
+from __future__ import annotations
+
+from support.placement import DGX, FACTS, svc
+
+from swarmgpu.manager.placement import plan_placement
+
+DGX_FACTS = {"n-dgx": FACTS["n-dgx"]}  # GPU 0 runs MIG: 3g.20gb, 2g.10gb, 1g.5gb x2
+
+
+def _profile_of(uuid: str) -> str:
+    return {m.uuid: m.profile for g in FACTS["n-dgx"].gpus for m in g.mig_devices}[uuid]
+
+
+def test_mig_request_keeps_its_gpu_product() -> None:
+    s = svc("slice", {"swarmgpu.mig": "1g.5gb", "swarmgpu.gpu-product": "*H100*"})
+    sp = plan_placement([DGX], [s], [], DGX_FACTS).services[0]
+    assert sp.status == "pending" and not sp.placements, "an A100's slice is no H100's"
+    ok = svc("slice", {"swarmgpu.mig": "1g.5gb", "swarmgpu.gpu-product": "*A100*"})
+    sp = plan_placement([DGX], [ok], [], DGX_FACTS).services[0]
+    assert sp.status == "placed" and _profile_of(sp.placements[0].uuids[0]) == "1g.5gb"
