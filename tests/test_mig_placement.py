@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from support.placement import DGX, FACTS, svc
+from dataclasses import replace
+
+from support.placement import DGX, FACTS, apply, svc
 
 from swarmgpu.manager.placement import plan_placement
 
@@ -20,3 +22,17 @@ def test_mig_request_keeps_its_gpu_product() -> None:
     ok = svc("slice", {"swarmgpu.mig": "1g.5gb", "swarmgpu.gpu-product": "*A100*"})
     sp = plan_placement([DGX], [ok], [], DGX_FACTS).services[0]
     assert sp.status == "placed" and _profile_of(sp.placements[0].uuids[0]) == "1g.5gb"
+
+
+def test_mig_holding_follows_a_changed_profile() -> None:
+    s = svc("slice", {"swarmgpu.mig": "1g.5gb"})
+    plan = plan_placement([DGX], [s], [], DGX_FACTS)
+    nodes = apply([DGX], plan)
+    s1 = replace(
+        s,
+        labels={**s.labels, **plan.services[0].service_labels_set, "swarmgpu.mig": "3g.20gb"},
+        force_update=1,
+    )
+    sp = plan_placement(nodes, [s1], [], DGX_FACTS).services[0]
+    (p,) = sp.placements
+    assert _profile_of(p.uuids[0]) == "3g.20gb", "kept the 1g.5gb device it no longer asks"
