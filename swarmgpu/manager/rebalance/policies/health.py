@@ -199,24 +199,33 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
                 continue
             left -= 1
             ctx.moved.add(svc)
-            f = ctx.inp.facts[choice.node]
-            uuids = ",".join(f.gpus[i].uuid for i in choice.gpus)
-            if choice.node == nid or mig:  # its own node: a repin, else placement's
-                why_here = why_not_movable(s, ctx.requests.get(svc), ctx.inp.tasks,
-                                           ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now,
-                                           0.0, same_node=True, moving=svc in ctx.inp.moving)
-                if why_here is not None:
-                    to = ctx.nodes[choice.node].hostname if choice.node in ctx.nodes else host
-                    out.releases.append(Release(svc, nid, host, f"{reason}; re-placed on "
-                                                f"{to} by placement ({why_here})"))
-                    continue
-                ctx.accept(ctx.make_move(svc, nid, choice, Trigger.HEALTH, None, reason=reason,
-                                         gain=f"runs on healthy GPU(s) {uuids} of its node"))
-                continue
-            ctx.accept(ctx.make_move(
-                svc, nid, choice, Trigger.HEALTH, None, reason=reason,
-                gain=f"runs on healthy GPU(s) {uuids} of {ctx.nodes[choice.node].hostname}"))
+            _propose(ctx, out, s, nid, choice, reason, mig)
     return out
+
+
+def _propose(ctx: Context, out: HealthResult, s: SwarmService, nid: str, choice: Choice,
+             reason: str, mig: bool) -> None:
+    """The move (or, where the mover may not make it, the release) of ``s``'s holding on
+    ``nid`` to ``choice``."""
+    svc, prefix = s.name, ctx.inp.prefix
+    host = ctx.nodes[nid].hostname if nid in ctx.nodes else nid
+    f = ctx.inp.facts[choice.node]
+    uuids = ",".join(f.gpus[i].uuid for i in choice.gpus)
+    if choice.node == nid or mig:  # its own node: a repin, else placement's
+        why_here = why_not_movable(s, ctx.requests.get(svc), ctx.inp.tasks,
+                                   ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now,
+                                   0.0, same_node=True, moving=svc in ctx.inp.moving)
+        if why_here is not None:
+            to = ctx.nodes[choice.node].hostname if choice.node in ctx.nodes else host
+            out.releases.append(Release(svc, nid, host, f"{reason}; re-placed on "
+                                        f"{to} by placement ({why_here})"))
+            return
+        ctx.accept(ctx.make_move(svc, nid, choice, Trigger.HEALTH, None, reason=reason,
+                                 gain=f"runs on healthy GPU(s) {uuids} of its node"))
+        return
+    ctx.accept(ctx.make_move(
+        svc, nid, choice, Trigger.HEALTH, None, reason=reason,
+        gain=f"runs on healthy GPU(s) {uuids} of {ctx.nodes[choice.node].hostname}"))
 
 
 class Health:
