@@ -93,6 +93,15 @@ def test_mig_profile_without_profile_table_is_derived(tmp_path: Path) -> None:
     ]
 
 
+def test_mig_devices_that_cannot_be_listed_are_said(tmp_path: Path) -> None:
+    """MIG mode on, its devices not listable: the GPU is neither whole nor sliced, and the
+    facts say why rather than look like a GPU split into nothing."""
+    facts, _ = _read("h100_mig", tmp_path, missing=frozenset({"nvmlDeviceGetMaxMigDeviceCount"}))
+    (gpu,) = facts.gpus
+    assert gpu.mig_enabled and gpu.mig_devices == ()
+    assert gpu.healthy and gpu.error and "MIG devices could not be listed" in gpu.error
+
+
 @pytest.mark.parametrize(
     "code", [fake.NVML_ERROR_LIBRARY_NOT_FOUND, fake.NVML_ERROR_DRIVER_NOT_LOADED]
 )

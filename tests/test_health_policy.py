@@ -29,7 +29,7 @@ from swarmgpu.manager.placement import MOVE_STATE, Planner
 from swarmgpu.manager.rebalance.budget import HOUR_S
 from swarmgpu.manager.rebalance.moves import HealthInputs, Trigger
 from swarmgpu.manager.rebalance.policies.health import HealthBudget
-from swarmgpu.swarm.client import SwarmNode, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 U1 = [g.uuid for g in F1.gpus]
 
@@ -363,3 +363,47 @@ def test_health_mover_acts_in_dry_run_and_the_movers_leave_each_others_moves() -
         sw.stop_tasks("id-victim", "n-dgx")
     assert [r.outcome for r in health.recent] == [Outcome.STARTED, Outcome.DONE]
     assert f"{P}{MOVE_STATE}" not in sw.service("id-victim").labels
+
+
+MIG0 = [m.uuid for m in F1.gpus[0].mig_devices]  # GPU 0 of gpu-node-1 runs MIG
+
+
+def _mig_holder() -> tuple[list[SwarmNode], list[SwarmService], list[SwarmTask]]:
+    """'m' holds a 1g.5gb slice of GPU 0 of gpu-node-1 and runs there."""
+    m = service("m", {f"{P}mig": "1g.5gb"})
+    n1 = SwarmNode("n1", "gpu-node-1", "10.0.0.1", "worker", "ready", "active",
+                   {f"{P}assign.m": f"{MIG0[2]}@1000", f"{P}service.m": "true"}, {}, 1, {}, {})
+    n2 = SwarmNode("n2", "gpu-node-2", "10.0.0.2", "worker", "ready", "active", {}, {}, 1, {},
+                   {})
+    return [n1, n2], [m], [SwarmTask("t-m", "id-m", "n1", 1, "running", "running", ())]
+
+
+def test_the_holder_of_a_slice_of_a_failed_gpu_is_released_to_placement() -> None:
+    """An XID names the parent GPU (NVML's event is the device's): its slices failed
+    with it, and the slice's holder goes as a holder the mover may not move does."""
+    nodes, svcs, tasks = _mig_holder()
+    f1 = mark(F1, failed=[0])
+    p = plan(nodes, svcs, tasks, F2, f1=f1)
+    assert not p.releases and any("no healthy GPU free" in n for n in p.notes), p.notes
+    # GPU 1 split alike: a healthy 1g.5gb is free, and placement may take it
+    g1 = replace(f1.gpus[1], mig_capable=True, mig_enabled=True, mig_devices=tuple(
+        replace(m, uuid=m.uuid.replace("MIG-5ca1ab1e", "MIG-0000beef")) for m in
+        F1.gpus[0].mig_devices))
+    p = plan(nodes, svcs, tasks, F2, f1=replace(f1, gpus=(f1.gpus[0], g1, *f1.gpus[2:])))
+    assert [(r.service, r.host) for r in p.releases] == [("m", "gpu-node-1")], p.notes
+    assert "Xid 79" in p.releases[0].reason and MIG0[2] in p.releases[0].reason
+    assert "MIG devices are not moved" in p.releases[0].reason and not p.moves
+    assert p.failed_holders == {("m", "n1")}
+
+
+def test_placement_keeps_a_failed_slice_for_the_policy_and_replaces_it_once_released() -> None:
+    nodes, svcs, tasks = _mig_holder()
+    facts = {"n1": mark(F1, failed=[0]), "n2": F2}
+    planner = Planner()
+    planner.keep_failed_holdings(lambda svc, nid: True)
+    sp = planner.plan(nodes, svcs, tasks, facts).services[0]
+    assert [pl.uuids for pl in sp.placements] == [(MIG0[2],)] and sp.status == "placed"
+    # released (or the policy off): its slice of a failed GPU is not kept
+    planner.keep_failed_holdings(None)
+    sp = planner.plan(nodes, svcs, tasks, facts).services[0]
+    assert all(MIG0[2] not in pl.uuids for pl in sp.placements), sp.placements

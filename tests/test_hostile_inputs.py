@@ -267,6 +267,17 @@ def test_too_many_gpus_or_mig_devices_refused() -> None:
         NodeFacts.from_dict(nv)
 
 
+def test_mig_devices_on_a_gpu_not_in_mig_mode_refused() -> None:
+    """A GPU not in MIG mode is handed out whole: slices listed on it as well would give
+    one service the GPU and others its slices (a MIG device exists only in MIG mode)."""
+    body = DGX_A100.facts().to_dict()
+    assert body["gpus"][0]["mig_devices"] and body["gpus"][0]["mig_enabled"]
+    body["gpus"][0]["mig_enabled"] = False
+    with pytest.raises(FactsError, match=r"gpus\[0\]\.mig_devices: .*mig_enabled") as e:
+        NodeFacts.from_dict(body)
+    _clean_and_short(str(e.value))
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
@@ -309,6 +320,7 @@ def test_real_gpu_and_mig_uuid_forms_are_read() -> None:
                       ("GPU-5ca1ab1e-0279-8fe3-6a24-1338ed3e7532",  # synthetic
                        "MIG-GPU-5ca1ab1e-0279-8fe3-6a24-1338ed3e7532/1/0")):  # pre-R470
         body["gpus"][0]["uuid"] = uuid
+        body["gpus"][0]["mig_enabled"] = True
         body["gpus"][0]["mig_devices"] = [{"profile": "1g.10gb", "uuid": mig,
                                            "memory_mib": 9984}]
         f = NodeFacts.from_dict(body)

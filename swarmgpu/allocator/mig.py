@@ -111,7 +111,8 @@ def _sort_key(profile: str) -> tuple[int, int, str]:
     return (int(m["g"]), int(m["mem"]), m["suffix"])
 
 
-def _canonical(profile: str) -> str:
+def canonical_profile(profile: str) -> str:
+    """A device's profile as a request names it (``normalize_profile``), or as it is."""
     try:
         return normalize_profile(profile)
     except MigProfileError:
@@ -166,7 +167,7 @@ def pick_mig_device(
         used_mib = sum(d.memory_mib for d in gpu.mig_devices if d.uuid in taken)
         free_mib = sum(d.memory_mib for d in gpu.mig_devices if d.uuid not in taken)
         for dev in gpu.mig_devices:
-            if _canonical(dev.profile) != want:
+            if canonical_profile(dev.profile) != want:
                 continue
             of_profile += 1
             if dev.uuid in taken:
@@ -179,7 +180,7 @@ def pick_mig_device(
         return best[1]
     if of_profile == 0:
         present = sorted(
-            {_canonical(d.profile) for g in with_mig for d in g.mig_devices}
+            {canonical_profile(d.profile) for g in with_mig for d in g.mig_devices}
         )
         return MigMiss(
             MigMissReason.PROFILE_ABSENT,

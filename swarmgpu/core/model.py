@@ -359,6 +359,12 @@ def _gpu_from(g: Any, where: str) -> Gpu:
                 ci_id=_int(m, "ci_id", mw, required=False),
             )
         )
+    mig_enabled = _bool(g, "mig_enabled", where, False)
+    if migs and not mig_enabled:
+        # A GPU not in MIG mode is handed out whole; its slices too would be two holders.
+        raise FactsError(f"{where}.mig_devices: {len(migs)} MIG device(s) on a GPU whose "
+                         "mig_enabled is false; MIG devices exist only in MIG mode: fix the "
+                         "agent's facts source (mig_enabled true, or no mig_devices)")
     return Gpu(
         index=_int(g, "index", where, required=True),
         uuid=uuid,
@@ -368,7 +374,7 @@ def _gpu_from(g: Any, where: str) -> Gpu:
         compute_major=_int(g, "compute_major", where, required=False),
         compute_minor=_int(g, "compute_minor", where, required=False),
         mig_capable=_bool(g, "mig_capable", where, False),
-        mig_enabled=_bool(g, "mig_enabled", where, False),
+        mig_enabled=mig_enabled,
         mig_devices=tuple(migs),
         numa_node=_int(g, "numa_node", where, required=False),
         cpu_affinity=_opt_str(g, "cpu_affinity", where),

@@ -388,8 +388,12 @@ def _nvlink_errors(nv: Nvml, h: Any) -> dict[int, int | None]:
 def _mig_devices(nv: Nvml, parent: Any, errors: list[str]) -> list[MigDevice]:
     out: list[MigDevice] = []
     most = nv.call("nvmlDeviceGetMaxMigDeviceCount", parent)
+    if most is None:  # in MIG mode the GPU is not handed out whole: none of it then
+        errors.append("MIG mode is on but its MIG devices could not be listed "
+                      "(nvmlDeviceGetMaxMigDeviceCount failed); none is handed out")
+        return out
     names = _gi_profile_names(nv, parent)
-    for k in range(int(most or 0)):
+    for k in range(int(most)):
         mh = nv.call("nvmlDeviceGetMigDeviceHandleByIndex", parent, k)
         if mh is None:
             continue  # an empty slot answers NVML_ERROR_NOT_FOUND

@@ -17,6 +17,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.specs import node_spec, schedulable, unread, user_labels
+from swarmgpu.manager.services.requests import matches_products
 from swarmgpu.swarm.client import SwarmNode, SwarmTask
 
 
@@ -58,8 +59,9 @@ class ClusterAllocator:
         # replay that reads no reasons turns it off, as the baselines' replay does.
         self.explain = True
         self._host_text: dict[str, str] = {}
-        # (node, MIG profile) with no free device: stays so until a release on the node
-        self._mig_none: set[tuple[str, str]] = set()
+        # (node, MIG profile, gpu-product globs) with no free device: stays so until a
+        # release on the node
+        self._mig_none: set[tuple[str, str, tuple[str, ...]]] = set()
         self._by_rank: list[NodeState] = []  # for MIG requests, rebuilt with the nodes
         self._names: tuple[tuple[str, str], ...] = ()
         self._gen = 0
@@ -343,6 +345,12 @@ class ClusterAllocator:
                 return False
             i, is_mig = index[u]
             if is_mig:
+                # A slice fails with its GPU (an XID names the GPU): as a whole GPU's
+                # holding, it is no longer held (a commit there fails on no room).
+                if not self.facts[node_id].gpus[i].healthy:
+                    self.problems.append(f"{svc}: holds MIG device {u} of failed GPU {i} on "
+                                         f"{self.nodes[node_id].hostname}; re-placed")
+                    return False
                 if u in self.assigned_mig.get(node_id, set()) or u in migs:
                     self.problems.append(f"{svc}: MIG device {u} is held twice")
                     return False
@@ -386,7 +394,9 @@ class ClusterAllocator:
         f = self.facts.get(spec.name)
         if f is None or d.mig_profile is None:
             return None
-        got = pick_mig_device(f.gpus, d.mig_profile, self.assigned_mig.get(spec.name, set()))
+        # gpu-product holds for a slice as for a whole GPU: of the parents it names only
+        gpus = [g for g in f.gpus if matches_products(g.product, d.products)]
+        got = pick_mig_device(gpus, d.mig_profile, self.assigned_mig.get(spec.name, set()))
         return got if isinstance(got, MigChoice) else None
 
     # --- decisions -------------------------------------------------------------------
@@ -415,13 +425,13 @@ class ClusterAllocator:
                 if (node.blocked or node.spec.name in exclude
                         or (where is not None and not where(node))
                         or (allowed is not None and not allowed(node))
-                        or (node.spec.name, d.mig_profile) in self._mig_none
+                        or (node.spec.name, d.mig_profile, d.products) in self._mig_none
                         or not a.fits(node, Demand(cpu_milli=d.cpu_milli,
                                                    memory_mib=d.memory_mib))):
                     continue
                 got = self._pick_mig(node.spec, tuple(node.free), d)
                 if got is None:
-                    self._mig_none.add((node.spec.name, d.mig_profile))
+                    self._mig_none.add((node.spec.name, d.mig_profile, d.products))
                 else:
                     return Choice(node=node.spec.name, gpus=(), milli=(), score=0.0,
                                   explanation=f"{d.describe()} on {node.spec.name}", mig=got,

@@ -72,8 +72,7 @@ class KeptHoldings:
         """Holdings on failed GPUs that ``keep_failed`` keeps: committed without those GPUs
         (no room to count there, nobody is given them), kept whole; returns the whole ones."""
         keep = self.keep_failed
-        bad = {nid: u for nid, f in facts.items()
-               if (u := {g.uuid for g in f.gpus if not g.healthy})}
+        bad = {nid: u for nid, f in facts.items() if (u := failed_uuids(f))}
         whole: dict[tuple[str, str], Holding] = {}
         if keep is None or not bad:
             return whole
@@ -173,6 +172,12 @@ class KeptHoldings:
                 wanted.setdefault(name, {})[h.node_id] = h
                 order.append((s.id, name, h))
                 owner.update({(h.node_id, u): name for u in h.uuids})
+
+
+def failed_uuids(facts: NodeFacts) -> set[str]:
+    """The failed GPUs of a node, and the MIG devices on them (a slice fails with its GPU)."""
+    return {u for g in facts.gpus if not g.healthy
+            for u in (g.uuid, *(m.uuid for m in g.mig_devices))}
 
 
 def _declared_lists(labels: Mapping[str, str], dk: str

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 
+from swarmgpu.allocator.mig import canonical_profile
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
@@ -58,8 +59,7 @@ def holding_fits(h: Holding, req: GpuRequest, facts: NodeFacts | None) -> str | 
     if facts is None or unread(facts):
         return None  # agent unreachable, or its GPUs unreadable: keep what is there
     if req.mig_profile:
-        migs = {m.uuid for g in facts.gpus for m in g.mig_devices}
-        return None if len(h.uuids) == 1 and h.uuids[0] in migs else "not a MIG device"
+        return _mig_fits(h, req, facts)
     gpus = _indexes(facts)[2]
     want = 1 if req.is_fraction else req.gpus
     if h.packed:
@@ -80,6 +80,23 @@ def holding_fits(h: Holding, req: GpuRequest, facts: NodeFacts | None) -> str | 
             return f"{u} is a {g.product}"
         if req.is_fraction and m != req.gpu_milli:
             return f"share {m} != requested {req.gpu_milli}"
+    return None
+
+
+def _mig_fits(h: Holding, req: GpuRequest, facts: NodeFacts) -> str | None:
+    """Why a MIG holding no longer satisfies the request: a device of the profile and
+    product asked now (a changed request re-places it, as a whole GPU's does)."""
+    if len(h.uuids) != 1:
+        return "not a MIG device"
+    got = next(((g, m) for g in facts.gpus for m in g.mig_devices if m.uuid == h.uuids[0]),
+               None)
+    if got is None:
+        return "not a MIG device"
+    g, m = got
+    if canonical_profile(m.profile) != req.mig_profile:
+        return f"{m.uuid} is a {m.profile} MIG device, request wants {req.mig_profile}"
+    if not req.matches_product(g.product):
+        return f"{m.uuid} is on a {g.product}"
     return None
 
 

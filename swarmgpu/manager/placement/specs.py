@@ -53,7 +53,8 @@ def demand_of(req: GpuRequest, cpu_milli: int = 0, memory_mib: int = 0) -> Deman
     """The allocator's demand for one replica; CPU and memory are the service's Swarm
     reservations, which Swarm's scheduler checks against the node."""
     if req.mig_profile:
-        return Demand(mig_profile=req.mig_profile, cpu_milli=cpu_milli, memory_mib=memory_mib)
+        return Demand(mig_profile=req.mig_profile, products=req.products, cpu_milli=cpu_milli,
+                      memory_mib=memory_mib)
     if req.is_fraction:
         return Demand(gpu_milli=req.gpu_milli, min_memory_mib=req.min_memory_mib or 0,
                       products=req.products, cpu_milli=cpu_milli, memory_mib=memory_mib)

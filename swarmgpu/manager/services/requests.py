@@ -111,10 +111,7 @@ class GpuRequest:
     def matches_product(self, product: str) -> bool:
         """Does a GPU product (nvidia-smi ``NVIDIA A100-SXM4-80GB`` or GFD
         ``NVIDIA-A100-SXM4-80GB`` spelling) match the request?"""
-        if not self.products:
-            return True
-        name = _product_norm(product)
-        return any(fnmatchcase(name, _product_norm(p)) for p in self.products)
+        return matches_products(product, self.products)
 
     def describe(self) -> str:
         """Human text: ``2 NVLink GPUs >= 40 GiB``, ``MIG 1g.10gb``, ``0.25 GPU``."""
@@ -473,6 +470,15 @@ def _zones(mine: Mapping[str, str], name: str, p: str) -> tuple[str, ...]:
             f"(e.g. {p}{name}=eu-west-1a,eu-west-1b)",
         )
     return tuple(dict.fromkeys(parts))
+
+
+def matches_products(product: str, patterns: tuple[str, ...]) -> bool:
+    """``GpuRequest.matches_product`` for ``gpu-product`` globs held elsewhere (a MIG
+    demand's): spaces, ``_`` and ``-`` alike, case-insensitive; none is any product."""
+    if not patterns:
+        return True
+    name = _product_norm(product)
+    return any(fnmatchcase(name, _product_norm(p)) for p in patterns)
 
 
 def _product_norm(name: str) -> str:

@@ -74,6 +74,8 @@ def _states(ctx: Context) -> tuple[dict[tuple[str, str], str], set[tuple[str, st
             if lv is Level.FAILED:
                 failed[(nid, g.uuid)] = f"GPU {g.index} ({g.uuid}) {text}"
                 per_node[nid] = per_node.get(nid, 0) + 1
+                for m in g.mig_devices:  # an XID names the GPU: its slices fail with it
+                    failed[(nid, m.uuid)] = f"MIG {m.profile} ({m.uuid}) of GPU {g.index} {text}"
             elif lv is Level.DEGRADED:
                 degraded.add((nid, g.uuid))
     return failed, degraded, per_node
@@ -130,7 +132,7 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
                 and constraints_allow(s, n, ctx.inp.prefix))
 
     got = alloc.place(demand_of(req), allowed)
-    return got if isinstance(got, Choice) and got.gpus else None
+    return got if isinstance(got, Choice) and (got.gpus or got.mig is not None) else None
 
 
 def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
@@ -182,8 +184,10 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
             if draining and why_not is not None:
                 ctx.notes.append(f"{svc} on {host} cannot be drained: {why_not}")
                 continue
+            # A slice is never moved, only released: placement may take one anywhere.
+            mig = ctx.requests[svc].mig_profile is not None
             choice = _target(ctx, svc, nid, same=not draining and nid not in out.failing,
-                             other=why_not is None, avoid=set(out.failing) - {nid},
+                             other=why_not is None or mig, avoid=set(out.failing) - {nid},
                              degraded=degraded)
             if choice is None and not draining and nid in out.failing:
                 # a failing node's own healthy GPUs, when nothing else has room
@@ -195,23 +199,33 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
                 continue
             left -= 1
             ctx.moved.add(svc)
-            f = ctx.inp.facts[choice.node]
-            uuids = ",".join(f.gpus[i].uuid for i in choice.gpus)
-            if choice.node == nid:  # its own node: a repin, else placement's re-place
-                why_here = why_not_movable(s, ctx.requests.get(svc), ctx.inp.tasks,
-                                           ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now,
-                                           0.0, same_node=True, moving=svc in ctx.inp.moving)
-                if why_here is not None:
-                    out.releases.append(Release(svc, nid, host, f"{reason}; re-placed on "
-                                                f"{host} by placement ({why_here})"))
-                    continue
-                ctx.accept(ctx.make_move(svc, nid, choice, Trigger.HEALTH, None, reason=reason,
-                                         gain=f"runs on healthy GPU(s) {uuids} of its node"))
-                continue
-            ctx.accept(ctx.make_move(
-                svc, nid, choice, Trigger.HEALTH, None, reason=reason,
-                gain=f"runs on healthy GPU(s) {uuids} of {ctx.nodes[choice.node].hostname}"))
+            _propose(ctx, out, s, nid, choice, reason, mig)
     return out
+
+
+def _propose(ctx: Context, out: HealthResult, s: SwarmService, nid: str, choice: Choice,
+             reason: str, mig: bool) -> None:
+    """The move (or, where the mover may not make it, the release) of ``s``'s holding on
+    ``nid`` to ``choice``."""
+    svc, prefix = s.name, ctx.inp.prefix
+    host = ctx.nodes[nid].hostname if nid in ctx.nodes else nid
+    f = ctx.inp.facts[choice.node]
+    uuids = ",".join(f.gpus[i].uuid for i in choice.gpus)
+    if choice.node == nid or mig:  # its own node: a repin, else placement's
+        why_here = why_not_movable(s, ctx.requests.get(svc), ctx.inp.tasks,
+                                   ctx.inp.ledger.get(svc, {}), prefix, ctx.inp.now,
+                                   0.0, same_node=True, moving=svc in ctx.inp.moving)
+        if why_here is not None:
+            to = ctx.nodes[choice.node].hostname if choice.node in ctx.nodes else host
+            out.releases.append(Release(svc, nid, host, f"{reason}; re-placed on "
+                                        f"{to} by placement ({why_here})"))
+            return
+        ctx.accept(ctx.make_move(svc, nid, choice, Trigger.HEALTH, None, reason=reason,
+                                 gain=f"runs on healthy GPU(s) {uuids} of its node"))
+        return
+    ctx.accept(ctx.make_move(
+        svc, nid, choice, Trigger.HEALTH, None, reason=reason,
+        gain=f"runs on healthy GPU(s) {uuids} of {ctx.nodes[choice.node].hostname}"))
 
 
 class Health:

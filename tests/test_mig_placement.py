@@ -1,0 +1,38 @@
+"""MIG requests through the planner: which device a service holds, and when it changes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.placement import DGX, FACTS, apply, svc
+
+from swarmgpu.manager.placement import plan_placement
+
+DGX_FACTS = {"n-dgx": FACTS["n-dgx"]}  # GPU 0 runs MIG: 3g.20gb, 2g.10gb, 1g.5gb x2
+
+
+def _profile_of(uuid: str) -> str:
+    return {m.uuid: m.profile for g in FACTS["n-dgx"].gpus for m in g.mig_devices}[uuid]
+
+
+def test_mig_request_keeps_its_gpu_product() -> None:
+    s = svc("slice", {"swarmgpu.mig": "1g.5gb", "swarmgpu.gpu-product": "*H100*"})
+    sp = plan_placement([DGX], [s], [], DGX_FACTS).services[0]
+    assert sp.status == "pending" and not sp.placements, "an A100's slice is no H100's"
+    ok = svc("slice", {"swarmgpu.mig": "1g.5gb", "swarmgpu.gpu-product": "*A100*"})
+    sp = plan_placement([DGX], [ok], [], DGX_FACTS).services[0]
+    assert sp.status == "placed" and _profile_of(sp.placements[0].uuids[0]) == "1g.5gb"
+
+
+def test_mig_holding_follows_a_changed_profile() -> None:
+    s = svc("slice", {"swarmgpu.mig": "1g.5gb"})
+    plan = plan_placement([DGX], [s], [], DGX_FACTS)
+    nodes = apply([DGX], plan)
+    s1 = replace(
+        s,
+        labels={**s.labels, **plan.services[0].service_labels_set, "swarmgpu.mig": "3g.20gb"},
+        force_update=1,
+    )
+    sp = plan_placement(nodes, [s1], [], DGX_FACTS).services[0]
+    (p,) = sp.placements
+    assert _profile_of(p.uuids[0]) == "3g.20gb", "kept the 1g.5gb device it no longer asks"
