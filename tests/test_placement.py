@@ -12,9 +12,12 @@ from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.manager.placement import (
     env_template,
     gate_constraint,
+    hold_constraint,
     plan_placement,
     read_ledger,
 )
+from swarmgpu.manager.placement.envs import VOID_LINE
+from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.swarm.client import SwarmNode, SwarmTask
 
 
@@ -175,6 +178,52 @@ def test_deleted_service_releases_gate_and_ledger() -> None:
     assert read_ledger(nodes, P)["gone"]
     after = plan_placement(nodes, [], [], {"n-dgx": FACTS["n-dgx"]})
     assert sorted(after.node_remove["n-dgx"]) == ["swarmgpu.assign.gone", "swarmgpu.service.gone"]
+
+
+def test_a_service_without_a_request_loses_only_swarmgpus_own_lines() -> None:
+    """No request, no holding, but the hold, its own gate and swarmgpu's records in its
+    spec: they go in one write (the template voided), decided as a release. The owner's
+    constraint, a gate naming another service, its env and a MaxReplicas of 1 stay; a
+    service without any of swarmgpu's lines gets no write."""
+    own, foreign = gate_constraint(P, "app"), gate_constraint(P, "db")
+    base = svc("app", {"team": "x", f"{P}devices.n-dgx": "GPU-1", f"{P}state.replaced": "1@5"})
+    spaced = f"node.labels.{P}service.app == TRUE"  # its own gate, as Swarm reads it
+    s = replace(base, constraints=("node.role == worker", foreign, spaced, hold_constraint(P)),
+                env=("A=1", env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID"),
+                max_replicas_per_node=1)
+    plain = svc("cpu", {"team": "x"}, gated=False)
+    plan = plan_placement([DGX], [s, plain], [], {"n-dgx": FACTS["n-dgx"]})
+    (sp,) = plan.services
+    assert sp.name == "app" and sp.status == "released" and sp.decision[0] == "release"
+    assert sorted(sp.remove_constraints) == sorted([spaced, hold_constraint(P)])
+    assert sorted(sp.service_labels_remove) == [f"{P}devices.n-dgx", f"{P}state.replaced"]
+    assert sp.replace_env == ((env_template(P), VOID_LINE),)
+    assert sp.set_max_replicas is None and not plan.node_remove
+    new = service_compute(sp.writes)({
+        "Labels": dict(s.labels), "TaskTemplate": {
+            "ContainerSpec": {"Env": list(s.env)},
+            "Placement": {"Constraints": list(s.constraints), "MaxReplicas": 1}}})
+    assert new is not None
+    assert new["Labels"] == {"team": "x"}
+    assert new["TaskTemplate"]["Placement"] == {
+        "Constraints": ["node.role == worker", foreign], "MaxReplicas": 1}
+    assert new["TaskTemplate"]["ContainerSpec"]["Env"] == [
+        "A=1", VOID_LINE, "CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    # MaxReplicas swarmgpu recorded setting goes; the gate alone leaves no constraint.
+    # So does the update parallelism 0 swarmgpu set: the owner's is given back. A move's
+    # record is the mover's.
+    packed = replace(svc("app", {f"{P}state.max-replicas": "3", f"{P}state.move": "{}",
+                                 f"{P}state.update-parallelism": "2"}),
+                     max_replicas_per_node=3, spec={"UpdateConfig": {"Parallelism": 0}})
+    (sp,) = plan_placement([DGX], [packed], [], {"n-dgx": FACTS["n-dgx"]}).services
+    assert sp.set_max_replicas == 0 and sp.remove_constraints == (own,)
+    assert sp.set_update_parallelism == 2
+    assert sorted(sp.service_labels_remove) == [f"{P}state.max-replicas",
+                                                f"{P}state.update-parallelism"]
+    new = service_compute(sp.writes)({"TaskTemplate": {"Placement": {
+        "Constraints": [own], "MaxReplicas": 3}}})
+    assert new is not None and new["TaskTemplate"]["Placement"] == {
+        "Constraints": [], "MaxReplicas": 0}
 
 
 def test_zone_spread_and_avoid() -> None:

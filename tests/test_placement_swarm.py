@@ -19,7 +19,15 @@ from support.gpu_nodes import (
     stop,
 )
 from support.swarm_harness import SwarmCluster
-from support.swarm_services import P, deploy, devices_of, plan, tasks_running, wait_running
+from support.swarm_services import (
+    P,
+    container_env,
+    deploy,
+    devices_of,
+    plan,
+    tasks_running,
+    wait_running,
+)
 
 pytestmark = pytest.mark.swarm
 
@@ -135,6 +143,38 @@ def test_redeploy_kill_and_daemon_restart_keep_devices(
     assert {n["ID"]: n["Version"]["Index"] for n in api.nodes()} == node_versions
     assert {s: {t["ID"] for t in tasks_running(swarm, s)} for s in ids} == ids
     assert daemon["proc"].poll() is None
+
+
+def test_a_service_whose_request_is_removed_runs_again_without_a_gpu(
+    swarm: SwarmCluster, daemon: dict[str, Any]
+) -> None:
+    """``docker service update --label-rm swarmgpu.gpu-fraction``: the daemon releases
+    its GPU and takes its gate, device map and share lines out of the spec; Swarm runs
+    its task again, told no GPU (void). Before: its gate closed, its task stopped and
+    was never placed again (its constraint matched no node)."""
+    deploy(swarm, daemon["tmp"], "bare", {"app": {
+        "labels": {"swarmgpu.gpu-fraction": "0.5"}, "env": ["MODEL=x"]}})
+    (first,) = wait_running(swarm, "bare_app", 1)
+    assert devices_of(swarm, "bare_app")
+    swarm.cli(swarm.manager, "service", "update", "-d", "--label-rm",
+              "swarmgpu.gpu-fraction", "bare_app")
+    api = swarm.client(swarm.manager).api
+
+    def ungated() -> bool:
+        spec = api.inspect_service("bare_app")["Spec"]
+        cons = (spec["TaskTemplate"].get("Placement") or {}).get("Constraints") or []
+        return not [c for c in cons if "swarmgpu" in c] and not [
+            k for k in spec.get("Labels") or {} if k.startswith("swarmgpu.")]
+
+    swarm.wait_for(ungated, 30, "swarmgpu's gate and labels out of bare_app's spec")
+    (t,) = wait_running(swarm, "bare_app", 1, each=lambda t: t["ID"] != first["ID"],
+                        what=" (a new one)")
+    env = container_env(swarm, t)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and env["MODEL"] == "x", env
+    assert "SWARMGPU_GPU_FRACTION" not in env
+    assert not any(k.endswith(".bare_app") for n in api.nodes()
+                   for k in n["Spec"].get("Labels") or {})
+    swarm.remove_stack("bare")
 
 
 def test_removing_stacks_releases_gpus(swarm: SwarmCluster, daemon: dict[str, Any]) -> None:

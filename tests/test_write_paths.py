@@ -49,7 +49,8 @@ from swarmgpu.manager.placement import (
     gate_key,
     hold_constraint,
 )
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.manager.placement.envs import VOID_LINE
+from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import node_satisfies, parse_all
 from swarmgpu.swarm.taskspec import restarts_on
 
@@ -346,3 +347,85 @@ def test_the_over_share_restart_is_the_operators_word(tmp_path: Any,
     assert sw.restarts == [("n-4090", "id-batch", "n-4090")]
     assert decided(logs, "n-4090") == ["operator"]
     check(sw, logs)
+
+
+def _label_rm(sw: ModelSwarm, service_id: str, *keys: str) -> None:
+    """``docker service update --label-rm KEY``: the labels go, nothing else changes."""
+    sw.update_service_spec(service_id, lambda spec: {
+        **spec, "Labels": {k: v for k, v in spec["Labels"].items() if k not in keys}})
+
+
+def test_a_service_whose_request_labels_are_removed_runs_again_without_a_gpu(
+        tmp_path: Any, logs: list[str]) -> None:
+    """``--label-rm swarmgpu.gpu-fraction`` on a placed, running service: its holding and
+    gate are released and swarmgpu's own lines leave its spec (its gate constraint, its
+    device map; its device template becomes void), so its task runs again, without a
+    GPU, after one restart decided as a release. Its own env lines stay."""
+    sw = world()
+    d = daemon(sw, str(tmp_path))
+    for _ in range(2):
+        d.cycle()
+    n, w = len(sw.restarts), len(sw.calls)
+    _label_rm(sw, "id-half", f"{P}gpu-fraction")
+    for _ in range(3):
+        d.cycle()
+    assert sw.calls[w:].count(("service", "id-half")) == 2  # the label-rm, then one write
+    half = sw.service("id-half")
+    assert gate_constraint(P, "half") not in half.constraints
+    assert not [k for k in half.labels if k.startswith(P)], half.labels
+    assert half.env == ("V=1", VOID_LINE, "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+    labels = sw.node("n-4090").labels
+    assert gate_key(P, "half") not in labels and assign_key(P, "half") not in labels
+    assert len(sw.running_on("id-half")) == 1, sw.tasks()
+    assert [r[1] for r in sw.restarts[n:]] == ["id-half"]
+    assert "release" in decided(logs, "id-half")
+    check(sw, logs)
+
+
+def test_a_release_whose_spec_write_failed_is_finished_next_cycle(
+        tmp_path: Any, logs: list[str]) -> None:
+    """The spec write of a release fails after its gates closed: the next cycle writes
+    it (the gate in its spec says what is left to do, with no ledger entry)."""
+    sw = world()
+    d = daemon(sw, str(tmp_path))
+    for _ in range(2):
+        d.cycle()
+    _label_rm(sw, "id-half", f"{P}gpu-fraction")
+    write = sw.update_service_spec
+    failing = {"id-half"}
+
+    def flaky(service_id: str, compute: Callable[[Mapping[str, Any]], Any],
+              **kw: Any) -> bool:
+        if service_id in failing:
+            failing.discard(service_id)
+            raise SwarmError("rpc error: code = Unavailable")
+        return write(service_id, compute, **kw)
+
+    sw.update_service_spec = flaky  # type: ignore[method-assign]
+    d.cycle()
+    assert not failing and gate_constraint(P, "half") in sw.service("id-half").constraints
+    assert assign_key(P, "half") not in sw.node("n-4090").labels
+    for _ in range(2):
+        d.cycle()
+    assert gate_constraint(P, "half") not in sw.service("id-half").constraints
+    assert len(sw.running_on("id-half")) == 1
+    check(sw, logs)
+
+
+def test_an_invalid_request_keeps_its_holding_gate_and_spec(tmp_path: Any,
+                                                            logs: list[str]) -> None:
+    """A typo is no request removed: what the broken label held is kept, its task runs."""
+    sw = world()
+    d = daemon(sw, str(tmp_path))
+    for _ in range(2):
+        d.cycle()
+    n = len(sw.restarts)
+    sw.update_service_spec("id-half", lambda spec: {
+        **spec, "Labels": {**spec["Labels"], f"{P}gpu-fraction": "half"}})
+    for _ in range(2):
+        d.cycle()
+    half = sw.service("id-half")
+    assert gate_constraint(P, "half") in half.constraints
+    assert devices_key(P, "n-4090") in half.labels
+    assert sw.node("n-4090").labels.get(gate_key(P, "half")) == "true"
+    assert sw.running_on("id-half") == {"n-4090": "t-half"} and sw.restarts[n:] == []

@@ -216,13 +216,16 @@ def _service_findings(svc: SwarmService, prefix: str, generic_resource_kind: str
     rest: list[Constraint] = []
     for c in good:
         label_key = c.node_label
-        if label_key is not None and (label_key.startswith(prefix + "service.")
-                                      or label_key == prefix + "hold"):
-            # A placement gate (no node has it until swarmgpu opens it), or the hold of
-            # a stack deployed as written (swarmgpu replaces it): only for a service
-            # that asks swarmgpu for GPUs; without a request neither ever opens.
-            if not asks and c.op == "==":
-                out.append(_gate_without_request(svc.name, c.text(), label_key, prefix))
+        if label_key is not None and asks and (label_key.startswith(prefix + "service.")
+                                               or label_key == prefix + "hold"):
+            continue  # a placement gate (no node has it until swarmgpu opens it), or the
+            # hold of a stack deployed as written (swarmgpu replaces it), or another
+            # service's gate (swarmgpu replaces it: a foreign-gate finding)
+        if label_key in (prefix + "service." + svc.name, prefix + "hold") and c.op == "==":
+            # Without a request neither ever opens; the daemon takes its own gate and the
+            # hold out of such a service's spec (placement.ungate). A gate naming another
+            # service is the owner's: it is met where that service's gate is open.
+            out.append(_gate_without_request(svc.name, c.text(), str(label_key), prefix))
             continue
         rest.append(c)
     dangling = [c for c in rest if not fields.met(c)]
@@ -293,13 +296,17 @@ def _dangling(service: str, c: Constraint, fields: _NodeFields) -> Finding:
 
 
 def _gate_without_request(service: str, text: str, key: str, prefix: str) -> Finding:
-    """A gate or hold on a service with no request: placement releases its gates (the
-    request labels removed) and opens none, so its tasks wait forever."""
+    """Its own gate or the hold on a service with no request: placement releases its
+    gates (the request labels removed) and opens none. The daemon takes both out of the
+    spec on its next cycle, so the finding lasts only while no daemon runs (or its
+    write fails): meanwhile its tasks cannot be placed."""
     return Finding(
         "gate-without-request", service,
         f"constraint {text} waits for swarmgpu, but the service asks it for no GPU (no "
-        f"{prefix}gpus or other request label): no node will ever carry {key}, so its "
-        f"tasks can never be placed; remove it (docker service update --constraint-rm "
+        f"{prefix}gpus or other request label): no node will carry {key}, so its tasks "
+        "cannot be placed; the swarmgpu daemon takes it out of the spec (with its device "
+        "lines) on its next cycle: still here, the daemon is not running or its write "
+        f"failed (see its log); remove it yourself (docker service update --constraint-rm "
         f"'{text}' {service}) or put the request labels back",
         key=key,
     )

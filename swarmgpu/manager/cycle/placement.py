@@ -148,9 +148,11 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
         for sp in plan.services:
             if sp.needs_service_write:
                 logger.bind(service=sp.name).info(
-                    "dry-run: would set {} remove {} add constraints {} env {} mounts {}",
+                    "dry-run: would set {} remove {} add constraints {} remove constraints "
+                    "{} env {} remove env {} mounts {}",
                     sp.service_labels_set, sp.service_labels_remove, sp.add_constraints,
-                    [*sp.add_env, *(new for _, new in sp.replace_env)],
+                    sp.remove_constraints, [*sp.add_env, *(new for _, new in sp.replace_env)],
+                    [*sp.remove_env, *(old for old, _ in sp.replace_env)],
                     [m["Target"] for m in sp.add_mounts])
         for nid in set(plan.node_set) | set(plan.node_remove):
             logger.info("dry-run: node {} labels set {} remove {}", nid[:12],

@@ -32,7 +32,8 @@ The package, by responsibility; each module imports only modules listed before i
 ``records``; ``envs``, ``ledger``, ``specs``, ``tasks``, ``backoff``, ``generic``;
 ``cluster``, ``replicas``, ``filters``, ``quiet``, ``memo``; ``queues``, ``preempt``;
 ``cycle``, ``jobs``, ``existing``, ``reads``; ``packing``, ``gating``, ``converge``, ``devicemap``;
-``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``; ``service``; ``planner``.
+``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``; ``service``;
+``planner``.
 This module re-exports what the rest of swarmgpu uses.
 """
 

@@ -148,7 +148,7 @@ def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlac
 def _withheld(w: SpecWrites) -> str:
     return ", ".join([*w.service_labels_set, *w.service_labels_remove,
                       *(["constraints"] if w.add_constraints or w.remove_constraints else []),
-                      *(["env"] if w.add_env or w.replace_env else []),
+                      *(["env"] if w.add_env or w.replace_env or w.remove_env else []),
                       *(["mounts"] if w.add_mounts else []),
                       *(["max_replicas_per_node"] if w.set_max_replicas is not None else []),
                       *(["force update"] if w.force_update else [])])

@@ -40,6 +40,13 @@ def is_hold(constraint: str, prefix: str) -> bool:
     return bool(op) and key == f"node.labels.{prefix}{HOLD}" and value.lower() == "true"
 
 
+def is_gate_of(constraint: str, prefix: str, service: str) -> bool:
+    """``service``'s own gate constraint, read as ``is_hold`` reads the hold."""
+    key, op, value = constraint.replace(" ", "").partition("==")
+    return bool(op) and key == f"node.labels.{gate_key(prefix, service)}" and (
+        value.lower() == "true")
+
+
 def assign_key(prefix: str, service: str) -> str:
     return f"{prefix}{ASSIGN}{service}"
 

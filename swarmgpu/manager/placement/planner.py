@@ -26,7 +26,7 @@ from swarmgpu.manager.placement.jobs import (
     running_jobs,
     without_finished,
 )
-from swarmgpu.manager.placement.keys import DEVICES, GATE, assign_key, gate_key
+from swarmgpu.manager.placement.keys import GATE, assign_key, gate_key
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.memo import (
     NodeGates,
@@ -40,7 +40,6 @@ from swarmgpu.manager.placement.reads import Parsed, RequestReader, ServiceRead
 from swarmgpu.manager.placement.records import (
     PlacementPlan,
     ServicePlan,
-    SpecWrites,
     State,
     Status,
     remove_node_labels,
@@ -48,6 +47,7 @@ from swarmgpu.manager.placement.records import (
 from swarmgpu.manager.placement.service import plan_service
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.placement.tasks import NO_WAITING, TaskView, Waiting, tasks_by_service
+from swarmgpu.manager.placement.ungate import UNGATED, ungate
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -313,16 +313,20 @@ class Planner:
                                                        gate_key(prefix, svc_name)])
         self._stray_gates(plan, nodes, live_names)
         for s in read.no_request:
-            if s.name in ledger:  # request labels removed: release its GPUs
+            held = s.name in ledger
+            if held:  # request labels removed: release its GPUs
                 plan.released.append(s.name)
                 for node_id in ledger[s.name]:
                     remove_node_labels(plan, node_id, [assign_key(prefix, s.name),
                                                        gate_key(prefix, s.name)])
-                stale = [k for k in s.labels if k.startswith(prefix + DEVICES)]
-                if stale:
-                    plan.services.append(ServicePlan(
-                        s.name, s.id, None, "", Status.RELEASED, State.RELEASED,
-                        writes=SpecWrites(service_labels_remove=tuple(stale))))
+            # ... and take swarmgpu's lines out of its spec, its gate first: closed, it
+            # would match no node ever again (placement.ungate). Written after its gates
+            # close (phase 1 of the write); a failed write is made again next cycle.
+            writes = ungate(s, prefix, released=held)
+            if writes:
+                plan.services.append(ServicePlan(
+                    s.name, s.id, None, "", Status.RELEASED, State.RELEASED,
+                    writes=writes, decision=UNGATED))
 
     def _stray_gates(self, plan: PlacementPlan, nodes: Sequence[SwarmNode],
                      live_names: AbstractSet[str]) -> None:

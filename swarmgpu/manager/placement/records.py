@@ -94,11 +94,12 @@ class SpecWrites:
     force_update: bool = False  # replace tasks created before their device map existed
     set_update_parallelism: int | None = None
     set_generic: tuple[str, int] | None = None  # (kind, count) discrete reservation
+    remove_env: tuple[str, ...] = ()  # swarmgpu's own lines, exactly as written (ungate)
 
     def __bool__(self) -> bool:
         return bool(self.service_labels_set or self.service_labels_remove
                     or self.add_constraints or self.remove_constraints or self.add_env
-                    or self.replace_env or self.add_mounts
+                    or self.replace_env or self.remove_env or self.add_mounts
                     or self.set_max_replicas is not None or self.force_update
                     or self.set_update_parallelism is not None
                     or self.set_generic is not None)
@@ -176,6 +177,10 @@ class ServicePlan:
     @property
     def replace_env(self) -> tuple[tuple[str, str], ...]:
         return self.writes.replace_env
+
+    @property
+    def remove_env(self) -> tuple[str, ...]:
+        return self.writes.remove_env
 
     @property
     def add_mounts(self) -> tuple[Mapping[str, Any], ...]:

@@ -103,8 +103,8 @@ def _running_nodes(running_on: Mapping[str, int], removed: Mapping[str, Sequence
 def _hold(writes: SpecWrites, s: SwarmService, nodes: list[SwarmNode],
           changes: list[str]) -> Restarts:
     """Keep of ``writes`` what restarts nothing; hold back the rest."""
-    keep = replace(writes, add_env=(), replace_env=(), add_mounts=(), force_update=False,
-                   set_generic=None)
+    keep = replace(writes, add_env=(), replace_env=(), remove_env=(), add_mounts=(),
+                   force_update=False, set_generic=None)
     new = service_compute(keep)(s.spec)
     if new is not None and restarts_on(s.spec, new, nodes):
         keep = replace(keep, add_constraints=(), remove_constraints=())

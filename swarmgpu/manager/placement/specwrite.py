@@ -31,7 +31,7 @@ def service_compute(sp: SpecWrites) -> SpecCompute:
         for c in sp.add_constraints:
             if c not in cons:
                 cons.append(c)
-        if cons:
+        if cons or placement.get("Constraints"):  # (the last one removed: none left)
             placement["Constraints"] = cons
         if sp.set_max_replicas is not None:
             placement["MaxReplicas"] = sp.set_max_replicas
@@ -53,6 +53,8 @@ def service_compute(sp: SpecWrites) -> SpecCompute:
         for old, repl in sp.replace_env:
             # Only swarmgpu's own line, exactly as written, is replaced.
             env = [repl if x == old else x for x in env]
+        if sp.remove_env:  # (as replaced: only its own lines, exactly as written)
+            env = [x for x in env if x not in sp.remove_env]
         for e in sp.add_env:
             name = e.split("=", 1)[0] + "="
             if name == DEVICE_VAR + "=" and VOID_LINE in env:
@@ -64,7 +66,7 @@ def service_compute(sp: SpecWrites) -> SpecCompute:
             # A user's own value for the same variable is kept: never overwrite env.
             elif not any(x.startswith(name) for x in env):
                 env.append(e)
-        if env:
+        if env or cs.get("Env"):  # (every line of it removed: none left)
             cs["Env"] = env
         if sp.add_mounts:  # placement.grants: mounts; a mount at the same target is kept
             mounts = list(cs.get("Mounts") or [])
