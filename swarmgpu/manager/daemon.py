@@ -252,6 +252,7 @@ class Daemon:
             sched.add_job(self._watch_facts, "interval", seconds=self.cfg.agents.watch_s,
                           id="facts-watch", max_instances=1, coalesce=True)
         self._scheduler = sched
+        clocks = (time.time(), time.monotonic())  # before the first run: it may step
         sched.start()
         if self.cfg.sync.watch_events:
             threading.Thread(target=self._watch_events, name="events", daemon=True).start()
@@ -264,7 +265,6 @@ class Daemon:
                            "restarts the daemon when a ping comes late; use at least {:g}s "
                            "(2 x interval + 60 s; systemctl edit swarmgpu.service)",
                            dog, every, 2 * every + 60)
-        clocks = (time.time(), time.monotonic())
         while not self.stop_event.wait(CLOCK_CHECK_S):
             clocks = self._clock_check(clocks)
         logger.info("stopping: letting the current step finish")
