@@ -350,3 +350,16 @@ services:
                 f"{{{bad}}}\n"), "s", [])
     with pytest.raises(StackError, match=r"services\.b\.deploy\.mode"):
         stack_services(load_stack("services:\n  b:\n    deploy: {mode: sometimes}\n"), "s", [])
+
+
+def test_a_gpu_product_glob_matches_gfds_dashed_name_as_documented() -> None:
+    """docs/requests.md: spaces, - and _ alike, so GPU feature discovery's
+    NVIDIA-A100-SXM4-40GB matches NVIDIA A100*. The request's node filter did; the
+    allocator's GPU choice did not, and the service stayed pending on a node it passed."""
+    facts = {nid: replace(f, gpus=tuple(replace(g, product=g.product.replace(" ", "-"))
+                                        for g in f.gpus))
+             for nid, f in FACTS.items()}
+    s = svc("llm", {"swarmgpu.gpus": "1", "swarmgpu.gpu-product": "NVIDIA A100*"})
+    sp = plan_placement([DGX, R4090], [s], [], facts).services[0]
+    assert sp.status == "placed", sp.reason
+    assert [p.hostname for p in sp.placements] == ["gpu-node-1"]

@@ -11,6 +11,7 @@ Pure functions over plain tuples, so the allocator can memoise them by node stat
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -55,11 +56,19 @@ class TypicalTask:
 
 
 def product_matches(product: str, patterns: tuple[str, ...]) -> bool:
-    """True when ``product`` matches one pattern (exact or fnmatch glob, case-insensitive)."""
+    """True when ``product`` matches one pattern (exact or fnmatch glob), case-insensitive
+    and with spaces, ``_`` and ``-`` alike (``product_key``); no pattern is any product."""
     if not patterns:
         return True
-    p = product.lower()
-    return any(p == pat.lower() or fnmatchcase(p, pat.lower()) for pat in patterns)
+    p = product_key(product)
+    return any(p == (q := product_key(pat)) or fnmatchcase(p, q) for pat in patterns)
+
+
+@lru_cache(maxsize=4096)
+def product_key(name: str) -> str:
+    """A GPU product name or pattern as matched: GPU feature discovery writes
+    ``NVIDIA-A100-SXM4-80GB`` for nvidia-smi's ``NVIDIA A100-SXM4-80GB``."""
+    return re.sub(r"[\s_-]+", "-", name.strip()).lower()
 
 
 def typical_tasks(shapes: Iterable[TaskShape], coverage: float = 0.95) -> tuple[TypicalTask, ...]:

@@ -13,10 +13,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from fnmatch import fnmatchcase
 from math import ceil
 from typing import TypeVar
 
+from swarmgpu.allocator.fragmentation import product_matches
 from swarmgpu.allocator.mig import MigProfileError, normalize_profile
 from swarmgpu.core.config import DEFAULT_PRIORITY_CLASSES, parse_priority_classes
 from swarmgpu.core.tenants import NAME_RE
@@ -474,16 +474,10 @@ def _zones(mine: Mapping[str, str], name: str, p: str) -> tuple[str, ...]:
 
 def matches_products(product: str, patterns: tuple[str, ...]) -> bool:
     """``GpuRequest.matches_product`` for ``gpu-product`` globs held elsewhere (a MIG
-    demand's): spaces, ``_`` and ``-`` alike, case-insensitive; none is any product."""
-    if not patterns:
-        return True
-    name = _product_norm(product)
-    return any(fnmatchcase(name, _product_norm(p)) for p in patterns)
-
-
-def _product_norm(name: str) -> str:
-    # GFD writes "NVIDIA-A100-SXM4-80GB" for nvidia-smi's "NVIDIA A100-SXM4-80GB".
-    return re.sub(r"[\s_-]+", "-", name.strip()).lower()
+    demand's): the allocator's own match (spaces, ``_`` and ``-`` alike,
+    case-insensitive; none is any product), so a node the request's filter passes is
+    one whose GPUs the allocator takes."""
+    return product_matches(product, patterns)
 
 
 def _mib_text(mib: int) -> str:
