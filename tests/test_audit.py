@@ -267,3 +267,43 @@ def test_a_down_node_and_the_entry_a_rejoined_node_left_name_their_fix() -> None
     assert "drain" not in f.message
     table = render_table(found, s, "swarmgpu.")
     assert "gpu-node-2       worker   ok " in table and "unreachable" in table
+
+
+def test_ledger_entries_holding_a_gpu_beyond_it_gone_or_unreadable_are_named() -> None:
+    """The ledger (``<p>assign.<service>`` node labels): two services holding one GPU
+    beyond its capacity, an entry naming a GPU the node's facts no longer list, and an
+    entry swarmgpu cannot read. The daemon saw the first two only as plan warnings and
+    dropped the third without a word (never released): with no daemon, audit said
+    nothing and exited 0."""
+    ledger = {
+        "swarmgpu.assign.a": UUIDS[0], "swarmgpu.assign.b": UUIDS[0],  # whole, twice
+        "swarmgpu.assign.c": f"{UUIDS[1]}@600", "swarmgpu.assign.d": f"{UUIDS[1]}@500",
+        "swarmgpu.assign.e": f"{UUIDS[2]}@500", "swarmgpu.assign.f": f"{UUIDS[2]}@500",
+        "swarmgpu.assign.g": "GPU-0ff-the-bus",
+        "swarmgpu.assign.h": "not a ledger entry \x1b[2J" + "x" * 500,
+    }
+    n = node({**desired_labels(FACTS), **ledger})
+    found = audit(snap(n))
+    assert [(f.kind, f.key) for f in found] == [
+        ("gpu-held-twice", UUIDS[0]), ("gpu-held-twice", UUIDS[1]),
+        ("held-gpu-gone", "swarmgpu.assign.g"), ("unreadable-holding", "swarmgpu.assign.h")]
+    assert all(not f.advisory and f.subject == "gpu-node-2" for f in found)
+    assert exit_code(found) == 1
+    twice, shares, gone, unreadable = found
+    assert f"GPU {UUIDS[0]} is held by a (1000 milli) and b (1000 milli)" in twice.message
+    assert "1100 milli of 1000" in shares.message
+    for f in (twice, shares, gone):
+        assert "next cycle" in f.message and "anew on a free GPU" in f.message
+        assert "docker node update --label-rm" in f.message
+    assert "--label-rm swarmgpu.assign.b --label-rm swarmgpu.service.b n1" in twice.message
+    assert "GPU-0ff-the-bus" in gone.message and "no longer list" in gone.message
+    assert "--label-rm swarmgpu.assign.g --label-rm swarmgpu.service.g n1" in gone.message
+    assert "never released" in unreadable.message
+    assert "docker node update --label-rm swarmgpu.assign.h n1" in unreadable.message
+    assert len(unreadable.message) < 700  # the value is cut
+    assert "\x1b" not in render_table(found, snap(n), "swarmgpu.")
+    # Facts that cannot be read say nothing of which GPUs are gone: only the label-only
+    # findings stay (the daemon keeps such a node's holdings as they are).
+    down = audit(snap(n, facts_ok=False), saved_agents={"n1": {"last_ok": 0.5}})
+    assert [f.kind for f in down if f.kind not in ("unreachable", "node-failing")] == [
+        "gpu-held-twice", "gpu-held-twice", "unreadable-holding"]

@@ -20,6 +20,8 @@ from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
 from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot, gpu_hint
+from swarmgpu.manager.placement.keys import ASSIGN, GATE
+from swarmgpu.manager.placement.ledger import Holding, parse_holding
 from swarmgpu.manager.services.requests import parse_all as parse_request_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import Constraint, node_field, node_satisfies, parse_all
@@ -92,6 +94,7 @@ def audit(
     for node in snap.nodes:
         out += _node_findings(snap, node, prefix, saved_agents.get(node.id, {}),
                               generic_resource_kind, node_lost_grace_s)
+        out += _ledger_findings(snap, node, prefix)
     fields = _NodeFields(snap.nodes)
     for svc in snap.services:
         out += _service_findings(svc, prefix, generic_resource_kind, fields)
@@ -172,6 +175,101 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
                                   node.discrete_resources, res.facts, generic_resource_kind))
     out.extend(_health_findings(h, res.facts, node_lost_grace_s))
     return out
+
+
+def _ledger_findings(snap: Snapshot, node: SwarmNode, prefix: str) -> list[Finding]:
+    """The node's ledger (``<p>assign.<service>`` labels): a GPU held beyond its capacity,
+    a GPU its facts no longer list, an entry that cannot be read. The daemon re-places
+    the first two (plan warnings only) and cannot see the third (``read_ledger`` drops
+    it): with no daemon running, nobody else says so."""
+    ak = prefix + ASSIGN
+    held: list[Holding] = []
+    out: list[Finding] = []
+    for key, value in sorted(node.labels.items()):
+        if not key.startswith(ak):
+            continue
+        h = parse_holding(key[len(ak):], node.id, value)
+        if h is None:
+            out.append(_unreadable_holding(node, key, value))
+        else:
+            held.append(h)
+    res = snap.facts.get(node.id)
+    facts = res.facts if res is not None else None
+    gone: list[Finding] = []
+    if facts is not None and not facts.gpus_unread:  # else nothing says what is gone
+        listed = {g.uuid for g in facts.gpus} | {m.uuid for g in facts.gpus
+                                                 for m in g.mig_devices}
+        for h in held:
+            if missing := [u for u in h.uuids if u not in listed]:
+                gone.append(_held_gpu_gone(node, h, missing, prefix))
+    return _held_twice(node, held, prefix) + gone + out
+
+
+def _release_cmd(node: SwarmNode, service: str, prefix: str) -> str:
+    """The daemon's own release of a holding (its entry and its gate), by hand."""
+    return (f"docker node update --label-rm {prefix}{ASSIGN}{service} "
+            f"--label-rm {prefix}{GATE}{service} {node.id}")
+
+
+def _held_twice(node: SwarmNode, held: Sequence[Holding], prefix: str) -> list[Finding]:
+    """Each GPU (or MIG device) whose holders' shares sum over its 1000 milli."""
+    by_uuid: dict[str, list[tuple[str, int]]] = {}
+    for h in held:
+        for u, m in zip(h.uuids, h.milli, strict=True):
+            by_uuid.setdefault(u, []).append((h.service, m))
+    out = []
+    for u, holders in sorted(by_uuid.items()):
+        total = sum(m for _, m in holders)
+        if total <= 1000:
+            continue
+        names = " and ".join(f"{s} ({m} milli)" for s, m in holders)
+        keep, *rest = sorted({s for s, _ in holders})
+        cmds = "; ".join(_release_cmd(node, s, prefix) for s in rest)
+        out.append(Finding(
+            "gpu-held-twice", node.hostname,
+            f"GPU {u} is held by {names}: {total} milli of 1000; the swarmgpu daemon, on "
+            "its next cycle that reads this node's GPUs, keeps one holder and releases the "
+            "others' ledger entries and gates (their tasks here stop; each is placed anew "
+            "on a free GPU, or waits pending); still here, the daemon is not running or its "
+            f"write failed (see its log): keep one (e.g. {keep}) and release the others "
+            f"({cmds}); the daemon places them anew when it runs",
+            key=u[:64],
+        ))
+    return out
+
+
+def _held_gpu_gone(node: SwarmNode, h: Holding, missing: Sequence[str],
+                   prefix: str) -> Finding:
+    """A holding naming a GPU the node's facts no longer list (reset, replaced, gone)."""
+    return Finding(
+        "held-gpu-gone", node.hostname,
+        f"{h.service} holds {', '.join(missing)}, which this node's facts no longer list "
+        "(the GPU fell off the bus, was replaced or its UUID changed); the swarmgpu daemon "
+        "releases its ledger entry and gate on its next cycle (its tasks here stop) and "
+        "places it anew on a free GPU, or it waits pending; still here, the daemon is not "
+        f"running or its write failed (see its log): {_release_cmd(node, h.service, prefix)}"
+        ", and the daemon places it anew when it runs",
+        key=f"{prefix}{ASSIGN}{h.service}",
+    )
+
+
+UNREADABLE_SHOWN = 80  # characters of an unreadable ledger value, in its finding
+
+
+def _unreadable_holding(node: SwarmNode, key: str, value: str) -> Finding:
+    """An ``assign.*`` label the ledger cannot parse: read as holding nothing, so its
+    GPUs may be given to another service, and never released (nothing reads it)."""
+    shown = repr(value[:UNREADABLE_SHOWN]) + (
+        f" (cut, {len(value)} characters)" if len(value) > UNREADABLE_SHOWN else "")
+    return Finding(
+        "unreadable-holding", node.hostname,
+        f"ledger label {key}={shown} cannot be read (a list of GPU UUIDs, each with an "
+        "optional @milli, or s<slot>= groups of them separated by ';'): swarmgpu counts "
+        "nothing held by it, so the GPUs it names may be given to another service, and "
+        "it is never released (the daemon overwrites it only if it places that service "
+        f"on this node again); remove it: docker node update --label-rm {key} {node.id}",
+        key=key,
+    )
 
 
 def _rejoined(snap: Snapshot, node: SwarmNode) -> SwarmNode | None:
