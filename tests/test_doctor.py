@@ -649,3 +649,21 @@ def test_malformed_generic_resources_are_named_boundedly(tmp_path: Path) -> None
     c = _by_id(root)[0]["resources.generic"]
     assert c.status is Status.FAIL and "[1]: {'kind': 'gpu'} is not KIND=VALUE" in c.found, c
     assert "and 4999 more" in c.found and len(c.found) < 1000, len(c.found)
+
+
+class _RaisingSource:
+    spec = "nvml"
+
+    def read(self) -> NodeFacts:
+        raise RuntimeError("NVMLError_Unknown")
+
+
+def test_a_facts_read_that_raises_is_said_once_in_gpu_facts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the CLI printed it on stderr too, the same words twice."""
+    monkeypatch.setattr("swarmgpu.cli.node._open", lambda *a: _RaisingSource())
+    res = CliRunner().invoke(main, ["doctor", "--root", str(ROOTS / "healthy"),
+                                    "--source", "nvml"])
+    assert res.exit_code == 1
+    assert "gpu.facts: cannot read the GPU facts: nvml: NVMLError_Unknown" in res.stdout
+    assert res.stderr == ""

@@ -216,7 +216,6 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
            product: str | None, memory_mib: int | None, mig_layout: str | None) -> None:
     """Check this node's GPU container setup and explain each problem and its fix."""
     from swarmgpu.agent.doctor import run_doctor
-    from swarmgpu.core.peertext import escaped
 
     facts = None
     facts_error = None
@@ -226,9 +225,7 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
         try:
             facts = src.read()
         except Exception as exc:  # a doctor must report, not crash: gpu.facts names it
-            facts_error = f"{source or 'nvml'}: {exc}"
-            click.echo(f"swarmgpu doctor: cannot read facts from {escaped(facts_error)}",
-                       err=True)
+            facts_error = f"{source or 'nvml'}: {exc}"  # (once: not on stderr as well)
     docker_error = None
     if root == "/":
         try:
