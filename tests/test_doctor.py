@@ -8,6 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
+import threading
+import time
 import tomllib
 from pathlib import Path
 
@@ -26,11 +29,13 @@ from swarmgpu.agent.doctor import (
     parse_generic_resources,
     parse_proc_devices,
     parse_version,
+    read_facts_within,
     read_view,
     run_checks,
     run_doctor,
 )
 from swarmgpu.agent.facts.nvml import NvmlSource
+from swarmgpu.agent.facts.nvml_session import shutdown
 from swarmgpu.agent.nodeconfig import node_config
 from swarmgpu.cli import main
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
@@ -667,3 +672,82 @@ def test_a_facts_read_that_raises_is_said_once_in_gpu_facts(
     assert res.exit_code == 1
     assert "gpu.facts: cannot read the GPU facts: nvml: NVMLError_Unknown" in res.stdout
     assert res.stderr == ""
+
+
+# --- NVML that does not answer (a GPU fallen off the bus can hang nvmlInit for minutes) ---
+
+
+def _facts_thread_done() -> None:
+    deadline = time.monotonic() + 5
+    while any(t.name == "doctor-facts" for t in threading.enumerate()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("call", ["nvmlInit", "nvmlDeviceGetCount"])
+def test_nvml_that_does_not_answer_fails_gpu_facts_and_the_other_checks_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str) -> None:
+    """Before: the doctor waited on NVML for as long as the driver hung."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    release = threading.Event()
+    real = getattr(b.nvml, call)
+    monkeypatch.setattr(b.nvml, call, lambda *a: release.wait() and real(*a))
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs, xid_events=False)
+    try:
+        started = time.monotonic()
+        got = read_facts_within(src, "nvml", timeout_s=0.2)
+        assert time.monotonic() - started < 2
+        assert (got.facts, got.hung) == (None, True)
+        assert got.error == "nvml: NVML did not answer within 0.2 s"
+        text, code = run_doctor(str(ROOTS / "healthy"), facts_error=got.error,
+                                facts_hung=got.hung, as_json=True)
+        checks = {c["id"]: c for c in json.loads(text)["checks"]}
+        assert code == 1
+        facts = checks["gpu.facts"]
+        assert (facts["status"], facts["found"]) == (
+            "fail", "cannot read the GPU facts: nvml: NVML did not answer within 0.2 s")
+        assert "dmesg | grep -i xid" in facts["fix"] and "reboot" in facts["fix"]
+        assert checks["docker.daemon-json"]["status"] == "ok"  # the other checks ran
+    finally:
+        release.set()
+        _facts_thread_done()
+        shutdown(b.nvml)
+
+
+def test_a_source_that_answers_or_raises_is_read_as_before() -> None:
+    ok = read_facts_within(type("S", (), {"read": lambda self: _facts()})(), "file:x")
+    assert (ok.facts, ok.error, ok.hung) == (_facts(), None, False)
+    bad = read_facts_within(_RaisingSource(), "nvml")
+    assert (bad.facts, bad.error, bad.hung) == (None, "nvml: NVMLError_Unknown", False)
+
+
+def test_the_doctor_exits_when_nvml_init_never_returns() -> None:
+    """The read is abandoned, and the process still ends: NVML's exit hook waits on the
+    lock the hung init holds (and the pool joins hung GPU reads), so nothing may wait."""
+    script = textwrap.dedent(f"""
+        import threading, types
+        import swarmgpu.agent.facts.nvml_session as session
+        import swarmgpu.agent.doctor.factsread as factsread
+        hung = types.SimpleNamespace(nvmlInit=lambda: threading.Event().wait(),
+                                     NVMLError=Exception)
+        session.load_pynvml = lambda: hung
+        factsread.FACTS_DEADLINE_S = 0.3
+        from swarmgpu.cli import main
+        main(["doctor", "--root", {str(ROOTS / "healthy")!r}, "--source", "nvml"])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 1, out.stderr
+    assert "gpu.facts: cannot read the GPU facts: nvml: NVML did not answer within 0.3 s" \
+        in out.stdout
+    assert out.stderr == ""
+
+
+
+def test_a_fact_file_that_never_answers_names_the_file_not_the_driver() -> None:
+    text, code = run_doctor(str(ROOTS / "healthy"), as_json=True, facts_hung=True,
+                            facts_error="file:/run/facts.fifo: the source did not answer "
+                                        "within 20 s")
+    facts = {c["id"]: c for c in json.loads(text)["checks"]}["gpu.facts"]
+    assert code == 1 and facts["status"] == "fail"
+    assert "FIFO" in facts["fix"] and "Xid" not in facts["fix"]

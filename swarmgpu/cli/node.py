@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -215,17 +216,14 @@ def _log_plain(why: str) -> None:
 def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: str | None,
            product: str | None, memory_mib: int | None, mig_layout: str | None) -> None:
     """Check this node's GPU container setup and explain each problem and its fix."""
-    from swarmgpu.agent.doctor import run_doctor
+    from swarmgpu.agent.doctor import FactsRead, factsread, run_doctor
 
-    facts = None
-    facts_error = None
+    read = FactsRead(None)
     docker_info = None
     if source or root == "/":
         src = _open(source or "nvml", hostname, product, memory_mib, mig_layout)
-        try:
-            facts = src.read()
-        except Exception as exc:  # a doctor must report, not crash: gpu.facts names it
-            facts_error = f"{source or 'nvml'}: {exc}"  # (once: not on stderr as well)
+        # bounded: a hung driver must not hang the doctor (gpu.facts says it did not answer)
+        read = factsread.read_facts_within(src, source or "nvml", factsread.FACTS_DEADLINE_S)
     docker_error = None
     if root == "/":
         try:
@@ -239,11 +237,17 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
         from swarmgpu.swarm.identity import probe_agent_scheme
 
         scheme = probe_agent_scheme()
-    text, code = run_doctor(root, facts=facts, docker_info=docker_info, as_json=as_json,
+    text, code = run_doctor(root, facts=read.facts, docker_info=docker_info, as_json=as_json,
                             agent_probed=root == "/", agent_scheme=scheme, grants=grants,
-                            facts_error=facts_error, engine_probed=root == "/",
-                            docker_error=docker_error)
+                            facts_error=read.error, engine_probed=root == "/",
+                            docker_error=docker_error, facts_hung=read.hung)
     click.echo(text)
+    if read.hung:
+        # Exit now: the exit hooks would wait on the hung read (NVML's shutdown takes the
+        # lock its init holds; the GPU-read pool joins its threads), for as long as it hangs.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)
 
 

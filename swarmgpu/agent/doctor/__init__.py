@@ -12,7 +12,8 @@ See docs/doctor.md for every check and the fixture conventions.
 
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
-``sharing``, ``identity`` (the checks), ``report`` (run, exit code, text/JSON).
+``sharing``, ``identity`` (the checks), ``report`` (run, exit code, text/JSON),
+``factsread`` (the fact source read within a deadline).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from swarmgpu.agent.doctor.engine import (
     check_toolkit_mode,
     effective_mode,
 )
+from swarmgpu.agent.doctor.factsread import FACTS_DEADLINE_S, FactsRead, read_facts_within
 from swarmgpu.agent.doctor.identity import check_agent_identity
 from swarmgpu.agent.doctor.read import (
     dpkg_version,
@@ -91,6 +93,7 @@ __all__ = [
     "DEVICE_MANIFEST",
     "DPKG_STATUS",
     "ENVVAR_UNPRIVILEGED",
+    "FACTS_DEADLINE_S",
     "FIXTURE_DOCKER_INFO",
     "FIXTURE_FACTS",
     "HAMI_LIBS",
@@ -105,6 +108,7 @@ __all__ = [
     "TOOLKIT_TOML",
     "Check",
     "DoctorError",
+    "FactsRead",
     "GenericResource",
     "HamiView",
     "NodeView",
@@ -134,6 +138,7 @@ __all__ = [
     "parse_generic_resources",
     "parse_proc_devices",
     "parse_version",
+    "read_facts_within",
     "read_view",
     "render_json",
     "render_text",

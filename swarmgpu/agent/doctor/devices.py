@@ -13,6 +13,23 @@ def check_gpu_facts(view: NodeView) -> Check:
     """Could NVML (or the --source) read every GPU? The checks compare the node's files
     with what it read; a GPU it cannot read is one no container can use."""
     cid = "gpu.facts"
+    if view.facts_error is not None and view.facts_hung and not view.facts_error.startswith(
+            "nvml:"):
+        return Check(
+            cid, Status.FAIL, f"cannot read the GPU facts: {view.facts_error}",
+            "Without the GPU facts the checks cannot compare daemon.json with the GPUs.",
+            "Point --source at a regular file that can be read (a FIFO, or a file on a hung "
+            "network file system, never answers).")
+    if view.facts_error is not None and view.facts_hung:
+        return Check(
+            cid, Status.FAIL, f"cannot read the GPU facts: {view.facts_error}",
+            "A driver that does not answer (a GPU fallen off the bus, a hung driver) hangs "
+            "every NVML caller: the agent serves no GPU facts, nvidia-smi and GPU containers "
+            "hang too; the doctor left the read and ran its other checks.",
+            "`dmesg | grep -i xid` names the fault (Xid 79: fallen off the bus); drain the "
+            "node (`docker node update --availability drain <node>`) and reboot it (a reset, "
+            "`nvidia-smi -r`, needs a driver that answers); a GPU that keeps falling off "
+            "needs its slot, power or itself replaced.")
     if view.facts_error is not None:
         return Check(
             cid, Status.FAIL, f"cannot read the GPU facts: {view.facts_error}",

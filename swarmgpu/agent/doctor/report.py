@@ -92,14 +92,16 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
                as_json: bool = False, agent_probed: bool = False,
                agent_scheme: str | None = None, grants: str = "env",
                facts_error: str | None = None, engine_probed: bool = False,
-               docker_error: str | None = None) -> tuple[str, int]:
+               docker_error: str | None = None, facts_hung: bool = False,
+               ) -> tuple[str, int]:
     """Text (or JSON) to print and the exit code: 0 ok, 1 a check failed, 2 cannot run.
 
     ``facts`` (NVML's view) and ``docker_info`` (the running dockerd's ``docker info``)
     enable the checks that compare files with reality; without them those checks are
     skipped, unless the root is a fixture tree that carries them (see docs/doctor.md).
     ``grants``: the daemon's ``placement.grants`` (``toolkit.grants`` checks the toolkit
-    reads grants that way). ``facts_error``: why the facts source could not be read.
+    reads grants that way). ``facts_error``: why the facts source could not be read;
+    ``facts_hung``: because it did not answer in time (a hung driver: ``gpu.facts``' fix).
     ``engine_probed``: dockerd was asked (the live node), ``docker_error`` why it did not
     answer; ``docker.engine`` then reports that and its Swarm state.
     """
@@ -110,7 +112,7 @@ def run_doctor(root: str = "/", *, facts: NodeFacts | None = None,
             return json.dumps({"root": root, "error": str(exc)}, indent=2), 2
         return f"swarmgpu doctor: {escaped(exc)}", 2
     view = dataclasses.replace(view, agent_scheme=agent_scheme, grants=grants,
-                               docker_error=docker_error)
+                               docker_error=docker_error, facts_hung=facts_hung)
     checks = run_checks(view)
     if engine_probed:  # the live node only: a fixture tree has no engine to ask
         checks.insert(0, check_engine(view))

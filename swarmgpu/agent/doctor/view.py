@@ -98,6 +98,7 @@ class NodeView:
     facts: NodeFacts | None = None
     # Why there are no facts though a source was asked (NVML cannot list the GPUs)
     facts_error: str | None = None
+    facts_hung: bool = False  # the source did not answer within the doctor's deadline
     docker_info: Mapping[str, Any] | None = None
     docker_error: str | None = None  # why `docker info` could not be asked (live node)
     # daemon.json's runtimes.nvidia.path, when absolute: is it a file under the root?
