@@ -278,6 +278,75 @@ def test_mig_devices_on_a_gpu_not_in_mig_mode_refused() -> None:
     _clean_and_short(str(e.value))
 
 
+def _mig_body(devices: list[dict[str, object]], memory_mib: int = 81559) -> dict[str, object]:
+    """One H100 80GB in MIG mode with ``devices`` as its MIG devices."""
+    body = RTX4090.facts().to_dict()
+    body["gpus"] = [{**body["gpus"][0], "product": "NVIDIA H100 80GB HBM3",
+                     "memory_mib": memory_mib, "mig_capable": True, "mig_enabled": True,
+                     "mig_devices": devices}]
+    body["links"] = []
+    return body
+
+
+def _mig(k: int, profile: str, memory_mib: int, gi: int | None = None,
+         ci: int | None = None) -> dict[str, object]:
+    return {"profile": profile, "uuid": f"MIG-{k:08x}-0000-0000-0000-000000000000",
+            "memory_mib": memory_mib, "gi_id": gi, "ci_id": ci}
+
+
+@pytest.mark.parametrize(("devices", "wrong"), [
+    # 3+3+2 = 8 compute slices: an H100 has 7
+    ([_mig(0, "3g.40gb", 40448, 1), _mig(1, "3g.40gb", 40448, 2),
+      _mig(2, "2g.20gb", 20096, 3)], r"8 compute slices.*at most 7"),
+    # without GI ids too: each whole-GI profile is its own GPU instance
+    ([_mig(k, "4g.40gb", 40448) for k in range(2)], r"8 compute slices.*at most 7"),
+    # 4 x 1g.40gb: 161792 MiB of MIG memory on an 81559 MiB GPU
+    ([_mig(k, "1g.40gb", 40448, k) for k in range(4)], r"161792 MiB.*81559 MiB"),
+    ([_mig(0, "1g.10gb", 9984, 1), {**_mig(1, "1g.10gb", 9984, 2), "uuid":
+                                    _mig(0, "x", 0)["uuid"]}], r"UUID .* twice"),
+    ([_mig(0, "1g.10gb", 9984, 1, 0), _mig(1, "1g.10gb", 9984, 1, 0)],
+     r"GPU instance 1, compute instance 0 twice"),
+])
+def test_mig_devices_more_than_their_gpu_holds_refused(
+        devices: list[dict[str, object]], wrong: str) -> None:
+    """A broken or hostile agent listed more MIG devices than the GPU can hold: more
+    compute slices than its 7, more memory than it has, one UUID or one (GI, CI) twice;
+    each was taken as facts (slices handed out that do not exist). Refused, naming the
+    GPU and what is wrong."""
+    with pytest.raises(FactsError, match=r"gpus\[0\]\.mig_devices: " + wrong) as e:
+        NodeFacts.from_dict(_mig_body(devices))
+    _clean_and_short(str(e.value))
+
+
+def test_a_mig_uuid_on_two_gpus_refused() -> None:
+    body = _mig_body([_mig(0, "1g.10gb", 9984, 1)])
+    gpus = body["gpus"]
+    assert isinstance(gpus, list)
+    gpus.append({**gpus[0], "index": 1, "uuid": "GPU-b4895dbf-9350-2524-a89b-98161ddd9fe4"})
+    with pytest.raises(FactsError, match=r"gpus\[1\]\.mig_devices\[0\]\.uuid: .* also"):
+        NodeFacts.from_dict(body)
+
+
+@pytest.mark.parametrize("devices", [
+    # the real H100 capture (nvidia-smi -q): 3g.40gb, 2g.20gb, 1g.10gb x2, 7 slices
+    [_mig(0, "3g.40gb", 40448, 2, 0), _mig(1, "2g.20gb", 20096, 3, 0),
+     _mig(2, "1g.10gb", 9984, 9, 0), _mig(3, "1g.10gb", 9984, 10, 0)],
+    # three compute instances of one 3g GPU instance, each with the GI's memory, plus a
+    # 4g.40gb: 7 slices, the GI's memory counted once
+    [_mig(0, "1c.3g.40gb", 40448, 1, 0), _mig(1, "1c.3g.40gb", 40448, 1, 1),
+     _mig(2, "1c.3g.40gb", 40448, 1, 2), _mig(3, "4g.40gb", 40448, 2, 0)],
+    # the same without GI ids: compute instances of one profile may share its GI
+    [_mig(0, "1c.3g.40gb", 40448), _mig(1, "1c.3g.40gb", 40448),
+     _mig(2, "1c.3g.40gb", 40448), _mig(3, "4g.40gb", 40448)],
+    # nominal sizes (topo:, gfd: without memory labels): the name's GiB, rounded up
+    [_mig(0, "7g.80gb", 81920, 0)],
+    [_mig(k, "1g.10gb+me" if k == 0 else "1G.10GB", 10240, k) for k in range(7)],
+])
+def test_real_and_nominal_mig_layouts_are_read(devices: list[dict[str, object]]) -> None:
+    f = NodeFacts.from_dict(_mig_body(devices))
+    assert len(f.gpus[0].mig_devices) == len(devices)
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),

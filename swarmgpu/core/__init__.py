@@ -1,7 +1,7 @@
 """The base every layer stands on (lowest layer: imports nothing else of swarmgpu).
 
 The value types and contracts the agent and the manager share (``model``: GPU facts
-and their JSON; ``samples`` and ``metrics_in``: the agent's /metrics page and how it
+and their JSON, with ``miglayout``: the MIG devices one GPU can hold; ``samples`` and ``metrics_in``: the agent's /metrics page and how it
 reads back; ``health``: the XID table, GPU health signals and the state per GPU), the
 configuration every process loads (``config``, with ``configvalues``: its values
 strictly typed and each error located; ``rebalanceconfig``: the rebalance

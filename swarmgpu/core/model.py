@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from swarmgpu.core.health import HealthSignals, signals_from_dict
+from swarmgpu.core.miglayout import mig_layout_fault
 from swarmgpu.core.peertext import peer_text
 
 FACTS_SCHEMA = "swarmgpu.facts/v1"
@@ -225,6 +226,13 @@ class NodeFacts:
                 raise FactsError(f"{where}.gpus: UUID {_quote(g.uuid)} appears twice; "
                                  "UUIDs must be unique")
             seen.add(g.uuid)
+        for n, g in enumerate(gpus):  # within a GPU, mig_layout_fault has looked
+            for k, m in enumerate(g.mig_devices):
+                if m.uuid in seen:
+                    raise FactsError(f"{where}.gpus[{n}].mig_devices[{k}].uuid: "
+                                     f"{_quote(m.uuid)} is also another GPU's or MIG "
+                                     "device's; UUIDs must be unique")
+            seen.update(m.uuid for m in g.mig_devices)
         # An index names one GPU (MIG choices, notes, nvidia-smi): two GPUs with one
         # index make every such name ambiguous.
         first: dict[int, int] = {}
@@ -365,11 +373,16 @@ def _gpu_from(g: Any, where: str) -> Gpu:
         raise FactsError(f"{where}.mig_devices: {len(migs)} MIG device(s) on a GPU whose "
                          "mig_enabled is false; MIG devices exist only in MIG mode: fix the "
                          "agent's facts source (mig_enabled true, or no mig_devices)")
+    memory_mib = _int(g, "memory_mib", where, required=True, minimum=1)
+    fault = mig_layout_fault(migs, memory_mib)
+    if fault:  # slices that cannot exist would be handed out
+        raise FactsError(f"{where}.mig_devices: {fault}; the GPU cannot hold these MIG "
+                         "devices: fix the agent's facts source")
     return Gpu(
         index=_int(g, "index", where, required=True),
         uuid=uuid,
         product=product,
-        memory_mib=_int(g, "memory_mib", where, required=True, minimum=1),
+        memory_mib=memory_mib,
         pci_bus_id=_opt_str(g, "pci_bus_id", where) or "",
         compute_major=_int(g, "compute_major", where, required=False),
         compute_minor=_int(g, "compute_minor", where, required=False),
