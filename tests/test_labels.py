@@ -62,6 +62,20 @@ def test_mig_profile_counts() -> None:
     assert labels["swarmgpu.mig.strategy"] == "mixed"
 
 
+def test_one_mig_profile_spelled_several_ways_is_one_label() -> None:
+    """An agent's 1g.10gb, 1G.10GB and mig-1g.10gb made three labels (two of them no
+    request's spelling) and a mixed strategy; now one count of the one spelling."""
+    g = _facts(1).gpus[0]
+    migs = tuple(MigDevice(p, f"MIG-{i}", 9728)
+                 for i, p in enumerate(("1g.10gb", "1G.10GB", "MIG-1g.10gb")))
+    facts = NodeFacts(hostname="h", gpus=(Gpu(**{**g.__dict__, "mig_enabled": True,
+                                                  "mig_devices": migs}),))
+    labels = desired_labels(facts)
+    assert {k: v for k, v in labels.items() if k.startswith("swarmgpu.mig-")} == {
+        "swarmgpu.mig-1g.10gb.count": "3"}
+    assert labels["swarmgpu.mig.strategy"] == "single"
+
+
 def test_zero_gpus_is_valid() -> None:
     labels = desired_labels(NodeFacts(hostname="h"))
     assert labels == {"swarmgpu.gpu.count": "0"}

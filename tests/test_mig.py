@@ -7,14 +7,11 @@ import re
 import pytest
 from support.paths import FIXTURES as FIXTURES_DIR
 
-from swarmgpu.allocator.mig import (
-    MigChoice,
-    MigMiss,
-    MigMissReason,
+from swarmgpu.allocator.mig import MigChoice, MigMiss, MigMissReason, pick_mig_device
+from swarmgpu.core.migprofile import (
     MigProfileError,
     known_profiles,
     normalize_profile,
-    pick_mig_device,
     profiles_for_product,
 )
 from swarmgpu.core.model import Gpu, MigDevice

@@ -264,7 +264,6 @@ JUSTIFIED = {
     ("B310", "swarmgpu/core/healthcheck.py"): "urlopen of the container's own http(s) "
     "/healthz on loopback; other schemes are refused before",
     ("B101", "swarmgpu/allocator/core.py"): "type-narrowing invariants, not input checks",
-    ("B101", "swarmgpu/allocator/mig.py"): "type-narrowing invariant on a regex built here",
     ("B101", "swarmgpu/agent/facts/profile.py"): "type-narrowing invariant after validation",
     ("B311", "swarmgpu/sim/runs.py"): "seeded PRNG for a reproducible arrival order",
     ("B311", "swarmgpu/sim/timeline.py"): "seeded PRNG for a reproducible simulation",

@@ -1,16 +1,17 @@
 """The base every layer stands on (lowest layer: imports nothing else of swarmgpu).
 
-The value types and contracts the agent and the manager share (``model``: GPU facts
-and their JSON, with ``miglayout``: the MIG devices one GPU can hold; ``samples`` and ``metrics_in``: the agent's /metrics page and how it
-reads back; ``health``: the XID table, GPU health signals and the state per GPU), the
-configuration every process loads (``config``, with ``configvalues``: its values
-strictly typed and each error located; ``rebalanceconfig``: the rebalance
-section, one dataclass per policy; ``tenants``: the tenants section parsed and checked;
-Swarm's label-key rule in ``labelkeys`` so a bad prefix fails at load; ``commalist``:
-the one parser of comma lists), and small helpers both HTTP servers and every YAML
-reader use (``httpguard``, ``yamlfile``, ``healthcheck``: the image's HEALTHCHECK,
-``sdnotify``: systemd's notify protocol for both roles), and
-``peertext``, which cuts and cleans what a peer wrote before any error or note repeats
-it, and ``jsonkeys``, the one refusal of a JSON key given twice. A package rather than
-loose top-level modules so that the tree shows the layer.
+The value types and contracts the agent and the manager share (``model``: GPU facts and
+their JSON, with ``miglayout``: the MIG devices one GPU can hold, and ``migprofile``:
+MIG profile names, one spelling each; ``samples`` and ``metrics_in``: the agent's
+/metrics page and how it reads back; ``health``: the XID table, GPU health signals and
+the state per GPU), the configuration every process loads (``config``, with
+``configvalues``: its values strictly typed and each error located; ``rebalanceconfig``:
+the rebalance section, one dataclass per policy; ``tenants``: the tenants section parsed
+and checked; Swarm's label-key rule in ``labelkeys`` so a bad prefix fails at load;
+``commalist``: the one parser of comma lists), and small helpers both HTTP servers and
+every YAML reader use (``httpguard``, ``yamlfile``, ``healthcheck``: the image's
+HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles), and ``peertext``,
+which cuts and cleans what a peer wrote before any error or note repeats it, and
+``jsonkeys``, the one refusal of a JSON key given twice. A package rather than loose
+top-level modules so that the tree shows the layer.
 """

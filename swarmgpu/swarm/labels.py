@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from swarmgpu.core.labelkeys import usable_label_key, usable_label_value
+from swarmgpu.core.migprofile import canonical_profile
 from swarmgpu.core.model import Gpu, NodeFacts, gpu_family, is_nvlink
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.constraints import (
@@ -122,7 +123,7 @@ def _mig_strategy(facts: NodeFacts) -> str:
     if not enabled:
         return "none"
     if len(enabled) == len(facts.gpus):
-        profiles = {m.profile for g in enabled for m in g.mig_devices}
+        profiles = {canonical_profile(m.profile) for g in enabled for m in g.mig_devices}
         if len(profiles) <= 1:
             return "single"
     return "mixed"
@@ -179,7 +180,8 @@ def _desired_labels(facts: NodeFacts, prefix: str) -> dict[str, str]:
                 out[f"{p}gpu.family"] = fam
         out[f"{p}mig.capable"] = str(any(g.mig_capable for g in gpus)).lower()
         out[f"{p}mig.strategy"] = _mig_strategy(facts)
-        mig_counts = Counter(m.profile for g in gpus for m in g.mig_devices)
+        # One spelling per profile, the one requests are read into (1G.10GB is 1g.10gb)
+        mig_counts = Counter(canonical_profile(m.profile) for g in gpus for m in g.mig_devices)
         for profile, count in sorted(mig_counts.items())[:MAX_MIG_PROFILES]:
             out[f"{p}mig-{profile}.count"] = str(count)
         if facts.links:

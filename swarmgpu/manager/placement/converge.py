@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from swarmgpu.allocator.mig import MigProfileError
 from swarmgpu.allocator.values import Unplaceable
+from swarmgpu.core.migprofile import MigProfileError
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import REPLACED_STATE, gate_key

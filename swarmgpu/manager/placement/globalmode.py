@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from swarmgpu.allocator.mig import MigProfileError
 from swarmgpu.allocator.values import NodeState, Unplaceable
+from swarmgpu.core.migprofile import MigProfileError
 from swarmgpu.manager.placement.cycle import Cycle, Released, release_dropped
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement

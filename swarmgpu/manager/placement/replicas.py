@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 
-from swarmgpu.allocator.mig import canonical_profile
+from swarmgpu.core.migprofile import canonical_profile
 from swarmgpu.core.model import Gpu, NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement

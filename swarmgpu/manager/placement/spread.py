@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from swarmgpu.allocator.mig import MigProfileError
 from swarmgpu.allocator.values import Choice, NodeState, Unplaceable
+from swarmgpu.core.migprofile import MigProfileError
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import MAX_STATE
 from swarmgpu.manager.placement.ledger import Holding

@@ -17,8 +17,8 @@ from math import ceil
 from typing import TypeVar
 
 from swarmgpu.allocator.fragmentation import product_matches
-from swarmgpu.allocator.mig import MigProfileError, normalize_profile
 from swarmgpu.core.config import DEFAULT_PRIORITY_CLASSES, parse_priority_classes
+from swarmgpu.core.migprofile import MigProfileError, normalize_profile
 from swarmgpu.core.tenants import NAME_RE
 
 DEFAULT_PREFIX = "swarmgpu."

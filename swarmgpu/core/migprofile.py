@@ -1,0 +1,113 @@
+"""MIG profile names: the known profiles, per GPU model, and the one spelling of each.
+
+Profile names come in three spellings that must meet: nvidia-smi's ``3g.20gb``, the
+``mig-3g.20gb`` / ``nvidia.com/mig-3g.20gb`` resource style, and old GPU feature
+discovery labels that rounded memory in decimal GB (``mig-3g.21gb`` for the A100-40GB's
+3g.20gb, 20096 MiB). Requests, placement and node labels all use ``canonical_profile``.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Every profile in NVIDIA/mig-parted's default config (config-default.yaml), i.e. every
+# GPU-instance profile of A30, A100, H100, H100 NVL, H200, GH200, B200/B300, GB200/GB300
+# and RTX PRO 6000 Blackwell.
+_KNOWN_TEXT = """
+    1g.5gb 1g.5gb+me 2g.10gb 3g.20gb 4g.20gb 7g.40gb
+    1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb
+    1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb
+    1g.12gb 1g.12gb+me 1g.24gb 1g.24gb+me 2g.24gb 3g.47gb 4g.47gb 7g.94gb
+    3g.48gb 4g.48gb 7g.96gb
+    1g.18gb 1g.18gb+me 1g.35gb 1g.35gb+me 2g.35gb 3g.71gb 4g.71gb 7g.141gb
+    1g.36gb 2g.36gb 3g.72gb 4g.72gb 7g.144gb
+    1g.23gb 1g.23gb+me 1g.45gb 1g.47gb 2g.45gb 2g.47gb 3g.90gb 3g.93gb 4g.90gb 4g.93gb
+    7g.180gb 7g.186gb
+    1g.34gb 1g.34gb+me 1g.67gb 1g.70gb 2g.67gb 2g.70gb 3g.95gb 3g.135gb 3g.139gb
+    4g.95gb 4g.135gb 4g.139gb 7g.189gb 7g.269gb 7g.278gb
+    1g.24gb+gfx 1g.24gb+me.all 1g.24gb-me 2g.48gb 2g.48gb+gfx 2g.48gb+me.all 2g.48gb-me
+    4g.96gb 4g.96gb+gfx
+"""
+_KNOWN: frozenset[str] = frozenset(_KNOWN_TEXT.split())
+
+# Profiles per GPU model, for the models whose MIG layouts are documented in the MIG user
+# guide and mig-parted (matched on the product name, spaces and dashes alike).
+_BY_PRODUCT: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
+    (re.compile(pat, re.IGNORECASE), frozenset(profiles.split()))
+    for pat, profiles in (
+        (r"a[18]00.*40gb", "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb"),
+        (r"(a[18]00|h[18]00).*80gb", "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
+        (r"h[18]00.*nvl", "1g.12gb 1g.12gb+me 1g.24gb 2g.24gb 3g.47gb 4g.47gb 7g.94gb"),
+        (r"h200", "1g.18gb 1g.18gb+me 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb"),
+        (r"a30", "1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb"),
+    )
+)
+
+_PROFILE_RE = re.compile(r"^(?P<g>[1-8])g\.(?P<mem>\d+)gb(?P<suffix>(?:[+-][a-z.]+)?)$")
+_PREFIX_RE = re.compile(r"^(?:nvidia\.com/)?(?:mig[- ])?", re.IGNORECASE)
+_GIB_TO_GB = 1.073741824
+
+
+class MigProfileError(ValueError):
+    """A MIG profile name that is malformed or not a known GPU-instance profile."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint  # what would be accepted instead, for callers' own messages
+
+
+def known_profiles() -> tuple[str, ...]:
+    """Every known MIG profile, sorted by compute slices then memory."""
+    return tuple(sorted(_KNOWN, key=_sort_key))
+
+
+def profiles_for_product(product: str) -> frozenset[str] | None:
+    """Valid profiles of a GPU model (``NVIDIA A100-SXM4-40GB``...), None when unknown."""
+    for pattern, profiles in _BY_PRODUCT:
+        if pattern.search(product):
+            return profiles
+    return None
+
+
+def normalize_profile(name: str) -> str:
+    """``MIG-3g.20gb``, ``nvidia.com/mig-3g.21gb``, ``3G.20GB`` -> ``3g.20gb``.
+
+    Raise MigProfileError naming the input and what is accepted.
+    """
+    raw = name
+    name = _PREFIX_RE.sub("", name.strip()).lower()
+    m = _PROFILE_RE.match(name)
+    if not m:
+        hint = "<slices>g.<memory>gb such as 1g.10gb or 3g.40gb (a mig- prefix is fine)"
+        raise MigProfileError(f"MIG profile {raw!r} is malformed; expected {hint}", hint)
+    if name in _KNOWN:
+        return name
+    # Old GPU feature discovery labels give memory in decimal GB, rounded from MiB:
+    # 3g.20gb (20096 MiB) became mig-3g.21gb. Map back when exactly one profile fits.
+    g, mem, suffix = m["g"], int(m["mem"]), m["suffix"]
+    matches = [
+        p
+        for p in _KNOWN
+        if (pm := _PROFILE_RE.match(p)) is not None
+        and pm["g"] == g
+        and pm["suffix"] == suffix
+        and round(int(pm["mem"]) * _GIB_TO_GB) in (mem, mem + 1)
+    ]
+    if len(matches) == 1:
+        return matches[0]
+    near = sorted((p for p in _KNOWN if p.startswith(f"{g}g.")), key=_sort_key)
+    hint = f"a known profile; the {g}g ones are {', '.join(near) or 'none'}"
+    raise MigProfileError(f"MIG profile {raw!r} is not known; expected {hint}", hint)
+
+
+def _sort_key(profile: str) -> tuple[int, int, str]:
+    m = _PROFILE_RE.match(profile)
+    return (int(m["g"]), int(m["mem"]), m["suffix"]) if m else (0, 0, profile)
+
+
+def canonical_profile(profile: str) -> str:
+    """A device's profile as a request names it (``normalize_profile``), or as it is."""
+    try:
+        return normalize_profile(profile)
+    except MigProfileError:
+        return profile.strip().lower()  # a profile newer than our table still matches itself
