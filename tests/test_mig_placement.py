@@ -36,3 +36,17 @@ def test_mig_holding_follows_a_changed_profile() -> None:
     sp = plan_placement(nodes, [s1], [], DGX_FACTS).services[0]
     (p,) = sp.placements
     assert _profile_of(p.uuids[0]) == "3g.20gb", "kept the 1g.5gb device it no longer asks"
+
+
+def test_a_profile_no_gpu_of_the_product_has_names_those_it_offers() -> None:
+    """7g.80gb on the DGX's A100-40GB can never be free there: the reason said only "no
+    allowed node has one free"; now it names the profiles that GPU model offers."""
+    s = svc("slice", {"swarmgpu.mig": "7g.80gb"})
+    sp = plan_placement([DGX], [s], [], DGX_FACTS).services[0]
+    assert sp.status == "pending" and sp.reason
+    assert "no GPU model in the cluster has 7g.80gb" in sp.reason, sp.reason
+    assert "NVIDIA A100-SXM4-40GB offers 1g.5gb, 1g.5gb+me, 1g.10gb" in sp.reason
+    # a profile the A100-40GB can have, only not free: the reason is as it was
+    s = svc("slice", {"swarmgpu.mig": "7g.40gb"})
+    sp = plan_placement([DGX], [s], [], DGX_FACTS).services[0]
+    assert sp.reason and sp.reason.endswith("no allowed node has one free"), sp.reason

@@ -9,6 +9,9 @@ discovery labels that rounded memory in decimal GB (``mig-3g.21gb`` for the A100
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+
+from swarmgpu.core.peertext import peer_text
 
 # Every profile in NVIDIA/mig-parted's default config (config-default.yaml), i.e. every
 # GPU-instance profile of A30, A100, H100, H100 NVL, H200, GH200, B200/B300, GB200/GB300
@@ -111,3 +114,29 @@ def canonical_profile(profile: str) -> str:
         return normalize_profile(profile)
     except MigProfileError:
         return profile.strip().lower()  # a profile newer than our table still matches itself
+
+
+MAX_MODELS_NAMED = 3  # GPU models a "not offered" reason lists, each with its profiles
+
+
+def not_offered(profile: str, products: Iterable[str]) -> str | None:
+    """Why ``profile`` can never be free on GPUs of these models (each model's profiles
+    named, at most MAX_MODELS_NAMED), or None when one of them may have it (or a model
+    unknown here might)."""
+    offers: dict[str, frozenset[str]] = {}
+    for product in sorted(set(products)):
+        got = profiles_for_product(product)
+        if got is None or profile in got:
+            return None
+        offers[product] = got
+    if not offers:
+        return None
+    named = [
+        f"{peer_text(p, 48)} offers {', '.join(sorted(o, key=_sort_key))}"
+        for p, o in list(offers.items())[:MAX_MODELS_NAMED]
+    ]
+    more = f"; and {len(offers) - len(named)} more model(s)" if len(offers) > len(named) else ""
+    return (
+        f"no GPU model in the cluster has {profile} ({'; '.join(named)}{more}): ask "
+        "for one of those, or a gpu-product that has it"
+    )

@@ -13,6 +13,7 @@ from swarmgpu.allocator.core import Allocator
 from swarmgpu.allocator.mig import MigChoice, pick_mig_device
 from swarmgpu.allocator.scorer import Scorer, SwarmScorer
 from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unplaceable
+from swarmgpu.core.migprofile import not_offered
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
@@ -63,6 +64,8 @@ class ClusterAllocator:
         # release on the node
         self._mig_none: set[tuple[str, str, tuple[str, ...]]] = set()
         self._by_rank: list[NodeState] = []  # for MIG requests, rebuilt with the nodes
+        # (MIG profile, gpu-product globs) -> (node generation, why none can be free)
+        self._offers: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int], str | None]] = {}
         self._names: tuple[tuple[str, str], ...] = ()
         self._gen = 0
         self._order: list[str] = []
@@ -436,7 +439,8 @@ class ClusterAllocator:
                     return Choice(node=node.spec.name, gpus=(), milli=(), score=0.0,
                                   explanation=f"{d.describe()} on {node.spec.name}", mig=got,
                                   cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
-            return Unplaceable(f"needs {d.describe()}; no allowed node has one free")
+            why = self._not_offered(d) or "no allowed node has one free"
+            return Unplaceable(f"needs {d.describe()}; {why}")
         if allowed is not None:
             exclude = frozenset(exclude) | {n for n, ns in a.nodes.items() if not allowed(ns)}
         # One object per demand: the allocator's memos then find it by identity.
@@ -447,6 +451,22 @@ class ClusterAllocator:
             known = self._demands[d] = (d, d.describe())
         return a.place(known[0], exclude=exclude, where=where, explain=self.explain,
                        note=known[1])
+
+    def _not_offered(self, d: Demand) -> str | None:
+        """The MIG profiles the cluster's GPUs of the asked products offer, when none
+        offers the asked one (it can never be free: the owner must change the label);
+        once per profile and products while the nodes are the same."""
+        stamp = (self._gen, len(self.alloc.nodes))
+        key = (d.mig_profile or "", d.products)
+        got = self._offers.get(key)
+        if got is None or got[0] != stamp:
+            if len(self._offers) > 1_000:
+                self._offers.clear()
+            models = {g.product for f in self.facts.values() for g in f.gpus
+                      if (g.mig_capable or g.mig_devices)
+                      and matches_products(g.product, d.products)}
+            got = self._offers[key] = (stamp, not_offered(key[0], models))
+        return got[1]
 
     def hostnames(self, text: str) -> str:
         """Node ids in the allocator's words, as the hostnames people know (identical
