@@ -143,3 +143,20 @@ def test_hostile_labels_are_this_sources_error_naming_the_label(
     f.write_text(text)
     with pytest.raises(SourceError, match=match):
         GfdSource(f, hostname="n").read()
+
+
+def test_mig_devices_the_gpu_cannot_hold_are_this_sources_error(tmp_path: Path) -> None:
+    """A --memory-mib far below what the labels' MIG devices hold (the fuzz found 23 MiB
+    against 34,944): the facts were built and then refused by NodeFacts.from_dict (the
+    daemon's check of any agent's); now the file is named, with the fix."""
+    f = tmp_path / "features"
+    f.write_text("\n".join([
+        "nvidia.com/gpu.count=1", "nvidia.com/gpu.product=A100-SXM4-40GB",
+        "nvidia.com/gpu.memory=40537", "nvidia.com/mig.strategy=mixed",
+        "nvidia.com/mig-3g.20gb.count=1", "nvidia.com/mig-3g.20gb.memory=20096",
+        "nvidia.com/mig-2g.10gb.count=1", "nvidia.com/mig-2g.10gb.memory=9984"]) + "\n")
+    ok = GfdSource(f, hostname="n1").read()
+    NodeFacts.from_dict(json.loads(json.dumps(ok.to_dict())))
+    with pytest.raises(SourceError, match=r"GPU 0 .*--memory-mib") as exc:
+        GfdSource(f, hostname="n1", memory_mib=23).read()
+    assert str(f) in str(exc.value)

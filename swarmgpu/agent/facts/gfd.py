@@ -28,6 +28,7 @@ from swarmgpu.agent.facts.naming import (
     synthetic_uuid,
 )
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
+from swarmgpu.core.miglayout import mig_layout_fault
 from swarmgpu.core.model import MAX_GPUS, MAX_MIG_PER_GPU, Gpu, MigDevice, NodeFacts
 from swarmgpu.core.yamlfile import MAX_TEXT, parse_yaml
 
@@ -251,6 +252,15 @@ def facts_from_labels(
             )
             for k, (prof, mem) in enumerate(per_parent[i])
         )
+        # The layout NodeFacts.from_dict refuses from any agent: said here, naming the
+        # file, rather than served and refused by the daemon.
+        fault = mig_layout_fault(devs, parent_memory)
+        if fault is not None:
+            raise SourceError(
+                f"{where}: GPU {i} ({parent_product}, {parent_memory} MiB): {fault}; the "
+                "labels list more MIG devices than the GPU holds: pass --memory-mib with "
+                "the GPU's real memory, or fix the labels"
+            )
         gpus.append(
             Gpu(
                 index=i,
