@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
+import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import urllib.error
@@ -604,3 +609,54 @@ def test_default_sampler_choice() -> None:
     static = default_sampler(Source(spec="file:/x"), lambda: FACTS)
     assert [s.uuid for s in static()] == ["GPU-aaaa", "MIG-1111"]
     assert default_sampler(Source(spec="file:/x"), lambda: None)() == []
+
+
+# --- stopping while NVML hangs (a GPU fallen off the bus can hold the driver for minutes) ---
+
+
+def _stderr_until(proc: subprocess.Popen[str], text: str, timeout_s: float) -> str:
+    """The agent's stderr up to the line holding ``text`` (it is then serving)."""
+    assert proc.stderr is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stderr, selectors.EVENT_READ)
+    seen, end = "", time.monotonic() + timeout_s
+    while text not in seen:
+        assert time.monotonic() < end and sel.select(end - time.monotonic()), seen
+        line = proc.stderr.readline()
+        assert line, f"the agent ended before {text!r}: {seen}"
+        seen += line
+    return seen
+
+
+@pytest.mark.parametrize("call", ["nvmlInit", "nvmlDeviceGetHandleByIndex"])
+def test_the_agent_exits_on_sigterm_while_an_nvml_call_never_returns(call: str) -> None:
+    """Before: SIGTERM stopped the server, then the exit hooks waited on the hung call
+    (NVML's shutdown on the lock a hung init holds, the GPU-read and sampler pools on
+    their threads), until Docker's or systemd's SIGKILL."""
+    script = textwrap.dedent(f"""
+        import threading, types
+        import swarmgpu.agent.facts.nvml_session as session
+        hung = types.SimpleNamespace(NVMLError=Exception, nvmlInit=lambda: None,
+                                     nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 1)
+        setattr(hung, {call!r}, lambda *a: threading.Event().wait())
+        session.load_pynvml = lambda: hung
+        from swarmgpu.cli import main
+        main(["agent", "--source", "nvml", "--listen", "127.0.0.1:0", "--identity", "none",
+              "--hostname", "n"])
+    """)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        _stderr_until(proc, "agent serving nvml", 30)
+        time.sleep(0.5)  # the facts thread and the sampler are in the hung call
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+        assert time.monotonic() - started < 8
+        assert proc.stderr is not None
+        assert "agent stopped" in proc.stderr.read()  # the log was flushed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

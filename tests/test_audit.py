@@ -10,6 +10,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.audit import audit, exit_code, render_table
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import parse_holding, read_ledger
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.labels import desired_labels
 
@@ -307,3 +308,19 @@ def test_ledger_entries_holding_a_gpu_beyond_it_gone_or_unreadable_are_named() -
     down = audit(snap(n, facts_ok=False), saved_agents={"n1": {"last_ok": 0.5}})
     assert [f.kind for f in down if f.kind not in ("unreachable", "node-failing")] == [
         "gpu-held-twice", "gpu-held-twice", "unreadable-holding"]
+
+
+def test_a_ledger_entry_naming_one_gpu_twice_is_unreadable_not_two_holdings() -> None:
+    """Before: ``GPU-a,GPU-a`` read as one service holding the GPU twice (2000 milli of
+    it, counted as two holdings), and audit called it gpu-held-twice with nothing to
+    release (the service against itself)."""
+    twice = f"{UUIDS[0]},{UUIDS[0]}"
+    for value in (twice, f"{UUIDS[0]}@300,{UUIDS[1]},{UUIDS[0]}@300", f"s1={twice}"):
+        assert parse_holding("a", "n1", value) is None, value
+    n = node({**desired_labels(FACTS), "swarmgpu.assign.a": twice,
+              "swarmgpu.assign.b": UUIDS[1]})
+    assert set(read_ledger([n], "swarmgpu.")) == {"b"}  # as any entry it cannot read
+    found = audit(snap(n))
+    assert [(f.kind, f.key) for f in found] == [("unreadable-holding", "swarmgpu.assign.a")]
+    assert "each GPU once" in found[0].message
+    assert "docker node update --label-rm swarmgpu.assign.a n1" in found[0].message

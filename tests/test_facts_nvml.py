@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+import types
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,7 @@ from support.fake_pynvml import pynvml as fake
 from support.fake_pynvml.builder import CAPTURES, build_layout, layouts, parse_l, parse_q
 
 from swarmgpu.agent.facts.nvml import NvmlSource, cpu_list, cuda_version_text, read_utilisation
+from swarmgpu.agent.facts.nvml_session import ensure_init, shutdown, shutdown_within
 from swarmgpu.core.model import NodeFacts
 
 
@@ -182,6 +186,39 @@ def test_no_pynvml_module_reads_as_zero_gpus(monkeypatch: pytest.MonkeyPatch) ->
     facts = NvmlSource(hostname="n").read()
     assert facts.gpus == () and "nvidia-ml-py" in facts.errors[0]
     assert read_utilisation() == []
+
+
+def test_nvml_shutdown_gives_up_on_an_init_or_a_shutdown_that_never_returns() -> None:
+    """A process that is ending (the agent on SIGTERM, the exit hook) waits a bounded
+    time: before, the hook waited on the lock a hung nvmlInit holds, for as long."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    def hang() -> None:
+        entered.set()
+        release.wait(30)
+
+    hung = types.SimpleNamespace(nvmlInit=hang, nvmlShutdown=lambda: None)
+    t = threading.Thread(target=ensure_init, args=(hung,), daemon=True)
+    t.start()
+    try:
+        assert entered.wait(5)
+        started = time.monotonic()
+        assert shutdown(lock_timeout_s=0.2) is False
+        assert shutdown_within(0.2) is False
+        assert time.monotonic() - started < 2
+    finally:
+        release.set()
+        t.join(5)
+    assert shutdown(hung) is True  # the lock is free again: shut down as before
+    stuck = types.SimpleNamespace(nvmlInit=lambda: None, nvmlShutdown=hang)
+    entered.clear()
+    release.clear()
+    assert ensure_init(stuck) is None
+    try:
+        assert shutdown_within(0.2) is False and entered.is_set()
+    finally:
+        release.set()
 
 
 def test_fake_matches_real_pynvml_names() -> None:

@@ -161,6 +161,25 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
                     attribute=Attributor(engine_labels(docker_host) if docker_host else None,
                                          proc_root), tls=tls, token=token,
                     extra_hosts=allowed_hosts)
+    # Stopped (SIGTERM/SIGINT). NVML is shut down only if that is done within 2 s, then
+    # the process ends without the exit hooks: a call hung in the driver (a GPU fallen
+    # off the bus) holds the session lock and the GPU-read and sampler threads the hooks
+    # join, and Docker or systemd would SIGKILL the agent after the grace period.
+    from swarmgpu.agent.facts import nvml_session
+
+    nvml_session.shutdown_within(nvml_session.EXIT_WAIT_S)
+    _exit_now(0)
+
+
+def _exit_now(code: int) -> None:
+    """End the process now, the logs flushed, skipping the exit hooks (which would wait
+    on a thread hung in NVML for as long as it hangs)."""
+    from loguru import logger
+
+    logger.complete()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def agent_tls(identity: str, data_root: str, cert: str | None, key: str | None,
@@ -245,9 +264,7 @@ def doctor(root: str, as_json: bool, source: str | None, grants: str, hostname: 
     if read.hung:
         # Exit now: the exit hooks would wait on the hung read (NVML's shutdown takes the
         # lock its init holds; the GPU-read pool joins its threads), for as long as it hangs.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _exit_now(code)
     sys.exit(code)
 
 

@@ -94,17 +94,43 @@ def ensure_init(mod: Any) -> str | None:
         return None
 
 
-def shutdown(nvml_module: Any = None) -> None:
-    """Shut NVML down (all modules when none is given); called at exit."""
-    with _init_lock:
+EXIT_WAIT_S = 2.0  # how long a process that is ending waits for NVML's shutdown
+
+
+def shutdown(nvml_module: Any = None, *, lock_timeout_s: float = -1) -> bool:
+    """Shut NVML down (all modules when none is given). False, and nothing shut down,
+    when the session lock is not free within ``lock_timeout_s`` (-1: wait): an init hung
+    in the driver holds it. At exit that is harmless: the process's end releases NVML."""
+    if not _init_lock.acquire(timeout=lock_timeout_s):
+        return False
+    try:
         mods = [nvml_module] if nvml_module is not None else list(_initialised.values())
         for mod in mods:
             if _initialised.pop(id(mod), None) is not None:
                 with contextlib.suppress(Exception):  # best effort at exit
                     mod.nvmlShutdown()
+    finally:
+        _init_lock.release()
+    return True
 
 
-atexit.register(shutdown)
+def shutdown_within(timeout_s: float = EXIT_WAIT_S) -> bool:
+    """``shutdown()`` for a process about to end, waited on for at most ``timeout_s``:
+    besides the lock, ``nvmlShutdown`` itself can hang in a driver that does not answer
+    (the thread is a daemon: left behind). True when NVML was shut down in time."""
+    done = threading.Event()
+
+    def run() -> None:
+        if shutdown(lock_timeout_s=timeout_s):
+            done.set()
+
+    threading.Thread(target=run, name="nvml-shutdown", daemon=True).start()
+    return done.wait(timeout_s)
+
+
+# Bounded: an exit must not wait for as long as a hung init holds the lock. (No thread:
+# one cannot be started this late in an interpreter's exit.)
+atexit.register(shutdown, lock_timeout_s=EXIT_WAIT_S)
 
 
 def module(nvml_module: Any) -> tuple[Any, str | None]:

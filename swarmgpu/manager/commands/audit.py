@@ -263,9 +263,9 @@ def _unreadable_holding(node: SwarmNode, key: str, value: str) -> Finding:
         f" (cut, {len(value)} characters)" if len(value) > UNREADABLE_SHOWN else "")
     return Finding(
         "unreadable-holding", node.hostname,
-        f"ledger label {key}={shown} cannot be read (a list of GPU UUIDs, each with an "
-        "optional @milli, or s<slot>= groups of them separated by ';'): swarmgpu counts "
-        "nothing held by it, so the GPUs it names may be given to another service, and "
+        f"ledger label {key}={shown} cannot be read (a list of GPU UUIDs, each GPU once "
+        "with an optional @milli, or s<slot>= groups of them separated by ';'): swarmgpu "
+        "counts nothing held by it, so the GPUs it names may be given to another service, and "
         "it is never released (the daemon overwrites it only if it places that service "
         f"on this node again); remove it: docker node update --label-rm {key} {node.id}",
         key=key,

@@ -104,6 +104,8 @@ def _parse_list(value: str) -> tuple[list[str], list[int]] | None:
         milli.append(int(m.group(2)) if m.group(2) else 1000)
     if not uuids or any(not 0 < x <= 1000 for x in milli):
         return None
+    if len(set(uuids)) != len(uuids):  # one GPU twice: never written so, and it would
+        return None  # count as two holdings of it (its milli summed past 1000)
     return uuids, milli
 
 
