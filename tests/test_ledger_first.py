@@ -57,3 +57,16 @@ def test_two_declared_lists_the_running_one_wins() -> None:
     assert by["bb-running"].placements[0].uuids == (uuid,)
     assert not by["bb-running"].force_update
     assert by["aa-new"].placements and by["aa-new"].placements[0].uuids != (uuid,)
+
+
+def test_a_declared_list_naming_one_gpu_twice_is_not_adopted() -> None:
+    """`swarmgpu.devices.<node>: GPU-a,GPU-a` (a stack's own list): adopted as it was, the
+    holding named one GPU twice for a two-GPU request (the ledger's parser refuses such an
+    entry, and a packed list naming a GPU in two slots was never adopted)."""
+    uuid = FACTS["n-dgx"].gpus[3].uuid
+    s = svc("twice", {"swarmgpu.gpus": "2", "swarmgpu.devices.n-dgx": f"{uuid},{uuid}"})
+    run = SwarmTask("t1", s.id, "n-dgx", 1, "running", "running", ())
+    sp = plan_placement([DGX, R4090], [s], [run], FACTS).services[0]
+    assert sp.placements, sp.reason
+    for p in sp.placements:
+        assert len(set(p.uuids)) == len(p.uuids) == 2, p.uuids
