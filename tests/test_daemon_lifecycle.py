@@ -13,32 +13,10 @@ from typing import Any
 
 import pytest
 from loguru import logger
+from support.empty_swarm import EmptySwarm
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-
-
-class EmptySwarm:
-    """A swarm with no nodes and no services, at swarmgpu's client boundary."""
-
-    on_write: Any = None
-    may_write: Any = None
-
-    def is_leader(self) -> bool:
-        return True
-
-    def swarm_labels(self) -> dict[str, str]:
-        return {}
-
-    def nodes(self) -> list[SwarmNode]:
-        return []
-
-    def services(self) -> list[SwarmService]:
-        return []
-
-    def tasks(self, filters: Any = None) -> list[SwarmTask]:
-        return []
 
 
 def daemon(tmp: Path, interval_s: float = 30.0) -> Daemon:

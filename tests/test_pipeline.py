@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.empty_swarm import EmptySwarm
 
 from swarmgpu.core.config import (
     AgentsConfig,
@@ -21,28 +22,7 @@ from swarmgpu.manager.cycle.session import CycleSession, SessionError, Slot
 from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.sync import Snapshot
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, SwarmUnavailable
-
-
-class EmptySwarm:
-    """A swarm with no nodes and no services, at swarmgpu's client boundary."""
-
-    on_write: Any = None
-
-    def is_leader(self) -> bool:
-        return True
-
-    def swarm_labels(self) -> dict[str, str]:
-        return {}
-
-    def nodes(self) -> list[SwarmNode]:
-        return []
-
-    def services(self) -> list[SwarmService]:
-        return []
-
-    def tasks(self, filters: Any = None) -> list[SwarmTask]:
-        return []
+from swarmgpu.swarm.client import SwarmUnavailable
 
 
 class Fake(Step):
