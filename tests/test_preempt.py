@@ -241,13 +241,18 @@ def test_a_preempted_service_says_why_and_its_record_goes_once_placed() -> None:
 # --- the actuator, through full daemon cycles ---------------------------------------------
 
 
-def _daemon(sw: RecordingSwarm, tmp: str, **pre: Any) -> Daemon:
+def _daemon(sw: RecordingSwarm, tmp: str, *, moves: bool = False, **pre: Any) -> Daemon:
+    """The daemon with its own steps over ``sw``, the two GPU nodes' agents known (none
+    answers: its port is closed); ``moves``: the rebalancer's moves live (no policy)."""
     from swarmgpu.manager.cycle.wiring import daemon_steps
 
     port = closed_port()
+    rebalance = RebalanceConfig(dry_run=False, policies="",
+                                metrics_url_template=f"http://{{addr}}:{port}/m",
+                                scrape_timeout_s=0.5) if moves else RebalanceConfig()
     cfg = Config(state_dir=tmp, sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
-                 preemption=PreemptionConfig(**pre))
+                 rebalance=rebalance, preemption=PreemptionConfig(**pre))
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
     d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
     d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
@@ -346,22 +351,10 @@ def test_a_victim_that_fits_elsewhere_gets_a_relocation() -> None:
 
 
 def test_live_preemption_moves_a_movable_victim_through_the_mover(tmp_path: Any) -> None:
-    from swarmgpu.core.config import RebalanceConfig
     from swarmgpu.manager.rebalance.mover import read_records
 
     sw = _movable_cluster()
-    port = closed_port()
-    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
-                 rebalance=RebalanceConfig(dry_run=False, policies="",
-                                           metrics_url_template=f"http://{{addr}}:{port}/m",
-                                           scrape_timeout_s=0.5),
-                 preemption=PreemptionConfig(dry_run=False))
-    from swarmgpu.manager.cycle.wiring import daemon_steps
-    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
-    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
-    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
-    d.use(daemon_steps(d))
+    d = _daemon(sw, str(tmp_path), moves=True, dry_run=False)
     d.cycle()
     (st,) = read_records(sw.swarm_labels(), P).values()
     assert (st.service, st.source_host, st.target_host, st.trigger) == (
@@ -676,7 +669,6 @@ def _slot_daemon(tmp: str, monkeypatch: pytest.MonkeyPatch
     1), and ``third`` (DGX GPU 6) that the rebalancer's policies propose to move to
     gpu-node-3 every cycle (``plan_moves`` stands in for them)."""
     from swarmgpu.manager.cycle import rebalance
-    from swarmgpu.manager.cycle.wiring import daemon_steps
     from swarmgpu.manager.rebalance.moves import Move, Proposal, Trigger
 
     sw, _pre, _snap, _plan = _over_budget(1, 1, started_at=time.time())  # not timed out
@@ -692,18 +684,7 @@ def _slot_daemon(tmp: str, monkeypatch: pytest.MonkeyPatch
                  target_uuids=("GPU-x0",), target_milli=(1000,), trigger=Trigger.CONSOLIDATION,
                  window_s=None, reason="consolidation", gain="a node freed")
     monkeypatch.setattr(rebalance, "plan_moves", lambda *_a: Proposal(moves=[third]))
-    port = closed_port()
-    cfg = Config(state_dir=tmp, sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
-                 rebalance=RebalanceConfig(dry_run=False, policies="",
-                                           metrics_url_template=f"http://{{addr}}:{port}/m",
-                                           scrape_timeout_s=0.5),
-                 preemption=PreemptionConfig(dry_run=False))
-    d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
-    d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
-    d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
-    d.use(daemon_steps(d))
-    return sw, d
+    return sw, _daemon(sw, tmp, moves=True, dry_run=False)
 
 
 def _moving(sw: RecordingSwarm) -> set[str]:
