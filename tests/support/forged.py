@@ -21,7 +21,14 @@ from swarmgpu.manager.placement import (
     gate_key,
 )
 from swarmgpu.manager.rebalance.moves import Move, Trigger
-from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask, service_from_api
+from swarmgpu.swarm.client import (
+    SwarmError,
+    SwarmNode,
+    SwarmNotFound,
+    SwarmService,
+    SwarmTask,
+    service_from_api,
+)
 
 P = "swarmgpu."
 DGX_F, R4090_F = DGX_A100.facts(), RTX4090.facts()
@@ -63,7 +70,7 @@ class RecordingSwarm:
 
     def service(self, service_id: str) -> SwarmService:
         if service_id not in self._services:
-            raise SwarmError(f"service {service_id} not found")
+            raise SwarmNotFound(f"service {service_id} not found")  # the engine's 404
         return self._services[service_id]
 
     def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
