@@ -57,6 +57,7 @@ def test_a_line_naming_a_service_without_a_container_acts_on_nobody() -> None:
     assert (x.claimed, x.used_mib, x.why) == ("victim", BIG, "no container id")
     (f,) = [f for f in findings(uses.values(), stray)]
     assert f.kind == "unattributed-gpu-process" and f.advisory and "named 'victim'" in f.message
+    assert f.node == x.node_id  # the node's ID: hostnames may repeat
 
 
 def test_a_container_swarm_does_not_know_acts_on_nobody() -> None:

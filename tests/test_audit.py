@@ -267,7 +267,8 @@ def test_a_down_node_and_the_entry_a_rejoined_node_left_name_their_fix() -> None
     assert "new-id" in f.message and "docker node rm old-id" in f.message
     assert "drain" not in f.message
     table = render_table(found, s, "swarmgpu.")
-    assert "gpu-node-2       worker   ok " in table and "unreachable" in table
+    assert "gpu-node-2 (new-id) worker   ok " in table
+    assert "gpu-node-2 (old-id) worker   replaced " in table
 
 
 def test_ledger_entries_holding_a_gpu_beyond_it_gone_or_unreadable_are_named() -> None:
@@ -324,3 +325,87 @@ def test_a_ledger_entry_naming_one_gpu_twice_is_unreadable_not_two_holdings() ->
     assert [(f.kind, f.key) for f in found] == [("unreadable-holding", "swarmgpu.assign.a")]
     assert "each GPU once" in found[0].message
     assert "docker node update --label-rm swarmgpu.assign.a n1" in found[0].message
+
+
+def _at(n: SwarmNode, facts_ok: bool = True, facts: NodeFacts = FACTS) -> FactsResult:
+    res = snap(n, facts_ok=facts_ok).facts["n1"]
+    return replace(res, node_id=n.id, facts=facts if facts_ok else None)
+
+
+# Another machine of the same build: its own GPUs (one UUID in two nodes' facts is a
+# finding of its own, gpu-uuid-conflict).
+OTHER = replace(FACTS, gpus=tuple(replace(g, uuid=g.uuid + "-b") for g in FACTS.gpus))
+
+
+def test_two_nodes_with_one_hostname_audit_apart() -> None:
+    """Swarm's identity of a node is its ID: two nodes may share a hostname. Each
+    finding names the node ID it is about (JSON ``node``), and the table joins findings
+    to rows by it. Before: rows were joined by hostname, so the drift of one showed on
+    both rows, and the findings could not say which of the two they were about."""
+    clean = replace(node(desired_labels(FACTS)), id="n1")
+    drifted = replace(node({**desired_labels(FACTS), "swarmgpu.gpu.memory": "1"},
+                           {"NVIDIA-GPU": tuple(g.uuid for g in OTHER.gpus)}),
+                      id="n2", addr="10.0.0.3")
+    s = Snapshot([clean, drifted], [], [], {"n1": _at(clean), "n2": _at(drifted, facts=OTHER)})
+    found = audit(s)
+    (f,) = found
+    assert f.kind == "wrong" and f.node == "n2" and f.to_dict()["node"] == "n2"
+    table = render_table(found, s, "swarmgpu.")
+    rows = [line for line in table.splitlines() if line.startswith("gpu-node-2")]
+    assert [r.split()[1] for r in rows] == ["(n1)", "(n2)"], table
+    assert "in-sync" in rows[0] and "drifted" in rows[1], table
+    assert "[wrong] gpu-node-2 (n2): label swarmgpu.gpu.memory" in table
+    # one node to a hostname: the table says it as before
+    one = render_table(audit(snap(node(desired_labels(FACTS)))), snap(node({})), "swarmgpu.")
+    assert "(n1)" not in one
+
+
+def test_the_entry_a_rejoined_node_left_keeps_its_ledger_apart_from_the_new_node() -> None:
+    """The old ID's labels and ledger entries are the old entry's: one replaced-node
+    finding about it (its ID, the services its ledger holds, the fix), none of them
+    reported as the re-joined node's, whose own rows and findings are its own. Before:
+    the old entry's ledger entries were gpu-held-twice against the hostname (the daemon
+    'keeps one holder' on a node it can no longer read), and the new node's drift made
+    the old entry's row 'drifted' too."""
+    ledger = {"swarmgpu.assign.llm": UUIDS[0], "swarmgpu.assign.web": UUIDS[0],
+              "swarmgpu.assign.bad": "not a ledger entry"}
+    old = replace(node({**desired_labels(FACTS), **ledger}), id="old-id", state="down")
+    new = replace(node({}), id="new-id")  # re-joined: label sync has not labelled it yet
+    s = Snapshot([old, new], [], [], {"old-id": _at(old, facts_ok=False),
+                                      "new-id": _at(new)}, taken_at=10_000.0)
+    found = audit(s, saved_agents={"old-id": {"last_ok": 0.5}})
+    assert {f.node for f in found} == {"old-id", "new-id"}
+    mine = [f for f in found if f.node == "old-id"]
+    (f,) = mine
+    assert f.kind == "replaced-node" and f.subject == "gpu-node-2" and f.key == "old-id"
+    assert "bad, llm, web" in f.message and "docker node rm old-id" in f.message
+    assert "new-id" in f.message
+    assert all(f.kind == "missing" for f in found if f.node == "new-id")
+    table = render_table(found, s, "swarmgpu.")
+    rows = {line.split()[1]: line for line in table.splitlines()
+            if line.startswith("gpu-node-2")}
+    assert rows["(new-id)"].split()[3:6] == ["ok", "-", "drifted"], table
+    assert rows["(old-id)"].split()[3:6] == ["replaced", "8", "-"], table
+
+
+def test_a_down_node_sharing_its_hostname_with_another_machine_is_not_replaced() -> None:
+    """A down node is the entry a re-joined node left only when something says it is
+    the same machine: the same address, or a GPU UUID of its ledger or its engine's
+    resources that the ready node has. Two machines with one hostname: the down one is
+    down (bring it back), with the other named. Before: any ready node of that hostname
+    made it replaced-node, 'docker node rm' it."""
+    other = replace(node({**desired_labels(FACTS), "swarmgpu.assign.llm": "GPU-elsewhere"},
+                         {"NVIDIA-GPU": ("GPU-elsewhere",)}),
+                    id="b-id", addr="10.0.0.9", state="down")
+    up = replace(node(desired_labels(FACTS)), id="a-id")
+    s = Snapshot([other, up], [], [], {"b-id": _at(other, facts_ok=False), "a-id": _at(up)},
+                 taken_at=10_000.0)
+    found = audit(s, saved_agents={"b-id": {"failing_since": 9_990.0, "last_ok": 9_980.0}})
+    (f,) = found
+    assert f.kind == "unreachable" and f.node == "b-id"
+    assert "Swarm reports the node down" in f.message and "a-id" in f.message
+    # the same address, or a GPU UUID in common: the same machine, re-joined
+    for same in (replace(other, addr=up.addr),
+                 replace(other, generic_resources={"NVIDIA-GPU": UUIDS})):
+        s2 = replace(s, nodes=[same, up])
+        assert [f.kind for f in audit(s2)] == ["replaced-node"]

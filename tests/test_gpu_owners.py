@@ -166,6 +166,7 @@ def test_audit_flags_the_node_that_reports_another_nodes_uuid() -> None:
     found = [f for f in audit(snap, prefix=P) if f.kind.startswith("gpu-uuid")]
     assert {(f.kind, f.subject) for f in found} == {("gpu-uuid-conflict", "gpu-node-2"),
                                                     ("gpu-uuid-conflict", "gpu-node-3")}
+    assert {f.node for f in found} == {"n2", "n3"}  # the node's ID: hostnames may repeat
     assert all(not f.advisory and f.key == U2[0] for f in found)
     three = next(f for f in found if f.subject == "gpu-node-3")
     assert "gpu-node-2" in three.message and "forged agent" in three.message

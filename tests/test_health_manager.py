@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from loguru import logger
 from prometheus_client import CollectorRegistry, generate_latest
 
 from swarmgpu.core.config import HealthConfig
@@ -140,6 +141,28 @@ def test_node_with_several_failed_gpus_is_reported_failing() -> None:
     found = audit(Snapshot([_node()], [], [], facts), prefix=P)
     failing = [f for f in found if f.kind == "node-failing"]
     assert len(failing) == 1 and failing[0].message.startswith("2 of 2 GPUs failed")
+
+
+def test_two_nodes_with_one_hostname_keep_their_own_failing_state() -> None:
+    """The book's per-node summary is keyed by node ID: two nodes may share a hostname
+    (one re-joined under a new ID, or two machines named alike). Before: keyed by
+    hostname, the healthy one read after the failing one overwrote it, so the failing
+    node was not listed and its warning was logged again every cycle."""
+    book = HealthBook(HealthConfig(), P)
+    x = HealthSignals(xid_events=(XidEvent(79, 5.0),))
+    sick = _facts(h0=x, h1=HealthSignals(ecc_dbe_volatile=3))
+    well = replace(_facts(), gpus=tuple(replace(g, uuid=g.uuid + "-2") for g in _facts().gpus))
+    twin = replace(_node(), id="n2", addr="10.0.0.2")
+    facts = {**_res(sick), "n2": FactsResult("n2", "gpu-node-1", "", well, None, 0.0)}
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING")
+    try:
+        for now in (5, 6, 7):
+            book.apply([_node(), twin], facts, now=now)
+    finally:
+        logger.remove(sink)
+    assert book.failing_nodes() == ["gpu-node-1"]
+    assert sum("is failing" in line for line in lines) == 1, lines
 
 
 def test_map_says_what_the_last_xid_means() -> None:

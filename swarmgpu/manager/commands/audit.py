@@ -9,8 +9,9 @@ depends on). Scripts gate on ``exit_code``: advisories alone exit 0 unless stric
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from swarmgpu.core.config import HealthConfig
@@ -44,6 +45,7 @@ class Finding:
     expected: str | None = None
     actual: str | None = None
     advisory: bool = False  # worth knowing, but nothing swarmgpu does is wrong without it
+    node: str | None = None  # a node's finding: its ID (two nodes may share a hostname)
 
     @property
     def severity(self) -> str:
@@ -92,9 +94,13 @@ def audit(
     saved_agents = saved_agents or {}
     out: list[Finding] = []
     for node in snap.nodes:
-        out += _node_findings(snap, node, prefix, saved_agents.get(node.id, {}),
-                              generic_resource_kind, node_lost_grace_s)
-        out += _ledger_findings(snap, node, prefix)
+        saved = saved_agents.get(node.id, {})
+        if (new := _rejoined(snap, node, prefix, saved)) is not None:
+            found = [_replaced(node, new, prefix)]  # its labels and ledger go with it
+        else:
+            found = (_node_findings(snap, node, prefix, saved, generic_resource_kind,
+                                    node_lost_grace_s) + _ledger_findings(snap, node, prefix))
+        out += [replace(f, node=node.id) for f in found]
     fields = _NodeFields(snap.nodes)
     for svc in snap.services:
         out += _service_findings(svc, prefix, generic_resource_kind, fields)
@@ -121,16 +127,16 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
             ))
     res = snap.facts.get(node.id)
     if res is None or res.facts is None:
-        gpu_node = gpu_hint(node, prefix) is not None or saved.get("last_ok") is not None
-        if gpu_node and node.state == "down" and (twin := _rejoined(snap, node)):
-            out.append(_replaced(node, twin))
-            return out
-        if gpu_node:
+        if _gpu_node(node, prefix, saved):
             state = (f"agent answers but cannot be read ({res.cause})"
                      if res is not None and res.listening else "agent unreachable")
             down = ("; Swarm reports the node down: bring its engine back, or remove it "
                     f"if it left for good (docker node rm {node.id})"
                     if node.state == "down" else "")
+            if down and (twin := _namesake(snap, node)) is not None:
+                down += (f" (node {twin.id}, ready, has its hostname: nothing says it is "
+                         "this machine joined again under a new ID; if it is, remove this "
+                         "entry)")
             out.append(Finding(
                 "unreachable", h,
                 f"{state} since {_when(saved.get('failing_since'))}; last good "
@@ -272,22 +278,72 @@ def _unreadable_holding(node: SwarmNode, key: str, value: str) -> Finding:
     )
 
 
-def _rejoined(snap: Snapshot, node: SwarmNode) -> SwarmNode | None:
-    """The ready node that has this down node's hostname: the node itself, re-imaged
-    or joined again under a new ID (Swarm keeps the old entry, down, until removed)."""
+def _gpu_node(node: SwarmNode, prefix: str, saved: Mapping[str, Any]) -> bool:
+    """Swarm's labels or the agent's record say the node has GPUs."""
+    return gpu_hint(node, prefix) is not None or saved.get("last_ok") is not None
+
+
+def _namesake(snap: Snapshot, node: SwarmNode) -> SwarmNode | None:
+    """A ready node, another ID, with this node's hostname."""
     return next((n for n in snap.nodes if n.hostname == node.hostname and n.id != node.id
                  and n.state == "ready"), None)
 
 
-def _replaced(old: SwarmNode, new: SwarmNode) -> Finding:
-    """A down entry a re-joined node left: its labels (and holdings) are the old node's,
-    and draining it moves nothing; removing it releases them."""
+def _gpu_ids(snap: Snapshot, node: SwarmNode, prefix: str) -> set[str]:
+    """The GPU UUIDs that name this node: its facts', its engine's resources', its
+    ledger's."""
+    res = snap.facts.get(node.id)
+    f = res.facts if res is not None else None
+    out = {u for g in (f.gpus if f is not None else ()) for u in
+           (g.uuid, *(m.uuid for m in g.mig_devices))}
+    out.update(u for v in node.generic_resources.values() for u in v)
+    ak = prefix + ASSIGN
+    for key, value in node.labels.items():
+        if key.startswith(ak) and (h := parse_holding(key[len(ak):], node.id, value)):
+            out.update(h.uuids)
+    return out
+
+
+def _rejoined(snap: Snapshot, node: SwarmNode, prefix: str,
+              saved: Mapping[str, Any]) -> tuple[SwarmNode, str] | None:
+    """For a down GPU node with no facts: the ready node it is the old ID of (the
+    machine re-imaged or joined again under a new ID; Swarm keeps the old entry, down,
+    until removed), with what says so. A hostname alone does not (two nodes may share
+    one): the same address does, or a GPU UUID of the old entry that the other has."""
+    res = snap.facts.get(node.id)
+    if (node.state != "down" or (res is not None and res.facts is not None)
+            or not _gpu_node(node, prefix, saved)):
+        return None
+    mine = _gpu_ids(snap, node, prefix)
+    for n in snap.nodes:
+        if n.id == node.id or n.state != "ready" or n.hostname != node.hostname:
+            continue
+        # (0.0.0.0: Swarm reports some managers so; it names no machine)
+        if node.addr not in ("", "0.0.0.0") and node.addr == n.addr:  # noqa: S104
+            return n, f"its address ({node.addr})"
+        if common := sorted(mine & _gpu_ids(snap, n, prefix)):
+            return n, f"its GPU {common[0][:64]}"
+    return None
+
+
+def _replaced(old: SwarmNode, new: tuple[SwarmNode, str], prefix: str) -> Finding:
+    """A down entry a re-joined node left: its labels and ledger entries are the old
+    entry's, and draining it moves nothing; removing it takes them with it. Its ledger
+    entries are said here, not as the node's findings: the fix is the same."""
+    node, why = new
+    ak = prefix + ASSIGN
+    held = sorted(k[len(ak):] for k in old.labels if k.startswith(ak))
+    shown = ", ".join(held[:SHOWN_VALUES]) + (
+        f" and {len(held) - SHOWN_VALUES} more" if len(held) > SHOWN_VALUES else "")
+    ledger = (f"; its ledger holds GPUs for {shown}, whose tasks cannot run there"
+              if held else "")
     return Finding(
         "replaced-node", old.hostname,
-        f"node {old.id} is down and node {new.id}, ready, has its hostname: the entry the "
-        "node left when it re-joined the swarm (re-imaged, or left and joined again) under "
-        "a new ID; its labels and the GPUs placement holds on it are the old node's; "
-        f"remove it (docker node rm {old.id}), and what it held is placed again",
+        f"node {old.id} is down and node {node.id}, ready, has its hostname and {why}: "
+        "the entry the node left when it re-joined the swarm (re-imaged, or left and "
+        f"joined again) under a new ID; its labels are the old node's{ledger}; remove it "
+        f"(docker node rm {old.id}): its labels and ledger entries go with it, and the "
+        "swarmgpu daemon places what it held anew",
         key=old.id,
     )
 
@@ -418,7 +474,8 @@ def _uuid_findings(snap: Snapshot, metrics: Mapping[str, Mapping[str, Any]] | No
     facts = {nid: r.facts for nid, r in snap.facts.items() if r.facts is not None}
     pages = {nid: list(m) for nid, m in (metrics or {}).items()}
     return [Finding("gpu-uuid-conflict" if c.where == "facts" else "gpu-uuid-stray",
-                    host.get(c.node_id, c.node_id[:12]), c.message(host), key=c.uuid[:64])
+                    host.get(c.node_id, c.node_id[:12]), c.message(host), key=c.uuid[:64],
+                    node=c.node_id)
             for c in uuid_conflicts(facts, pages)]
 
 
@@ -526,23 +583,28 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
     """The table and findings ``audit`` prints. Hostnames, labels, constraints and agents'
     errors are others' text: every line shows their control characters escaped."""
     lines = []
-    nodes = sorted(snap.nodes, key=lambda n: n.hostname)
+    nodes = sorted(snap.nodes, key=lambda n: (n.hostname, n.id))
     lines.append(f"{'NODE':<16} {'ROLE':<8} {'AGENT':<12} {'GPUS':<5} {'LABELS':<10} PRODUCT")
-    by_subject: dict[str, list[Finding]] = {}
+    # Findings join rows by node ID: a hostname may be two nodes' (one re-joined under
+    # a new ID, its old entry down), which are then shown with their IDs.
+    shared = {h for h, c in Counter(n.hostname for n in nodes).items() if c > 1}
+    by_node: dict[str, list[Finding]] = {}
     for f in findings:
-        by_subject.setdefault(f.subject, []).append(f)
+        if f.node is not None:
+            by_node.setdefault(f.node, []).append(f)
     for n in nodes:
         res = snap.facts.get(n.id)
-        kinds = {f.kind for f in by_subject.get(n.hostname, [])}
+        kinds = {f.kind for f in by_node.get(n.id, [])}
         agent = "gpus-unread" if "gpus-unread" in kinds else "ok" if res and res.facts \
-            else "none" if not kinds & {"unreachable", "unreadable", "replaced-node"} \
+            else "replaced" if "replaced-node" in kinds \
+            else "none" if not kinds & {"unreachable", "unreadable"} \
             else "unreadable" if res and res.listening else "unreachable"
-        label_state = "kept" if agent == "gpus-unread" else "drifted" if any(
-            f.kind in ("missing", "wrong", "stale") for f in by_subject.get(n.hostname, [])
-        ) else ("in-sync" if res and res.facts else "-")
+        label_state = "kept" if agent == "gpus-unread" else "drifted" if kinds & {
+            "missing", "wrong", "stale"} else ("in-sync" if res and res.facts else "-")
         gpus = n.labels.get(f"{prefix}gpu.count", "-")
         product = n.labels.get(f"{prefix}gpu.product", "-")
-        lines.append(f"{n.hostname:<16} {n.role:<8} {agent:<12} {gpus:<5} {label_state:<10} "
+        name = f"{n.hostname} ({n.id})" if n.hostname in shared else n.hostname
+        lines.append(f"{name:<16} {n.role:<8} {agent:<12} {gpus:<5} {label_state:<10} "
                      f"{product}")
     lines.append("")
     action = [f for f in findings if not f.advisory]
@@ -551,13 +613,19 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
         lines.append("No findings: labels match the facts.")
     if action:
         lines.append(f"{len(action)} finding(s) needing action:")
-        lines.extend(f"  [{f.kind}] {f.subject}: {f.message}" for f in action)
+        lines.extend(f"  [{f.kind}] {_who(f, shared)}: {f.message}" for f in action)
     if advisory:
         if action:
             lines.append("")
         lines.append(f"{len(advisory)} advisory (exit 0 unless --strict):")
-        lines.extend(f"  [{f.kind}] {f.subject}: {f.message}" for f in advisory)
+        lines.extend(f"  [{f.kind}] {_who(f, shared)}: {f.message}" for f in advisory)
     return "\n".join(escaped(line) for line in lines)
+
+
+def _who(f: Finding, shared: set[str]) -> str:
+    """A finding's subject, with the node's ID when its hostname is not one node's."""
+    return f"{f.subject} ({f.node})" if f.node is not None and f.subject in shared \
+        else f.subject
 
 
 def identity_check(identity: str, token_file: str) -> ServiceCheck:

@@ -80,7 +80,9 @@ class HealthBook:
         self.where: dict[str, tuple[str, int]] = {}  # key -> (hostname, index)
         # What the last save wrote (states, where): a cycle that changed nothing skips it.
         self._saved: tuple[dict[str, GpuState], dict[str, tuple[str, int]]] | None = None
-        self.nodes: dict[str, NodeHealth] = {}  # hostname -> summary
+        # node id -> (hostname, summary): by ID, as Swarm knows a node (two nodes may
+        # share a hostname: one re-joined under a new ID, or two machines named alike).
+        self.nodes: dict[str, tuple[str, NodeHealth]] = {}
         # node id -> uuid -> signals from a metrics page (dcgm-exporter) for GPUs whose
         # facts carry none (an agent on gfd: or topo:): ``feed_metrics``.
         self.scraped: dict[str, dict[str, HealthSignals]] = {}
@@ -115,10 +117,9 @@ class HealthBook:
                 k = _key(node.id, g.uuid)
                 self.where[k] = (node.hostname, g.index)
                 self._log_change(node.hostname, g, before[k], self.states[k], now)
-            was_failed = self.nodes.get(node.hostname, NodeHealth()).failed
-            self.nodes[node.hostname] = summarise(self.states,
-                                                  [_key(node.id, g.uuid) for g in f.gpus])
-            n = self.nodes[node.hostname]
+            was_failed = self.nodes[node.id][1].failed if node.id in self.nodes else 0
+            n = summarise(self.states, [_key(node.id, g.uuid) for g in f.gpus])
+            self.nodes[node.id] = (node.hostname, n)
             if n.failed >= FAILING_NODE_GPUS > was_failed:  # said once, when it starts
                 logger.bind(node=node.hostname).warning(
                     "node {} is failing: {} of {} GPUs failed ({})", node.hostname,
@@ -221,7 +222,7 @@ class HealthBook:
 
     def failing_nodes(self, min_failed: int = FAILING_NODE_GPUS) -> list[str]:
         """Nodes with several failed GPUs: reported as failing as a whole."""
-        return sorted(h for h, n in self.nodes.items() if n.failed >= min_failed)
+        return sorted(h for h, n in self.nodes.values() if n.failed >= min_failed)
 
 
 def apply_saved(snap_nodes: Sequence[SwarmNode], facts: dict[str, FactsResult],

@@ -223,7 +223,7 @@ def findings(uses: Iterable[ServiceUse],
     process no task Swarm runs there accounts for (it acts on nobody)."""
     stray = [Finding("unattributed-gpu-process", x.hostname,
                      f"{x.describe()}; counted for no service, so no over-share action",
-                     key=x.uuid, actual=f"{x.used_mib} MiB", advisory=True)
+                     key=x.uuid, actual=f"{x.used_mib} MiB", advisory=True, node=x.node_id)
              for x in unattributed]
     return stray + [Finding("over-share", u.service,
                     f"{u.describe()}: over its share (tasks {', '.join(u.tasks) or '?'}); "
