@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from swarmgpu.core.boundedfile import NotRegularFile, read_head
+
 if TYPE_CHECKING:
     from swarmgpu.core.config import AgentsConfig, Config
     from swarmgpu.swarm.client import SwarmClient
@@ -344,7 +346,12 @@ def client_context(trust_root_pem: str, cluster_id: str = "",
 
 def read_token(path: str | os.PathLike[str]) -> str:
     try:
-        raw = Path(path).read_bytes()[:MAX_TOKEN_BYTES + 1]
+        # At most one byte past the limit: a wrong path (a log, /dev/zero) is not read
+        # whole, and a FIFO is refused, not waited on (core.boundedfile).
+        raw = read_head(path, MAX_TOKEN_BYTES)
+    except NotRegularFile as exc:
+        raise IdentityError(f"token file {path}: {exc.why}; give the path of the file "
+                            "holding the token (a Docker secret)") from None
     except OSError as exc:
         raise IdentityError(f"token file {path}: cannot read it ({exc.strerror})") from None
     token = raw.decode("utf-8", "replace").strip()
