@@ -29,6 +29,7 @@ from swarmgpu.manager.nodes.agent_client import fetch_facts
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.rebalance.scrape import NodeScrape, for_moves, scrape_node
 from swarmgpu.swarm.identity import (
+    AuthSource,
     IdentityError,
     ReloadingServerContext,
     metrics_may_act,
@@ -90,6 +91,16 @@ def test_a_fifo_as_the_token_file_is_refused_not_waited_on(tmp_path: Path) -> No
     assert isinstance(got, IdentityError), got
     assert str(got) == (f"token file {fifo}: a FIFO (a named pipe), not a regular file; "
                         "give the path of the file holding the token (a Docker secret)")
+
+
+def test_a_fifo_as_the_ca_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = make_fifo(tmp_path / "ca.crt")
+    cfg = AgentsConfig(identity="swarm-pki", ca_file=str(fifo))
+    src = AuthSource(cfg, swarm=None)  # type: ignore[arg-type]  # not asked: ca_file given
+    got = read_within(src.get, fifo)
+    assert isinstance(got, IdentityError), got
+    assert str(got) == (f"agents.ca_file {fifo}: a FIFO (a named pipe), not a regular file; "
+                        "give the path of the swarm root CA's PEM file")
 
 
 def test_a_huge_token_file_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
