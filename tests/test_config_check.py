@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.fifo import make_fifo, read_within
 
 from swarmgpu.cli import main
 from swarmgpu.core.config import ConfigError, load_config, load_config_report
@@ -69,6 +70,27 @@ def test_broken_yaml_is_one_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 2 and res.output.startswith(f"{cfg}: config file "), res.output
     assert " errors\n" not in res.output
+
+
+def test_a_fifo_as_the_config_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = make_fifo(tmp_path / "c.yml")
+    got = read_within(lambda: load_config(fifo, env={}), fifo)
+    assert isinstance(got, ConfigError), got
+    assert str(got) == (f"config file {fifo}: a FIFO (a named pipe), not a regular file; "
+                        "give the path of the YAML file itself")
+
+
+def test_a_device_as_the_config_is_refused_unread(tmp_path: Path) -> None:
+    (tmp_path / "c.yml").symlink_to("/dev/zero")  # was 8 MiB of NULs read, then refused
+    with pytest.raises(ConfigError, match=r"c\.yml: a character device, not a regular"):
+        load_config(tmp_path / "c.yml", env={})
+
+
+def test_a_config_over_8_mib_is_refused_naming_the_limit(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("log: {}\n" + "#" * (8 << 20))
+    with pytest.raises(ConfigError, match=r"c\.yml: larger than 8 MiB; not read$"):
+        load_config(cfg, env={})
 
 
 # Issue 33 point 2: no silent coercion; each error names the key, the file and the line.

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.fifo import make_fifo, read_within
 from support.paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.agent.facts import SourceError
@@ -160,3 +161,24 @@ def test_mig_devices_the_gpu_cannot_hold_are_this_sources_error(tmp_path: Path) 
     with pytest.raises(SourceError, match=r"GPU 0 .*--memory-mib") as exc:
         GfdSource(f, hostname="n1", memory_mib=23).read()
     assert str(f) in str(exc.value)
+
+
+def test_a_fifo_is_this_sources_error_not_a_hang(tmp_path: Path) -> None:
+    fifo = make_fifo(tmp_path / "gfd")
+    got = read_within(GfdSource(fifo, hostname="n").read, fifo)
+    assert isinstance(got, SourceError), got
+    assert str(got) == (f"gfd:{fifo}: {fifo} is a FIFO (a named pipe), not a regular file; "
+                        "give the path of GFD's features file or a dump of the node's labels")
+
+
+def test_a_device_is_refused_unread(tmp_path: Path) -> None:
+    (tmp_path / "gfd").symlink_to("/dev/zero")  # was 8 MiB of NULs read, then refused
+    with pytest.raises(SourceError, match="is a character device, not a regular file"):
+        GfdSource(tmp_path / "gfd", hostname="n").read()
+
+
+def test_a_labels_file_over_8_mib_is_refused_unread(tmp_path: Path) -> None:
+    f = tmp_path / "gfd"
+    f.write_text("nvidia.com/gpu.count=1\n" + "#" * (8 << 20))
+    with pytest.raises(SourceError, match=r"^gfd:\S+: larger than 8 MiB; not read$"):
+        GfdSource(f, hostname="n").read()

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from support.fifo import make_fifo, read_within
 from support.paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.agent.facts import SourceError
@@ -137,3 +138,21 @@ def test_unreadable_or_bad_file(tmp_path: Path) -> None:
     bad.write_text("not a matrix\n")
     with pytest.raises(SourceError, match=r"bad\.txt:1"):
         TopoSource(bad, hostname="h", product="p", memory_mib=1).read()
+
+
+def test_a_fifo_is_this_sources_error_not_a_hang(tmp_path: Path) -> None:
+    fifo = make_fifo(tmp_path / "topo.txt")
+    src = TopoSource(fifo, hostname="h", product="p", memory_mib=1)
+    got = read_within(src.read, fifo)
+    assert isinstance(got, SourceError), got
+    assert str(got) == (f"topo:{fifo}: {fifo} is a FIFO (a named pipe), not a regular "
+                        "file; give the path of a saved 'nvidia-smi topo -m' output")
+
+
+def test_a_capture_over_1_mib_is_refused_unread(tmp_path: Path) -> None:
+    big = tmp_path / "topo.txt"
+    big.write_text((FIXTURES_DIR / "topology" / "topo_dgx_a100_nv12.txt").read_text()
+                   + "\n" * (2 << 20))  # was read whole, any size
+    src = TopoSource(big, hostname="h", product="p", memory_mib=1)
+    with pytest.raises(SourceError, match=r"topo\.txt is larger than 1 MiB; not read"):
+        src.read()

@@ -8,12 +8,14 @@ import dataclasses
 import json
 import ssl
 import threading
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.fifo import make_fifo, read_within
 from support.gpu_nodes import RTX4090
 from support.identity import CLUSTER, FakeSource, daemon_context, loopback_node
 
@@ -27,6 +29,7 @@ from swarmgpu.manager.nodes.agent_client import fetch_facts
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.rebalance.scrape import NodeScrape, for_moves, scrape_node
 from swarmgpu.swarm.identity import (
+    AuthSource,
     IdentityError,
     ReloadingServerContext,
     metrics_may_act,
@@ -80,6 +83,37 @@ def test_tokens(tmp_path: Path) -> None:
         f.write_text(content)
         with pytest.raises(IdentityError):
             read_token(f)
+
+
+def test_a_fifo_as_the_token_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = make_fifo(tmp_path / "token")
+    got = read_within(lambda: read_token(fifo), fifo)
+    assert isinstance(got, IdentityError), got
+    assert str(got) == (f"token file {fifo}: a FIFO (a named pipe), not a regular file; "
+                        "give the path of the file holding the token (a Docker secret)")
+
+
+def test_a_fifo_as_the_ca_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = make_fifo(tmp_path / "ca.crt")
+    cfg = AgentsConfig(identity="swarm-pki", ca_file=str(fifo))
+    src = AuthSource(cfg, swarm=None)  # type: ignore[arg-type]  # not asked: ca_file given
+    got = read_within(src.get, fifo)
+    assert isinstance(got, IdentityError), got
+    assert str(got) == (f"agents.ca_file {fifo}: a FIFO (a named pipe), not a regular file; "
+                        "give the path of the swarm root CA's PEM file")
+
+
+def test_a_huge_token_file_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
+    f = tmp_path / "token"
+    f.write_bytes(b"x" * (16 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(IdentityError, match="at most 4096 bytes"):
+            read_token(f)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak} bytes allocated to refuse it"  # was all 16 MiB
 
 
 @settings(max_examples=200, deadline=None)

@@ -4,10 +4,11 @@ Every file swarmgpu reads may come from someone else (a stack to render, a facts
 file, a config), so it is read as hostile input, bounded before anything is built of it:
 the text's size, the number of nodes once every alias is expanded (a 500-byte "billion
 laughs" file would otherwise become gigabytes downstream), nesting depth and recursive
-aliases. A key given twice in one mapping is refused too, as docker's and Kubernetes'
-YAML readers refuse it: PyYAML would silently keep the last one. A value its tag cannot
-read (``!!int abc``, an integer of 5,000 digits) is an error at its line, not PyYAML's
-ValueError.
+aliases. A file is read only as a regular file (``core.boundedfile``): a FIFO given as
+the config would block the process for ever, a device be read to the limit. A key given
+twice in one mapping is refused too, as docker's and Kubernetes' YAML readers refuse it:
+PyYAML would silently keep the last one. A value its tag cannot read (``!!int abc``, an
+integer of 5,000 digits) is an error at its line, not PyYAML's ValueError.
 
 Plain scalars resolve as docker/cli's reader (go-yaml v2) resolves them, not as YAML 1.1
 does in full: ``12:30`` is text, not the base-60 number 750; a timestamp is its text, not
@@ -26,7 +27,9 @@ from typing import Any
 
 import yaml
 
-MAX_TEXT = 8 * 1024 * 1024  # characters; the largest real file read here is ~100 KiB
+from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
+
+MAX_TEXT = 8 * 1024 * 1024  # characters of text, bytes of a file; real ones are ~100 KiB
 MAX_NODES = 200_000  # nodes once every alias is expanded (a big stack has a few thousand)
 MAX_DEPTH = 100  # nesting; PyYAML's composer recurses per level
 
@@ -66,8 +69,13 @@ def read_yaml_lines(path: Path, what: str, error: type[Exception], *,
                     fmt: str = "YAML") -> tuple[Any, Lines]:
     """``read_yaml`` and the line of every mapping key (``Lines``)."""
     try:
-        with path.open(encoding="utf-8") as f:
-            text = f.read(MAX_TEXT + 1)
+        # MAX_TEXT bytes: the text bound below, checked before a byte more is read; a
+        # FIFO, device or directory is refused unopened for reading (core.boundedfile).
+        text = read_bounded_text(path, MAX_TEXT)
+    except NotRegularFile as e:
+        raise error(f"{what}: {e.why}; give the path of the {fmt} file itself") from None
+    except TooLarge as e:
+        raise error(f"{what}: {e.why}") from None
     except (OSError, UnicodeDecodeError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise error(f"{what}: cannot read it ({why})") from e

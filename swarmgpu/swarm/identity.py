@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from swarmgpu.core.boundedfile import FileRefused, NotRegularFile, read_bounded_text, read_head
+
 if TYPE_CHECKING:
     from swarmgpu.core.config import AgentsConfig, Config
     from swarmgpu.swarm.client import SwarmClient
@@ -344,7 +346,12 @@ def client_context(trust_root_pem: str, cluster_id: str = "",
 
 def read_token(path: str | os.PathLike[str]) -> str:
     try:
-        raw = Path(path).read_bytes()[:MAX_TOKEN_BYTES + 1]
+        # At most one byte past the limit: a wrong path (a log, /dev/zero) is not read
+        # whole, and a FIFO is refused, not waited on (core.boundedfile).
+        raw = read_head(path, MAX_TOKEN_BYTES)
+    except NotRegularFile as exc:
+        raise IdentityError(f"token file {path}: {exc.why}; give the path of the file "
+                            "holding the token (a Docker secret)") from None
     except OSError as exc:
         raise IdentityError(f"token file {path}: cannot read it ({exc.strerror})") from None
     token = raw.decode("utf-8", "replace").strip()
@@ -395,7 +402,7 @@ class AuthSource:
             cfg = self.cfg
             auth = AgentAuth()
             if cfg.identity == "swarm-pki":
-                pem = Path(cfg.ca_file).read_text() if cfg.ca_file else \
+                pem = _read_ca_file(cfg.ca_file) if cfg.ca_file else \
                     self._swarm.trust_root()
                 if not pem.strip():
                     raise IdentityError("the engine reported no swarm root CA (GET /swarm "
@@ -414,6 +421,22 @@ class AuthSource:
                 auth.token = read_token(cfg.token_file)
             self._auth, self._at = auth, time.monotonic()
             return auth
+
+
+# A swarm root is ~1 KiB, a whole public CA bundle ~220 KiB: past 1 MiB it is not a CA.
+MAX_CA_BYTES = 1 << 20
+
+
+def _read_ca_file(path: str) -> str:
+    """agents.ca_file's text: read under AuthSource's lock, which every fetch waits on,
+    so a FIFO is refused, not waited on (core.boundedfile); OSError as before."""
+    try:
+        return read_bounded_text(path, MAX_CA_BYTES)
+    except FileRefused as exc:
+        raise IdentityError(f"agents.ca_file {path}: {exc.why}; give the path of the "
+                            "swarm root CA's PEM file") from None
+    except UnicodeDecodeError as exc:
+        raise IdentityError(f"agents.ca_file {path}: not a PEM file ({exc})") from None
 
 
 def own_cert_paths(cfg: AgentsConfig, data_root: str) -> tuple[Path, Path]:

@@ -33,6 +33,7 @@ from swarmgpu.agent.doctor.view import (
     Parsed,
     Version,
 )
+from swarmgpu.core.boundedfile import NotRegularFile, read_head
 from swarmgpu.core.model import FactsError, NodeFacts
 
 
@@ -55,33 +56,19 @@ class Unreadable(Exception):
 
 
 def _read_head(path: Path, limit: int) -> bytes | None:
-    """Up to ``limit`` + 1 bytes of the file, None when absent. Opened non-blocking and
-    checked to be a regular file first: a FIFO would block the open, /dev/zero never end;
-    a misconfigured node (or an untrusted image under --root) may put either where a
-    config file belongs."""
+    """Up to ``limit`` + 1 bytes of the file, None when absent (``core.boundedfile``: a
+    FIFO would block the open, /dev/zero never end; a misconfigured node, or an untrusted
+    image under --root, may put either where a config file belongs)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_head(path, limit)
     except FileNotFoundError:
         return None
+    except NotRegularFile:
+        raise Unreadable("is not a regular file (a directory, FIFO or device)",
+                         f"Replace {path} with the file itself (`ls -lL {path}` shows "
+                         "what is there).") from None
     except OSError as exc:
         raise _unreadable(path, exc) from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Unreadable("is not a regular file (a directory, FIFO or device)",
-                             f"Replace {path} with the file itself (`ls -lL {path}` shows "
-                             "what is there).")
-        return _read_all(fd, limit + 1)
-    finally:
-        os.close(fd)
-
-
-def _read_all(fd: int, n: int) -> bytes:
-    chunks: list[bytes] = []
-    got = 0
-    while got < n and (chunk := os.read(fd, min(1 << 20, n - got))):
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
 
 
 def _read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str | None:

@@ -27,6 +27,7 @@ from swarmgpu.agent.facts.naming import (
     parse_profile,
     synthetic_uuid,
 )
+from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.miglayout import mig_layout_fault
 from swarmgpu.core.model import MAX_GPUS, MAX_MIG_PER_GPU, Gpu, MigDevice, NodeFacts
@@ -320,13 +321,16 @@ class GfdSource:
 
     def read(self) -> NodeFacts:
         try:
-            with self.path.open(encoding="utf-8", errors="replace") as f:
-                text = f.read(MAX_TEXT + 1)
+            # core.yamlfile's 8 MiB: a features file is a few KiB, but the kubectl form
+            # may list a whole cluster's nodes (the first with GPU labels is read).
+            text = read_bounded_text(self.path, MAX_TEXT, errors="replace")
+        except NotRegularFile as e:
+            raise SourceError(f"{self.spec}: {self.path} is {e.why}; give the path of "
+                              "GFD's features file or a dump of the node's labels") from None
+        except TooLarge as e:
+            raise SourceError(f"{self.spec}: {e.why}") from None
         except OSError as e:
             raise SourceError(f"{self.spec}: cannot read {self.path}: {e.strerror}") from e
-        if len(text) > MAX_TEXT:  # every form is far smaller; not read whole
-            raise SourceError(f"{self.spec}: larger than {MAX_TEXT // (1024 * 1024)} MiB; "
-                              "not read")
         labels = parse_labels(text, where=self.spec)
         return facts_from_labels(
             labels,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from swarmgpu.agent.facts import SourceError
 from swarmgpu.agent.facts.naming import max_instances, parse_profile, synthetic_uuid
+from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
 from swarmgpu.core.model import FactsError, Gpu, MigDevice, NodeFacts, valid_link
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -26,6 +27,9 @@ _GPU_RE = re.compile(r"^GPU(\d+)$")
 # Columns after the device columns, in the order nvidia-smi prints them.
 _TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _CPULIST_RE = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+# A capture is a few KiB (64 GPUs and their NICs: under 100 KiB); the agent re-reads it
+# at every refresh, so a wrong path (a log, a disk image) must not be read whole.
+MAX_CAPTURE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -221,7 +225,14 @@ class TopoSource:
 
     def read(self) -> NodeFacts:
         try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
+            text = read_bounded_text(self.path, MAX_CAPTURE_BYTES, errors="replace")
+        except NotRegularFile as e:
+            raise SourceError(
+                f"{self.spec}: {self.path} is {e.why}; give the path of a saved "
+                "'nvidia-smi topo -m' output"
+            ) from None
+        except TooLarge as e:
+            raise SourceError(f"{self.spec}: {self.path} is {e.why}") from None
         except OSError as e:
             raise SourceError(f"{self.spec}: cannot read {self.path}: {e.strerror}") from e
         try:

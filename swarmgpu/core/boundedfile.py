@@ -1,0 +1,102 @@
+"""Reading a file that an operator or another program names (a config, a facts source, a
+node's daemon.json) as what it must be: a small regular file.
+
+A plain ``open`` blocks on a FIFO until a writer comes (for ever if none does), and reads
+a device (``/dev/zero``) or a file far larger than any real one whole. Here the path is
+opened non-blocking, the opened file (not the path, which may be swapped meanwhile) must
+be a regular file, and at most the limit + 1 bytes are read. Absence and other OS errors
+are the ``OSError`` each caller already reports; what is there but refused is
+``FileRefused``, whose ``why`` each caller puts after the name it gives the file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+
+class FileRefused(Exception):
+    """A file that is there but is not read: not a regular file, or over the limit."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+class NotRegularFile(FileRefused):
+    """A FIFO, device, directory or socket where a file was named."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"{kind}, not a regular file")
+        self.kind = kind
+
+
+class TooLarge(FileRefused):
+    """A regular file larger than the reader's limit; only the limit + 1 bytes were read."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"larger than {size_text(limit)}; not read")
+        self.limit = limit
+
+
+def size_text(n: int) -> str:
+    """``1 MiB``, ``64 KiB`` or ``100 bytes``: a limit as the docs give it."""
+    for shift, unit in ((20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in an operator's words."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (a named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_head(path: str | os.PathLike[str], limit: int) -> bytes:
+    """Up to ``limit`` + 1 bytes of the regular file at ``path`` (more than ``limit``:
+    the caller's "too large"). ``NotRegularFile`` or the ``OSError`` of the open."""
+    # O_NONBLOCK: opening a FIFO with no writer returns at once; O_NOCTTY: a terminal
+    # named here does not become this process's controlling terminal.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(file_kind(mode))
+        return _read_up_to(fd, limit + 1)
+    finally:
+        os.close(fd)
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The whole regular file at ``path``, at most ``limit`` bytes; ``TooLarge`` beyond,
+    ``NotRegularFile`` or the ``OSError`` of the open otherwise."""
+    data = read_head(path, limit)
+    if len(data) > limit:
+        raise TooLarge(limit)
+    return data
+
+
+def read_bounded_text(path: str | os.PathLike[str], limit: int, *, errors: str = "strict") -> str:
+    """``read_bounded`` decoded as UTF-8, line ends made ``\\n`` as text-mode ``open``
+    makes them (``\\r\\n`` and a lone ``\\r``), so a reader moved here reads the same text."""
+    text = read_bounded(path, limit).decode("utf-8", errors)
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def _read_up_to(fd: int, n: int) -> bytes:
+    chunks: list[bytes] = []
+    got = 0
+    while got < n and (chunk := os.read(fd, min(1 << 20, n - got))):
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
