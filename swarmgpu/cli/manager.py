@@ -208,9 +208,14 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
 
 
 @click.command()
-@click.argument("stack_file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("stack_file", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--compose-file", "-c", "compose_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False),
+              help="A stack file instead of the argument; repeat it to merge several as "
+                   "`docker stack deploy -c A -c B` does (later files over earlier ones).")
 @click.option("--stack", "-n", "stack_name", default=None,
-              help="Stack name used with `docker stack deploy` (default: file name).")
+              help="Stack name used with `docker stack deploy` (default: the first file's "
+                   "name).")
 @click.option("-o", "--output", default="-", type=click.Path(), help="Output file (default -).")
 @click.option("--config", "config_path", default=None, type=click.Path())
 @click.option("--check", is_flag=True,
@@ -218,8 +223,9 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
 @click.option("--skip-interpolation", "--no-interpolate", "skip_interpolation", is_flag=True,
               help="Substitute no variables (docker stack deploy runs in another "
                    "environment): a $ in a value render places by is then an error.")
-def render(stack_file: str, stack_name: str | None, output: str,
-           config_path: str | None, check: bool, skip_interpolation: bool) -> None:
+def render(stack_file: str | None, compose_files: tuple[str, ...], stack_name: str | None,
+           output: str, config_path: str | None, check: bool,
+           skip_interpolation: bool) -> None:
     """Rewrite a stack with GPU placement resolved, for `docker stack deploy -c -`.
 
     The whole file is checked first, before Docker is asked anything: on any error
@@ -228,27 +234,29 @@ def render(stack_file: str, stack_name: str | None, output: str,
     GPU kind) become swarmgpu.gpus; the rendered file says so in a comment.
     Variables (${VAR}, $VAR, $$) are substituted from this environment as `docker stack
     deploy` run here substitutes them, and checked and placed by as substituted.
+    Several files (-c A -c B) are each substituted, then merged as `docker stack
+    deploy` merges them; a field whose merge render has no rule for is an error.
     """
     from pathlib import Path
 
     from swarmgpu.core.peertext import escaped
-    from swarmgpu.core.yamlfile import MAX_TEXT
     from swarmgpu.manager.commands.render import StackError, check_stack, render_stack
     from swarmgpu.manager.services.tenants import Tenants
 
+    if stack_file is not None and compose_files:
+        raise click.UsageError("give the stack file as the argument or with -c, not both")
+    files = [stack_file] if stack_file is not None else list(compose_files)
+    if not files:
+        raise click.UsageError("no stack file: give one, or -c FILE for each file")
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
-    name = stack_name or Path(stack_file).stem.split(".")[0]
+    name = stack_name or Path(files[0]).stem.split(".")[0]
     # docker stack deploy substitutes from its environment: in the pipeline, this one
     environ = None if skip_interpolation else dict(os.environ)
-    try:
-        with open(stack_file, encoding="utf-8") as f:
-            source = f.read(MAX_TEXT + 1)  # longer is refused by the loader, unread
-    except (OSError, UnicodeDecodeError) as exc:
-        click.echo(f"swarmgpu render: cannot read {escaped(stack_file)}: {escaped(exc)}",
-                   err=True)
-        sys.exit(2)
-    checked = check_stack(source, where=stack_file, prefix=cfg.sync.prefix,
+    source, *rest = (_read_stack_file(f) for f in files)
+    more = list(zip(files[1:], rest, strict=True))
+    stack_file = " + ".join(files)  # how every line below names the stack
+    checked = check_stack(source, where=files[0], more=more, prefix=cfg.sync.prefix,
                           zone_label=cfg.placement.zone_label,
                           generic_kind=cfg.placement.generic_resource_kind,
                           classes=parse_priority_classes(cfg.preemption.priority_classes),
@@ -278,7 +286,8 @@ def render(stack_file: str, stack_name: str | None, output: str,
                                snap.tasks, facts_by_node(snap), prefix=cfg.sync.prefix,
                                zone_label=cfg.placement.zone_label, planner=planner,
                                moving=moving(snap.services, snap.swarm_labels,
-                                             cfg.sync.prefix), environ=environ)
+                                             cfg.sync.prefix), environ=environ,
+                               more=more)
     except StackError as exc:  # only what needs the swarm: count: all with no GPU node
         _render_errors(stack_file, exc.errors)
     for line in text.splitlines()[2:]:  # what render changed, as the file's comment says
@@ -293,6 +302,18 @@ def render(stack_file: str, stack_name: str | None, output: str,
         click.echo(text, nl=False)
     else:
         Path(output).write_text(text)
+
+
+def _read_stack_file(path: str) -> str:
+    from swarmgpu.core.peertext import escaped
+    from swarmgpu.core.yamlfile import MAX_TEXT
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(MAX_TEXT + 1)  # longer is refused by the loader, unread
+    except (OSError, UnicodeDecodeError) as exc:
+        click.echo(f"swarmgpu render: cannot read {escaped(path)}: {escaped(exc)}", err=True)
+        sys.exit(2)
 
 
 def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:

@@ -7,5 +7,7 @@
 ``compose_gpu`` Compose's own GPU reservations read as a swarmgpu request
 ``composefile`` the stack file render writes: format 3.8, checked against ``schema/``
 ``interpolation`` ``${VAR}`` in a stack file, substituted as `docker stack deploy` does
+``stackmerge``  several stack files (``render -c A -c B``) merged as `docker stack deploy`
+                merges them
 ``schema/``     docker/cli's compose schema, vendored with its licence
 """

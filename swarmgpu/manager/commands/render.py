@@ -32,6 +32,7 @@ from swarmgpu.manager.commands.composefile import (
     schema_errors,
 )
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
+from swarmgpu.manager.commands.stackmerge import MergeError, StackFile, merge_stacks
 from swarmgpu.manager.placement import (
     DEVICES,
     ORDER_ENV,
@@ -315,7 +316,8 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
                 node_gpus: int | None = None,
                 classes: Mapping[str, int] | None = None,
                 tenants: Tenants | None = None, stack_name: str | None = None,
-                environ: Mapping[str, str] | None = None) -> CheckedStack:
+                environ: Mapping[str, str] | None = None,
+                more: Sequence[tuple[str, str]] = ()) -> CheckedStack:
     """Parse the whole file and check every service: its shape, everything Swarm's
     scheduler reads, its GPU request, the keys Swarm refuses or ignores (composefile),
     then the whole file against docker/cli's compose schema. Offline and pure (``render
@@ -328,17 +330,19 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     ``environ``: the environment `docker stack deploy` will substitute variables from
     (``interpolation``; render's own, as both run in one shell): everything is checked as
     substituted. None: nothing is substituted, and a ``$`` in a value render places by is
-    an error (``render --skip-interpolation``)."""
+    an error (``render --skip-interpolation``). ``more``: further files (name, text),
+    merged over the first as `docker stack deploy -c A -c B` merges them (stackmerge),
+    each substituted on its own first."""
     try:
-        raw, lines = _load_stack(text, where)
+        if more:
+            raw, stack, errors, warnings = _read_files([(where, text), *more], environ)
+            where = " + ".join([where, *(name for name, _ in more)])
+        else:
+            raw, stack, errors, warnings = _read(text, where, environ)
     except StackError as exc:
         return CheckedStack({}, errors=exc.errors)
-    errors: list[str] = []
-    warnings: list[str] = []
-    stack, substituted = raw, None
-    if environ is not None:
-        stack, errors, warnings = interpolate(raw, environ, lines)
-        substituted = copy.deepcopy(stack)  # check_stack changes `stack` in place
+    # check_stack changes `stack` in place: what docker substitutes is kept aside
+    substituted = None if environ is None else copy.deepcopy(stack)
     out = CheckedStack(stack, written=raw, substituted=substituted)
     out.errors, out.notes = check_version(stack, where)
     out.errors[:0] = errors
@@ -353,6 +357,36 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     if not out.errors:  # the schema's complaints about a broken service add nothing
         out.errors += schema_errors(stack)
     return out
+
+
+def _read(text: str, where: str, environ: Mapping[str, str] | None
+          ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
+    """One file: (as written, as docker substitutes it, errors, warnings)."""
+    raw, lines = _load_stack(text, where)
+    if environ is None:
+        return raw, raw, [], []
+    stack, errors, warnings = interpolate(raw, environ, lines)
+    return raw, stack, errors, warnings
+
+
+def _read_files(files: Sequence[tuple[str, str]], environ: Mapping[str, str] | None
+                ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
+    """Several files, each read and substituted, then merged (``_read``'s four); the
+    errors and warnings of each name its file."""
+    read, errors, warnings = [], [], []
+    for name, text in files:
+        raw, stack, errs, warns = _read(text, name, environ)
+        read.append(StackFile(name, raw, None if environ is None else stack))
+        errors += [f"{name}: {e}" for e in errs]
+        warnings += [f"{name}: {w}" for w in warns]
+    if errors:  # a value docker refuses: merging it would only say more of the same
+        raise StackError(errors)
+    try:
+        merged = merge_stacks(read, environ)
+    except MergeError as exc:
+        raise StackError(exc.errors) from None
+    stack = merged.written if environ is None else merged.substituted
+    return merged.written, stack, [], warnings
 
 
 def _check_tenant(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_label: str,
@@ -531,18 +565,19 @@ def render_stack(
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str = "swarmgpu.",
     zone_label: str = "topology.zone", planner: Planner | None = None,
     moving: AbstractSet[str] = frozenset(), environ: Mapping[str, str] | None = None,
+    more: Sequence[tuple[str, str]] = (),
 ) -> tuple[str, PlacementPlan]:
     """``planner``: the daemon's (its config's generic-resource kind, its stored
     workload model), so render chooses what the daemon would; a fresh default one
     otherwise. ``moving``: the services with a move in flight (``Planner.plan``).
-    ``environ``: as in ``check_stack``."""
+    ``environ``, ``more``: as in ``check_stack``."""
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
     most = max((len(f.gpus) for f in facts.values()), default=0)
     checked = check_stack(text, prefix=prefix, zone_label=zone_label,
                           generic_kind=planner.generic_kind, node_gpus=most,
                           classes=planner.classes, tenants=planner.tenants, stack_name=name,
-                          environ=environ)
+                          environ=environ, more=more)
     if checked.errors:
         raise StackError(checked.errors)
     stack = checked.stack

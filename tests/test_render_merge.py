@@ -1,0 +1,197 @@
+"""`swarmgpu render -c base.yml -c prod.yml` merges the files as `docker stack deploy -c
+base.yml -c prod.yml` does (docker/cli cli/compose/loader/merge.go, mergo with
+WithOverride and WithAppendSlice): each file substituted on its own, then merged, later
+files over earlier ones; where render has no rule for a field it refuses, naming the
+field and the files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from support.render_compose import FACTS, NODES
+
+from swarmgpu.cli import main
+from swarmgpu.manager.commands.render import StackError, check_stack, render_stack
+from swarmgpu.manager.commands.stackmerge import MergeError, StackFile, merge_stacks
+
+P = "swarmgpu."
+NO_DOCKER = "unix:///nonexistent/docker.sock"
+
+BASE = """\
+version: "3.8"
+services:
+  llm:
+    image: vllm/vllm-openai:v1
+    environment:
+      HF_HOME: /models
+      LOG: info
+    ports: ["8080:80", "9090:90"]
+    volumes: ["models:/models", "cache:/cache"]
+    cap_add: [NET_ADMIN]
+    deploy:
+      replicas: 2
+      labels:
+        team: a
+      placement:
+        constraints: [node.role==worker]
+volumes:
+  models: {}
+  cache: {}
+"""
+
+PROD = """\
+version: "3.8"
+services:
+  llm:
+    image: vllm/vllm-openai:v2
+    environment:
+      LOG: warn
+      TOKEN: x
+    ports:
+      - {target: 81, published: 8080}
+    volumes: ["fast:/cache"]
+    cap_add: [SYS_PTRACE]
+    deploy:
+      replicas: 0
+      labels:
+        swarmgpu.gpus: "1"
+      placement:
+        constraints: [node.labels.zone==eu]
+  web:
+    image: nginx
+volumes:
+  cache: {driver: local}
+  fast: {}
+"""
+
+
+def merged(*texts: str, environ: dict[str, str] | None = None) -> dict[str, Any]:
+    files = [StackFile(f"f{i}.yml", yaml.safe_load(t)) for i, t in enumerate(texts)]
+    return merge_stacks(files, environ or {}).substituted
+
+
+def test_fields_merge_by_dockers_rules() -> None:
+    doc = merged(BASE, PROD)
+    llm = doc["services"]["llm"]
+    assert llm["image"] == "vllm/vllm-openai:v2"  # replaced
+    assert llm["environment"] == {"HF_HOME": "/models", "LOG": "warn", "TOKEN": "x"}  # by key
+    # ports by published port (the later entry whole), sorted by it as docker writes them
+    assert llm["ports"] == [{"target": 81, "published": 8080}, "9090:90"]
+    assert llm["volumes"] == ["fast:/cache", "models:/models"]  # by target, sorted by it
+    assert llm["cap_add"] == ["NET_ADMIN", "SYS_PTRACE"]  # appended
+    d = llm["deploy"]
+    assert d["replicas"] == 0  # a *uint64: docker's mergeUint64 takes a 0 too
+    assert d["labels"] == {"team": "a", "swarmgpu.gpus": "1"}
+    assert d["placement"]["constraints"] == ["node.role==worker", "node.labels.zone==eu"]
+    assert doc["services"]["web"] == {"image": "nginx"}  # a new service is added
+    # top-level volumes by name, the later one whole
+    assert doc["volumes"] == {"models": {}, "cache": {"driver": "local"}, "fast": {}}
+    assert doc["version"] == "3.8"
+
+
+def test_list_and_mapping_forms_merge_by_key() -> None:
+    a = (
+        "services:\n  s:\n    image: x\n    environment: [A=1, B=2]\n"
+        "    deploy: {labels: [k=1, j=2]}\n"
+    )
+    b = "services:\n  s:\n    environment: {B: 3}\n    deploy: {labels: [k=9]}\n"
+    s = merged(a, b)["services"]["s"]
+    assert s["environment"] == {"A": "1", "B": 3}  # mixed forms: the mapping
+    assert s["deploy"]["labels"] == ["k=9", "j=2"]  # one form: kept, the key replaced
+
+
+def test_an_empty_override_is_refused_where_docker_keeps_the_earlier_value() -> None:
+    """mergo's WithOverride skips an empty source: read_only: false over true keeps true,
+    which no reader of the override expects; render says so instead."""
+    a = "services:\n  s:\n    image: x\n    read_only: true\n"
+    b = "services:\n  s:\n    read_only: false\n"
+    with pytest.raises(MergeError) as exc:
+        merged(a, b)
+    assert "services.s.read_only" in str(exc.value)
+    assert "f0.yml" in str(exc.value) and "f1.yml" in str(exc.value)
+
+
+def test_a_field_with_no_merge_rule_is_refused_naming_field_and_files() -> None:
+    a = "services:\n  s:\n    image: x\n    healthcheck: {test: [CMD, a]}\n"
+    b = "services:\n  s:\n    healthcheck: {test: [CMD, b]}\n    build: .\n"
+    c = "services:\n  s:\n    build: .\n"
+    with pytest.raises(MergeError) as exc:
+        merged(a, b)
+    assert "services.s.healthcheck.test" in str(exc.value)  # docker appends the two tests
+    with pytest.raises(MergeError) as exc:
+        merged(b, c)
+    msg = str(exc.value)
+    assert "services.s.build" in msg and "f0.yml" in msg and "f1.yml" in msg
+    assert "one file" in msg
+
+
+def test_two_entries_docker_would_fold_into_one_are_refused() -> None:
+    """Ports are keyed by the published port alone: two unpublished ports of a service in
+    both files would become one; docker drops the other without a word."""
+    a = "services:\n  s:\n    image: x\n    ports: ['80', '443']\n"
+    b = "services:\n  s:\n    image: y\n"
+    with pytest.raises(MergeError) as exc:
+        merged(a, b)
+    assert "services.s.ports" in str(exc.value) and "published" in str(exc.value)
+
+
+def test_files_of_two_versions_are_refused_as_docker_refuses_them() -> None:
+    a = "version: '3.8'\nservices:\n  s: {image: x}\n"
+    b = "services:\n  s: {image: y}\n"  # no version is 3.13 to docker/cli's schema.Version
+    with pytest.raises(MergeError) as exc:
+        merged(a, b)
+    assert "version" in str(exc.value) and "f1.yml" in str(exc.value)
+
+
+def test_each_file_is_substituted_before_the_merge() -> None:
+    """loader.go Load interpolates each file, then merges: a published port from a
+    variable meets the other file's port; a variable render does not place by stays one."""
+    a = (
+        "services:\n  s:\n    image: x\n    ports: ['8080:80']\n"
+        "    environment: {TOKEN: '${TOKEN}'}\n"
+    )
+    b = "services:\n  s:\n    ports: ['${PORT}:81']\n    deploy: {labels: {swarmgpu.gpus: '1'}}\n"
+    env = {"PORT": "8080", "TOKEN": "secret"}
+    checked = check_stack(a, where="a.yml", more=[("b.yml", b)], environ=env)
+    assert not checked.errors, checked.errors
+    assert checked.stack["services"]["s"]["ports"] == ["8080:81"]
+    out, _ = render_stack(a, "st", NODES, [], [], FACTS, prefix=P, environ=env, more=[("b.yml", b)])
+    assert "${TOKEN}" in out and "secret" not in out
+    assert yaml.safe_load(out)["services"]["s"]["deploy"]["labels"][f"{P}gpus"] == "1"
+
+
+def test_merge_errors_name_the_files_in_check_stack() -> None:
+    a = "services:\n  s:\n    image: x\n    build: .\n"
+    checked = check_stack(a, where="a.yml", more=[("b.yml", a)], environ={})
+    assert any("services.s.build" in e and "a.yml" in e and "b.yml" in e for e in checked.errors), (
+        checked.errors
+    )
+    with pytest.raises(StackError):
+        render_stack(a, "st", NODES, [], [], FACTS, prefix=P, more=[("b.yml", a)])
+
+
+def test_cli_takes_repeated_compose_files(tmp_path: Path) -> None:
+    base, prod = tmp_path / "base.yml", tmp_path / "prod.yml"
+    base.write_text(BASE)
+    prod.write_text(PROD)
+    res = CliRunner().invoke(
+        main,
+        ["render", "--check", "-c", str(base), "--compose-file", str(prod)],
+        env={"DOCKER_HOST": NO_DOCKER},
+    )
+    assert res.exit_code == 0, res.output
+    assert "2 service(s), 1 GPU request(s)" in res.stderr
+    assert f"{base} + {prod}" in res.stderr
+
+
+def test_cli_refuses_a_file_argument_beside_compose_files(tmp_path: Path) -> None:
+    base = tmp_path / "base.yml"
+    base.write_text(BASE)
+    res = CliRunner().invoke(
+        main, ["render", "--check", str(base), "-c", str(base)], env={"DOCKER_HOST": NO_DOCKER}
+    )
+    assert res.exit_code == 2 and "-c" in res.stderr
