@@ -13,7 +13,8 @@ See docs/doctor.md for every check and the fixture conventions.
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
 ``sharing``, ``identity`` (the checks), ``report`` (run, exit code, text/JSON),
-``factsread`` (the fact source read within a deadline).
+``factsread`` (the fact source read within a deadline), ``rootpath`` (a path under the
+root as the node sees it).
 """
 
 from __future__ import annotations
