@@ -644,6 +644,7 @@ def test_nvidia_runtime_path_pointing_nowhere_is_a_finding(tmp_path: Path, path:
     if isinstance(path, str):
         (root / path.lstrip("/")).parent.mkdir(parents=True)
         (root / path.lstrip("/")).write_text("#!/bin/sh\n")
+        (root / path.lstrip("/")).chmod(0o755)
         c = _by_id(root)[0]["runtime.default"]
         assert c.status is Status.OK, c
 

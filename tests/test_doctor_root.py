@@ -3,11 +3,19 @@ resolved inside the root, as after a chroot) and its runtime looked up as docker
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
-from swarmgpu.agent.doctor import Check, Status, run_doctor
+from swarmgpu.agent.doctor import (
+    Check,
+    Status,
+    check_default_runtime,
+    find_runtime,
+    read_view,
+    run_doctor,
+)
 
 ROOTS = Path(__file__).parent / "doctor_roots"
 
@@ -113,3 +121,69 @@ def test_forty_symlinks_resolve_and_the_forty_first_is_a_loop(tmp_path: Path) ->
     (docker / "daemon.json").symlink_to("/etc/docker/l0")  # the 41st
     c = _by_id(root)[0]["docker.daemon-json"]
     assert c.status is Status.FAIL and "symlink loop" in c.found, c
+
+
+# --- a bare runtime name is looked up on PATH, as dockerd does -------------------------
+
+ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RUNTIME = "nvidia-container-runtime"
+
+
+def _install(root: Path, rel: str, mode: int = 0o755) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(mode)
+
+
+def _bare_runtime_root(tmp_path: Path) -> Path:
+    """The healthy root, its daemon.json naming the runtime bare, no binary installed."""
+    root = _healthy_copy(tmp_path)
+    for d in ROOT_PATH.split(":"):
+        (root / d.lstrip("/") / RUNTIME).unlink(missing_ok=True)
+    daemon = json.loads((root / "etc/docker/daemon.json").read_text())
+    assert daemon["runtimes"]["nvidia"]["path"] == RUNTIME
+    return root
+
+
+def test_bare_runtime_not_on_the_roots_path_is_a_finding(tmp_path: Path) -> None:
+    # dockerd starts; every container it then runs through the runtime fails
+    root = _bare_runtime_root(tmp_path)
+    c = _by_id(root)[0]["runtime.default"]
+    assert c.status is Status.FAIL, c
+    assert f"{RUNTIME} is not on the root's standard PATH ({ROOT_PATH})" in c.found, c
+    assert "exec.LookPath" in c.why and "nvidia-container-toolkit" in c.fix, c
+
+
+def test_bare_runtime_without_an_execute_bit_is_named(tmp_path: Path) -> None:
+    root = _bare_runtime_root(tmp_path)
+    _install(root, f"usr/bin/{RUNTIME}", 0o644)
+    c = _by_id(root)[0]["runtime.default"]
+    assert c.status is Status.FAIL and f"/usr/bin/{RUNTIME} is not executable" in c.found, c
+    assert f"chmod 755 /usr/bin/{RUNTIME}" in c.fix, c
+
+
+def test_bare_runtime_is_the_first_executable_on_path(tmp_path: Path) -> None:
+    # exec.LookPath passes over a file without an execute bit and takes the next one
+    root = _bare_runtime_root(tmp_path)
+    _install(root, f"usr/local/sbin/{RUNTIME}", 0o644)
+    _install(root, f"bin/{RUNTIME}")
+    c = _by_id(root)[0]["runtime.default"]
+    assert c.status is Status.OK, c
+    assert f"found at /bin/{RUNTIME} on the root's standard PATH" in c.found, c
+
+
+def test_bare_runtime_on_the_live_node_is_looked_up_on_the_environments_path(
+    tmp_path: Path,
+) -> None:
+    bin_dir = tmp_path / "bin"
+    _install(tmp_path, f"bin/{RUNTIME}")
+    found = find_runtime("/", RUNTIME, env_path=f"relative/dir::{tmp_path}/none:{bin_dir}")
+    assert found.found == f"{bin_dir}/{RUNTIME}", found
+    view = dataclasses.replace(read_view(str(ROOTS / "healthy")), runtime=found)
+    c = check_default_runtime(view)
+    assert c.status is Status.OK and "on this environment's PATH" in c.found, c
+    missing = find_runtime("/", RUNTIME, env_path=f"{tmp_path}/none")
+    c = check_default_runtime(dataclasses.replace(view, runtime=missing))
+    assert c.status is Status.FAIL and f"environment's PATH ({tmp_path}/none)" in c.found, c
+    assert "systemctl show docker" in c.why, c

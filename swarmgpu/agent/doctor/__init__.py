@@ -14,7 +14,7 @@ One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
 ``sharing``, ``identity`` (the checks), ``report`` (run, exit code, text/JSON),
 ``factsread`` (the fact source read within a deadline), ``rootpath`` (a path under the
-root as the node sees it).
+root as the node sees it), ``runtimepath`` (where dockerd finds the NVIDIA runtime).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from swarmgpu.agent.doctor.resources import (
     norm_bus_id,
     parse_generic_resources,
 )
+from swarmgpu.agent.doctor.runtimepath import ROOT_PATH, find_runtime
 from swarmgpu.agent.doctor.sharing import check_sharing, sharing_mode
 from swarmgpu.agent.doctor.view import (
     AS_VOLUME_MOUNTS,
@@ -83,6 +84,7 @@ from swarmgpu.agent.doctor.view import (
     HamiView,
     NodeView,
     Parsed,
+    RuntimeLookup,
     Status,
     Version,
 )
@@ -103,6 +105,7 @@ __all__ = [
     "HOST_PRELOAD",
     "JIT_CDI_DEFAULT_FROM",
     "NODE_CONFIG_HINT",
+    "ROOT_PATH",
     "SWARMGPU_KIND",
     "SWARM_IN_CDI_FROM",
     "TOOLKIT_PACKAGES",
@@ -114,6 +117,7 @@ __all__ = [
     "HamiView",
     "NodeView",
     "Parsed",
+    "RuntimeLookup",
     "Status",
     "Version",
     "check_agent_identity",
@@ -135,6 +139,7 @@ __all__ = [
     "effective_mode",
     "env_name",
     "exit_code",
+    "find_runtime",
     "norm_bus_id",
     "parse_generic_resources",
     "parse_proc_devices",

@@ -24,6 +24,7 @@ from swarmgpu.agent.doctor.view import (
     TOOLKIT_TOML,
     Check,
     NodeView,
+    RuntimeLookup,
     Status,
     daemon_json_unusable,
     quote,
@@ -73,14 +74,9 @@ def check_default_runtime(view: NodeView) -> Check:
         problems.append("runtimes.nvidia (with a path) is not defined")
     elif not isinstance(path, str):
         problems.append(f"runtimes.nvidia.path {json.dumps(path)} is not a path")
-    elif view.runtime_found is False:
+    elif view.runtime is not None and view.runtime.found is None:
         # dockerd starts with it; every container it starts then fails ("no such file")
-        return Check(cid, Status.FAIL, f"runtimes.nvidia.path {path} does not exist",
-                     "dockerd runs every task container through that binary: each one "
-                     "fails to start.",
-                     "Install nvidia-container-toolkit, or set the path to where it is "
-                     "(`command -v nvidia-container-runtime`), then `systemctl restart "
-                     "docker`.")
+        return _runtime_missing(cid, path, view.runtime)
     if problems:
         return Check(cid, Status.FAIL, "; ".join(problems), why, fix)
     info = view.docker_info
@@ -95,7 +91,32 @@ def check_default_runtime(view: NodeView) -> Check:
                 "dockerd reads daemon.json only when it starts: the file was edited after.",
                 "`systemctl restart docker` (running tasks restart with it).")
     live_note = "" if live is None else "; the running dockerd agrees"
-    return Check(cid, Status.OK, f"default-runtime nvidia ({path}){live_note}")
+    rt = view.runtime
+    where = f", found at {rt.found} on {rt.search_from}" if rt and rt.search else ""
+    return Check(cid, Status.OK, f"default-runtime nvidia ({path}{where}){live_note}")
+
+
+def _runtime_missing(cid: str, path: str, rt: RuntimeLookup) -> Check:
+    why = "dockerd runs every task container through that binary: each one fails to start."
+    if rt.not_executable:
+        first = rt.not_executable[0]
+        return Check(cid, Status.FAIL,
+                     f"runtimes.nvidia.path {path}: {quote(rt.not_executable)} is not "
+                     "executable", why + " A file without an execute bit cannot be run.",
+                     f"`chmod 755 {first}` (or reinstall nvidia-container-toolkit), then "
+                     "`systemctl restart docker`.")
+    fix = ("Install nvidia-container-toolkit, or set the path to where it is "
+           "(`command -v nvidia-container-runtime`), then `systemctl restart docker`.")
+    if not rt.search:
+        return Check(cid, Status.FAIL, f"runtimes.nvidia.path {path} does not exist", why, fix)
+    if rt.search_from.startswith("this environment"):
+        why += (" dockerd's own PATH may differ from this environment's: `systemctl show "
+                "docker -p Environment` (none set: systemd's default).")
+    return Check(cid, Status.FAIL,
+                 f"runtimes.nvidia.path {path} is not on {rt.search_from} "
+                 f"({':'.join(rt.search) or 'empty'})",
+                 "dockerd looks a bare name up on its PATH (moby daemon/runtime_unix.go, "
+                 f"exec.LookPath). {why}", fix)
 
 
 def check_generic_resources(view: NodeView) -> Check:

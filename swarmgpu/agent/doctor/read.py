@@ -16,6 +16,7 @@ from typing import Any
 
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import in_root
+from swarmgpu.agent.doctor.runtimepath import find_runtime
 from swarmgpu.agent.doctor.view import (
     DAEMON_JSON,
     DEVICE_MANIFEST,
@@ -32,6 +33,7 @@ from swarmgpu.agent.doctor.view import (
     HamiView,
     NodeView,
     Parsed,
+    RuntimeLookup,
     Version,
 )
 from swarmgpu.core.model import FactsError, NodeFacts
@@ -331,7 +333,7 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     return NodeView(
         root=root,
         daemon_json=daemon_json,
-        runtime_found=_runtime_found(root, daemon_json),
+        runtime=_runtime(root, daemon_json),
         toolkit_toml=_parse_toolkit_toml(root),
         toolkit_version=dpkg_version(status_text) if status_text is not None else None,
         proc_devices=parse_proc_devices(devices_text) if devices_text is not None else None,
@@ -347,13 +349,11 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     )
 
 
-def _runtime_found(root: str, daemon_json: Parsed) -> bool | None:
+def _runtime(root: str, daemon_json: Parsed) -> RuntimeLookup | None:
     runtimes = (daemon_json.data or {}).get("runtimes")
     nvidia = runtimes.get("nvidia") if isinstance(runtimes, dict) else None
     path = nvidia.get("path") if isinstance(nvidia, dict) else None
-    if not isinstance(path, str) or not path.startswith("/"):
-        return None
-    return _is(root, path.lstrip("/"), Path.is_file)
+    return find_runtime(root, path) if isinstance(path, str) and path else None
 
 
 def _read_hami(root: str) -> HamiView:

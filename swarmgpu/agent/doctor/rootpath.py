@@ -23,7 +23,7 @@ def in_root(root: str, rel: str) -> Path:
     as written, so opening the result fails as the node's own open would. Raises
     OSError(ELOOP) past :data:`MAX_SYMLINKS` links."""
     base = Path(root)
-    if os.path.realpath(root) == "/":  # the node itself: its kernel resolves as it should
+    if is_host(root):  # the node itself: its kernel resolves as it should
         return base / rel
     done: list[str] = []
     todo = _parts(rel)[::-1]  # a stack: the next part last
@@ -50,6 +50,11 @@ def in_root(root: str, rel: str) -> Path:
             done = []
         todo.extend(_parts(target)[::-1])
     return base.joinpath(*done)
+
+
+def is_host(root: str) -> bool:
+    """The root is this machine's own /: the doctor runs on the node it checks."""
+    return os.path.realpath(root) == "/"
 
 
 def _parts(path: str) -> list[str]:
