@@ -78,8 +78,8 @@ EXPECTED: dict[str, dict[str, tuple[Status, str]]] = {
         "sharing.mode": (Status.WARN, "/usr/local/vgpu/lib/libvgpu.so, not an installed")},
 }
 SKIPPED: dict[str, set[str]] = {
-    "no-daemon-json": {"runtime.default", "resources.generic"},
-    "bad-daemon-json": {"runtime.default", "resources.generic"},
+    "no-daemon-json": {"docker.daemon-keys", "runtime.default", "resources.generic"},
+    "bad-daemon-json": {"docker.daemon-keys", "runtime.default", "resources.generic"},
     "toolkit-missing": {"toolkit.mode", "toolkit.grants"},
     "no-driver": {"resources.generic", "gpu.facts", "gpu.order", "gpu.numa"},  # no facts
 }

@@ -14,7 +14,8 @@ One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
 ``sharing``, ``identity`` (the checks), ``report`` (run, exit code, text/JSON),
 ``factsread`` (the fact source read within a deadline), ``rootpath`` (a path under the
-root as the node sees it), ``runtimepath`` (where dockerd finds the NVIDIA runtime).
+root as the node sees it), ``runtimepath`` (where dockerd finds the NVIDIA runtime),
+``dockerdkeys`` (the daemon.json keys dockerd knows, as data).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from swarmgpu.agent.doctor.devices import (
 )
 from swarmgpu.agent.doctor.engine import (
     check_daemon_json,
+    check_daemon_keys,
     check_default_runtime,
     check_engine,
     check_generic_resources,
@@ -123,6 +125,7 @@ __all__ = [
     "check_agent_identity",
     "check_cgroup",
     "check_daemon_json",
+    "check_daemon_keys",
     "check_default_runtime",
     "check_dev_char_links",
     "check_device_nodes",

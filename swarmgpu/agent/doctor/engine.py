@@ -3,8 +3,18 @@ resources, and the container toolkit's mode."""
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+from swarmgpu.agent.doctor.dockerdkeys import (
+    DOCKERD_VERSION,
+    FLAT_OPTIONS,
+    IGNORED_KEYS,
+    READ_KEYS,
+    SKIPPED_KEYS,
+)
 from swarmgpu.agent.doctor.read import parse_version
 from swarmgpu.agent.doctor.resources import (
     env_name,
@@ -48,6 +58,76 @@ def check_daemon_json(view: NodeView) -> Check:
                      f"{p.path} is empty (dockerd reads it as no settings; the checks below "
                      "say what it lacks)")
     return Check("docker.daemon-json", Status.OK, f"{p.path} parses")
+
+
+def check_daemon_keys(view: NodeView) -> Check:
+    """Does dockerd know every key of daemon.json? It refuses to start on one it does not."""
+    cid = "docker.daemon-keys"
+    skip = daemon_json_unusable(view, cid)
+    if skip:
+        return skip
+    unknown: list[str] = []
+    first = ""  # the first unknown key, for the fix
+    ignored: list[str] = []
+    for key, parent in _keys_as_dockerd_reads(view.daemon_json.data or {}):
+        if key in READ_KEYS or key in SKIPPED_KEYS:
+            continue
+        if key in IGNORED_KEYS:
+            ignored.append(key)
+            continue
+        first = first or _q(key)
+        inside = f" (inside {_q(parent)})" if parent is not None else ""
+        meant = _near_miss(parent) if parent is not None else None
+        meant = meant or _near_miss(key)
+        unknown.append(f"{_q(key)}{inside}" + (f": did you mean {_q(meant)}?" if meant else ""))
+    path = view.daemon_json.path
+    if unknown:
+        more = f"; and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        return Check(
+            cid, Status.FAIL, "dockerd knows no option " + "; ".join(unknown[:3]) + more,
+            "dockerd refuses to start with a key it does not know (\"the following directives "
+            "don't match any configuration option\"): on a restart the node leaves the swarm. "
+            f"An object's keys count as top-level keys. Keys as of moby {DOCKERD_VERSION}.",
+            f"Rename or remove {first} in {path} (`dockerd "
+            "--validate` checks the file, also for a newer dockerd that may know the key), "
+            "then `systemctl restart docker`.")
+    if ignored:
+        key = ignored[0]
+        instead = IGNORED_KEYS[key]
+        return Check(
+            cid, Status.WARN, f"{quote([_q(k) for k in ignored])}: the name of a dockerd flag, "
+            "not a daemon.json key",
+            "dockerd starts with it but ignores its value: the setting is not applied.",
+            (f"Write it as {_q(instead)}" if instead else f"Remove {_q(key)}")
+            + ", then `systemctl restart docker`.")
+    return Check(cid, Status.OK, f"dockerd knows every key (as of moby {DOCKERD_VERSION})")
+
+
+def _keys_as_dockerd_reads(data: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
+    """(key, the object it is inside or None): an object's keys are top-level keys to
+    dockerd, except under FLAT_OPTIONS (moby daemon/config configValuesSet)."""
+    for key, value in data.items():
+        if isinstance(value, dict) and key not in FLAT_OPTIONS:
+            yield from ((str(k), key) for k in value)
+        else:
+            yield key, None
+
+
+def _near_miss(key: str) -> str | None:
+    if len(key) > 64:  # no one misspells a key that long; spare the comparison
+        return None
+    low = key.lower()
+    if low in READ_KEYS:
+        return low
+    if IGNORED_KEYS.get(low):
+        return IGNORED_KEYS[low]
+    close = difflib.get_close_matches(low, sorted(READ_KEYS), n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _q(key: str) -> str:
+    """A key as JSON spells it, at most 60 characters of it."""
+    return json.dumps(key[:60] + ("..." if len(key) > 60 else ""))
 
 
 def check_default_runtime(view: NodeView) -> Check:
