@@ -13,7 +13,9 @@ See docs/doctor.md for every check and the fixture conventions.
 One module per group of checks: ``view`` (NodeView, Check, paths), ``read`` (the
 root into a NodeView), ``resources`` (generic resources), ``engine``, ``devices``,
 ``sharing``, ``identity`` (the checks), ``report`` (run, exit code, text/JSON),
-``factsread`` (the fact source read within a deadline).
+``factsread`` (the fact source read within a deadline), ``rootpath`` (a path under the
+root as the node sees it), ``runtimepath`` (where dockerd finds the NVIDIA runtime),
+``dockerdkeys`` (the daemon.json keys dockerd knows, as data).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from swarmgpu.agent.doctor.devices import (
 )
 from swarmgpu.agent.doctor.engine import (
     check_daemon_json,
+    check_daemon_keys,
     check_default_runtime,
     check_engine,
     check_generic_resources,
@@ -58,6 +61,7 @@ from swarmgpu.agent.doctor.resources import (
     norm_bus_id,
     parse_generic_resources,
 )
+from swarmgpu.agent.doctor.runtimepath import ROOT_PATH, find_runtime
 from swarmgpu.agent.doctor.sharing import check_sharing, sharing_mode
 from swarmgpu.agent.doctor.view import (
     AS_VOLUME_MOUNTS,
@@ -82,6 +86,7 @@ from swarmgpu.agent.doctor.view import (
     HamiView,
     NodeView,
     Parsed,
+    RuntimeLookup,
     Status,
     Version,
 )
@@ -102,6 +107,7 @@ __all__ = [
     "HOST_PRELOAD",
     "JIT_CDI_DEFAULT_FROM",
     "NODE_CONFIG_HINT",
+    "ROOT_PATH",
     "SWARMGPU_KIND",
     "SWARM_IN_CDI_FROM",
     "TOOLKIT_PACKAGES",
@@ -113,11 +119,13 @@ __all__ = [
     "HamiView",
     "NodeView",
     "Parsed",
+    "RuntimeLookup",
     "Status",
     "Version",
     "check_agent_identity",
     "check_cgroup",
     "check_daemon_json",
+    "check_daemon_keys",
     "check_default_runtime",
     "check_dev_char_links",
     "check_device_nodes",
@@ -134,6 +142,7 @@ __all__ = [
     "effective_mode",
     "env_name",
     "exit_code",
+    "find_runtime",
     "norm_bus_id",
     "parse_generic_resources",
     "parse_proc_devices",

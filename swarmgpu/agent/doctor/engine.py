@@ -3,8 +3,18 @@ resources, and the container toolkit's mode."""
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+from swarmgpu.agent.doctor.dockerdkeys import (
+    DOCKERD_VERSION,
+    FLAT_OPTIONS,
+    IGNORED_KEYS,
+    READ_KEYS,
+    SKIPPED_KEYS,
+)
 from swarmgpu.agent.doctor.read import parse_version
 from swarmgpu.agent.doctor.resources import (
     env_name,
@@ -24,6 +34,7 @@ from swarmgpu.agent.doctor.view import (
     TOOLKIT_TOML,
     Check,
     NodeView,
+    RuntimeLookup,
     Status,
     daemon_json_unusable,
     quote,
@@ -47,6 +58,76 @@ def check_daemon_json(view: NodeView) -> Check:
                      f"{p.path} is empty (dockerd reads it as no settings; the checks below "
                      "say what it lacks)")
     return Check("docker.daemon-json", Status.OK, f"{p.path} parses")
+
+
+def check_daemon_keys(view: NodeView) -> Check:
+    """Does dockerd know every key of daemon.json? It refuses to start on one it does not."""
+    cid = "docker.daemon-keys"
+    skip = daemon_json_unusable(view, cid)
+    if skip:
+        return skip
+    unknown: list[str] = []
+    first = ""  # the first unknown key, for the fix
+    ignored: list[str] = []
+    for key, parent in _keys_as_dockerd_reads(view.daemon_json.data or {}):
+        if key in READ_KEYS or key in SKIPPED_KEYS:
+            continue
+        if key in IGNORED_KEYS:
+            ignored.append(key)
+            continue
+        first = first or _q(key)
+        inside = f" (inside {_q(parent)})" if parent is not None else ""
+        meant = _near_miss(parent) if parent is not None else None
+        meant = meant or _near_miss(key)
+        unknown.append(f"{_q(key)}{inside}" + (f": did you mean {_q(meant)}?" if meant else ""))
+    path = view.daemon_json.path
+    if unknown:
+        more = f"; and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        return Check(
+            cid, Status.FAIL, "dockerd knows no option " + "; ".join(unknown[:3]) + more,
+            "dockerd refuses to start with a key it does not know (\"the following directives "
+            "don't match any configuration option\"): on a restart the node leaves the swarm. "
+            f"An object's keys count as top-level keys. Keys as of moby {DOCKERD_VERSION}.",
+            f"Rename or remove {first} in {path} (`dockerd "
+            "--validate` checks the file, also for a newer dockerd that may know the key), "
+            "then `systemctl restart docker`.")
+    if ignored:
+        key = ignored[0]
+        instead = IGNORED_KEYS[key]
+        return Check(
+            cid, Status.WARN, f"{quote([_q(k) for k in ignored])}: the name of a dockerd flag, "
+            "not a daemon.json key",
+            "dockerd starts with it but ignores its value: the setting is not applied.",
+            (f"Write it as {_q(instead)}" if instead else f"Remove {_q(key)}")
+            + ", then `systemctl restart docker`.")
+    return Check(cid, Status.OK, f"dockerd knows every key (as of moby {DOCKERD_VERSION})")
+
+
+def _keys_as_dockerd_reads(data: Mapping[str, Any]) -> Iterator[tuple[str, str | None]]:
+    """(key, the object it is inside or None): an object's keys are top-level keys to
+    dockerd, except under FLAT_OPTIONS (moby daemon/config configValuesSet)."""
+    for key, value in data.items():
+        if isinstance(value, dict) and key not in FLAT_OPTIONS:
+            yield from ((str(k), key) for k in value)
+        else:
+            yield key, None
+
+
+def _near_miss(key: str) -> str | None:
+    if len(key) > 64:  # no one misspells a key that long; spare the comparison
+        return None
+    low = key.lower()
+    if low in READ_KEYS:
+        return low
+    if IGNORED_KEYS.get(low):
+        return IGNORED_KEYS[low]
+    close = difflib.get_close_matches(low, sorted(READ_KEYS), n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def _q(key: str) -> str:
+    """A key as JSON spells it, at most 60 characters of it."""
+    return json.dumps(key[:60] + ("..." if len(key) > 60 else ""))
 
 
 def check_default_runtime(view: NodeView) -> Check:
@@ -73,14 +154,9 @@ def check_default_runtime(view: NodeView) -> Check:
         problems.append("runtimes.nvidia (with a path) is not defined")
     elif not isinstance(path, str):
         problems.append(f"runtimes.nvidia.path {json.dumps(path)} is not a path")
-    elif view.runtime_found is False:
+    elif view.runtime is not None and view.runtime.found is None:
         # dockerd starts with it; every container it starts then fails ("no such file")
-        return Check(cid, Status.FAIL, f"runtimes.nvidia.path {path} does not exist",
-                     "dockerd runs every task container through that binary: each one "
-                     "fails to start.",
-                     "Install nvidia-container-toolkit, or set the path to where it is "
-                     "(`command -v nvidia-container-runtime`), then `systemctl restart "
-                     "docker`.")
+        return _runtime_missing(cid, path, view.runtime)
     if problems:
         return Check(cid, Status.FAIL, "; ".join(problems), why, fix)
     info = view.docker_info
@@ -95,7 +171,32 @@ def check_default_runtime(view: NodeView) -> Check:
                 "dockerd reads daemon.json only when it starts: the file was edited after.",
                 "`systemctl restart docker` (running tasks restart with it).")
     live_note = "" if live is None else "; the running dockerd agrees"
-    return Check(cid, Status.OK, f"default-runtime nvidia ({path}){live_note}")
+    rt = view.runtime
+    where = f", found at {rt.found} on {rt.search_from}" if rt and rt.search else ""
+    return Check(cid, Status.OK, f"default-runtime nvidia ({path}{where}){live_note}")
+
+
+def _runtime_missing(cid: str, path: str, rt: RuntimeLookup) -> Check:
+    why = "dockerd runs every task container through that binary: each one fails to start."
+    if rt.not_executable:
+        first = rt.not_executable[0]
+        return Check(cid, Status.FAIL,
+                     f"runtimes.nvidia.path {path}: {quote(rt.not_executable)} is not "
+                     "executable", why + " A file without an execute bit cannot be run.",
+                     f"`chmod 755 {first}` (or reinstall nvidia-container-toolkit), then "
+                     "`systemctl restart docker`.")
+    fix = ("Install nvidia-container-toolkit, or set the path to where it is "
+           "(`command -v nvidia-container-runtime`), then `systemctl restart docker`.")
+    if not rt.search:
+        return Check(cid, Status.FAIL, f"runtimes.nvidia.path {path} does not exist", why, fix)
+    if rt.search_from.startswith("this environment"):
+        why += (" dockerd's own PATH may differ from this environment's: `systemctl show "
+                "docker -p Environment` (none set: systemd's default).")
+    return Check(cid, Status.FAIL,
+                 f"runtimes.nvidia.path {path} is not on {rt.search_from} "
+                 f"({':'.join(rt.search) or 'empty'})",
+                 "dockerd looks a bare name up on its PATH (moby daemon/runtime_unix.go, "
+                 f"exec.LookPath). {why}", fix)
 
 
 def check_generic_resources(view: NodeView) -> Check:

@@ -10,11 +10,13 @@ import os
 import re
 import stat
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from swarmgpu.agent.doctor.resources import norm_bus_id
+from swarmgpu.agent.doctor.rootpath import in_root
+from swarmgpu.agent.doctor.runtimepath import find_runtime
 from swarmgpu.agent.doctor.view import (
     DAEMON_JSON,
     DEVICE_MANIFEST,
@@ -31,6 +33,7 @@ from swarmgpu.agent.doctor.view import (
     HamiView,
     NodeView,
     Parsed,
+    RuntimeLookup,
     Version,
 )
 from swarmgpu.core.boundedfile import NotRegularFile, read_head
@@ -38,7 +41,17 @@ from swarmgpu.core.model import FactsError, NodeFacts
 
 
 def _under(root: str, rel: str) -> Path:
+    """``<root>/<rel>`` as written: the name a finding gives the file."""
     return Path(root) / rel
+
+
+def _resolve(root: str, rel: str) -> Path:
+    """``<root>/<rel>`` as the node sees it, its symlinks resolved inside the root (not on
+    the host running the doctor); a loop is Unreadable."""
+    try:
+        return in_root(root, rel)
+    except OSError as exc:
+        raise _unreadable(_under(root, rel), exc) from exc
 
 
 # A daemon.json, config.toml or /proc file is a few KiB; dpkg's status file a few MiB.
@@ -55,12 +68,14 @@ class Unreadable(Exception):
         self.fix = fix
 
 
-def _read_head(path: Path, limit: int) -> bytes | None:
+def _read_head(root: str, rel: str, limit: int) -> bytes | None:
     """Up to ``limit`` + 1 bytes of the file, None when absent (``core.boundedfile``: a
     FIFO would block the open, /dev/zero never end; a misconfigured node, or an untrusted
-    image under --root, may put either where a config file belongs)."""
+    image under --root, may put either where a config file belongs). Symlinks resolve
+    inside the root (``_resolve``)."""
+    path = _under(root, rel)
     try:
-        return read_head(path, limit)
+        return read_head(_resolve(root, rel), limit)
     except FileNotFoundError:
         return None
     except NotRegularFile:
@@ -71,9 +86,10 @@ def _read_head(path: Path, limit: int) -> bytes | None:
         raise _unreadable(path, exc) from exc
 
 
-def _read_text(path: Path, limit: int = MAX_FILE_BYTES) -> str | None:
+def _read_text(root: str, rel: str, limit: int = MAX_FILE_BYTES) -> str | None:
     """The file's text, None when absent; Unreadable names why and the fix."""
-    data = _read_head(path, limit)
+    path = _under(root, rel)
+    data = _read_head(root, rel, limit)
     if data is None:
         return None
     if len(data) > limit:
@@ -94,27 +110,35 @@ def _unreadable(path: Path, exc: OSError) -> Unreadable:
                       f"Make {path} a readable regular file (`ls -lL {path}`).")
 
 
-def _read_or_none(path: Path, limit: int = MAX_FILE_BYTES) -> str | None:
+def _read_or_none(root: str, rel: str, limit: int = MAX_FILE_BYTES) -> str | None:
     """A file a check can do without: one that cannot be read counts as absent."""
     try:
-        return _read_text(path, limit)
+        return _read_text(root, rel, limit)
     except Unreadable:
         return None
 
 
-def _read_fixture(path: Path) -> str | None:
+def _read_fixture(root: str, rel: str) -> str | None:
     try:
-        return _read_text(path)
+        return _read_text(root, rel)
     except Unreadable as exc:
-        raise DoctorError(f"{path} {exc.why}") from exc
+        raise DoctorError(f"{_under(root, rel)} {exc.why}") from exc
+
+
+def _is(root: str, rel: str, test: Callable[[Path], bool]) -> bool:
+    """``test`` (Path.is_dir, Path.is_file) of the path as the node sees it."""
+    try:
+        return test(_resolve(root, rel))
+    except (Unreadable, OSError):
+        return False
 
 
 def _parse_daemon_json(root: str) -> Parsed:
     path = _under(root, DAEMON_JSON)
     try:
-        raw = _read_head(path, MAX_FILE_BYTES)
+        raw = _read_head(root, DAEMON_JSON, MAX_FILE_BYTES)
         if raw is not None and len(raw) > MAX_FILE_BYTES:
-            _read_text(path)  # raises, naming the size
+            _read_text(root, DAEMON_JSON)  # raises, naming the size
     except Unreadable as exc:
         return Parsed(str(path), error=exc.why, fix=exc.fix)
     if raw is None:
@@ -145,7 +169,7 @@ def _parse_daemon_json(root: str) -> Parsed:
 def _parse_toolkit_toml(root: str) -> Parsed:
     path = _under(root, TOOLKIT_TOML)
     try:
-        text = _read_text(path)
+        text = _read_text(root, TOOLKIT_TOML)
     except Unreadable as exc:
         return Parsed(str(path), error=exc.why, fix=exc.fix)
     if text is None:
@@ -206,7 +230,7 @@ def _parse_devnum(value: Any, where: str) -> tuple[int, int] | None:
 
 def _read_devices(root: str) -> tuple[dict[str, tuple[int, int] | None], frozenset[str] | None]:
     manifest = _under(root, DEVICE_MANIFEST)
-    text = _read_fixture(manifest)
+    text = _read_fixture(root, DEVICE_MANIFEST)
     if text is not None:
         try:
             data = json.loads(text)
@@ -219,12 +243,15 @@ def _read_devices(root: str) -> tuple[dict[str, tuple[int, int] | None], frozens
                  for k, v in data.get("nodes", {}).items()}
         char = data.get("char")
         return nodes, None if char is None else frozenset(str(c) for c in char)
-    dev = _under(root, "dev")
+    try:
+        dev = _resolve(root, "dev")
+    except Unreadable:
+        return {}, None
     nodes = {}
     for path in sorted([*dev.glob("nvidia*"), *dev.glob("nvidia-caps/*")]):
         try:
-            st = os.stat(path)
-        except OSError:
+            st = os.stat(_resolve(root, f"dev/{path.relative_to(dev)}"))
+        except (OSError, Unreadable):
             continue  # dangling or vanished: reported as missing if it is needed
         if stat.S_ISDIR(st.st_mode):
             continue
@@ -241,11 +268,11 @@ def _read_devices(root: str) -> tuple[dict[str, tuple[int, int] | None], frozens
 def _read_sysfs_numa(root: str) -> dict[str, int]:
     out: dict[str, int] = {}
     try:
-        entries = list(_under(root, "sys/bus/pci/devices").iterdir())
-    except OSError:  # no sysfs (a container, an image): the hint is optional
+        entries = list(_resolve(root, "sys/bus/pci/devices").iterdir())
+    except (OSError, Unreadable):  # no sysfs (a container, an image): the hint is optional
         return out
     for d in entries:
-        text = _read_or_none(d / "numa_node")
+        text = _read_or_none(root, f"sys/bus/pci/devices/{d.name}/numa_node")
         if text is not None and text.strip().lstrip("-").isdigit():
             out[norm_bus_id(d.name)] = int(text.strip())
     return out
@@ -253,7 +280,7 @@ def _read_sysfs_numa(root: str) -> dict[str, int]:
 
 def _load_fixture_json(root: str, rel: str) -> Any:
     path = _under(root, rel)
-    text = _read_fixture(path)
+    text = _read_fixture(root, rel)
     if text is None:
         return None
     try:
@@ -286,21 +313,21 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
         facts = None
     if docker_info is None:
         docker_info = _load_fixture_json(root, FIXTURE_DOCKER_INFO)
-    status_text = _read_or_none(_under(root, DPKG_STATUS), MAX_DPKG_BYTES)
-    devices_text = _read_or_none(_under(root, "proc/devices"))
-    cgroups_text = _read_or_none(_under(root, "proc/cgroups"))
+    status_text = _read_or_none(root, DPKG_STATUS, MAX_DPKG_BYTES)
+    devices_text = _read_or_none(root, "proc/devices")
+    cgroups_text = _read_or_none(root, "proc/cgroups")
     nodes, chars = _read_devices(root)
     daemon_json = _parse_daemon_json(root)
     return NodeView(
         root=root,
         daemon_json=daemon_json,
-        runtime_found=_runtime_found(root, daemon_json),
+        runtime=_runtime(root, daemon_json),
         toolkit_toml=_parse_toolkit_toml(root),
         toolkit_version=dpkg_version(status_text) if status_text is not None else None,
         proc_devices=parse_proc_devices(devices_text) if devices_text is not None else None,
         dev_nodes=nodes,
         dev_char=chars,
-        cgroup_v2=_under(root, "sys/fs/cgroup/cgroup.controllers").is_file(),
+        cgroup_v2=_is(root, "sys/fs/cgroup/cgroup.controllers", Path.is_file),
         cgroup_v1_devices=None if cgroups_text is None else _devices_enabled(cgroups_text),
         sysfs_numa=_read_sysfs_numa(root),
         facts=facts,
@@ -310,35 +337,30 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
     )
 
 
-def _runtime_found(root: str, daemon_json: Parsed) -> bool | None:
+def _runtime(root: str, daemon_json: Parsed) -> RuntimeLookup | None:
     runtimes = (daemon_json.data or {}).get("runtimes")
     nvidia = runtimes.get("nvidia") if isinstance(runtimes, dict) else None
     path = nvidia.get("path") if isinstance(nvidia, dict) else None
-    if not isinstance(path, str) or not path.startswith("/"):
-        return None
-    try:
-        return _under(root, path.lstrip("/")).is_file()
-    except OSError:
-        return False
+    return find_runtime(root, path) if isinstance(path, str) and path else None
 
 
 def _read_hami(root: str) -> HamiView:
     libs: dict[str, bool] = {}
     for rel in HAMI_LIBS:
         try:
-            head = _read_head(_under(root, rel), 3)
+            head = _read_head(root, rel, 3)
         except Unreadable:
             continue  # a directory, a FIFO, a loop: no library there
         if head is not None:
             libs["/" + rel] = head == b"\x7fELF"
     preloads: dict[str, tuple[str, ...]] = {}
     for rel in (HAMI_PRELOAD, HOST_PRELOAD):
-        text = _read_or_none(_under(root, rel))
+        text = _read_or_none(root, rel)
         if text is not None:
             # ld.so.preload: whitespace- or colon-separated paths, '#' comments
             words = re.split(r"[\s:]+", re.sub(r"#.*", "", text))
             preloads["/" + rel] = tuple(w for w in words if w)
-    return HamiView(libs, preloads, _under(root, HAMI_LOCK_DIR).is_dir())
+    return HamiView(libs, preloads, _is(root, HAMI_LOCK_DIR, Path.is_dir))
 
 
 def _devices_enabled(proc_cgroups: str) -> bool:

@@ -17,6 +17,7 @@ from swarmgpu.agent.doctor.devices import (
 )
 from swarmgpu.agent.doctor.engine import (
     check_daemon_json,
+    check_daemon_keys,
     check_default_runtime,
     check_engine,
     check_generic_resources,
@@ -33,6 +34,7 @@ from swarmgpu.core.peertext import escaped
 
 CHECKS: tuple[Callable[[NodeView], Check], ...] = (
     check_daemon_json,
+    check_daemon_keys,
     check_default_runtime,
     check_generic_resources,
     check_swarm_resource,

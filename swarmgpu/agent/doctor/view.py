@@ -101,14 +101,25 @@ class NodeView:
     facts_hung: bool = False  # the source did not answer within the doctor's deadline
     docker_info: Mapping[str, Any] | None = None
     docker_error: str | None = None  # why `docker info` could not be asked (live node)
-    # daemon.json's runtimes.nvidia.path, when absolute: is it a file under the root?
-    # (None: not absolute, looked up on dockerd's PATH, which the doctor does not know)
-    runtime_found: bool | None = None
+    # where dockerd finds daemon.json's runtimes.nvidia.path (None: no path given)
+    runtime: RuntimeLookup | None = None
     hami: HamiView | None = None
     # What the local agent on :9401 speaks: "http", "https", or None (not probed/none)
     agent_scheme: str | None = None
     # How the daemon grants GPUs (its placement.grants): "env", or "mounts" (doctor --grants)
     grants: str = "env"
+
+
+@dataclass(frozen=True)
+class RuntimeLookup:
+    """Where dockerd finds a runtime's path: the file it runs, as the node names it, or
+    None; the files of that name it passes over (no execute bit); for a bare name the
+    PATH searched and whose it is (the root's standard one, or this environment's)."""
+
+    found: str | None
+    not_executable: tuple[str, ...] = ()
+    search: tuple[str, ...] = ()  # empty: a path, not looked up
+    search_from: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,189 @@
+"""`swarmgpu doctor --root DIR`: the node's files as the node itself sees them (symlinks
+resolved inside the root, as after a chroot) and its runtime looked up as dockerd would."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+from swarmgpu.agent.doctor import (
+    Check,
+    Status,
+    check_default_runtime,
+    find_runtime,
+    read_view,
+    run_doctor,
+)
+
+ROOTS = Path(__file__).parent / "doctor_roots"
+
+
+def _healthy_copy(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "healthy", root, symlinks=True)
+    return root
+
+
+def _by_id(root: Path) -> tuple[dict[str, Check], int]:
+    text, code = run_doctor(str(root), as_json=True)
+    return {
+        c["id"]: Check(c["id"], Status(c["status"]), c["found"], c["why"], c["fix"])
+        for c in json.loads(text)["checks"]
+    }, code
+
+
+def _relink(root: Path, rel: str, to: str, link: str) -> None:
+    """Move ``rel`` to ``to`` (inside the root) and leave at ``rel`` a symlink ``link``."""
+    src, dst = root / rel, root / to.lstrip("/")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    src.rename(dst)
+    src.symlink_to(link)
+
+
+# --- symlinks inside the root resolve inside it, never on the host ---------------------
+
+
+def test_absolute_symlink_to_daemon_json_is_read_inside_the_root(tmp_path: Path) -> None:
+    # /etc/docker/daemon.json -> /srv/conf/daemon.json, as config management lays it out:
+    # on the host /srv/conf/daemon.json is absent (or another node's file).
+    root = _healthy_copy(tmp_path)
+    _relink(root, "etc/docker/daemon.json", "/srv/conf/daemon.json", "/srv/conf/daemon.json")
+    checks, code = _by_id(root)
+    assert checks["docker.daemon-json"].status is Status.OK, checks["docker.daemon-json"]
+    assert code == 0, checks
+
+
+def test_absolute_symlinked_directory_on_the_way_is_followed_inside_the_root(
+    tmp_path: Path,
+) -> None:
+    root = _healthy_copy(tmp_path)
+    _relink(root, "etc/nvidia-container-runtime", "/opt/nvidia/etc", "/opt/nvidia/etc")
+    checks, code = _by_id(root)
+    c = checks["toolkit.swarm-resource"]
+    assert c.status is Status.OK and code == 0, c
+
+
+def test_dotdot_in_a_symlink_does_not_climb_out_of_the_root(tmp_path: Path) -> None:
+    # As after chroot: /.. is /, so ../../../../../srv/x is <root>/srv/x, never the host's.
+    root = _healthy_copy(tmp_path)
+    _relink(
+        root, "etc/docker/daemon.json", "/srv/conf/daemon.json", "../" * 12 + "srv/conf/daemon.json"
+    )
+    checks, code = _by_id(root)
+    assert checks["docker.daemon-json"].status is Status.OK and code == 0, checks
+
+
+def test_absolute_symlink_to_the_nvidia_runtime_is_found_inside_the_root(tmp_path: Path) -> None:
+    root = _healthy_copy(tmp_path)
+    daemon_path = root / "etc/docker/daemon.json"
+    daemon = json.loads(daemon_path.read_text())
+    daemon["runtimes"]["nvidia"]["path"] = "/usr/bin/nvidia-container-runtime"
+    daemon_path.write_text(json.dumps(daemon))
+    real = root / "usr/local/nvidia/toolkit/nvidia-container-runtime"
+    real.parent.mkdir(parents=True)
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
+    (root / "usr/bin").mkdir(parents=True, exist_ok=True)
+    (root / "usr/bin/nvidia-container-runtime").unlink(missing_ok=True)
+    (root / "usr/bin/nvidia-container-runtime").symlink_to(
+        "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    )
+    c = _by_id(root)[0]["runtime.default"]
+    assert c.status is Status.OK, c
+
+
+def test_absolute_symlink_loop_inside_the_root_is_a_loop(tmp_path: Path) -> None:
+    # On the host /etc/docker/a does not exist: read there, it was "does not exist".
+    root = _healthy_copy(tmp_path)
+    docker = root / "etc/docker"
+    (docker / "daemon.json").unlink()
+    (docker / "daemon.json").symlink_to("/etc/docker/a")
+    (docker / "a").symlink_to("/etc/docker/b")
+    (docker / "b").symlink_to("/etc/docker/a")
+    c = _by_id(root)[0]["docker.daemon-json"]
+    assert c.status is Status.FAIL and "symlink loop" in c.found, c
+
+
+def test_forty_symlinks_resolve_and_the_forty_first_is_a_loop(tmp_path: Path) -> None:
+    # The kernel follows at most 40 symlinks in one lookup (MAXSYMLINKS).
+    root = _healthy_copy(tmp_path)
+    docker = root / "etc/docker"
+    (docker / "daemon.json").rename(docker / "real.json")
+    (docker / "l39").symlink_to("/etc/docker/real.json")
+    for i in range(38, 0, -1):
+        (docker / f"l{i}").symlink_to(f"/etc/docker/l{i + 1}")
+    (docker / "daemon.json").symlink_to("/etc/docker/l1")  # 40 links: l1..l39 and this
+    assert _by_id(root)[0]["docker.daemon-json"].status is Status.OK
+    (docker / "daemon.json").unlink()
+    (docker / "l0").symlink_to("/etc/docker/l1")
+    (docker / "daemon.json").symlink_to("/etc/docker/l0")  # the 41st
+    c = _by_id(root)[0]["docker.daemon-json"]
+    assert c.status is Status.FAIL and "symlink loop" in c.found, c
+
+
+# --- a bare runtime name is looked up on PATH, as dockerd does -------------------------
+
+ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RUNTIME = "nvidia-container-runtime"
+
+
+def _install(root: Path, rel: str, mode: int = 0o755) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(mode)
+
+
+def _bare_runtime_root(tmp_path: Path) -> Path:
+    """The healthy root, its daemon.json naming the runtime bare, no binary installed."""
+    root = _healthy_copy(tmp_path)
+    for d in ROOT_PATH.split(":"):
+        (root / d.lstrip("/") / RUNTIME).unlink(missing_ok=True)
+    daemon = json.loads((root / "etc/docker/daemon.json").read_text())
+    assert daemon["runtimes"]["nvidia"]["path"] == RUNTIME
+    return root
+
+
+def test_bare_runtime_not_on_the_roots_path_is_a_finding(tmp_path: Path) -> None:
+    # dockerd starts; every container it then runs through the runtime fails
+    root = _bare_runtime_root(tmp_path)
+    c = _by_id(root)[0]["runtime.default"]
+    assert c.status is Status.FAIL, c
+    assert f"{RUNTIME} is not on the root's standard PATH ({ROOT_PATH})" in c.found, c
+    assert "exec.LookPath" in c.why and "nvidia-container-toolkit" in c.fix, c
+
+
+def test_bare_runtime_without_an_execute_bit_is_named(tmp_path: Path) -> None:
+    root = _bare_runtime_root(tmp_path)
+    _install(root, f"usr/bin/{RUNTIME}", 0o644)
+    c = _by_id(root)[0]["runtime.default"]
+    assert c.status is Status.FAIL and f"/usr/bin/{RUNTIME} is not executable" in c.found, c
+    assert f"chmod 755 /usr/bin/{RUNTIME}" in c.fix, c
+
+
+def test_bare_runtime_is_the_first_executable_on_path(tmp_path: Path) -> None:
+    # exec.LookPath passes over a file without an execute bit and takes the next one
+    root = _bare_runtime_root(tmp_path)
+    _install(root, f"usr/local/sbin/{RUNTIME}", 0o644)
+    _install(root, f"bin/{RUNTIME}")
+    c = _by_id(root)[0]["runtime.default"]
+    assert c.status is Status.OK, c
+    assert f"found at /bin/{RUNTIME} on the root's standard PATH" in c.found, c
+
+
+def test_bare_runtime_on_the_live_node_is_looked_up_on_the_environments_path(
+    tmp_path: Path,
+) -> None:
+    bin_dir = tmp_path / "bin"
+    _install(tmp_path, f"bin/{RUNTIME}")
+    found = find_runtime("/", RUNTIME, env_path=f"relative/dir::{tmp_path}/none:{bin_dir}")
+    assert found.found == f"{bin_dir}/{RUNTIME}", found
+    view = dataclasses.replace(read_view(str(ROOTS / "healthy")), runtime=found)
+    c = check_default_runtime(view)
+    assert c.status is Status.OK and "on this environment's PATH" in c.found, c
+    missing = find_runtime("/", RUNTIME, env_path=f"{tmp_path}/none")
+    c = check_default_runtime(dataclasses.replace(view, runtime=missing))
+    assert c.status is Status.FAIL and f"environment's PATH ({tmp_path}/none)" in c.found, c
+    assert "systemctl show docker" in c.why, c
