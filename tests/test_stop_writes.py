@@ -2,12 +2,14 @@
 flight land, no further one starts, and the step's rest is left, counted in one log
 line, for the next leader or start to plan again from what Swarm stores
 (``manager.engine.stop``). A first label sync of a thousand nodes is a thousand writes:
-it ran past systemd's TimeoutStopSec=90s and was SIGKILLed."""
+it ran past systemd's TimeoutStopSec=90s and was SIGKILLed. A second signal ends the
+daemon at once."""
 
 from __future__ import annotations
 
 import json
 import re
+import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,6 +22,7 @@ from support.gpu_nodes import RTX4090
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager import daemon as daemon_mod
 from swarmgpu.manager.cycle.placement import PlacementStep
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.engine.actuator import Writes
@@ -195,3 +198,32 @@ def test_a_service_write_is_left_as_a_node_write_is() -> None:
     with pytest.raises(Stopped):
         gate.swarm_labels(lambda cur: {**cur, "x": "1"})
     assert sw.calls == [] and stop.left == 2
+
+
+@pytest.mark.parametrize(
+    "first,second",
+    [
+        (signal.SIGTERM, signal.SIGTERM),
+        (signal.SIGINT, signal.SIGTERM),
+        (signal.SIGTERM, signal.SIGINT),
+    ],
+)
+def test_a_second_signal_ends_the_daemon_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: signal.Signals, second: signal.Signals
+) -> None:
+    """The first SIGTERM or SIGINT asks for a clean stop; a second one (an operator who
+    will not wait, Ctrl-C twice) ends the process now, by that signal. Before, it only
+    asked for the stop again."""
+    ended: list[int] = []
+    monkeypatch.setattr(daemon_mod, "end_by_signal", ended.append)
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    d = _daemon(RecordingSwarm([], [], []), tmp_path)
+    try:
+        d._install_signals()
+        signal.getsignal(first)(first, None)  # type: ignore[operator,misc]
+        assert d.stop_event.is_set() and ended == []
+        signal.getsignal(second)(second, None)  # type: ignore[operator,misc]
+        assert ended == [second]
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)

@@ -4,7 +4,7 @@ Runs on every manager; only the one whose engine is the Swarm leader acts, so wh
 leadership moves the new leader's daemon takes over on its next cycle.
 SIGTERM and SIGINT ask for a stop: the writes in flight finish, the step in progress
 makes no further write (``engine.stop``: the rest is planned again by the next leader or
-start), no new step starts, and the daemon exits 0.
+start), no new step starts, and the daemon exits 0. A second one ends it at once.
 SIGHUP is logged and ignored (the config is read at start only).
 """
 
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -61,6 +63,17 @@ def _facts_key(f: NodeFacts) -> str:
 # (NTP slews far less than this; ``Daemon._clock_check``).
 CLOCK_CHECK_S = 1.0
 CLOCK_STEP_S = 2.0
+
+
+def end_by_signal(signum: int) -> None:
+    """End the process now by ``signum``, its default action, the logs flushed: a shell
+    sees 130 or 143, systemd a clean stop (no ``Restart=on-failure``). A write in flight
+    landed whole or not at all; the next leader or start reads which."""
+    logger.complete()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 class Daemon:
@@ -313,8 +326,18 @@ class Daemon:
         if threading.current_thread() is not threading.main_thread():
             return
 
+        asked: list[str] = []  # the signals received so far
+
         def handler(signum: int, _frame: object) -> None:
-            logger.info("signal {} received", signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            if asked:  # asked twice: the operator will not wait
+                logger.warning("{} received while stopping ({} first): exiting now", name,
+                               asked[0])
+                end_by_signal(signum)
+                return
+            asked.append(name)
+            logger.info("signal {} received: stopping after the writes in flight (a "
+                        "second SIGTERM or SIGINT exits at once)", name)
             self.stop_event.set()
 
         def hangup(_signum: int, _frame: object) -> None:
