@@ -8,7 +8,8 @@ own engine), as the README tells operators to deploy it. Shown here:
 - stopping the leader's dockerd: a new leader is elected and its daemon repairs the
   next change within one interval of the election; every change is repaired exactly
   once (none done twice, none lost);
-- SIGTERM: the daemon finishes the step in progress, then exits 0;
+- SIGTERM: the daemon finishes the step in progress (its reads; no further write
+  starts: tests/test_stop_writes.py), then exits 0;
 - a daemon whose engine no longer leads writes nothing, even mid-cycle (its term).
 
 Timings are printed and written to artifacts/ha-failover.json.

@@ -2,7 +2,9 @@
 
 Runs on every manager; only the one whose engine is the Swarm leader acts, so when
 leadership moves the new leader's daemon takes over on its next cycle.
-SIGTERM and SIGINT only set a flag: the step in progress finishes, no new one starts.
+SIGTERM and SIGINT ask for a stop: the writes in flight finish, the step in progress
+makes no further write (``engine.stop``: the rest is planned again by the next leader or
+start), no new step starts, and the daemon exits 0. A second one ends it at once.
 SIGHUP is logged and ignored (the config is read at start only).
 """
 
@@ -10,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +36,7 @@ from swarmgpu.manager.cycle.label_sync import LabelSyncStep
 from swarmgpu.manager.cycle.pipeline import Pipeline, Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.term import LeaderTerm
+from swarmgpu.manager.engine.stop import Stopped, StopRequest
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import (
     CycleReport,
@@ -59,6 +64,18 @@ def _facts_key(f: NodeFacts) -> str:
 CLOCK_CHECK_S = 1.0
 CLOCK_STEP_S = 2.0
 
+
+def end_by_signal(signum: int) -> None:
+    """End the process now by ``signum``, its default action, the logs flushed: a shell
+    sees 130 or 143, systemd a clean stop (no ``Restart=on-failure``). A write in flight
+    landed whole or not at all; the next leader or start reads which."""
+    logger.complete()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
 class Daemon:
     """The cycle and its wiring: label sync, then the steps given to ``use`` (see
     ``swarmgpu.manager.cycle``), which see the daemon as a
@@ -79,9 +96,11 @@ class Daemon:
         # each write asks again whether this engine still leads (cycle.term)
         self.term = LeaderTerm(lambda: self.swarm.is_leader())
         self.swarm.may_write = self.term.holds
+        # SIGTERM: the write gate starts no write once it is set (engine.stop)
+        self.stop_event = StopRequest()
+        self.swarm.before_write = self.stop_event.check
         self.pipeline = Pipeline([LabelSyncStep(self.labels, hold=False)])
         self.last_session: CycleSession | None = None  # the last cycle's, as leader
-        self.stop_event = threading.Event()
         self._cycle_lock = threading.Lock()
         self._collector = CycleCollector()  # garbage collection between cycles
         self._rerun = threading.Event()
@@ -158,20 +177,33 @@ class Daemon:
         (when a step requires them) wait for the step after it, which folds each into its
         own write of the same node (``cycle.placement.apply_plan``): one write per node
         per cycle. Whatever that step did not take is written right after it, before the
-        next step, and if a step fails."""
+        next step, and if a step fails. A stop asked mid-step ends it between two writes
+        (``engine.stop``), said here once, with the number of writes left."""
         session = CycleSession(snapshot)
         self.last_session = session
+        ran = [""]
+        left = self.stop_event.left
 
         def after(step: Step) -> None:
+            ran[0] = step.name
             if Slot.HELD not in step.provides:
                 self.labels.flush()
 
         try:
-            # a term lost mid-cycle (its writes refused) starts no further step
-            self.pipeline.run(
-                session, stop=lambda: self.stop_event.is_set() or self.term.lost, after=after)
-        finally:
-            self.labels.flush()
+            try:
+                # a term lost mid-cycle (its writes refused) starts no further step
+                self.pipeline.run(
+                    session, stop=lambda: self.stop_event.is_set() or self.term.lost,
+                    after=after)
+            finally:
+                self.labels.flush()
+        except Stopped:
+            logger.warning("stopping: the writes in flight finished; {} write(s) of step {} "
+                           "not made, nor any later step's: the next leader's daemon, or "
+                           "this one when it starts again, plans them afresh from what "
+                           "Swarm stores", self.stop_event.left - left, ran[0] or "-")
+            if Slot.REPORT not in session.written():  # label sync itself was cut short
+                return CycleReport()
         return session.report
 
     def _safe_cycle(self) -> None:
@@ -267,7 +299,7 @@ class Daemon:
                            dog, every, 2 * every + 60)
         while not self.stop_event.wait(CLOCK_CHECK_S):
             clocks = self._clock_check(clocks)
-        logger.info("stopping: letting the current step finish")
+        logger.info("stopping: the step in progress ends after its writes in flight")
         sd_notify("STOPPING=1")
         sched.shutdown(wait=True)
         if self._http is not None:
@@ -294,8 +326,18 @@ class Daemon:
         if threading.current_thread() is not threading.main_thread():
             return
 
+        asked: list[str] = []  # the signals received so far
+
         def handler(signum: int, _frame: object) -> None:
-            logger.info("signal {} received", signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            if asked:  # asked twice: the operator will not wait
+                logger.warning("{} received while stopping ({} first): exiting now", name,
+                               asked[0])
+                end_by_signal(signum)
+                return
+            asked.append(name)
+            logger.info("signal {} received: stopping after the writes in flight (a "
+                        "second SIGTERM or SIGINT exits at once)", name)
             self.stop_event.set()
 
         def hangup(_signum: int, _frame: object) -> None:

@@ -282,6 +282,9 @@ class SwarmClient:
         # Asked right before each write goes out (the daemon's leader term,
         # manager.cycle.term): False refuses it with NotLeader. None: every write goes.
         self.may_write: Callable[[], bool] | None = None
+        # Not called here: the write gate (manager.engine.actuator.Writes) calls it
+        # before each write, before its read; the daemon's stop request raises there.
+        self.before_write: Callable[[], None] | None = None
         self._lock = threading.Lock()
 
     # --- reads ---------------------------------------------------------

@@ -13,6 +13,7 @@ class EmptySwarm:
 
     on_write: Any = None
     may_write: Any = None
+    before_write: Any = None
 
     def is_leader(self) -> bool:
         return True

@@ -11,6 +11,7 @@ caller forgot to check. A write that would replace a task -- one that changes a
 service's task spec, or removes a gate from a node, which stops the task Swarm runs
 there -- must carry its decision (``Why``): the gate logs the decision with its reason
 and what changes, and refuses such a write without one (logged as an error, counted).
+Once the daemon is stopping, no write starts (``stop``: it raises ``Stopped``).
 """
 
 from __future__ import annotations
@@ -71,7 +72,13 @@ class Writes:
             self.refused += 1
             logger.error("{}: dry-run refused a write of {} (the caller should not have "
                          "tried)", self.who, what)
-        return self.dry_run
+            return True
+        # The daemon's stop request (``stop.StopRequest.check``; the client carries it):
+        # between two writes, never in one.
+        check = getattr(self.swarm, "before_write", None)
+        if check is not None:
+            check()
+        return False
 
     def _undecided(self, what: str, changes: Sequence[str]) -> None:
         self.refused_restarts += 1

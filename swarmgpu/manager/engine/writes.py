@@ -11,6 +11,9 @@ from 25 to 7 ms on the test swarm; eight per service update from 23 to 9 ms).
 Two steps changing one node in a cycle (label sync's labels, placement's ledger and
 gates) share one round trip: label sync holds its writes (``HeldNodeWrites``) and
 placement ``chain``s each into its own write of the node.
+
+A stopping daemon's writes end between two of them (``stop``): those in flight finish,
+the items not started are left, counted.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
+
+from swarmgpu.manager.engine.stop import Stopped
 
 WRITE_PARALLEL = 8  # writes in flight at once, each to a different object
 
@@ -31,11 +36,27 @@ def write_each(items: Sequence[T], write: Callable[[T], R],
                parallel: int = WRITE_PARALLEL) -> list[R]:
     """``write(item)`` for every item, at most ``parallel`` at once; results in the
     items' order. The items must name different objects; ``write`` handles its own
-    errors (an exception still propagates, after the writes in flight finish)."""
+    errors (an exception still propagates, after the writes in flight finish, and the
+    items not started are not). A stopping daemon's ``Stopped`` counts them as left."""
     if parallel <= 1 or len(items) <= 1:
-        return [write(x) for x in items]
+        out: list[R] = []
+        for i, x in enumerate(items):
+            try:
+                out.append(write(x))
+            except Stopped as exc:
+                exc.request.leave(len(items) - i - 1)
+                raise
+        return out
     with ThreadPoolExecutor(min(parallel, len(items)), thread_name_prefix="write") as pool:
-        return list(pool.map(write, items))
+        futures = [pool.submit(write, x) for x in items]
+        try:
+            return [f.result() for f in futures]
+        except Stopped as exc:
+            exc.request.leave(sum(f.cancel() for f in futures))
+            raise
+        finally:
+            for f in futures:
+                f.cancel()
 
 
 # --- one write per node per cycle -------------------------------------------------------
