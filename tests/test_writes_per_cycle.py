@@ -432,3 +432,46 @@ def test_the_daemons_own_write_since_the_snapshot_does_not_stop_placements(
     nid = _gate_node(sw, "train")
     assert nid is not None and ("service", "id-train") in sw.calls
     assert sw.service("id-train").labels[devices_key(P, nid)]
+
+
+def _relabel(sw: TaskSwarm, service_id: str, edit: Callable[[dict[str, str]], object]) -> None:
+    """The owner's ``docker service update --label-add/--label-rm`` (its event missed)."""
+    labels = dict(sw.service(service_id).labels)
+    edit(labels)
+    sw.redeploy(service_id, labels)
+
+
+def test_a_release_planned_from_a_stale_spec_writes_nothing_of_the_service(
+        tmp_path: Path) -> None:
+    """The owner removes train's request and adds it back, both events missed, after the
+    snapshot that saw it removed: the plan releases train's GPU and gives it to big.
+    Train's spec asks for its GPU again, so nothing of the release is written (its
+    ledger entry and gate stay while its task runs), and big is not placed on the GPU
+    it would have freed; the next cycle, from a fresh read, keeps train where it is."""
+    sw = _cluster()
+    d = _daemon(sw, tmp_path)
+    _cycle(d, sw)
+    nid = _gate_node(sw, "train")
+    assert nid is not None
+    held = sw.node(nid).labels[assign_key(P, "train")]
+    # big asks for the 7 whole GPUs of train's node (its 8th is MIG): only train's
+    # release makes room for it
+    spec = copy.deepcopy(dict(sw_svc("big", {f"{P}gpus": "7"}).spec))
+    spec["TaskTemplate"]["Placement"]["Constraints"].append(f"node.id == {nid}")
+    big = service_from_api({"ID": "id-big", "Spec": spec, "Version": {"Index": 1}})
+    sw._services[big.id] = big
+    sw._tasks[big.id] = sw._fresh(big)
+    _relabel(sw, "id-train", lambda labels: labels.pop(f"{P}gpus"))
+    snap = _snapshot(sw)
+    _relabel(sw, "id-train", lambda labels: labels.update({f"{P}gpus": "1"}))
+    version = sw.service("id-train").version
+    sw.calls.clear()
+    d.run_steps(snap)
+    assert sw.node(nid).labels.get(assign_key(P, "train")) == held
+    assert sw.node(nid).labels.get(gate_key(P, "train")) == "true"
+    assert sw.service("id-train").version == version  # nothing written on it
+    assert assign_key(P, "big") not in sw.node(nid).labels
+    assert _gate_node(sw, "big") is None
+    _cycle(d, sw)  # from the spec as it is: train keeps its GPU, big waits
+    assert sw.node(nid).labels.get(assign_key(P, "train")) == held
+    assert assign_key(P, "big") not in sw.node(nid).labels

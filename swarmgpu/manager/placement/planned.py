@@ -121,11 +121,16 @@ class Planned:
         self.inputs = planned_from(snapshot_spec, prefix)
         self.changed: list[str] = []
 
+    def judge(self, spec: Mapping[str, Any]) -> bool:
+        """Whether ``spec`` (a service's spec as it is now) still asks for what the plan
+        was made from; ``changed`` says what differs when it does not."""
+        now = planned_from(spec, self.prefix)
+        self.changed = [] if now == self.inputs else what_changed(self.inputs, now)
+        return not self.changed
+
     def guard(self, compute: SpecCompute) -> SpecCompute:
         def checked(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-            now = planned_from(spec, self.prefix)
-            self.changed = [] if now == self.inputs else what_changed(self.inputs, now)
-            return None if self.changed else compute(spec)
+            return compute(spec) if self.judge(spec) else None
 
         return checked
 
