@@ -187,11 +187,8 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
     for sp, ok in zip(todo, write_each(todo, lambda sp: write_service(
             gate, sp, forced, Planned(seen.get(sp.id, {}), prefix))), strict=True):
         writes += ok is True
-        if ok is None:  # never open a gate whose devices were not written
-            for p in sp.placements:
-                plan.node_set.pop(p.node_id, None)
-        elif ok is STALE:  # its ledger entries and gates were planned for the old spec
-            drop_writes(plan, sp.name, prefix)
+        if ok is None or ok is STALE:  # never open a gate whose devices were not written,
+            drop_writes(plan, sp.name, prefix)  # nor write a ledger planned for an old spec
     if open_gates_now and any(sp.gates_deferred and sp.id in forced.value
                               for sp in plan.services):
         # Give Swarm's updater a moment to act on the last update (see RELIST_SETTLE_S);
@@ -274,8 +271,9 @@ def write_service(gate: Writes, sp: ServicePlan, forced: _Forced,
 
     try:
         landed = gate.service_spec(sp.id, compute, Why(*sp.decision) if sp.decision else None)
-    except SwarmError as exc:
-        log.error("placement: service write failed, gate stays closed: {}", exc)
+    except SwarmError as exc:  # its own node writes only are left out: the rest go
+        log.error("placement: {}'s service write failed: its gates stay closed and its "
+                  "ledger entries unwritten; made again next cycle: {}", sp.name, exc)
         return None
     if planned.stale:
         gate.reread("service", sp.id)
