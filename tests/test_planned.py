@@ -43,8 +43,8 @@ def spec() -> dict[str, Any]:
 def test_swarmgpus_own_writes_leave_what_a_plan_was_made_from() -> None:
     """Everything the daemon writes on a service: the device map with its gate, env,
     MaxReplicas and ForceUpdate; the packed MaxReplicas it records; a generic
-    reservation, update parallelism, mounts, a foreign gate replaced; state labels of
-    a move, a preemption, a back-off."""
+    reservation, update parallelism, mounts; state labels of a move, a preemption, a
+    back-off. (A gate naming another service, which it takes out: below.)"""
     before = spec()
     every = SpecWrites(
         service_labels_set={
@@ -54,7 +54,6 @@ def test_swarmgpus_own_writes_leave_what_a_plan_was_made_from() -> None:
             f"{P}state.max-replicas": "2",
             f"{P}share.milli.n1": "500",
         },
-        add_constraints=(gate_constraint(P, "other"),),
         add_env=("NVIDIA_X=1",),
         add_mounts=({"Target": "/x", "Source": "/dev/null", "Type": "bind"},),
         set_max_replicas=2,
@@ -138,3 +137,32 @@ def test_a_retried_write_judges_the_spec_it_reads_again() -> None:
     assert compute(other) is None and planned.stale
     got: Mapping[str, Any] | None = compute(spec())
     assert got is not None and not planned.stale
+
+
+def test_an_owner_adding_a_gate_that_names_another_service_refuses_the_write() -> None:
+    """A re-deploy from a file rendered under another name adds that name's gate: the
+    plan, made without it, would land beside it (the tasks then wait for the other
+    service's gate, and are replaced again when the next cycle takes it out)."""
+    planned = Planned(spec(), P)
+    now = spec()
+    now["TaskTemplate"]["Placement"]["Constraints"].append(gate_constraint(P, "other"))
+    assert planned.guard(service_compute(MAP))(now) is None
+    assert planned.stale and any(gate_constraint(P, "other") in c for c in planned.changed), (
+        planned.changed
+    )
+
+
+def test_swarmgpu_taking_out_a_gate_that_names_another_service_leaves_the_plan_current() -> None:
+    """Swarmgpu replaces a gate naming another service with the service's own: a second
+    write planned from the snapshot that had it still lands."""
+    snap = spec()
+    snap["TaskTemplate"]["Placement"]["Constraints"].append(gate_constraint(P, "other"))
+    planned = Planned(snap, P)
+    swap = SpecWrites(
+        add_constraints=(gate_constraint(P, "train"),),
+        remove_constraints=(gate_constraint(P, "other"), hold_constraint(P)),
+    )
+    first = planned.guard(service_compute(swap))(copy.deepcopy(snap))
+    assert first is not None and not planned.stale
+    second = planned.guard(service_compute(MAP))(first)
+    assert second is not None and not planned.stale

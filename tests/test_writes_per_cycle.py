@@ -55,6 +55,7 @@ class TaskSwarm:
         self.calls: list[tuple[str, str]] = []
         self.task_lists = 0
         self.fail_node_writes: set[str] = set()
+        self.fail_service_writes: set[str] = set()  # the engine answers these with an error
         self.conflict_once: set[str] = set()  # nodes another writer changes mid-write
         self.writes = 0
 
@@ -132,6 +133,8 @@ class TaskSwarm:
         new = compute(copy.deepcopy(dict(s.spec)))
         if new is None or new == s.spec:
             return False
+        if service_id in self.fail_service_writes:
+            raise SwarmError("500 Server Error: rpc error: update out of sequence")
         self.calls.append(("service", service_id))
         self.writes += 1
         s2 = self._services[service_id] = service_from_api(
@@ -432,3 +435,77 @@ def test_the_daemons_own_write_since_the_snapshot_does_not_stop_placements(
     nid = _gate_node(sw, "train")
     assert nid is not None and ("service", "id-train") in sw.calls
     assert sw.service("id-train").labels[devices_key(P, nid)]
+
+
+def _svc_on(name: str, labels: Mapping[str, str], nid: str) -> SwarmService:
+    """A gated service whose own constraint names node ``nid``."""
+    spec = copy.deepcopy(dict(sw_svc(name, labels).spec))
+    spec["TaskTemplate"]["Placement"]["Constraints"].append(f"node.id == {nid}")
+    return service_from_api({"ID": f"id-{name}", "Spec": spec, "Version": {"Index": 1}})
+
+
+def _relabel(sw: TaskSwarm, service_id: str, edit: Callable[[dict[str, str]], object]) -> None:
+    """The owner's ``docker service update --label-add/--label-rm`` (its event missed)."""
+    labels = dict(sw.service(service_id).labels)
+    edit(labels)
+    sw.redeploy(service_id, labels)
+
+
+def test_a_release_planned_from_a_stale_spec_writes_nothing_of_the_service(
+        tmp_path: Path) -> None:
+    """The owner removes train's request and adds it back, both events missed, after the
+    snapshot that saw it removed: the plan releases train's GPU and gives it to big.
+    Train's spec asks for its GPU again, so nothing of the release is written (its
+    ledger entry and gate stay while its task runs), and big is not placed on the GPU
+    it would have freed; the next cycle, from a fresh read, keeps train where it is."""
+    sw = _cluster()
+    d = _daemon(sw, tmp_path)
+    _cycle(d, sw)
+    nid = _gate_node(sw, "train")
+    assert nid is not None
+    held = sw.node(nid).labels[assign_key(P, "train")]
+    # big asks for the 7 whole GPUs of train's node (its 8th is MIG): only train's
+    # release makes room for it
+    big = _svc_on("big", {f"{P}gpus": "7"}, nid)
+    sw._services[big.id] = big
+    sw._tasks[big.id] = sw._fresh(big)
+    _relabel(sw, "id-train", lambda labels: labels.pop(f"{P}gpus"))
+    snap = _snapshot(sw)
+    _relabel(sw, "id-train", lambda labels: labels.update({f"{P}gpus": "1"}))
+    version = sw.service("id-train").version
+    sw.calls.clear()
+    d.run_steps(snap)
+    assert sw.node(nid).labels.get(assign_key(P, "train")) == held
+    assert sw.node(nid).labels.get(gate_key(P, "train")) == "true"
+    assert sw.service("id-train").version == version  # nothing written on it
+    assert assign_key(P, "big") not in sw.node(nid).labels
+    assert _gate_node(sw, "big") is None
+    _cycle(d, sw)  # from the spec as it is: train keeps its GPU, big waits
+    assert sw.node(nid).labels.get(assign_key(P, "train")) == held
+    assert assign_key(P, "big") not in sw.node(nid).labels
+
+
+def test_a_failed_service_write_leaves_the_other_services_writes_on_its_node(
+        tmp_path: Path) -> None:
+    """train and eval are placed on one node; eval's service write fails (update out of
+    sequence): eval's ledger entry and gate are left out, train's are written on the
+    same node, the failure is logged naming eval, and the next cycle places eval."""
+    sw = TaskSwarm([sw_node(nid, host) for nid, host in HOSTS.items()],
+                   [_svc_on(name, {f"{P}gpus": "1"}, "n-dgx") for name in ("train", "eval")])
+    sw.fail_service_writes = {"id-eval"}
+    d = _daemon(sw, tmp_path)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="ERROR")
+    try:
+        _cycle(d, sw)
+    finally:
+        logger.remove(sink)
+    labels = sw.node("n-dgx").labels
+    assert labels.get(gate_key(P, "train")) == "true" and assign_key(P, "train") in labels
+    assert gate_key(P, "eval") not in labels and assign_key(P, "eval") not in labels
+    assert any("eval" in x and "update out of sequence" in x for x in lines), lines
+    sw.fail_service_writes.clear()
+    _cycle(d, sw)
+    labels = sw.node("n-dgx").labels
+    assert labels.get(gate_key(P, "eval")) == "true" and assign_key(P, "eval") in labels
+    assert labels[assign_key(P, "eval")] != labels[assign_key(P, "train")]

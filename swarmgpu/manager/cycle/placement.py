@@ -1,5 +1,8 @@
 """Placement inside the daemon's cycle, and its writes, in the only safe order.
 
+0. the services whose plan releases something are read and judged first: one whose
+   spec no longer asks for what its plan was made from gets nothing of it written
+   (``cycle.releases``);
 1. node labels that go away (released gates and ledger entries);
 2. service specs (device labels first: a task created later reads them);
 3. node labels that appear (ledger + gate: the gate opens last).
@@ -26,6 +29,7 @@ from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.releases import drop_writes, hold_stale_releases
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.engine.writes import HeldNodeWrites, LabelCompute, chain, write_each
@@ -35,7 +39,6 @@ from swarmgpu.manager.placement import (
     PlacementPlan,
     Planner,
     ServicePlan,
-    assign_key,
     gate_key,
 )
 from swarmgpu.manager.placement.gating import HOLD_ADOPTED
@@ -136,7 +139,9 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
     """Apply in the safe order; return the number of placement writes that landed.
 
     ``services``: the snapshot's, as the plan saw them: a service whose spec no longer
-    asks for what its plan was made from gets none of its writes (``placement.planned``).
+    asks for what its plan was made from gets none of its writes (``placement.planned``);
+    one whose plan releases something is judged before its releases are written
+    (``cycle.releases``), with the services that would take the room they make.
 
     ``held``: label sync's node writes of this cycle, each folded into placement's write
     of the same node (the first one: phase 1 where the node has one, else phase 3), or
@@ -160,6 +165,9 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
         return 0
     gate = Writes(swarm, dry_run=dry_run, who="placement", prefix=prefix)
     forced = _Forced()
+    # Phase 0: a release is judged before it is written, not with its service write
+    # (which comes after it): a refused write would leave its release standing.
+    held_back = hold_stale_releases(swarm, gate, plan, services, prefix)
 
     def node_write(nid: str, set_: Mapping[str, str], remove: Sequence[str]) -> int:
         return write_node(gate, nid, set_, remove, held, RELEASE if remove else None)
@@ -174,16 +182,13 @@ def apply_plan(swarm: SwarmClient, plan: PlacementPlan, *, dry_run: bool,
                 first.setdefault(nid, [])
     writes = sum(write_each(list(first.items()), lambda kv: node_write(kv[0], {}, kv[1])))
     # Phase 2: service specs (device maps), before any gate that lets a task use them.
-    todo = [sp for sp in plan.services if sp.needs_service_write]
+    todo = [sp for sp in plan.services if sp.needs_service_write and sp.name not in held_back]
     seen = {s.id: s.spec for s in services}
     for sp, ok in zip(todo, write_each(todo, lambda sp: write_service(
             gate, sp, forced, Planned(seen.get(sp.id, {}), prefix))), strict=True):
         writes += ok is True
-        if ok is None:  # never open a gate whose devices were not written
-            for p in sp.placements:
-                plan.node_set.pop(p.node_id, None)
-        elif ok is STALE:  # its ledger entries and gates were planned for the old spec
-            drop_node_writes(plan, sp.name, prefix)
+        if ok is None or ok is STALE:  # never open a gate whose devices were not written,
+            drop_writes(plan, sp.name, prefix)  # nor write a ledger planned for an old spec
     if open_gates_now and any(sp.gates_deferred and sp.id in forced.value
                               for sp in plan.services):
         # Give Swarm's updater a moment to act on the last update (see RELIST_SETTLE_S);
@@ -266,8 +271,9 @@ def write_service(gate: Writes, sp: ServicePlan, forced: _Forced,
 
     try:
         landed = gate.service_spec(sp.id, compute, Why(*sp.decision) if sp.decision else None)
-    except SwarmError as exc:
-        log.error("placement: service write failed, gate stays closed: {}", exc)
+    except SwarmError as exc:  # its own node writes only are left out: the rest go
+        log.error("placement: {}'s service write failed: its gates stay closed and its "
+                  "ledger entries unwritten; made again next cycle: {}", sp.name, exc)
         return None
     if planned.stale:
         gate.reread("service", sp.id)
@@ -281,18 +287,6 @@ def write_service(gate: Writes, sp: ServicePlan, forced: _Forced,
     if sp.force_update and last[0] is not None:
         forced.landed(sp.id, last[0])
     return True
-
-
-def drop_node_writes(plan: PlacementPlan, service: str, prefix: str) -> None:
-    """Leave out ``service``'s ledger entries and gates from the node writes to come
-    (the other services' on the same nodes still go)."""
-    mine = (assign_key(prefix, service), gate_key(prefix, service))
-    for nid in list(plan.node_set):
-        rest = {k: v for k, v in plan.node_set[nid].items() if k not in mine}
-        if rest:
-            plan.node_set[nid] = rest
-        else:
-            del plan.node_set[nid]
 
 
 def gates_ready_now(swarm: SwarmClient, plan: PlacementPlan,

@@ -12,10 +12,13 @@ nothing, and the service is read afresh and planned again next cycle.
 Only what the service's owner sets counts: the request labels (``request_labels``: what
 ``parse_request`` reads), its stack, mode and replica or job counts, its own constraints
 and platforms, its own MaxReplicas, its CPU and memory reservations. Everything swarmgpu
-writes is left out -- its output labels (devices, share, state), the gate and hold
-constraints, env lines and mounts, the MaxReplicas it sets (1, or the value it recorded in
-``<p>state.max-replicas``), generic reservations, UpdateConfig, ForceUpdate -- so the
-daemon's own earlier writes of the service never make a plan stale. Pure.
+writes is left out -- its output labels (devices, share, state), the service's own gate
+and the hold, env lines and mounts, the MaxReplicas it sets (1, or the value it recorded
+in ``<p>state.max-replicas``), generic reservations, UpdateConfig, ForceUpdate -- so the
+daemon's own earlier writes of the service never make a plan stale. A gate naming
+another service is the owner's when it appears (a file rendered under another name) and
+may be swarmgpu's doing when it goes (it replaces one with the service's own): only one
+that appeared counts. Pure.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from swarmgpu.core.tenants import STACK_LABEL
-from swarmgpu.manager.placement.keys import GATE, MAX_STATE, is_hold
+from swarmgpu.manager.placement.keys import GATE, MAX_STATE, is_gate_of, is_hold
 from swarmgpu.manager.services.requests import request_labels
 from swarmgpu.swarm.client import reservations
 
@@ -42,7 +45,8 @@ class PlanInputs:
     mode: str  # Spec.Mode's key (Replicated, Global, ReplicatedJob, GlobalJob)
     replicas: int | None
     job: tuple[int | None, int | None]  # MaxConcurrent, TotalCompletions
-    constraints: tuple[str, ...]  # its own (not the gate or hold), spaces removed, sorted
+    constraints: tuple[str, ...]  # its own (no gate, nor the hold), spaces removed, sorted
+    other_gates: tuple[str, ...]  # gates naming other services (as ``constraints``)
     platforms: tuple[tuple[str, str], ...]  # (OS, Architecture)
     max_replicas: int  # its own MaxReplicas; 0: none (or the one swarmgpu set)
     reserves: tuple[int, int]  # CPU milli, memory MiB each task reserves
@@ -56,20 +60,20 @@ def planned_from(spec: Mapping[str, Any], prefix: str) -> PlanInputs:
     mode = spec.get("Mode") or {}
     kind = next(iter(mode), "Replicated")
     counts = mode.get(kind) or {}
-    own_gate = f"node.labels.{prefix}{GATE}".lower()
-    cons = sorted(
-        c.replace(" ", "")
-        for c in placement.get("Constraints") or []
-        if isinstance(c, str)
-        and not is_hold(c, prefix)
-        and not c.replace(" ", "").lower().startswith(own_gate)
-    )
+    name = str(spec.get("Name") or "")
+    gates = f"node.labels.{prefix}{GATE}".lower()
+    cons: list[str] = []
+    others: list[str] = []
+    for c in placement.get("Constraints") or []:
+        if isinstance(c, str) and not is_hold(c, prefix) and not is_gate_of(c, prefix, name):
+            bare = c.replace(" ", "")
+            (others if bare.lower().startswith(gates) else cons).append(bare)
     most = placement.get("MaxReplicas") or 0
     # 0 and 1 read alike (``spread``); 1 is also swarmgpu's one-per-node rule, and a
     # value it recorded is the one it set when it packed the service
     mine = most in (0, 1) or labels.get(prefix + MAX_STATE) == str(most)
     return PlanInputs(
-        name=str(spec.get("Name") or ""),
+        name=name,
         request=request_labels(labels, prefix),
         stack=labels.get(STACK_LABEL),
         mode=str(kind),
@@ -77,7 +81,8 @@ def planned_from(spec: Mapping[str, Any], prefix: str) -> PlanInputs:
         job=(counts.get("MaxConcurrent"), counts.get("TotalCompletions"))
         if isinstance(counts, Mapping)
         else (None, None),
-        constraints=tuple(cons),
+        constraints=tuple(sorted(cons)),
+        other_gates=tuple(sorted(others)),
         platforms=tuple(
             (str(p.get("OS") or ""), str(p.get("Architecture") or ""))
             for p in placement.get("Platforms") or []
@@ -99,8 +104,13 @@ def what_changed(was: PlanInputs, now: PlanInputs) -> list[str]:
             if a.get(k) != b.get(k)
         ]
     for f in fields(PlanInputs):
-        if f.name != "request" and getattr(was, f.name) != getattr(now, f.name):
+        if f.name not in ("request", "other_gates") and getattr(was, f.name) != getattr(
+            now, f.name
+        ):
             out.append(f"{f.name} {_short(getattr(was, f.name))} -> {_short(getattr(now, f.name))}")
+    added = [g for g in now.other_gates if g not in was.other_gates]  # gone: maybe swarmgpu's
+    if added:
+        out.append(f"gate naming another service added: {_short(', '.join(added))}")
     return out
 
 
@@ -121,11 +131,16 @@ class Planned:
         self.inputs = planned_from(snapshot_spec, prefix)
         self.changed: list[str] = []
 
+    def judge(self, spec: Mapping[str, Any]) -> bool:
+        """Whether ``spec`` (a service's spec as it is now) still asks for what the plan
+        was made from; ``changed`` says what differs when it does not."""
+        now = planned_from(spec, self.prefix)
+        self.changed = [] if now == self.inputs else what_changed(self.inputs, now)
+        return not self.changed
+
     def guard(self, compute: SpecCompute) -> SpecCompute:
         def checked(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-            now = planned_from(spec, self.prefix)
-            self.changed = [] if now == self.inputs else what_changed(self.inputs, now)
-            return None if self.changed else compute(spec)
+            return compute(spec) if self.judge(spec) else None
 
         return checked
 
