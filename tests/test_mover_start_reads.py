@@ -6,35 +6,60 @@ Pure, over the recording Swarm stand-in (tests/support/forged.py).
 The budgets still hold on what Swarm says: two starts in one cycle, a move another
 manager (a leader before this one, or preemption's mover) recorded, its label lost or
 not; a record whose service is gone is not a move in flight, as before.
+
+The moved service's holdings (``why_not_movable``) are read from the nodes that carry
+its ledger label, one filtered list, never every node of the swarm (0.5 s at 5,000
+nodes, once per move started). Every holding counts, also one on a node the move does
+not touch where no task of it runs: the refusals are those of the full ledger.
 """
 
 from __future__ import annotations
 
+import json
+import socketserver
+import threading
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from support.forged import DGX_F, T_UUID, P, RecordingSwarm, victim_cluster, victim_move
+from support.forged import (
+    DGX_F,
+    R4090_F,
+    T_UUID,
+    P,
+    RecordingSwarm,
+    held_labels,
+    sw_node,
+    victim_cluster,
+    victim_move,
+)
 
 from swarmgpu.core.config import RebalanceConfig
-from swarmgpu.manager.placement import MOVE_STATE
+from swarmgpu.manager.placement import MOVE_STATE, assign_key
 from swarmgpu.manager.rebalance.mover import Mover, read_records, record_key
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
-from swarmgpu.swarm.client import SwarmService
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService
 
 
 class Listing(RecordingSwarm):
-    """The stand-in, counting its full service lists."""
+    """The stand-in, counting its full service and node lists."""
 
     lists = 0
+    node_lists = 0
 
     def services(self) -> list[SwarmService]:
         self.lists += 1
         return super().services()
 
+    def nodes(self) -> list[SwarmNode]:
+        self.node_lists += 1
+        return super().nodes()
 
-def _cluster() -> Listing:
+
+def _cluster(*more: SwarmNode) -> Listing:
     base = victim_cluster({})
-    return Listing(base.nodes(), base.services(), base.tasks())
+    return Listing([*base.nodes(), *more], base.services(), base.tasks())
 
 
 def _third_move() -> Move:
@@ -43,6 +68,15 @@ def _third_move() -> Move:
                 source_host="gpu-node-2", source_uuids=(T_UUID,), source_milli=(1000,),
                 target_node="n-dgx", target_host="gpu-node-1", target_gpus=(1,),
                 target_uuids=(DGX_F.gpus[1].uuid,), target_milli=(1000,),
+                trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
+
+
+def _repin_move() -> Move:
+    """third from GPU 0 to GPU 2 of its own node (the RTX 4090)."""
+    return Move(service="third", service_id="id-third", source_node="n-4090",
+                source_host="gpu-node-2", source_uuids=(T_UUID,), source_milli=(1000,),
+                target_node="n-4090", target_host="gpu-node-2", target_gpus=(2,),
+                target_uuids=(R4090_F.gpus[2].uuid,), target_milli=(1000,),
                 trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
 
 
@@ -104,3 +138,106 @@ def test_a_record_whose_service_is_gone_spends_no_budget() -> None:
     m = _mover(sw, 1, 9)
     assert m.start(_third_move(), sw.service("id-third")).ok
     assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+
+
+def test_a_started_move_lists_no_node_of_the_swarm() -> None:
+    """Between nodes and on one node (a repin), by a cycle and by preemption's start."""
+    sw = _cluster()
+    nodes, services, tasks = sw.nodes(), sw.services(), sw.tasks()
+    sw.node_lists = 0
+    _mover(sw, 3, 3).run_cycle([victim_move()], nodes, services, tasks)
+    got = _mover(sw, 3, 3).start(_repin_move(), sw.service("id-third"))
+    assert got.ok, got.why
+    assert set(read_records(sw.swarm_labels(), P)) == {"id-victim", "id-third"}
+    assert sw.node_lists == 0  # it was listed once per start, for one service's holdings
+
+
+def _refusal(sw: Listing, m: Move) -> str:
+    mover = _mover(sw, 9, 9)
+    got = mover.start(m, sw.service(m.service_id))
+    assert not got.ok and got.why is not None
+    assert [r.outcome for r in mover.recent] == [Outcome.REFUSED]
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert sw.node_lists == 0
+    return got.why
+
+
+OTHER = R4090_F.gpus[3].uuid  # a GPU of a node neither move touches
+
+
+def test_a_holding_on_a_node_the_move_does_not_touch_refuses_it() -> None:
+    """victim holds a GPU on a third node where no task of it runs (placement not done,
+    or a holding left behind): two placed, one running, as the full ledger says. Read
+    from the move's nodes and the task's only, it would be started, and the surge's task
+    could start on that node, whose gate is open, instead of on the target."""
+    sw = _cluster(sw_node("n-other", "gpu-node-3", held_labels("victim", "n-other", OTHER)))
+    assert _refusal(sw, victim_move()) == (
+        "not converged (1 running of 1, 2 placed); moved only once stable")
+    sw = _cluster(sw_node("n-other", "gpu-node-3", held_labels("third", "n-other", OTHER)))
+    assert _refusal(sw, _repin_move()) == (
+        "not converged (1 running of 1, 2 placed); moved only once stable")
+
+
+def test_a_holding_on_the_new_node_already_refuses_the_move() -> None:
+    sw = _cluster()
+    sw.update_node_labels("n-4090", lambda cur: {
+        **cur, **held_labels("victim", "n-4090", R4090_F.gpus[2].uuid)})
+    sw.node_lists = 0
+    assert _refusal(sw, victim_move()) == "victim already holds GPUs on gpu-node-2"
+
+
+@pytest.mark.parametrize("gone", ["n-dgx", "n-4090"])
+def test_a_node_of_the_move_that_is_gone_starts_nothing(gone: str) -> None:
+    """It left the swarm (``docker node rm``) after the cycle's read: the engine's 404,
+    nothing written; ``run_cycle`` records the move failed."""
+    base = _cluster()
+    sw = Listing([n for n in base.nodes() if n.id != gone], base.services(), base.tasks())
+    mover = _mover(sw, 9, 9)
+    with pytest.raises(SwarmError):
+        mover.start(victim_move(), sw.service("id-victim"))
+    mover.run_cycle([victim_move()], base.nodes(), base.services(), base.tasks())
+    assert [r.outcome for r in mover.recent] == [Outcome.FAILED]
+    assert read_records(sw.swarm_labels(), P) == {}
+    assert sw.calls == []
+
+
+class _Engine(socketserver.UnixStreamServer):
+    paths: list[str]
+
+
+class _Answer(socketserver.StreamRequestHandler):
+    """Any GET: one node holding a GPU (the version probe reads what it needs)."""
+
+    server: _Engine
+
+    def handle(self) -> None:
+        path = self.rfile.readline().split(b" ")[1].decode()
+        while self.rfile.readline() not in (b"\r\n", b""):
+            pass
+        self.server.paths.append(path)
+        body = json.dumps([{"ID": "n-dgx", "Spec": {"Labels": {"k": "v"}}}] if "/nodes" in path
+                          else {"ApiVersion": "1.41", "Version": "20.10.24"}).encode()
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def test_the_engine_filters_the_nodes_by_the_ledger_label(tmp_path: Path) -> None:
+    """``node.label`` (Engine API 1.39): the key alone, any value; a key the filter would
+    read as key=value is refused, naming it, before any call."""
+    srv = _Engine(str(tmp_path / "engine.sock"), _Answer)
+    srv.paths = []
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        client = SwarmClient(f"unix://{srv.server_address}", timeout_s=5)
+        got = client.nodes_with_label(assign_key(P, "victim"))
+        asked = [p for p in srv.paths if "/nodes" in p]
+        with pytest.raises(SwarmError, match="a=b"):
+            client.nodes_with_label("a=b")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert [n.id for n in got] == ["n-dgx"]
+    (path,) = asked
+    query = parse_qs(urlsplit(path).query)
+    assert json.loads(query["filters"][0]) == {"node.label": [assign_key(P, "victim")]}
+    assert len([p for p in srv.paths if "/nodes" in p]) == 1

@@ -60,6 +60,10 @@ class RecordingSwarm:
     def nodes(self) -> list[SwarmNode]:
         return list(self._nodes.values())
 
+    def nodes_with_label(self, key: str) -> list[SwarmNode]:
+        """The engine's ``node.label`` filter: the nodes carrying ``key``, any value."""
+        return [n for n in self._nodes.values() if key in n.labels]
+
     def node(self, node_id: str) -> SwarmNode:
         if node_id not in self._nodes:
             raise SwarmError(f"node {node_id} not found")

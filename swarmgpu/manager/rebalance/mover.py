@@ -92,6 +92,7 @@ from swarmgpu.manager.rebalance.record import (
     move_of,
     put_record,
     room_for,
+    service_ledger,
     spec_edit,
     spec_labels,
 )
@@ -488,7 +489,7 @@ class Mover:
             why = "a move record exists for it already"
         tasks = self.swarm.tasks({"service": fresh.id, "desired-state": "running"})
         req = parse_all(fresh.labels, prefix=self.prefix)
-        ledger = read_ledger(self.swarm.nodes(), self.prefix).get(m.service, {})
+        ledger = service_ledger(self.swarm, self.prefix, m.service)
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
                                      tasks, ledger, self.prefix, self.clock(),
                                      self.cfg.cooldown_s, moving=flying)

@@ -20,7 +20,7 @@ from typing import Any
 from loguru import logger
 
 from swarmgpu.manager.engine.actuator import Writes
-from swarmgpu.manager.placement import MOVE_STATE, Holding, Moving, read_ledger
+from swarmgpu.manager.placement import MOVE_STATE, Holding, Moving, assign_key, read_ledger
 from swarmgpu.manager.rebalance.budget import (
     FINISHED,
     HOUR_S,
@@ -31,7 +31,7 @@ from swarmgpu.manager.rebalance.budget import (
 )
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.rebalance.moves import Move
-from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.client import SwarmClient, SwarmNode, SwarmService
 
 RECORD = "state.moves."  # swarm-object label: <p>state.moves.<service id> = MoveState JSON
 # swarm-object label: start times (epoch s) of the last hour's health moves that ended and
@@ -52,6 +52,16 @@ def crash_point(name: str) -> None:
     if os.environ.get(CRASH_ENV) == name:
         logger.warning("test hook {}={}: exiting now", CRASH_ENV, name)
         os._exit(137)
+
+
+def service_ledger(swarm: SwarmClient, prefix: str, service: str) -> dict[str, Holding]:
+    """node id -> ``service``'s holding, fresh from every node whose labels carry its
+    ledger entry (the engine's filter): all of them, not only the move's nodes or those
+    its tasks run on. A holding elsewhere (placement not done, or left behind) makes it
+    unconverged, never moved: its open gate could take the surge's task. One filtered
+    list, not every node (0.5 s at 5,000 nodes, per move started)."""
+    nodes = swarm.nodes_with_label(assign_key(prefix, service))
+    return read_ledger(nodes, prefix).get(service, {})
 
 
 def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool) -> str | None:

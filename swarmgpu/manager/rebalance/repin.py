@@ -56,7 +56,6 @@ from swarmgpu.manager.placement import (
     devices_key,
     gate_key,
     parse_holding,
-    read_ledger,
 )
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Outcome
@@ -69,6 +68,7 @@ from swarmgpu.manager.rebalance.record import (
     put_record,
     read_records,
     room_for,
+    service_ledger,
     spec_edit,
     spec_labels,
 )
@@ -145,7 +145,7 @@ class Repin:
         if fresh.id in read_records(self.swarm.swarm_labels(), p):
             return "a move record exists for it already"
         req = parse_all(fresh.labels, prefix=p)
-        ledger = read_ledger(self.swarm.nodes(), p).get(m.service, {})
+        ledger = service_ledger(self.swarm, p, m.service)
         # No record of a move (just read): a move label it carries is nobody's move.
         return why_not_movable(fresh, req if isinstance(req, GpuRequest) else None, tasks,
                                ledger, p, self.clock(), self.cfg.cooldown_s, same_node=True,
