@@ -10,6 +10,7 @@ from support.paths import FIXTURES as FIXTURES_DIR
 from swarmgpu.allocator.mig import MigChoice, MigMiss, MigMissReason, pick_mig_device
 from swarmgpu.core.migprofile import (
     MigProfileError,
+    compute_share,
     known_profiles,
     normalize_profile,
     profiles_for_product,
@@ -125,3 +126,17 @@ def test_pick_without_mig_and_unhealthy() -> None:
     assert isinstance(miss, MigMiss) and miss.reason is MigMissReason.NO_MIG_DEVICES
     with pytest.raises(MigProfileError):
         pick_mig_device(NODE, "huge", ())
+
+
+@pytest.mark.parametrize("product", ["NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3",
+                                     "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA A30"])
+def test_a_profile_is_its_compute_slices_of_its_gpus(product: str) -> None:
+    """What a queue counts a MIG device as (placement.queues): its slices over its GPU's,
+    7, or 4 on an A30; each model's largest profile is its whole GPU."""
+    profiles = profiles_for_product(product)
+    assert profiles
+    shares = {p: compute_share(p) for p in profiles}
+    total = 4 if "A30" in product else 7
+    assert {t for _, t in shares.values()} == {total}
+    assert max(g for g, _ in shares.values()) == total
+    assert compute_share("3g.40gb") == (3, 7) and compute_share("MIG-2g.48gb") == (2, 4)

@@ -1,7 +1,8 @@
 """What a queue counts (``placement.queues``): each GPU a service holds, once, in the
-ledger's unit, in every state a holding can be in -- released this cycle, held by a
-service whose labels are broken now, held twice by a move in flight -- so that the max,
-the guarantee's reclaim and ``status``/``plan --json`` read the same number."""
+ledger's unit (a MIG device as its share of its GPU), in every state a holding can be
+in -- released this cycle, held by a service whose labels are broken now, held twice by
+a move in flight -- so that the max, the guarantee's reclaim and ``status``/``plan
+--json`` read the same number."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from support.forged import DGX_F, R4090_F, sw_node, sw_svc
+from support.forged import DGX_F, R4090_F, held_labels, sw_node, sw_svc
+from support.gpu_nodes import DGX_A100, FakeGpuNode
 
 from swarmgpu.core.config import load_config
 from swarmgpu.core.tenants import STACK_LABEL
@@ -138,3 +140,63 @@ def test_a_move_in_flight_counts_its_replica_once() -> None:
     plan = Planner(queues={"prod": (2000, None)}).plan(nodes, [x], tasks, FACTS,
                                                        moving=moving([x], records, P))
     assert _used(plan, "prod") == 2
+
+
+# A DGX whose GPU 0 holds seven 1g.5gb devices and GPU 1 a 3g.20gb, 2g.10gb, 1g.5gb x2.
+MIG_DGX = FakeGpuNode("gpu-node-1", DGX_A100.capture, DGX_A100.product, DGX_A100.memory_mib,
+                      mig="0:1g.5gb*7;1:3g.20gb,2g.10gb,1g.5gb*2").facts()
+MIG_FACTS = {"n-dgx": MIG_DGX}
+
+
+def _migs(profile: str) -> list[str]:
+    return [m.uuid for g in MIG_DGX.gpus for m in g.mig_devices if m.profile == profile]
+
+
+def _slices(n: int, queue: str = "q") -> list[SwarmService]:
+    return [sw_svc(f"s{i}", {f"{P}mig": "1g.5gb", f"{P}queue": queue}) for i in range(n)]
+
+
+def test_a_queue_of_one_gpu_holds_seven_1g_slices_of_one_gpu() -> None:
+    """A 1g slice is 1/7 of its GPU's compute: seven of them, one GPU's worth, fit a max
+    of 1 GPU and count 1; an eighth does not. Counted as a whole GPU each, one was placed
+    and the six others waited at the quota."""
+    plan = Planner(queues={"q": (0, 1000)}).plan([sw_node("n-dgx", "gpu-node-1")],
+                                                 _slices(8), [], MIG_FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert [by[f"s{i}"].status for i in range(7)] == ["placed"] * 7, \
+        [by[f"s{i}"].reason for i in range(7)]
+    assert by["s7"].status == "pending"
+    assert by["s7"].reason == "queue q at its quota: max 1 GPUs, 1 used, this service " \
+                              "needs 0.143"
+    assert _used(plan, "q") == 1
+
+
+def test_a_held_3g_slice_counts_three_sevenths_of_a_gpu() -> None:
+    """A 3g.20gb device the ledger holds (in its unit, 1000 for any MIG device) counts 3/7
+    of a GPU, rounded up to 0.429, in ``status``; a 1g slice beside it fits a max of 0.6."""
+    (u,) = _migs("3g.20gb")
+    nodes = [sw_node("n-dgx", "gpu-node-1", held_labels("x", "n-dgx", u))]
+    x = sw_svc("x", {f"{P}mig": "3g.20gb", f"{P}queue": "q"})
+    (y,) = _slices(1)
+    plan = Planner(queues={"q": (0, 600)}).plan(nodes, [x, y], _running(x, "n-dgx"),
+                                                MIG_FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["x"].status == "placed" and by["x"].placements[0].uuids == (u,)
+    assert by["s0"].status == "placed", by["s0"].reason
+    assert _used(plan, "q") == 0.572  # 4/7, rounded up once for the queue
+
+
+def test_whole_gpus_and_slices_count_together() -> None:
+    """One whole GPU and seven 1g slices are 2 GPUs: they fit a max of 2 together, and a
+    service of one more whole GPU waits, told 2 are used."""
+    w = sw_svc("w", {f"{P}gpus": "1", f"{P}queue": "q"})
+    more = sw_svc("more", {f"{P}gpus": "1", f"{P}queue": "q", f"{P}priority": "-1"})
+    plan = Planner(queues={"q": (0, 2000)}).plan([sw_node("n-dgx", "gpu-node-1")],
+                                                 [w, *_slices(7), more], [], MIG_FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["w"].status == "placed" and all(
+        by[f"s{i}"].status == "placed" for i in range(7)), [sp.reason for sp in plan.services]
+    assert by["more"].status == "pending"
+    assert by["more"].reason == "queue q at its quota: max 2 GPUs, 2 used, this service " \
+                                "needs 1"
+    assert _used(plan, "q") == 2

@@ -32,6 +32,14 @@ _KNOWN_TEXT = """
     4g.96gb 4g.96gb+gfx
 """
 _KNOWN: frozenset[str] = frozenset(_KNOWN_TEXT.split())
+# The profiles of the 4-slice GPUs (A30, RTX PRO 6000 Blackwell); every other is one of
+# 7 slices. Plain 1g.24gb is on both H100 NVL and RTX PRO 6000: taken as the H100 NVL's.
+_FOUR_SLICES_TEXT = """
+    1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb
+    1g.24gb+gfx 1g.24gb+me.all 1g.24gb-me 2g.48gb 2g.48gb+gfx 2g.48gb+me.all 2g.48gb-me
+    4g.96gb 4g.96gb+gfx
+"""
+_OF_FOUR_SLICES: frozenset[str] = frozenset(_FOUR_SLICES_TEXT.split())
 
 # Profiles per GPU model, for the models whose MIG layouts are documented in the MIG user
 # guide and mig-parted (matched on the product name, spaces and dashes alike).
@@ -106,6 +114,15 @@ def normalize_profile(name: str) -> str:
 def _sort_key(profile: str) -> tuple[int, int, str]:
     m = _PROFILE_RE.match(profile)
     return (int(m["g"]), int(m["mem"]), m["suffix"]) if m else (0, 0, profile)
+
+
+def compute_share(profile: str) -> tuple[int, int]:
+    """(compute slices of ``profile``, of its whole GPU): ``3g.40gb`` is (3, 7), A30's
+    ``2g.12gb`` (2, 4); a name newer than the table is taken as a 7-slice GPU's."""
+    name = canonical_profile(profile)
+    m = _PROFILE_RE.match(name)
+    total = 4 if name in _OF_FOUR_SLICES else 7
+    return (min(int(m["g"]), total) if m else total), total
 
 
 def canonical_profile(profile: str) -> str:

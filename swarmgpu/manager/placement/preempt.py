@@ -41,7 +41,7 @@ from itertools import combinations
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
-from swarmgpu.manager.placement.queues import group_reclaimable, reclaimable
+from swarmgpu.manager.placement.queues import group_reclaimable, holding_milli, reclaimable
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -299,7 +299,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
             return group_reclaimable(
-                r, [(c.quota, sum(c.holding.milli) if c.holding else 0)
+                r, [(c.quota, holding_milli(rd.req.get(c.service), c.holding)
+                           if c.holding else 0)
                     for c in combo if c.quota], rd.queues, rd.q_gone, rd.q_given)
 
         victims = pick_victims(r.gpus, free, _candidates(rd, r, nid, here, usable), holders,
@@ -325,7 +326,8 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
                 or svc in rd.gone or svc in rd.moving):
             continue
         by_priority = vr.priority < r.priority and vr.is_preemptible(rd.preemptible_below)
-        by_quota = vr.preemptible is not False and reclaimable(r, vr, sum(h.milli), rd.queues)
+        by_quota = vr.preemptible is not False and reclaimable(r, vr, holding_milli(vr, h),
+                                                                rd.queues)
         if not (by_priority or by_quota):
             continue
         cands.append(Candidate(svc, vs.id, nid, vr.priority, rd.started.get((vs.id, nid), ""),
@@ -341,7 +343,7 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest) -> Preemption:
     for v in p.victims:
         vq = rd.req.get(v.service)
         if isinstance(vq, GpuRequest) and vq.queue and v.holding is not None:
-            rd.q_gone[vq.queue] = rd.q_gone.get(vq.queue, 0) + sum(v.holding.milli)
+            rd.q_gone[vq.queue] = rd.q_gone.get(vq.queue, 0) + holding_milli(vq, v.holding)
     if r.queue:
         rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus
     rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)

@@ -11,8 +11,9 @@ KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
 * ``guaranteed``: work of a queue above its guarantee may be preempted for work of a
   queue below its own (``placement.preempt``; see ``reclaimable``).
 
-Use is counted in thousandths of a GPU, per holding: the GPUs of the ledger entries kept
-this cycle, plus what the cycle places, less what it releases (``QueueBook.count``: the
+Use is counted in thousandths of a GPU, per holding (a share its fraction, a MIG device
+its profile's compute slices over its GPU's, ``_PARTS``): the GPUs of the ledger entries
+kept this cycle, plus what the cycle places, less what it releases (``QueueBook.count``: the
 number the ledger holds once the cycle's writes land, which ``status`` and the
 guarantee's reclaim read). A queue not in the config has no limit.
 
@@ -32,6 +33,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarmgpu.core.migprofile import compute_share
 from swarmgpu.manager.placement.keys import assign_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ServicePlan, Status
@@ -40,13 +42,51 @@ from swarmgpu.swarm.client import SwarmService
 
 Quotas = Mapping[str, tuple[int, int | None]]  # name -> (guaranteed, max or None), milli
 
+# A queue's use is summed in parts of 1/28000 GPU: a thousandth is 28, a MIG slice of a
+# 7-slice GPU 4000, of a 4-slice GPU (A30) 7000, all exact. It is read in thousandths
+# rounded up once per queue: seven 1g slices of one GPU are 1000, never 7 x 143 = 1001
+# (which a max of 1 GPU would refuse the seventh of) nor less than their share.
+_PARTS = 28
+_GPU = 1000 * _PARTS
+
+
+def replica_parts(r: GpuRequest) -> int:
+    """One replica's holding, in ``_PARTS``."""
+    if r.mig_profile:
+        slices, total = compute_share(r.mig_profile)
+        return _GPU * slices // total
+    return _PARTS * (r.gpu_milli if r.is_fraction else 1000 * r.gpus)
+
 
 def replica_milli(r: GpuRequest) -> int:
-    return r.gpu_milli if r.is_fraction or r.mig_profile else 1000 * r.gpus
+    return _milli(replica_parts(r))
+
+
+def _milli(parts: int) -> int:
+    return -(-parts // _PARTS)
+
+
+def held_parts(r: GpuRequest | RequestError | None, uuids: Sequence[str],
+               milli: Sequence[int]) -> int:
+    """A holding (a ledger entry's or a placement's GPUs), in ``_PARTS``. The ledger holds
+    a MIG device as 1000; one of a MIG request counts its profile's share (its GPU's
+    share a request without a readable profile, a broken one, cannot say)."""
+    mig = replica_parts(r) if isinstance(r, GpuRequest) and r.mig_profile else None
+    return sum(mig if mig is not None and u.startswith("MIG-") else _PARTS * m
+               for u, m in zip(uuids, milli, strict=True))
+
+
+def holding_milli(r: GpuRequest | RequestError | None, h: Holding) -> int:
+    """What a holding of ``r`` counts in its queue, in thousandths (rounded up)."""
+    return _milli(held_parts(r, h.uuids, h.milli))
 
 
 def _gpus(milli: int | None) -> float | None:
     return None if milli is None else milli / 1000
+
+
+def _gpus_of(parts: int) -> float:
+    return _milli(parts) / 1000
 
 
 class Moving(frozenset[str]):
@@ -86,7 +126,7 @@ class QueueBook:
     """One cycle's use per queue, as the planner goes through the services."""
 
     quotas: Quotas
-    used: dict[str, int] = field(default_factory=dict)
+    used: dict[str, int] = field(default_factory=dict)  # queue -> _PARTS
     blocked: dict[str, list[str]] = field(default_factory=dict)  # queue -> services held
 
     def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]],
@@ -107,7 +147,7 @@ class QueueBook:
             held = held_in_ledger(kept.get(s.name, {}), ledger.get(s.name, {}))
             source, target = moves.get(s.name, ("", ""))
             self.used[q] = self.used.get(q, 0) + sum(
-                sum(h.milli) for nid, h in held.items()
+                held_parts(r, h.uuids, h.milli) for nid, h in held.items()
                 if nid != source or target == source or target not in held)
 
     def limit(self, s: SwarmService, r: GpuRequest | RequestError,
@@ -130,14 +170,14 @@ class QueueBook:
         """All of ``s`` waits when placing it would take its queue above its max."""
         if not wanted:
             return None
-        need = replica_milli(r) * wanted
+        need = replica_parts(r) * wanted
         used = self.used.get(r.queue, 0)
-        if used + need <= most:
+        if used + need <= most * _PARTS:
             return None
         self.blocked.setdefault(r.queue, []).append(s.name)
         return QueueLimit(0, f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, "
-                             f"{_gpus(used):g} used, this service needs {_gpus(need):g}",
-                          wanted)
+                             f"{_gpus_of(used):g} used, this service needs "
+                             f"{_gpus_of(need):g}", wanted)
 
     def _cap(self, s: SwarmService, r: GpuRequest, mine: Mapping[str, Holding], most: int,
              wanted: int) -> QueueLimit | None:
@@ -149,17 +189,17 @@ class QueueBook:
         held = sum(h.replicas for h in mine.values())
         if held >= wanted:
             return None
-        each = replica_milli(r)
+        each = replica_parts(r)
         used = self.used.get(r.queue, 0)  # this service's kept holdings included
-        room = max(0, most - used)
+        room = max(0, most * _PARTS - used)
         more = room // each if each else wanted
         if held + more >= wanted:
             return None
         self.blocked.setdefault(r.queue, []).append(s.name)
         return QueueLimit(held + more, (
-            f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, {_gpus(used):g} "
+            f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, {_gpus_of(used):g} "
             f"used, {wanted - held - more} more replica(s) need "
-            f"{_gpus((wanted - held - more) * each):g}"), wanted)
+            f"{_gpus_of((wanted - held - more) * each):g}"), wanted)
 
     def _nodes(self, s: SwarmService, r: GpuRequest, mine: Mapping[str, Holding],
                most: int) -> QueueLimit:
@@ -167,11 +207,11 @@ class QueueBook:
         new ones as the room left takes); all of it waits when it holds none and the
         room takes none. Which nodes Swarm runs it on is known only once placed, so the
         bound is given whether or not it binds."""
-        each = replica_milli(r)
+        each = replica_parts(r)
         used = self.used.get(r.queue, 0)  # this service's kept holdings included
-        more = max(0, most - used) // each if each else 0
+        more = max(0, most * _PARTS - used) // each if each else 0
         reason = (f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, "
-                  f"{_gpus(used):g} used, each node's holding needs {_gpus(each):g}")
+                  f"{_gpus_of(used):g} used, each node's holding needs {_gpus_of(each):g}")
         if not mine and not more:
             self.blocked.setdefault(r.queue, []).append(s.name)
         return QueueLimit(len(mine) + more, reason)
@@ -186,10 +226,10 @@ class QueueBook:
             return
         assign = assign_key(prefix, sp.name)
         placed = {p.node_id for p in sp.placements}
-        after = sum(sum(p.milli) for p in sp.placements) + sum(
-            sum(h.milli) for nid, h in mine.items()
+        after = sum(held_parts(r, p.uuids, p.milli) for p in sp.placements) + sum(
+            held_parts(r, h.uuids, h.milli) for nid, h in mine.items()
             if nid not in placed and assign not in sp.node_remove.get(nid, ()))
-        before = sum(sum(h.milli) for h in mine.values())
+        before = sum(held_parts(r, h.uuids, h.milli) for h in mine.values())
         if after != before:
             self.used[r.queue] = self.used.get(r.queue, 0) + after - before
 
@@ -198,7 +238,7 @@ class QueueBook:
         out = []
         for name in sorted(self.quotas.keys() | self.used.keys()):
             g, m = self.quotas.get(name, (0, None))
-            out.append({"queue": name, "used_gpus": _gpus(self.used.get(name, 0)),
+            out.append({"queue": name, "used_gpus": _gpus_of(self.used.get(name, 0)),
                         "guaranteed_gpus": _gpus(g), "max_gpus": _gpus(m),
                         "configured": name in self.quotas,
                         "blocked": sorted(self.blocked.get(name, []))})
