@@ -65,6 +65,68 @@ def _rolled_back(sw: RecordingSwarm) -> None:
     assert read_records(sw.swarm_labels(), P) == {}
 
 
+# --- the target --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("surge", [True, False])
+@pytest.mark.parametrize(("state", "availability"), [
+    ("down", "active"), ("ready", "drain"), ("ready", "pause"), ("down", "drain")])
+def test_a_move_whose_target_cannot_run_its_task_is_rolled_back_at_once(
+        surge: bool, state: str, availability: str) -> None:
+    """Before: nothing was judged of the target's state. Without make-before-break the
+    next cycle closed the source (Swarm stopped the running task) though its replacement
+    could only go to the down target: the service ran nowhere, and the move held the
+    budget, until ``move_timeout_s``. Now the move is rolled back that cycle, as a move
+    that timed out is, and the log names the node and its state."""
+    sw, now, m = _started(surge)
+    _set(sw, "n-4090", state, availability)
+    now[0] += 10.0  # well within move_timeout_s
+    assert _cycle(sw, m)[-1] is Outcome.ROLLED_BACK
+    assert f"gpu-node-2 is {state}/{availability}" in m.recent[-1].detail
+    _rolled_back(sw)
+    # the budget is free again: the next move starts
+    assert m.in_flight(m.records()) == []
+
+
+def test_a_target_a_new_leader_does_not_know_yet_is_waited_for() -> None:
+    """A new leader calls every node "unknown" until it reports again: no roll-back for
+    that, the steps carry on (the timeout bounds the wait)."""
+    sw, now, m = _started()
+    _set(sw, "n-4090", "unknown", "active")
+    now[0] += 10.0
+    assert _cycle(sw, m) == [Outcome.STARTED]
+    assert set(read_records(sw.swarm_labels(), P)) == {"id-victim"}
+    assert sw.node("n-dgx").labels[gate_key(P, "victim")] == "true"
+
+
+def test_a_paused_target_that_already_runs_the_task_lets_the_move_finish() -> None:
+    """pause only stops new tasks there: the task the move started there runs on."""
+    sw, now, m = _started()
+    sw.run_task(SwarmTask("t-victim-2", "id-victim", "n-4090", 2, "running", "running", ()))
+    _set(sw, "n-4090", "ready", "pause")
+    for _ in range(3):
+        now[0] += 10.0
+        _cycle(sw, m)
+        sw.stop_tasks("id-victim", "n-dgx")  # the enforcer stops the task on the closed node
+    assert m.recent[-1].outcome is Outcome.DONE
+    assert sw.service("id-victim").labels[devices_key(P, "n-4090")] == NEW
+    assert read_records(sw.swarm_labels(), P) == {}
+
+
+def test_a_health_move_whose_target_goes_down_ends_there_for_placement() -> None:
+    """A health move is never rolled back onto its failed GPU: a target that cannot run
+    its task ends it there at once, as its timeout would (placement's converge step
+    re-places a holding on a node Swarm cannot run it on)."""
+    sw, now, m = _started(trigger=Trigger.HEALTH)
+    _set(sw, "n-4090", "down", "active")
+    now[0] += 10.0
+    assert _cycle(sw, m)[-1] is Outcome.FAILED
+    assert "gpu-node-2 is down/active" in m.recent[-1].detail
+    assert gate_key(P, "victim") not in sw.node("n-dgx").labels
+    assert sw.node("n-4090").labels[gate_key(P, "victim")] == "true"
+    assert read_records(sw.swarm_labels(), P) == {}
+
+
 # --- the source (guards: these hold on the code before the target fix) ------------------
 
 
