@@ -17,8 +17,15 @@ import pytest
 from support.forged import R4090_F, V_UUID, P, RecordingSwarm, victim_cluster, victim_move
 
 from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import MOVE_STATE, assign_key, devices_key, gate_key
-from swarmgpu.manager.rebalance.mover import Mover, read_records, record_key
+from swarmgpu.manager.rebalance.mover import (
+    Mover,
+    MoveState,
+    forged_check,
+    read_records,
+    record_key,
+)
 from swarmgpu.manager.rebalance.moves import Outcome, Trigger
 from swarmgpu.swarm.client import SwarmTask
 
@@ -172,3 +179,30 @@ def test_a_record_naming_no_node_of_the_swarm_ends_and_frees_its_budget(label: b
     assert read_records(sw.swarm_labels(), P) == {}
     assert P + MOVE_STATE not in sw.service("id-victim").labels
     assert m2.in_flight(m2.records()) == []
+
+
+@pytest.mark.parametrize("gone", ["source", "target"])
+def test_audit_names_a_move_record_whose_node_left_the_swarm(gone: str) -> None:
+    """Before: a record naming a removed node said nothing in audit (exit 0) while the
+    daemon was stopped or in dry-run, which leave it as it is. Now it is a finding that
+    needs action, naming the node, what the daemon does with it and the fix."""
+    sw, _now, _m = _started()
+    nid = "n-dgx" if gone == "source" else "n-4090"
+    del sw._nodes[nid]  # `docker node rm`
+    found = forged_check(P)(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                                     swarm_labels=sw.swarm_labels()))
+    assert [(f.kind, f.subject, f.key, f.advisory) for f in found] == [
+        ("move-record-node-gone", "victim", record_key(P, "id-victim"), False)]
+    msg = found[0].message
+    host = "gpu-node-1" if gone == "source" else "gpu-node-2"
+    assert f"{host} ({nid})" in msg and "left the swarm" in msg
+    assert ("rolled back" if gone == "target" else "finished") in msg
+    assert msg.endswith("run it with writes on (docs/rebalancing.md)") and len(msg) < 600
+
+
+def test_audit_says_nothing_of_a_move_record_whose_nodes_are_there() -> None:
+    sw, _now, _m = _started()
+    st = MoveState.parse(sw.swarm_labels()[record_key(P, "id-victim")])
+    assert st is not None and st.target == "n-4090"
+    assert forged_check(P)(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                                    swarm_labels=sw.swarm_labels())) == []

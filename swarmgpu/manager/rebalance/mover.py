@@ -90,6 +90,7 @@ from swarmgpu.manager.rebalance.record import (
     drop_record,
     end_move,
     move_of,
+    node_gone_finding,
     put_record,
     room_for,
     spec_edit,
@@ -210,7 +211,9 @@ def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
                         "cannot be read") + hand, key=peer_text(k))
                 for k, text in sorted(snap.swarm_labels.items())
                 if k.startswith(head) and MoveState.parse(text) is None]
-        return out
+        gone = [node_gone_finding(record_key(prefix, sid), st, snap.nodes)
+                for sid, st in sorted({**v.verified, **v.lost}.items())]
+        return out + [f for f in gone if f is not None]
 
     return check
 
