@@ -90,6 +90,7 @@ from swarmgpu.manager.rebalance.record import (
     drop_record,
     end_move,
     move_of,
+    node_gone_finding,
     put_record,
     room_for,
     service_ledger,
@@ -211,9 +212,19 @@ def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
                         "cannot be read") + hand, key=peer_text(k))
                 for k, text in sorted(snap.swarm_labels.items())
                 if k.startswith(head) and MoveState.parse(text) is None]
-        return out
+        gone = [node_gone_finding(record_key(prefix, sid), st, snap.nodes)
+                for sid, st in sorted({**v.verified, **v.lost}.items())]
+        return out + [f for f in gone if f is not None]
 
     return check
+
+
+def _cannot_run(node: SwarmNode, host: str) -> str | None:
+    """Why Swarm starts no task of a move on ``node`` (None: it may). Not "unknown": a
+    new leader says so of every node until it reports again (the timeout bounds it)."""
+    if node.state == "down" or node.availability != "active":
+        return f"{host} is {node.state}/{node.availability}"
+    return None
 
 
 def target_free(m: Move, target: SwarmNode, prefix: str) -> str | None:
@@ -633,14 +644,19 @@ class Mover:
         on_source = any(t.node_id == st.source for t in tasks)
         src_open = src.labels.get(gate_key(p, st.service)) == "true"
         dst_open = dst.labels.get(gate_key(p, st.service)) == "true"
-        late = self.clock() - st.started_at > self.cfg.move_timeout_s
-        if (st.direction == "forward" and late and st.target not in running_on
-                and st.trigger == HEALTH):
+        # Failed: B's task does not run and B cannot run it (down, drained, paused: no
+        # wait for the timeout with A closed or the budget held), or the timeout passed.
+        down = None if st.target in running_on else _cannot_run(dst, st.target_host)
+        why = down or (f"no task running on {st.target_host} within "
+                       f"{self.cfg.move_timeout_s:g}s" if st.target not in running_on and
+                       self.clock() - st.started_at > self.cfg.move_timeout_s else None)
+        if st.direction == "forward" and why is not None and st.trigger == HEALTH:
             # A health move is not rolled back: its source GPU failed, so a roll-back
             # restores a broken holder that the policy proposes again at once (a restart
             # every move_timeout_s). Its target is healthy and was verified free; Swarm
             # keeps the task there (pending on an image or resources, or under its
-            # restart policy) and runs it when it can, as for any placement. So it ends
+            # restart policy) and runs it when it can, as for any placement (a target
+            # Swarm cannot run it on: placement's converge re-places it). So it ends
             # on the target: the source closed (the enforcer stops the broken task) and
             # the spec restored. Before the target's gate is open, the steps carry on.
             if dst_open:
@@ -648,17 +664,16 @@ class Mover:
                     self._close(st.source, st.service)
                 self._finish(sid, st, st.source)
                 self._record(st.service, st.source_host, st.target_host, st.reason,
-                             Outcome.FAILED, kept_on_healthy(st, self.cfg.move_timeout_s))
+                             Outcome.FAILED, kept_on_healthy(st, self.cfg.move_timeout_s, down))
                 return
-        elif st.direction == "forward" and late and st.target not in running_on:
+        elif st.direction == "forward" and why is not None:
             back = replace(st, direction="back")
             self._put_record(sid, back)  # the record first: it is the authority
             self._write_spec(sid, lambda spec: _labels(spec).__setitem__(
                 p + MOVE_STATE, back.to_json()))
             st = back
         if st.direction == "back":
-            self._roll_back(sid, st, f"no task running on {st.target_host} within "
-                                     f"{self.cfg.move_timeout_s:g}s")
+            self._roll_back(sid, st, why or "its record says it rolls back")
             return
         if not dst_open:
             self._open(st.target, st.target_holding())

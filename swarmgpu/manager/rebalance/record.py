@@ -19,6 +19,8 @@ from typing import Any
 
 from loguru import logger
 
+from swarmgpu.core.peertext import peer_text
+from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.placement import MOVE_STATE, Holding, Moving, assign_key, read_ledger
 from swarmgpu.manager.rebalance.budget import (
@@ -83,6 +85,28 @@ def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool) -> str |
     if node.state != "ready" or node.availability != "active":
         return f"{node.hostname} is {node.state}/{node.availability}"
     return None
+
+
+def node_gone_finding(key: str, st: MoveState, nodes: Sequence[SwarmNode]) -> Finding | None:
+    """``audit``: a record naming a node that left the swarm (``docker node rm``). The
+    daemon ends such a move on its next cycle; one left here says it does not run, or
+    runs in dry-run (a move in flight is left as it is)."""
+    ids = {n.id for n in nodes}
+    src, dst = st.source in ids, st.target in ids
+    if src and dst:
+        return None
+    gone = [] if src else [f"{st.source_host} ({st.source})"]
+    if not dst and not st.same_node:  # a repin's one node is named once
+        gone.append(f"{st.target_host} ({st.target})")
+    end = (f"rolled back onto {st.source_host}" if src
+           else f"finished on {st.target_host}" if dst and not st.same_node
+           else "nothing left to open or close")
+    return Finding("move-record-node-gone", st.service, peer_text(
+        f"move record {key} of {st.service} names {' and '.join(gone)}, which left the "
+        f"swarm; the swarmgpu daemon ends the move on its next cycle ({end}")
+        + "; placement carries on from the ledger); still here, the daemon is not running "
+        "or is in dry-run, which leaves a move in flight as it is: run it with writes on "
+        "(docs/rebalancing.md)", key=peer_text(key))
 
 
 def record_key(prefix: str, service_id: str) -> str:

@@ -102,11 +102,12 @@ def _node_share(labels: Mapping[str, str], prefix: str, node_id: str
                         if node_of_key(k, prefix) == node_id))
 
 
-def kept_on_healthy(st: MoveState, timeout_s: float) -> str:
-    """The outcome's detail of a health move that ends on its target past its timeout."""
-    return (f"its task on {st.target_host} ({','.join(st.target_uuids)}) is not running "
-            f"within {timeout_s:g}s; kept there, not rolled back onto the failed GPU(s); "
-            "Swarm runs it when it can")
+def kept_on_healthy(st: MoveState, timeout_s: float, why: str | None = None) -> str:
+    """The outcome's detail of a health move that ends on its target past its timeout
+    (or ``why`` it failed before: its target's state)."""
+    why = why or (f"its task on {st.target_host} ({','.join(st.target_uuids)}) is not "
+                  f"running within {timeout_s:g}s")
+    return f"{why}; kept there, not rolled back onto the failed GPU(s); Swarm runs it when it can"
 
 
 def swapped(st: MoveState, now: float) -> MoveState:
