@@ -660,6 +660,42 @@ def test_queue_take_back_counts_the_victims_of_one_queue_together() -> None:
     assert _reclaims({"p1": "4", "p2": "4"}, 0) == [("p1", ["r1"]), ("p2", ["r2"])]
 
 
+def _near_and_far(preemptors: dict[str, str], quotas: dict[str, tuple[int, int | None]],
+                  far: int = 4) -> list[tuple[str, list[str]]]:
+    """The 8 RTX 4090s are held one each: ``far`` of them by far1, far2, ... (queue far),
+    the others by near1, near2, ... (queue near), started in that order (near's newest,
+    which the priority rule stops first); ``preemptors`` (queue prod, name -> GPUs) ask
+    for RTX 4090s. What the cycle reclaims, in order."""
+    from swarmgpu.manager.placement import Planner
+
+    names = [f"far{i}" for i in range(1, far + 1)] + [f"near{i}" for i in range(1, 9 - far)]
+    labels: dict[str, str] = {}
+    for name, u in zip(names, R_UUIDS, strict=True):
+        labels |= held_labels(name, "n-4090", u)
+    nodes = [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2", labels)]
+    held = [sw_svc(n, {f"{P}gpus": "1", f"{P}queue": n.rstrip("0123456789"),
+                       devices_key(P, "n-4090"): u}) for n, u in zip(names, R_UUIDS, strict=True)]
+    prod = [sw_svc(n, {f"{P}gpus": g, f"{P}gpu-product": "*RTX 4090*", f"{P}queue": "prod"})
+            for n, g in preemptors.items()]
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "n-4090", 1, "running", "running", (),
+                       created_at=f"2026-01-01T10:0{i}:00Z") for i, s in enumerate(held)]
+    plan = Planner(queues=quotas).plan(nodes, [*held, *prod], tasks, FACTS)
+    got = choose_preemptions(plan, nodes, [*held, *prod], tasks, FACTS, prefix=P,
+                             preemptible_below=0)  # only the quotas make victims
+    return [(p.service, sorted(v.service for v in p.victims)) for p in got]
+
+
+def test_reclaim_never_takes_a_queue_below_its_guarantee() -> None:
+    quotas = {"far": (1000, None), "near": (3000, None), "prod": (8000, None)}
+    # 4 GPUs: far gives 3 (down to its 1), near 1 (down to its 3), no more; a second
+    # request of the cycle finds none left above a guarantee
+    assert _near_and_far({"p1": "4", "p2": "1"}, quotas) == [
+        ("p1", ["far2", "far3", "far4", "near4"])]
+    # at their guarantees, neither queue is reclaimed
+    quotas = {"far": (4000, None), "near": (4000, None), "prod": (8000, None)}
+    assert _near_and_far({"p1": "1"}, quotas) == []
+
+
 # --- a waiting preemption holds the next move slot ---------------------------------------
 
 
