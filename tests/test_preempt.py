@@ -685,6 +685,49 @@ def _near_and_far(preemptors: dict[str, str], quotas: dict[str, tuple[int, int |
     return [(p.service, sorted(v.service for v in p.victims)) for p in got]
 
 
+def test_reclaim_takes_from_the_queue_furthest_above_its_guarantee_first() -> None:
+    # far holds 4 on a guarantee of 1 (4 times it), near 4 on 3 (1.33 times): far's
+    # newest goes first though near's are newer, then far's next, down to its guarantee;
+    # only then near, and near only down to its own
+    quotas = {"far": (1000, None), "near": (3000, None), "prod": (8000, None)}
+    got = _near_and_far({f"p{i}": "1" for i in range(1, 6)}, quotas)
+    assert got == [("p1", ["far4"]), ("p2", ["far3"]), ("p3", ["far2"]), ("p4", ["near4"])]
+    # measured relative to the guarantee (KAI's used / fair share): far holds 2 on 1 (2
+    # times, 1 GPU over), near 6 on 4 (1.5 times, 2 GPUs over): far first
+    quotas = {"far": (1000, None), "near": (4000, None), "prod": (8000, None)}
+    assert _near_and_far({"p1": "1"}, quotas, far=2) == [("p1", ["far2"])]
+    # no guarantee is furthest above it whatever it holds: far 2 on 0 before near 6 on 1
+    quotas = {"far": (0, None), "near": (1000, None), "prod": (8000, None)}
+    assert _near_and_far({"p1": "1"}, quotas, far=2) == [("p1", ["far2"])]
+
+
+def test_reclaim_goes_to_the_node_of_the_queue_furthest_above_its_guarantee() -> None:
+    """near holds the DGX (gpu-node-1, first by hostname) as near1 and near2, 4 GPUs each,
+    on a guarantee of 4; far the RTX 4090s (gpu-node-2) as far1 and far2 on 2: prod's 4
+    GPUs come from far, though both nodes free them with one victim."""
+    from swarmgpu.manager.placement import Planner
+
+    d_uuids = tuple(g.uuid for g in DGX_F.gpus)
+    halves = {"near1": ("n-dgx", d_uuids[:4]), "near2": ("n-dgx", d_uuids[4:]),
+              "far1": ("n-4090", R_UUIDS[:4]), "far2": ("n-4090", R_UUIDS[4:])}
+    labels: dict[str, dict[str, str]] = {"n-dgx": {}, "n-4090": {}}
+    for name, (nid, u) in halves.items():
+        labels[nid] |= {assign_key(P, name): Holding(name, nid, u, (1000,) * 4).label_value(),
+                        gate_key(P, name): "true"}
+    nodes = [sw_node("n-dgx", "gpu-node-1", labels["n-dgx"]),
+             sw_node("n-4090", "gpu-node-2", labels["n-4090"])]
+    services = [sw_svc(n, {f"{P}gpus": "4", f"{P}queue": n[:-1], devices_key(P, nid): ",".join(u)})
+                for n, (nid, u) in halves.items()]
+    services.append(sw_svc("prod", {f"{P}gpus": "4", f"{P}queue": "prod"}))
+    tasks = [SwarmTask(f"t-{s.name}", s.id, halves[s.name][0], 1, "running", "running", ())
+             for s in services[:4]]
+    quotas = {"near": (4000, None), "far": (2000, None), "prod": (8000, None)}
+    plan = Planner(queues=quotas).plan(nodes, services, tasks, FACTS)
+    (p,) = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=0)
+    assert (p.hostname, [v.service for v in p.victims]) == ("gpu-node-2", ["far1"])
+
+
 def test_reclaim_never_takes_a_queue_below_its_guarantee() -> None:
     quotas = {"far": (1000, None), "near": (3000, None), "prod": (8000, None)}
     # 4 GPUs: far gives 3 (down to its 1), near 1 (down to its 3), no more; a second

@@ -16,10 +16,15 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   within its own (``queues.reclaimable``; ``swarmgpu.preemptible: false`` still protects);
   the victims of one queue taken by quota are counted together, with those of the
   cycle's earlier preemptions (``queues.group_reclaimable``);
-* victims (``pick_victims``, per node, then across nodes): the fewest victims that free
-  enough GPUs; among sets of that size, the lowest highest priority, then the lowest
-  total priority, then the most recently started; hence never more than needed (no
-  smaller set frees enough). Across nodes the same order, then the hostname;
+* victims (``pick_victims``, per node, then across nodes): a set taken by priority alone
+  first; a set that reclaims is ranked by the queue it takes from that is least far
+  above its guarantee (``queues.over_guarantee``, counting the cycle's earlier victims),
+  furthest first, as KAI-Scheduler and Kueue reclaim: a queue is taken from only when
+  those further above their guarantees cannot free enough. Then, as within one queue:
+  the fewest victims that free enough GPUs; among sets of that size, the lowest highest
+  priority, then the lowest total priority, then the most recently started; hence never
+  more than needed (no subset of the victims frees enough). Across nodes the same
+  order, then the hostname;
 * no preemption when a node the preemptor may use already has enough free GPUs: the
   request is pending for another reason (topology, CPU, a constraint), and stopping a
   service would not place it.
@@ -41,7 +46,7 @@ from itertools import combinations
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
-from swarmgpu.manager.placement.queues import group_reclaimable, reclaimable
+from swarmgpu.manager.placement.queues import group_reclaimable, over_guarantee, reclaimable
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -49,6 +54,7 @@ from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
 MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
 MAX_CANDIDATES = 12  # per node, in rule order: subsets of at most 2**12 are tried
+Rank = tuple[int, float, float]  # a victim set's reclaim rank (``reclaim_rank``), least first
 
 
 @dataclass(frozen=True)
@@ -161,18 +167,47 @@ def rule_sorted(cands: Sequence[Candidate]) -> list[Candidate]:
     return sorted(newest, key=lambda c: c.priority)
 
 
+def reclaim_rank(c: Candidate, over: Mapping[str, tuple[float, float]]) -> Rank:
+    """(0, 0, 0) for a victim by priority; for one taken by quota, its queue's distance
+    above its guarantee (``over``: ``queues.over_guarantee`` by queue) negated, so that
+    the furthest sorts first. A set ranks as its greatest (the queue it hurts most)."""
+    if not c.quota:
+        return 0, 0.0, 0.0
+    ratio, gpus = over.get(c.quota, (0.0, 0.0))
+    return 1, -ratio, -gpus
+
+
 def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candidate],
                  holders: Mapping[str, AbstractSet[str]],
                  allowed: Callable[[tuple[Candidate, ...]], bool] | None = None,
+                 over: Mapping[str, tuple[float, float]] | None = None,
                  ) -> tuple[Candidate, ...] | None:
     """The victims on one node (see the module's rule), or None when even all of them do
     not free ``need`` GPUs. ``free``: GPUs of the node the preemptor may use that nobody
     holds; ``holders``: GPU -> every service holding it (a shared GPU frees only when all
     its holders are victims); ``allowed``: whether a set may go together (the quota
-    victims of one queue, ``queues.group_reclaimable``)."""
+    victims of one queue, ``queues.group_reclaimable``); ``over``: how far each queue is
+    above its guarantee (``reclaim_rank``)."""
     if len(free) >= need:
         return ()
-    cands = rule_sorted(candidates)[:MAX_CANDIDATES]
+    ranked = sorted(((reclaim_rank(c, over or {}), c) for c in rule_sorted(candidates)),
+                    key=lambda rc: rc[0])[:MAX_CANDIDATES]
+    # One rank at a time, furthest above its guarantee first: the first rank whose
+    # candidates (with those ranked before) free enough holds the set, which takes one of
+    # its own (else an earlier rank's would have).
+    for level in sorted({rank for rank, _ in ranked}):
+        got = _fewest(need, free, [c for rank, c in ranked if rank <= level], holders, allowed)
+        if got is not None:
+            return got
+    return None
+
+
+def _fewest(need: int, free: AbstractSet[str], cands: Sequence[Candidate],
+            holders: Mapping[str, AbstractSet[str]],
+            allowed: Callable[[tuple[Candidate, ...]], bool] | None,
+            ) -> tuple[Candidate, ...] | None:
+    """The fewest of ``cands`` (in rule order) that free ``need`` GPUs, then the lowest
+    highest and total priority, then the earliest in that order; None when none does."""
     for k in range(1, len(cands) + 1):
         best: tuple[tuple[int, int, tuple[int, ...]], tuple[Candidate, ...]] | None = None
         for idx in combinations(range(len(cands)), k):
@@ -273,11 +308,13 @@ def choose_preemptions(
 
 
 def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption | None:
-    """The preemption that places one replica of ``s`` (fewest victims, then the lowest
-    priorities, then the hostname); None when there is none, or when a node it may use
-    has room already (it is pending for another reason)."""
+    """The preemption that places one replica of ``s`` (by priority alone first, else from
+    the queues furthest above their guarantees; then the fewest victims, the lowest
+    priorities, the hostname); None when there is none, or when a node it may use has room
+    already (it is pending for another reason)."""
     no = rd.refused_of(s)
-    best: tuple[tuple[int, int, int, str], Preemption] | None = None
+    over = {q: over_guarantee(row, rd.q_gone.get(q, 0)) for q, row in rd.queues.items()}
+    best: tuple[tuple[Rank, int, int, int, str], Preemption] | None = None
     for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
         node = rd.by_node.get(nid)
         if node is None or nid in no or node.state != "ready" \
@@ -303,11 +340,12 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
                     for c in combo if c.quota], rd.queues, rd.q_gone, rd.q_given)
 
         victims = pick_victims(r.gpus, free, _candidates(rd, r, nid, here, usable), holders,
-                               together)
+                               together, over)
         if not victims:
             continue
         prios = [v.priority for v in victims]
-        key = (len(victims), max(prios), sum(prios), node.hostname)
+        key = (max(reclaim_rank(v, over) for v in victims), len(victims), max(prios),
+               sum(prios), node.hostname)
         if best is None or key < best[0]:
             best = (key, Preemption(s.name, s.id, r.priority, nid, node.hostname, victims))
     return best[1] if best is not None else None

@@ -9,7 +9,8 @@ KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
   Holdings already kept are never taken away by the max (a max lowered later is
   reported in ``status``, not enforced by stopping).
 * ``guaranteed``: work of a queue above its guarantee may be preempted for work of a
-  queue below its own (``placement.preempt``; see ``reclaimable``).
+  queue below its own (``placement.preempt``; see ``reclaimable``), from the queue
+  furthest above its guarantee first (``over_guarantee``), never below it.
 
 Use is counted in thousandths of a GPU, per holding: the GPUs of the ledger entries kept
 this cycle, plus what the cycle places, less what it releases (``QueueBook.count``: the
@@ -27,6 +28,7 @@ now; a global service's, one per GPU node, are bounded by the room left
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -230,6 +232,18 @@ def reclaimable(preemptor: GpuRequest, victim: GpuRequest, victim_milli: int,
     p_guaranteed = round(1000 * float(p["guaranteed_gpus"]))
     v_guaranteed = round(1000 * float(v["guaranteed_gpus"]))
     return p_used + need <= p_guaranteed and v_used - victim_milli >= v_guaranteed
+
+
+def over_guarantee(queue: Mapping[str, Any], gone: int = 0) -> tuple[float, float]:
+    """How far a queue (a ``QueueBook.summary`` row) is above its guarantee, less ``gone``
+    (milli its victims of the cycle free): (used / guaranteed, used - guaranteed GPUs),
+    greater further above. Relative first, as KAI-Scheduler's saturation ratio (allocated /
+    fair share): 1 GPU over a guarantee of 1 is further than 2 over a guarantee of 8, so a
+    small queue's share is not the first taken. No guarantee is infinitely far with any use."""
+    used = round(1000 * (queue.get("used_gpus") or 0)) - gone
+    guaranteed = round(1000 * float(queue.get("guaranteed_gpus") or 0))
+    ratio = used / guaranteed if guaranteed else (math.inf if used > 0 else 0.0)
+    return ratio, (used - guaranteed) / 1000
 
 
 def group_reclaimable(preemptor: GpuRequest, taken: Sequence[tuple[str, int]],
