@@ -739,6 +739,60 @@ def test_reclaim_never_takes_a_queue_below_its_guarantee() -> None:
     assert _near_and_far({"p1": "1"}, quotas) == []
 
 
+def _held_by(held: dict[str, tuple[str, int, dict[str, str]]], pending: dict[str, dict[str, str]],
+             quotas: dict[str, tuple[int, int | None]]) -> list[tuple[str, str, list[str]]]:
+    """Each of ``held`` (name -> (node, GPUs, its labels)) holds that many whole GPUs of
+    its node, the next free ones, and runs (the DGX has 7, its GPU 0 is in MIG mode);
+    each of ``pending`` (name -> its labels) asks. What the cycle preempts: (preemptor,
+    hostname, victims), in order."""
+    from swarmgpu.manager.placement import Planner
+
+    free = {"n-dgx": [g.uuid for g in DGX_F.gpus if not g.mig_enabled],
+            "n-4090": list(R_UUIDS)}
+    labels: dict[str, dict[str, str]] = {"n-dgx": {}, "n-4090": {}}
+    services, tasks = [], []
+    for i, (name, (nid, n, own)) in enumerate(held.items()):
+        u, free[nid] = tuple(free[nid][:n]), free[nid][n:]
+        labels[nid] |= {assign_key(P, name): Holding(name, nid, u, (1000,) * n).label_value(),
+                        gate_key(P, name): "true"}
+        s = sw_svc(name, {f"{P}gpus": str(n), devices_key(P, nid): ",".join(u), **own})
+        services.append(s)
+        tasks.append(SwarmTask(f"t-{name}", s.id, nid, 1, "running", "running", (),
+                               created_at=f"2026-01-01T10:{i:02}:00Z"))
+    services += [sw_svc(name, own) for name, own in pending.items()]
+    nodes = [sw_node(nid, host, labels[nid])
+             for nid, host in (("n-dgx", "gpu-node-1"), ("n-4090", "gpu-node-2"))]
+    plan = Planner(queues=quotas).plan(nodes, services, tasks, FACTS)
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100)
+    return [(p.service, p.hostname, sorted(v.service for v in p.victims)) for p in got]
+
+
+KEEP = {f"{P}priority": "100"}  # neither below the preemptors' priority nor any guarantee
+LOW = {f"{P}priority": "0"}
+
+
+def test_one_reclaim_victim_goes_before_two_by_priority() -> None:
+    """Fewest victims first, whichever way they are taken: big (research, above its
+    guarantee of 0) frees prod's 2 GPUs alone, a and b (priority 0) only together."""
+    research = {f"{P}priority": "100", f"{P}queue": "research"}
+    prod = {"prod": {f"{P}gpus": "2", f"{P}priority": "100", f"{P}queue": "prod"}}
+    quotas = {"research": (0, None), "prod": (8000, None)}
+    held = {"a": ("n-4090", 1, LOW), "b": ("n-4090", 1, LOW), "big": ("n-4090", 2, research),
+            "keep": ("n-4090", 4, KEEP), "keep1": ("n-dgx", 7, KEEP)}
+    assert _held_by(held, prod, quotas) == [("prod", "gpu-node-2", ["big"])]
+    # across nodes: a and b on the DGX (first by hostname), big on the RTX 4090s
+    held = {"a": ("n-dgx", 1, LOW), "b": ("n-dgx", 1, LOW), "keep1": ("n-dgx", 5, KEEP),
+            "big": ("n-4090", 2, research), "keep": ("n-4090", 6, KEEP)}
+    assert _held_by(held, prod, quotas) == [("prod", "gpu-node-2", ["big"])]
+    # on one node, the rule alone: among single victims, one by priority goes first
+    big = Candidate("big", "id-big", "n", 100, "", ("G0", "G1"), quota="research")
+    a, b = _c("a", 0, 1, first=2), _c("b", 0, 1, first=3)
+    over = {"research": (float("inf"), 2.0)}
+    assert pick_victims(2, set(), [a, b, big], _holders([a, b, big]), over=over) == (big,)
+    assert pick_victims(1, set(), [a, b, big], _holders([a, b, big]), over=over) == (a,)
+
+
 # --- a waiting preemption holds the next move slot ---------------------------------------
 
 

@@ -16,15 +16,13 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   within its own (``queues.reclaimable``; ``swarmgpu.preemptible: false`` still protects);
   the victims of one queue taken by quota are counted together, with those of the
   cycle's earlier preemptions (``queues.group_reclaimable``);
-* victims (``pick_victims``, per node, then across nodes): a set taken by priority alone
-  first; a set that reclaims is ranked by the queue it takes from that is least far
-  above its guarantee (``queues.over_guarantee``, counting the cycle's earlier victims),
-  furthest first, as KAI-Scheduler and Kueue reclaim: a queue is taken from only when
-  those further above their guarantees cannot free enough. Then, as within one queue:
-  the fewest victims that free enough GPUs; among sets of that size, the lowest highest
-  priority, then the lowest total priority, then the most recently started; hence never
-  more than needed (no subset of the victims frees enough). Across nodes the same
-  order, then the hostname;
+* victims (``pick_victims``, per node, then across nodes): the fewest victims that free
+  enough GPUs, however they are taken (never more stopped than needed: no smaller set
+  frees enough). Among sets of that size, one taken by priority alone first; one that
+  reclaims is ranked by the queue it takes from that is least far above its guarantee
+  (``queues.over_guarantee``, counting the cycle's earlier victims), furthest first, as
+  KAI-Scheduler and Kueue reclaim. Then the lowest highest priority, the lowest total
+  priority, the most recently started. Across nodes the same order, then the hostname;
 * no preemption when a node the preemptor may use already has enough free GPUs: the
   request is pending for another reason (topology, CPU, a constraint), and stopping a
   service would not place it.
@@ -190,35 +188,22 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
     above its guarantee (``reclaim_rank``)."""
     if len(free) >= need:
         return ()
+    # Rank order decides which candidates a crowded node keeps; a set's size comes first
+    # whatever its rank (a reclaim of one before two by priority: never more than needed).
     ranked = sorted(((reclaim_rank(c, over or {}), c) for c in rule_sorted(candidates)),
                     key=lambda rc: rc[0])[:MAX_CANDIDATES]
-    # One rank at a time, furthest above its guarantee first: the first rank whose
-    # candidates (with those ranked before) free enough holds the set, which takes one of
-    # its own (else an earlier rank's would have).
-    for level in sorted({rank for rank, _ in ranked}):
-        got = _fewest(need, free, [c for rank, c in ranked if rank <= level], holders, allowed)
-        if got is not None:
-            return got
-    return None
-
-
-def _fewest(need: int, free: AbstractSet[str], cands: Sequence[Candidate],
-            holders: Mapping[str, AbstractSet[str]],
-            allowed: Callable[[tuple[Candidate, ...]], bool] | None,
-            ) -> tuple[Candidate, ...] | None:
-    """The fewest of ``cands`` (in rule order) that free ``need`` GPUs, then the lowest
-    highest and total priority, then the earliest in that order; None when none does."""
-    for k in range(1, len(cands) + 1):
-        best: tuple[tuple[int, int, tuple[int, ...]], tuple[Candidate, ...]] | None = None
-        for idx in combinations(range(len(cands)), k):
-            combo = tuple(cands[i] for i in idx)
+    for k in range(1, len(ranked) + 1):
+        best: tuple[tuple[Rank, int, int, tuple[int, ...]], tuple[Candidate, ...]] | None = None
+        for idx in combinations(range(len(ranked)), k):
+            combo = tuple(ranked[i][1] for i in idx)
             names = {c.service for c in combo}
             freed = {u for c in combo for u in c.uuids if holders.get(u, set()) <= names}
             if len(free) + len(freed - free) < need:
                 continue
             if allowed is not None and not allowed(combo):
                 continue
-            key = (max(c.priority for c in combo), sum(c.priority for c in combo), idx)
+            key = (max(ranked[i][0] for i in idx), max(c.priority for c in combo),
+                   sum(c.priority for c in combo), idx)
             if best is None or key < best[0]:
                 best = (key, combo)
         if best is not None:
@@ -308,13 +293,13 @@ def choose_preemptions(
 
 
 def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption | None:
-    """The preemption that places one replica of ``s`` (by priority alone first, else from
-    the queues furthest above their guarantees; then the fewest victims, the lowest
-    priorities, the hostname); None when there is none, or when a node it may use has room
-    already (it is pending for another reason)."""
+    """The preemption that places one replica of ``s`` (the fewest victims; then by
+    priority alone before a reclaim, a reclaim from the queues furthest above their
+    guarantees first; then the lowest priorities, the hostname); None when there is none,
+    or when a node it may use has room already (it is pending for another reason)."""
     no = rd.refused_of(s)
     over = {q: over_guarantee(row, rd.q_gone.get(q, 0)) for q, row in rd.queues.items()}
-    best: tuple[tuple[Rank, int, int, int, str], Preemption] | None = None
+    best: tuple[tuple[int, Rank, int, int, str], Preemption] | None = None
     for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
         node = rd.by_node.get(nid)
         if node is None or nid in no or node.state != "ready" \
@@ -344,7 +329,7 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
         if not victims:
             continue
         prios = [v.priority for v in victims]
-        key = (max(reclaim_rank(v, over) for v in victims), len(victims), max(prios),
+        key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
                sum(prios), node.hostname)
         if best is None or key < best[0]:
             best = (key, Preemption(s.name, s.id, r.priority, nid, node.hostname, victims))
