@@ -793,6 +793,42 @@ def test_one_reclaim_victim_goes_before_two_by_priority() -> None:
     assert pick_victims(1, set(), [a, b, big], _holders([a, b, big]), over=over) == (a,)
 
 
+def test_priority_never_takes_another_queue_below_its_guarantee() -> None:
+    """high (priority 100) may stop b1 (priority 0) by priority only while b1's queue,
+    another queue with a guarantee, stays at or above it without b1 (KAI-Scheduler
+    preempts by priority within a queue only; across queues it reclaims)."""
+    low, b_keep = {f"{P}priority": "0", f"{P}queue": "b"}, {**KEEP, f"{P}queue": "b"}
+    held = {"b1": ("n-4090", 2, low), "b3": ("n-4090", 6, b_keep), "keep1": ("n-dgx", 7, KEEP)}
+    high = {"high": {f"{P}gpus": "2", f"{P}priority": "100", f"{P}queue": "a"}}
+    # b holds 8 on a guarantee of 8: none of it goes to another queue by priority
+    assert _held_by(held, high, {"a": (8000, None), "b": (8000, None)}) == []
+    # a preemptor with no queue is not b's either
+    assert _held_by(held, {"high": {f"{P}gpus": "2", f"{P}priority": "100"}},
+                    {"b": (8000, None)}) == []
+    # 8 on 6: b stays at its guarantee without b1
+    assert _held_by(held, high, {"a": (8000, None), "b": (6000, None)}) == [
+        ("high", "gpu-node-2", ["b1"])]
+    # no guarantee (0, or b not configured): as without queues
+    for quotas in ({"a": (8000, None), "b": (0, None)}, {"a": (8000, None)}):
+        assert _held_by(held, high, quotas) == [("high", "gpu-node-2", ["b1"])]
+    # within one queue, priority preempts as without queues, whatever its guarantee
+    assert _held_by(held, {"high": {**high["high"], f"{P}queue": "b"}},
+                    {"b": (8000, None)}) == [("high", "gpu-node-2", ["b1"])]
+    # counted with the cycle's earlier victims: h1 takes b2 (the newest), down to 6;
+    # b1 would take b below it, by priority as by reclaim (b3 is no one's victim)
+    b3 = {**b_keep, f"{P}preemptible": "false"}
+    held = {"b1": ("n-4090", 2, low), "b2": ("n-4090", 2, low), "b3": ("n-4090", 4, b3),
+            "keep1": ("n-dgx", 7, KEEP)}
+    two = {n: high["high"] for n in ("h1", "h2")}
+    assert _held_by(held, two, {"a": (8000, None), "b": (6000, None)}) == [
+        ("h1", "gpu-node-2", ["b2"])]
+    # and with the set's: 4 GPUs are b1 and b2 together, 8 - 4 on a guarantee of 5
+    four = {"high": {**high["high"], f"{P}gpus": "4"}}
+    assert _held_by(held, four, {"a": (8000, None), "b": (5000, None)}) == []
+    assert _held_by(held, four, {"a": (8000, None), "b": (4000, None)}) == [
+        ("high", "gpu-node-2", ["b1", "b2"])]
+
+
 # --- a waiting preemption holds the next move slot ---------------------------------------
 
 

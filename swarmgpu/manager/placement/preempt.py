@@ -16,6 +16,13 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   within its own (``queues.reclaimable``; ``swarmgpu.preemptible: false`` still protects);
   the victims of one queue taken by quota are counted together, with those of the
   cycle's earlier preemptions (``queues.group_reclaimable``);
+* a guarantee holds against priority too: a lower-priority victim of another queue that
+  has a guarantee (``queues.guarded_queue``; a preemptor of no queue included) goes only
+  when its queue stays at or above its guarantee without it, counted with the set's
+  and the cycle's other victims of that queue, as reclaim's are. KAI-Scheduler
+  preempts by priority within a queue only and takes from another by reclaim, which
+  never goes below a guarantee. Within one queue, and for a victim of no queue or of a
+  queue without a guarantee, priority alone decides, as without queues;
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
   enough GPUs, however they are taken (never more stopped than needed: no smaller set
   frees enough). Among sets of that size, one taken by priority alone first; one that
@@ -44,7 +51,12 @@ from itertools import combinations
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
-from swarmgpu.manager.placement.queues import group_reclaimable, over_guarantee, reclaimable
+from swarmgpu.manager.placement.queues import (
+    group_reclaimable,
+    guarded_queue,
+    over_guarantee,
+    reclaimable,
+)
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -125,6 +137,7 @@ class Candidate:
     uuids: tuple[str, ...]  # the GPUs of its holding the preemptor could use
     holding: Holding | None = None  # its whole holding on the node
     quota: str = ""  # its queue, when only its queue's quota makes it a candidate
+    guard: str = ""  # its queue, taken by priority, when its guarantee binds (guarded_queue)
 
 
 @dataclass(frozen=True)
@@ -183,9 +196,9 @@ def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candida
     """The victims on one node (see the module's rule), or None when even all of them do
     not free ``need`` GPUs. ``free``: GPUs of the node the preemptor may use that nobody
     holds; ``holders``: GPU -> every service holding it (a shared GPU frees only when all
-    its holders are victims); ``allowed``: whether a set may go together (the quota
-    victims of one queue, ``queues.group_reclaimable``); ``over``: how far each queue is
-    above its guarantee (``reclaim_rank``)."""
+    its holders are victims); ``allowed``: whether a set may go together (the victims of
+    one queue that its guarantee bounds, ``queues.group_reclaimable``); ``over``: how far
+    each queue is above its guarantee (``reclaim_rank``)."""
     if len(free) >= need:
         return ()
     # Rank order decides which candidates a crowded node keeps; a set's size comes first
@@ -320,9 +333,11 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
             return None  # room already: pending for another reason
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
+            def milli(c: Candidate) -> int:
+                return sum(c.holding.milli) if c.holding else 0
             return group_reclaimable(
-                r, [(c.quota, sum(c.holding.milli) if c.holding else 0)
-                    for c in combo if c.quota], rd.queues, rd.q_gone, rd.q_given)
+                r, [(c.quota, milli(c)) for c in combo if c.quota], rd.queues, rd.q_gone,
+                rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard])
 
         victims = pick_victims(r.gpus, free, _candidates(rd, r, nid, here, usable), holders,
                                together, over)
@@ -347,13 +362,18 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
         if (not isinstance(vr, GpuRequest) or vs is None or svc in rd.cooling
                 or svc in rd.gone or svc in rd.moving):
             continue
-        by_priority = vr.priority < r.priority and vr.is_preemptible(rd.preemptible_below)
+        # another queue's guarantee holds against priority too: alone here, with the
+        # set's other victims of that queue in ``pick_victims`` (``together``)
+        guard = guarded_queue(r, vr, rd.queues)
+        by_priority = vr.priority < r.priority and vr.is_preemptible(rd.preemptible_below) \
+            and (not guard or group_reclaimable(r, [], rd.queues, rd.q_gone, rd.q_given,
+                                                [(guard, sum(h.milli))]))
         by_quota = vr.preemptible is not False and reclaimable(r, vr, sum(h.milli), rd.queues)
         if not (by_priority or by_quota):
             continue
         cands.append(Candidate(svc, vs.id, nid, vr.priority, rd.started.get((vs.id, nid), ""),
                                tuple(u for u in h.uuids if u in usable), h,
-                               "" if by_priority else vr.queue))
+                               "" if by_priority else vr.queue, guard if by_priority else ""))
     return cands
 
 

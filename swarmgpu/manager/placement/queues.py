@@ -10,7 +10,9 @@ KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
   reported in ``status``, not enforced by stopping).
 * ``guaranteed``: work of a queue above its guarantee may be preempted for work of a
   queue below its own (``placement.preempt``; see ``reclaimable``), from the queue
-  furthest above its guarantee first (``over_guarantee``), never below it.
+  furthest above its guarantee first (``over_guarantee``), never below it; nor does
+  another queue's priority take it below (``guarded_queue``): by priority, as
+  KAI-Scheduler, a queue's guarantee gives way only to its own work.
 
 Use is counted in thousandths of a GPU, per holding: the GPUs of the ledger entries kept
 this cycle, plus what the cycle places, less what it releases (``QueueBook.count``: the
@@ -246,23 +248,38 @@ def over_guarantee(queue: Mapping[str, Any], gone: int = 0) -> tuple[float, floa
     return ratio, (used - guaranteed) / 1000
 
 
+def guarded_queue(preemptor: GpuRequest, victim: GpuRequest,
+                  queues: Mapping[str, Mapping[str, Any]]) -> str:
+    """The victim's queue when its guarantee holds against the preemptor's priority too:
+    a queue with a guarantee, not the preemptor's (a preemptor of no queue included), as
+    KAI-Scheduler preempts by priority within a queue only; "" when priority alone
+    decides (one queue, the victim of none, a queue without a guarantee)."""
+    if not victim.queue or victim.queue == preemptor.queue:
+        return ""
+    v = queues.get(victim.queue)
+    return victim.queue if v is not None and float(v.get("guaranteed_gpus") or 0) > 0 else ""
+
+
 def group_reclaimable(preemptor: GpuRequest, taken: Sequence[tuple[str, int]],
                       queues: Mapping[str, Mapping[str, Any]],
-                      gone: Mapping[str, int], given: Mapping[str, int]) -> bool:
+                      gone: Mapping[str, int], given: Mapping[str, int],
+                      by_priority: Sequence[tuple[str, int]] = ()) -> bool:
     """``reclaimable`` for a set of victims taken by quota (``taken``: (queue, milli) per
     victim): each victim queue stays at or above its guarantee without all of its victims
     together, and the preemptor's queue within its own, counting what earlier preemptions
-    of the cycle took (``gone``: milli per queue) and placed (``given``)."""
-    if not taken:
-        return True
-    p = queues.get(preemptor.queue)
-    if p is None:
-        return False
-    p_used = round(1000 * (p["used_gpus"] or 0)) + given.get(preemptor.queue, 0)
-    if p_used + replica_milli(preemptor) > round(1000 * float(p["guaranteed_gpus"])):
-        return False
+    of the cycle took (``gone``: milli per queue) and placed (``given``).
+    ``by_priority``: the set's victims taken by priority from a guarded queue
+    (``guarded_queue``), counted with ``taken`` against their queues' guarantees; the
+    preemptor's own guarantee does not bound those."""
+    if taken:
+        p = queues.get(preemptor.queue)
+        if p is None:
+            return False
+        p_used = round(1000 * (p["used_gpus"] or 0)) + given.get(preemptor.queue, 0)
+        if p_used + replica_milli(preemptor) > round(1000 * float(p["guaranteed_gpus"])):
+            return False
     per: dict[str, int] = {}
-    for q, milli in taken:
+    for q, milli in (*taken, *by_priority):
         per[q] = per.get(q, 0) + milli
     for q, milli in per.items():
         v = queues.get(q)
