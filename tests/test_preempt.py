@@ -660,6 +660,175 @@ def test_queue_take_back_counts_the_victims_of_one_queue_together() -> None:
     assert _reclaims({"p1": "4", "p2": "4"}, 0) == [("p1", ["r1"]), ("p2", ["r2"])]
 
 
+def _near_and_far(preemptors: dict[str, str], quotas: dict[str, tuple[int, int | None]],
+                  far: int = 4) -> list[tuple[str, list[str]]]:
+    """The 8 RTX 4090s are held one each: ``far`` of them by far1, far2, ... (queue far),
+    the others by near1, near2, ... (queue near), started in that order (near's newest,
+    which the priority rule stops first); ``preemptors`` (queue prod, name -> GPUs) ask
+    for RTX 4090s. What the cycle reclaims, in order."""
+    from swarmgpu.manager.placement import Planner
+
+    names = [f"far{i}" for i in range(1, far + 1)] + [f"near{i}" for i in range(1, 9 - far)]
+    labels: dict[str, str] = {}
+    for name, u in zip(names, R_UUIDS, strict=True):
+        labels |= held_labels(name, "n-4090", u)
+    nodes = [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2", labels)]
+    held = [sw_svc(n, {f"{P}gpus": "1", f"{P}queue": n.rstrip("0123456789"),
+                       devices_key(P, "n-4090"): u}) for n, u in zip(names, R_UUIDS, strict=True)]
+    prod = [sw_svc(n, {f"{P}gpus": g, f"{P}gpu-product": "*RTX 4090*", f"{P}queue": "prod"})
+            for n, g in preemptors.items()]
+    tasks = [SwarmTask(f"t-{s.name}", s.id, "n-4090", 1, "running", "running", (),
+                       created_at=f"2026-01-01T10:0{i}:00Z") for i, s in enumerate(held)]
+    plan = Planner(queues=quotas).plan(nodes, [*held, *prod], tasks, FACTS)
+    got = choose_preemptions(plan, nodes, [*held, *prod], tasks, FACTS, prefix=P,
+                             preemptible_below=0)  # only the quotas make victims
+    return [(p.service, sorted(v.service for v in p.victims)) for p in got]
+
+
+def test_reclaim_takes_from_the_queue_furthest_above_its_guarantee_first() -> None:
+    # far holds 4 on a guarantee of 1 (4 times it), near 4 on 3 (1.33 times): far's
+    # newest goes first though near's are newer, then far's next, down to its guarantee;
+    # only then near, and near only down to its own
+    quotas = {"far": (1000, None), "near": (3000, None), "prod": (8000, None)}
+    got = _near_and_far({f"p{i}": "1" for i in range(1, 6)}, quotas)
+    assert got == [("p1", ["far4"]), ("p2", ["far3"]), ("p3", ["far2"]), ("p4", ["near4"])]
+    # measured relative to the guarantee (KAI's used / fair share): far holds 2 on 1 (2
+    # times, 1 GPU over), near 6 on 4 (1.5 times, 2 GPUs over): far first
+    quotas = {"far": (1000, None), "near": (4000, None), "prod": (8000, None)}
+    assert _near_and_far({"p1": "1"}, quotas, far=2) == [("p1", ["far2"])]
+    # no guarantee is furthest above it whatever it holds: far 2 on 0 before near 6 on 1
+    quotas = {"far": (0, None), "near": (1000, None), "prod": (8000, None)}
+    assert _near_and_far({"p1": "1"}, quotas, far=2) == [("p1", ["far2"])]
+
+
+def test_reclaim_goes_to_the_node_of_the_queue_furthest_above_its_guarantee() -> None:
+    """near holds the DGX (gpu-node-1, first by hostname) as near1 and near2, 4 GPUs each,
+    on a guarantee of 4; far the RTX 4090s (gpu-node-2) as far1 and far2 on 2: prod's 4
+    GPUs come from far, though both nodes free them with one victim."""
+    from swarmgpu.manager.placement import Planner
+
+    d_uuids = tuple(g.uuid for g in DGX_F.gpus)
+    halves = {"near1": ("n-dgx", d_uuids[:4]), "near2": ("n-dgx", d_uuids[4:]),
+              "far1": ("n-4090", R_UUIDS[:4]), "far2": ("n-4090", R_UUIDS[4:])}
+    labels: dict[str, dict[str, str]] = {"n-dgx": {}, "n-4090": {}}
+    for name, (nid, u) in halves.items():
+        labels[nid] |= {assign_key(P, name): Holding(name, nid, u, (1000,) * 4).label_value(),
+                        gate_key(P, name): "true"}
+    nodes = [sw_node("n-dgx", "gpu-node-1", labels["n-dgx"]),
+             sw_node("n-4090", "gpu-node-2", labels["n-4090"])]
+    services = [sw_svc(n, {f"{P}gpus": "4", f"{P}queue": n[:-1], devices_key(P, nid): ",".join(u)})
+                for n, (nid, u) in halves.items()]
+    services.append(sw_svc("prod", {f"{P}gpus": "4", f"{P}queue": "prod"}))
+    tasks = [SwarmTask(f"t-{s.name}", s.id, halves[s.name][0], 1, "running", "running", ())
+             for s in services[:4]]
+    quotas = {"near": (4000, None), "far": (2000, None), "prod": (8000, None)}
+    plan = Planner(queues=quotas).plan(nodes, services, tasks, FACTS)
+    (p,) = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=0)
+    assert (p.hostname, [v.service for v in p.victims]) == ("gpu-node-2", ["far1"])
+
+
+def test_reclaim_never_takes_a_queue_below_its_guarantee() -> None:
+    quotas = {"far": (1000, None), "near": (3000, None), "prod": (8000, None)}
+    # 4 GPUs: far gives 3 (down to its 1), near 1 (down to its 3), no more; a second
+    # request of the cycle finds none left above a guarantee
+    assert _near_and_far({"p1": "4", "p2": "1"}, quotas) == [
+        ("p1", ["far2", "far3", "far4", "near4"])]
+    # at their guarantees, neither queue is reclaimed
+    quotas = {"far": (4000, None), "near": (4000, None), "prod": (8000, None)}
+    assert _near_and_far({"p1": "1"}, quotas) == []
+
+
+def _held_by(held: dict[str, tuple[str, int, dict[str, str]]], pending: dict[str, dict[str, str]],
+             quotas: dict[str, tuple[int, int | None]]) -> list[tuple[str, str, list[str]]]:
+    """Each of ``held`` (name -> (node, GPUs, its labels)) holds that many whole GPUs of
+    its node, the next free ones, and runs (the DGX has 7, its GPU 0 is in MIG mode);
+    each of ``pending`` (name -> its labels) asks. What the cycle preempts: (preemptor,
+    hostname, victims), in order."""
+    from swarmgpu.manager.placement import Planner
+
+    free = {"n-dgx": [g.uuid for g in DGX_F.gpus if not g.mig_enabled],
+            "n-4090": list(R_UUIDS)}
+    labels: dict[str, dict[str, str]] = {"n-dgx": {}, "n-4090": {}}
+    services, tasks = [], []
+    for i, (name, (nid, n, own)) in enumerate(held.items()):
+        u, free[nid] = tuple(free[nid][:n]), free[nid][n:]
+        labels[nid] |= {assign_key(P, name): Holding(name, nid, u, (1000,) * n).label_value(),
+                        gate_key(P, name): "true"}
+        s = sw_svc(name, {f"{P}gpus": str(n), devices_key(P, nid): ",".join(u), **own})
+        services.append(s)
+        tasks.append(SwarmTask(f"t-{name}", s.id, nid, 1, "running", "running", (),
+                               created_at=f"2026-01-01T10:{i:02}:00Z"))
+    services += [sw_svc(name, own) for name, own in pending.items()]
+    nodes = [sw_node(nid, host, labels[nid])
+             for nid, host in (("n-dgx", "gpu-node-1"), ("n-4090", "gpu-node-2"))]
+    plan = Planner(queues=quotas).plan(nodes, services, tasks, FACTS)
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100)
+    return [(p.service, p.hostname, sorted(v.service for v in p.victims)) for p in got]
+
+
+KEEP = {f"{P}priority": "100"}  # neither below the preemptors' priority nor any guarantee
+LOW = {f"{P}priority": "0"}
+
+
+def test_one_reclaim_victim_goes_before_two_by_priority() -> None:
+    """Fewest victims first, whichever way they are taken: big (research, above its
+    guarantee of 0) frees prod's 2 GPUs alone, a and b (priority 0) only together."""
+    research = {f"{P}priority": "100", f"{P}queue": "research"}
+    prod = {"prod": {f"{P}gpus": "2", f"{P}priority": "100", f"{P}queue": "prod"}}
+    quotas = {"research": (0, None), "prod": (8000, None)}
+    held = {"a": ("n-4090", 1, LOW), "b": ("n-4090", 1, LOW), "big": ("n-4090", 2, research),
+            "keep": ("n-4090", 4, KEEP), "keep1": ("n-dgx", 7, KEEP)}
+    assert _held_by(held, prod, quotas) == [("prod", "gpu-node-2", ["big"])]
+    # across nodes: a and b on the DGX (first by hostname), big on the RTX 4090s
+    held = {"a": ("n-dgx", 1, LOW), "b": ("n-dgx", 1, LOW), "keep1": ("n-dgx", 5, KEEP),
+            "big": ("n-4090", 2, research), "keep": ("n-4090", 6, KEEP)}
+    assert _held_by(held, prod, quotas) == [("prod", "gpu-node-2", ["big"])]
+    # on one node, the rule alone: among single victims, one by priority goes first
+    big = Candidate("big", "id-big", "n", 100, "", ("G0", "G1"), quota="research")
+    a, b = _c("a", 0, 1, first=2), _c("b", 0, 1, first=3)
+    over = {"research": (float("inf"), 2.0)}
+    assert pick_victims(2, set(), [a, b, big], _holders([a, b, big]), over=over) == (big,)
+    assert pick_victims(1, set(), [a, b, big], _holders([a, b, big]), over=over) == (a,)
+
+
+def test_priority_never_takes_another_queue_below_its_guarantee() -> None:
+    """high (priority 100) may stop b1 (priority 0) by priority only while b1's queue,
+    another queue with a guarantee, stays at or above it without b1 (KAI-Scheduler
+    preempts by priority within a queue only; across queues it reclaims)."""
+    low, b_keep = {f"{P}priority": "0", f"{P}queue": "b"}, {**KEEP, f"{P}queue": "b"}
+    held = {"b1": ("n-4090", 2, low), "b3": ("n-4090", 6, b_keep), "keep1": ("n-dgx", 7, KEEP)}
+    high = {"high": {f"{P}gpus": "2", f"{P}priority": "100", f"{P}queue": "a"}}
+    # b holds 8 on a guarantee of 8: none of it goes to another queue by priority
+    assert _held_by(held, high, {"a": (8000, None), "b": (8000, None)}) == []
+    # a preemptor with no queue is not b's either
+    assert _held_by(held, {"high": {f"{P}gpus": "2", f"{P}priority": "100"}},
+                    {"b": (8000, None)}) == []
+    # 8 on 6: b stays at its guarantee without b1
+    assert _held_by(held, high, {"a": (8000, None), "b": (6000, None)}) == [
+        ("high", "gpu-node-2", ["b1"])]
+    # no guarantee (0, or b not configured): as without queues
+    for quotas in ({"a": (8000, None), "b": (0, None)}, {"a": (8000, None)}):
+        assert _held_by(held, high, quotas) == [("high", "gpu-node-2", ["b1"])]
+    # within one queue, priority preempts as without queues, whatever its guarantee
+    assert _held_by(held, {"high": {**high["high"], f"{P}queue": "b"}},
+                    {"b": (8000, None)}) == [("high", "gpu-node-2", ["b1"])]
+    # counted with the cycle's earlier victims: h1 takes b2 (the newest), down to 6;
+    # b1 would take b below it, by priority as by reclaim (b3 is no one's victim)
+    b3 = {**b_keep, f"{P}preemptible": "false"}
+    held = {"b1": ("n-4090", 2, low), "b2": ("n-4090", 2, low), "b3": ("n-4090", 4, b3),
+            "keep1": ("n-dgx", 7, KEEP)}
+    two = {n: high["high"] for n in ("h1", "h2")}
+    assert _held_by(held, two, {"a": (8000, None), "b": (6000, None)}) == [
+        ("h1", "gpu-node-2", ["b2"])]
+    # and with the set's: 4 GPUs are b1 and b2 together, 8 - 4 on a guarantee of 5
+    four = {"high": {**high["high"], f"{P}gpus": "4"}}
+    assert _held_by(held, four, {"a": (8000, None), "b": (5000, None)}) == []
+    assert _held_by(held, four, {"a": (8000, None), "b": (4000, None)}) == [
+        ("high", "gpu-node-2", ["b1", "b2"])]
+
+
 # --- a waiting preemption holds the next move slot ---------------------------------------
 
 

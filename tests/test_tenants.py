@@ -567,14 +567,18 @@ def test_the_documented_example_does_what_the_docs_say(tmp_path: Path) -> None:
     (sp,) = planner.plan(nodes, services, tasks, FACTS).services
     assert sp.status == "pending" and (sp.reason or "").startswith(
         "queue default at its quota: max 0 GPUs")
-    # inference at its ceiling preempts research work
-    nodes, services, tasks = _full_4090(
-        {"vision-x_train": ("vision-x", 8)},
-        {"infer-chat_api": ("infer-chat", {f"{P}gpus": "2", f"{P}priority": "inference"})})
-    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
-    assert [p.describe() for p in choose_preemptions(
-        plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100)] == [
-        "preempt vision-x_train (priority 0) on gpu-node-2 for infer-chat_api (priority 100)"]
+    # inference at its ceiling preempts research work, down to research's guarantee of 4
+    # (a guarantee holds against another queue's priority: vision-x_train holding all 8
+    # is not stopped, which would leave research-vision none)
+    chat = {"infer-chat_api": ("infer-chat", {f"{P}gpus": "2", f"{P}priority": "inference"})}
+    for held, says in (({"vision-x_a": ("vision-x", 4), "vision-x_b": ("vision-x", 4)},
+                        ["preempt vision-x_a (priority 0) -> moved to gpu-node-1 on "
+                         "gpu-node-2 for infer-chat_api (priority 100)"]),
+                       ({"vision-x_train": ("vision-x", 8)}, [])):
+        nodes, services, tasks = _full_4090(held, chat)
+        plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+        assert [p.describe() for p in choose_preemptions(
+            plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100)] == says
     # research does not preempt research by priority; it takes back up to its guarantee
     # from the other team above its own
     nodes, services, tasks = _full_4090(

@@ -16,10 +16,20 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   within its own (``queues.reclaimable``; ``swarmgpu.preemptible: false`` still protects);
   the victims of one queue taken by quota are counted together, with those of the
   cycle's earlier preemptions (``queues.group_reclaimable``);
+* a guarantee holds against priority too: a lower-priority victim of another queue that
+  has a guarantee (``queues.guarded_queue``; a preemptor of no queue included) goes only
+  when its queue stays at or above its guarantee without it, counted with the set's
+  and the cycle's other victims of that queue, as reclaim's are. KAI-Scheduler
+  preempts by priority within a queue only and takes from another by reclaim, which
+  never goes below a guarantee. Within one queue, and for a victim of no queue or of a
+  queue without a guarantee, priority alone decides, as without queues;
 * victims (``pick_victims``, per node, then across nodes): the fewest victims that free
-  enough GPUs; among sets of that size, the lowest highest priority, then the lowest
-  total priority, then the most recently started; hence never more than needed (no
-  smaller set frees enough). Across nodes the same order, then the hostname;
+  enough GPUs, however they are taken (never more stopped than needed: no smaller set
+  frees enough). Among sets of that size, one taken by priority alone first; one that
+  reclaims is ranked by the queue it takes from that is least far above its guarantee
+  (``queues.over_guarantee``, counting the cycle's earlier victims), furthest first, as
+  KAI-Scheduler and Kueue reclaim. Then the lowest highest priority, the lowest total
+  priority, the most recently started. Across nodes the same order, then the hostname;
 * no preemption when a node the preemptor may use already has enough free GPUs: the
   request is pending for another reason (topology, CPU, a constraint), and stopping a
   service would not place it.
@@ -41,7 +51,13 @@ from itertools import combinations
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
-from swarmgpu.manager.placement.queues import group_reclaimable, holding_milli, reclaimable
+from swarmgpu.manager.placement.queues import (
+    group_reclaimable,
+    guarded_queue,
+    holding_milli,
+    over_guarantee,
+    reclaimable,
+)
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -49,6 +65,7 @@ from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 PREEMPTED_STATE = "state.preempted"  # service label: JSON {by, priority, at, node}
 MAX_STATE_CHARS = 1024  # a longer label is not swarmgpu's: not read
 MAX_CANDIDATES = 12  # per node, in rule order: subsets of at most 2**12 are tried
+Rank = tuple[int, float, float]  # a victim set's reclaim rank (``reclaim_rank``), least first
 
 
 @dataclass(frozen=True)
@@ -121,6 +138,7 @@ class Candidate:
     uuids: tuple[str, ...]  # the GPUs of its holding the preemptor could use
     holding: Holding | None = None  # its whole holding on the node
     quota: str = ""  # its queue, when only its queue's quota makes it a candidate
+    guard: str = ""  # its queue, taken by priority, when its guarantee binds (guarded_queue)
 
 
 @dataclass(frozen=True)
@@ -161,29 +179,45 @@ def rule_sorted(cands: Sequence[Candidate]) -> list[Candidate]:
     return sorted(newest, key=lambda c: c.priority)
 
 
+def reclaim_rank(c: Candidate, over: Mapping[str, tuple[float, float]]) -> Rank:
+    """(0, 0, 0) for a victim by priority; for one taken by quota, its queue's distance
+    above its guarantee (``over``: ``queues.over_guarantee`` by queue) negated, so that
+    the furthest sorts first. A set ranks as its greatest (the queue it hurts most)."""
+    if not c.quota:
+        return 0, 0.0, 0.0
+    ratio, gpus = over.get(c.quota, (0.0, 0.0))
+    return 1, -ratio, -gpus
+
+
 def pick_victims(need: int, free: AbstractSet[str], candidates: Sequence[Candidate],
                  holders: Mapping[str, AbstractSet[str]],
                  allowed: Callable[[tuple[Candidate, ...]], bool] | None = None,
+                 over: Mapping[str, tuple[float, float]] | None = None,
                  ) -> tuple[Candidate, ...] | None:
     """The victims on one node (see the module's rule), or None when even all of them do
     not free ``need`` GPUs. ``free``: GPUs of the node the preemptor may use that nobody
     holds; ``holders``: GPU -> every service holding it (a shared GPU frees only when all
-    its holders are victims); ``allowed``: whether a set may go together (the quota
-    victims of one queue, ``queues.group_reclaimable``)."""
+    its holders are victims); ``allowed``: whether a set may go together (the victims of
+    one queue that its guarantee bounds, ``queues.group_reclaimable``); ``over``: how far
+    each queue is above its guarantee (``reclaim_rank``)."""
     if len(free) >= need:
         return ()
-    cands = rule_sorted(candidates)[:MAX_CANDIDATES]
-    for k in range(1, len(cands) + 1):
-        best: tuple[tuple[int, int, tuple[int, ...]], tuple[Candidate, ...]] | None = None
-        for idx in combinations(range(len(cands)), k):
-            combo = tuple(cands[i] for i in idx)
+    # Rank order decides which candidates a crowded node keeps; a set's size comes first
+    # whatever its rank (a reclaim of one before two by priority: never more than needed).
+    ranked = sorted(((reclaim_rank(c, over or {}), c) for c in rule_sorted(candidates)),
+                    key=lambda rc: rc[0])[:MAX_CANDIDATES]
+    for k in range(1, len(ranked) + 1):
+        best: tuple[tuple[Rank, int, int, tuple[int, ...]], tuple[Candidate, ...]] | None = None
+        for idx in combinations(range(len(ranked)), k):
+            combo = tuple(ranked[i][1] for i in idx)
             names = {c.service for c in combo}
             freed = {u for c in combo for u in c.uuids if holders.get(u, set()) <= names}
             if len(free) + len(freed - free) < need:
                 continue
             if allowed is not None and not allowed(combo):
                 continue
-            key = (max(c.priority for c in combo), sum(c.priority for c in combo), idx)
+            key = (max(ranked[i][0] for i in idx), max(c.priority for c in combo),
+                   sum(c.priority for c in combo), idx)
             if best is None or key < best[0]:
                 best = (key, combo)
         if best is not None:
@@ -273,11 +307,13 @@ def choose_preemptions(
 
 
 def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption | None:
-    """The preemption that places one replica of ``s`` (fewest victims, then the lowest
-    priorities, then the hostname); None when there is none, or when a node it may use
-    has room already (it is pending for another reason)."""
+    """The preemption that places one replica of ``s`` (the fewest victims; then by
+    priority alone before a reclaim, a reclaim from the queues furthest above their
+    guarantees first; then the lowest priorities, the hostname); None when there is none,
+    or when a node it may use has room already (it is pending for another reason)."""
     no = rd.refused_of(s)
-    best: tuple[tuple[int, int, int, str], Preemption] | None = None
+    over = {q: over_guarantee(row, rd.q_gone.get(q, 0)) for q, row in rd.queues.items()}
+    best: tuple[tuple[int, Rank, int, int, str], Preemption] | None = None
     for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
         node = rd.by_node.get(nid)
         if node is None or nid in no or node.state != "ready" \
@@ -298,17 +334,19 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
             return None  # room already: pending for another reason
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
+            def milli(c: Candidate) -> int:
+                return holding_milli(rd.req.get(c.service), c.holding) if c.holding else 0
             return group_reclaimable(
-                r, [(c.quota, holding_milli(rd.req.get(c.service), c.holding)
-                           if c.holding else 0)
-                    for c in combo if c.quota], rd.queues, rd.q_gone, rd.q_given)
+                r, [(c.quota, milli(c)) for c in combo if c.quota], rd.queues, rd.q_gone,
+                rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard])
 
         victims = pick_victims(r.gpus, free, _candidates(rd, r, nid, here, usable), holders,
-                               together)
+                               together, over)
         if not victims:
             continue
         prios = [v.priority for v in victims]
-        key = (len(victims), max(prios), sum(prios), node.hostname)
+        key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
+               sum(prios), node.hostname)
         if best is None or key < best[0]:
             best = (key, Preemption(s.name, s.id, r.priority, nid, node.hostname, victims))
     return best[1] if best is not None else None
@@ -325,14 +363,19 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
         if (not isinstance(vr, GpuRequest) or vs is None or svc in rd.cooling
                 or svc in rd.gone or svc in rd.moving):
             continue
-        by_priority = vr.priority < r.priority and vr.is_preemptible(rd.preemptible_below)
-        by_quota = vr.preemptible is not False and reclaimable(r, vr, holding_milli(vr, h),
-                                                                rd.queues)
+        # another queue's guarantee holds against priority too: alone here, with the
+        # set's other victims of that queue in ``pick_victims`` (``together``)
+        guard = guarded_queue(r, vr, rd.queues)
+        milli = holding_milli(vr, h)
+        by_priority = vr.priority < r.priority and vr.is_preemptible(rd.preemptible_below) \
+            and (not guard or group_reclaimable(r, [], rd.queues, rd.q_gone, rd.q_given,
+                                                [(guard, milli)]))
+        by_quota = vr.preemptible is not False and reclaimable(r, vr, milli, rd.queues)
         if not (by_priority or by_quota):
             continue
         cands.append(Candidate(svc, vs.id, nid, vr.priority, rd.started.get((vs.id, nid), ""),
                                tuple(u for u in h.uuids if u in usable), h,
-                               "" if by_priority else vr.queue))
+                               "" if by_priority else vr.queue, guard if by_priority else ""))
     return cands
 
 

@@ -9,7 +9,10 @@ KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
   Holdings already kept are never taken away by the max (a max lowered later is
   reported in ``status``, not enforced by stopping).
 * ``guaranteed``: work of a queue above its guarantee may be preempted for work of a
-  queue below its own (``placement.preempt``; see ``reclaimable``).
+  queue below its own (``placement.preempt``; see ``reclaimable``), from the queue
+  furthest above its guarantee first (``over_guarantee``), never below it; nor does
+  another queue's priority take it below (``guarded_queue``): by priority, as
+  KAI-Scheduler, a queue's guarantee gives way only to its own work.
 
 Use is counted in thousandths of a GPU, per holding (a share its fraction, a MIG device
 its profile's compute slices over its GPU's, ``_PARTS``): the GPUs of the ledger entries
@@ -28,6 +31,7 @@ now; a global service's, one per GPU node, are bounded by the room left
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -272,23 +276,50 @@ def reclaimable(preemptor: GpuRequest, victim: GpuRequest, victim_milli: int,
     return p_used + need <= p_guaranteed and v_used - victim_milli >= v_guaranteed
 
 
+def over_guarantee(queue: Mapping[str, Any], gone: int = 0) -> tuple[float, float]:
+    """How far a queue (a ``QueueBook.summary`` row) is above its guarantee, less ``gone``
+    (milli its victims of the cycle free): (used / guaranteed, used - guaranteed GPUs),
+    greater further above. Relative first, as KAI-Scheduler's saturation ratio (allocated /
+    fair share): 1 GPU over a guarantee of 1 is further than 2 over a guarantee of 8, so a
+    small queue's share is not the first taken. No guarantee is infinitely far with any use."""
+    used = round(1000 * (queue.get("used_gpus") or 0)) - gone
+    guaranteed = round(1000 * float(queue.get("guaranteed_gpus") or 0))
+    ratio = used / guaranteed if guaranteed else (math.inf if used > 0 else 0.0)
+    return ratio, (used - guaranteed) / 1000
+
+
+def guarded_queue(preemptor: GpuRequest, victim: GpuRequest,
+                  queues: Mapping[str, Mapping[str, Any]]) -> str:
+    """The victim's queue when its guarantee holds against the preemptor's priority too:
+    a queue with a guarantee, not the preemptor's (a preemptor of no queue included), as
+    KAI-Scheduler preempts by priority within a queue only; "" when priority alone
+    decides (one queue, the victim of none, a queue without a guarantee)."""
+    if not victim.queue or victim.queue == preemptor.queue:
+        return ""
+    v = queues.get(victim.queue)
+    return victim.queue if v is not None and float(v.get("guaranteed_gpus") or 0) > 0 else ""
+
+
 def group_reclaimable(preemptor: GpuRequest, taken: Sequence[tuple[str, int]],
                       queues: Mapping[str, Mapping[str, Any]],
-                      gone: Mapping[str, int], given: Mapping[str, int]) -> bool:
+                      gone: Mapping[str, int], given: Mapping[str, int],
+                      by_priority: Sequence[tuple[str, int]] = ()) -> bool:
     """``reclaimable`` for a set of victims taken by quota (``taken``: (queue, milli) per
     victim): each victim queue stays at or above its guarantee without all of its victims
     together, and the preemptor's queue within its own, counting what earlier preemptions
-    of the cycle took (``gone``: milli per queue) and placed (``given``)."""
-    if not taken:
-        return True
-    p = queues.get(preemptor.queue)
-    if p is None:
-        return False
-    p_used = round(1000 * (p["used_gpus"] or 0)) + given.get(preemptor.queue, 0)
-    if p_used + replica_milli(preemptor) > round(1000 * float(p["guaranteed_gpus"])):
-        return False
+    of the cycle took (``gone``: milli per queue) and placed (``given``).
+    ``by_priority``: the set's victims taken by priority from a guarded queue
+    (``guarded_queue``), counted with ``taken`` against their queues' guarantees; the
+    preemptor's own guarantee does not bound those."""
+    if taken:
+        p = queues.get(preemptor.queue)
+        if p is None:
+            return False
+        p_used = round(1000 * (p["used_gpus"] or 0)) + given.get(preemptor.queue, 0)
+        if p_used + replica_milli(preemptor) > round(1000 * float(p["guaranteed_gpus"])):
+            return False
     per: dict[str, int] = {}
-    for q, milli in taken:
+    for q, milli in (*taken, *by_priority):
         per[q] = per.get(q, 0) + milli
     for q, milli in per.items():
         v = queues.get(q)
