@@ -22,7 +22,6 @@ from swarmgpu.manager.placement import (
 )
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.swarm.client import (
-    SwarmError,
     SwarmNode,
     SwarmNotFound,
     SwarmService,
@@ -66,7 +65,7 @@ class RecordingSwarm:
 
     def node(self, node_id: str) -> SwarmNode:
         if node_id not in self._nodes:
-            raise SwarmError(f"node {node_id} not found")
+            raise SwarmNotFound(f"node {node_id} not found")  # the engine's 404
         return self._nodes[node_id]
 
     def services(self) -> list[SwarmService]:

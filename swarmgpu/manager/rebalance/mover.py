@@ -90,6 +90,7 @@ from swarmgpu.manager.rebalance.record import (
     drop_record,
     end_move,
     move_of,
+    node_by_id,
     node_gone_finding,
     put_record,
     room_for,
@@ -616,8 +617,7 @@ class Mover:
     def recover(self, sid: str, st: MoveState) -> None:
         """A recorded move whose service lost its move label: finished when the source is
         already closed (the new task is the one to keep), else rolled back."""
-        ids = {n.id: n for n in self.swarm.nodes()}
-        src, dst = ids.get(st.source), ids.get(st.target)
+        src, dst = node_by_id(self.swarm, st.source), node_by_id(self.swarm, st.target)
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return
@@ -634,8 +634,7 @@ class Mover:
         """One look at a move in flight; make every step whose condition holds. ``st`` is
         the daemon's record, never the service's label."""
         p = self.prefix
-        ids = {n.id: n for n in self.swarm.nodes()}
-        src, dst = ids.get(st.source), ids.get(st.target)
+        src, dst = node_by_id(self.swarm, st.source), node_by_id(self.swarm, st.target)
         if src is None or dst is None:
             self._node_left(sid, st, src, dst)
             return

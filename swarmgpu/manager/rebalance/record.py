@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -33,7 +34,7 @@ from swarmgpu.manager.rebalance.budget import (
 )
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.rebalance.moves import Move
-from swarmgpu.swarm.client import SwarmClient, SwarmNode, SwarmService
+from swarmgpu.swarm.client import SwarmClient, SwarmNode, SwarmNotFound, SwarmService
 
 RECORD = "state.moves."  # swarm-object label: <p>state.moves.<service id> = MoveState JSON
 # swarm-object label: start times (epoch s) of the last hour's health moves that ended and
@@ -64,6 +65,25 @@ def service_ledger(swarm: SwarmClient, prefix: str, service: str) -> dict[str, H
     list, not every node (0.5 s at 5,000 nodes, per move started)."""
     nodes = swarm.nodes_with_label(assign_key(prefix, service))
     return read_ledger(nodes, prefix).get(service, {})
+
+
+# A node id as Swarm makes them (base36); a record's id that is not one names no node and
+# is never sent to the engine (anyone with the manager API can write a record).
+NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def node_by_id(swarm: SwarmClient, node_id: str) -> SwarmNode | None:
+    """Node ``node_id`` of a move in flight, fresh: one inspect, not every node of the
+    swarm (0.5 s at 5,000 nodes, per move in flight per cycle). None when no node has
+    that id: the engine's 404 (``docker node rm``), or another node answered (the engine
+    resolves a hostname or an id prefix too), as the whole list read it."""
+    if not isinstance(node_id, str) or not NODE_ID.fullmatch(node_id):
+        return None
+    try:
+        node = swarm.node(node_id)
+    except SwarmNotFound:
+        return None
+    return node if node.id == node_id else None
 
 
 def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool) -> str | None:

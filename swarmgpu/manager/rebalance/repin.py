@@ -65,6 +65,7 @@ from swarmgpu.manager.rebalance.record import (
     crash_point,
     drop_record,
     end_move,
+    node_by_id,
     put_record,
     read_records,
     room_for,
@@ -237,7 +238,7 @@ class Repin:
     def advance(self, sid: str, st: MoveState) -> None:
         """One look at a repin in flight; make the step whose condition holds. ``st`` is
         the daemon's record, never the service's label."""
-        node = next((n for n in self.swarm.nodes() if n.id == st.source), None)
+        node = node_by_id(self.swarm, st.source)
         if node is None:  # the node left the swarm: nothing to repin there
             self._finish(sid, st)
             self.say(st, Outcome.FAILED, f"{st.source_host} left the swarm; left to placement")
@@ -305,7 +306,7 @@ class Repin:
         """A recorded repin whose service lost its move label (a stack re-deploy, or a
         stop between the record and the label): placement takes the service back from
         the node's ledger; only the record goes."""
-        node = next((n for n in self.swarm.nodes() if n.id == st.source), None)
+        node = node_by_id(self.swarm, st.source)
         held = None if node is None else parse_holding(
             st.service, node.id, node.labels.get(assign_key(self.prefix, st.service), ""))
         started = held is not None and held != st.source_holding()
