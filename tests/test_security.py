@@ -261,6 +261,8 @@ JUSTIFIED = {
     ("B104", "swarmgpu/core/httpguard.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/swarm/client.py"): "a comparison with '0.0.0.0', not a bind",
     ("B104", "swarmgpu/core/healthcheck.py"): "a comparison with '0.0.0.0', not a bind",
+    ("B104", "swarmgpu/manager/commands/audit.py"): "a comparison with '0.0.0.0', not a "
+    "bind",
     ("B310", "swarmgpu/core/healthcheck.py"): "urlopen of the container's own http(s) "
     "/healthz on loopback; other schemes are refused before",
     ("B101", "swarmgpu/allocator/core.py"): "type-narrowing invariants, not input checks",
