@@ -210,6 +210,28 @@ def test_a_gate_or_hold_on_a_service_that_asks_for_no_gpu_is_named() -> None:
     assert "swarmgpu.gpus" in web.message
 
 
+def test_a_constraint_on_a_label_swarmgpu_writes_is_warned_of_not_skipped() -> None:
+    """Only ``<gate>==true`` is a gate: ``!= true`` on another service's gate (not where
+    its tasks run) or a ledger entry is the owner's constraint on a label swarmgpu
+    changes as it places. Audit names it with the risk, advisory, and judges it as any
+    other constraint. Before: skipped as "a placement gate" on a GPU service."""
+    away = "node.labels.swarmgpu.service.db != true"
+    near = "node.labels.swarmgpu.assign.db!=x"
+    asking = _svc("llm", ("node.labels.swarmgpu.service.llm==true", away, near),
+                  {"swarmgpu.gpus": "1"})
+    plain = _svc("web", (away,))
+    labels = {**desired_labels(FACTS), "swarmgpu.service.db": "true"}
+    found = audit(snap(node(labels), services=[asking, plain]))
+    warned = [f for f in found if f.kind == "owned-label-constraint"]
+    assert [(f.subject, f.key) for f in warned] == [
+        ("llm", "swarmgpu.service.db"), ("llm", "swarmgpu.assign.db"),
+        ("web", "swarmgpu.service.db")]
+    assert all(f.advisory for f in warned)
+    assert away.replace(" ", "") in warned[0].message and "stops" in warned[0].message
+    # db's gate is open on the only node: neither service can be placed, and audit says so
+    assert [f.subject for f in found if f.kind == "dangling-constraint"] == ["llm", "web"]
+
+
 def test_constraints_no_node_in_the_swarm_meets_are_named() -> None:
     """A constraint is dangling when no node meets it, not only when no node has its
     label: a value no node has, the hostname or id of a node that left the swarm, or

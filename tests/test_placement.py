@@ -171,6 +171,20 @@ def test_ungated_service_is_adopted_or_reported() -> None:
     assert sp2.status == "pending" and "not gated" in (sp2.reason or "")
 
 
+def test_an_ungate_takes_only_the_gate_in_its_exact_form() -> None:
+    """A service without a request loses its own ``<gate>==true``; the owner's
+    ``!= true`` on another service's gate and ``== false`` on its own stay."""
+    own = f"node.labels.{P}service.app == true"
+    away, never = f"node.labels.{P}service.db != true", f"node.labels.{P}service.app==false"
+    s = replace(svc("app", {"team": "x"}), constraints=(own, away, never))
+    (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
+    assert sp.status == "released" and sp.remove_constraints == (own,)
+    new = service_compute(sp.writes)({"TaskTemplate": {"Placement": {
+        "Constraints": list(s.constraints)}}})
+    assert new is not None
+    assert new["TaskTemplate"]["Placement"]["Constraints"] == [away, never]
+
+
 def test_deleted_service_releases_gate_and_ledger() -> None:
     s = svc("gone", {"swarmgpu.gpus": "1"})
     plan = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]})

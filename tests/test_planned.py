@@ -166,3 +166,16 @@ def test_swarmgpu_taking_out_a_gate_that_names_another_service_leaves_the_plan_c
     assert first is not None and not planned.stale
     second = planned.guard(service_compute(MAP))(first)
     assert second is not None and not planned.stale
+
+
+def test_an_owner_dropping_a_constraint_on_a_gate_label_refuses_the_write() -> None:
+    """``!= true`` on another service's gate label is the owner's constraint, not a gate
+    swarmgpu takes out: a re-deploy without it changed what the plan was made from."""
+    away = f"node.labels.{P}service.db != true"
+    snap = spec()
+    snap["TaskTemplate"]["Placement"]["Constraints"].append(away)
+    planned = Planned(snap, P)
+    assert planned.guard(service_compute(MAP))(spec()) is None
+    assert planned.stale and any(away.replace(" ", "") in c for c in planned.changed), (
+        planned.changed
+    )

@@ -94,6 +94,30 @@ def test_gate_naming_another_service_is_replaced_and_reported() -> None:
     assert any("names another service" in w for w in sp.warnings)
 
 
+def test_an_owners_constraint_on_a_gate_label_is_kept_and_obeyed() -> None:
+    """Only ``<gate>==true`` is a gate: ``!= true`` on another service's gate label (not
+    where its tasks run) and ``== false`` are the owner's. No placement write, first or
+    again, takes them out or calls them another service's gate, and the planner refuses
+    the nodes Swarm would refuse."""
+    nodes, facts = two_nodes()
+    nodes[0] = replace(nodes[0], labels={f"{P}service.db": "true"})
+    away, never = f"node.labels.{P}service.db != true", f"node.labels.{P}service.x==false"
+    s = replace(svc("app", {"swarmgpu.gpus": "1"}), constraints=(gate_constraint(P, "app"), away))
+    db = svc("db", {}, gated=False)  # (its gate stands for one of a GPU service's: not a stray)
+    planner = Planner()
+    for _ in range(2):  # the first write, then a re-placement from the new labels
+        plan = planner.plan(nodes, [s, db], [], facts)  # type: ignore[arg-type]
+        (sp,) = plan.services
+        assert sp.remove_constraints == () and sp.add_constraints == ()
+        assert not any("another service" in w for w in sp.warnings), sp.warnings
+        assert [p.node_id for p in sp.placements] == ["n-b"]
+        nodes = apply(nodes, plan)
+        s = replace(s, labels={**s.labels, **sp.service_labels_set}, version=s.version + 1)
+    t = replace(svc("t", {"swarmgpu.gpus": "1"}), constraints=(gate_constraint(P, "t"), never))
+    sp = plan_placement(nodes, [t, db], [], facts).services[0]  # type: ignore[arg-type]
+    assert sp.remove_constraints == () and sp.status == "pending", sp
+
+
 def test_placed_is_not_claimed_when_swarm_refuses_the_task() -> None:
     nodes, facts = two_nodes()
     s = svc("s", {"swarmgpu.gpus": "1"})

@@ -138,6 +138,8 @@ HOSTILE_SERVICE: dict[str, Callable[[dict[str, Any]], None]] = {
         Ports=[{"TargetPort": 22, "PublishedPort": 2222}]),
     "a constraint that is not a gate": lambda s: s["TaskTemplate"]["Placement"][
         "Constraints"].append("node.role==manager"),
+    "a constraint on a gate label that is not a gate": lambda s: s["TaskTemplate"][
+        "Placement"]["Constraints"].append("node.labels.swarmgpu.service.other != true"),
     "placement preferences": lambda s: s["TaskTemplate"]["Placement"].update(
         Preferences=[{"Spread": {"SpreadDescriptor": "node.id"}}]),
     "a limit": lambda s: s["TaskTemplate"]["Resources"].update(
@@ -185,6 +187,22 @@ def test_a_service_that_is_not_swarmgpus_is_not_written_at_all() -> None:
         owned = copy.deepcopy(cur)
         sign(owned)
         assert is_swarmgpus(owned, P)
+
+
+def test_an_owners_constraint_on_a_gate_label_may_not_be_removed() -> None:
+    """Only ``<gate>==true`` is a gate the daemon may take out; ``!= true`` or
+    ``== false`` on a gate label is the owner's, and alone does not make a service
+    swarmgpu's."""
+    for mine in ("node.labels.swarmgpu.service.db != true",
+                 "node.labels.swarmgpu.service.db==false"):
+        cur = service()
+        cur["TaskTemplate"]["Placement"]["Constraints"].append(mine)
+        new = service()
+        assert "TaskTemplate.Placement" in _refused(check_service_update, cur, new)
+        cur["Labels"] = {k: v for k, v in cur["Labels"].items() if not k.startswith(P)}
+        cur["TaskTemplate"]["Placement"] = {"Constraints": [mine]}
+        cur["TaskTemplate"]["ContainerSpec"]["Env"] = ["A=1"]
+        assert not is_swarmgpus(cur, P)
 
 
 def test_cuda_device_order_alone_does_not_make_a_service_swarmgpus() -> None:

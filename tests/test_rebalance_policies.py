@@ -24,7 +24,7 @@ from support.rebalance import (
 
 from swarmgpu.core.config import ConfigError, RebalanceConfig
 from swarmgpu.manager.placement import MOVE_STATE, read_ledger
-from swarmgpu.manager.rebalance.context import Inputs
+from swarmgpu.manager.rebalance.context import Inputs, constraints_allow
 from swarmgpu.manager.rebalance.mover import MoveState, admit
 from swarmgpu.manager.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
 from swarmgpu.manager.rebalance.planner import plan_moves
@@ -212,3 +212,13 @@ def test_config_validation_names_the_key() -> None:
         load_rebalance({"metrics_url_template": "http://localhost:9400/metrics"})
 
 
+
+
+
+def test_a_move_target_is_judged_by_every_constraint_but_the_gate() -> None:
+    """Only the service's gate in its exact form (``==true``, which the move opens) is
+    left out; the owner's ``== false`` on its gate label is judged as Swarm will."""
+    s, open_gate = service("s", {}), node("n1", "h1", {P + "service.s": "true"})
+    assert constraints_allow(s, node("n0", "h0", {}), P)  # its gate: opened by the move
+    s = dataclasses.replace(s, constraints=(f"node.labels.{P}service.s==false",))
+    assert not constraints_allow(s, open_gate, P)

@@ -235,6 +235,22 @@ def test_another_services_gate_is_an_error_its_own_is_not() -> None:
                           "'node.labels.swarmgpu.service.prod_llm==true'")
 
 
+def test_an_owners_constraint_on_a_swarmgpu_label_is_kept_with_a_warning() -> None:
+    """``!= true`` on another service's gate (not where its tasks run) is not a gate: it
+    renders as written, beside the service's own gate, and the header warns that the
+    label is swarmgpu's and changes as it places."""
+    away = "node.labels.swarmgpu.service.prod_db != true"
+    text = VERSIONLESS + f"      placement:\n        constraints:\n          - {away}\n"
+    checked = check_stack(text, stack_name="s")
+    assert checked.errors == []
+    (note,) = [n for n in checked.notes if away in n]
+    assert "swarmgpu writes" in note and "stops a running task" in note, note
+    out, _ = render_stack(text, "s", NODES, [], [], FACTS)
+    cons = yaml.safe_load(out)["services"]["web"]["deploy"]["placement"]["constraints"]
+    assert cons == [away, "node.labels.swarmgpu.service.s_web==true"]
+    assert away in out.split("\nservices:")[0]  # the header says it too
+
+
 @pytest.mark.parametrize(("text", "where"), [
     (VERSIONLESS + "        on: x\n", "services.web.deploy.labels"),
     ("services:\n  1:\n    image: nginx\n", "services"),

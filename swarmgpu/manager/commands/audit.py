@@ -21,7 +21,15 @@ from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS, gpu_kinds
 from swarmgpu.manager.nodes.gpuhealth import failing_why
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.nodes.sync import Snapshot, gpu_hint
-from swarmgpu.manager.placement.keys import ASSIGN, GATE
+from swarmgpu.manager.placement.keys import (
+    ASSIGN,
+    GATE,
+    OWNED_LABEL_RISK,
+    gate_constraint,
+    gate_of,
+    is_hold,
+    owned_label_read,
+)
 from swarmgpu.manager.placement.ledger import Holding, parse_holding
 from swarmgpu.manager.services.requests import parse_all as parse_request_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService
@@ -369,18 +377,23 @@ def _service_findings(svc: SwarmService, prefix: str, generic_resource_kind: str
     asks = parse_request_labels(svc.labels, prefix=prefix) is not None
     rest: list[Constraint] = []
     for c in good:
-        label_key = c.node_label
-        if label_key is not None and asks and (label_key.startswith(prefix + "service.")
-                                               or label_key == prefix + "hold"):
+        text, label_key = c.text(), str(c.node_label)
+        gated, held = gate_of(text, prefix), is_hold(text, prefix)
+        if asks and (gated is not None or held):
             continue  # a placement gate (no node has it until swarmgpu opens it), or the
             # hold of a stack deployed as written (swarmgpu replaces it), or another
-            # service's gate (swarmgpu replaces it: a foreign-gate finding)
-        if label_key in (prefix + "service." + svc.name, prefix + "hold") and c.op == "==":
+            # service's gate (swarmgpu replaces it, and says so)
+        if gated == svc.name or held:
             # Without a request neither ever opens; the daemon takes its own gate and the
             # hold out of such a service's spec (placement.ungate). A gate naming another
             # service is the owner's: it is met where that service's gate is open.
-            out.append(_gate_without_request(svc.name, c.text(), str(label_key), prefix))
+            out.append(_gate_without_request(svc.name, text, label_key, prefix))
             continue
+        if (key := owned_label_read(text, prefix)) is not None:  # kept, and judged below
+            out.append(Finding("owned-label-constraint", svc.name, f"constraint {text} "
+                               f"reads {key}, " + OWNED_LABEL_RISK.format(
+                                   gate=gate_constraint(prefix, "<service>")),
+                               key=key, advisory=True))
         rest.append(c)
     dangling = [c for c in rest if not fields.met(c)]
     out += [_dangling(svc.name, c, fields) for c in dangling]

@@ -11,7 +11,8 @@
   CLI refuses (``ForbiddenProperties``, and Compose-specification keys that format 3.8
   does not have) are errors, each with its fix.
 - The keys the daemon owns (its state and device labels, another service's placement
-  gate) are errors in the input: only the daemon writes them.
+  gate) are errors in the input: only the daemon writes them. Another constraint on a
+  node label it writes (``!= true`` on a gate label) is the owner's: a warning.
 - With ``render --skip-interpolation``, a ``$`` (``${VAR}``, ``$VAR``, ``$$``) in a value
   render places the service by is an error: `docker stack deploy` substitutes it after
   render read it (without the option render substitutes it first: ``interpolation``).
@@ -31,7 +32,13 @@ from typing import Any
 
 import yaml
 
-from swarmgpu.manager.placement import DEVICES, GATE
+from swarmgpu.manager.placement import (
+    DEVICES,
+    OWNED_LABEL_RISK,
+    gate_constraint,
+    gate_of,
+    owned_label_read,
+)
 from swarmgpu.manager.services.sharing import SHARE
 
 COMPOSE_VERSION = "3.8"
@@ -152,19 +159,23 @@ def owned_key_errors(labels: Mapping[str, str], constraints: Sequence[str], wher
               "after checking it against Swarm); remove it: a stack file asks with "
               f"{prefix}gpus and the other request keys (docs/requests.md)"
               for k in labels if k.startswith(tuple(prefix + o for o in _OWNED_LABELS))]
-    gate = f"node.labels.{prefix}{GATE}"
     name = where.rpartition(".")[2]
     for c in constraints:
-        field = re.split(r"==|!=", c, maxsplit=1)[0].strip()
-        if not field.lower().startswith(gate.lower()):
-            continue
-        gated = field[len(gate):]
-        if gated == service or (service is None and gated.endswith(f"_{name}")):
+        gated = gate_of(c, prefix)  # any other constraint on a gate label is the owner's
+        if gated is None or gated == service or (service is None and gated.endswith(f"_{name}")):
             continue  # its own gate, as render writes it
         errors.append(f"{where}.deploy.placement.constraints: {c!r}: the placement gate of "
                       f"{gated!r}, owned by the swarmgpu daemon; remove it (render writes "
                       "this service's own gate)")
     return errors
+
+
+def owned_label_notes(constraints: Sequence[str], where: str, prefix: str) -> list[str]:
+    """A warning for each constraint on a node label placement writes that is not a
+    gate (``keys.owned_label_read``): rendered as written, with the risk named."""
+    return [f"{where}.deploy.placement.constraints: {c!r} reads {key}, "
+            + OWNED_LABEL_RISK.format(gate=gate_constraint(prefix, "<service>"))
+            for c in constraints if (key := owned_label_read(c, prefix)) is not None]
 
 
 # What render reads to place a service (besides its request labels). docker/cli

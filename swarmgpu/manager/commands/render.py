@@ -29,6 +29,7 @@ from swarmgpu.manager.commands.composefile import (
     dump_stack,
     interpolation_errors,
     owned_key_errors,
+    owned_label_notes,
     schema_errors,
 )
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
@@ -43,6 +44,7 @@ from swarmgpu.manager.placement import (
     env_template,
     env_template_per_node,
     gate_constraint,
+    is_gate_of,
     is_hold,
 )
 from swarmgpu.manager.placement.envs import device_mount_spec, mount_target
@@ -468,8 +470,10 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
     placement = _try(errs, none, _mapping, deploy, "placement", f"{w}.deploy")
     for check in (_constraints, _preferences, _max_replicas):
         _try(errs, None, check, placement, w)
-    errs += owned_key_errors(labels or {}, _try([], [], _constraints, placement, w), w,
-                             prefix, f"{stack}_{svc_name}" if stack is not None else None)
+    cons: list[str] = _try([], [], _constraints, placement, w)
+    errs += owned_key_errors(labels or {}, cons, w, prefix,
+                             f"{stack}_{svc_name}" if stack is not None else None)
+    out.notes += owned_label_notes(cons, w, prefix)
     _try(errs, None, _platforms, svc, w)
     _try(errs, None, _reservations, deploy, w)
     if labels is not None:
@@ -586,7 +590,8 @@ def render_stack(
     others = [s for s in services if s.name not in mine_names]
     # Gate and env are written into the file, so plan as if they were already there.
     mounts = planner.grants == "mounts"  # the device mount is written into the file too
-    gated = [replace(s, constraints=(*(c for c in s.constraints if not is_hold(c, prefix)),
+    gated = [replace(s, constraints=(*(c for c in s.constraints if not is_hold(c, prefix)
+                                       and not is_gate_of(c, prefix, s.name)),
                                      gate_constraint(prefix, s.name)),
                      env=(*s.env, env_template(prefix), *env_lines(prefix)),
                      spec=_with_device_mount(s.spec, prefix) if mounts else s.spec)
@@ -637,9 +642,8 @@ def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str,
     # The hold of a file deployed as written is the daemon's to replace; rendered,
     # the file carries the gate itself.
     cons = [c for c in _constraints(placement, where) if not is_hold(c, prefix)]
-    gate = gate_constraint(prefix, full)
-    if gate not in cons:
-        cons.append(gate)
+    if not any(is_gate_of(c, prefix, full) for c in cons):  # as the file spells it
+        cons.append(gate_constraint(prefix, full))
     placement["constraints"] = cons
     if sp is not None and sp.packed is not None:
         # Replicas packed on one node (swarmgpu.manager.placement): as many tasks on it as

@@ -47,7 +47,7 @@ from swarmgpu.manager.placement.envs import (
     env_template,
     env_template_per_node,
 )
-from swarmgpu.manager.placement.keys import GATE, is_hold
+from swarmgpu.manager.placement.keys import gate_of, is_hold
 from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.dockerproxy import WriteChecks
 from swarmgpu.swarm.jsonstrict import first_difference, same, sub_object
@@ -72,10 +72,9 @@ def is_device_line(e: Any) -> bool:
 
 
 def is_gate_constraint(c: Any, prefix: str) -> bool:
-    """A gate constraint (``node.labels.<prefix>service.<name>...``), as placement reads
-    them (spaces ignored, any case)."""
-    own = f"node.labels.{prefix}{GATE}".lower()
-    return isinstance(c, str) and c.replace(" ", "").lower().startswith(own)
+    """A gate constraint of any service, as placement reads them (``keys.gate_of``): any
+    other constraint on a gate label (``!= true``, ``== false``) is the owner's."""
+    return isinstance(c, str) and gate_of(c, prefix) is not None
 
 
 def _labels_out(spec: dict[str, Any], key: str, prefix: str) -> None:

@@ -15,7 +15,9 @@ How a placement is expressed (every piece verified on a real swarm, see README):
 - node label ``<p>service.<service>=true``: the gate. The service carries the
   constraint ``node.labels.<p>service.<service>==true``; no node has the label until
   swarmgpu opens it, so the service cannot start anywhere else, and never before its
-  devices are written (the service label is written first, the gate after).
+  devices are written (the service label is written first, the gate after). Only that
+  exact form is a gate (``keys.gate_of``); another constraint on the label (``!= true``,
+  ``== false``) is the owner's, kept and obeyed as Swarm obeys it.
 - replicas spread one per node (``max_replicas_per_node=1`` when several replicas are
   placed: one device list per node), or, when they cannot be spread and one node holds
   them all (``<p>pack``: auto/always), packed on that one node: its gate alone opens,
@@ -64,14 +66,18 @@ from swarmgpu.manager.placement.keys import (
     HOLD,
     MAX_STATE,
     MOVE_STATE,
+    OWNED_LABEL_RISK,
     REPLACED_STATE,
     assign_key,
     devices_key,
     gate_constraint,
     gate_key,
+    gate_of,
     hold_constraint,
+    is_gate_of,
     is_hold,
     owned_by_placement,
+    owned_label_read,
 )
 from swarmgpu.manager.placement.ledger import (
     Holding,
@@ -115,6 +121,7 @@ __all__ = [
     "MOVE_STATE",
     "NO_WAITING",
     "ORDER_ENV",
+    "OWNED_LABEL_RISK",
     "REPLACED_STATE",
     "REPLACE_BACKOFF_MAX_S",
     "REPLACE_BACKOFF_S",
@@ -137,11 +144,14 @@ __all__ = [
     "env_template_per_node",
     "gate_constraint",
     "gate_key",
+    "gate_of",
     "hold_constraint",
     "holdings_of",
+    "is_gate_of",
     "is_hold",
     "node_spec",
     "owned_by_placement",
+    "owned_label_read",
     "packed_holding",
     "parse_holding",
     "plan_placement",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from swarmgpu.manager.placement.generic import generic_count, generic_reservations
-from swarmgpu.manager.placement.keys import GATE, is_hold
+from swarmgpu.manager.placement.keys import gate_of, is_hold
 from swarmgpu.manager.services.requests import GpuRequest, RequestError
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 from swarmgpu.swarm.constraints import node_satisfies, platform_ok
@@ -64,10 +64,10 @@ class SwarmFilters:
         return hit
 
     def _key(self, s: SwarmService) -> ExcludeKey | None:
-        gate_prefix = f"node.labels.{self.prefix}{GATE}"
-        cons = tuple(c for c in s.constraints  # the gate and the hold are swarmgpu's
-                     if not c.replace(" ", "").lower().startswith(gate_prefix.lower())
-                     and not is_hold(c, self.prefix))
+        # Gates (its own, or another's it replaces) and the hold are swarmgpu's to open or
+        # replace; any other constraint on a gate label is the owner's, and Swarm's.
+        cons = tuple(c for c in s.constraints
+                     if gate_of(c, self.prefix) is None and not is_hold(c, self.prefix))
         plats = tuple((str(p.get("OS") or ""), str(p.get("Architecture") or ""))
                       for p in ((s.spec.get("TaskTemplate") or {}).get("Placement") or {})
                       .get("Platforms") or () if isinstance(p, Mapping))

@@ -15,7 +15,7 @@ from swarmgpu.manager.placement.envs import (
     env_template,
     mount_target,
 )
-from swarmgpu.manager.placement.keys import GATE, gate_constraint, is_hold
+from swarmgpu.manager.placement.keys import gate_constraint, gate_of, is_hold
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.manager.services.sharing import missing_env
@@ -54,15 +54,14 @@ def gate_service(s: SwarmService, r: GpuRequest, cyc: Cycle) -> Gating:
     env and template: the task made from the file never runs."""
     prefix = cyc.prefix
     gate = gate_constraint(prefix, s.name)
-    own = f"node.labels.{prefix}{GATE}".lower()
     foreign: list[str] = []
     holds: list[str] = []
     has_gate = False
-    for c in s.constraints:
-        bare = c.replace(" ", "")
-        if bare == gate:
+    for c in s.constraints:  # any other constraint on a gate label is the owner's: kept
+        gated = gate_of(c, prefix)
+        if gated == s.name:
             has_gate = True
-        elif bare.lower().startswith(own):
+        elif gated is not None:
             foreign.append(c)
         elif is_hold(c, prefix):
             holds.append(c)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import cache
 
+from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
+
 GATE = "service."
 # The hold: a constraint an annotated stack deployed as written carries instead of the
 # gate. No node ever has the label (label sync owns every other key under the prefix
@@ -40,11 +42,48 @@ def is_hold(constraint: str, prefix: str) -> bool:
     return bool(op) and key == f"node.labels.{prefix}{HOLD}" and value.lower() == "true"
 
 
+def gate_of(constraint: str, prefix: str) -> str | None:
+    """The service whose gate ``constraint`` is, or None: a gate is exactly
+    ``node.labels.<prefix>service.<name>==true``, read as Swarm reads it (spaces around
+    the parts, ``node.labels.`` and the value in any case; the label key exact). Any
+    other constraint on such a label (``!= true``, ``== false``) is the owner's: kept,
+    never taken for a gate (``owned_label_read``)."""
+    if prefix + GATE not in constraint:
+        return None  # (nearly every constraint)
+    try:
+        c = parse_constraint(constraint)
+    except ConstraintError:
+        return None
+    name = (c.node_label or "").removeprefix(prefix + GATE)
+    gate = c.op == "==" and c.value.lower() == "true" and c.node_label == prefix + GATE + name
+    return name if gate and name else None
+
+
 def is_gate_of(constraint: str, prefix: str, service: str) -> bool:
-    """``service``'s own gate constraint, read as ``is_hold`` reads the hold."""
-    key, op, value = constraint.replace(" ", "").partition("==")
-    return bool(op) and key == f"node.labels.{gate_key(prefix, service)}" and (
-        value.lower() == "true")
+    """``service``'s own gate constraint (``gate_of``)."""
+    return gate_of(constraint, prefix) == service
+
+
+def owned_label_read(constraint: str, prefix: str) -> str | None:
+    """The node label a constraint that is not a gate reads, where it is one placement
+    writes (a gate or a ledger entry); None otherwise. Such labels change as swarmgpu
+    places: audit and render warn of it (``OWNED_LABEL_RISK``), never refuse it."""
+    if gate_of(constraint, prefix) is not None or not any(
+            p in constraint for p in owned_prefixes(prefix)):
+        return None
+    try:
+        key = parse_constraint(constraint).node_label
+    except ConstraintError:
+        return None
+    return key if key is not None and owned_by_placement(key, prefix) else None
+
+
+# What a constraint ``owned_label_read`` names risks (audit's finding, render's note).
+OWNED_LABEL_RISK = (
+    "a node label swarmgpu writes and changes as it places (its gates and ledger "
+    "entries), so the nodes that meet it change too: its tasks may find no node, and "
+    "Swarm stops a running task when that label changes on its node; kept as written "
+    "(only {gate} is a gate swarmgpu reads as one); constrain on a label you own instead")
 
 
 def assign_key(prefix: str, service: str) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from swarmgpu.core.tenants import STACK_LABEL
-from swarmgpu.manager.placement.keys import GATE, MAX_STATE, is_gate_of, is_hold
+from swarmgpu.manager.placement.keys import MAX_STATE, gate_of, is_hold
 from swarmgpu.manager.services.requests import request_labels
 from swarmgpu.swarm.client import reservations
 
@@ -61,13 +61,12 @@ def planned_from(spec: Mapping[str, Any], prefix: str) -> PlanInputs:
     kind = next(iter(mode), "Replicated")
     counts = mode.get(kind) or {}
     name = str(spec.get("Name") or "")
-    gates = f"node.labels.{prefix}{GATE}".lower()
     cons: list[str] = []
     others: list[str] = []
     for c in placement.get("Constraints") or []:
-        if isinstance(c, str) and not is_hold(c, prefix) and not is_gate_of(c, prefix, name):
-            bare = c.replace(" ", "")
-            (others if bare.lower().startswith(gates) else cons).append(bare)
+        gated = gate_of(c, prefix) if isinstance(c, str) else name
+        if gated != name and not is_hold(c, prefix):  # another's gate, or the owner's
+            (cons if gated is None else others).append(c.replace(" ", ""))
     most = placement.get("MaxReplicas") or 0
     # 0 and 1 read alike (``spread``); 1 is also swarmgpu's one-per-node rule, and a
     # value it recorded is the one it set when it packed the service

@@ -21,7 +21,7 @@ from swarmgpu.manager.placement import (
     ClusterAllocator,
     Holding,
     demand_of,
-    gate_key,
+    is_gate_of,
 )
 from swarmgpu.manager.rebalance.attribution import Share, holders_by_gpu
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
@@ -136,16 +136,16 @@ def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[Swa
 
 
 def constraints_allow(s: SwarmService, node: SwarmNode, prefix: str) -> bool:
-    """The service's own constraints (not our gate) on ``node``; unsure means no."""
-    gate = f"node.labels.{gate_key(prefix, s.name)}"
+    """The service's own constraints (not its gate, which the move opens) on ``node``;
+    unsure means no."""
     for text in s.constraints:
+        if is_gate_of(text, prefix, s.name):
+            continue
         try:
             c = parse_constraint(text)
         except ConstraintError:
             return False
         f = c.field.lower()
-        if f == gate.lower():
-            continue
         if f.startswith("node.labels."):
             actual = node.labels.get(c.field[len("node.labels."):], "")
         elif f == "node.hostname":
