@@ -195,3 +195,26 @@ def test_cli_refuses_a_file_argument_beside_compose_files(tmp_path: Path) -> Non
         main, ["render", "--check", str(base), "-c", str(base)], env={"DOCKER_HOST": NO_DOCKER}
     )
     assert res.exit_code == 2 and "-c" in res.stderr
+
+
+def test_a_file_without_services_merges_its_other_sections() -> None:
+    """docker/cli's loader asks no section of each file (loadSections reads a missing
+    one as empty; schema 3.x requires none but version): an override may add only
+    networks or secrets, and the first file may leave the services to a later one."""
+    nets = 'version: "3.8"\nnetworks:\n  fast: {driver: overlay}\nsecrets:\n  tok: {file: t}\n'
+    svcs = 'version: "3.8"\nservices:\n  s: {image: x}\n'
+    for first, then in ((svcs, nets), (nets, svcs)):
+        checked = check_stack(first, where="a.yml", more=[("b.yml", then)], environ={})
+        assert not checked.errors, checked.errors
+        assert checked.stack["services"] == {"s": {"image": "x"}}
+        assert checked.stack["networks"] == {"fast": {"driver": "overlay"}}
+        assert checked.stack["secrets"] == {"tok": {"file": "t"}}
+
+
+def test_files_none_of_which_has_services_are_refused_naming_them() -> None:
+    nets = 'version: "3.8"\nnetworks:\n  fast: {}\n'
+    checked = check_stack(nets, where="a.yml", more=[("b.yml", nets)], environ={})
+    assert any("a.yml + b.yml" in e and "services" in e for e in checked.errors), checked.errors
+    # a file that is not a mapping at all: docker's "top-level object must be a mapping"
+    checked = check_stack(nets, where="a.yml", more=[("b.yml", "- x\n")], environ={})
+    assert any(e.startswith("b.yml") and "mapping" in e for e in checked.errors), checked.errors
