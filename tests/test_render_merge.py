@@ -218,3 +218,45 @@ def test_files_none_of_which_has_services_are_refused_naming_them() -> None:
     # a file that is not a mapping at all: docker's "top-level object must be a mapping"
     checked = check_stack(nets, where="a.yml", more=[("b.yml", "- x\n")], environ={})
     assert any(e.startswith("b.yml") and "mapping" in e for e in checked.errors), checked.errors
+
+
+def test_each_file_is_checked_against_the_schema_before_the_merge() -> None:
+    """docker validates each file, then merges (loader.go Load): what the merge drops or
+    masks is refused all the same, the error naming its file."""
+    svcs = 'version: "3.8"\nservices:\n  s: {image: x, deploy: {replicas: 1}}\nnetworks: {n: {}}\n'
+    bad = {
+        # a section that is no mapping: the merge read it as empty
+        "b.yml": 'version: "3.8"\nnetworks: fast\n',
+        # no services at all: the merge found no rule for it
+        "c.yml": 'version: "3.8"\nservices:\n',
+    }
+    for name, text in bad.items():
+        checked = check_stack(svcs, where="a.yml", more=[(name, text)], environ={})
+        assert any(e.startswith(f"{name}: ") and "schema" in e for e in checked.errors), (
+            checked.errors
+        )
+    # a value of the first file the override replaces: docker refused the first file
+    first = 'version: "3.8"\nservices:\n  s: {image: x, deploy: {replicas: two}}\n'
+    checked = check_stack(first, where="a.yml", more=[("b.yml", svcs)], environ={})
+    assert any(e.startswith("a.yml: services.s.deploy.replicas") for e in checked.errors), (
+        checked.errors
+    )
+    # a key the schema does not know, only in the override: named by its file
+    typo = 'version: "3.8"\nservices:\n  s: {imagee: y}\n'
+    checked = check_stack(svcs, where="a.yml", more=[("b.yml", typo)], environ={})
+    assert any(e.startswith("b.yml: services.s") and "imagee" in e for e in checked.errors), (
+        checked.errors
+    )
+
+
+def test_what_render_translates_is_not_refused_by_a_files_schema_check() -> None:
+    """Compose's GPU keys (gpus, reservations.devices) are render's to translate, and the
+    keys docker refuses get render's own words, in each file as in one."""
+    base = 'version: "3.8"\nservices:\n  s: {image: x}\n'
+    gpus = 'version: "3.8"\nservices:\n  s: {gpus: all}\n'
+    checked = check_stack(base, where="a.yml", more=[("b.yml", gpus)], environ={}, node_gpus=8)
+    assert not checked.errors, checked.errors
+    runtime = 'version: "3.8"\nservices:\n  s: {runtime: nvidia}\n'
+    checked = check_stack(base, where="a.yml", more=[("b.yml", runtime)], environ={})
+    assert checked.errors and all("schema" not in e for e in checked.errors), checked.errors
+    assert any("services.s.runtime" in e and "default-runtime" in e for e in checked.errors)

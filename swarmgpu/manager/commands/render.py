@@ -29,6 +29,7 @@ from swarmgpu.manager.commands.composefile import (
     dump_stack,
     interpolation_errors,
     owned_key_errors,
+    part_schema_errors,
     schema_errors,
 )
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
@@ -378,15 +379,17 @@ def _read(text: str, where: str, environ: Mapping[str, str] | None, *, part: boo
 
 def _read_files(files: Sequence[tuple[str, str]], environ: Mapping[str, str] | None
                 ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
-    """Several files, each read and substituted, then merged (``_read``'s four); the
-    errors and warnings of each name its file."""
+    """Several files, each read, substituted and checked against the schema (as docker
+    checks each: what the merge drops or masks is refused too), then merged (``_read``'s
+    four); the errors and warnings of each name its file."""
     read, errors, warnings = [], [], []
     for name, text in files:
         raw, stack, errs, warns = _read(text, name, environ, part=True)
+        errs = errs or part_schema_errors(stack)
         read.append(StackFile(name, raw, None if environ is None else stack))
         errors += [f"{name}: {e}" for e in errs]
         warnings += [f"{name}: {w}" for w in warns]
-    if errors:  # a value docker refuses: merging it would only say more of the same
+    if errors:  # a file docker refuses: merging it would only say more of the same
         raise StackError(errors)
     try:
         merged = merge_stacks(read, environ)
