@@ -195,3 +195,68 @@ def test_cli_refuses_a_file_argument_beside_compose_files(tmp_path: Path) -> Non
         main, ["render", "--check", str(base), "-c", str(base)], env={"DOCKER_HOST": NO_DOCKER}
     )
     assert res.exit_code == 2 and "-c" in res.stderr
+
+
+def test_a_file_without_services_merges_its_other_sections() -> None:
+    """docker/cli's loader asks no section of each file (loadSections reads a missing
+    one as empty; schema 3.x requires none but version): an override may add only
+    networks or secrets, and the first file may leave the services to a later one."""
+    nets = 'version: "3.8"\nnetworks:\n  fast: {driver: overlay}\nsecrets:\n  tok: {file: t}\n'
+    svcs = 'version: "3.8"\nservices:\n  s: {image: x}\n'
+    for first, then in ((svcs, nets), (nets, svcs)):
+        checked = check_stack(first, where="a.yml", more=[("b.yml", then)], environ={})
+        assert not checked.errors, checked.errors
+        assert checked.stack["services"] == {"s": {"image": "x"}}
+        assert checked.stack["networks"] == {"fast": {"driver": "overlay"}}
+        assert checked.stack["secrets"] == {"tok": {"file": "t"}}
+
+
+def test_files_none_of_which_has_services_are_refused_naming_them() -> None:
+    nets = 'version: "3.8"\nnetworks:\n  fast: {}\n'
+    checked = check_stack(nets, where="a.yml", more=[("b.yml", nets)], environ={})
+    assert any("a.yml + b.yml" in e and "services" in e for e in checked.errors), checked.errors
+    # a file that is not a mapping at all: docker's "top-level object must be a mapping"
+    checked = check_stack(nets, where="a.yml", more=[("b.yml", "- x\n")], environ={})
+    assert any(e.startswith("b.yml") and "mapping" in e for e in checked.errors), checked.errors
+
+
+def test_each_file_is_checked_against_the_schema_before_the_merge() -> None:
+    """docker validates each file, then merges (loader.go Load): what the merge drops or
+    masks is refused all the same, the error naming its file."""
+    svcs = 'version: "3.8"\nservices:\n  s: {image: x, deploy: {replicas: 1}}\nnetworks: {n: {}}\n'
+    bad = {
+        # a section that is no mapping: the merge read it as empty
+        "b.yml": 'version: "3.8"\nnetworks: fast\n',
+        # no services at all: the merge found no rule for it
+        "c.yml": 'version: "3.8"\nservices:\n',
+    }
+    for name, text in bad.items():
+        checked = check_stack(svcs, where="a.yml", more=[(name, text)], environ={})
+        assert any(e.startswith(f"{name}: ") and "schema" in e for e in checked.errors), (
+            checked.errors
+        )
+    # a value of the first file the override replaces: docker refused the first file
+    first = 'version: "3.8"\nservices:\n  s: {image: x, deploy: {replicas: two}}\n'
+    checked = check_stack(first, where="a.yml", more=[("b.yml", svcs)], environ={})
+    assert any(e.startswith("a.yml: services.s.deploy.replicas") for e in checked.errors), (
+        checked.errors
+    )
+    # a key the schema does not know, only in the override: named by its file
+    typo = 'version: "3.8"\nservices:\n  s: {imagee: y}\n'
+    checked = check_stack(svcs, where="a.yml", more=[("b.yml", typo)], environ={})
+    assert any(e.startswith("b.yml: services.s") and "imagee" in e for e in checked.errors), (
+        checked.errors
+    )
+
+
+def test_what_render_translates_is_not_refused_by_a_files_schema_check() -> None:
+    """Compose's GPU keys (gpus, reservations.devices) are render's to translate, and the
+    keys docker refuses get render's own words, in each file as in one."""
+    base = 'version: "3.8"\nservices:\n  s: {image: x}\n'
+    gpus = 'version: "3.8"\nservices:\n  s: {gpus: all}\n'
+    checked = check_stack(base, where="a.yml", more=[("b.yml", gpus)], environ={}, node_gpus=8)
+    assert not checked.errors, checked.errors
+    runtime = 'version: "3.8"\nservices:\n  s: {runtime: nvidia}\n'
+    checked = check_stack(base, where="a.yml", more=[("b.yml", runtime)], environ={})
+    assert checked.errors and all("schema" not in e for e in checked.errors), checked.errors
+    assert any("services.s.runtime" in e and "default-runtime" in e for e in checked.errors)

@@ -279,6 +279,33 @@ def schema_errors(stack: Mapping[str, Any], limit: int = 20) -> list[str]:
     return out
 
 
+def part_schema_errors(stack: Mapping[str, Any]) -> list[str]:
+    """One of several stack files against the schema before the merge, as docker checks
+    each (``schema_errors``), with the version render writes (the files' versions are
+    compared apart) and less what the merged file's checks say in render's own words
+    (a top-level name, a key the CLI refuses) or translate (Compose's GPU keys)."""
+    doc = {k: v for k, v in stack.items() if k != "name"}
+    doc["version"] = COMPOSE_VERSION
+    if isinstance(services := doc.get("services"), dict):
+        doc["services"] = {n: _less_own(svc) for n, svc in services.items()}
+    return schema_errors(doc)
+
+
+def _less_own(svc: Any) -> Any:
+    """A service less ``gpus``, the keys in CLI_REFUSES and its reservations' devices."""
+    if not isinstance(svc, dict):
+        return svc
+    out = {k: v for k, v in svc.items() if k != "gpus" and k not in CLI_REFUSES}
+    deploy = out.get("deploy")
+    if not isinstance(deploy, dict) or not isinstance(res := deploy.get("resources"), dict):
+        return out
+    held = res.get("reservations")
+    if isinstance(held, dict) and "devices" in held:
+        held = {k: v for k, v in held.items() if k != "devices"}
+        out["deploy"] = {**deploy, "resources": {**res, "reservations": held}}
+    return out
+
+
 def _additional(e: Any) -> str:
     """An additionalProperties error in the CLI's own words ("Additional property X is
     not allowed"), naming each key; "" for any other error."""

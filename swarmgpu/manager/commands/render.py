@@ -30,6 +30,7 @@ from swarmgpu.manager.commands.composefile import (
     interpolation_errors,
     owned_key_errors,
     owned_label_notes,
+    part_schema_errors,
     schema_errors,
 )
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
@@ -71,11 +72,17 @@ def load_stack(text: str, where: str = "stack") -> dict[str, Any]:
     return _load_stack(text, where)[0]
 
 
-def _load_stack(text: str, where: str) -> tuple[dict[str, Any], Lines]:
-    """``load_stack``, with the line of each key."""
+def _load_stack(text: str, where: str, *, part: bool = False) -> tuple[dict[str, Any], Lines]:
+    """``load_stack``, with the line of each key. ``part``: one of several files, which
+    needs no ``services:`` (docker/cli's loader asks no section of each file; the merged
+    stack needs them, the schema checks each file's sections)."""
     data, lines = parse_yaml_lines(text, where, StackError, docker=True)
     data = _unshared(data, where, "")
-    if not isinstance(data, dict) or not isinstance(data.get("services"), dict):
+    if part and not isinstance(data, dict):
+        raise StackError(f"{where}: a stack file is a mapping of top-level sections "
+                         "(services:, networks:, ...); docker stack deploy refuses this one "
+                         '("top-level object must be a mapping")')
+    if not part and (not isinstance(data, dict) or not isinstance(data.get("services"), dict)):
         raise StackError(f"{where}: a stack file needs a top-level 'services:' mapping")
     return data, lines
 
@@ -361,10 +368,11 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     return out
 
 
-def _read(text: str, where: str, environ: Mapping[str, str] | None
+def _read(text: str, where: str, environ: Mapping[str, str] | None, *, part: bool = False
           ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
-    """One file: (as written, as docker substitutes it, errors, warnings)."""
-    raw, lines = _load_stack(text, where)
+    """One file: (as written, as docker substitutes it, errors, warnings); ``part``: as
+    in ``_load_stack``."""
+    raw, lines = _load_stack(text, where, part=part)
     if environ is None:
         return raw, raw, [], []
     stack, errors, warnings = interpolate(raw, environ, lines)
@@ -373,21 +381,27 @@ def _read(text: str, where: str, environ: Mapping[str, str] | None
 
 def _read_files(files: Sequence[tuple[str, str]], environ: Mapping[str, str] | None
                 ) -> tuple[dict[str, Any], dict[str, Any], list[str], list[str]]:
-    """Several files, each read and substituted, then merged (``_read``'s four); the
-    errors and warnings of each name its file."""
+    """Several files, each read, substituted and checked against the schema (as docker
+    checks each: what the merge drops or masks is refused too), then merged (``_read``'s
+    four); the errors and warnings of each name its file."""
     read, errors, warnings = [], [], []
     for name, text in files:
-        raw, stack, errs, warns = _read(text, name, environ)
+        raw, stack, errs, warns = _read(text, name, environ, part=True)
+        errs = errs or part_schema_errors(stack)
         read.append(StackFile(name, raw, None if environ is None else stack))
         errors += [f"{name}: {e}" for e in errs]
         warnings += [f"{name}: {w}" for w in warns]
-    if errors:  # a value docker refuses: merging it would only say more of the same
+    if errors:  # a file docker refuses: merging it would only say more of the same
         raise StackError(errors)
     try:
         merged = merge_stacks(read, environ)
     except MergeError as exc:
         raise StackError(exc.errors) from None
     stack = merged.written if environ is None else merged.substituted
+    if not isinstance(stack.get("services"), dict):  # as one file with none: nothing to place
+        names = " + ".join(name for name, _ in files)
+        raise StackError(f"{names}: none of the files has a top-level 'services:' mapping; "
+                         "a stack file needs one")
     return merged.written, stack, [], warnings
 
 
