@@ -83,3 +83,15 @@ def test_audit_names_a_global_services_gpu_node_without_room(tmp_path: object) -
     found = [f for f in check(snap) if f.kind == "global-node-waiting"]
     assert [(f.subject, f.advisory) for f in found] == [("big", True)]
     assert found[0].message.startswith("gpu-node-2: ")
+
+
+def test_global_places_on_a_node_whose_namesake_has_no_room() -> None:
+    """Waits are keyed by node ID: two nodes may share a hostname (one re-joined under
+    a new ID, or two machines named alike). Before: keyed by hostname, the node without
+    room made its namesake (with room, read after it) skip placement: no holding there,
+    and one wait shown for both."""
+    nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-1")]
+    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})  # the 4090 has 24 GiB
+    sp = plan_placement(nodes, [s], [], FACTS).services[0]  # type: ignore[list-item]
+    assert [p.node_id for p in sp.placements] == ["n-dgx"]
+    assert list(sp.nodes_waiting) == ["gpu-node-1 (n-4090)"]

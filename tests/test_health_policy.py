@@ -407,3 +407,14 @@ def test_placement_keeps_a_failed_slice_for_the_policy_and_replaces_it_once_rele
     planner.keep_failed_holdings(None)
     sp = planner.plan(nodes, svcs, tasks, facts).services[0]
     assert all(MIG0[2] not in pl.uuids for pl in sp.placements), sp.placements
+
+
+def test_failing_nodes_of_one_hostname_are_listed_and_counted_each() -> None:
+    """Two nodes may share a hostname (one re-joined under a new ID, or two machines
+    named alike). Before: keyed by hostname, two failing nodes were one entry, and
+    swarmgpu_health_failing_nodes (its length) said 1."""
+    nodes, svcs, tasks = setup({"c": [U2[5]]}, full_n2=False)
+    nodes = [replace(n, hostname="gpu-node-2") for n in nodes]
+    p = plan(nodes, svcs, tasks, mark(F2, failed=[0, 1]), HealthInputs(left=5, lost={"n1": 400.0}))
+    assert p.failing_nodes == {"gpu-node-2 (n1)": "its agent has not answered for 400s",
+                               "gpu-node-2 (n2)": "2 of 8 GPUs failed"}

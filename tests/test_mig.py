@@ -140,3 +140,18 @@ def test_a_profile_is_its_compute_slices_of_its_gpus(product: str) -> None:
     assert {t for _, t in shares.values()} == {total}
     assert max(g for g, _ in shares.values()) == total
     assert compute_share("3g.40gb") == (3, 7) and compute_share("MIG-2g.48gb") == (2, 4)
+
+
+@pytest.mark.parametrize(("product", "share"), [
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", (1, 4)),
+    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", (1, 4)),
+    ("NVIDIA H100 NVL", (1, 7)),
+    ("NVIDIA GeForce RTX 9999", (1, 7)),  # a model the table does not know: the profile's
+    (None, (1, 7)),
+])
+def test_1g_24gb_is_a_share_of_the_gpu_it_is_on(product: str | None,
+                                                  share: tuple[int, int]) -> None:
+    """Plain 1g.24gb exists on the H100 NVL (7 slices) and the RTX PRO 6000 (4): the GPU's
+    model decides where it is known. Before: 1/7 whatever the GPU."""
+    assert compute_share("1g.24gb", product) == share
+    assert compute_share("2g.12gb", "NVIDIA A30") == (2, 4)

@@ -200,3 +200,37 @@ def test_whole_gpus_and_slices_count_together() -> None:
     assert by["more"].reason == "queue q at its quota: max 2 GPUs, 2 used, this service " \
                                 "needs 1"
     assert _used(plan, "q") == 2
+
+
+# An RTX PRO 6000 Blackwell (4 compute slices a GPU): GPUs 0 and 1 run four 1g.24gb each.
+PRO_6000 = FakeGpuNode("gpu-node-1", DGX_A100.capture,
+                       "NVIDIA RTX PRO 6000 Blackwell Server Edition", 97887,
+                       mig="0:1g.24gb*4;1:1g.24gb*4").facts()
+
+
+def test_a_1g_24gb_slice_of_an_rtx_pro_6000_counts_a_quarter_gpu() -> None:
+    """1g.24gb is on the H100 NVL (1/7) and the RTX PRO 6000 (1/4): the GPU it is on
+    says which. Four on an RTX PRO 6000 are its GPU, 1 GPU, a max of 1 holds a fifth
+    back. Before: 1/7 each, all five placed (1.25 GPUs) and status said 0.715."""
+    ss = [sw_svc(f"s{i}", {f"{P}mig": "1g.24gb", f"{P}queue": "q"}) for i in range(5)]
+    plan = Planner(queues={"q": (0, 1000)}).plan([sw_node("n-pro", "gpu-node-1")], ss, [],
+                                                 {"n-pro": PRO_6000})
+    by = {sp.name: sp for sp in plan.services}
+    assert [by[f"s{i}"].status for i in range(4)] == ["placed"] * 4
+    assert by["s4"].status == "pending"
+    assert by["s4"].reason == "queue q at its quota: max 1 GPUs, 1 used, this service " \
+                              "needs 0.25"
+    assert _used(plan, "q") == 1
+
+
+def test_a_held_1g_24gb_slice_counts_by_its_gpu_in_the_reclaim_too() -> None:
+    """What a reclaim frees (``holding_milli``) is the slice's share of the GPU it is on,
+    from its node's facts; without them, the profile's table (1/7)."""
+    from swarmgpu.manager.placement.queues import holding_milli
+    from swarmgpu.manager.services.requests import parse_request
+
+    r = parse_request({f"{P}mig": "1g.24gb", f"{P}queue": "q"}, prefix=P)
+    u = PRO_6000.gpus[1].mig_devices[0].uuid
+    h = Holding("x", "n-pro", (u,), (1000,))
+    assert holding_milli(r, h, {"n-pro": PRO_6000}) == 250
+    assert holding_milli(r, h, {}) == 143

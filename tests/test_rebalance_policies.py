@@ -222,3 +222,19 @@ def test_a_move_target_is_judged_by_every_constraint_but_the_gate() -> None:
     assert constraints_allow(s, node("n0", "h0", {}), P)  # its gate: opened by the move
     s = dataclasses.replace(s, constraints=(f"node.labels.{P}service.s==false",))
     assert not constraints_allow(s, open_gate, P)
+
+
+def test_unknown_nodes_of_one_hostname_are_listed_each() -> None:
+    """Two nodes may share a hostname (one re-joined under a new ID, or two machines
+    named alike). Before: keyed by hostname, two nodes whose metrics are unknown were
+    one entry."""
+    nodes = [dataclasses.replace(n, hostname="gpu-node-1") for n in cluster()[0]]
+    svcs, tasks = cluster()[1:]
+    sig = Signals(CFG)
+    for t in range(13):
+        scr = {n.id: NodeScrape(n.id, n.hostname, "u", float(t), None, "unreachable")
+               for n in nodes}
+        sig.observe(scr, FACTS, {n.id: n.hostname for n in nodes}, read_ledger(nodes, P),
+                    float(t))
+    prop = plan_moves(inputs(sig, nodes, svcs, tasks, 12.0))
+    assert sorted(prop.unknown_nodes) == ["gpu-node-1 (n1)", "gpu-node-1 (n2)"]

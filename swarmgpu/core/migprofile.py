@@ -33,13 +33,22 @@ _KNOWN_TEXT = """
 """
 _KNOWN: frozenset[str] = frozenset(_KNOWN_TEXT.split())
 # The profiles of the 4-slice GPUs (A30, RTX PRO 6000 Blackwell); every other is one of
-# 7 slices. Plain 1g.24gb is on both H100 NVL and RTX PRO 6000: taken as the H100 NVL's.
+# 7 slices. Plain 1g.24gb is on both H100 NVL and RTX PRO 6000: by name alone, taken as
+# the H100 NVL's (1/7; on an RTX PRO 6000 it is 1/4): ``compute_share`` reads the GPU's
+# model first where it is known.
 _FOUR_SLICES_TEXT = """
     1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb
     1g.24gb+gfx 1g.24gb+me.all 1g.24gb-me 2g.48gb 2g.48gb+gfx 2g.48gb+me.all 2g.48gb-me
     4g.96gb 4g.96gb+gfx
 """
 _OF_FOUR_SLICES: frozenset[str] = frozenset(_FOUR_SLICES_TEXT.split())
+
+# Compute slices of a whole GPU, per MIG-capable GPU model (matched on the product name).
+_SLICES_BY_PRODUCT: tuple[tuple[re.Pattern[str], int], ...] = (
+    (re.compile(r"\ba30\b|rtx[ -]?pro[ -]?6000", re.IGNORECASE), 4),
+    (re.compile(r"\b(?:a100|a800|h100|h800|h200|h20|gh200|b200|b300|gb200|gb300)\b",
+                re.IGNORECASE), 7),
+)
 
 # Profiles per GPU model, for the models whose MIG layouts are documented in the MIG user
 # guide and mig-parted (matched on the product name, spaces and dashes alike).
@@ -116,12 +125,20 @@ def _sort_key(profile: str) -> tuple[int, int, str]:
     return (int(m["g"]), int(m["mem"]), m["suffix"]) if m else (0, 0, profile)
 
 
-def compute_share(profile: str) -> tuple[int, int]:
+def gpu_slices(product: str) -> int | None:
+    """Compute slices of a whole GPU of this model (``NVIDIA A30``: 4), None unknown."""
+    return next((n for pattern, n in _SLICES_BY_PRODUCT if pattern.search(product)), None)
+
+
+def compute_share(profile: str, product: str | None = None) -> tuple[int, int]:
     """(compute slices of ``profile``, of its whole GPU): ``3g.40gb`` is (3, 7), A30's
-    ``2g.12gb`` (2, 4); a name newer than the table is taken as a 7-slice GPU's."""
+    ``2g.12gb`` (2, 4). The whole GPU's slices are its model's (``product``, the GPU the
+    device is on) where known; else the profile's name says (``_OF_FOUR_SLICES``), a
+    name newer than the table taken as a 7-slice GPU's."""
     name = canonical_profile(profile)
     m = _PROFILE_RE.match(name)
-    total = 4 if name in _OF_FOUR_SLICES else 7
+    total = (gpu_slices(product) if product else None) or (
+        4 if name in _OF_FOUR_SLICES else 7)
     return (min(int(m["g"]), total) if m else total), total
 
 

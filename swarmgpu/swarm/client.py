@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,16 @@ class SwarmNode:
     memory_mib: int | None = None
     os: str = ""
     arch: str = ""
+
+
+def node_names(nodes: Iterable[SwarmNode]) -> dict[str, str]:
+    """Node ID -> the name people read: its hostname, ``host (ID)`` where two nodes
+    share one (one re-joined under a new ID, or two machines named alike), so a map
+    keyed by it keeps both."""
+    nodes = list(nodes)
+    shared = {h for h, c in Counter(n.hostname for n in nodes).items() if c > 1}
+    return {n.id: f"{n.hostname} ({n.id})" if n.hostname in shared else n.hostname
+            for n in nodes}
 
 
 @dataclass(frozen=True)

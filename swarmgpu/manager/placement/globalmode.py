@@ -21,7 +21,7 @@ from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.replicas import placement_order, replicas_of
 from swarmgpu.manager.placement.specs import demand_of
 from swarmgpu.manager.services.requests import GpuRequest
-from swarmgpu.swarm.client import SwarmService
+from swarmgpu.swarm.client import SwarmService, node_names
 
 GLOBAL_MODES = frozenset(("global", "global-job"))
 
@@ -29,7 +29,8 @@ GLOBAL_MODES = frozenset(("global", "global-job"))
 @dataclass(frozen=True, slots=True)
 class GlobalPlacement:
     """A global service's holdings: kept and new, one per node, sorted; the nodes it
-    no longer holds on; and the GPU nodes that wait, by hostname, with why."""
+    no longer holds on; and the GPU nodes that wait, by name (``client.node_names``),
+    with why."""
 
     placements: tuple[ReplicaPlacement, ...]
     released: Released
@@ -63,13 +64,13 @@ def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
     no = cyc.swarm_no(s)
     holdings = {nid: h for nid, h in kept.items()
                 if nid in by_id and nid not in no and nid not in done_nodes}
-    waits: dict[str, str] = {}
+    waits: dict[str, str] = {}  # node id -> why: two nodes may share a hostname
     if most is not None and len(holdings) > most[0]:
         for nid in sorted(nid for nid in holdings if nid not in old)[
                 :len(holdings) - most[0]]:
             del holdings[nid]  # adopted, beyond the max: not held, free for the others
             cluster.release_holding(s.name, nid)
-            waits[by_id[nid].hostname] = most[1]
+            waits[nid] = most[1]
     # a node gone, no longer matching, or its job task done
     released = release_dropped(cyc, old, holdings)
     placements = [p for nid, h in holdings.items()
@@ -80,14 +81,13 @@ def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
     for nid in sorted(cluster.alloc.nodes, key=lambda n: by_id[n].hostname if n in by_id else n):
         if nid in holdings or nid in done_nodes or nid not in by_id or nid in no:
             continue  # held, done, or a node Swarm would never run it on (constraints)
-        host = by_id[nid].hostname
-        if host in waits:
+        if nid in waits:
             continue
         if cluster.alloc.nodes[nid].blocked:
-            waits[host] = "node is down, paused or drained"
+            waits[nid] = "node is down, paused or drained"
             continue
         if room is not None and room <= 0 and most is not None:
-            waits[host] = most[1]  # its queue's max: no more nodes
+            waits[nid] = most[1]  # its queue's max: no more nodes
             continue
 
         def only(ns: NodeState, nid: str = nid) -> bool:
@@ -97,12 +97,13 @@ def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
         except MigProfileError as exc:
             choice = Unplaceable(str(exc))
         if isinstance(choice, Unplaceable):
-            waits[host] = cluster.hostnames(choice.reason)
+            waits[nid] = cluster.hostnames(choice.reason)
             continue
         cluster.commit(choice, s.name)
         placements.append(cluster.to_replica(choice))
         new = True
         if room is not None:
             room -= 1
-    return GlobalPlacement(tuple(sorted(placements, key=placement_order)), released, waits,
-                           new)
+    names = node_names(by_id.values()) if waits else {}
+    return GlobalPlacement(tuple(sorted(placements, key=placement_order)), released,
+                           {names[nid]: why for nid, why in waits.items()}, new)

@@ -374,7 +374,7 @@ class Planner:
         nothing it reads changed); the quiet ones' plans take their places."""
         settled, records, queues = self._memo.settled, v.records, self.queues
         queues.start(v.read.parsed if v.read.queued else (), v.kept, v.ledger,  # no queue: none
-                     v.read.broken_queues, v.moving)
+                     v.read.broken_queues, v.moving, v.cyc.facts)
         quotas = bool(queues.quotas)  # without any, nothing is refused or capped
         served = v.read.served()  # priority, then age (placement.preempt)
         quiet = v.quiet

@@ -335,7 +335,7 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
             def milli(c: Candidate) -> int:
-                return holding_milli(rd.req.get(c.service), c.holding) if c.holding else 0
+                return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
             return group_reclaimable(
                 r, [(c.quota, milli(c)) for c in combo if c.quota], rd.queues, rd.q_gone,
                 rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard])
@@ -366,7 +366,7 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
         # another queue's guarantee holds against priority too: alone here, with the
         # set's other victims of that queue in ``pick_victims`` (``together``)
         guard = guarded_queue(r, vr, rd.queues)
-        milli = holding_milli(vr, h)
+        milli = holding_milli(vr, h, rd.facts)
         by_priority = vr.priority < r.priority and vr.is_preemptible(rd.preemptible_below) \
             and (not guard or group_reclaimable(r, [], rd.queues, rd.q_gone, rd.q_given,
                                                 [(guard, milli)]))
@@ -386,7 +386,8 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest) -> Preemption:
     for v in p.victims:
         vq = rd.req.get(v.service)
         if isinstance(vq, GpuRequest) and vq.queue and v.holding is not None:
-            rd.q_gone[vq.queue] = rd.q_gone.get(vq.queue, 0) + holding_milli(vq, v.holding)
+            rd.q_gone[vq.queue] = (rd.q_gone.get(vq.queue, 0)
+                                   + holding_milli(vq, v.holding, rd.facts))
     if r.queue:
         rd.q_given[r.queue] = rd.q_given.get(r.queue, 0) + 1000 * r.gpus
     rd.taken.update((p.node_id, u) for v in p.victims for u in v.uuids)

@@ -15,7 +15,8 @@ KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
   KAI-Scheduler, a queue's guarantee gives way only to its own work.
 
 Use is counted in thousandths of a GPU, per holding (a share its fraction, a MIG device
-its profile's compute slices over its GPU's, ``_PARTS``): the GPUs of the ledger entries
+its profile's compute slices over its GPU's, ``_PARTS``, that GPU's model read from its
+node's facts, ``mig_parts``): the GPUs of the ledger entries
 kept this cycle, plus what the cycle places, less what it releases (``QueueBook.count``: the
 number the ledger holds once the cycle's writes land, which ``status`` and the
 guarantee's reclaim read). A queue not in the config has no limit.
@@ -32,12 +33,13 @@ now; a global service's, one per GPU node, are bounded by the room left
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmgpu.core.migprofile import compute_share
+from swarmgpu.core.migprofile import canonical_profile, compute_share
+from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.keys import assign_key
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.records import ServicePlan, Status
@@ -54,12 +56,40 @@ _PARTS = 28
 _GPU = 1000 * _PARTS
 
 
-def replica_parts(r: GpuRequest) -> int:
-    """One replica's holding, in ``_PARTS``."""
+def replica_parts(r: GpuRequest, products: Iterable[str | None] = (None,)) -> int:
+    """One replica's holding, in ``_PARTS``; a MIG slice's the largest of its shares on
+    ``products``, the GPU models it may land on (None, or none: its profile's table)."""
     if r.mig_profile:
-        slices, total = compute_share(r.mig_profile)
-        return _GPU * slices // total
+        return max((mig_parts(r.mig_profile, p) for p in products),
+                   default=mig_parts(r.mig_profile, None))
     return _PARTS * (r.gpu_milli if r.is_fraction else 1000 * r.gpus)
+
+
+def mig_parts(profile: str, product: str | None) -> int:
+    """A device of ``profile`` on a GPU of ``product`` (None: unknown), in ``_PARTS``."""
+    slices, total = compute_share(profile, product)
+    return _GPU * slices // total
+
+
+def parent_product(facts: NodeFacts | None, uuid: str) -> str | None:
+    """The model of the GPU a MIG device is on, from its node's facts; None unknown."""
+    for g in facts.gpus if facts is not None else ():
+        if uuid.startswith(f"MIG-{g.uuid}/") or any(m.uuid == uuid for m in g.mig_devices):
+            return g.product or None
+    return None
+
+
+def mig_products(facts: Iterable[NodeFacts]) -> dict[str, set[str | None]]:
+    """Profile -> the models of the GPUs that have a device of it (where one is placed)."""
+    raw: dict[str, set[str | None]] = {}
+    for f in facts:
+        for g in f.gpus:
+            for m in g.mig_devices:
+                raw.setdefault(m.profile, set()).add(g.product or None)
+    out: dict[str, set[str | None]] = {}
+    for k, v in raw.items():  # (two spellings of one profile: one entry)
+        out.setdefault(canonical_profile(k), set()).update(v)
+    return out
 
 
 def replica_milli(r: GpuRequest) -> int:
@@ -71,18 +101,23 @@ def _milli(parts: int) -> int:
 
 
 def held_parts(r: GpuRequest | RequestError | None, uuids: Sequence[str],
-               milli: Sequence[int]) -> int:
+               milli: Sequence[int], facts: NodeFacts | None = None) -> int:
     """A holding (a ledger entry's or a placement's GPUs), in ``_PARTS``. The ledger holds
-    a MIG device as 1000; one of a MIG request counts its profile's share (its GPU's
-    share a request without a readable profile, a broken one, cannot say)."""
-    mig = replica_parts(r) if isinstance(r, GpuRequest) and r.mig_profile else None
-    return sum(mig if mig is not None and u.startswith("MIG-") else _PARTS * m
-               for u, m in zip(uuids, milli, strict=True))
+    a MIG device as 1000; one of a MIG request counts its profile's share of the GPU it
+    is on (``facts``: its node's; without them, its profile's table), its GPU's share a
+    request without a readable profile, a broken one, cannot say."""
+    if not isinstance(r, GpuRequest) or not r.mig_profile:
+        return _PARTS * sum(milli)
+    profile = r.mig_profile
+    return sum(mig_parts(profile, parent_product(facts, u)) if u.startswith("MIG-")
+               else _PARTS * m for u, m in zip(uuids, milli, strict=True))
 
 
-def holding_milli(r: GpuRequest | RequestError | None, h: Holding) -> int:
-    """What a holding of ``r`` counts in its queue, in thousandths (rounded up)."""
-    return _milli(held_parts(r, h.uuids, h.milli))
+def holding_milli(r: GpuRequest | RequestError | None, h: Holding,
+                  facts: Mapping[str, NodeFacts] | None = None) -> int:
+    """What a holding of ``r`` counts in its queue, in thousandths (rounded up);
+    ``facts``: the nodes', where its MIG devices' GPUs are read."""
+    return _milli(held_parts(r, h.uuids, h.milli, (facts or {}).get(h.node_id)))
 
 
 def _gpus(milli: int | None) -> float | None:
@@ -132,17 +167,22 @@ class QueueBook:
     quotas: Quotas
     used: dict[str, int] = field(default_factory=dict)  # queue -> _PARTS
     blocked: dict[str, list[str]] = field(default_factory=dict)  # queue -> services held
+    facts: Mapping[str, NodeFacts] = field(default_factory=dict)  # node id -> the cycle's
+    _mig: dict[str, set[str | None]] | None = None  # mig_products of ``facts``, when asked
 
     def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]],
               ledger: Mapping[str, Mapping[str, Holding]],
               broken: Mapping[str, str] | None = None,
-              moving: AbstractSet[str] = frozenset()) -> None:
+              moving: AbstractSet[str] = frozenset(),
+              facts: Mapping[str, NodeFacts] | None = None) -> None:
         """Count the holdings kept this cycle that the ledger has (a device list adopted
         from a service's own labels is counted when its service is visited, as new);
         ``broken``: the queue of each invalid request (service name -> queue), whose
         holdings are kept and so count; ``moving``: a move's source is not counted
-        while its target is held too (``Moving``)."""
+        while its target is held too (``Moving``); ``facts``: the nodes', where a MIG
+        device's GPU is read."""
         self.used, self.blocked = {}, {}
+        self.facts, self._mig = facts or {}, None
         moves = moving.nodes if isinstance(moving, Moving) else {}
         for s, r in parsed:
             q = r.queue if isinstance(r, GpuRequest) else (broken or {}).get(s.name, "")
@@ -151,7 +191,7 @@ class QueueBook:
             held = held_in_ledger(kept.get(s.name, {}), ledger.get(s.name, {}))
             source, target = moves.get(s.name, ("", ""))
             self.used[q] = self.used.get(q, 0) + sum(
-                held_parts(r, h.uuids, h.milli) for nid, h in held.items()
+                held_parts(r, h.uuids, h.milli, self.facts.get(nid)) for nid, h in held.items()
                 if nid != source or target == source or target not in held)
 
     def limit(self, s: SwarmService, r: GpuRequest | RequestError,
@@ -174,7 +214,7 @@ class QueueBook:
         """All of ``s`` waits when placing it would take its queue above its max."""
         if not wanted:
             return None
-        need = replica_parts(r) * wanted
+        need = self._each(r) * wanted
         used = self.used.get(r.queue, 0)
         if used + need <= most * _PARTS:
             return None
@@ -193,7 +233,7 @@ class QueueBook:
         held = sum(h.replicas for h in mine.values())
         if held >= wanted:
             return None
-        each = replica_parts(r)
+        each = self._each(r)
         used = self.used.get(r.queue, 0)  # this service's kept holdings included
         room = max(0, most * _PARTS - used)
         more = room // each if each else wanted
@@ -211,7 +251,7 @@ class QueueBook:
         new ones as the room left takes); all of it waits when it holds none and the
         room takes none. Which nodes Swarm runs it on is known only once placed, so the
         bound is given whether or not it binds."""
-        each = replica_parts(r)
+        each = self._each(r)
         used = self.used.get(r.queue, 0)  # this service's kept holdings included
         more = max(0, most * _PARTS - used) // each if each else 0
         reason = (f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, "
@@ -230,12 +270,24 @@ class QueueBook:
             return
         assign = assign_key(prefix, sp.name)
         placed = {p.node_id for p in sp.placements}
-        after = sum(held_parts(r, p.uuids, p.milli) for p in sp.placements) + sum(
-            held_parts(r, h.uuids, h.milli) for nid, h in mine.items()
+        f = self.facts
+        after = sum(held_parts(r, p.uuids, p.milli, f.get(p.node_id))
+                    for p in sp.placements) + sum(
+            held_parts(r, h.uuids, h.milli, f.get(nid)) for nid, h in mine.items()
             if nid not in placed and assign not in sp.node_remove.get(nid, ()))
-        before = sum(held_parts(r, h.uuids, h.milli) for h in mine.values())
+        before = sum(held_parts(r, h.uuids, h.milli, f.get(nid)) for nid, h in mine.items())
         if after != before:
             self.used[r.queue] = self.used.get(r.queue, 0) + after - before
+
+    def _each(self, r: GpuRequest) -> int:
+        """A replica not placed yet, in ``_PARTS``: a MIG slice its largest share on the
+        GPUs with a device of its profile, wherever it lands the max holds (its profile's
+        table where no facts have one)."""
+        if not r.mig_profile:
+            return replica_parts(r)
+        if self._mig is None:
+            self._mig = mig_products(self.facts.values())
+        return replica_parts(r, self._mig.get(canonical_profile(r.mig_profile), ()))
 
     def summary(self) -> list[dict[str, Any]]:
         """Each queue's use against its quota (``status``, the map's document)."""

@@ -140,11 +140,11 @@ class Proposal:
 
     moves: list[Move] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    unknown_nodes: dict[str, str] = field(default_factory=dict)  # hostname -> why
+    unknown_nodes: dict[str, str] = field(default_factory=dict)  # node name -> why
     at: float = field(default_factory=time.time)
     releases: list[Release] = field(default_factory=list)  # health: same-node re-places
     failed_holders: frozenset[tuple[str, str]] = frozenset()  # (service, node id) on failed
-    failing_nodes: dict[str, str] = field(default_factory=dict)  # hostname -> why
+    failing_nodes: dict[str, str] = field(default_factory=dict)  # node name -> why
 
 
 def moves_to_dicts(proposed: Iterable[Move], recent: Iterable[MoveRecord] = ()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from swarmgpu.manager.rebalance.context import Context, Inputs
 from swarmgpu.manager.rebalance.moves import HealthInputs, Proposal
 from swarmgpu.manager.rebalance.policies import enabled
+from swarmgpu.swarm.client import node_names
 
 
 def plan_moves(inp: Inputs, health_in: HealthInputs | None = None) -> Proposal:
@@ -21,14 +22,15 @@ def plan_moves(inp: Inputs, health_in: HealthInputs | None = None) -> Proposal:
     ctx = Context.build(inp, health_in)
     for policy in enabled(inp.cfg):
         policy.propose(ctx)
-    unknown = {s.hostname: s.why_unknown or "unknown" for s in inp.node_signals.values()
-               if not s.known}
+    # By name, `host (ID)` where two nodes share a hostname: each is listed and counted.
+    names = node_names(inp.nodes)
+    unknown = {names.get(s.node_id, s.hostname): s.why_unknown or "unknown"
+               for s in inp.node_signals.values() if not s.known}
     prop = Proposal(moves=list(ctx.moves), notes=list(ctx.notes), unknown_nodes=unknown,
                     at=inp.now)
     got = ctx.health_found
     if got is not None:
         prop.releases = got.releases
         prop.failed_holders = frozenset(got.held)
-        prop.failing_nodes = {ctx.nodes[n].hostname if n in ctx.nodes else n: why
-                              for n, why in got.failing.items()}
+        prop.failing_nodes = {names.get(n, n): why for n, why in got.failing.items()}
     return prop
