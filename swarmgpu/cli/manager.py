@@ -156,7 +156,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
     from swarmgpu.manager.commands.plan import entries, render_plan
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
-    from swarmgpu.manager.cycle.placement import make_plan
+    from swarmgpu.manager.cycle.preemption import plan_as_daemon
     from swarmgpu.manager.nodes.gpuhealth import health_rows
     from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.manager.rebalance.record import moving
@@ -166,7 +166,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
     setup_logging("WARNING", cfg.log.format)
     snap = _snapshot(cfg)
     swarm = SwarmClient(cfg.docker_host)
-    p = make_plan(snap, cfg, swarm=swarm)
+    p = plan_as_daemon(snap, cfg, swarm)  # the daemon's planner and preemption decision
     ungranted = rows(find(cfg, snap, p, ImageEnvs(swarm)))
     moves = _daemon_moves(cfg)
     # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
