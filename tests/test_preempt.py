@@ -347,6 +347,24 @@ def test_plan_says_what_a_live_daemon_preempts_and_writes_nothing(
     assert st is not None and (st.by, st.priority) == ("high", 100)
 
 
+
+def test_status_json_shows_the_preemption_the_daemons_map_shows(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `status --json` is the map's document: it had no "would preempt ..." of the map's.
+    sw = RecordingSwarm(*_gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"}))
+    d = _daemon(sw, str(tmp_path))  # preemption.dry_run: true, the default
+    d.cycle()
+    _type, body = d.http_routes["/api/v1/cluster"]()  # the map's document
+    (shown,) = [sv["warnings"] for sv in json.loads(body)["services"] if sv["name"] == "high"]
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"state_dir: {tmp_path}\n")
+    calls = list(sw.calls)
+    status = _as_commands(sw, str(cfg), monkeypatch, "status")
+    assert sw.calls == calls
+    assert [w for w in status["high"] if "preempt" in w] == [
+        w for w in shown if "preempt" in w] != []
+
+
 def test_live_preemption_closes_the_victims_gate_and_places_the_preemptor(
         tmp_path: Any) -> None:
     sw = RecordingSwarm(*_gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"}))

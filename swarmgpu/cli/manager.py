@@ -333,7 +333,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
     from swarmgpu.manager.commands.audit import audit as run_audit
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
-    from swarmgpu.manager.cycle.placement import make_plan
+    from swarmgpu.manager.cycle.preemption import plan_as_daemon
     from swarmgpu.manager.nodes.agentbook import load_saved
     from swarmgpu.manager.web.cluster_view import build_cluster, gpu_metrics, render_status
 
@@ -344,7 +344,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     from swarmgpu.swarm.client import SwarmClient
 
     swarm = SwarmClient(cfg.docker_host)
-    p = make_plan(snap, cfg, swarm=swarm)
+    p = plan_as_daemon(snap, cfg, swarm)  # as the daemon's map: its preemption noted too
     doc = build_cluster(snap, p,
                         prefix=cfg.sync.prefix,
                         metrics=gpu_metrics(snap.nodes, cfg), saved_agents=saved,
