@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from loguru import logger
+from support.commands import command_json
 from support.forged import (
     DGX_F,
     R4090_F,
@@ -285,25 +286,10 @@ def test_dry_run_decides_and_writes_nothing(tmp_path: Any) -> None:
 
 def _as_commands(sw: RecordingSwarm, cfg: str, monkeypatch: pytest.MonkeyPatch,
                  command: str) -> dict[str, list[str]]:
-    """``swarmgpu <command> --config <cfg> --json`` over ``sw``, the agents' facts as the
-    daemon's book has them: each service's warnings."""
-    from click.testing import CliRunner
-
-    from swarmgpu.cli import main
-    from swarmgpu.cli import manager as cli_manager
-    from swarmgpu.manager.nodes.agent_client import FactsResult
-    from swarmgpu.swarm import client
-
-    facts = {nid: FactsResult(nid, host, "", FACTS[nid], None, 1.0)
-             for nid, host in (("n-dgx", "gpu-node-1"), ("n-4090", "gpu-node-2"))}
-    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), facts,
-                    swarm_labels=sw.swarm_labels())
-    monkeypatch.setattr(cli_manager, "_snapshot", lambda _cfg: snap)
-    monkeypatch.setattr(client, "SwarmClient", lambda *_a, **_k: sw)
-    monkeypatch.setattr(cli_manager, "_daemon_moves", lambda _cfg: None)
-    res = CliRunner().invoke(main, [command, "--config", cfg, "--json"])
-    assert res.exit_code == 0, res.output
-    return {sv["name"]: sv["warnings"] for sv in json.loads(res.output)["services"]}
+    """``swarmgpu <command> --json`` over ``sw``: each service's warnings."""
+    doc = command_json(sw, cfg, monkeypatch, command,
+                       {"n-dgx": ("gpu-node-1", DGX_F), "n-4090": ("gpu-node-2", R4090_F)})
+    return {sv["name"]: sv["warnings"] for sv in doc["services"]}
 
 
 @pytest.mark.parametrize(("queues", "preempts"), [
