@@ -4,12 +4,14 @@ the recording fake SwarmClient of tests/test_forged_state.py (dry-run writes not
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from typing import Any
 
 import pytest
 from loguru import logger
+from support.commands import command_json
 from support.forged import (
     DGX_F,
     R4090_F,
@@ -241,7 +243,8 @@ def test_a_preempted_service_says_why_and_its_record_goes_once_placed() -> None:
 # --- the actuator, through full daemon cycles ---------------------------------------------
 
 
-def _daemon(sw: RecordingSwarm, tmp: str, *, moves: bool = False, **pre: Any) -> Daemon:
+def _daemon(sw: RecordingSwarm, tmp: str, *, moves: bool = False,
+            queues: dict[str, Any] | None = None, **pre: Any) -> Daemon:
     """The daemon with its own steps over ``sw``, the two GPU nodes' agents known (none
     answers: its port is closed); ``moves``: the rebalancer's moves live (no policy)."""
     from swarmgpu.manager.cycle.wiring import daemon_steps
@@ -252,7 +255,8 @@ def _daemon(sw: RecordingSwarm, tmp: str, *, moves: bool = False, **pre: Any) ->
                                 scrape_timeout_s=0.5) if moves else RebalanceConfig()
     cfg = Config(state_dir=tmp, sync=SyncConfig(watch_events=False),
                  agents=AgentsConfig(port=port, timeout_s=0.5, identity="none"),
-                 rebalance=rebalance, preemption=PreemptionConfig(**pre))
+                 rebalance=rebalance, preemption=PreemptionConfig(**pre),
+                 queues=queues or {})
     d = Daemon(cfg, swarm=sw)  # type: ignore[arg-type]
     d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=DGX_F)
     d.book.records["n-4090"] = AgentRecord("gpu-node-2", last_ok=1.0, facts=R4090_F)
@@ -277,6 +281,74 @@ def test_dry_run_decides_and_writes_nothing(tmp_path: Any) -> None:
     high = {sp.name: sp for sp in d.last_session.placement.services}["high"]
     assert any(w.startswith("would preempt batch (priority 0) on gpu-node-2")
                for w in high.warnings), high.warnings
+
+
+
+def _as_commands(sw: RecordingSwarm, cfg: str, monkeypatch: pytest.MonkeyPatch,
+                 command: str) -> dict[str, list[str]]:
+    """``swarmgpu <command> --json`` over ``sw``: each service's warnings."""
+    doc = command_json(sw, cfg, monkeypatch, command,
+                       {"n-dgx": ("gpu-node-1", DGX_F), "n-4090": ("gpu-node-2", R4090_F)})
+    return {sv["name"]: sv["warnings"] for sv in doc["services"]}
+
+
+@pytest.mark.parametrize(("queues", "preempts"), [
+    ({}, True),
+    # b holds 8 on a guarantee of 8: a's priority does not take it below it (c1273f9)
+    ({"a": {"guaranteed": 8}, "b": {"guaranteed": 8}}, False),
+    ({"a": {"guaranteed": 8}, "b": {"guaranteed": 0}}, True),
+])
+def test_plan_shows_the_preemption_a_dry_run_daemon_decides(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, queues: dict[str, Any],
+        preempts: bool) -> None:
+    # `plan` ran the planner alone: the request the daemon preempts for said nothing
+    # of it there, where the daemon's map said "would preempt ...".
+    labels = ({f"{P}priority": "0", f"{P}queue": "b"}, {f"{P}priority": "100", f"{P}queue": "a"})
+    sw = RecordingSwarm(*_gpu_cluster(*labels))
+    d = _daemon(sw, str(tmp_path), queues=queues)  # preemption.dry_run: true, the default
+    d.cycle()
+    daemon = [w for w in {sp.name: sp for sp in d.last_session.placement.services}[
+        "high"].warnings if w.startswith("would preempt")]
+    assert bool(daemon) == preempts, daemon
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"state_dir: {tmp_path}\nqueues: {json.dumps(queues)}\n")
+    calls = list(sw.calls)
+    plan = _as_commands(sw, str(cfg), monkeypatch, "plan")
+    assert [w for w in plan["high"] if w.startswith("would preempt")] == daemon
+    assert sw.calls == calls  # plan wrote nothing
+
+
+
+def test_plan_says_what_a_live_daemon_preempts_and_writes_nothing(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    sw = RecordingSwarm(*_gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"}))
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"state_dir: {tmp_path}\npreemption: {{dry_run: false}}\n")
+    plan = _as_commands(sw, str(cfg), monkeypatch, "plan")
+    assert sw.calls == []  # its Writes were never made: nothing written, none tried
+    assert [w for w in plan["high"] if "preempt" in w] == [
+        "would preempt batch (priority 0) on gpu-node-2 for high (priority 100)"]
+    _daemon(sw, str(tmp_path), dry_run=False).cycle()  # the daemon, on the same swarm
+    st = preempted_state(sw.service("id-batch").labels, P)
+    assert st is not None and (st.by, st.priority) == ("high", 100)
+
+
+
+def test_status_json_shows_the_preemption_the_daemons_map_shows(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `status --json` is the map's document: it had no "would preempt ..." of the map's.
+    sw = RecordingSwarm(*_gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"}))
+    d = _daemon(sw, str(tmp_path))  # preemption.dry_run: true, the default
+    d.cycle()
+    _type, body = d.http_routes["/api/v1/cluster"]()  # the map's document
+    (shown,) = [sv["warnings"] for sv in json.loads(body)["services"] if sv["name"] == "high"]
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"state_dir: {tmp_path}\n")
+    calls = list(sw.calls)
+    status = _as_commands(sw, str(cfg), monkeypatch, "status")
+    assert sw.calls == calls
+    assert [w for w in status["high"] if "preempt" in w] == [
+        w for w in shown if "preempt" in w] != []
 
 
 def test_live_preemption_closes_the_victims_gate_and_places_the_preemptor(

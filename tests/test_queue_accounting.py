@@ -11,12 +11,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from support.forged import DGX_F, R4090_F, held_labels, sw_node, sw_svc
+import pytest
+from support.commands import command_json
+from support.forged import DGX_F, R4090_F, RecordingSwarm, closed_port, held_labels, sw_node, sw_svc
 from support.gpu_nodes import DGX_A100, FakeGpuNode
 
 from swarmgpu.core.config import load_config
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.cycle.placement import new_planner
+from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.placement import MOVE_STATE, Holding, Planner, assign_key, gate_key
 from swarmgpu.manager.rebalance.record import MoveState, moving, record_key
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -234,3 +237,35 @@ def test_a_held_1g_24gb_slice_counts_by_its_gpu_in_the_reclaim_too() -> None:
     h = Holding("x", "n-pro", (u,), (1000,))
     assert holding_milli(r, h, {"n-pro": PRO_6000}) == 250
     assert holding_milli(r, h, {}) == 143
+
+
+def test_plan_json_counts_slices_as_a_dry_run_daemon_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guard: `plan --json`'s queues and its verdict on a slice at the max are the daemon
+    cycle's (one planner for both: a held 3g.20gb device is 3/7 of a GPU, and a 1g slice
+    more fits a max of 0.6 and not of 0.5)."""
+    from swarmgpu.manager.cycle.wiring import daemon_steps
+    from swarmgpu.manager.daemon import Daemon
+
+    (u,) = _migs("3g.20gb")
+    x = sw_svc("x", {f"{P}mig": "3g.20gb", f"{P}queue": "q"})
+    (y,) = _slices(1)
+    for top, placed in ((0.6, True), (0.5, False)):
+        sw = RecordingSwarm([sw_node("n-mgr", "manager", role="manager"),
+                             sw_node("n-dgx", "gpu-node-1", held_labels("x", "n-dgx", u))],
+                            [x, y], _running(x, "n-dgx"))
+        cfg = tmp_path / "c.yml"
+        cfg.write_text(f"state_dir: {tmp_path}\ndry_run: true\nagents: {{port: "
+                       f"{closed_port()}, timeout_s: 0.5, identity: none}}\n"
+                       f"sync: {{watch_events: false}}\nqueues: {{q: {{max: {top}}}}}\n")
+        d = Daemon(load_config(cfg), swarm=sw)  # type: ignore[arg-type]
+        d.book.records["n-dgx"] = AgentRecord("gpu-node-1", last_ok=1.0, facts=MIG_DGX)
+        d.use(daemon_steps(d))
+        d.cycle()
+        daemon = d.last_session.placement
+        doc = command_json(sw, str(cfg), monkeypatch, "plan", {"n-dgx": ("gpu-node-1", MIG_DGX)})
+        assert sw.calls == []
+        assert doc["queues"] == daemon.queues
+        status = {sv["name"]: sv["status"] for sv in doc["services"]}
+        assert status == {sp.name: sp.status for sp in daemon.services}
+        assert (status["s0"] == "placed") == placed, doc["services"]

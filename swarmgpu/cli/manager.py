@@ -156,7 +156,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
     from swarmgpu.manager.commands.plan import entries, render_plan
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
-    from swarmgpu.manager.cycle.placement import make_plan
+    from swarmgpu.manager.cycle.preemption import plan_as_daemon
     from swarmgpu.manager.nodes.gpuhealth import health_rows
     from swarmgpu.manager.rebalance.attribution import service_states
     from swarmgpu.manager.rebalance.record import moving
@@ -166,7 +166,7 @@ def plan(config_path: str | None, as_json: bool) -> None:
     setup_logging("WARNING", cfg.log.format)
     snap = _snapshot(cfg)
     swarm = SwarmClient(cfg.docker_host)
-    p = make_plan(snap, cfg, swarm=swarm)
+    p = plan_as_daemon(snap, cfg, swarm)  # the daemon's planner and preemption decision
     ungranted = rows(find(cfg, snap, p, ImageEnvs(swarm)))
     moves = _daemon_moves(cfg)
     # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
@@ -333,7 +333,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
     from swarmgpu.manager.commands.audit import audit as run_audit
     from swarmgpu.manager.cycle.grants import ImageEnvs, find, rows
-    from swarmgpu.manager.cycle.placement import make_plan
+    from swarmgpu.manager.cycle.preemption import plan_as_daemon
     from swarmgpu.manager.nodes.agentbook import load_saved
     from swarmgpu.manager.web.cluster_view import build_cluster, gpu_metrics, render_status
 
@@ -344,7 +344,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     from swarmgpu.swarm.client import SwarmClient
 
     swarm = SwarmClient(cfg.docker_host)
-    p = make_plan(snap, cfg, swarm=swarm)
+    p = plan_as_daemon(snap, cfg, swarm)  # as the daemon's map: its preemption noted too
     doc = build_cluster(snap, p,
                         prefix=cfg.sync.prefix,
                         metrics=gpu_metrics(snap.nodes, cfg), saved_agents=saved,

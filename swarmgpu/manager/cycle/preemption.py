@@ -56,10 +56,11 @@ from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
+from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
-from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import PlacementPlan, ServicePlan, assign_key, gate_key
 from swarmgpu.manager.placement.keys import DEVICES
 from swarmgpu.manager.placement.ledger import read_ledger
@@ -76,6 +77,11 @@ from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
+
+
+def dry_note(p: Preemption) -> str:
+    """What a preemptor's plan says of ``p`` in dry-run (the map, `plan`, `status`)."""
+    return f"would {p.describe()} (preemption.dry_run)"
 
 
 class Preempter:
@@ -119,6 +125,52 @@ class Preempter:
         now = time.time() if now is None else now
         # Found again each cycle, so a cycle that fails part-way holds no stale slot.
         self.waiting = ()
+        chosen = self.decide(snap, plan, facts, refused, now)
+        by_name = {sp.name: i for i, sp in enumerate(plan.services)}
+        done: list[Preemption] = []
+        waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
+        spent_before = len(self.spent.all)
+        for p in chosen:
+            log = logger.bind(service=p.service)
+            i = by_name.get(p.service)
+            if pc.dry_run or self.cfg.dry_run:
+                if i is not None:
+                    plan.services[i] = plan.services[i].noted(dry_note(p))
+                if p.describe() not in self.logged:
+                    self.logged.add(p.describe())
+                    log.info("dry-run: would {}", p.describe())
+                done.append(p)
+                continue
+            tenant = self._tenant_of(plan.services[i] if i is not None else None)
+            spent = self.over_budget(p, tenant)
+            if spent:
+                log.warning("{}", spent)
+                continue
+            stopped: list[Candidate] = []
+            for v in p.victims:  # a move over budget waits: the victim is not stopped
+                act = self._move(swarm, snap, p, v, waits)
+                if act == "moved" or (act == "stop" and self._stop(swarm, p, v, now)):
+                    stopped.append(v)
+                elif act == "wait" and i is not None:
+                    plan.services[i] = plan.services[i].noted(waits[-1][1])
+            if stopped:
+                self.preemptor_at[p.service] = now
+                for v in stopped:
+                    self.victim_at[v.service] = now
+                    self.spent.spend(now, tenant)
+                done.append(p)
+        self.logged &= {p.describe() for p in chosen}
+        self._say_waits(waits)
+        if len(self.spent.all) > spent_before:
+            self._store_spent(swarm)
+        return done
+
+    def decide(self, snap: Snapshot, plan: PlacementPlan, facts: Mapping[str, NodeFacts],
+               refused: Callable[[SwarmService], AbstractSet[str]] | None,
+               now: float) -> list[Preemption]:
+        """The preemptions of this cycle (``choose_preemptions``), with the cooldowns,
+        settle times and the hour as this Preempter and Swarm keep them; acts on none."""
+        pc = self.cfg.preemption
         if pc.max_per_hour == 0:
             return []
         # the hour as stored in Swarm counts too (a new leader's first cycle)
@@ -143,52 +195,45 @@ class Preempter:
             plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
             preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
             refused=refused, moving=in_move)
+        return chosen
+
+    def over_budget(self, p: Preemption, tenant: str) -> str | None:
+        """Why ``p`` is not made for the hour's budgets (all, then ``tenant``'s), or None."""
+        pc = self.cfg.preemption
+        if len(self.spent.all) + len(p.victims) > pc.max_per_hour:
+            return f"preemption budget spent ({pc.max_per_hour} per hour): not {p.describe()}"
+        if tenant and self.tenants is not None and \
+                len(self.spent.tenant(tenant)) + len(p.victims) > self.tenants.budget(tenant):
+            return (f"tenant {tenant}'s preemption budget spent ({self.tenants.budget(tenant)}"
+                    f" per hour, tenants.{tenant}.preemptions_per_hour): not {p.describe()}")
+        return None
+
+    def preview(self, snap: Snapshot, plan: PlacementPlan, facts: Mapping[str, NodeFacts],
+                refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
+                now: float | None = None) -> list[Preemption]:
+        """What ``cycle`` decides on ``plan``, acting on nothing (`plan`, `status`): each
+        preemptor's plan notes it as the daemon's does in dry-run, or outside dry-run what
+        this step would do (or that a budget stops it). A fresh Preempter decides as a new
+        leader's first cycle: cooldowns and the hour as Swarm keeps them; a preemptor's
+        settle time lives in the daemon's memory only."""
+        now = time.time() if now is None else now
+        dry = self.cfg.preemption.dry_run or self.cfg.dry_run
+        chosen = self.decide(snap, plan, facts, refused, now)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
-        done: list[Preemption] = []
-        waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
-        spent_before = len(self.spent.all)
         for p in chosen:
-            log = logger.bind(service=p.service)
-            if pc.dry_run or self.cfg.dry_run:
-                i = by_name.get(p.service)
-                if i is not None:
-                    plan.services[i] = plan.services[i].noted(
-                        f"would {p.describe()} (preemption.dry_run)")
-                if p.describe() not in self.logged:
-                    self.logged.add(p.describe())
-                    log.info("dry-run: would {}", p.describe())
-                done.append(p)
-                continue
-            if len(self.spent.all) + len(p.victims) > pc.max_per_hour:
-                log.warning("preemption budget spent ({} per hour): not {}", pc.max_per_hour,
-                            p.describe())
-                continue
             i = by_name.get(p.service)
-            tenant = self._tenant_of(plan.services[i] if i is not None else None)
-            if tenant and self.tenants is not None and \
-                    len(self.spent.tenant(tenant)) + len(p.victims) > self.tenants.budget(tenant):
-                log.warning("tenant {}'s preemption budget spent ({} per hour, "
-                            "tenants.{}.preemptions_per_hour): not {}", tenant,
-                            self.tenants.budget(tenant), tenant, p.describe())
+            if i is None:
                 continue
-            stopped: list[Candidate] = []
-            for v in p.victims:  # a move over budget waits: the victim is not stopped
-                act = self._move(swarm, snap, p, v, waits)
-                if act == "moved" or (act == "stop" and self._stop(swarm, p, v, now)):
-                    stopped.append(v)
-                elif act == "wait" and i is not None:
-                    plan.services[i] = plan.services[i].noted(waits[-1][1])
-            if stopped:
-                self.preemptor_at[p.service] = now
-                for v in stopped:
-                    self.victim_at[v.service] = now
+            tenant = self._tenant_of(plan.services[i])
+            if dry:
+                plan.services[i] = plan.services[i].noted(dry_note(p))
+                continue
+            spent = self.over_budget(p, tenant)
+            plan.services[i] = plan.services[i].noted(spent or f"would {p.describe()}")
+            if not spent:  # spent in this Preempter only: the next one's budget, as ``cycle``
+                for _ in p.victims:
                     self.spent.spend(now, tenant)
-                done.append(p)
-        self.logged &= {p.describe() for p in chosen}
-        self._say_waits(waits)
-        if len(self.spent.all) > spent_before:
-            self._store_spent(swarm)
-        return done
+        return chosen
 
     def reserved(self) -> tuple[Move, ...]:
         """The victims' moves that waited for the move budgets in this step's last cycle
@@ -301,6 +346,18 @@ class Preempter:
                     "when capacity frees", Preempted(p.service, p.priority, now,
                                                      v.node_id).reason(), p.hostname)
         return True
+
+
+def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None) -> PlacementPlan:
+    """The plan the daemon's cycle makes of ``snap``, for `plan` and `status` (the map
+    shows the daemon's own): placement's planner, then, where the daemon runs this step
+    (``placement.enabled``), its decision noted on each preemptor (``Preempter.preview``).
+    Writes nothing; ``swarm`` is read for the stored workload model only."""
+    planner = new_planner(cfg, swarm, snap.services)
+    plan = make_plan(snap, cfg, planner=planner)
+    if cfg.placement.enabled:
+        Preempter(cfg).preview(snap, plan, facts_by_node(snap), planner.refused_nodes)
+    return plan
 
 
 class PreemptStep(Step):
