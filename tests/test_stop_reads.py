@@ -2,11 +2,16 @@
 finish or reach their own deadline, the nodes not read are counted in one log line, and
 no step plans from the facts half read (``manager.engine.stop``). With agents down,
 reading 1,000 nodes is ceil(1000 / 16) deadlines of 3 s, 190 s, in the cycle's snapshot
-and in the facts watch, which the stop waits for: past systemd's TimeoutStopSec=90s."""
+and in the facts watch, which the stop waits for: past systemd's TimeoutStopSec=90s.
+``swarmgpu run --once`` stops as the daemon does (it had no handler: Ctrl-C ended it
+with "Aborted!", exit 1; SIGTERM killed it, in a write had there been one)."""
 
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +19,9 @@ from pathlib import Path
 
 import pytest
 from loguru import logger
+from support import once_slow_agents
 from support.forged import RecordingSwarm, sw_node
+from support.gpu_nodes import swarmgpu_env
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager.daemon import Daemon
@@ -139,3 +146,64 @@ def test_a_stop_mid_facts_watch_ends_it_promptly_and_says_so(
     d._watch_facts()
     assert time.monotonic() - t0 < 4 * READ_S + 2
     assert _reads_left(lines) == NODES - len(agents.read)
+
+
+# --- swarmgpu run --once, as a user runs it -------------------------------------------------
+
+
+def _once(tmp: Path, timeout_s: float) -> tuple[subprocess.Popen[str], Path]:
+    """`swarmgpu run --once` over 200 GPU nodes whose agents never answer, waiting until
+    its snapshot lists the nodes (the signal handlers are in place by then)."""
+    log = tmp / "once.log"
+    with log.open("w") as fh:
+        p = subprocess.Popen(
+            [sys.executable, once_slow_agents.__file__, str(tmp), str(NODES), str(timeout_s)],
+            env=swarmgpu_env(),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    deadline = time.monotonic() + 60
+    while once_slow_agents.LISTED not in log.read_text():
+        assert p.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    time.sleep(0.3)  # the first round of reads is in flight
+    return p, log
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_once_stops_after_the_reads_in_flight_on_a_signal(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Before: SIGINT ended it with "Aborted!", exit 1, nothing said of what was left;
+    SIGTERM killed it at once (in a write, had there been one)."""
+    p, log = _once(tmp_path, timeout_s=2.0)
+    t0 = time.monotonic()
+    p.send_signal(sig)
+    try:
+        rc = p.wait(15)
+    finally:
+        p.kill()
+    text = log.read_text()
+    assert rc == 0, text
+    assert time.monotonic() - t0 < 10, text
+    assert "Traceback" not in text and "Aborted" not in text, text
+    assert re.search(r"stopping: .*\d+ agent read\(s\) not made", text), text
+    assert f"stopped by {sig.name}" in text, text
+
+
+def test_once_ends_at_once_on_a_second_signal(tmp_path: Path) -> None:
+    """The reads in flight wait up to their 30 s deadline after the first Ctrl-C; the
+    second one ends the process by SIGINT, as the daemon's does (before: exit 1)."""
+    p, log = _once(tmp_path, timeout_s=30.0)
+    try:
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert p.poll() is None, log.read_text()  # the reads in flight, 30 s each
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(10)
+    finally:
+        p.kill()
+    text = log.read_text()
+    assert rc == -signal.SIGINT, text
+    assert "Traceback" not in text, text

@@ -6,7 +6,7 @@ SIGTERM and SIGINT ask for a stop: the writes in flight finish, the step in prog
 makes no further write (``engine.stop``: the rest is planned again by the next leader or
 start), no new step starts, and the daemon exits 0. A fetch of the agents' facts starts
 no further read: a snapshot cut so ends its cycle before any step. A second signal ends
-the daemon at once.
+the daemon at once. ``run --once`` stops so too (``once``).
 SIGHUP is logged and ignored (the config is read at start only).
 """
 
@@ -102,6 +102,7 @@ class Daemon:
         # read (engine.stop)
         self.stop_event = StopRequest()
         self.swarm.before_write = self.stop_event.check
+        self.stopped_by: str | None = None  # the signal that asked for the stop
         self.pipeline = Pipeline([LabelSyncStep(self.labels, hold=False)])
         self.last_session: CycleSession | None = None  # the last cycle's, as leader
         self._cycle_lock = threading.Lock()
@@ -218,6 +219,12 @@ class Daemon:
         logger.warning("stopping: the agent reads in flight finished; {} agent read(s) not "
                        "made, {}: the next leader's daemon, or this one when it starts "
                        "again, reads them afresh", self.stop_event.reads_left - before, what)
+
+    def once(self) -> CycleReport:
+        """One cycle now (``run --once``), stopped by SIGTERM or SIGINT as the daemon is:
+        between two writes or agent reads; a second signal ends the process at once."""
+        self._install_signals()
+        return self.cycle()
 
     def _safe_cycle(self) -> None:
         # An event that arrives while a cycle runs cannot start another one (one at a
@@ -356,6 +363,7 @@ class Daemon:
                 end_by_signal(signum)
                 return
             asked.append(name)
+            self.stopped_by = name
             logger.info("signal {} received: stopping after the writes and agent reads in "
                         "flight (a second SIGTERM or SIGINT exits at once)", name)
             self.stop_event.set()
