@@ -19,10 +19,11 @@ Exit codes:
   agent                 runs until stopped (SIGTERM ends it); 2 bad source, profile,
                         identity or token at start
   doctor                0 no check failed (warnings are advice); 1 a check failed
-  run                   0 stopped by SIGTERM/SIGINT after its step, or --once done;
-                        2 bad config, engine unreachable (after 60 s of retries;
-                        --once: at once), or --once on a follower that could not
-                        read the swarm
+  run                   0 --once done, or stopped by SIGTERM/SIGINT (--once too)
+                        after the writes and agent reads in flight (a second
+                        signal ends it at once: 130, 143); 2 bad config, engine
+                        unreachable (after 60 s of retries; --once: at once), or
+                        --once on a follower that could not read the swarm
   audit                 0 clean or advisories only; 1 findings needing action
                         (--strict: any finding); 2 could not run
   plan, status          0 shown; 2 bad config or the swarm cannot be read

@@ -4,7 +4,9 @@ Runs on every manager; only the one whose engine is the Swarm leader acts, so wh
 leadership moves the new leader's daemon takes over on its next cycle.
 SIGTERM and SIGINT ask for a stop: the writes in flight finish, the step in progress
 makes no further write (``engine.stop``: the rest is planned again by the next leader or
-start), no new step starts, and the daemon exits 0. A second one ends it at once.
+start), no new step starts, and the daemon exits 0. A fetch of the agents' facts starts
+no further read: a snapshot cut so ends its cycle before any step. A second signal ends
+the daemon at once. ``run --once`` stops so too (``once``).
 SIGHUP is logged and ignored (the config is read at start only).
 """
 
@@ -96,9 +98,11 @@ class Daemon:
         # each write asks again whether this engine still leads (cycle.term)
         self.term = LeaderTerm(lambda: self.swarm.is_leader())
         self.swarm.may_write = self.term.holds
-        # SIGTERM: the write gate starts no write once it is set (engine.stop)
+        # SIGTERM: the write gate starts no write once it is set, the facts fetch no agent
+        # read (engine.stop)
         self.stop_event = StopRequest()
         self.swarm.before_write = self.stop_event.check
+        self.stopped_by: str | None = None  # the signal that asked for the stop
         self.pipeline = Pipeline([LabelSyncStep(self.labels, hold=False)])
         self.last_session: CycleSession | None = None  # the last cycle's, as leader
         self._cycle_lock = threading.Lock()
@@ -153,8 +157,13 @@ class Daemon:
                 self.metrics.cycles.labels(outcome="follower").inc()
                 logger.debug("not the Swarm leader; standing by")
                 return CycleReport(leader=False)
+            reads = self.stop_event.reads_left
             try:
-                snapshot = take_snapshot(self.swarm, self.cfg, self.cache)
+                try:
+                    snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event)
+                except Stopped:  # facts half read: no step plans from them, none is saved
+                    self._reads_left("no step of this cycle ran", reads)
+                    return CycleReport()
                 report = self.run_steps(snapshot)
             except SwarmError as exc:
                 self.metrics.errors.labels(kind="swarm").inc()
@@ -206,6 +215,17 @@ class Daemon:
                 return CycleReport()
         return session.report
 
+    def _reads_left(self, what: str, before: int) -> None:
+        logger.warning("stopping: the agent reads in flight finished; {} agent read(s) not "
+                       "made, {}: the next leader's daemon, or this one when it starts "
+                       "again, reads them afresh", self.stop_event.reads_left - before, what)
+
+    def once(self) -> CycleReport:
+        """One cycle now (``run --once``), stopped by SIGTERM or SIGINT as the daemon is:
+        between two writes or agent reads; a second signal ends the process at once."""
+        self._install_signals()
+        return self.cycle()
+
     def _safe_cycle(self) -> None:
         # An event that arrives while a cycle runs cannot start another one (one at a
         # time); it leaves a flag instead, and the cycle is run again right after.
@@ -249,8 +269,14 @@ class Daemon:
             nodes = self.cache.read()[0] if self.cache.stream_up else self.swarm.nodes()
         except SwarmError:
             return  # the next full cycle reports it
+        reads = self.stop_event.reads_left
+        try:
+            got = fetch_agents(self.swarm, self.cfg, nodes, self.stop_event)
+        except Stopped:
+            self._reads_left("the facts watch ended", reads)
+            return
         changed = []
-        for node_id, res in fetch_agents(self.swarm, self.cfg, nodes).items():
+        for node_id, res in got.items():
             if res.facts is None:
                 continue
             rec = self.book.records.get(node_id)
@@ -299,7 +325,8 @@ class Daemon:
                            dog, every, 2 * every + 60)
         while not self.stop_event.wait(CLOCK_CHECK_S):
             clocks = self._clock_check(clocks)
-        logger.info("stopping: the step in progress ends after its writes in flight")
+        logger.info("stopping: the step in progress ends after its writes and agent reads in "
+                    "flight")
         sd_notify("STOPPING=1")
         sched.shutdown(wait=True)
         if self._http is not None:
@@ -336,8 +363,9 @@ class Daemon:
                 end_by_signal(signum)
                 return
             asked.append(name)
-            logger.info("signal {} received: stopping after the writes in flight (a "
-                        "second SIGTERM or SIGINT exits at once)", name)
+            self.stopped_by = name
+            logger.info("signal {} received: stopping after the writes and agent reads in "
+                        "flight (a second SIGTERM or SIGINT exits at once)", name)
             self.stop_event.set()
 
         def hangup(_signum: int, _frame: object) -> None:

@@ -14,7 +14,8 @@ Harness and stand-ins (also run as scripts or by benchmarks/ and scripts/demo.py
 - task_watch: records the tasks a service ran; web_fleet: a fleet document made by the
   real planner; browser: a headless chromium for the GPU map.
 - daemon: the `daemon` fixture's setup (tests/conftest.py); empty_swarm: a swarm with
-  nothing in it, for the daemon's own life without one.
+  nothing in it, for the daemon's own life without one; once_slow_agents: `swarmgpu run
+  --once` over GPU nodes whose agents never answer, for its signals.
 
 Builders of test inputs, one module per subject: placement, forged (a recording swarm
 and forged Swarm objects), health, rebalance, rebalance_fragmentation, identity,

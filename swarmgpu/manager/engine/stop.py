@@ -1,4 +1,5 @@
-"""The daemon's stop request as its writes see it: no write starts once it is asked.
+"""The daemon's stop request as its writes and its agent reads see it: no write, and no
+agent read, starts once it is asked.
 
 A step can be long in writes: the first label sync of a thousand nodes is a thousand
 read-modify-writes. Finishing it on SIGTERM ran past systemd's TimeoutStopSec, and the
@@ -9,6 +10,12 @@ goes to the engine, while the writes already in flight finish (each is atomic).
 ``write_each`` counts its items that never started. The writes left are not lost: the
 next leader, or this daemon when it starts again, plans them afresh from what Swarm
 stores, as after any cycle cut short.
+
+Reads are long too: with the agents down, a thousand nodes' facts are 63 rounds of a
+3 s deadline, 190 s, in the cycle's snapshot and in the facts watch. The facts fetch
+(``nodes.agent_client.fetch_all``) starts no read once the stop is asked: those in
+flight finish or reach their deadline, the rest are counted (``reads_left``) and the
+fetch raises ``Stopped``, so no step plans from facts half read.
 """
 
 from __future__ import annotations
@@ -17,21 +24,24 @@ import threading
 
 
 class Stopped(Exception):
-    """A write not made because the daemon is stopping. Not a ``SwarmError``: no
-    caller takes it for a failed write and goes on to the next one; it ends the step."""
+    """A write, or a fetch's reads, not made because the daemon is stopping. Not a
+    ``SwarmError``: no caller takes it for a failed write and goes on to the next one;
+    it ends the step (the cycle, when the snapshot's reads were cut)."""
 
-    def __init__(self, request: StopRequest) -> None:
-        super().__init__("the daemon is stopping: no further write is made")
+    def __init__(self, request: StopRequest, what: str = "write") -> None:
+        super().__init__(f"the daemon is stopping: no further {what} is made")
         self.request = request
 
 
 class StopRequest(threading.Event):
-    """Set once (SIGTERM, SIGINT); ``left`` counts the writes it kept from starting."""
+    """Set once (SIGTERM, SIGINT); ``left`` counts the writes it kept from starting,
+    ``reads_left`` the agent reads."""
 
     def __init__(self) -> None:
         super().__init__()
         self._count = threading.Lock()
         self.left = 0
+        self.reads_left = 0
 
     def check(self) -> None:
         """Before a write: ``Stopped`` once the stop is asked (that write is left)."""
@@ -43,3 +53,8 @@ class StopRequest(threading.Event):
         """``n`` more writes left undone (thread-safe: writes run in parallel)."""
         with self._count:
             self.left += n
+
+    def leave_reads(self, n: int) -> None:
+        """``n`` more agent reads not started (one fetch counts its own, once)."""
+        with self._count:
+            self.reads_left += n

@@ -15,6 +15,7 @@ from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.manager.engine.stop import Stopped, StopRequest
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import node_refusal, peer_name
@@ -216,12 +217,28 @@ def parse_json_bounded(body: bytes) -> tuple[Any, str | None]:
 
 
 def fetch_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig, tls: ssl.SSLContext | None = None,
-              token: str | None = None) -> dict[str, FactsResult]:
+              token: str | None = None, stop: StopRequest | None = None
+              ) -> dict[str, FactsResult]:
     """Facts for every node, fetched in parallel; one bad agent never blocks others
     (each fetch ends by its deadline, so the whole takes at most
-    ceil(nodes / agents.parallel) * agents.timeout_s)."""
+    ceil(nodes / agents.parallel) * agents.timeout_s).
+
+    Once ``stop`` is asked (the daemon's SIGTERM) no further read starts: those in
+    flight finish or reach their deadline, then ``Stopped`` is raised with the reads
+    not made counted in ``stop.reads_left``: facts half read are no cycle's to plan
+    from, and a node not read is no agent found down."""
     if not nodes:
         return {}
+
+    def one(node: SwarmNode) -> FactsResult | None:
+        if stop is not None and stop.is_set():
+            return None  # not started: the queue drains at once
+        return fetch_facts(node, cfg, tls, token)
+
     with ThreadPoolExecutor(max_workers=min(cfg.parallel, len(nodes))) as pool:
-        results = list(pool.map(lambda n: fetch_facts(n, cfg, tls, token), nodes))
+        got = list(pool.map(one, nodes))
+    results = [r for r in got if r is not None]
+    if stop is not None and len(results) < len(got):
+        stop.leave_reads(len(got) - len(results))
+        raise Stopped(stop, "agent read")
     return {r.node_id: r for r in results}

@@ -14,6 +14,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.engine.actuator import Actuator, ApplyResult
+from swarmgpu.manager.engine.stop import StopRequest
 from swarmgpu.manager.engine.writes import HeldNodeWrites, HeldWrite, write_each
 from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.nodes.agentbook import AgentBook
@@ -41,10 +42,12 @@ class Snapshot:
     swarm_labels: Mapping[str, str] = field(default_factory=dict)
 
 
-def take_snapshot(swarm: SwarmClient, cfg: Config, cache: SwarmCache | None = None) -> Snapshot:
+def take_snapshot(swarm: SwarmClient, cfg: Config, cache: SwarmCache | None = None,
+                  stop: StopRequest | None = None) -> Snapshot:
     """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
     nodes and services come from it, re-listed only when it must (swarm.cache); tasks
-    have no events and are listed each time.
+    have no events and are listed each time. A ``stop`` asked during the agents' reads
+    ends it with ``Stopped`` (``fetch_all``).
 
     The swarm object's labels are read just before and just after the services: a
     move's record is written before its service's label and removed after it, so the
@@ -60,7 +63,7 @@ def take_snapshot(swarm: SwarmClient, cfg: Config, cache: SwarmCache | None = No
     if jobs:  # a job's tasks have desired state "complete": its progress is read from them
         tasks += [t for t in swarm.tasks({"service": jobs}) if t.desired_state == "complete"]
     after = swarm.swarm_labels()
-    return Snapshot(nodes, services, tasks, fetch_agents(swarm, cfg, nodes),
+    return Snapshot(nodes, services, tasks, fetch_agents(swarm, cfg, nodes, stop),
                     swarm_labels={**before, **after})
 
 
@@ -76,8 +79,8 @@ def facts_by_node(snap: Snapshot, fallback: Mapping[str, NodeFacts] | None = Non
     return out
 
 
-def fetch_agents(swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode]
-                 ) -> dict[str, FactsResult]:
+def fetch_agents(swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode],
+                 stop: StopRequest | None = None) -> dict[str, FactsResult]:
     """Every node's facts with this cycle's agent identity (TLS context, token); when
     that cannot be built, every node says why instead of the cycle failing."""
     try:
@@ -86,7 +89,7 @@ def fetch_agents(swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode]
         now = time.time()
         msg = f"agent identity unusable: {exc}"
         return {n.id: FactsResult(n.id, n.hostname, "", None, msg, now) for n in nodes}
-    return fetch_all(nodes, cfg.agents, auth.tls, auth.token)
+    return fetch_all(nodes, cfg.agents, auth.tls, auth.token, stop)
 
 
 def gpu_hint(node: SwarmNode, prefix: str) -> str | None:
