@@ -109,6 +109,26 @@ def test_the_hold_is_replaced_by_the_gate_in_the_placement_write() -> None:
     assert sp.status == "pending" and "hold" in (sp.reason or "")
 
 
+def test_the_hold_is_read_as_swarm_reads_it() -> None:
+    # swarmkit reads the node.labels. prefix in any case, trims each part and compares the
+    # value in any case; the label key is exact (keys.gate_of reads a gate the same way).
+    for c in ("Node.Labels.swarmgpu.hold==true", "NODE.LABELS.swarmgpu.hold == True",
+              "node.labels.swarmgpu.hold==\ttrue"):
+        assert is_hold(c, P), c
+    for c in ("node.labels.swarmgpu.HOLD==true", "node.labels.swarmgpu.hold!=true",
+              "node.labels.swarmgpu.hold==false", "node.labels. swarmgpu.hold==true",
+              "engine.labels.swarmgpu.hold==true", "node.labels.swarmgpu.holder==true"):
+        assert not is_hold(c, P), c
+    # The planner adopts such a hold as it does the lower-case one (it waited for a node
+    # with the label, which none has).
+    held = "Node.Labels.swarmgpu.hold == true"
+    s = svc("web", {f"{P}gpus": "1"}, ["V=1"], [held])
+    t = [SwarmTask("t1", "id-web", "", 1, "pending", "running", ())]
+    sp = plan_of([s], t, [sw_node("n-dgx", "gpu-node-1")])["web"]
+    assert sp.status == "placed" and sp.remove_constraints == (held,)
+    assert sp.add_constraints == (gate_constraint(P, "web"),)
+
+
 def test_render_replaces_the_hold_with_the_gate() -> None:
     text = yaml.safe_dump({"version": "3.8", "services": {"m": {
         "image": "x", "deploy": {"labels": {f"{P}gpus": "1"},

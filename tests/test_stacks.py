@@ -215,11 +215,11 @@ def test_shared_gpu_example_shares_one_gpu() -> None:
 # --- the Grafana dashboard --------------------------------------------------------------
 
 DASHBOARD = STACKS / "grafana-dashboard.json"
-# Exported by the daemon for per-service GPU use (labels service, node, gpu).
+# Exported by the daemon for per-service GPU use (labels service, node, node_id, gpu).
 SERVICE_METRICS = {"swarmgpu_service_gpu_util", "swarmgpu_service_gpu_memory_used_mib"}
 _PROMQL_WORDS = {"by", "sum", "avg", "max", "min", "count", "rate", "increase", "or",
-                 "vector", "histogram_quantile", "le", "service", "node", "gpu", "kind",
-                 "outcome", "instance", "hostname", "label_replace"}
+                 "vector", "histogram_quantile", "le", "service", "node", "node_id", "gpu",
+                 "kind", "outcome", "instance", "hostname", "label_replace"}
 
 
 def _exposed_names() -> set[str]:

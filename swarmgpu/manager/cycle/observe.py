@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from loguru import logger
-from prometheus_client import Gauge
+from prometheus_client import CollectorRegistry, Gauge
 
 from swarmgpu.manager.commands.audit import audit
 from swarmgpu.manager.cycle.grants import rows
@@ -23,6 +23,8 @@ from swarmgpu.manager.web.cluster_view import SCHEMA, build_cluster
 from swarmgpu.manager.web.history import History
 
 MovesView = Callable[[], dict[str, Any]]
+# ``node`` is the hostname, for people; ``node_id`` tells two nodes of one hostname apart.
+SERVICE_LABELS = ("service", "node", "node_id", "gpu")
 
 
 class ObserveStep(Step):
@@ -50,7 +52,7 @@ class ObserveStep(Step):
                                     "moves": {"proposed": [], "recent": []}}
         self.history = History(cfg.history)  # bounded: history.samples x history.max_gpus
         self.watch = overshare.Watch()  # holders over their GPU share, since when
-        self.gauges = _Gauges(host)
+        self.gauges = ServiceGauges(host.metrics.registry)
         self.primed = webmap.register(host.http_routes, self.current,
                                       query_routes=host.http_query_routes,
                                       history=self.history)
@@ -96,25 +98,29 @@ class ObserveStep(Step):
         return doc
 
 
-class _Gauges:
-    """Per-service GPU use and unattributed memory, set from each cluster document."""
+class ServiceGauges:
+    """Per-service GPU use and unattributed memory, set from each cluster document.
 
-    def __init__(self, host: CycleHost) -> None:
-        r = host.metrics.registry
+    Each series names its node by hostname (``node``, for people) and by Swarm's node ID
+    (``node_id``): two nodes may share a hostname (one re-joined under a new ID, or two
+    machines named alike), and by hostname alone one's series overwrote the other's."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
         self.util = Gauge("swarmgpu_service_gpu_util",
                           "GPU utilisation (%) of GPUs a service holds",
-                          ["service", "node", "gpu"], registry=r)
+                          SERVICE_LABELS, registry=r)
         self.mem = Gauge("swarmgpu_service_gpu_memory_used_mib",
                          "GPU memory used (MiB) by a service's processes on a GPU it holds "
                          "(where the agent lists processes; elsewhere the GPU's used memory)",
-                         ["service", "node", "gpu"], registry=r)
+                         SERVICE_LABELS, registry=r)
         self.share_mem = Gauge("swarmgpu_service_gpu_memory_share_mib",
                                "GPU memory (MiB) a service's share of a GPU is worth "
-                               "(share x memory)", ["service", "node", "gpu"], registry=r)
+                               "(share x memory)", SERVICE_LABELS,
+                               registry=r)
         self.stray = Gauge("swarmgpu_unattributed_gpu_memory_mib",
                            "GPU memory (MiB) used by processes no task Swarm runs on that "
-                           "node accounts for (counted for no service)", ["node", "gpu"],
-                           registry=r)
+                           "node accounts for (counted for no service)",
+                           SERVICE_LABELS[1:], registry=r)
 
     def set(self, doc: dict[str, Any], unattributed: Sequence[overshare.Unattributed]) -> None:
         util, mem, share_mem, stray = self.util, self.mem, self.share_mem, self.stray
@@ -123,11 +129,11 @@ class _Gauges:
         share_mem.clear()
         stray.clear()
         for x in unattributed:
-            stray.labels(x.hostname, str(x.gpu)).inc(x.used_mib)
+            stray.labels(x.hostname, x.node_id, str(x.gpu)).inc(x.used_mib)
         for n in doc["nodes"]:
             for g in n["gpus"]:
                 for h in g["holders"]:
-                    labels = (h["service"], n["hostname"], str(g["index"]))
+                    labels = (h["service"], n["hostname"], n["id"], str(g["index"]))
                     if g["util_pct"] is not None:
                         util.labels(*labels).set(g["util_pct"])
                     own = h.get("memory_used_mib", g["memory_used_mib"])

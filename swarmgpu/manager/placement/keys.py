@@ -36,10 +36,15 @@ def hold_constraint(prefix: str) -> str:
 
 
 def is_hold(constraint: str, prefix: str) -> bool:
-    """The hold constraint, however spaced (Swarm reads ``a == b`` as ``a==b``) and its
-    value however cased (Swarm compares values case-insensitively, keys exactly)."""
-    key, op, value = constraint.replace(" ", "").partition("==")
-    return bool(op) and key == f"node.labels.{prefix}{HOLD}" and value.lower() == "true"
+    """The hold constraint, read as Swarm reads it, as ``gate_of`` reads a gate (spaces
+    around the parts, ``node.labels.`` and the value in any case; the label key exact)."""
+    if prefix + HOLD not in constraint:
+        return False  # (nearly every constraint)
+    try:
+        c = parse_constraint(constraint)
+    except ConstraintError:
+        return False
+    return c.op == "==" and c.value.lower() == "true" and c.node_label == prefix + HOLD
 
 
 def gate_of(constraint: str, prefix: str) -> str | None:
