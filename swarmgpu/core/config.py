@@ -20,7 +20,13 @@ from typing import Any
 
 import yaml
 
-from swarmgpu.core.configvalues import FromEnv, coerce, locate_in, not_text
+from swarmgpu.core.configvalues import (
+    FromEnv,
+    coerce,
+    locate_in,
+    not_text,
+    template_problem,
+)
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
@@ -293,9 +299,14 @@ class Config:
 
     def __post_init__(self) -> None:
         if not self.rebalance.metrics_url_template:  # derived from the agents' address
-            base = self.agents.url_template.replace("{port}", str(self.agents.port))
             object.__setattr__(self, "rebalance", dataclasses.replace(
-                self.rebalance, metrics_url_template=base.rstrip("/") + "/metrics"))
+                self.rebalance, metrics_url_template=_metrics_from(self.agents)))
+
+
+def _metrics_from(agents: AgentsConfig) -> str:
+    """The metrics template an empty rebalance.metrics_url_template stands for."""
+    base = agents.url_template.replace("{port}", str(agents.port))
+    return base.rstrip("/") + "/metrics"
 
 
 def _check(cfg: Config, add: Callable[[str], None]) -> None:
@@ -339,7 +350,13 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             "(neither: this manager's own Swarm node certificate)")
     if cfg.agents.watch_s != 0 and cfg.agents.watch_s < 1:
         add("agents.watch_s: must be 0 (off) or >= 1 second (default 5)")
-    if "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:
+    bad = template_problem(cfg.agents.url_template, ("addr", "hostname", "port"))
+    if bad:
+        add(f"agents.url_template: {bad}")
+    bad = template_problem(cfg.rebalance.metrics_url_template, ("addr", "hostname"))
+    if bad and cfg.rebalance.metrics_url_template != _metrics_from(cfg.agents):
+        add(f"rebalance.metrics_url_template: {bad}")  # not twice for the derived one
+    elif "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:
         add(
             "agents.url_template: must contain {addr} or {hostname}, "
             "e.g. 'http://{addr}:{port}'"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import string
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +83,24 @@ def not_text(value: Any, where: str) -> str:
     ``007`` would become the name "7", ``0x1F`` "31", ``true`` "True"."""
     return (f"{where}: expected a string, got {value!r} ({_kind(value)}); quote it as the "
             "file writes it if it is meant as text (YAML reads 007 as 7, true as True)")
+
+
+def template_problem(template: str, names: tuple[str, ...]) -> str | None:
+    """Why ``template`` cannot be filled with ``names`` by ``str.format``, or None. Each
+    URL is built so, per node and cycle: a stray brace or an unknown name raised there,
+    in every cycle, instead of once at ``config check``."""
+    use = ", ".join("{" + n + "}" for n in names)
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError:
+        return (f"{template!r} is not a template (a brace without its pair); use {use}, "
+                "and {{ or }} for a brace itself")
+    for _, name, spec, conv in parts:
+        if name is not None and (name not in names or spec or conv):
+            shown = name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
+            return (f"{{{shown}}} is not a placeholder; use {use} (and {{{{ or }}}} for a "
+                    "brace itself)")
+    return None
 
 
 def _numeric(text: str) -> bool:
