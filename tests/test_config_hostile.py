@@ -36,3 +36,18 @@ def test_a_url_template_fills_only_its_placeholders(tmp_path: Path, text: str,
 
 def test_a_url_template_with_braces_doubled_is_fine(tmp_path: Path) -> None:
     assert _errors(tmp_path, "agents:\n  url_template: 'https://{addr}:{port}/{{x}}'\n") == []
+
+
+@pytest.mark.parametrize("key", ["sync:\n  interval_s", "agents:\n  timeout_s",
+                                 "agents:\n  watch_s", "rebalance:\n  cooldown_s",
+                                 "health:\n  clean_window_s"])
+def test_a_duration_past_a_week_is_refused(tmp_path: Path, key: str) -> None:
+    """1.0e+12 seconds overflowed the scheduler and the sockets' timeouts at start."""
+    errors = _errors(tmp_path, f"{key}: 1.0e+12\n")
+    name = key.replace(":\n  ", ".")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: {name}: 1e+12 seconds is more than a week "
+                      "(604800); a duration is a number of seconds, e.g. 30"], errors
+
+
+def test_a_week_is_still_a_duration(tmp_path: Path) -> None:
+    assert _errors(tmp_path, "rebalance:\n  cooldown_s: 604800\n") == []

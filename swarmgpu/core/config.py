@@ -33,6 +33,8 @@ from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
 from swarmgpu.core.tenants import NAME_RE, parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
+MAX_SECONDS = 7 * 24 * 3600  # every *_s key: longer is a typo, and past the timers' range
+
 
 class ConfigError(ValueError):
     """One or more problems, each naming its key and the fix; ``errors`` lists them all
@@ -456,6 +458,11 @@ def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
             kwargs[key] = coerce(value, typ, path)
         except ValueError as e:
             add(str(e))
+            continue
+        if typ is float and key.endswith("_s") and kwargs[key] > MAX_SECONDS:
+            # 1.0e+12 overflowed APScheduler's and the sockets' timers at start.
+            add(f"{path}: {kwargs.pop(key):g} seconds is more than a week ({MAX_SECONDS}); "
+                "a duration is a number of seconds, e.g. 30")
     return cls(**kwargs)
 
 
