@@ -51,3 +51,18 @@ def test_a_duration_past_a_week_is_refused(tmp_path: Path, key: str) -> None:
 
 def test_a_week_is_still_a_duration(tmp_path: Path) -> None:
     assert _errors(tmp_path, "rebalance:\n  cooldown_s: 604800\n") == []
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:99999", "[::1]:65536", "h:" + "9" * 5000])
+def test_http_listen_needs_a_tcp_port(tmp_path: Path, listen: str) -> None:
+    """99999 passed and the daemon died binding it (OverflowError)."""
+    errors = _errors(tmp_path, f"http:\n  listen: '{listen}'\n")
+    port = listen.rpartition(":")[2]
+    assert errors == [f"{tmp_path / 'c.yml'}:2: http.listen: {port} is not a TCP port "
+                      "(0-65535); use HOST:PORT, e.g. 127.0.0.1:9402"], errors
+
+
+def test_http_listen_with_a_digit_int_cannot_read_is_an_error(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "http:\n  listen: 'h:\u00b2'\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: http.listen: 'h:\u00b2'; use HOST:PORT, "
+                      "e.g. 127.0.0.1:9402"], errors

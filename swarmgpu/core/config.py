@@ -380,8 +380,11 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     if cfg.log.level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"):
         add(f"log.level: {cfg.log.level!r}; use DEBUG, INFO, WARNING or ERROR")
     host, _, port = cfg.http.listen.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or not port.isascii():  # '²' is a digit to isdigit
         add(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
+    elif len(port) > 5 or int(port) > 65535:  # 99999 raised at bind (0: any free port)
+        add(f"http.listen: {port} is not a TCP port (0-65535); use HOST:PORT, "
+            "e.g. 127.0.0.1:9402")
     if cfg.http.auth not in ("auto", "required", "off"):
         add(f"http.auth: {cfg.http.auth!r}; use auto (the default), required or off")
     check_rebalance(cfg.rebalance, add)
