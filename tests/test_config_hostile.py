@@ -66,3 +66,13 @@ def test_http_listen_with_a_digit_int_cannot_read_is_an_error(tmp_path: Path) ->
     errors = _errors(tmp_path, "http:\n  listen: 'h:\u00b2'\n")
     assert errors == [f"{tmp_path / 'c.yml'}:2: http.listen: 'h:\u00b2'; use HOST:PORT, "
                       "e.g. 127.0.0.1:9402"], errors
+
+
+@pytest.mark.parametrize("prefix", ["com.docker.", "com.", "io.docker.gpu.", "org.dockerproject."])
+def test_a_prefix_in_dockers_reserved_label_namespaces_is_refused(tmp_path: Path,
+                                                                   prefix: str) -> None:
+    """With com.docker. (or com.) every stack's com.docker.stack.namespace read as an
+    unknown request key, and the proxy stripped it from services as swarmgpu's own."""
+    errors = _errors(tmp_path, f"sync:\n  prefix: {prefix}\n")
+    assert len(errors) == 1 and f"sync.prefix: {prefix!r} overlaps " in errors[0], errors
+    assert "reserved by Docker (com.docker.*, io.docker.*, org.dockerproject.*)" in errors[0]

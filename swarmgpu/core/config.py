@@ -33,6 +33,8 @@ from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
 from swarmgpu.core.tenants import NAME_RE, parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
+# Label namespaces Docker reserves for itself (docs.docker.com, "Docker object labels").
+DOCKER_NAMESPACES = ("com.docker.", "io.docker.", "org.dockerproject.")
 MAX_SECONDS = 7 * 24 * 3600  # every *_s key: longer is a typo, and past the timers' range
 
 
@@ -371,6 +373,11 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             f"sync.prefix: {p!r} must end with '.' and use only letters, digits, "
             "'-', '_', '.' (Swarm constraint keys cannot contain '/'); e.g. 'swarmgpu.'"
         )
+    reserved = [ns for ns in DOCKER_NAMESPACES if p.startswith(ns) or ns.startswith(p)]
+    if reserved and p:
+        add(f"sync.prefix: {p!r} overlaps {reserved[0]}*, reserved by Docker (com.docker.*, "
+            "io.docker.*, org.dockerproject.*): swarmgpu would take com.docker.stack."
+            "namespace and the like as its own; e.g. 'swarmgpu.'")
     if not 2 <= cfg.history.samples <= 100_000:
         add("history.samples: must be 2-100000 (default 240)")
     if not 1 <= cfg.history.max_gpus <= 1_000_000:
