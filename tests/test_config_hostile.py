@@ -76,3 +76,24 @@ def test_a_prefix_in_dockers_reserved_label_namespaces_is_refused(tmp_path: Path
     errors = _errors(tmp_path, f"sync:\n  prefix: {prefix}\n")
     assert len(errors) == 1 and f"sync.prefix: {prefix!r} overlaps " in errors[0], errors
     assert "reserved by Docker (com.docker.*, io.docker.*, org.dockerproject.*)" in errors[0]
+
+
+@pytest.mark.parametrize(("classes", "says"), [
+    ("gold=10,gold=20", "'gold' is given twice (10 and 20); keep one"),
+    ("Gold=10,gold=20", "'gold' is given twice (10 and 20); keep one"),
+    ("100=5", "'100' is a number: swarmgpu.priority=100 reads as priority 100, never "
+              "this class; name it with a letter"),
+    ("urgent=5000000", "'urgent=5000000' is out of range; a priority is -999999 to 999999"),
+    ("low=-1000000", "'low=-1000000' is out of range; a priority is -999999 to 999999"),
+])
+def test_priority_classes_are_unambiguous_and_in_range(tmp_path: Path, classes: str,
+                                                       says: str) -> None:
+    """A class given twice kept the last silently; a class named 100 could never be asked
+    for; a value past a label's range was refused later as a tenant's max_priority."""
+    errors = _errors(tmp_path, f"preemption:\n  priority_classes: '{classes}'\n")
+    assert len(errors) == 1 and says in errors[0], errors
+    assert errors[0].startswith(f"{tmp_path / 'c.yml'}:2: preemption.priority_classes: ")
+
+
+def test_a_negative_priority_class_is_fine(tmp_path: Path) -> None:
+    assert _errors(tmp_path, "preemption:\n  priority_classes: 'batch=0,scavenger=-10'\n") == []

@@ -222,8 +222,15 @@ def parse_priority_classes(text: str) -> dict[str, int]:
         name, eq, num = part.partition("=")
         name, num = name.strip().lower(), num.strip()
         if not eq or not name.replace("-", "").replace("_", "").isalnum() or not name.isascii() \
-                or not num.lstrip("-").isdigit() or len(num) > 7:
+                or not num.lstrip("-").isdigit() or not num.isascii():
             raise ValueError(f"{part!r} is not name=integer")
+        if len(num.lstrip("-")) > 6:  # a label's own number is no wider (requests._PRIO_RE)
+            raise ValueError(f"{part!r} is out of range; a priority is -999999 to 999999")
+        if name.lstrip("-").isdigit():  # a label's value is read as a number first
+            raise ValueError(f"{name!r} is a number: swarmgpu.priority={name} reads as "
+                             f"priority {int(name)}, never this class; name it with a letter")
+        if name in out:  # a dict would keep the last one, silently
+            raise ValueError(f"{name!r} is given twice ({out[name]} and {int(num)}); keep one")
         out[name] = int(num)
     return out
 
