@@ -97,3 +97,21 @@ def test_priority_classes_are_unambiguous_and_in_range(tmp_path: Path, classes: 
 
 def test_a_negative_priority_class_is_fine(tmp_path: Path) -> None:
     assert _errors(tmp_path, "preemption:\n  priority_classes: 'batch=0,scavenger=-10'\n") == []
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("queues:\n  research: {max: 1}\n  Research: {max: 2}\n",
+     "queues.Research: the same name as queues.research but for case; a label's "
+     "swarmgpu.queue=research or =Research would pick one by a typo: rename one"),
+    ("tenants:\n  team-a: {stacks: [a]}\n  Team-A: {stacks: [b]}\n",
+     "tenants.Team-A: the same name as tenants.team-a but for case"),
+    ("queues:\n  Team-a: {max: 1}\ntenants:\n  team-a: {stacks: [a], max: 2, queues: [Team-a]}\n",
+     "tenants.team-a: guaranteed/max make a queue named team-a, but queues.Team-a differs "
+     "from it only in case"),
+    ("tenants:\n  Default: {max_priority: 5}\n",
+     "tenants.Default: the same name as default, which takes every service no other "
+     "tenant matches, but for case; write default"),
+])
+def test_names_apart_only_by_case_are_refused(tmp_path: Path, text: str, says: str) -> None:
+    errors = _errors(tmp_path, text)
+    assert any(says in e for e in errors), errors

@@ -239,11 +239,17 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
     """``queues:`` -> {name: (guaranteed, max or None)} in thousandths of a GPU; ValueError
     naming the bad queue."""
     out: dict[str, tuple[int, int | None]] = {}
+    folded: dict[str, str] = {}
     for name, q in queues.items():
         # A name is swarmgpu.queue's text: 1 is refused, not read as "1" (a queue no
         # check had seen, beside a "1" it would have replaced).
         if not isinstance(name, str):
             raise ValueError(not_text(name, f"{name} (a queue name)"))
+        other = folded.setdefault(name.lower(), name)
+        if other != name:  # Kubernetes' and Kueue's names are lower case: never two so
+            raise ValueError(f"{name}: the same name as queues.{other} but for case; a "
+                             f"label's swarmgpu.queue={other} or ={name} would pick one by a "
+                             "typo: rename one")
         if not isinstance(q, Mapping) or set(q) - {"guaranteed", "max"}:
             raise ValueError(f"{name}: expected {{guaranteed: GPUs, max: GPUs}}, got {q!r}")
         for key in ("guaranteed", "max"):
