@@ -115,3 +115,10 @@ def test_a_negative_priority_class_is_fine(tmp_path: Path) -> None:
 def test_names_apart_only_by_case_are_refused(tmp_path: Path, text: str, says: str) -> None:
     errors = _errors(tmp_path, text)
     assert any(says in e for e in errors), errors
+
+
+def test_an_unknown_key_of_a_queue_is_named_at_its_line_with_the_near_miss(
+        tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "queues:\n  a:\n    max: 4\n    guaranted: 1\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:4: queues.a.guaranted: unknown key; did you "
+                      "mean 'guaranteed'? (known: guaranteed, max)"], errors

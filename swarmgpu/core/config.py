@@ -250,8 +250,13 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
             raise ValueError(f"{name}: the same name as queues.{other} but for case; a "
                              f"label's swarmgpu.queue={other} or ={name} would pick one by a "
                              "typo: rename one")
-        if not isinstance(q, Mapping) or set(q) - {"guaranteed", "max"}:
+        if not isinstance(q, Mapping):
             raise ValueError(f"{name}: expected {{guaranteed: GPUs, max: GPUs}}, got {q!r}")
+        for key in q:
+            if key not in ("guaranteed", "max"):
+                close = difflib.get_close_matches(str(key), ("guaranteed", "max"), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"{name}.{key}: unknown key{hint} (known: guaranteed, max)")
         for key in ("guaranteed", "max"):
             v = q.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
