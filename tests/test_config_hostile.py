@@ -139,3 +139,13 @@ def test_a_number_yaml_read_as_text_gets_the_fix(tmp_path: Path, value: str, say
     errors = _errors(tmp_path, f"sync:\n  interval_s: {value}\n")
     assert errors == [f"{tmp_path / 'c.yml'}:2: sync.interval_s: {says}"] or \
         (len(errors) == 1 and errors[0].endswith(says)), errors
+
+
+def test_guarantees_no_cluster_could_honour_are_refused_with_their_sum(tmp_path: Path) -> None:
+    """Each queue below the bound of one, together 1.8 million GPUs: a typo (900000 for
+    9), which preemption would then honour as a reclaim no cluster could meet."""
+    errors = _errors(tmp_path, "queues:\n  a: {guaranteed: 900000}\n  b: {guaranteed: 900000}\n"
+                     "tenants:\n  t: {stacks: [t], queues: [a, b], guaranteed: 2}\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:1: queues: the guarantees sum to 1800002 GPUs, "
+                      "more than any cluster has (1000000); a queue's guaranteed is GPUs, "
+                      "e.g. 8"], errors

@@ -35,6 +35,7 @@ from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
 # Label namespaces Docker reserves for itself (docs.docker.com, "Docker object labels").
 DOCKER_NAMESPACES = ("com.docker.", "io.docker.", "org.dockerproject.")
+MAX_GPUS = 1_000_000  # a queue's guarantee or max, and all guarantees together
 MAX_SECONDS = 7 * 24 * 3600  # every *_s key: longer is a typo, and past the timers' range
 
 
@@ -264,7 +265,8 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
                 raise ValueError(f"{name}.{key}: expected a number of GPUs, got {v!r}")
         g = float(q.get("guaranteed") or 0)
         m = None if q.get("max") is None else float(q["max"])
-        if g < 0 or (m is not None and m < g) or g > 1e6 or (m is not None and m > 1e6):
+        if g < 0 or (m is not None and m < g) or g > MAX_GPUS \
+                or (m is not None and m > MAX_GPUS):
             raise ValueError(f"{name}: need 0 <= guaranteed <= max (GPUs)")
         out[name] = (round(g * 1000), None if m is None else round(m * 1000))
     return out
@@ -438,10 +440,15 @@ def _check_tenants(cfg: Config, add: Callable[[str], None]) -> None:
         classes = parse_priority_classes(cfg.preemption.priority_classes)
     except ValueError:
         classes = {}  # reported above
-    specs, _, errors = parse_tenants(cfg.tenants, cfg.queues, classes,
-                                     cfg.preemption.max_per_hour)
+    specs, own, errors = parse_tenants(cfg.tenants, cfg.queues, classes,
+                                       cfg.preemption.max_per_hour)
     for e in errors:
         add(e)
+    with contextlib.suppress(ValueError):  # a bad queue is reported above
+        total = sum(g for g, _ in {**queue_quotas(cfg.queues), **own}.values()) / 1000
+        if total > MAX_GPUS:  # each queue is checked alone; together they must fit too
+            add(f"queues: the guarantees sum to {total:.15g} GPUs, more than any cluster has "
+                f"({MAX_GPUS}); a queue's guaranteed is GPUs, e.g. 8")
     # A queue is asked for by a swarmgpu.queue label, or is a tenant's first, which its
     # services without the label count against: only the former needs a label's name.
     firsts = {t.queues[0] for t in specs if t.queues}
