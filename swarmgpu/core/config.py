@@ -20,12 +20,23 @@ from typing import Any
 
 import yaml
 
-from swarmgpu.core.configvalues import FromEnv, coerce, locate_in, not_text
+from swarmgpu.core.configvalues import (
+    FromEnv,
+    coerce,
+    locate_in,
+    not_text,
+    template_problem,
+)
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
 from swarmgpu.core.tenants import NAME_RE, parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
+
+# Label namespaces Docker reserves for itself (docs.docker.com, "Docker object labels").
+DOCKER_NAMESPACES = ("com.docker.", "io.docker.", "org.dockerproject.")
+MAX_GPUS = 1_000_000  # a queue's guarantee or max, and all guarantees together
+MAX_SECONDS = 7 * 24 * 3600  # every *_s key: longer is a typo, and past the timers' range
 
 
 class ConfigError(ValueError):
@@ -212,8 +223,15 @@ def parse_priority_classes(text: str) -> dict[str, int]:
         name, eq, num = part.partition("=")
         name, num = name.strip().lower(), num.strip()
         if not eq or not name.replace("-", "").replace("_", "").isalnum() or not name.isascii() \
-                or not num.lstrip("-").isdigit() or len(num) > 7:
+                or not num.lstrip("-").isdigit() or not num.isascii():
             raise ValueError(f"{part!r} is not name=integer")
+        if len(num.lstrip("-")) > 6:  # a label's own number is no wider (requests._PRIO_RE)
+            raise ValueError(f"{part!r} is out of range; a priority is -999999 to 999999")
+        if name.lstrip("-").isdigit():  # a label's value is read as a number first
+            raise ValueError(f"{name!r} is a number: swarmgpu.priority={name} reads as "
+                             f"priority {int(name)}, never this class; name it with a letter")
+        if name in out:  # a dict would keep the last one, silently
+            raise ValueError(f"{name!r} is given twice ({out[name]} and {int(num)}); keep one")
         out[name] = int(num)
     return out
 
@@ -222,13 +240,24 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
     """``queues:`` -> {name: (guaranteed, max or None)} in thousandths of a GPU; ValueError
     naming the bad queue."""
     out: dict[str, tuple[int, int | None]] = {}
+    folded: dict[str, str] = {}
     for name, q in queues.items():
         # A name is swarmgpu.queue's text: 1 is refused, not read as "1" (a queue no
         # check had seen, beside a "1" it would have replaced).
         if not isinstance(name, str):
             raise ValueError(not_text(name, f"{name} (a queue name)"))
-        if not isinstance(q, Mapping) or set(q) - {"guaranteed", "max"}:
+        other = folded.setdefault(name.lower(), name)
+        if other != name:  # Kubernetes' and Kueue's names are lower case: never two so
+            raise ValueError(f"{name}: the same name as queues.{other} but for case; a "
+                             f"label's swarmgpu.queue={other} or ={name} would pick one by a "
+                             "typo: rename one")
+        if not isinstance(q, Mapping):
             raise ValueError(f"{name}: expected {{guaranteed: GPUs, max: GPUs}}, got {q!r}")
+        for key in q:
+            if key not in ("guaranteed", "max"):
+                close = difflib.get_close_matches(str(key), ("guaranteed", "max"), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"{name}.{key}: unknown key{hint} (known: guaranteed, max)")
         for key in ("guaranteed", "max"):
             v = q.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
@@ -236,7 +265,8 @@ def queue_quotas(queues: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]
                 raise ValueError(f"{name}.{key}: expected a number of GPUs, got {v!r}")
         g = float(q.get("guaranteed") or 0)
         m = None if q.get("max") is None else float(q["max"])
-        if g < 0 or (m is not None and m < g) or g > 1e6 or (m is not None and m > 1e6):
+        if g < 0 or (m is not None and m < g) or g > MAX_GPUS \
+                or (m is not None and m > MAX_GPUS):
             raise ValueError(f"{name}: need 0 <= guaranteed <= max (GPUs)")
         out[name] = (round(g * 1000), None if m is None else round(m * 1000))
     return out
@@ -293,9 +323,14 @@ class Config:
 
     def __post_init__(self) -> None:
         if not self.rebalance.metrics_url_template:  # derived from the agents' address
-            base = self.agents.url_template.replace("{port}", str(self.agents.port))
             object.__setattr__(self, "rebalance", dataclasses.replace(
-                self.rebalance, metrics_url_template=base.rstrip("/") + "/metrics"))
+                self.rebalance, metrics_url_template=_metrics_from(self.agents)))
+
+
+def _metrics_from(agents: AgentsConfig) -> str:
+    """The metrics template an empty rebalance.metrics_url_template stands for."""
+    base = agents.url_template.replace("{port}", str(agents.port))
+    return base.rstrip("/") + "/metrics"
 
 
 def _check(cfg: Config, add: Callable[[str], None]) -> None:
@@ -339,7 +374,13 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             "(neither: this manager's own Swarm node certificate)")
     if cfg.agents.watch_s != 0 and cfg.agents.watch_s < 1:
         add("agents.watch_s: must be 0 (off) or >= 1 second (default 5)")
-    if "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:
+    bad = template_problem(cfg.agents.url_template, ("addr", "hostname", "port"))
+    if bad:
+        add(f"agents.url_template: {bad}")
+    bad = template_problem(cfg.rebalance.metrics_url_template, ("addr", "hostname"))
+    if bad and cfg.rebalance.metrics_url_template != _metrics_from(cfg.agents):
+        add(f"rebalance.metrics_url_template: {bad}")  # not twice for the derived one
+    elif "{addr}" not in cfg.agents.url_template and "{hostname}" not in cfg.agents.url_template:
         add(
             "agents.url_template: must contain {addr} or {hostname}, "
             "e.g. 'http://{addr}:{port}'"
@@ -352,6 +393,11 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             f"sync.prefix: {p!r} must end with '.' and use only letters, digits, "
             "'-', '_', '.' (Swarm constraint keys cannot contain '/'); e.g. 'swarmgpu.'"
         )
+    reserved = [ns for ns in DOCKER_NAMESPACES if p.startswith(ns) or ns.startswith(p)]
+    if reserved and p:
+        add(f"sync.prefix: {p!r} overlaps {reserved[0]}*, reserved by Docker (com.docker.*, "
+            "io.docker.*, org.dockerproject.*): swarmgpu would take com.docker.stack."
+            "namespace and the like as its own; e.g. 'swarmgpu.'")
     if not 2 <= cfg.history.samples <= 100_000:
         add("history.samples: must be 2-100000 (default 240)")
     if not 1 <= cfg.history.max_gpus <= 1_000_000:
@@ -361,8 +407,11 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     if cfg.log.level.upper() not in ("TRACE", "DEBUG", "INFO", "SUCCESS", "WARNING", "ERROR"):
         add(f"log.level: {cfg.log.level!r}; use DEBUG, INFO, WARNING or ERROR")
     host, _, port = cfg.http.listen.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or not port.isascii():  # '²' is a digit to isdigit
         add(f"http.listen: {cfg.http.listen!r}; use HOST:PORT, e.g. 127.0.0.1:9402")
+    elif len(port) > 5 or int(port) > 65535:  # 99999 raised at bind (0: any free port)
+        add(f"http.listen: {port} is not a TCP port (0-65535); use HOST:PORT, "
+            "e.g. 127.0.0.1:9402")
     if cfg.http.auth not in ("auto", "required", "off"):
         add(f"http.auth: {cfg.http.auth!r}; use auto (the default), required or off")
     check_rebalance(cfg.rebalance, add)
@@ -391,10 +440,15 @@ def _check_tenants(cfg: Config, add: Callable[[str], None]) -> None:
         classes = parse_priority_classes(cfg.preemption.priority_classes)
     except ValueError:
         classes = {}  # reported above
-    specs, _, errors = parse_tenants(cfg.tenants, cfg.queues, classes,
-                                     cfg.preemption.max_per_hour)
+    specs, own, errors = parse_tenants(cfg.tenants, cfg.queues, classes,
+                                       cfg.preemption.max_per_hour)
     for e in errors:
         add(e)
+    with contextlib.suppress(ValueError):  # a bad queue is reported above
+        total = sum(g for g, _ in {**queue_quotas(cfg.queues), **own}.values()) / 1000
+        if total > MAX_GPUS:  # each queue is checked alone; together they must fit too
+            add(f"queues: the guarantees sum to {total:.15g} GPUs, more than any cluster has "
+                f"({MAX_GPUS}); a queue's guaranteed is GPUs, e.g. 8")
     # A queue is asked for by a swarmgpu.queue label, or is a tenant's first, which its
     # services without the label count against: only the former needs a label's name.
     firsts = {t.queues[0] for t in specs if t.queues}
@@ -439,6 +493,11 @@ def _build(cls: Any, data: Any, where: str, add: Callable[[str], None]) -> Any:
             kwargs[key] = coerce(value, typ, path)
         except ValueError as e:
             add(str(e))
+            continue
+        if typ is float and key.endswith("_s") and kwargs[key] > MAX_SECONDS:
+            # 1.0e+12 overflowed APScheduler's and the sockets' timers at start.
+            add(f"{path}: {kwargs.pop(key):g} seconds is more than a week ({MAX_SECONDS}); "
+                "a duration is a number of seconds, e.g. 30")
     return cls(**kwargs)
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 import os
 import re
+import string
 from collections.abc import Mapping
 from typing import Any
 
-from swarmgpu.core.yamlfile import Lines
+from swarmgpu.core.yamlfile import Lines, plain_is_text
 
 
 class FromEnv(str):
@@ -61,9 +62,9 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
             except ValueError:
                 pass
         kind = "a whole number" if typ is int else "a number"
-        quoted = isinstance(value, str) and not env and _numeric(value)
         raise ValueError(f"{where}: expected {kind}, {got}"
-                          + ("; remove the quotes" if quoted else ""))
+                         + (_number_fix(value, where) if isinstance(value, str) and not env
+                            else ""))
     optional = typ == (str | None)
     if typ is str or optional:
         if value is None and optional:
@@ -84,12 +85,48 @@ def not_text(value: Any, where: str) -> str:
             "file writes it if it is meant as text (YAML reads 007 as 7, true as True)")
 
 
-def _numeric(text: str) -> bool:
+def template_problem(template: str, names: tuple[str, ...]) -> str | None:
+    """Why ``template`` cannot be filled with ``names`` by ``str.format``, or None. Each
+    URL is built so, per node and cycle: a stray brace or an unknown name raised there,
+    in every cycle, instead of once at ``config check``."""
+    use = ", ".join("{" + n + "}" for n in names)
     try:
-        float(text)
+        parts = list(string.Formatter().parse(template))
     except ValueError:
-        return False
-    return True
+        return (f"{template!r} is not a template (a brace without its pair); use {use}, "
+                "and {{ or }} for a brace itself")
+    for _, name, spec, conv in parts:
+        if name is not None and (name not in names or spec or conv):
+            shown = name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "")
+            return (f"{{{shown}}} is not a placeholder; use {use} (and {{{{ or }}}} for a "
+                    "brace itself)")
+    return None
+
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)\s*(ms|s|m|h|d)", re.ASCII)
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _number_fix(text: str, where: str) -> str:
+    """The fix for a number the file gave as text: its quotes, YAML 1.1's exponent, or a
+    duration's unit on a key in seconds (a Kubernetes-style 10m)."""
+    try:
+        num = float(text)
+    except ValueError:
+        d = _DURATION.fullmatch(text.strip())
+        if d is None or not where.endswith("_s"):
+            return ""
+        secs = float(d[1]) * _UNIT_S[d[2]]
+        return f"; the key is in seconds (its name ends in _s): write {secs:g}"
+    if not plain_is_text(text):
+        return "; remove the quotes"
+    mantissa, _, power = f"{num:.15e}".partition("e")
+    mantissa = mantissa.rstrip("0") + ("0" if mantissa.rstrip("0").endswith(".") else "")
+    exp = f"{mantissa}e{int(power):+d}"  # YAML 1.1's form: 1.0e+3, 1.25e-4
+    # {:g} would write 1e+20, text again: digits only where they stay short.
+    digits = f"{num:.6f}".rstrip("0").rstrip(".") if 1e-6 <= abs(num) < 1e15 else ""
+    return (f"; YAML reads {text} as text (an exponent needs a '.' and a sign): write "
+            + (f"{digits} or {exp}" if digits else exp))
 
 
 _KEY_PATH = re.compile(r"[A-Za-z0-9_.-]+")

@@ -108,6 +108,7 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
     specs: list[TenantSpec] = []
     own: dict[str, tuple[int, int | None]] = {}
     owner: dict[str, str] = {}
+    folded: dict[str, str] = {}  # each name in lower case -> as written
     default: TenantSpec | None = None
     for name, body in raw.items():
         w = f"tenants.{name}"
@@ -116,6 +117,14 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
             continue
         if not NAME_RE.fullmatch(name):
             add(f"{w}: a tenant name is letters, digits, . _ - (at most 63), e.g. team-a")
+            continue
+        if name.lower() == DEFAULT_TENANT and name != DEFAULT_TENANT:
+            add(f"{w}: the same name as {DEFAULT_TENANT}, which takes every service no "
+                f"other tenant matches, but for case; write {DEFAULT_TENANT}")
+            continue
+        # Status, metrics and logs name tenants: never two alike but for case.
+        if (other := folded.setdefault(name.lower(), name)) != name:
+            add(f"{w}: the same name as tenants.{other} but for case; rename one")
             continue
         body = {} if body is None else body
         if not isinstance(body, Mapping):
@@ -150,6 +159,9 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
             if name in known_queues:
                 add(f"{w}: guaranteed/max make a queue named {name}, but queues.{name} "
                     "exists too; list it under this tenant's queues instead")
+            for q in sorted(q for q in known_queues if q.lower() == name.lower() != q):
+                add(f"{w}: guaranteed/max make a queue named {name}, but queues.{q} differs "
+                    "from it only in case; rename one")
             own[name] = (round((g or 0) * 1000), None if m is None else round(m * 1000))
             owned.append(name)
         q_raw = body.get("queues", [])

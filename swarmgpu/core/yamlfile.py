@@ -60,6 +60,17 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+def plain_is_text(text: str) -> bool:
+    """Whether ``text`` written unquoted reads as a string here (``1e3`` does: YAML 1.1's
+    exponent needs a '.' and a sign), for messages that say how a value was written."""
+    loader = _Loader("")
+    try:
+        tag = loader.resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
+    finally:
+        loader.dispose()
+    return bool(tag == "tag:yaml.org,2002:str")
+
+
 def read_yaml(path: Path, what: str, error: type[Exception], *, fmt: str = "YAML") -> Any:
     """The file's parsed content (safe loader); ``error(...)`` naming ``what`` otherwise."""
     return read_yaml_lines(path, what, error, fmt=fmt)[0]
