@@ -260,3 +260,36 @@ def test_what_render_translates_is_not_refused_by_a_files_schema_check() -> None
     checked = check_stack(base, where="a.yml", more=[("b.yml", runtime)], environ={})
     assert checked.errors and all("schema" not in e for e in checked.errors), checked.errors
     assert any("services.s.runtime" in e and "default-runtime" in e for e in checked.errors)
+
+
+def test_a_list_item_merged_into_a_mapping_keeps_its_dollars_unsubstituted() -> None:
+    """With --skip-interpolation (nothing substituted) a list label merged into the other
+    file's mapping is written as it was: docker reads ``a$$b`` as ``a$b`` from the file
+    and from render's output alike (it was written ``a$$$$b``: docker deployed ``a$$b``);
+    substituted, the value is escaped so that docker reads back what was merged."""
+    a = "services:\n  s:\n    image: x\n    deploy: {labels: {team: a}}\n"
+    b = "services:\n  s:\n    deploy: {labels: ['note=a$$b', 'home=${H}']}\n"
+    files = [StackFile("f0.yml", yaml.safe_load(a)), StackFile("f1.yml", yaml.safe_load(b))]
+    assert merge_stacks(files).written["services"]["s"]["deploy"]["labels"] == {
+        "team": "a",
+        "note": "a$$b",
+        "home": "${H}",
+    }
+    out, _ = render_stack(a, "st", NODES, [], [], FACTS, prefix=P, more=[("b.yml", b)])
+    assert yaml.safe_load(out)["services"]["s"]["deploy"]["labels"]["note"] == "a$$b"
+    env = {"H": "/h"}
+    subbed = [
+        StackFile("f0.yml", yaml.safe_load(a)),
+        StackFile(
+            "f1.yml",
+            yaml.safe_load(b),
+            {"services": {"s": {"deploy": {"labels": ["note=a$b", "home=/h"]}}}},
+        ),
+    ]
+    got = merge_stacks(subbed, env)
+    assert got.written["services"]["s"]["deploy"]["labels"]["note"] == "a$$b"
+    assert got.substituted["services"]["s"]["deploy"]["labels"] == {
+        "team": "a",
+        "note": "a$b",
+        "home": "/h",
+    }

@@ -83,8 +83,8 @@ def _sub(v: Any) -> Any:
 
 
 def _new(sub: Any) -> _Leaf:
-    """A value the merge makes (a list item made a mapping's): written with each ``$``
-    as ``$$``, so docker reads back what was merged."""
+    """A value the merge makes (a list item made a mapping's) from a substituted one:
+    written with each ``$`` as ``$$``, so docker reads back what was merged."""
     return _Leaf(sub, sub.replace("$", "$$") if isinstance(sub, str) else sub)
 
 
@@ -261,7 +261,10 @@ def _kv(v: Any, env: bool) -> tuple[dict[str, tuple[Any, Any]], bool] | None:
         out: dict[str, tuple[Any, Any]] = {}
         for item in v:
             k, eq, val = str(_sub(item)).partition("=")
-            out[k] = (item, _new(val if eq else None if env else ""))
+            value = val if eq else None if env else ""
+            # an item docker read as written (nothing substituted): its value as written
+            kept = isinstance(item, _Leaf) and item.raw == item.sub
+            out[k] = (item, _Leaf(value, value) if kept else _new(value))
         return out, True
     return ({}, False) if _sub(v) is None else None
 
