@@ -3,6 +3,7 @@ from a cluster document, pure; the page they make goes through the real promtool
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -73,3 +74,31 @@ def test_a_node_or_service_gone_leaves_no_series() -> None:
         ("train", "id-1", 30.0)
     ]
     assert got.get("swarmgpu_unattributed_gpu_memory_mib", []) == []
+
+
+def test_a_scrape_during_an_update_sees_one_whole_cycle() -> None:
+    # The daemon serves /metrics from another thread while a cycle sets the gauges: a
+    # scrape that lands mid-update must see the whole last cycle or the whole new one,
+    # never some series missing (absent() alerts and rate/avg panels flapped). The
+    # scrapes are taken from inside the update, as each node and stray is read.
+    reg = CollectorRegistry()
+    gauges = ServiceGauges(reg)
+    first = {"nodes": [_node("id-1", "gpu-a", "train", 10), _node("id-2", "gpu-b", "infer", 20)]}
+    gauges.set(first, [_stray("id-2", "gpu-b", 5)])
+    before = generate_latest(reg)
+    pages: list[bytes] = []
+
+    def scraping(items: list[Any]) -> Iterator[Any]:
+        for x in items:
+            pages.append(generate_latest(reg))
+            yield x
+        pages.append(generate_latest(reg))
+
+    nodes = [_node("id-1", "gpu-a", "train", 30), _node("id-2", "gpu-b", "infer", 40)]
+    strays = [_stray("id-1", "gpu-a", 7), _stray("id-2", "gpu-b", 9)]
+    gauges.set({"nodes": scraping(nodes)}, scraping(strays))
+    after = generate_latest(reg)
+    assert before != after
+    assert pages, "the update read no node"
+    for page in pages:
+        assert page in (before, after), page.decode()

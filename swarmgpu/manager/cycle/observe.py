@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from loguru import logger
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from swarmgpu.manager.commands.audit import audit
 from swarmgpu.manager.cycle.grants import rows
@@ -98,49 +101,75 @@ class ObserveStep(Step):
         return doc
 
 
-class ServiceGauges:
+# (name, help, label names) of each family ServiceGauges serves, in the order served.
+_FAMILIES = (
+    ("swarmgpu_service_gpu_util", "GPU utilisation (%) of GPUs a service holds",
+     SERVICE_LABELS),
+    ("swarmgpu_service_gpu_memory_used_mib",
+     "GPU memory used (MiB) by a service's processes on a GPU it holds "
+     "(where the agent lists processes; elsewhere the GPU's used memory)", SERVICE_LABELS),
+    ("swarmgpu_service_gpu_memory_share_mib",
+     "GPU memory (MiB) a service's share of a GPU is worth (share x memory)", SERVICE_LABELS),
+    ("swarmgpu_unattributed_gpu_memory_mib",
+     "GPU memory (MiB) used by processes no task Swarm runs on that node accounts for "
+     "(counted for no service)", SERVICE_LABELS[1:]),
+)
+Rows = dict[tuple[str, ...], float]  # label values -> value, for one family
+
+
+class ServiceGauges(Collector):
     """Per-service GPU use and unattributed memory, set from each cluster document.
 
     Each series names its node by hostname (``node``, for people) and by Swarm's node ID
     (``node_id``): two nodes may share a hostname (one re-joined under a new ID, or two
-    machines named alike), and by hostname alone one's series overwrote the other's."""
+    machines named alike), and by hostname alone one's series overwrote the other's.
+
+    A collector, not four Gauges: /metrics is served from another thread, and Gauges
+    cleared then set one by one showed a scrape in between some or all series missing
+    (absent() alerts and rate/avg panels flapped). A cycle's rows are built aside and
+    swapped in whole (prometheus_client's custom collector)."""
 
     def __init__(self, r: CollectorRegistry) -> None:
-        self.util = Gauge("swarmgpu_service_gpu_util",
-                          "GPU utilisation (%) of GPUs a service holds",
-                          SERVICE_LABELS, registry=r)
-        self.mem = Gauge("swarmgpu_service_gpu_memory_used_mib",
-                         "GPU memory used (MiB) by a service's processes on a GPU it holds "
-                         "(where the agent lists processes; elsewhere the GPU's used memory)",
-                         SERVICE_LABELS, registry=r)
-        self.share_mem = Gauge("swarmgpu_service_gpu_memory_share_mib",
-                               "GPU memory (MiB) a service's share of a GPU is worth "
-                               "(share x memory)", SERVICE_LABELS,
-                               registry=r)
-        self.stray = Gauge("swarmgpu_unattributed_gpu_memory_mib",
-                           "GPU memory (MiB) used by processes no task Swarm runs on that "
-                           "node accounts for (counted for no service)",
-                           SERVICE_LABELS[1:], registry=r)
+        self.rows: tuple[Rows, ...] = tuple({} for _ in _FAMILIES)
+        r.register(self)
 
-    def set(self, doc: dict[str, Any], unattributed: Sequence[overshare.Unattributed]) -> None:
-        util, mem, share_mem, stray = self.util, self.mem, self.share_mem, self.stray
-        util.clear()
-        mem.clear()
-        share_mem.clear()
-        stray.clear()
-        for x in unattributed:
-            stray.labels(x.hostname, x.node_id, str(x.gpu)).inc(x.used_mib)
+    def set(self, doc: dict[str, Any], unattributed: Iterable[overshare.Unattributed]) -> None:
+        util: Rows = {}
+        mem: Rows = {}
+        share_mem: Rows = {}
+        stray: Rows = {}
+        for x in unattributed:  # summed: several processes on one GPU
+            k = (str(x.hostname), str(x.node_id), str(x.gpu))
+            stray[k] = stray.get(k, 0.0) + float(x.used_mib)
         for n in doc["nodes"]:
             for g in n["gpus"]:
                 for h in g["holders"]:
-                    labels = (h["service"], n["hostname"], n["id"], str(g["index"]))
+                    # A key seen again keeps its first place and takes the last value, as
+                    # a Gauge's child did.
+                    labels = (str(h["service"]), str(n["hostname"]), str(n["id"]),
+                              str(g["index"]))
                     if g["util_pct"] is not None:
-                        util.labels(*labels).set(g["util_pct"])
+                        util[labels] = float(g["util_pct"])
                     own = h.get("memory_used_mib", g["memory_used_mib"])
                     if own is not None:
-                        mem.labels(*labels).set(own)
+                        mem[labels] = float(own)
                     if "memory_share_mib" in h:
-                        share_mem.labels(*labels).set(h["memory_share_mib"])
+                        share_mem[labels] = float(h["memory_share_mib"])
                     elif g.get("memory_mib"):
-                        share_mem.labels(*labels).set(g["memory_mib"] * h["share_milli"]
-                                                      // 1000)
+                        share_mem[labels] = float(g["memory_mib"] * h["share_milli"] // 1000)
+        # One reference assignment, atomic in CPython (the GIL): a scrape reads the whole
+        # last cycle or the whole new one, never one half-built.
+        self.rows = (util, mem, share_mem, stray)
+
+    def collect(self) -> Iterator[Metric]:
+        rows = self.rows  # read once: every family from the same cycle
+        for (name, text, labels), part in zip(_FAMILIES, rows, strict=True):
+            fam = GaugeMetricFamily(name, text, labels=labels)
+            for k, v in part.items():
+                fam.add_metric(k, v)
+            yield fam
+
+    def describe(self) -> Iterator[Metric]:
+        """The names, for the registry's check of duplicates (as a Gauge's were)."""
+        for name, text, labels in _FAMILIES:
+            yield GaugeMetricFamily(name, text, labels=labels)
