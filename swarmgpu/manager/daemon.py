@@ -158,12 +158,11 @@ class Daemon:
                 self.metrics.cycles.labels(outcome="follower").inc()
                 logger.debug("not the Swarm leader; standing by")
                 return CycleReport(leader=False)
-            reads = self.stop_event.reads_left
             try:
                 try:
                     snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event)
-                except Stopped:  # facts half read: no step plans from them, none is saved
-                    self._reads_left("no step of this cycle ran", reads)
+                except Stopped as exc:  # facts half read: no step plans from them, none saved
+                    self._reads_left("no step of this cycle ran", exc)
                     return CycleReport()
                 report = self.run_steps(snapshot)
             except SwarmError as exc:
@@ -223,10 +222,12 @@ class Daemon:
                 return CycleReport()
         return session.report
 
-    def _reads_left(self, what: str, before: int) -> None:
+    def _reads_left(self, what: str, stopped: Stopped) -> None:
+        # The fetch's own count: the cycle's and the facts watch's run side by side, on
+        # the scheduler's threads, and both count into stop_event.reads_left.
         logger.warning("stopping: the agent reads in flight finished; {} agent read(s) not "
                        "made, {}: the next leader's daemon, or this one when it starts "
-                       "again, reads them afresh", self.stop_event.reads_left - before, what)
+                       "again, reads them afresh", stopped.reads, what)
 
     def once(self) -> CycleReport:
         """One cycle now (``run --once``), stopped by SIGTERM or SIGINT as the daemon is:
@@ -277,11 +278,10 @@ class Daemon:
             nodes = self.cache.read()[0] if self.cache.stream_up else self.swarm.nodes()
         except SwarmError:
             return  # the next full cycle reports it
-        reads = self.stop_event.reads_left
         try:
             got = fetch_agents(self.swarm, self.cfg, nodes, self.stop_event)
-        except Stopped:
-            self._reads_left("the facts watch ended", reads)
+        except Stopped as exc:
+            self._reads_left("the facts watch ended", exc)
             return
         changed = []
         for node_id, res in got.items():
