@@ -207,3 +207,39 @@ def test_once_ends_at_once_on_a_second_signal(tmp_path: Path) -> None:
     text = log.read_text()
     assert rc == -signal.SIGINT, text
     assert "Traceback" not in text, text
+
+
+class TwoFetches(SlowAgents):
+    """The stop is asked once the cycle's fetch and the facts watch's both have reads in
+    flight (each fetch is a pool of its own threads)."""
+
+    def __call__(
+        self, node: SwarmNode, cfg: AgentsConfig, tls: object = None, token: object = None
+    ) -> FactsResult:
+        with self._lock:
+            self.pools = getattr(self, "pools", set())
+            self.pools.add(threading.current_thread().name.rsplit("_", 1)[0])
+            if len(self.pools) == 2 and self.stop is not None:
+                self.stop.set()
+        return super().__call__(node, cfg, tls, token)
+
+
+def test_a_stop_during_a_cycle_and_the_facts_watch_counts_each_fetchs_reads_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: list[str]
+) -> None:
+    """The facts watch runs beside the cycle (the scheduler's other thread). Before,
+    each line counted the change of the daemon's total since its fetch began, so the
+    line said last counted the other fetch's reads too (the two lines overstated the
+    reads not made by one fetch's worth)."""
+    d, _ = _daemon(tmp_path)
+    d.leader = True
+    agents = TwoFetches(d.stop_event)
+    monkeypatch.setattr(agent_client, "fetch_facts", agents)
+    watch = threading.Thread(target=d._watch_facts)
+    watch.start()
+    d.cycle()
+    watch.join(10)
+    said = [m for m in lines if "stopping" in m and "agent read(s) not made" in m]
+    assert len(said) == 2, lines[-20:]  # the cycle's, the watch's
+    counts = [int(re.search(r"(\d+) agent read\(s\) not made", m).group(1)) for m in said]  # type: ignore[union-attr]
+    assert sum(counts) == d.stop_event.reads_left == 2 * NODES - len(agents.read), said

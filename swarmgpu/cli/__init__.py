@@ -20,7 +20,7 @@ Exit codes:
                         identity or token at start
   doctor                0 no check failed (warnings are advice); 1 a check failed
   run                   0 --once done, or stopped by SIGTERM/SIGINT (--once too)
-                        after the writes and agent reads in flight (a second
+                        after the writes and node reads in flight (a second
                         signal ends it at once: 130, 143); 2 bad config, engine
                         unreachable (after 60 s of retries; --once: at once), or
                         --once on a follower that could not read the swarm

@@ -63,7 +63,7 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
         report = d.once()
         if d.stopped_by is not None:  # as the daemon: exit 0, what was left is said
             click.echo(f"stopped by {d.stopped_by}: the cycle ended early, without its "
-                       f"further writes and agent reads (in the log above); the next "
+                       f"further writes and node reads (in the log above); the next "
                        f"cycle plans them afresh", err=True)
             return
         if not report.leader and report.errors:

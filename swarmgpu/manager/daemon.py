@@ -5,8 +5,9 @@ leadership moves the new leader's daemon takes over on its next cycle.
 SIGTERM and SIGINT ask for a stop: the writes in flight finish, the step in progress
 makes no further write (``engine.stop``: the rest is planned again by the next leader or
 start), no new step starts, and the daemon exits 0. A fetch of the agents' facts starts
-no further read: a snapshot cut so ends its cycle before any step. A second signal ends
-the daemon at once. ``run --once`` stops so too (``once``).
+no further read: a snapshot cut so ends its cycle before any step; the metrics scrape
+neither, and its cycle ends with it (no step reads the pages half scraped). A second
+signal ends the daemon at once. ``run --once`` stops so too (``once``).
 SIGHUP is logged and ignored (the config is read at start only).
 """
 
@@ -157,12 +158,11 @@ class Daemon:
                 self.metrics.cycles.labels(outcome="follower").inc()
                 logger.debug("not the Swarm leader; standing by")
                 return CycleReport(leader=False)
-            reads = self.stop_event.reads_left
             try:
                 try:
                     snapshot = take_snapshot(self.swarm, self.cfg, self.cache, self.stop_event)
-                except Stopped:  # facts half read: no step plans from them, none is saved
-                    self._reads_left("no step of this cycle ran", reads)
+                except Stopped as exc:  # facts half read: no step plans from them, none saved
+                    self._reads_left("no step of this cycle ran", exc)
                     return CycleReport()
                 report = self.run_steps(snapshot)
             except SwarmError as exc:
@@ -187,7 +187,8 @@ class Daemon:
         own write of the same node (``cycle.placement.apply_plan``): one write per node
         per cycle. Whatever that step did not take is written right after it, before the
         next step, and if a step fails. A stop asked mid-step ends it between two writes
-        (``engine.stop``), said here once, with the number of writes left."""
+        or two reads of the nodes' metrics pages (``engine.stop``), said here once, with
+        the number of writes, and of reads, left."""
         session = CycleSession(snapshot)
         self.last_session = session
         ran = [""]
@@ -206,23 +207,31 @@ class Daemon:
                     after=after)
             finally:
                 self.labels.flush()
-        except Stopped:
-            logger.warning("stopping: the writes in flight finished; {} write(s) of step {} "
-                           "not made, nor any later step's: the next leader's daemon, or "
-                           "this one when it starts again, plans them afresh from what "
-                           "Swarm stores", self.stop_event.left - left, ran[0] or "-")
+        except Stopped as exc:
+            # A step's reads (the metrics scrape) say their own count: the facts watch,
+            # beside the cycle, counts into reads_left too.
+            cut = f"{self.stop_event.left - left} write(s)"
+            if exc.reads:
+                cut += f" and {exc.reads} {exc.what}(s)"
+            logger.warning("stopping: the {} in flight finished; {} of step {} not made, "
+                           "nor any later step's: the next leader's daemon, or this one "
+                           "when it starts again, plans them afresh from what Swarm stores "
+                           "and the nodes say", "writes and reads" if exc.reads else "writes",
+                           cut, ran[0] or "-")
             if Slot.REPORT not in session.written():  # label sync itself was cut short
                 return CycleReport()
         return session.report
 
-    def _reads_left(self, what: str, before: int) -> None:
+    def _reads_left(self, what: str, stopped: Stopped) -> None:
+        # The fetch's own count: the cycle's and the facts watch's run side by side, on
+        # the scheduler's threads, and both count into stop_event.reads_left.
         logger.warning("stopping: the agent reads in flight finished; {} agent read(s) not "
                        "made, {}: the next leader's daemon, or this one when it starts "
-                       "again, reads them afresh", self.stop_event.reads_left - before, what)
+                       "again, reads them afresh", stopped.reads, what)
 
     def once(self) -> CycleReport:
         """One cycle now (``run --once``), stopped by SIGTERM or SIGINT as the daemon is:
-        between two writes or agent reads; a second signal ends the process at once."""
+        between two writes or node reads; a second signal ends the process at once."""
         self._install_signals()
         return self.cycle()
 
@@ -269,11 +278,10 @@ class Daemon:
             nodes = self.cache.read()[0] if self.cache.stream_up else self.swarm.nodes()
         except SwarmError:
             return  # the next full cycle reports it
-        reads = self.stop_event.reads_left
         try:
             got = fetch_agents(self.swarm, self.cfg, nodes, self.stop_event)
-        except Stopped:
-            self._reads_left("the facts watch ended", reads)
+        except Stopped as exc:
+            self._reads_left("the facts watch ended", exc)
             return
         changed = []
         for node_id, res in got.items():
@@ -325,7 +333,7 @@ class Daemon:
                            dog, every, 2 * every + 60)
         while not self.stop_event.wait(CLOCK_CHECK_S):
             clocks = self._clock_check(clocks)
-        logger.info("stopping: the step in progress ends after its writes and agent reads in "
+        logger.info("stopping: the step in progress ends after its writes and node reads in "
                     "flight")
         sd_notify("STOPPING=1")
         sched.shutdown(wait=True)
@@ -364,7 +372,7 @@ class Daemon:
                 return
             asked.append(name)
             self.stopped_by = name
-            logger.info("signal {} received: stopping after the writes and agent reads in "
+            logger.info("signal {} received: stopping after the writes and node reads in "
                         "flight (a second SIGTERM or SIGINT exits at once)", name)
             self.stop_event.set()
 

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from swarmgpu.core.config import Config
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+from swarmgpu.manager.engine.stop import StopRequest
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.sync import LabelSync
 from swarmgpu.swarm.client import SwarmClient
@@ -38,6 +39,11 @@ class CycleHost(Protocol):
     @property
     def labels(self) -> LabelSync:
         """Label sync, kept across cycles (its GPU health book: ``labels.health``)."""
+
+    @property
+    def stop_event(self) -> StopRequest:
+        """The daemon's stop request (SIGTERM): a step's long reads of the nodes start
+        none once it is set (``engine.stop``); its writes' gate asks it already."""
 
     @property
     def leader(self) -> bool:

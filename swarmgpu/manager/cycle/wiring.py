@@ -4,7 +4,7 @@
                  puts it first: ``Daemon.use``)
     placement    the plan, and its writes (label sync's folded in)
     grants       services that see GPUs without a grant (judged on placement's grants)
-    metrics      every node's metrics page, once
+    metrics      every node's metrics page, once (a stop cuts it: the cycle ends)
     rebalance    windows, policies, movers (rebalance.enabled); no new move of its own
                  in a slot of the budgets a preemption waited for last cycle
     preemption   after placement's writes and the rebalancer's moves (placement.enabled)
@@ -38,7 +38,7 @@ def daemon_steps(host: CycleHost) -> list[Step]:
     steps: list[Step] = []
     if placement:
         steps.append(PlacementStep(host))
-    steps += [GrantsStep(host, placement=placement), ScrapeStep(cfg)]
+    steps += [GrantsStep(host, placement=placement), ScrapeStep(host)]
     preempt = PreemptStep(host, after_moves=cfg.rebalance.enabled) if placement else None
     # A preemption that waited for the move budgets holds the slot its move needs from
     # the rebalancer's next cycle (which runs first): its moves, handed over as a call.

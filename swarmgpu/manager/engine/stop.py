@@ -1,5 +1,5 @@
-"""The daemon's stop request as its writes and its agent reads see it: no write, and no
-agent read, starts once it is asked.
+"""The daemon's stop request as its writes and its reads of the nodes see it: no write,
+and no agent read or metrics scrape, starts once it is asked.
 
 A step can be long in writes: the first label sync of a thousand nodes is a thousand
 read-modify-writes. Finishing it on SIGTERM ran past systemd's TimeoutStopSec, and the
@@ -15,7 +15,13 @@ Reads are long too: with the agents down, a thousand nodes' facts are 63 rounds 
 3 s deadline, 190 s, in the cycle's snapshot and in the facts watch. The facts fetch
 (``nodes.agent_client.fetch_all``) starts no read once the stop is asked: those in
 flight finish or reach their deadline, the rest are counted (``reads_left``) and the
-fetch raises ``Stopped``, so no step plans from facts half read.
+fetch raises ``Stopped``, so no step plans from facts half read. The metrics scrape
+(``rebalance.scrape.scrape_all``, the cycle's metrics step) is one read per node too,
+``rebalance.scrape_timeout_s`` each, and ends so: its ``Stopped`` ends the cycle before
+the rebalancer or the map takes a node not read for one whose metrics are unknown.
+Both count into ``reads_left``; each ``Stopped`` carries its own fetch's count
+(``reads``), which its log line says: the facts watch runs beside the cycle, on the
+scheduler's other thread, so the total's change over one would count the other's too.
 """
 
 from __future__ import annotations
@@ -26,16 +32,19 @@ import threading
 class Stopped(Exception):
     """A write, or a fetch's reads, not made because the daemon is stopping. Not a
     ``SwarmError``: no caller takes it for a failed write and goes on to the next one;
-    it ends the step (the cycle, when the snapshot's reads were cut)."""
+    it ends the step (the cycle, when the snapshot's reads were cut). ``what`` names
+    the kind of operation cut, ``reads`` how many of a fetch's reads it left."""
 
-    def __init__(self, request: StopRequest, what: str = "write") -> None:
+    def __init__(self, request: StopRequest, what: str = "write", reads: int = 0) -> None:
         super().__init__(f"the daemon is stopping: no further {what} is made")
         self.request = request
+        self.what = what
+        self.reads = reads
 
 
 class StopRequest(threading.Event):
     """Set once (SIGTERM, SIGINT); ``left`` counts the writes it kept from starting,
-    ``reads_left`` the agent reads."""
+    ``reads_left`` the reads of nodes (agents' facts, metrics pages)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -55,6 +64,6 @@ class StopRequest(threading.Event):
             self.left += n
 
     def leave_reads(self, n: int) -> None:
-        """``n`` more agent reads not started (one fetch counts its own, once)."""
+        """``n`` more node reads not started (one fetch counts its own, once)."""
         with self._count:
             self.reads_left += n

@@ -225,8 +225,8 @@ def fetch_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig, tls: ssl.SSLContext
 
     Once ``stop`` is asked (the daemon's SIGTERM) no further read starts: those in
     flight finish or reach their deadline, then ``Stopped`` is raised with the reads
-    not made counted in ``stop.reads_left``: facts half read are no cycle's to plan
-    from, and a node not read is no agent found down."""
+    not made counted in ``stop.reads_left`` and its own ``reads``: facts half read are
+    no cycle's to plan from, and a node not read is no agent found down."""
     if not nodes:
         return {}
 
@@ -240,5 +240,5 @@ def fetch_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig, tls: ssl.SSLContext
     results = [r for r in got if r is not None]
     if stop is not None and len(results) < len(got):
         stop.leave_reads(len(got) - len(results))
-        raise Stopped(stop, "agent read")
+        raise Stopped(stop, "agent read", len(got) - len(results))
     return {r.node_id: r for r in results}

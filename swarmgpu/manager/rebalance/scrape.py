@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.manager.engine.stop import Stopped, StopRequest
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import redact
 from swarmgpu.swarm.client import SwarmNode
@@ -108,14 +109,31 @@ def scrape_node(node: SwarmNode, template: str, timeout_s: float,
 
 def scrape_all(nodes: Sequence[SwarmNode], template: str, timeout_s: float,
                parallel: int = 16, tls: ssl.SSLContext | None = None,
-               token: str | None = None) -> dict[str, NodeScrape]:
-    """Every ready node's metrics, in parallel; one dead exporter never blocks others."""
+               token: str | None = None, stop: StopRequest | None = None
+               ) -> dict[str, NodeScrape]:
+    """Every ready node's metrics, in parallel; one dead exporter never blocks others
+    (the whole takes at most ceil(ready / parallel) * timeout_s).
+
+    Once ``stop`` is asked (the daemon's SIGTERM) no further scrape starts, as for the
+    agents' facts (``agent_client.fetch_all``): those in flight end by their deadline,
+    then ``Stopped`` is raised with the scrapes not made counted (``stop.reads_left``,
+    and its own ``reads``): a node not read is no node whose metrics are unknown."""
     ready = [n for n in nodes if n.state == "ready"]
     if not ready:
         return {}
+
+    def one(node: SwarmNode) -> NodeScrape | None:
+        if stop is not None and stop.is_set():
+            return None  # not started: the queue drains at once
+        return scrape_node(node, template, timeout_s, tls, token)
+
     with ThreadPoolExecutor(max_workers=min(parallel, len(ready))) as pool:
-        got = list(pool.map(lambda n: scrape_node(n, template, timeout_s, tls, token), ready))
-    return {s.node_id: s for s in got}
+        got = list(pool.map(one, ready))
+    done = [s for s in got if s is not None]
+    if stop is not None and len(done) < len(got):
+        stop.leave_reads(len(got) - len(done))
+        raise Stopped(stop, "metrics read", len(got) - len(done))
+    return {s.node_id: s for s in done}
 
 
 def for_moves(scrapes: dict[str, NodeScrape], trust_unauthenticated: bool
