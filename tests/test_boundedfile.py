@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,21 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
 def test_a_device_or_directory_is_refused(path: str, kind: str) -> None:
     with pytest.raises(NotRegularFile, match=kind):
         read_bounded(path, 100)
+
+
+def test_a_name_under_a_dir_fd_is_read_and_a_symlink_there_never_followed(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "f").write_text("inside")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    fd = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+    try:
+        assert read_head("f", 100, dir_fd=fd) == b"inside"
+        with pytest.raises(OSError) as err:
+            read_head("link", 100, dir_fd=fd)
+        assert err.value.errno == errno.ELOOP
+    finally:
+        os.close(fd)
 
 
 def test_a_symlink_to_a_device_is_the_device(tmp_path: Path) -> None:

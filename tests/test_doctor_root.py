@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from swarmgpu.agent.doctor import (
     Check,
@@ -16,6 +20,7 @@ from swarmgpu.agent.doctor import (
     read_view,
     run_doctor,
 )
+from swarmgpu.agent.doctor import read as doctor_read
 
 ROOTS = Path(__file__).parent / "doctor_roots"
 
@@ -121,6 +126,118 @@ def test_forty_symlinks_resolve_and_the_forty_first_is_a_loop(tmp_path: Path) ->
     (docker / "daemon.json").symlink_to("/etc/docker/l0")  # the 41st
     c = _by_id(root)[0]["docker.daemon-json"]
     assert c.status is Status.FAIL and "symlink loop" in c.found, c
+
+
+# --- a part swapped for a symlink between the lookup and the open stays in the root ---
+# A hostile container writing its own rootfs, or an image being unpacked, can turn a
+# directory into a symlink to the host at any moment. Each test makes that swap at the
+# last moment before the read (or stat), where a resolve-then-open lookup is blind.
+
+
+def _swap_for_symlink(path: Path, to: Path) -> Callable[[], None]:
+    """What the hostile writer does: ``path`` (a directory) moved aside, still inside the
+    root, and in its place a symlink to ``to``, outside it."""
+
+    def swap() -> None:
+        path.rename(path.with_name(path.name + ".moved"))
+        path.symlink_to(to)
+
+    return swap
+
+
+def _swap_before(
+    monkeypatch: pytest.MonkeyPatch, owner: object, name: str, suffix: str, swap: Callable[[], None]
+) -> list[bool]:
+    """``owner.name`` (a reader) runs ``swap`` just before its first call on a path ending
+    in ``suffix``; the returned list is non-empty once it has."""
+    real = getattr(owner, name)
+    done: list[bool] = []
+
+    def call(*args: object, **kwargs: object) -> object:
+        if not done and str(args[0]).endswith(suffix):
+            done.append(True)
+            swap()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, call)
+    return done
+
+
+def test_a_directory_swapped_for_a_symlink_before_the_open_is_not_read_outside_the_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _healthy_copy(tmp_path)
+    inside = json.loads((root / "etc/docker/daemon.json").read_text())
+    host = tmp_path / "host"
+    (host / "docker").mkdir(parents=True)
+    (host / "docker/daemon.json").write_text('{"read": "the host\'s file"}')
+    swapped = _swap_before(
+        monkeypatch, doctor_read, "read_head", "daemon.json", _swap_for_symlink(root / "etc", host)
+    )
+    view = read_view(str(root))
+    assert swapped
+    assert view.daemon_json.data == inside, view.daemon_json
+
+
+def test_a_device_directory_swapped_for_a_symlink_before_the_stat_is_not_the_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under --root a device node is looked at with stat: the host's /dev/null through a
+    # swapped <root>/dev was a character device of the node.
+    root = tmp_path / "root"
+    (root / "dev").mkdir(parents=True)
+    (root / "dev/nvidia0").write_text("")
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "nvidia0").symlink_to("/dev/null")
+    swapped = _swap_before(
+        monkeypatch, os, "stat", "nvidia0", _swap_for_symlink(root / "dev", host)
+    )
+    nodes = read_view(str(root)).dev_nodes
+    assert swapped
+    assert nodes == {"nvidia0": None}, nodes
+
+
+def test_a_runtime_directory_swapped_for_a_symlink_before_the_stat_is_not_the_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    _install(root, f"usr/bin/{RUNTIME}", 0o644)
+    host = tmp_path / "host"
+    _install(host, f"bin/{RUNTIME}")
+    swapped = _swap_before(monkeypatch, os, "stat", RUNTIME, _swap_for_symlink(root / "usr", host))
+    found = find_runtime(str(root), f"/usr/bin/{RUNTIME}")
+    assert swapped
+    assert found.found is None and found.not_executable, found  # the root's, not executable
+
+
+def test_a_directory_swapped_for_a_symlink_during_the_walk_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Looked at (a directory, no link), then swapped before it is opened: the open does
+    # not follow the new link, the file is unreadable, never the host's.
+    root = _healthy_copy(tmp_path)
+    host = tmp_path / "host"
+    (host / "docker").mkdir(parents=True)
+    (host / "docker/daemon.json").write_text("{}")
+    swap = _swap_for_symlink(root / "etc", host)
+    real = os.readlink
+    swapped: list[bool] = []
+
+    def readlink(path: str, *, dir_fd: int | None = None) -> str:
+        try:
+            return real(path, dir_fd=dir_fd)
+        finally:
+            if path == "etc" and not swapped:
+                swapped.append(True)
+                swap()
+
+    monkeypatch.setattr(os, "readlink", readlink)
+    fds = len(os.listdir("/proc/self/fd"))
+    parsed = read_view(str(root)).daemon_json
+    assert swapped
+    assert parsed.data is None and parsed.error, parsed
+    assert len(os.listdir("/proc/self/fd")) == fds  # every directory fd closed
 
 
 # --- a bare runtime name is looked up on PATH, as dockerd does -------------------------

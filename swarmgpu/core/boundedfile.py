@@ -62,12 +62,17 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_head(path: str | os.PathLike[str], limit: int) -> bytes:
+def read_head(path: str | os.PathLike[str], limit: int, *, dir_fd: int | None = None) -> bytes:
     """Up to ``limit`` + 1 bytes of the regular file at ``path`` (more than ``limit``:
-    the caller's "too large"). ``NotRegularFile`` or the ``OSError`` of the open."""
+    the caller's "too large"). ``NotRegularFile`` or the ``OSError`` of the open. With
+    ``dir_fd``, ``path`` is a name in that directory, never followed if it is a symlink
+    (OSError ELOOP): the caller resolved the links itself, fd by fd."""
     # O_NONBLOCK: opening a FIFO with no writer returns at once; O_NOCTTY: a terminal
     # named here does not become this process's controlling terminal.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    if dir_fd is not None:
+        flags |= os.O_NOFOLLOW
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

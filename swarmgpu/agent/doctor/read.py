@@ -7,6 +7,7 @@ import codecs
 import errno
 import json
 import os
+import posixpath
 import re
 import stat
 import tomllib
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmgpu.agent.doctor.resources import norm_bus_id
-from swarmgpu.agent.doctor.rootpath import in_root
+from swarmgpu.agent.doctor.rootpath import entry_in_root, listdir_in_root, stat_in_root
 from swarmgpu.agent.doctor.runtimepath import find_runtime
 from swarmgpu.agent.doctor.view import (
     DAEMON_JSON,
@@ -45,15 +46,6 @@ def _under(root: str, rel: str) -> Path:
     return Path(root) / rel
 
 
-def _resolve(root: str, rel: str) -> Path:
-    """``<root>/<rel>`` as the node sees it, its symlinks resolved inside the root (not on
-    the host running the doctor); a loop is Unreadable."""
-    try:
-        return in_root(root, rel)
-    except OSError as exc:
-        raise _unreadable(_under(root, rel), exc) from exc
-
-
 # A daemon.json, config.toml or /proc file is a few KiB; dpkg's status file a few MiB.
 MAX_FILE_BYTES = 1 << 20
 MAX_DPKG_BYTES = 64 << 20
@@ -72,10 +64,11 @@ def _read_head(root: str, rel: str, limit: int) -> bytes | None:
     """Up to ``limit`` + 1 bytes of the file, None when absent (``core.boundedfile``: a
     FIFO would block the open, /dev/zero never end; a misconfigured node, or an untrusted
     image under --root, may put either where a config file belongs). Symlinks resolve
-    inside the root (``_resolve``)."""
+    inside the root, the file opened relative to its directory's fd (``rootpath``)."""
     path = _under(root, rel)
     try:
-        return read_head(_resolve(root, rel), limit)
+        with entry_in_root(root, rel) as (dir_fd, name):
+            return read_head(name, limit, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except NotRegularFile:
@@ -125,11 +118,11 @@ def _read_fixture(root: str, rel: str) -> str | None:
         raise DoctorError(f"{_under(root, rel)} {exc.why}") from exc
 
 
-def _is(root: str, rel: str, test: Callable[[Path], bool]) -> bool:
-    """``test`` (Path.is_dir, Path.is_file) of the path as the node sees it."""
+def _is(root: str, rel: str, test: Callable[[int], bool]) -> bool:
+    """``test`` (stat.S_ISDIR, stat.S_ISREG) of the path as the node sees it."""
     try:
-        return test(_resolve(root, rel))
-    except (Unreadable, OSError):
+        return test(stat_in_root(root, rel).st_mode)
+    except OSError:
         return False
 
 
@@ -243,38 +236,42 @@ def _read_devices(root: str) -> tuple[dict[str, tuple[int, int] | None], frozens
                  for k, v in data.get("nodes", {}).items()}
         char = data.get("char")
         return nodes, None if char is None else frozenset(str(c) for c in char)
-    try:
-        dev = _resolve(root, "dev")
-    except Unreadable:
-        return {}, None
     nodes = {}
-    for path in sorted([*dev.glob("nvidia*"), *dev.glob("nvidia-caps/*")]):
+    for rel in sorted([*_dev_names(root, prefix="nvidia"), *_dev_names(root, "nvidia-caps")]):
         try:
-            st = os.stat(_resolve(root, f"dev/{path.relative_to(dev)}"))
-        except (OSError, Unreadable):
+            st = stat_in_root(root, f"dev/{rel}")
+        except OSError:
             continue  # dangling or vanished: reported as missing if it is needed
         if stat.S_ISDIR(st.st_mode):
             continue
-        rel = str(path.relative_to(dev))
         nodes[rel] = (os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(
             st.st_mode) else None
     try:
-        chars = frozenset(p.name for p in (dev / "char").iterdir())
+        chars = frozenset(listdir_in_root(root, "dev/char"))
     except OSError:  # absent or unreadable: no /dev/char to check
         chars = None
     return nodes, chars
 
 
+def _dev_names(root: str, sub: str = "", prefix: str = "") -> list[str]:
+    """The names in ``<root>/dev/<sub>`` starting with ``prefix``, relative to dev."""
+    try:
+        names = listdir_in_root(root, posixpath.join("dev", sub))
+    except OSError:  # absent or unreadable: nothing there
+        return []
+    return [posixpath.join(sub, n) for n in names if n.startswith(prefix)]
+
+
 def _read_sysfs_numa(root: str) -> dict[str, int]:
     out: dict[str, int] = {}
     try:
-        entries = list(_resolve(root, "sys/bus/pci/devices").iterdir())
-    except (OSError, Unreadable):  # no sysfs (a container, an image): the hint is optional
+        entries = listdir_in_root(root, "sys/bus/pci/devices")
+    except OSError:  # no sysfs (a container, an image): the hint is optional
         return out
-    for d in entries:
-        text = _read_or_none(root, f"sys/bus/pci/devices/{d.name}/numa_node")
+    for name in entries:
+        text = _read_or_none(root, f"sys/bus/pci/devices/{name}/numa_node")
         if text is not None and text.strip().lstrip("-").isdigit():
-            out[norm_bus_id(d.name)] = int(text.strip())
+            out[norm_bus_id(name)] = int(text.strip())
     return out
 
 
@@ -327,7 +324,7 @@ def read_view(root: str = "/", *, facts: NodeFacts | None = None,
         proc_devices=parse_proc_devices(devices_text) if devices_text is not None else None,
         dev_nodes=nodes,
         dev_char=chars,
-        cgroup_v2=_is(root, "sys/fs/cgroup/cgroup.controllers", Path.is_file),
+        cgroup_v2=_is(root, "sys/fs/cgroup/cgroup.controllers", stat.S_ISREG),
         cgroup_v1_devices=None if cgroups_text is None else _devices_enabled(cgroups_text),
         sysfs_numa=_read_sysfs_numa(root),
         facts=facts,
@@ -360,7 +357,7 @@ def _read_hami(root: str) -> HamiView:
             # ld.so.preload: whitespace- or colon-separated paths, '#' comments
             words = re.split(r"[\s:]+", re.sub(r"#.*", "", text))
             preloads["/" + rel] = tuple(w for w in words if w)
-    return HamiView(libs, preloads, _is(root, HAMI_LOCK_DIR, Path.is_dir))
+    return HamiView(libs, preloads, _is(root, HAMI_LOCK_DIR, stat.S_ISDIR))
 
 
 def _devices_enabled(proc_cgroups: str) -> bool:

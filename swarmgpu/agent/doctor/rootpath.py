@@ -5,51 +5,94 @@ Followed by the host's kernel, ``<root>/etc/docker/daemon.json -> /srv/conf/daem
 reads the host's /srv (another node's file, or none): an image or a mounted disk is full
 of absolute links. Here an absolute target starts again at the root, ``..`` stops at it,
 and past 40 links (the kernel's MAXSYMLINKS) the lookup is a loop.
+
+The walk holds a directory fd for each part and looks each name up relative to it, never
+letting the kernel follow a link (``O_NOFOLLOW``): a path resolved first and opened later
+escapes the root when a part is swapped for a symlink in between (an image being
+unpacked, a container writing its own rootfs). Linux's ``openat2(RESOLVE_IN_ROOT)`` does
+this in one call, but Python has no wrapper for it.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 MAX_SYMLINKS = 40  # linux include/linux/namei.h
 
+# A directory on the way: only walked through, never read (O_PATH needs no permission
+# but search), and never a link the kernel follows.
+_DIR_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
-def in_root(root: str, rel: str) -> Path:
-    """``<root>/<rel>`` with every symlink on the way resolved inside ``root``. A part
-    that cannot be looked at (absent, not a directory) ends the walk: the rest is joined
-    as written, so opening the result fails as the node's own open would. Raises
-    OSError(ELOOP) past :data:`MAX_SYMLINKS` links."""
-    base = Path(root)
-    if is_host(root):  # the node itself: its kernel resolves as it should
-        return base / rel
-    done: list[str] = []
-    todo = _parts(rel)[::-1]  # a stack: the next part last
-    links = 0
-    while todo:
-        part = todo.pop()
-        if part == "..":
-            if done:
-                done.pop()
-            continue
-        here = base.joinpath(*done, part)
+
+@contextmanager
+def entry_in_root(root: str, rel: str) -> Iterator[tuple[int | None, str]]:
+    """``(dir_fd, name)`` of ``<root>/<rel>`` with every symlink on the way, the last
+    part's included, resolved inside ``root``: ``name`` is one entry of the directory
+    ``dir_fd`` (open until the block ends), not a symlink when looked at. Open it with
+    ``O_NOFOLLOW`` relative to ``dir_fd``: swapped for a link since, it fails. On the node
+    itself (``is_host``) ``dir_fd`` is None and ``name`` the whole path, for the kernel to
+    resolve. The OSError of a part that cannot be looked at (absent, not a directory, no
+    permission), as the node's own open would fail; OSError(ELOOP) past
+    :data:`MAX_SYMLINKS` links."""
+    if is_host(root):
+        yield None, str(Path(root) / rel)
+        return
+    dirs = [os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)]  # ``..`` pops one
+    try:
+        todo = _parts(rel)[::-1]  # a stack: the next part last
+        links = 0
+        while todo:
+            part = todo.pop()
+            if part == "..":
+                if len(dirs) > 1:
+                    os.close(dirs.pop())
+                continue
+            try:
+                target = os.readlink(part, dir_fd=dirs[-1])
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:  # EINVAL: there, and not a symlink
+                    raise
+                if not todo:
+                    yield dirs[-1], part
+                    return
+                dirs.append(os.open(part, _DIR_FLAGS, dir_fd=dirs[-1]))
+                continue
+            links += 1
+            if links > MAX_SYMLINKS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(Path(root) / rel))
+            if target.startswith("/"):
+                while len(dirs) > 1:
+                    os.close(dirs.pop())
+            todo.extend(_parts(target)[::-1])
+        yield dirs[-1], "."  # the path ends at a directory walked (the root, after a ``..``)
+    finally:
+        for fd in dirs:
+            os.close(fd)
+
+
+def stat_in_root(root: str, rel: str) -> os.stat_result:
+    """``os.stat`` of ``<root>/<rel>`` as the node sees it (``entry_in_root``)."""
+    with entry_in_root(root, rel) as (dir_fd, name):
+        if dir_fd is None:
+            return os.stat(name)
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def listdir_in_root(root: str, rel: str) -> list[str]:
+    """The names in the directory ``<root>/<rel>`` as the node sees it."""
+    with entry_in_root(root, rel) as (dir_fd, name):
+        if dir_fd is None:
+            return os.listdir(name)
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(name, flags, dir_fd=dir_fd)
         try:
-            st = os.lstat(here)
-        except OSError:
-            return here.joinpath(*todo[::-1])
-        if not stat.S_ISLNK(st.st_mode):
-            done.append(part)
-            continue
-        links += 1
-        if links > MAX_SYMLINKS:
-            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(base / rel))
-        target = os.readlink(here)
-        if target.startswith("/"):
-            done = []
-        todo.extend(_parts(target)[::-1])
-    return base.joinpath(*done)
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
 
 
 def is_host(root: str) -> bool:

@@ -12,7 +12,7 @@ import os
 import posixpath
 import stat
 
-from swarmgpu.agent.doctor.rootpath import in_root, is_host
+from swarmgpu.agent.doctor.rootpath import is_host, stat_in_root
 from swarmgpu.agent.doctor.view import RuntimeLookup
 
 # What a root's dockerd has on PATH: systemd's default for services (split /usr: /sbin, /bin)
@@ -42,7 +42,7 @@ def _first(
     not_executable: list[str] = []
     for path in candidates:
         try:
-            st = os.stat(in_root(root, path.lstrip("/")))
+            st = stat_in_root(root, path.lstrip("/"))
         except OSError:  # absent, a loop, not a directory on the way: not there
             continue
         if not stat.S_ISREG(st.st_mode):
