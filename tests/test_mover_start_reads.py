@@ -16,6 +16,7 @@ not touch where no task of it runs: the refusals are those of the full ledger.
 from __future__ import annotations
 
 import json
+import re
 import socketserver
 import threading
 from pathlib import Path
@@ -138,6 +139,42 @@ def test_a_record_whose_service_is_gone_spends_no_budget() -> None:
     m = _mover(sw, 1, 9)
     assert m.start(_third_move(), sw.service("id-third")).ok
     assert [r.outcome for r in m.recent] == [Outcome.STARTED]
+
+
+class Inspecting(Listing):
+    """The stand-in, answering an inspect of an id no engine has the shape of as the
+    socket proxy does (403) and the SDK (an empty id: NullResource), and counting them."""
+
+    inspected: list[str]
+
+    def service(self, service_id: str) -> SwarmService:
+        self.inspected.append(service_id)
+        if not service_id:
+            raise SwarmError("Resource ID was not provided")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", service_id):
+            raise SwarmError(f"403 Client Error: the proxy refuses {service_id!r}")
+        return super().service(service_id)
+
+
+@pytest.mark.parametrize("key", ["", "a/b", "../id-victim", "x" * 129, "id victim", "-x",
+                                 "id-victim?x=1"])
+def test_a_record_under_a_key_that_is_no_service_id_spends_no_budget(key: str) -> None:
+    """A move record is anyone's label: one under a key that is no service id (empty,
+    with a /, too long) names no service, as the cycle's whole list reads it. Inspected,
+    the engine refused it (the proxy's 403, the SDK's NullResource): ``start`` failed,
+    and preemption stopped its victim instead of moving it."""
+    sw = _cluster()
+    sw = Inspecting(sw.nodes(), sw.services(), sw.tasks())
+    sw.inspected = []
+    assert _mover(sw, 1, 9).start(victim_move(), sw.service("id-victim")).ok
+    st = read_records(sw.swarm_labels(), P)["id-victim"]
+    sw.update_swarm_labels(lambda cur: {**{k: v for k, v in cur.items()
+                                           if k != record_key(P, "id-victim")},
+                                        record_key(P, key): st.to_json()})
+    m = _mover(sw, 1, 9)
+    sw.inspected = []
+    assert m.start(_third_move(), sw.service("id-third")).ok
+    assert key not in sw.inspected
 
 
 def test_a_started_move_lists_no_node_of_the_swarm() -> None:

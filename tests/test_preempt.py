@@ -32,8 +32,10 @@ from swarmgpu.core.config import (
     load_config,
 )
 from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.engine.stop import Stopped, StopRequest
 from swarmgpu.manager.nodes.agentbook import AgentRecord
 from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
@@ -55,7 +57,7 @@ from swarmgpu.manager.placement.preempt import (
 from swarmgpu.manager.rebalance.mover import read_records
 from swarmgpu.manager.rebalance.record import MoveState, record_key
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, parse_request
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
 R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
@@ -384,6 +386,75 @@ def test_budget_zero_turns_preemption_off(tmp_path: Any) -> None:
     for _ in range(2):
         d.cycle()
     assert _batch_state(sw) == before
+
+
+class StopsMidPreemption(RecordingSwarm):
+    """The daemon's stop is asked while the first victim's spec write is in flight
+    (that write lands, the gate refuses every later one); ``fail_hour``: the swarm
+    object's labels cannot be written."""
+
+    def __init__(self, fail_hour: bool = False) -> None:
+        super().__init__(*_gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"}))
+        self.stop = StopRequest()
+        self.before_write = self.stop.check
+        self.fail_hour = fail_hour
+
+    def update_service_spec(self, service_id: str, compute: Any, **kw: Any) -> bool:
+        self.stop.set()
+        return super().update_service_spec(service_id, compute, **kw)
+
+    def update_swarm_labels(self, compute: Any, **kw: Any) -> bool:
+        if self.fail_hour:
+            raise SwarmError("swarm update: 500 Server Error")
+        return super().update_swarm_labels(compute, **kw)
+
+
+def _live_preempter(sw: RecordingSwarm) -> tuple[Preempter, Snapshot, Any]:
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    cfg = Config(preemption=PreemptionConfig(dry_run=False, max_per_hour=1))
+    return Preempter(cfg), snap, make_plan(snap, cfg)
+
+
+def _stored_hour(sw: RecordingSwarm) -> int:
+    """The victims a new leader (or this daemon started again) counts in the hour."""
+    hour = SpentHour(P)
+    hour.read(sw.swarm_labels(), 5000.0, ())
+    return len(hour.all)
+
+
+def test_a_stop_mid_preemption_leaves_the_victim_counted_in_the_stored_hour() -> None:
+    """The stop came after the victim's write and before the hour was stored: the gate
+    refused that store, and a restarted daemon had the whole max_per_hour left (its
+    cooldown lost too: the record counts only with a stop at its time in the hour)."""
+    sw = StopsMidPreemption()
+    pre, snap, plan = _live_preempter(sw)
+    with pytest.raises(Stopped):
+        pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert f"{P}{PREEMPTED_STATE}" in sw.service("id-batch").labels  # the write landed
+    assert _stored_hour(sw) == 1
+
+
+def test_the_hour_reserved_for_a_stop_not_made_is_given_back() -> None:
+    """The victim no longer holds what was decided (read again before the writes): it
+    is left alone, and the hour stored before its writes is corrected."""
+    sw = StopsMidPreemption()
+    sw.before_write = None
+    pre, snap, plan = _live_preempter(sw)
+    sw._nodes["n-4090"] = sw_node("n-4090", "gpu-node-2")  # batch's entry gone meanwhile
+    assert pre.cycle(sw, snap, plan, FACTS, now=5000.0) == []  # type: ignore[arg-type]
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-batch").labels
+    assert _stored_hour(sw) == 0 and not pre.spent.all
+
+
+def test_a_victim_is_not_stopped_when_the_hour_cannot_be_stored() -> None:
+    """Stopped with the hour unstored, a restarted daemon would stop more than the cap."""
+    sw = StopsMidPreemption(fail_hour=True)
+    sw.before_write = None
+    pre, snap, plan = _live_preempter(sw)
+    assert pre.cycle(sw, snap, plan, FACTS, now=5000.0) == []  # type: ignore[arg-type]
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-batch").labels
+    assert gate_key(P, "batch") in sw.node("n-4090").labels
+    assert not pre.spent.all
 
 
 # --- a victim that can run elsewhere is moved, not stopped -------------------------------

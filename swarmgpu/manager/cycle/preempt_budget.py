@@ -5,8 +5,9 @@ victims stopped in the last hour. Kept only in the leader daemon's memory, a fai
 or a restart gave every tenant a whole new hour. So the hour is also kept on the swarm
 object, as the mover keeps its finished moves (``rebalance.budget``): the times of the
 victims stopped, ``<prefix>state.preemptions``, and per preemptor's tenant
-``<prefix>state.preemptions.<tenant>``, written after each cycle that stopped victims
-and read every cycle. What counts is both together: per second, the larger count of
+``<prefix>state.preemptions.<tenant>``, written before the victims' writes (those about
+to be stopped reserved), corrected after them when fewer were stopped, and read every
+cycle. What counts is both together: per second, the larger count of
 the two (one preemption's victims share its second).
 
 A label is anyone's text: unreadable entries are dropped (``times_in``), and so are
@@ -54,6 +55,15 @@ class SpentHour:
         self.all.append(t)
         if tenant:
             self.tenant(tenant).append(t)
+
+    def release(self, now: float, tenant: str, n: int) -> None:
+        """``n`` victims spent at ``now`` for ``tenant`` that were not stopped after all
+        (a reservation made before their writes: ``Preempter.cycle``)."""
+        t = float(round(now))
+        for times in (self.all, *([self.tenant(tenant)] if tenant else [])):
+            for _ in range(n):
+                if t in times:
+                    times.remove(t)
 
     def read(self, labels: Mapping[str, str], now: float, tenants: Collection[str]) -> None:
         """Count what the swarm object's labels count too, then forget what is older

@@ -9,6 +9,8 @@ safety and the writes:
   and with tenants in the config, at most each tenant's ``preemptions_per_hour`` for its
   services' preemptions (``manager.services.tenants``): no one tenant spends the whole hour's.
   The hour is kept in Swarm too (``preempt_budget``), so a new leader spends what is left;
+  it is stored before the victims' writes (``_reserve``), so a stop between them never
+  leaves it short;
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in
   its ``<p>state.preempted`` label and here; the label counts only when the hour on the
   swarm object has a victim stopped at its time, as a stack can write it too) and a
@@ -129,7 +131,7 @@ class Preempter:
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         done: list[Preemption] = []
         waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
-        spent_before = len(self.spent.all)
+        unstored = False  # the hour in memory differs from the one last stored
         for p in chosen:
             log = logger.bind(service=p.service)
             i = by_name.get(p.service)
@@ -147,21 +149,31 @@ class Preempter:
                 log.warning("{}", spent)
                 continue
             stopped: list[Candidate] = []
+            to_stop: list[Candidate] = []
             for v in p.victims:  # a move over budget waits: the victim is not stopped
                 act = self._move(swarm, snap, p, v, waits)
-                if act == "moved" or (act == "stop" and self._stop(swarm, p, v, now)):
+                if act == "moved":
                     stopped.append(v)
-                elif act == "wait" and i is not None:
+                    self.spent.spend(now, tenant)
+                    unstored = True
+                elif act == "stop":
+                    to_stop.append(v)
+                elif i is not None:
                     plan.services[i] = plan.services[i].noted(waits[-1][1])
+            if to_stop and self._reserve(swarm, p, tenant, len(to_stop), now):
+                made = [v for v in to_stop if self._stop(swarm, p, v, now)]
+                if len(made) < len(to_stop):  # the reservation corrected (stored below)
+                    self.spent.release(now, tenant, len(to_stop) - len(made))
+                    unstored = True
+                stopped += made
             if stopped:
                 self.preemptor_at[p.service] = now
                 for v in stopped:
                     self.victim_at[v.service] = now
-                    self.spent.spend(now, tenant)
                 done.append(p)
         self.logged &= {p.describe() for p in chosen}
         self._say_waits(waits)
-        if len(self.spent.all) > spent_before:
+        if unstored:
             self._store_spent(swarm)
         return done
 
@@ -250,12 +262,35 @@ class Preempter:
         self.waits = {key for key, _said, _m in waits}
         self.waiting = tuple(m for _key, _said, m in waits)
 
+    def _write_hour(self, swarm: SwarmClient) -> None:
+        Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
+               who="preemption", prefix=self.prefix).swarm_labels(self.spent.labels)
+
     def _store_spent(self, swarm: SwarmClient) -> None:
         try:
-            Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
-                   who="preemption", prefix=self.prefix).swarm_labels(self.spent.labels)
+            self._write_hour(swarm)
         except SwarmError as exc:
             logger.warning("preemption: cannot store the budget hour: {}", exc)
+
+    def _reserve(self, swarm: SwarmClient, p: Preemption, tenant: str, n: int,
+                 now: float) -> bool:
+        """Spend the ``n`` victims of ``p`` about to be stopped, and store the hour, before
+        their writes. Stored after them, a daemon stop asked in between (the write gate
+        then refuses that store) left a restarted daemon or the next leader counting fewer
+        than were stopped, free to stop more than ``max_per_hour``. A stop asked before
+        the correction (``cycle``) leaves the hour over-counted until those seconds leave
+        it: the safe side. Not stored: none is stopped now (tried again next cycle)."""
+        for _ in range(n):
+            self.spent.spend(now, tenant)
+        try:
+            self._write_hour(swarm)
+        except SwarmError as exc:
+            self.spent.release(now, tenant, n)
+            logger.bind(service=p.service).error(
+                "preemption: not {} now, the budget hour cannot be stored first (tried "
+                "again next cycle): {}", p.describe(), exc)
+            return False
+        return True
 
     def _tenant_of(self, sp: ServicePlan | None) -> str:
         """The preemptor's tenant ("" without tenants): its budget is spent."""

@@ -97,6 +97,7 @@ from swarmgpu.manager.rebalance.record import (
     service_ledger,
     spec_edit,
     spec_labels,
+    swarm_id,
 )
 from swarmgpu.manager.rebalance.record import (  # the record: re-exported for callers
     MAX_LABEL_CHARS as MAX_LABEL_CHARS,
@@ -461,8 +462,12 @@ class Mover:
         """The moves in flight this mover's budgets count (its scope's records), judged
         as ``run_cycle`` judges them, against a fresh read of each record's service: one
         inspect per record, not the swarm's whole list (seconds at 25,000 services, per
-        move started). Only those services can make a record in flight (``verify``)."""
-        mine = [sid for sid, st in every.items() if self.scope is None or self.scope(st)]
+        move started). Only those services can make a record in flight (``verify``). A
+        record under a key that is no service id names no service (``swarm_id``): gone, as
+        in the cycle's list, never sent to the engine, which refuses it (a SwarmError:
+        ``start`` failed, and preemption stopped its victim instead of moving it)."""
+        mine = [sid for sid, st in every.items()
+                if swarm_id(sid) and (self.scope is None or self.scope(st))]
         services = []
         for sid in mine:
             try:

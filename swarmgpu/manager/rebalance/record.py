@@ -67,9 +67,16 @@ def service_ledger(swarm: SwarmClient, prefix: str, service: str) -> dict[str, H
     return read_ledger(nodes, prefix).get(service, {})
 
 
-# A node id as Swarm makes them (base36); a record's id that is not one names no node and
-# is never sent to the engine (anyone with the manager API can write a record).
-NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# A node or service id as Swarm makes them (base36; the shape the socket proxy lets into
+# a path, ``dockerproxy._ID``): a record's id that is not one names no node or service
+# and is never sent to the engine (anyone with the manager API can write a record; the
+# proxy answers one with a / 403, the SDK an empty one NullResource: a SwarmError).
+SWARM_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def swarm_id(text: object) -> bool:
+    """Whether ``text`` has the shape of a Swarm node or service id."""
+    return isinstance(text, str) and SWARM_ID.fullmatch(text) is not None
 
 
 def node_by_id(swarm: SwarmClient, node_id: str) -> SwarmNode | None:
@@ -77,7 +84,7 @@ def node_by_id(swarm: SwarmClient, node_id: str) -> SwarmNode | None:
     swarm (0.5 s at 5,000 nodes, per move in flight per cycle). None when no node has
     that id: the engine's 404 (``docker node rm``), or another node answered (the engine
     resolves a hostname or an id prefix too), as the whole list read it."""
-    if not isinstance(node_id, str) or not NODE_ID.fullmatch(node_id):
+    if not swarm_id(node_id):
         return None
     try:
         node = swarm.node(node_id)
