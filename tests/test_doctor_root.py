@@ -304,3 +304,39 @@ def test_bare_runtime_on_the_live_node_is_looked_up_on_the_environments_path(
     c = check_default_runtime(dataclasses.replace(view, runtime=missing))
     assert c.status is Status.FAIL and f"environment's PATH ({tmp_path}/none)" in c.found, c
     assert "systemctl show docker" in c.why, c
+
+
+# --- a runtime path the kernel refuses is a finding, never a crash ---------------------
+# JSON spells a NUL as \u0000 and lets a string be any length; os.stat raises ValueError
+# on the one and ENAMETOOLONG on the other, as the node's kernel refuses them to dockerd.
+
+
+@pytest.mark.parametrize(
+    ("path", "shown", "why"),
+    [
+        (
+            "/usr/bin/nvidia\u0000-container-runtime",
+            "/usr/bin/nvidia\\x00-container-runtime",
+            "NUL",
+        ),
+        ("nvidia-container-runtime\u0000", "nvidia-container-runtime\\x00", "NUL"),
+        ("/usr/bin/" + "n" * 256, "/usr/bin/nnn", "255 bytes"),
+        ("/usr" * 1100, "/usr/usr", "4096 bytes"),
+    ],
+    ids=["nul-in-a-path", "nul-in-a-bare-name", "a-part-over-name-max", "over-path-max"],
+)
+def test_a_runtime_path_the_os_refuses_is_a_finding_naming_it(
+    tmp_path: Path, path: str, shown: str, why: str
+) -> None:
+    root = _healthy_copy(tmp_path)
+    daemon = json.loads((root / "etc/docker/daemon.json").read_text())
+    daemon["runtimes"]["nvidia"]["path"] = path
+    (root / "etc/docker/daemon.json").write_text(json.dumps(daemon))
+    checks, code = _by_id(root)
+    c = checks["runtime.default"]
+    assert code == 1 and c.status is Status.FAIL, c
+    assert f"runtimes.nvidia.path {shown}" in c.found and why in c.found, c
+    assert "\u0000" not in c.found and len(c.found) < 400, c
+    assert "runtimes.nvidia.path" in c.fix and "systemctl restart docker" in c.fix, c
+    for live in ("/", str(root)):  # on the node itself os.stat is given the whole path
+        assert find_runtime(live, path).refused, live
