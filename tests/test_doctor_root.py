@@ -290,6 +290,22 @@ def test_bare_runtime_is_the_first_executable_on_path(tmp_path: Path) -> None:
     assert f"found at /bin/{RUNTIME} on the root's standard PATH" in c.found, c
 
 
+def test_an_absolute_runtime_path_is_named_with_one_leading_slash(tmp_path: Path) -> None:
+    # posixpath.normpath keeps a leading "//" (POSIX leaves its meaning open): "/" joined
+    # to "/usr/bin/x" was named //usr/bin/x, in the finding and in its chmod
+    root = _healthy_copy(tmp_path)
+    _install(root, f"usr/bin/{RUNTIME}", 0o644)
+    daemon = json.loads((root / "etc/docker/daemon.json").read_text())
+    daemon["runtimes"]["nvidia"]["path"] = f"/usr/bin/{RUNTIME}"
+    (root / "etc/docker/daemon.json").write_text(json.dumps(daemon))
+    c = _by_id(root)[0]["runtime.default"]
+    assert c.status is Status.FAIL and f": /usr/bin/{RUNTIME} is not executable" in c.found, c
+    assert f"`chmod 755 /usr/bin/{RUNTIME}`" in c.fix, c
+    for name in (f"/usr/bin/{RUNTIME}", f"//usr/bin/{RUNTIME}", f"usr/bin/../bin/{RUNTIME}"):
+        assert find_runtime(str(root), name).not_executable == (f"/usr/bin/{RUNTIME}",), name
+    assert find_runtime("/", "/bin/sh").found == "/bin/sh"
+
+
 def test_bare_runtime_on_the_live_node_is_looked_up_on_the_environments_path(
     tmp_path: Path,
 ) -> None:

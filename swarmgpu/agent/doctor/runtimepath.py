@@ -28,7 +28,8 @@ def find_runtime(root: str, name: str, env_path: str | None = None) -> RuntimeLo
     if refused is not None:
         return RuntimeLookup(None, refused=refused)
     if "/" in name:  # relative: from dockerd's working directory, / under systemd
-        return _first(root, [posixpath.normpath("/" + name)])
+        # one leading slash: normpath keeps two ("//usr/bin/x"), as POSIX lets it
+        return _first(root, [posixpath.normpath("/" + name.lstrip("/"))])
     if is_host(root):
         raw = os.environ.get("PATH", "") if env_path is None else env_path
         dirs = tuple(d for d in raw.split(":") if d.startswith("/"))
