@@ -240,6 +240,27 @@ def test_a_directory_swapped_for_a_symlink_during_the_walk_is_refused(
     assert len(os.listdir("/proc/self/fd")) == fds  # every directory fd closed
 
 
+def test_the_file_swapped_for_a_symlink_before_the_open_is_said_so_not_a_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The walk saw a file; the open (O_NOFOLLOW) then meets a symlink and the kernel says
+    # ELOOP. One link is no loop (the walk counts links itself): it changed while read.
+    root = _healthy_copy(tmp_path)
+    daemon = root / "etc/docker/daemon.json"
+
+    def swap() -> None:
+        daemon.rename(daemon.with_name("moved.json"))
+        daemon.symlink_to("/etc/docker/moved.json")
+
+    swapped = _swap_before(monkeypatch, doctor_read, "read_head", "daemon.json", swap)
+    c = _by_id(root)[0]["docker.daemon-json"]
+    assert swapped
+    assert c.status is Status.FAIL and "became a symlink while" in c.found, c
+    assert "loop" not in c.found and "again" in c.fix, c
+    monkeypatch.undo()
+    assert _by_id(root)[0]["docker.daemon-json"].status is Status.OK  # read again: resolved
+
+
 # --- a bare runtime name is looked up on PATH, as dockerd does -------------------------
 
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -27,6 +27,14 @@ MAX_SYMLINKS = 40  # linux include/linux/namei.h
 PATH_MAX = 4096
 NAME_MAX = 255
 
+
+class SymlinkLoop(OSError):
+    """ELOOP of the walk's own count: past :data:`MAX_SYMLINKS` links, a loop. Any other
+    ELOOP under a root is the last part's ``O_NOFOLLOW`` open meeting a link where the
+    walk saw none (replaced since): no loop, a root being written. (A directory on the way
+    replaced so is ENOTDIR: ``O_DIRECTORY`` with ``O_NOFOLLOW``.)"""
+
+
 # A directory on the way: only walked through, never read (O_PATH needs no permission
 # but search), and never a link the kernel follows.
 _DIR_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
@@ -40,7 +48,7 @@ def entry_in_root(root: str, rel: str) -> Iterator[tuple[int | None, str]]:
     ``O_NOFOLLOW`` relative to ``dir_fd``: swapped for a link since, it fails. On the node
     itself (``is_host``) ``dir_fd`` is None and ``name`` the whole path, for the kernel to
     resolve. The OSError of a part that cannot be looked at (absent, not a directory, no
-    permission), as the node's own open would fail; OSError(ELOOP) past
+    permission), as the node's own open would fail; :class:`SymlinkLoop` past
     :data:`MAX_SYMLINKS` links."""
     if is_host(root):
         yield None, str(Path(root) / rel)
@@ -67,7 +75,7 @@ def entry_in_root(root: str, rel: str) -> Iterator[tuple[int | None, str]]:
                 continue
             links += 1
             if links > MAX_SYMLINKS:
-                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(Path(root) / rel))
+                raise SymlinkLoop(errno.ELOOP, os.strerror(errno.ELOOP), str(Path(root) / rel))
             if target.startswith("/"):
                 while len(dirs) > 1:
                     os.close(dirs.pop())
