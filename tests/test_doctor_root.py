@@ -240,6 +240,27 @@ def test_a_directory_swapped_for_a_symlink_during_the_walk_is_refused(
     assert len(os.listdir("/proc/self/fd")) == fds  # every directory fd closed
 
 
+def test_the_file_swapped_for_a_symlink_before_the_open_is_said_so_not_a_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The walk saw a file; the open (O_NOFOLLOW) then meets a symlink and the kernel says
+    # ELOOP. One link is no loop (the walk counts links itself): it changed while read.
+    root = _healthy_copy(tmp_path)
+    daemon = root / "etc/docker/daemon.json"
+
+    def swap() -> None:
+        daemon.rename(daemon.with_name("moved.json"))
+        daemon.symlink_to("/etc/docker/moved.json")
+
+    swapped = _swap_before(monkeypatch, doctor_read, "read_head", "daemon.json", swap)
+    c = _by_id(root)[0]["docker.daemon-json"]
+    assert swapped
+    assert c.status is Status.FAIL and "became a symlink while" in c.found, c
+    assert "loop" not in c.found and "again" in c.fix, c
+    monkeypatch.undo()
+    assert _by_id(root)[0]["docker.daemon-json"].status is Status.OK  # read again: resolved
+
+
 # --- a bare runtime name is looked up on PATH, as dockerd does -------------------------
 
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -290,6 +311,22 @@ def test_bare_runtime_is_the_first_executable_on_path(tmp_path: Path) -> None:
     assert f"found at /bin/{RUNTIME} on the root's standard PATH" in c.found, c
 
 
+def test_an_absolute_runtime_path_is_named_with_one_leading_slash(tmp_path: Path) -> None:
+    # posixpath.normpath keeps a leading "//" (POSIX leaves its meaning open): "/" joined
+    # to "/usr/bin/x" was named //usr/bin/x, in the finding and in its chmod
+    root = _healthy_copy(tmp_path)
+    _install(root, f"usr/bin/{RUNTIME}", 0o644)
+    daemon = json.loads((root / "etc/docker/daemon.json").read_text())
+    daemon["runtimes"]["nvidia"]["path"] = f"/usr/bin/{RUNTIME}"
+    (root / "etc/docker/daemon.json").write_text(json.dumps(daemon))
+    c = _by_id(root)[0]["runtime.default"]
+    assert c.status is Status.FAIL and f": /usr/bin/{RUNTIME} is not executable" in c.found, c
+    assert f"`chmod 755 /usr/bin/{RUNTIME}`" in c.fix, c
+    for name in (f"/usr/bin/{RUNTIME}", f"//usr/bin/{RUNTIME}", f"usr/bin/../bin/{RUNTIME}"):
+        assert find_runtime(str(root), name).not_executable == (f"/usr/bin/{RUNTIME}",), name
+    assert find_runtime("/", "/bin/sh").found == "/bin/sh"
+
+
 def test_bare_runtime_on_the_live_node_is_looked_up_on_the_environments_path(
     tmp_path: Path,
 ) -> None:
@@ -304,3 +341,39 @@ def test_bare_runtime_on_the_live_node_is_looked_up_on_the_environments_path(
     c = check_default_runtime(dataclasses.replace(view, runtime=missing))
     assert c.status is Status.FAIL and f"environment's PATH ({tmp_path}/none)" in c.found, c
     assert "systemctl show docker" in c.why, c
+
+
+# --- a runtime path the kernel refuses is a finding, never a crash ---------------------
+# JSON spells a NUL as \u0000 and lets a string be any length; os.stat raises ValueError
+# on the one and ENAMETOOLONG on the other, as the node's kernel refuses them to dockerd.
+
+
+@pytest.mark.parametrize(
+    ("path", "shown", "why"),
+    [
+        (
+            "/usr/bin/nvidia\u0000-container-runtime",
+            "/usr/bin/nvidia\\x00-container-runtime",
+            "NUL",
+        ),
+        ("nvidia-container-runtime\u0000", "nvidia-container-runtime\\x00", "NUL"),
+        ("/usr/bin/" + "n" * 256, "/usr/bin/nnn", "255 bytes"),
+        ("/usr" * 1100, "/usr/usr", "4096 bytes"),
+    ],
+    ids=["nul-in-a-path", "nul-in-a-bare-name", "a-part-over-name-max", "over-path-max"],
+)
+def test_a_runtime_path_the_os_refuses_is_a_finding_naming_it(
+    tmp_path: Path, path: str, shown: str, why: str
+) -> None:
+    root = _healthy_copy(tmp_path)
+    daemon = json.loads((root / "etc/docker/daemon.json").read_text())
+    daemon["runtimes"]["nvidia"]["path"] = path
+    (root / "etc/docker/daemon.json").write_text(json.dumps(daemon))
+    checks, code = _by_id(root)
+    c = checks["runtime.default"]
+    assert code == 1 and c.status is Status.FAIL, c
+    assert f"runtimes.nvidia.path {shown}" in c.found and why in c.found, c
+    assert "\u0000" not in c.found and len(c.found) < 400, c
+    assert "runtimes.nvidia.path" in c.fix and "systemctl restart docker" in c.fix, c
+    for live in ("/", str(root)):  # on the node itself os.stat is given the whole path
+        assert find_runtime(live, path).refused, live

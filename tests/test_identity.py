@@ -149,6 +149,17 @@ def test_doctor_warns_about_a_plain_http_agent() -> None:
         is Status.OK
 
 
+@pytest.mark.parametrize("data_root", ["/var/lib/\u0000docker", "/var/lib/" + "d" * 300])
+def test_doctor_names_a_docker_root_the_os_refuses_without_a_crash(data_root: str) -> None:
+    # docker info's DockerRootDir is daemon.json's data-root: os.stat of the certificate
+    # under it raised ValueError (a NUL) or ENAMETOOLONG (a part over 255 bytes)
+    view = dataclasses.replace(read_view(str(ROOT)), agent_scheme="http",
+                               docker_info={"DockerRootDir": data_root})
+    c = check_agent_identity(view)
+    assert c.status is Status.WARN and "\u0000" not in c.fix, c
+    assert data_root[:20].replace("\u0000", "\\x00") in c.fix, c
+
+
 # --- the whole identity, over real TLS on loopback (a CA made here with openssl) --------
 
 

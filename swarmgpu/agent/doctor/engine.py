@@ -39,6 +39,7 @@ from swarmgpu.agent.doctor.view import (
     daemon_json_unusable,
     quote,
 )
+from swarmgpu.core.peertext import escaped
 
 
 def check_daemon_json(view: NodeView) -> Check:
@@ -130,6 +131,13 @@ def _q(key: str) -> str:
     return json.dumps(key[:60] + ("..." if len(key) > 60 else ""))
 
 
+def _shown(value: str, limit: int = 100) -> str:
+    """A value from the file as peer text is shown: control characters escaped (a NUL as
+    ``\\x00``), at most ``limit`` characters of it and its length when cut."""
+    cut = f"... [{len(value)} characters]" if len(value) > limit else ""
+    return escaped(value[:limit]) + cut
+
+
 def check_default_runtime(view: NodeView) -> Check:
     cid = "runtime.default"
     skip = daemon_json_unusable(view, cid)
@@ -154,6 +162,14 @@ def check_default_runtime(view: NodeView) -> Check:
         problems.append("runtimes.nvidia (with a path) is not defined")
     elif not isinstance(path, str):
         problems.append(f"runtimes.nvidia.path {json.dumps(path)} is not a path")
+    elif view.runtime is not None and view.runtime.refused is not None:
+        return Check(
+            cid, Status.FAIL, f"runtimes.nvidia.path {_shown(path)} {view.runtime.refused}",
+            "The kernel refuses such a path to every program: dockerd cannot run the "
+            "runtime, and every task container run through it fails to start.",
+            f"Set runtimes.nvidia.path in {view.daemon_json.path} to the runtime's path "
+            '("nvidia-container-runtime", or where `command -v nvidia-container-runtime` '
+            "finds it), then `systemctl restart docker`.")
     elif view.runtime is not None and view.runtime.found is None:
         # dockerd starts with it; every container it starts then fails ("no such file")
         return _runtime_missing(cid, path, view.runtime)

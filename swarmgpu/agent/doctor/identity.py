@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import posixpath
+import stat
 from pathlib import Path
 
+from swarmgpu.agent.doctor.rootpath import refusal, stat_in_root
 from swarmgpu.agent.doctor.view import Check, NodeView, Status
+from swarmgpu.core.peertext import escaped
 
 
 def check_agent_identity(view: NodeView) -> Check:
@@ -12,8 +16,9 @@ def check_agent_identity(view: NodeView) -> Check:
     answer for this node; the Swarm node certificate proves which node answers."""
     cid = "agent.identity"
     data_root = str((view.docker_info or {}).get("DockerRootDir") or "/var/lib/docker")
-    cert = Path(view.root) / data_root.lstrip("/") / "swarm/certificates/swarm-node.crt"
-    fix = (f"run the agent with --identity swarm-pki (it reads {data_root}/swarm/"
+    rel = posixpath.join(data_root.lstrip("/"), "swarm/certificates/swarm-node.crt")
+    cert = Path(view.root) / rel
+    fix = (f"run the agent with --identity swarm-pki (it reads {escaped(data_root)}/swarm/"
            "certificates, or --data-root DIR; systemd: LoadCredential=, see "
            "systemd/swarmgpu-agent.service), and leave agents.identity at its default "
            "swarm-pki in the daemon's config (docs/security.md)")
@@ -23,7 +28,18 @@ def check_agent_identity(view: NodeView) -> Check:
         return Check(cid, Status.WARN,
                      "the local agent serves plain HTTP"
                      + (f" though this node has its Swarm certificate ({cert})"
-                        if cert.exists() else ""),
+                        if _is_file(view.root, rel) else ""),
                      "anything that binds port 9401 (any local user, while the agent "
                      "restarts) can answer for this node and steer GPU placement", fix)
     return Check(cid, Status.SKIP, "no local agent answered on 127.0.0.1:9401")
+
+
+def _is_file(root: str, rel: str) -> bool:
+    """A regular file there as the node sees it; a path the kernel refuses (dockerd's
+    data-root is the engine's text: a NUL, too long) is none."""
+    if refusal(rel) is not None:
+        return False
+    try:
+        return stat.S_ISREG(stat_in_root(root, rel).st_mode)
+    except OSError:
+        return False

@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from swarmgpu.agent.doctor.resources import norm_bus_id
-from swarmgpu.agent.doctor.rootpath import entry_in_root, listdir_in_root, stat_in_root
+from swarmgpu.agent.doctor.rootpath import (
+    SymlinkLoop,
+    entry_in_root,
+    is_host,
+    listdir_in_root,
+    stat_in_root,
+)
 from swarmgpu.agent.doctor.runtimepath import find_runtime
 from swarmgpu.agent.doctor.view import (
     DAEMON_JSON,
@@ -76,7 +82,7 @@ def _read_head(root: str, rel: str, limit: int) -> bytes | None:
                          f"Replace {path} with the file itself (`ls -lL {path}` shows "
                          "what is there).") from None
     except OSError as exc:
-        raise _unreadable(path, exc) from exc
+        raise _unreadable(path, exc, is_host(root)) from exc
 
 
 def _read_text(root: str, rel: str, limit: int = MAX_FILE_BYTES) -> str | None:
@@ -91,11 +97,18 @@ def _read_text(root: str, rel: str, limit: int = MAX_FILE_BYTES) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def _unreadable(path: Path, exc: OSError) -> Unreadable:
+def _unreadable(path: Path, exc: OSError, host: bool) -> Unreadable:
     if exc.errno in (errno.EACCES, errno.EPERM):
         return Unreadable("cannot be read: permission denied",
                           "Run the doctor as root (`sudo swarmgpu doctor`): dockerd and "
                           "the toolkit read it as root.")
+    if exc.errno == errno.ELOOP and not host and not isinstance(exc, SymlinkLoop):
+        # O_NOFOLLOW met a link the walk did not see: one link, no loop (SymlinkLoop is)
+        return Unreadable("became a symlink while it was read (replaced after the doctor "
+                          "looked at it: the root is being written)",
+                          f"Run the doctor again once nothing writes the root (`ls -l "
+                          f"{path}` shows what is there now); a link that stays is "
+                          "followed inside the root.")
     if exc.errno == errno.ELOOP:
         return Unreadable("is a symlink loop",
                           f"Point {path} at the real file (`ls -lL {path}` shows the loop).")

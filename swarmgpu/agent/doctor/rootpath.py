@@ -22,6 +22,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 MAX_SYMLINKS = 40  # linux include/linux/namei.h
+# linux include/uapi/linux/limits.h: a path's bytes with the final NUL, one name's bytes
+# (every common file system's limit). Past them the kernel says "File name too long".
+PATH_MAX = 4096
+NAME_MAX = 255
+
+
+class SymlinkLoop(OSError):
+    """ELOOP of the walk's own count: past :data:`MAX_SYMLINKS` links, a loop. Any other
+    ELOOP under a root is the last part's ``O_NOFOLLOW`` open meeting a link where the
+    walk saw none (replaced since): no loop, a root being written. (A directory on the way
+    replaced so is ENOTDIR: ``O_DIRECTORY`` with ``O_NOFOLLOW``.)"""
+
 
 # A directory on the way: only walked through, never read (O_PATH needs no permission
 # but search), and never a link the kernel follows.
@@ -36,7 +48,7 @@ def entry_in_root(root: str, rel: str) -> Iterator[tuple[int | None, str]]:
     ``O_NOFOLLOW`` relative to ``dir_fd``: swapped for a link since, it fails. On the node
     itself (``is_host``) ``dir_fd`` is None and ``name`` the whole path, for the kernel to
     resolve. The OSError of a part that cannot be looked at (absent, not a directory, no
-    permission), as the node's own open would fail; OSError(ELOOP) past
+    permission), as the node's own open would fail; :class:`SymlinkLoop` past
     :data:`MAX_SYMLINKS` links."""
     if is_host(root):
         yield None, str(Path(root) / rel)
@@ -63,7 +75,7 @@ def entry_in_root(root: str, rel: str) -> Iterator[tuple[int | None, str]]:
                 continue
             links += 1
             if links > MAX_SYMLINKS:
-                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(Path(root) / rel))
+                raise SymlinkLoop(errno.ELOOP, os.strerror(errno.ELOOP), str(Path(root) / rel))
             if target.startswith("/"):
                 while len(dirs) > 1:
                     os.close(dirs.pop())
@@ -72,6 +84,30 @@ def entry_in_root(root: str, rel: str) -> Iterator[tuple[int | None, str]]:
     finally:
         for fd in dirs:
             os.close(fd)
+
+
+def refusal(path: str) -> str | None:
+    """Why the kernel refuses ``path`` to any program, None when it takes it. A config file
+    may hold any string (JSON spells a NUL ``\\u0000``): looked up, a NUL or a lone
+    surrogate is ValueError here, a path past the limits ENAMETOOLONG on the node only
+    (the walk looks up one part at a time), so it is asked first."""
+    if "\0" in path:
+        return "contains a NUL character: no path can (the kernel ends a path at it)"
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError:  # a lone surrogate: JSON's \ud800 decodes to one
+        return "contains a character no path can (a lone UTF-16 surrogate)"
+    if len(raw) >= PATH_MAX:
+        return (
+            f"is {len(raw)} bytes long: the kernel takes at most {PATH_MAX - 1} "
+            f"(PATH_MAX, {PATH_MAX} bytes with the final NUL)"
+        )
+    longest = max((len(p) for p in raw.split(b"/")), default=0)
+    if longest > NAME_MAX:
+        return (
+            f"has a part {longest} bytes long: a file name is at most {NAME_MAX} bytes (NAME_MAX)"
+        )
+    return None
 
 
 def stat_in_root(root: str, rel: str) -> os.stat_result:

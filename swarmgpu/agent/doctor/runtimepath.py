@@ -12,7 +12,7 @@ import os
 import posixpath
 import stat
 
-from swarmgpu.agent.doctor.rootpath import is_host, stat_in_root
+from swarmgpu.agent.doctor.rootpath import is_host, refusal, stat_in_root
 from swarmgpu.agent.doctor.view import RuntimeLookup
 
 # What a root's dockerd has on PATH: systemd's default for services (split /usr: /sbin, /bin)
@@ -22,9 +22,14 @@ ROOT_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbi
 def find_runtime(root: str, name: str, env_path: str | None = None) -> RuntimeLookup:
     """``name`` as dockerd on the node under ``root`` would find it. On the live node (root
     /) a bare name is looked up on ``env_path`` (default: this process's PATH), whose
-    relative entries Go's LookPath refuses; under another root on :data:`ROOT_PATH`."""
+    relative entries Go's LookPath refuses; under another root on :data:`ROOT_PATH`. A
+    name the kernel refuses (a NUL, too long) is not looked up: ``refused`` says why."""
+    refused = refusal(name)
+    if refused is not None:
+        return RuntimeLookup(None, refused=refused)
     if "/" in name:  # relative: from dockerd's working directory, / under systemd
-        return _first(root, [posixpath.normpath("/" + name)])
+        # one leading slash: normpath keeps two ("//usr/bin/x"), as POSIX lets it
+        return _first(root, [posixpath.normpath("/" + name.lstrip("/"))])
     if is_host(root):
         raw = os.environ.get("PATH", "") if env_path is None else env_path
         dirs = tuple(d for d in raw.split(":") if d.startswith("/"))

@@ -114,12 +114,14 @@ class NodeView:
 class RuntimeLookup:
     """Where dockerd finds a runtime's path: the file it runs, as the node names it, or
     None; the files of that name it passes over (no execute bit); for a bare name the
-    PATH searched and whose it is (the root's standard one, or this environment's)."""
+    PATH searched and whose it is (the root's standard one, or this environment's); or why
+    no program can look the path up at all."""
 
     found: str | None
     not_executable: tuple[str, ...] = ()
     search: tuple[str, ...] = ()  # empty: a path, not looked up
     search_from: str = ""
+    refused: str | None = None  # why the kernel refuses the path (rootpath.refusal): unread
 
 
 @dataclass(frozen=True)
