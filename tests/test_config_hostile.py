@@ -149,3 +149,16 @@ def test_guarantees_no_cluster_could_honour_are_refused_with_their_sum(tmp_path:
     assert errors == [f"{tmp_path / 'c.yml'}:1: queues: the guarantees sum to 1800002 GPUs, "
                       "more than any cluster has (1000000); a queue's guaranteed is GPUs, "
                       "e.g. 8"], errors
+
+
+@pytest.mark.parametrize("value", ["-1000000", "1000000", "100000000000000000000"])
+def test_preemptible_below_is_a_priority_a_label_could_give(tmp_path: Path, value: str) -> None:
+    """-5 or 1e20 passed: every service (or none) was preemptible by a number no label can
+    carry (swarmgpu.priority is -999999 to 999999)."""
+    errors = _errors(tmp_path, f"preemption:\n  preemptible_below: {value}\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: preemption.preemptible_below: {value} is out "
+                      "of range; a priority is -999999 to 999999 (default 100)"], errors
+
+
+def test_a_negative_preemptible_below_in_range_is_fine(tmp_path: Path) -> None:
+    assert _errors(tmp_path, "preemption:\n  preemptible_below: -999999\n") == []

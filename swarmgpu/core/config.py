@@ -30,7 +30,7 @@ from swarmgpu.core.configvalues import (
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
-from swarmgpu.core.tenants import NAME_RE, parse_tenants
+from swarmgpu.core.tenants import MAX_PRIORITY, NAME_RE, parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
 # Label namespaces Docker reserves for itself (docs.docker.com, "Docker object labels").
@@ -464,6 +464,9 @@ def _check_preemption(p: PreemptionConfig, add: Callable[[str], None]) -> None:
         parse_priority_classes(p.priority_classes)
     except ValueError as e:
         add(f"preemption.priority_classes: {e}; use e.g. {DEFAULT_PRIORITY_CLASSES!r}")
+    if abs(p.preemptible_below) > MAX_PRIORITY:  # compared with a label's priority
+        add(f"preemption.preemptible_below: {p.preemptible_below} is out of range; a "
+            f"priority is -{MAX_PRIORITY} to {MAX_PRIORITY} (default 100)")
     if p.max_per_hour < 0:
         add("preemption.max_per_hour: must be >= 0 (0 turns preemption off)")
     if p.victim_cooldown_s < 0 or p.settle_s < 0:
