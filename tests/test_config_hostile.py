@@ -162,3 +162,18 @@ def test_preemptible_below_is_a_priority_a_label_could_give(tmp_path: Path, valu
 
 def test_a_negative_preemptible_below_in_range_is_fine(tmp_path: Path) -> None:
     assert _errors(tmp_path, "preemption:\n  preemptible_below: -999999\n") == []
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1000", "65535", "67108865"])
+def test_max_response_bytes_holds_a_real_answer_and_no_more(tmp_path: Path, value: str) -> None:
+    """0 passed, and every agent then failed 'sent more than 0 bytes'; an 8-GPU node's
+    facts are about 7 KiB (tests/fixtures' layouts), so 64 KiB is the least."""
+    errors = _errors(tmp_path, f"agents:\n  max_response_bytes: {value}\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: agents.max_response_bytes: {value} is out of "
+                      "range; use 65536 (64 KiB, about nine times an 8-GPU node's facts) to "
+                      "67108864 (64 MiB; default 4194304)"], errors
+
+
+@pytest.mark.parametrize("value", ["65536", "67108864"])
+def test_max_response_bytes_at_its_bounds_is_fine(tmp_path: Path, value: str) -> None:
+    assert _errors(tmp_path, f"agents:\n  max_response_bytes: {value}\n") == []

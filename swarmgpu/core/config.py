@@ -37,6 +37,10 @@ from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 DOCKER_NAMESPACES = ("com.docker.", "io.docker.", "org.dockerproject.")
 MAX_GPUS = 1_000_000  # a queue's guarantee or max, and all guarantees together
 MAX_SECONDS = 7 * 24 * 3600  # every *_s key: longer is a typo, and past the timers' range
+# An agent's answer: an 8-GPU node's facts are about 7 KiB, its metrics less; below 64 KiB
+# a real node is refused, above 64 MiB (read whole, agents.parallel at once) a hostile one
+# is taken.
+MIN_RESPONSE, MAX_RESPONSE = 64 * 1024, 64 * 1024 * 1024
 
 
 class ConfigError(ValueError):
@@ -58,7 +62,7 @@ class AgentsConfig:
     timeout_s: float = 3.0
     """Per-request deadline when fetching facts; a slow agent is 'unreachable'."""
     max_response_bytes: int = 4 * 1024 * 1024
-    """Facts bigger than this are rejected (a broken or hostile agent)."""
+    """Facts bigger than this are rejected (a broken or hostile agent); 64 KiB to 64 MiB."""
     parallel: int = 16
     """Agents fetched at once."""
     identity: str = "swarm-pki"
@@ -354,6 +358,10 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add(f"agents.port: {cfg.agents.port} is not a TCP port (1-65535)")
     if cfg.agents.timeout_s <= 0:
         add("agents.timeout_s: must be > 0 seconds (e.g. 3)")
+    if not MIN_RESPONSE <= cfg.agents.max_response_bytes <= MAX_RESPONSE:
+        add(f"agents.max_response_bytes: {cfg.agents.max_response_bytes} is out of range; use "
+            f"{MIN_RESPONSE} (64 KiB, about nine times an 8-GPU node's facts) to "
+            f"{MAX_RESPONSE} (64 MiB; default {AgentsConfig.max_response_bytes})")
     if cfg.agents.parallel < 1:
         add("agents.parallel: must be >= 1")
     if cfg.agents.identity not in ("none", "swarm-pki"):
