@@ -177,3 +177,36 @@ def test_max_response_bytes_holds_a_real_answer_and_no_more(tmp_path: Path, valu
 @pytest.mark.parametrize("value", ["65536", "67108864"])
 def test_max_response_bytes_at_its_bounds_is_fine(tmp_path: Path, value: str) -> None:
     assert _errors(tmp_path, f"agents:\n  max_response_bytes: {value}\n") == []
+
+
+@pytest.mark.parametrize("label", ["a b", "zone=a", "", "z", "topology.zone/x", "zöne"])
+def test_a_zone_label_is_a_node_label_key_swarm_constraints_can_name(tmp_path: Path,
+                                                                   label: str) -> None:
+    """'a b' passed: no node carries such a label (docker's CLI refuses one with a space),
+    so every node was in no zone and zone-prefer/zone-avoid silently did nothing."""
+    errors = _errors(tmp_path, f"placement:\n  zone_label: '{label}'\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: placement.zone_label: {label!r} is not a node "
+                      "label key a Swarm constraint can name: letters, digits, '-', '_', '.', "
+                      "first a letter or '_', at least 2 characters; e.g. topology.zone"], errors
+
+
+@pytest.mark.parametrize("kind", ["a b", "GPU=1", "GPU,MIG", " NVIDIA-GPU", 'a"b', "gpu\u00e9"])
+def test_a_generic_resource_kind_is_one_dockerd_can_advertise(tmp_path: Path, kind: str) -> None:
+    """'a b' passed: whole-GPU services reserved a kind no node's node-generic-resources
+    names cleanly (dockerd splits KIND=VALUE at '=' and trims it; its flag is a CSV list),
+    and its DOCKER_RESOURCE_ variable had a space in its name."""
+    errors = _errors(tmp_path, f"placement:\n  generic_resource_kind: {kind!r}\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: placement.generic_resource_kind: {kind!r} is "
+                      "not a kind dockerd's node-generic-resources can name (KIND=VALUE): "
+                      "letters, digits, '-', '_', '.', '/', first a letter or digit; e.g. "
+                      "NVIDIA-GPU, as the nodes advertise it"], errors
+
+
+@pytest.mark.parametrize(("key", "value"), [("zone_label", "topology.zone"),
+                                            ("zone_label", "_rack-3.row"),
+                                            ("generic_resource_kind", "NVIDIA-GPU"),
+                                            ("generic_resource_kind", "nvidia.com/gpu"),
+                                            ("generic_resource_kind", "gpu")])
+def test_real_zone_labels_and_resource_kinds_are_fine(tmp_path: Path, key: str,
+                                                      value: str) -> None:
+    assert _errors(tmp_path, f"placement:\n  {key}: {value}\n") == []
