@@ -210,3 +210,36 @@ def test_a_generic_resource_kind_is_one_dockerd_can_advertise(tmp_path: Path, ki
 def test_real_zone_labels_and_resource_kinds_are_fine(tmp_path: Path, key: str,
                                                       value: str) -> None:
     assert _errors(tmp_path, f"placement:\n  {key}: {value}\n") == []
+
+
+WHOLE_BOUNDS = [
+    ("agents", "parallel", 256, "threads fetching agents at once"),
+    ("placement", "workload_window", 10_000_000, "tasks"),
+    ("health", "max_backoff", 1000, "times health.clean_window_s"),
+    ("health", "evacuations_per_cycle", 1000, "moves"),
+    ("health", "evacuations_per_hour", 10_000, "moves"),
+    ("preemption", "max_per_hour", 10_000, "services stopped"),
+    ("rebalance", "min_samples", 10_000, "samples"),
+    ("rebalance", "max_moves_per_cycle", 1000, "moves"),
+    ("rebalance", "max_moves_per_node", 1000, "moves"),
+    ("rebalance.defrag", "max_moves", 100, "moves in one plan"),
+    ("rebalance.fragmentation", "moves_per_hour", 10_000, "moves"),
+]
+
+
+def _nested(section: str, key: str, value: int) -> str:
+    parts = section.split(".")
+    return "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parts)) \
+        + f"{'  ' * len(parts)}{key}: {value}\n"
+
+
+@pytest.mark.parametrize(("section", "key", "most", "what"), WHOLE_BOUNDS)
+def test_a_whole_number_key_has_an_upper_bound(tmp_path: Path, section: str, key: str,
+                                               most: int, what: str) -> None:
+    """100000000000000000000 passed each: agents.parallel is a thread count (as many
+    threads as nodes), the others budgets and windows no cluster needs that large."""
+    errors = _errors(tmp_path, _nested(section, key, 10**20))
+    line = section.count(".") + 2
+    assert errors == [f"{tmp_path / 'c.yml'}:{line}: {section}.{key}: 100000000000000000000 "
+                      f"is out of range; at most {most} ({what})"], errors
+    assert _errors(tmp_path, _nested(section, key, most)) == []

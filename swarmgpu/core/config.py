@@ -22,6 +22,7 @@ import yaml
 
 from swarmgpu.core.configvalues import (
     FromEnv,
+    at_most,
     coerce,
     locate_in,
     not_text,
@@ -351,6 +352,15 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add("health.node_lost_grace_s: must be > 0 seconds (default 300)")
     if cfg.placement.workload_window < 100:
         add("placement.workload_window: must be >= 100 tasks (default 5000)")
+    # Upper bounds: agents.parallel is a thread count (min(parallel, nodes) threads).
+    for where, most, what in (("agents.parallel", 256, "threads fetching agents at once"),
+                              ("placement.workload_window", 10_000_000, "tasks"),
+                              ("health.max_backoff", 1000, "times health.clean_window_s"),
+                              ("health.evacuations_per_cycle", 1000, "moves"),
+                              ("health.evacuations_per_hour", 10_000, "moves"),
+                              ("preemption.max_per_hour", 10_000, "services stopped")):
+        section, key = where.split(".")
+        at_most(where, getattr(getattr(cfg, section), key), most, what, add)
     stop = cfg.placement.residual_stop_weight
     if not 0 <= stop <= 1:  # NaN fails both comparisons: refused too
         add(f"placement.residual_stop_weight: {stop!r}; a weight from 0 to 1 (default 0.01)")

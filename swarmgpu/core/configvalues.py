@@ -12,7 +12,7 @@ import math
 import os
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from swarmgpu.core.yamlfile import Lines, plain_is_text
@@ -75,6 +75,13 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
             if isinstance(value, int | float | bool) else ""
         raise ValueError(f"{where}: expected a string, {got}{hint}")
     return value
+
+
+def at_most(where: str, value: int, most: int, what: str, add: Callable[[str], None]) -> None:
+    """A whole-number key's upper bound: more than any cluster needs (100000000000000000000
+    passed, and a count of threads or moves that large is a typo, not a wish)."""
+    if value > most:
+        add(f"{where}: {value} is out of range; at most {most} ({what})")
 
 
 def not_text(value: Any, where: str) -> str:
