@@ -221,7 +221,7 @@ def test_residual_stop_weight_reaches_the_daemons_planner(tmp_path: Path) -> Non
     assert planner.scorer.waste is not None and planner.scorer.waste.stop == 0.0
 
 
-@pytest.mark.parametrize("value", ["1" * 5000, "!!int abc", "!!bool maybe", "!!float x",
+@pytest.mark.parametrize("value", ["!!int " + "1" * 5000, "!!int abc", "!!bool maybe", "!!float x",
                                    "!!timestamp x", "!!timestamp 2001-13-01"])
 def test_a_value_its_tag_cannot_read_is_an_error_at_its_line(tmp_path: Path,
                                                              value: str) -> None:

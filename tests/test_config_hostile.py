@@ -3,11 +3,13 @@ and the fix at `config check`, never a crash or a stall of the daemon later."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from swarmgpu.core.config import load_config_report
+from swarmgpu.core.yamlfile import parse_yaml
 
 
 def _errors(tmp_path: Path, text: str) -> list[str]:
@@ -125,17 +127,18 @@ def test_an_unknown_key_of_a_queue_is_named_at_its_line_with_the_near_miss(
 
 
 @pytest.mark.parametrize(("value", "says"), [
-    ("1e3", "expected a number, got '1e3' (a string); YAML reads 1e3 as text (an exponent "
-            "needs a '.' and a sign): write 1000 or 1.0e+3"),
     ("'30'", "expected a number, got '30' (a string); remove the quotes"),
     ("10m", "expected a number, got '10m' (a string); the key is in seconds (its name ends "
             "in _s): write 600"),
     ("1.5h", "the key is in seconds (its name ends in _s): write 5400"),
     ("500ms", "the key is in seconds (its name ends in _s): write 0.5"),
     ("10s", "the key is in seconds (its name ends in _s): write 10"),
+    ("1e999", "expected a number, got '1e999' (a string)"),
+    ("inf", "expected a number, got 'inf' (a string)"),
 ])
 def test_a_number_yaml_read_as_text_gets_the_fix(tmp_path: Path, value: str, says: str) -> None:
-    """'remove the quotes' was said of 1e3, which has none; 10m got no fix at all."""
+    """10m got no fix at all (1e3, told 'remove the quotes' of quotes it has none of, is
+    the number 1000 now, as docker's reader reads it)."""
     errors = _errors(tmp_path, f"sync:\n  interval_s: {value}\n")
     assert errors == [f"{tmp_path / 'c.yml'}:2: sync.interval_s: {says}"] or \
         (len(errors) == 1 and errors[0].endswith(says)), errors
@@ -149,3 +152,182 @@ def test_guarantees_no_cluster_could_honour_are_refused_with_their_sum(tmp_path:
     assert errors == [f"{tmp_path / 'c.yml'}:1: queues: the guarantees sum to 1800002 GPUs, "
                       "more than any cluster has (1000000); a queue's guaranteed is GPUs, "
                       "e.g. 8"], errors
+
+
+@pytest.mark.parametrize("value", ["-1000000", "1000000", "1000000000000000000"])
+def test_preemptible_below_is_a_priority_a_label_could_give(tmp_path: Path, value: str) -> None:
+    """-5 or 1e20 passed: every service (or none) was preemptible by a number no label can
+    carry (swarmgpu.priority is -999999 to 999999)."""
+    errors = _errors(tmp_path, f"preemption:\n  preemptible_below: {value}\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: preemption.preemptible_below: {value} is out "
+                      "of range; a priority is -999999 to 999999 (default 100)"], errors
+
+
+def test_a_negative_preemptible_below_in_range_is_fine(tmp_path: Path) -> None:
+    assert _errors(tmp_path, "preemption:\n  preemptible_below: -999999\n") == []
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1000", "65535", "67108865"])
+def test_max_response_bytes_holds_a_real_answer_and_no_more(tmp_path: Path, value: str) -> None:
+    """0 passed, and every agent then failed 'sent more than 0 bytes'; an 8-GPU node's
+    facts are about 7 KiB (tests/fixtures' layouts), so 64 KiB is the least."""
+    errors = _errors(tmp_path, f"agents:\n  max_response_bytes: {value}\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: agents.max_response_bytes: {value} is out of "
+                      "range; use 65536 (64 KiB, about nine times an 8-GPU node's facts) to "
+                      "67108864 (64 MiB; default 4194304)"], errors
+
+
+@pytest.mark.parametrize("value", ["65536", "67108864"])
+def test_max_response_bytes_at_its_bounds_is_fine(tmp_path: Path, value: str) -> None:
+    assert _errors(tmp_path, f"agents:\n  max_response_bytes: {value}\n") == []
+
+
+@pytest.mark.parametrize("label", ["a b", "zone=a", "", "z", "topology.zone/x", "zöne"])
+def test_a_zone_label_is_a_node_label_key_swarm_constraints_can_name(tmp_path: Path,
+                                                                   label: str) -> None:
+    """'a b' passed: no node carries such a label (docker's CLI refuses one with a space),
+    so every node was in no zone and zone-prefer/zone-avoid silently did nothing."""
+    errors = _errors(tmp_path, f"placement:\n  zone_label: '{label}'\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: placement.zone_label: {label!r} is not a node "
+                      "label key a Swarm constraint can name: letters, digits, '-', '_', '.', "
+                      "first a letter or '_', at least 2 characters; e.g. topology.zone"], errors
+
+
+@pytest.mark.parametrize("kind", ["a b", "GPU=1", "GPU,MIG", " NVIDIA-GPU", 'a"b', "gpu\u00e9"])
+def test_a_generic_resource_kind_is_one_dockerd_can_advertise(tmp_path: Path, kind: str) -> None:
+    """'a b' passed: whole-GPU services reserved a kind no node's node-generic-resources
+    names cleanly (dockerd splits KIND=VALUE at '=' and trims it; its flag is a CSV list),
+    and its DOCKER_RESOURCE_ variable had a space in its name."""
+    errors = _errors(tmp_path, f"placement:\n  generic_resource_kind: {kind!r}\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: placement.generic_resource_kind: {kind!r} is "
+                      "not a kind dockerd's node-generic-resources can name (KIND=VALUE): "
+                      "letters, digits, '-', '_', '.', '/', first a letter or digit; e.g. "
+                      "NVIDIA-GPU, as the nodes advertise it"], errors
+
+
+@pytest.mark.parametrize(("key", "value"), [("zone_label", "topology.zone"),
+                                            ("zone_label", "_rack-3.row"),
+                                            ("generic_resource_kind", "NVIDIA-GPU"),
+                                            ("generic_resource_kind", "nvidia.com/gpu"),
+                                            ("generic_resource_kind", "gpu")])
+def test_real_zone_labels_and_resource_kinds_are_fine(tmp_path: Path, key: str,
+                                                      value: str) -> None:
+    assert _errors(tmp_path, f"placement:\n  {key}: {value}\n") == []
+
+
+WHOLE_BOUNDS = [
+    ("agents", "parallel", 256, "threads fetching agents at once"),
+    ("placement", "workload_window", 10_000_000, "tasks"),
+    ("health", "max_backoff", 1000, "times health.clean_window_s"),
+    ("health", "evacuations_per_cycle", 1000, "moves"),
+    ("health", "evacuations_per_hour", 10_000, "moves"),
+    ("preemption", "max_per_hour", 10_000, "services stopped"),
+    ("rebalance", "min_samples", 10_000, "samples"),
+    ("rebalance", "max_moves_per_cycle", 1000, "moves"),
+    ("rebalance", "max_moves_per_node", 1000, "moves"),
+    ("rebalance.defrag", "max_moves", 100, "moves in one plan"),
+    ("rebalance.fragmentation", "moves_per_hour", 10_000, "moves"),
+]
+
+
+def _nested(section: str, key: str, value: int) -> str:
+    parts = section.split(".")
+    return "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(parts)) \
+        + f"{'  ' * len(parts)}{key}: {value}\n"
+
+
+@pytest.mark.parametrize(("section", "key", "most", "what"), WHOLE_BOUNDS)
+def test_a_whole_number_key_has_an_upper_bound(tmp_path: Path, section: str, key: str,
+                                               most: int, what: str) -> None:
+    """1000000000000000000 passed each: agents.parallel is a thread count (as many
+    threads as nodes), the others budgets and windows no cluster needs that large."""
+    errors = _errors(tmp_path, _nested(section, key, 10**18))
+    line = section.count(".") + 2
+    assert errors == [f"{tmp_path / 'c.yml'}:{line}: {section}.{key}: 1000000000000000000 "
+                      f"is out of range; at most {most} ({what})"], errors
+    assert _errors(tmp_path, _nested(section, key, most)) == []
+
+
+# Plain scalars as docker/cli's reader (go-yaml v2.4.0, resolve.go) reads them: its word
+# table, then Go's strconv.ParseInt/ParseUint(text less every '_', base 0) as int, then
+# its yamlStyleFloat pattern through strconv.ParseFloat (out of range: text), and '.'
+# first through ParseFloat. PyYAML's YAML 1.1 reads the first rows as text (or 0X1F,
+# 0o17 and 08 as text, y/n as text).
+GO_PLAIN = [
+    ("1e3", 1000.0), ("1E3", 1000.0), ("-2.5e-3", -0.0025), (".5", 0.5), ("+.5", 0.5),
+    ("-.5", -0.5), (".5e3", 500.0), ("1.e3", 1000.0), ("1.0e3", 1000.0), ("1e+3", 1000.0),
+    ("08", 8.0), ("019", 19.0), ("0_8", 8.0), ("0x1F", 31), ("0X1F", 31), ("-0x1F", -31),
+    ("0o17", 15), ("0O17", 15), ("017", 15), ("-017", -15), ("0b101", 5), ("0B1", 1),
+    ("0b-101", -5), ("+1", 1), ("-0", 0), ("1_000", 1000), ("-_1", -1), ("1_", 1),
+    ("1_000.5", 1000.5), ("1.", 1.0), ("9223372036854775807", 2**63 - 1),
+    ("18446744073709551615", 2**64 - 1), ("18446744073709551616", 1.8446744073709552e19),
+    ("-9223372036854775809", -9.223372036854776e18), ("1e-999", 0.0),
+    ("y", True), ("Y", True), ("n", False), ("N", False), ("yes", True), ("Off", False),
+    ("~", None), ("null", None), ("NULL", None),
+    ("1e999", "1e999"), ("0x", "0x"), ("0b2", "0b2"),
+    ("0x1FFFFFFFFFFFFFFFFF", "0x1FFFFFFFFFFFFFFFFF"),
+    ("+.nan", "+.nan"), ("inf", "inf"), ("+inf", "+inf"), ("Infinity", "Infinity"),
+    ("1:30", "1:30"), ("12:30:01", "12:30:01"), ("2001-12-14", "2001-12-14"), ("=", "="),
+    (".", "."), (".e3", ".e3"), ("1.5.5", "1.5.5"), ("0xG", "0xG"), ("1e", "1e"),
+    ("_1", "_1"), ("yES", "yES"), ("0b_", "0b_"),
+]
+
+
+@pytest.mark.parametrize(("text", "value"), GO_PLAIN)
+def test_a_plain_scalar_is_read_as_docker_reads_it(text: str, value: object) -> None:
+    got = parse_yaml(f"v: {text}\n", "t", ValueError)["v"]
+    assert type(got) is type(value) and got == value, (text, got)
+
+
+@pytest.mark.parametrize(("text", "value"), [(".inf", math.inf), ("+.Inf", math.inf),
+                                             ("-.INF", -math.inf)])
+def test_infinities_are_read_as_docker_reads_them(text: str, value: float) -> None:
+    assert parse_yaml(f"v: {text}\n", "t", ValueError)["v"] == value
+
+
+@pytest.mark.parametrize("text", [".nan", ".NaN", ".NAN"])
+def test_nan_is_read_as_docker_reads_it(text: str) -> None:
+    got = parse_yaml(f"v: {text}\n", "t", ValueError)["v"]
+    assert isinstance(got, float) and math.isnan(got)
+
+
+@pytest.mark.parametrize(("text", "value"), [("'1e3'", "1e3"), ('"0o17"', "0o17"),
+                                             ("'y'", "y"), ("!!str 08", "08"),
+                                             ("!!float 1", 1.0), ("!!int 0X1F", 31),
+                                             ("!!bool y", True)])
+def test_a_quoted_or_tagged_scalar_keeps_its_meaning(text: str, value: object) -> None:
+    got = parse_yaml(f"v: {text}\n", "t", ValueError)["v"]
+    assert type(got) is type(value) and got == value, (text, got)
+
+
+@pytest.mark.parametrize("text", ["!!int 08", "!!int 1.5", "!!float abc", "!!int abc"])
+def test_a_tag_its_text_cannot_be_is_an_error_at_its_line(text: str) -> None:
+    with pytest.raises(ValueError, match="cannot be read as !!"):
+        parse_yaml(f"a: 1\nv: {text}\n", "t", ValueError)
+
+
+def test_an_exponent_in_the_config_is_the_number_docker_and_go_yaml_read(
+        tmp_path: Path) -> None:
+    """sync.interval_s: 1e3 was refused as text (YAML 1.1's exponent needs a '.' and a
+    sign), where docker's reader and any YAML 1.2 reader read 1000."""
+    path = tmp_path / "c.yml"
+    path.write_text("sync:\n  interval_s: 1e3\n")
+    cfg, errors = load_config_report(path, env={})
+    assert errors == [] and cfg.sync.interval_s == 1000.0
+
+
+def test_a_whole_number_written_with_an_exponent_gets_its_digits(tmp_path: Path) -> None:
+    errors = _errors(tmp_path, "agents:\n  parallel: 1e2\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: agents.parallel: expected a whole number, got "
+                      "100.0 (a number with a fraction); write 100"], errors
+
+
+def test_five_thousand_digits_are_text_as_docker_reads_them_and_not_echoed(
+        tmp_path: Path) -> None:
+    """go-yaml reads an integer past 64 bits as a float, and one past a double as text;
+    int() raised on 5,000 digits (Python's limit is 4,300) while resolving it."""
+    errors = _errors(tmp_path, f"sync:\n  interval_s: {'1' * 5000}\n")
+    assert len(errors) == 1 and len(errors[0]) < 300, errors
+    assert errors[0].startswith(f"{tmp_path / 'c.yml'}:2: sync.interval_s: expected a "
+                                "number, got '111"), errors
+    assert errors[0].endswith("... [5002 characters] (a string)"), errors

@@ -223,7 +223,7 @@ def test_files_none_of_which_has_services_are_refused_naming_them() -> None:
 def test_each_file_is_checked_against_the_schema_before_the_merge() -> None:
     """docker validates each file, then merges (loader.go Load): what the merge drops or
     masks is refused all the same, the error naming its file."""
-    svcs = 'version: "3.8"\nservices:\n  s: {image: x, deploy: {replicas: 1}}\nnetworks: {n: {}}\n'
+    svcs = 'version: "3.8"\nservices:\n  s: {image: x, deploy: {replicas: 1}}\nnetworks: {nw: {}}\n'
     bad = {
         # a section that is no mapping: the merge read it as empty
         "b.yml": 'version: "3.8"\nnetworks: fast\n',

@@ -22,21 +22,26 @@ import yaml
 
 from swarmgpu.core.configvalues import (
     FromEnv,
+    at_most,
     coerce,
     locate_in,
     not_text,
     template_problem,
 )
-from swarmgpu.core.labelkeys import usable_label_key
+from swarmgpu.core.labelkeys import usable_label_key, usable_resource_kind
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
-from swarmgpu.core.tenants import NAME_RE, parse_tenants
+from swarmgpu.core.tenants import MAX_PRIORITY, NAME_RE, parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
 # Label namespaces Docker reserves for itself (docs.docker.com, "Docker object labels").
 DOCKER_NAMESPACES = ("com.docker.", "io.docker.", "org.dockerproject.")
 MAX_GPUS = 1_000_000  # a queue's guarantee or max, and all guarantees together
 MAX_SECONDS = 7 * 24 * 3600  # every *_s key: longer is a typo, and past the timers' range
+# An agent's answer: an 8-GPU node's facts are about 7 KiB, its metrics less; below 64 KiB
+# a real node is refused, above 64 MiB (read whole, agents.parallel at once) a hostile one
+# is taken.
+MIN_RESPONSE, MAX_RESPONSE = 64 * 1024, 64 * 1024 * 1024
 
 
 class ConfigError(ValueError):
@@ -58,7 +63,7 @@ class AgentsConfig:
     timeout_s: float = 3.0
     """Per-request deadline when fetching facts; a slow agent is 'unreachable'."""
     max_response_bytes: int = 4 * 1024 * 1024
-    """Facts bigger than this are rejected (a broken or hostile agent)."""
+    """Facts bigger than this are rejected (a broken or hostile agent); 64 KiB to 64 MiB."""
     parallel: int = 16
     """Agents fetched at once."""
     identity: str = "swarm-pki"
@@ -347,6 +352,15 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add("health.node_lost_grace_s: must be > 0 seconds (default 300)")
     if cfg.placement.workload_window < 100:
         add("placement.workload_window: must be >= 100 tasks (default 5000)")
+    # Upper bounds: agents.parallel is a thread count (min(parallel, nodes) threads).
+    for where, most, what in (("agents.parallel", 256, "threads fetching agents at once"),
+                              ("placement.workload_window", 10_000_000, "tasks"),
+                              ("health.max_backoff", 1000, "times health.clean_window_s"),
+                              ("health.evacuations_per_cycle", 1000, "moves"),
+                              ("health.evacuations_per_hour", 10_000, "moves"),
+                              ("preemption.max_per_hour", 10_000, "services stopped")):
+        section, key = where.split(".")
+        at_most(where, getattr(getattr(cfg, section), key), most, what, add)
     stop = cfg.placement.residual_stop_weight
     if not 0 <= stop <= 1:  # NaN fails both comparisons: refused too
         add(f"placement.residual_stop_weight: {stop!r}; a weight from 0 to 1 (default 0.01)")
@@ -354,6 +368,10 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add(f"agents.port: {cfg.agents.port} is not a TCP port (1-65535)")
     if cfg.agents.timeout_s <= 0:
         add("agents.timeout_s: must be > 0 seconds (e.g. 3)")
+    if not MIN_RESPONSE <= cfg.agents.max_response_bytes <= MAX_RESPONSE:
+        add(f"agents.max_response_bytes: {cfg.agents.max_response_bytes} is out of range; use "
+            f"{MIN_RESPONSE} (64 KiB, about nine times an 8-GPU node's facts) to "
+            f"{MAX_RESPONSE} (64 MiB; default {AgentsConfig.max_response_bytes})")
     if cfg.agents.parallel < 1:
         add("agents.parallel: must be >= 1")
     if cfg.agents.identity not in ("none", "swarm-pki"):
@@ -431,6 +449,15 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add("placement.overshare_window_s: must be > 0 seconds")
     if cfg.placement.ungranted not in ("report", "void"):
         add(f"placement.ungranted: {cfg.placement.ungranted!r}; use 'report' or 'void'")
+    if not usable_label_key(cfg.placement.zone_label):  # no node could carry it
+        add(f"placement.zone_label: {cfg.placement.zone_label!r} is not a node label key a "
+            "Swarm constraint can name: letters, digits, '-', '_', '.', first a letter or "
+            "'_', at least 2 characters; e.g. topology.zone")
+    kind = cfg.placement.generic_resource_kind
+    if kind and not usable_resource_kind(kind):  # reserved, it would match no node's kind
+        add(f"placement.generic_resource_kind: {kind!r} is not a kind dockerd's "
+            "node-generic-resources can name (KIND=VALUE): letters, digits, '-', '_', '.', "
+            "'/', first a letter or digit; e.g. NVIDIA-GPU, as the nodes advertise it")
     if cfg.placement.grants not in ("env", "mounts"):
         add(f"placement.grants: {cfg.placement.grants!r}; use 'env' or 'mounts'")
 
@@ -464,6 +491,9 @@ def _check_preemption(p: PreemptionConfig, add: Callable[[str], None]) -> None:
         parse_priority_classes(p.priority_classes)
     except ValueError as e:
         add(f"preemption.priority_classes: {e}; use e.g. {DEFAULT_PRIORITY_CLASSES!r}")
+    if abs(p.preemptible_below) > MAX_PRIORITY:  # compared with a label's priority
+        add(f"preemption.preemptible_below: {p.preemptible_below} is out of range; a "
+            f"priority is -{MAX_PRIORITY} to {MAX_PRIORITY} (default 100)")
     if p.max_per_hour < 0:
         add("preemption.max_per_hour: must be >= 0 (0 turns preemption off)")
     if p.victim_cooldown_s < 0 or p.settle_s < 0:

@@ -12,9 +12,10 @@ import math
 import os
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.yamlfile import Lines, plain_is_text
 
 
@@ -41,7 +42,9 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
     integer may stand for a float, nothing else converts); text from the environment
     is parsed. ConfigError naming the key, what was expected and what was given."""
     env = isinstance(value, FromEnv)
-    got = f"got {value!r} ({_kind(value)})" if not env else f"got {str(value)!r}"
+    # Cut: 5,000 digits are text to YAML (past a double), not to be echoed back whole.
+    got = f"got {peer_text(repr(value), 60)} ({_kind(value)})" if not env \
+        else f"got {peer_text(repr(str(value)), 60)}"
     if typ is bool:
         if isinstance(value, bool):
             return value
@@ -62,9 +65,10 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
             except ValueError:
                 pass
         kind = "a whole number" if typ is int else "a number"
+        whole = isinstance(value, float) and value.is_integer() and abs(value) < 2**63
         raise ValueError(f"{where}: expected {kind}, {got}"
                          + (_number_fix(value, where) if isinstance(value, str) and not env
-                            else ""))
+                            else f"; write {int(value)}" if whole and not env else ""))
     optional = typ == (str | None)
     if typ is str or optional:
         if value is None and optional:
@@ -75,6 +79,13 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
             if isinstance(value, int | float | bool) else ""
         raise ValueError(f"{where}: expected a string, {got}{hint}")
     return value
+
+
+def at_most(where: str, value: int, most: int, what: str, add: Callable[[str], None]) -> None:
+    """A whole-number key's upper bound: more than any cluster needs (100000000000000000000
+    passed, and a count of threads or moves that large is a typo, not a wish)."""
+    if value > most:
+        add(f"{where}: {value} is out of range; at most {most} ({what})")
 
 
 def not_text(value: Any, where: str) -> str:
@@ -108,8 +119,9 @@ _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def _number_fix(text: str, where: str) -> str:
-    """The fix for a number the file gave as text: its quotes, YAML 1.1's exponent, or a
-    duration's unit on a key in seconds (a Kubernetes-style 10m)."""
+    """The fix for a number the file gave as text: its quotes, or a duration's unit on a
+    key in seconds (a Kubernetes-style 10m). Text written plain that float() reads (inf,
+    1e999: past a double) is no number any key takes: no fix."""
     try:
         num = float(text)
     except ValueError:
@@ -118,15 +130,7 @@ def _number_fix(text: str, where: str) -> str:
             return ""
         secs = float(d[1]) * _UNIT_S[d[2]]
         return f"; the key is in seconds (its name ends in _s): write {secs:g}"
-    if not plain_is_text(text):
-        return "; remove the quotes"
-    mantissa, _, power = f"{num:.15e}".partition("e")
-    mantissa = mantissa.rstrip("0") + ("0" if mantissa.rstrip("0").endswith(".") else "")
-    exp = f"{mantissa}e{int(power):+d}"  # YAML 1.1's form: 1.0e+3, 1.25e-4
-    # {:g} would write 1e+20, text again: digits only where they stay short.
-    digits = f"{num:.6f}".rstrip("0").rstrip(".") if 1e-6 <= abs(num) < 1e15 else ""
-    return (f"; YAML reads {text} as text (an exponent needs a '.' and a sign): write "
-            + (f"{digits} or {exp}" if digits else exp))
+    return "; remove the quotes" if math.isfinite(num) and not plain_is_text(text) else ""
 
 
 _KEY_PATH = re.compile(r"[A-Za-z0-9_.-]+")

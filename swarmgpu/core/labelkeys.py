@@ -14,11 +14,22 @@ import re
 # also matches before a trailing newline, so both are matched with fullmatch.
 KEY_RE = re.compile(r"[a-z_][a-z0-9\-_.]+", re.IGNORECASE | re.ASCII)
 VALUE_RE = re.compile(r"[a-z0-9:\-_\s\.\*\(\)\?\+\[\]\\\^\$\|\/]+", re.IGNORECASE | re.ASCII)
+# A generic resource kind as a node advertises it. swarmkit's genericresource.Parse splits
+# each KIND=VALUE at '=' and trims the kind, and dockerd's --node-generic-resource is a CSV
+# list; the kind also names the task's DOCKER_RESOURCE_<KIND> variable. So: no '=', ',',
+# quote or space; the kinds in Docker's and NVIDIA's docs (NVIDIA-GPU, gpu,
+# nvidia.com/gpu) are these characters.
+KIND_RE = re.compile(r"[a-z0-9][a-z0-9\-_./]*", re.IGNORECASE | re.ASCII)
 
 
 def usable_label_key(key: str) -> bool:
     """True when ``node.labels.<key>`` can appear in a Swarm constraint."""
     return bool(KEY_RE.fullmatch(key))
+
+
+def usable_resource_kind(kind: str) -> bool:
+    """True when ``kind`` can be a generic resource kind in node-generic-resources."""
+    return bool(KIND_RE.fullmatch(kind))
 
 
 def usable_label_value(value: str) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarmgpu.core.commalist import comma_list
+from swarmgpu.core.configvalues import at_most
 
 # The policies in the order they run: health first (it waits for no window), then who
 # gets a target first: relief, room for pending work, packing, spreading, and the
@@ -114,6 +115,7 @@ class DefragConfig:
     def problems(self, where: str, add: Callable[[str], None]) -> None:
         if self.max_moves < 0:
             add(f"{where}.max_moves: must be >= 0 (0 turns those moves off)")
+        at_most(f"{where}.max_moves", self.max_moves, 100, "moves in one plan", add)
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class FragmentationConfig:
         if self.moves_per_hour < 0:
             add(f"{where}.moves_per_hour: must be >= 0 (default 4; 0 turns fragmentation "
                 "moves off)")
+        at_most(f"{where}.moves_per_hour", self.moves_per_hour, 10_000, "moves", add)
         if not 0 <= self.moves_per_100_placements <= 100:
             add(f"{where}.moves_per_100_placements: {self.moves_per_100_placements:g} is "
                 "out of range; use 0-100 moves per 100 placements (default 2; 0 turns "
@@ -223,9 +226,11 @@ def check_rebalance(r: RebalanceConfig, add: Callable[[str], None]) -> None:
         _seconds(f"rebalance.{key}", getattr(r, key), add)
     if r.min_samples < 1:
         add("rebalance.min_samples: must be >= 1")
+    at_most("rebalance.min_samples", r.min_samples, 10_000, "samples", add)
     for key in ("max_moves_per_cycle", "max_moves_per_node"):
         if getattr(r, key) < 0:
             add(f"rebalance.{key}: must be >= 0 (0 turns those moves off)")
+        at_most(f"rebalance.{key}", getattr(r, key), 1000, "moves", add)
     if r.cooldown_s < 0:
         add("rebalance.cooldown_s: must be >= 0 seconds (default 600)")
     for name in POLICY_ORDER:

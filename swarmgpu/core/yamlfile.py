@@ -10,16 +10,17 @@ twice in one mapping is refused too, as docker's and Kubernetes' YAML readers re
 PyYAML would silently keep the last one. A value its tag cannot read (``!!int abc``, an
 integer of 5,000 digits) is an error at its line, not PyYAML's ValueError.
 
-Plain scalars resolve as docker/cli's reader (go-yaml v2) resolves them, not as YAML 1.1
-does in full: ``12:30`` is text, not the base-60 number 750; a timestamp is its text, not
-a datetime; ``=`` is text (PyYAML's safe loader has no constructor for it). `render`
-writes back what it read, so a value read otherwise than docker reads it would reach
-Swarm rewritten, in env and labels that are not swarmgpu's.
+Plain scalars resolve as docker/cli's reader (go-yaml v2) resolves them (``core.goscalar``),
+not as YAML 1.1 does: ``12:30`` is text, not the base-60 number 750; a timestamp is its
+text, not a datetime; ``=`` is text (PyYAML's safe loader has no constructor for it);
+``1e3``, ``.5e3`` and ``08`` are floats, ``0o17`` and ``0X1F`` integers, ``y`` and ``n``
+booleans (YAML 1.1 reads each as text). `render` writes back what it read, so a value
+read otherwise than docker reads it would reach Swarm rewritten, in env and labels that
+are not swarmgpu's; the config reads as the stacks do.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Hashable
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from swarmgpu.core import goscalar
 from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
 
 MAX_TEXT = 8 * 1024 * 1024  # characters of text, bytes of a file; real ones are ~100 KiB
@@ -39,36 +41,39 @@ Lines = dict[tuple[Any, ...], int]
 
 
 class _Loader(yaml.SafeLoader):
-    """The safe loader without YAML 1.1's base-60 numbers, implicit timestamps and ``=``."""
+    """The safe loader with docker/cli's plain scalars (``core.goscalar``): no base-60
+    numbers, timestamps or ``=``; ``1e3``, ``0o17``, ``08`` numbers; ``y`` a boolean."""
+
+    bool_values = {**yaml.SafeLoader.bool_values, "y": True, "n": False}  # !!bool y too
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:  # plain: as go-yaml v2 reads it
+            return "tag:yaml.org,2002:merge" if value == "<<" else goscalar.resolve(value)[0]
+        return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
 
 
-_DROPPED = ("tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value")
-# PyYAML's own patterns less their base-60 alternative ([-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+).
-_PLAIN = {
-    "tag:yaml.org,2002:int": re.compile(r"""^(?:[-+]?0b[0-1_]+
-                    |[-+]?0[0-7_]+
-                    |[-+]?(?:0|[1-9][0-9_]*)
-                    |[-+]?0x[0-9a-fA-F_]+)$""", re.X),
-    "tag:yaml.org,2002:float": re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-                    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-                    |[-+]?\.(?:inf|Inf|INF)
-                    |\.(?:nan|NaN|NAN))$""", re.X),
-}
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, _PLAIN.get(tag, rx)) for tag, rx in resolvers if tag not in _DROPPED]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    tag, value = goscalar.resolve(loader.construct_scalar(node))
+    if tag != goscalar.INT:
+        raise ValueError(node.value)  # !!int 08 or 1.5: go-yaml refuses it too
+    return int(value)
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    tag, value = goscalar.resolve(loader.construct_scalar(node))
+    if tag not in (goscalar.INT, goscalar.FLOAT):
+        raise ValueError(node.value)
+    return float(value)  # go-yaml's !!float 1 is 1.0
+
+
+_Loader.add_constructor(goscalar.INT, _construct_int)
+_Loader.add_constructor(goscalar.FLOAT, _construct_float)
 
 
 def plain_is_text(text: str) -> bool:
-    """Whether ``text`` written unquoted reads as a string here (``1e3`` does: YAML 1.1's
-    exponent needs a '.' and a sign), for messages that say how a value was written."""
-    loader = _Loader("")
-    try:
-        tag = loader.resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
-    finally:
-        loader.dispose()
-    return bool(tag == "tag:yaml.org,2002:str")
+    """Whether ``text`` written unquoted reads as a string here (``1e999``, ``inf`` do),
+    for messages that say how a value was written."""
+    return goscalar.resolve(text)[0] == goscalar.STR
 
 
 def read_yaml(path: Path, what: str, error: type[Exception], *, fmt: str = "YAML") -> Any:

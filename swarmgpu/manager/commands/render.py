@@ -98,7 +98,7 @@ def _unshared(v: Any, where: str, at: str) -> Any:
             if not isinstance(k, str):
                 raise StackError(
                     f"{where}: non-string key in {at or 'the top level'}: {k!r} (YAML reads "
-                    "on/off/yes/no/true/false, numbers and null as such); quote it if it is "
+                    "y/n/on/off/yes/no/true/false, numbers and null as such); quote it if it is "
                     "meant as text")
         return {k: _unshared(x, where, f"{at}.{k}" if at else k) for k, x in v.items()}
     if isinstance(v, list):
