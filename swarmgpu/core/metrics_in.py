@@ -1,10 +1,9 @@
 """Read Prometheus text from dcgm-exporter or a swarmgpu agent into per-GPU values.
 
-``parse_metrics(text)`` never raises on bad input: real exporters print things the
-strict prometheus-client parser rejects (the A800 capture has a sample whose value
-is ``ERROR - FAILED TO CONVERT TO STRING``). The whole text is parsed first; if that
-fails, it is parsed again line by line, keeping every good sample and reporting each
-broken line in ``ScrapeResult.errors``.
+``parse_metrics(text)`` never raises on bad input: real exporters print broken lines
+(the A800 capture has a sample whose value is ``ERROR - FAILED TO CONVERT TO STRING``).
+Each line is read strictly on its own (``core.promtext``, in time linear in its length);
+every good sample is kept and each broken line reported in ``ScrapeResult.errors``.
 
 Only samples with a ``UUID`` label are kept (that is what ties a value to a GPU).
 Samples with ``GPU_I_ID`` belong to a MIG GPU instance and are kept apart, under
@@ -19,10 +18,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from swarmgpu.core.health import HealthSignals, signals_from_dcgm
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.promtext import LineError, parse_sample
 from swarmgpu.core.samples import GpuSample
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -149,32 +147,23 @@ def _sane_id(text: str) -> bool:
     return 0 < len(text) <= MAX_ID_LEN and text.isascii() and text.isprintable()
 
 
-def _families_strict(text: str) -> list[tuple[str, Mapping[str, str], float]]:
+def _samples(text: str, errors: list[str]) -> list[tuple[str, Mapping[str, str], float]]:
     out: list[tuple[str, Mapping[str, str], float]] = []
-    for fam in text_string_to_metric_families(text):
-        # The parser names a counter's samples NAME_total; dcgm-exporter's counters
-        # (TOTAL_ENERGY_CONSUMPTION, ECC, remapped rows...) have no such suffix.
-        dcgm_counter = fam.type == "counter" and fam.name.startswith("DCGM_")
-        out.extend((fam.name if dcgm_counter and s.name == fam.name + "_total" else s.name,
-                    s.labels, s.value) for s in fam.samples)
-    return out
-
-
-def _samples_lenient(
-    text: str, errors: list[str]
-) -> list[tuple[str, Mapping[str, str], float]]:
-    out: list[tuple[str, Mapping[str, str], float]] = []
-    for n, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+    # Lines end at LF alone (CRLF's CR is trimmed): splitlines() would also break a label
+    # value at U+2028 or a form feed, which the format allows inside it.
+    for n, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip(" \t\r")
         if not line or line.startswith("#"):
             continue
         try:
-            out.extend(_families_strict(line + "\n"))
-        except Exception:  # the parser raises ValueError, IndexError, ...
+            s = parse_sample(line)
+        except LineError as exc:
             # Only the metric name, never the line: what a page says is not echoed.
             m = _METRIC_NAME.match(line)
             what = f"{peer_text(m.group(0), 64)} " if m else ""
-            _note(errors, f"line {n}: {what}sample cannot be parsed; skipped")
+            _note(errors, f"line {n}: {what}sample cannot be parsed ({exc}); skipped")
+            continue
+        out.append((s.name, s.labels, s.value))
     return out
 
 
@@ -188,11 +177,7 @@ def _note(errors: list[str], msg: str) -> None:
 def parse_metrics(text: str) -> ScrapeResult:
     """Per-GPU values from Prometheus text; broken lines are skipped and reported."""
     result = ScrapeResult()
-    try:
-        samples = _families_strict(text)
-    except Exception:  # strict parse failed somewhere: salvage line by line
-        samples = _samples_lenient(text, result.errors)
-    _collect(samples, result)
+    _collect(_samples(text, result.errors), result)
     return result
 
 

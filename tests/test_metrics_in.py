@@ -1,0 +1,62 @@
+"""metrics_in and promtext: a node's page read strictly, as the most careful server would.
+
+A page is written by someone else (a node's exporter, broken or compromised): anything
+the text format does not allow, or that could be read two ways, is a counted error naming
+the line, and that sample is unknown; nothing a page says takes long or reaches another
+node's values.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from swarmgpu.core.metrics_in import UTIL, parse_metrics
+
+G = 'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",gpu="0"'
+
+
+def _util(text: str) -> float | None:
+    g = parse_metrics(text).samples_by_uuid.get("GPU-1")
+    return g.util_pct if g is not None else None
+
+
+def test_a_page_of_escaped_quotes_is_read_in_linear_time() -> None:
+    """prometheus_client's parser sliced the label value at every escaped quote: 2 MB of
+    them took 70 s (quadratic: the 8 MB a page may be, about 20 minutes), with every
+    node's cycle waiting for that one page."""
+    page = G + ',modelName="' + '\\"' * 1_000_000 + '"} 5\n'
+    t = time.monotonic()
+    res = parse_metrics(page)
+    assert time.monotonic() - t < 3
+    assert res.samples_by_uuid["GPU-1"].model_name.startswith('"' * 10)
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        (G + "} 5 6 7\n", "not one number"),  # was read as 5, the rest dropped
+        (G + ',pod="a\\tb"} 5\n', "escape"),  # \t is no escape of the format
+        (G + "} 1_0\n", "not one number"),  # Python's float() reads 10, Go's ParseFloat fails
+        (G + "} 5\x00\n", "not one number"),
+    ],
+)
+def test_a_line_the_format_does_not_allow_is_refused_naming_why(line: str, why: str) -> None:
+    res = parse_metrics(line)
+    assert not res.samples_by_uuid
+    (err,) = res.errors
+    assert err.startswith("line 1: DCGM_FI_DEV_GPU_UTIL sample cannot be parsed") and why in err
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        G + ',modelName="a\\"b}c,d\\\\"} 5\n',  # quotes, braces, commas inside a value
+        G + ",} 5\n",  # a trailing comma
+        'DCGM_FI_DEV_GPU_UTIL {UUID="GPU-1"} 5\r\n',  # blanks before '{', CRLF
+        G + '} 5 # {trace_id="x"} 1\n',  # an OpenMetrics exemplar (not read)
+    ],
+)
+def test_what_the_format_allows_is_read(line: str) -> None:
+    assert _util(line) == 5 and UTIL
