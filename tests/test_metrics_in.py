@@ -60,3 +60,14 @@ def test_a_line_the_format_does_not_allow_is_refused_naming_why(line: str, why: 
 )
 def test_what_the_format_allows_is_read(line: str) -> None:
     assert _util(line) == 5 and UTIL
+
+
+def test_one_gpus_value_given_twice_differently_is_unknown_and_said() -> None:
+    """The first of two samples won silently (util 5 or 90: whichever came first); with
+    k8s pod labels dcgm-exporter repeats a GPU's sample, with the same value."""
+    res = parse_metrics(G + ',pod="a"} 5\n' + G + ',pod="b"} 90\n' + G + ',pod="c"} 5\n')
+    assert _util(G + ',pod="a"} 5\n' + G + ',pod="b"} 90\n') is None
+    assert any(
+        "line 2" in e and "DCGM_FI_DEV_GPU_UTIL" in e and "two values" in e for e in res.errors
+    ), res.errors
+    assert _util(G + ',pod="a"} 5\n' + G + ',pod="b"} 5\n') == 5

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from swarmgpu.core.health import HealthSignals, signals_from_dcgm
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.core.promtext import LineError, parse_sample
+from swarmgpu.core.promtext import LineError, Sample, parse_sample
 from swarmgpu.core.samples import GpuSample
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -147,8 +147,8 @@ def _sane_id(text: str) -> bool:
     return 0 < len(text) <= MAX_ID_LEN and text.isascii() and text.isprintable()
 
 
-def _samples(text: str, errors: list[str]) -> list[tuple[str, Mapping[str, str], float]]:
-    out: list[tuple[str, Mapping[str, str], float]] = []
+def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
+    out: list[tuple[int, Sample]] = []
     # Lines end at LF alone (CRLF's CR is trimmed): splitlines() would also break a label
     # value at U+2028 or a form feed, which the format allows inside it.
     for n, raw in enumerate(text.split("\n"), start=1):
@@ -163,7 +163,7 @@ def _samples(text: str, errors: list[str]) -> list[tuple[str, Mapping[str, str],
             what = f"{peer_text(m.group(0), 64)} " if m else ""
             _note(errors, f"line {n}: {what}sample cannot be parsed ({exc}); skipped")
             continue
-        out.append((s.name, s.labels, s.value))
+        out.append((n, s))
     return out
 
 
@@ -186,10 +186,13 @@ def _label(labels: Mapping[str, str], key: str) -> str:
     return peer_text(labels.get(key) or "", MAX_ID_LEN)
 
 
-def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: ScrapeResult) -> None:
+def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
     hosts: set[str] = set()
     more_hosts = False
-    for name, labels, value in samples:
+    # (UUID, GPU_I_ID, metric) the page gave two values for: unknown, whatever follows.
+    ambiguous: set[tuple[str, int | None, str]] = set()
+    for n, sample in samples:
+        name, labels, value = sample.name, sample.labels, sample.value
         name = peer_text(name, 64) if len(name) > 64 or not name.isprintable() else name
         uuid = labels.get("UUID")
         if not uuid:
@@ -231,6 +234,7 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
                     _label(labels, "container")))
             continue
         gi = labels.get("GPU_I_ID")
+        gi_id = None
         if gi is not None:
             gi_id = small_int(gi)
             if gi_id is None:
@@ -246,8 +250,17 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
             target = mig.values
         else:
             target = gpu.values
-        # k8s pod labels can repeat a GPU's sample; the first one wins.
-        target.setdefault(name, value)
+        # k8s pod labels repeat a GPU's sample with the same value; two values for one
+        # reading are two answers: neither is taken (which one came first is no reason).
+        what = (uuid, gi_id, name)
+        if what in ambiguous:
+            continue
+        if name in target and target[name] != value:
+            _note(res.errors, f"line {n}: {name} of {uuid} has two values in one page "
+                              f"({target.pop(name):.6g} and {value:.6g}); unknown")
+            ambiguous.add(what)
+            continue
+        target[name] = value
     if hosts:
         res.hostnames = tuple(sorted(hosts))
         res.hostname = res.hostnames[0] if len(hosts) == 1 and not more_hosts else None
