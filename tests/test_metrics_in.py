@@ -71,3 +71,10 @@ def test_one_gpus_value_given_twice_differently_is_unknown_and_said() -> None:
         "line 2" in e and "DCGM_FI_DEV_GPU_UTIL" in e and "two values" in e for e in res.errors
     ), res.errors
     assert _util(G + ',pod="a"} 5\n' + G + ',pod="b"} 5\n') == 5
+
+
+def test_a_sample_naming_two_hosts_makes_the_page_name_several() -> None:
+    """hostname= was read and Hostname= of the same sample ignored: a page that said both
+    'node-a' and 'node-b' passed as node-a's."""
+    res = parse_metrics(G + ',hostname="node-a",Hostname="node-b"} 5\n')
+    assert res.hostname is None and res.hostnames == ("node-a", "node-b")

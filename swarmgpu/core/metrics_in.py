@@ -210,7 +210,7 @@ def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
                         more_hosts = True
                 else:
                     _note(res.errors, f"{name}: a {key} label that is not a host name")
-                break
+        # Both spellings in one sample are both read: two names are two hosts (judge).
         if not math.isfinite(value):
             continue  # NaN/Inf: the exporter could not say; unknown, not 0
         if abs(value) > MAX_VALUE:
