@@ -78,3 +78,13 @@ def test_a_sample_naming_two_hosts_makes_the_page_name_several() -> None:
     'node-a' and 'node-b' passed as node-a's."""
     res = parse_metrics(G + ',hostname="node-a",Hostname="node-b"} 5\n')
     assert res.hostname is None and res.hostnames == ("node-a", "node-b")
+
+
+@pytest.mark.parametrize("value", ["-5", "150", "+Inf", "-Inf", "1e400"])
+def test_a_utilisation_no_gpu_can_have_is_unknown_and_counted(value: str) -> None:
+    """-5 % read as idle (consolidation moves), 150 % as hot; +Inf and 1e400 were dropped
+    without a word while 1e300 was reported."""
+    res = parse_metrics(G + f"}} {value}\n" + G + ',pod="x"} 5\n')
+    g = res.samples_by_uuid["GPU-1"]
+    assert g.util_pct is None
+    assert any("DCGM_FI_DEV_GPU_UTIL" in e and "GPU-1" in e for e in res.errors), res.errors

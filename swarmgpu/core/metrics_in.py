@@ -42,6 +42,14 @@ _MAX_HOSTS = 4  # distinct hostname labels remembered: one is right, two already
 # a kilowatt); 1e308 is finite, but two of them sum to inf and round(inf) raises, in the
 # daemon's sums over MIG slices and processes. Beyond it a value is unknown, and said so.
 MAX_VALUE = float(2**53)
+# What a reading the daemon acts on can be: -5 % util looked idle (consolidation), 150 %
+# hot; negative memory shrank a GPU's use. Others are bounded by MAX_VALUE alone.
+_PERCENT = (0.0, 100.0)
+_BOUNDS: dict[str, tuple[float, float]] = {
+    UTIL: _PERCENT, MEM_COPY_UTIL: _PERCENT, "DCGM_FI_DEV_ENC_UTIL": _PERCENT,
+    "DCGM_FI_DEV_DEC_UTIL": _PERCENT, FB_USED: (0.0, MAX_VALUE), FB_FREE: (0.0, MAX_VALUE),
+    PROCESS_MEMORY: (0.0, MAX_VALUE),
+}
 
 
 @dataclass
@@ -211,10 +219,14 @@ def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
                 else:
                     _note(res.errors, f"{name}: a {key} label that is not a host name")
         # Both spellings in one sample are both read: two names are two hosts (judge).
-        if not math.isfinite(value):
-            continue  # NaN/Inf: the exporter could not say; unknown, not 0
-        if abs(value) > MAX_VALUE:
-            _note(res.errors, f"{name} of {uuid}: {value:.3g} is not a reading; unknown")
+        if math.isnan(value):
+            continue  # NaN: the exporter could not say; unknown, not 0
+        lo, hi = _BOUNDS.get(name, (-MAX_VALUE, MAX_VALUE))
+        if not lo <= value <= hi:  # +-Inf too: a value no GPU reads is not "unknown" silently
+            _note(res.errors, f"line {n}: {name} of {uuid}: {value:.3g} is not a reading "
+                              f"(it is {lo:g} to {hi:.3g}); unknown")
+            # A good-looking value beside it in the page is no answer either.
+            ambiguous.add((uuid, small_int(labels.get("GPU_I_ID")), name))
             continue
         gpu = res.samples_by_uuid.get(uuid)
         if gpu is None:
