@@ -88,3 +88,12 @@ def test_a_utilisation_no_gpu_can_have_is_unknown_and_counted(value: str) -> Non
     g = res.samples_by_uuid["GPU-1"]
     assert g.util_pct is None
     assert any("DCGM_FI_DEV_GPU_UTIL" in e and "GPU-1" in e for e in res.errors), res.errors
+
+
+def test_a_sample_with_a_timestamp_is_not_read_as_now() -> None:
+    """A timestamp (an hour-old reading, or in OpenMetrics seconds rather than 0.0.4's ms:
+    which?) was dropped and the value read as this scrape's. Neither dcgm-exporter nor the
+    agent writes one."""
+    res = parse_metrics(G + "} 95 1700000000000\n")
+    assert _util(G + "} 95 1700000000000\n") is None
+    assert any("line 1" in e and "timestamp" in e for e in res.errors), res.errors

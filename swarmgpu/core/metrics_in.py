@@ -171,6 +171,12 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
             what = f"{peer_text(m.group(0), 64)} " if m else ""
             _note(errors, f"line {n}: {what}sample cannot be parsed ({exc}); skipped")
             continue
+        if s.timestamp is not None:
+            # A reading of another moment, in ms (0.0.4) or s (OpenMetrics): not this
+            # scrape's. dcgm-exporter and the agent write none.
+            _note(errors, f"line {n}: {peer_text(s.name, 64)} carries a timestamp, so it is "
+                          "not a reading of now; skipped (serve samples without one)")
+            continue
         out.append((n, s))
     return out
 
