@@ -3,7 +3,8 @@
 The value types and contracts the agent and the manager share (``model``: GPU facts and
 their JSON, with ``miglayout``: the MIG devices one GPU can hold, and ``migprofile``:
 MIG profile names, one spelling each; ``samples`` and ``metrics_in``: the agent's
-/metrics page and how it reads back; ``health``: the XID table, GPU health signals and
+/metrics page and how it reads back, each line by ``promtext``, the strict reader of
+Prometheus text; ``health``: the XID table, GPU health signals and
 the state per GPU), the configuration every process loads (``config``, with
 ``configvalues``: its values strictly typed and each error located; ``rebalanceconfig``:
 the rebalance section, one dataclass per policy; ``tenants``: the tenants section parsed

@@ -1,10 +1,9 @@
 """Read Prometheus text from dcgm-exporter or a swarmgpu agent into per-GPU values.
 
-``parse_metrics(text)`` never raises on bad input: real exporters print things the
-strict prometheus-client parser rejects (the A800 capture has a sample whose value
-is ``ERROR - FAILED TO CONVERT TO STRING``). The whole text is parsed first; if that
-fails, it is parsed again line by line, keeping every good sample and reporting each
-broken line in ``ScrapeResult.errors``.
+``parse_metrics(text)`` never raises on bad input: real exporters print broken lines
+(the A800 capture has a sample whose value is ``ERROR - FAILED TO CONVERT TO STRING``).
+Each line is read strictly on its own (``core.promtext``, in time linear in its length);
+every good sample is kept and each broken line reported in ``ScrapeResult.errors``.
 
 Only samples with a ``UUID`` label are kept (that is what ties a value to a GPU).
 Samples with ``GPU_I_ID`` belong to a MIG GPU instance and are kept apart, under
@@ -19,10 +18,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from swarmgpu.core.health import HealthSignals, signals_from_dcgm
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.promtext import LineError, Sample, parse_sample
 from swarmgpu.core.samples import GpuSample
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -44,6 +42,14 @@ _MAX_HOSTS = 4  # distinct hostname labels remembered: one is right, two already
 # a kilowatt); 1e308 is finite, but two of them sum to inf and round(inf) raises, in the
 # daemon's sums over MIG slices and processes. Beyond it a value is unknown, and said so.
 MAX_VALUE = float(2**53)
+# What a reading the daemon acts on can be: -5 % util looked idle (consolidation), 150 %
+# hot; negative memory shrank a GPU's use. Others are bounded by MAX_VALUE alone.
+_PERCENT = (0.0, 100.0)
+_BOUNDS: dict[str, tuple[float, float]] = {
+    UTIL: _PERCENT, MEM_COPY_UTIL: _PERCENT, "DCGM_FI_DEV_ENC_UTIL": _PERCENT,
+    "DCGM_FI_DEV_DEC_UTIL": _PERCENT, FB_USED: (0.0, MAX_VALUE), FB_FREE: (0.0, MAX_VALUE),
+    PROCESS_MEMORY: (0.0, MAX_VALUE),
+}
 
 
 @dataclass
@@ -149,32 +155,29 @@ def _sane_id(text: str) -> bool:
     return 0 < len(text) <= MAX_ID_LEN and text.isascii() and text.isprintable()
 
 
-def _families_strict(text: str) -> list[tuple[str, Mapping[str, str], float]]:
-    out: list[tuple[str, Mapping[str, str], float]] = []
-    for fam in text_string_to_metric_families(text):
-        # The parser names a counter's samples NAME_total; dcgm-exporter's counters
-        # (TOTAL_ENERGY_CONSUMPTION, ECC, remapped rows...) have no such suffix.
-        dcgm_counter = fam.type == "counter" and fam.name.startswith("DCGM_")
-        out.extend((fam.name if dcgm_counter and s.name == fam.name + "_total" else s.name,
-                    s.labels, s.value) for s in fam.samples)
-    return out
-
-
-def _samples_lenient(
-    text: str, errors: list[str]
-) -> list[tuple[str, Mapping[str, str], float]]:
-    out: list[tuple[str, Mapping[str, str], float]] = []
-    for n, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
+def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
+    out: list[tuple[int, Sample]] = []
+    # Lines end at LF alone (CRLF's CR is trimmed): splitlines() would also break a label
+    # value at U+2028 or a form feed, which the format allows inside it.
+    for n, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip(" \t\r")
         if not line or line.startswith("#"):
             continue
         try:
-            out.extend(_families_strict(line + "\n"))
-        except Exception:  # the parser raises ValueError, IndexError, ...
+            s = parse_sample(line)
+        except LineError as exc:
             # Only the metric name, never the line: what a page says is not echoed.
             m = _METRIC_NAME.match(line)
             what = f"{peer_text(m.group(0), 64)} " if m else ""
-            _note(errors, f"line {n}: {what}sample cannot be parsed; skipped")
+            _note(errors, f"line {n}: {what}sample cannot be parsed ({exc}); skipped")
+            continue
+        if s.timestamp is not None:
+            # A reading of another moment, in ms (0.0.4) or s (OpenMetrics): not this
+            # scrape's. dcgm-exporter and the agent write none.
+            _note(errors, f"line {n}: {peer_text(s.name, 64)} carries a timestamp, so it is "
+                          "not a reading of now; skipped (serve samples without one)")
+            continue
+        out.append((n, s))
     return out
 
 
@@ -188,11 +191,7 @@ def _note(errors: list[str], msg: str) -> None:
 def parse_metrics(text: str) -> ScrapeResult:
     """Per-GPU values from Prometheus text; broken lines are skipped and reported."""
     result = ScrapeResult()
-    try:
-        samples = _families_strict(text)
-    except Exception:  # strict parse failed somewhere: salvage line by line
-        samples = _samples_lenient(text, result.errors)
-    _collect(samples, result)
+    _collect(_samples(text, result.errors), result)
     return result
 
 
@@ -201,10 +200,13 @@ def _label(labels: Mapping[str, str], key: str) -> str:
     return peer_text(labels.get(key) or "", MAX_ID_LEN)
 
 
-def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: ScrapeResult) -> None:
+def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
     hosts: set[str] = set()
     more_hosts = False
-    for name, labels, value in samples:
+    # (UUID, GPU_I_ID, metric) the page gave two values for: unknown, whatever follows.
+    ambiguous: set[tuple[str, int | None, str]] = set()
+    for n, sample in samples:
+        name, labels, value = sample.name, sample.labels, sample.value
         name = peer_text(name, 64) if len(name) > 64 or not name.isprintable() else name
         uuid = labels.get("UUID")
         if not uuid:
@@ -222,11 +224,15 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
                         more_hosts = True
                 else:
                     _note(res.errors, f"{name}: a {key} label that is not a host name")
-                break
-        if not math.isfinite(value):
-            continue  # NaN/Inf: the exporter could not say; unknown, not 0
-        if abs(value) > MAX_VALUE:
-            _note(res.errors, f"{name} of {uuid}: {value:.3g} is not a reading; unknown")
+        # Both spellings in one sample are both read: two names are two hosts (judge).
+        if math.isnan(value):
+            continue  # NaN: the exporter could not say; unknown, not 0
+        lo, hi = _BOUNDS.get(name, (-MAX_VALUE, MAX_VALUE))
+        if not lo <= value <= hi:  # +-Inf too: a value no GPU reads is not "unknown" silently
+            _note(res.errors, f"line {n}: {name} of {uuid}: {value:.3g} is not a reading "
+                              f"(it is {lo:g} to {hi:.3g}); unknown")
+            # A good-looking value beside it in the page is no answer either.
+            ambiguous.add((uuid, small_int(labels.get("GPU_I_ID")), name))
             continue
         gpu = res.samples_by_uuid.get(uuid)
         if gpu is None:
@@ -246,6 +252,7 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
                     _label(labels, "container")))
             continue
         gi = labels.get("GPU_I_ID")
+        gi_id = None
         if gi is not None:
             gi_id = small_int(gi)
             if gi_id is None:
@@ -261,8 +268,17 @@ def _collect(samples: Iterable[tuple[str, Mapping[str, str], float]], res: Scrap
             target = mig.values
         else:
             target = gpu.values
-        # k8s pod labels can repeat a GPU's sample; the first one wins.
-        target.setdefault(name, value)
+        # k8s pod labels repeat a GPU's sample with the same value; two values for one
+        # reading are two answers: neither is taken (which one came first is no reason).
+        what = (uuid, gi_id, name)
+        if what in ambiguous:
+            continue
+        if name in target and target[name] != value:
+            _note(res.errors, f"line {n}: {name} of {uuid} has two values in one page "
+                              f"({target.pop(name):.6g} and {value:.6g}); unknown")
+            ambiguous.add(what)
+            continue
+        target[name] = value
     if hosts:
         res.hostnames = tuple(sorted(hosts))
         res.hostname = res.hostnames[0] if len(hosts) == 1 and not more_hosts else None

@@ -1,0 +1,90 @@
+"""One line of Prometheus text (format 0.0.4, or OpenMetrics 1.0), read strictly.
+
+What dcgm-exporter and prometheus_client write, and nothing looser: ``name{l="v",...}
+value [timestamp] [# exemplar]``. prometheus_client's own parser is lax (``1 2 3`` read
+as 1, ``\\t`` kept as two characters) and slow on hostile text (a label value of escaped
+quotes took quadratic time: minutes for one 8 MB page, the whole cycle waiting). Here
+every step is a regular expression without nested alternatives, so a line costs time
+in proportion to its length, and anything the formats do not allow is a ``LineError``
+whose message says what is wrong, never quoting the line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+# One label pair; the value is the unrolled form of (plain | escape)*: linear, no backtracking.
+_PAIR = re.compile(
+    r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"([^"\\\n]*(?:\\.[^"\\\n]*)*)"'
+    r"[ \t]*"
+)
+_BAD_ESCAPE = re.compile(r"\\[^\\\"n]")
+_ESCAPE = re.compile(r"\\(.)")
+_UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
+# Go's ParseFloat as Prometheus calls it: decimal, Inf/NaN in any case, no hex, no '_'.
+_VALUE = (
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|"
+    r"(?i:inf(?:inity)?|nan))"
+)
+# value, an optional timestamp (0.0.4: integer ms; OpenMetrics: seconds), an optional
+# OpenMetrics exemplar (`# {labels} value [ts]`, not read), then the end of the line.
+_TAIL = re.compile(
+    rf"[ \t]+({_VALUE})(?:[ \t]+(-?[0-9]+(?:\.[0-9]+)?))?"
+    r"(?:[ \t]+#[ \t]+\{.*)?[ \t]*"
+)
+
+
+class LineError(ValueError):
+    """A line that is not Prometheus text; the message names the fault, not the line."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+    timestamp: str | None  # as written; None: none given
+
+
+def _unescape(raw: str) -> str:
+    if "\\" not in raw:
+        return raw
+    if _BAD_ESCAPE.search(raw):
+        raise LineError(r"a label value has an escape other than \\, \" or \n")
+    return _ESCAPE.sub(lambda m: _UNESCAPE[m.group(1)], raw)
+
+
+def parse_sample(line: str) -> Sample:
+    """One sample line (stripped, not a comment) of Prometheus text or OpenMetrics."""
+    m = _NAME.match(line)
+    if m is None:
+        raise LineError("no metric name at the start of the line")
+    name, pos = m.group(0), m.end()
+    labels: dict[str, str] = {}
+    brace = len(line) - len(line[pos:].lstrip(" \t"))  # blanks may come before '{'
+    if line.startswith("{", brace):
+        pos = brace + 1
+        while True:
+            while pos < len(line) and line[pos] in " \t":
+                pos += 1
+            if line.startswith("}", pos):
+                pos += 1
+                break
+            p = _PAIR.match(line, pos)
+            if p is None:
+                raise LineError('a label is not name="value": a quote unclosed or missing?')
+            key = p.group(1)
+            if key in labels:
+                raise LineError(f"label {key} is given twice")
+            labels[key] = _unescape(p.group(2))
+            pos = p.end()
+            if line.startswith(",", pos):
+                pos += 1
+            elif not line.startswith("}", pos):
+                raise LineError("labels are not separated by ',' or closed by '}'")
+    t = _TAIL.fullmatch(line, pos)
+    if t is None:
+        raise LineError("the value is not one number, with at most a timestamp after it")
+    return Sample(name, labels, float(t.group(1)), t.group(2))

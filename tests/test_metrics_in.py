@@ -1,0 +1,99 @@
+"""metrics_in and promtext: a node's page read strictly, as the most careful server would.
+
+A page is written by someone else (a node's exporter, broken or compromised): anything
+the text format does not allow, or that could be read two ways, is a counted error naming
+the line, and that sample is unknown; nothing a page says takes long or reaches another
+node's values.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from swarmgpu.core.metrics_in import UTIL, parse_metrics
+
+G = 'DCGM_FI_DEV_GPU_UTIL{UUID="GPU-1",gpu="0"'
+
+
+def _util(text: str) -> float | None:
+    g = parse_metrics(text).samples_by_uuid.get("GPU-1")
+    return g.util_pct if g is not None else None
+
+
+def test_a_page_of_escaped_quotes_is_read_in_linear_time() -> None:
+    """prometheus_client's parser sliced the label value at every escaped quote: 2 MB of
+    them took 70 s (quadratic: the 8 MB a page may be, about 20 minutes), with every
+    node's cycle waiting for that one page."""
+    page = G + ',modelName="' + '\\"' * 1_000_000 + '"} 5\n'
+    t = time.monotonic()
+    res = parse_metrics(page)
+    assert time.monotonic() - t < 3
+    assert res.samples_by_uuid["GPU-1"].model_name.startswith('"' * 10)
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        (G + "} 5 6 7\n", "not one number"),  # was read as 5, the rest dropped
+        (G + ',pod="a\\tb"} 5\n', "escape"),  # \t is no escape of the format
+        (G + "} 1_0\n", "not one number"),  # Python's float() reads 10, Go's ParseFloat fails
+        (G + "} 5\x00\n", "not one number"),
+    ],
+)
+def test_a_line_the_format_does_not_allow_is_refused_naming_why(line: str, why: str) -> None:
+    res = parse_metrics(line)
+    assert not res.samples_by_uuid
+    (err,) = res.errors
+    assert err.startswith("line 1: DCGM_FI_DEV_GPU_UTIL sample cannot be parsed") and why in err
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        G + ',modelName="a\\"b}c,d\\\\"} 5\n',  # quotes, braces, commas inside a value
+        G + ",} 5\n",  # a trailing comma
+        'DCGM_FI_DEV_GPU_UTIL {UUID="GPU-1"} 5\r\n',  # blanks before '{', CRLF
+        G + '} 5 # {trace_id="x"} 1\n',  # an OpenMetrics exemplar (not read)
+    ],
+)
+def test_what_the_format_allows_is_read(line: str) -> None:
+    assert _util(line) == 5 and UTIL
+
+
+def test_one_gpus_value_given_twice_differently_is_unknown_and_said() -> None:
+    """The first of two samples won silently (util 5 or 90: whichever came first); with
+    k8s pod labels dcgm-exporter repeats a GPU's sample, with the same value."""
+    res = parse_metrics(G + ',pod="a"} 5\n' + G + ',pod="b"} 90\n' + G + ',pod="c"} 5\n')
+    assert _util(G + ',pod="a"} 5\n' + G + ',pod="b"} 90\n') is None
+    assert any(
+        "line 2" in e and "DCGM_FI_DEV_GPU_UTIL" in e and "two values" in e for e in res.errors
+    ), res.errors
+    assert _util(G + ',pod="a"} 5\n' + G + ',pod="b"} 5\n') == 5
+
+
+def test_a_sample_naming_two_hosts_makes_the_page_name_several() -> None:
+    """hostname= was read and Hostname= of the same sample ignored: a page that said both
+    'node-a' and 'node-b' passed as node-a's."""
+    res = parse_metrics(G + ',hostname="node-a",Hostname="node-b"} 5\n')
+    assert res.hostname is None and res.hostnames == ("node-a", "node-b")
+
+
+@pytest.mark.parametrize("value", ["-5", "150", "+Inf", "-Inf", "1e400"])
+def test_a_utilisation_no_gpu_can_have_is_unknown_and_counted(value: str) -> None:
+    """-5 % read as idle (consolidation moves), 150 % as hot; +Inf and 1e400 were dropped
+    without a word while 1e300 was reported."""
+    res = parse_metrics(G + f"}} {value}\n" + G + ',pod="x"} 5\n')
+    g = res.samples_by_uuid["GPU-1"]
+    assert g.util_pct is None
+    assert any("DCGM_FI_DEV_GPU_UTIL" in e and "GPU-1" in e for e in res.errors), res.errors
+
+
+def test_a_sample_with_a_timestamp_is_not_read_as_now() -> None:
+    """A timestamp (an hour-old reading, or in OpenMetrics seconds rather than 0.0.4's ms:
+    which?) was dropped and the value read as this scrape's. Neither dcgm-exporter nor the
+    agent writes one."""
+    res = parse_metrics(G + "} 95 1700000000000\n")
+    assert _util(G + "} 95 1700000000000\n") is None
+    assert any("line 1" in e and "timestamp" in e for e in res.errors), res.errors
