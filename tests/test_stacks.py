@@ -274,3 +274,36 @@ def test_hami_example_mounts_what_doctor_checks() -> None:
     assert mounts == {"/" + HAMI_LIBS[0]: "/" + HAMI_LIBS[0],
                       "/" + HAMI_PRELOAD: "/etc/ld.so.preload",
                       "/" + HAMI_LOCK_DIR: "/" + HAMI_LOCK_DIR}
+
+
+def _image_state_dir() -> tuple[int, int, int]:
+    """(uid, gid, mode) the Dockerfile's runtime stage gives /var/lib/swarmgpu: what a
+    new named volume mounted there takes (Docker copies the image directory's owner and
+    mode onto it)."""
+    text = (REPO / "Dockerfile").read_text()
+    runtime = text[text.rindex("\nFROM "):].replace("\\\n", " ")
+    own = re.search(r"chown (\d+):(\d+) /var/lib/swarmgpu\b", runtime)
+    mode = re.search(r"chmod (0?[0-7]{3,4}) /var/lib/swarmgpu\b", runtime)
+    assert own, "the Dockerfile no longer chowns /var/lib/swarmgpu"
+    return int(own.group(1)), int(own.group(2)), int(mode.group(1), 8) if mode else 0o755
+
+
+def test_the_stacks_daemon_can_write_its_state_dir() -> None:
+    """The stack's daemon is uid 0 (gid 0) with every capability dropped, so no
+    CAP_DAC_OVERRIDE: its state volume (agent last-seen times, GPU health hysteresis)
+    must be writable by plain owner/group/other bits. A volume owned 10001:10001 0755
+    was not: every cycle warned 'cannot save ...: Permission denied'."""
+    daemon = load(STACKS / "swarmgpu.yml")["services"]["daemon"]
+    assert "ALL" in daemon["cap_drop"]
+    uid, _, group = str(daemon["user"]).partition(":")
+    gid = int(group or 0)  # uid 0 without a group: root's, 0
+    env = dict(str(e).split("=", 1) for e in daemon["environment"])
+    state_dir = env.get("SWARMGPU_STATE_DIR", "/var/lib/swarmgpu")
+    assert any(str(v).endswith(f":{state_dir}") for v in daemon["volumes"]), (
+        f"the daemon's state dir {state_dir} is not a volume")
+    owner, owner_gid, mode = _image_state_dir()
+    writable = (mode & 0o300 == 0o300 if int(uid) == owner
+                else mode & 0o030 == 0o030 if gid == owner_gid
+                else mode & 0o003 == 0o003)
+    assert writable, (f"{state_dir} is {owner}:{owner_gid} {mode:o} in the image: the "
+                      f"daemon ({uid}:{gid}, no capabilities) cannot write it")
