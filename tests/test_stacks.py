@@ -307,3 +307,18 @@ def test_the_stacks_daemon_can_write_its_state_dir() -> None:
                 else mode & 0o003 == 0o003)
     assert writable, (f"{state_dir} is {owner}:{owner_gid} {mode:o} in the image: the "
                       f"daemon ({uid}:{gid}, no capabilities) cannot write it")
+
+
+def test_the_daemon_and_proxy_run_on_a_read_only_root() -> None:
+    """Both are root in their containers (the node key; the Docker socket): a read-only
+    root filesystem keeps a compromised process from rewriting the image's code the
+    healthcheck runs again, or planting files a later exec finds. Their writes go to
+    volumes (state, the proxy's socket) and, for the daemon, to a tmpfs /tmp: the TLS
+    key copy load_cert_chain reads from a path (swarm/identity.py), in memory, never on
+    a volume (a type: tmpfs volume: the form docker stack deploy makes a Swarm mount of)."""
+    services = load(STACKS / "swarmgpu.yml")["services"]
+    for name in ("daemon", "docker-proxy"):
+        assert services[name].get("read_only") is True, f"{name}: read_only: true expected"
+    tmpfs = [v for v in services["daemon"]["volumes"]
+             if isinstance(v, dict) and v.get("type") == "tmpfs"]
+    assert [v["target"] for v in tmpfs] == ["/tmp"], services["daemon"]["volumes"]
