@@ -322,3 +322,16 @@ def test_the_daemon_and_proxy_run_on_a_read_only_root() -> None:
     tmpfs = [v for v in services["daemon"]["volumes"]
              if isinstance(v, dict) and v.get("type") == "tmpfs"]
     assert [v["target"] for v in tmpfs] == ["/tmp"], services["daemon"]["volumes"]
+
+
+@pytest.mark.parametrize("name", ["agent", "daemon", "docker-proxy"])
+def test_an_update_that_fails_rolls_back_stop_first(name: str) -> None:
+    """A new image or config whose task fails (or never turns healthy) is rolled back,
+    not paused: Swarm's default, pause, left that node on the failing spec (the leader's
+    manager without a daemon that acts) until someone ran `docker service rollback`.
+    Stop-first both ways: start-first runs two daemons beside one leading engine, two
+    proxies on one socket path, two agents on one host port."""
+    deploy = load(STACKS / "swarmgpu.yml")["services"][name]["deploy"]
+    update, rollback = deploy.get("update_config") or {}, deploy.get("rollback_config") or {}
+    assert update.get("failure_action") == "rollback", update
+    assert update.get("order") == "stop-first" and rollback.get("order") == "stop-first"
