@@ -61,10 +61,14 @@ LABEL org.opencontainers.image.title="swarmgpu" \
 # docker-proxy service; with `docker run`, the socket's group is enough
 # (`--group-add $(stat -c %g /var/run/docker.sock)`; a stack file cannot say that:
 # docker stack deploy rejects `group_add`).
+# The state dir is 10001:0 0770: the owner as above, and root (gid 0) of the stack's
+# daemon, which has no CAP_DAC_OVERRIDE to write a directory it does not own. A named
+# volume mounted there takes this owner and mode.
 RUN echo 'swarmgpu:x:10001:10001:swarmgpu:/var/lib/swarmgpu:/usr/sbin/nologin' >>/etc/passwd \
  && echo 'swarmgpu:x:10001:' >>/etc/group \
  && mkdir -p /var/lib/swarmgpu /etc/swarmgpu \
- && chown 10001:10001 /var/lib/swarmgpu
+ && chown 10001:0 /var/lib/swarmgpu \
+ && chmod 0770 /var/lib/swarmgpu
 COPY --from=build /opt/swarmgpu /opt/swarmgpu
 ENV PATH=/opt/swarmgpu/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -274,3 +274,64 @@ def test_hami_example_mounts_what_doctor_checks() -> None:
     assert mounts == {"/" + HAMI_LIBS[0]: "/" + HAMI_LIBS[0],
                       "/" + HAMI_PRELOAD: "/etc/ld.so.preload",
                       "/" + HAMI_LOCK_DIR: "/" + HAMI_LOCK_DIR}
+
+
+def _image_state_dir() -> tuple[int, int, int]:
+    """(uid, gid, mode) the Dockerfile's runtime stage gives /var/lib/swarmgpu: what a
+    new named volume mounted there takes (Docker copies the image directory's owner and
+    mode onto it)."""
+    text = (REPO / "Dockerfile").read_text()
+    runtime = text[text.rindex("\nFROM "):].replace("\\\n", " ")
+    own = re.search(r"chown (\d+):(\d+) /var/lib/swarmgpu\b", runtime)
+    mode = re.search(r"chmod (0?[0-7]{3,4}) /var/lib/swarmgpu\b", runtime)
+    assert own, "the Dockerfile no longer chowns /var/lib/swarmgpu"
+    return int(own.group(1)), int(own.group(2)), int(mode.group(1), 8) if mode else 0o755
+
+
+def test_the_stacks_daemon_can_write_its_state_dir() -> None:
+    """The stack's daemon is uid 0 (gid 0) with every capability dropped, so no
+    CAP_DAC_OVERRIDE: its state volume (agent last-seen times, GPU health hysteresis)
+    must be writable by plain owner/group/other bits. A volume owned 10001:10001 0755
+    was not: every cycle warned 'cannot save ...: Permission denied'."""
+    daemon = load(STACKS / "swarmgpu.yml")["services"]["daemon"]
+    assert "ALL" in daemon["cap_drop"]
+    uid, _, group = str(daemon["user"]).partition(":")
+    gid = int(group or 0)  # uid 0 without a group: root's, 0
+    env = dict(str(e).split("=", 1) for e in daemon["environment"])
+    state_dir = env.get("SWARMGPU_STATE_DIR", "/var/lib/swarmgpu")
+    assert any(str(v).endswith(f":{state_dir}") for v in daemon["volumes"]), (
+        f"the daemon's state dir {state_dir} is not a volume")
+    owner, owner_gid, mode = _image_state_dir()
+    writable = (mode & 0o300 == 0o300 if int(uid) == owner
+                else mode & 0o030 == 0o030 if gid == owner_gid
+                else mode & 0o003 == 0o003)
+    assert writable, (f"{state_dir} is {owner}:{owner_gid} {mode:o} in the image: the "
+                      f"daemon ({uid}:{gid}, no capabilities) cannot write it")
+
+
+def test_the_daemon_and_proxy_run_on_a_read_only_root() -> None:
+    """Both are root in their containers (the node key; the Docker socket): a read-only
+    root filesystem keeps a compromised process from rewriting the image's code the
+    healthcheck runs again, or planting files a later exec finds. Their writes go to
+    volumes (state, the proxy's socket) and, for the daemon, to a tmpfs /tmp: the TLS
+    key copy load_cert_chain reads from a path (swarm/identity.py), in memory, never on
+    a volume (a type: tmpfs volume: the form docker stack deploy makes a Swarm mount of)."""
+    services = load(STACKS / "swarmgpu.yml")["services"]
+    for name in ("daemon", "docker-proxy"):
+        assert services[name].get("read_only") is True, f"{name}: read_only: true expected"
+    tmpfs = [v for v in services["daemon"]["volumes"]
+             if isinstance(v, dict) and v.get("type") == "tmpfs"]
+    assert [v["target"] for v in tmpfs] == ["/tmp"], services["daemon"]["volumes"]
+
+
+@pytest.mark.parametrize("name", ["agent", "daemon", "docker-proxy"])
+def test_an_update_that_fails_rolls_back_stop_first(name: str) -> None:
+    """A new image or config whose task fails (or never turns healthy) is rolled back,
+    not paused: Swarm's default, pause, left that node on the failing spec (the leader's
+    manager without a daemon that acts) until someone ran `docker service rollback`.
+    Stop-first both ways: start-first runs two daemons beside one leading engine, two
+    proxies on one socket path, two agents on one host port."""
+    deploy = load(STACKS / "swarmgpu.yml")["services"][name]["deploy"]
+    update, rollback = deploy.get("update_config") or {}, deploy.get("rollback_config") or {}
+    assert update.get("failure_action") == "rollback", update
+    assert update.get("order") == "stop-first" and rollback.get("order") == "stop-first"
