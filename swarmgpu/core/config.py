@@ -28,7 +28,11 @@ from swarmgpu.core.configvalues import (
     not_text,
     template_problem,
 )
-from swarmgpu.core.labelkeys import usable_label_key, usable_resource_kind
+from swarmgpu.core.labelkeys import (
+    usable_label_key,
+    usable_node_label_key,
+    usable_resource_kind,
+)
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
 from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
 from swarmgpu.core.tenants import MAX_PRIORITY, NAME_RE, parse_tenants
@@ -449,10 +453,11 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add("placement.overshare_window_s: must be > 0 seconds")
     if cfg.placement.ungranted not in ("report", "void"):
         add(f"placement.ungranted: {cfg.placement.ungranted!r}; use 'report' or 'void'")
-    if not usable_label_key(cfg.placement.zone_label):  # no node could carry it
-        add(f"placement.zone_label: {cfg.placement.zone_label!r} is not a node label key a "
-            "Swarm constraint can name: letters, digits, '-', '_', '.', first a letter or "
-            "'_', at least 2 characters; e.g. topology.zone")
+    if not usable_node_label_key(cfg.placement.zone_label):  # only read, never a constraint
+        add(f"placement.zone_label: {cfg.placement.zone_label!r} is not a node label key: "
+            "not empty, no '=' (docker node update --label-add splits KEY=VALUE at the "
+            "first '='), no space, tab, newline or other invisible character; e.g. "
+            "topology.zone")
     kind = cfg.placement.generic_resource_kind
     if kind and not usable_resource_kind(kind):  # reserved, it would match no node's kind
         add(f"placement.generic_resource_kind: {kind!r} is not a kind dockerd's "

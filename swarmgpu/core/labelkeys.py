@@ -27,6 +27,20 @@ def usable_label_key(key: str) -> bool:
     return bool(KEY_RE.fullmatch(key))
 
 
+def usable_node_label_key(key: str) -> bool:
+    """True when a node can carry ``key`` as a label an operator can see and type.
+
+    For a key swarmgpu only reads from node labels and never names in a constraint (the
+    zone label), so swarmkit's constraint rule, which refuses '/', does not apply:
+    topology.kubernetes.io/zone is a common one. Docker itself checks no node label key
+    (``docker node update --label-add`` has no validator, the API none); its CLI splits
+    KEY=VALUE at the first '=', and its label rule elsewhere (opts.ValidateLabel) refuses
+    a blank in a key. An invisible character (format, control, Unicode space) is refused
+    as a typo no one could see in ``docker node inspect``.
+    """
+    return bool(key) and "=" not in key and all(c.isprintable() and c != " " for c in key)
+
+
 def usable_resource_kind(kind: str) -> bool:
     """True when ``kind`` can be a generic resource kind in node-generic-resources."""
     return bool(KIND_RE.fullmatch(kind))
