@@ -132,6 +132,38 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     assert "swarmgpu" not in r.stderr, r.stderr  # no warnings about our units
 
 
+def _docs_token_drop_in() -> str:
+    doc = (REPO / "docs" / "systemd.md").read_text()
+    m = re.search(r"```ini\n(# /etc/systemd/system/swarmgpu\.service\.d/http-token\.conf\n"
+                  r".*?)```", doc, re.DOTALL)
+    assert m, "docs/systemd.md: the http-token drop-in"
+    return m.group(1)
+
+
+def test_the_docs_token_drop_in_gives_the_daemon_its_credential() -> None:
+    """docs/systemd.md, "Token files": the variable the drop-in sets is the one the
+    config reads for http.token_file, and it names the credential the drop-in loads."""
+    lines = dict(line.split("=", 1) for line in _docs_token_drop_in().splitlines()
+                 if "=" in line and not line.startswith("#"))
+    cred, _, source = lines["LoadCredential"].partition(":")
+    var, _, path = lines["Environment"].partition("=")
+    assert source.startswith("/etc/swarmgpu/") and path == f"%d/{cred}", lines
+    creds = "/run/credentials/swarmgpu.service"  # what %d is for this system unit
+    cfg = load_config(None, env={var: path.replace("%d", creds)})
+    assert cfg.http.token_file == f"{creds}/{cred}"
+
+
+@needs_analyze
+def test_the_docs_token_drop_in_verifies_with_the_unit(tmp_path: Path) -> None:
+    assert SYSTEMD_ANALYZE
+    unit = _verifiable_copies(tmp_path)[0]
+    unit.write_text(unit.read_text() + "\n" + _docs_token_drop_in())
+    r = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "swarmgpu" not in r.stderr, r.stderr  # e.g. "Failed to resolve specifiers"
+
+
 @needs_analyze
 def test_systemd_analyze_security_exposure(tmp_path: Path) -> None:
     assert SYSTEMD_ANALYZE
