@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from support.placement import FACTS, apply, node, svc
 
 from swarmgpu.manager.placement import Planner
@@ -177,3 +178,35 @@ def test_jobs_default_to_the_lowest_priority_class_and_preemptible() -> None:
     assert r is not None and (r.priority, r.preemptible) == (100, False)
     service = planner.plan(NODES, [svc("svc", {f"{P}gpus": "1"})], [], FACTS).services[0]
     assert service.request is not None and service.request.preemptible is None  # unchanged
+
+
+def _read_as_the_daemon(monkeypatch: pytest.MonkeyPatch, s: SwarmService,
+                        tasks: list[SwarmTask]) -> tuple[list[SwarmService], list[SwarmTask]]:
+    """Services and tasks as ``take_snapshot`` reads them from Swarm (no agent read)."""
+    from support.forged import RecordingSwarm
+
+    from swarmgpu.core.config import Config
+    from swarmgpu.manager.nodes import sync
+
+    monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {})
+    snap = sync.take_snapshot(RecordingSwarm(NODES, [s], tasks), Config())  # type: ignore[arg-type]
+    return list(snap.services), list(snap.tasks)
+
+
+def test_failed_task_swarm_shut_down_releases_its_gpu_as_the_daemon_reads_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swarm's restart supervisor sets every failed job task's desired state to shutdown,
+    restarted or not (swarmkit ``restart.Supervisor.Restart``); with restart condition
+    none nothing replaces it. Before: the daemon read a job's tasks of desired state
+    complete only, never saw the failure, and held the job's GPU for good."""
+    spec = {"TaskTemplate": {"RestartPolicy": {"Condition": "none"}}}
+    s = replace(job(1, 1), spec=spec)
+    failed = replace(task("a", "n-dgx", "failed", 1), desired_state="shutdown", slot=1)
+    services, tasks = _read_as_the_daemon(monkeypatch, s, [failed])
+    sp = Planner().plan(NODES, services, tasks, FACTS).services[0]
+    assert not sp.placements and sp.progress == "0 of 1 complete, 0 GPU holding(s) now, 1 failed"
+    # Swarm fills the slot again when another event reconciles the job: it holds again
+    again = replace(task("b", "", "pending", 1), slot=1)
+    services, tasks = _read_as_the_daemon(monkeypatch, s, [failed, again])
+    sp = Planner().plan(NODES, services, tasks, FACTS).services[0]
+    assert len(sp.placements) == 1 and sp.progress == "0 of 1 complete, 1 GPU holding(s) now"

@@ -78,8 +78,10 @@ class RecordingSwarm:
 
     def tasks(self, filters: Mapping[str, Any] | None = None) -> list[SwarmTask]:
         f = dict(filters or {})
+        sids = f.get("service")
+        sids = [sids] if isinstance(sids, str) else sids  # the engine takes one or a list
         return [t for t in self._tasks
-                if f.get("service") in (None, t.service_id)
+                if (sids is None or t.service_id in sids)
                 and f.get("desired-state") in (None, t.desired_state)]
 
     def swarm_labels(self) -> Mapping[str, str]:

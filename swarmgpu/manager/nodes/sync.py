@@ -20,7 +20,7 @@ from swarmgpu.manager.nodes.agent_client import FactsResult, fetch_all
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
-from swarmgpu.manager.placement.jobs import JOB_MODES
+from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.identity import IdentityError, agent_auth
@@ -59,9 +59,10 @@ def take_snapshot(swarm: SwarmClient, cfg: Config, cache: SwarmCache | None = No
     before = swarm.swarm_labels()
     nodes, services = cache.read() if cache is not None else (swarm.nodes(), swarm.services())
     tasks = swarm.tasks({"desired-state": "running"})
-    jobs = [s.id for s in services if s.mode in JOB_MODES]
+    jobs = {s.id: s for s in services if s.mode in JOB_MODES}
     if jobs:  # a job's tasks have desired state "complete": its progress is read from them
-        tasks += [t for t in swarm.tasks({"service": jobs}) if t.desired_state == "complete"]
+        tasks += [t for t in swarm.tasks({"service": list(jobs)})
+                  if t.service_id in jobs and job_task_read(t, jobs[t.service_id])]
     after = swarm.swarm_labels()
     return Snapshot(nodes, services, tasks, fetch_agents(swarm, cfg, nodes, stop),
                     swarm_labels={**before, **after})

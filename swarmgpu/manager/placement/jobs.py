@@ -51,7 +51,11 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
     if not runs:
         return {}
     complete: dict[str, int] = dict.fromkeys(runs, 0)
-    failed: dict[str, int] = dict.fromkeys(runs, 0)
+    # A slot (a global job's: its node) failed while none of its tasks lives or completed:
+    # Swarm fills a failed slot again when it reconciles the job, with restart condition
+    # none too, and the slot's failure then no longer counts.
+    failed: dict[str, set[object]] = {sid: set() for sid in runs}
+    alive: dict[str, set[object]] = {sid: set() for sid in runs}
     started: set[str] = set()
     done: dict[str, set[str]] = {sid: set() for sid in runs}
     count: dict[str, int] = dict.fromkeys(runs, 0)
@@ -60,15 +64,27 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
         if sid not in runs or (t.job_iteration is not None and t.job_iteration != runs[sid]):
             continue  # a task of an earlier run
         count[sid] += 1
+        slot = t.slot or t.node_id or t.id
         if t.state == "complete":
             complete[sid] += 1
             done[sid].add(t.node_id)
-        elif t.state in _FAILED:
-            failed[sid] += 1
+        if t.state in _FAILED:
+            failed[sid].add(slot)
+        else:
+            alive[sid].add(slot)
         if t.state in _STARTED:
             started.add(sid)
-    return {sid: JobProgress(complete[sid], failed[sid], sid in started, frozenset(done[sid]),
-                             count[sid]) for sid in runs}
+    return {sid: JobProgress(complete[sid], len(failed[sid] - alive[sid]), sid in started,
+                             frozenset(done[sid]), count[sid]) for sid in runs}
+
+
+def job_task_read(t: SwarmTask, s: SwarmService) -> bool:
+    """Whether the daemon reads task ``t`` of job ``s``: desired state complete (its runs'
+    live and completed tasks), or failed and shut down by a job that restarts nothing.
+    Swarm's restart supervisor sets every failed job task's desired state to shutdown,
+    restarted or not: with restart condition none, a failure is seen only so."""
+    return t.desired_state == "complete" or (
+        t.desired_state == "shutdown" and t.state in _FAILED and not restarts_failed(s))
 
 
 def restarts_failed(s: SwarmService) -> bool:
