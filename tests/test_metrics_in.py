@@ -97,3 +97,16 @@ def test_a_sample_with_a_timestamp_is_not_read_as_now() -> None:
     res = parse_metrics(G + "} 95 1700000000000\n")
     assert _util(G + "} 95 1700000000000\n") is None
     assert any("line 1" in e and "timestamp" in e for e in res.errors), res.errors
+
+
+@pytest.mark.parametrize("after", [G + "} 90\n", "# HELP x y\n"])
+def test_a_page_with_text_after_eof_is_refused_naming_the_line(after: str) -> None:
+    """Two pages run together (a broken proxy): OpenMetrics ends a page at `# EOF` and
+    calls what follows an error, 0.0.4 reads `# EOF` as a comment and goes on. The second
+    page's samples were read; the scraper keeps no Content-Type to tell which, so the page
+    is refused, naming the line."""
+    page = G + "} 5\n# EOF\n" + after
+    res = parse_metrics(page)
+    assert not res.samples_by_uuid
+    assert res.errors[0].startswith("line 3: text after '# EOF' (line 2)"), res.errors
+    assert _util(G + "} 5\n# EOF\n\n") == 5  # an OpenMetrics page's end, blank lines after

@@ -4,6 +4,7 @@
 (the A800 capture has a sample whose value is ``ERROR - FAILED TO CONVERT TO STRING``).
 Each line is read strictly on its own (``core.promtext``, in time linear in its length);
 every good sample is kept and each broken line reported in ``ScrapeResult.errors``.
+A page with text after ``# EOF`` is two pages, or one read two ways: none of it is kept.
 
 Only samples with a ``UUID`` label are kept (that is what ties a value to a GPU).
 Samples with ``GPU_I_ID`` belong to a MIG GPU instance and are kept apart, under
@@ -157,11 +158,27 @@ def _sane_id(text: str) -> bool:
 
 def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
     out: list[tuple[int, Sample]] = []
+    eof = 0  # the line of '# EOF', 0: none yet
     # Lines end at LF alone (CRLF's CR is trimmed): splitlines() would also break a label
     # value at U+2028 or a form feed, which the format allows inside it.
     for n, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip(" \t\r")
-        if not line or line.startswith("#"):
+        if not line:
+            continue
+        if eof:
+            # OpenMetrics ends the page at '# EOF' and refuses what follows; 0.0.4 reads a
+            # comment and goes on. Which one this page is (the scraper keeps no
+            # Content-Type) decides what it says: two pages run together are neither.
+            errors.insert(
+                0,
+                f"line {n}: text after '# EOF' (line {eof}), which ends an OpenMetrics "
+                "page: two pages run together (a proxy?); the page is not read",
+            )
+            return []
+        if line == "# EOF":
+            eof = n
+            continue
+        if line.startswith("#"):
             continue
         try:
             s = parse_sample(line)
