@@ -110,3 +110,43 @@ def test_a_page_with_text_after_eof_is_refused_naming_the_line(after: str) -> No
     assert not res.samples_by_uuid
     assert res.errors[0].startswith("line 3: text after '# EOF' (line 2)"), res.errors
     assert _util(G + "} 5\n# EOF\n\n") == 5  # an OpenMetrics page's end, blank lines after
+
+
+T = "# TYPE DCGM_FI_DEV_GPU_UTIL "
+
+
+@pytest.mark.parametrize(
+    "page, line, why",
+    [
+        (T + "histogram\n" + G + "} 5\n", 2, "histogram"),  # read as a gauge
+        (T + "summary\n" + G + "} 5\n", 2, "summary"),
+        (T + "bla\n" + G + "} 5\n", 1, "no type"),  # an unknown type passed
+        (T + "gauge\n" + T + "gauge\n" + G + "} 5\n", 2, "second TYPE"),
+        (G + "} 5\n" + T + "gauge\n", 2, "after its samples (line 1)"),
+    ],
+)
+def test_a_type_line_prometheus_refuses_makes_the_reading_unknown(
+    page: str, line: int, why: str
+) -> None:
+    """TYPE lines were not read: a histogram's or summary's name given a plain sample
+    was read as a gauge, and a second TYPE line, one after the samples or of no type
+    passed. Prometheus refuses each (expfmt's "second TYPE line for metric name, or TYPE
+    reported after samples", "unknown metric type")."""
+    res = parse_metrics(page)
+    assert _util(page) is None
+    assert any(
+        e.startswith(f"line {line}: DCGM_FI_DEV_GPU_UTIL") and why in e for e in res.errors
+    ), res.errors
+
+
+def test_a_type_line_without_a_metric_name_is_counted() -> None:
+    res = parse_metrics("# TYPE met-ric gauge\n" + G + "} 5\n")
+    assert res.errors == [
+        "line 1: a TYPE line cannot be parsed (no metric name after TYPE); ignored"
+    ]
+
+
+@pytest.mark.parametrize("kind", ["gauge", "counter", "untyped", "unknown"])
+def test_a_gauge_or_counter_type_is_read(kind: str) -> None:
+    res = parse_metrics(T + kind + "\n" + G + "} 5\n" + T.replace("UTIL", "X") + "histogram\n")
+    assert _util(T + kind + "\n" + G + "} 5\n") == 5 and not res.errors
