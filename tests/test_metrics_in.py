@@ -150,3 +150,19 @@ def test_a_type_line_without_a_metric_name_is_counted() -> None:
 def test_a_gauge_or_counter_type_is_read(kind: str) -> None:
     res = parse_metrics(T + kind + "\n" + G + "} 5\n" + T.replace("UTIL", "X") + "histogram\n")
     assert _util(T + kind + "\n" + G + "} 5\n") == 5 and not res.errors
+
+
+@pytest.mark.parametrize(
+    "page, why",
+    [
+        (G + "} 5\n" + G.replace("GPU-1", "GPU-2") + "} 7\n", "two GPUs with one index"),
+        (G + "} 5\n" + G.replace('"0"', '"1"') + ',pod="x"} 5\n', "one GPU with two indexes"),
+    ],
+)
+def test_a_gpu_index_given_two_ways_is_unknown_and_said(page: str, why: str) -> None:
+    """The first gpu= label won silently: GPU-2 showed as index 0 beside GPU-1, or GPU-1 as
+    0 where a later line said 1."""
+    res = parse_metrics(page)
+    assert all(g.index is None for g in res.samples_by_uuid.values())
+    assert any(e.startswith("line 2: ") and why in e for e in res.errors), res.errors
+    assert _util(page) == 5  # the readings stand: they are keyed by UUID

@@ -82,7 +82,7 @@ class GpuMetrics:
     """Values of one whole GPU, keyed by metric name (``DCGM_FI_DEV_FB_USED`` ...)."""
 
     uuid: str
-    index: int | None = None
+    index: int | None = None  # the page's gpu= label; None: none, or given two ways
     model_name: str | None = None
     pci_bus_id: str | None = None
     values: dict[str, float] = field(default_factory=dict)
@@ -278,6 +278,7 @@ def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
     more_hosts = False
     # (UUID, GPU_I_ID, metric) the page gave two values for: unknown, whatever follows.
     ambiguous: set[tuple[str, int | None, str]] = set()
+    indexes: dict[str, dict[int, int]] = {}  # UUID -> gpu= label -> its first line
     for n, sample in samples:
         name, labels, value = sample.name, sample.labels, sample.value
         name = peer_text(name, 64) if len(name) > 64 or not name.isprintable() else name
@@ -313,8 +314,9 @@ def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
                 _note(res.errors, f"more than {MAX_GPUS} GPUs in one page; the rest ignored")
                 continue
             gpu = res.samples_by_uuid[uuid] = GpuMetrics(uuid=uuid)
-        if gpu.index is None:
-            gpu.index = small_int(labels.get("gpu"))
+        index = small_int(labels.get("gpu"))
+        if index is not None:
+            indexes.setdefault(uuid, {}).setdefault(index, n)
         gpu.model_name = gpu.model_name or _label(labels, "modelName") or None
         gpu.pci_bus_id = gpu.pci_bus_id or _label(labels, "pci_bus_id") or None
         if name == PROCESS_MEMORY:
@@ -352,9 +354,37 @@ def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
             ambiguous.add(what)
             continue
         target[name] = value
+    _set_indexes(res, indexes)
     if hosts:
         res.hostnames = tuple(sorted(hosts))
         res.hostname = res.hostnames[0] if len(hosts) == 1 and not more_hosts else None
         if len(hosts) > 1 or more_hosts:
             more = ", and more" if more_hosts else ""
             _note(res.errors, f"several hostnames in one scrape: {sorted(hosts)}{more}")
+
+
+def _set_indexes(res: ScrapeResult, indexes: Mapping[str, Mapping[int, int]]) -> None:
+    """Each GPU's ``gpu=`` label where it gives one, and no other GPU gives the same: of
+    two, the first is no answer. (The manager names a GPU by its facts' index, by UUID.)"""
+    holders: dict[int, list[tuple[int, str]]] = {}  # index -> (line, UUID), each GPU's
+    for uuid, given in indexes.items():
+        for index, n in given.items():
+            holders.setdefault(index, []).append((n, uuid))
+    for uuid, given in indexes.items():
+        if len(given) > 1:
+            (i, at), (j, jt) = sorted(given.items(), key=lambda kv: kv[1])[:2]
+            _note(
+                res.errors,
+                f"line {jt}: {uuid} is gpu {j}, and gpu {i} on line {at}: one GPU with two "
+                "indexes; its index unknown",
+            )
+        elif len(holders[index := next(iter(given))]) == 1:
+            res.samples_by_uuid[uuid].index = index
+    for index, who in sorted(holders.items()):
+        if len(who) > 1:
+            (at, a), (bt, b) = sorted(who)[:2]
+            _note(
+                res.errors,
+                f'line {bt}: gpu="{index}" is {b}, and {a} on line {at}: two GPUs with one '
+                "index; their indexes unknown",
+            )
