@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from support.gpu_nodes import RTX4090
-from support.rebalance import CFG, U2, P, cluster, node, page
+from support.rebalance import CFG, U2, P, cluster, node, page, samples_of
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.audit import audit
@@ -58,7 +58,7 @@ def run(nodes: Sequence[SwarmNode], facts_at: Mapping[float, Mapping[str, NodeFa
                 continue
             text = page(facts[n.id], util.get(n.id, {}))
             if pages_extra and n.id in pages_extra:
-                text += page(pages_extra[n.id], {0: 100.0}).replace(
+                text += samples_of(page(pages_extra[n.id], {0: 100.0})).replace(
                     f'Hostname="{pages_extra[n.id].hostname}"', f'Hostname="{n.hostname}"')
             scr[n.id] = judge(n, "https://x/metrics", text, t)
         warned += sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, ledger, t)
@@ -150,7 +150,7 @@ def test_a_page_naming_two_hosts_is_refused_whichever_sorts_first() -> None:
     n2 = node("n2", "gpu-node-2", {})
     own = page(F2, {0: 5.0})
     for other in ("aa-other", "zz-other"):
-        extra = page(dataclasses.replace(F1, hostname=other), {0: 100.0})
+        extra = samples_of(page(dataclasses.replace(F1, hostname=other), {0: 100.0}))
         got = judge(n2, "https://x/metrics", own + extra, 0.0)
         assert got.result is None, other
         assert "'gpu-node-2'" in (got.error or "") and f"'{other}'" in (got.error or "")

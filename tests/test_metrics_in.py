@@ -97,3 +97,72 @@ def test_a_sample_with_a_timestamp_is_not_read_as_now() -> None:
     res = parse_metrics(G + "} 95 1700000000000\n")
     assert _util(G + "} 95 1700000000000\n") is None
     assert any("line 1" in e and "timestamp" in e for e in res.errors), res.errors
+
+
+@pytest.mark.parametrize("after", [G + "} 90\n", "# HELP x y\n"])
+def test_a_page_with_text_after_eof_is_refused_naming_the_line(after: str) -> None:
+    """Two pages run together (a broken proxy): OpenMetrics ends a page at `# EOF` and
+    calls what follows an error, 0.0.4 reads `# EOF` as a comment and goes on. The second
+    page's samples were read; the scraper keeps no Content-Type to tell which, so the page
+    is refused, naming the line."""
+    page = G + "} 5\n# EOF\n" + after
+    res = parse_metrics(page)
+    assert not res.samples_by_uuid
+    assert res.errors[0].startswith("line 3: text after '# EOF' (line 2)"), res.errors
+    assert _util(G + "} 5\n# EOF\n\n") == 5  # an OpenMetrics page's end, blank lines after
+
+
+T = "# TYPE DCGM_FI_DEV_GPU_UTIL "
+
+
+@pytest.mark.parametrize(
+    "page, line, why",
+    [
+        (T + "histogram\n" + G + "} 5\n", 2, "histogram"),  # read as a gauge
+        (T + "summary\n" + G + "} 5\n", 2, "summary"),
+        (T + "bla\n" + G + "} 5\n", 1, "no type"),  # an unknown type passed
+        (T + "gauge\n" + T + "gauge\n" + G + "} 5\n", 2, "second TYPE"),
+        (G + "} 5\n" + T + "gauge\n", 2, "after its samples (line 1)"),
+    ],
+)
+def test_a_type_line_prometheus_refuses_makes_the_reading_unknown(
+    page: str, line: int, why: str
+) -> None:
+    """TYPE lines were not read: a histogram's or summary's name given a plain sample
+    was read as a gauge, and a second TYPE line, one after the samples or of no type
+    passed. Prometheus refuses each (expfmt's "second TYPE line for metric name, or TYPE
+    reported after samples", "unknown metric type")."""
+    res = parse_metrics(page)
+    assert _util(page) is None
+    assert any(
+        e.startswith(f"line {line}: DCGM_FI_DEV_GPU_UTIL") and why in e for e in res.errors
+    ), res.errors
+
+
+def test_a_type_line_without_a_metric_name_is_counted() -> None:
+    res = parse_metrics("# TYPE met-ric gauge\n" + G + "} 5\n")
+    assert res.errors == [
+        "line 1: a TYPE line cannot be parsed (no metric name after TYPE); ignored"
+    ]
+
+
+@pytest.mark.parametrize("kind", ["gauge", "counter", "untyped", "unknown"])
+def test_a_gauge_or_counter_type_is_read(kind: str) -> None:
+    res = parse_metrics(T + kind + "\n" + G + "} 5\n" + T.replace("UTIL", "X") + "histogram\n")
+    assert _util(T + kind + "\n" + G + "} 5\n") == 5 and not res.errors
+
+
+@pytest.mark.parametrize(
+    "page, why",
+    [
+        (G + "} 5\n" + G.replace("GPU-1", "GPU-2") + "} 7\n", "two GPUs with one index"),
+        (G + "} 5\n" + G.replace('"0"', '"1"') + ',pod="x"} 5\n', "one GPU with two indexes"),
+    ],
+)
+def test_a_gpu_index_given_two_ways_is_unknown_and_said(page: str, why: str) -> None:
+    """The first gpu= label won silently: GPU-2 showed as index 0 beside GPU-1, or GPU-1 as
+    0 where a later line said 1."""
+    res = parse_metrics(page)
+    assert all(g.index is None for g in res.samples_by_uuid.values())
+    assert any(e.startswith("line 2: ") and why in e for e in res.errors), res.errors
+    assert _util(page) == 5  # the readings stand: they are keyed by UUID

@@ -4,6 +4,8 @@
 (the A800 capture has a sample whose value is ``ERROR - FAILED TO CONVERT TO STRING``).
 Each line is read strictly on its own (``core.promtext``, in time linear in its length);
 every good sample is kept and each broken line reported in ``ScrapeResult.errors``.
+A page with text after ``# EOF`` is two pages, or one read two ways: none of it is kept.
+TYPE lines are held to Prometheus' rules (``_Types``): a name that breaks them is unknown.
 
 Only samples with a ``UUID`` label are kept (that is what ties a value to a GPU).
 Samples with ``GPU_I_ID`` belong to a MIG GPU instance and are kept apart, under
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 
 from swarmgpu.core.health import HealthSignals, signals_from_dcgm
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.core.promtext import LineError, Sample, parse_sample
+from swarmgpu.core.promtext import TYPES, LineError, Sample, parse_sample, parse_type
 from swarmgpu.core.samples import GpuSample
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -50,6 +52,9 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "DCGM_FI_DEV_DEC_UTIL": _PERCENT, FB_USED: (0.0, MAX_VALUE), FB_FREE: (0.0, MAX_VALUE),
     PROCESS_MEMORY: (0.0, MAX_VALUE),
 }
+# The types whose sample is one number, as every reading here is (DCGM_FI_DEV_* are gauges
+# and counters); a histogram's or summary's own name carries no such number.
+_READABLE = frozenset({"gauge", "counter", "untyped", "unknown"})
 
 
 @dataclass
@@ -77,7 +82,7 @@ class GpuMetrics:
     """Values of one whole GPU, keyed by metric name (``DCGM_FI_DEV_FB_USED`` ...)."""
 
     uuid: str
-    index: int | None = None
+    index: int | None = None  # the page's gpu= label; None: none, or given two ways
     model_name: str | None = None
     pci_bus_id: str | None = None
     values: dict[str, float] = field(default_factory=dict)
@@ -155,13 +160,78 @@ def _sane_id(text: str) -> bool:
     return 0 < len(text) <= MAX_ID_LEN and text.isascii() and text.isprintable()
 
 
+class _Types:
+    """A page's TYPE lines, held to what Prometheus refuses: one per name, before the
+    name's first sample, of a type the format has. A name that breaks one, or whose
+    type is no single number, is unknown for the page, said once."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = errors
+        self.declared: dict[str, tuple[str, int]] = {}  # name -> (type, its line)
+        self.first: dict[str, int] = {}  # name -> the line of its first sample
+        self.unknown: set[str] = set()
+
+    def declare(self, n: int, name: str, kind: str) -> None:
+        if name in self.declared:
+            why = f"a second TYPE (line {self.declared[name][1]} gave one)"
+        elif name in self.first:
+            why = f"its TYPE after its samples (line {self.first[name]})"
+        elif kind not in TYPES:
+            why = f"TYPE {peer_text(kind, 32)!r}, no type of the format"
+        else:
+            why = ""
+        self.declared.setdefault(name, (kind, n))
+        if why and name not in self.unknown:
+            self.unknown.add(name)
+            _note(self.errors, f"line {n}: {peer_text(name, 64)} has {why}; its samples "
+                               "are unknown")
+
+    def readable(self, n: int, s: Sample) -> bool:
+        self.first.setdefault(s.name, n)
+        if s.name in self.unknown:
+            return False
+        kind, at = self.declared.get(s.name, ("untyped", 0))
+        if kind in _READABLE:
+            return True
+        if "UUID" in s.labels:  # a GPU's reading, not read as a gauge
+            self.unknown.add(s.name)
+            _note(self.errors, f"line {n}: {peer_text(s.name, 64)} is declared {kind} "
+                               f"(line {at}), not a gauge or counter: no one reading; "
+                               "unknown")
+        return False
+
+
 def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
     out: list[tuple[int, Sample]] = []
+    types = _Types(errors)
+    eof = 0  # the line of '# EOF', 0: none yet
     # Lines end at LF alone (CRLF's CR is trimmed): splitlines() would also break a label
     # value at U+2028 or a form feed, which the format allows inside it.
     for n, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip(" \t\r")
-        if not line or line.startswith("#"):
+        if not line:
+            continue
+        if eof:
+            # OpenMetrics ends the page at '# EOF' and refuses what follows; 0.0.4 reads a
+            # comment and goes on. Which one this page is (the scraper keeps no
+            # Content-Type) decides what it says: two pages run together are neither.
+            errors.insert(
+                0,
+                f"line {n}: text after '# EOF' (line {eof}), which ends an OpenMetrics "
+                "page: two pages run together (a proxy?); the page is not read",
+            )
+            return []
+        if line == "# EOF":
+            eof = n
+            continue
+        if line.startswith("#"):
+            try:
+                declared = parse_type(line)
+            except LineError as exc:
+                _note(errors, f"line {n}: a TYPE line cannot be parsed ({exc}); ignored")
+                continue
+            if declared is not None:
+                types.declare(n, *declared)
             continue
         try:
             s = parse_sample(line)
@@ -171,6 +241,8 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
             what = f"{peer_text(m.group(0), 64)} " if m else ""
             _note(errors, f"line {n}: {what}sample cannot be parsed ({exc}); skipped")
             continue
+        if not types.readable(n, s):
+            continue
         if s.timestamp is not None:
             # A reading of another moment, in ms (0.0.4) or s (OpenMetrics): not this
             # scrape's. dcgm-exporter and the agent write none.
@@ -178,7 +250,8 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
                           "not a reading of now; skipped (serve samples without one)")
             continue
         out.append((n, s))
-    return out
+    # A TYPE after a name's samples makes those before it unknown too.
+    return [(n, s) for n, s in out if s.name not in types.unknown]
 
 
 def _note(errors: list[str], msg: str) -> None:
@@ -205,6 +278,7 @@ def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
     more_hosts = False
     # (UUID, GPU_I_ID, metric) the page gave two values for: unknown, whatever follows.
     ambiguous: set[tuple[str, int | None, str]] = set()
+    indexes: dict[str, dict[int, int]] = {}  # UUID -> gpu= label -> its first line
     for n, sample in samples:
         name, labels, value = sample.name, sample.labels, sample.value
         name = peer_text(name, 64) if len(name) > 64 or not name.isprintable() else name
@@ -240,8 +314,9 @@ def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
                 _note(res.errors, f"more than {MAX_GPUS} GPUs in one page; the rest ignored")
                 continue
             gpu = res.samples_by_uuid[uuid] = GpuMetrics(uuid=uuid)
-        if gpu.index is None:
-            gpu.index = small_int(labels.get("gpu"))
+        index = small_int(labels.get("gpu"))
+        if index is not None:
+            indexes.setdefault(uuid, {}).setdefault(index, n)
         gpu.model_name = gpu.model_name or _label(labels, "modelName") or None
         gpu.pci_bus_id = gpu.pci_bus_id or _label(labels, "pci_bus_id") or None
         if name == PROCESS_MEMORY:
@@ -279,9 +354,37 @@ def _collect(samples: Iterable[tuple[int, Sample]], res: ScrapeResult) -> None:
             ambiguous.add(what)
             continue
         target[name] = value
+    _set_indexes(res, indexes)
     if hosts:
         res.hostnames = tuple(sorted(hosts))
         res.hostname = res.hostnames[0] if len(hosts) == 1 and not more_hosts else None
         if len(hosts) > 1 or more_hosts:
             more = ", and more" if more_hosts else ""
             _note(res.errors, f"several hostnames in one scrape: {sorted(hosts)}{more}")
+
+
+def _set_indexes(res: ScrapeResult, indexes: Mapping[str, Mapping[int, int]]) -> None:
+    """Each GPU's ``gpu=`` label where it gives one, and no other GPU gives the same: of
+    two, the first is no answer. (The manager names a GPU by its facts' index, by UUID.)"""
+    holders: dict[int, list[tuple[int, str]]] = {}  # index -> (line, UUID), each GPU's
+    for uuid, given in indexes.items():
+        for index, n in given.items():
+            holders.setdefault(index, []).append((n, uuid))
+    for uuid, given in indexes.items():
+        if len(given) > 1:
+            (i, at), (j, jt) = sorted(given.items(), key=lambda kv: kv[1])[:2]
+            _note(
+                res.errors,
+                f"line {jt}: {uuid} is gpu {j}, and gpu {i} on line {at}: one GPU with two "
+                "indexes; its index unknown",
+            )
+        elif len(holders[index := next(iter(given))]) == 1:
+            res.samples_by_uuid[uuid].index = index
+    for index, who in sorted(holders.items()):
+        if len(who) > 1:
+            (at, a), (bt, b) = sorted(who)[:2]
+            _note(
+                res.errors,
+                f'line {bt}: gpu="{index}" is {b}, and {a} on line {at}: two GPUs with one '
+                "index; their indexes unknown",
+            )

@@ -6,7 +6,8 @@ as 1, ``\\t`` kept as two characters) and slow on hostile text (a label value of
 quotes took quadratic time: minutes for one 8 MB page, the whole cycle waiting). Here
 every step is a regular expression without nested alternatives, so a line costs time
 in proportion to its length, and anything the formats do not allow is a ``LineError``
-whose message says what is wrong, never quoting the line.
+whose message says what is wrong, never quoting the line. A ``# TYPE`` line gives its name
+and type (``parse_type``); what a page's TYPE lines may say together is metrics_in's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,23 @@ _VALUE = (
 _TAIL = re.compile(
     rf"[ \t]+({_VALUE})(?:[ \t]+(-?[0-9]+(?:\.[0-9]+)?))?"
     r"(?:[ \t]+#[ \t]+\{.*)?[ \t]*"
+)
+
+# `# TYPE name type`; '#TYPE' or '# TYPEX' are plain comments, as in Prometheus' reader.
+_TYPE_LINE = re.compile(r"#[ \t]+TYPE(?:[ \t]+(.*))?")
+# The types of 0.0.4 and of OpenMetrics (whose 'unknown' is 0.0.4's 'untyped').
+TYPES = frozenset(
+    {
+        "counter",
+        "gauge",
+        "histogram",
+        "summary",
+        "untyped",
+        "unknown",
+        "gaugehistogram",
+        "info",
+        "stateset",
+    }
 )
 
 
@@ -88,3 +106,16 @@ def parse_sample(line: str) -> Sample:
     if t is None:
         raise LineError("the value is not one number, with at most a timestamp after it")
     return Sample(name, labels, float(t.group(1)), t.group(2))
+
+
+def parse_type(line: str) -> tuple[str, str] | None:
+    """(name, type as written) of a ``# TYPE`` line (stripped); None: another comment.
+    Whether the type is one of ``TYPES`` is the caller's to judge."""
+    m = _TYPE_LINE.fullmatch(line)
+    if m is None:
+        return None
+    rest = m.group(1) or ""
+    n = _NAME.match(rest)
+    if n is None or rest[n.end() : n.end() + 1] not in ("", " ", "\t"):
+        raise LineError("no metric name after TYPE")
+    return n.group(0), rest[n.end() :].strip(" \t")

@@ -60,6 +60,12 @@ def page(facts: NodeFacts, util: Mapping[int, float | None]) -> str:
     return render_metrics(facts, samples).decode()
 
 
+def samples_of(text: str) -> str:
+    """A page's samples without its HELP and TYPE lines: what a page that also carries
+    another's samples says (two pages' TYPE lines, run together, are refused)."""
+    return "".join(line for line in text.splitlines(True) if not line.startswith("#"))
+
+
 def feed(sig: Signals, nodes: Sequence[SwarmNode], times: Sequence[float],
          util2: Mapping[float, Mapping[int, float | None]],
          broken: AbstractSet[float] = frozenset()) -> list[str]:
