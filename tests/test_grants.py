@@ -218,6 +218,36 @@ def test_grants_as_mounts_ignore_variables_of_unprivileged_containers() -> None:
     assert m.via == "mount"
 
 
+def _reserving(kind: str, value: int = 1, **kw: Any) -> dict[str, Any]:
+    s = spec(["NVIDIA_VISIBLE_DEVICES=void"], **kw)
+    s["TaskTemplate"]["Resources"]["Reservations"] = {"GenericResources": [
+        {"DiscreteResourceSpec": {"Kind": kind, "Value": value}}]}
+    return s
+
+
+def test_a_swarm_gpu_reservation_without_a_request_is_ungranted_and_not_voidable() -> None:
+    # Swarm picks named GPUs for it and appends DOCKER_RESOURCE_NVIDIA-GPU=<them> after the
+    # service's env, which the toolkit reads where swarm-resource names it (deploy.md)
+    img = ImageEnv("local/app:1", PLAIN_ENV)
+    (a,) = service_access(_reserving("NVIDIA-GPU", 2), img, prefix=P, managed=False)
+    assert a.via == "reservation" and a.known and not a.voidable
+    assert "DOCKER_RESOURCE_NVIDIA-GPU" in a.what and "2 NVIDIA-GPU" in a.what
+    # placement.generic_resource_kind is a GPU kind too; another kind is no GPU
+    (b,) = service_access(_reserving("gpu-slot"), img, prefix=P, managed=False,
+                          generic_kind="gpu-slot")
+    assert b.via == "reservation"
+    assert service_access(_reserving("fpga"), img, prefix=P, managed=False) == []
+    # with grants as mounts the toolkit ignores swarm-resource's variables, as the env's
+    assert service_access(_reserving("NVIDIA-GPU"), img, prefix=P, managed=False,
+                          grants="mounts") == []
+    svc = service_from_api({"ID": "id-r", "Spec": _reserving("NVIDIA-GPU", name="r"),
+                            "Version": {"Index": 1}})
+    (u,) = find_ungranted([svc], [_task(svc, "g")], {"g": "gpu-1"}, prefix=P,
+                          managed=set(), images={"local/app:1": img})
+    assert not u.voidable and "generic" in u.fix
+    assert void_spec(svc.spec, img, prefix=P, managed=False) is None  # nothing to void
+
+
 def test_mount_target_template_names_the_same_lists_as_the_env_template() -> None:
     t = mount_target(P)
     assert '"swarmgpu.devices." .Node.ID "." .Task.Slot' in t and t.count("{{") == 4

@@ -112,7 +112,8 @@ def find(cfg: Config, snap: Snapshot, plan: PlacementPlan | None,
     return find_ungranted(snap.services, snap.tasks, gpu, prefix=prefix,
                           managed=managed_names(plan), images=envs,
                           exempt=parse_exempt(cfg.placement.ungranted_exempt),
-                          grants=cfg.placement.grants)
+                          grants=cfg.placement.grants,
+                          generic_kind=cfg.placement.generic_resource_kind)
 
 
 def findings(found: Sequence[Ungranted]) -> list[Finding]:

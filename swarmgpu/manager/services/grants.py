@@ -19,6 +19,8 @@ line without ``=`` unsets it):
   which gets every GPU.
 - the variables ``swarm-resource`` names (``DOCKER_RESOURCE_<KIND>``, as ``swarmgpu
   node-config`` sets): when any is set, it is read *instead of* NVIDIA_VISIBLE_DEVICES.
+  Swarm appends that line itself, after the service's env, naming the GPUs it picked
+  for a generic-resource reservation (swarmkit ``genericresource.EnvFormat``).
 - with ``accept-nvidia-visible-devices-as-volume-mounts`` (off by default), a mount whose
   source is ``/dev/null`` and whose target lies under ``/var/run/nvidia-container-devices``:
   the rest of the target names the devices, and mounts win over every variable.
@@ -80,7 +82,7 @@ class ImageEnv:
 class Access:
     """One way a service's containers see GPUs without a grant."""
 
-    via: str  # env | image | resource-env | mount
+    via: str  # env | image | resource-env | mount | reservation
     what: str  # the reason, as plan/status/audit show it
     known: bool = True  # False: rests on what the manager cannot see (treated as access)
     voidable: bool = True  # NVIDIA_VISIBLE_DEVICES=void (or the variable's void) stops it
@@ -127,6 +129,10 @@ class Ungranted:
         if any(a.via == "resource-env" for a in self.access):
             parts.append(f"remove its own {RESOURCE_PREFIX}* lines (Swarm sets them for "
                          "the generic resources it reserves)")
+        if any(a.via == "reservation" for a in self.access):
+            parts.append("remove its Swarm generic-resource reservation of GPUs and ask with "
+                         "swarmgpu.gpus instead (an env write cannot stop it: Swarm appends "
+                         "its own line last)")
         if any(a.via == "mount" for a in self.access):
             parts.append(f"remove its /dev/null mount under {MOUNT_ROOT} (an env write "
                          "cannot stop it: mounts win)")
@@ -258,12 +264,13 @@ def _env(spec: Mapping[str, Any]) -> list[str]:
 # --- one service ---------------------------------------------------------------------
 
 def service_access(spec: Mapping[str, Any], image: ImageEnv | None, *, prefix: str,
-                   managed: bool, grants: str = "env") -> list[Access]:
+                   managed: bool, grants: str = "env", generic_kind: str = "") -> list[Access]:
     """How a service's containers (on a GPU node, NVIDIA runtime by default) see GPUs
     without a grant; empty: they see none, or only what placement granted. ``managed``:
     placement manages the service's device labels (a valid request); ``grants``: the
     mode of ``placement.grants`` (``mounts``: the nodes' toolkits ignore the variables of
-    unprivileged containers, as ``swarmgpu doctor --grants mounts`` checks)."""
+    unprivileged containers, as ``swarmgpu doctor --grants mounts`` checks);
+    ``generic_kind``: ``placement.generic_resource_kind``, a GPU kind beside the usual."""
     env = _env(spec)
     labels = spec.get("Labels") or {}
     out: list[Access] = []
@@ -271,6 +278,8 @@ def service_access(spec: Mapping[str, Any], image: ImageEnv | None, *, prefix: s
     if env_read:
         out += _nvidia_env(env, labels, image, prefix, managed)
         out += _resource_env(env)
+        if not managed:
+            out += _reservation(spec, generic_kind)
     out += _device_mounts(spec, prefix, managed)
     return out
 
@@ -348,6 +357,29 @@ def _resource_env(env: Sequence[str]) -> list[Access]:
     return out
 
 
+def _reservation(spec: Mapping[str, Any], generic_kind: str) -> list[Access]:
+    """A reservation of a GPU kind of Swarm generic resources: Swarm picks named GPUs of
+    the node for each task and appends ``DOCKER_RESOURCE_<KIND>=<them>`` after the
+    service's env (so no env line of its own can override it). On a service placement
+    manages the reservation counts beside its grant (docs/requests.md); on any other it
+    is GPUs nobody granted."""
+    res = (spec.get("TaskTemplate") or {}).get("Resources") or {}
+    kinds = gpu_kinds(generic_kind)
+    out = []
+    for gr in (res.get("Reservations") or {}).get("GenericResources") or []:
+        d = gr.get("DiscreteResourceSpec") if isinstance(gr, Mapping) else None
+        if not isinstance(d, Mapping) or d.get("Kind") not in kinds:
+            continue
+        kind = str(d["Kind"])
+        out.append(Access("reservation", f"reserves {_cut(str(d.get('Value')))} {_cut(kind)} "
+                                         "as Swarm generic resources: Swarm names the GPUs it "
+                                         f"picks in {RESOURCE_PREFIX}{_cut(kind.upper())}, "
+                                         f"which the toolkit reads instead of {DEVICE_VAR} "
+                                         "where swarm-resource names it (as `swarmgpu "
+                                         "node-config` sets)", voidable=False))
+    return out
+
+
 def _device_mounts(spec: Mapping[str, Any], prefix: str, managed: bool) -> list[Access]:
     labelled = any(k.startswith(prefix + DEVICES) for k in spec.get("Labels") or {})
     out = []
@@ -393,7 +425,7 @@ def parse_exempt(text: str) -> list[str]:
 def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                    gpu: Mapping[str, str], *, prefix: str, managed: Collection[str],
                    images: Mapping[str, ImageEnv], exempt: Collection[str] = (),
-                   grants: str = "env") -> list[Ungranted]:
+                   grants: str = "env", generic_kind: str = "") -> list[Ungranted]:
     """Every service with a task on a GPU node (``gpu_nodes``) that sees GPUs without a
     grant, by name. ``managed``: the names of the services placement manages (a valid
     request); ``images``: what the manager's engine says of the images (by reference;
@@ -409,7 +441,7 @@ def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
         if image is None and needs_image(s.spec, prefix):
             image = ImageEnv(ref, None, "not read")
         access = service_access(s.spec, image, prefix=prefix, managed=s.name in managed,
-                                grants=grants)
+                                grants=grants, generic_kind=generic_kind)
         if access:
             out.append(Ungranted(s.name, s.id, nodes, tuple(access),
                                  exempt=exempt_of(s.name, exempt)))
