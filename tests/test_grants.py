@@ -91,6 +91,23 @@ def test_final_env_last_line_wins_and_a_bare_line_unsets() -> None:
     assert final_env(["B"], ["A=0", "B=1"]) == {"A": "0"}
 
 
+def test_a_bare_line_unsets_only_what_the_image_set() -> None:
+    # moby's ReplaceOrAppendEnvValues: a line without '=' removes the image's value; a
+    # value the service's own earlier line appended stays (the toolkit reads it)
+    assert final_env(["A=1", "A"], ["B=1"]) == {"A": "1", "B": "1"}
+    assert final_env(["A=1", "A"], ["A=0"]) == {}
+    assert final_env(["A", "A=2"], ["A=0"]) == {"A": "2"}
+    own = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES"]
+    (a,) = access(own, PLAIN_ENV)
+    assert a.known and a.voidable and "NVIDIA_VISIBLE_DEVICES=all" in a.what
+    assert access(own, CUDA_ENV) == []  # the image's value it replaced is unset
+    (u,) = access([*own, "NVIDIA_REQUIRE_CUDA=cuda>=12"], None)
+    assert not u.known and "NVIDIA_VISIBLE_DEVICES=all" in u.what
+    (r,) = access(["DOCKER_RESOURCE_GPU=GPU-a", "DOCKER_RESOURCE_GPU", VOID_LINE], PLAIN_ENV)
+    assert r.via == "resource-env" and "GPU-a" in r.what
+    assert _void(own) == [VOID_LINE]
+
+
 # --- env forms ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("line", ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=0",

@@ -10,7 +10,7 @@ makes the NVIDIA runtime hand a container GPUs is *ungranted GPU access*.
 What the runtime reads, from NVIDIA/nvidia-container-toolkit (``internal/config/image/
 cuda_image.go``, ``envvars.go``, ``devices.go``), on the container's final env (the
 service's lines override the image's; of two lines for one variable the last wins; a
-line without ``=`` unsets it):
+line without ``=`` unsets the image's value only, never one the service's own lines set):
 
 - ``NVIDIA_VISIBLE_DEVICES``: split at commas, blanks dropped. Nothing left, or ``void``
   anywhere in it: no GPU. Else the first ``all`` or ``none`` decides (``none``: the driver's
@@ -213,20 +213,22 @@ def _last(env: Sequence[str], key: str) -> str | None:
 
 
 def final_env(service_env: Sequence[str], image_env: Sequence[str] | None
-              ) -> dict[str, str] | None:
-    """The container's env as the engine builds it: the image's, overridden by the
-    service's lines (the last of a variable wins; a line without ``=`` unsets it). None
-    when the image's is unknown and the service's leaves something to it."""
+              ) -> dict[str, str]:
+    """The container's env as the engine builds it (moby's ``ReplaceOrAppendEnvValues``):
+    the image's, overridden by the service's lines (the last of a variable wins). A line
+    without ``=`` unsets a variable the *image* sets; one the service's own lines set
+    (appended, not in the image) stays, and the toolkit reads it."""
     out: dict[str, str] = {}
     for line in image_env or ():
         if "=" in line:
             k, v = line.split("=", 1)
             out[k] = v
+    from_image = set(out)
     for line in service_env:
         k, sep, v = line.partition("=")
         if sep:
             out[k] = v
-        else:
+        elif k in from_image:
             out.pop(k, None)
     return out
 
@@ -277,7 +279,7 @@ def service_access(spec: Mapping[str, Any], image: ImageEnv | None, *, prefix: s
     env_read = grants != "mounts" or _privileged(spec)
     if env_read:
         out += _nvidia_env(env, labels, image, prefix, managed)
-        out += _resource_env(env)
+        out += _resource_env(env, image.env if image else None)
         if not managed:
             out += _reservation(spec, generic_kind)
     out += _device_mounts(spec, prefix, managed)
@@ -311,9 +313,15 @@ def _nvidia_env(env: Sequence[str], labels: Mapping[str, str], image: ImageEnv |
     # Unset by the service: the image's env decides.
     unset = last is not None  # a line without '=' unsets the image's value too
     ref = image.ref if image else ""
+    own_value = final_env(env, ()).get(DEVICE_VAR)  # an own line the bare one cannot unset
+    if (image is None or image.env is None) and own_value is not None \
+            and devices_of([own_value]) != "none":
+        return [Access("env", f"{DEVICE_VAR}={_cut(own_value)} in its own env, followed by a "
+                              "line without '=', which unsets only an image's value: "
+                              f"unknown whether image {ref or '?'} sets it", known=False)]
     if image is None or image.env is None:
         note = image.note if image and image.note else "it is not on the manager's engine"
-        own = final_env(env, ()) or {}
+        own = final_env(env, ())
         if unset:  # only the legacy rule is left, which NVIDIA_REQUIRE_CUDA turns off
             if own.get("NVIDIA_REQUIRE_CUDA"):
                 return []
@@ -323,11 +331,15 @@ def _nvidia_env(env: Sequence[str], labels: Mapping[str, str], image: ImageEnv |
         return [Access("image", f"unknown: image {ref or '?'} ({note}), so its env cannot "
                                 f"be read; treated as CUDA images behave ({DEVICE_VAR}=all)",
                        known=False)]
-    final = final_env(env, image.env) or {}
+    final = final_env(env, image.env)
     if DEVICE_VAR in final:
         value = final[DEVICE_VAR]
         if devices_of([value]) == "none":
             return []
+        if own_value is not None and value == own_value \
+                and DEVICE_VAR not in final_env((), image.env):
+            return [Access("env", f"{DEVICE_VAR}={_cut(value)} in its own env (a later line "
+                                  "without '=' unsets only an image's value)")]
         return [Access("image", f"its image {ref} sets {DEVICE_VAR}={_cut(value)}")]
     if _legacy(final):
         return [Access("image", f"{DEVICE_VAR} is unset and its image {ref} is a legacy CUDA "
@@ -341,13 +353,16 @@ def _legacy(final: Mapping[str, str]) -> bool:
     return bool(final.get("CUDA_VERSION")) and not final.get("NVIDIA_REQUIRE_CUDA")
 
 
-def _resource_env(env: Sequence[str]) -> list[Access]:
+def _resource_env(env: Sequence[str], image_env: Sequence[str] | None) -> list[Access]:
+    """The service's own DOCKER_RESOURCE_* lines, as the container ends up with them (an
+    image not known: a line without '=' is taken to unset nothing of the service's)."""
     out = []
+    final = final_env(env, image_env)
     for key in dict.fromkeys(_key(x) for x in env if x.startswith(RESOURCE_PREFIX)):
-        last = _last(env, key)
-        if last is None or "=" not in last:
+        if key not in final:
             continue
-        value = last.split("=", 1)[1]
+        value = final[key]
+        last = f"{key}={value}"
         if "{{" not in value and devices_of([value]) == "none":
             continue
         out.append(Access("resource-env", f"{_cut(last)} in its own env: the toolkit reads "
