@@ -319,14 +319,42 @@ def test_find_checks_only_services_on_gpu_nodes_and_names_them() -> None:
     assert d["reason"] and d["fix"] and d["known"] and d["voidable"]
 
 
-def test_images_read_only_where_the_env_leaves_it_to_them() -> None:
+def test_images_read_for_every_service_on_a_gpu_node() -> None:
+    # an image's DOCKER_RESOURCE_* line decides whatever the service's own variable says
     gpu = {"g": "gpu-1"}
     a = _svc("a", [], image="img/a:1")
     b = _svc("b", ["NVIDIA_VISIBLE_DEVICES=void"], image="img/b:1")
     c = _svc("c", ["NVIDIA_VISIBLE_DEVICES"], image="img/c:1")
     d = _svc("d", [], image="img/d:1")
     tasks = [_task(a, "g"), _task(b, "g"), _task(c, "g"), _task(d, "cpu")]
-    assert images_to_read([a, b, c, d], tasks, gpu, P) == ["img/a:1", "img/c:1"]
+    assert images_to_read([a, b, c, d], tasks, gpu, P) == ["img/a:1", "img/b:1", "img/c:1"]
+
+
+def test_an_images_docker_resource_line_is_read_whatever_the_services_variable() -> None:
+    # ENV DOCKER_RESOURCE_NVIDIA-GPU=all in the image: where swarm-resource names it (as
+    # deploy.md sets) the toolkit reads it instead of the service's void or grant
+    img_env = (*PLAIN_ENV, "DOCKER_RESOURCE_NVIDIA-GPU=all")
+    (a,) = access([VOID_LINE], img_env)
+    assert a.via == "resource-env" and a.known and a.voidable
+    assert "image" in a.what and "DOCKER_RESOURCE_NVIDIA-GPU=all" in a.what
+    labels = {f"{P}gpus": "1", devices_key(P, "n1"): "GPU-a"}
+    (g,) = access([TMPL], img_env, managed=True, labels=labels)
+    assert g.via == "resource-env"
+    assert access([VOID_LINE, "DOCKER_RESOURCE_NVIDIA-GPU=void"], img_env) == []
+    # the void write overrides the image's line with the service's own
+    once = _void([VOID_LINE, "A=1"], img_env)
+    assert once == [VOID_LINE, "A=1", "DOCKER_RESOURCE_NVIDIA-GPU=void"]
+    assert access(once, img_env) == [] and _void(once, img_env) is None
+    from swarmgpu.manager.engine.proxy_policy import check_service_update
+
+    cur = spec([VOID_LINE, "A=1"])
+    check_service_update(cur, void_spec(cur, ImageEnv("x", img_env), prefix=P, managed=False),
+                         P)  # the docker-proxy lets the appended void line through
+    # find reads it from the image the manager has, for a service that sets the variable
+    svc = _svc("app", [VOID_LINE])
+    (u,) = find_ungranted([svc], [_task(svc, "g")], {"g": "gpu-1"}, prefix=P, managed=set(),
+                          images={"local/app:1": ImageEnv("local/app:1", img_env)})
+    assert u.access[0].via == "resource-env"
 
 
 def test_exempt_globs() -> None:

@@ -127,8 +127,9 @@ class Ungranted:
         if any(not a.known and a.via == "image" for a in self.access):
             parts.append("or load the image on the manager so swarmgpu can read its env")
         if any(a.via == "resource-env" for a in self.access):
-            parts.append(f"remove its own {RESOURCE_PREFIX}* lines (Swarm sets them for "
-                         "the generic resources it reserves)")
+            parts.append(f"remove its own {RESOURCE_PREFIX}* lines and override its image's "
+                         f"with {RESOURCE_PREFIX}<KIND>=void (Swarm sets them for the generic "
+                         "resources it reserves)")
         if any(a.via == "reservation" for a in self.access):
             parts.append("remove its Swarm generic-resource reservation of GPUs and ask with "
                          "swarmgpu.gpus instead (an env write cannot stop it: Swarm appends "
@@ -250,14 +251,6 @@ def image_of(spec: Mapping[str, Any]) -> str:
     return str(cs.get("Image") or "")
 
 
-def needs_image(spec: Mapping[str, Any], prefix: str) -> bool:
-    """Whether the image's env can change the answer: the service's own env leaves
-    NVIDIA_VISIBLE_DEVICES unset (no line, or a line that unsets it)."""
-    env = _env(spec)
-    last = _last(env, DEVICE_VAR)
-    return last is None or "=" not in last
-
-
 def _env(spec: Mapping[str, Any]) -> list[str]:
     cs = (spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}
     return [str(x) for x in cs.get("Env") or []]
@@ -354,18 +347,23 @@ def _legacy(final: Mapping[str, str]) -> bool:
 
 
 def _resource_env(env: Sequence[str], image_env: Sequence[str] | None) -> list[Access]:
-    """The service's own DOCKER_RESOURCE_* lines, as the container ends up with them (an
-    image not known: a line without '=' is taken to unset nothing of the service's)."""
+    """The DOCKER_RESOURCE_* lines of the service and of its image as the manager's
+    engine has it, as the container ends up with them: one set by the image is read
+    whatever the service's NVIDIA_VISIBLE_DEVICES says. An image not known: its lines are
+    not guessed (docs/security.md), and a line without '=' is taken to unset nothing."""
     out = []
     final = final_env(env, image_env)
-    for key in dict.fromkeys(_key(x) for x in env if x.startswith(RESOURCE_PREFIX)):
+    mine = dict.fromkeys(_key(x) for x in env if x.startswith(RESOURCE_PREFIX) and "=" in x)
+    theirs = dict.fromkeys(_key(x) for x in image_env or () if x.startswith(RESOURCE_PREFIX))
+    for key in {**mine, **theirs}:
         if key not in final:
             continue
         value = final[key]
-        last = f"{key}={value}"
+        last = f"{key}={value}" if key in mine else f"its image sets {key}={value}"
         if "{{" not in value and devices_of([value]) == "none":
             continue
-        out.append(Access("resource-env", f"{_cut(last)} in its own env: the toolkit reads "
+        where = "" if key not in mine else " in its own env"
+        out.append(Access("resource-env", f"{_cut(last)}{where}: the toolkit reads "
                                           f"it instead of {DEVICE_VAR} where swarm-resource "
                                           "names it (as `swarmgpu node-config` sets)",
                           known="{{" not in value, var=key))
@@ -452,9 +450,7 @@ def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
         if not nodes:
             continue
         ref = image_of(s.spec)
-        image = images.get(ref) if needs_image(s.spec, prefix) else None
-        if image is None and needs_image(s.spec, prefix):
-            image = ImageEnv(ref, None, "not read")
+        image = images.get(ref) or ImageEnv(ref, None, "not read")
         access = service_access(s.spec, image, prefix=prefix, managed=s.name in managed,
                                 grants=grants, generic_kind=generic_kind)
         if access:
@@ -465,11 +461,11 @@ def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
 
 def images_to_read(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                    gpu: Mapping[str, str], prefix: str) -> list[str]:
-    """The image references whose env can change an answer: of services on GPU nodes
-    whose own env leaves NVIDIA_VISIBLE_DEVICES to the image."""
+    """The image references whose env can change an answer: of every service on a GPU
+    node (NVIDIA_VISIBLE_DEVICES where the service's env leaves it to the image; an
+    image's DOCKER_RESOURCE_* line whatever that env says)."""
     where = on_gpu_nodes(services, tasks, gpu)
-    return sorted({image_of(s.spec) for s in services
-                   if s.id in where and image_of(s.spec) and needs_image(s.spec, prefix)})
+    return sorted({image_of(s.spec) for s in services if s.id in where and image_of(s.spec)})
 
 
 # --- placement.ungranted: void -----------------------------------------------------------
@@ -499,6 +495,9 @@ def void_env(env: Sequence[str], access: Sequence[Access], *, prefix: str,
     if "resource-env" in vias:
         granting = {a.var for a in access if a.via == "resource-env"}
         new = [f"{_key(x)}=void" if _key(x) in granting and "=" in x else x for x in new]
+        # a line the image sets: overridden by one of the service's own
+        new += [f"{k}=void" for k in sorted(granting)
+                if not any(_key(x) == k and "=" in x for x in new)]
     return None if new == list(env) else new
 
 
