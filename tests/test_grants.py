@@ -265,6 +265,18 @@ def test_a_swarm_gpu_reservation_without_a_request_is_ungranted_and_not_voidable
     assert void_spec(svc.spec, img, prefix=P, managed=False) is None  # nothing to void
 
 
+def test_what_gives_no_gpu_is_not_reported() -> None:
+    # capabilities of the driver come with granted GPUs only; a device node bind-mounted
+    # is refused by the container's device cgroup (docs/security.md, "Other ways")
+    assert access(["NVIDIA_DRIVER_CAPABILITIES=all", VOID_LINE]) == []
+    assert access(mounts=[_null("/dev/nvidia0", "/dev/nvidia0"),
+                          _null("/dev/dri", "/dev/dri")]) == []
+    # cap_add ALL holds CAP_SYS_ADMIN: its variables are read under grants as mounts
+    for cap in ("ALL", "SYS_ADMIN", "cap_sys_admin"):
+        (a,) = access(["NVIDIA_VISIBLE_DEVICES=all"], grants="mounts", caps=[cap])
+        assert a.via == "env"
+
+
 def test_mount_target_template_names_the_same_lists_as_the_env_template() -> None:
     t = mount_target(P)
     assert '"swarmgpu.devices." .Node.ID "." .Task.Slot' in t and t.count("{{") == 4
