@@ -91,6 +91,23 @@ def test_final_env_last_line_wins_and_a_bare_line_unsets() -> None:
     assert final_env(["B"], ["A=0", "B=1"]) == {"A": "0"}
 
 
+def test_a_bare_line_unsets_only_what_the_image_set() -> None:
+    # moby's ReplaceOrAppendEnvValues: a line without '=' removes the image's value; a
+    # value the service's own earlier line appended stays (the toolkit reads it)
+    assert final_env(["A=1", "A"], ["B=1"]) == {"A": "1", "B": "1"}
+    assert final_env(["A=1", "A"], ["A=0"]) == {}
+    assert final_env(["A", "A=2"], ["A=0"]) == {"A": "2"}
+    own = ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES"]
+    (a,) = access(own, PLAIN_ENV)
+    assert a.known and a.voidable and "NVIDIA_VISIBLE_DEVICES=all" in a.what
+    assert access(own, CUDA_ENV) == []  # the image's value it replaced is unset
+    (u,) = access([*own, "NVIDIA_REQUIRE_CUDA=cuda>=12"], None)
+    assert not u.known and "NVIDIA_VISIBLE_DEVICES=all" in u.what
+    (r,) = access(["DOCKER_RESOURCE_GPU=GPU-a", "DOCKER_RESOURCE_GPU", VOID_LINE], PLAIN_ENV)
+    assert r.via == "resource-env" and "GPU-a" in r.what
+    assert _void(own) == [VOID_LINE]
+
+
 # --- env forms ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("line", ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=0",
@@ -218,6 +235,48 @@ def test_grants_as_mounts_ignore_variables_of_unprivileged_containers() -> None:
     assert m.via == "mount"
 
 
+def _reserving(kind: str, value: int = 1, **kw: Any) -> dict[str, Any]:
+    s = spec(["NVIDIA_VISIBLE_DEVICES=void"], **kw)
+    s["TaskTemplate"]["Resources"]["Reservations"] = {"GenericResources": [
+        {"DiscreteResourceSpec": {"Kind": kind, "Value": value}}]}
+    return s
+
+
+def test_a_swarm_gpu_reservation_without_a_request_is_ungranted_and_not_voidable() -> None:
+    # Swarm picks named GPUs for it and appends DOCKER_RESOURCE_NVIDIA-GPU=<them> after the
+    # service's env, which the toolkit reads where swarm-resource names it (deploy.md)
+    img = ImageEnv("local/app:1", PLAIN_ENV)
+    (a,) = service_access(_reserving("NVIDIA-GPU", 2), img, prefix=P, managed=False)
+    assert a.via == "reservation" and a.known and not a.voidable
+    assert "DOCKER_RESOURCE_NVIDIA-GPU" in a.what and "2 NVIDIA-GPU" in a.what
+    # placement.generic_resource_kind is a GPU kind too; another kind is no GPU
+    (b,) = service_access(_reserving("gpu-slot"), img, prefix=P, managed=False,
+                          generic_kind="gpu-slot")
+    assert b.via == "reservation"
+    assert service_access(_reserving("fpga"), img, prefix=P, managed=False) == []
+    # with grants as mounts the toolkit ignores swarm-resource's variables, as the env's
+    assert service_access(_reserving("NVIDIA-GPU"), img, prefix=P, managed=False,
+                          grants="mounts") == []
+    svc = service_from_api({"ID": "id-r", "Spec": _reserving("NVIDIA-GPU", name="r"),
+                            "Version": {"Index": 1}})
+    (u,) = find_ungranted([svc], [_task(svc, "g")], {"g": "gpu-1"}, prefix=P,
+                          managed=set(), images={"local/app:1": img})
+    assert not u.voidable and "generic" in u.fix
+    assert void_spec(svc.spec, img, prefix=P, managed=False) is None  # nothing to void
+
+
+def test_what_gives_no_gpu_is_not_reported() -> None:
+    # capabilities of the driver come with granted GPUs only; a device node bind-mounted
+    # is refused by the container's device cgroup (docs/security.md, "Other ways")
+    assert access(["NVIDIA_DRIVER_CAPABILITIES=all", VOID_LINE]) == []
+    assert access(mounts=[_null("/dev/nvidia0", "/dev/nvidia0"),
+                          _null("/dev/dri", "/dev/dri")]) == []
+    # cap_add ALL holds CAP_SYS_ADMIN: its variables are read under grants as mounts
+    for cap in ("ALL", "SYS_ADMIN", "cap_sys_admin"):
+        (a,) = access(["NVIDIA_VISIBLE_DEVICES=all"], grants="mounts", caps=[cap])
+        assert a.via == "env"
+
+
 def test_mount_target_template_names_the_same_lists_as_the_env_template() -> None:
     t = mount_target(P)
     assert '"swarmgpu.devices." .Node.ID "." .Task.Slot' in t and t.count("{{") == 4
@@ -272,14 +331,42 @@ def test_find_checks_only_services_on_gpu_nodes_and_names_them() -> None:
     assert d["reason"] and d["fix"] and d["known"] and d["voidable"]
 
 
-def test_images_read_only_where_the_env_leaves_it_to_them() -> None:
+def test_images_read_for_every_service_on_a_gpu_node() -> None:
+    # an image's DOCKER_RESOURCE_* line decides whatever the service's own variable says
     gpu = {"g": "gpu-1"}
     a = _svc("a", [], image="img/a:1")
     b = _svc("b", ["NVIDIA_VISIBLE_DEVICES=void"], image="img/b:1")
     c = _svc("c", ["NVIDIA_VISIBLE_DEVICES"], image="img/c:1")
     d = _svc("d", [], image="img/d:1")
     tasks = [_task(a, "g"), _task(b, "g"), _task(c, "g"), _task(d, "cpu")]
-    assert images_to_read([a, b, c, d], tasks, gpu, P) == ["img/a:1", "img/c:1"]
+    assert images_to_read([a, b, c, d], tasks, gpu, P) == ["img/a:1", "img/b:1", "img/c:1"]
+
+
+def test_an_images_docker_resource_line_is_read_whatever_the_services_variable() -> None:
+    # ENV DOCKER_RESOURCE_NVIDIA-GPU=all in the image: where swarm-resource names it (as
+    # deploy.md sets) the toolkit reads it instead of the service's void or grant
+    img_env = (*PLAIN_ENV, "DOCKER_RESOURCE_NVIDIA-GPU=all")
+    (a,) = access([VOID_LINE], img_env)
+    assert a.via == "resource-env" and a.known and a.voidable
+    assert "image" in a.what and "DOCKER_RESOURCE_NVIDIA-GPU=all" in a.what
+    labels = {f"{P}gpus": "1", devices_key(P, "n1"): "GPU-a"}
+    (g,) = access([TMPL], img_env, managed=True, labels=labels)
+    assert g.via == "resource-env"
+    assert access([VOID_LINE, "DOCKER_RESOURCE_NVIDIA-GPU=void"], img_env) == []
+    # the void write overrides the image's line with the service's own
+    once = _void([VOID_LINE, "A=1"], img_env)
+    assert once == [VOID_LINE, "A=1", "DOCKER_RESOURCE_NVIDIA-GPU=void"]
+    assert access(once, img_env) == [] and _void(once, img_env) is None
+    from swarmgpu.manager.engine.proxy_policy import check_service_update
+
+    cur = spec([VOID_LINE, "A=1"])
+    check_service_update(cur, void_spec(cur, ImageEnv("x", img_env), prefix=P, managed=False),
+                         P)  # the docker-proxy lets the appended void line through
+    # find reads it from the image the manager has, for a service that sets the variable
+    svc = _svc("app", [VOID_LINE])
+    (u,) = find_ungranted([svc], [_task(svc, "g")], {"g": "gpu-1"}, prefix=P, managed=set(),
+                          images={"local/app:1": ImageEnv("local/app:1", img_env)})
+    assert u.access[0].via == "resource-env"
 
 
 def test_exempt_globs() -> None:

@@ -34,7 +34,6 @@ from swarmgpu.manager.services.grants import (
     gpu_nodes,
     image_of,
     images_to_read,
-    needs_image,
     parse_exempt,
     void_spec,
 )
@@ -112,7 +111,8 @@ def find(cfg: Config, snap: Snapshot, plan: PlacementPlan | None,
     return find_ungranted(snap.services, snap.tasks, gpu, prefix=prefix,
                           managed=managed_names(plan), images=envs,
                           exempt=parse_exempt(cfg.placement.ungranted_exempt),
-                          grants=cfg.placement.grants)
+                          grants=cfg.placement.grants,
+                          generic_kind=cfg.placement.generic_resource_kind)
 
 
 def findings(found: Sequence[Ungranted]) -> list[Finding]:
@@ -135,8 +135,7 @@ def void_one(gate: Writes, u: Ungranted, *, prefix: str, managed: bool, grants: 
 
     def compute(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
         ref = image_of(spec)
-        image = (images.get(ref) or ImageEnv(ref, None, "not read")) \
-            if needs_image(spec, prefix) else None
+        image = images.get(ref) or ImageEnv(ref, None, "not read")
         before[0] = ((spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Env")
         return void_spec(spec, image, prefix=prefix, managed=managed, grants=grants)
 

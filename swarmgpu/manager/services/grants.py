@@ -10,7 +10,7 @@ makes the NVIDIA runtime hand a container GPUs is *ungranted GPU access*.
 What the runtime reads, from NVIDIA/nvidia-container-toolkit (``internal/config/image/
 cuda_image.go``, ``envvars.go``, ``devices.go``), on the container's final env (the
 service's lines override the image's; of two lines for one variable the last wins; a
-line without ``=`` unsets it):
+line without ``=`` unsets the image's value only, never one the service's own lines set):
 
 - ``NVIDIA_VISIBLE_DEVICES``: split at commas, blanks dropped. Nothing left, or ``void``
   anywhere in it: no GPU. Else the first ``all`` or ``none`` decides (``none``: the driver's
@@ -19,6 +19,8 @@ line without ``=`` unsets it):
   which gets every GPU.
 - the variables ``swarm-resource`` names (``DOCKER_RESOURCE_<KIND>``, as ``swarmgpu
   node-config`` sets): when any is set, it is read *instead of* NVIDIA_VISIBLE_DEVICES.
+  Swarm appends that line itself, after the service's env, naming the GPUs it picked
+  for a generic-resource reservation (swarmkit ``genericresource.EnvFormat``).
 - with ``accept-nvidia-visible-devices-as-volume-mounts`` (off by default), a mount whose
   source is ``/dev/null`` and whose target lies under ``/var/run/nvidia-container-devices``:
   the rest of the target names the devices, and mounts win over every variable.
@@ -80,7 +82,7 @@ class ImageEnv:
 class Access:
     """One way a service's containers see GPUs without a grant."""
 
-    via: str  # env | image | resource-env | mount
+    via: str  # env | image | resource-env | mount | reservation
     what: str  # the reason, as plan/status/audit show it
     known: bool = True  # False: rests on what the manager cannot see (treated as access)
     voidable: bool = True  # NVIDIA_VISIBLE_DEVICES=void (or the variable's void) stops it
@@ -125,8 +127,13 @@ class Ungranted:
         if any(not a.known and a.via == "image" for a in self.access):
             parts.append("or load the image on the manager so swarmgpu can read its env")
         if any(a.via == "resource-env" for a in self.access):
-            parts.append(f"remove its own {RESOURCE_PREFIX}* lines (Swarm sets them for "
-                         "the generic resources it reserves)")
+            parts.append(f"remove its own {RESOURCE_PREFIX}* lines and override its image's "
+                         f"with {RESOURCE_PREFIX}<KIND>=void (Swarm sets them for the generic "
+                         "resources it reserves)")
+        if any(a.via == "reservation" for a in self.access):
+            parts.append("remove its Swarm generic-resource reservation of GPUs and ask with "
+                         "swarmgpu.gpus instead (an env write cannot stop it: Swarm appends "
+                         "its own line last)")
         if any(a.via == "mount" for a in self.access):
             parts.append(f"remove its /dev/null mount under {MOUNT_ROOT} (an env write "
                          "cannot stop it: mounts win)")
@@ -207,20 +214,22 @@ def _last(env: Sequence[str], key: str) -> str | None:
 
 
 def final_env(service_env: Sequence[str], image_env: Sequence[str] | None
-              ) -> dict[str, str] | None:
-    """The container's env as the engine builds it: the image's, overridden by the
-    service's lines (the last of a variable wins; a line without ``=`` unsets it). None
-    when the image's is unknown and the service's leaves something to it."""
+              ) -> dict[str, str]:
+    """The container's env as the engine builds it (moby's ``ReplaceOrAppendEnvValues``):
+    the image's, overridden by the service's lines (the last of a variable wins). A line
+    without ``=`` unsets a variable the *image* sets; one the service's own lines set
+    (appended, not in the image) stays, and the toolkit reads it."""
     out: dict[str, str] = {}
     for line in image_env or ():
         if "=" in line:
             k, v = line.split("=", 1)
             out[k] = v
+    from_image = set(out)
     for line in service_env:
         k, sep, v = line.partition("=")
         if sep:
             out[k] = v
-        else:
+        elif k in from_image:
             out.pop(k, None)
     return out
 
@@ -242,14 +251,6 @@ def image_of(spec: Mapping[str, Any]) -> str:
     return str(cs.get("Image") or "")
 
 
-def needs_image(spec: Mapping[str, Any], prefix: str) -> bool:
-    """Whether the image's env can change the answer: the service's own env leaves
-    NVIDIA_VISIBLE_DEVICES unset (no line, or a line that unsets it)."""
-    env = _env(spec)
-    last = _last(env, DEVICE_VAR)
-    return last is None or "=" not in last
-
-
 def _env(spec: Mapping[str, Any]) -> list[str]:
     cs = (spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}
     return [str(x) for x in cs.get("Env") or []]
@@ -258,19 +259,22 @@ def _env(spec: Mapping[str, Any]) -> list[str]:
 # --- one service ---------------------------------------------------------------------
 
 def service_access(spec: Mapping[str, Any], image: ImageEnv | None, *, prefix: str,
-                   managed: bool, grants: str = "env") -> list[Access]:
+                   managed: bool, grants: str = "env", generic_kind: str = "") -> list[Access]:
     """How a service's containers (on a GPU node, NVIDIA runtime by default) see GPUs
     without a grant; empty: they see none, or only what placement granted. ``managed``:
     placement manages the service's device labels (a valid request); ``grants``: the
     mode of ``placement.grants`` (``mounts``: the nodes' toolkits ignore the variables of
-    unprivileged containers, as ``swarmgpu doctor --grants mounts`` checks)."""
+    unprivileged containers, as ``swarmgpu doctor --grants mounts`` checks);
+    ``generic_kind``: ``placement.generic_resource_kind``, a GPU kind beside the usual."""
     env = _env(spec)
     labels = spec.get("Labels") or {}
     out: list[Access] = []
     env_read = grants != "mounts" or _privileged(spec)
     if env_read:
         out += _nvidia_env(env, labels, image, prefix, managed)
-        out += _resource_env(env)
+        out += _resource_env(env, image.env if image else None)
+        if not managed:
+            out += _reservation(spec, generic_kind)
     out += _device_mounts(spec, prefix, managed)
     return out
 
@@ -302,9 +306,15 @@ def _nvidia_env(env: Sequence[str], labels: Mapping[str, str], image: ImageEnv |
     # Unset by the service: the image's env decides.
     unset = last is not None  # a line without '=' unsets the image's value too
     ref = image.ref if image else ""
+    own_value = final_env(env, ()).get(DEVICE_VAR)  # an own line the bare one cannot unset
+    if (image is None or image.env is None) and own_value is not None \
+            and devices_of([own_value]) != "none":
+        return [Access("env", f"{DEVICE_VAR}={_cut(own_value)} in its own env, followed by a "
+                              "line without '=', which unsets only an image's value: "
+                              f"unknown whether image {ref or '?'} sets it", known=False)]
     if image is None or image.env is None:
         note = image.note if image and image.note else "it is not on the manager's engine"
-        own = final_env(env, ()) or {}
+        own = final_env(env, ())
         if unset:  # only the legacy rule is left, which NVIDIA_REQUIRE_CUDA turns off
             if own.get("NVIDIA_REQUIRE_CUDA"):
                 return []
@@ -314,11 +324,15 @@ def _nvidia_env(env: Sequence[str], labels: Mapping[str, str], image: ImageEnv |
         return [Access("image", f"unknown: image {ref or '?'} ({note}), so its env cannot "
                                 f"be read; treated as CUDA images behave ({DEVICE_VAR}=all)",
                        known=False)]
-    final = final_env(env, image.env) or {}
+    final = final_env(env, image.env)
     if DEVICE_VAR in final:
         value = final[DEVICE_VAR]
         if devices_of([value]) == "none":
             return []
+        if own_value is not None and value == own_value \
+                and DEVICE_VAR not in final_env((), image.env):
+            return [Access("env", f"{DEVICE_VAR}={_cut(value)} in its own env (a later line "
+                                  "without '=' unsets only an image's value)")]
         return [Access("image", f"its image {ref} sets {DEVICE_VAR}={_cut(value)}")]
     if _legacy(final):
         return [Access("image", f"{DEVICE_VAR} is unset and its image {ref} is a legacy CUDA "
@@ -332,19 +346,50 @@ def _legacy(final: Mapping[str, str]) -> bool:
     return bool(final.get("CUDA_VERSION")) and not final.get("NVIDIA_REQUIRE_CUDA")
 
 
-def _resource_env(env: Sequence[str]) -> list[Access]:
+def _resource_env(env: Sequence[str], image_env: Sequence[str] | None) -> list[Access]:
+    """The DOCKER_RESOURCE_* lines of the service and of its image as the manager's
+    engine has it, as the container ends up with them: one set by the image is read
+    whatever the service's NVIDIA_VISIBLE_DEVICES says. An image not known: its lines are
+    not guessed (docs/security.md), and a line without '=' is taken to unset nothing."""
     out = []
-    for key in dict.fromkeys(_key(x) for x in env if x.startswith(RESOURCE_PREFIX)):
-        last = _last(env, key)
-        if last is None or "=" not in last:
+    final = final_env(env, image_env)
+    mine = dict.fromkeys(_key(x) for x in env if x.startswith(RESOURCE_PREFIX) and "=" in x)
+    theirs = dict.fromkeys(_key(x) for x in image_env or () if x.startswith(RESOURCE_PREFIX))
+    for key in {**mine, **theirs}:
+        if key not in final:
             continue
-        value = last.split("=", 1)[1]
+        value = final[key]
+        last = f"{key}={value}" if key in mine else f"its image sets {key}={value}"
         if "{{" not in value and devices_of([value]) == "none":
             continue
-        out.append(Access("resource-env", f"{_cut(last)} in its own env: the toolkit reads "
+        where = "" if key not in mine else " in its own env"
+        out.append(Access("resource-env", f"{_cut(last)}{where}: the toolkit reads "
                                           f"it instead of {DEVICE_VAR} where swarm-resource "
                                           "names it (as `swarmgpu node-config` sets)",
                           known="{{" not in value, var=key))
+    return out
+
+
+def _reservation(spec: Mapping[str, Any], generic_kind: str) -> list[Access]:
+    """A reservation of a GPU kind of Swarm generic resources: Swarm picks named GPUs of
+    the node for each task and appends ``DOCKER_RESOURCE_<KIND>=<them>`` after the
+    service's env (so no env line of its own can override it). On a service placement
+    manages the reservation counts beside its grant (docs/requests.md); on any other it
+    is GPUs nobody granted."""
+    res = (spec.get("TaskTemplate") or {}).get("Resources") or {}
+    kinds = gpu_kinds(generic_kind)
+    out = []
+    for gr in (res.get("Reservations") or {}).get("GenericResources") or []:
+        d = gr.get("DiscreteResourceSpec") if isinstance(gr, Mapping) else None
+        if not isinstance(d, Mapping) or d.get("Kind") not in kinds:
+            continue
+        kind = str(d["Kind"])
+        out.append(Access("reservation", f"reserves {_cut(str(d.get('Value')))} {_cut(kind)} "
+                                         "as Swarm generic resources: Swarm names the GPUs it "
+                                         f"picks in {RESOURCE_PREFIX}{_cut(kind.upper())}, "
+                                         f"which the toolkit reads instead of {DEVICE_VAR} "
+                                         "where swarm-resource names it (as `swarmgpu "
+                                         "node-config` sets)", voidable=False))
     return out
 
 
@@ -393,7 +438,7 @@ def parse_exempt(text: str) -> list[str]:
 def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                    gpu: Mapping[str, str], *, prefix: str, managed: Collection[str],
                    images: Mapping[str, ImageEnv], exempt: Collection[str] = (),
-                   grants: str = "env") -> list[Ungranted]:
+                   grants: str = "env", generic_kind: str = "") -> list[Ungranted]:
     """Every service with a task on a GPU node (``gpu_nodes``) that sees GPUs without a
     grant, by name. ``managed``: the names of the services placement manages (a valid
     request); ``images``: what the manager's engine says of the images (by reference;
@@ -405,11 +450,9 @@ def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
         if not nodes:
             continue
         ref = image_of(s.spec)
-        image = images.get(ref) if needs_image(s.spec, prefix) else None
-        if image is None and needs_image(s.spec, prefix):
-            image = ImageEnv(ref, None, "not read")
+        image = images.get(ref) or ImageEnv(ref, None, "not read")
         access = service_access(s.spec, image, prefix=prefix, managed=s.name in managed,
-                                grants=grants)
+                                grants=grants, generic_kind=generic_kind)
         if access:
             out.append(Ungranted(s.name, s.id, nodes, tuple(access),
                                  exempt=exempt_of(s.name, exempt)))
@@ -418,11 +461,11 @@ def find_ungranted(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
 
 def images_to_read(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
                    gpu: Mapping[str, str], prefix: str) -> list[str]:
-    """The image references whose env can change an answer: of services on GPU nodes
-    whose own env leaves NVIDIA_VISIBLE_DEVICES to the image."""
+    """The image references whose env can change an answer: of every service on a GPU
+    node (NVIDIA_VISIBLE_DEVICES where the service's env leaves it to the image; an
+    image's DOCKER_RESOURCE_* line whatever that env says)."""
     where = on_gpu_nodes(services, tasks, gpu)
-    return sorted({image_of(s.spec) for s in services
-                   if s.id in where and image_of(s.spec) and needs_image(s.spec, prefix)})
+    return sorted({image_of(s.spec) for s in services if s.id in where and image_of(s.spec)})
 
 
 # --- placement.ungranted: void -----------------------------------------------------------
@@ -452,6 +495,9 @@ def void_env(env: Sequence[str], access: Sequence[Access], *, prefix: str,
     if "resource-env" in vias:
         granting = {a.var for a in access if a.via == "resource-env"}
         new = [f"{_key(x)}=void" if _key(x) in granting and "=" in x else x for x in new]
+        # a line the image sets: overridden by one of the service's own
+        new += [f"{k}=void" for k in sorted(granting)
+                if not any(_key(x) == k and "=" in x for x in new)]
     return None if new == list(env) else new
 
 
