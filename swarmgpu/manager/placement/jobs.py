@@ -102,6 +102,17 @@ def job_replicas(s: SwarmService, prog: JobProgress) -> int:
     return max(0, min(s.max_concurrent or total, left))
 
 
+def job_busy_nodes(s: SwarmService, prog: JobProgress, running_on: Mapping[str, int],
+                   ) -> frozenset[str]:
+    """The nodes a replicated job keeps its holding on while its run still makes tasks
+    (none once it makes no more): those running a task of it, and those whose task
+    completed. Such a node keeps the job's gate (``job_run``), and Swarm may start the
+    run's next task, or a failed task's replacement, on any gated node."""
+    if s.mode != "replicated-job" or not job_replicas(s, prog):
+        return frozenset()
+    return prog.done_nodes | {nid for nid, n in running_on.items() if n}
+
+
 @dataclass(frozen=True, slots=True)
 class JobRun:
     """The job step's answer: the run's progress, whether it is done, the gates of its
@@ -151,13 +162,16 @@ def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlac
             warnings.append("not written while the job runs (any update of a job runs it "
                             f"again): {withheld}")
         writes = NO_WRITES
-    # A completed task's node keeps the job's gate (its ledger goes): Swarm's constraint
-    # enforcer rejects a completed task whose node no longer matches the constraints, and
-    # the job then runs that task again. Gates of other nodes that hold nothing go (a gate
-    # left from an earlier run would let a new run's task start without a holding).
+    # A completed task's node keeps the job's gate (its ledger goes once the run makes no
+    # more tasks): Swarm's constraint enforcer rejects a completed task whose node no
+    # longer matches the constraints, and the job then runs that task again. Gates of
+    # other nodes that hold nothing go (a gate left from an earlier run, or a done node's
+    # while its run makes tasks, would let a task start there without a holding).
+    keep = (prog.done_nodes if s.mode != "replicated-job" or not job_replicas(s, prog)
+            else prog.done_nodes & held)
     close = tuple(nid for nid, n in cyc.by_id.items()
-                  if n.labels.get(gate) and nid not in held and nid not in prog.done_nodes)
-    return JobRun(progress, finished and not placements, prog.done_nodes, close, writes,
+                  if n.labels.get(gate) and nid not in held and nid not in keep)
+    return JobRun(progress, finished and not placements, keep, close, writes,
                   tuple(warnings))
 
 
