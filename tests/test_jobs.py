@@ -271,3 +271,36 @@ def test_a_done_nodes_gate_without_a_holding_closes_while_the_run_makes_tasks(
                     if n.labels.get(f"{P}service.embed") == "true"
                     and f"{P}assign.embed" not in n.labels]
     assert not gated_unheld
+
+
+def test_a_run_whose_task_failed_and_restarts_is_started_and_gets_no_service_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swarm restarts a failed job task (its default restart condition) and sets the failed
+    one's desired state to shutdown: the run did start. Before: that task was not read,
+    the run looked not started, and a device map write (here its node drained) or a
+    global job's run start was made: any update of a job runs it again from the start
+    (JobIteration + 1, its restart attempts counted anew)."""
+    s = job(1, 0)
+    planner, nodes, s = _run_job(monkeypatch, s, [task("p", "", "pending", 0, 0)])
+    failed = replace(task("a", "n-dgx", "failed", 1), desired_state="shutdown", slot=1)
+    again = replace(task("b", "", "pending", 1), slot=1)
+    nodes = [replace(n, availability="drain") if n.id == "n-dgx" else n for n in nodes]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, [failed, again], nodes)
+    sp = planner.plan(nodes, services, tasks, FACTS).services[0]
+    assert not sp.needs_service_write, sp.warnings
+    # a global job whose every task failed, their replacements not made yet (restart delay)
+    g = replace(svc("embed", {f"{P}gpus": "1"}), mode="global-job", replicas=None)
+    planner = Planner()
+    for _ in range(3):  # map written, gates opened, run started
+        plan = planner.plan(NODES if _ == 0 else nodes, [g], [], FACTS)
+        nodes = apply(NODES if _ == 0 else nodes, plan)
+        sp = plan.services[0]
+        g = replace(g, labels={**g.labels, **sp.service_labels_set}, version=g.version + 1,
+                    force_update=g.force_update + sp.force_update,
+                    job_iteration=(g.job_iteration or 0) + 1)
+    assert sp.force_update
+    both = [replace(task(t, nid, "failed", g.job_iteration or 0), desired_state="shutdown")
+            for t, nid in (("a", "n-dgx"), ("b", "n-4090"))]
+    services, tasks = _read_as_the_daemon(monkeypatch, g, both, nodes)
+    sp = planner.plan(nodes, services, tasks, FACTS).services[0]
+    assert not sp.force_update and not sp.needs_service_write, sp.warnings

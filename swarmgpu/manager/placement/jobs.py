@@ -78,13 +78,15 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
                              frozenset(done[sid]), count[sid]) for sid in runs}
 
 
-def job_task_read(t: SwarmTask, s: SwarmService) -> bool:
-    """Whether the daemon reads task ``t`` of job ``s``: desired state complete (its runs'
-    live and completed tasks), or failed and shut down by a job that restarts nothing.
-    Swarm's restart supervisor sets every failed job task's desired state to shutdown,
-    restarted or not: with restart condition none, a failure is seen only so."""
+def job_task_read(t: SwarmTask) -> bool:
+    """Whether the daemon reads task ``t`` of a job: desired state complete (its runs'
+    live and completed tasks), or failed (rejected) and shut down. Swarm's restart
+    supervisor sets every failed job task's desired state to shutdown, restarted or not:
+    a failure is seen only so (condition none: its GPUs go), and a run whose only task
+    that ran failed is seen as started (no write to the job's spec, which would run it
+    again from the start, its restart attempts counted anew)."""
     return t.desired_state == "complete" or (
-        t.desired_state == "shutdown" and t.state in _FAILED and not restarts_failed(s))
+        t.desired_state == "shutdown" and t.state in _FAILED)
 
 
 def restarts_failed(s: SwarmService) -> bool:
