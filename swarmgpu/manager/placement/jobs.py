@@ -233,8 +233,8 @@ def running_jobs(parsed: Sequence[tuple[SwarmService, R]],
 def job_defaults(s: SwarmService, r: GpuRequest | RequestError | None, prefix: str,
                  classes: Mapping[str, int] | None) -> GpuRequest | RequestError | None:
     """A job is batch work: unless its labels say otherwise it is of the lowest priority
-    class and preemptible (a preempted task is run again by Swarm: its gate closes, Swarm
-    rejects the task and the job makes a new one)."""
+    class and preemptible (a preempted job runs again: preemption's write to its spec
+    starts a new run, whatever its restart condition; docs/requests.md)."""
     if s.mode not in JOB_MODES or not isinstance(r, GpuRequest):
         return r
     if f"{prefix}priority" not in s.labels:
