@@ -8,7 +8,7 @@ import pytest
 from support.placement import FACTS, apply, node, svc
 
 from swarmgpu.manager.placement import Planner
-from swarmgpu.swarm.client import SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
 P = "swarmgpu."
 NODES = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
@@ -41,13 +41,13 @@ def test_job_places_its_tasks_then_releases_when_complete_and_reruns() -> None:
     assert not sp.needs_service_write  # a write would run the job again
     nodes = apply(nodes, plan)
     assert all(n.labels.get(f"{P}service.embed") == "true" for n in nodes)
-    # one completed: its node gives its GPU back (node labels only), the other keeps it
+    # one completed: its node keeps its gate and its GPU while the run may still start a
+    # task (c's replacement, were it to fail) on any gated node
     half = [task("b", "n-dgx", "complete", 1), task("c", "n-4090", "running", 1)]
     plan = planner.plan(nodes, [s], half, FACTS)
     sp = plan.services[0]
-    assert [p.hostname for p in sp.placements] == ["gpu-node-2"]
-    assert not sp.needs_service_write
-    assert f"{P}assign.embed" in plan.node_remove["n-dgx"]
+    assert [p.hostname for p in sp.placements] == ["gpu-node-1", "gpu-node-2"]
+    assert not sp.needs_service_write and "n-dgx" not in plan.node_remove
     nodes = apply(nodes, plan)
     done = [task("b", "n-dgx", "complete", 1), task("c", "n-4090", "complete", 1)]
     plan = planner.plan(nodes, [s], done, FACTS)
@@ -181,7 +181,8 @@ def test_jobs_default_to_the_lowest_priority_class_and_preemptible() -> None:
 
 
 def _read_as_the_daemon(monkeypatch: pytest.MonkeyPatch, s: SwarmService,
-                        tasks: list[SwarmTask]) -> tuple[list[SwarmService], list[SwarmTask]]:
+                        tasks: list[SwarmTask], nodes: list[SwarmNode] | None = None,
+                        ) -> tuple[list[SwarmService], list[SwarmTask]]:
     """Services and tasks as ``take_snapshot`` reads them from Swarm (no agent read)."""
     from support.forged import RecordingSwarm
 
@@ -189,7 +190,7 @@ def _read_as_the_daemon(monkeypatch: pytest.MonkeyPatch, s: SwarmService,
     from swarmgpu.manager.nodes import sync
 
     monkeypatch.setattr(sync, "fetch_agents", lambda *_a, **_k: {})
-    snap = sync.take_snapshot(RecordingSwarm(NODES, [s], tasks), Config())  # type: ignore[arg-type]
+    snap = sync.take_snapshot(RecordingSwarm(nodes or NODES, [s], tasks), Config())  # type: ignore[arg-type]
     return list(snap.services), list(snap.tasks)
 
 
@@ -210,3 +211,96 @@ def test_failed_task_swarm_shut_down_releases_its_gpu_as_the_daemon_reads_it(
     services, tasks = _read_as_the_daemon(monkeypatch, s, [failed, again])
     sp = Planner().plan(NODES, services, tasks, FACTS).services[0]
     assert len(sp.placements) == 1 and sp.progress == "0 of 1 complete, 1 GPU holding(s) now"
+
+
+def _run_job(monkeypatch: pytest.MonkeyPatch, s: SwarmService, pending: list[SwarmTask],
+             ) -> tuple[Planner, list[SwarmNode], SwarmService]:
+    """``s`` placed and its run started (iteration 1): device map written, gates open."""
+    planner = Planner()
+    plan = planner.plan(NODES, [s], pending, FACTS)
+    nodes = apply(NODES, plan)
+    s = replace(s, labels={**s.labels, **plan.services[0].service_labels_set},
+                force_update=1, job_iteration=1, version=2)
+    pending = [replace(t, force_update=1, job_iteration=1) for t in pending]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, pending, nodes)
+    nodes = apply(nodes, planner.plan(nodes, services, tasks, FACTS))
+    return planner, nodes, s
+
+
+def test_a_done_nodes_open_gate_holds_while_the_run_still_makes_tasks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """3 completions, 2 at once: once 2 complete, 1 holding is needed, but both nodes keep
+    the job's gate (their completed tasks need it). Swarm's next task may land on either.
+    Before: the dropped node kept its gate without its ledger entry: the third task ran
+    there on GPUs no longer held, and another service could be placed on them."""
+    s = replace(job(3, 0), max_concurrent=2)
+    planner, nodes, s = _run_job(monkeypatch, s, [task("p", "", "pending", 0, 0)] * 2)
+    assert all(n.labels.get(f"{P}service.embed") == "true" for n in nodes)
+    two_done = [replace(task("a", "n-dgx", "complete", 1), slot=1),
+                replace(task("b", "n-4090", "complete", 1), slot=2),
+                replace(task("c", "", "pending", 1), slot=3)]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, two_done, nodes)
+    nodes = apply(nodes, planner.plan(nodes, services, tasks, FACTS))
+    for n in nodes:  # wherever Swarm starts task c, its GPUs are held
+        if n.labels.get(f"{P}service.embed") == "true":
+            assert f"{P}assign.embed" in n.labels, n.hostname
+    # the run finished: nothing is held, the gates of its completed tasks stay
+    done = [*two_done[:2], replace(task("c", "n-dgx", "complete", 1), slot=3)]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, done, nodes)
+    nodes = apply(nodes, planner.plan(nodes, services, tasks, FACTS))
+    assert not any(k.startswith(f"{P}assign.") for n in nodes for k in n.labels)
+    assert all(n.labels.get(f"{P}service.embed") == "true" for n in nodes)
+
+
+def test_a_done_nodes_gate_without_a_holding_closes_while_the_run_makes_tasks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A done node's gate open with no ledger entry (as an earlier release left it) is
+    closed while the run still makes tasks: a task Swarm starts there would use GPUs
+    nothing holds. (Its completed task may be rejected and run again: no double use.)"""
+    s = replace(job(3, 0), max_concurrent=2)
+    planner, nodes, s = _run_job(monkeypatch, s, [task("p", "", "pending", 0, 0)] * 2)
+    nodes = [replace(n, labels={k: v for k, v in n.labels.items()
+                                if k != f"{P}assign.embed"}) if n.id == "n-dgx" else n
+             for n in nodes]
+    two_done = [replace(task("a", "n-dgx", "complete", 1), slot=1),
+                replace(task("b", "n-4090", "complete", 1), slot=2),
+                replace(task("c", "", "pending", 1), slot=3)]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, two_done, nodes)
+    plan = planner.plan(nodes, services, tasks, FACTS)
+    gated_unheld = [n.hostname for n in apply(nodes, plan)
+                    if n.labels.get(f"{P}service.embed") == "true"
+                    and f"{P}assign.embed" not in n.labels]
+    assert not gated_unheld
+
+
+def test_a_run_whose_task_failed_and_restarts_is_started_and_gets_no_service_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swarm restarts a failed job task (its default restart condition) and sets the failed
+    one's desired state to shutdown: the run did start. Before: that task was not read,
+    the run looked not started, and a device map write (here its node drained) or a
+    global job's run start was made: any update of a job runs it again from the start
+    (JobIteration + 1, its restart attempts counted anew)."""
+    s = job(1, 0)
+    planner, nodes, s = _run_job(monkeypatch, s, [task("p", "", "pending", 0, 0)])
+    failed = replace(task("a", "n-dgx", "failed", 1), desired_state="shutdown", slot=1)
+    again = replace(task("b", "", "pending", 1), slot=1)
+    nodes = [replace(n, availability="drain") if n.id == "n-dgx" else n for n in nodes]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, [failed, again], nodes)
+    sp = planner.plan(nodes, services, tasks, FACTS).services[0]
+    assert not sp.needs_service_write, sp.warnings
+    # a global job whose every task failed, their replacements not made yet (restart delay)
+    g = replace(svc("embed", {f"{P}gpus": "1"}), mode="global-job", replicas=None)
+    planner = Planner()
+    for _ in range(3):  # map written, gates opened, run started
+        plan = planner.plan(NODES if _ == 0 else nodes, [g], [], FACTS)
+        nodes = apply(NODES if _ == 0 else nodes, plan)
+        sp = plan.services[0]
+        g = replace(g, labels={**g.labels, **sp.service_labels_set}, version=g.version + 1,
+                    force_update=g.force_update + sp.force_update,
+                    job_iteration=(g.job_iteration or 0) + 1)
+    assert sp.force_update
+    both = [replace(task(t, nid, "failed", g.job_iteration or 0), desired_state="shutdown")
+            for t, nid in (("a", "n-dgx"), ("b", "n-4090"))]
+    services, tasks = _read_as_the_daemon(monkeypatch, g, both, nodes)
+    sp = planner.plan(nodes, services, tasks, FACTS).services[0]
+    assert not sp.force_update and not sp.needs_service_write, sp.warnings

@@ -59,10 +59,10 @@ def take_snapshot(swarm: SwarmClient, cfg: Config, cache: SwarmCache | None = No
     before = swarm.swarm_labels()
     nodes, services = cache.read() if cache is not None else (swarm.nodes(), swarm.services())
     tasks = swarm.tasks({"desired-state": "running"})
-    jobs = {s.id: s for s in services if s.mode in JOB_MODES}
+    jobs = {s.id for s in services if s.mode in JOB_MODES}
     if jobs:  # a job's tasks have desired state "complete": its progress is read from them
-        tasks += [t for t in swarm.tasks({"service": list(jobs)})
-                  if t.service_id in jobs and job_task_read(t, jobs[t.service_id])]
+        tasks += [t for t in swarm.tasks({"service": sorted(jobs)})
+                  if t.service_id in jobs and job_task_read(t)]
     after = swarm.swarm_labels()
     return Snapshot(nodes, services, tasks, fetch_agents(swarm, cfg, nodes, stop),
                     swarm_labels={**before, **after})

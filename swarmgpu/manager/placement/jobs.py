@@ -78,13 +78,15 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
                              frozenset(done[sid]), count[sid]) for sid in runs}
 
 
-def job_task_read(t: SwarmTask, s: SwarmService) -> bool:
-    """Whether the daemon reads task ``t`` of job ``s``: desired state complete (its runs'
-    live and completed tasks), or failed and shut down by a job that restarts nothing.
-    Swarm's restart supervisor sets every failed job task's desired state to shutdown,
-    restarted or not: with restart condition none, a failure is seen only so."""
+def job_task_read(t: SwarmTask) -> bool:
+    """Whether the daemon reads task ``t`` of a job: desired state complete (its runs'
+    live and completed tasks), or failed (rejected) and shut down. Swarm's restart
+    supervisor sets every failed job task's desired state to shutdown, restarted or not:
+    a failure is seen only so (condition none: its GPUs go), and a run whose only task
+    that ran failed is seen as started (no write to the job's spec, which would run it
+    again from the start, its restart attempts counted anew)."""
     return t.desired_state == "complete" or (
-        t.desired_state == "shutdown" and t.state in _FAILED and not restarts_failed(s))
+        t.desired_state == "shutdown" and t.state in _FAILED)
 
 
 def restarts_failed(s: SwarmService) -> bool:
@@ -100,6 +102,17 @@ def job_replicas(s: SwarmService, prog: JobProgress) -> int:
     total = s.total_completions if s.total_completions is not None else 1
     left = total - prog.complete - (0 if restarts_failed(s) else prog.failed)
     return max(0, min(s.max_concurrent or total, left))
+
+
+def job_busy_nodes(s: SwarmService, prog: JobProgress, running_on: Mapping[str, int],
+                   ) -> frozenset[str]:
+    """The nodes a replicated job keeps its holding on while its run still makes tasks
+    (none once it makes no more): those running a task of it, and those whose task
+    completed. Such a node keeps the job's gate (``job_run``), and Swarm may start the
+    run's next task, or a failed task's replacement, on any gated node."""
+    if s.mode != "replicated-job" or not job_replicas(s, prog):
+        return frozenset()
+    return prog.done_nodes | {nid for nid, n in running_on.items() if n}
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,13 +164,16 @@ def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlac
             warnings.append("not written while the job runs (any update of a job runs it "
                             f"again): {withheld}")
         writes = NO_WRITES
-    # A completed task's node keeps the job's gate (its ledger goes): Swarm's constraint
-    # enforcer rejects a completed task whose node no longer matches the constraints, and
-    # the job then runs that task again. Gates of other nodes that hold nothing go (a gate
-    # left from an earlier run would let a new run's task start without a holding).
+    # A completed task's node keeps the job's gate (its ledger goes once the run makes no
+    # more tasks): Swarm's constraint enforcer rejects a completed task whose node no
+    # longer matches the constraints, and the job then runs that task again. Gates of
+    # other nodes that hold nothing go (a gate left from an earlier run, or a done node's
+    # while its run makes tasks, would let a task start there without a holding).
+    keep = (prog.done_nodes if s.mode != "replicated-job" or not job_replicas(s, prog)
+            else prog.done_nodes & held)
     close = tuple(nid for nid, n in cyc.by_id.items()
-                  if n.labels.get(gate) and nid not in held and nid not in prog.done_nodes)
-    return JobRun(progress, finished and not placements, prog.done_nodes, close, writes,
+                  if n.labels.get(gate) and nid not in held and nid not in keep)
+    return JobRun(progress, finished and not placements, keep, close, writes,
                   tuple(warnings))
 
 
@@ -217,8 +233,8 @@ def running_jobs(parsed: Sequence[tuple[SwarmService, R]],
 def job_defaults(s: SwarmService, r: GpuRequest | RequestError | None, prefix: str,
                  classes: Mapping[str, int] | None) -> GpuRequest | RequestError | None:
     """A job is batch work: unless its labels say otherwise it is of the lowest priority
-    class and preemptible (a preempted task is run again by Swarm: its gate closes, Swarm
-    rejects the task and the job makes a new one)."""
+    class and preemptible (a preempted job runs again: preemption's write to its spec
+    starts a new run, whatever its restart condition; docs/requests.md)."""
     if s.mode not in JOB_MODES or not isinstance(r, GpuRequest):
         return r
     if f"{prefix}priority" not in s.labels:

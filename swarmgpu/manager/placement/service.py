@@ -33,7 +33,13 @@ from swarmgpu.manager.placement.devicemap import DeviceMap, write_devices_and_ga
 from swarmgpu.manager.placement.gating import Gating, gate_service
 from swarmgpu.manager.placement.generic import reserve_generic
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES, place_global
-from swarmgpu.manager.placement.jobs import JobProgress, JobRun, job_replicas, job_run
+from swarmgpu.manager.placement.jobs import (
+    JobProgress,
+    JobRun,
+    job_busy_nodes,
+    job_replicas,
+    job_run,
+)
 from swarmgpu.manager.placement.keys import (
     MAX_STATE,
     REPLACED_STATE,
@@ -140,9 +146,15 @@ def _plan_replicated(d: _Draft, s: SwarmService, r: GpuRequest, kept: Mapping[st
     if s.mode == "replicated-job":  # as many holdings as tasks may run now
         job = job or JobProgress()
     want = replicas = job_replicas(s, job) if job is not None else s.replicas or 0
+    ranked = running_on
+    if job is not None and (busy := job_busy_nodes(s, job, running_on)):
+        # a job's done nodes keep their gate: their holding is kept, first, beside those
+        # its tasks run on (more than ``want`` while they are)
+        replicas = max(replicas, len(busy & kept.keys()))
+        ranked = {**dict.fromkeys(busy, 1), **running_on}
     if cap is not None:
         replicas = min(replicas, cap)
-    holdings: Mapping[str, Holding] = _keep_holdings(kept, running_on, replicas, cyc)
+    holdings: Mapping[str, Holding] = _keep_holdings(kept, ranked, replicas, cyc)
     d.released(release_dropped(cyc, old, holdings), cyc)
     stuck = ""
     if (conv := converge(s, r, holdings, running_on, waiting, res, cyc)) is not None:
