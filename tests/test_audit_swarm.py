@@ -78,8 +78,10 @@ def test_node_without_generic_resources_is_advisory(
         assert "[no-generic-resources] mgr-1" in table.stdout.split("advisory (exit 0")[1]
         strict, doc = _audit(cfg, "--strict")
         assert strict == 1 and doc["exit"] == 1
-        # A config whose placement reserves generic resources needs them on every GPU node.
-        cfg = _cfg_file(tmp_path, swarm, placement={"generic_resource_kind": "NVIDIA-GPU"})
+        # A config whose placement reserves generic resources needs them on every GPU node
+        # (only with grants as mounts: under env Swarm's pick would override the grant).
+        cfg = _cfg_file(tmp_path, swarm, placement={"generic_resource_kind": "NVIDIA-GPU",
+                                                            "grants": "mounts"})
         code, doc = _audit(cfg)
         mine = [f for f in doc["findings"] if f["subject"] == "mgr-1"]
         assert [(f["kind"], f["severity"]) for f in mine] == [

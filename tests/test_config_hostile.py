@@ -224,7 +224,20 @@ def test_a_generic_resource_kind_is_one_dockerd_can_advertise(tmp_path: Path, ki
                                             ("generic_resource_kind", "gpu")])
 def test_real_zone_labels_and_resource_kinds_are_fine(tmp_path: Path, key: str,
                                                       value: str) -> None:
-    assert _errors(tmp_path, f"placement:\n  {key}: {value}\n") == []
+    grants = "  grants: mounts\n" if key == "generic_resource_kind" else ""
+    assert _errors(tmp_path, f"placement:\n  {key}: {value}\n{grants}") == []
+
+
+def test_a_generic_resource_kind_under_grants_as_env_is_refused(tmp_path: Path) -> None:
+    """It passed: placement reserved NVIDIA-GPU, Swarm appended
+    DOCKER_RESOURCE_NVIDIA-GPU=<its own pick> to each task's env, and the toolkit read that
+    instead of placement's NVIDIA_VISIBLE_DEVICES (swarm-resource names it, as node-config
+    sets and doctor requires): a container could use GPUs the ledger gives another."""
+    errors = _errors(tmp_path, "placement:\n  generic_resource_kind: NVIDIA-GPU\n")
+    assert len(errors) == 1 and "placement.generic_resource_kind" in errors[0], errors
+    assert "DOCKER_RESOURCE_NVIDIA-GPU" in errors[0] and "grants: mounts" in errors[0]
+    assert _errors(tmp_path, "placement:\n  generic_resource_kind: NVIDIA-GPU\n"
+                             "  grants: env\n") == errors
 
 
 WHOLE_BOUNDS = [

@@ -265,6 +265,22 @@ def test_a_swarm_gpu_reservation_without_a_request_is_ungranted_and_not_voidable
     assert void_spec(svc.spec, img, prefix=P, managed=False) is None  # nothing to void
 
 
+def test_a_managed_service_s_swarm_gpu_reservation_overrides_its_grant() -> None:
+    # Swarm appends DOCKER_RESOURCE_NVIDIA-GPU=<its own pick> after the env (moby's
+    # containerConfig.config); the toolkit reads a variable swarm-resource names instead of
+    # NVIDIA_VISIBLE_DEVICES (as node-config sets it): the container gets Swarm's GPUs,
+    # not the ledger's, and no env line of the service's can override Swarm's
+    img = ImageEnv("local/app:1", PLAIN_ENV)
+    managed = _reserving("NVIDIA-GPU", 1)
+    managed["TaskTemplate"]["ContainerSpec"]["Env"] = [TMPL]
+    (a,) = service_access(managed, img, prefix=P, managed=True)
+    assert a.via == "reservation" and a.known and not a.voidable
+    assert "grant" in a.what
+    assert void_spec(managed, img, prefix=P, managed=True) is None  # reported, not voided
+    # with grants as mounts the toolkit reads placement's mount before any variable
+    assert service_access(managed, img, prefix=P, managed=True, grants="mounts") == []
+
+
 def test_what_gives_no_gpu_is_not_reported() -> None:
     # capabilities of the driver come with granted GPUs only; a device node bind-mounted
     # is refused by the container's device cgroup (docs/security.md, "Other ways")

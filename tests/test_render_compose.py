@@ -141,7 +141,10 @@ def test_counts_that_disagree_are_an_error() -> None:
     assert both.errors and "count all and another count" in both.errors[0]
 
 
-def test_generic_gpu_reservation_is_the_request_and_is_kept() -> None:
+def test_generic_gpu_reservation_is_the_request_and_is_removed() -> None:
+    # Kept, Swarm appended DOCKER_RESOURCE_NVIDIA-GPU=<its own pick> to each task, which the
+    # toolkit reads instead of placement's NVIDIA_VISIBLE_DEVICES where swarm-resource
+    # names it (as node-config sets): the container got Swarm's GPUs, not its grant.
     text = """\
 services:
   t:
@@ -152,17 +155,28 @@ services:
         reservations:
           generic_resources:
             - discrete_resource_spec: {kind: NVIDIA-GPU, value: 2}
+            - discrete_resource_spec: {kind: fpga, value: 1}
+  u:
+    image: x
+    deploy:
+      resources:
+        reservations:
+          generic_resources:
+            - discrete_resource_spec: {kind: NVIDIA-GPU, value: 1}
 """
     out, _ = render_stack(text, "s", NODES, [], [], FACTS, prefix=P)
-    d = yaml.safe_load(out)["services"]["t"]["deploy"]
+    svcs = yaml.safe_load(out)["services"]
+    d = svcs["t"]["deploy"]
     assert d["labels"][f"{P}gpus"] == "2" and d["labels"][f"{P}gpu-memory"] == "20GiB"
     assert d["resources"]["reservations"]["generic_resources"] == [
-        {"discrete_resource_spec": {"kind": "NVIDIA-GPU", "value": 2}}]
+        {"discrete_resource_spec": {"kind": "fpga", "value": 1}}]  # not a GPU: the stack's
+    assert "resources" not in svcs["u"]["deploy"]  # nothing else was in it
+    assert svcs["u"]["deploy"]["labels"][f"{P}gpus"] == "1"
     assert "DOCKER_RESOURCE_NVIDIA-GPU" in out.split("services:")[0]  # the comment says why
     # a configured kind of another name is a GPU kind too
     g = read_gpu_reservations({"generic_resources": [{"discrete_resource_spec": {
         "kind": "acme-gpu", "value": 1}}]}, {}, "services.t", kind="acme-gpu")
-    assert g.labels == {f"{P}gpus": "1"} and not g.drop_devices
+    assert g.labels == {f"{P}gpus": "1"} and not g.drop_devices and g.drop_generic
     assert read_gpu_reservations({"generic_resources": [{"discrete_resource_spec": {
         "kind": "fpga", "value": 1}}]}, {}, "services.t").labels == {}
 

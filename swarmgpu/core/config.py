@@ -127,9 +127,10 @@ class PlacementConfig:
     generic_resource_kind: str = ""
     """When set (e.g. NVIDIA-GPU, the kind your nodes advertise in node-generic-resources),
     whole-GPU services also reserve that many generic resources, so Swarm's own
-    accounting keeps other services that reserve GPUs off them. Keep the toolkit's
-    swarm-resource from reading DOCKER_RESOURCE_<KIND> (see `swarmgpu doctor`), or it
-    would override the pinned NVIDIA_VISIBLE_DEVICES. Empty: no reservation.
+    accounting keeps other services that reserve GPUs off them. Only with grants:
+    mounts: Swarm appends DOCKER_RESOURCE_<KIND>=<its own pick> to each task, which the
+    toolkit reads instead of NVIDIA_VISIBLE_DEVICES where swarm-resource names it (as
+    node-config sets); placement's mount is read before it. Empty: no reservation.
     Experimental: on the test swarm, adding the reservation together with the task
     replacement got tasks rejected by Swarm's constraint enforcer; off by default."""
     workload: str = "auto"
@@ -465,6 +466,17 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             "'/', first a letter or digit; e.g. NVIDIA-GPU, as the nodes advertise it")
     if cfg.placement.grants not in ("env", "mounts"):
         add(f"placement.grants: {cfg.placement.grants!r}; use 'env' or 'mounts'")
+    elif kind and usable_resource_kind(kind) and cfg.placement.grants == "env":
+        # Swarm appends its own pick of that kind to each task's env, and the toolkit
+        # reads it instead of the grant: swarm-resource names every advertised kind
+        # (node-config; doctor requires it). Only a mount is read before it.
+        add(f"placement.generic_resource_kind: {kind!r} with placement.grants: env would "
+            f"give each task Swarm's own pick of GPUs: Swarm appends "
+            f"DOCKER_RESOURCE_{kind.upper()}=<its pick> to the task's env, which the NVIDIA "
+            "toolkit reads instead of placement's NVIDIA_VISIBLE_DEVICES where swarm-resource "
+            "names it (as `swarmgpu node-config` sets it); set placement.grants: mounts "
+            "(the toolkit reads placement's mount first), or leave generic_resource_kind "
+            "empty")
 
 
 def _check_tenants(cfg: Config, add: Callable[[str], None]) -> None:

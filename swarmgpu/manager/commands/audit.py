@@ -521,8 +521,8 @@ def _failing(host: str, why: str) -> Finding:
 def _swarm_gpu_reservation(svc: Any, prefix: str, kind: str) -> list[Finding]:
     """A service that reserves GPUs as Swarm generic resources but asks swarmgpu for
     nothing: Swarm picks its GPUs by count alone, and swarmgpu, which does not know of
-    them, can hand the same GPUs to its own services. With a request, the reservation
-    is read as ``gpus`` by render and kept (docs/requests.md): nothing to say."""
+    them, can hand the same GPUs to its own services. With a request, Swarm's pick is
+    read instead of the grant under grants as env: ``ungranted-gpu-access`` names it."""
     res = (svc.spec.get("TaskTemplate") or {}).get("Resources") or {}
     kinds = gpu_kinds(kind)
     reserved = [(d.get("Kind"), d.get("Value"))

@@ -6,8 +6,9 @@ Three spellings reach a stack file: Compose's device request
 allowed"), the Compose specification's service-level ``gpus: all`` / ``gpus: N`` / ``gpus:
 [device requests]`` (not in the v3 schema either), and Swarm's generic resources
 (``generic_resources: [{discrete_resource_spec: {kind: NVIDIA-GPU, value: 1}}]``, which
-Swarm accepts and counts). All become ``swarmgpu.gpus``; the device request and ``gpus``
-are then removed, the generic reservation kept.
+Swarm accepts and counts). All become ``swarmgpu.gpus`` and are removed: kept, a GPU
+generic reservation made Swarm append ``DOCKER_RESOURCE_<KIND>=<its own pick>`` to each
+task, which the toolkit reads instead of placement's grant where swarm-resource names it.
 Pure: one service's reservations and labels in, what to change and why out
 (docs/requests.md, "Compose GPU reservations").
 """
@@ -34,12 +35,27 @@ class ComposeGpu:
     env: dict[str, str] = field(default_factory=dict)  # env to add unless the user set it
     drop_devices: bool = False  # remove reservations.devices (Swarm refuses the key)
     drop_gpus: bool = False  # remove the service's `gpus` (not in the v3 schema)
+    drop_generic: bool = False  # remove its GPU generic reservations (Swarm's pick wins)
     notes: list[str] = field(default_factory=list)  # what was done, for the file's comment
     errors: list[str] = field(default_factory=list)  # each names the service and key
 
 
 def gpu_kinds(configured: str = "") -> tuple[str, ...]:
     return (*GPU_RESOURCE_KINDS, configured) if configured else GPU_RESOURCE_KINDS
+
+
+def remove_gpu_generic(reservations: dict[str, Any], kind: str = "") -> None:
+    """Takes the entries of a GPU kind out of ``generic_resources`` (the others are the
+    stack's, kept as written), and the key when none is left. ``kind``: as
+    ``read_gpu_reservations``'s."""
+    kinds = gpu_kinds(kind)
+    left = [g for g in reservations.get("generic_resources") or []
+            if not (isinstance(g, dict) and isinstance(g.get("discrete_resource_spec"), dict)
+                    and g["discrete_resource_spec"].get("kind") in kinds)]
+    if left:
+        reservations["generic_resources"] = left
+    else:
+        reservations.pop("generic_resources", None)
 
 
 def _count(v: object) -> int | str | None:
@@ -184,6 +200,7 @@ def read_gpu_reservations(
                 n = node_gpus
         asked.append((w, n))
     if generic is not None:
+        out.drop_generic = True
         asked.append((f"{at}.generic_resources {generic[0]}", generic[1]))
     if not asked:
         return out
@@ -217,6 +234,6 @@ def _notes(out: ComposeGpu, where: str, key: str, count: str,
         env = f"DOCKER_RESOURCE_{generic[0].upper()}"
         out.notes.append(
             f"{at}.generic_resources {generic[0]}: {generic[1]} read as {key}: \"{count}\" "
-            f"and kept: Swarm also counts it, and names its own pick in {env}; the "
-            f"container's GPUs are swarmgpu's NVIDIA_VISIBLE_DEVICES as long as the NVIDIA "
-            f"toolkit's swarm-resource does not read {env} (`swarmgpu doctor`)")
+            f"and removed: Swarm would append {env}=<its own pick> to each task, which the "
+            "NVIDIA toolkit reads instead of swarmgpu's NVIDIA_VISIBLE_DEVICES where "
+            "swarm-resource names it (as `swarmgpu node-config` sets)")

@@ -21,7 +21,7 @@ from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import escaped
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.core.yamlfile import Lines, parse_yaml_lines
-from swarmgpu.manager.commands.compose_gpu import read_gpu_reservations
+from swarmgpu.manager.commands.compose_gpu import read_gpu_reservations, remove_gpu_generic
 from swarmgpu.manager.commands.composefile import (
     check_service_keys,
     check_top_level,
@@ -465,10 +465,12 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
     out.notes += gpu.notes
     if gpu.drop_devices:  # Swarm refuses the key, whatever its value
         del res["devices"]
-        if not res:
-            del resources["reservations"]
-        if not resources:
-            del deploy["resources"]
+    if gpu.drop_generic:  # Swarm's pick of them would be read instead of the grant
+        remove_gpu_generic(res, generic_kind)
+    if (gpu.drop_devices or gpu.drop_generic) and not res:
+        del resources["reservations"]
+    if (gpu.drop_devices or gpu.drop_generic) and not resources:
+        del deploy["resources"]
     if gpu.drop_gpus:
         del svc["gpus"]
     if labels is not None and gpu.labels:

@@ -273,8 +273,10 @@ def service_access(spec: Mapping[str, Any], image: ImageEnv | None, *, prefix: s
     if env_read:
         out += _nvidia_env(env, labels, image, prefix, managed)
         out += _resource_env(env, image.env if image else None)
-        if not managed:
-            out += _reservation(spec, generic_kind)
+        # Swarm's pick of a managed service is read instead of its grant too; under
+        # grants as mounts placement's mount is read before any variable.
+        if not managed or grants != "mounts":
+            out += _reservation(spec, generic_kind, managed)
     out += _device_mounts(spec, prefix, managed)
     return out
 
@@ -370,12 +372,13 @@ def _resource_env(env: Sequence[str], image_env: Sequence[str] | None) -> list[A
     return out
 
 
-def _reservation(spec: Mapping[str, Any], generic_kind: str) -> list[Access]:
+def _reservation(spec: Mapping[str, Any], generic_kind: str, managed: bool = False,
+                 ) -> list[Access]:
     """A reservation of a GPU kind of Swarm generic resources: Swarm picks named GPUs of
     the node for each task and appends ``DOCKER_RESOURCE_<KIND>=<them>`` after the
-    service's env (so no env line of its own can override it). On a service placement
-    manages the reservation counts beside its grant (docs/requests.md); on any other it
-    is GPUs nobody granted."""
+    service's env (so no env line of its own can override it: the toolkit keeps the
+    last). On any service it is GPUs nobody granted; on one placement manages, Swarm's
+    pick replaces its grant, so two services can share a GPU the ledger gives one."""
     res = (spec.get("TaskTemplate") or {}).get("Resources") or {}
     kinds = gpu_kinds(generic_kind)
     out = []
@@ -384,10 +387,11 @@ def _reservation(spec: Mapping[str, Any], generic_kind: str) -> list[Access]:
         if not isinstance(d, Mapping) or d.get("Kind") not in kinds:
             continue
         kind = str(d["Kind"])
+        whose = f"{DEVICE_VAR} (placement's grant)" if managed else DEVICE_VAR
         out.append(Access("reservation", f"reserves {_cut(str(d.get('Value')))} {_cut(kind)} "
                                          "as Swarm generic resources: Swarm names the GPUs it "
                                          f"picks in {RESOURCE_PREFIX}{_cut(kind.upper())}, "
-                                         f"which the toolkit reads instead of {DEVICE_VAR} "
+                                         f"which the toolkit reads instead of {whose} "
                                          "where swarm-resource names it (as `swarmgpu "
                                          "node-config` sets)", voidable=False))
     return out
