@@ -29,6 +29,7 @@ from swarmgpu.core.config import ConfigError, HttpConfig, load_config
 from swarmgpu.core.httpguard import STUCK_WRITE_S, Conn, GuardedServer, pick_victim
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.sync import CycleReport
+from swarmgpu.manager.web import webmap
 from swarmgpu.manager.web.webauth import (
     SESSION_COOKIE,
     Caller,
@@ -245,6 +246,31 @@ def test_browser_signs_in_with_a_token_link_and_keeps_a_cookie(
     assert get(port, "/metrics", jar)[0] == 200
     assert get(port, "/api/v1/cluster",
                {"Cookie": f"{SESSION_COOKIE}={session_value('other-token')}"})[0] == 401
+
+
+def test_answers_with_proof_are_never_stored_framed_sniffed_or_read_cross_origin(
+    web: tuple[Daemon, int],
+) -> None:
+    # What a tenant names reaches the JSON as is: it stays JSON (nosniff), no cache keeps
+    # an answer given to the token or cookie, and another origin's page reads none of it.
+    d, port = web
+    evil = "</script><script>window.pwned=1</script>"
+    doc = {"schema": webmap.SCHEMA, "nodes": [], "services": [{"name": evil}]}
+    webmap.register(d.http_routes, lambda: doc, query_routes=d.http_query_routes)
+    asked = {"Authorization": f"Bearer {TOKEN}", "Origin": "https://evil.example"}
+    pages = ("/", "/static/app.js", "/api/v1/cluster", "/api/v1/cluster?view=map")
+    for path in (*pages, f"/login?token={TOKEN}"):
+        status, headers, body = get(port, path, asked)
+        assert status in (200, 303), path
+        assert headers["cache-control"] == "no-store", path
+        assert headers["x-content-type-options"] == "nosniff", path
+        assert headers["x-frame-options"] == "DENY", path
+        csp = headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in csp and "unsafe-" not in csp, path
+        assert not [k for k in headers if k.startswith("access-control-")], path
+    status, headers, body = get(port, "/api/v1/cluster", asked)
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body)["services"] == [{"name": evil}]
 
 
 def test_without_a_token_file_only_certificates_and_healthz(tmp_path: Path) -> None:

@@ -370,6 +370,56 @@ def test_live_update_changes_the_dom_without_reload(
     assert "poll number 1<" not in dom
 
 
+def _hue(name: str) -> int:
+    """app.js hue(): a service's stable hue."""
+    x = 0
+    for ch in name:
+        x = (x * 31 + ord(ch)) & 0xFFFFFFFF
+    return x % 360
+
+
+def test_a_poll_moves_bars_and_hues_under_the_daemons_csp(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    # The daemon's CSP (style-src 'self', no 'unsafe-inline') ignores a style attribute
+    # set from script: a patch that copied one left the bar at the first poll's width
+    # and the tile in its first holder's hue, under new numbers and names.
+    def changing() -> Doc:
+        doc = sample()
+        late = srv.api_hits > 1
+        g = doc["nodes"][1]["gpus"][0]  # gpu-node-1/0
+        g["util_pct"] = 95.0 if late else 5.0
+        g["holders"][0]["service"] = "batch_b" if late else "llm_api"
+        doc["nodes"][1]["gpus"][1]["holders"] = [] if late else [{"service": "held_a"}]
+        return doc
+
+    srv = serve(changing)
+    cdp = Cdp(chromium, (1366, 900))
+    tile = "document.querySelector('[data-key=\"gpu-node-1/%s\"]')"
+    try:
+        cdp.open(srv.url)
+        cdp.wait_for(f"({tile % 0})?.querySelector('.util .m-value').textContent === '5 %'")
+        assert cdp.js(f"{tile % 0}.querySelector('.util .fill').style.width") == "5%"
+        assert cdp.js(f"{tile % 1}.style.getPropertyValue('--hue')") == str(_hue("held_a"))
+        cdp.js(
+            "window.violations = []; addEventListener('securitypolicyviolation', "
+            "(e) => violations.push(`${e.violatedDirective} ${e.sample}`))"
+        )
+        cdp.wait_for(
+            f"{tile % 0}.querySelector('.util .m-value').textContent === '95 %'", timeout=10
+        )
+        assert cdp.js(f"{tile % 0}.querySelector('.util .fill').style.width") == "95%"
+        hue = cdp.js(f"getComputedStyle({tile % 0}).getPropertyValue('--hue').trim()")
+        assert hue == str(_hue("batch_b"))
+        chip = f"{tile % 0}.querySelector('.svc')"
+        assert cdp.js(f"{chip}.textContent") == "batch_b"
+        assert cdp.js(f"{chip}.style.getPropertyValue('--hue')") == str(_hue("batch_b"))
+        assert cdp.js(f"{tile % 1}.style.getPropertyValue('--hue')") == ""  # free now
+        assert cdp.js("violations") == []
+    finally:
+        cdp.close()
+
+
 def test_offline_banner_keeps_the_last_map(
     chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
 ) -> None:

@@ -26,6 +26,7 @@ import pytest
 
 from swarmgpu.manager.web import webmap
 from swarmgpu.manager.web.history import History
+from swarmgpu.manager.web.webguard import SECURITY_HEADERS
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = Path(__file__).resolve().parents[1] / "web_sample_cluster.json"
@@ -59,7 +60,8 @@ def seed_history(history: History, doc: Doc, samples: int = 60, step_s: float = 
 
 class MapServer:
     """Serve `register()`'s routes on 127.0.0.1:0 as the daemon does (query routes
-    too); counts the API hits and records each document in a history ring."""
+    too, and its security headers: the page runs under the daemon's CSP); counts the
+    API hits and records each document in a history ring."""
 
     def __init__(self, cluster_json: Callable[[], Doc], *, seed: bool = True,
                  record: bool = True) -> None:
@@ -85,6 +87,11 @@ class MapServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: Any) -> None:
                 return
+
+            def end_headers(self) -> None:
+                for k, v in SECURITY_HEADERS.items():
+                    self.send_header(k, v)
+                super().end_headers()
 
             def do_GET(self) -> None:
                 path, _, query = self.path.partition("?")

@@ -79,7 +79,13 @@
     // <details> and screen-reader position survive a poll. Elements pair up by tag and key.
     // a <details> the user opened stays open even if a redraw raced its toggle event
     for (const a of [...old.attributes]) if (!neu.hasAttribute(a.name) && !(a.name === "open" && old.nodeName === "DETAILS")) old.removeAttribute(a.name);
-    for (const a of [...neu.attributes]) if (old.getAttribute(a.name) !== a.value) old.setAttribute(a.name, a.value);
+    // a style through the CSSOM: the daemon's CSP (style-src 'self') ignores a style
+    // attribute set from script, and the bars and hues stayed at the first poll's
+    for (const a of [...neu.attributes]) {
+      if (old.getAttribute(a.name) === a.value) continue;
+      if (a.name === "style") old.style.cssText = neu.style.cssText;
+      else old.setAttribute(a.name, a.value);
+    }
     const oc = [...old.childNodes];
     const nc = [...neu.childNodes];
     nc.forEach((n, i) => {
