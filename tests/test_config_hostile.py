@@ -273,11 +273,13 @@ def test_a_whole_number_key_has_an_upper_bound(tmp_path: Path, section: str, key
     assert _errors(tmp_path, _nested(section, key, most)) == []
 
 
-# Plain scalars as docker/cli's reader (go-yaml v2.4.0, resolve.go) reads them: its word
-# table, then Go's strconv.ParseInt/ParseUint(text less every '_', base 0) as int, then
-# its yamlStyleFloat pattern through strconv.ParseFloat (out of range: text), and '.'
-# first through ParseFloat. PyYAML's YAML 1.1 reads the first rows as text (or 0X1F,
-# 0o17 and 08 as text, y/n as text).
+# Plain scalars as docker 28's reader (go-yaml v3.0.1, resolve.go) reads them: its word
+# table (true/false only: y, yes, on are text, as docker 28 reads them; v2, docker 27 and
+# older, read them as booleans), then Go's strconv.ParseInt/ParseUint(text less every
+# '_', base 0) as int, then its yamlStyleFloat pattern through strconv.ParseFloat (out of
+# range: text), then its 0b and 0o fallbacks, and '.' first through ParseFloat. PyYAML's
+# YAML 1.1 reads the first rows as text (or 0X1F, 0o17 and 08 as text, y/n as booleans).
+# tests/test_yaml_as_docker_reads.py checks the rows against the docker CLI itself.
 GO_PLAIN = [
     ("1e3", 1000.0), ("1E3", 1000.0), ("-2.5e-3", -0.0025), (".5", 0.5), ("+.5", 0.5),
     ("-.5", -0.5), (".5e3", 500.0), ("1.e3", 1000.0), ("1.0e3", 1000.0), ("1e+3", 1000.0),
@@ -287,7 +289,8 @@ GO_PLAIN = [
     ("1_000.5", 1000.5), ("1.", 1.0), ("9223372036854775807", 2**63 - 1),
     ("18446744073709551615", 2**64 - 1), ("18446744073709551616", 1.8446744073709552e19),
     ("-9223372036854775809", -9.223372036854776e18), ("1e-999", 0.0),
-    ("y", True), ("Y", True), ("n", False), ("N", False), ("yes", True), ("Off", False),
+    ("0o-17", -15), ("true", True), ("False", False), ("TRUE", True),
+    ("y", "y"), ("Y", "Y"), ("n", "n"), ("N", "N"), ("yes", "yes"), ("Off", "Off"),
     ("~", None), ("null", None), ("NULL", None),
     ("1e999", "1e999"), ("0x", "0x"), ("0b2", "0b2"),
     ("0x1FFFFFFFFFFFFFFFFF", "0x1FFFFFFFFFFFFFFFFF"),
@@ -319,16 +322,30 @@ def test_nan_is_read_as_docker_reads_it(text: str) -> None:
 @pytest.mark.parametrize(("text", "value"), [("'1e3'", "1e3"), ('"0o17"', "0o17"),
                                              ("'y'", "y"), ("!!str 08", "08"),
                                              ("!!float 1", 1.0), ("!!int 0X1F", 31),
-                                             ("!!bool y", True)])
+                                             ("!!bool True", True)])
 def test_a_quoted_or_tagged_scalar_keeps_its_meaning(text: str, value: object) -> None:
     got = parse_yaml(f"v: {text}\n", "t", ValueError)["v"]
     assert type(got) is type(value) and got == value, (text, got)
 
 
-@pytest.mark.parametrize("text", ["!!int 08", "!!int 1.5", "!!float abc", "!!int abc"])
+@pytest.mark.parametrize("text", ["!!int 08", "!!int 1.5", "!!float abc", "!!int abc",
+                                  "!!bool y", "!!bool yes", "!!bool tRUE"])
 def test_a_tag_its_text_cannot_be_is_an_error_at_its_line(text: str) -> None:
     with pytest.raises(ValueError, match="cannot be read as !!"):
         parse_yaml(f"a: 1\nv: {text}\n", "t", ValueError)
+
+
+@pytest.mark.parametrize(("text", "value"), [("yes", True), ("on", True), ("Y", True),
+                                             ("no", False), ("OFF", False), ("'n'", False),
+                                             ("false", False)])
+def test_a_yaml_1_1_boolean_word_sets_a_boolean_key(tmp_path: Path, text: str,
+                                                    value: bool) -> None:
+    """go-yaml v3 reads `yes` as text, and takes it (quoted or not) where the field is a
+    boolean (decode.go): the config does the same, as docker's typed fields do not."""
+    path = tmp_path / "c.yml"
+    path.write_text(f"sync:\n  allow_disruptive: {text}\n")
+    cfg, errors = load_config_report(path, env={})
+    assert errors == [] and cfg.sync.allow_disruptive is value
 
 
 def test_an_exponent_in_the_config_is_the_number_docker_and_go_yaml_read(

@@ -36,9 +36,10 @@ services:
         swarmgpu.gpus: "1"
 """
 
-# Text that go-yaml (docker/cli) reads as a number or a boolean when written plain,
-# though YAML 1.1 (PyYAML) reads it as text.
-GO_NOT_TEXT = ("08", "09", "y", "N", "1e3", "1.5e3", "+1e3", "0o17", "0X1F", "0B1")
+# Text that go-yaml (docker/cli) reads as a number, a boolean or a time when written
+# plain, though YAML 1.1 (PyYAML) reads it as text; y and N for docker 27 and older.
+GO_NOT_TEXT = ("08", "09", "y", "N", "1e3", "1.5e3", "+1e3", "0o17", "0X1F", "0B1",
+               "0o-17", "0b-101", "2001-12-14t21:59:43,5+01:00")
 
 
 @pytest.mark.parametrize("value", GO_NOT_TEXT)

@@ -252,7 +252,7 @@ def test_an_owners_constraint_on_a_swarmgpu_label_is_kept_with_a_warning() -> No
 
 
 @pytest.mark.parametrize(("text", "where"), [
-    (VERSIONLESS + "        on: x\n", "services.web.deploy.labels"),
+    (VERSIONLESS + "        true: x\n", "services.web.deploy.labels"),
     ("services:\n  1:\n    image: nginx\n", "services"),
     ("services:\n  web:\n    image: nginx\n    environment:\n      null: x\n",
      "services.web.environment"),
@@ -266,21 +266,35 @@ def test_a_non_string_key_is_refused_as_docker_refuses_it(text: str, where: str)
 
 
 def test_values_docker_reads_as_text_are_written_back_as_that_text() -> None:
-    # docker/cli reads YAML with go-yaml v2: no base-60 numbers, no timestamps (kept as
-    # the text), '=' is text. PyYAML's YAML 1.1 made 12:30 the number 750, which render
-    # then wrote into the service's env and labels (neither is swarmgpu's to change).
+    # docker 28 reads YAML with go-yaml v3: no base-60 numbers, '=' and y/on are text.
+    # PyYAML's YAML 1.1 made 12:30 the number 750, which render then wrote into the
+    # service's env and labels (neither is swarmgpu's to change).
     text = VERSIONLESS.replace("    deploy:\n", "    environment:\n      AT: 12:30\n"
-                               "      WHEN: 2001-12-14t21:59:43.10-05:00\n      EQ: =\n"
+                               "      ON: on\n      EQ: =\n"
                                "      GB: 1:30.5\n    deploy:\n") \
-        + "        backup-window: 1:30\n"
+        + "        backup-window: 1:30\n        y: y\n"
     assert check_stack(text).errors == []
     out, _ = render_stack(text, "s", NODES, [], [], FACTS)
     svc = yaml.safe_load(out)["services"]["web"]
     assert svc["environment"]["AT"] == "12:30"
-    assert svc["environment"]["WHEN"] == "2001-12-14t21:59:43.10-05:00"
+    assert svc["environment"]["ON"] == "on" and svc["deploy"]["labels"]["y"] == "y"
     assert svc["environment"]["EQ"] == "="
     assert svc["environment"]["GB"] == "1:30.5"
     assert svc["deploy"]["labels"]["backup-window"] == "1:30"
+
+
+def test_a_plain_timestamp_is_refused_naming_its_line() -> None:
+    # docker 28 (go-yaml v3) gave the service Go's text of the time in docker's own zone
+    # ("2001-12-14 21:59:43.1 -0500 EST" or "... -0500 -0500"), docker 27 the text as
+    # written; render kept the text, which docker 28 alone would not have.
+    text = VERSIONLESS.replace("    deploy:\n", "    environment:\n"
+                               "      WHEN: 2001-12-14t21:59:43.10-05:00\n    deploy:\n")
+    (err,) = check_stack(text, where="s.yml").errors
+    assert err.startswith("s.yml: the value at line 5 ('2001-12-14t21:59:43.10-05:00') is a "
+                          "timestamp"), err
+    assert "quote it" in err
+    quoted = text.replace("2001-12-14t21:59:43.10-05:00", "'2001-12-14t21:59:43.10-05:00'")
+    assert check_stack(quoted).errors == []
 
 
 def test_a_label_given_twice_in_list_form_is_refused() -> None:

@@ -15,6 +15,7 @@ import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from swarmgpu.core.goscalar import YAML11_BOOLS
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.yamlfile import Lines, plain_is_text
 
@@ -48,6 +49,8 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
     if typ is bool:
         if isinstance(value, bool):
             return value
+        if not env and isinstance(value, str) and value in YAML11_BOOLS:
+            return YAML11_BOOLS[value]  # dry_run: yes, as go-yaml v3 fills a bool field
         if env and value.lower() in ("true", "false", "1", "0", "yes", "no"):
             return value.lower() in ("true", "1", "yes")
         raise ValueError(f"{where}: expected true or false, {got}")

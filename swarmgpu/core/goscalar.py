@@ -1,16 +1,25 @@
-"""A plain YAML scalar as docker/cli's reader resolves it: go-yaml v2 (v2.4.0, resolve.go).
+"""A plain YAML scalar as docker/cli's reader resolves it: go-yaml v3 (v3.0.1, resolve.go).
 
-docker/cli reads stack files with gopkg.in/yaml.v2, whose rules are not YAML 1.1's
-(PyYAML's): its word table adds ``y``/``n`` to the booleans; a number is what Go's
-``strconv`` reads, so ``0o17``, ``0X1F`` and ``0b-101`` are integers, ``1e3``, ``.5e3``,
-``+.5`` and ``08`` floats (``08`` is no octal integer, so it is read as the float 8); an
-integer past 64 bits is a float, or text when it is hexadecimal; a float past the range
-of a double (``1e999``) is text; no base-60 numbers; a timestamp is its text (v2 gives
-``interface{}`` the string). Everything else is text.
+Docker 28 and later read stack files with yaml v3 (docker/cli 58bf0f1846), decoding into
+``map[string]any``; its rules are not YAML 1.1's (PyYAML's): the booleans are only
+``true``/``false`` (``True``, ``TRUE``...): ``y``, ``n``, ``yes``, ``no``, ``on`` and ``off``
+are text; a number is what Go's ``strconv`` reads once every ``_`` is dropped, so
+``0o17``, ``0X1F`` and ``0b-101`` are integers, ``1e3``, ``.5e3``, ``+.5`` and ``08``
+floats (``08`` is no octal integer, so it is read as the float 8); an integer past 64
+bits is a float, or text when it is hexadecimal; a float past the range of a double
+(``1e999``) is text; no base-60 numbers. A timestamp (``2001-12-14``) is a time, which
+docker gives the service as Go's text of it in the zone docker runs in (TIMESTAMP: the
+reader decides). Everything else is text.
+
+Docker 27 and older read with yaml v2, which differs here only in ``y``, ``n``, ``yes``,
+``no``, ``on`` and ``off`` (booleans, with their capitals), in timestamps (their text)
+and in ``0o-17`` (text);
+``YAML11_BOOLS`` are those words, which v3 still takes where the field is a boolean.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from typing import Any
@@ -19,15 +28,17 @@ STR = "tag:yaml.org,2002:str"
 INT = "tag:yaml.org,2002:int"
 FLOAT = "tag:yaml.org,2002:float"
 BOOL = "tag:yaml.org,2002:bool"
+TIMESTAMP = "tag:yaml.org,2002:timestamp"
 NULL = "tag:yaml.org,2002:null"
 
+# yaml v3 decoding into a bool field (decode.go) also takes these texts, quoted or not.
+YAML11_BOOLS: dict[str, bool] = {
+    **dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "on", "On", "ON"), True),
+    **dict.fromkeys(("n", "N", "no", "No", "NO", "off", "Off", "OFF"), False),
+}
 _WORDS: dict[str, tuple[str, Any]] = {
-    **dict.fromkeys(
-        ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), (BOOL, True)
-    ),
-    **dict.fromkeys(
-        ("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), (BOOL, False)
-    ),
+    **dict.fromkeys(("true", "True", "TRUE"), (BOOL, True)),
+    **dict.fromkeys(("false", "False", "FALSE"), (BOOL, False)),
     **dict.fromkeys(("", "~", "null", "Null", "NULL"), (NULL, None)),
     **dict.fromkeys((".nan", ".NaN", ".NAN"), (FLOAT, math.nan)),
     **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), (FLOAT, math.inf)),
@@ -44,6 +55,14 @@ _YAML_STYLE_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9
 # strconv.ParseFloat of text starting with '.': digits, '_' between digits, an exponent.
 _DOT_FLOAT = re.compile(r"\.[0-9](_?[0-9])*([eE][-+]?[0-9](_?[0-9])*)?", re.ASCII)
 _INT64 = 2**63
+# parseTimestamp: Go's time.Parse of 2006-1-2T15:4:5.999999999Z07:00 (or t), of
+# 2006-1-2 15:4:5.999999999 and of 2006-1-2; a fraction may follow a ',' too.
+_TIMESTAMP = re.compile(
+    r"(\d{4})-(\d{1,2})-(\d{1,2})(?:"
+    r"[Tt](\d{1,2}):(\d{1,2}):(\d{1,2})(?:[.,]\d+)?(?:Z|[-+]\d{2}:\d{2})"
+    r"| (\d{1,2}):(\d{1,2}):(\d{1,2})(?:[.,]\d+)?)?",
+    re.ASCII,
+)
 
 
 def _fits(n: int, signed: bool) -> int | None:
@@ -62,10 +81,26 @@ def _go_int(plain: str) -> int | None:
         octal = body[0] == "0" and body[1:2].isdigit()  # 017: Go reads octal
         n = int(body, 8 if octal else 0) * (-1 if sign == "-" else 1)
         return _fits(n, bool(sign))
-    if plain.startswith("0b") and re.fullmatch(r"[-+]?[01]+", plain[2:], re.ASCII):
-        # go-yaml's own binary fallback, after ParseInt: ParseInt("-101", 2).
-        return _fits(int(plain[2:], 2), plain[2] in "+-")
+    for prefix, digits, base in (("0b", "[01]", 2), ("0o", "[0-7]", 8)):
+        if plain.startswith(prefix) and re.fullmatch(f"[-+]?{digits}+", plain[2:], re.ASCII):
+            # go-yaml's own fallbacks, after ParseInt and its float: ParseInt("-17", 8).
+            return _fits(int(plain[2:], base), plain[2] in "+-")
     return None
+
+
+def _is_timestamp(text: str) -> bool:
+    """Whether Go's time.Parse takes ``text`` in a form go-yaml tries: a real date, hours
+    to 23, minutes and seconds to 59."""
+    m = _TIMESTAMP.fullmatch(text)
+    if m is None:
+        return False
+    year, month, day = (int(g) for g in m.groups()[:3])
+    try:
+        datetime.date(year, month, day)
+    except ValueError:
+        return False
+    hms = [int(g) for g in m.groups()[3:] if g is not None]
+    return not hms or (hms[0] <= 23 and hms[1] <= 59 and hms[2] <= 59)
 
 
 def _float(text: str) -> float | None:
@@ -75,7 +110,8 @@ def _float(text: str) -> float | None:
 
 
 def resolve(text: str) -> tuple[str, Any]:
-    """The tag and value go-yaml v2 gives the plain scalar ``text`` (STR: the text)."""
+    """The tag and value go-yaml v3 gives the plain scalar ``text`` (STR and TIMESTAMP:
+    the text)."""
     if text in _WORDS:
         return _WORDS[text]
     if text[:1] not in _HINTED:
@@ -84,6 +120,8 @@ def resolve(text: str) -> tuple[str, Any]:
         f = _float(text) if _DOT_FLOAT.fullmatch(text) else None
         return (STR, text) if f is None else (FLOAT, f)
     if text[0] in "+-0123456789":
+        if _is_timestamp(text):
+            return TIMESTAMP, text
         plain = text.replace("_", "")
         n = _go_int(plain)  # the 0b fallback reads text less '_' too
         if n is not None:

@@ -10,13 +10,15 @@ twice in one mapping is refused too, as docker's and Kubernetes' YAML readers re
 PyYAML would silently keep the last one. A value its tag cannot read (``!!int abc``, an
 integer of 5,000 digits) is an error at its line, not PyYAML's ValueError.
 
-Plain scalars resolve as docker/cli's reader (go-yaml v2) resolves them (``core.goscalar``),
-not as YAML 1.1 does: ``12:30`` is text, not the base-60 number 750; a timestamp is its
-text, not a datetime; ``=`` is text (PyYAML's safe loader has no constructor for it);
-``1e3``, ``.5e3`` and ``08`` are floats, ``0o17`` and ``0X1F`` integers, ``y`` and ``n``
-booleans (YAML 1.1 reads each as text). `render` writes back what it read, so a value
-read otherwise than docker reads it would reach Swarm rewritten, in env and labels that
-are not swarmgpu's; the config reads as the stacks do.
+Plain scalars resolve as docker 28 and later read a stack (go-yaml v3, ``core.goscalar``),
+not as YAML 1.1 does: ``12:30`` is text, not the base-60 number 750; ``=`` is text
+(PyYAML's safe loader has no constructor for it); ``1e3``, ``.5e3`` and ``08`` are floats,
+``0o17`` and ``0X1F`` integers (YAML 1.1 reads each as text); only ``true`` and ``false``
+are booleans (``y``, ``yes``, ``on`` are text). `render` writes back what it read, so a
+value read otherwise than docker reads it would reach Swarm rewritten, in env and labels
+that are not swarmgpu's; the config reads as the stacks do. A plain timestamp is text in
+the config; in a stack it is refused (``docker``): docker 28 gives the service Go's text
+of the time in its own zone, docker 27 and older the text.
 """
 
 from __future__ import annotations
@@ -42,12 +44,10 @@ Lines = dict[tuple[Any, ...], int]
 
 class _Loader(yaml.SafeLoader):
     """The safe loader with docker/cli's plain scalars (``core.goscalar``): no base-60
-    numbers, timestamps or ``=``; ``1e3``, ``0o17``, ``08`` numbers; ``y`` a boolean."""
-
-    bool_values = {**yaml.SafeLoader.bool_values, "y": True, "n": False}  # !!bool y too
+    numbers or ``=``; ``1e3``, ``0o17``, ``08`` numbers; ``y`` text; a timestamp its text."""
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is yaml.ScalarNode and implicit[0]:  # plain: as go-yaml v2 reads it
+        if kind is yaml.ScalarNode and implicit[0]:  # plain: as go-yaml v3 reads it
             return "tag:yaml.org,2002:merge" if value == "<<" else goscalar.resolve(value)[0]
         return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
 
@@ -66,8 +66,24 @@ def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
     return float(value)  # go-yaml's !!float 1 is 1.0
 
 
+def _construct_bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
+    tag, value = goscalar.resolve(loader.construct_scalar(node))
+    if tag != goscalar.BOOL:
+        raise ValueError(node.value)  # !!bool yes: go-yaml v3 refuses it too
+    return bool(value)
+
+
+def _construct_timestamp(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
+    text = str(loader.construct_scalar(node))
+    if goscalar.resolve(text)[0] != goscalar.TIMESTAMP:
+        raise ValueError(node.value)  # !!timestamp x
+    return text  # the config's: a stack refuses it first
+
+
 _Loader.add_constructor(goscalar.INT, _construct_int)
 _Loader.add_constructor(goscalar.FLOAT, _construct_float)
+_Loader.add_constructor(goscalar.BOOL, _construct_bool)
+_Loader.add_constructor(goscalar.TIMESTAMP, _construct_timestamp)
 
 
 def plain_is_text(text: str) -> bool:
@@ -189,9 +205,9 @@ def _one_key_once_read(k: yaml.ScalarNode, value: Any, read: dict[Any, tuple[yam
 def _merge_after_keys(merge: yaml.ScalarNode, value: yaml.Node,
                       seen: dict[tuple[str, str], int], what: str,
                       error: type[Exception]) -> None:
-    """Refuse a ``<<`` that merges a key its mapping gave above it: go-yaml v2 (docker
-    before yaml.v3) merges where ``<<`` stands and overwrites that key, PyYAML and the
-    YAML spec keep it, so the file means two things."""
+    """Refuse a ``<<`` that merges a key its mapping gave above it: go-yaml v2 (docker 27
+    and older) merges where ``<<`` stands and overwrites that key, go-yaml v3 (docker
+    28), PyYAML and the YAML spec keep it, so the file means two things."""
     maps = value.value if isinstance(value, yaml.SequenceNode) else [value]
     above = {name: line for (_, name), line in seen.items()}
     for m in maps:
@@ -199,8 +215,19 @@ def _merge_after_keys(merge: yaml.ScalarNode, value: yaml.Node,
             if isinstance(k, yaml.ScalarNode) and k.value in above:
                 raise error(
                     f"{what}: key {k.value!r} (line {above[k.value]}) is also merged by the "
-                    f"<< at line {merge.start_mark.line + 1}, below it: docker's YAML reader "
-                    "takes the merged value, others this one; put << first in the mapping")
+                    f"<< at line {merge.start_mark.line + 1}, below it: docker 27 and older "
+                    "take the merged value, docker 28 this one; put << first in the mapping")
+
+
+def _timestamp(node: yaml.ScalarNode, what: str, error: type[Exception]) -> None:
+    """Refuse a timestamp in a stack: docker 28 and later (go-yaml v3) give the service
+    Go's text of the time, in the zone docker runs in (2001-12-14 00:00:00 +0000 UTC),
+    docker 27 and older the text as written: render cannot write back one meaning."""
+    text = node.value if len(node.value) <= 40 else node.value[:40] + "..."
+    raise error(f"{what}: the value at line {node.start_mark.line + 1} ({text!r}) is a "
+                "timestamp to docker's YAML reader, which docker 28 and later give the "
+                "service as Go's text of the time in docker's own zone ('2001-12-14 "
+                "00:00:00 +0000 UTC'); quote it to keep it as written")
 
 
 def _as_written(k: yaml.ScalarNode) -> str:
@@ -242,6 +269,8 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
         open_.add(key)
         stack.append((node, depth, path, True))
         if isinstance(node, yaml.ScalarNode):
+            if docker and node.tag == goscalar.TIMESTAMP:
+                _timestamp(node, what, error)
             _scalar(loader, node, what, error)
         elif isinstance(node, yaml.MappingNode):
             seen: dict[tuple[str, str], int] = {}

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from swarmgpu.core import goscalar
 from swarmgpu.manager.placement import (
     DEVICES,
     OWNED_LABEL_RISK,
@@ -226,9 +227,10 @@ def _dollars(v: Any, at: str) -> list[tuple[str, Any]]:
 
 
 # Plain values go-yaml (docker/cli's reader) takes as no text, though YAML 1.1 (PyYAML)
-# reads them as text, so PyYAML writes them plain: y and n are booleans, and a number is
-# what Go's strconv reads once go-yaml has dropped every "_" (08 and 1e3 are floats,
-# 0o17 and 0X1F integers). Wider than go-yaml is harmless: quoted text is text.
+# reads them as text, so PyYAML writes them plain: whatever core.goscalar (docker 28,
+# go-yaml v3) reads as no text (08 and 1e3 floats, 0o-17 an integer, 2001-1-2t1:2:3,5Z
+# a time), the words docker 27 and older (go-yaml v2) read as booleans (y, on), and a
+# number as Go's strconv reads it. Wider than go-yaml is harmless: quoted text is text.
 _GO_WORDS = frozenset((
     "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE",
     "false", "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF",
@@ -242,7 +244,8 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _text(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
-    if data in _GO_WORDS or _GO_NUMBER.fullmatch(data.replace("_", "")):
+    if data in _GO_WORDS or _GO_NUMBER.fullmatch(data.replace("_", "")) \
+            or goscalar.resolve(data)[0] != goscalar.STR:
         return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="'")
     return dumper.represent_str(data)
 

@@ -91,14 +91,14 @@ def _unshared(v: Any, where: str, at: str) -> Any:
     """``v`` with every mapping and list copied, shared ones once per place they appear
     (the size is bounded by the loader's expanded-node limit). A key that is not a
     string is refused, as docker/cli's loader refuses it ("non-string key in ..."):
-    ``on:`` is the boolean true, ``1:`` a number, and render would write them back as
+    ``true:`` is a boolean, ``1:`` a number, and render would write them back as
     other keys (or fail on them in the schema check)."""
     if isinstance(v, dict):
         for k in v:
             if not isinstance(k, str):
                 raise StackError(
-                    f"{where}: non-string key in {at or 'the top level'}: {k!r} (YAML reads "
-                    "y/n/on/off/yes/no/true/false, numbers and null as such); quote it if it is "
+                    f"{where}: non-string key in {at or 'the top level'}: {k!r} (docker's YAML "
+                    "reader reads true/false, numbers and null as such); quote it if it is "
                     "meant as text")
         return {k: _unshared(x, where, f"{at}.{k}" if at else k) for k, x in v.items()}
     if isinstance(v, list):
