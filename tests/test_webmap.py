@@ -470,6 +470,36 @@ def test_a_value_of_the_wrong_type_or_range_reads_unknown_and_every_poll_still_d
         cdp.close()
 
 
+def test_classes_come_from_known_kinds_only(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    # A kind is put in a class: "nvlink sr" hid a group box (.sr: screen readers only),
+    # a holder badge's "ok sr" its badge.
+    def hostile() -> Doc:
+        doc = sample()
+        doc["nodes"][1]["groups"][0]["kind"] = "nvlink sr"
+        doc["nodes"][1]["groups"].append({"kind": "sr x", "name": "odd", "gpus": [0]})
+        doc["nodes"][1]["gpus"][0]["holders"][0]["badges"] = [{"kind": "ok sr", "text": "hi"}]
+        doc["nodes"][1]["labels_state"] = "in-sync sr"
+        return doc
+
+    srv = serve(hostile)
+    cdp = Cdp(chromium, (1366, 900))
+    try:
+        cdp.open(srv.url)
+        cdp.wait_for("document.querySelectorAll('.gpu').length > 0")
+        classes = cdp.js(
+            "[...document.querySelectorAll('.group, .chip, .badge, .node')]"
+            ".map((e) => [...e.classList]).flat()"
+        )
+        assert "sr" not in classes and "x" not in classes
+        assert {"other", "ls-unknown"} <= set(classes)
+        assert cdp.js("[...document.querySelectorAll('.badge')].some((b) => "
+                      "b.textContent.endsWith('hi') && b.classList.contains('muted'))")
+    finally:
+        cdp.close()
+
+
 def test_offline_banner_keeps_the_last_map(
     chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
 ) -> None:

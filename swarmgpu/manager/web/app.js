@@ -22,6 +22,10 @@
   const STALE_AFTER_MS = 3 * POLL_MS + 1000;
   const KIND_ORDER = ["nvlink", "numa", "pcie"];
   const KIND_LABEL = { nvlink: "NVLink", numa: "NUMA", pcie: "PCIe" };
+  const BADGE_KINDS = ["ok", "warn", "bad", "muted"];
+  // A class from the document's words only through a fixed list: "ok sr" added a class
+  // the page's CSS hides (or restyles) an element with. Unknown -> the neutral one.
+  const kindClass = (kind, known, neutral) => (known.includes(kind) ? kind : neutral);
 
   const state = {
     doc: null, // last good document
@@ -197,7 +201,7 @@
   };
 
   function badge(kind, icon, text, title) {
-    return h("span", { class: `badge ${kind}`, title }, h("span", { class: "icon", "aria-hidden": "true" }, icon), text);
+    return h("span", { class: `badge ${kindClass(kind, BADGE_KINDS, "muted")}`, title }, h("span", { class: "icon", "aria-hidden": "true" }, icon), text);
   }
 
   function nodeBadge(node) {
@@ -670,7 +674,7 @@
   }
 
   function groupChip(g) {
-    return h("span", { class: `chip ${g.kind}` }, groupName(g), ` · GPU ${list(g.gpus)}`);
+    return h("span", { class: `chip ${kindClass(g.kind, KIND_ORDER, "other")}` }, groupName(g), ` · GPU ${list(g.gpus)}`);
   }
 
   function nodeCard(node, now, match) {
@@ -685,7 +689,7 @@
     const titleId = `node-${node.id || node.hostname}`;
     return h(
       "article",
-      { class: `node${gpus.length ? "" : " no-gpu"} ls-${node.labels_state}`, "aria-labelledby": titleId, "data-node": node.hostname },
+      { class: `node${gpus.length ? "" : " no-gpu"} ls-${kindClass(node.labels_state, Object.keys(LABELS_STATE), "unknown")}`, "aria-labelledby": titleId, "data-node": node.hostname },
       h(
         "header",
         { class: "node-head" },
@@ -709,7 +713,7 @@
             lay.boxes.map((b) =>
               h(
                 "section",
-                { class: `group ${b.group ? b.group.kind : "none"}`, "aria-label": b.group ? `${b.group.name}, GPUs ${list(b.group.gpus)}` : b.label || "GPUs" },
+                { class: `group ${b.group ? kindClass(b.group.kind, KIND_ORDER, "other") : "none"}`, "aria-label": b.group ? `${b.group.name}, GPUs ${list(b.group.gpus)}` : b.label || "GPUs" },
                 b.group || b.label
                   ? h("h3", { class: "group-label" }, b.group ? groupName(b.group) : b.label)
                   : null,
