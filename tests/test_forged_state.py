@@ -11,6 +11,8 @@ methods the daemon calls from in-memory Swarm objects and records every write.
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -54,7 +56,7 @@ from swarmgpu.manager.rebalance.mover import (
     record_key,
     verify,
 )
-from swarmgpu.manager.rebalance.moves import Outcome
+from swarmgpu.manager.rebalance.moves import Outcome, moves_to_dicts
 from swarmgpu.swarm.client import (
     SwarmTask,
 )
@@ -147,6 +149,34 @@ def test_unreadable_and_huge_move_labels_are_ignored() -> None:
         m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
         assert sw.calls == []
         assert [r.outcome for r in m.recent] == [Outcome.IGNORED]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("source_host", ["gpu-node-1"]), ("target_host", {"toString": 1}), ("reason", 7),
+    ("trigger", None), ("started_at", "soon"), ("started_at", float("inf")),
+    ("source_uuids", V_UUID), ("target_milli", ["1000"]), ("surge", "no"),
+    ("replicas", 1.5), ("source_milli", [1000, 1000]),
+])
+def test_a_record_of_the_wrong_types_is_not_read_and_never_reaches_the_map(
+        field: str, value: Any) -> None:
+    # A record is anyone's JSON with the manager API: one of the right shape but a list
+    # for a host or a text for a time was read, and its fields went into the mover's
+    # sums and, through its recent moves, into the map's document as they were.
+    good = json.loads(_forged_move(direction="forward", started_at=1e12,
+                                   service_id="id-victim").to_json())
+    text = json.dumps({**good, field: value})
+    assert MoveState.parse(json.dumps(good)) is not None
+    assert MoveState.parse(text) is None
+    sw = victim_cluster({})
+    sw.update_service_spec("id-victim", lambda spec: {
+        **spec, "Labels": {**spec["Labels"], f"{P}{MOVE_STATE}": text}})
+    sw._swarm_labels[record_key(P, "id-victim")] = text
+    assert read_records(sw.swarm_labels(), P) == {}
+    m = Mover(sw, RB, prefix=P, dry_run=True)  # type: ignore[arg-type]
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    for rec in moves_to_dicts([], m.recent)["recent"]:
+        assert isinstance(rec["at"], float) and math.isfinite(rec["at"])
+        assert all(isinstance(rec[k], str) for k in ("service", "from", "to", "reason"))
 
 
 def test_records_of_a_gone_service_are_dropped_and_of_a_renamed_one_left_alone() -> None:

@@ -420,6 +420,86 @@ def test_a_poll_moves_bars_and_hues_under_the_daemons_csp(
         cdp.close()
 
 
+def test_a_value_of_the_wrong_type_or_range_reads_unknown_and_every_poll_still_draws(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    # The document passes on what others wrote (a move record is anyone's with the
+    # manager API). Before, a time that was no number, or past year 275760, threw in
+    # toISOString: the panels after Rebalancing were never drawn, the banner said
+    # "Offline" and no later poll drew them; `{"toString": 1}` threw in String().
+    def hostile() -> Doc:
+        doc = sample()
+        late = srv.api_hits > 1
+        rec = doc["moves"]["recent"][0]
+        doc["moves"]["recent"] = [{**rec, "at": at} for at in ("soon", 1e300, None, [1], {})]
+        doc["moves"]["proposed"][0].update(window={"toString": 1}, gpus={"length": 1})
+        g = doc["nodes"][1]["gpus"][0]  # gpu-node-1/0
+        g["util_pct"] = 95.0 if late else 5.0
+        g.update(ecc_sbe=[3], numa_node="far")
+        g["holders"][0]["share_milli"] = "half"
+        doc["pending"][0]["reason"] = {"toString": 1}
+        doc["services"][0]["placements"][0]["gpus"] = 7
+        doc["ungranted"] = {"of no shape": "the page knows"}  # a list, said the daemon
+        return doc
+
+    srv = serve(hostile)
+    cdp = Cdp(chromium, (1366, 900))
+    tile = "document.querySelector('[data-key=\"gpu-node-1/0\"]')"
+    try:
+        cdp.open(srv.url + "?service=notebook")
+        cdp.wait_for("document.querySelectorAll('#services li').length > 0")
+        moves = cdp.js("document.getElementById('moves').innerText")
+        assert "notebook" in moves and "Invalid" not in moves and "()" not in moves
+        assert "NaN" not in cdp.js("document.body.innerText")
+        times = "[...document.querySelectorAll('#moves time')]"
+        assert cdp.js(f"{times}.map((t) => t.textContent)") == ["?"] * 5
+        assert cdp.js(f"{times}.map((t) => t.hasAttribute('datetime'))") == [False] * 5
+        assert "Past moves 5" in cdp.js("document.getElementById('focus').textContent")
+        assert "Why: ?" in cdp.js("document.getElementById('pending').innerText")
+        label = cdp.js(f"{tile}.getAttribute('aria-label')")
+        assert label.endswith("held by llm_api") and "ECC ? corrected" in label
+        assert "utilisation 5 %" in label and "NaN" not in label
+        # a shape no formatter expects: that part is named, the others are drawn
+        banner = cdp.js("document.getElementById('banner').textContent")
+        assert banner.startswith("Part of the page could not be drawn from the daemon's")
+        assert "Ungranted GPU access (" in banner and "Rebalancing" not in banner
+        # a later poll still redraws the map
+        cdp.wait_for(f"{tile}.querySelector('.util .m-value').textContent === '95 %'", timeout=10)
+        assert cdp.js("document.getElementById('live').textContent") == "Live"
+    finally:
+        cdp.close()
+
+
+def test_classes_come_from_known_kinds_only(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    # A kind is put in a class: "nvlink sr" hid a group box (.sr: screen readers only),
+    # a holder badge's "ok sr" its badge.
+    def hostile() -> Doc:
+        doc = sample()
+        doc["nodes"][1]["groups"][0]["kind"] = "nvlink sr"
+        doc["nodes"][1]["groups"].append({"kind": "sr x", "name": "odd", "gpus": [0]})
+        doc["nodes"][1]["gpus"][0]["holders"][0]["badges"] = [{"kind": "ok sr", "text": "hi"}]
+        doc["nodes"][1]["labels_state"] = "in-sync sr"
+        return doc
+
+    srv = serve(hostile)
+    cdp = Cdp(chromium, (1366, 900))
+    try:
+        cdp.open(srv.url)
+        cdp.wait_for("document.querySelectorAll('.gpu').length > 0")
+        classes = cdp.js(
+            "[...document.querySelectorAll('.group, .chip, .badge, .node')]"
+            ".map((e) => [...e.classList]).flat()"
+        )
+        assert "sr" not in classes and "x" not in classes
+        assert {"other", "ls-unknown"} <= set(classes)
+        assert cdp.js("[...document.querySelectorAll('.badge')].some((b) => "
+                      "b.textContent.endsWith('hi') && b.classList.contains('muted'))")
+    finally:
+        cdp.close()
+
+
 def test_offline_banner_keeps_the_last_map(
     chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
 ) -> None:

@@ -239,6 +239,14 @@ class Cdp:
             "Emulation.setDeviceMetricsOverride", width=self.size[0], height=self.size[1],
             deviceScaleFactor=1, mobile=False,
         )  # fmt: skip
+        # every CSP violation of the page, from before its first script (the tests read
+        # window.cspViolations; none is expected under the daemon's policy)
+        self.call("Page.enable")
+        self.call(
+            "Page.addScriptToEvaluateOnNewDocument",
+            source="window.cspViolations = []; addEventListener('securitypolicyviolation', "
+            "(e) => cspViolations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sample}`))",
+        )
         self.call("Page.navigate", url=url)
 
     def js(self, expr: str) -> Any:
@@ -267,8 +275,13 @@ class Cdp:
         out.write_bytes(base64.b64decode(self.call("Page.captureScreenshot")["data"]))
 
     def close(self) -> None:
+        try:  # a page that ran under the daemon's CSP reported no violation
+            seen = self.js("window.cspViolations") if self.session else None
+        except AssertionError:
+            seen = None  # the browser is gone: the test says why
         self.proc.kill()  # our own child, by its handle
         self.proc.wait(timeout=10)
         os.close(self.to_child)
         os.close(self.from_child)
         self.profile.cleanup()
+        assert not seen, f"CSP violations: {seen}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 import uuid
@@ -181,6 +182,8 @@ class MoveState:
     def from_json(cls, text: str) -> MoveState:
         d = json.loads(text)
         for k in ("source_uuids", "source_milli", "target_uuids", "target_milli"):
+            if not isinstance(d[k], list):  # a text would be read as its letters
+                raise TypeError(f"{k} is no list")
             d[k] = tuple(d[k])
         for k in ("source_share", "target_share"):
             if k in d:
@@ -196,7 +199,24 @@ class MoveState:
             st = cls.from_json(text)
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return None
-        return st if isinstance(st.id, str) and isinstance(st.service, str) else None
+        return st if st.well_typed() else None
+
+    def well_typed(self) -> bool:
+        """Every field of the type the mover writes: a record is anyone's JSON with the
+        manager API, and its fields go into the mover's sums and, through its recent
+        moves, into the map's document (a list for a host, a text for a time). Node ids
+        are judged where used (``swarm_id``: a move to no node is rolled back)."""
+        texts = (self.id, self.service, self.source_host, self.target_host,
+                 self.trigger, self.reason, self.direction,
+                 self.service_id, *self.source_uuids, *self.target_uuids)
+        ints = (self.replicas, self.max_replicas, *self.source_milli, *self.target_milli)
+        return (all(isinstance(t, str) for t in texts)
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in ints)
+                and isinstance(self.surge, bool)
+                and isinstance(self.started_at, int | float)
+                and not isinstance(self.started_at, bool) and math.isfinite(self.started_at)
+                and len(self.source_uuids) == len(self.source_milli)
+                and len(self.target_uuids) == len(self.target_milli))
 
     @classmethod
     def start(cls, m: Move, fresh: SwarmService, now: float, *, surge: bool,

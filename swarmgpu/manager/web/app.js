@@ -22,12 +22,17 @@
   const STALE_AFTER_MS = 3 * POLL_MS + 1000;
   const KIND_ORDER = ["nvlink", "numa", "pcie"];
   const KIND_LABEL = { nvlink: "NVLink", numa: "NUMA", pcie: "PCIe" };
+  const BADGE_KINDS = ["ok", "warn", "bad", "muted"];
+  // A class from the document's words only through a fixed list: "ok sr" added a class
+  // the page's CSS hides (or restyles) an element with. Unknown -> the neutral one.
+  const kindClass = (kind, known, neutral) => (known.includes(kind) ? kind : neutral);
 
   const state = {
     doc: null, // last good document
     lastText: null, // its raw text: an unchanged poll redraws nothing
     lastOkAt: null, // Date.now() of the last good poll
     error: null, // why the last poll failed, or null
+    drawError: null, // which parts of the last render threw, or null
     selected: null, // data-key of the GPU shown in the inspector
     paused: false,
     openDetails: new Set(), // data-keys of <details> the user opened
@@ -56,11 +61,11 @@
       if (v === null || v === undefined || v === false) continue;
       if (k === "class") el.className = v;
       else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-      else el.setAttribute(k, v === true ? "" : String(v));
+      else el.setAttribute(k, v === true ? "" : text(v));
     }
     for (const c of children.flat(Infinity)) {
       if (c === null || c === undefined || c === false) continue;
-      el.append(c instanceof Node ? c : String(c)); // strings become text nodes
+      el.append(c instanceof Node ? c : text(c)); // strings become text nodes
     }
     return el;
   }
@@ -99,23 +104,34 @@
   }
 
   // ---- formatting ----------------------------------------------------------
+  // The document passes on what others wrote (a move record is anyone's with the manager
+  // API): a value of the wrong type or range reads "?" or is left out. One that threw
+  // (toISOString past year 275760, String() of {"toString": 1}) stopped the redraw.
+
+  // a finite number, or null; what every figure is read through
+  const num = (x) => (typeof x === "number" && isFinite(x) ? x : null);
+  // text of a string, number or boolean; "?" for anything else
+  const text = (x) => (typeof x === "string" ? x : typeof x === "number" || typeof x === "boolean" ? String(x) : "?");
+  // an array, or none
+  const arr = (x) => (Array.isArray(x) ? x : []);
 
   function gib(mib) {
-    if (mib === null || mib === undefined) return "?";
+    if (num(mib) === null) return "?";
     const g = mib / 1024;
     return g >= 10 ? `${Math.round(g)}` : g.toFixed(1).replace(/\.0$/, "");
   }
 
   function used(mib) {
     // a near-idle GPU reads "3 MiB", not a misleading "0 GiB"
-    if (mib === null || mib === undefined) return "?";
+    if (num(mib) === null) return "?";
     return mib < 1024 ? `${mib} MiB` : gib(mib);
   }
 
-  const pct = (x) => (x === null || x === undefined ? "n/a" : `${Math.round(x)} %`);
+  const pct = (x) => (num(x) === null ? "n/a" : `${Math.round(x)} %`);
+  const round = (x) => (num(x) === null ? "?" : String(Math.round(x)));
 
   function ago(seconds) {
-    if (seconds === null || seconds === undefined || !isFinite(seconds)) return "";
+    if (num(seconds) === null) return "";
     const s = Math.max(0, Math.round(seconds));
     if (s < 60) return `${s} s ago`;
     if (s < 3600) return `${Math.round(s / 60)} min ago`;
@@ -123,14 +139,22 @@
     return `${Math.round(s / 86400)} d ago`;
   }
 
-  function clock(ts) {
-    if (!ts) return "?";
-    return new Date(ts * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false });
+  function when(ts) {
+    // epoch seconds as a Date, or null (none, not a number, out of Date's range)
+    const d = num(ts) ? new Date(ts * 1000) : null;
+    return d && isFinite(d.getTime()) ? d : null;
   }
 
+  function clock(ts) {
+    const d = when(ts);
+    return d ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false }) : "?";
+  }
+
+  const iso = (ts) => when(ts)?.toISOString() ?? null; // null: no datetime attribute
+
   function list(xs) {
-    // 0,1,2,3 -> "0–3"; 0,2 -> "0, 2"
-    const s = [...xs].sort((a, b) => a - b);
+    // 0,1,2,3 -> "0–3"; 0,2 -> "0, 2"; GPU indexes or node names, nothing else
+    const s = arr(xs).filter((x) => typeof x === "string" || num(x) !== null).sort((a, b) => a - b);
     const parts = [];
     for (let i = 0; i < s.length; ) {
       let j = i;
@@ -144,7 +168,7 @@
   function hue(name) {
     // stable per-service hue; text stays dark on the light tint for contrast
     let x = 0;
-    for (const ch of String(name)) x = (x * 31 + ch.codePointAt(0)) >>> 0;
+    for (const ch of text(name)) x = (x * 31 + ch.codePointAt(0)) >>> 0;
     return x % 360;
   }
 
@@ -157,10 +181,10 @@
   // replicas packed on one node: which task slot holds the GPU
   const slotText = (x) => (x.slot ? `slot ${x.slot}` : "");
 
-  const shortId = (id) => (id ? String(id).slice(0, 10) : "?");
+  const shortId = (id) => (id ? text(id).slice(0, 10) : "?");
 
   function share(milli) {
-    if (milli === null || milli === undefined || milli >= 1000) return null;
+    if (num(milli) === null || milli >= 1000) return null;
     return `${Math.round(milli / 10)} %`;
   }
 
@@ -177,7 +201,7 @@
   };
 
   function badge(kind, icon, text, title) {
-    return h("span", { class: `badge ${kind}`, title }, h("span", { class: "icon", "aria-hidden": "true" }, icon), text);
+    return h("span", { class: `badge ${kindClass(kind, BADGE_KINDS, "muted")}`, title }, h("span", { class: "icon", "aria-hidden": "true" }, icon), text);
   }
 
   function nodeBadge(node) {
@@ -218,7 +242,7 @@
 
   // ---- GPU states (filter words; also drawn as icons, never colour alone) ------
 
-  const known = (x) => x !== null && x !== undefined;
+  const known = (x) => num(x) !== null; // a figure the page can draw: else "not reported"
   const ALL = { has: () => true }; // "every GPU of the node matches" (no filter)
 
   function shareSum(gpu) {
@@ -340,8 +364,8 @@
   function healthBits(gpu) {
     // temperature, power and error counters as words; unknown ones are left out
     const out = [];
-    if (known(gpu.temp_c)) out.push(h("span", { class: `temp${gpu.temp_c >= hotLine("temp") ? " high" : ""}` }, `${Math.round(gpu.temp_c)} °C`));
-    if (known(gpu.power_w)) out.push(h("span", { class: "power" }, `${Math.round(gpu.power_w)} W`));
+    if (known(gpu.temp_c)) out.push(h("span", { class: `temp${gpu.temp_c >= hotLine("temp") ? " high" : ""}` }, `${round(gpu.temp_c)} °C`));
+    if (known(gpu.power_w)) out.push(h("span", { class: "power" }, `${round(gpu.power_w)} W`));
     if (known(gpu.xid) && gpu.xid > 0) out.push(gpu.xid_effect === "none" ? badge("warn", "!", `XID ${gpu.xid}`, "last XID: an application error; the GPU is fine") : badge("bad", "✕", `XID ${gpu.xid}`, "last XID error the driver reported"));
     if (known(gpu.ecc_dbe) && gpu.ecc_dbe > 0) out.push(badge("bad", "✕", `ECC ${gpu.ecc_dbe} DBE`, "uncorrectable (double-bit) ECC errors since the driver loaded"));
     else if (known(gpu.ecc_sbe) && gpu.ecc_sbe > 0) out.push(badge("warn", "!", `ECC ${gpu.ecc_sbe} SBE`, "corrected (single-bit) ECC errors since the driver loaded"));
@@ -350,10 +374,10 @@
 
   function healthText(gpu) {
     const parts = [];
-    if (known(gpu.temp_c)) parts.push(`${Math.round(gpu.temp_c)} °C${gpu.temp_c >= hotLine("temp") ? " ▲" : ""}`);
-    if (known(gpu.power_w)) parts.push(`${Math.round(gpu.power_w)} W`);
+    if (known(gpu.temp_c)) parts.push(`${round(gpu.temp_c)} °C${gpu.temp_c >= hotLine("temp") ? " ▲" : ""}`);
+    if (known(gpu.power_w)) parts.push(`${round(gpu.power_w)} W`);
     if (known(gpu.xid)) parts.push(gpu.xid > 0 ? `XID ${gpu.xid}` : "no XID errors");
-    if (known(gpu.ecc_dbe) || known(gpu.ecc_sbe)) parts.push(`ECC ${gpu.ecc_sbe ?? "?"} corrected, ${gpu.ecc_dbe ?? "?"} uncorrectable`);
+    if (known(gpu.ecc_dbe) || known(gpu.ecc_sbe)) parts.push(`ECC ${round(gpu.ecc_sbe)} corrected, ${round(gpu.ecc_dbe)} uncorrectable`);
     return parts.join(" · ");
   }
 
@@ -473,7 +497,7 @@
   }
 
   function meter(label, value, max, text, cls) {
-    const frac = value === null || value === undefined || !max ? null : Math.min(1, Math.max(0, value / max));
+    const frac = num(value) === null || !num(max) ? null : Math.min(1, Math.max(0, value / max));
     const bar = h("span", { class: "fill" });
     bar.style.width = frac === null ? "0" : `${(frac * 100).toFixed(1)}%`;
     return h(
@@ -650,7 +674,7 @@
   }
 
   function groupChip(g) {
-    return h("span", { class: `chip ${g.kind}` }, groupName(g), ` · GPU ${list(g.gpus)}`);
+    return h("span", { class: `chip ${kindClass(g.kind, KIND_ORDER, "other")}` }, groupName(g), ` · GPU ${list(g.gpus)}`);
   }
 
   function nodeCard(node, now, match) {
@@ -665,7 +689,7 @@
     const titleId = `node-${node.id || node.hostname}`;
     return h(
       "article",
-      { class: `node${gpus.length ? "" : " no-gpu"} ls-${node.labels_state}`, "aria-labelledby": titleId, "data-node": node.hostname },
+      { class: `node${gpus.length ? "" : " no-gpu"} ls-${kindClass(node.labels_state, Object.keys(LABELS_STATE), "unknown")}`, "aria-labelledby": titleId, "data-node": node.hostname },
       h(
         "header",
         { class: "node-head" },
@@ -689,7 +713,7 @@
             lay.boxes.map((b) =>
               h(
                 "section",
-                { class: `group ${b.group ? b.group.kind : "none"}`, "aria-label": b.group ? `${b.group.name}, GPUs ${list(b.group.gpus)}` : b.label || "GPUs" },
+                { class: `group ${b.group ? kindClass(b.group.kind, KIND_ORDER, "other") : "none"}`, "aria-label": b.group ? `${b.group.name}, GPUs ${list(b.group.gpus)}` : b.label || "GPUs" },
                 b.group || b.label
                   ? h("h3", { class: "group-label" }, b.group ? groupName(b.group) : b.label)
                   : null,
@@ -1229,7 +1253,7 @@
     const moves = doc.moves || {};
     const proposed = (moves.proposed || []).filter((m) => m.service === name);
     const recent = (moves.recent || []).filter((m) => m.service === name);
-    const now = doc.generated_at || Date.now() / 1000;
+    const now = num(doc.generated_at) || Date.now() / 1000;
     return [
       bar,
       h(
@@ -1295,12 +1319,12 @@
               : `${gib(gpu.memory_mib)} GiB (usage unknown)`,
         ],
         ["Utilisation", pct(gpu.util_pct) + (isHot(gpu) ? " ▲ hot" : "")],
-        ["Temperature", known(gpu.temp_c) ? `${Math.round(gpu.temp_c)} °C${gpu.temp_c >= hotLine("temp") ? " ▲" : ""}` : "not reported"],
-        ["Power", known(gpu.power_w) ? `${Math.round(gpu.power_w)} W` : "not reported"],
+        ["Temperature", known(gpu.temp_c) ? `${round(gpu.temp_c)} °C${gpu.temp_c >= hotLine("temp") ? " ▲" : ""}` : "not reported"],
+        ["Power", known(gpu.power_w) ? `${round(gpu.power_w)} W` : "not reported"],
         ["XID", known(gpu.xid) ? (gpu.xid > 0 ? `✕ last XID ${gpu.xid}` : "none") : "not reported"],
-        ["ECC", known(gpu.ecc_sbe) || known(gpu.ecc_dbe) ? `${gpu.ecc_sbe ?? "?"} corrected, ${gpu.ecc_dbe ?? "?"} uncorrectable` : "not reported"],
+        ["ECC", known(gpu.ecc_sbe) || known(gpu.ecc_dbe) ? `${round(gpu.ecc_sbe)} corrected, ${round(gpu.ecc_dbe)} uncorrectable` : "not reported"],
         ["Zone", node.zone || "none"],
-        ["NUMA node", gpu.numa_node === null || gpu.numa_node === undefined ? "unknown" : String(gpu.numa_node)],
+        ["NUMA node", known(gpu.numa_node) ? String(gpu.numa_node) : "unknown"],
         ["Groups", groups.length ? groups.map((g) => `${g.name} (${KIND_LABEL[g.kind] || g.kind})`).join(", ") : "none"],
         ["Health", gpu.healthy === false ? `✕ unhealthy${gpu.error ? ": " + gpu.error : ""}` : isSick(gpu) ? "✕ errors reported (see XID / ECC)" : "✓ healthy"],
       ]),
@@ -1399,12 +1423,12 @@
   }
 
   function moveRoute(m) {
-    return h("div", { class: "route" }, svcLink(m.service), " ", m.from, " → ", m.to, m.gpus && m.gpus.length ? ` (GPU ${list(m.gpus)})` : "");
+    return h("div", { class: "route" }, svcLink(m.service), " ", m.from, " → ", m.to, arr(m.gpus).length ? ` (GPU ${list(m.gpus)})` : "");
   }
 
   function moveMeta(m) {
     return [
-      h("div", { class: "meta" }, [m.trigger, m.window ? `over ${m.window}` : null].filter(Boolean).join(" · ")),
+      h("div", { class: "meta" }, [m.trigger && text(m.trigger), m.window ? `over ${text(m.window)}` : null].filter(Boolean).join(" · ")),
       m.reason ? h("div", { class: "reason" }, h("b", {}, "Why: "), m.reason) : null,
       m.gain ? h("div", { class: "gain" }, h("b", {}, "Gain: "), m.gain) : null,
     ];
@@ -1414,9 +1438,9 @@
     return h(
       "div",
       { class: "meta" },
-      h("time", { datetime: new Date(m.at * 1000).toISOString() }, clock(m.at)),
-      ` (${ago(now - m.at)}) `,
-      m.outcome === "done" ? badge("ok", "✓", "done") : m.outcome === "rolled-back" ? badge("warn", "↶", "rolled back") : badge("muted", "?", m.outcome || "unknown"),
+      h("time", { datetime: iso(m.at) }, clock(m.at)),
+      num(m.at) === null ? " " : ` (${ago(now - m.at)}) `,
+      m.outcome === "done" ? badge("ok", "✓", "done") : m.outcome === "rolled-back" ? badge("warn", "↶", "rolled back") : badge("muted", "?", m.outcome ? text(m.outcome) : "unknown"),
     );
   }
 
@@ -1455,7 +1479,7 @@
                 {},
                 h("div", {}, svcLink(s.name), " ", badge(k, icon, s.status), s.state ? h("span", { class: "meta" }, ` ${s.state}`) : null),
                 h("div", { class: "req" }, s.request),
-                (s.placements || []).slice(0, 4).map((p) => h("div", { class: "meta" }, `${p.node}: GPU ${list(p.gpus || [])}`)),
+                arr(s.placements).slice(0, 4).map((p) => h("div", { class: "meta" }, `${text(p.node)}: GPU ${list(p.gpus)}`)),
                 (s.placements || []).length > 4 ? h("div", { class: "meta" }, `and ${s.placements.length - 4} more replicas`) : null,
                 s.reason ? h("div", { class: "reason" }, s.reason) : null,
               );
@@ -1506,7 +1530,7 @@
   function sortedNodes(doc) {
     // GPU nodes first, then by name ("node-2" before "node-10"), so cards keep their
     // place; a poll with the same nodes reuses the last order instead of sorting again
-    const nodes = doc.nodes || [];
+    const nodes = arr(doc.nodes);
     const sig = nodes.map((n) => `${n.hostname}${(n.gpus || []).length ? "" : "!"}`).join("\n");
     if (sig !== sortMemo.sig) {
       const order = nodes.map((_, i) => i);
@@ -1549,8 +1573,7 @@
     const doc = state.doc;
     if (!doc) return;
     const t0 = performance.now();
-    const now = doc.generated_at || Date.now() / 1000; // judge ages by the daemon's clock
-    state.rendering = true;
+    const now = num(doc.generated_at) || Date.now() / 1000; // judge ages by the daemon's clock
     const f = parseFilter(state.q, state.stateFilter);
     const nodes = sortedNodes(doc);
     const matches = new Map();
@@ -1566,19 +1589,36 @@
     const t1 = performance.now();
     const view = mode(doc);
     document.body.dataset.view = view;
-    renderSummary(doc);
-    renderFocus(doc, now);
-    if (view === "fleet") renderFleet(doc, nodes, matches);
+    // A part that throws on a shape no formatter expected keeps its last drawing and is
+    // named in the banner; the other parts, and every later poll, still draw.
+    state.rendering = true;
+    const failed = [];
+    const part = (name, fn) => {
+      try {
+        fn();
+      } catch (err) {
+        failed.push(`${name} (${err?.message || "error"})`);
+        for (const k in panelMemo) delete panelMemo[k]; // tried again on the next poll
+      }
+    };
+    part("Summary", () => renderSummary(doc));
+    part("Focus", () => renderFocus(doc, now));
+    if (view === "fleet") part("Map", () => renderFleet(doc, nodes, matches));
     else {
       state.fleet = null;
-      renderNodes(doc, now, nodes, matches, f);
+      part("Map", () => renderNodes(doc, now, nodes, matches, f));
     }
     const t2 = performance.now();
-    renderUngranted(doc, f);
-    renderPending(doc, f);
-    renderMoves(doc, now, f);
-    renderServices(doc, f);
-    renderInspector();
+    part("Ungranted GPU access", () => renderUngranted(doc, f));
+    part("Pending requests", () => renderPending(doc, f));
+    part("Rebalancing", () => renderMoves(doc, now, f));
+    part("Services", () => renderServices(doc, f));
+    part("GPU details", renderInspector);
+    const drawError = failed.length ? `Part of the page could not be drawn from the daemon's document: ${failed.join(", ")}. Report it with the answer of ${API}.` : null;
+    if (drawError !== state.drawError) {
+      state.drawError = drawError;
+      renderLive();
+    }
     const words = f.bad.length ? `Unknown state ${f.bad.join(", ")}: use ${STATES.join(", ")}.` : f.active ? `${matches.size} of ${nodes.length} nodes, ${gpuHits} of ${gpuAll} GPUs match.` : "";
     if ($("matches").textContent !== words) $("matches").textContent = words;
     state.rendering = false;
@@ -1640,7 +1680,7 @@
         state.error +
         (state.doc ? ` Showing data from ${new Date(state.lastOkAt).toLocaleTimeString([], { hour12: false })}.` : "") +
         ` Retrying every ${POLL_MS / 1000} s.`
-      : "";
+      : state.drawError || "";
     if (banner.textContent !== msg) banner.textContent = msg;
     banner.hidden = !msg;
   }
