@@ -539,6 +539,40 @@ def test_image_reads_are_cached_bounded_and_errors_are_unknown() -> None:
     assert sw.image_reads.count("cuda:1") == 2
 
 
+PINNED = "nvcr.io/nvidia/cuda:12.4.1-base@sha256:" + "ab" * 32
+
+
+def test_an_image_pinned_by_digest_is_read_once_while_a_tag_is_read_again() -> None:
+    now = [0.0]
+    sw = SpecSwarm([], {PINNED: CUDA_ENV, "cuda:1": CUDA_ENV})
+    envs = ImageEnvs(sw, ttl_s=60, clock=lambda: now[0])  # type: ignore[arg-type]
+    gone = "gone@sha256:" + "cd" * 32
+    envs.lookup([PINNED, "cuda:1", gone])
+    now[0] = 6000.0  # long past the TTL: a tag may have moved, a digest has not
+    got = envs.lookup([PINNED, "cuda:1", gone])
+    assert got[PINNED].env == CUDA_ENV
+    assert sw.image_reads.count(PINNED) == 1
+    assert sw.image_reads.count("cuda:1") == 2
+    # not on the manager's engine yet: asked again, it may have been pulled since
+    assert sw.image_reads.count(gone) == 2
+
+
+def test_pinned_images_kept_after_their_services_left_are_bounded() -> None:
+    refs = [f"app{k}@sha256:" + f"{k:02d}" * 32 for k in range(5)]
+    sw = SpecSwarm([], dict.fromkeys(refs, CUDA_ENV))
+    envs = ImageEnvs(sw, max_kept=3)  # type: ignore[arg-type]
+    for ref in refs:  # one service's image after another's
+        envs.lookup([ref])
+    envs.lookup(refs[2:])  # the last three were kept: no read
+    assert sw.image_reads == refs
+    envs.lookup(refs[:2])  # the first two were dropped, the least recently used
+    assert sw.image_reads == refs + refs[:2]
+    envs.lookup(refs)  # then dropped to make room for those two
+    assert sw.image_reads[7:] == refs[2:4]
+    envs.lookup(refs)  # the images a cycle needs are kept whatever the bound
+    assert len(sw.image_reads) == 9
+
+
 # --- the config switch -------------------------------------------------------------------
 
 def test_config_switch_defaults_and_checks(tmp_path: Any) -> None:
