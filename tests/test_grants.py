@@ -9,6 +9,7 @@ The real swarm: tests/test_grants_swarm.py.
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from support.gpu_nodes import DGX_A100
 
 from swarmgpu.core.config import Config, PlacementConfig, load_config
-from swarmgpu.manager.cycle.grants import ImageEnvs, findings, void_one
+from swarmgpu.manager.cycle.grants import READ_PARALLEL, ImageEnvs, findings, void_one
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.placement import devices_key, env_template
@@ -571,6 +572,41 @@ def test_pinned_images_kept_after_their_services_left_are_bounded() -> None:
     assert sw.image_reads[7:] == refs[2:4]
     envs.lookup(refs)  # the images a cycle needs are kept whatever the bound
     assert len(sw.image_reads) == 9
+
+
+class OverlapSwarm(SpecSwarm):
+    """Records how many image reads are in flight at once: each read waits (at most
+    ``wait_s``) until ``meet`` of them are, as engine round trips overlap."""
+
+    def __init__(self, images: Mapping[str, tuple[str, ...]], meet: int,
+                 wait_s: float = 0.5) -> None:
+        super().__init__([], images)
+        self.lock = threading.Lock()
+        self.met = threading.Event()
+        self.meet, self.wait_s = meet, wait_s
+        self.now = self.most = 0
+
+    def image_env(self, ref: str) -> tuple[str, ...] | None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            if self.now >= self.meet:
+                self.met.set()
+        self.met.wait(self.wait_s)
+        try:
+            return super().image_env(ref)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_a_cycles_image_reads_run_together_bounded() -> None:
+    refs = [f"app{k}:1" for k in range(12)]
+    sw = OverlapSwarm(dict.fromkeys(refs, CUDA_ENV), meet=READ_PARALLEL)
+    got = ImageEnvs(sw).lookup(refs)  # type: ignore[arg-type]
+    assert sw.most == READ_PARALLEL
+    assert sorted(sw.image_reads) == sorted(refs)
+    assert all(got[r].env == CUDA_ENV for r in refs)
 
 
 # --- the config switch -------------------------------------------------------------------

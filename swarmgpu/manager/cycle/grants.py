@@ -26,6 +26,7 @@ from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.engine.writes import WRITE_PARALLEL, write_each
 from swarmgpu.manager.placement import PlacementPlan
 from swarmgpu.manager.services.grants import (
     KIND,
@@ -53,6 +54,9 @@ MAX_READS = 32
 # between two runs), the least recently needed dropped first: a pinned image is not read
 # again when it comes back, and memory stays bounded.
 MAX_KEPT = 4096
+# Image reads of a cycle in flight at once: each is two round trips of ~20 ms
+# (docs/reliability.md), so 32 one after another took 0.6-0.8 s of a steady cycle.
+READ_PARALLEL = WRITE_PARALLEL
 
 
 def pinned(ref: str) -> bool:
@@ -68,7 +72,7 @@ class ImageEnvs:
     images stays short; the rest are unknown until a later cycle). An env read of an
     image pinned by digest is kept for the daemon's life (``max_kept`` bounds those no
     service needs now); anything else for ``ttl_s`` (a tag can move; an image not on the
-    manager's engine may be pulled there)."""
+    manager's engine may be pulled there). A lookup's reads run ``READ_PARALLEL`` at once."""
 
     def __init__(self, swarm: SwarmClient, *, ttl_s: float = IMAGE_TTL_S,
                  max_reads: int = MAX_READS, max_kept: int = MAX_KEPT,
@@ -98,9 +102,11 @@ class ImageEnvs:
                 out[ref] = hit[1] if hit else ImageEnv(ref, None, "not read yet")
                 continue
             todo.append(ref)
-        for ref in todo:
-            out[ref] = self._read(ref)
-            self._seen[ref] = (now, out[ref])
+        # Reads of different images, a few at once (_read turns an engine error into
+        # an unknown image; only the cycle's thread touches the cache).
+        for ref, image in zip(todo, write_each(todo, self._read, READ_PARALLEL), strict=True):
+            out[ref] = image
+            self._seen[ref] = (now, image)
             self._seen.move_to_end(ref)
         # This cycle's images are the newest: drop the oldest of the rest beyond the bound.
         while len(self._seen) > self.max_kept:
