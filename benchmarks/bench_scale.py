@@ -17,12 +17,18 @@ Each cycle's line splits its writes into node and service writes. The cycle is t
 daemon's with placement on: label sync's node writes folded into placement's, and the
 gates whose tasks carry their device map opened in the same cycle. ``--tasks`` gives
 the fake engine Swarm's tasks (FakeSwarm's ``model_tasks``); without it the task list
-is empty, as in the figures measured before it existed.
+is empty, as in the figures measured before it existed. Each cycle ends with the
+grants check (cycle.grants: the image env of every service on a GPU node, cached);
+``--images N`` gives the services N distinct images (default: all one), pinned by digest
+as Swarm pins them (``--image-tags``: by tag only), each read from the fake engine at a
+list and an inspect's latency. Its cost shows with ``--tasks`` only (without tasks no
+service is on a GPU node, and no image is read).
 
     python benchmarks/bench_scale.py                          # 1,000, 2,000, 5,000 nodes
     python benchmarks/bench_scale.py --tasks                  # with Swarm's tasks
     python benchmarks/bench_scale.py --sizes 200 --cycles 3
     python benchmarks/bench_scale.py --nodes 1000 --services 5000 --profile
+    python benchmarks/bench_scale.py --nodes 1000 --tasks --images 2000  # image reads
 
 Real-swarm mode: the largest swarm this machine holds (1 manager + W workers, real
 dockerd per node, agents serving captures), S annotated replicas-0 services, the real
@@ -37,6 +43,7 @@ import argparse
 import cProfile
 import dataclasses
 import gc
+import hashlib
 import io
 import json
 import os
@@ -58,6 +65,8 @@ from swarmgpu.agent.facts.topo import TopoSource  # noqa: E402
 from swarmgpu.core.config import Config, SyncConfig  # noqa: E402
 from swarmgpu.core.model import NodeFacts  # noqa: E402
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics  # noqa: E402
+from swarmgpu.manager.cycle.grants import ImageEnvs  # noqa: E402
+from swarmgpu.manager.cycle.grants import find as find_ungranted  # noqa: E402
 from swarmgpu.manager.cycle.heap import CycleCollector  # noqa: E402
 from swarmgpu.manager.cycle.placement import apply_plan, make_plan, new_planner  # noqa: E402
 from swarmgpu.manager.engine.writes import WRITE_PARALLEL  # noqa: E402
@@ -103,8 +112,13 @@ class FakeSwarm:
 
     def __init__(self, nodes: list[SwarmNode], services: list[SwarmService],
                  latency_ms: Mapping[str, float] | None = None,
-                 model_tasks: bool = False) -> None:
+                 model_tasks: bool = False,
+                 images: Mapping[str, tuple[str, ...]] | None = None) -> None:
         self._nodes = {n.id: n for n in nodes}
+        self._images = dict(images or {})  # what the manager's engine has: ref -> env
+        self.image_reads = 0
+        self.image_reads_at_once = 0  # the most image reads in flight together
+        self._reading = 0
         self._services = {s.id: s for s in services}
         self.writes = 0
         self.node_writes = self.service_writes = 0
@@ -195,6 +209,22 @@ class FakeSwarm:
                 if t.state == "pending" and free:
                     ts[i] = dataclasses.replace(t, node_id=free.pop(0), state="running")
 
+    def image_env(self, ref: str) -> tuple[str, ...] | None:
+        """As the client: the image list with a reference filter, then the inspect."""
+        with self._lock:
+            self.image_reads += 1
+            self._reading += 1
+            self.image_reads_at_once = max(self.image_reads_at_once, self._reading)
+        try:
+            self._wait("list", 1)
+            env = self._images.get(ref)
+            if env is not None:
+                self._wait("inspect")
+            return env
+        finally:
+            with self._lock:
+                self._reading -= 1
+
     def events(self, *, types: tuple[str, ...] = ("node", "service")) -> Iterator[dict[str, Any]]:
         return iter(())
 
@@ -250,8 +280,28 @@ REQUESTS: list[dict[str, str]] = [
 ]
 
 
-def build_cluster(n_nodes: int, n_services: int, seed: int = 1
+# A CUDA base image's env (nvidia/cuda:12.4.1-base): what a GPU service's image says.
+IMAGE_ENV = ("PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/bin:/bin",
+             "NVARCH=x86_64", "NVIDIA_REQUIRE_CUDA=cuda>=12.4", "CUDA_VERSION=12.4.1",
+             "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+             "NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")
+
+
+def image_refs(n: int, digests: bool = True) -> list[str]:
+    """``n`` distinct image references as Swarm pins them (``name:tag@sha256:...``, as
+    ``docker service create`` and ``docker stack deploy`` resolve them), or by tag only."""
+    out = []
+    for k in range(n):
+        ref = f"registry.example/team/app{k:05d}:1"
+        out.append(f"{ref}@sha256:{hashlib.sha256(ref.encode()).hexdigest()}" if digests
+                   else ref)
+    return out
+
+
+def build_cluster(n_nodes: int, n_services: int, seed: int = 1,
+                  images: list[str] | None = None,
                   ) -> tuple[list[SwarmNode], list[SwarmService], dict[str, NodeFacts]]:
+    """``images``: the services' images, in turn (None: all ``x``, no such image)."""
     topo = _topology()
     kinds = [
         ("topo_dgx_a100_nv12.txt", "NVIDIA A100-SXM4-40GB", 40960, "0:1g.5gb*7"),
@@ -275,7 +325,8 @@ def build_cluster(n_nodes: int, n_services: int, seed: int = 1
         labels = {P + k: v for k, v in rng.choice(REQUESTS).items()}
         labels["owner"] = "bench"
         spec = {"Name": name, "Labels": dict(labels), "TaskTemplate": {
-            "ContainerSpec": {"Image": "x", "Env": [env_template(P), "USER=1"]},
+            "ContainerSpec": {"Image": images[j % len(images)] if images else "x",
+                              "Env": [env_template(P), "USER=1"]},
             "Placement": {"Constraints": [gate_constraint(P, name)]}},
             "Mode": {"Replicated": {"Replicas": 1}}}
         services.append(SwarmService(f"sid{j:022d}"[:25], name, labels,
@@ -288,7 +339,8 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
                facts: dict[str, NodeFacts], max_cycles: int,
                latency_ms: Mapping[str, float] | None = None,
                profile: bool = False, model_tasks: bool = False,
-               cache: bool = True) -> dict[str, Any]:
+               cache: bool = True, image_envs: Mapping[str, tuple[str, ...]] | None = None,
+               ) -> dict[str, Any]:
     """The daemon's cycle (one snapshot, label sync, placement) until four cycles in a
     row write nothing, or ``max_cycles``. The first of them is the settle cycle (the
     planner re-reads what it wrote), the others are steady. ``profile``: cProfile's top
@@ -298,7 +350,7 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
     without it every snapshot lists them all, as before the cache. With it, once
     converged, one more cycle after a gap in the events (the stream cut and reopened:
     a full re-list) says what a missed event costs."""
-    fake = FakeSwarm(nodes, services, latency_ms, model_tasks)
+    fake = FakeSwarm(nodes, services, latency_ms, model_tasks, image_envs)
     swarm_cache = SwarmCache(fake) if cache else None
     if swarm_cache is not None:
         fake.on_write = swarm_cache.invalidate
@@ -308,6 +360,11 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
     sync = LabelSync(fake, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
     planner = new_planner(cfg, fake, services)  # the daemon keeps one across cycles
     collector = CycleCollector()  # as the daemon: garbage collection between cycles
+    # The grants check's image cache, on a clock a sync interval on per cycle (the
+    # daemon's timer; events bring cycles sooner), so its TTL runs as in a daemon.
+    cycle_no = [0]
+    images = ImageEnvs(fake,  # type: ignore[arg-type]
+                       clock=lambda: cycle_no[0] * cfg.sync.interval_s)
     start_nodes, start_specs = fake.state()
     cycles: list[dict[str, Any]] = []
     out: dict[str, Any] = {}
@@ -315,7 +372,10 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
     converged_s = 0.0
 
     def one_cycle(c: int, prof: cProfile.Profile | None) -> tuple[dict[str, Any], float]:
+        cycle_no[0] = c
         before, calls0, insp0 = fake.writes, fake.calls, fake.inspects
+        reads0 = fake.image_reads
+        fake.image_reads_at_once = 0
         nw0, sw0 = fake.node_writes, fake.service_writes
         relists0 = swarm_cache.stats.relists if swarm_cache is not None else 0
         if prof is not None:
@@ -339,6 +399,8 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
         apply_plan(fake, plan, dry_run=False, services=snap.services,  # type: ignore[arg-type]
                    held=sync.held, prefix=P)
         sync.flush()
+        t_apply = time.monotonic()
+        ungranted = find_ungranted(cfg, snap, plan, images)  # the daemon's grants step
         t_end = time.monotonic()
         if prof is not None:
             prof.disable()
@@ -348,7 +410,9 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
         return {
             "cycle": c + 1, "total_s": round(t_end - t, 3),
             "snapshot_s": round(t_snap - t, 3), "label_sync_s": round(t_labels - t_snap, 3),
-            "plan_s": round(t_plan - t_labels, 3), "apply_s": round(t_end - t_plan, 3),
+            "plan_s": round(t_plan - t_labels, 3), "apply_s": round(t_apply - t_plan, 3),
+            "grants_s": round(t_end - t_apply, 3), "image_reads": fake.image_reads - reads0,
+            "image_reads_at_once": fake.image_reads_at_once, "ungranted": len(ungranted),
             "collect_after_s": round(t_collect, 3), "label_writes": report.writes,
             "writes": fake.writes - before, "node_writes": fake.node_writes - nw0,
             "service_writes": fake.service_writes - sw0,
@@ -397,6 +461,8 @@ def run_cycles(nodes: list[SwarmNode], services: list[SwarmService],
         "steady_cycle_s": still[(len(still) - 1) // 2] if still else None,
         "steady_snapshot_s": sorted(c["snapshot_s"] for c in cycles[len(cycles) - quiet + 1:])[
             (len(still) - 1) // 2] if still else None,
+        "steady_grants_s": sorted(c["grants_s"] for c in cycles[len(cycles) - quiet + 1:])[
+            (len(still) - 1) // 2] if still else None,
         "writes_per_cycle": writing, "writes": sum(writing), "minimum_writes": minimum,
         "cycles_to_converge": len(writing) if converged else None,
         "converge_s": round(converged_s, 2)})
@@ -424,18 +490,21 @@ def profile_top(prof: cProfile.Profile, n: int = 15) -> list[str]:
 
 def fake_size(args: argparse.Namespace, n_nodes: int, n_services: int) -> dict[str, Any]:
     t0 = time.monotonic()
-    nodes, services, facts = build_cluster(n_nodes, n_services)
+    refs = image_refs(args.images, digests=not args.image_tags) if args.images else None
+    envs = dict.fromkeys(refs or (), IMAGE_ENV)
+    nodes, services, facts = build_cluster(n_nodes, n_services, images=refs)
     build_s = time.monotonic() - t0
     if args.tracemalloc:
         tracemalloc.start()
     print(f"# {n_nodes} nodes, {n_services} services: free engine calls", flush=True)
     free = run_cycles(nodes, services, facts, args.cycles, profile=args.profile,
-                      model_tasks=args.tasks, cache=not args.no_cache)
+                      model_tasks=args.tasks, cache=not args.no_cache, image_envs=envs)
     peak = tracemalloc.get_traced_memory()[1] if args.tracemalloc else 0
     tracemalloc.stop()
     gc.collect()
     out: dict[str, Any] = {
         "nodes": n_nodes, "gpus": n_nodes * 8, "services": n_services,
+        "images": args.images or 1, "image_digests": bool(args.images) and not args.image_tags,
         "build_s": round(build_s, 2),
         **{k: free[k] for k in ("first_cycle_s", "settle_cycle_s", "steady_cycle_s",
                                 "writes_per_cycle", "writes", "minimum_writes",
@@ -449,12 +518,13 @@ def fake_size(args: argparse.Namespace, n_nodes: int, n_services: int) -> dict[s
     if not args.no_latency:
         print(f"# {n_nodes} nodes: engine calls at {ENGINE_LATENCY_MS} ms", flush=True)
         slow = run_cycles(nodes, services, facts, args.cycles, latency_ms=ENGINE_LATENCY_MS,
-                          model_tasks=args.tasks, cache=not args.no_cache)
+                          model_tasks=args.tasks, cache=not args.no_cache, image_envs=envs)
         out["latency_ms"] = dict(ENGINE_LATENCY_MS)
         out["converge_s_at_latency"] = slow["converge_s"]
         out["cycles_at_latency"] = [c["total_s"] for c in slow["cycles"]]
         out["steady_cycle_s_at_latency"] = slow["steady_cycle_s"]
         out["steady_snapshot_s_at_latency"] = slow["steady_snapshot_s"]
+        out["steady_grants_s_at_latency"] = slow["steady_grants_s"]
         for k in ("after_gap_cycle_s", "after_gap_snapshot_s"):
             if k in slow:
                 out[k + "_at_latency"] = slow[k]
@@ -491,13 +561,16 @@ def print_table(runs: list[dict[str, Any]]) -> None:
               f"| {r['minimum_writes']:,} | {r['cycles_to_converge']} "
               f"| {r.get('converge_s_at_latency', '-')} | {r['reference_sim_decision_ms']} |")
     if any("steady_cycle_s_at_latency" in r for r in runs):
-        print("\n| nodes | services | steady cycle s at latency | of it the snapshot s "
+        print("\n| nodes | services | images | steady cycle s at latency "
+              "| of it the snapshot s | of it the grants check s "
               "| cycle after a gap in the events s | of it the snapshot s |")
-        print("|" + "---|" * 6)
+        print("|" + "---|" * 8)
         for r in runs:
-            print(f"| {r['nodes']:,} | {r['services']:,} "
+            print(f"| {r['nodes']:,} | {r['services']:,} | {r['images']:,}"
+                  f"{' by digest' if r['image_digests'] else ''} "
                   f"| {r.get('steady_cycle_s_at_latency', '-')} "
                   f"| {r.get('steady_snapshot_s_at_latency', '-')} "
+                  f"| {r.get('steady_grants_s_at_latency', '-')} "
                   f"| {r.get('after_gap_cycle_s_at_latency', '-')} "
                   f"| {r.get('after_gap_snapshot_s_at_latency', '-')} |")
 
@@ -608,6 +681,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cache", action="store_true",
                     help="list every node and service in each snapshot (the daemon before "
                          "its event-fed cache, swarm.cache)")
+    ap.add_argument("--images", type=int, default=0,
+                    help="distinct images of the services, pinned by digest (default: all "
+                         "one); the grants check reads them (with --tasks)")
+    ap.add_argument("--image-tags", action="store_true",
+                    help="with --images: by tag only, no digest")
     ap.add_argument("--tracemalloc", action="store_true", help="peak Python heap (slow)")
     ap.add_argument("--real-swarm", action="store_true")
     ap.add_argument("--workers", type=int, default=8)

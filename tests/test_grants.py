@@ -9,6 +9,7 @@ The real swarm: tests/test_grants_swarm.py.
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from support.gpu_nodes import DGX_A100
 
 from swarmgpu.core.config import Config, PlacementConfig, load_config
-from swarmgpu.manager.cycle.grants import ImageEnvs, findings, void_one
+from swarmgpu.manager.cycle.grants import READ_PARALLEL, ImageEnvs, findings, void_one
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.placement import devices_key, env_template
@@ -537,6 +538,75 @@ def test_image_reads_are_cached_bounded_and_errors_are_unknown() -> None:
     now[0] = 61.0
     envs.lookup(["cuda:1"])
     assert sw.image_reads.count("cuda:1") == 2
+
+
+PINNED = "nvcr.io/nvidia/cuda:12.4.1-base@sha256:" + "ab" * 32
+
+
+def test_an_image_pinned_by_digest_is_read_once_while_a_tag_is_read_again() -> None:
+    now = [0.0]
+    sw = SpecSwarm([], {PINNED: CUDA_ENV, "cuda:1": CUDA_ENV})
+    envs = ImageEnvs(sw, ttl_s=60, clock=lambda: now[0])  # type: ignore[arg-type]
+    gone = "gone@sha256:" + "cd" * 32
+    envs.lookup([PINNED, "cuda:1", gone])
+    now[0] = 6000.0  # long past the TTL: a tag may have moved, a digest has not
+    got = envs.lookup([PINNED, "cuda:1", gone])
+    assert got[PINNED].env == CUDA_ENV
+    assert sw.image_reads.count(PINNED) == 1
+    assert sw.image_reads.count("cuda:1") == 2
+    # not on the manager's engine yet: asked again, it may have been pulled since
+    assert sw.image_reads.count(gone) == 2
+
+
+def test_pinned_images_kept_after_their_services_left_are_bounded() -> None:
+    refs = [f"app{k}@sha256:" + f"{k:02d}" * 32 for k in range(5)]
+    sw = SpecSwarm([], dict.fromkeys(refs, CUDA_ENV))
+    envs = ImageEnvs(sw, max_kept=3)  # type: ignore[arg-type]
+    for ref in refs:  # one service's image after another's
+        envs.lookup([ref])
+    envs.lookup(refs[2:])  # the last three were kept: no read
+    assert sw.image_reads == refs
+    envs.lookup(refs[:2])  # the first two were dropped, the least recently used
+    assert sw.image_reads == refs + refs[:2]
+    envs.lookup(refs)  # then dropped to make room for those two
+    assert sw.image_reads[7:] == refs[2:4]
+    envs.lookup(refs)  # the images a cycle needs are kept whatever the bound
+    assert len(sw.image_reads) == 9
+
+
+class OverlapSwarm(SpecSwarm):
+    """Records how many image reads are in flight at once: each read waits (at most
+    ``wait_s``) until ``meet`` of them are, as engine round trips overlap."""
+
+    def __init__(self, images: Mapping[str, tuple[str, ...]], meet: int,
+                 wait_s: float = 0.5) -> None:
+        super().__init__([], images)
+        self.lock = threading.Lock()
+        self.met = threading.Event()
+        self.meet, self.wait_s = meet, wait_s
+        self.now = self.most = 0
+
+    def image_env(self, ref: str) -> tuple[str, ...] | None:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            if self.now >= self.meet:
+                self.met.set()
+        self.met.wait(self.wait_s)
+        try:
+            return super().image_env(ref)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_a_cycles_image_reads_run_together_bounded() -> None:
+    refs = [f"app{k}:1" for k in range(12)]
+    sw = OverlapSwarm(dict.fromkeys(refs, CUDA_ENV), meet=READ_PARALLEL)
+    got = ImageEnvs(sw).lookup(refs)  # type: ignore[arg-type]
+    assert sw.most == READ_PARALLEL
+    assert sorted(sw.image_reads) == sorted(refs)
+    assert all(got[r].env == CUDA_ENV for r in refs)
 
 
 # --- the config switch -------------------------------------------------------------------

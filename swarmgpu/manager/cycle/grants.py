@@ -13,6 +13,7 @@ spec read at write time, changing only ``ContainerSpec.Env``; a spec that alread
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.engine.writes import WRITE_PARALLEL, write_each
 from swarmgpu.manager.placement import PlacementPlan
 from swarmgpu.manager.services.grants import (
     KIND,
@@ -44,41 +46,74 @@ if TYPE_CHECKING:
     from swarmgpu.manager.nodes.sync import Snapshot
 
 IMAGE_TTL_S = 300.0  # a tag can be moved: its env is read again after this long
-MAX_READS = 32  # image reads per cycle at most; the rest are 'not read yet' (unknown)
+# Image reads per cycle at most; the rest are 'not read yet' (unknown) until a later
+# cycle: a first cycle over thousands of new images stays short (each read is two
+# engine round trips, a list and an inspect).
+MAX_READS = 32
+# Images kept beyond those a cycle needs (a service gone from the GPU nodes, a task
+# between two runs), the least recently needed dropped first: a pinned image is not read
+# again when it comes back, and memory stays bounded.
+MAX_KEPT = 4096
+# Image reads of a cycle in flight at once: each is two round trips of ~20 ms
+# (docs/reliability.md), so 32 one after another took 0.6-0.8 s of a steady cycle.
+READ_PARALLEL = WRITE_PARALLEL
+
+
+def pinned(ref: str) -> bool:
+    """``ref`` names its image by digest (``name[:tag]@sha256:...``, as Swarm pins a
+    service's image at deploy): that image, and so its env, never changes."""
+    _, at, digest = ref.partition("@")
+    return bool(at) and ":" in digest
 
 
 class ImageEnvs:
-    """The env of images, as the manager's engine has them, by reference; kept for
-    ``ttl_s``, at most ``max_reads`` engine reads per ``lookup`` (a first cycle over
-    thousands of new images stays short; the rest are unknown until a later cycle)."""
+    """The env of images, as the manager's engine has them, by reference; at most
+    ``max_reads`` engine reads per ``lookup`` (a first cycle over thousands of new
+    images stays short; the rest are unknown until a later cycle). An env read of an
+    image pinned by digest is kept for the daemon's life (``max_kept`` bounds those no
+    service needs now); anything else for ``ttl_s`` (a tag can move; an image not on the
+    manager's engine may be pulled there). A lookup's reads run ``READ_PARALLEL`` at once."""
 
     def __init__(self, swarm: SwarmClient, *, ttl_s: float = IMAGE_TTL_S,
-                 max_reads: int = MAX_READS,
+                 max_reads: int = MAX_READS, max_kept: int = MAX_KEPT,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.swarm = swarm
         self.ttl_s = ttl_s
         self.max_reads = max_reads
+        self.max_kept = max_kept
         self.clock = clock
-        self._seen: dict[str, tuple[float, ImageEnv]] = {}
+        self._seen: OrderedDict[str, tuple[float, ImageEnv]] = OrderedDict()
+
+    def _fresh(self, ref: str, at: float, image: ImageEnv, now: float) -> bool:
+        return (image.env is not None and pinned(ref)) or now - at < self.ttl_s
 
     def lookup(self, refs: Iterable[str]) -> dict[str, ImageEnv]:
         now = self.clock()
         out: dict[str, ImageEnv] = {}
-        reads = 0
-        for ref in refs:
+        todo: list[str] = []
+        for ref in dict.fromkeys(refs):
             hit = self._seen.get(ref)
-            if hit is not None and now - hit[0] < self.ttl_s:
-                out[ref] = hit[1]
-                continue
-            if reads >= self.max_reads:
+            if hit is not None:
+                self._seen.move_to_end(ref)  # the least recently needed go first
+                if self._fresh(ref, *hit, now):
+                    out[ref] = hit[1]
+                    continue
+            if len(todo) >= self.max_reads:
                 out[ref] = hit[1] if hit else ImageEnv(ref, None, "not read yet")
                 continue
-            reads += 1
-            out[ref] = self._read(ref)
-            self._seen[ref] = (now, out[ref])
-        live = set(out)
-        for ref in [r for r in self._seen if r not in live]:  # bounded by services' images
-            del self._seen[ref]
+            todo.append(ref)
+        # Reads of different images, a few at once (_read turns an engine error into
+        # an unknown image; only the cycle's thread touches the cache).
+        for ref, image in zip(todo, write_each(todo, self._read, READ_PARALLEL), strict=True):
+            out[ref] = image
+            self._seen[ref] = (now, image)
+            self._seen.move_to_end(ref)
+        # This cycle's images are the newest: drop the oldest of the rest beyond the bound.
+        while len(self._seen) > self.max_kept:
+            oldest = next(iter(self._seen))
+            if oldest in out:
+                break
+            del self._seen[oldest]
         return out
 
     def _read(self, ref: str) -> ImageEnv:
