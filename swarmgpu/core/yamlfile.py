@@ -16,9 +16,11 @@ not as YAML 1.1 does: ``12:30`` is text, not the base-60 number 750; ``=`` is te
 ``0o17`` and ``0X1F`` integers (YAML 1.1 reads each as text); only ``true`` and ``false``
 are booleans (``y``, ``yes``, ``on`` are text). `render` writes back what it read, so a
 value read otherwise than docker reads it would reach Swarm rewritten, in env and labels
-that are not swarmgpu's; the config reads as the stacks do. A plain timestamp is text in
-the config; in a stack it is refused (``docker``): docker 28 gives the service Go's text
-of the time in its own zone, docker 27 and older the text.
+that are not swarmgpu's; the config reads as the stacks do. In a stack (``docker``) what
+docker 27 and older (go-yaml v2) read otherwise is refused, key or value, as users
+deploy with either CLI: ``yes``, ``on``, ``y`` (booleans to v2), ``0o-17`` (text to v2)
+and a plain timestamp (docker 28 gives the service Go's text of the time in its own
+zone, docker 27 and older the text); the config, which only swarmgpu reads, takes them.
 """
 
 from __future__ import annotations
