@@ -298,9 +298,10 @@ def test_render_sees_the_stacks_cpu_reservation() -> None:
     nodes = apply([dgx, r4090], plan)
     x = replace(x, labels={**x.labels, **plan.services[0].service_labels_set})
     tx = SwarmTask("tx", x.id, "n-dgx", 1, "running", "running", (), cpu_milli=1500)
+    # "y" quoted: plain, docker 27 and older read it as the key true (render refuses it)
     text = """
 services:
-  y:
+  "y":
     image: busybox
     deploy:
       labels: {swarmgpu.gpus: "1"}

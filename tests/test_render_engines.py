@@ -266,21 +266,59 @@ def test_a_non_string_key_is_refused_as_docker_refuses_it(text: str, where: str)
 
 
 def test_values_docker_reads_as_text_are_written_back_as_that_text() -> None:
-    # docker 28 reads YAML with go-yaml v3: no base-60 numbers, '=' and y/on are text.
-    # PyYAML's YAML 1.1 made 12:30 the number 750, which render then wrote into the
-    # service's env and labels (neither is swarmgpu's to change).
+    # docker reads YAML with go-yaml (v3 from docker 28, v2 before): no base-60 numbers,
+    # '=' is text. PyYAML's YAML 1.1 made 12:30 the number 750, which render then wrote
+    # into the service's env and labels (neither is swarmgpu's to change).
     text = VERSIONLESS.replace("    deploy:\n", "    environment:\n      AT: 12:30\n"
-                               "      ON: on\n      EQ: =\n"
+                               "      LIGHT: 'on'\n      EQ: =\n"
                                "      GB: 1:30.5\n    deploy:\n") \
-        + "        backup-window: 1:30\n        y: y\n"
+        + "        backup-window: 1:30\n        'y': \"y\"\n"
     assert check_stack(text).errors == []
     out, _ = render_stack(text, "s", NODES, [], [], FACTS)
     svc = yaml.safe_load(out)["services"]["web"]
     assert svc["environment"]["AT"] == "12:30"
-    assert svc["environment"]["ON"] == "on" and svc["deploy"]["labels"]["y"] == "y"
+    assert svc["environment"]["LIGHT"] == "on" and svc["deploy"]["labels"]["y"] == "y"
     assert svc["environment"]["EQ"] == "="
     assert svc["environment"]["GB"] == "1:30.5"
     assert svc["deploy"]["labels"]["backup-window"] == "1:30"
+
+
+@pytest.mark.parametrize(("line", "err"), [
+    ("      E: yes\n", "the value at line 5: plain `yes` is text to docker 28+ and true to "
+     "docker 27 and older: quote it, or write true"),
+    ("      E: Off\n", "the value at line 5: plain `Off` is text to docker 28+ and false to "
+     "docker 27 and older: quote it, or write false"),
+    ("      n: x\n", "the key at line 5: plain `n` is text to docker 28+ and false to "
+     "docker 27 and older: quote it"),
+    ("      E: 0o-1_7\n", "the value at line 5: plain `0o-1_7` is the number -15 to docker "
+     "28+ and text to docker 27 and older: quote it, or write -15"),
+])
+def test_a_plain_value_docker_27_and_28_read_apart_is_refused_naming_its_line(
+        line: str, err: str) -> None:
+    # docker 27 and older (go-yaml v2) read yes as true (refused in env, a label or a
+    # command; true in read_only, where docker 28 refuses "yes"), 0o-17 as text, docker
+    # 28 (v3) as "yes" and -15: render took docker 28's reading, which the other CLI
+    # deploys otherwise or not at all.
+    text = VERSIONLESS.replace("    deploy:\n", "    environment:\n" + line + "    deploy:\n")
+    assert check_stack(text, where="s.yml").errors == ["s.yml: " + err]
+
+
+@pytest.mark.parametrize("value", ["'yes'", '"0o-17"', "!!str on", "-0o17", "0o17", "1e3"])
+def test_a_quoted_or_tagged_value_both_dockers_read_alike_is_taken(value: str) -> None:
+    text = VERSIONLESS.replace("    deploy:\n", f"    environment:\n      E: {value}\n"
+                               "    deploy:\n")
+    assert check_stack(text).errors == []
+
+
+def test_a_plain_yes_in_an_extension_field_is_taken_and_refused_where_an_alias_deploys_it(
+        ) -> None:
+    # docker ignores a top-level x- field (docker 20.10 and 28 deploy the same spec); a
+    # value anchored there and used in a service is read where it lands.
+    ext = "x-note: yes\nx-flags: &f [on]\n"
+    assert check_stack(ext + VERSIONLESS).errors == []
+    used = ext + VERSIONLESS.replace("    deploy:\n", "    command: *f\n    deploy:\n")
+    (err,) = check_stack(used, where="s.yml").errors
+    assert err.startswith("s.yml: the value at line 2: plain `on` is text"), err
 
 
 def test_a_plain_timestamp_is_refused_naming_its_line() -> None:

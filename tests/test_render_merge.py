@@ -242,7 +242,7 @@ def test_each_file_is_checked_against_the_schema_before_the_merge() -> None:
         checked.errors
     )
     # a key the schema does not know, only in the override: named by its file
-    typo = 'version: "3.8"\nservices:\n  s: {imagee: y}\n'
+    typo = 'version: "3.8"\nservices:\n  s: {imagee: x}\n'
     checked = check_stack(svcs, where="a.yml", more=[("b.yml", typo)], environ={})
     assert any(e.startswith("b.yml: services.s") and "imagee" in e for e in checked.errors), (
         checked.errors

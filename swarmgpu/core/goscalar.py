@@ -11,10 +11,11 @@ bits is a float, or text when it is hexadecimal; a float past the range of a dou
 docker gives the service as Go's text of it in the zone docker runs in (TIMESTAMP: the
 reader decides). Everything else is text.
 
-Docker 27 and older read with yaml v2, which differs here only in ``y``, ``n``, ``yes``,
-``no``, ``on`` and ``off`` (booleans, with their capitals), in timestamps (their text)
-and in ``0o-17`` (text);
-``YAML11_BOOLS`` are those words, which v3 still takes where the field is a boolean.
+Docker 27 and older read with yaml v2 (v2.4.0), which differs here only in ``y``, ``n``,
+``yes``, ``no``, ``on`` and ``off`` (booleans, with their capitals), in timestamps (their
+text) and in ``0o`` then a sign (``0o-17``, ``0o+1_7``: text); ``v2_reads_otherwise``
+names the first and last. ``YAML11_BOOLS`` are those words, which v3 still takes where
+the field is a boolean.
 """
 
 from __future__ import annotations
@@ -131,3 +132,15 @@ def resolve(text: str) -> tuple[str, Any]:
             if f is not None:
                 return FLOAT, f
     return STR, text
+
+
+def v2_reads_otherwise(text: str) -> tuple[str, str] | None:
+    """How go-yaml v3 and v2 read the plain scalar ``text`` (as words for a message),
+    where they differ but for a timestamp; None where both read it alike. v2 has the
+    YAML 1.1 words as booleans and no 0o fallback after ParseInt (v3's, for ``0o-17``)."""
+    if text in YAML11_BOOLS:
+        return "text", str(YAML11_BOOLS[text]).lower()
+    tag, value = resolve(text)
+    if tag == INT and text.replace("_", "")[:3] in ("0o-", "0o+"):
+        return f"the number {value}", "text"
+    return None

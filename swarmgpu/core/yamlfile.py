@@ -16,9 +16,11 @@ not as YAML 1.1 does: ``12:30`` is text, not the base-60 number 750; ``=`` is te
 ``0o17`` and ``0X1F`` integers (YAML 1.1 reads each as text); only ``true`` and ``false``
 are booleans (``y``, ``yes``, ``on`` are text). `render` writes back what it read, so a
 value read otherwise than docker reads it would reach Swarm rewritten, in env and labels
-that are not swarmgpu's; the config reads as the stacks do. A plain timestamp is text in
-the config; in a stack it is refused (``docker``): docker 28 gives the service Go's text
-of the time in its own zone, docker 27 and older the text.
+that are not swarmgpu's; the config reads as the stacks do. In a stack (``docker``) what
+docker 27 and older (go-yaml v2) read otherwise is refused, key or value, as users
+deploy with either CLI: ``yes``, ``on``, ``y`` (booleans to v2), ``0o-17`` (text to v2)
+and a plain timestamp (docker 28 gives the service Go's text of the time in its own
+zone, docker 27 and older the text); the config, which only swarmgpu reads, takes them.
 """
 
 from __future__ import annotations
@@ -44,7 +46,20 @@ Lines = dict[tuple[Any, ...], int]
 
 class _Loader(yaml.SafeLoader):
     """The safe loader with docker/cli's plain scalars (``core.goscalar``): no base-60
-    numbers or ``=``; ``1e3``, ``0o17``, ``08`` numbers; ``y`` text; a timestamp its text."""
+    numbers or ``=``; ``1e3``, ``0o17``, ``08`` numbers; ``y`` text; a timestamp its text.
+    ``plain``: the ids of the scalar nodes written plain with no tag (``!!str yes`` is
+    text to every reader, plain ``yes`` not)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.plain: set[int] = set()
+
+    def compose_scalar_node(self, anchor: Any) -> yaml.ScalarNode:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        node: yaml.ScalarNode = super().compose_scalar_node(anchor)
+        if event.implicit[0] and event.style is None:
+            self.plain.add(id(node))
+        return node
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         if kind is yaml.ScalarNode and implicit[0]:  # plain: as go-yaml v3 reads it
@@ -140,6 +155,8 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
             return None, {}
         lines: Lines = {}
         _check_tree(node, what, error, lines, loader, docker)
+        if docker:
+            _two_readings(node, loader.plain, what, error)
         return loader.construct_document(node), lines
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -228,6 +245,38 @@ def _timestamp(node: yaml.ScalarNode, what: str, error: type[Exception]) -> None
                 "timestamp to docker's YAML reader, which docker 28 and later give the "
                 "service as Go's text of the time in docker's own zone ('2001-12-14 "
                 "00:00:00 +0000 UTC'); quote it to keep it as written")
+
+
+def _two_readings(root: yaml.Node, plain: set[int], what: str,
+                  error: type[Exception]) -> None:
+    """Refuse a plain scalar that docker 28 and later (go-yaml v3) and docker 27 and
+    older (v2) read apart (``goscalar.v2_reads_otherwise``: ``yes``, ``0o-17``), key or
+    value: the one CLI deploys ``yes`` where the other deploys ``true`` or refuses the
+    file, and users deploy with either. Not under a top-level ``x-`` key, which docker
+    ignores (both deploy one spec), unless an alias brings it into the stack. The tree
+    is bounded (``_check_tree``) and each node is looked at once."""
+    todo: list[tuple[yaml.Node, bool]] = [(root, False)]  # (node, is a mapping key)
+    seen: set[int] = set()
+    while todo:
+        node, key = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if node is root and isinstance(k, yaml.ScalarNode) \
+                        and k.value.startswith("x-"):
+                    continue
+                todo += [(v, False), (k, True)]
+        elif isinstance(node, yaml.SequenceNode):
+            todo += [(item, False) for item in node.value]
+        elif id(node) in plain and (both := goscalar.v2_reads_otherwise(node.value)):
+            v3, v2 = both
+            fix = "quote it" if key else \
+                f"quote it, or write {v2 if v3 == 'text' else v3.rsplit(' ', 1)[-1]}"
+            raise error(f"{what}: the {'key' if key else 'value'} at line "
+                        f"{node.start_mark.line + 1}: plain `{node.value}` is {v3} to docker "
+                        f"28+ and {v2} to docker 27 and older: {fix}")
 
 
 def _as_written(k: yaml.ScalarNode) -> str:
