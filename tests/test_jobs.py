@@ -304,3 +304,27 @@ def test_a_run_whose_task_failed_and_restarts_is_started_and_gets_no_service_wri
     services, tasks = _read_as_the_daemon(monkeypatch, g, both, nodes)
     sp = planner.plan(nodes, services, tasks, FACTS).services[0]
     assert not sp.force_update and not sp.needs_service_write, sp.warnings
+
+
+def test_a_done_nodes_kept_holding_is_no_preemption_victim(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holding a replicated job keeps on a node whose task completed (its run still
+    makes tasks) runs nothing there: preempting it stops no task, spends the hour, and
+    closing its gate makes Swarm reject the completed task and run it again. Before, it
+    was chosen as a victim like a running one."""
+    from swarmgpu.manager.placement.preempt import choose_preemptions
+
+    s = replace(job(3, 0), max_concurrent=2)
+    planner, nodes, s = _run_job(monkeypatch, s, [task("p", "", "pending", 0, 0)] * 2)
+    two_done = [replace(task("a", "n-dgx", "complete", 1), slot=1),
+                replace(task("b", "n-4090", "complete", 1), slot=2),
+                replace(task("c", "", "pending", 1), slot=3)]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, two_done, nodes)
+    nodes = apply(nodes, planner.plan(nodes, services, tasks, FACTS))
+    high = svc("high", {f"{P}gpus": "8", f"{P}priority": "100"})
+    tasks = [*tasks, SwarmTask("t-high", high.id, "", 1, "pending", "running", ())]
+    plan = planner.plan(nodes, [*services, high], tasks, FACTS)
+    assert {sp.name: sp.status for sp in plan.services}["high"] == "pending"
+    assert all(f"{P}assign.embed" in n.labels for n in nodes)
+    assert choose_preemptions(plan, nodes, [*services, high], tasks, FACTS, prefix=P,
+                              preemptible_below=100) == []

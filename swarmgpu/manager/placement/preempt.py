@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.manager.placement.jobs import job_progress
 from swarmgpu.manager.placement.ledger import Holding, read_ledger
 from swarmgpu.manager.placement.queues import (
     group_reclaimable,
@@ -250,6 +251,7 @@ class _Round:
     preemptible_below: int
     cooling: AbstractSet[str]  # may not be victims now
     moving: AbstractSet[str]  # neither preemptors nor victims
+    done: AbstractSet[tuple[str, str]] = frozenset()  # (service id, node): ``done_idle``
     taken: set[tuple[str, str]] = field(default_factory=set)  # (node, uuid) freed already
     gone: set[str] = field(default_factory=set)  # victims already chosen
     q_gone: dict[str, int] = field(default_factory=dict)  # milli per queue its victims free
@@ -257,6 +259,21 @@ class _Round:
 
     def refused_of(self, s: SwarmService) -> AbstractSet[str]:
         return self.refused(s) if self.refused is not None else frozenset()
+
+
+def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
+              ) -> frozenset[tuple[str, str]]:
+    """(job service id, node) where its run's task completed and none of the run lives:
+    the holding a replicated job keeps there for the run's next task (``jobs.job_busy_nodes``)
+    runs nothing. It is no victim: stopping it frees no running work, and its closed gate
+    makes Swarm reject the completed task and run it again."""
+    runs = {s.id: s.job_iteration for s in services}
+    live = {(t.service_id, t.node_id) for t in tasks
+            if t.service_id in runs and t.node_id and t.state not in ("complete", "failed",
+                                                                    "rejected")
+            and (t.job_iteration is None or t.job_iteration == runs[t.service_id])}
+    return frozenset((sid, nid) for sid, prog in job_progress(services, tasks).items()
+                     for nid in prog.done_nodes if nid and (sid, nid) not in live)
 
 
 def choose_preemptions(
@@ -286,7 +303,8 @@ def choose_preemptions(
             holdings.setdefault(nid, {})[svc] = h
     rd = _Round(by_name, {n.id: n for n in nodes}, facts, {q["queue"]: q for q in plan.queues},
                 {sp.name: sp.request for sp in plan.services if sp.request is not None},
-                started, holdings, refused, preemptible_below, cooling, moving)
+                started, holdings, refused, preemptible_below, cooling, moving,
+                done_idle(services, tasks))
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     pending = [sp for sp in plan.services if sp.status == Status.PENDING and sp.request is not None]
     order = serve_order([(by_name[sp.name], sp.request) for sp in pending
@@ -361,7 +379,7 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
         vr = rd.req.get(svc)
         vs = rd.by_name.get(svc)
         if (not isinstance(vr, GpuRequest) or vs is None or svc in rd.cooling
-                or svc in rd.gone or svc in rd.moving):
+                or svc in rd.gone or svc in rd.moving or (vs.id, nid) in rd.done):
             continue
         # another queue's guarantee holds against priority too: alone here, with the
         # set's other victims of that queue in ``pick_victims`` (``together``)
