@@ -714,3 +714,47 @@ def test_proxy_policy_lets_the_void_write_and_the_device_mount_through() -> None
                                 (["A=1"], [{**device_mount_spec(P), "ReadOnly": False}])):
         with pytest.raises(PolicyError):
             check_service_update(spec(["A=1"]), spec(bad_env, mounts=bad_mounts), P)
+
+
+class _BadImageApi:
+    """The engine API's two image reads, the inspect answering ``config`` as ``Config``."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    def images(self, filters: Mapping[str, str]) -> list[dict[str, str]]:
+        return [{"Id": "sha256:0123abcd"}]
+
+    def inspect_image(self, image_id: str) -> dict[str, Any]:
+        return {"Id": image_id, "Config": self.config}
+
+
+@pytest.mark.parametrize("config", [
+    "x", ["Env"], {"Env": "NVIDIA_VISIBLE_DEVICES=all"}, {"Env": [1]}, {"Env": {"a": 1}},
+    {"Env": [None]},
+])
+def test_a_malformed_image_inspect_is_an_unknown_image_naming_it(config: Any) -> None:
+    # The engine's answer is read, not trusted: a Config that is no mapping or an Env
+    # that is no list of texts raised AttributeError or TypeError out of the grants step
+    # (or read a text as its letters).
+    from swarmgpu.swarm.client import SwarmClient
+
+    client = SwarmClient.__new__(SwarmClient)
+    client.endpoint = "unix:///test"
+    client._api = _BadImageApi(config)
+    with pytest.raises(SwarmError, match="local/app:1"):
+        client.image_env("local/app:1")
+    got = ImageEnvs(client).lookup(["local/app:1"])["local/app:1"]
+    assert got.env is None and "local/app:1" in got.note and "Env" in got.note
+
+
+def test_an_image_inspect_without_env_is_an_empty_env() -> None:
+    from swarmgpu.swarm.client import SwarmClient
+
+    client = SwarmClient.__new__(SwarmClient)
+    client.endpoint = "unix:///test"
+    for config in (None, {}, {"Env": None}):
+        client._api = _BadImageApi(config)
+        assert client.image_env("local/app:1") == ()
+    client._api = _BadImageApi({"Env": ["A=1"]})
+    assert client.image_env("local/app:1") == ("A=1",)

@@ -367,7 +367,17 @@ class SwarmClient:
         if len(ids) != 1 or not next(iter(ids)):
             return None
         raw = self._call(self._api.inspect_image, ids.pop().removeprefix("sha256:"))
-        return tuple(str(x) for x in ((raw or {}).get("Config") or {}).get("Env") or ())
+        # The engine's answer is read, not trusted: a wrong shape is an error naming the
+        # image (its env unknown this cycle), never an AttributeError out of the caller.
+        config = (raw or {}).get("Config") if isinstance(raw, Mapping | None) else raw
+        if not isinstance(config, Mapping | None):
+            raise SwarmError(f"image {ref!r}: the engine's inspect has a "
+                             f"{type(config).__name__} for Config, not a mapping of its Env")
+        env = (config or {}).get("Env")
+        if not isinstance(env, list | None) or not all(isinstance(x, str) for x in env or ()):
+            raise SwarmError(f"image {ref!r}: the engine's inspect has no list of texts for "
+                             f"Config.Env ({type(env).__name__})")
+        return tuple(env or ())
 
     def swarm_labels(self) -> Mapping[str, str]:
         """Labels of the swarm object itself (``docker swarm update`` has no flag for
