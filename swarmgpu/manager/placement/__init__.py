@@ -33,7 +33,8 @@ The package, by responsibility; each module imports only modules listed before i
 (README.md "Layout" says what each owns; tests/test_layout.py checks both): ``keys``,
 ``records``; ``envs``, ``ledger``, ``specs``, ``tasks``, ``backoff``, ``generic``;
 ``cluster``, ``replicas``, ``filters``, ``quiet``, ``memo``; ``queues``;
-``cycle``, ``jobs``, ``preempt``, ``existing``, ``reads``; ``packing``, ``gating``, ``converge``, ``devicemap``;
+``cycle``, ``jobs``, ``preempt``, ``existing``, ``reads``; ``packing``, ``gating``,
+``converge``, ``devicemap``;
 ``spread``, ``globalmode``; ``planned``, ``specwrite``, ``restarts``, ``ungate``; ``service``;
 ``planner``.
 This module re-exports what the rest of swarmgpu uses.
