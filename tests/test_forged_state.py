@@ -179,6 +179,37 @@ def test_a_record_of_the_wrong_types_is_not_read_and_never_reaches_the_map(
         assert all(isinstance(rec[k], str) for k in ("service", "from", "to", "reason"))
 
 
+def test_a_move_whose_record_turned_unreadable_still_counts_and_keeps_its_label() -> None:
+    # A forward move in flight whose record can no longer be read (a field of the wrong
+    # type): it may still be under way in Swarm. Before: it left the budgets (a second
+    # move started with max_moves_per_cycle=1), its own move label was called forged and
+    # removed, ``start`` could start the service again over the record, and audit said
+    # "remove it from the stack's deploy.labels".
+    from swarmgpu.manager.nodes.sync import Snapshot
+
+    sw, now = victim_cluster({}), [1000.0]
+    _start(sw, now)
+    key = record_key(P, "id-victim")
+    sw._swarm_labels[key] = json.dumps({**json.loads(sw._swarm_labels[key]), "reason": 7})
+    label = sw.service("id-victim").labels[f"{P}{MOVE_STATE}"]
+    third = replace(victim_move(), service="third", service_id="id-third",
+                    source_node="n-4090", source_host="gpu-node-2", source_uuids=(T_UUID,),
+                    target_node="n-dgx", target_host="gpu-node-1",
+                    target_uuids=(DGX_F.gpus[1].uuid,))
+    cfg = replace(RB, max_moves_per_cycle=1, max_moves_per_node=9)
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([third], sw.nodes(), sw.services(), sw.tasks())
+    assert sw.service("id-victim").labels[f"{P}{MOVE_STATE}"] == label
+    assert f"{P}{MOVE_STATE}" not in sw.service("id-third").labels
+    assert record_key(P, "id-third") not in sw.swarm_labels()
+    got = m.start(victim_move(), sw.service("id-victim"))
+    assert not got.ok and "move-record-unreadable" in m.recent[-1].detail
+    assert json.loads(sw._swarm_labels[key])["reason"] == 7  # not overwritten
+    found = forged_check(P)(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                                     swarm_labels=sw.swarm_labels()))
+    assert [f.kind for f in found] == ["move-record-unreadable"], found
+
+
 def test_records_of_a_gone_service_are_dropped_and_of_a_renamed_one_left_alone() -> None:
     sw = victim_cluster({})
     gone = _forged_move(id="gone00000001", service="removed", service_id="id-removed")

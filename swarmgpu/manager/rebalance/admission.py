@@ -32,22 +32,26 @@ class Budget(NamedTuple):
 
 
 def over_budget(m: Move, in_flight: Sequence[MoveState], admitted: Sequence[Move],
-                cfg: RebalanceConfig) -> Budget | None:
+                cfg: RebalanceConfig, unreadable: int = 0) -> Budget | None:
     """Which budget ``m`` would pass, the moves in flight and those admitted before it
     counted; None within both (pure). The one rule: ``admit`` and ``Mover.start`` (every
     move started, preemption's too) ask it."""
     return over_budget_on({m.source_node, m.target_node}, in_flight,
-                          [{a.source_node, a.target_node} for a in admitted], cfg)
+                          [{a.source_node, a.target_node} for a in admitted], cfg, unreadable)
 
 
 def over_budget_on(nodes: AbstractSet[str], in_flight: Sequence[MoveState],
-                   admitted: Sequence[AbstractSet[str]], cfg: RebalanceConfig
-                   ) -> Budget | None:
+                   admitted: Sequence[AbstractSet[str]], cfg: RebalanceConfig,
+                   unreadable: int = 0) -> Budget | None:
     """``over_budget`` for what touches ``nodes`` (a move: its source and target; an
-    over-share restart: its one node), ``admitted`` the nodes of each admitted before."""
-    if len(in_flight) + len(admitted) >= cfg.max_moves_per_cycle:
+    over-share restart: its one node), ``admitted`` the nodes of each admitted before.
+    ``unreadable``: move records that cannot be read (``Verdict.unreadable``), each a
+    move that may be in flight in any scope: counted per cycle (the safe side); not per
+    node, as their nodes are unknown."""
+    flying = len(in_flight) + unreadable
+    if flying + len(admitted) >= cfg.max_moves_per_cycle:
         return Budget("max_moves_per_cycle", f"budget: {cfg.max_moves_per_cycle} move(s) "
-                                             f"per cycle ({len(in_flight)} in flight)")
+                                             f"per cycle ({flying} in flight)")
     touched = [*({st.source, st.target} for st in in_flight), *admitted]  # a repin: once
     if any(sum(n in t for t in touched) >= cfg.max_moves_per_node for n in nodes):
         return Budget("max_moves_per_node",
@@ -59,14 +63,14 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
           services: Mapping[str, SwarmService], tasks: Sequence[SwarmTask],
           ledger: Mapping[str, Mapping[str, Holding]], cfg: RebalanceConfig, prefix: str,
           now: float, frag_left: tuple[int, str] | None = None,
-          reserved: Sequence[Move] = (),
+          reserved: Sequence[Move] = (), unreadable: int = 0,
           ) -> tuple[list[Move], list[tuple[Move, str]]]:
     """Which proposed moves may start this cycle; the rest with the reason (pure).
 
     ``frag_left``: fragmentation moves allowed now and why none is when 0
     (:meth:`FragBudget.left`); None: no such limit. ``reserved``: moves another step
     waits to start (a preemption's victim), counted as admitted before these: the
-    budgets' slots they need stay free for them.
+    budgets' slots they need stay free for them. ``unreadable``: as ``over_budget_on``.
     """
     frag = frag_left[0] if frag_left is not None else 0
     ok: list[Move] = []
@@ -79,9 +83,10 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
             s, req if isinstance(req, GpuRequest) else None, tasks, ledger.get(m.service, {}),
             prefix, now, cfg.cooldown_s, same_node=m.source_node == m.target_node,
             moving=m.service in flying)
-        b = over_budget(m, in_flight, [*reserved, *ok], cfg) if why is None else None
+        b = (over_budget(m, in_flight, [*reserved, *ok], cfg, unreadable) if why is None
+             else None)
         if b is not None:  # within the budgets but for the reserved: say what holds it
-            why = b.why if over_budget(m, in_flight, ok, cfg) is not None else (
+            why = b.why if over_budget(m, in_flight, ok, cfg, unreadable) is not None else (
                 f"{b.why}, held for {held_for(reserved)}")
         rationed = frag_left is not None and m.trigger is Trigger.FRAGMENTATION
         if why is None and rationed and frag_left is not None and frag <= 0:

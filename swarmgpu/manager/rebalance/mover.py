@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -98,6 +98,8 @@ from swarmgpu.manager.rebalance.record import (
     spec_edit,
     spec_labels,
     swarm_id,
+    unreadable_records,
+    unreadable_why,
 )
 from swarmgpu.manager.rebalance.record import (  # the record: re-exported for callers
     MAX_LABEL_CHARS as MAX_LABEL_CHARS,
@@ -144,17 +146,18 @@ class Verdict:
     forged: list[tuple[SwarmService, str]] = field(default_factory=list)
     # A record whose service id now carries another name: never acted on.
     mismatched: list[tuple[str, MoveState]] = field(default_factory=list)
+    unreadable: set[str] = field(default_factory=set)  # ids whose record cannot be read
 
     def in_flight(self) -> list[MoveState]:
         return [*self.verified.values(), *self.lost.values()]
 
 
 def verify(services: Sequence[SwarmService], records: Mapping[str, MoveState],
-           prefix: str) -> Verdict:
+           prefix: str, unreadable: Collection[str] = ()) -> Verdict:
     """Which moves the daemon started, judged from its records, never from a label alone:
     a move is verified when its record is keyed by the carrying service's id, names that
-    service, and carries the move id of the service's move label."""
-    v = Verdict()
+    service and carries its move label's move id. An ``unreadable`` record's: left alone."""
+    v = Verdict(unreadable=set(unreadable))
     by_id = {s.id: s for s in services}
     for sid, st in records.items():
         s = by_id.get(sid)
@@ -168,7 +171,7 @@ def verify(services: Sequence[SwarmService], records: Mapping[str, MoveState],
             v.lost[sid] = st
     for s in services:
         raw = s.labels.get(prefix + MOVE_STATE)
-        if raw is None or s.id in v.verified or s.id in v.lost:
+        if raw is None or s.id in v.verified or s.id in v.lost or s.id in v.unreadable:
             continue
         claim = MoveState.parse(raw)
         named = f"naming {claim.service}" if claim is not None else "unreadable"
@@ -178,12 +181,14 @@ def verify(services: Sequence[SwarmService], records: Mapping[str, MoveState],
 
 
 def verify_scope(every: Mapping[str, MoveState], services: Sequence[SwarmService],
-                 prefix: str, scope: Callable[[MoveState], bool] | None) -> Verdict:
+                 prefix: str, scope: Callable[[MoveState], bool] | None,
+                 unreadable: Collection[str] = ()) -> Verdict:
     """``verify`` for one mover (pure): the records of ``scope`` (None: all); another
     mover's records, and their services, are left to it. Its ``in_flight`` is what the
-    mover's budgets count (``run_cycle``'s admission and ``start`` alike)."""
+    mover's budgets count (``run_cycle``'s and ``start``'s), with ``unreadable``: any scope's."""
     mine = every if scope is None else {sid: st for sid, st in every.items() if scope(st)}
-    return verify([s for s in services if s.id in mine or s.id not in every], mine, prefix)
+    return verify([s for s in services if s.id in mine or s.id not in every], mine, prefix,
+                  unreadable)
 
 
 def rebalancing(st: MoveState) -> bool:
@@ -199,7 +204,8 @@ def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
     after them misses the record of a move that ended in between, its label forged."""
 
     def check(snap: Snapshot) -> list[Finding]:
-        v = verify(snap.services, read_records(snap.swarm_labels, prefix), prefix)
+        v = verify(snap.services, read_records(snap.swarm_labels, prefix), prefix,
+                   unreadable_records(snap.swarm_labels, prefix))
         out = [Finding("forged-move-label", s.name, peer_text(why) + "; the daemon ignores "
                        "it: remove it from the stack's deploy.labels", key=prefix + MOVE_STATE)
                for s, why in v.forged]
@@ -209,11 +215,9 @@ def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
         out += [Finding("move-record-mismatch", st.service, peer_text(
             f"move record for service id {sid} names {st.service}, which that id no "
             f"longer is") + hand, key=record_key(prefix, sid)) for sid, st in v.mismatched]
-        head = prefix + RECORD
         out += [Finding("move-record-unreadable", "swarm", peer_text(f"move record {k} "
                         "cannot be read") + hand, key=peer_text(k))
-                for k, text in sorted(snap.swarm_labels.items())
-                if k.startswith(head) and MoveState.parse(text) is None]
+                for k in sorted(record_key(prefix, sid) for sid in v.unreadable)]
         gone = [node_gone_finding(record_key(prefix, sid), st, snap.nodes)
                 for sid, st in sorted({**v.verified, **v.lost}.items())]
         return out + [f for f in gone if f is not None]
@@ -386,7 +390,7 @@ class Mover:
         try:
             labels = self.swarm.swarm_labels()
             v = verify_scope(read_records(labels, self.prefix), services, self.prefix,
-                             self.scope)
+                             self.scope, unreadable_records(labels, self.prefix))
             if not self.judge_labels:
                 v.forged = []
         except SwarmError as exc:
@@ -413,7 +417,7 @@ class Mover:
                                   *(st.started_at for st in v.in_flight())], self.clock())
         ok, refused = admit(moves, v.in_flight(), by_name, tasks, ledger, self.cfg,
                             self.prefix, self.clock(), self.frag_budget.left(self.clock()),
-                            reserved)
+                            reserved, len(v.unreadable))
         for m, why in refused:
             logger.bind(service=m.service).info("move {} -> {} not started: {}",
                                                 m.source_host, m.target_host, why)
@@ -483,8 +487,11 @@ class Mover:
         says that one, as ``run_cycle`` says ``admit``'s). A move that stays on its node
         is a repin (``repin.py``)."""
         fresh = self.swarm.service(svc.id)
-        every = self.records()
-        budget = over_budget(m, self.in_flight(every), (), self.cfg)
+        labels = self.swarm.swarm_labels()
+        every, bad = read_records(labels, self.prefix), unreadable_records(labels, self.prefix)
+        if fresh.id in bad:  # its move may be under way; a new record would overwrite it
+            return self._refused(m, unreadable_why(self.prefix, fresh.id), None)
+        budget = over_budget(m, self.in_flight(every), (), self.cfg, len(bad))
         if m.target_node == m.source_node:
             if budget is not None:
                 node = self.swarm.node(m.source_node)

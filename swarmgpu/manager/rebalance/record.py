@@ -255,6 +255,21 @@ def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]
     return out
 
 
+def unreadable_records(labels: Mapping[str, str], prefix: str) -> set[str]:
+    """Service ids whose move record exists but cannot be read (``read_records`` leaves
+    them out): such a move may still be under way in Swarm, so its service is left
+    alone and it counts against the budgets until removed by hand."""
+    head = prefix + RECORD
+    return {k[len(head):] for k, v in labels.items()
+            if k.startswith(head) and MoveState.parse(v) is None}
+
+
+def unreadable_why(prefix: str, sid: str) -> str:
+    """Why no move of service ``sid`` starts while its record cannot be read."""
+    return (f"its move record {record_key(prefix, sid)} cannot be read: check the "
+            "service's gates, then remove it by hand (swarmgpu audit: move-record-unreadable)")
+
+
 def move_of(s: SwarmService, records: Mapping[str, MoveState], prefix: str
             ) -> MoveState | None:
     """The move in flight of ``s``, by the daemon's own word: its record on the swarm

@@ -39,7 +39,7 @@ from swarmgpu.manager.placement import Holding, gate_key, read_ledger
 from swarmgpu.manager.rebalance.admission import over_budget_on
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
-from swarmgpu.manager.rebalance.record import moving, read_records
+from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.web.cluster_view import gpu_metrics
 from swarmgpu.swarm.client import (
@@ -360,8 +360,9 @@ class Restarter:
         # the rebalancer's, as its mover counts them (health's have their own budget).
         try:
             swarm_labels = self.swarm.swarm_labels()
+            bad = unreadable_records(swarm_labels, p)  # each counts, its scope unknown
             flying = verify_scope(read_records(swarm_labels, p), snap.services, p,
-                                  rebalancing).in_flight()
+                                  rebalancing, bad).in_flight()
         except SwarmError as exc:
             logger.warning("over-share restarts wait: cannot read the move records ({})", exc)
             return 0
@@ -377,7 +378,7 @@ class Restarter:
                                   ledger.get(u.service, {}), p, self.clock(),
                                   self.cfg.rebalance.cooldown_s,
                                   moving=s.name in moving([s], swarm_labels, p))
-            b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance)
+            b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
             if why is None and b is not None:
                 why = b.why
             if why is None:
