@@ -27,6 +27,12 @@ scheduler's other thread, so the total's change over one would count the other's
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Stopped(Exception):
@@ -67,3 +73,26 @@ class StopRequest(threading.Event):
         """``n`` more node reads not started (one fetch counts its own, once)."""
         with self._count:
             self.reads_left += n
+
+
+def read_each(items: Sequence[T], read: Callable[[T], R], parallel: int,
+              stop: StopRequest | None, what: str) -> list[R]:
+    """``read(item)`` for every item, ``parallel`` at once, in the items' order: the
+    nodes' reads of a cycle (agents' facts, metrics pages). Once ``stop`` is asked no
+    further read starts; those in flight end by their own deadline, then ``Stopped`` is
+    raised with the reads not made counted (``leave_reads``, and its own ``reads``)."""
+    if not items:
+        return []
+
+    def one(item: T) -> tuple[R] | None:
+        if stop is not None and stop.is_set():
+            return None  # not started: the queue drains at once
+        return (read(item),)
+
+    with ThreadPoolExecutor(max_workers=min(parallel, len(items))) as pool:
+        got = list(pool.map(one, items))
+    done = [r[0] for r in got if r is not None]
+    if stop is not None and len(done) < len(got):
+        stop.leave_reads(len(got) - len(done))
+        raise Stopped(stop, what, len(got) - len(done))
+    return done

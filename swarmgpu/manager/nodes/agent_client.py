@@ -6,7 +6,6 @@ import json
 import ssl
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -15,7 +14,7 @@ from swarmgpu.core.config import AgentsConfig
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.engine.stop import Stopped, StopRequest
+from swarmgpu.manager.engine.stop import StopRequest, read_each
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.swarm.client import SwarmNode
 from swarmgpu.swarm.identity import node_refusal, peer_name
@@ -227,18 +226,6 @@ def fetch_all(nodes: Sequence[SwarmNode], cfg: AgentsConfig, tls: ssl.SSLContext
     flight finish or reach their deadline, then ``Stopped`` is raised with the reads
     not made counted in ``stop.reads_left`` and its own ``reads``: facts half read are
     no cycle's to plan from, and a node not read is no agent found down."""
-    if not nodes:
-        return {}
-
-    def one(node: SwarmNode) -> FactsResult | None:
-        if stop is not None and stop.is_set():
-            return None  # not started: the queue drains at once
-        return fetch_facts(node, cfg, tls, token)
-
-    with ThreadPoolExecutor(max_workers=min(cfg.parallel, len(nodes))) as pool:
-        got = list(pool.map(one, nodes))
-    results = [r for r in got if r is not None]
-    if stop is not None and len(results) < len(got):
-        stop.leave_reads(len(got) - len(results))
-        raise Stopped(stop, "agent read", len(got) - len(results))
+    results = read_each(nodes, lambda node: fetch_facts(node, cfg, tls, token),
+                        cfg.parallel, stop, "agent read")
     return {r.node_id: r for r in results}

@@ -10,12 +10,11 @@ from __future__ import annotations
 import ssl
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from swarmgpu.core.metrics_in import ScrapeResult, parse_metrics
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.engine.stop import Stopped, StopRequest
+from swarmgpu.manager.engine.stop import StopRequest, read_each
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import redact
 from swarmgpu.swarm.client import SwarmNode
@@ -119,20 +118,8 @@ def scrape_all(nodes: Sequence[SwarmNode], template: str, timeout_s: float,
     then ``Stopped`` is raised with the scrapes not made counted (``stop.reads_left``,
     and its own ``reads``): a node not read is no node whose metrics are unknown."""
     ready = [n for n in nodes if n.state == "ready"]
-    if not ready:
-        return {}
-
-    def one(node: SwarmNode) -> NodeScrape | None:
-        if stop is not None and stop.is_set():
-            return None  # not started: the queue drains at once
-        return scrape_node(node, template, timeout_s, tls, token)
-
-    with ThreadPoolExecutor(max_workers=min(parallel, len(ready))) as pool:
-        got = list(pool.map(one, ready))
-    done = [s for s in got if s is not None]
-    if stop is not None and len(done) < len(got):
-        stop.leave_reads(len(got) - len(done))
-        raise Stopped(stop, "metrics read", len(got) - len(done))
+    done = read_each(ready, lambda node: scrape_node(node, template, timeout_s, tls, token),
+                     parallel, stop, "metrics read")
     return {s.node_id: s for s in done}
 
 
