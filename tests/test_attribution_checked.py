@@ -5,6 +5,7 @@ acts on nobody and is reported unattributed (issue 20, finding 2)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -225,3 +226,16 @@ def test_a_restart_holds_max_moves_per_node_as_a_move_on_its_node() -> None:
     swarm, n, why = _restart_case([TASKS[0]], others=movers, records=elsewhere,
                                   max_moves_per_cycle=2, max_moves_per_node=1)
     assert n == 1 and why == []
+
+
+def test_a_service_whose_move_record_cannot_be_read_is_not_restarted() -> None:
+    """A record that cannot be read (a field of the wrong type) may be a move still under
+    way: the over-share restart leaves its service alone, as one with a move in flight
+    (before: ``moving()`` read no move and the gate was bounced mid-move)."""
+    key = record_key(P, VICTIM.id)
+    _, mine = _in_flight(1)
+    (text,) = mine.values()
+    bad = {key: json.dumps({**json.loads(text), "service": "victim", "service_id": VICTIM.id,
+                            "reason": 7})}
+    swarm, n, why = _restart_case([TASKS[0]], records=bad, max_moves_per_cycle=5)
+    assert n == 0 and swarm.writes == [] and len(why) == 1 and "move" in why[0], why

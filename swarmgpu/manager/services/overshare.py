@@ -377,7 +377,7 @@ class Restarter:
             why = why_not_movable(s, req if isinstance(req, GpuRequest) else None, snap.tasks,
                                   ledger.get(u.service, {}), p, self.clock(),
                                   self.cfg.rebalance.cooldown_s,
-                                  moving=s.name in moving([s], swarm_labels, p))
+                                  moving=s.name in moving([s], swarm_labels, p) or s.id in bad)
             b = over_budget_on({u.node_id}, flying, done_on, self.cfg.rebalance, len(bad))
             if why is None and b is not None:
                 why = b.why
