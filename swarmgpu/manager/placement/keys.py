@@ -35,33 +35,33 @@ def hold_constraint(prefix: str) -> str:
     return f"node.labels.{prefix}{HOLD}==true"
 
 
-def is_hold(constraint: str, prefix: str) -> bool:
-    """The hold constraint, read as Swarm reads it, as ``gate_of`` reads a gate (spaces
-    around the parts, ``node.labels.`` and the value in any case; the label key exact)."""
-    if prefix + HOLD not in constraint:
-        return False  # (nearly every constraint)
-    try:
-        c = parse_constraint(constraint)
-    except ConstraintError:
-        return False
-    return c.op == "==" and c.value.lower() == "true" and c.node_label == prefix + HOLD
-
-
-def gate_of(constraint: str, prefix: str) -> str | None:
-    """The service whose gate ``constraint`` is, or None: a gate is exactly
-    ``node.labels.<prefix>service.<name>==true``, read as Swarm reads it (spaces around
-    the parts, ``node.labels.`` and the value in any case; the label key exact). Any
-    other constraint on such a label (``!= true``, ``== false``) is the owner's: kept,
-    never taken for a gate (``owned_label_read``)."""
-    if prefix + GATE not in constraint:
+def _true_label(constraint: str, start: str) -> str | None:
+    """The node label of a ``node.labels.<label>==true`` constraint whose label starts
+    with ``start``, read as Swarm reads it (spaces around the parts, ``node.labels.``
+    and the value in any case; the label key exact); None for any other constraint."""
+    if start not in constraint:
         return None  # (nearly every constraint)
     try:
         c = parse_constraint(constraint)
     except ConstraintError:
         return None
-    name = (c.node_label or "").removeprefix(prefix + GATE)
-    gate = c.op == "==" and c.value.lower() == "true" and c.node_label == prefix + GATE + name
-    return name if gate and name else None
+    label = c.node_label or ""
+    return label if c.op == "==" and c.value.lower() == "true" and label.startswith(
+        start) else None
+
+
+def is_hold(constraint: str, prefix: str) -> bool:
+    """The hold constraint, read as ``gate_of`` reads a gate (``_true_label``)."""
+    return _true_label(constraint, prefix + HOLD) == prefix + HOLD
+
+
+def gate_of(constraint: str, prefix: str) -> str | None:
+    """The service whose gate ``constraint`` is, or None: a gate is exactly
+    ``node.labels.<prefix>service.<name>==true``, read as Swarm reads it
+    (``_true_label``). Any other constraint on such a label (``!= true``, ``== false``)
+    is the owner's: kept, never taken for a gate (``owned_label_read``)."""
+    label = _true_label(constraint, prefix + GATE)
+    return label.removeprefix(prefix + GATE) or None if label else None
 
 
 def is_gate_of(constraint: str, prefix: str, service: str) -> bool:
