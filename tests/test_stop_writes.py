@@ -156,9 +156,8 @@ def test_dry_run_plans_and_says_every_write_with_a_stop_asked(tmp_path: Path) ->
     assert _left(lines) is None
 
 
-def test_one_at_a_time_the_step_ends_right_after_the_write_in_flight() -> None:
-    """Writes made one by one (``write_each`` with ``parallel=1``, the mover's): the
-    write the stop came in lands, the next does not start."""
+def _stopped_mid_write(parallel: int) -> tuple[StopRequest, StoppedDuringAWrite]:
+    """A write to every node, the stop asked during the first write."""
     stop = StopRequest()
     sw = StoppedDuringAWrite(stop.set)
     sw.before_write = stop.check  # type: ignore[attr-defined]
@@ -167,22 +166,21 @@ def test_one_at_a_time_the_step_ends_right_after_the_write_in_flight() -> None:
         write_each(
             [n.id for n in sw.nodes()],
             lambda nid: gate.node_labels(nid, lambda cur: {**cur, "x": "1"}),
-            parallel=1,
+            parallel=parallel,
         )
+    return stop, sw
+
+
+def test_one_at_a_time_the_step_ends_right_after_the_write_in_flight() -> None:
+    """Writes made one by one (``write_each`` with ``parallel=1``, the mover's): the
+    write the stop came in lands, the next does not start."""
+    stop, sw = _stopped_mid_write(1)
     assert sw.calls == [("node", "n-00")]
     assert stop.left == NODES - 1
 
 
 def test_in_parallel_each_write_not_made_is_counted_once() -> None:
-    stop = StopRequest()
-    sw = StoppedDuringAWrite(stop.set)
-    sw.before_write = stop.check  # type: ignore[attr-defined]
-    gate = Writes(sw, dry_run=False, who="test")  # type: ignore[arg-type]
-    with pytest.raises(Stopped):
-        write_each(
-            [n.id for n in sw.nodes()],
-            lambda nid: gate.node_labels(nid, lambda cur: {**cur, "x": "1"}),
-        )
+    stop, sw = _stopped_mid_write(WRITE_PARALLEL)
     assert 1 <= len(sw.calls) <= WRITE_PARALLEL
     assert stop.left == NODES - len(sw.calls)
 
