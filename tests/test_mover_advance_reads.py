@@ -17,12 +17,12 @@ import json
 from typing import Any
 
 import pytest
-from support.forged import R4090_F, T_UUID, P, RecordingSwarm, victim_cluster, victim_move
+from support.forged import P, RecordingSwarm, repin_move, victim_cluster, victim_move
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.placement import MOVE_STATE, gate_key
 from swarmgpu.manager.rebalance.mover import Mover, read_records, record_key
-from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
+from swarmgpu.manager.rebalance.moves import Outcome
 from swarmgpu.swarm.client import SwarmNode, SwarmNotFound, SwarmTask
 
 
@@ -34,15 +34,6 @@ class Listing(RecordingSwarm):
     def nodes(self) -> list[SwarmNode]:
         self.node_lists += 1
         return super().nodes()
-
-
-def _repin_move() -> Move:
-    """third from GPU 0 to GPU 2 of its own node (the RTX 4090)."""
-    return Move(service="third", service_id="id-third", source_node="n-4090",
-                source_host="gpu-node-2", source_uuids=(T_UUID,), source_milli=(1000,),
-                target_node="n-4090", target_host="gpu-node-2", target_gpus=(2,),
-                target_uuids=(R4090_F.gpus[2].uuid,), target_milli=(1000,),
-                trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
 
 
 def _mover(sw: RecordingSwarm) -> Mover:
@@ -58,7 +49,7 @@ def _in_flight(cls: type[Listing] = Listing) -> Listing:
     sw = cls(base.nodes(), base.services(), base.tasks())
     m = _mover(sw)
     assert m.start(victim_move(), sw.service("id-victim")).ok
-    assert m.start(_repin_move(), sw.service("id-third")).ok
+    assert m.start(repin_move(), sw.service("id-third")).ok
     assert set(read_records(sw.swarm_labels(), P)) == {"id-victim", "id-third"}
     return sw
 

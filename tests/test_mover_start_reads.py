@@ -31,6 +31,7 @@ from support.forged import (
     P,
     RecordingSwarm,
     held_labels,
+    repin_move,
     sw_node,
     victim_cluster,
     victim_move,
@@ -69,15 +70,6 @@ def _third_move() -> Move:
                 source_host="gpu-node-2", source_uuids=(T_UUID,), source_milli=(1000,),
                 target_node="n-dgx", target_host="gpu-node-1", target_gpus=(1,),
                 target_uuids=(DGX_F.gpus[1].uuid,), target_milli=(1000,),
-                trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
-
-
-def _repin_move() -> Move:
-    """third from GPU 0 to GPU 2 of its own node (the RTX 4090)."""
-    return Move(service="third", service_id="id-third", source_node="n-4090",
-                source_host="gpu-node-2", source_uuids=(T_UUID,), source_milli=(1000,),
-                target_node="n-4090", target_host="gpu-node-2", target_gpus=(2,),
-                target_uuids=(R4090_F.gpus[2].uuid,), target_milli=(1000,),
                 trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
 
 
@@ -183,7 +175,7 @@ def test_a_started_move_lists_no_node_of_the_swarm() -> None:
     nodes, services, tasks = sw.nodes(), sw.services(), sw.tasks()
     sw.node_lists = 0
     _mover(sw, 3, 3).run_cycle([victim_move()], nodes, services, tasks)
-    got = _mover(sw, 3, 3).start(_repin_move(), sw.service("id-third"))
+    got = _mover(sw, 3, 3).start(repin_move(), sw.service("id-third"))
     assert got.ok, got.why
     assert set(read_records(sw.swarm_labels(), P)) == {"id-victim", "id-third"}
     assert sw.node_lists == 0  # it was listed once per start, for one service's holdings
@@ -211,7 +203,7 @@ def test_a_holding_on_a_node_the_move_does_not_touch_refuses_it() -> None:
     assert _refusal(sw, victim_move()) == (
         "not converged (1 running of 1, 2 placed); moved only once stable")
     sw = _cluster(sw_node("n-other", "gpu-node-3", held_labels("third", "n-other", OTHER)))
-    assert _refusal(sw, _repin_move()) == (
+    assert _refusal(sw, repin_move()) == (
         "not converged (1 running of 1, 2 placed); moved only once stable")
 
 

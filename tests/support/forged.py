@@ -191,6 +191,15 @@ def victim_move() -> Move:
                 trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
 
 
+def repin_move() -> Move:
+    """third from GPU 0 to GPU 2 of its own node (the RTX 4090)."""
+    return Move(service="third", service_id="id-third", source_node="n-4090",
+                source_host="gpu-node-2", source_uuids=(T_UUID,), source_milli=(1000,),
+                target_node="n-4090", target_host="gpu-node-2", target_gpus=(2,),
+                target_uuids=(R4090_F.gpus[2].uuid,), target_milli=(1000,),
+                trigger=Trigger.HOTSPOT, window_s=5.0, reason="test", gain="test")
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
