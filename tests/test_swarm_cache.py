@@ -336,3 +336,25 @@ def test_a_follower_cycle_makes_the_next_term_list_everything(tmp_path: Path) ->
     swarm.bump("s2")  # changed while another manager led: no event here said so
     d.cycle()
     assert swarm.lists == 2 and d.cache.stats.reasons.get("not the leader") == 1
+
+
+def test_an_event_naming_an_object_by_name_keeps_one_copy_under_its_id() -> None:
+    """The engine's inspect takes a name or an ID prefix as well as the ID: an event
+    whose Actor.ID is not the object's own ID (a broken or hostile peer) stored the
+    object a second time under that text, so the cycle saw the service twice."""
+
+    class ByName(Source):
+        def _get(self, store: dict[str, Any], obj: str) -> Any:
+            found = [o for o in store.values() if obj in (o.id, getattr(o, "name", None),
+                                                          getattr(o, "hostname", None))]
+            return super()._get(store, found[0].id if found else obj)
+
+    src = ByName()
+    cache = opened_cache(src)
+    src.bump("s1")
+    src.bump("n2")
+    cache.on_event(event("service", "svc1"))  # the name, not the ID
+    cache.on_event(event("node", "host2"))
+    assert same(cache, src)
+    nodes, services = cache.read()
+    assert len(services) == 4 and len(nodes) == 3

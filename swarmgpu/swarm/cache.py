@@ -199,9 +199,16 @@ class SwarmCache:
     def _refresh(self, kind: str, obj: str) -> None:
         store: dict[str, Any] = self._nodes if kind == "node" else self._services
         try:
-            store[obj] = self.swarm.node(obj) if kind == "node" else self.swarm.service(obj)
+            got = self.swarm.node(obj) if kind == "node" else self.swarm.service(obj)
         except SwarmNotFound:
             store.pop(obj, None)
+            return
+        if got.id != obj:
+            # The engine's inspect also takes a name or an ID prefix (it tries the ID
+            # first, so ``obj`` is no object's ID): keep the object under its own ID
+            # only, never a second copy under what an event called it.
+            store.pop(obj, None)
+        store[got.id] = got
 
 
 def follow(events: Callable[[Callable[[], None]], Iterator[Mapping[str, Any]]],
