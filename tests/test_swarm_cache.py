@@ -358,3 +358,31 @@ def test_an_event_naming_an_object_by_name_keeps_one_copy_under_its_id() -> None
     assert same(cache, src)
     nodes, services = cache.read()
     assert len(services) == 4 and len(nodes) == 3
+
+
+def test_an_older_version_than_the_cached_one_never_replaces_it() -> None:
+    """While the stream stays open the engine is the same store, whose Version.Index
+    only grows: an older answer (a stale manager answered, a read racing a write) keeps
+    what the cache has, in an inspect and in the timer's list. After a gap the list is
+    taken as it is: the engine may have restarted from a backup."""
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, relist_s=600.0, clock=clock)
+    src.bump("s1")
+    src.bump("n1")
+    cache.invalidate("service", "s1")
+    cache.invalidate("node", "n1")
+    assert same(cache, src)
+    src.s["s1"] = mk_service(1, version=1)  # an answer older than the cached version 2
+    src.n["n1"] = mk_node(1, version=1)
+    cache.on_event(event("service", "s1"))
+    nodes, services = cache.read()
+    assert {s.id: s.version for s in services}["s1"] == 2
+    clock.t = 600.0  # the timer's list: the same store, still older
+    nodes, services = cache.read()
+    assert src.lists == 1
+    assert {s.id: s.version for s in services}["s1"] == 2
+    assert {n.id: n.version for n in nodes}["n1"] == 2
+    cache.gap("connection reset")
+    cache.opened()
+    assert same(cache, src)  # after a gap: as listed

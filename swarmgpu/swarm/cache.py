@@ -22,6 +22,11 @@ A full re-list happens
 
 While a full list is due, events are counted but not kept: the list reads everything.
 
+An object never goes back to an older ``Version.Index`` while the stream stayed open
+(an inspect, the timer's list): the store only raises it, so an older answer is stale.
+A list after a gap or at a new term is taken as it is (the engine may have restarted
+from a backup). Objects are kept under their own IDs, whatever an event called them.
+
 A re-list asked for while the stream is open counts from before the list started, so
 an event that arrives during the list marks its object again for the next read.
 """
@@ -161,12 +166,14 @@ class SwarmCache:
                     # otherwise the next read lists again.
                     self._relist_why = None
             if why is not None:
-                self._relist(why)
+                # Only after the timer or many changes is the store the one this open
+                # stream watched all along; else (a gap, a new term) it is taken as is.
+                self._relist(why, keep_newer=why == "timer" or why[0].isdigit())
             else:
                 self._inspect(dirty)
             return list(self._nodes.values()), list(self._services.values())
 
-    def _relist(self, why: str) -> None:
+    def _relist(self, why: str, keep_newer: bool = False) -> None:
         self.stats.relists += 1
         key = why.split(":")[0] if not why[0].isdigit() else "many changed"
         self.stats.reasons[key] = self.stats.reasons.get(key, 0) + 1
@@ -176,8 +183,8 @@ class SwarmCache:
             with self._lock:  # nothing learnt: list again next time
                 self._relist_why = self._relist_why or f"failed list ({why})"
             raise
-        self._nodes = {n.id: n for n in nodes}
-        self._services = {s.id: s for s in services}
+        self._nodes = {n.id: newer(self._nodes, n, keep_newer) for n in nodes}
+        self._services = {s.id: newer(self._services, s, keep_newer) for s in services}
         self._listed_at = self.clock()
         logger.debug("swarm cache: full list ({}): {} nodes, {} services", why,
                      len(nodes), len(services))
@@ -208,7 +215,15 @@ class SwarmCache:
             # first, so ``obj`` is no object's ID): keep the object under its own ID
             # only, never a second copy under what an event called it.
             store.pop(obj, None)
-        store[got.id] = got
+        store[got.id] = newer(store, got, True)
+
+
+def newer(have: Mapping[str, Any], got: Any, keep: bool) -> Any:
+    """``got``, or the cached object of its ID when ``keep`` and that one's version is
+    newer: an engine's store only raises an object's Version.Index, so an older answer
+    is a stale one (a manager that lost the lead answered, a read raced a write)."""
+    old = have.get(got.id)
+    return old if keep and old is not None and old.version > got.version else got
 
 
 def follow(events: Callable[[Callable[[], None]], Iterator[Mapping[str, Any]]],
