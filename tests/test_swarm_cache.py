@@ -386,3 +386,32 @@ def test_an_older_version_than_the_cached_one_never_replaces_it() -> None:
     cache.gap("connection reset")
     cache.opened()
     assert same(cache, src)  # after a gap: as listed
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"Type": "service", "Actor": "s1"},  # was an AttributeError: the stream cut
+        {"Type": "service", "Actor": ["s1"]},
+        {"Type": "service", "Actor": {"ID": 5}},  # these were dropped: a change lost
+        {"Type": "node", "Actor": {"Attributes": {}}},
+        {"Type": "node", "Actor": {"ID": ""}},
+        {"Type": ["node"], "Actor": {"ID": "n1"}},
+        {"Action": "update", "Actor": {"ID": "n1"}},  # no Type: the filter asks for it
+    ],
+)
+def test_an_event_that_names_no_object_lists_everything_at_the_next_read(
+    bad: dict[str, Any],
+) -> None:
+    """The stream is asked for node and service events only: one whose object cannot
+    be read said something changed without saying what, so the next read lists
+    everything (the log names the event); it never cuts the stream."""
+    src = Source()
+    cache = opened_cache(src)
+    src.bump("n1")
+    src.bump("s1")
+    cache.on_event(bad)
+    assert same(cache, src) and src.lists == 1
+    assert cache.stats.reasons == {"first read": 1, "malformed event": 1}
+    cache.on_event({"Type": "network", "Actor": {"ID": "x"}})  # not ours: no list
+    assert same(cache, src) and src.lists == 1

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
+from swarmgpu.core.httpguard import Throttle
 from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmNotFound, SwarmService
 
 RELIST_S = 600.0  # the slow timer: a full re-list at least this often
@@ -93,17 +94,28 @@ class SwarmCache:
         self._stream_up = False
         self._relist_why: str | None = "first read"
         self._listed_at: float | None = None
+        self._malformed = Throttle(60.0)  # a log line a minute for events naming nothing
 
     # --- fed by the event thread and by writers -----------------------------
     def on_event(self, event: Mapping[str, Any]) -> None:
-        """An engine event: its node or service is read again at the next ``read``."""
+        """An engine event: its node or service is read again at the next ``read``.
+        One that names no object of ours (the stream is asked for node and service
+        events only) said something changed without saying what: all is listed."""
         kind = event.get("Type")
-        obj = (event.get("Actor") or {}).get("ID") or event.get("id")
-        if kind not in KINDS or not isinstance(obj, str) or not obj:
-            return
+        if isinstance(kind, str) and kind not in KINDS:
+            return  # another kind's: not asked for, nothing of ours changed
+        actor = event.get("Actor")
+        obj = actor.get("ID") if isinstance(actor, Mapping) else None
         with self._lock:
             self.stats.events += 1
-            if self._relist_why is None:  # else the coming list reads it anyway
+            if kind not in KINDS or not isinstance(obj, str) or not obj:
+                self._relist_why = self._relist_why or "malformed event"
+                if n := self._malformed.due():
+                    logger.warning(
+                        "event stream: an event naming no node or service ({:.120}; {} "
+                        "such): the next read lists everything; a proxy between the "
+                        "daemon and the engine?", repr(dict(event)), n)
+            elif self._relist_why is None:  # else the coming list reads it anyway
                 self._dirty[kind].add(obj)
 
     def invalidate(self, kind: str, obj_id: str) -> None:
