@@ -16,7 +16,7 @@ import pytest
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.swarm.cache import DIRTY_MIN, SwarmCache, follow
+from swarmgpu.swarm.cache import DIRTY_MIN, EVENT_WAIT_S, SwarmCache, follow
 from swarmgpu.swarm.client import (
     SwarmNode,
     SwarmNotFound,
@@ -414,4 +414,44 @@ def test_an_event_that_names_no_object_lists_everything_at_the_next_read(
     assert same(cache, src) and src.lists == 1
     assert cache.stats.reasons == {"first read": 1, "malformed event": 1}
     cache.on_event({"Type": "network", "Actor": {"ID": "x"}})  # not ours: no list
+    assert same(cache, src) and src.lists == 1
+
+
+def test_a_write_no_event_follows_lists_every_read_until_events_come_again() -> None:
+    """An engine can stop publishing the swarm's events while its stream stays open
+    (moby's watch of the store ends with a leader change and is not restarted:
+    moby/moby#36834, docker/for-linux#101): only the timer saw changes by others. A
+    write of swarmgpu's that landed is always followed by its event; none for
+    ``EVENT_WAIT_S`` means the engine is deaf, so every read lists until an event
+    comes, and the one after that lists again (what changed in between)."""
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, clock=clock)
+    src.bump("s1")
+    cache.wrote("service", "s1")
+    clock.t = EVENT_WAIT_S - 1
+    assert same(cache, src) and src.lists == 0 and src.inspects == ["s1"]
+    src.bump("n0")  # a change by someone else: the deaf engine says nothing
+    clock.t = EVENT_WAIT_S + 1
+    assert same(cache, src) and src.lists == 1
+    assert same(cache, src) and src.lists == 2  # still deaf: a list a read
+    assert cache.stats.reasons["no event for a write"] == 2
+    cache.on_event(event("node", "n2"))  # events again
+    assert same(cache, src) and src.lists == 3
+    assert same(cache, src) and src.lists == 3  # and the cache is read again
+
+
+def test_a_write_whose_event_came_before_the_write_returned_is_heard() -> None:
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, clock=clock)
+    src.bump("s1")
+    clock.t = 5.0
+    cache.on_event(event("service", "s1"))  # the event thread was quicker
+    clock.t = 6.0
+    cache.wrote("service", "s1")
+    clock.t = 6.0 + 10 * EVENT_WAIT_S
+    assert same(cache, src) and src.lists == 0
+    cache.wrote("service", "s1")  # a write nothing followed: no event since it
+    clock.t += EVENT_WAIT_S + 1
     assert same(cache, src) and src.lists == 1

@@ -96,6 +96,7 @@ class Daemon:
         # open (watch_events off, or not started yet) every read lists them in full.
         self.cache = SwarmCache(self.swarm)
         self.swarm.on_write = self.cache.invalidate
+        self.swarm.on_landed = self.cache.wrote  # its event is due: a deaf engine shows
         # each write asks again whether this engine still leads (cycle.term)
         self.term = LeaderTerm(lambda: self.swarm.is_leader())
         self.swarm.may_write = self.term.holds

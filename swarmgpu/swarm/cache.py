@@ -52,6 +52,12 @@ RELIST_S = 600.0  # the slow timer: a full re-list at least this often
 DIRTY_SHARE = 0.005
 DIRTY_MIN = 16  # ...but never re-list for fewer dirty objects than this
 KINDS = ("node", "service")
+# A write of swarmgpu's that landed is followed by its event within milliseconds; none
+# for this long (and none since shortly before the write: the event may come before
+# the write call returns, up to one call's time, WRITE_SLACK_S) means the engine stopped
+# publishing the swarm's events while its stream stays open (moby/moby#36834).
+EVENT_WAIT_S = 30.0
+WRITE_SLACK_S = 60.0
 
 
 class CacheSource(Protocol):
@@ -95,6 +101,9 @@ class SwarmCache:
         self._relist_why: str | None = "first read"
         self._listed_at: float | None = None
         self._malformed = Throttle(60.0)  # a log line a minute for events naming nothing
+        self._last_event_at: float | None = None  # any event: the engine publishes
+        self._awaiting: float | None = None  # the first landed write no event followed
+        self._deaf = False  # a write's event never came: list each read until one does
 
     # --- fed by the event thread and by writers -----------------------------
     def on_event(self, event: Mapping[str, Any]) -> None:
@@ -108,6 +117,11 @@ class SwarmCache:
         obj = actor.get("ID") if isinstance(actor, Mapping) else None
         with self._lock:
             self.stats.events += 1
+            self._last_event_at, self._awaiting = self.clock(), None
+            if self._deaf:  # what changed between the last list and now is unknown
+                self._deaf = False
+                self._relist_why = self._relist_why or "events again"
+                logger.info("event stream: the engine publishes the swarm's events again")
             if kind not in KINDS or not isinstance(obj, str) or not obj:
                 self._relist_why = self._relist_why or "malformed event"
                 if n := self._malformed.due():
@@ -123,6 +137,24 @@ class SwarmCache:
         if kind in KINDS:
             with self._lock:
                 self._dirty[kind].add(obj_id)
+
+    def wrote(self, kind: str, obj_id: str) -> None:
+        """swarmgpu's write of this object landed: read it again, and expect its event
+        (none means the engine went deaf: ``EVENT_WAIT_S``)."""
+        self.invalidate(kind, obj_id)
+        with self._lock:
+            if self._awaiting is None:
+                self._awaiting = self.clock()
+
+    def _heard(self) -> bool:
+        """False once a landed write's event is overdue (the lock held)."""
+        if self._awaiting is None or self.clock() - self._awaiting < EVENT_WAIT_S:
+            return True
+        last = self._last_event_at
+        if last is not None and last >= self._awaiting - WRITE_SLACK_S:
+            self._awaiting = None  # its event came before the write call returned
+            return True
+        return False
 
     def opened(self) -> None:
         """The stream is (again) subscribed: what happened before is unknown."""
@@ -163,6 +195,17 @@ class SwarmCache:
                 why = self._relist_why
                 if why is None and not self._stream_up:
                     why = "no event stream"
+                if self._stream_up and not self._deaf and not self._heard():
+                    self._deaf, self._awaiting = True, None
+                    logger.warning(
+                        "event stream: no event for a write of swarmgpu's in {:.0f} s: the "
+                        "engine stopped publishing the swarm's events (moby/moby#36834, "
+                        "after a leader change); every cycle lists the swarm until an "
+                        "event comes; restarting this manager's docker ends it",
+                        EVENT_WAIT_S,
+                    )
+                if why is None and self._deaf:
+                    why = "no event for a write"
                 if why is None and self._listed_at is not None \
                         and self.clock() - self._listed_at >= self.relist_s:
                     why = "timer"

@@ -290,6 +290,9 @@ class SwarmClient:
         # Told (kind "node" or "service", id) after a write landed or failed midway: a
         # cache of what the engine holds reads the object again (swarm.cache).
         self.on_write: Callable[[str, str], None] | None = None
+        # Told after on_write when the write landed: its event is due (swarm.cache
+        # tells a deaf engine by that event's absence).
+        self.on_landed: Callable[[str, str], None] | None = None
         # Asked right before each write goes out (the daemon's leader term,
         # manager.cycle.term): False refuses it with NotLeader. None: every write goes.
         self.may_write: Callable[[], bool] | None = None
@@ -470,6 +473,8 @@ class SwarmClient:
             raise
         if landed and self.on_write is not None:
             self.on_write(kind, obj_id)
+        if landed and self.on_landed is not None:
+            self.on_landed(kind, obj_id)
         return landed
 
     def _update_labels(
