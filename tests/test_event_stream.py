@@ -138,3 +138,14 @@ def test_an_answer_that_is_not_events_is_an_error_naming_it(
     assert [e["Actor"]["ID"] for e in got] == ["n1"]
     assert isinstance(end, SwarmError), repr(end)
     assert says in str(end) and "event stream" in str(end), str(end)
+
+
+def test_a_stream_that_ends_inside_an_event_says_so(engine: Engine) -> None:
+    """The engine ends every event with a newline: an answer that ends before it was
+    cut mid-event (blamed on a proxy's page before)."""
+    engine.chunks = [ev("node", "n1") + b"\n" + ev("service", "s1")[:20]]
+    engine.close = True
+    got, end = drain(engine)
+    assert [e["Actor"]["ID"] for e in got] == ["n1"]
+    assert isinstance(end, SwarmError), repr(end)
+    assert "ended inside an event" in str(end) and "engine.sock" in str(end), str(end)

@@ -41,7 +41,17 @@ def read_events(
                 "between? the stream is read again from a full list"
             )
     if buf.strip():
-        yield parse_event(bytes(buf), source, limit)
+        # The engine ends each event with a newline: what is left was cut mid-event
+        # (an engine that stopped, a connection closed), unless it is a whole object.
+        try:
+            last = parse_event(bytes(buf), source, limit)
+        except NotAnEvent:
+            raise NotAnEvent(
+                f"event stream from {source}: it ended inside an event ({bytes(buf[:60])!r}, "
+                f"{len(buf)} bytes without their end of line): cut mid-event; the stream "
+                "is read again from a full list"
+            ) from None
+        yield last
 
 
 def parse_event(line: bytes, source: str, limit: int = MAX_EVENT_BYTES) -> dict[str, Any]:
