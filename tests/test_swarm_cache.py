@@ -26,8 +26,9 @@ from swarmgpu.swarm.client import (
 
 
 def mk_node(i: int, version: int = 1) -> SwarmNode:
-    return SwarmNode(f"n{i}", f"host{i}", "10.0.0.1", "worker", "ready", "active", {}, {},
-                     version, {}, {})
+    return SwarmNode(
+        f"n{i}", f"host{i}", "10.0.0.1", "worker", "ready", "active", {}, {}, version, {}, {}
+    )
 
 
 def mk_service(i: int, version: int = 1) -> SwarmService:
@@ -79,8 +80,9 @@ def event(kind: str, obj: str, action: str = "update") -> dict[str, Any]:
 
 def same(cache: SwarmCache, src: Source) -> bool:
     nodes, services = cache.read()
-    return (sorted(nodes, key=lambda n: n.id) == sorted(src.n.values(), key=lambda n: n.id)
-            and {s.id: s.version for s in services} == {s.id: s.version for s in src.s.values()})
+    return sorted(nodes, key=lambda n: n.id) == sorted(src.n.values(), key=lambda n: n.id) and {
+        s.id: s.version for s in services
+    } == {s.id: s.version for s in src.s.values()}
 
 
 class Clock:
@@ -134,8 +136,11 @@ def test_creates_and_removes_arrive_as_events() -> None:
     src.s["s9"] = mk_service(9)
     del src.s["s0"]
     del src.n["n2"]
-    for e in (event("service", "s9", "create"), event("service", "s0", "remove"),
-              event("node", "n2", "remove")):
+    for e in (
+        event("service", "s9", "create"),
+        event("service", "s0", "remove"),
+        event("node", "n2", "remove"),
+    ):
         cache.on_event(e)
     assert same(cache, src) and src.lists == 0
 
@@ -234,8 +239,9 @@ class Stream:
     """Event streams to hand out one after the other: a list of events, then the end
     (``None``) or a cut (an exception)."""
 
-    def __init__(self, rounds: list[tuple[list[dict[str, Any]], BaseException | None]],
-                 stop: threading.Event) -> None:
+    def __init__(
+        self, rounds: list[tuple[list[dict[str, Any]], BaseException | None]], stop: threading.Event
+    ) -> None:
         self.rounds = rounds
         self.stop = stop
         self.opens = 0
@@ -260,13 +266,24 @@ def test_follow_marks_each_cut_as_a_gap_and_reconnects() -> None:
     src = Source()
     cache = SwarmCache(src)
     stop = threading.Event()
-    stream = Stream([([event("node", "n0")], SwarmUnavailable("reset by peer")),
-                     ([event("service", "s1")], None),
-                     ([event("node", "n1")], None)], stop)
+    stream = Stream(
+        [
+            ([event("node", "n0")], SwarmUnavailable("reset by peer")),
+            ([event("service", "s1")], None),
+            ([event("node", "n1")], None),
+        ],
+        stop,
+    )
     seen: list[str] = []
     gaps: list[int] = []
-    follow(stream, cache, stop, on_event=lambda e: seen.append(e["Actor"]["ID"]),
-           on_gap=lambda: gaps.append(1), max_backoff_s=0.0)
+    follow(
+        stream,
+        cache,
+        stop,
+        on_event=lambda e: seen.append(e["Actor"]["ID"]),
+        on_gap=lambda: gaps.append(1),
+        max_backoff_s=0.0,
+    )
     assert seen == ["n0", "s1", "n1"] and stream.opens == 3
     assert len(gaps) == 3 and cache.stats.gaps == 3 and not cache.stream_up
     assert cache.stats.events == 3
@@ -324,8 +341,11 @@ def test_a_follower_cycle_makes_the_next_term_list_everything(tmp_path: Path) ->
             return []
 
     swarm = Swarm(nodes=0)  # no agent to ask
-    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False),
-                 agents=AgentsConfig(timeout_s=0.5, identity="none"))
+    cfg = Config(
+        state_dir=str(tmp_path),
+        sync=SyncConfig(watch_events=False),
+        agents=AgentsConfig(timeout_s=0.5, identity="none"),
+    )
     d = Daemon(cfg, swarm=swarm)  # type: ignore[arg-type]
     d.cache.opened()  # as the event thread does
     d.cycle()
@@ -345,8 +365,11 @@ def test_an_event_naming_an_object_by_name_keeps_one_copy_under_its_id() -> None
 
     class ByName(Source):
         def _get(self, store: dict[str, Any], obj: str) -> Any:
-            found = [o for o in store.values() if obj in (o.id, getattr(o, "name", None),
-                                                          getattr(o, "hostname", None))]
+            found = [
+                o
+                for o in store.values()
+                if obj in (o.id, getattr(o, "name", None), getattr(o, "hostname", None))
+            ]
             return super()._get(store, found[0].id if found else obj)
 
     src = ByName()

@@ -86,8 +86,13 @@ class SwarmCache:
     Thread-safe: the event thread calls ``on_event``/``opened``/``gap``, the cycle and
     the facts watch call ``read``; writers call ``invalidate``."""
 
-    def __init__(self, swarm: CacheSource, *, relist_s: float = RELIST_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        swarm: CacheSource,
+        *,
+        relist_s: float = RELIST_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.swarm = swarm
         self.relist_s = relist_s
         self.clock = clock
@@ -128,7 +133,10 @@ class SwarmCache:
                     logger.warning(
                         "event stream: an event naming no node or service ({:.120}; {} "
                         "such): the next read lists everything; a proxy between the "
-                        "daemon and the engine?", repr(dict(event)), n)
+                        "daemon and the engine?",
+                        repr(dict(event)),
+                        n,
+                    )
             elif self._relist_why is None:  # else the coming list reads it anyway
                 self._dirty[kind].add(obj)
 
@@ -206,8 +214,11 @@ class SwarmCache:
                     )
                 if why is None and self._deaf:
                     why = "no event for a write"
-                if why is None and self._listed_at is not None \
-                        and self.clock() - self._listed_at >= self.relist_s:
+                if (
+                    why is None
+                    and self._listed_at is not None
+                    and self.clock() - self._listed_at >= self.relist_s
+                ):
                     why = "timer"
                 dirty = {k: v for k, v in self._dirty.items()}
                 if why is None:
@@ -241,8 +252,9 @@ class SwarmCache:
         self._nodes = {n.id: newer(self._nodes, n, keep_newer) for n in nodes}
         self._services = {s.id: newer(self._services, s, keep_newer) for s in services}
         self._listed_at = self.clock()
-        logger.debug("swarm cache: full list ({}): {} nodes, {} services", why,
-                     len(nodes), len(services))
+        logger.debug(
+            "swarm cache: full list ({}): {} nodes, {} services", why, len(nodes), len(services)
+        )
 
     def _inspect(self, dirty: dict[str, set[str]]) -> None:
         done: dict[str, set[str]] = {k: set() for k in KINDS}
@@ -281,10 +293,14 @@ def newer(have: Mapping[str, Any], got: Any, keep: bool) -> Any:
     return old if keep and old is not None and old.version > got.version else got
 
 
-def follow(events: Callable[[Callable[[], None]], Iterator[Mapping[str, Any]]],
-           cache: SwarmCache, stop: threading.Event,
-           on_event: Callable[[Mapping[str, Any]], None] | None = None,
-           on_gap: Callable[[], None] | None = None, max_backoff_s: float = 30.0) -> None:
+def follow(
+    events: Callable[[Callable[[], None]], Iterator[Mapping[str, Any]]],
+    cache: SwarmCache,
+    stop: threading.Event,
+    on_event: Callable[[Mapping[str, Any]], None] | None = None,
+    on_gap: Callable[[], None] | None = None,
+    max_backoff_s: float = 30.0,
+) -> None:
     """Feed ``cache`` from the event stream until ``stop``: reconnect after a cut (with
     back-off), marking the gap. ``events(opened)`` opens the stream and calls
     ``opened`` once the engine has subscribed it. ``on_event`` hears each event after
