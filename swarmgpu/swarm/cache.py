@@ -16,6 +16,9 @@ A full re-list happens
 - on a slow timer (``relist_s``), for what no event told (a dropped event: the engine
   drops events for a subscriber that does not read them fast enough);
 - when so many objects are dirty that inspecting each costs more than one list;
+- on every read while the engine is deaf: a write of swarmgpu's that landed had no
+  event in ``EVENT_WAIT_S`` (moby/moby#36834), and once more when events come again;
+- after an event that names no node or service (it said something changed, not what);
 - after ``forget``: the daemon stood by (not the leader). A follower never reads, so it
   keeps nothing (neither the objects nor the ids events name: those piled up for as long
   as it followed), and a new term starts from a full list, not from an earlier term's.
