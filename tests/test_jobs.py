@@ -328,3 +328,33 @@ def test_a_done_nodes_kept_holding_is_no_preemption_victim(
     assert all(f"{P}assign.embed" in n.labels for n in nodes)
     assert choose_preemptions(plan, nodes, [*services, high], tasks, FACTS, prefix=P,
                               preemptible_below=100) == []
+
+
+def test_a_failed_task_past_max_attempts_releases_its_gpu_and_one_in_restart_delay_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swarm's restart supervisor shuts a failed job task down and, in the same write,
+    makes its replacement (desired state ready while the restart delay runs) unless the
+    slot is past ``MaxAttempts`` (swarmkit ``restart.Supervisor.Restart``): a failed slot
+    with no replacement is one Swarm gave up on, whatever its restart condition. Before:
+    with condition any or on-failure it kept its GPU until Swarm refilled the slot, which
+    for a job with nothing else left to run never comes."""
+    spec = {"TaskTemplate": {"RestartPolicy": {"Condition": "on-failure", "MaxAttempts": 2}}}
+    s = replace(job(1, 0), spec=spec)
+    planner, nodes, s = _run_job(monkeypatch, s, [task("p", "", "pending", 0, 0)])
+    assert any(f"{P}assign.embed" in n.labels for n in nodes)
+    tries = [replace(task(t, "n-dgx", "failed", 1), desired_state="shutdown", slot=1)
+             for t in ("a", "b")]
+    # the third try's restart delay runs: its replacement exists, desired state ready
+    delayed = replace(task("c", "n-dgx", "ready", 1), desired_state="ready", slot=1)
+    services, tasks = _read_as_the_daemon(monkeypatch, s, [*tries, delayed], nodes)
+    plan = planner.plan(nodes, services, tasks, FACTS)
+    assert len(plan.services[0].placements) == 1, plan.services[0].progress
+    nodes = apply(nodes, plan)
+    assert any(f"{P}assign.embed" in n.labels for n in nodes)
+    # it failed too, past its 2 restarts: Swarm made no replacement
+    gave_up = [*tries, replace(delayed, state="failed", desired_state="shutdown")]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, gave_up, nodes)
+    plan = planner.plan(nodes, services, tasks, FACTS)
+    sp = plan.services[0]
+    assert not sp.placements and sp.progress == "0 of 1 complete, 0 GPU holding(s) now, 1 failed"
+    assert not any(f"{P}assign.embed" in n.labels for n in apply(nodes, plan))

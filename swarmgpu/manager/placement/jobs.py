@@ -26,6 +26,7 @@ R = TypeVar("R")
 JOB_MODES = frozenset(("replicated-job", "global-job"))
 _FAILED = frozenset(("failed", "rejected"))
 _STARTED = frozenset(("running", "complete", "failed"))
+_SHUT = frozenset(("shutdown", "remove"))
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,15 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
                  ) -> dict[str, JobProgress]:
     """Per job service id, its current run's progress (one pass over the tasks; none
     when there is no job)."""
-    runs = {s.id: s.job_iteration for s in services if s.mode in JOB_MODES}
+    jobs = [s for s in services if s.mode in JOB_MODES]
+    runs = {s.id: s.job_iteration for s in jobs}
     if not runs:
         return {}
+    restarts = {s.id for s in jobs if restarts_failed(s)}
     complete: dict[str, int] = dict.fromkeys(runs, 0)
-    # A slot (a global job's: its node) failed while none of its tasks lives or completed:
-    # Swarm fills a failed slot again when it reconciles the job, with restart condition
-    # none too, and the slot's failure then no longer counts.
+    # A slot (a global job's: its node) failed while none of its tasks lives or completed,
+    # nor waits for Swarm's restart: Swarm gave up on it. Swarm fills a failed slot again
+    # when it reconciles the job, and the slot's failure then no longer counts.
     failed: dict[str, set[object]] = {sid: set() for sid in runs}
     alive: dict[str, set[object]] = {sid: set() for sid in runs}
     started: set[str] = set()
@@ -68,9 +71,11 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
         if t.state == "complete":
             complete[sid] += 1
             done[sid].add(t.node_id)
-        if t.state in _FAILED:
+        if t.state not in _FAILED:
+            alive[sid].add(slot)
+        elif t.desired_state in _SHUT or sid not in restarts:
             failed[sid].add(slot)
-        else:
+        else:  # not shut down yet: Swarm's restart supervisor has still to decide on it
             alive[sid].add(slot)
         if t.state in _STARTED:
             started.add(sid)
@@ -80,12 +85,14 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
 
 def job_task_read(t: SwarmTask) -> bool:
     """Whether the daemon reads task ``t`` of a job: desired state complete (its runs'
-    live and completed tasks), or failed (rejected) and shut down. Swarm's restart
-    supervisor sets every failed job task's desired state to shutdown, restarted or not:
-    a failure is seen only so (condition none: its GPUs go), and a run whose only task
+    live and completed tasks), ready (a failed task's replacement while its restart delay
+    runs), or failed (rejected) and shut down. Swarm's restart supervisor sets every
+    failed job task's desired state to shutdown and, in the same write, makes its
+    replacement unless it restarts none (condition none, or past ``MaxAttempts``): a
+    failure is seen only so (with no replacement its GPUs go), and a run whose only task
     that ran failed is seen as started (no write to the job's spec, which would run it
     again from the start, its restart attempts counted anew)."""
-    return t.desired_state == "complete" or (
+    return t.desired_state in ("complete", "ready") or (
         t.desired_state == "shutdown" and t.state in _FAILED)
 
 
@@ -97,10 +104,10 @@ def restarts_failed(s: SwarmService) -> bool:
 
 def job_replicas(s: SwarmService, prog: JobProgress) -> int:
     """Holdings a replicated job needs now: at most ``MaxConcurrent`` tasks run at once,
-    and no more than the completions left (a failed task Swarm will not re-run is no
-    longer waiting for GPUs)."""
+    and no more than the completions left (a failed slot Swarm made no replacement for is
+    no longer waiting for GPUs: ``job_progress``)."""
     total = s.total_completions if s.total_completions is not None else 1
-    left = total - prog.complete - (0 if restarts_failed(s) else prog.failed)
+    left = total - prog.complete - prog.failed
     return max(0, min(s.max_concurrent or total, left))
 
 
