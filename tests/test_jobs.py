@@ -358,3 +358,35 @@ def test_a_failed_task_past_max_attempts_releases_its_gpu_and_one_in_restart_del
     sp = plan.services[0]
     assert not sp.placements and sp.progress == "0 of 1 complete, 0 GPU holding(s) now, 1 failed"
     assert not any(f"{P}assign.embed" in n.labels for n in apply(nodes, plan))
+
+
+def test_a_global_jobs_node_whose_task_failed_unrestarted_releases_its_gpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A global job with restart condition none: a node whose task failed gets no
+    replacement (swarmkit ``restart.Supervisor.shouldRestart``), and its GPUs go as a
+    replicated job's do. Before: only nodes whose task completed gave theirs back; the
+    failed node's stayed held until the job ran again."""
+    spec = {"TaskTemplate": {"RestartPolicy": {"Condition": "none"}}}
+    g = replace(svc("embed", {f"{P}gpus": "1"}), mode="global-job", replicas=None, spec=spec)
+    planner = Planner()
+    nodes = NODES
+    for _ in range(3):  # map written, gates opened, run started
+        plan = planner.plan(nodes, [g], [], FACTS)
+        nodes = apply(nodes, plan)
+        sp = plan.services[0]
+        g = replace(g, labels={**g.labels, **sp.service_labels_set}, version=g.version + 1,
+                    force_update=g.force_update + sp.force_update,
+                    job_iteration=(g.job_iteration or 0) + 1)
+    it = g.job_iteration or 0
+    ended = [task("a", "n-dgx", "complete", it),
+             replace(task("b", "n-4090", "failed", it), desired_state="shutdown")]
+    services, tasks = _read_as_the_daemon(monkeypatch, g, ended, nodes)
+    plan = planner.plan(nodes, services, tasks, FACTS)
+    sp = plan.services[0]
+    assert not sp.placements and sp.progress == "1 of 2 complete, 0 GPU holding(s) now, 1 failed"
+    after = {n.id: n.labels for n in apply(nodes, plan)}
+    assert not any(f"{P}assign.embed" in labels for labels in after.values())
+    # the completed task's gate stays; the failed node's goes (a task Swarm made there
+    # when it next reconciles the job would run on GPUs nothing holds)
+    assert after["n-dgx"].get(f"{P}service.embed") == "true"
+    assert f"{P}service.embed" not in after["n-4090"]

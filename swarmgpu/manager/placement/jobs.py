@@ -38,6 +38,7 @@ class JobProgress:
     started: bool = False  # a task of this run has run: no service write from now on
     done_nodes: frozenset[str] = frozenset()  # nodes whose task completed (global jobs)
     tasks: int = 0  # tasks of this run, in any state
+    failed_nodes: frozenset[str] = frozenset()  # a global job's nodes Swarm gave up on
 
     def text(self, total: int, held: int) -> str:
         out = f"{self.complete} of {total} complete, {held} GPU holding(s) now"
@@ -53,6 +54,7 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
     if not runs:
         return {}
     restarts = {s.id for s in jobs if restarts_failed(s)}
+    per_node = {s.id for s in jobs if s.mode == "global-job"}
     complete: dict[str, int] = dict.fromkeys(runs, 0)
     # A slot (a global job's: its node) failed while none of its tasks lives or completed,
     # nor waits for Swarm's restart: Swarm gave up on it. Swarm fills a failed slot again
@@ -67,7 +69,7 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
         if sid not in runs or (t.job_iteration is not None and t.job_iteration != runs[sid]):
             continue  # a task of an earlier run
         count[sid] += 1
-        slot = t.slot or t.node_id or t.id
+        slot = t.node_id or t.id if sid in per_node else t.slot or t.node_id or t.id
         if t.state == "complete":
             complete[sid] += 1
             done[sid].add(t.node_id)
@@ -79,8 +81,13 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
             alive[sid].add(slot)
         if t.state in _STARTED:
             started.add(sid)
-    return {sid: JobProgress(complete[sid], len(failed[sid] - alive[sid]), sid in started,
-                             frozenset(done[sid]), count[sid]) for sid in runs}
+    out = {}
+    for sid in runs:
+        gone = failed[sid] - alive[sid]
+        nodes = frozenset(str(x) for x in gone) if sid in per_node else frozenset()
+        out[sid] = JobProgress(complete[sid], len(gone), sid in started,
+                               frozenset(done[sid]), count[sid], nodes)
+    return out
 
 
 def job_task_read(t: SwarmTask) -> bool:
@@ -145,7 +152,8 @@ def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlac
     gate = gate_key(prefix, s.name)
     held = {p.node_id for p in placements}
     total = (s.total_completions if s.total_completions is not None else 1
-             ) if s.mode == "replicated-job" else prog.complete + len(placements)
+             ) if s.mode == "replicated-job" else (prog.complete + len(placements)
+                                                   + len(prog.failed_nodes))
     progress = prog.text(total, len(placements))
     finished = (prog.complete >= total if s.mode == "replicated-job"
                 else bool(prog.complete) and not nodes_waiting)
@@ -198,7 +206,8 @@ def without_finished(ledger: Mapping[str, Mapping[str, Holding]],
                      jobs: Mapping[str, JobProgress],
                      ) -> Mapping[str, Mapping[str, Holding]]:
     """The ledger to commit this cycle: a job's holdings its run no longer needs (every
-    task of a replicated job done, a global job's nodes whose task completed) are left
+    task of a replicated job done, a global job's nodes whose task completed or failed
+    with no replacement) are left
     out, so their GPUs are free to every service planned in this cycle; their labels
     are still removed (the job's plan reads the whole ledger)."""
     if not jobs:
@@ -210,9 +219,9 @@ def without_finished(ledger: Mapping[str, Mapping[str, Holding]],
             continue
         if s.mode == "replicated-job" and job_replicas(s, prog) == 0:
             out.pop(s.name)
-        elif s.mode == "global-job" and prog.done_nodes:
+        elif s.mode == "global-job" and (prog.done_nodes or prog.failed_nodes):
             out[s.name] = {nid: h for nid, h in ledger[s.name].items()
-                           if nid not in prog.done_nodes}
+                           if nid not in prog.done_nodes and nid not in prog.failed_nodes}
     return out
 
 
