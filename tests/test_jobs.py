@@ -328,3 +328,65 @@ def test_a_done_nodes_kept_holding_is_no_preemption_victim(
     assert all(f"{P}assign.embed" in n.labels for n in nodes)
     assert choose_preemptions(plan, nodes, [*services, high], tasks, FACTS, prefix=P,
                               preemptible_below=100) == []
+
+
+def test_a_failed_task_past_max_attempts_releases_its_gpu_and_one_in_restart_delay_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swarm's restart supervisor shuts a failed job task down and, in the same write,
+    makes its replacement (desired state ready while the restart delay runs) unless the
+    slot is past ``MaxAttempts`` (swarmkit ``restart.Supervisor.Restart``): a failed slot
+    with no replacement is one Swarm gave up on, whatever its restart condition. Before:
+    with condition any or on-failure it kept its GPU until Swarm refilled the slot, which
+    for a job with nothing else left to run never comes."""
+    spec = {"TaskTemplate": {"RestartPolicy": {"Condition": "on-failure", "MaxAttempts": 2}}}
+    s = replace(job(1, 0), spec=spec)
+    planner, nodes, s = _run_job(monkeypatch, s, [task("p", "", "pending", 0, 0)])
+    assert any(f"{P}assign.embed" in n.labels for n in nodes)
+    tries = [replace(task(t, "n-dgx", "failed", 1), desired_state="shutdown", slot=1)
+             for t in ("a", "b")]
+    # the third try's restart delay runs: its replacement exists, desired state ready
+    delayed = replace(task("c", "n-dgx", "ready", 1), desired_state="ready", slot=1)
+    services, tasks = _read_as_the_daemon(monkeypatch, s, [*tries, delayed], nodes)
+    plan = planner.plan(nodes, services, tasks, FACTS)
+    assert len(plan.services[0].placements) == 1, plan.services[0].progress
+    nodes = apply(nodes, plan)
+    assert any(f"{P}assign.embed" in n.labels for n in nodes)
+    # it failed too, past its 2 restarts: Swarm made no replacement
+    gave_up = [*tries, replace(delayed, state="failed", desired_state="shutdown")]
+    services, tasks = _read_as_the_daemon(monkeypatch, s, gave_up, nodes)
+    plan = planner.plan(nodes, services, tasks, FACTS)
+    sp = plan.services[0]
+    assert not sp.placements and sp.progress == "0 of 1 complete, 0 GPU holding(s) now, 1 failed"
+    assert not any(f"{P}assign.embed" in n.labels for n in apply(nodes, plan))
+
+
+def test_a_global_jobs_node_whose_task_failed_unrestarted_releases_its_gpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A global job with restart condition none: a node whose task failed gets no
+    replacement (swarmkit ``restart.Supervisor.shouldRestart``), and its GPUs go as a
+    replicated job's do. Before: only nodes whose task completed gave theirs back; the
+    failed node's stayed held until the job ran again."""
+    spec = {"TaskTemplate": {"RestartPolicy": {"Condition": "none"}}}
+    g = replace(svc("embed", {f"{P}gpus": "1"}), mode="global-job", replicas=None, spec=spec)
+    planner = Planner()
+    nodes = NODES
+    for _ in range(3):  # map written, gates opened, run started
+        plan = planner.plan(nodes, [g], [], FACTS)
+        nodes = apply(nodes, plan)
+        sp = plan.services[0]
+        g = replace(g, labels={**g.labels, **sp.service_labels_set}, version=g.version + 1,
+                    force_update=g.force_update + sp.force_update,
+                    job_iteration=(g.job_iteration or 0) + 1)
+    it = g.job_iteration or 0
+    ended = [task("a", "n-dgx", "complete", it),
+             replace(task("b", "n-4090", "failed", it), desired_state="shutdown")]
+    services, tasks = _read_as_the_daemon(monkeypatch, g, ended, nodes)
+    plan = planner.plan(nodes, services, tasks, FACTS)
+    sp = plan.services[0]
+    assert not sp.placements and sp.progress == "1 of 2 complete, 0 GPU holding(s) now, 1 failed"
+    after = {n.id: n.labels for n in apply(nodes, plan)}
+    assert not any(f"{P}assign.embed" in labels for labels in after.values())
+    # the completed task's gate stays; the failed node's goes (a task Swarm made there
+    # when it next reconciles the job would run on GPUs nothing holds)
+    assert after["n-dgx"].get(f"{P}service.embed") == "true"
+    assert f"{P}service.embed" not in after["n-4090"]

@@ -269,3 +269,27 @@ def test_plan_json_counts_slices_as_a_dry_run_daemon_does(
         status = {sv["name"]: sv["status"] for sv in doc["services"]}
         assert status == {sp.name: sp.status for sp in daemon.services}
         assert (status["s0"] == "placed") == placed, doc["services"]
+
+
+H100_NVL = FakeGpuNode("gpu-node-2", DGX_A100.capture, "NVIDIA H100 NVL", 95830,
+                       mig="0:1g.24gb*4;1:1g.24gb*4").facts()
+
+
+def test_a_1g_24gb_slice_held_to_the_h100_nvl_counts_a_seventh_before_it_is_placed() -> None:
+    """A replica not placed yet counts its largest share on the GPUs with its profile that
+    it may land on: one whose gpu-product is the H100 NVL is 1/7 there, whatever an RTX
+    PRO 6000 beside it counts (1/4). Seven fill a max of 1 GPU. Before: 1/4 each until
+    placed, the seventh held back at 6/7 used, for good."""
+    nodes = [sw_node("n-pro", "gpu-node-1"), sw_node("n-nvl", "gpu-node-2")]
+    ss = [sw_svc(f"s{i}", {f"{P}mig": "1g.24gb", f"{P}queue": "q",
+                           f"{P}gpu-product": "NVIDIA H100 NVL"}) for i in range(8)]
+    plan = Planner(queues={"q": (0, 1000)}).plan(nodes, ss, [],
+                                                 {"n-pro": PRO_6000, "n-nvl": H100_NVL})
+    by = {sp.name: sp for sp in plan.services}
+    assert [by[f"s{i}"].status for i in range(7)] == ["placed"] * 7, \
+        [by[f"s{i}"].reason for i in range(7)]
+    assert all(p.node_id == "n-nvl" for i in range(7) for p in by[f"s{i}"].placements)
+    assert by["s7"].status == "pending"
+    assert by["s7"].reason == "queue q at its quota: max 1 GPUs, 1 used, this service " \
+                              "needs 0.143"
+    assert _used(plan, "q") == 1

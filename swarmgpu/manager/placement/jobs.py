@@ -26,6 +26,7 @@ R = TypeVar("R")
 JOB_MODES = frozenset(("replicated-job", "global-job"))
 _FAILED = frozenset(("failed", "rejected"))
 _STARTED = frozenset(("running", "complete", "failed"))
+_SHUT = frozenset(("shutdown", "remove"))
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class JobProgress:
     started: bool = False  # a task of this run has run: no service write from now on
     done_nodes: frozenset[str] = frozenset()  # nodes whose task completed (global jobs)
     tasks: int = 0  # tasks of this run, in any state
+    failed_nodes: frozenset[str] = frozenset()  # a global job's nodes Swarm gave up on
 
     def text(self, total: int, held: int) -> str:
         out = f"{self.complete} of {total} complete, {held} GPU holding(s) now"
@@ -47,13 +49,16 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
                  ) -> dict[str, JobProgress]:
     """Per job service id, its current run's progress (one pass over the tasks; none
     when there is no job)."""
-    runs = {s.id: s.job_iteration for s in services if s.mode in JOB_MODES}
+    jobs = [s for s in services if s.mode in JOB_MODES]
+    runs = {s.id: s.job_iteration for s in jobs}
     if not runs:
         return {}
+    restarts = {s.id for s in jobs if restarts_failed(s)}
+    per_node = {s.id for s in jobs if s.mode == "global-job"}
     complete: dict[str, int] = dict.fromkeys(runs, 0)
-    # A slot (a global job's: its node) failed while none of its tasks lives or completed:
-    # Swarm fills a failed slot again when it reconciles the job, with restart condition
-    # none too, and the slot's failure then no longer counts.
+    # A slot (a global job's: its node) failed while none of its tasks lives or completed,
+    # nor waits for Swarm's restart: Swarm gave up on it. Swarm fills a failed slot again
+    # when it reconciles the job, and the slot's failure then no longer counts.
     failed: dict[str, set[object]] = {sid: set() for sid in runs}
     alive: dict[str, set[object]] = {sid: set() for sid in runs}
     started: set[str] = set()
@@ -64,28 +69,37 @@ def job_progress(services: Iterable[SwarmService], tasks: Sequence[SwarmTask],
         if sid not in runs or (t.job_iteration is not None and t.job_iteration != runs[sid]):
             continue  # a task of an earlier run
         count[sid] += 1
-        slot = t.slot or t.node_id or t.id
+        slot = t.node_id or t.id if sid in per_node else t.slot or t.node_id or t.id
         if t.state == "complete":
             complete[sid] += 1
             done[sid].add(t.node_id)
-        if t.state in _FAILED:
+        if t.state not in _FAILED:
+            alive[sid].add(slot)
+        elif t.desired_state in _SHUT or sid not in restarts:
             failed[sid].add(slot)
-        else:
+        else:  # not shut down yet: Swarm's restart supervisor has still to decide on it
             alive[sid].add(slot)
         if t.state in _STARTED:
             started.add(sid)
-    return {sid: JobProgress(complete[sid], len(failed[sid] - alive[sid]), sid in started,
-                             frozenset(done[sid]), count[sid]) for sid in runs}
+    out = {}
+    for sid in runs:
+        gone = failed[sid] - alive[sid]
+        nodes = frozenset(str(x) for x in gone) if sid in per_node else frozenset()
+        out[sid] = JobProgress(complete[sid], len(gone), sid in started,
+                               frozenset(done[sid]), count[sid], nodes)
+    return out
 
 
 def job_task_read(t: SwarmTask) -> bool:
     """Whether the daemon reads task ``t`` of a job: desired state complete (its runs'
-    live and completed tasks), or failed (rejected) and shut down. Swarm's restart
-    supervisor sets every failed job task's desired state to shutdown, restarted or not:
-    a failure is seen only so (condition none: its GPUs go), and a run whose only task
+    live and completed tasks), ready (a failed task's replacement while its restart delay
+    runs), or failed (rejected) and shut down. Swarm's restart supervisor sets every
+    failed job task's desired state to shutdown and, in the same write, makes its
+    replacement unless it restarts none (condition none, or past ``MaxAttempts``): a
+    failure is seen only so (with no replacement its GPUs go), and a run whose only task
     that ran failed is seen as started (no write to the job's spec, which would run it
     again from the start, its restart attempts counted anew)."""
-    return t.desired_state == "complete" or (
+    return t.desired_state in ("complete", "ready") or (
         t.desired_state == "shutdown" and t.state in _FAILED)
 
 
@@ -97,10 +111,10 @@ def restarts_failed(s: SwarmService) -> bool:
 
 def job_replicas(s: SwarmService, prog: JobProgress) -> int:
     """Holdings a replicated job needs now: at most ``MaxConcurrent`` tasks run at once,
-    and no more than the completions left (a failed task Swarm will not re-run is no
-    longer waiting for GPUs)."""
+    and no more than the completions left (a failed slot Swarm made no replacement for is
+    no longer waiting for GPUs: ``job_progress``)."""
     total = s.total_completions if s.total_completions is not None else 1
-    left = total - prog.complete - (0 if restarts_failed(s) else prog.failed)
+    left = total - prog.complete - prog.failed
     return max(0, min(s.max_concurrent or total, left))
 
 
@@ -138,7 +152,8 @@ def job_run(s: SwarmService, prog: JobProgress, placements: Sequence[ReplicaPlac
     gate = gate_key(prefix, s.name)
     held = {p.node_id for p in placements}
     total = (s.total_completions if s.total_completions is not None else 1
-             ) if s.mode == "replicated-job" else prog.complete + len(placements)
+             ) if s.mode == "replicated-job" else (prog.complete + len(placements)
+                                                   + len(prog.failed_nodes))
     progress = prog.text(total, len(placements))
     finished = (prog.complete >= total if s.mode == "replicated-job"
                 else bool(prog.complete) and not nodes_waiting)
@@ -191,7 +206,8 @@ def without_finished(ledger: Mapping[str, Mapping[str, Holding]],
                      jobs: Mapping[str, JobProgress],
                      ) -> Mapping[str, Mapping[str, Holding]]:
     """The ledger to commit this cycle: a job's holdings its run no longer needs (every
-    task of a replicated job done, a global job's nodes whose task completed) are left
+    task of a replicated job done, a global job's nodes whose task completed or failed
+    with no replacement) are left
     out, so their GPUs are free to every service planned in this cycle; their labels
     are still removed (the job's plan reads the whole ledger)."""
     if not jobs:
@@ -203,9 +219,9 @@ def without_finished(ledger: Mapping[str, Mapping[str, Holding]],
             continue
         if s.mode == "replicated-job" and job_replicas(s, prog) == 0:
             out.pop(s.name)
-        elif s.mode == "global-job" and prog.done_nodes:
+        elif s.mode == "global-job" and (prog.done_nodes or prog.failed_nodes):
             out[s.name] = {nid: h for nid, h in ledger[s.name].items()
-                           if nid not in prog.done_nodes}
+                           if nid not in prog.done_nodes and nid not in prog.failed_nodes}
     return out
 
 

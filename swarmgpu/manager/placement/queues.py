@@ -281,13 +281,16 @@ class QueueBook:
 
     def _each(self, r: GpuRequest) -> int:
         """A replica not placed yet, in ``_PARTS``: a MIG slice its largest share on the
-        GPUs with a device of its profile, wherever it lands the max holds (its profile's
-        table where no facts have one)."""
+        GPUs with a device of its profile that its gpu-product lets it land on, wherever
+        it lands the max holds (its profile's table where no facts have one). A GPU it
+        may not use is left out: its larger share held the queue below its max."""
         if not r.mig_profile:
             return replica_parts(r)
         if self._mig is None:
             self._mig = mig_products(self.facts.values())
-        return replica_parts(r, self._mig.get(canonical_profile(r.mig_profile), ()))
+        products = self._mig.get(canonical_profile(r.mig_profile), set())
+        return replica_parts(r, [p for p in products
+                                 if p is None or r.matches_product(p)])
 
     def summary(self) -> list[dict[str, Any]]:
         """Each queue's use against its quota (``status``, the map's document)."""

@@ -117,7 +117,8 @@ def _plan_global(d: _Draft, s: SwarmService, r: GpuRequest, kept: Mapping[str, H
                  cap: QueueLimit | None) -> None:
     """Steps 4-7 of a global service (and a global job); ``cap``: its queue's max, the
     most nodes it holds on (the others wait, with the reason)."""
-    done = job.done_nodes if job is not None else frozenset()
+    # a global job's nodes whose task completed, or failed with no replacement: no holding
+    done = job.done_nodes | job.failed_nodes if job is not None else frozenset()
     g = place_global(s, r, kept, old, res, cyc, done,
                      None if cap is None else (cap.replicas, cap.reason))
     d.released(g.released, cyc)
