@@ -255,6 +255,19 @@ def test_oversized_request_line_and_headers(
     assert resp.startswith(b"HTTP/1.1 200")
 
 
+def test_a_head_ending_in_a_bare_lf_then_crlf_is_answered_at_once(
+    run_agent: Callable[..., tuple[AgentServer, str]],
+) -> None:
+    """A last header line ending in LF, then the blank line in CRLF: the head is whole
+    (the request parser ends lines at LF), yet the reader looked only for CRLFCRLF or
+    LFLF, waited out the head deadline and closed without an answer."""
+    _, base = run_agent(Source())
+    t0 = time.monotonic()
+    resp = raw(base, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\n\r\n")
+    assert resp.startswith(b"HTTP/1.1 200"), resp[:80]
+    assert time.monotonic() - t0 < 1
+
+
 def test_silent_client_is_dropped(
     run_agent: Callable[..., tuple[AgentServer, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -36,6 +36,7 @@ import errno
 import io
 import ipaddress
 import queue
+import re
 import socket
 import threading
 import time
@@ -62,6 +63,7 @@ WRITE_DEADLINE_S = 10.0
 STUCK_WRITE_S = 0.5
 WRITE_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 8 * 1024
+_HEAD_END = re.compile(rb"\n\r?\n")
 PLAIN = "text/plain; charset=utf-8"
 
 
@@ -149,12 +151,13 @@ def read_head(sock: socket.socket, deadline_s: float = HEAD_DEADLINE_S,
         first = buf.find(b"\n")
         if (first < 0 and len(buf) > max_bytes) or first > max_bytes:
             raise HeadTooLarge(HTTPStatus.REQUEST_URI_TOO_LONG)
-        ends = [e + n for e, n in ((buf.find(b"\r\n\r\n"), 4), (buf.find(b"\n\n"), 2))
-                if e >= 0]
-        if (min(ends) if ends else len(buf)) > max_bytes:
+        # The blank line: a line ends at LF, a CR before it optional (the request parser
+        # reads lines so), so LF CRLF ends a head as CRLF CRLF and LF LF do.
+        end = _HEAD_END.search(buf)
+        if (end.end() if end else len(buf)) > max_bytes:
             raise HeadTooLarge(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
-        if ends:
-            return buf[:min(ends)]
+        if end:
+            return buf[:end.end()]
         left = deadline - time.monotonic()
         if left <= 0:
             return b""
