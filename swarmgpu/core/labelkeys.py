@@ -46,13 +46,17 @@ def node_label_key_fault(key: str) -> str | None:
         return "it has '=': docker node update --label-add splits KEY=VALUE at the first '='"
     for c in key:
         if c.isspace():
-            return (f"it has a blank ({c!r}): Docker's own label rule refuses a blank in a "
-                    "key (docker service create --label; only docker node update checks "
-                    "none), and no Swarm constraint can name the node label (node.labels.KEY "
-                    "takes letters, digits, '-', '_', '.')")
+            return (
+                f"it has a blank ({c!r}): Docker's own label rule refuses a blank in a "
+                "key (docker service create --label; only docker node update checks "
+                "none), and no Swarm constraint can name the node label (node.labels.KEY "
+                "takes letters, digits, '-', '_', '.')"
+            )
         if not c.isprintable():
-            return (f"it has an invisible character (U+{ord(c):04X}), which no one could see "
-                    "in docker node inspect")
+            return (
+                f"it has an invisible character (U+{ord(c):04X}), which no one could see "
+                "in docker node inspect"
+            )
     return None
 
 
