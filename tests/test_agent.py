@@ -255,6 +255,52 @@ def test_oversized_request_line_and_headers(
     assert resp.startswith(b"HTTP/1.1 200")
 
 
+def test_a_head_ending_in_a_bare_lf_then_crlf_is_answered_at_once(
+    run_agent: Callable[..., tuple[AgentServer, str]],
+) -> None:
+    """A last header line ending in LF, then the blank line in CRLF: the head is whole
+    (the request parser ends lines at LF), yet the reader looked only for CRLFCRLF or
+    LFLF, waited out the head deadline and closed without an answer."""
+    _, base = run_agent(Source())
+    t0 = time.monotonic()
+    resp = raw(base, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\n\r\n")
+    assert resp.startswith(b"HTTP/1.1 200"), resp[:80]
+    assert time.monotonic() - t0 < 1
+
+
+@pytest.mark.parametrize(("name", "fields", "why"), [
+    ("no colon", b"X-Junk\r\nHost: evil.example\r\n", b"malformed header line"),
+    ("space before the colon", b"Host : evil.example\r\n", b"malformed header line"),
+    ("obsolete folding", b"Host: evil.example\r\n 127.0.0.1\r\n", b"line folding"),
+    ("bare CR", b"X-A: 1\rHost: evil.example\r\n", b"bare CR"),
+    ("NUL in a value", b"X-A: a\x00b\r\n", b"control character"),
+])
+def test_a_header_block_two_parsers_read_apart_is_refused(
+    run_agent: Callable[..., tuple[AgentServer, str]], name: str, fields: bytes, why: bytes,
+) -> None:
+    """A line without a colon ended the headers for the request parser (a Host or
+    Authorization after it was never seen: /facts answered 200 to 'Host: evil.example');
+    'Host :' was no Host; a bare CR began a new field. A proxy in front reads each of
+    these otherwise (RFC 9112 2.2, 5.1, 5.2: the server must refuse them), so 400, saying
+    what is wrong."""
+    srv, base = run_agent(Source(), refresh_s=60)
+    wait_for(lambda: srv.cache.view().facts is not None)
+    resp = raw(base, b"GET /facts HTTP/1.1\r\n" + fields + b"\r\n")
+    assert resp.startswith(b"HTTP/1.1 400"), (name, resp[:80])
+    assert why in resp and b"GPU-aaaa" not in resp, (name, resp)
+
+
+def test_header_lines_a_strict_parser_reads_alike_are_answered(
+    run_agent: Callable[..., tuple[AgentServer, str]],
+) -> None:
+    srv, base = run_agent(Source(), refresh_s=60)
+    wait_for(lambda: srv.cache.view().facts is not None)
+    for fields in (b"Host: 127.0.0.1\r\nX-Empty:\r\nX-Tab: a\tb\r\n",
+                   b"Host:127.0.0.1\nUser-Agent: caf\xc3\xa9\n"):  # LF ends; obs-text
+        resp = raw(base, b"GET /facts HTTP/1.1\r\n" + fields + b"\r\n")
+        assert resp.startswith(b"HTTP/1.1 200"), (fields, resp[:80])
+
+
 def test_silent_client_is_dropped(
     run_agent: Callable[..., tuple[AgentServer, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -211,6 +211,24 @@ def test_a_runtime_directory_swapped_for_a_symlink_before_the_stat_is_not_the_ho
     assert found.found is None and found.not_executable, found  # the root's, not executable
 
 
+def _swap_before_walking_into(
+    monkeypatch: pytest.MonkeyPatch, part: str, swap: Callable[[], None]
+) -> list[bool]:
+    """The walk looked at ``part`` (a directory, no link); ``swap`` runs just before it
+    opens it to walk on. The returned list is non-empty once it has."""
+    real = os.open
+    swapped: list[bool] = []
+
+    def open_(path: str, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        if path == part and dir_fd is not None and not swapped:
+            swapped.append(True)
+            swap()
+        return real(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", open_)
+    return swapped
+
+
 def test_a_directory_swapped_for_a_symlink_during_the_walk_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -220,24 +238,63 @@ def test_a_directory_swapped_for_a_symlink_during_the_walk_is_refused(
     host = tmp_path / "host"
     (host / "docker").mkdir(parents=True)
     (host / "docker/daemon.json").write_text("{}")
-    swap = _swap_for_symlink(root / "etc", host)
-    real = os.readlink
-    swapped: list[bool] = []
-
-    def readlink(path: str, *, dir_fd: int | None = None) -> str:
-        try:
-            return real(path, dir_fd=dir_fd)
-        finally:
-            if path == "etc" and not swapped:
-                swapped.append(True)
-                swap()
-
-    monkeypatch.setattr(os, "readlink", readlink)
+    swapped = _swap_before_walking_into(monkeypatch, "etc", _swap_for_symlink(root / "etc", host))
     fds = len(os.listdir("/proc/self/fd"))
     parsed = read_view(str(root)).daemon_json
     assert swapped
-    assert parsed.data is None and parsed.error, parsed
+    assert parsed.data is None, parsed
+    assert "changed while the doctor read it" in (parsed.error or ""), parsed
     assert len(os.listdir("/proc/self/fd")) == fds  # every directory fd closed
+
+
+def test_a_directory_swapped_for_a_file_during_the_walk_is_said_to_have_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Looked at (a directory), then a file before it is walked into: the kernel says "Not
+    # a directory", which read as if the node's /etc were a file. It changed while read.
+    root = _healthy_copy(tmp_path)
+    etc = root / "etc"
+
+    def swap() -> None:
+        etc.rename(root / "etc.moved")
+        etc.write_text("")
+
+    swapped = _swap_before_walking_into(monkeypatch, "etc", swap)
+    c = _by_id(root)[0]["docker.daemon-json"]
+    assert swapped
+    assert c.status is Status.FAIL, c
+    assert f"{etc} changed while the doctor read it" in c.found, c
+    assert "Not a directory" not in c.found and "again" in c.fix, c
+
+
+def test_a_symlink_swapped_for_a_directory_before_it_is_read_is_said_to_have_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Looked at (a link), then a directory before the link is read: the kernel's EINVAL
+    # ("not a link") went out as the file's error.
+    root = _healthy_copy(tmp_path)
+    _relink(root, "etc/docker", "/srv/docker", "/srv/docker")
+    link = root / "etc/docker"
+
+    def swap() -> None:
+        link.unlink()
+        shutil.copytree(root / "srv/docker", link)
+
+    swapped = _swap_before(monkeypatch, os, "readlink", "docker", swap)
+    c = _by_id(root)[0]["docker.daemon-json"]
+    assert swapped
+    assert c.status is Status.FAIL and f"{link} changed while the doctor read it" in c.found, c
+
+
+def test_a_file_where_a_directory_belongs_is_not_a_directory(tmp_path: Path) -> None:
+    # No change while read: /etc/docker is a file on the node too, and the node's own
+    # open says so.
+    root = _healthy_copy(tmp_path)
+    shutil.rmtree(root / "etc/docker")
+    (root / "etc/docker").write_text("")
+    c = _by_id(root)[0]["docker.daemon-json"]
+    assert c.status is Status.FAIL and "Not a directory" in c.found, c
+    assert "changed" not in c.found, c
 
 
 def test_the_file_swapped_for_a_symlink_before_the_open_is_said_so_not_a_loop(

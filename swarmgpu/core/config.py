@@ -29,8 +29,8 @@ from swarmgpu.core.configvalues import (
     template_problem,
 )
 from swarmgpu.core.labelkeys import (
+    node_label_key_fault,
     usable_label_key,
-    usable_node_label_key,
     usable_resource_kind,
 )
 from swarmgpu.core.rebalanceconfig import FLAT_KEYS, check_rebalance, move_flat_keys
@@ -454,11 +454,9 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
         add("placement.overshare_window_s: must be > 0 seconds")
     if cfg.placement.ungranted not in ("report", "void"):
         add(f"placement.ungranted: {cfg.placement.ungranted!r}; use 'report' or 'void'")
-    if not usable_node_label_key(cfg.placement.zone_label):  # only read, never a constraint
+    if why := node_label_key_fault(cfg.placement.zone_label):  # only read, never a constraint
         add(f"placement.zone_label: {cfg.placement.zone_label!r} is not a node label key: "
-            "not empty, no '=' (docker node update --label-add splits KEY=VALUE at the "
-            "first '='), no space, tab, newline or other invisible character; e.g. "
-            "topology.zone")
+            f"{why}; e.g. topology.zone")
     kind = cfg.placement.generic_resource_kind
     if kind and not usable_resource_kind(kind):  # reserved, it would match no node's kind
         add(f"placement.generic_resource_kind: {kind!r} is not a kind dockerd's "

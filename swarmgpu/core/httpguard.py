@@ -20,7 +20,8 @@
 * a handler may answer on a reserved slot without proof (``open_on_reserve``): the
   daemon's ``/healthz``, which the image's healthcheck reads, is never starved;
 * one GET or HEAD per connection (``OneRequestHandler``), other methods 405, a
-  request with two Host headers 400;
+  request with two Host headers 400, and header lines two parsers read apart
+  (``head_fault``: no colon, a space before it, folding, a bare CR, a control byte) 400;
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
@@ -36,6 +37,7 @@ import errno
 import io
 import ipaddress
 import queue
+import re
 import socket
 import threading
 import time
@@ -62,6 +64,10 @@ WRITE_DEADLINE_S = 10.0
 STUCK_WRITE_S = 0.5
 WRITE_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 8 * 1024
+_HEAD_END = re.compile(rb"\n\r?\n")
+_BARE_CR = re.compile(rb"\r(?!\n)")
+_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name
+_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # in a value; HT is allowed
 PLAIN = "text/plain; charset=utf-8"
 
 
@@ -149,12 +155,13 @@ def read_head(sock: socket.socket, deadline_s: float = HEAD_DEADLINE_S,
         first = buf.find(b"\n")
         if (first < 0 and len(buf) > max_bytes) or first > max_bytes:
             raise HeadTooLarge(HTTPStatus.REQUEST_URI_TOO_LONG)
-        ends = [e + n for e, n in ((buf.find(b"\r\n\r\n"), 4), (buf.find(b"\n\n"), 2))
-                if e >= 0]
-        if (min(ends) if ends else len(buf)) > max_bytes:
+        # The blank line: a line ends at LF, a CR before it optional (the request parser
+        # reads lines so), so LF CRLF ends a head as CRLF CRLF and LF LF do.
+        end = _HEAD_END.search(buf)
+        if (end.end() if end else len(buf)) > max_bytes:
             raise HeadTooLarge(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
-        if ends:
-            return buf[:min(ends)]
+        if end:
+            return buf[:end.end()]
         left = deadline - time.monotonic()
         if left <= 0:
             return b""
@@ -168,6 +175,30 @@ def read_head(sock: socket.socket, deadline_s: float = HEAD_DEADLINE_S,
         buf += chunk
         if buf[:1] == b"\x16" and (len(buf) < 2 or buf[1] == 3):  # TLS handshake, v3.x
             raise TlsToPlain
+
+
+def head_fault(head: bytes) -> str | None:
+    """Why another parser (a proxy in front) would read this head's header lines apart
+    from this server, or None (RFC 9112 2.2, 5.1, 5.2; RFC 9110 5.5: refuse them). The
+    standard library's parser ends the headers at a line without a colon (a Host or
+    Authorization after it unseen), takes 'Host :' as no Host, a bare CR as a line
+    break, and folds continuation lines. A line may end in LF alone, as it reads one."""
+    if _BARE_CR.search(head):
+        return "a bare CR in the request head: end each line with CRLF"
+    for line in head.split(b"\n")[1:]:
+        line = line.removesuffix(b"\r")
+        if not line:
+            break  # the blank line that ends the head
+        if line[:1] in (b" ", b"\t"):
+            return ("obsolete line folding (a header line starting with a space or tab): "
+                    "send each field on one line")
+        name, colon, value = line.partition(b":")
+        if not colon or not _TOKEN.fullmatch(name):
+            return ("a malformed header line (no colon, or a space or other character "
+                    "no field name has before it): send NAME: VALUE")
+        if _CTL.search(value):
+            return "a control character (NUL, DEL, ...) in a header value"
+    return None
 
 
 class OneRequestHandler(BaseHTTPRequestHandler):
@@ -218,6 +249,9 @@ class OneRequestHandler(BaseHTTPRequestHandler):
                 return
         finally:
             self.rfile = real_rfile
+        if (fault := head_fault(head)) is not None:
+            self.send_error(HTTPStatus.BAD_REQUEST, fault)
+            return
         self.close_connection = True
         if self.command not in ("GET", "HEAD"):
             self.send_answer(HTTPStatus.METHOD_NOT_ALLOWED, PLAIN, b"only GET and HEAD\n",

@@ -27,18 +27,37 @@ def usable_label_key(key: str) -> bool:
     return bool(KEY_RE.fullmatch(key))
 
 
-def usable_node_label_key(key: str) -> bool:
-    """True when a node can carry ``key`` as a label an operator can see and type.
+def node_label_key_fault(key: str) -> str | None:
+    """Why a node cannot carry ``key`` as a label an operator can see and type, or None.
 
     For a key swarmgpu only reads from node labels and never names in a constraint (the
     zone label), so swarmkit's constraint rule, which refuses '/', does not apply:
-    topology.kubernetes.io/zone is a common one. Docker itself checks no node label key
-    (``docker node update --label-add`` has no validator, the API none); its CLI splits
-    KEY=VALUE at the first '=', and its label rule elsewhere (opts.ValidateLabel) refuses
-    a blank in a key. An invisible character (format, control, Unicode space) is refused
-    as a typo no one could see in ``docker node inspect``.
+    topology.kubernetes.io/zone is a common one. ``docker node update --label-add`` checks
+    no key (docker/cli node/update.go has no validator, the API none) and splits KEY=VALUE
+    at the first '='. A blank it would take is still refused: Docker's label rule
+    everywhere else (opts.ValidateLabel) refuses one in a key, and swarmkit's constraint
+    parser cannot name it, so no service could be placed by that zone either. An
+    invisible character (format, control) is a typo no one could see in
+    ``docker node inspect``.
     """
-    return bool(key) and "=" not in key and all(c.isprintable() and c != " " for c in key)
+    if not key:
+        return "it is empty"
+    if "=" in key:
+        return "it has '=': docker node update --label-add splits KEY=VALUE at the first '='"
+    for c in key:
+        if c.isspace():
+            return (
+                f"it has a blank ({c!r}): Docker's own label rule refuses a blank in a "
+                "key (docker service create --label; only docker node update checks "
+                "none), and no Swarm constraint can name the node label (node.labels.KEY "
+                "takes letters, digits, '-', '_', '.')"
+            )
+        if not c.isprintable():
+            return (
+                f"it has an invisible character (U+{ord(c):04X}), which no one could see "
+                "in docker node inspect"
+            )
+    return None
 
 
 def usable_resource_kind(kind: str) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 from swarmgpu.agent.doctor.resources import norm_bus_id
 from swarmgpu.agent.doctor.rootpath import (
+    RootChanged,
     SymlinkLoop,
     entry_in_root,
     is_host,
@@ -102,6 +103,10 @@ def _unreadable(path: Path, exc: OSError, host: bool) -> Unreadable:
         return Unreadable("cannot be read: permission denied",
                           "Run the doctor as root (`sudo swarmgpu doctor`): dockerd and "
                           "the toolkit read it as root.")
+    if isinstance(exc, RootChanged):
+        return Unreadable(f"cannot be read: {exc.filename} {exc.strerror}",
+                          f"Run the doctor again once nothing writes the root (`ls -l "
+                          f"{exc.filename}` shows what is there now).")
     if exc.errno == errno.ELOOP and not host and not isinstance(exc, SymlinkLoop):
         # O_NOFOLLOW met a link the walk did not see: one link, no loop (SymlinkLoop is)
         return Unreadable("became a symlink while it was read (replaced after the doctor "

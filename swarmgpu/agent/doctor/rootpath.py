@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +33,19 @@ class SymlinkLoop(OSError):
     """ELOOP of the walk's own count: past :data:`MAX_SYMLINKS` links, a loop. Any other
     ELOOP under a root is the last part's ``O_NOFOLLOW`` open meeting a link where the
     walk saw none (replaced since): no loop, a root being written. (A directory on the way
-    replaced so is ENOTDIR: ``O_DIRECTORY`` with ``O_NOFOLLOW``.)"""
+    replaced so is :class:`RootChanged`.)"""
+
+
+class RootChanged(OSError):
+    """A part on the way changed between the walk's look and its use: a directory when
+    looked at and a file or link when walked into, or a link when looked at and none
+    when read. The kernel's ENOTDIR or EINVAL would read as the node's own layout (its
+    /etc a file); it is a root being written. ``filename`` is the part's path."""
+
+    def __init__(self, err: int, path: str, was: str) -> None:
+        super().__init__(
+            err, f"changed while the doctor read it ({was}: the root is being written)", path
+        )
 
 
 # A directory on the way: only walked through, never read (O_PATH needs no permission
@@ -49,36 +62,55 @@ def entry_in_root(root: str, rel: str) -> Iterator[tuple[int | None, str]]:
     itself (``is_host``) ``dir_fd`` is None and ``name`` the whole path, for the kernel to
     resolve. The OSError of a part that cannot be looked at (absent, not a directory, no
     permission), as the node's own open would fail; :class:`SymlinkLoop` past
-    :data:`MAX_SYMLINKS` links."""
+    :data:`MAX_SYMLINKS` links; :class:`RootChanged` where a part changed while walked."""
     if is_host(root):
         yield None, str(Path(root) / rel)
         return
     dirs = [os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)]  # ``..`` pops one
     try:
         todo = _parts(rel)[::-1]  # a stack: the next part last
+        names: list[str] = []  # the parts walked into (dirs[1:]), to name one that changed
         links = 0
         while todo:
             part = todo.pop()
             if part == "..":
                 if len(dirs) > 1:
                     os.close(dirs.pop())
+                    names.pop()
+                continue
+            here = str(Path(root, *names, part))
+            # Looked at first (lstat), so a part that differs when used is known to have
+            # changed, not to have been so on the node.
+            mode = os.stat(part, dir_fd=dirs[-1], follow_symlinks=False).st_mode
+            if not stat.S_ISLNK(mode):
+                if not todo:
+                    yield dirs[-1], part
+                    return
+                if not stat.S_ISDIR(mode):  # as the node's own open would fail
+                    raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), here)
+                try:
+                    dirs.append(os.open(part, _DIR_FLAGS, dir_fd=dirs[-1]))
+                except NotADirectoryError:  # O_DIRECTORY with O_NOFOLLOW: a file or link now
+                    raise RootChanged(
+                        errno.ENOTDIR, here, "a directory when looked at, not when walked into"
+                    ) from None
+                names.append(part)
                 continue
             try:
                 target = os.readlink(part, dir_fd=dirs[-1])
             except OSError as exc:
-                if exc.errno != errno.EINVAL:  # EINVAL: there, and not a symlink
+                if exc.errno != errno.EINVAL:  # EINVAL: no symlink any more
                     raise
-                if not todo:
-                    yield dirs[-1], part
-                    return
-                dirs.append(os.open(part, _DIR_FLAGS, dir_fd=dirs[-1]))
-                continue
+                raise RootChanged(
+                    errno.EINVAL, here, "a symlink when looked at, not when read"
+                ) from None
             links += 1
             if links > MAX_SYMLINKS:
                 raise SymlinkLoop(errno.ELOOP, os.strerror(errno.ELOOP), str(Path(root) / rel))
             if target.startswith("/"):
                 while len(dirs) > 1:
                     os.close(dirs.pop())
+                names.clear()
             todo.extend(_parts(target)[::-1])
         yield dirs[-1], "."  # the path ends at a directory walked (the root, after a ``..``)
     finally:
