@@ -270,6 +270,14 @@ def unreadable_why(prefix: str, sid: str) -> str:
             "service's gates, then remove it by hand (swarmgpu audit: move-record-unreadable)")
 
 
+def unreadable_of(services: Sequence[SwarmService], labels: Mapping[str, str],
+                  prefix: str) -> dict[str, str]:
+    """Name -> why of each service whose own move record cannot be read: the planners
+    propose no move of it (``Inputs.unreadable``), as ``Mover.start`` would refuse it."""
+    bad = unreadable_records(labels, prefix)
+    return {s.name: unreadable_why(prefix, s.id) for s in services if s.id in bad}
+
+
 def move_of(s: SwarmService, records: Mapping[str, MoveState], prefix: str
             ) -> MoveState | None:
     """The move in flight of ``s``, by the daemon's own word: its record on the swarm
