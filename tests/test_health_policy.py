@@ -172,6 +172,31 @@ def test_a_new_daemon_sees_the_hours_spent_health_budget_in_swarm(tmp_path: Path
     assert len(sw.swarm_labels()[P + HEALTH_SPENT].split(",")) == HEALTH_KEEP
 
 
+def test_an_unreadable_move_record_counts_in_the_health_hour_and_is_said(
+        tmp_path: Path) -> None:
+    """A move record that cannot be read may be a health move under way (its trigger and
+    start unknown): the hour counts it as one started now, as the move budgets count it
+    in flight, and the budget's reason says so. Before: it was left out of the hour."""
+    from support.forged import victim_cluster
+
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.rebalance.record import health_spent, record_key
+
+    key = record_key(P, "id-victim")
+    labels = {key: '{"id": 1}', f"{P}state.health-spent": "900"}
+    assert sorted(health_spent(labels, P, 1000.0)) == [900.0, 1000.0]
+    sw = victim_cluster({})
+    sw._swarm_labels[key] = '{"id": 1}'
+    cfg = Config(state_dir=str(tmp_path), health=HealthConfig(evacuations_per_hour=1))
+    rb = Rebalancer(Daemon(cfg, swarm=sw))  # type: ignore[arg-type]
+    h = rb.health_inputs(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, taken_at=1000.0))
+    assert h.left == 0, h
+    assert "(1 in the last hour, 1 of them a move record that cannot be read" in h.left_why
+    assert "swarmgpu audit: move-record-unreadable" in h.left_why
+
+
 def test_a_holder_with_a_move_under_way_is_not_proposed_again() -> None:
     """Hysteresis: once its move started (the daemon's record: ``record.moving``), the
     holder is left to it. A move label alone is no move: that holder is evacuated."""

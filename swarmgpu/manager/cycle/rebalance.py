@@ -49,6 +49,7 @@ from swarmgpu.manager.rebalance.record import (
     moving,
     spend_health,
     unreadable_of,
+    unreadable_records,
 )
 from swarmgpu.manager.rebalance.scrape import for_moves
 from swarmgpu.manager.rebalance.signals import Signals
@@ -114,9 +115,11 @@ class Rebalancer(Step):
 
     def health_inputs(self, snap: Snapshot) -> HealthInputs:
         try:
-            spent = health_spent(self.swarm.swarm_labels(), self.prefix, snap.taken_at)
+            labels = self.swarm.swarm_labels()
+            spent = health_spent(labels, self.prefix, snap.taken_at)
             left, why = self.health_budget.left(snap.taken_at,
-                                                self.health.evacuations_per_cycle, spent)
+                                                self.health.evacuations_per_cycle, spent,
+                                                len(unreadable_records(labels, self.prefix)))
         except SwarmError as exc:  # an unknown spend is no budget: nothing starts
             left, why = 0, f"cannot read the health budget from the swarm object: {exc}"
         lost: dict[str, float] = {}
