@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import yaml
+from loguru import logger
 from support.health import CFG, F1, F2, U2, P, mark, plan, service, setup
 from support.placement import apply
 
@@ -171,6 +172,31 @@ def test_a_new_daemon_sees_the_hours_spent_health_budget_in_swarm(tmp_path: Path
     assert len(sw.swarm_labels()[P + HEALTH_SPENT].split(",")) == HEALTH_KEEP
 
 
+def test_an_unreadable_move_record_counts_in_the_health_hour_and_is_said(
+        tmp_path: Path) -> None:
+    """A move record that cannot be read may be a health move under way (its trigger and
+    start unknown): the hour counts it as one started now, as the move budgets count it
+    in flight, and the budget's reason says so. Before: it was left out of the hour."""
+    from support.forged import victim_cluster
+
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.rebalance.record import health_spent, record_key
+
+    key = record_key(P, "id-victim")
+    labels = {key: '{"id": 1}', f"{P}state.health-spent": "900"}
+    assert sorted(health_spent(labels, P, 1000.0)) == [900.0, 1000.0]
+    sw = victim_cluster({})
+    sw._swarm_labels[key] = '{"id": 1}'
+    cfg = Config(state_dir=str(tmp_path), health=HealthConfig(evacuations_per_hour=1))
+    rb = Rebalancer(Daemon(cfg, swarm=sw))  # type: ignore[arg-type]
+    h = rb.health_inputs(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, taken_at=1000.0))
+    assert h.left == 0, h
+    assert "(1 in the last hour, 1 of them a move record that cannot be read" in h.left_why
+    assert "swarmgpu audit: move-record-unreadable" in h.left_why
+
+
 def test_a_holder_with_a_move_under_way_is_not_proposed_again() -> None:
     """Hysteresis: once its move started (the daemon's record: ``record.moving``), the
     holder is left to it. A move label alone is no move: that holder is evacuated."""
@@ -181,6 +207,45 @@ def test_a_holder_with_a_move_under_way_is_not_proposed_again() -> None:
     assert not p.moves and any("a move is under way" in n for n in p.notes)
     forged = plan(nodes, svcs, tasks, mark(F2, failed=[0]))  # the label, no record
     assert [(m.service, m.trigger) for m in forged.moves] == [("a", Trigger.HEALTH)]
+
+
+def test_a_holder_whose_move_record_cannot_be_read_is_not_proposed_and_said_once(
+        tmp_path: Path) -> None:
+    """a's own move record cannot be read (a move of it may be under way). Before: the
+    health policy proposed a every cycle, the mover refused it only at its start (a
+    refusal recorded each cycle), and a took b's slot of the budget (b: "not started")."""
+    from support.forged import RecordingSwarm, sw_svc
+
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.cycle.session import CycleSession
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.rebalance.moves import Outcome
+    from swarmgpu.manager.rebalance.record import record_key
+
+    nodes, svcs, tasks = setup({"a": [U2[0]], "b": [U2[1]]})
+    key = record_key(P, "id-a")
+    sw = RecordingSwarm(nodes, [sw_svc(s.name, s.labels) for s in svcs], tasks,
+                        {key: '{"id": 1}'})
+    rb = Rebalancer(Daemon(Config(state_dir=str(tmp_path)), swarm=sw),  # type: ignore[arg-type]
+                    placement=False)
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m)), level="INFO")
+    try:
+        for at in (1000.0, 1001.0):
+            session = CycleSession(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                                            swarm_labels=sw.swarm_labels(), taken_at=at))
+            session.facts = {"n1": F1, "n2": mark(F2, failed=[0, 1])}
+            session.scrapes = {}
+            rb.run(session)
+            assert rb.last is not None and [m.service for m in rb.last.moves] in (["b"], [])
+            (note,) = [n for n in rb.last.notes if n.startswith("a ")]
+            assert key in note and "remove it by hand" in note
+    finally:
+        logger.remove(sink)
+    assert [(r.service, r.outcome) for r in rb.health_mover.recent] == [
+        ("b", Outcome.STARTED)]
+    assert len([m for m in said if key in m and "a is not moved" in m]) == 1, said
 
 
 def test_no_healthy_room_leaves_it_and_says_so() -> None:

@@ -57,7 +57,13 @@ from swarmgpu.manager.placement.preempt import (
 from swarmgpu.manager.rebalance.mover import read_records
 from swarmgpu.manager.rebalance.record import MoveState, record_key
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, parse_request
-from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import (
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+    VersionConflict,
+)
 
 P = "swarmgpu."
 R_UUIDS = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
@@ -572,6 +578,95 @@ def test_a_health_move_in_flight_spends_its_own_budget_not_the_rebalancers() -> 
     assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {
         "other", "small"}
     assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-small").labels
+
+
+class StopsMidMove(RecordingSwarm):
+    """_movable_cluster, the daemon's stop asked while the victim's move writes its spec
+    (that write lands: the move is under way; the gate refuses every later one);
+    ``fail_hour``: the swarm object's labels cannot be written but for the move record."""
+
+    def __init__(self, fail_hour: bool = False) -> None:
+        c = _movable_cluster()
+        super().__init__(c.nodes(), c.services(), c.tasks())
+        self.stop = StopRequest()
+        self.before_write = self.stop.check
+        self.fail_hour = fail_hour
+
+    def update_service_spec(self, service_id: str, compute: Any, **kw: Any) -> bool:
+        self.stop.set()
+        return super().update_service_spec(service_id, compute, **kw)
+
+    def update_swarm_labels(self, compute: Any, **kw: Any) -> bool:
+        if self.fail_hour and f"{P}state.preemptions" in (compute(self.swarm_labels()) or {}):
+            raise SwarmError("swarm update: 500 Server Error")
+        return super().update_swarm_labels(compute, **kw)
+
+
+def _moving_preempter(sw: RecordingSwarm) -> tuple[Preempter, Snapshot, Any]:
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    cfg = Config(rebalance=RebalanceConfig(dry_run=False),
+                 preemption=PreemptionConfig(dry_run=False, max_per_hour=1))
+    return Preempter(cfg), snap, make_plan(snap, cfg)
+
+
+def test_a_stop_mid_move_of_a_victim_leaves_it_counted_in_the_stored_hour() -> None:
+    """The victim moved, not stopped: it was counted only once its move had started, and
+    the hour stored after every victim; a stop inside the mover's own writes (here: its
+    spec write landed, the gate refused the next) left a move under way uncounted, and a
+    restarted daemon or the next leader with the whole max_per_hour."""
+    sw = StopsMidMove()
+    pre, snap, plan = _moving_preempter(sw)
+    with pytest.raises(Stopped):
+        pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert f"{P}{MOVE_STATE}" in sw.service("id-small").labels  # the move is under way
+    assert _stored_hour(sw) == 1
+
+
+def test_a_victim_is_not_moved_when_the_hour_cannot_be_stored_first() -> None:
+    """Nothing of the move is written (no record, no label), the victim is not stopped
+    instead either, and nothing is spent: the next cycle tries again."""
+    sw = StopsMidMove(fail_hour=True)
+    sw.before_write = None
+    pre, snap, plan = _moving_preempter(sw)
+    assert pre.cycle(sw, snap, plan, FACTS, now=5000.0) == []  # type: ignore[arg-type]
+    assert not read_records(sw.swarm_labels(), P)
+    small = sw.service("id-small").labels
+    assert f"{P}{MOVE_STATE}" not in small and f"{P}{PREEMPTED_STATE}" not in small
+    assert gate_key(P, "small") in sw.node("n-4090").labels
+    assert not pre.spent.all and sw.calls == []
+
+
+def test_a_moved_victim_is_counted_once_in_the_stored_hour() -> None:
+    sw = StopsMidMove()
+    sw.before_write = None
+    pre, snap, plan = _moving_preempter(sw)
+    (p,) = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [v.service for v in p.victims] == ["small"]
+    assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {"small"}
+    assert _stored_hour(sw) == 1 and list(pre.spent.all) == [5000.0]
+
+
+def test_a_victim_whose_move_failed_after_it_was_counted_is_stopped_counted_once() -> None:
+    """The move's spec write was refused (another writer changed the spec): the mover
+    drops its record and the victim is stopped instead, on the count its move stored."""
+
+    class ConflictOnce(RecordingSwarm):
+        conflicted = False
+
+        def update_service_spec(self, service_id: str, compute: Any, **kw: Any) -> bool:
+            if not self.conflicted:
+                self.conflicted = True
+                raise VersionConflict("update out of sequence")
+            return super().update_service_spec(service_id, compute, **kw)
+
+    c = _movable_cluster()
+    sw = ConflictOnce(c.nodes(), c.services(), c.tasks())
+    pre, snap, plan = _moving_preempter(sw)
+    (p,) = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [v.service for v in p.victims] == ["small"]
+    assert not read_records(sw.swarm_labels(), P)
+    assert f"{P}{PREEMPTED_STATE}" in sw.service("id-small").labels
+    assert _stored_hour(sw) == 1 and list(pre.spent.all) == [5000.0]
 
 
 def test_a_victim_the_mover_refuses_for_more_than_the_budget_is_stopped() -> None:

@@ -28,6 +28,7 @@ from swarmgpu.manager.rebalance.context import Inputs, constraints_allow
 from swarmgpu.manager.rebalance.mover import MoveState, admit
 from swarmgpu.manager.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
 from swarmgpu.manager.rebalance.planner import plan_moves
+from swarmgpu.manager.rebalance.record import record_key, unreadable_of
 from swarmgpu.manager.rebalance.scrape import NodeScrape, judge
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -74,6 +75,23 @@ def test_opt_out_service_never_moves_the_other_one_does() -> None:
     assert [m.service for m in moves] == ["b"]
     assert hot_run(always, extra={f"{P}rebalance": "never"},
                    b_labels={f"{P}rebalance": "never"}) == []
+
+
+def test_a_service_whose_move_record_cannot_be_read_is_not_proposed_the_other_is() -> None:
+    """a's own record cannot be read: a is proposed by no policy (before: every cycle,
+    refused only when its move started), the plan says why once, and b moves instead."""
+    nodes, svcs, tasks = cluster()
+    sig = Signals(CFG)
+    times = [float(t) for t in range(0, 13)]
+    feed(sig, nodes, times, {t: {0: 97.0} for t in times})
+    key = record_key(P, "id-a")
+    bad = unreadable_of(svcs, {key: '{"id": 1}', record_key(P, "id-gone"): "x"}, P)
+    prop = plan_moves(dataclasses.replace(inputs(sig, nodes, svcs, tasks, times[-1]),
+                                          unreadable=bad))
+    assert [m.service for m in prop.moves] == ["b"]
+    assert [n for n in prop.notes if "remove it by hand" in n] == [
+        f"a is not moved: its move record {key} cannot be read: check the service's gates, "
+        "then remove it by hand (swarmgpu audit: move-record-unreadable)"]
 
 
 def test_broken_metrics_make_the_node_unknown_not_idle() -> None:

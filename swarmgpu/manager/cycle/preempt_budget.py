@@ -6,9 +6,9 @@ or a restart gave every tenant a whole new hour. So the hour is also kept on the
 object, as the mover keeps its finished moves (``rebalance.budget``): the times of the
 victims stopped, ``<prefix>state.preemptions``, and per preemptor's tenant
 ``<prefix>state.preemptions.<tenant>``, written before the victims' writes (those about
-to be stopped reserved), corrected after them when fewer were stopped, and read every
-cycle. What counts is both together: per second, the larger count of
-the two (one preemption's victims share its second).
+to be stopped reserved; one moved instead, before its move's first write), corrected
+after them when fewer were stopped, and read every cycle. What counts is both together:
+per second, the larger count of the two (one preemption's victims share its second).
 
 A label is anyone's text: unreadable entries are dropped (``times_in``), and so are
 times older than the hour or more than ``MAX_SKEW_S`` ahead of this clock (a time far

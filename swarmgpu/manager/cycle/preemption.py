@@ -9,8 +9,8 @@ safety and the writes:
   and with tenants in the config, at most each tenant's ``preemptions_per_hour`` for its
   services' preemptions (``manager.services.tenants``): no one tenant spends the whole hour's.
   The hour is kept in Swarm too (``preempt_budget``), so a new leader spends what is left;
-  it is stored before the victims' writes (``_reserve``), so a stop between them never
-  leaves it short;
+  it is stored before the victims' writes (``_reserve``; a victim moved instead, before
+  its move's first write: ``_count_first``), so a stop between them never leaves it short;
 * cooldown per victim (``victim_cooldown_s``, from its last preemption, kept in Swarm in
   its ``<p>state.preempted`` label and here; the label counts only when the hour on the
   swarm object has a victim stopped at its time, as a stack can write it too) and a
@@ -79,6 +79,11 @@ from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
+
+
+class Unstored(Exception):
+    """The hour could not be stored before a victim's move (``_count_first``). Not a
+    ``SwarmError``: no caller takes it for a failed write and goes on to the next."""
 
 
 def dry_note(p: Preemption) -> str:
@@ -150,22 +155,22 @@ class Preempter:
                 continue
             stopped: list[Candidate] = []
             to_stop: list[Candidate] = []
+            counted: set[str] = set()  # victims spent and stored before their move's writes
             for v in p.victims:  # a move over budget waits: the victim is not stopped
-                act = self._move(swarm, snap, p, v, waits)
+                act = self._move(swarm, snap, p, v, waits,
+                                 self._count_first(swarm, p, tenant, now, v, counted))
                 if act == "moved":
                     stopped.append(v)
-                    self.spent.spend(now, tenant)
-                    unstored = True
+                    if v.service not in counted:  # no write was let through: counted now
+                        self.spent.spend(now, tenant)
+                        unstored = True
                 elif act == "stop":
                     to_stop.append(v)
-                elif i is not None:
+                elif act == "wait" and i is not None:
                     plan.services[i] = plan.services[i].noted(waits[-1][1])
-            if to_stop and self._reserve(swarm, p, tenant, len(to_stop), now):
-                made = [v for v in to_stop if self._stop(swarm, p, v, now)]
-                if len(made) < len(to_stop):  # the reservation corrected (stored below)
-                    self.spent.release(now, tenant, len(to_stop) - len(made))
-                    unstored = True
-                stopped += made
+            made, corrected = self._stop_all(swarm, p, tenant, now, to_stop, counted)
+            stopped += made
+            unstored |= corrected
             if stopped:
                 self.preemptor_at[p.service] = now
                 for v in stopped:
@@ -292,6 +297,38 @@ class Preempter:
             return False
         return True
 
+    def _stop_all(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
+                  to_stop: list[Candidate], counted: set[str]) -> tuple[list[Candidate], bool]:
+        """Stop ``to_stop``, the hour stored first for those not yet ``counted`` (a
+        victim whose move failed after its hook counted it); those stopped, and whether
+        the hour was corrected after (fewer stopped than counted: stored by ``cycle``)."""
+        if not to_stop:
+            return [], False
+        fresh = [v for v in to_stop if v.service not in counted]
+        made: list[Candidate] = []
+        if not fresh or self._reserve(swarm, p, tenant, len(fresh), now):
+            made = [v for v in to_stop if self._stop(swarm, p, v, now)]
+        else:  # none stopped: only those counted by their move are left to give back
+            to_stop = [v for v in to_stop if v.service in counted]
+        if len(made) < len(to_stop):
+            self.spent.release(now, tenant, len(to_stop) - len(made))
+            return made, True
+        return made, False
+
+    def _count_first(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
+                     v: Candidate, counted: set[str]) -> Callable[[], None]:
+        """The hook run before the first write of ``v``'s move (``Writes.before_first``):
+        ``v`` spent and the hour stored, as before a stop (``_reserve``). Stored after,
+        a daemon stop inside the mover's writes left a move under way uncounted. Not
+        stored: ``Unstored`` is raised and nothing of the move is written."""
+
+        def first() -> None:
+            if not self._reserve(swarm, p, tenant, 1, now):
+                raise Unstored(v.service)
+            counted.add(v.service)
+
+        return first
+
     def _tenant_of(self, sp: ServicePlan | None) -> str:
         """The preemptor's tenant ("" without tenants): its budget is spent."""
         if self.tenants is None or sp is None or sp.request is None:
@@ -299,11 +336,13 @@ class Preempter:
         return sp.request.tenant
 
     def _move(self, swarm: SwarmClient, snap: Snapshot, p: Preemption, v: Candidate,
-              waits: list[tuple[str, str, Move]]) -> Literal["moved", "wait", "stop"]:
-        """Start moving ``v`` where it can run instead. "stop": it cannot move (the
-        mover refused it, or moves are off); "wait": the move budgets alone refused it
-        (said in ``waits``), tried again next cycle: a budget never turns a move into a
-        stop."""
+              waits: list[tuple[str, str, Move]], first: Callable[[], None],
+              ) -> Literal["moved", "wait", "stop", "held"]:
+        """Start moving ``v`` where it can run instead, ``first`` run before the move's
+        first write. "stop": it cannot move (the mover refused it, or moves are off);
+        "wait": the move budgets alone refused it (said in ``waits``), tried again next
+        cycle: a budget never turns a move into a stop; "held": ``first`` could not store
+        the hour, nothing of the move was written (said), tried again next cycle."""
         where = p.moves.get(v.service)
         svc = next((s for s in snap.services if s.id == v.service_id), None)
         if where is None or not self.can_move or v.holding is None or svc is None:
@@ -315,8 +354,12 @@ class Preempter:
                  target_milli=tuple(1000 for _ in where.uuids), trigger=Trigger.PREEMPTION,
                  window_s=None, reason=f"room for {p.service} (priority {p.priority})",
                  gain=f"{p.service} runs, {v.service} keeps running")
+        mover = self._mover(swarm)
         try:
-            started = self._mover(swarm).start(m, svc)
+            with mover.writes.before_first(first):
+                started = mover.start(m, svc)
+        except Unstored:
+            return "held"
         except SwarmError as exc:
             logger.bind(service=v.service).error("preemption: move failed to start: {}", exc)
             return "stop"

@@ -44,7 +44,13 @@ from swarmgpu.manager.rebalance.moves import (
 )
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.policies.health import HealthBudget
-from swarmgpu.manager.rebalance.record import health_spent, moving, spend_health
+from swarmgpu.manager.rebalance.record import (
+    health_spent,
+    moving,
+    spend_health,
+    unreadable_of,
+    unreadable_records,
+)
 from swarmgpu.manager.rebalance.scrape import for_moves
 from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmError
@@ -94,6 +100,7 @@ class Rebalancer(Step):
         self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement
         self._last_seen: MoveRecord | None = None  # the health mover's last record counted
         self._said: set[str] = set()  # health notes logged while they last
+        self._unread: set[str] = set()  # services with an unreadable record, logged
         reg = daemon.metrics.registry
         self.evacuations = Counter(
             "swarmgpu_health_evacuations", "Holders of failed GPUs (or of a drained failing "
@@ -108,9 +115,11 @@ class Rebalancer(Step):
 
     def health_inputs(self, snap: Snapshot) -> HealthInputs:
         try:
-            spent = health_spent(self.swarm.swarm_labels(), self.prefix, snap.taken_at)
+            labels = self.swarm.swarm_labels()
+            spent = health_spent(labels, self.prefix, snap.taken_at)
             left, why = self.health_budget.left(snap.taken_at,
-                                                self.health.evacuations_per_cycle, spent)
+                                                self.health.evacuations_per_cycle, spent,
+                                                len(unreadable_records(labels, self.prefix)))
         except SwarmError as exc:  # an unknown spend is no budget: nothing starts
             left, why = 0, f"cannot read the health budget from the swarm object: {exc}"
         lost: dict[str, float] = {}
@@ -151,7 +160,8 @@ class Rebalancer(Step):
                      ledger=ledger, gpus=self.signals.gpus, node_signals=self.signals.nodes,
                      cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
                      workload=model.typical() if model is not None else None,
-                     moving=moving(snap.services, snap.swarm_labels, self.prefix))
+                     moving=moving(snap.services, snap.swarm_labels, self.prefix),
+                     unreadable=self._unreadable(snap))
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
         prop = plan_moves(inp, self.health_inputs(snap))
@@ -173,6 +183,16 @@ class Rebalancer(Step):
             timer = threading.Timer(1.0, self.host.trigger)
             timer.daemon = True
             timer.start()
+
+    def _unreadable(self, snap: Snapshot) -> dict[str, str]:
+        """The services whose own move record cannot be read (none is proposed), each
+        logged once while it lasts (the plan's notes say it every cycle)."""
+        bad = unreadable_of(snap.services, snap.swarm_labels, self.prefix)
+        for name, why in bad.items():
+            if name not in self._unread:
+                logger.bind(service=name).warning("rebalance: {} is not moved: {}", name, why)
+        self._unread = set(bad)
+        return bad
 
     def health_step(self, prop: Proposal, moves: list[Move], snap: Snapshot) -> None:
         """Start the health moves, hand the releases to placement, log and count."""

@@ -16,7 +16,8 @@ Once the daemon is stopping, no write starts (``stop``: it raises ``Stopped``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -66,6 +67,7 @@ class Writes:
         self.refused = 0
         self.refused_restarts = 0
         self.decided: list[tuple[str, Why, str]] = []  # (object, decision, what), newest last
+        self._first: Callable[[], None] | None = None  # ``before_first``'s hook, until run
 
     def _refuse(self, what: str) -> bool:
         if self.dry_run:
@@ -78,7 +80,22 @@ class Writes:
         check = getattr(self.swarm, "before_write", None)
         if check is not None:
             check()
+        first, self._first = self._first, None
+        if first is not None:
+            first()
         return False
+
+    @contextmanager
+    def before_first(self, hook: Callable[[], None]) -> Iterator[None]:
+        """Within: ``hook`` runs once, just before the first write this gate lets through
+        (none in dry-run or once stopping); if it raises, that write is not made. For a
+        caller's count of an operation that must be in Swarm before anything the
+        operation writes is (preemption's hour, before a victim's move)."""
+        self._first = hook
+        try:
+            yield
+        finally:
+            self._first = None
 
     def _undecided(self, what: str, changes: Sequence[str]) -> None:
         self.refused_restarts += 1

@@ -65,6 +65,9 @@ class Inputs:
     # Services with a move in flight by the daemon's records (``record.moving``); a move
     # label alone is a stack's claim and protects nothing.
     moving: AbstractSet[str] = frozenset()
+    # Services whose own move record cannot be read, each with why no move of it starts
+    # (``record.unreadable_of``): such a move may be under way, so none is proposed.
+    unreadable: Mapping[str, str] = field(default_factory=dict)
 
 
 REPLICAS_COUNTED = 8  # replicas of one service that workload_now counts
@@ -183,6 +186,9 @@ class Context:
         ctx = cls(inp, ledger={k: dict(v) for k, v in inp.ledger.items()},
                   health_in=health or HealthInputs(evacuate=False))
         ctx.nodes = {n.id: n for n in inp.nodes}
+        # Why, with the fix, once per plan (a policy passing it over says it short).
+        ctx.notes += [f"{name} is not moved: {why}"
+                      for name, why in sorted(inp.unreadable.items())]
         for s in inp.services:
             ctx.by_name[s.name] = s
             r = parse_all(s.labels, prefix=inp.prefix)
@@ -201,6 +207,8 @@ class Context:
             return "service gone"
         if svc in self.moved:
             return "already has a proposed move"
+        if svc in self.inp.unreadable:  # the fix is the plan's note, said once
+            return "its move record cannot be read"
         return why_not_movable(s, self.requests.get(svc), self.inp.tasks,
                                self.inp.ledger.get(svc, {}), self.inp.prefix, self.inp.now,
                                self.cfg.cooldown_s, same_node=same_node,

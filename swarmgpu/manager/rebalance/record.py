@@ -270,6 +270,14 @@ def unreadable_why(prefix: str, sid: str) -> str:
             "service's gates, then remove it by hand (swarmgpu audit: move-record-unreadable)")
 
 
+def unreadable_of(services: Sequence[SwarmService], labels: Mapping[str, str],
+                  prefix: str) -> dict[str, str]:
+    """Name -> why of each service whose own move record cannot be read: the planners
+    propose no move of it (``Inputs.unreadable``), as ``Mover.start`` would refuse it."""
+    bad = unreadable_records(labels, prefix)
+    return {s.name: unreadable_why(prefix, s.id) for s in services if s.id in bad}
+
+
 def move_of(s: SwarmService, records: Mapping[str, MoveState], prefix: str
             ) -> MoveState | None:
     """The move in flight of ``s``, by the daemon's own word: its record on the swarm
@@ -368,12 +376,15 @@ def spend_health(writes: Writes, prefix: str, now: float) -> bool:
 def health_spent(labels: Mapping[str, str], prefix: str, now: float) -> list[float]:
     """Start times of the health moves and releases of the last hour, from Swarm: the
     health records in flight and the list of those that ended. A restarted daemon or a
-    new leader reads the same, so it cannot spend an hour's health budget twice."""
+    new leader reads the same, so it cannot spend an hour's health budget twice. A record
+    that cannot be read counts as a health move started ``now`` (its trigger and start
+    unknown: the safe side, as the move budgets count it in flight) while it is there."""
     head = prefix + RECORD
     flying = [st.started_at for k, v in labels.items() if k.startswith(head)
               if (st := MoveState.parse(v)) is not None and st.trigger == HEALTH]
-    return [t for t in [*times_in(labels, prefix + HEALTH_SPENT, HEALTH_KEEP), *flying]
-            if now - t < HOUR_S]
+    unread = [now for _ in unreadable_records(labels, prefix)]
+    return [t for t in [*times_in(labels, prefix + HEALTH_SPENT, HEALTH_KEEP), *flying,
+                        *unread] if now - t < HOUR_S]
 
 
 def end_move(writes: Writes, prefix: str, sid: str, now: float,

@@ -50,15 +50,20 @@ class HealthBudget:
 
     per_hour: int
 
-    def left(self, now: float, per_cycle: int, spent: Sequence[float]) -> tuple[int, str]:
-        """How many may start now, given the start times ``spent``; why none when 0."""
+    def left(self, now: float, per_cycle: int, spent: Sequence[float],
+             unreadable: int = 0) -> tuple[int, str]:
+        """How many may start now, given the start times ``spent``; why none when 0.
+        ``unreadable``: of ``spent``, the move records that cannot be read (said)."""
         used = sum(1 for t in spent if now - t < HOUR_S)
         by_hour = self.per_hour - used
         if per_cycle <= 0:
             return 0, "health.evacuations_per_cycle is 0"
         if by_hour <= 0:
+            what = "a move record" if unreadable == 1 else "move records"
+            bad = (f", {unreadable} of them {what} that cannot be read (swarmgpu audit: "
+                   "move-record-unreadable)" if unreadable else "")
             return 0, (f"budget: {self.per_hour} health move(s) per hour "
-                       f"({used} in the last hour)")
+                       f"({used} in the last hour{bad})")
         return min(by_hour, per_cycle), ""
 
 
@@ -168,6 +173,8 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
                 continue
             if svc in ctx.inp.moving:  # by the daemon's record, never a label alone
                 ctx.notes.append(f"{svc} on {host}: a move is under way ({reason})")
+                continue
+            if svc in ctx.inp.unreadable:  # may be under way: the plan's note says why
                 continue
             if svc not in ctx.requests:  # never "no GPU free": the request is the why
                 ctx.notes.append(f"{svc} on {host} stays: {request_problem(s, prefix)} "
