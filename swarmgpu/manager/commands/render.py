@@ -35,6 +35,7 @@ from swarmgpu.manager.commands.composefile import (
 )
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
 from swarmgpu.manager.commands.stackmerge import MergeError, StackFile, merge_stacks
+from swarmgpu.manager.commands.stackpaths import absolute_paths
 from swarmgpu.manager.placement import (
     DEVICES,
     ORDER_ENV,
@@ -585,12 +586,12 @@ def render_stack(
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str = "swarmgpu.",
     zone_label: str = "topology.zone", planner: Planner | None = None,
     moving: AbstractSet[str] = frozenset(), environ: Mapping[str, str] | None = None,
-    more: Sequence[tuple[str, str]] = (),
+    more: Sequence[tuple[str, str]] = (), base: str | None = None,
 ) -> tuple[str, PlacementPlan]:
     """``planner``: the daemon's (its config's generic-resource kind, its stored
     workload model), so render chooses what the daemon would; a fresh default one
     otherwise. ``moving``: the services with a move in flight (``Planner.plan``).
-    ``environ``, ``more``: as in ``check_stack``."""
+    ``environ``, ``more``: as in ``check_stack``; ``base``: ``stackpaths.absolute_paths``'s."""
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
     most = max((len(f.gpus) for f in facts.values()), default=0)
@@ -641,6 +642,8 @@ def render_stack(
             _add_device_mount(svc, prefix)
     if bad := schema_errors(out):  # what render added must fit the schema too
         raise StackError(bad)
+    # `-c -` reads a relative path against the folder docker runs in: written absolute
+    checked.notes += absolute_paths(out, base, StackError, escape=checked.substituted is None)
     if checked.substituted is not None:  # docker substitutes again as it reads the output
         out = as_written(out, checked.written, checked.substituted,
                          lambda path: pinned(path, prefix))
