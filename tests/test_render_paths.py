@@ -6,6 +6,7 @@ in when the file comes on stdin (``-c -``: cli/command/stack/loader getConfigDet
 which is how render's output is deployed. The oracle is each docker CLI on this machine
 (``support.docker_clis``) deploying the original file by its path and render's output
 on stdin from another folder, to a stand-in engine that records what Swarm is given.
+An env file's variables keep their values: docker reads ``environment`` over them.
 """
 
 from __future__ import annotations
@@ -94,30 +95,84 @@ def test_relative_paths_reach_the_same_files_from_stdin(
 
 @pytest.mark.parametrize("environ", [None, {"X": "a"}])
 def test_a_path_docker_substitutes_is_joined_as_docker_reads_it(
-    environ: dict[str, str] | None,
+    environ: dict[str, str] | None, tmp_path: Path
 ) -> None:
     # The folder's $ is one to docker ($$); a variable in the path stays one, or is the
     # value render substituted, as docker would.
     text = STACK.replace("./web.env", '"./${X}.env"')
-    out, _ = render_stack(text, "t", NODES, [], [], FACTS, environ=environ, base="/srv/a$b")
+    folder = _stack_folder(tmp_path / "a$b", text)
+    (folder / "a.env").write_text("E=1\n")
+    out, _ = render_stack(text, "t", NODES, [], [], FACTS, environ=environ, base=str(folder))
     svc = yaml.safe_load(out)["services"]["s"]
-    joined = "/srv/a$$b/./${X}.env" if environ is None else "/srv/a$$b/a.env"
-    assert svc["env_file"] == [joined, "/srv/a$$b/conf/more.env"]
+    at = str(folder).replace("$", "$$")
+    joined = f"{at}/./${{X}}.env" if environ is None else f"{at}/a.env"
+    assert svc["env_file"] == [joined, f"{at}/conf/more.env"]
     assert svc["volumes"][:2] == [
-        "/srv/a$$b/data:/data:ro",
-        {"type": "bind", "source": "/srv/a$$b/conf", "target": "/conf"},
+        f"{at}/data:/data:ro",
+        {"type": "bind", "source": f"{at}/conf", "target": "/conf"},
     ]
     assert "named:/n" in svc["volumes"]
-    assert yaml.safe_load(out)["configs"]["c1"]["file"] == "/srv/a$$b/conf/c1.conf"
+    assert yaml.safe_load(out)["configs"]["c1"]["file"] == f"{at}/conf/c1.conf"
 
 
-def test_skip_interpolation_refuses_a_path_that_starts_with_a_variable() -> None:
+def test_skip_interpolation_refuses_a_path_that_starts_with_a_variable(tmp_path: Path) -> None:
     # ${DIR} may be absolute once docker substitutes it: joined to the folder, it was
     # another file.
     text = STACK.replace("./web.env", '"${DIR}/web.env"')
+    folder = _stack_folder(tmp_path, text)
     with pytest.raises(StackError) as exc:
-        render_stack(text, "t", NODES, [], [], FACTS, base="/srv")
+        render_stack(text, "t", NODES, [], [], FACTS, base=str(folder))
     assert str(exc.value).startswith("services.s.env_file[0]: '${DIR}/web.env': ")
-    out, _ = render_stack(text, "t", NODES, [], [], FACTS, environ={"DIR": "/etc"}, base="/srv")
+    environ = {"DIR": str(folder)}
+    out, _ = render_stack(text, "t", NODES, [], [], FACTS, environ=environ, base=str(folder))
     # substituted, absolute: left for docker to substitute alike
     assert yaml.safe_load(out)["services"]["s"]["env_file"][0] == "${DIR}/web.env"
+
+
+@pytest.mark.parametrize("bare", [False, True])
+def test_a_variable_the_env_file_sets_keeps_its_value(
+    bare: bool, cli: tuple[str, Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docker reads env_file under the service's environment: render's own
+    # CUDA_DEVICE_ORDER=PCI_BUS_ID there replaced the env file's FASTEST_FIRST. A bare
+    # name is set from docker's environment, render's too in the pipeline.
+    path, server = cli
+    folder = _stack_folder(tmp_path, STACK)
+    line = "CUDA_DEVICE_ORDER" if bare else "CUDA_DEVICE_ORDER=FASTEST_FIRST"
+    (folder / "web.env").write_text(f"\ufeff # a comment\n\n  {line}\r\nE=1\n")
+    if bare:
+        monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+    theirs, err = deployed(path, server, STACK, folder)
+    assert theirs is not None, err
+    environ = {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"} if bare else {}
+    out, _ = render_stack(STACK, "t", NODES, [], [], FACTS, environ=environ, base=str(folder))
+    ours, err = deployed(path, server, out, tmp_path, stdin_in=tmp_path)
+    assert ours is not None, err
+
+    def order(spec: dict[str, Any]) -> list[str]:
+        env = spec["TaskTemplate"]["ContainerSpec"]["Env"]
+        return [e for e in env if e.startswith("CUDA_DEVICE_ORDER")]
+
+    assert order(ours) == order(theirs) == ["CUDA_DEVICE_ORDER=FASTEST_FIRST"]
+    env = ours["TaskTemplate"]["ContainerSpec"]["Env"]
+    assert any(e.startswith("NVIDIA_VISIBLE_DEVICES={{") for e in env)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [(None, "No such file or directory"), ("A B=1\n", "'A B' is no variable name")],
+)
+def test_an_env_file_docker_refuses_is_an_error_naming_it(
+    text: str | None, why: str, tmp_path: Path
+) -> None:
+    # docker stack deploy refuses the stack ("open ...: no such file or directory",
+    # "variable 'A B' contains whitespaces"); render wrote it.
+    folder = _stack_folder(tmp_path, STACK)
+    if text is None:
+        (folder / "web.env").unlink()
+    else:
+        (folder / "web.env").write_text(text)
+    with pytest.raises(StackError) as exc:
+        render_stack(STACK, "t", NODES, [], [], FACTS, environ={}, base=str(folder))
+    assert str(exc.value).startswith("services.s.env_file[0]: "), exc.value
+    assert why in str(exc.value)
