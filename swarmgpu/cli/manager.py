@@ -292,7 +292,7 @@ def render(stack_file: str | None, compose_files: tuple[str, ...], stack_name: s
                                zone_label=cfg.placement.zone_label, planner=planner,
                                moving=moving(snap.services, snap.swarm_labels,
                                              cfg.sync.prefix), environ=environ,
-                               more=more)
+                               more=more, base=os.path.dirname(os.path.abspath(files[0])))
     except StackError as exc:  # only what needs the swarm: count: all with no GPU node
         _render_errors(stack_file, exc.errors)
     for line in text.splitlines()[2:]:  # what render changed, as the file's comment says

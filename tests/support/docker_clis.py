@@ -3,14 +3,15 @@
 Users deploy with whatever docker CLI they have: Debian 12's 20.10 reads stacks with
 go-yaml v2, docker 28 and later with v3, and 20.10 has no ``docker stack config``. So
 the oracle is ``docker stack deploy`` itself, against a stand-in engine on a Unix socket
-(``Engine``) that says it is a swarm manager and records the service specs the CLI
-creates: what Swarm would be given, from either CLI, with no daemon.
+(``Engine``) that says it is a swarm manager and records the service specs, configs
+and secrets the CLI creates: what Swarm would be given, from either CLI, with no daemon.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socketserver
 import subprocess
@@ -50,6 +51,7 @@ def major(version: str) -> int:
 class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     created: list[dict[str, Any]]  # each POST /services/create body
+    objects: list[tuple[str, dict[str, Any]]]  # ("configs" or "secrets", each create's body)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -75,20 +77,29 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path.endswith("/_ping"):
             self._answer(200, b"OK")
+        elif re.search(r"/(configs|secrets)/[^/]+$", path):
+            self._answer(404, {"message": "not found"})  # none yet: the CLI creates it
         elif path.endswith("/info"):
             self._answer(
                 200,
                 {"Swarm": {"ControlAvailable": True, "NodeID": "n1", "LocalNodeState": "active"}},
             )
+        elif m := re.search(r"/(configs|secrets)$", path):
+            # the ones created, which the CLI then looks up by name
+            made = [o for kind, o in self.server.objects if kind == m.group(1)]
+            self._answer(200, [{"ID": o["Name"], "Spec": o} for o in made])
         else:
-            self._answer(200, [])  # networks, services, secrets, configs: none yet
+            self._answer(200, [])  # networks, services: none yet
 
     do_HEAD = do_GET
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path.split("?", 1)[0].endswith("/services/create"):
+        path = self.path.split("?", 1)[0]
+        if path.endswith("/services/create"):
             self.server.created.append(json.loads(body))
+        elif m := re.search(r"/(configs|secrets)/create$", path):
+            self.server.objects.append((m.group(1), json.loads(body)))
         self._answer(201, {"ID": "x", "Id": "x"})
 
 
@@ -99,6 +110,7 @@ def engine() -> Iterator[Engine]:
     folder = tempfile.mkdtemp(prefix="sgdk")
     server = Engine(os.path.join(folder, "d.sock"), _Handler)
     server.created = []
+    server.objects = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -109,14 +121,20 @@ def engine() -> Iterator[Engine]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def deployed(cli: str, server: Engine, text: str, tmp_path: Path) -> tuple[Any, str]:
+def deployed(
+    cli: str, server: Engine, text: str, tmp_path: Path, *, stdin_in: Path | None = None
+) -> tuple[Any, str]:
     """The spec ``cli`` creates for the stack ``text``'s one service (stack ``t``), or
-    None and the CLI's error."""
+    None and the CLI's error. ``stdin_in``: read with ``-c -`` from stdin, docker run in
+    that folder (``swarmgpu render | docker stack deploy -c -``); else the file
+    tmp_path/s.yml."""
     path = tmp_path / "s.yml"
-    path.write_text(text)
+    if stdin_in is None:
+        path.write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
     env["DOCKER_CONFIG"] = str(tmp_path)  # never the user's contexts
     server.created.clear()
+    server.objects.clear()
     res = subprocess.run(
         [
             cli,
@@ -127,9 +145,11 @@ def deployed(cli: str, server: Engine, text: str, tmp_path: Path) -> tuple[Any, 
             "--resolve-image",
             "never",
             "-c",
-            str(path),
+            str(path) if stdin_in is None else "-",
             "t",
         ],
+        input=None if stdin_in is None else text,
+        cwd=stdin_in,
         env=env,
         capture_output=True,
         text=True,

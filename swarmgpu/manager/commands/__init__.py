@@ -9,5 +9,7 @@
 ``interpolation`` ``${VAR}`` in a stack file, substituted as `docker stack deploy` does
 ``stackmerge``  several stack files (``render -c A -c B``) merged as `docker stack deploy`
                 merges them
+``envfile``     the env lines render adds to a service, less those its env_file sets
+``stackpaths``  relative paths in a stack made absolute, as docker reads them from a file
 ``schema/``     docker/cli's compose schema, vendored with its licence
 """

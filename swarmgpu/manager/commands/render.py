@@ -33,17 +33,17 @@ from swarmgpu.manager.commands.composefile import (
     part_schema_errors,
     schema_errors,
 )
+from swarmgpu.manager.commands.envfile import env_file_names, write_env
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
 from swarmgpu.manager.commands.stackmerge import MergeError, StackFile, merge_stacks
+from swarmgpu.manager.commands.stackpaths import absolute_paths
 from swarmgpu.manager.placement import (
     DEVICES,
-    ORDER_ENV,
     PlacementPlan,
     Planner,
     ServicePlan,
     devices_key,
     env_template,
-    env_template_per_node,
     gate_constraint,
     is_gate_of,
     is_hold,
@@ -585,12 +585,12 @@ def render_stack(
     tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *, prefix: str = "swarmgpu.",
     zone_label: str = "topology.zone", planner: Planner | None = None,
     moving: AbstractSet[str] = frozenset(), environ: Mapping[str, str] | None = None,
-    more: Sequence[tuple[str, str]] = (),
+    more: Sequence[tuple[str, str]] = (), base: str | None = None,
 ) -> tuple[str, PlacementPlan]:
     """``planner``: the daemon's (its config's generic-resource kind, its stored
     workload model), so render chooses what the daemon would; a fresh default one
     otherwise. ``moving``: the services with a move in flight (``Planner.plan``).
-    ``environ``, ``more``: as in ``check_stack``."""
+    ``environ``, ``more``: as in ``check_stack``; ``base``: ``stackpaths.absolute_paths``'s."""
     if planner is None:
         planner = Planner(prefix=prefix, zone_label=zone_label, adopt_ungated=False)
     most = max((len(f.gpus) for f in facts.values()), default=0)
@@ -636,11 +636,14 @@ def render_stack(
                                       facts, labels))
         _write_placement(deploy, labels, where, full, sp, prefix)
         _put_labels(deploy, {k: v for k, v in labels.items() if given.get(k) != v})
-        _write_env(svc, prefix, fraction=not isinstance(req, RequestError) and req.is_fraction)
+        write_env(svc, prefix, fraction=not isinstance(req, RequestError) and req.is_fraction,
+                  skip=env_file_names(svc, where, base, environ, StackError))
         if mounts:
             _add_device_mount(svc, prefix)
     if bad := schema_errors(out):  # what render added must fit the schema too
         raise StackError(bad)
+    # `-c -` reads a relative path against the folder docker runs in: written absolute
+    checked.notes += absolute_paths(out, base, StackError, escape=checked.substituted is None)
     if checked.substituted is not None:  # docker substitutes again as it reads the output
         out = as_written(out, checked.written, checked.substituted,
                          lambda path: pinned(path, prefix))
@@ -669,29 +672,3 @@ def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str,
         labels.update(sp.state_labels)
     elif _replicas(deploy, where) > 1:
         placement["max_replicas_per_node"] = 1
-
-
-def _write_env(svc: dict[str, Any], prefix: str, *, fraction: bool) -> None:
-    """The device env template (the older per-node one upgraded) and order, and a
-    fraction's share lines, added to the service's environment as it spells it."""
-    env = svc.get("environment")
-    old_tmpl, tmpl = env_template_per_node(prefix), env_template(prefix)
-    # The older per-node template is upgraded to the per-slot one (it reads the
-    # same lists, and packed replicas need the per-slot ones).
-    if isinstance(env, dict) and env.get("NVIDIA_VISIBLE_DEVICES") == \
-            old_tmpl.partition("=")[2]:
-        env["NVIDIA_VISIBLE_DEVICES"] = tmpl.partition("=")[2]
-    elif isinstance(env, list):
-        svc["environment"] = env = [tmpl if e == old_tmpl else e for e in env]
-    additions = [tmpl, ORDER_ENV]
-    if fraction:
-        additions.extend(env_lines(prefix))  # the container is told its share
-    if isinstance(env, dict):
-        for a in additions:
-            k, _, v = a.partition("=")
-            env.setdefault(k, v)
-    else:
-        lst = [str(e) for e in (env or [])]
-        names = {e.partition("=")[0] for e in lst}  # a bare NAME: docker takes the shell's
-        lst += [a for a in additions if a.partition("=")[0] not in names]
-        svc["environment"] = lst

@@ -1,0 +1,114 @@
+"""The env lines render adds to a service, less the names its ``env_file`` sets.
+
+docker/cli reads each env file on the client into the service's environment, and the
+service's ``environment`` over it (cli/compose/loader/loader.go ``resolveEnvironment``).
+So an env line render adds to ``environment`` (``CUDA_DEVICE_ORDER``, the device
+template, a share's lines) would replace the env file's value of that name: render
+adds none the env file sets, as it adds none ``environment`` names. The file's rules
+are cli/opts/file.go ``parseKeyValueFile``: lines split at ``\\n`` (a ``\\r`` before it
+dropped), a UTF-8 BOM off the first, leading white space trimmed, empty and ``#``
+lines skipped, ``NAME=value``, or a bare ``NAME`` set only where docker's environment
+sets it; a name with white space in it, or none, and bytes that are not UTF-8 are
+refused, as docker refuses the file.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Set
+from typing import Any
+
+from swarmgpu.core.boundedfile import FileRefused, read_bounded
+from swarmgpu.core.yamlfile import MAX_TEXT
+from swarmgpu.manager.placement import ORDER_ENV, env_template, env_template_per_node
+from swarmgpu.manager.services.sharing import env_lines
+
+# Go's unicode.IsSpace (str.isspace takes \x1c-\x1f too)
+_SPACE = (
+    " \t\n\v\f\r\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def write_env(
+    svc: dict[str, Any], prefix: str, *, fraction: bool, skip: Set[str] = frozenset()
+) -> None:
+    """The device env template (the older per-node one upgraded) and order, and a
+    fraction's share lines, added to the service's environment as it spells it, each
+    unless the service names it there or ``skip`` does (its env files' names)."""
+    env = svc.get("environment")
+    old_tmpl, tmpl = env_template_per_node(prefix), env_template(prefix)
+    # The older per-node template is upgraded to the per-slot one (it reads the
+    # same lists, and packed replicas need the per-slot ones).
+    if isinstance(env, dict) and env.get("NVIDIA_VISIBLE_DEVICES") == old_tmpl.partition("=")[2]:
+        env["NVIDIA_VISIBLE_DEVICES"] = tmpl.partition("=")[2]
+    elif isinstance(env, list):
+        svc["environment"] = env = [tmpl if e == old_tmpl else e for e in env]
+    additions = [tmpl, ORDER_ENV]
+    if fraction:
+        additions.extend(env_lines(prefix))  # the container is told its share
+    additions = [a for a in additions if a.partition("=")[0] not in skip]
+    if isinstance(env, dict):
+        for a in additions:
+            k, _, v = a.partition("=")
+            env.setdefault(k, v)
+    else:
+        lst = [str(e) for e in (env or [])]
+        names = {e.partition("=")[0] for e in lst}  # a bare NAME: docker takes the shell's
+        lst += [a for a in additions if a.partition("=")[0] not in names]
+        svc["environment"] = lst
+
+
+def env_file_names(
+    svc: Mapping[str, Any],
+    at: str,
+    base: str | None,
+    environ: Mapping[str, str] | None,
+    error: type[Exception],
+) -> set[str]:
+    """The names the service's env files set, a relative path read against ``base`` (the
+    stack file's folder; None: this process's, which docker runs in: ``stackpaths``).
+    ``environ``: docker's environment (None: unknown, and a bare name counts as set). A
+    path with a ``$`` left for docker (``--skip-interpolation``) is not read: its file
+    is not known. A file docker cannot read or refuses is ``error(...)`` naming it."""
+    files = svc.get("env_file")
+    names: set[str] = set()
+    for i, path in enumerate([files] if isinstance(files, str) else files or []):
+        where = f"{at}.env_file" + ("" if isinstance(files, str) else f"[{i}]")
+        if not isinstance(path, str) or (environ is None and "$" in path):
+            continue
+        try:
+            data = read_bounded(posixpath.join(base or ".", path), MAX_TEXT)
+            text = data.decode("utf-8")
+        except (OSError, FileRefused, UnicodeDecodeError) as exc:
+            why = (
+                exc.strerror
+                if isinstance(exc, OSError) and exc.strerror
+                else getattr(exc, "why", None) or "not UTF-8 text, or longer than 8 MiB"
+            )
+            raise error(
+                f"{where}: {path!r}: cannot read it ({why}); docker stack deploy "
+                "reads it into the service's environment, and refuses the stack "
+                "without it"
+            ) from None
+        names |= _names(text.removeprefix("\ufeff"), environ, f"{where}: {path!r}", error)
+    return names
+
+
+def _names(
+    text: str, environ: Mapping[str, str] | None, where: str, error: type[Exception]
+) -> set[str]:
+    out: set[str] = set()
+    for n, raw in enumerate(text.split("\n"), 1):
+        line = raw.removesuffix("\r").lstrip(_SPACE)
+        if not line or line.startswith("#"):
+            continue
+        name, eq, _ = line.partition("=")
+        if not name or " " in name or "\t" in name:
+            raise error(
+                f"{where}: line {n}: {name!r} is no variable name (docker stack "
+                "deploy refuses it: none, or white space in it); write NAME=value"
+            )
+        if eq or environ is None or name in environ:
+            out.add(name)
+    return out
