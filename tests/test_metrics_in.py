@@ -166,3 +166,46 @@ def test_a_gpu_index_given_two_ways_is_unknown_and_said(page: str, why: str) -> 
     assert all(g.index is None for g in res.samples_by_uuid.values())
     assert any(e.startswith("line 2: ") and why in e for e in res.errors), res.errors
     assert _util(page) == 5  # the readings stand: they are keyed by UUID
+
+
+H = "# HELP DCGM_FI_DEV_GPU_UTIL "
+
+
+@pytest.mark.parametrize(
+    "page, line, why",
+    [
+        (H + "GPU utilization.\n" + H + "again\n" + G + "} 5\n", 2, "second HELP (line 1"),
+        (H + "a\n" + G + "} 5\n" + H + "b\n", 3, "second HELP (line 1"),  # after samples
+    ],
+)
+def test_a_second_help_line_makes_the_reading_unknown(page: str, line: int, why: str) -> None:
+    """HELP lines were not read: two for one name (two pages or families run together)
+    passed. Prometheus refuses the page (expfmt's "second HELP line for metric name")."""
+    res = parse_metrics(page)
+    assert _util(page) is None
+    assert any(
+        e.startswith(f"line {line}: DCGM_FI_DEV_GPU_UTIL") and why in e for e in res.errors
+    ), res.errors
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        (H + "a\\tb\n", "an escape other than"),  # HELP knows \\ and \n alone
+        (H + 'a\\"b\n', "an escape other than"),  # \" is a label value's, not HELP's
+        (H + "a\\\n", "an escape other than"),
+        ("# HELP met-ric x\n", "no metric name after HELP"),
+    ],
+)
+def test_a_help_line_prometheus_refuses_is_counted(line: str, why: str) -> None:
+    """A HELP line expfmt refuses the page for passed without a word; its text is not
+    read, so the readings stand."""
+    (err,) = parse_metrics(line + G + "} 5\n").errors
+    assert err.startswith("line 1: a HELP line cannot be parsed (") and why in err, err
+    assert err.endswith("; ignored") and _util(line + G + "} 5\n") == 5
+
+
+def test_a_help_line_with_no_text_is_no_help() -> None:
+    """As in expfmt: `# HELP name` gives no HELP, so a later one is the first."""
+    page = H.rstrip() + "\n" + H + "GPU utilization.\n" + G + "} 5\n"
+    assert _util(page) == 5 and not parse_metrics(page).errors

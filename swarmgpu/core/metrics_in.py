@@ -5,7 +5,8 @@
 Each line is read strictly on its own (``core.promtext``, in time linear in its length);
 every good sample is kept and each broken line reported in ``ScrapeResult.errors``.
 A page with text after ``# EOF`` is two pages, or one read two ways: none of it is kept.
-TYPE lines are held to Prometheus' rules (``_Types``): a name that breaks them is unknown.
+TYPE and HELP lines are held to Prometheus' rules (``_Types``): a name that breaks them is
+unknown.
 
 Only samples with a ``UUID`` label are kept (that is what ties a value to a GPU).
 Samples with ``GPU_I_ID`` belong to a MIG GPU instance and are kept apart, under
@@ -22,7 +23,14 @@ from dataclasses import dataclass, field
 
 from swarmgpu.core.health import HealthSignals, signals_from_dcgm
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.core.promtext import TYPES, LineError, Sample, parse_sample, parse_type
+from swarmgpu.core.promtext import (
+    TYPES,
+    LineError,
+    Sample,
+    parse_help,
+    parse_sample,
+    parse_type,
+)
 from swarmgpu.core.samples import GpuSample
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -161,15 +169,22 @@ def _sane_id(text: str) -> bool:
 
 
 class _Types:
-    """A page's TYPE lines, held to what Prometheus refuses: one per name, before the
-    name's first sample, of a type the format has. A name that breaks one, or whose
-    type is no single number, is unknown for the page, said once."""
+    """A page's TYPE and HELP lines, held to what Prometheus refuses: one TYPE per name,
+    before the name's first sample, of a type the format has; one HELP per name (two are
+    two families run together). A name that breaks one, or whose type is no single
+    number, is unknown for the page, said once."""
 
     def __init__(self, errors: list[str]) -> None:
         self.errors = errors
         self.declared: dict[str, tuple[str, int]] = {}  # name -> (type, its line)
+        self.helped: dict[str, int] = {}  # name -> the line of its HELP
         self.first: dict[str, int] = {}  # name -> the line of its first sample
         self.unknown: set[str] = set()
+
+    def help(self, n: int, name: str) -> None:
+        if name in self.helped:
+            self._refuse(n, name, f"a second HELP (line {self.helped[name]} gave one)")
+        self.helped.setdefault(name, n)
 
     def declare(self, n: int, name: str, kind: str) -> None:
         if name in self.declared:
@@ -181,7 +196,11 @@ class _Types:
         else:
             why = ""
         self.declared.setdefault(name, (kind, n))
-        if why and name not in self.unknown:
+        if why:
+            self._refuse(n, name, why)
+
+    def _refuse(self, n: int, name: str, why: str) -> None:
+        if name not in self.unknown:
             self.unknown.add(name)
             _note(self.errors, f"line {n}: {peer_text(name, 64)} has {why}; its samples "
                                "are unknown")
@@ -225,13 +244,7 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
             eof = n
             continue
         if line.startswith("#"):
-            try:
-                declared = parse_type(line)
-            except LineError as exc:
-                _note(errors, f"line {n}: a TYPE line cannot be parsed ({exc}); ignored")
-                continue
-            if declared is not None:
-                types.declare(n, *declared)
+            _comment(n, line, types)
             continue
         try:
             s = parse_sample(line)
@@ -252,6 +265,26 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
         out.append((n, s))
     # A TYPE after a name's samples makes those before it unknown too.
     return [(n, s) for n, s in out if s.name not in types.unknown]
+
+
+def _comment(n: int, line: str, types: _Types) -> None:
+    """A TYPE or HELP line to ``types``; one that cannot be parsed is counted, ignored
+    (the HELP text itself is not read: a broken one changes no reading)."""
+    try:
+        declared = parse_type(line)
+    except LineError as exc:
+        _note(types.errors, f"line {n}: a TYPE line cannot be parsed ({exc}); ignored")
+        return
+    if declared is not None:
+        types.declare(n, *declared)
+        return
+    try:
+        helped = parse_help(line)
+    except LineError as exc:
+        _note(types.errors, f"line {n}: a HELP line cannot be parsed ({exc}); ignored")
+        return
+    if helped is not None and helped[1]:
+        types.help(n, helped[0])
 
 
 def _note(errors: list[str], msg: str) -> None:
