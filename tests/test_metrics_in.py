@@ -209,3 +209,43 @@ def test_a_help_line_with_no_text_is_no_help() -> None:
     """As in expfmt: `# HELP name` gives no HELP, so a later one is the first."""
     page = H.rstrip() + "\n" + H + "GPU utilization.\n" + G + "} 5\n"
     assert _util(page) == 5 and not parse_metrics(page).errors
+
+
+F = "DCGM_FI_DEV_GPU"
+
+
+@pytest.mark.parametrize(
+    "page, line, name, why",
+    [
+        # expfmt reads x_count's lines as the summary x's: a TYPE of its own is x's second
+        (f"# TYPE {F} summary\n# TYPE {F}_count gauge\n", 2, "_count", "second TYPE (line 1"),
+        (
+            f"# TYPE {F} histogram\n# HELP {F} a\n# HELP {F}_bucket b\n",
+            3,
+            "_bucket",
+            "second HELP (line 2",
+        ),
+        # OpenMetrics: a counter x's samples are x_total and x_created, an info's x_info
+        (f"# TYPE {F} counter\n# TYPE {F}_total gauge\n", 2, "_total", "second TYPE (line 1"),
+        (f"# TYPE {F} counter\n# TYPE {F}_created gauge\n", 2, "_created", "second TYPE"),
+        (f"# TYPE {F} info\n# TYPE {F}_info gauge\n", 2, "_info", "second TYPE (line 1"),
+    ],
+)
+def test_a_type_or_help_for_a_familys_sample_name_is_a_second_one(
+    page: str, line: int, name: str, why: str
+) -> None:
+    """A TYPE or HELP line was held to its own name alone: `x_count` declared gauge after
+    the summary `x` passed, which expfmt refuses ("second TYPE line for metric name"), and
+    OpenMetrics reads x_total, x_created as a counter x's samples: one name, two types."""
+    res = parse_metrics(page + G.replace("UTIL", name[1:]) + "} 3\n" + G + "} 5\n")
+    assert any(
+        e.startswith(f"line {line}: {F}{name} has a {why}") and f"its family {F})" in e
+        for e in res.errors
+    ), res.errors
+    assert F + name not in res.samples_by_uuid["GPU-1"].values and _util(page + G + "} 5\n")
+
+
+def test_a_familys_sample_names_declared_before_it_are_their_own() -> None:
+    """As in expfmt: x_count declared before any `# TYPE x summary` is a name of its own."""
+    page = f"# TYPE {F}_count gauge\n# TYPE {F} summary\n" + G + "} 5\n"
+    assert not parse_metrics(page).errors and _util(page) == 5

@@ -63,6 +63,15 @@ _BOUNDS: dict[str, tuple[float, float]] = {
 # The types whose sample is one number, as every reading here is (DCGM_FI_DEV_* are gauges
 # and counters); a histogram's or summary's own name carries no such number.
 _READABLE = frozenset({"gauge", "counter", "untyped", "unknown"})
+# The sample names a family has besides its own: a summary's and a histogram's, as expfmt
+# reads them, and OpenMetrics' (a counter x's x_total, x_created; an info's x_info...).
+_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "summary": ("_count", "_sum", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "counter": ("_total", "_created"),
+    "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
+    "info": ("_info",),
+}
 
 
 @dataclass
@@ -181,21 +190,31 @@ class _Types:
         self.first: dict[str, int] = {}  # name -> the line of its first sample
         self.unknown: set[str] = set()
 
+    def family(self, name: str) -> str:
+        """The family declared before whose samples ``name`` names (a summary x's
+        x_count), or ``name`` itself: a TYPE or HELP for it is that family's."""
+        base, _, suffix = name.rpartition("_")
+        kind = self.declared.get(base, ("", 0))[0]
+        return base if "_" + suffix in _SUFFIXES.get(kind, ()) else name
+
     def help(self, n: int, name: str) -> None:
-        if name in self.helped:
-            self._refuse(n, name, f"a second HELP (line {self.helped[name]} gave one)")
-        self.helped.setdefault(name, n)
+        key = self.family(name)
+        if key in self.helped:
+            self._refuse(n, name, f"a second HELP (line {self.helped[key]} gave one"
+                                  f"{_part(name, key)})")
+        self.helped.setdefault(key, n)
 
     def declare(self, n: int, name: str, kind: str) -> None:
-        if name in self.declared:
-            why = f"a second TYPE (line {self.declared[name][1]} gave one)"
+        key = self.family(name)
+        if key in self.declared:
+            why = f"a second TYPE (line {self.declared[key][1]} gave one{_part(name, key)})"
         elif name in self.first:
             why = f"its TYPE after its samples (line {self.first[name]})"
         elif kind not in TYPES:
             why = f"TYPE {peer_text(kind, 32)!r}, no type of the format"
         else:
             why = ""
-        self.declared.setdefault(name, (kind, n))
+        self.declared.setdefault(key, (kind, n))
         if why:
             self._refuse(n, name, why)
 
@@ -218,6 +237,10 @@ class _Types:
                                f"(line {at}), not a gauge or counter: no one reading; "
                                "unknown")
         return False
+
+
+def _part(name: str, key: str) -> str:
+    return "" if name == key else f" to its family {peer_text(key, 64)}"
 
 
 def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
