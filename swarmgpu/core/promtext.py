@@ -99,6 +99,8 @@ def parse_sample(line: str) -> Sample:
             if p is None:
                 raise LineError('a label is not name="value": a quote unclosed or missing?')
             key = p.group(1)
+            if key == "__name__":  # the metric's name is given before '{', once
+                raise LineError("a label is named __name__, which is the metric's name")
             if key in labels:
                 raise LineError(f"label {key} is given twice")
             labels[key] = _unescape(p.group(2))
