@@ -41,6 +41,7 @@ def test_a_page_of_escaped_quotes_is_read_in_linear_time() -> None:
         (G + "} 1_0\n", "not one number"),  # Python's float() reads 10, Go's ParseFloat fails
         (G + "} 5\x00\n", "not one number"),
         (G + ',__name__="x"} 5\n', "__name__"),  # expfmt: "label name __name__ is reserved"
+        (G + "} -NaN\n", "not one number"),  # Go's ParseFloat signs Inf alone, not NaN
     ],
 )
 def test_a_line_the_format_does_not_allow_is_refused_naming_why(line: str, why: str) -> None:

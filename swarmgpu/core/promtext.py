@@ -25,10 +25,11 @@ _PAIR = re.compile(
 _BAD_ESCAPE = re.compile(r"\\[^\\\"n]")
 _ESCAPE = re.compile(r"\\(.)")
 _UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
-# Go's ParseFloat as Prometheus calls it: decimal, Inf/NaN in any case, no hex, no '_'.
+# Go's ParseFloat as Prometheus calls it: decimal, Inf/NaN in any case, no hex, no '_';
+# a sign before Inf, never before NaN (Go refuses '-NaN').
 _VALUE = (
     r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|"
-    r"(?i:inf(?:inity)?|nan))"
+    r"(?i:inf(?:inity)?))|(?i:nan)"
 )
 # value, an optional timestamp (0.0.4: integer ms; OpenMetrics: seconds), an optional
 # OpenMetrics exemplar (`# {labels} value [ts]`, not read), then the end of the line.
