@@ -56,12 +56,23 @@ def test_a_line_the_format_does_not_allow_is_refused_naming_why(line: str, why: 
     [
         G + ',modelName="a\\"b}c,d\\\\"} 5\n',  # quotes, braces, commas inside a value
         G + ",} 5\n",  # a trailing comma
-        'DCGM_FI_DEV_GPU_UTIL {UUID="GPU-1"} 5\r\n',  # blanks before '{', CRLF
+        '\tDCGM_FI_DEV_GPU_UTIL {UUID="GPU-1"} 5\n',  # blanks before the name and '{'
         G + '} 5 # {trace_id="x"} 1\n',  # an OpenMetrics exemplar (not read)
     ],
 )
 def test_what_the_format_allows_is_read(line: str) -> None:
     assert _util(line) == 5 and UTIL
+
+
+def test_a_page_with_crlf_line_ends_is_refused_once_naming_the_fix() -> None:
+    """A CR before each LF was trimmed and the page read; Prometheus reads '5\\r' as no
+    number (expfmt and the server's parser alike) and refuses the page."""
+    res = parse_metrics("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\r\n" + G + "} 5\r\n" + G + "} 5\r\n")
+    assert not res.samples_by_uuid
+    assert res.errors == [
+        "line 1: ends in CR (a CRLF line end), which Prometheus refuses; skipped, as is every "
+        "such line of the page (serve LF line ends)"
+    ]
 
 
 def test_one_gpus_value_given_twice_differently_is_unknown_and_said() -> None:

@@ -247,11 +247,20 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
     out: list[tuple[int, Sample]] = []
     types = _Types(errors)
     eof = 0  # the line of '# EOF', 0: none yet
-    # Lines end at LF alone (CRLF's CR is trimmed): splitlines() would also break a label
-    # value at U+2028 or a form feed, which the format allows inside it.
+    crlf = False  # a line ending in CR was said
+    # Lines end at LF alone: splitlines() would also break a label value at U+2028 or a
+    # form feed, which the format allows inside it.
     for n, raw in enumerate(text.split("\n"), start=1):
-        line = raw.strip(" \t\r")
+        line = raw.strip(" \t")
         if not line:
+            continue
+        if line.endswith("\r"):
+            # Prometheus reads '5\r' as no number and refuses the page; said once.
+            if not crlf:
+                crlf = True
+                _note(errors, f"line {n}: ends in CR (a CRLF line end), which Prometheus "
+                              "refuses; skipped, as is every such line of the page (serve LF "
+                              "line ends)")
             continue
         if eof:
             # OpenMetrics ends the page at '# EOF' and refuses what follows; 0.0.4 reads a
