@@ -7,7 +7,7 @@ import re
 import threading
 import time
 import urllib.request
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -18,9 +18,10 @@ from support.prometheus import promtool_check
 from swarmgpu.agent.facts.topo import TopoSource
 from swarmgpu.agent.metrics import DCGM_FIELDS, AgentStats, render_metrics
 from swarmgpu.agent.server import build_server
-from swarmgpu.core.metrics_in import FB_FREE, FB_USED, UTIL, parse_metrics
+from swarmgpu.core.health import HealthSignals
+from swarmgpu.core.metrics_in import FB_FREE, FB_USED, PROCESS_MEMORY, UTIL, parse_metrics
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
-from swarmgpu.core.samples import GpuSample
+from swarmgpu.core.samples import GpuProcess, GpuSample
 
 CAPTURES = FIXTURES_DIR / "captures"
 DCGM_FILES = sorted(CAPTURES.glob("dcgm_*.txt"))
@@ -171,6 +172,24 @@ def test_sample_for_unknown_uuid_is_still_written() -> None:
 def test_promtool_accepts_output() -> None:
     stats = AgentStats(facts_errors=0, facts_age_s=1.0, scrape_duration_s=0.1)
     promtool_check(render_metrics(_facts(), _samples(), stats))
+
+
+def test_promtool_and_our_reader_accept_every_family_the_agent_writes() -> None:
+    """Every family at once: each DCGM field, the health block, per-process memory, the
+    driver version label and every agent stat (the test above writes neither health nor
+    processes). promtool remarks only on dcgm-exporter's names; metrics_in, held to
+    Prometheus' TYPE and HELP rules, reads the page without an error."""
+    health = HealthSignals(**{f.name: 1 for f in fields(HealthSignals) if f.name != "xid_events"})
+    facts = replace(_facts(), driver_version="550.54.15",
+                    gpus=tuple(replace(g, health=health) for g in _facts().gpus))
+    proc = GpuProcess(4242, 100, None, "c" * 64, "task-1", "svc")
+    samples = [replace(_every_field_sample(), processes=(proc,)), *_samples()[1:]]
+    stats = AgentStats(facts_errors=1, facts_age_s=1.0, refresh_failures_total=2,
+                       scrape_duration_s=0.1, sampler_ok=False)
+    page = render_metrics(facts, samples, stats)
+    assert b"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{" in page and PROCESS_MEMORY.encode() in page
+    promtool_check(page)
+    assert parse_metrics(page.decode()).errors == []
 
 
 def _series(text: str) -> list[tuple[str, frozenset[tuple[str, str]]]]:

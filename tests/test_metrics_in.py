@@ -40,6 +40,8 @@ def test_a_page_of_escaped_quotes_is_read_in_linear_time() -> None:
         (G + ',pod="a\\tb"} 5\n', "escape"),  # \t is no escape of the format
         (G + "} 1_0\n", "not one number"),  # Python's float() reads 10, Go's ParseFloat fails
         (G + "} 5\x00\n", "not one number"),
+        (G + ',__name__="x"} 5\n', "__name__"),  # expfmt: "label name __name__ is reserved"
+        (G + "} -NaN\n", "not one number"),  # Go's ParseFloat signs Inf alone, not NaN
     ],
 )
 def test_a_line_the_format_does_not_allow_is_refused_naming_why(line: str, why: str) -> None:
@@ -54,12 +56,23 @@ def test_a_line_the_format_does_not_allow_is_refused_naming_why(line: str, why: 
     [
         G + ',modelName="a\\"b}c,d\\\\"} 5\n',  # quotes, braces, commas inside a value
         G + ",} 5\n",  # a trailing comma
-        'DCGM_FI_DEV_GPU_UTIL {UUID="GPU-1"} 5\r\n',  # blanks before '{', CRLF
+        '\tDCGM_FI_DEV_GPU_UTIL {UUID="GPU-1"} 5\n',  # blanks before the name and '{'
         G + '} 5 # {trace_id="x"} 1\n',  # an OpenMetrics exemplar (not read)
     ],
 )
 def test_what_the_format_allows_is_read(line: str) -> None:
     assert _util(line) == 5 and UTIL
+
+
+def test_a_page_with_crlf_line_ends_is_refused_once_naming_the_fix() -> None:
+    """A CR before each LF was trimmed and the page read; Prometheus reads '5\\r' as no
+    number (expfmt and the server's parser alike) and refuses the page."""
+    res = parse_metrics("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\r\n" + G + "} 5\r\n" + G + "} 5\r\n")
+    assert not res.samples_by_uuid
+    assert res.errors == [
+        "line 1: ends in CR (a CRLF line end), which Prometheus refuses; skipped, as is every "
+        "such line of the page (serve LF line ends)"
+    ]
 
 
 def test_one_gpus_value_given_twice_differently_is_unknown_and_said() -> None:
@@ -166,3 +179,86 @@ def test_a_gpu_index_given_two_ways_is_unknown_and_said(page: str, why: str) -> 
     assert all(g.index is None for g in res.samples_by_uuid.values())
     assert any(e.startswith("line 2: ") and why in e for e in res.errors), res.errors
     assert _util(page) == 5  # the readings stand: they are keyed by UUID
+
+
+H = "# HELP DCGM_FI_DEV_GPU_UTIL "
+
+
+@pytest.mark.parametrize(
+    "page, line, why",
+    [
+        (H + "GPU utilization.\n" + H + "again\n" + G + "} 5\n", 2, "second HELP (line 1"),
+        (H + "a\n" + G + "} 5\n" + H + "b\n", 3, "second HELP (line 1"),  # after samples
+    ],
+)
+def test_a_second_help_line_makes_the_reading_unknown(page: str, line: int, why: str) -> None:
+    """HELP lines were not read: two for one name (two pages or families run together)
+    passed. Prometheus refuses the page (expfmt's "second HELP line for metric name")."""
+    res = parse_metrics(page)
+    assert _util(page) is None
+    assert any(
+        e.startswith(f"line {line}: DCGM_FI_DEV_GPU_UTIL") and why in e for e in res.errors
+    ), res.errors
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        (H + "a\\tb\n", "an escape other than"),  # HELP knows \\ and \n alone
+        (H + 'a\\"b\n', "an escape other than"),  # \" is a label value's, not HELP's
+        (H + "a\\\n", "an escape other than"),
+        ("# HELP met-ric x\n", "no metric name after HELP"),
+    ],
+)
+def test_a_help_line_prometheus_refuses_is_counted(line: str, why: str) -> None:
+    """A HELP line expfmt refuses the page for passed without a word; its text is not
+    read, so the readings stand."""
+    (err,) = parse_metrics(line + G + "} 5\n").errors
+    assert err.startswith("line 1: a HELP line cannot be parsed (") and why in err, err
+    assert err.endswith("; ignored") and _util(line + G + "} 5\n") == 5
+
+
+def test_a_help_line_with_no_text_is_no_help() -> None:
+    """As in expfmt: `# HELP name` gives no HELP, so a later one is the first."""
+    page = H.rstrip() + "\n" + H + "GPU utilization.\n" + G + "} 5\n"
+    assert _util(page) == 5 and not parse_metrics(page).errors
+
+
+F = "DCGM_FI_DEV_GPU"
+
+
+@pytest.mark.parametrize(
+    "page, line, name, why",
+    [
+        # expfmt reads x_count's lines as the summary x's: a TYPE of its own is x's second
+        (f"# TYPE {F} summary\n# TYPE {F}_count gauge\n", 2, "_count", "second TYPE (line 1"),
+        (
+            f"# TYPE {F} histogram\n# HELP {F} a\n# HELP {F}_bucket b\n",
+            3,
+            "_bucket",
+            "second HELP (line 2",
+        ),
+        # OpenMetrics: a counter x's samples are x_total and x_created, an info's x_info
+        (f"# TYPE {F} counter\n# TYPE {F}_total gauge\n", 2, "_total", "second TYPE (line 1"),
+        (f"# TYPE {F} counter\n# TYPE {F}_created gauge\n", 2, "_created", "second TYPE"),
+        (f"# TYPE {F} info\n# TYPE {F}_info gauge\n", 2, "_info", "second TYPE (line 1"),
+    ],
+)
+def test_a_type_or_help_for_a_familys_sample_name_is_a_second_one(
+    page: str, line: int, name: str, why: str
+) -> None:
+    """A TYPE or HELP line was held to its own name alone: `x_count` declared gauge after
+    the summary `x` passed, which expfmt refuses ("second TYPE line for metric name"), and
+    OpenMetrics reads x_total, x_created as a counter x's samples: one name, two types."""
+    res = parse_metrics(page + G.replace("UTIL", name[1:]) + "} 3\n" + G + "} 5\n")
+    assert any(
+        e.startswith(f"line {line}: {F}{name} has a {why}") and f"its family {F})" in e
+        for e in res.errors
+    ), res.errors
+    assert F + name not in res.samples_by_uuid["GPU-1"].values and _util(page + G + "} 5\n")
+
+
+def test_a_familys_sample_names_declared_before_it_are_their_own() -> None:
+    """As in expfmt: x_count declared before any `# TYPE x summary` is a name of its own."""
+    page = f"# TYPE {F}_count gauge\n# TYPE {F} summary\n" + G + "} 5\n"
+    assert not parse_metrics(page).errors and _util(page) == 5

@@ -5,7 +5,8 @@
 Each line is read strictly on its own (``core.promtext``, in time linear in its length);
 every good sample is kept and each broken line reported in ``ScrapeResult.errors``.
 A page with text after ``# EOF`` is two pages, or one read two ways: none of it is kept.
-TYPE lines are held to Prometheus' rules (``_Types``): a name that breaks them is unknown.
+TYPE and HELP lines are held to Prometheus' rules (``_Types``): a name that breaks them is
+unknown.
 
 Only samples with a ``UUID`` label are kept (that is what ties a value to a GPU).
 Samples with ``GPU_I_ID`` belong to a MIG GPU instance and are kept apart, under
@@ -22,7 +23,14 @@ from dataclasses import dataclass, field
 
 from swarmgpu.core.health import HealthSignals, signals_from_dcgm
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.core.promtext import TYPES, LineError, Sample, parse_sample, parse_type
+from swarmgpu.core.promtext import (
+    TYPES,
+    LineError,
+    Sample,
+    parse_help,
+    parse_sample,
+    parse_type,
+)
 from swarmgpu.core.samples import GpuSample
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -55,6 +63,15 @@ _BOUNDS: dict[str, tuple[float, float]] = {
 # The types whose sample is one number, as every reading here is (DCGM_FI_DEV_* are gauges
 # and counters); a histogram's or summary's own name carries no such number.
 _READABLE = frozenset({"gauge", "counter", "untyped", "unknown"})
+# The sample names a family has besides its own: a summary's and a histogram's, as expfmt
+# reads them, and OpenMetrics' (a counter x's x_total, x_created; an info's x_info...).
+_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "summary": ("_count", "_sum", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "counter": ("_total", "_created"),
+    "gaugehistogram": ("_bucket", "_gcount", "_gsum"),
+    "info": ("_info",),
+}
 
 
 @dataclass
@@ -161,27 +178,48 @@ def _sane_id(text: str) -> bool:
 
 
 class _Types:
-    """A page's TYPE lines, held to what Prometheus refuses: one per name, before the
-    name's first sample, of a type the format has. A name that breaks one, or whose
-    type is no single number, is unknown for the page, said once."""
+    """A page's TYPE and HELP lines, held to what Prometheus refuses: one TYPE per name,
+    before the name's first sample, of a type the format has; one HELP per name (two are
+    two families run together). A name that breaks one, or whose type is no single
+    number, is unknown for the page, said once."""
 
     def __init__(self, errors: list[str]) -> None:
         self.errors = errors
         self.declared: dict[str, tuple[str, int]] = {}  # name -> (type, its line)
+        self.helped: dict[str, int] = {}  # name -> the line of its HELP
         self.first: dict[str, int] = {}  # name -> the line of its first sample
         self.unknown: set[str] = set()
 
+    def family(self, name: str) -> str:
+        """The family declared before whose samples ``name`` names (a summary x's
+        x_count), or ``name`` itself: a TYPE or HELP for it is that family's."""
+        base, _, suffix = name.rpartition("_")
+        kind = self.declared.get(base, ("", 0))[0]
+        return base if "_" + suffix in _SUFFIXES.get(kind, ()) else name
+
+    def help(self, n: int, name: str) -> None:
+        key = self.family(name)
+        if key in self.helped:
+            self._refuse(n, name, f"a second HELP (line {self.helped[key]} gave one"
+                                  f"{_part(name, key)})")
+        self.helped.setdefault(key, n)
+
     def declare(self, n: int, name: str, kind: str) -> None:
-        if name in self.declared:
-            why = f"a second TYPE (line {self.declared[name][1]} gave one)"
+        key = self.family(name)
+        if key in self.declared:
+            why = f"a second TYPE (line {self.declared[key][1]} gave one{_part(name, key)})"
         elif name in self.first:
             why = f"its TYPE after its samples (line {self.first[name]})"
         elif kind not in TYPES:
             why = f"TYPE {peer_text(kind, 32)!r}, no type of the format"
         else:
             why = ""
-        self.declared.setdefault(name, (kind, n))
-        if why and name not in self.unknown:
+        self.declared.setdefault(key, (kind, n))
+        if why:
+            self._refuse(n, name, why)
+
+    def _refuse(self, n: int, name: str, why: str) -> None:
+        if name not in self.unknown:
             self.unknown.add(name)
             _note(self.errors, f"line {n}: {peer_text(name, 64)} has {why}; its samples "
                                "are unknown")
@@ -201,15 +239,28 @@ class _Types:
         return False
 
 
+def _part(name: str, key: str) -> str:
+    return "" if name == key else f" to its family {peer_text(key, 64)}"
+
+
 def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
     out: list[tuple[int, Sample]] = []
     types = _Types(errors)
     eof = 0  # the line of '# EOF', 0: none yet
-    # Lines end at LF alone (CRLF's CR is trimmed): splitlines() would also break a label
-    # value at U+2028 or a form feed, which the format allows inside it.
+    crlf = False  # a line ending in CR was said
+    # Lines end at LF alone: splitlines() would also break a label value at U+2028 or a
+    # form feed, which the format allows inside it.
     for n, raw in enumerate(text.split("\n"), start=1):
-        line = raw.strip(" \t\r")
+        line = raw.strip(" \t")
         if not line:
+            continue
+        if line.endswith("\r"):
+            # Prometheus reads '5\r' as no number and refuses the page; said once.
+            if not crlf:
+                crlf = True
+                _note(errors, f"line {n}: ends in CR (a CRLF line end), which Prometheus "
+                              "refuses; skipped, as is every such line of the page (serve LF "
+                              "line ends)")
             continue
         if eof:
             # OpenMetrics ends the page at '# EOF' and refuses what follows; 0.0.4 reads a
@@ -225,13 +276,7 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
             eof = n
             continue
         if line.startswith("#"):
-            try:
-                declared = parse_type(line)
-            except LineError as exc:
-                _note(errors, f"line {n}: a TYPE line cannot be parsed ({exc}); ignored")
-                continue
-            if declared is not None:
-                types.declare(n, *declared)
+            _comment(n, line, types)
             continue
         try:
             s = parse_sample(line)
@@ -252,6 +297,26 @@ def _samples(text: str, errors: list[str]) -> list[tuple[int, Sample]]:
         out.append((n, s))
     # A TYPE after a name's samples makes those before it unknown too.
     return [(n, s) for n, s in out if s.name not in types.unknown]
+
+
+def _comment(n: int, line: str, types: _Types) -> None:
+    """A TYPE or HELP line to ``types``; one that cannot be parsed is counted, ignored
+    (the HELP text itself is not read: a broken one changes no reading)."""
+    try:
+        declared = parse_type(line)
+    except LineError as exc:
+        _note(types.errors, f"line {n}: a TYPE line cannot be parsed ({exc}); ignored")
+        return
+    if declared is not None:
+        types.declare(n, *declared)
+        return
+    try:
+        helped = parse_help(line)
+    except LineError as exc:
+        _note(types.errors, f"line {n}: a HELP line cannot be parsed ({exc}); ignored")
+        return
+    if helped is not None and helped[1]:
+        types.help(n, helped[0])
 
 
 def _note(errors: list[str], msg: str) -> None:

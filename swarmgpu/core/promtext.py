@@ -7,7 +7,8 @@ quotes took quadratic time: minutes for one 8 MB page, the whole cycle waiting).
 every step is a regular expression without nested alternatives, so a line costs time
 in proportion to its length, and anything the formats do not allow is a ``LineError``
 whose message says what is wrong, never quoting the line. A ``# TYPE`` line gives its name
-and type (``parse_type``); what a page's TYPE lines may say together is metrics_in's.
+and type (``parse_type``), a ``# HELP`` line its name (``parse_help``); what a page's
+TYPE and HELP lines may say together is metrics_in's.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ _PAIR = re.compile(
 _BAD_ESCAPE = re.compile(r"\\[^\\\"n]")
 _ESCAPE = re.compile(r"\\(.)")
 _UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
-# Go's ParseFloat as Prometheus calls it: decimal, Inf/NaN in any case, no hex, no '_'.
+# Go's ParseFloat as Prometheus calls it: decimal, Inf/NaN in any case, no hex, no '_';
+# a sign before Inf, never before NaN (Go refuses '-NaN').
 _VALUE = (
     r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|"
-    r"(?i:inf(?:inity)?|nan))"
+    r"(?i:inf(?:inity)?))|(?i:nan)"
 )
 # value, an optional timestamp (0.0.4: integer ms; OpenMetrics: seconds), an optional
 # OpenMetrics exemplar (`# {labels} value [ts]`, not read), then the end of the line.
@@ -36,8 +38,12 @@ _TAIL = re.compile(
     r"(?:[ \t]+#[ \t]+\{.*)?[ \t]*"
 )
 
-# `# TYPE name type`; '#TYPE' or '# TYPEX' are plain comments, as in Prometheus' reader.
+# `# TYPE name type`, `# HELP name text`; '#TYPE' or '# TYPEX' are plain comments, as in
+# Prometheus' reader.
 _TYPE_LINE = re.compile(r"#[ \t]+TYPE(?:[ \t]+(.*))?")
+_HELP_LINE = re.compile(r"#[ \t]+HELP(?:[ \t]+(.*))?")
+# HELP text escapes \\ and \n alone (expfmt refuses the page for \" or \t, or a lone '\').
+_HELP_TEXT = re.compile(r"[^\\]*(?:\\[\\n][^\\]*)*")
 # The types of 0.0.4 and of OpenMetrics (whose 'unknown' is 0.0.4's 'untyped').
 TYPES = frozenset(
     {
@@ -94,6 +100,8 @@ def parse_sample(line: str) -> Sample:
             if p is None:
                 raise LineError('a label is not name="value": a quote unclosed or missing?')
             key = p.group(1)
+            if key == "__name__":  # the metric's name is given before '{', once
+                raise LineError("a label is named __name__, which is the metric's name")
             if key in labels:
                 raise LineError(f"label {key} is given twice")
             labels[key] = _unescape(p.group(2))
@@ -108,14 +116,30 @@ def parse_sample(line: str) -> Sample:
     return Sample(name, labels, float(t.group(1)), t.group(2))
 
 
-def parse_type(line: str) -> tuple[str, str] | None:
-    """(name, type as written) of a ``# TYPE`` line (stripped); None: another comment.
-    Whether the type is one of ``TYPES`` is the caller's to judge."""
-    m = _TYPE_LINE.fullmatch(line)
+def _meta(line: str, pattern: re.Pattern[str], keyword: str) -> tuple[str, str] | None:
+    m = pattern.fullmatch(line)
     if m is None:
         return None
     rest = m.group(1) or ""
     n = _NAME.match(rest)
     if n is None or rest[n.end() : n.end() + 1] not in ("", " ", "\t"):
-        raise LineError("no metric name after TYPE")
+        raise LineError(f"no metric name after {keyword}")
     return n.group(0), rest[n.end() :].strip(" \t")
+
+
+def parse_type(line: str) -> tuple[str, str] | None:
+    """(name, type as written) of a ``# TYPE`` line (stripped); None: another comment.
+    Whether the type is one of ``TYPES`` is the caller's to judge."""
+    return _meta(line, _TYPE_LINE, "TYPE")
+
+
+def parse_help(line: str) -> tuple[str, bool] | None:
+    """(name, whether it gives a text) of a ``# HELP`` line (stripped); None: another
+    comment. A HELP with no text gives none, as in expfmt: a later one is the first."""
+    got = _meta(line, _HELP_LINE, "HELP")
+    if got is None:
+        return None
+    name, text = got
+    if not _HELP_TEXT.fullmatch(text):
+        raise LineError(r"the HELP text has an escape other than \\ or \n")
+    return name, bool(text)
