@@ -422,3 +422,30 @@ def test_an_answer_not_read_ends_at_the_write_deadline(web: tuple[Daemon, int]) 
         assert took < 13, took
     finally:
         s.close()
+
+
+def test_secure_cookie_always_marks_the_cookie_secure_over_plain_http(
+        tmp_path: Path) -> None:
+    """Behind a TLS-terminating reverse proxy the daemon sees plain HTTP: the operator's
+    http.secure_cookie: always still marks the session cookie Secure, so the browser
+    never sends it over plain HTTP (to another port of the name, a tenant's service).
+    X-Forwarded-Proto is anyone's to send, so it changes nothing."""
+    d = web_daemon(tmp_path, env={"SWARMGPU_HTTP_SECURE_COOKIE": "always"})
+    assert d._http is not None
+    try:
+        _, headers, _ = get(d._http.server_address[1], f"/login?token={TOKEN}")
+        assert "Secure" in [p.strip() for p in headers["set-cookie"].split(";")]
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+    d = web_daemon(tmp_path)  # auto: Secure only over the daemon's own HTTPS
+    assert d._http is not None
+    try:
+        _, headers, _ = get(d._http.server_address[1], f"/login?token={TOKEN}",
+                            {"X-Forwarded-Proto": "https"})
+        assert "Secure" not in [p.strip() for p in headers["set-cookie"].split(";")]
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+    with pytest.raises(ConfigError, match=r"http\.secure_cookie"):
+        load_config(None, env={"SWARMGPU_HTTP_SECURE_COOKIE": "yes"})

@@ -22,10 +22,10 @@ class NoSwarm:
 
 
 def web_daemon(tmp: Path, auth: str = "required", listen: str = "127.0.0.1:0",
-            token: bool = True) -> Daemon:
+            token: bool = True, env: dict[str, str] | None = None) -> Daemon:
     (tmp / "token").write_text(TOKEN + "\n")
     env = {"SWARMGPU_HTTP_LISTEN": listen, "SWARMGPU_HTTP_AUTH": auth,
-           "SWARMGPU_STATE_DIR": str(tmp)}
+           "SWARMGPU_STATE_DIR": str(tmp), **(env or {})}
     if token:
         env["SWARMGPU_HTTP_TOKEN_FILE"] = str(tmp / "token")
     d = Daemon(load_config(None, env=env), swarm=NoSwarm())  # type: ignore[arg-type]

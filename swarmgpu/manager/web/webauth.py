@@ -13,8 +13,8 @@ everything but ``/healthz`` needs one of:
 * the **bearer token** of ``http.token_file`` (a Docker secret): ``Authorization:
   Bearer <token>`` (Prometheus), compared in constant time;
 * the **session cookie** a browser gets from ``/login?token=<token>`` (HttpOnly,
-  SameSite=Strict; its value is an HMAC of the token, not the token), which then
-  redirects to the map;
+  SameSite=Strict, Secure over HTTPS or with ``http.secure_cookie: always``; its value
+  is an HMAC of the token, not the token), which then redirects to the map;
 * a **loopback** peer (the manager itself, an SSH tunnel to ``127.0.0.1:9402``), unless
   ``http.auth: required`` (behind a reverse proxy on the manager every client is
   loopback: require proof of everyone).
@@ -264,6 +264,12 @@ class WebAuth:
                            " and loopback" if self.loopback_open else "")
 
     # --- per request -----------------------------------------------------------
+
+    def secure_cookie(self, via_tls: bool) -> bool:
+        """Whether the session cookie is Secure: over the daemon's own HTTPS, or always
+        where the operator says HTTPS ends at a proxy in front (``http.secure_cookie``).
+        A request's X-Forwarded-Proto is not read: any client may send one."""
+        return via_tls or self.cfg.secure_cookie == "always"
 
     def judge(self, caller: Caller) -> Verdict:
         v = judge(caller, required=self.required, loopback_open=self.loopback_open,

@@ -140,7 +140,7 @@ class GuardedHandler(OneRequestHandler):
                             self.headers.get("Authorization"), self.headers.get("Cookie"),
                             self.tls_peer)
             if path == LOGIN_PATH:  # the token once, for a browser: a cookie from then on
-                a = login_answer(query, self.auth.token, self.via_tls)
+                a = login_answer(query, self.auth.token, self.auth.secure_cookie(self.via_tls))
                 if a.status == 303:
                     self.peer_authenticated()
                 else:
