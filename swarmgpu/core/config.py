@@ -184,7 +184,7 @@ class HttpConfig:
     auth: str = "auto"
     """Who may read the map, /api and /metrics (/healthz is open). auto: on a listen
     address beyond loopback, a swarm-manager certificate (HTTPS on the same port), the
-    token of token_file, its session cookie (/login?token=...) or a loopback client
+    token of token_file, its session cookie (the /login form) or a loopback client
     (SSH tunnel); on loopback, anyone local. required: the same, loopback clients
     included (behind a reverse proxy). off: anyone (warned at start)."""
     token_file: str = ""

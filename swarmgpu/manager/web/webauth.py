@@ -12,9 +12,9 @@ everything but ``/healthz`` needs one of:
   HTTP;
 * the **bearer token** of ``http.token_file`` (a Docker secret): ``Authorization:
   Bearer <token>`` (Prometheus), compared in constant time;
-* the **session cookie** a browser gets from ``/login?token=<token>`` (HttpOnly,
-  SameSite=Strict, Secure over HTTPS or with ``http.secure_cookie: always``; its value
-  is an HMAC of the token, not the token), which then redirects to the map;
+* the **session cookie** a browser gets by posting the token to ``/login`` (the sign-in
+  form, ``weblogin``; HttpOnly, SameSite=Strict, Secure over HTTPS or with
+  ``http.secure_cookie: always``; its value is an HMAC of the token, not the token);
 * a **loopback** peer (the manager itself, an SSH tunnel to ``127.0.0.1:9402``), unless
   ``http.auth: required`` (behind a reverse proxy on the manager every client is
   loopback: require proof of everyone).
@@ -35,7 +35,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from http import HTTPStatus
 from pathlib import Path
-from urllib.parse import parse_qs
 
 from loguru import logger
 
@@ -54,7 +53,6 @@ from swarmgpu.swarm.identity import (
 
 AUTH_MODES = ("auto", "required", "off")
 OPEN_PATHS = frozenset({"/healthz"})
-LOGIN_PATH = "/login"
 SESSION_COOKIE = "swarmgpu_session"
 SESSION_MAX_AGE_S = 7 * 86400
 _SESSION_CONTEXT = b"swarmgpu http session v1"
@@ -62,7 +60,7 @@ PLAIN = "text/plain; charset=utf-8"
 UNAUTHORIZED_BODY = (
     b"401: this daemon answers only a swarm-manager certificate of its swarm (HTTPS on "
     b"this port, mutual TLS) or its bearer token (http.token_file): send "
-    b"'Authorization: Bearer <token>', or open /login?token=<token> once in a browser, "
+    b"'Authorization: Bearer <token>', or sign in once at /login in a browser, "
     b"or reach it through an SSH tunnel to the manager's 127.0.0.1 (docs/security.md)\n")
 
 
@@ -113,18 +111,6 @@ def cookie_matches(header: str | None, token: str) -> bool:
     if len(values) != 1:
         return False  # none, or two: ambiguous, refused
     return hmac.compare_digest(values[0].encode(), session_value(token).encode())
-
-
-def login_token(query: str) -> str | None:
-    """The one ``token`` of ``/login?token=...`` (None: missing, repeated or malformed)."""
-    if len(query) > 8192:
-        return None
-    try:
-        args = parse_qs(query, max_num_fields=4, strict_parsing=True)
-    except ValueError:
-        return None
-    got = args.get("token", [])
-    return got[0] if len(got) == 1 and set(args) == {"token"} else None
 
 
 @dataclass(frozen=True)
@@ -181,17 +167,11 @@ def refused() -> Answer:
                   {"WWW-Authenticate": 'Bearer realm="swarmgpu"'})
 
 
-def login_answer(query: str, token: str | None, secure: bool) -> Answer:
-    """``/login?token=...``: the right token sets the session cookie and redirects to the
-    map (the token leaves the address bar); anything else is 401."""
-    given = login_token(query)
-    if token is None or given is None or not hmac.compare_digest(given.encode(),
-                                                                 token.encode()):
-        return refused()
-    cookie = (f"{SESSION_COOKIE}={session_value(token)}; Path=/; HttpOnly; "
-              f"SameSite=Strict; Max-Age={SESSION_MAX_AGE_S}" + ("; Secure" if secure else ""))
-    return Answer(HTTPStatus.SEE_OTHER, PLAIN, b"signed in; see /\n",
-                  {"Location": "/", "Set-Cookie": cookie})
+def session_cookie(token: str, secure: bool) -> str:
+    """The Set-Cookie of a session: the whole host (Path=/), never for a script
+    (HttpOnly), never sent by another site's request (SameSite=Strict)."""
+    return (f"{SESSION_COOKIE}={session_value(token)}; Path=/; HttpOnly; "
+            f"SameSite=Strict; Max-Age={SESSION_MAX_AGE_S}" + ("; Secure" if secure else ""))
 
 
 class WebAuth:
@@ -303,7 +283,7 @@ class WebAuth:
             return "loopback only: open to local clients (an SSH tunnel from elsewhere)"
         ways = ["a swarm-manager certificate (HTTPS)"]
         if self.token is not None:
-            ways.append("the bearer token of http.token_file (/login?token= in a browser)")
+            ways.append("the bearer token of http.token_file (the /login form in a browser)")
         if self.loopback_open:
             ways.append("loopback clients")
         return "everything but /healthz needs " + ", or ".join(ways)
