@@ -32,6 +32,7 @@ from swarmgpu.manager.nodes.sync import CycleReport
 from swarmgpu.manager.web import webmap
 from swarmgpu.manager.web.webauth import (
     SESSION_COOKIE,
+    SESSION_MAX_AGE_S,
     Caller,
     auth_required,
     cookie_matches,
@@ -120,6 +121,25 @@ def test_token_and_cookie_checks() -> None:
     for bad in ("", "token=", f"token={TOKEN}&token={TOKEN}", f"token={TOKEN}&x=1",
                 "tok=1", "token=" + "a" * 9000):
         assert login_token(bad) is None, bad[:40]
+
+
+def test_a_session_ends_after_its_max_age() -> None:
+    """The cookie's Max-Age binds only the browser: a value copied off it (a backup, a
+    shared profile, malware) must stop working too. The value carries when it was
+    issued, under the HMAC, and is refused past SESSION_MAX_AGE_S (or from the future)."""
+    now = time.time()
+
+    def cookie(issued: float) -> str:
+        return f"{SESSION_COOKIE}={session_value(TOKEN, int(issued))}"
+
+    assert cookie_matches(cookie(now - 60), TOKEN, now)
+    assert cookie_matches(cookie(now - SESSION_MAX_AGE_S + 60), TOKEN, now)
+    for bad in (cookie(now - SESSION_MAX_AGE_S - 1), cookie(now + 3600),
+                # the issued time moved forward: the MAC no longer fits
+                f"{SESSION_COOKIE}={int(now)}." + cookie(now - 9e6).rpartition(".")[2],
+                f"{SESSION_COOKIE}=.{session_value(TOKEN).rpartition('.')[2]}",
+                f"{SESSION_COOKIE}=1e3.x", f"{SESSION_COOKIE}={'9' * 40}.x"):
+        assert not cookie_matches(bad, TOKEN, now), bad
 
 
 @settings(max_examples=300, deadline=None)
@@ -237,7 +257,7 @@ def test_browser_signs_in_with_a_form_post_and_keeps_a_cookie(
     assert status == 303 and headers["location"] == "/"
     cookie = headers["set-cookie"]
     parts = [p.strip() for p in cookie.split(";")]
-    assert parts[0] == f"{SESSION_COOKIE}={session_value(TOKEN)}"
+    assert parts[0].startswith(f"{SESSION_COOKIE}=") and cookie_matches(parts[0], TOKEN)
     assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= set(parts)
     assert "Secure" not in parts  # plain HTTP: a browser would drop a Secure cookie
     assert TOKEN not in cookie

@@ -14,7 +14,8 @@ everything but ``/healthz`` needs one of:
   Bearer <token>`` (Prometheus), compared in constant time;
 * the **session cookie** a browser gets by posting the token to ``/login`` (the sign-in
   form, ``weblogin``; HttpOnly, SameSite=Strict, Secure over HTTPS or with
-  ``http.secure_cookie: always``; its value is an HMAC of the token, not the token);
+  ``http.secure_cookie: always``; its value is when it was issued and an HMAC of the
+  token and that time, not the token, refused past SESSION_MAX_AGE_S);
 * a **loopback** peer (the manager itself, an SSH tunnel to ``127.0.0.1:9402``), unless
   ``http.auth: required`` (behind a reverse proxy on the manager every client is
   loopback: require proof of everyone).
@@ -31,6 +32,7 @@ import ipaddress
 import os
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from http import HTTPStatus
@@ -55,7 +57,10 @@ AUTH_MODES = ("auto", "required", "off")
 OPEN_PATHS = frozenset({"/healthz"})
 SESSION_COOKIE = "swarmgpu_session"
 SESSION_MAX_AGE_S = 7 * 86400
-_SESSION_CONTEXT = b"swarmgpu http session v1"
+_SESSION_CONTEXT = b"swarmgpu http session v2"
+# A session issued this far ahead of the daemon's clock is still good: a clock stepped
+# back (NTP) must not sign everyone out.
+_SESSION_SKEW_S = 300
 PLAIN = "text/plain; charset=utf-8"
 UNAUTHORIZED_BODY = (
     b"401: this daemon answers only a swarm-manager certificate of its swarm (HTTPS on "
@@ -89,10 +94,15 @@ def auth_required(cfg: HttpConfig) -> bool:
     return cfg.auth == "required" or listens_beyond_loopback(cfg.listen)
 
 
-def session_value(token: str) -> str:
-    """The cookie's value: derived from the token (a new token ends every session), and
-    not the token itself (a cookie read off a browser is not Prometheus's token)."""
-    return hmac.new(token.encode(), _SESSION_CONTEXT, hashlib.sha256).hexdigest()
+def session_value(token: str, issued: int | None = None) -> str:
+    """The cookie's value, ``<issued>.<HMAC>``: derived from the token (a new token ends
+    every session), not the token itself (a cookie read off a browser is not
+    Prometheus's token), and dated under the HMAC, so the daemon ends a session at
+    SESSION_MAX_AGE_S itself (Max-Age binds only the browser, not a copied value)."""
+    issued = int(time.time()) if issued is None else issued
+    mac = hmac.new(token.encode(), _SESSION_CONTEXT + b"|" + str(issued).encode(),
+                   hashlib.sha256).hexdigest()
+    return f"{issued}.{mac}"
 
 
 def cookie_values(header: str | None, name: str = SESSION_COOKIE) -> list[str]:
@@ -105,12 +115,19 @@ def cookie_values(header: str | None, name: str = SESSION_COOKIE) -> list[str]:
     return out
 
 
-def cookie_matches(header: str | None, token: str) -> bool:
-    """Exactly one session cookie, and it is this token's (constant time)."""
+def cookie_matches(header: str | None, token: str, now: float | None = None) -> bool:
+    """Exactly one session cookie, this token's (constant time), issued within
+    SESSION_MAX_AGE_S."""
     values = cookie_values(header)
     if len(values) != 1:
         return False  # none, or two: ambiguous, refused
-    return hmac.compare_digest(values[0].encode(), session_value(token).encode())
+    issued, dot, _ = values[0].partition(".")
+    if not dot or not issued.isascii() or not issued.isdigit() or len(issued) > 12:
+        return False
+    now = time.time() if now is None else now
+    if not now - SESSION_MAX_AGE_S <= int(issued) <= now + _SESSION_SKEW_S:
+        return False
+    return hmac.compare_digest(values[0].encode(), session_value(token, int(issued)).encode())
 
 
 @dataclass(frozen=True)
