@@ -309,6 +309,23 @@ def test_a_sign_in_from_another_origin_is_refused(web: tuple[Daemon, int]) -> No
         assert post(port, "/login", form, hdrs)[0] == 303, hdrs
 
 
+def test_sign_out_ends_the_browsers_session(web: tuple[Daemon, int]) -> None:
+    """The sign-in page's Sign out button POSTs /logout: the cookie is cleared (Max-Age=0,
+    the same scope); another site cannot sign you out, nor can a link (GET)."""
+    _, port = web
+    assert b'action="/logout"' in get(port, "/login")[2]
+    status, headers, _ = post(port, "/logout", "", {"Origin": "http://evil.example"})
+    assert status == 403 and "set-cookie" not in headers
+    status, headers, _ = get(port, "/logout")
+    assert status == 405 and headers["allow"] == "POST" and "set-cookie" not in headers
+    jar = {"Cookie": f"{SESSION_COOKIE}={session_value(TOKEN)}"}
+    status, headers, _ = post(port, "/logout", "", {**jar, "Origin": f"http://127.0.0.1:{port}"})
+    assert status == 303 and headers["location"] == "/login"
+    parts = [p.strip() for p in headers["set-cookie"].split(";")]
+    assert parts[0] == f"{SESSION_COOKIE}=" and "Max-Age=0" in parts
+    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= set(parts)
+
+
 def test_a_sign_in_post_is_bounded(web: tuple[Daemon, int]) -> None:
     """The one POST the daemon takes: a short urlencoded form with its length, read
     within the head's deadline; every other path and method is still refused."""

@@ -184,11 +184,14 @@ def refused() -> Answer:
                   {"WWW-Authenticate": 'Bearer realm="swarmgpu"'})
 
 
-def session_cookie(token: str, secure: bool) -> str:
+def session_cookie(token: str | None, secure: bool) -> str:
     """The Set-Cookie of a session: the whole host (Path=/), never for a script
-    (HttpOnly), never sent by another site's request (SameSite=Strict)."""
-    return (f"{SESSION_COOKIE}={session_value(token)}; Path=/; HttpOnly; "
-            f"SameSite=Strict; Max-Age={SESSION_MAX_AGE_S}" + ("; Secure" if secure else ""))
+    (HttpOnly), never sent by another site's request (SameSite=Strict). None: the
+    session cleared (sign out), in the same scope, or the browser keeps it."""
+    value, age = ((session_value(token), SESSION_MAX_AGE_S) if token is not None
+                  else ("", 0))
+    return (f"{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={age}"
+            + ("; Secure" if secure else ""))
 
 
 class WebAuth:

@@ -1,4 +1,4 @@
-"""The daemon's HTTP handler: GET only (and the sign-in form's POST), who is asking, a
+"""The daemon's HTTP handler: GET only (and the sign-in page's POSTs), who is asking, a
 Host allow-list, and browser security headers.
 
 Who may read what is ``webauth``'s: beyond loopback, a manager certificate (a
@@ -37,12 +37,14 @@ from swarmgpu.manager.web.webauth import OPEN_PATHS, Answer, Caller, WebAuth, re
 from swarmgpu.manager.web.weblogin import (
     LOGIN_PATH,
     LOGIN_SCRIPT,
+    LOGOUT_PATH,
     address_refused,
     cross_origin,
     forbidden,
     login_answer,
     login_page,
     login_script,
+    logout_answer,
 )
 from swarmgpu.swarm.identity import PeerName, peer_name
 
@@ -73,7 +75,7 @@ class GuardedHandler(OneRequestHandler):
 
     allowed_hosts: frozenset[str] = frozenset({"localhost"})
     always_headers = SECURITY_HEADERS
-    post_paths = frozenset({LOGIN_PATH})  # the sign-in form (weblogin)
+    post_paths = frozenset({LOGIN_PATH, LOGOUT_PATH})  # the sign-in page's forms (weblogin)
     server_version = "swarmgpu"
     auth: WebAuth | None = None  # None: everyone (tests of the handler alone)
     # Whether this request's caller may read what is not open (set by ``respond``): an
@@ -145,7 +147,7 @@ class GuardedHandler(OneRequestHandler):
             caller = Caller(path, str(self.client_address[0]) if self.client_address else "",
                             self.headers.get("Authorization"), self.headers.get("Cookie"),
                             self.tls_peer)
-            if path in (LOGIN_PATH, LOGIN_SCRIPT):  # the token once: a cookie from then on
+            if path in (LOGIN_PATH, LOGIN_SCRIPT, LOGOUT_PATH):  # a cookie, or none
                 self._sign_in(path, query, caller, self.auth)
                 return
             verdict = self.auth.judge(caller)
@@ -164,9 +166,11 @@ class GuardedHandler(OneRequestHandler):
             self.send_answer(status, ctype, body)
 
     def _sign_in(self, path: str, query: str, caller: Caller, auth: WebAuth) -> None:
-        """The sign-in page and its script (anyone's), and its form's POST (weblogin)."""
+        """The sign-in page and its script (anyone's), and its forms' POSTs (weblogin)."""
         if path == LOGIN_SCRIPT:
             self._send(login_script())
+        elif path == LOGOUT_PATH and self.command != "POST":
+            self._send(logout_answer(self.command, False))
         elif self.command != "POST":
             page = login_page()
             self._send(address_refused() if query else
@@ -174,6 +178,8 @@ class GuardedHandler(OneRequestHandler):
         elif why := cross_origin(self.headers.get("Origin"), self.headers.get("Sec-Fetch-Site"),
                                  self.headers.get("Host")):
             self._send(forbidden(why))
+        elif path == LOGOUT_PATH:
+            self._send(logout_answer("POST", auth.secure_cookie(self.via_tls)))
         else:
             a = login_answer(self.body, self.headers.get("Content-Type"), auth.token,
                              auth.secure_cookie(self.via_tls))

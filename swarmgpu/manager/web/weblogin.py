@@ -2,15 +2,17 @@
 
 ``GET /login`` is a page with a form (anyone may see it); ``POST /login`` with the
 right token sets the session cookie (``webauth.session_cookie``) and redirects to the
-map. An address stays in the browser's history and may reach a proxy's access log or a
-Referer, so ``/login?token=...`` is refused (400), naming the way in. A link may carry
-the token in its fragment (``/login#token=...``), which no request sends: the page's
-script (``login.js``) takes it out of the address, then posts it.
+map; its Sign out button POSTs ``/logout``, which clears the cookie. An address stays
+in the browser's history and may reach a proxy's access log or a Referer, so
+``/login?token=...`` is refused (400), naming the way in. A link may carry the token in
+its fragment (``/login#token=...``), which no request sends: the page's script
+(``login.js``) takes it out of the address, then posts it.
 
-A page on another site could post a form to ``/login`` too (login CSRF: SameSite keeps
-the cookie from being sent cross-site, not from being set), so the browser's
-``Sec-Fetch-Site``, or where it sends none its ``Origin`` against ``Host``, must say the
-form was this origin's. A client that sends neither is no browser: nothing to forge.
+A page on another site could post a form to ``/login`` or ``/logout`` too (login CSRF:
+SameSite keeps the cookie from being sent cross-site, not from being set), so the
+browser's ``Sec-Fetch-Site``, or where it sends none its ``Origin`` against ``Host``,
+must say the form was this origin's. A client that sends neither is no browser:
+nothing to forge.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from swarmgpu.manager.web.webmap import asset_bytes
 
 LOGIN_PATH = "/login"
 LOGIN_SCRIPT = "/login.js"
+LOGOUT_PATH = "/logout"
 FORM_TYPE = "application/x-www-form-urlencoded"
 # read at import: a broken install fails at start, not at the first sign-in
 _PAGE = asset_bytes("login.html")
@@ -76,6 +79,24 @@ def forbidden(why: str) -> Answer:
         f"403: sign in from this daemon's own /login page, not another site's "
         f"form: the same origin is required ({why})\n".encode(),
         {},
+    )
+
+
+def logout_answer(method: str, secure: bool) -> Answer:
+    """``POST /logout`` (the sign-in page's button): the session cookie cleared. Not by
+    GET: a link or an image on any page could sign the operator out."""
+    if method != "POST":
+        return Answer(
+            HTTPStatus.METHOD_NOT_ALLOWED,
+            PLAIN,
+            b"405: sign out with the button on /login (a POST)\n",
+            {"Allow": "POST"},
+        )
+    return Answer(
+        HTTPStatus.SEE_OTHER,
+        PLAIN,
+        b"signed out; see /login\n",
+        {"Location": LOGIN_PATH, "Set-Cookie": session_cookie(None, secure)},
     )
 
 
