@@ -23,7 +23,7 @@ from loguru import logger
 from support import slowflood
 from support.identity import CLUSTER
 from support.paths import REPO
-from support.webauth import TOKEN, get, web_daemon
+from support.webauth import FORM, TOKEN, get, post, raw, web_daemon
 
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
 from swarmgpu.core.httpguard import STUCK_WRITE_S, Conn, GuardedServer, pick_victim
@@ -32,14 +32,15 @@ from swarmgpu.manager.nodes.sync import CycleReport
 from swarmgpu.manager.web import webmap
 from swarmgpu.manager.web.webauth import (
     SESSION_COOKIE,
+    SESSION_MAX_AGE_S,
     Caller,
     auth_required,
     cookie_matches,
     is_loopback,
     judge,
-    login_token,
     session_value,
 )
+from swarmgpu.manager.web.weblogin import login_token
 from swarmgpu.swarm.identity import AgentAuth, PeerName, client_context
 
 
@@ -122,6 +123,25 @@ def test_token_and_cookie_checks() -> None:
         assert login_token(bad) is None, bad[:40]
 
 
+def test_a_session_ends_after_its_max_age() -> None:
+    """The cookie's Max-Age binds only the browser: a value copied off it (a backup, a
+    shared profile, malware) must stop working too. The value carries when it was
+    issued, under the HMAC, and is refused past SESSION_MAX_AGE_S (or from the future)."""
+    now = time.time()
+
+    def cookie(issued: float) -> str:
+        return f"{SESSION_COOKIE}={session_value(TOKEN, int(issued))}"
+
+    assert cookie_matches(cookie(now - 60), TOKEN, now)
+    assert cookie_matches(cookie(now - SESSION_MAX_AGE_S + 60), TOKEN, now)
+    for bad in (cookie(now - SESSION_MAX_AGE_S - 1), cookie(now + 3600),
+                # the issued time moved forward: the MAC no longer fits
+                f"{SESSION_COOKIE}={int(now)}." + cookie(now - 9e6).rpartition(".")[2],
+                f"{SESSION_COOKIE}=.{session_value(TOKEN).rpartition('.')[2]}",
+                f"{SESSION_COOKIE}=1e3.x", f"{SESSION_COOKIE}={'9' * 40}.x"):
+        assert not cookie_matches(bad, TOKEN, now), bad
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(["/", "/api/v1/cluster", "/metrics", "/healthz", "/login", "/x"]),
        st.sampled_from(["10.0.0.1", "127.0.0.1", "::1", "192.168.1.1"]),
@@ -159,7 +179,7 @@ def test_nothing_but_healthz_without_proof(web: tuple[Daemon, int]) -> None:
         status, headers, body = get(port, path)
         assert status == 401, path
         assert headers["www-authenticate"].startswith("Bearer")
-        assert b"/login?token=" in body and b"nodes" not in body
+        assert b"/login" in body and b"/login?token=" not in body and b"nodes" not in body
         assert headers["x-content-type-options"] == "nosniff"
     assert get(port, "/healthz")[0] == 200
     status, _, body = get(port, "/api/v1/cluster", {"Authorization": f"Bearer {TOKEN}"})
@@ -227,17 +247,17 @@ def test_the_server_header_names_no_python_version(web: tuple[Daemon, int]) -> N
         assert get(port, path)[1]["server"] == "swarmgpu", path
 
 
-def test_browser_signs_in_with_a_token_link_and_keeps_a_cookie(
+def test_browser_signs_in_with_a_form_post_and_keeps_a_cookie(
         web: tuple[Daemon, int]) -> None:
     _, port = web
-    for bad in ("/login", "/login?token=wrong", f"/login?token={TOKEN}&token=x"):
-        status, headers, _ = get(port, bad)
+    for bad in ("", "token=wrong", f"token={TOKEN}&token=x", f"tok={TOKEN}"):
+        status, headers, _ = post(port, "/login", bad)
         assert status == 401 and "set-cookie" not in headers, bad
-    status, headers, _ = get(port, f"/login?token={TOKEN}")
+    status, headers, _ = post(port, "/login", f"token={TOKEN}")
     assert status == 303 and headers["location"] == "/"
     cookie = headers["set-cookie"]
     parts = [p.strip() for p in cookie.split(";")]
-    assert parts[0] == f"{SESSION_COOKIE}={session_value(TOKEN)}"
+    assert parts[0].startswith(f"{SESSION_COOKIE}=") and cookie_matches(parts[0], TOKEN)
     assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= set(parts)
     assert "Secure" not in parts  # plain HTTP: a browser would drop a Secure cookie
     assert TOKEN not in cookie
@@ -246,6 +266,93 @@ def test_browser_signs_in_with_a_token_link_and_keeps_a_cookie(
     assert get(port, "/metrics", jar)[0] == 200
     assert get(port, "/api/v1/cluster",
                {"Cookie": f"{SESSION_COOKIE}={session_value('other-token')}"})[0] == 401
+
+
+def test_the_token_never_goes_in_the_address(web: tuple[Daemon, int]) -> None:
+    """/login?token= kept the token in the browser's history (and a proxy's access log):
+    now it is refused, naming the way in, and the sign-in page is a form that POSTs it
+    (a link carries it in the fragment, which no request sends)."""
+    _, port = web
+    for path in (f"/login?token={TOKEN}", "/login?x=1"):
+        status, headers, body = get(port, path)
+        assert status == 400 and "set-cookie" not in headers, path
+        assert b"/login#token=" in body and TOKEN.encode() not in body, path
+    status, headers, body = get(port, "/login")  # no proof needed to see the form
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    assert b'method="post"' in body and b'action="/login"' in body
+    assert b'src="/login.js"' in body and TOKEN.encode() not in body
+    assert "form-action 'self'" in headers["content-security-policy"]
+    assert headers["cache-control"] == "no-store"
+    status, headers, body = get(port, "/login.js")
+    assert status == 200 and headers["content-type"].startswith("text/javascript")
+    assert b"replaceState" in body
+    # the map's own pages may still post no form anywhere
+    assert "form-action 'none'" in get(port, "/healthz")[1]["content-security-policy"]
+
+
+def test_a_sign_in_from_another_origin_is_refused(web: tuple[Daemon, int]) -> None:
+    """A form on another site could POST the token it knows (login CSRF): a browser's
+    Sec-Fetch-Site, else its Origin against Host, must say the page was this one."""
+    _, port = web
+    form = f"token={TOKEN}"
+    for hdrs in ({"Origin": "http://evil.example"}, {"Origin": "null"},
+                 {"Origin": f"http://127.0.0.1:{port + 1}"},
+                 {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+                 {"Sec-Fetch-Site": "cross-site", "Origin": f"http://127.0.0.1:{port}"}):
+        status, headers, body = post(port, "/login", form, hdrs)
+        assert status == 403 and "set-cookie" not in headers, hdrs
+        assert b"same origin" in body, hdrs
+    for hdrs in ({"Origin": f"http://127.0.0.1:{port}"},
+                 # a proxy that rewrote Host: the browser's own word decides
+                 {"Sec-Fetch-Site": "same-origin", "Origin": "https://map.example"},
+                 {}):  # no browser (curl): nothing to forge
+        assert post(port, "/login", form, hdrs)[0] == 303, hdrs
+
+
+def test_sign_out_ends_the_browsers_session(web: tuple[Daemon, int]) -> None:
+    """The sign-in page's Sign out button POSTs /logout: the cookie is cleared (Max-Age=0,
+    the same scope); another site cannot sign you out, nor can a link (GET)."""
+    _, port = web
+    assert b'action="/logout"' in get(port, "/login")[2]
+    status, headers, _ = post(port, "/logout", "", {"Origin": "http://evil.example"})
+    assert status == 403 and "set-cookie" not in headers
+    status, headers, _ = get(port, "/logout")
+    assert status == 405 and headers["allow"] == "POST" and "set-cookie" not in headers
+    jar = {"Cookie": f"{SESSION_COOKIE}={session_value(TOKEN)}"}
+    status, headers, _ = post(port, "/logout", "", {**jar, "Origin": f"http://127.0.0.1:{port}"})
+    assert status == 303 and headers["location"] == "/login"
+    parts = [p.strip() for p in headers["set-cookie"].split(";")]
+    assert parts[0] == f"{SESSION_COOKIE}=" and "Max-Age=0" in parts
+    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= set(parts)
+
+
+def test_a_sign_in_post_is_bounded(web: tuple[Daemon, int]) -> None:
+    """The one POST the daemon takes: a short urlencoded form with its length, read
+    within the head's deadline; every other path and method is still refused."""
+    _, port = web
+    head = b"POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    form = f"Content-Type: {FORM}\r\n".encode()
+    assert b" 411 " in raw(port, head + form + b"\r\ntoken=x")[:20]
+    assert b" 411 " in raw(port, head + form + b"Transfer-Encoding: chunked\r\n"
+                             b"Content-Length: 7\r\n\r\n7\r\ntoken=x\r\n0\r\n\r\n")[:20]
+    assert b" 413 " in raw(port, head + form + b"Content-Length: 100000\r\n\r\n")[:20]
+    assert b" 400 " in raw(port, head + form + b"Content-Length: -1\r\n\r\n")[:20]
+    assert b" 415 " in raw(port, head + b"Content-Type: application/json\r\n"
+                             b"Content-Length: 2\r\n\r\n{}")[:20]
+    t0 = time.monotonic()  # a body that never comes ends at the head's deadline
+    assert raw(port, head + form + b"Content-Length: 30\r\n\r\ntoken=")[:20] \
+        in (b"", b"HTTP/1.1 408 Reques")
+    assert time.monotonic() - t0 < 4
+    ok = raw(port, head + form + f"Content-Length: {6 + len(TOKEN)}\r\n\r\n"
+             f"token={TOKEN}".encode())
+    assert ok.startswith(b"HTTP/1.1 303 ")
+    for method, path in (("POST", "/"), ("POST", "/api/v1/cluster"), ("OPTIONS", "/login"),
+                         ("PUT", "/login"), ("DELETE", "/login")):
+        out = raw(port, f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        f"Content-Length: 0\r\n\r\n".encode())
+        assert out.startswith(b"HTTP/1.1 405 "), (method, path)
+        allow = "GET, HEAD, POST" if path == "/login" else "GET, HEAD"
+        assert f"Allow: {allow}\r\n".encode() in out, (method, path)
 
 
 def test_answers_with_proof_are_never_stored_framed_sniffed_or_read_cross_origin(
@@ -259,9 +366,9 @@ def test_answers_with_proof_are_never_stored_framed_sniffed_or_read_cross_origin
     webmap.register(d.http_routes, lambda: doc, query_routes=d.http_query_routes)
     asked = {"Authorization": f"Bearer {TOKEN}", "Origin": "https://evil.example"}
     pages = ("/", "/static/app.js", "/api/v1/cluster", "/api/v1/cluster?view=map")
-    for path in (*pages, f"/login?token={TOKEN}"):
+    for path in (*pages, "/login", "/login.js"):
         status, headers, body = get(port, path, asked)
-        assert status in (200, 303), path
+        assert status == 200, path
         assert headers["cache-control"] == "no-store", path
         assert headers["x-content-type-options"] == "nosniff", path
         assert headers["x-frame-options"] == "DENY", path
@@ -279,7 +386,7 @@ def test_without_a_token_file_only_certificates_and_healthz(tmp_path: Path) -> N
     port = d._http.server_address[1]
     try:
         assert get(port, "/api/v1/cluster", {"Authorization": f"Bearer {TOKEN}"})[0] == 401
-        assert get(port, f"/login?token={TOKEN}")[0] == 401
+        assert post(port, "/login", f"token={TOKEN}")[0] == 401
         assert get(port, "/healthz")[0] == 200
     finally:
         d._http.shutdown()
@@ -332,7 +439,7 @@ def test_a_manager_certificate_opens_everything_over_https(
                    ctx=_client(pki, None))[0] == 200
         assert get(port, "/api/v1/cluster", {"Authorization": f"Bearer {TOKEN}"})[0] == 200
         # Over HTTPS the session cookie is Secure.
-        _, headers, _ = get(port, f"/login?token={TOKEN}", ctx=_client(pki, None))
+        _, headers, _ = post(port, "/login", f"token={TOKEN}", ctx=_client(pki, None))
         assert "Secure" in [p.strip() for p in headers["set-cookie"].split(";")]
         # A manager certificate from a rogue CA fails the handshake itself.
         with pytest.raises((ssl.SSLError, ConnectionError)):
@@ -422,3 +529,58 @@ def test_an_answer_not_read_ends_at_the_write_deadline(web: tuple[Daemon, int]) 
         assert took < 13, took
     finally:
         s.close()
+
+
+def test_secure_cookie_always_marks_the_cookie_secure_over_plain_http(
+        tmp_path: Path) -> None:
+    """Behind a TLS-terminating reverse proxy the daemon sees plain HTTP: the operator's
+    http.secure_cookie: always still marks the session cookie Secure, so the browser
+    never sends it over plain HTTP (to another port of the name, a tenant's service).
+    X-Forwarded-Proto is anyone's to send, so it changes nothing."""
+    d = web_daemon(tmp_path, env={"SWARMGPU_HTTP_SECURE_COOKIE": "always"})
+    assert d._http is not None
+    try:
+        _, headers, _ = post(d._http.server_address[1], "/login", f"token={TOKEN}")
+        assert "Secure" in [p.strip() for p in headers["set-cookie"].split(";")]
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+    d = web_daemon(tmp_path)  # auto: Secure only over the daemon's own HTTPS
+    assert d._http is not None
+    try:
+        _, headers, _ = post(d._http.server_address[1], "/login", f"token={TOKEN}",
+                             {"X-Forwarded-Proto": "https"})
+        assert "Secure" not in [p.strip() for p in headers["set-cookie"].split(";")]
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+    with pytest.raises(ConfigError, match=r"http\.secure_cookie"):
+        load_config(None, env={"SWARMGPU_HTTP_SECURE_COOKIE": "yes"})
+
+
+def test_a_token_link_signs_a_browser_in_and_leaves_no_token_in_its_history(
+        chromium: str, tmp_path: Path) -> None:
+    """A link /login#token=<token> (the fragment reaches no server, log or Referer): the
+    page takes the token out of the address, POSTs it under the daemon's CSP and
+    Trusted Types, and lands on the map; no entry of the tab's history holds it."""
+    from support.browser import Cdp, sample
+
+    d = web_daemon(tmp_path)
+    assert d._http is not None
+    port = d._http.server_address[1]
+    doc = sample()
+    webmap.register(d.http_routes, lambda: doc, query_routes=d.http_query_routes)
+    cdp = Cdp(chromium, (1024, 768))
+    try:
+        cdp.open(f"http://127.0.0.1:{port}/login#token={TOKEN}")
+        cdp.wait_for("location.pathname === '/' && document.querySelector('[data-key]') !== null")
+        assert cdp.js("fetch('/api/v1/cluster').then(r => r.status)") == 200
+        entries = cdp.call("Page.getNavigationHistory")["entries"]
+        urls = [e["url"] for e in entries]
+        assert urls[-1] == f"http://127.0.0.1:{port}/", urls
+        assert not [u for u in urls if TOKEN in u], urls
+        assert TOKEN not in cdp.js("document.cookie")  # HttpOnly: not even its HMAC
+    finally:
+        cdp.close()
+        d._http.shutdown()
+        d._http.server_close()

@@ -98,14 +98,15 @@ def test_another_address_needs_a_token_or_a_manager_certificate(
         {"url": f"https://{base}/api/v1/cluster", "cert": str(wcrt), "key": str(wkey),
          "ca": str(wca)},
         {"url": f"http://{base}/healthz"},
-        {"url": f"http://{base}/login?token={TOKEN}"},
+        {"url": f"http://{base}/login", "method": "POST", "body": f"token={TOKEN}",
+         "headers": {"Content-Type": "application/x-www-form-urlencoded"}},
     )
     codes = [r["status"] for r in got]
     assert codes == [401, 401, 401, 401, 200, 200, 200, 401, 200, 303], got
     assert '"schema":"swarmgpu.cluster/v1"' in got[4]["body"]
     assert '"schema":"swarmgpu.cluster/v1"' in got[6]["body"]
     assert "swarmgpu_" in got[5]["body"]
-    assert '"nodes"' not in got[0]["body"] and "/login?token=" in got[0]["body"]
+    assert '"nodes"' not in got[0]["body"] and "sign in once at /login" in got[0]["body"]
 
 
 def test_healthz_within_a_second_while_400_clients_hold_unread_answers(

@@ -184,12 +184,17 @@ class HttpConfig:
     auth: str = "auto"
     """Who may read the map, /api and /metrics (/healthz is open). auto: on a listen
     address beyond loopback, a swarm-manager certificate (HTTPS on the same port), the
-    token of token_file, its session cookie (/login?token=...) or a loopback client
+    token of token_file, its session cookie (the /login form) or a loopback client
     (SSH tunnel); on loopback, anyone local. required: the same, loopback clients
     included (behind a reverse proxy). off: anyone (warned at start)."""
     token_file: str = ""
     """File holding the bearer token for Prometheus and browsers (one line, e.g. the
     Docker secret /run/secrets/swarmgpu-http-token); read at start."""
+    secure_cookie: str = "auto"
+    """Whether the browser's session cookie is marked Secure (sent over HTTPS only).
+    auto: when the daemon itself served the sign-in over HTTPS. always: on every
+    answer, for a TLS-terminating reverse proxy in front (the daemon sees plain HTTP;
+    X-Forwarded-Proto is anyone's to send, so it is not read)."""
 
 
 @dataclass(frozen=True)
@@ -437,6 +442,9 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             "e.g. 127.0.0.1:9402")
     if cfg.http.auth not in ("auto", "required", "off"):
         add(f"http.auth: {cfg.http.auth!r}; use auto (the default), required or off")
+    if cfg.http.secure_cookie not in ("auto", "always"):
+        add(f"http.secure_cookie: {cfg.http.secure_cookie!r}; use auto (the default: "
+            "Secure over the daemon's own HTTPS) or always (HTTPS ends at a proxy)")
     check_rebalance(cfg.rebalance, add)
     _check_preemption(cfg.preemption, add)
     if not isinstance(cfg.queues, Mapping):
@@ -560,6 +568,7 @@ _ENV_OVERRIDES = {
     "SWARMGPU_HTTP_LISTEN": ("http", "listen"),
     "SWARMGPU_HTTP_AUTH": ("http", "auth"),
     "SWARMGPU_HTTP_TOKEN_FILE": ("http", "token_file"),
+    "SWARMGPU_HTTP_SECURE_COOKIE": ("http", "secure_cookie"),
     "SWARMGPU_LOG_LEVEL": ("log", "level"),
     "SWARMGPU_LOG_FORMAT": ("log", "format"),
 }

@@ -22,6 +22,9 @@
 * one GET or HEAD per connection (``OneRequestHandler``), other methods 405, a
   request with two Host headers 400, and header lines two parsers read apart
   (``head_fault``: no colon, a space before it, folding, a bare CR, a control byte) 400;
+  a POST only to a path the handler names (``post_paths``: the daemon's sign-in form),
+  its body short (``MAX_BODY_BYTES``), with a Content-Length, and in within the head's
+  deadline;
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
@@ -64,6 +67,7 @@ WRITE_DEADLINE_S = 10.0
 STUCK_WRITE_S = 0.5
 WRITE_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 8 * 1024
+MAX_BODY_BYTES = 4 * 1024  # a sign-in form: one token (identity.MAX_TOKEN_BYTES) and its name
 _HEAD_END = re.compile(rb"\n\r?\n")
 _BARE_CR = re.compile(rb"\r(?!\n)")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name
@@ -147,9 +151,14 @@ def read_head(sock: socket.socket, deadline_s: float = HEAD_DEADLINE_S,
     """The request line and headers (ending in a blank line), read straight from the
     socket within one deadline. b"" when the client went away or ran out of time;
     HeadTooLarge (414 for the request line, 431 for the headers) when it sends too much.
-    The body, if any, is never read: every request here is a GET and the connection
-    closes after one answer."""
-    deadline = time.monotonic() + deadline_s
+    The body, if any, is not read: the connection closes after one answer."""
+    return read_head_and_rest(sock, time.monotonic() + deadline_s, max_bytes)[0]
+
+
+def read_head_and_rest(sock: socket.socket, deadline: float,
+                       max_bytes: int = MAX_HEAD_BYTES) -> tuple[bytes, bytes]:
+    """``read_head`` by a ``time.monotonic()`` deadline, with what came after the head
+    (the start of a POST's body)."""
     buf = b""
     while True:
         first = buf.find(b"\n")
@@ -160,18 +169,18 @@ def read_head(sock: socket.socket, deadline_s: float = HEAD_DEADLINE_S,
         end = _HEAD_END.search(buf)
         if (end.end() if end else len(buf)) > max_bytes:
             raise HeadTooLarge(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
-        if end:
-            return buf[:end.end()]
+        if end:  # the head, and what came after its blank line (a POST's body)
+            return buf[:end.end()], buf[end.end():]
         left = deadline - time.monotonic()
         if left <= 0:
-            return b""
+            return b"", b""
         sock.settimeout(left)
         try:
             chunk = sock.recv(4096)
         except OSError:  # timeout, reset
-            return b""
+            return b"", b""
         if not chunk:
-            return b""
+            return b"", b""
         buf += chunk
         if buf[:1] == b"\x16" and (len(buf) < 2 or buf[1] == 3):  # TLS handshake, v3.x
             raise TlsToPlain
@@ -204,7 +213,8 @@ def head_fault(head: bytes) -> str | None:
 class OneRequestHandler(BaseHTTPRequestHandler):
     """One GET or HEAD per connection, which keeps each connection bounded: the head is
     read within one deadline (the handler's ``timeout`` if set, else HEAD_DEADLINE_S),
-    parsed, and other methods get 405. Subclasses answer in ``respond()`` with
+    parsed, and other methods get 405 (a POST to ``post_paths`` is read, its short
+    body within the same deadline). Subclasses answer in ``respond()`` with
     ``send_answer``; ``always_headers`` go on every answer, errors included. A subclass
     that authenticates its peer calls ``peer_authenticated()`` (GuardedServer's reserve)."""
 
@@ -216,6 +226,9 @@ class OneRequestHandler(BaseHTTPRequestHandler):
     open_on_reserve = False
     # Echo parse_request's reason (cut to 200 characters) in error bodies, or only the phrase.
     error_detail = False
+    # Paths that also take a POST (a short form, its body in ``self.body``).
+    post_paths: ClassVar[frozenset[str]] = frozenset()
+    body = b""
 
     def respond(self) -> None:
         raise NotImplementedError
@@ -224,8 +237,9 @@ class OneRequestHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.command = ""
         self.request_version = "HTTP/1.0"
+        deadline = time.monotonic() + float(self.timeout or HEAD_DEADLINE_S)
         try:
-            head = read_head(self.connection, float(self.timeout or HEAD_DEADLINE_S))
+            head, rest = read_head_and_rest(self.connection, deadline)
         except HeadTooLarge as e:
             self.requestline = "(too large)"  # send_response logs it
             self.connection.settimeout(self.write_deadline_s)
@@ -238,7 +252,9 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             return
         if not head:
             return  # gone, or too slow: nothing is owed to it
-        if isinstance(self.server, GuardedServer):
+        # A POST's body is still to come: its connection stays evictable until it is in.
+        posting = head.startswith(b"POST ")
+        if isinstance(self.server, GuardedServer) and not posting:
             self.server.note_head_complete()  # no longer a candidate for eviction
         self.connection.settimeout(self.write_deadline_s)  # the answer's write deadline
         real_rfile = self.rfile
@@ -253,9 +269,12 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.send_error(HTTPStatus.BAD_REQUEST, fault)
             return
         self.close_connection = True
-        if self.command not in ("GET", "HEAD"):
-            self.send_answer(HTTPStatus.METHOD_NOT_ALLOWED, PLAIN, b"only GET and HEAD\n",
-                             {"Allow": "GET, HEAD"})
+        methods = ("GET", "HEAD", "POST") if self.path.partition("?")[0] in self.post_paths \
+            else ("GET", "HEAD")
+        if self.command not in methods:
+            allow = ", ".join(methods)
+            self.send_answer(HTTPStatus.METHOD_NOT_ALLOWED, PLAIN,
+                             f"only {allow} here\n".encode(), {"Allow": allow})
             return
         if len(self.headers.get_all("Host") or ()) > 1:
             # The Host check reads one; a proxy in front may have read another (RFC 9112
@@ -263,7 +282,49 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
                              b"400: send one Host header, not several\n")
             return
+        self.body = b""
+        if self.command == "POST":
+            body = self._read_body(rest, deadline)
+            if body is None:
+                return
+            self.body = body
+            if isinstance(self.server, GuardedServer):
+                self.server.note_head_complete()
+            self.connection.settimeout(self.write_deadline_s)
         self.respond()
+
+    def _read_body(self, rest: bytes, deadline: float) -> bytes | None:
+        """A POST's body (``Content-Length`` bytes, at most MAX_BODY_BYTES), in by the
+        head's deadline; None when it was refused (answered) or never came."""
+        length = self.headers.get("Content-Length", "")
+        if self.headers.get("Transfer-Encoding") is not None or not length:
+            # chunked: a length this server would have to trust the client to end
+            self.send_answer(HTTPStatus.LENGTH_REQUIRED, PLAIN,
+                             b"411: send the form with a Content-Length, not chunked\n")
+            return None
+        if not (length.isascii() and length.isdigit()):
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
+                             b"400: Content-Length is not a number of bytes\n")
+            return None
+        if int(length) > MAX_BODY_BYTES:
+            self.send_answer(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, PLAIN,
+                             f"413: a form here is at most {MAX_BODY_BYTES} bytes\n".encode())
+            return None
+        want = int(length)
+        body = rest[:want]
+        while len(body) < want:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None  # too slow: nothing is owed to it
+            self.connection.settimeout(left)
+            try:
+                chunk = self.connection.recv(want - len(body))
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            body += chunk
+        return body
 
     def peer_authenticated(self) -> None:
         """The peer proved who it is (a manager certificate, the bearer token): its

@@ -2,7 +2,8 @@
 
     python tests/support/httpprobe.py '[{"url": "http://10.0.0.2:9402/healthz"}, ...]'
 
-Each request may carry ``headers`` and, for HTTPS, ``cert``/``key`` (a Swarm node's,
+Each request may carry ``headers``, a ``method`` and a ``body`` (text; the sign-in
+form's POST) and, for HTTPS, ``cert``/``key`` (a Swarm node's,
 ``raft-dek`` headers and all) and ``ca`` (the swarm root CA; the host name is not
 checked: node certificates name no address). Prints one JSON list: ``status`` (0: no
 answer, with ``error``), ``seconds``, the first 400 bytes of the ``body``.
@@ -34,8 +35,8 @@ def probe(req: dict[str, Any]) -> dict[str, Any]:
         else:
             conn = http.client.HTTPConnection(u.hostname or "", u.port,
                                               timeout=req.get("timeout", 5))
-        conn.request("GET", u.path + (f"?{u.query}" if u.query else ""),
-                     headers=req.get("headers") or {})
+        conn.request(req.get("method", "GET"), u.path + (f"?{u.query}" if u.query else ""),
+                     body=req.get("body"), headers=req.get("headers") or {})
         r = conn.getresponse()
         body = r.read()
         conn.close()

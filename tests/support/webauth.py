@@ -5,6 +5,7 @@ First written in tests/test_webauth.py."""
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,10 @@ class NoSwarm:
 
 
 def web_daemon(tmp: Path, auth: str = "required", listen: str = "127.0.0.1:0",
-            token: bool = True) -> Daemon:
+            token: bool = True, env: dict[str, str] | None = None) -> Daemon:
     (tmp / "token").write_text(TOKEN + "\n")
     env = {"SWARMGPU_HTTP_LISTEN": listen, "SWARMGPU_HTTP_AUTH": auth,
-           "SWARMGPU_STATE_DIR": str(tmp)}
+           "SWARMGPU_STATE_DIR": str(tmp), **(env or {})}
     if token:
         env["SWARMGPU_HTTP_TOKEN_FILE"] = str(tmp / "token")
     d = Daemon(load_config(None, env=env), swarm=NoSwarm())  # type: ignore[arg-type]
@@ -52,3 +53,32 @@ def get(port: int, path: str, headers: dict[str, str] | None = None,
         return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
     finally:
         conn.close()
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def post(port: int, path: str, body: str, headers: dict[str, str] | None = None,
+         ctx: ssl.SSLContext | None = None, timeout: float = 5
+         ) -> tuple[int, dict[str, str], bytes]:
+    """A form POST (the sign-in page's), with ``headers`` as a browser would add them."""
+    conn = (http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ctx)
+            if ctx is not None else http.client.HTTPConnection("127.0.0.1", port,
+                                                               timeout=timeout))
+    try:
+        conn.request("POST", path, body=body.encode(),
+                     headers={"Content-Type": FORM, **(headers or {})})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def raw(port: int, request: bytes, timeout: float = 5) -> bytes:
+    """What the daemon answers to ``request`` sent as is, until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(request)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out

@@ -3,7 +3,10 @@
 ``cluster_view`` the cluster document (`status --json`, ``/api/v1/cluster``), pure
 ``history``      recent GPU samples per GPU, a bounded ring (``/api/v1/history``)
 ``webmap``       the live map: static page and JSON routes
-``webguard``     the HTTP handler: GET only, a Host allow-list, browser security headers
 ``webauth``      who may read: a manager certificate, the bearer token, or loopback
-The map's static files (``index.html``, ``app.js``, ``style.css``) sit beside them.
+``weblogin``     the browser's sign-in: a form POSTs the token, no address carries it
+``webguard``     the HTTP handler: GET (and the sign-in's POST), a Host allow-list,
+                 browser security headers
+The map's static files (``index.html``, ``app.js``, ``style.css``) and the sign-in
+page's (``login.html``, ``login.js``) sit beside them.
 """

@@ -12,9 +12,10 @@ everything but ``/healthz`` needs one of:
   HTTP;
 * the **bearer token** of ``http.token_file`` (a Docker secret): ``Authorization:
   Bearer <token>`` (Prometheus), compared in constant time;
-* the **session cookie** a browser gets from ``/login?token=<token>`` (HttpOnly,
-  SameSite=Strict; its value is an HMAC of the token, not the token), which then
-  redirects to the map;
+* the **session cookie** a browser gets by posting the token to ``/login`` (the sign-in
+  form, ``weblogin``; HttpOnly, SameSite=Strict, Secure over HTTPS or with
+  ``http.secure_cookie: always``; its value is when it was issued and an HMAC of the
+  token and that time, not the token, refused past SESSION_MAX_AGE_S);
 * a **loopback** peer (the manager itself, an SSH tunnel to ``127.0.0.1:9402``), unless
   ``http.auth: required`` (behind a reverse proxy on the manager every client is
   loopback: require proof of everyone).
@@ -31,11 +32,11 @@ import ipaddress
 import os
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from http import HTTPStatus
 from pathlib import Path
-from urllib.parse import parse_qs
 
 from loguru import logger
 
@@ -54,15 +55,17 @@ from swarmgpu.swarm.identity import (
 
 AUTH_MODES = ("auto", "required", "off")
 OPEN_PATHS = frozenset({"/healthz"})
-LOGIN_PATH = "/login"
 SESSION_COOKIE = "swarmgpu_session"
 SESSION_MAX_AGE_S = 7 * 86400
-_SESSION_CONTEXT = b"swarmgpu http session v1"
+_SESSION_CONTEXT = b"swarmgpu http session v2"
+# A session issued this far ahead of the daemon's clock is still good: a clock stepped
+# back (NTP) must not sign everyone out.
+_SESSION_SKEW_S = 300
 PLAIN = "text/plain; charset=utf-8"
 UNAUTHORIZED_BODY = (
     b"401: this daemon answers only a swarm-manager certificate of its swarm (HTTPS on "
     b"this port, mutual TLS) or its bearer token (http.token_file): send "
-    b"'Authorization: Bearer <token>', or open /login?token=<token> once in a browser, "
+    b"'Authorization: Bearer <token>', or sign in once at /login in a browser, "
     b"or reach it through an SSH tunnel to the manager's 127.0.0.1 (docs/security.md)\n")
 
 
@@ -91,10 +94,15 @@ def auth_required(cfg: HttpConfig) -> bool:
     return cfg.auth == "required" or listens_beyond_loopback(cfg.listen)
 
 
-def session_value(token: str) -> str:
-    """The cookie's value: derived from the token (a new token ends every session), and
-    not the token itself (a cookie read off a browser is not Prometheus's token)."""
-    return hmac.new(token.encode(), _SESSION_CONTEXT, hashlib.sha256).hexdigest()
+def session_value(token: str, issued: int | None = None) -> str:
+    """The cookie's value, ``<issued>.<HMAC>``: derived from the token (a new token ends
+    every session), not the token itself (a cookie read off a browser is not
+    Prometheus's token), and dated under the HMAC, so the daemon ends a session at
+    SESSION_MAX_AGE_S itself (Max-Age binds only the browser, not a copied value)."""
+    issued = int(time.time()) if issued is None else issued
+    mac = hmac.new(token.encode(), _SESSION_CONTEXT + b"|" + str(issued).encode(),
+                   hashlib.sha256).hexdigest()
+    return f"{issued}.{mac}"
 
 
 def cookie_values(header: str | None, name: str = SESSION_COOKIE) -> list[str]:
@@ -107,24 +115,19 @@ def cookie_values(header: str | None, name: str = SESSION_COOKIE) -> list[str]:
     return out
 
 
-def cookie_matches(header: str | None, token: str) -> bool:
-    """Exactly one session cookie, and it is this token's (constant time)."""
+def cookie_matches(header: str | None, token: str, now: float | None = None) -> bool:
+    """Exactly one session cookie, this token's (constant time), issued within
+    SESSION_MAX_AGE_S."""
     values = cookie_values(header)
     if len(values) != 1:
         return False  # none, or two: ambiguous, refused
-    return hmac.compare_digest(values[0].encode(), session_value(token).encode())
-
-
-def login_token(query: str) -> str | None:
-    """The one ``token`` of ``/login?token=...`` (None: missing, repeated or malformed)."""
-    if len(query) > 8192:
-        return None
-    try:
-        args = parse_qs(query, max_num_fields=4, strict_parsing=True)
-    except ValueError:
-        return None
-    got = args.get("token", [])
-    return got[0] if len(got) == 1 and set(args) == {"token"} else None
+    issued, dot, _ = values[0].partition(".")
+    if not dot or not issued.isascii() or not issued.isdigit() or len(issued) > 12:
+        return False
+    now = time.time() if now is None else now
+    if not now - SESSION_MAX_AGE_S <= int(issued) <= now + _SESSION_SKEW_S:
+        return False
+    return hmac.compare_digest(values[0].encode(), session_value(token, int(issued)).encode())
 
 
 @dataclass(frozen=True)
@@ -181,17 +184,14 @@ def refused() -> Answer:
                   {"WWW-Authenticate": 'Bearer realm="swarmgpu"'})
 
 
-def login_answer(query: str, token: str | None, secure: bool) -> Answer:
-    """``/login?token=...``: the right token sets the session cookie and redirects to the
-    map (the token leaves the address bar); anything else is 401."""
-    given = login_token(query)
-    if token is None or given is None or not hmac.compare_digest(given.encode(),
-                                                                 token.encode()):
-        return refused()
-    cookie = (f"{SESSION_COOKIE}={session_value(token)}; Path=/; HttpOnly; "
-              f"SameSite=Strict; Max-Age={SESSION_MAX_AGE_S}" + ("; Secure" if secure else ""))
-    return Answer(HTTPStatus.SEE_OTHER, PLAIN, b"signed in; see /\n",
-                  {"Location": "/", "Set-Cookie": cookie})
+def session_cookie(token: str | None, secure: bool) -> str:
+    """The Set-Cookie of a session: the whole host (Path=/), never for a script
+    (HttpOnly), never sent by another site's request (SameSite=Strict). None: the
+    session cleared (sign out), in the same scope, or the browser keeps it."""
+    value, age = ((session_value(token), SESSION_MAX_AGE_S) if token is not None
+                  else ("", 0))
+    return (f"{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={age}"
+            + ("; Secure" if secure else ""))
 
 
 class WebAuth:
@@ -265,6 +265,12 @@ class WebAuth:
 
     # --- per request -----------------------------------------------------------
 
+    def secure_cookie(self, via_tls: bool) -> bool:
+        """Whether the session cookie is Secure: over the daemon's own HTTPS, or always
+        where the operator says HTTPS ends at a proxy in front (``http.secure_cookie``).
+        A request's X-Forwarded-Proto is not read: any client may send one."""
+        return via_tls or self.cfg.secure_cookie == "always"
+
     def judge(self, caller: Caller) -> Verdict:
         v = judge(caller, required=self.required, loopback_open=self.loopback_open,
                   token=self.token, cluster_id=self.cluster_id)
@@ -297,7 +303,7 @@ class WebAuth:
             return "loopback only: open to local clients (an SSH tunnel from elsewhere)"
         ways = ["a swarm-manager certificate (HTTPS)"]
         if self.token is not None:
-            ways.append("the bearer token of http.token_file (/login?token= in a browser)")
+            ways.append("the bearer token of http.token_file (the /login form in a browser)")
         if self.loopback_open:
             ways.append("loopback clients")
         return "everything but /healthz needs " + ", or ".join(ways)

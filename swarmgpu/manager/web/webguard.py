@@ -1,5 +1,5 @@
-"""The daemon's HTTP handler: GET only, who is asking, a Host allow-list, and browser
-security headers.
+"""The daemon's HTTP handler: GET only (and the sign-in page's POSTs), who is asking, a
+Host allow-list, and browser security headers.
 
 Who may read what is ``webauth``'s: beyond loopback, a manager certificate (a
 connection whose first byte is a TLS handshake is served over HTTPS on the same port),
@@ -33,14 +33,18 @@ from swarmgpu.core.httpguard import (
     host_allowed,
 )
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.web.webauth import (
+from swarmgpu.manager.web.webauth import OPEN_PATHS, Answer, Caller, WebAuth, refused
+from swarmgpu.manager.web.weblogin import (
     LOGIN_PATH,
-    OPEN_PATHS,
-    Answer,
-    Caller,
-    WebAuth,
+    LOGIN_SCRIPT,
+    LOGOUT_PATH,
+    address_refused,
+    cross_origin,
+    forbidden,
     login_answer,
-    refused,
+    login_page,
+    login_script,
+    logout_answer,
 )
 from swarmgpu.swarm.identity import PeerName, peer_name
 
@@ -59,6 +63,9 @@ SECURITY_HEADERS: dict[str, str] = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
+# The sign-in page alone may submit a form, and only to this origin (weblogin).
+LOGIN_PAGE_HEADERS = {"Content-Security-Policy": SECURITY_HEADERS[
+    "Content-Security-Policy"].replace("form-action 'none'", "form-action 'self'")}
 
 
 class GuardedHandler(OneRequestHandler):
@@ -68,6 +75,7 @@ class GuardedHandler(OneRequestHandler):
 
     allowed_hosts: frozenset[str] = frozenset({"localhost"})
     always_headers = SECURITY_HEADERS
+    post_paths = frozenset({LOGIN_PATH, LOGOUT_PATH})  # the sign-in page's forms (weblogin)
     server_version = "swarmgpu"
     auth: WebAuth | None = None  # None: everyone (tests of the handler alone)
     # Whether this request's caller may read what is not open (set by ``respond``): an
@@ -139,13 +147,8 @@ class GuardedHandler(OneRequestHandler):
             caller = Caller(path, str(self.client_address[0]) if self.client_address else "",
                             self.headers.get("Authorization"), self.headers.get("Cookie"),
                             self.tls_peer)
-            if path == LOGIN_PATH:  # the token once, for a browser: a cookie from then on
-                a = login_answer(query, self.auth.token, self.via_tls)
-                if a.status == 303:
-                    self.peer_authenticated()
-                else:
-                    self.auth.note_refused(caller)
-                self._send(a)
+            if path in (LOGIN_PATH, LOGIN_SCRIPT, LOGOUT_PATH):  # a cookie, or none
+                self._sign_in(path, query, caller, self.auth)
                 return
             verdict = self.auth.judge(caller)
             self.trusted = verdict.how != "open" or self.auth.sees_everything(caller)
@@ -161,6 +164,30 @@ class GuardedHandler(OneRequestHandler):
             status, ctype, body = 500, PLAIN, b"internal error\n"
         with contextlib.suppress(OSError):
             self.send_answer(status, ctype, body)
+
+    def _sign_in(self, path: str, query: str, caller: Caller, auth: WebAuth) -> None:
+        """The sign-in page and its script (anyone's), and its forms' POSTs (weblogin)."""
+        if path == LOGIN_SCRIPT:
+            self._send(login_script())
+        elif path == LOGOUT_PATH and self.command != "POST":
+            self._send(logout_answer(self.command, False))
+        elif self.command != "POST":
+            page = login_page()
+            self._send(address_refused() if query else
+                       Answer(page.status, page.ctype, page.body, LOGIN_PAGE_HEADERS))
+        elif why := cross_origin(self.headers.get("Origin"), self.headers.get("Sec-Fetch-Site"),
+                                 self.headers.get("Host")):
+            self._send(forbidden(why))
+        elif path == LOGOUT_PATH:
+            self._send(logout_answer("POST", auth.secure_cookie(self.via_tls)))
+        else:
+            a = login_answer(self.body, self.headers.get("Content-Type"), auth.token,
+                             auth.secure_cookie(self.via_tls))
+            if a.status == 303:
+                self.peer_authenticated()
+            elif a.status == 401:
+                auth.note_refused(caller)
+            self._send(a)
 
     def _send(self, a: Answer) -> None:
         with contextlib.suppress(OSError):
