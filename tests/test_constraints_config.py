@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.placement import node
 
 from swarmgpu.core.config import ConfigError, describe_defaults, load_config
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.swarm.constraints import (
     ConstraintError,
     node_labels_satisfy,
+    node_satisfies,
     parse_constraint,
 )
 
@@ -85,3 +88,27 @@ def test_config_check_reads_a_pinned_workload_file(tmp_path: Path) -> None:
     cfg.write_text(f"placement:\n  workload: {good}\n")
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 0 and res.output.endswith(": ok\n"), res.output
+
+
+def test_a_field_swarmkit_does_not_know_matches_no_node() -> None:
+    """swarmkit's NodeMatches refuses every node on a key it does not read (a typo such
+    as node.platform==linux, or node.labels. with no label): Swarm never runs the task,
+    so the planner must not pick a node for it."""
+    n = replace(node("n-a", "node-a"), os="linux", labels={"": "x"})
+    for text in ("node.platform==linux", "node.label.pool==a", "engine.label.x!=y",
+                 "node.labels.==x", "node.labels.!=y", "engine.labels.!=y", "hostname==node-a"):
+        assert not node_satisfies([parse_constraint(text)], n), text
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("node.ip==10.0.0.5", True), ("node.ip!=10.0.0.5", False), ("node.ip==10.0.0.6", False),
+    ("node.ip==10.0.0.0/24", True), ("node.ip!=10.0.0.0/24", False),
+    ("node.ip==10.0.1.0/24", False), ("node.ip!=10.0.1.0/24", True),
+    ("NODE.IP==10.0.0.5", True), ("node.ip==host-a", False), ("node.ip!=host-a", False),
+    ("node.ip==::ffff:10.0.0.5", True),
+])
+def test_node_ip_is_read_as_swarmkit_reads_it(text: str, ok: bool) -> None:
+    """An address or a CIDR subnet against Status.Addr; a malformed one matches no node,
+    with either operator."""
+    n = replace(node("n-a", "node-a"), addr="10.0.0.5")
+    assert node_satisfies([parse_constraint(text)], n) is ok

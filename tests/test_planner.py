@@ -71,6 +71,22 @@ def test_service_constraints_and_platform_are_respected() -> None:
     assert [q.node_id for q in sp.placements] == ["n-a"]  # n-a's platform is unknown
 
 
+def test_a_constraint_swarm_matches_on_no_node_holds_no_gpus() -> None:
+    """A key swarmkit does not read (``node.platform``) and a malformed ``node.ip`` match
+    no node in Swarm: its task would wait forever on GPUs held for it."""
+    nodes, facts = two_nodes()
+    for bad in ("node.platform == linux", "node.ip == node-a"):
+        s = replace(svc("s", {"swarmgpu.gpus": "1"}),
+                    constraints=(gate_constraint(P, "s"), bad))
+        sp = plan_placement(nodes, [s], [], facts).services[0]  # type: ignore[arg-type]
+        assert sp.status == "pending" and not sp.placements, bad
+    ip = replace(svc("s", {"swarmgpu.gpus": "1"}),
+                 constraints=(gate_constraint(P, "s"), "node.ip != 10.0.0.1"))
+    nodes[1] = replace(nodes[1], addr="10.0.0.2")
+    (p,) = plan_placement(nodes, [ip], [], facts).services[0].placements  # type: ignore[arg-type]
+    assert p.node_id == "n-b"
+
+
 def test_second_replica_reason_names_the_one_per_node_rule() -> None:
     nodes, facts = two_nodes()
     nodes = nodes[:1]

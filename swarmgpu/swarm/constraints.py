@@ -7,6 +7,7 @@ whole-string and case-insensitive on the value, a missing label compares as ``""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -84,7 +85,8 @@ def parse_all(exprs: Iterable[str]) -> tuple[list[Constraint], list[str]]:
 
 def node_field(c: Constraint, node: NodeLike) -> str | None:
     """The node's value for a constraint's field, as swarmkit reads it (None: a field
-    swarmgpu does not model; treated as satisfied)."""
+    that is no plain value -- ``node.ip``, a key swarmkit does not read -- or a
+    platform the node did not report; ``node_matches`` judges those)."""
     f = c.field.lower()
     if f == "node.id":
         return node.id
@@ -96,23 +98,79 @@ def node_field(c: Constraint, node: NodeLike) -> str | None:
         return node.os or None
     if f == "node.platform.arch":
         return node.arch or None
-    if f.startswith("node.labels."):
-        return node.labels.get(c.field[len("node.labels."):], "")
-    if f.startswith("engine.labels."):
-        return node.engine_labels.get(c.field[len("engine.labels."):], "")
+    if f.startswith(_NODE_LABELS) and len(f) > len(_NODE_LABELS):
+        return node.labels.get(c.field[len(_NODE_LABELS):], "")
+    if f.startswith(_ENGINE_LABELS) and len(f) > len(_ENGINE_LABELS):
+        return node.engine_labels.get(c.field[len(_ENGINE_LABELS):], "")
     return None
 
 
+_NODE_LABELS, _ENGINE_LABELS = "node.labels.", "engine.labels."
+_PLATFORM = frozenset(("node.platform.os", "node.platform.arch"))
+
+
+def node_matches(c: Constraint, node: NodeLike) -> bool:
+    """swarmkit's NodeMatches for one constraint: a key it does not read (a typo such as
+    ``node.platform``, ``node.labels.`` with no label) matches no node, with either
+    operator; a platform the node did not report never refuses (swarmgpu's fixtures and
+    a node not yet described; a ready node always reports one)."""
+    f = c.field.lower()
+    if f == "node.ip":
+        return _ip_matches(c, node.addr)
+    actual = node_field(c, node)
+    if actual is None:
+        return f in _PLATFORM
+    return (c.op == "==") == (actual.lower() == c.value.lower())
+
+
+def _ip_matches(c: Constraint, addr: str) -> bool:
+    """``node.ip`` against the node's Status.Addr: one address, or a CIDR subnet; a value
+    that is neither matches no node, with either operator (as swarmkit)."""
+    ip = _parse_ip(c.value)
+    node_ip = _parse_ip(addr)
+    if ip is not None:
+        return (c.op == "==") == (node_ip is not None and ip == node_ip)
+    net = _parse_cidr(c.value)
+    if net is None:
+        return False
+    return (c.op == "==") == (node_ip is not None and node_ip in net)
+
+
+_Ip = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _parse_ip(text: str) -> _Ip | None:
+    """Go's net.ParseIP: no zone; an IPv4-mapped IPv6 address equals its IPv4 one."""
+    if "%" in text:
+        return None
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _parse_cidr(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """Go's net.ParseCIDR: ADDRESS/BITS (no netmask form), host bits allowed."""
+    addr, slash, bits = text.partition("/")
+    if not slash or not bits.isascii() or not bits.isdigit() or _parse_ip(addr) is None:
+        return None
+    try:
+        net = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return None
+    mapped = (net.network_address.ipv4_mapped
+              if isinstance(net, ipaddress.IPv6Network) else None)
+    if mapped is not None and net.prefixlen >= 96:  # Go reads it as the IPv4 subnet
+        return ipaddress.IPv4Network(f"{mapped}/{net.prefixlen - 96}")
+    return net
+
+
 def node_satisfies(constraints: Iterable[Constraint], node: NodeLike) -> bool:
-    """swarmkit's constraint.NodeMatches: every constraint holds, values compared
-    case-insensitively, a missing label reads as ""."""
-    for c in constraints:
-        actual = node_field(c, node)
-        if actual is None:
-            continue
-        if (c.op == "==") != (actual.lower() == c.value.lower()):
-            return False
-    return True
+    """swarmkit's constraint.NodeMatches: every constraint holds (``node_matches``)."""
+    return all(node_matches(c, node) for c in constraints)
 
 
 def platform_ok(node: NodeLike, os: str, arch: str) -> bool:
@@ -133,6 +191,8 @@ class NodeLike(Protocol):
     def id(self) -> str: ...
     @property
     def hostname(self) -> str: ...
+    @property
+    def addr(self) -> str: ...
     @property
     def role(self) -> str: ...
     @property
