@@ -1,8 +1,9 @@
-"""Swarm placement constraints: parsing, and evaluation against labels (the key rule
-itself is :mod:`swarmgpu.core.labelkeys`).
+"""Swarm placement constraints: parsing, and evaluation against nodes.
 
-Mirrors swarmkit's ``manager/constraint/constraint.go``: only ``==`` and ``!=``,
-whole-string and case-insensitive on the value, a missing label compares as ``""``.
+Mirrors swarmkit's ``manager/constraint/constraint.go`` as Go runs it: only ``==`` and
+``!=``, its key and value rules, whole-string and case-insensitive (``strings.EqualFold``)
+on the value, a missing label compares as ``""``, a key it does not read matches no node.
+(The stricter ASCII rule for what swarmgpu writes itself is :mod:`swarmgpu.core.labelkeys`.)
 """
 
 from __future__ import annotations
@@ -12,10 +13,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
-
-from swarmgpu.core.labelkeys import KEY_RE
-
-_OP_RE = re.compile(r"(==|!=)")
 
 
 @dataclass(frozen=True)
@@ -35,21 +32,60 @@ class Constraint:
         return f"{self.field}{self.op}{self.value}"
 
 
+# swarmkit's alphaNumeric and valuePattern as Go reads them: (?i)[a-z] is [A-Za-z\u017f\u212a]
+# (case folding adds the long s and the Kelvin sign), \s is [\t\n\f\r ] (Python's ASCII \s
+# adds \v). Stricter than swarmkit, a constraint Swarm runs under would be dropped as
+# unparsable and the planner would ignore it.
+_GO_FOLDED = "\u017f\u212a"
+_KEY_RE = re.compile(rf"[a-z_{_GO_FOLDED}][a-z0-9\-_.{_GO_FOLDED}]+", re.IGNORECASE | re.ASCII)
+_VALUE_RE = re.compile(rf"[a-z0-9:\-_\t\n\f\r \.\*\(\)\?\+\[\]\\\^\$\|\/{_GO_FOLDED}]+",
+                       re.IGNORECASE | re.ASCII)
+
+
 class ConstraintError(ValueError):
     pass
 
 
 def parse_constraint(expr: str) -> Constraint:
-    parts = _OP_RE.split(expr, maxsplit=1)
-    if len(parts) != 3:
+    """swarmkit's constraint.Parse: ``==`` is looked for first, then ``!=``; the text is
+    split at the first one, each side trimmed of Go's white space, the key and the value
+    checked by swarmkit's rules (so a constraint Swarm runs under parses, and one Swarm
+    refuses does not)."""
+    op = "==" if "==" in expr else "!=" if "!=" in expr else ""
+    if not op:
         raise ConstraintError(f"constraint {expr!r}: expected KEY==VALUE or KEY!=VALUE")
-    key, op, value = (p.strip() for p in parts)
-    if not KEY_RE.fullmatch(key):
+    key, _, value = (_go_trim(p) for p in expr.partition(op))
+    if not _KEY_RE.fullmatch(key):
         raise ConstraintError(
             f"constraint {expr!r}: key {key!r} is invalid for Swarm "
             "(letters, digits, '-', '_', '.' only; no '/')"
         )
+    if not _VALUE_RE.fullmatch(value):
+        raise ConstraintError(
+            f"constraint {expr!r}: value {value!r} is invalid for Swarm (not empty; letters, "
+            "digits, spaces and : - _ . * ( ) ? + [ ] \\ ^ $ | / only; no '=', '!', '<')"
+        )
     return Constraint(key, op, value)
+
+
+# Go's unicode.IsSpace, which strings.TrimSpace trims (str.strip also drops U+001C-U+001F)
+_GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007" \
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+def _go_trim(text: str) -> str:
+    return text.strip(_GO_SPACE)
+
+
+def equal_fold(a: str, b: str) -> bool:
+    """Go's strings.EqualFold for a value ``parse_constraint`` lets through (ASCII, the
+    long s, the Kelvin sign) against any text: those two fold to s and k, ASCII letters
+    to lower case, and no other character folds to one of them."""
+    return a.translate(_FOLD) == b.translate(_FOLD)
+
+
+_FOLD = {**{ord(c): ord(c.lower()) for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"},
+         0x17F: ord("s"), 0x212A: ord("k")}
 
 
 def node_labels_satisfy(
@@ -64,8 +100,7 @@ def node_labels_satisfy(
         key = c.node_label
         if key is None:
             continue
-        actual = node_labels.get(key, "")
-        equal = actual.lower() == c.value.lower()
+        equal = equal_fold(node_labels.get(key, ""), c.value)
         if (c.op == "==") != equal:
             return False
     return True
@@ -120,7 +155,7 @@ def node_matches(c: Constraint, node: NodeLike) -> bool:
     actual = node_field(c, node)
     if actual is None:
         return f in _PLATFORM
-    return (c.op == "==") == (actual.lower() == c.value.lower())
+    return (c.op == "==") == equal_fold(actual, c.value)
 
 
 def _ip_matches(c: Constraint, addr: str) -> bool:
