@@ -100,6 +100,23 @@ def test_second_replica_reason_names_the_one_per_node_rule() -> None:
     assert sp.status == "placed" and sp.packed and [p.slot for p in sp.placements] == [1, 2]
 
 
+def test_replicas_publishing_a_host_mode_port_are_never_packed_on_one_node() -> None:
+    """Swarm's HostPortFilter: a node runs one task per host-mode published port, so a
+    second packed replica would wait forever on the GPUs held for it there."""
+    nodes, facts = two_nodes()
+    nodes = nodes[:1]
+    s = replace(svc("web", {"swarmgpu.gpus": "1"}, replicas=2), spec={"EndpointSpec": {
+        "Ports": [{"Protocol": "tcp", "TargetPort": 80, "PublishedPort": 8000,
+                   "PublishMode": "host"}]}})
+    sp = plan_placement(nodes, [s], [], {"n-a": facts["n-a"]}).services[0]  # type: ignore[arg-type]
+    assert not sp.packed and len(sp.placements) == 1 and sp.status == "pending"
+    assert "host-mode port 8000/tcp" in (sp.reason or ""), sp.reason
+    ingress = replace(s, spec={"EndpointSpec": {"Ports": [
+        {"Protocol": "tcp", "TargetPort": 80, "PublishedPort": 8000}]}})
+    sp = plan_placement(nodes, [ingress], [], {"n-a": facts["n-a"]}).services[0]  # type: ignore[arg-type]
+    assert sp.packed and len(sp.placements) == 2
+
+
 def test_gate_naming_another_service_is_replaced_and_reported() -> None:
     nodes, facts = two_nodes()
     s = replace(svc("prod_llm", {"swarmgpu.gpus": "1"}),
