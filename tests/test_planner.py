@@ -15,7 +15,7 @@ from support.planner import cpu_node, two_nodes
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.manager.placement import Planner, gate_constraint, plan_placement, read_ledger
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, task_from_api
 
 
 def reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
@@ -44,6 +44,25 @@ def test_cpu_reserved_by_a_running_task_sends_the_next_service_elsewhere() -> No
     (py,) = sp["y"].placements
     assert py.node_id != px.node_id
     assert sp["y"].status == "placed"
+
+
+def test_a_reservation_below_a_milli_cpu_or_a_mib_counts_whole() -> None:
+    """Swarm's ResourceFilter compares nanoCPUs and bytes: a task reserving 1.000000001
+    CPUs leaves less than 1 CPU of 2, so a service reserving 1 CPU waits on that node
+    forever. Reservations round up, a node's capacity down."""
+    nodes, facts = two_nodes()
+    hog = svc("hog", {}, gated=False)
+    raw = {"ID": "th", "ServiceID": hog.id, "NodeID": "n-a", "Slot": 1,
+           "Status": {"State": "running"}, "DesiredState": "running",
+           "Spec": {"Resources": {"Reservations": {"NanoCPUs": 1_000_000_001,
+                                                   "MemoryBytes": 1024 * 1024 + 1}}}}
+    t = task_from_api(raw)
+    assert (t.cpu_milli, t.memory_mib) == (1001, 2)
+    y = reserving(svc("y", {"swarmgpu.gpus": "1"}), 1000)
+    for _ in range(2):  # either node first (hostname order): never n-a
+        sp = plan_placement(nodes, [y, hog], [t], facts).services[0]  # type: ignore[arg-type]
+        assert [p.node_id for p in sp.placements] == ["n-b"]
+        nodes.reverse()
 
 
 def test_cpu_counts_a_placed_holding_before_its_task_exists() -> None:
