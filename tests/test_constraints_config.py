@@ -1,14 +1,18 @@
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from support.placement import node
 
 from swarmgpu.core.config import ConfigError, describe_defaults, load_config
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.swarm.constraints import (
     ConstraintError,
     node_labels_satisfy,
+    node_satisfies,
     parse_constraint,
 )
 
@@ -26,8 +30,8 @@ def test_eval_case_insensitive_and_missing_is_empty() -> None:
           parse_constraint("node.role==worker")]
     assert node_labels_satisfy(cs, {"a": "foo"})
     assert not node_labels_satisfy(cs, {"a": "foo", "b": "X"})
-    assert not node_labels_satisfy([parse_constraint("node.labels.a==")], {"a": "1"})
-    assert node_labels_satisfy([parse_constraint("node.labels.a==")], {})
+    assert not node_labels_satisfy([parse_constraint("node.labels.a!=x")], {"a": "X"})
+    assert node_labels_satisfy([parse_constraint("node.labels.a!=x")], {})
 
 
 def test_bad_constraint() -> None:
@@ -85,3 +89,63 @@ def test_config_check_reads_a_pinned_workload_file(tmp_path: Path) -> None:
     cfg.write_text(f"placement:\n  workload: {good}\n")
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 0 and res.output.endswith(": ok\n"), res.output
+
+
+def test_a_field_swarmkit_does_not_know_matches_no_node() -> None:
+    """swarmkit's NodeMatches refuses every node on a key it does not read (a typo such
+    as node.platform==linux, or node.labels. with no label): Swarm never runs the task,
+    so the planner must not pick a node for it."""
+    n = replace(node("n-a", "node-a"), os="linux", labels={"": "x"})
+    for text in ("node.platform==linux", "node.label.pool==a", "engine.label.x!=y",
+                 "node.labels.==x", "node.labels.!=y", "engine.labels.!=y", "hostname==node-a"):
+        assert not node_satisfies([parse_constraint(text)], n), text
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    ("node.ip==10.0.0.5", True), ("node.ip!=10.0.0.5", False), ("node.ip==10.0.0.6", False),
+    ("node.ip==10.0.0.0/24", True), ("node.ip!=10.0.0.0/24", False),
+    ("node.ip==10.0.1.0/24", False), ("node.ip!=10.0.1.0/24", True),
+    ("NODE.IP==10.0.0.5", True), ("node.ip==host-a", False), ("node.ip!=host-a", False),
+    ("node.ip==::ffff:10.0.0.5", True),
+])
+def test_node_ip_is_read_as_swarmkit_reads_it(text: str, ok: bool) -> None:
+    """An address or a CIDR subnet against Status.Addr; a malformed one matches no node,
+    with either operator."""
+    n = replace(node("n-a", "node-a"), addr="10.0.0.5")
+    assert node_satisfies([parse_constraint(text)], n) is ok
+
+
+@pytest.mark.parametrize("text", [
+    "node.labels.\u017fsd==true",  # Go's (?i)[a-z] is [A-Za-z\u017f\u212a]
+    "node.labels.dis\u212a==a\u017f",
+    "  node.labels.a  ==  b c\u00a0",  # TrimSpace: Unicode spaces around each side
+])
+def test_parse_accepts_what_swarmkit_accepts(text: str) -> None:
+    """A constraint Swarm runs under is never dropped as unparsable (the planner would
+    ignore it and hold GPUs on a node Swarm refuses)."""
+    c = parse_constraint(text)
+    assert c.op == "==" and not c.field.startswith(" ") and c.value == c.value.strip()
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("node.labels.a==", "value ''"),  # an empty value
+    ("node.labels.a!=b=c", "value 'b=c'"),
+    ("node.labels.a!=b==c", "key 'node.labels.a!=b'"),  # '==' is looked for first
+    ("node.labels.a==b\x0bc", "value"),  # Go's \s is [\t\n\f\r ]: no \v
+    ("\x1cnode.labels.a==b", "key"),  # TrimSpace keeps U+001C (str.strip drops it)
+    ("node.labels.a==\u00e4", "value"),
+    ("node.labels.a==x!", "value"),
+])
+def test_parse_refuses_what_swarmkit_refuses(text: str, why: str) -> None:
+    with pytest.raises(ConstraintError, match=re.escape(why)):
+        parse_constraint(text)
+
+
+def test_values_compare_as_go_equal_fold() -> None:
+    """strings.EqualFold: the long s folds to s, the Kelvin sign to k; nothing else
+    outside ASCII folds to a letter a constraint can hold."""
+    n = node("n-a", "node-a", {"disk": "\u017fsd", "kind": "\u212aX", "t": "\u0130"})
+    assert node_satisfies([parse_constraint("node.labels.disk==SSD")], n)
+    assert node_satisfies([parse_constraint("node.labels.kind==kx")], n)
+    assert not node_satisfies([parse_constraint("node.labels.t==i")], n)
+    assert node_labels_satisfy([parse_constraint("node.labels.disk==ssd")], n.labels)

@@ -15,7 +15,7 @@ from support.planner import cpu_node, two_nodes
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.manager.placement import Planner, gate_constraint, plan_placement, read_ledger
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, task_from_api
 
 
 def reserving(s: SwarmService, cpu_milli: int) -> SwarmService:
@@ -46,6 +46,25 @@ def test_cpu_reserved_by_a_running_task_sends_the_next_service_elsewhere() -> No
     assert sp["y"].status == "placed"
 
 
+def test_a_reservation_below_a_milli_cpu_or_a_mib_counts_whole() -> None:
+    """Swarm's ResourceFilter compares nanoCPUs and bytes: a task reserving 1.000000001
+    CPUs leaves less than 1 CPU of 2, so a service reserving 1 CPU waits on that node
+    forever. Reservations round up, a node's capacity down."""
+    nodes, facts = two_nodes()
+    hog = svc("hog", {}, gated=False)
+    raw = {"ID": "th", "ServiceID": hog.id, "NodeID": "n-a", "Slot": 1,
+           "Status": {"State": "running"}, "DesiredState": "running",
+           "Spec": {"Resources": {"Reservations": {"NanoCPUs": 1_000_000_001,
+                                                   "MemoryBytes": 1024 * 1024 + 1}}}}
+    t = task_from_api(raw)
+    assert (t.cpu_milli, t.memory_mib) == (1001, 2)
+    y = reserving(svc("y", {"swarmgpu.gpus": "1"}), 1000)
+    for _ in range(2):  # either node first (hostname order): never n-a
+        sp = plan_placement(nodes, [y, hog], [t], facts).services[0]  # type: ignore[arg-type]
+        assert [p.node_id for p in sp.placements] == ["n-b"]
+        nodes.reverse()
+
+
 def test_cpu_counts_a_placed_holding_before_its_task_exists() -> None:
     nodes, facts = two_nodes()
     a = reserving(svc("a", {"swarmgpu.gpus": "1"}), 1500)
@@ -71,6 +90,22 @@ def test_service_constraints_and_platform_are_respected() -> None:
     assert [q.node_id for q in sp.placements] == ["n-a"]  # n-a's platform is unknown
 
 
+def test_a_constraint_swarm_matches_on_no_node_holds_no_gpus() -> None:
+    """A key swarmkit does not read (``node.platform``) and a malformed ``node.ip`` match
+    no node in Swarm: its task would wait forever on GPUs held for it."""
+    nodes, facts = two_nodes()
+    for bad in ("node.platform == linux", "node.ip == node-a"):
+        s = replace(svc("s", {"swarmgpu.gpus": "1"}),
+                    constraints=(gate_constraint(P, "s"), bad))
+        sp = plan_placement(nodes, [s], [], facts).services[0]  # type: ignore[arg-type]
+        assert sp.status == "pending" and not sp.placements, bad
+    ip = replace(svc("s", {"swarmgpu.gpus": "1"}),
+                 constraints=(gate_constraint(P, "s"), "node.ip != 10.0.0.1"))
+    nodes[1] = replace(nodes[1], addr="10.0.0.2")
+    (p,) = plan_placement(nodes, [ip], [], facts).services[0].placements  # type: ignore[arg-type]
+    assert p.node_id == "n-b"
+
+
 def test_second_replica_reason_names_the_one_per_node_rule() -> None:
     nodes, facts = two_nodes()
     nodes = nodes[:1]
@@ -82,6 +117,23 @@ def test_second_replica_reason_names_the_one_per_node_rule() -> None:
     s = svc("r", {"swarmgpu.gpus": "1"}, replicas=2)
     sp = plan_placement(nodes, [s], [], {"n-a": facts["n-a"]}).services[0]  # type: ignore[arg-type]
     assert sp.status == "placed" and sp.packed and [p.slot for p in sp.placements] == [1, 2]
+
+
+def test_replicas_publishing_a_host_mode_port_are_never_packed_on_one_node() -> None:
+    """Swarm's HostPortFilter: a node runs one task per host-mode published port, so a
+    second packed replica would wait forever on the GPUs held for it there."""
+    nodes, facts = two_nodes()
+    nodes = nodes[:1]
+    s = replace(svc("web", {"swarmgpu.gpus": "1"}, replicas=2), spec={"EndpointSpec": {
+        "Ports": [{"Protocol": "tcp", "TargetPort": 80, "PublishedPort": 8000,
+                   "PublishMode": "host"}]}})
+    sp = plan_placement(nodes, [s], [], {"n-a": facts["n-a"]}).services[0]  # type: ignore[arg-type]
+    assert not sp.packed and len(sp.placements) == 1 and sp.status == "pending"
+    assert "host-mode port 8000/tcp" in (sp.reason or ""), sp.reason
+    ingress = replace(s, spec={"EndpointSpec": {"Ports": [
+        {"Protocol": "tcp", "TargetPort": 80, "PublishedPort": 8000}]}})
+    sp = plan_placement(nodes, [ingress], [], {"n-a": facts["n-a"]}).services[0]  # type: ignore[arg-type]
+    assert sp.packed and len(sp.placements) == 2
 
 
 def test_gate_naming_another_service_is_replaced_and_reported() -> None:

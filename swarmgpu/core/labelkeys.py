@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import re
 
-# swarmkit: alphaNumeric key rule and value rule. Go's (?i)[a-z] is ASCII; Python's
-# IGNORECASE is not without re.ASCII (U+017F long s and the Kelvin sign would match), and '$'
-# also matches before a trailing newline, so both are matched with fullmatch.
+# swarmkit's alphaNumeric key rule and value rule, held to ASCII: what swarmgpu writes
+# and accepts in its own config. (Go's (?i)[a-z] is [A-Za-z\u017f\u212a], its case folding
+# adds the long s and the Kelvin sign; the constraints Swarm runs under are parsed by
+# that exact rule, in swarmgpu.swarm.constraints.) Python's IGNORECASE is ASCII only with
+# re.ASCII, and '$' also matches before a trailing newline, so both are matched with
+# fullmatch.
 KEY_RE = re.compile(r"[a-z_][a-z0-9\-_.]+", re.IGNORECASE | re.ASCII)
 VALUE_RE = re.compile(r"[a-z0-9:\-_\s\.\*\(\)\?\+\[\]\\\^\$\|\/]+", re.IGNORECASE | re.ASCII)
 # A generic resource kind as a node advertises it. swarmkit's genericresource.Parse splits

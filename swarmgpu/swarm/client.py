@@ -175,10 +175,20 @@ def _bytes_to_mib(v: Any) -> int | None:
 
 
 def reservations(spec: Mapping[str, Any]) -> tuple[int, int]:
-    """(CPU milli, memory MiB) a service or task spec reserves on its node."""
+    """(CPU milli, memory MiB) a service or task spec reserves on its node, rounded up
+    (a node's capacity is rounded down): Swarm compares nanoCPUs and bytes, so a sum
+    that fits here fits there."""
     tt = spec.get("TaskTemplate", spec)
     res = ((tt.get("Resources") or {}).get("Reservations") or {})
-    return (_nano_to_milli(res.get("NanoCPUs")) or 0, _bytes_to_mib(res.get("MemoryBytes")) or 0)
+    return (_ceil_div(res.get("NanoCPUs"), 1_000_000), _ceil_div(res.get("MemoryBytes"), 1 << 20))
+
+
+def _ceil_div(v: Any, unit: int) -> int:
+    try:
+        n = int(v or 0)
+    except (TypeError, ValueError):
+        return 0
+    return max(0, -(-n // unit))
 
 
 # Spec.Mode's keys as the stack file and the CLI write them (--mode replicated-job).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
 from swarmgpu.core.model import NodeFacts, link_score
@@ -69,6 +70,15 @@ def unread(facts: NodeFacts | None) -> bool:
     say why (the source failed: NVML cannot initialise, its GPU count failed). Zero GPUs
     without an error is an answer; this is not."""
     return facts is None or facts.gpus_unread
+
+
+def host_ports(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ports a service publishes in host mode ("8000/tcp"): Swarm runs one task per
+    node with each (its HostPortFilter), so its replicas are never packed on one node."""
+    ports = (spec.get("EndpointSpec") or {}).get("Ports") or ()
+    return tuple(f"{p.get('PublishedPort')}/{p.get('Protocol') or 'tcp'}" for p in ports
+                 if isinstance(p, Mapping) and p.get("PublishMode") == "host"
+                 and p.get("PublishedPort"))
 
 
 def schedulable(node: SwarmNode) -> bool:

@@ -17,7 +17,7 @@ from swarmgpu.manager.placement.replicas import (
     want_slots,
     zone_orders,
 )
-from swarmgpu.manager.placement.specs import demand_of
+from swarmgpu.manager.placement.specs import demand_of, host_ports
 from swarmgpu.manager.services.requests import GpuRequest, Pack
 from swarmgpu.swarm.client import SwarmService
 
@@ -40,7 +40,8 @@ def place_replicas(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holdin
         mrpn = 0  # the value swarmgpu set when it last packed the service: not a limit
     # No node holds more replicas than it has GPUs: beyond that, packing is not tried
     # (and no slot list is built: a service of 100,000 replicas is just pending).
-    fits_one = r.can_pack and replicas * r.gpus <= cyc.most_gpus
+    ports = host_ports(s.spec)  # a node binds each for one task only: never packed
+    fits_one = r.can_pack and not ports and replicas * r.gpus <= cyc.most_gpus
     may_pack = (not holdings and replicas > 1 and fits_one
                 and not 1 < mrpn < replicas)
     if may_pack and r.pack is Pack.ALWAYS:
@@ -88,6 +89,9 @@ def place_replicas(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holdin
         reasons, again = _place_missing(s, r, placements, replicas, res, cyc)
         new = new or again
         reasons.append("no single node can hold all replicas either")
+    elif len(placements) < replicas and r.can_pack and ports:
+        reasons.append(f"not packed on one node: it publishes host-mode port "
+                       f"{', '.join(ports)}, which a node binds for one task only")
     elif len(placements) < replicas and r.can_pack and 1 < mrpn < replicas:
         reasons.append(f"not packed on one node: max_replicas_per_node {mrpn} is below "
                        f"{replicas} replicas (raise or remove it)")
