@@ -11,7 +11,7 @@ from swarmgpu.manager.placement.keys import DEVICES, assign_key, devices_key, ga
 from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.tasks import Waiting
-from swarmgpu.manager.services.sharing import SHARE, want_labels
+from swarmgpu.manager.services.sharing import SHARE, node_of_key, want_labels
 from swarmgpu.swarm.client import SwarmService
 
 
@@ -72,7 +72,12 @@ def write_devices_and_gates(
     warnings: tuple[str, ...] = ()
     if labels_set:
         gen = s.force_update  # tasks created from now on carry the map
-    if labels_set and (waiting or not running_on or changed_for_running):
+    # Only a waiting task that reads a changed list needs replacing: one on a node whose
+    # list did not change was made with it (a global service's node joining, while
+    # another node's task waits, restarted every node's task).
+    stale = bool(labels_set) and waiting.reads_map_of(
+        _nodes_of([*labels_set, *labels_remove], prefix))
+    if labels_set and (stale or not running_on or changed_for_running):
         force = True
         gen = s.force_update + 1
         decision = _decision(s, held, running_on, changed_for_running, cyc)
@@ -112,6 +117,18 @@ def write_devices_and_gates(
             node_set.append((nid, diff))
     return DeviceMap(labels_set, tuple(labels_remove), tuple(node_set), not deferred,
                      deferred, force, parallelism, decision, warnings)
+
+
+def _nodes_of(keys: Sequence[str], prefix: str) -> set[str]:
+    """The nodes device lists and share labels ``keys`` are for (a node id has no dot:
+    ``<node>.<slot>`` is a packed replica's list)."""
+    dk = prefix + DEVICES
+    out: set[str] = set()
+    for k in keys:
+        nid = k[len(dk):].partition(".")[0] if k.startswith(dk) else node_of_key(k, prefix)
+        if nid:
+            out.add(nid)
+    return out
 
 
 def _decision(s: SwarmService, held: Mapping[str, Holding], running_on: Mapping[str, int],

@@ -22,9 +22,17 @@ class Waiting:
     count: int = 0
     min_force_update: int = 0
     refused: str = ""  # Swarm's words ("no suitable node (insufficient resources ...)")
+    placed: int = 0  # of them, those Swarm has put on a node already
+    nodes: frozenset[str] = frozenset()  # the nodes those are on
 
     def __bool__(self) -> bool:
         return self.count > 0
+
+    def reads_map_of(self, nodes: AbstractSet[str]) -> bool:
+        """Some waiting task would start with the device map of one of ``nodes``: one not
+        on a node yet (it may land on any), or one on one of them. A task on another node
+        reads only its own node's map, which it was made with."""
+        return self.count > self.placed or not self.nodes.isdisjoint(nodes)
 
     def all_newer(self, gen: int) -> bool:
         """Every waiting task was created at device-map generation ``gen`` or later."""
@@ -67,7 +75,8 @@ def tasks_by_service(tasks: Sequence[SwarmTask],
     slots: dict[str, dict[int, str]] = {}
     on_nodes: dict[str, set[str]] = {}
     failed: dict[str, list[str]] = {}
-    acc: dict[str, list[Any]] = {}  # service id -> [count, min ForceUpdate, refusal]
+    # service id -> [count, min ForceUpdate, refusal, count on a node, their nodes]
+    acc: dict[str, list[Any]] = {}
     refusal: dict[tuple[str, str], str] = {}  # Swarm repeats one text over many tasks
     wanted: dict[str, bool] = {}
     for t in tasks:
@@ -108,8 +117,11 @@ def tasks_by_service(tasks: Sequence[SwarmTask],
         elif state in _ACTIVE:
             a = acc.get(sid)
             if a is None:
-                a = acc[sid] = [0, t.force_update, ""]
+                a = acc[sid] = [0, t.force_update, "", 0, set()]
             a[0] += 1
+            if nid:
+                a[3] += 1
+                a[4].add(nid)
             if t.force_update < a[1]:
                 a[1] = t.force_update
             if not a[2] and (t.error or t.message):
@@ -118,7 +130,7 @@ def tasks_by_service(tasks: Sequence[SwarmTask],
                 if text is None:
                     text = refusal[key] = _refusal_text(t.error, t.message)
                 a[2] = text
-    waiting = {sid: Waiting(a[0], a[1], a[2]) for sid, a in acc.items()}
+    waiting = {sid: Waiting(a[0], a[1], a[2], a[3], frozenset(a[4])) for sid, a in acc.items()}
     return TaskView(running, waiting, slots, on_nodes, failed, use)
 
 
