@@ -25,7 +25,9 @@ def test_global_gets_one_holding_per_gpu_node_and_none_elsewhere() -> None:
     assert sp.status == "placed" and sp.mode == "global"
     assert sorted(p.hostname for p in sp.placements) == ["gpu-node-1", "gpu-node-2"]
     assert {k for k in sp.service_labels_set if k.startswith(f"{P}devices.")} == {
-        f"{P}devices.n-dgx", f"{P}devices.n-4090"}
+        f"{P}devices.n-dgx",
+        f"{P}devices.n-4090",
+    }
     assert sp.to_dict()["mode"] == "global" and sp.to_dict()["nodes_waiting"] == {}
 
 
@@ -56,8 +58,14 @@ def test_status_lists_global_nodes_waiting_and_jobs_done() -> None:
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
     s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})
     sp = plan_placement(nodes, [s], [], FACTS).services[0]  # type: ignore[list-item]
-    done = {"name": "embed", "mode": "replicated-job", "status": "done", "placements": [],
-            "progress": "2 of 2 complete, 0 GPU holding(s) now", "nodes_waiting": {}}
+    done = {
+        "name": "embed",
+        "mode": "replicated-job",
+        "status": "done",
+        "placements": [],
+        "progress": "2 of 2 complete, 0 GPU holding(s) now",
+        "nodes_waiting": {},
+    }
     services = [sp.to_dict(), done, {"name": "r", "placements": []}]
     lines = render_status({"nodes": [], "services": services, "pending": []}).split("\n")
     assert lines[1] == "global services and jobs:"
@@ -76,8 +84,7 @@ def test_audit_names_a_global_services_gpu_node_without_room(tmp_path: object) -
 
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
     s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})
-    facts = {n.id: FactsResult(n.id, n.hostname, "", FACTS[n.id], None, time.time())
-             for n in nodes}
+    facts = {n.id: FactsResult(n.id, n.hostname, "", FACTS[n.id], None, time.time()) for n in nodes}
     cfg = replace(Config(), state_dir=str(tmp_path))
     snap = Snapshot(nodes, [s], [], facts)  # type: ignore[list-item]
     (check,) = audit_checks(cfg)

@@ -62,12 +62,12 @@ class TaskView:
 
 def meant_to_run(t: SwarmTask) -> bool:
     """Desired state running, or a job's task (desired state "complete") still live."""
-    return t.desired_state == "running" or (t.desired_state == "complete"
-                                            and t.state in _JOB_LIVE)
+    return t.desired_state == "running" or (t.desired_state == "complete" and t.state in _JOB_LIVE)
 
 
-def tasks_by_service(tasks: Sequence[SwarmTask],
-                     slots_of: Callable[[str], bool] | None = None) -> TaskView:
+def tasks_by_service(
+    tasks: Sequence[SwarmTask], slots_of: Callable[[str], bool] | None = None
+) -> TaskView:
     """``slots_of``: the services whose slots are wanted (those that could be packed on
     one node; default all): the others' slots are never read."""
     running: dict[str, dict[str, int]] = {}
@@ -165,16 +165,20 @@ class TaskBook:
         self.view = TaskView({}, {}, {}, {}, {}, {})
         self.tasks_on: set[tuple[str, str]] = set()  # ``view.on_nodes`` as pairs
 
-    def update(self, tasks: Sequence[SwarmTask], few: AbstractSet[str],
-               ) -> tuple[TaskView, set[str]]:
+    def update(
+        self,
+        tasks: Sequence[SwarmTask],
+        few: AbstractSet[str],
+    ) -> tuple[TaskView, set[str]]:
         """This cycle's view (what ``tasks_by_service(tasks, few.__contains__)`` gives),
         and the service ids whose part of it may differ from the last cycle's."""
         prev = self._tasks
         ids = list(map(_task_id, tasks))
         olds = list(map(prev.get, ids))
         # (comprehensions: a loop over the tasks doing all of it cost twice as much)
-        differ = [(t, o) for t, o in zip(tasks, olds, strict=True)
-                  if o is None or (o is not t and o != t)]
+        differ = [
+            (t, o) for t, o in zip(tasks, olds, strict=True) if o is None or (o is not t and o != t)
+        ]
         changed = {t.service_id for t, _ in differ}
         changed.update(o.service_id for _, o in differ if o is not None)
         matched = len(olds) - sum(1 for _, o in differ if o is None)  # (new ones differ)
