@@ -8,6 +8,7 @@ from support.gpu_nodes import DGX_A100, RTX4090
 from support.placement import FACTS, apply, node, svc
 
 from swarmgpu.manager.placement import Planner, plan_placement
+from swarmgpu.swarm.client import SwarmTask
 
 P = "swarmgpu."
 
@@ -24,7 +25,9 @@ def test_global_gets_one_holding_per_gpu_node_and_none_elsewhere() -> None:
     assert sp.status == "placed" and sp.mode == "global"
     assert sorted(p.hostname for p in sp.placements) == ["gpu-node-1", "gpu-node-2"]
     assert {k for k in sp.service_labels_set if k.startswith(f"{P}devices.")} == {
-        f"{P}devices.n-dgx", f"{P}devices.n-4090"}
+        f"{P}devices.n-dgx",
+        f"{P}devices.n-4090",
+    }
     assert sp.to_dict()["mode"] == "global" and sp.to_dict()["nodes_waiting"] == {}
 
 
@@ -55,8 +58,14 @@ def test_status_lists_global_nodes_waiting_and_jobs_done() -> None:
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
     s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})
     sp = plan_placement(nodes, [s], [], FACTS).services[0]  # type: ignore[list-item]
-    done = {"name": "embed", "mode": "replicated-job", "status": "done", "placements": [],
-            "progress": "2 of 2 complete, 0 GPU holding(s) now", "nodes_waiting": {}}
+    done = {
+        "name": "embed",
+        "mode": "replicated-job",
+        "status": "done",
+        "placements": [],
+        "progress": "2 of 2 complete, 0 GPU holding(s) now",
+        "nodes_waiting": {},
+    }
     services = [sp.to_dict(), done, {"name": "r", "placements": []}]
     lines = render_status({"nodes": [], "services": services, "pending": []}).split("\n")
     assert lines[1] == "global services and jobs:"
@@ -75,8 +84,7 @@ def test_audit_names_a_global_services_gpu_node_without_room(tmp_path: object) -
 
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
     s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})
-    facts = {n.id: FactsResult(n.id, n.hostname, "", FACTS[n.id], None, time.time())
-             for n in nodes}
+    facts = {n.id: FactsResult(n.id, n.hostname, "", FACTS[n.id], None, time.time()) for n in nodes}
     cfg = replace(Config(), state_dir=str(tmp_path))
     snap = Snapshot(nodes, [s], [], facts)  # type: ignore[list-item]
     (check,) = audit_checks(cfg)
@@ -95,3 +103,31 @@ def test_global_places_on_a_node_whose_namesake_has_no_room() -> None:
     sp = plan_placement(nodes, [s], [], FACTS).services[0]  # type: ignore[list-item]
     assert [p.node_id for p in sp.placements] == ["n-dgx"]
     assert list(sp.nodes_waiting) == ["gpu-node-1 (n-4090)"]
+
+
+def test_a_node_joining_restarts_no_task_where_another_nodes_task_waits() -> None:
+    """A global service runs on one GPU node; its task on the other waits (preparing: an
+    image pull, a start that failed). A third GPU node joins: its device map is written
+    and its gate opens, and nothing else. The waiting task was made after its own node's
+    map (the new node's is nothing it reads): no ForceUpdate, which would restart the
+    running task on the first node for an unrelated node."""
+    nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
+    s = replace(svc("infer", {f"{P}gpus": "1"}), mode="global", replicas=None)
+    planner = Planner()
+    plan = planner.plan(nodes, [s], [], FACTS)
+    nodes = apply(nodes, plan)
+    s = replace(s, labels={**s.labels, **plan.services[0].service_labels_set})
+    tasks = [
+        SwarmTask("t1", s.id, "n-dgx", None, "running", "running", ()),
+        SwarmTask("t2", s.id, "n-4090", None, "preparing", "running", ()),
+    ]
+    assert not planner.plan(nodes, [s], tasks, FACTS).services[0].force_update
+    facts = {**FACTS, "n-dgx2": DGX_A100.facts()}
+    sp = planner.plan([*nodes, node("n-dgx2", "gpu-node-3")], [s], tasks, facts).services[0]
+    assert sorted(p.hostname for p in sp.placements) == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+    assert f"{P}devices.n-dgx2" in sp.service_labels_set
+    assert not sp.force_update and (sp.decision or ("none",))[0] == "none"
+    # A waiting task not on a node yet may land on the new node: that one is replaced.
+    tasks[1] = replace(tasks[1], node_id="", state="pending")
+    sp = planner.plan([*nodes, node("n-dgx2", "gpu-node-3")], [s], tasks, facts).services[0]
+    assert sp.force_update

@@ -11,8 +11,8 @@ from swarmgpu.manager.placement.keys import DEVICES, assign_key, devices_key, ga
 from swarmgpu.manager.placement.ledger import Holding, holdings_of, packed_holding
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.tasks import Waiting
-from swarmgpu.manager.services.sharing import SHARE, want_labels
-from swarmgpu.swarm.client import SwarmService
+from swarmgpu.manager.services.sharing import SHARE, node_of_key, want_labels
+from swarmgpu.swarm.client import SwarmNode, SwarmService
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,27 +34,20 @@ class DeviceMap:
 
 
 def write_devices_and_gates(
-        s: SwarmService, placements: Sequence[ReplicaPlacement],
-        draining: Mapping[int, tuple[tuple[str, ...], tuple[int, ...]]],
-        running_on: Mapping[str, int], waiting: Waiting, cyc: Cycle) -> DeviceMap:
+    s: SwarmService,
+    placements: Sequence[ReplicaPlacement],
+    draining: Mapping[int, tuple[tuple[str, ...], tuple[int, ...]]],
+    running_on: Mapping[str, int],
+    waiting: Waiting,
+    cyc: Cycle,
+) -> DeviceMap:
     """The desired Swarm state for the service: device labels, ledger, gates."""
     prefix, by_id = cyc.prefix, cyc.by_id
-    want_devices = {devices_key(prefix, p.node_id, p.slot): ",".join(p.uuids)
-                    for p in placements}
     held = holdings_of(s.name, placements)
     for nid, h in list(held.items()):
         if h.packed and draining:  # the ledger keeps them until the lists are gone
             held[nid] = packed_holding(s.name, nid, {**draining, **h.per_slot_milli()})
-    ours = (prefix + DEVICES, prefix + SHARE)  # device lists and share labels
-    have_devices = {k: v for k, v in s.labels.items() if k.startswith(ours)}
-    # A shared GPU's container is told its share the same way (swarmgpu.manager.services.sharing).
-    # (Whole GPUs and MIG devices carry no share labels: only shares are asked.)
-    shares = [(p.node_id, p.uuids, p.milli) for p in placements
-              if p.slot is None and len(p.uuids) == 1 and p.milli and p.milli[0] < 1000]
-    if shares:
-        want_devices.update(want_labels(prefix, shares, cyc.facts, have_devices))
-    labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
-    labels_remove = sorted(k for k in have_devices if k not in want_devices)
+    labels_set, labels_remove = _service_labels(s, placements, cyc)
     # Swarm copies the service's labels into a task when it creates it, and a pending
     # task exists from the moment the service does: a task created before its device
     # map was written would start with NVIDIA_VISIBLE_DEVICES=void. So when the map
@@ -72,13 +65,21 @@ def write_devices_and_gates(
     warnings: tuple[str, ...] = ()
     if labels_set:
         gen = s.force_update  # tasks created from now on carry the map
-    if labels_set and (waiting or not running_on or changed_for_running):
+    # Only a waiting task that reads a changed list needs replacing: one on a node whose
+    # list did not change was made with it (a global service's node joining, while
+    # another node's task waits, restarted every node's task).
+    stale = bool(labels_set) and waiting.reads_map_of(
+        _nodes_of([*labels_set, *labels_remove], prefix)
+    )
+    if labels_set and (stale or not running_on or changed_for_running):
         force = True
         gen = s.force_update + 1
         decision = _decision(s, held, running_on, changed_for_running, cyc)
         if running_on:
-            warnings = ("its running replicas restart once (rolling) so that every task "
-                        "carries the new device map",)
+            warnings = (
+                "its running replicas restart once (rolling) so that every task "
+                "carries the new device map",
+            )
     if gen and s.labels.get(gen_key) != str(gen):
         labels_set[gen_key] = str(gen)
     gate_ready = not labels_set and not force and waiting.all_newer(gen)
@@ -97,6 +98,50 @@ def write_devices_and_gates(
     elif gate_ready and par_key in s.labels and current_par == 0:
         parallelism = int_or0(s.labels[par_key]) or 1
         labels_remove.append(par_key)
+    node_set, deferred = _node_writes(held, gate_ready, ak, gk, by_id)
+    return DeviceMap(
+        labels_set,
+        tuple(labels_remove),
+        tuple(node_set),
+        not deferred,
+        deferred,
+        force,
+        parallelism,
+        decision,
+        warnings,
+    )
+
+
+def _service_labels(
+    s: SwarmService, placements: Sequence[ReplicaPlacement], cyc: Cycle
+) -> tuple[dict[str, str], list[str]]:
+    """The device lists and share labels to set on the service, and those to remove."""
+    prefix = cyc.prefix
+    want_devices = {devices_key(prefix, p.node_id, p.slot): ",".join(p.uuids) for p in placements}
+    ours = (prefix + DEVICES, prefix + SHARE)  # device lists and share labels
+    have_devices = {k: v for k, v in s.labels.items() if k.startswith(ours)}
+    # A shared GPU's container is told its share the same way (swarmgpu.manager.services.sharing).
+    # (Whole GPUs and MIG devices carry no share labels: only shares are asked.)
+    shares = [
+        (p.node_id, p.uuids, p.milli)
+        for p in placements
+        if p.slot is None and len(p.uuids) == 1 and p.milli and p.milli[0] < 1000
+    ]
+    if shares:
+        want_devices.update(want_labels(prefix, shares, cyc.facts, have_devices))
+    labels_set = {k: v for k, v in want_devices.items() if have_devices.get(k) != v}
+    labels_remove = sorted(k for k in have_devices if k not in want_devices)
+    return labels_set, labels_remove
+
+
+def _node_writes(
+    held: Mapping[str, Holding],
+    gate_ready: bool,
+    ak: str,
+    gk: str,
+    by_id: Mapping[str, SwarmNode],
+) -> tuple[list[tuple[str, Mapping[str, str]]], bool]:
+    """Per node its ledger entry and gate to write; whether a gate waits (deferred)."""
     deferred = False
     node_set: list[tuple[str, Mapping[str, str]]] = []
     for nid, h in held.items():
@@ -110,28 +155,58 @@ def write_devices_and_gates(
             deferred = True
         if diff:
             node_set.append((nid, diff))
-    return DeviceMap(labels_set, tuple(labels_remove), tuple(node_set), not deferred,
-                     deferred, force, parallelism, decision, warnings)
+    return node_set, deferred
 
 
-def _decision(s: SwarmService, held: Mapping[str, Holding], running_on: Mapping[str, int],
-              changed: bool, cyc: Cycle) -> tuple[str, str]:
+def _nodes_of(keys: Sequence[str], prefix: str) -> set[str]:
+    """The nodes device lists and share labels ``keys`` are for (a node id has no dot:
+    ``<node>.<slot>`` is a packed replica's list)."""
+    dk = prefix + DEVICES
+    out: set[str] = set()
+    for k in keys:
+        nid = k[len(dk) :].partition(".")[0] if k.startswith(dk) else node_of_key(k, prefix)
+        if nid:
+            out.add(nid)
+    return out
+
+
+def _decision(
+    s: SwarmService,
+    held: Mapping[str, Holding],
+    running_on: Mapping[str, int],
+    changed: bool,
+    cyc: Cycle,
+) -> tuple[str, str]:
     """Why the ForceUpdate that gives every task the new device map is written: the
     placement of tasks made before their map, or, where a task runs on GPUs that change
     under it, a re-placement (an evacuation when a GPU it held has failed)."""
     if not running_on:
-        return ("place", "placement of its new task(s): made before their device map, "
-                         "replaced before any runs")
+        return (
+            "place",
+            "placement of its new task(s): made before their device map, replaced before any runs",
+        )
     if not changed:
-        return ("place", "placement of its waiting task(s): made before their device map; "
-                         "ForceUpdate replaces every task, its running one(s) too")
+        return (
+            "place",
+            "placement of its waiting task(s): made before their device map; "
+            "ForceUpdate replaces every task, its running one(s) too",
+        )
     ak = assign_key(cyc.prefix, s.name)
-    failed = sorted(cyc.by_id[nid].hostname for nid, h in held.items()
-                    if running_on.get(nid) and (f := cyc.facts.get(nid)) is not None
-                    and any(not g.healthy and g.uuid in cyc.by_id[nid].labels.get(ak, "")
-                            for g in f.gpus))
+    failed = sorted(
+        cyc.by_id[nid].hostname
+        for nid, h in held.items()
+        if running_on.get(nid)
+        and (f := cyc.facts.get(nid)) is not None
+        and any(not g.healthy and g.uuid in cyc.by_id[nid].labels.get(ak, "") for g in f.gpus)
+    )
     if failed:
-        return ("evacuate", f"a GPU it held on {', '.join(failed)} failed: re-placed on "
-                            "healthy ones, its task restarts there")
-    return ("place", "re-placement: the GPUs it holds where its task runs changed (its "
-                     "request or its replicas did); its task restarts on them")
+        return (
+            "evacuate",
+            f"a GPU it held on {', '.join(failed)} failed: re-placed on "
+            "healthy ones, its task restarts there",
+        )
+    return (
+        "place",
+        "re-placement: the GPUs it holds where its task runs changed (its "
+        "request or its replicas did); its task restarts on them",
+    )

@@ -22,9 +22,17 @@ class Waiting:
     count: int = 0
     min_force_update: int = 0
     refused: str = ""  # Swarm's words ("no suitable node (insufficient resources ...)")
+    placed: int = 0  # of them, those Swarm has put on a node already
+    nodes: frozenset[str] = frozenset()  # the nodes those are on
 
     def __bool__(self) -> bool:
         return self.count > 0
+
+    def reads_map_of(self, nodes: AbstractSet[str]) -> bool:
+        """Some waiting task would start with the device map of one of ``nodes``: one not
+        on a node yet (it may land on any), or one on one of them. A task on another node
+        reads only its own node's map, which it was made with."""
+        return self.count > self.placed or not self.nodes.isdisjoint(nodes)
 
     def all_newer(self, gen: int) -> bool:
         """Every waiting task was created at device-map generation ``gen`` or later."""
@@ -54,12 +62,12 @@ class TaskView:
 
 def meant_to_run(t: SwarmTask) -> bool:
     """Desired state running, or a job's task (desired state "complete") still live."""
-    return t.desired_state == "running" or (t.desired_state == "complete"
-                                            and t.state in _JOB_LIVE)
+    return t.desired_state == "running" or (t.desired_state == "complete" and t.state in _JOB_LIVE)
 
 
-def tasks_by_service(tasks: Sequence[SwarmTask],
-                     slots_of: Callable[[str], bool] | None = None) -> TaskView:
+def tasks_by_service(
+    tasks: Sequence[SwarmTask], slots_of: Callable[[str], bool] | None = None
+) -> TaskView:
     """``slots_of``: the services whose slots are wanted (those that could be packed on
     one node; default all): the others' slots are never read."""
     running: dict[str, dict[str, int]] = {}
@@ -67,7 +75,8 @@ def tasks_by_service(tasks: Sequence[SwarmTask],
     slots: dict[str, dict[int, str]] = {}
     on_nodes: dict[str, set[str]] = {}
     failed: dict[str, list[str]] = {}
-    acc: dict[str, list[Any]] = {}  # service id -> [count, min ForceUpdate, refusal]
+    # service id -> [count, min ForceUpdate, refusal, count on a node, their nodes]
+    acc: dict[str, list[Any]] = {}
     refusal: dict[tuple[str, str], str] = {}  # Swarm repeats one text over many tasks
     wanted: dict[str, bool] = {}
     for t in tasks:
@@ -108,8 +117,11 @@ def tasks_by_service(tasks: Sequence[SwarmTask],
         elif state in _ACTIVE:
             a = acc.get(sid)
             if a is None:
-                a = acc[sid] = [0, t.force_update, ""]
+                a = acc[sid] = [0, t.force_update, "", 0, set()]
             a[0] += 1
+            if nid:
+                a[3] += 1
+                a[4].add(nid)
             if t.force_update < a[1]:
                 a[1] = t.force_update
             if not a[2] and (t.error or t.message):
@@ -118,7 +130,7 @@ def tasks_by_service(tasks: Sequence[SwarmTask],
                 if text is None:
                     text = refusal[key] = _refusal_text(t.error, t.message)
                 a[2] = text
-    waiting = {sid: Waiting(a[0], a[1], a[2]) for sid, a in acc.items()}
+    waiting = {sid: Waiting(a[0], a[1], a[2], a[3], frozenset(a[4])) for sid, a in acc.items()}
     return TaskView(running, waiting, slots, on_nodes, failed, use)
 
 
@@ -153,16 +165,20 @@ class TaskBook:
         self.view = TaskView({}, {}, {}, {}, {}, {})
         self.tasks_on: set[tuple[str, str]] = set()  # ``view.on_nodes`` as pairs
 
-    def update(self, tasks: Sequence[SwarmTask], few: AbstractSet[str],
-               ) -> tuple[TaskView, set[str]]:
+    def update(
+        self,
+        tasks: Sequence[SwarmTask],
+        few: AbstractSet[str],
+    ) -> tuple[TaskView, set[str]]:
         """This cycle's view (what ``tasks_by_service(tasks, few.__contains__)`` gives),
         and the service ids whose part of it may differ from the last cycle's."""
         prev = self._tasks
         ids = list(map(_task_id, tasks))
         olds = list(map(prev.get, ids))
         # (comprehensions: a loop over the tasks doing all of it cost twice as much)
-        differ = [(t, o) for t, o in zip(tasks, olds, strict=True)
-                  if o is None or (o is not t and o != t)]
+        differ = [
+            (t, o) for t, o in zip(tasks, olds, strict=True) if o is None or (o is not t and o != t)
+        ]
         changed = {t.service_id for t, _ in differ}
         changed.update(o.service_id for _, o in differ if o is not None)
         matched = len(olds) - sum(1 for _, o in differ if o is None)  # (new ones differ)
