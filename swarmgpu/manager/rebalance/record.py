@@ -303,9 +303,12 @@ def moving(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
     """Names of the services with a move in flight (``move_of``), from one read of the
     swarm object's labels (``Snapshot.swarm_labels``), with each move's (source, target)
     nodes (``placement.queues.Moving``). Only services that carry a move label are
-    looked at, and only their records are read."""
+    looked at, and only their records are read. A service whose own record cannot be
+    read is in it too, with why (``Moving.unread``): its move may be under way, so
+    placement leaves it as it is and preemption passes it by, as the mover refuses it."""
     key = prefix + MOVE_STATE
     out: dict[str, tuple[str, str]] = {}
+    unread = unreadable_of(services, swarm_labels, prefix)
     for s in services:
         if key not in s.labels:
             continue
@@ -313,7 +316,7 @@ def moving(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
         st = MoveState.parse(text) if text is not None else None
         if st is not None and move_of(s, {s.id: st}, prefix) is not None:
             out[s.name] = (st.source, st.target)
-    return Moving(out)
+    return Moving(out, unread)
 
 
 def spec_edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[Mapping[str, Any]],
