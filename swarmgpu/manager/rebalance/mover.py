@@ -334,8 +334,18 @@ class Mover:
         return read_records(self.swarm.swarm_labels(), self.prefix)
 
     def _report(self, v: Verdict) -> None:
-        """Say each forged or mismatched move label once (while it stays the same)."""
+        """Say each forged or mismatched move label once (while it stays the same), and
+        (one mover: ``judge_labels``) each record that cannot be read, while it lasts."""
         said: set[str] = set()
+        for sid in sorted(v.unreadable) if self.judge_labels else ():
+            key = f"unreadable:{sid}"
+            said.add(key)
+            if key not in self._said:
+                logger.error("move record {} cannot be read: its move may be under way, so "
+                             "its service is not moved, re-placed or preempted and it counts "
+                             "as a move in flight; check the service's gates, then remove it "
+                             "by hand (swarmgpu audit: move-record-unreadable)",
+                             peer_text(record_key(self.prefix, sid)))
         for s, why in v.forged:
             key = f"{s.id}:{s.labels.get(self.prefix + MOVE_STATE)}"
             said.add(key)

@@ -240,18 +240,14 @@ class MoveState:
 
 
 def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]:
-    """service id -> the move the daemon recorded for it, from the swarm object's labels."""
+    """service id -> the move the daemon recorded for it, from the swarm object's labels.
+    Those that cannot be read are left out (``unreadable_records``), said by the mover
+    once while they last (``Mover._report``): this is read several times a cycle."""
     out: dict[str, MoveState] = {}
     head = prefix + RECORD
     for k, v in labels.items():
-        if not k.startswith(head):
-            continue
-        st = MoveState.parse(v)
-        if st is None:
-            logger.error("unreadable move record {}; remove it by hand after checking the "
-                         "service's gates", k)
-            continue
-        out[k[len(head):]] = st
+        if k.startswith(head) and (st := MoveState.parse(v)) is not None:
+            out[k[len(head):]] = st
     return out
 
 
