@@ -86,6 +86,7 @@ from swarmgpu.manager.rebalance.record import (
 )
 from swarmgpu.manager.rebalance.record import (
     HEALTH,
+    FirstSeen,
     crash_point,
     drop_record,
     end_move,
@@ -305,8 +306,10 @@ class Mover:
         self._last_dry: set[tuple[str, str, str]] = set()
         self._dry_flying: set[str] = set()  # move ids said "left as it is" in dry-run
         self._said: set[str] = set()  # forged or mismatched labels already reported
+        self.seen = FirstSeen()  # a move's age: a record dated ahead still times out
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
+                           seen=self.seen,
                            say=lambda st, outcome, detail: self._record(
                                st.service, st.source_host, st.target_host, st.reason,
                                outcome, detail))
@@ -407,6 +410,7 @@ class Mover:
             logger.error("rebalance: cannot read the move records, no move this cycle: {}", exc)
             return
         self._report(v)
+        self.seen.keep(v.in_flight())
         if self.dry_run:
             for st in v.in_flight():
                 if st.id not in self._dry_flying:
@@ -670,7 +674,8 @@ class Mover:
         down = None if st.target in running_on else _cannot_run(dst, st.target_host)
         why = down or (f"no task running on {st.target_host} within "
                        f"{self.cfg.move_timeout_s:g}s" if st.target not in running_on and
-                       self.clock() - st.started_at > self.cfg.move_timeout_s else None)
+                       self.clock() - self.seen.started(st, self.clock())
+                       > self.cfg.move_timeout_s else None)
         if st.direction == "forward" and why is not None and st.trigger == HEALTH:
             # A health move is not rolled back: its source GPU failed, so a roll-back
             # restores a broken holder that the policy proposes again at once (a restart

@@ -15,7 +15,7 @@ import math
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -135,6 +135,29 @@ def node_gone_finding(key: str, st: MoveState, nodes: Sequence[SwarmNode]) -> Fi
         + "; placement carries on from the ledger); still here, the daemon is not running "
         "or is in dry-run, which leaves a move in flight as it is: run it with writes on "
         "(docs/rebalancing.md)", key=peer_text(key))
+
+
+class FirstSeen:
+    """When this daemon first read each move in flight. A move's age for its timeout
+    counts from the earlier of its record's start and that: a record dated ahead of this
+    clock (another manager's clock, a hand edit) times out ``move_timeout_s`` after it
+    was first seen here, not once the clock reaches its date. Keyed by the move's id,
+    direction and start: a repin's roll-back (``repin.swapped``) has its own timeout."""
+
+    def __init__(self) -> None:
+        self._at: dict[tuple[str, str, float], float] = {}
+
+    def started(self, st: MoveState, now: float) -> float:
+        return min(st.started_at, self._at.setdefault(_seen_key(st), now))
+
+    def keep(self, flying: Collection[MoveState]) -> None:
+        """Forget the moves no longer in flight (bounds the map)."""
+        keys = {_seen_key(st) for st in flying}
+        self._at = {k: v for k, v in self._at.items() if k in keys}
+
+
+def _seen_key(st: MoveState) -> tuple[str, str, float]:
+    return st.id, st.direction, st.started_at
 
 
 def record_key(prefix: str, service_id: str) -> str:
