@@ -496,7 +496,7 @@ def test_an_unreadable_move_record_is_logged_once_while_it_lasts(tmp_path: Any) 
     # Before: every read of the records (the movers', the over-share watch's, each move
     # started) logged it as an error, several times a cycle, every cycle.
     sw = victim_cluster({})
-    key = record_key(P, "id-gone-garbled")
+    key = record_key(P, "id-victim")
     sw._swarm_labels[key] = "{not json"
     d = _daemon(sw, dry_run=False, rebalance_dry_run=False, tmp=str(tmp_path))
     errors: list[str] = []

@@ -148,6 +148,8 @@ class Verdict:
     # A record whose service id now carries another name: never acted on.
     mismatched: list[tuple[str, MoveState]] = field(default_factory=list)
     unreadable: set[str] = field(default_factory=set)  # ids whose record cannot be read
+    # ... of those, the ids of no service: no move of theirs can be under way (dropped)
+    unreadable_gone: set[str] = field(default_factory=set)
 
     def in_flight(self) -> list[MoveState]:
         return [*self.verified.values(), *self.lost.values()]
@@ -160,6 +162,7 @@ def verify(services: Sequence[SwarmService], records: Mapping[str, MoveState],
     service and carries its move label's move id. An ``unreadable`` record's: left alone."""
     v = Verdict(unreadable=set(unreadable))
     by_id = {s.id: s for s in services}
+    v.unreadable_gone = {sid for sid in v.unreadable if sid not in by_id}
     for sid, st in records.items():
         s = by_id.get(sid)
         if s is None:
@@ -218,7 +221,14 @@ def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
             f"longer is") + hand, key=record_key(prefix, sid)) for sid, st in v.mismatched]
         out += [Finding("move-record-unreadable", "swarm", peer_text(f"move record {k} "
                         "cannot be read") + hand, key=peer_text(k))
-                for k in sorted(record_key(prefix, sid) for sid in v.unreadable)]
+                for k in sorted(record_key(prefix, sid)
+                                for sid in v.unreadable - v.unreadable_gone)]
+        out += [Finding("move-record-unreadable", "swarm", peer_text(
+            f"move record {k} cannot be read and names no service") + "; the swarmgpu "
+            "daemon drops it on its next cycle; still here, the daemon is not running or is "
+            "in dry-run: run it with writes on, or remove it by hand from the swarm object's "
+            "labels (docs/rebalancing.md)", key=peer_text(k))
+            for k in sorted(record_key(prefix, sid) for sid in v.unreadable_gone)]
         gone = [node_gone_finding(record_key(prefix, sid), st, snap.nodes)
                 for sid, st in sorted({**v.verified, **v.lost}.items())]
         return out + [f for f in gone if f is not None]
@@ -340,7 +350,7 @@ class Mover:
         """Say each forged or mismatched move label once (while it stays the same), and
         (one mover: ``judge_labels``) each record that cannot be read, while it lasts."""
         said: set[str] = set()
-        for sid in sorted(v.unreadable) if self.judge_labels else ():
+        for sid in sorted(v.unreadable - v.unreadable_gone) if self.judge_labels else ():
             key = f"unreadable:{sid}"
             said.add(key)
             if key not in self._said:
@@ -460,6 +470,12 @@ class Mover:
     def _act_on(self, v: Verdict) -> None:
         for s in (s for s, _why in v.forged):
             self._step(s.name, self._repair, s)
+        for sid in sorted(v.unreadable_gone) if self.judge_labels else ():
+            # as a readable record of a gone service: its gates are placement's to release
+            key = peer_text(record_key(self.prefix, sid))
+            if self._step(key, self._drop_record, sid, False, False):
+                logger.warning("move record {} cannot be read and names no service: "
+                               "dropped (no move of it can be under way)", key)
         for sid, st in v.gone.items():  # its gates and ledger are placement's to release
             self._step(st.service, self._drop_record, sid)
         for sid, st in v.verified.items():
@@ -469,12 +485,15 @@ class Mover:
             self._step(st.service, self.repin.recover if st.same_node else self.recover,
                        sid, st)
 
-    def _step(self, service: str, fn: Callable[..., object], *args: Any) -> None:
+    def _step(self, service: str, fn: Callable[..., object], *args: Any) -> bool:
+        """``fn(*args)``; False when it failed (logged, retried next cycle)."""
         try:
             fn(*args)
         except SwarmError as exc:
             logger.bind(service=service).error("move step failed, retried next cycle: {}",
                                                exc)
+            return False
+        return True
 
     def in_flight(self, every: Mapping[str, MoveState]) -> list[MoveState]:
         """The moves in flight this mover's budgets count (its scope's records), judged
