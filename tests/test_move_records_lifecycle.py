@@ -20,8 +20,13 @@ from swarmgpu.manager.rebalance.moves import Outcome
 
 def _mover(sw: RecordingSwarm, now: list[float]) -> Mover:
     cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
-    return Mover(sw, cfg, prefix=P, dry_run=False,  # type: ignore[arg-type]
-                 clock=lambda: now[0])
+    return Mover(
+        sw,
+        cfg,
+        prefix=P,
+        dry_run=False,  # type: ignore[arg-type]
+        clock=lambda: now[0],
+    )
 
 
 def _cycle(sw: RecordingSwarm, m: Mover) -> list[Outcome]:
@@ -37,8 +42,7 @@ def test_a_move_record_dated_ahead_of_the_clock_still_times_out() -> None:
     m = _mover(sw, now)
     m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
     key = record_key(P, "id-victim")
-    sw._swarm_labels[key] = json.dumps({**json.loads(sw._swarm_labels[key]),
-                                        "started_at": 1e12})
+    sw._swarm_labels[key] = json.dumps({**json.loads(sw._swarm_labels[key]), "started_at": 1e12})
     leader = _mover(sw, now)  # a new leader: it has not seen the move before
     assert _cycle(sw, leader) == []
     now[0] += 100.0
@@ -69,9 +73,11 @@ def test_an_unreadable_move_record_of_a_service_that_is_gone_is_dropped() -> Non
     finally:
         logger.remove(sink)
     assert gone not in sw.swarm_labels() and mine in sw.swarm_labels()
-    assert any(gone in e and "names no service" in e and "dropped" in e
-               for e in errors), errors
-    found = forged_check(P)(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
-                                     swarm_labels={**sw.swarm_labels(), gone: "x"}))
+    assert any(gone in e and "names no service" in e and "dropped" in e for e in errors), errors
+    found = forged_check(P)(
+        Snapshot(
+            sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels={**sw.swarm_labels(), gone: "x"}
+        )
+    )
     by = {f.key: f.message for f in found}
     assert "drops it on its next cycle" in by[gone] and "by hand" in by[mine], by
