@@ -65,7 +65,9 @@ def test_only_the_daemons_record_makes_a_move_in_flight() -> None:
     # A copied genuine label on another service: its record names the first one.
     b = _with_label(sw_svc("b", {f"{P}gpus": "1"}), st)
     assert moving([a, b], genuine, P) == {"a"}
-    assert moving([a], {record_key(P, "id-a"): "{not json"}, P) == frozenset()
+    # A record that cannot be read: its move may be under way, nodes unknown.
+    bad = moving([a], {record_key(P, "id-a"): "{not json"}, P)
+    assert bad == {"a"} and bad.nodes == {} and "move-record-unreadable" in bad.unread["a"]
 
 
 # --- preempted ----------------------------------------------------------------------------
@@ -153,6 +155,19 @@ def test_a_forged_move_label_is_evacuated_from_a_failed_gpu() -> None:
     assert not p.moves and any("a move is under way" in n for n in p.notes)
 
 
+def test_a_failed_gpus_holder_whose_move_record_cannot_be_read_is_said_once() -> None:
+    # ``moving`` holds it too now: the plan says the record and its fix, not "a move is
+    # under way" beside it.
+    nodes, svcs, tasks = setup({"a": [F2.gpus[0].uuid]})
+    labels = {record_key(P, "id-a"): "{not json"}
+    bad = moving(svcs, labels, P)
+    p = health_plan(nodes, svcs, tasks, mark(F2, failed=[0]), moving=bad,
+                    unreadable=bad.unread)
+    assert not p.moves
+    assert [n for n in p.notes if n.startswith("a ")] == [
+        f"a is not moved: {bad.unread['a']}"], p.notes
+
+
 # --- re-placed ----------------------------------------------------------------------------
 
 
@@ -185,3 +200,51 @@ def test_a_forged_move_label_is_re_placed_like_any_other() -> None:
     (sp,) = make_plan(genuine, Config()).services
     assert sp.state == "Rebalancing" and [p.hostname for p in sp.placements] == ["gpu-node-2"]
     assert not sp.needs_service_write
+
+
+def test_a_drained_holder_whose_move_record_cannot_be_read_is_left_as_it_is() -> None:
+    # Its move may be under way (the record turned unreadable mid-move): before, placement
+    # re-placed it on the DGX under the move, whose mover refuses it all the same.
+    st = _state("svc", "id-svc")
+    key = record_key(P, "id-svc")
+    snap = _drained_holder({P + MOVE_STATE: st.to_json()})
+    snap = replace(snap, swarm_labels={key: st.to_json().replace('"r"', "7")})
+    assert moving(snap.services, snap.swarm_labels, P) == {"svc"}
+    (sp,) = make_plan(snap, Config()).services
+    assert sp.state == "Rebalancing" and [p.hostname for p in sp.placements] == ["gpu-node-2"]
+    assert not sp.needs_service_write
+    assert any(key in w and "swarmgpu audit: move-record-unreadable" in w
+               for w in sp.warnings), sp.warnings
+
+
+def test_a_service_whose_move_record_cannot_be_read_is_no_victim(tmp_path: Path) -> None:
+    # Before: chosen as a victim; the mover refused to move it (its record), so it was
+    # stopped under a move that may be under way.
+    sw = _preempt_cluster({})
+    sw._swarm_labels[record_key(P, "id-batch")] = "{not json"
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                    swarm_labels=sw.swarm_labels())
+    cfg = Config(preemption=PreemptionConfig(dry_run=False))
+    plan = make_plan(snap, cfg)
+    by = {sp.name: sp for sp in plan.services}
+    assert by["batch"].state == "Rebalancing" and by["high"].status == "pending"
+    facts = {"n-dgx": DGX_F, "n-4090": R4090_F}
+    assert Preempter(replace(cfg, dry_run=True)).cycle(
+        sw, snap, plan, facts, now=5000.0) == []  # type: ignore[arg-type]
+
+
+def test_a_move_whose_record_turns_unreadable_is_said_on_the_daemons_next_plan() -> None:
+    # The daemon's planner keeps a settled plan while nothing it reads changes: the
+    # record is on the swarm object, not the service.
+    from swarmgpu.manager.cycle.placement import new_planner
+
+    st = _state("svc", "id-svc")
+    key = record_key(P, "id-svc")
+    snap = _drained_holder({P + MOVE_STATE: st.to_json()})
+    planner = new_planner(Config())
+    genuine = replace(snap, swarm_labels={key: st.to_json()})
+    (sp,) = make_plan(genuine, Config(), planner=planner).services
+    assert sp.state == "Rebalancing" and not any(key in w for w in sp.warnings)
+    garbled = replace(snap, swarm_labels={key: "{not json"})
+    (sp,) = make_plan(garbled, Config(), planner=planner).services
+    assert sp.state == "Rebalancing" and any(key in w for w in sp.warnings), sp.warnings

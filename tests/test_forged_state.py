@@ -490,3 +490,26 @@ def test_audit_names_the_move_records_the_daemon_leaves_for_a_human() -> None:
                    ("move-record-unreadable", record_key(P, "id-gone-garbled"))], found
     assert all(not f.advisory and "remove it by hand" in f.message for f in found
                if f.kind.startswith("move-record"))
+
+
+def test_an_unreadable_move_record_is_logged_once_while_it_lasts(tmp_path: Any) -> None:
+    # Before: every read of the records (the movers', the over-share watch's, each move
+    # started) logged it as an error, several times a cycle, every cycle.
+    sw = victim_cluster({})
+    key = record_key(P, "id-victim")
+    sw._swarm_labels[key] = "{not json"
+    d = _daemon(sw, dry_run=False, rebalance_dry_run=False, tmp=str(tmp_path))
+    errors: list[str] = []
+    sink = logger.add(lambda m: errors.append(str(m.record["message"])), level="ERROR")
+    try:
+        for _ in range(3):
+            d.cycle()
+        said = [e for e in errors if key in e]
+        assert len(said) == 1 and "move-record-unreadable" in said[0], errors
+        del sw._swarm_labels[key]  # removed by hand, then garbled again: said again
+        d.cycle()
+        sw._swarm_labels[key] = "{not json either"
+        d.cycle()
+    finally:
+        logger.remove(sink)
+    assert len([e for e in errors if key in e]) == 2, errors

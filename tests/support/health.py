@@ -81,10 +81,11 @@ def setup(n2_holders: Mapping[str, Sequence[str]], *, full_n2: bool = True,
 
 def plan(nodes: Sequence[SwarmNode], svcs: Sequence[SwarmService], tasks: Sequence[SwarmTask],
          f2: NodeFacts, h: HealthInputs | None = None, cfg: RebalanceConfig = CFG,
-         f1: NodeFacts = F1, moving: frozenset[str] = frozenset()) -> Proposal:
+         f1: NodeFacts = F1, moving: frozenset[str] = frozenset(),
+         unreadable: Mapping[str, str] | None = None) -> Proposal:
     from swarmgpu.manager.placement import read_ledger
 
     inp = Inputs(nodes=nodes, services=svcs, tasks=tasks, facts={"n1": f1, "n2": f2},
                  ledger=read_ledger(nodes, P), gpus={}, node_signals={}, cfg=cfg, now=1000.0,
-                 prefix=P, moving=moving)
+                 prefix=P, moving=moving, unreadable=unreadable or {})
     return plan_moves(inp, h if h is not None else HealthInputs(left=2))

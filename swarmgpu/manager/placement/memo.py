@@ -95,6 +95,7 @@ class PlannerMemo:
         self.tasks = TaskBook()  # the last cycle's tasks, by service
         self.most = -1  # the largest node's GPUs, last cycle
         self.moving: frozenset[str] = frozenset()  # last cycle's services in a move
+        self.unread: frozenset[str] = frozenset()  # ... of them, whose record is unreadable
         self.ledger: dict[str, tuple[int, list[Holding]]] = {}  # ``read_ledger``'s
         self.node_content = NodeContent(prefix)  # settled keys read nodes by content
         self.node_gates: dict[str, NodeGates] = {}  # node id -> its gates

@@ -34,7 +34,13 @@ from swarmgpu.manager.placement.memo import (
     SettledPlan,
     key_after_gates_open,
 )
-from swarmgpu.manager.placement.queues import QueueBook, QueueLimit, Quotas, held_in_ledger
+from swarmgpu.manager.placement.queues import (
+    Moving,
+    QueueBook,
+    QueueLimit,
+    Quotas,
+    held_in_ledger,
+)
 from swarmgpu.manager.placement.quiet import Quiet
 from swarmgpu.manager.placement.reads import Parsed, RequestReader, ServiceRead
 from swarmgpu.manager.placement.records import (
@@ -285,9 +291,12 @@ class Planner:
         memo.node_content.new_cycle(nodes)
         touched = memo.quiet.changed(nodes, memo.node_content.of, cluster.node_gen,
                                      cluster.alloc.nodes)
-        if moving != memo.moving:  # a move began or ended: its service is visited
-            touched = touched | (moving ^ memo.moving)
-            memo.moving = frozenset(moving)
+        # A move began or ended, or its record turned unreadable or was mended: its
+        # service is visited (its plan says which).
+        unread = frozenset(moving.unread) if isinstance(moving, Moving) else frozenset()
+        if moving != memo.moving or unread != memo.unread:
+            touched = touched | (moving ^ memo.moving) | (unread ^ memo.unread)
+            memo.moving, memo.unread = frozenset(moving), unread
         most = max((len(ns.spec.gpus) for ns in cluster.alloc.nodes.values()), default=0)
         return _Seen(ledger, {n.id: n for n in nodes}, touched, rebuilt, most)
 
@@ -458,7 +467,7 @@ class Planner:
         if capped is not None:
             more += (capped,)
         if s.name in v.moving:
-            more += ("moving",)
+            more += ("moving", isinstance(v.moving, Moving) and s.name in v.moving.unread)
         return more
 
     def _note_problems(self, plan: PlacementPlan) -> None:

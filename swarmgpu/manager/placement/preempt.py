@@ -290,7 +290,8 @@ def choose_preemptions(
     last preemption is still taking effect); ``refused``: nodes Swarm's own filters
     (constraints, platforms) refuse a service on; ``moving``: services with a move in
     flight by the daemon's records (``rebalance.record.moving``; a move label alone
-    protects nothing), neither preemptors nor victims."""
+    protects nothing) or whose record cannot be read (its move may be under way),
+    neither preemptors nor victims."""
     by_name = {s.name: s for s in services}
     started: dict[tuple[str, str], str] = {}
     for t in tasks:

@@ -132,17 +132,23 @@ class Moving(frozenset[str]):
     """The services with a move in flight (``rebalance.record.moving``), a set of names
     as every reader takes it, with each move's (source, target) node ids: between its
     steps 2 and 3 the ledger holds both for the one replica moved, which its queue counts
-    once (the daemon's move never takes a queue to its max or above its guarantee)."""
+    once (the daemon's move never takes a queue to its max or above its guarantee).
+    ``unread``: name -> why of each service whose move record cannot be read, in the set
+    too (its move may be under way), with no nodes (unknown: all its holdings count)."""
 
     nodes: Mapping[str, tuple[str, str]]
+    unread: Mapping[str, str]
 
-    def __new__(cls, nodes: Mapping[str, tuple[str, str]]) -> Moving:
-        self = super().__new__(cls, nodes)
-        self.nodes = dict(nodes)
+    def __new__(cls, nodes: Mapping[str, tuple[str, str]],
+                unread: Mapping[str, str] | None = None) -> Moving:
+        self = super().__new__(cls, [*nodes, *(unread or {})])
+        self.nodes, self.unread = dict(nodes), dict(unread or {})
         return self
 
-    def __reduce__(self) -> tuple[type[Moving], tuple[dict[str, tuple[str, str]]]]:
-        return Moving, (dict(self.nodes),)  # (a frozenset's would pass the names alone)
+    def __reduce__(self) -> tuple[type[Moving], tuple[dict[str, tuple[str, str]],
+                                                      dict[str, str]]]:
+        # (a frozenset's would pass the names alone)
+        return Moving, (dict(self.nodes), dict(self.unread))
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ from swarmgpu.manager.placement.keys import (
 from swarmgpu.manager.placement.ledger import Holding
 from swarmgpu.manager.placement.packing import packed_env
 from swarmgpu.manager.placement.preempt import preempted_mark
-from swarmgpu.manager.placement.queues import QueueLimit
+from swarmgpu.manager.placement.queues import Moving, QueueLimit
 from swarmgpu.manager.placement.records import (
     EMPTY,
     NO_WRITES,
@@ -98,7 +98,13 @@ def plan_service(
                                      for p in replicas_of(h, cyc.by_id[nid],
                                                           cyc.facts.get(nid))),
                                     key=placement_order))
-        d.warnings.append("a rebalancing move is in progress; placement waits for it")
+        # A record that cannot be read: its move may be under way (nodes unknown), so the
+        # same, with the record and the fix.
+        unread = cyc.moving.unread.get(s.name) if isinstance(cyc.moving, Moving) else None
+        d.warnings.append("a rebalancing move is in progress; placement waits for it"
+                          if unread is None else
+                          f"a rebalancing move may be in progress: {unread}; placement "
+                          "leaves it as it is until then")
     elif d.gated(gate_service(s, r, cyc)):
         if s.mode in GLOBAL_MODES:  # one holding per GPU node (placement.globalmode)
             _plan_global(d, s, r, kept, old, running_on, waiting, res, cyc, job, cap)

@@ -3,7 +3,8 @@
 Layers, outer to inner (the daemon's step is ``cycle.rebalance``): ``mover`` (the only writer;
 ``repin`` for a move between GPUs of one node, ``admission`` for which moves may start and
 the move budgets, ``budget`` for the fragmentation moves'
-budget, ``record`` for a move's record in Swarm) -> ``planner`` -> ``policies/*`` (pure
+budget, ``record`` for a move's record in Swarm, ``verdict`` for which records are
+moves in flight and audit's findings of them) -> ``planner`` -> ``policies/*`` (pure
 plugins) over ``context`` (what policies see) -> ``signals``/``windows`` (utilisation
 windows), ``attribution`` (who holds what) and ``scrape`` (the metrics pages read).
 ``moves`` holds the values all of them pass: Move, MoveRecord, Proposal, Trigger.

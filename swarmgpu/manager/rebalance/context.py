@@ -62,8 +62,9 @@ class Inputs:
     # model (placement.workload). None: the typical tasks of the services annotated now
     # (``workload_now``).
     workload: tuple[TypicalTask, ...] | None = None
-    # Services with a move in flight by the daemon's records (``record.moving``); a move
-    # label alone is a stack's claim and protects nothing.
+    # Services with a move in flight by the daemon's records (``record.moving``), those
+    # whose record cannot be read too; a move label alone is a stack's claim and
+    # protects nothing.
     moving: AbstractSet[str] = frozenset()
     # Services whose own move record cannot be read, each with why no move of it starts
     # (``record.unreadable_of``): such a move may be under way, so none is proposed.

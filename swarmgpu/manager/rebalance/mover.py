@@ -48,18 +48,16 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loguru import logger
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.engine.actuator import Why, Writes
-from swarmgpu.manager.nodes.sync import Snapshot
 from swarmgpu.manager.placement import (
     MOVE_STATE,
     Holding,
@@ -86,12 +84,11 @@ from swarmgpu.manager.rebalance.record import (
 )
 from swarmgpu.manager.rebalance.record import (
     HEALTH,
+    FirstSeen,
     crash_point,
     drop_record,
     end_move,
-    move_of,
     node_by_id,
-    node_gone_finding,
     put_record,
     room_for,
     service_ledger,
@@ -117,6 +114,21 @@ from swarmgpu.manager.rebalance.record import (
     record_key as record_key,
 )
 from swarmgpu.manager.rebalance.repin import Repin, kept_on_healthy
+from swarmgpu.manager.rebalance.verdict import (  # the judgement: re-exported for callers
+    Verdict as Verdict,
+)
+from swarmgpu.manager.rebalance.verdict import (
+    forged_check as forged_check,
+)
+from swarmgpu.manager.rebalance.verdict import (
+    rebalancing as rebalancing,
+)
+from swarmgpu.manager.rebalance.verdict import (
+    verify as verify,
+)
+from swarmgpu.manager.rebalance.verdict import (
+    verify_scope as verify_scope,
+)
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.sharing import node_of_key
 from swarmgpu.swarm.client import (
@@ -130,99 +142,6 @@ from swarmgpu.swarm.client import (
     VersionConflict,
 )
 from swarmgpu.swarm.jsonstrict import sub_object
-
-
-@dataclass
-class Verdict:
-    """Moves in flight, each judged against the daemon's records (pure: ``verify``)."""
-
-    verified: dict[str, MoveState] = field(default_factory=dict)  # service id -> record
-    # Records whose service no longer carries their move label (a stack re-deploy
-    # rewrote its labels, or the daemon stopped between the record and the label).
-    lost: dict[str, MoveState] = field(default_factory=dict)
-    gone: dict[str, MoveState] = field(default_factory=dict)  # the service was removed
-    # Move labels with no record of the daemon's: written by whoever deployed the
-    # service. Never acted on.
-    forged: list[tuple[SwarmService, str]] = field(default_factory=list)
-    # A record whose service id now carries another name: never acted on.
-    mismatched: list[tuple[str, MoveState]] = field(default_factory=list)
-    unreadable: set[str] = field(default_factory=set)  # ids whose record cannot be read
-
-    def in_flight(self) -> list[MoveState]:
-        return [*self.verified.values(), *self.lost.values()]
-
-
-def verify(services: Sequence[SwarmService], records: Mapping[str, MoveState],
-           prefix: str, unreadable: Collection[str] = ()) -> Verdict:
-    """Which moves the daemon started, judged from its records, never from a label alone:
-    a move is verified when its record is keyed by the carrying service's id, names that
-    service and carries its move label's move id. An ``unreadable`` record's: left alone."""
-    v = Verdict(unreadable=set(unreadable))
-    by_id = {s.id: s for s in services}
-    for sid, st in records.items():
-        s = by_id.get(sid)
-        if s is None:
-            v.gone[sid] = st
-        elif st.service != s.name or (st.service_id and st.service_id != sid):
-            v.mismatched.append((sid, st))
-        elif move_of(s, records, prefix) is not None:  # the one rule (record.move_of)
-            v.verified[sid] = st
-        else:
-            v.lost[sid] = st
-    for s in services:
-        raw = s.labels.get(prefix + MOVE_STATE)
-        if raw is None or s.id in v.verified or s.id in v.lost or s.id in v.unreadable:
-            continue
-        claim = MoveState.parse(raw)
-        named = f"naming {claim.service}" if claim is not None else "unreadable"
-        v.forged.append((s, f"{prefix}{MOVE_STATE} label ({named}) with no move record of "
-                            f"the daemon's for service id {s.id}"))
-    return v
-
-
-def verify_scope(every: Mapping[str, MoveState], services: Sequence[SwarmService],
-                 prefix: str, scope: Callable[[MoveState], bool] | None,
-                 unreadable: Collection[str] = ()) -> Verdict:
-    """``verify`` for one mover (pure): the records of ``scope`` (None: all); another
-    mover's records, and their services, are left to it. Its ``in_flight`` is what the
-    mover's budgets count (``run_cycle``'s and ``start``'s), with ``unreadable``: any scope's."""
-    mine = every if scope is None else {sid: st for sid, st in every.items() if scope(st)}
-    return verify([s for s in services if s.id in mine or s.id not in every], mine, prefix,
-                  unreadable)
-
-
-def rebalancing(st: MoveState) -> bool:
-    """The scope of a mover on ``rebalance``'s budgets: every record but the health
-    mover's (``health.evacuations_per_cycle`` is its own)."""
-    return st.trigger != HEALTH
-
-
-def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
-    """``audit``: every move label the daemon did not write (never acted on; the daemon
-    removes it once it writes), as a finding that needs action. The records are the
-    snapshot's (read just before and after its services: ``take_snapshot``); a read
-    after them misses the record of a move that ended in between, its label forged."""
-
-    def check(snap: Snapshot) -> list[Finding]:
-        v = verify(snap.services, read_records(snap.swarm_labels, prefix), prefix,
-                   unreadable_records(snap.swarm_labels, prefix))
-        out = [Finding("forged-move-label", s.name, peer_text(why) + "; the daemon ignores "
-                       "it: remove it from the stack's deploy.labels", key=prefix + MOVE_STATE)
-               for s, why in v.forged]
-        # Records the daemon leaves alone, saying "remove it by hand" in its log only.
-        hand = ("; the daemon leaves it alone: check the service's gates, then remove it "
-                "by hand from the swarm object's labels (docs/rebalancing.md)")
-        out += [Finding("move-record-mismatch", st.service, peer_text(
-            f"move record for service id {sid} names {st.service}, which that id no "
-            f"longer is") + hand, key=record_key(prefix, sid)) for sid, st in v.mismatched]
-        out += [Finding("move-record-unreadable", "swarm", peer_text(f"move record {k} "
-                        "cannot be read") + hand, key=peer_text(k))
-                for k in sorted(record_key(prefix, sid) for sid in v.unreadable)]
-        gone = [node_gone_finding(record_key(prefix, sid), st, snap.nodes)
-                for sid, st in sorted({**v.verified, **v.lost}.items())]
-        return out + [f for f in gone if f is not None]
-
-    return check
 
 
 def _cannot_run(node: SwarmNode, host: str) -> str | None:
@@ -305,8 +224,10 @@ class Mover:
         self._last_dry: set[tuple[str, str, str]] = set()
         self._dry_flying: set[str] = set()  # move ids said "left as it is" in dry-run
         self._said: set[str] = set()  # forged or mismatched labels already reported
+        self.seen = FirstSeen()  # a move's age: a record dated ahead still times out
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
+                           seen=self.seen,
                            say=lambda st, outcome, detail: self._record(
                                st.service, st.source_host, st.target_host, st.reason,
                                outcome, detail))
@@ -334,8 +255,18 @@ class Mover:
         return read_records(self.swarm.swarm_labels(), self.prefix)
 
     def _report(self, v: Verdict) -> None:
-        """Say each forged or mismatched move label once (while it stays the same)."""
+        """Say each forged or mismatched move label once (while it stays the same), and
+        (one mover: ``judge_labels``) each record that cannot be read, while it lasts."""
         said: set[str] = set()
+        for sid in sorted(v.unreadable - v.unreadable_gone) if self.judge_labels else ():
+            key = f"unreadable:{sid}"
+            said.add(key)
+            if key not in self._said:
+                logger.error("move record {} cannot be read: its move may be under way, so "
+                             "its service is not moved, re-placed or preempted and it counts "
+                             "as a move in flight; check the service's gates, then remove it "
+                             "by hand (swarmgpu audit: move-record-unreadable)",
+                             peer_text(record_key(self.prefix, sid)))
         for s, why in v.forged:
             key = f"{s.id}:{s.labels.get(self.prefix + MOVE_STATE)}"
             said.add(key)
@@ -397,6 +328,7 @@ class Mover:
             logger.error("rebalance: cannot read the move records, no move this cycle: {}", exc)
             return
         self._report(v)
+        self.seen.keep(v.in_flight())
         if self.dry_run:
             for st in v.in_flight():
                 if st.id not in self._dry_flying:
@@ -446,6 +378,12 @@ class Mover:
     def _act_on(self, v: Verdict) -> None:
         for s in (s for s, _why in v.forged):
             self._step(s.name, self._repair, s)
+        for sid in sorted(v.unreadable_gone) if self.judge_labels else ():
+            # as a readable record of a gone service: its gates are placement's to release
+            key = peer_text(record_key(self.prefix, sid))
+            if self._step(key, self._drop_record, sid, False, False):
+                logger.warning("move record {} cannot be read and names no service: "
+                               "dropped (no move of it can be under way)", key)
         for sid, st in v.gone.items():  # its gates and ledger are placement's to release
             self._step(st.service, self._drop_record, sid)
         for sid, st in v.verified.items():
@@ -455,12 +393,15 @@ class Mover:
             self._step(st.service, self.repin.recover if st.same_node else self.recover,
                        sid, st)
 
-    def _step(self, service: str, fn: Callable[..., object], *args: Any) -> None:
+    def _step(self, service: str, fn: Callable[..., object], *args: Any) -> bool:
+        """``fn(*args)``; False when it failed (logged, retried next cycle)."""
         try:
             fn(*args)
         except SwarmError as exc:
             logger.bind(service=service).error("move step failed, retried next cycle: {}",
                                                exc)
+            return False
+        return True
 
     def in_flight(self, every: Mapping[str, MoveState]) -> list[MoveState]:
         """The moves in flight this mover's budgets count (its scope's records), judged
@@ -660,7 +601,8 @@ class Mover:
         down = None if st.target in running_on else _cannot_run(dst, st.target_host)
         why = down or (f"no task running on {st.target_host} within "
                        f"{self.cfg.move_timeout_s:g}s" if st.target not in running_on and
-                       self.clock() - st.started_at > self.cfg.move_timeout_s else None)
+                       self.clock() - self.seen.started(st, self.clock())
+                       > self.cfg.move_timeout_s else None)
         if st.direction == "forward" and why is not None and st.trigger == HEALTH:
             # A health move is not rolled back: its source GPU failed, so a roll-back
             # restores a broken holder that the policy proposes again at once (a restart

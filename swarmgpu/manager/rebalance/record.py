@@ -15,7 +15,7 @@ import math
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -137,6 +137,29 @@ def node_gone_finding(key: str, st: MoveState, nodes: Sequence[SwarmNode]) -> Fi
         "(docs/rebalancing.md)", key=peer_text(key))
 
 
+class FirstSeen:
+    """When this daemon first read each move in flight. A move's age for its timeout
+    counts from the earlier of its record's start and that: a record dated ahead of this
+    clock (another manager's clock, a hand edit) times out ``move_timeout_s`` after it
+    was first seen here, not once the clock reaches its date. Keyed by the move's id,
+    direction and start: a repin's roll-back (``repin.swapped``) has its own timeout."""
+
+    def __init__(self) -> None:
+        self._at: dict[tuple[str, str, float], float] = {}
+
+    def started(self, st: MoveState, now: float) -> float:
+        return min(st.started_at, self._at.setdefault(_seen_key(st), now))
+
+    def keep(self, flying: Collection[MoveState]) -> None:
+        """Forget the moves no longer in flight (bounds the map)."""
+        keys = {_seen_key(st) for st in flying}
+        self._at = {k: v for k, v in self._at.items() if k in keys}
+
+
+def _seen_key(st: MoveState) -> tuple[str, str, float]:
+    return st.id, st.direction, st.started_at
+
+
 def record_key(prefix: str, service_id: str) -> str:
     """The swarm-object label that records the move of service ``service_id``."""
     return f"{prefix}{RECORD}{service_id}"
@@ -240,18 +263,14 @@ class MoveState:
 
 
 def read_records(labels: Mapping[str, str], prefix: str) -> dict[str, MoveState]:
-    """service id -> the move the daemon recorded for it, from the swarm object's labels."""
+    """service id -> the move the daemon recorded for it, from the swarm object's labels.
+    Those that cannot be read are left out (``unreadable_records``), said by the mover
+    once while they last (``Mover._report``): this is read several times a cycle."""
     out: dict[str, MoveState] = {}
     head = prefix + RECORD
     for k, v in labels.items():
-        if not k.startswith(head):
-            continue
-        st = MoveState.parse(v)
-        if st is None:
-            logger.error("unreadable move record {}; remove it by hand after checking the "
-                         "service's gates", k)
-            continue
-        out[k[len(head):]] = st
+        if k.startswith(head) and (st := MoveState.parse(v)) is not None:
+            out[k[len(head):]] = st
     return out
 
 
@@ -303,9 +322,12 @@ def moving(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
     """Names of the services with a move in flight (``move_of``), from one read of the
     swarm object's labels (``Snapshot.swarm_labels``), with each move's (source, target)
     nodes (``placement.queues.Moving``). Only services that carry a move label are
-    looked at, and only their records are read."""
+    looked at, and only their records are read. A service whose own record cannot be
+    read is in it too, with why (``Moving.unread``): its move may be under way, so
+    placement leaves it as it is and preemption passes it by, as the mover refuses it."""
     key = prefix + MOVE_STATE
     out: dict[str, tuple[str, str]] = {}
+    unread = unreadable_of(services, swarm_labels, prefix)
     for s in services:
         if key not in s.labels:
             continue
@@ -313,7 +335,7 @@ def moving(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
         st = MoveState.parse(text) if text is not None else None
         if st is not None and move_of(s, {s.id: st}, prefix) is not None:
             out[s.name] = (st.source, st.target)
-    return Moving(out)
+    return Moving(out, unread)
 
 
 def spec_edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[Mapping[str, Any]],

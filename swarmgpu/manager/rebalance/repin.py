@@ -61,6 +61,7 @@ from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, Outcome
 from swarmgpu.manager.rebalance.record import (
     HEALTH,
+    FirstSeen,
     MoveState,
     crash_point,
     drop_record,
@@ -123,7 +124,9 @@ class Repin:
     """The steps of a same-node move; every write through the mover's ``Writes``."""
 
     def __init__(self, swarm: SwarmClient, writes: Writes, cfg: RebalanceConfig, *,
-                 prefix: str, clock: Callable[[], float], say: Say) -> None:
+                 prefix: str, clock: Callable[[], float], say: Say,
+                 seen: FirstSeen | None = None) -> None:
+        self.seen = seen or FirstSeen()  # a move's age (``record.FirstSeen``)
         self.swarm = swarm
         self.writes = writes
         self.cfg = cfg
@@ -255,7 +258,8 @@ class Repin:
                                        f"{'gone' if held is None else 'another GPU set'}")
             return
         done = at_target and gate_open and runs
-        late = not done and self.clock() - st.started_at > self.cfg.move_timeout_s
+        late = (not done and self.clock() - self.seen.started(st, self.clock())
+                > self.cfg.move_timeout_s)
         if late and st.trigger == HEALTH:
             # Never rolled back: that would restore its holding on the failed GPU, which
             # the policy proposes again at once (a restart loop). Once the gate is open on

@@ -171,10 +171,11 @@ def evacuate(ctx: Context, h: HealthInputs, drain: bool) -> HealthResult:
             if (svc, nid) in h.released:
                 ctx.notes.append(f"{svc} on {host}: left to placement to re-place ({reason})")
                 continue
+            # may be under way (in ``moving`` too): the plan's note says why, once
+            if svc in ctx.inp.unreadable:
+                continue
             if svc in ctx.inp.moving:  # by the daemon's record, never a label alone
                 ctx.notes.append(f"{svc} on {host}: a move is under way ({reason})")
-                continue
-            if svc in ctx.inp.unreadable:  # may be under way: the plan's note says why
                 continue
             if svc not in ctx.requests:  # never "no GPU free": the request is the why
                 ctx.notes.append(f"{svc} on {host} stays: {request_problem(s, prefix)} "
