@@ -171,6 +171,23 @@ def test_ungated_service_is_adopted_or_reported() -> None:
     assert sp2.status == "pending" and "not gated" in (sp2.reason or "")
 
 
+def test_adoption_keeps_the_owners_cuda_device_order() -> None:
+    """The owner's CUDA_DEVICE_ORDER, a value or a bare name (docker: unset the image's),
+    is theirs: adoption plans and writes no PCI_BUS_ID line (the later of two lines
+    wins, so one after a bare name replaced it). Pinning is by UUID: it needs no order."""
+    for own in ("CUDA_DEVICE_ORDER=FASTEST_FIRST", "CUDA_DEVICE_ORDER"):
+        s = replace(svc("raw", {"swarmgpu.gpus": "1"}, gated=False), env=(own,))
+        (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
+        assert sp.add_env == (env_template(P),), own
+        new = service_compute(sp.writes)({"TaskTemplate": {"ContainerSpec": {
+            "Env": [own]}}})
+        assert new is not None
+        assert new["TaskTemplate"]["ContainerSpec"]["Env"] == [own, env_template(P)]
+    s = svc("raw", {"swarmgpu.gpus": "1"}, gated=False)
+    (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
+    assert sp.add_env == (env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+
+
 def test_an_ungate_takes_only_the_gate_in_its_exact_form() -> None:
     """A service without a request loses its own ``<gate>==true``; the owner's
     ``!= true`` on another service's gate and ``== false`` on its own stay."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,10 +110,18 @@ def gate_service(s: SwarmService, r: GpuRequest, cyc: Cycle) -> Gating:
         add_constraints.append(gate)
     if not has_env:
         add_env.append(tmpl)
-    if ORDER_ENV not in s.env:
+    # The owner's CUDA_DEVICE_ORDER, a value or a bare name (unset), is theirs: the
+    # GPUs are pinned by UUID, so the order only numbers them inside the container.
+    if not _has_var(s.env, ORDER_ENV):
         add_env.append(ORDER_ENV)
     return Gating(tuple(add_constraints), (*foreign, *holds), tuple(add_env),
                   () if has_mount else (device_mount_spec(prefix),), tuple(warnings))
+
+
+def _has_var(env: Sequence[str], line: str) -> bool:
+    """Whether ``env`` has a line for ``line``'s variable: ``NAME=...`` or a bare ``NAME``."""
+    name = line.partition("=")[0]
+    return any(x.partition("=")[0] == name for x in env)
 
 
 def _share_env(s: SwarmService, r: GpuRequest, cyc: Cycle) -> tuple[list[str], list[str]]:
