@@ -3,8 +3,9 @@
 docker/cli reads each env file on the client into the service's environment, and the
 service's ``environment`` over it (cli/compose/loader/loader.go ``resolveEnvironment``).
 So an env line render adds to ``environment`` (``CUDA_DEVICE_ORDER``, the device
-template, a share's lines) would replace the env file's value of that name: render
-adds none the env file sets, as it adds none ``environment`` names. The file's rules
+template, a share's lines, a Compose reservation's ``NVIDIA_DRIVER_CAPABILITIES``)
+would replace the env file's value of that name: render adds none the env file sets,
+as it adds none ``environment`` names. The file's rules
 are cli/opts/file.go ``parseKeyValueFile``: lines split at ``\\n`` (a ``\\r`` before it
 dropped), a UTF-8 BOM off the first, leading white space trimmed, empty and ``#``
 lines skipped, ``NAME=value``, or a bare ``NAME`` set only where docker's environment
@@ -57,6 +58,45 @@ def write_env(
         names = {e.partition("=")[0] for e in lst}  # a bare NAME: docker takes the shell's
         lst += [a for a in additions if a.partition("=")[0] not in names]
         svc["environment"] = lst
+
+
+class EnvFiles:
+    """The names each service's env files set (``env_file_names``), read once each."""
+
+    def __init__(
+        self, base: str | None, environ: Mapping[str, str] | None, error: type[Exception]
+    ) -> None:
+        self.base, self.environ, self.error = base, environ, error
+        self._names: dict[str, set[str]] = {}
+
+    def names(self, svc_name: str, svc: Mapping[str, Any]) -> set[str]:
+        if svc_name not in self._names:
+            where = f"services.{svc_name}"
+            got = env_file_names(svc, where, self.base, self.environ, self.error)
+            self._names[svc_name] = got
+        return self._names[svc_name]
+
+    def add_env(self, services: Mapping[Any, Any], env: Mapping[str, Mapping[str, str]]) -> None:
+        """``env`` (service -> variables: ``CheckedStack.env``) added to each service's
+        environment where neither it nor its env files name the variable."""
+        for key, svc in services.items():
+            if (add := env.get(str(key))) is not None:
+                skip = self.names(str(key), svc)
+                _add_env(svc, {k: v for k, v in add.items() if k not in skip})
+
+
+def _add_env(svc: dict[str, Any], add: Mapping[str, str]) -> None:
+    """Add variables the service does not set itself (a bad shape is reported later)."""
+    env = svc.get("environment")
+    if env is None and add:
+        svc["environment"] = env = {}
+    if isinstance(env, dict):
+        for k, v in add.items():
+            env.setdefault(k, v)
+    elif isinstance(env, list):
+        for k, v in add.items():
+            if not any(str(e).split("=", 1)[0] == k for e in env):
+                env.append(f"{k}={v}")
 
 
 def env_file_names(
