@@ -178,6 +178,16 @@ def test_driver_capabilities_the_env_file_sets_keep_its_value(tmp_path: Path) ->
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility", env
 
 
+def test_a_request_whose_env_file_sets_the_device_variable_is_an_error(tmp_path: Path) -> None:
+    # render left its template out where the env file sets the name, so the file's
+    # NVIDIA_VISIBLE_DEVICES=all reached a gated, placed service: every GPU of its node.
+    folder = _stack_folder(tmp_path, STACK)
+    (folder / "web.env").write_text("NVIDIA_VISIBLE_DEVICES=all\n")
+    with pytest.raises(StackError) as exc:
+        render_stack(STACK, "t", NODES, [], [], FACTS, environ={}, base=str(folder))
+    assert str(exc.value).startswith("services.s.env_file: sets NVIDIA_VISIBLE_DEVICES"), exc.value
+
+
 @pytest.mark.parametrize(
     ("text", "why"),
     [(None, "No such file or directory"), ("A B=1\n", "'A B' is no variable name")],

@@ -22,6 +22,7 @@ from typing import Any
 from swarmgpu.core.boundedfile import FileRefused, read_bounded
 from swarmgpu.core.yamlfile import MAX_TEXT
 from swarmgpu.manager.placement import ORDER_ENV, env_template, env_template_per_node
+from swarmgpu.manager.placement.envs import DEVICE_VAR
 from swarmgpu.manager.services.sharing import env_lines
 
 # Go's unicode.IsSpace (str.isspace takes \x1c-\x1f too)
@@ -60,6 +61,16 @@ def write_env(
         svc["environment"] = lst
 
 
+def device_var_error(where: str, what: str) -> str:
+    """The error for a GPU request whose own env (``where``) sets the device variable:
+    render writes no template beside it, so its containers would see what it names."""
+    return (
+        f"{where}: {what}: swarmgpu gives a GPU request its GPUs through {DEVICE_VAR} "
+        "(the device template render writes) and never overwrites a value of yours: with "
+        "it the containers see the GPUs it names, not the ones placed for them; remove it"
+    )
+
+
 class EnvFiles:
     """The names each service's env files set (``env_file_names``), read once each."""
 
@@ -75,6 +86,15 @@ class EnvFiles:
             got = env_file_names(svc, where, self.base, self.environ, self.error)
             self._names[svc_name] = got
         return self._names[svc_name]
+
+    def request_names(self, svc_name: str, svc: Mapping[str, Any]) -> set[str]:
+        """``names`` of a GPU request's service: one that sets the device variable is
+        ``device_var_error``."""
+        names = self.names(svc_name, svc)
+        if DEVICE_VAR in names:
+            where = f"services.{svc_name}.env_file"
+            raise self.error(device_var_error(where, f"sets {DEVICE_VAR}"))
+        return names
 
     def add_env(self, services: Mapping[Any, Any], env: Mapping[str, Mapping[str, str]]) -> None:
         """``env`` (service -> variables: ``CheckedStack.env``) added to each service's

@@ -33,7 +33,7 @@ from swarmgpu.manager.commands.composefile import (
     part_schema_errors,
     schema_errors,
 )
-from swarmgpu.manager.commands.envfile import EnvFiles, write_env
+from swarmgpu.manager.commands.envfile import EnvFiles, device_var_error, write_env
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
 from swarmgpu.manager.commands.stackmerge import MergeError, StackFile, merge_stacks
 from swarmgpu.manager.commands.stackpaths import absolute_paths
@@ -48,7 +48,7 @@ from swarmgpu.manager.placement import (
     is_gate_of,
     is_hold,
 )
-from swarmgpu.manager.placement.envs import device_mount_spec, mount_target
+from swarmgpu.manager.placement.envs import device_mount_spec, mount_target, own_device_line
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, request_errors
 from swarmgpu.manager.services.sharing import env_lines, is_share_key, want_labels
 from swarmgpu.manager.services.tenants import Tenants
@@ -502,6 +502,9 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                                          classes=classes)
         if req is not None:
             out.requests.append(svc_name)
+            own = own_device_line(_try([], [], _env_list, svc, w), prefix)
+            if own is not None:
+                errs.append(device_var_error(f"{w}.environment", own))
     out.errors.extend(errs)
 
 
@@ -628,7 +631,7 @@ def render_stack(
         _write_placement(deploy, labels, where, full, sp, prefix)
         _put_labels(deploy, {k: v for k, v in labels.items() if given.get(k) != v})
         write_env(svc, prefix, fraction=not isinstance(req, RequestError) and req.is_fraction,
-                  skip=files.names(str(svc_name), svc))
+                  skip=files.request_names(str(svc_name), svc))
         if mounts:
             _add_device_mount(svc, prefix)
     if bad := schema_errors(out):  # what render added must fit the schema too
