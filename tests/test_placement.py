@@ -171,6 +171,47 @@ def test_ungated_service_is_adopted_or_reported() -> None:
     assert sp2.status == "pending" and "not gated" in (sp2.reason or "")
 
 
+def test_adoption_keeps_the_owners_cuda_device_order() -> None:
+    """The owner's CUDA_DEVICE_ORDER, a value or a bare name (docker: unset the image's),
+    is theirs: adoption plans and writes no PCI_BUS_ID line (the later of two lines
+    wins, so one after a bare name replaced it). Pinning is by UUID: it needs no order."""
+    for own in ("CUDA_DEVICE_ORDER=FASTEST_FIRST", "CUDA_DEVICE_ORDER"):
+        s = replace(svc("raw", {"swarmgpu.gpus": "1"}, gated=False), env=(own,))
+        (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
+        assert sp.add_env == (env_template(P),), own
+        new = service_compute(sp.writes)({"TaskTemplate": {"ContainerSpec": {
+            "Env": [own]}}})
+        assert new is not None
+        assert new["TaskTemplate"]["ContainerSpec"]["Env"] == [own, env_template(P)]
+    s = svc("raw", {"swarmgpu.gpus": "1"}, gated=False)
+    (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
+    assert sp.add_env == (env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+
+
+def test_a_request_whose_own_env_sets_the_device_variable_waits_naming_it() -> None:
+    """The owner's NVIDIA_VISIBLE_DEVICES (a value, or a bare name) is kept, so the
+    template that pins the GPUs cannot go in: the service waits, the line and the fix
+    named, nothing written (it was gated and placed with its own `all`: every GPU of its
+    node, and the note said the template was added). A void line is swarmgpu's
+    (placement.ungranted: void): the template replaces it."""
+    for own in ("NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES"):
+        for s in (
+            replace(svc("raw", {"swarmgpu.gpus": "1"}, gated=False), env=(own, "A=1")),
+            replace(svc("raw", {"swarmgpu.gpus": "1"}), env=(own,)),
+            replace(svc("raw", {"swarmgpu.gpus": "1"}, gated=False),
+                    constraints=(hold_constraint(P),), env=(own,)),
+        ):
+            (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
+            assert sp.status == "pending" and not sp.placements, (own, sp.reason)
+            assert f"sets {own} itself" in (sp.reason or ""), sp.reason
+            assert "docker service update --env-rm NVIDIA_VISIBLE_DEVICES raw" in (
+                sp.reason or "")
+            assert not sp.add_env and not sp.add_constraints and not sp.remove_constraints
+    s = replace(svc("raw", {"swarmgpu.gpus": "1"}, gated=False), env=(VOID_LINE,))
+    (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
+    assert sp.status == "placed" and env_template(P) in sp.add_env
+
+
 def test_an_ungate_takes_only_the_gate_in_its_exact_form() -> None:
     """A service without a request loses its own ``<gate>==true``; the owner's
     ``!= true`` on another service's gate and ``== false`` on its own stay."""

@@ -11,6 +11,7 @@ written so docker's own pass gives back what render planned with; with
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,11 @@ from support.render_compose import FACTS, NODES
 from swarmgpu.cli import main
 from swarmgpu.manager.commands.interpolation import interpolate
 from swarmgpu.manager.commands.render import check_stack, render_stack
+from swarmgpu.manager.placement import env_template, env_template_per_node
+from swarmgpu.manager.placement.envs import VOID_LINE
 
 NO_DOCKER = "unix:///nonexistent/docker.sock"
+P = "swarmgpu."
 
 GPU = """\
 version: "3.8"
@@ -38,8 +42,21 @@ services:
 
 # Text that go-yaml (docker/cli) reads as a number, a boolean or a time when written
 # plain, though YAML 1.1 (PyYAML) reads it as text; y and N for docker 27 and older.
-GO_NOT_TEXT = ("08", "09", "y", "N", "1e3", "1.5e3", "+1e3", "0o17", "0X1F", "0B1",
-               "0o-17", "0b-101", "2001-12-14t21:59:43,5+01:00")
+GO_NOT_TEXT = (
+    "08",
+    "09",
+    "y",
+    "N",
+    "1e3",
+    "1.5e3",
+    "+1e3",
+    "0o17",
+    "0X1F",
+    "0B1",
+    "0o-17",
+    "0b-101",
+    "2001-12-14t21:59:43,5+01:00",
+)
 
 
 @pytest.mark.parametrize("value", GO_NOT_TEXT)
@@ -167,6 +184,28 @@ def test_a_variable_the_service_takes_from_the_deploy_shell_is_kept(env: str) ->
         assert any(e.startswith("NVIDIA_VISIBLE_DEVICES=") for e in got)
     else:
         assert got["CUDA_DEVICE_ORDER"] is None and "NVIDIA_VISIBLE_DEVICES" in got
+
+
+@pytest.mark.parametrize(
+    "env",
+    ["[NVIDIA_VISIBLE_DEVICES=all]", "[NVIDIA_VISIBLE_DEVICES]", "{NVIDIA_VISIBLE_DEVICES: 0}"],
+)
+def test_a_request_whose_environment_sets_the_device_variable_is_an_error(env: str) -> None:
+    # render kept the service's own value and left its template out: the file deployed
+    # gated and placed, and the container saw the GPUs of its own value (`all`: every
+    # GPU of its node), not the ones placement held for it.
+    text = GPU.replace(
+        "    image: vllm/vllm-openai\n", f"    image: vllm/vllm-openai\n    environment: {env}\n"
+    )
+    (err,) = check_stack(text, stack_name="ai").errors
+    assert err.startswith("services.llm.environment: NVIDIA_VISIBLE_DEVICES"), err
+    assert "remove it" in err
+    for mine in (env_template(P), env_template_per_node(P), VOID_LINE):  # swarmgpu's
+        text = GPU.replace(
+            "    image: vllm/vllm-openai\n",
+            f"    image: vllm/vllm-openai\n    environment: [{json.dumps(mine)}]\n",
+        )
+        assert check_stack(text, stack_name="ai").errors == [], mine
 
 
 ZONED = [replace(NODES[0], labels={"zone": "eu"}), NODES[1]]

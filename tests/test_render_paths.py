@@ -158,6 +158,36 @@ def test_a_variable_the_env_file_sets_keeps_its_value(
     assert any(e.startswith("NVIDIA_VISIBLE_DEVICES={{") for e in env)
 
 
+def test_driver_capabilities_the_env_file_sets_keep_its_value(tmp_path: Path) -> None:
+    # A Compose GPU reservation's capabilities become NVIDIA_DRIVER_CAPABILITIES in
+    # environment, which docker reads over the env file: its `all` became
+    # compute,utility. Where the file does not set it, render still writes it.
+    text = STACK.replace(
+        '    deploy:\n      labels:\n        swarmgpu.gpus: "1"\n',
+        "    deploy:\n      resources:\n        reservations:\n          devices:\n"
+        "            - {capabilities: [gpu, compute, utility], count: 1}\n",
+    )
+    folder = _stack_folder(tmp_path, text)
+    (folder / "web.env").write_text("NVIDIA_DRIVER_CAPABILITIES=all\n")
+    out, _ = render_stack(text, "t", NODES, [], [], FACTS, environ={}, base=str(folder))
+    env = yaml.safe_load(out)["services"]["s"]["environment"]
+    assert not any(str(e).startswith("NVIDIA_DRIVER_CAPABILITIES") for e in env), env
+    (folder / "web.env").write_text("E=1\n")
+    out, _ = render_stack(text, "t", NODES, [], [], FACTS, environ={}, base=str(folder))
+    env = yaml.safe_load(out)["services"]["s"]["environment"]
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility", env
+
+
+def test_a_request_whose_env_file_sets_the_device_variable_is_an_error(tmp_path: Path) -> None:
+    # render left its template out where the env file sets the name, so the file's
+    # NVIDIA_VISIBLE_DEVICES=all reached a gated, placed service: every GPU of its node.
+    folder = _stack_folder(tmp_path, STACK)
+    (folder / "web.env").write_text("NVIDIA_VISIBLE_DEVICES=all\n")
+    with pytest.raises(StackError) as exc:
+        render_stack(STACK, "t", NODES, [], [], FACTS, environ={}, base=str(folder))
+    assert str(exc.value).startswith("services.s.env_file: sets NVIDIA_VISIBLE_DEVICES"), exc.value
+
+
 @pytest.mark.parametrize(
     ("text", "why"),
     [(None, "No such file or directory"), ("A B=1\n", "'A B' is no variable name")],

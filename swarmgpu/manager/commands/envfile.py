@@ -3,8 +3,9 @@
 docker/cli reads each env file on the client into the service's environment, and the
 service's ``environment`` over it (cli/compose/loader/loader.go ``resolveEnvironment``).
 So an env line render adds to ``environment`` (``CUDA_DEVICE_ORDER``, the device
-template, a share's lines) would replace the env file's value of that name: render
-adds none the env file sets, as it adds none ``environment`` names. The file's rules
+template, a share's lines, a Compose reservation's ``NVIDIA_DRIVER_CAPABILITIES``)
+would replace the env file's value of that name: render adds none the env file sets,
+as it adds none ``environment`` names. The file's rules
 are cli/opts/file.go ``parseKeyValueFile``: lines split at ``\\n`` (a ``\\r`` before it
 dropped), a UTF-8 BOM off the first, leading white space trimmed, empty and ``#``
 lines skipped, ``NAME=value``, or a bare ``NAME`` set only where docker's environment
@@ -21,6 +22,7 @@ from typing import Any
 from swarmgpu.core.boundedfile import FileRefused, read_bounded
 from swarmgpu.core.yamlfile import MAX_TEXT
 from swarmgpu.manager.placement import ORDER_ENV, env_template, env_template_per_node
+from swarmgpu.manager.placement.envs import DEVICE_VAR
 from swarmgpu.manager.services.sharing import env_lines
 
 # Go's unicode.IsSpace (str.isspace takes \x1c-\x1f too)
@@ -57,6 +59,64 @@ def write_env(
         names = {e.partition("=")[0] for e in lst}  # a bare NAME: docker takes the shell's
         lst += [a for a in additions if a.partition("=")[0] not in names]
         svc["environment"] = lst
+
+
+def device_var_error(where: str, what: str) -> str:
+    """The error for a GPU request whose own env (``where``) sets the device variable:
+    render writes no template beside it, so its containers would see what it names."""
+    return (
+        f"{where}: {what}: swarmgpu gives a GPU request its GPUs through {DEVICE_VAR} "
+        "(the device template render writes) and never overwrites a value of yours: with "
+        "it the containers see the GPUs it names, not the ones placed for them; remove it"
+    )
+
+
+class EnvFiles:
+    """The names each service's env files set (``env_file_names``), read once each."""
+
+    def __init__(
+        self, base: str | None, environ: Mapping[str, str] | None, error: type[Exception]
+    ) -> None:
+        self.base, self.environ, self.error = base, environ, error
+        self._names: dict[str, set[str]] = {}
+
+    def names(self, svc_name: str, svc: Mapping[str, Any]) -> set[str]:
+        if svc_name not in self._names:
+            where = f"services.{svc_name}"
+            got = env_file_names(svc, where, self.base, self.environ, self.error)
+            self._names[svc_name] = got
+        return self._names[svc_name]
+
+    def request_names(self, svc_name: str, svc: Mapping[str, Any]) -> set[str]:
+        """``names`` of a GPU request's service: one that sets the device variable is
+        ``device_var_error``."""
+        names = self.names(svc_name, svc)
+        if DEVICE_VAR in names:
+            where = f"services.{svc_name}.env_file"
+            raise self.error(device_var_error(where, f"sets {DEVICE_VAR}"))
+        return names
+
+    def add_env(self, services: Mapping[Any, Any], env: Mapping[str, Mapping[str, str]]) -> None:
+        """``env`` (service -> variables: ``CheckedStack.env``) added to each service's
+        environment where neither it nor its env files name the variable."""
+        for key, svc in services.items():
+            if (add := env.get(str(key))) is not None:
+                skip = self.names(str(key), svc)
+                _add_env(svc, {k: v for k, v in add.items() if k not in skip})
+
+
+def _add_env(svc: dict[str, Any], add: Mapping[str, str]) -> None:
+    """Add variables the service does not set itself (a bad shape is reported later)."""
+    env = svc.get("environment")
+    if env is None and add:
+        svc["environment"] = env = {}
+    if isinstance(env, dict):
+        for k, v in add.items():
+            env.setdefault(k, v)
+    elif isinstance(env, list):
+        for k, v in add.items():
+            if not any(str(e).split("=", 1)[0] == k for e in env):
+                env.append(f"{k}={v}")
 
 
 def env_file_names(

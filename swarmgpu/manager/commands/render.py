@@ -33,7 +33,7 @@ from swarmgpu.manager.commands.composefile import (
     part_schema_errors,
     schema_errors,
 )
-from swarmgpu.manager.commands.envfile import env_file_names, write_env
+from swarmgpu.manager.commands.envfile import EnvFiles, device_var_error, write_env
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
 from swarmgpu.manager.commands.stackmerge import MergeError, StackFile, merge_stacks
 from swarmgpu.manager.commands.stackpaths import absolute_paths
@@ -48,7 +48,7 @@ from swarmgpu.manager.placement import (
     is_gate_of,
     is_hold,
 )
-from swarmgpu.manager.placement.envs import device_mount_spec, mount_target
+from swarmgpu.manager.placement.envs import device_mount_spec, mount_target, own_device_line
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, request_errors
 from swarmgpu.manager.services.sharing import env_lines, is_share_key, want_labels
 from swarmgpu.manager.services.tenants import Tenants
@@ -318,6 +318,9 @@ class CheckedStack:
     # --skip-interpolation): what render writes back where it changed nothing.
     written: dict[str, Any] = field(default_factory=dict)
     substituted: dict[str, Any] | None = None
+    # service -> the env render adds (a Compose reservation's capabilities), written by
+    # render_stack, which reads the env files: docker reads environment over them
+    env: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
@@ -478,7 +481,7 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         _put_labels(deploy, gpu.labels)
         svc["deploy"] = deploy  # a service with only `gpus` had no deploy yet
     if gpu.env:
-        _add_env(svc, gpu.env)
+        out.env[svc_name] = gpu.env
     _try(errs, None, _env_list, svc, w)
     mode = _try(errs, "replicated", _mode, deploy, w)
     if mode in ("replicated", "replicated-job"):
@@ -499,21 +502,10 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                                          classes=classes)
         if req is not None:
             out.requests.append(svc_name)
+            own = own_device_line(_try([], [], _env_list, svc, w), prefix)
+            if own is not None:
+                errs.append(device_var_error(f"{w}.environment", own))
     out.errors.extend(errs)
-
-
-def _add_env(svc: dict[str, Any], add: Mapping[str, str]) -> None:
-    """Add variables the service does not set itself (a bad shape is reported later)."""
-    env = svc.get("environment")
-    if env is None:
-        svc["environment"] = env = {}
-    if isinstance(env, dict):
-        for k, v in add.items():
-            env.setdefault(k, v)
-    elif isinstance(env, list):
-        for k, v in add.items():
-            if not any(str(e).split("=", 1)[0] == k for e in env):
-                env.append(f"{k}={v}")
 
 
 def _with_device_mount(spec: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -601,6 +593,8 @@ def render_stack(
     if checked.errors:
         raise StackError(checked.errors)
     stack = checked.stack
+    files = EnvFiles(base, environ, StackError)
+    files.add_env(stack["services"], checked.env)
     mine = stack_services(stack, name, services, prefix)
     mine_names = {s.name for s in mine}
     others = [s for s in services if s.name not in mine_names]
@@ -637,7 +631,7 @@ def render_stack(
         _write_placement(deploy, labels, where, full, sp, prefix)
         _put_labels(deploy, {k: v for k, v in labels.items() if given.get(k) != v})
         write_env(svc, prefix, fraction=not isinstance(req, RequestError) and req.is_fraction,
-                  skip=env_file_names(svc, where, base, environ, StackError))
+                  skip=files.request_names(str(svc_name), svc))
         if mounts:
             _add_device_mount(svc, prefix)
     if bad := schema_errors(out):  # what render added must fit the schema too

@@ -46,6 +46,13 @@ ORDER_ENV = "CUDA_DEVICE_ORDER=PCI_BUS_ID"
 
 DEVICE_VAR = "NVIDIA_VISIBLE_DEVICES"
 VOID_LINE = DEVICE_VAR + "=void"  # no GPU: what the templates give outside a grant
+
+
+def own_device_line(env: Sequence[str], prefix: str) -> str | None:
+    """The first line of ``env`` that sets the device variable (a bare name too) and is
+    not swarmgpu's: a template, or the void ``placement.ungranted: void`` writes."""
+    return next((x for x in env if x.partition("=")[0] == DEVICE_VAR and x != VOID_LINE
+                 and device_env(prefix, [x]) is None), None)
 DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices"  # the toolkit's root for mounts
 NO_DEVICE_TARGET = "/var/run/swarmgpu-no-gpu"  # outside that root: the toolkit ignores it
 

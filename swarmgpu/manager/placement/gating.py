@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.envs import (
+    DEVICE_VAR,
     ORDER_ENV,
     device_env,
     device_mount,
     device_mount_spec,
     env_template,
     mount_target,
+    own_device_line,
 )
 from swarmgpu.manager.placement.keys import gate_constraint, gate_of, is_hold
 from swarmgpu.manager.placement.records import SpecWrites
@@ -88,6 +90,16 @@ def gate_service(s: SwarmService, r: GpuRequest, cyc: Cycle) -> Gating:
     if has_gate and has_env and has_mount and not holds:
         return Gating(tuple(add_constraints), tuple(foreign), tuple(add_env),
                       warnings=tuple(warnings))
+    own = own_device_line(s.env, prefix)
+    if not has_env and own is not None:
+        # The owner's line is never overwritten, and the template cannot go beside it
+        # (docker reads the later line): gated with it, its tasks would see the GPUs it
+        # names (`all`: every GPU of the node) instead of the ones placement holds.
+        return Gating(tuple(add_constraints), tuple(foreign), warnings=tuple(warnings), waits=(
+            f"its env sets {own} itself: swarmgpu gives a service its GPUs through "
+            f"{DEVICE_VAR} (env {tmpl}) and never overwrites a value of yours; remove "
+            f"yours (docker service update --env-rm {DEVICE_VAR} {s.name}, or from the "
+            "stack file) and swarmgpu adds its own"))
     missing = [x for x, ok in ((f"constraint {gate}", has_gate),
                                (f"env {tmpl}", has_env),
                                (f"mount /dev/null -> {mount_target(prefix)}", has_mount))
@@ -110,10 +122,18 @@ def gate_service(s: SwarmService, r: GpuRequest, cyc: Cycle) -> Gating:
         add_constraints.append(gate)
     if not has_env:
         add_env.append(tmpl)
-    if ORDER_ENV not in s.env:
+    # The owner's CUDA_DEVICE_ORDER, a value or a bare name (unset), is theirs: the
+    # GPUs are pinned by UUID, so the order only numbers them inside the container.
+    if not _has_var(s.env, ORDER_ENV):
         add_env.append(ORDER_ENV)
     return Gating(tuple(add_constraints), (*foreign, *holds), tuple(add_env),
                   () if has_mount else (device_mount_spec(prefix),), tuple(warnings))
+
+
+def _has_var(env: Sequence[str], line: str) -> bool:
+    """Whether ``env`` has a line for ``line``'s variable: ``NAME=...`` or a bare ``NAME``."""
+    name = line.partition("=")[0]
+    return any(x.partition("=")[0] == name for x in env)
 
 
 def _share_env(s: SwarmService, r: GpuRequest, cyc: Cycle) -> tuple[list[str], list[str]]:

@@ -56,15 +56,16 @@ def service_compute(sp: SpecWrites) -> SpecCompute:
         if sp.remove_env:  # (as replaced: only its own lines, exactly as written)
             env = [x for x in env if x not in sp.remove_env]
         for e in sp.add_env:
-            name = e.split("=", 1)[0] + "="
-            if name == DEVICE_VAR + "=" and VOID_LINE in env:
+            name = e.partition("=")[0]
+            if name == DEVICE_VAR and VOID_LINE in env:
                 # void (no GPU; placement.ungranted: void writes it) is what the template
                 # gives outside a grant: the template in its place widens nothing.
                 first = env.index(VOID_LINE)
                 env = [e if i == first else x for i, x in enumerate(env)
                        if i == first or x != VOID_LINE]
-            # A user's own value for the same variable is kept: never overwrite env.
-            elif not any(x.startswith(name) for x in env):
+            # A user's own value for the same variable is kept: never overwrite env. A
+            # bare NAME counts (docker: unset the image's); a line after it would win.
+            elif not any(x.partition("=")[0] == name for x in env):
                 env.append(e)
         if env or cs.get("Env"):  # (every line of it removed: none left)
             cs["Env"] = env
