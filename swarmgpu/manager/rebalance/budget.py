@@ -22,9 +22,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from swarmgpu.core.stamps import HOUR_S as HOUR_S
+from swarmgpu.core.stamps import in_hour
 from swarmgpu.manager.placement import Holding
 
-HOUR_S = 3600.0
 FINISHED = "state.moves-finished"  # swarm-object label: epoch seconds of recent finishes
 FINISHED_KEEP = 64  # more than any sane per-hour budget; bounds the label
 
@@ -49,8 +50,9 @@ def times_in(labels: Mapping[str, str], key: str, keep: int) -> list[float]:
 
 
 def with_time(times: Iterable[float], at: float, now: float, keep: int) -> str:
-    """The list with ``at`` added, only the last hour's (by ``now``), at most ``keep``."""
-    kept = [t for t in times if now - t < HOUR_S] + [at]
+    """The list with ``at`` added, only the last hour's (by ``now``: ``in_hour``, a time
+    further ahead than the skew is left out), at most ``keep``."""
+    kept = [t for t in times if in_hour(t, now)] + [at]
     return times_text(kept[-keep:])
 
 
