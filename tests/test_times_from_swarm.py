@@ -11,8 +11,12 @@ from dataclasses import replace
 
 from support.forged import RecordingSwarm, victim_cluster, victim_move
 
+from swarmgpu.core.rebalanceconfig import FragmentationConfig, RebalanceConfig
 from swarmgpu.core.stamps import HOUR_S, MAX_SKEW_S, in_hour, passed
 from swarmgpu.manager.engine.actuator import Writes
+from swarmgpu.manager.placement import MOVE_STATE
+from swarmgpu.manager.rebalance.budget import FINISHED, finished_times, with_finished
+from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.policies.health import HealthBudget
 from swarmgpu.manager.rebalance.record import (
     HEALTH_SPENT,
@@ -34,14 +38,12 @@ def test_the_rule_for_a_time_read_back() -> None:
     assert not any(in_hour(t, NOW) for t in (FAR, float("nan"), float("inf"), -FAR))
     assert passed(SKEWED, NOW) == NOW and passed(NOW - 5, NOW) == NOW - 5
     assert passed(0.0, NOW) == 0.0
-    assert all(passed(t, NOW) is None for t in (FAR, float("nan"), float("inf"),
-                                                 float("-inf")))
+    assert all(passed(t, NOW) is None for t in (FAR, float("nan"), float("inf"), float("-inf")))
 
 
 def _health_record(sw: RecordingSwarm, started_at: float) -> None:
     svc = sw.service("id-victim")
-    st = replace(MoveState.start(victim_move(), svc, started_at, surge=False),
-                 trigger="health")
+    st = replace(MoveState.start(victim_move(), svc, started_at, surge=False), trigger="health")
     sw._swarm_labels[record_key(P, svc.id)] = st.to_json()
 
 
@@ -80,3 +82,37 @@ def test_a_health_list_entry_far_ahead_is_dropped_not_counted_for_ever() -> None
     _health_record(sw, NOW)
     drop_record(Writes(sw, dry_run=False, who="test", prefix=P), P, "id-victim", NOW)
     assert sw.swarm_labels()[P + HEALTH_SPENT] == f"{NOW - 10:.0f},{NOW:.0f}"
+
+
+def _frag_mover(sw: RecordingSwarm) -> Mover:
+    rb = RebalanceConfig(
+        fragmentation=FragmentationConfig(moves_per_hour=1, moves_per_100_placements=100)
+    )
+    return Mover(sw, rb, prefix=P, dry_run=True, clock=lambda: NOW)  # type: ignore[arg-type]
+
+
+def test_the_fragmentation_hour_counts_a_move_dated_far_ahead_from_now() -> None:
+    """A daemon starting to lead counts the hour's moves: a move in flight whose record
+    says 1e12 counts as started now, and a finish time so far ahead in the mover's list
+    is not counted. Before: both went into the budget's hour and ``now - t < HOUR_S``
+    kept them, the per-hour budget spent for ever."""
+    sw = victim_cluster({})
+    svc = sw.service("id-victim")
+    st = MoveState.start(victim_move(), svc, FAR, surge=False)
+    sw._swarm_labels[record_key(P, svc.id)] = st.to_json()
+    sw._services[svc.id] = replace(svc, labels={**svc.labels, P + MOVE_STATE: st.to_json()})
+    m = _frag_mover(sw)
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert m.frag_budget.started == [NOW]
+    assert m.frag_budget.left(NOW)[0] == 0  # in flight: this hour's one move
+    assert m.frag_budget.left(NOW + HOUR_S)[0] == 1
+
+    sw = victim_cluster({})
+    sw._swarm_labels[P + FINISHED] = f"{FAR:.0f},{SKEWED:.0f}"
+    m = _frag_mover(sw)
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert m.frag_budget.started == [round(SKEWED)]  # another manager's clock: as written
+    assert m.frag_budget.left(NOW + HOUR_S + MAX_SKEW_S)[0] == 1
+    assert with_finished(finished_times(sw.swarm_labels(), P), NOW) == (
+        f"{SKEWED:.0f},{NOW:.0f}"
+    )  # the next write leaves the far time out
