@@ -14,8 +14,9 @@ from support.forged import RecordingSwarm, victim_cluster, victim_move
 from swarmgpu.core.rebalanceconfig import FragmentationConfig, RebalanceConfig
 from swarmgpu.core.stamps import HOUR_S, MAX_SKEW_S, in_hour, passed
 from swarmgpu.manager.engine.actuator import Writes
-from swarmgpu.manager.placement import MOVE_STATE
+from swarmgpu.manager.placement import MOVE_STATE, read_ledger
 from swarmgpu.manager.rebalance.budget import FINISHED, finished_times, with_finished
+from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.policies.health import HealthBudget
 from swarmgpu.manager.rebalance.record import (
@@ -25,6 +26,7 @@ from swarmgpu.manager.rebalance.record import (
     health_spent,
     record_key,
 )
+from swarmgpu.manager.services.requests import GpuRequest, parse_all
 
 P = "swarmgpu."
 NOW = 1_800_000_000.0
@@ -116,3 +118,29 @@ def test_the_fragmentation_hour_counts_a_move_dated_far_ahead_from_now() -> None
     assert with_finished(finished_times(sw.swarm_labels(), P), NOW) == (
         f"{SKEWED:.0f},{NOW:.0f}"
     )  # the next write leaves the far time out
+
+
+def _why_not(moved_at: str, now: float, cooldown_s: float) -> str | None:
+    sw = victim_cluster({})
+    s = sw.service("id-victim")
+    s = replace(s, labels={**s.labels, P + MOVED_AT: moved_at})
+    req = parse_all(s.labels, prefix=P)
+    assert isinstance(req, GpuRequest)
+    holdings = read_ledger(sw.nodes(), P)["victim"]
+    return why_not_movable(s, req, sw.tasks(), holdings, P, now, cooldown_s)
+
+
+def test_a_moved_at_far_ahead_starts_no_cooldown_for_ever() -> None:
+    """``moved-at`` is in the service's own labels (a stack writes it too). One no clock
+    wrote (1e12, inf) is no time, as an unreadable one: the service cools down from no
+    move (before: for as long as it was ahead, its rebalancing off for ever). One a
+    little ahead is another manager's clock: the cooldown runs from now, and a cooldown
+    of 0 (the health policy's, which never waits) is none. Before: that read as
+    "cooling down (-30s left of 0s)", and a failed GPU's holder was not moved off it
+    (released to placement, or left there)."""
+    for far in (f"{FAR:.0f}", "inf", "1e999", "nan"):
+        assert _why_not(far, NOW, 600.0) is None, far
+    assert _why_not(f"{SKEWED:.0f}", NOW, 0.0) is None
+    assert _why_not(f"{SKEWED:.0f}", NOW, 600.0) == "cooling down (600s left of 600s)"
+    assert _why_not(f"{NOW - 100:.0f}", NOW, 600.0) == "cooling down (500s left of 600s)"
+    assert _why_not("0", NOW, 600.0) is None
