@@ -619,6 +619,24 @@ def test_a_forged_preempted_record_buys_no_immunity(tmp_path: Path) -> None:
         assert st["by"] == "team-a_high"  # the daemon's own record replaced the forged one
 
 
+def test_a_preempted_record_dated_at_infinity_is_no_record(tmp_path: Path) -> None:
+    """JSON reads ``Infinity`` and ``1e999`` as an infinite time: such a record, which
+    a stack can write, is not read (the victim cooldown's check of its second raised
+    OverflowError, and the preemption step failed every cycle); the batch service is
+    preempted as any other."""
+    want = {f"{P}gpus": "2", f"{P}priority": "100"}
+    for at, prio in (("Infinity", "0"), ("-Infinity", "0"), ("NaN", "0"), ("1e999", "0"),
+                     ("1", "Infinity")):
+        forged = f'{{"by": "x", "priority": {prio}, "at": {at}, "node": "n-4090"}}'
+        nodes, services, tasks = _full_4090({"team-b_batch": ("team-b", 8)},
+                                            {"team-a_high": ("team-a", want)})
+        services[0] = _stack_svc("team-b", "batch", {**services[0].labels,
+                                                     f"{P}state.preempted": forged})
+        sw = RecordingSwarm(nodes, services, tasks)
+        _daemon(sw, tmp_path, TWO_TEAMS).cycle()
+        assert gate_key(P, "team-b_batch") not in sw.node("n-4090").labels, at
+
+
 def test_a_genuine_preempted_record_still_cools_the_victim_under_a_new_leader(
         tmp_path: Path) -> None:
     """The record the daemon wrote, with the stop in the hour on the swarm object: a new

@@ -15,6 +15,7 @@ docker's go-yaml reads it, ``boundedfile``: a named file read
 only as a small regular file, never blocking; ``healthcheck``: the image's
 HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles), and ``peertext``,
 which cuts and cleans what a peer wrote before any error or note repeats it, and
-``jsonkeys``, the one refusal of a JSON key given twice. A package rather than loose
-top-level modules so that the tree shows the layer.
+``jsonkeys``, the one refusal of a JSON key given twice, and ``stamps``, the one rule
+for a time read back from Swarm (another manager's clock, or a hand edit). A package
+rather than loose top-level modules so that the tree shows the layer.
 """

@@ -11,9 +11,10 @@ after them when fewer were stopped, and read every cycle. What counts is both to
 per second, the larger count of the two (one preemption's victims share its second).
 
 A label is anyone's text: unreadable entries are dropped (``times_in``), and so are
-times older than the hour or more than ``MAX_SKEW_S`` ahead of this clock (a time far
-ahead would hold a budget spent for as long); tenants the config does not name are not
-read. At most ``MAX_KEEP`` times per list (a budget larger than that is as good as none).
+times older than the hour or more than ``MAX_SKEW_S`` ahead of this clock
+(``core.stamps.in_hour``: a time far ahead would hold a budget spent for as long);
+tenants the config does not name are not read. At most ``MAX_KEEP`` times per list (a
+budget larger than that is as good as none).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Collection, Mapping
 
-from swarmgpu.manager.rebalance.budget import HOUR_S, times_in, times_text
+from swarmgpu.core.stamps import HOUR_S, in_hour
+from swarmgpu.core.stamps import MAX_SKEW_S as MAX_SKEW_S
+from swarmgpu.manager.rebalance.budget import times_in, times_text
 
 STATE_KEY = "state.preemptions"  # under the prefix, on the swarm object's labels
 MAX_KEEP = 1024
-MAX_SKEW_S = 60.0  # two managers' clocks may differ; a time further ahead is dropped
 
 
 def _merge(mine: deque[float], theirs: list[float]) -> None:
@@ -69,8 +71,7 @@ class SpentHour:
         """Count what the swarm object's labels count too, then forget what is older
         than the hour."""
         def stored(key: str) -> list[float]:
-            return [t for t in times_in(labels, key, MAX_KEEP)
-                    if now - HOUR_S < t <= now + MAX_SKEW_S]
+            return [t for t in times_in(labels, key, MAX_KEEP) if in_hour(t, now)]
 
         _merge(self.all, stored(self.key))
         for name in tenants:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from swarmgpu.allocator.values import Unplaceable
 from swarmgpu.core.migprofile import MigProfileError
+from swarmgpu.core.stamps import MAX_SKEW_S
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.keys import REPLACED_STATE, gate_key
@@ -55,8 +56,8 @@ def converge(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holding],
     what = "Swarm cannot run its task where its GPUs are (" + "; ".join(stuck.values()) + ")"
     b = cyc.backoff.setdefault(s.id, Backoff())
     b.adopt(s.labels.get(cyc.prefix + REPLACED_STATE))
-    if b.since is not None and b.since > cyc.now + 60:
-        b.since = cyc.now  # a recorded time ahead of this clock: count from now
+    if b.since is not None and b.since > cyc.now + MAX_SKEW_S:
+        b.since = cyc.now  # a recorded time no clock wrote (core.stamps): count from now
     if (left := b.wait_left(cyc.now)) > 0:
         return Convergence(holdings, f"{what}; re-placing it is backed off for {left:.0f} s "
                                      f"more ({b.describe()})")

@@ -44,6 +44,7 @@ device lists go, and ``<p>state.preempted`` records why, so ``plan``, ``status``
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -92,10 +93,12 @@ def preempted_state(labels: Mapping[str, str], prefix: str) -> Preempted | None:
         return None
     try:
         d = json.loads(text)
-        return Preempted(str(d["by"])[:200], int(d["priority"]), float(d["at"]),
-                         str(d.get("node", ""))[:64])
-    except (ValueError, KeyError, TypeError):
+        st = Preempted(str(d["by"])[:200], int(d["priority"]), float(d["at"]),
+                       str(d.get("node", ""))[:64])
+    except (ValueError, KeyError, TypeError, OverflowError):
         return None
+    # JSON reads Infinity, NaN and 1e999 too: no preemption happened at such a time
+    return st if math.isfinite(st.at) else None
 
 
 def preempted_mark(s: SwarmService, prefix: str, waits: bool, placed: bool,

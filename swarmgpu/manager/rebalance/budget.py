@@ -22,9 +22,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from swarmgpu.core.stamps import HOUR_S as HOUR_S
+from swarmgpu.core.stamps import in_hour
 from swarmgpu.manager.placement import Holding
 
-HOUR_S = 3600.0
 FINISHED = "state.moves-finished"  # swarm-object label: epoch seconds of recent finishes
 FINISHED_KEEP = 64  # more than any sane per-hour budget; bounds the label
 
@@ -49,8 +50,9 @@ def times_in(labels: Mapping[str, str], key: str, keep: int) -> list[float]:
 
 
 def with_time(times: Iterable[float], at: float, now: float, keep: int) -> str:
-    """The list with ``at`` added, only the last hour's (by ``now``), at most ``keep``."""
-    kept = [t for t in times if now - t < HOUR_S] + [at]
+    """The list with ``at`` added, only the last hour's (by ``now``: ``in_hour``, a time
+    further ahead than the skew is left out), at most ``keep``."""
+    kept = [t for t in times if in_hour(t, now)] + [at]
     return times_text(kept[-keep:])
 
 
@@ -78,13 +80,14 @@ class FragBudget:
         """Count the replicas placed since the last look; returns how many were new.
         ``moving``: services with a move in flight (the daemon's records); ``finished``:
         the times of the hour's moves before this daemon, the mover's recent finish times
-        and the start times of the moves in flight (read on the first look only)."""
+        and the start times of the moves in flight (read on the first look only; a time
+        further ahead than the skew is not counted: ``core.stamps.in_hour``)."""
         # one per replica: a holding of replicas packed on one node counts each slot
         cur = {(svc, nid, slot) for svc, by in ledger.items() for nid, h in by.items()
                for slot in (h.per_slot() if h.packed else (0,))}
         if self._seen is None:
             new = len(cur)
-            self.started += [at for at in finished if now - at < HOUR_S]
+            self.started += [at for at in finished if in_hour(at, now)]
         else:
             new = sum(1 for svc, _nid, _slot in cur - self._seen if svc not in moving)
         self._seen = cur
@@ -93,7 +96,7 @@ class FragBudget:
 
     def left(self, now: float) -> tuple[int, str]:
         """Fragmentation moves that may start now, and why none may when it is 0."""
-        self.started = [t for t in self.started if now - t < HOUR_S]
+        self.started = [t for t in self.started if in_hour(t, now)]
         by_hour = self.per_hour - len(self.started)
         earned = int(self.placements * self.per_100_placements / 100 + 1e-9)
         by_placements = earned - self.spent

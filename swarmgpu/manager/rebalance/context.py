@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask, typical_tasks
 from swarmgpu.allocator.values import Choice, NodeState
+from swarmgpu.core import stamps
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement import (
@@ -122,7 +123,9 @@ def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[Swa
         # replicas all run behind one gate, so it would stop every one of them.
         return "replicas packed on one node: never moved"
     try:
-        last: float | None = float(s.labels[prefix + MOVED_AT])
+        # A time no clock wrote (far ahead, inf: a stack writes this label too) is none,
+        # or it would cool the service for ever; one a little ahead counts from now.
+        last = stamps.passed(float(s.labels[prefix + MOVED_AT]), now)
     except (KeyError, ValueError):
         last = None  # never moved (or unreadable): no cooldown
     if last is not None and now - last < cooldown_s:

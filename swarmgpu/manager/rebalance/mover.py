@@ -54,6 +54,7 @@ from typing import Any
 
 from loguru import logger
 
+from swarmgpu.core import stamps
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
@@ -343,10 +344,13 @@ class Mover:
         ledger = read_ledger(nodes, self.prefix)
         # The hour's moves for a daemon that starts leading: those finished (the mover's
         # list) and those in flight, whose finish joins that list only after this first
-        # look; without the latter a restart mid-move gave the hour one move more.
+        # look; without the latter a restart mid-move gave the hour one move more. A start
+        # no clock wrote (far ahead) counts from now: in flight, it was spent by now.
+        now = self.clock()
         self.frag_budget.observe(ledger, {st.service for st in v.in_flight()},
                                  [*finished_times(labels, self.prefix),
-                                  *(st.started_at for st in v.in_flight())], self.clock())
+                                  *(stamps.started(st.started_at, now)
+                                    for st in v.in_flight())], now)
         ok, refused = admit(moves, v.in_flight(), by_name, tasks, ledger, self.cfg,
                             self.prefix, self.clock(), self.frag_budget.left(self.clock()),
                             reserved, len(v.unreadable))

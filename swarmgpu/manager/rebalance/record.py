@@ -21,13 +21,13 @@ from typing import Any
 
 from loguru import logger
 
+from swarmgpu.core import stamps
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Writes
 from swarmgpu.manager.placement import MOVE_STATE, Holding, Moving, assign_key, read_ledger
 from swarmgpu.manager.rebalance.budget import (
     FINISHED,
-    HOUR_S,
     finished_times,
     times_in,
     with_finished,
@@ -368,7 +368,8 @@ def drop_record(writes: Writes, prefix: str, sid: str, now: float,
     """Remove a move's record; ``finished``: the move ended (done or rolled back), so its
     time joins the list the fragmentation budget counts after a restart. A health move's
     start time joins the health list in the same write (its budget stays spent) unless
-    ``started`` is False (nothing was written but the record)."""
+    ``started`` is False (nothing was written but the record); a start no clock wrote
+    (``core.stamps``: far ahead) joins it as now, which the hour then forgets."""
     key, done = record_key(prefix, sid), prefix + FINISHED
 
     def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
@@ -379,7 +380,8 @@ def drop_record(writes: Writes, prefix: str, sid: str, now: float,
             new[done] = with_finished(finished_times(cur, prefix), now)
         st = MoveState.parse(cur[key])
         if started and st is not None and st.trigger == HEALTH:
-            new[prefix + HEALTH_SPENT] = _with_health(cur, prefix, st.started_at, now)
+            new[prefix + HEALTH_SPENT] = _with_health(
+                cur, prefix, stamps.started(st.started_at, now), now)
         return new
 
     return writes.swarm_labels(compute)
@@ -400,13 +402,16 @@ def health_spent(labels: Mapping[str, str], prefix: str, now: float) -> list[flo
     health records in flight and the list of those that ended. A restarted daemon or a
     new leader reads the same, so it cannot spend an hour's health budget twice. A record
     that cannot be read counts as a health move started ``now`` (its trigger and start
-    unknown: the safe side, as the move budgets count it in flight) while it is there."""
+    unknown: the safe side, as the move budgets count it in flight) while it is there,
+    and so does one whose start no clock wrote (``core.stamps``: far ahead); a time in
+    the list so far ahead is not counted (``in_hour``): it would be, for ever."""
     head = prefix + RECORD
-    flying = [st.started_at for k, v in labels.items() if k.startswith(head)
+    flying = [stamps.started(st.started_at, now) for k, v in labels.items()
+              if k.startswith(head)
               if (st := MoveState.parse(v)) is not None and st.trigger == HEALTH]
     unread = [now for _ in unreadable_records(labels, prefix)]
     return [t for t in [*times_in(labels, prefix + HEALTH_SPENT, HEALTH_KEEP), *flying,
-                        *unread] if now - t < HOUR_S]
+                        *unread] if stamps.in_hour(t, now)]
 
 
 def end_move(writes: Writes, prefix: str, sid: str, now: float,

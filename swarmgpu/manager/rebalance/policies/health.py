@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.core.health import Level
 from swarmgpu.core.rebalanceconfig import HealthPolicyConfig
+from swarmgpu.core.stamps import in_hour
 from swarmgpu.manager.nodes.gpuhealth import failing_why, level_of
 from swarmgpu.manager.placement import demand_of
-from swarmgpu.manager.rebalance.budget import HOUR_S
 from swarmgpu.manager.rebalance.context import Context, constraints_allow, why_not_movable
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Release, Trigger
 from swarmgpu.manager.rebalance.windows import State
@@ -54,7 +54,7 @@ class HealthBudget:
              unreadable: int = 0) -> tuple[int, str]:
         """How many may start now, given the start times ``spent``; why none when 0.
         ``unreadable``: of ``spent``, the move records that cannot be read (said)."""
-        used = sum(1 for t in spent if now - t < HOUR_S)
+        used = sum(1 for t in spent if in_hour(t, now))
         by_hour = self.per_hour - used
         if per_cycle <= 0:
             return 0, "health.evacuations_per_cycle is 0"
