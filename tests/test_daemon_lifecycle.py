@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +157,57 @@ def test_a_watchdog_shorter_than_the_interval_allows_is_named_at_start(
         t.join(10)
         logger.remove(sink)
     assert not any("WatchdogSec" in m for m in lines), lines
+
+
+def running(d: Daemon) -> threading.Thread:
+    """``d.run_forever`` on a thread, once its scheduler has started."""
+    t = threading.Thread(target=d.run_forever, daemon=True)
+    t.start()
+    assert wait_for(lambda: d._scheduler is not None and d._scheduler.running)
+    return t
+
+
+@pytest.mark.parametrize("years", [1, 30])
+def test_a_wall_clock_years_ahead_costs_the_schedule_one_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, years: int
+) -> None:
+    """A host that booted with a dead RTC, its clock set years ahead by NTP after the
+    daemon started: the scheduler listed every run missed since, one trigger step each,
+    holding its job store's lock (30 years at a 5 s facts watch: 190 million dates, more
+    memory than the host has; events and the clock check waited behind it). Each job now
+    takes one step to reach the clock, wherever it is."""
+    cfg = Config(
+        state_dir=str(tmp_path),
+        sync=SyncConfig(watch_events=False, interval_s=30.0),
+        agents=AgentsConfig(timeout_s=0.5, identity="none", watch_s=5.0),
+        http=HttpConfig(listen="127.0.0.1:0"),
+    )
+    d = Daemon(cfg, swarm=EmptySwarm())  # type: ignore[arg-type]
+    t = running(d)
+    try:
+        assert d._scheduler is not None
+        jobs = d._scheduler.get_jobs()
+        assert {j.id for j in jobs} == {"sync", "facts-watch"}
+        ahead = datetime.now().astimezone() + timedelta(days=365 * years)
+        kind = type(jobs[0].trigger)
+        assert all(type(j.trigger) is kind for j in jobs)
+        step = kind.get_next_fire_time
+        steps = [0]
+
+        def counted(self: Any, prev: Any, now: Any) -> Any:
+            steps[0] += 1
+            if steps[0] > 100:
+                raise RuntimeError(f"over 100 trigger steps to reach {now}")
+            return step(self, prev, now)
+
+        monkeypatch.setattr(kind, "get_next_fire_time", counted)
+        for job in jobs:
+            steps[0] = 0
+            times = job._get_run_times(ahead)  # what the scheduler's thread asks
+            assert times and times[-1] <= ahead, (job.id, times)
+            assert steps[0] <= 2, (job.id, steps[0])
+            assert job.trigger.get_next_fire_time(times[-1], ahead) > ahead
+    finally:
+        d.stop_event.set()
+        t.join(10)
+    assert not t.is_alive()

@@ -37,6 +37,7 @@ from swarmgpu.manager.cycle.heap import CycleCollector
 from swarmgpu.manager.cycle.host import QueryRoute, Route
 from swarmgpu.manager.cycle.label_sync import LabelSyncStep
 from swarmgpu.manager.cycle.pipeline import Pipeline, Step
+from swarmgpu.manager.cycle.schedule import repeat
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.cycle.term import LeaderTerm
 from swarmgpu.manager.engine.stop import Stopped, StopRequest
@@ -311,13 +312,10 @@ class Daemon:
         self._install_signals()
         self._start_http()
         sched = BackgroundScheduler()
-        sched.add_job(
-            self._safe_cycle, "interval", seconds=self.cfg.sync.interval_s, id="sync",
-            max_instances=1, coalesce=True, next_run_time=datetime.now().astimezone(),
-        )
+        repeat(sched, self._safe_cycle, self.cfg.sync.interval_s, "sync",
+               first=datetime.now().astimezone())
         if self.cfg.agents.watch_s:
-            sched.add_job(self._watch_facts, "interval", seconds=self.cfg.agents.watch_s,
-                          id="facts-watch", max_instances=1, coalesce=True)
+            repeat(sched, self._watch_facts, self.cfg.agents.watch_s, "facts-watch")
         self._scheduler = sched
         clocks = (time.time(), time.monotonic())  # before the first run: it may step
         sched.start()

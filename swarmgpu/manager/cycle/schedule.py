@@ -1,0 +1,51 @@
+"""The daemon's repeating jobs (the cycle, the facts watch) on APScheduler.
+
+APScheduler's interval trigger counts on wall-clock dates: each next run is the last
+one plus the interval. The scheduler lists every run due up to now, one trigger step
+each, so a clock set years ahead (a dead RTC put right by NTP after the start) was
+millions of dates listed on its thread, under its job store's lock. ``CatchUp`` takes
+one step to the clock instead. The daemon's clock check (``Daemon._clock_check``) runs
+every job at once after a step either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+
+class CatchUp(IntervalTrigger):  # type: ignore[misc]  # apscheduler has no types
+    """An interval trigger whose next run is never an interval or more behind ``now``:
+    however far the clock moved, the run due is ``now``, the one after it an interval
+    later (``coalesce`` runs a late job once anyway)."""
+
+    def get_next_fire_time(
+        self, previous_fire_time: datetime | None, now: datetime
+    ) -> datetime | None:
+        nxt: datetime | None = super().get_next_fire_time(previous_fire_time, now)
+        if previous_fire_time is not None and nxt is not None and nxt < now:
+            return now
+        return nxt
+
+
+def repeat(
+    sched: BaseScheduler,
+    func: Callable[[], Any],
+    seconds: float,
+    job_id: str,
+    first: datetime | None = None,
+) -> None:
+    """Run ``func`` every ``seconds`` (from ``first``, else a period from now), never two
+    at once; runs missed while one ran are one run."""
+    sched.add_job(
+        func,
+        CatchUp(seconds=seconds),
+        id=job_id,
+        max_instances=1,
+        coalesce=True,
+        **({} if first is None else {"next_run_time": first}),
+    )
