@@ -40,12 +40,15 @@ def repeat(
     first: datetime | None = None,
 ) -> None:
     """Run ``func`` every ``seconds`` (from ``first``, else a period from now), never two
-    at once; runs missed while one ran are one run."""
+    at once; runs missed while one ran are one run. A run woken late runs however late
+    (APScheduler's default grace of 1 s dropped it, saying so only under the log level:
+    a clock stepped 1.5 s ahead, a paused VM, a starved thread cost a whole interval)."""
     sched.add_job(
         func,
         CatchUp(seconds=seconds),
         id=job_id,
         max_instances=1,
         coalesce=True,
+        misfire_grace_time=None,
         **({} if first is None else {"next_run_time": first}),
     )
