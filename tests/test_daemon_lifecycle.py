@@ -243,3 +243,29 @@ def test_a_cycle_due_while_the_clock_stepped_a_second_ahead_still_runs(
     assert runs[1] - runs[0] < 4.0, (
         f"the second cycle came {runs[1] - runs[0]:.1f} s after the first"
     )
+
+
+def test_a_facts_watch_that_raises_is_logged_as_the_daemon_logs_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error in the facts watch went up to APScheduler, whose stdlib
+    logger has no handler: a bare traceback on stderr (raw text under --log-format
+    json), not in swarmgpu_errors_total. It is now logged as a cycle's is, counted as
+    kind "watch", and the next round runs as before."""
+    d = daemon(tmp_path)
+    d.leader = True
+
+    def broken(*_args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("swarmgpu.manager.daemon.fetch_agents", broken)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="ERROR")
+    try:
+        d._watch_facts()
+        d._watch_facts()
+    finally:
+        logger.remove(sink)
+    said = [m for m in lines if "facts watch" in m]
+    assert len(said) == 2 and "boom" in said[0], lines
+    assert d.metrics.errors.labels(kind="watch")._value.get() == 2

@@ -276,6 +276,14 @@ class Daemon:
         """Between full cycles, poll the agents' facts; a change starts a cycle now."""
         if not self.leader or self.stop_event.is_set():
             return
+        try:
+            self._compare_facts()
+        except Exception as exc:  # APScheduler's stdlib log has no handler: say it here
+            self.metrics.errors.labels(kind="watch").inc()
+            logger.exception("facts watch failed (the next full cycle reads the facts): {}",
+                             exc)
+
+    def _compare_facts(self) -> None:
         try:  # from the cache while the event stream keeps it current
             nodes = self.cache.read()[0] if self.cache.stream_up else self.swarm.nodes()
         except SwarmError:
