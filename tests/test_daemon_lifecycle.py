@@ -269,3 +269,33 @@ def test_a_facts_watch_that_raises_is_logged_as_the_daemon_logs_and_counted(
     said = [m for m in lines if "facts watch" in m]
     assert len(said) == 2 and "boom" in said[0], lines
     assert d.metrics.errors.labels(kind="watch")._value.get() == 2
+
+
+def test_cycles_longer_than_the_interval_are_said_once_with_the_setting_to_raise(
+    tmp_path: Path,
+) -> None:
+    """A cycle longer than sync.interval_s: the run due meanwhile is skipped (one cycle
+    at a time) and the next waits for the next interval, so cycles come half as often
+    and the watchdog's pings with them. APScheduler's "skipped" warning is under the
+    log level (events meet running cycles on purpose): nothing said it. It is said once
+    per run of slow cycles, naming the setting."""
+    d = daemon(tmp_path, interval_s=1.0)
+    real_cycle = d.cycle
+    slow = [True, True, False, True]
+
+    def cycle() -> Any:
+        if slow.pop(0) if slow else False:
+            time.sleep(1.2)
+        return real_cycle()
+
+    d.cycle = cycle  # type: ignore[method-assign]
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        for _ in range(4):
+            d._safe_cycle()
+    finally:
+        logger.remove(sink)
+    said = [m for m in lines if "longer than sync.interval_s" in m]
+    assert len(said) == 2, lines
+    assert "1.2" in said[0] and "WatchdogSec" in said[0], said[0]

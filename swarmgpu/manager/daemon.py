@@ -111,6 +111,7 @@ class Daemon:
         self._cycle_lock = threading.Lock()
         self._collector = CycleCollector()  # garbage collection between cycles
         self._rerun = threading.Event()
+        self._slow = False  # the last cycle outlasted the interval (said once: _overran)
         self.last_report: CycleReport | None = None
         # time.monotonic() at the last cycle's end: /healthz's age survives a step of the
         # wall clock (NTP, a hand `date -s`)
@@ -244,14 +245,30 @@ class Daemon:
             if self.stop_event.is_set():
                 return
             self._rerun.clear()
+            start = time.monotonic()
             try:
                 self.cycle()
                 sd_notify("WATCHDOG=1")
             except Exception as exc:  # the daemon must outlive any one bad cycle
                 self.metrics.errors.labels(kind="cycle").inc()
                 logger.exception("cycle failed: {}", exc)
+            self._overran(time.monotonic() - start)
             if not self._rerun.is_set():
                 return
+
+    def _overran(self, took_s: float) -> None:
+        # The scheduler skips a run due while one runs and says so under the log level
+        # (events meet running cycles on purpose): said here, once per run of slow cycles.
+        every = self.cfg.sync.interval_s
+        if took_s <= every:
+            self._slow = False
+        elif not self._slow:
+            self._slow = True
+            logger.warning("a cycle took {:.1f}s, longer than sync.interval_s {:g}s: the "
+                           "cycle due meanwhile was skipped and the next waits for the next "
+                           "interval (said once until a cycle fits again); raise "
+                           "sync.interval_s above it, and WatchdogSec= to 2 x interval + 60 s "
+                           "with it (docs/systemd.md)", took_s, every)
 
     def _web_identity(self) -> None:
         """The HTTP server's HTTPS for manager certificates, from what the agents' fetch
