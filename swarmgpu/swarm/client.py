@@ -96,6 +96,10 @@ class SwarmService:
     total_completions: int | None = None
     job_iteration: int = 0
     created_at: str = field(default="", compare=False)  # CreatedAt (RFC 3339): its age
+    # Endpoint.Ports: the ports Swarm gave it, which its tasks are made with (a spec
+    # changed since may not have reached them yet)
+    endpoint_ports: tuple[Mapping[str, Any], ...] = field(default=(), repr=False,
+                                                          compare=False)
 
 
 @dataclass(frozen=True)
@@ -220,7 +224,14 @@ def service_from_api(raw: Mapping[str, Any]) -> SwarmService:
         job_iteration=int(((raw.get("JobStatus") or {}).get("JobIteration") or {})
                           .get("Index") or 0),
         created_at=str(raw.get("CreatedAt") or ""),
+        endpoint_ports=_endpoint_ports(raw),
     )
+
+
+def _endpoint_ports(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    endpoint = raw.get("Endpoint")
+    ports = endpoint.get("Ports") if isinstance(endpoint, Mapping) else None
+    return tuple(p for p in ports if isinstance(p, Mapping)) if isinstance(ports, list) else ()
 
 
 def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:

@@ -94,6 +94,9 @@ def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
     host = node.hostname
     if not schedulable(node):
         return f"{host} is {node.availability if node.availability != 'active' else node.state}"
+    port = cyc.ports.refused(s).get(nid)
+    if port:
+        return f"on {host}, {port}"
     if nid in cyc.exclude(s):
         return f"its constraints, platform or generic resources exclude {host}"
     ns = cyc.cluster.alloc.nodes.get(nid)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.hostports import HostPorts
 from swarmgpu.manager.placement.records import PlacementPlan
 from swarmgpu.swarm.client import SwarmNode, SwarmService
 
@@ -27,7 +28,7 @@ class Cycle:
     all_zones: set[str]
     adopt_ungated: bool
     plan: PlacementPlan  # the plan so far (read only: the removals a spec write follows)
-    exclude: Callable[[SwarmService], frozenset[str]]
+    exclude: Callable[[SwarmService], frozenset[str]]  # host-mode ports' refusals too
     most_gpus: int = 0  # GPUs of the largest node: no more replicas are ever packed
     now: float = 0.0
     backoff: dict[str, Backoff] = field(default_factory=dict)  # the planner's, by service id
@@ -39,6 +40,7 @@ class Cycle:
     grants: str = "env"  # placement.grants: mounts adds the device mount (envs.mount_target)
     generic_kind: str = ""  # whole GPUs also reserved as this generic resource (``generic``)
     release: AbstractSet[str] = frozenset()  # services whose held changes are written now
+    ports: HostPorts = field(default_factory=HostPorts)  # (why ``exclude`` refuses a node)
 
     def swarm_no(self, s: SwarmService) -> frozenset[str]:
         """Nodes the service's replicas may not take: those Swarm refuses, and those it

@@ -80,7 +80,11 @@ def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
     room = None if most is None else most[0] - len(holdings)
     for nid in sorted(cluster.alloc.nodes, key=lambda n: by_id[n].hostname if n in by_id else n):
         if nid in holdings or nid in done_nodes or nid not in by_id or nid in no:
-            continue  # held, done, or a node Swarm would never run it on (constraints)
+            # held, done, or a node Swarm would never run it on (constraints); one where
+            # another service's task binds its host-mode port is said
+            if nid in no and (port := cyc.ports.refused(s).get(nid)):
+                waits[nid] = port
+            continue
         if nid in waits:
             continue
         if cluster.alloc.nodes[nid].blocked:

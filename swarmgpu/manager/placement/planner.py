@@ -18,6 +18,7 @@ from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.existing import KeptHoldings
 from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.globalmode import GLOBAL_MODES
+from swarmgpu.manager.placement.hostports import HostPorts
 from swarmgpu.manager.placement.jobs import (
     JobProgress,
     job_progress,
@@ -144,6 +145,8 @@ class Planner:
         # collection of all it holds -- 0.75 s after a ``simulate`` seed, in the CLI's
         # wall time -- not when its owner lets go of it)
         self._filters = SwarmFilters(prefix, generic_kind, memo.request)
+        self._ports = HostPorts()  # other services' tasks binding a host-mode port
+        self._refused = self._ports.excluding(self._filters.refused)
         self._kept = KeptHoldings(self.cluster, prefix, memo.reservation)
         memo.by_service = (self._kept.declared, self._filters.keys)
         memo.fits = self._kept.fits
@@ -230,7 +233,7 @@ class Planner:
     # --- one cycle -----------------------------------------------------------------
     def refused_nodes(self, s: SwarmService) -> AbstractSet[str]:
         """Nodes Swarm's own filters refuse ``s`` on (as of the last cycle)."""
-        return self._filters.refused(s)
+        return self._refused(s)
 
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
@@ -251,6 +254,7 @@ class Planner:
         # (its node and task diffs are against the snapshot of the cycle that failed).
         records, self._memo.quiet.records = self._memo.quiet.records, {}
         seen = self._see(nodes, facts, moving)
+        self._ports.new_cycle(services, tasks)
         read = self._reads.read(services, seen.most)
         tv, tasks_changed = self._read_tasks(tasks, read.few)
         self._release(plan, nodes, seen.ledger, read)
@@ -370,10 +374,10 @@ class Planner:
         """The context the service steps of this cycle share (and arrivals, after)."""
         cyc = Cycle(self.cluster, seen.by_id, facts, self.prefix,
                     self.zone_label, {n.labels.get(self.zone_label, "") for n in nodes},
-                    self.adopt_ungated, plan, self._filters.refused, most_gpus=seen.most,
+                    self.adopt_ungated, plan, self._refused, most_gpus=seen.most,
                     now=now, backoff=self._backoff, open_since=self._open_since,
                     moving=moving, grants=self.grants, generic_kind=self.generic_kind,
-                    release=self.release)
+                    release=self.release, ports=self._ports)
         self._last_cycle = cyc
         self._arrival_cycle = None
         return cyc
@@ -461,6 +465,8 @@ class Planner:
             bo.key() if bo is not None else None)
         if not mine:  # pending: the same answer while capacity and nodes are as they were
             more += (cluster.version, self._filters.gen)
+        if self._ports.ports_of(s):  # another service's task binding its port came or went
+            more += (frozenset(self._ports.refused(s).items()),)
         if s.mode != "replicated":  # a node joining, a job's task ending: planned again
             more += (v.jobs.get(s.id), cluster.version, self._filters.gen,
                      len(cluster.alloc.nodes))

@@ -75,10 +75,20 @@ def unread(facts: NodeFacts | None) -> bool:
 def host_ports(spec: Mapping[str, Any]) -> tuple[str, ...]:
     """The ports a service publishes in host mode ("8000/tcp"): Swarm runs one task per
     node with each (its HostPortFilter), so its replicas are never packed on one node."""
-    ports = (spec.get("EndpointSpec") or {}).get("Ports") or ()
-    return tuple(f"{p.get('PublishedPort')}/{p.get('Protocol') or 'tcp'}" for p in ports
-                 if isinstance(p, Mapping) and p.get("PublishMode") == "host"
-                 and p.get("PublishedPort"))
+    endpoint = spec.get("EndpointSpec")
+    return host_mode(endpoint.get("Ports") if isinstance(endpoint, Mapping) else None)
+
+
+def host_mode(ports: object) -> tuple[str, ...]:
+    """Of an endpoint's port list, those published in host mode with a port number
+    (Swarm's HostPortFilter skips published port 0: the engine picks one at run time);
+    anything that is not a list of objects publishes none."""
+    if not isinstance(ports, list | tuple):
+        return ()
+    return tuple(dict.fromkeys(
+        f"{p.get('PublishedPort')}/{p.get('Protocol') or 'tcp'}" for p in ports
+        if isinstance(p, Mapping) and p.get("PublishMode") == "host"
+        and p.get("PublishedPort")))
 
 
 def schedulable(node: SwarmNode) -> bool:

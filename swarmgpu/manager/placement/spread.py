@@ -89,7 +89,7 @@ def place_replicas(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holdin
         reasons, again = _place_missing(s, r, placements, replicas, res, cyc)
         new = new or again
         reasons.append("no single node can hold all replicas either")
-    elif len(placements) < replicas and r.can_pack and ports:
+    elif len(placements) < replicas and r.can_pack and ports and replicas > 1:
         reasons.append(f"not packed on one node: it publishes host-mode port "
                        f"{', '.join(ports)}, which a node binds for one task only")
     elif len(placements) < replicas and r.can_pack and 1 < mrpn < replicas:
@@ -144,6 +144,9 @@ def _place_missing(s: SwarmService, r: GpuRequest, placements: list[ReplicaPlace
                 more = f" and {len(names) - 3} more" if len(names) > 3 else ""
                 reason += (f"; {', '.join(names[:3])}{more} would have room but already "
                            "run(s) a replica (one replica per node: max_replicas_per_node 1)")
+            ports = cyc.ports.why(s, by_id)
+            if ports:  # nodes Swarm's HostPortFilter refuses: say which and whose task
+                reason += f"; {ports}"
             reasons.append(cluster.hostnames(reason))
             break
         cluster.commit(choice, s.name)

@@ -1,0 +1,123 @@
+"""Nodes where another service's task already publishes a host-mode port a service
+publishes (``HostPorts``): Swarm's HostPortFilter runs no second task with the same
+protocol and published port on a node, of whatever service (swarmkit
+manager/scheduler/filter.go), so a replica placed there would wait forever on its GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from swarmgpu.manager.placement.specs import host_mode, host_ports
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+
+# Observed states in which a task has a node and binds its ports there, whatever its
+# desired state (one told to shut down binds them until it stops); the earlier ones
+# count while the task is still meant to run.
+_BOUND = frozenset(("assigned", "accepted", "preparing", "ready", "starting", "running"))
+_COMING = frozenset(("new", "allocated", "pending"))
+_NOTHING: Mapping[str, str] = {}
+
+
+def published(s: SwarmService) -> tuple[str, ...]:
+    """The host-mode ports ("8000/tcp") of its spec and of its endpoint (what its
+    tasks were made with)."""
+    ports = host_ports(s.spec)
+    if s.endpoint_ports:
+        ports = tuple(dict.fromkeys((*ports, *host_mode(s.endpoint_ports))))
+    return ports
+
+
+def binds(t: SwarmTask) -> bool:
+    """The task holds its host-mode ports on its node: it runs or is on its way."""
+    return bool(t.node_id) and (
+        t.state in _BOUND or (t.desired_state == "running" and t.state in _COMING)
+    )
+
+
+class HostPorts:
+    """Indexed once per snapshot (``new_cycle``): per host-mode port, the nodes a task
+    binding it is on and whose tasks they are. Most services publish nothing: then the
+    tasks are not read at all, and every service is refused nothing."""
+
+    def __init__(self) -> None:
+        self._ports: dict[str, tuple[int, tuple[str, ...]]] = {}  # id -> (version, ports)
+        self._used: dict[str, dict[str, dict[str, str]]] = {}  # port -> node -> id -> name
+        self._refused: dict[str, dict[str, str]] = {}  # this cycle's: id -> node -> why
+        self._also: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+
+    def ports_of(self, s: SwarmService) -> tuple[str, ...]:
+        got = self._ports.get(s.id)
+        if got is None or got[0] != s.version:
+            got = self._ports[s.id] = (s.version, published(s))
+        return got[1]
+
+    def new_cycle(self, services: Sequence[SwarmService], tasks: Sequence[SwarmTask]) -> None:
+        ports_of = self.ports_of
+        names = {s.id: s.name for s in services if ports_of(s)}
+        if len(self._ports) > 2 * len(services) + 64:  # services gone: their entries go
+            live = {s.id for s in services}
+            self._ports = {k: v for k, v in self._ports.items() if k in live}
+        used: dict[str, dict[str, dict[str, str]]] = {}
+        if names:
+            for t in [t for t in tasks if t.service_id in names]:
+                if binds(t):
+                    sid = t.service_id
+                    for p in self._ports[sid][1]:
+                        used.setdefault(p, {}).setdefault(t.node_id, {})[sid] = names[sid]
+        self._used = used
+        self._refused = {}
+        self._also = {}
+
+    def refused(self, s: SwarmService) -> Mapping[str, str]:
+        """Node id -> why, for each node where a task of another service binds a port
+        ``s`` publishes in host mode. Its own tasks do not count: the one a replica
+        replaces, or its replica there, is the same service's."""
+        if not self._used:
+            return _NOTHING
+        got = self._refused.get(s.id)
+        if got is None:
+            got = self._refused[s.id] = {}
+            for p in self.ports_of(s):
+                for nid, by in self._used.get(p, {}).items():
+                    others = sorted(name for sid, name in by.items() if sid != s.id)
+                    if others:
+                        why = got.get(nid)
+                        more = f"host-mode port {p} is taken by a task of {', '.join(others)}"
+                        got[nid] = f"{why}; {more}" if why else more
+        return got
+
+    def also(self, s: SwarmService, base: frozenset[str]) -> frozenset[str]:
+        """``base`` (the nodes Swarm's other filters refuse) and those ``refused`` names."""
+        refused = self.refused(s)
+        if not refused:
+            return base
+        got = self._also.get(s.id)
+        if got is None or got[0] is not base:
+            got = self._also[s.id] = (base, base.union(refused))
+        return got[1]
+
+    def excluding(
+        self,
+        base: Callable[[SwarmService], frozenset[str]],
+    ) -> Callable[[SwarmService], frozenset[str]]:
+        """``base`` (Swarm's other filters, per service) with these refusals added."""
+
+        def refused(s: SwarmService) -> frozenset[str]:
+            return self.also(s, base(s))
+
+        return refused
+
+    def why(self, s: SwarmService, by_id: Mapping[str, SwarmNode]) -> str:
+        """The refusals in a plan's words, a few nodes named ("" when none)."""
+        refused = self.refused(s)
+        if not refused:
+            return ""
+
+        def host(nid: str) -> str:
+            n = by_id.get(nid)
+            return n.hostname if n is not None else nid
+
+        nids = sorted(refused, key=host)
+        said = [f"{host(n)}: {refused[n]}" for n in nids[:3]]
+        more = f" (and {len(nids) - 3} more nodes)" if len(nids) > 3 else ""
+        return "; ".join(said) + more + " (Swarm runs one task with a host-mode port per node)"

@@ -1,0 +1,193 @@
+"""Swarm's HostPortFilter: a node where another service's task publishes a host-mode port
+a GPU service publishes never runs that service's task, so placement does not pick it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.placement import apply, svc
+from support.planner import two_nodes
+
+from swarmgpu.manager.placement import Planner, plan_placement
+from swarmgpu.swarm.client import SwarmService, SwarmTask, service_from_api
+
+
+def publishing(
+    s: SwarmService, port: int = 8000, mode: str = "host", protocol: str = "tcp"
+) -> SwarmService:
+    return replace(
+        s,
+        spec={
+            "EndpointSpec": {
+                "Ports": [
+                    {
+                        "Protocol": protocol,
+                        "TargetPort": 80,
+                        "PublishedPort": port,
+                        "PublishMode": mode,
+                    }
+                ]
+            }
+        },
+    )
+
+
+def on(
+    tid: str, s: SwarmService, node_id: str, state: str = "running", desired: str = "running"
+) -> SwarmTask:
+    return SwarmTask(
+        id=tid, service_id=s.id, node_id=node_id, slot=1, state=state, desired_state=desired, env=()
+    )
+
+
+def test_a_node_where_another_service_publishes_the_host_port_is_not_picked() -> None:
+    """Whichever node the scorer would pick, the one another service's task binds 8000
+    on is left out (both orders, so the test does not rest on a tie-break)."""
+    nodes, facts = two_nodes()
+    llm = publishing(svc("llm", {"swarmgpu.gpus": "1"}))
+    proxy = publishing(svc("proxy", {}, gated=False))
+    for busy, free in (("n-a", "n-b"), ("n-b", "n-a")):
+        plan = plan_placement(nodes, [llm, proxy], [on("tp", proxy, busy)], facts)  # type: ignore[arg-type]
+        sp = next(p for p in plan.services if p.name == "llm")
+        assert sp.status == "placed" and [p.node_id for p in sp.placements] == [free]
+
+
+def test_no_node_free_of_the_port_leaves_it_pending_naming_port_and_service() -> None:
+    nodes, facts = two_nodes()
+    nodes = nodes[:1]
+    llm = publishing(svc("llm", {"swarmgpu.gpus": "1"}))
+    proxy = publishing(svc("proxy", {}, gated=False))
+    plan = plan_placement(nodes, [llm, proxy], [on("tp", proxy, "n-a")], {"n-a": facts["n-a"]})  # type: ignore[arg-type]
+    sp = next(p for p in plan.services if p.name == "llm")
+    assert sp.status == "pending" and not sp.placements
+    assert "8000/tcp" in (sp.reason or "") and "proxy" in (sp.reason or ""), sp.reason
+    assert "node-a" in (sp.reason or ""), sp.reason
+
+
+def test_only_a_live_task_of_another_service_with_the_same_host_port_refuses_a_node() -> None:
+    """Ingress mode, another protocol or port, a task that stopped: the node fits. A task
+    told to shut down that still runs binds the port until it stops."""
+    nodes, facts = two_nodes()
+    nodes = nodes[:1]
+    llm = publishing(svc("llm", {"swarmgpu.gpus": "1"}))
+    other = svc("proxy", {}, gated=False)
+    fits = [
+        (publishing(other, mode="ingress"), "running", "running"),
+        (publishing(other, protocol="udp"), "running", "running"),
+        (publishing(other, port=8001), "running", "running"),
+        (publishing(other), "shutdown", "shutdown"),
+        (publishing(other), "failed", "running"),
+    ]
+    for o, state, desired in fits:
+        plan = plan_placement(
+            nodes, [llm, o], [on("tp", o, "n-a", state, desired)], {"n-a": facts["n-a"]}
+        )  # type: ignore[arg-type]
+        sp = next(p for p in plan.services if p.name == "llm")
+        assert sp.status == "placed", (o.spec, state, sp.reason)
+    o = publishing(other)
+    plan = plan_placement(
+        nodes, [llm, o], [on("tp", o, "n-a", "running", "shutdown")], {"n-a": facts["n-a"]}
+    )  # type: ignore[arg-type]
+    assert next(p for p in plan.services if p.name == "llm").status == "pending"
+
+
+def test_the_port_in_the_services_endpoint_counts_as_its_spec_does() -> None:
+    nodes, facts = two_nodes()
+    nodes = nodes[:1]
+    llm = publishing(svc("llm", {"swarmgpu.gpus": "1"}))
+    proxy = service_from_api(
+        {
+            "ID": "id-proxy",
+            "Spec": {"Name": "proxy"},
+            "Endpoint": {
+                "Ports": [
+                    {
+                        "Protocol": "tcp",
+                        "TargetPort": 80,
+                        "PublishedPort": 8000,
+                        "PublishMode": "host",
+                    }
+                ]
+            },
+        }
+    )
+    plan = plan_placement(nodes, [llm, proxy], [on("tp", proxy, "n-a")], {"n-a": facts["n-a"]})  # type: ignore[arg-type]
+    assert next(p for p in plan.services if p.name == "llm").status == "pending"
+
+
+def test_its_own_earlier_task_holding_the_port_does_not_refuse_the_node() -> None:
+    """The task the replica replaces (or its replica already running there) binds the
+    port for the same service: the node still fits."""
+    nodes, facts = two_nodes()
+    nodes = nodes[:1]
+    llm = publishing(svc("llm", {"swarmgpu.gpus": "1"}))
+    for state, desired in (("running", "shutdown"), ("running", "running")):
+        plan = plan_placement(
+            nodes, [llm], [on("old", llm, "n-a", state, desired)], {"n-a": facts["n-a"]}
+        )  # type: ignore[arg-type]
+        sp = plan.services[0]
+        assert sp.status == "placed" and sp.placements[0].node_id == "n-a", sp.reason
+
+
+def test_a_pending_service_is_planned_again_once_the_port_is_freed() -> None:
+    """The long-lived planner keeps a pending plan while nothing it reads changed: the
+    other service's task stopping is such a change."""
+    nodes, facts = two_nodes()
+    nodes = nodes[:1]
+    llm = publishing(svc("llm", {"swarmgpu.gpus": "1"}))
+    proxy = publishing(svc("proxy", {}, gated=False))
+    planner = Planner(prefix="swarmgpu.")
+    one = {"n-a": facts["n-a"]}
+    plan = planner.plan(
+        nodes,
+        [llm, proxy],
+        [on("tp", proxy, "n-a")],
+        one,  # type: ignore[arg-type]
+        now=0.0,
+    )
+    assert next(p for p in plan.services if p.name == "llm").status == "pending"
+    plan = planner.plan(
+        nodes, [llm, proxy], [on("tp", proxy, "n-a", "shutdown", "shutdown")], one, now=1.0
+    )  # type: ignore[arg-type]
+    sp = next(p for p in plan.services if p.name == "llm")
+    assert sp.status == "placed", sp.reason
+
+
+def test_a_held_node_where_another_service_took_the_port_is_left_for_another() -> None:
+    """Its task waits where its GPUs are, another service's task binding the port there:
+    the replica is re-placed (it would wait forever), the port and service named."""
+    nodes, facts = two_nodes()
+    llm = publishing(svc("llm", {"swarmgpu.gpus": "1"}))
+    proxy = publishing(svc("proxy", {}, gated=False))
+    plan = plan_placement(nodes, [llm, proxy], [], facts)  # type: ignore[arg-type]
+    held = plan.services[0].placements[0].node_id
+    nodes = apply(nodes, plan)
+    tasks = [on("tl", llm, held, "pending"), on("tp", proxy, held)]
+    sp = plan_placement(nodes, [llm, proxy], tasks, facts).services[0]  # type: ignore[arg-type]
+    assert [p.node_id for p in sp.placements] != [held] and sp.placements, sp
+    assert "8000/tcp is taken by a task of proxy" in sp.replaced, sp.replaced
+
+
+def test_a_global_service_waits_on_a_node_where_another_service_took_the_port() -> None:
+    nodes, facts = two_nodes()
+    llm = replace(publishing(svc("llm", {"swarmgpu.gpus": "1"})), mode="global", replicas=None)
+    proxy = publishing(svc("proxy", {}, gated=False))
+    sp = plan_placement(nodes, [llm, proxy], [on("tp", proxy, "n-a")], facts).services[0]  # type: ignore[arg-type]
+    assert [p.node_id for p in sp.placements] == ["n-b"]
+    assert "8000/tcp is taken by a task of proxy" in sp.nodes_waiting["node-a"], sp
+
+
+def test_a_malformed_endpoint_publishes_nothing_and_breaks_nothing() -> None:
+    nodes, facts = two_nodes()
+    nodes = nodes[:1]
+    llm = publishing(svc("llm", {"swarmgpu.gpus": "1"}))
+    for spec, endpoint in (
+        ({"EndpointSpec": "x"}, {"Ports": {"a": 1}}),
+        ({"EndpointSpec": {"Ports": [1, None, {"PublishMode": "host"}]}}, []),
+        ({"EndpointSpec": {"Ports": "8000"}}, {"Ports": ["host"]}),
+    ):
+        other = service_from_api(
+            {"ID": "id-proxy", "Spec": {"Name": "proxy", **spec}, "Endpoint": endpoint}
+        )
+        plan = plan_placement(nodes, [llm, other], [on("tp", other, "n-a")], {"n-a": facts["n-a"]})  # type: ignore[arg-type]
+        assert next(p for p in plan.services if p.name == "llm").status == "placed"
