@@ -192,7 +192,13 @@ class Preempter:
             return []
         # the hour as stored in Swarm counts too (a new leader's first cycle)
         self.spent.read(snap.swarm_labels, now, self.tenants.by_name if self.tenants else ())
-        cooling = {name for name, at in self.victim_at.items() if now - at < pc.victim_cooldown_s}
+        # A time past its cooldown (settle time) decides nothing: dropped, or each name a
+        # month of CI stacks had preempted stayed in memory for good.
+        self.victim_at = {n: at for n, at in self.victim_at.items()
+                          if now - at < pc.victim_cooldown_s}
+        self.preemptor_at = {n: at for n, at in self.preemptor_at.items()
+                             if now - at < pc.settle_s}
+        cooling = set(self.victim_at)
         # The record in Swarm counts too (a new leader), but it is a label on the victim's
         # own spec, which its stack writes: it counts only when the hour on the swarm
         # object (written by managers alone) has a victim stopped in that second, so a
@@ -204,7 +210,7 @@ class Preempter:
             if (st is not None and now - st.at < pc.victim_cooldown_s
                     and round(st.at) in stopped_at):
                 cooling.add(s.name)
-        settling = {n for n, at in self.preemptor_at.items() if now - at < pc.settle_s}
+        settling = set(self.preemptor_at)
         in_move = moving(snap.services, snap.swarm_labels, self.prefix)  # records only
         self.moving = {p: v for p, v in self.moving.items() if v in in_move}
         settling |= self.moving.keys()  # its victim's move is in flight: wait for it
