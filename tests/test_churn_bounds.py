@@ -6,10 +6,18 @@ them go and runs it again."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from support.forged import R4090_F, RecordingSwarm, sw_node
+
 from swarmgpu.core.config import Config
+from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.preemption import Preempter
-from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
+from swarmgpu.swarm.client import SwarmNode
 
 N = 1000  # objects made and gone
 
@@ -30,3 +38,26 @@ def test_preemption_settle_times_of_gone_services_are_dropped() -> None:
     assert not pre.preemptor_at and len(pre.victim_at) == N  # still cooling: kept
     pre.decide(snap, plan, {}, None, 1000.0 + cfg.preemption.victim_cooldown_s)
     assert not pre.victim_at
+
+
+def _results(nodes: list[SwarmNode]) -> dict[str, FactsResult]:
+    return {
+        n.id: FactsResult(
+            n.id, n.hostname, f"https://{n.hostname}:9101/facts", R4090_F, None, 1000.0
+        )
+        for n in nodes
+    }
+
+
+def test_agent_records_of_nodes_gone_from_the_swarm_are_dropped(tmp_path: Path) -> None:
+    """A replaced node comes back under a new ID: the old one's agent record (its last
+    facts) stayed in memory and in agents.json, saved every cycle, for good."""
+    nodes = [sw_node(f"n-{i}", f"gpu-{i}") for i in range(N // 10)]
+    sw = RecordingSwarm(nodes, [], [])
+    cfg = Config(dry_run=True, state_dir=str(tmp_path))
+    book = AgentBook()
+    sync = LabelSync(sw, cfg, DaemonMetrics(), book)  # type: ignore[arg-type]
+    sync.cycle(Snapshot(nodes, [], [], _results(nodes)))
+    assert len(book.records) == len(nodes)
+    sync.cycle(Snapshot(nodes[:1], [], [], _results(nodes[:1])))
+    assert list(book.records) == [nodes[0].id]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,12 @@ class AgentBook:
             rec.last_error = None if result.error is None else peer_text(result.error,
                                                                          ERROR_LIMIT)
         return rec
+
+    def keep(self, node_ids: AbstractSet[str]) -> None:
+        """Only the records of these nodes (every node Swarm lists): a replaced node
+        joins under a new ID, and the old one's record would stay, saved every cycle."""
+        if not self.records.keys() <= node_ids:
+            self.records = {k: r for k, r in self.records.items() if k in node_ids}
 
     def save(self, state_dir: str) -> None:
         """Atomic write (temp file + rename); failures to persist are not fatal."""

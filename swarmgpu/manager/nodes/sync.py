@@ -197,6 +197,7 @@ class LabelSync:
             if not plan.empty:  # nothing to write: no round trip either
                 todo.append((plan, node, facts))
 
+        self.book.keep({n.id for n in snapshot.nodes})
         if hold and not self.cfg.dry_run:
             self.held = self._hold(todo, snapshot, report)
         else:
