@@ -6,16 +6,19 @@ them go and runs it again."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from support.forged import R4090_F, RecordingSwarm, sw_node
 
-from swarmgpu.core.config import Config
+from swarmgpu.core.config import Config, HealthConfig
+from swarmgpu.core.model import MAX_GPUS, NodeFacts
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.cycle.placement import make_plan
 from swarmgpu.manager.cycle.preemption import Preempter
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook
+from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
 from swarmgpu.swarm.client import SwarmNode
 
@@ -61,3 +64,57 @@ def test_agent_records_of_nodes_gone_from_the_swarm_are_dropped(tmp_path: Path) 
     assert len(book.records) == len(nodes)
     sync.cycle(Snapshot(nodes[:1], [], [], _results(nodes[:1])))
     assert list(book.records) == [nodes[0].id]
+
+
+def _gpus(tag: str, n: int, *, healthy: bool = True) -> NodeFacts:
+    gpu = R4090_F.gpus[0]
+    return replace(
+        R4090_F,
+        gpus=tuple(
+            replace(
+                gpu,
+                index=i,
+                uuid=f"GPU-{tag}-{i:04d}",
+                healthy=healthy,
+                error=None if healthy else "lost",
+            )
+            for i in range(n)
+        ),
+    )
+
+
+def test_gpu_health_of_nodes_gone_from_the_swarm_is_dropped() -> None:
+    """States are by node ID and UUID: a replaced node's stayed in memory and in
+    gpu-health.json for good, failed ones too."""
+    book = HealthBook(HealthConfig(), "swarmgpu.")
+    nodes = [sw_node(f"n-{i}", f"gpu-{i}") for i in range(N // 10)]
+    res = {
+        n.id: replace(r, facts=_gpus(n.id, 8, healthy=i % 2 == 0))
+        for i, (n, r) in enumerate(zip(nodes, _results(nodes).values(), strict=True))
+    }
+    book.apply(nodes, res, now=1000.0)
+    assert len(book.states) == len(book.where) == 8 * len(nodes)
+    book.apply(nodes[:1], {nodes[0].id: res[nodes[0].id]}, now=1010.0)
+    assert len(book.states) == len(book.where) == 8 and list(book.nodes) == [nodes[0].id]
+
+
+def test_an_agent_listing_new_gpu_uuids_each_cycle_grows_no_health_state() -> None:
+    """An agent (broken or hostile) naming 64 new GPUs a cycle: those healthy are
+    forgotten once unlisted, those failed kept up to MAX_GPUS for the node, the latest
+    first; a GPU its agent no longer lists keeps its failed state (no news is not good
+    news)."""
+    book = HealthBook(HealthConfig(), "swarmgpu.")
+    (node,) = nodes = [sw_node("n-0", "gpu-0")]
+    (r,) = _results(nodes).values()
+    book.apply(nodes, {node.id: replace(r, facts=_gpus("real", 2, healthy=False))}, now=10.0)
+    for c in range(50):
+        book.apply(nodes, {node.id: replace(r, facts=_gpus(f"c{c}", MAX_GPUS))}, now=100.0 + c)
+    assert len(book.states) == MAX_GPUS + 2  # this cycle's, and the 2 failed ones
+    for c in range(50):
+        book.apply(
+            nodes,
+            {node.id: replace(r, facts=_gpus(f"f{c}", MAX_GPUS, healthy=False))},
+            now=1000.0 + c,
+        )
+    assert len(book.states) == 2 * MAX_GPUS
+    assert not any("real" in k for k in book.states)  # the oldest bad went first

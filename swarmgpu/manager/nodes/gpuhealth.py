@@ -35,7 +35,7 @@ from swarmgpu.core.health import (
     summarise,
 )
 from swarmgpu.core.metrics_in import GpuMetrics
-from swarmgpu.core.model import Gpu, NodeFacts
+from swarmgpu.core.model import MAX_GPUS, Gpu, NodeFacts
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.swarm.client import SwarmNode
 
@@ -126,6 +126,7 @@ class HealthBook:
                     n.failed, len(f.gpus), ", ".join(_uuid(k) for k in n.failed_uuids))
             marked = self._marked(node.id, f)
             out[node.id] = res if marked is f else replace(res, facts=marked)
+        self._prune({n.id for n in nodes}, seen)
         if self.gauge is not None:
             count = dict.fromkeys(Level, 0)  # one pass over the states, not one per level
             where = self.where
@@ -135,6 +136,36 @@ class HealthBook:
             for lv in Level:
                 self.gauge.labels(level=str(lv)).set(count[lv])
         return out
+
+    def _prune(self, live: set[str],
+               seen: Sequence[tuple[SwarmNode, FactsResult, NodeFacts]]) -> None:
+        """Forget the states of nodes Swarm no longer lists (a replaced node joins under a
+        new ID), and of GPUs a node's agent no longer lists that hold nothing to remember;
+        those that do (failed, flapping, XIDs counted: no news is not good news) are kept
+        up to MAX_GPUS a node, the latest bad first. Else a month of replaced nodes, or an
+        agent listing new UUIDs each cycle, grew the book and its file for good."""
+        listed = {_key(node.id, g.uuid) for node, _res, f in seen for g in f.gpus}
+        read = {node.id for node, _res, _f in seen}
+        drop: set[str] = set()
+        remembered: dict[str, list[str]] = {}
+        for k, st in self.states.items():
+            nid = k.partition("/")[0]
+            if nid not in live:
+                drop.add(k)
+            elif nid in read and k not in listed:
+                if st.level is Level.HEALTHY and not st.failures and not st.xid_seen_until:
+                    drop.add(k)
+                else:
+                    remembered.setdefault(nid, []).append(k)
+        for keys in remembered.values():
+            if len(keys) > MAX_GPUS:
+                keys.sort(key=lambda k: self.states[k].last_bad_at, reverse=True)
+                drop.update(keys[MAX_GPUS:])
+        if drop:
+            self.states = {k: v for k, v in self.states.items() if k not in drop}
+            self.where = {k: v for k, v in self.where.items() if k not in drop}
+        if not self.nodes.keys() <= live:
+            self.nodes = {nid: v for nid, v in self.nodes.items() if nid in live}
 
     def feed_metrics(self, pages: Mapping[str, Mapping[str, GpuMetrics]]) -> None:
         """The health fields of this cycle's metrics pages (node id -> uuid -> metrics;
