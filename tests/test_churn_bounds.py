@@ -11,7 +11,7 @@ from pathlib import Path
 
 from support.forged import R4090_F, RecordingSwarm, sw_node
 
-from swarmgpu.core.config import Config, HealthConfig
+from swarmgpu.core.config import Config, HealthConfig, RebalanceConfig
 from swarmgpu.core.model import MAX_GPUS, NodeFacts
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.cycle.placement import make_plan
@@ -20,6 +20,7 @@ from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
+from swarmgpu.manager.rebalance.signals import Signals
 from swarmgpu.swarm.client import SwarmNode
 
 N = 1000  # objects made and gone
@@ -118,3 +119,14 @@ def test_an_agent_listing_new_gpu_uuids_each_cycle_grows_no_health_state() -> No
         )
     assert len(book.states) == 2 * MAX_GPUS
     assert not any("real" in k for k in book.states)  # the oldest bad went first
+
+
+def test_window_states_of_gpus_and_nodes_gone_are_dropped() -> None:
+    """The rebalancer's windows kept a hot/idle/fragmentation state per GPU and node
+    ever seen after their series went: the state goes with the series."""
+    sig = Signals(RebalanceConfig())
+    facts = {f"n-{i}": _gpus(f"n-{i}", 8) for i in range(N // 10)}
+    sig.observe({}, facts, {}, {}, 1000.0)
+    assert len(sig.hot) == len(sig.idle) == 8 * len(facts) and len(sig.frag) == len(facts)
+    sig.observe({}, {"n-0": facts["n-0"]}, {}, {}, 1010.0)
+    assert (len(sig.hot), len(sig.idle), len(sig.frag)) == (8, 8, 1)

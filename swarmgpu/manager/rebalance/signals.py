@@ -178,5 +178,7 @@ class Signals:
         self.gpus, self.nodes = gpus, nodes
         live = {series_key(n, u) for n, u in gpus} | set(nodes)
         for key in self.store.keys() - live:
-            self.store.forget(key)  # GPUs and nodes that left
+            self.store.forget(key)  # GPUs and nodes that left, their windows' states too
+            for tracker in (self.hot, self.idle, self.frag):
+                tracker.forget(key)
         return warnings

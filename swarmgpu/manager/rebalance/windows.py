@@ -202,3 +202,10 @@ class ConditionTracker:
 
     def state(self, key: str) -> State:
         return self._state.get(key, State.UNKNOWN)
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+    def forget(self, key: str) -> None:
+        """A key that left (its series forgotten: it would judge UNKNOWN anyway)."""
+        self._state.pop(key, None)
