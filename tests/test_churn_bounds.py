@@ -21,6 +21,7 @@ from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
 from swarmgpu.manager.rebalance.signals import Signals
+from swarmgpu.manager.services.overshare import ServiceUse, Watch
 from swarmgpu.swarm.client import SwarmNode
 
 N = 1000  # objects made and gone
@@ -130,3 +131,21 @@ def test_window_states_of_gpus_and_nodes_gone_are_dropped() -> None:
     assert len(sig.hot) == len(sig.idle) == 8 * len(facts) and len(sig.frag) == len(facts)
     sig.observe({}, {"n-0": facts["n-0"]}, {}, {}, 1010.0)
     assert (len(sig.hot), len(sig.idle), len(sig.frag)) == (8, 8, 1)
+
+
+def _use(service: str, uuid: str, used: int) -> ServiceUse:
+    return ServiceUse(service, "n-0", "gpu-0", 0, uuid, used, 1000, 250)
+
+
+def test_over_share_windows_of_services_gone_are_dropped() -> None:
+    """A holder over its share, then removed (a CI stack), while the GPU it held is still
+    read with other holders: its window stayed open for good."""
+    watch = Watch(clock=lambda: 1000.0)
+    watch.update([_use(f"ci-{i}", f"GPU-{i % 8}", 2000) for i in range(N)])
+    assert len(watch.since) == N
+    watch.update([_use("keeper", f"GPU-{i}", 10) for i in range(8)])
+    assert not watch.since
+    # A GPU not read this cycle keeps the windows of its holders (its reading is missing).
+    watch.update([_use("a", "GPU-0", 2000), _use("b", "GPU-1", 2000)])
+    watch.update([_use("a", "GPU-0", 2000)])
+    assert set(watch.since) == {("a", "n-0", "GPU-0"), ("b", "n-0", "GPU-1")}

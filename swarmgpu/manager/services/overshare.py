@@ -252,7 +252,12 @@ class Watch:
                                x.describe())
         self.unattributed = stray
         over = {u.key: u for u in uses if u.over}
-        judged = {u.key for u in uses}
+        # A window ends where its GPU was read without it (the holder holds and uses it no
+        # more: re-placed, or removed), or its node was read not at all; a GPU not read
+        # this cycle keeps its holders' windows. Judged by holder alone, a removed
+        # service's window stayed open for good while its GPU had other holders.
+        gpus_read = {(u.node_id, u.uuid) for u in uses}
+        nodes_read = {u.node_id for u in uses}
         for k, u in over.items():
             if k not in self.since:
                 self.since[k] = now
@@ -260,7 +265,7 @@ class Watch:
                     "over its GPU share: service {} {} (tasks {}, pids {})", u.service,
                     u.describe(), ",".join(u.tasks) or "?", ",".join(map(str, u.pids)))
         for k in list(self.since):
-            if k not in over and (k in judged or not any(x[1] == k[1] for x in judged)):
+            if k not in over and ((k[1], k[2]) in gpus_read or k[1] not in nodes_read):
                 del self.since[k]
                 logger.bind(service=k[0]).info("back within its GPU share: service {} on "
                                                "{}", k[0], k[1][:12])
