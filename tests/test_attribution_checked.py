@@ -162,7 +162,7 @@ def _restart_case(fresh: list[SwarmTask], others: Sequence[SwarmService] = (),
     swarm = _Swarm(fresh, records)
     r = Restarter(swarm, cfg, wait_s=0.0)  # type: ignore[arg-type]
     n = r.run([u], snap)
-    return swarm, n, list(r._said.values())
+    return swarm, n, list(r.said.values())
 
 
 def test_a_restart_rechecks_swarm_before_it_writes() -> None:

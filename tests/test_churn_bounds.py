@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from support.forged import R4090_F, RecordingSwarm, sw_node
+from support.forged import R4090_F, RecordingSwarm, sw_node, sw_svc
 
 from swarmgpu.core.config import Config, HealthConfig, RebalanceConfig
 from swarmgpu.core.model import MAX_GPUS, NodeFacts
@@ -21,7 +21,7 @@ from swarmgpu.manager.nodes.agentbook import AgentBook
 from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.sync import LabelSync, Snapshot
 from swarmgpu.manager.rebalance.signals import Signals
-from swarmgpu.manager.services.overshare import ServiceUse, Watch
+from swarmgpu.manager.services.overshare import Restarter, ServiceUse, Watch
 from swarmgpu.swarm.client import SwarmNode
 
 N = 1000  # objects made and gone
@@ -149,3 +149,20 @@ def test_over_share_windows_of_services_gone_are_dropped() -> None:
     watch.update([_use("a", "GPU-0", 2000), _use("b", "GPU-1", 2000)])
     watch.update([_use("a", "GPU-0", 2000)])
     assert set(watch.since) == {("a", "n-0", "GPU-0"), ("b", "n-0", "GPU-1")}
+
+
+def test_over_share_restart_notes_of_holders_no_longer_due_are_dropped() -> None:
+    """A restart "not done: <why>" is said once per holder while it is due; the reasons of
+    holders no longer due (a CI stack removed) stayed in memory for good."""
+    svcs = [sw_svc(f"ci-{i}", {"swarmgpu.rebalance": "never"}) for i in range(N // 10)]
+    sw = RecordingSwarm([sw_node("n-0", "gpu-0")], svcs, [])
+    base = Config()
+    cfg = replace(base, placement=replace(base.placement, overshare="restart"))
+    r = Restarter(sw, cfg, wait_s=0.0)  # type: ignore[arg-type]
+    snap = Snapshot(sw.nodes(), sw.services(), [], {})
+    r.run([_use(s.name, "GPU-0", 2000) for s in svcs], snap)
+    assert len(r.said) == len(svcs)
+    r.run([_use("ci-0", "GPU-0", 2000)], snap)
+    assert list(r.said) == [("ci-0", "n-0", "GPU-0")]
+    r.run([], snap)
+    assert not r.said

@@ -351,13 +351,17 @@ class Restarter:
                  clock: Callable[[], float] = time.time, wait_s: float = 15.0) -> None:
         self.swarm, self.cfg, self.clock, self.wait_s = swarm, cfg, clock, wait_s
         self.done: list[dict[str, Any]] = []  # what was restarted (newest last)
-        self._said: dict[tuple[str, str, str], str] = {}  # last "not done" reason logged
+        self.said: dict[tuple[str, str, str], str] = {}  # last "not done" reason logged
 
     def run(self, due: Sequence[ServiceUse], snap: Snapshot,
             restarted: Callable[[tuple[str, str, str]], None] = lambda key: None) -> int:
         p = self.cfg.sync.prefix
         by_name = {s.name: s for s in snap.services}
         ledger = read_ledger(snap.nodes, p)
+        # Said once while due: a holder no longer due (back within, or removed) is
+        # forgotten, or every removed stack's reason stayed for good.
+        keys = {u.key for u in due}
+        self.said = {k: why for k, why in self.said.items() if k in keys}
         if not due:
             return 0
         # Moves in flight count against the budget: the daemon's own records of them,
@@ -389,12 +393,12 @@ class Restarter:
             if why is None:
                 why = self._recheck(s, u)
             if why is not None:
-                if self._said.get(u.key) != why:  # once per reason, not every cycle
+                if self.said.get(u.key) != why:  # once per reason, not every cycle
                     log.info("over-share restart of {} on {} not done: {}", u.service,
                              u.hostname, why)
-                self._said[u.key] = why
+                self.said[u.key] = why
                 continue
-            self._said.pop(u.key, None)
+            self.said.pop(u.key, None)
             if self.cfg.dry_run:
                 log.info("dry-run: would restart {}'s task on {} ({})", u.service, u.hostname,
                          u.describe())
