@@ -350,7 +350,6 @@ class Restarter:
     def __init__(self, swarm: SwarmClient, cfg: Config, *,
                  clock: Callable[[], float] = time.time, wait_s: float = 15.0) -> None:
         self.swarm, self.cfg, self.clock, self.wait_s = swarm, cfg, clock, wait_s
-        self.done: list[dict[str, Any]] = []  # what was restarted (newest last)
         self.said: dict[tuple[str, str, str], str] = {}  # last "not done" reason logged
 
     def run(self, due: Sequence[ServiceUse], snap: Snapshot,
@@ -432,7 +431,6 @@ class Restarter:
         log = logger.bind(service=s.name)
         old = {t.id for t in self.swarm.tasks({"service": s.id})
                if t.node_id == u.node_id and t.desired_state == "running"}
-        t0 = self.clock()
         # Every write through the actuator's gate; the step's dry-run check ran first.
         writes = Writes(self.swarm, dry_run=self.cfg.dry_run, who="over-share restart",
                         prefix=p)
@@ -463,6 +461,4 @@ class Restarter:
         writes.service_spec(s.id, mark)
         log.warning("restarted {}'s task on {} (over its GPU share: {}; tasks {})", s.name,
                     u.hostname, u.describe(), ",".join(u.tasks) or "?")
-        self.done.append({"service": s.name, "node": u.hostname, "at": t0,
-                          "used_mib": u.used_mib, "share_mib": u.share_mib})
         return True
