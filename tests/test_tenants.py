@@ -121,6 +121,8 @@ def test_no_tenants_section_is_todays_behaviour(tmp_path: Path) -> None:
      "tenants.team-a.queues: 'nope' is not a queue of the config's queues"),
     ("queues: {q: {max: 4}}\ntenants: {a: {stacks: [a*], queues: [q]}, "
      "b: {stacks: [b*], queues: [q]}}", "tenants.b.queues: q is already tenant a's"),
+    ("queues: {q: {max: 4}}\ntenants: {a: {stacks: [a*], queues: [q, q]}}",
+     "tenants.a.queues: q is listed twice; name each queue once"),
     ("queues: {q: {max: 4}}\ntenants: {a: {stacks: [a*]}}", "queues.q: owned by no tenant"),
     ("queues: {a: {max: 4}}\ntenants: {a: {stacks: [a*], max: 2, queues: [a]}}",
      "tenants.a: guaranteed/max make a queue named a, but queues.a exists too"),
