@@ -121,6 +121,8 @@ def test_no_tenants_section_is_todays_behaviour(tmp_path: Path) -> None:
      "tenants.team-a.queues: 'nope' is not a queue of the config's queues"),
     ("queues: {q: {max: 4}}\ntenants: {a: {stacks: [a*], queues: [q]}, "
      "b: {stacks: [b*], queues: [q]}}", "tenants.b.queues: q is already tenant a's"),
+    ("queues: {q: {max: 4}}\ntenants: {a: {stacks: [a*], queues: [q, q]}}",
+     "tenants.a.queues: q is listed twice; name each queue once"),
     ("queues: {q: {max: 4}}\ntenants: {a: {stacks: [a*]}}", "queues.q: owned by no tenant"),
     ("queues: {a: {max: 4}}\ntenants: {a: {stacks: [a*], max: 2, queues: [a]}}",
      "tenants.a: guaranteed/max make a queue named a, but queues.a exists too"),
@@ -775,6 +777,37 @@ def test_a_packed_services_replicas_are_counted_once(tmp_path: Path) -> None:
     by = {sp.name: sp for sp in plan.services}
     assert len(by["team-b_x"].placements) == 4 and by["team-b_y"].status == "placed"
     assert _used(plan, "team-b") == 5
+
+
+def test_a_holder_moved_to_another_of_its_tenants_queues_frees_no_room_past_their_maxes(
+        tmp_path: Path) -> None:
+    """team-a owns research and scratch, each max 2. Its holder in scratch relabelled
+    to research keeps its GPUs (the max never stops running work) and scratch reads
+    empty; before, a new scratch service was placed there and team-a held 6 GPUs, and
+    again each time it moved a holder over. Its queues together bound its new work."""
+    from support.placement import apply
+
+    cfg = _cfg(tmp_path, """\
+        queues: {research: {max: 2}, scratch: {max: 2}}
+        tenants:
+          team-a: {stacks: ["team-a*"], queues: [research, scratch]}
+        """)
+    planner, nodes = new_planner(cfg), _two_nodes()
+    x = _stack_svc("team-a", "x", {f"{P}gpus": "2", f"{P}queue": "scratch"})
+    r = _stack_svc("team-a", "r", {f"{P}gpus": "2", f"{P}queue": "research"})
+    plan = planner.plan(nodes, [x, r], [], FACTS)
+    nodes = apply(nodes, plan)
+    x = replace(x, labels={**x.labels, f"{P}queue": "research"}, version=2)
+    y = _stack_svc("team-a", "y", {f"{P}gpus": "2", f"{P}queue": "scratch"})
+    plan = planner.plan(nodes, [x, r, y], [], FACTS)
+    by = {sp.name: sp for sp in plan.services}
+    assert len(by["team-a_x"].placements) == 1  # running work kept
+    assert (_used(plan, "research"), _used(plan, "scratch")) == (4, 0)
+    assert by["team-a_y"].status == "pending" and not by["team-a_y"].placements
+    assert by["team-a_y"].reason == (
+        "tenant team-a at its quota (its queues research, scratch together): max 4 GPUs, "
+        "4 used, this service needs 2")
+    assert [q["blocked"] for q in plan.queues if q["queue"] == "scratch"] == [["team-a_y"]]
 
 
 @pytest.mark.parametrize(("text", "says"), [

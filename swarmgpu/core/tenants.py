@@ -173,6 +173,8 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
             if not isinstance(q, str) or q not in known_queues:
                 add(f"{w}.queues: {q!r} is not a queue of the config's queues: "
                     f"({', '.join(sorted(known_queues)) or 'none defined'})")
+            elif owner.get(q) == name:  # (its own list, not another tenant)
+                add(f"{w}.queues: {q} is listed twice; name each queue once")
             elif q in owner:
                 add(f"{w}.queues: {q} is already tenant {owner[q]}'s; a queue belongs to "
                     "one tenant")

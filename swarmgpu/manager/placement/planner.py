@@ -41,6 +41,7 @@ from swarmgpu.manager.placement.queues import (
     QueueLimit,
     Quotas,
     held_in_ledger,
+    together,
 )
 from swarmgpu.manager.placement.quiet import Quiet
 from swarmgpu.manager.placement.reads import Parsed, RequestReader, ServiceRead
@@ -126,7 +127,9 @@ class Planner:
         # service, every cycle (tests compare the two).
         self.change_driven = change_driven
         self.classes = priority_classes  # swarmgpu.priority's names (None: the defaults)
-        self.queues = QueueBook(queues or {})  # swarmgpu.queue's quotas (placement.queues)
+        # swarmgpu.queue's quotas, and each tenant's queues' together (placement.queues)
+        owned = {t.name: t.queues for t in tenants.specs} if tenants is not None else {}
+        self.queues = QueueBook(queues or {}, together=together(owned, queues or {}))
         self.zone_label = zone_label
         self.adopt_ungated = adopt_ungated
         self.generic_kind = generic_kind

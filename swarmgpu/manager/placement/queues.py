@@ -28,6 +28,12 @@ a stack naming free GPUs in ``<p>devices.<node>`` labels had them whatever its m
 The max holds for every mode: a replicated job's holdings are the tasks that may run
 now; a global service's, one per GPU node, are bounded by the room left
 (``QueueLimit.replicas``: the most nodes it holds on), the other nodes waiting.
+
+With tenants, the queues of one tenant that each have a max also bound its new work
+together, by the sum of their maxes (``Together``): a holder whose ``swarmgpu.queue``
+its stack moves to another of its tenant's queues keeps its GPUs, counted there, and
+the queue it left reads empty, so each such move would otherwise buy the tenant a new
+placement past what the operator gave it.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ Quotas = Mapping[str, tuple[int, int | None]]  # name -> (guaranteed, max or Non
 # (which a max of 1 GPU would refuse the seventh of) nor less than their share.
 _PARTS = 28
 _GPU = 1000 * _PARTS
+# A max that bounds a queue's new work: (its words, the max in thousandths, the use
+# it bounds in _PARTS): the queue's own, or its tenant's queues' together
+_Bound = tuple[str, int, int]
 
 
 def replica_parts(r: GpuRequest, products: Iterable[str | None] = (None,)) -> int:
@@ -166,6 +175,27 @@ class QueueLimit:
         return self.replicas == 0
 
 
+@dataclass(frozen=True, slots=True)
+class Together:
+    """One tenant's queues that each have a max: its new work stays within their sum."""
+
+    tenant: str
+    queues: tuple[str, ...]
+    most: int  # thousandths of a GPU
+
+
+def together(owned: Mapping[str, Sequence[str]], quotas: Quotas) -> dict[str, Together]:
+    """queue -> its tenant's ``Together`` (``owned``: tenant -> its queues), for each
+    tenant with two queues or more, every one with a max (one with none bounds nothing)."""
+    out: dict[str, Together] = {}
+    for tenant, queues in owned.items():
+        tops = [quotas[q][1] if q in quotas else None for q in queues]
+        if len(queues) > 1 and all(m is not None for m in tops):
+            t = Together(tenant, tuple(queues), sum(m for m in tops if m is not None))
+            out.update((q, t) for q in queues)
+    return out
+
+
 @dataclass
 class QueueBook:
     """One cycle's use per queue, as the planner goes through the services."""
@@ -174,6 +204,7 @@ class QueueBook:
     used: dict[str, int] = field(default_factory=dict)  # queue -> _PARTS
     blocked: dict[str, list[str]] = field(default_factory=dict)  # queue -> services held
     facts: Mapping[str, NodeFacts] = field(default_factory=dict)  # node id -> the cycle's
+    together: Mapping[str, Together] = field(default_factory=dict)  # queue -> its tenant's
     _mig: dict[str, set[str | None]] | None = None  # mig_products of ``facts``, when asked
 
     def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]],
@@ -207,30 +238,44 @@ class QueueBook:
         None for a global service); None when it does not."""
         if not isinstance(r, GpuRequest) or not r.queue:
             return None
-        quota = self.quotas.get(r.queue)
-        if quota is None or quota[1] is None:
+        bound = self._bound(r.queue)
+        if bound is None:
             return None
         if wanted is None:
-            return self._nodes(s, r, mine, quota[1])
-        return self._refuse(s, r, quota[1], wanted) if not mine else self._cap(
-            s, r, mine, quota[1], wanted)
+            return self._nodes(s, r, mine, bound)
+        return self._refuse(s, r, bound, wanted) if not mine else self._cap(
+            s, r, mine, bound, wanted)
 
-    def _refuse(self, s: SwarmService, r: GpuRequest, most: int,
+    def _bound(self, queue: str) -> _Bound | None:
+        """The max that leaves ``queue``'s new work the least room: its own, or its
+        tenant's queues' together (``Together``); the queue's on a tie."""
+        out: list[_Bound] = []
+        quota = self.quotas.get(queue)
+        if quota is not None and quota[1] is not None:
+            out.append((f"queue {queue} at its quota", quota[1], self.used.get(queue, 0)))
+        t = self.together.get(queue)
+        if t is not None:
+            out.append((f"tenant {t.tenant} at its quota (its queues "
+                        f"{', '.join(t.queues)} together)", t.most,
+                        sum(self.used.get(q, 0) for q in t.queues)))
+        return min(out, key=lambda b: b[1] * _PARTS - b[2], default=None)
+
+    def _refuse(self, s: SwarmService, r: GpuRequest, bound: _Bound,
                 wanted: int) -> QueueLimit | None:
         """All of ``s`` waits when placing it would take its queue above its max."""
         if not wanted:
             return None
+        what, most, used = bound
         need = self._each(r) * wanted
-        used = self.used.get(r.queue, 0)
         if used + need <= most * _PARTS:
             return None
         self.blocked.setdefault(r.queue, []).append(s.name)
-        return QueueLimit(0, f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, "
+        return QueueLimit(0, f"{what}: max {_gpus(most):g} GPUs, "
                              f"{_gpus_of(used):g} used, this service needs "
                              f"{_gpus_of(need):g}", wanted)
 
-    def _cap(self, s: SwarmService, r: GpuRequest, mine: Mapping[str, Holding], most: int,
-             wanted: int) -> QueueLimit | None:
+    def _cap(self, s: SwarmService, r: GpuRequest, mine: Mapping[str, Holding],
+             bound: _Bound, wanted: int) -> QueueLimit | None:
         """The replicas it may hold when a replicated service (or job) that holds some
         asks for more than its queue's max leaves room for. Its kept replicas always
         count as allowed (the max never stops running work)."""
@@ -240,27 +285,27 @@ class QueueBook:
         if held >= wanted:
             return None
         each = self._each(r)
-        used = self.used.get(r.queue, 0)  # this service's kept holdings included
+        what, most, used = bound  # this service's kept holdings included in used
         room = max(0, most * _PARTS - used)
         more = room // each if each else wanted
         if held + more >= wanted:
             return None
         self.blocked.setdefault(r.queue, []).append(s.name)
         return QueueLimit(held + more, (
-            f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, {_gpus_of(used):g} "
+            f"{what}: max {_gpus(most):g} GPUs, {_gpus_of(used):g} "
             f"used, {wanted - held - more} more replica(s) need "
             f"{_gpus_of((wanted - held - more) * each):g}"), wanted)
 
     def _nodes(self, s: SwarmService, r: GpuRequest, mine: Mapping[str, Holding],
-               most: int) -> QueueLimit:
+               bound: _Bound) -> QueueLimit:
         """A global service: the most nodes it may hold on (its kept ones and as many
         new ones as the room left takes); all of it waits when it holds none and the
         room takes none. Which nodes Swarm runs it on is known only once placed, so the
         bound is given whether or not it binds."""
         each = self._each(r)
-        used = self.used.get(r.queue, 0)  # this service's kept holdings included
+        what, most, used = bound  # this service's kept holdings included in used
         more = max(0, most * _PARTS - used) // each if each else 0
-        reason = (f"queue {r.queue} at its quota: max {_gpus(most):g} GPUs, "
+        reason = (f"{what}: max {_gpus(most):g} GPUs, "
                   f"{_gpus_of(used):g} used, each node's holding needs {_gpus_of(each):g}")
         if not mine and not more:
             self.blocked.setdefault(r.queue, []).append(s.name)
