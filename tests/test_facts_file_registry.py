@@ -135,3 +135,21 @@ def test_facts_prints_hostile_names_escaped(tmp_path: Path) -> None:
     assert not any(c in res.output for c in "\x1b\r\x07\u202e"), res.output
     assert r"host dgx\x1b[2K\r1 " in res.output, res.output
     assert r"A100\x1b]0;owned\x07\u202e" in res.output, res.output
+
+
+def test_node_config_prints_a_hostile_hostname_escaped(tmp_path: Path) -> None:
+    # The fragments' comment named the file's hostname raw: ESC [2J cleared the terminal
+    # the operator copies daemon.json from.
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+
+    data = _facts_dict()
+    data["node"]["hostname"] = "dgx\x1b[2J\r\u202e1"  # type: ignore[index]
+    p = tmp_path / "facts.json"
+    p.write_text(json.dumps(data))
+    res = CliRunner().invoke(main, ["node-config", "--source", f"file:{p}"])
+    assert res.exit_code == 0, res.output
+    assert not any(c in res.output for c in "\x1b\r\u202e"), res.output
+    assert r"for dgx\x1b[2J\r\u202e1" in res.output, res.output
+    assert '"node-generic-resources": [' in res.output  # the fragments as they were

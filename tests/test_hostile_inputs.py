@@ -38,7 +38,7 @@ from swarmgpu.core.model import (
     MigDevice,
     NodeFacts,
 )
-from swarmgpu.core.peertext import PEER_TEXT_LIMIT, escaped, peer_text
+from swarmgpu.core.peertext import PEER_TEXT_LIMIT, escaped, json_escaped, peer_text
 from swarmgpu.manager.commands.audit import audit
 from swarmgpu.manager.nodes import boundedhttp
 from swarmgpu.manager.nodes.agent_client import fetch_all, fetch_facts, parse_json_bounded
@@ -737,3 +737,12 @@ def test_prop_escaped_text_is_printable_and_only_hidden_characters_change(text: 
     assert out.isprintable() or any(unicodedata.category(c) in ("Co", "Zs") for c in out)
     if text.isprintable():
         assert out == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=20), st.text(max_size=200), max_size=5))
+def test_prop_json_escaped_line_is_printable_and_decodes_the_same(doc: dict[str, str]) -> None:
+    # What the JSON log format writes: loguru's ensure_ascii=False line, then this.
+    out = json_escaped(json.dumps(doc, ensure_ascii=False))
+    assert out.isprintable() or any(unicodedata.category(c) in ("Co", "Zs") for c in out)
+    assert json.loads(out) == doc

@@ -103,3 +103,28 @@ def test_an_exceptions_text_shows_escaped_and_no_variables(
     assert "ValueError: label web\\x1b[2J\\r12:00:00 INFO    all GPUs OK\\nforged\\u202e" in err
     assert token not in err  # no frame's variables
     assert not re.search(r"^forged", err, re.M)  # the newline inside it forged no line
+
+
+def test_json_lines_carry_no_raw_c1_control_or_bidi_mark(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # loguru's serialize writes json.dumps(..., ensure_ascii=False): C0 controls come out
+    # escaped, but a C1 CSI (U+009B: "ESC [" in one character), DEL, a bidi override and
+    # a line separator came out raw, to journalctl and `docker service logs` on a terminal.
+    setup_logging("INFO", "json")
+    hostile = "web\x9b2J\x7f\u202e\u2028\u200b\U000e0041\ud800"
+    logger.bind(service=hostile).warning("service {} pending", hostile)
+    err = capsys.readouterr().err
+    assert err.endswith("}\n") and err[:-1].isprintable(), err  # one line, nothing hidden
+    rec = json.loads(err)  # still the same values, decoded
+    assert rec["record"]["message"] == f"service {hostile} pending"
+    assert rec["record"]["extra"] == {"service": hostile}
+    assert "\\u009b2J" in err and "\\u202e" in err
+
+
+def test_json_lines_keep_printable_non_ascii_as_it_is(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    setup_logging("INFO", "json")
+    logger.info("node {} GPU {}", "nœud-é", "H100 — 80GB")
+    err = capsys.readouterr().err
+    assert "nœud-é" in err and "H100 — 80GB" in err
+    assert json.loads(err)["record"]["message"] == "node nœud-é GPU H100 — 80GB"

@@ -551,6 +551,30 @@ def test_data_is_escaped_never_markup(
         assert "<title>swarmgpu · GPU map</title>" in dom, q
 
 
+def test_hidden_characters_in_names_and_reasons_show_as_escapes(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    # A bidi override reversed the rest of a tile's or a reason's line, a zero-width
+    # space made "llm" and "l\u200blm" look the same: shown as the commands print them.
+    def hostile() -> Doc:
+        doc = copy.deepcopy(sample())
+        doc["nodes"][1]["hostname"] = "gpu\u202e1-edon"
+        doc["nodes"][1]["gpus"][0]["holders"][0]["service"] = "l\u200blm"
+        doc["pending"][0]["reason"] = "waits\x1b[2J\u2066 for a GPU\n"
+        return doc
+
+    srv = serve(hostile)
+    dom = dump_dom(chromium, srv.url)
+    shown = text_of(dom)
+    assert not any(c in shown for c in "\u202e\u200b\u2066\x1b"), shown
+    assert "gpu\\u202e1-edon" in shown and "l\\u200blm" in shown
+    assert "waits\\x1b[2J\\u2066 for a GPU\\n" in shown
+    dom = dump_dom(chromium, srv.url + "?node=gpu%E2%80%AE1-edon&gpu=0")  # the card, tooltips
+    assert not any(c in text_of(dom) for c in "\u202e\u200b"), text_of(dom)
+    assert 'aria-label="Close node gpu\\u202e1-edon"' in dom  # the card, its label escaped
+    assert not re.search(r'(title|aria-label)="[^"]*[\u202e\u200b]', dom), dom
+
+
 # ---- keyboard, through the DevTools protocol over a pipe ------------------------------
 
 

@@ -6,11 +6,12 @@ import logging
 import re
 import sys
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from loguru import logger
 
-from swarmgpu.core.peertext import escaped
+from swarmgpu.core.peertext import escaped, json_escaped
 
 _TEXT = "<green>{time:HH:mm:ss}</green> <level>{level: <7}</level> "
 
@@ -75,13 +76,26 @@ def _text_format(record: Any) -> str:
         f"<level>{_escape(escaped(record['message']))}</level>\n{_escape(trace)}"
 
 
+def _json_sink(stream: TextIO) -> Callable[[str], None]:
+    """Writes loguru's JSON lines to ``stream`` with no raw control or format character:
+    its json.dumps has ensure_ascii=False, which escapes C0 controls only (a C1 CSI, a
+    bidi override or a line separator from a label reached journalctl and the terminal
+    as itself; a lone surrogate from an agent's JSON lost the record)."""
+
+    def write(message: str) -> None:
+        stream.write(json_escaped(message.rstrip("\n")) + "\n")
+        stream.flush()
+
+    return write
+
+
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     # An event-triggered cycle that meets a running one is coalesced on purpose; the
     # scheduler's "skipped: maximum number of running instances" is not news.
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     logger.remove()
     if fmt == "json":
-        logger.add(sys.stderr, level=level.upper(), serialize=True, diagnose=False)
+        logger.add(_json_sink(sys.stderr), level=level.upper(), serialize=True, diagnose=False)
     else:
         # No diagnose: the traceback is exception_text's (escaped, no variables).
         logger.add(sys.stderr, level=level.upper(), format=_text_format, diagnose=False)

@@ -293,7 +293,9 @@ def node_config_cmd(source: str, hostname: str | None, product: str | None,
             raise FactsError(f"{source} gives no GPUs: {'; '.join(nf.errors)}; or describe "
                              "the GPUs with --source gfd:FILE or topo:FILE "
                              "(docs/facts-schema.md)")
-        click.echo(node_config(nf, kind=kind, grants=grants))
+        # The facts' hostname is a file's or GFD's text, as in `facts`: each line escaped.
+        text = node_config(nf, kind=kind, grants=grants)
+        click.echo("\n".join(escaped(line) for line in text.split("\n")))
     except (FactsError, ValueError) as exc:
         click.echo(f"swarmgpu node-config: {escaped(exc)}", err=True)
         sys.exit(2)

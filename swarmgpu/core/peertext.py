@@ -11,6 +11,7 @@ says so with the original length.
 
 from __future__ import annotations
 
+import json
 import unicodedata
 
 PEER_TEXT_LIMIT = 300
@@ -59,3 +60,14 @@ def escaped(text: object) -> str:
     if s.isprintable():  # the common case, in C: nothing hidden (tab and newline are Cc)
         return s
     return "".join(ascii(c)[1:-1] if _hidden(c) else c for c in s)
+
+
+def json_escaped(text: str) -> str:
+    """A one-line JSON text with every control or format character written as JSON's
+    ``\\u`` escape (surrogate pairs beyond U+FFFF): what ``json.dumps(ensure_ascii=False)``
+    leaves raw (C1 controls, DEL, bidi marks, line separators, lone surrogates) no longer
+    reaches a terminal, and the text decodes to the same values. Outside its strings a
+    one-line JSON text has only spaces, so every escape lands inside a string."""
+    if text.isprintable():
+        return text
+    return "".join(json.dumps(c)[1:-1] if _hidden(c) else c for c in text)

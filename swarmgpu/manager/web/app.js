@@ -55,17 +55,30 @@
 
   // ---- tiny DOM helpers ----------------------------------------------------
 
+  // Others' text as the page shows it: each control or format character (a bidi override
+  // reverses the rest of the line, a zero-width space makes two names look alike) written
+  // as its escape, as the commands print it (core/peertext.escaped). data-* keep the value.
+  const HIDDEN = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}\p{Cn}]/gu;
+  const C_ESC = { "\t": "\\t", "\n": "\\n", "\r": "\\r" };
+  const escapeOne = (c) => {
+    const n = c.codePointAt(0);
+    const hex = (w) => n.toString(16).padStart(w, "0");
+    return C_ESC[c] || (n <= 0xff ? `\\x${hex(2)}` : n <= 0xffff ? `\\u${hex(4)}` : `\\U${hex(8)}`);
+  };
+  const escapedText = (s) => s.replace(HIDDEN, escapeOne);
+  const TEXT_ATTRS = ["title", "aria-label", "alt", "placeholder"];
+
   function h(tag, attrs, ...children) {
     const el = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
       if (v === null || v === undefined || v === false) continue;
       if (k === "class") el.className = v;
       else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-      else el.setAttribute(k, v === true ? "" : text(v));
+      else el.setAttribute(k, v === true ? "" : TEXT_ATTRS.includes(k) ? escapedText(text(v)) : text(v));
     }
     for (const c of children.flat(Infinity)) {
       if (c === null || c === undefined || c === false) continue;
-      el.append(c instanceof Node ? c : text(c)); // strings become text nodes
+      el.append(c instanceof Node ? c : escapedText(text(c))); // strings become text nodes
     }
     return el;
   }
@@ -1077,7 +1090,7 @@
           const el = els[i];
           const c = cellClass(n, g, color, on.has(g.index)) + (ks[i] === state.fleetFocus ? " cur" : "");
           if (el.className !== c) el.className = c;
-          if (labelled.has(el)) el.setAttribute("aria-label", cellLabel(n, g));
+          if (labelled.has(el)) el.setAttribute("aria-label", escapedText(cellLabel(n, g)));
           i++;
         }
       }
@@ -1149,8 +1162,8 @@
   function labelCell(el) {
     const [n, g] = lookup(el.dataset.key) || [];
     if (n) {
-      el.setAttribute("aria-label", cellLabel(n, g));
-      el.title = gpuLabel(n, g);
+      el.setAttribute("aria-label", escapedText(cellLabel(n, g)));
+      el.title = escapedText(gpuLabel(n, g));
       state.fleet?.labelled.add(el); // kept current by later polls
     }
   }
@@ -1675,12 +1688,12 @@
 
     // role=alert re-announces on every change: touch the banner only when its words change
     const banner = $("banner");
-    const msg = state.error
+    const msg = escapedText(state.error // the daemon's error may quote others' text
       ? (state.doc ? "Offline: the map is stale. " : "Cannot load the cluster. ") +
         state.error +
         (state.doc ? ` Showing data from ${new Date(state.lastOkAt).toLocaleTimeString([], { hour12: false })}.` : "") +
         ` Retrying every ${POLL_MS / 1000} s.`
-      : state.drawError || "";
+      : state.drawError || "");
     if (banner.textContent !== msg) banner.textContent = msg;
     banner.hidden = !msg;
   }
