@@ -30,7 +30,12 @@ from swarmgpu.manager.engine.proxy_policy import (
     is_swarmgpus,
     write_checks,
 )
-from swarmgpu.manager.placement.envs import ORDER_ENV, env_template, env_template_per_node
+from swarmgpu.manager.placement.envs import (
+    ORDER_ENV,
+    device_mount_spec,
+    env_template,
+    env_template_per_node,
+)
 from swarmgpu.manager.placement.keys import gate_constraint, hold_constraint
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.rebalance.record import spec_edit, spec_labels
@@ -113,6 +118,10 @@ def _cs(spec: dict[str, Any]) -> dict[str, Any]:
 HOSTILE_SERVICE: dict[str, Callable[[dict[str, Any]], None]] = {
     "a bind mount of /": lambda s: s["TaskTemplate"]["ContainerSpec"].update(
         Mounts=[{"Type": "bind", "Source": "/", "Target": "/host"}]),
+    # Python's 1 == True: the engine's Go decoder refuses a number for a bool today, but
+    # what passes is placement's mount as JSON has it, not one equal to it in Python.
+    "placement's device mount with ReadOnly 1": lambda s: s["TaskTemplate"][
+        "ContainerSpec"].update(Mounts=[{**device_mount_spec(P), "ReadOnly": 1}]),
     "the image": lambda s: s["TaskTemplate"]["ContainerSpec"].update(Image="evil:latest"),
     "a capability": lambda s: s["TaskTemplate"]["ContainerSpec"].update(
         CapabilityAdd=["CAP_SYS_ADMIN"]),

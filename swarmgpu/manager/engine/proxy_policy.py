@@ -137,7 +137,8 @@ def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
     mounts = cs.get("Mounts") if cs is not None else None
     if cs is not None and isinstance(mounts, list):
         mine = device_mount_spec(prefix)
-        cs["Mounts"] = [m for m in mounts if m != mine]
+        # ``same``, not ``!=``: with Python's 1 == True, "ReadOnly": 1 was placement's mount.
+        cs["Mounts"] = [m for m in mounts if not same(m, mine)]
         _drop_empty(cs, "Mounts")
     return s
 
