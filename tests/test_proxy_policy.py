@@ -30,7 +30,12 @@ from swarmgpu.manager.engine.proxy_policy import (
     is_swarmgpus,
     write_checks,
 )
-from swarmgpu.manager.placement.envs import ORDER_ENV, env_template, env_template_per_node
+from swarmgpu.manager.placement.envs import (
+    ORDER_ENV,
+    device_mount_spec,
+    env_template,
+    env_template_per_node,
+)
 from swarmgpu.manager.placement.keys import gate_constraint, hold_constraint
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.rebalance.record import spec_edit, spec_labels
@@ -113,6 +118,10 @@ def _cs(spec: dict[str, Any]) -> dict[str, Any]:
 HOSTILE_SERVICE: dict[str, Callable[[dict[str, Any]], None]] = {
     "a bind mount of /": lambda s: s["TaskTemplate"]["ContainerSpec"].update(
         Mounts=[{"Type": "bind", "Source": "/", "Target": "/host"}]),
+    # Python's 1 == True: the engine's Go decoder refuses a number for a bool today, but
+    # what passes is placement's mount as JSON has it, not one equal to it in Python.
+    "placement's device mount with ReadOnly 1": lambda s: s["TaskTemplate"][
+        "ContainerSpec"].update(Mounts=[{**device_mount_spec(P), "ReadOnly": 1}]),
     "the image": lambda s: s["TaskTemplate"]["ContainerSpec"].update(Image="evil:latest"),
     "a capability": lambda s: s["TaskTemplate"]["ContainerSpec"].update(
         CapabilityAdd=["CAP_SYS_ADMIN"]),
@@ -404,3 +413,20 @@ def test_prop_what_the_daemon_writes_passes(labels: dict[str, str], replicas: in
     cs = new["TaskTemplate"]["ContainerSpec"]
     cs["Env"] = [e for e in cs["Env"] if e not in env] + env
     check_service_update(cur, new, P)
+
+
+@pytest.mark.parametrize("value", ["all", "nvidia.com/gpu=all", "vendor.example/dev=x",
+                                   "GPU-a,vendor.example/dev=x", "0", "GPU-a,,GPU-b", 1])
+def test_a_device_list_names_gpus_as_facts_do(value: Any) -> None:
+    """In the toolkit's CDI mode a qualified name in NVIDIA_VISIBLE_DEVICES (or a device
+    mount's path) is injected as it is: any CDI device of the node, its mounts and hooks;
+    ``all`` is every GPU. The daemon writes lists of its facts' UUIDs, nothing else."""
+    key = P + "devices.n1.1"
+    msg = _refused(check_service_update, service(),
+                   _svc(lambda s: s["Labels"].update({key: value})))
+    assert key in msg
+    for ok in ("GPU-5ca1ab1e-0000-1111-2222-333333333333,MIG-9a0b", "MIG-GPU-a/1/0", ""):
+        check_service_update(service(), _svc(lambda s, v=ok: s["Labels"].update({key: v})), P)
+    had = _svc(lambda s: s["Labels"].update({key: "all"}))  # the owner's, kept as it is
+    check_service_update(had, _svc(lambda s: s["Labels"].update({key: "all", P + "x": "1"})),
+                         P)

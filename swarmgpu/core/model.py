@@ -397,6 +397,11 @@ def _gpu_from(g: Any, where: str) -> Gpu:
     )
 
 
+def is_device_uuid(uuid: str) -> bool:
+    """A GPU or MIG device UUID in the form facts carry (``_UUID_RE``)."""
+    return uuid.startswith(("GPU-", "MIG-")) and _UUID_RE.fullmatch(uuid) is not None
+
+
 def _check_uuid(uuid: str, kind: str, where: str) -> None:
     if not (uuid.startswith(kind) and _UUID_RE.fullmatch(uuid)):
         raise FactsError(f"{where}: {_quote(uuid)} is not a {kind}... UUID (letters, digits "

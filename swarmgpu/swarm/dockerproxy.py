@@ -171,19 +171,19 @@ ALLOWED_CALLS: tuple[Call, ...] = (
          "placement and moves: swarmgpu.* service labels, the gate, the device env",
          "`version` (the current one); only a service that is swarmgpu's (a label under "
          "the prefix, a gate constraint or a swarmgpu env template), its spec equal to the "
-         "current one but for: service labels under the prefix, gate constraints "
-         "(`node.labels.<prefix>service.*`) and the hold (`node.labels.<prefix>hold==true`, "
-         "replaced by the gate), swarmgpu's own env lines (exact), the lines "
-         "of `NVIDIA_VISIBLE_DEVICES` and `DOCKER_RESOURCE_*` removed or set to `void`, "
-         "placement's `/dev/null` device mount (exact), "
-         "`ForceUpdate`, `Placement.MaxReplicas`, `Mode.Replicated.Replicas` (a whole "
-         "number, raised by one at most: a move's make-before-break surge; a write asking "
-         "for more, or raising again the count the proxy let the daemon raise that "
-         "service to, is refused, so the daemon's access cannot fill the raft store with "
-         "tasks), discrete generic-resource reservations, `UpdateConfig.Parallelism` "
-         "(no image, other mount, privilege, capability, network or other change); any "
-         "other service only its `NVIDIA_VISIBLE_DEVICES` and `DOCKER_RESOURCE_*` lines "
-         "removed or set to `void`", "service-update", _WRITE),
+         "current one but for: service labels under the prefix (a `devices.` list it "
+         "sets: GPU-/MIG- UUIDs), gate constraints (`node.labels.<prefix>service.*`) and "
+         "the hold (`node.labels.<prefix>hold==true`, replaced by the gate), swarmgpu's "
+         "own env lines (exact), the lines of `NVIDIA_VISIBLE_DEVICES` and "
+         "`DOCKER_RESOURCE_*` removed or set to `void`, placement's `/dev/null` device "
+         "mount (exact), `ForceUpdate`, `Placement.MaxReplicas`, `Mode.Replicated.Replicas` "
+         "(a whole number, raised by one at most: a move's make-before-break surge; a "
+         "write asking for more, or raising again the count the proxy let the daemon "
+         "raise that service to, is refused, so the daemon's access cannot fill the raft "
+         "store with tasks), discrete generic-resource reservations, "
+         "`UpdateConfig.Parallelism` (no image, other mount, privilege, capability, "
+         "network or other change); any other service only its `NVIDIA_VISIBLE_DEVICES` "
+         "and `DOCKER_RESOURCE_*` lines removed or set to `void`", "service-update", _WRITE),
     Call("POST", "/swarm/update", ("/swarm/update",),
          "the learned workload model, a label on the swarm object (swarmgpu.state.workload)",
          "`version` (the current one), the three `rotate…` flags only `false`; the spec "

@@ -8,7 +8,8 @@ write in ``swarmgpu/manager``: cycle.placement, cycle.preemption, overshare, reb
 - node spec: labels under the prefix (label sync's facts, placement's gates and
   ledger). Role, availability, name and every other label stay as they are; the
   health drain moves services off a node, it never changes the node's availability.
-- service spec: service labels under the prefix; gate constraints
+- service spec: service labels under the prefix (a ``devices.*`` list the write sets:
+  GPU-/MIG- UUIDs, not ``all`` or a CDI name, ``_check_device_labels``); gate constraints
   (``node.labels.<prefix>service.*``) and the hold of a stack deployed as written
   (``node.labels.<prefix>hold==true``, which placement replaces with the gate); the env
   lines swarmgpu writes (the device templates, ``CUDA_DEVICE_ORDER``, the share
@@ -40,6 +41,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from swarmgpu.core.model import is_device_uuid
 from swarmgpu.manager.placement.envs import (
     DEVICE_VAR,
     ORDER_ENV,
@@ -47,7 +49,7 @@ from swarmgpu.manager.placement.envs import (
     env_template,
     env_template_per_node,
 )
-from swarmgpu.manager.placement.keys import gate_of, is_hold
+from swarmgpu.manager.placement.keys import DEVICES, gate_of, is_hold
 from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.dockerproxy import WriteChecks
 from swarmgpu.swarm.jsonstrict import first_difference, same, sub_object
@@ -137,7 +139,8 @@ def _mask_service(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
     mounts = cs.get("Mounts") if cs is not None else None
     if cs is not None and isinstance(mounts, list):
         mine = device_mount_spec(prefix)
-        cs["Mounts"] = [m for m in mounts if m != mine]
+        # ``same``, not ``!=``: with Python's 1 == True, "ReadOnly": 1 was placement's mount.
+        cs["Mounts"] = [m for m in mounts if not same(m, mine)]
         _drop_empty(cs, "Mounts")
     return s
 
@@ -168,6 +171,25 @@ def _check_device_lines(current: Mapping[str, Any], new: Any, allowed: frozenset
             raise PolicyError(f"this service update changes TaskTemplate.ContainerSpec.Env "
                               f"to {e[:80]!r}: of the variables the NVIDIA toolkit reads, "
                               "the daemon writes only its own templates and void")
+
+
+def _check_device_labels(current: Mapping[str, Any], new: Any, prefix: str) -> None:
+    """A ``<prefix>devices.*`` list a write sets names GPU and MIG UUIDs as facts carry
+    them, the only lists the daemon writes: the templates put it in the device variable
+    and the device mount's path, where the toolkit's CDI mode injects a qualified name
+    (``vendor.com/class=x``) as it is, any CDI device of the node with its mounts and
+    hooks, and every mode reads ``all`` as every GPU. A list the service had stays."""
+    had = current.get("Labels")
+    had = had if isinstance(had, dict) else {}
+    labels = new.get("Labels") if isinstance(new, dict) else None
+    for key, value in (labels.items() if isinstance(labels, dict) else ()):
+        if not key.startswith(prefix + DEVICES) or (key in had and same(had[key], value)):
+            continue
+        if not (value == "" or (isinstance(value, str) and
+                                all(is_device_uuid(u) for u in value.split(",")))):
+            raise PolicyError(f"this service update sets Labels.{key[:80]} to {value!r:.80}: "
+                              "a device list the daemon writes is GPU-/MIG- UUIDs, comma "
+                              "separated")
 
 
 def _mask_labels(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -223,6 +245,7 @@ def check_service_update(current: Mapping[str, Any], new: Any, prefix: str) -> N
         return
     _check("service", _mask_service, current, new, prefix, SERVICE_ALLOWED)
     _check_device_lines(current, new, owned_env(prefix))
+    _check_device_labels(current, new, prefix)
     _check_replicas(current, new)
 
 
