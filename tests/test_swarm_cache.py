@@ -16,7 +16,7 @@ import pytest
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.swarm.cache import DIRTY_MIN, EVENT_WAIT_S, SwarmCache, follow
+from swarmgpu.swarm.cache import DIRTY_MIN, EVENT_WAIT_S, WRITE_SLACK_S, SwarmCache, follow
 from swarmgpu.swarm.client import (
     SwarmNode,
     SwarmNotFound,
@@ -478,3 +478,26 @@ def test_a_write_whose_event_came_before_the_write_returned_is_heard() -> None:
     cache.wrote("service", "s1")  # a write nothing followed: no event since it
     clock.t += EVENT_WAIT_S + 1
     assert same(cache, src) and src.lists == 1
+
+
+def test_a_write_before_the_stream_reopened_expects_no_event() -> None:
+    """A write's event published while the stream was down (cut, or not yet reopened)
+    is lost with the gap, which a list reads anyway: waiting for it took a quiet swarm
+    after an engine restart, the very cure, for a deaf engine, a list every read."""
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, clock=clock)
+    src.bump("s1")
+    cache.wrote("service", "s1")  # its event is on its way when the stream is cut
+    cache.gap("connection reset")
+    src.bump("n0")
+    cache.wrote("node", "n0")  # a cycle's write while the stream reconnects
+    cache.opened()
+    clock.t = EVENT_WAIT_S + 1  # a quiet swarm: no event since
+    assert same(cache, src) and src.lists == 1  # the gap's list
+    assert same(cache, src) and src.lists == 1
+    assert "no event for a write" not in cache.stats.reasons
+    cache.wrote("node", "n0")  # a write with the stream open is expected again
+    clock.t += WRITE_SLACK_S + EVENT_WAIT_S
+    assert same(cache, src) and src.lists == 2
+    assert cache.stats.reasons["no event for a write"] == 1

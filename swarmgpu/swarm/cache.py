@@ -151,10 +151,11 @@ class SwarmCache:
 
     def wrote(self, kind: str, obj_id: str) -> None:
         """swarmgpu's write of this object landed: read it again, and expect its event
-        (none means the engine went deaf: ``EVENT_WAIT_S``)."""
+        (none means the engine went deaf: ``EVENT_WAIT_S``). Only while the stream is
+        open: an event published while it was down is lost with the gap, not unheard."""
         self.invalidate(kind, obj_id)
         with self._lock:
-            if self._awaiting is None:
+            if self._awaiting is None and self._stream_up:
                 self._awaiting = self.clock()
 
     def _heard(self) -> bool:
@@ -177,7 +178,7 @@ class SwarmCache:
         """The stream is down: events are being lost until it reopens."""
         with self._lock:
             self.stats.gaps += int(self._stream_up)
-            self._stream_up = False
+            self._stream_up, self._awaiting = False, None  # a write's event may be lost
             self._relist_why = f"gap: {why}"
 
     def forget(self, why: str) -> None:
