@@ -13,7 +13,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   not cooling down (preempted recently), and not in a rebalancing move (by the daemon's
   record: ``rebalance.record.move_of``); or, whatever
   their priority, work of a queue above its guarantee when the preemptor's queue stays
-  within its own (``queues.reclaimable``; ``swarmgpu.preemptible: false`` still protects);
+  within its own, and its tenant's queues within theirs together (``queues.reclaimable``;
+  ``swarmgpu.preemptible: false`` still protects);
   the victims of one queue taken by quota are counted together, with those of the
   cycle's earlier preemptions (``queues.group_reclaimable``);
 * a guarantee holds against priority too: a lower-priority victim of another queue that
