@@ -858,6 +858,30 @@ def test_a_holder_moved_to_another_of_its_tenants_queues_reclaims_nothing_past_t
         "team-a_y (priority 0)"]
 
 
+def test_a_guaranteed_queue_takes_back_gpus_an_unknown_stack_took_while_it_was_idle(
+        tmp_path: Path) -> None:
+    """Out of the box the default tenant has no queue. misc (no tenant's) took all 8 RTX
+    4090s while team-a, guaranteed 4, was idle; before, team-a's request never got them
+    back: reclaim took only from a configured queue, so the unconfigured outranked the
+    operator's guarantee. Work of no queue is guaranteed nothing now: reclaimed, its
+    ``preemptible: false`` ignored (default may not opt out); ops may, and keeps its."""
+    cfg = _cfg(tmp_path, """\
+        preemption: {dry_run: false}
+        tenants:
+          team-a: {stacks: ["team-a*"], guaranteed: 4}
+          ops: {stacks: ["ops*"], may_opt_out: true}
+        """)
+    want = {"team-a_y": ("team-a", {f"{P}gpus": "2"})}
+    for stack, says in (("misc", ["preempt misc_x (priority 0) on gpu-node-2 for team-a_y "
+                                  "(priority 0)"]), ("ops", [])):
+        nodes, services, tasks = _full_4090({f"{stack}_x": (stack, 8)}, want)
+        services[0] = _stack_svc(stack, "x", {**services[0].labels,
+                                              f"{P}preemptible": "false"})
+        plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+        assert [p.describe() for p in choose_preemptions(
+            plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100)] == says
+
+
 @pytest.mark.parametrize(("text", "says"), [
     ("queues: {1: {max: 4}}", "queues.1 (a queue name): expected a string, got 1 (a whole "
      "number); quote it as the file writes it if it is meant as text"),

@@ -15,7 +15,9 @@ KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
   their parents' level),
   from the queue furthest above its guarantee first (``over_guarantee``), never below
   it; nor does another queue's priority take it below (``guarded_queue``): by priority,
-  as KAI-Scheduler, a queue's guarantee gives way only to its own work.
+  as KAI-Scheduler, a queue's guarantee gives way only to its own work. Work of no
+  queue, or of one not in the config, is guaranteed nothing (``reclaimable``), as
+  KAI-Scheduler's default queue.
 
 Use is counted in thousandths of a GPU, per holding (a share its fraction, a MIG device
 its profile's compute slices over its GPU's, ``_PARTS``, that GPU's model read from its
@@ -408,14 +410,16 @@ def reclaimable(preemptor: GpuRequest, victim: GpuRequest, victim_milli: int,
     """Quota preemption: the preemptor's queue stays within its guarantee with the
     request, its tenant's queues within theirs together (``within_guarantee``), and the
     victim's queue stays at or above its own without the victim (so the victim's queue
-    cannot take it back: no ping-pong)."""
-    if not preemptor.queue or not victim.queue or preemptor.queue == victim.queue:
+    cannot take it back: no ping-pong). Work of no queue ("") or of a queue not in the
+    config is guaranteed nothing, as a workload in KAI-Scheduler's default queue
+    (deserved 0): else what an unknown stack took while a guaranteed queue was idle was
+    never given back, the unconfigured outranking the operator's guarantee."""
+    if not preemptor.queue or preemptor.queue == victim.queue:
         return False
     v = queues.get(victim.queue)
-    if v is None or not v.get("configured"):
+    if v is not None and _used_milli(v) - victim_milli < _guaranteed_milli(v):
         return False
-    return within_guarantee(preemptor, queues, [(victim.queue, victim_milli)]) \
-        and _used_milli(v) - victim_milli >= _guaranteed_milli(v)
+    return within_guarantee(preemptor, queues, [(victim.queue, victim_milli)])
 
 
 def over_guarantee(queue: Mapping[str, Any], gone: int = 0) -> tuple[float, float]:
@@ -460,10 +464,7 @@ def group_reclaimable(preemptor: GpuRequest, taken: Sequence[tuple[str, int]],
     for q, milli in (*taken, *by_priority):
         per[q] = per.get(q, 0) + milli
     for q, milli in per.items():
-        v = queues.get(q)
-        if v is None:
-            return False
-        v_used = round(1000 * (v["used_gpus"] or 0)) - gone.get(q, 0)
-        if v_used - milli < round(1000 * float(v["guaranteed_gpus"])):
+        v = queues.get(q)  # none (no queue, or not in the plan): guaranteed nothing
+        if v is not None and _used_milli(v) - gone.get(q, 0) - milli < _guaranteed_milli(v):
             return False
     return True
