@@ -714,9 +714,9 @@ def test_a_queue_never_exceeds_its_max_and_status_counts_its_use() -> None:
         "queue research at its quota: max 5 GPUs, 4 used, this service needs 2")
     assert plan.queues == [
         {"queue": "prod", "used_gpus": 2.0, "guaranteed_gpus": 8.0, "max_gpus": None,
-         "configured": True, "blocked": []},
+         "configured": True, "tenant": None, "blocked": []},
         {"queue": "research", "used_gpus": 4.0, "guaranteed_gpus": 0.0, "max_gpus": 5.0,
-         "configured": True, "blocked": ["b"]}]
+         "configured": True, "tenant": None, "blocked": ["b"]}]
     # held at its max: it never preempts
     assert choose_preemptions(plan, nodes, [a, b, c], [], FACTS, prefix=P,
                               preemptible_below=100) == []
@@ -899,11 +899,12 @@ def test_queue_take_back_counts_the_victims_of_one_queue_together() -> None:
 
 
 def _near_and_far(preemptors: dict[str, str], quotas: dict[str, tuple[int, int | None]],
-                  far: int = 4) -> list[tuple[str, list[str]]]:
+                  far: int = 4, unlabelled: str = "") -> list[tuple[str, list[str]]]:
     """The 8 RTX 4090s are held one each: ``far`` of them by far1, far2, ... (queue far),
     the others by near1, near2, ... (queue near), started in that order (near's newest,
     which the priority rule stops first); ``preemptors`` (queue prod, name -> GPUs) ask
-    for RTX 4090s. What the cycle reclaims, in order."""
+    for RTX 4090s; ``unlabelled``: far or near, whose holders name no queue. What the
+    cycle reclaims, in order."""
     from swarmgpu.manager.placement import Planner
 
     names = [f"far{i}" for i in range(1, far + 1)] + [f"near{i}" for i in range(1, 9 - far)]
@@ -911,8 +912,9 @@ def _near_and_far(preemptors: dict[str, str], quotas: dict[str, tuple[int, int |
     for name, u in zip(names, R_UUIDS, strict=True):
         labels |= held_labels(name, "n-4090", u)
     nodes = [sw_node("n-dgx", "gpu-node-1"), sw_node("n-4090", "gpu-node-2", labels)]
-    held = [sw_svc(n, {f"{P}gpus": "1", f"{P}queue": n.rstrip("0123456789"),
-                       devices_key(P, "n-4090"): u}) for n, u in zip(names, R_UUIDS, strict=True)]
+    held = [sw_svc(n, {f"{P}gpus": "1", devices_key(P, "n-4090"): u, **(
+        {} if (q := n.rstrip("0123456789")) == unlabelled else {f"{P}queue": q})})
+        for n, u in zip(names, R_UUIDS, strict=True)]
     prod = [sw_svc(n, {f"{P}gpus": g, f"{P}gpu-product": "*RTX 4090*", f"{P}queue": "prod"})
             for n, g in preemptors.items()]
     tasks = [SwarmTask(f"t-{s.name}", s.id, "n-4090", 1, "running", "running", (),
@@ -937,6 +939,20 @@ def test_reclaim_takes_from_the_queue_furthest_above_its_guarantee_first() -> No
     # no guarantee is furthest above it whatever it holds: far 2 on 0 before near 6 on 1
     quotas = {"far": (0, None), "near": (1000, None), "prod": (8000, None)}
     assert _near_and_far({"p1": "1"}, quotas, far=2) == [("p1", ["far2"])]
+
+
+def test_work_of_no_queue_or_of_one_not_in_the_config_is_reclaimed_as_guaranteed_nothing(
+        ) -> None:
+    """far holds 4 of no queue, or of a queue not in the config; near 4 on a guarantee of
+    1. Before, reclaim took only from a configured queue: prod got near's 3 and never
+    far's, which kept GPUs prod was guaranteed. Now far is guaranteed nothing, as work in
+    KAI-Scheduler's default queue (deserved 0): furthest above it, taken first, all of
+    it; then near down to its guarantee."""
+    quotas = {"near": (1000, None), "prod": (8000, None)}
+    want = [("p1", ["far4"]), ("p2", ["far3"]), ("p3", ["far2"]), ("p4", ["far1"]),
+            ("p5", ["near4"]), ("p6", ["near3"]), ("p7", ["near2"])]
+    assert _near_and_far({f"p{i}": "1" for i in range(1, 9)}, quotas, unlabelled="far") == want
+    assert _near_and_far({f"p{i}": "1" for i in range(1, 9)}, quotas) == want
 
 
 def test_reclaim_goes_to_the_node_of_the_queue_furthest_above_its_guarantee() -> None:
@@ -1006,7 +1022,9 @@ def _held_by(held: dict[str, tuple[str, int, dict[str, str]]], pending: dict[str
     return [(p.service, p.hostname, sorted(v.service for v in p.victims)) for p in got]
 
 
-KEEP = {f"{P}priority": "100"}  # neither below the preemptors' priority nor any guarantee
+# No victim: not below the preemptors' priority, and opted out of reclaim (work of no
+# queue is guaranteed nothing)
+KEEP = {f"{P}priority": "100", f"{P}preemptible": "false"}
 LOW = {f"{P}priority": "0"}
 
 

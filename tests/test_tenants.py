@@ -810,6 +810,78 @@ def test_a_holder_moved_to_another_of_its_tenants_queues_frees_no_room_past_thei
     assert [q["blocked"] for q in plan.queues if q["queue"] == "scratch"] == [["team-a_y"]]
 
 
+RECLAIM = """\
+    preemption: {dry_run: false}
+    queues: {research: {guaranteed: 2}, scratch: {guaranteed: 2}}
+    tenants:
+      team-a: {stacks: ["team-a*"], queues: [research, scratch]}
+      team-b: {stacks: ["team-b*"], guaranteed: 1}
+    """
+
+
+def _queued(services: list[SwarmService], queues: dict[str, str]) -> list[SwarmService]:
+    """``services`` with ``swarmgpu.queue`` set as ``queues`` says (full name -> queue)."""
+    return [replace(s, labels={**s.labels, f"{P}queue": queues[s.name]})
+            if s.name in queues else s for s in services]
+
+
+def test_a_holder_moved_to_another_of_its_tenants_queues_reclaims_nothing_past_their_guarantees(
+        tmp_path: Path) -> None:
+    """team-a owns research and scratch, each guaranteed 2, and holds them both; team-b
+    holds 4 on a guarantee of 1. team-a relabels its scratch holder to research (it keeps
+    its GPUs): scratch reads empty, below its guarantee. Before, a new scratch service
+    reclaimed 2 of team-b's GPUs and team-a held 6, past the 4 its guarantees sum to.
+    Its queues' guarantees together bound what it reclaims: it takes back from its own
+    research, above its guarantee, and from no other tenant."""
+    cfg = _cfg(tmp_path, RECLAIM)
+    y = {"team-a_y": ("team-a", {f"{P}gpus": "2", f"{P}queue": "scratch"})}
+    held = {"team-a_x": ("team-a", 2), "team-a_r": ("team-a", 2), "team-b_a": ("team-b", 2),
+            "team-b_b": ("team-b", 2)}
+    nodes, services, tasks = _full_4090(held, y)
+    services = _queued(services, {"team-a_x": "research", "team-a_r": "research"})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    assert (_used(plan, "research"), _used(plan, "scratch")) == (4, 0)
+    assert [q["tenant"] for q in plan.queues] == ["team-a", "team-a", "team-b"]
+    (p,) = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                              preemptible_below=100)
+    (v,) = p.victims  # one of its own research holders (4 on 2), not team-b's (4 on 1)
+    assert p.service == "team-a_y" and v.service in ("team-a_x", "team-a_r")
+    assert v.quota == "research"
+    # Below the sum it still reclaims, up to it: team-a holding 2, team-b 6
+    held = {"team-a_r": ("team-a", 2), "team-b_a": ("team-b", 2), "team-b_b": ("team-b", 4)}
+    nodes, services, tasks = _full_4090(held, y)
+    services = _queued(services, {"team-a_r": "research"})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    assert [p.describe() for p in choose_preemptions(
+        plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100)] == [
+        "preempt team-b_a (priority 0) -> moved to gpu-node-1 on gpu-node-2 for "
+        "team-a_y (priority 0)"]
+
+
+def test_a_guaranteed_queue_takes_back_gpus_an_unknown_stack_took_while_it_was_idle(
+        tmp_path: Path) -> None:
+    """Out of the box the default tenant has no queue. misc (no tenant's) took all 8 RTX
+    4090s while team-a, guaranteed 4, was idle; before, team-a's request never got them
+    back: reclaim took only from a configured queue, so the unconfigured outranked the
+    operator's guarantee. Work of no queue is guaranteed nothing now: reclaimed, its
+    ``preemptible: false`` ignored (default may not opt out); ops may, and keeps its."""
+    cfg = _cfg(tmp_path, """\
+        preemption: {dry_run: false}
+        tenants:
+          team-a: {stacks: ["team-a*"], guaranteed: 4}
+          ops: {stacks: ["ops*"], may_opt_out: true}
+        """)
+    want = {"team-a_y": ("team-a", {f"{P}gpus": "2"})}
+    for stack, says in (("misc", ["preempt misc_x (priority 0) on gpu-node-2 for team-a_y "
+                                  "(priority 0)"]), ("ops", [])):
+        nodes, services, tasks = _full_4090({f"{stack}_x": (stack, 8)}, want)
+        services[0] = _stack_svc(stack, "x", {**services[0].labels,
+                                              f"{P}preemptible": "false"})
+        plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+        assert [p.describe() for p in choose_preemptions(
+            plan, nodes, services, tasks, FACTS, prefix=P, preemptible_below=100)] == says
+
+
 @pytest.mark.parametrize(("text", "says"), [
     ("queues: {1: {max: 4}}", "queues.1 (a queue name): expected a string, got 1 (a whole "
      "number); quote it as the file writes it if it is meant as text"),

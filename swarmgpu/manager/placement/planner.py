@@ -129,7 +129,8 @@ class Planner:
         self.classes = priority_classes  # swarmgpu.priority's names (None: the defaults)
         # swarmgpu.queue's quotas, and each tenant's queues' together (placement.queues)
         owned = {t.name: t.queues for t in tenants.specs} if tenants is not None else {}
-        self.queues = QueueBook(queues or {}, together=together(owned, queues or {}))
+        self.queues = QueueBook(queues or {}, together=together(owned, queues or {}),
+                                owner={q: t for t, qs in owned.items() for q in qs})
         self.zone_label = zone_label
         self.adopt_ungated = adopt_ungated
         self.generic_kind = generic_kind

@@ -13,7 +13,10 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   not cooling down (preempted recently), and not in a rebalancing move (by the daemon's
   record: ``rebalance.record.move_of``); or, whatever
   their priority, work of a queue above its guarantee when the preemptor's queue stays
-  within its own (``queues.reclaimable``; ``swarmgpu.preemptible: false`` still protects);
+  within its own, and its tenant's queues within theirs together (``queues.reclaimable``;
+  ``swarmgpu.preemptible: false`` still protects); work of no queue, or of one not in
+  the config, is guaranteed nothing (``queues.reclaimable``), as KAI-Scheduler's
+  default queue;
   the victims of one queue taken by quota are counted together, with those of the
   cycle's earlier preemptions (``queues.group_reclaimable``);
 * a guarantee holds against priority too: a lower-priority victim of another queue that
@@ -141,7 +144,7 @@ class Candidate:
     started: str  # its newest task's creation time on the node ("" unknown)
     uuids: tuple[str, ...]  # the GPUs of its holding the preemptor could use
     holding: Holding | None = None  # its whole holding on the node
-    quota: str = ""  # its queue, when only its queue's quota makes it a candidate
+    quota: str | None = None  # its queue ("": none), when only the quotas make it one
     guard: str = ""  # its queue, taken by priority, when its guarantee binds (guarded_queue)
 
 
@@ -187,7 +190,7 @@ def reclaim_rank(c: Candidate, over: Mapping[str, tuple[float, float]]) -> Rank:
     """(0, 0, 0) for a victim by priority; for one taken by quota, its queue's distance
     above its guarantee (``over``: ``queues.over_guarantee`` by queue) negated, so that
     the furthest sorts first. A set ranks as its greatest (the queue it hurts most)."""
-    if not c.quota:
+    if c.quota is None:
         return 0, 0.0, 0.0
     ratio, gpus = over.get(c.quota, (0.0, 0.0))
     return 1, -ratio, -gpus
@@ -305,9 +308,10 @@ def choose_preemptions(
     for svc, per in read_ledger(nodes, prefix).items():
         for nid, h in per.items():
             holdings.setdefault(nid, {})[svc] = h
-    rd = _Round(by_name, {n.id: n for n in nodes}, facts, {q["queue"]: q for q in plan.queues},
-                {sp.name: sp.request for sp in plan.services if sp.request is not None},
-                started, holdings, refused, preemptible_below, cooling, moving,
+    req = {sp.name: sp.request for sp in plan.services if sp.request is not None}
+    rd = _Round(by_name, {n.id: n for n in nodes}, facts,
+                {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
+                req, started, holdings, refused, preemptible_below, cooling, moving,
                 done_idle(services, tasks))
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     pending = [sp for sp in plan.services if sp.status == Status.PENDING and sp.request is not None]
@@ -326,6 +330,19 @@ def choose_preemptions(
         if p is not None:
             out.append(_take(rd, p, r))
     return out
+
+
+def _no_queue(holdings: Mapping[str, Mapping[str, Holding]],
+              req: Mapping[str, GpuRequest | RequestError], facts: Mapping[str, NodeFacts],
+              ) -> dict[str, object]:
+    """Work of no queue as the queue row (under "") reclaim reads: what it holds,
+    guaranteed nothing (``queues.reclaimable``), so furthest above it with any use
+    (``over_guarantee``)."""
+    milli = sum(holding_milli(r, h, facts) for per in holdings.values()
+                for svc, h in per.items()
+                if isinstance(r := req.get(svc), GpuRequest) and not r.queue)
+    return {"queue": "", "used_gpus": milli / 1000, "guaranteed_gpus": 0.0,
+            "max_gpus": None, "configured": False, "tenant": None, "blocked": []}
 
 
 def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption | None:
@@ -359,8 +376,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
             def milli(c: Candidate) -> int:
                 return holding_milli(rd.req.get(c.service), c.holding, rd.facts) if c.holding else 0
             return group_reclaimable(
-                r, [(c.quota, milli(c)) for c in combo if c.quota], rd.queues, rd.q_gone,
-                rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard])
+                r, [(c.quota, milli(c)) for c in combo if c.quota is not None], rd.queues,
+                rd.q_gone, rd.q_given, [(c.guard, milli(c)) for c in combo if c.guard])
 
         victims = pick_victims(r.gpus, free, _candidates(rd, r, nid, here, usable), holders,
                                together, over)
@@ -397,7 +414,8 @@ def _candidates(rd: _Round, r: GpuRequest, nid: str, here: Mapping[str, Holding]
             continue
         cands.append(Candidate(svc, vs.id, nid, vr.priority, rd.started.get((vs.id, nid), ""),
                                tuple(u for u in h.uuids if u in usable), h,
-                               "" if by_priority else vr.queue, guard if by_priority else ""))
+                               None if by_priority else vr.queue,
+                               guard if by_priority else ""))
     return cands
 
 
@@ -407,7 +425,7 @@ def _take(rd: _Round, p: Preemption, r: GpuRequest) -> Preemption:
     rd.gone.update(v.service for v in p.victims)
     for v in p.victims:
         vq = rd.req.get(v.service)
-        if isinstance(vq, GpuRequest) and vq.queue and v.holding is not None:
+        if isinstance(vq, GpuRequest) and v.holding is not None:  # "": no queue's
             rd.q_gone[vq.queue] = (rd.q_gone.get(vq.queue, 0)
                                    + holding_milli(vq, v.holding, rd.facts))
     if r.queue:

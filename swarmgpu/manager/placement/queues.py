@@ -9,10 +9,15 @@ KAI-Scheduler's queues: each queue has a ``guaranteed`` and a ``max`` in GPUs.
   Holdings already kept are never taken away by the max (a max lowered later is
   reported in ``status``, not enforced by stopping).
 * ``guaranteed``: work of a queue above its guarantee may be preempted for work of a
-  queue below its own (``placement.preempt``; see ``reclaimable``), from the queue
-  furthest above its guarantee first (``over_guarantee``), never below it; nor does
-  another queue's priority take it below (``guarded_queue``): by priority, as
-  KAI-Scheduler, a queue's guarantee gives way only to its own work.
+  queue below its own (``placement.preempt``; see ``reclaimable``) while that queue's
+  tenant's queues together stay within the sum of their guarantees
+  (``within_guarantee``; KAI-Scheduler compares a queue with another parent's at
+  their parents' level),
+  from the queue furthest above its guarantee first (``over_guarantee``), never below
+  it; nor does another queue's priority take it below (``guarded_queue``): by priority,
+  as KAI-Scheduler, a queue's guarantee gives way only to its own work. Work of no
+  queue, or of one not in the config, is guaranteed nothing (``reclaimable``), as
+  KAI-Scheduler's default queue.
 
 Use is counted in thousandths of a GPU, per holding (a share its fraction, a MIG device
 its profile's compute slices over its GPU's, ``_PARTS``, that GPU's model read from its
@@ -205,6 +210,7 @@ class QueueBook:
     blocked: dict[str, list[str]] = field(default_factory=dict)  # queue -> services held
     facts: Mapping[str, NodeFacts] = field(default_factory=dict)  # node id -> the cycle's
     together: Mapping[str, Together] = field(default_factory=dict)  # queue -> its tenant's
+    owner: Mapping[str, str] = field(default_factory=dict)  # queue -> its tenant (reclaim)
     _mig: dict[str, set[str | None]] | None = None  # mig_products of ``facts``, when asked
 
     def start(self, parsed: Any, kept: Mapping[str, Mapping[str, Holding]],
@@ -344,13 +350,14 @@ class QueueBook:
                                  if p is None or r.matches_product(p)])
 
     def summary(self) -> list[dict[str, Any]]:
-        """Each queue's use against its quota (``status``, the map's document)."""
+        """Each queue's use against its quota (``status``, the map's document), with its
+        tenant (None: no tenants, or no tenant's), whose queues reclaim together."""
         out = []
         for name in sorted(self.quotas.keys() | self.used.keys()):
             g, m = self.quotas.get(name, (0, None))
             out.append({"queue": name, "used_gpus": _gpus_of(self.used.get(name, 0)),
                         "guaranteed_gpus": _gpus(g), "max_gpus": _gpus(m),
-                        "configured": name in self.quotas,
+                        "configured": name in self.quotas, "tenant": self.owner.get(name),
                         "blocked": sorted(self.blocked.get(name, []))})
         return out
 
@@ -364,22 +371,55 @@ def held_in_ledger(kept: Mapping[str, Holding], ledger: Mapping[str, Holding],
     return {nid: h for nid, h in kept.items() if nid in ledger}
 
 
+def _used_milli(row: Mapping[str, Any]) -> int:
+    return round(1000 * (row.get("used_gpus") or 0))
+
+
+def _guaranteed_milli(row: Mapping[str, Any]) -> int:
+    return round(1000 * float(row.get("guaranteed_gpus") or 0))
+
+
+def within_guarantee(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, Any]],
+                     taken: Sequence[tuple[str, int]] = (), given: Mapping[str, int] | None = None,
+                     gone: Mapping[str, int] | None = None) -> bool:
+    """The preemptor's queue stays within its guarantee with the request, and its tenant's
+    queues together (the rows' ``tenant``) within the sum of theirs: all they hold, what
+    the cycle's earlier preemptions placed there (``given``: milli per queue), less what
+    its victims free there (``gone``) and this set's of them (``taken``: (queue, milli)),
+    so one of its queues may still take back from another. A holder its stack relabels to
+    another of its tenant's queues keeps its GPUs and leaves the one it left below its
+    guarantee, the tenant not: without the sum, each such relabel reclaimed one more
+    holding of another tenant's past what the operator guaranteed it."""
+    p, given, gone = queues.get(preemptor.queue), given or {}, gone or {}
+    if p is None or not p.get("configured"):
+        return False
+    need = replica_milli(preemptor)
+    if _used_milli(p) + given.get(preemptor.queue, 0) + need > _guaranteed_milli(p):
+        return False
+    tenant = p.get("tenant")
+    if not tenant:
+        return True
+    mine = {q: row for q, row in queues.items() if row.get("tenant") == tenant}
+    used = sum(_used_milli(row) + given.get(q, 0) - gone.get(q, 0) for q, row in mine.items())
+    freed = sum(milli for q, milli in taken if q in mine)
+    return used - freed + need <= sum(_guaranteed_milli(row) for row in mine.values())
+
+
 def reclaimable(preemptor: GpuRequest, victim: GpuRequest, victim_milli: int,
                 queues: Mapping[str, Mapping[str, Any]]) -> bool:
     """Quota preemption: the preemptor's queue stays within its guarantee with the
-    request, and the victim's queue stays at or above its own without the victim (so the
-    victim's queue cannot take it back: no ping-pong)."""
-    if not preemptor.queue or not victim.queue or preemptor.queue == victim.queue:
+    request, its tenant's queues within theirs together (``within_guarantee``), and the
+    victim's queue stays at or above its own without the victim (so the victim's queue
+    cannot take it back: no ping-pong). Work of no queue ("") or of a queue not in the
+    config is guaranteed nothing, as a workload in KAI-Scheduler's default queue
+    (deserved 0): else what an unknown stack took while a guaranteed queue was idle was
+    never given back, the unconfigured outranking the operator's guarantee."""
+    if not preemptor.queue or preemptor.queue == victim.queue:
         return False
-    p, v = queues.get(preemptor.queue), queues.get(victim.queue)
-    if p is None or v is None or not p.get("configured") or not v.get("configured"):
+    v = queues.get(victim.queue)
+    if v is not None and _used_milli(v) - victim_milli < _guaranteed_milli(v):
         return False
-    need = replica_milli(preemptor)
-    p_used = round(1000 * (p["used_gpus"] or 0))
-    v_used = round(1000 * (v["used_gpus"] or 0))
-    p_guaranteed = round(1000 * float(p["guaranteed_gpus"]))
-    v_guaranteed = round(1000 * float(v["guaranteed_gpus"]))
-    return p_used + need <= p_guaranteed and v_used - victim_milli >= v_guaranteed
+    return within_guarantee(preemptor, queues, [(victim.queue, victim_milli)])
 
 
 def over_guarantee(queue: Mapping[str, Any], gone: int = 0) -> tuple[float, float]:
@@ -412,26 +452,19 @@ def group_reclaimable(preemptor: GpuRequest, taken: Sequence[tuple[str, int]],
                       by_priority: Sequence[tuple[str, int]] = ()) -> bool:
     """``reclaimable`` for a set of victims taken by quota (``taken``: (queue, milli) per
     victim): each victim queue stays at or above its guarantee without all of its victims
-    together, and the preemptor's queue within its own, counting what earlier preemptions
-    of the cycle took (``gone``: milli per queue) and placed (``given``).
-    ``by_priority``: the set's victims taken by priority from a guarded queue
-    (``guarded_queue``), counted with ``taken`` against their queues' guarantees; the
-    preemptor's own guarantee does not bound those."""
-    if taken:
-        p = queues.get(preemptor.queue)
-        if p is None:
-            return False
-        p_used = round(1000 * (p["used_gpus"] or 0)) + given.get(preemptor.queue, 0)
-        if p_used + replica_milli(preemptor) > round(1000 * float(p["guaranteed_gpus"])):
-            return False
+    together, and the preemptor's queue within its own (its tenant's queues within theirs
+    together, ``within_guarantee``), counting what earlier preemptions of the cycle took
+    (``gone``: milli per queue) and placed (``given``). ``by_priority``: the set's
+    victims taken by priority from a guarded queue (``guarded_queue``), counted with
+    ``taken`` against their queues' guarantees; the preemptor's own guarantee does not
+    bound those."""
+    if taken and not within_guarantee(preemptor, queues, taken, given, gone):
+        return False
     per: dict[str, int] = {}
     for q, milli in (*taken, *by_priority):
         per[q] = per.get(q, 0) + milli
     for q, milli in per.items():
-        v = queues.get(q)
-        if v is None:
-            return False
-        v_used = round(1000 * (v["used_gpus"] or 0)) - gone.get(q, 0)
-        if v_used - milli < round(1000 * float(v["guaranteed_gpus"])):
+        v = queues.get(q)  # none (no queue, or not in the plan): guaranteed nothing
+        if v is not None and _used_milli(v) - gone.get(q, 0) - milli < _guaranteed_milli(v):
             return False
     return True
