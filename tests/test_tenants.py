@@ -124,6 +124,8 @@ def test_no_tenants_section_is_todays_behaviour(tmp_path: Path) -> None:
     ("queues: {q: {max: 4}}\ntenants: {a: {stacks: [a*], queues: [q, q]}}",
      "tenants.a.queues: q is listed twice; name each queue once"),
     ("queues: {q: {max: 4}}\ntenants: {a: {stacks: [a*]}}", "queues.q: owned by no tenant"),
+    ("queues: {'': {max: 4}}\ntenants: {a: {stacks: [a*], queues: ['']}}",
+     "queues.'': a queue needs a name"),
     ("queues: {a: {max: 4}}\ntenants: {a: {stacks: [a*], max: 2, queues: [a]}}",
      "tenants.a: guaranteed/max make a queue named a, but queues.a exists too"),
 ])

@@ -504,7 +504,12 @@ def _check_tenants(cfg: Config, add: Callable[[str], None]) -> None:
     firsts = {t.queues[0] for t in specs if t.queues}
     names = cfg.queues if isinstance(cfg.queues, Mapping) else {}
     for name in names:
-        if isinstance(name, str) and name not in firsts and not NAME_RE.fullmatch(name):
+        if isinstance(name, str) and not name.strip():
+            # "" is how the planner says "no queue": a queue of that name would count
+            # nothing against its quota and guarantee nothing (the fix64-reclaim reading)
+            add(f"queues.{name!r}: a queue needs a name (a blank one reads as no queue: "
+                "its use would count against nothing), e.g. research")
+        elif isinstance(name, str) and name not in firsts and not NAME_RE.fullmatch(name):
             add(f"queues.{name}: a queue name is what a swarmgpu.queue label can carry: "
                 "letters, digits, . _ - (at most 63, first a letter or digit), e.g. research")
 
