@@ -443,6 +443,23 @@ def test_the_surge_book_is_bounded_and_refuses_when_full() -> None:
     assert len(book) == 2
 
 
+def test_a_full_surge_book_forgets_the_services_the_engine_no_longer_lists(
+        proxy: Any) -> None:
+    """A stack removed mid-move left its raise in the book for good (the proxy never
+    sees a removal), and a book full of those refused every raise until the proxy
+    restarted. Full, the proxy asks the engine which booked services it still lists
+    (its own GET /services, filtered by ID) and forgets the others."""
+    path, engine, srv = proxy
+    srv.surges = SurgeBook(cap=1)
+    srv.surges.admit("removedmidmove0000000000a", 1, 1, 2)
+    got = _update_service(path, engine, _replicas(2))
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert len(srv.surges) == 1  # svc1's raise, the removed service's gone
+    assert any(s.startswith(b"GET /services?filters=") for s in engine.seen)
+    got = _update_service(path, engine, _replicas(3))  # svc1 is listed: its raise holds
+    assert got.startswith(b"HTTP/1.1 403"), got
+
+
 def test_a_refusal_repeats_no_control_character(proxy: Any) -> None:
     """A refused write names the key it changes: a key carrying an escape sequence or
     a newline must not forge a log line or rewrite a terminal."""

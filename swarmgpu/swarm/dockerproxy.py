@@ -59,7 +59,7 @@ from swarmgpu.swarm.enginewire import (
 )
 from swarmgpu.swarm.httpframe import Refused, Request, RequestReader, split_target
 from swarmgpu.swarm.jsonstrict import JsonError, JsonTooLarge, load_answer, load_json
-from swarmgpu.swarm.surges import SurgeBook, SurgeRefused, replicas
+from swarmgpu.swarm.surges import SurgeBook, SurgeRefused, admit_or_sweep, replicas
 
 _log = logger.bind(component="docker-proxy")
 
@@ -421,9 +421,11 @@ class _Handler(socketserver.BaseRequestHandler):
             target = f"/{'nodes' if call.kind == 'node-update' else 'services'}/" \
                      f"{ident}/update"
             if call.kind == "service-update":
-                # Across writes: the check above sees one write only (``surges``).
+                # Across writes: the check above sees one write only (``surges``); a
+                # full book asks the engine which of its services are gone.
                 try:
-                    self.server.surges.admit(ident, version, replicas(spec), replicas(new))
+                    admit_or_sweep(self.server.surges, self._engine_json, ident, version,
+                                   replicas(spec), replicas(new))
                 except SurgeRefused as exc:
                     raise Refused(403, str(exc)) from None
                 self.applied = (ident, version, replicas(new))

@@ -10,6 +10,7 @@ import re
 import socketserver
 import threading
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 SWARM = {
     "ID": "s1",
@@ -48,7 +49,8 @@ class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 class EngineHandler(socketserver.BaseRequestHandler):
     """Records each request's bytes; answers a GET of a path in ``raw`` with its bytes,
-    GET /swarm with chunks (as Go does for a longer answer), /events as a stream, a
+    GET /swarm with chunks (as Go does for a longer answer), GET /services? with the
+    service when an ``id`` filter is a prefix of its ID, /events as a stream, a
     service update at the service's version by applying it (the next version), anything
     else 200 ``{}``."""
 
@@ -81,6 +83,17 @@ class EngineHandler(socketserver.BaseRequestHandler):
                 b"Transfer-Encoding: chunked\r\n\r\n"
                 + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:10], body[10:]))
                 + b"0\r\n\r\n"
+            )
+        elif lst := re.match(rb"GET (?:/v[0-9.]+)?(/services\?[^ ]*) ", line):
+            # The list, filtered by ID as the engine does (each ``id`` a prefix).
+            query = parse_qs(urlsplit(lst.group(1).decode()).query)
+            ids = json.loads(query.get("filters", ["{}"])[0]).get("id", [])
+            svc = self.server.service
+            listed = [svc] if any(svc["ID"].startswith(i) for i in ids) else []
+            body = json.dumps(listed).encode()
+            self.request.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
             )
         elif re.match(rb"GET (/v[0-9.]+)?/services/[^/ ]+ ", line):
             body = json.dumps(self.server.service).encode()
