@@ -10,7 +10,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from swarmgpu.swarm.httpframe import Refused
-from swarmgpu.swarm.surges import SWEEP_BATCH, SurgeBook, SurgeRefused, admit_or_sweep
+from swarmgpu.swarm.surges import (
+    SWEEP_BATCH,
+    SurgeBook,
+    SurgeRefused,
+    admit_or_sweep,
+    out_of_sequence,
+)
 
 
 def _svc(ident: str, version: int, replicas: int) -> dict[str, Any]:
@@ -107,3 +113,26 @@ def test_a_sweep_asks_in_batches_of_bounded_length() -> None:
     assert len({i for a in asked for i in a}) == n
     assert all(len(p) < 4096 for p in engine.paths)
     assert len(book) == 1
+
+
+def test_only_a_raise_known_not_taken_is_withdrawn() -> None:
+    """The engine's version check refusing an update is known: not applied. Any other
+    500 (a raft proposal that timed out can still commit) keeps the raise booked, and
+    so does a raise whose entry an earlier raise at that version made."""
+    assert out_of_sequence(
+        b'{"message": "rpc error: code = Unknown desc = update out of sequence"}'
+    )
+    for other in (
+        b'{"message": "context deadline exceeded"}',
+        b"update out of sequence",
+        b'{"message": "update out of sequence: name conflicts"}',
+        b"[]",
+    ):
+        assert not out_of_sequence(other), other
+    book = SurgeBook()
+    assert book.admit("s", 5, 1, 2)
+    assert not book.admit("s", 5, 1, 2)  # the same raise again: the entry was there
+    book.withdraw("s", 4)  # not the version that made it
+    assert len(book) == 1
+    book.withdraw("s", 5)
+    assert len(book) == 0

@@ -59,7 +59,13 @@ from swarmgpu.swarm.enginewire import (
 )
 from swarmgpu.swarm.httpframe import Refused, Request, RequestReader, split_target
 from swarmgpu.swarm.jsonstrict import JsonError, JsonTooLarge, load_answer, load_json
-from swarmgpu.swarm.surges import SurgeBook, SurgeRefused, admit_or_sweep, replicas
+from swarmgpu.swarm.surges import (
+    SurgeBook,
+    SurgeRefused,
+    admit_or_sweep,
+    out_of_sequence,
+    replicas,
+)
 
 _log = logger.bind(component="docker-proxy")
 
@@ -247,6 +253,7 @@ class _Handler(socketserver.BaseRequestHandler):
     # A service write let through: (its ID, the version checked, its replicas), for
     # the surge book once the engine answers 2xx.
     applied: tuple[str, int, int | None] | None = None
+    made = False  # ...and that raise made its service's entry in the book
     turn = False  # holds ``server.whole``
 
     def handle(self) -> None:
@@ -424,8 +431,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 # Across writes: the check above sees one write only (``surges``); a
                 # full book asks the engine which of its services are gone.
                 try:
-                    admit_or_sweep(self.server.surges, self._engine_json, ident, version,
-                                   replicas(spec), replicas(new))
+                    self.made = admit_or_sweep(self.server.surges, self._engine_json,
+                                               ident, version, replicas(spec), replicas(new))
                 except SurgeRefused as exc:
                     raise Refused(403, str(exc)) from None
                 self.applied = (ident, version, replicas(new))
@@ -437,11 +444,16 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             up = self.server.connect_upstream()
         except OSError as exc:
+            self._not_taken()
             self._refuse(Refused(502, f"the engine is unreachable: {exc}"), req)
             return
         try:
-            up.sendall(request_bytes(req.method, target, req.header("user-agent"),
-                                      body if req.method == "POST" else None))
+            try:
+                up.sendall(request_bytes(req.method, target, req.header("user-agent"),
+                                          body if req.method == "POST" else None))
+            except OSError:
+                self._not_taken()  # the engine never had the whole request
+                raise
             self.server.forwarded += 1
             wire = Wire(up)
             stream = call.kind == "stream"
@@ -460,6 +472,13 @@ class _Handler(socketserver.BaseRequestHandler):
                     sock.settimeout(CLIENT_WRITE_TIMEOUT_S)
                     sock.sendall(_answer_head(200, headers, len(data), head.reason) + data)
                     return
+                if self.made and head.status == 500:
+                    data = wire.whole(head, ENGINE_DEADLINE_S + time.monotonic())
+                    if out_of_sequence(data):
+                        self._not_taken()
+                    sock.settimeout(CLIENT_WRITE_TIMEOUT_S)
+                    sock.sendall(_answer_head(500, headers, len(data), head.reason) + data)
+                    return
             except (Refused, ValueError) as exc:
                 r = exc if isinstance(exc, Refused) else Refused(502, str(exc) if isinstance(
                     exc, JsonTooLarge) else "GET /swarm: not JSON")
@@ -476,6 +495,12 @@ class _Handler(socketserver.BaseRequestHandler):
                     sock.sendall(b"0\r\n\r\n")
         finally:
             up.close()
+
+
+    def _not_taken(self) -> None:
+        """The write let through is known not applied: a raise it booked goes."""
+        if self.made and self.applied is not None:
+            self.server.surges.withdraw(*self.applied[:2])
 
 
 class ProxyServer(socketserver.ThreadingMixIn, socketserver.BaseServer):

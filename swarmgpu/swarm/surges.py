@@ -14,8 +14,10 @@ another count (a later check's read, or a 2xx to a write checked after the raise
 from then on that raise can never apply (the engine takes an update only at its
 version), so no count the engine holds is one the daemon raised it to. A raise
 checked at an older version than the entry's is refused (the engine refuses it too):
-it must not overwrite what a newer raise recorded. The book lives in the proxy's
-memory, at most ``MAX_SURGES`` entries. The proxy never sees a service removed (a CI
+it must not overwrite what a newer raise recorded. A raise known not taken (never sent
+whole, or refused by the engine's version check) is withdrawn; any other failure may
+yet apply, and keeps its entry. The book lives in the proxy's memory, at most
+``MAX_SURGES`` entries. The proxy never sees a service removed (a CI
 stack gone mid-move): when full, ``admit_or_sweep`` asks the engine which booked
 services it still lists and drops the rest (an ID is never reused), and applies the
 rule above to those listed; a raise still full after that is refused, never an entry
@@ -24,6 +26,7 @@ dropped early (an entry dropped early is one raise more).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Collection, Mapping
@@ -32,7 +35,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from swarmgpu.swarm.httpframe import Refused
-from swarmgpu.swarm.jsonstrict import sub_object
+from swarmgpu.swarm.jsonstrict import load_answer, sub_object
 
 MAX_SURGES = 4096  # services raised and not seen lowered since; a move ends in minutes
 SWEEP_BATCH = 64  # IDs per GET /services the sweep sends: a query of about 2 KiB
@@ -73,13 +76,14 @@ class SurgeBook:
     def __len__(self) -> int:
         return len(self._raised)
 
-    def admit(self, service: str, version: int, cur: int | None, new: int | None) -> None:
+    def admit(self, service: str, version: int, cur: int | None, new: int | None) -> bool:
         """Check a service write (checked at ``version``, the engine's count ``cur``,
-        asking ``new``) and note it when it raises; SurgeRefused when it may not."""
+        asking ``new``) and note it when it raises; SurgeRefused when it may not. True
+        when this raise made the service's entry (``withdraw`` may undo it)."""
         with self._lock:
             self._seen(service, version, cur)
             if cur is None or new is None or new <= cur:
-                return
+                return False
             had = self._raised.get(service)
             if had is not None and version < had.version:
                 raise SurgeRefused(
@@ -103,12 +107,23 @@ class SurgeBook:
                     "the proxy once the moves in flight have ended"
                 )
             self._raised[service] = _Raise(new, version)
+            return had is None
 
     def applied(self, service: str, version: int, new: int | None) -> None:
         """The engine took a write checked at ``version``: it holds ``new`` now, at a
         later version."""
         with self._lock:
             self._seen(service, version + 1, new)
+
+    def withdraw(self, service: str, version: int) -> None:
+        """The raise checked at ``version`` that made the service's entry is known not
+        taken (it never reached the engine, or the engine's version check refused it):
+        the entry goes. Any other failure may yet apply (a raft proposal that timed out
+        can still commit): its entry stays."""
+        with self._lock:
+            had = self._raised.get(service)
+            if had is not None and had.version == version:
+                del self._raised[service]
 
     def booked(self) -> list[str]:
         """The IDs of the services the book holds a raise of."""
@@ -136,13 +151,24 @@ class SurgeBook:
 
 def admit_or_sweep(
     book: SurgeBook, read: Read, service: str, version: int, cur: int | None, new: int | None
-) -> None:
+) -> bool:
     """``book.admit``; when the book is full, ``sweep`` it with ``read`` and admit again."""
     try:
-        book.admit(service, version, cur, new)
+        return book.admit(service, version, cur, new)
     except BookFull:
         sweep(book, read)
-        book.admit(service, version, cur, new)
+        return book.admit(service, version, cur, new)
+
+
+def out_of_sequence(raw: bytes) -> bool:
+    """The engine's 500 answer to an update is its version check's refusal (swarmkit's
+    ErrSequenceConflict, "update out of sequence", raised before any raft proposal): the
+    update was not applied, and never will be."""
+    with contextlib.suppress(ValueError):
+        got = load_answer(raw, "the engine's answer to a service update")
+        message = got.get("message") if isinstance(got, dict) else None
+        return isinstance(message, str) and message.endswith("update out of sequence")
+    return False
 
 
 def sweep(book: SurgeBook, read: Read) -> None:

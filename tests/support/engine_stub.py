@@ -9,6 +9,7 @@ import json
 import re
 import socketserver
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -45,6 +46,7 @@ class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     swarm: dict[str, Any]  # SWARM as the engine holds it now
     service: dict[str, Any]  # SERVICE as the engine holds it now (a service update applies)
     raw: dict[bytes, bytes]  # path (no /vX.Y) -> a GET's 200 body as sent: a hostile engine
+    before_write: Callable[[], None] | None  # runs as a service update arrives
 
 
 class EngineHandler(socketserver.BaseRequestHandler):
@@ -102,6 +104,8 @@ class EngineHandler(socketserver.BaseRequestHandler):
                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
             )
         elif m := re.match(rb"POST /services/svc1/update\?version=([0-9]+) ", line):
+            if self.server.before_write is not None:
+                self.server.before_write()  # another writer, between the check and this
             svc = self.server.service
             ok = int(m.group(1)) == svc["Version"]["Index"]
             if ok:  # the engine's own version check: a stale update is not applied
@@ -139,5 +143,6 @@ def start_engine(path: str) -> Engine:
     engine.swarm = copy.deepcopy(SWARM)
     engine.service = copy.deepcopy(SERVICE)
     engine.raw = {}
+    engine.before_write = None
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     return engine
