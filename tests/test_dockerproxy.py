@@ -443,6 +443,56 @@ def test_the_surge_book_is_bounded_and_refuses_when_full() -> None:
     assert len(book) == 2
 
 
+def test_a_full_surge_book_forgets_the_services_the_engine_no_longer_lists(
+        proxy: Any) -> None:
+    """A stack removed mid-move left its raise in the book for good (the proxy never
+    sees a removal), and a book full of those refused every raise until the proxy
+    restarted. Full, the proxy asks the engine which booked services it still lists
+    (its own GET /services, filtered by ID) and forgets the others."""
+    path, engine, srv = proxy
+    srv.surges = SurgeBook(cap=1)
+    srv.surges.admit("removedmidmove0000000000a", 1, 1, 2)
+    got = _update_service(path, engine, _replicas(2))
+    assert got.startswith(b"HTTP/1.1 200"), got
+    assert len(srv.surges) == 1  # svc1's raise, the removed service's gone
+    assert any(s.startswith(b"GET /services?filters=") for s in engine.seen)
+    got = _update_service(path, engine, _replicas(3))  # svc1 is listed: its raise holds
+    assert got.startswith(b"HTTP/1.1 403"), got
+
+
+def _owner_scales(engine: Engine, n: int) -> None:
+    engine.service["Spec"]["Mode"]["Replicated"]["Replicas"] = n
+    engine.service["Version"]["Index"] += 1
+
+
+@pytest.mark.parametrize("failure", ["unreachable", "out of sequence"])
+def test_a_raise_the_engine_never_took_leaves_no_entry(proxy: Any, failure: str) -> None:
+    """A raise the engine did not take (the proxy could not reach it; the engine
+    answered "update out of sequence": another writer came between) stayed booked, so
+    the owner's scale to that very count read as the daemon's raise and the move's one
+    surge above it was refused."""
+    path, engine, srv = proxy
+    if failure == "unreachable":
+        connect, calls = srv.connect_upstream, []
+
+        def flaky() -> socket.socket:
+            calls.append(1)
+            if len(calls) == 2:  # the write, after its check's read
+                raise ConnectionRefusedError("engine restarting")
+            return connect()
+
+        srv.connect_upstream = flaky
+    else:
+        engine.before_write = lambda: _owner_scales(engine, 2)
+    got = _update_service(path, engine, _replicas(2))
+    assert got.startswith(b"HTTP/1.1 502" if failure == "unreachable" else b"HTTP/1.1 500")
+    engine.before_write = None
+    if failure == "unreachable":
+        _owner_scales(engine, 2)
+    assert len(srv.surges) == 0
+    assert _update_service(path, engine, _replicas(3)).startswith(b"HTTP/1.1 200")
+
+
 def test_a_refusal_repeats_no_control_character(proxy: Any) -> None:
     """A refused write names the key it changes: a key carrying an escape sequence or
     a newline must not forge a log line or rewrite a terminal."""

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from swarmgpu.swarm.dockerproxy import request_bytes
+from swarmgpu.swarm.enginewire import request_bytes
 from swarmgpu.swarm.httpframe import (
     MAX_BODY_BYTES,
     ChunkDecoder,

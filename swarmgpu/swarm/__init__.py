@@ -5,7 +5,7 @@
 swarmgpu owns), ``constraints`` (Swarm's constraint language), ``taskspec`` (which spec
 changes make Swarm replace a task), ``identity`` (agent identity from the swarm's own
 PKI), ``dockerproxy`` (the least-privilege door to the engine socket, with ``httpframe``,
-its strict HTTP framing, ``jsonstrict``, and ``surges``, its bound on the daemon's
-replica raises).
+its strict HTTP framing, ``enginewire``, its side of the engine's connection,
+``jsonstrict``, and ``surges``, its bound on the daemon's replica raises).
 Imports only ``swarmgpu.core``.
 """

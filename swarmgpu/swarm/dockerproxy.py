@@ -11,7 +11,8 @@ docs/security.md (the "the proxy lets through" column is ``Call.allows``) and wh
 Framing (``httpframe``): the proxy parses each request strictly, refuses anything two
 HTTP parsers could read differently (400/411/413/431), and forwards a request it
 rebuilt from what it parsed (its own head, the body re-framed with Content-Length), one
-per connection, ``Connection: close`` both ways. The engine's answer is re-framed too.
+per connection, ``Connection: close`` both ways. The engine's answer is re-framed too
+(``enginewire``: the proxy's side of its connection to the engine).
 
 Content: the three writes are checked against the current spec, which the proxy reads
 from the engine itself; ``version`` must be that spec's, so the engine applies the
@@ -40,7 +41,7 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -49,25 +50,28 @@ from urllib.parse import urlencode
 from loguru import logger
 
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.swarm.httpframe import (
-    ChunkDecoder,
-    Refused,
-    Request,
-    RequestReader,
-    ResponseHead,
-    parse_response_head,
-    split_target,
+from swarmgpu.swarm.enginewire import (
+    ENGINE_DEADLINE_S,
+    ClientGone,
+    Wire,
+    engine_json,
+    request_bytes,
 )
+from swarmgpu.swarm.httpframe import Refused, Request, RequestReader, split_target
 from swarmgpu.swarm.jsonstrict import JsonError, JsonTooLarge, load_answer, load_json
-from swarmgpu.swarm.surges import SurgeBook, SurgeRefused, replicas
+from swarmgpu.swarm.surges import (
+    SurgeBook,
+    SurgeRefused,
+    admit_or_sweep,
+    out_of_sequence,
+    replicas,
+)
 
 _log = logger.bind(component="docker-proxy")
 
 REQUEST_DEADLINE_S = 10.0  # the whole request (head and body) from the first byte
-ENGINE_DEADLINE_S = 120.0  # the engine's whole answer (not /events, a stream)
 CLIENT_WRITE_TIMEOUT_S = 30.0  # a client that does not read its answer is dropped
 MAX_CONNECTIONS = 32  # in flight at once; more get 503 (the daemon uses ~10)
-MAX_ANSWER_BYTES = 4 * 1024 * 1024  # an answer the proxy reads whole (specs, /swarm)
 _VERSION = re.compile(r"^/v[0-9]{1,2}\.[0-9]{1,3}(?=/)")
 _ID = "[A-Za-z0-9][A-Za-z0-9_.-]{0,127}"  # node/service IDs and names
 # A whole service ID as swarmkit makes it (identity.NewID: base 36, 25 digits), which is
@@ -218,98 +222,6 @@ def allowed(method: str, target: str) -> Call | None:
     return match(method, path)
 
 
-# --- the engine's side -------------------------------------------------------------
-
-
-class _ClientGone(Exception):
-    """The client closed its connection while an answer streamed."""
-
-
-class _Wire:
-    """One connection to the engine: send a request, read its answer's head, then its
-    body as pieces (Content-Length, chunked, or until close)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-
-    def _recv(self, deadline: float | None, watch: socket.socket | None) -> bytes:
-        while True:
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if wait == 0.0:
-                raise Refused(504, "the engine did not answer in time")
-            ready, _, _ = select.select([self.sock, *([watch] if watch else [])], [], [],
-                                        wait)
-            if watch is not None and watch in ready:
-                # A streaming client only reads: EOF, or bytes it should not send.
-                raise _ClientGone
-            if self.sock in ready:
-                return self.sock.recv(64 * 1024)
-
-    def head(self, deadline: float) -> ResponseHead:
-        while b"\r\n\r\n" not in self.buf:
-            if len(self.buf) > 64 * 1024:
-                raise Refused(502, "the engine's answer head is too large")
-            got = self._recv(deadline, None)
-            if not got:
-                raise Refused(502, "the engine closed the connection without an answer")
-            self.buf += got
-        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
-        return parse_response_head(head)
-
-    def body(self, head: ResponseHead, deadline: float | None,
-             watch: socket.socket | None = None) -> Iterator[bytes]:
-        if head.bodyless:
-            return
-        if head.chunked:
-            dec = ChunkDecoder(1 << 62)
-            data, self.buf = self.buf, b""
-            while True:
-                yield from dec.feed(data)
-                if dec.done:
-                    return
-                data = self._recv(deadline, watch)
-                if not data:
-                    raise Refused(502, "the engine's chunked answer was cut short")
-        left = head.length
-        data, self.buf = self.buf, b""
-        while True:
-            if left is not None:
-                data = data[:left]
-                left -= len(data)
-            if data:
-                yield data
-            if left == 0:
-                return
-            data = self._recv(deadline, watch)
-            if not data:
-                if left is None:
-                    return
-                raise Refused(502, "the engine's answer was cut short")
-
-    def whole(self, head: ResponseHead, deadline: float) -> bytes:
-        out: list[bytes] = []
-        size = 0
-        for piece in self.body(head, deadline):
-            out.append(piece)
-            size += len(piece)
-            if size > MAX_ANSWER_BYTES:
-                raise Refused(502, "the engine's answer is too large to check")
-        return b"".join(out)
-
-
-def request_bytes(method: str, target: str, user_agent: str | None,
-                   body: bytes | None) -> bytes:
-    """A request head the proxy writes itself (every value was parsed and checked)."""
-    lines = [f"{method} {target} HTTP/1.1", "Host: docker"]
-    if user_agent:
-        lines.append(f"User-Agent: {user_agent}")
-    if body is not None:
-        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
-    lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + (body or b"")
-
-
 def _json_answer(status: int, message: str) -> bytes:
     body = json.dumps({"message": message}).encode() + b"\n"
     return _answer_head(status, (("Content-Type", "application/json"),), len(body)) + body
@@ -341,6 +253,7 @@ class _Handler(socketserver.BaseRequestHandler):
     # A service write let through: (its ID, the version checked, its replicas), for
     # the surge book once the engine answers 2xx.
     applied: tuple[str, int, int | None] | None = None
+    made = False  # ...and that raise made its service's entry in the book
     turn = False  # holds ``server.whole``
 
     def handle(self) -> None:
@@ -350,7 +263,7 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         try:
             self._serve()
-        except (OSError, _ClientGone):
+        except (OSError, ClientGone):
             pass
         finally:
             if self.turn:
@@ -453,20 +366,7 @@ class _Handler(socketserver.BaseRequestHandler):
     # --- content checks --------------------------------------------------------------
     def _engine_json(self, path: str) -> tuple[int, Any, bytes]:
         """The proxy's own GET of ``path`` from the engine: (status, JSON, raw body)."""
-        up = self.server.connect_upstream()
-        try:
-            up.sendall(request_bytes("GET", path, None, None))
-            wire = _Wire(up)
-            deadline = time.monotonic() + ENGINE_DEADLINE_S
-            head = wire.head(deadline)
-            raw = wire.whole(head, deadline)
-        finally:
-            up.close()
-        try:
-            return head.status, load_answer(raw, f"GET {path}") if raw else None, raw
-        except JsonError as exc:
-            raise Refused(502, str(exc) if isinstance(exc, JsonTooLarge) else
-                          f"the engine's answer to GET {path} is not JSON") from None
+        return engine_json(self.server.connect_upstream, path)
 
     def _vet(self, call: Call, req: Request) -> tuple[str, bytes | None]:
         """The target and body to forward: rebuilt, and for a write, checked against
@@ -528,9 +428,11 @@ class _Handler(socketserver.BaseRequestHandler):
             target = f"/{'nodes' if call.kind == 'node-update' else 'services'}/" \
                      f"{ident}/update"
             if call.kind == "service-update":
-                # Across writes: the check above sees one write only (``surges``).
+                # Across writes: the check above sees one write only (``surges``); a
+                # full book asks the engine which of its services are gone.
                 try:
-                    self.server.surges.admit(ident, version, replicas(spec), replicas(new))
+                    self.made = admit_or_sweep(self.server.surges, self._engine_json,
+                                               ident, version, replicas(spec), replicas(new))
                 except SurgeRefused as exc:
                     raise Refused(403, str(exc)) from None
                 self.applied = (ident, version, replicas(new))
@@ -542,13 +444,18 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             up = self.server.connect_upstream()
         except OSError as exc:
+            self._not_taken()
             self._refuse(Refused(502, f"the engine is unreachable: {exc}"), req)
             return
         try:
-            up.sendall(request_bytes(req.method, target, req.header("user-agent"),
-                                      body if req.method == "POST" else None))
+            try:
+                up.sendall(request_bytes(req.method, target, req.header("user-agent"),
+                                          body if req.method == "POST" else None))
+            except OSError:
+                self._not_taken()  # the engine never had the whole request
+                raise
             self.server.forwarded += 1
-            wire = _Wire(up)
+            wire = Wire(up)
             stream = call.kind == "stream"
             deadline = None if stream else time.monotonic() + ENGINE_DEADLINE_S
             try:
@@ -564,6 +471,13 @@ class _Handler(socketserver.BaseRequestHandler):
                     ))).encode()
                     sock.settimeout(CLIENT_WRITE_TIMEOUT_S)
                     sock.sendall(_answer_head(200, headers, len(data), head.reason) + data)
+                    return
+                if self.made and head.status == 500:
+                    data = wire.whole(head, ENGINE_DEADLINE_S + time.monotonic())
+                    if out_of_sequence(data):
+                        self._not_taken()
+                    sock.settimeout(CLIENT_WRITE_TIMEOUT_S)
+                    sock.sendall(_answer_head(500, headers, len(data), head.reason) + data)
                     return
             except (Refused, ValueError) as exc:
                 r = exc if isinstance(exc, Refused) else Refused(502, str(exc) if isinstance(
@@ -581,6 +495,12 @@ class _Handler(socketserver.BaseRequestHandler):
                     sock.sendall(b"0\r\n\r\n")
         finally:
             up.close()
+
+
+    def _not_taken(self) -> None:
+        """The write let through is known not applied: a raise it booked goes."""
+        if self.made and self.applied is not None:
+            self.server.surges.withdraw(*self.applied[:2])
 
 
 class ProxyServer(socketserver.ThreadingMixIn, socketserver.BaseServer):

@@ -9,7 +9,9 @@ import json
 import re
 import socketserver
 import threading
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 SWARM = {
     "ID": "s1",
@@ -44,11 +46,13 @@ class Engine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     swarm: dict[str, Any]  # SWARM as the engine holds it now
     service: dict[str, Any]  # SERVICE as the engine holds it now (a service update applies)
     raw: dict[bytes, bytes]  # path (no /vX.Y) -> a GET's 200 body as sent: a hostile engine
+    before_write: Callable[[], None] | None  # runs as a service update arrives
 
 
 class EngineHandler(socketserver.BaseRequestHandler):
     """Records each request's bytes; answers a GET of a path in ``raw`` with its bytes,
-    GET /swarm with chunks (as Go does for a longer answer), /events as a stream, a
+    GET /swarm with chunks (as Go does for a longer answer), GET /services? with the
+    service when an ``id`` filter is a prefix of its ID, /events as a stream, a
     service update at the service's version by applying it (the next version), anything
     else 200 ``{}``."""
 
@@ -82,6 +86,17 @@ class EngineHandler(socketserver.BaseRequestHandler):
                 + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:10], body[10:]))
                 + b"0\r\n\r\n"
             )
+        elif lst := re.match(rb"GET (?:/v[0-9.]+)?(/services\?[^ ]*) ", line):
+            # The list, filtered by ID as the engine does (each ``id`` a prefix).
+            query = parse_qs(urlsplit(lst.group(1).decode()).query)
+            ids = json.loads(query.get("filters", ["{}"])[0]).get("id", [])
+            svc = self.server.service
+            listed = [svc] if any(svc["ID"].startswith(i) for i in ids) else []
+            body = json.dumps(listed).encode()
+            self.request.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
         elif re.match(rb"GET (/v[0-9.]+)?/services/[^/ ]+ ", line):
             body = json.dumps(self.server.service).encode()
             self.request.sendall(
@@ -89,6 +104,8 @@ class EngineHandler(socketserver.BaseRequestHandler):
                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
             )
         elif m := re.match(rb"POST /services/svc1/update\?version=([0-9]+) ", line):
+            if self.server.before_write is not None:
+                self.server.before_write()  # another writer, between the check and this
             svc = self.server.service
             ok = int(m.group(1)) == svc["Version"]["Index"]
             if ok:  # the engine's own version check: a stale update is not applied
@@ -126,5 +143,6 @@ def start_engine(path: str) -> Engine:
     engine.swarm = copy.deepcopy(SWARM)
     engine.service = copy.deepcopy(SERVICE)
     engine.raw = {}
+    engine.before_write = None
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     return engine
