@@ -70,8 +70,9 @@ def workload_of(pods: Sequence[TracePod]) -> tuple[TypicalTask, ...]:
     return typical_tasks(p.demand().shape() for p in pods)
 
 
-def arrival_order(pods: Sequence[TracePod], cluster_milli: int, seed: int,
-                  inflate: float = 1.3) -> tuple[list[TracePod], random.Random]:
+def arrival_order(
+    pods: Sequence[TracePod], cluster_milli: int, seed: int, inflate: float = 1.3
+) -> tuple[list[TracePod], random.Random]:
     """Shuffled originals plus resampled copies up to ``inflate`` x cluster GPU-milli."""
     rng = random.Random(seed)  # noqa: S311 - simulation, not security
     order = sorted(pods, key=lambda p: p.name)
@@ -112,7 +113,8 @@ def timed_pods(pods: Sequence[TracePod], source: str = "the pod file") -> list[T
         raise TraceError(
             f"{source}: {len(missing)} pod(s) (first {missing[0]}) have no creation_time/"
             "deletion_time, which --departures needs; use an 11-column openb pod file "
-            "(e.g. openb_pod_list_default.csv) or run without --departures")
+            "(e.g. openb_pod_list_default.csv) or run without --departures"
+        )
     return sorted(pods, key=lambda p: (p.creation_time or 0, p.name))
 
 
@@ -147,8 +149,9 @@ class Window:
             res.mean_demand_pct = 100.0 * self.area_demand / res.span_s / cluster_milli
 
 
-def level_prefixes(order: Sequence[TracePod], cluster_milli: int, inflate: float = 1.3,
-                   step: int = LEVEL_STEP) -> dict[int, int]:
+def level_prefixes(
+    order: Sequence[TracePod], cluster_milli: int, inflate: float = 1.3, step: int = LEVEL_STEP
+) -> dict[int, int]:
     """Arrived-load level -> how many pods of ``order`` had arrived when the replays
     recorded it (the pod whose arrival reached the level included; levels the last copy
     stops short of: every pod), by the replays' own rule."""

@@ -55,8 +55,10 @@ class TracePod:
     def demand(self) -> Demand:
         share = 0 < self.gpu_milli < 1000
         if share and self.num_gpu != 1:
-            raise TraceError(f"pod {self.name}: a share of {self.gpu_milli} milli on "
-                             f"{self.num_gpu} GPUs; shares must be on one GPU")
+            raise TraceError(
+                f"pod {self.name}: a share of {self.gpu_milli} milli on "
+                f"{self.num_gpu} GPUs; shares must be on one GPU"
+            )
         return Demand(
             num_gpu=0 if share or self.gpu_milli == 0 else self.num_gpu,
             gpu_milli=self.gpu_milli if share else 0,
@@ -66,8 +68,9 @@ class TracePod:
         )
 
 
-def read_csv(path: str | Path, required: tuple[str, ...],
-             expected: str = "") -> tuple[list[str], list[dict[str, str]]]:
+def read_csv(
+    path: str | Path, required: tuple[str, ...], expected: str = ""
+) -> tuple[list[str], list[dict[str, str]]]:
     """An openb CSV as (header, rows), the header holding ``required`` once each;
     ``TraceError`` naming the file and the fix otherwise (``expected``: what the file
     should be, for the missing-column error). ``simulate-derive`` and the benchmarks
@@ -76,9 +79,12 @@ def read_csv(path: str | Path, required: tuple[str, ...],
     return read_each(path, required, lambda row, _n: row, expected)
 
 
-def read_each(path: str | Path, required: tuple[str, ...],
-              make: Callable[[dict[str, str], int], T],
-              expected: str = "") -> tuple[list[str], list[T]]:
+def read_each(
+    path: str | Path,
+    required: tuple[str, ...],
+    make: Callable[[dict[str, str], int], T],
+    expected: str = "",
+) -> tuple[list[str], list[T]]:
     """``read_csv`` with each row handed to ``make`` (the row, its number: 2 for the
     first) as it is read, and only what ``make`` returns kept: a row as a dict of strings
     is about 1 KB, ten times what the typed pod made of it holds (docs/simulate.md)."""
@@ -90,39 +96,49 @@ def read_each(path: str | Path, required: tuple[str, ...],
             reader = csv.DictReader(_lines(fh, p))
             header = list(reader.fieldnames or [])
             if len(header) > MAX_COLUMNS:
-                raise TraceError(f"{p}: {len(header)} columns; at most {MAX_COLUMNS} (openb's "
-                                 "have 11): is it a pod list?")
+                raise TraceError(
+                    f"{p}: {len(header)} columns; at most {MAX_COLUMNS} (openb's "
+                    "have 11): is it a pod list?"
+                )
             missing = [c for c in required if c not in header]
             if missing:
-                raise TraceError(f"{p}: missing column(s) {missing}; expected "
-                                 f"{expected}{' with ' if expected else ''}header starting "
-                                 f"{','.join(required)}")
+                raise TraceError(
+                    f"{p}: missing column(s) {missing}; expected "
+                    f"{expected}{' with ' if expected else ''}header starting "
+                    f"{','.join(required)}"
+                )
             # DictReader keeps the last of two same-named columns: which one was meant?
             twice = sorted({c for c in header if header.count(c) > 1})
             if twice:
-                raise TraceError(f"{p}: column(s) {twice} more than once in the header; "
-                                 "keep one of each")
+                raise TraceError(
+                    f"{p}: column(s) {twice} more than once in the header; keep one of each"
+                )
             rows: list[T] = []
             for row in reader:
                 if len(rows) == MAX_ROWS:
-                    raise TraceError(f"{p}: more than {MAX_ROWS:,} rows; not read (simulate "
-                                     f"takes at most {MAX_ROWS:,} pods or nodes; openb's lists "
-                                     "have about 8,000): give a shorter list, e.g. a sample "
-                                     "of this one")
+                    raise TraceError(
+                        f"{p}: more than {MAX_ROWS:,} rows; not read (simulate "
+                        f"takes at most {MAX_ROWS:,} pods or nodes; openb's lists "
+                        "have about 8,000): give a shorter list, e.g. a sample "
+                        "of this one"
+                    )
                 # DictReader files extra fields under None and fills missing ones with
                 # None: which column a value was meant for is a guess.
                 if None in row or None in row.values():
                     extra = row.get(None) or ()
                     got = len(header) - sum(row.get(c) is None for c in header) + len(extra)
-                    raise TraceError(f"{p}:{reader.line_num}: {got} fields where the header "
-                                     f"has {len(header)}; give each row one field per column")
+                    raise TraceError(
+                        f"{p}:{reader.line_num}: {got} fields where the header "
+                        f"has {len(header)}; give each row one field per column"
+                    )
                 rows.append(make(row, len(rows) + 2))
             return header, rows
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
     except UnicodeDecodeError as e:
-        raise TraceError(f"{p}: not a UTF-8 CSV ({e.reason} at byte {e.start}); "
-                         "save it as UTF-8") from e
+        raise TraceError(
+            f"{p}: not a UTF-8 CSV ({e.reason} at byte {e.start}); save it as UTF-8"
+        ) from e
     except csv.Error as e:
         raise TraceError(f"{p}: not a CSV file ({e})") from e
 
@@ -136,13 +152,17 @@ def _lines(fh: TextIO, p: Path) -> Iterator[str]:
         if not line:
             return
         if len(line) > MAX_LINE:
-            raise TraceError(f"{p}:{n}: a line longer than {MAX_LINE:,} characters; not read "
-                             "(openb's lines have about 100): is it a pod list?")
+            raise TraceError(
+                f"{p}:{n}: a line longer than {MAX_LINE:,} characters; not read "
+                "(openb's lines have about 100): is it a pod list?"
+            )
         total += len(line)
         if total > MAX_TEXT:
-            raise TraceError(f"{p}: more than {MAX_TEXT:,} characters "
-                             f"({MAX_TEXT / 2**20:g} MiB); not read (1,000,000 openb rows are "
-                             "about 70 MB): give a shorter list, e.g. a sample of this one")
+            raise TraceError(
+                f"{p}: more than {MAX_TEXT:,} characters "
+                f"({MAX_TEXT / 2**20:g} MiB); not read (1,000,000 openb rows are "
+                "about 70 MB): give a shorter list, e.g. a sample of this one"
+            )
         yield line
 
 
@@ -166,11 +186,13 @@ def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, 
     (an escape sequence would reach the terminal) and no name twice (they would collide)."""
     name = row.get(col) or ""
     if escaped(name) != name:
-        raise TraceError(f"{where}: {what} name '{escaped(name)}' has control characters; "
-                         "remove them")
+        raise TraceError(
+            f"{where}: {what} name '{escaped(name)}' has control characters; remove them"
+        )
     if name in seen:
-        raise TraceError(f"{where}: {what} name {name!r} also on line {seen[name]}; "
-                         "names must be unique")
+        raise TraceError(
+            f"{where}: {what} name {name!r} also on line {seen[name]}; names must be unique"
+        )
     seen[name] = where.rsplit(":", 1)[1]
     return name
 
@@ -187,11 +209,15 @@ def load_nodes(path: str | Path) -> list[NodeSpec]:
         model = (row.get("model") or "").strip()
         count = _int(row, "gpu", where)
         if (model, count) not in gpus:
-            gpus[model, count] = tuple(GpuSpec(index=i, product=model, memory_mib=0)
-                                       for i in range(count))
-        return NodeSpec(name=name, gpus=gpus[model, count],
-                        cpu_milli=_int(row, "cpu_milli", where),
-                        memory_mib=_int(row, "memory_mib", where))
+            gpus[model, count] = tuple(
+                GpuSpec(index=i, product=model, memory_mib=0) for i in range(count)
+            )
+        return NodeSpec(
+            name=name,
+            gpus=gpus[model, count],
+            cpu_milli=_int(row, "cpu_milli", where),
+            memory_mib=_int(row, "memory_mib", where),
+        )
 
     return read_each(path, NODE_COLUMNS, node)[1]
 
@@ -206,18 +232,25 @@ def load_pods(path: str | Path) -> list[TracePod]:
         # gpu_milli is per GPU: above 1000 (once read as a whole GPU) or on no GPU (once
         # refused only mid-replay) the row asks for something no placement can give.
         if gpu_milli > 1000:
-            raise TraceError(f"{where}: gpu_milli {gpu_milli} is per GPU, at most 1000; "
-                             "for several GPUs set num_gpu and gpu_milli 1000")
+            raise TraceError(
+                f"{where}: gpu_milli {gpu_milli} is per GPU, at most 1000; "
+                "for several GPUs set num_gpu and gpu_milli 1000"
+            )
         if num_gpu == 0 and gpu_milli > 0:
-            raise TraceError(f"{where}: num_gpu 0 with gpu_milli {gpu_milli}; give num_gpu 1 "
-                             "for a share, or gpu_milli 0 for a CPU-only pod")
+            raise TraceError(
+                f"{where}: num_gpu 0 with gpu_milli {gpu_milli}; give num_gpu 1 "
+                "for a share, or gpu_milli 0 for a CPU-only pod"
+            )
         spec = tuple(s for s in (row.get("gpu_spec") or "").split("|") if s)
         ct = row.get("creation_time")
         dt = row.get("deletion_time")
         return TracePod(
-            name=name, cpu_milli=_int(row, "cpu_milli", where),
-            memory_mib=_int(row, "memory_mib", where), num_gpu=num_gpu,
-            gpu_milli=gpu_milli, gpu_spec=spec,
+            name=name,
+            cpu_milli=_int(row, "cpu_milli", where),
+            memory_mib=_int(row, "memory_mib", where),
+            num_gpu=num_gpu,
+            gpu_milli=gpu_milli,
+            gpu_spec=spec,
             creation_time=_int(row, "creation_time", where) if ct else None,
             deletion_time=_int(row, "deletion_time", where) if dt else None,
         )
