@@ -8,7 +8,6 @@ deletion_time,scheduled_time``) or the 5-column form (``name,...,gpu_milli``).
 from __future__ import annotations
 
 import csv
-import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -85,15 +84,17 @@ def read_each(
     make: Callable[[dict[str, str], int], T],
     expected: str = "",
 ) -> tuple[list[str], list[T]]:
-    """``read_csv`` with each row handed to ``make`` (the row, its number: 2 for the
-    first) as it is read, and only what ``make`` returns kept: a row as a dict of strings
-    is about 1 KB, ten times what the typed pod made of it holds (docs/simulate.md)."""
+    """``read_csv`` with each row handed to ``make`` (the row, the file's line it starts
+    on: 2 for the first, unless blank lines or a quoted line break come before) as it is
+    read, and only what ``make`` returns kept: a row as a dict of strings is about 1 KB,
+    ten times what the typed pod made of it holds (docs/simulate.md)."""
     p = Path(path)
     try:
         # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide
         # the first column's name.
         with p.open(newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(_lines(fh, p))
+            lines = _Lines(fh, p)
+            reader = csv.DictReader(lines)
             header = list(reader.fieldnames or [])
             if len(header) > MAX_COLUMNS:
                 raise TraceError(
@@ -114,7 +115,10 @@ def read_each(
                     f"{p}: column(s) {twice} more than once in the header; keep one of each"
                 )
             rows: list[T] = []
-            for row in reader:
+            while True:
+                lines.start = 0
+                if (row := next(reader, None)) is None:
+                    break
                 if len(rows) == MAX_ROWS:
                     raise TraceError(
                         f"{p}: more than {MAX_ROWS:,} rows; not read (simulate "
@@ -128,10 +132,10 @@ def read_each(
                     extra = row.get(None) or ()
                     got = len(header) - sum(row.get(c) is None for c in header) + len(extra)
                     raise TraceError(
-                        f"{p}:{reader.line_num}: {got} fields where the header "
+                        f"{p}:{lines.start}: {got} fields where the header "
                         f"has {len(header)}; give each row one field per column"
                     )
-                rows.append(make(row, len(rows) + 2))
+                rows.append(make(row, lines.start))
             return header, rows
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
@@ -143,27 +147,39 @@ def read_each(
         raise TraceError(f"{p}: not a CSV file ({e})") from e
 
 
-def _lines(fh: TextIO, p: Path) -> Iterator[str]:
+class _Lines:
     """The file's lines for the CSV reader, refused past ``MAX_LINE`` or ``MAX_TEXT``
-    as they are read: a line is never read whole before it is measured."""
-    total = 0
-    for n in itertools.count(1):
-        line = fh.readline(MAX_LINE + 1)
+    as they are read: a line is never read whole before it is measured. ``start``: the
+    first line that is not blank since it was set to 0, the line a row starts on (the
+    reader skips blank lines and reads on past a quoted line break: rows are not lines)."""
+
+    def __init__(self, fh: TextIO, p: Path) -> None:
+        self.fh, self.p = fh, p
+        self.n = self.total = self.start = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        line = self.fh.readline(MAX_LINE + 1)
         if not line:
-            return
+            raise StopIteration
+        self.n += 1
         if len(line) > MAX_LINE:
             raise TraceError(
-                f"{p}:{n}: a line longer than {MAX_LINE:,} characters; not read "
+                f"{self.p}:{self.n}: a line longer than {MAX_LINE:,} characters; not read "
                 "(openb's lines have about 100): is it a pod list?"
             )
-        total += len(line)
-        if total > MAX_TEXT:
+        self.total += len(line)
+        if self.total > MAX_TEXT:
             raise TraceError(
-                f"{p}: more than {MAX_TEXT:,} characters "
+                f"{self.p}: more than {MAX_TEXT:,} characters "
                 f"({MAX_TEXT / 2**20:g} MiB); not read (1,000,000 openb rows are "
                 "about 70 MB): give a shorter list, e.g. a sample of this one"
             )
-        yield line
+        if not self.start and line.strip("\r\n"):
+            self.start = self.n
+        return line
 
 
 def _int(row: dict[str, str], col: str, where: str, default: int | None = None) -> int:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmgpu.sim.trace import POD_COLUMNS, TraceError, read_csv
+from swarmgpu.sim.trace import POD_COLUMNS, TraceError, read_each
 
 Row = dict[str, str]
 
@@ -158,8 +158,8 @@ def parse_variant(name: str) -> Variant:
 def read_rows(path: str | Path) -> tuple[list[str], list[Row]]:
     """The pod CSV as (header, rows), checked enough that derivation cannot crash."""
     p = Path(path)
-    header, rows = read_csv(p, POD_COLUMNS, "an openb pod list")  # as simulate reads it
-    for n, row in enumerate(rows, start=2):
+
+    def checked(row: Row, n: int) -> Row:  # n: the line the row is on
         for col in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli"):
             raw = (row.get(col) or "").strip()
             if not raw.isdigit():
@@ -169,6 +169,9 @@ def read_rows(path: str | Path) -> tuple[list[str], list[Row]]:
                 f"{p}:{n}: a share of {row['gpu_milli']} milli on "
                 f"{row['num_gpu']} GPUs; shares must be on one GPU"
             )
+        return row
+
+    header, rows = read_each(p, POD_COLUMNS, checked, "an openb pod list")  # as simulate does
     if not rows:
         raise TraceError(f"{p}: no pods; give the openb default pod list")
     return header, rows

@@ -1,0 +1,33 @@
+"""Hostile input files and options of ``swarmgpu simulate`` and ``simulate-derive``: each
+is read as the openb format means or refused naming the file, the line and the fix
+(docs/simulate.md, "Input files")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from swarmgpu.sim.trace import TraceError, load_pods
+from swarmgpu.sim.variants import read_rows
+
+POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+
+
+def test_an_error_names_the_line_the_row_is_on(tmp_path: Path) -> None:
+    # Rows were counted, not lines: a blank line or a quoted field over two lines put
+    # every later error one line early (and "also on line" of a twice-given name too).
+    f = tmp_path / "p.csv"
+    f.write_text(POD_HEADER + "p1,1,1,1,500,\n\np2,x,1,1,500,\n")
+    for read in (load_pods, read_rows):  # simulate, simulate-derive
+        with pytest.raises(TraceError, match=rf"^{f}:4: column cpu_milli = 'x'"):
+            read(f)
+    f.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos\n"
+        'p1,1,1,1,500,"LS\nBE"\np2,1,1,1,500,LS\np1,1,1,1,500,LS\n'
+    )
+    with pytest.raises(TraceError, match=rf"^{f}:5: pod name 'p1' also on line 2;"):
+        load_pods(f)
+    f.write_text(POD_HEADER + "p1,1,1,1,500,\n\n\np2,1,1,1,500\n")
+    with pytest.raises(TraceError, match=rf"^{f}:5: 5 fields where the header has 6"):
+        load_pods(f)
