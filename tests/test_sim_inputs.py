@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.fifo import make_fifo, read_within
 
-from swarmgpu.sim.trace import TraceError, load_pods
+from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
 from swarmgpu.sim.variants import read_rows
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
@@ -31,3 +32,21 @@ def test_an_error_names_the_line_the_row_is_on(tmp_path: Path) -> None:
     f.write_text(POD_HEADER + "p1,1,1,1,500,\n\n\np2,1,1,1,500\n")
     with pytest.raises(TraceError, match=rf"^{f}:5: 5 fields where the header has 6"):
         load_pods(f)
+
+
+def test_a_fifo_or_a_device_is_refused_not_waited_on(tmp_path: Path) -> None:
+    # A FIFO with no writer hung the open for ever; a pipe (--pods <(zcat pods.csv.gz))
+    # was read once per replay, the second read finding it empty ("missing column(s)"),
+    # and simulate-derive hashed that empty second read into its manifest.
+    fifo = make_fifo(tmp_path / "pods.csv")
+    for read in (load_pods, load_nodes, read_rows):
+        err = read_within(lambda read=read: read(fifo), fifo)  # type: ignore[misc]
+        assert isinstance(err, TraceError), err
+        assert str(err) == (
+            f"{fifo}: a FIFO (a named pipe), not a regular file; save the "
+            "list as a file and give its path"
+        )
+    with pytest.raises(TraceError, match=r"^/dev/zero: a character device, not a regular"):
+        load_pods("/dev/zero")
+    with pytest.raises(TraceError, match=rf"^{tmp_path}: a directory, not a regular file"):
+        load_nodes(tmp_path)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TextIO, TypeVar
 
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
+from swarmgpu.core.boundedfile import NotRegularFile, open_regular
 from swarmgpu.core.peertext import escaped
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -92,7 +93,7 @@ def read_each(
     try:
         # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide
         # the first column's name.
-        with p.open(newline="", encoding="utf-8-sig") as fh:
+        with open(open_regular(p), newline="", encoding="utf-8-sig") as fh:
             lines = _Lines(fh, p)
             reader = csv.DictReader(lines)
             header = list(reader.fieldnames or [])
@@ -137,6 +138,8 @@ def read_each(
                     )
                 rows.append(make(row, lines.start))
             return header, rows
+    except NotRegularFile as e:  # a FIFO hung the open; a pipe was empty when read again
+        raise TraceError(f"{p}: {e.why}; save the list as a file and give its path") from e
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
     except UnicodeDecodeError as e:
