@@ -13,6 +13,7 @@ from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
 from swarmgpu.sim.variants import read_rows
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
 
 
 def test_an_error_names_the_line_the_row_is_on(tmp_path: Path) -> None:
@@ -50,3 +51,18 @@ def test_a_fifo_or_a_device_is_refused_not_waited_on(tmp_path: Path) -> None:
         load_pods("/dev/zero")
     with pytest.raises(TraceError, match=rf"^{tmp_path}: a directory, not a regular file"):
         load_nodes(tmp_path)
+
+
+def test_a_node_with_more_gpus_than_any_node_has_is_refused(tmp_path: Path) -> None:
+    # gpu = 1000000000 built a billion GPU objects: a MemoryError traceback, after the
+    # machine's memory was gone.
+    f = tmp_path / "n.csv"
+    f.write_text(NODE_HEADER + "n1,1000,1000,8,T4\nn2,1000,1000,1000000000,T4\n")
+    with pytest.raises(TraceError) as err:
+        load_nodes(f)
+    assert str(err.value) == (
+        f"{f}:3: column gpu = 1000000000; at most 64 GPUs a node (as "
+        "the swarmgpu agent reports; openb's nodes have 8 at most)"
+    )
+    f.write_text(NODE_HEADER + "n1,1000,1000,64,T4\n")
+    assert len(load_nodes(f)[0].gpus) == 64

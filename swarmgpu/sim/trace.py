@@ -16,6 +16,7 @@ from typing import TextIO, TypeVar
 
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
 from swarmgpu.core.boundedfile import NotRegularFile, open_regular
+from swarmgpu.core.model import MAX_GPUS
 from swarmgpu.core.peertext import escaped
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -227,6 +228,11 @@ def load_nodes(path: str | Path) -> list[NodeSpec]:
         name = _name(row, "sn", "node", where, seen)
         model = (row.get("model") or "").strip()
         count = _int(row, "gpu", where)
+        if count > MAX_GPUS:  # each GPU is an object: a billion of them took all the memory
+            raise TraceError(
+                f"{where}: column gpu = {count}; at most {MAX_GPUS} GPUs a node (as the "
+                "swarmgpu agent reports; openb's nodes have 8 at most)"
+            )
         if (model, count) not in gpus:
             gpus[model, count] = tuple(
                 GpuSpec(index=i, product=model, memory_mib=0) for i in range(count)
