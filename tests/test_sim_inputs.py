@@ -66,3 +66,17 @@ def test_a_node_with_more_gpus_than_any_node_has_is_refused(tmp_path: Path) -> N
     )
     f.write_text(NODE_HEADER + "n1,1000,1000,64,T4\n")
     assert len(load_nodes(f)[0].gpus) == 64
+
+
+def test_a_share_on_several_gpus_is_refused_at_its_line(tmp_path: Path) -> None:
+    # Read, then refused once a replay asked its demand, as "pod p1: a share ..." with no
+    # file or line to find it by.
+    f = tmp_path / "p.csv"
+    f.write_text(POD_HEADER + "p0,1,1,1,500,\np1,1,1,2,500,\n")
+    with pytest.raises(TraceError) as err:
+        load_pods(f)
+    assert str(err.value) == (
+        f"{f}:3: num_gpu 2 with gpu_milli 500; a share (gpu_milli "
+        "below 1000) is of one GPU: give num_gpu 1, or gpu_milli 1000 "
+        "for 2 whole GPUs"
+    )

@@ -266,6 +266,12 @@ def load_pods(path: str | Path) -> list[TracePod]:
                 f"{where}: num_gpu 0 with gpu_milli {gpu_milli}; give num_gpu 1 "
                 "for a share, or gpu_milli 0 for a CPU-only pod"
             )
+        if 0 < gpu_milli < 1000 and num_gpu > 1:  # as Demand and the daemon read a share
+            raise TraceError(
+                f"{where}: num_gpu {num_gpu} with gpu_milli {gpu_milli}; a share (gpu_milli "
+                "below 1000) is of one GPU: give num_gpu 1, or gpu_milli 1000 for "
+                f"{num_gpu} whole GPUs"
+            )
         spec = tuple(s for s in (row.get("gpu_spec") or "").split("|") if s)
         ct = row.get("creation_time")
         dt = row.get("deletion_time")
