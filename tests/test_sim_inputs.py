@@ -80,3 +80,18 @@ def test_a_share_on_several_gpus_is_refused_at_its_line(tmp_path: Path) -> None:
         "below 1000) is of one GPU: give num_gpu 1, or gpu_milli 1000 "
         "for 2 whole GPUs"
     )
+
+
+def test_a_pod_that_leaves_before_it_arrives_is_refused(tmp_path: Path) -> None:
+    # --departures read it as a pod that lives 0 s, with nothing said.
+    f = tmp_path / "p.csv"
+    f.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+        "p0,1,1,1,500,10,10\np1,1,1,1,500,100,10\n"
+    )
+    with pytest.raises(TraceError) as err:
+        load_pods(f)
+    assert str(err.value) == (
+        f"{f}:3: deletion_time 10 is before creation_time 100; a pod "
+        "leaves after it arrives (seconds, as openb's)"
+    )

@@ -273,8 +273,14 @@ def load_pods(path: str | Path) -> list[TracePod]:
                 f"{num_gpu} whole GPUs"
             )
         spec = tuple(s for s in (row.get("gpu_spec") or "").split("|") if s)
-        ct = row.get("creation_time")
-        dt = row.get("deletion_time")
+        ct, dt = row.get("creation_time"), row.get("deletion_time")
+        created = _int(row, "creation_time", where) if ct else None
+        deleted = _int(row, "deletion_time", where) if dt else None
+        if created is not None and deleted is not None and deleted < created:
+            raise TraceError(  # --departures took it for a pod living 0 s
+                f"{where}: deletion_time {deleted} is before creation_time {created}; a pod "
+                "leaves after it arrives (seconds, as openb's)"
+            )
         return TracePod(
             name=name,
             cpu_milli=_int(row, "cpu_milli", where),
@@ -282,8 +288,8 @@ def load_pods(path: str | Path) -> list[TracePod]:
             num_gpu=num_gpu,
             gpu_milli=gpu_milli,
             gpu_spec=spec,
-            creation_time=_int(row, "creation_time", where) if ct else None,
-            deletion_time=_int(row, "deletion_time", where) if dt else None,
+            creation_time=created,
+            deletion_time=deleted,
         )
 
     # Each row becomes its pod as it is read: the rows are not all held as dicts first.
