@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from support.fifo import make_fifo, read_within
 
+from swarmgpu.sim.cli_entry import run_simulate
+from swarmgpu.sim.priorities import run_cli
 from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
 from swarmgpu.sim.variants import read_rows
 
@@ -95,3 +97,50 @@ def test_a_pod_that_leaves_before_it_arrives_is_refused(tmp_path: Path) -> None:
         f"{f}:3: deletion_time 10 is before creation_time 100; a pod "
         "leaves after it arrives (seconds, as openb's)"
     )
+
+
+NODES = NODE_HEADER + "n1,32000,65536,2,T4\n"
+PODS = POD_HEADER + "p1,1000,100,1,500,\n"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("nodes", "pods", "why"),
+    [
+        # an IndexError traceback (no departures); a table of zeros (--departures, priorities)
+        (NODES, POD_HEADER, "{pods}: no pods; give an openb pod list"),
+        # no departures: the replay drew pods for ever, to reach 130% of the cluster's GPU
+        (
+            NODES,
+            POD_HEADER + "p1,1000,100,0,0,\n",
+            "{pods}: no pod asks for a GPU (num_gpu and gpu_milli are 0 in every row); simulate "
+            "replays GPU pods: give a pod list with some",
+        ),
+        # a ZeroDivisionError traceback, in every mode
+        (NODE_HEADER, PODS, "{nodes}: no nodes; give an openb node list"),
+        (
+            NODE_HEADER + "n1,32000,65536,0,T4\n",
+            PODS,
+            "{nodes}: no node has a GPU (column gpu is 0 in every row); simulate replays GPU "
+            "pods: give a node list with some",
+        ),
+    ],
+)
+def test_a_trace_with_nothing_to_replay_is_refused(
+    tmp_path: Path, nodes: str, pods: str, why: str
+) -> None:
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(nodes)
+    p.write_text(
+        pods.replace(",gpu_spec\n", ",gpu_spec,creation_time,deletion_time\n").replace(
+            ",\n", ",,1,5\n"
+        )
+    )
+    want = why.format(nodes=n, pods=p)
+    for departures in (False, True):
+        text, rc = run_simulate(
+            str(n), str(p), ["fgd", "swarmgpu"], [1], False, None, departures, bound="off"
+        )
+        assert (rc, text) == (2, want)
+    text, rc = run_cli(str(n), str(p), [1], 0.5, 1.0, "online", False)
+    assert (rc, text) == (2, f"swarmgpu simulate: {want}")

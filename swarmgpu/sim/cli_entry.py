@@ -17,7 +17,7 @@ from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.runs import LEVEL_STEP
 from swarmgpu.sim.swarm_replay import WORKLOADS
-from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
+from swarmgpu.sim.trace import TraceError, load_nodes, load_pods, load_trace
 from swarmgpu.sim.traces import bundled
 
 
@@ -229,6 +229,7 @@ def run_simulate(
         try:
             if not (math.isfinite(speedup) and speedup > 0):  # NaN fails every comparison
                 return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
+            load_trace(nodes, pods)  # refused before the workers start
             if progress is not None:
                 progress.total = len(policies) * len(seeds) * (2 if rebalance_moves else 1)
                 progress.start("replays with departures")
@@ -259,6 +260,7 @@ def run_simulate(
     missing = highs_missing() if bound != "off" else None
     solve = bound != "off" and missing is None
     try:
+        load_trace(nodes, pods)  # refused before the workers start
         if progress is not None:
             progress.total = len(policies) * len(seeds) + (len(seeds) if solve else 0)
             progress.start(

@@ -52,7 +52,7 @@ from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.sim.runs import METER_EVERY, Window, arrival_times, meter, timed_pods
 from swarmgpu.sim.swarm_replay import P, World, workload_model
-from swarmgpu.sim.trace import TraceError, TracePod, load_nodes, load_pods
+from swarmgpu.sim.trace import TraceError, TracePod, load_trace
 from swarmgpu.swarm.client import SwarmNode, service_from_api
 
 HIGH = 100
@@ -516,8 +516,7 @@ def run_cli(
         return (f"swarmgpu simulate: --drain {drain_s}: seconds of trace time, >= 0", 2)
     try:
         results = run(
-            load_nodes(nodes_path),
-            load_pods(pods_path),
+            *load_trace(nodes_path, pods_path),
             seeds,
             share=share,
             speedup=speedup,

@@ -294,3 +294,28 @@ def load_pods(path: str | Path) -> list[TracePod]:
 
     # Each row becomes its pod as it is read: the rows are not all held as dicts first.
     return read_each(path, POD_COLUMNS, pod)[1]
+
+
+def load_trace(
+    nodes_path: str | Path, pods_path: str | Path
+) -> tuple[list[NodeSpec], list[TracePod]]:
+    """Both lists, refused where no replay can be made of them, before one starts: no
+    GPU on any node (every share of the cluster's GPU divides by it: a ZeroDivisionError)
+    and no pod asking for one (the replay adds pods until their GPU asks reach 130% of
+    the cluster's: it drew pods for ever)."""
+    nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
+    if not nodes:
+        raise TraceError(f"{nodes_path}: no nodes; give an openb node list")
+    if not any(n.gpus for n in nodes):
+        raise TraceError(
+            f"{nodes_path}: no node has a GPU (column gpu is 0 in every row); simulate "
+            "replays GPU pods: give a node list with some"
+        )
+    if not pods:
+        raise TraceError(f"{pods_path}: no pods; give an openb pod list")
+    if not any(p.total_gpu_milli for p in pods):
+        raise TraceError(
+            f"{pods_path}: no pod asks for a GPU (num_gpu and gpu_milli are 0 in every row); "
+            "simulate replays GPU pods: give a pod list with some"
+        )
+    return nodes, pods
