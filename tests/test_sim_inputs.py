@@ -144,3 +144,20 @@ def test_a_trace_with_nothing_to_replay_is_refused(
         assert (rc, text) == (2, want)
     text, rc = run_cli(str(n), str(p), [1], 0.5, 1.0, "online", False)
     assert (rc, text) == (2, f"swarmgpu simulate: {want}")
+
+
+def test_a_replay_that_would_take_millions_of_arrivals_is_refused(tmp_path: Path) -> None:
+    # The replay draws pods until their GPU asks reach 130% of the cluster's: one
+    # 1-milli share among CPU pods on 100 8-GPU nodes took about 2,000,000 draws, then
+    # as many arrivals to replay (hours, and the memory for them).
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODE_HEADER + "".join(f"n{i},96000,786432,8,V100M32\n" for i in range(100)))
+    p.write_text(POD_HEADER + "p1,1000,100,1,1,\np2,1000,100,0,0,\n")
+    text, rc = run_simulate(str(n), str(p), ["fgd"], [1], False, None, bound="off")
+    assert rc == 2
+    assert text == (
+        f"{p}: its pods ask 1 GPU-milli in all, 0.5 a pod: reaching 130% of the "
+        "cluster's 800,000 would take about 2,080,000 arrivals, more than the "
+        "1,000,000 simulate replays; give a pod list asking more GPU or a node "
+        "list with fewer GPUs (--departures replays the list as it is)"
+    )

@@ -15,7 +15,7 @@ from swarmgpu.sim.bound import highs_missing
 from swarmgpu.sim.bound_runs import BOUND_METHODS, ONLINE_AT
 from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.replay import POLICIES
-from swarmgpu.sim.runs import LEVEL_STEP
+from swarmgpu.sim.runs import LEVEL_STEP, check_arrivals
 from swarmgpu.sim.swarm_replay import WORKLOADS
 from swarmgpu.sim.trace import TraceError, load_nodes, load_pods, load_trace
 from swarmgpu.sim.traces import bundled
@@ -260,7 +260,7 @@ def run_simulate(
     missing = highs_missing() if bound != "off" else None
     solve = bound != "off" and missing is None
     try:
-        load_trace(nodes, pods)  # refused before the workers start
+        check_arrivals(*load_trace(nodes, pods), pods)  # refused before the workers start
         if progress is not None:
             progress.total = len(policies) * len(seeds) + (len(seeds) if solve else 0)
             progress.start(

@@ -7,12 +7,14 @@ can hand ``policy="swarmgpu"`` to the planner's replay without an import cycle.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from swarmgpu.allocator.fragmentation import TypicalTask, typical_tasks
-from swarmgpu.sim.trace import TraceError, TracePod
+from swarmgpu.allocator.values import NodeSpec
+from swarmgpu.sim.trace import MAX_ROWS, TraceError, TracePod
 
 LEVEL_STEP = 5
 METER_EVERY = 64  # pods between two reports of how far a replay got
@@ -68,6 +70,28 @@ def pod_kind(p: TracePod) -> str:
 
 def workload_of(pods: Sequence[TracePod]) -> tuple[TypicalTask, ...]:
     return typical_tasks(p.demand().shape() for p in pods)
+
+
+def check_arrivals(
+    nodes: Sequence[NodeSpec], pods: Sequence[TracePod], source: str, inflate: float = 1.3
+) -> None:
+    """``TraceError`` before a replay whose ``arrival_order`` would draw more than
+    ``MAX_ROWS`` pods: pods asking little GPU on a large cluster took millions of
+    draws and as many arrivals to replay (hours, and the memory for them)."""
+    cluster = sum(len(n.gpus) for n in nodes) * 1000
+    asked = sum(p.total_gpu_milli for p in pods)
+    need = inflate * cluster - asked
+    if need <= 0 or not asked:  # no GPU asked: load_trace refuses it, naming that
+        return
+    mean = asked / len(pods)
+    arrivals = len(pods) + math.ceil(need / mean)
+    if arrivals > MAX_ROWS:
+        raise TraceError(
+            f"{source}: its pods ask {asked:,} GPU-milli in all, {mean:,.3g} a pod: reaching "
+            f"{inflate:.0%} of the cluster's {cluster:,} would take about {arrivals:,} "
+            f"arrivals, more than the {MAX_ROWS:,} simulate replays; give a pod list asking "
+            "more GPU or a node list with fewer GPUs (--departures replays the list as it is)"
+        )
 
 
 def arrival_order(
