@@ -161,3 +161,26 @@ def test_a_replay_that_would_take_millions_of_arrivals_is_refused(tmp_path: Path
         "1,000,000 simulate replays; give a pod list asking more GPU or a node "
         "list with fewer GPUs (--departures replays the list as it is)"
     )
+
+
+@pytest.mark.parametrize(
+    ("policies", "speedup", "why"),
+    [
+        # a table of the bound alone, exit 0
+        ([], 1.0, "--policy: no policy given; choose from swarmgpu, "),
+        # the same replay twice, its row saying "seeds 2" for one seed
+        (["fgd", "bestfit", "fgd"], 1.0, "--policy: fgd more than once; give each policy once"),
+        # taken (and ignored) without --departures
+        (["fgd"], 0.0, "--speedup 0: must be > 0 (1 = the trace's own times)"),
+    ],
+)
+def test_policies_and_speedup_out_of_range_are_refused(
+    tmp_path: Path, policies: list[str], speedup: float, why: str
+) -> None:
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES)
+    p.write_text(PODS)
+    text, rc = run_simulate(
+        str(n), str(p), policies, [1], False, None, speedup=speedup, bound="off"
+    )
+    assert rc == 2 and text.startswith(why), text

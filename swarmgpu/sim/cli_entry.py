@@ -210,6 +210,14 @@ def run_simulate(
     bad = [p for p in policies if p not in known]
     if bad:
         return (f"unknown policy {', '.join(bad)}; choose from {', '.join(POLICIES)}", 2)
+    if not policies:  # a table of the bound alone
+        return (f"--policy: no policy given; choose from {', '.join(POLICIES)}", 2)
+    twice = sorted({p for p in policies if policies.count(p) > 1})
+    if twice:  # the same replay twice, its row counting each seed twice
+        return (f"--policy: {', '.join(twice)} more than once; give each policy once", 2)
+    # NaN fails every comparison; checked with or without --departures, which alone uses it
+    if not (math.isfinite(speedup) and speedup > 0):
+        return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
     if workload not in WORKLOADS:
         return (f"--workload {workload!r}: use one of {', '.join(WORKLOADS)}", 2)
     if bound not in BOUND_METHODS:
@@ -227,8 +235,6 @@ def run_simulate(
                 2,
             )
         try:
-            if not (math.isfinite(speedup) and speedup > 0):  # NaN fails every comparison
-                return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
             load_trace(nodes, pods)  # refused before the workers start
             if progress is not None:
                 progress.total = len(policies) * len(seeds) * (2 if rebalance_moves else 1)
