@@ -184,3 +184,31 @@ def test_policies_and_speedup_out_of_range_are_refused(
         str(n), str(p), policies, [1], False, None, speedup=speedup, bound="off"
     )
     assert rc == 2 and text.startswith(why), text
+
+
+def test_a_number_too_large_to_be_read_exactly_is_refused(tmp_path: Path) -> None:
+    # Read through a float: 12345678901234567891 milli CPU became 12345678901234567168.
+    f = tmp_path / "p.csv"
+    f.write_text(POD_HEADER + "p1,12345678901234567891,1,1,500,\n")
+    with pytest.raises(TraceError) as err:
+        load_pods(f)
+    assert str(err.value) == (
+        f"{f}:2: column cpu_milli = '12345678901234567891' is not a "
+        "whole number from 0 to 1,000,000,000,000,000"
+    )
+    f.write_text(POD_HEADER + "p1,1000000000000000,1e3,1,1000.0,\n")  # the largest; 1e3
+    (pod,) = load_pods(f)
+    assert (pod.cpu_milli, pod.memory_mib, pod.gpu_milli) == (10**15, 1000, 1000)
+
+
+@pytest.mark.parametrize("raw", ["\u00b2", "9" * 5000, "12345678901234567891"])
+def test_simulate_derive_refuses_a_number_it_cannot_read(tmp_path: Path, raw: str) -> None:
+    # A superscript 2 passed str.isdigit, then int() raised; 5,000 digits passed too, and
+    # int() refused past 4,300: ValueError tracebacks.
+    f = tmp_path / "p.csv"
+    f.write_text(POD_HEADER + f"p1,1,1,{raw},1000,\n")
+    with pytest.raises(TraceError) as err:
+        read_rows(f)
+    assert str(err.value) == (
+        f"{f}:2: column num_gpu = {raw!r} is not a whole number from 0 to 1,000,000,000,000,000"
+    )

@@ -28,6 +28,9 @@ MAX_ROWS = 1_000_000  # openb's lists: ~8,000 pods, 1,213 nodes; load500 derives
 MAX_TEXT = 256 * 1024 * 1024  # characters; 1,000,000 openb rows are ~70 MB
 MAX_LINE = 64 * 1024  # characters in a line; openb's longest has 119
 MAX_COLUMNS = 64  # each row is a dict of every column; openb's have 11
+# Any number: openb's largest is 12,902,960 (a time, seconds); up to here a float is exact.
+MAX_NUMBER = 10**15
+WHOLE = f"a whole number from 0 to {MAX_NUMBER:,}"
 
 
 T = TypeVar("T")
@@ -186,19 +189,27 @@ class _Lines:
         return line
 
 
-def _int(row: dict[str, str], col: str, where: str, default: int | None = None) -> int:
-    """A whole number >= 0 (``1000.0`` too): a negative, fractional, NaN or infinite
-    value is a broken trace, not something to truncate or to crash on."""
-    raw = (row.get(col) or "").strip()
-    if raw == "" and default is not None:
-        return default
+def whole(raw: str) -> int | None:
+    """The whole number 0..``MAX_NUMBER`` that ``raw`` writes (``1000.0`` too), or None:
+    a negative, fractional, NaN or infinite value is a broken trace, not something to
+    truncate or to crash on, and one past ``MAX_NUMBER`` is no resource or time a trace
+    has (read through a float it was no longer the number written)."""
+    if raw.isascii() and raw.isdigit():  # exact, and int() never sees 4,300 digits
+        return int(raw) if len(raw) <= 16 and int(raw) <= MAX_NUMBER else None
     try:
         x = float(raw)
     except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x >= 0 and x == int(x)):
-        raise TraceError(f"{where}: column {col} = {raw!r} is not a whole number >= 0")
-    return int(x)
+        return None
+    return int(x) if math.isfinite(x) and 0 <= x <= MAX_NUMBER and x == int(x) else None
+
+
+def _int(row: dict[str, str], col: str, where: str, default: int | None = None) -> int:
+    raw = (row.get(col) or "").strip()
+    if raw == "" and default is not None:
+        return default
+    if (x := whole(raw)) is None:
+        raise TraceError(f"{where}: column {col} = {raw!r} is not {WHOLE}")
+    return x
 
 
 def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, str]) -> str:

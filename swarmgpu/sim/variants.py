@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmgpu.sim.trace import POD_COLUMNS, TraceError, read_each
+from swarmgpu.sim.trace import POD_COLUMNS, WHOLE, TraceError, read_each, whole
 
 Row = dict[str, str]
 
@@ -162,8 +162,9 @@ def read_rows(path: str | Path) -> tuple[list[str], list[Row]]:
     def checked(row: Row, n: int) -> Row:  # n: the line the row is on
         for col in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli"):
             raw = (row.get(col) or "").strip()
-            if not raw.isdigit():
-                raise TraceError(f"{p}:{n}: column {col} = {raw!r} is not a whole number >= 0")
+            # ASCII digits: the rows are copied as written, and read again with int()
+            if not (raw.isascii() and raw.isdigit()) or whole(raw) is None:
+                raise TraceError(f"{p}:{n}: column {col} = {raw!r} is not {WHOLE}")
         if kind_of(row) == "share" and row["num_gpu"].strip() != "1":
             raise TraceError(
                 f"{p}:{n}: a share of {row['gpu_milli']} milli on "
