@@ -212,3 +212,11 @@ def test_simulate_derive_refuses_a_number_it_cannot_read(tmp_path: Path, raw: st
     assert str(err.value) == (
         f"{f}:2: column num_gpu = {raw!r} is not a whole number from 0 to 1,000,000,000,000,000"
     )
+
+
+def test_gpu_spec_models_are_read_as_the_daemon_reads_gpu_product(tmp_path: Path) -> None:
+    # Parts were kept unstripped: gpu_spec " " (a blank cell) pinned the pod to a model
+    # named " ", which no node has, so no policy ever placed it and nothing said why.
+    f = tmp_path / "p.csv"
+    f.write_text(POD_HEADER + "p1,1,1,1,500, \np2,1,1,1,500,T4 | V100M16||\n")
+    assert [p.gpu_spec for p in load_pods(f)] == [(), ("T4", "V100M16")]

@@ -283,7 +283,9 @@ def load_pods(path: str | Path) -> list[TracePod]:
                 "below 1000) is of one GPU: give num_gpu 1, or gpu_milli 1000 for "
                 f"{num_gpu} whole GPUs"
             )
-        spec = tuple(s for s in (row.get("gpu_spec") or "").split("|") if s)
+        # Each model stripped, as the daemon reads swarmgpu.gpu-product: a blank cell pinned
+        # the pod to a model named " ", which no node has.
+        spec = tuple(m for s in (row.get("gpu_spec") or "").split("|") if (m := s.strip()))
         ct, dt = row.get("creation_time"), row.get("deletion_time")
         created = _int(row, "creation_time", where) if ct else None
         deleted = _int(row, "deletion_time", where) if dt else None
