@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from support.fifo import make_fifo, read_within
 
+from swarmgpu.cli import main
 from swarmgpu.sim.cli_entry import run_simulate
 from swarmgpu.sim.priorities import run_cli
 from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
@@ -220,3 +222,13 @@ def test_gpu_spec_models_are_read_as_the_daemon_reads_gpu_product(tmp_path: Path
     f = tmp_path / "p.csv"
     f.write_text(POD_HEADER + "p1,1,1,1,500, \np2,1,1,1,500,T4 | V100M16||\n")
     assert [p.gpu_spec for p in load_pods(f)] == [(), ("T4", "V100M16")]
+
+
+def test_seeds_reversed_are_named_as_such_once() -> None:
+    # "'51-42' is not N or LOW-HIGH" after "--seeds: --seeds '51-42':": it is LOW-HIGH,
+    # backwards, and the option was named twice.
+    res = CliRunner().invoke(main, ["simulate", "--seeds", "51-42"])
+    assert res.exit_code == 2
+    assert res.output == (
+        "swarmgpu simulate: --seeds '51-42': 51 is above 42 in LOW-HIGH; e.g. --seeds 42-51\n"
+    )

@@ -168,7 +168,7 @@ def simulate(
     try:
         seed_list = parse_seeds(seeds)
     except ValueError as exc:
-        click.echo(f"swarmgpu simulate: --seeds: {exc}", err=True)
+        click.echo(f"swarmgpu simulate: {exc}", err=True)  # exc names --seeds
         sys.exit(2)
     if priority_share is not None:
         from swarmgpu.sim.priorities import run_cli

@@ -43,14 +43,18 @@ def parse_seeds(text: str) -> list[int]:
             if "-" in part[1:]:
                 lo, hi = part.split("-", 1)
                 a, b = int(lo), int(hi)
-                if b < a:
-                    raise ValueError
+                if b < a:  # LOW-HIGH all right, backwards: said so, not "not LOW-HIGH"
+                    raise ValueError(
+                        f"--seeds {text!r}: {a} is above {b} in LOW-HIGH; e.g. --seeds {b}-{a}"
+                    )
                 if len(out) + b - a + 1 > MAX_SEEDS:
                     raise OverflowError
                 out.extend(range(a, b + 1))
             else:
                 out.append(int(part))
-        except ValueError:
+        except ValueError as e:
+            if str(e).startswith("--seeds"):
+                raise
             raise ValueError(
                 f"--seeds {text!r}: {part!r} is not N or LOW-HIGH; e.g. --seeds 42-51"
             ) from None
