@@ -11,52 +11,121 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
 
 
 @click.command()
-@click.option("--trace", default="default", show_default=True,
-              type=click.Choice(TRACE_NAMES),
-              help="Bundled openb trace (CC BY 4.0) for whichever of --nodes/--pods is not given.")
-@click.option("--nodes", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Node CSV (openb columns); default: the bundled trace's GPU nodes.")
-@click.option("--pods", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Pod CSV (openb columns); default: the bundled trace's pods.")
-@click.option("--policy", "policies", default="swarmgpu", show_default=True,
-              help="Comma-separated: swarmgpu,fgd,bestfit,dotprod,packing,random")
+@click.option(
+    "--trace",
+    default="default",
+    show_default=True,
+    type=click.Choice(TRACE_NAMES),
+    help="Bundled openb trace (CC BY 4.0) for whichever of --nodes/--pods is not given.",
+)
+@click.option(
+    "--nodes",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Node CSV (openb columns); default: the bundled trace's GPU nodes.",
+)
+@click.option(
+    "--pods",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Pod CSV (openb columns); default: the bundled trace's pods.",
+)
+@click.option(
+    "--policy",
+    "policies",
+    default="swarmgpu",
+    show_default=True,
+    help="Comma-separated: swarmgpu,fgd,bestfit,dotprod,packing,random",
+)
 @click.option("--seeds", default="42", show_default=True, help="e.g. 42 or 42-51 or 42,43")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--plot", default=None, type=click.Path(), help="Write allocation-vs-load PNG.")
 @click.option("--departures", is_flag=True, help="Replay with creation/deletion times.")
-@click.option("--rebalance-moves", type=float, default=None,
-              help="Allow defragmenting moves: at most this many per 100 arrived pods.")
-@click.option("--speedup", type=float, default=1.0, show_default=True,
-              help="With --departures: arrivals K times faster, lifetimes kept (more load).")
-@click.option("--workload", default="online", show_default=True,
-              type=click.Choice(["online", "oracle"]),
-              help="swarmgpu's workload model: online = learned from arrivals so far, as the "
-                   "daemon does; oracle = the whole trace's mix, as FGD's paper gives FGD.")
-@click.option("--bound", "bound", default="lp", show_default=True,
-              type=click.Choice(["lp", "mip", "off"]),
-              help="The upper bound beside the table: the most GPU allocation any placement "
-                   "of the arrived pods could reach. lp = the certified linear relaxation "
-                   "(seconds per level); mip = the integer program (tighter, minutes); off.")
-@click.option("--online-at", "online_at", type=click.IntRange(0, 130), default=95,
-              show_default=True,
-              help="F of the online bound's row: the most GPU allocation a policy that "
-                   "placed every pod arrived by F% could reach (each policy's own ceiling, "
-                   "from its first failure, is printed too); 0 = no online bound.")
-@click.option("--priorities", "priority_share", type=float, default=None,
-              help="Give this share (0-1) of the GPU pods priority 100 and replay the "
-                   "departures timeline with a queue, without and with priorities "
-                   "(preemption on), and with tenants: wait per class, preemptions, "
-                   "allocation.")
-@click.option("--drain", "drain_s", type=int, default=0, show_default=True,
-              help="With --priorities: after the last arrival, go on up to this many "
-                   "seconds of trace time while pods wait (they start as others leave).")
-@click.option("--progress/--no-progress", "show_progress", default=None,
-              help="Progress on stderr (replays done, pods replayed, ETA). Default: on a "
-                   "terminal only; quiet in a pipe, a log or CI.")
-def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, seeds: str,
-             as_json: bool, plot: str | None, departures: bool, rebalance_moves: float | None,
-             speedup: float, workload: str, bound: str, online_at: int,
-             priority_share: float | None, drain_s: int, show_progress: bool | None) -> None:
+@click.option(
+    "--rebalance-moves",
+    type=float,
+    default=None,
+    help="Allow defragmenting moves: at most this many per 100 arrived pods.",
+)
+@click.option(
+    "--speedup",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="With --departures: arrivals K times faster, lifetimes kept (more load).",
+)
+@click.option(
+    "--workload",
+    default="online",
+    show_default=True,
+    type=click.Choice(["online", "oracle"]),
+    help="swarmgpu's workload model: online = learned from arrivals so far, as the "
+    "daemon does; oracle = the whole trace's mix, as FGD's paper gives FGD.",
+)
+@click.option(
+    "--bound",
+    "bound",
+    default="lp",
+    show_default=True,
+    type=click.Choice(["lp", "mip", "off"]),
+    help="The upper bound beside the table: the most GPU allocation any placement "
+    "of the arrived pods could reach. lp = the certified linear relaxation "
+    "(seconds per level); mip = the integer program (tighter, minutes); off.",
+)
+@click.option(
+    "--online-at",
+    "online_at",
+    type=click.IntRange(0, 130),
+    default=95,
+    show_default=True,
+    help="F of the online bound's row: the most GPU allocation a policy that "
+    "placed every pod arrived by F% could reach (each policy's own ceiling, "
+    "from its first failure, is printed too); 0 = no online bound.",
+)
+@click.option(
+    "--priorities",
+    "priority_share",
+    type=float,
+    default=None,
+    help="Give this share (0-1) of the GPU pods priority 100 and replay the "
+    "departures timeline with a queue, without and with priorities "
+    "(preemption on), and with tenants: wait per class, preemptions, "
+    "allocation.",
+)
+@click.option(
+    "--drain",
+    "drain_s",
+    type=int,
+    default=0,
+    show_default=True,
+    help="With --priorities: after the last arrival, go on up to this many "
+    "seconds of trace time while pods wait (they start as others leave).",
+)
+@click.option(
+    "--progress/--no-progress",
+    "show_progress",
+    default=None,
+    help="Progress on stderr (replays done, pods replayed, ETA). Default: on a "
+    "terminal only; quiet in a pipe, a log or CI.",
+)
+def simulate(
+    trace: str,
+    nodes: str | None,
+    pods: str | None,
+    policies: str,
+    seeds: str,
+    as_json: bool,
+    plot: str | None,
+    departures: bool,
+    rebalance_moves: float | None,
+    speedup: float,
+    workload: str,
+    bound: str,
+    online_at: int,
+    priority_share: float | None,
+    drain_s: int,
+    show_progress: bool | None,
+) -> None:
     """Replay a GPU cluster trace through the placement policies.
 
     \b
@@ -99,22 +168,33 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
     try:
         seed_list = parse_seeds(seeds)
     except ValueError as exc:
-        click.echo(f"swarmgpu simulate: --seeds: {exc}", err=True)
+        click.echo(f"swarmgpu simulate: {exc}", err=True)  # exc names --seeds
         sys.exit(2)
     if priority_share is not None:
         from swarmgpu.sim.priorities import run_cli
 
-        text, code = run_cli(nodes, pods, seed_list, priority_share, speedup, workload, as_json,
-                             drain_s)
+        text, code = run_cli(
+            nodes, pods, seed_list, priority_share, speedup, workload, as_json, drain_s
+        )
         click.echo(text, err=code != 0)
         sys.exit(code)
-    progress = (ProgressLine(0) if wants_progress(show_progress, sys.stderr.isatty())
-                else None)
-    text, code = run_simulate(nodes, pods, comma_list(policies),
-                              seed_list, as_json, plot, departures, rebalance_moves, speedup,
-                              workload, progress, bound,
-                              trace=f"openb trace '{trace}'" if bundled_trace else "",
-                              online_at=online_at)
+    progress = ProgressLine(0) if wants_progress(show_progress, sys.stderr.isatty()) else None
+    text, code = run_simulate(
+        nodes,
+        pods,
+        comma_list(policies),
+        seed_list,
+        as_json,
+        plot,
+        departures,
+        rebalance_moves,
+        speedup,
+        workload,
+        progress,
+        bound,
+        trace=f"openb trace '{trace}'" if bundled_trace else "",
+        online_at=online_at,
+    )
     if code != 0:  # a usage error: on stderr, as click's own
         click.echo(f"swarmgpu simulate: {text}", err=True)
         sys.exit(code)
@@ -123,13 +203,27 @@ def simulate(trace: str, nodes: str | None, pods: str | None, policies: str, see
 
 
 @click.command("simulate-derive")
-@click.option("--pods", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Pod CSV (openb columns) to derive from; default: the bundled default")
-@click.option("--out", "out_dir", default="variants", show_default=True, type=click.Path(),
-              help="Folder for openb_pod_list_<variant>.csv and manifest.json")
-@click.option("--variant", "variants", multiple=True,
-              help="e.g. gpushare60, multigpu30, gpuspec20, cpu250 (repeatable); "
-                   "default: the twelve in docs/simulate.md")
+@click.option(
+    "--pods",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Pod CSV (openb columns) to derive from; default: the bundled default",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default="variants",
+    show_default=True,
+    type=click.Path(),
+    help="Folder for openb_pod_list_<variant>.csv and manifest.json",
+)
+@click.option(
+    "--variant",
+    "variants",
+    multiple=True,
+    help="e.g. gpushare60, multigpu30, gpuspec20, cpu250 (repeatable); "
+    "default: the twelve in docs/simulate.md",
+)
 @click.option("--seed", type=int, default=42, show_default=True)
 def simulate_derive(pods: str | None, out_dir: str, variants: tuple[str, ...], seed: int) -> None:
     """Derive heavier openb workloads (more sharing, multi-GPU, model-pinned or CPU-only pods)."""
@@ -144,7 +238,8 @@ def simulate_derive(pods: str | None, out_dir: str, variants: tuple[str, ...], s
         click.echo(f"swarmgpu simulate-derive: {exc}", err=True)
         sys.exit(2)
     for v in made["variants"].values():
-        click.echo(f"{out_dir}/{v['file']}: {v['pods']} pods, sharing {v['share_request']:.1%} "
-                   f"and multi-GPU {v['multi_request']:.1%} of the GPU request, "
-                   f"{v['spec_pods']:.1%} of GPU pods model-pinned, {v['cpu_pods']:.1%} CPU-only")
-
+        click.echo(
+            f"{out_dir}/{v['file']}: {v['pods']} pods, sharing {v['share_request']:.1%} "
+            f"and multi-GPU {v['multi_request']:.1%} of the GPU request, "
+            f"{v['spec_pods']:.1%} of GPU pods model-pinned, {v['cpu_pods']:.1%} CPU-only"
+        )

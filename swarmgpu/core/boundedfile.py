@@ -67,6 +67,17 @@ def read_head(path: str | os.PathLike[str], limit: int, *, dir_fd: int | None = 
     the caller's "too large"). ``NotRegularFile`` or the ``OSError`` of the open. With
     ``dir_fd``, ``path`` is a name in that directory, never followed if it is a symlink
     (OSError ELOOP): the caller resolved the links itself, fd by fd."""
+    fd = open_regular(path, dir_fd=dir_fd)
+    try:
+        return _read_up_to(fd, limit + 1)
+    finally:
+        os.close(fd)
+
+
+def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> int:
+    """A descriptor open for reading on the regular file at ``path``, for a reader that
+    streams it with bounds of its own; ``NotRegularFile`` or the ``OSError`` of the open
+    (``dir_fd`` as for ``read_head``)."""
     # O_NONBLOCK: opening a FIFO with no writer returns at once; O_NOCTTY: a terminal
     # named here does not become this process's controlling terminal.
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -77,9 +88,10 @@ def read_head(path: str | os.PathLike[str], limit: int, *, dir_fd: int | None = 
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             raise NotRegularFile(file_kind(mode))
-        return _read_up_to(fd, limit + 1)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
 
 
 def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:

@@ -15,9 +15,9 @@ from swarmgpu.sim.bound import highs_missing
 from swarmgpu.sim.bound_runs import BOUND_METHODS, ONLINE_AT
 from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.replay import POLICIES
-from swarmgpu.sim.runs import LEVEL_STEP
+from swarmgpu.sim.runs import LEVEL_STEP, check_arrivals
 from swarmgpu.sim.swarm_replay import WORKLOADS
-from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
+from swarmgpu.sim.trace import TraceError, load_nodes, load_pods, load_trace
 from swarmgpu.sim.traces import bundled
 
 
@@ -43,32 +43,41 @@ def parse_seeds(text: str) -> list[int]:
             if "-" in part[1:]:
                 lo, hi = part.split("-", 1)
                 a, b = int(lo), int(hi)
-                if b < a:
-                    raise ValueError
+                if b < a:  # LOW-HIGH all right, backwards: said so, not "not LOW-HIGH"
+                    raise ValueError(
+                        f"--seeds {text!r}: {a} is above {b} in LOW-HIGH; e.g. --seeds {b}-{a}"
+                    )
                 if len(out) + b - a + 1 > MAX_SEEDS:
                     raise OverflowError
                 out.extend(range(a, b + 1))
             else:
                 out.append(int(part))
-        except ValueError:
-            raise ValueError(f"--seeds {text!r}: {part!r} is not N or LOW-HIGH; "
-                             "e.g. --seeds 42-51") from None
+        except ValueError as e:
+            if str(e).startswith("--seeds"):
+                raise
+            raise ValueError(
+                f"--seeds {text!r}: {part!r} is not N or LOW-HIGH; e.g. --seeds 42-51"
+            ) from None
         except OverflowError:
-            raise ValueError(f"--seeds {text!r}: at most {MAX_SEEDS} seeds; "
-                             "e.g. --seeds 42-51") from None
+            raise ValueError(
+                f"--seeds {text!r}: at most {MAX_SEEDS} seeds; e.g. --seeds 42-51"
+            ) from None
     if len(out) > MAX_SEEDS:  # single seeds, comma after comma
         raise ValueError(f"--seeds {text!r}: at most {MAX_SEEDS} seeds; e.g. --seeds 42-51")
     twice = sorted({s for s in out if out.count(s) > 1})
     if twice:
-        raise ValueError(f"--seeds {text!r}: {', '.join(map(str, twice))} more than once; "
-                         "give each seed once")
+        raise ValueError(
+            f"--seeds {text!r}: {', '.join(map(str, twice))} more than once; give each seed once"
+        )
     if not out:
         raise ValueError(f"--seeds {text!r}: no seeds given; e.g. --seeds 42-51")
     return out
 
 
-PLOT_NEEDS = ("--plot needs matplotlib, which is not installed: "
-              "pip install 'swarmgpu[sim]' (or pip install matplotlib)")
+PLOT_NEEDS = (
+    "--plot needs matplotlib, which is not installed: "
+    "pip install 'swarmgpu[sim]' (or pip install matplotlib)"
+)
 
 
 def plot_missing() -> str | None:
@@ -88,8 +97,13 @@ class ProgressLine:
     place (``within`` at most every ``redraw_s``); elsewhere (a log, CI, asked for with
     --progress) one line per replay and one per tenth of the pods."""
 
-    def __init__(self, total: int, stream: TextIO | None = None,
-                 clock: Callable[[], float] = time.monotonic, redraw_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        redraw_s: float = 0.25,
+    ) -> None:
         self.total = total
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
@@ -109,8 +123,9 @@ class ProgressLine:
         spent = self.clock() - self.t0
         left = self.total - self.done
         eta = f"ETA {_duration(spent / self.done * left)}" if left else "done"
-        self._write(f"simulate: {self.done}/{self.total} {policy} seed {seed} "
-                    f"({_duration(spent)}); {eta}")
+        self._write(
+            f"simulate: {self.done}/{self.total} {policy} seed {seed} ({_duration(spent)}); {eta}"
+        )
         if not left and self.tty:
             self.stream.write("\n")
             self.stream.flush()
@@ -129,8 +144,10 @@ class ProgressLine:
         self._drawn = now
         spent = now - self.t0
         eta = f"ETA {_duration(spent * (1 - share) / share)}" if share > 0 else "ETA -"
-        self._write(f"simulate: {self.done}/{self.total} replays done, {share:.0%} of their "
-                    f"pods ({_duration(spent)}); {eta}")
+        self._write(
+            f"simulate: {self.done}/{self.total} replays done, {share:.0%} of their "
+            f"pods ({_duration(spent)}); {eta}"
+        )
 
     def _write(self, line: str) -> None:
         self.stream.write(f"\r\x1b[K{line}" if self.tty else line + "\n")
@@ -165,17 +182,29 @@ def seeds_text(seeds: Sequence[int]) -> str:
 def plot_title(trace: str, policies: Sequence[str], seeds: Sequence[int]) -> str:
     """What the --plot PNG shows, on it: trace, policies, seeds, the arrival points."""
     levels = f"{LEVEL_STEP}% to 130% of the cluster's GPU, every {LEVEL_STEP}%"
-    return (f"{trace}: GPU allocation against arrived GPU load\n"
-            f"policies {', '.join(policies)}; seeds {seeds_text(seeds)} (mean of "
-            f"{len(set(seeds))}); arrival points {levels}")
+    return (
+        f"{trace}: GPU allocation against arrived GPU load\n"
+        f"policies {', '.join(policies)}; seeds {seeds_text(seeds)} (mean of "
+        f"{len(set(seeds))}); arrival points {levels}"
+    )
 
 
-def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], as_json: bool,
-                 plot: str | None, departures: bool = False,
-                 rebalance_moves: float | None = None,
-                 speedup: float = 1.0, workload: str = "online",
-                 progress: ProgressLine | None = None, bound: str = "lp",
-                 trace: str = "", online_at: int = ONLINE_AT) -> tuple[str, int]:
+def run_simulate(
+    nodes: str,
+    pods: str,
+    policies: list[str],
+    seeds: list[int],
+    as_json: bool,
+    plot: str | None,
+    departures: bool = False,
+    rebalance_moves: float | None = None,
+    speedup: float = 1.0,
+    workload: str = "online",
+    progress: ProgressLine | None = None,
+    bound: str = "lp",
+    trace: str = "",
+    online_at: int = ONLINE_AT,
+) -> tuple[str, int]:
     """Run the replay; returns (text to print, exit code). ``progress`` (if given) hears
     of every replay as it ends, and of the pods replayed while they run. ``bound``: the
     upper bound beside the no-departure table (``sim.bound_runs``; "off" for none);
@@ -185,50 +214,83 @@ def run_simulate(nodes: str, pods: str, policies: list[str], seeds: list[int], a
     bad = [p for p in policies if p not in known]
     if bad:
         return (f"unknown policy {', '.join(bad)}; choose from {', '.join(POLICIES)}", 2)
+    if not policies:  # a table of the bound alone
+        return (f"--policy: no policy given; choose from {', '.join(POLICIES)}", 2)
+    twice = sorted({p for p in policies if policies.count(p) > 1})
+    if twice:  # the same replay twice, its row counting each seed twice
+        return (f"--policy: {', '.join(twice)} more than once; give each policy once", 2)
+    # NaN fails every comparison; checked with or without --departures, which alone uses it
+    if not (math.isfinite(speedup) and speedup > 0):
+        return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
     if workload not in WORKLOADS:
         return (f"--workload {workload!r}: use one of {', '.join(WORKLOADS)}", 2)
     if bound not in BOUND_METHODS:
         return (f"--bound {bound!r}: use one of {', '.join(BOUND_METHODS)}", 2)
     # not (x >= 0): NaN too, which every comparison lets through; inf has no budget either
-    if rebalance_moves is not None and not (math.isfinite(rebalance_moves)
-                                            and rebalance_moves >= 0):
+    if rebalance_moves is not None and not (
+        math.isfinite(rebalance_moves) and rebalance_moves >= 0
+    ):
         return (f"--rebalance-moves {rebalance_moves:g}: must be >= 0 (moves per 100 pods)", 2)
     if departures:
         if plot:
-            return ("--plot draws allocation against arrived load, which a replay with "
-                    "--departures has no axis for; drop one of the two", 2)
+            return (
+                "--plot draws allocation against arrived load, which a replay with "
+                "--departures has no axis for; drop one of the two",
+                2,
+            )
         try:
-            if not (math.isfinite(speedup) and speedup > 0):  # NaN fails every comparison
-                return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
+            load_trace(nodes, pods)  # refused before the workers start
             if progress is not None:
                 progress.total = len(policies) * len(seeds) * (2 if rebalance_moves else 1)
                 progress.start("replays with departures")
-            timed = report.run_timed(nodes, pods, policies, seeds, moves=rebalance_moves,
-                                     speedup=speedup, workload=workload, progress=progress,
-                                     within=progress.within if progress else None)
+            timed = report.run_timed(
+                nodes,
+                pods,
+                policies,
+                seeds,
+                moves=rebalance_moves,
+                speedup=speedup,
+                workload=workload,
+                progress=progress,
+                within=progress.within if progress else None,
+            )
             tbound: TimedBound | str | None = None
             if bound != "off":
-                tbound = highs_missing() or timed_bound(load_nodes(nodes), load_pods(pods),
-                                                        speedup, method=bound)
+                tbound = highs_missing() or timed_bound(
+                    load_nodes(nodes), load_pods(pods), speedup, method=bound
+                )
         except TraceError as e:
             return (str(e), 2)
-        return (report.timed_json(timed, tbound) if as_json
-                else report.timed_text(timed, tbound), 0)
+        return (
+            report.timed_json(timed, tbound) if as_json else report.timed_text(timed, tbound),
+            0,
+        )
     if plot and (why := plot_missing()):
         return (why, 2)
     missing = highs_missing() if bound != "off" else None
     solve = bound != "off" and missing is None
     try:
+        check_arrivals(*load_trace(nodes, pods), pods)  # refused before the workers start
         if progress is not None:
             progress.total = len(policies) * len(seeds) + (len(seeds) if solve else 0)
-            progress.start("replays to 130% arrived load"
-                           + (" and the upper bound per seed" if solve else ""))
-        results = report.run_many(nodes, pods, policies, seeds, moves=rebalance_moves,
-                                  workload=workload, progress=progress,
-                                  within=progress.within if progress else None)
-        bounds = (report.run_bounds(nodes, pods, results, bound, progress=progress,
-                                    online_at=online_at)
-                  if solve else missing)
+            progress.start(
+                "replays to 130% arrived load" + (" and the upper bound per seed" if solve else "")
+            )
+        results = report.run_many(
+            nodes,
+            pods,
+            policies,
+            seeds,
+            moves=rebalance_moves,
+            workload=workload,
+            progress=progress,
+            within=progress.within if progress else None,
+        )
+        bounds = (
+            report.run_bounds(nodes, pods, results, bound, progress=progress, online_at=online_at)
+            if solve
+            else missing
+        )
     except TraceError as e:
         return (str(e), 2)
     s = report.summary(results, bounds)

@@ -52,7 +52,7 @@ from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.sim.runs import METER_EVERY, Window, arrival_times, meter, timed_pods
 from swarmgpu.sim.swarm_replay import P, World, workload_model
-from swarmgpu.sim.trace import TraceError, TracePod, load_nodes, load_pods
+from swarmgpu.sim.trace import TraceError, TracePod, load_trace
 from swarmgpu.swarm.client import SwarmNode, service_from_api
 
 HIGH = 100
@@ -66,8 +66,9 @@ RUNS = ("without", "with", "tenants")
 
 
 def sim_tenants() -> Tenants:
-    specs, own, errors = parse_tenants(SIM_TENANTS, {}, parse_priority_classes(
-        "critical=1000,inference=100,batch=0"), 10)
+    specs, own, errors = parse_tenants(
+        SIM_TENANTS, {}, parse_priority_classes("critical=1000,inference=100,batch=0"), 10
+    )
     if errors:  # a constant: a change to the config's rules would show here
         raise ValueError(f"the simulator's tenants no longer parse: {errors}")
     return Tenants(specs, own, P)
@@ -87,12 +88,15 @@ class ClassResult:
 
     def to_dict(self) -> dict[str, Any]:
         w = sorted(self.waits)
-        return {"pods": self.pods, "started": self.started,
-                "never_started": self.pods - self.started,
-                "mean_wait_s": round(statistics.fmean(w), 1) if w else None,
-                "median_wait_s": statistics.median(w) if w else None,
-                "p95_wait_s": w[min(len(w) - 1, int(0.95 * len(w)))] if w else None,
-                "preempted": self.preempted}
+        return {
+            "pods": self.pods,
+            "started": self.started,
+            "never_started": self.pods - self.started,
+            "mean_wait_s": round(statistics.fmean(w), 1) if w else None,
+            "median_wait_s": statistics.median(w) if w else None,
+            "p95_wait_s": w[min(len(w) - 1, int(0.95 * len(w)))] if w else None,
+            "preempted": self.preempted,
+        }
 
 
 @dataclass
@@ -110,13 +114,18 @@ class PriorityResult:
     contended_alloc_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "priorities": self.priorities, "tenants": self.tenants,
-                "mean_alloc_pct": round(self.mean_alloc_pct, 2),
-                "contended_s": self.contended_s,
-                "contended_alloc_pct": (None if self.contended_alloc_pct is None
-                                        else round(self.contended_alloc_pct, 2)),
-                "preemptions": self.preemptions,
-                "classes": {k: v.to_dict() for k, v in sorted(self.classes.items())}}
+        return {
+            "seed": self.seed,
+            "priorities": self.priorities,
+            "tenants": self.tenants,
+            "mean_alloc_pct": round(self.mean_alloc_pct, 2),
+            "contended_s": self.contended_s,
+            "contended_alloc_pct": (
+                None if self.contended_alloc_pct is None else round(self.contended_alloc_pct, 2)
+            ),
+            "preemptions": self.preemptions,
+            "classes": {k: v.to_dict() for k, v in sorted(self.classes.items())},
+        }
 
 
 class _Steps(Window):
@@ -136,8 +145,7 @@ class _Steps(Window):
         span = self.now - t0
         if span <= 0:
             return 0.0
-        return sum(a * (min(b, self.now) - max(f, t0)) for f, b, a in self.steps
-                   if b > t0) / span
+        return sum(a * (min(b, self.now) - max(f, t0)) for f, b, a in self.steps if b > t0) / span
 
 
 def high_pods(pods: Sequence[TracePod], share: float, seed: int) -> set[str]:
@@ -147,12 +155,22 @@ def high_pods(pods: Sequence[TracePod], share: float, seed: int) -> set[str]:
     return set(rng.sample(gpu, round(share * len(gpu))))
 
 
-def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int, *,
-                      share: float, priorities: bool, speedup: float = 1.0,
-                      workload: str = "online", interval_s: int = INTERVAL_S,
-                      source: str = "the pod file", tenants: bool = False,
-                      contended_from: int | None = None, find_contention: bool = True,
-                      drain_s: int = 0) -> PriorityResult:
+def replay_priorities(
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[TracePod],
+    seed: int,
+    *,
+    share: float,
+    priorities: bool,
+    speedup: float = 1.0,
+    workload: str = "online",
+    interval_s: int = INTERVAL_S,
+    source: str = "the pod file",
+    tenants: bool = False,
+    contended_from: int | None = None,
+    find_contention: bool = True,
+    drain_s: int = 0,
+) -> PriorityResult:
     """One run; ``tenants`` (priorities on) adds ``SIM_TENANTS``. ``contended_from``: the
     contended span's start to measure over; without it the run finds its own (unless
     ``find_contention`` is False: another run of the seed found none). ``drain_s``:
@@ -172,9 +190,13 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
     planner = Planner(workload=workload_model(workload, pods), tenants=tenancy)
     planner.cluster.explain = False
     priorities = priorities or tenants
-    res = PriorityResult(seed, priorities, {} if tenants else
-                         {"high": ClassResult(), "batch": ClassResult()}, tenants=tenants,
-                         contended_from=contended_from)
+    res = PriorityResult(
+        seed,
+        priorities,
+        {} if tenants else {"high": ClassResult(), "batch": ClassResult()},
+        tenants=tenants,
+        contended_from=contended_from,
+    )
     waiting: dict[str, int] = {}  # service id -> when it (last) started waiting
     arrived_at: dict[str, int] = {}  # service id -> arrival (first wait)
     lifetime: dict[str, int] = {}
@@ -193,16 +215,31 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
 
     def cycle() -> None:
         dirty[0] = False
-        plan = planner.plan(list(world.nodes.values()), list(world.services.values()),
-                            world.all_tasks(), world.facts, now=float(w.now))
+        plan = planner.plan(
+            list(world.nodes.values()),
+            list(world.services.values()),
+            world.all_tasks(),
+            world.facts,
+            now=float(w.now),
+        )
         world.apply(plan)
-        if plan.node_set or plan.node_remove or any(
+        if (
+            plan.node_set
+            or plan.node_remove
+            or any(
                 (sp.placements and sp.id in waiting) or sp.needs_service_write or sp.node_writes
-                for sp in plan.services):
+                for sp in plan.services
+            )
+        ):
             dirty[0] = True  # writes to land, gates to open: the next cycle goes on
-        if find_contention and res.contended_from is None and any(
+        if (
+            find_contention
+            and res.contended_from is None
+            and any(
                 sp.id in waiting and not sp.placements and sp.status == "pending"
-                for sp in plan.services):
+                for sp in plan.services
+            )
+        ):
             res.contended_from = w.now  # a pod is left waiting: contention from here
         for sp in plan.services:
             if sp.id in waiting and sp.placements:
@@ -215,12 +252,19 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
                 gen[sp.id] = gen.get(sp.id, 0) + 1
                 heapq.heappush(leaving, (w.now + lifetime[sp.id], gen[sp.id], sp.id))
         if not priorities or not any(
-                sp.status == "pending" and sp.request is not None and sp.request.priority
-                for sp in plan.services):
+            sp.status == "pending" and sp.request is not None and sp.request.priority
+            for sp in plan.services
+        ):
             return  # only a pending high pod preempts: skip the decision's ledger read
-        chosen = choose_preemptions(plan, list(world.nodes.values()),
-                                    list(world.services.values()), world.all_tasks(),
-                                    world.facts, prefix=P, preemptible_below=HIGH)
+        chosen = choose_preemptions(
+            plan,
+            list(world.nodes.values()),
+            list(world.services.values()),
+            world.all_tasks(),
+            world.facts,
+            prefix=P,
+            preemptible_below=HIGH,
+        )
         for p in chosen:
             res.preemptions += 1
             for v in p.victims:
@@ -232,12 +276,18 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
         s = world.services[sid]
         n = world.nodes[node_id]
         drop = {assign_key(P, s.name), gate_key(P, s.name)}
-        world.nodes[node_id] = SwarmNode(**{**n.__dict__, "labels": {
-            k: v for k, v in n.labels.items() if k not in drop}, "version": n.version + 1})
+        world.nodes[node_id] = SwarmNode(
+            **{
+                **n.__dict__,
+                "labels": {k: v for k, v in n.labels.items() if k not in drop},
+                "version": n.version + 1,
+            }
+        )
         dk = devices_key(P, node_id)
         labels = {k: v for k, v in s.labels.items() if not (k == dk or k.startswith(dk + "."))}
-        s = service_from_api({"ID": sid, "Spec": {**s.spec, "Labels": labels},
-                              "Version": {"Index": s.version + 1}})
+        s = service_from_api(
+            {"ID": sid, "Spec": {**s.spec, "Labels": labels}, "Version": {"Index": s.version + 1}}
+        )
         world.services[sid] = s
         world.tasks[sid] = world._task(s, "")
         gen[sid] = gen.get(sid, 0) + 1  # its departure is void: it runs again from 0
@@ -284,7 +334,8 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
         until(arrive)
         if pod.total_gpu_milli == 0:  # CPU-only: placed at once, as the departures replay
             got = planner.cluster.alloc.place(
-                Demand(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib), explain=False)
+                Demand(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib), explain=False
+            )
             if isinstance(got, Choice):
                 key = f"cpu{tid}"
                 world.add_cpu_task(key, got.node, pod)
@@ -322,45 +373,99 @@ def replay_priorities(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed:
     return res
 
 
-def run(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seeds: Sequence[int], *,
-        share: float, speedup: float = 1.0, workload: str = "online",
-        source: str = "the pod file", drain_s: int = 0) -> dict[str, list[PriorityResult]]:
+def run(
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[TracePod],
+    seeds: Sequence[int],
+    *,
+    share: float,
+    speedup: float = 1.0,
+    workload: str = "online",
+    source: str = "the pod file",
+    drain_s: int = 0,
+) -> dict[str, list[PriorityResult]]:
     """Each seed without priorities, with them, and with them and ``SIM_TENANTS``; the
     later runs measure the contended span the first found."""
     out: dict[str, list[PriorityResult]] = {k: [] for k in RUNS}
     for seed in seeds:
-        off = replay_priorities(nodes, pods, seed, share=share, priorities=False,
-                                speedup=speedup, workload=workload, source=source,
-                                drain_s=drain_s)
+        off = replay_priorities(
+            nodes,
+            pods,
+            seed,
+            share=share,
+            priorities=False,
+            speedup=speedup,
+            workload=workload,
+            source=source,
+            drain_s=drain_s,
+        )
         out["without"].append(off)
         for key in RUNS[1:]:
-            out[key].append(replay_priorities(
-                nodes, pods, seed, share=share, priorities=True, speedup=speedup,
-                workload=workload, source=source, tenants=key == "tenants",
-                contended_from=off.contended_from, find_contention=False, drain_s=drain_s))
+            out[key].append(
+                replay_priorities(
+                    nodes,
+                    pods,
+                    seed,
+                    share=share,
+                    priorities=True,
+                    speedup=speedup,
+                    workload=workload,
+                    source=source,
+                    tenants=key == "tenants",
+                    contended_from=off.contended_from,
+                    find_contention=False,
+                    drain_s=drain_s,
+                )
+            )
     return out
 
 
 def as_text(results: dict[str, list[PriorityResult]], share: float) -> str:
-    lines = [f"priorities: {share:.0%} of the GPU pods at priority {HIGH}, the rest 0; "
-             "a pod waits until placed (a cycle per second of trace time while one waits); "
-             "tenants: inference (ceiling 100) and research (ceiling 50)", ""]
-    head = ["run", "class", "pods", "started", "mean wait s", "median s", "p95 s",
-            "never started", "preempted", "mean alloc%", "contended alloc%"]
+    lines = [
+        f"priorities: {share:.0%} of the GPU pods at priority {HIGH}, the rest 0; "
+        "a pod waits until placed (a cycle per second of trace time while one waits); "
+        "tenants: inference (ceiling 100) and research (ceiling 50)",
+        "",
+    ]
+    head = [
+        "run",
+        "class",
+        "pods",
+        "started",
+        "mean wait s",
+        "median s",
+        "p95 s",
+        "never started",
+        "preempted",
+        "mean alloc%",
+        "contended alloc%",
+    ]
     rows = [head]
     for key, runs in results.items():
         for r in runs:
             for name, c in sorted(r.classes.items()):
                 d = c.to_dict()
-                rows.append([f"{key} (seed {r.seed})", name, str(d["pods"]), str(d["started"]),
-                             _num(d["mean_wait_s"]), _num(d["median_wait_s"]),
-                             _num(d["p95_wait_s"]), str(d["never_started"]),
-                             str(d["preempted"]), f"{r.mean_alloc_pct:.2f}",
-                             "-" if r.contended_alloc_pct is None
-                             else f"{r.contended_alloc_pct:.2f} ({r.contended_s} s)"])
+                rows.append(
+                    [
+                        f"{key} (seed {r.seed})",
+                        name,
+                        str(d["pods"]),
+                        str(d["started"]),
+                        _num(d["mean_wait_s"]),
+                        _num(d["median_wait_s"]),
+                        _num(d["p95_wait_s"]),
+                        str(d["never_started"]),
+                        str(d["preempted"]),
+                        f"{r.mean_alloc_pct:.2f}",
+                        "-"
+                        if r.contended_alloc_pct is None
+                        else f"{r.contended_alloc_pct:.2f} ({r.contended_s} s)",
+                    ]
+                )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(wd) for c, wd in zip(r, widths, strict=True)).rstrip()
-              for r in rows]
+    lines += [
+        "  ".join(c.ljust(wd) for c, wd in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
     return "\n".join(lines) + "\n\n" + COLUMNS
 
 
@@ -388,23 +493,39 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:g}"
 
 
-def run_cli(nodes_path: str, pods_path: str, seeds: Sequence[int], share: float,
-            speedup: float, workload: str, as_json: bool, drain_s: int = 0,
-            ) -> tuple[str, int]:
+def run_cli(
+    nodes_path: str,
+    pods_path: str,
+    seeds: Sequence[int],
+    share: float,
+    speedup: float,
+    workload: str,
+    as_json: bool,
+    drain_s: int = 0,
+) -> tuple[str, int]:
     """``simulate --priorities SHARE``: (text to print, exit code; 2 on a bad option)."""
     if not 0 < share < 1:
-        return (f"swarmgpu simulate: --priorities {share:g}: a share of the GPU pods, "
-                "strictly between 0 and 1 (e.g. 0.1)", 2)
+        return (
+            f"swarmgpu simulate: --priorities {share:g}: a share of the GPU pods, "
+            "strictly between 0 and 1 (e.g. 0.1)",
+            2,
+        )
     if not (math.isfinite(speedup) and speedup > 0):  # NaN fails every comparison
         return (f"swarmgpu simulate: --speedup {speedup:g}: must be > 0", 2)
     if drain_s < 0:
         return (f"swarmgpu simulate: --drain {drain_s}: seconds of trace time, >= 0", 2)
     try:
-        results = run(load_nodes(nodes_path), load_pods(pods_path), seeds, share=share,
-                      speedup=speedup, workload=workload, source=pods_path, drain_s=drain_s)
+        results = run(
+            *load_trace(nodes_path, pods_path),
+            seeds,
+            share=share,
+            speedup=speedup,
+            workload=workload,
+            source=pods_path,
+            drain_s=drain_s,
+        )
     except TraceError as e:
         return (f"swarmgpu simulate: {e}", 2)
     if as_json:
-        return (json.dumps({k: [r.to_dict() for r in v] for k, v in results.items()},
-                           indent=2), 0)
+        return (json.dumps({k: [r.to_dict() for r in v] for k, v in results.items()}, indent=2), 0)
     return (as_text(results, share), 0)

@@ -7,12 +7,14 @@ can hand ``policy="swarmgpu"`` to the planner's replay without an import cycle.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from swarmgpu.allocator.fragmentation import TypicalTask, typical_tasks
-from swarmgpu.sim.trace import TraceError, TracePod
+from swarmgpu.allocator.values import NodeSpec
+from swarmgpu.sim.trace import MAX_ROWS, TraceError, TracePod
 
 LEVEL_STEP = 5
 METER_EVERY = 64  # pods between two reports of how far a replay got
@@ -70,8 +72,31 @@ def workload_of(pods: Sequence[TracePod]) -> tuple[TypicalTask, ...]:
     return typical_tasks(p.demand().shape() for p in pods)
 
 
-def arrival_order(pods: Sequence[TracePod], cluster_milli: int, seed: int,
-                  inflate: float = 1.3) -> tuple[list[TracePod], random.Random]:
+def check_arrivals(
+    nodes: Sequence[NodeSpec], pods: Sequence[TracePod], source: str, inflate: float = 1.3
+) -> None:
+    """``TraceError`` before a replay whose ``arrival_order`` would draw more than
+    ``MAX_ROWS`` pods: pods asking little GPU on a large cluster took millions of
+    draws and as many arrivals to replay (hours, and the memory for them)."""
+    cluster = sum(len(n.gpus) for n in nodes) * 1000
+    asked = sum(p.total_gpu_milli for p in pods)
+    need = inflate * cluster - asked
+    if need <= 0 or not asked:  # no GPU asked: load_trace refuses it, naming that
+        return
+    mean = asked / len(pods)
+    arrivals = len(pods) + math.ceil(need / mean)
+    if arrivals > MAX_ROWS:
+        raise TraceError(
+            f"{source}: its pods ask {asked:,} GPU-milli in all, {mean:,.3g} a pod: reaching "
+            f"{inflate:.0%} of the cluster's {cluster:,} would take about {arrivals:,} "
+            f"arrivals, more than the {MAX_ROWS:,} simulate replays; give a pod list asking "
+            "more GPU or a node list with fewer GPUs (--departures replays the list as it is)"
+        )
+
+
+def arrival_order(
+    pods: Sequence[TracePod], cluster_milli: int, seed: int, inflate: float = 1.3
+) -> tuple[list[TracePod], random.Random]:
     """Shuffled originals plus resampled copies up to ``inflate`` x cluster GPU-milli."""
     rng = random.Random(seed)  # noqa: S311 - simulation, not security
     order = sorted(pods, key=lambda p: p.name)
@@ -112,7 +137,8 @@ def timed_pods(pods: Sequence[TracePod], source: str = "the pod file") -> list[T
         raise TraceError(
             f"{source}: {len(missing)} pod(s) (first {missing[0]}) have no creation_time/"
             "deletion_time, which --departures needs; use an 11-column openb pod file "
-            "(e.g. openb_pod_list_default.csv) or run without --departures")
+            "(e.g. openb_pod_list_default.csv) or run without --departures"
+        )
     return sorted(pods, key=lambda p: (p.creation_time or 0, p.name))
 
 
@@ -147,8 +173,9 @@ class Window:
             res.mean_demand_pct = 100.0 * self.area_demand / res.span_s / cluster_milli
 
 
-def level_prefixes(order: Sequence[TracePod], cluster_milli: int, inflate: float = 1.3,
-                   step: int = LEVEL_STEP) -> dict[int, int]:
+def level_prefixes(
+    order: Sequence[TracePod], cluster_milli: int, inflate: float = 1.3, step: int = LEVEL_STEP
+) -> dict[int, int]:
     """Arrived-load level -> how many pods of ``order`` had arrived when the replays
     recorded it (the pod whose arrival reached the level included; levels the last copy
     stops short of: every pod), by the replays' own rule."""

@@ -8,7 +8,6 @@ deletion_time,scheduled_time``) or the 5-column form (``name,...,gpu_milli``).
 from __future__ import annotations
 
 import csv
-import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import TextIO, TypeVar
 
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
+from swarmgpu.core.boundedfile import NotRegularFile, open_regular
+from swarmgpu.core.model import MAX_GPUS
 from swarmgpu.core.peertext import escaped
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -27,6 +28,9 @@ MAX_ROWS = 1_000_000  # openb's lists: ~8,000 pods, 1,213 nodes; load500 derives
 MAX_TEXT = 256 * 1024 * 1024  # characters; 1,000,000 openb rows are ~70 MB
 MAX_LINE = 64 * 1024  # characters in a line; openb's longest has 119
 MAX_COLUMNS = 64  # each row is a dict of every column; openb's have 11
+# Any number: openb's largest is 12,902,960 (a time, seconds); up to here a float is exact.
+MAX_NUMBER = 10**15
+WHOLE = f"a whole number from 0 to {MAX_NUMBER:,}"
 
 
 T = TypeVar("T")
@@ -55,8 +59,10 @@ class TracePod:
     def demand(self) -> Demand:
         share = 0 < self.gpu_milli < 1000
         if share and self.num_gpu != 1:
-            raise TraceError(f"pod {self.name}: a share of {self.gpu_milli} milli on "
-                             f"{self.num_gpu} GPUs; shares must be on one GPU")
+            raise TraceError(
+                f"pod {self.name}: a share of {self.gpu_milli} milli on "
+                f"{self.num_gpu} GPUs; shares must be on one GPU"
+            )
         return Demand(
             num_gpu=0 if share or self.gpu_milli == 0 else self.num_gpu,
             gpu_milli=self.gpu_milli if share else 0,
@@ -66,8 +72,9 @@ class TracePod:
         )
 
 
-def read_csv(path: str | Path, required: tuple[str, ...],
-             expected: str = "") -> tuple[list[str], list[dict[str, str]]]:
+def read_csv(
+    path: str | Path, required: tuple[str, ...], expected: str = ""
+) -> tuple[list[str], list[dict[str, str]]]:
     """An openb CSV as (header, rows), the header holding ``required`` once each;
     ``TraceError`` naming the file and the fix otherwise (``expected``: what the file
     should be, for the missing-column error). ``simulate-derive`` and the benchmarks
@@ -76,89 +83,133 @@ def read_csv(path: str | Path, required: tuple[str, ...],
     return read_each(path, required, lambda row, _n: row, expected)
 
 
-def read_each(path: str | Path, required: tuple[str, ...],
-              make: Callable[[dict[str, str], int], T],
-              expected: str = "") -> tuple[list[str], list[T]]:
-    """``read_csv`` with each row handed to ``make`` (the row, its number: 2 for the
-    first) as it is read, and only what ``make`` returns kept: a row as a dict of strings
-    is about 1 KB, ten times what the typed pod made of it holds (docs/simulate.md)."""
+def read_each(
+    path: str | Path,
+    required: tuple[str, ...],
+    make: Callable[[dict[str, str], int], T],
+    expected: str = "",
+) -> tuple[list[str], list[T]]:
+    """``read_csv`` with each row handed to ``make`` (the row, the file's line it starts
+    on: 2 for the first, unless blank lines or a quoted line break come before) as it is
+    read, and only what ``make`` returns kept: a row as a dict of strings is about 1 KB,
+    ten times what the typed pod made of it holds (docs/simulate.md)."""
     p = Path(path)
     try:
         # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide
         # the first column's name.
-        with p.open(newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(_lines(fh, p))
+        with open(open_regular(p), newline="", encoding="utf-8-sig") as fh:
+            lines = _Lines(fh, p)
+            reader = csv.DictReader(lines)
             header = list(reader.fieldnames or [])
             if len(header) > MAX_COLUMNS:
-                raise TraceError(f"{p}: {len(header)} columns; at most {MAX_COLUMNS} (openb's "
-                                 "have 11): is it a pod list?")
+                raise TraceError(
+                    f"{p}: {len(header)} columns; at most {MAX_COLUMNS} (openb's "
+                    "have 11): is it a pod list?"
+                )
             missing = [c for c in required if c not in header]
             if missing:
-                raise TraceError(f"{p}: missing column(s) {missing}; expected "
-                                 f"{expected}{' with ' if expected else ''}header starting "
-                                 f"{','.join(required)}")
+                raise TraceError(
+                    f"{p}: missing column(s) {missing}; expected "
+                    f"{expected}{' with ' if expected else ''}header starting "
+                    f"{','.join(required)}"
+                )
             # DictReader keeps the last of two same-named columns: which one was meant?
             twice = sorted({c for c in header if header.count(c) > 1})
             if twice:
-                raise TraceError(f"{p}: column(s) {twice} more than once in the header; "
-                                 "keep one of each")
+                raise TraceError(
+                    f"{p}: column(s) {twice} more than once in the header; keep one of each"
+                )
             rows: list[T] = []
-            for row in reader:
+            while True:
+                lines.start = 0
+                if (row := next(reader, None)) is None:
+                    break
                 if len(rows) == MAX_ROWS:
-                    raise TraceError(f"{p}: more than {MAX_ROWS:,} rows; not read (simulate "
-                                     f"takes at most {MAX_ROWS:,} pods or nodes; openb's lists "
-                                     "have about 8,000): give a shorter list, e.g. a sample "
-                                     "of this one")
+                    raise TraceError(
+                        f"{p}: more than {MAX_ROWS:,} rows; not read (simulate "
+                        f"takes at most {MAX_ROWS:,} pods or nodes; openb's lists "
+                        "have about 8,000): give a shorter list, e.g. a sample "
+                        "of this one"
+                    )
                 # DictReader files extra fields under None and fills missing ones with
                 # None: which column a value was meant for is a guess.
                 if None in row or None in row.values():
                     extra = row.get(None) or ()
                     got = len(header) - sum(row.get(c) is None for c in header) + len(extra)
-                    raise TraceError(f"{p}:{reader.line_num}: {got} fields where the header "
-                                     f"has {len(header)}; give each row one field per column")
-                rows.append(make(row, len(rows) + 2))
+                    raise TraceError(
+                        f"{p}:{lines.start}: {got} fields where the header "
+                        f"has {len(header)}; give each row one field per column"
+                    )
+                rows.append(make(row, lines.start))
             return header, rows
+    except NotRegularFile as e:  # a FIFO hung the open; a pipe was empty when read again
+        raise TraceError(f"{p}: {e.why}; save the list as a file and give its path") from e
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
     except UnicodeDecodeError as e:
-        raise TraceError(f"{p}: not a UTF-8 CSV ({e.reason} at byte {e.start}); "
-                         "save it as UTF-8") from e
+        raise TraceError(
+            f"{p}: not a UTF-8 CSV ({e.reason} at byte {e.start}); save it as UTF-8"
+        ) from e
     except csv.Error as e:
         raise TraceError(f"{p}: not a CSV file ({e})") from e
 
 
-def _lines(fh: TextIO, p: Path) -> Iterator[str]:
+class _Lines:
     """The file's lines for the CSV reader, refused past ``MAX_LINE`` or ``MAX_TEXT``
-    as they are read: a line is never read whole before it is measured."""
-    total = 0
-    for n in itertools.count(1):
-        line = fh.readline(MAX_LINE + 1)
+    as they are read: a line is never read whole before it is measured. ``start``: the
+    first line that is not blank since it was set to 0, the line a row starts on (the
+    reader skips blank lines and reads on past a quoted line break: rows are not lines)."""
+
+    def __init__(self, fh: TextIO, p: Path) -> None:
+        self.fh, self.p = fh, p
+        self.n = self.total = self.start = 0
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        line = self.fh.readline(MAX_LINE + 1)
         if not line:
-            return
+            raise StopIteration
+        self.n += 1
         if len(line) > MAX_LINE:
-            raise TraceError(f"{p}:{n}: a line longer than {MAX_LINE:,} characters; not read "
-                             "(openb's lines have about 100): is it a pod list?")
-        total += len(line)
-        if total > MAX_TEXT:
-            raise TraceError(f"{p}: more than {MAX_TEXT:,} characters "
-                             f"({MAX_TEXT / 2**20:g} MiB); not read (1,000,000 openb rows are "
-                             "about 70 MB): give a shorter list, e.g. a sample of this one")
-        yield line
+            raise TraceError(
+                f"{self.p}:{self.n}: a line longer than {MAX_LINE:,} characters; not read "
+                "(openb's lines have about 100): is it a pod list?"
+            )
+        self.total += len(line)
+        if self.total > MAX_TEXT:
+            raise TraceError(
+                f"{self.p}: more than {MAX_TEXT:,} characters "
+                f"({MAX_TEXT / 2**20:g} MiB); not read (1,000,000 openb rows are "
+                "about 70 MB): give a shorter list, e.g. a sample of this one"
+            )
+        if not self.start and line.strip("\r\n"):
+            self.start = self.n
+        return line
 
 
-def _int(row: dict[str, str], col: str, where: str, default: int | None = None) -> int:
-    """A whole number >= 0 (``1000.0`` too): a negative, fractional, NaN or infinite
-    value is a broken trace, not something to truncate or to crash on."""
-    raw = (row.get(col) or "").strip()
-    if raw == "" and default is not None:
-        return default
+def whole(raw: str) -> int | None:
+    """The whole number 0..``MAX_NUMBER`` that ``raw`` writes (``1000.0`` too), or None:
+    a negative, fractional, NaN or infinite value is a broken trace, not something to
+    truncate or to crash on, and one past ``MAX_NUMBER`` is no resource or time a trace
+    has (read through a float it was no longer the number written)."""
+    if raw.isascii() and raw.isdigit():  # exact, and int() never sees 4,300 digits
+        return int(raw) if len(raw) <= 16 and int(raw) <= MAX_NUMBER else None
     try:
         x = float(raw)
     except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x >= 0 and x == int(x)):
-        raise TraceError(f"{where}: column {col} = {raw!r} is not a whole number >= 0")
-    return int(x)
+        return None
+    return int(x) if math.isfinite(x) and 0 <= x <= MAX_NUMBER and x == int(x) else None
+
+
+def _int(row: dict[str, str], col: str, where: str, default: int | None = None) -> int:
+    raw = (row.get(col) or "").strip()
+    if raw == "" and default is not None:
+        return default
+    if (x := whole(raw)) is None:
+        raise TraceError(f"{where}: column {col} = {raw!r} is not {WHOLE}")
+    return x
 
 
 def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, str]) -> str:
@@ -166,11 +217,13 @@ def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, 
     (an escape sequence would reach the terminal) and no name twice (they would collide)."""
     name = row.get(col) or ""
     if escaped(name) != name:
-        raise TraceError(f"{where}: {what} name '{escaped(name)}' has control characters; "
-                         "remove them")
+        raise TraceError(
+            f"{where}: {what} name '{escaped(name)}' has control characters; remove them"
+        )
     if name in seen:
-        raise TraceError(f"{where}: {what} name {name!r} also on line {seen[name]}; "
-                         "names must be unique")
+        raise TraceError(
+            f"{where}: {what} name {name!r} also on line {seen[name]}; names must be unique"
+        )
     seen[name] = where.rsplit(":", 1)[1]
     return name
 
@@ -186,12 +239,21 @@ def load_nodes(path: str | Path) -> list[NodeSpec]:
         name = _name(row, "sn", "node", where, seen)
         model = (row.get("model") or "").strip()
         count = _int(row, "gpu", where)
+        if count > MAX_GPUS:  # each GPU is an object: a billion of them took all the memory
+            raise TraceError(
+                f"{where}: column gpu = {count}; at most {MAX_GPUS} GPUs a node (as the "
+                "swarmgpu agent reports; openb's nodes have 8 at most)"
+            )
         if (model, count) not in gpus:
-            gpus[model, count] = tuple(GpuSpec(index=i, product=model, memory_mib=0)
-                                       for i in range(count))
-        return NodeSpec(name=name, gpus=gpus[model, count],
-                        cpu_milli=_int(row, "cpu_milli", where),
-                        memory_mib=_int(row, "memory_mib", where))
+            gpus[model, count] = tuple(
+                GpuSpec(index=i, product=model, memory_mib=0) for i in range(count)
+            )
+        return NodeSpec(
+            name=name,
+            gpus=gpus[model, count],
+            cpu_milli=_int(row, "cpu_milli", where),
+            memory_mib=_int(row, "memory_mib", where),
+        )
 
     return read_each(path, NODE_COLUMNS, node)[1]
 
@@ -206,21 +268,67 @@ def load_pods(path: str | Path) -> list[TracePod]:
         # gpu_milli is per GPU: above 1000 (once read as a whole GPU) or on no GPU (once
         # refused only mid-replay) the row asks for something no placement can give.
         if gpu_milli > 1000:
-            raise TraceError(f"{where}: gpu_milli {gpu_milli} is per GPU, at most 1000; "
-                             "for several GPUs set num_gpu and gpu_milli 1000")
+            raise TraceError(
+                f"{where}: gpu_milli {gpu_milli} is per GPU, at most 1000; "
+                "for several GPUs set num_gpu and gpu_milli 1000"
+            )
         if num_gpu == 0 and gpu_milli > 0:
-            raise TraceError(f"{where}: num_gpu 0 with gpu_milli {gpu_milli}; give num_gpu 1 "
-                             "for a share, or gpu_milli 0 for a CPU-only pod")
-        spec = tuple(s for s in (row.get("gpu_spec") or "").split("|") if s)
-        ct = row.get("creation_time")
-        dt = row.get("deletion_time")
+            raise TraceError(
+                f"{where}: num_gpu 0 with gpu_milli {gpu_milli}; give num_gpu 1 "
+                "for a share, or gpu_milli 0 for a CPU-only pod"
+            )
+        if 0 < gpu_milli < 1000 and num_gpu > 1:  # as Demand and the daemon read a share
+            raise TraceError(
+                f"{where}: num_gpu {num_gpu} with gpu_milli {gpu_milli}; a share (gpu_milli "
+                "below 1000) is of one GPU: give num_gpu 1, or gpu_milli 1000 for "
+                f"{num_gpu} whole GPUs"
+            )
+        # Each model stripped, as the daemon reads swarmgpu.gpu-product: a blank cell pinned
+        # the pod to a model named " ", which no node has.
+        spec = tuple(m for s in (row.get("gpu_spec") or "").split("|") if (m := s.strip()))
+        ct, dt = row.get("creation_time"), row.get("deletion_time")
+        created = _int(row, "creation_time", where) if ct else None
+        deleted = _int(row, "deletion_time", where) if dt else None
+        if created is not None and deleted is not None and deleted < created:
+            raise TraceError(  # --departures took it for a pod living 0 s
+                f"{where}: deletion_time {deleted} is before creation_time {created}; a pod "
+                "leaves after it arrives (seconds, as openb's)"
+            )
         return TracePod(
-            name=name, cpu_milli=_int(row, "cpu_milli", where),
-            memory_mib=_int(row, "memory_mib", where), num_gpu=num_gpu,
-            gpu_milli=gpu_milli, gpu_spec=spec,
-            creation_time=_int(row, "creation_time", where) if ct else None,
-            deletion_time=_int(row, "deletion_time", where) if dt else None,
+            name=name,
+            cpu_milli=_int(row, "cpu_milli", where),
+            memory_mib=_int(row, "memory_mib", where),
+            num_gpu=num_gpu,
+            gpu_milli=gpu_milli,
+            gpu_spec=spec,
+            creation_time=created,
+            deletion_time=deleted,
         )
 
     # Each row becomes its pod as it is read: the rows are not all held as dicts first.
     return read_each(path, POD_COLUMNS, pod)[1]
+
+
+def load_trace(
+    nodes_path: str | Path, pods_path: str | Path
+) -> tuple[list[NodeSpec], list[TracePod]]:
+    """Both lists, refused where no replay can be made of them, before one starts: no
+    GPU on any node (every share of the cluster's GPU divides by it: a ZeroDivisionError)
+    and no pod asking for one (the replay adds pods until their GPU asks reach 130% of
+    the cluster's: it drew pods for ever)."""
+    nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
+    if not nodes:
+        raise TraceError(f"{nodes_path}: no nodes; give an openb node list")
+    if not any(n.gpus for n in nodes):
+        raise TraceError(
+            f"{nodes_path}: no node has a GPU (column gpu is 0 in every row); simulate "
+            "replays GPU pods: give a node list with some"
+        )
+    if not pods:
+        raise TraceError(f"{pods_path}: no pods; give an openb pod list")
+    if not any(p.total_gpu_milli for p in pods):
+        raise TraceError(
+            f"{pods_path}: no pod asks for a GPU (num_gpu and gpu_milli are 0 in every row); "
+            "simulate replays GPU pods: give a pod list with some"
+        )
+    return nodes, pods

@@ -41,17 +41,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmgpu.sim.trace import POD_COLUMNS, TraceError, read_csv
+from swarmgpu.sim.trace import POD_COLUMNS, WHOLE, TraceError, read_each, whole
 
 Row = dict[str, str]
 
 KINDS = ("gpushare", "multigpu", "gpuspec", "cpu", "load")
 # What the lead asked for (heavier than the published gpushare40/multigpu20/gpuspec10/cpu050).
 DEFAULT_VARIANTS = (
-    "gpuspec20", "gpuspec30", "gpuspec40",
-    "gpushare60", "gpushare80", "gpushare100",
-    "multigpu30", "multigpu40", "multigpu50",
-    "cpu100", "cpu150", "cpu250",
+    "gpuspec20",
+    "gpuspec30",
+    "gpuspec40",
+    "gpushare60",
+    "gpushare80",
+    "gpushare100",
+    "multigpu30",
+    "multigpu40",
+    "multigpu50",
+    "cpu100",
+    "cpu150",
+    "cpu250",
 )
 DEFAULT_SEED = 42
 
@@ -62,15 +70,32 @@ DEFAULT_SEED = 42
 SPEC_TABLE: dict[str, dict[str, int]] = {
     "share": {"T4": 1609, "P100": 839, "G2|P100|T4|V100M16|V100M32": 45},
     "whole": {
-        "T4": 1865, "G2": 933, "V100M16|V100M32": 435, "P100|V100M16|V100M32": 268,
-        "G3": 209, "P100|T4|V100M16|V100M32": 76, "G2|P100|T4|V100M16|V100M32": 74,
-        "A10|G2|T4|V100M16|V100M32": 64, "V100M16|V100M32|V100M32": 63, "V100M32": 48,
-        "P100|V100M16": 31, "A10|T4": 21, "V100M16": 17, "P100": 10,
-        "A10|G2|P100|T4|V100M16|V100M32|V100M32": 10, "P100|T4": 1, "T4|V100M16|V100M32": 1,
+        "T4": 1865,
+        "G2": 933,
+        "V100M16|V100M32": 435,
+        "P100|V100M16|V100M32": 268,
+        "G3": 209,
+        "P100|T4|V100M16|V100M32": 76,
+        "G2|P100|T4|V100M16|V100M32": 74,
+        "A10|G2|T4|V100M16|V100M32": 64,
+        "V100M16|V100M32|V100M32": 63,
+        "V100M32": 48,
+        "P100|V100M16": 31,
+        "A10|T4": 21,
+        "V100M16": 17,
+        "P100": 10,
+        "A10|G2|P100|T4|V100M16|V100M32|V100M32": 10,
+        "P100|T4": 1,
+        "T4|V100M16|V100M32": 1,
     },
     "multi": {
-        "G2": 33, "G3": 16, "V100M16|V100M32|V100M32": 7, "P100|V100M16|V100M32": 6,
-        "V100M16|V100M32": 5, "T4|V100M16|V100M32": 3, "V100M32": 3,
+        "G2": 33,
+        "G3": 16,
+        "V100M16|V100M32|V100M32": 7,
+        "P100|V100M16|V100M32": 6,
+        "V100M16|V100M32": 5,
+        "T4|V100M16|V100M32": 3,
+        "V100M32": 3,
     },
 }
 # How often each kind gets a spec relative to whole-GPU pods, in the same five files.
@@ -100,20 +125,26 @@ def parse_variant(name: str) -> Variant:
     ``load150`` -> (load, 1.5): percent of the input's GPU request."""
     m = re.fullmatch(r"(gpushare|multigpu|gpuspec|cpu|load)(\d+)", name.strip())
     if not m:
-        raise VariantError(f"variant {name!r}: expected gpushareNN, multigpuNN, gpuspecNN "
-                           "(NN = percent), cpuNNN (per mille of pods) or loadNNN (percent "
-                           "of the GPU request), e.g. gpushare60, cpu250, load150")
+        raise VariantError(
+            f"variant {name!r}: expected gpushareNN, multigpuNN, gpuspecNN "
+            "(NN = percent), cpuNNN (per mille of pods) or loadNNN (percent "
+            "of the GPU request), e.g. gpushare60, cpu250, load150"
+        )
     kind, digits = m.group(1), m.group(2)
     if kind == "load":
         if len(digits) != 3 or not 100 < int(digits) <= 500:
-            raise VariantError(f"variant {name!r}: load variants name the GPU request in "
-                               "percent of the input's with three digits, above 100 and at "
-                               "most 500 (load150 = half as much again)")
+            raise VariantError(
+                f"variant {name!r}: load variants name the GPU request in "
+                "percent of the input's with three digits, above 100 and at "
+                "most 500 (load150 = half as much again)"
+            )
         return Variant(kind, int(digits) / 100)
     if kind == "cpu":
         if len(digits) != 3:
-            raise VariantError(f"variant {name!r}: cpu variants name CPU-only pods per mille "
-                               "with three digits as openb does (cpu050 = 5.0%, cpu250 = 25.0%)")
+            raise VariantError(
+                f"variant {name!r}: cpu variants name CPU-only pods per mille "
+                "with three digits as openb does (cpu050 = 5.0%, cpu250 = 25.0%)"
+            )
         frac = int(digits) / 1000
     else:
         frac = int(digits) / 100
@@ -127,15 +158,21 @@ def parse_variant(name: str) -> Variant:
 def read_rows(path: str | Path) -> tuple[list[str], list[Row]]:
     """The pod CSV as (header, rows), checked enough that derivation cannot crash."""
     p = Path(path)
-    header, rows = read_csv(p, POD_COLUMNS, "an openb pod list")  # as simulate reads it
-    for n, row in enumerate(rows, start=2):
+
+    def checked(row: Row, n: int) -> Row:  # n: the line the row is on
         for col in ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli"):
             raw = (row.get(col) or "").strip()
-            if not raw.isdigit():
-                raise TraceError(f"{p}:{n}: column {col} = {raw!r} is not a whole number >= 0")
+            # ASCII digits: the rows are copied as written, and read again with int()
+            if not (raw.isascii() and raw.isdigit()) or whole(raw) is None:
+                raise TraceError(f"{p}:{n}: column {col} = {raw!r} is not {WHOLE}")
         if kind_of(row) == "share" and row["num_gpu"].strip() != "1":
-            raise TraceError(f"{p}:{n}: a share of {row['gpu_milli']} milli on "
-                             f"{row['num_gpu']} GPUs; shares must be on one GPU")
+            raise TraceError(
+                f"{p}:{n}: a share of {row['gpu_milli']} milli on "
+                f"{row['num_gpu']} GPUs; shares must be on one GPU"
+            )
+        return row
+
+    header, rows = read_each(p, POD_COLUMNS, checked, "an openb pod list")  # as simulate does
     if not rows:
         raise TraceError(f"{p}: no pods; give the openb default pod list")
     return header, rows
@@ -161,8 +198,10 @@ def _pool(rows: list[Row], *kinds: str) -> list[Row]:
 
 def _need(pool: list[Row], what: str, variant: Variant) -> None:
     if not pool:
-        raise VariantError(f"{variant.name}: the input has no {what} pods to sample; "
-                           "derive from the openb default pod list")
+        raise VariantError(
+            f"{variant.name}: the input has no {what} pods to sample; "
+            "derive from the openb default pod list"
+        )
 
 
 def derive_gpushare(rows: list[Row], variant: Variant, rng: random.Random) -> list[Row]:
@@ -193,7 +232,7 @@ def derive_gpushare(rows: list[Row], variant: Variant, rng: random.Random) -> li
     lo = 0 if others else n
     hi = n if shares else 0
     k = min(range(lo, hi + 1), key=lambda k: (abs(frac(k) - f), k))
-    return cpu + s_draw[:k] + o_draw[:n - k]
+    return cpu + s_draw[:k] + o_draw[: n - k]
 
 
 def derive_multigpu(rows: list[Row], variant: Variant, rng: random.Random) -> list[Row]:
@@ -203,8 +242,10 @@ def derive_multigpu(rows: list[Row], variant: Variant, rng: random.Random) -> li
     have = sum(gpu_milli(r) for r in multi)
     f = variant.fraction
     if have >= f * total:
-        raise VariantError(f"{variant.name}: multi-GPU pods already hold {have / total:.1%} of "
-                           "the GPU request; this family only adds multi-GPU pods, so ask for more")
+        raise VariantError(
+            f"{variant.name}: multi-GPU pods already hold {have / total:.1%} of "
+            "the GPU request; this family only adds multi-GPU pods, so ask for more"
+        )
     added: list[Row] = []
     while have < f * total:  # terminates: f < 1 and every multi pod adds >= 2000 milli
         r = rng.choice(multi)
@@ -266,8 +307,13 @@ def derive_cpu(rows: list[Row], variant: Variant, rng: random.Random) -> list[Ro
     return picked + gpu_rows
 
 
-_DERIVE = {"gpushare": derive_gpushare, "multigpu": derive_multigpu,
-           "gpuspec": derive_gpuspec, "cpu": derive_cpu, "load": derive_load}
+_DERIVE = {
+    "gpushare": derive_gpushare,
+    "multigpu": derive_multigpu,
+    "gpuspec": derive_gpuspec,
+    "cpu": derive_cpu,
+    "load": derive_load,
+}
 
 
 def derive(rows: list[Row], variant: Variant | str, seed: int = DEFAULT_SEED) -> list[Row]:
@@ -315,8 +361,12 @@ def write_rows(path: Path, header: list[str], rows: list[Row]) -> None:
         w.writerows(rows)
 
 
-def write_variants(pods: str | Path, out_dir: str | Path, names: list[str] | tuple[str, ...],
-                   seed: int = DEFAULT_SEED) -> dict[str, Any]:
+def write_variants(
+    pods: str | Path,
+    out_dir: str | Path,
+    names: list[str] | tuple[str, ...],
+    seed: int = DEFAULT_SEED,
+) -> dict[str, Any]:
     """Derive each variant from ``pods`` into ``out_dir/openb_pod_list_<name>.csv``.
 
     Returns (and writes as ``manifest.json`` beside them) what was made from what.
@@ -329,13 +379,21 @@ def write_variants(pods: str | Path, out_dir: str | Path, names: list[str] | tup
     except OSError as e:
         raise VariantError(f"{out}: cannot create the output folder ({e.strerror})") from e
     digest = hashlib.sha256(Path(pods).read_bytes()).hexdigest()
-    made: dict[str, Any] = {"source": str(pods), "source_sha256": digest, "seed": seed,
-                            "variants": {}}
+    made: dict[str, Any] = {
+        "source": str(pods),
+        "source_sha256": digest,
+        "seed": seed,
+        "variants": {},
+    }
     for v in variants:
         derived = derive(rows, v, seed)
         target = out / f"openb_pod_list_{v.name}.csv"
         write_rows(target, header, derived)
-        made["variants"][v.name] = {"file": target.name, "kind": v.kind,
-                                    "fraction": v.fraction, **stats(derived)}
+        made["variants"][v.name] = {
+            "file": target.name,
+            "kind": v.kind,
+            "fraction": v.fraction,
+            **stats(derived),
+        }
     (out / "manifest.json").write_text(json.dumps(made, indent=2, sort_keys=True) + "\n")
     return made

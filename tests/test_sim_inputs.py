@@ -1,0 +1,234 @@
+"""Hostile input files and options of ``swarmgpu simulate`` and ``simulate-derive``: each
+is read as the openb format means or refused naming the file, the line and the fix
+(docs/simulate.md, "Input files")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from support.fifo import make_fifo, read_within
+
+from swarmgpu.cli import main
+from swarmgpu.sim.cli_entry import run_simulate
+from swarmgpu.sim.priorities import run_cli
+from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
+from swarmgpu.sim.variants import read_rows
+
+POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
+
+
+def test_an_error_names_the_line_the_row_is_on(tmp_path: Path) -> None:
+    # Rows were counted, not lines: a blank line or a quoted field over two lines put
+    # every later error one line early (and "also on line" of a twice-given name too).
+    f = tmp_path / "p.csv"
+    f.write_text(POD_HEADER + "p1,1,1,1,500,\n\np2,x,1,1,500,\n")
+    for read in (load_pods, read_rows):  # simulate, simulate-derive
+        with pytest.raises(TraceError, match=rf"^{f}:4: column cpu_milli = 'x'"):
+            read(f)
+    f.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,qos\n"
+        'p1,1,1,1,500,"LS\nBE"\np2,1,1,1,500,LS\np1,1,1,1,500,LS\n'
+    )
+    with pytest.raises(TraceError, match=rf"^{f}:5: pod name 'p1' also on line 2;"):
+        load_pods(f)
+    f.write_text(POD_HEADER + "p1,1,1,1,500,\n\n\np2,1,1,1,500\n")
+    with pytest.raises(TraceError, match=rf"^{f}:5: 5 fields where the header has 6"):
+        load_pods(f)
+
+
+def test_a_fifo_or_a_device_is_refused_not_waited_on(tmp_path: Path) -> None:
+    # A FIFO with no writer hung the open for ever; a pipe (--pods <(zcat pods.csv.gz))
+    # was read once per replay, the second read finding it empty ("missing column(s)"),
+    # and simulate-derive hashed that empty second read into its manifest.
+    fifo = make_fifo(tmp_path / "pods.csv")
+    for read in (load_pods, load_nodes, read_rows):
+        err = read_within(lambda read=read: read(fifo), fifo)  # type: ignore[misc]
+        assert isinstance(err, TraceError), err
+        assert str(err) == (
+            f"{fifo}: a FIFO (a named pipe), not a regular file; save the "
+            "list as a file and give its path"
+        )
+    with pytest.raises(TraceError, match=r"^/dev/zero: a character device, not a regular"):
+        load_pods("/dev/zero")
+    with pytest.raises(TraceError, match=rf"^{tmp_path}: a directory, not a regular file"):
+        load_nodes(tmp_path)
+
+
+def test_a_node_with_more_gpus_than_any_node_has_is_refused(tmp_path: Path) -> None:
+    # gpu = 1000000000 built a billion GPU objects: a MemoryError traceback, after the
+    # machine's memory was gone.
+    f = tmp_path / "n.csv"
+    f.write_text(NODE_HEADER + "n1,1000,1000,8,T4\nn2,1000,1000,1000000000,T4\n")
+    with pytest.raises(TraceError) as err:
+        load_nodes(f)
+    assert str(err.value) == (
+        f"{f}:3: column gpu = 1000000000; at most 64 GPUs a node (as "
+        "the swarmgpu agent reports; openb's nodes have 8 at most)"
+    )
+    f.write_text(NODE_HEADER + "n1,1000,1000,64,T4\n")
+    assert len(load_nodes(f)[0].gpus) == 64
+
+
+def test_a_share_on_several_gpus_is_refused_at_its_line(tmp_path: Path) -> None:
+    # Read, then refused once a replay asked its demand, as "pod p1: a share ..." with no
+    # file or line to find it by.
+    f = tmp_path / "p.csv"
+    f.write_text(POD_HEADER + "p0,1,1,1,500,\np1,1,1,2,500,\n")
+    with pytest.raises(TraceError) as err:
+        load_pods(f)
+    assert str(err.value) == (
+        f"{f}:3: num_gpu 2 with gpu_milli 500; a share (gpu_milli "
+        "below 1000) is of one GPU: give num_gpu 1, or gpu_milli 1000 "
+        "for 2 whole GPUs"
+    )
+
+
+def test_a_pod_that_leaves_before_it_arrives_is_refused(tmp_path: Path) -> None:
+    # --departures read it as a pod that lives 0 s, with nothing said.
+    f = tmp_path / "p.csv"
+    f.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+        "p0,1,1,1,500,10,10\np1,1,1,1,500,100,10\n"
+    )
+    with pytest.raises(TraceError) as err:
+        load_pods(f)
+    assert str(err.value) == (
+        f"{f}:3: deletion_time 10 is before creation_time 100; a pod "
+        "leaves after it arrives (seconds, as openb's)"
+    )
+
+
+NODES = NODE_HEADER + "n1,32000,65536,2,T4\n"
+PODS = POD_HEADER + "p1,1000,100,1,500,\n"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("nodes", "pods", "why"),
+    [
+        # an IndexError traceback (no departures); a table of zeros (--departures, priorities)
+        (NODES, POD_HEADER, "{pods}: no pods; give an openb pod list"),
+        # no departures: the replay drew pods for ever, to reach 130% of the cluster's GPU
+        (
+            NODES,
+            POD_HEADER + "p1,1000,100,0,0,\n",
+            "{pods}: no pod asks for a GPU (num_gpu and gpu_milli are 0 in every row); simulate "
+            "replays GPU pods: give a pod list with some",
+        ),
+        # a ZeroDivisionError traceback, in every mode
+        (NODE_HEADER, PODS, "{nodes}: no nodes; give an openb node list"),
+        (
+            NODE_HEADER + "n1,32000,65536,0,T4\n",
+            PODS,
+            "{nodes}: no node has a GPU (column gpu is 0 in every row); simulate replays GPU "
+            "pods: give a node list with some",
+        ),
+    ],
+)
+def test_a_trace_with_nothing_to_replay_is_refused(
+    tmp_path: Path, nodes: str, pods: str, why: str
+) -> None:
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(nodes)
+    p.write_text(
+        pods.replace(",gpu_spec\n", ",gpu_spec,creation_time,deletion_time\n").replace(
+            ",\n", ",,1,5\n"
+        )
+    )
+    want = why.format(nodes=n, pods=p)
+    for departures in (False, True):
+        text, rc = run_simulate(
+            str(n), str(p), ["fgd", "swarmgpu"], [1], False, None, departures, bound="off"
+        )
+        assert (rc, text) == (2, want)
+    text, rc = run_cli(str(n), str(p), [1], 0.5, 1.0, "online", False)
+    assert (rc, text) == (2, f"swarmgpu simulate: {want}")
+
+
+def test_a_replay_that_would_take_millions_of_arrivals_is_refused(tmp_path: Path) -> None:
+    # The replay draws pods until their GPU asks reach 130% of the cluster's: one
+    # 1-milli share among CPU pods on 100 8-GPU nodes took about 2,000,000 draws, then
+    # as many arrivals to replay (hours, and the memory for them).
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODE_HEADER + "".join(f"n{i},96000,786432,8,V100M32\n" for i in range(100)))
+    p.write_text(POD_HEADER + "p1,1000,100,1,1,\np2,1000,100,0,0,\n")
+    text, rc = run_simulate(str(n), str(p), ["fgd"], [1], False, None, bound="off")
+    assert rc == 2
+    assert text == (
+        f"{p}: its pods ask 1 GPU-milli in all, 0.5 a pod: reaching 130% of the "
+        "cluster's 800,000 would take about 2,080,000 arrivals, more than the "
+        "1,000,000 simulate replays; give a pod list asking more GPU or a node "
+        "list with fewer GPUs (--departures replays the list as it is)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("policies", "speedup", "why"),
+    [
+        # a table of the bound alone, exit 0
+        ([], 1.0, "--policy: no policy given; choose from swarmgpu, "),
+        # the same replay twice, its row saying "seeds 2" for one seed
+        (["fgd", "bestfit", "fgd"], 1.0, "--policy: fgd more than once; give each policy once"),
+        # taken (and ignored) without --departures
+        (["fgd"], 0.0, "--speedup 0: must be > 0 (1 = the trace's own times)"),
+    ],
+)
+def test_policies_and_speedup_out_of_range_are_refused(
+    tmp_path: Path, policies: list[str], speedup: float, why: str
+) -> None:
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES)
+    p.write_text(PODS)
+    text, rc = run_simulate(
+        str(n), str(p), policies, [1], False, None, speedup=speedup, bound="off"
+    )
+    assert rc == 2 and text.startswith(why), text
+
+
+def test_a_number_too_large_to_be_read_exactly_is_refused(tmp_path: Path) -> None:
+    # Read through a float: 12345678901234567891 milli CPU became 12345678901234567168.
+    f = tmp_path / "p.csv"
+    f.write_text(POD_HEADER + "p1,12345678901234567891,1,1,500,\n")
+    with pytest.raises(TraceError) as err:
+        load_pods(f)
+    assert str(err.value) == (
+        f"{f}:2: column cpu_milli = '12345678901234567891' is not a "
+        "whole number from 0 to 1,000,000,000,000,000"
+    )
+    f.write_text(POD_HEADER + "p1,1000000000000000,1e3,1,1000.0,\n")  # the largest; 1e3
+    (pod,) = load_pods(f)
+    assert (pod.cpu_milli, pod.memory_mib, pod.gpu_milli) == (10**15, 1000, 1000)
+
+
+@pytest.mark.parametrize("raw", ["\u00b2", "9" * 5000, "12345678901234567891"])
+def test_simulate_derive_refuses_a_number_it_cannot_read(tmp_path: Path, raw: str) -> None:
+    # A superscript 2 passed str.isdigit, then int() raised; 5,000 digits passed too, and
+    # int() refused past 4,300: ValueError tracebacks.
+    f = tmp_path / "p.csv"
+    f.write_text(POD_HEADER + f"p1,1,1,{raw},1000,\n")
+    with pytest.raises(TraceError) as err:
+        read_rows(f)
+    assert str(err.value) == (
+        f"{f}:2: column num_gpu = {raw!r} is not a whole number from 0 to 1,000,000,000,000,000"
+    )
+
+
+def test_gpu_spec_models_are_read_as_the_daemon_reads_gpu_product(tmp_path: Path) -> None:
+    # Parts were kept unstripped: gpu_spec " " (a blank cell) pinned the pod to a model
+    # named " ", which no node has, so no policy ever placed it and nothing said why.
+    f = tmp_path / "p.csv"
+    f.write_text(POD_HEADER + "p1,1,1,1,500, \np2,1,1,1,500,T4 | V100M16||\n")
+    assert [p.gpu_spec for p in load_pods(f)] == [(), ("T4", "V100M16")]
+
+
+def test_seeds_reversed_are_named_as_such_once() -> None:
+    # "'51-42' is not N or LOW-HIGH" after "--seeds: --seeds '51-42':": it is LOW-HIGH,
+    # backwards, and the option was named twice.
+    res = CliRunner().invoke(main, ["simulate", "--seeds", "51-42"])
+    assert res.exit_code == 2
+    assert res.output == (
+        "swarmgpu simulate: --seeds '51-42': 51 is above 42 in LOW-HIGH; e.g. --seeds 42-51\n"
+    )
