@@ -133,7 +133,10 @@ def env_file_names(
     is not known. A file docker cannot read or refuses is ``error(...)`` naming it."""
     files = svc.get("env_file")
     names: set[str] = set()
-    for i, path in enumerate([files] if isinstance(files, str) else files or []):
+    # another shape is the schema's error to say
+    for i, path in enumerate(
+        [files] if isinstance(files, str) else files if isinstance(files, list) else []
+    ):
         where = f"{at}.env_file" + ("" if isinstance(files, str) else f"[{i}]")
         if not isinstance(path, str) or (environ is None and "$" in path):
             continue
