@@ -371,6 +371,17 @@ def test_a_sign_in_post_names_its_length_once(web: tuple[Daemon, int]) -> None:
     assert out.startswith(b"HTTP/1.1 303 "), out[:80]
 
 
+def test_every_refused_method_on_logout_names_post_alone(web: tuple[Daemon, int]) -> None:
+    """/logout takes a POST only: a PUT's 405 said 'Allow: GET, HEAD, POST' (httpguard's
+    list for a POST path), where a GET or HEAD is 405 too."""
+    _, port = web
+    for method in ("GET", "HEAD", "PUT", "DELETE", "OPTIONS"):
+        out = raw(port, f"{method} /logout HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        f"Content-Length: 0\r\n\r\n".encode())
+        assert out.startswith(b"HTTP/1.1 405 "), (method, out[:80])
+        assert b"Allow: POST\r\n" in out and b"Set-Cookie" not in out, (method, out)
+
+
 def test_answers_with_proof_are_never_stored_framed_sniffed_or_read_cross_origin(
     web: tuple[Daemon, int],
 ) -> None:

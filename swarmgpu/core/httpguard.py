@@ -228,6 +228,9 @@ class OneRequestHandler(BaseHTTPRequestHandler):
     error_detail = False
     # Paths that also take a POST (a short form, its body in ``self.body``).
     post_paths: ClassVar[frozenset[str]] = frozenset()
+    # Of those, the ones whose GET and HEAD the subclass answers 405 too: another
+    # method's 405 then names POST alone in its Allow.
+    post_only_paths: ClassVar[frozenset[str]] = frozenset()
     body = b""
 
     def respond(self) -> None:
@@ -269,10 +272,10 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.send_error(HTTPStatus.BAD_REQUEST, fault)
             return
         self.close_connection = True
-        methods = ("GET", "HEAD", "POST") if self.path.partition("?")[0] in self.post_paths \
-            else ("GET", "HEAD")
+        path = self.path.partition("?")[0]
+        methods = ("GET", "HEAD", "POST") if path in self.post_paths else ("GET", "HEAD")
         if self.command not in methods:
-            allow = ", ".join(methods)
+            allow = "POST" if path in self.post_only_paths else ", ".join(methods)
             self.send_answer(HTTPStatus.METHOD_NOT_ALLOWED, PLAIN,
                              f"only {allow} here\n".encode(), {"Allow": allow})
             return
