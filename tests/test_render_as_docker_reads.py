@@ -208,6 +208,23 @@ def test_a_request_whose_environment_sets_the_device_variable_is_an_error(env: s
         assert check_stack(text, stack_name="ai").errors == [], mine
 
 
+@pytest.mark.parametrize("form", ["list", "mapping"])
+def test_a_void_device_line_in_a_requests_environment_becomes_the_template(form: str) -> None:
+    # The void line is swarmgpu's (placement.ungranted: void), so render --check passes
+    # it, as the daemon replaces it; render kept it and wrote no template beside it: the
+    # file deployed gated and placed, its container saw no GPU until the daemon's write
+    # restarted it.
+    key, value = VOID_LINE.split("=")
+    env = f"[{VOID_LINE}]" if form == "list" else f"{{{key}: {value}}}"
+    text = GPU.replace(
+        "    image: vllm/vllm-openai\n", f"    image: vllm/vllm-openai\n    environment: {env}\n"
+    )
+    out, _ = render_stack(text, "ai", NODES, [], [], FACTS)
+    got = yaml.safe_load(out)["services"]["llm"]["environment"]
+    lines = got if isinstance(got, list) else [f"{k}={v}" for k, v in got.items()]
+    assert [e for e in lines if e.startswith(f"{key}=")] == [env_template(P)], lines
+
+
 ZONED = [replace(NODES[0], labels={"zone": "eu"}), NODES[1]]
 ZONE_TEXT = GPU.replace(
     "    deploy:\n",

@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from support.docker_clis import Engine, deployed, docker_clis, engine
 from support.render_compose import FACTS, NODES
 
+from swarmgpu.cli import main
 from swarmgpu.manager.commands.render import StackError, render_stack
 
 CLIS: list[tuple[str, str] | None] = [*docker_clis()]
@@ -206,3 +208,27 @@ def test_an_env_file_docker_refuses_is_an_error_naming_it(
         render_stack(STACK, "t", NODES, [], [], FACTS, environ={}, base=str(folder))
     assert str(exc.value).startswith("services.s.env_file[0]: "), exc.value
     assert why in str(exc.value)
+
+
+def test_render_check_reads_the_env_files_render_reads(tmp_path: Path) -> None:
+    # render --check, the CI gate before a deploy, said valid (exit 0) where render
+    # refused the stack for its env files, and only after asking Docker: every such
+    # error, of every service, is render --check's, with no Docker.
+    two = STACK.replace(
+        "configs:\n",
+        "  t:\n    image: busybox\n    env_file: gone.env\n"
+        "    deploy: {labels: {swarmgpu.gpus: '1'}}\nconfigs:\n",
+        1,
+    )
+    folder = _stack_folder(tmp_path, two)
+    (folder / "web.env").write_text("NVIDIA_VISIBLE_DEVICES=all\n")
+    res = CliRunner().invoke(
+        main,
+        ["render", "--check", str(folder / "s.yml")],
+        env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+    )
+    assert res.exit_code == 1, res.output
+    err = res.stderr
+    assert "services.s.env_file: sets NVIDIA_VISIBLE_DEVICES" in err, err
+    assert "services.t.env_file: 'gone.env': cannot read it (No such file" in err, err
+    assert "2 error(s)" in err and "Docker" not in err, err

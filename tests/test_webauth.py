@@ -355,6 +355,33 @@ def test_a_sign_in_post_is_bounded(web: tuple[Daemon, int]) -> None:
         assert f"Allow: {allow}\r\n".encode() in out, (method, path)
 
 
+def test_a_sign_in_post_names_its_length_once(web: tuple[Daemon, int]) -> None:
+    """Two Content-Length headers that differ: the daemon read the first, a proxy in
+    front may read the other (RFC 9112 6.3: 400), as two Host headers are 400. Blanks
+    around the number are the field's own (RFC 9110 5.5), not part of it."""
+    _, port = web
+    head = f"POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {FORM}\r\n".encode()
+    form = f"token={TOKEN}".encode()
+    for lengths in ((len(form), 200), (len(form), len(form))):
+        cl = "".join(f"Content-Length: {n}\r\n" for n in lengths).encode()
+        out = raw(port, head + cl + b"\r\n" + form)
+        assert out.startswith(b"HTTP/1.1 400 ") and b"one Content-Length" in out, lengths
+        assert b"Set-Cookie" not in out, lengths
+    out = raw(port, head + f"Content-Length: \t{len(form)} \r\n\r\n".encode() + form)
+    assert out.startswith(b"HTTP/1.1 303 "), out[:80]
+
+
+def test_every_refused_method_on_logout_names_post_alone(web: tuple[Daemon, int]) -> None:
+    """/logout takes a POST only: a PUT's 405 said 'Allow: GET, HEAD, POST' (httpguard's
+    list for a POST path), where a GET or HEAD is 405 too."""
+    _, port = web
+    for method in ("GET", "HEAD", "PUT", "DELETE", "OPTIONS"):
+        out = raw(port, f"{method} /logout HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        f"Content-Length: 0\r\n\r\n".encode())
+        assert out.startswith(b"HTTP/1.1 405 "), (method, out[:80])
+        assert b"Allow: POST\r\n" in out and b"Set-Cookie" not in out, (method, out)
+
+
 def test_answers_with_proof_are_never_stored_framed_sniffed_or_read_cross_origin(
     web: tuple[Daemon, int],
 ) -> None:

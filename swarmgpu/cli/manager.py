@@ -265,7 +265,8 @@ def render(stack_file: str | None, compose_files: tuple[str, ...], stack_name: s
                           zone_label=cfg.placement.zone_label,
                           generic_kind=cfg.placement.generic_resource_kind,
                           classes=parse_priority_classes(cfg.preemption.priority_classes),
-                          tenants=Tenants.from_config(cfg), stack_name=name, environ=environ)
+                          tenants=Tenants.from_config(cfg), stack_name=name, environ=environ,
+                          env_base=os.path.dirname(os.path.abspath(files[0])))
     if checked.errors:
         _render_errors(stack_file, checked.errors)
     if check:

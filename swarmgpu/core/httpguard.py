@@ -23,8 +23,8 @@
   request with two Host headers 400, and header lines two parsers read apart
   (``head_fault``: no colon, a space before it, folding, a bare CR, a control byte) 400;
   a POST only to a path the handler names (``post_paths``: the daemon's sign-in form),
-  its body short (``MAX_BODY_BYTES``), with a Content-Length, and in within the head's
-  deadline;
+  its body short (``MAX_BODY_BYTES``), with one Content-Length, and in within the
+  head's deadline;
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
@@ -228,6 +228,9 @@ class OneRequestHandler(BaseHTTPRequestHandler):
     error_detail = False
     # Paths that also take a POST (a short form, its body in ``self.body``).
     post_paths: ClassVar[frozenset[str]] = frozenset()
+    # Of those, the ones whose GET and HEAD the subclass answers 405 too: another
+    # method's 405 then names POST alone in its Allow.
+    post_only_paths: ClassVar[frozenset[str]] = frozenset()
     body = b""
 
     def respond(self) -> None:
@@ -269,10 +272,10 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.send_error(HTTPStatus.BAD_REQUEST, fault)
             return
         self.close_connection = True
-        methods = ("GET", "HEAD", "POST") if self.path.partition("?")[0] in self.post_paths \
-            else ("GET", "HEAD")
+        path = self.path.partition("?")[0]
+        methods = ("GET", "HEAD", "POST") if path in self.post_paths else ("GET", "HEAD")
         if self.command not in methods:
-            allow = ", ".join(methods)
+            allow = "POST" if path in self.post_only_paths else ", ".join(methods)
             self.send_answer(HTTPStatus.METHOD_NOT_ALLOWED, PLAIN,
                              f"only {allow} here\n".encode(), {"Allow": allow})
             return
@@ -296,7 +299,14 @@ class OneRequestHandler(BaseHTTPRequestHandler):
     def _read_body(self, rest: bytes, deadline: float) -> bytes | None:
         """A POST's body (``Content-Length`` bytes, at most MAX_BODY_BYTES), in by the
         head's deadline; None when it was refused (answered) or never came."""
-        length = self.headers.get("Content-Length", "")
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1:
+            # This server reads one; a proxy in front may have read another (RFC 9112
+            # 6.3: 400), as with two Host headers.
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
+                             b"400: send one Content-Length header, not several\n")
+            return None
+        length = lengths[0].strip(" \t") if lengths else ""  # its blanks are not its value
         if self.headers.get("Transfer-Encoding") is not None or not length:
             # chunked: a length this server would have to trust the client to end
             self.send_answer(HTTPStatus.LENGTH_REQUIRED, PLAIN,

@@ -22,7 +22,7 @@ from typing import Any
 from swarmgpu.core.boundedfile import FileRefused, read_bounded
 from swarmgpu.core.yamlfile import MAX_TEXT
 from swarmgpu.manager.placement import ORDER_ENV, env_template, env_template_per_node
-from swarmgpu.manager.placement.envs import DEVICE_VAR
+from swarmgpu.manager.placement.envs import DEVICE_VAR, VOID_LINE
 from swarmgpu.manager.services.sharing import env_lines
 
 # Go's unicode.IsSpace (str.isspace takes \x1c-\x1f too)
@@ -35,17 +35,20 @@ _SPACE = (
 def write_env(
     svc: dict[str, Any], prefix: str, *, fraction: bool, skip: Set[str] = frozenset()
 ) -> None:
-    """The device env template (the older per-node one upgraded) and order, and a
-    fraction's share lines, added to the service's environment as it spells it, each
-    unless the service names it there or ``skip`` does (its env files' names)."""
+    """The device env template (the older per-node one or a void line upgraded) and
+    order, and a fraction's share lines, added to the service's environment as it
+    spells it, each unless the service names it there or ``skip`` does (its env files'
+    names)."""
     env = svc.get("environment")
-    old_tmpl, tmpl = env_template_per_node(prefix), env_template(prefix)
-    # The older per-node template is upgraded to the per-slot one (it reads the
-    # same lists, and packed replicas need the per-slot ones).
-    if isinstance(env, dict) and env.get("NVIDIA_VISIBLE_DEVICES") == old_tmpl.partition("=")[2]:
-        env["NVIDIA_VISIBLE_DEVICES"] = tmpl.partition("=")[2]
+    tmpl = env_template(prefix)
+    # swarmgpu's own lines become the per-slot template: the older per-node one (it
+    # reads the same lists, and packed replicas need the per-slot ones), and the void
+    # of placement.ungranted (kept, it left the placed containers with no GPU).
+    mine = {env_template_per_node(prefix), VOID_LINE}
+    if isinstance(env, dict) and f"{DEVICE_VAR}={env.get(DEVICE_VAR)}" in mine:
+        env[DEVICE_VAR] = tmpl.partition("=")[2]
     elif isinstance(env, list):
-        svc["environment"] = env = [tmpl if e == old_tmpl else e for e in env]
+        svc["environment"] = env = [tmpl if e in mine else e for e in env]
     additions = [tmpl, ORDER_ENV]
     if fraction:
         additions.extend(env_lines(prefix))  # the container is told its share
@@ -133,7 +136,10 @@ def env_file_names(
     is not known. A file docker cannot read or refuses is ``error(...)`` naming it."""
     files = svc.get("env_file")
     names: set[str] = set()
-    for i, path in enumerate([files] if isinstance(files, str) else files or []):
+    # another shape is the schema's error to say
+    for i, path in enumerate(
+        [files] if isinstance(files, str) else files if isinstance(files, list) else []
+    ):
         where = f"{at}.env_file" + ("" if isinstance(files, str) else f"[{i}]")
         if not isinstance(path, str) or (environ is None and "$" in path):
             continue

@@ -329,7 +329,8 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
                 classes: Mapping[str, int] | None = None,
                 tenants: Tenants | None = None, stack_name: str | None = None,
                 environ: Mapping[str, str] | None = None,
-                more: Sequence[tuple[str, str]] = ()) -> CheckedStack:
+                more: Sequence[tuple[str, str]] = (),
+                env_base: str | None = None) -> CheckedStack:
     """Parse the whole file and check every service: its shape, everything Swarm's
     scheduler reads, its GPU request, the keys Swarm refuses or ignores (composefile),
     then the whole file against docker/cli's compose schema. Offline and pure (``render
@@ -344,7 +345,9 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     substituted. None: nothing is substituted, and a ``$`` in a value render places by is
     an error (``render --skip-interpolation``). ``more``: further files (name, text),
     merged over the first as `docker stack deploy -c A -c B` merges them (stackmerge),
-    each substituted on its own first."""
+    each substituted on its own first. ``env_base``: the folder a relative ``env_file``
+    is read against (the first file's: ``stackpaths``), each read as docker reads it
+    (``envfile``); None: not read."""
     try:
         if more:
             raw, stack, errors, warnings = _read_files([(where, text), *more], environ)
@@ -366,9 +369,29 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
         if tenants is not None and stack_name is not None:
             _check_tenant(out, str(svc_name), svc, prefix, zone_label, classes, tenants,
                           stack_name)
+    if env_base is not None:
+        _check_env_files(out, env_base, environ)
     if not out.errors:  # the schema's complaints about a broken service add nothing
         out.errors += schema_errors(stack)
     return out
+
+
+def _check_env_files(out: CheckedStack, base: str, environ: Mapping[str, str] | None) -> None:
+    """Each service's env files, as render reads them: one docker refuses, or a GPU
+    request's that sets the device variable, is an error here too, so that ``render
+    --check`` refuses what render would (it said valid, and render refused the stack
+    only once Docker had been asked)."""
+    files = EnvFiles(base, environ, StackError)
+    for svc_name, svc in out.stack["services"].items():
+        if not isinstance(svc, dict):
+            continue  # said by _check_service
+        try:
+            if str(svc_name) in out.requests:
+                files.request_names(str(svc_name), svc)
+            else:
+                files.names(str(svc_name), svc)
+        except StackError as exc:
+            out.errors += exc.errors
 
 
 def _read(text: str, where: str, environ: Mapping[str, str] | None, *, part: bool = False
@@ -589,7 +612,7 @@ def render_stack(
     checked = check_stack(text, prefix=prefix, zone_label=zone_label,
                           generic_kind=planner.generic_kind, node_gpus=most,
                           classes=planner.classes, tenants=planner.tenants, stack_name=name,
-                          environ=environ, more=more)
+                          environ=environ, more=more, env_base=base or ".")
     if checked.errors:
         raise StackError(checked.errors)
     stack = checked.stack

@@ -76,6 +76,7 @@ class GuardedHandler(OneRequestHandler):
     allowed_hosts: frozenset[str] = frozenset({"localhost"})
     always_headers = SECURITY_HEADERS
     post_paths = frozenset({LOGIN_PATH, LOGOUT_PATH})  # the sign-in page's forms (weblogin)
+    post_only_paths = frozenset({LOGOUT_PATH})  # a GET is weblogin's 405: a link signs no one out
     server_version = "swarmgpu"
     auth: WebAuth | None = None  # None: everyone (tests of the handler alone)
     # Whether this request's caller may read what is not open (set by ``respond``): an
