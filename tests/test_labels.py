@@ -181,3 +181,21 @@ def test_change_that_would_stop_a_running_job_task_is_held() -> None:
                      desired_state="complete", env=())
     plan = plan_node_labels(node, _facts(2), services=[job], tasks=[done])
     assert plan.set["swarmgpu.gpu.product"] == "NVIDIA-A100-SXM4-40GB" and not plan.held
+
+
+def test_change_that_would_reject_a_job_task_in_its_restart_delay_is_held() -> None:
+    """A failed job task's replacement has desired state "ready" while its restart delay
+    runs, on its node already (the daemon reads it: ``jobs.job_task_read``); Swarm's
+    constraint enforcer rejects it as any task from "assigned" up to "complete", which
+    spends one of the job's restart attempts. Before: only desired running and complete
+    were looked at, and the change went through."""
+    node = _node({"swarmgpu.gpu.product": "NVIDIA-H100", "swarmgpu.gpu.count": "2"})
+    job = SwarmService(id="s1", name="train", labels={},
+                       constraints=("node.labels.swarmgpu.gpu.product==NVIDIA-H100",),
+                       env=(), mode="replicated-job", replicas=1, max_replicas_per_node=None,
+                       version=1)
+    task = SwarmTask(id="t2", service_id="s1", node_id="n1", slot=1, state="ready",
+                     desired_state="ready", env=())
+    plan = plan_node_labels(node, _facts(2), services=[job], tasks=[task])
+    assert "swarmgpu.gpu.product" not in plan.set
+    assert [h.key for h in plan.held] == ["swarmgpu.gpu.product"] and plan.held[0].tasks == ("t2",)

@@ -1205,3 +1205,50 @@ def test_a_reserved_move_holds_its_slots_of_the_budgets_not_every_move(
         assert any("not started: budget: 1 move(s) per node per cycle, held for preemption "
                    "of small 4090 -> dgx (room for high (priority 100)), which waits" in m
                    for m in said), said
+
+
+def _snap(nodes: list[SwarmNode], services: list[SwarmService], tasks: list[SwarmTask],
+          ) -> Snapshot:
+    from swarmgpu.manager.nodes.agent_client import FactsResult
+
+    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
+    return Snapshot(nodes, services, tasks, facts, swarm_labels={})
+
+
+def _publishing(s: SwarmService, port: int = 8000) -> SwarmService:
+    """``s`` publishing ``port`` in host mode (Swarm runs one such task per node)."""
+    ports = [{"Protocol": "tcp", "TargetPort": 80, "PublishedPort": port, "PublishMode": "host"}]
+    return replace(s, spec={**s.spec, "EndpointSpec": {"Ports": ports}})
+
+
+@pytest.mark.parametrize(("victim_port", "preempts"), [(8000, True), (9000, True)])
+def test_a_victim_binding_the_preemptors_host_port_is_preempted_as_any_other(
+        victim_port: int, preempts: bool) -> None:
+    """batch holds the 4090s and its task binds host port 8000 there, which high publishes
+    too: stopping batch frees the port with the GPUs. Before: the node was refused to
+    high by the port (``hostports``) and high stayed pending for good."""
+    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+
+    nodes, (batch, high), tasks = _gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"})
+    services = [_publishing(batch, victim_port), _publishing(high)]
+    plan = plan_as_daemon(_snap(nodes, services, tasks),
+                          Config(preemption=PreemptionConfig(dry_run=False)))
+    sp = next(sp for sp in plan.services if sp.name == "high")
+    assert sp.status == "pending"
+    said = [w for w in sp.warnings if "preempt batch" in w]
+    assert bool(said) is preempts, sp.warnings
+
+
+def test_a_node_another_services_task_binds_the_port_on_is_no_preemption_target() -> None:
+    """The port is bound by a task of a service that is no victim (a proxy holding no
+    GPU): preempting batch there would free GPUs high still cannot run on."""
+    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+
+    nodes, (batch, high), tasks = _gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"})
+    proxy = _publishing(sw_svc("proxy", {}, gated=False))
+    services = [batch, _publishing(high), proxy]
+    tasks = [*tasks, SwarmTask("t-proxy", proxy.id, "n-4090", 1, "running", "running", ())]
+    plan = plan_as_daemon(_snap(nodes, services, tasks),
+                          Config(preemption=PreemptionConfig(dry_run=False)))
+    sp = next(sp for sp in plan.services if sp.name == "high")
+    assert sp.status == "pending" and not [w for w in sp.warnings if "preempt" in w]

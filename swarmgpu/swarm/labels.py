@@ -307,11 +307,12 @@ def plan_node_labels(
     if not to_set and not to_remove:
         return NodeLabelPlan(node.id, node.hostname)
 
-    # A job's task has desired state "complete" while it runs, and Swarm's constraint
-    # enforcer stops it as it stops a service's (every desired state up to "complete").
+    # A job's task has desired state "complete" while it runs, and one in its restart
+    # delay "ready" (on its node already): Swarm's constraint enforcer rejects every task
+    # whose desired state is from "assigned" up to "complete".
     running = [
         t for t in tasks
-        if t.node_id == node.id and t.desired_state in ("running", "complete")
+        if t.node_id == node.id and t.desired_state in ("running", "complete", "ready")
         and t.state in ("running", "starting", "preparing", "assigned", "accepted", "ready")
     ]
     held: list[HeldChange] = []

@@ -80,6 +80,9 @@ from swarmgpu.manager.rebalance.record import moving
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 
+# service -> nodes refused to it for a host-mode port alone -> who binds it (Planner.port_takers)
+PortTakers = Callable[[SwarmService], Mapping[str, AbstractSet[str]]]
+
 
 class Unstored(Exception):
     """The hour could not be stored before a victim's move (``_count_first``). Not a
@@ -125,14 +128,15 @@ class Preempter:
     def cycle(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan,
               facts: Mapping[str, NodeFacts],
               refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
-              now: float | None = None) -> list[Preemption]:
+              now: float | None = None, ports: PortTakers | None = None) -> list[Preemption]:
         """Decide and (outside dry-run, within budget) act; return what was acted on
-        (in dry-run: what would have been)."""
+        (in dry-run: what would have been). ``refused``, ``ports``: the planner's
+        ``refused_nodes`` and ``port_takers`` (``choose_preemptions``)."""
         pc = self.cfg.preemption
         now = time.time() if now is None else now
         # Found again each cycle, so a cycle that fails part-way holds no stale slot.
         self.waiting = ()
-        chosen = self.decide(snap, plan, facts, refused, now)
+        chosen = self.decide(snap, plan, facts, refused, now, ports)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         done: list[Preemption] = []
         waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
@@ -184,7 +188,7 @@ class Preempter:
 
     def decide(self, snap: Snapshot, plan: PlacementPlan, facts: Mapping[str, NodeFacts],
                refused: Callable[[SwarmService], AbstractSet[str]] | None,
-               now: float) -> list[Preemption]:
+               now: float, ports: PortTakers | None = None) -> list[Preemption]:
         """The preemptions of this cycle (``choose_preemptions``), with the cooldowns,
         settle times and the hour as this Preempter and Swarm keep them; acts on none."""
         pc = self.cfg.preemption
@@ -217,7 +221,7 @@ class Preempter:
         chosen = choose_preemptions(
             plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
             preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
-            refused=refused, moving=in_move)
+            refused=refused, moving=in_move, ports=ports)
         return chosen
 
     def over_budget(self, p: Preemption, tenant: str) -> str | None:
@@ -233,7 +237,8 @@ class Preempter:
 
     def preview(self, snap: Snapshot, plan: PlacementPlan, facts: Mapping[str, NodeFacts],
                 refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
-                now: float | None = None) -> list[Preemption]:
+                now: float | None = None, ports: PortTakers | None = None,
+                ) -> list[Preemption]:
         """What ``cycle`` decides on ``plan``, acting on nothing (`plan`, `status`): each
         preemptor's plan notes it as the daemon's does in dry-run, or outside dry-run what
         this step would do (or that a budget stops it). A fresh Preempter decides as a new
@@ -241,7 +246,7 @@ class Preempter:
         settle time lives in the daemon's memory only."""
         now = time.time() if now is None else now
         dry = self.cfg.preemption.dry_run or self.cfg.dry_run
-        chosen = self.decide(snap, plan, facts, refused, now)
+        chosen = self.decide(snap, plan, facts, refused, now, ports)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for p in chosen:
             i = by_name.get(p.service)
@@ -440,7 +445,8 @@ def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None) -> PlacementP
     planner = new_planner(cfg, swarm, snap.services)
     plan = make_plan(snap, cfg, planner=planner)
     if cfg.placement.enabled:
-        Preempter(cfg).preview(snap, plan, facts_by_node(snap), planner.refused_nodes)
+        Preempter(cfg).preview(snap, plan, facts_by_node(snap), planner.refused_nodes,
+                               ports=planner.port_takers)
     return plan
 
 
@@ -467,7 +473,8 @@ class PreemptStep(Step):
     def run(self, session: CycleSession) -> None:
         host, cfg = self.host, self.host.cfg
         done = self.preempter.cycle(host.swarm, session.snapshot, session.placement,
-                                    session.facts, session.planner.refused_nodes)
+                                    session.facts, session.planner.refused_nodes,
+                                    ports=session.planner.port_takers)
         if done and not (cfg.preemption.dry_run or cfg.dry_run):
             # The victims' tasks stop within their grace period: plan again soon.
             timer = threading.Timer(1.0, host.trigger)

@@ -16,6 +16,7 @@ from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 _BOUND = frozenset(("assigned", "accepted", "preparing", "ready", "starting", "running"))
 _COMING = frozenset(("new", "allocated", "pending"))
 _NOTHING: Mapping[str, str] = {}
+_NOTHING_TAKEN: Mapping[str, frozenset[str]] = {}
 
 
 def published(s: SwarmService) -> tuple[str, ...]:
@@ -85,6 +86,18 @@ class HostPorts:
                         more = f"host-mode port {p} is taken by a task of {', '.join(others)}"
                         got[nid] = f"{why}; {more}" if why else more
         return got
+
+    def takers(self, s: SwarmService) -> Mapping[str, frozenset[str]]:
+        """Node id -> the names of the other services whose tasks bind a port ``s``
+        publishes there (``refused``'s nodes): preemption frees such a node when those
+        are its victims."""
+        if not self.refused(s):
+            return _NOTHING_TAKEN
+        by: dict[str, set[str]] = {}
+        for p in self.ports_of(s):
+            for nid, held in self._used.get(p, {}).items():
+                by.setdefault(nid, set()).update(n for sid, n in held.items() if sid != s.id)
+        return {nid: frozenset(names) for nid, names in by.items() if names}
 
     def also(self, s: SwarmService, base: frozenset[str]) -> frozenset[str]:
         """``base`` (the nodes Swarm's other filters refuse) and those ``refused`` names."""

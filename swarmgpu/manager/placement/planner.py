@@ -239,6 +239,15 @@ class Planner:
         """Nodes Swarm's own filters refuse ``s`` on (as of the last cycle)."""
         return self._refused(s)
 
+    def port_takers(self, s: SwarmService) -> Mapping[str, AbstractSet[str]]:
+        """Of ``refused_nodes``, those refused for a host-mode port alone: node id -> the
+        services whose tasks bind it there (preemption may free such a node)."""
+        takers = self._ports.takers(s)
+        if not takers:
+            return takers
+        base = self._filters.refused(s)
+        return {nid: by for nid, by in takers.items() if nid not in base}
+
     def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
              tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
              now: float | None = None, moving: AbstractSet[str] = frozenset(),

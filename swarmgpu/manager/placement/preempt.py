@@ -262,9 +262,14 @@ class _Round:
     gone: set[str] = field(default_factory=set)  # victims already chosen
     q_gone: dict[str, int] = field(default_factory=dict)  # milli per queue its victims free
     q_given: dict[str, int] = field(default_factory=dict)  # milli per queue its preemptors take
+    # of ``refused``, nodes refused for a host-mode port alone -> the services binding it
+    ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None
 
     def refused_of(self, s: SwarmService) -> AbstractSet[str]:
         return self.refused(s) if self.refused is not None else frozenset()
+
+    def port_takers(self, s: SwarmService) -> Mapping[str, AbstractSet[str]]:
+        return self.ports(s) if self.ports is not None else {}
 
 
 def done_idle(services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
@@ -289,6 +294,7 @@ def choose_preemptions(
     settling: AbstractSet[str] = frozenset(),
     refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
     moving: AbstractSet[str] = frozenset(),
+    ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None,
 ) -> list[Preemption]:
     """At most one preemption per pending service (one replica's GPUs on one node), in
     served order; a GPU freed for one is not counted for another. ``cooling``: services
@@ -297,7 +303,10 @@ def choose_preemptions(
     (constraints, platforms) refuse a service on; ``moving``: services with a move in
     flight by the daemon's records (``rebalance.record.moving``; a move label alone
     protects nothing) or whose record cannot be read (its move may be under way),
-    neither preemptors nor victims."""
+    neither preemptors nor victims; ``ports``: of the nodes ``refused``, those refused for
+    a host-mode port alone, with the services whose tasks bind it there
+    (``Planner.port_takers``): such a node is a target when those are all its victims,
+    whose stop frees the port with the GPUs."""
     by_name = {s.name: s for s in services}
     started: dict[tuple[str, str], str] = {}
     for t in tasks:
@@ -312,7 +321,7 @@ def choose_preemptions(
     rd = _Round(by_name, {n.id: n for n in nodes}, facts,
                 {**{q["queue"]: q for q in plan.queues}, "": _no_queue(holdings, req, facts)},
                 req, started, holdings, refused, preemptible_below, cooling, moving,
-                done_idle(services, tasks))
+                done_idle(services, tasks), ports=ports)
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
     pending = [sp for sp in plan.services if sp.status == Status.PENDING and sp.request is not None]
     order = serve_order([(by_name[sp.name], sp.request) for sp in pending
@@ -350,12 +359,12 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
     priority alone before a reclaim, a reclaim from the queues furthest above their
     guarantees first; then the lowest priorities, the hostname); None when there is none,
     or when a node it may use has room already (it is pending for another reason)."""
-    no = rd.refused_of(s)
+    no, takers = rd.refused_of(s), rd.port_takers(s)
     over = {q: over_guarantee(row, rd.q_gone.get(q, 0)) for q, row in rd.queues.items()}
     best: tuple[tuple[int, Rank, int, int, str], Preemption] | None = None
     for nid in sorted(rd.holdings.keys() | rd.facts.keys()):
         node = rd.by_node.get(nid)
-        if node is None or nid in no or node.state != "ready" \
+        if node is None or (nid in no and nid not in takers) or node.state != "ready" \
                 or node.availability != "active":
             continue
         here = rd.holdings.get(nid, {})
@@ -370,6 +379,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
                 holders.setdefault(u, set()).add(svc)
         free = usable - holders.keys()
         if len(free) >= r.gpus:
+            if nid in no:
+                continue  # the port holds it back here, not the GPUs
             return None  # room already: pending for another reason
 
         def together(combo: tuple[Candidate, ...], r: GpuRequest = r) -> bool:
@@ -381,8 +392,8 @@ def _best_preemption(rd: _Round, s: SwarmService, r: GpuRequest) -> Preemption |
 
         victims = pick_victims(r.gpus, free, _candidates(rd, r, nid, here, usable), holders,
                                together, over)
-        if not victims:
-            continue
+        if not victims or (nid in no and not takers[nid] <= {v.service for v in victims}):
+            continue  # (a port another service binds here stays bound: Swarm refuses it)
         prios = [v.priority for v in victims]
         key = (len(victims), max(reclaim_rank(v, over) for v in victims), max(prios),
                sum(prios), node.hostname)
