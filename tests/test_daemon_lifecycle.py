@@ -3,6 +3,7 @@ schedule, signals, the systemd watchdog."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -114,10 +115,10 @@ def test_sighup_keeps_the_daemon_and_its_config_and_says_why(tmp_path: Path) -> 
         handler = signal.getsignal(signal.SIGHUP)
         assert callable(handler), "SIGHUP ends the process (the default)"
         handler(signal.SIGHUP, None)
+        assert wait_for(lambda: any("SIGHUP" in m and "restart" in m for m in lines)), lines
         assert not d.stop_event.is_set()
-        assert any("SIGHUP" in m and "restart" in m for m in lines), lines
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # type: ignore[operator,misc]
-        assert d.stop_event.is_set()
+        assert wait_for(d.stop_event.is_set)
     finally:
         logger.remove(sink)
         for s, h in saved.items():
@@ -299,3 +300,70 @@ def test_cycles_longer_than_the_interval_are_said_once_with_the_setting_to_raise
     said = [m for m in lines if "longer than sync.interval_s" in m]
     assert len(said) == 2, lines
     assert "1.2" in said[0] and "WatchdogSec" in said[0], said[0]
+
+
+def test_a_signal_during_a_log_line_is_logged_and_acted_on(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Python runs a handler in the main thread between two bytecodes, so a signal can
+    come while that thread is inside a log call, holding loguru's handler lock. The
+    handler logged itself: loguru refused the re-entry ('deadlock avoided'), printed a
+    'Logging error' traceback, and SIGHUP's and SIGTERM's lines were lost. Now the
+    handlers only note the signal; the logging happens outside them."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    d = daemon(tmp_path)
+    lines: list[str] = []
+    pending = [signal.SIGHUP, signal.SIGTERM]
+
+    def sink(m: Any) -> None:  # the signals land while this log call holds the lock
+        lines.append(str(m))
+        while pending:
+            s = pending.pop(0)
+            signal.getsignal(s)(s, None)  # type: ignore[operator,misc]
+
+    sink_id = logger.add(sink, level="INFO")
+    try:
+        d._install_signals()
+        logger.info("a line the main thread was writing")
+        assert wait_for(d.stop_event.is_set)
+        assert wait_for(lambda: any("SIGTERM received" in m for m in lines)), lines
+        assert any("SIGHUP" in m and "restart" in m for m in lines), lines
+        assert "Logging error" not in capfd.readouterr().err
+    finally:
+        logger.remove(sink_id)
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
+def test_a_second_signal_during_a_log_line_still_ends_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The second SIGTERM, come while the main thread logged (its 'stopping' line): the
+    handler's logger.complete() raised loguru's RuntimeError before its os.kill, back
+    into the log call, which printed it: the daemon went on, the operator's 'now' lost."""
+    killed: list[int] = []
+    monkeypatch.setattr(os, "kill", lambda _pid, sig: killed.append(sig))
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    d = daemon(tmp_path)
+    lines: list[str] = []
+    pending = [signal.SIGINT]
+
+    def sink(m: Any) -> None:
+        lines.append(str(m))
+        if "stopping:" in str(m) and pending:
+            s = pending.pop()
+            signal.getsignal(s)(s, None)  # type: ignore[operator,misc]
+
+    sink_id = logger.add(sink, level="INFO")
+    try:
+        d._install_signals()
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # type: ignore[operator,misc]
+        assert wait_for(d.stop_event.is_set)
+        logger.info("stopping: the step in progress ends after its writes")
+        assert wait_for(lambda: killed == [signal.SIGINT]), (killed, lines)
+        assert any("SIGINT received while stopping" in m for m in lines), lines
+        assert "Logging error" not in capfd.readouterr().err
+    finally:
+        logger.remove(sink_id)
+        for s, h in saved.items():
+            signal.signal(s, h)

@@ -219,8 +219,11 @@ def test_a_second_signal_ends_the_daemon_at_once(
     try:
         d._install_signals()
         signal.getsignal(first)(first, None)  # type: ignore[operator,misc]
-        assert d.stop_event.is_set() and ended == []
+        assert d.stop_event.wait(5) and ended == []
         signal.getsignal(second)(second, None)  # type: ignore[operator,misc]
+        end = time.monotonic() + 5  # the signal watcher acts in its own thread
+        while not ended and time.monotonic() < end:
+            time.sleep(0.01)
         assert ended == [second]
     finally:
         for s, h in saved.items():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import signal
 import sys
 import threading
@@ -72,11 +73,12 @@ CLOCK_STEP_S = 2.0
 def end_by_signal(signum: int) -> None:
     """End the process now by ``signum``, its default action, the logs flushed: a shell
     sees 130 or 143, systemd a clean stop (no ``Restart=on-failure``). A write in flight
-    landed whole or not at all; the next leader or start reads which."""
+    landed whole or not at all; the next leader or start reads which. Called from the
+    signal watcher (``Daemon._install_signals``), whose handler already gave ``signum``
+    its default action: only the main thread may."""
     logger.complete()
     sys.stdout.flush()
     sys.stderr.flush()
-    signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
 
@@ -382,34 +384,53 @@ class Daemon:
         return wall, mono
 
     def _install_signals(self) -> None:
+        """A handler runs in the main thread between two bytecodes, maybe inside a log
+        call holding loguru's lock (a re-entry is refused: the line lost, a second
+        signal's exit raised away) or inside ``stop_event.wait`` holding the event's
+        lock (its ``set`` would hang): the handlers only note the signal in a
+        re-entrant queue; a watcher thread logs it and acts."""
         if threading.current_thread() is not threading.main_thread():
             return
-
-        asked: list[str] = []  # the signals received so far
+        inbox: queue.SimpleQueue[int] = queue.SimpleQueue()
+        stops: list[int] = []  # the stop signals received so far (append is atomic)
 
         def handler(signum: int, _frame: object) -> None:
-            name = signal.Signals(signum).name
-            if asked:  # asked twice: the operator will not wait
-                logger.warning("{} received while stopping ({} first): exiting now", name,
-                               asked[0])
-                end_by_signal(signum)
-                return
-            asked.append(name)
-            self.stopped_by = name
-            logger.info("signal {} received: stopping after the writes and node reads in "
-                        "flight (a second SIGTERM or SIGINT exits at once)", name)
-            self.stop_event.set()
+            if stops:  # the second: a third ends the process even if the watcher hangs
+                signal.signal(signum, signal.SIG_DFL)
+            stops.append(signum)
+            inbox.put(signum)
 
-        def hangup(_signum: int, _frame: object) -> None:
+        def hangup(signum: int, _frame: object) -> None:
             # Its default would end the daemon at once, in the middle of a cycle's writes.
-            logger.warning("SIGHUP received: the configuration is read only at start, so "
-                           "nothing changed; to apply an edited config, check it (swarmgpu "
-                           "config check FILE) and restart the daemon (systemctl restart "
-                           "swarmgpu)")
+            inbox.put(signum)
 
+        threading.Thread(target=self._watch_signals, args=(inbox,), name="signals",
+                         daemon=True).start()
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGHUP, hangup)
+
+    def _watch_signals(self, inbox: queue.SimpleQueue[int]) -> None:
+        """Each signal the handlers noted, logged and acted on outside them."""
+        asked: list[str] = []
+        while True:
+            signum = inbox.get()
+            name = signal.Signals(signum).name
+            if signum == signal.SIGHUP:
+                logger.warning("SIGHUP received: the configuration is read only at start, "
+                               "so nothing changed; to apply an edited config, check it "
+                               "(swarmgpu config check FILE) and restart the daemon "
+                               "(systemctl restart swarmgpu)")
+            elif asked:  # asked twice: the operator will not wait
+                logger.warning("{} received while stopping ({} first): exiting now", name,
+                               asked[0])
+                end_by_signal(signum)
+            else:
+                asked.append(name)
+                self.stopped_by = name
+                logger.info("signal {} received: stopping after the writes and node reads "
+                            "in flight (a second SIGTERM or SIGINT exits at once)", name)
+                self.stop_event.set()
 
     # --- HTTP ----------------------------------------------------------------
     def health(self, detail: bool = True) -> dict[str, Any]:
