@@ -166,3 +166,19 @@ def test_over_share_restart_notes_of_holders_no_longer_due_are_dropped() -> None
     assert list(r.said) == [("ci-0", "n-0", "GPU-0")]
     r.run([], snap)
     assert not r.said
+
+
+def test_a_megabyte_request_label_makes_a_short_reason() -> None:
+    """A tenant may write a 1 MB label on their service: an unknown key's value, or the
+    key itself, went whole into the invalid reason, logged every cycle and kept in the
+    plan and the map's document; it is cut, saying how long it was."""
+    big = "x" * 1_000_000
+    svcs = [
+        sw_svc("by-value", {"swarmgpu.gpuz": big}),
+        sw_svc("by-key", {"swarmgpu.gpus": "1", f"swarmgpu.{big}": "1"}),
+    ]
+    facts = _results([sw_node("n-0", "gpu-0")])
+    plan = make_plan(Snapshot([sw_node("n-0", "gpu-0")], svcs, [], facts), Config(), facts)
+    for sp in plan.services:
+        assert sp.status == "invalid" and len(sp.reason or "") < 2000, sp.name
+        assert " characters]" in (sp.reason or ""), sp.name  # says it was cut
