@@ -12,6 +12,7 @@ from pathlib import Path
 from support.forged import R4090_F, RecordingSwarm, sw_node, sw_svc
 
 from swarmgpu.core.config import Config, HealthConfig, RebalanceConfig
+from swarmgpu.core.httpguard import GuardedServer, OneRequestHandler
 from swarmgpu.core.model import MAX_GPUS, NodeFacts
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.cycle.placement import make_plan
@@ -166,3 +167,34 @@ def test_over_share_restart_notes_of_holders_no_longer_due_are_dropped() -> None
     assert list(r.said) == [("ci-0", "n-0", "GPU-0")]
     r.run([], snap)
     assert not r.said
+
+
+def test_a_megabyte_request_label_makes_a_short_reason() -> None:
+    """A tenant may write a 1 MB label on their service: an unknown key's value, or the
+    key itself, went whole into the invalid reason, logged every cycle and kept in the
+    plan and the map's document; it is cut, saying how long it was."""
+    big = "x" * 1_000_000
+    svcs = [
+        sw_svc("by-value", {"swarmgpu.gpuz": big}),
+        sw_svc("by-key", {"swarmgpu.gpus": "1", f"swarmgpu.{big}": "1"}),
+    ]
+    facts = _results([sw_node("n-0", "gpu-0")])
+    plan = make_plan(Snapshot([sw_node("n-0", "gpu-0")], svcs, [], facts), Config(), facts)
+    for sp in plan.services:
+        assert sp.status == "invalid" and len(sp.reason or "") < 2000, sp.name
+        assert " characters]" in (sp.reason or ""), sp.name  # says it was cut
+
+
+def test_a_flood_from_many_addresses_counts_turned_away_ones_in_bounded_memory() -> None:
+    """Connections turned away are counted by address for the next log line (every 10
+    s): a flood from 100,000 addresses (IPv6 gives anyone that many) kept a count for each
+    until then; past a cap the rest are counted together."""
+    srv = GuardedServer(("127.0.0.1", 0), OneRequestHandler)
+    try:
+        srv._turn_away("refused", "10.0.0.1")  # logs now: the window starts
+        for i in range(100_000):
+            srv._turn_away("refused", f"2001:db8::{i:x}")
+        assert len(srv._turned_away) <= 1100
+        assert sum(srv._turned_away.values()) == 100_000 and srv.refused_total == 100_001
+    finally:
+        srv.server_close()

@@ -484,6 +484,9 @@ class GuardedServer(ThreadingHTTPServer):
     # still gets 256 KiB per round trip.
     send_buffer_bytes = 256 * 1024
     log_every_s = 10.0  # a flood is logged as one line per this many seconds
+    # Addresses counted apart between two such lines: a flood from more (IPv6 gives
+    # anyone millions) is counted together past them, in bounded memory.
+    turned_away_addresses = 1024
 
     def __init__(self, address: tuple[str, int], handler: Any) -> None:
         if ":" in address[0]:
@@ -539,7 +542,11 @@ class GuardedServer(ThreadingHTTPServer):
 
     def _turn_away(self, what: str, ip: str) -> None:
         """Count it; log the counts at most every ``log_every_s`` (lock held)."""
-        self._turned_away[f"{what} from {ip}"] += 1
+        key = f"{what} from {ip}"
+        if key not in self._turned_away and \
+                len(self._turned_away) >= self.turned_away_addresses:
+            key = f"{what} from other addresses"
+        self._turned_away[key] += 1
         if what == "evicted":
             self.evicted_total += 1
         else:

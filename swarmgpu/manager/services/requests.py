@@ -19,6 +19,7 @@ from typing import TypeVar
 from swarmgpu.allocator.fragmentation import product_matches
 from swarmgpu.core.config import DEFAULT_PRIORITY_CLASSES, parse_priority_classes
 from swarmgpu.core.migprofile import MigProfileError, normalize_profile
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.tenants import NAME_RE
 
 DEFAULT_PREFIX = "swarmgpu."
@@ -68,7 +69,16 @@ class RequestError(ValueError):
         self.key = key
         self.value = value
         self.accepted = accepted
-        super().__init__(f"{key}={value!r}: expected {accepted}")
+        # A tenant's label key or value may be a megabyte (Swarm takes it): the reason is
+        # logged every cycle and kept in the plan and the map, so either is cut there.
+        super().__init__(f"{_shown(key)}={_shown(value)!r}: expected {accepted}")
+
+
+SHOWN_MAX = 200  # characters of a label's key or value a reason quotes
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= SHOWN_MAX else peer_text(text, SHOWN_MAX)
 
 
 @dataclass(frozen=True)
@@ -223,7 +233,8 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
             continue
         name = key[len(prefix):]
         if name not in KEYS:
-            near = difflib.get_close_matches(name, KEYS, n=1)
+            # (a megabyte name is like no key: not compared, which takes a while)
+            near = difflib.get_close_matches(name, KEYS, n=1) if len(name) < 64 else []
             hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
             raise RequestError(
                 key, labels[key], f"a known key: {', '.join(prefix + k for k in KEYS)}{hint}"
