@@ -232,3 +232,54 @@ def test_seeds_reversed_are_named_as_such_once() -> None:
     assert res.output == (
         "swarmgpu simulate: --seeds '51-42': 51 is above 42 in LOW-HIGH; e.g. --seeds 42-51\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        # each was taken and ignored: a table of what the user did not ask for, exit 0
+        (["--speedup", "2"], "--speedup applies with --departures or --priorities"),
+        (["--drain", "60"], "--drain applies with --priorities"),
+        (["--departures", "--drain", "60"], "--drain applies with --priorities"),
+        (["--departures", "--online-at", "80"], "--online-at applies without --departures"),
+        (["--bound", "off", "--online-at", "80"], "--online-at applies with a bound"),
+        (["--policy", "fgd", "--workload", "oracle"], "--workload applies with --policy swarmgpu"),
+        (["--priorities", "0.5", "--rebalance-moves", "2"], "--rebalance-moves applies without"),
+        (["--priorities", "0.5", "--policy", "fgd"], "--policy applies without --priorities"),
+        (["--priorities", "0.5", "--departures"], "--departures applies without --priorities"),
+        (["--priorities", "0.5", "--plot", "a.png"], "--plot applies without --priorities"),
+        (["--priorities", "0.5", "--bound", "mip"], "--bound applies without --priorities"),
+        (["--priorities", "0.5", "--online-at", "80"], "--online-at applies without"),
+        (["--priorities", "0.5", "--progress"], "--progress applies without --priorities"),
+        (["--trace", "cpu050"], "--trace applies without"),
+    ],
+)
+def test_an_option_the_mode_does_not_use_is_refused(
+    tmp_path: Path, args: list[str], why: str
+) -> None:
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES)
+    p.write_text(PODS)
+    base = ["simulate", "--nodes", str(n), "--pods", str(p), "--seeds", "1"]
+    res = CliRunner().invoke(main, base + args)
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"swarmgpu simulate: {why}"), res.output
+
+
+def test_options_the_mode_uses_are_taken(tmp_path: Path) -> None:
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES)
+    p.write_text(
+        PODS.replace(",gpu_spec\n", ",gpu_spec,creation_time,deletion_time\n").replace(
+            ",\n", ",,1,5\n"
+        )
+    )
+    base = ["simulate", "--nodes", str(n), "--pods", str(p), "--seeds", "1", "--json"]
+    for args in (
+        ["--departures", "--speedup", "2", "--bound", "off", "--workload", "oracle"],
+        ["--priorities", "0.5", "--speedup", "2", "--drain", "60", "--policy", "swarmgpu"],
+        ["--priorities", "0.5", "--no-progress", "--workload", "oracle"],
+        ["--policy", "fgd,swarmgpu", "--workload", "oracle", "--bound", "off", "--online-at", "0"],
+    ):
+        res = CliRunner().invoke(main, base + args)
+        assert res.exit_code == 0, (args, res.output)
