@@ -283,3 +283,34 @@ def test_options_the_mode_uses_are_taken(tmp_path: Path) -> None:
     ):
         res = CliRunner().invoke(main, base + args)
         assert res.exit_code == 0, (args, res.output)
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "why"),
+    [
+        (POD_HEADER, ",1,1,1,500,\n", "pod name is empty; give each row a name"),
+        (POD_HEADER, " ,1,1,1,500,\n", "pod name is empty; give each row a name"),
+        (NODE_HEADER, ",1,1,1,T4\n", "node name is empty; give each row a name"),
+        (
+            POD_HEADER,
+            "p2,1,1,1,500,T4|A\x1b[2J\n",
+            "gpu_spec 'T4|A\\x1b[2J' has control characters; remove them",
+        ),
+        (
+            NODE_HEADER,
+            "n2,1,1,1,T\u202e4\n",
+            "model 'T\\u202e4' has control characters; remove them",
+        ),
+    ],
+)
+def test_an_empty_name_or_a_model_with_control_characters_is_refused(
+    tmp_path: Path, header: str, row: str, why: str
+) -> None:
+    # Names key the replay and are printed; models are printed in the note above.
+    f = tmp_path / "f.csv"
+    first = "p1,1,1,1,500,\n" if header == POD_HEADER else "n1,1,1,1,T4\n"
+    f.write_text(header + first + row)
+    read = load_pods if header == POD_HEADER else load_nodes
+    with pytest.raises(TraceError) as err:
+        read(f)
+    assert str(err.value) == f"{f}:3: {why}"

@@ -216,6 +216,8 @@ def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, 
     """The row's name: printed in errors and keying the replay, so no control characters
     (an escape sequence would reach the terminal) and no name twice (they would collide)."""
     name = row.get(col) or ""
+    if not name.strip():  # two blank names collided as "also on line"; one printed as nothing
+        raise TraceError(f"{where}: {what} name is empty; give each row a name")
     if escaped(name) != name:
         raise TraceError(
             f"{where}: {what} name '{escaped(name)}' has control characters; remove them"
@@ -228,6 +230,15 @@ def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, 
     return name
 
 
+def _models(row: dict[str, str], col: str, where: str) -> str:
+    """A GPU model cell (node model, pod gpu_spec): keys the matching and is printed
+    (the note on pods no node can take), so no control characters, as names."""
+    raw = row.get(col) or ""
+    if escaped(raw) != raw:
+        raise TraceError(f"{where}: {col} '{escaped(raw)}' has control characters; remove them")
+    return raw
+
+
 def load_nodes(path: str | Path) -> list[NodeSpec]:
     seen: dict[str, str] = {}
     # One tuple of GPUs per (model, count), shared by the nodes that have it: the GPUs
@@ -237,7 +248,7 @@ def load_nodes(path: str | Path) -> list[NodeSpec]:
     def node(row: dict[str, str], n: int) -> NodeSpec:
         where = f"{path}:{n}"
         name = _name(row, "sn", "node", where, seen)
-        model = (row.get("model") or "").strip()
+        model = _models(row, "model", where).strip()
         count = _int(row, "gpu", where)
         if count > MAX_GPUS:  # each GPU is an object: a billion of them took all the memory
             raise TraceError(
@@ -285,7 +296,7 @@ def load_pods(path: str | Path) -> list[TracePod]:
             )
         # Each model stripped, as the daemon reads swarmgpu.gpu-product: a blank cell pinned
         # the pod to a model named " ", which no node has.
-        spec = tuple(m for s in (row.get("gpu_spec") or "").split("|") if (m := s.strip()))
+        spec = tuple(m for s in _models(row, "gpu_spec", where).split("|") if (m := s.strip()))
         ct, dt = row.get("creation_time"), row.get("deletion_time")
         created = _int(row, "creation_time", where) if ct else None
         deleted = _int(row, "deletion_time", where) if dt else None
