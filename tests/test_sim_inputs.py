@@ -285,6 +285,31 @@ def test_options_the_mode_uses_are_taken(tmp_path: Path) -> None:
         assert res.exit_code == 0, (args, res.output)
 
 
+def test_pods_pinned_to_a_model_no_node_has_are_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No policy can place them; the table showed them failed, with nothing said why.
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES + "n2,32000,65536,0,A100\n")  # an A100 node with no GPU places none
+    rows = "p1,1,1,1,500,A100\np2,1,1,1,500,t4\np3,1,1,1,500,H100|A100\np4,1,1,1,500,T*\n"
+    p.write_text(  # times for --departures; a CPU pod's spec places nothing
+        (POD_HEADER + rows + "p5,1,1,0,0,H100\n")
+        .replace(",gpu_spec\n", ",gpu_spec,creation_time,deletion_time\n")
+        .replace("\n", ",1,5\n")
+        .replace("deletion_time,1,5", "deletion_time")
+    )
+    for departures in (False, True):
+        text, rc = run_simulate(str(n), str(p), ["fgd"], [1], False, None, departures, bound="off")
+        assert rc == 0, text
+        assert capsys.readouterr().err == (
+            f"simulate: 2 GPU pods of {p} ask for GPU models no node of {n} has (A100, "
+            "H100): no policy can place them (the nodes' models: T4)\n"
+        )
+    text, rc = run_cli(str(n), str(p), [1], 0.5, 1.0, "online", False)
+    assert rc == 0, text
+    assert capsys.readouterr().err.count("no policy can place them") == 1
+
+
 @pytest.mark.parametrize(
     ("header", "row", "why"),
     [

@@ -17,7 +17,13 @@ from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.runs import LEVEL_STEP, check_arrivals
 from swarmgpu.sim.swarm_replay import WORKLOADS
-from swarmgpu.sim.trace import TraceError, load_nodes, load_pods, load_trace
+from swarmgpu.sim.trace import (
+    TraceError,
+    load_nodes,
+    load_pods,
+    load_trace,
+    say_unplaceable,
+)
 from swarmgpu.sim.traces import bundled
 
 
@@ -309,7 +315,7 @@ def run_simulate(
                 2,
             )
         try:
-            load_trace(nodes, pods)  # refused before the workers start
+            say_unplaceable(*load_trace(nodes, pods), nodes, pods)  # before the workers start
             if progress is not None:
                 progress.total = len(policies) * len(seeds) * (2 if rebalance_moves else 1)
                 progress.start("replays with departures")
@@ -340,7 +346,9 @@ def run_simulate(
     missing = highs_missing() if bound != "off" else None
     solve = bound != "off" and missing is None
     try:
-        check_arrivals(*load_trace(nodes, pods), pods)  # refused before the workers start
+        node_list, pod_list = load_trace(nodes, pods)
+        check_arrivals(node_list, pod_list, pods)  # refused before the workers start
+        say_unplaceable(node_list, pod_list, nodes, pods)
         if progress is not None:
             progress.total = len(policies) * len(seeds) + (len(seeds) if solve else 0)
             progress.start(

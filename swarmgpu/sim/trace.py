@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO, TypeVar
 
+from swarmgpu.allocator.fragmentation import product_matches
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
 from swarmgpu.core.boundedfile import NotRegularFile, open_regular
 from swarmgpu.core.model import MAX_GPUS
@@ -343,3 +345,39 @@ def load_trace(
             "simulate replays GPU pods: give a pod list with some"
         )
     return nodes, pods
+
+
+def say_unplaceable(
+    nodes: list[NodeSpec],
+    pods: list[TracePod],
+    nodes_path: str | Path,
+    pods_path: str | Path,
+    stream: TextIO | None = None,
+) -> None:
+    """One line on stderr when GPU pods are pinned (gpu_spec) to models no node with a
+    GPU has, matched as the allocator matches them: no policy can place those pods, and
+    the table counted them failed with nothing said why (a typo, or the wrong node list)."""
+    models = {n.gpus[0].product for n in nodes if n.gpus}
+    fits: dict[tuple[str, ...], bool] = {}  # per gpu_spec: a list has a few distinct ones
+    count, asked = 0, set[str]()
+    for p in pods:
+        if not (p.gpu_spec and p.total_gpu_milli):
+            continue
+        if p.gpu_spec not in fits:
+            fits[p.gpu_spec] = any(product_matches(m, p.gpu_spec) for m in models)
+        if not fits[p.gpu_spec]:
+            count += 1
+            asked.update(p.gpu_spec)
+    if count:
+        print(
+            f"simulate: {count} GPU pod{'s' if count > 1 else ''} of {pods_path} "
+            f"ask{'' if count > 1 else 's'} for GPU models no node of {nodes_path} has "
+            f"({_listed(asked)}): no policy can place them (the nodes' models: "
+            f"{_listed(models)})",
+            file=stream if stream is not None else sys.stderr,
+        )
+
+
+def _listed(names: set[str], most: int = 10) -> str:
+    shown = sorted(names)[:most]
+    return ", ".join(shown) + (f" and {len(names) - most} more" if len(names) > most else "")
