@@ -232,3 +232,110 @@ def test_seeds_reversed_are_named_as_such_once() -> None:
     assert res.output == (
         "swarmgpu simulate: --seeds '51-42': 51 is above 42 in LOW-HIGH; e.g. --seeds 42-51\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "why"),
+    [
+        # each was taken and ignored: a table of what the user did not ask for, exit 0
+        (["--speedup", "2"], "--speedup applies with --departures or --priorities"),
+        (["--drain", "60"], "--drain applies with --priorities"),
+        (["--departures", "--drain", "60"], "--drain applies with --priorities"),
+        (["--departures", "--online-at", "80"], "--online-at applies without --departures"),
+        (["--bound", "off", "--online-at", "80"], "--online-at applies with a bound"),
+        (["--policy", "fgd", "--workload", "oracle"], "--workload applies with --policy swarmgpu"),
+        (["--priorities", "0.5", "--rebalance-moves", "2"], "--rebalance-moves applies without"),
+        (["--priorities", "0.5", "--policy", "fgd"], "--policy applies without --priorities"),
+        (["--priorities", "0.5", "--departures"], "--departures applies without --priorities"),
+        (["--priorities", "0.5", "--plot", "a.png"], "--plot applies without --priorities"),
+        (["--priorities", "0.5", "--bound", "mip"], "--bound applies without --priorities"),
+        (["--priorities", "0.5", "--online-at", "80"], "--online-at applies without"),
+        (["--priorities", "0.5", "--progress"], "--progress applies without --priorities"),
+        (["--trace", "cpu050"], "--trace applies without"),
+    ],
+)
+def test_an_option_the_mode_does_not_use_is_refused(
+    tmp_path: Path, args: list[str], why: str
+) -> None:
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES)
+    p.write_text(PODS)
+    base = ["simulate", "--nodes", str(n), "--pods", str(p), "--seeds", "1"]
+    res = CliRunner().invoke(main, base + args)
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"swarmgpu simulate: {why}"), res.output
+
+
+def test_options_the_mode_uses_are_taken(tmp_path: Path) -> None:
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES)
+    p.write_text(
+        PODS.replace(",gpu_spec\n", ",gpu_spec,creation_time,deletion_time\n").replace(
+            ",\n", ",,1,5\n"
+        )
+    )
+    base = ["simulate", "--nodes", str(n), "--pods", str(p), "--seeds", "1", "--json"]
+    for args in (
+        ["--departures", "--speedup", "2", "--bound", "off", "--workload", "oracle"],
+        ["--priorities", "0.5", "--speedup", "2", "--drain", "60", "--policy", "swarmgpu"],
+        ["--priorities", "0.5", "--no-progress", "--workload", "oracle"],
+        ["--policy", "fgd,swarmgpu", "--workload", "oracle", "--bound", "off", "--online-at", "0"],
+    ):
+        res = CliRunner().invoke(main, base + args)
+        assert res.exit_code == 0, (args, res.output)
+
+
+def test_pods_pinned_to_a_model_no_node_has_are_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No policy can place them; the table showed them failed, with nothing said why.
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES + "n2,32000,65536,0,A100\n")  # an A100 node with no GPU places none
+    rows = "p1,1,1,1,500,A100\np2,1,1,1,500,t4\np3,1,1,1,500,H100|A100\np4,1,1,1,500,T*\n"
+    p.write_text(  # times for --departures; a CPU pod's spec places nothing
+        (POD_HEADER + rows + "p5,1,1,0,0,H100\n")
+        .replace(",gpu_spec\n", ",gpu_spec,creation_time,deletion_time\n")
+        .replace("\n", ",1,5\n")
+        .replace("deletion_time,1,5", "deletion_time")
+    )
+    for departures in (False, True):
+        text, rc = run_simulate(str(n), str(p), ["fgd"], [1], False, None, departures, bound="off")
+        assert rc == 0, text
+        assert capsys.readouterr().err == (
+            f"simulate: 2 GPU pods of {p} ask for GPU models no node of {n} has (A100, "
+            "H100): no policy can place them (the nodes' models: T4)\n"
+        )
+    text, rc = run_cli(str(n), str(p), [1], 0.5, 1.0, "online", False)
+    assert rc == 0, text
+    assert capsys.readouterr().err.count("no policy can place them") == 1
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "why"),
+    [
+        (POD_HEADER, ",1,1,1,500,\n", "pod name is empty; give each row a name"),
+        (POD_HEADER, " ,1,1,1,500,\n", "pod name is empty; give each row a name"),
+        (NODE_HEADER, ",1,1,1,T4\n", "node name is empty; give each row a name"),
+        (
+            POD_HEADER,
+            "p2,1,1,1,500,T4|A\x1b[2J\n",
+            "gpu_spec 'T4|A\\x1b[2J' has control characters; remove them",
+        ),
+        (
+            NODE_HEADER,
+            "n2,1,1,1,T\u202e4\n",
+            "model 'T\\u202e4' has control characters; remove them",
+        ),
+    ],
+)
+def test_an_empty_name_or_a_model_with_control_characters_is_refused(
+    tmp_path: Path, header: str, row: str, why: str
+) -> None:
+    # Names key the replay and are printed; models are printed in the note above.
+    f = tmp_path / "f.csv"
+    first = "p1,1,1,1,500,\n" if header == POD_HEADER else "n1,1,1,1,T4\n"
+    f.write_text(header + first + row)
+    read = load_pods if header == POD_HEADER else load_nodes
+    with pytest.raises(TraceError) as err:
+        read(f)
+    assert str(err.value) == f"{f}:3: {why}"

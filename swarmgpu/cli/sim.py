@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import click
+from click.core import ParameterSource
 
 from swarmgpu.core.commalist import comma_list
 from swarmgpu.sim.traces import NAMES as TRACE_NAMES
@@ -159,9 +160,28 @@ def simulate(
         parse_seeds,
         resolve_trace,
         run_simulate,
+        unused_option,
         wants_progress,
     )
 
+    ctx = click.get_current_context()
+    typed = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    given = {
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name and ctx.get_parameter_source(p.name) in typed
+    } - ({"--progress"} if show_progress is False else set())  # --no-progress: quiet anyway
+    why = unused_option(
+        given,
+        policies=comma_list(policies),
+        departures=departures,
+        priorities=priority_share is not None,
+        bound=bound,
+        online_at=online_at,
+    )
+    if why:
+        click.echo(f"swarmgpu simulate: {why}", err=True)
+        sys.exit(2)
     bundled_trace = pods is None and nodes is None
     nodes, pods = resolve_trace(trace, nodes, pods)
 

@@ -6,7 +6,7 @@ import importlib
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -17,7 +17,13 @@ from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.runs import LEVEL_STEP, check_arrivals
 from swarmgpu.sim.swarm_replay import WORKLOADS
-from swarmgpu.sim.trace import TraceError, load_nodes, load_pods, load_trace
+from swarmgpu.sim.trace import (
+    TraceError,
+    load_nodes,
+    load_pods,
+    load_trace,
+    say_unplaceable,
+)
 from swarmgpu.sim.traces import bundled
 
 
@@ -25,6 +31,76 @@ def resolve_trace(trace: str, nodes: str | None, pods: str | None) -> tuple[str,
     """The node and pod files to replay: the bundled trace fills what was not given."""
     bundled_nodes, bundled_pods = bundled(trace)
     return (nodes or str(bundled_nodes), pods or str(bundled_pods))
+
+
+# Each mode's options it does not read: taken, they were ignored, and the table was
+# read as a measure of what they ask (--speedup 2 without --departures: the same table).
+_NOT_WITH_PRIORITIES = (
+    "--policy",
+    "--departures",
+    "--rebalance-moves",
+    "--plot",
+    "--bound",
+    "--online-at",
+    "--progress",
+)
+
+
+def unused_option(
+    given: Collection[str],
+    *,
+    policies: Sequence[str],
+    departures: bool,
+    priorities: bool,
+    bound: str,
+    online_at: int,
+) -> str | None:
+    """Why the first option in ``given`` (those typed, by their flag; ``--progress`` when
+    on) does nothing in the mode asked, or None. ``--policy swarmgpu`` with --priorities
+    (the planner it replays) and ``--online-at 0`` (no online bound) are what happens
+    anyway; --plot with --departures is refused by ``run_simulate``."""
+    if "--trace" in given and "--nodes" in given and "--pods" in given:
+        return (
+            "--trace applies without both --nodes and --pods (it fills the one not "
+            "given); drop --trace"
+        )
+    if priorities:
+        for opt in _NOT_WITH_PRIORITIES:
+            if opt not in given or (opt == "--policy" and list(policies) == ["swarmgpu"]):
+                continue
+            if opt == "--online-at" and online_at == 0:
+                continue
+            return (
+                f"{opt} applies without --priorities, which replays swarmgpu's planner "
+                "with a queue alone (no other policy, bound, plot or progress); drop one of the two"
+            )
+    elif "--speedup" in given and not departures:
+        return (
+            "--speedup applies with --departures or --priorities (arrivals K times faster); "
+            "the replay to 130% arrived load has no trace times: add one or drop --speedup"
+        )
+    if "--drain" in given and not priorities:
+        return (
+            "--drain applies with --priorities (pods waiting in its queue); add "
+            "--priorities SHARE or drop --drain"
+        )
+    if "--online-at" in given and online_at and not priorities:
+        if departures:
+            return (
+                "--online-at applies without --departures (the online bound is of the "
+                "replay to 130% arrived load); drop one of the two"
+            )
+        if bound == "off":
+            return (
+                "--online-at applies with a bound (--bound lp or mip); drop --bound off "
+                "or --online-at"
+            )
+    if "--workload" in given and not priorities and "swarmgpu" not in policies:
+        return (
+            "--workload applies with --policy swarmgpu (it is swarmgpu's workload model); "
+            "add swarmgpu to --policy or drop --workload"
+        )
+    return None
 
 
 MAX_SEEDS = 1000  # a replay per policy and seed, each seconds to minutes
@@ -239,7 +315,7 @@ def run_simulate(
                 2,
             )
         try:
-            load_trace(nodes, pods)  # refused before the workers start
+            say_unplaceable(*load_trace(nodes, pods), nodes, pods)  # before the workers start
             if progress is not None:
                 progress.total = len(policies) * len(seeds) * (2 if rebalance_moves else 1)
                 progress.start("replays with departures")
@@ -270,7 +346,9 @@ def run_simulate(
     missing = highs_missing() if bound != "off" else None
     solve = bound != "off" and missing is None
     try:
-        check_arrivals(*load_trace(nodes, pods), pods)  # refused before the workers start
+        node_list, pod_list = load_trace(nodes, pods)
+        check_arrivals(node_list, pod_list, pods)  # refused before the workers start
+        say_unplaceable(node_list, pod_list, nodes, pods)
         if progress is not None:
             progress.total = len(policies) * len(seeds) + (len(seeds) if solve else 0)
             progress.start(

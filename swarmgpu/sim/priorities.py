@@ -52,7 +52,7 @@ from swarmgpu.manager.placement.preempt import choose_preemptions
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.sim.runs import METER_EVERY, Window, arrival_times, meter, timed_pods
 from swarmgpu.sim.swarm_replay import P, World, workload_model
-from swarmgpu.sim.trace import TraceError, TracePod, load_trace
+from swarmgpu.sim.trace import TraceError, TracePod, load_trace, say_unplaceable
 from swarmgpu.swarm.client import SwarmNode, service_from_api
 
 HIGH = 100
@@ -515,8 +515,11 @@ def run_cli(
     if drain_s < 0:
         return (f"swarmgpu simulate: --drain {drain_s}: seconds of trace time, >= 0", 2)
     try:
+        nodes, pods = load_trace(nodes_path, pods_path)
+        say_unplaceable(nodes, pods, nodes_path, pods_path)
         results = run(
-            *load_trace(nodes_path, pods_path),
+            nodes,
+            pods,
             seeds,
             share=share,
             speedup=speedup,

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import csv
 import math
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO, TypeVar
 
+from swarmgpu.allocator.fragmentation import product_matches
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
 from swarmgpu.core.boundedfile import NotRegularFile, open_regular
 from swarmgpu.core.model import MAX_GPUS
@@ -216,6 +218,8 @@ def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, 
     """The row's name: printed in errors and keying the replay, so no control characters
     (an escape sequence would reach the terminal) and no name twice (they would collide)."""
     name = row.get(col) or ""
+    if not name.strip():  # two blank names collided as "also on line"; one printed as nothing
+        raise TraceError(f"{where}: {what} name is empty; give each row a name")
     if escaped(name) != name:
         raise TraceError(
             f"{where}: {what} name '{escaped(name)}' has control characters; remove them"
@@ -228,6 +232,15 @@ def _name(row: dict[str, str], col: str, what: str, where: str, seen: dict[str, 
     return name
 
 
+def _models(row: dict[str, str], col: str, where: str) -> str:
+    """A GPU model cell (node model, pod gpu_spec): keys the matching and is printed
+    (the note on pods no node can take), so no control characters, as names."""
+    raw = row.get(col) or ""
+    if escaped(raw) != raw:
+        raise TraceError(f"{where}: {col} '{escaped(raw)}' has control characters; remove them")
+    return raw
+
+
 def load_nodes(path: str | Path) -> list[NodeSpec]:
     seen: dict[str, str] = {}
     # One tuple of GPUs per (model, count), shared by the nodes that have it: the GPUs
@@ -237,7 +250,7 @@ def load_nodes(path: str | Path) -> list[NodeSpec]:
     def node(row: dict[str, str], n: int) -> NodeSpec:
         where = f"{path}:{n}"
         name = _name(row, "sn", "node", where, seen)
-        model = (row.get("model") or "").strip()
+        model = _models(row, "model", where).strip()
         count = _int(row, "gpu", where)
         if count > MAX_GPUS:  # each GPU is an object: a billion of them took all the memory
             raise TraceError(
@@ -285,7 +298,7 @@ def load_pods(path: str | Path) -> list[TracePod]:
             )
         # Each model stripped, as the daemon reads swarmgpu.gpu-product: a blank cell pinned
         # the pod to a model named " ", which no node has.
-        spec = tuple(m for s in (row.get("gpu_spec") or "").split("|") if (m := s.strip()))
+        spec = tuple(m for s in _models(row, "gpu_spec", where).split("|") if (m := s.strip()))
         ct, dt = row.get("creation_time"), row.get("deletion_time")
         created = _int(row, "creation_time", where) if ct else None
         deleted = _int(row, "deletion_time", where) if dt else None
@@ -332,3 +345,39 @@ def load_trace(
             "simulate replays GPU pods: give a pod list with some"
         )
     return nodes, pods
+
+
+def say_unplaceable(
+    nodes: list[NodeSpec],
+    pods: list[TracePod],
+    nodes_path: str | Path,
+    pods_path: str | Path,
+    stream: TextIO | None = None,
+) -> None:
+    """One line on stderr when GPU pods are pinned (gpu_spec) to models no node with a
+    GPU has, matched as the allocator matches them: no policy can place those pods, and
+    the table counted them failed with nothing said why (a typo, or the wrong node list)."""
+    models = {n.gpus[0].product for n in nodes if n.gpus}
+    fits: dict[tuple[str, ...], bool] = {}  # per gpu_spec: a list has a few distinct ones
+    count, asked = 0, set[str]()
+    for p in pods:
+        if not (p.gpu_spec and p.total_gpu_milli):
+            continue
+        if p.gpu_spec not in fits:
+            fits[p.gpu_spec] = any(product_matches(m, p.gpu_spec) for m in models)
+        if not fits[p.gpu_spec]:
+            count += 1
+            asked.update(p.gpu_spec)
+    if count:
+        print(
+            f"simulate: {count} GPU pod{'s' if count > 1 else ''} of {pods_path} "
+            f"ask{'' if count > 1 else 's'} for GPU models no node of {nodes_path} has "
+            f"({_listed(asked)}): no policy can place them (the nodes' models: "
+            f"{_listed(models)})",
+            file=stream if stream is not None else sys.stderr,
+        )
+
+
+def _listed(names: set[str], most: int = 10) -> str:
+    shown = sorted(names)[:most]
+    return ", ".join(shown) + (f" and {len(names) - most} more" if len(names) > most else "")
