@@ -538,3 +538,26 @@ def test_an_invalid_request_is_logged_once_while_it_lasts(tmp_path: Path) -> Non
         assert len(said()) == 3, lines
     finally:
         logger.remove(sink)
+
+
+def test_a_pending_service_is_logged_once_while_its_reason_lasts(tmp_path: Path) -> None:
+    """A request no node can hold stays pending: said once, not every cycle; said again
+    when its reason changes."""
+    sw = TaskSwarm([sw_node(nid, host) for nid, host in HOSTS.items()],
+                   [sw_svc("huge", {f"{P}gpus": "1", f"{P}gpu-memory": "80GiB"})])
+    d = _daemon(sw, tmp_path)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING")
+
+    def said() -> list[str]:
+        return [x for x in lines if x.startswith("pending:")]
+
+    try:
+        _cycle(d, sw)
+        _cycle(d, sw)
+        assert len(said()) == 1 and "best node" in said()[0], lines
+        sw.redeploy("id-huge", {f"{P}gpus": "1", f"{P}gpu-memory": "90GiB"})
+        _cycle(d, sw)
+        assert len(said()) == 2, lines
+    finally:
+        logger.remove(sink)
