@@ -513,3 +513,25 @@ def test_an_unreadable_move_record_is_logged_once_while_it_lasts(tmp_path: Any) 
     finally:
         logger.remove(sink)
     assert len([e for e in errors if key in e]) == 2, errors
+
+
+def test_a_forged_move_label_is_said_once_and_remembered_by_id_and_hash(
+        tmp_path: Any) -> None:
+    """A tenant's 1 MB move label, left in place by the mover's dry-run: said once over
+    two cycles, and what the movers keep to know it was said is its service id and a
+    hash of the value. Before: the whole value, a fresh 1 MB copy per cycle."""
+    sw = victim_cluster({f"{P}gpus": "1", f"{P}{MOVE_STATE}": "x" * 1_000_000})
+    d = _daemon(sw, dry_run=False, rebalance_dry_run=True, tmp=str(tmp_path))
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING")
+    try:
+        d.cycle()
+        d.cycle()
+    finally:
+        logger.remove(sink)
+    said = [x for x in lines if "a move label the daemon did not write" in x]
+    assert len(said) == 1 and "attacker" in said[0], lines
+    movers = [m for s in d.pipeline.steps for m in (getattr(s, "mover", None),
+                                                   getattr(s, "health_mover", None)) if m]
+    keys = [k for m in movers for k in m._said]
+    assert keys and all(len(str(k)) < 200 for k in keys), [str(k)[:80] for k in keys]

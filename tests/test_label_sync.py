@@ -133,3 +133,20 @@ def test_the_gpus_unread_gauge_falls_when_the_agent_lists_its_gpus_again(
         assert metrics.nodes_gpus_unread._value.get() == want
     text = generate_latest(metrics.registry).decode()
     assert "# HELP swarmgpu_nodes_gpus_unread Nodes whose agent answers" in text
+
+
+def test_a_node_problem_that_lasts_is_logged_once(tmp_path: Path, logs: list[str]) -> None:
+    """An agent unreachable, or one whose GPUs cannot be read, for two cycles: each line
+    once, not every cycle; said again when it comes back after the node was fine."""
+    sw = _labelled(running=False)
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    sync = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    down = _facts(None, f"agent at https://{HOST}:9101/facts: timed out after 3s")
+    unread = _facts(NodeFacts(hostname=HOST, errors=(MISMATCH,)))
+    for res in (down, down, unread, unread, _facts(R4090_F), down):
+        sync.cycle(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {NID: res}))
+    assert [ln for ln in logs if "agent unreachable" in ln] == [
+        f"agent unreachable, labels left as they are: {down.error}"
+    ] * 2, logs
+    assert len([ln for ln in logs if ln.startswith("agent reports:")]) == 1, logs
+    assert len([ln for ln in logs if "labels left as they are" in ln and MISMATCH in ln]) == 1, logs

@@ -509,3 +509,55 @@ def test_a_failed_service_write_leaves_the_other_services_writes_on_its_node(
     labels = sw.node("n-dgx").labels
     assert labels.get(gate_key(P, "eval")) == "true" and assign_key(P, "eval") in labels
     assert labels[assign_key(P, "eval")] != labels[assign_key(P, "train")]
+
+
+def test_an_invalid_request_is_logged_once_while_it_lasts(tmp_path: Path) -> None:
+    """A service whose labels stay invalid is said once, not every cycle; a new reason
+    is said again, and so is the same one after the labels were fixed and broken again."""
+    sw = TaskSwarm([sw_node(nid, host) for nid, host in HOSTS.items()],
+                   [sw_svc("bad", {f"{P}gpus": "two"})])
+    d = _daemon(sw, tmp_path)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING")
+
+    def said() -> list[str]:
+        return [x for x in lines if x.startswith("invalid GPU request")]
+
+    try:
+        _cycle(d, sw)
+        _cycle(d, sw)
+        assert len(said()) == 1 and "'two'" in said()[0], lines
+        sw.redeploy("id-bad", {f"{P}gpus": "three"})
+        _cycle(d, sw)
+        _cycle(d, sw)
+        assert len(said()) == 2 and "'three'" in said()[1], lines
+        sw.redeploy("id-bad", {f"{P}gpus": "1"})
+        _cycle(d, sw)
+        sw.redeploy("id-bad", {f"{P}gpus": "three"})
+        _cycle(d, sw)
+        assert len(said()) == 3, lines
+    finally:
+        logger.remove(sink)
+
+
+def test_a_pending_service_is_logged_once_while_its_reason_lasts(tmp_path: Path) -> None:
+    """A request no node can hold stays pending: said once, not every cycle; said again
+    when its reason changes."""
+    sw = TaskSwarm([sw_node(nid, host) for nid, host in HOSTS.items()],
+                   [sw_svc("huge", {f"{P}gpus": "1", f"{P}gpu-memory": "80GiB"})])
+    d = _daemon(sw, tmp_path)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING")
+
+    def said() -> list[str]:
+        return [x for x in lines if x.startswith("pending:")]
+
+    try:
+        _cycle(d, sw)
+        _cycle(d, sw)
+        assert len(said()) == 1 and "best node" in said()[0], lines
+        sw.redeploy("id-huge", {f"{P}gpus": "1", f"{P}gpu-memory": "90GiB"})
+        _cycle(d, sw)
+        assert len(said()) == 2, lines
+    finally:
+        logger.remove(sink)

@@ -348,6 +348,8 @@ class PlacementStep(Step):
         self.last_store = 0.0
         self.said: set[tuple[str, str]] = set()  # tenant limits logged (while they last)
         self.held_said: dict[str, str] = {}  # service -> held-back note last logged
+        # service id -> (status, reason) last logged of an invalid or pending service
+        self.status_said: dict[str, tuple[str, str]] = {}
 
     def stand_by(self) -> None:
         self.planner = None  # a new term starts from what Swarm stores
@@ -381,17 +383,24 @@ class PlacementStep(Step):
             timer.start()
 
     def _log(self, plan: PlacementPlan) -> int:
-        """Log what people must see of ``plan`` (each held-back note and tenant limit once
-        while it lasts); return the number of pending services."""
+        """Log what people must see of ``plan`` (each invalid or pending service, held-back
+        note and tenant limit once while it lasts); return the number of pending services."""
         held_said = self.held_said
+        status: dict[str, tuple[str, str]] = {}
         pending = 0
         for sp in plan.services:
             log = logger.bind(service=sp.name)
-            if sp.status == "invalid":
-                log.warning("invalid GPU request, service left as it is: {}", sp.reason)
-            elif sp.status == "pending":
-                pending += 1
-                log.warning("pending: {} ({})", sp.reason, sp.request_text)
+            if sp.status in ("invalid", "pending"):
+                # Said again when the reason changes or comes back after a fix; the
+                # plan and the map keep it every cycle.
+                status[sp.id] = now = (sp.status, sp.reason or "")
+                again = self.status_said.get(sp.id) != now
+                if sp.status == "invalid" and again:
+                    log.warning("invalid GPU request, service left as it is: {}", now[1])
+                elif sp.status == "pending":
+                    pending += 1
+                    if again:
+                        log.warning("pending: {} ({})", now[1], sp.request_text)
             for w in sp.warnings:
                 if w == sp.replaced:  # moved off a node where Swarm would not run it
                     log.warning("{}", w)
@@ -405,6 +414,7 @@ class PlacementStep(Step):
                 held_said.pop(sp.name, None)
         for gone in held_said.keys() - {sp.name for sp in plan.services}:
             del held_said[gone]
+        self.status_said = status
         limits = {(sp.name, why) for sp in plan.services if sp.request is not None
                   for why in sp.request.limits}
         for name, why in sorted(limits - self.said):  # labels asked more than the tenant may

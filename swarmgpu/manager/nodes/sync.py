@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from loguru import logger
 
@@ -139,6 +140,9 @@ class LabelSync:
         self.health.load(cfg.state_dir)  # a restarted daemon keeps its hysteresis
         self.held: HeldNodeWrites | None = None  # this cycle's writes, while held
         self._uuid_warned: set[tuple[str, str]] = set()  # (node id, uuid) said already
+        # node id -> hashes of the warnings said of it last cycle: a node's problem that
+        # lasts is said once, again when it changes or comes back (hash: an agent's text)
+        self._node_said: dict[str, set[int]] = {}
 
     def cycle(self, snapshot: Snapshot, *, hold: bool = False) -> CycleReport:
         """Plan every node's labels and write them; with ``hold``, the writes are kept
@@ -156,8 +160,10 @@ class LabelSync:
         prefix = self.cfg.sync.prefix
         unreachable = unread = held = 0
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]] = []
+        said: dict[str, set[int]] = {}
         for node in snapshot.nodes:
             log = logger.bind(node=node.hostname)
+            warn = self._once(node.id, log, said.setdefault(node.id, set()))
             result = snapshot.facts.get(node.id)
             expected = is_gpu_node(node, self.book, prefix)
             if result is not None:
@@ -167,20 +173,20 @@ class LabelSync:
                 err = result.error if result else "not fetched"
                 if expected:
                     unreachable += 1
-                    log.warning("agent unreachable, labels left as they are: {}", err)
+                    warn("agent unreachable, labels left as they are: {}", err)
                     report.errors.append(f"{node.hostname}: {err}")
                 elif result is not None and result.listening:
                     # Something answers on the agent port, but not with facts the daemon
                     # can read (a first agent in plain HTTP, a certificate refused...).
                     unreachable += 1
-                    log.warning("agent cannot be read: {}", err)
+                    warn("agent cannot be read: {}", err)
                     report.errors.append(f"{node.hostname}: {err}")
                 else:
                     log.debug("no agent (not a GPU node?): {}", err)
                 report.plans.append(plan_node_labels(node, None, facts_error=err))
                 continue
             for e in facts.errors:
-                log.warning("agent reports: {}", e)
+                warn("agent reports: {}", e)
             plan = plan_node_labels(
                 node, facts, services=snapshot.services, tasks=snapshot.tasks,
                 prefix=prefix, allow_disruptive=self.cfg.sync.allow_disruptive,
@@ -188,15 +194,16 @@ class LabelSync:
             report.plans.append(plan)
             if plan.skipped:  # its GPUs cannot be read: left as they are, as unreachable
                 unread += 1
-                log.warning("{}; labels left as they are", plan.skipped)
+                warn("{}; labels left as they are", plan.skipped)
                 report.errors.append(f"{node.hostname}: {plan.skipped}")
                 continue
             for h in plan.held:
                 held += 1
-                log.warning("held label change {}: {} -> {}: {}", h.key, h.old, h.new, h.reason)
+                warn("held label change {}: {} -> {}: {}", h.key, h.old, h.new, h.reason)
             if not plan.empty:  # nothing to write: no round trip either
                 todo.append((plan, node, facts))
 
+        self._node_said = said
         self.book.keep({n.id for n in snapshot.nodes})
         if hold and not self.cfg.dry_run:
             self.held = self._hold(todo, snapshot, report)
@@ -214,6 +221,18 @@ class LabelSync:
                            "agents.identity: swarm-pki (docs/security.md)",
                            self.cfg.agents.port)
         return report
+
+    def _once(self, node_id: str, log: Any, now: set[int]) -> Callable[..., None]:
+        """A warning about ``node_id`` said unless it was said last cycle too."""
+        before = self._node_said.get(node_id, set())
+
+        def warn(msg: str, *args: object) -> None:
+            key = hash((msg, *map(str, args)))
+            now.add(key)
+            if key not in before:
+                log.warning(msg, *args)
+
+        return warn
 
     def _warn_uuid_conflicts(self, snapshot: Snapshot) -> None:
         """A GPU UUID in two nodes' facts: said once when it starts (gpuowners)."""

@@ -269,7 +269,9 @@ class Mover:
                              "by hand (swarmgpu audit: move-record-unreadable)",
                              peer_text(record_key(self.prefix, sid)))
         for s, why in v.forged:
-            key = f"{s.id}:{s.labels.get(self.prefix + MOVE_STATE)}"
+            # The id and a hash of the value, not the value: a tenant's label may be a
+            # megabyte (hash(): salted per process, no copy of the string).
+            key = f"{s.id}:{hash(s.labels.get(self.prefix + MOVE_STATE)):x}"
             said.add(key)
             if key not in self._said:
                 self._record(s.name, "-", "-", "a move label the daemon did not write",
