@@ -394,6 +394,25 @@ def test_budget_zero_turns_preemption_off(tmp_path: Any) -> None:
     assert _batch_state(sw) == before
 
 
+def test_a_spent_budget_is_logged_once_while_it_lasts() -> None:
+    """The preemptor waiting on a spent hour was warned of every cycle (every 30 s for
+    the hour: the before-stop reading of fix64-logonce); now once while it lasts, and
+    again once it has been gone."""
+    sw = StopsMidPreemption()
+    sw.before_write = None
+    pre, snap, plan = _live_preempter(sw)
+    pre.spent.spend(4000.0, "")  # the hour's one preemption is spent
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        for t in (5000.0, 5030.0, 5060.0):
+            assert pre.cycle(sw, snap, plan, FACTS, now=t) == []  # type: ignore[arg-type]
+    finally:
+        logger.remove(sink)
+    said = [ln for ln in lines if "preemption budget spent" in ln]
+    assert len(said) == 1, lines
+
+
 class StopsMidPreemption(RecordingSwarm):
     """The daemon's stop is asked while the first victim's spec write is in flight
     (that write lands, the gate refuses every later one); ``fail_hour``: the swarm
