@@ -413,25 +413,36 @@ def test_a_spent_budget_is_logged_once_while_it_lasts() -> None:
     assert len(said) == 1, lines
 
 
-class StopsMidPreemption(RecordingSwarm):
-    """The daemon's stop is asked while the first victim's spec write is in flight
-    (that write lands, the gate refuses every later one); ``fail_hour``: the swarm
-    object's labels cannot be written."""
+class _StopsMidWrite(RecordingSwarm):
+    """The daemon's stop is asked while the first spec write is in flight (that write
+    lands, the gate refuses every later one); ``fail_hour``: the swarm object's labels
+    cannot be written where ``_hour_fails`` says."""
 
-    def __init__(self, fail_hour: bool = False) -> None:
-        super().__init__(*_gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"}))
+    def __init__(self, *cluster: Any, fail_hour: bool = False) -> None:
+        super().__init__(*cluster)
         self.stop = StopRequest()
         self.before_write = self.stop.check
         self.fail_hour = fail_hour
+
+    def _hour_fails(self, compute: Any) -> bool:
+        return self.fail_hour
 
     def update_service_spec(self, service_id: str, compute: Any, **kw: Any) -> bool:
         self.stop.set()
         return super().update_service_spec(service_id, compute, **kw)
 
     def update_swarm_labels(self, compute: Any, **kw: Any) -> bool:
-        if self.fail_hour:
+        if self._hour_fails(compute):
             raise SwarmError("swarm update: 500 Server Error")
         return super().update_swarm_labels(compute, **kw)
+
+
+class StopsMidPreemption(_StopsMidWrite):
+    """The stop asked while the first victim's spec write is in flight."""
+
+    def __init__(self, fail_hour: bool = False) -> None:
+        super().__init__(*_gpu_cluster({f"{P}priority": "0"}, {f"{P}priority": "100"}),
+                         fail_hour=fail_hour)
 
 
 def _live_preempter(sw: RecordingSwarm) -> tuple[Preempter, Snapshot, Any]:
@@ -599,26 +610,16 @@ def test_a_health_move_in_flight_spends_its_own_budget_not_the_rebalancers() -> 
     assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-small").labels
 
 
-class StopsMidMove(RecordingSwarm):
-    """_movable_cluster, the daemon's stop asked while the victim's move writes its spec
-    (that write lands: the move is under way; the gate refuses every later one);
-    ``fail_hour``: the swarm object's labels cannot be written but for the move record."""
+class StopsMidMove(_StopsMidWrite):
+    """_movable_cluster, the stop asked while the victim's move writes its spec (that
+    write lands: the move is under way); ``fail_hour``: but for the move record."""
 
     def __init__(self, fail_hour: bool = False) -> None:
         c = _movable_cluster()
-        super().__init__(c.nodes(), c.services(), c.tasks())
-        self.stop = StopRequest()
-        self.before_write = self.stop.check
-        self.fail_hour = fail_hour
+        super().__init__(c.nodes(), c.services(), c.tasks(), fail_hour=fail_hour)
 
-    def update_service_spec(self, service_id: str, compute: Any, **kw: Any) -> bool:
-        self.stop.set()
-        return super().update_service_spec(service_id, compute, **kw)
-
-    def update_swarm_labels(self, compute: Any, **kw: Any) -> bool:
-        if self.fail_hour and f"{P}state.preemptions" in (compute(self.swarm_labels()) or {}):
-            raise SwarmError("swarm update: 500 Server Error")
-        return super().update_swarm_labels(compute, **kw)
+    def _hour_fails(self, compute: Any) -> bool:
+        return self.fail_hour and f"{P}state.preemptions" in (compute(self.swarm_labels()) or {})
 
 
 def _moving_preempter(sw: RecordingSwarm) -> tuple[Preempter, Snapshot, Any]:
