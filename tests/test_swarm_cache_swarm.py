@@ -40,6 +40,12 @@ def converged(cache: SwarmCache, client: SwarmClient, timeout: float = 15.0) -> 
         time.sleep(0.2)
 
 
+def _create(swarm: SwarmCluster, mgr: Any, name: str, label: str) -> None:
+    """A service of no replicas (nothing to run, the local image), labelled ``label``."""
+    swarm.cli(mgr, "service", "create", "--detach", "--no-resolve-image", "--name", name,
+              "--replicas", "0", "--label", label, IMAGE, "sleep", "1d")
+
+
 def test_the_cache_is_a_full_list_after_random_changes(swarm: SwarmCluster) -> None:
     mgr = swarm.manager
     client = SwarmClient(mgr.docker_host)
@@ -66,22 +72,7 @@ def test_the_cache_is_a_full_list_after_random_changes(swarm: SwarmCluster) -> N
                 op = rng.choice(("create", "create", "label", "scale", "remove", "node", "write"))
                 if op == "create" or not names:
                     name = f"cache{rnd}x{k}"
-                    swarm.cli(
-                        mgr,
-                        "service",
-                        "create",
-                        "--detach",
-                        "--no-resolve-image",
-                        "--name",
-                        name,
-                        "--replicas",
-                        "0",
-                        "--label",
-                        f"r={rnd}",
-                        IMAGE,
-                        "sleep",
-                        "1d",
-                    )
+                    _create(swarm, mgr, name, f"r={rnd}")
                     names.append(name)
                 elif op == "label":
                     swarm.cli(
@@ -174,22 +165,7 @@ def test_each_landed_write_has_its_event_so_the_engine_is_never_taken_for_deaf(
         assert time.monotonic() < deadline, "the event stream did not open"
         time.sleep(0.05)
     name = "deafcheck"
-    swarm.cli(
-        mgr,
-        "service",
-        "create",
-        "--detach",
-        "--no-resolve-image",
-        "--name",
-        name,
-        "--replicas",
-        "0",
-        "--label",
-        "w=0",
-        IMAGE,
-        "sleep",
-        "1d",
-    )
+    _create(swarm, mgr, name, "w=0")
     sid = next(s.id for s in client.services() if s.name == name)
     nid = mgr.node_id
     api = swarm.client(mgr).api
