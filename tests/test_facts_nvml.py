@@ -303,3 +303,24 @@ def test_running_processes_from_a_real_capture(tmp_path: Path) -> None:
     b2 = build_layout("rtx4090_pix_sys", tmp_path / "b2",
                       missing=frozenset({"nvmlDeviceGetComputeRunningProcesses"}))
     assert all(s.processes == () for s in read_utilisation(b2.nvml))
+
+
+def test_processes_on_a_driver_before_r510_come_from_v2(tmp_path: Path) -> None:
+    """nvidia-ml-py's unversioned nvmlDeviceGetComputeRunningProcesses calls ``_v3``; on a
+    driver before R510 it raises NVMLLibraryMismatchError, which is no NVMLError. It
+    escaped the session's guard and every scrape failed: no GPU of the node had a sample.
+    Now the processes come from ``_v2``, which those drivers have."""
+    from swarmgpu.core.samples import GpuProcess
+
+    b = build_layout("rtx4090_pix_sys", tmp_path, processes_file=CAPTURES
+                     / "nvsmi_processes_rtx2070_x2_drv450_excerpt.txt")
+    b.nvml.inject("nvmlDeviceGetComputeRunningProcesses", fake.NVMLLibraryMismatchError(
+        "Unversioned function called and the pyNVML version does not match the NVML lib "
+        "version."))
+    samples = read_utilisation(b.nvml)
+    assert len(samples) == 8
+    assert samples[0].processes == (GpuProcess(12769, 6757), GpuProcess(12810, 1217))
+    b.nvml.inject("nvmlDeviceGetComputeRunningProcesses_v2", fake.NVML_ERROR_FUNCTION_NOT_FOUND)
+    samples = read_utilisation(b.nvml)
+    assert len(samples) == 8 and samples[0].processes == ()
+

@@ -315,8 +315,11 @@ def _gpm_metrics(nv: Nvml, first: Any, second: Any) -> dict[str, float]:
 
 
 def _processes(nv: Nvml, h: Any) -> tuple[GpuProcess, ...]:
-    """Compute processes and the memory each uses (unknown: none listed)."""
+    """Compute processes and the memory each uses (unknown: none listed). The unversioned
+    call is ``_v3`` in nvidia-ml-py, which drivers before R510 lack: ``_v2`` there."""
     procs = nv.call("nvmlDeviceGetComputeRunningProcesses", h)
+    if procs is None:
+        procs = nv.call("nvmlDeviceGetComputeRunningProcesses_v2", h)
     out: list[GpuProcess] = []
     for p in procs or ():
         pid = getattr(p, "pid", None)

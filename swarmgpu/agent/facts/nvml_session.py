@@ -4,8 +4,10 @@ object and shut down at exit, and every call guarded (``Nvml.call``).
 pynvml is imported lazily, so the package imports on machines without it, and any
 object with pynvml's names can be injected (the tests use a fake built from real
 captures). ``Nvml.call`` turns a missing function or an ``NVMLError`` into ``None``
-("unknown"); only a lost GPU (``NVML_ERROR_GPU_IS_LOST``/``RESET_REQUIRED``) escapes it,
-as ``GpuLost``, and the callers mark just that GPU unhealthy.
+("unknown"), as it does pynvml's ``NVMLLibraryMismatchError`` (an unversioned wrapper
+on a driver without the version it calls: no NVMLError); only a lost GPU
+(``NVML_ERROR_GPU_IS_LOST``/``RESET_REQUIRED``) escapes it, as ``GpuLost``, and the
+callers mark just that GPU unhealthy.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class Nvml:
     def __init__(self, mod: Any) -> None:
         self.mod = mod
         self.error_cls: type[BaseException] = getattr(mod, "NVMLError", Exception)
+        # A function this driver lacks, as the wrapper says it: the same as a missing one.
+        self.mismatch_cls: type[BaseException] = getattr(
+            mod, "NVMLLibraryMismatchError", self.error_cls)
 
     def const(self, name: str, default: int) -> int:
         v = getattr(self.mod, name, default)
@@ -62,6 +67,8 @@ class Nvml:
         except self.error_cls as e:
             if getattr(e, "value", None) in LOST_CODES:
                 raise GpuLost(f"{name}: {error_text(e)}") from e
+            return None
+        except self.mismatch_cls:
             return None
 
 
