@@ -324,3 +324,24 @@ def test_processes_on_a_driver_before_r510_come_from_v2(tmp_path: Path) -> None:
     samples = read_utilisation(b.nvml)
     assert len(samples) == 8 and samples[0].processes == ()
 
+
+@pytest.mark.parametrize("code", [fake.NVML_ERROR_UNKNOWN, fake.NVML_ERROR_TIMEOUT])
+def test_a_mig_mode_that_cannot_be_read_is_not_given_out_whole(code: int, tmp_path: Path) -> None:
+    """nvmlDeviceGetMigMode failing (not NOT_SUPPORTED) read as "not MIG capable": a GPU
+    in MIG mode, its slices held, was served as a whole healthy GPU with no MIG devices.
+    Now it counts as in MIG mode: its MIG devices are listed when they can be, and a GPU
+    that has none is given out neither whole nor by slices until the mode reads."""
+    b = build_layout("h100_mig", tmp_path)
+    good = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    b.nvml.inject("nvmlDeviceGetMigMode", code, gpu=0)
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    (gpu,) = facts.gpus
+    assert gpu.mig_enabled and gpu.mig_devices == good.gpus[0].mig_devices
+    assert gpu.healthy and "MIG mode could not be read" in (gpu.error or "")
+    pcie = build_layout("rtx4090_pix_sys", tmp_path / "pcie")
+    pcie.nvml.inject("nvmlDeviceGetMigMode", code, gpu=3)
+    facts = NvmlSource(hostname="n", nvml_module=pcie.nvml, sysfs_root=pcie.sysfs).read()
+    g3 = facts.gpus[3]
+    assert g3.healthy and g3.mig_enabled and g3.mig_devices == ()
+    assert "MIG mode could not be read" in (g3.error or "")
+    assert not any(g.mig_enabled for k, g in enumerate(facts.gpus) if k != 3)

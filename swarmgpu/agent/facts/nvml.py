@@ -24,6 +24,8 @@ from typing import Any
 from swarmgpu.agent.facts.naming import mig_profile_name
 from swarmgpu.agent.facts.nvml_sampler import read_utilisation
 from swarmgpu.agent.facts.nvml_session import (
+    MISSING,
+    NOT_SUPPORTED,
     GpuLost,
     Nvml,
     ensure_init,
@@ -303,10 +305,16 @@ def _fill_gpu(nv: Nvml, r: _GpuRead, sysfs_root: Path) -> None:
     cc = nv.call("nvmlDeviceGetCudaComputeCapability", h)
     if cc is not None:
         r.compute = (int(cc[0]), int(cc[1]))
-    mig = nv.call("nvmlDeviceGetMigMode", h)
+    mig, code = nv.attempt("nvmlDeviceGetMigMode", h)
     if mig is not None:
         r.mig_capable = True
         r.mig_enabled = int(mig[0]) == nv.const("NVML_DEVICE_MIG_ENABLE", 1)
+    elif code not in (NOT_SUPPORTED, MISSING):
+        # Read as "not MIG capable", a GPU in MIG mode was given out whole over its
+        # slices' holders. Counted in MIG mode: its slices listed if it has them, else
+        # given out neither whole nor by slices until the mode reads again.
+        r.mig_capable = r.mig_enabled = True
+        r.errors.append(f"MIG mode could not be read (NVML error {code}); taken as on")
     if r.mig_enabled:
         r.mig_devices = _mig_devices(nv, h, r.errors)
     # sysfs first: it is the CPU-side node that `topo -m` calls "NUMA Affinity". Where

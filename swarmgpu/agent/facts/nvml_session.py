@@ -18,6 +18,10 @@ import threading
 from typing import Any
 
 LOST_CODES = {15, 16}  # NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED
+NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+INVALID_ARGUMENT = 2  # NVML_ERROR_INVALID_ARGUMENT
+UNKNOWN = 999  # NVML_ERROR_UNKNOWN
+MISSING = -1  # not an NVML code: the function is not in this pynvml (or driver)
 
 
 class GpuLost(Exception):
@@ -59,17 +63,23 @@ class Nvml:
 
     def call(self, name: str, *args: Any) -> Any:
         """``mod.name(*args)``, or None when the function is missing or NVML says no."""
+        return self.attempt(name, *args)[0]
+
+    def attempt(self, name: str, *args: Any) -> tuple[Any, int | None]:
+        """(``mod.name(*args)``, None), or (None, NVML's error code): MISSING for a function
+        this pynvml or driver lacks, where "not supported" and "failed" must differ."""
         fn = getattr(self.mod, name, None)
         if fn is None:
-            return None
+            return None, MISSING
         try:
-            return fn(*args)
+            return fn(*args), None
         except self.error_cls as e:
-            if getattr(e, "value", None) in LOST_CODES:
+            code = getattr(e, "value", None)
+            if code in LOST_CODES:
                 raise GpuLost(f"{name}: {error_text(e)}") from e
-            return None
+            return None, code if isinstance(code, int) else UNKNOWN
         except self.mismatch_cls:
-            return None
+            return None, MISSING
 
 
 # --- init once per module object, shut down at exit -------------------------------
