@@ -345,3 +345,18 @@ def test_a_mig_mode_that_cannot_be_read_is_not_given_out_whole(code: int, tmp_pa
     assert g3.healthy and g3.mig_enabled and g3.mig_devices == ()
     assert "MIG mode could not be read" in (g3.error or "")
     assert not any(g.mig_enabled for k, g in enumerate(facts.gpus) if k != 3)
+
+
+def test_one_nvlink_that_cannot_be_read_costs_only_that_link(tmp_path: Path) -> None:
+    """Links were read until the first failed state, taken for "past the last link": an
+    UNKNOWN on link 2 of GPU 3 of an NV18 board made every pair of GPU 3 NV2, silently.
+    Now only NOT_SUPPORTED / INVALID_ARGUMENT end the links; the failed one is left out
+    and named in the GPU's error."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    b.machine.gpus[3].nvlink_errors = {2: 1}
+    b.nvml.inject("nvmlDeviceGetNvLinkState", fake.NVML_ERROR_UNKNOWN, gpu=3, arg=2)
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    assert facts.link(3, 0) == "NV17" and facts.link(0, 1) == "NV18"
+    g3 = facts.gpus[3]
+    assert g3.healthy and "NVLink 2 state could not be read" in (g3.error or "")
+    assert g3.health is not None and g3.health.nvlink_crc_errors == 17

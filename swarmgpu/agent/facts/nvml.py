@@ -24,8 +24,10 @@ from typing import Any
 from swarmgpu.agent.facts.naming import mig_profile_name
 from swarmgpu.agent.facts.nvml_sampler import read_utilisation
 from swarmgpu.agent.facts.nvml_session import (
+    INVALID_ARGUMENT,
     MISSING,
     NOT_SUPPORTED,
+    UNKNOWN,
     GpuLost,
     Nvml,
     ensure_init,
@@ -383,9 +385,7 @@ def _nvlink_errors(nv: Nvml, h: Any) -> dict[int, int | None]:
     """Per NVML_NVLINK_ERROR_DL_* counter (0 replay, 1 recovery, 2 CRC flit), the sum over
     the GPU's links; None when it has no NVLink."""
     sums: dict[int, int | None] = {0: None, 1: None, 2: None}
-    for link in range(nv.const("NVML_NVLINK_MAX_LINKS", 18)):
-        if nv.call("nvmlDeviceGetNvLinkState", h, link) is None:
-            break
+    for link, _ in _link_states(nv, h)[0]:
         for counter in sums:
             v = _count(nv.call("nvmlDeviceGetNvLinkErrorCounter", h, link, counter))
             if v is not None:
@@ -475,7 +475,7 @@ def _links(nv: Nvml, reads: list[_GpuRead]) -> tuple[tuple[tuple[str, ...], ...]
         if not ok[i]:
             continue
         try:
-            direct[i], via_switch[i] = _nvlinks(nv, r.handle, bus_to_pos)
+            direct[i], via_switch[i] = _nvlinks(nv, r.handle, bus_to_pos, r.errors)
         except GpuLost as e:
             r.lost = str(e)
             ok[i] = False
@@ -507,7 +507,25 @@ def _links(nv: Nvml, reads: list[_GpuRead]) -> tuple[tuple[tuple[str, ...], ...]
     return tuple(tuple(row) for row in rows), errors
 
 
-def _nvlinks(nv: Nvml, handle: Any, bus_to_pos: dict[str, int]) -> tuple[Counter[int], int]:
+def _link_states(nv: Nvml, h: Any) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(link, state) of each of the GPU's NVLinks, and (link, error code) of those whose
+    state failed. Only NOT_SUPPORTED (no NVLink) or INVALID_ARGUMENT ends the links: taken
+    for "past the last link", an UNKNOWN on link 2 made an NV18 board's pairs NV2."""
+    states: list[tuple[int, int]] = []
+    failed: list[tuple[int, int]] = []
+    for link in range(nv.const("NVML_NVLINK_MAX_LINKS", 18)):
+        state, code = nv.attempt("nvmlDeviceGetNvLinkState", h, link)
+        if state is not None:
+            states.append((link, int(state)))
+        elif code in (NOT_SUPPORTED, INVALID_ARGUMENT, MISSING):
+            break  # no NVLink, or past this GPU's last link
+        else:
+            failed.append((link, code if code is not None else UNKNOWN))
+    return states, failed
+
+
+def _nvlinks(nv: Nvml, handle: Any, bus_to_pos: dict[str, int],
+             errors: list[str]) -> tuple[Counter[int], int]:
     """Active NVLinks of one GPU: per peer GPU position, and how many go to NVSwitches.
 
     On NVSwitch systems (DGX/HGX) every link ends at a switch and any two GPUs can use
@@ -515,11 +533,11 @@ def _nvlinks(nv: Nvml, handle: Any, bus_to_pos: dict[str, int]) -> tuple[Counter
     """
     peers: Counter[int] = Counter()
     switch = 0
-    for link in range(nv.const("NVML_NVLINK_MAX_LINKS", 18)):
-        state = nv.call("nvmlDeviceGetNvLinkState", handle, link)
-        if state is None:
-            break  # no NVLink, or past this GPU's last link
-        if int(state) != nv.const("NVML_FEATURE_ENABLED", 1):
+    states, failed = _link_states(nv, handle)
+    errors += [f"NVLink {link} state could not be read (NVML error {code}); left out"
+               for link, code in failed]
+    for link, state in states:
+        if state != nv.const("NVML_FEATURE_ENABLED", 1):
             continue
         pci = nv.call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
         bus = normalise_bus_id(text(pci.busId)) if pci is not None else ""
