@@ -360,3 +360,20 @@ def test_one_nvlink_that_cannot_be_read_costs_only_that_link(tmp_path: Path) -> 
     g3 = facts.gpus[3]
     assert g3.healthy and "NVLink 2 state could not be read" in (g3.error or "")
     assert g3.health is not None and g3.health.nvlink_crc_errors == 17
+
+
+def test_an_exception_from_one_gpu_fails_only_that_gpu(tmp_path: Path) -> None:
+    """nvidia-ml-py decodes a UUID or name with bytes.decode(): bytes not UTF-8 (a corrupt
+    InfoROM) raise UnicodeDecodeError, no NVMLError. It failed the whole read, every GPU
+    of the node stale, and every scrape. Now that GPU is unhealthy, saying why."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs)
+    good = src.read()
+    bad = UnicodeDecodeError("utf-8", b"GPU-\xff", 4, 5, "invalid start byte")
+    b.nvml.inject("nvmlDeviceGetUUID", bad, gpu=4)
+    facts = src.read()
+    g4 = facts.gpus[4]
+    assert not g4.healthy and "UnicodeDecodeError" in (g4.error or "")
+    assert g4.uuid == good.gpus[4].uuid  # from its last good read
+    assert all(g.healthy for k, g in enumerate(facts.gpus) if k != 4)
+    assert [s.index for s in read_utilisation(b.nvml)] == [0, 1, 2, 3, 5, 6, 7]

@@ -31,6 +31,7 @@ from swarmgpu.agent.facts.nvml_session import (
     GpuLost,
     Nvml,
     ensure_init,
+    error_text,
     load_pynvml,
     module,
     shutdown,
@@ -290,6 +291,9 @@ def _read_gpu(nv: Nvml, index: int, sysfs_root: Path) -> _GpuRead:
         _fill_gpu(nv, r, sysfs_root)
     except GpuLost as e:
         r.lost = str(e)
+    except Exception as e:  # pynvml raising past NVMLError (a UUID not UTF-8:
+        # UnicodeDecodeError) fails this GPU, not the read of every GPU
+        r.lost = f"reading it raised {error_text(e)}"
     return r
 
 
@@ -479,6 +483,8 @@ def _links(nv: Nvml, reads: list[_GpuRead]) -> tuple[tuple[tuple[str, ...], ...]
         except GpuLost as e:
             r.lost = str(e)
             ok[i] = False
+        except Exception as e:  # as in _read_gpu: this GPU's links unknown
+            r.errors.append(f"its NVLinks could not be read ({error_text(e)})")
     rows: list[list[str]] = [["X" if i == j else "" for j in range(n)] for i in range(n)]
     unknown = 0
     for i in range(n):

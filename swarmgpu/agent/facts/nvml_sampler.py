@@ -107,6 +107,8 @@ def read_utilisation(nvml_module: Any = None) -> list[GpuSample]:
                 samples.extend(_samples(nv, i, rates))
             except GpuLost:
                 continue  # a lost GPU has nothing to sample; facts report it unhealthy
+            except Exception:  # noqa: S112 - pynvml past NVMLError (UnicodeDecodeError):
+                continue  # that GPU unsampled, not the scrape; facts say why
     return samples
 
 
