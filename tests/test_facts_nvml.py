@@ -377,3 +377,18 @@ def test_an_exception_from_one_gpu_fails_only_that_gpu(tmp_path: Path) -> None:
     assert g4.uuid == good.gpus[4].uuid  # from its last good read
     assert all(g.healthy for k, g in enumerate(facts.gpus) if k != 4)
     assert [s.index for s in read_utilisation(b.nvml)] == [0, 1, 2, 3, 5, 6, 7]
+
+
+def test_a_memory_read_that_fails_once_keeps_the_gpus_memory(tmp_path: Path) -> None:
+    """nvmlDeviceGetMemoryInfo failing (UNKNOWN) on a GPU whose UUID reads served that
+    GPU healthy with 1 MiB, and forgot its memory for later reads. Now its memory
+    (model, bus) comes from its last good read, said in its error."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs)
+    good = src.read()
+    b.nvml.inject("nvmlDeviceGetMemoryInfo", fake.NVML_ERROR_UNKNOWN, gpu=6)
+    twice = [src.read(), src.read()]
+    for facts in twice:
+        g6 = facts.gpus[6]
+        assert g6.memory_mib == good.gpus[6].memory_mib and g6.uuid == good.gpus[6].uuid
+        assert g6.healthy and "last good read" in (g6.error or "")

@@ -204,13 +204,22 @@ def _identities(mod: Any) -> dict[tuple[int, int], _Identity]:
 
 
 def _keep_identities(mod: Any, count: int, reads: list[_GpuRead]) -> None:
-    """Record what was read of each GPU; give a GPU read without a UUID its last one."""
+    """Record what was read of each GPU; give a GPU read without a UUID its last one, and
+    one read with its UUID but not its model, memory or bus those of its last read."""
     known = _identities(mod)
     for r in reads:
         key = (count, r.index)
+        got = known.get(key)
         if r.uuid is not None:
+            if got is not None and got[0] == r.uuid and None in (r.product, r.memory_mib):
+                # The same GPU, a field of it failing this once (UNKNOWN, TIMEOUT): served
+                # as 1 MiB, it was a healthy GPU with no memory, forgotten for later reads.
+                r.product = r.product or got[1]
+                r.memory_mib = r.memory_mib or got[2]
+                r.errors.append("model or memory from its last good read")
+            r.pci_bus_id = r.pci_bus_id or (got[3] if got and got[0] == r.uuid else "")
             known[key] = (r.uuid, r.product, r.memory_mib, r.pci_bus_id)
-        elif (got := known.get(key)) is not None:
+        elif got is not None:
             r.uuid, product, memory, bus = got
             r.product = r.product or product
             r.memory_mib = r.memory_mib or memory
