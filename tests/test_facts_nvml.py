@@ -392,3 +392,14 @@ def test_a_memory_read_that_fails_once_keeps_the_gpus_memory(tmp_path: Path) -> 
         g6 = facts.gpus[6]
         assert g6.memory_mib == good.gpus[6].memory_mib and g6.uuid == good.gpus[6].uuid
         assert g6.healthy and "last good read" in (g6.error or "")
+
+
+def test_nvml_not_available_and_out_of_range_readings_are_unknown(tmp_path: Path) -> None:
+    """0xFFFFFFFF is NVML_VALUE_NOT_AVAILABLE for an unsigned int: it was served as a GPU
+    at 4294967295 % and 4294967 W (the daemon's scrape refuses a percentage past 100).
+    A utilisation past 100 % is no reading either."""
+    b = build_layout("dgx_a100_nv12", tmp_path)
+    g = b.machine.gpus[0]
+    g.util_gpu, g.util_memory, g.power_mw, g.temp_c = 0xFFFFFFFF, 101, 0xFFFFFFFF, 0xFFFFFFFF
+    s0 = read_utilisation(b.nvml)[0]
+    assert (s0.util_pct, s0.mem_copy_util_pct, s0.power_w, s0.temp_c) == (None,) * 4
