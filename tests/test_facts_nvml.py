@@ -303,3 +303,103 @@ def test_running_processes_from_a_real_capture(tmp_path: Path) -> None:
     b2 = build_layout("rtx4090_pix_sys", tmp_path / "b2",
                       missing=frozenset({"nvmlDeviceGetComputeRunningProcesses"}))
     assert all(s.processes == () for s in read_utilisation(b2.nvml))
+
+
+def test_processes_on_a_driver_before_r510_come_from_v2(tmp_path: Path) -> None:
+    """nvidia-ml-py's unversioned nvmlDeviceGetComputeRunningProcesses calls ``_v3``; on a
+    driver before R510 it raises NVMLLibraryMismatchError, which is no NVMLError. It
+    escaped the session's guard and every scrape failed: no GPU of the node had a sample.
+    Now the processes come from ``_v2``, which those drivers have."""
+    from swarmgpu.core.samples import GpuProcess
+
+    b = build_layout("rtx4090_pix_sys", tmp_path, processes_file=CAPTURES
+                     / "nvsmi_processes_rtx2070_x2_drv450_excerpt.txt")
+    b.nvml.inject("nvmlDeviceGetComputeRunningProcesses", fake.NVMLLibraryMismatchError(
+        "Unversioned function called and the pyNVML version does not match the NVML lib "
+        "version."))
+    samples = read_utilisation(b.nvml)
+    assert len(samples) == 8
+    assert samples[0].processes == (GpuProcess(12769, 6757), GpuProcess(12810, 1217))
+    b.nvml.inject("nvmlDeviceGetComputeRunningProcesses_v2", fake.NVML_ERROR_FUNCTION_NOT_FOUND)
+    samples = read_utilisation(b.nvml)
+    assert len(samples) == 8 and samples[0].processes == ()
+
+
+@pytest.mark.parametrize("code", [fake.NVML_ERROR_UNKNOWN, fake.NVML_ERROR_TIMEOUT])
+def test_a_mig_mode_that_cannot_be_read_is_not_given_out_whole(code: int, tmp_path: Path) -> None:
+    """nvmlDeviceGetMigMode failing (not NOT_SUPPORTED) read as "not MIG capable": a GPU
+    in MIG mode, its slices held, was served as a whole healthy GPU with no MIG devices.
+    Now it counts as in MIG mode: its MIG devices are listed when they can be, and a GPU
+    that has none is given out neither whole nor by slices until the mode reads."""
+    b = build_layout("h100_mig", tmp_path)
+    good = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    b.nvml.inject("nvmlDeviceGetMigMode", code, gpu=0)
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    (gpu,) = facts.gpus
+    assert gpu.mig_enabled and gpu.mig_devices == good.gpus[0].mig_devices
+    assert gpu.healthy and "MIG mode could not be read" in (gpu.error or "")
+    pcie = build_layout("rtx4090_pix_sys", tmp_path / "pcie")
+    pcie.nvml.inject("nvmlDeviceGetMigMode", code, gpu=3)
+    facts = NvmlSource(hostname="n", nvml_module=pcie.nvml, sysfs_root=pcie.sysfs).read()
+    g3 = facts.gpus[3]
+    assert g3.healthy and g3.mig_enabled and g3.mig_devices == ()
+    assert "MIG mode could not be read" in (g3.error or "")
+    assert not any(g.mig_enabled for k, g in enumerate(facts.gpus) if k != 3)
+
+
+def test_one_nvlink_that_cannot_be_read_costs_only_that_link(tmp_path: Path) -> None:
+    """Links were read until the first failed state, taken for "past the last link": an
+    UNKNOWN on link 2 of GPU 3 of an NV18 board made every pair of GPU 3 NV2, silently.
+    Now only NOT_SUPPORTED / INVALID_ARGUMENT end the links; the failed one is left out
+    and named in the GPU's error."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    b.machine.gpus[3].nvlink_errors = {2: 1}
+    b.nvml.inject("nvmlDeviceGetNvLinkState", fake.NVML_ERROR_UNKNOWN, gpu=3, arg=2)
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    assert facts.link(3, 0) == "NV17" and facts.link(0, 1) == "NV18"
+    g3 = facts.gpus[3]
+    assert g3.healthy and "NVLink 2 state could not be read" in (g3.error or "")
+    assert g3.health is not None and g3.health.nvlink_crc_errors == 17
+
+
+def test_an_exception_from_one_gpu_fails_only_that_gpu(tmp_path: Path) -> None:
+    """nvidia-ml-py decodes a UUID or name with bytes.decode(): bytes not UTF-8 (a corrupt
+    InfoROM) raise UnicodeDecodeError, no NVMLError. It failed the whole read, every GPU
+    of the node stale, and every scrape. Now that GPU is unhealthy, saying why."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs)
+    good = src.read()
+    bad = UnicodeDecodeError("utf-8", b"GPU-\xff", 4, 5, "invalid start byte")
+    b.nvml.inject("nvmlDeviceGetUUID", bad, gpu=4)
+    facts = src.read()
+    g4 = facts.gpus[4]
+    assert not g4.healthy and "UnicodeDecodeError" in (g4.error or "")
+    assert g4.uuid == good.gpus[4].uuid  # from its last good read
+    assert all(g.healthy for k, g in enumerate(facts.gpus) if k != 4)
+    assert [s.index for s in read_utilisation(b.nvml)] == [0, 1, 2, 3, 5, 6, 7]
+
+
+def test_a_memory_read_that_fails_once_keeps_the_gpus_memory(tmp_path: Path) -> None:
+    """nvmlDeviceGetMemoryInfo failing (UNKNOWN) on a GPU whose UUID reads served that
+    GPU healthy with 1 MiB, and forgot its memory for later reads. Now its memory
+    (model, bus) comes from its last good read, said in its error."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs)
+    good = src.read()
+    b.nvml.inject("nvmlDeviceGetMemoryInfo", fake.NVML_ERROR_UNKNOWN, gpu=6)
+    twice = [src.read(), src.read()]
+    for facts in twice:
+        g6 = facts.gpus[6]
+        assert g6.memory_mib == good.gpus[6].memory_mib and g6.uuid == good.gpus[6].uuid
+        assert g6.healthy and "last good read" in (g6.error or "")
+
+
+def test_nvml_not_available_and_out_of_range_readings_are_unknown(tmp_path: Path) -> None:
+    """0xFFFFFFFF is NVML_VALUE_NOT_AVAILABLE for an unsigned int: it was served as a GPU
+    at 4294967295 % and 4294967 W (the daemon's scrape refuses a percentage past 100).
+    A utilisation past 100 % is no reading either."""
+    b = build_layout("dgx_a100_nv12", tmp_path)
+    g = b.machine.gpus[0]
+    g.util_gpu, g.util_memory, g.power_mw, g.temp_c = 0xFFFFFFFF, 101, 0xFFFFFFFF, 0xFFFFFFFF
+    s0 = read_utilisation(b.nvml)[0]
+    assert (s0.util_pct, s0.mem_copy_util_pct, s0.power_w, s0.temp_c) == (None,) * 4

@@ -24,9 +24,14 @@ from typing import Any
 from swarmgpu.agent.facts.naming import mig_profile_name
 from swarmgpu.agent.facts.nvml_sampler import read_utilisation
 from swarmgpu.agent.facts.nvml_session import (
+    INVALID_ARGUMENT,
+    MISSING,
+    NOT_SUPPORTED,
+    UNKNOWN,
     GpuLost,
     Nvml,
     ensure_init,
+    error_text,
     load_pynvml,
     module,
     shutdown,
@@ -199,13 +204,22 @@ def _identities(mod: Any) -> dict[tuple[int, int], _Identity]:
 
 
 def _keep_identities(mod: Any, count: int, reads: list[_GpuRead]) -> None:
-    """Record what was read of each GPU; give a GPU read without a UUID its last one."""
+    """Record what was read of each GPU; give a GPU read without a UUID its last one, and
+    one read with its UUID but not its model, memory or bus those of its last read."""
     known = _identities(mod)
     for r in reads:
         key = (count, r.index)
+        got = known.get(key)
         if r.uuid is not None:
+            if got is not None and got[0] == r.uuid and None in (r.product, r.memory_mib):
+                # The same GPU, a field of it failing this once (UNKNOWN, TIMEOUT): served
+                # as 1 MiB, it was a healthy GPU with no memory, forgotten for later reads.
+                r.product = r.product or got[1]
+                r.memory_mib = r.memory_mib or got[2]
+                r.errors.append("model or memory from its last good read")
+            r.pci_bus_id = r.pci_bus_id or (got[3] if got and got[0] == r.uuid else "")
             known[key] = (r.uuid, r.product, r.memory_mib, r.pci_bus_id)
-        elif (got := known.get(key)) is not None:
+        elif got is not None:
             r.uuid, product, memory, bus = got
             r.product = r.product or product
             r.memory_mib = r.memory_mib or memory
@@ -286,6 +300,9 @@ def _read_gpu(nv: Nvml, index: int, sysfs_root: Path) -> _GpuRead:
         _fill_gpu(nv, r, sysfs_root)
     except GpuLost as e:
         r.lost = str(e)
+    except Exception as e:  # pynvml raising past NVMLError (a UUID not UTF-8:
+        # UnicodeDecodeError) fails this GPU, not the read of every GPU
+        r.lost = f"reading it raised {error_text(e)}"
     return r
 
 
@@ -303,10 +320,16 @@ def _fill_gpu(nv: Nvml, r: _GpuRead, sysfs_root: Path) -> None:
     cc = nv.call("nvmlDeviceGetCudaComputeCapability", h)
     if cc is not None:
         r.compute = (int(cc[0]), int(cc[1]))
-    mig = nv.call("nvmlDeviceGetMigMode", h)
+    mig, code = nv.attempt("nvmlDeviceGetMigMode", h)
     if mig is not None:
         r.mig_capable = True
         r.mig_enabled = int(mig[0]) == nv.const("NVML_DEVICE_MIG_ENABLE", 1)
+    elif code not in (NOT_SUPPORTED, MISSING):
+        # Read as "not MIG capable", a GPU in MIG mode was given out whole over its
+        # slices' holders. Counted in MIG mode: its slices listed if it has them, else
+        # given out neither whole nor by slices until the mode reads again.
+        r.mig_capable = r.mig_enabled = True
+        r.errors.append(f"MIG mode could not be read (NVML error {code}); taken as on")
     if r.mig_enabled:
         r.mig_devices = _mig_devices(nv, h, r.errors)
     # sysfs first: it is the CPU-side node that `topo -m` calls "NUMA Affinity". Where
@@ -375,9 +398,7 @@ def _nvlink_errors(nv: Nvml, h: Any) -> dict[int, int | None]:
     """Per NVML_NVLINK_ERROR_DL_* counter (0 replay, 1 recovery, 2 CRC flit), the sum over
     the GPU's links; None when it has no NVLink."""
     sums: dict[int, int | None] = {0: None, 1: None, 2: None}
-    for link in range(nv.const("NVML_NVLINK_MAX_LINKS", 18)):
-        if nv.call("nvmlDeviceGetNvLinkState", h, link) is None:
-            break
+    for link, _ in _link_states(nv, h)[0]:
         for counter in sums:
             v = _count(nv.call("nvmlDeviceGetNvLinkErrorCounter", h, link, counter))
             if v is not None:
@@ -467,10 +488,12 @@ def _links(nv: Nvml, reads: list[_GpuRead]) -> tuple[tuple[tuple[str, ...], ...]
         if not ok[i]:
             continue
         try:
-            direct[i], via_switch[i] = _nvlinks(nv, r.handle, bus_to_pos)
+            direct[i], via_switch[i] = _nvlinks(nv, r.handle, bus_to_pos, r.errors)
         except GpuLost as e:
             r.lost = str(e)
             ok[i] = False
+        except Exception as e:  # as in _read_gpu: this GPU's links unknown
+            r.errors.append(f"its NVLinks could not be read ({error_text(e)})")
     rows: list[list[str]] = [["X" if i == j else "" for j in range(n)] for i in range(n)]
     unknown = 0
     for i in range(n):
@@ -499,7 +522,25 @@ def _links(nv: Nvml, reads: list[_GpuRead]) -> tuple[tuple[tuple[str, ...], ...]
     return tuple(tuple(row) for row in rows), errors
 
 
-def _nvlinks(nv: Nvml, handle: Any, bus_to_pos: dict[str, int]) -> tuple[Counter[int], int]:
+def _link_states(nv: Nvml, h: Any) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(link, state) of each of the GPU's NVLinks, and (link, error code) of those whose
+    state failed. Only NOT_SUPPORTED (no NVLink) or INVALID_ARGUMENT ends the links: taken
+    for "past the last link", an UNKNOWN on link 2 made an NV18 board's pairs NV2."""
+    states: list[tuple[int, int]] = []
+    failed: list[tuple[int, int]] = []
+    for link in range(nv.const("NVML_NVLINK_MAX_LINKS", 18)):
+        state, code = nv.attempt("nvmlDeviceGetNvLinkState", h, link)
+        if state is not None:
+            states.append((link, int(state)))
+        elif code in (NOT_SUPPORTED, INVALID_ARGUMENT, MISSING):
+            break  # no NVLink, or past this GPU's last link
+        else:
+            failed.append((link, code if code is not None else UNKNOWN))
+    return states, failed
+
+
+def _nvlinks(nv: Nvml, handle: Any, bus_to_pos: dict[str, int],
+             errors: list[str]) -> tuple[Counter[int], int]:
     """Active NVLinks of one GPU: per peer GPU position, and how many go to NVSwitches.
 
     On NVSwitch systems (DGX/HGX) every link ends at a switch and any two GPUs can use
@@ -507,11 +548,11 @@ def _nvlinks(nv: Nvml, handle: Any, bus_to_pos: dict[str, int]) -> tuple[Counter
     """
     peers: Counter[int] = Counter()
     switch = 0
-    for link in range(nv.const("NVML_NVLINK_MAX_LINKS", 18)):
-        state = nv.call("nvmlDeviceGetNvLinkState", handle, link)
-        if state is None:
-            break  # no NVLink, or past this GPU's last link
-        if int(state) != nv.const("NVML_FEATURE_ENABLED", 1):
+    states, failed = _link_states(nv, handle)
+    errors += [f"NVLink {link} state could not be read (NVML error {code}); left out"
+               for link, code in failed]
+    for link, state in states:
+        if state != nv.const("NVML_FEATURE_ENABLED", 1):
             continue
         pci = nv.call("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
         bus = normalise_bus_id(text(pci.busId)) if pci is not None else ""

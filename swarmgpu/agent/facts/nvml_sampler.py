@@ -37,6 +37,7 @@ from swarmgpu.core.samples import GpuProcess, GpuSample
 
 _MIB = 1024 * 1024
 _NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long
+_NOT_AVAILABLE_UINT = 0xFFFFFFFF  # and for unsigned int (utilisation, power, temperature)
 _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId of a process on a GPU without MIG
 _MEMORY_V2 = 0x02000028  # nvmlMemory_v2: total, reserved, free, used
 _FI_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP
@@ -107,6 +108,8 @@ def read_utilisation(nvml_module: Any = None) -> list[GpuSample]:
                 samples.extend(_samples(nv, i, rates))
             except GpuLost:
                 continue  # a lost GPU has nothing to sample; facts report it unhealthy
+            except Exception:  # noqa: S112 - pynvml past NVMLError (UnicodeDecodeError):
+                continue  # that GPU unsampled, not the scrape; facts say why
     return samples
 
 
@@ -122,16 +125,16 @@ def _samples(nv: Nvml, index: int, rates: _Rates) -> list[GpuSample]:
     whole = GpuSample(
         uuid=text(uuid),
         index=index,
-        util_pct=_num(getattr(util, "gpu", None)) if util is not None else None,
+        util_pct=_pct(getattr(util, "gpu", None)) if util is not None else None,
         fb_used_mib=used,
         fb_free_mib=free,
-        mem_copy_util_pct=_num(getattr(util, "memory", None)) if util is not None else None,
-        temp_c=_num(nv.call("nvmlDeviceGetTemperature", h,
-                            nv.const("NVML_TEMPERATURE_GPU", 0))),
-        power_w=round(float(power_mw) / 1000.0, 3) if _num(power_mw) is not None else None,
+        mem_copy_util_pct=_pct(getattr(util, "memory", None)) if util is not None else None,
+        temp_c=_uint(nv.call("nvmlDeviceGetTemperature", h,
+                             nv.const("NVML_TEMPERATURE_GPU", 0))),
+        power_w=round(float(power_mw) / 1000.0, 3) if _uint(power_mw) is not None else None,
         processes=_processes(nv, h),
-        sm_clock_mhz=_num(nv.call("nvmlDeviceGetClockInfo", h, nv.const("NVML_CLOCK_SM", 1))),
-        mem_clock_mhz=_num(nv.call("nvmlDeviceGetClockInfo", h,
+        sm_clock_mhz=_uint(nv.call("nvmlDeviceGetClockInfo", h, nv.const("NVML_CLOCK_SM", 1))),
+        mem_clock_mhz=_uint(nv.call("nvmlDeviceGetClockInfo", h,
                                    nv.const("NVML_CLOCK_MEM", 2))),
         memory_temp_c=_field(nv, h, _FI_MEMORY_TEMP),
         energy_mj=_num(nv.call("nvmlDeviceGetTotalEnergyConsumption", h)),
@@ -189,9 +192,22 @@ def _num(v: Any) -> float | None:
     return float(v)
 
 
+def _uint(v: Any) -> float | None:
+    """An unsigned int reading (power, temperature, clock); 0xFFFFFFFF is unknown. (Not
+    for 64-bit counters: the energy counter passes that value in a few hours.)"""
+    n = _num(v)
+    return None if n == _NOT_AVAILABLE_UINT else n
+
+
+def _pct(v: Any) -> float | None:
+    """A utilisation; past 100 % it is no reading (the daemon's scrape refuses it)."""
+    n = _num(v)
+    return n if n is None or n <= 100 else None
+
+
 def _first(pair: Any) -> float | None:
     """(value, sampling period) as the encoder/decoder calls return it: the value."""
-    return _num(pair[0]) if isinstance(pair, list | tuple) and pair else None
+    return _pct(pair[0]) if isinstance(pair, list | tuple) and pair else None
 
 
 def _memory(nv: Nvml, h: Any) -> tuple[int | None, int | None, int | None]:
@@ -315,8 +331,11 @@ def _gpm_metrics(nv: Nvml, first: Any, second: Any) -> dict[str, float]:
 
 
 def _processes(nv: Nvml, h: Any) -> tuple[GpuProcess, ...]:
-    """Compute processes and the memory each uses (unknown: none listed)."""
+    """Compute processes and the memory each uses (unknown: none listed). The unversioned
+    call is ``_v3`` in nvidia-ml-py, which drivers before R510 lack: ``_v2`` there."""
     procs = nv.call("nvmlDeviceGetComputeRunningProcesses", h)
+    if procs is None:
+        procs = nv.call("nvmlDeviceGetComputeRunningProcesses_v2", h)
     out: list[GpuProcess] = []
     for p in procs or ():
         pid = getattr(p, "pid", None)

@@ -4,8 +4,10 @@ object and shut down at exit, and every call guarded (``Nvml.call``).
 pynvml is imported lazily, so the package imports on machines without it, and any
 object with pynvml's names can be injected (the tests use a fake built from real
 captures). ``Nvml.call`` turns a missing function or an ``NVMLError`` into ``None``
-("unknown"); only a lost GPU (``NVML_ERROR_GPU_IS_LOST``/``RESET_REQUIRED``) escapes it,
-as ``GpuLost``, and the callers mark just that GPU unhealthy.
+("unknown"), as it does pynvml's ``NVMLLibraryMismatchError`` (an unversioned wrapper
+on a driver without the version it calls: no NVMLError); only a lost GPU
+(``NVML_ERROR_GPU_IS_LOST``/``RESET_REQUIRED``) escapes it, as ``GpuLost``, and the
+callers mark just that GPU unhealthy.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import threading
 from typing import Any
 
 LOST_CODES = {15, 16}  # NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED
+NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+INVALID_ARGUMENT = 2  # NVML_ERROR_INVALID_ARGUMENT
+UNKNOWN = 999  # NVML_ERROR_UNKNOWN
+MISSING = -1  # not an NVML code: the function is not in this pynvml (or driver)
 
 
 class GpuLost(Exception):
@@ -47,6 +53,9 @@ class Nvml:
     def __init__(self, mod: Any) -> None:
         self.mod = mod
         self.error_cls: type[BaseException] = getattr(mod, "NVMLError", Exception)
+        # A function this driver lacks, as the wrapper says it: the same as a missing one.
+        self.mismatch_cls: type[BaseException] = getattr(
+            mod, "NVMLLibraryMismatchError", self.error_cls)
 
     def const(self, name: str, default: int) -> int:
         v = getattr(self.mod, name, default)
@@ -54,15 +63,23 @@ class Nvml:
 
     def call(self, name: str, *args: Any) -> Any:
         """``mod.name(*args)``, or None when the function is missing or NVML says no."""
+        return self.attempt(name, *args)[0]
+
+    def attempt(self, name: str, *args: Any) -> tuple[Any, int | None]:
+        """(``mod.name(*args)``, None), or (None, NVML's error code): MISSING for a function
+        this pynvml or driver lacks, where "not supported" and "failed" must differ."""
         fn = getattr(self.mod, name, None)
         if fn is None:
-            return None
+            return None, MISSING
         try:
-            return fn(*args)
+            return fn(*args), None
         except self.error_cls as e:
-            if getattr(e, "value", None) in LOST_CODES:
+            code = getattr(e, "value", None)
+            if code in LOST_CODES:
                 raise GpuLost(f"{name}: {error_text(e)}") from e
-            return None
+            return None, code if isinstance(code, int) else UNKNOWN
+        except self.mismatch_cls:
+            return None, MISSING
 
 
 # --- init once per module object, shut down at exit -------------------------------

@@ -139,6 +139,7 @@ _CODE_NAMES = {
     1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported",
     4: "Insufficient Permissions", 5: "Already Initialized", 6: "Not Found",
     9: "Driver Not Loaded", 12: "NVML Shared Library Not Found", 13: "Function Not Found",
+    7: "Insufficient Size", 10: "Timeout",
     15: "GPU is lost", 16: "GPU requires restart", 999: "Unknown Error",
 }
 
@@ -165,6 +166,23 @@ def _make_error_classes() -> None:
 
 
 _make_error_classes()
+
+
+class NVMLLibraryMismatchError(Exception):
+    """pynvml's: an unversioned wrapper (nvmlDeviceGetComputeRunningProcesses, which
+    calls ``_v3``) on a driver without that version (before R510). Not an NVMLError."""
+
+
+@dataclass
+class Fault:
+    """An injected failure: ``fn`` raises ``error`` (an NVML code, or an exception as
+    pynvml raises it) for GPU ``gpu`` (None: any) and, given, when its second argument
+    (a link, a sensor) is ``arg``."""
+
+    fn: str
+    error: int | BaseException
+    gpu: int | None = None
+    arg: Any = None
 
 
 # --- the machine the fake answers for -------------------------------------------------
@@ -284,6 +302,20 @@ class c_nvmlGpmMetricsGet_t:  # pynvml's ctypes structure, by its name
                         for _ in range(NVML_GPM_METRIC_MAX)]
 
 
+def _faulty(fn: Any, faults: list[Fault]) -> Any:
+    def call(*args: Any) -> Any:
+        for f in faults:
+            h = args[0] if args else None
+            if f.gpu is not None and getattr(h, "gpu", None) != f.gpu:
+                continue
+            if f.arg is not None and (len(args) < 2 or args[1] != f.arg):
+                continue
+            raise NVMLError(f.error) if isinstance(f.error, int) else f.error
+        return fn(*args)
+
+    return call
+
+
 class FakeNvml:
     """A pynvml-like object: module constants and errors plus the calls over a machine."""
 
@@ -294,8 +326,14 @@ class FakeNvml:
         self.calls: list[str] = []
         self._events: queue.Queue[SimpleNamespace] = queue.Queue()
         self._registered: set[int] = set()
+        self.faults: list[Fault] = []
 
     # -- test controls (not pynvml names)
+    def inject(self, fn: str, error: int | BaseException, *, gpu: int | None = None,
+               arg: Any = None) -> None:
+        """From now on ``fn`` fails with ``error`` (see ``Fault``), as a real driver does for
+        one GPU, one field or one link while the rest answer."""
+        self.faults.append(Fault(fn, error, gpu, arg))
     def inject_xid(self, gpu: int, xid: int) -> None:
         """The driver reports XID ``xid`` on GPU ``gpu`` (as an nvmlEventTypeXidCriticalError)."""
         self._events.put(SimpleNamespace(device=_Handle(gpu), eventType=0x8, eventData=xid,
@@ -307,6 +345,9 @@ class FakeNvml:
             raise AttributeError(name)  # as an older nvidia-ml-py lacking the function
         if name.startswith("nvml"):
             object.__getattribute__(self, "calls").append(name)
+            faults = [f for f in object.__getattribute__(self, "faults") if f.fn == name]
+            if faults:
+                return _faulty(object.__getattribute__(self, name), faults)
         return object.__getattribute__(self, name)
 
     def __getattr__(self, name: str) -> Any:
@@ -525,6 +566,13 @@ class FakeNvml:
         return g.temp_c
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: _Handle) -> list[SimpleNamespace]:
+        return self._processes(h)
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, h: _Handle) -> list[SimpleNamespace]:
+        # the same list: the v2 struct lacks only fields swarmgpu does not read
+        return self._processes(h)
+
+    def _processes(self, h: _Handle) -> list[SimpleNamespace]:
         g = self._gpu(h)
         return [SimpleNamespace(
             pid=p.pid,
