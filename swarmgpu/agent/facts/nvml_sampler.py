@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from loguru import logger
+
 from swarmgpu.agent.facts.nvml_session import (
     GpuLost,
     Nvml,
@@ -108,8 +110,9 @@ def read_utilisation(nvml_module: Any = None) -> list[GpuSample]:
                 samples.extend(_samples(nv, i, rates))
             except GpuLost:
                 continue  # a lost GPU has nothing to sample; facts report it unhealthy
-            except Exception:  # noqa: S112 - pynvml past NVMLError (UnicodeDecodeError):
-                continue  # that GPU unsampled, not the scrape; facts say why
+            except Exception as exc:  # pynvml past NVMLError (a UUID not UTF-8): that
+                # GPU unsampled, not the scrape; facts say why
+                logger.debug("GPU {} not sampled: {!r}", i, exc)
     return samples
 
 
