@@ -182,3 +182,14 @@ def test_a_labels_file_over_8_mib_is_refused_unread(tmp_path: Path) -> None:
     f.write_text("nvidia.com/gpu.count=1\n" + "#" * (8 << 20))
     with pytest.raises(SourceError, match=r"^gfd:\S+: larger than 8 MiB; not read$"):
         GfdSource(f, hostname="n").read()
+
+
+def test_a_features_file_saved_with_a_bom_is_read(tmp_path: Path) -> None:
+    """A features file saved by an editor that writes a UTF-8 BOM: its first label was
+    read as '\\ufeffnvidia.com/gpu.count', not nvidia.com/*, and the file refused with
+    'gpu.count missing; is GFD running there?'."""
+    f = tmp_path / "gfd"
+    f.write_bytes(b"\xef\xbb\xbf" + BASE.replace("\n", "\r\n").encode()
+                  + b"nvidia.com/gpu.count=1\r\n")
+    facts = GfdSource(f, hostname="n").read()
+    assert [(g.product, g.memory_mib) for g in facts.gpus] == [("NVIDIA-A100", 40960)]

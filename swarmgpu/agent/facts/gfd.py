@@ -44,7 +44,8 @@ _COUNT_RE = re.compile(r"[0-9]{1,9}", re.ASCII)
 
 def parse_labels(text: str, *, where: str = "gfd") -> dict[str, str]:
     """``nvidia.com/*`` labels (prefix removed) from any of the accepted forms."""
-    stripped = text.strip()
+    # A BOM (a file saved by a Windows editor) would be read as part of the first key.
+    stripped = text.removeprefix("\ufeff").strip()
     data: Any = None
     if stripped.startswith("{"):
         try:  # a key given twice is refused, as core.yamlfile refuses it in YAML
