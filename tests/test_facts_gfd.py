@@ -193,3 +193,29 @@ def test_a_features_file_saved_with_a_bom_is_read(tmp_path: Path) -> None:
                   + b"nvidia.com/gpu.count=1\r\n")
     facts = GfdSource(f, hostname="n").read()
     assert [(g.product, g.memory_mib) for g in facts.gpus] == [("NVIDIA-A100", 40960)]
+
+
+SHARED = "nvidia.com/gpu.replicas=4\nnvidia.com/gpu.sharing-strategy=time-slicing\n"
+
+
+def test_a_time_sliced_nodes_shared_product_is_the_gpus_model(tmp_path: Path) -> None:
+    """GFD appends -SHARED to gpu.product when the device plugin time-slices (or MPS-shares)
+    the GPUs, replicas > 1: the single strategy's 'A100-…-MIG-1g.5gb-SHARED' was not
+    recognised, and its 7 MIG devices were served as 7 whole GPUs of 4,864 MiB; a whole
+    GPU's model was served as 'NVIDIA-A100-SXM4-40GB-SHARED', which no model pin matches."""
+    f = tmp_path / "gfd"
+    f.write_text("nvidia.com/gpu.count=7\nnvidia.com/mig.strategy=single\n"
+                 "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED\n"
+                 "nvidia.com/gpu.memory=4864\n" + SHARED)
+    facts = GfdSource(f, hostname="n").read()
+    assert [g.product for g in facts.gpus] == ["NVIDIA-A100-SXM4-40GB"]
+    assert [m.profile for m in facts.gpus[0].mig_devices] == ["1g.5gb"] * 7
+    f.write_text("nvidia.com/gpu.count=2\nnvidia.com/gpu.memory=40960\n"
+                 "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED\n" + SHARED)
+    facts = GfdSource(f, hostname="n").read()
+    assert [g.product for g in facts.gpus] == ["NVIDIA-A100-SXM4-40GB"] * 2
+    assert facts.errors == ()
+    # Not shared (replicas 1): a name that ends so is the name.
+    f.write_text(BASE.replace("NVIDIA-A100", "X-SHARED") + "nvidia.com/gpu.count=1\n"
+                 "nvidia.com/gpu.replicas=1\n")
+    assert GfdSource(f, hostname="n").read().gpus[0].product == "X-SHARED"

@@ -138,6 +138,17 @@ def _int_label(labels: Mapping[str, str], key: str, where: str) -> int | None:
     return int(v)
 
 
+def _unshared_product(labels: Mapping[str, str]) -> str:
+    """``gpu.product`` less the ``-SHARED`` GFD appends when the device plugin shares each
+    GPU (time-slicing or MPS: ``gpu.replicas`` above 1, resource not renamed); the rest is
+    the GPU's model, and a single strategy's ``…-MIG-<profile>``."""
+    product = labels.get("gpu.product", "")
+    replicas = labels.get("gpu.replicas", "")
+    if product.endswith("-SHARED") and _COUNT_RE.fullmatch(replicas) and int(replicas) > 1:
+        return product.removesuffix("-SHARED")
+    return product
+
+
 def _driver_version(labels: Mapping[str, str]) -> str | None:
     if labels.get("cuda.driver-version.full"):
         return labels["cuda.driver-version.full"]
@@ -185,7 +196,7 @@ def facts_from_labels(
     major = _int_label(labels, "gpu.compute.major", where)
     minor = _int_label(labels, "gpu.compute.minor", where)
     strategy = labels.get("mig.strategy", "none")
-    gfd_product = labels.get("gpu.product", "")
+    gfd_product = _unshared_product(labels)
     gfd_memory = _int_label(labels, "gpu.memory", where)
 
     # (profile, memory) of every MIG device on the node, in GFD's order.
