@@ -219,3 +219,18 @@ def test_a_time_sliced_nodes_shared_product_is_the_gpus_model(tmp_path: Path) ->
     f.write_text(BASE.replace("NVIDIA-A100", "X-SHARED") + "nvidia.com/gpu.count=1\n"
                  "nvidia.com/gpu.replicas=1\n")
     assert GfdSource(f, hostname="n").read().gpus[0].product == "X-SHARED"
+
+
+def test_gfds_invalid_single_strategy_is_this_sources_error_saying_so(tmp_path: Path) -> None:
+    """GFD's labels for a MIG layout mig.strategy=single cannot describe: product
+    '<model>-MIG-INVALID', count and memory 0. They were refused as 'gpu.memory missing;
+    pass --memory-mib', and with --memory-mib served as a node with no GPUs, silently."""
+    f = tmp_path / "gfd"
+    f.write_text("nvidia.com/gpu.count=0\nnvidia.com/gpu.memory=0\nnvidia.com/gpu.replicas=0\n"
+                 "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-INVALID\n"
+                 "nvidia.com/mig.strategy=single\n")
+    for memory in (None, 40960):
+        with pytest.raises(SourceError, match=r"MIG-INVALID'.*invalid for "
+                           r"mig\.strategy=single.*mixed") as exc:
+            GfdSource(f, hostname="n", memory_mib=memory).read()
+        assert str(f) in str(exc.value)

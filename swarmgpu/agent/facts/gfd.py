@@ -197,6 +197,12 @@ def facts_from_labels(
     minor = _int_label(labels, "gpu.compute.minor", where)
     strategy = labels.get("mig.strategy", "none")
     gfd_product = _unshared_product(labels)
+    if gfd_product.endswith("-MIG-INVALID"):  # GFD's single strategy, its count then 0
+        raise SourceError(
+            f"{where}: label {PREFIX}gpu.product={gfd_product!r}: GFD found this node's "
+            "MIG layout invalid for mig.strategy=single (MIG devices of more than one "
+            "profile, a MIG GPU with none, or MIG and whole GPUs together) and counts no "
+            "GPUs; give every GPU one MIG profile, or run GFD with mig.strategy=mixed")
     gfd_memory = _int_label(labels, "gpu.memory", where)
 
     # (profile, memory) of every MIG device on the node, in GFD's order.
