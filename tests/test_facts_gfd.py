@@ -234,3 +234,19 @@ def test_gfds_invalid_single_strategy_is_this_sources_error_saying_so(tmp_path: 
                            r"mig\.strategy=single.*mixed") as exc:
             GfdSource(f, hostname="n", memory_mib=memory).read()
         assert str(f) in str(exc.value)
+
+
+@pytest.mark.parametrize("label", ["gpu.product", "cuda.driver-version.full",
+                                   "cuda.runtime-version.full"])
+def test_a_label_longer_than_the_facts_hold_is_this_sources_error(
+        tmp_path: Path, label: str) -> None:
+    """A value over the 256 characters NodeFacts.from_dict (the daemon's check of any
+    agent's facts) allows was served, and the daemon refused the node's whole facts
+    naming facts.gpus[0].product, not the file or the label."""
+    labels = {"gpu.count": "1", "gpu.product": "NVIDIA-A100", "gpu.memory": "40960",
+              label: "5" * 300}
+    f = tmp_path / "gfd"
+    f.write_text("".join(f"nvidia.com/{k}={v}\n" for k, v in labels.items()))
+    with pytest.raises(SourceError, match=rf"{label}=.*300 characters; at most 256") as exc:
+        GfdSource(f, hostname="n").read()
+    assert str(f) in str(exc.value)

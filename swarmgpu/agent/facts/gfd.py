@@ -30,7 +30,14 @@ from swarmgpu.agent.facts.naming import (
 from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.miglayout import mig_layout_fault
-from swarmgpu.core.model import MAX_GPUS, MAX_MIG_PER_GPU, Gpu, MigDevice, NodeFacts
+from swarmgpu.core.model import (
+    MAX_GPUS,
+    MAX_MIG_PER_GPU,
+    MAX_STR_LEN,
+    Gpu,
+    MigDevice,
+    NodeFacts,
+)
 from swarmgpu.core.yamlfile import MAX_TEXT, parse_yaml
 
 PREFIX = "nvidia.com/"
@@ -256,6 +263,18 @@ def facts_from_labels(
             )
     if not parent_product:
         raise SourceError(f"{where}: label {PREFIX}gpu.product missing; pass --product NAME")
+    # What NodeFacts.from_dict holds every agent's facts to: said here, naming the label,
+    # rather than served and the node's whole facts refused by the daemon.
+    driver, cuda = _driver_version(labels), _cuda_version(labels)
+    for value, name in ((parent_product, "--product" if product else "gpu.product"),
+                        (driver, "cuda.driver-version.full" if labels.get(
+                            "cuda.driver-version.full") else "cuda.driver.*"),
+                        (cuda, "cuda.runtime-version.full" if labels.get(
+                            "cuda.runtime-version.full") else "cuda.runtime.*")):
+        if value is not None and len(value) > MAX_STR_LEN:
+            label = name if name.startswith("-") else f"label {PREFIX}{name}"
+            raise SourceError(f"{where}: {label}={value[:40]!r}...: {len(value)} characters; "
+                              f"at most {MAX_STR_LEN}")
     if parent_memory <= 0:
         raise SourceError(f"{where}: label {PREFIX}gpu.memory missing; pass --memory-mib N")
 
@@ -296,8 +315,8 @@ def facts_from_labels(
     return NodeFacts(
         hostname=hostname,
         gpus=tuple(gpus),
-        driver_version=_driver_version(labels),
-        cuda_driver_version=_cuda_version(labels),
+        driver_version=driver,
+        cuda_driver_version=cuda,
         source=spec,
         errors=tuple(errors),
     )
