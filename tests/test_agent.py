@@ -623,6 +623,24 @@ def test_profile_errors_name_the_problem(tmp_path: Path, text: str, fragment: st
     assert fragment in str(e.value) and str(p) in str(e.value)
 
 
+@pytest.mark.parametrize("text", [
+    "default: {power_w: .inf}", "default: {temp_c: .nan}", "default: {fb_used_mib: 1e300}",
+    "gpus: {'0': [{at: .nan}]}", "gpus: {'0': [{at: .inf}]}", "repeat_s: .nan",
+    "repeat_s: .inf"])
+def test_profile_numbers_no_gpu_reads_are_refused_at_their_field(
+        tmp_path: Path, text: str) -> None:
+    """.inf was served as +Inf and 1e300 as such, which the daemon's scrape reads as no
+    reading (unknown); .nan was taken and served as nothing, like null; a NaN or infinite
+    time or period made the script never step, silently."""
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    field = text.split(":", 1)[0] if text.startswith("repeat_s") else \
+        ".at" if "at:" in text else text.split("{", 1)[1].split(":", 1)[0]
+    with pytest.raises(ProfileError, match="finite") as e:
+        load_profile(p, FACTS)
+    assert field in str(e.value) and str(p) in str(e.value)
+
+
 def test_profile_missing_file_and_repeat(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="cannot read"):
         ProfileSampler(tmp_path / "nope.yaml", FACTS)

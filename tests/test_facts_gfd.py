@@ -182,3 +182,71 @@ def test_a_labels_file_over_8_mib_is_refused_unread(tmp_path: Path) -> None:
     f.write_text("nvidia.com/gpu.count=1\n" + "#" * (8 << 20))
     with pytest.raises(SourceError, match=r"^gfd:\S+: larger than 8 MiB; not read$"):
         GfdSource(f, hostname="n").read()
+
+
+def test_a_features_file_saved_with_a_bom_is_read(tmp_path: Path) -> None:
+    """A features file saved by an editor that writes a UTF-8 BOM: its first label was
+    read as '\\ufeffnvidia.com/gpu.count', not nvidia.com/*, and the file refused with
+    'gpu.count missing; is GFD running there?'."""
+    f = tmp_path / "gfd"
+    f.write_bytes(b"\xef\xbb\xbf" + BASE.replace("\n", "\r\n").encode()
+                  + b"nvidia.com/gpu.count=1\r\n")
+    facts = GfdSource(f, hostname="n").read()
+    assert [(g.product, g.memory_mib) for g in facts.gpus] == [("NVIDIA-A100", 40960)]
+
+
+SHARED = "nvidia.com/gpu.replicas=4\nnvidia.com/gpu.sharing-strategy=time-slicing\n"
+
+
+def test_a_time_sliced_nodes_shared_product_is_the_gpus_model(tmp_path: Path) -> None:
+    """GFD appends -SHARED to gpu.product when the device plugin time-slices (or MPS-shares)
+    the GPUs, replicas > 1: the single strategy's 'A100-…-MIG-1g.5gb-SHARED' was not
+    recognised, and its 7 MIG devices were served as 7 whole GPUs of 4,864 MiB; a whole
+    GPU's model was served as 'NVIDIA-A100-SXM4-40GB-SHARED', which no model pin matches."""
+    f = tmp_path / "gfd"
+    f.write_text("nvidia.com/gpu.count=7\nnvidia.com/mig.strategy=single\n"
+                 "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED\n"
+                 "nvidia.com/gpu.memory=4864\n" + SHARED)
+    facts = GfdSource(f, hostname="n").read()
+    assert [g.product for g in facts.gpus] == ["NVIDIA-A100-SXM4-40GB"]
+    assert [m.profile for m in facts.gpus[0].mig_devices] == ["1g.5gb"] * 7
+    f.write_text("nvidia.com/gpu.count=2\nnvidia.com/gpu.memory=40960\n"
+                 "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED\n" + SHARED)
+    facts = GfdSource(f, hostname="n").read()
+    assert [g.product for g in facts.gpus] == ["NVIDIA-A100-SXM4-40GB"] * 2
+    assert facts.errors == ()
+    # Not shared (replicas 1): a name that ends so is the name.
+    f.write_text(BASE.replace("NVIDIA-A100", "X-SHARED") + "nvidia.com/gpu.count=1\n"
+                 "nvidia.com/gpu.replicas=1\n")
+    assert GfdSource(f, hostname="n").read().gpus[0].product == "X-SHARED"
+
+
+def test_gfds_invalid_single_strategy_is_this_sources_error_saying_so(tmp_path: Path) -> None:
+    """GFD's labels for a MIG layout mig.strategy=single cannot describe: product
+    '<model>-MIG-INVALID', count and memory 0. They were refused as 'gpu.memory missing;
+    pass --memory-mib', and with --memory-mib served as a node with no GPUs, silently."""
+    f = tmp_path / "gfd"
+    f.write_text("nvidia.com/gpu.count=0\nnvidia.com/gpu.memory=0\nnvidia.com/gpu.replicas=0\n"
+                 "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-INVALID\n"
+                 "nvidia.com/mig.strategy=single\n")
+    for memory in (None, 40960):
+        with pytest.raises(SourceError, match=r"MIG-INVALID'.*invalid for "
+                           r"mig\.strategy=single.*mixed") as exc:
+            GfdSource(f, hostname="n", memory_mib=memory).read()
+        assert str(f) in str(exc.value)
+
+
+@pytest.mark.parametrize("label", ["gpu.product", "cuda.driver-version.full",
+                                   "cuda.runtime-version.full"])
+def test_a_label_longer_than_the_facts_hold_is_this_sources_error(
+        tmp_path: Path, label: str) -> None:
+    """A value over the 256 characters NodeFacts.from_dict (the daemon's check of any
+    agent's facts) allows was served, and the daemon refused the node's whole facts
+    naming facts.gpus[0].product, not the file or the label."""
+    labels = {"gpu.count": "1", "gpu.product": "NVIDIA-A100", "gpu.memory": "40960",
+              label: "5" * 300}
+    f = tmp_path / "gfd"
+    f.write_text("".join(f"nvidia.com/{k}={v}\n" for k, v in labels.items()))
+    with pytest.raises(SourceError, match=rf"{label}=.*300 characters; at most 256") as exc:
+        GfdSource(f, hostname="n").read()
+    assert str(f) in str(exc.value)

@@ -30,7 +30,14 @@ from swarmgpu.agent.facts.naming import (
 from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
 from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 from swarmgpu.core.miglayout import mig_layout_fault
-from swarmgpu.core.model import MAX_GPUS, MAX_MIG_PER_GPU, Gpu, MigDevice, NodeFacts
+from swarmgpu.core.model import (
+    MAX_GPUS,
+    MAX_MIG_PER_GPU,
+    MAX_STR_LEN,
+    Gpu,
+    MigDevice,
+    NodeFacts,
+)
 from swarmgpu.core.yamlfile import MAX_TEXT, parse_yaml
 
 PREFIX = "nvidia.com/"
@@ -44,7 +51,8 @@ _COUNT_RE = re.compile(r"[0-9]{1,9}", re.ASCII)
 
 def parse_labels(text: str, *, where: str = "gfd") -> dict[str, str]:
     """``nvidia.com/*`` labels (prefix removed) from any of the accepted forms."""
-    stripped = text.strip()
+    # A BOM (a file saved by a Windows editor) would be read as part of the first key.
+    stripped = text.removeprefix("\ufeff").strip()
     data: Any = None
     if stripped.startswith("{"):
         try:  # a key given twice is refused, as core.yamlfile refuses it in YAML
@@ -137,6 +145,17 @@ def _int_label(labels: Mapping[str, str], key: str, where: str) -> int | None:
     return int(v)
 
 
+def _unshared_product(labels: Mapping[str, str]) -> str:
+    """``gpu.product`` less the ``-SHARED`` GFD appends when the device plugin shares each
+    GPU (time-slicing or MPS: ``gpu.replicas`` above 1, resource not renamed); the rest is
+    the GPU's model, and a single strategy's ``…-MIG-<profile>``."""
+    product = labels.get("gpu.product", "")
+    replicas = labels.get("gpu.replicas", "")
+    if product.endswith("-SHARED") and _COUNT_RE.fullmatch(replicas) and int(replicas) > 1:
+        return product.removesuffix("-SHARED")
+    return product
+
+
 def _driver_version(labels: Mapping[str, str]) -> str | None:
     if labels.get("cuda.driver-version.full"):
         return labels["cuda.driver-version.full"]
@@ -184,7 +203,13 @@ def facts_from_labels(
     major = _int_label(labels, "gpu.compute.major", where)
     minor = _int_label(labels, "gpu.compute.minor", where)
     strategy = labels.get("mig.strategy", "none")
-    gfd_product = labels.get("gpu.product", "")
+    gfd_product = _unshared_product(labels)
+    if gfd_product.endswith("-MIG-INVALID"):  # GFD's single strategy, its count then 0
+        raise SourceError(
+            f"{where}: label {PREFIX}gpu.product={gfd_product!r}: GFD found this node's "
+            "MIG layout invalid for mig.strategy=single (MIG devices of more than one "
+            "profile, a MIG GPU with none, or MIG and whole GPUs together) and counts no "
+            "GPUs; give every GPU one MIG profile, or run GFD with mig.strategy=mixed")
     gfd_memory = _int_label(labels, "gpu.memory", where)
 
     # (profile, memory) of every MIG device on the node, in GFD's order.
@@ -238,6 +263,18 @@ def facts_from_labels(
             )
     if not parent_product:
         raise SourceError(f"{where}: label {PREFIX}gpu.product missing; pass --product NAME")
+    # What NodeFacts.from_dict holds every agent's facts to: said here, naming the label,
+    # rather than served and the node's whole facts refused by the daemon.
+    driver, cuda = _driver_version(labels), _cuda_version(labels)
+    for value, name in ((parent_product, "--product" if product else "gpu.product"),
+                        (driver, "cuda.driver-version.full" if labels.get(
+                            "cuda.driver-version.full") else "cuda.driver.*"),
+                        (cuda, "cuda.runtime-version.full" if labels.get(
+                            "cuda.runtime-version.full") else "cuda.runtime.*")):
+        if value is not None and len(value) > MAX_STR_LEN:
+            label = name if name.startswith("-") else f"label {PREFIX}{name}"
+            raise SourceError(f"{where}: {label}={value[:40]!r}...: {len(value)} characters; "
+                              f"at most {MAX_STR_LEN}")
     if parent_memory <= 0:
         raise SourceError(f"{where}: label {PREFIX}gpu.memory missing; pass --memory-mib N")
 
@@ -278,8 +315,8 @@ def facts_from_labels(
     return NodeFacts(
         hostname=hostname,
         gpus=tuple(gpus),
-        driver_version=_driver_version(labels),
-        cuda_driver_version=_cuda_version(labels),
+        driver_version=driver,
+        cuda_driver_version=cuda,
         source=spec,
         errors=tuple(errors),
     )

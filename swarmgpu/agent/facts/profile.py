@@ -46,6 +46,7 @@ from typing import Any
 
 from loguru import logger
 
+from swarmgpu.core.metrics_in import MAX_VALUE
 from swarmgpu.core.model import FactsError, NodeFacts
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.core.yamlfile import read_yaml
@@ -92,6 +93,13 @@ class Profile:
         return out
 
 
+def _finite(v: float) -> bool:
+    """A number the daemon's scrape reads as a reading (core.metrics_in): .inf was served
+    as +Inf, 1e300 as such, both unknown there; .nan (no number compares with it) passed
+    every bound, and as a time or period stopped the script, silently."""
+    return 0 <= v <= MAX_VALUE  # False for NaN too
+
+
 def _values(raw: Any, where: str, *, allow_at: bool) -> tuple[float | None, Values]:
     if not isinstance(raw, Mapping):
         raise ProfileError(f"{where}: expected a mapping like {{util_pct: 50}}, got {raw!r}")
@@ -103,8 +111,8 @@ def _values(raw: Any, where: str, *, allow_at: bool) -> tuple[float | None, Valu
     at: float | None = None
     if allow_at:
         a = raw.get("at")
-        if isinstance(a, bool) or not isinstance(a, int | float) or a < 0:
-            raise ProfileError(f"{where}.at: expected seconds >= 0, got {a!r}")
+        if isinstance(a, bool) or not isinstance(a, int | float) or not _finite(a):
+            raise ProfileError(f"{where}.at: expected seconds >= 0, finite, got {a!r}")
         at = float(a)
     vals: Values = {}
     for k in FIELDS:
@@ -116,6 +124,9 @@ def _values(raw: Any, where: str, *, allow_at: bool) -> tuple[float | None, Valu
             continue
         if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
             raise ProfileError(f"{where}.{k}: expected a number >= 0 or null, got {v!r}")
+        if not _finite(v):
+            raise ProfileError(f"{where}.{k}: {v!r} is not finite or is above "
+                               f"{MAX_VALUE:.0f}, which no reading is")
         if k.endswith("_pct") and v > 100:
             raise ProfileError(f"{where}.{k}: {v} is above 100 %")
         if k in _RATIOS and v > 1:
@@ -136,8 +147,9 @@ def parse_profile(data: Any, facts: NodeFacts, where: str) -> Profile:
     repeat = data.get("repeat_s")
     if repeat is not None and (
         isinstance(repeat, bool) or not isinstance(repeat, int | float) or repeat <= 0
+        or not _finite(repeat)
     ):
-        raise ProfileError(f"{where}.repeat_s: expected seconds > 0, got {repeat!r}")
+        raise ProfileError(f"{where}.repeat_s: expected seconds > 0, finite, got {repeat!r}")
     by_index = {str(g.index): g.uuid for g in facts.gpus}
     known = {g.uuid for g in facts.gpus} | {m.uuid for g in facts.gpus for m in g.mig_devices}
     gpus = data.get("gpus") or {}
