@@ -501,3 +501,25 @@ def test_a_write_before_the_stream_reopened_expects_no_event() -> None:
     clock.t += WRITE_SLACK_S + EVENT_WAIT_S
     assert same(cache, src) and src.lists == 2
     assert cache.stats.reasons["no event for a write"] == 1
+
+
+def test_a_list_that_keeps_failing_is_said_as_one_failed_list() -> None:
+    """Each read whose list failed wrapped the reason once more ("failed list (failed
+    list (timer))"...), a new count under that text each time: a list failing every
+    read while the stream stayed open (an engine timing out on a large swarm) grew the
+    reason and the counts without end."""
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, relist_s=600.0, clock=clock)
+
+    def boom() -> None:
+        raise SwarmUnavailable("engine unreachable")
+
+    src.during_list = boom
+    clock.t = 600.0
+    for _ in range(5):
+        with pytest.raises(SwarmUnavailable):
+            cache.read()
+    src.during_list = None
+    assert same(cache, src) and src.lists == 6
+    assert cache.stats.reasons == {"first read": 1, "timer": 1, "failed list": 5}

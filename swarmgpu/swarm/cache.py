@@ -246,12 +246,15 @@ class SwarmCache:
     def _relist(self, why: str, keep_newer: bool = False) -> None:
         self.stats.relists += 1
         key = why.split(":")[0] if not why[0].isdigit() else "many changed"
+        if why.startswith("failed list"):
+            key = "failed list"
         self.stats.reasons[key] = self.stats.reasons.get(key, 0) + 1
         try:
             nodes, services = self.swarm.nodes(), self.swarm.services()
         except SwarmError:
-            with self._lock:  # nothing learnt: list again next time
-                self._relist_why = self._relist_why or f"failed list ({why})"
+            with self._lock:  # nothing learnt: list again next time (said once)
+                failed = why if why.startswith("failed list") else f"failed list ({why})"
+                self._relist_why = self._relist_why or failed
             raise
         self._nodes = {n.id: newer(self._nodes, n, keep_newer) for n in nodes}
         self._services = {s.id: newer(self._services, s, keep_newer) for s in services}
