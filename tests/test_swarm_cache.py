@@ -16,7 +16,15 @@ import pytest
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.swarm.cache import DIRTY_MIN, EVENT_WAIT_S, WRITE_SLACK_S, SwarmCache, follow
+from swarmgpu.swarm.cache import (
+    DIRTY_MIN,
+    EVENT_WAIT_S,
+    WRITE_SLACK_S,
+    Relist,
+    SwarmCache,
+    Why,
+    follow,
+)
 from swarmgpu.swarm.client import (
     SwarmNode,
     SwarmNotFound,
@@ -523,3 +531,36 @@ def test_a_list_that_keeps_failing_is_said_as_one_failed_list() -> None:
     src.during_list = None
     assert same(cache, src) and src.lists == 6
     assert cache.stats.reasons == {"first read": 1, "timer": 1, "failed list": 5}
+
+
+@pytest.mark.parametrize(
+    ("relist", "keep_newer", "key", "said"),
+    [
+        (Relist(Why.FIRST_READ), False, "first read", "first read"),
+        (Relist(Why.NO_STREAM), False, "no event stream", "no event stream"),
+        (Relist(Why.REOPENED), False, "stream reopened", "stream reopened"),
+        (Relist(Why.GAP, "connection reset"), False, "gap", "gap: connection reset"),
+        (Relist(Why.TIMER), True, "timer", "timer"),
+        (
+            Relist(Why.MANY_CHANGED, "17 services changed"),
+            True,
+            "many changed",
+            "17 services changed",
+        ),
+        (Relist(Why.DEAF), False, "no event for a write", "no event for a write"),
+        (Relist(Why.EVENTS_AGAIN), False, "events again", "events again"),
+        (Relist(Why.MALFORMED), False, "malformed event", "malformed event"),
+        (Relist(Why.FORGOT, "not the leader"), False, "not the leader", "not the leader"),
+        (Relist(Why.GAP, "x").failed(), False, "failed list", "failed list (gap: x)"),
+        (Relist(Why.TIMER).failed().failed(), False, "failed list", "failed list (timer)"),
+    ],
+)
+def test_each_reason_says_whether_its_list_keeps_a_newer_cached_version(
+    relist: Relist, keep_newer: bool, key: str, said: str
+) -> None:
+    """Only a list from the store the open stream watched all along (the timer's, many
+    changes') keeps a cached object whose version is newer than the list's; after a
+    gap or at a new term the engine may have restarted from a backup."""
+    assert relist.keep_newer is keep_newer
+    assert relist.key == key and str(relist) == said
+    assert {w for w in Why if w.keep_newer} == {Why.TIMER, Why.MANY_CHANGED}

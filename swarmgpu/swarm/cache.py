@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
 
 from loguru import logger
@@ -70,6 +71,57 @@ class CacheSource(Protocol):
     def services(self) -> list[SwarmService]: ...
     def node(self, node_id: str) -> SwarmNode: ...
     def service(self, service_id: str) -> SwarmService: ...
+
+
+class Why(Enum):
+    """What makes a read list everything (the value counts it in ``CacheStats``)."""
+
+    FIRST_READ = "first read"
+    NO_STREAM = "no event stream"
+    REOPENED = "stream reopened"
+    GAP = "gap"
+    TIMER = "timer"
+    MANY_CHANGED = "many changed"
+    DEAF = "no event for a write"
+    EVENTS_AGAIN = "events again"
+    MALFORMED = "malformed event"
+    FORGOT = "forgot"  # counted under the words ``forget`` was given
+    FAILED_LIST = "failed list"
+
+    @property
+    def keep_newer(self) -> bool:
+        """Only after the timer or many changes is the store the one this open stream
+        watched all along; else (a gap, a new term) the list is taken as it is."""
+        return self in (Why.TIMER, Why.MANY_CHANGED)
+
+
+@dataclass(frozen=True)
+class Relist:
+    """One full list due: its reason and, for some, what the log says of it (a gap's
+    cause, how many objects changed, ``forget``'s words, the list that failed)."""
+
+    why: Why
+    detail: str = ""
+
+    @property
+    def keep_newer(self) -> bool:
+        return self.why.keep_newer
+
+    @property
+    def key(self) -> str:
+        """What ``CacheStats.reasons`` counts it under."""
+        return self.detail if self.why is Why.FORGOT else self.why.value
+
+    def __str__(self) -> str:
+        if self.why is Why.GAP:
+            return f"gap: {self.detail}"
+        if self.why is Why.FAILED_LIST:
+            return f"failed list ({self.detail})"
+        return self.detail or self.why.value
+
+    def failed(self) -> Relist:
+        """This list failed: the next read lists again (said once, however often)."""
+        return self if self.why is Why.FAILED_LIST else Relist(Why.FAILED_LIST, str(self))
 
 
 @dataclass
@@ -106,7 +158,7 @@ class SwarmCache:
         self._services: dict[str, SwarmService] = {}
         self._dirty: dict[str, set[str]] = {k: set() for k in KINDS}
         self._stream_up = False
-        self._relist_why: str | None = "first read"
+        self._relist_why: Relist | None = Relist(Why.FIRST_READ)
         self._listed_at: float | None = None
         self._malformed = Throttle(60.0)  # a log line a minute for events naming nothing
         self._last_event_at: float | None = None  # any event: the engine publishes
@@ -128,10 +180,10 @@ class SwarmCache:
             self._last_event_at, self._awaiting = self.clock(), None
             if self._deaf:  # what changed between the last list and now is unknown
                 self._deaf = False
-                self._relist_why = self._relist_why or "events again"
+                self._relist_why = self._relist_why or Relist(Why.EVENTS_AGAIN)
                 logger.info("event stream: the engine publishes the swarm's events again")
             if kind not in KINDS or not isinstance(obj, str) or not obj:
-                self._relist_why = self._relist_why or "malformed event"
+                self._relist_why = self._relist_why or Relist(Why.MALFORMED)
                 if n := self._malformed.due():
                     logger.warning(
                         "event stream: an event naming no node or service ({:.120}; {} "
@@ -172,21 +224,21 @@ class SwarmCache:
         """The stream is (again) subscribed: what happened before is unknown."""
         with self._lock:
             self._stream_up = True
-            self._relist_why = self._relist_why or "stream reopened"
+            self._relist_why = self._relist_why or Relist(Why.REOPENED)
 
     def gap(self, why: str) -> None:
         """The stream is down: events are being lost until it reopens."""
         with self._lock:
             self.stats.gaps += int(self._stream_up)
             self._stream_up, self._awaiting = False, None  # a write's event may be lost
-            self._relist_why = f"gap: {why}"
+            self._relist_why = Relist(Why.GAP, why)
 
     def forget(self, why: str) -> None:
         """Drop every object and event kept: the next read lists everything (``why``)."""
         with self._read_lock, self._lock:
             self._nodes, self._services = {}, {}
             self._dirty = {k: set() for k in KINDS}
-            self._relist_why = why
+            self._relist_why = Relist(Why.FORGOT, why)
 
     @property
     def stream_up(self) -> bool:
@@ -206,7 +258,7 @@ class SwarmCache:
             with self._lock:
                 why = self._relist_why
                 if why is None and not self._stream_up:
-                    why = "no event stream"
+                    why = Relist(Why.NO_STREAM)
                 if self._stream_up and not self._deaf and not self._heard():
                     self._deaf, self._awaiting = True, None
                     logger.warning(
@@ -217,18 +269,18 @@ class SwarmCache:
                         EVENT_WAIT_S,
                     )
                 if why is None and self._deaf:
-                    why = "no event for a write"
+                    why = Relist(Why.DEAF)
                 if (
                     why is None
                     and self._listed_at is not None
                     and self.clock() - self._listed_at >= self.relist_s
                 ):
-                    why = "timer"
+                    why = Relist(Why.TIMER)
                 dirty = {k: v for k, v in self._dirty.items()}
                 if why is None:
                     for k, have in (("node", self._nodes), ("service", self._services)):
                         if len(dirty[k]) > max(DIRTY_MIN, DIRTY_SHARE * len(have)):
-                            why = f"{len(dirty[k])} {k}s changed"
+                            why = Relist(Why.MANY_CHANGED, f"{len(dirty[k])} {k}s changed")
                             break
                 self._dirty = {k: set() for k in KINDS}
                 if why is not None:
@@ -236,28 +288,23 @@ class SwarmCache:
                     # otherwise the next read lists again.
                     self._relist_why = None
             if why is not None:
-                # Only after the timer or many changes is the store the one this open
-                # stream watched all along; else (a gap, a new term) it is taken as is.
-                self._relist(why, keep_newer=why == "timer" or why[0].isdigit())
+                self._relist(why)
             else:
                 self._inspect(dirty)
             return list(self._nodes.values()), list(self._services.values())
 
-    def _relist(self, why: str, keep_newer: bool = False) -> None:
+    def _relist(self, why: Relist) -> None:
         self.stats.relists += 1
-        key = why.split(":")[0] if not why[0].isdigit() else "many changed"
-        if why.startswith("failed list"):
-            key = "failed list"
-        self.stats.reasons[key] = self.stats.reasons.get(key, 0) + 1
+        self.stats.reasons[why.key] = self.stats.reasons.get(why.key, 0) + 1
         try:
             nodes, services = self.swarm.nodes(), self.swarm.services()
         except SwarmError:
-            with self._lock:  # nothing learnt: list again next time (said once)
-                failed = why if why.startswith("failed list") else f"failed list ({why})"
-                self._relist_why = self._relist_why or failed
+            with self._lock:  # nothing learnt: list again next time
+                self._relist_why = self._relist_why or why.failed()
             raise
-        self._nodes = {n.id: newer(self._nodes, n, keep_newer) for n in nodes}
-        self._services = {s.id: newer(self._services, s, keep_newer) for s in services}
+        keep = why.keep_newer
+        self._nodes = {n.id: newer(self._nodes, n, keep) for n in nodes}
+        self._services = {s.id: newer(self._services, s, keep) for s in services}
         self._listed_at = self.clock()
         logger.debug(
             "swarm cache: full list ({}): {} nodes, {} services", why, len(nodes), len(services)
