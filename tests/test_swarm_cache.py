@@ -551,8 +551,8 @@ def test_a_list_that_keeps_failing_is_said_as_one_failed_list() -> None:
         (Relist(Why.EVENTS_AGAIN), False, "events again", "events again"),
         (Relist(Why.MALFORMED), False, "malformed event", "malformed event"),
         (Relist(Why.FORGOT, "not the leader"), False, "not the leader", "not the leader"),
-        (Relist(Why.GAP, "x").failed(), False, "failed list", "failed list (gap: x)"),
-        (Relist(Why.TIMER).failed().failed(), False, "failed list", "failed list (timer)"),
+        (Relist(Why.GAP, "x", failed=True), False, "failed list", "failed list (gap: x)"),
+        (Relist(Why.TIMER, failed=True), True, "failed list", "failed list (timer)"),
     ],
 )
 def test_each_reason_says_whether_its_list_keeps_a_newer_cached_version(
@@ -564,3 +564,28 @@ def test_each_reason_says_whether_its_list_keeps_a_newer_cached_version(
     assert relist.keep_newer is keep_newer
     assert relist.key == key and str(relist) == said
     assert {w for w in Why if w.keep_newer} == {Why.TIMER, Why.MANY_CHANGED}
+
+
+def test_a_failed_timer_list_tried_again_keeps_a_newer_cached_version() -> None:
+    """The timer's list that failed is tried at the next read, from the same store the
+    open stream watched all along (a gap in between lists as a gap): an older answer
+    there is as stale as in the timer's own list, and replaced the newer cached one."""
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, relist_s=600.0, clock=clock)
+    src.bump("s1")
+    cache.invalidate("service", "s1")
+    assert same(cache, src)
+    src.s["s1"] = mk_service(1, version=1)  # a stale manager's answer, from now on
+
+    def boom() -> None:
+        raise SwarmUnavailable("engine unreachable")
+
+    src.during_list = boom
+    clock.t = 600.0
+    with pytest.raises(SwarmUnavailable):
+        cache.read()
+    src.during_list = None
+    _, services = cache.read()
+    assert src.lists == 2 and cache.stats.reasons["failed list"] == 1
+    assert {s.id: s.version for s in services}["s1"] == 2

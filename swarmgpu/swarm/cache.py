@@ -26,9 +26,10 @@ A full re-list happens
 While a full list is due, events are counted but not kept: the list reads everything.
 
 An object never goes back to an older ``Version.Index`` while the stream stayed open
-(an inspect, the timer's list): the store only raises it, so an older answer is stale.
-A list after a gap or at a new term is taken as it is (the engine may have restarted
-from a backup). Objects are kept under their own IDs, whatever an event called them.
+(an inspect, the timer's list or many changes', also tried again after it failed): the
+store only raises it, so an older answer is stale. A list after a gap or at a new term
+is taken as it is (the engine may have restarted from a backup). Objects are kept under
+their own IDs, whatever an event called them.
 
 A re-list asked for while the stream is open counts from before the list started, so
 an event that arrives during the list marks its object again for the next read.
@@ -39,7 +40,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
@@ -86,7 +87,6 @@ class Why(Enum):
     EVENTS_AGAIN = "events again"
     MALFORMED = "malformed event"
     FORGOT = "forgot"  # counted under the words ``forget`` was given
-    FAILED_LIST = "failed list"
 
     @property
     def keep_newer(self) -> bool:
@@ -98,10 +98,13 @@ class Why(Enum):
 @dataclass(frozen=True)
 class Relist:
     """One full list due: its reason and, for some, what the log says of it (a gap's
-    cause, how many objects changed, ``forget``'s words, the list that failed)."""
+    cause, how many objects changed, ``forget``'s words); ``failed``: it is tried again
+    after its list failed, still keeping newer versions as its reason does (a gap or a
+    new term since would have replaced it)."""
 
     why: Why
     detail: str = ""
+    failed: bool = False
 
     @property
     def keep_newer(self) -> bool:
@@ -110,18 +113,13 @@ class Relist:
     @property
     def key(self) -> str:
         """What ``CacheStats.reasons`` counts it under."""
+        if self.failed:
+            return "failed list"
         return self.detail if self.why is Why.FORGOT else self.why.value
 
     def __str__(self) -> str:
-        if self.why is Why.GAP:
-            return f"gap: {self.detail}"
-        if self.why is Why.FAILED_LIST:
-            return f"failed list ({self.detail})"
-        return self.detail or self.why.value
-
-    def failed(self) -> Relist:
-        """This list failed: the next read lists again (said once, however often)."""
-        return self if self.why is Why.FAILED_LIST else Relist(Why.FAILED_LIST, str(self))
+        said = f"gap: {self.detail}" if self.why is Why.GAP else self.detail or self.why.value
+        return f"failed list ({said})" if self.failed else said
 
 
 @dataclass
@@ -300,7 +298,7 @@ class SwarmCache:
             nodes, services = self.swarm.nodes(), self.swarm.services()
         except SwarmError:
             with self._lock:  # nothing learnt: list again next time
-                self._relist_why = self._relist_why or why.failed()
+                self._relist_why = self._relist_why or replace(why, failed=True)
             raise
         keep = why.keep_newer
         self._nodes = {n.id: newer(self._nodes, n, keep) for n in nodes}
