@@ -5,6 +5,7 @@ healthy-count label follows the hysteresis state, not each read."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -205,3 +206,29 @@ def test_save_writes_only_when_a_state_changed(tmp_path: Path) -> None:
     _apply(book, _facts(h0=HealthSignals(xid_events=(XidEvent(79, 140.0),))), 140)
     book.save(str(tmp_path))
     assert "Xid 79" in saved.read_text()
+
+
+def test_a_damaged_saved_state_drops_that_gpu_never_the_daemon(tmp_path: Path) -> None:
+    """A saved state whose times are not finite numbers, or whose place is not a host and
+    an index, is left out: an integer too large for a float, or an index that is no
+    number, raised from the load (the daemon did not start; plan and audit failed), and a
+    NaN or infinite time was kept, so the GPU never healed (``last_bad_at`` inf) or no
+    later XID ever counted (``xid_seen_until`` inf)."""
+    book = HealthBook(HealthConfig(), P)
+    _apply(book, _facts(h0=HealthSignals(xid_events=(XidEvent(79, 100.0),))), 100)
+    book.save(str(tmp_path))
+    path = tmp_path / "gpu-health.json"
+    good = json.loads(path.read_text())
+    saved = good["n1/GPU-aaaa"] if "n1/GPU-aaaa" in good else next(iter(good.values()))
+    damaged = {
+        "n/huge": {**saved, "last_bad_at": 10**400},
+        "n/nan": {**saved, "since": float("nan")},
+        "n/inf": {**saved, "xid_seen_until": float("inf")},
+        "n/failures": {**saved, "failures": [float("-inf")]},
+        "n/where": {**saved, "where": ["gpu-node-1", "zero"]},
+        "n/where-inf": {**saved, "where": ["gpu-node-1", float("inf")]},
+    }
+    path.write_text(json.dumps({**good, **damaged}))
+    again = HealthBook(HealthConfig(), P)
+    again.load(str(tmp_path))
+    assert set(again.states) == set(good) and set(again.where) == set(good)

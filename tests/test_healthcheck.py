@@ -3,6 +3,7 @@ its role finding over /proc-shaped folders, and the Dockerfile and stack that us
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -86,6 +87,37 @@ def test_token_agent_answers_with_its_token_or_401(agent: Any, tmp_path: Path) -
     # No token readable: healthy still (/healthz open, or a 401 from a serving agent).
     ok, seen = probe(Target(f"http://{listen}/healthz", str(tmp_path / "missing")))
     assert ok and (": 200" in seen or ": 401" in seen), seen
+
+
+@pytest.mark.parametrize("kind", ["not utf-8", "two lines", "fifo", "huge"])
+def test_a_token_file_the_agent_would_refuse_is_not_sent(
+    agent: Any, tmp_path: Path, kind: str
+) -> None:
+    """The token file read as the agent reads it: one line of ASCII, bounded, a FIFO
+    refused. Bytes not UTF-8 raised UnicodeDecodeError (a traceback for a probe), a
+    second line went out in the header and came back in http.client's error, the
+    token with it, printed into the container's health log; a FIFO was waited on past
+    Docker's timeout; /dev/zero read until memory ran out (a megabyte: 431). None is
+    sent instead: /healthz is open, and a serving agent's 401 still shows it up."""
+    listen = agent(Source(), token="s3cret-token-0123456789abcdef")
+    tok = tmp_path / "tok"
+    if kind == "not utf-8":
+        tok.write_bytes(b"s3cret-\xff\xfe-token\n")
+    elif kind == "two lines":
+        tok.write_text("s3cret-token-0123456789abcdef\nsecond-line-secret\n")
+    elif kind == "fifo":
+        os.mkfifo(tok)
+    else:
+        tok.write_bytes(b"s" * (1 << 20))
+    got: list[tuple[bool, str]] = []
+    target = Target(f"http://{listen}/healthz", str(tok))
+    t = threading.Thread(target=lambda: got.append(probe(target)), daemon=True)
+    t.start()
+    t.join(8)
+    assert got, "the probe waited on the token file"
+    ok, seen = got[0]
+    assert ok and (": 200" in seen or ": 401" in seen), seen
+    assert "secret" not in seen and "s3cret" not in seen
 
 
 def _proc(root: Path, pid: int, argv: list[str], env: dict[str, str] | None = None) -> None:

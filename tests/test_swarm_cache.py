@@ -16,7 +16,15 @@ import pytest
 
 from swarmgpu.core.config import AgentsConfig, Config, SyncConfig
 from swarmgpu.manager.daemon import Daemon
-from swarmgpu.swarm.cache import DIRTY_MIN, EVENT_WAIT_S, WRITE_SLACK_S, SwarmCache, follow
+from swarmgpu.swarm.cache import (
+    DIRTY_MIN,
+    EVENT_WAIT_S,
+    WRITE_SLACK_S,
+    Relist,
+    SwarmCache,
+    Why,
+    follow,
+)
 from swarmgpu.swarm.client import (
     SwarmNode,
     SwarmNotFound,
@@ -501,3 +509,83 @@ def test_a_write_before_the_stream_reopened_expects_no_event() -> None:
     clock.t += WRITE_SLACK_S + EVENT_WAIT_S
     assert same(cache, src) and src.lists == 2
     assert cache.stats.reasons["no event for a write"] == 1
+
+
+def test_a_list_that_keeps_failing_is_said_as_one_failed_list() -> None:
+    """Each read whose list failed wrapped the reason once more ("failed list (failed
+    list (timer))"...), a new count under that text each time: a list failing every
+    read while the stream stayed open (an engine timing out on a large swarm) grew the
+    reason and the counts without end."""
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, relist_s=600.0, clock=clock)
+
+    def boom() -> None:
+        raise SwarmUnavailable("engine unreachable")
+
+    src.during_list = boom
+    clock.t = 600.0
+    for _ in range(5):
+        with pytest.raises(SwarmUnavailable):
+            cache.read()
+    src.during_list = None
+    assert same(cache, src) and src.lists == 6
+    assert cache.stats.reasons == {"first read": 1, "timer": 1, "failed list": 5}
+
+
+@pytest.mark.parametrize(
+    ("relist", "keep_newer", "key", "said"),
+    [
+        (Relist(Why.FIRST_READ), False, "first read", "first read"),
+        (Relist(Why.NO_STREAM), False, "no event stream", "no event stream"),
+        (Relist(Why.REOPENED), False, "stream reopened", "stream reopened"),
+        (Relist(Why.GAP, "connection reset"), False, "gap", "gap: connection reset"),
+        (Relist(Why.TIMER), True, "timer", "timer"),
+        (
+            Relist(Why.MANY_CHANGED, "17 services changed"),
+            True,
+            "many changed",
+            "17 services changed",
+        ),
+        (Relist(Why.DEAF), False, "no event for a write", "no event for a write"),
+        (Relist(Why.EVENTS_AGAIN), False, "events again", "events again"),
+        (Relist(Why.MALFORMED), False, "malformed event", "malformed event"),
+        (Relist(Why.FORGOT, "not the leader"), False, "not the leader", "not the leader"),
+        (Relist(Why.GAP, "x", failed=True), False, "failed list", "failed list (gap: x)"),
+        (Relist(Why.TIMER, failed=True), True, "failed list", "failed list (timer)"),
+    ],
+)
+def test_each_reason_says_whether_its_list_keeps_a_newer_cached_version(
+    relist: Relist, keep_newer: bool, key: str, said: str
+) -> None:
+    """Only a list from the store the open stream watched all along (the timer's, many
+    changes') keeps a cached object whose version is newer than the list's; after a
+    gap or at a new term the engine may have restarted from a backup."""
+    assert relist.keep_newer is keep_newer
+    assert relist.key == key and str(relist) == said
+    assert {w for w in Why if w.keep_newer} == {Why.TIMER, Why.MANY_CHANGED}
+
+
+def test_a_failed_timer_list_tried_again_keeps_a_newer_cached_version() -> None:
+    """The timer's list that failed is tried at the next read, from the same store the
+    open stream watched all along (a gap in between lists as a gap): an older answer
+    there is as stale as in the timer's own list, and replaced the newer cached one."""
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, relist_s=600.0, clock=clock)
+    src.bump("s1")
+    cache.invalidate("service", "s1")
+    assert same(cache, src)
+    src.s["s1"] = mk_service(1, version=1)  # a stale manager's answer, from now on
+
+    def boom() -> None:
+        raise SwarmUnavailable("engine unreachable")
+
+    src.during_list = boom
+    clock.t = 600.0
+    with pytest.raises(SwarmUnavailable):
+        cache.read()
+    src.during_list = None
+    _, services = cache.read()
+    assert src.lists == 2 and cache.stats.reasons["failed list"] == 1
+    assert {s.id: s.version for s in services}["s1"] == 2

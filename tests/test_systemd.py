@@ -203,3 +203,19 @@ def test_sd_notify_reaches_the_notify_socket(tmp_path: Path,
         assert [s.recv(64), s.recv(64)] == [b"READY=1", b"WATCHDOG=1"]
     monkeypatch.delenv("NOTIFY_SOCKET")
     assert not daemon.sd_notify("READY=1")
+
+
+def test_sd_notify_refuses_a_relative_notify_socket(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """systemd's sd_notify takes only an absolute path or an '@' abstract name (anything
+    else is EINVAL): a relative NOTIFY_SOCKET was connected to from the working
+    directory, READY=1 and WATCHDOG=1 sent to whatever socket had that name there."""
+    monkeypatch.chdir(tmp_path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind("notify")
+        s.setblocking(False)
+        for addr in ("notify", "./notify", "@"):
+            monkeypatch.setenv("NOTIFY_SOCKET", addr)
+            assert not daemon.sd_notify("READY=1"), addr
+        with pytest.raises(BlockingIOError):
+            s.recv(64)

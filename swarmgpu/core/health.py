@@ -326,13 +326,22 @@ class GpuState:
         damaged one must not stop the daemon)."""
         try:
             return cls(level=Level(d["level"]), reason=str(d["reason"])[:300],
-                       action=Action(d["action"]), since=float(d["since"]),
-                       last_bad_at=float(d["last_bad_at"]),
-                       failures=tuple(float(t) for t in d["failures"][:64]),
-                       xid_seen_until=float(d["xid_seen_until"]),
+                       action=Action(d["action"]), since=_time(d["since"]),
+                       last_bad_at=_time(d["last_bad_at"]),
+                       failures=tuple(_time(t) for t in d["failures"][:64]),
+                       xid_seen_until=_time(d["xid_seen_until"]),
                        operator_label=str(d["operator_label"])[:64])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return None
+
+
+def _time(v: Any) -> float:
+    """A saved time: a finite number (NaN or inf kept a GPU failed for good, or no later
+    XID counted; an int past a float's range raised OverflowError)."""
+    t = float(v)
+    if not math.isfinite(t):
+        raise ValueError(f"not a finite time: {v!r}")
+    return t
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ process in this container (``/proc/*/cmdline``), and where that process serves:
 * agent: ``/healthz`` on its ``--listen`` (default 127.0.0.1:9401), HTTPS first unless
   ``--identity none`` (with ``swarm-pki``, and with ``auto`` where the node certificate
   is found, it serves HTTPS), the other scheme when the first one's answer is not HTTP;
-  its ``--token-file`` is sent as the bearer token;
+  its ``--token-file`` is sent as the bearer token (none when the file holds no token
+  the agent would take: nothing else is read whole or sent);
 * daemon: ``/healthz`` on ``SWARMGPU_HTTP_LISTEN`` from its environment, else
   ``http.listen`` of its ``--config``, else 127.0.0.1:9402;
 * docker-proxy: its ``--listen`` socket (``SWARMGPU_PROXY_LISTEN``, default
@@ -25,11 +26,11 @@ beside an agent limited to 128 MiB; it imports nothing of swarmgpu but this modu
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import os
 import socket
 import ssl
+import stat
 import sys
 import urllib.error
 import urllib.request
@@ -39,6 +40,7 @@ from pathlib import Path
 AGENT_LISTEN = "127.0.0.1:9401"
 DAEMON_LISTEN = "127.0.0.1:9402"
 TIMEOUT_S = 5.0
+MAX_TOKEN_BYTES = 4096  # swarmgpu.swarm.identity's: the agent refuses a longer token
 
 
 PROXY_LISTEN = "unix:///run/swarmgpu/docker.sock"
@@ -177,14 +179,35 @@ def probe(target: Target, timeout_s: float = TIMEOUT_S) -> tuple[bool, str]:
     return ok, seen
 
 
+def _token(path: str) -> str | None:
+    """The token as the agent reads it (swarm.identity.read_token: one line of ASCII, no
+    spaces, at most 4 KiB, a regular file), or None: not read whole (a FIFO waited on past
+    Docker's timeout, /dev/zero), nor sent with a second line (http.client's refusal
+    quotes the header: the token in the health log)."""
+    try:
+        # O_NONBLOCK: a FIFO with no writer opens at once, and is refused below
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            raw = os.read(fd, MAX_TOKEN_BYTES + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    token = raw.strip()
+    if len(raw) > MAX_TOKEN_BYTES or not token.isascii() or len(token.split()) != 1:
+        return None  # also empty: split() gives no word
+    return token.decode("ascii")
+
+
 def _get(target: Target, url: str, timeout_s: float) -> tuple[bool, str, bool]:
     """(healthy, what was seen, whether it was an answer: False when the exchange
     failed in a way the other scheme might not, TLS against plain HTTP or the reverse)."""
     headers = {}
-    if target.token_file:
-        # Unreadable: the answer (401) still shows the server is up.
-        with contextlib.suppress(OSError):
-            headers["Authorization"] = "Bearer " + Path(target.token_file).read_text().strip()
+    # None (unreadable, or not a token the agent would take): the answer (401) still
+    # shows the server is up.
+    token = _token(target.token_file) if target.token_file else None
+    if token is not None:
+        headers["Authorization"] = "Bearer " + token
     # Loopback, our own process: the question is whether it answers, not who it is.
     ctx = ssl.create_default_context()
     ctx.check_hostname = False

@@ -1,7 +1,8 @@
 """systemd's notify protocol, for ``Type=notify`` units with a watchdog (daemon, agent).
 
 One datagram per message to ``$NOTIFY_SOCKET`` (``READY=1``, ``WATCHDOG=1``,
-``STOPPING=1``); outside systemd there is no socket and nothing is sent.
+``STOPPING=1``); outside systemd there is no socket and nothing is sent, nor where
+``$NOTIFY_SOCKET`` is neither an absolute path nor ``@`` and a name (systemd refuses it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import socket
 def sd_notify(message: str) -> bool:
     """Tell systemd (Type=notify) about readiness/liveness; no-op outside systemd."""
     addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
+    # As libsystemd: an absolute path or an '@' abstract name, else nothing is sent (a
+    # relative one would reach whatever socket has that name in the working directory).
+    if not addr or addr[0] not in "/@" or len(addr) < 2:
         return False
     if addr.startswith("@"):
         addr = "\0" + addr[1:]

@@ -26,9 +26,10 @@ A full re-list happens
 While a full list is due, events are counted but not kept: the list reads everything.
 
 An object never goes back to an older ``Version.Index`` while the stream stayed open
-(an inspect, the timer's list): the store only raises it, so an older answer is stale.
-A list after a gap or at a new term is taken as it is (the engine may have restarted
-from a backup). Objects are kept under their own IDs, whatever an event called them.
+(an inspect, the timer's list or many changes', also tried again after it failed): the
+store only raises it, so an older answer is stale. A list after a gap or at a new term
+is taken as it is (the engine may have restarted from a backup). Objects are kept under
+their own IDs, whatever an event called them.
 
 A re-list asked for while the stream is open counts from before the list started, so
 an event that arrives during the list marks its object again for the next read.
@@ -39,7 +40,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any, Protocol
 
 from loguru import logger
@@ -70,6 +72,54 @@ class CacheSource(Protocol):
     def services(self) -> list[SwarmService]: ...
     def node(self, node_id: str) -> SwarmNode: ...
     def service(self, service_id: str) -> SwarmService: ...
+
+
+class Why(Enum):
+    """What makes a read list everything (the value counts it in ``CacheStats``)."""
+
+    FIRST_READ = "first read"
+    NO_STREAM = "no event stream"
+    REOPENED = "stream reopened"
+    GAP = "gap"
+    TIMER = "timer"
+    MANY_CHANGED = "many changed"
+    DEAF = "no event for a write"
+    EVENTS_AGAIN = "events again"
+    MALFORMED = "malformed event"
+    FORGOT = "forgot"  # counted under the words ``forget`` was given
+
+    @property
+    def keep_newer(self) -> bool:
+        """Only after the timer or many changes is the store the one this open stream
+        watched all along; else (a gap, a new term) the list is taken as it is."""
+        return self in (Why.TIMER, Why.MANY_CHANGED)
+
+
+@dataclass(frozen=True)
+class Relist:
+    """One full list due: its reason and, for some, what the log says of it (a gap's
+    cause, how many objects changed, ``forget``'s words); ``failed``: it is tried again
+    after its list failed, still keeping newer versions as its reason does (a gap or a
+    new term since would have replaced it)."""
+
+    why: Why
+    detail: str = ""
+    failed: bool = False
+
+    @property
+    def keep_newer(self) -> bool:
+        return self.why.keep_newer
+
+    @property
+    def key(self) -> str:
+        """What ``CacheStats.reasons`` counts it under."""
+        if self.failed:
+            return "failed list"
+        return self.detail if self.why is Why.FORGOT else self.why.value
+
+    def __str__(self) -> str:
+        said = f"gap: {self.detail}" if self.why is Why.GAP else self.detail or self.why.value
+        return f"failed list ({said})" if self.failed else said
 
 
 @dataclass
@@ -106,7 +156,7 @@ class SwarmCache:
         self._services: dict[str, SwarmService] = {}
         self._dirty: dict[str, set[str]] = {k: set() for k in KINDS}
         self._stream_up = False
-        self._relist_why: str | None = "first read"
+        self._relist_why: Relist | None = Relist(Why.FIRST_READ)
         self._listed_at: float | None = None
         self._malformed = Throttle(60.0)  # a log line a minute for events naming nothing
         self._last_event_at: float | None = None  # any event: the engine publishes
@@ -128,10 +178,10 @@ class SwarmCache:
             self._last_event_at, self._awaiting = self.clock(), None
             if self._deaf:  # what changed between the last list and now is unknown
                 self._deaf = False
-                self._relist_why = self._relist_why or "events again"
+                self._relist_why = self._relist_why or Relist(Why.EVENTS_AGAIN)
                 logger.info("event stream: the engine publishes the swarm's events again")
             if kind not in KINDS or not isinstance(obj, str) or not obj:
-                self._relist_why = self._relist_why or "malformed event"
+                self._relist_why = self._relist_why or Relist(Why.MALFORMED)
                 if n := self._malformed.due():
                     logger.warning(
                         "event stream: an event naming no node or service ({:.120}; {} "
@@ -172,21 +222,21 @@ class SwarmCache:
         """The stream is (again) subscribed: what happened before is unknown."""
         with self._lock:
             self._stream_up = True
-            self._relist_why = self._relist_why or "stream reopened"
+            self._relist_why = self._relist_why or Relist(Why.REOPENED)
 
     def gap(self, why: str) -> None:
         """The stream is down: events are being lost until it reopens."""
         with self._lock:
             self.stats.gaps += int(self._stream_up)
             self._stream_up, self._awaiting = False, None  # a write's event may be lost
-            self._relist_why = f"gap: {why}"
+            self._relist_why = Relist(Why.GAP, why)
 
     def forget(self, why: str) -> None:
         """Drop every object and event kept: the next read lists everything (``why``)."""
         with self._read_lock, self._lock:
             self._nodes, self._services = {}, {}
             self._dirty = {k: set() for k in KINDS}
-            self._relist_why = why
+            self._relist_why = Relist(Why.FORGOT, why)
 
     @property
     def stream_up(self) -> bool:
@@ -206,7 +256,7 @@ class SwarmCache:
             with self._lock:
                 why = self._relist_why
                 if why is None and not self._stream_up:
-                    why = "no event stream"
+                    why = Relist(Why.NO_STREAM)
                 if self._stream_up and not self._deaf and not self._heard():
                     self._deaf, self._awaiting = True, None
                     logger.warning(
@@ -217,18 +267,18 @@ class SwarmCache:
                         EVENT_WAIT_S,
                     )
                 if why is None and self._deaf:
-                    why = "no event for a write"
+                    why = Relist(Why.DEAF)
                 if (
                     why is None
                     and self._listed_at is not None
                     and self.clock() - self._listed_at >= self.relist_s
                 ):
-                    why = "timer"
+                    why = Relist(Why.TIMER)
                 dirty = {k: v for k, v in self._dirty.items()}
                 if why is None:
                     for k, have in (("node", self._nodes), ("service", self._services)):
                         if len(dirty[k]) > max(DIRTY_MIN, DIRTY_SHARE * len(have)):
-                            why = f"{len(dirty[k])} {k}s changed"
+                            why = Relist(Why.MANY_CHANGED, f"{len(dirty[k])} {k}s changed")
                             break
                 self._dirty = {k: set() for k in KINDS}
                 if why is not None:
@@ -236,25 +286,23 @@ class SwarmCache:
                     # otherwise the next read lists again.
                     self._relist_why = None
             if why is not None:
-                # Only after the timer or many changes is the store the one this open
-                # stream watched all along; else (a gap, a new term) it is taken as is.
-                self._relist(why, keep_newer=why == "timer" or why[0].isdigit())
+                self._relist(why)
             else:
                 self._inspect(dirty)
             return list(self._nodes.values()), list(self._services.values())
 
-    def _relist(self, why: str, keep_newer: bool = False) -> None:
+    def _relist(self, why: Relist) -> None:
         self.stats.relists += 1
-        key = why.split(":")[0] if not why[0].isdigit() else "many changed"
-        self.stats.reasons[key] = self.stats.reasons.get(key, 0) + 1
+        self.stats.reasons[why.key] = self.stats.reasons.get(why.key, 0) + 1
         try:
             nodes, services = self.swarm.nodes(), self.swarm.services()
         except SwarmError:
             with self._lock:  # nothing learnt: list again next time
-                self._relist_why = self._relist_why or f"failed list ({why})"
+                self._relist_why = self._relist_why or replace(why, failed=True)
             raise
-        self._nodes = {n.id: newer(self._nodes, n, keep_newer) for n in nodes}
-        self._services = {s.id: newer(self._services, s, keep_newer) for s in services}
+        keep = why.keep_newer
+        self._nodes = {n.id: newer(self._nodes, n, keep) for n in nodes}
+        self._services = {s.id: newer(self._services, s, keep) for s in services}
         self._listed_at = self.clock()
         logger.debug(
             "swarm cache: full list ({}): {} nodes, {} services", why, len(nodes), len(services)

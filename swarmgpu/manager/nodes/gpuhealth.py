@@ -235,10 +235,12 @@ class HealthBook:
         for uuid, d in list(data.items())[:65536]:
             st = GpuState.from_saved(d)
             if st is not None and isinstance(uuid, str) and "/" in uuid:  # "<node>/<uuid>"
-                self.states[uuid] = st
                 where = d.get("where")
                 if isinstance(where, list) and len(where) == 2:
-                    self.where[uuid] = (str(where[0]), int(where[1]))
+                    if isinstance(where[1], bool) or not isinstance(where[1], int):
+                        continue  # damaged: int() raised (a text, inf) from the load
+                    self.where[uuid] = (str(where[0]), where[1])
+                self.states[uuid] = st
 
     def view(self, now: float | None = None) -> list[dict[str, Any]]:
         """Every GPU not healthy, for status, plan, audit and the map."""
