@@ -238,6 +238,22 @@ def test_consolidation_respects_opt_out_unknown_targets_and_hot_targets() -> Non
     assert plan(sig, nodes, svcs, T[-1]) == []
 
 
+def test_consolidation_never_swaps_two_idle_holders_between_their_gpus() -> None:
+    """a idles alone on gpu-node-2 GPU 0, d alone on gpu-node-3 GPU 0 (both nodes
+    fragmented): a packs onto d's GPU, and then d stays (a GPU a move lands on is not
+    freed). Before, d was judged by the holders read before a's move and went to a's
+    GPU (its source, reserved, looked partly used): a swap that freed no GPU, proposed
+    again after each cooldown."""
+    cfg = dataclasses.replace(CFG, consolidation=dataclasses.replace(  # 700 of 7700
+        CFG.consolidation, frag_pct=5.0))  # free milli partial: 9%
+    nodes = [node("n2", holds("a", U2[0], 300)), node("n3", holds("d", U3[0], 300))]
+    svcs = [frac("a", 0.3), frac("d", 0.3)]
+    sig, _ = observe(nodes, T, cfg=cfg)
+    moves = plan(sig, nodes, svcs, T[-1], cfg)
+    assert [(m.service, m.target_node, m.target_uuids) for m in moves] == \
+        [("a", "n3", (U3[0],))]
+
+
 # --- spread -------------------------------------------------------------------------------
 
 def squeezed(n3_labels: Mapping[str, str] | None = None, n3_availability: str = "active"
