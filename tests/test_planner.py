@@ -411,6 +411,18 @@ def test_back_off_of_a_service_replaced_for_weeks_stays_at_its_cap() -> None:
     assert "next wait 600 s" in b.describe()
 
 
+def test_a_new_leader_keeps_the_back_off_of_a_service_replaced_a_thousand_times() -> None:
+    """The count written on the service is one a new leader adopts (at most 999): before,
+    the 1,000th re-placement wrote 1000@t, which adopt refuses, and the new leader's
+    wait started again at 10 s."""
+    b = Backoff()
+    for i in range(1000):
+        b.replaced(float(i))
+    new = Backoff()
+    new.adopt(b.label())
+    assert new.delay() == REPLACE_BACKOFF_MAX_S and new.wait_left(999.0) == REPLACE_BACKOFF_MAX_S
+
+
 def test_a_planner_is_freed_when_its_owner_lets_go() -> None:
     """No reference cycle through a planner, its allocator or its memos: reference
     counting frees them at once. In a cycle, everything they hold (a replay's: 600,000

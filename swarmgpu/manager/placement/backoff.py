@@ -12,6 +12,7 @@ _FAILURES_KEPT = 16  # failed/rejected task ids remembered per service (2**16 >>
 # Doublings counted at most: the cap is reached long before, and 2 ** 1024 is no float
 # (the count of re-placements has no bound of its own: a task that never starts).
 _DOUBLINGS_MAX = 32
+_LABEL_ATTEMPTS_MAX = 999  # what ``adopt`` reads back (three digits): far past the cap
 
 
 @dataclass
@@ -51,7 +52,9 @@ class Backoff:
             self.attempts, self.since = int(attempts), float(at)
 
     def label(self) -> str:
-        return f"{self.attempts}@{int(self.since or 0)}"
+        # Written at most as ``adopt`` reads it: a longer count would reset a new leader's
+        # wait to its first 10 s.
+        return f"{min(self.attempts, _LABEL_ATTEMPTS_MAX)}@{int(self.since or 0)}"
 
     def delay(self) -> float:
         n = self.attempts + len(self.failures)
