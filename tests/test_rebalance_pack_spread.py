@@ -279,6 +279,18 @@ def test_spread_gives_one_holding_back_to_a_node_that_joined() -> None:
     assert "gpu-node-3 0% (< 10%)" in m.reason and m.gain == "1 GPU moves to the emptier node"
 
 
+def test_spread_never_moves_a_holding_that_would_leave_the_target_above_the_source() -> None:
+    """big holds all eight GPUs of gpu-node-2; gpu-node-3 joined empty. Moving big would
+    leave gpu-node-3 full and gpu-node-2 empty: the next pass, after the cooldown, would
+    move it back, and so on. Before, spread proposed it (the target was only checked to
+    be below low_pct before the move)."""
+    nodes = [node("n2", {f"{P}assign.big": ",".join(U2), f"{P}service.big": "true"}),
+             node("n3", {})]
+    svcs = [service("big", {f"{P}gpus": "8"})]
+    sig, _ = observe(nodes, T, cfg=SPREAD)
+    assert plan(sig, nodes, svcs, T[-1], SPREAD) == []
+
+
 def test_spread_waits_until_the_new_node_has_known_metrics() -> None:
     # gpu-node-3 joined 2 s ago: its metrics do not cover a window yet, so it is not a
     # verified target; once they do, the move comes.
