@@ -11,13 +11,16 @@ answer that was lost: pure, over the recording Swarm stand-in (tests/support/for
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from support.forged import DGX_F, T_UUID, P, RecordingSwarm, victim_cluster, victim_move
 
-from swarmgpu.core.config import RebalanceConfig
+from swarmgpu.core.config import Config, RebalanceConfig
 from swarmgpu.core.rebalanceconfig import FragmentationConfig
+from swarmgpu.manager.cycle.rebalance import Rebalancer
+from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import MOVE_STATE
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
@@ -67,6 +70,31 @@ def test_a_fragmentation_move_in_flight_at_a_restart_spends_the_new_daemons_hour
     assert Outcome.STARTED not in [r.outcome for r in m2.recent]
     assert set(read_records(sw.swarm_labels(), P)) == set()
     assert m2.frag_budget.left(now[0])[0] == 0
+
+
+def test_a_daemon_elected_again_counts_the_hour_of_the_leader_between(tmp_path: Path) -> None:
+    """This daemon led (its budget had looked once), another manager led meanwhile and
+    made the hour's one fragmentation move; elected again, this daemon's rebalancer
+    reads the hour from Swarm as a new leader does. Before, its budget kept its own
+    term's count (the hour read on a first look only): a second move in the hour."""
+    sw, now = victim_cluster({}), [1000.0]
+    rb = Rebalancer(Daemon(Config(state_dir=str(tmp_path), rebalance=RB),  # type: ignore[arg-type]
+                           swarm=sw))  # type: ignore[arg-type]
+    rb.mover = _mover(sw, now)
+    rb.mover.run_cycle([], sw.nodes(), sw.services(), sw.tasks())  # its term's first look
+    other = _mover(sw, now)  # the leader between
+    other.run_cycle([_frag(victim_move())], sw.nodes(), sw.services(), sw.tasks())
+    now[0] += 10.0
+    sw.run_task(SwarmTask("t-victim-2", "id-victim", "n-4090", 2, "running", "running", ()))
+    for _ in range(3):
+        other.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+        sw.stop_tasks("id-victim", "n-dgx")
+        now[0] += 10.0
+    assert [r.outcome for r in other.recent] == [Outcome.STARTED, Outcome.DONE]
+    rb.stand_by()  # the daemon's cycle found it a follower, or its term lost
+    rb.mover.run_cycle([_third_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert Outcome.STARTED not in [r.outcome for r in rb.mover.recent]
+    assert rb.mover.frag_budget.left(now[0])[0] == 0
 
 
 class LostAnswer(RecordingSwarm):

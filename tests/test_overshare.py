@@ -4,12 +4,18 @@ tests/test_overshare_swarm.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from support.empty_swarm import EmptySwarm
 from support.overshare import G1, G2, F, metrics_for
 from support.placement import DGX
 
+from swarmgpu.core.config import Config
 from swarmgpu.core.samples import GpuProcess
+from swarmgpu.manager.cycle.observe import ObserveStep
+from swarmgpu.manager.cycle.wiring import daemon_steps
+from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.placement import Holding
 from swarmgpu.manager.services.overshare import Watch, annotate, findings, owners, service_use
 from swarmgpu.swarm.client import SwarmService, SwarmTask
@@ -75,6 +81,24 @@ def test_watch_window_and_map_annotation() -> None:
     assert a == {"service": "a", "memory_used_mib": 30000, "memory_share_mib": 20480,
                  "over_share": True}
     assert b["over_share"] is False
+
+
+def test_a_new_term_starts_every_over_share_window_anew(tmp_path: Path) -> None:
+    """a was over its share once in this daemon's last term; another manager led for an
+    hour (a may have kept within it throughout). Elected again, one reading over is no
+    whole window: nothing is due. Before, the window the last term opened stood, and a
+    was restarted on that one reading."""
+    d = Daemon(Config(state_dir=str(tmp_path)), swarm=EmptySwarm())  # type: ignore[arg-type]
+    d.use(daemon_steps(d))
+    observe = next(s for s in d.pipeline.steps if isinstance(s, ObserveStep))
+    now = [100.0]
+    observe.watch.clock = lambda: now[0]
+    over = metrics_for({G1.uuid: (GpuProcess(10, 30000, None, "c" * 64, "ta", "a"),)})
+    observe.watch.update(service_use([DGX], LEDGER, {DGX.id: F}, over, OWNERS))
+    d.pipeline.stand_by()  # a cycle found this daemon a follower
+    now[0] = 3700.0
+    observe.watch.update(service_use([DGX], LEDGER, {DGX.id: F}, over, OWNERS))
+    assert observe.watch.due(600) == []
 
 
 def test_unnamed_processes_are_named_from_swarms_task_list() -> None:

@@ -15,6 +15,7 @@ from support.planner import cpu_node, two_nodes
 from swarmgpu.allocator.fragmentation import TaskShape
 from swarmgpu.allocator.workload import WorkloadModel
 from swarmgpu.manager.placement import Planner, gate_constraint, plan_placement, read_ledger
+from swarmgpu.manager.placement.backoff import REPLACE_BACKOFF_MAX_S, Backoff
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, task_from_api
 
 
@@ -393,6 +394,33 @@ def test_back_off_record_goes_once_all_replicas_run() -> None:
     runs = replace(task("t1", s, where, 0), force_update=s.force_update)
     sp = planner.plan(nodes, [s], [runs], facts, now=60.0).services[0]  # type: ignore[arg-type]
     assert sp.status == "placed" and sp.service_labels_remove == (f"{P}state.replaced",)
+
+
+def test_back_off_of_a_service_replaced_for_weeks_stays_at_its_cap() -> None:
+    """A service whose tasks never start is re-placed every 600 s for as long as it
+    lasts, and a new leader adopts up to 999 from its label: the wait stays at its cap.
+    Before, 2 ** (n - 1) past 1,024 re-placements and failures raised OverflowError in
+    the planner, every cycle, for every service."""
+    b = Backoff()
+    b.adopt("999@0")
+    b.saw_failures([f"t{i}" for i in range(16)], 1.0)
+    for i in range(2000):
+        b.replaced(2.0 + i)
+    assert b.delay() == REPLACE_BACKOFF_MAX_S
+    assert b.wait_left(2001.0) == REPLACE_BACKOFF_MAX_S
+    assert "next wait 600 s" in b.describe()
+
+
+def test_a_new_leader_keeps_the_back_off_of_a_service_replaced_a_thousand_times() -> None:
+    """The count written on the service is one a new leader adopts (at most 999): before,
+    the 1,000th re-placement wrote 1000@t, which adopt refuses, and the new leader's
+    wait started again at 10 s."""
+    b = Backoff()
+    for i in range(1000):
+        b.replaced(float(i))
+    new = Backoff()
+    new.adopt(b.label())
+    assert new.delay() == REPLACE_BACKOFF_MAX_S and new.wait_left(999.0) == REPLACE_BACKOFF_MAX_S
 
 
 def test_a_planner_is_freed_when_its_owner_lets_go() -> None:

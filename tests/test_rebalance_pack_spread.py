@@ -238,6 +238,22 @@ def test_consolidation_respects_opt_out_unknown_targets_and_hot_targets() -> Non
     assert plan(sig, nodes, svcs, T[-1]) == []
 
 
+def test_consolidation_never_swaps_two_idle_holders_between_their_gpus() -> None:
+    """a idles alone on gpu-node-2 GPU 0, d alone on gpu-node-3 GPU 0 (both nodes
+    fragmented): a packs onto d's GPU, and then d stays (a GPU a move lands on is not
+    freed). Before, d was judged by the holders read before a's move and went to a's
+    GPU (its source, reserved, looked partly used): a swap that freed no GPU, proposed
+    again after each cooldown."""
+    cfg = dataclasses.replace(CFG, consolidation=dataclasses.replace(  # 700 of 7700
+        CFG.consolidation, frag_pct=5.0))  # free milli partial: 9%
+    nodes = [node("n2", holds("a", U2[0], 300)), node("n3", holds("d", U3[0], 300))]
+    svcs = [frac("a", 0.3), frac("d", 0.3)]
+    sig, _ = observe(nodes, T, cfg=cfg)
+    moves = plan(sig, nodes, svcs, T[-1], cfg)
+    assert [(m.service, m.target_node, m.target_uuids) for m in moves] == \
+        [("a", "n3", (U3[0],))]
+
+
 # --- spread -------------------------------------------------------------------------------
 
 def squeezed(n3_labels: Mapping[str, str] | None = None, n3_availability: str = "active"
@@ -261,6 +277,18 @@ def test_spread_gives_one_holding_back_to_a_node_that_joined() -> None:
     assert m.window_s is None and m.target_uuids[0] in U3
     assert "gpu-node-2 has 100% of its GPU share allocated (> 90%)" in m.reason
     assert "gpu-node-3 0% (< 10%)" in m.reason and m.gain == "1 GPU moves to the emptier node"
+
+
+def test_spread_never_moves_a_holding_that_would_leave_the_target_above_the_source() -> None:
+    """big holds all eight GPUs of gpu-node-2; gpu-node-3 joined empty. Moving big would
+    leave gpu-node-3 full and gpu-node-2 empty: the next pass, after the cooldown, would
+    move it back, and so on. Before, spread proposed it (the target was only checked to
+    be below low_pct before the move)."""
+    nodes = [node("n2", {f"{P}assign.big": ",".join(U2), f"{P}service.big": "true"}),
+             node("n3", {})]
+    svcs = [service("big", {f"{P}gpus": "8"})]
+    sig, _ = observe(nodes, T, cfg=SPREAD)
+    assert plan(sig, nodes, svcs, T[-1], SPREAD) == []
 
 
 def test_spread_waits_until_the_new_node_has_known_metrics() -> None:

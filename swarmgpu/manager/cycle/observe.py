@@ -62,6 +62,12 @@ class ObserveStep(Step):
         logger.debug("GPU map at / and {} ({} bytes of assets)", webmap.CLUSTER_PATH,
                      len(json.dumps(self.current())))
 
+    def stand_by(self) -> None:
+        """Not the leader: a new term opens each over-share window again (another leader
+        read the holders meanwhile; a window of the last term would restart a holder
+        on one reading)."""
+        self.watch = overshare.Watch(clock=self.watch.clock)
+
     def run(self, session: CycleSession) -> None:
         cfg, host = self.cfg, self.host
         snap = session.snapshot

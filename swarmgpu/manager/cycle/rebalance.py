@@ -109,6 +109,11 @@ class Rebalancer(Step):
         self.failing = Gauge("swarmgpu_health_failing_nodes", "Nodes failing as a whole "
                              "(two or more failed GPUs, or the agent lost)", registry=reg)
 
+    def stand_by(self) -> None:
+        """Not the leader: what a new term reads again from Swarm (the windows age out
+        by themselves: a gap in them is UNKNOWN)."""
+        self.mover.stand_by()
+
     def keeps(self, service: str, node_id: str) -> bool:
         """Placement keeps this holding on a failed GPU: the health policy moves it."""
         return (service, node_id) not in self.released

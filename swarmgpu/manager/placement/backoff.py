@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 REPLACE_BACKOFF_S = 10.0  # the wait after the first re-placement (or failure seen)
 REPLACE_BACKOFF_MAX_S = 600.0
 _FAILURES_KEPT = 16  # failed/rejected task ids remembered per service (2**16 >> the cap)
+# Doublings counted at most: the cap is reached long before, and 2 ** 1024 is no float
+# (the count of re-placements has no bound of its own: a task that never starts).
+_DOUBLINGS_MAX = 32
+_LABEL_ATTEMPTS_MAX = 999  # what ``adopt`` reads back (three digits): far past the cap
 
 
 @dataclass
@@ -48,11 +52,15 @@ class Backoff:
             self.attempts, self.since = int(attempts), float(at)
 
     def label(self) -> str:
-        return f"{self.attempts}@{int(self.since or 0)}"
+        # Written at most as ``adopt`` reads it: a longer count would reset a new leader's
+        # wait to its first 10 s.
+        return f"{min(self.attempts, _LABEL_ATTEMPTS_MAX)}@{int(self.since or 0)}"
 
     def delay(self) -> float:
         n = self.attempts + len(self.failures)
-        return 0.0 if n == 0 else min(REPLACE_BACKOFF_MAX_S, REPLACE_BACKOFF_S * 2 ** (n - 1))
+        if n == 0:
+            return 0.0
+        return min(REPLACE_BACKOFF_MAX_S, REPLACE_BACKOFF_S * 2.0 ** min(n - 1, _DOUBLINGS_MAX))
 
     def wait_left(self, now: float) -> float:
         return 0.0 if self.since is None else max(0.0, self.since + self.delay() - now)

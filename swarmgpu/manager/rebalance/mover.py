@@ -233,6 +233,12 @@ class Mover:
                                st.service, st.source_host, st.target_host, st.reason,
                                outcome, detail))
 
+    def stand_by(self) -> None:
+        """Not the leader: the next term counts the fragmentation budget afresh, its
+        hour read from Swarm (another leader's moves meanwhile are in it)."""
+        self.frag_budget = FragBudget(self.cfg.fragmentation.moves_per_hour,
+                                      self.cfg.fragmentation.moves_per_100_placements)
+
     # --- bookkeeping ---------------------------------------------------------------
     def _record(self, service: str, src: str, dst: str, reason: str, outcome: Outcome,
                 detail: str = "") -> None:

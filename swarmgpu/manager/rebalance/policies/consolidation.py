@@ -45,6 +45,10 @@ def propose(ctx: Context, cfg: ConsolidationConfig) -> None:
                 st.move(m)
             if len(st.moves) == len(on):
                 st.commit()
+                # Read again: a GPU these moves land on holds them now (and they may not
+                # move again), so it is not freed; judged on the old read, its holders
+                # went to the GPU just freed, the source the moves still reserve.
+                holders = ctx.holders()
 
 
 class Consolidation:

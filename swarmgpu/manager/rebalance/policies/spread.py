@@ -13,20 +13,23 @@ from swarmgpu.manager.rebalance.context import Context
 from swarmgpu.manager.rebalance.moves import Trigger
 
 
-def _alloc_pct(ctx: Context) -> dict[str, float]:
+def _alloc_pct(ctx: Context) -> tuple[dict[str, float], dict[str, int]]:
+    """Per node: the % of its GPU share allocated, and that share (milli)."""
     alloc = ctx.allocator()
     out: dict[str, float] = {}
+    caps: dict[str, int] = {}
     for nid, ns in alloc.alloc.nodes.items():
         cap = sum(g.capacity_milli for g in ns.spec.gpus if g.healthy and not g.mig_enabled)
         if cap:
             free = sum(f for f, g in zip(ns.free, ns.spec.gpus, strict=True)
                        if g.healthy and not g.mig_enabled)
             out[nid] = 100.0 * (cap - free) / cap
-    return out
+            caps[nid] = cap
+    return out, caps
 
 
 def propose(ctx: Context, cfg: SpreadConfig) -> None:
-    pct = _alloc_pct(ctx)
+    pct, cap = _alloc_pct(ctx)
     low = {nid for nid, p in pct.items() if p < cfg.low_pct and ctx.node_known(nid)}
     if not low:
         return
@@ -39,6 +42,11 @@ def propose(ctx: Context, cfg: SpreadConfig) -> None:
                 continue
             choice = ctx.find_target(svc, src, only_nodes=low)
             if choice is None:
+                continue
+            # The target must stay below the source: else the next pass (a node now
+            # squeezed, one nearly empty) moves it back, once per cooldown.
+            dst = choice.node
+            if pct[dst] + 100.0 * size / cap[dst] >= pct[src] - 100.0 * size / cap[src]:
                 continue
             m = ctx.make_move(
                 svc, src, choice, Trigger.SPREAD, None,
