@@ -483,3 +483,33 @@ def test_failing_nodes_of_one_hostname_are_listed_and_counted_each() -> None:
     p = plan(nodes, svcs, tasks, mark(F2, failed=[0, 1]), HealthInputs(left=5, lost={"n1": 400.0}))
     assert p.failing_nodes == {"gpu-node-2 (n1)": "its agent has not answered for 400s",
                                "gpu-node-2 (n2)": "2 of 8 GPUs failed"}
+
+
+def test_the_health_policys_notes_are_logged_once_while_they_last(tmp_path: Path) -> None:
+    """Each note of the health policy, and each release it would make in dry-run, is
+    logged when it appears, not again while it lasts, again once it went and came back;
+    the other policies' notes are not its to log."""
+    from support.forged import victim_cluster
+
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.rebalance.moves import Proposal, Release
+
+    sw = victim_cluster({})
+    rb = Rebalancer(Daemon(Config(state_dir=str(tmp_path), dry_run=True),
+                           swarm=sw))  # type: ignore[arg-type]
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, taken_at=1000.0)
+    rel = Release("third", "n-4090", "gpu-node-2", "health: y")
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="INFO")
+    try:
+        for notes, releases in ((["health: a", "fragmentation: f"], [rel]),
+                                (["health: a"], [rel]), ([], []),
+                                (["health: a", "health: b"], [rel])):
+            rb.health_step(Proposal(notes=notes, releases=releases), [], snap)
+    finally:
+        logger.remove(sink)
+    assert [x for x in lines if x.startswith("rebalance:")] == [
+        "rebalance: health: a", "rebalance: health: a", "rebalance: health: b"], lines
+    assert len([x for x in lines if "would have placement re-place third" in x]) == 2, lines

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,41 @@ def test_a_node_problem_that_lasts_is_logged_once(tmp_path: Path, logs: list[str
     ] * 2, logs
     assert len([ln for ln in logs if ln.startswith("agent reports:")]) == 1, logs
     assert len([ln for ln in logs if "labels left as they are" in ln and MISMATCH in ln]) == 1, logs
+
+
+def test_a_problem_of_two_nodes_is_said_of_each_once_while_it_lasts_there(
+    tmp_path: Path,
+) -> None:
+    """The same agent error on two nodes is said of each; once while it lasts on that
+    node, again of the one that was fine for a cycle and fails again."""
+    hosts = {"n-a": "host-a", "n-b": "host-b"}
+    nodes = [sw_node(nid, h, desired_labels(R4090_F, P)) for nid, h in hosts.items()]
+    sw = RecordingSwarm(nodes, [], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    sync = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+
+    def res(nid: str, down: bool) -> FactsResult:
+        facts = None if down else replace(R4090_F, hostname=hosts[nid])
+        return FactsResult(
+            nid,
+            hosts[nid],
+            f"https://{hosts[nid]}:9101/facts",
+            facts,
+            "timed out after 3s" if down else None,
+            time.time(),
+        )
+
+    said: list[str] = []
+    sink = logger.add(
+        lambda m: said.append(m.record["extra"]["node"]),
+        level="WARNING",
+        filter=lambda r: "agent unreachable" in r["message"],
+    )
+    try:
+        for a_down in (True, True, False, True):
+            sync.cycle(
+                Snapshot(sw.nodes(), [], [], {"n-a": res("n-a", a_down), "n-b": res("n-b", True)})
+            )
+    finally:
+        logger.remove(sink)
+    assert said == ["host-a", "host-b", "host-a"]

@@ -407,10 +407,16 @@ def test_a_spent_budget_is_logged_once_while_it_lasts() -> None:
     try:
         for t in (5000.0, 5030.0, 5060.0):
             assert pre.cycle(sw, snap, plan, FACTS, now=t) == []  # type: ignore[arg-type]
+        said = [ln for ln in lines if "preemption budget spent" in ln]
+        assert len(said) == 1, lines
+        live, pre.cfg = pre.cfg, replace(pre.cfg, dry_run=True)
+        pre.cycle(sw, snap, plan, FACTS, now=5090.0)  # type: ignore[arg-type]
+        pre.cfg = live  # a cycle without the refusal: it has been gone, said again
+        assert pre.cycle(sw, snap, plan, FACTS, now=5120.0) == []  # type: ignore[arg-type]
     finally:
         logger.remove(sink)
     said = [ln for ln in lines if "preemption budget spent" in ln]
-    assert len(said) == 1, lines
+    assert len(said) == 2, lines
 
 
 class _StopsMidWrite(RecordingSwarm):

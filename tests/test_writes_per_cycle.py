@@ -33,8 +33,10 @@ from swarmgpu.manager.placement import (
     devices_key,
     gate_key,
 )
-from swarmgpu.manager.placement.records import SpecWrites
+from swarmgpu.manager.placement.records import PlacementPlan, ServicePlan, SpecWrites, Status
+from swarmgpu.manager.placement.restarts import HOLD_HINT
 from swarmgpu.manager.placement.specwrite import service_compute
+from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmService, SwarmTask, service_from_api
 
 P = "swarmgpu."
@@ -561,3 +563,34 @@ def test_a_pending_service_is_logged_once_while_its_reason_lasts(tmp_path: Path)
         assert len(said()) == 2, lines
     finally:
         logger.remove(sink)
+
+
+def test_a_held_back_note_and_a_tenant_limit_are_logged_once_while_they_last(
+        tmp_path: Path) -> None:
+    """A service's held-back note is said when it appears or changes, not again while
+    its service stays held; said again once the service was gone, or is not held (a
+    note of a service not held is said every cycle). A tenant limit the same way."""
+    step = PlacementStep(_daemon(_cluster(), tmp_path))
+
+    def sp(name: str, held: str = "", note: str = "", limit: str = "") -> ServicePlan:
+        return ServicePlan(name, f"id-{name}", GpuRequest(limits=(limit,)) if limit else None,
+                           "1 GPU", Status.PLACED, "placed", held=(held,) if held else (),
+                           warnings=(f"{HOLD_HINT}: {note} -- applied later",) if note else ())
+
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="INFO")
+    cycles = [[sp("a", "x", "x", "over"), sp("b", "", "y")],
+              [sp("a", "x", "x", "over"), sp("b", "", "y")],
+              [sp("a", "x", "x2", "over"), sp("b", "", "y")],
+              [sp("b", "", "y")],
+              [sp("a", "x", "x2", "more")]]
+    said: list[list[str]] = []
+    try:
+        for services in cycles:
+            lines.clear()
+            step._log(PlacementPlan(services=services))
+            said.append([x.split(" --")[0].removeprefix(HOLD_HINT) for x in lines])
+    finally:
+        logger.remove(sink)
+    assert said == [[": x", ": y", "a: over"], [": y"], [": x2", ": y"], [": y"],
+                    [": x2", "a: more"]]

@@ -25,6 +25,7 @@ from loguru import logger
 from swarmgpu.allocator.workload import STATE_KEY, WorkloadError, WorkloadModel, load_file
 from swarmgpu.core.config import Config, parse_priority_classes, queue_quotas
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.cycle.host import CycleHost
@@ -346,10 +347,11 @@ class PlacementStep(Step):
         self.cfg = host.cfg
         self.planner: Planner | None = None  # kept across cycles as leader
         self.last_store = 0.0
-        self.said: set[tuple[str, str]] = set()  # tenant limits logged (while they last)
-        self.held_said: dict[str, str] = {}  # service -> held-back note last logged
-        # service id -> (status, reason) last logged of an invalid or pending service
-        self.status_said: dict[str, tuple[str, str]] = {}
+        # each logged while it lasts: (service, tenant limit); service -> its held-back
+        # note (while it is held); service id -> (status, reason) if invalid or pending
+        self.said: SaidOnce[tuple[str, str]] = SaidOnce()
+        self.held_said: SaidOnce[str] = SaidOnce()
+        self.status_said: SaidOnce[str] = SaidOnce()
 
     def stand_by(self) -> None:
         self.planner = None  # a new term starts from what Swarm stores
@@ -385,16 +387,17 @@ class PlacementStep(Step):
     def _log(self, plan: PlacementPlan) -> int:
         """Log what people must see of ``plan`` (each invalid or pending service, held-back
         note and tenant limit once while it lasts); return the number of pending services."""
-        held_said = self.held_said
-        status: dict[str, tuple[str, str]] = {}
+        held_said, status_said = self.held_said, self.status_said
+        held_said.begin()
+        status_said.begin()
         pending = 0
         for sp in plan.services:
             log = logger.bind(service=sp.name)
             if sp.status in ("invalid", "pending"):
                 # Said again when the reason changes or comes back after a fix; the
                 # plan and the map keep it every cycle.
-                status[sp.id] = now = (sp.status, sp.reason or "")
-                again = self.status_said.get(sp.id) != now
+                now = (sp.status, sp.reason or "")
+                again = status_said.fresh(sp.id, now)
                 if sp.status == "invalid" and again:
                     log.warning("invalid GPU request, service left as it is: {}", now[1])
                 elif sp.status == "pending":
@@ -405,21 +408,21 @@ class PlacementStep(Step):
                 if w == sp.replaced:  # moved off a node where Swarm would not run it
                     log.warning("{}", w)
                 elif w.startswith(HOLD_HINT):  # logged when it changes, not every cycle
-                    if held_said.get(sp.name) != w:
-                        held_said[sp.name] = w
+                    if held_said.fresh(sp.name, w):
                         log.info("{}", w)
                 else:
                     log.info("{}", w)
-            if not sp.held:
-                held_said.pop(sp.name, None)
-        for gone in held_said.keys() - {sp.name for sp in plan.services}:
-            del held_said[gone]
-        self.status_said = status
+            if not sp.held:  # kept while the service is held (and there), no longer
+                held_said.forget(sp.name)
+        held_said.end()
+        status_said.end()
         limits = {(sp.name, why) for sp in plan.services if sp.request is not None
                   for why in sp.request.limits}
-        for name, why in sorted(limits - self.said):  # labels asked more than the tenant may
-            logger.bind(service=name).warning("{}: {}", name, why)
-        self.said = limits
+        self.said.begin()
+        for name, why in sorted(limits):  # labels asked more than the tenant may
+            if self.said.fresh((name, why)):
+                logger.bind(service=name).warning("{}: {}", name, why)
+        self.said.end()
         return pending
 
 

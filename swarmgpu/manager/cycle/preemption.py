@@ -56,6 +56,7 @@ from loguru import logger
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.placement import make_plan, new_planner
@@ -105,7 +106,7 @@ class Preempter:
         self.victim_at: dict[str, float] = {}  # victim name -> when it was last preempted
         self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
         self.logged: set[str] = set()  # dry-run decisions already logged
-        self.said_spent: set[str] = set()  # budget refusals said, while they last
+        self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
         self.moving: dict[str, str] = {}  # preemptor -> a victim it had moved
         self.mover: Mover | None = None
         self.waits: set[str] = set()  # moves said to wait for the move budgets
@@ -142,7 +143,8 @@ class Preempter:
         done: list[Preemption] = []
         waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
         unstored = False  # the hour in memory differs from the one last stored
-        said: set[str] = set()  # this cycle's budget refusals (said again once gone)
+        said = self.said_spent  # this cycle's budget refusals (said again once gone)
+        said.begin()
         for p in chosen:
             log = logger.bind(service=p.service)
             i = by_name.get(p.service)
@@ -157,9 +159,8 @@ class Preempter:
             tenant = self._tenant_of(plan.services[i] if i is not None else None)
             spent = self.over_budget(p, tenant)
             if spent:
-                if spent not in self.said_spent:  # a wait for the hour: said once
+                if said.fresh(spent):  # a wait for the hour: said once
                     log.warning("{}", spent)
-                said.add(spent)
                 continue
             stopped: list[Candidate] = []
             to_stop: list[Candidate] = []
@@ -185,7 +186,7 @@ class Preempter:
                     self.victim_at[v.service] = now
                 done.append(p)
         self.logged &= {p.describe() for p in chosen}
-        self.said_spent = said
+        said.end()
         self._say_waits(waits)
         if unstored:
             self._store_spent(swarm)

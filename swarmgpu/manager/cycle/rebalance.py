@@ -25,6 +25,7 @@ from typing import Any
 from loguru import logger
 from prometheus_client import Counter, Gauge
 
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
@@ -99,7 +100,7 @@ class Rebalancer(Step):
         self.swarm = daemon.swarm
         self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement
         self._last_seen: MoveRecord | None = None  # the health mover's last record counted
-        self._said: set[str] = set()  # health notes logged while they last
+        self._said: SaidOnce[str] = SaidOnce()  # health notes logged while they last
         self._unread: set[str] = set()  # services with an unreadable record, logged
         reg = daemon.metrics.registry
         self.evacuations = Counter(
@@ -204,24 +205,22 @@ class Rebalancer(Step):
         now = snap.taken_at
         self.released &= set(prop.failed_holders)  # re-placed, or off the failed GPU
         self.failing.set(len(prop.failing_nodes))
-        said = set()
+        said = self._said
+        said.begin()
         for n in prop.notes:
-            if "health:" in n:  # the health policy's (each names its health reason)
-                said.add(n)
-                if n not in self._said:  # once while it lasts, not every cycle
-                    quiet = "a move is under way" in n or "left to placement" in n
-                    logger.log("INFO" if quiet else "WARNING", "rebalance: {}", n)
+            # the health policy's (each names its health reason), once while it lasts
+            if "health:" in n and said.fresh(n):
+                quiet = "a move is under way" in n or "left to placement" in n
+                logger.log("INFO" if quiet else "WARNING", "rebalance: {}", n)
         if not self.health_mover.dry_run:
             for r in prop.releases:
                 self._release(r, now)
         for r in prop.releases if self.health_mover.dry_run else ():
-            key = f"release {r.service} {r.node_id}"
-            said.add(key)
-            if key not in self._said:
+            if said.fresh(f"release {r.service} {r.node_id}"):
                 logger.bind(service=r.service).warning(
                     "dry-run: health would have placement re-place {} on {}: {}", r.service,
                     r.host, r.reason)
-        self._said = said
+        said.end()
         self.health_mover.run_cycle(moves, snap.nodes, snap.services, snap.tasks)
         for rec in self._new_records():  # (a start is spent by its record: health_spent)
             self.evacuations.labels(outcome=str(rec.outcome)).inc()

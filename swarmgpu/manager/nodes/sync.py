@@ -12,6 +12,7 @@ from loguru import logger
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.engine.actuator import Actuator, ApplyResult
@@ -140,9 +141,9 @@ class LabelSync:
         self.health.load(cfg.state_dir)  # a restarted daemon keeps its hysteresis
         self.held: HeldNodeWrites | None = None  # this cycle's writes, while held
         self._uuid_warned: set[tuple[str, str]] = set()  # (node id, uuid) said already
-        # node id -> hashes of the warnings said of it last cycle: a node's problem that
-        # lasts is said once, again when it changes or comes back (hash: an agent's text)
-        self._node_said: dict[str, set[int]] = {}
+        # (node id, hash of a warning) said of it last cycle: a node's problem that lasts
+        # is said once, again when it changes or comes back (hash: an agent's text)
+        self._node_said: SaidOnce[tuple[str, int]] = SaidOnce()
 
     def cycle(self, snapshot: Snapshot, *, hold: bool = False) -> CycleReport:
         """Plan every node's labels and write them; with ``hold``, the writes are kept
@@ -160,10 +161,10 @@ class LabelSync:
         prefix = self.cfg.sync.prefix
         unreachable = unread = held = 0
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]] = []
-        said: dict[str, set[int]] = {}
+        self._node_said.begin()
         for node in snapshot.nodes:
             log = logger.bind(node=node.hostname)
-            warn = self._once(node.id, log, said.setdefault(node.id, set()))
+            warn = self._once(node.id, log)
             result = snapshot.facts.get(node.id)
             expected = is_gpu_node(node, self.book, prefix)
             if result is not None:
@@ -203,7 +204,7 @@ class LabelSync:
             if not plan.empty:  # nothing to write: no round trip either
                 todo.append((plan, node, facts))
 
-        self._node_said = said
+        self._node_said.end()
         self.book.keep({n.id for n in snapshot.nodes})
         if hold and not self.cfg.dry_run:
             self.held = self._hold(todo, snapshot, report)
@@ -222,14 +223,11 @@ class LabelSync:
                            self.cfg.agents.port)
         return report
 
-    def _once(self, node_id: str, log: Any, now: set[int]) -> Callable[..., None]:
+    def _once(self, node_id: str, log: Any) -> Callable[..., None]:
         """A warning about ``node_id`` said unless it was said last cycle too."""
-        before = self._node_said.get(node_id, set())
 
         def warn(msg: str, *args: object) -> None:
-            key = hash((msg, *map(str, args)))
-            now.add(key)
-            if key not in before:
+            if self._node_said.fresh((node_id, hash((msg, *map(str, args))))):
                 log.warning(msg, *args)
 
         return warn

@@ -57,6 +57,7 @@ from loguru import logger
 from swarmgpu.core import stamps
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.placement import (
@@ -224,7 +225,7 @@ class Mover:
                                       cfg.fragmentation.moves_per_100_placements)
         self._last_dry: set[tuple[str, str, str]] = set()
         self._dry_flying: set[str] = set()  # move ids said "left as it is" in dry-run
-        self._said: set[str] = set()  # forged or mismatched labels already reported
+        self._said: SaidOnce[str] = SaidOnce()  # forged or mismatched labels reported
         self.seen = FirstSeen()  # a move's age: a record dated ahead still times out
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
@@ -264,11 +265,10 @@ class Mover:
     def _report(self, v: Verdict) -> None:
         """Say each forged or mismatched move label once (while it stays the same), and
         (one mover: ``judge_labels``) each record that cannot be read, while it lasts."""
-        said: set[str] = set()
+        said = self._said
+        said.begin()
         for sid in sorted(v.unreadable - v.unreadable_gone) if self.judge_labels else ():
-            key = f"unreadable:{sid}"
-            said.add(key)
-            if key not in self._said:
+            if said.fresh(f"unreadable:{sid}"):
                 logger.error("move record {} cannot be read: its move may be under way, so "
                              "its service is not moved, re-placed or preempted and it counts "
                              "as a move in flight; check the service's gates, then remove it "
@@ -277,20 +277,16 @@ class Mover:
         for s, why in v.forged:
             # The id and a hash of the value, not the value: a tenant's label may be a
             # megabyte (hash(): salted per process, no copy of the string).
-            key = f"{s.id}:{hash(s.labels.get(self.prefix + MOVE_STATE)):x}"
-            said.add(key)
-            if key not in self._said:
+            if said.fresh(f"{s.id}:{hash(s.labels.get(self.prefix + MOVE_STATE)):x}"):
                 self._record(s.name, "-", "-", "a move label the daemon did not write",
                              Outcome.IGNORED, why + ("" if self.dry_run else
                                                      "; removed from its spec"))
         for sid, st in v.mismatched:
-            key = f"{sid}:{st.id}"
-            said.add(key)
-            if key not in self._said:
+            if said.fresh(f"{sid}:{st.id}"):
                 logger.error("move record {} names {} but service id {} is not that service: "
                              "left alone; remove it by hand", record_key(self.prefix, sid),
                              st.service, sid)
-        self._said = said
+        said.end()
 
     # --- writes: through the actuator's gate, which refuses every one in dry-run ------
     def _write_spec(self, sid: str, fn: Callable[[dict[str, Any]], None]) -> bool:
