@@ -81,3 +81,22 @@ def test_an_unreadable_move_record_of_a_service_that_is_gone_is_dropped() -> Non
     )
     by = {f.key: f.message for f in found}
     assert "drops it on its next cycle" in by[gone] and "by hand" in by[mine], by
+
+
+def test_a_readable_move_record_of_a_service_that_is_gone_is_dropped_with_a_log_line() -> None:
+    # Before: dropped without a word (an unreadable one is said), so a move the log had
+    # started vanished with no outcome and nothing naming its record.
+    sw, now = victim_cluster({}), [1000.0]
+    m = _mover(sw, now)
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    key = record_key(P, "id-victim")
+    assert key in sw.swarm_labels()
+    del sw._services["id-victim"]  # docker service rm mid-move
+    said: list[str] = []
+    sink = logger.add(lambda msg: said.append(str(msg.record["message"])), level="WARNING")
+    try:
+        _cycle(sw, m)
+    finally:
+        logger.remove(sink)
+    assert key not in sw.swarm_labels()
+    assert any(key in e and "victim" in e and "gone" in e and "dropped" in e for e in said), said
