@@ -81,3 +81,56 @@ def test_an_unreadable_move_record_of_a_service_that_is_gone_is_dropped() -> Non
     )
     by = {f.key: f.message for f in found}
     assert "drops it on its next cycle" in by[gone] and "by hand" in by[mine], by
+
+
+def test_a_readable_move_record_of_a_service_that_is_gone_is_dropped_with_a_log_line() -> None:
+    # Before: dropped without a word (an unreadable one is said), so a move the log had
+    # started vanished with no outcome and nothing naming its record.
+    sw, now = victim_cluster({}), [1000.0]
+    m = _mover(sw, now)
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    key = record_key(P, "id-victim")
+    assert key in sw.swarm_labels()
+    del sw._services["id-victim"]  # docker service rm mid-move
+    said: list[str] = []
+    sink = logger.add(lambda msg: said.append(str(msg.record["message"])), level="WARNING")
+    try:
+        _cycle(sw, m)
+    finally:
+        logger.remove(sink)
+    assert key not in sw.swarm_labels()
+    assert any(key in e and "victim" in e and "gone" in e and "dropped" in e for e in said), said
+
+
+def test_audit_names_a_move_record_past_its_timeout() -> None:
+    # Before: a record the daemon should have finished or rolled back long ago (the
+    # daemon stopped, in dry-run, or its steps failing) was no finding at all.
+    sw, now = victim_cluster({}), [1000.0]
+    _mover(sw, now).run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    key = record_key(P, "id-victim")
+    check = forged_check(P, move_timeout_s=120.0, cycle_s=30.0)
+
+    def found(at: float) -> dict[str | None, str]:
+        snap = Snapshot(
+            sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels(), taken_at=at
+        )
+        return {f.key: f.message for f in check(snap) if f.kind == "move-record-stuck"}
+
+    assert found(1000.0 + 140.0) == {}  # past the timeout, the daemon's next cycle is due
+    stuck = found(1000.0 + 3600.0)
+    assert key in stuck and "victim" in stuck[key] and "move_timeout_s" in stuck[key], stuck
+    del sw._services["id-victim"]  # a record of a gone service, never dropped, too
+    assert key in found(1000.0 + 3600.0)
+    assert not any(
+        f.kind == "move-record-stuck"
+        for f in forged_check(P)(
+            Snapshot(
+                sw.nodes(),
+                sw.services(),
+                sw.tasks(),
+                {},
+                swarm_labels=sw.swarm_labels(),
+                taken_at=1000.0 + 3600.0,
+            )
+        )
+    )  # no timeout given: not judged

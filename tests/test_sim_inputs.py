@@ -310,6 +310,43 @@ def test_pods_pinned_to_a_model_no_node_has_are_said_once(
     assert capsys.readouterr().err.count("no policy can place them") == 1
 
 
+def test_pods_asking_more_gpus_than_any_node_of_their_model_has_are_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No policy can place them (a pod's GPUs are on one node); the table showed them
+    # failed, with nothing said why. Pinned to a model no node has: said as such, once.
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES + "n2,32000,65536,4,V100\n")  # T4: 2 a node, V100: 4
+    rows = (
+        "p1,1,1,1,500,T4\n"  # a share: any GPU holds it
+        "p2,1,1,3,1000,t4\n"  # 3 whole T4s: no T4 node has 3
+        "p3,1,1,4,1000,\n"  # 4 of any model: the V100 node has 4
+        "p4,1,1,5,1000,\n"  # 5 of any model: no node has 5
+        "p5,1,1,3,1000,T4|V100\n"  # 3 of T4 or V100: the V100 node has 4
+        "p6,1,1,3,1000,A100\n"  # a model no node has: said by the note on models
+    )
+    p.write_text(
+        (POD_HEADER + rows)
+        .replace(",gpu_spec\n", ",gpu_spec,creation_time,deletion_time\n")
+        .replace("\n", ",1,5\n")
+        .replace("deletion_time,1,5", "deletion_time")
+    )
+    said = (
+        f"simulate: 1 GPU pod of {p} asks for GPU models no node of {n} has (A100): no "
+        "policy can place them (the nodes' models: T4, V100)\n"
+        f"simulate: 2 GPU pods of {p} ask more GPUs than any node of {n} with their GPU "
+        "model has: no policy can place them (a pod's GPUs are on one node): p2 asks 3 of "
+        "t4 (at most 2 a node), p4 asks 5 of any model (at most 4 a node)\n"
+    )
+    for departures in (False, True):
+        text, rc = run_simulate(str(n), str(p), ["fgd"], [1], False, None, departures, bound="off")
+        assert rc == 0, text
+        assert capsys.readouterr().err == said
+    text, rc = run_cli(str(n), str(p), [1], 0.5, 1.0, "online", False)
+    assert rc == 0, text
+    assert capsys.readouterr().err.count("more GPUs than any node") == 1
+
+
 @pytest.mark.parametrize(
     ("header", "row", "why"),
     [

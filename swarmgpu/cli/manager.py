@@ -120,7 +120,9 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     checks.append(ungranted_check(cfg, swarm))  # GPUs seen without a grant (needs action)
     from swarmgpu.manager.rebalance.mover import forged_check
 
-    checks.append(forged_check(cfg.sync.prefix))  # move labels the daemon did not write
+    # move labels the daemon did not write; its records left past their timeout
+    checks.append(forged_check(cfg.sync.prefix, move_timeout_s=cfg.rebalance.move_timeout_s,
+                               cycle_s=cfg.sync.interval_s))
     findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
                          extra_checks=checks,
                          generic_resource_kind=cfg.placement.generic_resource_kind,

@@ -354,27 +354,52 @@ def say_unplaceable(
     pods_path: str | Path,
     stream: TextIO | None = None,
 ) -> None:
-    """One line on stderr when GPU pods are pinned (gpu_spec) to models no node with a
-    GPU has, matched as the allocator matches them: no policy can place those pods, and
-    the table counted them failed with nothing said why (a typo, or the wrong node list)."""
-    models = {n.gpus[0].product for n in nodes if n.gpus}
-    fits: dict[tuple[str, ...], bool] = {}  # per gpu_spec: a list has a few distinct ones
-    count, asked = 0, set[str]()
+    """A line on stderr for each kind of GPU pod no policy can place, said once: pinned
+    (gpu_spec) to models no node with a GPU has, matched as the allocator matches them;
+    asking more whole GPUs than any node of its models has (a pod's GPUs are on one
+    node). The table counted them failed with nothing said why (a typo, or the wrong
+    node list); nothing here changes a figure."""
+    most: dict[str, int] = {}  # model -> the most GPUs one node of it has
+    for n in nodes:
+        if n.gpus:
+            most[n.gpus[0].product] = max(most.get(n.gpus[0].product, 0), len(n.gpus))
+    fits: dict[tuple[str, ...], int] = {}  # per gpu_spec (a list has a few): the most
+    count, asked, big, shown = 0, set[str](), 0, list[str]()  # shown: the first 10 named
     for p in pods:
-        if not (p.gpu_spec and p.total_gpu_milli):
+        if not p.total_gpu_milli:
             continue
         if p.gpu_spec not in fits:
-            fits[p.gpu_spec] = any(product_matches(m, p.gpu_spec) for m in models)
+            fits[p.gpu_spec] = max(
+                (k for m, k in most.items() if not p.gpu_spec or product_matches(m, p.gpu_spec)),
+                default=0,
+            )
         if not fits[p.gpu_spec]:
             count += 1
             asked.update(p.gpu_spec)
+        elif p.gpu_milli == 1000 and p.num_gpu > fits[p.gpu_spec]:  # whole GPUs (Demand)
+            big += 1
+            if len(shown) < 10:
+                of = "|".join(p.gpu_spec) or "any model"
+                shown.append(
+                    f"{p.name} asks {p.num_gpu} of {of} (at most {fits[p.gpu_spec]} a node)"
+                )
+    out = stream if stream is not None else sys.stderr
     if count:
         print(
             f"simulate: {count} GPU pod{'s' if count > 1 else ''} of {pods_path} "
             f"ask{'' if count > 1 else 's'} for GPU models no node of {nodes_path} has "
             f"({_listed(asked)}): no policy can place them (the nodes' models: "
-            f"{_listed(models)})",
-            file=stream if stream is not None else sys.stderr,
+            f"{_listed(set(most))})",
+            file=out,
+        )
+    if big:
+        more = f" and {big - len(shown)} more" if big > len(shown) else ""
+        print(
+            f"simulate: {big} GPU pod{'s' if big > 1 else ''} of {pods_path} "
+            f"ask{'' if big > 1 else 's'} more GPUs than any node of {nodes_path} "
+            "with their GPU model has: no policy can place them (a pod's GPUs are on one "
+            f"node): {', '.join(shown)}{more}",
+            file=out,
         )
 
 

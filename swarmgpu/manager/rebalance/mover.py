@@ -393,7 +393,13 @@ class Mover:
                 logger.warning("move record {} cannot be read and names no service: "
                                "dropped (no move of it can be under way)", key)
         for sid, st in v.gone.items():  # its gates and ledger are placement's to release
-            self._step(st.service, self._drop_record, sid)
+            if self._step(st.service, self._drop_record, sid):
+                # said: the move ends with no outcome of its own (the log had it started)
+                logger.bind(service=st.service).warning(
+                    "move record {} of {} ({} -> {}): its service is gone (removed "
+                    "mid-move): dropped; placement releases its gates and ledger",
+                    peer_text(record_key(self.prefix, sid)), peer_text(st.service),
+                    peer_text(st.source_host), peer_text(st.target_host))
         for sid, st in v.verified.items():
             self._step(st.service, self.repin.advance if st.same_node else self.advance,
                        sid, st)

@@ -137,6 +137,25 @@ def node_gone_finding(key: str, st: MoveState, nodes: Sequence[SwarmNode]) -> Fi
         "(docs/rebalancing.md)", key=peer_text(key))
 
 
+def stuck_finding(key: str, st: MoveState, now: float, timeout_s: float, cycle_s: float,
+                  *, gone: bool = False) -> Finding | None:
+    """``audit``: a record older than ``move_timeout_s`` and one cycle (``cycle_s``), by
+    the audit's clock. By then a daemon with writes on has finished it or rolled it back
+    (a service that is gone: dropped at once); one left says it does not run, runs in
+    dry-run, or its steps fail. A start no clock wrote (``core.stamps``) is not judged."""
+    age = now - stamps.started(st.started_at, now)
+    if age <= timeout_s + cycle_s:
+        return None
+    what = "its service is gone" if gone else f"{st.source_host} -> {st.target_host}"
+    return Finding("move-record-stuck", st.service, peer_text(
+        f"move record {key} of {st.service} ({what}) started {age:.0f}s ago, past "
+        f"rebalance.move_timeout_s ({timeout_s:g}s)")
+        + ": the swarmgpu daemon ends a move by then; still here, it is not running, is "
+        "in dry-run, or a step fails (its log says which): run it with writes on, or check "
+        "the service's gates and remove the record by hand (docs/rebalancing.md)",
+        key=peer_text(key))
+
+
 class FirstSeen:
     """When this daemon first read each move in flight. A move's age for its timeout
     counts from the earlier of its record's start and that: a record dated ahead of this

@@ -20,6 +20,7 @@ from swarmgpu.manager.rebalance.record import (
     node_gone_finding,
     read_records,
     record_key,
+    stuck_finding,
     unreadable_records,
 )
 from swarmgpu.swarm.client import SwarmService
@@ -107,11 +108,15 @@ def rebalancing(st: MoveState) -> bool:
     return st.trigger != HEALTH
 
 
-def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
+def forged_check(
+    prefix: str, *, move_timeout_s: float | None = None, cycle_s: float = 0.0
+) -> Callable[[Snapshot], list[Finding]]:
     """``audit``: every move label the daemon did not write (never acted on; the daemon
     removes it once it writes), as a finding that needs action. The records are the
     snapshot's (read just before and after its services: ``take_snapshot``); a read
-    after them misses the record of a move that ended in between, its label forged."""
+    after them misses the record of a move that ended in between, its label forged.
+    ``move_timeout_s`` (None: not judged): a record older than it and one cycle
+    (``cycle_s``) at the snapshot's time is stuck (``stuck_finding``)."""
 
     def check(snap: Snapshot) -> list[Finding]:
         v = verify(
@@ -174,6 +179,28 @@ def forged_check(prefix: str) -> Callable[[Snapshot], list[Finding]]:
             node_gone_finding(record_key(prefix, sid), st, snap.nodes)
             for sid, st in sorted({**v.verified, **v.lost}.items())
         ]
-        return out + [f for f in gone if f is not None]
+        out += [f for f in gone if f is not None]
+        return out + _stuck(v, snap, prefix, move_timeout_s, cycle_s, {f.key for f in out})
 
     return check
+
+
+def _stuck(
+    v: Verdict,
+    snap: Snapshot,
+    prefix: str,
+    timeout_s: float | None,
+    cycle_s: float,
+    said: set[str | None],
+) -> list[Finding]:
+    """The records past their timeout that no other finding names (a node gone, a
+    mismatch: each says already why the daemon has not ended it)."""
+    if timeout_s is None:
+        return []
+    found = [
+        stuck_finding(
+            record_key(prefix, sid), st, snap.taken_at, timeout_s, cycle_s, gone=sid in v.gone
+        )
+        for sid, st in sorted({**v.verified, **v.lost, **v.gone}.items())
+    ]
+    return [f for f in found if f is not None and f.key not in said]
