@@ -39,7 +39,7 @@ from support.forged import (
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.placement import MOVE_STATE, assign_key
-from swarmgpu.manager.rebalance.mover import Mover, read_records, record_key
+from swarmgpu.manager.rebalance.mover import Mover, MoveState, read_records, record_key
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService
 
@@ -270,3 +270,60 @@ def test_the_engine_filters_the_nodes_by_the_ledger_label(tmp_path: Path) -> Non
     query = parse_qs(urlsplit(path).query)
     assert json.loads(query["filters"][0]) == {"node.label": [assign_key(P, "victim")]}
     assert len([p for p in srv.paths if "/nodes" in p]) == 1
+
+
+class Garbled(Listing):
+    """Victim's next spec write raises what the client never foresaw: an error that is
+    no SwarmError (a bug, or input no one foresaw)."""
+
+    garbled = True
+
+    def update_service_spec(self, service_id: str, compute: Any, **kw: Any) -> bool:
+        if service_id == "id-victim" and self.garbled:
+            self.garbled = False
+            raise TypeError("'NoneType' object is not subscriptable")
+        return super().update_service_spec(service_id, compute, **kw)
+
+
+def test_a_move_that_raises_at_its_start_fails_alone() -> None:
+    """victim's first step raises: it is recorded failed, third (the next of the batch)
+    starts; victim's record, written before the step, is judged from Swarm next cycle
+    (its label never landed: rolled back, the record gone, no surge or move label left,
+    its cooldown started as after any roll-back). Before:
+    the exception left ``run_cycle``: third never started, and the cycle (health's moves
+    after it) ended there."""
+    base = victim_cluster({})
+    sw = Garbled(base.nodes(), base.services(), base.tasks())
+    before = sw.service("id-victim").spec
+    m = _mover(sw, 2, 2)
+    m.run_cycle([victim_move(), _third_move()], sw.nodes(), sw.services(), sw.tasks())
+    got = {r.service: r for r in m.recent}
+    assert got["victim"].outcome is Outcome.FAILED
+    assert got["victim"].detail.startswith("TypeError: 'NoneType' object is not subscr")
+    assert got["third"].outcome is Outcome.STARTED
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert set(read_records(sw.swarm_labels(), P)) == {"id-third"}
+    spec = sw.service("id-victim").spec
+    assert (spec["Mode"], spec["TaskTemplate"]) == (before["Mode"], before["TaskTemplate"])
+    assert P + MOVE_STATE not in spec["Labels"]
+    assert [r.outcome for r in m.recent if r.service == "victim"] == [
+        Outcome.FAILED, Outcome.ROLLED_BACK]
+
+
+def test_a_move_in_flight_that_raises_stops_no_other_step(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """victim's move is in flight and its advance raises (no SwarmError): it is logged
+    and tried next cycle, and third's new move still starts. Before: the exception left
+    ``run_cycle`` before any new move."""
+    sw = _cluster()
+    m = _mover(sw, 2, 2)
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+
+    def boom(sid: str, st: MoveState) -> None:
+        raise KeyError(sid)
+
+    monkeypatch.setattr(m, "advance", boom)
+    m.run_cycle([_third_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert set(read_records(sw.swarm_labels(), P)) == {"id-victim", "id-third"}
+    assert [(r.service, r.outcome) for r in m.recent] == [
+        ("victim", Outcome.STARTED), ("third", Outcome.STARTED)]

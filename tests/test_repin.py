@@ -360,8 +360,9 @@ def test_fragmentation_never_moves_a_global_share_to_another_node() -> None:
         [("b", "gpu-node-1")]
 
 
-class _Crash(Exception):
-    """The daemon's os._exit(137) at a test hook, as an exception here."""
+class _Crash(BaseException):
+    """The daemon's os._exit(137) at a test hook, as an exception here: no handler of
+    the daemon's catches it (a kill is caught by none)."""
 
 
 @pytest.mark.parametrize("point", ["repin-step-0", "repin-step-1", "repin-step-2",

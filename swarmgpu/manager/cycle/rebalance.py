@@ -102,6 +102,7 @@ class Rebalancer(Step):
         self._last_seen: MoveRecord | None = None  # the health mover's last record counted
         self._said: SaidOnce[str] = SaidOnce()  # health notes logged while they last
         self._unread: set[str] = set()  # services with an unreadable record, logged
+        self._failed: SaidOnce[str] = SaidOnce()  # policies that raised, logged while they do
         reg = daemon.metrics.registry
         self.evacuations = Counter(
             "swarmgpu_health_evacuations", "Holders of failed GPUs (or of a drained failing "
@@ -171,6 +172,7 @@ class Rebalancer(Step):
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
         prop = plan_moves(inp, self.health_inputs(snap))
+        self._log_failed(prop)
         self.last = prop
         session.moves = prop
         for m in prop.moves:
@@ -200,11 +202,22 @@ class Rebalancer(Step):
         self._unread = set(bad)
         return bad
 
+    def _log_failed(self, prop: Proposal) -> None:
+        """Each policy that raised, with its traceback, once while it does (the plan's
+        notes say it every cycle)."""
+        self._failed.begin()
+        for name, tb in prop.policy_errors.items():
+            if self._failed.fresh(name):
+                logger.error("rebalance policy {} failed; skipped each cycle it fails (the "
+                             "plan's note says what was lost):\n{}", name, tb)
+        self._failed.end()
+
     def health_step(self, prop: Proposal, moves: list[Move], snap: Snapshot) -> None:
         """Start the health moves, hand the releases to placement, log and count."""
         now = snap.taken_at
-        self.released &= set(prop.failed_holders)  # re-placed, or off the failed GPU
-        self.failing.set(len(prop.failing_nodes))
+        if "health" not in prop.policy_errors:  # else unknown now: kept until it runs
+            self.released &= set(prop.failed_holders)  # re-placed, or off the failed GPU
+            self.failing.set(len(prop.failing_nodes))
         said = self._said
         said.begin()
         for n in prop.notes:

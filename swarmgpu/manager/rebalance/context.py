@@ -308,6 +308,32 @@ class Context:
         """Moves to try together, on a copy of the ledger without ``evict``."""
         return Statement(self, evict)
 
+    def mark(self) -> Mark:
+        """What a policy may add to the pass, as it stands now (``roll_back``)."""
+        return Mark(len(self.moves), len(self.notes), frozenset(self.moved),
+                    {k: dict(v) for k, v in self.ledger.items()}, self.health_found)
+
+    def roll_back(self, m: Mark) -> None:
+        """Take back what was added since ``m`` (a policy that raised): its moves, notes,
+        marks and reservations, so the next policy plans on the pass as it was."""
+        del self.moves[m.moves:]
+        del self.notes[m.notes:]
+        self.moved = set(m.moved)
+        self.ledger = {k: dict(v) for k, v in m.ledger.items()}
+        self.health_found = m.health_found
+
+
+@dataclass(frozen=True)
+class Mark:
+    """``Context.mark``: the lengths of its lists, copies of what is edited in place (a
+    copy of the ledger per policy run: a few thousand holdings, no deep copy)."""
+
+    moves: int
+    notes: int
+    moved: frozenset[str]
+    ledger: dict[str, dict[str, Holding]]
+    health_found: HealthResult | None
+
 
 class Statement:
     """Moves tried together, kept or dropped as one (after KAI-Scheduler's statements

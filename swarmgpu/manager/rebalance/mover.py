@@ -60,6 +60,7 @@ from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.placement import (
     MOVE_STATE,
     Holding,
@@ -382,6 +383,15 @@ class Mover:
             except SwarmError as exc:
                 self._record(m.service, m.source_host, m.target_host, m.reason,
                              Outcome.FAILED, str(exc))
+            except Stopped:
+                raise  # the daemon stops: no later move starts (not a failed one)
+            except Exception as exc:  # a bug or unforeseen input: this move's loss only
+                # Its record, if written, is the authority: judged from Swarm next cycle.
+                logger.bind(service=m.service).opt(exception=exc).error(
+                    "move {} -> {} failed unexpectedly; the others go on", m.source_host,
+                    m.target_host)
+                self._record(m.service, m.source_host, m.target_host, m.reason,
+                             Outcome.FAILED, f"{type(exc).__name__}: {exc}")
 
     def _act_on(self, v: Verdict) -> None:
         for s in (s for s, _why in v.forged):
@@ -408,12 +418,19 @@ class Mover:
                        sid, st)
 
     def _step(self, service: str, fn: Callable[..., object], *args: Any) -> bool:
-        """``fn(*args)``; False when it failed (logged, retried next cycle)."""
+        """``fn(*args)``; False when it failed (logged, retried next cycle), whatever it
+        raised: one move's step never stops the others'."""
         try:
             fn(*args)
         except SwarmError as exc:
             logger.bind(service=service).error("move step failed, retried next cycle: {}",
                                                exc)
+            return False
+        except Stopped:
+            raise  # the daemon stops: the step ends here (not a failed one)
+        except Exception as exc:  # a bug or unforeseen input: this move's step only
+            logger.bind(service=service).opt(exception=exc).error(
+                "move step failed unexpectedly, tried again next cycle; the others go on")
             return False
         return True
 

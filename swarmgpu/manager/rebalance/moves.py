@@ -145,6 +145,8 @@ class Proposal:
     releases: list[Release] = field(default_factory=list)  # health: same-node re-places
     failed_holders: frozenset[tuple[str, str]] = frozenset()  # (service, node id) on failed
     failing_nodes: dict[str, str] = field(default_factory=dict)  # node name -> why
+    # policy name -> the traceback of its exception (its note says it in one line)
+    policy_errors: dict[str, str] = field(default_factory=dict)
 
 
 def moves_to_dicts(proposed: Iterable[Move], recent: Iterable[MoveRecord] = ()
