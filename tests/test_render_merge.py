@@ -129,6 +129,30 @@ def test_a_field_with_no_merge_rule_is_refused_naming_field_and_files() -> None:
     assert "one file" in msg
 
 
+def test_logging_options_docker_drops_are_refused() -> None:
+    """merge.go's mergeLoggingConfig merges the later options into a copy of the
+    earlier map: where the earlier logging has none, docker deploys the driver without
+    the later file's options."""
+    a = "services:\n  s:\n    image: x\n    logging: {driver: json-file}\n"
+    b = "services:\n  s:\n    logging: {driver: json-file, options: {max-size: 10m}}\n"
+    with pytest.raises(MergeError) as exc:
+        merged(a, b)
+    msg = str(exc.value)
+    assert "services.s.logging.options" in msg and "f0.yml" in msg and "f1.yml" in msg
+    assert "options: {}" in msg
+    no_driver = "services:\n  s:\n    logging: {options: {max-size: 10m}}\n"
+    with pytest.raises(MergeError):
+        merged(a, no_driver)
+    # Earlier options (even none written as {}) are merged into; another driver replaces.
+    a_opts = "services:\n  s:\n    image: x\n    logging: {driver: json-file, options: {}}\n"
+    assert merged(a_opts, b)["services"]["s"]["logging"]["options"] == {"max-size": "10m"}
+    other = "services:\n  s:\n    logging: {driver: syslog, options: {tag: t}}\n"
+    assert merged(a, other)["services"]["s"]["logging"] == {
+        "driver": "syslog",
+        "options": {"tag": "t"},
+    }
+
+
 def test_two_entries_docker_would_fold_into_one_are_refused() -> None:
     """Ports are keyed by the published port alone: two unpublished ports of a service in
     both files would become one; docker drops the other without a word."""
