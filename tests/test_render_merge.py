@@ -163,6 +163,20 @@ def test_two_entries_docker_would_fold_into_one_are_refused() -> None:
     assert "services.s.ports" in str(exc.value) and "published" in str(exc.value)
 
 
+def test_an_empty_earlier_list_still_keys_the_later_one() -> None:
+    """``ports: []`` is a list to docker (not none): merge.go's transformer keys and sorts
+    the later file's ports as with any earlier one, folding two of one published port."""
+    a = "services:\n  s:\n    image: x\n    ports: []\n    volumes: []\n"
+    b = "services:\n  s:\n    ports: ['9090:90', '8080:80']\n    volumes: ['b:/b', 'a:/a']\n"
+    s = merged(a, b)["services"]["s"]
+    assert s["ports"] == ["8080:80", "9090:90"]
+    assert s["volumes"] == ["a:/a", "b:/b"]
+    twice = "services:\n  s:\n    ports: ['53:53/tcp', '53:53/udp']\n"
+    with pytest.raises(MergeError) as exc:
+        merged(a, twice)
+    assert "services.s.ports" in str(exc.value) and "f1.yml lists two" in str(exc.value)
+
+
 def test_files_of_two_versions_are_refused_as_docker_refuses_them() -> None:
     a = "version: '3.8'\nservices:\n  s: {image: x}\n"
     b = "services:\n  s: {image: y}\n"  # no version is 3.13 to docker/cli's schema.Version

@@ -590,11 +590,12 @@ def _merge_service(
 ) -> dict[str, Any]:
     out = dict(base)
     for k in _KEYED:  # the transformer runs on the earlier list, the later one or none
-        if isinstance(base.get(k), list) and base[k]:
+        # ``[]`` too: a list to docker's loader (not nil), so the later list is keyed
+        if isinstance(base.get(k), list):
             out[k] = _keyed(k, base[k], over.get(k) or [], f"{at}.{k}", ctx)
     for k, v in over.items():
         if k in _KEYED:
-            if k not in base or not base[k]:
+            if not isinstance(base.get(k), list):
                 out[k] = v
         elif (k == "env_file" and ("env_file" in base or "environment" in base)) or (
             k == "environment" and "env_file" in base
