@@ -177,6 +177,23 @@ def test_an_empty_earlier_list_still_keys_the_later_one() -> None:
     assert "services.s.ports" in str(exc.value) and "f1.yml lists two" in str(exc.value)
 
 
+@pytest.mark.parametrize("tagged", ["ports: !reset []", "image: !override y", "image: !reset"])
+def test_composes_reset_and_override_tags_are_refused_as_docker_stack_deploy_ignores_them(
+    tagged: str,
+) -> None:
+    """!reset and !override are docker compose's (compose-spec); docker stack deploy's
+    loader (go-yaml into plain values) reads past the tag: ``ports: !reset []`` resets
+    nothing, the earlier ports stay. Refused, saying so, not as YAML that is not valid."""
+    a = 'version: "3.8"\nservices:\n  s:\n    image: x\n    ports: ["80:80"]\n'
+    b = f'version: "3.8"\nservices:\n  s:\n    {tagged}\n'
+    with pytest.raises(StackError) as exc:
+        render_stack(a, "st", NODES, [], [], FACTS, prefix=P, more=[("b.yml", b)])
+    msg = str(exc.value)
+    assert msg.startswith("b.yml: ") and "line 4" in msg, msg
+    assert tagged.split()[1] in msg and "docker stack deploy" in msg, msg
+    assert "not valid YAML" not in msg, msg
+
+
 def test_files_of_two_versions_are_refused_as_docker_refuses_them() -> None:
     a = "version: '3.8'\nservices:\n  s: {image: x}\n"
     b = "services:\n  s: {image: y}\n"  # no version is 3.13 to docker/cli's schema.Version
