@@ -220,6 +220,18 @@ def test_a_zone_label_is_only_read_so_any_node_label_key_is_fine(tmp_path: Path,
     assert _errors(tmp_path, f"placement:\n  zone_label: {json.dumps(label)}\n") == []
 
 
+def test_a_zone_label_under_the_sync_prefix_is_refused(tmp_path: Path) -> None:
+    """swarmgpu.zone passed: label sync owns every node label under its prefix and removed
+    the operator's zone from every node it synced (swarmgpu only reads the zone)."""
+    errors = _errors(tmp_path, "placement:\n  zone_label: swarmgpu.zone\n")
+    assert errors == [f"{tmp_path / 'c.yml'}:2: placement.zone_label: 'swarmgpu.zone' is "
+                      "under sync.prefix 'swarmgpu.', whose node labels label sync owns: it "
+                      "would remove the zone from every node; pick a key outside the prefix, "
+                      "e.g. topology.zone"], errors
+    other = "sync:\n  prefix: gpu.\nplacement:\n  zone_label: swarmgpu.zone\n"
+    assert _errors(tmp_path, other) == []
+
+
 @pytest.mark.parametrize("kind", ["a b", "GPU=1", "GPU,MIG", " NVIDIA-GPU", 'a"b', "gpu\u00e9"])
 def test_a_generic_resource_kind_is_one_dockerd_can_advertise(tmp_path: Path, kind: str) -> None:
     """'a b' passed: whole-GPU services reserved a kind no node's node-generic-resources

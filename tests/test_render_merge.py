@@ -129,6 +129,30 @@ def test_a_field_with_no_merge_rule_is_refused_naming_field_and_files() -> None:
     assert "one file" in msg
 
 
+def test_logging_options_docker_drops_are_refused() -> None:
+    """merge.go's mergeLoggingConfig merges the later options into a copy of the
+    earlier map: where the earlier logging has none, docker deploys the driver without
+    the later file's options."""
+    a = "services:\n  s:\n    image: x\n    logging: {driver: json-file}\n"
+    b = "services:\n  s:\n    logging: {driver: json-file, options: {max-size: 10m}}\n"
+    with pytest.raises(MergeError) as exc:
+        merged(a, b)
+    msg = str(exc.value)
+    assert "services.s.logging.options" in msg and "f0.yml" in msg and "f1.yml" in msg
+    assert "options: {}" in msg
+    no_driver = "services:\n  s:\n    logging: {options: {max-size: 10m}}\n"
+    with pytest.raises(MergeError):
+        merged(a, no_driver)
+    # Earlier options (even none written as {}) are merged into; another driver replaces.
+    a_opts = "services:\n  s:\n    image: x\n    logging: {driver: json-file, options: {}}\n"
+    assert merged(a_opts, b)["services"]["s"]["logging"]["options"] == {"max-size": "10m"}
+    other = "services:\n  s:\n    logging: {driver: syslog, options: {tag: t}}\n"
+    assert merged(a, other)["services"]["s"]["logging"] == {
+        "driver": "syslog",
+        "options": {"tag": "t"},
+    }
+
+
 def test_two_entries_docker_would_fold_into_one_are_refused() -> None:
     """Ports are keyed by the published port alone: two unpublished ports of a service in
     both files would become one; docker drops the other without a word."""
@@ -137,6 +161,37 @@ def test_two_entries_docker_would_fold_into_one_are_refused() -> None:
     with pytest.raises(MergeError) as exc:
         merged(a, b)
     assert "services.s.ports" in str(exc.value) and "published" in str(exc.value)
+
+
+def test_an_empty_earlier_list_still_keys_the_later_one() -> None:
+    """``ports: []`` is a list to docker (not none): merge.go's transformer keys and sorts
+    the later file's ports as with any earlier one, folding two of one published port."""
+    a = "services:\n  s:\n    image: x\n    ports: []\n    volumes: []\n"
+    b = "services:\n  s:\n    ports: ['9090:90', '8080:80']\n    volumes: ['b:/b', 'a:/a']\n"
+    s = merged(a, b)["services"]["s"]
+    assert s["ports"] == ["8080:80", "9090:90"]
+    assert s["volumes"] == ["a:/a", "b:/b"]
+    twice = "services:\n  s:\n    ports: ['53:53/tcp', '53:53/udp']\n"
+    with pytest.raises(MergeError) as exc:
+        merged(a, twice)
+    assert "services.s.ports" in str(exc.value) and "f1.yml lists two" in str(exc.value)
+
+
+@pytest.mark.parametrize("tagged", ["ports: !reset []", "image: !override y", "image: !reset"])
+def test_composes_reset_and_override_tags_are_refused_as_docker_stack_deploy_ignores_them(
+    tagged: str,
+) -> None:
+    """!reset and !override are docker compose's (compose-spec); docker stack deploy's
+    loader (go-yaml into plain values) reads past the tag: ``ports: !reset []`` resets
+    nothing, the earlier ports stay. Refused, saying so, not as YAML that is not valid."""
+    a = 'version: "3.8"\nservices:\n  s:\n    image: x\n    ports: ["80:80"]\n'
+    b = f'version: "3.8"\nservices:\n  s:\n    {tagged}\n'
+    with pytest.raises(StackError) as exc:
+        render_stack(a, "st", NODES, [], [], FACTS, prefix=P, more=[("b.yml", b)])
+    msg = str(exc.value)
+    assert msg.startswith("b.yml: ") and "line 4" in msg, msg
+    assert tagged.split()[1] in msg and "docker stack deploy" in msg, msg
+    assert "not valid YAML" not in msg, msg
 
 
 def test_files_of_two_versions_are_refused_as_docker_refuses_them() -> None:

@@ -465,6 +465,10 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
     if why := node_label_key_fault(cfg.placement.zone_label):  # only read, never a constraint
         add(f"placement.zone_label: {cfg.placement.zone_label!r} is not a node label key: "
             f"{why}; e.g. topology.zone")
+    elif p and cfg.placement.zone_label.startswith(p):  # swarm.labels.owned_by_label_sync
+        add(f"placement.zone_label: {cfg.placement.zone_label!r} is under sync.prefix {p!r}, "
+            "whose node labels label sync owns: it would remove the zone from every node; "
+            "pick a key outside the prefix, e.g. topology.zone")
     kind = cfg.placement.generic_resource_kind
     if kind and not usable_resource_kind(kind):  # reserved, it would match no node's kind
         add(f"placement.generic_resource_kind: {kind!r} is not a kind dockerd's "

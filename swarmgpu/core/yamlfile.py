@@ -21,6 +21,8 @@ docker 27 and older (go-yaml v2) read otherwise is refused, key or value, as use
 deploy with either CLI: ``yes``, ``on``, ``y`` (booleans to v2), ``0o-17`` (text to v2)
 and a plain timestamp (docker 28 gives the service Go's text of the time in its own
 zone, docker 27 and older the text); the config, which only swarmgpu reads, takes them.
+A tag of the stack's own (Compose's ``!reset``, ``!override``) is refused saying what
+docker does with it: reads the value as if untagged.
 """
 
 from __future__ import annotations
@@ -247,6 +249,29 @@ def _timestamp(node: yaml.ScalarNode, what: str, error: type[Exception]) -> None
                 "00:00:00 +0000 UTC'); quote it to keep it as written")
 
 
+_YAML_TAGS = "tag:yaml.org,2002:"  # the tags a plain, quoted or !! node resolves to
+_COMPOSE_TAGS = ("!reset", "!override")
+
+
+def _foreign_tag(node: yaml.Node, what: str, error: type[Exception]) -> None:
+    """Refuse a tag of the file's own (``!reset``): go-yaml, docker's reader, decodes
+    the value under it as if it had none (a scalar as text), PyYAML knows no constructor.
+    Compose's ``!reset`` and ``!override`` (compose-spec, docker compose) mean nothing to
+    docker stack deploy's loader: ``ports: !reset []`` resets nothing."""
+    line = node.start_mark.line + 1
+    tag = node.tag if len(node.tag) <= 40 else node.tag[:40] + "..."
+    if node.tag in _COMPOSE_TAGS:
+        raise error(
+            f"{what}: the tag {tag} at line {line} is docker compose's (compose-spec "
+            "merge tags); docker stack deploy's loader does not know it and reads the "
+            "value as if untagged, so nothing is reset or overridden: an earlier file's "
+            "value stays, or is merged with this one; remove the tag, and write the value "
+            "wanted in one file only (leave the key out of the others)")
+    raise error(f"{what}: the tag {tag} at line {line}: docker stack deploy reads the value "
+                "as if untagged (a scalar as text); remove the tag, or write !!str, !!int "
+                "... if a type is meant")
+
+
 def _two_readings(root: yaml.Node, plain: set[int], what: str,
                   error: type[Exception]) -> None:
     """Refuse a plain scalar that docker 28 and later (go-yaml v3) and docker 27 and
@@ -317,6 +342,8 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                         f"{node.start_mark.line + 1}; not read")
         open_.add(key)
         stack.append((node, depth, path, True))
+        if docker and not node.tag.startswith(_YAML_TAGS):
+            _foreign_tag(node, what, error)
         if isinstance(node, yaml.ScalarNode):
             if docker and node.tag == goscalar.TIMESTAMP:
                 _timestamp(node, what, error)
@@ -330,6 +357,8 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                         and k.tag == "tag:yaml.org,2002:merge":
                     _merge_after_keys(k, v, seen, what, error)
                 if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                    if docker and not k.tag.startswith(_YAML_TAGS):
+                        _foreign_tag(k, what, error)  # before _scalar, which cannot read it
                     line = k.start_mark.line + 1
                     if (k.tag, k.value) in seen:
                         raise error(f"{what}: key {k.value!r} given twice in one mapping "

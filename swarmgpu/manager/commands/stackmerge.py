@@ -18,7 +18,8 @@ WithAppendSlice, merge.go's transformers):
 
 Where docker's result is not what the files say, or render has no rule, render refuses,
 naming the field and the files: an empty or false value that mergo skips (the earlier
-one stays), two list entries docker folds into one, a field render knows no rule for.
+one stays), two list entries docker folds into one, later logging options docker
+drops (the earlier logging has none), a field render knows no rule for.
 """
 
 from __future__ import annotations
@@ -423,6 +424,23 @@ def _logging(base: Any, over: Any, at: str, ctx: _Ctx) -> Any:
         and b["driver"] != o["driver"]
     ):
         return over
+    if (
+        isinstance(b, dict)
+        and isinstance(o, dict)
+        and b.get("options") is None
+        and isinstance(o.get("options"), dict)
+        and o["options"]
+    ):
+        # It merges into a copy of the earlier map: with none (nil) the copy is a new
+        # map, and the service keeps no options.
+        ctx.refuse(
+            f"{at}.options",
+            "docker stack deploy drops the later file's logging options where the "
+            "earlier file's logging gives none",
+            "write options: {} (or the options) under the earlier file's logging, or "
+            "set logging in one file only",
+        )
+        return base
     return _struct({"driver": _replace, "options": _by_key(False)})(base, over, at, ctx)
 
 
@@ -572,11 +590,12 @@ def _merge_service(
 ) -> dict[str, Any]:
     out = dict(base)
     for k in _KEYED:  # the transformer runs on the earlier list, the later one or none
-        if isinstance(base.get(k), list) and base[k]:
+        # ``[]`` too: a list to docker's loader (not nil), so the later list is keyed
+        if isinstance(base.get(k), list):
             out[k] = _keyed(k, base[k], over.get(k) or [], f"{at}.{k}", ctx)
     for k, v in over.items():
         if k in _KEYED:
-            if k not in base or not base[k]:
+            if not isinstance(base.get(k), list):
                 out[k] = v
         elif (k == "env_file" and ("env_file" in base or "environment" in base)) or (
             k == "environment" and "env_file" in base
