@@ -232,3 +232,37 @@ def test_a_damaged_saved_state_drops_that_gpu_never_the_daemon(tmp_path: Path) -
     again = HealthBook(HealthConfig(), P)
     again.load(str(tmp_path))
     assert set(again.states) == set(good) and set(again.where) == set(good)
+
+
+def test_an_agent_clock_ahead_does_not_hide_later_xids(tmp_path: Path) -> None:
+    """An agent whose clock ran an hour ahead dated its XID an hour in the future; that
+    time became the mark below which no XID counted, so after its clock was put right a
+    real XID 79 was ignored for that hour. The daemon's own clock bounds the mark: the
+    future-dated event counts once, and a later one counts at once, across a restart."""
+    book = HealthBook(HealthConfig(clean_window_s=600), P)
+    ahead = XidEvent(92, 100.0 + 3600)  # high single-bit ECC rate: degraded
+    f = _apply(book, _facts(h0=HealthSignals(xid_events=(ahead,))), 100)
+    assert f.gpus[0].error is not None and "degraded: Xid 92" in f.gpus[0].error
+    book.save(str(tmp_path))
+    book = HealthBook(HealthConfig(clean_window_s=600), P)
+    book.load(str(tmp_path))
+    f = _apply(book, _facts(h0=HealthSignals(xid_events=(ahead,))), 400)
+    assert f.gpus[0].error is not None  # listed again, counted once: the window runs
+    f = _apply(book, _facts(h0=HealthSignals(xid_events=(ahead,))), 700)
+    assert f.gpus[0].error is None  # clean for 600 s since it was seen
+    # The agent's clock is put right; the GPU falls off the bus.
+    later = HealthSignals(xid_events=(ahead, XidEvent(79, 800.0)))
+    f = _apply(book, _facts(h0=later), 801)
+    assert not f.gpus[0].healthy and f.gpus[0].error is not None
+    assert "failed: Xid 79" in f.gpus[0].error
+    # The remembered event is saved; a state of an earlier version (none) still loads.
+    book.save(str(tmp_path))
+    path = tmp_path / "gpu-health.json"
+    saved = json.loads(path.read_text())["n1/GPU-aaaa"]
+    assert saved["xid_ahead"] == [[92, 3700.0]]
+    older = {k: v for k, v in saved.items() if k != "xid_ahead"}
+    path.write_text(json.dumps({"n1/GPU-aaaa": older,
+                                "n1/GPU-bad": {**saved, "xid_ahead": [["92", 1.0]]}}))
+    again = HealthBook(HealthConfig(), P)
+    again.load(str(tmp_path))
+    assert list(again.states) == ["n1/GPU-aaaa"]

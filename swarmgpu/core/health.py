@@ -113,6 +113,7 @@ THROTTLE_BAD: dict[int, str] = {
     THROTTLE_HW_POWER_BRAKE: "HW power brake slowdown",
 }
 MAX_XID_EVENTS = 16
+MAX_XID_AHEAD = 2 * MAX_XID_EVENTS  # future-dated events a state remembers (GpuState)
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,7 @@ class Finding:
     reason: str
     action: Action
     xid_at: float | None = None  # set for an XID event: it counts once, not while listed
+    xid: int = 0  # that event's XID, with xid_at what names the event
 
 
 def assess(s: HealthSignals | None, *, lost: str | None = None) -> list[Finding]:
@@ -265,8 +267,9 @@ def assess(s: HealthSignals | None, *, lost: str | None = None) -> list[Finding]
             x = xid_info(e.code)
             if x.effect is not Effect.NONE:
                 # at 0: time unknown (dcgm-exporter's last XID); it stands while listed
+                timed = e.at > 0
                 out.append(Finding(x.effect, f"Xid {x.code}: {x.name}", x.action,
-                                   e.at if e.at > 0 else None))
+                                   e.at if timed else None, x.code if timed else 0))
         if s.ecc_dbe_volatile:
             out.append(Finding(Effect.FAIL, f"{s.ecc_dbe_volatile} uncorrectable (DBE) ECC "
                                "error(s) since the last reset", Action.RESET_GPU))
@@ -306,7 +309,11 @@ class GpuState:
     since: float = 0.0  # when this level was entered
     last_bad_at: float = 0.0  # the last time anything not healthy was seen
     failures: tuple[float, ...] = ()  # when it entered failed, within the flap window
-    xid_seen_until: float = 0.0  # XID events at or before this are already counted
+    # XID events at or before this are already counted; never past the daemon's own now,
+    # since the times are the agent's clock (docs/health.md).
+    xid_seen_until: float = 0.0
+    # Counted XID events (xid, at) dated after xid_seen_until: an agent's clock ahead.
+    xid_ahead: tuple[tuple[int, float], ...] = ()
     operator_label: str = ""  # the operator label's value at the last step
 
     def to_dict(self, now: float) -> dict[str, Any]:
@@ -318,6 +325,7 @@ class GpuState:
         return {"level": str(self.level), "reason": self.reason, "action": str(self.action),
                 "since": self.since, "last_bad_at": self.last_bad_at,
                 "failures": list(self.failures), "xid_seen_until": self.xid_seen_until,
+                "xid_ahead": [list(k) for k in self.xid_ahead],
                 "operator_label": self.operator_label}
 
     @classmethod
@@ -330,6 +338,7 @@ class GpuState:
                        last_bad_at=_time(d["last_bad_at"]),
                        failures=tuple(_time(t) for t in d["failures"][:64]),
                        xid_seen_until=_time(d["xid_seen_until"]),
+                       xid_ahead=_xid_keys(d.get("xid_ahead", [])),
                        operator_label=str(d["operator_label"])[:64])
         except (KeyError, TypeError, ValueError, OverflowError):
             return None
@@ -342,6 +351,18 @@ def _time(v: Any) -> float:
     if not math.isfinite(t):
         raise ValueError(f"not a finite time: {v!r}")
     return t
+
+
+def _xid_keys(v: Any) -> tuple[tuple[int, float], ...]:
+    """Saved ``xid_ahead``: [xid, time] pairs (absent in a file of an earlier version)."""
+    if not isinstance(v, list):
+        raise ValueError(f"not a list: {v!r}"[:80])
+    out = []
+    for k in v[:MAX_XID_AHEAD]:
+        if not isinstance(k, list) or len(k) != 2 or type(k[0]) is not int:
+            raise ValueError(f"not an [xid, time] pair: {k!r}"[:80])
+        out.append((k[0], _time(k[1])))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -366,10 +387,15 @@ def step_one(prev: GpuState | None, obs: Observation, now: float,
         return prev  # nothing seen, nothing to forget: what the steps below would give
     st = prev or GpuState(since=now)
     # Only XID events the state has not counted yet; standing conditions always count.
-    fresh = [f for f in obs.findings if f.xid_at is None or f.xid_at > st.xid_seen_until]
-    newest_xid = max([f.xid_at for f in obs.findings if f.xid_at is not None],
-                     default=st.xid_seen_until)
-    st = replace(st, xid_seen_until=max(st.xid_seen_until, newest_xid))
+    listed = [(f.xid, f.xid_at) for f in obs.findings if f.xid_at is not None]
+    fresh = [f for f in obs.findings if f.xid_at is None or (
+        f.xid_at > st.xid_seen_until and (f.xid, f.xid_at) not in st.xid_ahead)]
+    # The times are the agent's clock: the mark stops at the daemon's now, else an agent
+    # running ahead put it in the future and, its clock put right, no XID counted until
+    # then. The events dated past it are remembered by name instead, so each counts once.
+    until = min(max([st.xid_seen_until, *(at for _x, at in listed)]), now)
+    ahead = tuple(dict.fromkeys(k for k in (*listed, *st.xid_ahead) if k[1] > until))
+    st = replace(st, xid_seen_until=until, xid_ahead=ahead[:MAX_XID_AHEAD])
     if obs.operator_label == OPERATOR_OK and st.operator_label != OPERATOR_OK:
         # The operator reset the GPU: what was seen is forgiven; standing conditions that
         # are still reported (a reset clears them) fail it again below.

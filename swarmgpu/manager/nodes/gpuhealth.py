@@ -153,7 +153,8 @@ class HealthBook:
             if nid not in live:
                 drop.add(k)
             elif nid in read and k not in listed:
-                if st.level is Level.HEALTHY and not st.failures and not st.xid_seen_until:
+                if (st.level is Level.HEALTHY and not st.failures and not st.xid_seen_until
+                        and not st.xid_ahead):
                     drop.add(k)
                 else:
                     remembered.setdefault(nid, []).append(k)
