@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from loguru import logger
 
+from swarmgpu.core import sdnotify
 from swarmgpu.core.config import Config, describe_defaults, load_config
 from swarmgpu.manager import daemon
 
@@ -219,3 +221,29 @@ def test_sd_notify_refuses_a_relative_notify_socket(tmp_path: Path,
             assert not daemon.sd_notify("READY=1"), addr
         with pytest.raises(BlockingIOError):
             s.recv(64)
+
+
+def test_sd_notify_that_cannot_send_says_why_once(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """READY=1 that cannot be sent (the socket gone, not reachable from here) was silent:
+    every caller ignores the False, so systemd timed the start out and the log never said
+    why. It is said once, naming NOTIFY_SOCKET and the OS error, not at each WATCHDOG=1;
+    a NOTIFY_SOCKET systemd would refuse is said once the same way."""
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        gone = str(tmp_path / "gone")
+        monkeypatch.setenv("NOTIFY_SOCKET", gone)
+        assert not sdnotify.sd_notify("READY=1")
+        for _ in range(3):
+            assert not sdnotify.sd_notify("WATCHDOG=1")
+        assert len(lines) == 1, lines
+        assert gone in lines[0] and "NOTIFY_SOCKET" in lines[0]
+        assert "ENOENT" in lines[0] and "READY=1" in lines[0]
+        monkeypatch.setenv("NOTIFY_SOCKET", "notify")
+        for _ in range(3):
+            assert not sdnotify.sd_notify("WATCHDOG=1")
+        assert len(lines) == 2 and "'notify'" in lines[1] and "absolute path" in lines[1]
+    finally:
+        logger.remove(sink)
+
