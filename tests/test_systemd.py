@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -72,7 +73,6 @@ def test_agent_unit_notify_watchdog_and_restart() -> None:
 def test_the_real_agent_speaks_the_notify_protocol(tmp_path: Path) -> None:
     """`swarmgpu agent` as systemd starts it (NOTIFY_SOCKET, WATCHDOG_USEC): READY=1
     once listening with facts read, WATCHDOG=1 after each read, STOPPING=1 on SIGTERM."""
-    import os
     import sys
     import time
 
@@ -247,3 +247,20 @@ def test_sd_notify_that_cannot_send_says_why_once(tmp_path: Path,
     finally:
         logger.remove(sink)
 
+
+def test_watchdog_is_ours_only_as_libsystemd_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As sd_watchdog_enabled: WATCHDOG_USEC=0 is no watchdog (it was 0 s, warned as too
+    short), and a WATCHDOG_PID that is not our PID (or no PID) means the watchdog is
+    another process's (its WatchdogSec= was checked as ours)."""
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    monkeypatch.setenv("WATCHDOG_USEC", "90000000")
+    assert sdnotify.watchdog_s() == 90.0
+    for usec in ("0", str(2**64 - 1), "-5", "9x", ""):
+        monkeypatch.setenv("WATCHDOG_USEC", usec)
+        assert sdnotify.watchdog_s() is None, usec
+    monkeypatch.setenv("WATCHDOG_USEC", "90000000")
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    assert sdnotify.watchdog_s() == 90.0
+    for pid in (str(os.getpid() + 1), "0", "me", ""):
+        monkeypatch.setenv("WATCHDOG_PID", pid)
+        assert sdnotify.watchdog_s() is None, pid

@@ -59,6 +59,14 @@ def sd_notify(message: str) -> bool:
 
 
 def watchdog_s() -> float | None:
-    """The unit's WatchdogSec= as systemd passes it (``$WATCHDOG_USEC``), if any."""
+    """The unit's WatchdogSec= as systemd passes it (``$WATCHDOG_USEC``), when it is ours:
+    as libsystemd's sd_watchdog_enabled, 0 (or the infinity, 2**64-1) is no watchdog, and
+    ``$WATCHDOG_PID``, when set, must be our PID (else the watchdog is another process's,
+    one that started us with its environment)."""
     raw = os.environ.get("WATCHDOG_USEC", "")
-    return int(raw) / 1e6 if raw.isascii() and raw.isdigit() else None
+    if not (raw.isascii() and raw.isdigit()) or not 0 < int(raw) < 2**64 - 1:
+        return None
+    pid = os.environ.get("WATCHDOG_PID")
+    if pid is not None and not (pid.isascii() and pid.isdigit() and int(pid) == os.getpid()):
+        return None
+    return int(raw) / 1e6
