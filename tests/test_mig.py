@@ -13,6 +13,7 @@ from swarmgpu.core.migprofile import (
     compute_share,
     known_profiles,
     normalize_profile,
+    not_offered,
     profiles_for_product,
 )
 from swarmgpu.core.model import Gpu, MigDevice
@@ -155,3 +156,13 @@ def test_1g_24gb_is_a_share_of_the_gpu_it_is_on(product: str | None,
     model decides where it is known. Before: 1/7 whatever the GPU."""
     assert compute_share("1g.24gb", product) == share
     assert compute_share("2g.12gb", "NVIDIA A30") == (2, 4)
+
+
+def test_a_gh200_is_not_taken_for_an_h200() -> None:
+    """The H200's pattern had no word boundary, so "NVIDIA GH200 480GB" (whose 96 GB
+    profiles are 3g.48gb...) got the H200's table: a 3g.48gb request pending there was
+    told no model has it and to ask for an H200 profile the GH200 does not offer."""
+    assert profiles_for_product("NVIDIA GH200 480GB") is None  # not in the table: allowed
+    assert not_offered("3g.48gb", ["NVIDIA GH200 480GB"]) is None
+    assert profiles_for_product("NVIDIA H200 NVL") == profiles_for_product("NVIDIA H200")
+    assert profiles_for_product("NVIDIA RTX A3000 Laptop GPU") is None  # not an A30
