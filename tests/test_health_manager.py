@@ -27,22 +27,28 @@ P = "swarmgpu."
 
 
 def _node(labels: dict[str, str] | None = None) -> SwarmNode:
-    return SwarmNode("n1", "gpu-node-1", "10.0.0.1", "worker", "ready", "active",
-                     labels or {}, {}, 1, {}, {})
+    return SwarmNode(
+        "n1", "gpu-node-1", "10.0.0.1", "worker", "ready", "active", labels or {}, {}, 1, {}, {}
+    )
 
 
 def _facts(h0: HealthSignals | None = None, h1: HealthSignals | None = None) -> NodeFacts:
-    return NodeFacts("gpu-node-1", gpus=(
-        Gpu(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", 81920, health=h0 or HealthSignals()),
-        Gpu(1, "GPU-bbbb", "NVIDIA A100-SXM4-80GB", 81920, health=h1 or HealthSignals())))
+    return NodeFacts(
+        "gpu-node-1",
+        gpus=(
+            Gpu(0, "GPU-aaaa", "NVIDIA A100-SXM4-80GB", 81920, health=h0 or HealthSignals()),
+            Gpu(1, "GPU-bbbb", "NVIDIA A100-SXM4-80GB", 81920, health=h1 or HealthSignals()),
+        ),
+    )
 
 
 def _res(f: NodeFacts) -> dict[str, FactsResult]:
     return {"n1": FactsResult("n1", "gpu-node-1", "", f, None, 0.0)}
 
 
-def _apply(book: HealthBook, f: NodeFacts, now: float,
-           labels: dict[str, str] | None = None) -> NodeFacts:
+def _apply(
+    book: HealthBook, f: NodeFacts, now: float, labels: dict[str, str] | None = None
+) -> NodeFacts:
     out = book.apply([_node(labels)], _res(f), now=now)["n1"].facts
     assert out is not None
     return out
@@ -65,8 +71,10 @@ def test_failed_gpu_is_unhealthy_in_the_cycle_facts_and_counted() -> None:
     assert 'swarmgpu_gpus_by_health{level="failed"} 1.0' in text
     assert 'swarmgpu_gpus_by_health{level="degraded"} 1.0' in text
     rows = book.view(now=160)
-    assert [(r["gpu"], r["level"], r["for_s"]) for r in rows] == [(0, "failed", 60.0),
-                                                                   (1, "degraded", 60.0)]
+    assert [(r["gpu"], r["level"], r["for_s"]) for r in rows] == [
+        (0, "failed", 60.0),
+        (1, "degraded", 60.0),
+    ]
     # The agent reads it fine again (a fresh read lists the same old event): still failed
     # within the clean window, so the label does not flap.
     for t in (130, 400, 699):
@@ -78,10 +86,13 @@ def test_failed_gpu_is_unhealthy_in_the_cycle_facts_and_counted() -> None:
 
 def test_lost_gpu_fails_and_application_xid_changes_nothing() -> None:
     book = HealthBook(HealthConfig(), P)
-    lost = replace(_facts(), gpus=(replace(_facts().gpus[0], healthy=False,
-                                           error="nvmlDeviceGetUUID: GPU is lost"),
-                                   replace(_facts().gpus[1], health=HealthSignals(
-                                       xid_events=(XidEvent(13, 5.0),)))))
+    lost = replace(
+        _facts(),
+        gpus=(
+            replace(_facts().gpus[0], healthy=False, error="nvmlDeviceGetUUID: GPU is lost"),
+            replace(_facts().gpus[1], health=HealthSignals(xid_events=(XidEvent(13, 5.0),))),
+        ),
+    )
     f = _apply(book, lost, 10)
     assert not f.gpus[0].healthy and "GPU lost" in (f.gpus[0].error or "")
     assert f.gpus[1] == lost.gpus[1]  # Xid 13: untouched
@@ -124,8 +135,7 @@ def test_saved_states_are_what_plan_status_and_audit_show(tmp_path: Path) -> Non
     assert hr[0]["health"].startswith("failed: Xid 79")
     snap = Snapshot([_node()], [], [], facts)
     found = [f for f in audit(snap, prefix=P) if f.kind.startswith("gpu-")]
-    assert [(f.kind, f.advisory) for f in found] == [("gpu-failed", False),
-                                                     ("gpu-degraded", True)]
+    assert [(f.kind, f.advisory) for f in found] == [("gpu-failed", False), ("gpu-degraded", True)]
     assert "suggested: reboot" in found[0].message
     (tmp_path / "gpu-health.json").write_text("{not json")
     broken = HealthBook(HealthConfig(), P)
@@ -172,6 +182,7 @@ def test_map_says_what_the_last_xid_means() -> None:
 
     def gm(x: float) -> GpuMetrics:
         return GpuMetrics("GPU-aaaa", values={"DCGM_FI_DEV_XID_ERRORS": x})
+
     assert xid_effect(gm(13)) == "none"  # the application's: a warning on the map
     assert xid_effect(gm(79)) == "fail" and xid_effect(gm(94)) == "degrade"
     assert xid_effect(gm(0)) is None and xid_effect(None) is None
@@ -183,9 +194,12 @@ def test_an_agent_cannot_fail_another_nodes_gpu() -> None:
     book = HealthBook(HealthConfig(), P)
     n2 = replace(_node(), id="n2", hostname="gpu-node-2")
     forged = _facts(h0=HealthSignals(xid_events=(XidEvent(79, 5.0),)))
-    facts = {**_res(_facts()),
-             "n2": FactsResult("n2", "gpu-node-2", "", replace(forged, hostname="gpu-node-2"),
-                               None, 0.0)}
+    facts = {
+        **_res(_facts()),
+        "n2": FactsResult(
+            "n2", "gpu-node-2", "", replace(forged, hostname="gpu-node-2"), None, 0.0
+        ),
+    }
     out = book.apply([_node(), n2], facts, now=5)
     n1_facts, n2_facts = out["n1"].facts, out["n2"].facts
     assert n1_facts is not None and n2_facts is not None
@@ -232,3 +246,38 @@ def test_a_damaged_saved_state_drops_that_gpu_never_the_daemon(tmp_path: Path) -
     again = HealthBook(HealthConfig(), P)
     again.load(str(tmp_path))
     assert set(again.states) == set(good) and set(again.where) == set(good)
+
+
+def test_an_agent_clock_ahead_does_not_hide_later_xids(tmp_path: Path) -> None:
+    """An agent whose clock ran an hour ahead dated its XID an hour in the future; that
+    time became the mark below which no XID counted, so after its clock was put right a
+    real XID 79 was ignored for that hour. The daemon's own clock bounds the mark: the
+    future-dated event counts once, and a later one counts at once, across a restart."""
+    book = HealthBook(HealthConfig(clean_window_s=600), P)
+    ahead = XidEvent(92, 100.0 + 3600)  # high single-bit ECC rate: degraded
+    f = _apply(book, _facts(h0=HealthSignals(xid_events=(ahead,))), 100)
+    assert f.gpus[0].error is not None and "degraded: Xid 92" in f.gpus[0].error
+    book.save(str(tmp_path))
+    book = HealthBook(HealthConfig(clean_window_s=600), P)
+    book.load(str(tmp_path))
+    f = _apply(book, _facts(h0=HealthSignals(xid_events=(ahead,))), 400)
+    assert f.gpus[0].error is not None  # listed again, counted once: the window runs
+    f = _apply(book, _facts(h0=HealthSignals(xid_events=(ahead,))), 700)
+    assert f.gpus[0].error is None  # clean for 600 s since it was seen
+    # The agent's clock is put right; the GPU falls off the bus.
+    later = HealthSignals(xid_events=(ahead, XidEvent(79, 800.0)))
+    f = _apply(book, _facts(h0=later), 801)
+    assert not f.gpus[0].healthy and f.gpus[0].error is not None
+    assert "failed: Xid 79" in f.gpus[0].error
+    # The remembered event is saved; a state of an earlier version (none) still loads.
+    book.save(str(tmp_path))
+    path = tmp_path / "gpu-health.json"
+    saved = json.loads(path.read_text())["n1/GPU-aaaa"]
+    assert saved["xid_ahead"] == [[92, 3700.0]]
+    older = {k: v for k, v in saved.items() if k != "xid_ahead"}
+    path.write_text(
+        json.dumps({"n1/GPU-aaaa": older, "n1/GPU-bad": {**saved, "xid_ahead": [["92", 1.0]]}})
+    )
+    again = HealthBook(HealthConfig(), P)
+    again.load(str(tmp_path))
+    assert list(again.states) == ["n1/GPU-aaaa"]

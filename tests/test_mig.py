@@ -13,6 +13,7 @@ from swarmgpu.core.migprofile import (
     compute_share,
     known_profiles,
     normalize_profile,
+    not_offered,
     profiles_for_product,
 )
 from swarmgpu.core.model import Gpu, MigDevice
@@ -84,15 +85,30 @@ def _dev(profile: str, uuid: str, mib: int) -> MigDevice:
 
 # Two A100-40GB in the all-balanced layout, plus a GPU without MIG.
 BALANCED = (
-    _dev("3g.20gb", "MIG-a3", 20096), _dev("2g.10gb", "MIG-a2", 9984),
-    _dev("1g.5gb", "MIG-a1x", 4864), _dev("1g.5gb", "MIG-a1y", 4864),
+    _dev("3g.20gb", "MIG-a3", 20096),
+    _dev("2g.10gb", "MIG-a2", 9984),
+    _dev("1g.5gb", "MIG-a1x", 4864),
+    _dev("1g.5gb", "MIG-a1y", 4864),
 )
 NODE = (
-    Gpu(index=0, uuid="GPU-0", product="A100-SXM4-40GB", memory_mib=40960, mig_enabled=True,
-        mig_devices=BALANCED),
-    Gpu(index=1, uuid="GPU-1", product="A100-SXM4-40GB", memory_mib=40960, mig_enabled=True,
-        mig_devices=tuple(_dev(d.profile, d.uuid.replace("-a", "-b"), d.memory_mib)
-                          for d in BALANCED)),
+    Gpu(
+        index=0,
+        uuid="GPU-0",
+        product="A100-SXM4-40GB",
+        memory_mib=40960,
+        mig_enabled=True,
+        mig_devices=BALANCED,
+    ),
+    Gpu(
+        index=1,
+        uuid="GPU-1",
+        product="A100-SXM4-40GB",
+        memory_mib=40960,
+        mig_enabled=True,
+        mig_devices=tuple(
+            _dev(d.profile, d.uuid.replace("-a", "-b"), d.memory_mib) for d in BALANCED
+        ),
+    ),
     Gpu(index=2, uuid="GPU-2", product="A100-SXM4-40GB", memory_mib=40960),
 )
 
@@ -120,16 +136,27 @@ def test_pick(profile: str, assigned: set[str], want: MigChoice | MigMissReason)
 def test_pick_without_mig_and_unhealthy() -> None:
     miss = pick_mig_device(NODE[2:], "1g.5gb", ())
     assert isinstance(miss, MigMiss) and miss.reason is MigMissReason.NO_MIG_DEVICES
-    sick = (Gpu(index=0, uuid="GPU-0", product="A100", memory_mib=1, healthy=False,
-                mig_devices=BALANCED),)
+    sick = (
+        Gpu(
+            index=0, uuid="GPU-0", product="A100", memory_mib=1, healthy=False, mig_devices=BALANCED
+        ),
+    )
     miss = pick_mig_device(sick, "1g.5gb", ())
     assert isinstance(miss, MigMiss) and miss.reason is MigMissReason.NO_MIG_DEVICES
     with pytest.raises(MigProfileError):
         pick_mig_device(NODE, "huge", ())
 
 
-@pytest.mark.parametrize("product", ["NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3",
-                                     "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA A30"])
+@pytest.mark.parametrize(
+    "product",
+    [
+        "NVIDIA A100-SXM4-40GB",
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA H100 NVL",
+        "NVIDIA H200",
+        "NVIDIA A30",
+    ],
+)
 def test_a_profile_is_its_compute_slices_of_its_gpus(product: str) -> None:
     """What a queue counts a MIG device as (placement.queues): its slices over its GPU's,
     7, or 4 on an A30; each model's largest profile is its whole GPU."""
@@ -142,16 +169,30 @@ def test_a_profile_is_its_compute_slices_of_its_gpus(product: str) -> None:
     assert compute_share("3g.40gb") == (3, 7) and compute_share("MIG-2g.48gb") == (2, 4)
 
 
-@pytest.mark.parametrize(("product", "share"), [
-    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", (1, 4)),
-    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", (1, 4)),
-    ("NVIDIA H100 NVL", (1, 7)),
-    ("NVIDIA GeForce RTX 9999", (1, 7)),  # a model the table does not know: the profile's
-    (None, (1, 7)),
-])
-def test_1g_24gb_is_a_share_of_the_gpu_it_is_on(product: str | None,
-                                                  share: tuple[int, int]) -> None:
+@pytest.mark.parametrize(
+    ("product", "share"),
+    [
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", (1, 4)),
+        ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", (1, 4)),
+        ("NVIDIA H100 NVL", (1, 7)),
+        ("NVIDIA GeForce RTX 9999", (1, 7)),  # a model the table does not know: the profile's
+        (None, (1, 7)),
+    ],
+)
+def test_1g_24gb_is_a_share_of_the_gpu_it_is_on(
+    product: str | None, share: tuple[int, int]
+) -> None:
     """Plain 1g.24gb exists on the H100 NVL (7 slices) and the RTX PRO 6000 (4): the GPU's
     model decides where it is known. Before: 1/7 whatever the GPU."""
     assert compute_share("1g.24gb", product) == share
     assert compute_share("2g.12gb", "NVIDIA A30") == (2, 4)
+
+
+def test_a_gh200_is_not_taken_for_an_h200() -> None:
+    """The H200's pattern had no word boundary, so "NVIDIA GH200 480GB" (whose 96 GB
+    profiles are 3g.48gb...) got the H200's table: a 3g.48gb request pending there was
+    told no model has it and to ask for an H200 profile the GH200 does not offer."""
+    assert profiles_for_product("NVIDIA GH200 480GB") is None  # not in the table: allowed
+    assert not_offered("3g.48gb", ["NVIDIA GH200 480GB"]) is None
+    assert profiles_for_product("NVIDIA H200 NVL") == profiles_for_product("NVIDIA H200")
+    assert profiles_for_product("NVIDIA RTX A3000 Laptop GPU") is None  # not an A30

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -10,7 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from loguru import logger
 
+from swarmgpu.core import sdnotify
 from swarmgpu.core.config import Config, describe_defaults, load_config
 from swarmgpu.manager import daemon
 
@@ -20,7 +23,8 @@ BINARY = "/usr/local/bin/swarmgpu"
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(
     SYSTEMD_ANALYZE is None,
-    reason="systemd-analyze is not installed (apt-get install systemd); .ci/run installs it")
+    reason="systemd-analyze is not installed (apt-get install systemd); .ci/run installs it",
+)
 
 
 def settings(unit: str) -> dict[str, list[str]]:
@@ -70,7 +74,6 @@ def test_agent_unit_notify_watchdog_and_restart() -> None:
 def test_the_real_agent_speaks_the_notify_protocol(tmp_path: Path) -> None:
     """`swarmgpu agent` as systemd starts it (NOTIFY_SOCKET, WATCHDOG_USEC): READY=1
     once listening with facts read, WATCHDOG=1 after each read, STOPPING=1 on SIGTERM."""
-    import os
     import sys
     import time
 
@@ -81,10 +84,28 @@ def test_the_real_agent_speaks_the_notify_protocol(tmp_path: Path) -> None:
     topo = REPO / "tests" / "fixtures" / "topology" / "topo_pcie_8x_rtx4090_pix_sys.txt"
     env = {**os.environ, "NOTIFY_SOCKET": addr, "WATCHDOG_USEC": "90000000"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "swarmgpu.cli", "agent", "--source", f"topo:{topo}",
-         "--product", "NVIDIA GeForce RTX 4090", "--memory-mib", "24564",
-         "--listen", "127.0.0.1:0", "--refresh-s", "0.5", "--identity", "none"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "swarmgpu.cli",
+            "agent",
+            "--source",
+            f"topo:{topo}",
+            "--product",
+            "NVIDIA GeForce RTX 4090",
+            "--memory-mib",
+            "24564",
+            "--listen",
+            "127.0.0.1:0",
+            "--refresh-s",
+            "0.5",
+            "--identity",
+            "none",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         got = [sock.recv(64).decode() for _ in range(4)]
         assert got[0] == "READY=1", got
@@ -104,9 +125,14 @@ def test_the_real_agent_speaks_the_notify_protocol(tmp_path: Path) -> None:
 @pytest.mark.parametrize("unit", ["swarmgpu.service", "swarmgpu-agent.service"])
 def test_units_are_hardened(unit: str) -> None:
     s = settings(unit)
-    for key, value in {"NoNewPrivileges": "yes", "ProtectSystem": "strict",
-                       "ProtectHome": "yes", "PrivateTmp": "yes", "DynamicUser": "yes",
-                       "CapabilityBoundingSet": ""}.items():
+    for key, value in {
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "DynamicUser": "yes",
+        "CapabilityBoundingSet": "",
+    }.items():
         assert s.get(key) == [value], f"{unit}: {key}={value} expected, got {s.get(key)}"
 
 
@@ -126,16 +152,25 @@ def _verifiable_copies(tmp_path: Path) -> list[Path]:
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     units = _verifiable_copies(tmp_path)
     assert SYSTEMD_ANALYZE
-    r = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", *map(str, units)],
-                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    r = subprocess.run(
+        [SYSTEMD_ANALYZE, "verify", "--man=no", *map(str, units)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "swarmgpu" not in r.stderr, r.stderr  # no warnings about our units
 
 
 def _docs_token_drop_in() -> str:
     doc = (REPO / "docs" / "systemd.md").read_text()
-    m = re.search(r"```ini\n(# /etc/systemd/system/swarmgpu\.service\.d/http-token\.conf\n"
-                  r".*?)```", doc, re.DOTALL)
+    m = re.search(
+        r"```ini\n(# /etc/systemd/system/swarmgpu\.service\.d/http-token\.conf\n"
+        r".*?)```",
+        doc,
+        re.DOTALL,
+    )
     assert m, "docs/systemd.md: the http-token drop-in"
     return m.group(1)
 
@@ -143,8 +178,11 @@ def _docs_token_drop_in() -> str:
 def test_the_docs_token_drop_in_gives_the_daemon_its_credential() -> None:
     """docs/systemd.md, "Token files": the variable the drop-in sets is the one the
     config reads for http.token_file, and it names the credential the drop-in loads."""
-    lines = dict(line.split("=", 1) for line in _docs_token_drop_in().splitlines()
-                 if "=" in line and not line.startswith("#"))
+    lines = dict(
+        line.split("=", 1)
+        for line in _docs_token_drop_in().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
     cred, _, source = lines["LoadCredential"].partition(":")
     var, _, path = lines["Environment"].partition("=")
     assert source.startswith("/etc/swarmgpu/") and path == f"%d/{cred}", lines
@@ -158,8 +196,13 @@ def test_the_docs_token_drop_in_verifies_with_the_unit(tmp_path: Path) -> None:
     assert SYSTEMD_ANALYZE
     unit = _verifiable_copies(tmp_path)[0]
     unit.write_text(unit.read_text() + "\n" + _docs_token_drop_in())
-    r = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)],
-                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    r = subprocess.run(
+        [SYSTEMD_ANALYZE, "verify", "--man=no", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "swarmgpu" not in r.stderr, r.stderr  # e.g. "Failed to resolve specifiers"
 
@@ -168,8 +211,13 @@ def test_the_docs_token_drop_in_verifies_with_the_unit(tmp_path: Path) -> None:
 def test_systemd_analyze_security_exposure(tmp_path: Path) -> None:
     assert SYSTEMD_ANALYZE
     for unit in _verifiable_copies(tmp_path):
-        r = subprocess.run([SYSTEMD_ANALYZE, "security", "--offline=yes", str(unit)],
-                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        r = subprocess.run(
+            [SYSTEMD_ANALYZE, "security", "--offline=yes", str(unit)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
         if "--offline" in r.stderr and r.returncode != 0:
             pytest.skip(f"this systemd-analyze has no --offline: {r.stderr.strip()}")
         m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", r.stdout)
@@ -190,8 +238,9 @@ def test_example_config_is_every_default() -> None:
     assert keys(yaml.safe_load(path.read_text())) == keys(yaml.safe_load(describe_defaults()))
 
 
-def test_sd_notify_reaches_the_notify_socket(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sd_notify_reaches_the_notify_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # What Type=notify and WatchdogSec= rely on: the datagrams the daemon sends.
     addr = str(tmp_path / "notify")
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
@@ -205,8 +254,9 @@ def test_sd_notify_reaches_the_notify_socket(tmp_path: Path,
     assert not daemon.sd_notify("READY=1")
 
 
-def test_sd_notify_refuses_a_relative_notify_socket(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sd_notify_refuses_a_relative_notify_socket(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """systemd's sd_notify takes only an absolute path or an '@' abstract name (anything
     else is EINVAL): a relative NOTIFY_SOCKET was connected to from the working
     directory, READY=1 and WATCHDOG=1 sent to whatever socket had that name there."""
@@ -219,3 +269,47 @@ def test_sd_notify_refuses_a_relative_notify_socket(tmp_path: Path,
             assert not daemon.sd_notify("READY=1"), addr
         with pytest.raises(BlockingIOError):
             s.recv(64)
+
+
+def test_sd_notify_that_cannot_send_says_why_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """READY=1 that cannot be sent (the socket gone, not reachable from here) was silent:
+    every caller ignores the False, so systemd timed the start out and the log never said
+    why. It is said once, naming NOTIFY_SOCKET and the OS error, not at each WATCHDOG=1;
+    a NOTIFY_SOCKET systemd would refuse is said once the same way."""
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        gone = str(tmp_path / "gone")
+        monkeypatch.setenv("NOTIFY_SOCKET", gone)
+        assert not sdnotify.sd_notify("READY=1")
+        for _ in range(3):
+            assert not sdnotify.sd_notify("WATCHDOG=1")
+        assert len(lines) == 1, lines
+        assert gone in lines[0] and "NOTIFY_SOCKET" in lines[0]
+        assert "ENOENT" in lines[0] and "READY=1" in lines[0]
+        monkeypatch.setenv("NOTIFY_SOCKET", "notify")
+        for _ in range(3):
+            assert not sdnotify.sd_notify("WATCHDOG=1")
+        assert len(lines) == 2 and "'notify'" in lines[1] and "absolute path" in lines[1]
+    finally:
+        logger.remove(sink)
+
+
+def test_watchdog_is_ours_only_as_libsystemd_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As sd_watchdog_enabled: WATCHDOG_USEC=0 is no watchdog (it was 0 s, warned as too
+    short), and a WATCHDOG_PID that is not our PID (or no PID) means the watchdog is
+    another process's (its WatchdogSec= was checked as ours)."""
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    monkeypatch.setenv("WATCHDOG_USEC", "90000000")
+    assert sdnotify.watchdog_s() == 90.0
+    for usec in ("0", str(2**64 - 1), "-5", "9x", ""):
+        monkeypatch.setenv("WATCHDOG_USEC", usec)
+        assert sdnotify.watchdog_s() is None, usec
+    monkeypatch.setenv("WATCHDOG_USEC", "90000000")
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    assert sdnotify.watchdog_s() == 90.0
+    for pid in (str(os.getpid() + 1), "0", "me", ""):
+        monkeypatch.setenv("WATCHDOG_PID", pid)
+        assert sdnotify.watchdog_s() is None, pid

@@ -46,20 +46,28 @@ _OF_FOUR_SLICES: frozenset[str] = frozenset(_FOUR_SLICES_TEXT.split())
 # Compute slices of a whole GPU, per MIG-capable GPU model (matched on the product name).
 _SLICES_BY_PRODUCT: tuple[tuple[re.Pattern[str], int], ...] = (
     (re.compile(r"\ba30\b|rtx[ -]?pro[ -]?6000", re.IGNORECASE), 4),
-    (re.compile(r"\b(?:a100|a800|h100|h800|h200|h20|gh200|b200|b300|gb200|gb300)\b",
-                re.IGNORECASE), 7),
+    (
+        re.compile(
+            r"\b(?:a100|a800|h100|h800|h200|h20|gh200|b200|b300|gb200|gb300)\b", re.IGNORECASE
+        ),
+        7,
+    ),
 )
 
 # Profiles per GPU model, for the models whose MIG layouts are documented in the MIG user
-# guide and mig-parted (matched on the product name, spaces and dashes alike).
+# guide and mig-parted (matched on the product name, spaces and dashes alike). The model
+# is a whole word: "h200" alone took the GH200 (96 or 144 GB: other profiles) for an H200.
 _BY_PRODUCT: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
     (re.compile(pat, re.IGNORECASE), frozenset(profiles.split()))
     for pat, profiles in (
-        (r"a[18]00.*40gb", "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb"),
-        (r"(a[18]00|h[18]00).*80gb", "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb"),
-        (r"h[18]00.*nvl", "1g.12gb 1g.12gb+me 1g.24gb 2g.24gb 3g.47gb 4g.47gb 7g.94gb"),
-        (r"h200", "1g.18gb 1g.18gb+me 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb"),
-        (r"a30", "1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb"),
+        (r"\ba[18]00\b.*40gb", "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb"),
+        (
+            r"\b(a[18]00|h[18]00)\b.*80gb",
+            "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb",
+        ),
+        (r"\bh[18]00\b.*nvl", "1g.12gb 1g.12gb+me 1g.24gb 2g.24gb 3g.47gb 4g.47gb 7g.94gb"),
+        (r"\bh200\b", "1g.18gb 1g.18gb+me 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb"),
+        (r"\ba30\b", "1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb"),
     )
 )
 
@@ -137,8 +145,7 @@ def compute_share(profile: str, product: str | None = None) -> tuple[int, int]:
     name newer than the table taken as a 7-slice GPU's."""
     name = canonical_profile(profile)
     m = _PROFILE_RE.match(name)
-    total = (gpu_slices(product) if product else None) or (
-        4 if name in _OF_FOUR_SLICES else 7)
+    total = (gpu_slices(product) if product else None) or (4 if name in _OF_FOUR_SLICES else 7)
     return (min(int(m["g"]), total) if m else total), total
 
 

@@ -70,8 +70,9 @@ def operator_key(prefix: str, uuid: str) -> str:
 
 
 class HealthBook:
-    def __init__(self, cfg: HealthConfig, prefix: str,
-                 registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, cfg: HealthConfig, prefix: str, registry: CollectorRegistry | None = None
+    ) -> None:
         self.policy = HealthPolicy(cfg.clean_window_s, cfg.flap_window_s, cfg.max_backoff)
         self.prefix = prefix
         self.states: dict[str, GpuState] = {}
@@ -86,12 +87,20 @@ class HealthBook:
         # node id -> uuid -> signals from a metrics page (dcgm-exporter) for GPUs whose
         # facts carry none (an agent on gfd: or topo:): ``feed_metrics``.
         self.scraped: dict[str, dict[str, HealthSignals]] = {}
-        self.gauge = Gauge("swarmgpu_gpus_by_health", "GPUs by health state "
-                           "(healthy, degraded, failed; docs/health.md)", ["level"],
-                           registry=registry) if registry is not None else None
+        self.gauge = (
+            Gauge(
+                "swarmgpu_gpus_by_health",
+                "GPUs by health state (healthy, degraded, failed; docs/health.md)",
+                ["level"],
+                registry=registry,
+            )
+            if registry is not None
+            else None
+        )
 
-    def apply(self, nodes: Sequence[SwarmNode], facts: Mapping[str, FactsResult],
-              now: float | None = None) -> dict[str, FactsResult]:
+    def apply(
+        self, nodes: Sequence[SwarmNode], facts: Mapping[str, FactsResult], now: float | None = None
+    ) -> dict[str, FactsResult]:
         """This cycle's facts with each GPU's health state applied (node id -> result)."""
         now = time.time() if now is None else now
         scraped = self.scraped
@@ -103,11 +112,17 @@ class HealthBook:
             if res is None or res.facts is None:
                 continue
             seen.append((node, res, res.facts))
-            obs += [Observation(
-                _key(node.id, g.uuid),
-                assess(g.health if g.health is not None else scraped.get(node.id, {}).get(g.uuid),
-                       lost=None if g.healthy else (g.error or "unreadable")),
-                node.labels.get(operator_key(self.prefix, g.uuid), "")) for g in res.facts.gpus]
+            obs += [
+                Observation(
+                    _key(node.id, g.uuid),
+                    assess(
+                        g.health if g.health is not None else scraped.get(node.id, {}).get(g.uuid),
+                        lost=None if g.healthy else (g.error or "unreadable"),
+                    ),
+                    node.labels.get(operator_key(self.prefix, g.uuid), ""),
+                )
+                for g in res.facts.gpus
+            ]
         before = {o.uuid: self.states.get(o.uuid) for o in obs}
         # One step for the cycle: a step per node copied every state once per node
         # (8 s a cycle at 5,000 nodes, benchmarks/bench_scale.py).
@@ -122,8 +137,12 @@ class HealthBook:
             self.nodes[node.id] = (node.hostname, n)
             if n.failed >= FAILING_NODE_GPUS > was_failed:  # said once, when it starts
                 logger.bind(node=node.hostname).warning(
-                    "node {} is failing: {} of {} GPUs failed ({})", node.hostname,
-                    n.failed, len(f.gpus), ", ".join(_uuid(k) for k in n.failed_uuids))
+                    "node {} is failing: {} of {} GPUs failed ({})",
+                    node.hostname,
+                    n.failed,
+                    len(f.gpus),
+                    ", ".join(_uuid(k) for k in n.failed_uuids),
+                )
             marked = self._marked(node.id, f)
             out[node.id] = res if marked is f else replace(res, facts=marked)
         self._prune({n.id for n in nodes}, seen)
@@ -137,8 +156,9 @@ class HealthBook:
                 self.gauge.labels(level=str(lv)).set(count[lv])
         return out
 
-    def _prune(self, live: set[str],
-               seen: Sequence[tuple[SwarmNode, FactsResult, NodeFacts]]) -> None:
+    def _prune(
+        self, live: set[str], seen: Sequence[tuple[SwarmNode, FactsResult, NodeFacts]]
+    ) -> None:
         """Forget the states of nodes Swarm no longer lists (a replaced node joins under a
         new ID), and of GPUs a node's agent no longer lists that hold nothing to remember;
         those that do (failed, flapping, XIDs counted: no news is not good news) are kept
@@ -153,7 +173,12 @@ class HealthBook:
             if nid not in live:
                 drop.add(k)
             elif nid in read and k not in listed:
-                if st.level is Level.HEALTHY and not st.failures and not st.xid_seen_until:
+                if (
+                    st.level is Level.HEALTHY
+                    and not st.failures
+                    and not st.xid_seen_until
+                    and not st.xid_ahead
+                ):
                     drop.add(k)
                 else:
                     remembered.setdefault(nid, []).append(k)
@@ -173,9 +198,11 @@ class HealthBook:
         next ``apply``: a GPU whose facts carry no health signals is judged by them (a node
         that runs dcgm-exporter beside an agent on gfd: or topo:). A page counts for the
         node it was scraped from, and only for the GPUs that node's facts list."""
-        self.scraped = {nid: got for nid, page in pages.items()
-                        if (got := {u: h for u, m in page.items()
-                                    if (h := m.health()) is not None})}
+        self.scraped = {
+            nid: got
+            for nid, page in pages.items()
+            if (got := {u: h for u, m in page.items() if (h := m.health()) is not None})
+        }
 
     def _marked(self, node_id: str, f: NodeFacts) -> NodeFacts:
         if all(self.states[_key(node_id, g.uuid)].level is Level.HEALTHY for g in f.gpus):
@@ -190,12 +217,18 @@ class HealthBook:
             # Hysteresis decides, not this read: a GPU lost a moment ago that reads
             # again stays failed (healthy=False) until its clean window has passed.
             note = f"{_OWN_ERROR}{st.level}: {st.reason} (suggested: {st.action})"
-            gpus.append(replace(g, healthy=st.level is not Level.FAILED,
-                                error="; ".join(x for x in (note, raw) if x)))
+            gpus.append(
+                replace(
+                    g,
+                    healthy=st.level is not Level.FAILED,
+                    error="; ".join(x for x in (note, raw) if x),
+                )
+            )
         return replace(f, gpus=tuple(gpus))
 
-    def _log_change(self, host: str, g: Gpu, old: GpuState | None, new: GpuState,
-                    now: float) -> None:
+    def _log_change(
+        self, host: str, g: Gpu, old: GpuState | None, new: GpuState, now: float
+    ) -> None:
         was = old.level if old is not None else Level.HEALTHY
         if new.level is was:
             return
@@ -203,8 +236,14 @@ class HealthBook:
         if new.level is Level.HEALTHY:
             log.info("GPU {} on {} is healthy again: {}", g.index, host, new.reason)
         else:
-            log.warning("GPU {} on {} is {}: {} (suggested action: {})", g.index, host,
-                        new.level, new.reason, new.action)
+            log.warning(
+                "GPU {} on {} is {}: {} (suggested action: {})",
+                g.index,
+                host,
+                new.level,
+                new.reason,
+                new.action,
+            )
 
     # --- persistence: the daemon saves each cycle; plan/status/audit read it -------------
     def save(self, state_dir: str) -> None:
@@ -216,8 +255,10 @@ class HealthBook:
             return
         d = Path(state_dir)
         d.mkdir(parents=True, exist_ok=True)
-        data = {u: {**st.to_saved(), "where": list(self.where.get(u, ("", -1)))}
-                for u, st in self.states.items()}
+        data = {
+            u: {**st.to_saved(), "where": list(self.where.get(u, ("", -1)))}
+            for u, st in self.states.items()
+        }
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".gpu-health.", suffix=".tmp")
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=1, sort_keys=True)
@@ -258,9 +299,14 @@ class HealthBook:
         return sorted(h for h, n in self.nodes.values() if n.failed >= min_failed)
 
 
-def apply_saved(snap_nodes: Sequence[SwarmNode], facts: dict[str, FactsResult],
-                cfg: HealthConfig, prefix: str, state_dir: str,
-                now: float | None = None) -> list[dict[str, Any]]:
+def apply_saved(
+    snap_nodes: Sequence[SwarmNode],
+    facts: dict[str, FactsResult],
+    cfg: HealthConfig,
+    prefix: str,
+    state_dir: str,
+    now: float | None = None,
+) -> list[dict[str, Any]]:
     """For plan, status and audit (their own snapshot): the daemon's saved states applied
     to ``facts`` in place, so they show and plan what the daemon does; not saved back.
     Returns the rows of GPUs not healthy."""
@@ -275,7 +321,7 @@ def level_of(g: Gpu) -> tuple[Level, str]:
     ("failed: <reason> (suggested: <action>)"); a GPU unhealthy without our note (facts
     not run through the book) counts as failed with the agent's error."""
     if g.error and g.error.startswith(_OWN_ERROR):
-        text = g.error.split("; ")[0][len(_OWN_ERROR):]
+        text = g.error.split("; ")[0][len(_OWN_ERROR) :]
         name = text.partition(":")[0]
         if name in {str(lv) for lv in Level}:
             return Level(name), text
@@ -289,8 +335,14 @@ def health_rows(facts: Mapping[str, FactsResult]) -> list[dict[str, Any]]:
     GPU, UUID and the text (level, reason, suggested action), for plan's output."""
     rows = []
     for res in facts.values():
-        for g in (res.facts.gpus if res.facts is not None else ()):
+        for g in res.facts.gpus if res.facts is not None else ():
             if g.error and g.error.startswith(_OWN_ERROR):
-                rows.append({"node": res.hostname, "gpu": g.index, "uuid": g.uuid,
-                             "health": g.error.split("; ")[0][len(_OWN_ERROR):]})
+                rows.append(
+                    {
+                        "node": res.hostname,
+                        "gpu": g.index,
+                        "uuid": g.uuid,
+                        "health": g.error.split("; ")[0][len(_OWN_ERROR) :],
+                    }
+                )
     return sorted(rows, key=lambda r: (str(r["node"]), int(r["gpu"])))
