@@ -134,6 +134,8 @@ def _dechunk(data: bytes, max_bytes: int) -> bytes | None:
         start = eol + 2
         if len(data) < start + size + 2:
             return None
+        if data[start + size:start + size + 2] != b"\r\n":  # RFC 9112 7.1: data, CRLF
+            raise FetchError("sent a chunk not followed by CRLF (its size is wrong)")
         out += data[start:start + size]
         if len(out) > max_bytes:
             raise FetchError(f"sent more than {max_bytes} bytes")

@@ -1,0 +1,69 @@
+"""The daemon's bounded GET to agents (``boundedhttp``) framed as RFC 9112 says.
+
+Each test answers one request from a loopback socket with bytes written by hand: the
+framings honest servers use are read, and anything two readers could frame apart (a
+chunk without its CRLF, two lengths, a coding not asked for) is refused, named.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from support.gpu_nodes import RTX4090
+
+from swarmgpu.core.config import AgentsConfig
+from swarmgpu.manager.nodes import boundedhttp
+from swarmgpu.manager.nodes.agent_client import fetch_facts
+from swarmgpu.swarm.client import SwarmNode
+
+GOOD = json.dumps(RTX4090.facts().to_dict()).encode()
+
+
+@pytest.fixture
+def answer() -> Iterator[Callable[[bytes], int]]:
+    """A port whose one connection gets ``raw`` after the request, then is closed."""
+    socks: list[socket.socket] = []
+
+    def start(raw: bytes) -> int:
+        srv = socket.create_server(("127.0.0.1", 0))
+        socks.append(srv)
+
+        def serve() -> None:
+            try:
+                conn, _ = srv.accept()
+                with conn:
+                    conn.settimeout(5)
+                    conn.recv(65536)
+                    conn.sendall(raw)
+            except OSError:
+                pass
+
+        threading.Thread(target=serve, daemon=True).start()
+        return int(srv.getsockname()[1])
+
+    yield start
+    for s in socks:
+        s.close()
+
+
+def get(port: int) -> boundedhttp.Fetched:
+    return boundedhttp.get(f"http://127.0.0.1:{port}/facts", timeout_s=3, max_bytes=1 << 20)
+
+
+def refused(port: int) -> str:
+    with pytest.raises(boundedhttp.FetchError) as exc:
+        get(port)
+    return str(exc.value)
+
+
+def test_a_chunk_not_followed_by_crlf_is_refused(answer: Callable[[bytes], int]) -> None:
+    """RFC 9112 7.1: chunk-data CRLF. Two bytes after a chunk were skipped unread,
+    whatever they were: a lying chunk size gave a body the sender did not frame."""
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    assert "chunk" in refused(answer(head + b"5\r\nhelloXY0\r\n\r\n"))
+    assert get(answer(head + b"5\r\nhello\r\n0\r\n\r\n")).body == b"hello"
