@@ -67,3 +67,33 @@ def test_a_chunk_not_followed_by_crlf_is_refused(answer: Callable[[bytes], int])
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
     assert "chunk" in refused(answer(head + b"5\r\nhelloXY0\r\n\r\n"))
     assert get(answer(head + b"5\r\nhello\r\n0\r\n\r\n")).body == b"hello"
+
+
+@pytest.mark.parametrize("fields", [
+    b"Content-Length: 2\r\nContent-Length: 5\r\n",
+    b"Transfer-Encoding: gzip, chunked\r\n",
+    b"Transfer-Encoding: chunked, gzip\r\n",
+    b"Transfer-Encoding: gzip\r\nContent-Length: 5\r\n",
+    b"Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n",
+    b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+])
+def test_an_answer_framed_two_ways_is_refused(answer: Callable[[bytes], int],
+                                              fields: bytes) -> None:
+    """RFC 9112 6.3: two Content-Lengths that differ are invalid framing; a transfer
+    coding other than chunked was never asked for (no TE header), and with a
+    Content-Length, Transfer-Encoding "ought to be handled as an error". The last
+    Content-Length won silently, 'gzip, chunked' gave the gzip bytes as the body, and
+    'gzip' with a length read the length."""
+    raw = b"HTTP/1.1 200 OK\r\n" + fields + b"\r\n5\r\nhello\r\n0\r\n\r\n"
+    assert "framed" in refused(answer(raw))
+
+
+def test_a_content_length_repeated_alike_or_a_lone_chunked_is_read(
+        answer: Callable[[bytes], int]) -> None:
+    """RFC 9110 8.6: the same length repeated MAY be read as one."""
+    ok = get(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"
+                    b"hello"))
+    assert ok.body == b"hello"
+    ok = get(answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n"
+                    b"5\r\nhello\r\n0\r\n\r\n"))
+    assert ok.body == b"hello"

@@ -101,17 +101,32 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
         name, sep, value = line.partition(b":")
         if not sep:
             raise FetchError("sent a malformed HTTP header")
-        headers[name.strip().decode("latin-1").lower()] = value.strip().decode("latin-1")
+        key, text = name.strip().decode("latin-1").lower(), value.strip().decode("latin-1")
+        # A field given twice is one list (RFC 9110 5.3): two lengths stay both seen.
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
     return int(parts[1]), headers
 
 
-def _content_length(headers: Mapping[str, str]) -> int | None:
-    raw = headers.get("content-length")
+def _framing(headers: Mapping[str, str]) -> tuple[bool, int | None]:
+    """(chunked, Content-Length) of a body, or FetchError where two readers could frame
+    it apart (RFC 9112 6.3): no transfer coding but chunked was asked for (no TE)."""
+    te, raw = headers.get("transfer-encoding"), headers.get("content-length")
+    if te is not None:
+        if [c.strip().lower() for c in te.split(",")] != ["chunked"]:
+            raise FetchError("sent a body framed with a transfer coding other than "
+                             "chunked, which was not asked for")
+        if raw is not None:
+            raise FetchError("sent a body framed two ways (Transfer-Encoding and "
+                             "Content-Length)")
+        return True, None
     if raw is None:
-        return None
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 15:
+        return False, None
+    values = {v.strip() for v in raw.split(",")}
+    if not all(v.isascii() and v.isdigit() and len(v) <= 15 for v in values):
         raise FetchError("sent a malformed Content-Length")
-    return int(raw)
+    if len(values) > 1:
+        raise FetchError("sent a body framed two ways (Content-Lengths that differ)")
+    return False, int(values.pop())
 
 
 def _dechunk(data: bytes, max_bytes: int) -> bytes | None:
@@ -312,8 +327,7 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
             body_at = end + 4
             if status != 200:  # the body of an error or redirect is never read
                 return Fetched(status, b"", peer_cn)
-            chunked = "chunked" in hdrs.get("transfer-encoding", "").lower()
-            length = None if chunked else _content_length(hdrs)
+            chunked, length = _framing(hdrs)
             if length is not None and length > max_bytes:
                 raise FetchError(f"sent more than {max_bytes} bytes")
         body = buf[body_at:]
