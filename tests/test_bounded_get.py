@@ -97,3 +97,16 @@ def test_a_content_length_repeated_alike_or_a_lone_chunked_is_read(
     ok = get(answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n"
                     b"5\r\nhello\r\n0\r\n\r\n"))
     assert ok.body == b"hello"
+
+
+def test_interim_1xx_answers_before_the_final_one_are_skipped(
+        answer: Callable[[bytes], int]) -> None:
+    """RFC 9110 15.2: a client MUST parse 1xx answers before the final one, even
+    unasked for (a proxy's 103 Early Hints). The first status line was taken as the
+    answer: 'agent answered HTTP 100'."""
+    raw = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+           b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+    got = get(answer(raw))
+    assert (got.status, got.body) == (200, b"hello")
+    endless = b"HTTP/1.1 100 Continue\r\n\r\n" * 5000
+    assert "headers" in refused(answer(endless))

@@ -300,6 +300,12 @@ def _looks_like_tls(data: bytes | bytearray) -> bool:
     return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03
 
 
+def _interim(head: bytes | bytearray) -> bool:
+    """A 1xx head other than 101 (no upgrade is asked for: a 101 is the answer)."""
+    status = _parse_head(bytes(head))[0]
+    return 100 <= status < 200 and status != 101
+
+
 def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
                    peer_cn: str | None) -> Fetched:
     buf = bytearray()
@@ -308,6 +314,7 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
     body_at = -1
     length: int | None = None
     chunked = False
+    interim = 0  # bytes of 1xx heads skipped
     while True:
         sock.settimeout(_left(deadline))
         chunk = sock.recv(READ_CHUNK)
@@ -315,8 +322,14 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
             buf += chunk
         if body_at < 0:
             end = _head_end(buf)
+            while end >= 0 and _interim(buf[:end]):
+                # RFC 9110 15.2: 1xx answers before the final one are read and skipped,
+                # even unasked for (a proxy's 103 Early Hints); they count as head bytes.
+                interim += end + 4
+                del buf[:end + 4]
+                end = _head_end(buf)
             if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
+                if len(buf) + interim > MAX_HEAD_BYTES:
                     raise FetchError(f"sent more than {MAX_HEAD_BYTES} bytes of headers")
                 if _looks_like_tls(buf):
                     raise FetchError("answered in TLS, not plain HTTP", kind=TLS_ANSWERED)
