@@ -69,16 +69,20 @@ def test_a_chunk_not_followed_by_crlf_is_refused(answer: Callable[[bytes], int])
     assert get(answer(head + b"5\r\nhello\r\n0\r\n\r\n")).body == b"hello"
 
 
-@pytest.mark.parametrize("fields", [
-    b"Content-Length: 2\r\nContent-Length: 5\r\n",
-    b"Transfer-Encoding: gzip, chunked\r\n",
-    b"Transfer-Encoding: chunked, gzip\r\n",
-    b"Transfer-Encoding: gzip\r\nContent-Length: 5\r\n",
-    b"Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n",
-    b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
-])
-def test_an_answer_framed_two_ways_is_refused(answer: Callable[[bytes], int],
-                                              fields: bytes) -> None:
+@pytest.mark.parametrize(
+    "fields",
+    [
+        b"Content-Length: 2\r\nContent-Length: 5\r\n",
+        b"Transfer-Encoding: gzip, chunked\r\n",
+        b"Transfer-Encoding: chunked, gzip\r\n",
+        b"Transfer-Encoding: gzip\r\nContent-Length: 5\r\n",
+        b"Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n",
+        b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+    ],
+)
+def test_an_answer_framed_two_ways_is_refused(
+    answer: Callable[[bytes], int], fields: bytes
+) -> None:
     """RFC 9112 6.3: two Content-Lengths that differ are invalid framing; a transfer
     coding other than chunked was never asked for (no TE header), and with a
     Content-Length, Transfer-Encoding "ought to be handled as an error". The last
@@ -89,24 +93,58 @@ def test_an_answer_framed_two_ways_is_refused(answer: Callable[[bytes], int],
 
 
 def test_a_content_length_repeated_alike_or_a_lone_chunked_is_read(
-        answer: Callable[[bytes], int]) -> None:
+    answer: Callable[[bytes], int],
+) -> None:
     """RFC 9110 8.6: the same length repeated MAY be read as one."""
-    ok = get(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n"
-                    b"hello"))
+    ok = get(answer(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello"))
     assert ok.body == b"hello"
-    ok = get(answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n"
-                    b"5\r\nhello\r\n0\r\n\r\n"))
+    ok = get(
+        answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+    )
     assert ok.body == b"hello"
 
 
 def test_interim_1xx_answers_before_the_final_one_are_skipped(
-        answer: Callable[[bytes], int]) -> None:
+    answer: Callable[[bytes], int],
+) -> None:
     """RFC 9110 15.2: a client MUST parse 1xx answers before the final one, even
     unasked for (a proxy's 103 Early Hints). The first status line was taken as the
     answer: 'agent answered HTTP 100'."""
-    raw = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
-           b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+    raw = (
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+    )
     got = get(answer(raw))
     assert (got.status, got.body) == (200, b"hello")
     endless = b"HTTP/1.1 100 Continue\r\n\r\n" * 5000
     assert "headers" in refused(answer(endless))
+
+
+def node(port: int) -> SwarmNode:
+    return SwarmNode(
+        "nid", RTX4090.hostname, "127.0.0.1", "worker", "ready", "active", {}, {}, 1, {}, {}
+    )
+
+
+def test_a_body_in_a_content_coding_not_asked_for_is_named_never_inflated(
+    answer: Callable[[bytes], int],
+) -> None:
+    """The GET asks for identity (RFC 9110 12.5.3). A gzipped answer (a proxy that
+    compresses, a bomb) was 'not JSON facts (not UTF-8)', which names nothing to fix;
+    it is refused naming the coding, and never inflated."""
+    bomb = gzip.compress(b" " * (64 << 20))
+    raw = (
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(bomb)
+        + bomb
+    )
+    port = answer(raw)
+    cfg = AgentsConfig(port=port, timeout_s=3, identity="none")
+    res = fetch_facts(node(port), cfg)
+    assert res.facts is None and "Content-Encoding" in (res.error or ""), res.error
+    ok = get(
+        answer(
+            b"HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(GOOD) + GOOD
+        )
+    )
+    assert ok.body == GOOD

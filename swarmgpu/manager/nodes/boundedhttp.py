@@ -341,6 +341,11 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
             if status != 200:  # the body of an error or redirect is never read
                 return Fetched(status, b"", peer_cn)
             chunked, length = _framing(hdrs)
+            # Accept-Encoding: identity was sent (RFC 9110 12.5.3); a coded body is never
+            # inflated (a bomb), and named: "not UTF-8" would name nothing to fix.
+            if hdrs.get("content-encoding", "identity").strip().lower() not in ("identity", ""):
+                raise FetchError("sent its body compressed (Content-Encoding), though asked "
+                                 "for identity: a proxy in between?")
             if length is not None and length > max_bytes:
                 raise FetchError(f"sent more than {max_bytes} bytes")
         body = buf[body_at:]
