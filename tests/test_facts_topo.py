@@ -92,6 +92,20 @@ def test_garbage_names_the_line(text: str, needle: str) -> None:
         parse_topo(text, where="t.txt")
 
 
+@pytest.mark.parametrize(("cell", "needle"), [
+    ("0\t\u00b2", "NUMA Affinity"),  # '²'.isdigit(), yet int() raises ValueError
+    ("0\t\u0663", "NUMA Affinity"),  # Arabic-Indic 3: int() read it as node 3
+    ("\u0660-\u0663\t0", "CPU Affinity"),  # the CPU list regex took any Unicode digit
+])
+def test_a_non_ascii_digit_in_an_affinity_column_names_the_line(cell: str, needle: str
+                                                                  ) -> None:
+    """nvidia-smi prints ASCII digits only. A superscript NUMA node crashed the parse
+    with a bare ValueError (not the source's error), other digits were read as numbers."""
+    text = f"\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t{cell}\n"
+    with pytest.raises(FactsError, match=f"t.txt:2: {needle}"):
+        parse_topo(text, where="t.txt")
+
+
 @pytest.mark.parametrize("path", ALL_TOPO, ids=lambda p: p.name)
 def test_topo_source_synthetic_uuids(path: Path) -> None:
     src = TopoSource(path, hostname="gpu-7", product="NVIDIA H100 80GB HBM3", memory_mib=81559)
