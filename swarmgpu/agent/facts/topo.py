@@ -109,6 +109,11 @@ def parse_topo(text: str, *, where: str = "topo") -> TopoMatrix:
         if norm[i][i] != "X":
             raise FactsError(f"{where}: GPU{i}/GPU{i} must be 'X', got {norm[i][i]!r}")
         for j in range(n):
+            if i != j and norm[i][j] == "X":
+                raise FactsError(
+                    f"{where}: GPU{i}/GPU{j} is 'X', which nvidia-smi prints "
+                    "only on the diagonal (a GPU with itself): is a cell shifted?"
+                )
             if norm[i][j] != norm[j][i]:
                 raise FactsError(
                     f"{where}: matrix not symmetric: GPU{i}/GPU{j}={norm[i][j]} but "
