@@ -92,6 +92,20 @@ def test_garbage_names_the_line(text: str, needle: str) -> None:
         parse_topo(text, where="t.txt")
 
 
+@pytest.mark.parametrize(("cell", "needle"), [
+    ("0\t\u00b2", "NUMA Affinity"),  # '²'.isdigit(), yet int() raises ValueError
+    ("0\t\u0663", "NUMA Affinity"),  # Arabic-Indic 3: int() read it as node 3
+    ("\u0660-\u0663\t0", "CPU Affinity"),  # the CPU list regex took any Unicode digit
+])
+def test_a_non_ascii_digit_in_an_affinity_column_names_the_line(cell: str, needle: str
+                                                                  ) -> None:
+    """nvidia-smi prints ASCII digits only. A superscript NUMA node crashed the parse
+    with a bare ValueError (not the source's error), other digits were read as numbers."""
+    text = f"\tGPU0\tCPU Affinity\tNUMA Affinity\nGPU0\t X \t{cell}\n"
+    with pytest.raises(FactsError, match=f"t.txt:2: {needle}"):
+        parse_topo(text, where="t.txt")
+
+
 @pytest.mark.parametrize("path", ALL_TOPO, ids=lambda p: p.name)
 def test_topo_source_synthetic_uuids(path: Path) -> None:
     src = TopoSource(path, hostname="gpu-7", product="NVIDIA H100 80GB HBM3", memory_mib=81559)
@@ -156,3 +170,16 @@ def test_a_capture_over_1_mib_is_refused_unread(tmp_path: Path) -> None:
     src = TopoSource(big, hostname="h", product="p", memory_mib=1)
     with pytest.raises(SourceError, match=r"topo\.txt is larger than 1 MiB; not read"):
         src.read()
+
+
+def test_an_x_off_the_diagonal_is_refused() -> None:
+    """nvidia-smi prints X for a GPU with itself only. An X between two GPUs (a capture
+    with shifted cells, a forged agent) was read as a link of score 0, silently."""
+    text = "\tGPU0\tGPU1\tGPU2\nGPU0\t X \t X \tNV4\nGPU1\t X \t X \tNV4\nGPU2\tNV4\tNV4\t X \n"
+    with pytest.raises(FactsError, match=r"GPU0/GPU1.*only on the diagonal"):
+        parse_topo(text, where="t.txt")
+    facts = TopoSource(FIX / "topology/topo_dgx_a100_nv12.txt", hostname="h",
+                       product="NVIDIA A100", memory_mib=40960).read().to_dict()
+    facts["links"][0][1] = facts["links"][1][0] = "X"
+    with pytest.raises(FactsError, match=r"links\[0\]\[1\].*only on the diagonal"):
+        NodeFacts.from_dict(facts)

@@ -38,6 +38,14 @@ def test_share_values_floor_so_shares_of_one_gpu_never_exceed_it() -> None:
     assert sum(int(share_values(333, 24564)["memory-mib"]) for _ in range(3)) <= 24564
 
 
+def test_a_share_whose_memory_rounds_to_nothing_is_capped_at_1_mib_never_unlimited() -> None:
+    """0.001 of a 512 MiB GPU is 0.5 MiB: the floor wrote memory-limit '0m', which
+    HAMi-core reads as no limit at all (as it would an SM limit of 0)."""
+    got = share_values(1, 512)
+    assert got["memory-limit"] == "1m" and got["memory-mib"] == "1", got
+    assert share_values(500, 1)["memory-limit"] == "1m"
+
+
 def test_whole_gpus_and_mig_get_no_share_labels() -> None:
     facts = DGX_A100.facts()
     g1 = facts.gpus[1].uuid

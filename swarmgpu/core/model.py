@@ -438,6 +438,9 @@ def _links_from(raw: Any, n: int, where: str) -> tuple[tuple[str, ...], ...]:
         if rows[i][i] != "X":
             raise FactsError(f"{where}[{i}][{i}]: the diagonal must be 'X'")
         for j in range(n):
+            if i != j and rows[i][j] == "X":  # a pair read as no link at all, silently
+                raise FactsError(f"{where}[{i}][{j}]: 'X' is a GPU with itself, only on the "
+                                 "diagonal; give the link between the two GPUs")
             if rows[i][j] != rows[j][i]:
                 raise FactsError(f"{where}: not symmetric at [{i}][{j}]")
     return tuple(rows)

@@ -26,7 +26,9 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _GPU_RE = re.compile(r"^GPU(\d+)$")
 # Columns after the device columns, in the order nvidia-smi prints them.
 _TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
-_CPULIST_RE = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+# ASCII digits only, as nvidia-smi prints them: \d and str.isdigit also take '²' or
+# Arabic-Indic digits, which int() reads as another number or refuses with a ValueError.
+_CPULIST_RE = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$", re.ASCII)
 # A capture is a few KiB (64 GPUs and their NICs: under 100 KiB); the agent re-reads it
 # at every refresh, so a wrong path (a log, a disk image) must not be read whole.
 MAX_CAPTURE_BYTES = 1 << 20
@@ -107,6 +109,11 @@ def parse_topo(text: str, *, where: str = "topo") -> TopoMatrix:
         if norm[i][i] != "X":
             raise FactsError(f"{where}: GPU{i}/GPU{i} must be 'X', got {norm[i][i]!r}")
         for j in range(n):
+            if i != j and norm[i][j] == "X":
+                raise FactsError(
+                    f"{where}: GPU{i}/GPU{j} is 'X', which nvidia-smi prints "
+                    "only on the diagonal (a GPU with itself): is a cell shifted?"
+                )
             if norm[i][j] != norm[j][i]:
                 raise FactsError(
                     f"{where}: matrix not symmetric: GPU{i}/GPU{j}={norm[i][j]} but "
@@ -126,7 +133,7 @@ def _cpu_list(v: str | None, where: str, lineno: int) -> str | None:
 def _numa(v: str | None, where: str, lineno: int) -> int | None:
     if v is None or v == "N/A":
         return None
-    if not v.isdigit():
+    if not (v.isascii() and v.isdigit() and len(v) <= 6):
         raise FactsError(f"{where}:{lineno}: NUMA Affinity {v!r} is not a node number")
     return int(v)
 

@@ -101,17 +101,32 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
         name, sep, value = line.partition(b":")
         if not sep:
             raise FetchError("sent a malformed HTTP header")
-        headers[name.strip().decode("latin-1").lower()] = value.strip().decode("latin-1")
+        key, text = name.strip().decode("latin-1").lower(), value.strip().decode("latin-1")
+        # A field given twice is one list (RFC 9110 5.3): two lengths stay both seen.
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
     return int(parts[1]), headers
 
 
-def _content_length(headers: Mapping[str, str]) -> int | None:
-    raw = headers.get("content-length")
+def _framing(headers: Mapping[str, str]) -> tuple[bool, int | None]:
+    """(chunked, Content-Length) of a body, or FetchError where two readers could frame
+    it apart (RFC 9112 6.3): no transfer coding but chunked was asked for (no TE)."""
+    te, raw = headers.get("transfer-encoding"), headers.get("content-length")
+    if te is not None:
+        if [c.strip().lower() for c in te.split(",")] != ["chunked"]:
+            raise FetchError("sent a body framed with a transfer coding other than "
+                             "chunked, which was not asked for")
+        if raw is not None:
+            raise FetchError("sent a body framed two ways (Transfer-Encoding and "
+                             "Content-Length)")
+        return True, None
     if raw is None:
-        return None
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 15:
+        return False, None
+    values = {v.strip() for v in raw.split(",")}
+    if not all(v.isascii() and v.isdigit() and len(v) <= 15 for v in values):
         raise FetchError("sent a malformed Content-Length")
-    return int(raw)
+    if len(values) > 1:
+        raise FetchError("sent a body framed two ways (Content-Lengths that differ)")
+    return False, int(values.pop())
 
 
 def _dechunk(data: bytes, max_bytes: int) -> bytes | None:
@@ -134,6 +149,8 @@ def _dechunk(data: bytes, max_bytes: int) -> bytes | None:
         start = eol + 2
         if len(data) < start + size + 2:
             return None
+        if data[start + size:start + size + 2] != b"\r\n":  # RFC 9112 7.1: data, CRLF
+            raise FetchError("sent a chunk not followed by CRLF (its size is wrong)")
         out += data[start:start + size]
         if len(out) > max_bytes:
             raise FetchError(f"sent more than {max_bytes} bytes")
@@ -283,6 +300,12 @@ def _looks_like_tls(data: bytes | bytearray) -> bool:
     return len(data) >= 2 and data[0] in (0x15, 0x16) and data[1] == 0x03
 
 
+def _interim(head: bytes | bytearray) -> bool:
+    """A 1xx head other than 101 (no upgrade is asked for: a 101 is the answer)."""
+    status = _parse_head(bytes(head))[0]
+    return 100 <= status < 200 and status != 101
+
+
 def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
                    peer_cn: str | None) -> Fetched:
     buf = bytearray()
@@ -291,6 +314,7 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
     body_at = -1
     length: int | None = None
     chunked = False
+    interim = 0  # bytes of 1xx heads skipped
     while True:
         sock.settimeout(_left(deadline))
         chunk = sock.recv(READ_CHUNK)
@@ -298,8 +322,14 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
             buf += chunk
         if body_at < 0:
             end = _head_end(buf)
+            while end >= 0 and _interim(buf[:end]):
+                # RFC 9110 15.2: 1xx answers before the final one are read and skipped,
+                # even unasked for (a proxy's 103 Early Hints); they count as head bytes.
+                interim += end + 4
+                del buf[:end + 4]
+                end = _head_end(buf)
             if end < 0:
-                if len(buf) > MAX_HEAD_BYTES:
+                if len(buf) + interim > MAX_HEAD_BYTES:
                     raise FetchError(f"sent more than {MAX_HEAD_BYTES} bytes of headers")
                 if _looks_like_tls(buf):
                     raise FetchError("answered in TLS, not plain HTTP", kind=TLS_ANSWERED)
@@ -310,8 +340,12 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
             body_at = end + 4
             if status != 200:  # the body of an error or redirect is never read
                 return Fetched(status, b"", peer_cn)
-            chunked = "chunked" in hdrs.get("transfer-encoding", "").lower()
-            length = None if chunked else _content_length(hdrs)
+            chunked, length = _framing(hdrs)
+            # Accept-Encoding: identity was sent (RFC 9110 12.5.3); a coded body is never
+            # inflated (a bomb), and named: "not UTF-8" would name nothing to fix.
+            if hdrs.get("content-encoding", "identity").strip().lower() not in ("identity", ""):
+                raise FetchError("sent its body compressed (Content-Encoding), though asked "
+                                 "for identity: a proxy in between?")
             if length is not None and length > max_bytes:
                 raise FetchError(f"sent more than {max_bytes} bytes")
         body = buf[body_at:]

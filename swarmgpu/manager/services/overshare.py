@@ -41,6 +41,7 @@ from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
 from swarmgpu.manager.rebalance.mover import rebalancing, verify_scope
 from swarmgpu.manager.rebalance.record import moving, read_records, unreadable_records
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
+from swarmgpu.manager.services.sharing import share_mib
 from swarmgpu.manager.web.cluster_view import gpu_metrics
 from swarmgpu.swarm.client import (
     SwarmClient,
@@ -203,7 +204,8 @@ def attribute(nodes: Sequence[SwarmNode], ledger: Mapping[str, Mapping[str, Hold
                 milli = held.get(uuid, {}).get(svc, 0)
                 mib, tasks, pids, cids = use.get(svc, (0.0, set(), [], set()))
                 out.append(ServiceUse(svc, nid, hosts.get(nid, nid), g.index, uuid,
-                                      round(mib), g.memory_mib * milli // 1000, milli,
+                                      round(mib), share_mib(milli, g.memory_mib) if milli
+                                      else 0, milli,
                                       tuple(sorted(tasks)), tuple(sorted(pids)),
                                       tuple(sorted(cids))))
     return Attribution(out, stray)

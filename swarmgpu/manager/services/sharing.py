@@ -69,10 +69,18 @@ def share_values(milli: int, gpu_memory_mib: int) -> dict[str, str]:
     return dict(_share_values(milli, gpu_memory_mib))
 
 
+def share_mib(milli: int, gpu_memory_mib: int) -> int:
+    """The MiB a share of ``milli`` thousandths of a GPU may use: floored, so that shares
+    that add up to one GPU never ask for more than it has; at least 1, because HAMi-core
+    reads a memory limit of 0 as no limit at all."""
+    return max(1, gpu_memory_mib * milli // 1000)
+
+
 @lru_cache(maxsize=4096)  # few shares and GPU sizes, asked for on every placed service
 def _share_values(milli: int, gpu_memory_mib: int) -> tuple[tuple[str, str], ...]:
-    mib = gpu_memory_mib * milli // 1000
-    # Floor, so that shares that add up to one GPU never ask for more than 100%.
+    mib = share_mib(milli, gpu_memory_mib)
+    # Floor, so that shares that add up to one GPU never ask for more than 100%; at least
+    # 1, as HAMi-core reads 0 as no limit.
     sm = max(1, milli // 10)
     return (("fraction", f"{milli / 1000:g}"), ("memory-mib", str(mib)),
             ("memory-limit", f"{mib}m"), ("sm-limit", str(sm)))
