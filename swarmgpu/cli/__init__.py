@@ -17,7 +17,8 @@ EXIT_CODES = """\b
 Exit codes:
   facts, node-config    0 printed; 2 the fact source cannot be opened or read
   agent                 runs until stopped (SIGTERM ends it); 2 bad source, profile,
-                        identity or token at start
+                        identity, token, --listen or --refresh-s at start, or
+                        cannot listen
   doctor                0 no check failed (warnings are advice); 1 a check failed
   run                   0 --once done, or stopped by SIGTERM/SIGINT (--once too)
                         after the writes and node reads in flight (a second
