@@ -724,3 +724,45 @@ def test_the_agent_exits_on_sigterm_while_an_nvml_call_never_returns(call: str) 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _agent_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`swarmgpu agent` on a topo capture, as an operator starts it; one that starts is
+    stopped after 20 s (a bad option must end it at once)."""
+    topo = Path(__file__).parent / "fixtures" / "topology" / "topo_dgx_a100_nv12.txt"
+    return subprocess.run(
+        [sys.executable, "-m", "swarmgpu.cli", "agent", "--source", f"topo:{topo}",
+         "--product", "NVIDIA A100-SXM4-40GB", "--memory-mib", "40960", "--identity", "none",
+         *args], capture_output=True, text=True, timeout=20, check=False)
+
+
+@pytest.mark.parametrize("refresh", ["0", "-1", "nan", "inf", "1e308"])
+def test_agent_refuses_a_refresh_period_it_cannot_keep(refresh: str) -> None:
+    """Before: 0 and -1 were a traceback; nan read the source in a busy loop; inf and
+    1e308 killed the refresher (OverflowError in its wait), its facts never read again."""
+    r = _agent_cli("--listen", "127.0.0.1:0", "--refresh-s", refresh)
+    assert r.returncode == 2, r.stderr
+    said = f"swarmgpu agent: --refresh-s {float(refresh):g}: "
+    assert r.stderr.strip().splitlines()[-1].startswith(said), r.stderr
+    assert "Traceback" not in r.stderr and "agent serving" not in r.stderr
+
+
+@pytest.mark.parametrize("listen", ["bogus", "127.0.0.1:99999", ""])
+def test_agent_refuses_a_listen_address_with_the_fix(listen: str) -> None:
+    r = _agent_cli("--listen", listen)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("swarmgpu agent: --listen") and "HOST:PORT" in last, last
+    assert "Traceback" not in r.stderr
+
+
+def test_agent_that_cannot_listen_says_where_and_exits_2() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = _agent_cli("--listen", f"127.0.0.1:{port}")
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"swarmgpu agent: --listen 127.0.0.1:{port}: cannot listen"), last
+    assert "Address already in use" in last and "Traceback" not in r.stderr

@@ -792,3 +792,30 @@ def test_a_burst_of_connections_up_to_the_limit_is_queued_not_refused(tmp_path: 
         for s in socks:
             s.close()
         srv.server_close()
+
+
+def test_only_a_stale_socket_at_the_listen_path_is_replaced(tmp_path: Path) -> None:
+    """Before: whatever was at the path was unlinked (``--listen unix:///etc/x`` deleted
+    a file), and a directory there was "[Errno 21] Is a directory" naming no option."""
+    checks, upstream = write_checks("swarmgpu."), "unix:///var/run/docker.sock"
+    kept = tmp_path / "notes.txt"
+    kept.write_text("kept")
+    with pytest.raises(ValueError, match=r"listen 'unix://.*notes\.txt': a regular file") as e:
+        build_proxy(f"unix://{kept}", upstream, checks)
+    assert "--listen" in str(e.value) and kept.read_text() == "kept"
+    with pytest.raises(ValueError, match=r"a directory.*--listen"):
+        build_proxy(f"unix://{tmp_path}", upstream, checks)
+    stale = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(stale))  # a previous run's, left behind
+    build_proxy(f"unix://{stale}", upstream, checks).server_close()
+
+
+@pytest.mark.parametrize("listen", ["tcp://127.0.0.1:99999", "tcp://127.0.0.1:", "unix://",
+                                    "unix:///nonexistent-folder/p.sock"])
+def test_a_listen_address_it_cannot_use_is_said_with_the_fix(listen: str) -> None:
+    """Before: port 99999 was an OverflowError traceback, ``unix://`` bound an abstract
+    socket nobody could name, a missing folder was "[Errno 2] No such file or directory"."""
+    with pytest.raises(ValueError, match=r"^listen '") as e:
+        build_proxy(listen, "unix:///var/run/docker.sock", write_checks("swarmgpu."))
+    assert "--listen" in str(e.value) or "e.g." in str(e.value)

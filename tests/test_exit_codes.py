@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from pathlib import Path
 
 import click
 from click.testing import CliRunner
@@ -44,3 +45,22 @@ def test_readme_lists_the_same_exit_codes() -> None:
     section = readme.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     body = textwrap.indent(EXIT_CODES.split("Exit codes:\n", 1)[1], "  ")  # a code block
     assert body in section, "README's Exit codes section differs from `swarmgpu --help`"
+
+
+def _entry(name: str) -> str:
+    """The text of ``name``'s entry in EXIT_CODES (its first line and those under it)."""
+    lines = EXIT_CODES.split("Exit codes:\n", 1)[1].splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"  {name} "))
+    rest = lines[start + 1 :]
+    end = next((i for i, ln in enumerate(rest) if not ln.startswith("   ")), len(rest))
+    return " ".join(ln.strip() for ln in [lines[start], *rest[:end]])
+
+
+def test_doctor_that_cannot_run_exits_2_as_documented(tmp_path: Path) -> None:
+    """Before: `--help` and the README listed 0 and 1 for doctor; a --root that is no
+    directory, or a source that cannot be opened, exits 2 (docs/doctor.md)."""
+    res = CliRunner().invoke(main, ["doctor", "--root", str(tmp_path / "none")])
+    assert res.exit_code == 2 and "is not a directory" in res.output
+    res = CliRunner().invoke(main, ["doctor", "--root", str(tmp_path), "--source", "bogus"])
+    assert res.exit_code == 2 and "not understood" in res.output
+    assert "; 2 " in _entry("doctor"), _entry("doctor")

@@ -16,6 +16,7 @@ from swarmgpu.agent.facts.gfd import GfdSource
 from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.registry import open_source
 from swarmgpu.agent.facts.topo import TopoSource
+from swarmgpu.core.model import MAX_STR_LEN, NodeFacts
 
 FIX = FIXTURES_DIR
 TOPO = FIX / "topology/topo_dgx_a100_nv12.txt"
@@ -153,3 +154,25 @@ def test_node_config_prints_a_hostile_hostname_escaped(tmp_path: Path) -> None:
     assert not any(c in res.output for c in "\x1b\r\u202e"), res.output
     assert r"for dgx\x1b[2J\r\u202e1" in res.output, res.output
     assert '"node-generic-resources": [' in res.output  # the fragments as they were
+
+
+@pytest.mark.parametrize(("option", "kw"), [
+    ("--memory-mib", {"memory_mib": 2**53}),
+    ("--product", {"product": "P" * (MAX_STR_LEN + 1)}),
+    ("--hostname", {"hostname": "h" * (MAX_STR_LEN + 1)}),
+])
+@pytest.mark.parametrize("kind", ["topo", "gfd"])
+def test_an_option_the_daemon_would_refuse_is_refused_at_open(
+        kind: str, option: str, kw: dict[str, object]) -> None:
+    """Before: the facts were printed and served, and the daemon refused the node's whole
+    facts, naming facts.gpus[0].memory_mib (or .product, node.hostname), not the option."""
+    given: dict[str, object] = {"hostname": "h", "product": "P", "memory_mib": 10, **kw}
+    with pytest.raises(SourceError, match=f"{option} .*(at most|below)"):
+        open_source(f"{kind}:{TOPO}", **given)  # type: ignore[arg-type]
+
+
+def test_options_at_the_daemons_bounds_are_served_and_accepted() -> None:
+    src = open_source(f"topo:{TOPO}", hostname="h" * MAX_STR_LEN, product="P" * MAX_STR_LEN,
+                      memory_mib=2**53 - 1)
+    facts = NodeFacts.from_dict(src.read().to_dict())  # as the daemon reads them
+    assert facts.gpus[0].memory_mib == 2**53 - 1

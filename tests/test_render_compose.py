@@ -283,3 +283,18 @@ def test_render_check_runs_with_no_docker(tmp_path: Path) -> None:
     src.write_text(VLLM)
     down = run_cli("render", str(src), env=env)
     assert down.returncode == 2 and "cannot read the swarm" in down.stderr
+
+
+@pytest.mark.parametrize("out", [".", "missing/out.yml"])
+def test_cli_output_it_cannot_write_is_said_before_the_swarm_is_read(
+        tmp_path: Path, out: str) -> None:
+    """Before: -o a folder or into a missing folder was checked by nothing; with a swarm
+    it was an IsADirectoryError (FileNotFoundError) traceback after the plan."""
+    src = tmp_path / "ai.yml"
+    src.write_text(VLLM)
+    dst = tmp_path / out
+    res = CliRunner().invoke(main, ["render", str(src), "-o", str(dst)],
+                             env={"DOCKER_HOST": NO_DOCKER})
+    assert res.exit_code == 2, res.output
+    assert res.stderr.startswith(f"swarmgpu render: -o {dst}: "), res.stderr
+    assert "cannot read the swarm" not in res.stderr and len(res.stderr.splitlines()) == 1

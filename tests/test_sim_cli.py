@@ -245,3 +245,29 @@ def test_plot_without_matplotlib_is_refused_before_the_replay(
     assert "Traceback" not in r.stderr
     assert "replays" not in r.stderr  # refused before anything ran
     assert not (tmp_path / "a.png").exists()
+
+
+def test_plot_is_written_at_the_path_given(small_trace: tuple[str, str], tmp_path: Path) -> None:
+    """Before: a name without .png was written as NAME.png (``--plot /tmp`` made
+    /tmp.png) while stderr said NAME."""
+    nodes, pods = small_trace
+    out = tmp_path / "alloc"
+    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--bound", "off",
+                   "--plot", str(out)])
+    assert r.returncode == 0, r.stderr
+    assert f"simulate: plot written to {out.resolve()}" in r.stderr
+    assert out.read_bytes().startswith(b"\x89PNG") and not out.with_suffix(".png").exists()
+
+
+@pytest.mark.parametrize("where", ["missing/a.png", "."])
+def test_plot_to_a_path_it_cannot_write_is_refused_before_the_replay(
+        small_trace: tuple[str, str], tmp_path: Path, where: str) -> None:
+    """Before: a missing folder was a traceback after the whole replay, its table lost."""
+    nodes, pods = small_trace
+    plot = tmp_path / where
+    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--bound", "off",
+                   "--plot", str(plot), "--progress"])
+    assert r.returncode == 2, r
+    assert r.stderr.startswith(f"swarmgpu simulate: --plot {plot}: "), r.stderr
+    assert "Traceback" not in r.stderr and "replays" not in r.stderr
+    assert r.stdout == "" and list(tmp_path.iterdir()) == []

@@ -252,3 +252,18 @@ def test_derive_reads_a_pod_list_as_simulate_does(tmp_path: Path) -> None:
     latin.write_bytes((head + "p\xe9,1000,1024,1,1000,,0,10\n").encode("latin-1"))
     with pytest.raises(TraceError, match="not a UTF-8 CSV"):
         read_rows(latin)
+
+
+def test_cli_names_each_file_at_the_path_it_wrote(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: ``--out variants/`` (docs/simulate.md) printed variants//NAME, and
+    ``--out ''``, which writes here, printed /NAME: a file at the root."""
+    small = tmp_path / "pods.csv"
+    small.write_text("\n".join(DEFAULT.read_text().splitlines()[:201]) + "\n")
+    monkeypatch.chdir(tmp_path)
+    for out, want in [("v/", "v/openb_pod_list_cpu250.csv"), ("", "openb_pod_list_cpu250.csv")]:
+        res = CliRunner().invoke(main, ["simulate-derive", "--pods", str(small), "--out", out,
+                                        "--variant", "cpu250"])
+        assert res.exit_code == 0, res.output
+        assert res.output.startswith(f"{want}: "), res.output
+        assert (tmp_path / want).is_file()

@@ -99,6 +99,10 @@ _HOST_REFUSED = Throttle()
 Sampler = Callable[[], list[GpuSample]]
 
 
+class ListenError(Exception):
+    """The agent cannot listen where it was told (the address taken, not this node's)."""
+
+
 # --- listen address ------------------------------------------------------------
 
 
@@ -573,7 +577,12 @@ def build_server(
     if attribute is not None:
         chosen = _Attributed(chosen, attribute)
     guarded = GuardedSampler(chosen, sample_timeout_s)
-    server = AgentServer(parse_listen(listen), cache, guarded)
+    try:
+        server = AgentServer(parse_listen(listen), cache, guarded)
+    except OSError as exc:  # bind: said with the option and the fix, not a traceback
+        raise ListenError(f"--listen {listen}: cannot listen there ({exc.strerror or exc}); "
+                          "give a free port, or an address of this node (e.g. "
+                          "0.0.0.0:9401)") from None
     server.tls, server.token = tls, token
     server.allowed_hosts = allowed_hosts(listen, extra_hosts)
     cache.start()

@@ -17,8 +17,11 @@ EXIT_CODES = """\b
 Exit codes:
   facts, node-config    0 printed; 2 the fact source cannot be opened or read
   agent                 runs until stopped (SIGTERM ends it); 2 bad source, profile,
-                        identity or token at start
-  doctor                0 no check failed (warnings are advice); 1 a check failed
+                        identity, token, --listen or --refresh-s at start, or
+                        cannot listen
+  doctor                0 no check failed (warnings are advice); 1 a check failed;
+                        2 could not run (--root no directory, a source that
+                        cannot be opened, a malformed fixture file)
   run                   0 --once done, or stopped by SIGTERM/SIGINT (--once too)
                         after the writes and node reads in flight (a second
                         signal ends it at once: 130, 143); 2 bad config, engine

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
@@ -244,8 +245,6 @@ def render(stack_file: str | None, compose_files: tuple[str, ...], stack_name: s
     Several files (-c A -c B) are each substituted, then merged as `docker stack
     deploy` merges them; a field whose merge render has no rule for is an error.
     """
-    from pathlib import Path
-
     from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.commands.render import StackError, check_stack, render_stack
     from swarmgpu.manager.services.tenants import Tenants
@@ -286,6 +285,9 @@ def render(stack_file: str | None, compose_files: tuple[str, ...], stack_name: s
     from swarmgpu.manager.rebalance.record import moving
     from swarmgpu.swarm.client import SwarmClient
 
+    if output != "-" and (why := _unwritable(output)):  # said before the swarm is read
+        click.echo(f"swarmgpu render: -o {escaped(output)}: {why}", err=True)
+        sys.exit(2)
     snap = _snapshot(cfg)
     # The daemon's planner (config, stored workload model): render chooses as it would.
     planner = new_planner(cfg, SwarmClient(cfg.docker_host), snap.services)
@@ -308,8 +310,27 @@ def render(stack_file: str | None, compose_files: tuple[str, ...], stack_name: s
                        f"{escaped(sp.reason)}", err=True)
     if output == "-":
         click.echo(text, nl=False)
-    else:
+        return
+    try:
         Path(output).write_text(text)
+    except OSError as exc:  # the folder went while the swarm was read
+        click.echo(f"swarmgpu render: -o {escaped(output)}: cannot write it "
+                   f"({escaped(exc.strerror or exc)})", err=True)
+        sys.exit(2)
+
+
+def _unwritable(output: str) -> str | None:
+    """Why render cannot write its stack at ``output``, or None."""
+    from swarmgpu.core.peertext import escaped
+
+    p = Path(output)
+    if p.is_dir():
+        return "a folder; give the file to write, or - for stdout"
+    if not p.parent.is_dir():
+        return f"no folder {escaped(str(p.parent))}; create it or give another path"
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        return "cannot write there; give a path you may write, or - for stdout"
+    return None
 
 
 def _read_stack_file(path: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ from swarmgpu.cli.logs import setup_logging
 
 if TYPE_CHECKING:
     from swarmgpu.swarm.identity import ReloadingServerContext
+
+MAX_REFRESH_S = 86400  # a day: a longer period is a typo (the watchdog is 2x it + 30 s)
 
 
 def _source_options(f: Any) -> Any:
@@ -93,7 +96,8 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
               "e.g. 0.0.0.0:9401 or the node's cluster address).")
 @click.option("--metrics-profile", default=None, type=click.Path(),
               help="YAML profile of scripted utilisation (demos, tests).")
-@click.option("--refresh-s", default=30.0, show_default=True, help="Seconds between fact reads.")
+@click.option("--refresh-s", default=30.0, show_default=True,
+              help="Seconds between fact reads (above 0, at most 86400).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
 @click.option("--docker-host", default=None,
               help="Optional: this node's Docker engine (e.g. unix:///var/run/docker.sock), "
@@ -137,6 +141,17 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
     """Serve this node's GPU facts and metrics over HTTP (/facts, /metrics, /healthz)."""
     from swarmgpu.agent import server as agent_mod
 
+    # Refused before anything starts: the server's own errors were tracebacks, and a
+    # NaN or huge period left the refresher spinning or dead (its wait cannot take it).
+    if not (math.isfinite(refresh_s) and 0 < refresh_s <= MAX_REFRESH_S):
+        click.echo(f"swarmgpu agent: --refresh-s {refresh_s:g}: seconds between fact reads, "
+                   f"above 0 and at most {MAX_REFRESH_S} (e.g. 30)", err=True)
+        sys.exit(2)
+    try:
+        agent_mod.parse_listen(listen)
+    except ValueError as exc:
+        click.echo(f"swarmgpu agent: --listen: {exc}", err=True)
+        sys.exit(2)
     setup_logging("INFO", log_format)
     src = _open(source, hostname, product, memory_mib, mig_layout)
     sampler = None
@@ -157,10 +172,14 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
     except (IdentityError, OSError) as exc:
         click.echo(f"swarmgpu agent: {exc}", err=True)
         sys.exit(2)
-    agent_mod.serve(src, listen, sampler=sampler, refresh_s=refresh_s,
-                    attribute=Attributor(engine_labels(docker_host) if docker_host else None,
-                                         proc_root), tls=tls, token=token,
-                    extra_hosts=allowed_hosts)
+    try:
+        agent_mod.serve(src, listen, sampler=sampler, refresh_s=refresh_s,
+                        attribute=Attributor(engine_labels(docker_host) if docker_host
+                                             else None, proc_root), tls=tls, token=token,
+                        extra_hosts=allowed_hosts)
+    except agent_mod.ListenError as exc:
+        click.echo(f"swarmgpu agent: {exc}", err=True)
+        sys.exit(2)
     # Stopped (SIGTERM/SIGINT). NVML is shut down only if that is done within 2 s, then
     # the process ends without the exit hooks: a call hung in the driver (a GPU fallen
     # off the bus) holds the session lock and the GPU-read and sampler threads the hooks

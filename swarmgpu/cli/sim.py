@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from click.core import ParameterSource
@@ -259,7 +260,7 @@ def simulate_derive(pods: str | None, out_dir: str, variants: tuple[str, ...], s
         sys.exit(2)
     for v in made["variants"].values():
         click.echo(
-            f"{out_dir}/{v['file']}: {v['pods']} pods, sharing {v['share_request']:.1%} "
+            f"{Path(out_dir) / v['file']}: {v['pods']} pods, sharing {v['share_request']:.1%} "
             f"and multi-GPU {v['multi_request']:.1%} of the GPU request, "
             f"{v['spec_pods']:.1%} of GPU pods model-pinned, {v['cpu_pods']:.1%} CPU-only"
         )

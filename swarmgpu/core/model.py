@@ -43,6 +43,7 @@ _UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*", re.ASCII)
 MAX_GPUS = 64
 MAX_MIG_PER_GPU = 16
 MAX_STR_LEN = 256  # any string field (hostname, product, UUID, versions...)
+MAX_INT = 2**53  # any integer field is below it (a float holds it exactly)
 MAX_ERRORS = 50  # agent-reported problems kept (each cut to MAX_STR_LEN)
 
 
@@ -315,7 +316,7 @@ def _int(d: Mapping[str, Any], key: str, where: str, *, required: bool, minimum:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         raise FactsError(f"{where}.{key}: expected an integer, got {str(v)[:32]!r}")
-    if abs(v) >= 2**53:  # first: str() of a 5,000-digit int raises
+    if abs(v) >= MAX_INT:  # first: str() of a 5,000-digit int raises
         raise FactsError(f"{where}.{key}: a number that big is not a {key}")
     if v < minimum:
         raise FactsError(f"{where}.{key}: {v} is below the minimum {minimum}")

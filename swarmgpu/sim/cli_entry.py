@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -162,6 +163,19 @@ def plot_missing() -> str | None:
         importlib.import_module("matplotlib")
     except ImportError:
         return PLOT_NEEDS
+    return None
+
+
+def plot_unwritable(plot: str) -> str | None:
+    """Why ``--plot PATH`` cannot be written, or None: asked before the replay, as after
+    it savefig's error was a traceback and the replay's table lost."""
+    p = Path(plot)
+    if p.is_dir():
+        return f"--plot {plot}: a folder; give the PNG's file name, e.g. {p / 'alloc.png'}"
+    if not p.parent.is_dir():
+        return f"--plot {plot}: no folder {p.parent}; create it or give another path"
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        return f"--plot {plot}: cannot write there; give a path you may write"
     return None
 
 
@@ -341,7 +355,7 @@ def run_simulate(
             report.timed_json(timed, tbound) if as_json else report.timed_text(timed, tbound),
             0,
         )
-    if plot and (why := plot_missing()):
+    if plot and (why := plot_missing() or plot_unwritable(plot)):
         return (why, 2)
     missing = highs_missing() if bound != "off" else None
     solve = bound != "off" and missing is None
@@ -373,6 +387,9 @@ def run_simulate(
         return (str(e), 2)
     s = report.summary(results, bounds)
     if plot:
-        report.plot(s, plot, plot_title(trace or Path(pods).name, policies, seeds))
+        try:
+            report.plot(s, plot, plot_title(trace or Path(pods).name, policies, seeds))
+        except OSError as e:  # the folder went during the replay
+            return (f"--plot {plot}: cannot write it ({e.strerror or e})", 2)
         print(f"simulate: plot written to {Path(plot).resolve()}", file=sys.stderr)
     return (report.as_json(s) if as_json else report.as_text(s), 0)

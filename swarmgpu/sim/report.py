@@ -436,5 +436,7 @@ def plot(s: dict[str, Any], out: str, title: str = "") -> None:
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=120, metadata={"Title": title} if title else None)
+    # A PNG at the path given, whatever its name ends with (without a format, a name with
+    # no suffix was written as NAME.png while the path said was NAME).
+    fig.savefig(out, format="png", dpi=120, metadata={"Title": title} if title else None)
     plt.close(fig)

@@ -39,6 +39,7 @@ import re
 import select
 import socket
 import socketserver
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -563,23 +564,11 @@ def build_proxy(listen: str, upstream: str, checks: WriteChecks,
                          "docker service inspect -f '{{.ID}}' NAME")
     connect = upstream_connector(upstream)
     server: ProxyServer
-    if listen.startswith("unix://"):
-        path = listen.removeprefix("unix://")
-        if os.path.exists(path):
-            os.unlink(path)  # a stale socket of a previous run
-        old = os.umask(0o117)  # owner and group only, like the engine's own socket
-        try:
-            server = _UnixProxy(path, _Handler)
-        finally:
-            os.umask(old)
-    elif listen.startswith("tcp://"):
-        host, _, port = listen.removeprefix("tcp://").rpartition(":")
-        if host not in ("127.0.0.1", "localhost", "::1") or not port.isdigit():
-            raise ValueError(f"listen {listen!r}: TCP only on loopback, e.g. "
-                             "tcp://127.0.0.1:2375 (the proxy has no authentication)")
-        server = _TcpProxy((host, int(port)), _Handler)
-    else:
-        raise ValueError(f"listen {listen!r}: use unix://PATH or tcp://127.0.0.1:PORT")
+    try:
+        server = _bind(listen)
+    except OSError as exc:  # said with the option, not "[Errno 2] No such file..."
+        raise ValueError(f"listen {listen!r}: cannot listen there ({exc.strerror or exc}); "
+                         "give --listen a path in an existing folder, or a free port") from None
     server.connect_upstream = connect
     server.checks = checks
     server.surges = SurgeBook()
@@ -587,6 +576,37 @@ def build_proxy(listen: str, upstream: str, checks: WriteChecks,
     server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
     server.whole = threading.Lock()
     return server
+
+
+def _bind(listen: str) -> ProxyServer:
+    if listen.startswith("unix://"):
+        path = listen.removeprefix("unix://")
+        if not path:  # Linux binds "" to an abstract name no client is told
+            raise ValueError(f"listen {listen!r}: needs a path, e.g. "
+                             "unix:///run/swarmgpu/docker.sock")
+        with contextlib.suppress(FileNotFoundError):
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISSOCK(mode):  # only a previous run's socket is ours to replace
+                what = "a directory" if stat.S_ISDIR(mode) else "a regular file" \
+                    if stat.S_ISREG(mode) else "not a socket"
+                raise ValueError(f"listen {listen!r}: {what} is at that path; give --listen "
+                                 "another path (only a stale socket there is replaced)")
+            os.unlink(path)  # a stale socket of a previous run
+        old = os.umask(0o117)  # owner and group only, like the engine's own socket
+        try:
+            return _UnixProxy(path, _Handler)
+        finally:
+            os.umask(old)
+    if listen.startswith("tcp://"):
+        host, _, port = listen.removeprefix("tcp://").rpartition(":")
+        if host not in ("127.0.0.1", "localhost", "::1") or not port.isdigit():
+            raise ValueError(f"listen {listen!r}: TCP only on loopback, e.g. "
+                             "tcp://127.0.0.1:2375 (the proxy has no authentication)")
+        if int(port) > 65535:  # bind() raised OverflowError: a traceback
+            raise ValueError(f"listen {listen!r}: port {port} is above 65535, e.g. "
+                             "tcp://127.0.0.1:2375")
+        return _TcpProxy((host, int(port)), _Handler)
+    raise ValueError(f"listen {listen!r}: use unix://PATH or tcp://127.0.0.1:PORT")
 
 
 _M_ARENA_MAX = -8  # glibc's malloc.h

@@ -10,6 +10,7 @@ from swarmgpu.agent.facts.file import FileSource
 from swarmgpu.agent.facts.gfd import GfdSource
 from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.topo import TopoSource
+from swarmgpu.core.model import MAX_INT, MAX_STR_LEN
 
 KINDS = ("nvml", "gfd:PATH", "file:PATH", "topo:PATH")
 
@@ -30,6 +31,12 @@ def open_source(
     ``topo:`` (see docs/facts-schema.md); ``nvml_module`` injects a pynvml-like module.
     Nothing is read here: files are read, and checked, on ``read()``.
     """
+    # What NodeFacts.from_dict holds every agent's facts to: an operator's option past it
+    # is said here, naming the option, not served for the daemon to refuse the node.
+    for option, text in (("--hostname", hostname), ("--product", product)):
+        if text is not None and len(text) > MAX_STR_LEN:
+            raise SourceError(f"source {spec!r}: {option} {text[:40]!r}...: {len(text)} "
+                              f"characters; at most {MAX_STR_LEN}")
     host = hostname or socket.gethostname()
     kind, sep, arg = spec.strip().partition(":")
     if kind == "nvml" and not sep:
@@ -39,6 +46,9 @@ def open_source(
             raise SourceError(f"source {spec!r}: needs a path, e.g. {kind}:/etc/swarmgpu/node")
         if memory_mib is not None and memory_mib < 1:
             raise SourceError(f"source {spec!r}: --memory-mib must be at least 1, got {memory_mib}")
+        if memory_mib is not None and memory_mib >= MAX_INT:  # str() of a huge int raises
+            raise SourceError(f"source {spec!r}: --memory-mib must be below 2**53 (MiB per GPU, "
+                              "e.g. 81559)")
         if kind == "gfd":
             return GfdSource(arg, hostname=host, product=product, memory_mib=memory_mib)
         if kind == "file":
