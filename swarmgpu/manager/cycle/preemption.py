@@ -63,6 +63,7 @@ from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import PlacementPlan, ServicePlan, assign_key, gate_key
 from swarmgpu.manager.placement.keys import DEVICES
@@ -107,6 +108,7 @@ class Preempter:
         self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
         self.logged: set[str] = set()  # dry-run decisions already logged
         self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
+        self.said_raised: SaidOnce[str] = SaidOnce()  # victims that raised, while they do
         self.moving: dict[str, str] = {}  # preemptor -> a victim it had moved
         self.mover: Mover | None = None
         self.waits: set[str] = set()  # moves said to wait for the move budgets
@@ -145,6 +147,7 @@ class Preempter:
         unstored = False  # the hour in memory differs from the one last stored
         said = self.said_spent  # this cycle's budget refusals (said again once gone)
         said.begin()
+        self.said_raised.begin()
         for p in chosen:
             log = logger.bind(service=p.service)
             i = by_name.get(p.service)
@@ -187,6 +190,7 @@ class Preempter:
                 done.append(p)
         self.logged &= {p.describe() for p in chosen}
         said.end()
+        self.said_raised.end()
         self._say_waits(waits)
         if unstored:
             self._store_spent(swarm)
@@ -372,14 +376,36 @@ class Preempter:
                  window_s=None, reason=f"room for {p.service} (priority {p.priority})",
                  gain=f"{p.service} runs, {v.service} keeps running")
         mover = self._mover(swarm)
+        wrote: list[bool] = []  # the move's first write was let through (``first`` ran)
+
+        def counted_first() -> None:
+            first()
+            wrote.append(True)
+
         try:
-            with mover.writes.before_first(first):
+            with mover.writes.before_first(counted_first):
                 started = mover.start(m, svc)
         except Unstored:
             return "held"
         except SwarmError as exc:
             logger.bind(service=v.service).error("preemption: move failed to start: {}", exc)
             return "stop"
+        except Stopped:
+            raise  # the daemon stops: no later victim is acted on
+        except Exception as exc:  # a bug or unforeseen input: this victim's loss only
+            # Nothing written: stopped instead, as a move that failed to start. Else its
+            # record, the first write, is the authority: the rebalancer's mover goes on
+            # with the move or rolls it back next cycle; stopped too, the victim would
+            # lose its source under a move in flight.
+            self._say_raised(f"move:{p.service}:{v.service}", v.service, exc,
+                             f"moving {v.service} for {p.service} failed unexpectedly ("
+                             + ("counted as started, judged from its record next cycle"
+                                if wrote else "nothing written: stopped instead")
+                             + "); the other preemptions go on")
+            if not wrote:
+                return "stop"
+            self.moving[p.service] = v.service
+            return "moved"
         if started.budget is not None:
             waits.append((f"{p.service}:{v.service}:{started.budget.key}", (
                 f"preemption for {p.service} waits: moving {v.service} {p.hostname} -> "
@@ -394,6 +420,12 @@ class Preempter:
             "moved from {} to {} (make-before-break) to make room for {} (priority {})",
             p.hostname, where.hostname, p.service, p.priority)
         return "moved"
+
+    def _say_raised(self, key: str, service: str, exc: Exception, what: str) -> None:
+        """Log ``what`` at error with ``exc``'s traceback once while ``key`` keeps
+        raising (``said_raised``: said again after a cycle without it)."""
+        if self.said_raised.fresh(key):
+            logger.bind(service=service).opt(exception=exc).error("preemption: {}", what)
 
     def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float) -> bool:
         """Close one victim's gate on its node, after its device lists and the record."""
