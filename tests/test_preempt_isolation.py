@@ -164,3 +164,67 @@ def test_a_victims_move_that_keeps_raising_is_logged_once_while_it_does(
         _, snap, plan = _preempter(sw, moves=True)
         pre.cycle(sw, snap, plan, FACTS, now=t)  # type: ignore[arg-type]
     assert len(_logged(lines, "failed unexpectedly")) == 1
+
+
+class _RaisingStop(RecordingSwarm):
+    """The stop path's faults for victim a: its node read (nothing written yet), or its
+    node write after its spec write landed (``half``), raise a TypeError."""
+
+    def __init__(self, half: bool) -> None:
+        c = _two_preemptions()
+        super().__init__(c.nodes(), c.services(), c.tasks())
+        self.half = half
+        self.armed = True
+
+    def node(self, node_id: str) -> Any:
+        if self.armed and not self.half:
+            self.armed = False
+            raise TypeError("'NoneType' object is not subscriptable")
+        return super().node(node_id)
+
+    def update_node_labels(self, node_id: str, compute: Any, **kw: Any) -> bool:
+        if (
+            self.armed
+            and self.half
+            and gate_key(P, "a") in self._nodes[node_id].labels
+            and gate_key(P, "a") not in (compute(self._nodes[node_id].labels) or {})
+        ):
+            self.armed = False
+            raise TypeError("'NoneType' object is not subscriptable")
+        return super().update_node_labels(node_id, compute, **kw)
+
+
+def test_a_victims_stop_that_raises_before_a_write_leaves_it_and_gives_the_hour_back(
+    lines: list[str],
+) -> None:
+    """a's stop raised before anything was written: a is left as it was, its reserved
+    second given back, h1 tried again next cycle; b is still stopped for h2."""
+    sw = _RaisingStop(half=False)
+    pre, snap, plan = _preempter(sw, moves=False)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [p.service for p in done] == ["h2"]
+    assert gate_key(P, "a") in sw.node("n-4090").labels
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
+    assert gate_key(P, "b") not in sw.node("n-4090").labels
+    assert _stored_hour(sw) == 1 and "h1" not in pre.preemptor_at
+    (said,) = _logged(lines, "failed unexpectedly")
+    assert "Traceback" in said and "stopping a for h1" in said
+
+
+def test_a_victims_stop_half_made_is_counted_and_judged_from_swarm_next_cycle() -> None:
+    """a's spec write landed (its record, its device list gone), its gate write raised:
+    b is still stopped; a's second stays counted (the stop may have landed: the safe
+    side), and next cycle placement finds a still holding its GPUs, so it keeps them:
+    its device list written back and the record removed, never left stopped with
+    nobody placed."""
+    sw = _RaisingStop(half=True)
+    pre, snap, plan = _preempter(sw, moves=False)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [p.service for p in done] == ["h2"]
+    assert gate_key(P, "a") in sw.node("n-4090").labels
+    assert f"{P}{PREEMPTED_STATE}" in sw.service("id-a").labels
+    assert _stored_hour(sw) == 2 and "a" not in pre.victim_at
+    _, _, again = _preempter(sw, moves=False)
+    a = {sp.name: sp for sp in again.services}["a"]
+    assert a.status == "placed" and f"{P}{PREEMPTED_STATE}" in a.service_labels_remove
+    assert a.service_labels_set.get(devices_key(P, "n-4090")) == ",".join(R[:2])

@@ -326,15 +326,17 @@ class Preempter:
         if not to_stop:
             return [], False
         fresh = [v for v in to_stop if v.service not in counted]
-        made: list[Candidate] = []
-        if not fresh or self._reserve(swarm, p, tenant, len(fresh), now):
-            made = [v for v in to_stop if self._stop(swarm, p, v, now)]
-        else:  # none stopped: only those counted by their move are left to give back
-            to_stop = [v for v in to_stop if v.service in counted]
-        if len(made) < len(to_stop):
-            self.spent.release(now, tenant, len(to_stop) - len(made))
-            return made, True
-        return made, False
+        if fresh and not self._reserve(swarm, p, tenant, len(fresh), now):
+            # none stopped: only those counted by their move are left to give back
+            got: list[tuple[Candidate, bool | None]] = [
+                (v, False) for v in to_stop if v.service in counted]
+        else:
+            got = [(v, self._stop(swarm, p, v, now)) for v in to_stop]
+        # a stop half made (None) stays counted: it may have landed (the safe side)
+        left = sum(1 for _v, ok in got if ok is False)
+        if left:
+            self.spent.release(now, tenant, left)
+        return [v for v, ok in got if ok], bool(left)
 
     def _count_first(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
                      v: Candidate, counted: set[str]) -> Callable[[], None]:
@@ -427,7 +429,30 @@ class Preempter:
         if self.said_raised.fresh(key):
             logger.bind(service=service).opt(exception=exc).error("preemption: {}", what)
 
-    def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float) -> bool:
+    def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float,
+              ) -> bool | None:
+        """``_close``, one victim's loss only whatever it raises: True stopped, False
+        left as it was; None when it raised past a SwarmError (a bug, or an answer no one
+        foresaw) after a write was let through: half made, judged from Swarm next cycle
+        (a victim still holding is placement's, which keeps it placed)."""
+        gate = Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
+                      who="preemption", prefix=self.prefix)
+        wrote: list[bool] = []
+        try:
+            with gate.before_first(lambda: wrote.append(True)):
+                return self._close(gate, swarm, p, v, now)
+        except Stopped:
+            raise  # the daemon stops: no later victim is stopped
+        except Exception as exc:  # a bug or unforeseen input: this victim's loss only
+            self._say_raised(f"stop:{p.service}:{v.service}", v.service, exc,
+                             f"stopping {v.service} for {p.service} failed unexpectedly ("
+                             + ("half made: counted, judged from Swarm next cycle" if wrote
+                                else "nothing written: left as it was")
+                             + "); the other preemptions go on")
+            return None if wrote else False
+
+    def _close(self, gate: Writes, swarm: SwarmClient, p: Preemption, v: Candidate,
+               now: float) -> bool:
         """Close one victim's gate on its node, after its device lists and the record."""
         prefix = self.prefix
         log = logger.bind(service=v.service)
@@ -460,8 +485,6 @@ class Preempter:
 
         # Through the actuator's gate, as every write; preemption's own dry-run checks
         # ran before this (``cycle``), the gate's refuses whatever slipped past them.
-        gate = Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
-                      who="preemption", prefix=prefix)
         why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
         try:
             gate.service_spec(v.service_id, service, why)
