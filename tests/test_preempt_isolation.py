@@ -228,3 +228,25 @@ def test_a_victims_stop_half_made_is_counted_and_judged_from_swarm_next_cycle() 
     a = {sp.name: sp for sp in again.services}["a"]
     assert a.status == "placed" and f"{P}{PREEMPTED_STATE}" in a.service_labels_remove
     assert a.service_labels_set.get(devices_key(P, "n-4090")) == ",".join(R[:2])
+
+
+def test_a_preemptor_whose_choice_raises_preempts_nothing_alone(
+    monkeypatch: pytest.MonkeyPatch, lines: list[str]
+) -> None:
+    """Choosing h1's victims raises: h1 preempts nothing this cycle, h2 still does."""
+    from swarmgpu.manager.placement import preempt
+
+    real = preempt.choose_preemptions.__globals__["_best_preemption"]
+
+    def best(rd: Any, s: SwarmService, r: Any) -> Any:
+        if s.name == "h1":
+            raise KeyError("gpu-node-9")
+        return real(rd, s, r)
+
+    monkeypatch.setitem(preempt.choose_preemptions.__globals__, "_best_preemption", best)
+    sw = _two_preemptions()
+    pre, snap, plan = _preempter(sw, moves=False)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [p.service for p in done] == ["h2"]
+    (said,) = _logged(lines, "failed unexpectedly")
+    assert "Traceback" in said and "victims for h1" in said

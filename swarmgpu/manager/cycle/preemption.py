@@ -140,14 +140,19 @@ class Preempter:
         now = time.time() if now is None else now
         # Found again each cycle, so a cycle that fails part-way holds no stale slot.
         self.waiting = ()
-        chosen = self.decide(snap, plan, facts, refused, now, ports)
+        self.said_raised.begin()
+        raised: dict[str, Exception] = {}
+        chosen = self.decide(snap, plan, facts, refused, now, ports, raised)
+        for name, exc in raised.items():
+            self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
+                             "failed unexpectedly, it preempts nothing this cycle; the "
+                             "other preemptions go on")
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         done: list[Preemption] = []
         waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
         unstored = False  # the hour in memory differs from the one last stored
         said = self.said_spent  # this cycle's budget refusals (said again once gone)
         said.begin()
-        self.said_raised.begin()
         for p in chosen:
             log = logger.bind(service=p.service)
             i = by_name.get(p.service)
@@ -198,9 +203,11 @@ class Preempter:
 
     def decide(self, snap: Snapshot, plan: PlacementPlan, facts: Mapping[str, NodeFacts],
                refused: Callable[[SwarmService], AbstractSet[str]] | None,
-               now: float, ports: PortTakers | None = None) -> list[Preemption]:
+               now: float, ports: PortTakers | None = None,
+               raised: dict[str, Exception] | None = None) -> list[Preemption]:
         """The preemptions of this cycle (``choose_preemptions``), with the cooldowns,
-        settle times and the hour as this Preempter and Swarm keep them; acts on none."""
+        settle times and the hour as this Preempter and Swarm keep them; acts on none.
+        ``raised``: preemptors whose choice raised, skipped alone (else it raises)."""
         pc = self.cfg.preemption
         if pc.max_per_hour == 0:
             return []
@@ -231,7 +238,7 @@ class Preempter:
         chosen = choose_preemptions(
             plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
             preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
-            refused=refused, moving=in_move, ports=ports)
+            refused=refused, moving=in_move, ports=ports, raised=raised)
         return chosen
 
     def over_budget(self, p: Preemption, tenant: str) -> str | None:
