@@ -63,6 +63,7 @@ from swarmgpu.manager.cycle.placement import make_plan, new_planner
 from swarmgpu.manager.cycle.preempt_budget import SpentHour
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.engine.actuator import Why, Writes
+from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
 from swarmgpu.manager.placement import PlacementPlan, ServicePlan, assign_key, gate_key
 from swarmgpu.manager.placement.keys import DEVICES
@@ -107,6 +108,7 @@ class Preempter:
         self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
         self.logged: set[str] = set()  # dry-run decisions already logged
         self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
+        self.said_raised: SaidOnce[str] = SaidOnce()  # victims that raised, while they do
         self.moving: dict[str, str] = {}  # preemptor -> a victim it had moved
         self.mover: Mover | None = None
         self.waits: set[str] = set()  # moves said to wait for the move budgets
@@ -138,7 +140,13 @@ class Preempter:
         now = time.time() if now is None else now
         # Found again each cycle, so a cycle that fails part-way holds no stale slot.
         self.waiting = ()
-        chosen = self.decide(snap, plan, facts, refused, now, ports)
+        self.said_raised.begin()
+        raised: dict[str, Exception] = {}
+        chosen = self.decide(snap, plan, facts, refused, now, ports, raised)
+        for name, exc in raised.items():
+            self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
+                             "failed unexpectedly, it preempts nothing this cycle; the "
+                             "other preemptions go on")
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         done: list[Preemption] = []
         waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
@@ -187,6 +195,7 @@ class Preempter:
                 done.append(p)
         self.logged &= {p.describe() for p in chosen}
         said.end()
+        self.said_raised.end()
         self._say_waits(waits)
         if unstored:
             self._store_spent(swarm)
@@ -194,9 +203,11 @@ class Preempter:
 
     def decide(self, snap: Snapshot, plan: PlacementPlan, facts: Mapping[str, NodeFacts],
                refused: Callable[[SwarmService], AbstractSet[str]] | None,
-               now: float, ports: PortTakers | None = None) -> list[Preemption]:
+               now: float, ports: PortTakers | None = None,
+               raised: dict[str, Exception] | None = None) -> list[Preemption]:
         """The preemptions of this cycle (``choose_preemptions``), with the cooldowns,
-        settle times and the hour as this Preempter and Swarm keep them; acts on none."""
+        settle times and the hour as this Preempter and Swarm keep them; acts on none.
+        ``raised``: preemptors whose choice raised, skipped alone (else it raises)."""
         pc = self.cfg.preemption
         if pc.max_per_hour == 0:
             return []
@@ -227,7 +238,7 @@ class Preempter:
         chosen = choose_preemptions(
             plan, snap.nodes, snap.services, snap.tasks, facts, prefix=self.prefix,
             preemptible_below=pc.preemptible_below, cooling=cooling, settling=settling,
-            refused=refused, moving=in_move, ports=ports)
+            refused=refused, moving=in_move, ports=ports, raised=raised)
         return chosen
 
     def over_budget(self, p: Preemption, tenant: str) -> str | None:
@@ -322,15 +333,17 @@ class Preempter:
         if not to_stop:
             return [], False
         fresh = [v for v in to_stop if v.service not in counted]
-        made: list[Candidate] = []
-        if not fresh or self._reserve(swarm, p, tenant, len(fresh), now):
-            made = [v for v in to_stop if self._stop(swarm, p, v, now)]
-        else:  # none stopped: only those counted by their move are left to give back
-            to_stop = [v for v in to_stop if v.service in counted]
-        if len(made) < len(to_stop):
-            self.spent.release(now, tenant, len(to_stop) - len(made))
-            return made, True
-        return made, False
+        if fresh and not self._reserve(swarm, p, tenant, len(fresh), now):
+            # none stopped: only those counted by their move are left to give back
+            got: list[tuple[Candidate, bool | None]] = [
+                (v, False) for v in to_stop if v.service in counted]
+        else:
+            got = [(v, self._stop(swarm, p, v, now)) for v in to_stop]
+        # a stop half made (None) stays counted: it may have landed (the safe side)
+        left = sum(1 for _v, ok in got if ok is False)
+        if left:
+            self.spent.release(now, tenant, left)
+        return [v for v, ok in got if ok], bool(left)
 
     def _count_first(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
                      v: Candidate, counted: set[str]) -> Callable[[], None]:
@@ -372,14 +385,36 @@ class Preempter:
                  window_s=None, reason=f"room for {p.service} (priority {p.priority})",
                  gain=f"{p.service} runs, {v.service} keeps running")
         mover = self._mover(swarm)
+        wrote: list[bool] = []  # the move's first write was let through (``first`` ran)
+
+        def counted_first() -> None:
+            first()
+            wrote.append(True)
+
         try:
-            with mover.writes.before_first(first):
+            with mover.writes.before_first(counted_first):
                 started = mover.start(m, svc)
         except Unstored:
             return "held"
         except SwarmError as exc:
             logger.bind(service=v.service).error("preemption: move failed to start: {}", exc)
             return "stop"
+        except Stopped:
+            raise  # the daemon stops: no later victim is acted on
+        except Exception as exc:  # a bug or unforeseen input: this victim's loss only
+            # Nothing written: stopped instead, as a move that failed to start. Else its
+            # record, the first write, is the authority: the rebalancer's mover goes on
+            # with the move or rolls it back next cycle; stopped too, the victim would
+            # lose its source under a move in flight.
+            self._say_raised(f"move:{p.service}:{v.service}", v.service, exc,
+                             f"moving {v.service} for {p.service} failed unexpectedly ("
+                             + ("counted as started, judged from its record next cycle"
+                                if wrote else "nothing written: stopped instead")
+                             + "); the other preemptions go on")
+            if not wrote:
+                return "stop"
+            self.moving[p.service] = v.service
+            return "moved"
         if started.budget is not None:
             waits.append((f"{p.service}:{v.service}:{started.budget.key}", (
                 f"preemption for {p.service} waits: moving {v.service} {p.hostname} -> "
@@ -395,7 +430,36 @@ class Preempter:
             p.hostname, where.hostname, p.service, p.priority)
         return "moved"
 
-    def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float) -> bool:
+    def _say_raised(self, key: str, service: str, exc: Exception, what: str) -> None:
+        """Log ``what`` at error with ``exc``'s traceback once while ``key`` keeps
+        raising (``said_raised``: said again after a cycle without it)."""
+        if self.said_raised.fresh(key):
+            logger.bind(service=service).opt(exception=exc).error("preemption: {}", what)
+
+    def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float,
+              ) -> bool | None:
+        """``_close``, one victim's loss only whatever it raises: True stopped, False
+        left as it was; None when it raised past a SwarmError (a bug, or an answer no one
+        foresaw) after a write was let through: half made, judged from Swarm next cycle
+        (a victim still holding is placement's, which keeps it placed)."""
+        gate = Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
+                      who="preemption", prefix=self.prefix)
+        wrote: list[bool] = []
+        try:
+            with gate.before_first(lambda: wrote.append(True)):
+                return self._close(gate, swarm, p, v, now)
+        except Stopped:
+            raise  # the daemon stops: no later victim is stopped
+        except Exception as exc:  # a bug or unforeseen input: this victim's loss only
+            self._say_raised(f"stop:{p.service}:{v.service}", v.service, exc,
+                             f"stopping {v.service} for {p.service} failed unexpectedly ("
+                             + ("half made: counted, judged from Swarm next cycle" if wrote
+                                else "nothing written: left as it was")
+                             + "); the other preemptions go on")
+            return None if wrote else False
+
+    def _close(self, gate: Writes, swarm: SwarmClient, p: Preemption, v: Candidate,
+               now: float) -> bool:
         """Close one victim's gate on its node, after its device lists and the record."""
         prefix = self.prefix
         log = logger.bind(service=v.service)
@@ -428,8 +492,6 @@ class Preempter:
 
         # Through the actuator's gate, as every write; preemption's own dry-run checks
         # ran before this (``cycle``), the gate's refuses whatever slipped past them.
-        gate = Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
-                      who="preemption", prefix=prefix)
         why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
         try:
             gate.service_spec(v.service_id, service, why)

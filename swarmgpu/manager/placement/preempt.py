@@ -295,6 +295,7 @@ def choose_preemptions(
     refused: Callable[[SwarmService], AbstractSet[str]] | None = None,
     moving: AbstractSet[str] = frozenset(),
     ports: Callable[[SwarmService], Mapping[str, AbstractSet[str]]] | None = None,
+    raised: dict[str, Exception] | None = None,
 ) -> list[Preemption]:
     """At most one preemption per pending service (one replica's GPUs on one node), in
     served order; a GPU freed for one is not counted for another. ``cooling``: services
@@ -306,7 +307,9 @@ def choose_preemptions(
     neither preemptors nor victims; ``ports``: of the nodes ``refused``, those refused for
     a host-mode port alone, with the services whose tasks bind it there
     (``Planner.port_takers``): such a node is a target when those are all its victims,
-    whose stop frees the port with the GPUs."""
+    whose stop frees the port with the GPUs. ``raised``: a preemptor whose choice raises
+    (a bug, or input no one foresaw) preempts nothing, the round as before it, its
+    exception kept there by name for the caller's log (None: it raises)."""
     by_name = {s.name: s for s in services}
     started: dict[tuple[str, str], str] = {}
     for t in tasks:
@@ -335,9 +338,16 @@ def choose_preemptions(
             continue
         if s.mode != "replicated" or not s.replicas:
             continue
-        p = _best_preemption(rd, s, r)
-        if p is not None:
-            out.append(_take(rd, p, r))
+        mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
+        try:
+            p = _best_preemption(rd, s, r)
+            if p is not None:
+                out.append(_take(rd, p, r))
+        except Exception as exc:  # one preemptor's loss: the others choose as before
+            if raised is None:
+                raise
+            rd.taken, rd.gone, rd.q_gone, rd.q_given = mark
+            raised[s.name] = exc
     return out
 
 

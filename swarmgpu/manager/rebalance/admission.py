@@ -64,6 +64,7 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
           ledger: Mapping[str, Mapping[str, Holding]], cfg: RebalanceConfig, prefix: str,
           now: float, frag_left: tuple[int, str] | None = None,
           reserved: Sequence[Move] = (), unreadable: int = 0,
+          raised: dict[str, Exception] | None = None,
           ) -> tuple[list[Move], list[tuple[Move, str]]]:
     """Which proposed moves may start this cycle; the rest with the reason (pure).
 
@@ -71,6 +72,8 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
     (:meth:`FragBudget.left`); None: no such limit. ``reserved``: moves another step
     waits to start (a preemption's victim), counted as admitted before these: the
     budgets' slots they need stay free for them. ``unreadable``: as ``over_budget_on``.
+    ``raised``: a move whose checks raise (a bug, or input no one foresaw) is refused
+    alone, its exception kept there by service for the caller's log (None: it raises).
     """
     frag = frag_left[0] if frag_left is not None else 0
     ok: list[Move] = []
@@ -78,11 +81,18 @@ def admit(moves: Sequence[Move], in_flight: Sequence[MoveState],
     flying = {st.service for st in in_flight}  # the records' word, not move labels
     for m in moves:
         s = services.get(m.service)
-        req = parse_all(s.labels, prefix=prefix) if s is not None else None
-        why = "service gone" if s is None else why_not_movable(
-            s, req if isinstance(req, GpuRequest) else None, tasks, ledger.get(m.service, {}),
-            prefix, now, cfg.cooldown_s, same_node=m.source_node == m.target_node,
-            moving=m.service in flying)
+        try:
+            req = parse_all(s.labels, prefix=prefix) if s is not None else None
+            why = "service gone" if s is None else why_not_movable(
+                s, req if isinstance(req, GpuRequest) else None, tasks,
+                ledger.get(m.service, {}), prefix, now, cfg.cooldown_s,
+                same_node=m.source_node == m.target_node, moving=m.service in flying)
+        except Exception as exc:  # one move's checks: its loss only, not the batch's
+            if raised is None:
+                raise
+            raised[m.service] = exc
+            refused.append((m, f"its checks failed unexpectedly: {type(exc).__name__}"))
+            continue
         b = (over_budget(m, in_flight, [*reserved, *ok], cfg, unreadable) if why is None
              else None)
         if b is not None:  # within the budgets but for the reserved: say what holds it

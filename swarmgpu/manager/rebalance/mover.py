@@ -227,6 +227,7 @@ class Mover:
         self._last_dry: set[tuple[str, str, str]] = set()
         self._dry_flying: set[str] = set()  # move ids said "left as it is" in dry-run
         self._said: SaidOnce[str] = SaidOnce()  # forged or mismatched labels reported
+        self._raised: SaidOnce[str] = SaidOnce()  # admission's faults ("": its reads)
         self.seen = FirstSeen()  # a move's age: a record dated ahead still times out
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
@@ -346,22 +347,27 @@ class Mover:
         else:
             self._act_on(v)
         by_name = {s.name: s for s in services}
-        ledger = read_ledger(nodes, self.prefix)
-        # The hour's moves for a daemon that starts leading: those finished (the mover's
-        # list) and those in flight, whose finish joins that list only after this first
-        # look; without the latter a restart mid-move gave the hour one move more. A start
-        # no clock wrote (far ahead) counts from now: in flight, it was spent by now.
-        now = self.clock()
-        self.frag_budget.observe(ledger, {st.service for st in v.in_flight()},
-                                 [*finished_times(labels, self.prefix),
-                                  *(stamps.started(st.started_at, now)
-                                    for st in v.in_flight())], now)
-        ok, refused = admit(moves, v.in_flight(), by_name, tasks, ledger, self.cfg,
-                            self.prefix, self.clock(), self.frag_budget.left(self.clock()),
-                            reserved, len(v.unreadable))
+        raised: dict[str, Exception] = {}  # moves whose checks raised: refused alone
+        self._raised.begin()
+        try:
+            ok, refused = self._admit(moves, v, labels, nodes, by_name, tasks, reserved,
+                                      raised)
+        except Stopped:
+            raise
+        except Exception as exc:  # this mover's new moves of the cycle, not the step
+            if self._raised.fresh(""):
+                logger.opt(exception=exc).error("rebalance: the moves' reads failed "
+                                                "unexpectedly, no new move this cycle")
+            self._raised.end()
+            return
         for m, why in refused:
+            if m.service in raised and self._raised.fresh(m.service):
+                logger.bind(service=m.service).opt(exception=raised[m.service]).error(
+                    "move {} -> {}: its checks failed unexpectedly, not started; the "
+                    "others go on", m.source_host, m.target_host)
             logger.bind(service=m.service).info("move {} -> {} not started: {}",
                                                 m.source_host, m.target_host, why)
+        self._raised.end()
         if self.dry_run:
             now_keys = set()
             for m in ok:
@@ -392,6 +398,25 @@ class Mover:
                     m.target_host)
                 self._record(m.service, m.source_host, m.target_host, m.reason,
                              Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+
+    def _admit(self, moves: Sequence[Move], v: Verdict, labels: Mapping[str, str],
+               nodes: Sequence[SwarmNode], by_name: Mapping[str, SwarmService],
+               tasks: Sequence[SwarmTask], reserved: Sequence[Move],
+               raised: dict[str, Exception]) -> tuple[list[Move], list[tuple[Move, str]]]:
+        """``admit`` on the cycle's ledger and fragmentation hour."""
+        ledger = read_ledger(nodes, self.prefix)
+        # The hour's moves for a daemon that starts leading: those finished (the mover's
+        # list) and those in flight, whose finish joins that list only after this first
+        # look; without the latter a restart mid-move gave the hour one move more. A start
+        # no clock wrote (far ahead) counts from now: in flight, it was spent by now.
+        now = self.clock()
+        self.frag_budget.observe(ledger, {st.service for st in v.in_flight()},
+                                 [*finished_times(labels, self.prefix),
+                                  *(stamps.started(st.started_at, now)
+                                    for st in v.in_flight())], now)
+        return admit(moves, v.in_flight(), by_name, tasks, ledger, self.cfg, self.prefix,
+                     self.clock(), self.frag_budget.left(self.clock()), reserved,
+                     len(v.unreadable), raised)
 
     def _act_on(self, v: Verdict) -> None:
         for s in (s for s, _why in v.forged):

@@ -1,0 +1,252 @@
+"""One preemption that raises past a SwarmError (a bug, or input no one foresaw) is its
+own loss only: the cycle's other preemptions are still made, the step ends normally
+(the later steps and the next cycle run), the traceback is logged once while it lasts,
+and a victim whose move or stop was half made is judged from Swarm next cycle. Before:
+the exception left ``Preempter.cycle``, and the daemon's cycle with it, every cycle.
+
+No real input is known to make the mover or a stop raise so: the faults are injected
+(monkeypatch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from loguru import logger
+from support.forged import DGX_F, R4090_F, RecordingSwarm, sw_node, sw_svc
+
+from swarmgpu.core.config import Config, PreemptionConfig, RebalanceConfig
+from swarmgpu.manager.cycle.placement import make_plan
+from swarmgpu.manager.cycle.preempt_budget import SpentHour
+from swarmgpu.manager.cycle.preemption import Preempter
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import Holding, assign_key, devices_key, gate_key
+from swarmgpu.manager.placement.preempt import PREEMPTED_STATE
+from swarmgpu.manager.rebalance.mover import Mover, read_records
+from swarmgpu.manager.rebalance.moves import Move
+from swarmgpu.swarm.client import SwarmService, SwarmTask
+
+P = "swarmgpu."
+R = tuple(g.uuid for g in R4090_F.gpus)  # 8 RTX 4090s on n-4090
+FACTS = {"n-dgx": DGX_F, "n-4090": R4090_F}
+
+
+def _two_preemptions() -> RecordingSwarm:
+    """a and b (priority 0, 2 GPUs each, any product) and filler (not preemptible, 4)
+    fill n-4090; the DGX has whole GPUs free for a and b; h1 and h2 (priority 100) each
+    want 2 RTX 4090s: two preemptions, a for h1 and b for h2."""
+    held = {"a": R[:2], "b": R[2:4], "filler": R[4:]}
+    labels: dict[str, str] = {}
+    for name, uuids in held.items():
+        h = Holding(name, "n-4090", uuids, tuple(1000 for _ in uuids))
+        labels |= {assign_key(P, name): h.label_value(), gate_key(P, name): "true"}
+    nodes = [
+        sw_node("n-mgr", "manager", role="manager"),
+        sw_node("n-dgx", "gpu-node-1"),
+        sw_node("n-4090", "gpu-node-2", labels),
+    ]
+    svcs = [
+        sw_svc(
+            name,
+            {
+                f"{P}gpus": str(len(uuids)),
+                devices_key(P, "n-4090"): ",".join(uuids),
+                **({f"{P}priority": "50", f"{P}preemptible": "false"} if name == "filler" else {}),
+            },
+        )
+        for name, uuids in held.items()
+    ]
+    svcs += [
+        sw_svc(h, {f"{P}gpus": "2", f"{P}gpu-product": "*RTX 4090*", f"{P}priority": "100"})
+        for h in ("h1", "h2")
+    ]
+    tasks = [
+        SwarmTask(
+            f"t-{s.name}",
+            s.id,
+            "" if s.name.startswith("h") else "n-4090",
+            1,
+            "pending" if s.name.startswith("h") else "running",
+            "running",
+            (),
+        )
+        for s in svcs
+    ]
+    return RecordingSwarm(nodes, svcs, tasks)
+
+
+def _preempter(sw: RecordingSwarm, moves: bool) -> tuple[Preempter, Snapshot, Any]:
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    rb = (
+        RebalanceConfig(dry_run=False, max_moves_per_cycle=4, max_moves_per_node=4)
+        if moves
+        else RebalanceConfig()
+    )
+    cfg = Config(rebalance=rb, preemption=PreemptionConfig(dry_run=False))
+    return Preempter(cfg), snap, make_plan(snap, cfg)
+
+
+def _stored_hour(sw: RecordingSwarm) -> int:
+    hour = SpentHour(P)
+    hour.read(sw.swarm_labels(), 5000.0, ())
+    return len(hour.all)
+
+
+def _logged(lines: list[str], what: str) -> list[str]:
+    return [ln for ln in lines if what in ln]
+
+
+@pytest.fixture
+def lines() -> Any:
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m)), level="INFO")
+    yield said
+    logger.remove(sink)
+
+
+def _raising_start(monkeypatch: pytest.MonkeyPatch, victim: str, *, after_first: bool) -> None:
+    """``Mover.start`` raises a TypeError for ``victim``'s move: before anything is
+    written, or (``after_first``) after the move record, its first write."""
+    real = Mover.start
+
+    def start(self: Mover, m: Move, svc: SwarmService) -> Any:
+        if m.service != victim:
+            return real(self, m, svc)
+        if after_first:
+            self.writes.swarm_labels(lambda cur: {**cur, f"{P}state.moves.{svc.id}": "{}"})
+        raise TypeError("'NoneType' object is not subscriptable")
+
+    monkeypatch.setattr(Mover, "start", start)
+
+
+def test_a_victims_move_that_raises_before_a_write_is_stopped_the_others_go_on(
+    monkeypatch: pytest.MonkeyPatch, lines: list[str]
+) -> None:
+    """a's move raised with nothing written: a is stopped instead (as a move that failed
+    to start), b's move for h2 still starts, and the step ends normally."""
+    sw = _two_preemptions()
+    _raising_start(monkeypatch, "a", after_first=False)
+    pre, snap, plan = _preempter(sw, moves=True)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert sorted(p.service for p in done) == ["h1", "h2"]
+    assert f"{P}{PREEMPTED_STATE}" in sw.service("id-a").labels
+    assert gate_key(P, "a") not in sw.node("n-4090").labels
+    assert {st.service for st in read_records(sw.swarm_labels(), P).values()} == {"b"}
+    assert _stored_hour(sw) == 2
+    (said,) = _logged(lines, "failed unexpectedly")
+    assert "Traceback" in said and "TypeError: 'NoneType' object" in said
+
+
+def test_a_victims_move_that_raises_after_its_first_write_is_judged_from_swarm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """a's move raised after its record: it may be under way, so a is not stopped too
+    (its record is the rebalancer's mover's to go on with or roll back), it is counted
+    in the hour (stored before that write), and h1 waits for the move as for any."""
+    sw = _two_preemptions()
+    _raising_start(monkeypatch, "a", after_first=True)
+    pre, snap, plan = _preempter(sw, moves=True)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert sorted(p.service for p in done) == ["h1", "h2"]
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
+    assert gate_key(P, "a") in sw.node("n-4090").labels
+    assert _stored_hour(sw) == 2 and pre.moving == {"h1": "a", "h2": "b"}
+
+
+def test_a_victims_move_that_keeps_raising_is_logged_once_while_it_does(
+    monkeypatch: pytest.MonkeyPatch, lines: list[str]
+) -> None:
+    sw = _two_preemptions()
+    _raising_start(monkeypatch, "a", after_first=False)
+    monkeypatch.setattr(Preempter, "_stop", lambda *a: False)  # a stays, tried again
+    pre, _snap, _plan = _preempter(sw, moves=True)
+    for t in (5000.0, 5100.0):
+        _, snap, plan = _preempter(sw, moves=True)
+        pre.cycle(sw, snap, plan, FACTS, now=t)  # type: ignore[arg-type]
+    assert len(_logged(lines, "failed unexpectedly")) == 1
+
+
+class _RaisingStop(RecordingSwarm):
+    """The stop path's faults for victim a: its node read (nothing written yet), or its
+    node write after its spec write landed (``half``), raise a TypeError."""
+
+    def __init__(self, half: bool) -> None:
+        c = _two_preemptions()
+        super().__init__(c.nodes(), c.services(), c.tasks())
+        self.half = half
+        self.armed = True
+
+    def node(self, node_id: str) -> Any:
+        if self.armed and not self.half:
+            self.armed = False
+            raise TypeError("'NoneType' object is not subscriptable")
+        return super().node(node_id)
+
+    def update_node_labels(self, node_id: str, compute: Any, **kw: Any) -> bool:
+        if (
+            self.armed
+            and self.half
+            and gate_key(P, "a") in self._nodes[node_id].labels
+            and gate_key(P, "a") not in (compute(self._nodes[node_id].labels) or {})
+        ):
+            self.armed = False
+            raise TypeError("'NoneType' object is not subscriptable")
+        return super().update_node_labels(node_id, compute, **kw)
+
+
+def test_a_victims_stop_that_raises_before_a_write_leaves_it_and_gives_the_hour_back(
+    lines: list[str],
+) -> None:
+    """a's stop raised before anything was written: a is left as it was, its reserved
+    second given back, h1 tried again next cycle; b is still stopped for h2."""
+    sw = _RaisingStop(half=False)
+    pre, snap, plan = _preempter(sw, moves=False)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [p.service for p in done] == ["h2"]
+    assert gate_key(P, "a") in sw.node("n-4090").labels
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
+    assert gate_key(P, "b") not in sw.node("n-4090").labels
+    assert _stored_hour(sw) == 1 and "h1" not in pre.preemptor_at
+    (said,) = _logged(lines, "failed unexpectedly")
+    assert "Traceback" in said and "stopping a for h1" in said
+
+
+def test_a_victims_stop_half_made_is_counted_and_judged_from_swarm_next_cycle() -> None:
+    """a's spec write landed (its record, its device list gone), its gate write raised:
+    b is still stopped; a's second stays counted (the stop may have landed: the safe
+    side), and next cycle placement finds a still holding its GPUs, so it keeps them:
+    its device list written back and the record removed, never left stopped with
+    nobody placed."""
+    sw = _RaisingStop(half=True)
+    pre, snap, plan = _preempter(sw, moves=False)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [p.service for p in done] == ["h2"]
+    assert gate_key(P, "a") in sw.node("n-4090").labels
+    assert f"{P}{PREEMPTED_STATE}" in sw.service("id-a").labels
+    assert _stored_hour(sw) == 2 and "a" not in pre.victim_at
+    _, _, again = _preempter(sw, moves=False)
+    a = {sp.name: sp for sp in again.services}["a"]
+    assert a.status == "placed" and f"{P}{PREEMPTED_STATE}" in a.service_labels_remove
+    assert a.service_labels_set.get(devices_key(P, "n-4090")) == ",".join(R[:2])
+
+
+def test_a_preemptor_whose_choice_raises_preempts_nothing_alone(
+    monkeypatch: pytest.MonkeyPatch, lines: list[str]
+) -> None:
+    """Choosing h1's victims raises: h1 preempts nothing this cycle, h2 still does."""
+    from swarmgpu.manager.placement import preempt
+
+    real = preempt.choose_preemptions.__globals__["_best_preemption"]
+
+    def best(rd: Any, s: SwarmService, r: Any) -> Any:
+        if s.name == "h1":
+            raise KeyError("gpu-node-9")
+        return real(rd, s, r)
+
+    monkeypatch.setitem(preempt.choose_preemptions.__globals__, "_best_preemption", best)
+    sw = _two_preemptions()
+    pre, snap, plan = _preempter(sw, moves=False)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [p.service for p in done] == ["h2"]
+    (said,) = _logged(lines, "failed unexpectedly")
+    assert "Traceback" in said and "victims for h1" in said
