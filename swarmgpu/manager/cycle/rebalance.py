@@ -101,7 +101,7 @@ class Rebalancer(Step):
         self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement
         self._last_seen: MoveRecord | None = None  # the health mover's last record counted
         self._said: SaidOnce[str] = SaidOnce()  # health notes logged while they last
-        self._unread: set[str] = set()  # services with an unreadable record, logged
+        self._unread: SaidOnce[str] = SaidOnce()  # services with an unreadable record, logged
         self._failed: SaidOnce[str] = SaidOnce()  # policies that raised, logged while they do
         reg = daemon.metrics.registry
         self.evacuations = Counter(
@@ -196,10 +196,11 @@ class Rebalancer(Step):
         """The services whose own move record cannot be read (none is proposed), each
         logged once while it lasts (the plan's notes say it every cycle)."""
         bad = unreadable_of(snap.services, snap.swarm_labels, self.prefix)
+        self._unread.begin()
         for name, why in bad.items():
-            if name not in self._unread:
+            if self._unread.fresh(name):
                 logger.bind(service=name).warning("rebalance: {} is not moved: {}", name, why)
-        self._unread = set(bad)
+        self._unread.end()
         return bad
 
     def _log_failed(self, prop: Proposal) -> None:
