@@ -86,7 +86,7 @@ class Rebalancer(Step):
                            dry_run=cfg.dry_run or self.cfg.dry_run, metrics=daemon.metrics,
                            scope=rebalancing)  # preemption's mover shares it
         self.last: Proposal | None = None
-        self._warned: set[str] = set()
+        self._warned: SaidOnce[str] = SaidOnce()  # the signals' warnings, while they last
         # --- health (policies.health) ---
         self.health = cfg.health
         self.health_on = self.cfg.health_policy
@@ -153,10 +153,11 @@ class Rebalancer(Step):
         self.host.labels.health.feed_metrics({nid: sc.result.samples_by_uuid
                                               for nid, sc in trusted.items() if sc.result})
         warnings = self.signals.observe(trusted, facts, hostnames, ledger, snap.taken_at)
+        self._warned.begin()
         for w in warnings:  # say it once when it starts, not every cycle
-            if w not in self._warned:
+            if self._warned.fresh(w):
                 logger.warning("rebalance: {}", w)
-        self._warned = set(warnings)
+        self._warned.end()
         plan = session.placement if self.placement else None
         pending = [sp.name for sp in (plan.services if plan else []) if sp.status == "pending"]
         # The fragmentation policy judges moves against the workload placement expects
