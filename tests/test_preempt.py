@@ -605,6 +605,29 @@ def test_a_victims_move_waits_for_the_move_budgets_and_it_is_not_stopped(
     assert (st.service, st.trigger, p.service) == ("small", "preemption", "high")
 
 
+def test_a_victims_move_that_waits_for_the_move_budgets_is_said_once_while_it_waits() -> None:
+    """The wait is in the preemptor's plan each cycle; the log says it once while it
+    lasts, again once a cycle went without it (here: one in dry-run) and it came back."""
+    sw, pre, snap, plan = _over_budget(1, 9)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING",
+                      filter=lambda r: "waits: moving small" in r["message"])
+    try:
+        for t in (5000.0, 5010.0, 5020.0):
+            assert pre.cycle(sw, snap, plan, FACTS, now=t) == []  # type: ignore[arg-type]
+        assert len(lines) == 1, lines
+        live, pre.cfg = pre.cfg, replace(pre.cfg, dry_run=True)
+        pre.cycle(sw, snap, plan, FACTS, now=5030.0)  # type: ignore[arg-type]
+        pre.cfg = live
+        for t in (5040.0, 5050.0):
+            assert pre.cycle(sw, snap, plan, FACTS, now=t) == []  # type: ignore[arg-type]
+    finally:
+        logger.remove(sink)
+    assert len(lines) == 2 and "rebalance.max_moves_per_cycle" in lines[1], lines
+    (m,) = pre.reserved()
+    assert m.service == "small"
+
+
 def test_a_health_move_in_flight_spends_its_own_budget_not_the_rebalancers() -> None:
     """The health mover's evacuations have their own budget
     (``health.evacuations_per_cycle``): one in flight leaves preemption's move free."""

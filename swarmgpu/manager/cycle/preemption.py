@@ -109,7 +109,7 @@ class Preempter:
         self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
         self.moving: dict[str, str] = {}  # preemptor -> a victim it had moved
         self.mover: Mover | None = None
-        self.waits: set[str] = set()  # moves said to wait for the move budgets
+        self.waits: SaidOnce[str] = SaidOnce()  # moves said to wait for the move budgets
         # Those moves, as of this step's last cycle: the rebalancer's next cycle holds
         # their slots of the budgets for them (``reserved``).
         self.waiting: tuple[Move, ...] = ()
@@ -278,10 +278,11 @@ class Preempter:
     def _say_waits(self, waits: list[tuple[str, str, Move]]) -> None:
         """Log each move that waits for the budgets once while it waits, not every cycle
         (the preemptor's plan says it each cycle); keep the moves (``reserved``)."""
+        self.waits.begin()
         for key, said, _m in waits:
-            if key not in self.waits:
+            if self.waits.fresh(key):
                 logger.bind(service=key.split(":")[0]).warning("{}", said)
-        self.waits = {key for key, _said, _m in waits}
+        self.waits.end()
         self.waiting = tuple(m for _key, _said, m in waits)
 
     def _write_hour(self, swarm: SwarmClient) -> None:
