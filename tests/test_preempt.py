@@ -292,6 +292,29 @@ def test_dry_run_decides_and_writes_nothing(tmp_path: Any) -> None:
 
 
 
+def test_a_dry_run_preemption_is_said_once_while_it_is_decided() -> None:
+    """In dry-run the decision is in the preemptor's plan each cycle; the log says it once
+    while it is decided, again once a cycle went without it (the preemptor gone) and it
+    came back."""
+    sw = RecordingSwarm(*_gpu_cluster({f"{P}priority": "batch"},
+                                      {f"{P}priority": "inference"}))
+    cfg = Config()  # preemption.dry_run: true, the default
+    pre = Preempter(cfg)
+    full = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    gone = replace(full, services=[s for s in full.services if s.name != "high"])
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="INFO",
+                      filter=lambda r: "dry-run: would preempt" in r["message"])
+    try:
+        for t, snap in enumerate((full, full, full, gone, full, full)):
+            pre.cycle(sw, snap, make_plan(snap, cfg), FACTS,  # type: ignore[arg-type]
+                      now=5000.0 + t)
+    finally:
+        logger.remove(sink)
+    assert lines == ["dry-run: would preempt batch (priority 0) on gpu-node-2 for high "
+                     "(priority 100)"] * 2, lines
+
+
 def _as_commands(sw: RecordingSwarm, cfg: str, monkeypatch: pytest.MonkeyPatch,
                  command: str) -> dict[str, list[str]]:
     """``swarmgpu <command> --json`` over ``sw``: each service's warnings."""

@@ -105,7 +105,7 @@ class Preempter:
         self.tenants = Tenants.from_config(cfg)
         self.victim_at: dict[str, float] = {}  # victim name -> when it was last preempted
         self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
-        self.logged: set[str] = set()  # dry-run decisions already logged
+        self.logged: SaidOnce[str] = SaidOnce()  # dry-run decisions, while decided
         self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
         self.moving: dict[str, str] = {}  # preemptor -> a victim it had moved
         self.mover: Mover | None = None
@@ -145,14 +145,14 @@ class Preempter:
         unstored = False  # the hour in memory differs from the one last stored
         said = self.said_spent  # this cycle's budget refusals (said again once gone)
         said.begin()
+        self.logged.begin()
         for p in chosen:
             log = logger.bind(service=p.service)
             i = by_name.get(p.service)
             if pc.dry_run or self.cfg.dry_run:
                 if i is not None:
                     plan.services[i] = plan.services[i].noted(dry_note(p))
-                if p.describe() not in self.logged:
-                    self.logged.add(p.describe())
+                if self.logged.fresh(p.describe()):
                     log.info("dry-run: would {}", p.describe())
                 done.append(p)
                 continue
@@ -185,7 +185,7 @@ class Preempter:
                 for v in stopped:
                     self.victim_at[v.service] = now
                 done.append(p)
-        self.logged &= {p.describe() for p in chosen}
+        self.logged.end()
         said.end()
         self._say_waits(waits)
         if unstored:
