@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from loguru import logger
 from support.gpu_nodes import DGX_A100
 from support.overshare import G1, G2, F, metrics_for
 from support.placement import DGX, R4090, svc
@@ -115,6 +116,22 @@ def test_unattributed_shows_in_the_map_and_is_logged_once() -> None:
     w.update(list(uses.values()), stray)
     w.update(list(uses.values()), stray)
     assert list(w.unattributed) == [stray[0].key] and w.due(0) == []
+
+
+def test_an_unattributed_process_is_logged_once_while_it_lasts() -> None:
+    """Said once while it is read, again once a cycle read it no more and it came back."""
+    uses, stray = _judge(GpuProcess(66, BIG, None, C_OTHER, "", "victim"))
+    w = Watch(clock=lambda: 0.0)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING",
+                      filter=lambda r: "unattributed GPU process" in r["message"])
+    try:
+        for seen in (stray, stray, [], stray, stray):
+            w.update(list(uses.values()), seen)
+    finally:
+        logger.remove(sink)
+    assert len(lines) == 2 and all("pid 66" in ln for ln in lines), lines
+    assert list(w.unattributed) == [stray[0].key]
 
 
 class _Swarm:

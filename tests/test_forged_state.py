@@ -351,6 +351,30 @@ def test_genuine_move_in_dry_run_is_left_as_it_is() -> None:
     assert set(read_records(sw.swarm_labels(), P)) == {"id-victim"}
 
 
+def test_a_move_left_in_flight_by_a_dry_run_mover_is_said_once_while_it_is() -> None:
+    """Its "left as it is" is said once while the move is in flight, again once its
+    record was gone for a cycle and came back."""
+    sw, now = victim_cluster({}), [1000.0]
+    _start(sw, now)
+    key = record_key(P, "id-victim")
+    record = sw._swarm_labels[key]
+    m2 = Mover(sw, RB, prefix=P, dry_run=True, clock=lambda: now[0])  # type: ignore[arg-type]
+    said: list[int] = []
+    at = [0]
+    sink = logger.add(lambda m: said.append(at[0]), level="WARNING",
+                      filter=lambda r: "in flight is left as it is" in r["message"])
+    try:
+        for at[0], there in enumerate((True, True, False, True, True)):
+            if there:
+                sw._swarm_labels[key] = record
+            else:
+                del sw._swarm_labels[key]
+            m2.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    finally:
+        logger.remove(sink)
+    assert said == [0, 3]
+
+
 # --- the full daemon -------------------------------------------------------------------
 
 

@@ -758,3 +758,41 @@ def test_an_image_inspect_without_env_is_an_empty_env() -> None:
         assert client.image_env("local/app:1") == ()
     client._api = _BadImageApi({"Env": ["A=1"]})
     assert client.image_env("local/app:1") == ("A=1",)
+
+
+def test_ungranted_access_is_said_when_it_starts_changes_and_ends_not_every_cycle() -> None:
+    """The grants step's log: each service's ungranted access once while it lasts with
+    the same reason, again when its reason changes or it comes back after it ended; its
+    end said once."""
+    from types import SimpleNamespace
+
+    from loguru import logger
+
+    from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
+    from swarmgpu.manager.cycle.grants import GrantsStep
+    from swarmgpu.manager.services.grants import Ungranted
+
+    host = SimpleNamespace(cfg=Config(), swarm=None, metrics=DaemonMetrics())
+    step = GrantsStep(host, placement=True)  # type: ignore[arg-type]
+
+    def seen(**why: str) -> list[Ungranted]:
+        return [Ungranted(s, f"id-{s}", ("gpu-node-1",), (Access("env", w),))
+                for s, w in why.items()]
+
+    lines: list[tuple[str, str]] = []
+    sink = logger.add(lambda m: lines.append((m.record["extra"]["service"],
+                                              m.record["message"].split("; fix")[0])),
+                      level="INFO")
+    try:
+        for found in (seen(a="x", b="y"), seen(a="x", b="y"), seen(a="z", b="y"),
+                      seen(b="y"), seen(b="y"), seen(a="z", b="y")):
+            step._log(found)
+    finally:
+        logger.remove(sink)
+    assert lines == [
+        ("a", "ungranted GPU access on gpu-node-1: x"),
+        ("b", "ungranted GPU access on gpu-node-1: y"),
+        ("a", "ungranted GPU access on gpu-node-1: z"),
+        ("a", "ungranted GPU access: no longer"),
+        ("a", "ungranted GPU access on gpu-node-1: z"),
+    ], lines

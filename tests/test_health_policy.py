@@ -513,3 +513,41 @@ def test_the_health_policys_notes_are_logged_once_while_they_last(tmp_path: Path
     assert [x for x in lines if x.startswith("rebalance:")] == [
         "rebalance: health: a", "rebalance: health: a", "rebalance: health: b"], lines
     assert len([x for x in lines if "would have placement re-place third" in x]) == 2, lines
+
+
+def test_a_service_whose_move_record_cannot_be_read_is_said_once_while_it_lasts(
+        tmp_path: Path) -> None:
+    """The rebalancer's "not moved" for a service whose own move record cannot be read:
+    said once while the record stays unreadable, again once it was removed and came back."""
+    from support.forged import RecordingSwarm, sw_svc
+
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.cycle.session import CycleSession
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.rebalance.record import record_key
+
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    key = record_key(P, "id-a")
+    sw = RecordingSwarm(nodes, [sw_svc(s.name, s.labels) for s in svcs], tasks)
+    rb = Rebalancer(Daemon(Config(state_dir=str(tmp_path)), swarm=sw),  # type: ignore[arg-type]
+                    placement=False)
+    said: list[tuple[int, str]] = []
+    at = 0
+    sink = logger.add(lambda m: said.append((at, str(m.record["message"]))), level="WARNING",
+                      filter=lambda r: "a is not moved" in r["message"])
+    try:
+        for at, garbled in enumerate((True, True, False, True, True)):
+            if garbled:
+                sw._swarm_labels[key] = '{"id": 1}'
+            else:
+                del sw._swarm_labels[key]
+            session = CycleSession(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                                            swarm_labels=sw.swarm_labels(),
+                                            taken_at=1000.0 + at))
+            session.facts = {"n1": F1, "n2": F2}
+            session.scrapes = {}
+            rb.run(session)
+    finally:
+        logger.remove(sink)
+    assert [at for at, _ in said] == [0, 3] and all(key in m for _, m in said), said

@@ -189,3 +189,30 @@ def test_a_problem_of_two_nodes_is_said_of_each_once_while_it_lasts_there(
     finally:
         logger.remove(sink)
     assert said == ["host-a", "host-b", "host-a"]
+
+
+def test_a_gpu_uuid_in_two_nodes_facts_is_said_once_while_it_lasts(tmp_path: Path) -> None:
+    """A GPU UUID both nodes' facts list is said of each once while it lasts, again of
+    each once it was gone for a cycle and came back."""
+    hosts = {"n-a": "host-a", "n-b": "host-b"}
+    nodes = [sw_node(nid, h, desired_labels(R4090_F, P)) for nid, h in hosts.items()]
+    sw = RecordingSwarm(nodes, [], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    sync = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    one = R4090_F.gpus[0]
+
+    def res(nid: str, uuid: str) -> FactsResult:
+        facts = replace(R4090_F, hostname=hosts[nid], gpus=(replace(one, uuid=uuid),))
+        return FactsResult(nid, hosts[nid], f"https://{hosts[nid]}:9101/facts", facts, None,
+                           time.time())
+
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(m.record["extra"]["node"]), level="WARNING",
+                      filter=lambda r: one.uuid in r["message"])
+    try:
+        for b_uuid in (one.uuid, one.uuid, "GPU-b-own", one.uuid, one.uuid):
+            sync.cycle(Snapshot(sw.nodes(), [], [], {"n-a": res("n-a", one.uuid),
+                                                     "n-b": res("n-b", b_uuid)}))
+    finally:
+        logger.remove(sink)
+    assert said == ["host-a", "host-b", "host-a", "host-b"]

@@ -292,6 +292,29 @@ def test_dry_run_decides_and_writes_nothing(tmp_path: Any) -> None:
 
 
 
+def test_a_dry_run_preemption_is_said_once_while_it_is_decided() -> None:
+    """In dry-run the decision is in the preemptor's plan each cycle; the log says it once
+    while it is decided, again once a cycle went without it (the preemptor gone) and it
+    came back."""
+    sw = RecordingSwarm(*_gpu_cluster({f"{P}priority": "batch"},
+                                      {f"{P}priority": "inference"}))
+    cfg = Config()  # preemption.dry_run: true, the default
+    pre = Preempter(cfg)
+    full = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    gone = replace(full, services=[s for s in full.services if s.name != "high"])
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="INFO",
+                      filter=lambda r: "dry-run: would preempt" in r["message"])
+    try:
+        for t, snap in enumerate((full, full, full, gone, full, full)):
+            pre.cycle(sw, snap, make_plan(snap, cfg), FACTS,  # type: ignore[arg-type]
+                      now=5000.0 + t)
+    finally:
+        logger.remove(sink)
+    assert lines == ["dry-run: would preempt batch (priority 0) on gpu-node-2 for high "
+                     "(priority 100)"] * 2, lines
+
+
 def _as_commands(sw: RecordingSwarm, cfg: str, monkeypatch: pytest.MonkeyPatch,
                  command: str) -> dict[str, list[str]]:
     """``swarmgpu <command> --json`` over ``sw``: each service's warnings."""
@@ -603,6 +626,29 @@ def test_a_victims_move_waits_for_the_move_budgets_and_it_is_not_stopped(
     (p,) = pre.cycle(sw, snap, plan, FACTS, now=5010.0)  # type: ignore[arg-type]
     (st,) = [st for st in read_records(sw.swarm_labels(), P).values()]
     assert (st.service, st.trigger, p.service) == ("small", "preemption", "high")
+
+
+def test_a_victims_move_that_waits_for_the_move_budgets_is_said_once_while_it_waits() -> None:
+    """The wait is in the preemptor's plan each cycle; the log says it once while it
+    lasts, again once a cycle went without it (here: one in dry-run) and it came back."""
+    sw, pre, snap, plan = _over_budget(1, 9)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m.record["message"])), level="WARNING",
+                      filter=lambda r: "waits: moving small" in r["message"])
+    try:
+        for t in (5000.0, 5010.0, 5020.0):
+            assert pre.cycle(sw, snap, plan, FACTS, now=t) == []  # type: ignore[arg-type]
+        assert len(lines) == 1, lines
+        live, pre.cfg = pre.cfg, replace(pre.cfg, dry_run=True)
+        pre.cycle(sw, snap, plan, FACTS, now=5030.0)  # type: ignore[arg-type]
+        pre.cfg = live
+        for t in (5040.0, 5050.0):
+            assert pre.cycle(sw, snap, plan, FACTS, now=t) == []  # type: ignore[arg-type]
+    finally:
+        logger.remove(sink)
+    assert len(lines) == 2 and "rebalance.max_moves_per_cycle" in lines[1], lines
+    (m,) = pre.reserved()
+    assert m.service == "small"
 
 
 def test_a_health_move_in_flight_spends_its_own_budget_not_the_rebalancers() -> None:

@@ -194,3 +194,36 @@ def test_a_health_policy_that_raises_keeps_what_it_left_to_placement(
         assert rb.host.metrics.registry.get_sample_value(
             "swarmgpu_health_failing_nodes") == 1
         _raising(monkeypatch, "health")
+
+
+def test_a_node_without_usable_metrics_is_said_once_while_it_lasts(tmp_path: Path) -> None:
+    """The rebalancer's warning of a node's metrics: said once while it lasts, again once
+    another reason took its place for a cycle and it came back."""
+    from swarmgpu.manager.cycle.rebalance import Rebalancer
+    from swarmgpu.manager.cycle.session import CycleSession
+    from swarmgpu.manager.daemon import Daemon
+    from swarmgpu.manager.nodes.sync import Snapshot
+    from swarmgpu.manager.rebalance.scrape import NodeScrape
+
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    sw = RecordingSwarm(nodes, [sw_svc(s.name, s.labels) for s in svcs], tasks)
+    rb = Rebalancer(Daemon(Config(state_dir=str(tmp_path)), swarm=sw),  # type: ignore[arg-type]
+                    placement=False)
+    refused = NodeScrape("n2", "gpu-node-2", "https://gpu-node-2:9400/metrics", 0.0, None,
+                         "connection refused", authenticated=True)
+    said: list[tuple[int, str]] = []
+    at = 0
+    sink = logger.add(lambda m: said.append((at, str(m.record["message"]))), level="WARNING",
+                      filter=lambda r: "no metrics scraped" in r["message"])
+    try:
+        for at, n2 in enumerate((None, None, refused, None, None)):
+            session = CycleSession(Snapshot(sw.nodes(), sw.services(), sw.tasks(), {},
+                                            swarm_labels=sw.swarm_labels(),
+                                            taken_at=1000.0 + at))
+            session.facts = {"n1": F1, "n2": F2}
+            session.scrapes = {} if n2 is None else {"n2": n2}
+            rb.run(session)
+    finally:
+        logger.remove(sink)
+    assert [(at, m.split(": ")[1]) for at, m in said] == [
+        (0, "gpu-node-1"), (0, "gpu-node-2"), (3, "gpu-node-2")], said

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from loguru import logger
 from prometheus_client import Counter, Gauge
 
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
@@ -211,7 +212,7 @@ class GrantsStep(Step):
                            "placement (exempt ones not counted)", registry=r)
         self.voided = Counter("swarmgpu_ungranted_voided", "NVIDIA_VISIBLE_DEVICES=void "
                               "writes made (placement.ungranted: void)", registry=r)
-        self.said: dict[str, str] = {}  # service -> the reason last logged (a change is)
+        self.said: SaidOnce[str] = SaidOnce()  # services, with the reason logged (a change is)
         self.void = cfg.placement.ungranted == "void"
 
     def run(self, session: CycleSession) -> None:
@@ -242,15 +243,16 @@ class GrantsStep(Step):
     def _log(self, found: Sequence[Ungranted]) -> None:
         """Each service's ungranted access when it starts or its reason changes, and
         its end."""
-        now = {u.service: u.reason for u in found}
+        said = self.said
+        said.begin()
         for u in found:
-            if self.said.get(u.service) != u.reason:
+            if said.fresh(u.service, u.reason):
                 logger.bind(service=u.service).warning(
                     "ungranted GPU access{} on {}: {}; fix: {}",
                     " (exempt)" if u.exempt else "", ", ".join(u.nodes), u.reason, u.fix)
-        for name in set(self.said) - set(now):
+        for name in set(said) - {u.service for u in found}:
             logger.bind(service=name).info("ungranted GPU access: no longer")
-        self.said = now
+        said.end()
 
 
 def audit_check(cfg: Config, swarm: SwarmClient) -> Callable[[Snapshot], list[Finding]]:

@@ -106,12 +106,12 @@ class Preempter:
         self.tenants = Tenants.from_config(cfg)
         self.victim_at: dict[str, float] = {}  # victim name -> when it was last preempted
         self.preemptor_at: dict[str, float] = {}  # preemptor name -> its last preemption
-        self.logged: set[str] = set()  # dry-run decisions already logged
+        self.logged: SaidOnce[str] = SaidOnce()  # dry-run decisions, while decided
         self.said_spent: SaidOnce[str] = SaidOnce()  # budget refusals, while they last
         self.said_raised: SaidOnce[str] = SaidOnce()  # victims that raised, while they do
         self.moving: dict[str, str] = {}  # preemptor -> a victim it had moved
         self.mover: Mover | None = None
-        self.waits: set[str] = set()  # moves said to wait for the move budgets
+        self.waits: SaidOnce[str] = SaidOnce()  # moves said to wait for the move budgets
         # Those moves, as of this step's last cycle: the rebalancer's next cycle holds
         # their slots of the budgets for them (``reserved``).
         self.waiting: tuple[Move, ...] = ()
@@ -153,14 +153,14 @@ class Preempter:
         unstored = False  # the hour in memory differs from the one last stored
         said = self.said_spent  # this cycle's budget refusals (said again once gone)
         said.begin()
+        self.logged.begin()
         for p in chosen:
             log = logger.bind(service=p.service)
             i = by_name.get(p.service)
             if pc.dry_run or self.cfg.dry_run:
                 if i is not None:
                     plan.services[i] = plan.services[i].noted(dry_note(p))
-                if p.describe() not in self.logged:
-                    self.logged.add(p.describe())
+                if self.logged.fresh(p.describe()):
                     log.info("dry-run: would {}", p.describe())
                 done.append(p)
                 continue
@@ -193,7 +193,7 @@ class Preempter:
                 for v in stopped:
                     self.victim_at[v.service] = now
                 done.append(p)
-        self.logged &= {p.describe() for p in chosen}
+        self.logged.end()
         said.end()
         self.said_raised.end()
         self._say_waits(waits)
@@ -289,10 +289,11 @@ class Preempter:
     def _say_waits(self, waits: list[tuple[str, str, Move]]) -> None:
         """Log each move that waits for the budgets once while it waits, not every cycle
         (the preemptor's plan says it each cycle); keep the moves (``reserved``)."""
+        self.waits.begin()
         for key, said, _m in waits:
-            if key not in self.waits:
+            if self.waits.fresh(key):
                 logger.bind(service=key.split(":")[0]).warning("{}", said)
-        self.waits = {key for key, _said, _m in waits}
+        self.waits.end()
         self.waiting = tuple(m for _key, _said, m in waits)
 
     def _write_hour(self, swarm: SwarmClient) -> None:

@@ -86,7 +86,7 @@ class Rebalancer(Step):
                            dry_run=cfg.dry_run or self.cfg.dry_run, metrics=daemon.metrics,
                            scope=rebalancing)  # preemption's mover shares it
         self.last: Proposal | None = None
-        self._warned: set[str] = set()
+        self._warned: SaidOnce[str] = SaidOnce()  # the signals' warnings, while they last
         # --- health (policies.health) ---
         self.health = cfg.health
         self.health_on = self.cfg.health_policy
@@ -101,7 +101,7 @@ class Rebalancer(Step):
         self.released: set[tuple[str, str]] = set()  # (service, node id) left to placement
         self._last_seen: MoveRecord | None = None  # the health mover's last record counted
         self._said: SaidOnce[str] = SaidOnce()  # health notes logged while they last
-        self._unread: set[str] = set()  # services with an unreadable record, logged
+        self._unread: SaidOnce[str] = SaidOnce()  # services with an unreadable record, logged
         self._failed: SaidOnce[str] = SaidOnce()  # policies that raised, logged while they do
         reg = daemon.metrics.registry
         self.evacuations = Counter(
@@ -153,10 +153,11 @@ class Rebalancer(Step):
         self.host.labels.health.feed_metrics({nid: sc.result.samples_by_uuid
                                               for nid, sc in trusted.items() if sc.result})
         warnings = self.signals.observe(trusted, facts, hostnames, ledger, snap.taken_at)
+        self._warned.begin()
         for w in warnings:  # say it once when it starts, not every cycle
-            if w not in self._warned:
+            if self._warned.fresh(w):
                 logger.warning("rebalance: {}", w)
-        self._warned = set(warnings)
+        self._warned.end()
         plan = session.placement if self.placement else None
         pending = [sp.name for sp in (plan.services if plan else []) if sp.status == "pending"]
         # The fragmentation policy judges moves against the workload placement expects
@@ -196,10 +197,11 @@ class Rebalancer(Step):
         """The services whose own move record cannot be read (none is proposed), each
         logged once while it lasts (the plan's notes say it every cycle)."""
         bad = unreadable_of(snap.services, snap.swarm_labels, self.prefix)
+        self._unread.begin()
         for name, why in bad.items():
-            if name not in self._unread:
+            if self._unread.fresh(name):
                 logger.bind(service=name).warning("rebalance: {} is not moved: {}", name, why)
-        self._unread = set(bad)
+        self._unread.end()
         return bad
 
     def _log_failed(self, prop: Proposal) -> None:

@@ -140,7 +140,7 @@ class LabelSync:
         self.health = HealthBook(cfg.health, cfg.sync.prefix, metrics.registry)
         self.health.load(cfg.state_dir)  # a restarted daemon keeps its hysteresis
         self.held: HeldNodeWrites | None = None  # this cycle's writes, while held
-        self._uuid_warned: set[tuple[str, str]] = set()  # (node id, uuid) said already
+        self._uuid_said: SaidOnce[tuple[str, str]] = SaidOnce()  # (node id, uuid) said
         # (node id, hash of a warning) said of it last cycle: a node's problem that lasts
         # is said once, again when it changes or comes back (hash: an agent's text)
         self._node_said: SaidOnce[tuple[str, int]] = SaidOnce()
@@ -237,11 +237,14 @@ class LabelSync:
         facts = {nid: r.facts for nid, r in snapshot.facts.items() if r.facts is not None}
         host = {n.id: n.hostname for n in snapshot.nodes}
         found = {(c.node_id, c.uuid): c for c in uuid_conflicts(facts)}
-        for key in sorted(set(found) - self._uuid_warned):
-            c = found[key]
-            logger.bind(node=host.get(c.node_id, c.node_id[:12])).warning(
-                "{} {}", host.get(c.node_id, c.node_id[:12]), c.message(host))
-        self._uuid_warned = set(found)
+        said = self._uuid_said
+        said.begin()
+        for key in sorted(found):
+            if said.fresh(key):
+                c = found[key]
+                logger.bind(node=host.get(c.node_id, c.node_id[:12])).warning(
+                    "{} {}", host.get(c.node_id, c.node_id[:12]), c.message(host))
+        said.end()
 
     def flush(self) -> None:
         """Write what is held and nobody took (each node alone, as without holding)."""

@@ -225,7 +225,7 @@ class Mover:
         self.frag_budget = FragBudget(cfg.fragmentation.moves_per_hour,
                                       cfg.fragmentation.moves_per_100_placements)
         self._last_dry: set[tuple[str, str, str]] = set()
-        self._dry_flying: set[str] = set()  # move ids said "left as it is" in dry-run
+        self._dry_flying: SaidOnce[str] = SaidOnce()  # move ids said "left as it is" (dry-run)
         self._said: SaidOnce[str] = SaidOnce()  # forged or mismatched labels reported
         self._raised: SaidOnce[str] = SaidOnce()  # admission's faults ("": its reads)
         self.seen = FirstSeen()  # a move's age: a record dated ahead still times out
@@ -337,13 +337,14 @@ class Mover:
         self._report(v)
         self.seen.keep(v.in_flight())
         if self.dry_run:
+            self._dry_flying.begin()
             for st in v.in_flight():
-                if st.id not in self._dry_flying:
+                if self._dry_flying.fresh(st.id):
                     logger.bind(service=st.service).warning(
                         "dry-run: move {} -> {} in flight is left as it is; it is "
                         "finished or rolled back once dry-run is off",
                         st.source_host, st.target_host)
-            self._dry_flying = {st.id for st in v.in_flight()}
+            self._dry_flying.end()
         else:
             self._act_on(v)
         by_name = {s.name: s for s in services}

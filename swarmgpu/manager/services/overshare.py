@@ -32,6 +32,7 @@ from loguru import logger
 
 from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Why, Writes
 from swarmgpu.manager.nodes.sync import Snapshot, facts_by_node
@@ -242,17 +243,19 @@ class Watch:
     clock: Callable[[], float] = time.time
     since: dict[tuple[str, str, str], float] = field(default_factory=dict)
     last: list[ServiceUse] = field(default_factory=list)
-    unattributed: dict[tuple[str, str, int, str], Unattributed] = field(default_factory=dict)
+    # the unattributed processes logged, while they are read
+    unattributed: SaidOnce[tuple[str, str, int, str]] = field(default_factory=SaidOnce)
 
     def update(self, uses: Sequence[ServiceUse],
                unattributed: Sequence[Unattributed] = ()) -> None:
         now = self.clock()
         stray = {x.key: x for x in unattributed}
+        self.unattributed.begin()
         for sk, x in stray.items():
-            if sk not in self.unattributed:  # once per process, not every cycle
+            if self.unattributed.fresh(sk):  # once per process, not every cycle
                 logger.warning("unattributed GPU process: {}; it counts for no service",
                                x.describe())
-        self.unattributed = stray
+        self.unattributed.end()
         over = {u.key: u for u in uses if u.over}
         # A window ends where its GPU was read without it (the holder holds and uses it no
         # more: re-placed, or removed), or its node was read not at all; a GPU not read
