@@ -43,9 +43,15 @@ class TimedBound:
     method: str = "lp"
 
 
-def timed_bound(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], speedup: float = 1.0,
-                *, method: str = "lp", windows: int = WINDOWS,
-                solve_from: float = SOLVE_FROM) -> TimedBound:
+def timed_bound(
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[TracePod],
+    speedup: float = 1.0,
+    *,
+    method: str = "lp",
+    windows: int = WINDOWS,
+    solve_from: float = SOLVE_FROM,
+) -> TimedBound:
     """The bound on the departures replay's mean and peak allocation (module docstring)."""
     t0 = time.perf_counter()
     order = timed_pods(pods)
@@ -59,8 +65,10 @@ def timed_bound(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], speedup: fl
         return out
     out.spans = windows
     # demand as steps: (time, kind, change)
-    events = sorted([(a, 1, p.total_gpu_milli) for p, (a, _) in zip(order, life, strict=True)]
-                    + [(e, 0, -p.total_gpu_milli) for p, (_, e) in zip(order, life, strict=True)])
+    events = sorted(
+        [(a, 1, p.total_gpu_milli) for p, (a, _) in zip(order, life, strict=True)]
+        + [(e, 0, -p.total_gpu_milli) for p, (_, e) in zip(order, life, strict=True)]
+    )
     segments: list[list[tuple[int, int]]] = [[] for _ in range(windows)]  # (length, demand)
     # whole seconds, as the replays' own window: the areas below are exact integers
     cuts = [start + k * (end - start) // windows for k in range(windows)] + [end]
