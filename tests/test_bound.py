@@ -301,6 +301,39 @@ def test_no_policy_passes_the_timed_bound(small_trace: tuple[str, str], speedup:
             assert b.mean_alloc_pct <= r.mean_demand_pct + 1e-9
 
 
+def test_the_timed_bound_peak_holds_at_every_arrival_instant() -> None:
+    """A replay's peak is read as it places each pod, so at the last arrival too, and
+    with a pod that leaves as it arrives still counted: the bound's peak holds there
+    (it stopped at the last span's start, missed zero-length pods, and was 0 when every
+    pod arrived at once, below the replays' 100%)."""
+    from swarmgpu.sim.bound_timed import timed_bound
+    from swarmgpu.sim.timeline import replay_departures
+
+    nodes = [node("n", 2, cpu=32_000)]
+
+    def timed(name: str, arrive: int, leave: int) -> TracePod:
+        return TracePod(name, 1000, 1024, 1, 1000, (), arrive, leave)
+
+    def two(name: str, arrive: int, leave: int) -> TracePod:
+        return TracePod(name, 1000, 1024, 2, 1000, (), arrive, leave)
+
+    cases = [
+        [timed("a", 0, 1000), timed("b", 10, 1000)],  # the peak at the last arrival
+        [timed("a", 0, 1000), two("b", 5, 5), timed("c", 10, 1000)],  # b: no lifetime
+        [timed("a", 0, 1000), timed("b", 0, 1000)],  # every pod at once: no window
+    ]
+    for pods in cases:
+        r = replay_departures(nodes, pods, "bestfit", 1)
+        for solve_from in (0.0, 10.0):  # solved, and what is asked alone
+            b = timed_bound(nodes, pods, solve_from=solve_from)
+            assert r.peak_alloc_pct <= b.peak_alloc_pct + 1e-9, (pods, solve_from)
+            assert r.mean_alloc_pct <= b.mean_alloc_pct + 1e-9
+    # on 3 GPUs b's instant is the peak: a and b hold all 3 (a and c 2 at the end)
+    pods = [timed("a", 0, 1000), two("b", 5, 5), timed("c", 10, 1000)]
+    r = replay_departures([node("n", 3)], pods, "bestfit", 1)
+    assert r.peak_alloc_pct == timed_bound([node("n", 3)], pods).peak_alloc_pct == 100.0
+
+
 # ---- the online bound: a prefix of the arrivals forced in -----------------------------
 
 
