@@ -303,8 +303,20 @@ def test_plot_is_written_at_the_path_given(small_trace: tuple[str, str], tmp_pat
     /tmp.png) while stderr said NAME."""
     nodes, pods = small_trace
     out = tmp_path / "alloc"
-    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--bound", "off",
-                   "--plot", str(out)])
+    r = _simulate(
+        [
+            "--nodes",
+            nodes,
+            "--pods",
+            pods,
+            "--policy",
+            "bestfit",
+            "--bound",
+            "off",
+            "--plot",
+            str(out),
+        ]
+    )
     assert r.returncode == 0, r.stderr
     assert f"simulate: plot written to {out.resolve()}" in r.stderr
     assert out.read_bytes().startswith(b"\x89PNG") and not out.with_suffix(".png").exists()
@@ -312,13 +324,62 @@ def test_plot_is_written_at_the_path_given(small_trace: tuple[str, str], tmp_pat
 
 @pytest.mark.parametrize("where", ["missing/a.png", "."])
 def test_plot_to_a_path_it_cannot_write_is_refused_before_the_replay(
-        small_trace: tuple[str, str], tmp_path: Path, where: str) -> None:
+    small_trace: tuple[str, str], tmp_path: Path, where: str
+) -> None:
     """Before: a missing folder was a traceback after the whole replay, its table lost."""
     nodes, pods = small_trace
     plot = tmp_path / where
-    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--bound", "off",
-                   "--plot", str(plot), "--progress"])
+    r = _simulate(
+        [
+            "--nodes",
+            nodes,
+            "--pods",
+            pods,
+            "--policy",
+            "bestfit",
+            "--bound",
+            "off",
+            "--plot",
+            str(plot),
+            "--progress",
+        ]
+    )
     assert r.returncode == 2, r
     assert r.stderr.startswith(f"swarmgpu simulate: --plot {plot}: "), r.stderr
     assert "Traceback" not in r.stderr and "replays" not in r.stderr
     assert r.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_online_ceiling_says_which_seeds_failed_a_pod() -> None:
+    """A policy that failed a pod on one seed and none on the other: the mean first
+    failure is undefined (null in the JSON), and the line said "no pod failed"."""
+    from swarmgpu.sim.bound_runs import SeedBound
+    from swarmgpu.sim.report import as_text, summary
+    from swarmgpu.sim.runs import RunResult
+
+    levels = {50: 50.0, 100: 90.0, 130: 95.0}
+    runs = [
+        RunResult("fgd", 1, dict(levels), dict.fromkeys(levels, 1.0), {100: {}}),
+        RunResult("fgd", 2, dict(levels), dict.fromkeys(levels, 1.0), {100: {"share": 1}}),
+    ]
+    bounds = [
+        SeedBound(
+            seed,
+            "lp",
+            {50: 50.0, 100: 96.0, 130: 99.0},
+            {50: 50.0, 100: 96.0, 130: 99.0},
+            first_failed_pct={"fgd": first},
+            policy_online_pct_at={"fgd": {50: 50.0, 100: 95.0, 130: 96.0}},
+        )
+        for seed, first in ((1, None), (2, 97.5))
+    ]
+    s = summary({"fgd": runs}, bounds)
+    assert s["policies"]["fgd"]["first_failed_pct"] is None
+    text = as_text(s)
+    assert "no pod failed" not in text
+    assert (
+        "online ceiling: fgd: first failure at 97.50% arrived on 1 of 2 seeds (none "
+        "failed on the others) => at most 95.00 at 100%" in text
+    )
+    bounds[1].first_failed_pct["fgd"] = None
+    assert "online ceiling: fgd: no pod failed => " in as_text(summary({"fgd": runs}, bounds))

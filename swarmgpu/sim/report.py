@@ -506,13 +506,28 @@ def _online_text(s: dict[str, Any], online: dict[str, Any]) -> str:
     for name, v in s["policies"].items():
         if "online_bound_pct_at" not in v:
             continue
-        first = v["first_failed_pct"]
-        when = "no pod failed" if first is None else f"first failure at {first:.2f}% arrived"
+        when = _first_failure(v)
         at = v["online_bound_pct_at"]
         ceil = ", ".join(f"{_pct(at.get(str(lv)))} at {lv}%" for lv in GAP_LEVELS)
         gap = ", ".join(_pct(v["online_gap_pct_at"].get(str(lv))) for lv in GAP_LEVELS)
         lines.append(f"online ceiling: {name}: {when} => at most {ceil} (gap {gap})")
     return "\n".join(lines)
+
+
+def _first_failure(v: dict[str, Any]) -> str:
+    """A policy's first failure, its mean over the seeds; where some failed no pod, the
+    mean of those that did and how many (its JSON mean is null: no mean of them all)."""
+    first = v["first_failed_pct"]
+    if first is not None:
+        return f"first failure at {first:.2f}% arrived"
+    each = [one.get("first_failed_pct") for one in v["by_seed"].values()]
+    failed = [x for x in each if x is not None]
+    if not failed:
+        return "no pod failed"
+    return (
+        f"first failure at {mean(failed):.2f}% arrived on {len(failed)} of {len(each)} "
+        "seeds (none failed on the others)"
+    )
 
 
 COLUMNS = """\
