@@ -21,13 +21,18 @@ from swarmgpu.sim.trace import TracePod, load_nodes, load_pods
 from swarmgpu.sim.traces import bundled
 
 
-def node(name: str, gpus: int, model: str = "T4", cpu: int = 32_000,
-         mem: int = 65_536) -> NodeSpec:
+def node(name: str, gpus: int, model: str = "T4", cpu: int = 32_000, mem: int = 65_536) -> NodeSpec:
     return NodeSpec(name, tuple(GpuSpec(i, model, 0) for i in range(gpus)), cpu, mem)
 
 
-def pod(name: str, num_gpu: int, milli: int, cpu: int = 1000, mem: int = 1024,
-        spec: tuple[str, ...] = ()) -> TracePod:
+def pod(
+    name: str,
+    num_gpu: int,
+    milli: int,
+    cpu: int = 1000,
+    mem: int = 1024,
+    spec: tuple[str, ...] = (),
+) -> TracePod:
     return TracePod(name, cpu, mem, num_gpu, milli, spec)
 
 
@@ -57,20 +62,17 @@ def brute_force(nodes: list[NodeSpec], pods: list[TracePod], forced: int = 0) ->
             elif 0 < p.gpu_milli < 1000:
                 for g, f in enumerate(free):
                     if f >= p.gpu_milli:
-                        options.add(tuple(sorted(
-                            (*free[:g], f - p.gpu_milli, *free[g + 1:]))))
+                        options.add(tuple(sorted((*free[:g], f - p.gpu_milli, *free[g + 1 :]))))
             else:
                 whole = [g for g, f in enumerate(free) if f == 1000]
                 for pick in itertools.combinations(whole, p.num_gpu):
-                    options.add(tuple(sorted(0 if g in pick else f
-                                             for g, f in enumerate(free))))
+                    options.add(tuple(sorted(0 if g in pick else f for g, f in enumerate(free))))
             for nf in options:
-                nxt = (*state[:k], (cpu - p.cpu_milli, mem - p.memory_mib, nf), *state[k + 1:])
+                nxt = (*state[:k], (cpu - p.cpu_milli, mem - p.memory_mib, nf), *state[k + 1 :])
                 out = max(out, p.total_gpu_milli + best(i + 1, nxt))
         return out
 
-    start = tuple((n.cpu_milli or 0, n.memory_mib or 0, tuple(1000 for _ in n.gpus))
-                  for n in nodes)
+    start = tuple((n.cpu_milli or 0, n.memory_mib or 0, tuple(1000 for _ in n.gpus)) for n in nodes)
     got = best(0, start)
     return got if got >= 0 else None
 
@@ -78,8 +80,9 @@ def brute_force(nodes: list[NodeSpec], pods: list[TracePod], forced: int = 0) ->
 SHARES = (110, 160, 230, 320, 470, 500, 550, 650, 810)
 
 
-def random_instance(rng: random.Random, distinct_nodes: bool
-                    ) -> tuple[list[NodeSpec], list[TracePod]]:
+def random_instance(
+    rng: random.Random, distinct_nodes: bool
+) -> tuple[list[NodeSpec], list[TracePod]]:
     nodes = []
     for i in range(rng.randint(1, 3)):
         gpus = rng.choice((1, 2, 4))
@@ -121,8 +124,11 @@ def test_the_bounds_are_at_least_the_optimum(seed: int) -> None:
     rise above the optimum, never fall below it."""
     rng = random.Random(1000 + seed)
     nodes, pods = random_instance(rng, distinct_nodes=False)
-    nodes = nodes + [node(f"m{i}", n.gpus.__len__(), n.gpus[0].product, n.cpu_milli or 0,
-                          n.memory_mib or 0) for i, n in enumerate(nodes) if rng.random() < 0.5]
+    nodes = nodes + [
+        node(f"m{i}", n.gpus.__len__(), n.gpus[0].product, n.cpu_milli or 0, n.memory_mib or 0)
+        for i, n in enumerate(nodes)
+        if rng.random() < 0.5
+    ]
     exact = brute_force(nodes, pods)
     b = upper_bound(nodes, pods, method="mip")
     assert b.lp_milli >= b.milli >= exact
@@ -141,8 +147,7 @@ def test_where_aggregating_cpu_loosens_the_bound() -> None:
 def test_shares_stay_on_one_gpu_and_multi_gpu_pods_on_one_node() -> None:
     nodes = [node("a", 2), node("b", 2)]
     # Three 0.6 shares: one per GPU at most, though 1.8 GPUs of capacity is free beside.
-    assert upper_bound(nodes, [pod(f"s{i}", 1, 600) for i in range(5)], method="mip"
-                       ).milli == 2400
+    assert upper_bound(nodes, [pod(f"s{i}", 1, 600) for i in range(5)], method="mip").milli == 2400
     # A 4-GPU pod never fits a 2-GPU node, though 4 GPUs are free in all.
     assert upper_bound(nodes, [pod("m", 4, 1000)], method="mip").milli == 0
     assert upper_bound(nodes, [pod("m", 4, 1000)]).milli == 0
@@ -158,8 +163,12 @@ def test_patterns_are_the_maximal_ones() -> None:
         assert used <= 1000 and used > 800  # nothing of 200 or more still fits
     assert (2, 0, 0) in pats and (0, 2, 2) in pats and (1, 1, 1) in pats
     assert maximal_patterns({50: 20, 60: 16, 70: 14}, limit=10) is None
-    assert node_patterns(8, [2, 8]) == [((k2, k8), 8 - 2 * k2 - 8 * k8) for k2 in range(5)
-                                        for k8 in range(2) if 2 * k2 + 8 * k8 <= 8]
+    assert node_patterns(8, [2, 8]) == [
+        ((k2, k8), 8 - 2 * k2 - 8 * k8)
+        for k2 in range(5)
+        for k8 in range(2)
+        if 2 * k2 + 8 * k8 <= 8
+    ]
 
 
 def test_any_duals_give_a_bound() -> None:
@@ -220,7 +229,8 @@ def test_the_prefixes_are_the_replays_levels(small_trace: tuple[str, str]) -> No
     for lv, n in prefix.items():
         if placed_all(r, lv):
             assert r.alloc_pct_at[lv] == pytest.approx(
-                100.0 * sum(p.total_gpu_milli for p in order[:n]) / cluster)
+                100.0 * sum(p.total_gpu_milli for p in order[:n]) / cluster
+            )
 
 
 @pytest.fixture(scope="module")
@@ -229,11 +239,10 @@ def openb_100() -> tuple[list[NodeSpec], list[TracePod]]:
     nodes, pods = load_nodes(n), load_pods(p)
     cluster = sum(len(x.gpus) for x in nodes) * 1000
     order, _ = arrival_order(pods, cluster, 42)
-    return nodes, order[:level_prefixes(order, cluster)[100]]
+    return nodes, order[: level_prefixes(order, cluster)[100]]
 
 
-def test_openb_default_seed_42_at_100(openb_100: tuple[list[NodeSpec], list[TracePod]]
-                                      ) -> None:
+def test_openb_default_seed_42_at_100(openb_100: tuple[list[NodeSpec], list[TracePod]]) -> None:
     """The figure computed outside the project: 8,313 pods arrived (7,207 GPU pods:
     3,128 shares, 4,003 single GPUs, 76 multi-GPU), and a cutting-stock optimum of
     96.908%. The integer bound is that; the linear one 0.001 points above it."""
@@ -253,7 +262,8 @@ def test_openb_default_seed_42_at_100(openb_100: tuple[list[NodeSpec], list[Trac
 
 
 def test_the_timed_bound_is_the_demand_where_nothing_is_solved(
-        small_trace: tuple[str, str]) -> None:
+    small_trace: tuple[str, str],
+) -> None:
     """Its sweep of what is asked over time is the replays' own window: with no span
     solved, its mean is the replay's mean demand."""
     from swarmgpu.sim.bound_timed import timed_bound
@@ -276,13 +286,52 @@ def test_no_policy_passes_the_timed_bound(small_trace: tuple[str, str], speedup:
     nodes_p, pods_p = small_trace
     b = timed_bound(load_nodes(nodes_p), load_pods(pods_p), speedup, solve_from=0.0)
     assert len(b.solved) == b.spans  # every span solved: the packing bound, not demand
-    results = run_timed(nodes_p, pods_p, ["swarmgpu", "fgd", "bestfit", "random"], [1, 2],
-                        speedup=speedup, workers=1)
+    results = run_timed(
+        nodes_p,
+        pods_p,
+        ["swarmgpu", "fgd", "bestfit", "random"],
+        [1, 2],
+        speedup=speedup,
+        workers=1,
+    )
     for name, runs in results.items():
         for r in runs:
             assert r.mean_alloc_pct <= b.mean_alloc_pct + 1e-9, name
             assert r.peak_alloc_pct <= b.peak_alloc_pct + 1e-9, name
             assert b.mean_alloc_pct <= r.mean_demand_pct + 1e-9
+
+
+def test_the_timed_bound_peak_holds_at_every_arrival_instant() -> None:
+    """A replay's peak is read as it places each pod, so at the last arrival too, and
+    with a pod that leaves as it arrives still counted: the bound's peak holds there
+    (it stopped at the last span's start, missed zero-length pods, and was 0 when every
+    pod arrived at once, below the replays' 100%)."""
+    from swarmgpu.sim.bound_timed import timed_bound
+    from swarmgpu.sim.timeline import replay_departures
+
+    nodes = [node("n", 2, cpu=32_000)]
+
+    def timed(name: str, arrive: int, leave: int) -> TracePod:
+        return TracePod(name, 1000, 1024, 1, 1000, (), arrive, leave)
+
+    def two(name: str, arrive: int, leave: int) -> TracePod:
+        return TracePod(name, 1000, 1024, 2, 1000, (), arrive, leave)
+
+    cases = [
+        [timed("a", 0, 1000), timed("b", 10, 1000)],  # the peak at the last arrival
+        [timed("a", 0, 1000), two("b", 5, 5), timed("c", 10, 1000)],  # b: no lifetime
+        [timed("a", 0, 1000), timed("b", 0, 1000)],  # every pod at once: no window
+    ]
+    for pods in cases:
+        r = replay_departures(nodes, pods, "bestfit", 1)
+        for solve_from in (0.0, 10.0):  # solved, and what is asked alone
+            b = timed_bound(nodes, pods, solve_from=solve_from)
+            assert r.peak_alloc_pct <= b.peak_alloc_pct + 1e-9, (pods, solve_from)
+            assert r.mean_alloc_pct <= b.mean_alloc_pct + 1e-9
+    # on 3 GPUs b's instant is the peak: a and b hold all 3 (a and c 2 at the end)
+    pods = [timed("a", 0, 1000), two("b", 5, 5), timed("c", 10, 1000)]
+    r = replay_departures([node("n", 3)], pods, "bestfit", 1)
+    assert r.peak_alloc_pct == timed_bound([node("n", 3)], pods).peak_alloc_pct == 100.0
 
 
 # ---- the online bound: a prefix of the arrivals forced in -----------------------------
@@ -313,8 +362,11 @@ def test_the_forced_bounds_are_at_least_the_optimum(seed: int) -> None:
     """Nodes alike pooled: the forced bound can only rise above the optimum."""
     rng = random.Random(8000 + seed)
     nodes, pods = random_instance(rng, distinct_nodes=False)
-    nodes = nodes + [node(f"m{i}", len(n.gpus), n.gpus[0].product, n.cpu_milli or 0,
-                          n.memory_mib or 0) for i, n in enumerate(nodes) if rng.random() < 0.5]
+    nodes = nodes + [
+        node(f"m{i}", len(n.gpus), n.gpus[0].product, n.cpu_milli or 0, n.memory_mib or 0)
+        for i, n in enumerate(nodes)
+        if rng.random() < 0.5
+    ]
     f = rng.randint(1, len(pods))
     exact = brute_force(nodes, pods, forced=f)
     if exact is not None:
@@ -348,8 +400,9 @@ def test_forced_pods_that_cannot_all_fit_are_short() -> None:
 
 
 @pytest.mark.parametrize("moves", [None, 2.0])
-def test_no_policy_passes_its_online_bound(small_trace: tuple[str, str],
-                                           moves: float | None) -> None:
+def test_no_policy_passes_its_online_bound(
+    small_trace: tuple[str, str], moves: float | None
+) -> None:
     """Each replay, moves included, stays at or below the bound forced with every pod
     before its own first failure, which is at most the offline bound; the first failure
     is where the replay's failure counts start; the "all placed by F%" row bounds every
@@ -390,22 +443,31 @@ def test_no_policy_passes_its_online_bound(small_trace: tuple[str, str],
 
 
 def test_policies_failing_first_at_the_same_pod_share_one_forced_solve(
-        small_trace: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    small_trace: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from swarmgpu.sim import bound_runs
 
     nodes_p, pods_p = small_trace
     calls: list[tuple[int, int]] = []
     real = bound_runs.online_bound
 
-    def counted(nodes: list[NodeSpec], order: list[TracePod], arrived: int, forced: int,
-                method: str, offline_pct: float, fits: bool) -> float | None:
+    def counted(
+        nodes: list[NodeSpec],
+        order: list[TracePod],
+        arrived: int,
+        forced: int,
+        method: str,
+        offline_pct: float,
+        fits: bool,
+    ) -> float | None:
         calls.append((arrived, forced))
         return real(nodes, order, arrived, forced, method, offline_pct, fits)
 
     monkeypatch.setattr(bound_runs, "online_bound", counted)
     levels = (50, 100, 130)
-    alike = bound_runs.bound_seed((nodes_p, pods_p, "bound", 1, "lp", levels, (), 0,
-                                   (("a", 60), ("b", 60), ("c", 90))))
+    alike = bound_runs.bound_seed(
+        (nodes_p, pods_p, "bound", 1, "lp", levels, (), 0, (("a", 60), ("b", 60), ("c", 90)))
+    )
     assert len(calls) == len(set(calls)) == 2 * len(levels)  # a and b: one solve each
     assert alike.policy_online_pct_at["a"] == alike.policy_online_pct_at["b"]
     assert alike.policy_online_pct_at["c"] != alike.policy_online_pct_at["a"]

@@ -38,8 +38,9 @@ def test_progress_lines_name_policy_seed_and_eta() -> None:
     out, clock = io.StringIO(), Clock()
     p = ProgressLine(4, out, clock)
     p.start("replays to 130% arrived load")
-    for k, (policy, seed) in enumerate([("fgd", 42), ("bestfit", 42), ("fgd", 43),
-                                        ("bestfit", 43)]):
+    for k, (policy, seed) in enumerate(
+        [("fgd", 42), ("bestfit", 42), ("fgd", 43), ("bestfit", 43)]
+    ):
         clock.t = 100.0 + 30 * (k + 1)
         p(policy, seed)
     lines = out.getvalue().splitlines()
@@ -78,8 +79,11 @@ def test_progress_within_a_replay_with_an_eta() -> None:
     p = ProgressLine(2, log, clock)
     for share in (0.05, 0.12, 0.13, 0.31, 1.0):
         p.within(share)
-    assert [ln.split(",")[1].split("(")[0].strip() for ln in log.getvalue().splitlines()] \
-        == ["12% of their pods", "31% of their pods", "100% of their pods"]
+    assert [ln.split(",")[1].split("(")[0].strip() for ln in log.getvalue().splitlines()] == [
+        "12% of their pods",
+        "31% of their pods",
+        "100% of their pods",
+    ]
 
 
 def test_seeds_and_plot_title() -> None:
@@ -88,7 +92,8 @@ def test_seeds_and_plot_title() -> None:
     assert title.splitlines() == [
         "openb trace 'default': GPU allocation against arrived GPU load",
         "policies swarmgpu, fgd; seeds 42-43 (mean of 2); arrival points 5% to 130% of "
-        "the cluster's GPU, every 5%"]
+        "the cluster's GPU, every 5%",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -105,17 +110,34 @@ def small_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return paths[0], paths[1]
 
 
-def _simulate(args: list[str], env: dict[str, str] | None = None
-              ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "swarmgpu.cli", "simulate", *args],
-                          capture_output=True, text=True, timeout=300, check=False,
-                          env={**os.environ, **(env or {})})
+def _simulate(
+    args: list[str], env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "swarmgpu.cli", "simulate", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_simulate_prints_progress_on_stderr(small_trace: tuple[str, str]) -> None:
     nodes, pods = small_trace
-    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit,fgd",
-                   "--seeds", "1-2", "--progress"])
+    r = _simulate(
+        [
+            "--nodes",
+            nodes,
+            "--pods",
+            pods,
+            "--policy",
+            "bestfit,fgd",
+            "--seeds",
+            "1-2",
+            "--progress",
+        ]
+    )
     assert r.returncode == 0, r.stderr
     progress = [ln for ln in r.stderr.splitlines() if ln.startswith("simulate: ")]
     # Two policies x two seeds, then the upper bound of each seed.
@@ -141,8 +163,9 @@ def test_simulate_json_has_the_bound_and_each_gap(small_trace: tuple[str, str]) 
     for lv, a in p["alloc_pct_at"].items():
         assert p["gap_pct_at"][lv] == pytest.approx(b["alloc_pct_at"][lv] - a, abs=2e-3)
         assert b["alloc_pct_at"][lv] >= a
-    off = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--json",
-                     "--bound", "off"])
+    off = _simulate(
+        ["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--json", "--bound", "off"]
+    )
     assert "bound" not in json.loads(off.stdout)
     assert "gap_pct_at" not in json.loads(off.stdout)["policies"]["bestfit"]
 
@@ -155,29 +178,36 @@ def test_simulate_prints_the_online_bound(small_trace: tuple[str, str]) -> None:
     assert r.returncode == 0, r.stderr
     assert "online bound (all placed by 80%)" in r.stdout
     assert "online ceiling: bestfit: first failure at " in r.stdout
-    j = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--json",
-                   "--online-at", "80"])
+    j = _simulate(
+        ["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--json", "--online-at", "80"]
+    )
     s = json.loads(j.stdout)
     p, on = s["policies"]["bestfit"], s["online_bound"]
     assert on["forced_to_pct"] == 80 and set(on["alloc_pct_at"]) == {"50", "100", "130"}
     assert 0 < p["first_failed_pct"] <= 130
     for lv, x in p["online_bound_pct_at"].items():
         assert p["alloc_pct_at"][lv] <= x <= s["bound"]["alloc_pct_at"][lv] + 2e-3
-    none = json.loads(_simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit",
-                                 "--json", "--online-at", "0"]).stdout)
+    none = json.loads(
+        _simulate(
+            ["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--json", "--online-at", "0"]
+        ).stdout
+    )
     assert "online_bound" not in none and "online_bound_pct_at" not in none["policies"]["bestfit"]
     bad = _simulate(["--nodes", nodes, "--pods", pods, "--online-at", "131"])
     assert bad.returncode == 2 and "--online-at" in bad.stderr
 
 
 def test_without_highspy_the_table_says_why_there_is_no_bound(
-        small_trace: tuple[str, str], tmp_path: Path) -> None:
+    small_trace: tuple[str, str], tmp_path: Path
+) -> None:
     shadow = tmp_path / "shadow" / "highspy"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('No module named highspy')\n")
     nodes, pods = small_trace
-    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit"],
-                  env={"PYTHONPATH": str(tmp_path / "shadow")})
+    r = _simulate(
+        ["--nodes", nodes, "--pods", pods, "--policy", "bestfit"],
+        env={"PYTHONPATH": str(tmp_path / "shadow")},
+    )
     assert r.returncode == 0, r.stderr
     assert "bound: not computed" in r.stdout and "pip install 'swarmgpu[sim]'" in r.stdout
 
@@ -201,19 +231,37 @@ def test_every_column_of_every_table_is_defined(small_trace: tuple[str, str]) ->
         table, _, footer = r.stdout.partition("\ncolumns (")
         head = next(ln for ln in table.splitlines() if ln.startswith(("policy", "run ")))
         columns = [c.strip() for c in head.split("  ") if c.strip()]
-        defined = {ln.strip().split("  ")[0] for ln in footer.splitlines()[1:]
-                   if ln.startswith("  ") and not ln.startswith("   ")}
-        missing = [c for c in columns if c not in defined and c != "policy"
-                   and re.sub(r"@\d+%", "@N%", c) not in defined]
+        defined = {
+            ln.strip().split("  ")[0]
+            for ln in footer.splitlines()[1:]
+            if ln.startswith("  ") and not ln.startswith("   ")
+        }
+        missing = [
+            c
+            for c in columns
+            if c not in defined and c != "policy" and re.sub(r"@\d+%", "@N%", c) not in defined
+        ]
         assert not missing, (what, missing, footer)
 
 
-def test_plot_is_titled_and_its_path_printed(small_trace: tuple[str, str],
-                                             tmp_path: Path) -> None:
+def test_plot_is_titled_and_its_path_printed(small_trace: tuple[str, str], tmp_path: Path) -> None:
     nodes, pods = small_trace
     png = tmp_path / "a.png"
-    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--seeds",
-                   "1-2", "--plot", str(png), "--json"])
+    r = _simulate(
+        [
+            "--nodes",
+            nodes,
+            "--pods",
+            pods,
+            "--policy",
+            "bestfit",
+            "--seeds",
+            "1-2",
+            "--plot",
+            str(png),
+            "--json",
+        ]
+    )
     assert r.returncode == 0, r.stderr
     assert f"simulate: plot written to {png.resolve()}" in r.stderr
     assert png.stat().st_size > 1000
@@ -232,14 +280,17 @@ def test_simulate_json_into_a_pipe_is_quiet(small_trace: tuple[str, str]) -> Non
 
 
 def test_plot_without_matplotlib_is_refused_before_the_replay(
-        small_trace: tuple[str, str], tmp_path: Path) -> None:
+    small_trace: tuple[str, str], tmp_path: Path
+) -> None:
     # A Python where `import matplotlib` fails, as where it is not installed.
     shadow = tmp_path / "shadow" / "matplotlib"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
     nodes, pods = small_trace
-    r = _simulate(["--nodes", nodes, "--pods", pods, "--plot", str(tmp_path / "a.png")],
-                  env={"PYTHONPATH": str(tmp_path / "shadow")})
+    r = _simulate(
+        ["--nodes", nodes, "--pods", pods, "--plot", str(tmp_path / "a.png")],
+        env={"PYTHONPATH": str(tmp_path / "shadow")},
+    )
     assert r.returncode == 2, r
     assert PLOT_NEEDS in r.stderr and "pip install 'swarmgpu[sim]'" in r.stderr
     assert "Traceback" not in r.stderr
@@ -252,8 +303,20 @@ def test_plot_is_written_at_the_path_given(small_trace: tuple[str, str], tmp_pat
     /tmp.png) while stderr said NAME."""
     nodes, pods = small_trace
     out = tmp_path / "alloc"
-    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--bound", "off",
-                   "--plot", str(out)])
+    r = _simulate(
+        [
+            "--nodes",
+            nodes,
+            "--pods",
+            pods,
+            "--policy",
+            "bestfit",
+            "--bound",
+            "off",
+            "--plot",
+            str(out),
+        ]
+    )
     assert r.returncode == 0, r.stderr
     assert f"simulate: plot written to {out.resolve()}" in r.stderr
     assert out.read_bytes().startswith(b"\x89PNG") and not out.with_suffix(".png").exists()
@@ -261,13 +324,62 @@ def test_plot_is_written_at_the_path_given(small_trace: tuple[str, str], tmp_pat
 
 @pytest.mark.parametrize("where", ["missing/a.png", "."])
 def test_plot_to_a_path_it_cannot_write_is_refused_before_the_replay(
-        small_trace: tuple[str, str], tmp_path: Path, where: str) -> None:
+    small_trace: tuple[str, str], tmp_path: Path, where: str
+) -> None:
     """Before: a missing folder was a traceback after the whole replay, its table lost."""
     nodes, pods = small_trace
     plot = tmp_path / where
-    r = _simulate(["--nodes", nodes, "--pods", pods, "--policy", "bestfit", "--bound", "off",
-                   "--plot", str(plot), "--progress"])
+    r = _simulate(
+        [
+            "--nodes",
+            nodes,
+            "--pods",
+            pods,
+            "--policy",
+            "bestfit",
+            "--bound",
+            "off",
+            "--plot",
+            str(plot),
+            "--progress",
+        ]
+    )
     assert r.returncode == 2, r
     assert r.stderr.startswith(f"swarmgpu simulate: --plot {plot}: "), r.stderr
     assert "Traceback" not in r.stderr and "replays" not in r.stderr
     assert r.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def test_online_ceiling_says_which_seeds_failed_a_pod() -> None:
+    """A policy that failed a pod on one seed and none on the other: the mean first
+    failure is undefined (null in the JSON), and the line said "no pod failed"."""
+    from swarmgpu.sim.bound_runs import SeedBound
+    from swarmgpu.sim.report import as_text, summary
+    from swarmgpu.sim.runs import RunResult
+
+    levels = {50: 50.0, 100: 90.0, 130: 95.0}
+    runs = [
+        RunResult("fgd", 1, dict(levels), dict.fromkeys(levels, 1.0), {100: {}}),
+        RunResult("fgd", 2, dict(levels), dict.fromkeys(levels, 1.0), {100: {"share": 1}}),
+    ]
+    bounds = [
+        SeedBound(
+            seed,
+            "lp",
+            {50: 50.0, 100: 96.0, 130: 99.0},
+            {50: 50.0, 100: 96.0, 130: 99.0},
+            first_failed_pct={"fgd": first},
+            policy_online_pct_at={"fgd": {50: 50.0, 100: 95.0, 130: 96.0}},
+        )
+        for seed, first in ((1, None), (2, 97.5))
+    ]
+    s = summary({"fgd": runs}, bounds)
+    assert s["policies"]["fgd"]["first_failed_pct"] is None
+    text = as_text(s)
+    assert "no pod failed" not in text
+    assert (
+        "online ceiling: fgd: first failure at 97.50% arrived on 1 of 2 seeds (none "
+        "failed on the others) => at most 95.00 at 100%" in text
+    )
+    bounds[1].first_failed_pct["fgd"] = None
+    assert "online ceiling: fgd: no pod failed => " in as_text(summary({"fgd": runs}, bounds))

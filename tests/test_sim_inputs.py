@@ -188,6 +188,19 @@ def test_policies_and_speedup_out_of_range_are_refused(
     assert rc == 2 and text.startswith(why), text
 
 
+@pytest.mark.parametrize("online_at", [93, 1, 129])
+def test_an_online_at_between_the_levels_is_refused(tmp_path: Path, online_at: int) -> None:
+    # The row is solved at a recorded level (every 5%): --online-at 93 printed no row and
+    # said nothing, read as "no policy placed every pod arrived by 93%".
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODES)
+    p.write_text(PODS)
+    text, rc = run_simulate(str(n), str(p), ["bestfit"], [1], False, None, online_at=online_at)
+    assert rc == 2, text
+    assert text.startswith(f"--online-at {online_at}: a level the replays record"), text
+    assert "multiple of 5" in text
+
+
 def test_a_number_too_large_to_be_read_exactly_is_refused(tmp_path: Path) -> None:
     # Read through a float: 12345678901234567891 milli CPU became 12345678901234567168.
     f = tmp_path / "p.csv"

@@ -82,7 +82,8 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
     show_default=True,
     help="F of the online bound's row: the most GPU allocation a policy that "
     "placed every pod arrived by F% could reach (each policy's own ceiling, "
-    "from its first failure, is printed too); 0 = no online bound.",
+    "from its first failure, is printed too); a multiple of 5 (the levels the "
+    "replays record); 0 = no online bound.",
 )
 @click.option(
     "--priorities",

@@ -316,6 +316,14 @@ def run_simulate(
         return (f"--workload {workload!r}: use one of {', '.join(WORKLOADS)}", 2)
     if bound not in BOUND_METHODS:
         return (f"--bound {bound!r}: use one of {', '.join(BOUND_METHODS)}", 2)
+    # The row is solved at a level the replays record: another printed no row, silently.
+    if online_at % LEVEL_STEP:
+        return (
+            f"--online-at {online_at}: a level the replays record, a multiple of "
+            f"{LEVEL_STEP} (e.g. {LEVEL_STEP * round(online_at / LEVEL_STEP) or LEVEL_STEP}), "
+            "or 0 for none",
+            2,
+        )
     # not (x >= 0): NaN too, which every comparison lets through; inf has no budget either
     if rebalance_moves is not None and not (
         math.isfinite(rebalance_moves) and rebalance_moves >= 0

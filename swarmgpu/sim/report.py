@@ -39,14 +39,25 @@ def _one(args: tuple[str, str, str, int, float | None, str]) -> RunResult:
     nodes_path, pods_path, policy, seed, moves, workload = args
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
-        return replay_planner(nodes, pods, seed, workload=workload, moves_per_100=moves or 0.0,
-                              defrag=(FragmentationMover(reserve=RESCUE_RESERVE)
-                                      if moves else None),
-                              rescuer=PlannerRescuer() if moves else None)
+        return replay_planner(
+            nodes,
+            pods,
+            seed,
+            workload=workload,
+            moves_per_100=moves or 0.0,
+            defrag=(FragmentationMover(reserve=RESCUE_RESERVE) if moves else None),
+            rescuer=PlannerRescuer() if moves else None,
+        )
     if moves:
-        return replay(nodes, pods, policy, seed, moves_per_100=moves,
-                      defrag=Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE),
-                      rebalancer=MoveRescuer())
+        return replay(
+            nodes,
+            pods,
+            policy,
+            seed,
+            moves_per_100=moves,
+            defrag=Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE),
+            rebalancer=MoveRescuer(),
+        )
     return replay(nodes, pods, policy, seed)
 
 
@@ -55,22 +66,41 @@ def _one_timed(args: tuple[str, str, str, int, float | None, float, str]) -> Tim
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
         return replay_departures_planner(
-            nodes, pods, seed, workload=workload, speedup=speedup, moves_per_100=moves or 0.0,
+            nodes,
+            pods,
+            seed,
+            workload=workload,
+            speedup=speedup,
+            moves_per_100=moves or 0.0,
             defrag=FragmentationMover(reserve=RESCUE_RESERVE) if moves else None,
-            rescuer=PlannerRescuer() if moves else None, source=pods_path)
-    return replay_departures(nodes, pods, policy, seed,
-                             rebalancer=MoveRescuer() if moves else None,
-                             defrag=(Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE)
-                                     if moves else None),
-                             moves_per_100=moves or 0.0, source=pods_path, speedup=speedup)
+            rescuer=PlannerRescuer() if moves else None,
+            source=pods_path,
+        )
+    return replay_departures(
+        nodes,
+        pods,
+        policy,
+        seed,
+        rebalancer=MoveRescuer() if moves else None,
+        defrag=(Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE) if moves else None),
+        moves_per_100=moves or 0.0,
+        source=pods_path,
+        speedup=speedup,
+    )
 
 
-def _map(fn: Callable[[Any], Any], jobs: list[Any], workers: int | None,
-         progress: Progress | None = None, within: Within | None = None) -> list[Any]:
+def _map(
+    fn: Callable[[Any], Any],
+    jobs: list[Any],
+    workers: int | None,
+    progress: Progress | None = None,
+    within: Within | None = None,
+) -> list[Any]:
     """``fn`` over jobs (each starts with nodes, pods, policy, seed), results in job
     order; ``progress`` hears of each job as it ends, in the order they end; ``within``
     of the share of all pods replayed so far (0-1), while the jobs run (every replay
     reports through sim.runs.meter, from the worker processes through shared memory)."""
+
     def done(job: Any) -> None:
         if progress is not None:
             progress(job[2], job[3])
@@ -87,12 +117,16 @@ def _map(fn: Callable[[Any], Any], jobs: list[Any], workers: int | None,
                 set_meter(None)
             done(j)
         return out
-    shares = multiprocessing.get_context().Array("d", len(jobs), lock=False) \
-        if within is not None else None
-    with ProcessPoolExecutor(max_workers=n, initializer=_share_into,
-                             initargs=(shares,)) as ex:
-        futures = {(ex.submit(_metered, fn, i, j) if shares is not None else ex.submit(fn, j)):
-                   (i, j) for i, j in enumerate(jobs)}
+    shares = (
+        multiprocessing.get_context().Array("d", len(jobs), lock=False)
+        if within is not None
+        else None
+    )
+    with ProcessPoolExecutor(max_workers=n, initializer=_share_into, initargs=(shares,)) as ex:
+        futures = {
+            (ex.submit(_metered, fn, i, j) if shares is not None else ex.submit(fn, j)): (i, j)
+            for i, j in enumerate(jobs)
+        }
         pending = set(futures)
         while pending:
             ended, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
@@ -110,6 +144,7 @@ def _map(fn: Callable[[Any], Any], jobs: list[Any], workers: int | None,
 def _serial_meter(within: Within, i: int, n: int) -> Callable[[int, int], None]:
     def report(d: int, t: int) -> None:
         within((i + d / max(t, 1)) / n)
+
     return report
 
 
@@ -141,10 +176,18 @@ Progress = Callable[[str, int], None]
 Within = Callable[[float], None]
 
 
-def run_many(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
-             *, moves: float | None = None, workload: str = "online",
-             workers: int | None = None, progress: Progress | None = None,
-             within: Within | None = None) -> dict[str, list[RunResult]]:
+def run_many(
+    nodes_path: str,
+    pods_path: str,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    moves: float | None = None,
+    workload: str = "online",
+    workers: int | None = None,
+    progress: Progress | None = None,
+    within: Within | None = None,
+) -> dict[str, list[RunResult]]:
     """No-departure replays of every policy x seed, on all cores."""
     jobs = [(nodes_path, pods_path, p, s, moves, workload) for p in policies for s in seeds]
     out: dict[str, list[RunResult]] = {p: [] for p in policies}
@@ -153,10 +196,16 @@ def run_many(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Se
     return out
 
 
-def run_bounds(nodes_path: str, pods_path: str, results: dict[str, list[RunResult]],
-               method: str = "lp", *, workers: int | None = None,
-               progress: Progress | None = None, online_at: int = ONLINE_AT
-               ) -> list[SeedBound]:
+def run_bounds(
+    nodes_path: str,
+    pods_path: str,
+    results: dict[str, list[RunResult]],
+    method: str = "lp",
+    *,
+    workers: int | None = None,
+    progress: Progress | None = None,
+    online_at: int = ONLINE_AT,
+) -> list[SeedBound]:
     """The upper bound for every seed the replays ran, at the levels they report
     (``sim.bound_runs``), on all cores; seeds in order. ``online_at``: F of the online
     bound's row (every pod arrived by F% placed; 0: no online bound)."""
@@ -164,29 +213,52 @@ def run_bounds(nodes_path: str, pods_path: str, results: dict[str, list[RunResul
     return list(_map(bound_seed, jobs, workers, progress))
 
 
-def run_timed(nodes_path: str, pods_path: str, policies: Sequence[str], seeds: Sequence[int],
-              *, moves: float | None = None, speedup: float = 1.0, workload: str = "online",
-              workers: int | None = None, progress: Progress | None = None,
-              within: Within | None = None) -> dict[str, list[TimelineResult]]:
+def run_timed(
+    nodes_path: str,
+    pods_path: str,
+    policies: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    moves: float | None = None,
+    speedup: float = 1.0,
+    workload: str = "online",
+    workers: int | None = None,
+    progress: Progress | None = None,
+    within: Within | None = None,
+) -> dict[str, list[TimelineResult]]:
     """Departure replays; with ``moves`` each policy runs with the rebalancer off and on
     (keys ``policy`` and ``policy+moves``)."""
     timed_pods(load_pods(pods_path), pods_path)  # fail fast, before the workers start
     variants = [None, moves] if moves else [None]
-    jobs = [(nodes_path, pods_path, p, s, m, speedup, workload)
-            for p in policies for m in variants for s in seeds]
+    jobs = [
+        (nodes_path, pods_path, p, s, m, speedup, workload)
+        for p in policies
+        for m in variants
+        for s in seeds
+    ]
     out: dict[str, list[TimelineResult]] = {}
     for (_n, _p, pol, _s, m, _k, _w), r in zip(
-            jobs, _map(_one_timed, jobs, workers, progress, within), strict=True):
+        jobs, _map(_one_timed, jobs, workers, progress, within), strict=True
+    ):
         out.setdefault(pol + ("+moves" if m else ""), []).append(r)
     return out
 
 
-def timed_text(results: dict[str, list[TimelineResult]],
-               bound: TimedBound | str | None = None) -> str:
+def timed_text(
+    results: dict[str, list[TimelineResult]], bound: TimedBound | str | None = None
+) -> str:
     """The departures table; with ``bound`` (``sim.bound_timed``) its row and each
     policy's gap to its mean, or why there is none."""
-    head = ["policy", "mean alloc%", "mean demand%", "peak alloc%", "failed pods",
-            "failed GPU%", "moves", "seeds"]
+    head = [
+        "policy",
+        "mean alloc%",
+        "mean demand%",
+        "peak alloc%",
+        "failed pods",
+        "failed GPU%",
+        "moves",
+        "seeds",
+    ]
     with_bound = isinstance(bound, TimedBound)
     if with_bound:
         head.insert(2, "gap")
@@ -196,22 +268,42 @@ def timed_text(results: dict[str, list[TimelineResult]],
         for r in runs:
             kinds.update(r.failed)
         fail = ", ".join(f"{k} {v / len(runs):g}" for k, v in sorted(kinds.items())) or "0"
-        rows.append([name, f"{mean(r.mean_alloc_pct for r in runs):.3f}",
-                     f"{mean(r.mean_demand_pct for r in runs):.3f}",
-                     f"{mean(r.peak_alloc_pct for r in runs):.2f}", fail,
-                     f"{mean(100.0 * r.failed_gpu_milli / max(_asked(r), 1) for r in runs):.2f}",
-                     f"{mean(r.moves for r in runs):g}", str(len(runs))])
+        rows.append(
+            [
+                name,
+                f"{mean(r.mean_alloc_pct for r in runs):.3f}",
+                f"{mean(r.mean_demand_pct for r in runs):.3f}",
+                f"{mean(r.peak_alloc_pct for r in runs):.2f}",
+                fail,
+                f"{mean(100.0 * r.failed_gpu_milli / max(_asked(r), 1) for r in runs):.2f}",
+                f"{mean(r.moves for r in runs):g}",
+                str(len(runs)),
+            ]
+        )
         if isinstance(bound, TimedBound):
             rows[-1].insert(2, f"{bound.mean_alloc_pct - mean(r.mean_alloc_pct for r in runs):.3f}")
     if isinstance(bound, TimedBound):
-        rows.append([f"bound ({bound.method})", f"{bound.mean_alloc_pct:.3f}", "0.000", "-",
-                     f"{bound.peak_alloc_pct:.2f}", "-", "-", "-", "-"])
+        rows.append(
+            [
+                f"bound ({bound.method})",
+                f"{bound.mean_alloc_pct:.3f}",
+                "0.000",
+                "-",
+                f"{bound.peak_alloc_pct:.2f}",
+                "-",
+                "-",
+                "-",
+                "-",
+            ]
+        )
     text = _table(rows)
     if isinstance(bound, TimedBound):
-        text += ("\nbound: at each instant the most any placement of the pods alive then "
-                 "could allocate\n  (docs/simulate.md); solved for "
-                 f"{len(bound.solved)} of {bound.spans} spans in {bound.solve_s:.1f} s "
-                 "(elsewhere what is asked);\n  gap = bound - policy mean, in points")
+        text += (
+            "\nbound: at each instant the most any placement of the pods alive then "
+            "could allocate\n  (docs/simulate.md); solved for "
+            f"{len(bound.solved)} of {bound.spans} spans in {bound.solve_s:.1f} s "
+            "(elsewhere what is asked);\n  gap = bound - policy mean, in points"
+        )
     elif isinstance(bound, str):
         text += f"\nbound: not computed: {bound}"
     return text + "\n\n" + TIMED_COLUMNS + (TIMED_GAP if with_bound else "")
@@ -237,15 +329,19 @@ def _asked(r: TimelineResult) -> int:
     return r.asked_gpu_milli
 
 
-def timed_json(results: dict[str, list[TimelineResult]],
-               bound: TimedBound | str | None = None) -> str:
+def timed_json(
+    results: dict[str, list[TimelineResult]], bound: TimedBound | str | None = None
+) -> str:
     """Each policy's runs; with ``bound`` also the key ``bound`` (its mean and peak, or
     ``unavailable``: why not)."""
     out: dict[str, Any] = {k: [asdict(r) for r in v] for k, v in results.items()}
     if isinstance(bound, TimedBound):
-        out["bound"] = {**asdict(bound), "mean_alloc_pct": round(bound.mean_alloc_pct, 4),
-                        "peak_alloc_pct": round(bound.peak_alloc_pct, 3),
-                        "solve_s": round(bound.solve_s, 2)}
+        out["bound"] = {
+            **asdict(bound),
+            "mean_alloc_pct": round(bound.mean_alloc_pct, 4),
+            "peak_alloc_pct": round(bound.peak_alloc_pct, 3),
+            "solve_s": round(bound.solve_s, 2),
+        }
     elif isinstance(bound, str):
         out["bound"] = {"unavailable": bound}
     return json.dumps(out, indent=2)
@@ -256,8 +352,9 @@ def _table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
 
 
-def summary(results: dict[str, list[RunResult]],
-            bounds: list[SeedBound] | str | None = None) -> dict[str, Any]:
+def summary(
+    results: dict[str, list[RunResult]], bounds: list[SeedBound] | str | None = None
+) -> dict[str, Any]:
     """Means over seeds per policy. ``bounds``: the upper bound's per seed (adds
     ``bound`` and each policy's ``gap_pct_at``, bound minus policy, in points), or why
     there is none (a message, kept as ``bound.unavailable``)."""
@@ -265,18 +362,28 @@ def summary(results: dict[str, list[RunResult]],
     for name, runs in results.items():
         levels = sorted(runs[0].alloc_pct_at)
         pol[name] = {
-            "alloc_pct_at": {str(lv): round(mean(r.alloc_pct_at[lv] for r in runs), 3)
-                             for lv in levels},
-            "frag_pct_at": {str(lv): round(mean(r.frag_pct_at[lv] for r in runs), 3)
-                            for lv in levels},
+            "alloc_pct_at": {
+                str(lv): round(mean(r.alloc_pct_at[lv] for r in runs), 3) for lv in levels
+            },
+            "frag_pct_at": {
+                str(lv): round(mean(r.frag_pct_at[lv] for r in runs), 3) for lv in levels
+            },
             "failed_at_100": _mean_failed(runs, 100),
             "moves": round(mean(r.moves for r in runs), 1),
             "moves_at_100": round(mean(r.moves_at.get(100, r.moves) for r in runs), 1),
             "seeds": [r.seed for r in runs],
-            "by_seed": {str(r.seed): {"alloc_pct_at": {str(lv): round(r.alloc_pct_at[lv], 3)
-                                                       for lv in REPORT_LEVELS
-                                                       if lv in r.alloc_pct_at},
-                                      "pods": r.pods, "moves": r.moves} for r in runs},
+            "by_seed": {
+                str(r.seed): {
+                    "alloc_pct_at": {
+                        str(lv): round(r.alloc_pct_at[lv], 3)
+                        for lv in REPORT_LEVELS
+                        if lv in r.alloc_pct_at
+                    },
+                    "pods": r.pods,
+                    "moves": r.moves,
+                }
+                for r in runs
+            },
         }
     out: dict[str, Any] = {"policies": pol}
     if isinstance(bounds, str):
@@ -284,8 +391,11 @@ def summary(results: dict[str, list[RunResult]],
     elif bounds:
         b = out["bound"] = bound_summary(bounds)
         for v in pol.values():
-            v["gap_pct_at"] = {lv: round(b["alloc_pct_at"][lv] - a, 3)
-                               for lv, a in v["alloc_pct_at"].items() if lv in b["alloc_pct_at"]}
+            v["gap_pct_at"] = {
+                lv: round(b["alloc_pct_at"][lv] - a, 3)
+                for lv, a in v["alloc_pct_at"].items()
+                if lv in b["alloc_pct_at"]
+            }
         if bounds[0].online_at or bounds[0].first_failed_pct:
             _add_online(out, pol, online_summary(bounds))
     return out
@@ -301,8 +411,10 @@ def _add_online(out: dict[str, Any], pol: dict[str, Any], on: dict[str, Any]) ->
             continue
         v["first_failed_pct"] = o["first_failed_pct"]
         v["online_bound_pct_at"] = o["online_bound_pct_at"]
-        v["online_gap_pct_at"] = {lv: None if x is None else round(x - v["alloc_pct_at"][lv], 3)
-                                  for lv, x in o["online_bound_pct_at"].items()}
+        v["online_gap_pct_at"] = {
+            lv: None if x is None else round(x - v["alloc_pct_at"][lv], 3)
+            for lv, x in o["online_bound_pct_at"].items()
+        }
         for seed, one in v["by_seed"].items():
             one.update(o["by_seed"].get(seed, {}))
 
@@ -324,36 +436,53 @@ def as_text(s: dict[str, Any]) -> str:
     and a line on how it was computed."""
     bound = s.get("bound") or {}
     gaps = [f"gap@{lv}%" for lv in GAP_LEVELS] if "alloc_pct_at" in bound else []
-    head = ["policy"] + [f"alloc@{lv}%" for lv in REPORT_LEVELS] + gaps + ["frag@100%", "moves",
-                                                                           "seeds"]
+    head = (
+        ["policy"]
+        + [f"alloc@{lv}%" for lv in REPORT_LEVELS]
+        + gaps
+        + ["frag@100%", "moves", "seeds"]
+    )
     rows = [head]
     nan = float("nan")
     for name, v in s["policies"].items():
         a, g = v["alloc_pct_at"], v.get("gap_pct_at", {})
-        rows.append([name] + [f"{a.get(str(lv), nan):.2f}" for lv in REPORT_LEVELS]
-                    + [f"{g.get(str(lv), nan):.2f}" for lv in GAP_LEVELS if gaps]
-                    + [f"{v['frag_pct_at'].get('100', nan):.2f}", f"{v['moves']:g}",
-                       str(len(v["seeds"]))])
+        rows.append(
+            [name]
+            + [f"{a.get(str(lv), nan):.2f}" for lv in REPORT_LEVELS]
+            + [f"{g.get(str(lv), nan):.2f}" for lv in GAP_LEVELS if gaps]
+            + [f"{v['frag_pct_at'].get('100', nan):.2f}", f"{v['moves']:g}", str(len(v["seeds"]))]
+        )
     if gaps:
         a = bound["alloc_pct_at"]
-        rows.append([f"bound ({bound['method']})"]
-                    + [f"{a.get(str(lv), nan):.2f}" for lv in REPORT_LEVELS]
-                    + ["0.00" for _ in GAP_LEVELS] + ["-", "-", str(len(bound["seeds"]))])
+        rows.append(
+            [f"bound ({bound['method']})"]
+            + [f"{a.get(str(lv), nan):.2f}" for lv in REPORT_LEVELS]
+            + ["0.00" for _ in GAP_LEVELS]
+            + ["-", "-", str(len(bound["seeds"]))]
+        )
     online = s.get("online_bound") or {}
     if gaps and online.get("forced_to_pct"):
         a = online["alloc_pct_at"]
-        rows.append([f"online bound (all placed by {online['forced_to_pct']}%)"]
-                    + [_pct(a.get(str(lv))) for lv in REPORT_LEVELS]
-                    + ["-" for _ in GAP_LEVELS] + ["-", "-", str(len(bound["seeds"]))])
+        rows.append(
+            [f"online bound (all placed by {online['forced_to_pct']}%)"]
+            + [_pct(a.get(str(lv))) for lv in REPORT_LEVELS]
+            + ["-" for _ in GAP_LEVELS]
+            + ["-", "-", str(len(bound["seeds"]))]
+        )
     text = _table(rows)
     if gaps:
         solved = sum(len(v["solved_levels"]) for v in bound["by_seed"].values())
-        what = ("the integer program's dual bound (HiGHS)" if bound["method"] == "mip"
-                else "the linear relaxation, certified by weak duality")
-        text += (f"\nbound: the most GPU allocation any placement of the arrived pods could "
-                 f"reach\n  ({what}; docs/simulate.md);\n  solved at {solved} level(s) in "
-                 f"{bound['solve_s']:.1f} s (at the others some policy placed every GPU pod);"
-                 f"\n  gap = bound - policy, in points")
+        what = (
+            "the integer program's dual bound (HiGHS)"
+            if bound["method"] == "mip"
+            else "the linear relaxation, certified by weak duality"
+        )
+        text += (
+            f"\nbound: the most GPU allocation any placement of the arrived pods could "
+            f"reach\n  ({what}; docs/simulate.md);\n  solved at {solved} level(s) in "
+            f"{bound['solve_s']:.1f} s (at the others some policy placed every GPU pod);"
+            f"\n  gap = bound - policy, in points"
+        )
         if online:
             text += "\n" + _online_text(s, online)
     elif "unavailable" in bound:
@@ -369,19 +498,36 @@ def _online_text(s: dict[str, Any], online: dict[str, Any]) -> str:
     """The online bound's lines: its row's meaning, and each policy's own ceiling."""
     lines = []
     if online.get("forced_to_pct"):
-        lines.append(f"online bound: the same, for policies that placed every pod arrived by "
-                     f"{online['forced_to_pct']}%\n  (a placement holding them all; \"-\": they "
-                     f"do not all fit); solved in {online['solve_s']:.1f} s with the ceilings")
+        lines.append(
+            f"online bound: the same, for policies that placed every pod arrived by "
+            f'{online["forced_to_pct"]}%\n  (a placement holding them all; "-": they '
+            f"do not all fit); solved in {online['solve_s']:.1f} s with the ceilings"
+        )
     for name, v in s["policies"].items():
         if "online_bound_pct_at" not in v:
             continue
-        first = v["first_failed_pct"]
-        when = "no pod failed" if first is None else f"first failure at {first:.2f}% arrived"
+        when = _first_failure(v)
         at = v["online_bound_pct_at"]
         ceil = ", ".join(f"{_pct(at.get(str(lv)))} at {lv}%" for lv in GAP_LEVELS)
         gap = ", ".join(_pct(v["online_gap_pct_at"].get(str(lv))) for lv in GAP_LEVELS)
         lines.append(f"online ceiling: {name}: {when} => at most {ceil} (gap {gap})")
     return "\n".join(lines)
+
+
+def _first_failure(v: dict[str, Any]) -> str:
+    """A policy's first failure, its mean over the seeds; where some failed no pod, the
+    mean of those that did and how many (its JSON mean is null: no mean of them all)."""
+    first = v["first_failed_pct"]
+    if first is not None:
+        return f"first failure at {first:.2f}% arrived"
+    each = [one.get("first_failed_pct") for one in v["by_seed"].values()]
+    failed = [x for x in each if x is not None]
+    if not failed:
+        return "no pod failed"
+    return (
+        f"first failure at {mean(failed):.2f}% arrived on {len(failed)} of {len(each)} "
+        "seeds (none failed on the others)"
+    )
 
 
 COLUMNS = """\
@@ -405,8 +551,7 @@ def plot(s: dict[str, Any], out: str, title: str = "") -> None:
     import matplotlib.pyplot as plt
 
     # Left: the whole replay; right: the saturated end, where the policies differ.
-    fig, (ax, zoom) = plt.subplots(1, 2, figsize=(11, 4.5),
-                                   gridspec_kw={"width_ratios": [1, 1.2]})
+    fig, (ax, zoom) = plt.subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [1, 1.2]})
     lows = []
     for name, v in s["policies"].items():
         pts = sorted((int(k), val) for k, val in v["alloc_pct_at"].items())
@@ -416,8 +561,14 @@ def plot(s: dict[str, Any], out: str, title: str = "") -> None:
         zoom.plot([x for x, _ in tail], [y for _, y in tail], label=name, marker=".")
         lows += [y for _, y in tail]
         if tail:
-            zoom.annotate(f"{tail[-1][1]:.2f}", tail[-1], textcoords="offset points",
-                          xytext=(4, 0), va="center", fontsize=8)
+            zoom.annotate(
+                f"{tail[-1][1]:.2f}",
+                tail[-1],
+                textcoords="offset points",
+                xytext=(4, 0),
+                va="center",
+                fontsize=8,
+            )
     if "alloc_pct_at" in s.get("bound", {}):
         pts = sorted((int(k), val) for k, val in s["bound"]["alloc_pct_at"].items())
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "k--", label="upper bound")
