@@ -233,6 +233,15 @@ def test_prop_only_ip_literals_and_known_names_pass(host: str) -> None:
     assert host_allowed("GPU-MAP.example.:80", allowed) is True
 
 
+def test_a_bracketed_host_with_more_after_it_is_no_ip_literal() -> None:
+    # "[::1]evil.example" was read as ::1 (all before "]"), an IP literal: answered.
+    allowed = allowed_hosts("0.0.0.0:9402")
+    for host in ("[::1]evil.example", "[::1]:80x", "[::1].evil.example:80", "[::1"):
+        assert host_allowed(host, allowed) is False, host
+    for host in ("[::1]", "[::1]:9402", "[::1]:", "[FE80::1]:80"):
+        assert host_allowed(host, allowed) is True, host
+
+
 def test_an_allowed_host_given_with_its_port_is_allowed() -> None:
     # `--allowed-hosts gpu1.example:9401` (or http.allowed_hosts) was kept whole, and a
     # Host header is compared without its port: the name it gave stayed refused (421),

@@ -13,8 +13,10 @@ from __future__ import annotations
 import copy
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -32,6 +34,7 @@ from support.browser import (
 
 from swarmgpu.manager.web import webmap
 from swarmgpu.manager.web.history import History
+from swarmgpu.manager.web.webguard import SECURITY_HEADERS
 
 WEB = REPO / "swarmgpu" / "manager" / "web"
 
@@ -498,6 +501,51 @@ def test_classes_come_from_known_kinds_only(
                       "b.textContent.endsWith('hi') && b.classList.contains('muted'))")
     finally:
         cdp.close()
+
+
+def test_a_document_slower_to_arrive_than_the_answer_timeout_still_draws(
+    chromium: str,
+) -> None:
+    # A big fleet's document on a slow link: the answer starts at once, its body takes
+    # 6 s. The page's 4 s timeout covered the body too: it aborted every poll and never
+    # drew, however long it was left open.
+    routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+    webmap.register(routes, sample)
+    body = json.dumps(sample()).encode()
+
+    class Slow(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def do_GET(self) -> None:
+            path = self.path.partition("?")[0]
+            slow = path == webmap.CLUSTER_PATH
+            route = routes.get(path)
+            ctype, out = ("application/json", body) if slow else route() if route else ("", b"")
+            self.send_response(200 if out else 404)
+            for k, v in SECURITY_HEADERS.items():
+                self.send_header(k, v)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            step = len(out) // 12 + 1 if slow else len(out) + 1
+            for i in range(0, len(out), step):
+                self.wfile.write(out[i:i + step])
+                self.wfile.flush()
+                if slow:
+                    time.sleep(0.5)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    cdp = Cdp(chromium, (1366, 768))
+    try:
+        cdp.open(f"http://127.0.0.1:{httpd.server_address[1]}/")
+        cdp.wait_for("document.querySelector('[data-key]') !== null", timeout=20)
+        assert cdp.js("window.swarmgpuMap.state.error") is None
+    finally:
+        cdp.close()
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_offline_banner_keeps_the_last_map(

@@ -93,7 +93,10 @@ def host_of(header: str) -> str:
     """The host part of a Host header, lower case, without port or trailing dot."""
     h = header.strip().lower()
     if h.startswith("["):
-        return h[1:h.find("]")] if "]" in h else h
+        # "[IPv6]" or "[IPv6]:port" (RFC 3986 3.2.2); more after "]" is no literal, kept
+        # whole so that no IP or name matches it
+        inside, close, after = h[1:].partition("]")
+        return inside if close and re.fullmatch(r"(?::[0-9]*)?", after) else h
     name, sep, port = h.rpartition(":")
     if sep and port.isdigit():
         h = name

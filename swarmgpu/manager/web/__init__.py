@@ -7,6 +7,7 @@
 ``weblogin``     the browser's sign-in: a form POSTs the token, no address carries it
 ``webguard``     the HTTP handler: GET (and the sign-in's POST), a Host allow-list,
                  browser security headers
+``webgzip``      large answers gzipped for a client that takes it, once per body
 The map's static files (``index.html``, ``app.js``, ``style.css``) and the sign-in
 page's (``login.html``, ``login.js``) sit beside them.
 """

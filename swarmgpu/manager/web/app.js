@@ -18,7 +18,10 @@
     return { util: Number(s.getPropertyValue("--hot-util-pct")), temp: Number(s.getPropertyValue("--hot-temp-c")) };
   })())[k];
   const STATES = ["pending", "hot", "unhealthy", "drifted", "over-share", "free"];
-  const TIMEOUT_MS = 4000;
+  const TIMEOUT_MS = 4000; // for the daemon to start its answer
+  // for the body once it has: a fleet's document on a slow link takes longer (the daemon
+  // ends an answer not read within 10 s itself, httpguard.WRITE_DEADLINE_S)
+  const BODY_TIMEOUT_MS = 12000;
   const STALE_AFTER_MS = 3 * POLL_MS + 1000;
   const KIND_ORDER = ["nvlink", "numa", "pcie"];
   const KIND_LABEL = { nvlink: "NVLink", numa: "NUMA", pcie: "PCIe" };
@@ -1777,7 +1780,8 @@
   async function poll() {
     clearTimeout(timer);
     const ctl = new AbortController();
-    const kill = setTimeout(() => ctl.abort(), TIMEOUT_MS);
+    let kill = setTimeout(() => ctl.abort(), TIMEOUT_MS);
+    let waited = TIMEOUT_MS; // what the abort, if it comes, waited for
     let changed = false;
     let again = POLL_MS;
     // First poll: the light document (webmap.light_doc), which paints a big fleet's heat
@@ -1787,6 +1791,8 @@
     try {
       const resp = await fetch(light ? `${API}?view=map&first=${firstScreenNodes()}` : API, { cache: "no-store", signal: ctl.signal, headers: { Accept: "application/json" } });
       if (!resp.ok) throw new Error(`${API} answered HTTP ${resp.status}.`);
+      clearTimeout(kill);
+      kill = setTimeout(() => ctl.abort(), (waited = BODY_TIMEOUT_MS));
       const text = await resp.text();
       if (text !== state.lastText) {
         const t0 = performance.now();
@@ -1816,7 +1822,7 @@
       state.error = null;
       state.lastOkAt = Date.now();
     } catch (err) {
-      state.error = err.name === "AbortError" ? `${API} did not answer within ${TIMEOUT_MS / 1000} s.` : err.message || String(err);
+      state.error = err.name === "AbortError" ? (waited === TIMEOUT_MS ? `${API} did not answer within ${TIMEOUT_MS / 1000} s.` : `${API} did not finish its answer within ${BODY_TIMEOUT_MS / 1000} s.`) : err.message || String(err);
       if (err instanceof TypeError) state.error = `Cannot reach the swarmgpu daemon at ${location.host || "this address"}.`;
       if (light) state.lightSeen = true; // then the whole document, as before
     } finally {

@@ -34,6 +34,7 @@ from swarmgpu.core.httpguard import (
 )
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.web.webauth import OPEN_PATHS, Answer, Caller, WebAuth, refused
+from swarmgpu.manager.web.webgzip import GzipMemo, encoded
 from swarmgpu.manager.web.weblogin import (
     LOGIN_PATH,
     LOGIN_SCRIPT,
@@ -82,6 +83,8 @@ class GuardedHandler(OneRequestHandler):
     # Whether this request's caller may read what is not open (set by ``respond``): an
     # open answer (/healthz) keeps what names the cluster for such a caller.
     trusted = True
+    # Large answers gzipped once per body for every client that takes it (webgzip).
+    gzip_memo = GzipMemo()
 
     def answer(self, path: str, query: str) -> tuple[int, str, bytes]:
         raise NotImplementedError
@@ -163,8 +166,9 @@ class GuardedHandler(OneRequestHandler):
         except Exception:
             logger.exception("HTTP {} failed", peer_text(self.path, 100))  # the client's text
             status, ctype, body = 500, PLAIN, b"internal error\n"
+        body, how = encoded(body, self.headers.get("Accept-Encoding"), self.gzip_memo)
         with contextlib.suppress(OSError):
-            self.send_answer(status, ctype, body)
+            self.send_answer(status, ctype, body, how)
 
     def _sign_in(self, path: str, query: str, caller: Caller, auth: WebAuth) -> None:
         """The sign-in page and its script (anyone's), and its forms' POSTs (weblogin)."""
