@@ -129,7 +129,8 @@ def test_a_genuine_move_in_flight_is_no_victim(tmp_path: Path) -> None:
     facts = {"n-dgx": DGX_F, "n-4090": R4090_F}
     pre = Preempter(cfg)
     assert pre.cycle(sw, snap, plan, facts, now=5000.0) == []  # type: ignore[arg-type]
-    # The forged twin (no record) is chosen by the same code.
+    # The forged twin (no record, in the snapshot nor in Swarm) is chosen by the same code.
+    del sw._swarm_labels[record_key(P, "id-batch")]
     snap2 = replace(snap, swarm_labels={})
     plan2 = make_plan(snap2, cfg)
     assert {sp.name: sp.state for sp in plan2.services}["batch"] != "Rebalancing"

@@ -18,7 +18,12 @@ safety and the writes:
   (``settle_s``): a preemptor that is still pending after its victims were stopped does
   not stop more until it has passed;
 * input is not state: each victim's holding is read again from its node just before
-  the writes, and a victim whose ledger entry is gone or changed is left alone.
+  the writes, and a victim whose ledger entry is gone or changed is left alone;
+* no victim under a move: the snapshot is older than the moves the rebalancer and the
+  health mover started earlier in this cycle, so the move records are read again from
+  Swarm before deciding (``record.recorded``; unreadable: no preemption this cycle).
+  Stopped under its move (the mover refuses a second one), a victim's roll-back would
+  reopen its source GPUs, given to the preemptor.
 
 A victim that can run on another node (``Preemption.moves``) is moved there instead,
 make-before-break, through the rebalancer's mover (``Mover.start``: its own checks, the
@@ -78,7 +83,7 @@ from swarmgpu.manager.placement.preempt import (
 )
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
-from swarmgpu.manager.rebalance.record import moving
+from swarmgpu.manager.rebalance.record import moving, recorded
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
 
@@ -141,8 +146,12 @@ class Preempter:
         # Found again each cycle, so a cycle that fails part-way holds no stale slot.
         self.waiting = ()
         self.said_raised.begin()
+        records = self._records(swarm, pc.max_per_hour)
+        if records is None:
+            self.said_raised.end()
+            return []
         raised: dict[str, Exception] = {}
-        chosen = self.decide(snap, plan, facts, refused, now, ports, raised)
+        chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records)
         for name, exc in raised.items():
             self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
                              "failed unexpectedly, it preempts nothing this cycle; the "
@@ -201,13 +210,33 @@ class Preempter:
             self._store_spent(swarm)
         return done
 
+    def _records(self, swarm: SwarmClient, per_hour: int) -> Mapping[str, str] | None:
+        """The swarm object's labels read now, after the rebalancer's movers ran in this
+        cycle: the moves they started are not in the snapshot (``decide``). None when
+        they cannot be read, said once while it lasts: a move unknown could be stopped
+        under, so nothing is preempted this cycle. Preemption off: not read."""
+        if per_hour == 0:
+            return {}
+        try:
+            return swarm.swarm_labels()
+        except SwarmError as exc:
+            if self.said_raised.fresh("records"):
+                logger.warning("preemption: none this cycle, the move records cannot be "
+                               "read (a move started this cycle is not in the snapshot, "
+                               "and its service would be stopped under it): {}", exc)
+            return None
+
     def decide(self, snap: Snapshot, plan: PlacementPlan, facts: Mapping[str, NodeFacts],
                refused: Callable[[SwarmService], AbstractSet[str]] | None,
                now: float, ports: PortTakers | None = None,
-               raised: dict[str, Exception] | None = None) -> list[Preemption]:
+               raised: dict[str, Exception] | None = None,
+               records: Mapping[str, str] | None = None) -> list[Preemption]:
         """The preemptions of this cycle (``choose_preemptions``), with the cooldowns,
         settle times and the hour as this Preempter and Swarm keep them; acts on none.
-        ``raised``: preemptors whose choice raised, skipped alone (else it raises)."""
+        ``raised``: preemptors whose choice raised, skipped alone (else it raises).
+        ``records``: the swarm object's labels read after this cycle's moves started
+        (None: the snapshot's); a service with a move record there is neither victim nor
+        preemptor, its move label in the snapshot or not (``record.recorded``)."""
         pc = self.cfg.preemption
         if pc.max_per_hour == 0:
             return []
@@ -232,7 +261,11 @@ class Preempter:
                     and round(st.at) in stopped_at):
                 cooling.add(s.name)
         settling = set(self.preemptor_at)
-        in_move = moving(snap.services, snap.swarm_labels, self.prefix)  # records only
+        # The daemon's records only (a move label alone protects nothing); those read
+        # after the rebalancer's movers ran too: a move they started this cycle, stopped
+        # here, would reopen its source, now the preemptor's, if rolled back.
+        in_move = moving(snap.services, snap.swarm_labels, self.prefix) | recorded(
+            snap.services, snap.swarm_labels if records is None else records, self.prefix)
         self.moving = {p: v for p, v in self.moving.items() if v in in_move}
         settling |= self.moving.keys()  # its victim's move is in flight: wait for it
         chosen = choose_preemptions(

@@ -11,7 +11,8 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   preemptible (``swarmgpu.preemptible``, else a priority below
   ``preemption.preemptible_below``; ``swarmgpu.rebalance: never`` does not protect),
   not cooling down (preempted recently), and not in a rebalancing move (by the daemon's
-  record: ``rebalance.record.move_of``); or, whatever
+  record: ``rebalance.record.move_of``, and, in the daemon, any record of its own read
+  after the cycle's movers ran: ``record.recorded``); or, whatever
   their priority, work of a queue above its guarantee when the preemptor's queue stays
   within its own, and its tenant's queues within theirs together (``queues.reclaimable``;
   ``swarmgpu.preemptible: false`` still protects); work of no queue, or of one not in

@@ -357,6 +357,19 @@ def moving(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
     return Moving(out, unread)
 
 
+def recorded(services: Sequence[SwarmService], swarm_labels: Mapping[str, str],
+             prefix: str) -> frozenset[str]:
+    """Names of the services with a move record of their own on the swarm object (under
+    their id, naming them, or one that cannot be read), whatever their move label says:
+    a mover acts on it, finishing or rolling back the move (its source reopened).
+    Preemption reads this from a read made after the rebalancer's movers ran: a move
+    they started that cycle has its record before its label, and is not in the
+    snapshot's ``moving``."""
+    records, bad = read_records(swarm_labels, prefix), unreadable_records(swarm_labels, prefix)
+    return frozenset(s.name for s in services if s.id in bad or (
+        (st := records.get(s.id)) is not None and st.service == s.name))
+
+
 def spec_edit(fn: Callable[[dict[str, Any]], None]) -> Callable[[Mapping[str, Any]],
                                                                 Mapping[str, Any] | None]:
     """A service-spec compute for ``Writes.service_spec``: ``fn`` edits a copy in place;
