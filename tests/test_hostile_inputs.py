@@ -17,6 +17,7 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -350,9 +351,15 @@ def test_real_and_nominal_mig_layouts_are_read(devices: list[dict[str, object]])
     assert len(f.gpus[0].mig_devices) == len(devices)
 
 
+def _json_children(c: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    # A def, not a lambda: Hypothesis reads the lambda's source to see that it recurses,
+    # failed to here, and warned that it could not.
+    return st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4)
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
+    _json_children,
     max_leaves=30,
 )
 
