@@ -26,7 +26,12 @@ from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
 from swarmgpu.swarm.cache import SwarmCache
 from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
 from swarmgpu.swarm.identity import IdentityError, agent_auth
-from swarmgpu.swarm.labels import NodeLabelPlan, owned_by_label_sync, plan_node_labels
+from swarmgpu.swarm.labels import (
+    NodeLabelPlan,
+    constrained_keys,
+    owned_by_label_sync,
+    plan_node_labels,
+)
 
 
 @dataclass(frozen=True)
@@ -254,10 +259,12 @@ class LabelSync:
 
     def _write_now(self, todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]],
                    snapshot: Snapshot, report: CycleReport) -> None:
+        watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
+
         def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts]) -> ApplyResult:
             plan, node, facts = item
             return self.actuator.apply_labels(plan, node, facts, snapshot.services,
-                                              snapshot.tasks)
+                                              snapshot.tasks, watched)
 
         # Each node's write is its own read-modify-write: different nodes, in parallel.
         for res in write_each(todo, write):
@@ -267,6 +274,7 @@ class LabelSync:
               snapshot: Snapshot, report: CycleReport) -> HeldNodeWrites:
         act = self.actuator
         held: dict[str, HeldWrite] = {}
+        watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
         for plan, node, facts in todo:
             def done(landed: bool, error: str | None, plan: NodeLabelPlan = plan,
                      node: SwarmNode = node) -> None:
@@ -274,14 +282,15 @@ class LabelSync:
 
             # retries of the folded write count as label sync's own do (label_conflicts)
             held[node.id] = HeldWrite(
-                act.label_compute(node, facts, snapshot.services, snapshot.tasks), done,
+                act.label_compute(node, facts, snapshot.services, snapshot.tasks, watched),
+                done,
                 act.metrics.label_conflicts.inc)
         by_id = {node.id: (plan, node, facts) for plan, node, facts in todo}
 
         def alone(node_id: str, _: HeldWrite) -> None:
             plan, node, facts = by_id[node_id]
             _count(report, act.apply_labels(plan, node, facts, snapshot.services,
-                                            snapshot.tasks))
+                                            snapshot.tasks, watched))
 
         return HeldNodeWrites(held, alone)
 
