@@ -240,3 +240,27 @@ def test_a_task_placed_after_the_snapshot_listed_the_tasks_holds_the_change(
         assert sw.node(NID).labels[f"{P}gpu.present"] == "true", hold
         # what no running task reads still changes
         assert sw.node(NID).labels != before and report.errors == []
+
+
+def test_a_gpu_uuid_in_the_facts_of_two_nodes_of_one_hostname_names_each_apart(
+    tmp_path: Path,
+) -> None:
+    """Two nodes may share a hostname (one re-joined under a new ID while its old entry is
+    still listed, where both reach the same agent): the warning names each node by its
+    hostname and ID. Before: "gpu-1 lists GPU ... as gpu-1 does"."""
+    nodes = [sw_node(nid, HOST, desired_labels(R4090_F, P)) for nid in ("n-old", "n-new")]
+    sw = RecordingSwarm(nodes, [], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    sync = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m.record["message"])), level="WARNING",
+                      filter=lambda r: R4090_F.gpus[0].uuid in r["message"])
+    try:
+        sync.cycle(Snapshot(sw.nodes(), [], [], {
+            nid: FactsResult(nid, HOST, "http://10.0.0.5:9401/facts", R4090_F, None, time.time())
+            for nid in ("n-old", "n-new")}))
+    finally:
+        logger.remove(sink)
+    assert sorted(ln.partition(" does: ")[0] for ln in said) == sorted(
+        f"{HOST} ({me}) lists GPU {R4090_F.gpus[0].uuid} in its facts, as {HOST} ({other})"
+        for me, other in (("n-new", "n-old"), ("n-old", "n-new"))), said

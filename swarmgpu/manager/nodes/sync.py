@@ -24,7 +24,14 @@ from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
 from swarmgpu.swarm.cache import SwarmCache
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import (
+    SwarmClient,
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+    node_names,
+)
 from swarmgpu.swarm.identity import IdentityError, agent_auth
 from swarmgpu.swarm.labels import (
     NodeLabelPlan,
@@ -240,7 +247,7 @@ class LabelSync:
     def _warn_uuid_conflicts(self, snapshot: Snapshot) -> None:
         """A GPU UUID in two nodes' facts: said once when it starts (gpuowners)."""
         facts = {nid: r.facts for nid, r in snapshot.facts.items() if r.facts is not None}
-        host = {n.id: n.hostname for n in snapshot.nodes}
+        host = node_names(snapshot.nodes)  # "host (ID)" where two nodes share a hostname
         found = {(c.node_id, c.uuid): c for c in uuid_conflicts(facts)}
         said = self._uuid_said
         said.begin()
