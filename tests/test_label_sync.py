@@ -216,3 +216,51 @@ def test_a_gpu_uuid_in_two_nodes_facts_is_said_once_while_it_lasts(tmp_path: Pat
     finally:
         logger.remove(sink)
     assert said == ["host-a", "host-b", "host-a", "host-b"]
+
+
+def test_a_task_placed_after_the_snapshot_listed_the_tasks_holds_the_change(
+    tmp_path: Path,
+) -> None:
+    """The snapshot lists the tasks before the agents are read (up to their deadline, a
+    slow one's whole timeout) and the writes come after planning: a task Swarm placed on
+    the node meanwhile, whose constraint reads a label this cycle changes, would be
+    stopped by it. The write checks the node's tasks as Swarm has them; before, only the
+    snapshot's were, and the label was removed under the new task."""
+    for hold in (False, True):
+        sw = _labelled(running=False)
+        before = dict(sw.node(NID).labels)
+        cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+        sync = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+        none = _facts(NodeFacts(hostname=HOST))  # no GPU: gpu.present goes
+        snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {NID: none})
+        llm = sw.services()[0]
+        sw.run_task(SwarmTask("t1", llm.id, NID, 1, "running", "running", ()))  # placed now
+        report = sync.cycle(snap, hold=hold)
+        sync.flush()
+        assert sw.node(NID).labels[f"{P}gpu.present"] == "true", hold
+        # what no running task reads still changes
+        assert sw.node(NID).labels != before and report.errors == []
+
+
+def test_a_gpu_uuid_in_the_facts_of_two_nodes_of_one_hostname_names_each_apart(
+    tmp_path: Path,
+) -> None:
+    """Two nodes may share a hostname (one re-joined under a new ID while its old entry is
+    still listed, where both reach the same agent): the warning names each node by its
+    hostname and ID. Before: "gpu-1 lists GPU ... as gpu-1 does"."""
+    nodes = [sw_node(nid, HOST, desired_labels(R4090_F, P)) for nid in ("n-old", "n-new")]
+    sw = RecordingSwarm(nodes, [], [])
+    cfg = Config(state_dir=str(tmp_path), sync=SyncConfig(watch_events=False))
+    sync = LabelSync(sw, cfg, DaemonMetrics(), AgentBook())  # type: ignore[arg-type]
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m.record["message"])), level="WARNING",
+                      filter=lambda r: R4090_F.gpus[0].uuid in r["message"])
+    try:
+        sync.cycle(Snapshot(sw.nodes(), [], [], {
+            nid: FactsResult(nid, HOST, "http://10.0.0.5:9401/facts", R4090_F, None, time.time())
+            for nid in ("n-old", "n-new")}))
+    finally:
+        logger.remove(sink)
+    assert sorted(ln.partition(" does: ")[0] for ln in said) == sorted(
+        f"{HOST} ({me}) lists GPU {R4090_F.gpus[0].uuid} in its facts, as {HOST} ({other})"
+        for me, other in (("n-new", "n-old"), ("n-old", "n-new"))), said

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from swarmgpu.core.config import Config
 from swarmgpu.core.labelkeys import usable_label_key
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, task_from_api
 from swarmgpu.swarm.labels import desired_labels, plan_node_labels
 
 
@@ -199,3 +201,29 @@ def test_change_that_would_reject_a_job_task_in_its_restart_delay_is_held() -> N
     plan = plan_node_labels(node, _facts(2), services=[job], tasks=[task])
     assert "swarmgpu.gpu.product" not in plan.set
     assert [h.key for h in plan.held] == ["swarmgpu.gpu.product"] and plan.held[0].tasks == ("t2",)
+
+
+def test_change_that_would_stop_a_task_by_its_own_constraints_is_held() -> None:
+    """Swarm's constraint enforcer stops a task by the constraints of its own spec, not its
+    service's: while an update of the service rolls out (or waits, paused), an old task
+    still runs under the old constraints, and a task whose service the snapshot does not
+    hold (created after it was read) has only its own. Before: only the service's were
+    checked, and a change its task's constraint reads went through."""
+    node = _node({"swarmgpu.gpu.product": "NVIDIA-H100", "swarmgpu.gpu.count": "2"})
+    updated = SwarmService(id="s1", name="llm", labels={}, constraints=(), env=(),
+                           mode="replicated", replicas=1, max_replicas_per_node=None,
+                           version=2)
+    old = task_from_api({
+        "ID": "t1", "ServiceID": "s1", "NodeID": "n1", "Slot": 1, "DesiredState": "running",
+        "Status": {"State": "running"},
+        "Spec": {"Placement": {"Constraints": ["node.labels.swarmgpu.gpu.product==NVIDIA-H100"]}},
+    })
+    for services in ([updated], []):
+        plan = plan_node_labels(node, _facts(2), services=services, tasks=[old])
+        assert "swarmgpu.gpu.product" not in plan.set
+        assert [h.key for h in plan.held] == ["swarmgpu.gpu.product"]
+        assert plan.held[0].tasks == ("t1",)
+    # The service's constraints still count too (its next task is placed by them).
+    svc = replace(updated, constraints=("node.labels.swarmgpu.gpu.product==NVIDIA-H100",))
+    plan = plan_node_labels(node, _facts(2), services=[svc], tasks=[replace(old, constraints=())])
+    assert [h.key for h in plan.held] == ["swarmgpu.gpu.product"]

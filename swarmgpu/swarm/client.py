@@ -119,6 +119,9 @@ class SwarmTask:
     container_id: str = ""  # Status.ContainerStatus.ContainerID, once the task has one
     job_iteration: int | None = None  # a job's task: the job run it belongs to
     created_at: str = field(default="", compare=False)  # CreatedAt (RFC 3339)
+    # Spec.Placement.Constraints: what Swarm's constraint enforcer stops this task by (an
+    # old task keeps its service's old ones while an update rolls out); None: not read
+    constraints: tuple[str, ...] | None = field(default=None, compare=False)
 
 
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
@@ -254,6 +257,8 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         job_iteration=(int((raw.get("JobIteration") or {}).get("Index") or 0)
                        if "JobIteration" in raw else None),
         created_at=str(raw.get("CreatedAt") or ""),
+        constraints=tuple(str(c) for c in (spec.get("Placement") or {}).get("Constraints")
+                          or ()),
     )
 
 

@@ -262,6 +262,15 @@ def _services_constraints(
     return out
 
 
+def constrained_keys(services: Iterable[SwarmService],
+                     tasks: Iterable[SwarmTask] = ()) -> frozenset[str]:
+    """The node label keys any of these services' or tasks' constraints read."""
+    exprs = [e for s in services for e in s.constraints]
+    exprs += [e for t in tasks for e in t.constraints or ()]
+    return frozenset(k for c in parse_all(dict.fromkeys(exprs))[0]
+                     if (k := c.node_label) is not None)
+
+
 # What to do about it: doctor checks the driver, NVML and the runtime the agent reads.
 GPUS_UNREAD_FIX = "run swarmgpu doctor on the node and fix what it fails"
 
@@ -289,8 +298,9 @@ def plan_node_labels(
     agent must never turn into removed labels, which would stop running tasks). Nor
     do facts whose source could not list the GPUs (``NodeFacts.gpus_unread``): they
     say nothing of the node's GPUs, and count=0 would stop the same tasks.
-    A change that would make a running task on this node violate its service's
-    constraints is held back unless ``allow_disruptive``.
+    A change that would make a running task on this node violate its own constraints
+    (its spec's, which Swarm's constraint enforcer reads) or its service's is held back
+    unless ``allow_disruptive``.
     """
     if facts is None:
         return NodeLabelPlan(
@@ -318,6 +328,10 @@ def plan_node_labels(
     held: list[HeldChange] = []
     if running and not allow_disruptive:
         by_service = _services_constraints(services)
+        # Swarm stops a task by its own spec's constraints; its service's (the next task's)
+        # count too: an old task runs under the old ones while an update rolls out.
+        checked = {t.id: (by_service.get(t.service_id, []),
+                          parse_all(t.constraints or ())[0]) for t in running}
         before = dict(node.labels)
         changes: list[tuple[str, str | None]] = [(k, v) for k, v in to_set.items()]
         changes += [(k, None) for k in to_remove]
@@ -329,8 +343,8 @@ def plan_node_labels(
                 after[key] = new
             victims = tuple(
                 t.id for t in running
-                if node_labels_satisfy(by_service.get(t.service_id, []), before)
-                and not node_labels_satisfy(by_service.get(t.service_id, []), after)
+                if any(node_labels_satisfy(c, before) and not node_labels_satisfy(c, after)
+                       for c in checked[t.id])
             )
             if victims:
                 held.append(

@@ -17,6 +17,7 @@ Once the daemon is stopping, no write starts (``stop``: it raises ``Stopped``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
@@ -207,12 +208,17 @@ class Actuator:
         facts: NodeFacts,
         services: Sequence[SwarmService],
         tasks: Sequence[SwarmTask],
+        watched: AbstractSet[str] | None = None,
     ) -> Callable[[Mapping[str, str]], Mapping[str, str] | None]:
         """Label sync's read-modify-write of one node: re-planned from the labels as they
-        are at write time, so a concurrent edit is kept and only owned keys change."""
+        are at write time, so a concurrent edit is kept and only owned keys change. A
+        change of a key in ``watched`` (what the constraints read: ``constrained_keys``;
+        None: every key) is guarded by the node's tasks as Swarm has them then too: the
+        snapshot listed its tasks before the agents were read and the cycle planned, and
+        a task placed there meanwhile is stopped by a change its constraints read."""
 
-        def compute(current: Mapping[str, str]) -> Mapping[str, str] | None:
-            fresh = plan_node_labels(
+        def plan(current: Mapping[str, str], tasks: Sequence[SwarmTask]) -> NodeLabelPlan:
+            return plan_node_labels(
                 replace(node, labels=dict(current)),
                 facts,
                 services=services,
@@ -220,6 +226,15 @@ class Actuator:
                 prefix=self.prefix,
                 allow_disruptive=self.allow_disruptive,
             )
+
+        def compute(current: Mapping[str, str]) -> Mapping[str, str] | None:
+            fresh = plan(current, tasks)
+            touched = {*fresh.set, *fresh.remove}
+            if touched and not self.allow_disruptive and (watched is None
+                                                          or not touched.isdisjoint(watched)):
+                now = [t for t in self.swarm.tasks({"node": node.id}) if t.node_id == node.id]
+                ids = {t.id for t in now}
+                fresh = plan(current, [*now, *(t for t in tasks if t.id not in ids)])
             return None if fresh.empty else fresh.apply_to(current)
 
         return compute
@@ -231,6 +246,7 @@ class Actuator:
         facts: NodeFacts,
         services: Sequence[SwarmService],
         tasks: Sequence[SwarmTask],
+        watched: AbstractSet[str] | None = None,
     ) -> ApplyResult:
         if plan.empty:
             return ApplyResult(node.id, False, self.dry_run)
@@ -238,7 +254,8 @@ class Actuator:
             logger.bind(node=node.hostname).info(
                 "dry-run: would set {} and remove {}", dict(plan.set), list(plan.remove))
             return ApplyResult(node.id, False, True)
-        return self._write(node, self.label_compute(node, facts, services, tasks), plan)
+        return self._write(node, self.label_compute(node, facts, services, tasks, watched),
+                           plan)
 
     def record(self, node: SwarmNode, plan: NodeLabelPlan, written: bool,
                error: str | None) -> ApplyResult:

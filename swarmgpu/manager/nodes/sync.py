@@ -24,9 +24,21 @@ from swarmgpu.manager.nodes.gpuhealth import HealthBook
 from swarmgpu.manager.nodes.gpuowners import conflicts as uuid_conflicts
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_task_read
 from swarmgpu.swarm.cache import SwarmCache
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmNode, SwarmService, SwarmTask
+from swarmgpu.swarm.client import (
+    SwarmClient,
+    SwarmError,
+    SwarmNode,
+    SwarmService,
+    SwarmTask,
+    node_names,
+)
 from swarmgpu.swarm.identity import IdentityError, agent_auth
-from swarmgpu.swarm.labels import NodeLabelPlan, owned_by_label_sync, plan_node_labels
+from swarmgpu.swarm.labels import (
+    NodeLabelPlan,
+    constrained_keys,
+    owned_by_label_sync,
+    plan_node_labels,
+)
 
 
 @dataclass(frozen=True)
@@ -235,7 +247,7 @@ class LabelSync:
     def _warn_uuid_conflicts(self, snapshot: Snapshot) -> None:
         """A GPU UUID in two nodes' facts: said once when it starts (gpuowners)."""
         facts = {nid: r.facts for nid, r in snapshot.facts.items() if r.facts is not None}
-        host = {n.id: n.hostname for n in snapshot.nodes}
+        host = node_names(snapshot.nodes)  # "host (ID)" where two nodes share a hostname
         found = {(c.node_id, c.uuid): c for c in uuid_conflicts(facts)}
         said = self._uuid_said
         said.begin()
@@ -254,10 +266,12 @@ class LabelSync:
 
     def _write_now(self, todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]],
                    snapshot: Snapshot, report: CycleReport) -> None:
+        watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
+
         def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts]) -> ApplyResult:
             plan, node, facts = item
             return self.actuator.apply_labels(plan, node, facts, snapshot.services,
-                                              snapshot.tasks)
+                                              snapshot.tasks, watched)
 
         # Each node's write is its own read-modify-write: different nodes, in parallel.
         for res in write_each(todo, write):
@@ -267,6 +281,7 @@ class LabelSync:
               snapshot: Snapshot, report: CycleReport) -> HeldNodeWrites:
         act = self.actuator
         held: dict[str, HeldWrite] = {}
+        watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
         for plan, node, facts in todo:
             def done(landed: bool, error: str | None, plan: NodeLabelPlan = plan,
                      node: SwarmNode = node) -> None:
@@ -274,14 +289,15 @@ class LabelSync:
 
             # retries of the folded write count as label sync's own do (label_conflicts)
             held[node.id] = HeldWrite(
-                act.label_compute(node, facts, snapshot.services, snapshot.tasks), done,
+                act.label_compute(node, facts, snapshot.services, snapshot.tasks, watched),
+                done,
                 act.metrics.label_conflicts.inc)
         by_id = {node.id: (plan, node, facts) for plan, node, facts in todo}
 
         def alone(node_id: str, _: HeldWrite) -> None:
             plan, node, facts = by_id[node_id]
             _count(report, act.apply_labels(plan, node, facts, snapshot.services,
-                                            snapshot.tasks))
+                                            snapshot.tasks, watched))
 
         return HeldNodeWrites(held, alone)
 
