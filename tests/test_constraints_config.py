@@ -149,3 +149,25 @@ def test_values_compare_as_go_equal_fold() -> None:
     assert node_satisfies([parse_constraint("node.labels.kind==kx")], n)
     assert not node_satisfies([parse_constraint("node.labels.t==i")], n)
     assert node_labels_satisfy([parse_constraint("node.labels.disk==ssd")], n.labels)
+
+
+def test_every_constraint_the_docs_show_is_one_swarm_takes() -> None:
+    """A constraint shown in README or docs/ in backticks (`node.labels...==...`) parses
+    as swarmkit's does: the label table once showed `...count!=`, which Swarm refuses
+    (its value may not be empty)."""
+    repo = Path(__file__).resolve().parent.parent
+    shown: list[tuple[str, str]] = []
+    for doc in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        for c in re.findall(r"`(node\.(?:labels|platform|role|hostname|id)[^`\s]*"
+                            r"\s*(?:==|!=)[^`]*)`", doc.read_text()):
+            shown.append((doc.name, c))
+    assert len(shown) > 20, shown
+    bad = []
+    for where, c in shown:
+        if "<" in c or "$" in c:  # a placeholder (`<profile>`, `${VAR}`), not a constraint
+            continue
+        try:
+            parse_constraint(c)
+        except ConstraintError as e:
+            bad.append(f"{where}: {c!r}: {e}")
+    assert not bad, bad
