@@ -77,12 +77,20 @@ def test_tokens(tmp_path: Path) -> None:
     f.write_text("abc123\n")
     assert read_token(f) == "abc123"
     assert token_matches("Bearer abc123", "abc123")
-    for bad in (None, "", "Bearer abc12", "Basic abc123", "bearer abc123"):
+    for bad in (None, "", "Bearer abc12", "Basic abc123", "Bearerabc123", "Bearer\tabc123"):
         assert not token_matches(bad, "abc123")
     for content in ("", "two words", "x" * 5000):
         f.write_text(content)
         with pytest.raises(IdentityError):
             read_token(f)
+
+
+def test_the_bearer_scheme_is_read_in_any_case() -> None:
+    """RFC 9110 11.1: the scheme is case-insensitive. 'bearer TOKEN' (Prometheus sends its
+    authorization type as written, curl what it is given) was refused with a 401 asking
+    for the bearer token it carried."""
+    for header in ("bearer abc123", "BEARER abc123", "bEaReR  abc123"):
+        assert token_matches(header, "abc123"), header
 
 
 def test_a_fifo_as_the_token_file_is_refused_not_waited_on(tmp_path: Path) -> None:
@@ -120,7 +128,7 @@ def test_a_huge_token_file_is_refused_without_reading_it_whole(tmp_path: Path) -
 @given(st.text(max_size=40), st.text(min_size=1, max_size=40))
 def test_prop_token_only_exact_bearer_matches(header: str, token: str) -> None:
     if token_matches(header, token):
-        assert header.startswith("Bearer ") and header[7:].strip() == token
+        assert header[:7].lower() == "bearer " and header[7:].strip() == token
 
 
 def test_audit_warns_about_plain_http() -> None:
