@@ -4,10 +4,13 @@ warnings on plain HTTP. The certificate checks themselves run on the real swarm
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import socket
 import ssl
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -262,6 +265,30 @@ def test_only_a_manager_of_this_swarm_reads_facts_and_processes(pki: dict[str, P
         # A manager certificate from a rogue CA fails the handshake itself.
         with pytest.raises(boundedhttp.FetchError):
             _get(port, "/facts", daemon_context(pki, "roguemgr"))
+    finally:
+        srv.shutdown()
+
+
+def test_plain_http_to_the_https_agent_is_told_to_use_https(pki: dict[str, Path]) -> None:
+    """A plain-HTTP request (Prometheus with scheme: http, curl http://) failed the TLS
+    handshake and met a closed connection: 'EOF', nothing saying why. Now a plain 400
+    saying the agent speaks HTTPS, at once, and nothing of the node's."""
+    srv = _serve(pki, "node1", token="prom-token-123")
+    port = srv.server_address[1]
+    try:
+        t0 = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /facts HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      b"Authorization: Bearer prom-token-123\r\n\r\n")
+            resp = b""
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := s.recv(65536):
+                    resp += chunk
+        assert resp.startswith(b"HTTP/1.1 400"), resp[:80]
+        assert b"HTTPS" in resp and b"https://" in resp and b'"gpus"' not in resp
+        assert time.monotonic() - t0 < 1
+        code, body = _get(port, "/facts", daemon_context(pki))  # HTTPS as before
+        assert code == 200 and b'"gpus"' in body
     finally:
         srv.shutdown()
 
