@@ -168,6 +168,20 @@ def test_garbage_paths_and_methods(run_agent: Callable[..., tuple[AgentServer, s
     assert raw(base, b"GET /healthz HTTP/9.9\r\n\r\n").startswith(b"HTTP/1.1 505")
 
 
+@pytest.mark.parametrize("line", [b"GET /facts", b"GET /facts HTTP/0.9", b"GET /facts HTTP/0.8"])
+def test_an_http_0_9_request_gets_a_status_line_not_a_bare_body(
+    run_agent: Callable[..., tuple[AgentServer, str]], line: bytes,
+) -> None:
+    """HTTP/0.9 has no status line: the standard library answered it with the body alone,
+    so a 401 or a 421 read as the page ('bearer token required' as /facts). Refused with
+    a status line naming the versions served."""
+    srv, base = run_agent(Source(), refresh_s=60, token="s3cret")
+    wait_for(lambda: srv.cache.view().facts is not None)
+    resp = raw(base, line + b"\r\nAuthorization: Bearer s3cret\r\n\r\n")
+    assert resp.startswith(b"HTTP/1.1 505"), resp[:80]
+    assert b"HTTP/1.1" in resp.partition(b"\r\n\r\n")[2] and b"GPU-aaaa" not in resp
+
+
 def test_a_request_line_is_logged_without_control_characters(
     run_agent: Callable[..., tuple[AgentServer, str]],
 ) -> None:

@@ -4,10 +4,13 @@ warnings on plain HTTP. The certificate checks themselves run on the real swarm
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import socket
 import ssl
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -77,12 +80,20 @@ def test_tokens(tmp_path: Path) -> None:
     f.write_text("abc123\n")
     assert read_token(f) == "abc123"
     assert token_matches("Bearer abc123", "abc123")
-    for bad in (None, "", "Bearer abc12", "Basic abc123", "bearer abc123"):
+    for bad in (None, "", "Bearer abc12", "Basic abc123", "Bearerabc123", "Bearer\tabc123"):
         assert not token_matches(bad, "abc123")
     for content in ("", "two words", "x" * 5000):
         f.write_text(content)
         with pytest.raises(IdentityError):
             read_token(f)
+
+
+def test_the_bearer_scheme_is_read_in_any_case() -> None:
+    """RFC 9110 11.1: the scheme is case-insensitive. 'bearer TOKEN' (Prometheus sends its
+    authorization type as written, curl what it is given) was refused with a 401 asking
+    for the bearer token it carried."""
+    for header in ("bearer abc123", "BEARER abc123", "bEaReR  abc123"):
+        assert token_matches(header, "abc123"), header
 
 
 def test_a_fifo_as_the_token_file_is_refused_not_waited_on(tmp_path: Path) -> None:
@@ -120,7 +131,7 @@ def test_a_huge_token_file_is_refused_without_reading_it_whole(tmp_path: Path) -
 @given(st.text(max_size=40), st.text(min_size=1, max_size=40))
 def test_prop_token_only_exact_bearer_matches(header: str, token: str) -> None:
     if token_matches(header, token):
-        assert header.startswith("Bearer ") and header[7:].strip() == token
+        assert header[:7].lower() == "bearer " and header[7:].strip() == token
 
 
 def test_audit_warns_about_plain_http() -> None:
@@ -254,6 +265,30 @@ def test_only_a_manager_of_this_swarm_reads_facts_and_processes(pki: dict[str, P
         # A manager certificate from a rogue CA fails the handshake itself.
         with pytest.raises(boundedhttp.FetchError):
             _get(port, "/facts", daemon_context(pki, "roguemgr"))
+    finally:
+        srv.shutdown()
+
+
+def test_plain_http_to_the_https_agent_is_told_to_use_https(pki: dict[str, Path]) -> None:
+    """A plain-HTTP request (Prometheus with scheme: http, curl http://) failed the TLS
+    handshake and met a closed connection: 'EOF', nothing saying why. Now a plain 400
+    saying the agent speaks HTTPS, at once, and nothing of the node's."""
+    srv = _serve(pki, "node1", token="prom-token-123")
+    port = srv.server_address[1]
+    try:
+        t0 = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /facts HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      b"Authorization: Bearer prom-token-123\r\n\r\n")
+            resp = b""
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := s.recv(65536):
+                    resp += chunk
+        assert resp.startswith(b"HTTP/1.1 400"), resp[:80]
+        assert b"HTTPS" in resp and b"https://" in resp and b'"gpus"' not in resp
+        assert time.monotonic() - t0 < 1
+        code, body = _get(port, "/facts", daemon_context(pki))  # HTTPS as before
+        assert code == 200 and b'"gpus"' in body
     finally:
         srv.shutdown()
 

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.paths import FIXTURES as FIXTURES_DIR
 from support.prometheus import promtool_check
 
+from swarmgpu.agent.facts.file import FileSource
 from swarmgpu.agent.facts.topo import TopoSource
 from swarmgpu.agent.metrics import DCGM_FIELDS, AgentStats, render_metrics
 from swarmgpu.agent.server import build_server
@@ -248,6 +249,44 @@ def test_slices_without_gi_id_are_numbered_apart() -> None:
     series = _series(render_metrics(facts, samples).decode())
     ids = [dict(lab)["GPU_I_ID"] for name, lab in series if name == "DCGM_FI_DEV_FB_USED"]
     assert sorted(ids, key=int) == ["0", "1", "2", "3", "4", "5", "6"]
+
+
+def test_a_lone_surrogate_in_the_facts_file_still_gives_a_page_promtool_reads(
+        tmp_path: Path) -> None:
+    """JSON's \\ud800 reads as a lone surrogate, which no UTF-8 can hold: a facts file
+    naming its host, GPU or MIG profile with one made every scrape of the agent's
+    /metrics a 500 (UnicodeEncodeError) and a traceback. The label shows U+FFFD."""
+    path = tmp_path / "facts.json"
+    path.write_text('{"node": {"hostname": "n\\ud800", "driver_version": "5\\udfff"}, '
+                    '"gpus": [{"index": 0, "uuid": "GPU-a", "product": "P\\ud800", '
+                    '"memory_mib": 100}, {"index": 1, "uuid": "GPU-b", "product": "Q", '
+                    '"memory_mib": 100, "mig_capable": true, "mig_enabled": true, '
+                    '"mig_devices": [{"profile": "1g\\udc00", "uuid": "MIG-b1", '
+                    '"memory_mib": 50, "gi_id": 1}]}]}')
+    proc = GpuProcess(7, 10, None, "c\udc80", "t\ud800", "s\udfff")
+
+    def sampler() -> list[GpuSample]:
+        return [GpuSample("GPU-a", 0, 1.0, 10, 90, None, None, None, processes=(proc,)),
+                GpuSample("MIG-b1", 1, None, 5, 45, None, None, None)]
+
+    srv = build_server(FileSource(path), "127.0.0.1:0", refresh_s=60, sampler=sampler)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while srv.cache.view().facts is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        host, port = srv.server_address[:2]
+        with urllib.request.urlopen(f"http://{host!s}:{port}/metrics", timeout=5) as r:
+            page = r.read()
+    finally:
+        srv.shutdown()
+        t.join(5)
+    promtool_check(page)
+    text = page.decode()
+    assert 'hostname="n\ufffd"' in text and 'modelName="P\ufffd"' in text
+    assert 'GPU_I_PROFILE="1g\ufffd"' in text and 'task="t\ufffd"' in text
 
 
 def test_driver_version_and_label_set_match_dcgm_exporter() -> None:

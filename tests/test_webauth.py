@@ -106,9 +106,11 @@ def test_who_may_read_what() -> None:
 
 
 def test_token_and_cookie_checks() -> None:
-    for bad in (None, "", f"Bearer {TOKEN[:-1]}", f"Basic {TOKEN}", f"bearer {TOKEN}",
+    for bad in (None, "", f"Bearer {TOKEN[:-1]}", f"Basic {TOKEN}", f"Bearer{TOKEN}",
                 f"Bearer {TOKEN}x", TOKEN):
         assert _judge(Caller("/", "10.0.0.1", bad)) == (False, ""), bad
+    # RFC 9110 11.1: the scheme in any case (test_identity.py).
+    assert _judge(Caller("/", "10.0.0.1", f"bearer {TOKEN}")) == (True, "token")
     good = f"{SESSION_COOKIE}={session_value(TOKEN)}"
     assert cookie_matches(good, TOKEN)
     assert cookie_matches(f"a=b; {good}; c=d", TOKEN)

@@ -26,6 +26,8 @@ Rules:
   uses; without it two slices of one profile would be one series written twice.
   A sample for a UUID the facts do not know is still written (labels from the
   sample alone) so nothing measured is lost.
+* Label values are escaped by prometheus-client (``\\``, ``"``, newline); a lone UTF-16
+  surrogate, which UTF-8 cannot hold, is written as U+FFFD (``utf8``).
 
 Rendering goes through prometheus-client with a custom collector on a fresh
 ``CollectorRegistry`` per call, so nothing lives in the global registry.
@@ -158,6 +160,16 @@ def sample_labels(
     return labels
 
 
+def utf8(text: str) -> str:
+    """``text`` with each lone UTF-16 surrogate (JSON's ``\\ud800`` in a facts file reads
+    as one) as U+FFFD: the page is UTF-8, and one such label value failed all of it."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
+
+
 def _known(value: float | int | None) -> float | None:
     if value is None:
         return None
@@ -176,10 +188,11 @@ class AgentCollector(Collector):
         self._stats = stats
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._dcgm()
-        yield from self._health()
-        yield from self._processes()
-        yield from self._self_metrics()
+        for fam in (*self._dcgm(), *self._health(), *self._processes(),
+                    *self._self_metrics()):
+            fam.samples = [s._replace(labels={k: utf8(v) for k, v in s.labels.items()})
+                           for s in fam.samples]
+            yield fam
 
     # --- health series (core.health); one block, dcgm-exporter's names and HELP texts ---
     def _health(self) -> Iterator[Metric]:

@@ -39,7 +39,8 @@ The sampler runs in one worker thread with a deadline per scrape
 samples with ``swarmgpu_agent_sampler_ok 0``, and no second call piles up behind it.
 
 Bounds: one request per connection; request line and headers each at most 8 KiB
-(414 / 431), sent within ``HEAD_DEADLINE_S`` (the TLS handshake has as long again);
+(414 / 431), sent within ``HEAD_DEADLINE_S`` (the TLS handshake has as long again; a
+plain-HTTP request to the HTTPS agent gets a plain 400 saying so);
 request bodies are never read; the answer has a write deadline; at most
 ``MAX_CONNECTIONS`` connections at once, and when all are taken a newcomer pushes out the
 oldest half-sent request of the address holding the most (httpguard.GuardedServer), so
@@ -50,6 +51,7 @@ daemon from /facts.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import importlib
 import json
 import signal
@@ -70,10 +72,12 @@ from swarmgpu.core.httpguard import (
     HEAD_DEADLINE_S,
     PLAIN,
     GuardedServer,
+    HeadTooLarge,
     OneRequestHandler,
     Throttle,
     allowed_hosts,
     host_allowed,
+    read_head,
 )
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
@@ -95,6 +99,7 @@ DEFAULT_LISTEN = "127.0.0.1:9401"
 
 _log = logger.bind(component="agent")
 _HOST_REFUSED = Throttle()
+_TLS_HANDSHAKE = b"\x16"  # a TLS record's first byte: a ClientHello
 
 Sampler = Callable[[], list[GpuSample]]
 
@@ -426,11 +431,20 @@ class _Handler(OneRequestHandler):
         return "swarmgpu-agent"
 
     def setup(self) -> None:
-        self._refused = False
+        self._refused = self._plain = False
         if self.server.tls is not None:
             # The handshake runs in this connection's thread, within the head deadline.
+            deadline = time.monotonic() + float(self.timeout or HEAD_DEADLINE_S)
             self.request.settimeout(float(self.timeout or HEAD_DEADLINE_S))
             try:
+                first = self.request.recv(1, socket.MSG_PEEK)
+                if first and first != _TLS_HANDSHAKE:
+                    # Plain HTTP (scheme: http): told so in plain text (handle), where a
+                    # failed handshake closed it without a word.
+                    self._plain = True
+                    super().setup()
+                    return
+                self.request.settimeout(max(0.1, deadline - time.monotonic()))
                 self.request = self.server.tls.get().wrap_socket(self.request,
                                                                  server_side=True)
             except (OSError, ValueError) as exc:
@@ -444,8 +458,22 @@ class _Handler(OneRequestHandler):
         super().setup()
 
     def handle(self) -> None:
-        if not self._refused:
+        if self._plain:
+            self._tell_plain_to_use_https()
+        elif not self._refused:
             super().handle()
+
+    def _tell_plain_to_use_https(self) -> None:
+        """A 400 in plain text, once its head is in (read, so closing sends no reset that
+        could destroy the answer before it is read); nothing of the node's."""
+        self.close_connection = True
+        self.command, self.request_version = "", "HTTP/1.1"
+        self.requestline = "(plain HTTP to the HTTPS port)"
+        with contextlib.suppress(HeadTooLarge):
+            read_head(self.connection, float(self.timeout or HEAD_DEADLINE_S))
+        self.connection.settimeout(self.write_deadline_s)
+        self.send_error(HTTPStatus.BAD_REQUEST, "this agent speaks HTTPS, not plain HTTP: "
+                        "call it with https:// (Prometheus: scheme: https)")
 
     def _access(self, path: str) -> tuple[bool, bool]:
         """(may read ``path``, may see per-process detail).

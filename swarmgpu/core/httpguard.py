@@ -19,7 +19,8 @@
   never read do not hold the slots (``pick_victim``);
 * a handler may answer on a reserved slot without proof (``open_on_reserve``): the
   daemon's ``/healthz``, which the image's healthcheck reads, is never starved;
-* one GET or HEAD per connection (``OneRequestHandler``), other methods 405, a
+* one GET or HEAD per connection (``OneRequestHandler``), HTTP/0.x 505 (0.9's answer has
+  no status line, so a refusal would read as the page), other methods 405, a
   request with two Host headers 400, and header lines two parsers read apart
   (``head_fault``: no colon, a space before it, folding, a bare CR, a control byte) 400;
   a POST only to a path the handler names (``post_paths``: the daemon's sign-in form),
@@ -271,6 +272,12 @@ class OneRequestHandler(BaseHTTPRequestHandler):
                 return
         finally:
             self.rfile = real_rfile
+        if self.request_version.startswith("HTTP/0."):
+            # 0.9 has no status line: its answer would be the body alone, a 401 or 421
+            # read as the page. send_error writes one.
+            self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED,
+                            f"{self.request_version} is not served: send HTTP/1.1 or 1.0")
+            return
         if (fault := head_fault(head)) is not None:
             self.send_error(HTTPStatus.BAD_REQUEST, fault)
             return

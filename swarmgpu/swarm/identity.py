@@ -363,8 +363,9 @@ def read_token(path: str | os.PathLike[str]) -> str:
 
 
 def token_matches(header: str | None, token: str) -> bool:
-    """A constant-time check of ``Authorization: Bearer <token>``."""
-    if not header or not header.startswith("Bearer "):
+    """A constant-time check of ``Authorization: Bearer <token>``, the scheme in any case
+    (RFC 9110 11.1: Prometheus sends its ``authorization.type`` as written)."""
+    if not header or header[:7].lower() != "bearer ":
         return False
     return hmac.compare_digest(header[7:].strip().encode(), token.encode())
 
