@@ -25,11 +25,16 @@ def req(**labels: str) -> GpuRequest | None:
     ("labels", "want", "text"),
     [
         ({"gpus": "2"}, GpuRequest(gpus=2), "2 GPUs"),
-        ({"gpus": "2", "topology": "NVLink", "gpu_memory": "40GiB"},
-         GpuRequest(gpus=2, topology=Topology.NVLINK, min_memory_mib=40960),
-         "2 NVLink GPUs >= 40 GiB"),
-        ({"gpus": "4", "topology": "numa"}, GpuRequest(gpus=4, topology=Topology.NUMA),
-         "4 same-NUMA GPUs"),
+        (
+            {"gpus": "2", "topology": "NVLink", "gpu_memory": "40GiB"},
+            GpuRequest(gpus=2, topology=Topology.NVLINK, min_memory_mib=40960),
+            "2 NVLink GPUs >= 40 GiB",
+        ),
+        (
+            {"gpus": "4", "topology": "numa"},
+            GpuRequest(gpus=4, topology=Topology.NUMA),
+            "4 same-NUMA GPUs",
+        ),
         ({"gpu_memory": "24576MiB"}, GpuRequest(min_memory_mib=24576), "1 GPU >= 24 GiB"),
         ({"gpu_memory": "40G"}, GpuRequest(min_memory_mib=40960), "1 GPU >= 40 GiB"),
         ({"gpu_memory": "80GB"}, GpuRequest(min_memory_mib=81920), "1 GPU >= 80 GiB"),
@@ -39,13 +44,17 @@ def req(**labels: str) -> GpuRequest | None:
         ({"gpu_fraction": "50%", "gpus": "1"}, GpuRequest(gpu_milli=500), "0.5 GPU"),
         ({"mig": "mig-1g.10gb"}, GpuRequest(mig_profile="1g.10gb"), "MIG 1g.10gb"),
         ({"mig": "3g.21gb"}, GpuRequest(mig_profile="3g.20gb"), "MIG 3g.20gb"),
-        ({"gpu_product": "NVIDIA A100*| nvidia h100*"},
-         GpuRequest(products=("NVIDIA A100*", "nvidia h100*")),
-         "1 GPU (NVIDIA A100* | nvidia h100*)"),
+        (
+            {"gpu_product": "NVIDIA A100*| nvidia h100*"},
+            GpuRequest(products=("NVIDIA A100*", "nvidia h100*")),
+            "1 GPU (NVIDIA A100* | nvidia h100*)",
+        ),
         ({"rebalance": "never"}, GpuRequest(rebalance=Rebalance.NEVER), "1 GPU, never moved"),
-        ({"zone_prefer": "eu-1a,eu-1b", "zone_avoid": "eu-1c"},
-         GpuRequest(zone_prefer=("eu-1a", "eu-1b"), zone_avoid=("eu-1c",)),
-         "1 GPU, prefer zone eu-1a|eu-1b, avoid zone eu-1c"),
+        (
+            {"zone_prefer": "eu-1a,eu-1b", "zone_avoid": "eu-1c"},
+            GpuRequest(zone_prefer=("eu-1a", "eu-1b"), zone_avoid=("eu-1c",)),
+            "1 GPU, prefer zone eu-1a|eu-1b, avoid zone eu-1c",
+        ),
     ],
 )
 def test_good(labels: dict[str, str], want: GpuRequest, text: str) -> None:
