@@ -153,3 +153,12 @@ def test_parse_all_keeps_going() -> None:
 def test_product_match(patterns: str, product: str, ok: bool) -> None:
     got = parse_request({"swarmgpu.gpu-product": patterns})
     assert got is not None and got.matches_product(product) is ok
+
+
+@pytest.mark.parametrize("value", ["24B", "24b", "24iB", "24 iB", "1024B"])
+def test_memory_in_bytes_or_a_bare_ib_is_refused_not_read_as_mib(value: str) -> None:
+    # Docker's --memory reads 24b as 24 bytes; the unit letter carried no prefix, and
+    # a bare 'iB' is no unit: each was read as that many MiB.
+    err = parse_all({"swarmgpu.gpu-memory": value})
+    assert isinstance(err, RequestError) and err.key == "swarmgpu.gpu-memory"
+    assert "binary units" in err.accepted

@@ -391,8 +391,11 @@ E = TypeVar("E", bound=StrEnum)
 # ASCII only (\d would take '٣'), whole string (\Z: '$' also matches before a newline),
 # and short: a 5,000-digit value is refused by the parser, not by int()'s digit limit.
 _INT_RE = re.compile(r"[0-9]{1,6}", re.ASCII)
+# A B or iB only after a unit letter: 24B is 24 bytes to Docker's --memory, and was
+# read here as 24 MiB (a bare number is MiB); a lone iB is no unit at all.
 _MEM_RE = re.compile(
-    r"(?P<num>[0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(?P<unit>[kmgt]?)(?:i?b)?", re.IGNORECASE | re.ASCII
+    r"(?P<num>[0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(?:(?P<unit>[kmgt])(?:i?b)?)?",
+    re.IGNORECASE | re.ASCII,
 )
 MAX_VALUE_LEN = 1024  # any request label value longer than this is refused as is
 _FRACTION_RE = re.compile(r"(?:[0-9]{1,3}(?:\.[0-9]{0,12})?|\.[0-9]{1,12})%?", re.ASCII)
@@ -427,13 +430,13 @@ def _fraction(mine: Mapping[str, str], p: str) -> float:
 def _memory(mine: Mapping[str, str], p: str) -> int:
     value = mine["gpu-memory"]
     m = _MEM_RE.fullmatch(value)
-    mib = ceil(float(m["num"]) * _UNIT_MIB[m["unit"].lower()]) if m else 0
+    mib = ceil(float(m["num"]) * _UNIT_MIB[(m["unit"] or "").lower()]) if m else 0
     if mib < 1:
         raise RequestError(
             p + "gpu-memory",
             value,
             f"a memory size per GPU in binary units: 40GiB (= 40G = 40GB), 24576MiB, "
-            f"or a bare number of MiB (e.g. {p}gpu-memory=40GiB)",
+            f"or a bare number of MiB, K, M, G or T before any B (e.g. {p}gpu-memory=40GiB)",
         )
     return mib
 
