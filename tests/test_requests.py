@@ -162,3 +162,14 @@ def test_memory_in_bytes_or_a_bare_ib_is_refused_not_read_as_mib(value: str) -> 
     err = parse_all({"swarmgpu.gpu-memory": value})
     assert isinstance(err, RequestError) and err.key == "swarmgpu.gpu-memory"
     assert "binary units" in err.accepted
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [("GPUS", "gpus"), ("GPU-MEMORY", "gpu-memory"), ("Zone_Prefer", "zone-prefer")],
+)
+def test_a_key_in_another_case_names_the_key_it_meant(key: str, meant: str) -> None:
+    # Label keys are case-sensitive; the hint compared case too, so GPUS got none.
+    err = parse_all({P + key: "2"})
+    assert isinstance(err, RequestError) and err.key == P + key
+    assert err.accepted.endswith(f"(did you mean {P}{meant}?)")

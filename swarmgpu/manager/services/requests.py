@@ -244,8 +244,9 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
             continue
         name = key[len(prefix) :]
         if name not in KEYS:
-            # (a megabyte name is like no key: not compared, which takes a while)
-            near = difflib.get_close_matches(name, KEYS, n=1) if len(name) < 64 else []
+            # (a megabyte name is like no key: not compared, which takes a while; the
+            # keys are lower case, and GPUS, compared with its case, was like none)
+            near = difflib.get_close_matches(name.lower(), KEYS, n=1) if len(name) < 64 else []
             hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
             raise RequestError(
                 key, labels[key], f"a known key: {', '.join(prefix + k for k in KEYS)}{hint}"
