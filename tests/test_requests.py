@@ -12,6 +12,7 @@ from swarmgpu.manager.services.requests import (
     Topology,
     parse_all,
     parse_request,
+    request_labels,
 )
 
 P = "swarmgpu."
@@ -173,3 +174,31 @@ def test_a_key_in_another_case_names_the_key_it_meant(key: str, meant: str) -> N
     err = parse_all({P + key: "2"})
     assert isinstance(err, RequestError) and err.key == P + key
     assert err.accepted.endswith(f"(did you mean {P}{meant}?)")
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("SwarmGPU.gpus", "swarmgpu.gpus"),
+        ("SWARMGPU.GPU-MEMORY", "swarmgpu.gpu-memory"),
+        ("swarmgpu-gpus", "swarmgpu.gpus"),
+        ("swarmgpu_gpu_fraction", "swarmgpu.gpu-fraction"),
+        ("swarmgpu:mig", "swarmgpu.mig"),
+        ("swarmgpu/topology", "swarmgpu.topology"),
+    ],
+)
+def test_a_request_key_under_a_misspelt_prefix_is_an_error_not_ignored(
+    key: str, meant: str
+) -> None:
+    # Not under the prefix as written, the service was no request at all: placed by
+    # Swarm with no GPU, and nothing said why.
+    err = parse_all({key: "2"})
+    assert isinstance(err, RequestError) and err.key == key
+    assert err.accepted.endswith(f"(did you mean {meant}?)")
+    assert request_labels({key: "2"}) == ((key, "2"),)
+
+
+def test_a_label_only_like_the_prefix_is_still_no_request() -> None:
+    labels = {"swarmgpugpus": "2", "SwarmGPU.team": "ml", "swarmgpu-owner": "me", "gpus": "2"}
+    assert parse_all(labels) is None
+    assert parse_all({"acme.gpu.gpus": "2"}) is None  # another prefix's key

@@ -240,7 +240,17 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
     output = tuple(prefix + p[len(DEFAULT_PREFIX) :] for p in OUTPUT_LABEL_PREFIXES)
     mine: dict[str, str] = {}
     for key in sorted(labels):
-        if not key.startswith(prefix) or key.startswith(output):
+        if not key.startswith(prefix):
+            meant = _misprefixed(key, prefix)
+            if meant is not None:
+                raise RequestError(
+                    key,
+                    labels[key],
+                    f"a key that starts {prefix} exactly, case included, as labels are "
+                    f"case-sensitive (did you mean {meant}?)",
+                )
+            continue
+        if key.startswith(output):
             continue
         name = key[len(prefix) :]
         if name not in KEYS:
@@ -257,6 +267,27 @@ def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
             )
         mine[name] = labels[key].strip()
     return mine
+
+
+_SEPARATORS = "-_:/"  # what a prefix's last '.' is mistyped as
+
+
+def _misprefixed(key: str, prefix: str) -> str | None:
+    """The request key ``key`` likely meant, where it is one under ``prefix`` spelt in
+    another case or with another separator (``SwarmGPU.gpus``, ``swarmgpu-gpus``): it was
+    no request at all, the service placed by Swarm with no GPU and nothing said. Only a
+    near match of a known key counts: another label that merely starts so
+    (``SwarmGPU.team``) is not swarmgpu's to judge."""
+    n = len(prefix)
+    if not n < len(key) <= n + 64 or key[: n - 1].lower() != prefix[: n - 1].lower():
+        return None
+    if key[n - 1 : n].lower() != prefix[-1].lower() and not (
+        prefix.endswith(".") and key[n - 1 : n] in _SEPARATORS
+    ):
+        return None
+    name = key[n:].lower().replace("_", "-")
+    near = difflib.get_close_matches(name, KEYS, n=1)
+    return prefix + near[0] if near else None
 
 
 def _check_together(
@@ -327,7 +358,10 @@ def request_labels(
     output = _output_prefixes(prefix)
     return tuple(
         sorted(
-            (k, v) for k, v in labels.items() if k.startswith(prefix) and not k.startswith(output)
+            (k, v)
+            for k, v in labels.items()
+            if (k.startswith(prefix) and not k.startswith(output))
+            or (not k.startswith(prefix) and _misprefixed(k, prefix) is not None)
         )
     )
 
