@@ -202,3 +202,12 @@ def test_a_label_only_like_the_prefix_is_still_no_request() -> None:
     labels = {"swarmgpugpus": "2", "SwarmGPU.team": "ml", "swarmgpu-owner": "me", "gpus": "2"}
     assert parse_all(labels) is None
     assert parse_all({"acme.gpu.gpus": "2"}) is None  # another prefix's key
+
+
+@pytest.mark.parametrize("value", ["NVIDIA A100*,NVIDIA H100*", "A100, H100", "*A100*,"])
+def test_products_separated_by_a_comma_are_refused_naming_the_bar(value: str) -> None:
+    # No GPU product name has a comma: read as one pattern, it matched no GPU, and the
+    # service waited for ever on a list the zone keys would have taken.
+    err = parse_all({"swarmgpu.gpu-product": value})
+    assert isinstance(err, RequestError) and err.key == "swarmgpu.gpu-product"
+    assert "separated by |" in err.accepted and "not ," in err.accepted

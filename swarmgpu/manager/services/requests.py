@@ -479,11 +479,14 @@ def _memory(mine: Mapping[str, str], p: str) -> int:
 def _products(mine: Mapping[str, str], p: str) -> tuple[str, ...]:
     value = mine["gpu-product"]
     parts = tuple(x.strip() for x in value.split("|"))
-    if not parts or any(not x for x in parts):
+    # No product name has a ',': one there is a list the zone keys' way, which as one
+    # pattern matched no GPU and left the service waiting with no word of the label.
+    if not parts or any(not x for x in parts) or "," in value:
         raise RequestError(
             p + "gpu-product",
             value,
-            "product names or globs separated by | with none empty "
+            "product names or globs separated by | (not ,: no product name has one) "
+            "with none empty "
             f"(e.g. {p}gpu-product=NVIDIA A100*|NVIDIA H100*)",
         )
     return parts
