@@ -360,3 +360,21 @@ def test_cli_output_it_cannot_write_is_said_before_the_swarm_is_read(
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith(f"swarmgpu render: -o {dst}: "), res.stderr
     assert "cannot read the swarm" not in res.stderr and len(res.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "labels", ['{swarmgpu.gpus: "2"}', '["swarmgpu.gpus=2"]', '{SwarmGPU.gpus: "2"}']
+)
+def test_a_request_in_the_container_labels_is_an_error_naming_deploy_labels(
+    labels: str,
+) -> None:
+    # The service-level labels: are the container's (ContainerSpec.Labels), which
+    # swarmgpu never reads: the service was checked valid and deployed with no GPU.
+    stack = f"services:\n  a:\n    image: x\n    labels: {labels}\n"
+    errors = check_stack(stack).errors
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("services.a.labels: ")
+    assert "container label" in errors[0] and "move it under deploy.labels" in errors[0]
+    if "SwarmGPU" not in labels:  # that one is an error in deploy.labels too
+        moved = stack.replace("    labels:", "    deploy:\n      labels:")
+        assert check_stack(moved).errors == []

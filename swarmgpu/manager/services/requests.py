@@ -366,6 +366,25 @@ def request_labels(
     )
 
 
+def container_request_errors(
+    container_labels: Mapping[str, str], prefix: str = DEFAULT_PREFIX
+) -> list[RequestError]:
+    """A request key among a service's container labels (``ContainerSpec.Labels``: a
+    stack file's service-level ``labels:``, ``--container-label``), one error each:
+    swarmgpu reads a request from the service's own labels only, and one there was
+    ignored without a word, the service run with no GPU."""
+    return [
+        RequestError(
+            k,
+            v,
+            "a service label: this is a container label (the service's labels:, "
+            "--container-label), which swarmgpu does not read; move it under "
+            "deploy.labels (--label)",
+        )
+        for k, v in request_labels(container_labels, prefix)
+    ]
+
+
 @functools.cache
 def _output_prefixes(prefix: str) -> tuple[str, ...]:
     return tuple(prefix + p[len(DEFAULT_PREFIX) :] for p in OUTPUT_LABEL_PREFIXES)
