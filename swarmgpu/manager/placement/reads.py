@@ -52,8 +52,14 @@ class RequestReader:
     """Reads each service's request once per spec version into the planner's memo
     (``PlannerMemo.requests``), with its tenant's limits and a job's defaults."""
 
-    def __init__(self, memo: PlannerMemo, prefix: str, zone_label: str,
-                 classes: Mapping[str, int] | None, tenants: Tenants | None) -> None:
+    def __init__(
+        self,
+        memo: PlannerMemo,
+        prefix: str,
+        zone_label: str,
+        classes: Mapping[str, int] | None,
+        tenants: Tenants | None,
+    ) -> None:
         self.memo = memo
         self.prefix = prefix
         self.zone_label = zone_label
@@ -67,8 +73,7 @@ class RequestReader:
         order = sorted(services, key=_by_name)
         # New spec versions parsed first; then each field is one comprehension over
         # the services (a loop doing all of it per service cost 3-4 times as much).
-        for s in [s for s in order
-                  if (g := known.get(s.id)) is None or g.version != s.version]:
+        for s in [s for s in order if (g := known.get(s.id)) is None or g.version != s.version]:
             self._parse(s)
         pairs = list(zip(order, map(known.__getitem__, map(_by_id, order)), strict=True))
         parsed: Parsed = [(s, g.request) for s, g in pairs if g.request is not None]
@@ -80,11 +85,15 @@ class RequestReader:
             no_request=[s for s, g in pairs if g.request is None],
             names=set(map(_by_name, order)),
             few={s.id for s in order if (s.replicas or 0) <= most},
-            queued=bool(broken) or (bool(self.memo.queued_ids) and any(
-                isinstance(r, GpuRequest) and r.queue for _, r in parsed)),
+            queued=bool(broken)
+            or (
+                bool(self.memo.queued_ids)
+                and any(isinstance(r, GpuRequest) and r.queue for _, r in parsed)
+            ),
             broken_queues=broken,
             serve_keys=keys,
-            mixed=bool(keys) and keys.count(keys[0]) != len(keys))
+            mixed=bool(keys) and keys.count(keys[0]) != len(keys),
+        )
 
     def _broken_queues(self, parsed: Parsed) -> dict[str, str]:
         """The queue of each invalid request: what it holds is kept (never dropped for a
@@ -113,8 +122,9 @@ class RequestReader:
             # said per service, so it is parsed again.
             one = memo.by_labels.get(labels, _UNPARSED)
             if one is _UNPARSED:
-                one = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label,
-                                classes=self.classes)
+                one = parse_all(
+                    s.labels, prefix=self.prefix, zone_label=self.zone_label, classes=self.classes
+                )
                 if not isinstance(one, RequestError):
                     memo.shared_parse(labels, one)
             got = memo.parses[s.id] = LabelParse(labels, one)
@@ -122,15 +132,21 @@ class RequestReader:
         if self.tenants is not None:  # what its tenant may have (per service, not shared)
             r = self.tenants.apply_to(s, r)
         res = reservations(s.spec)
-        if (prev is not None and not isinstance(r, RequestError) and prev.reservation == res
-                and (r is prev.request or r == prev.request)):
+        if (
+            prev is not None
+            and not isinstance(r, RequestError)
+            and prev.reservation == res
+            and (r is prev.request or r == prev.request)
+        ):
             r = prev.request
         else:
             memo.shapes.pop(s.id, None)
             memo.learned.discard(s.id)
         entry = memo.requests[s.id] = RequestEntry(s.version, r, res, serve_key(s, r))
-        for ids, yes in ((memo.job_ids, s.mode in JOB_MODES),
-                         (memo.queued_ids, isinstance(r, GpuRequest) and bool(r.queue))):
+        for ids, yes in (
+            (memo.job_ids, s.mode in JOB_MODES),
+            (memo.queued_ids, isinstance(r, GpuRequest) and bool(r.queue)),
+        ):
             if yes:
                 ids.add(s.id)
             else:
