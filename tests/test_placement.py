@@ -492,3 +492,19 @@ def test_a_gpu_product_glob_matches_gfds_dashed_name_as_documented() -> None:
     sp = plan_placement([DGX, R4090], [s], [], facts).services[0]
     assert sp.status == "placed", sp.reason
     assert [p.hostname for p in sp.placements] == ["gpu-node-1"]
+
+
+def test_a_request_in_the_container_labels_is_invalid_naming_deploy_labels() -> None:
+    # ContainerSpec.Labels (a stack file's service-level labels:, --container-label) are
+    # not read for a request: one there was no request, the service run with no GPU and
+    # nothing said.
+    spec = {"TaskTemplate": {"ContainerSpec": {"Labels": {"swarmgpu.gpus": "1"}}}}
+    there = replace(svc("there", {}), spec=spec)
+    good = svc("good", {"swarmgpu.gpus": "1"})
+    plan = plan_placement([DGX], [there, good], [], {"n-dgx": FACTS["n-dgx"]})
+    by = {sp.name: sp for sp in plan.services}
+    assert by["there"].status == "invalid", by.get("there")
+    assert "swarmgpu.gpus='1'" in (by["there"].reason or "")
+    assert "move it under deploy.labels" in (by["there"].reason or "")
+    assert not by["there"].needs_service_write
+    assert by["good"].status == "placed"

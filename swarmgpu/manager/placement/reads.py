@@ -11,7 +11,13 @@ from swarmgpu.core.tenants import NAME_RE
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_defaults
 from swarmgpu.manager.placement.memo import LabelParse, PlannerMemo, RequestEntry
 from swarmgpu.manager.placement.preempt import serve_key
-from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, request_labels
+from swarmgpu.manager.services.requests import (
+    GpuRequest,
+    RequestError,
+    container_request_errors,
+    parse_all,
+    request_labels,
+)
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmService, reservations
 
@@ -129,6 +135,8 @@ class RequestReader:
                     memo.shared_parse(labels, one)
             got = memo.parses[s.id] = LabelParse(labels, one)
         r = job_defaults(s, got.request, self.prefix, self.classes)  # jobs: batch by default
+        if r is None:  # a request among its containers' labels is said, not ignored
+            r = next(iter(container_request_errors(_container_labels(s), self.prefix)), None)
         if self.tenants is not None:  # what its tenant may have (per service, not shared)
             r = self.tenants.apply_to(s, r)
         res = reservations(s.spec)
@@ -152,3 +160,11 @@ class RequestReader:
             else:
                 ids.discard(s.id)
         return entry
+
+
+def _container_labels(s: SwarmService) -> Mapping[str, str]:
+    """``TaskTemplate.ContainerSpec.Labels``: a stack file's service-level ``labels:``."""
+    tt = s.spec.get("TaskTemplate")
+    cs = tt.get("ContainerSpec") if isinstance(tt, Mapping) else None
+    labels = cs.get("Labels") if isinstance(cs, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
