@@ -43,8 +43,10 @@ def test_nvlink_pair_lands_on_dgx() -> None:
 
 
 def test_numa_request_gets_one_pix_group_on_4090() -> None:
-    s = svc("train", {"swarmgpu.gpus": "4", "swarmgpu.topology": "numa",
-                      "swarmgpu.gpu-product": "*4090*"})
+    s = svc(
+        "train",
+        {"swarmgpu.gpus": "4", "swarmgpu.topology": "numa", "swarmgpu.gpu-product": "*4090*"},
+    )
     sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
     (p,) = sp.placements
     assert p.hostname == "gpu-node-2"
@@ -52,8 +54,11 @@ def test_numa_request_gets_one_pix_group_on_4090() -> None:
 
 
 def test_40gib_never_on_24gib_and_pending_reason() -> None:
-    s = svc("big", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB",
-                    "swarmgpu.pack": "never"}, replicas=2)
+    s = svc(
+        "big",
+        {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB", "swarmgpu.pack": "never"},
+        replicas=2,
+    )
     sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
     assert [p.hostname for p in sp.placements] == ["gpu-node-1"]
     assert sp.status == "pending" and "1 of 2 replicas placed" in (sp.reason or "")
@@ -61,8 +66,7 @@ def test_40gib_never_on_24gib_and_pending_reason() -> None:
     s = svc("big", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB"}, replicas=2)
     sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
     assert sp.status == "placed" and sp.packed and "gpu-node-1" in sp.packed
-    assert [(p.hostname, p.slot) for p in sp.placements] == [("gpu-node-1", 1),
-                                                             ("gpu-node-1", 2)]
+    assert [(p.hostname, p.slot) for p in sp.placements] == [("gpu-node-1", 1), ("gpu-node-1", 2)]
     s2 = svc("huge", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "80GiB"})
     sp2 = plan_placement([DGX, R4090], [s2], [], FACTS).services[0]
     assert sp2.status == "pending" and not sp2.placements
@@ -72,8 +76,11 @@ def test_40gib_never_on_24gib_and_pending_reason() -> None:
 def test_no_gpu_handed_out_twice_across_services_and_restart_keeps_all() -> None:
     nodes = [DGX, R4090]
     # DGX: 7 whole GPUs (GPU 0 runs MIG); 4090 box: 8.
-    services = [svc("a", {"swarmgpu.gpus": "4"}, replicas=2), svc("b", {"swarmgpu.gpus": "3"}),
-                svc("c", {"swarmgpu.gpus": "4"})]
+    services = [
+        svc("a", {"swarmgpu.gpus": "4"}, replicas=2),
+        svc("b", {"swarmgpu.gpus": "3"}),
+        svc("c", {"swarmgpu.gpus": "4"}),
+    ]
     plan = plan_placement(nodes, services, [], FACTS)
     seen: set[str] = set()
     for sp in plan.services:
@@ -85,16 +92,23 @@ def test_no_gpu_handed_out_twice_across_services_and_restart_keeps_all() -> None
     assert len(seen) == 15
     # Applied, then planned again (a daemon restart): nothing to write, same holdings.
     nodes2 = apply(nodes, plan)
-    services2 = [replace(s, labels={**s.labels, **sp.service_labels_set}, max_replicas_per_node=1
-                         if sp.set_max_replicas else None, force_update=1)
-                 for s, sp in zip(services, plan.services, strict=True)]
+    services2 = [
+        replace(
+            s,
+            labels={**s.labels, **sp.service_labels_set},
+            max_replicas_per_node=1 if sp.set_max_replicas else None,
+            force_update=1,
+        )
+        for s, sp in zip(services, plan.services, strict=True)
+    ]
     opened = plan_placement(nodes2, services2, [], FACTS)  # gates open
     assert all(not sp.needs_service_write for sp in opened.services)
     nodes2 = apply(nodes2, opened)
     again = plan_placement(nodes2, services2, [], FACTS)
     assert again.empty, (again.node_set, [s.service_labels_set for s in again.services])
     assert [sorted(p.uuids for p in sp.placements) for sp in again.services] == [
-        sorted(p.uuids for p in sp.placements) for sp in plan.services]
+        sorted(p.uuids for p in sp.placements) for sp in plan.services
+    ]
     # A fourth 4-GPU service cannot fit.
     d = plan_placement(nodes2, [*services2, svc("d", {"swarmgpu.gpus": "4"})], [], FACTS)
     assert d.services[-1].status == "pending"
@@ -104,8 +118,9 @@ def test_redeploy_removed_device_labels_restored_in_one_service_write() -> None:
     s = svc("llm", {"swarmgpu.gpus": "2"})
     plan = plan_placement([DGX, R4090], [s], [], FACTS)
     s1 = replace(s, labels={**s.labels, **plan.services[0].service_labels_set}, force_update=1)
-    nodes = apply(apply([DGX, R4090], plan), plan_placement(apply([DGX, R4090], plan), [s1],
-                                                             [], FACTS))
+    nodes = apply(
+        apply([DGX, R4090], plan), plan_placement(apply([DGX, R4090], plan), [s1], [], FACTS)
+    )
     running = SwarmTask("t1", s.id, "n-dgx", 1, "running", "running", (), force_update=1)
     assert plan_placement(nodes, [s1], [running], FACTS).empty
     # stack re-deploy: the service's labels are the file's again (device labels gone)
@@ -123,8 +138,7 @@ def test_fraction_packs_by_memory_and_never_over() -> None:
     # A cluster whose work is 0.3 shares: a GPU left with 0.1 wastes the same whether
     # it is broken now or later, so shares pack (ties go to the fullest GPU).
     only_shares = WorkloadModel.fixed([TaskShape(0, 300, 1)], "test")
-    plan = plan_placement([R4090], services, [], {"n-4090": FACTS["n-4090"]},
-                          workload=only_shares)
+    plan = plan_placement([R4090], services, [], {"n-4090": FACTS["n-4090"]}, workload=only_shares)
     per_gpu: dict[str, int] = {}
     for sp in plan.services:
         (p,) = sp.placements
@@ -139,9 +153,13 @@ def test_mig_request_gets_mig_uuid() -> None:
 
     from swarmgpu.agent.facts.topo import TopoSource
 
-    h100 = TopoSource(TOPOLOGY / "topo_hgx_h100_nv18_partial_nics.txt", hostname="h",
-                      product="NVIDIA H100 80GB HBM3", memory_mib=81559,
-                      mig_layout="0:3g.40gb,1g.10gb*2").read()
+    h100 = TopoSource(
+        TOPOLOGY / "topo_hgx_h100_nv18_partial_nics.txt",
+        hostname="h",
+        product="NVIDIA H100 80GB HBM3",
+        memory_mib=81559,
+        mig_layout="0:3g.40gb,1g.10gb*2",
+    ).read()
     n = node("n-h100", "gpu-node-3")
     s = svc("slice", {"swarmgpu.mig": "1g.10gb"})
     sp = plan_placement([n], [s], [], {"n-h100": h100}).services[0]
@@ -166,8 +184,7 @@ def test_ungated_service_is_adopted_or_reported() -> None:
     sp = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services[0]
     assert gate_constraint(P, "raw") in sp.add_constraints
     assert env_template(P) in sp.add_env
-    sp2 = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]},
-                         adopt_ungated=False).services[0]
+    sp2 = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}, adopt_ungated=False).services[0]
     assert sp2.status == "pending" and "not gated" in (sp2.reason or "")
 
 
@@ -179,8 +196,7 @@ def test_adoption_keeps_the_owners_cuda_device_order() -> None:
         s = replace(svc("raw", {"swarmgpu.gpus": "1"}, gated=False), env=(own,))
         (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
         assert sp.add_env == (env_template(P),), own
-        new = service_compute(sp.writes)({"TaskTemplate": {"ContainerSpec": {
-            "Env": [own]}}})
+        new = service_compute(sp.writes)({"TaskTemplate": {"ContainerSpec": {"Env": [own]}}})
         assert new is not None
         assert new["TaskTemplate"]["ContainerSpec"]["Env"] == [own, env_template(P)]
     s = svc("raw", {"swarmgpu.gpus": "1"}, gated=False)
@@ -198,14 +214,16 @@ def test_a_request_whose_own_env_sets_the_device_variable_waits_naming_it() -> N
         for s in (
             replace(svc("raw", {"swarmgpu.gpus": "1"}, gated=False), env=(own, "A=1")),
             replace(svc("raw", {"swarmgpu.gpus": "1"}), env=(own,)),
-            replace(svc("raw", {"swarmgpu.gpus": "1"}, gated=False),
-                    constraints=(hold_constraint(P),), env=(own,)),
+            replace(
+                svc("raw", {"swarmgpu.gpus": "1"}, gated=False),
+                constraints=(hold_constraint(P),),
+                env=(own,),
+            ),
         ):
             (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
             assert sp.status == "pending" and not sp.placements, (own, sp.reason)
             assert f"sets {own} itself" in (sp.reason or ""), sp.reason
-            assert "docker service update --env-rm NVIDIA_VISIBLE_DEVICES raw" in (
-                sp.reason or "")
+            assert "docker service update --env-rm NVIDIA_VISIBLE_DEVICES raw" in (sp.reason or "")
             assert not sp.add_env and not sp.add_constraints and not sp.remove_constraints
     s = replace(svc("raw", {"swarmgpu.gpus": "1"}, gated=False), env=(VOID_LINE,))
     (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
@@ -220,8 +238,9 @@ def test_an_ungate_takes_only_the_gate_in_its_exact_form() -> None:
     s = replace(svc("app", {"team": "x"}), constraints=(own, away, never))
     (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
     assert sp.status == "released" and sp.remove_constraints == (own,)
-    new = service_compute(sp.writes)({"TaskTemplate": {"Placement": {
-        "Constraints": list(s.constraints)}}})
+    new = service_compute(sp.writes)(
+        {"TaskTemplate": {"Placement": {"Constraints": list(s.constraints)}}}
+    )
     assert new is not None
     assert new["TaskTemplate"]["Placement"]["Constraints"] == [away, never]
 
@@ -243,9 +262,12 @@ def test_a_service_without_a_request_loses_only_swarmgpus_own_lines() -> None:
     own, foreign = gate_constraint(P, "app"), gate_constraint(P, "db")
     base = svc("app", {"team": "x", f"{P}devices.n-dgx": "GPU-1", f"{P}state.replaced": "1@5"})
     spaced = f"node.labels.{P}service.app == TRUE"  # its own gate, as Swarm reads it
-    s = replace(base, constraints=("node.role == worker", foreign, spaced, hold_constraint(P)),
-                env=("A=1", env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID"),
-                max_replicas_per_node=1)
+    s = replace(
+        base,
+        constraints=("node.role == worker", foreign, spaced, hold_constraint(P)),
+        env=("A=1", env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID"),
+        max_replicas_per_node=1,
+    )
     plain = svc("cpu", {"team": "x"}, gated=False)
     plan = plan_placement([DGX], [s, plain], [], {"n-dgx": FACTS["n-dgx"]})
     (sp,) = plan.services
@@ -254,31 +276,55 @@ def test_a_service_without_a_request_loses_only_swarmgpus_own_lines() -> None:
     assert sorted(sp.service_labels_remove) == [f"{P}devices.n-dgx", f"{P}state.replaced"]
     assert sp.replace_env == ((env_template(P), VOID_LINE),)
     assert sp.set_max_replicas is None and not plan.node_remove
-    new = service_compute(sp.writes)({
-        "Labels": dict(s.labels), "TaskTemplate": {
-            "ContainerSpec": {"Env": list(s.env)},
-            "Placement": {"Constraints": list(s.constraints), "MaxReplicas": 1}}})
+    new = service_compute(sp.writes)(
+        {
+            "Labels": dict(s.labels),
+            "TaskTemplate": {
+                "ContainerSpec": {"Env": list(s.env)},
+                "Placement": {"Constraints": list(s.constraints), "MaxReplicas": 1},
+            },
+        }
+    )
     assert new is not None
     assert new["Labels"] == {"team": "x"}
     assert new["TaskTemplate"]["Placement"] == {
-        "Constraints": ["node.role == worker", foreign], "MaxReplicas": 1}
+        "Constraints": ["node.role == worker", foreign],
+        "MaxReplicas": 1,
+    }
     assert new["TaskTemplate"]["ContainerSpec"]["Env"] == [
-        "A=1", VOID_LINE, "CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+        "A=1",
+        VOID_LINE,
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+    ]
     # MaxReplicas swarmgpu recorded setting goes; the gate alone leaves no constraint.
     # So does the update parallelism 0 swarmgpu set: the owner's is given back. A move's
     # record is the mover's.
-    packed = replace(svc("app", {f"{P}state.max-replicas": "3", f"{P}state.move": "{}",
-                                 f"{P}state.update-parallelism": "2"}),
-                     max_replicas_per_node=3, spec={"UpdateConfig": {"Parallelism": 0}})
+    packed = replace(
+        svc(
+            "app",
+            {
+                f"{P}state.max-replicas": "3",
+                f"{P}state.move": "{}",
+                f"{P}state.update-parallelism": "2",
+            },
+        ),
+        max_replicas_per_node=3,
+        spec={"UpdateConfig": {"Parallelism": 0}},
+    )
     (sp,) = plan_placement([DGX], [packed], [], {"n-dgx": FACTS["n-dgx"]}).services
     assert sp.set_max_replicas == 0 and sp.remove_constraints == (own,)
     assert sp.set_update_parallelism == 2
-    assert sorted(sp.service_labels_remove) == [f"{P}state.max-replicas",
-                                                f"{P}state.update-parallelism"]
-    new = service_compute(sp.writes)({"TaskTemplate": {"Placement": {
-        "Constraints": [own], "MaxReplicas": 3}}})
+    assert sorted(sp.service_labels_remove) == [
+        f"{P}state.max-replicas",
+        f"{P}state.update-parallelism",
+    ]
+    new = service_compute(sp.writes)(
+        {"TaskTemplate": {"Placement": {"Constraints": [own], "MaxReplicas": 3}}}
+    )
     assert new is not None and new["TaskTemplate"]["Placement"] == {
-        "Constraints": [], "MaxReplicas": 0}
+        "Constraints": [],
+        "MaxReplicas": 0,
+    }
 
 
 def test_zone_spread_and_avoid() -> None:
@@ -307,20 +353,24 @@ def test_running_tasks_counted_for_state() -> None:
 
 def test_generic_resource_reservation_before_tasks_run() -> None:
     s = svc("llm", {"swarmgpu.gpus": "2"})
-    sp = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]},
-                        generic_kind="NVIDIA-GPU").services[0]
+    sp = plan_placement(
+        [DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}, generic_kind="NVIDIA-GPU"
+    ).services[0]
     assert sp.set_generic == ("NVIDIA-GPU", 2)
     frac = svc("small", {"swarmgpu.gpu-fraction": "0.5"})
-    sp2 = plan_placement([DGX], [frac], [], {"n-dgx": FACTS["n-dgx"]},
-                         generic_kind="NVIDIA-GPU").services[0]
+    sp2 = plan_placement(
+        [DGX], [frac], [], {"n-dgx": FACTS["n-dgx"]}, generic_kind="NVIDIA-GPU"
+    ).services[0]
     assert sp2.set_generic is None  # a share is not a whole generic resource
     running = SwarmTask("t", s.id, "n-dgx", 1, "running", "running", ())
-    sp3 = plan_placement([DGX], [s], [running], {"n-dgx": FACTS["n-dgx"]},
-                         generic_kind="NVIDIA-GPU").services[0]
+    sp3 = plan_placement(
+        [DGX], [s], [running], {"n-dgx": FACTS["n-dgx"]}, generic_kind="NVIDIA-GPU"
+    ).services[0]
     assert sp3.set_generic is None and any("generic" in w for w in sp3.warnings)
 
 
 # --- render reads what Swarm checks (issue 20, finding 4) -----------------------------
+
 
 def _cpu_node(nid: str, host: str, cpus: int = 2) -> SwarmNode:
     return replace(node(nid, host), cpu_milli=cpus * 1000, memory_mib=8192)
@@ -333,8 +383,10 @@ def test_render_sees_the_stacks_cpu_reservation() -> None:
     from swarmgpu.manager.commands.render import render_stack
 
     dgx, r4090 = _cpu_node("n-dgx", "gpu-node-1"), _cpu_node("n-4090", "gpu-node-2")
-    x = replace(svc("x_x", {"swarmgpu.gpus": "1"}), spec={
-        "TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 1_500_000_000}}}})
+    x = replace(
+        svc("x_x", {"swarmgpu.gpus": "1"}),
+        spec={"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 1_500_000_000}}}},
+    )
     plan = plan_placement([dgx, r4090], [x], [], FACTS)
     nodes = apply([dgx, r4090], plan)
     x = replace(x, labels={**x.labels, **plan.services[0].service_labels_set})
@@ -382,28 +434,48 @@ services:
     (a,) = stack_services(load_stack(text), "s", [])
     tt = a.spec["TaskTemplate"]
     assert tt["Resources"]["Reservations"] == {
-        "NanoCPUs": 1_500_000_000, "MemoryBytes": 1 << 30,
-        "GenericResources": [{"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 1}}]}
+        "NanoCPUs": 1_500_000_000,
+        "MemoryBytes": 1 << 30,
+        "GenericResources": [{"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 1}}],
+    }
     assert tt["Placement"] == {
         "Constraints": ["node.role==worker"],
         "Preferences": [{"Spread": {"SpreadDescriptor": "node.labels.zone"}}],
-        "MaxReplicas": 1, "Platforms": [{"OS": "linux", "Architecture": "arm64"}]}
+        "MaxReplicas": 1,
+        "Platforms": [{"OS": "linux", "Architecture": "arm64"}],
+    }
     assert a.spec["Mode"] == {"Replicated": {"Replicas": 2}} and a.max_replicas_per_node == 1
     # the planner refuses what Swarm would: an amd64 node for an arm64 platform
     amd = replace(_cpu_node("n-dgx", "gpu-node-1"), arch="x86_64")
-    sp = plan_placement([amd], [replace(a, constraints=(*a.constraints,
-                                                         gate_constraint(P, a.name)),
-                                        env=(env_template(P),))], [],
-                        {"n-dgx": FACTS["n-dgx"]}).services[0]
+    sp = plan_placement(
+        [amd],
+        [
+            replace(
+                a, constraints=(*a.constraints, gate_constraint(P, a.name)), env=(env_template(P),)
+            )
+        ],
+        [],
+        {"n-dgx": FACTS["n-dgx"]},
+    ).services[0]
     assert sp.status == "pending"
-    for bad, key in (("cpus: lots", "reservations.cpus"), ("memory: 12Q", "reservations.memory"),
-                     ("cpus: 0", "reservations.cpus"),
-                     ("generic_resources: [{discrete_resource_spec: {kind: g}}]",
-                      "reservations.generic_resources")):
+    for bad, key in (
+        ("cpus: lots", "reservations.cpus"),
+        ("memory: 12Q", "reservations.memory"),
+        ("cpus: 0", "reservations.cpus"),
+        (
+            "generic_resources: [{discrete_resource_spec: {kind: g}}]",
+            "reservations.generic_resources",
+        ),
+    ):
         with pytest.raises(StackError, match=rf"services\.b\.deploy\.resources\.{key}"):
-            stack_services(load_stack(
-                f"services:\n  b:\n    deploy:\n      resources:\n        reservations: "
-                f"{{{bad}}}\n"), "s", [])
+            stack_services(
+                load_stack(
+                    f"services:\n  b:\n    deploy:\n      resources:\n        reservations: "
+                    f"{{{bad}}}\n"
+                ),
+                "s",
+                [],
+            )
     with pytest.raises(StackError, match=r"services\.b\.deploy\.mode"):
         stack_services(load_stack("services:\n  b:\n    deploy: {mode: sometimes}\n"), "s", [])
 
@@ -412,10 +484,27 @@ def test_a_gpu_product_glob_matches_gfds_dashed_name_as_documented() -> None:
     """docs/requests.md: spaces, - and _ alike, so GPU feature discovery's
     NVIDIA-A100-SXM4-40GB matches NVIDIA A100*. The request's node filter did; the
     allocator's GPU choice did not, and the service stayed pending on a node it passed."""
-    facts = {nid: replace(f, gpus=tuple(replace(g, product=g.product.replace(" ", "-"))
-                                        for g in f.gpus))
-             for nid, f in FACTS.items()}
+    facts = {
+        nid: replace(f, gpus=tuple(replace(g, product=g.product.replace(" ", "-")) for g in f.gpus))
+        for nid, f in FACTS.items()
+    }
     s = svc("llm", {"swarmgpu.gpus": "1", "swarmgpu.gpu-product": "NVIDIA A100*"})
     sp = plan_placement([DGX, R4090], [s], [], facts).services[0]
     assert sp.status == "placed", sp.reason
     assert [p.hostname for p in sp.placements] == ["gpu-node-1"]
+
+
+def test_a_request_in_the_container_labels_is_invalid_naming_deploy_labels() -> None:
+    # ContainerSpec.Labels (a stack file's service-level labels:, --container-label) are
+    # not read for a request: one there was no request, the service run with no GPU and
+    # nothing said.
+    spec = {"TaskTemplate": {"ContainerSpec": {"Labels": {"swarmgpu.gpus": "1"}}}}
+    there = replace(svc("there", {}), spec=spec)
+    good = svc("good", {"swarmgpu.gpus": "1"})
+    plan = plan_placement([DGX], [there, good], [], {"n-dgx": FACTS["n-dgx"]})
+    by = {sp.name: sp for sp in plan.services}
+    assert by["there"].status == "invalid", by.get("there")
+    assert "swarmgpu.gpus='1'" in (by["there"].reason or "")
+    assert "move it under deploy.labels" in (by["there"].reason or "")
+    assert not by["there"].needs_service_write
+    assert by["good"].status == "placed"

@@ -49,6 +49,7 @@ def reservations(devices: object) -> dict[str, object]:
 
 # --- point 1: the Compose GPU syntax, as written ------------------------------------------
 
+
 def test_devices_count_becomes_gpus_and_is_removed_with_a_comment() -> None:
     out, plan = render_stack(VLLM, "ai", NODES, [], [], FACTS, prefix=P)
     doc = yaml.safe_load(out)
@@ -59,8 +60,11 @@ def test_devices_count_becomes_gpus_and_is_removed_with_a_comment() -> None:
     assert doc["services"]["llm"]["environment"]["HF_HOME"] == "/models"
     assert "NVIDIA_VISIBLE_DEVICES" in doc["services"]["llm"]["environment"]
     comment = [ln for ln in out.splitlines() if ln.startswith("#")]
-    assert any("devices became swarmgpu.gpus: \"1\" and was removed" in ln and
-               "refuses devices under reservations" in ln for ln in comment), comment
+    assert any(
+        'devices became swarmgpu.gpus: "1" and was removed' in ln
+        and "refuses devices under reservations" in ln
+        for ln in comment
+    ), comment
     (sp,) = plan.services
     assert sp.status == "placed" and sum(len(p.uuids) for p in sp.placements) == 1
 
@@ -72,9 +76,11 @@ def test_only_devices_entry_leaves_no_empty_resources() -> None:
 
 
 def test_capabilities_only_and_counts_summed() -> None:
-    g = read_gpu_reservations(reservations([{"capabilities": ["gpu"], "count": 2},
-                                            {"driver": "nvidia", "count": "1"}]),
-                              {}, "services.x")
+    g = read_gpu_reservations(
+        reservations([{"capabilities": ["gpu"], "count": 2}, {"driver": "nvidia", "count": "1"}]),
+        {},
+        "services.x",
+    )
     assert g.errors == [] and g.labels == {f"{P}gpus": "3"} and g.drop_devices
 
 
@@ -86,9 +92,11 @@ def test_driver_capabilities_become_nvidia_driver_capabilities() -> None:
 
 
 def test_options_are_dropped_with_a_note() -> None:
-    g = read_gpu_reservations(reservations([{"driver": "nvidia", "count": 1,
-                                             "options": {"virtualization": "false"}}]),
-                              {}, "services.x")
+    g = read_gpu_reservations(
+        reservations([{"driver": "nvidia", "count": 1, "options": {"virtualization": "false"}}]),
+        {},
+        "services.x",
+    )
     assert g.errors == [] and any("options" in n and "dropped" in n for n in g.notes)
 
 
@@ -97,8 +105,11 @@ def test_count_all_is_the_most_gpus_one_node_has() -> None:
     node: 8 here; only the RTX 4090 box has 8 whole GPUs free (the DGX has one in MIG
     mode), so all eight of its GPUs."""
     for entry in ("count: all", "capabilities: [gpu]"):
-        text = VLLM.replace("count: 1", entry) if entry == "count: all" else \
-            VLLM.replace("              count: 1\n", "")
+        text = (
+            VLLM.replace("count: 1", entry)
+            if entry == "count: all"
+            else VLLM.replace("              count: 1\n", "")
+        )
         out, plan = render_stack(text, "ai", NODES, [], [], FACTS, prefix=P)
         assert yaml.safe_load(out)["services"]["llm"]["deploy"]["labels"][f"{P}gpus"] == "8"
         (sp,) = plan.services
@@ -111,17 +122,27 @@ def test_count_all_is_the_most_gpus_one_node_has() -> None:
         render_stack(VLLM.replace("count: 1", "count: all"), "ai", NODES, [], [], {}, prefix=P)
 
 
-@pytest.mark.parametrize(("entry", "error"), [
-    ({"driver": "nvidia", "device_ids": ["0", "3"]}, r"device_ids: \['0', '3'\] cannot be "
-     r"expressed: swarmgpu chooses each replica's GPUs"),
-    ({"driver": "amd", "count": 1}, r"devices\[0\]: driver 'amd'.*NVIDIA GPUs only"),
-    ({"capabilities": ["tpu"], "count": 1}, r"NVIDIA GPUs only"),
-    ({"driver": "nvidia", "count": 0}, r"count: 0 is not a whole number >= 1 or 'all'"),
-    ({"driver": "nvidia", "count": "two"}, r"count: 'two'"),
-    ({"driver": "nvidia", "capabilities": ["gpu", "fast"]}, r"capabilities: \['fast'\] unknown"),
-])
+@pytest.mark.parametrize(
+    ("entry", "error"),
+    [
+        (
+            {"driver": "nvidia", "device_ids": ["0", "3"]},
+            r"device_ids: \['0', '3'\] cannot be "
+            r"expressed: swarmgpu chooses each replica's GPUs",
+        ),
+        ({"driver": "amd", "count": 1}, r"devices\[0\]: driver 'amd'.*NVIDIA GPUs only"),
+        ({"capabilities": ["tpu"], "count": 1}, r"NVIDIA GPUs only"),
+        ({"driver": "nvidia", "count": 0}, r"count: 0 is not a whole number >= 1 or 'all'"),
+        ({"driver": "nvidia", "count": "two"}, r"count: 'two'"),
+        (
+            {"driver": "nvidia", "capabilities": ["gpu", "fast"]},
+            r"capabilities: \['fast'\] unknown",
+        ),
+    ],
+)
 def test_what_cannot_be_expressed_is_an_error_naming_service_and_key(
-        entry: dict[str, object], error: str) -> None:
+    entry: dict[str, object], error: str
+) -> None:
     g = read_gpu_reservations(reservations([entry]), {}, "services.x")
     assert g.labels == {} and g.drop_devices
     (e,) = g.errors
@@ -130,14 +151,17 @@ def test_what_cannot_be_expressed_is_an_error_naming_service_and_key(
 
 
 def test_counts_that_disagree_are_an_error() -> None:
-    g = read_gpu_reservations(reservations([{"driver": "nvidia", "count": 2}]),
-                              {f"{P}gpus": "1"}, "services.x")
+    g = read_gpu_reservations(
+        reservations([{"driver": "nvidia", "count": 2}]), {f"{P}gpus": "1"}, "services.x"
+    )
     assert g.errors and "the GPU counts differ" in g.errors[0] and f"{P}gpus" in g.errors[0]
-    same = read_gpu_reservations(reservations([{"driver": "nvidia", "count": 2}]),
-                                 {f"{P}gpus": "2"}, "services.x")
+    same = read_gpu_reservations(
+        reservations([{"driver": "nvidia", "count": 2}]), {f"{P}gpus": "2"}, "services.x"
+    )
     assert same.errors == [] and same.labels == {}  # the user's label stays as written
-    both = read_gpu_reservations(reservations([{"driver": "nvidia", "count": "all"}]),
-                                 {f"{P}gpus": "2"}, "services.x")
+    both = read_gpu_reservations(
+        reservations([{"driver": "nvidia", "count": "all"}]), {f"{P}gpus": "2"}, "services.x"
+    )
     assert both.errors and "count all and another count" in both.errors[0]
 
 
@@ -169,29 +193,62 @@ services:
     d = svcs["t"]["deploy"]
     assert d["labels"][f"{P}gpus"] == "2" and d["labels"][f"{P}gpu-memory"] == "20GiB"
     assert d["resources"]["reservations"]["generic_resources"] == [
-        {"discrete_resource_spec": {"kind": "fpga", "value": 1}}]  # not a GPU: the stack's
+        {"discrete_resource_spec": {"kind": "fpga", "value": 1}}
+    ]  # not a GPU: the stack's
     assert "resources" not in svcs["u"]["deploy"]  # nothing else was in it
     assert svcs["u"]["deploy"]["labels"][f"{P}gpus"] == "1"
     assert "DOCKER_RESOURCE_NVIDIA-GPU" in out.split("services:")[0]  # the comment says why
     # a configured kind of another name is a GPU kind too
-    g = read_gpu_reservations({"generic_resources": [{"discrete_resource_spec": {
-        "kind": "acme-gpu", "value": 1}}]}, {}, "services.t", kind="acme-gpu")
+    g = read_gpu_reservations(
+        {"generic_resources": [{"discrete_resource_spec": {"kind": "acme-gpu", "value": 1}}]},
+        {},
+        "services.t",
+        kind="acme-gpu",
+    )
     assert g.labels == {f"{P}gpus": "1"} and not g.drop_devices and g.drop_generic
-    assert read_gpu_reservations({"generic_resources": [{"discrete_resource_spec": {
-        "kind": "fpga", "value": 1}}]}, {}, "services.t").labels == {}
+    assert (
+        read_gpu_reservations(
+            {"generic_resources": [{"discrete_resource_spec": {"kind": "fpga", "value": 1}}]},
+            {},
+            "services.t",
+        ).labels
+        == {}
+    )
 
 
 def test_audit_names_a_service_that_reserves_gpus_through_swarm_only() -> None:
-    spec = {"TaskTemplate": {"Resources": {"Reservations": {"GenericResources": [
-        {"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 2}}]}}}}
+    spec = {
+        "TaskTemplate": {
+            "Resources": {
+                "Reservations": {
+                    "GenericResources": [
+                        {"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 2}}
+                    ]
+                }
+            }
+        }
+    }
 
     def service(name: str, labels: dict[str, str]) -> SwarmService:
-        return SwarmService(id=name, name=name, labels=labels, constraints=(), env=(),
-                            mode="replicated", replicas=1, max_replicas_per_node=None,
-                            version=1, spec=spec)
+        return SwarmService(
+            id=name,
+            name=name,
+            labels=labels,
+            constraints=(),
+            env=(),
+            mode="replicated",
+            replicas=1,
+            max_replicas_per_node=None,
+            version=1,
+            spec=spec,
+        )
 
-    snap = Snapshot(nodes=[], services=[service("plain", {}),
-                                        service("mine", {f"{P}gpus": "2"})], tasks=[], facts={})
+    snap = Snapshot(
+        nodes=[],
+        services=[service("plain", {}), service("mine", {f"{P}gpus": "2"})],
+        tasks=[],
+        facts={},
+    )
     (f,) = audit(snap)
     assert f.kind == "swarm-gpu-reservation" and f.subject == "plain" and not f.advisory
     assert "swarmgpu.gpus" in f.message and exit_code([f]) == 1
@@ -226,11 +283,13 @@ services:
 def test_check_stack_collects_every_error_with_service_and_key() -> None:
     errors = check_stack(BAD).errors
     assert len(errors) == 5, errors
-    for want in ("services.a.deploy.labels: swarmgpu.gpus='two'",
-                 "services.a.deploy.labels: swarmgpu.gpu-memroy='4G'",
-                 "services.b.deploy.resources.reservations.cpus: 'lots'",
-                 "services.b.deploy.resources.reservations.devices[0].device_ids",
-                 "services.c.deploy.mode: 'daemonset' is not one of"):
+    for want in (
+        "services.a.deploy.labels: swarmgpu.gpus='two'",
+        "services.a.deploy.labels: swarmgpu.gpu-memroy='4G'",
+        "services.b.deploy.resources.reservations.cpus: 'lots'",
+        "services.b.deploy.resources.reservations.devices[0].device_ids",
+        "services.c.deploy.mode: 'daemonset' is not one of",
+    ):
         assert any(e.startswith(want) for e in errors), (want, errors)
 
 
@@ -245,8 +304,9 @@ def test_cli_invalid_request_exits_1_and_writes_no_stack(tmp_path: Path) -> None
     still the stack's errors, not 'cannot reach the Docker Engine'."""
     src, dst = tmp_path / "s.yml", tmp_path / "out.yml"
     src.write_text(BAD)
-    res = CliRunner().invoke(main, ["render", str(src), "-o", str(dst)],
-                             env={"DOCKER_HOST": NO_DOCKER})
+    res = CliRunner().invoke(
+        main, ["render", str(src), "-o", str(dst)], env={"DOCKER_HOST": NO_DOCKER}
+    )
     assert res.exit_code == 1, res.output
     assert not dst.exists()
     out = res.stderr
@@ -287,14 +347,34 @@ def test_render_check_runs_with_no_docker(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("out", [".", "missing/out.yml"])
 def test_cli_output_it_cannot_write_is_said_before_the_swarm_is_read(
-        tmp_path: Path, out: str) -> None:
+    tmp_path: Path, out: str
+) -> None:
     """Before: -o a folder or into a missing folder was checked by nothing; with a swarm
     it was an IsADirectoryError (FileNotFoundError) traceback after the plan."""
     src = tmp_path / "ai.yml"
     src.write_text(VLLM)
     dst = tmp_path / out
-    res = CliRunner().invoke(main, ["render", str(src), "-o", str(dst)],
-                             env={"DOCKER_HOST": NO_DOCKER})
+    res = CliRunner().invoke(
+        main, ["render", str(src), "-o", str(dst)], env={"DOCKER_HOST": NO_DOCKER}
+    )
     assert res.exit_code == 2, res.output
     assert res.stderr.startswith(f"swarmgpu render: -o {dst}: "), res.stderr
     assert "cannot read the swarm" not in res.stderr and len(res.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "labels", ['{swarmgpu.gpus: "2"}', '["swarmgpu.gpus=2"]', '{SwarmGPU.gpus: "2"}']
+)
+def test_a_request_in_the_container_labels_is_an_error_naming_deploy_labels(
+    labels: str,
+) -> None:
+    # The service-level labels: are the container's (ContainerSpec.Labels), which
+    # swarmgpu never reads: the service was checked valid and deployed with no GPU.
+    stack = f"services:\n  a:\n    image: x\n    labels: {labels}\n"
+    errors = check_stack(stack).errors
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("services.a.labels: ")
+    assert "container label" in errors[0] and "move it under deploy.labels" in errors[0]
+    if "SwarmGPU" not in labels:  # that one is an error in deploy.labels too
+        moved = stack.replace("    labels:", "    deploy:\n      labels:")
+        assert check_stack(moved).errors == []

@@ -12,6 +12,7 @@ from swarmgpu.manager.services.requests import (
     Topology,
     parse_all,
     parse_request,
+    request_labels,
 )
 
 P = "swarmgpu."
@@ -25,11 +26,16 @@ def req(**labels: str) -> GpuRequest | None:
     ("labels", "want", "text"),
     [
         ({"gpus": "2"}, GpuRequest(gpus=2), "2 GPUs"),
-        ({"gpus": "2", "topology": "NVLink", "gpu_memory": "40GiB"},
-         GpuRequest(gpus=2, topology=Topology.NVLINK, min_memory_mib=40960),
-         "2 NVLink GPUs >= 40 GiB"),
-        ({"gpus": "4", "topology": "numa"}, GpuRequest(gpus=4, topology=Topology.NUMA),
-         "4 same-NUMA GPUs"),
+        (
+            {"gpus": "2", "topology": "NVLink", "gpu_memory": "40GiB"},
+            GpuRequest(gpus=2, topology=Topology.NVLINK, min_memory_mib=40960),
+            "2 NVLink GPUs >= 40 GiB",
+        ),
+        (
+            {"gpus": "4", "topology": "numa"},
+            GpuRequest(gpus=4, topology=Topology.NUMA),
+            "4 same-NUMA GPUs",
+        ),
         ({"gpu_memory": "24576MiB"}, GpuRequest(min_memory_mib=24576), "1 GPU >= 24 GiB"),
         ({"gpu_memory": "40G"}, GpuRequest(min_memory_mib=40960), "1 GPU >= 40 GiB"),
         ({"gpu_memory": "80GB"}, GpuRequest(min_memory_mib=81920), "1 GPU >= 80 GiB"),
@@ -39,13 +45,17 @@ def req(**labels: str) -> GpuRequest | None:
         ({"gpu_fraction": "50%", "gpus": "1"}, GpuRequest(gpu_milli=500), "0.5 GPU"),
         ({"mig": "mig-1g.10gb"}, GpuRequest(mig_profile="1g.10gb"), "MIG 1g.10gb"),
         ({"mig": "3g.21gb"}, GpuRequest(mig_profile="3g.20gb"), "MIG 3g.20gb"),
-        ({"gpu_product": "NVIDIA A100*| nvidia h100*"},
-         GpuRequest(products=("NVIDIA A100*", "nvidia h100*")),
-         "1 GPU (NVIDIA A100* | nvidia h100*)"),
+        (
+            {"gpu_product": "NVIDIA A100*| nvidia h100*"},
+            GpuRequest(products=("NVIDIA A100*", "nvidia h100*")),
+            "1 GPU (NVIDIA A100* | nvidia h100*)",
+        ),
         ({"rebalance": "never"}, GpuRequest(rebalance=Rebalance.NEVER), "1 GPU, never moved"),
-        ({"zone_prefer": "eu-1a,eu-1b", "zone_avoid": "eu-1c"},
-         GpuRequest(zone_prefer=("eu-1a", "eu-1b"), zone_avoid=("eu-1c",)),
-         "1 GPU, prefer zone eu-1a|eu-1b, avoid zone eu-1c"),
+        (
+            {"zone_prefer": "eu-1a,eu-1b", "zone_avoid": "eu-1c"},
+            GpuRequest(zone_prefer=("eu-1a", "eu-1b"), zone_avoid=("eu-1c",)),
+            "1 GPU, prefer zone eu-1a|eu-1b, avoid zone eu-1c",
+        ),
     ],
 )
 def test_good(labels: dict[str, str], want: GpuRequest, text: str) -> None:
@@ -144,3 +154,60 @@ def test_parse_all_keeps_going() -> None:
 def test_product_match(patterns: str, product: str, ok: bool) -> None:
     got = parse_request({"swarmgpu.gpu-product": patterns})
     assert got is not None and got.matches_product(product) is ok
+
+
+@pytest.mark.parametrize("value", ["24B", "24b", "24iB", "24 iB", "1024B"])
+def test_memory_in_bytes_or_a_bare_ib_is_refused_not_read_as_mib(value: str) -> None:
+    # Docker's --memory reads 24b as 24 bytes; the unit letter carried no prefix, and
+    # a bare 'iB' is no unit: each was read as that many MiB.
+    err = parse_all({"swarmgpu.gpu-memory": value})
+    assert isinstance(err, RequestError) and err.key == "swarmgpu.gpu-memory"
+    assert "binary units" in err.accepted
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [("GPUS", "gpus"), ("GPU-MEMORY", "gpu-memory"), ("Zone_Prefer", "zone-prefer")],
+)
+def test_a_key_in_another_case_names_the_key_it_meant(key: str, meant: str) -> None:
+    # Label keys are case-sensitive; the hint compared case too, so GPUS got none.
+    err = parse_all({P + key: "2"})
+    assert isinstance(err, RequestError) and err.key == P + key
+    assert err.accepted.endswith(f"(did you mean {P}{meant}?)")
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("SwarmGPU.gpus", "swarmgpu.gpus"),
+        ("SWARMGPU.GPU-MEMORY", "swarmgpu.gpu-memory"),
+        ("swarmgpu-gpus", "swarmgpu.gpus"),
+        ("swarmgpu_gpu_fraction", "swarmgpu.gpu-fraction"),
+        ("swarmgpu:mig", "swarmgpu.mig"),
+        ("swarmgpu/topology", "swarmgpu.topology"),
+    ],
+)
+def test_a_request_key_under_a_misspelt_prefix_is_an_error_not_ignored(
+    key: str, meant: str
+) -> None:
+    # Not under the prefix as written, the service was no request at all: placed by
+    # Swarm with no GPU, and nothing said why.
+    err = parse_all({key: "2"})
+    assert isinstance(err, RequestError) and err.key == key
+    assert err.accepted.endswith(f"(did you mean {meant}?)")
+    assert request_labels({key: "2"}) == ((key, "2"),)
+
+
+def test_a_label_only_like_the_prefix_is_still_no_request() -> None:
+    labels = {"swarmgpugpus": "2", "SwarmGPU.team": "ml", "swarmgpu-owner": "me", "gpus": "2"}
+    assert parse_all(labels) is None
+    assert parse_all({"acme.gpu.gpus": "2"}) is None  # another prefix's key
+
+
+@pytest.mark.parametrize("value", ["NVIDIA A100*,NVIDIA H100*", "A100, H100", "*A100*,"])
+def test_products_separated_by_a_comma_are_refused_naming_the_bar(value: str) -> None:
+    # No GPU product name has a comma: read as one pattern, it matched no GPU, and the
+    # service waited for ever on a list the zone keys would have taken.
+    err = parse_all({"swarmgpu.gpu-product": value})
+    assert isinstance(err, RequestError) and err.key == "swarmgpu.gpu-product"
+    assert "separated by |" in err.accepted and "not ," in err.accepted

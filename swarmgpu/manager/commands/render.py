@@ -49,7 +49,13 @@ from swarmgpu.manager.placement import (
     is_hold,
 )
 from swarmgpu.manager.placement.envs import device_mount_spec, mount_target, own_device_line
-from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, request_errors
+from swarmgpu.manager.services.requests import (
+    GpuRequest,
+    RequestError,
+    container_request_errors,
+    parse_all,
+    request_errors,
+)
 from swarmgpu.manager.services.sharing import env_lines, is_share_key, want_labels
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -473,6 +479,8 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         out.errors.append(f"{w}: expected a mapping")
         return
     errs, notes = check_service_keys(svc, w)
+    container: dict[str, str] = _try([], {}, _labels, svc, w)  # its own labels: a container's
+    errs += [f"{w}.labels: {e}" for e in container_request_errors(container, prefix)]
     if not interpolated:  # a $ left for docker where render places by it
         errs += interpolation_errors(svc, w, prefix)
     out.notes += notes

@@ -11,7 +11,13 @@ from swarmgpu.core.tenants import NAME_RE
 from swarmgpu.manager.placement.jobs import JOB_MODES, job_defaults
 from swarmgpu.manager.placement.memo import LabelParse, PlannerMemo, RequestEntry
 from swarmgpu.manager.placement.preempt import serve_key
-from swarmgpu.manager.services.requests import GpuRequest, RequestError, parse_all, request_labels
+from swarmgpu.manager.services.requests import (
+    GpuRequest,
+    RequestError,
+    container_request_errors,
+    parse_all,
+    request_labels,
+)
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmService, reservations
 
@@ -52,8 +58,14 @@ class RequestReader:
     """Reads each service's request once per spec version into the planner's memo
     (``PlannerMemo.requests``), with its tenant's limits and a job's defaults."""
 
-    def __init__(self, memo: PlannerMemo, prefix: str, zone_label: str,
-                 classes: Mapping[str, int] | None, tenants: Tenants | None) -> None:
+    def __init__(
+        self,
+        memo: PlannerMemo,
+        prefix: str,
+        zone_label: str,
+        classes: Mapping[str, int] | None,
+        tenants: Tenants | None,
+    ) -> None:
         self.memo = memo
         self.prefix = prefix
         self.zone_label = zone_label
@@ -67,8 +79,7 @@ class RequestReader:
         order = sorted(services, key=_by_name)
         # New spec versions parsed first; then each field is one comprehension over
         # the services (a loop doing all of it per service cost 3-4 times as much).
-        for s in [s for s in order
-                  if (g := known.get(s.id)) is None or g.version != s.version]:
+        for s in [s for s in order if (g := known.get(s.id)) is None or g.version != s.version]:
             self._parse(s)
         pairs = list(zip(order, map(known.__getitem__, map(_by_id, order)), strict=True))
         parsed: Parsed = [(s, g.request) for s, g in pairs if g.request is not None]
@@ -80,11 +91,15 @@ class RequestReader:
             no_request=[s for s, g in pairs if g.request is None],
             names=set(map(_by_name, order)),
             few={s.id for s in order if (s.replicas or 0) <= most},
-            queued=bool(broken) or (bool(self.memo.queued_ids) and any(
-                isinstance(r, GpuRequest) and r.queue for _, r in parsed)),
+            queued=bool(broken)
+            or (
+                bool(self.memo.queued_ids)
+                and any(isinstance(r, GpuRequest) and r.queue for _, r in parsed)
+            ),
             broken_queues=broken,
             serve_keys=keys,
-            mixed=bool(keys) and keys.count(keys[0]) != len(keys))
+            mixed=bool(keys) and keys.count(keys[0]) != len(keys),
+        )
 
     def _broken_queues(self, parsed: Parsed) -> dict[str, str]:
         """The queue of each invalid request: what it holds is kept (never dropped for a
@@ -113,26 +128,43 @@ class RequestReader:
             # said per service, so it is parsed again.
             one = memo.by_labels.get(labels, _UNPARSED)
             if one is _UNPARSED:
-                one = parse_all(s.labels, prefix=self.prefix, zone_label=self.zone_label,
-                                classes=self.classes)
+                one = parse_all(
+                    s.labels, prefix=self.prefix, zone_label=self.zone_label, classes=self.classes
+                )
                 if not isinstance(one, RequestError):
                     memo.shared_parse(labels, one)
             got = memo.parses[s.id] = LabelParse(labels, one)
         r = job_defaults(s, got.request, self.prefix, self.classes)  # jobs: batch by default
+        if r is None:  # a request among its containers' labels is said, not ignored
+            r = next(iter(container_request_errors(_container_labels(s), self.prefix)), None)
         if self.tenants is not None:  # what its tenant may have (per service, not shared)
             r = self.tenants.apply_to(s, r)
         res = reservations(s.spec)
-        if (prev is not None and not isinstance(r, RequestError) and prev.reservation == res
-                and (r is prev.request or r == prev.request)):
+        if (
+            prev is not None
+            and not isinstance(r, RequestError)
+            and prev.reservation == res
+            and (r is prev.request or r == prev.request)
+        ):
             r = prev.request
         else:
             memo.shapes.pop(s.id, None)
             memo.learned.discard(s.id)
         entry = memo.requests[s.id] = RequestEntry(s.version, r, res, serve_key(s, r))
-        for ids, yes in ((memo.job_ids, s.mode in JOB_MODES),
-                         (memo.queued_ids, isinstance(r, GpuRequest) and bool(r.queue))):
+        for ids, yes in (
+            (memo.job_ids, s.mode in JOB_MODES),
+            (memo.queued_ids, isinstance(r, GpuRequest) and bool(r.queue)),
+        ):
             if yes:
                 ids.add(s.id)
             else:
                 ids.discard(s.id)
         return entry
+
+
+def _container_labels(s: SwarmService) -> Mapping[str, str]:
+    """``TaskTemplate.ContainerSpec.Labels``: a stack file's service-level ``labels:``."""
+    tt = s.spec.get("TaskTemplate")
+    cs = tt.get("ContainerSpec") if isinstance(tt, Mapping) else None
+    labels = cs.get("Labels") if isinstance(cs, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}

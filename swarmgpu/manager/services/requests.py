@@ -36,8 +36,18 @@ OUTPUT_LABEL_PREFIXES: tuple[str, ...] = (
 )
 
 KEYS: tuple[str, ...] = (
-    "gpus", "gpu-memory", "gpu-fraction", "gpu-product", "topology", "mig",
-    "rebalance", "zone-prefer", "zone-avoid", "pack", "priority", "preemptible",
+    "gpus",
+    "gpu-memory",
+    "gpu-fraction",
+    "gpu-product",
+    "topology",
+    "mig",
+    "rebalance",
+    "zone-prefer",
+    "zone-avoid",
+    "pack",
+    "priority",
+    "preemptible",
     "queue",
 )
 DEFAULT_CLASSES: Mapping[str, int] = parse_priority_classes(DEFAULT_PRIORITY_CLASSES)
@@ -137,9 +147,7 @@ class GpuRequest:
         elif self.is_fraction:
             text = f"{self.gpu_milli / 1000:g} GPU"
         else:
-            kind = {Topology.NVLINK: "NVLink ", Topology.NUMA: "same-NUMA "}.get(
-                self.topology, ""
-            )
+            kind = {Topology.NVLINK: "NVLink ", Topology.NUMA: "same-NUMA "}.get(self.topology, "")
             text = f"{self.gpus} {kind}GPU{'s' if self.gpus != 1 else ''}"
         if self.min_memory_mib is not None:
             text += f" >= {_mib_text(self.min_memory_mib)}"
@@ -199,8 +207,11 @@ def parse_request(
     preemptible = _bool(mine, "preemptible", p)
     queue = mine.get("queue", "")
     if "queue" in mine and not NAME_RE.fullmatch(queue):  # the config's queue names
-        raise RequestError(p + "queue", queue, f"a queue name of the config's queues: letters, "
-                                               f"digits, . _ - (e.g. {p}queue=research)")
+        raise RequestError(
+            p + "queue",
+            queue,
+            f"a queue name of the config's queues: letters, digits, . _ - (e.g. {p}queue=research)",
+        )
 
     whole = gpus if gpus is not None else 1
     _check_together(mine, p, gpus, fraction, mig, topology, pack, prefer, avoid)
@@ -226,83 +237,157 @@ def parse_request(
 def _request_keys(labels: Mapping[str, str], prefix: str) -> dict[str, str]:
     """The request's keys (prefix stripped) and values; RequestError on an unknown key
     or an overlong value. swarmgpu's own output labels are not request keys."""
-    output = tuple(prefix + p[len(DEFAULT_PREFIX):] for p in OUTPUT_LABEL_PREFIXES)
+    output = tuple(prefix + p[len(DEFAULT_PREFIX) :] for p in OUTPUT_LABEL_PREFIXES)
     mine: dict[str, str] = {}
     for key in sorted(labels):
-        if not key.startswith(prefix) or key.startswith(output):
+        if not key.startswith(prefix):
+            meant = _misprefixed(key, prefix)
+            if meant is not None:
+                raise RequestError(
+                    key,
+                    labels[key],
+                    f"a key that starts {prefix} exactly, case included, as labels are "
+                    f"case-sensitive (did you mean {meant}?)",
+                )
             continue
-        name = key[len(prefix):]
+        if key.startswith(output):
+            continue
+        name = key[len(prefix) :]
         if name not in KEYS:
-            # (a megabyte name is like no key: not compared, which takes a while)
-            near = difflib.get_close_matches(name, KEYS, n=1) if len(name) < 64 else []
+            # (a megabyte name is like no key: not compared, which takes a while; the
+            # keys are lower case, and GPUS, compared with its case, was like none)
+            near = difflib.get_close_matches(name.lower(), KEYS, n=1) if len(name) < 64 else []
             hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
             raise RequestError(
                 key, labels[key], f"a known key: {', '.join(prefix + k for k in KEYS)}{hint}"
             )
         if len(labels[key]) > MAX_VALUE_LEN:
-            raise RequestError(key, labels[key][:32] + "...",
-                               f"a value of at most {MAX_VALUE_LEN} characters")
+            raise RequestError(
+                key, labels[key][:32] + "...", f"a value of at most {MAX_VALUE_LEN} characters"
+            )
         mine[name] = labels[key].strip()
     return mine
 
 
-def _check_together(mine: Mapping[str, str], p: str, gpus: int | None,
-                    fraction: float | None, mig: str | None, topology: Topology,
-                    pack: Pack, prefer: tuple[str, ...], avoid: tuple[str, ...]) -> None:
+_SEPARATORS = "-_:/"  # what a prefix's last '.' is mistyped as
+
+
+def _misprefixed(key: str, prefix: str) -> str | None:
+    """The request key ``key`` likely meant, where it is one under ``prefix`` spelt in
+    another case or with another separator (``SwarmGPU.gpus``, ``swarmgpu-gpus``): it was
+    no request at all, the service placed by Swarm with no GPU and nothing said. Only a
+    near match of a known key counts: another label that merely starts so
+    (``SwarmGPU.team``) is not swarmgpu's to judge."""
+    n = len(prefix)
+    if not n < len(key) <= n + 64 or key[: n - 1].lower() != prefix[: n - 1].lower():
+        return None
+    if key[n - 1 : n].lower() != prefix[-1].lower() and not (
+        prefix.endswith(".") and key[n - 1 : n] in _SEPARATORS
+    ):
+        return None
+    name = key[n:].lower().replace("_", "-")
+    near = difflib.get_close_matches(name, KEYS, n=1)
+    return prefix + near[0] if near else None
+
+
+def _check_together(
+    mine: Mapping[str, str],
+    p: str,
+    gpus: int | None,
+    fraction: float | None,
+    mig: str | None,
+    topology: Topology,
+    pack: Pack,
+    prefer: tuple[str, ...],
+    avoid: tuple[str, ...],
+) -> None:
     """RequestError on keys that each parse but cannot go together."""
     if fraction is not None and gpus is not None and gpus > 1:
         raise RequestError(
-            p + "gpu-fraction", mine["gpu-fraction"],
+            p + "gpu-fraction",
+            mine["gpu-fraction"],
             f"no {p}gpus above 1 with it: a fraction is a share of one GPU "
             f"(drop {p}gpus={gpus} or the fraction)",
         )
     if mig is not None:
         if gpus is not None and gpus > 1:
             raise RequestError(
-                p + "mig", mine["mig"],
+                p + "mig",
+                mine["mig"],
                 f"no {p}gpus above 1 with it: one replica gets one MIG device "
                 f"(drop {p}gpus={gpus})",
             )
         for other in ("gpu-fraction", "gpu-memory"):
             if other in mine:
                 raise RequestError(
-                    p + "mig", mine["mig"],
+                    p + "mig",
+                    mine["mig"],
                     f"no {p}{other} with it: the MIG profile fixes the share and memory "
                     f"(drop {p}{other})",
                 )
     whole = gpus if gpus is not None else 1
     if topology is not Topology.ANY and (whole < 2 or fraction is not None or mig):
         raise RequestError(
-            p + "topology", mine["topology"],
+            p + "topology",
+            mine["topology"],
             f"{p}gpus of 2 or more with it: topology is about how GPUs of one replica "
             f"connect (set {p}gpus=2 or more, or drop {p}topology)",
         )
     if pack is Pack.ALWAYS and (fraction is not None or mig):
         raise RequestError(
-            p + "pack", mine["pack"],
+            p + "pack",
+            mine["pack"],
             f"auto or never with {p}{'mig' if mig else 'gpu-fraction'}: replicas of a "
             "share or a MIG device stay one per node (drop the key)",
         )
     overlap = sorted(set(prefer) & set(avoid))
     if overlap:
         raise RequestError(
-            p + "zone-avoid", mine["zone-avoid"],
+            p + "zone-avoid",
+            mine["zone-avoid"],
             f"zones not also in {p}zone-prefer (both name {', '.join(overlap)})",
         )
 
 
-def request_labels(labels: Mapping[str, str], prefix: str = DEFAULT_PREFIX,
-                   ) -> tuple[tuple[str, str], ...]:
+def request_labels(
+    labels: Mapping[str, str],
+    prefix: str = DEFAULT_PREFIX,
+) -> tuple[tuple[str, str], ...]:
     """The labels ``parse_request`` reads, in its order: equal ones give an equal
     request (swarmgpu's own output labels, such as a device map, are not among them)."""
     output = _output_prefixes(prefix)
-    return tuple(sorted((k, v) for k, v in labels.items()
-                        if k.startswith(prefix) and not k.startswith(output)))
+    return tuple(
+        sorted(
+            (k, v)
+            for k, v in labels.items()
+            if (k.startswith(prefix) and not k.startswith(output))
+            or (not k.startswith(prefix) and _misprefixed(k, prefix) is not None)
+        )
+    )
+
+
+def container_request_errors(
+    container_labels: Mapping[str, str], prefix: str = DEFAULT_PREFIX
+) -> list[RequestError]:
+    """A request key among a service's container labels (``ContainerSpec.Labels``: a
+    stack file's service-level ``labels:``, ``--container-label``), one error each:
+    swarmgpu reads a request from the service's own labels only, and one there was
+    ignored without a word, the service run with no GPU."""
+    return [
+        RequestError(
+            k,
+            v,
+            "a service label: this is a container label (the service's labels:, "
+            "--container-label), which swarmgpu does not read; move it under "
+            "deploy.labels (--label)",
+        )
+        for k, v in request_labels(container_labels, prefix)
+    ]
 
 
 @functools.cache
 def _output_prefixes(prefix: str) -> tuple[str, ...]:
-    return tuple(prefix + p[len(DEFAULT_PREFIX):] for p in OUTPUT_LABEL_PREFIXES)
+    return tuple(prefix + p[len(DEFAULT_PREFIX) :] for p in OUTPUT_LABEL_PREFIXES)
 
 
 def parse_all(
@@ -325,8 +410,11 @@ def parse_all(
     except Exception as e:
         bad = sorted(k for k in labels if k.startswith(prefix))
         key = bad[0] if bad else prefix + "*"
-        return RequestError(key, labels.get(key, "")[:64],
-                            f"labels swarmgpu can read ({e.__class__.__name__} reading them)")
+        return RequestError(
+            key,
+            labels.get(key, "")[:64],
+            f"labels swarmgpu can read ({e.__class__.__name__} reading them)",
+        )
 
 
 def request_errors(
@@ -357,8 +445,12 @@ E = TypeVar("E", bound=StrEnum)
 # ASCII only (\d would take '٣'), whole string (\Z: '$' also matches before a newline),
 # and short: a 5,000-digit value is refused by the parser, not by int()'s digit limit.
 _INT_RE = re.compile(r"[0-9]{1,6}", re.ASCII)
-_MEM_RE = re.compile(r"(?P<num>[0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(?P<unit>[kmgt]?)(?:i?b)?",
-                     re.IGNORECASE | re.ASCII)
+# A B or iB only after a unit letter: 24B is 24 bytes to Docker's --memory, and was
+# read here as 24 MiB (a bare number is MiB); a lone iB is no unit at all.
+_MEM_RE = re.compile(
+    r"(?P<num>[0-9]{1,9}(?:\.[0-9]{1,6})?)\s*(?:(?P<unit>[kmgt])(?:i?b)?)?",
+    re.IGNORECASE | re.ASCII,
+)
 MAX_VALUE_LEN = 1024  # any request label value longer than this is refused as is
 _FRACTION_RE = re.compile(r"(?:[0-9]{1,3}(?:\.[0-9]{0,12})?|\.[0-9]{1,12})%?", re.ASCII)
 _UNIT_MIB = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0 * 1024}
@@ -384,8 +476,7 @@ def _fraction(mine: Mapping[str, str], p: str) -> float:
     if not _FRACTION_RE.fullmatch(value):
         raise RequestError(p + "gpu-fraction", value, accepted)
     f = float(value.rstrip("%")) / (100 if value.endswith("%") else 1)
-    if not 0 < f < 1 or not 1 <= round(f * 1000) <= 999 \
-            or abs(f * 1000 - round(f * 1000)) > 1e-6:
+    if not 0 < f < 1 or not 1 <= round(f * 1000) <= 999 or abs(f * 1000 - round(f * 1000)) > 1e-6:
         raise RequestError(p + "gpu-fraction", value, accepted)
     return f
 
@@ -393,12 +484,13 @@ def _fraction(mine: Mapping[str, str], p: str) -> float:
 def _memory(mine: Mapping[str, str], p: str) -> int:
     value = mine["gpu-memory"]
     m = _MEM_RE.fullmatch(value)
-    mib = ceil(float(m["num"]) * _UNIT_MIB[m["unit"].lower()]) if m else 0
+    mib = ceil(float(m["num"]) * _UNIT_MIB[(m["unit"] or "").lower()]) if m else 0
     if mib < 1:
         raise RequestError(
-            p + "gpu-memory", value,
+            p + "gpu-memory",
+            value,
             f"a memory size per GPU in binary units: 40GiB (= 40G = 40GB), 24576MiB, "
-            f"or a bare number of MiB (e.g. {p}gpu-memory=40GiB)",
+            f"or a bare number of MiB, K, M, G or T before any B (e.g. {p}gpu-memory=40GiB)",
         )
     return mib
 
@@ -406,10 +498,14 @@ def _memory(mine: Mapping[str, str], p: str) -> int:
 def _products(mine: Mapping[str, str], p: str) -> tuple[str, ...]:
     value = mine["gpu-product"]
     parts = tuple(x.strip() for x in value.split("|"))
-    if not parts or any(not x for x in parts):
+    # No product name has a ',': one there is a list the zone keys' way, which as one
+    # pattern matched no GPU and left the service waiting with no word of the label.
+    if not parts or any(not x for x in parts) or "," in value:
         raise RequestError(
-            p + "gpu-product", value,
-            "product names or globs separated by | with none empty "
+            p + "gpu-product",
+            value,
+            "product names or globs separated by | (not ,: no product name has one) "
+            "with none empty "
             f"(e.g. {p}gpu-product=NVIDIA A100*|NVIDIA H100*)",
         )
     return parts
@@ -421,7 +517,8 @@ def _mig(mine: Mapping[str, str], p: str) -> str:
         return normalize_profile(value)
     except MigProfileError as e:
         raise RequestError(
-            p + "mig", value,
+            p + "mig",
+            value,
             f"{e.hint} (e.g. {p}mig=1g.10gb)",
         ) from e
 
@@ -435,9 +532,7 @@ def _choice(mine: Mapping[str, str], name: str, enum: type[E], p: str) -> E:
         return enum(value.lower())
     except ValueError:
         allowed = " | ".join(e.value for e in enum)
-        raise RequestError(
-            p + name, value, f"one of {allowed} (default {default.value})"
-        ) from None
+        raise RequestError(p + name, value, f"one of {allowed} (default {default.value})") from None
 
 
 _PRIO_RE = re.compile(r"-?[0-9]{1,6}", re.ASCII)
@@ -454,9 +549,12 @@ def _priority(mine: Mapping[str, str], p: str, classes: Mapping[str, int]) -> tu
     if name in classes:
         return classes[name], name
     known = ", ".join(f"{k} ({v})" for k, v in sorted(classes.items(), key=lambda kv: -kv[1]))
-    raise RequestError(p + "priority", value,
-                       f"a whole number, higher first (e.g. {p}priority=100), or a class "
-                       f"of preemption.priority_classes: {known or 'none configured'}")
+    raise RequestError(
+        p + "priority",
+        value,
+        f"a whole number, higher first (e.g. {p}priority=100), or a class "
+        f"of preemption.priority_classes: {known or 'none configured'}",
+    )
 
 
 def _bool(mine: Mapping[str, str], name: str, p: str) -> bool | None:
@@ -465,8 +563,9 @@ def _bool(mine: Mapping[str, str], name: str, p: str) -> bool | None:
         return None
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise RequestError(p + name, value, "true or false (unset: by priority, see "
-                                        "preemption.preemptible_below)")
+    raise RequestError(
+        p + name, value, "true or false (unset: by priority, see preemption.preemptible_below)"
+    )
 
 
 def _zones(mine: Mapping[str, str], name: str, p: str) -> tuple[str, ...]:
@@ -476,7 +575,8 @@ def _zones(mine: Mapping[str, str], name: str, p: str) -> tuple[str, ...]:
     parts = tuple(x.strip() for x in re.split(r"[,|]", value))
     if not all(_ZONE_RE.fullmatch(x) for x in parts):
         raise RequestError(
-            p + name, value,
+            p + name,
+            value,
             f"zone names (letters, digits, . _ -) separated by , or | "
             f"(e.g. {p}{name}=eu-west-1a,eu-west-1b)",
         )
