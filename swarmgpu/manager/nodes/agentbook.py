@@ -67,8 +67,7 @@ class AgentBook:
             if rec.failing_since is None:
                 rec.failing_since = result.fetched_at
             # Built from the agent's answer: stored and shown bounded, whoever built it.
-            rec.last_error = None if result.error is None else peer_text(result.error,
-                                                                         ERROR_LIMIT)
+            rec.last_error = None if result.error is None else peer_text(result.error, ERROR_LIMIT)
         return rec
 
     def keep(self, node_ids: AbstractSet[str]) -> None:
