@@ -24,8 +24,12 @@ def test_once_without_an_engine_exits_2_naming_it(tmp_path: Path) -> None:
 def test_run_waits_for_an_engine_that_is_not_up_yet(tmp_path: Path) -> None:
     log = tmp_path / "run.log"
     with log.open("wb") as fh:
-        p = subprocess.Popen([sys.executable, "-m", "swarmgpu.cli", "run"], env=_env(tmp_path),
-                             stdout=fh, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "swarmgpu.cli", "run"],
+            env=_env(tmp_path),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 30
         while "waiting for the engine" not in log.read_text() and time.monotonic() < deadline:
