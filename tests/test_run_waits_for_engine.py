@@ -12,7 +12,12 @@ from support.gpu_nodes import run_cli, swarmgpu_env
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {**swarmgpu_env(), "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    # a state_dir of its own: the default one's lock may be held by another run here
+    return {
+        **swarmgpu_env(),
+        "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock",
+        "SWARMGPU_STATE_DIR": str(tmp_path / "state"),
+    }
 
 
 def test_once_without_an_engine_exits_2_naming_it(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import click
 from loguru import logger
@@ -43,6 +43,7 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     setup_logging(cfg.log.level, cfg.log.format)
     for note in notes:  # an older release's keys: read, and said at every start
         logger.warning("configuration: {}", note)
+    _held = _one_daemon(cfg.state_dir)  # kept open (referenced) until the process ends
     # A daemon started beside its engine (or its socket proxy, in the stack) waits a
     # while for it rather than exiting at once into a restart loop; --once does not.
     deadline = time.monotonic() + (0 if once else ENGINE_WAIT_S)
@@ -84,6 +85,28 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
         )
         return
     d.run_forever()
+
+
+def _one_daemon(state_dir: str) -> IO[str] | None:
+    """This run's lock on ``state_dir`` (core.runlock), taken before the engine is asked;
+    exit 2 when another run holds it. A directory that cannot hold it (read-only, not a
+    directory) is said and the run goes on: it ran so before, saving no state."""
+    from swarmgpu.core.runlock import LOCK_FILE, Held, hold
+
+    try:
+        return hold(state_dir)
+    except Held as exc:
+        logger.error("{}", exc)
+        sys.exit(2)
+    except OSError as exc:
+        logger.warning(
+            "cannot lock {}/{} ({}): a second swarmgpu run beside this one would not be "
+            "refused; make state_dir a directory this daemon may write",
+            state_dir,
+            LOCK_FILE,
+            exc.strerror or exc,
+        )
+        return None
 
 
 @click.command()
