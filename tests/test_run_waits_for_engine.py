@@ -1,14 +1,24 @@
 """`swarmgpu run` started before its engine (or the stack's socket proxy) waits for it
-instead of exiting into a restart loop; `--once` still fails at once (exit 2)."""
+instead of exiting into a restart loop; `--once` still fails at once (exit 2), and so
+when its engine goes away mid-cycle."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+from click.testing import CliRunner
+from support.empty_swarm import EmptySwarm
 from support.gpu_nodes import run_cli, swarmgpu_env
+
+from swarmgpu.cli import main
+from swarmgpu.manager import daemon
+from swarmgpu.swarm.client import SwarmUnavailable
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -46,3 +56,32 @@ def test_run_waits_for_an_engine_that_is_not_up_yet(tmp_path: Path) -> None:
     finally:
         p.kill()
         p.wait(10)
+
+
+def test_once_whose_engine_goes_away_mid_cycle_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine said "leader", then went away (a docker restart) before the cycle read
+    the swarm: the cycle did nothing, and `run --once` exits 2 as when it could not ask
+    at all. It said "cycle done: 0 label write(s), 1 error(s)" and exited 0: a cron job
+    or a script took the cycle for made."""
+
+    class GoneSwarm(EmptySwarm):
+        def nodes(self) -> list[Any]:
+            raise SwarmUnavailable("Docker Engine unreachable at unix:///gone.sock: refused")
+
+    monkeypatch.setattr(daemon, "SwarmClient", lambda *_a, **_k: GoneSwarm())
+    monkeypatch.setattr(daemon.Daemon, "_install_signals", lambda self: None)
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(
+        json.dumps(
+            {
+                "state_dir": str(tmp_path / "state"),
+                "sync": {"watch_events": False},
+                "agents": {"identity": "none"},
+            }
+        )
+    )
+    res = CliRunner().invoke(main, ["run", "--once", "--config", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert "gone.sock" in res.output and "cycle done" not in res.output, res.output

@@ -76,7 +76,7 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
                 err=True,
             )
             return
-        if not report.leader and report.errors:
+        if report.aborted:  # the engine could not be asked or read: said in the log
             sys.exit(2)
         if not report.leader:
             click.echo("not the Swarm leader: nothing done", err=True)

@@ -149,7 +149,7 @@ class Daemon:
                 self.metrics.errors.labels(kind="swarm").inc()
                 self.metrics.cycles.labels(outcome="error").inc()
                 logger.error("cannot reach the Swarm manager: {}", exc)
-                return CycleReport(leader=False, errors=[str(exc)])
+                return CycleReport(leader=False, errors=[str(exc)], aborted=True)
             self.metrics.is_leader.set(1 if self.leader else 0)
             if self.leader and self.term.lost:
                 # The last term ended (a write found this engine deposed, or a cycle
@@ -174,7 +174,7 @@ class Daemon:
                 self.metrics.errors.labels(kind="swarm").inc()
                 self.metrics.cycles.labels(outcome="error").inc()
                 logger.error("cycle aborted, will retry next interval: {}", exc)
-                return CycleReport(errors=[str(exc)])
+                return CycleReport(errors=[str(exc)], aborted=True)
             try:
                 self.book.save(self.cfg.state_dir)
             except OSError as exc:

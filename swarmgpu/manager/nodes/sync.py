@@ -149,6 +149,8 @@ class CycleReport:
     writes: int = 0
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    # the engine could not be asked or read (errors says why): no step ran to its end
+    aborted: bool = False
 
 
 class LabelSync:
