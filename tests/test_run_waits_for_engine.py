@@ -5,6 +5,7 @@ when its engine goes away mid-cycle."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -85,3 +86,28 @@ def test_once_whose_engine_goes_away_mid_cycle_exits_2(
     res = CliRunner().invoke(main, ["run", "--once", "--config", str(cfg)])
     assert res.exit_code == 2, res.output
     assert "gone.sock" in res.output and "cycle done" not in res.output, res.output
+
+
+def test_a_sighup_while_waiting_for_the_engine_keeps_run_waiting(tmp_path: Path) -> None:
+    """SIGHUP is no reload and does not end the daemon (docs/systemd.md), from its start:
+    while it waited for its engine (a docker restart) the default action ended it, and
+    systemd's Restart=on-failure counts a SIGHUP death as clean: it stayed down."""
+    log = tmp_path / "run.log"
+    with log.open("wb") as fh:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "swarmgpu.cli", "run"],
+            env=_env(tmp_path),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "waiting for the engine" not in log.read_text() and time.monotonic() < deadline:
+            assert p.poll() is None, log.read_text()
+            time.sleep(0.2)
+        p.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert p.poll() is None, log.read_text()  # still waiting, not ended
+    finally:
+        p.kill()
+        p.wait(10)

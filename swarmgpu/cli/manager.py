@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -44,6 +45,10 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     for note in notes:  # an older release's keys: read, and said at every start
         logger.warning("configuration: {}", note)
     _held = _one_daemon(cfg.state_dir)  # kept open (referenced) until the process ends
+    # No reload, and no end: a SIGHUP while starting (waiting for the engine) ended the
+    # daemon, which systemd counts as a clean stop and does not restart. Ignored until
+    # the daemon's own handler logs it (Daemon._install_signals).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # A daemon started beside its engine (or its socket proxy, in the stack) waits a
     # while for it rather than exiting at once into a restart loop; --once does not.
     deadline = time.monotonic() + (0 if once else ENGINE_WAIT_S)
