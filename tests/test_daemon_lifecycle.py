@@ -3,6 +3,8 @@ schedule, signals, the systemd watchdog."""
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import signal
 import sys
@@ -367,3 +369,24 @@ def test_a_second_signal_during_a_log_line_still_ends_the_daemon(
         logger.remove(sink_id)
         for s, h in saved.items():
             signal.signal(s, h)
+
+
+def test_a_full_state_directory_leaves_no_temp_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state directory that is full (ENOSPC mid-write) keeps only what it held: each
+    cycle left a half-written temp file of agents.json and of gpu-health.json behind
+    (an inode and its blocks every cycle, while the disk was full)."""
+    real_dump = json.dump
+
+    def full(obj: Any, fh: Any, **kw: Any) -> None:
+        fh.write("{")
+        fh.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    d = daemon(tmp_path)
+    monkeypatch.setattr(json, "dump", full)
+    d.cycle()
+    d.cycle()
+    monkeypatch.setattr(json, "dump", real_dump)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -24,9 +24,10 @@ Exit codes:
                         cannot be opened, a malformed fixture file)
   run                   0 --once done, or stopped by SIGTERM/SIGINT (--once too)
                         after the writes and node reads in flight (a second
-                        signal ends it at once: 130, 143); 2 bad config, engine
-                        unreachable (after 60 s of retries; --once: at once), or
-                        --once on a follower that could not read the swarm
+                        signal ends it at once: 130, 143); 2 bad config, another
+                        run holds state_dir's lock, engine unreachable (after
+                        60 s of retries; --once: at once), or --once whose
+                        cycle could not ask or read the engine (it went away)
   audit                 0 clean or advisories only; 1 findings needing action
                         (--strict: any finding); 2 could not run
   plan, status          0 shown; 2 bad config or the swarm cannot be read

@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import click
 from loguru import logger
@@ -22,8 +23,13 @@ ENGINE_WAIT_S = 60.0  # how long `run` waits for an unreachable engine before ex
 
 
 @click.command()
-@click.option("--config", "config_path", default=None, type=click.Path(),
-              help="YAML config (default: built-in defaults).")
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    type=click.Path(),
+    help="YAML config (default: built-in defaults).",
+)
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 @click.option("--dry-run", is_flag=True, default=None, help="Plan and log; never write.")
 def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
@@ -38,6 +44,11 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     setup_logging(cfg.log.level, cfg.log.format)
     for note in notes:  # an older release's keys: read, and said at every start
         logger.warning("configuration: {}", note)
+    _held = _one_daemon(cfg.state_dir)  # kept open (referenced) until the process ends
+    # No reload, and no end: a SIGHUP while starting (waiting for the engine) ended the
+    # daemon, which systemd counts as a clean stop and does not restart. Ignored until
+    # the daemon's own handler logs it (Daemon._install_signals).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # A daemon started beside its engine (or its socket proxy, in the stack) waits a
     # while for it rather than exiting at once into a restart loop; --once does not.
     deadline = time.monotonic() + (0 if once else ENGINE_WAIT_S)
@@ -63,18 +74,44 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     if once:
         report = d.once()
         if d.stopped_by is not None:  # as the daemon: exit 0, what was left is said
-            click.echo(f"stopped by {d.stopped_by}: the cycle ended early, without its "
-                       f"further writes and node reads (in the log above); the next "
-                       f"cycle plans them afresh", err=True)
+            click.echo(
+                f"stopped by {d.stopped_by}: the cycle ended early, without its "
+                f"further writes and node reads (in the log above); the next "
+                f"cycle plans them afresh",
+                err=True,
+            )
             return
-        if not report.leader and report.errors:
+        if report.aborted:  # the engine could not be asked or read: said in the log
             sys.exit(2)
         if not report.leader:
             click.echo("not the Swarm leader: nothing done", err=True)
-        click.echo(f"cycle done: {report.writes} label write(s), {len(report.errors)} error(s)",
-                   err=True)
+        click.echo(
+            f"cycle done: {report.writes} label write(s), {len(report.errors)} error(s)", err=True
+        )
         return
     d.run_forever()
+
+
+def _one_daemon(state_dir: str) -> IO[str] | None:
+    """This run's lock on ``state_dir`` (core.runlock), taken before the engine is asked;
+    exit 2 when another run holds it. A directory that cannot hold it (read-only, not a
+    directory) is said and the run goes on: it ran so before, saving no state."""
+    from swarmgpu.core.runlock import LOCK_FILE, Held, hold
+
+    try:
+        return hold(state_dir)
+    except Held as exc:
+        logger.error("{}", exc)
+        sys.exit(2)
+    except OSError as exc:
+        logger.warning(
+            "cannot lock {}/{} ({}): a second swarmgpu run beside this one would not be "
+            "refused; make state_dir a directory this daemon may write",
+            state_dir,
+            LOCK_FILE,
+            exc.strerror or exc,
+        )
+        return None
 
 
 @click.command()
@@ -122,20 +159,34 @@ def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
     from swarmgpu.manager.rebalance.mover import forged_check
 
     # move labels the daemon did not write; its records left past their timeout
-    checks.append(forged_check(cfg.sync.prefix, move_timeout_s=cfg.rebalance.move_timeout_s,
-                               cycle_s=cfg.sync.interval_s))
-    findings = run_audit(snap, prefix=cfg.sync.prefix, saved_agents=load_saved(cfg.state_dir),
-                         extra_checks=checks,
-                         generic_resource_kind=cfg.placement.generic_resource_kind,
-                         node_lost_grace_s=cfg.health.node_lost_grace_s)
+    checks.append(
+        forged_check(
+            cfg.sync.prefix,
+            move_timeout_s=cfg.rebalance.move_timeout_s,
+            cycle_s=cfg.sync.interval_s,
+        )
+    )
+    findings = run_audit(
+        snap,
+        prefix=cfg.sync.prefix,
+        saved_agents=load_saved(cfg.state_dir),
+        extra_checks=checks,
+        generic_resource_kind=cfg.placement.generic_resource_kind,
+        node_lost_grace_s=cfg.health.node_lost_grace_s,
+    )
     code = exit_code(findings, strict=strict)
     if as_json:
-        click.echo(json.dumps({
-            "findings": [f.to_dict() for f in findings],
-            "action": sum(not f.advisory for f in findings),
-            "advisory": sum(f.advisory for f in findings),
-            "exit": code,
-        }, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "findings": [f.to_dict() for f in findings],
+                    "action": sum(not f.advisory for f in findings),
+                    "advisory": sum(f.advisory for f in findings),
+                    "exit": code,
+                },
+                indent=2,
+            )
+        )
     else:
         click.echo(render_table(findings, snap, cfg.sync.prefix))
     sys.exit(code)
@@ -178,20 +229,40 @@ def plan(config_path: str | None, as_json: bool) -> None:
     ungranted = rows(find(cfg, snap, p, ImageEnvs(swarm)))
     moves = _daemon_moves(cfg)
     # A move in flight shows as Rebalancing, a proposed idle clean-up as IdleCleanup.
-    idle = [str(m.get("service")) for m in entries(moves or {}, "proposed")
-            if m.get("trigger") == "consolidation"]
-    states = service_states(p.services, moving(snap.services, snap.swarm_labels,
-                                               cfg.sync.prefix), idle)
+    idle = [
+        str(m.get("service"))
+        for m in entries(moves or {}, "proposed")
+        if m.get("trigger") == "consolidation"
+    ]
+    states = service_states(
+        p.services, moving(snap.services, snap.swarm_labels, cfg.sync.prefix), idle
+    )
     p.services = [replace(sp, state=states.get(sp.name, sp.state)) for sp in p.services]
     if as_json:
-        click.echo(json.dumps({"services": [sp.to_dict() for sp in p.services],
-                               "moves": moves, "workload": p.workload, "queues": p.queues,
-                               "gpu_health": health_rows(snap.facts),
-                               "ungranted": ungranted}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "services": [sp.to_dict() for sp in p.services],
+                    "moves": moves,
+                    "workload": p.workload,
+                    "queues": p.queues,
+                    "gpu_health": health_rows(snap.facts),
+                    "ungranted": ungranted,
+                },
+                indent=2,
+            )
+        )
         return
-    click.echo(render_plan(p.services, ungranted=ungranted, workload=p.workload,
-                           health=health_rows(snap.facts), moves=moves,
-                           listen=cfg.http.listen))
+    click.echo(
+        render_plan(
+            p.services,
+            ungranted=ungranted,
+            workload=p.workload,
+            health=health_rows(snap.facts),
+            moves=moves,
+            listen=cfg.http.listen,
+        )
+    )
 
 
 def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
@@ -217,23 +288,46 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
 
 @click.command()
 @click.argument("stack_file", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option("--compose-file", "-c", "compose_files", multiple=True,
-              type=click.Path(exists=True, dir_okay=False),
-              help="A stack file instead of the argument; repeat it to merge several as "
-                   "`docker stack deploy -c A -c B` does (later files over earlier ones).")
-@click.option("--stack", "-n", "stack_name", default=None,
-              help="Stack name used with `docker stack deploy` (default: the first file's "
-                   "name).")
+@click.option(
+    "--compose-file",
+    "-c",
+    "compose_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A stack file instead of the argument; repeat it to merge several as "
+    "`docker stack deploy -c A -c B` does (later files over earlier ones).",
+)
+@click.option(
+    "--stack",
+    "-n",
+    "stack_name",
+    default=None,
+    help="Stack name used with `docker stack deploy` (default: the first file's name).",
+)
 @click.option("-o", "--output", default="-", type=click.Path(), help="Output file (default -).")
 @click.option("--config", "config_path", default=None, type=click.Path())
-@click.option("--check", is_flag=True,
-              help="Only check the stack, offline (no Docker): every error, then exit.")
-@click.option("--skip-interpolation", "--no-interpolate", "skip_interpolation", is_flag=True,
-              help="Substitute no variables (docker stack deploy runs in another "
-                   "environment): a $ in a value render places by is then an error.")
-def render(stack_file: str | None, compose_files: tuple[str, ...], stack_name: str | None,
-           output: str, config_path: str | None, check: bool,
-           skip_interpolation: bool) -> None:
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Only check the stack, offline (no Docker): every error, then exit.",
+)
+@click.option(
+    "--skip-interpolation",
+    "--no-interpolate",
+    "skip_interpolation",
+    is_flag=True,
+    help="Substitute no variables (docker stack deploy runs in another "
+    "environment): a $ in a value render places by is then an error.",
+)
+def render(
+    stack_file: str | None,
+    compose_files: tuple[str, ...],
+    stack_name: str | None,
+    output: str,
+    config_path: str | None,
+    check: bool,
+    skip_interpolation: bool,
+) -> None:
     """Rewrite a stack with GPU placement resolved, for `docker stack deploy -c -`.
 
     The whole file is checked first, before Docker is asked anything: on any error
@@ -262,23 +356,36 @@ def render(stack_file: str | None, compose_files: tuple[str, ...], stack_name: s
     source, *rest = (_read_stack_file(f) for f in files)
     more = list(zip(files[1:], rest, strict=True))
     stack_file = " + ".join(files)  # how every line below names the stack
-    checked = check_stack(source, where=files[0], more=more, prefix=cfg.sync.prefix,
-                          zone_label=cfg.placement.zone_label,
-                          generic_kind=cfg.placement.generic_resource_kind,
-                          classes=parse_priority_classes(cfg.preemption.priority_classes),
-                          tenants=Tenants.from_config(cfg), stack_name=name, environ=environ,
-                          env_base=os.path.dirname(os.path.abspath(files[0])))
+    checked = check_stack(
+        source,
+        where=files[0],
+        more=more,
+        prefix=cfg.sync.prefix,
+        zone_label=cfg.placement.zone_label,
+        generic_kind=cfg.placement.generic_resource_kind,
+        classes=parse_priority_classes(cfg.preemption.priority_classes),
+        tenants=Tenants.from_config(cfg),
+        stack_name=name,
+        environ=environ,
+        env_base=os.path.dirname(os.path.abspath(files[0])),
+    )
     if checked.errors:
         _render_errors(stack_file, checked.errors)
     if check:
         for note in checked.notes:
             click.echo(f"swarmgpu render: {escaped(note)}", err=True)
-        how = ("variables not substituted (--skip-interpolation)" if environ is None else
-               "variables substituted from this environment, as docker stack deploy run "
-               "with it would")
-        click.echo(f"swarmgpu render: {escaped(stack_file)}: valid "
-                   f"({len(checked.stack['services'])} service(s), {len(checked.requests)} "
-                   f"GPU request(s)), fits docker/cli's compose schema 3.8; {how}", err=True)
+        how = (
+            "variables not substituted (--skip-interpolation)"
+            if environ is None
+            else "variables substituted from this environment, as docker stack deploy run "
+            "with it would"
+        )
+        click.echo(
+            f"swarmgpu render: {escaped(stack_file)}: valid "
+            f"({len(checked.stack['services'])} service(s), {len(checked.requests)} "
+            f"GPU request(s)), fits docker/cli's compose schema 3.8; {how}",
+            err=True,
+        )
         return
     from swarmgpu.manager.cycle.placement import new_planner
     from swarmgpu.manager.nodes.sync import facts_by_node
@@ -292,12 +399,21 @@ def render(stack_file: str | None, compose_files: tuple[str, ...], stack_name: s
     # The daemon's planner (config, stored workload model): render chooses as it would.
     planner = new_planner(cfg, SwarmClient(cfg.docker_host), snap.services)
     try:
-        text, p = render_stack(source, name, snap.nodes, snap.services,
-                               snap.tasks, facts_by_node(snap), prefix=cfg.sync.prefix,
-                               zone_label=cfg.placement.zone_label, planner=planner,
-                               moving=moving(snap.services, snap.swarm_labels,
-                                             cfg.sync.prefix), environ=environ,
-                               more=more, base=os.path.dirname(os.path.abspath(files[0])))
+        text, p = render_stack(
+            source,
+            name,
+            snap.nodes,
+            snap.services,
+            snap.tasks,
+            facts_by_node(snap),
+            prefix=cfg.sync.prefix,
+            zone_label=cfg.placement.zone_label,
+            planner=planner,
+            moving=moving(snap.services, snap.swarm_labels, cfg.sync.prefix),
+            environ=environ,
+            more=more,
+            base=os.path.dirname(os.path.abspath(files[0])),
+        )
     except StackError as exc:  # only what needs the swarm: count: all with no GPU node
         _render_errors(stack_file, exc.errors)
     for line in text.splitlines()[2:]:  # what render changed, as the file's comment says
@@ -306,16 +422,21 @@ def render(stack_file: str | None, compose_files: tuple[str, ...], stack_name: s
         click.echo(f"swarmgpu render: {line[2:]}", err=True)  # escaped in the file already
     for sp in p.services:
         if sp.name.startswith(name + "_") and sp.status != "placed":
-            click.echo(f"swarmgpu render: {escaped(sp.name)} is {sp.status}: "
-                       f"{escaped(sp.reason)}", err=True)
+            click.echo(
+                f"swarmgpu render: {escaped(sp.name)} is {sp.status}: {escaped(sp.reason)}",
+                err=True,
+            )
     if output == "-":
         click.echo(text, nl=False)
         return
     try:
         Path(output).write_text(text)
     except OSError as exc:  # the folder went while the swarm was read
-        click.echo(f"swarmgpu render: -o {escaped(output)}: cannot write it "
-                   f"({escaped(exc.strerror or exc)})", err=True)
+        click.echo(
+            f"swarmgpu render: -o {escaped(output)}: cannot write it "
+            f"({escaped(exc.strerror or exc)})",
+            err=True,
+        )
         sys.exit(2)
 
 
@@ -350,8 +471,9 @@ def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:
 
     for e in errors:
         click.echo(f"swarmgpu render: {escaped(e)}", err=True)
-    click.echo(f"swarmgpu render: {escaped(stack_file)}: {len(errors)} error(s); nothing "
-               "written", err=True)
+    click.echo(
+        f"swarmgpu render: {escaped(stack_file)}: {len(errors)} error(s); nothing written", err=True
+    )
     sys.exit(1)
 
 
@@ -374,24 +496,36 @@ def status(config_path: str | None, as_json: bool) -> None:
 
     swarm = SwarmClient(cfg.docker_host)
     p = plan_as_daemon(snap, cfg, swarm)  # as the daemon's map: its preemption noted too
-    doc = build_cluster(snap, p,
-                        prefix=cfg.sync.prefix,
-                        metrics=gpu_metrics(snap.nodes, cfg), saved_agents=saved,
-                        findings=run_audit(snap, prefix=cfg.sync.prefix, saved_agents=saved,
-                                           generic_resource_kind=cfg.placement.generic_resource_kind,
-                                           node_lost_grace_s=cfg.health.node_lost_grace_s),
-                        ungranted=rows(find(cfg, snap, p, ImageEnvs(swarm))))
+    doc = build_cluster(
+        snap,
+        p,
+        prefix=cfg.sync.prefix,
+        metrics=gpu_metrics(snap.nodes, cfg),
+        saved_agents=saved,
+        findings=run_audit(
+            snap,
+            prefix=cfg.sync.prefix,
+            saved_agents=saved,
+            generic_resource_kind=cfg.placement.generic_resource_kind,
+            node_lost_grace_s=cfg.health.node_lost_grace_s,
+        ),
+        ungranted=rows(find(cfg, snap, p, ImageEnvs(swarm))),
+    )
     click.echo(json.dumps(doc, indent=2) if as_json else render_status(doc))
 
 
 @click.command("apply")
-@click.option("--service", "services", multiple=True, required=True, metavar="NAME",
-              help="A service whose held-back changes to write (repeatable).")
+@click.option(
+    "--service",
+    "services",
+    multiple=True,
+    required=True,
+    metavar="NAME",
+    help="A service whose held-back changes to write (repeatable).",
+)
 @click.option("--config", "config_path", default=None, type=click.Path())
-@click.option("--dry-run", is_flag=True, default=None,
-              help="Say what would change; write nothing.")
-def apply_cmd(services: tuple[str, ...], config_path: str | None,
-              dry_run: bool | None) -> None:
+@click.option("--dry-run", is_flag=True, default=None, help="Say what would change; write nothing.")
+def apply_cmd(services: tuple[str, ...], config_path: str | None, dry_run: bool | None) -> None:
     """Write the spec changes swarmgpu holds back for a running service.
 
     swarmgpu never restarts a running task for a change that is no placement decision
@@ -407,8 +541,7 @@ def apply_cmd(services: tuple[str, ...], config_path: str | None,
     setup_logging("WARNING", cfg.log.format)
     snap = _snapshot(cfg)
     failed = False
-    for r in release_held(SwarmClient(cfg.docker_host), snap, cfg, services,
-                          dry_run=cfg.dry_run):
+    for r in release_held(SwarmClient(cfg.docker_host), snap, cfg, services, dry_run=cfg.dry_run):
         # Env lines, constraints and reasons come from the stack: shown escaped.
         if r.error:
             failed = True

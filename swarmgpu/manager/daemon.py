@@ -149,7 +149,7 @@ class Daemon:
                 self.metrics.errors.labels(kind="swarm").inc()
                 self.metrics.cycles.labels(outcome="error").inc()
                 logger.error("cannot reach the Swarm manager: {}", exc)
-                return CycleReport(leader=False, errors=[str(exc)])
+                return CycleReport(leader=False, errors=[str(exc)], aborted=True)
             self.metrics.is_leader.set(1 if self.leader else 0)
             if self.leader and self.term.lost:
                 # The last term ended (a write found this engine deposed, or a cycle
@@ -174,7 +174,7 @@ class Daemon:
                 self.metrics.errors.labels(kind="swarm").inc()
                 self.metrics.cycles.labels(outcome="error").inc()
                 logger.error("cycle aborted, will retry next interval: {}", exc)
-                return CycleReport(errors=[str(exc)])
+                return CycleReport(errors=[str(exc)], aborted=True)
             try:
                 self.book.save(self.cfg.state_dir)
             except OSError as exc:
@@ -208,8 +208,8 @@ class Daemon:
             try:
                 # a term lost mid-cycle (its writes refused) starts no further step
                 self.pipeline.run(
-                    session, stop=lambda: self.stop_event.is_set() or self.term.lost,
-                    after=after)
+                    session, stop=lambda: self.stop_event.is_set() or self.term.lost, after=after
+                )
             finally:
                 self.labels.flush()
         except Stopped as exc:
@@ -218,11 +218,15 @@ class Daemon:
             cut = f"{self.stop_event.left - left} write(s)"
             if exc.reads:
                 cut += f" and {exc.reads} {exc.what}(s)"
-            logger.warning("stopping: the {} in flight finished; {} of step {} not made, "
-                           "nor any later step's: the next leader's daemon, or this one "
-                           "when it starts again, plans them afresh from what Swarm stores "
-                           "and the nodes say", "writes and reads" if exc.reads else "writes",
-                           cut, ran[0] or "-")
+            logger.warning(
+                "stopping: the {} in flight finished; {} of step {} not made, "
+                "nor any later step's: the next leader's daemon, or this one "
+                "when it starts again, plans them afresh from what Swarm stores "
+                "and the nodes say",
+                "writes and reads" if exc.reads else "writes",
+                cut,
+                ran[0] or "-",
+            )
             if Slot.REPORT not in session.written():  # label sync itself was cut short
                 return CycleReport()
         return session.report
@@ -230,9 +234,13 @@ class Daemon:
     def _reads_left(self, what: str, stopped: Stopped) -> None:
         # The fetch's own count: the cycle's and the facts watch's run side by side, on
         # the scheduler's threads, and both count into stop_event.reads_left.
-        logger.warning("stopping: the agent reads in flight finished; {} agent read(s) not "
-                       "made, {}: the next leader's daemon, or this one when it starts "
-                       "again, reads them afresh", stopped.reads, what)
+        logger.warning(
+            "stopping: the agent reads in flight finished; {} agent read(s) not "
+            "made, {}: the next leader's daemon, or this one when it starts "
+            "again, reads them afresh",
+            stopped.reads,
+            what,
+        )
 
     def once(self) -> CycleReport:
         """One cycle now (``run --once``), stopped by SIGTERM or SIGINT as the daemon is:
@@ -266,11 +274,15 @@ class Daemon:
             self._slow = False
         elif not self._slow:
             self._slow = True
-            logger.warning("a cycle took {:.1f}s, longer than sync.interval_s {:g}s: the "
-                           "cycle due meanwhile was skipped and the next waits for the next "
-                           "interval (said once until a cycle fits again); raise "
-                           "sync.interval_s above it, and WatchdogSec= to 2 x interval + 60 s "
-                           "with it (docs/systemd.md)", took_s, every)
+            logger.warning(
+                "a cycle took {:.1f}s, longer than sync.interval_s {:g}s: the "
+                "cycle due meanwhile was skipped and the next waits for the next "
+                "interval (said once until a cycle fits again); raise "
+                "sync.interval_s above it, and WatchdogSec= to 2 x interval + 60 s "
+                "with it (docs/systemd.md)",
+                took_s,
+                every,
+            )
 
     def _web_identity(self) -> None:
         """The HTTP server's HTTPS for manager certificates, from what the agents' fetch
@@ -299,8 +311,7 @@ class Daemon:
             self._compare_facts()
         except Exception as exc:  # APScheduler's stdlib log has no handler: say it here
             self.metrics.errors.labels(kind="watch").inc()
-            logger.exception("facts watch failed (the next full cycle reads the facts): {}",
-                             exc)
+            logger.exception("facts watch failed (the next full cycle reads the facts): {}", exc)
 
     def _compare_facts(self) -> None:
         try:  # from the cache while the event stream keeps it current
@@ -326,6 +337,7 @@ class Daemon:
     def _watch_events(self) -> None:
         """Feed the cache from the event stream; each event, and each reconnect (events
         sent while the stream was down are lost: the cache re-lists), runs a cycle."""
+
         def opened(on_open: Callable[[], None]) -> Any:
             return self.swarm.events(types=("node", "service"), on_open=on_open)
 
@@ -339,8 +351,13 @@ class Daemon:
         self._install_signals()
         self._start_http()
         sched = BackgroundScheduler()
-        repeat(sched, self._safe_cycle, self.cfg.sync.interval_s, "sync",
-               first=datetime.now().astimezone())
+        repeat(
+            sched,
+            self._safe_cycle,
+            self.cfg.sync.interval_s,
+            "sync",
+            first=datetime.now().astimezone(),
+        )
         if self.cfg.agents.watch_s:
             repeat(sched, self._watch_facts, self.cfg.agents.watch_s, "facts-watch")
         self._scheduler = sched
@@ -353,14 +370,17 @@ class Daemon:
         dog, every = watchdog_s(), self.cfg.sync.interval_s
         if dog is not None and dog < 2 * every + 60:
             # the next ping comes after the interval and the next cycle (docs/systemd.md)
-            logger.warning("WatchdogSec={:g}s is short for sync.interval_s {:g}s: systemd "
-                           "restarts the daemon when a ping comes late; use at least {:g}s "
-                           "(2 x interval + 60 s; systemctl edit swarmgpu.service)",
-                           dog, every, 2 * every + 60)
+            logger.warning(
+                "WatchdogSec={:g}s is short for sync.interval_s {:g}s: systemd "
+                "restarts the daemon when a ping comes late; use at least {:g}s "
+                "(2 x interval + 60 s; systemctl edit swarmgpu.service)",
+                dog,
+                every,
+                2 * every + 60,
+            )
         while not self.stop_event.wait(CLOCK_CHECK_S):
             clocks = self._clock_check(clocks)
-        logger.info("stopping: the step in progress ends after its writes and node reads in "
-                    "flight")
+        logger.info("stopping: the step in progress ends after its writes and node reads in flight")
         sd_notify("STOPPING=1")
         sched.shutdown(wait=True)
         if self._http is not None:
@@ -375,8 +395,11 @@ class Daemon:
         wall, mono = time.time(), time.monotonic()
         step = (wall - last[0]) - (mono - last[1])
         if abs(step) > CLOCK_STEP_S and self._scheduler is not None:
-            logger.warning("the wall clock stepped {:+.0f} s: the cycles and the facts watch "
-                           "run now and count on from there", step)
+            logger.warning(
+                "the wall clock stepped {:+.0f} s: the cycles and the facts watch "
+                "run now and count on from there",
+                step,
+            )
             now = datetime.now().astimezone()
             for job in self._scheduler.get_jobs():
                 with contextlib.suppress(Exception):  # gone during shutdown
@@ -404,8 +427,9 @@ class Daemon:
             # Its default would end the daemon at once, in the middle of a cycle's writes.
             inbox.put(signum)
 
-        threading.Thread(target=self._watch_signals, args=(inbox,), name="signals",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._watch_signals, args=(inbox,), name="signals", daemon=True
+        ).start()
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGHUP, hangup)
@@ -417,19 +441,23 @@ class Daemon:
             signum = inbox.get()
             name = signal.Signals(signum).name
             if signum == signal.SIGHUP:
-                logger.warning("SIGHUP received: the configuration is read only at start, "
-                               "so nothing changed; to apply an edited config, check it "
-                               "(swarmgpu config check FILE) and restart the daemon "
-                               "(systemctl restart swarmgpu)")
+                logger.warning(
+                    "SIGHUP received: the configuration is read only at start, "
+                    "so nothing changed; to apply an edited config, check it "
+                    "(swarmgpu config check FILE) and restart the daemon "
+                    "(systemctl restart swarmgpu)"
+                )
             elif asked:  # asked twice: the operator will not wait
-                logger.warning("{} received while stopping ({} first): exiting now", name,
-                               asked[0])
+                logger.warning("{} received while stopping ({} first): exiting now", name, asked[0])
                 end_by_signal(signum)
             else:
                 asked.append(name)
                 self.stopped_by = name
-                logger.info("signal {} received: stopping after the writes and node reads "
-                            "in flight (a second SIGTERM or SIGINT exits at once)", name)
+                logger.info(
+                    "signal {} received: stopping after the writes and node reads "
+                    "in flight (a second SIGTERM or SIGINT exits at once)",
+                    name,
+                )
                 self.stop_event.set()
 
     # --- HTTP ----------------------------------------------------------------
@@ -478,5 +506,8 @@ class Daemon:
             logger.error("cannot serve HTTP on {}: {}", self.cfg.http.listen, exc)
             return
         threading.Thread(target=self._http.serve_forever, name="http", daemon=True).start()
-        logger.info("serving /metrics, /healthz and the GPU map on {}: {}",
-                    self.cfg.http.listen, self.web_auth.describe())
+        logger.info(
+            "serving /metrics, /healthz and the GPU map on {}: {}",
+            self.cfg.http.listen,
+            self.web_auth.describe(),
+        )

@@ -7,8 +7,6 @@ Kept in memory for the daemon and written atomically to ``state_dir`` so that
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import Any
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.statefile import save_json
 from swarmgpu.manager.nodes.agent_client import FactsResult
 
 STATE_FILE = "agents.json"
@@ -67,8 +66,7 @@ class AgentBook:
             if rec.failing_since is None:
                 rec.failing_since = result.fetched_at
             # Built from the agent's answer: stored and shown bounded, whoever built it.
-            rec.last_error = None if result.error is None else peer_text(result.error,
-                                                                         ERROR_LIMIT)
+            rec.last_error = None if result.error is None else peer_text(result.error, ERROR_LIMIT)
         return rec
 
     def keep(self, node_ids: AbstractSet[str]) -> None:
@@ -79,13 +77,7 @@ class AgentBook:
 
     def save(self, state_dir: str) -> None:
         """Atomic write (temp file + rename); failures to persist are not fatal."""
-        d = Path(state_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        data = {nid: r.to_dict() for nid, r in self.records.items()}
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".agents.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-        os.replace(tmp, d / STATE_FILE)
+        save_json(state_dir, STATE_FILE, {nid: r.to_dict() for nid, r in self.records.items()})
 
 
 def load_saved(state_dir: str) -> dict[str, dict[str, Any]]:

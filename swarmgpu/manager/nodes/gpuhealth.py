@@ -11,8 +11,6 @@ stays healthy (used) with its warning in ``error``. Reads and logs only; writes 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -36,6 +34,7 @@ from swarmgpu.core.health import (
 )
 from swarmgpu.core.metrics_in import GpuMetrics
 from swarmgpu.core.model import MAX_GPUS, Gpu, NodeFacts
+from swarmgpu.core.statefile import save_json
 from swarmgpu.manager.nodes.agent_client import FactsResult
 from swarmgpu.swarm.client import SwarmNode
 
@@ -253,16 +252,14 @@ class HealthBook:
         seen = (dict(self.states), dict(self.where))
         if seen == self._saved:
             return
-        d = Path(state_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        data = {
-            u: {**st.to_saved(), "where": list(self.where.get(u, ("", -1)))}
-            for u, st in self.states.items()
-        }
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".gpu-health.", suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-        os.replace(tmp, d / STATE_FILE)
+        save_json(
+            state_dir,
+            STATE_FILE,
+            {
+                u: {**st.to_saved(), "where": list(self.where.get(u, ("", -1)))}
+                for u, st in self.states.items()
+            },
+        )
         self._saved = seen
 
     def load(self, state_dir: str) -> None:

@@ -56,8 +56,12 @@ class Snapshot:
     swarm_labels: Mapping[str, str] = field(default_factory=dict)
 
 
-def take_snapshot(swarm: SwarmClient, cfg: Config, cache: SwarmCache | None = None,
-                  stop: StopRequest | None = None) -> Snapshot:
+def take_snapshot(
+    swarm: SwarmClient,
+    cfg: Config,
+    cache: SwarmCache | None = None,
+    stop: StopRequest | None = None,
+) -> Snapshot:
     """One read of the cluster. With ``cache`` (the daemon's, fed by the event stream)
     nodes and services come from it, re-listed only when it must (swarm.cache); tasks
     have no events and are listed each time. A ``stop`` asked during the agents' reads
@@ -75,15 +79,24 @@ def take_snapshot(swarm: SwarmClient, cfg: Config, cache: SwarmCache | None = No
     tasks = swarm.tasks({"desired-state": "running"})
     jobs = {s.id for s in services if s.mode in JOB_MODES}
     if jobs:  # a job's tasks have desired state "complete": its progress is read from them
-        tasks += [t for t in swarm.tasks({"service": sorted(jobs)})
-                  if t.service_id in jobs and job_task_read(t)]
+        tasks += [
+            t
+            for t in swarm.tasks({"service": sorted(jobs)})
+            if t.service_id in jobs and job_task_read(t)
+        ]
     after = swarm.swarm_labels()
-    return Snapshot(nodes, services, tasks, fetch_agents(swarm, cfg, nodes, stop),
-                    swarm_labels={**before, **after})
+    return Snapshot(
+        nodes,
+        services,
+        tasks,
+        fetch_agents(swarm, cfg, nodes, stop),
+        swarm_labels={**before, **after},
+    )
 
 
-def facts_by_node(snap: Snapshot, fallback: Mapping[str, NodeFacts] | None = None
-                  ) -> dict[str, NodeFacts]:
+def facts_by_node(
+    snap: Snapshot, fallback: Mapping[str, NodeFacts] | None = None
+) -> dict[str, NodeFacts]:
     """Facts per node id; an unreachable agent's last good facts stand in."""
     out: dict[str, NodeFacts] = {}
     for node_id, res in snap.facts.items():
@@ -94,8 +107,9 @@ def facts_by_node(snap: Snapshot, fallback: Mapping[str, NodeFacts] | None = Non
     return out
 
 
-def fetch_agents(swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode],
-                 stop: StopRequest | None = None) -> dict[str, FactsResult]:
+def fetch_agents(
+    swarm: SwarmClient, cfg: Config, nodes: list[SwarmNode], stop: StopRequest | None = None
+) -> dict[str, FactsResult]:
     """Every node's facts with this cycle's agent identity (TLS context, token); when
     that cannot be built, every node says why instead of the cycle failing."""
     try:
@@ -135,6 +149,8 @@ class CycleReport:
     writes: int = 0
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    # the engine could not be asked or read (errors says why): no step ran to its end
+    aborted: bool = False
 
 
 class LabelSync:
@@ -146,7 +162,10 @@ class LabelSync:
         self.metrics = metrics
         self.book = book
         self.actuator = Actuator(
-            swarm, metrics, dry_run=cfg.dry_run, prefix=cfg.sync.prefix,
+            swarm,
+            metrics,
+            dry_run=cfg.dry_run,
+            prefix=cfg.sync.prefix,
             allow_disruptive=cfg.sync.allow_disruptive,
         )
         self.health = HealthBook(cfg.health, cfg.sync.prefix, metrics.registry)
@@ -201,8 +220,12 @@ class LabelSync:
             for e in facts.errors:
                 warn("agent reports: {}", e)
             plan = plan_node_labels(
-                node, facts, services=snapshot.services, tasks=snapshot.tasks,
-                prefix=prefix, allow_disruptive=self.cfg.sync.allow_disruptive,
+                node,
+                facts,
+                services=snapshot.services,
+                tasks=snapshot.tasks,
+                prefix=prefix,
+                allow_disruptive=self.cfg.sync.allow_disruptive,
             )
             report.plans.append(plan)
             if plan.skipped:  # its GPUs cannot be read: left as they are, as unreachable
@@ -226,14 +249,19 @@ class LabelSync:
         self.metrics.agents_unreachable.set(unreachable)
         self.metrics.nodes_gpus_unread.set(unread)
         self.metrics.held_changes.set(held)
+        self._identity_off()
+        return report
+
+    def _identity_off(self) -> None:
         off = self.cfg.agents.identity == "none"
         self.metrics.identity_off.set(1 if off else 0)
         if off:  # every cycle: a setting like this must not be forgotten once started
-            logger.warning("agents.identity is none: facts are read over plain HTTP and "
-                           "anything on a node's port {} can answer for it; set "
-                           "agents.identity: swarm-pki (docs/security.md)",
-                           self.cfg.agents.port)
-        return report
+            logger.warning(
+                "agents.identity is none: facts are read over plain HTTP and "
+                "anything on a node's port {} can answer for it; set "
+                "agents.identity: swarm-pki (docs/security.md)",
+                self.cfg.agents.port,
+            )
 
     def _once(self, node_id: str, log: Any) -> Callable[..., None]:
         """A warning about ``node_id`` said unless it was said last cycle too."""
@@ -255,7 +283,8 @@ class LabelSync:
             if said.fresh(key):
                 c = found[key]
                 logger.bind(node=host.get(c.node_id, c.node_id[:12])).warning(
-                    "{} {}", host.get(c.node_id, c.node_id[:12]), c.message(host))
+                    "{} {}", host.get(c.node_id, c.node_id[:12]), c.message(host)
+                )
         said.end()
 
     def flush(self) -> None:
@@ -264,40 +293,54 @@ class LabelSync:
         if held is not None:
             held.flush()
 
-    def _write_now(self, todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]],
-                   snapshot: Snapshot, report: CycleReport) -> None:
+    def _write_now(
+        self,
+        todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]],
+        snapshot: Snapshot,
+        report: CycleReport,
+    ) -> None:
         watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
 
         def write(item: tuple[NodeLabelPlan, SwarmNode, NodeFacts]) -> ApplyResult:
             plan, node, facts = item
-            return self.actuator.apply_labels(plan, node, facts, snapshot.services,
-                                              snapshot.tasks, watched)
+            return self.actuator.apply_labels(
+                plan, node, facts, snapshot.services, snapshot.tasks, watched
+            )
 
         # Each node's write is its own read-modify-write: different nodes, in parallel.
         for res in write_each(todo, write):
             _count(report, res)
 
-    def _hold(self, todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]],
-              snapshot: Snapshot, report: CycleReport) -> HeldNodeWrites:
+    def _hold(
+        self,
+        todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]],
+        snapshot: Snapshot,
+        report: CycleReport,
+    ) -> HeldNodeWrites:
         act = self.actuator
         held: dict[str, HeldWrite] = {}
         watched = constrained_keys(snapshot.services, snapshot.tasks) if todo else frozenset()
         for plan, node, facts in todo:
-            def done(landed: bool, error: str | None, plan: NodeLabelPlan = plan,
-                     node: SwarmNode = node) -> None:
+
+            def done(
+                landed: bool, error: str | None, plan: NodeLabelPlan = plan, node: SwarmNode = node
+            ) -> None:
                 _count(report, act.record(node, plan, landed, error))
 
             # retries of the folded write count as label sync's own do (label_conflicts)
             held[node.id] = HeldWrite(
                 act.label_compute(node, facts, snapshot.services, snapshot.tasks, watched),
                 done,
-                act.metrics.label_conflicts.inc)
+                act.metrics.label_conflicts.inc,
+            )
         by_id = {node.id: (plan, node, facts) for plan, node, facts in todo}
 
         def alone(node_id: str, _: HeldWrite) -> None:
             plan, node, facts = by_id[node_id]
-            _count(report, act.apply_labels(plan, node, facts, snapshot.services,
-                                            snapshot.tasks, watched))
+            _count(
+                report,
+                act.apply_labels(plan, node, facts, snapshot.services, snapshot.tasks, watched),
+            )
 
         return HeldNodeWrites(held, alone)
 
