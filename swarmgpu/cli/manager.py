@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -48,7 +49,8 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     # No reload, and no end: a SIGHUP while starting (waiting for the engine) ended the
     # daemon, which systemd counts as a clean stop and does not restart. Ignored until
     # the daemon's own handler logs it (Daemon._install_signals).
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    if threading.current_thread() is threading.main_thread():  # only it may set one
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # A daemon started beside its engine (or its socket proxy, in the stack) waits a
     # while for it rather than exiting at once into a restart loop; --once does not.
     deadline = time.monotonic() + (0 if once else ENGINE_WAIT_S)
