@@ -16,6 +16,7 @@ from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unpla
 from swarmgpu.core.migprofile import not_offered
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.memsize import short_of
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.specs import node_spec, schedulable, unread, user_labels
 from swarmgpu.manager.services.requests import matches_products
@@ -71,6 +72,8 @@ class ClusterAllocator:
         self._by_rank: list[NodeState] = []  # for MIG requests, rebuilt with the nodes
         # (MIG profile, gpu-product globs) -> (node generation, why none can be free)
         self._offers: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int], str | None]] = {}
+        # (gpu-memory MiB, gpu-product globs) -> (node generation, the GPU that comes close)
+        self._short: dict[tuple[int, tuple[str, ...]], tuple[tuple[int, int], str | None]] = {}
         self._names: tuple[tuple[str, str], ...] = ()
         self._gen = 0
         self._order: list[str] = []
@@ -515,7 +518,13 @@ class ClusterAllocator:
             if len(self._demands) > 10_000:
                 self._demands.clear()
             known = self._demands[d] = (d, d.describe())
-        return a.place(known[0], exclude=exclude, where=where, explain=self.explain, note=known[1])
+        got = a.place(known[0], exclude=exclude, where=where, explain=self.explain, note=known[1])
+        if isinstance(got, Unplaceable) and d.min_memory_mib and self.explain:
+            # no GPU has the memory: that, not the node that came closest, is the reason
+            short = self._short_of(d)
+            if short is not None:
+                return Unplaceable(f"needs {known[1]}; {short}")
+        return got
 
     def _not_offered(self, d: Demand) -> str | None:
         """The MIG profiles the cluster's GPUs of the asked products offer, when none
@@ -534,6 +543,19 @@ class ClusterAllocator:
                 if (g.mig_capable or g.mig_devices) and matches_products(g.product, d.products)
             }
             got = self._offers[key] = (stamp, not_offered(key[0], models))
+        return got[1]
+
+    def _short_of(self, d: Demand) -> str | None:
+        """``memsize.short_of`` over the cluster's GPUs; once per size and products while
+        the nodes are the same."""
+        stamp = (self._gen, len(self.alloc.nodes))
+        key = (d.min_memory_mib, d.products)
+        got = self._short.get(key)
+        if got is None or got[0] != stamp:
+            if len(self._short) > 1_000:
+                self._short.clear()
+            gpus = (g for f in self.facts.values() for g in f.gpus)
+            got = self._short[key] = (stamp, short_of(key[0], key[1], gpus, self.prefix))
         return got[1]
 
     def hostnames(self, text: str) -> str:
