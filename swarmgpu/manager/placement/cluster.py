@@ -16,6 +16,7 @@ from swarmgpu.allocator.values import Choice, Demand, NodeSpec, NodeState, Unpla
 from swarmgpu.core.migprofile import not_offered
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.memsize import short_of
 from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.specs import node_spec, schedulable, unread, user_labels
 from swarmgpu.manager.services.requests import matches_products
@@ -42,11 +43,16 @@ class ClusterAllocator:
     nodes in the same state are scored once (``Allocator`` groups).
     """
 
-    def __init__(self, nodes: Sequence[SwarmNode] = (),
-                 facts: Mapping[str, NodeFacts] | None = None,
-                 ledger: Mapping[str, Mapping[str, Holding]] | None = None, *,
-                 scorer: Scorer | None = None, prefix: str = "swarmgpu.",
-                 tasks: Sequence[SwarmTask] = ()) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[SwarmNode] = (),
+        facts: Mapping[str, NodeFacts] | None = None,
+        ledger: Mapping[str, Mapping[str, Holding]] | None = None,
+        *,
+        scorer: Scorer | None = None,
+        prefix: str = "swarmgpu.",
+        tasks: Sequence[SwarmTask] = (),
+    ) -> None:
         self.prefix = prefix
         self.alloc = Allocator(scorer or SwarmScorer(), mig_picker=_mig_picker(self))
         self.nodes: dict[str, SwarmNode] = {}
@@ -66,6 +72,8 @@ class ClusterAllocator:
         self._by_rank: list[NodeState] = []  # for MIG requests, rebuilt with the nodes
         # (MIG profile, gpu-product globs) -> (node generation, why none can be free)
         self._offers: dict[tuple[str, tuple[str, ...]], tuple[tuple[int, int], str | None]] = {}
+        # (gpu-memory MiB, gpu-product globs) -> (node generation, the GPU that comes close)
+        self._short: dict[tuple[int, tuple[str, ...]], tuple[tuple[int, int], str | None]] = {}
         self._names: tuple[tuple[str, str], ...] = ()
         self._gen = 0
         self._order: list[str] = []
@@ -122,15 +130,22 @@ class ClusterAllocator:
                     self._drop_node(n.id, dropped)
                 continue
             old = self._node_keys.get(n.id)
-            if (old is None or self._node_version.get(n.id) != n.version
-                    or old[:3] != (n.hostname, n.cpu_milli, n.memory_mib)
-                    or (old[-1] is not f and old[-1] != f)):
+            if (
+                old is None
+                or self._node_version.get(n.id) != n.version
+                or old[:3] != (n.hostname, n.cpu_milli, n.memory_mib)
+                or (old[-1] is not f and old[-1] != f)
+            ):
                 # Labels change only with the spec version (as the ledger's cache reads
                 # them): the same version, resources and facts skip the label walk.
-                key = (n.hostname, n.cpu_milli, n.memory_mib,
-                       tuple(sorted(user_labels(n.labels, self.prefix).items())), f)
-                if old is None or old[:-1] != key[:-1] or (old[-1] is not f
-                                                           and old[-1] != f):
+                key = (
+                    n.hostname,
+                    n.cpu_milli,
+                    n.memory_mib,
+                    tuple(sorted(user_labels(n.labels, self.prefix).items())),
+                    f,
+                )
+                if old is None or old[:-1] != key[:-1] or (old[-1] is not f and old[-1] != f):
                     if present:
                         self._drop_node(n.id, dropped)
                     self.alloc.add_node(node_spec(n, f, self.prefix), rank=rank)
@@ -170,15 +185,21 @@ class ClusterAllocator:
                 u[1] += t.memory_mib
         self.set_usage_of(use, on_nodes)
 
-    def set_usage_of(self, use: Mapping[str, Sequence[int]],
-                     on_nodes: Mapping[str, AbstractSet[str]],
-                     tasks_on: AbstractSet[tuple[str, str]] | None = None) -> None:
+    def set_usage_of(
+        self,
+        use: Mapping[str, Sequence[int]],
+        on_nodes: Mapping[str, AbstractSet[str]],
+        tasks_on: AbstractSet[tuple[str, str]] | None = None,
+    ) -> None:
         """``set_usage`` from its sums: node id -> (CPU milli, memory MiB) reserved, and
         service id -> the nodes its tasks are on (``tasks_by_service`` makes both in its
         one pass over the tasks); ``tasks_on``: those as (service id, node id) pairs,
         when the caller keeps them (``TaskBook``)."""
-        self.tasks_on = (set(tasks_on) if tasks_on is not None else
-                         {(sid, nid) for sid, where in on_nodes.items() for nid in where})
+        self.tasks_on = (
+            set(tasks_on)
+            if tasks_on is not None
+            else {(sid, nid) for sid, where in on_nodes.items() for nid in where}
+        )
         for nid in self.alloc.nodes:
             cpu, mem = use.get(nid, (0, 0))
             self.alloc.set_usage(nid, cpu, mem)
@@ -204,8 +225,9 @@ class ClusterAllocator:
         self._held[(svc, new.node)] = _Held((h.label_value(), 0, 0), bare, ())
         return h.label_value()
 
-    def holding_reservation(self, service_id: str, node_id: str, res: tuple[int, int],
-                            replicas: int = 1) -> tuple[int, int]:
+    def holding_reservation(
+        self, service_id: str, node_id: str, res: tuple[int, int], replicas: int = 1
+    ) -> tuple[int, int]:
         """What a holding reserves itself: the service's reservation (per replica it
         serves) while no task of it is on the node yet (then the tasks' own count)."""
         if (service_id, node_id) in self.tasks_on:
@@ -220,9 +242,12 @@ class ClusterAllocator:
             self._release((svc, node_id), held)
 
     # --- holdings ------------------------------------------------------------------
-    def begin_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
-                       res: Mapping[tuple[str, str], tuple[int, int]] | None = None,
-                       keep: AbstractSet[str] = frozenset()) -> None:
+    def begin_holdings(
+        self,
+        wanted: Mapping[str, Mapping[str, Holding]],
+        res: Mapping[tuple[str, str], tuple[int, int]] | None = None,
+        keep: AbstractSet[str] = frozenset(),
+    ) -> None:
         """Release every committed holding that is not wanted (as it is) any more; call
         before ``commit_holding`` so a GPU that changed hands is free for its new owner.
         ``keep``: services whose committed holdings stay as they are, unasked."""
@@ -236,11 +261,14 @@ class ClusterAllocator:
             if h is None or held.key != (h.label_value(), cpu, mem):
                 self._release(key, held)
 
-    def keep_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
-                      order: Sequence[tuple[str, str, Holding]],
-                      reservation: Callable[[str], tuple[int, int]],
-                      keep: AbstractSet[str] = frozenset(), kept_count: int = 0,
-                      ) -> dict[str, dict[str, Holding]]:
+    def keep_holdings(
+        self,
+        wanted: Mapping[str, Mapping[str, Holding]],
+        order: Sequence[tuple[str, str, Holding]],
+        reservation: Callable[[str], tuple[int, int]],
+        keep: AbstractSet[str] = frozenset(),
+        kept_count: int = 0,
+    ) -> dict[str, dict[str, Holding]]:
         """``begin_holdings`` then ``commit_holding`` for each of ``order`` ((service id,
         name, holding), in commit order; ``reservation``: a service's per replica), with
         the same releases and commits in the same order, in one pass over what is
@@ -253,11 +281,14 @@ class ClusterAllocator:
         with self.alloc.observed_once():
             return self._keep_holdings(wanted, order, reservation, keep, kept_count)
 
-    def _keep_holdings(self, wanted: Mapping[str, Mapping[str, Holding]],
-                       order: Sequence[tuple[str, str, Holding]],
-                       reservation: Callable[[str], tuple[int, int]],
-                       keep: AbstractSet[str], kept_count: int,
-                       ) -> dict[str, dict[str, Holding]]:
+    def _keep_holdings(
+        self,
+        wanted: Mapping[str, Mapping[str, Holding]],
+        order: Sequence[tuple[str, str, Holding]],
+        reservation: Callable[[str], tuple[int, int]],
+        keep: AbstractSet[str],
+        kept_count: int,
+    ) -> dict[str, dict[str, Holding]]:
         tasks_on, held_map, nodes = self.tasks_on, self._held, self.alloc.nodes
         res: dict[tuple[str, str], tuple[int, int]] = {}
         same: set[tuple[str, str]] = set()  # committed as it is wanted
@@ -273,8 +304,13 @@ class ClusterAllocator:
                 cpu, mem = cpu * n, mem * n
             res[key] = (cpu, mem)
             held = held_map.get(key)
-            if (held is not None and nid in nodes and held.key[1] == cpu
-                    and held.key[2] == mem and held.key[0] == h.label_value()):
+            if (
+                held is not None
+                and nid in nodes
+                and held.key[1] == cpu
+                and held.key[2] == mem
+                and held.key[0] == h.label_value()
+            ):
                 same.add(key)
                 as_is.append(True)
             else:
@@ -283,8 +319,9 @@ class ClusterAllocator:
             self.begin_holdings(wanted, res, keep)
             return self._commit_each(order, res)
         if len(same) + kept_count != len(held_map):  # some committed one is not wanted
-            for key, held in [(k, h) for k, h in held_map.items()
-                              if k not in same and k[0] not in keep]:
+            for key, held in [
+                (k, h) for k, h in held_map.items() if k not in same and k[0] not in keep
+            ]:
                 self._release(key, held)
         kept: dict[str, dict[str, Holding]] = {}
         for (_sid, name, h), ok in zip(order, as_is, strict=True):
@@ -296,9 +333,11 @@ class ClusterAllocator:
                 got[nid] = h
         return kept
 
-    def _commit_each(self, order: Sequence[tuple[str, str, Holding]],
-                     res: Mapping[tuple[str, str], tuple[int, int]],
-                     ) -> dict[str, dict[str, Holding]]:
+    def _commit_each(
+        self,
+        order: Sequence[tuple[str, str, Holding]],
+        res: Mapping[tuple[str, str], tuple[int, int]],
+    ) -> dict[str, dict[str, Holding]]:
         kept: dict[str, dict[str, Holding]] = {}
         for _sid, name, h in order:
             if self.commit_holding(name, h.node_id, h, res[(name, h.node_id)]):
@@ -314,8 +353,9 @@ class ClusterAllocator:
         if held.migs:
             self._mig_none = {k for k in self._mig_none if k[0] != key[1]}
 
-    def commit_holding(self, svc: str, node_id: str, h: Holding,
-                       res: tuple[int, int] = (0, 0)) -> bool:
+    def commit_holding(
+        self, svc: str, node_id: str, h: Holding, res: tuple[int, int] = (0, 0)
+    ) -> bool:
         """Count a holding as used; False when it is not valid on this node (any more)."""
         key = (svc, node_id)
         if node_id not in self.alloc.nodes:
@@ -343,16 +383,20 @@ class ClusterAllocator:
         migs: list[str] = []
         for u, m in zip(h.uuids, h.milli, strict=True):
             if u not in index:
-                self.problems.append(f"{svc}: holds {u} on {self.nodes[node_id].hostname}, "
-                                     "which that node's facts no longer list")
+                self.problems.append(
+                    f"{svc}: holds {u} on {self.nodes[node_id].hostname}, "
+                    "which that node's facts no longer list"
+                )
                 return False
             i, is_mig = index[u]
             if is_mig:
                 # A slice fails with its GPU (an XID names the GPU): as a whole GPU's
                 # holding, it is no longer held (a commit there fails on no room).
                 if not self.facts[node_id].gpus[i].healthy:
-                    self.problems.append(f"{svc}: holds MIG device {u} of failed GPU {i} on "
-                                         f"{self.nodes[node_id].hostname}; re-placed")
+                    self.problems.append(
+                        f"{svc}: holds MIG device {u} of failed GPU {i} on "
+                        f"{self.nodes[node_id].hostname}; re-placed"
+                    )
                     return False
                 if u in self.assigned_mig.get(node_id, set()) or u in migs:
                     self.problems.append(f"{svc}: MIG device {u} is held twice")
@@ -363,8 +407,15 @@ class ClusterAllocator:
             milli.append(m)
         choice: Choice | None = None
         if gpus or res != (0, 0):
-            choice = Choice(node=node_id, gpus=tuple(gpus), milli=tuple(milli), score=0.0,
-                            explanation=f"held by {svc}", cpu_milli=res[0], memory_mib=res[1])
+            choice = Choice(
+                node=node_id,
+                gpus=tuple(gpus),
+                milli=tuple(milli),
+                score=0.0,
+                explanation=f"held by {svc}",
+                cpu_milli=res[0],
+                memory_mib=res[1],
+            )
             try:
                 self.alloc.commit(choice)
             except ValueError as exc:
@@ -403,9 +454,14 @@ class ClusterAllocator:
         return got if isinstance(got, MigChoice) else None
 
     # --- decisions -------------------------------------------------------------------
-    def place(self, d: Demand, allowed: Callable[[NodeState], bool] | None = None, *,
-              exclude: AbstractSet[str] = frozenset(),
-              where: Callable[[NodeState], bool] | None = None) -> Choice | Unplaceable:
+    def place(
+        self,
+        d: Demand,
+        allowed: Callable[[NodeState], bool] | None = None,
+        *,
+        exclude: AbstractSet[str] = frozenset(),
+        where: Callable[[NodeState], bool] | None = None,
+    ) -> Choice | Unplaceable:
         """Best node for ``d``: the core's scorer over one node per group of nodes in the
         same state. ``exclude`` names nodes that may not take it, ``where`` filters on
         what a group shares (labels); ``allowed`` (any per-node test) scans every node."""
@@ -417,28 +473,41 @@ class ClusterAllocator:
         finally:
             self.timings.append(time.perf_counter() - t0)
 
-    def _place(self, d: Demand, allowed: Callable[[NodeState], bool] | None,
-               exclude: AbstractSet[str], where: Callable[[NodeState], bool] | None,
-               ) -> Choice | Unplaceable:
+    def _place(
+        self,
+        d: Demand,
+        allowed: Callable[[NodeState], bool] | None,
+        exclude: AbstractSet[str],
+        where: Callable[[NodeState], bool] | None,
+    ) -> Choice | Unplaceable:
         a = self.alloc
         if d.mig_profile:
             if len(self._by_rank) != len(a.nodes):
                 self._by_rank = sorted(a.nodes.values(), key=lambda n: n.rank)
             for node in self._by_rank:
-                if (node.blocked or node.spec.name in exclude
-                        or (where is not None and not where(node))
-                        or (allowed is not None and not allowed(node))
-                        or (node.spec.name, d.mig_profile, d.products) in self._mig_none
-                        or not a.fits(node, Demand(cpu_milli=d.cpu_milli,
-                                                   memory_mib=d.memory_mib))):
+                if (
+                    node.blocked
+                    or node.spec.name in exclude
+                    or (where is not None and not where(node))
+                    or (allowed is not None and not allowed(node))
+                    or (node.spec.name, d.mig_profile, d.products) in self._mig_none
+                    or not a.fits(node, Demand(cpu_milli=d.cpu_milli, memory_mib=d.memory_mib))
+                ):
                     continue
                 got = self._pick_mig(node.spec, tuple(node.free), d)
                 if got is None:
                     self._mig_none.add((node.spec.name, d.mig_profile, d.products))
                 else:
-                    return Choice(node=node.spec.name, gpus=(), milli=(), score=0.0,
-                                  explanation=f"{d.describe()} on {node.spec.name}", mig=got,
-                                  cpu_milli=d.cpu_milli, memory_mib=d.memory_mib)
+                    return Choice(
+                        node=node.spec.name,
+                        gpus=(),
+                        milli=(),
+                        score=0.0,
+                        explanation=f"{d.describe()} on {node.spec.name}",
+                        mig=got,
+                        cpu_milli=d.cpu_milli,
+                        memory_mib=d.memory_mib,
+                    )
             why = self._not_offered(d) or "no allowed node has one free"
             return Unplaceable(f"needs {d.describe()}; {why}")
         if allowed is not None:
@@ -449,8 +518,13 @@ class ClusterAllocator:
             if len(self._demands) > 10_000:
                 self._demands.clear()
             known = self._demands[d] = (d, d.describe())
-        return a.place(known[0], exclude=exclude, where=where, explain=self.explain,
-                       note=known[1])
+        got = a.place(known[0], exclude=exclude, where=where, explain=self.explain, note=known[1])
+        if isinstance(got, Unplaceable) and d.min_memory_mib and self.explain:
+            # no GPU has the memory: that, not the node that came closest, is the reason
+            short = self._short_of(d)
+            if short is not None:
+                return Unplaceable(f"needs {known[1]}; {short}")
+        return got
 
     def _not_offered(self, d: Demand) -> str | None:
         """The MIG profiles the cluster's GPUs of the asked products offer, when none
@@ -462,10 +536,26 @@ class ClusterAllocator:
         if got is None or got[0] != stamp:
             if len(self._offers) > 1_000:
                 self._offers.clear()
-            models = {g.product for f in self.facts.values() for g in f.gpus
-                      if (g.mig_capable or g.mig_devices)
-                      and matches_products(g.product, d.products)}
+            models = {
+                g.product
+                for f in self.facts.values()
+                for g in f.gpus
+                if (g.mig_capable or g.mig_devices) and matches_products(g.product, d.products)
+            }
             got = self._offers[key] = (stamp, not_offered(key[0], models))
+        return got[1]
+
+    def _short_of(self, d: Demand) -> str | None:
+        """``memsize.short_of`` over the cluster's GPUs; once per size and products while
+        the nodes are the same."""
+        stamp = (self._gen, len(self.alloc.nodes))
+        key = (d.min_memory_mib, d.products)
+        got = self._short.get(key)
+        if got is None or got[0] != stamp:
+            if len(self._short) > 1_000:
+                self._short.clear()
+            gpus = (g for f in self.facts.values() for g in f.gpus)
+            got = self._short[key] = (stamp, short_of(key[0], key[1], gpus, self.prefix))
         return got[1]
 
     def hostnames(self, text: str) -> str:
@@ -486,11 +576,22 @@ class ClusterAllocator:
         f = self.facts[choice.node]
         host = self.nodes[choice.node].hostname
         if isinstance(choice.mig, MigChoice):
-            return ReplicaPlacement(choice.node, host, (choice.mig.gpu_index,),
-                                    (choice.mig.mig_uuid,), (1000,), choice.score)
-        return ReplicaPlacement(choice.node, host, choice.gpus,
-                                tuple(f.gpus[i].uuid for i in choice.gpus), choice.milli,
-                                choice.score if math.isfinite(choice.score) else None)
+            return ReplicaPlacement(
+                choice.node,
+                host,
+                (choice.mig.gpu_index,),
+                (choice.mig.mig_uuid,),
+                (1000,),
+                choice.score,
+            )
+        return ReplicaPlacement(
+            choice.node,
+            host,
+            choice.gpus,
+            tuple(f.gpus[i].uuid for i in choice.gpus),
+            choice.milli,
+            choice.score if math.isfinite(choice.score) else None,
+        )
 
     def commit(self, choice: Choice, service: str = "") -> None:
         if isinstance(choice.mig, MigChoice):
@@ -504,11 +605,13 @@ class ClusterAllocator:
             self._held[(service, choice.node)] = _Held(
                 (h.label_value(), choice.cpu_milli, choice.memory_mib),
                 choice if (choice.gpus or choice.cpu_milli or choice.memory_mib) else None,
-                migs)
+                migs,
+            )
 
 
-def _mig_picker(cluster: ClusterAllocator
-                ) -> Callable[[NodeSpec, tuple[int, ...], Demand], object | None]:
+def _mig_picker(
+    cluster: ClusterAllocator,
+) -> Callable[[NodeSpec, tuple[int, ...], Demand], object | None]:
     """``cluster._pick_mig`` through a weak reference: a bound method kept by its own
     allocator would make a reference cycle, and everything the cluster holds would then
     wait for a full collection to be freed (``Planner.__init__`` says why that matters)."""
@@ -517,4 +620,5 @@ def _mig_picker(cluster: ClusterAllocator
     def pick(spec: NodeSpec, free: tuple[int, ...], d: Demand) -> object | None:
         c = ref()
         return None if c is None else c._pick_mig(spec, free, d)
+
     return pick
