@@ -177,6 +177,37 @@ def test_first_tenant_in_file_order_wins_and_default_takes_the_rest(tmp_path: Pa
     assert [x.name for x in t.matching("whatever_x", "whatever")] == ["default"]
 
 
+
+@pytest.mark.parametrize(("first", "then"), [
+    ('{stacks: ["team-*"]}', '{stacks: ["team-b*"]}'),
+    ('{stacks: ["team-?"]}', '{stacks: ["team-b", "team-[cd]"]}'),
+    ('{stacks: ["infer*"]}', '{stacks: ["infer*"], services: ["*_api"]}'),
+    ('{services: ["*_api"]}', '{stacks: ["x*"], services: ["x*_api"]}'),
+    ('{stacks: ["[a-z]*"]}', '{stacks: ["team-b*"]}'),
+])
+def test_a_tenant_an_earlier_one_takes_every_service_of_is_refused(
+        tmp_path: Path, first: str, then: str) -> None:
+    # The first tenant in the file's order takes a service: team-b's limits, the
+    # operator's word for its stacks, applied to none of them, and config check passed.
+    with pytest.raises(ConfigError) as e:
+        _cfg(tmp_path, f"tenants:\n  team-a: {first}\n  team-b: {then}\n")
+    assert any("tenants.team-b: tenants.team-a, listed before it, matches every service "
+               "it matches" in err for err in e.value.errors), e.value.errors
+    # In the other order, each takes its own: team-b carves its services out of team-a's.
+    _cfg(tmp_path, f"tenants:\n  team-b: {then}\n  team-a: {first}\n")
+
+
+@pytest.mark.parametrize(("first", "then"), [
+    ('{stacks: ["team-b*"]}', '{stacks: ["team-*"]}'),
+    ('{stacks: ["team-?"]}', '{stacks: ["team-bb"]}'),
+    ('{stacks: ["infer*"], services: ["*_api"]}', '{stacks: ["infer*"]}'),
+    ('{stacks: ["x*"]}', '{services: ["x*"]}'),  # (a service of no stack: the second's)
+    ('{stacks: ["[a-c]*"]}', '{stacks: ["d*"]}'),
+])
+def test_tenants_that_overlap_only_in_part_are_taken_in_file_order(
+        tmp_path: Path, first: str, then: str) -> None:
+    _cfg(tmp_path, f"tenants:\n  team-a: {first}\n  team-b: {then}\n")
+
 def test_a_service_matching_no_tenant_gets_the_defaults_limits(tmp_path: Path) -> None:
     t = _tenants(tmp_path, """\
         queues: {shared: {guaranteed: 0, max: 2}}
@@ -503,9 +534,9 @@ def test_audit_names_a_service_several_tenants_match(tmp_path: Path) -> None:
     nodes, services, tasks = _full_4090({"team-a_x": ("team-a", 1)}, {})
     (check,) = audit_checks(_cfg(tmp_path, """\
         tenants:
-          team: {stacks: ["team*"]}
+          team: {stacks: ["team*"], services: ["*_x"]}
           team-a: {stacks: ["team-a*"], max_priority: 100}
-        """))
+        """))  # (team-a still takes team-a_y: team before it without services is refused)
     (f,) = [f for f in check(Snapshot(nodes, services, tasks, {})) if f.kind == "tenant-overlap"]
     assert f.advisory and f.message == ("matches tenants team, team-a; the first in the "
                                         "config's order, team, takes it")
