@@ -177,6 +177,37 @@ def test_first_tenant_in_file_order_wins_and_default_takes_the_rest(tmp_path: Pa
     assert [x.name for x in t.matching("whatever_x", "whatever")] == ["default"]
 
 
+
+@pytest.mark.parametrize(("first", "then"), [
+    ('{stacks: ["team-*"]}', '{stacks: ["team-b*"]}'),
+    ('{stacks: ["team-?"]}', '{stacks: ["team-b", "team-[cd]"]}'),
+    ('{stacks: ["infer*"]}', '{stacks: ["infer*"], services: ["*_api"]}'),
+    ('{services: ["*_api"]}', '{stacks: ["x*"], services: ["x*_api"]}'),
+    ('{stacks: ["[a-z]*"]}', '{stacks: ["team-b*"]}'),
+])
+def test_a_tenant_an_earlier_one_takes_every_service_of_is_refused(
+        tmp_path: Path, first: str, then: str) -> None:
+    # The first tenant in the file's order takes a service: team-b's limits, the
+    # operator's word for its stacks, applied to none of them, and config check passed.
+    with pytest.raises(ConfigError) as e:
+        _cfg(tmp_path, f"tenants:\n  team-a: {first}\n  team-b: {then}\n")
+    assert any("tenants.team-b: tenants.team-a, listed before it, matches every service "
+               "it matches" in err for err in e.value.errors), e.value.errors
+    # In the other order, each takes its own: team-b carves its services out of team-a's.
+    _cfg(tmp_path, f"tenants:\n  team-b: {then}\n  team-a: {first}\n")
+
+
+@pytest.mark.parametrize(("first", "then"), [
+    ('{stacks: ["team-b*"]}', '{stacks: ["team-*"]}'),
+    ('{stacks: ["team-?"]}', '{stacks: ["team-bb"]}'),
+    ('{stacks: ["infer*"], services: ["*_api"]}', '{stacks: ["infer*"]}'),
+    ('{stacks: ["x*"]}', '{services: ["x*"]}'),  # (a service of no stack: the second's)
+    ('{stacks: ["[a-c]*"]}', '{stacks: ["d*"]}'),
+])
+def test_tenants_that_overlap_only_in_part_are_taken_in_file_order(
+        tmp_path: Path, first: str, then: str) -> None:
+    _cfg(tmp_path, f"tenants:\n  team-a: {first}\n  team-b: {then}\n")
+
 def test_a_service_matching_no_tenant_gets_the_defaults_limits(tmp_path: Path) -> None:
     t = _tenants(tmp_path, """\
         queues: {shared: {guaranteed: 0, max: 2}}
@@ -503,9 +534,9 @@ def test_audit_names_a_service_several_tenants_match(tmp_path: Path) -> None:
     nodes, services, tasks = _full_4090({"team-a_x": ("team-a", 1)}, {})
     (check,) = audit_checks(_cfg(tmp_path, """\
         tenants:
-          team: {stacks: ["team*"]}
+          team: {stacks: ["team*"], services: ["*_x"]}
           team-a: {stacks: ["team-a*"], max_priority: 100}
-        """))
+        """))  # (team-a still takes team-a_y: team before it without services is refused)
     (f,) = [f for f in check(Snapshot(nodes, services, tasks, {})) if f.kind == "tenant-overlap"]
     assert f.advisory and f.message == ("matches tenants team, team-a; the first in the "
                                         "config's order, team, takes it")
@@ -925,3 +956,49 @@ def test_a_tenants_first_queue_needs_no_name_a_label_can_carry(tmp_path: Path) -
     assert "queues.x y: a queue name is what a swarmgpu.queue label can carry" in refused
     _cfg(tmp_path, text.replace("[q, 'x y']", "[q]").replace(", 'x y': {max: 2}", ""))
     assert queue_quotas({"team a": {"guaranteed": 4}}) == {"team a": (4000, None)}
+
+
+def test_preemptors_of_one_queue_stop_no_more_victims_than_its_max_leaves_room_for(
+        tmp_path: Path) -> None:
+    """team-a (max 2 GPUs, holding none) has three 1-GPU services at priority 100 waiting
+    for the RTX 4090s team-b's eight services hold. Each fits the max alone, so none is
+    held at it; before, each preempted a victim, and the third's stop freed a GPU the
+    max then kept it from: team-b lost a service for nothing. The round counts what its
+    preemptors take against their queue's max, as the planner does."""
+    cfg = _cfg(tmp_path, """\
+        preemption: {dry_run: false, max_per_hour: 10}
+        tenants:
+          team-a: {stacks: ["team-a*"], max_priority: 100, max: 2}
+          team-b: {stacks: ["team-b*"]}
+        """)
+    held = {f"team-b_x{i}": ("team-b", 1) for i in range(8)}
+    want = {f"team-a_{n}": ("team-a", {f"{P}gpus": "1", f"{P}priority": "100"})
+            for n in "pqr"}
+    nodes, services, tasks = _full_4090(held, want)
+    nodes = [n for n in nodes if n.id != "n-dgx"]  # (no room to move a victim to)
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    assert [q["blocked"] for q in plan.queues if q["queue"] == "team-a"] == [[]]
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100)
+    assert [p.service for p in got] == ["team-a_p", "team-a_q"]
+    # A tenant's queues together: research holds 3 (above its own max of 2: relabelled
+    # there), scratch none; the two scratch services fit scratch's max, one the tenant's.
+    cfg = _cfg(tmp_path, """\
+        preemption: {dry_run: false, max_per_hour: 10}
+        queues: {research: {max: 2}, scratch: {max: 2}}
+        tenants:
+          team-a: {stacks: ["team-a*"], max_priority: 100, queues: [research, scratch]}
+          team-b: {stacks: ["team-b*"]}
+        """)
+    held = {**{f"team-a_r{i}": ("team-a", 1) for i in range(3)},
+            **{f"team-b_x{i}": ("team-b", 1) for i in range(5)}}
+    want = {f"team-a_{n}": ("team-a", {f"{P}gpus": "1", f"{P}priority": "100",
+                                       f"{P}queue": "scratch"}) for n in "pq"}
+    nodes, services, tasks = _full_4090(held, want)
+    nodes = [n for n in nodes if n.id != "n-dgx"]
+    services = _queued(services, {f"team-a_r{i}": "research" for i in range(3)})
+    plan = new_planner(cfg).plan(nodes, services, tasks, FACTS)
+    assert (_used(plan, "research"), _used(plan, "scratch")) == (3, 0)
+    got = choose_preemptions(plan, nodes, services, tasks, FACTS, prefix=P,
+                             preemptible_below=100)
+    assert [p.service for p in got] == ["team-a_p"]

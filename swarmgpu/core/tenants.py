@@ -6,7 +6,8 @@ A service's labels are its stack's request; a tenant's limits are the operator's
 Each tenant matches services by stack (``com.docker.stack.namespace``, globs) and/or by
 service name (globs); with both, a service must match both. The first tenant in file
 order that matches takes the service; ``default`` takes every service no other tenant
-matches (docs/requests.md, "Tenants").
+matches (docs/requests.md, "Tenants"). A tenant an earlier one takes every service of is
+refused (``_shadowed``): its limits would apply to none.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Any
 
 from swarmgpu.core.configvalues import not_text
@@ -191,9 +194,78 @@ def parse_tenants(raw: Any, queues: Any, classes: Mapping[str, int],
             default = spec
         else:
             specs.append(spec)
+    if not errors:  # (a glob refused above reads as "any": no cover to judge)
+        errors += _shadowed(specs)
     for q in sorted(known_queues - owner.keys()):
         add(f"queues.{q}: owned by no tenant; with tenants, a queue serves only the tenant "
             "that lists it under its queues (add it to one, or remove it)")
     specs.append(default or TenantSpec(DEFAULT_TENANT,
                                        preemptions_per_hour=default_budget(max_per_hour)))
     return specs, own, errors
+
+
+# --- a tenant no service can reach ---------------------------------------------------
+
+_NAME_CHARS = "-._0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _shadowed(specs: list[TenantSpec]) -> list[str]:
+    """Each tenant an earlier one takes every service of (the first in file order that
+    matches takes it): its limits, the operator's word, would apply to no service."""
+    out = []
+    for i, b in enumerate(specs):
+        a = next((a for a in specs[:i] if _covers(a, b)), None)
+        if a is not None:
+            out.append(f"tenants.{b.name}: tenants.{a.name}, listed before it, matches every "
+                       f"service it matches, and the first in the file's order takes a "
+                       f"service: {b.name} would get none; list {b.name} before {a.name}, "
+                       f"or narrow {a.name}'s globs")
+    return out
+
+
+def _covers(a: TenantSpec, b: TenantSpec) -> bool:
+    """Every (stack, service name) ``b`` matches, ``a`` matches (a tenant with stacks
+    never matches a service of no stack; no globs: any name)."""
+    stacks = not a.stacks or (bool(b.stacks) and _included(b.stacks, a.stacks))
+    return stacks and (not a.services or (bool(b.services)
+                                          and _included(b.services, a.services)))
+
+
+def _included(inner: tuple[str, ...], outer: tuple[str, ...]) -> bool:
+    """Each glob of ``inner`` is covered by one of ``outer`` (``_glob_covers``): every name
+    it matches, that one matches. Sufficient, not necessary (``a*`` and ``b*`` together
+    cover ``[ab]x``, unsaid): a cover said is always one."""
+    return all(any(_glob_covers(_tokens(g), _tokens(o)) for o in outer) for g in inner)
+
+
+def _tokens(glob: str) -> list[str]:
+    """A glob in fnmatch's units: ``*``, ``?``, a ``[...]`` set, or one character."""
+    out, i = [], 0
+    while i < len(glob):
+        end = glob.index("]", i) + 1 if glob[i] == "[" else i + 1
+        out.append(glob[i:end])
+        i = end
+    return out
+
+
+@lru_cache(maxsize=1024)
+def _chars(token: str) -> frozenset[str]:
+    """The name characters a one-character token (``?``, a set, a character) matches."""
+    return frozenset(c for c in _NAME_CHARS if fnmatchcase(c, token))
+
+
+def _glob_covers(inner: list[str], outer: list[str]) -> bool:
+    """``outer`` matches every name ``inner`` does, read token by token: a ``*`` of
+    ``outer`` takes any run of ``inner``'s tokens, a one-character token one token of
+    ``inner`` that matches no character it does not (``inner``'s ``*`` only a ``*``)."""
+    n, m = len(inner), len(outer)
+    # ok[i][j]: inner[i:] is covered by outer[j:] (filled from the ends)
+    ok = [[False] * (m + 1) for _ in range(n + 1)]
+    ok[n][m] = True
+    for j in range(m - 1, -1, -1):
+        for i in range(n, -1, -1):
+            if outer[j] == "*":
+                ok[i][j] = ok[i][j + 1] or (i < n and ok[i + 1][j])
+            elif i < n and inner[i] != "*":
+                ok[i][j] = ok[i + 1][j + 1] and _chars(inner[i]) <= _chars(outer[j])
+    return ok[0][0]

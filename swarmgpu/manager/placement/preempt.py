@@ -34,6 +34,10 @@ A request that stays pending for want of GPUs may preempt (``choose_preemptions`
   (``queues.over_guarantee``, counting the cycle's earlier victims), furthest first, as
   KAI-Scheduler and Kueue reclaim. Then the lowest highest priority, the lowest total
   priority, the most recently started. Across nodes the same order, then the hostname;
+* a preemptor preempts only while its queue's max, and its tenant's queues' together,
+  leave room for its replica with what the round's earlier preemptors take there
+  (``queues.within_max``): the planner holds back one service at a time, so each of a
+  queue's waiting services fits alone;
 * no preemption when a node the preemptor may use already has enough free GPUs: the
   request is pending for another reason (topology, CPU, a constraint), and stopping a
   service would not place it.
@@ -63,6 +67,7 @@ from swarmgpu.manager.placement.queues import (
     holding_milli,
     over_guarantee,
     reclaimable,
+    within_max,
 )
 from swarmgpu.manager.placement.records import PlacementPlan, Status
 from swarmgpu.manager.services.requests import GpuRequest, RequestError, Topology
@@ -338,6 +343,8 @@ def choose_preemptions(
                 or s.name in moving:
             continue
         if s.mode != "replicated" or not s.replicas:
+            continue
+        if not within_max(r, rd.queues, rd.q_given):  # the round's preemptors fill it
             continue
         mark = (set(rd.taken), set(rd.gone), dict(rd.q_gone), dict(rd.q_given))
         try:

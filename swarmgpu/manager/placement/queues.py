@@ -405,6 +405,34 @@ def within_guarantee(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, An
     return used - freed + need <= sum(_guaranteed_milli(row) for row in mine.values())
 
 
+def within_max(preemptor: GpuRequest, queues: Mapping[str, Mapping[str, Any]],
+               given: Mapping[str, int]) -> bool:
+    """The preemptor's queue stays within its max with one more replica, counted with
+    what the round's earlier preemptors place there (``given``: milli per queue), and its
+    tenant's queues within the sum of theirs when each has one (``Together``). The
+    planner holds back a service its queue's max refuses, one service at a time: each
+    of a queue's waiting services fits alone, and without this each stopped a victim for
+    work the max then kept waiting."""
+    p = queues.get(preemptor.queue) if preemptor.queue else None
+    if p is None:
+        return True
+    need = replica_milli(preemptor)
+    most = _gpus_milli(p.get("max_gpus"))
+    if most is not None and _used_milli(p) + given.get(preemptor.queue, 0) + need > most:
+        return False
+    tenant = p.get("tenant")
+    mine = [(q, row) for q, row in queues.items() if tenant and row.get("tenant") == tenant]
+    tops = [_gpus_milli(row.get("max_gpus")) for _, row in mine]
+    if len(mine) < 2 or any(m is None for m in tops):
+        return True
+    used = sum(_used_milli(row) + given.get(q, 0) for q, row in mine)
+    return used + need <= sum(m for m in tops if m is not None)
+
+
+def _gpus_milli(gpus: Any) -> int | None:
+    return None if gpus is None else round(1000 * float(gpus))
+
+
 def reclaimable(preemptor: GpuRequest, victim: GpuRequest, victim_milli: int,
                 queues: Mapping[str, Mapping[str, Any]]) -> bool:
     """Quota preemption: the preemptor's queue stays within its guarantee with the
