@@ -177,6 +177,20 @@ def test_first_tenant_in_file_order_wins_and_default_takes_the_rest(tmp_path: Pa
     assert [x.name for x in t.matching("whatever_x", "whatever")] == ["default"]
 
 
+def test_an_empty_stack_label_is_a_service_of_no_stack(tmp_path: Path) -> None:
+    """`docker stack deploy` never names a stack ''; a service made by hand with
+    `--label com.docker.stack.namespace=` has no stack, and a tenant with stacks (even
+    `*`) never takes it (docs/requests.md, "Which tenant")."""
+    t = _tenants(tmp_path, """\
+        tenants:
+          every-stack: {stacks: ["*"], max_priority: 1000}
+          research: {services: ["lab-*"], max_priority: 10}
+        """)
+    assert t.of("lab-x", "").name == "research"
+    assert t.of("x", "").name == "default"
+    assert t.of("x", "s").name == "every-stack"
+
+
 
 @pytest.mark.parametrize(("first", "then"), [
     ('{stacks: ["team-*"]}', '{stacks: ["team-b*"]}'),

@@ -125,7 +125,8 @@ class Tenants:
 
 def _matches(t: TenantSpec, name: str, stack: str | None) -> bool:
     """Every key the tenant gives matches (stacks: the stack name; services: the
-    service name); a tenant with stacks never matches a service of no stack."""
-    if t.stacks and (stack is None or not any(fnmatchcase(stack, g) for g in t.stacks)):
+    service name); a tenant with stacks never matches a service of no stack (an empty
+    stack label too: `docker stack deploy` names no stack '', a hand-made service did)."""
+    if t.stacks and (not stack or not any(fnmatchcase(stack, g) for g in t.stacks)):
         return False
     return not t.services or any(fnmatchcase(name, g) for g in t.services)
