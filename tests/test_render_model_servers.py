@@ -174,3 +174,40 @@ def test_a_malformed_service_gets_its_errors_and_no_warning(service: str, refuse
     checked = check_stack(stack(VLLM, service, count="2"))
     assert bool(checked.errors) is refused, checked.errors
     assert not [n for n in checked.notes if "WARNING" in n]
+
+
+SGLANG_SERVE = f"    command: python3 -m sglang.launch_server --model-path {MODEL} --host 0.0.0.0"
+
+
+@pytest.mark.parametrize(
+    ("flags", "uses"),
+    [
+        ("--tp 4", 4),
+        ("--tp-size=2", 2),
+        ("--tensor-parallel-size 2 --dp 2", 4),
+        ("--tp 2 --pp-size 2 --dp-size 2", 8),
+        # DP attention: the data-parallel ranks share the tensor-parallel GPUs
+        ("--tp 8 --dp 8 --enable-dp-attention", 8),
+        ("", 1),
+    ],
+)
+def test_sglang_tp_pp_and_dp_are_read_as_sglang_reads_them(flags: str, uses: int) -> None:
+    service = f"{SGLANG_SERVE} {flags}\n"
+    assert warnings(stack(SGLANG, service, count=str(uses))) == []
+    other = 8 if uses != 8 else 2
+    (w,) = warnings(stack(SGLANG, service, count=str(other)))
+    assert w.startswith(f"services.llm: WARNING: SGLang will use {uses} GPU"), w
+
+
+def test_sglang_beyond_the_request_names_its_flag_and_newer_cli() -> None:
+    service = f"    command: sglang serve --model-path {MODEL} --tp 4\n"
+    (w,) = warnings(stack(SGLANG, service, count="2"))
+    assert "SGLang will use 4 GPUs (--tp 4), but the service asks swarmgpu for 2" in w
+    assert w.endswith("or change --tp")
+
+
+@pytest.mark.parametrize(
+    "flags", ["--tp 4 --nnodes 2 --node-rank 0", "--config /srv/sglang.yaml", "--pp 2", "-tp 4"]
+)
+def test_sglang_what_render_cannot_read_is_left_unsaid(flags: str) -> None:
+    assert warnings(stack(SGLANG, f"{SGLANG_SERVE} {flags}\n", count="2")) == []

@@ -76,6 +76,24 @@ SERVERS: tuple[Server, ...] = (
         },
         underscores=True,
     ),
+    Server(
+        "SGLang",
+        starts=(("sglang.launch_server",), ("sglang_router.launch_server",), ("sglang", "serve")),
+        sizes=(
+            ("--tensor-parallel-size", "--tp-size", "--tp"),
+            ("--pipeline-parallel-size", "--pp-size"),
+            ("--data-parallel-size", "--dp-size", "--dp"),
+        ),
+        unknowable={
+            "--config": (),
+            "--nnodes": ("1",),
+            "--node-rank": ("0",),
+            "--base-gpu-id": ("0",),
+            "--gpu-id-step": ("1",),
+        },
+        # DP attention runs its data-parallel ranks inside the tensor-parallel GPUs
+        drops={"--data-parallel-size": "--enable-dp-attention"},
+    ),
 )
 
 _LAUNCHERS = frozenset({"mpirun", "mpiexec", "srun", "torchrun", "trtllm-llmapi-launch"})
