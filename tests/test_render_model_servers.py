@@ -211,3 +211,33 @@ def test_sglang_beyond_the_request_names_its_flag_and_newer_cli() -> None:
 )
 def test_sglang_what_render_cannot_read_is_left_unsaid(flags: str) -> None:
     assert warnings(stack(SGLANG, f"{SGLANG_SERVE} {flags}\n", count="2")) == []
+
+
+def test_tgi_num_shard_flag_or_variable_beyond_the_request_is_a_warning() -> None:
+    flag = f"    command: --model-id {MODEL} --num-shard 4\n"
+    (w,) = warnings(stack(TGI, flag, count="2"))
+    assert "Text Generation Inference will use 4 GPUs (--num-shard 4)" in w
+    env = f"    command: --model-id {MODEL}\n    environment:\n      NUM_SHARD: 4\n"
+    (w,) = warnings(stack(TGI, env, count="2"))
+    assert "will use 4 GPUs (NUM_SHARD=4)" in w and w.endswith("or change NUM_SHARD")
+    listed = f"    command: --model-id {MODEL}\n    environment:\n      - NUM_SHARD=1\n"
+    (w,) = warnings(stack(TGI, listed, count="2"))
+    assert "will use 1 GPU (NUM_SHARD=1)" in w and "1 of them would sit idle" in w
+
+
+@pytest.mark.parametrize(
+    "service",
+    [
+        # its default shards over every GPU it is given: the request itself
+        f"    command: --model-id {MODEL}\n",
+        f"    command: --model-id {MODEL} --num-shard=2\n",
+        f"    command: --model-id {MODEL} --sharded true --num-shard 2\n",
+        # the command line overrides the variable (clap)
+        f"    command: --model-id {MODEL} --num-shard 2\n    environment:\n      NUM_SHARD: 4\n",
+        f"    command: --model-id {MODEL} --sharded false\n",
+        f"    command: --model-id {MODEL} --num_shard 4\n",  # clap refuses it
+        f'    entrypoint: ["text-generation-launcher"]\n    command: ["--model-id", "{MODEL}"]\n',
+    ],
+)
+def test_tgi_that_agrees_or_cannot_be_read_says_nothing(service: str) -> None:
+    assert warnings(stack(TGI, service, count="2")) == []

@@ -94,6 +94,15 @@ SERVERS: tuple[Server, ...] = (
         # DP attention runs its data-parallel ranks inside the tensor-parallel GPUs
         drops={"--data-parallel-size": "--enable-dp-attention"},
     ),
+    Server(
+        "Text Generation Inference",
+        starts=(("text-generation-launcher",),),
+        images=("huggingface/text-generation-inference",),
+        sizes=(("--num-shard",),),
+        unknowable={"--sharded": ("true",)},
+        env={"NUM_SHARD": "--num-shard", "SHARDED": "--sharded"},
+        one_by_default=False,  # it shards over every GPU it is given
+    ),
 )
 
 _LAUNCHERS = frozenset({"mpirun", "mpiexec", "srun", "torchrun", "trtllm-llmapi-launch"})
