@@ -241,3 +241,38 @@ def test_tgi_num_shard_flag_or_variable_beyond_the_request_is_a_warning() -> Non
 )
 def test_tgi_that_agrees_or_cannot_be_read_says_nothing(service: str) -> None:
     assert warnings(stack(TGI, service, count="2")) == []
+
+
+TRTLLM_SERVE = f"    command: trtllm-serve {MODEL} --host 0.0.0.0 --port 8000"
+
+
+@pytest.mark.parametrize(
+    ("flags", "uses"),
+    [
+        ("--tp_size 4", 4),
+        ("--tp_size=2 --pp_size 2", 4),
+        ("--tensor_parallel_size 2", 2),
+        ("--tp_size 2 --cp_size 2", 4),
+        ("", 1),
+    ],
+)
+def test_tensorrt_llm_sizes_are_read_as_trtllm_serve_reads_them(flags: str, uses: int) -> None:
+    service = f"{TRTLLM_SERVE} {flags}\n"
+    assert warnings(stack(TRTLLM, service, count=str(uses))) == []
+    other = 8 if uses != 8 else 2
+    (w,) = warnings(stack(TRTLLM, service, count=str(other)))
+    assert w.startswith(f"services.llm: WARNING: TensorRT-LLM will use {uses} GPU"), w
+
+
+@pytest.mark.parametrize(
+    "service",
+    [
+        f"{TRTLLM_SERVE} --tp-size 4\n",  # click refuses it
+        f"{TRTLLM_SERVE} --tp_size 4 --extra_llm_api_options /srv/extra.yml\n",
+        f"{TRTLLM_SERVE} --tp_size 4 --gpus_per_node 2\n",
+        f"    command: mpirun -n 4 trtllm-serve {MODEL} --tp_size 4\n",
+        "    command: trtllm-serve disaggregated -c /srv/disagg.yaml\n",
+    ],
+)
+def test_tensorrt_llm_what_render_cannot_read_is_left_unsaid(service: str) -> None:
+    assert warnings(stack(TRTLLM, service, count="2")) == []

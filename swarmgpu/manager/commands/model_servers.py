@@ -103,6 +103,19 @@ SERVERS: tuple[Server, ...] = (
         env={"NUM_SHARD": "--num-shard", "SHARDED": "--sharded"},
         one_by_default=False,  # it shards over every GPU it is given
     ),
+    Server(
+        "TensorRT-LLM",
+        starts=(("trtllm-serve",),),
+        sizes=(
+            ("--tp_size", "--tensor_parallel_size"),
+            ("--pp_size", "--pipeline_parallel_size"),
+            ("--cp_size", "--context_parallel_size"),
+        ),
+        unknowable={"--config": (), "--extra_llm_api_options": (), "--gpus_per_node": ()},
+        other=frozenset(
+            {"disaggregated", "disaggregated_mpi_worker", "mm_embedding_serve", "grpc"}
+        ),
+    ),
 )
 
 _LAUNCHERS = frozenset({"mpirun", "mpiexec", "srun", "torchrun", "trtllm-llmapi-launch"})
