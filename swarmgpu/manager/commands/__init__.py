@@ -5,6 +5,7 @@
 ``plan``        `swarmgpu plan`: what placement would do for each service, as text
 ``render``      `swarmgpu render`: a stack file with GPU placement resolved
 ``compose_gpu`` Compose's own GPU reservations read as a swarmgpu request
+``model_servers`` a model server's own GPU count (vLLM ``-tp``...) against the request
 ``composefile`` the stack file render writes: format 3.8, checked against ``schema/``
 ``interpolation`` ``${VAR}`` in a stack file, substituted as `docker stack deploy` does
 ``stackmerge``  several stack files (``render -c A -c B``) merged as `docker stack deploy`

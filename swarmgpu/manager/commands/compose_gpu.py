@@ -36,6 +36,7 @@ class ComposeGpu:
     drop_devices: bool = False  # remove reservations.devices (Swarm refuses the key)
     drop_gpus: bool = False  # remove the service's `gpus` (not in the v3 schema)
     drop_generic: bool = False  # remove its GPU generic reservations (Swarm's pick wins)
+    unresolved: bool = False  # count: all offline: the count is a stand-in, not the file's
     notes: list[str] = field(default_factory=list)  # what was done, for the file's comment
     errors: list[str] = field(default_factory=list)  # each names the service and key
 
@@ -192,6 +193,7 @@ def read_gpu_reservations(
                 out.notes.append(f"{w}: count all: checked only; rendering makes it "
                                  f"{key} = the most GPUs one node of the swarm has")
                 n = 1  # any valid amount, to check the rest of the request
+                out.unresolved = True
             elif node_gpus < 1:
                 out.errors.append(f"{w}: count all: no node of the swarm reports "
                                   "GPUs, so 'all' names none; give a count")

@@ -35,6 +35,7 @@ from swarmgpu.manager.commands.composefile import (
 )
 from swarmgpu.manager.commands.envfile import EnvFiles, device_var_error, write_env
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
+from swarmgpu.manager.commands.model_servers import server_notes
 from swarmgpu.manager.commands.stackmerge import MergeError, StackFile, merge_stacks
 from swarmgpu.manager.commands.stackpaths import absolute_paths
 from swarmgpu.manager.placement import (
@@ -533,9 +534,9 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                                          classes=classes)
         if req is not None:
             out.requests.append(svc_name)
-            own = own_device_line(_try([], [], _env_list, svc, w), prefix)
-            if own is not None:
+            if (own := own_device_line(_try([], [], _env_list, svc, w), prefix)) is not None:
                 errs.append(device_var_error(f"{w}.environment", own))
+            out.notes += [] if gpu.unresolved else server_notes(svc, w, req, prefix)
     out.errors.extend(errs)
 
 

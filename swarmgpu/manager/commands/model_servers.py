@@ -1,0 +1,330 @@
+"""A model server's own GPU count against the service's request, for `swarmgpu render`.
+
+vLLM, SGLang, Text Generation Inference and TensorRT-LLM each take how many GPUs they
+use from their own flags (``vllm serve M --tensor-parallel-size 4``). A service that
+asks swarmgpu for 2 GPUs and runs that fails to start (it sees 2); with ``-tp 1`` one of
+the two GPUs it holds sits idle. render reads the service's entrypoint, command and
+environment as docker passes them (a string split as docker/cli splits it, google/shlex;
+a ``sh -c`` script split as a shell would) and says so in a warning, never an error.
+What it cannot read it leaves unsaid: a wrapper script, a config file, a multi-node
+launch, a flag spelled another way, an unsubstituted ``$VAR``, two servers in one
+command. Pure (docs/requests.md, "Model servers").
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarmgpu.manager.services.requests import GpuRequest, RequestError
+
+
+@dataclass(frozen=True)
+class Server:
+    """What a model server reads its GPU count from (each source named here)."""
+
+    name: str
+    starts: tuple[tuple[str, ...], ...]  # the words that run it (the first by basename)
+    # Flags whose values multiply into the GPUs it uses; each is every spelling its own
+    # parser takes, the first the one a warning names.
+    sizes: tuple[tuple[str, ...], ...]
+    images: tuple[str, ...] = ()  # images whose own entrypoint runs it (no registry)
+    # Flags that make the count unknowable here (a config file, another node's share),
+    # each with the values that leave it known.
+    unknowable: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    drops: Mapping[str, str] = field(default_factory=dict)  # size flag -> flag that voids it
+    env: Mapping[str, str] = field(default_factory=dict)  # variable -> the flag it sets
+    underscores: bool = False  # --a_b read as --a-b (vLLM's FlexibleArgumentParser)
+    one_by_default: bool = True  # no size flag: one GPU (TGI: all it is given)
+    other: frozenset[str] = frozenset()  # its subcommands that serve no model this way
+
+    def spelling(self, name: str) -> str:
+        return "--" + name[2:].replace("_", "-") if self.underscores and name[:2] == "--" else name
+
+
+# Each as its own parser reads it: vLLM's vllm/engine/arg_utils.py (argparse, with
+# FlexibleArgumentParser's --a_b), SGLang's srt/server_args.py (argparse: docs write the
+# abbreviations --tp and --dp), TGI's launcher/src/main.rs (clap: --flag and its
+# environment variable) and TensorRT-LLM's commands/serve.py (click).
+SERVERS: tuple[Server, ...] = (
+    Server(
+        "vLLM",
+        starts=(("vllm", "serve"), ("vllm.entrypoints.openai.api_server",)),
+        images=("vllm/vllm-openai",),
+        sizes=(
+            ("--tensor-parallel-size", "-tp"),
+            ("--pipeline-parallel-size", "-pp"),
+            ("--data-parallel-size", "-dp"),
+        ),
+        unknowable={
+            "--config": (),
+            "--headless": (),
+            "--nnodes": ("1",),
+            "--node-rank": ("0",),
+            "--data-parallel-size-local": (),
+            "-dpl": (),
+            "--data-parallel-address": (),
+            "-dpa": (),
+            "--data-parallel-start-rank": (),
+            "-dpr": (),
+            "--data-parallel-hybrid-lb": (),
+            "--data-parallel-external-lb": (),
+            "--data-parallel-backend": ("mp",),
+            "--distributed-executor-backend": ("mp", "uni"),
+        },
+        underscores=True,
+    ),
+    Server(
+        "SGLang",
+        starts=(("sglang.launch_server",), ("sglang_router.launch_server",), ("sglang", "serve")),
+        sizes=(
+            ("--tensor-parallel-size", "--tp-size", "--tp"),
+            ("--pipeline-parallel-size", "--pp-size"),
+            ("--data-parallel-size", "--dp-size", "--dp"),
+        ),
+        unknowable={
+            "--config": (),
+            "--nnodes": ("1",),
+            "--node-rank": ("0",),
+            "--base-gpu-id": ("0",),
+            "--gpu-id-step": ("1",),
+        },
+        # DP attention runs its data-parallel ranks inside the tensor-parallel GPUs
+        drops={"--data-parallel-size": "--enable-dp-attention"},
+    ),
+    Server(
+        "Text Generation Inference",
+        starts=(("text-generation-launcher",),),
+        images=("huggingface/text-generation-inference",),
+        sizes=(("--num-shard",),),
+        unknowable={"--sharded": ("true",)},
+        env={"NUM_SHARD": "--num-shard", "SHARDED": "--sharded"},
+        one_by_default=False,  # it shards over every GPU it is given
+    ),
+    Server(
+        "TensorRT-LLM",
+        starts=(("trtllm-serve",),),
+        sizes=(
+            ("--tp_size", "--tensor_parallel_size"),
+            ("--pp_size", "--pipeline_parallel_size"),
+            ("--cp_size", "--context_parallel_size"),
+        ),
+        unknowable={"--config": (), "--extra_llm_api_options": (), "--gpus_per_node": ()},
+        other=frozenset(
+            {"disaggregated", "disaggregated_mpi_worker", "mm_embedding_serve", "grpc"}
+        ),
+    ),
+)
+
+_LAUNCHERS = frozenset({"mpirun", "mpiexec", "srun", "torchrun", "trtllm-llmapi-launch"})
+_SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
+_SEPARATORS = frozenset(";&|()\n")  # a token of these only ends a shell command
+
+
+def server_notes(
+    svc: Mapping[str, Any], where: str, req: GpuRequest | RequestError, prefix: str = "swarmgpu."
+) -> list[str]:
+    """A warning where the model server ``svc`` runs will use another number of GPUs
+    than ``req`` gives each replica; none where render cannot tell (or ``req`` is an
+    error, said as one)."""
+    found = _launch(svc)
+    if found is None or isinstance(req, RequestError):
+        return []
+    server, args = found
+    env = _env_words(server, svc.get("environment"))
+    used = _used(server, [*env, *args], env)
+    if used is None:
+        return []
+    n, said, flags = used
+    key = f"{prefix}gpus"
+    gpus = "GPU" if n == 1 else "GPUs"
+    head = f"{where}: WARNING: {server.name} will use {n} {gpus} ({said}), but the service"
+    if req.mig_profile or req.is_fraction:
+        if n == 1:
+            return []
+        return [
+            f"{head} asks swarmgpu for {req.describe()}, which the container sees as one "
+            f'GPU: it would not start; ask for {n} whole GPUs ({key}: "{n}", no share), '
+            f"or {flags}"
+        ]
+    if n == req.gpus:
+        return []
+    why = (
+        f"it would not start, seeing {req.gpus}"
+        if n > req.gpus
+        else f"{req.gpus - n} of them would sit idle"
+    )
+    return [
+        f'{head} asks swarmgpu for {req.gpus} ({key}: "{req.gpus}"): {why}; ask for '
+        f'{n} ({key}: "{n}", or a Compose count of {n}), or {flags}'
+    ]
+
+
+def _words(v: object) -> list[str] | None:
+    """An entrypoint or command as docker passes it: a string split by docker/cli's
+    google/shlex (quotes, backslashes, # comments), a list as it is; None: another shape."""
+    if v is None:
+        return []
+    if isinstance(v, str):
+        try:
+            return shlex.split(v, comments=True)
+        except ValueError:  # an unclosed quote: docker refuses it
+            return None
+    if isinstance(v, list) and all(isinstance(x, str | int | float) for x in v):
+        return [str(x) for x in v]
+    return None
+
+
+def _image(v: object) -> str:
+    """The image's repository without registry, tag or digest (``vllm/vllm-openai``)."""
+    name = str(v).partition("@")[0]
+    head, _, tail = name.rpartition("/")
+    name = f"{head}/{tail.partition(':')[0]}" if head else tail.partition(":")[0]
+    first, _, rest = name.partition("/")
+    return rest if rest and ("." in first or ":" in first or first == "localhost") else name
+
+
+def _launch(svc: Mapping[str, Any]) -> tuple[Server, list[str]] | None:
+    """The one server the service runs, and the words after the ones that run it."""
+    entrypoint, command = _words(svc.get("entrypoint")), _words(svc.get("command"))
+    if entrypoint is None or command is None:
+        return None
+    argv = [*entrypoint, *command]
+    if not entrypoint:  # the image's own entrypoint, where render knows it
+        image = _image(svc.get("image", ""))
+        own = next((s.starts[0] for s in SERVERS if image in s.images), ())
+        argv = [*own, *command]
+    found = [hit for seg in _segments(argv) for hit in _starts(seg)]
+    return found[0] if len(found) == 1 else None  # none, or two: not render's to guess
+
+
+def _segments(argv: list[str]) -> list[list[str]]:
+    """``argv``, and each command of a ``sh -c`` script in it."""
+    out = [argv]
+    for i, word in enumerate(argv[:-1]):
+        if word.rpartition("/")[2] not in _SHELLS:
+            continue
+        j = i + 1
+        while j < len(argv) - 1 and argv[j][:1] == "-" and argv[j][:2] != "--":
+            if "c" in argv[j]:  # -c, -ec, -lc: the next word is the script
+                out += _script(argv[j + 1])
+                break
+            j += 1
+    return out
+
+
+def _script(text: str) -> list[list[str]]:
+    """A shell script's commands, split at ; & | ( ) and newlines, as a shell splits them
+    (a line continued with a backslash is one line); none where a quote is unclosed."""
+    lex = shlex.shlex(text.replace("\\\n", " "), posix=True, punctuation_chars=";&|()<>\n")
+    lex.whitespace, lex.whitespace_split = " \t\r", True
+    try:
+        words = list(lex)
+    except ValueError:
+        return []
+    out: list[list[str]] = [[]]
+    for w in words:
+        if set(w) <= _SEPARATORS:
+            out.append([])
+        else:
+            out[-1].append(w)
+    return [seg for seg in out if seg]
+
+
+def _starts(seg: list[str]) -> list[tuple[Server, list[str]]]:
+    """Each server ``seg`` runs (none under a multi-node launcher), with its words."""
+    out = []
+    for i, word in enumerate(seg):
+        for server in SERVERS:
+            for start in server.starts:
+                if word.rpartition("/")[2] != start[0] or seg[i + 1 : i + len(start)] != [
+                    *start[1:]
+                ]:
+                    continue
+                args = seg[i + len(start) :]
+                if any(w.rpartition("/")[2] in _LAUNCHERS for w in seg[:i]) or (
+                    args and args[0] in server.other
+                ):
+                    return []
+                out.append((server, args))
+    return out
+
+
+def _env_words(server: Server, env: object) -> dict[str, str]:
+    """The variables ``server`` reads as flags, as flags (to be read first, so that its
+    command line overrides them, clap's order), each to the variable as written."""
+    if isinstance(env, dict):
+        pairs = [(str(k), v) for k, v in env.items()]
+    elif isinstance(env, list):
+        pairs = [(k, v) for k, _, v in (str(e).partition("=") for e in env if "=" in str(e))]
+    else:
+        return {}
+    return {
+        f"{server.env[k]}={v}": f"{k}={v}"
+        for k, v in pairs
+        if k in server.env and isinstance(v, str | int) and not isinstance(v, bool)
+    }
+
+
+def _count(v: str) -> int | None:
+    return int(v) if v.isascii() and v.isdigit() and len(v) <= 4 and int(v) > 0 else None
+
+
+def _used(
+    server: Server, words: Sequence[str], shown: Mapping[str, str]
+) -> tuple[int, str, str] | None:
+    """(GPUs, the flags that said so as written, what to change) from the server's words
+    (``shown``: how to name a word that stands for a variable); None where they say
+    something render cannot read."""
+    names = {s: spell[0] for spell in server.sizes for s in spell}
+    keys = {s.lstrip("-").replace("_", "-") for spell in server.sizes for s in spell}
+    keys |= {s.lstrip("-").replace("_", "-") for s in server.unknowable}
+    given: dict[str, tuple[str, int]] = {}  # flag -> (as written, value); the last wins
+    seen: set[str] = set()
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word == "--":
+            break
+        if word[:1] != "-":
+            continue
+        name, eq, value = word.partition("=")
+        name = server.spelling(name)
+        seen.add(name)
+        if name in server.unknowable:
+            v = value if eq else (words[i] if i < len(words) else "")
+            if v not in server.unknowable[name]:
+                return None
+            continue
+        if name not in names:
+            key = name.lstrip("-").replace("_", "-")
+            # another spelling of a size flag, or an abbreviation argparse would take
+            if key in keys or (name[:2] == "--" and any(k.startswith(key) for k in keys)):
+                return None
+            continue
+        if not eq:
+            if i >= len(words):
+                return None
+            value, i = words[i], i + 1
+        n = _count(value)
+        if n is None:  # $TP left for a shell, a word: not render's to read
+            return None
+        given[names[name]] = (shown.get(word, word if eq else f"{word} {value}"), n)
+    for flag, by in server.drops.items():
+        if by in seen:
+            given.pop(flag, None)
+    first = server.sizes[0][0]
+    if not given:
+        return (1, f"no {first}: 1 by default", f"set {first}") if server.one_by_default else None
+    total = 1
+    for _, n in given.values():
+        total *= n
+    said = " and ".join(w for w, _ in given.values())
+    return (
+        total,
+        said,
+        "change " + " / ".join(w.partition("=")[0].split()[0] for w, _ in given.values()),
+    )
