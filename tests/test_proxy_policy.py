@@ -361,6 +361,17 @@ def test_write_checks_cover_every_write_and_check_the_prefix() -> None:
             write_checks(bad)
 
 
+@pytest.mark.parametrize("prefix", ["com.docker.", "com.", "io.docker.stack.",
+                                    "org.dockerproject."])
+def test_a_prefix_in_dockers_label_namespaces_is_refused_as_the_daemon_refuses_it(
+        prefix: str) -> None:
+    """The daemon's config refuses such a sync.prefix; the proxy took it, and then every
+    stack service (``com.docker.stack.namespace``) was the daemon's to write, that label
+    too."""
+    with pytest.raises(ValueError, match="reserved by Docker"):
+        write_checks(prefix)
+
+
 def test_join_tokens_are_dropped_and_nothing_else() -> None:
     raw = _raw("swarm")
     out = without_join_tokens(raw)
