@@ -533,12 +533,31 @@ def test_a_number_of_5000_digits_gets_an_answer_not_a_dropped_connection(
     assert not engine.seen
 
 
+@pytest.mark.parametrize("write", [b"/v1.43/swarm/update?version=7",
+                                   b"/v1.43/services/svc1/update?version=3"])
+def test_a_body_nested_deeper_than_a_spec_gets_an_answer_not_a_dropped_connection(
+        proxy: Any, write: bytes) -> None:
+    """600 arrays deep parses (Python's parser holds some 1000), but the write check's
+    deep copy and comparison recurse twice a level: a RecursionError dropped the
+    connection unanswered, with a traceback in the log. A spec nests some 8 deep."""
+    path, engine, _ = proxy
+    spec = engine.swarm["Spec"] if b"swarm" in write else engine.service["Spec"]
+    body = json.dumps(spec)[:-1].encode() + b', "X": ' + b"[" * 600 + b"]" * 600 + b"}"
+    got = _send(path, b"POST %s HTTP/1.1\r\nHost: d\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (write, len(body), body))
+    assert got.startswith(b"HTTP/1.1 400 "), got[:200]
+    assert "nested more than 64 deep" in json.loads(got.split(b"\r\n\r\n", 1)[1])["message"]
+    assert not [s for s in engine.seen if s.startswith(b"POST ")]
+
+
 @pytest.mark.parametrize(("answer", "says"), [
     # 100,001 empty objects: 0.3 MB of text, some 7 MB once parsed; a 4 MiB answer ~90 MB.
     (b"[" + b",".join([b"{}"] * 100_001) + b"]", "holds more than 100000 JSON values"),
     # Within the count, nested past Python's recursion limit: a RecursionError dropped
     # the connection without an answer.
-    (b"[" * 100_000 + b"]" * 100_000, "not JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested more than 64 deep"),
+    # Within Python's parser, but past what the write check's recursion holds.
+    (b"[" * 600 + b"]" * 600, "nested more than 64 deep"),
 ])
 def test_an_engine_answer_of_too_many_values_is_refused_with_502_naming_it(
         proxy: Any, answer: bytes, says: str) -> None:

@@ -329,6 +329,17 @@ def test_a_body_of_too_many_json_values_is_refused_before_it_is_parsed() -> None
     assert load_json(json.dumps(big).encode()) == big
 
 
+def test_a_body_nested_deeper_than_any_spec_is_refused_from_its_text() -> None:
+    """A spec nests some 8 deep; the check's copy and comparison recurse, so a body
+    deeper than ``MAX_JSON_DEPTH`` is refused before it is parsed. Brackets inside a
+    string are text, not nesting."""
+    depth = jsonstrict.MAX_JSON_DEPTH
+    assert load_json(b"[" * depth + b"]" * depth) is not None
+    with pytest.raises(JsonError, match=f"nested more than {depth} deep"):
+        load_json(b'{"a": ' + b"[" * depth + b"]" * depth + b"}")
+    assert load_json(json.dumps({"a": "[" * 1000}).encode()) == {"a": "[" * 1000}
+
+
 def test_equality_knows_json_types() -> None:
     assert same({"a": [1, "x"]}, {"a": [1, "x"]})
     assert not same({"a": 0}, {"a": False}) and not same({"a": 1}, {"a": 1.0})
@@ -348,6 +359,17 @@ def test_write_checks_cover_every_write_and_check_the_prefix() -> None:
     for bad in ("", "swarmgpu", "a/b.", ".x."):
         with pytest.raises(ValueError, match="prefix"):
             write_checks(bad)
+
+
+@pytest.mark.parametrize("prefix", ["com.docker.", "com.", "io.docker.stack.",
+                                    "org.dockerproject."])
+def test_a_prefix_in_dockers_label_namespaces_is_refused_as_the_daemon_refuses_it(
+        prefix: str) -> None:
+    """The daemon's config refuses such a sync.prefix; the proxy took it, and then every
+    stack service (``com.docker.stack.namespace``) was the daemon's to write, that label
+    too."""
+    with pytest.raises(ValueError, match="reserved by Docker"):
+        write_checks(prefix)
 
 
 def test_join_tokens_are_dropped_and_nothing_else() -> None:

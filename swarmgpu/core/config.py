@@ -29,6 +29,7 @@ from swarmgpu.core.configvalues import (
     template_problem,
 )
 from swarmgpu.core.labelkeys import (
+    docker_namespace,
     node_label_key_fault,
     usable_label_key,
     usable_resource_kind,
@@ -38,8 +39,6 @@ from swarmgpu.core.rebalanceconfig import RebalanceConfig as RebalanceConfig
 from swarmgpu.core.tenants import MAX_PRIORITY, NAME_RE, parse_tenants
 from swarmgpu.core.yamlfile import Lines, read_yaml_lines
 
-# Label namespaces Docker reserves for itself (docs.docker.com, "Docker object labels").
-DOCKER_NAMESPACES = ("com.docker.", "io.docker.", "org.dockerproject.")
 MAX_GPUS = 1_000_000  # a queue's guarantee or max, and all guarantees together
 MAX_SECONDS = 7 * 24 * 3600  # every *_s key: longer is a typo, and past the timers' range
 # An agent's answer: an 8-GPU node's facts are about 7 KiB, its metrics less; below 64 KiB
@@ -421,9 +420,9 @@ def _check(cfg: Config, add: Callable[[str], None]) -> None:
             f"sync.prefix: {p!r} must end with '.' and use only letters, digits, "
             "'-', '_', '.' (Swarm constraint keys cannot contain '/'); e.g. 'swarmgpu.'"
         )
-    reserved = [ns for ns in DOCKER_NAMESPACES if p.startswith(ns) or ns.startswith(p)]
-    if reserved and p:
-        add(f"sync.prefix: {p!r} overlaps {reserved[0]}*, reserved by Docker (com.docker.*, "
+    reserved = docker_namespace(p)
+    if reserved:
+        add(f"sync.prefix: {p!r} overlaps {reserved}*, reserved by Docker (com.docker.*, "
             "io.docker.*, org.dockerproject.*): swarmgpu would take com.docker.stack."
             "namespace and the like as its own; e.g. 'swarmgpu.'")
     if not 2 <= cfg.history.samples <= 100_000:

@@ -23,6 +23,16 @@ VALUE_RE = re.compile(r"[a-z0-9:\-_\s\.\*\(\)\?\+\[\]\\\^\$\|\/]+", re.IGNORECAS
 # quote or space; the kinds in Docker's and NVIDIA's docs (NVIDIA-GPU, gpu,
 # nvidia.com/gpu) are these characters.
 KIND_RE = re.compile(r"[a-z0-9][a-z0-9\-_./]*", re.IGNORECASE | re.ASCII)
+# Label namespaces Docker reserves for itself (docs.docker.com, "Docker object labels").
+DOCKER_NAMESPACES = ("com.docker.", "io.docker.", "org.dockerproject.")
+
+
+def docker_namespace(prefix: str) -> str | None:
+    """The namespace Docker reserves that ``prefix`` overlaps (either starts the other),
+    or None: swarmgpu's keys under it would take com.docker.stack.namespace and the
+    like as swarmgpu's (the daemon's config and the docker-proxy both refuse it)."""
+    return next((ns for ns in DOCKER_NAMESPACES
+                 if prefix and (prefix.startswith(ns) or ns.startswith(prefix))), None)
 
 
 def usable_label_key(key: str) -> bool:

@@ -6,7 +6,8 @@ whether ``NaN`` is a number, which encoding a BOM-less body is in. ``load_json``
 refuses all of these instead of choosing. ``same`` compares with JSON's types
 (Python's ``True == 1`` and ``1 == 1.0`` are not what the engine's Go decoder sees).
 A body of more values than any spec has is refused from its text, before it is parsed:
-``[{},{},...]`` takes 3 bytes a value and 64 once a dict (``MAX_JSON_VALUES``).
+``[{},{},...]`` takes 3 bytes a value and 64 once a dict (``MAX_JSON_VALUES``); so is
+one nested deeper than any spec (``MAX_JSON_DEPTH``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from swarmgpu.core.jsonkeys import RepeatedKey, unique_keys
 # largest spec the daemon can write, takes the proxy about 26 MiB
 # (benchmarks/bench_proxy_memory.py --clients 1).
 MAX_JSON_VALUES = 100_000
+# Arrays and objects one inside another. A service spec nests some 8 deep (Spec.TaskTemplate
+# .Resources.Reservations.GenericResources[0].DiscreteResourceSpec); the write check's deep
+# copy and comparison recurse twice a level, so 600 deep, which Python's parser still
+# reads, raised a RecursionError there and dropped the connection unanswered.
+MAX_JSON_DEPTH = 64
 # A string, or an unterminated one to the end: every quote starts a match, so the scan
 # is linear (a pattern that can fail rescans the rest from each quote: \"\"\"...).
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
@@ -36,16 +42,34 @@ class JsonTooLarge(JsonError):
     """A body of more than ``MAX_JSON_VALUES`` values and keys."""
 
 
-def _too_many(text: str) -> bool:
-    """Whether ``text`` opens more arrays and objects, and separates more values and
-    keys, than ``MAX_JSON_VALUES`` (strings left out: what they hold is not JSON)."""
-    bare = _STRING.sub("", text)
+class JsonTooDeep(JsonError):
+    """A body nested more than ``MAX_JSON_DEPTH`` deep."""
+
+
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _too_many(bare: str) -> bool:
+    """Whether ``bare`` (the text, strings left out: what they hold is not JSON) opens
+    more arrays and objects, and separates more values and keys, than
+    ``MAX_JSON_VALUES``."""
     return sum(bare.count(c) for c in "[{,:") > MAX_JSON_VALUES
+
+
+def _too_deep(bare: str) -> bool:
+    """Whether ``bare`` (as for ``_too_many``, and within its count) opens arrays and
+    objects more than ``MAX_JSON_DEPTH`` deep."""
+    depth = 0
+    for c in _NOT_BRACKET.sub("", bare):
+        depth += 1 if c in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            return True
+    return False
 
 
 def load_json(body: bytes) -> Any:
     """A request body as JSON: UTF-8, no repeated keys, no NaN or Infinity, numbers of
-    64 bits, at most ``MAX_JSON_VALUES`` values and keys."""
+    64 bits, at most ``MAX_JSON_VALUES`` values and keys, ``MAX_JSON_DEPTH`` deep."""
 
     def constant(name: str) -> Any:
         raise JsonError(f"the body holds {name}, which is not JSON")
@@ -67,9 +91,13 @@ def load_json(body: bytes) -> Any:
 
     try:
         text = body.decode("utf-8")
-        if _too_many(text):
+        bare = _STRING.sub("", text)
+        if _too_many(bare):
             raise JsonTooLarge(f"the body holds more than {MAX_JSON_VALUES} JSON values and "
                                "keys (a service spec has some hundreds)")
+        if _too_deep(bare):
+            raise JsonTooDeep(f"the body holds arrays and objects nested more than "
+                              f"{MAX_JSON_DEPTH} deep (a service spec nests some 8)")
         return json.loads(text, object_pairs_hook=unique_keys, parse_constant=constant,
                           parse_int=integer, parse_float=real)
     except RepeatedKey as exc:
@@ -84,13 +112,17 @@ def load_answer(raw: bytes, what: str) -> Any:
     """The engine's answer to ``what`` (``GET /swarm``), read as a body is: what the
     docker-proxy reads whole is 4 MiB at most, but 4 MiB of ``[{},{},...]`` is ~100 MiB
     parsed, and nested past the recursion limit a RecursionError dropped the connection
-    unanswered. ``JsonTooLarge`` names the answer."""
+    unanswered. ``JsonTooLarge`` names the answer (too deep too)."""
     try:
         return load_json(raw)
     except JsonTooLarge:
         raise JsonTooLarge(f"the engine's answer to {what} holds more than {MAX_JSON_VALUES} "
                            "JSON values and keys; not read (a write's body may hold no more: "
                            "a service spec has some hundreds)") from None
+    except JsonTooDeep:
+        raise JsonTooLarge(f"the engine's answer to {what} is nested more than "
+                           f"{MAX_JSON_DEPTH} deep; not read (a write's body may be no deeper: "
+                           "a service spec nests some 8)") from None
 
 
 def same(a: Any, b: Any) -> bool:

@@ -41,6 +41,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from swarmgpu.core.labelkeys import docker_namespace
 from swarmgpu.core.model import is_device_uuid
 from swarmgpu.manager.placement.envs import (
     DEVICE_VAR,
@@ -292,6 +293,13 @@ def write_checks(prefix: str) -> WriteChecks:
     if not _PREFIX.fullmatch(prefix):
         raise ValueError(f"prefix {prefix!r}: the daemon's sync.prefix, ending in '.', "
                          "e.g. swarmgpu.")
+    reserved = docker_namespace(prefix)
+    if reserved:
+        # As the daemon's config refuses it: every stack service carries
+        # com.docker.stack.namespace, so each would be the daemon's to write, that too.
+        raise ValueError(f"prefix {prefix!r} overlaps {reserved}*, reserved by Docker "
+                         "(com.docker.*, io.docker.*, org.dockerproject.*): give the "
+                         "daemon's sync.prefix, e.g. swarmgpu.")
     return {"node-update": lambda cur, new: check_node_update(cur, new, prefix),
             "service-update": lambda cur, new: check_service_update(cur, new, prefix),
             "swarm-update": lambda cur, new: check_swarm_update(cur, new, prefix)}
