@@ -68,6 +68,7 @@ from loguru import logger
 
 from swarmgpu.agent.facts import FactSource
 from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
+from swarmgpu.core.healthcheck import HTTPS_ONLY, HTTPS_ONLY_HEADER
 from swarmgpu.core.httpguard import (
     HEAD_DEADLINE_S,
     PLAIN,
@@ -472,8 +473,10 @@ class _Handler(OneRequestHandler):
         with contextlib.suppress(HeadTooLarge):
             read_head(self.connection, float(self.timeout or HEAD_DEADLINE_S))
         self.connection.settimeout(self.write_deadline_s)
-        self.send_error(HTTPStatus.BAD_REQUEST, "this agent speaks HTTPS, not plain HTTP: "
-                        "call it with https:// (Prometheus: scheme: https)")
+        with contextlib.suppress(OSError):  # the client has gone; nothing to tell it
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
+                             f"400 {HTTPS_ONLY}: call it with https:// (Prometheus: scheme: "
+                             "https)\n".encode(), headers={HTTPS_ONLY_HEADER: "1"})
 
     def _access(self, path: str) -> tuple[bool, bool]:
         """(may read ``path``, may see per-process detail).

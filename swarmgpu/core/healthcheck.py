@@ -41,6 +41,11 @@ AGENT_LISTEN = "127.0.0.1:9401"
 DAEMON_LISTEN = "127.0.0.1:9402"
 TIMEOUT_S = 5.0
 MAX_TOKEN_BYTES = 4096  # swarmgpu.swarm.identity's: the agent refuses a longer token
+# What an HTTPS agent answers a plain-HTTP request (a 400, as nginx does), and the header
+# that marks it: a client of ours reads it as "a TLS server", as it read the closed
+# connection before (the body of an error is not read).
+HTTPS_ONLY = "this agent speaks HTTPS, not plain HTTP"
+HTTPS_ONLY_HEADER = "X-Swarmgpu-Https-Only"
 
 
 PROXY_LISTEN = "unix:///run/swarmgpu/docker.sock"
@@ -220,6 +225,8 @@ def _get(target: Target, url: str, timeout_s: float) -> tuple[bool, str, bool]:
             body = r.read(200).decode(errors="replace")
             return r.status == 200, f"{url}: {r.status} {body}", True
     except urllib.error.HTTPError as e:
+        if e.code == 400 and e.headers.get(HTTPS_ONLY_HEADER):  # the other scheme may answer
+            return False, f"{url}: {e.code} {e.reason} ({HTTPS_ONLY})", False
         return e.code in (401, 403), f"{url}: {e.code} {e.reason}", True
     except (OSError, ValueError, http.client.HTTPException) as e:
         reason = getattr(e, "reason", e)  # URLError wraps the socket's error

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
+from swarmgpu.core.healthcheck import HTTPS_ONLY_HEADER
 from swarmgpu.core.peertext import peer_text
 
 MAX_HEAD_BYTES = 64 * 1024  # status line and headers
@@ -338,6 +339,9 @@ def _read_response(sock: socket.socket, deadline: float, max_bytes: int,
                 continue
             status, hdrs = _parse_head(bytes(buf[:end]))
             body_at = end + 4
+            if status == 400 and HTTPS_ONLY_HEADER.lower() in hdrs:
+                raise FetchError("answered 400: a TLS server, not plain HTTP (it said so)",
+                                 kind=TLS_ANSWERED)
             if status != 200:  # the body of an error or redirect is never read
                 return Fetched(status, b"", peer_cn)
             chunked, length = _framing(hdrs)
