@@ -957,3 +957,28 @@ def test_a_gate_write_that_did_not_land_is_written_again() -> None:
     # gate again (tests/test_memo.py checks it); the change-driven one must as well.
     again = twin.plan(nodes, services, [], facts)
     assert again.node_set == {"n-a": {"swarmgpu.service.a": "true"}}
+
+
+def test_a_node_whose_facts_vanish_and_return_is_a_change_to_its_holders_plans() -> None:
+    """Found by the worlds listed in any order (seeds 117, 128, 132, 175): a node whose
+    facts vanish leaves the allocator, but its generation stayed as it was, so a settled
+    plan on it kept the GPU indexes read from the facts that were gone (a plan made anew
+    has none). Which path re-planned then hung on the order Swarm listed things in (a
+    settled key lists the nodes in ledger order), so the two paths differed: ``[]``
+    against ``[0, 1]``."""
+    nodes = [node("n-a", "node-a"), node("n-b", "node-b")]  # (the largest node stays)
+    facts = {"n-a": RTX4090.facts(), "n-b": RTX4090.facts()}
+    twin = TwinPlanner()
+    services = [svc("a", {"swarmgpu.gpus": "1"})]
+    first = twin.plan(nodes, services, [], facts)
+    nodes, services = apply(nodes, first), as_written(services, first)
+    nodes = apply(nodes, twin.plan(nodes, services, [], facts))  # the gate opens
+    settled = twin.plan(nodes, services, [], facts)
+    (p,) = settled.services[0].placements
+    assert not settled.node_set and p.gpus == (0,)
+    # The agent unreachable, no facts to stand in: no GPU index is known there.
+    without = {k: f for k, f in facts.items() if k != p.node_id}
+    gone = twin.plan(nodes, services, [], without)
+    assert [q.gpus for q in gone.services[0].placements] == [()]
+    back = twin.plan(nodes, services, [], facts)  # back: its GPUs read from them again
+    assert [q.gpus for q in back.services[0].placements] == [(0,)]
