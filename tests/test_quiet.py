@@ -98,8 +98,10 @@ def plan_diff(a: PlacementPlan, b: PlacementPlan) -> list[str]:
             continue
         for k in x:
             if x[k] != y[k]:
-                out.append(f"service {x['name']!r} field {k}:\n  change-driven: {x[k]!r}\n"
-                           f"  full pass:     {y[k]!r}")
+                out.append(
+                    f"service {x['name']!r} field {k}:\n  change-driven: {x[k]!r}\n"
+                    f"  full pass:     {y[k]!r}"
+                )
     return out
 
 
@@ -115,8 +117,10 @@ def assert_same_plans(a: PlacementPlan, b: PlacementPlan, where: str) -> None:
 def held_state(planner: Planner) -> list[tuple[object, ...]]:
     """What the planner's allocator holds: per (service, node) the ledger value and
     reservation, and the GPUs counted; and every node's free capacity and usage."""
-    held = sorted((k, h.key, None if h.choice is None else (h.choice.gpus, h.choice.milli))
-                  for k, h in planner.cluster.held_items())
+    held = sorted(
+        (k, h.key, None if h.choice is None else (h.choice.gpus, h.choice.milli))
+        for k, h in planner.cluster.held_items()
+    )
     alloc = planner.cluster.alloc
     nodes = sorted((nid, tuple(n.free), alloc.usage(nid)) for nid, n in alloc.nodes.items())
     return [*held, *nodes]
@@ -166,9 +170,15 @@ class TwinPlanner(Planner):
         self.quiet_services += len(quiet)
         return out
 
-    def plan(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
-             tasks: Sequence[SwarmTask], facts: Mapping[str, NodeFacts], *,
-             now: float | None = None) -> PlacementPlan:
+    def plan(
+        self,
+        nodes: Sequence[SwarmNode],
+        services: Sequence[SwarmService],
+        tasks: Sequence[SwarmTask],
+        facts: Mapping[str, NodeFacts],
+        *,
+        now: float | None = None,
+    ) -> PlacementPlan:
         if now is None:
             self.clock += 1.0
             now = self.clock
@@ -178,17 +188,22 @@ class TwinPlanner(Planner):
         b = self.twin.plan(nodes, services, tasks, facts, now=now)
         assert_same_plans(a, b, f"{self.label}, cycle {self.cycles} (now={now})")
         if self.check_held:
-            assert held_state(self) == held_state(self.twin), \
+            assert held_state(self) == held_state(self.twin), (
                 f"{self.label}, cycle {self.cycles}: the allocators hold different things"
+            )
         return a
 
-    def place_arrivals(self, services: Sequence[SwarmService], tasks: Sequence[SwarmTask],
-                       ) -> PlacementPlan:
+    def place_arrivals(
+        self,
+        services: Sequence[SwarmService],
+        tasks: Sequence[SwarmTask],
+    ) -> PlacementPlan:
         self.arrivals += 1
         a = super().place_arrivals(services, tasks)
         b = self.twin.place_arrivals(services, tasks)
-        assert_same_plans(a, b, f"{self.label}, arrivals call {self.arrivals} "
-                                f"(after cycle {self.cycles})")
+        assert_same_plans(
+            a, b, f"{self.label}, arrivals call {self.arrivals} (after cycle {self.cycles})"
+        )
         return a
 
 
@@ -235,7 +250,7 @@ def _trace(n_nodes: int, n_pods: int, seed: int) -> tuple[list[NodeSpec], list[T
     nodes = rng.sample(load_nodes(nodes_csv), n_nodes)
     pods = load_pods(pods_csv)
     start = rng.randrange(len(pods) - n_pods)
-    return nodes, pods[start:start + n_pods]
+    return nodes, pods[start : start + n_pods]
 
 
 @pytest.fixture
@@ -268,7 +283,8 @@ def test_replay_with_rebalance_moves_plans_the_same() -> None:
 
 
 def test_departures_replay_with_jobs_and_moves_plans_the_same(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     nodes, pods = _trace(40, 900, 8)
     defrag = TwinDefragmenter()
     made: list[TwinPlanner] = []
@@ -279,8 +295,9 @@ def test_departures_replay_with_jobs_and_moves_plans_the_same(
             made.append(self)
 
     monkeypatch.setattr(swarm_replay, "Planner", Recorded)
-    res = swarm_replay.replay_departures_planner(nodes, pods, 2, batch=6, defrag=defrag,
-                                                 moves_per_100=2.0, speedup=1.0)
+    res = swarm_replay.replay_departures_planner(
+        nodes, pods, 2, batch=6, defrag=defrag, moves_per_100=2.0, speedup=1.0
+    )
     (twin,) = made
     # (Jobs are not quiet today, a replicated service only: this is the full pass's
     # jobs path, both ways, with the departures' releases and the moves.)
@@ -294,8 +311,9 @@ REFUSED = "no suitable node (insufficient resources on 1 node)"
 
 
 def _gpus(nid: str, n: int, product: str, memory: int = 40960) -> tuple[Gpu, ...]:
-    return tuple(Gpu(index=i, uuid=f"GPU-{nid}-{i}", product=product, memory_mib=memory)
-                 for i in range(n))
+    return tuple(
+        Gpu(index=i, uuid=f"GPU-{nid}-{i}", product=product, memory_mib=memory) for i in range(n)
+    )
 
 
 class Mini:
@@ -332,12 +350,23 @@ class Mini:
         rng = self.rng
         product = rng.choice(PRODUCTS)
         self.nodes[nid] = SwarmNode(
-            id=nid, hostname=f"h-{nid}", addr="10.0.0.1", role="worker", state="ready",
-            availability="active", labels={}, engine_labels={}, version=1,
-            generic_resources={}, discrete_resources={},
-            cpu_milli=rng.choice((None, 16000, 64000)), memory_mib=rng.choice((None, 262144)))
-        self.facts[nid] = NodeFacts(hostname=f"h-{nid}",
-                                    gpus=_gpus(nid, rng.randint(2, 8), product))
+            id=nid,
+            hostname=f"h-{nid}",
+            addr="10.0.0.1",
+            role="worker",
+            state="ready",
+            availability="active",
+            labels={},
+            engine_labels={},
+            version=1,
+            generic_resources={},
+            discrete_resources={},
+            cpu_milli=rng.choice((None, 16000, 64000)),
+            memory_mib=rng.choice((None, 262144)),
+        )
+        self.facts[nid] = NodeFacts(
+            hostname=f"h-{nid}", gpus=_gpus(nid, rng.randint(2, 8), product)
+        )
 
     def node_changed(self, nid: str, **kw: Any) -> None:
         n = self.nodes[nid]
@@ -370,27 +399,36 @@ class Mini:
         elif kind == "job":
             mode = {"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 2}}
         spec: dict[str, Any] = {
-            "Name": name, "Labels": labels,
+            "Name": name,
+            "Labels": labels,
             "TaskTemplate": {
                 "ContainerSpec": {"Image": "busybox", "Env": env if gated else []},
                 "Placement": {"Constraints": [gate_constraint(P, name)] if gated else []},
-                "Resources": {"Reservations": {
-                    "NanoCPUs": rng.choice((0, 1000, 4000)) * 1_000_000,
-                    "MemoryBytes": rng.choice((0, 2048)) * MIB}},
+                "Resources": {
+                    "Reservations": {
+                        "NanoCPUs": rng.choice((0, 1000, 4000)) * 1_000_000,
+                        "MemoryBytes": rng.choice((0, 2048)) * MIB,
+                    }
+                },
             },
             "Mode": mode,
         }
         sid = self._id("sid")
         # Some with a creation time (the served order reads their age), most without.
         created = f"2026-11-30T10:{rng.randint(0, 59):02d}:00Z" if rng.random() < 0.3 else ""
-        self.services[sid] = service_from_api({"ID": sid, "Spec": spec, "CreatedAt": created,
-                                               "Version": {"Index": 1}})
+        self.services[sid] = service_from_api(
+            {"ID": sid, "Spec": spec, "CreatedAt": created, "Version": {"Index": 1}}
+        )
         return sid
 
     def service_spec(self, sid: str, spec: Mapping[str, Any]) -> None:
         s = self.services[sid]
-        raw: dict[str, Any] = {"ID": sid, "Spec": spec, "Version": {"Index": s.version + 1},
-                               "CreatedAt": s.created_at}
+        raw: dict[str, Any] = {
+            "ID": sid,
+            "Spec": spec,
+            "Version": {"Index": s.version + 1},
+            "CreatedAt": s.created_at,
+        }
         if s.mode in ("replicated-job", "global-job"):  # any update: the job runs again
             raw["JobStatus"] = {"JobIteration": {"Index": s.job_iteration + 1}}
         self.services[sid] = service_from_api(raw)
@@ -405,8 +443,7 @@ class Mini:
             n = self.nodes.get(nid)
             if n is None or (lossy and self.rng.random() < lossy):
                 continue
-            labels = {k: v for k, v in n.labels.items()
-                      if k not in plan.node_remove.get(nid, [])}
+            labels = {k: v for k, v in n.labels.items() if k not in plan.node_remove.get(nid, [])}
             labels.update(plan.node_set.get(nid, {}))
             self.node_labels(nid, labels)
             self.written.update((nid, k) for k in plan.node_set.get(nid, {}))
@@ -423,12 +460,19 @@ class Mini:
         cpu, mem = reservations(s.spec)
         job = s.mode in ("replicated-job", "global-job")
         return SwarmTask(
-            id=self._id("task"), service_id=s.id, node_id=nid, slot=slot,
+            id=self._id("task"),
+            service_id=s.id,
+            node_id=nid,
+            slot=slot,
             state="running" if nid else "pending",
-            desired_state="complete" if job else "running", env=(),
-            force_update=s.force_update, cpu_milli=cpu if nid else 0,
+            desired_state="complete" if job else "running",
+            env=(),
+            force_update=s.force_update,
+            cpu_milli=cpu if nid else 0,
             memory_mib=mem if nid else 0,
-            job_iteration=s.job_iteration if job else None, **kw)
+            job_iteration=s.job_iteration if job else None,
+            **kw,
+        )
 
     def swarm(self) -> None:
         """Swarm's part: a replica whose spec changed, or whose node's gate is closed, is
@@ -439,27 +483,45 @@ class Mini:
                 live[t.id] = t
         for s in self.services.values():
             gate = gate_key(P, s.name)
-            open_on = sorted(nid for nid, n in self.nodes.items()
-                             if n.labels.get(gate) == "true" and n.state == "ready"
-                             and n.availability == "active")
-            mine = [t for t in self.tasks.values()
-                    if t.service_id == s.id and t.desired_state != "shutdown"]
+            open_on = sorted(
+                nid
+                for nid, n in self.nodes.items()
+                if n.labels.get(gate) == "true"
+                and n.state == "ready"
+                and n.availability == "active"
+            )
+            mine = [
+                t
+                for t in self.tasks.values()
+                if t.service_id == s.id and t.desired_state != "shutdown"
+            ]
             if s.mode == "global":
                 want: list[tuple[int | None, str]] = [(None, nid) for nid in open_on]
             else:
-                count = (s.replicas or 0) if s.mode == "replicated" else \
-                    (s.total_completions or 1)
-                want = [(i, open_on[(i - 1) % len(open_on)] if open_on else "")
-                        for i in range(1, count + 1)]
+                count = (s.replicas or 0) if s.mode == "replicated" else (s.total_completions or 1)
+                want = [
+                    (i, open_on[(i - 1) % len(open_on)] if open_on else "")
+                    for i in range(1, count + 1)
+                ]
             for slot, nid in want:
-                old = next((t for t in mine if t.slot == slot
-                            and (slot is not None or t.node_id == nid)), None)
-                if old is not None and old.force_update == s.force_update and (
+                old = next(
+                    (t for t in mine if t.slot == slot and (slot is not None or t.node_id == nid)),
+                    None,
+                )
+                if (
+                    old is not None
+                    and old.force_update == s.force_update
+                    and (
                         (old.node_id and old.node_id in open_on)
                         or (not old.node_id and not nid)
-                        or old.state == "complete"):
-                    if (s.mode == "replicated-job" and old.state == "running"
-                            and self.rng.random() < 0.3):
+                        or old.state == "complete"
+                    )
+                ):
+                    if (
+                        s.mode == "replicated-job"
+                        and old.state == "running"
+                        and self.rng.random() < 0.3
+                    ):
                         old = replace(old, state="complete", cpu_milli=0, memory_mib=0)
                     live[old.id] = old
                     continue
@@ -474,15 +536,21 @@ class Mini:
         return self.rng.choice(sorted(self.nodes)) if self.nodes else None
 
     def _service(self, gpu: bool = True, label: str = "") -> SwarmService | None:
-        pool = [s for s in self.services.values()
-                if (not gpu or any(k.startswith(P + "gpu") for k in s.labels))
-                and (not label or label in s.labels)]
+        pool = [
+            s
+            for s in self.services.values()
+            if (not gpu or any(k.startswith(P + "gpu") for k in s.labels))
+            and (not label or label in s.labels)
+        ]
         return self.rng.choice(sorted(pool, key=lambda s: s.id)) if pool else None
 
     def _owned_label(self, kind: str) -> tuple[str, str] | None:
-        pool = sorted((nid, k) for nid, n in self.nodes.items() for k in n.labels
-                      if k.startswith(P + kind)
-                      and (self.reverts or (nid, k) not in self.written))
+        pool = sorted(
+            (nid, k)
+            for nid, n in self.nodes.items()
+            for k in n.labels
+            if k.startswith(P + kind) and (self.reverts or (nid, k) not in self.written)
+        )
         return self.rng.choice(pool) if pool else None
 
     def p_availability(self) -> str | None:
@@ -535,8 +603,9 @@ class Mini:
         s = self._service()
         name = s.name if s is not None and self.rng.random() < 0.5 else "nobody"
         key = self.rng.choice((assign_key(P, name), gate_key(P, name)))
-        self.node_labels(nid, {**self.nodes[nid].labels, key: self.rng.choice(
-            ("true", f"GPU-{nid}-0"))})
+        self.node_labels(
+            nid, {**self.nodes[nid].labels, key: self.rng.choice(("true", f"GPU-{nid}-0"))}
+        )
         return f"node {nid}: operator wrote {key}"
 
     def p_user_label(self) -> str | None:
@@ -566,8 +635,9 @@ class Mini:
         if not gpus:
             return None
         if how in ("unhealthy", "healthy"):
-            gpus[i] = replace(gpus[i], healthy=how == "healthy",
-                              error=None if how == "healthy" else "Xid 79")
+            gpus[i] = replace(
+                gpus[i], healthy=how == "healthy", error=None if how == "healthy" else "Xid 79"
+            )
         elif how == "gpu-removed":
             del gpus[i]
         else:
@@ -595,8 +665,7 @@ class Mini:
         s = self._service()
         if s is None:
             return None
-        labels = {k: v for k, v in s.labels.items()
-                  if k not in (P + "gpus", P + "gpu-fraction")}
+        labels = {k: v for k, v in s.labels.items() if k not in (P + "gpus", P + "gpu-fraction")}
         how = self.rng.choice(("gpus", "fraction", "replicas", "product", "none"))
         spec = dict(s.spec)
         if how == "gpus":
@@ -628,18 +697,28 @@ class Mini:
         return f"service {self.services[sid].name} added"
 
     def _running(self) -> SwarmTask | None:
-        pool = sorted((t for t in self.tasks.values()
-                       if t.state == "running" and t.desired_state != "shutdown"),
-                      key=lambda t: t.id)
+        pool = sorted(
+            (
+                t
+                for t in self.tasks.values()
+                if t.state == "running" and t.desired_state != "shutdown"
+            ),
+            key=lambda t: t.id,
+        )
         return self.rng.choice(pool) if pool else None
 
     def p_task_fails(self) -> str | None:
         t = self._running()
         if t is None:
             return None
-        self.tasks[t.id] = replace(t, state="failed", desired_state="shutdown",
-                                   error="starting container failed", cpu_milli=0,
-                                   memory_mib=0)
+        self.tasks[t.id] = replace(
+            t,
+            state="failed",
+            desired_state="shutdown",
+            error="starting container failed",
+            cpu_milli=0,
+            memory_mib=0,
+        )
         s = self.services.get(t.service_id)
         if s is not None:
             new = self._task(s, t.slot, "")
@@ -658,9 +737,20 @@ class Mini:
         t = self._running()
         if t is None:
             return None
-        self.tasks[t.id] = replace(t, state="pending", node_id="", message=self.rng.choice(
-            (REFUSED, "no suitable node (scheduling constraints not satisfied on 3 nodes)",
-             "pending task scheduling")), cpu_milli=0, memory_mib=0)
+        self.tasks[t.id] = replace(
+            t,
+            state="pending",
+            node_id="",
+            message=self.rng.choice(
+                (
+                    REFUSED,
+                    "no suitable node (scheduling constraints not satisfied on 3 nodes)",
+                    "pending task scheduling",
+                )
+            ),
+            cpu_milli=0,
+            memory_mib=0,
+        )
         return f"task {t.id} of {t.service_id} pending, refused"
 
     def p_start_first(self) -> str | None:
@@ -698,8 +788,10 @@ class Mini:
         s = self._service()
         if s is None:
             return None
-        self.service_labels(s.id, {**s.labels, P + "priority": self.rng.choice(
-            ("critical", "inference", "batch", "7"))})
+        self.service_labels(
+            s.id,
+            {**s.labels, P + "priority": self.rng.choice(("critical", "inference", "batch", "7"))},
+        )
         return f"service {s.name}: priority edited"
 
     def p_preempted(self) -> str | None:
@@ -739,9 +831,16 @@ class Mini:
                 self.log.append(got)
 
 
-def _run_world(seed: int, cycles: int, *, keep_failed: bool,
-               twin: TwinPlanner | None = None, lossy: float = 0.0,
-               shuffle: bool = False, reverts: bool = False) -> TwinPlanner:
+def _run_world(
+    seed: int,
+    cycles: int,
+    *,
+    keep_failed: bool,
+    twin: TwinPlanner | None = None,
+    lossy: float = 0.0,
+    shuffle: bool = False,
+    reverts: bool = False,
+) -> TwinPlanner:
     """``lossy``: the chance that a node's or a service's writes of a cycle do not
     land (a failed write; dry-run writes nothing). ``shuffle``: Swarm lists nodes,
     services and tasks in any order, each cycle another. ``reverts``: an operator may
@@ -770,8 +869,11 @@ def _run_world(seed: int, cycles: int, *, keep_failed: bool,
             sid = w.add_service()
             w.swarm()
             w.log.append(f"{w.services[sid].name} arrived")
-            w.apply(twin.place_arrivals([w.services[sid]], [
-                t for t in w.tasks.values() if t.service_id == sid]))
+            w.apply(
+                twin.place_arrivals(
+                    [w.services[sid]], [t for t in w.tasks.values() if t.service_id == sid]
+                )
+            )
         w.now += rng.choice((0.0, 1.0, 2.0))
         w.perturb()
     return twin
@@ -813,7 +915,8 @@ def test_the_perturbed_worlds_reach_the_change_driven_path() -> None:
 
 
 def test_the_comparison_catches_a_service_wrongly_taken_for_quiet(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The twin check has teeth: a change-driven cycle blind to node changes (no service
     is ever touched by one) is caught within the first few worlds."""
     seen = QuietServices.changed
@@ -829,8 +932,10 @@ def test_the_comparison_catches_a_service_wrongly_taken_for_quiet(
             _run_world(seed, CYCLES, keep_failed=False)
         except AssertionError as exc:
             caught.append(str(exc))
-    assert caught and ("the change-driven plan differs" in caught[0]
-                       or "the allocators hold different things" in caught[0]), caught
+    assert caught and (
+        "the change-driven plan differs" in caught[0]
+        or "the allocators hold different things" in caught[0]
+    ), caught
 
 
 # --- mismatches found, kept minimal --------------------------------------------------
@@ -852,3 +957,28 @@ def test_a_gate_write_that_did_not_land_is_written_again() -> None:
     # gate again (tests/test_memo.py checks it); the change-driven one must as well.
     again = twin.plan(nodes, services, [], facts)
     assert again.node_set == {"n-a": {"swarmgpu.service.a": "true"}}
+
+
+def test_a_node_whose_facts_vanish_and_return_is_a_change_to_its_holders_plans() -> None:
+    """Found by the worlds listed in any order (seeds 117, 128, 132, 175): a node whose
+    facts vanish leaves the allocator, but its generation stayed as it was, so a settled
+    plan on it kept the GPU indexes read from the facts that were gone (a plan made anew
+    has none). Which path re-planned then hung on the order Swarm listed things in (a
+    settled key lists the nodes in ledger order), so the two paths differed: ``[]``
+    against ``[0, 1]``."""
+    nodes = [node("n-a", "node-a"), node("n-b", "node-b")]  # (the largest node stays)
+    facts = {"n-a": RTX4090.facts(), "n-b": RTX4090.facts()}
+    twin = TwinPlanner()
+    services = [svc("a", {"swarmgpu.gpus": "1"})]
+    first = twin.plan(nodes, services, [], facts)
+    nodes, services = apply(nodes, first), as_written(services, first)
+    nodes = apply(nodes, twin.plan(nodes, services, [], facts))  # the gate opens
+    settled = twin.plan(nodes, services, [], facts)
+    (p,) = settled.services[0].placements
+    assert not settled.node_set and p.gpus == (0,)
+    # The agent unreachable, no facts to stand in: no GPU index is known there.
+    without = {k: f for k, f in facts.items() if k != p.node_id}
+    gone = twin.plan(nodes, services, [], without)
+    assert [q.gpus for q in gone.services[0].placements] == [()]
+    back = twin.plan(nodes, services, [], facts)  # back: its GPUs read from them again
+    assert [q.gpus for q in back.services[0].placements] == [(0,)]

@@ -59,7 +59,8 @@ class ClusterAllocator:
         self.facts: dict[str, NodeFacts] = {}
         self.assigned_mig: dict[str, set[str]] = {}
         self.problems: list[str] = []
-        self.node_gen: dict[str, int] = {}  # bumped when a node's spec is rebuilt
+        # bumped when a node's spec is rebuilt, and when it leaves for want of GPU facts
+        self.node_gen: dict[str, int] = {}
         self.tasks_on: set[tuple[str, str]] = set()  # (service id, node id) with a task
         self.timings: list[float] | None = None  # per placement decision, when measured
         # Name the closest node when nothing fits (a scan of every node state); a
@@ -128,6 +129,10 @@ class ClusterAllocator:
             if f is None or not f.gpus:
                 if present:
                     self._drop_node(n.id, dropped)
+                    # A plan reads a node's GPUs by its generation (a settled key, the
+                    # quiet services): without facts it has none, a change as a rebuild is.
+                    self._gen += 1
+                    self.node_gen[n.id] = self._gen
                 continue
             old = self._node_keys.get(n.id)
             if (
