@@ -33,9 +33,15 @@ class Convergence:
     backoff_label: str = ""  # ``<p>state.replaced``, written with the device map
 
 
-def converge(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holding],
-             running_on: Mapping[str, int], waiting: Waiting, res: tuple[int, int],
-             cyc: Cycle) -> Convergence | None:
+def converge(
+    s: SwarmService,
+    r: GpuRequest,
+    holdings: Mapping[str, Holding],
+    running_on: Mapping[str, int],
+    waiting: Waiting,
+    res: tuple[int, int],
+    cyc: Cycle,
+) -> Convergence | None:
     """Holdings where Swarm will not run the service's task -- its node drained, down
     or paused, its constraints no longer allowing the node, the node without the CPU or
     memory the task reserves, or Swarm's scheduler refusing it there -- are dropped
@@ -59,8 +65,9 @@ def converge(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holding],
     if b.since is not None and b.since > cyc.now + MAX_SKEW_S:
         b.since = cyc.now  # a recorded time no clock wrote (core.stamps): count from now
     if (left := b.wait_left(cyc.now)) > 0:
-        return Convergence(holdings, f"{what}; re-placing it is backed off for {left:.0f} s "
-                                     f"more ({b.describe()})")
+        return Convergence(
+            holdings, f"{what}; re-placing it is backed off for {left:.0f} s more ({b.describe()})"
+        )
     cluster = cyc.cluster
     for nid in stuck:
         cluster.release_holding(s.name, nid)
@@ -71,18 +78,23 @@ def converge(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holding],
         probe = Unplaceable(str(exc))
     if isinstance(probe, Unplaceable):  # nowhere better: it keeps its GPUs and waits
         for nid in stuck:
-            cluster.commit_holding(s.name, nid, holdings[nid],
-                                   cluster.holding_reservation(s.id, nid, res))
-        return Convergence(holdings, f"{what}; no other node can take it: "
-                                     f"{cluster.hostnames(probe.reason)}")
+            cluster.commit_holding(
+                s.name, nid, holdings[nid], cluster.holding_reservation(s.id, nid, res)
+            )
+        return Convergence(
+            holdings, f"{what}; no other node can take it: {cluster.hostnames(probe.reason)}"
+        )
     cyc.avoid[s.id] = frozenset(stuck)
     b.replaced(cyc.now)
-    return Convergence({nid: h for nid, h in holdings.items() if nid not in stuck},
-                       dropped=tuple(stuck), replaced=what, backoff_label=b.label())
+    return Convergence(
+        {nid: h for nid, h in holdings.items() if nid not in stuck},
+        dropped=tuple(stuck),
+        replaced=what,
+        backoff_label=b.label(),
+    )
 
 
-def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
-              cyc: Cycle) -> str:
+def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int], cyc: Cycle) -> str:
     """Why Swarm will not run the service's waiting task on ``nid``, its held node
     ("" when nothing says so). Read from Swarm's own state: the node's status, the
     service's constraints against the node, the reservations of the node's tasks, and
@@ -100,9 +112,14 @@ def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
     if nid in cyc.exclude(s):
         return f"its constraints, platform or generic resources exclude {host}"
     ns = cyc.cluster.alloc.nodes.get(nid)
-    if ns is not None and (s.id, nid) not in cyc.cluster.tasks_on and (
+    if (
+        ns is not None
+        and (s.id, nid) not in cyc.cluster.tasks_on
+        and (
             (res[0] and ns.cpu_left is not None and ns.cpu_left < 0)
-            or (res[1] and ns.mem_left is not None and ns.mem_left < 0)):
+            or (res[1] and ns.mem_left is not None and ns.mem_left < 0)
+        )
+    ):
         return f"{host} has not the CPU or memory its task reserves left"
     key = (s.id, nid)
     if node.labels.get(gate_key(cyc.prefix, s.name)) == "true":
