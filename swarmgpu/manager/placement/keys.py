@@ -19,6 +19,9 @@ MAX_STATE = "state.max-replicas"  # service label: the MaxReplicas swarmgpu set 
 # service label: "<re-placements>@<epoch s of the last>" (``converge``'s back-off, kept in
 # Swarm so `plan`, `status` and a new leader see it)
 REPLACED_STATE = "state.replaced"
+# service label: the ForceUpdate swarmgpu wrote to replace spread tasks Swarm ran
+# together on one node (``converge.crowding``): no second one while that update rolls
+RESPREAD_STATE = "state.respread"
 ACTIVE_STATES = (
     "running",
     "starting",

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swarmgpu.manager.placement.converge import converge
+from swarmgpu.manager.placement.converge import converge, crowding
 from swarmgpu.manager.placement.cycle import Cycle, Released, release_dropped
 from swarmgpu.manager.placement.devicemap import DeviceMap, write_devices_and_gates
 from swarmgpu.manager.placement.gating import Gating, gate_service
@@ -43,6 +43,7 @@ from swarmgpu.manager.placement.jobs import (
 from swarmgpu.manager.placement.keys import (
     MAX_STATE,
     REPLACED_STATE,
+    RESPREAD_STATE,
     assign_key,
     gate_key,
 )
@@ -240,12 +241,23 @@ def _plan_replicated(
         d.warnings += env.warnings
     dm = write_devices_and_gates(s, d.placements, spread.draining, running_on, waiting, cyc)
     d.device_map(dm)
+    if (
+        d.packed is None
+        and want > 1
+        and job is None
+        and (crowd := crowding(s, d.placements, running_on, cyc)) is not None
+    ):
+        d.warnings.append(crowd.why)  # placed: pending would let it preempt for nothing
+        d.state_labels[cyc.prefix + RESPREAD_STATE] = crowd.label
+        if crowd.force and not d.force_update:
+            d.force_update, d.decision = True, ("place", crowd.why)
     # swarmgpu's own records: the MaxReplicas it set, the back-off (no device map: no
-    # restart); a MaxReplicas record no longer true goes
+    # restart), the re-spread; a record no longer true goes
     if want_state := {k: v for k, v in d.state_labels.items() if s.labels.get(k) != v}:
         d.labels_set = {**d.labels_set, **want_state}
-    if cyc.prefix + MAX_STATE in s.labels and cyc.prefix + MAX_STATE not in d.state_labels:
-        d.labels_remove += (cyc.prefix + MAX_STATE,)
+    for key in (cyc.prefix + MAX_STATE, cyc.prefix + RESPREAD_STATE):
+        if key in s.labels and key not in d.state_labels:
+            d.labels_remove += (key,)
     _outcome(d, s, r, spread.reasons, dm.all_open, stuck, running_on, waiting, replicas, want, cyc)
     if job is not None:
         d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc), cyc)
