@@ -508,3 +508,54 @@ def test_a_request_in_the_container_labels_is_invalid_naming_deploy_labels() -> 
     assert "move it under deploy.labels" in (by["there"].reason or "")
     assert not by["there"].needs_service_write
     assert by["good"].status == "placed"
+
+
+def test_tasks_swarm_ran_together_on_one_spread_node_are_respread_once() -> None:
+    """Spread replicas hold one device list per node; MaxReplicas 1 keeps Swarm to one
+    task there, but only for the tasks it schedules while the spec says so. The owner
+    removes it (``--replicas-max-per-node 0``, a re-deploy without it) and Swarm runs a
+    second task on a gated node before swarmgpu sets 1 back: both read that node's list.
+    Setting 1 back moves no task (a change of placement alone), so they are replaced
+    once (ForceUpdate, with MaxReplicas 1 in the same write), not again while that
+    rolling update runs, and the record goes once they run one per node."""
+    s = svc("inf", {"swarmgpu.gpus": "1"}, replicas=2)
+    plan = plan_placement([DGX, R4090], [s], [], FACTS)
+    labels = {**s.labels, **plan.services[0].service_labels_set}
+    s1 = replace(s, labels=labels, max_replicas_per_node=1, force_update=1, version=2)
+    nodes = apply([DGX, R4090], plan)
+    nodes = apply(nodes, plan_placement(nodes, [s1], [], FACTS))  # gates open
+
+    def run(tid: str, nid: str, slot: int, force: int = 1) -> SwarmTask:
+        return SwarmTask(tid, s.id, nid, slot, "running", "running", (), force_update=force)
+
+    spread = [run("t1", "n-dgx", 1), run("t2", "n-4090", 2)]
+    assert plan_placement(nodes, [s1], spread, FACTS).empty
+    # MaxReplicas removed, and Swarm put slot 2 beside slot 1 (its node down a while)
+    owner = replace(s1, max_replicas_per_node=None, version=3)
+    crowded = [run("t1", "n-dgx", 1), run("t3", "n-dgx", 2)]
+    sp = plan_placement(nodes, [owner], crowded, FACTS).services[0]
+    assert sp.set_max_replicas == 1 and sp.force_update and sp.decision is not None
+    assert sp.status == "placed" and "2 tasks run on gpu-node-1" in sp.warnings[-1]
+    assert sp.service_labels_set[f"{P}state.respread"] == "2"
+    # Written: its rolling update has not reached the crowded tasks yet: no second one
+    s2 = replace(
+        owner,
+        labels={**owner.labels, **sp.service_labels_set},
+        max_replicas_per_node=1,
+        force_update=2,
+        version=4,
+    )
+    sp = plan_placement(nodes, [s2], crowded, FACTS).services[0]
+    assert not sp.needs_service_write and "being replaced" in sp.warnings[-1]
+    # The owner removes it again while they roll: replaced again, with 1 again
+    again = replace(s2, max_replicas_per_node=0, version=5)
+    sp = plan_placement(nodes, [again], crowded, FACTS).services[0]
+    assert sp.set_max_replicas == 1 and sp.force_update
+    # One per node again: placed, the record goes
+    done = [run("t4", "n-dgx", 1, 2), run("t5", "n-4090", 2, 2)]
+    sp = plan_placement(nodes, [s2], done, FACTS).services[0]
+    assert sp.service_labels_remove == (f"{P}state.respread",) and not sp.force_update
+    assert not any("tasks run on" in w for w in sp.warnings)
+    # A crowd seen only after MaxReplicas 1 is back (no record): replaced as well
+    sp = plan_placement(nodes, [s1], crowded, FACTS).services[0]
+    assert sp.force_update and sp.set_max_replicas is None and sp.decision is not None

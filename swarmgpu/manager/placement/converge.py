@@ -1,8 +1,9 @@
-"""Holdings where Swarm will not run the task: dropped and re-placed, or kept with a reason."""
+"""Holdings where Swarm will not run the task: dropped and re-placed, or kept with a
+reason; spread tasks Swarm runs together on one node: replaced once."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from swarmgpu.allocator.values import Unplaceable
@@ -10,8 +11,9 @@ from swarmgpu.core.migprofile import MigProfileError
 from swarmgpu.core.stamps import MAX_SKEW_S
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cycle import Cycle
-from swarmgpu.manager.placement.keys import REPLACED_STATE, gate_key
+from swarmgpu.manager.placement.keys import REPLACED_STATE, RESPREAD_STATE, gate_key
 from swarmgpu.manager.placement.ledger import Holding
+from swarmgpu.manager.placement.records import ReplicaPlacement
 from swarmgpu.manager.placement.specs import demand_of, schedulable
 from swarmgpu.manager.placement.tasks import Waiting
 from swarmgpu.manager.services.requests import GpuRequest
@@ -33,9 +35,15 @@ class Convergence:
     backoff_label: str = ""  # ``<p>state.replaced``, written with the device map
 
 
-def converge(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holding],
-             running_on: Mapping[str, int], waiting: Waiting, res: tuple[int, int],
-             cyc: Cycle) -> Convergence | None:
+def converge(
+    s: SwarmService,
+    r: GpuRequest,
+    holdings: Mapping[str, Holding],
+    running_on: Mapping[str, int],
+    waiting: Waiting,
+    res: tuple[int, int],
+    cyc: Cycle,
+) -> Convergence | None:
     """Holdings where Swarm will not run the service's task -- its node drained, down
     or paused, its constraints no longer allowing the node, the node without the CPU or
     memory the task reserves, or Swarm's scheduler refusing it there -- are dropped
@@ -59,8 +67,9 @@ def converge(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holding],
     if b.since is not None and b.since > cyc.now + MAX_SKEW_S:
         b.since = cyc.now  # a recorded time no clock wrote (core.stamps): count from now
     if (left := b.wait_left(cyc.now)) > 0:
-        return Convergence(holdings, f"{what}; re-placing it is backed off for {left:.0f} s "
-                                     f"more ({b.describe()})")
+        return Convergence(
+            holdings, f"{what}; re-placing it is backed off for {left:.0f} s more ({b.describe()})"
+        )
     cluster = cyc.cluster
     for nid in stuck:
         cluster.release_holding(s.name, nid)
@@ -71,18 +80,23 @@ def converge(s: SwarmService, r: GpuRequest, holdings: Mapping[str, Holding],
         probe = Unplaceable(str(exc))
     if isinstance(probe, Unplaceable):  # nowhere better: it keeps its GPUs and waits
         for nid in stuck:
-            cluster.commit_holding(s.name, nid, holdings[nid],
-                                   cluster.holding_reservation(s.id, nid, res))
-        return Convergence(holdings, f"{what}; no other node can take it: "
-                                     f"{cluster.hostnames(probe.reason)}")
+            cluster.commit_holding(
+                s.name, nid, holdings[nid], cluster.holding_reservation(s.id, nid, res)
+            )
+        return Convergence(
+            holdings, f"{what}; no other node can take it: {cluster.hostnames(probe.reason)}"
+        )
     cyc.avoid[s.id] = frozenset(stuck)
     b.replaced(cyc.now)
-    return Convergence({nid: h for nid, h in holdings.items() if nid not in stuck},
-                       dropped=tuple(stuck), replaced=what, backoff_label=b.label())
+    return Convergence(
+        {nid: h for nid, h in holdings.items() if nid not in stuck},
+        dropped=tuple(stuck),
+        replaced=what,
+        backoff_label=b.label(),
+    )
 
 
-def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
-              cyc: Cycle) -> str:
+def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int], cyc: Cycle) -> str:
     """Why Swarm will not run the service's waiting task on ``nid``, its held node
     ("" when nothing says so). Read from Swarm's own state: the node's status, the
     service's constraints against the node, the reservations of the node's tasks, and
@@ -100,9 +114,14 @@ def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
     if nid in cyc.exclude(s):
         return f"its constraints, platform or generic resources exclude {host}"
     ns = cyc.cluster.alloc.nodes.get(nid)
-    if ns is not None and (s.id, nid) not in cyc.cluster.tasks_on and (
+    if (
+        ns is not None
+        and (s.id, nid) not in cyc.cluster.tasks_on
+        and (
             (res[0] and ns.cpu_left is not None and ns.cpu_left < 0)
-            or (res[1] and ns.mem_left is not None and ns.mem_left < 0)):
+            or (res[1] and ns.mem_left is not None and ns.mem_left < 0)
+        )
+    ):
         return f"{host} has not the CPU or memory its task reserves left"
     key = (s.id, nid)
     if node.labels.get(gate_key(cyc.prefix, s.name)) == "true":
@@ -111,3 +130,57 @@ def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
         if waiting.refused and cyc.now - since >= GATE_GRACE_S:
             return f"on {host}, Swarm says: {waiting.refused}"
     return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Crowding:
+    """Spread tasks Swarm runs together on a node: why the service waits, and whether
+    they are replaced now (``force``, recorded as ``label``) or already being replaced."""
+
+    why: str
+    force: bool
+    label: str  # ``<p>state.respread``: the ForceUpdate that replaces them
+
+
+def crowding(
+    s: SwarmService,
+    placements: Sequence[ReplicaPlacement],
+    running_on: Mapping[str, int],
+    cyc: Cycle,
+) -> Crowding | None:
+    """A spread replica holds one device list per node, and MaxReplicas 1 keeps Swarm to
+    one task there -- but only for the tasks it schedules while the spec says so. Once
+    the owner raised or removed it (``--replicas-max-per-node 0``, a re-deploy without
+    it), and before swarmgpu sets 1 back, Swarm may run a second task on a gated node
+    (the other node down, a task failing on its own: swarmkit's scheduler then prefers
+    any other node), and both read the same list: two model servers on one GPU set.
+    Setting 1 back moves no task (a change of placement alone restarts none), so the
+    service's tasks are replaced once (ForceUpdate: the new ones carry MaxReplicas 1);
+    not again while that rolling update runs, unless MaxReplicas was changed since."""
+    over = sorted(
+        (cyc.by_id[p.node_id].hostname, running_on[p.node_id])
+        for p in placements
+        if p.slot is None and p.node_id in cyc.by_id and running_on.get(p.node_id, 0) > 1
+    )
+    if not over:
+        return None
+    what = "; ".join(
+        f"{n} tasks run on {host}, whose GPUs are held for one replica: they share its device list"
+        for host, n in over
+    )
+    rolling = (
+        s.labels.get(cyc.prefix + RESPREAD_STATE) == str(s.force_update)
+        and s.max_replicas_per_node == 1
+    )
+    if rolling:
+        return Crowding(
+            f"{what}; its tasks are being replaced (rolling) to run one per node",
+            False,
+            str(s.force_update),
+        )
+    return Crowding(
+        f"{what}; its tasks restart once (rolling) with max_replicas_per_node 1 "
+        f"so that Swarm runs one per node",
+        True,
+        str(s.force_update + 1),
+    )

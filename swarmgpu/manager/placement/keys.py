@@ -19,8 +19,20 @@ MAX_STATE = "state.max-replicas"  # service label: the MaxReplicas swarmgpu set 
 # service label: "<re-placements>@<epoch s of the last>" (``converge``'s back-off, kept in
 # Swarm so `plan`, `status` and a new leader see it)
 REPLACED_STATE = "state.replaced"
-ACTIVE_STATES = ("running", "starting", "preparing", "assigned", "accepted", "ready", "pending",
-                 "new", "allocated")
+# service label: the ForceUpdate swarmgpu wrote to replace spread tasks Swarm ran
+# together on one node (``converge.crowding``): no second one while that update rolls
+RESPREAD_STATE = "state.respread"
+ACTIVE_STATES = (
+    "running",
+    "starting",
+    "preparing",
+    "assigned",
+    "accepted",
+    "ready",
+    "pending",
+    "new",
+    "allocated",
+)
 
 
 def gate_key(prefix: str, service: str) -> str:
@@ -46,8 +58,7 @@ def _true_label(constraint: str, start: str) -> str | None:
     except ConstraintError:
         return None
     label = c.node_label or ""
-    return label if c.op == "==" and c.value.lower() == "true" and label.startswith(
-        start) else None
+    return label if c.op == "==" and c.value.lower() == "true" and label.startswith(start) else None
 
 
 def is_hold(constraint: str, prefix: str) -> bool:
@@ -74,7 +85,8 @@ def owned_label_read(constraint: str, prefix: str) -> str | None:
     writes (a gate or a ledger entry); None otherwise. Such labels change as swarmgpu
     places: audit and render warn of it (``OWNED_LABEL_RISK``), never refuse it."""
     if gate_of(constraint, prefix) is not None or not any(
-            p in constraint for p in owned_prefixes(prefix)):
+        p in constraint for p in owned_prefixes(prefix)
+    ):
         return None
     try:
         key = parse_constraint(constraint).node_label
@@ -88,7 +100,8 @@ OWNED_LABEL_RISK = (
     "a node label swarmgpu writes and changes as it places (its gates and ledger "
     "entries), so the nodes that meet it change too: its tasks may find no node, and "
     "Swarm stops a running task when that label changes on its node; kept as written "
-    "(only {gate} is a gate swarmgpu reads as one); constrain on a label you own instead")
+    "(only {gate} is a gate swarmgpu reads as one); constrain on a label you own instead"
+)
 
 
 def assign_key(prefix: str, service: str) -> str:

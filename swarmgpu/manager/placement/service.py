@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swarmgpu.manager.placement.converge import converge
+from swarmgpu.manager.placement.converge import converge, crowding
 from swarmgpu.manager.placement.cycle import Cycle, Released, release_dropped
 from swarmgpu.manager.placement.devicemap import DeviceMap, write_devices_and_gates
 from swarmgpu.manager.placement.gating import Gating, gate_service
@@ -43,6 +43,7 @@ from swarmgpu.manager.placement.jobs import (
 from swarmgpu.manager.placement.keys import (
     MAX_STATE,
     REPLACED_STATE,
+    RESPREAD_STATE,
     assign_key,
     gate_key,
 )
@@ -68,10 +69,16 @@ from swarmgpu.swarm.client import SwarmService
 
 
 def plan_service(
-    s: SwarmService, r: GpuRequest | RequestError, kept: dict[str, Holding],
-    old: Mapping[str, Holding], running_on: Mapping[str, int],
-    waiting: Waiting, res: tuple[int, int], cyc: Cycle,
-    slots: Mapping[int, str] | None = None, job: JobProgress | None = None,
+    s: SwarmService,
+    r: GpuRequest | RequestError,
+    kept: dict[str, Holding],
+    old: Mapping[str, Holding],
+    running_on: Mapping[str, int],
+    waiting: Waiting,
+    res: tuple[int, int],
+    cyc: Cycle,
+    slots: Mapping[int, str] | None = None,
+    job: JobProgress | None = None,
     cap: QueueLimit | None = None,
 ) -> ServicePlan:
     """One service's plan, its steps in the module's order. ``cap``: at most this many
@@ -94,39 +101,70 @@ def plan_service(
         # daemon's record says so (rebalance.record.move_of): a move label alone is a
         # stack's claim, and such a service is placed like any other.
         d.state = State.REBALANCING
-        d.placements = tuple(sorted((p for nid, h in kept.items() if nid in cyc.by_id
-                                     for p in replicas_of(h, cyc.by_id[nid],
-                                                          cyc.facts.get(nid))),
-                                    key=placement_order))
+        d.placements = tuple(
+            sorted(
+                (
+                    p
+                    for nid, h in kept.items()
+                    if nid in cyc.by_id
+                    for p in replicas_of(h, cyc.by_id[nid], cyc.facts.get(nid))
+                ),
+                key=placement_order,
+            )
+        )
         # A record that cannot be read: its move may be under way (nodes unknown), so the
         # same, with the record and the fix.
         unread = cyc.moving.unread.get(s.name) if isinstance(cyc.moving, Moving) else None
-        d.warnings.append("a rebalancing move is in progress; placement waits for it"
-                          if unread is None else
-                          f"a rebalancing move may be in progress: {unread}; placement "
-                          "leaves it as it is until then")
+        d.warnings.append(
+            "a rebalancing move is in progress; placement waits for it"
+            if unread is None
+            else f"a rebalancing move may be in progress: {unread}; placement "
+            "leaves it as it is until then"
+        )
     elif d.gated(gate_service(s, r, cyc)):
         if s.mode in GLOBAL_MODES:  # one holding per GPU node (placement.globalmode)
             _plan_global(d, s, r, kept, old, running_on, waiting, res, cyc, job, cap)
         else:
-            _plan_replicated(d, s, r, kept, old, running_on, waiting, res, cyc, slots, job,
-                             cap.replicas if cap is not None else None)
+            _plan_replicated(
+                d,
+                s,
+                r,
+                kept,
+                old,
+                running_on,
+                waiting,
+                res,
+                cyc,
+                slots,
+                job,
+                cap.replicas if cap is not None else None,
+            )
     return _finish(d, s, r, running_on, cyc, cap)
 
 
 _MODES = frozenset(("replicated", "global", "replicated-job", "global-job"))
 
 
-def _plan_global(d: _Draft, s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
-                 old: Mapping[str, Holding], running_on: Mapping[str, int], waiting: Waiting,
-                 res: tuple[int, int], cyc: Cycle, job: JobProgress | None,
-                 cap: QueueLimit | None) -> None:
+def _plan_global(
+    d: _Draft,
+    s: SwarmService,
+    r: GpuRequest,
+    kept: Mapping[str, Holding],
+    old: Mapping[str, Holding],
+    running_on: Mapping[str, int],
+    waiting: Waiting,
+    res: tuple[int, int],
+    cyc: Cycle,
+    job: JobProgress | None,
+    cap: QueueLimit | None,
+) -> None:
     """Steps 4-7 of a global service (and a global job); ``cap``: its queue's max, the
     most nodes it holds on (the others wait, with the reason)."""
     # a global job's nodes whose task completed, or failed with no replacement: no holding
     done = job.done_nodes | job.failed_nodes if job is not None else frozenset()
-    g = place_global(s, r, kept, old, res, cyc, done,
-                     None if cap is None else (cap.replicas, cap.reason))
+    g = place_global(
+        s, r, kept, old, res, cyc, done, None if cap is None else (cap.replicas, cap.reason)
+    )
     d.released(g.released, cyc)
     d.placements, d.new, d.nodes_waiting = g.placements, g.new, g.nodes_waiting
     d.device_map(write_devices_and_gates(s, d.placements, EMPTY, running_on, waiting, cyc))
@@ -135,20 +173,33 @@ def _plan_global(d: _Draft, s: SwarmService, r: GpuRequest, kept: Mapping[str, H
         d.warnings.append(note)
     if pending is not None:
         d.status, d.reason = Status.PENDING, pending
-    d.state = (State.PENDING if not d.placements else
-               State.BOUND if d.labels_set or d.new or d.gates_deferred else
-               State.ACTIVE if sum(running_on.values()) >= len(d.placements)
-               else State.ALLOCATED)
+    d.state = (
+        State.PENDING
+        if not d.placements
+        else State.BOUND
+        if d.labels_set or d.new or d.gates_deferred
+        else State.ACTIVE
+        if sum(running_on.values()) >= len(d.placements)
+        else State.ALLOCATED
+    )
     if s.mode == "global-job":
-        d.job(job_run(s, job or JobProgress(), d.placements, d.nodes_waiting, d.writes(), cyc),
-              cyc)
+        d.job(job_run(s, job or JobProgress(), d.placements, d.nodes_waiting, d.writes(), cyc), cyc)
 
 
-def _plan_replicated(d: _Draft, s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
-                     old: Mapping[str, Holding], running_on: Mapping[str, int],
-                     waiting: Waiting, res: tuple[int, int], cyc: Cycle,
-                     slots: Mapping[int, str] | None, job: JobProgress | None,
-                     cap: int | None) -> None:
+def _plan_replicated(
+    d: _Draft,
+    s: SwarmService,
+    r: GpuRequest,
+    kept: Mapping[str, Holding],
+    old: Mapping[str, Holding],
+    running_on: Mapping[str, int],
+    waiting: Waiting,
+    res: tuple[int, int],
+    cyc: Cycle,
+    slots: Mapping[int, str] | None,
+    job: JobProgress | None,
+    cap: int | None,
+) -> None:
     """Steps 4-7 of a replicated service (and a replicated job)."""
     if s.mode == "replicated-job":  # as many holdings as tasks may run now
         job = job or JobProgress()
@@ -190,35 +241,58 @@ def _plan_replicated(d: _Draft, s: SwarmService, r: GpuRequest, kept: Mapping[st
         d.warnings += env.warnings
     dm = write_devices_and_gates(s, d.placements, spread.draining, running_on, waiting, cyc)
     d.device_map(dm)
+    if (
+        d.packed is None
+        and want > 1
+        and job is None
+        and (crowd := crowding(s, d.placements, running_on, cyc)) is not None
+    ):
+        d.warnings.append(crowd.why)  # placed: pending would let it preempt for nothing
+        d.state_labels[cyc.prefix + RESPREAD_STATE] = crowd.label
+        if crowd.force and not d.force_update:
+            d.force_update, d.decision = True, ("place", crowd.why)
     # swarmgpu's own records: the MaxReplicas it set, the back-off (no device map: no
-    # restart); a MaxReplicas record no longer true goes
+    # restart), the re-spread; a record no longer true goes
     if want_state := {k: v for k, v in d.state_labels.items() if s.labels.get(k) != v}:
         d.labels_set = {**d.labels_set, **want_state}
-    if cyc.prefix + MAX_STATE in s.labels and cyc.prefix + MAX_STATE not in d.state_labels:
-        d.labels_remove += (cyc.prefix + MAX_STATE,)
-    _outcome(d, s, r, spread.reasons, dm.all_open, stuck, running_on, waiting, replicas,
-             want, cyc)
+    for key in (cyc.prefix + MAX_STATE, cyc.prefix + RESPREAD_STATE):
+        if key in s.labels and key not in d.state_labels:
+            d.labels_remove += (key,)
+    _outcome(d, s, r, spread.reasons, dm.all_open, stuck, running_on, waiting, replicas, want, cyc)
     if job is not None:
         d.job(job_run(s, job, d.placements, d.nodes_waiting, d.writes(), cyc), cyc)
 
 
-def _keep_holdings(kept: Mapping[str, Holding], running_on: Mapping[str, int], replicas: int,
-                   cyc: Cycle) -> dict[str, Holding]:
+def _keep_holdings(
+    kept: Mapping[str, Holding], running_on: Mapping[str, int], replicas: int, cyc: Cycle
+) -> dict[str, Holding]:
     """Holdings the service keeps: valid ones up to its replica count (idle nodes are
     dropped first on a scale-down); the rest are released."""
     holdings = dict(kept)
     by_id = cyc.by_id
     if len(holdings) > replicas:
-        order = sorted(holdings, key=lambda nid: (running_on.get(nid, 0), by_id[nid].hostname
-                                                  if nid in by_id else nid))
+        order = sorted(
+            holdings,
+            key=lambda nid: (running_on.get(nid, 0), by_id[nid].hostname if nid in by_id else nid),
+        )
         for nid in order[: len(holdings) - replicas]:
             del holdings[nid]
     return holdings
 
 
-def _outcome(d: _Draft, s: SwarmService, r: GpuRequest, reasons: Sequence[str],
-             gates_open: bool, stuck: str, running_on: Mapping[str, int], waiting: Waiting,
-             replicas: int, want: int, cyc: Cycle) -> None:
+def _outcome(
+    d: _Draft,
+    s: SwarmService,
+    r: GpuRequest,
+    reasons: Sequence[str],
+    gates_open: bool,
+    stuck: str,
+    running_on: Mapping[str, int],
+    waiting: Waiting,
+    replicas: int,
+    want: int,
+    cyc: Cycle,
+) -> None:
     """Step 6 of a replicated service: status and reason, state, warnings."""
     if len(d.placements) < replicas:
         d.status = Status.PENDING
@@ -240,29 +314,43 @@ def _outcome(d: _Draft, s: SwarmService, r: GpuRequest, reasons: Sequence[str],
         cyc.backoff.pop(s.id, None)  # converged: a later refusal starts afresh
         if cyc.prefix + REPLACED_STATE in s.labels:
             d.labels_remove += (cyc.prefix + REPLACED_STATE,)
-    d.state = (State.PENDING if not d.placements else
-               State.BOUND if d.labels_set or d.new or d.gates_deferred else
-               State.ACTIVE if sum(running_on.values()) >= want and want > 0
-               else State.ALLOCATED)
+    d.state = (
+        State.PENDING
+        if not d.placements
+        else State.BOUND
+        if d.labels_set or d.new or d.gates_deferred
+        else State.ACTIVE
+        if sum(running_on.values()) >= want and want > 0
+        else State.ALLOCATED
+    )
     if r.rebalance is Rebalance.NEVER:
         d.warnings.append("opted out of rebalancing")
 
 
-def _finish(d: _Draft, s: SwarmService, r: GpuRequest | RequestError,
-            running_on: Mapping[str, int], cyc: Cycle, cap: QueueLimit | None,
-            ) -> ServicePlan:
+def _finish(
+    d: _Draft,
+    s: SwarmService,
+    r: GpuRequest | RequestError,
+    running_on: Mapping[str, int],
+    cyc: Cycle,
+    cap: QueueLimit | None,
+) -> ServicePlan:
     """Steps 8 and 9, then the plan."""
     valid = d.status != Status.INVALID
     if cap is not None and valid and s.mode not in GLOBAL_MODES:  # a scale-up held at its max
-        d.reason = (f"{d.reason}; {cap.reason}" if d.status == Status.PENDING and d.reason
-                    else f"{len(d.placements)} of {cap.wanted} replicas placed; {cap.reason}")
+        d.reason = (
+            f"{d.reason}; {cap.reason}"
+            if d.status == Status.PENDING and d.reason
+            else f"{len(d.placements)} of {cap.wanted} replicas placed; {cap.reason}"
+        )
         d.status = Status.PENDING
     if cyc.generic_kind and isinstance(r, GpuRequest) and valid:
         d.set_generic, note = reserve_generic(r, s, cyc.generic_kind, bool(running_on))
         if note is not None:
             d.warnings.append(note)
-    who, done_with = preempted_mark(s, cyc.prefix, d.status == Status.PENDING
-                                    and not d.placements, bool(d.placements))
+    who, done_with = preempted_mark(
+        s, cyc.prefix, d.status == Status.PENDING and not d.placements, bool(d.placements)
+    )
     if who is not None:
         d.reason = f"{who}; {d.reason}" if d.reason else who
     elif done_with is not None and done_with not in d.labels_remove:
@@ -384,20 +472,56 @@ class _Draft:
         self.warnings += run.warnings
 
     def writes(self) -> SpecWrites:
-        if not (self.labels_set or self.labels_remove or self.add_constraints
-                or self.remove_constraints or self.add_env or self.replace_env
-                or self.add_mounts or self.set_max_replicas is not None or self.force_update
-                or self.set_update_parallelism is not None or self.set_generic is not None):
+        if not (
+            self.labels_set
+            or self.labels_remove
+            or self.add_constraints
+            or self.remove_constraints
+            or self.add_env
+            or self.replace_env
+            or self.add_mounts
+            or self.set_max_replicas is not None
+            or self.force_update
+            or self.set_update_parallelism is not None
+            or self.set_generic is not None
+        ):
             return NO_WRITES
-        return SpecWrites(self.labels_set, self.labels_remove, self.add_constraints,
-                          self.remove_constraints, self.add_env, self.replace_env,
-                          self.add_mounts, self.set_max_replicas, self.force_update,
-                          self.set_update_parallelism, self.set_generic)
+        return SpecWrites(
+            self.labels_set,
+            self.labels_remove,
+            self.add_constraints,
+            self.remove_constraints,
+            self.add_env,
+            self.replace_env,
+            self.add_mounts,
+            self.set_max_replicas,
+            self.force_update,
+            self.set_update_parallelism,
+            self.set_generic,
+        )
 
     def build(self, writes: SpecWrites) -> ServicePlan:
         return ServicePlan(
-            self.s.name, self.s.id, self.request, self.request_text, self.status, self.state,
-            self.placements, self.reason, tuple(self.warnings), writes,
-            self.node_set or EMPTY, self.node_remove or EMPTY, self.packed,
-            self.state_labels or EMPTY, self.gates_deferred, self.new, self.replaced,
-            self.mode, self.nodes_waiting, self.progress, self.decision, self.held)
+            self.s.name,
+            self.s.id,
+            self.request,
+            self.request_text,
+            self.status,
+            self.state,
+            self.placements,
+            self.reason,
+            tuple(self.warnings),
+            writes,
+            self.node_set or EMPTY,
+            self.node_remove or EMPTY,
+            self.packed,
+            self.state_labels or EMPTY,
+            self.gates_deferred,
+            self.new,
+            self.replaced,
+            self.mode,
+            self.nodes_waiting,
+            self.progress,
+            self.decision,
+            self.held,
+        )
