@@ -41,13 +41,26 @@ class GlobalPlacement:
         """(why it is pending, or None; a warning about the nodes that wait, or None)."""
         waits = self.nodes_waiting
         if waits:
-            text = "; ".join(f"{h}: {why}" for h, why in sorted(waits.items()))
+            text = grouped(waits)
             if self.placements:
                 return None, f"{len(waits)} GPU node(s) wait, gate closed: {text}"
             return f"no GPU node has room: {text}", None
         if not self.placements and not done_nodes:
             return "no GPU node Swarm would run it on", None
         return None, None
+
+
+def grouped(waits: Mapping[str, str], named: int = 3) -> str:
+    """The waits, the nodes sharing a why named together (the first ``named`` of them,
+    the rest counted), the why once: a long hint (placement.memsize) came once a node."""
+    by_why: dict[str, list[str]] = {}
+    for host, why in sorted(waits.items()):
+        by_why.setdefault(why, []).append(host)
+    parts = []
+    for why, hosts in by_why.items():
+        more = f" and {len(hosts) - named} more" if len(hosts) > named else ""
+        parts.append(f"{', '.join(hosts[:named])}{more}: {why}")
+    return "; ".join(parts)
 
 
 def place_global(
