@@ -78,8 +78,9 @@ def config_check(path: str) -> None:
         sys.exit(2)
     for note in notes:
         click.echo(f"{path}: note: {note}", err=True)
-    click.echo(f"{path}: ok" + (f" ({len(notes)} deprecated key(s) read: see the notes)"
-                                if notes else ""))
+    click.echo(
+        f"{path}: ok" + (f" ({len(notes)} deprecated key(s) read: see the notes)" if notes else "")
+    )
 
 
 @config.command("show-defaults")
