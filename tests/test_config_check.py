@@ -319,3 +319,22 @@ def test_a_name_read_as_no_text_is_named_at_its_line_without_another_name(
     assert tenant.startswith(f"{cfg}:5: tenants.{read} (a tenant name): expected a string")
     for line in (queue, tenant):
         assert f"'{read}'" not in line and "quote it as the file writes it" in line, line
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["config", "check", ""], "'PATH'"),
+        (["status", "--config", ""], "'--config'"),
+        (["run", "--once", "--config", ""], "'--config'"),
+    ],
+)
+def test_an_empty_config_path_is_refused_naming_the_option(args: list[str], named: str) -> None:
+    """An empty path was read as '.': "config file .: a directory" named no option, and
+    no path the user gave."""
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert f"Invalid value for {named}: an empty path; give the path of the YAML" in res.output
+    assert "a directory" not in res.output
+    with pytest.raises(ConfigError, match=r"^config file: an empty path; give the path"):
+        load_config("", env={})

@@ -16,7 +16,7 @@ from typing import IO, Any, NoReturn
 import click
 from loguru import logger
 
-from swarmgpu.cli.config import load_cfg
+from swarmgpu.cli.config import ConfigPath, load_cfg
 from swarmgpu.cli.logs import setup_logging
 from swarmgpu.core.config import Config, parse_priority_classes
 
@@ -28,7 +28,7 @@ ENGINE_WAIT_S = 60.0  # how long `run` waits for an unreachable engine before ex
     "--config",
     "config_path",
     default=None,
-    type=click.Path(),
+    type=ConfigPath(),
     help="YAML config (default: built-in defaults).",
 )
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
@@ -117,7 +117,7 @@ def _one_daemon(state_dir: str) -> IO[str] | None:
 
 
 @click.command()
-@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--strict", is_flag=True, help="Advisories count as findings too (exit 1).")
 def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
@@ -211,7 +211,7 @@ def _snapshot(cfg: Config) -> Any:
 
 
 @click.command()
-@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option("--json", "as_json", is_flag=True)
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
@@ -307,7 +307,7 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
     help="Stack name used with `docker stack deploy` (default: the first file's name).",
 )
 @click.option("-o", "--output", default="-", type=click.Path(), help="Output file (default -).")
-@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option(
     "--check",
     is_flag=True,
@@ -480,7 +480,7 @@ def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:
 
 
 @click.command()
-@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option("--json", "as_json", is_flag=True, help="The same document as /api/v1/cluster.")
 def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
@@ -525,7 +525,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     metavar="NAME",
     help="A service whose held-back changes to write (repeatable).",
 )
-@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option("--dry-run", is_flag=True, default=None, help="Say what would change; write nothing.")
 def apply_cmd(services: tuple[str, ...], config_path: str | None, dry_run: bool | None) -> None:
     """Write the spec changes swarmgpu holds back for a running service.
