@@ -288,6 +288,26 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _stack_name(given: str | None, first_file: str) -> str:
+    """-n, else the first file's name up to its first dot. One docker stack deploy
+    refuses (empty, or only spaces and quotes: docker/cli's validateStackName) is
+    refused, exit 2: -n '' fell back to the file's name, silently."""
+    from swarmgpu.core.peertext import escaped
+
+    name = given if given is not None else Path(first_file).stem.split(".")[0]
+    if all(c.isspace() or c in "'\"" for c in name):
+        said = f"{escaped(first_file)} (no -n): its name gives {name!r}"
+        if given is not None:
+            said = f"-n {given!r}"
+        click.echo(
+            f"swarmgpu render: {said}: invalid stack name (docker stack deploy refuses one "
+            "empty or of only spaces and quotes); give the name you deploy it with: -n NAME",
+            err=True,
+        )
+        sys.exit(2)
+    return name
+
+
 @click.command()
 @click.argument("stack_file", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option(
@@ -352,7 +372,7 @@ def render(
         raise click.UsageError("no stack file: give one, or -c FILE for each file")
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
-    name = stack_name or Path(files[0]).stem.split(".")[0]
+    name = _stack_name(stack_name, files[0])
     # docker stack deploy substitutes from its environment: in the pipeline, this one
     environ = None if skip_interpolation else dict(os.environ)
     source, *rest = (_read_stack_file(f) for f in files)
