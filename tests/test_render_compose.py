@@ -397,3 +397,20 @@ def test_cli_a_stack_name_docker_refuses_is_refused(
     said = f"-n {name!r}" if name is not None else f"{src} (no -n): its name gives ''"
     assert res.stderr.startswith(f"swarmgpu render: {said}: invalid stack name"), res.stderr
     assert res.stderr.rstrip().endswith("give the name you deploy it with: -n NAME")
+
+
+@pytest.mark.parametrize("out", ["out.yml", "-"])
+def test_cli_check_with_an_output_is_refused_in_one_line(tmp_path: Path, out: str) -> None:
+    """--check writes no stack: -o was ignored without a word (no file where one was
+    asked for, exit 0)."""
+    src = tmp_path / "ai.yml"
+    src.write_text(VLLM)
+    res = CliRunner().invoke(
+        main, ["render", "--check", str(src), "-o", out], env={"DOCKER_HOST": NO_DOCKER}
+    )
+    assert res.exit_code == 2, res.output
+    assert res.stderr.splitlines() == [
+        f"swarmgpu render: --check writes no stack, so -o {out} would write nothing; "
+        "leave out -o, or --check to render"
+    ]
+    assert not (tmp_path / "out.yml").exists()

@@ -326,7 +326,7 @@ def _stack_name(given: str | None, first_file: str) -> str:
     default=None,
     help="Stack name used with `docker stack deploy` (default: the first file's name).",
 )
-@click.option("-o", "--output", default="-", type=click.Path(), help="Output file (default -).")
+@click.option("-o", "--output", default=None, type=click.Path(), help="Output file (default -).")
 @click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option(
     "--check",
@@ -345,7 +345,7 @@ def render(
     stack_file: str | None,
     compose_files: tuple[str, ...],
     stack_name: str | None,
-    output: str,
+    output: str | None,
     config_path: str | None,
     check: bool,
     skip_interpolation: bool,
@@ -370,6 +370,14 @@ def render(
     files = [stack_file] if stack_file is not None else list(compose_files)
     if not files:
         raise click.UsageError("no stack file: give one, or -c FILE for each file")
+    if check and output is not None:  # ignored, it wrote no file where one was asked for
+        click.echo(
+            f"swarmgpu render: --check writes no stack, so -o {escaped(output)} would write "
+            "nothing; leave out -o, or --check to render",
+            err=True,
+        )
+        sys.exit(2)
+    output = "-" if output is None else output
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
     name = _stack_name(stack_name, files[0])
