@@ -23,8 +23,9 @@ log:
 """
 
 
-def test_config_check_prints_every_error_at_once(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_check_prints_every_error_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for var in ("SWARMGPU_SYNC_INTERVAL_S", "SWARMGPU_LOG_FORMAT", "SWARMGPU_AGENTS_PORT"):
         monkeypatch.delenv(var, raising=False)
     workload = tmp_path / "w.yml"
@@ -33,13 +34,16 @@ def test_config_check_prints_every_error_at_once(tmp_path: Path,
     cfg.write_text(THREE_WRONG + f"placement:\n  workload: {workload}\n")
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 2, res.output
-    lines = [re.sub(rf"^{re.escape(str(cfg))}(:\d+)?: ", "", ln)
-             for ln in res.output.splitlines()]
+    lines = [re.sub(rf"^{re.escape(str(cfg))}(:\d+)?: ", "", ln) for ln in res.output.splitlines()]
     assert lines[0] == "5 errors"
     assert lines[1].startswith("agents.timout_s: unknown key; did you mean 'timeout_s'?")
     body = "\n".join(lines[1:])
-    for key in ("agents.port: 70000", "sync.interval_s: expected a number",
-                "log.format: 'xml'", "placement.workload:"):
+    for key in (
+        "agents.port: 70000",
+        "sync.interval_s: expected a number",
+        "log.format: 'xml'",
+        "placement.workload:",
+    ):
         assert key in body, body
     assert len(lines) == 6
 
@@ -76,8 +80,10 @@ def test_a_fifo_as_the_config_is_refused_not_waited_on(tmp_path: Path) -> None:
     fifo = make_fifo(tmp_path / "c.yml")
     got = read_within(lambda: load_config(fifo, env={}), fifo)
     assert isinstance(got, ConfigError), got
-    assert str(got) == (f"config file {fifo}: a FIFO (a named pipe), not a regular file; "
-                        "give the path of the YAML file itself")
+    assert str(got) == (
+        f"config file {fifo}: a FIFO (a named pipe), not a regular file; "
+        "give the path of the YAML file itself"
+    )
 
 
 def test_a_device_as_the_config_is_refused_unread(tmp_path: Path) -> None:
@@ -107,8 +113,9 @@ sync:
 """
 
 
-def test_wrong_types_are_errors_with_file_and_line(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_types_are_errors_with_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for var in ("SWARMGPU_DOCKER_HOST", "SWARMGPU_AGENTS_PORT", "SWARMGPU_SYNC_INTERVAL_S"):
         monkeypatch.delenv(var, raising=False)
     cfg = tmp_path / "c.yml"
@@ -119,14 +126,10 @@ def test_wrong_types_are_errors_with_file_and_line(tmp_path: Path,
         f"{cfg}: 6 errors",
         f"{cfg}:1: docker_host: expected a string, got 42 (a whole number); quote it if "
         "it is meant as text: '42'",
-        f"{cfg}:3: agents.port: expected a whole number, got 9401.7 (a number with a "
-        "fraction)",
-        f"{cfg}:4: agents.parallel: expected a whole number, got '4' (a string); remove "
-        "the quotes",
-        f"{cfg}:6: history.samples: expected a whole number, got 2.9 (a number with a "
-        "fraction)",
-        f"{cfg}:8: sync.interval_s: expected a number, got '30' (a string); remove the "
-        "quotes",
+        f"{cfg}:3: agents.port: expected a whole number, got 9401.7 (a number with a fraction)",
+        f"{cfg}:4: agents.parallel: expected a whole number, got '4' (a string); remove the quotes",
+        f"{cfg}:6: history.samples: expected a whole number, got 2.9 (a number with a fraction)",
+        f"{cfg}:8: sync.interval_s: expected a number, got '30' (a string); remove the quotes",
         f"{cfg}:9: sync.allow_disruptive: expected true or false, got 'false' (a string)",
     ]
 
@@ -139,8 +142,14 @@ def test_the_real_cli_reports_the_same_lines(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yml"
     cfg.write_text(LOOSE_TYPES)
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("SWARMGPU_")}
-    res = subprocess.run([sys.executable, "-m", "swarmgpu.cli", "config", "check", str(cfg)],
-                         capture_output=True, text=True, env=env, timeout=60, check=False)
+    res = subprocess.run(
+        [sys.executable, "-m", "swarmgpu.cli", "config", "check", str(cfg)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert res.returncode == 2
     for line in (1, 3, 4, 6, 8, 9):
         assert f"{cfg}:{line}: " in res.stderr, res.stderr
@@ -149,13 +158,11 @@ def test_the_real_cli_reports_the_same_lines(tmp_path: Path) -> None:
 def test_integers_stand_for_floats_and_env_text_is_parsed(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yml"
     cfg.write_text("sync:\n  interval_s: 10\nagents:\n  port: 9500\n")
-    built = load_config(cfg, env={"SWARMGPU_AGENTS_TIMEOUT_S": "2.5",
-                                  "SWARMGPU_DRY_RUN": "true"})
+    built = load_config(cfg, env={"SWARMGPU_AGENTS_TIMEOUT_S": "2.5", "SWARMGPU_DRY_RUN": "true"})
     assert built.sync.interval_s == 10.0 and isinstance(built.sync.interval_s, float)
     assert built.agents.timeout_s == 2.5 and built.dry_run is True
     _, errors = load_config_report(cfg, env={"SWARMGPU_AGENTS_PORT": "9401.7"})
-    assert errors == ["SWARMGPU_AGENTS_PORT: agents.port: expected a whole number, "
-                      "got '9401.7'"]
+    assert errors == ["SWARMGPU_AGENTS_PORT: agents.port: expected a whole number, got '9401.7'"]
 
 
 def test_a_base_60_number_is_not_a_number_of_seconds(tmp_path: Path) -> None:
@@ -164,8 +171,7 @@ def test_a_base_60_number_is_not_a_number_of_seconds(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yml"
     cfg.write_text("sync:\n  interval_s: 1:30\n")
     _, errors = load_config_report(cfg, env={})
-    assert errors == [f"{cfg}:2: sync.interval_s: expected a number, got '1:30' (a "
-                      "string)"]
+    assert errors == [f"{cfg}:2: sync.interval_s: expected a number, got '1:30' (a string)"]
 
 
 def test_daemon_start_names_file_and_line(tmp_path: Path) -> None:
@@ -173,8 +179,10 @@ def test_daemon_start_names_file_and_line(tmp_path: Path) -> None:
     cfg.write_text("agents:\n  port: 9401.7\n")
     res = CliRunner().invoke(main, ["status", "--config", str(cfg)])
     assert res.exit_code == 2
-    assert f"swarmgpu: configuration error: {cfg}:2: agents.port: expected a whole number" \
+    assert (
+        f"swarmgpu: configuration error: {cfg}:2: agents.port: expected a whole number"
         in res.output
+    )
 
 
 def test_queue_quotas_are_numbers(tmp_path: Path) -> None:
@@ -192,12 +200,16 @@ def test_residual_stop_weight_is_checked_at_its_line(tmp_path: Path) -> None:
         assert len(errors) == 1, errors
         assert errors[0].startswith(f"{cfg}:3: placement.residual_stop_weight: "), errors
         if bad != ".nan":
-            assert errors[0] == (f"{cfg}:3: placement.residual_stop_weight: {float(bad)!r}; "
-                                 "a weight from 0 to 1 (default 0.01)"), errors
+            assert errors[0] == (
+                f"{cfg}:3: placement.residual_stop_weight: {float(bad)!r}; "
+                "a weight from 0 to 1 (default 0.01)"
+            ), errors
     cfg.write_text("placement:\n  residual_stop_weight: '0.5'\n")
     _, errors = load_config_report(cfg, env={})
-    assert errors == [f"{cfg}:2: placement.residual_stop_weight: expected a number, got "
-                      "'0.5' (a string); remove the quotes"]
+    assert errors == [
+        f"{cfg}:2: placement.residual_stop_weight: expected a number, got "
+        "'0.5' (a string); remove the quotes"
+    ]
     for good in ("0", "1", "0.05"):
         cfg.write_text(f"placement:\n  residual_stop_weight: {good}\n")
         assert load_config(cfg, env={}).placement.residual_stop_weight == float(good)
@@ -221,10 +233,18 @@ def test_residual_stop_weight_reaches_the_daemons_planner(tmp_path: Path) -> Non
     assert planner.scorer.waste is not None and planner.scorer.waste.stop == 0.0
 
 
-@pytest.mark.parametrize("value", ["!!int " + "1" * 5000, "!!int abc", "!!bool maybe", "!!float x",
-                                   "!!timestamp x", "!!timestamp 2001-13-01"])
-def test_a_value_its_tag_cannot_read_is_an_error_at_its_line(tmp_path: Path,
-                                                             value: str) -> None:
+@pytest.mark.parametrize(
+    "value",
+    [
+        "!!int " + "1" * 5000,
+        "!!int abc",
+        "!!bool maybe",
+        "!!float x",
+        "!!timestamp x",
+        "!!timestamp 2001-13-01",
+    ],
+)
+def test_a_value_its_tag_cannot_read_is_an_error_at_its_line(tmp_path: Path, value: str) -> None:
     # PyYAML's constructors raised ValueError, KeyError or AttributeError: a traceback
     # from `config check`, where a line and the fix were due.
     cfg = tmp_path / "c.yml"
@@ -236,51 +256,62 @@ def test_a_value_its_tag_cannot_read_is_an_error_at_its_line(tmp_path: Path,
     assert len(str(exc.value)) < 300  # 5000 digits are not echoed back
 
 
-@pytest.mark.parametrize(("first", "second", "read", "quote"), [
-    ("1", "01", "1", True),  # YAML 1.1's octal: both the number 1
-    ("1", "0x1", "1", True),
-    ("10", "1_0", "10", True),
-    ("1", "1.0", "1", True),  # 1 == 1.0: one dict key
-    ("1", "true", "1", True),  # True == 1: one dict key
-    ("~", "null", "None", True),
-    ("1", '"1"', "'1'", False),  # the number and the text: one name once read as text
-    ("true", "'True'", "'True'", True),
-])
+@pytest.mark.parametrize(
+    ("first", "second", "read", "quote"),
+    [
+        ("1", "01", "1", True),  # YAML 1.1's octal: both the number 1
+        ("1", "0x1", "1", True),
+        ("10", "1_0", "10", True),
+        ("1", "1.0", "1", True),  # 1 == 1.0: one dict key
+        ("1", "true", "1", True),  # True == 1: one dict key
+        ("~", "null", "None", True),
+        ("1", '"1"', "'1'", False),  # the number and the text: one name once read as text
+        ("true", "'True'", "'True'", True),
+    ],
+)
 def test_keys_that_are_one_key_once_read_are_refused_with_both_lines(
-        tmp_path: Path, first: str, second: str, read: str, quote: bool) -> None:
+    tmp_path: Path, first: str, second: str, read: str, quote: bool
+) -> None:
     # PyYAML built {1: ..} from `1:` and `01:`, keeping the last silently; a queue named
     # 1 and one named "1" became one quota (queue_quotas keys by text).
     cfg = tmp_path / "c.yml"
-    cfg.write_text(f"queues:\n  {first}: {{guaranteed: 1}}\n  team: {{max: 2}}\n"
-                   f"  {second}: {{guaranteed: 2}}\n")
+    cfg.write_text(
+        f"queues:\n  {first}: {{guaranteed: 1}}\n  team: {{max: 2}}\n"
+        f"  {second}: {{guaranteed: 2}}\n"
+    )
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 2, res.output
     assert res.output.startswith(f"{cfg}: config file {cfg}: keys "), res.output
     assert "(line 2) and " in res.output and "(line 4) are one key once read" in res.output
     assert f"once read ({read}" in res.output, res.output
-    fix = "; write it once, or quote both if they are two names" if quote \
-        else "; write it once"
+    fix = "; write it once, or quote both if they are two names" if quote else "; write it once"
     assert res.output.rstrip().endswith(fix), res.output
 
 
 def test_keys_that_read_apart_are_kept_apart(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yml"
-    cfg.write_text("queues:\n  '1': {guaranteed: 1}\n  '01': {guaranteed: 2}\n"
-                   "  <<: {'1': {guaranteed: 3}}\n")  # a merged key: the own one wins
+    cfg.write_text(
+        "queues:\n  '1': {guaranteed: 1}\n  '01': {guaranteed: 2}\n  <<: {'1': {guaranteed: 3}}\n"
+    )  # a merged key: the own one wins
     queues = load_config(cfg, env={}).queues
     assert sorted(queues) == ["01", "1"] and queues["1"] == {"guaranteed": 1}
 
 
-@pytest.mark.parametrize(("written", "read"), [("007", "7"), ("0x1F", "31"), ("010", "8"),
-                                               ("1_000", "1000"), ("true", "True")])
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [("007", "7"), ("0x1F", "31"), ("010", "8"), ("1_000", "1000"), ("true", "True")],
+)
 def test_a_name_read_as_no_text_is_named_at_its_line_without_another_name(
-        tmp_path: Path, written: str, read: str) -> None:
+    tmp_path: Path, written: str, read: str
+) -> None:
     # The error said `queues.7 ... quote it if it is meant as text: '7'` at the line of
     # `queues:`: quoted as told, 007 became another queue ("7"), which the services'
     # swarmgpu.queue=007 do not name.
     cfg = tmp_path / "c.yml"
-    cfg.write_text(f"queues:\n  prod: {{guaranteed: 1}}\n  {written}: {{max: 4}}\n"
-                   f"tenants:\n  {written}: {{stacks: [a*]}}\n")
+    cfg.write_text(
+        f"queues:\n  prod: {{guaranteed: 1}}\n  {written}: {{max: 4}}\n"
+        f"tenants:\n  {written}: {{stacks: [a*]}}\n"
+    )
     res = CliRunner().invoke(main, ["config", "check", str(cfg)])
     assert res.exit_code == 2, res.output
     queue, tenant = (line for line in res.output.splitlines() if "name):" in line)
@@ -288,3 +319,22 @@ def test_a_name_read_as_no_text_is_named_at_its_line_without_another_name(
     assert tenant.startswith(f"{cfg}:5: tenants.{read} (a tenant name): expected a string")
     for line in (queue, tenant):
         assert f"'{read}'" not in line and "quote it as the file writes it" in line, line
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["config", "check", ""], "'PATH'"),
+        (["status", "--config", ""], "'--config'"),
+        (["run", "--once", "--config", ""], "'--config'"),
+    ],
+)
+def test_an_empty_config_path_is_refused_naming_the_option(args: list[str], named: str) -> None:
+    """An empty path was read as '.': "config file .: a directory" named no option, and
+    no path the user gave."""
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 2, res.output
+    assert f"Invalid value for {named}: an empty path; give the path of the YAML" in res.output
+    assert "a directory" not in res.output
+    with pytest.raises(ConfigError, match=r"^config file: an empty path; give the path"):
+        load_config("", env={})

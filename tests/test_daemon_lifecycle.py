@@ -390,3 +390,34 @@ def test_a_full_state_directory_leaves_no_temp_files(
     d.cycle()
     monkeypatch.setattr(json, "dump", real_dump)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_full_state_directory_is_said_once_while_it_lasts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save that fails (a full or read-only state directory) is warned of once per
+    file while it lasts, and again once it was mended and fails anew: it was warned of
+    every cycle (two lines each 30 s, for as long as the disk stayed full)."""
+    real_dump = json.dump
+
+    def full(obj: Any, fh: Any, **kw: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    d = daemon(tmp_path)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        monkeypatch.setattr(json, "dump", full)
+        for _ in range(3):
+            d.cycle()
+        said = [m for m in lines if "cannot save" in m]
+        assert len(said) == 2, lines
+        assert any("agent state" in m for m in said) and any("GPU health" in m for m in said)
+        monkeypatch.setattr(json, "dump", real_dump)
+        d.cycle()  # saved: the problem went away
+        monkeypatch.setattr(json, "dump", full)
+        d.cycle()
+    finally:
+        logger.remove(sink)
+    said = [m for m in lines if "cannot save" in m]
+    assert len([m for m in said if "agent state" in m]) == 2, said

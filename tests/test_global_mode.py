@@ -131,3 +131,20 @@ def test_a_node_joining_restarts_no_task_where_another_nodes_task_waits() -> Non
     tasks[1] = replace(tasks[1], node_id="", state="pending")
     sp = planner.plan([*nodes, node("n-dgx2", "gpu-node-3")], [s], tasks, facts).services[0]
     assert sp.force_update
+
+
+def test_global_pending_reason_names_a_shared_why_once() -> None:
+    """Nodes that wait for the same reason share it: before, a long hint (the
+    gpu-memory one) came once per node; the nodes are named, the first few, then
+    counted."""
+    from swarmgpu.manager.placement.cycle import Released
+    from swarmgpu.manager.placement.globalmode import GlobalPlacement
+
+    hint = "gpu-memory 80GB is more than any GPU has; ask for 79GiB"
+    waits = {f"h{i}": hint for i in range(1, 7)} | {"z": "node is down, paused or drained"}
+    pending, note = GlobalPlacement((), Released(), waits, False).outcome(frozenset())
+    assert note is None
+    assert pending == (
+        f"no GPU node has room: h1, h2, h3 and 3 more: {hint}; z: node is down, paused or drained"
+    )
+    assert pending.count(hint) == 1

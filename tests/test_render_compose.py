@@ -378,3 +378,39 @@ def test_a_request_in_the_container_labels_is_an_error_naming_deploy_labels(
     if "SwarmGPU" not in labels:  # that one is an error in deploy.labels too
         moved = stack.replace("    labels:", "    deploy:\n      labels:")
         assert check_stack(moved).errors == []
+
+
+@pytest.mark.parametrize(("name", "file"), [("", "ai.yml"), (" '\" ", "ai.yml"), (None, ".ai.yml")])
+def test_cli_a_stack_name_docker_refuses_is_refused(
+    tmp_path: Path, name: str | None, file: str
+) -> None:
+    """docker stack deploy refuses a stack name that is empty or only spaces and quotes
+    (docker/cli validateStackName: "invalid stack name"). Before: -n '' fell back to the
+    file's name silently (a tenant's stacks were checked against a name never
+    deployed), and a file named .ai.yml gave the empty name."""
+    src = tmp_path / file
+    src.write_text(VLLM)
+    args = ["render", "--check", str(src)] + ([] if name is None else ["-n", name])
+    res = CliRunner().invoke(main, args, env={"DOCKER_HOST": NO_DOCKER})
+    assert res.exit_code == 2, res.output
+    assert len(res.stderr.splitlines()) == 1, res.stderr
+    said = f"-n {name!r}" if name is not None else f"{src} (no -n): its name gives ''"
+    assert res.stderr.startswith(f"swarmgpu render: {said}: invalid stack name"), res.stderr
+    assert res.stderr.rstrip().endswith("give the name you deploy it with: -n NAME")
+
+
+@pytest.mark.parametrize("out", ["out.yml", "-"])
+def test_cli_check_with_an_output_is_refused_in_one_line(tmp_path: Path, out: str) -> None:
+    """--check writes no stack: -o was ignored without a word (no file where one was
+    asked for, exit 0)."""
+    src = tmp_path / "ai.yml"
+    src.write_text(VLLM)
+    res = CliRunner().invoke(
+        main, ["render", "--check", str(src), "-o", out], env={"DOCKER_HOST": NO_DOCKER}
+    )
+    assert res.exit_code == 2, res.output
+    assert res.stderr.splitlines() == [
+        f"swarmgpu render: --check writes no stack, so -o {out} would write nothing; "
+        "leave out -o, or --check to render"
+    ]
+    assert not (tmp_path / "out.yml").exists()

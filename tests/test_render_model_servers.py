@@ -243,6 +243,36 @@ def test_tgi_that_agrees_or_cannot_be_read_says_nothing(service: str) -> None:
     assert warnings(stack(TGI, service, count="2")) == []
 
 
+def test_tgi_num_shard_in_an_env_file_is_read_as_docker_reads_it(tmp_path: Path) -> None:
+    """docker reads each env_file into the service's environment, a later file over an
+    earlier one, and ``environment`` over them (docker/cli resolveEnvironment); TGI's
+    flag over both. Before: NUM_SHARD=4 set only in an env_file, asking for 2, said
+    nothing."""
+    (tmp_path / "a.env").write_text("# the model's shards\nNUM_SHARD=3\n")
+    (tmp_path / "tgi.env").write_text("HF_HOME=/data\nNUM_SHARD=4\n")
+
+    def said(service: str) -> list[str]:
+        checked = check_stack(stack(TGI, service), stack_name="ai", env_base=str(tmp_path))
+        assert checked.errors == [], checked.errors
+        return [n for n in checked.notes if "WARNING" in n]
+
+    files = f"    command: --model-id {MODEL}\n    env_file: [a.env, tgi.env]\n"
+    (w,) = said(files)
+    assert "will use 4 GPUs (NUM_SHARD=4 from env_file)" in w, w
+    assert w.endswith("or change NUM_SHARD")
+    assert said(files + "    environment:\n      NUM_SHARD: 2\n") == []
+    assert said(files + "    environment:\n      - NUM_SHARD=2\n") == []
+    assert said(files.replace(MODEL, f"{MODEL} --num-shard 2")) == []
+    (w,) = said(f"    command: --model-id {MODEL}\n    env_file: tgi.env\n")
+    assert "(NUM_SHARD=4 from env_file)" in w
+    # render --check reads it against the stack file's folder, as render does
+    f = tmp_path / "ai.yml"
+    f.write_text(stack(TGI, files))
+    r = CliRunner().invoke(main, ["render", "--check", str(f)])
+    assert r.exit_code == 0, r.output
+    assert "Text Generation Inference will use 4 GPUs (NUM_SHARD=4 from env_file)" in r.output
+
+
 TRTLLM_SERVE = f"    command: trtllm-serve {MODEL} --host 0.0.0.0 --port 8000"
 
 

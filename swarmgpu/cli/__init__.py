@@ -36,7 +36,8 @@ Exit codes:
                         config or the swarm cannot be read
   render                0 the stack was written (--check: it is valid); 1 the stack
                         is invalid: every error printed, nothing written; 2 the
-                        file, the config or the swarm could not be read
+                        file, the config or the swarm could not be read, or a bad
+                        option (-n docker refuses, --check with -o)
   simulate, simulate-derive
                         0 done; 2 bad option or trace (nothing replayed), --plot
                         without matplotlib

@@ -16,6 +16,18 @@ from swarmgpu.core.config import (
 )
 
 
+class ConfigPath(click.Path):
+    """A config file's path; an empty one is refused naming the option (``Path('')``
+    is '.': it was refused as "config file .: a directory", naming no option)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "":
+            option = not isinstance(param, click.Argument)
+            leave = ", or leave the option out for the built-in defaults" if option else ""
+            self.fail(f"an empty path; give the path of the YAML file{leave}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def load_checked(path: str | None, notes: list[str] | None = None) -> Config:
     """The configuration, checked as a whole: the keys, then what the layers above the
     configuration check (a pinned ``placement.workload`` file must parse; the workload
@@ -55,7 +67,7 @@ def config() -> None:
 
 
 @config.command("check")
-@click.argument("path", type=click.Path())
+@click.argument("path", type=ConfigPath())
 def config_check(path: str) -> None:
     """Validate a config file: every problem, each with its key and the fix.
 
@@ -78,8 +90,9 @@ def config_check(path: str) -> None:
         sys.exit(2)
     for note in notes:
         click.echo(f"{path}: note: {note}", err=True)
-    click.echo(f"{path}: ok" + (f" ({len(notes)} deprecated key(s) read: see the notes)"
-                                if notes else ""))
+    click.echo(
+        f"{path}: ok" + (f" ({len(notes)} deprecated key(s) read: see the notes)" if notes else "")
+    )
 
 
 @config.command("show-defaults")

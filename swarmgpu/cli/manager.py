@@ -16,7 +16,7 @@ from typing import IO, Any, NoReturn
 import click
 from loguru import logger
 
-from swarmgpu.cli.config import load_cfg
+from swarmgpu.cli.config import ConfigPath, load_cfg
 from swarmgpu.cli.logs import setup_logging
 from swarmgpu.core.config import Config, parse_priority_classes
 
@@ -28,7 +28,7 @@ ENGINE_WAIT_S = 60.0  # how long `run` waits for an unreachable engine before ex
     "--config",
     "config_path",
     default=None,
-    type=click.Path(),
+    type=ConfigPath(),
     help="YAML config (default: built-in defaults).",
 )
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
@@ -117,7 +117,7 @@ def _one_daemon(state_dir: str) -> IO[str] | None:
 
 
 @click.command()
-@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--strict", is_flag=True, help="Advisories count as findings too (exit 1).")
 def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
@@ -211,7 +211,7 @@ def _snapshot(cfg: Config) -> Any:
 
 
 @click.command()
-@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option("--json", "as_json", is_flag=True)
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
@@ -288,6 +288,26 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _stack_name(given: str | None, first_file: str) -> str:
+    """-n, else the first file's name up to its first dot. One docker stack deploy
+    refuses (empty, or only spaces and quotes: docker/cli's validateStackName) is
+    refused, exit 2: -n '' fell back to the file's name, silently."""
+    from swarmgpu.core.peertext import escaped
+
+    name = given if given is not None else Path(first_file).stem.split(".")[0]
+    if all(c.isspace() or c in "'\"" for c in name):
+        said = f"{escaped(first_file)} (no -n): its name gives {name!r}"
+        if given is not None:
+            said = f"-n {given!r}"
+        click.echo(
+            f"swarmgpu render: {said}: invalid stack name (docker stack deploy refuses one "
+            "empty or of only spaces and quotes); give the name you deploy it with: -n NAME",
+            err=True,
+        )
+        sys.exit(2)
+    return name
+
+
 @click.command()
 @click.argument("stack_file", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option(
@@ -306,8 +326,8 @@ def _daemon_moves(cfg: Config) -> dict[str, Any] | None:
     default=None,
     help="Stack name used with `docker stack deploy` (default: the first file's name).",
 )
-@click.option("-o", "--output", default="-", type=click.Path(), help="Output file (default -).")
-@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("-o", "--output", default=None, type=click.Path(), help="Output file (default -).")
+@click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option(
     "--check",
     is_flag=True,
@@ -325,7 +345,7 @@ def render(
     stack_file: str | None,
     compose_files: tuple[str, ...],
     stack_name: str | None,
-    output: str,
+    output: str | None,
     config_path: str | None,
     check: bool,
     skip_interpolation: bool,
@@ -350,9 +370,17 @@ def render(
     files = [stack_file] if stack_file is not None else list(compose_files)
     if not files:
         raise click.UsageError("no stack file: give one, or -c FILE for each file")
+    if check and output is not None:  # ignored, it wrote no file where one was asked for
+        click.echo(
+            f"swarmgpu render: --check writes no stack, so -o {escaped(output)} would write "
+            "nothing; leave out -o, or --check to render",
+            err=True,
+        )
+        sys.exit(2)
+    output = "-" if output is None else output
     cfg = load_cfg(config_path)
     setup_logging("WARNING", cfg.log.format)
-    name = stack_name or Path(files[0]).stem.split(".")[0]
+    name = _stack_name(stack_name, files[0])
     # docker stack deploy substitutes from its environment: in the pipeline, this one
     environ = None if skip_interpolation else dict(os.environ)
     source, *rest = (_read_stack_file(f) for f in files)
@@ -480,7 +508,7 @@ def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:
 
 
 @click.command()
-@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option("--json", "as_json", is_flag=True, help="The same document as /api/v1/cluster.")
 def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
@@ -525,7 +553,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     metavar="NAME",
     help="A service whose held-back changes to write (repeatable).",
 )
-@click.option("--config", "config_path", default=None, type=click.Path())
+@click.option("--config", "config_path", default=None, type=ConfigPath())
 @click.option("--dry-run", is_flag=True, default=None, help="Say what would change; write nothing.")
 def apply_cmd(services: tuple[str, ...], config_path: str | None, dry_run: bool | None) -> None:
     """Write the spec changes swarmgpu holds back for a running service.

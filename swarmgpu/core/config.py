@@ -608,6 +608,8 @@ def load_config_report(
     data: dict[str, Any] = {}
     lines: Lines = {}
     if path is not None:
+        if not os.fspath(path):  # Path('') is '.', refused as "a directory"
+            raise ConfigError("config file: an empty path; give the path of the YAML file")
         p = Path(path)
         loaded, lines = read_yaml_lines(p, f"config file {p}", ConfigError)
         if loaded is None:

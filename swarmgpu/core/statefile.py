@@ -6,8 +6,13 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from loguru import logger
+
+from swarmgpu.core.saidonce import SaidOnce
 
 
 def save_json(state_dir: str, name: str, data: Any) -> None:
@@ -25,3 +30,18 @@ def save_json(state_dir: str, name: str, data: Any) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def save_said(said: SaidOnce[str], what: str, state_dir: str, save: Callable[[str], None]) -> None:
+    """``save(state_dir)``, a failure warned of once while it lasts (``said``: this
+    file's, one round a call), again when its errno changes or once it failed anew after
+    a save: a full or read-only state directory was warned of every cycle."""
+    said.begin()
+    try:
+        save(state_dir)
+    except OSError as exc:
+        if said.fresh(what, exc.errno):  # not its text: it may name the temp file
+            logger.warning(
+                "cannot save {} to {}: {} (said once while it lasts)", what, state_dir, exc
+            )
+    said.end()

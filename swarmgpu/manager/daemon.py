@@ -32,7 +32,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from swarmgpu.core.config import Config
 from swarmgpu.core.httpguard import GuardedServer, allowed_hosts
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.sdnotify import sd_notify, watchdog_s
+from swarmgpu.core.statefile import save_said
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.cycle.heap import CycleCollector
 from swarmgpu.manager.cycle.host import QueryRoute, Route
@@ -114,6 +116,7 @@ class Daemon:
         self._collector = CycleCollector()  # garbage collection between cycles
         self._rerun = threading.Event()
         self._slow = False  # the last cycle outlasted the interval (said once: _overran)
+        self._save_said: SaidOnce[str] = SaidOnce()  # agents.json could not be saved
         self.last_report: CycleReport | None = None
         # time.monotonic() at the last cycle's end: /healthz's age survives a step of the
         # wall clock (NTP, a hand `date -s`)
@@ -175,10 +178,7 @@ class Daemon:
                 self.metrics.cycles.labels(outcome="error").inc()
                 logger.error("cycle aborted, will retry next interval: {}", exc)
                 return CycleReport(errors=[str(exc)], aborted=True)
-            try:
-                self.book.save(self.cfg.state_dir)
-            except OSError as exc:
-                logger.warning("cannot save agent state to {}: {}", self.cfg.state_dir, exc)
+            save_said(self._save_said, "agent state", self.cfg.state_dir, self.book.save)
             report.duration_s = time.monotonic() - start
             self.metrics.cycle_seconds.observe(report.duration_s)
             self.metrics.cycles.labels(outcome="ok" if not report.errors else "partial").inc()

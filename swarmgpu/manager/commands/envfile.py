@@ -1,4 +1,5 @@
-"""The env lines render adds to a service, less the names its ``env_file`` sets.
+"""The env lines render adds to a service, less the names its ``env_file`` sets; and
+the variables it sets, which a model server reads (``model_servers``).
 
 docker/cli reads each env file on the client into the service's environment, and the
 service's ``environment`` over it (cli/compose/loader/loader.go ``resolveEnvironment``).
@@ -16,7 +17,7 @@ refused, as docker refuses the file.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Set
+from collections.abc import Collection, Mapping, Set
 from typing import Any
 
 from swarmgpu.core.boundedfile import FileRefused, read_bounded
@@ -75,20 +76,32 @@ def device_var_error(where: str, what: str) -> str:
 
 
 class EnvFiles:
-    """The names each service's env files set (``env_file_names``), read once each."""
+    """The variables each service's env files set (``env_file_variables``), read once
+    each."""
 
     def __init__(
         self, base: str | None, environ: Mapping[str, str] | None, error: type[Exception]
     ) -> None:
         self.base, self.environ, self.error = base, environ, error
-        self._names: dict[str, set[str]] = {}
+        self._vars: dict[str, dict[str, str | None]] = {}
+
+    def variables(self, svc_name: str, svc: Mapping[str, Any]) -> dict[str, str | None]:
+        if svc_name not in self._vars:
+            where = f"services.{svc_name}"
+            got = env_file_variables(svc, where, self.base, self.environ, self.error)
+            self._vars[svc_name] = got
+        return self._vars[svc_name]
 
     def names(self, svc_name: str, svc: Mapping[str, Any]) -> set[str]:
-        if svc_name not in self._names:
-            where = f"services.{svc_name}"
-            got = env_file_names(svc, where, self.base, self.environ, self.error)
-            self._names[svc_name] = got
-        return self._names[svc_name]
+        return set(self.variables(svc_name, svc))
+
+    def read(self, svc_name: str, svc: Mapping[str, Any]) -> dict[str, str | None]:
+        """``variables``, none where a file cannot be read (``check_env_files`` says
+        so): what a model server reads from them (``model_servers``)."""
+        try:
+            return self.variables(svc_name, svc)
+        except self.error:
+            return {}
 
     def request_names(self, svc_name: str, svc: Mapping[str, Any]) -> set[str]:
         """``names`` of a GPU request's service: one that sets the device variable is
@@ -108,6 +121,27 @@ class EnvFiles:
                 _add_env(svc, {k: v for k, v in add.items() if k not in skip})
 
 
+def check_env_files(
+    services: Mapping[Any, Any], requests: Collection[str], files: EnvFiles
+) -> list[str]:
+    """Each service's env files, as render reads them: one docker refuses, or a GPU
+    request's (``requests``) that sets the device variable, is an error here too, so
+    that ``render --check`` refuses what render would (it said valid, and render refused
+    the stack only once Docker had been asked)."""
+    errors = []
+    for svc_name, svc in services.items():
+        if not isinstance(svc, dict):
+            continue  # said by render's check of the service
+        try:
+            if str(svc_name) in requests:
+                files.request_names(str(svc_name), svc)
+            else:
+                files.names(str(svc_name), svc)
+        except files.error as exc:  # one message each (``error(...)`` above)
+            errors.append(str(exc))
+    return errors
+
+
 def _add_env(svc: dict[str, Any], add: Mapping[str, str]) -> None:
     """Add variables the service does not set itself (a bad shape is reported later)."""
     env = svc.get("environment")
@@ -122,20 +156,22 @@ def _add_env(svc: dict[str, Any], add: Mapping[str, str]) -> None:
                 env.append(f"{k}={v}")
 
 
-def env_file_names(
+def env_file_variables(
     svc: Mapping[str, Any],
     at: str,
     base: str | None,
     environ: Mapping[str, str] | None,
     error: type[Exception],
-) -> set[str]:
-    """The names the service's env files set, a relative path read against ``base`` (the
+) -> dict[str, str | None]:
+    """The variables the service's env files set, a later file's over an earlier one's
+    (docker/cli appends them in order), each to its value (None: a bare name, whose
+    value is docker's environment's, unknown here), a relative path read against ``base`` (the
     stack file's folder; None: this process's, which docker runs in: ``stackpaths``).
     ``environ``: docker's environment (None: unknown, and a bare name counts as set). A
     path with a ``$`` left for docker (``--skip-interpolation``) is not read: its file
     is not known. A file docker cannot read or refuses is ``error(...)`` naming it."""
     files = svc.get("env_file")
-    names: set[str] = set()
+    out: dict[str, str | None] = {}
     # another shape is the schema's error to say
     for i, path in enumerate(
         [files] if isinstance(files, str) else files if isinstance(files, list) else []
@@ -157,24 +193,26 @@ def env_file_names(
                 "reads it into the service's environment, and refuses the stack "
                 "without it"
             ) from None
-        names |= _names(text.removeprefix("\ufeff"), environ, f"{where}: {path!r}", error)
-    return names
+        out.update(_variables(text.removeprefix("\ufeff"), environ, f"{where}: {path!r}", error))
+    return out
 
 
-def _names(
+def _variables(
     text: str, environ: Mapping[str, str] | None, where: str, error: type[Exception]
-) -> set[str]:
-    out: set[str] = set()
+) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
     for n, raw in enumerate(text.split("\n"), 1):
         line = raw.removesuffix("\r").lstrip(_SPACE)
         if not line or line.startswith("#"):
             continue
-        name, eq, _ = line.partition("=")
+        name, eq, value = line.partition("=")
         if not name or " " in name or "\t" in name:
             raise error(
                 f"{where}: line {n}: {name!r} is no variable name (docker stack "
                 "deploy refuses it: none, or white space in it); write NAME=value"
             )
-        if eq or environ is None or name in environ:
-            out.add(name)
+        if eq:
+            out[name] = value  # as written: docker trims nothing of it
+        elif environ is None or name in environ:
+            out[name] = None if environ is None else environ[name]
     return out

@@ -4,8 +4,9 @@ vLLM, SGLang, Text Generation Inference and TensorRT-LLM each take how many GPUs
 use from their own flags (``vllm serve M --tensor-parallel-size 4``). A service that
 asks swarmgpu for 2 GPUs and runs that fails to start (it sees 2); with ``-tp 1`` one of
 the two GPUs it holds sits idle. render reads the service's entrypoint, command and
-environment as docker passes them (a string split as docker/cli splits it, google/shlex;
-a ``sh -c`` script split as a shell would) and says so in a warning, never an error.
+environment (its env files under it) as docker passes them (a string split as
+docker/cli splits it, google/shlex; a ``sh -c`` script split as a shell would) and says
+so in a warning, never an error.
 What it cannot read it leaves unsaid: a wrapper script, a config file, a multi-node
 launch, a flag spelled another way, an unsubstituted ``$VAR``, two servers in one
 command. Pure (docs/requests.md, "Model servers").
@@ -124,16 +125,21 @@ _SEPARATORS = frozenset(";&|()\n")  # a token of these only ends a shell command
 
 
 def server_notes(
-    svc: Mapping[str, Any], where: str, req: GpuRequest | RequestError, prefix: str = "swarmgpu."
+    svc: Mapping[str, Any],
+    where: str,
+    req: GpuRequest | RequestError,
+    prefix: str = "swarmgpu.",
+    env_files: Mapping[str, str | None] | None = None,
 ) -> list[str]:
     """A warning where the model server ``svc`` runs will use another number of GPUs
     than ``req`` gives each replica; none where render cannot tell (or ``req`` is an
-    error, said as one)."""
+    error, said as one). ``env_files``: what its env files set (``envfile``), which
+    docker reads under its ``environment``."""
     found = _launch(svc)
     if found is None or isinstance(req, RequestError):
         return []
     server, args = found
-    env = _env_words(server, svc.get("environment"))
+    env = _env_words(server, svc.get("environment"), env_files or {})
     used = _used(server, [*env, *args], env)
     if used is None:
         return []
@@ -252,18 +258,24 @@ def _starts(seg: list[str]) -> list[tuple[Server, list[str]]]:
     return out
 
 
-def _env_words(server: Server, env: object) -> dict[str, str]:
+def _env_words(server: Server, env: object, files: Mapping[str, str | None]) -> dict[str, str]:
     """The variables ``server`` reads as flags, as flags (to be read first, so that its
-    command line overrides them, clap's order), each to the variable as written."""
+    command line overrides them, clap's order), each to the variable as written. The
+    env files' (``files``) first, ``environment`` over them, as docker/cli reads them
+    (loader resolveEnvironment); a name it gives no value (``NAME``, ``NAME:``) is
+    unknown here, the file's value with it."""
+    own: dict[str, object]
     if isinstance(env, dict):
-        pairs = [(str(k), v) for k, v in env.items()]
+        own = {str(k): v for k, v in env.items()}
     elif isinstance(env, list):
-        pairs = [(k, v) for k, _, v in (str(e).partition("=") for e in env if "=" in str(e))]
+        own = {k: v if eq else None for k, eq, v in (str(e).partition("=") for e in env)}
     else:
-        return {}
+        own = {}
+    shown = {k: f"{k}={v} from env_file" for k, v in files.items() if v is not None}
+    pairs = {k: v for k, v in files.items() if v is not None} | own
     return {
-        f"{server.env[k]}={v}": f"{k}={v}"
-        for k, v in pairs
+        f"{server.env[k]}={v}": f"{k}={v}" if k in own else shown[k]
+        for k, v in pairs.items()
         if k in server.env and isinstance(v, str | int) and not isinstance(v, bool)
     }
 

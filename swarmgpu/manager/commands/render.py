@@ -33,7 +33,7 @@ from swarmgpu.manager.commands.composefile import (
     part_schema_errors,
     schema_errors,
 )
-from swarmgpu.manager.commands.envfile import EnvFiles, device_var_error, write_env
+from swarmgpu.manager.commands.envfile import EnvFiles, check_env_files, device_var_error, write_env
 from swarmgpu.manager.commands.interpolation import as_written, interpolate, pinned
 from swarmgpu.manager.commands.model_servers import server_notes
 from swarmgpu.manager.commands.stackmerge import MergeError, StackFile, merge_stacks
@@ -370,35 +370,18 @@ def check_stack(text: str, *, where: str = "stack", prefix: str = "swarmgpu.",
     out.errors[:0] = errors
     out.notes[:0] = warnings
     out.errors += check_top_level(stack)
+    files = None if env_base is None else EnvFiles(env_base, environ, StackError)
     for svc_name, svc in stack["services"].items():
         _check_service(out, str(svc_name), svc, prefix, zone_label, generic_kind, node_gpus,
-                       classes, stack_name, interpolated=environ is not None)
+                       classes, stack_name, environ is not None, files)
         if tenants is not None and stack_name is not None:
             _check_tenant(out, str(svc_name), svc, prefix, zone_label, classes, tenants,
                           stack_name)
-    if env_base is not None:
-        _check_env_files(out, env_base, environ)
+    if files is not None:
+        out.errors += check_env_files(out.stack["services"], out.requests, files)
     if not out.errors:  # the schema's complaints about a broken service add nothing
         out.errors += schema_errors(stack)
     return out
-
-
-def _check_env_files(out: CheckedStack, base: str, environ: Mapping[str, str] | None) -> None:
-    """Each service's env files, as render reads them: one docker refuses, or a GPU
-    request's that sets the device variable, is an error here too, so that ``render
-    --check`` refuses what render would (it said valid, and render refused the stack
-    only once Docker had been asked)."""
-    files = EnvFiles(base, environ, StackError)
-    for svc_name, svc in out.stack["services"].items():
-        if not isinstance(svc, dict):
-            continue  # said by _check_service
-        try:
-            if str(svc_name) in out.requests:
-                files.request_names(str(svc_name), svc)
-            else:
-                files.names(str(svc_name), svc)
-        except StackError as exc:
-            out.errors += exc.errors
 
 
 def _read(text: str, where: str, environ: Mapping[str, str] | None, *, part: bool = False
@@ -472,9 +455,9 @@ def _try(errs: list[str], default: T, fn: Callable[..., T], *args: Any) -> T:
 def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                    zone_label: str, generic_kind: str, node_gpus: int | None,
                    classes: Mapping[str, int] | None = None, stack: str | None = None,
-                   interpolated: bool = False) -> None:
+                   interpolated: bool = False, files: EnvFiles | None = None) -> None:
     """One service of ``check_stack``: its errors and notes into ``out``; its Compose
-    GPU reservation made a request, in place."""
+    GPU reservation made a request, in place. ``files``: its env files' reader."""
     w = f"services.{svc_name}"
     if not isinstance(svc, dict):
         out.errors.append(f"{w}: expected a mapping")
@@ -536,7 +519,8 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
             out.requests.append(svc_name)
             if (own := own_device_line(_try([], [], _env_list, svc, w), prefix)) is not None:
                 errs.append(device_var_error(f"{w}.environment", own))
-            out.notes += [] if gpu.unresolved else server_notes(svc, w, req, prefix)
+            env = files.read(svc_name, svc) if files is not None else None
+            out.notes += [] if gpu.unresolved else server_notes(svc, w, req, prefix, env)
     out.errors.extend(errs)
 
 

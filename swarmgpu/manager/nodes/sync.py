@@ -13,6 +13,7 @@ from loguru import logger
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.saidonce import SaidOnce
+from swarmgpu.core.statefile import save_said
 from swarmgpu.manager.commands.compose_gpu import GPU_RESOURCE_KINDS
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.engine.actuator import Actuator, ApplyResult
@@ -175,6 +176,7 @@ class LabelSync:
         # (node id, hash of a warning) said of it last cycle: a node's problem that lasts
         # is said once, again when it changes or comes back (hash: an agent's text)
         self._node_said: SaidOnce[tuple[str, int]] = SaidOnce()
+        self._save_said: SaidOnce[str] = SaidOnce()  # gpu-health.json could not be saved
 
     def cycle(self, snapshot: Snapshot, *, hold: bool = False) -> CycleReport:
         """Plan every node's labels and write them; with ``hold``, the writes are kept
@@ -185,10 +187,7 @@ class LabelSync:
         # GPU health states (docs/health.md): a failed GPU is unhealthy in the facts every
         # later step of this cycle reads (labels, placement), so it is never given out.
         snapshot.facts.update(self.health.apply(snapshot.nodes, snapshot.facts))
-        try:
-            self.health.save(self.cfg.state_dir)
-        except OSError as exc:
-            logger.warning("cannot save GPU health to {}: {}", self.cfg.state_dir, exc)
+        save_said(self._save_said, "GPU health", self.cfg.state_dir, self.health.save)
         prefix = self.cfg.sync.prefix
         unreachable = unread = held = 0
         todo: list[tuple[NodeLabelPlan, SwarmNode, NodeFacts]] = []

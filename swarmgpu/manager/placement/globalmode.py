@@ -41,7 +41,7 @@ class GlobalPlacement:
         """(why it is pending, or None; a warning about the nodes that wait, or None)."""
         waits = self.nodes_waiting
         if waits:
-            text = "; ".join(f"{h}: {why}" for h, why in sorted(waits.items()))
+            text = grouped(waits)
             if self.placements:
                 return None, f"{len(waits)} GPU node(s) wait, gate closed: {text}"
             return f"no GPU node has room: {text}", None
@@ -50,10 +50,29 @@ class GlobalPlacement:
         return None, None
 
 
-def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
-                 old: Mapping[str, Holding], res: tuple[int, int], cyc: Cycle,
-                 done_nodes: AbstractSet[str] = frozenset(),
-                 most: tuple[int, str] | None = None) -> GlobalPlacement:
+def grouped(waits: Mapping[str, str], named: int = 3) -> str:
+    """The waits, the nodes sharing a why named together (the first ``named`` of them,
+    the rest counted), the why once: a long hint (placement.memsize) came once a node."""
+    by_why: dict[str, list[str]] = {}
+    for host, why in sorted(waits.items()):
+        by_why.setdefault(why, []).append(host)
+    parts = []
+    for why, hosts in by_why.items():
+        more = f" and {len(hosts) - named} more" if len(hosts) > named else ""
+        parts.append(f"{', '.join(hosts[:named])}{more}: {why}")
+    return "; ".join(parts)
+
+
+def place_global(
+    s: SwarmService,
+    r: GpuRequest,
+    kept: Mapping[str, Holding],
+    old: Mapping[str, Holding],
+    res: tuple[int, int],
+    cyc: Cycle,
+    done_nodes: AbstractSet[str] = frozenset(),
+    most: tuple[int, str] | None = None,
+) -> GlobalPlacement:
     """Keep the holdings on nodes Swarm still runs it on, place one on every other GPU
     node with room, and say which nodes wait and why. ``done_nodes``: a global job's
     nodes whose task completed (they hold nothing). ``most``: its queue's max, as the
@@ -62,19 +81,22 @@ def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
     labels only within it."""
     cluster, by_id = cyc.cluster, cyc.by_id
     no = cyc.swarm_no(s)
-    holdings = {nid: h for nid, h in kept.items()
-                if nid in by_id and nid not in no and nid not in done_nodes}
+    holdings = {
+        nid: h
+        for nid, h in kept.items()
+        if nid in by_id and nid not in no and nid not in done_nodes
+    }
     waits: dict[str, str] = {}  # node id -> why: two nodes may share a hostname
     if most is not None and len(holdings) > most[0]:
-        for nid in sorted(nid for nid in holdings if nid not in old)[
-                :len(holdings) - most[0]]:
+        for nid in sorted(nid for nid in holdings if nid not in old)[: len(holdings) - most[0]]:
             del holdings[nid]  # adopted, beyond the max: not held, free for the others
             cluster.release_holding(s.name, nid)
             waits[nid] = most[1]
     # a node gone, no longer matching, or its job task done
     released = release_dropped(cyc, old, holdings)
-    placements = [p for nid, h in holdings.items()
-                  for p in replicas_of(h, by_id[nid], cyc.facts.get(nid))]
+    placements = [
+        p for nid, h in holdings.items() for p in replicas_of(h, by_id[nid], cyc.facts.get(nid))
+    ]
     demand = demand_of(r, *res)
     new = False
     room = None if most is None else most[0] - len(holdings)
@@ -96,6 +118,7 @@ def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
 
         def only(ns: NodeState, nid: str = nid) -> bool:
             return ns.spec.name == nid
+
         try:
             choice = cluster.place(demand, allowed=only)
         except MigProfileError as exc:
@@ -109,5 +132,9 @@ def place_global(s: SwarmService, r: GpuRequest, kept: Mapping[str, Holding],
         if room is not None:
             room -= 1
     names = node_names(by_id.values()) if waits else {}
-    return GlobalPlacement(tuple(sorted(placements, key=placement_order)), released,
-                           {names[nid]: why for nid, why in waits.items()}, new)
+    return GlobalPlacement(
+        tuple(sorted(placements, key=placement_order)),
+        released,
+        {names[nid]: why for nid, why in waits.items()},
+        new,
+    )
