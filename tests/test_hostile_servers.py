@@ -213,6 +213,29 @@ def test_a_request_naming_two_hosts_is_refused(
             assert resp.endswith(b"400: send one Host header, not several\n"), resp
 
 
+def raw(port: int, request: bytes) -> bytes:
+    """The whole answer to ``request``, sent as it is."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(request)
+        resp = b""
+        while chunk := s.recv(65536):
+            resp += chunk
+    return resp
+
+
+def test_an_http_1_1_request_without_host_is_refused(
+        daemon_http: tuple[GuardedServer, int], agent: tuple[AgentServer, int]) -> None:
+    # RFC 9112 3.2: a server MUST answer 400 to an HTTP/1.1 request lacking Host; it was
+    # answered as if from an HTTP/1.0 client (the Host check lets those pass). 1.0 has
+    # no Host to require (curl -0, probes): still answered.
+    for port in (daemon_http[1], agent[1]):
+        resp = raw(port, b"GET /healthz HTTP/1.1\r\n\r\n")
+        assert resp.startswith(b"HTTP/1.1 400"), (port, resp[:80])
+        assert resp.endswith(b"400: send a Host header (HTTP/1.1 requires one)\n"), resp
+        resp = raw(port, b"GET /healthz HTTP/1.0\r\n\r\n")
+        assert resp.split(b" ", 2)[1] == b"200", (port, resp[:80])
+
+
 def test_stack_opts_in_to_exposing_the_daemon() -> None:
     stack = (REPO / "stacks" / "swarmgpu.yml").read_text()
     i = stack.index("SWARMGPU_HTTP_LISTEN=0.0.0.0:9402")

@@ -20,12 +20,12 @@
 * a handler may answer on a reserved slot without proof (``open_on_reserve``): the
   daemon's ``/healthz``, which the image's healthcheck reads, is never starved;
 * one GET or HEAD per connection (``OneRequestHandler``), HTTP/0.x 505 (0.9's answer has
-  no status line, so a refusal would read as the page), other methods 405, a
-  request with two Host headers 400, and header lines two parsers read apart
-  (``head_fault``: no colon, a space before it, folding, a bare CR, a control byte) 400;
-  a POST only to a path the handler names (``post_paths``: the daemon's sign-in form),
-  its body short (``MAX_BODY_BYTES``), with one Content-Length, and in within the
-  head's deadline;
+  no status line, so a refusal would read as the page), other methods 405, an
+  HTTP/1.1 request without Host or any with two Host headers 400, and header lines two
+  parsers read apart (``head_fault``: no colon, a space before it, folding, a bare CR, a
+  control byte) 400; a POST only to a path the handler names (``post_paths``: the
+  daemon's sign-in form), its body short (``MAX_BODY_BYTES``), with one Content-Length,
+  and in within the head's deadline;
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
@@ -289,11 +289,18 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.send_answer(HTTPStatus.METHOD_NOT_ALLOWED, PLAIN,
                              f"only {allow} here\n".encode(), {"Allow": allow})
             return
-        if len(self.headers.get_all("Host") or ()) > 1:
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) > 1:
             # The Host check reads one; a proxy in front may have read another (RFC 9112
             # 3.2: 400).
             self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
                              b"400: send one Host header, not several\n")
+            return
+        if not hosts and self.request_version != "HTTP/1.0":
+            # RFC 9112 3.2: an HTTP/1.1 request without Host is 400. 1.0 has none to
+            # require (curl -0, probes), and a browser always sends one.
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
+                             b"400: send a Host header (HTTP/1.1 requires one)\n")
             return
         self.body = b""
         if self.command == "POST":
