@@ -163,7 +163,8 @@ def test_garbage_paths_and_methods(run_agent: Callable[..., tuple[AgentServer, s
     for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
         code, headers, _ = get(base + "/facts", method=method)
         assert code == 405 and headers["Allow"] == "GET, HEAD"
-    assert raw(base, b"BREW /coffee HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
+    brew = raw(base, b"BREW /coffee HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert brew.startswith(b"HTTP/1.1 405")
     assert raw(base, b"\x16\x03\x01\x00\xa5garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
     assert raw(base, b"GET /healthz HTTP/9.9\r\n\r\n").startswith(b"HTTP/1.1 505")
 

@@ -236,6 +236,22 @@ def test_an_http_1_1_request_without_host_is_refused(
         assert resp.split(b" ", 2)[1] == b"200", (port, resp[:80])
 
 
+@pytest.mark.parametrize("field", [b"Authorization: Bearer x", b"Cookie: a=b",
+                                   b"Content-Length: 0"])
+def test_a_field_read_once_given_twice_is_refused(
+        daemon_http: tuple[GuardedServer, int], agent: tuple[AgentServer, int],
+        field: bytes) -> None:
+    # The server reads the first of two Authorization (Cookie, Content-Length) lines; a
+    # proxy in front may have judged, logged or framed by the other: ambiguous, 400 as
+    # two Host lines are (a user agent sends one Cookie line: RFC 6265 5.4).
+    for port in (daemon_http[1], agent[1]):
+        resp = raw(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + field
+                   + b"\r\n" + field + b"\r\n\r\n")
+        name = field.partition(b":")[0]
+        assert resp.startswith(b"HTTP/1.1 400"), (port, resp[:80])
+        assert resp.endswith(b"400: send one " + name + b" header, not several\n"), resp
+
+
 def test_stack_opts_in_to_exposing_the_daemon() -> None:
     stack = (REPO / "stacks" / "swarmgpu.yml").read_text()
     i = stack.index("SWARMGPU_HTTP_LISTEN=0.0.0.0:9402")

@@ -21,7 +21,8 @@
   daemon's ``/healthz``, which the image's healthcheck reads, is never starved;
 * one GET or HEAD per connection (``OneRequestHandler``), HTTP/0.x 505 (0.9's answer has
   no status line, so a refusal would read as the page), other methods 405, an
-  HTTP/1.1 request without Host or any with two Host headers 400, and header lines two
+  HTTP/1.1 request without Host or any with two lines of a field read once
+  (``READ_ONCE``: Host, Authorization, Cookie, Content-Length) 400, and header lines two
   parsers read apart (``head_fault``: no colon, a space before it, folding, a bare CR, a
   control byte) 400; a POST only to a path the handler names (``post_paths``: the
   daemon's sign-in form), its body short (``MAX_BODY_BYTES``), with one Content-Length,
@@ -74,6 +75,10 @@ _BARE_CR = re.compile(rb"\r(?!\n)")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name
 _CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # in a value; HT is allowed
 PLAIN = "text/plain; charset=utf-8"
+# Fields read as one value: two lines of one are a request two parsers read apart (the
+# first read here, the last by a proxy in front), refused. A user agent sends one Cookie
+# line (RFC 6265 5.4).
+READ_ONCE = ("Host", "Authorization", "Cookie", "Content-Length")
 
 
 def allowed_hosts(listen: str, extra: str = "") -> frozenset[str]:
@@ -281,6 +286,19 @@ class OneRequestHandler(BaseHTTPRequestHandler):
         if (fault := head_fault(head)) is not None:
             self.send_error(HTTPStatus.BAD_REQUEST, fault)
             return
+        for name in READ_ONCE:
+            if len(self.headers.get_all(name) or ()) > 1:
+                # This server reads the first; a proxy in front may have judged or framed
+                # by another (RFC 9112 3.2, 6.3: 400).
+                self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
+                                 f"400: send one {name} header, not several\n".encode())
+                return
+        if "Host" not in self.headers and self.request_version != "HTTP/1.0":
+            # RFC 9112 3.2: an HTTP/1.1 request without Host is 400. 1.0 has none to
+            # require (curl -0, probes), and a browser always sends one.
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
+                             b"400: send a Host header (HTTP/1.1 requires one)\n")
+            return
         self.close_connection = True
         path = self.path.partition("?")[0]
         methods = ("GET", "HEAD", "POST") if path in self.post_paths else ("GET", "HEAD")
@@ -288,19 +306,6 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             allow = "POST" if path in self.post_only_paths else ", ".join(methods)
             self.send_answer(HTTPStatus.METHOD_NOT_ALLOWED, PLAIN,
                              f"only {allow} here\n".encode(), {"Allow": allow})
-            return
-        hosts = self.headers.get_all("Host") or []
-        if len(hosts) > 1:
-            # The Host check reads one; a proxy in front may have read another (RFC 9112
-            # 3.2: 400).
-            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
-                             b"400: send one Host header, not several\n")
-            return
-        if not hosts and self.request_version != "HTTP/1.0":
-            # RFC 9112 3.2: an HTTP/1.1 request without Host is 400. 1.0 has none to
-            # require (curl -0, probes), and a browser always sends one.
-            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
-                             b"400: send a Host header (HTTP/1.1 requires one)\n")
             return
         self.body = b""
         if self.command == "POST":
@@ -316,14 +321,8 @@ class OneRequestHandler(BaseHTTPRequestHandler):
     def _read_body(self, rest: bytes, deadline: float) -> bytes | None:
         """A POST's body (``Content-Length`` bytes, at most MAX_BODY_BYTES), in by the
         head's deadline; None when it was refused (answered) or never came."""
-        lengths = self.headers.get_all("Content-Length") or []
-        if len(lengths) > 1:
-            # This server reads one; a proxy in front may have read another (RFC 9112
-            # 6.3: 400), as with two Host headers.
-            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
-                             b"400: send one Content-Length header, not several\n")
-            return None
-        length = lengths[0].strip(" \t") if lengths else ""  # its blanks are not its value
+        # One Content-Length at most (READ_ONCE); its blanks are not its value.
+        length = (self.headers.get("Content-Length") or "").strip(" \t")
         if self.headers.get("Transfer-Encoding") is not None or not length:
             # chunked: a length this server would have to trust the client to end
             self.send_answer(HTTPStatus.LENGTH_REQUIRED, PLAIN,
