@@ -252,6 +252,35 @@ def test_a_field_read_once_given_twice_is_refused(
         assert resp.endswith(b"400: send one " + name + b" header, not several\n"), resp
 
 
+def test_an_absolute_form_target_is_served_by_its_authority(
+        daemon_http: tuple[GuardedServer, int], agent: tuple[AgentServer, int]) -> None:
+    # RFC 9112 3.2.2: a server MUST accept 'GET http://host/path'; it was 404 (the whole
+    # URL read as the path). The target's authority is the host: the rebinding check
+    # reads it, an HTTP/1.0 request without Host too; a Host naming another than the
+    # target (clients MUST send the same) is two hosts, 400.
+    def status(port: int, target: bytes, fields: bytes = b"Host: 127.0.0.1\r\n",
+               version: bytes = b"HTTP/1.1") -> tuple[bytes, bytes]:
+        resp = raw(port, b"GET " + target + b" " + version + b"\r\n" + fields + b"\r\n")
+        return resp.split(b" ", 2)[1], resp.partition(b"\r\n\r\n")[2]
+
+    for port in (daemon_http[1], agent[1]):
+        assert status(port, b"http://127.0.0.1/healthz")[0] == b"200", port
+        assert status(port, b"HTTP://127.0.0.1/healthz?x=1")[0] == b"200", port
+        assert status(port, b"http://127.0.0.1")[0] == status(port, b"/")[0], port
+        assert status(port, b"http://evil.example/healthz", b"Host: evil.example\r\n")[0] \
+            == b"421", port
+        assert status(port, b"http://evil.example/healthz", b"", b"HTTP/1.0")[0] == b"421"
+        code, body = status(port, b"http://evil.example/healthz")
+        assert code == b"400" and b"Host header" in body and b"target" in body, body
+        code, body = status(port, b"http://x@127.0.0.1/healthz", b"Host: 127.0.0.1\r\n")
+        assert code == b"400" and b"user" in body, body
+        for target in (b"ftp://127.0.0.1/healthz", b"healthz", b"*"):
+            code, body = status(port, target)
+            assert code == b"400" and b"/path" in body, (target, body)
+        code, body = status(port, b"https://127.0.0.1/healthz")
+        assert code == b"421" and b"https" in body, body
+
+
 def test_stack_opts_in_to_exposing_the_daemon() -> None:
     stack = (REPO / "stacks" / "swarmgpu.yml").read_text()
     i = stack.index("SWARMGPU_HTTP_LISTEN=0.0.0.0:9402")

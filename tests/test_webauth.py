@@ -538,6 +538,11 @@ def test_a_manager_certificate_opens_everything_over_https(
         # Over HTTPS the session cookie is Secure.
         _, headers, _ = post(port, "/login", f"token={TOKEN}", ctx=_client(pki, None))
         assert "Secure" in [p.strip() for p in headers["set-cookie"].split(";")]
+        # An absolute-form target over TLS names https (RFC 9110 7.4), plain http not.
+        here = f"127.0.0.1:{port}"
+        assert get(port, f"https://{here}/healthz", ctx=_client(pki, None))[0] == 200
+        assert get(port, f"http://{here}/healthz", ctx=_client(pki, None))[0] == 421
+        assert get(port, f"http://{here}/healthz")[0] == 200
         # A manager certificate from a rogue CA fails the handshake itself.
         with pytest.raises((ssl.SSLError, ConnectionError)):
             get(port, "/api/v1/cluster", ctx=_client(pki, "roguemgr"))

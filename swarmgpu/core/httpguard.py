@@ -22,9 +22,10 @@
 * one GET or HEAD per connection (``OneRequestHandler``), HTTP/0.x 505 (0.9's answer has
   no status line, so a refusal would read as the page), other methods 405, an
   HTTP/1.1 request without Host or any with two lines of a field read once
-  (``READ_ONCE``: Host, Authorization, Cookie, Content-Length) 400, and header lines two
-  parsers read apart (``head_fault``: no colon, a space before it, folding, a bare CR, a
-  control byte) 400; a POST only to a path the handler names (``post_paths``: the
+  (``READ_ONCE``: Host, Authorization, Cookie, Content-Length) 400, an absolute-form
+  target served by its path, its authority the Host (``_origin_form``), and header
+  lines two parsers read apart (``head_fault``: no colon, a space before it, folding, a
+  bare CR, a control byte) 400; a POST only to a path the handler names (``post_paths``: the
   daemon's sign-in form), its body short (``MAX_BODY_BYTES``), with one Content-Length,
   and in within the head's deadline;
 * the Host a request names (``host_allowed``): where a browser may read without
@@ -44,6 +45,7 @@ import ipaddress
 import queue
 import re
 import socket
+import ssl
 import threading
 import time
 from collections import Counter
@@ -74,6 +76,8 @@ _HEAD_END = re.compile(rb"\n\r?\n")
 _BARE_CR = re.compile(rb"\r(?!\n)")
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name
 _CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # in a value; HT is allowed
+# An absolute-form target: scheme, authority, then the path and query (maybe empty).
+_ABSOLUTE = re.compile(r"(?i:(https?))://([^/?#]*)([/?].*)?", re.DOTALL)
 PLAIN = "text/plain; charset=utf-8"
 # Fields read as one value: two lines of one are a request two parsers read apart (the
 # first read here, the last by a proxy in front), refused. A user agent sends one Cookie
@@ -299,6 +303,9 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
                              b"400: send a Host header (HTTP/1.1 requires one)\n")
             return
+        if (refusal := self._origin_form()) is not None:
+            self.send_answer(refusal[0], PLAIN, refusal[1].encode())
+            return
         self.close_connection = True
         path = self.path.partition("?")[0]
         methods = ("GET", "HEAD", "POST") if path in self.post_paths else ("GET", "HEAD")
@@ -317,6 +324,41 @@ class OneRequestHandler(BaseHTTPRequestHandler):
                 self.server.note_head_complete()
             self.connection.settimeout(self.write_deadline_s)
         self.respond()
+
+    def _origin_form(self) -> tuple[HTTPStatus, str] | None:
+        """An absolute-form target (``GET http://host/path``, which RFC 9112 3.2.2 says a
+        server MUST accept) as its path, its authority the Host the checks read; or the
+        refusal of a target that is neither that nor ``/path``."""
+        if self.path.startswith("/") or (self.path == "*" and self.command == "OPTIONS"):
+            return None  # origin-form; OPTIONS * is refused as the method (405)
+        m = _ABSOLUTE.fullmatch(self.path)
+        if m is None:
+            return HTTPStatus.BAD_REQUEST, ("400: the request target is neither /path nor "
+                                            "http://host/path\n")
+        scheme, authority, rest = m.group(1).lower(), m.group(2), m.group(3) or ""
+        if "@" in authority or not authority:
+            # RFC 9110 4.2.4: userinfo in an http(s) URI is an error; 4.2.1: so is no host
+            return HTTPStatus.BAD_REQUEST, ("400: the request target names no host, or a "
+                                            "user: send http://host/path\n")
+        host = self.headers.get("Host")
+        if host is not None and host.strip(" \t").lower() != authority.lower():
+            # The client MUST send the target's authority as Host (RFC 9112 3.2.2): one
+            # that differs is two hosts, one read here and the other by a proxy in front.
+            return HTTPStatus.BAD_REQUEST, ("400: the Host header names another host than "
+                                            "the request target: send the same\n")
+        tls = isinstance(self.connection, ssl.SSLSocket)
+        if (scheme == "https") != tls:
+            # RFC 9110 7.4: an https resource only over TLS, and this port's plain side
+            # serves no https one (nor its TLS side an http one): 421.
+            return HTTPStatus.MISDIRECTED_REQUEST, (
+                f"421: {scheme}:// is not served on this {'HTTPS' if tls else 'plain HTTP'} "
+                "connection\n")
+        # What the checks read (the Host allow-list, the sign-in's origin), an HTTP/1.0
+        # request's included, is the target's host.
+        del self.headers["Host"]
+        self.headers["Host"] = authority
+        self.path = rest if rest.startswith("/") else "/" + rest
+        return None
 
     def _read_body(self, rest: bytes, deadline: float) -> bytes | None:
         """A POST's body (``Content-Length`` bytes, at most MAX_BODY_BYTES), in by the
