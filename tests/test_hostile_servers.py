@@ -31,6 +31,7 @@ from swarmgpu.agent.server import DEFAULT_LISTEN, AgentServer, build_server
 from swarmgpu.core.config import AgentsConfig, load_config
 from swarmgpu.core.httpguard import (
     HEAD_DEADLINE_S,
+    MAX_EMPTY_LINES,
     PLAIN,
     Conn,
     GuardedServer,
@@ -279,6 +280,21 @@ def test_an_absolute_form_target_is_served_by_its_authority(
             assert code == b"400" and b"/path" in body, (target, body)
         code, body = status(port, b"https://127.0.0.1/healthz")
         assert code == b"421" and b"https" in body, body
+
+
+def test_a_few_empty_lines_before_the_request_line_are_ignored(
+        daemon_http: tuple[GuardedServer, int], agent: tuple[AgentServer, int]) -> None:
+    # RFC 9112 2.2: a server SHOULD ignore at least one empty line before the request
+    # line (a client's stray CRLF after a previous body); the connection was closed
+    # without a word. More than MAX_EMPTY_LINES is no such stray: 400 saying so.
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    for port in (daemon_http[1], agent[1]):
+        for before in (b"\r\n", b"\n", b"\r\n" * MAX_EMPTY_LINES):
+            resp = raw(port, before + request)
+            assert resp.startswith(b"HTTP/1.1 200"), (port, before, resp[:80])
+        resp = raw(port, b"\r\n" * (MAX_EMPTY_LINES + 1) + request)
+        assert resp.startswith(b"HTTP/1.1 400"), (port, resp[:80])
+        assert b"empty lines before the request line" in resp, resp
 
 
 def test_stack_opts_in_to_exposing_the_daemon() -> None:

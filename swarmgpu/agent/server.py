@@ -76,6 +76,7 @@ from swarmgpu.core.httpguard import (
     HeadTooLarge,
     OneRequestHandler,
     Throttle,
+    TooManyEmptyLines,
     allowed_hosts,
     host_allowed,
     read_head,
@@ -470,7 +471,7 @@ class _Handler(OneRequestHandler):
         self.close_connection = True
         self.command, self.request_version = "", "HTTP/1.1"
         self.requestline = "(plain HTTP to the HTTPS port)"
-        with contextlib.suppress(HeadTooLarge):
+        with contextlib.suppress(HeadTooLarge, TooManyEmptyLines):
             read_head(self.connection, float(self.timeout or HEAD_DEADLINE_S))
         self.connection.settimeout(self.write_deadline_s)
         with contextlib.suppress(OSError):  # the client has gone; nothing to tell it

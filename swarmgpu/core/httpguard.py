@@ -19,8 +19,9 @@
   never read do not hold the slots (``pick_victim``);
 * a handler may answer on a reserved slot without proof (``open_on_reserve``): the
   daemon's ``/healthz``, which the image's healthcheck reads, is never starved;
-* one GET or HEAD per connection (``OneRequestHandler``), HTTP/0.x 505 (0.9's answer has
-  no status line, so a refusal would read as the page), other methods 405, an
+* one GET or HEAD per connection (``OneRequestHandler``), a few empty lines before it
+  ignored (``MAX_EMPTY_LINES``), HTTP/0.x 505 (0.9's answer has no status line, so a
+  refusal would read as the page), other methods 405, an
   HTTP/1.1 request without Host or any with two lines of a field read once
   (``READ_ONCE``: Host, Authorization, Cookie, Content-Length) 400, an absolute-form
   target served by its path, its authority the Host (``_origin_form``), and header
@@ -71,6 +72,7 @@ WRITE_DEADLINE_S = 10.0
 STUCK_WRITE_S = 0.5
 WRITE_CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 8 * 1024
+MAX_EMPTY_LINES = 4  # before the request line, ignored (RFC 9112 2.2); more are refused
 MAX_BODY_BYTES = 4 * 1024  # a sign-in form: one token (identity.MAX_TOKEN_BYTES) and its name
 _HEAD_END = re.compile(rb"\n\r?\n")
 _BARE_CR = re.compile(rb"\r(?!\n)")
@@ -153,6 +155,11 @@ class HeadTooLarge(Exception):
         self.status = status
 
 
+class TooManyEmptyLines(Exception):
+    """More than MAX_EMPTY_LINES empty lines before the request line: no stray CRLF of a
+    client's, answered 400."""
+
+
 class TlsToPlain(Exception):
     """A TLS handshake record where a plain-HTTP request head belongs: answered at once
     (400) instead of waiting out the head deadline for a line break a ClientHello has
@@ -173,7 +180,14 @@ def read_head_and_rest(sock: socket.socket, deadline: float,
     """``read_head`` by a ``time.monotonic()`` deadline, with what came after the head
     (the start of a POST's body)."""
     buf = b""
+    empty = 0
     while True:
+        # Empty lines before the request line are ignored (RFC 9112 2.2), a few.
+        while (skip := 1 if buf[:1] == b"\n" else 2 if buf[:2] == b"\r\n" else 0):
+            buf = buf[skip:]
+            empty += 1
+            if empty > MAX_EMPTY_LINES:
+                raise TooManyEmptyLines
         first = buf.find(b"\n")
         if (first < 0 and len(buf) > max_bytes) or first > max_bytes:
             raise HeadTooLarge(HTTPStatus.REQUEST_URI_TOO_LONG)
@@ -260,6 +274,14 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.requestline = "(too large)"  # send_response logs it
             self.connection.settimeout(self.write_deadline_s)
             self.send_error(e.status)
+            return
+        except TooManyEmptyLines:
+            self.requestline = "(empty lines)"
+            self.connection.settimeout(self.write_deadline_s)
+            with contextlib.suppress(OSError):
+                self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN, (
+                    f"400: more than {MAX_EMPTY_LINES} empty lines before the request line: "
+                    "send the request line first\n").encode())
             return
         except TlsToPlain:
             self.requestline = "(a TLS handshake)"
