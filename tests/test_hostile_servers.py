@@ -31,7 +31,6 @@ from swarmgpu.agent.server import DEFAULT_LISTEN, AgentServer, build_server
 from swarmgpu.core.config import AgentsConfig, load_config
 from swarmgpu.core.httpguard import (
     HEAD_DEADLINE_S,
-    MAX_EMPTY_LINES,
     PLAIN,
     Conn,
     GuardedServer,
@@ -41,6 +40,7 @@ from swarmgpu.core.httpguard import (
     host_of,
     pick_victim,
 )
+from swarmgpu.core.httphead import MAX_EMPTY_LINES
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agent_client import fetch_facts
 from swarmgpu.swarm.client import SwarmNode

@@ -73,14 +73,12 @@ from swarmgpu.core.httpguard import (
     HEAD_DEADLINE_S,
     PLAIN,
     GuardedServer,
-    HeadTooLarge,
     OneRequestHandler,
     Throttle,
-    TooManyEmptyLines,
     allowed_hosts,
     host_allowed,
-    read_head,
 )
+from swarmgpu.core.httphead import HeadTooLarge, TooManyEmptyLines, read_head
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample

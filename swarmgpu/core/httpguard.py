@@ -19,16 +19,16 @@
   never read do not hold the slots (``pick_victim``);
 * a handler may answer on a reserved slot without proof (``open_on_reserve``): the
   daemon's ``/healthz``, which the image's healthcheck reads, is never starved;
-* one GET or HEAD per connection (``OneRequestHandler``), a few empty lines before it
-  ignored (``MAX_EMPTY_LINES``), HTTP/0.x 505 (0.9's answer has no status line, so a
-  refusal would read as the page), other methods 405, an
-  HTTP/1.1 request without Host or any with two lines of a field read once
-  (``READ_ONCE``: Host, Authorization, Cookie, Content-Length) 400, an absolute-form
-  target served by its path, its authority the Host (``_origin_form``), and header
-  lines two parsers read apart (``head_fault``: no colon, a space before it, folding, a
-  bare CR, a control byte) 400; a POST only to a path the handler names (``post_paths``: the
-  daemon's sign-in form), its body short (``MAX_BODY_BYTES``), with one Content-Length,
-  and in within the head's deadline;
+* one GET or HEAD per connection (``OneRequestHandler``), its head read and checked by
+  ``httphead`` (a few empty lines before it ignored), HTTP/0.x 505 (0.9's answer has no
+  status line, so a refusal would read as the page), other methods 405, an HTTP/1.1
+  request without Host or any with two lines of a field read once (``READ_ONCE``: Host,
+  Authorization, Cookie, Content-Length) 400, an absolute-form target served by its
+  path, its authority the Host (``absolute_form``), and header lines two parsers read
+  apart (``head_fault``: no colon, a space before it, folding, a bare CR, a control
+  byte) 400; a POST only to a path the handler names (``post_paths``: the daemon's
+  sign-in form), its body short (``MAX_BODY_BYTES``), with one Content-Length, and in
+  within the head's deadline;
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
@@ -58,6 +58,18 @@ from typing import Any, ClassVar
 
 from loguru import logger
 
+from swarmgpu.core.httphead import (
+    MAX_EMPTY_LINES,
+    READ_ONCE,
+    HeadTooLarge,
+    TargetRefused,
+    TlsToPlain,
+    TooManyEmptyLines,
+    absolute_form,
+    head_fault,
+    read_head_and_rest,
+)
+
 # errno of a socket the guard closed (evicted) or the peer dropped mid-request.
 _PEER_GONE = frozenset({errno.EBADF, errno.ENOTCONN, errno.ECONNRESET, errno.EPIPE})
 
@@ -71,20 +83,8 @@ WRITE_DEADLINE_S = 10.0
 # second), and may be closed for a newcomer when every slot is taken.
 STUCK_WRITE_S = 0.5
 WRITE_CHUNK = 64 * 1024
-MAX_HEAD_BYTES = 8 * 1024
-MAX_EMPTY_LINES = 4  # before the request line, ignored (RFC 9112 2.2); more are refused
 MAX_BODY_BYTES = 4 * 1024  # a sign-in form: one token (identity.MAX_TOKEN_BYTES) and its name
-_HEAD_END = re.compile(rb"\n\r?\n")
-_BARE_CR = re.compile(rb"\r(?!\n)")
-_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name
-_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # in a value; HT is allowed
-# An absolute-form target: scheme, authority, then the path and query (maybe empty).
-_ABSOLUTE = re.compile(r"(?i:(https?))://([^/?#]*)([/?].*)?", re.DOTALL)
 PLAIN = "text/plain; charset=utf-8"
-# Fields read as one value: two lines of one are a request two parsers read apart (the
-# first read here, the last by a proxy in front), refused. A user agent sends one Cookie
-# line (RFC 6265 5.4).
-READ_ONCE = ("Host", "Authorization", "Cookie", "Content-Length")
 
 
 def allowed_hosts(listen: str, extra: str = "") -> frozenset[str]:
@@ -147,94 +147,6 @@ class Throttle:
                 return 0
             n, self._n, self._at = self._n, 0, now
             return n
-
-
-class HeadTooLarge(Exception):
-    def __init__(self, status: HTTPStatus) -> None:
-        super().__init__(status.phrase)
-        self.status = status
-
-
-class TooManyEmptyLines(Exception):
-    """More than MAX_EMPTY_LINES empty lines before the request line: no stray CRLF of a
-    client's, answered 400."""
-
-
-class TlsToPlain(Exception):
-    """A TLS handshake record where a plain-HTTP request head belongs: answered at once
-    (400) instead of waiting out the head deadline for a line break a ClientHello has
-    not got, so a client that expected HTTPS learns at once that this is plain HTTP."""
-
-
-def read_head(sock: socket.socket, deadline_s: float = HEAD_DEADLINE_S,
-              max_bytes: int = MAX_HEAD_BYTES) -> bytes:
-    """The request line and headers (ending in a blank line), read straight from the
-    socket within one deadline. b"" when the client went away or ran out of time;
-    HeadTooLarge (414 for the request line, 431 for the headers) when it sends too much.
-    The body, if any, is not read: the connection closes after one answer."""
-    return read_head_and_rest(sock, time.monotonic() + deadline_s, max_bytes)[0]
-
-
-def read_head_and_rest(sock: socket.socket, deadline: float,
-                       max_bytes: int = MAX_HEAD_BYTES) -> tuple[bytes, bytes]:
-    """``read_head`` by a ``time.monotonic()`` deadline, with what came after the head
-    (the start of a POST's body)."""
-    buf = b""
-    empty = 0
-    while True:
-        # Empty lines before the request line are ignored (RFC 9112 2.2), a few.
-        while (skip := 1 if buf[:1] == b"\n" else 2 if buf[:2] == b"\r\n" else 0):
-            buf = buf[skip:]
-            empty += 1
-            if empty > MAX_EMPTY_LINES:
-                raise TooManyEmptyLines
-        first = buf.find(b"\n")
-        if (first < 0 and len(buf) > max_bytes) or first > max_bytes:
-            raise HeadTooLarge(HTTPStatus.REQUEST_URI_TOO_LONG)
-        # The blank line: a line ends at LF, a CR before it optional (the request parser
-        # reads lines so), so LF CRLF ends a head as CRLF CRLF and LF LF do.
-        end = _HEAD_END.search(buf)
-        if (end.end() if end else len(buf)) > max_bytes:
-            raise HeadTooLarge(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
-        if end:  # the head, and what came after its blank line (a POST's body)
-            return buf[:end.end()], buf[end.end():]
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return b"", b""
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(4096)
-        except OSError:  # timeout, reset
-            return b"", b""
-        if not chunk:
-            return b"", b""
-        buf += chunk
-        if buf[:1] == b"\x16" and (len(buf) < 2 or buf[1] == 3):  # TLS handshake, v3.x
-            raise TlsToPlain
-
-
-def head_fault(head: bytes) -> str | None:
-    """Why another parser (a proxy in front) would read this head's header lines apart
-    from this server, or None (RFC 9112 2.2, 5.1, 5.2; RFC 9110 5.5: refuse them). The
-    standard library's parser ends the headers at a line without a colon (a Host or
-    Authorization after it unseen), takes 'Host :' as no Host, a bare CR as a line
-    break, and folds continuation lines. A line may end in LF alone, as it reads one."""
-    if _BARE_CR.search(head):
-        return "a bare CR in the request head: end each line with CRLF"
-    for line in head.split(b"\n")[1:]:
-        line = line.removesuffix(b"\r")
-        if not line:
-            break  # the blank line that ends the head
-        if line[:1] in (b" ", b"\t"):
-            return ("obsolete line folding (a header line starting with a space or tab): "
-                    "send each field on one line")
-        name, colon, value = line.partition(b":")
-        if not colon or not _TOKEN.fullmatch(name):
-            return ("a malformed header line (no colon, or a space or other character "
-                    "no field name has before it): send NAME: VALUE")
-        if _CTL.search(value):
-            return "a control character (NUL, DEL, ...) in a header value"
-    return None
 
 
 class OneRequestHandler(BaseHTTPRequestHandler):
@@ -326,7 +238,7 @@ class OneRequestHandler(BaseHTTPRequestHandler):
                              b"400: send a Host header (HTTP/1.1 requires one)\n")
             return
         if (refusal := self._origin_form()) is not None:
-            self.send_answer(refusal[0], PLAIN, refusal[1].encode())
+            self.send_answer(refusal.status, PLAIN, f"{refusal}\n".encode())
             return
         self.close_connection = True
         path = self.path.partition("?")[0]
@@ -347,39 +259,18 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.connection.settimeout(self.write_deadline_s)
         self.respond()
 
-    def _origin_form(self) -> tuple[HTTPStatus, str] | None:
-        """An absolute-form target (``GET http://host/path``, which RFC 9112 3.2.2 says a
-        server MUST accept) as its path, its authority the Host the checks read; or the
-        refusal of a target that is neither that nor ``/path``."""
+    def _origin_form(self) -> TargetRefused | None:
+        """An absolute-form target (``GET http://host/path``) as its path, its authority
+        the Host every check reads (an HTTP/1.0 request's too); or why it is refused."""
         if self.path.startswith("/") or (self.path == "*" and self.command == "OPTIONS"):
             return None  # origin-form; OPTIONS * is refused as the method (405)
-        m = _ABSOLUTE.fullmatch(self.path)
-        if m is None:
-            return HTTPStatus.BAD_REQUEST, ("400: the request target is neither /path nor "
-                                            "http://host/path\n")
-        scheme, authority, rest = m.group(1).lower(), m.group(2), m.group(3) or ""
-        if "@" in authority or not authority:
-            # RFC 9110 4.2.4: userinfo in an http(s) URI is an error; 4.2.1: so is no host
-            return HTTPStatus.BAD_REQUEST, ("400: the request target names no host, or a "
-                                            "user: send http://host/path\n")
-        host = self.headers.get("Host")
-        if host is not None and host.strip(" \t").lower() != authority.lower():
-            # The client MUST send the target's authority as Host (RFC 9112 3.2.2): one
-            # that differs is two hosts, one read here and the other by a proxy in front.
-            return HTTPStatus.BAD_REQUEST, ("400: the Host header names another host than "
-                                            "the request target: send the same\n")
         tls = isinstance(self.connection, ssl.SSLSocket)
-        if (scheme == "https") != tls:
-            # RFC 9110 7.4: an https resource only over TLS, and this port's plain side
-            # serves no https one (nor its TLS side an http one): 421.
-            return HTTPStatus.MISDIRECTED_REQUEST, (
-                f"421: {scheme}:// is not served on this {'HTTPS' if tls else 'plain HTTP'} "
-                "connection\n")
-        # What the checks read (the Host allow-list, the sign-in's origin), an HTTP/1.0
-        # request's included, is the target's host.
+        try:
+            self.path, authority = absolute_form(self.path, self.headers.get("Host"), tls)
+        except TargetRefused as refusal:
+            return refusal
         del self.headers["Host"]
         self.headers["Host"] = authority
-        self.path = rest if rest.startswith("/") else "/" + rest
         return None
 
     def _read_body(self, rest: bytes, deadline: float) -> bytes | None:
