@@ -163,7 +163,8 @@ def test_garbage_paths_and_methods(run_agent: Callable[..., tuple[AgentServer, s
     for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
         code, headers, _ = get(base + "/facts", method=method)
         assert code == 405 and headers["Allow"] == "GET, HEAD"
-    assert raw(base, b"BREW /coffee HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
+    brew = raw(base, b"BREW /coffee HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert brew.startswith(b"HTTP/1.1 405")
     assert raw(base, b"\x16\x03\x01\x00\xa5garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
     assert raw(base, b"GET /healthz HTTP/9.9\r\n\r\n").startswith(b"HTTP/1.1 505")
 
@@ -193,7 +194,7 @@ def test_a_request_line_is_logged_without_control_characters(
     sink = logger.add(lambda m: lines.append(str(m)), level="DEBUG")
     try:
         resp = raw(base, b"GET /x\x1b]0;owned\x07\x1b[2J\x9b31m" + b"a" * 5000
-                   + b" HTTP/1.1\r\n\r\n")
+                   + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert resp.startswith(b"HTTP/1.1 404")
     finally:
         logger.remove(sink)
@@ -265,7 +266,8 @@ def test_oversized_request_line_and_headers(
     many = b"".join(b"X-%d: 1234567890\r\n" % i for i in range(1000))
     assert raw(base, b"GET /healthz HTTP/1.1\r\n" + many + b"\r\n").startswith(b"HTTP/1.1 431")
     # a body is never read; the answer still comes
-    resp = raw(base, b"GET /healthz HTTP/1.1\r\nContent-Length: 100000\r\n\r\nxyz")
+    resp = raw(base, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n"
+               b"\r\nxyz")
     assert resp.startswith(b"HTTP/1.1 200")
 
 

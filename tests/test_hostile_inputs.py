@@ -405,6 +405,41 @@ def test_real_gpu_and_mig_uuid_forms_are_read() -> None:
         f = NodeFacts.from_dict(body)
         assert (f.gpus[0].uuid, f.gpus[0].mig_devices[0].uuid) == (uuid, mig)
 
+@pytest.mark.parametrize("field", [
+    "node.hostname", "node.driver_version", "node.cuda_driver_version", "node.nvml_version",
+    "node.source", "gpus[0].product", "gpus[0].pci_bus_id", "gpus[0].cpu_affinity",
+    "gpus[0].mig_devices[0].profile",
+])
+def test_a_lone_surrogate_in_a_facts_string_is_refused_naming_the_field(
+        hostile: Callable[[Behaviour], int], field: str) -> None:
+    """JSON's \\ud800 reads as a lone UTF-16 surrogate, which no UTF-8 can hold: a host
+    or product named with one was taken, and every page writing it (/metrics, labels)
+    failed downstream. Refused where it is read, naming the field."""
+    body = DGX_A100.facts().to_dict()
+    at: Any = body
+    *path, key = field.replace("[0]", ".0").split(".")
+    for part in path:
+        at = at[int(part)] if part.isdigit() else at[part]
+    at[key] = "x\ud800"
+    with pytest.raises(FactsError) as e:
+        NodeFacts.from_dict(body)
+    assert str(e.value).startswith(f"facts.{field}: ") and "surrogate" in str(e.value)
+    _clean_and_short(str(e.value))
+    port = hostile(ok(json.dumps(body).encode()))
+    res = fetch_facts(node(port, host=DGX_A100.hostname), cfg_for(port))
+    assert res.facts is None and res.error and key in res.error, res.error
+
+
+def test_a_lone_surrogate_in_an_agents_note_is_dropped_not_refused() -> None:
+    # Notes are the agent's own text (an exception naming a file whose name is not
+    # UTF-8 carries surrogates): cleaned as every note is, the facts kept.
+    body = RTX4090.facts().to_dict()
+    body["errors"] = ["read \udcff failed"]
+    body["gpus"][0].update(healthy=False, error="XID \ud800 79")
+    f = NodeFacts.from_dict(body)
+    assert f.errors == ("read  failed",) and f.gpus[0].error == "XID  79"
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(["schema", "node", "gpus", "links", "errors"]), _json)
        | _json)

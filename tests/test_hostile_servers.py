@@ -40,6 +40,7 @@ from swarmgpu.core.httpguard import (
     host_of,
     pick_victim,
 )
+from swarmgpu.core.httphead import MAX_EMPTY_LINES
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.agent_client import fetch_facts
 from swarmgpu.swarm.client import SwarmNode
@@ -211,6 +212,89 @@ def test_a_request_naming_two_hosts_is_refused(
                     resp += chunk
             assert resp.startswith(b"HTTP/1.1 400"), (port, resp[:80])
             assert resp.endswith(b"400: send one Host header, not several\n"), resp
+
+
+def raw(port: int, request: bytes) -> bytes:
+    """The whole answer to ``request``, sent as it is."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(request)
+        resp = b""
+        while chunk := s.recv(65536):
+            resp += chunk
+    return resp
+
+
+def test_an_http_1_1_request_without_host_is_refused(
+        daemon_http: tuple[GuardedServer, int], agent: tuple[AgentServer, int]) -> None:
+    # RFC 9112 3.2: a server MUST answer 400 to an HTTP/1.1 request lacking Host; it was
+    # answered as if from an HTTP/1.0 client (the Host check lets those pass). 1.0 has
+    # no Host to require (curl -0, probes): still answered.
+    for port in (daemon_http[1], agent[1]):
+        resp = raw(port, b"GET /healthz HTTP/1.1\r\n\r\n")
+        assert resp.startswith(b"HTTP/1.1 400"), (port, resp[:80])
+        assert resp.endswith(b"400: send a Host header (HTTP/1.1 requires one)\n"), resp
+        resp = raw(port, b"GET /healthz HTTP/1.0\r\n\r\n")
+        assert resp.split(b" ", 2)[1] == b"200", (port, resp[:80])
+
+
+@pytest.mark.parametrize("field", [b"Authorization: Bearer x", b"Cookie: a=b",
+                                   b"Content-Length: 0"])
+def test_a_field_read_once_given_twice_is_refused(
+        daemon_http: tuple[GuardedServer, int], agent: tuple[AgentServer, int],
+        field: bytes) -> None:
+    # The server reads the first of two Authorization (Cookie, Content-Length) lines; a
+    # proxy in front may have judged, logged or framed by the other: ambiguous, 400 as
+    # two Host lines are (a user agent sends one Cookie line: RFC 6265 5.4).
+    for port in (daemon_http[1], agent[1]):
+        resp = raw(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + field
+                   + b"\r\n" + field + b"\r\n\r\n")
+        name = field.partition(b":")[0]
+        assert resp.startswith(b"HTTP/1.1 400"), (port, resp[:80])
+        assert resp.endswith(b"400: send one " + name + b" header, not several\n"), resp
+
+
+def test_an_absolute_form_target_is_served_by_its_authority(
+        daemon_http: tuple[GuardedServer, int], agent: tuple[AgentServer, int]) -> None:
+    # RFC 9112 3.2.2: a server MUST accept 'GET http://host/path'; it was 404 (the whole
+    # URL read as the path). The target's authority is the host: the rebinding check
+    # reads it, an HTTP/1.0 request without Host too; a Host naming another than the
+    # target (clients MUST send the same) is two hosts, 400.
+    def status(port: int, target: bytes, fields: bytes = b"Host: 127.0.0.1\r\n",
+               version: bytes = b"HTTP/1.1") -> tuple[bytes, bytes]:
+        resp = raw(port, b"GET " + target + b" " + version + b"\r\n" + fields + b"\r\n")
+        return resp.split(b" ", 2)[1], resp.partition(b"\r\n\r\n")[2]
+
+    for port in (daemon_http[1], agent[1]):
+        assert status(port, b"http://127.0.0.1/healthz")[0] == b"200", port
+        assert status(port, b"HTTP://127.0.0.1/healthz?x=1")[0] == b"200", port
+        assert status(port, b"http://127.0.0.1")[0] == status(port, b"/")[0], port
+        assert status(port, b"http://evil.example/healthz", b"Host: evil.example\r\n")[0] \
+            == b"421", port
+        assert status(port, b"http://evil.example/healthz", b"", b"HTTP/1.0")[0] == b"421"
+        code, body = status(port, b"http://evil.example/healthz")
+        assert code == b"400" and b"Host header" in body and b"target" in body, body
+        code, body = status(port, b"http://x@127.0.0.1/healthz", b"Host: 127.0.0.1\r\n")
+        assert code == b"400" and b"user" in body, body
+        for target in (b"ftp://127.0.0.1/healthz", b"healthz", b"*"):
+            code, body = status(port, target)
+            assert code == b"400" and b"/path" in body, (target, body)
+        code, body = status(port, b"https://127.0.0.1/healthz")
+        assert code == b"421" and b"https" in body, body
+
+
+def test_a_few_empty_lines_before_the_request_line_are_ignored(
+        daemon_http: tuple[GuardedServer, int], agent: tuple[AgentServer, int]) -> None:
+    # RFC 9112 2.2: a server SHOULD ignore at least one empty line before the request
+    # line (a client's stray CRLF after a previous body); the connection was closed
+    # without a word. More than MAX_EMPTY_LINES is no such stray: 400 saying so.
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    for port in (daemon_http[1], agent[1]):
+        for before in (b"\r\n", b"\n", b"\r\n" * MAX_EMPTY_LINES):
+            resp = raw(port, before + request)
+            assert resp.startswith(b"HTTP/1.1 200"), (port, before, resp[:80])
+        resp = raw(port, b"\r\n" * (MAX_EMPTY_LINES + 1) + request)
+        assert resp.startswith(b"HTTP/1.1 400"), (port, resp[:80])
+        assert b"empty lines before the request line" in resp, resp
 
 
 def test_stack_opts_in_to_exposing_the_daemon() -> None:

@@ -15,7 +15,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.paths import FIXTURES as FIXTURES_DIR
 from support.prometheus import promtool_check
 
-from swarmgpu.agent.facts.file import FileSource
 from swarmgpu.agent.facts.topo import TopoSource
 from swarmgpu.agent.metrics import DCGM_FIELDS, AgentStats, render_metrics
 from swarmgpu.agent.server import build_server
@@ -251,25 +250,32 @@ def test_slices_without_gi_id_are_numbered_apart() -> None:
     assert sorted(ids, key=int) == ["0", "1", "2", "3", "4", "5", "6"]
 
 
-def test_a_lone_surrogate_in_the_facts_file_still_gives_a_page_promtool_reads(
-        tmp_path: Path) -> None:
-    """JSON's \\ud800 reads as a lone surrogate, which no UTF-8 can hold: a facts file
-    naming its host, GPU or MIG profile with one made every scrape of the agent's
-    /metrics a 500 (UnicodeEncodeError) and a traceback. The label shows U+FFFD."""
-    path = tmp_path / "facts.json"
-    path.write_text('{"node": {"hostname": "n\\ud800", "driver_version": "5\\udfff"}, '
-                    '"gpus": [{"index": 0, "uuid": "GPU-a", "product": "P\\ud800", '
-                    '"memory_mib": 100}, {"index": 1, "uuid": "GPU-b", "product": "Q", '
-                    '"memory_mib": 100, "mig_capable": true, "mig_enabled": true, '
-                    '"mig_devices": [{"profile": "1g\\udc00", "uuid": "MIG-b1", '
-                    '"memory_mib": 50, "gi_id": 1}]}]}')
+class _BuiltFacts:
+    """Facts built in code, as a source of the agent's own makes them: no JSON, so the
+    model's refusal of a lone surrogate (NodeFacts.from_dict) is not in their way."""
+
+    spec = "fake:surrogates"
+
+    def read(self) -> NodeFacts:
+        return NodeFacts(hostname="n\ud800", driver_version="5\udfff", gpus=(
+            Gpu(0, "GPU-a", "P\ud800", 100),
+            Gpu(1, "GPU-b", "Q", 100, mig_capable=True, mig_enabled=True,
+                mig_devices=(MigDevice("1g\udc00", "MIG-b1", 50, gi_id=1),))))
+
+
+def test_a_lone_surrogate_in_facts_or_processes_still_gives_a_page_promtool_reads() -> None:
+    """A lone surrogate (JSON's \\ud800, a name decoded with surrogateescape), which no
+    UTF-8 can hold, naming the host, a GPU, a MIG profile or a process made every scrape
+    of the agent's /metrics a 500 (UnicodeEncodeError) and a traceback. A facts file
+    with one is now refused (test_hostile_inputs.py); the page still never fails on
+    one: the label shows U+FFFD."""
     proc = GpuProcess(7, 10, None, "c\udc80", "t\ud800", "s\udfff")
 
     def sampler() -> list[GpuSample]:
         return [GpuSample("GPU-a", 0, 1.0, 10, 90, None, None, None, processes=(proc,)),
                 GpuSample("MIG-b1", 1, None, 5, 45, None, None, None)]
 
-    srv = build_server(FileSource(path), "127.0.0.1:0", refresh_s=60, sampler=sampler)
+    srv = build_server(_BuiltFacts(), "127.0.0.1:0", refresh_s=60, sampler=sampler)
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True)
     t.start()

@@ -94,7 +94,8 @@ def test_agent_bounds_request_size(agent: tuple[AgentServer, str, int]) -> None:
     # A huge request body is never read: the answer comes before it is sent, and the
     # server closes rather than swallow a megabyte.
     with socket.create_connection((host, port), timeout=5) as s:
-        s.sendall(b"GET /facts HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n" + b"z" * 1000)
+        s.sendall(b"GET /facts HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000\r\n\r\n"
+                  + b"z" * 1000)
         assert b" 200 " in s.recv(200)
 
 

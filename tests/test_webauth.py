@@ -374,6 +374,22 @@ def test_a_sign_in_post_names_its_length_once(web: tuple[Daemon, int]) -> None:
     assert out.startswith(b"HTTP/1.1 303 "), out[:80]
 
 
+def test_two_authorization_or_cookie_headers_are_refused_not_read_first(
+        web: tuple[Daemon, int]) -> None:
+    """The token (or session) in the first of two lines opened everything, whatever the
+    second said: a proxy in front that checked the other line was bypassed. Both
+    orders are 400 now, as two Host lines are."""
+    _, port = web
+    cookie = f"Cookie: {SESSION_COOKIE}={session_value(TOKEN)}"
+    for good, bad in ((f"Authorization: Bearer {TOKEN}", "Authorization: Bearer wrong"),
+                      (cookie, "Cookie: other=1")):
+        for first, second in ((good, bad), (bad, good)):
+            out = raw(port, f"GET /api/v1/cluster HTTP/1.1\r\nHost: 127.0.0.1\r\n{first}"
+                            f"\r\n{second}\r\n\r\n".encode())
+            assert out.startswith(b"HTTP/1.1 400 "), (first, out[:80])
+            assert b"not several" in out and b"nodes" not in out, out
+
+
 def test_every_refused_method_on_logout_names_post_alone(web: tuple[Daemon, int]) -> None:
     """/logout takes a POST only: a PUT's 405 said 'Allow: GET, HEAD, POST' (httpguard's
     list for a POST path), where a GET or HEAD is 405 too."""
@@ -522,6 +538,11 @@ def test_a_manager_certificate_opens_everything_over_https(
         # Over HTTPS the session cookie is Secure.
         _, headers, _ = post(port, "/login", f"token={TOKEN}", ctx=_client(pki, None))
         assert "Secure" in [p.strip() for p in headers["set-cookie"].split(";")]
+        # An absolute-form target over TLS names https (RFC 9110 7.4), plain http not.
+        here = f"127.0.0.1:{port}"
+        assert get(port, f"https://{here}/healthz", ctx=_client(pki, None))[0] == 200
+        assert get(port, f"http://{here}/healthz", ctx=_client(pki, None))[0] == 421
+        assert get(port, f"http://{here}/healthz")[0] == 200
         # A manager certificate from a rogue CA fails the handshake itself.
         with pytest.raises((ssl.SSLError, ConnectionError)):
             get(port, "/api/v1/cluster", ctx=_client(pki, "roguemgr"))

@@ -161,8 +161,9 @@ def sample_labels(
 
 
 def utf8(text: str) -> str:
-    """``text`` with each lone UTF-16 surrogate (JSON's ``\\ud800`` in a facts file reads
-    as one) as U+FFFD: the page is UTF-8, and one such label value failed all of it."""
+    """``text`` with each lone UTF-16 surrogate (a process name decoded with
+    surrogateescape; facts read from JSON refuse one) as U+FFFD: the page is UTF-8, and
+    one such label value failed all of it."""
     try:
         text.encode()
     except UnicodeEncodeError:

@@ -73,13 +73,12 @@ from swarmgpu.core.httpguard import (
     HEAD_DEADLINE_S,
     PLAIN,
     GuardedServer,
-    HeadTooLarge,
     OneRequestHandler,
     Throttle,
     allowed_hosts,
     host_allowed,
-    read_head,
 )
+from swarmgpu.core.httphead import HeadTooLarge, TooManyEmptyLines, read_head
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample
@@ -470,7 +469,7 @@ class _Handler(OneRequestHandler):
         self.close_connection = True
         self.command, self.request_version = "", "HTTP/1.1"
         self.requestline = "(plain HTTP to the HTTPS port)"
-        with contextlib.suppress(HeadTooLarge):
+        with contextlib.suppress(HeadTooLarge, TooManyEmptyLines):
             read_head(self.connection, float(self.timeout or HEAD_DEADLINE_S))
         self.connection.settimeout(self.write_deadline_s)
         with contextlib.suppress(OSError):  # the client has gone; nothing to tell it

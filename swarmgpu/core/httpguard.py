@@ -19,13 +19,16 @@
   never read do not hold the slots (``pick_victim``);
 * a handler may answer on a reserved slot without proof (``open_on_reserve``): the
   daemon's ``/healthz``, which the image's healthcheck reads, is never starved;
-* one GET or HEAD per connection (``OneRequestHandler``), HTTP/0.x 505 (0.9's answer has
-  no status line, so a refusal would read as the page), other methods 405, a
-  request with two Host headers 400, and header lines two parsers read apart
-  (``head_fault``: no colon, a space before it, folding, a bare CR, a control byte) 400;
-  a POST only to a path the handler names (``post_paths``: the daemon's sign-in form),
-  its body short (``MAX_BODY_BYTES``), with one Content-Length, and in within the
-  head's deadline;
+* one GET or HEAD per connection (``OneRequestHandler``), its head read and checked by
+  ``httphead`` (a few empty lines before it ignored), HTTP/0.x 505 (0.9's answer has no
+  status line, so a refusal would read as the page), other methods 405, an HTTP/1.1
+  request without Host or any with two lines of a field read once (``READ_ONCE``: Host,
+  Authorization, Cookie, Content-Length) 400, an absolute-form target served by its
+  path, its authority the Host (``absolute_form``), and header lines two parsers read
+  apart (``head_fault``: no colon, a space before it, folding, a bare CR, a control
+  byte) 400; a POST only to a path the handler names (``post_paths``: the daemon's
+  sign-in form), its body short (``MAX_BODY_BYTES``), with one Content-Length, and in
+  within the head's deadline;
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
@@ -43,6 +46,7 @@ import ipaddress
 import queue
 import re
 import socket
+import ssl
 import threading
 import time
 from collections import Counter
@@ -53,6 +57,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 from loguru import logger
+
+from swarmgpu.core.httphead import (
+    MAX_EMPTY_LINES,
+    READ_ONCE,
+    HeadTooLarge,
+    TargetRefused,
+    TlsToPlain,
+    TooManyEmptyLines,
+    absolute_form,
+    head_fault,
+    read_head_and_rest,
+)
 
 # errno of a socket the guard closed (evicted) or the peer dropped mid-request.
 _PEER_GONE = frozenset({errno.EBADF, errno.ENOTCONN, errno.ECONNRESET, errno.EPIPE})
@@ -67,12 +83,7 @@ WRITE_DEADLINE_S = 10.0
 # second), and may be closed for a newcomer when every slot is taken.
 STUCK_WRITE_S = 0.5
 WRITE_CHUNK = 64 * 1024
-MAX_HEAD_BYTES = 8 * 1024
 MAX_BODY_BYTES = 4 * 1024  # a sign-in form: one token (identity.MAX_TOKEN_BYTES) and its name
-_HEAD_END = re.compile(rb"\n\r?\n")
-_BARE_CR = re.compile(rb"\r(?!\n)")
-_TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 5.1: a field name
-_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # in a value; HT is allowed
 PLAIN = "text/plain; charset=utf-8"
 
 
@@ -138,82 +149,6 @@ class Throttle:
             return n
 
 
-class HeadTooLarge(Exception):
-    def __init__(self, status: HTTPStatus) -> None:
-        super().__init__(status.phrase)
-        self.status = status
-
-
-class TlsToPlain(Exception):
-    """A TLS handshake record where a plain-HTTP request head belongs: answered at once
-    (400) instead of waiting out the head deadline for a line break a ClientHello has
-    not got, so a client that expected HTTPS learns at once that this is plain HTTP."""
-
-
-def read_head(sock: socket.socket, deadline_s: float = HEAD_DEADLINE_S,
-              max_bytes: int = MAX_HEAD_BYTES) -> bytes:
-    """The request line and headers (ending in a blank line), read straight from the
-    socket within one deadline. b"" when the client went away or ran out of time;
-    HeadTooLarge (414 for the request line, 431 for the headers) when it sends too much.
-    The body, if any, is not read: the connection closes after one answer."""
-    return read_head_and_rest(sock, time.monotonic() + deadline_s, max_bytes)[0]
-
-
-def read_head_and_rest(sock: socket.socket, deadline: float,
-                       max_bytes: int = MAX_HEAD_BYTES) -> tuple[bytes, bytes]:
-    """``read_head`` by a ``time.monotonic()`` deadline, with what came after the head
-    (the start of a POST's body)."""
-    buf = b""
-    while True:
-        first = buf.find(b"\n")
-        if (first < 0 and len(buf) > max_bytes) or first > max_bytes:
-            raise HeadTooLarge(HTTPStatus.REQUEST_URI_TOO_LONG)
-        # The blank line: a line ends at LF, a CR before it optional (the request parser
-        # reads lines so), so LF CRLF ends a head as CRLF CRLF and LF LF do.
-        end = _HEAD_END.search(buf)
-        if (end.end() if end else len(buf)) > max_bytes:
-            raise HeadTooLarge(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE)
-        if end:  # the head, and what came after its blank line (a POST's body)
-            return buf[:end.end()], buf[end.end():]
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return b"", b""
-        sock.settimeout(left)
-        try:
-            chunk = sock.recv(4096)
-        except OSError:  # timeout, reset
-            return b"", b""
-        if not chunk:
-            return b"", b""
-        buf += chunk
-        if buf[:1] == b"\x16" and (len(buf) < 2 or buf[1] == 3):  # TLS handshake, v3.x
-            raise TlsToPlain
-
-
-def head_fault(head: bytes) -> str | None:
-    """Why another parser (a proxy in front) would read this head's header lines apart
-    from this server, or None (RFC 9112 2.2, 5.1, 5.2; RFC 9110 5.5: refuse them). The
-    standard library's parser ends the headers at a line without a colon (a Host or
-    Authorization after it unseen), takes 'Host :' as no Host, a bare CR as a line
-    break, and folds continuation lines. A line may end in LF alone, as it reads one."""
-    if _BARE_CR.search(head):
-        return "a bare CR in the request head: end each line with CRLF"
-    for line in head.split(b"\n")[1:]:
-        line = line.removesuffix(b"\r")
-        if not line:
-            break  # the blank line that ends the head
-        if line[:1] in (b" ", b"\t"):
-            return ("obsolete line folding (a header line starting with a space or tab): "
-                    "send each field on one line")
-        name, colon, value = line.partition(b":")
-        if not colon or not _TOKEN.fullmatch(name):
-            return ("a malformed header line (no colon, or a space or other character "
-                    "no field name has before it): send NAME: VALUE")
-        if _CTL.search(value):
-            return "a control character (NUL, DEL, ...) in a header value"
-    return None
-
-
 class OneRequestHandler(BaseHTTPRequestHandler):
     """One GET or HEAD per connection, which keeps each connection bounded: the head is
     read within one deadline (the handler's ``timeout`` if set, else HEAD_DEADLINE_S),
@@ -252,6 +187,14 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.connection.settimeout(self.write_deadline_s)
             self.send_error(e.status)
             return
+        except TooManyEmptyLines:
+            self.requestline = "(empty lines)"
+            self.connection.settimeout(self.write_deadline_s)
+            with contextlib.suppress(OSError):
+                self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN, (
+                    f"400: more than {MAX_EMPTY_LINES} empty lines before the request line: "
+                    "send the request line first\n").encode())
+            return
         except TlsToPlain:
             self.requestline = "(a TLS handshake)"
             self.connection.settimeout(self.write_deadline_s)
@@ -281,6 +224,22 @@ class OneRequestHandler(BaseHTTPRequestHandler):
         if (fault := head_fault(head)) is not None:
             self.send_error(HTTPStatus.BAD_REQUEST, fault)
             return
+        for name in READ_ONCE:
+            if len(self.headers.get_all(name) or ()) > 1:
+                # This server reads the first; a proxy in front may have judged or framed
+                # by another (RFC 9112 3.2, 6.3: 400).
+                self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
+                                 f"400: send one {name} header, not several\n".encode())
+                return
+        if "Host" not in self.headers and self.request_version != "HTTP/1.0":
+            # RFC 9112 3.2: an HTTP/1.1 request without Host is 400. 1.0 has none to
+            # require (curl -0, probes), and a browser always sends one.
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
+                             b"400: send a Host header (HTTP/1.1 requires one)\n")
+            return
+        if (refusal := self._origin_form()) is not None:
+            self.send_answer(refusal.status, PLAIN, f"{refusal}\n".encode())
+            return
         self.close_connection = True
         path = self.path.partition("?")[0]
         methods = ("GET", "HEAD", "POST") if path in self.post_paths else ("GET", "HEAD")
@@ -288,12 +247,6 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             allow = "POST" if path in self.post_only_paths else ", ".join(methods)
             self.send_answer(HTTPStatus.METHOD_NOT_ALLOWED, PLAIN,
                              f"only {allow} here\n".encode(), {"Allow": allow})
-            return
-        if len(self.headers.get_all("Host") or ()) > 1:
-            # The Host check reads one; a proxy in front may have read another (RFC 9112
-            # 3.2: 400).
-            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
-                             b"400: send one Host header, not several\n")
             return
         self.body = b""
         if self.command == "POST":
@@ -306,17 +259,25 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             self.connection.settimeout(self.write_deadline_s)
         self.respond()
 
+    def _origin_form(self) -> TargetRefused | None:
+        """An absolute-form target (``GET http://host/path``) as its path, its authority
+        the Host every check reads (an HTTP/1.0 request's too); or why it is refused."""
+        if self.path.startswith("/") or (self.path == "*" and self.command == "OPTIONS"):
+            return None  # origin-form; OPTIONS * is refused as the method (405)
+        tls = isinstance(self.connection, ssl.SSLSocket)
+        try:
+            self.path, authority = absolute_form(self.path, self.headers.get("Host"), tls)
+        except TargetRefused as refusal:
+            return refusal
+        del self.headers["Host"]
+        self.headers["Host"] = authority
+        return None
+
     def _read_body(self, rest: bytes, deadline: float) -> bytes | None:
         """A POST's body (``Content-Length`` bytes, at most MAX_BODY_BYTES), in by the
         head's deadline; None when it was refused (answered) or never came."""
-        lengths = self.headers.get_all("Content-Length") or []
-        if len(lengths) > 1:
-            # This server reads one; a proxy in front may have read another (RFC 9112
-            # 6.3: 400), as with two Host headers.
-            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
-                             b"400: send one Content-Length header, not several\n")
-            return None
-        length = lengths[0].strip(" \t") if lengths else ""  # its blanks are not its value
+        # One Content-Length at most (READ_ONCE); its blanks are not its value.
+        length = (self.headers.get("Content-Length") or "").strip(" \t")
         if self.headers.get("Transfer-Encoding") is not None or not length:
             # chunked: a length this server would have to trust the client to end
             self.send_answer(HTTPStatus.LENGTH_REQUIRED, PLAIN,

@@ -35,6 +35,7 @@ _LINK_RE = re.compile(r"(?:X|SYS|NODE|PHB|PXB|PIX|SOC|NV([0-9]{1,3}))", re.ASCII
 # space or a keyword such as ``all`` would change what they say (two GPUs, half a GPU,
 # every GPU), so only NVIDIA's forms pass: GPU-..., MIG-... (and MIG-GPU-<uuid>/gi/ci).
 _UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*", re.ASCII)
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: a pair decodes to one code point
 
 
 # What one agent may claim, at most: anything bigger is a broken or hostile agent, refused
@@ -294,7 +295,9 @@ def _note(text: str | None) -> str | None:
     return None if text is None else peer_text(text, MAX_STR_LEN)
 
 
-def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
+def _opt_str(d: Mapping[str, Any], key: str, where: str, *, note: bool = False) -> str | None:
+    """A string field (a number read as its text); ``note``: the agent's own free text,
+    which ``_note`` cleans, so a lone surrogate in it is dropped there, not refused."""
     v = d.get(key)
     if v is None:
         return None
@@ -305,6 +308,12 @@ def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
     text = str(v)
     if len(text) > MAX_STR_LEN:
         raise FactsError(f"{where}.{key}: {len(text)} characters; at most {MAX_STR_LEN}")
+    if not note and _SURROGATE.search(text):
+        # JSON's \ud800 reads as one; no UTF-8 holds it: every page or label naming it
+        # (/metrics, node labels) would fail downstream.
+        raise FactsError(f"{where}.{key}: {_quote(text)} holds a lone UTF-16 surrogate "
+                         "(JSON's \\ud800 to \\udfff unpaired), which no UTF-8 text can; "
+                         "fix the agent's facts source")
     return text
 
 
@@ -393,7 +402,7 @@ def _gpu_from(g: Any, where: str) -> Gpu:
         numa_node=_int(g, "numa_node", where, required=False),
         cpu_affinity=_opt_str(g, "cpu_affinity", where),
         healthy=_bool(g, "healthy", where, True),
-        error=_note(_opt_str(g, "error", where)),
+        error=_note(_opt_str(g, "error", where, note=True)),
         health=_health_from(g.get("health"), f"{where}.health"),
     )
 
