@@ -165,3 +165,30 @@ def test_no_preemption_while_the_move_records_cannot_be_read_said_once() -> None
         logger.remove(sink)
     assert sw.calls == [] and gate_key(P, "small") in sw.node("n-4090").labels
     assert len([m for m in said if "move records cannot be read" in m]) == 1, said
+
+
+def test_dry_run_decides_on_the_snapshot_while_the_move_records_cannot_be_read() -> None:
+    """Dry-run stops nothing, so a move unknown costs nothing: its decision is still
+    made and noted (as `plan` and `status` show it), nothing written, said once."""
+
+    class Unreadable(RecordingSwarm):
+        def swarm_labels(self) -> Any:
+            raise SwarmError("swarm inspect: 500 Server Error")
+
+    c = _cluster()
+    sw = Unreadable(c.nodes(), c.services(), c.tasks())
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels={})
+    cfg = Config(preemption=PreemptionConfig(dry_run=True))
+    pre, plan = Preempter(cfg), make_plan(snap, cfg)
+    said: list[str] = []
+    sink = logger.add(lambda m: said.append(str(m)), level="INFO")
+    try:
+        for now in (5000.0, 5010.0):
+            done = pre.cycle(sw, snap, plan, FACTS, now=now)  # type: ignore[arg-type]
+            assert [v.service for p in done for v in p.victims] == ["small"], said
+    finally:
+        logger.remove(sink)
+    assert sw.calls == [] and gate_key(P, "small") in sw.node("n-4090").labels
+    (high,) = [sp for sp in plan.services if sp.name == "high"]
+    assert any("preemption.dry_run" in w for w in high.warnings), high
+    assert len([m for m in said if "move records cannot be read" in m]) == 1, said

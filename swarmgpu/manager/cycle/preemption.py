@@ -146,8 +146,9 @@ class Preempter:
         # Found again each cycle, so a cycle that fails part-way holds no stale slot.
         self.waiting = ()
         self.said_raised.begin()
-        records = self._records(swarm, pc.max_per_hour)
-        if records is None:
+        dry = pc.dry_run or self.cfg.dry_run
+        records = self._records(swarm, pc.max_per_hour, dry)
+        if records is None and not dry:  # dry-run stops nothing: the snapshot's will do
             self.said_raised.end()
             return []
         raised: dict[str, Exception] = {}
@@ -166,7 +167,7 @@ class Preempter:
         for p in chosen:
             log = logger.bind(service=p.service)
             i = by_name.get(p.service)
-            if pc.dry_run or self.cfg.dry_run:
+            if dry:
                 if i is not None:
                     plan.services[i] = plan.services[i].noted(dry_note(p))
                 if self.logged.fresh(p.describe()):
@@ -210,20 +211,29 @@ class Preempter:
             self._store_spent(swarm)
         return done
 
-    def _records(self, swarm: SwarmClient, per_hour: int) -> Mapping[str, str] | None:
+    def _records(self, swarm: SwarmClient, per_hour: int,
+                 dry: bool = False) -> Mapping[str, str] | None:
         """The swarm object's labels read now, after the rebalancer's movers ran in this
         cycle: the moves they started are not in the snapshot (``decide``). None when
         they cannot be read, said once while it lasts: a move unknown could be stopped
-        under, so nothing is preempted this cycle. Preemption off: not read."""
+        under, so nothing is preempted this cycle; in dry-run (``dry``), which stops
+        nothing, the snapshot's records decide, as `plan` and `status` do. Preemption
+        off: not read."""
         if per_hour == 0:
             return {}
         try:
             return swarm.swarm_labels()
         except SwarmError as exc:
             if self.said_raised.fresh("records"):
-                logger.warning("preemption: none this cycle, the move records cannot be "
-                               "read (a move started this cycle is not in the snapshot, "
-                               "and its service would be stopped under it): {}", exc)
+                if dry:
+                    logger.warning("preemption (dry-run): the move records cannot be read, "
+                                   "its decisions read the cycle's snapshot (a move started "
+                                   "this cycle is not in it): {}", exc)
+                else:
+                    logger.warning("preemption: none this cycle, the move records cannot "
+                                   "be read (a move started this cycle is not in the "
+                                   "snapshot, and its service would be stopped under it): "
+                                   "{}", exc)
             return None
 
     def decide(self, snap: Snapshot, plan: PlacementPlan, facts: Mapping[str, NodeFacts],
