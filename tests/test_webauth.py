@@ -26,6 +26,9 @@ from support.identity import CLUSTER
 from support.paths import REPO
 from support.webauth import BIG, FORM, TOKEN, get, post, raw, web_daemon
 
+from click.testing import CliRunner
+
+from swarmgpu.cli import main
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
 from swarmgpu.core.httpguard import STUCK_WRITE_S, Conn, GuardedServer, pick_victim
 from swarmgpu.manager.daemon import Daemon
@@ -35,6 +38,7 @@ from swarmgpu.manager.web.webauth import (
     SESSION_COOKIE,
     SESSION_MAX_AGE_S,
     Caller,
+    WebAuth,
     auth_required,
     cookie_matches,
     is_loopback,
@@ -42,7 +46,7 @@ from swarmgpu.manager.web.webauth import (
     session_value,
 )
 from swarmgpu.manager.web.weblogin import login_token
-from swarmgpu.swarm.identity import AgentAuth, PeerName, client_context
+from swarmgpu.swarm.identity import MIN_TOKEN_CHARS, AgentAuth, PeerName, client_context
 
 
 @pytest.fixture
@@ -171,6 +175,36 @@ def test_the_shipped_stack_asks_who_you_are() -> None:
     assert cfg.http.token_file == "/run/secrets/swarmgpu-http-token"
     text = (REPO / "stacks" / "swarmgpu.yml").read_text()
     assert "openssl rand -hex 32 | docker secret create swarmgpu-http-token -" in text
+
+
+def test_a_short_token_is_refused_at_config_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token of a few characters is guessed in an afternoon: ``http.token_file``
+    holding fewer than MIN_TOKEN_CHARS is a configuration error (``config check``, and
+    ``run`` and every command that loads the config), naming the key and how to make
+    one; the daemon's HTTP never takes it either. A file not readable here (the secret
+    lives in the container) is left to the daemon, as before."""
+    monkeypatch.delenv("SWARMGPU_HTTP_TOKEN_FILE", raising=False)
+    short = tmp_path / "short"
+    short.write_text("s3cret\n")
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"http:\n  listen: 0.0.0.0:9402\n  token_file: {short}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert f"{cfg}:3: http.token_file:" in res.output, res.output
+    assert f"at least {MIN_TOKEN_CHARS}" in res.output and "openssl rand -hex 32" in res.output
+    assert "s3cret" not in res.output  # the token itself is never printed
+    monkeypatch.setenv("SWARMGPU_HTTP_TOKEN_FILE", str(short))
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2 and "SWARMGPU_HTTP_TOKEN_FILE: http.token_file:" in res.output
+    assert WebAuth(HttpConfig(listen="0.0.0.0:0", token_file=str(short))).token is None
+    for ok in (tmp_path / "absent", tmp_path / "enough"):
+        if ok.name == "enough":
+            ok.write_text("x" * MIN_TOKEN_CHARS + "\n")
+        monkeypatch.setenv("SWARMGPU_HTTP_TOKEN_FILE", str(ok))
+        res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+        assert res.exit_code == 0, (ok, res.output)
+    assert len(TOKEN) >= MIN_TOKEN_CHARS  # the tests' own token passes
 
 
 # --- over HTTP: the token, the browser's cookie ----------------------------------

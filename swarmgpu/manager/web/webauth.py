@@ -44,9 +44,11 @@ from swarmgpu.core.config import HttpConfig
 from swarmgpu.core.httpguard import Throttle
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.swarm.identity import (
+    MIN_TOKEN_CHARS,
     AgentAuth,
     IdentityError,
     PeerName,
+    TokenRefused,
     is_manager_of,
     read_token,
     server_context_for_managers,
@@ -92,6 +94,28 @@ def auth_required(cfg: HttpConfig) -> bool:
     if cfg.auth == "off":
         return False
     return cfg.auth == "required" or listens_beyond_loopback(cfg.listen)
+
+
+def read_http_token(path: str) -> str:
+    """``http.token_file``'s token: IdentityError when the file cannot be read,
+    TokenRefused when it holds no token or one shorter than MIN_TOKEN_CHARS."""
+    return read_token(path, min_chars=MIN_TOKEN_CHARS)
+
+
+def token_file_problem(path: str) -> str | None:
+    """Why ``http.token_file`` is refused when the configuration is loaded: this process
+    reads it and it holds no token, or a short one. None when it is good, or cannot be
+    read here (a Docker secret exists only in the container: the daemon says so at
+    start, and answers no token)."""
+    try:
+        read_http_token(path)
+    except TokenRefused as exc:
+        return (f"http.token_file: {exc} (the stack's secret: docker secret rm "
+                f"swarmgpu-http-token, then openssl rand -hex 32 | docker secret create "
+                f"swarmgpu-http-token -; give Prometheus the same token)")
+    except IdentityError:
+        return None
+    return None
 
 
 def session_value(token: str, issued: int | None = None) -> str:
@@ -209,7 +233,7 @@ class WebAuth:
         self.token: str | None = None
         if cfg.token_file:
             try:
-                self.token = read_token(cfg.token_file)
+                self.token = read_http_token(cfg.token_file)
             except IdentityError as exc:
                 logger.error("http.token_file: {}; the daemon's HTTP answers no token "
                              "(only manager certificates{})", exc,
