@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from loguru import logger
@@ -25,8 +26,6 @@ from support import slowflood
 from support.identity import CLUSTER
 from support.paths import REPO
 from support.webauth import BIG, FORM, TOKEN, get, post, raw, web_daemon
-
-from click.testing import CliRunner
 
 from swarmgpu.cli import main
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
