@@ -10,6 +10,7 @@ can show (tests/test_webauth_swarm.py, from another namespace of the test swarm)
 from __future__ import annotations
 
 import gzip
+import ipaddress
 import json
 import socket
 import ssl
@@ -44,6 +45,7 @@ from swarmgpu.manager.web.webauth import (
     judge,
     session_value,
 )
+from swarmgpu.manager.web.weblimit import BURST, REFILL_S, GuessLimit
 from swarmgpu.manager.web.weblogin import login_token
 from swarmgpu.swarm.identity import MIN_TOKEN_CHARS, AgentAuth, PeerName, client_context
 
@@ -302,6 +304,69 @@ def test_browser_signs_in_with_a_form_post_and_keeps_a_cookie(
     assert get(port, "/metrics", jar)[0] == 200
     assert get(port, "/api/v1/cluster",
                {"Cookie": f"{SESSION_COOKIE}={session_value('other-token')}"})[0] == 401
+
+
+def test_wrong_tokens_from_one_address_are_limited_and_no_one_else(
+        web: tuple[Daemon, int]) -> None:
+    """Any number of token guesses were answered 401 at full speed. Now a client's
+    wrong tokens (Authorization on any path, the sign-in form) use up its bucket; then
+    its tokens get 429 with Retry-After, the right one too (the answer must not tell a
+    right guess), said once in the log; its cookie, /healthz and every other client
+    answer as before, and right tokens never use a bucket up."""
+    _, port = web
+    wrong = {"Authorization": "Bearer wrong-guess-0123456789"}
+    right = {"Authorization": f"Bearer {TOKEN}"}
+    cookie = {"Cookie": f"{SESSION_COOKIE}={session_value(TOKEN)}"}
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        for _ in range(BURST):
+            assert get(port, "/api/v1/cluster", wrong, src="127.0.0.3")[0] == 401
+        for path, hdrs in (("/healthz", wrong), ("/api/v1/cluster", wrong),
+                           ("/api/v1/cluster", right), ("/metrics", right)):
+            status, headers, body = get(port, path, hdrs, src="127.0.0.3")
+            assert status == 429, (path, hdrs)
+            assert 1 <= int(headers["retry-after"]) <= REFILL_S, headers
+            assert b"nodes" not in body and b"swarmgpu_" not in body
+        status, headers, _ = post(port, "/login", f"token={TOKEN}", src="127.0.0.3")
+        assert status == 429 and "set-cookie" not in headers
+        assert get(port, "/healthz", src="127.0.0.3")[0] == 200
+        assert get(port, "/api/v1/cluster", cookie, src="127.0.0.3")[0] == 200
+        assert get(port, "/api/v1/cluster", right, src="127.0.0.4")[0] == 200
+        for _ in range(2 * BURST):  # a right token is never a guess used up
+            assert get(port, "/api/v1/cluster", right, src="127.0.0.5")[0] == 200
+        for _ in range(BURST):  # the sign-in form's wrong tokens count the same
+            assert post(port, "/login", "token=wrong-guess", src="127.0.0.6")[0] == 401
+        assert post(port, "/login", f"token={TOKEN}", src="127.0.0.6")[0] == 429
+    finally:
+        logger.remove(sink)
+    said = [ln for ln in lines if "answered 429" in ln]
+    assert len(said) == 1 and "127.0.0.3" in said[0], said
+
+
+def test_the_wrong_token_buckets_refill_and_stay_bounded() -> None:
+    """A bucket fills again with time; one host's IPv6 /64 is one client; and a guesser
+    with 100,000 addresses keeps at most max_clients buckets, sharing one past them,
+    which are forgotten once full again."""
+    now = [0.0]
+    g = GuessLimit(burst=3, refill_s=10.0, max_clients=64, clock=lambda: now[0])
+    assert [g.take("10.0.0.1").wait_s for _ in range(4)] == [0, 0, 0, 10]
+    now[0] += 10
+    assert g.take("10.0.0.1").wait_s == 0 and g.take("10.0.0.1").wait_s == 10
+    for _ in range(20):
+        g.give_back(g.take("10.0.0.2"))  # right tokens
+    assert g.take("10.0.0.2").wait_s == 0
+    for i in range(3):
+        assert g.take(f"2001:db8::{i + 1}").wait_s == 0
+    assert g.take("2001:db8::ffff:1").wait_s > 0  # the same /64
+    assert g.take("2001:db8:0:1::1").wait_s == 0  # the next /64
+    assert g.take("::ffff:10.0.0.1").wait_s > 0  # IPv4-mapped: the IPv4 client
+    for i in range(100_000):
+        g.take(str(ipaddress.IPv4Address(0x0B000000 + i)))
+    assert len(g) <= 64 + 1
+    assert g.take("12.0.0.1").wait_s > 0  # a new address meanwhile: the shared bucket
+    now[0] += 3 * 10 + 1  # they stopped: every bucket is full again
+    assert g.take("12.0.0.1").wait_s == 0 and len(g) <= 3
 
 
 def test_the_token_never_goes_in_the_address(web: tuple[Daemon, int]) -> None:

@@ -43,6 +43,7 @@ from loguru import logger
 from swarmgpu.core.config import HttpConfig
 from swarmgpu.core.httpguard import Throttle
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.manager.web.weblimit import GuessLimit, Try
 from swarmgpu.swarm.identity import (
     MIN_TOKEN_CHARS,
     AgentAuth,
@@ -208,6 +209,15 @@ def refused() -> Answer:
                   {"WWW-Authenticate": 'Bearer realm="swarmgpu"'})
 
 
+def too_many(wait_s: int) -> Answer:
+    """429: this client sent too many wrong tokens (weblimit); its token is not read."""
+    return Answer(
+        HTTPStatus.TOO_MANY_REQUESTS, PLAIN,
+        f"429: too many wrong tokens from this address: retry in {wait_s} s (the token "
+        f"is not compared until then; a signed-in browser's session still works)\n"
+        .encode(), {"Retry-After": str(wait_s)})
+
+
 def session_cookie(token: str | None, secure: bool) -> str:
     """The Set-Cookie of a session: the whole host (Path=/), never for a script
     (HttpOnly), never sent by another site's request (SameSite=Strict). None: the
@@ -244,6 +254,7 @@ class WebAuth:
         self._stamp: tuple[object, ...] | None = None
         self._last_error: str | None = None
         self._refused = Throttle()
+        self.guesses = GuessLimit()  # wrong tokens per client address (weblimit)
 
     # --- the HTTPS side ------------------------------------------------------
 
@@ -301,6 +312,22 @@ class WebAuth:
         if not v.allowed:
             self.note_refused(caller)
         return v
+
+    def take_try(self, caller: Caller) -> Try | None:
+        """A token try of ``caller`` (an Authorization header, a sign-in POST) from its
+        address's bucket (weblimit), or None where tries are not counted: no token to
+        guess, or the caller is let in without one (auth off or loopback-only, a
+        loopback client under auto). A Try with ``wait_s`` is answered ``too_many``."""
+        if self.token is None or not self.required or (
+                self.loopback_open and is_loopback(caller.peer_ip)):
+            return None
+        return self.guesses.take(caller.peer_ip)
+
+    def tried(self, t: Try | None, right: bool) -> None:
+        """The try's token was right (or not compared): given back. A wrong one stays
+        taken."""
+        if t is not None and right:
+            self.guesses.give_back(t)
 
     def sees_everything(self, caller: Caller) -> bool:
         """Whether ``caller`` may read what is not open (no log line): an open path such
