@@ -650,6 +650,61 @@ def test_a_manager_certificate_opens_everything_over_https(
         d._http.server_close()
 
 
+def test_over_https_the_session_cookie_is_host_prefixed_and_read_only_so(
+        tmp_path: Path, pki: dict[str, Path]) -> None:
+    """Over HTTPS the session was ``swarmgpu_session``, a name any page of the host's
+    names can set (a tenant's service over plain HTTP, a sibling domain with Domain=):
+    now it is ``__Host-swarmgpu_session`` (Secure, Path=/, no Domain: the browser keeps
+    it only as this origin set it), and over HTTPS only that name is read. Plain HTTP
+    on loopback keeps the plain name, and two cookies of the name are still refused."""
+    d = web_daemon(tmp_path)
+    assert d._http is not None
+    port = d._http.server_address[1]
+    tls = client_context(pki["ca"].read_text(), CLUSTER, pki["mgr"], _key(pki["mgr"]))
+    d.web_auth.update(AgentAuth(tls=tls, cert=pki["mgr"], key=_key(pki["mgr"]),
+                                trust_root=pki["ca"].read_text()))
+    ctx = _client(pki, None)
+    try:
+        _, headers, _ = post(port, "/login", f"token={TOKEN}", ctx=ctx)
+        parts = [p.strip() for p in headers["set-cookie"].split(";")]
+        name, _, value = parts[0].partition("=")
+        assert name == f"__Host-{SESSION_COOKIE}", parts
+        assert {"Secure", "Path=/", "HttpOnly", "SameSite=Strict"} <= set(parts)
+        assert not [p for p in parts if p.lower().startswith("domain")]
+        assert get(port, "/api/v1/cluster", {"Cookie": parts[0]}, ctx=ctx)[0] == 200
+        for jar in (f"{SESSION_COOKIE}={value}",  # the plain name: anyone's to set
+                    f"{parts[0]}; {parts[0]}"):  # two: ambiguous
+            assert get(port, "/api/v1/cluster", {"Cookie": jar}, ctx=ctx)[0] == 401, jar
+        here = {"Origin": f"https://127.0.0.1:{port}", "Cookie": parts[0]}
+        _, headers, _ = post(port, "/logout", "", here, ctx=ctx)
+        out = [p.strip() for p in headers["set-cookie"].split(";")]
+        assert out[0] == f"__Host-{SESSION_COOKIE}=" and {"Secure", "Path=/", "Max-Age=0"} \
+            <= set(out), out
+        # plain HTTP (loopback, an SSH tunnel): the plain name, as before
+        _, headers, _ = post(port, "/login", f"token={TOKEN}")
+        plain = headers["set-cookie"].split(";")[0]
+        assert plain.startswith(f"{SESSION_COOKIE}=") and "Secure" not in headers["set-cookie"]
+        assert get(port, "/api/v1/cluster", {"Cookie": plain})[0] == 200
+        assert get(port, "/api/v1/cluster", {"Cookie": f"__Host-{plain}"})[0] == 401
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+    # HTTPS ended at a proxy in front (http.secure_cookie: always): the browser saw
+    # HTTPS, so the prefixed name, read over the daemon's plain HTTP
+    d = web_daemon(tmp_path, env={"SWARMGPU_HTTP_SECURE_COOKIE": "always"})
+    assert d._http is not None
+    port = d._http.server_address[1]
+    try:
+        _, headers, _ = post(port, "/login", f"token={TOKEN}")
+        jar = headers["set-cookie"].split(";")[0]
+        assert jar.startswith(f"__Host-{SESSION_COOKIE}="), jar
+        assert get(port, "/api/v1/cluster", {"Cookie": jar})[0] == 200
+        assert get(port, "/api/v1/cluster", {"Cookie": jar.removeprefix("__Host-")})[0] == 401
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+
+
 # --- slow readers: complete requests whose answers are never read -------------------
 
 

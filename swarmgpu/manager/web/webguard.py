@@ -38,6 +38,7 @@ from swarmgpu.manager.web.webauth import (
     Answer,
     Caller,
     WebAuth,
+    cookie_name,
     refused,
     too_many,
 )
@@ -157,7 +158,8 @@ class GuardedHandler(OneRequestHandler):
         if self.auth is not None:
             caller = Caller(path, str(self.client_address[0]) if self.client_address else "",
                             self.headers.get("Authorization"), self.headers.get("Cookie"),
-                            self.tls_peer)
+                            self.tls_peer,
+                            cookie_name(self.auth.secure_cookie(self.via_tls)))
             if path in (LOGIN_PATH, LOGIN_SCRIPT, LOGOUT_PATH):  # a cookie, or none
                 self._sign_in(path, query, caller, self.auth)
                 return
