@@ -382,6 +382,7 @@ def test_the_token_never_goes_in_the_address(web: tuple[Daemon, int]) -> None:
     assert status == 200 and headers["content-type"].startswith("text/html")
     assert b'method="post"' in body and b'action="/login"' in body
     assert b'src="/login.js"' in body and TOKEN.encode() not in body
+    assert b"defer" not in body  # it strips the fragment before the page is read
     assert "form-action 'self'" in headers["content-security-policy"]
     assert headers["cache-control"] == "no-store"
     status, headers, body = get(port, "/login.js")
@@ -835,6 +836,35 @@ def test_a_token_link_signs_a_browser_in_and_leaves_no_token_in_its_history(
         assert urls[-1] == f"http://127.0.0.1:{port}/", urls
         assert not [u for u in urls if TOKEN in u], urls
         assert TOKEN not in cdp.js("document.cookie")  # HttpOnly: not even its HMAC
+    finally:
+        cdp.close()
+        d._http.shutdown()
+        d._http.server_close()
+
+
+def test_any_fragment_leaves_the_address_before_the_page_is_read(
+        chromium: str, tmp_path: Path) -> None:
+    """The page took the token out of the address only when the fragment was exactly
+    ``#token=...``: a link with more in it (``#from=mail&token=...``, what a mail or
+    chat client may add) kept the token in the tab's address and history, and signed no
+    one in. Now the script runs before the page is parsed and strips any fragment at
+    once, then reads the token out of what it took."""
+    from support.browser import Cdp, sample
+
+    d = web_daemon(tmp_path)
+    assert d._http is not None
+    port = d._http.server_address[1]
+    doc = sample()
+    webmap.register(d.http_routes, lambda: doc, query_routes=d.http_query_routes)
+    cdp = Cdp(chromium, (1024, 768))
+    try:
+        cdp.open(f"http://127.0.0.1:{port}/login#from=mail&token={TOKEN}")
+        cdp.wait_for("location.pathname === '/' && document.querySelector('[data-key]') !== null")
+        urls = [e["url"] for e in cdp.call("Page.getNavigationHistory")["entries"]]
+        assert not [u for u in urls if TOKEN in u or "#" in u], urls
+        cdp.call("Page.navigate", url=f"http://127.0.0.1:{port}/login#no-token-here")
+        cdp.wait_for("document.readyState === 'complete' && location.pathname === '/login'")
+        assert cdp.js("location.href") == f"http://127.0.0.1:{port}/login"
     finally:
         cdp.close()
         d._http.shutdown()
