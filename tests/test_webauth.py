@@ -489,6 +489,27 @@ def test_two_authorization_or_cookie_headers_are_refused_not_read_first(
             assert b"not several" in out and b"nodes" not in out, out
 
 
+def test_a_request_target_with_a_fragment_is_refused_and_never_logged(
+        web: tuple[Daemon, int]) -> None:
+    """A client that sent the link's fragment (``GET /login#token=...``, which no
+    browser sends: RFC 9112's request target has no fragment) was judged as path
+    ``/login#token=...``: 401, and the refusal's log line held the token. A target with
+    ``#`` is now 400, naming why, and logged nowhere."""
+    _, port = web
+    secret = "guess-or-token-0123456789abcdef"
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="DEBUG")
+    try:
+        for target in (f"/login#token={secret}", f"/api/v1/cluster?view=map#{secret}",
+                       f"/#token={secret}"):
+            out = raw(port, f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            assert out.startswith(b"HTTP/1.1 400 "), (target, out[:60])
+            assert b"fragment" in out and secret.encode() not in out, out
+    finally:
+        logger.remove(sink)
+    assert not [ln for ln in lines if secret in ln], lines
+
+
 def test_every_refused_method_on_logout_names_post_alone(web: tuple[Daemon, int]) -> None:
     """/logout takes a POST only: a PUT's 405 said 'Allow: GET, HEAD, POST' (httpguard's
     list for a POST path), where a GET or HEAD is 405 too."""
