@@ -21,6 +21,7 @@ from support.empty_swarm import EmptySwarm
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.swarm.client import SwarmUnavailable
 
 
 def daemon(tmp: Path, interval_s: float = 30.0) -> Daemon:
@@ -424,3 +425,41 @@ def test_a_full_state_directory_is_said_once_while_it_lasts(
         logger.remove(sink)
     said = [m for m in lines if "cannot save" in m]
     assert len([m for m in said if "agent state" in m]) == 2, said
+
+
+class EngineGone(EmptySwarm):
+    """A leader's engine that stops answering (dockerd stopped, its socket proxy gone):
+    every ask raises as the client does on a refused connection."""
+
+    gone = False
+
+    def is_leader(self) -> bool:
+        if self.gone:
+            raise SwarmUnavailable("Docker Engine unreachable at unix:///var/run/docker.sock")
+        return True
+
+
+def test_healthz_says_leader_unknown_while_the_engine_cannot_be_asked(tmp_path: Path) -> None:
+    """/healthz said ``leader: true`` (and ``ok``) for the whole time the engine could not
+    be asked, while every write was blocked (the term ended): a monitor read a working
+    leader. Now the engine is said unreachable, leadership unknown, status degraded,
+    and the is-leader gauge drops; the next cycle that reaches the engine says it again."""
+    d = daemon(tmp_path)
+    swarm = EngineGone()
+    d.swarm = swarm  # type: ignore[assignment]
+    d.cycle()
+    doc = d.health()
+    assert doc["leader"] is True and doc["status"] == "ok"
+    swarm.gone = True
+    assert d.cycle().aborted
+    doc = d.health()
+    assert doc["leader"] is None, doc
+    assert doc["engine"] == "unreachable" and doc["status"] == "degraded", doc
+    assert "unix:///var/run/docker.sock" in doc["engine_error"]
+    assert "engine_error" not in d.health(detail=False)  # an open answer names no path
+    assert d.metrics.is_leader._value.get() == 0
+    swarm.gone = False
+    d.cycle()
+    doc = d.health()
+    assert doc["leader"] is True and doc["engine"] == "reachable" and doc["status"] == "ok"
+    assert "engine_error" not in doc and d.metrics.is_leader._value.get() == 1

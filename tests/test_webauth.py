@@ -10,6 +10,7 @@ can show (tests/test_webauth_swarm.py, from another namespace of the test swarm)
 from __future__ import annotations
 
 import gzip
+import ipaddress
 import json
 import socket
 import ssl
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from loguru import logger
@@ -26,6 +28,7 @@ from support.identity import CLUSTER
 from support.paths import REPO
 from support.webauth import BIG, FORM, TOKEN, get, post, raw, web_daemon
 
+from swarmgpu.cli import main
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
 from swarmgpu.core.httpguard import STUCK_WRITE_S, Conn, GuardedServer, pick_victim
 from swarmgpu.manager.daemon import Daemon
@@ -35,14 +38,16 @@ from swarmgpu.manager.web.webauth import (
     SESSION_COOKIE,
     SESSION_MAX_AGE_S,
     Caller,
+    WebAuth,
     auth_required,
     cookie_matches,
     is_loopback,
     judge,
     session_value,
 )
+from swarmgpu.manager.web.weblimit import BURST, REFILL_S, GuessLimit
 from swarmgpu.manager.web.weblogin import login_token
-from swarmgpu.swarm.identity import AgentAuth, PeerName, client_context
+from swarmgpu.swarm.identity import MIN_TOKEN_CHARS, AgentAuth, PeerName, client_context
 
 
 @pytest.fixture
@@ -173,6 +178,36 @@ def test_the_shipped_stack_asks_who_you_are() -> None:
     assert "openssl rand -hex 32 | docker secret create swarmgpu-http-token -" in text
 
 
+def test_a_short_token_is_refused_at_config_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token of a few characters is guessed in an afternoon: ``http.token_file``
+    holding fewer than MIN_TOKEN_CHARS is a configuration error (``config check``, and
+    ``run`` and every command that loads the config), naming the key and how to make
+    one; the daemon's HTTP never takes it either. A file not readable here (the secret
+    lives in the container) is left to the daemon, as before."""
+    monkeypatch.delenv("SWARMGPU_HTTP_TOKEN_FILE", raising=False)
+    short = tmp_path / "short"
+    short.write_text("s3cret\n")
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"http:\n  listen: 0.0.0.0:9402\n  token_file: {short}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert f"{cfg}:3: http.token_file:" in res.output, res.output
+    assert f"at least {MIN_TOKEN_CHARS}" in res.output and "openssl rand -hex 32" in res.output
+    assert "s3cret" not in res.output  # the token itself is never printed
+    monkeypatch.setenv("SWARMGPU_HTTP_TOKEN_FILE", str(short))
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2 and "SWARMGPU_HTTP_TOKEN_FILE: http.token_file:" in res.output
+    assert WebAuth(HttpConfig(listen="0.0.0.0:0", token_file=str(short))).token is None
+    for ok in (tmp_path / "absent", tmp_path / "enough"):
+        if ok.name == "enough":
+            ok.write_text("x" * MIN_TOKEN_CHARS + "\n")
+        monkeypatch.setenv("SWARMGPU_HTTP_TOKEN_FILE", str(ok))
+        res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+        assert res.exit_code == 0, (ok, res.output)
+    assert len(TOKEN) >= MIN_TOKEN_CHARS  # the tests' own token passes
+
+
 # --- over HTTP: the token, the browser's cookie ----------------------------------
 
 
@@ -271,6 +306,69 @@ def test_browser_signs_in_with_a_form_post_and_keeps_a_cookie(
                {"Cookie": f"{SESSION_COOKIE}={session_value('other-token')}"})[0] == 401
 
 
+def test_wrong_tokens_from_one_address_are_limited_and_no_one_else(
+        web: tuple[Daemon, int]) -> None:
+    """Any number of token guesses were answered 401 at full speed. Now a client's
+    wrong tokens (Authorization on any path, the sign-in form) use up its bucket; then
+    its tokens get 429 with Retry-After, the right one too (the answer must not tell a
+    right guess), said once in the log; its cookie, /healthz and every other client
+    answer as before, and right tokens never use a bucket up."""
+    _, port = web
+    wrong = {"Authorization": "Bearer wrong-guess-0123456789"}
+    right = {"Authorization": f"Bearer {TOKEN}"}
+    cookie = {"Cookie": f"{SESSION_COOKIE}={session_value(TOKEN)}"}
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        for _ in range(BURST):
+            assert get(port, "/api/v1/cluster", wrong, src="127.0.0.3")[0] == 401
+        for path, hdrs in (("/healthz", wrong), ("/api/v1/cluster", wrong),
+                           ("/api/v1/cluster", right), ("/metrics", right)):
+            status, headers, body = get(port, path, hdrs, src="127.0.0.3")
+            assert status == 429, (path, hdrs)
+            assert 1 <= int(headers["retry-after"]) <= REFILL_S, headers
+            assert b"nodes" not in body and b"swarmgpu_" not in body
+        status, headers, _ = post(port, "/login", f"token={TOKEN}", src="127.0.0.3")
+        assert status == 429 and "set-cookie" not in headers
+        assert get(port, "/healthz", src="127.0.0.3")[0] == 200
+        assert get(port, "/api/v1/cluster", cookie, src="127.0.0.3")[0] == 200
+        assert get(port, "/api/v1/cluster", right, src="127.0.0.4")[0] == 200
+        for _ in range(2 * BURST):  # a right token is never a guess used up
+            assert get(port, "/api/v1/cluster", right, src="127.0.0.5")[0] == 200
+        for _ in range(BURST):  # the sign-in form's wrong tokens count the same
+            assert post(port, "/login", "token=wrong-guess", src="127.0.0.6")[0] == 401
+        assert post(port, "/login", f"token={TOKEN}", src="127.0.0.6")[0] == 429
+    finally:
+        logger.remove(sink)
+    said = [ln for ln in lines if "answered 429" in ln]
+    assert len(said) == 1 and "127.0.0.3" in said[0], said
+
+
+def test_the_wrong_token_buckets_refill_and_stay_bounded() -> None:
+    """A bucket fills again with time; one host's IPv6 /64 is one client; and a guesser
+    with 100,000 addresses keeps at most max_clients buckets, sharing one past them,
+    which are forgotten once full again."""
+    now = [0.0]
+    g = GuessLimit(burst=3, refill_s=10.0, max_clients=64, clock=lambda: now[0])
+    assert [g.take("10.0.0.1").wait_s for _ in range(4)] == [0, 0, 0, 10]
+    now[0] += 10
+    assert g.take("10.0.0.1").wait_s == 0 and g.take("10.0.0.1").wait_s == 10
+    for _ in range(20):
+        g.give_back(g.take("10.0.0.2"))  # right tokens
+    assert g.take("10.0.0.2").wait_s == 0
+    for i in range(3):
+        assert g.take(f"2001:db8::{i + 1}").wait_s == 0
+    assert g.take("2001:db8::ffff:1").wait_s > 0  # the same /64
+    assert g.take("2001:db8:0:1::1").wait_s == 0  # the next /64
+    assert g.take("::ffff:10.0.0.1").wait_s > 0  # IPv4-mapped: the IPv4 client
+    for i in range(100_000):
+        g.take(str(ipaddress.IPv4Address(0x0B000000 + i)))
+    assert len(g) <= 64 + 1
+    assert g.take("12.0.0.1").wait_s > 0  # a new address meanwhile: the shared bucket
+    now[0] += 3 * 10 + 1  # they stopped: every bucket is full again
+    assert g.take("12.0.0.1").wait_s == 0 and len(g) <= 3
+
+
 def test_the_token_never_goes_in_the_address(web: tuple[Daemon, int]) -> None:
     """/login?token= kept the token in the browser's history (and a proxy's access log):
     now it is refused, naming the way in, and the sign-in page is a form that POSTs it
@@ -284,6 +382,8 @@ def test_the_token_never_goes_in_the_address(web: tuple[Daemon, int]) -> None:
     assert status == 200 and headers["content-type"].startswith("text/html")
     assert b'method="post"' in body and b'action="/login"' in body
     assert b'src="/login.js"' in body and TOKEN.encode() not in body
+    # not deferred: it strips the fragment before the page is read
+    assert b'<script src="/login.js"></script>' in body
     assert "form-action 'self'" in headers["content-security-policy"]
     assert headers["cache-control"] == "no-store"
     status, headers, body = get(port, "/login.js")
@@ -388,6 +488,27 @@ def test_two_authorization_or_cookie_headers_are_refused_not_read_first(
                             f"\r\n{second}\r\n\r\n".encode())
             assert out.startswith(b"HTTP/1.1 400 "), (first, out[:80])
             assert b"not several" in out and b"nodes" not in out, out
+
+
+def test_a_request_target_with_a_fragment_is_refused_and_never_logged(
+        web: tuple[Daemon, int]) -> None:
+    """A client that sent the link's fragment (``GET /login#token=...``, which no
+    browser sends: RFC 9112's request target has no fragment) was judged as path
+    ``/login#token=...``: 401, and the refusal's log line held the token. A target with
+    ``#`` is now 400, naming why, and logged nowhere."""
+    _, port = web
+    secret = "guess-or-token-0123456789abcdef"
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="DEBUG")
+    try:
+        for target in (f"/login#token={secret}", f"/api/v1/cluster?view=map#{secret}",
+                       f"/#token={secret}"):
+            out = raw(port, f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            assert out.startswith(b"HTTP/1.1 400 "), (target, out[:60])
+            assert b"fragment" in out and secret.encode() not in out, out
+    finally:
+        logger.remove(sink)
+    assert not [ln for ln in lines if secret in ln], lines
 
 
 def test_every_refused_method_on_logout_names_post_alone(web: tuple[Daemon, int]) -> None:
@@ -552,6 +673,61 @@ def test_a_manager_certificate_opens_everything_over_https(
         d._http.server_close()
 
 
+def test_over_https_the_session_cookie_is_host_prefixed_and_read_only_so(
+        tmp_path: Path, pki: dict[str, Path]) -> None:
+    """Over HTTPS the session was ``swarmgpu_session``, a name any page of the host's
+    names can set (a tenant's service over plain HTTP, a sibling domain with Domain=):
+    now it is ``__Host-swarmgpu_session`` (Secure, Path=/, no Domain: the browser keeps
+    it only as this origin set it), and over HTTPS only that name is read. Plain HTTP
+    on loopback keeps the plain name, and two cookies of the name are still refused."""
+    d = web_daemon(tmp_path)
+    assert d._http is not None
+    port = d._http.server_address[1]
+    tls = client_context(pki["ca"].read_text(), CLUSTER, pki["mgr"], _key(pki["mgr"]))
+    d.web_auth.update(AgentAuth(tls=tls, cert=pki["mgr"], key=_key(pki["mgr"]),
+                                trust_root=pki["ca"].read_text()))
+    ctx = _client(pki, None)
+    try:
+        _, headers, _ = post(port, "/login", f"token={TOKEN}", ctx=ctx)
+        parts = [p.strip() for p in headers["set-cookie"].split(";")]
+        name, _, value = parts[0].partition("=")
+        assert name == f"__Host-{SESSION_COOKIE}", parts
+        assert {"Secure", "Path=/", "HttpOnly", "SameSite=Strict"} <= set(parts)
+        assert not [p for p in parts if p.lower().startswith("domain")]
+        assert get(port, "/api/v1/cluster", {"Cookie": parts[0]}, ctx=ctx)[0] == 200
+        for jar in (f"{SESSION_COOKIE}={value}",  # the plain name: anyone's to set
+                    f"{parts[0]}; {parts[0]}"):  # two: ambiguous
+            assert get(port, "/api/v1/cluster", {"Cookie": jar}, ctx=ctx)[0] == 401, jar
+        here = {"Origin": f"https://127.0.0.1:{port}", "Cookie": parts[0]}
+        _, headers, _ = post(port, "/logout", "", here, ctx=ctx)
+        out = [p.strip() for p in headers["set-cookie"].split(";")]
+        assert out[0] == f"__Host-{SESSION_COOKIE}=" and {"Secure", "Path=/", "Max-Age=0"} \
+            <= set(out), out
+        # plain HTTP (loopback, an SSH tunnel): the plain name, as before
+        _, headers, _ = post(port, "/login", f"token={TOKEN}")
+        plain = headers["set-cookie"].split(";")[0]
+        assert plain.startswith(f"{SESSION_COOKIE}=") and "Secure" not in headers["set-cookie"]
+        assert get(port, "/api/v1/cluster", {"Cookie": plain})[0] == 200
+        assert get(port, "/api/v1/cluster", {"Cookie": f"__Host-{plain}"})[0] == 401
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+    # HTTPS ended at a proxy in front (http.secure_cookie: always): the browser saw
+    # HTTPS, so the prefixed name, read over the daemon's plain HTTP
+    d = web_daemon(tmp_path, env={"SWARMGPU_HTTP_SECURE_COOKIE": "always"})
+    assert d._http is not None
+    port = d._http.server_address[1]
+    try:
+        _, headers, _ = post(port, "/login", f"token={TOKEN}")
+        jar = headers["set-cookie"].split(";")[0]
+        assert jar.startswith(f"__Host-{SESSION_COOKIE}="), jar
+        assert get(port, "/api/v1/cluster", {"Cookie": jar})[0] == 200
+        assert get(port, "/api/v1/cluster", {"Cookie": jar.removeprefix("__Host-")})[0] == 401
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+
+
 # --- slow readers: complete requests whose answers are never read -------------------
 
 
@@ -682,6 +858,35 @@ def test_a_token_link_signs_a_browser_in_and_leaves_no_token_in_its_history(
         assert urls[-1] == f"http://127.0.0.1:{port}/", urls
         assert not [u for u in urls if TOKEN in u], urls
         assert TOKEN not in cdp.js("document.cookie")  # HttpOnly: not even its HMAC
+    finally:
+        cdp.close()
+        d._http.shutdown()
+        d._http.server_close()
+
+
+def test_any_fragment_leaves_the_address_before_the_page_is_read(
+        chromium: str, tmp_path: Path) -> None:
+    """The page took the token out of the address only when the fragment was exactly
+    ``#token=...``: a link with more in it (``#from=mail&token=...``, what a mail or
+    chat client may add) kept the token in the tab's address and history, and signed no
+    one in. Now the script runs before the page is parsed and strips any fragment at
+    once, then reads the token out of what it took."""
+    from support.browser import Cdp, sample
+
+    d = web_daemon(tmp_path)
+    assert d._http is not None
+    port = d._http.server_address[1]
+    doc = sample()
+    webmap.register(d.http_routes, lambda: doc, query_routes=d.http_query_routes)
+    cdp = Cdp(chromium, (1024, 768))
+    try:
+        cdp.open(f"http://127.0.0.1:{port}/login#from=mail&token={TOKEN}")
+        cdp.wait_for("location.pathname === '/' && document.querySelector('[data-key]') !== null")
+        urls = [e["url"] for e in cdp.call("Page.getNavigationHistory")["entries"]]
+        assert not [u for u in urls if TOKEN in u or "#" in u], urls
+        cdp.call("Page.navigate", url=f"http://127.0.0.1:{port}/login#no-token-here")
+        cdp.wait_for("document.readyState === 'complete' && location.pathname === '/login'")
+        assert cdp.js("location.href") == f"http://127.0.0.1:{port}/login"
     finally:
         cdp.close()
         d._http.shutdown()

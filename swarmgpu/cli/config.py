@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -41,6 +42,14 @@ def load_checked(path: str | None, notes: list[str] | None = None) -> Config:
             load_file(cfg.placement.workload)
         except WorkloadError as exc:
             errors.append(locate(f"placement.workload: {exc} (or use 'auto')", path))
+    if cfg.http.token_file:
+        from swarmgpu.manager.web.webauth import token_file_problem
+
+        # The daemon's token opens the map from anywhere: one this process can read and
+        # that is short or malformed is refused here, not found out by a guesser.
+        if (why := token_file_problem(cfg.http.token_file)) is not None:
+            var = "SWARMGPU_HTTP_TOKEN_FILE"
+            errors.append(f"{var}: {why}" if var in os.environ else locate(why, path))
     if errors:
         raise ConfigError(errors)
     return cfg

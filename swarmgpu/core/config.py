@@ -188,7 +188,8 @@ class HttpConfig:
     included (behind a reverse proxy). off: anyone (warned at start)."""
     token_file: str = ""
     """File holding the bearer token for Prometheus and browsers (one line, e.g. the
-    Docker secret /run/secrets/swarmgpu-http-token); read at start."""
+    Docker secret /run/secrets/swarmgpu-http-token); read at start. At least 16
+    characters (openssl rand -hex 32): a shorter one is refused when the config loads."""
     secure_cookie: str = "auto"
     """Whether the browser's session cookie is marked Secure (sent over HTTPS only).
     auto: when the daemon itself served the sign-in over HTTPS. always: on every

@@ -24,11 +24,12 @@
   status line, so a refusal would read as the page), other methods 405, an HTTP/1.1
   request without Host or any with two lines of a field read once (``READ_ONCE``: Host,
   Authorization, Cookie, Content-Length) 400, an absolute-form target served by its
-  path, its authority the Host (``absolute_form``), and header lines two parsers read
-  apart (``head_fault``: no colon, a space before it, folding, a bare CR, a control
-  byte) 400; a POST only to a path the handler names (``post_paths``: the daemon's
-  sign-in form), its body short (``MAX_BODY_BYTES``), with one Content-Length, and in
-  within the head's deadline;
+  path, its authority the Host (``absolute_form``), a target with a fragment (``#``,
+  which a client keeps: a link's ``#token=``) 400, unread and unlogged, and header
+  lines two parsers read apart (``head_fault``: no colon, a space before it, folding,
+  a bare CR, a control byte) 400; a POST only to a path the handler names
+  (``post_paths``: the daemon's sign-in form), its body short (``MAX_BODY_BYTES``), with
+  one Content-Length, and in within the head's deadline;
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
@@ -236,6 +237,13 @@ class OneRequestHandler(BaseHTTPRequestHandler):
             # require (curl -0, probes), and a browser always sends one.
             self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN,
                              b"400: send a Host header (HTTP/1.1 requires one)\n")
+            return
+        if "#" in self.path:
+            # RFC 9112 3.2: a request target has no fragment (a client keeps it). One
+            # that sends it (a link's #token=...) must not be served, or logged, as a path.
+            self.send_answer(HTTPStatus.BAD_REQUEST, PLAIN, (
+                b"400: the request target carries a fragment (#...), which a client keeps "
+                b"to itself: send /path?query, and a token only in a header or a form\n"))
             return
         if (refusal := self._origin_form()) is not None:
             self.send_answer(refusal.status, PLAIN, f"{refusal}\n".encode())

@@ -55,7 +55,7 @@ from swarmgpu.manager.nodes.sync import (
 from swarmgpu.manager.web import webguard
 from swarmgpu.manager.web.webauth import WebAuth
 from swarmgpu.swarm.cache import SwarmCache, follow
-from swarmgpu.swarm.client import SwarmClient, SwarmError
+from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmUnavailable
 from swarmgpu.swarm.identity import IdentityError, agent_auth
 
 
@@ -122,6 +122,9 @@ class Daemon:
         # wall clock (NTP, a hand `date -s`)
         self.last_cycle_at: float | None = None
         self.leader = False
+        # Why the engine could not be asked (the last cycle's ask failed), else None:
+        # /healthz then says leadership is unknown, not the last answer it had.
+        self.engine_error: str | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._http: GuardedServer | None = None
         self.web_auth = WebAuth(cfg.http)  # who may read the HTTP (webauth)
@@ -147,8 +150,15 @@ class Daemon:
             start = time.monotonic()
             try:
                 self.leader = self.swarm.is_leader()
+                self.engine_error = None
             except SwarmError as exc:
+                # Writes are blocked (the term ended) and who leads is unknown: not the
+                # last answer had (/healthz, the gauge and the map said leader for as
+                # long as the engine stayed away).
                 self.term.end()
+                self.leader = False
+                self.engine_error = str(exc)
+                self.metrics.is_leader.set(0)
                 self.metrics.errors.labels(kind="swarm").inc()
                 self.metrics.cycles.labels(outcome="error").inc()
                 logger.error("cannot reach the Swarm manager: {}", exc)
@@ -174,6 +184,8 @@ class Daemon:
                     return CycleReport()
                 report = self.run_steps(snapshot)
             except SwarmError as exc:
+                if isinstance(exc, SwarmUnavailable):  # gone mid-cycle: the next ask says
+                    self.engine_error = str(exc)
                 self.metrics.errors.labels(kind="swarm").inc()
                 self.metrics.cycles.labels(outcome="error").inc()
                 logger.error("cycle aborted, will retry next interval: {}", exc)
@@ -464,17 +476,23 @@ class Daemon:
     def health(self, detail: bool = True) -> dict[str, Any]:
         """/healthz. Without ``detail`` (a caller that may read nothing else: /healthz
         is open) the errors are only counted: their texts name nodes, agent addresses and
-        node IDs, which /api/v1/cluster tells only with proof."""
+        node IDs, which /api/v1/cluster tells only with proof. While the engine cannot be
+        asked, ``leader`` is null (unknown: no write goes out) and the status degraded."""
         age = None if self.last_cycle_at is None else time.monotonic() - self.last_cycle_at
         stale = age is None or age > 3 * self.cfg.sync.interval_s
         errors = self.last_report.errors if self.last_report else []
+        engine_error = self.engine_error
+        ok = engine_error is None and (not self.leader or not stale)
         out: dict[str, Any] = {
-            "status": "ok" if (not self.leader or not stale) else "degraded",
-            "leader": self.leader,
+            "status": "ok" if ok else "degraded",
+            "leader": self.leader if engine_error is None else None,
+            "engine": "reachable" if engine_error is None else "unreachable",
             "last_cycle_age_s": age,
         }
         if detail:
             out["errors"] = errors
+            if engine_error is not None:
+                out["engine_error"] = engine_error
         out["error_count"] = len(errors)
         return out
 

@@ -51,10 +51,18 @@ CERT_NAMES = ("swarm-node.crt", "swarm-node.key", "swarm-root-ca.crt")
 DEFAULT_DATA_ROOT = "/var/lib/docker"
 TRUST_ROOT_TTL_S = 300.0
 MAX_TOKEN_BYTES = 4096
+# The daemon's HTTP token (http.token_file) opens the map and /api from anywhere: fewer
+# characters than this are guessed (openssl rand -hex 32 makes 64).
+MIN_TOKEN_CHARS = 16
 
 
 class IdentityError(ValueError):
     """A certificate, key or token that cannot be used, with the fix."""
+
+
+class TokenRefused(IdentityError):
+    """The token file was read, and what it holds is no token (malformed, too short):
+    the file's content is wrong, not its path or permissions."""
 
 
 def default_cert_paths(data_root: str = DEFAULT_DATA_ROOT) -> tuple[Path, Path, Path]:
@@ -344,7 +352,9 @@ def client_context(trust_root_pem: str, cluster_id: str = "",
     return ctx
 
 
-def read_token(path: str | os.PathLike[str]) -> str:
+def read_token(path: str | os.PathLike[str], min_chars: int = 0) -> str:
+    """The one-line token of ``path``; IdentityError when it cannot be read,
+    TokenRefused when what it holds is no token (or shorter than ``min_chars``)."""
     try:
         # At most one byte past the limit: a wrong path (a log, /dev/zero) is not read
         # whole, and a FIFO is refused, not waited on (core.boundedfile).
@@ -357,8 +367,13 @@ def read_token(path: str | os.PathLike[str]) -> str:
     token = raw.decode("utf-8", "replace").strip()
     if len(raw) > MAX_TOKEN_BYTES or not token or not token.isascii() or any(
             c.isspace() for c in token):
-        raise IdentityError(f"token file {path}: expected one line of ASCII, no spaces, "
-                            f"at most {MAX_TOKEN_BYTES} bytes (e.g. openssl rand -hex 32)")
+        raise TokenRefused(f"token file {path}: expected one line of ASCII, no spaces, "
+                           f"at most {MAX_TOKEN_BYTES} bytes (e.g. openssl rand -hex 32)")
+    if len(token) < min_chars:
+        raise TokenRefused(
+            f"token file {path}: the token is {len(token)} characters, and at least "
+            f"{min_chars} are needed (a short token is guessed): make a new one with "
+            f"openssl rand -hex 32")
     return token
 
 

@@ -59,12 +59,13 @@ FORM = "application/x-www-form-urlencoded"
 
 
 def post(port: int, path: str, body: str, headers: dict[str, str] | None = None,
-         ctx: ssl.SSLContext | None = None, timeout: float = 5
+         ctx: ssl.SSLContext | None = None, timeout: float = 5, src: str | None = None,
          ) -> tuple[int, dict[str, str], bytes]:
-    """A form POST (the sign-in page's), with ``headers`` as a browser would add them."""
+    """A form POST (the sign-in page's), with ``headers`` as a browser would add them;
+    from ``src`` (a loopback address) when given."""
     conn = (http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ctx)
-            if ctx is not None else http.client.HTTPConnection("127.0.0.1", port,
-                                                               timeout=timeout))
+            if ctx is not None else http.client.HTTPConnection(
+                "127.0.0.1", port, timeout=timeout, source_address=(src, 0) if src else None))
     try:
         conn.request("POST", path, body=body.encode(),
                      headers={"Content-Type": FORM, **(headers or {})})

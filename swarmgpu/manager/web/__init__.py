@@ -5,6 +5,7 @@
 ``webmap``       the live map: static page and JSON routes
 ``webauth``      who may read: a manager certificate, the bearer token, or loopback
 ``weblogin``     the browser's sign-in: a form POSTs the token, no address carries it
+``weblimit``     wrong tokens per client address: a bounded token bucket, then 429
 ``webguard``     the HTTP handler: GET (and the sign-in's POST), a Host allow-list,
                  browser security headers
 ``webgzip``      large answers gzipped for a client that takes it, once per body

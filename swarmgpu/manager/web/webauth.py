@@ -10,12 +10,14 @@ everything but ``/healthz`` needs one of:
   swarm-manager, valid now). The daemon presents its manager's node certificate; a
   connection whose first byte is a TLS handshake is served over TLS, any other as plain
   HTTP;
-* the **bearer token** of ``http.token_file`` (a Docker secret): ``Authorization:
-  Bearer <token>`` (Prometheus), compared in constant time;
+* the **bearer token** of ``http.token_file`` (a Docker secret, at least
+  MIN_TOKEN_CHARS): ``Authorization: Bearer <token>`` (Prometheus), compared in
+  constant time; a client's wrong tokens are limited (``weblimit``: then 429);
 * the **session cookie** a browser gets by posting the token to ``/login`` (the sign-in
-  form, ``weblogin``; HttpOnly, SameSite=Strict, Secure over HTTPS or with
-  ``http.secure_cookie: always``; its value is when it was issued and an HMAC of the
-  token and that time, not the token, refused past SESSION_MAX_AGE_S);
+  form, ``weblogin``; HttpOnly, SameSite=Strict, Path=/; over HTTPS or with
+  ``http.secure_cookie: always`` Secure and named ``__Host-swarmgpu_session``, the only
+  name then read; its value is when it was issued and an HMAC of the token and that
+  time, not the token, refused past SESSION_MAX_AGE_S);
 * a **loopback** peer (the manager itself, an SSH tunnel to ``127.0.0.1:9402``), unless
   ``http.auth: required`` (behind a reverse proxy on the manager every client is
   loopback: require proof of everyone).
@@ -43,10 +45,13 @@ from loguru import logger
 from swarmgpu.core.config import HttpConfig
 from swarmgpu.core.httpguard import Throttle
 from swarmgpu.core.peertext import peer_text
+from swarmgpu.manager.web.weblimit import GuessLimit, Try
 from swarmgpu.swarm.identity import (
+    MIN_TOKEN_CHARS,
     AgentAuth,
     IdentityError,
     PeerName,
+    TokenRefused,
     is_manager_of,
     read_token,
     server_context_for_managers,
@@ -56,6 +61,10 @@ from swarmgpu.swarm.identity import (
 AUTH_MODES = ("auto", "required", "off")
 OPEN_PATHS = frozenset({"/healthz"})
 SESSION_COOKIE = "swarmgpu_session"
+# Its name where the browser sees HTTPS: __Host- cookies are kept only when Secure,
+# Path=/ and without Domain, so no page on another of the host's names or ports over
+# plain HTTP can set one the daemon would read (RFC 6265bis 4.1.3.2).
+HOST_COOKIE = "__Host-" + SESSION_COOKIE
 SESSION_MAX_AGE_S = 7 * 86400
 _SESSION_CONTEXT = b"swarmgpu http session v2"
 # A session issued this far ahead of the daemon's clock is still good: a clock stepped
@@ -94,6 +103,28 @@ def auth_required(cfg: HttpConfig) -> bool:
     return cfg.auth == "required" or listens_beyond_loopback(cfg.listen)
 
 
+def read_http_token(path: str) -> str:
+    """``http.token_file``'s token: IdentityError when the file cannot be read,
+    TokenRefused when it holds no token or one shorter than MIN_TOKEN_CHARS."""
+    return read_token(path, min_chars=MIN_TOKEN_CHARS)
+
+
+def token_file_problem(path: str) -> str | None:
+    """Why ``http.token_file`` is refused when the configuration is loaded: this process
+    reads it and it holds no token, or a short one. None when it is good, or cannot be
+    read here (a Docker secret exists only in the container: the daemon says so at
+    start, and answers no token)."""
+    try:
+        read_http_token(path)
+    except TokenRefused as exc:
+        return (f"http.token_file: {exc} (the stack's secret: docker secret rm "
+                f"swarmgpu-http-token, then openssl rand -hex 32 | docker secret create "
+                f"swarmgpu-http-token -; give Prometheus the same token)")
+    except IdentityError:
+        return None
+    return None
+
+
 def session_value(token: str, issued: int | None = None) -> str:
     """The cookie's value, ``<issued>.<HMAC>``: derived from the token (a new token ends
     every session), not the token itself (a cookie read off a browser is not
@@ -115,10 +146,19 @@ def cookie_values(header: str | None, name: str = SESSION_COOKIE) -> list[str]:
     return out
 
 
-def cookie_matches(header: str | None, token: str, now: float | None = None) -> bool:
-    """Exactly one session cookie, this token's (constant time), issued within
-    SESSION_MAX_AGE_S."""
-    values = cookie_values(header)
+def cookie_name(secure: bool) -> str:
+    """The session cookie's name: HOST_COOKIE where the browser sees HTTPS (the cookie
+    is Secure), the plain name over plain HTTP (loopback, an SSH tunnel), where a
+    browser would not keep a __Host- cookie."""
+    return HOST_COOKIE if secure else SESSION_COOKIE
+
+
+def cookie_matches(header: str | None, token: str, now: float | None = None,
+                   name: str = SESSION_COOKIE) -> bool:
+    """Exactly one session cookie ``name``, this token's (constant time), issued within
+    SESSION_MAX_AGE_S. Another name is not read (over HTTPS the plain one is anyone's
+    to set)."""
+    values = cookie_values(header, name)
     if len(values) != 1:
         return False  # none, or two: ambiguous, refused
     issued, dot, _ = values[0].partition(".")
@@ -139,6 +179,7 @@ class Caller:
     authorization: str | None = None
     cookie: str | None = None
     tls_peer: PeerName | None = None  # the verified client certificate (HTTPS only)
+    cookie_name: str = SESSION_COOKIE  # the session's name on this connection (cookie_name)
 
 
 @dataclass(frozen=True)
@@ -160,7 +201,7 @@ def judge(caller: Caller, *, required: bool, loopback_open: bool, token: str | N
     if token is not None:
         if token_matches(caller.authorization, token):
             return Verdict(True, "token")
-        if cookie_matches(caller.cookie, token):
+        if cookie_matches(caller.cookie, token, name=caller.cookie_name):
             return Verdict(True, "cookie")
     if caller.path in OPEN_PATHS:
         return Verdict(True, "open")
@@ -184,14 +225,24 @@ def refused() -> Answer:
                   {"WWW-Authenticate": 'Bearer realm="swarmgpu"'})
 
 
+def too_many(wait_s: int) -> Answer:
+    """429: this client sent too many wrong tokens (weblimit); its token is not read."""
+    return Answer(
+        HTTPStatus.TOO_MANY_REQUESTS, PLAIN,
+        f"429: too many wrong tokens from this address: retry in {wait_s} s (the token "
+        f"is not compared until then; a signed-in browser's session still works)\n"
+        .encode(), {"Retry-After": str(wait_s)})
+
+
 def session_cookie(token: str | None, secure: bool) -> str:
-    """The Set-Cookie of a session: the whole host (Path=/), never for a script
-    (HttpOnly), never sent by another site's request (SameSite=Strict). None: the
+    """The Set-Cookie of a session: the whole host (Path=/, no Domain), never for a
+    script (HttpOnly), never sent by another site's request (SameSite=Strict); Secure
+    and __Host- prefixed where the browser sees HTTPS (``cookie_name``). None: the
     session cleared (sign out), in the same scope, or the browser keeps it."""
     value, age = ((session_value(token), SESSION_MAX_AGE_S) if token is not None
                   else ("", 0))
-    return (f"{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={age}"
-            + ("; Secure" if secure else ""))
+    return (f"{cookie_name(secure)}={value}; Path=/; HttpOnly; SameSite=Strict; "
+            f"Max-Age={age}" + ("; Secure" if secure else ""))
 
 
 class WebAuth:
@@ -209,7 +260,7 @@ class WebAuth:
         self.token: str | None = None
         if cfg.token_file:
             try:
-                self.token = read_token(cfg.token_file)
+                self.token = read_http_token(cfg.token_file)
             except IdentityError as exc:
                 logger.error("http.token_file: {}; the daemon's HTTP answers no token "
                              "(only manager certificates{})", exc,
@@ -220,6 +271,7 @@ class WebAuth:
         self._stamp: tuple[object, ...] | None = None
         self._last_error: str | None = None
         self._refused = Throttle()
+        self.guesses = GuessLimit()  # wrong tokens per client address (weblimit)
 
     # --- the HTTPS side ------------------------------------------------------
 
@@ -277,6 +329,22 @@ class WebAuth:
         if not v.allowed:
             self.note_refused(caller)
         return v
+
+    def take_try(self, caller: Caller) -> Try | None:
+        """A token try of ``caller`` (an Authorization header, a sign-in POST) from its
+        address's bucket (weblimit), or None where tries are not counted: no token to
+        guess, or the caller is let in without one (auth off or loopback-only, a
+        loopback client under auto). A Try with ``wait_s`` is answered ``too_many``."""
+        if self.token is None or not self.required or (
+                self.loopback_open and is_loopback(caller.peer_ip)):
+            return None
+        return self.guesses.take(caller.peer_ip)
+
+    def tried(self, t: Try | None, right: bool) -> None:
+        """The try's token was right (or not compared): given back. A wrong one stays
+        taken."""
+        if t is not None and right:
+            self.guesses.give_back(t)
 
     def sees_everything(self, caller: Caller) -> bool:
         """Whether ``caller`` may read what is not open (no log line): an open path such

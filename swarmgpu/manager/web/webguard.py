@@ -33,7 +33,15 @@ from swarmgpu.core.httpguard import (
     host_allowed,
 )
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.web.webauth import OPEN_PATHS, Answer, Caller, WebAuth, refused
+from swarmgpu.manager.web.webauth import (
+    OPEN_PATHS,
+    Answer,
+    Caller,
+    WebAuth,
+    cookie_name,
+    refused,
+    too_many,
+)
 from swarmgpu.manager.web.webgzip import GzipMemo, encoded
 from swarmgpu.manager.web.weblogin import (
     LOGIN_PATH,
@@ -150,11 +158,19 @@ class GuardedHandler(OneRequestHandler):
         if self.auth is not None:
             caller = Caller(path, str(self.client_address[0]) if self.client_address else "",
                             self.headers.get("Authorization"), self.headers.get("Cookie"),
-                            self.tls_peer)
+                            self.tls_peer,
+                            cookie_name(self.auth.secure_cookie(self.via_tls)))
             if path in (LOGIN_PATH, LOGIN_SCRIPT, LOGOUT_PATH):  # a cookie, or none
                 self._sign_in(path, query, caller, self.auth)
                 return
+            # A token is a guess until it matched: a client's wrong ones are limited
+            # (weblimit), on every path (a right one shows on /healthz's detail too).
+            guess = self.auth.take_try(caller) if caller.authorization is not None else None
+            if guess is not None and guess.wait_s:
+                self._send(too_many(guess.wait_s))
+                return
             verdict = self.auth.judge(caller)
+            self.auth.tried(guess, verdict.how in ("token", "manager-certificate"))
             self.trusted = verdict.how != "open" or self.auth.sees_everything(caller)
             if verdict.proved:
                 self.peer_authenticated()
@@ -186,8 +202,13 @@ class GuardedHandler(OneRequestHandler):
         elif path == LOGOUT_PATH:
             self._send(logout_answer("POST", auth.secure_cookie(self.via_tls)))
         else:
+            guess = auth.take_try(caller)
+            if guess is not None and guess.wait_s:
+                self._send(too_many(guess.wait_s))
+                return
             a = login_answer(self.body, self.headers.get("Content-Type"), auth.token,
                              auth.secure_cookie(self.via_tls))
+            auth.tried(guess, a.status != 401)  # 415: no token was compared
             if a.status == 303:
                 self.peer_authenticated()
             elif a.status == 401:
