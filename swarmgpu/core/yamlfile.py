@@ -22,7 +22,10 @@ deploy with either CLI: ``yes``, ``on``, ``y`` (booleans to v2), ``0o-17`` (text
 and a plain timestamp (docker 28 gives the service Go's text of the time in its own
 zone, docker 27 and older the text); the config, which only swarmgpu reads, takes them.
 A tag of the stack's own (Compose's ``!reset``, ``!override``) is refused saying what
-docker does with it: reads the value as if untagged.
+docker does with it: reads the value as if untagged; in any other file a tag of its own
+is refused too (no reader of it knows one). YAML's non-specific tag, ``!`` alone
+(``cpus: ! 2``), is refused in every file: PyYAML reads the value under it as if plain
+(the number 2), docker 28 as text ("2"), docker 27 and older refuse it.
 """
 
 from __future__ import annotations
@@ -50,17 +53,36 @@ class _Loader(yaml.SafeLoader):
     """The safe loader with docker/cli's plain scalars (``core.goscalar``): no base-60
     numbers or ``=``; ``1e3``, ``0o17``, ``08`` numbers; ``y`` text; a timestamp its text.
     ``plain``: the ids of the scalar nodes written plain with no tag (``!!str yes`` is
-    text to every reader, plain ``yes`` not)."""
+    text to every reader, plain ``yes`` not); ``bare``: of the nodes tagged ``!`` alone,
+    YAML's non-specific tag, which PyYAML resolves away as if the node were plain."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.plain: set[int] = set()
+        self.bare: dict[int, int] = {}  # node id -> the 1-based line of its ``!``
+
+    def _note_bare(self, event: Any, node: yaml.Node) -> None:
+        if event.tag == "!":  # ``! 2``, ``!<!> 2``: the node's tag is already resolved
+            self.bare[id(node)] = event.start_mark.line + 1
 
     def compose_scalar_node(self, anchor: Any) -> yaml.ScalarNode:
         event = self.peek_event()  # type: ignore[no-untyped-call]
         node: yaml.ScalarNode = super().compose_scalar_node(anchor)
-        if event.implicit[0] and event.style is None:
+        if event.implicit[0] and event.style is None and event.tag is None:
             self.plain.add(id(node))
+        self._note_bare(event, node)
+        return node
+
+    def compose_sequence_node(self, anchor: Any) -> yaml.SequenceNode:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        node: yaml.SequenceNode = super().compose_sequence_node(anchor)
+        self._note_bare(event, node)
+        return node
+
+    def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        node: yaml.MappingNode = super().compose_mapping_node(anchor)
+        self._note_bare(event, node)
         return node
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
@@ -145,7 +167,7 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
     recursive alias or a duplicate key is ``error(...)`` naming the limit or the key."""
     if len(text) > MAX_TEXT:
         raise error(f"{what}: larger than {MAX_TEXT // (1024 * 1024)} MiB; not read")
-    loader: yaml.SafeLoader | None = None
+    loader: _Loader | None = None
     try:
         loader = _Loader(text)  # refuses unprintable characters already here
         try:
@@ -253,13 +275,17 @@ _YAML_TAGS = "tag:yaml.org,2002:"  # the tags a plain, quoted or !! node resolve
 _COMPOSE_TAGS = ("!reset", "!override")
 
 
-def _foreign_tag(node: yaml.Node, what: str, error: type[Exception]) -> None:
-    """Refuse a tag of the file's own (``!reset``): go-yaml, docker's reader, decodes
-    the value under it as if it had none (a scalar as text), PyYAML knows no constructor.
-    Compose's ``!reset`` and ``!override`` (compose-spec, docker compose) mean nothing to
-    docker stack deploy's loader: ``ports: !reset []`` resets nothing."""
+def _foreign_tag(node: yaml.Node, what: str, error: type[Exception], docker: bool) -> None:
+    """Refuse a tag of the file's own (``!reset``, ``!foo``): go-yaml, docker's reader,
+    decodes the value under it as if it had none (a scalar as text), PyYAML knows no
+    constructor. Compose's ``!reset`` and ``!override`` (compose-spec, docker compose)
+    mean nothing to docker stack deploy's loader: ``ports: !reset []`` resets nothing.
+    A file only swarmgpu reads (``docker`` false) has no reader that knows one either."""
     line = node.start_mark.line + 1
     tag = node.tag if len(node.tag) <= 40 else node.tag[:40] + "..."
+    if not docker:
+        raise error(f"{what}: the tag {tag} at line {line} is not one swarmgpu reads; remove "
+                    "the tag (or write !!str, !!int ... if a type is meant)")
     if node.tag in _COMPOSE_TAGS:
         raise error(
             f"{what}: the tag {tag} at line {line} is docker compose's (compose-spec "
@@ -270,6 +296,17 @@ def _foreign_tag(node: yaml.Node, what: str, error: type[Exception]) -> None:
     raise error(f"{what}: the tag {tag} at line {line}: docker stack deploy reads the value "
                 "as if untagged (a scalar as text); remove the tag, or write !!str, !!int "
                 "... if a type is meant")
+
+
+def _bare_tag(line: int, what: str, error: type[Exception]) -> None:
+    """Refuse YAML's non-specific tag, ``!`` alone (``cpus: ! 2``): PyYAML resolves the
+    value under it as if plain (the number 2; ``! "2"`` too), docker 28 (go-yaml v3)
+    deploys it as text ("2"), docker 27 and older refuse the file. On a list or mapping
+    it means nothing: refused too, one rule."""
+    raise error(f"{what}: the non-specific tag ! at line {line}: YAML readers read the "
+                "value under it apart (PyYAML as if plain, a number here; docker 28 as "
+                "text; docker 27 and older refuse it); remove the !, and quote the value "
+                "if it is text")
 
 
 def _two_readings(root: yaml.Node, plain: set[int], what: str,
@@ -310,8 +347,17 @@ def _as_written(k: yaml.ScalarNode) -> str:
     return text if k.style in (None, "") else f"{k.style}{text}{k.style}"
 
 
+def _check_tag(node: yaml.Node, loader: _Loader, what: str, error: type[Exception],
+               docker: bool) -> None:
+    """Refuse ``!`` alone and a tag of the file's own; YAML's own (``!!str``) are read."""
+    if (line := loader.bare.get(id(node))) is not None:
+        _bare_tag(line, what, error)
+    if not node.tag.startswith(_YAML_TAGS):
+        _foreign_tag(node, what, error, docker)
+
+
 def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines,
-                loader: yaml.SafeLoader, docker: bool = False) -> None:
+                loader: _Loader, docker: bool = False) -> None:
     """Refuse what would blow up once built, or could not be; record every key's line.
     Iterative (the depth is checked, not left to Python's stack) and linear in the
     distinct nodes: an alias is a second reference to a node already composed, whose
@@ -342,8 +388,7 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                         f"{node.start_mark.line + 1}; not read")
         open_.add(key)
         stack.append((node, depth, path, True))
-        if docker and not node.tag.startswith(_YAML_TAGS):
-            _foreign_tag(node, what, error)
+        _check_tag(node, loader, what, error, docker)
         if isinstance(node, yaml.ScalarNode):
             if docker and node.tag == goscalar.TIMESTAMP:
                 _timestamp(node, what, error)
@@ -357,8 +402,7 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                         and k.tag == "tag:yaml.org,2002:merge":
                     _merge_after_keys(k, v, seen, what, error)
                 if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
-                    if docker and not k.tag.startswith(_YAML_TAGS):
-                        _foreign_tag(k, what, error)  # before _scalar, which cannot read it
+                    _check_tag(k, loader, what, error, docker)  # before _scalar reads it
                     line = k.start_mark.line + 1
                     if (k.tag, k.value) in seen:
                         raise error(f"{what}: key {k.value!r} given twice in one mapping "

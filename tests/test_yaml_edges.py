@@ -1,0 +1,57 @@
+"""core.yamlfile at the edges of YAML where its readers part: tags, merge keys, tabs,
+encodings. Each row was deployed with both docker CLIs on this machine (20.10, go-yaml
+v2; 28.2, v3) against the stand-in engine of tests/support/docker_clis.py: what docker
+reads otherwise than PyYAML, or refuses, is refused here with the line and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmgpu.core.yamlfile import parse_yaml
+
+STACK = 'version: "3.8"\nservices:\n  a:\n    image: busybox\n    deploy:\n      labels:\n'
+
+
+@pytest.mark.parametrize("docker", [False, True])
+@pytest.mark.parametrize(
+    "value", ["! 2", '! "2"', "! true", "!<!> 2", "! [1]", "! {b: 1}"]
+)
+def test_the_non_specific_tag_is_refused_naming_its_line_and_the_fix(
+    value: str, docker: bool
+) -> None:
+    """``cpus: ! 2``: PyYAML resolves a scalar under ``!`` as if it were plain (the
+    number 2, ``! "2"`` too), docker 28 (go-yaml v3) deploys the text "2", docker 20.10
+    refuses the file. Refused in every file swarmgpu reads (a stack or not), on a
+    collection too, where it means nothing: one rule, the line and the fix."""
+    text = f"a: 1\ncpus: {value}\n"
+    with pytest.raises(ValueError) as exc:
+        parse_yaml(text, "f.yml", ValueError, docker=docker)
+    msg = str(exc.value)
+    assert msg.startswith("f.yml: ") and "line 2" in msg, msg
+    assert "non-specific tag" in msg and "remove the !" in msg and "quote" in msg, msg
+    assert "not valid YAML" not in msg, msg
+
+
+def test_the_non_specific_tag_on_a_key_is_refused_too() -> None:
+    with pytest.raises(ValueError, match=r"non-specific tag ! at line 2"):
+        parse_yaml("a: 1\n! 5: x\n", "f.yml", ValueError, docker=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [("!!str 2", "2"), ("!!int 2", 2), ('"2"', "2"), ("!<tag:yaml.org,2002:str> 2", "2")],
+)
+def test_an_explicit_tag_keeps_its_meaning(value: str, read: object) -> None:
+    assert parse_yaml(f"cpus: {value}\n", "f", ValueError, docker=True) == {"cpus": read}
+
+
+@pytest.mark.parametrize("docker", [False, True])
+def test_a_local_tag_is_refused_naming_it_and_its_line(docker: bool) -> None:
+    """``!foo`` is no tag swarmgpu knows: in a stack docker reads past it (refused
+    saying so); elsewhere it was PyYAML's "could not determine a constructor", as
+    "not valid YAML"."""
+    with pytest.raises(ValueError) as exc:
+        parse_yaml("a: 1\nb: !foo 2\n", "f.yml", ValueError, docker=docker)
+    msg = str(exc.value)
+    assert "!foo" in msg and "line 2" in msg and "remove the tag" in msg, msg
+    assert "not valid YAML" not in msg, msg
