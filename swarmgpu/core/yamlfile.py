@@ -33,12 +33,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
 from swarmgpu.core import goscalar
-from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
+from swarmgpu.core.boundedfile import (
+    NotRegularFile,
+    TooLarge,
+    as_text,
+    read_bounded_stream,
+    read_bounded_text,
+)
 
 MAX_TEXT = 8 * 1024 * 1024  # characters of text, bytes of a file; real ones are ~100 KiB
 MAX_NODES = 200_000  # nodes once every alias is expanded (a big stack has a few thousand)
@@ -139,18 +145,46 @@ def read_yaml(path: Path, what: str, error: type[Exception], *, fmt: str = "YAML
 def read_yaml_lines(path: Path, what: str, error: type[Exception], *,
                     fmt: str = "YAML") -> tuple[Any, Lines]:
     """``read_yaml`` and the line of every mapping key (``Lines``)."""
+    return parse_yaml_lines(read_yaml_text(path, what, error, fmt=fmt), what, error, fmt=fmt)
+
+
+# A byte order mark of UTF-16 or UTF-32 (go-yaml, docker's reader, decodes such a file).
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+         (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+def read_yaml_text(path: Path | str, what: str, error: type[Exception], *,
+                   fmt: str = "YAML", other: str = "", stream: BinaryIO | None = None) -> str:
+    """The text of the YAML file at ``path``, read as every file swarmgpu is named:
+    only a regular file, at most ``MAX_TEXT`` bytes, UTF-8; ``error(...)`` naming
+    ``what`` and the fix otherwise. ``other``: what else may be given instead of a path
+    that is no regular file (render's ``, or - to read it from stdin``). ``stream``:
+    read it instead (stdin, asked for with ``-``), as bounded."""
     try:
         # MAX_TEXT bytes: the text bound below, checked before a byte more is read; a
         # FIFO, device or directory is refused unopened for reading (core.boundedfile).
-        text = read_bounded_text(path, MAX_TEXT)
+        if stream is not None:
+            return as_text(read_bounded_stream(stream, MAX_TEXT))
+        return read_bounded_text(path, MAX_TEXT)
     except NotRegularFile as e:
-        raise error(f"{what}: {e.why}; give the path of the {fmt} file itself") from None
+        raise error(f"{what}: {e.why}; give the path of the {fmt} file itself{other}") from None
     except TooLarge as e:
         raise error(f"{what}: {e.why}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise error(f"{what}: cannot read it ({why})") from e
-    return parse_yaml_lines(text, what, error, fmt=fmt)
+    except UnicodeDecodeError as e:
+        raise error(f"{what}: {not_utf8(e)}") from None
+    except OSError as e:
+        raise error(f"{what}: cannot read it ({e.strerror or e})") from e
+
+
+def not_utf8(e: UnicodeDecodeError) -> str:
+    """Why bytes are not read as text, and the fix."""
+    head = bytes(e.object[:4])
+    kind = next((name for bom, name in _BOMS if head.startswith(bom)), None)
+    if kind is not None:
+        return (f"{kind} text (its byte order mark); swarmgpu reads UTF-8 only: save it "
+                "as UTF-8")
+    return (f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); save it "
+            "as UTF-8")
 
 
 def parse_yaml(text: str, what: str, error: type[Exception], *, fmt: str = "YAML",
