@@ -316,8 +316,15 @@ def _asked(r: TimelineResult) -> int:
 
 
 # The departures table's columns after the policy (and gap), as ``timed_means`` names them.
-_TIMED_KEYS = ("mean_alloc_pct", "mean_demand_pct", "peak_alloc_pct", "failed_pods",
-               "failed_gpu_pct", "moves", "seeds")
+_TIMED_KEYS = (
+    "mean_alloc_pct",
+    "mean_demand_pct",
+    "peak_alloc_pct",
+    "failed_pods",
+    "failed_gpu_pct",
+    "moves",
+    "seeds",
+)
 
 
 def _timed_cells(runs: list[TimelineResult], bound: TimedBound | str | None) -> dict[str, str]:
@@ -327,14 +334,14 @@ def _timed_cells(runs: list[TimelineResult], bound: TimedBound | str | None) -> 
     for r in runs:
         kinds.update(r.failed)
     alloc = mean(r.mean_alloc_pct for r in runs)
+    failed = ", ".join(f"{k} {v / len(runs):g}" for k, v in sorted(kinds.items()))
+    failed_gpu = mean(100.0 * r.failed_gpu_milli / max(_asked(r), 1) for r in runs)
     cells = {
         "mean_alloc_pct": f"{alloc:.3f}",
         "mean_demand_pct": f"{mean(r.mean_demand_pct for r in runs):.3f}",
         "peak_alloc_pct": f"{mean(r.peak_alloc_pct for r in runs):.2f}",
-        "failed_pods": ", ".join(f"{k} {v / len(runs):g}" for k, v in sorted(kinds.items()))
-        or "0",
-        "failed_gpu_pct":
-            f"{mean(100.0 * r.failed_gpu_milli / max(_asked(r), 1) for r in runs):.2f}",
+        "failed_pods": failed or "0",
+        "failed_gpu_pct": f"{failed_gpu:.2f}",
         "moves": f"{mean(r.moves for r in runs):g}",
         "seeds": str(len(runs)),
     }
@@ -351,10 +358,11 @@ def timed_means(
     out: dict[str, dict[str, Any]] = {}
     for name, runs in results.items():
         cells = _timed_cells(runs, bound)
-        row: dict[str, Any] = {k: float(v) for k, v in cells.items()
-                               if k not in ("failed_pods", "seeds")}
-        row["failed_pods"] = {} if cells["failed_pods"] == "0" else {
-            k: float(v) for k, v in (p.rsplit(" ", 1) for p in cells["failed_pods"].split(", "))}
+        row: dict[str, Any] = {
+            k: float(v) for k, v in cells.items() if k not in ("failed_pods", "seeds")
+        }
+        kinds = [] if cells["failed_pods"] == "0" else cells["failed_pods"].split(", ")
+        row["failed_pods"] = {k: float(v) for k, v in (p.rsplit(" ", 1) for p in kinds)}
         row["seeds"] = len(runs)
         out[name] = row
     return out
