@@ -55,3 +55,59 @@ def test_a_local_tag_is_refused_naming_it_and_its_line(docker: bool) -> None:
     msg = str(exc.value)
     assert "!foo" in msg and "line 2" in msg and "remove the tag" in msg, msg
     assert "not valid YAML" not in msg, msg
+
+
+@pytest.mark.parametrize("docker", [False, True])
+def test_two_merge_keys_in_one_mapping_are_refused(docker: bool) -> None:
+    """``<<: *a`` then ``<<: *b``: docker 28 refuses the file ('mapping key "<<"
+    already defined'), docker 20.10 and PyYAML merge both (the later's A). Taken, it was
+    a key given twice, which every other key is refused for."""
+    text = "x-a: &a {A: 1}\nx-b: &b {A: 2}\nenv:\n  <<: *a\n  <<: *b\n"
+    with pytest.raises(ValueError) as exc:
+        parse_yaml(text, "f.yml", ValueError, docker=docker)
+    msg = str(exc.value)
+    assert "'<<' given twice in one mapping (lines 4 and 5)" in msg, msg
+    assert "<<: [*a, *b]" in msg, msg
+
+
+@pytest.mark.parametrize("docker", [False, True])
+@pytest.mark.parametrize(
+    ("value", "tag"),
+    [
+        ("!!set {a, b}", "!!set"),  # PyYAML: a Python set; docker: labels a, b with ""
+        ("!!binary aGVsbG8=", "!!binary"),  # PyYAML: bytes; docker: the text hello
+        ("!!omap [a: 1]", "!!omap"),  # PyYAML: a list of pairs; docker: a list of maps
+        ("!!pairs [a: 1]", "!!pairs"),
+    ],
+)
+def test_a_tag_that_builds_no_plain_value_is_refused(value: str, tag: str, docker: bool) -> None:
+    """Render and the config checks met a set, bytes or tuples where YAML's plain kinds
+    (mapping, list, text, number, boolean, null) are: 'expected a mapping or a list of
+    k=v', or the schema's complaint printing b'hello'."""
+    with pytest.raises(ValueError) as exc:
+        parse_yaml(f"a: 1\nlabels: {value}\n", "f.yml", ValueError, docker=docker)
+    msg = str(exc.value)
+    assert f"the tag {tag} at line 2" in msg and "without the tag" in msg, msg
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [("a:\n\tb: 1\n", 2), ("a: 1\nb:\tc\n", 2)],
+)
+def test_a_tab_where_yaml_wants_spaces_says_so(text: str, line: int) -> None:
+    """PyYAML refuses a tab after ``key:`` (docker takes it) and as indentation (docker
+    refuses it too): the message said only "found character '\\t' that cannot start any
+    token"."""
+    with pytest.raises(ValueError) as exc:
+        parse_yaml(text, "f.yml", ValueError, docker=True)
+    msg = str(exc.value)
+    assert f"line {line}" in msg and "a tab" in msg and "write spaces" in msg, msg
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x07", "\x1b"])
+def test_a_control_character_is_named_with_its_line(char: str) -> None:
+    """PyYAML's reader names only the offset of a character YAML does not allow."""
+    with pytest.raises(ValueError) as exc:
+        parse_yaml(f"a: 1\nb: 2\nc: x{char}y\n", "f.yml", ValueError, docker=True)
+    msg = str(exc.value)
+    assert "line 3" in msg and f"#x{ord(char):04x}" in msg, msg

@@ -25,7 +25,9 @@ A tag of the stack's own (Compose's ``!reset``, ``!override``) is refused saying
 docker does with it: reads the value as if untagged; in any other file a tag of its own
 is refused too (no reader of it knows one). YAML's non-specific tag, ``!`` alone
 (``cpus: ! 2``), is refused in every file: PyYAML reads the value under it as if plain
-(the number 2), docker 28 as text ("2"), docker 27 and older refuse it.
+(the number 2), docker 28 as text ("2"), docker 27 and older refuse it; so are
+``!!set``, ``!!omap``, ``!!pairs`` and ``!!binary``, which build no plain value, and a
+second ``<<`` in one mapping (docker 28 refuses it, docker 27 merges both).
 """
 
 from __future__ import annotations
@@ -217,12 +219,28 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
             _two_readings(node, loader.plain, what, error)
         return loader.construct_document(node), lines
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise error(f"{what}: not valid {fmt}{at}: {e}") from e
+        raise error(f"{what}: not valid {fmt}{_why_not_valid(e, text)}") from e
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _why_not_valid(e: yaml.YAMLError, text: str) -> str:
+    """`` at line N: `` and PyYAML's words, or ours where they name no line or fix."""
+    if isinstance(e, yaml.reader.ReaderError):  # it names the offset alone
+        line = text.count("\n", 0, e.position) + 1
+        code = e.character if isinstance(e.character, int) else ord(e.character)
+        return (f" at line {line}: the character #x{code:04x} is not allowed in YAML text; "
+                "remove it, or write it escaped in a double-quoted string (\"\\x07\")")
+    mark = getattr(e, "problem_mark", None)
+    if mark is None:
+        return f": {e}"
+    at = f" at line {mark.line + 1}"
+    if "'\\t'" in str(getattr(e, "problem", "")):
+        return (f"{at}, column {mark.column + 1}: a tab where YAML wants spaces (as "
+                "indentation, or after 'key:', where docker's reader takes one and PyYAML "
+                "does not); write spaces")
+    return f"{at}: {e}"
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -292,6 +310,19 @@ def _merge_after_keys(merge: yaml.ScalarNode, value: yaml.Node,
                     f"{what}: key {k.value!r} (line {above[k.value]}) is also merged by the "
                     f"<< at line {merge.start_mark.line + 1}, below it: docker 27 and older "
                     "take the merged value, docker 28 this one; put << first in the mapping")
+
+
+def _merge_once(merge: yaml.ScalarNode, before: int | None, what: str,
+                error: type[Exception]) -> int:
+    """The line of a mapping's ``<<``; a second one is refused, as any key given twice:
+    docker 28 (go-yaml v3) refuses the file, docker 27 and older and PyYAML merge both,
+    the later's keys over the earlier's."""
+    line = merge.start_mark.line + 1
+    if before is not None:
+        raise error(f"{what}: key '<<' given twice in one mapping (lines {before} and "
+                    f"{line}): docker 28 refuses it, docker 27 and older merge both; merge "
+                    "them in one, <<: [*a, *b] (where the first listed wins)")
+    return line
 
 
 def _timestamp(node: yaml.ScalarNode, what: str, error: type[Exception]) -> None:
@@ -381,13 +412,25 @@ def _as_written(k: yaml.ScalarNode) -> str:
     return text if k.style in (None, "") else f"{k.style}{text}{k.style}"
 
 
+# YAML's tags whose value PyYAML builds as no plain kind (a set, bytes, pairs), which
+# docker reads otherwise again (!!set as a mapping of nulls, !!binary as its text).
+_UNREAD_TAGS = tuple(_YAML_TAGS + t for t in ("set", "omap", "pairs", "binary"))
+
+
 def _check_tag(node: yaml.Node, loader: _Loader, what: str, error: type[Exception],
                docker: bool) -> None:
-    """Refuse ``!`` alone and a tag of the file's own; YAML's own (``!!str``) are read."""
+    """Refuse ``!`` alone, a tag of the file's own, and YAML's that build no plain
+    value; YAML's others (``!!str``, ``!!int``) are read."""
     if (line := loader.bare.get(id(node))) is not None:
         _bare_tag(line, what, error)
     if not node.tag.startswith(_YAML_TAGS):
         _foreign_tag(node, what, error, docker)
+    if node.tag in _UNREAD_TAGS:
+        raise error(f"{what}: the tag !!{node.tag.rsplit(':', 1)[-1]} at line "
+                    f"{node.start_mark.line + 1}: swarmgpu reads YAML's plain kinds only "
+                    "(mappings, lists, text, numbers, booleans, null) and this one builds "
+                    "none (docker reads !!set as a mapping, !!binary as its decoded text); "
+                    "write the value without the tag, as what it means")
 
 
 def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines,
@@ -430,11 +473,13 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
         elif isinstance(node, yaml.MappingNode):
             seen: dict[tuple[str, str], int] = {}
             read: dict[Any, tuple[yaml.ScalarNode, Any]] = {}  # _one_key_once_read
+            merged: int | None = None  # the line of this mapping's ``<<``
             for k, v in node.value:
                 sub: tuple[Any, ...] | None = None
-                if docker and isinstance(k, yaml.ScalarNode) \
-                        and k.tag == "tag:yaml.org,2002:merge":
-                    _merge_after_keys(k, v, seen, what, error)
+                if isinstance(k, yaml.ScalarNode) and k.tag == "tag:yaml.org,2002:merge":
+                    merged = _merge_once(k, merged, what, error)
+                    if docker:
+                        _merge_after_keys(k, v, seen, what, error)
                 if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
                     _check_tag(k, loader, what, error, docker)  # before _scalar reads it
                     line = k.start_mark.line + 1
