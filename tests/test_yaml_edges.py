@@ -111,3 +111,13 @@ def test_a_control_character_is_named_with_its_line(char: str) -> None:
         parse_yaml(f"a: 1\nb: 2\nc: x{char}y\n", "f.yml", ValueError, docker=True)
     msg = str(exc.value)
     assert "line 3" in msg and f"#x{ord(char):04x}" in msg, msg
+
+
+def test_a_second_document_is_refused_saying_docker_ignores_it() -> None:
+    """docker stack deploy (both CLIs) deploys the first document and drops the rest
+    unread; refused, the message said only PyYAML's "expected a single document"."""
+    text = 'version: "3.8"\nservices:\n  a:\n    image: busybox\n---\nfoo: 1\n'
+    with pytest.raises(ValueError) as exc:
+        parse_yaml(text, "f.yml", ValueError, docker=True)
+    msg = str(exc.value)
+    assert "line 5" in msg and "a second document" in msg and "reads only the first" in msg, msg

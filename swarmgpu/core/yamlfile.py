@@ -219,13 +219,13 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
             _two_readings(node, loader.plain, what, error)
         return loader.construct_document(node), lines
     except yaml.YAMLError as e:
-        raise error(f"{what}: not valid {fmt}{_why_not_valid(e, text)}") from e
+        raise error(f"{what}: not valid {fmt}{_why_not_valid(e, text, docker)}") from e
     finally:
         if loader is not None:
             loader.dispose()
 
 
-def _why_not_valid(e: yaml.YAMLError, text: str) -> str:
+def _why_not_valid(e: yaml.YAMLError, text: str, docker: bool) -> str:
     """`` at line N: `` and PyYAML's words, or ours where they name no line or fix."""
     if isinstance(e, yaml.reader.ReaderError):  # it names the offset alone
         line = text.count("\n", 0, e.position) + 1
@@ -236,6 +236,10 @@ def _why_not_valid(e: yaml.YAMLError, text: str) -> str:
     if mark is None:
         return f": {e}"
     at = f" at line {mark.line + 1}"
+    if "expected a single document" in str(getattr(e, "context", "")):
+        who = "docker stack deploy reads only the first and drops the others unread" \
+            if docker else "swarmgpu reads one document a file"
+        return f"{at}: a second document (---); {who}: remove the others"
     if "'\\t'" in str(getattr(e, "problem", "")):
         return (f"{at}, column {mark.column + 1}: a tab where YAML wants spaces (as "
                 "indentation, or after 'key:', where docker's reader takes one and PyYAML "
