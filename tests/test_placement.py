@@ -461,7 +461,7 @@ services:
     for bad, key in (
         ("cpus: lots", "reservations.cpus"),
         ("memory: 12Q", "reservations.memory"),
-        ("cpus: 0", "reservations.cpus"),
+        ("cpus: 0.0001", "reservations.cpus"),  # below Swarm's least; 0 is none
         (
             "generic_resources: [{discrete_resource_spec: {kind: g}}]",
             "reservations.generic_resources",

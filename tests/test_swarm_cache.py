@@ -19,11 +19,14 @@ from swarmgpu.manager.daemon import Daemon
 from swarmgpu.swarm.cache import (
     DIRTY_MIN,
     EVENT_WAIT_S,
+    SILENT_S,
     WRITE_SLACK_S,
     Relist,
     SwarmCache,
     Why,
     follow,
+    unseen_changes,
+    watch_verdict,
 )
 from swarmgpu.swarm.client import (
     SwarmNode,
@@ -199,6 +202,11 @@ def test_the_timer_lists_everything_again() -> None:
     clock = Clock()
     cache = opened_cache(src, relist_s=600.0, clock=clock)
     src.bump("n0")  # a change whose event the engine dropped
+    for t in range(50, 600, 50):  # the stream lives: other objects' events keep coming
+        clock.t = float(t)
+        src.bump("s0")
+        cache.on_event(event("service", "s0"))
+        cache.read()
     clock.t = 599.0
     cache.read()
     assert src.lists == 0
@@ -481,7 +489,7 @@ def test_a_write_whose_event_came_before_the_write_returned_is_heard() -> None:
     cache.on_event(event("service", "s1"))  # the event thread was quicker
     clock.t = 6.0
     cache.wrote("service", "s1")
-    clock.t = 6.0 + 10 * EVENT_WAIT_S
+    clock.t = 6.0 + EVENT_WAIT_S + 1  # (and within SILENT_S of the event)
     assert same(cache, src) and src.lists == 0
     cache.wrote("service", "s1")  # a write nothing followed: no event since it
     clock.t += EVENT_WAIT_S + 1
@@ -548,6 +556,8 @@ def test_a_list_that_keeps_failing_is_said_as_one_failed_list() -> None:
             "17 services changed",
         ),
         (Relist(Why.DEAF), False, "no event for a write", "no event for a write"),
+        (Relist(Why.SILENT), True, "silent stream", "silent stream"),
+        (Relist(Why.STALLED), False, "no event for a change", "no event for a change"),
         (Relist(Why.EVENTS_AGAIN), False, "events again", "events again"),
         (Relist(Why.MALFORMED), False, "malformed event", "malformed event"),
         (Relist(Why.FORGOT, "not the leader"), False, "not the leader", "not the leader"),
@@ -559,11 +569,11 @@ def test_each_reason_says_whether_its_list_keeps_a_newer_cached_version(
     relist: Relist, keep_newer: bool, key: str, said: str
 ) -> None:
     """Only a list from the store the open stream watched all along (the timer's, many
-    changes') keeps a cached object whose version is newer than the list's; after a
-    gap or at a new term the engine may have restarted from a backup."""
+    changes', a silent stream's) keeps a cached object whose version is newer than the
+    list's; after a gap or at a new term the engine may have restarted from a backup."""
     assert relist.keep_newer is keep_newer
     assert relist.key == key and str(relist) == said
-    assert {w for w in Why if w.keep_newer} == {Why.TIMER, Why.MANY_CHANGED}
+    assert {w for w in Why if w.keep_newer} == {Why.TIMER, Why.MANY_CHANGED, Why.SILENT}
 
 
 def test_a_failed_timer_list_tried_again_keeps_a_newer_cached_version() -> None:
@@ -589,3 +599,113 @@ def test_a_failed_timer_list_tried_again_keeps_a_newer_cached_version() -> None:
     _, services = cache.read()
     assert src.lists == 2 and cache.stats.reasons["failed list"] == 1
     assert {s.id: s.version for s in services}["s1"] == 2
+
+
+# --- a stream that stalls without a cut ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("now", "last_event", "listed", "unseen", "verdict"),
+    [
+        (59.0, None, 0.0, None, None),  # quiet for less than SILENT_S: trusted
+        (60.0, None, 0.0, None, Why.SILENT),  # no event, no list for SILENT_S: list
+        (100.0, 50.0, 0.0, None, None),  # an event 50 s ago: the stream lives
+        (110.0, 50.0, 0.0, None, Why.SILENT),
+        (100.0, None, 45.0, None, None),  # a list 55 s ago (the timer's, a gap's)
+        (100.0, None, None, None, None),  # never listed: the first read lists anyway
+        # a list found changes no event told: an event since says the stream lives...
+        (200.0, 171.0, 170.0, 170.0, None),
+        # ...none in EVENT_WAIT_S says it stalled
+        (200.0, 100.0, 170.0, 170.0, Why.STALLED),
+        (199.0, 100.0, 170.0, 170.0, None),
+        (200.0, None, 170.0, 170.0, Why.STALLED),
+    ],
+)
+def test_the_silence_verdict(
+    now: float,
+    last_event: float | None,
+    listed: float | None,
+    unseen: float | None,
+    verdict: Why | None,
+) -> None:
+    assert SILENT_S == 60.0 and EVENT_WAIT_S == 30.0
+    assert watch_verdict(now, last_event, listed, unseen) is verdict
+
+
+def test_changes_no_event_named() -> None:
+    have = {"s1": mk_service(1, 2), "s2": mk_service(2), "s3": mk_service(3)}
+    listed = [mk_service(1, 1), mk_service(2, 2), mk_service(4)]  # s1 stale, s3 gone
+    assert unseen_changes(have, listed, set()) == ["s2", "s3", "s4"]
+    assert unseen_changes(have, listed, {"s2", "s4"}) == ["s3"]
+    assert unseen_changes(have, list(have.values()), set()) == []
+
+
+def test_a_stalled_stream_is_noticed_within_a_minute_and_a_half() -> None:
+    """The stream stays open and says nothing (a dead connection, a hung engine or
+    proxy): changes by others were read only at the 10-minute list (or when the stream,
+    idle for 600 s, was reopened). A minute with no event and no list lists everything,
+    comparing: a change no event told of is read there, and when no event comes in
+    ``EVENT_WAIT_S`` after it the stream is taken for stalled: every read lists until
+    an event comes (the stream's own idle timeout reopens it)."""
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, relist_s=600.0, clock=clock)
+    src.bump("s2")  # a user's update; the stalled stream says nothing
+    clock.t = 30.0
+    assert not same(cache, src) and src.lists == 0  # trusted for a while
+    clock.t = 60.0
+    assert same(cache, src) and src.lists == 1
+    assert cache.stats.reasons["silent stream"] == 1
+    clock.t = 89.0
+    assert same(cache, src) and src.lists == 1  # no verdict yet
+    clock.t = 90.0
+    src.bump("n1")
+    assert same(cache, src) and src.lists == 2
+    assert same(cache, src) and src.lists == 3  # stalled: a list a read
+    assert cache.stats.reasons["no event for a change"] == 2
+    cache.on_event(event("node", "n0"))  # events again: read once more, then trusted
+    assert same(cache, src) and src.lists == 4
+    assert same(cache, src) and src.lists == 4
+
+
+def test_a_quiet_stream_costs_a_list_a_minute_and_no_verdict() -> None:
+    """A healthy stream on a quiet swarm: the minute's list finds nothing changed
+    unseen, so it is never taken for stalled."""
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, relist_s=600.0, clock=clock)
+    for minute in range(1, 6):
+        clock.t = 60.0 * minute
+        assert same(cache, src) and src.lists == minute
+    assert "no event for a change" not in cache.stats.reasons
+
+
+def test_a_change_whose_event_is_on_its_way_is_no_stall() -> None:
+    """The minute's list may see a change whose event is still in flight: the event
+    comes, the stream lives."""
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, relist_s=600.0, clock=clock)
+    clock.t = 60.0
+    src.bump("s1")
+    assert same(cache, src) and src.lists == 1
+    clock.t = 60.5
+    cache.on_event(event("service", "s1"))
+    clock.t = 200.0
+    assert same(cache, src)
+    assert "no event for a change" not in cache.stats.reasons
+
+
+def test_a_reopened_stream_is_not_taken_for_stalled() -> None:
+    src = Source()
+    clock = Clock()
+    cache = opened_cache(src, relist_s=600.0, clock=clock)
+    src.bump("s1")
+    clock.t = 60.0
+    assert same(cache, src)
+    cache.gap("no event for 600 s")  # the stream's idle timeout reopened it
+    cache.opened()
+    clock.t = 95.0
+    assert same(cache, src) and src.lists == 2  # the reopen's list, then trusted
+    assert same(cache, src) and src.lists == 2
+    assert "no event for a change" not in cache.stats.reasons

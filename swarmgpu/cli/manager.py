@@ -309,15 +309,17 @@ def _stack_name(given: str | None, first_file: str) -> str:
 
 
 @click.command()
-@click.argument("stack_file", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.argument(
+    "stack_file", required=False, type=click.Path(exists=True, dir_okay=False, allow_dash=True)
+)
 @click.option(
     "--compose-file",
     "-c",
     "compose_files",
     multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="A stack file instead of the argument; repeat it to merge several as "
-    "`docker stack deploy -c A -c B` does (later files over earlier ones).",
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help="A stack file instead of the argument (- reads it from stdin); repeat it to merge "
+    "several as `docker stack deploy -c A -c B` does (later files over earlier ones).",
 )
 @click.option(
     "--stack",
@@ -360,6 +362,8 @@ def render(
     deploy` run here substitutes them, and checked and placed by as substituted.
     Several files (-c A -c B) are each substituted, then merged as `docker stack
     deploy` merges them; a field whose merge render has no rule for is an error.
+    A stack file is read only if it is a regular file of at most 8 MiB (exit 2
+    otherwise); - reads it from stdin (with -n NAME).
     """
     from swarmgpu.core.peertext import escaped
     from swarmgpu.manager.commands.render import StackError, check_stack, render_stack
@@ -370,6 +374,10 @@ def render(
     files = [stack_file] if stack_file is not None else list(compose_files)
     if not files:
         raise click.UsageError("no stack file: give one, or -c FILE for each file")
+    if files.count("-") > 1:  # one stdin: the second read would find it empty
+        raise click.UsageError("stdin (-) once: give the other files by their paths")
+    if "-" in files[:1] and stack_name is None:  # no file name to name the stack after
+        raise click.UsageError("the stack read from stdin (-) needs its name: -n NAME")
     if check and output is not None:  # ignored, it wrote no file where one was asked for
         click.echo(
             f"swarmgpu render: --check writes no stack, so -o {escaped(output)} would write "
@@ -384,11 +392,12 @@ def render(
     # docker stack deploy substitutes from its environment: in the pipeline, this one
     environ = None if skip_interpolation else dict(os.environ)
     source, *rest = (_read_stack_file(f) for f in files)
-    more = list(zip(files[1:], rest, strict=True))
-    stack_file = " + ".join(files)  # how every line below names the stack
+    names = ["stdin (-)" if f == "-" else f for f in files]  # how errors name each
+    more = list(zip(names[1:], rest, strict=True))
+    stack_file = " + ".join(names)  # how every line below names the stack
     checked = check_stack(
         source,
-        where=files[0],
+        where=names[0],
         more=more,
         prefix=cfg.sync.prefix,
         zone_label=cfg.placement.zone_label,
@@ -485,14 +494,25 @@ def _unwritable(output: str) -> str | None:
 
 
 def _read_stack_file(path: str) -> str:
+    """The stack file's text, read as every file swarmgpu is named (core.yamlfile: a
+    regular file, at most 8 MiB, UTF-8; a FIFO is refused unopened, where a plain open
+    waited for a writer for ever), or stdin for ``-``, as bounded. Exit 2 otherwise."""
     from swarmgpu.core.peertext import escaped
-    from swarmgpu.core.yamlfile import MAX_TEXT
+    from swarmgpu.core.yamlfile import read_yaml_text
+    from swarmgpu.manager.commands.render import StackError
 
+    stdin = path == "-"
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(MAX_TEXT + 1)  # longer is refused by the loader, unread
-    except (OSError, UnicodeDecodeError) as exc:
-        click.echo(f"swarmgpu render: cannot read {escaped(path)}: {escaped(exc)}", err=True)
+        return read_yaml_text(
+            "-" if stdin else path,
+            "stdin (-)" if stdin else path,
+            StackError,
+            fmt="stack",
+            other=", or - to read it from stdin",
+            stream=sys.stdin.buffer if stdin else None,
+        )
+    except StackError as exc:
+        click.echo(f"swarmgpu render: {escaped(exc)}", err=True)
         sys.exit(2)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import BinaryIO
 
 
 class FileRefused(Exception):
@@ -103,10 +104,24 @@ def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
     return data
 
 
+def read_bounded_stream(stream: BinaryIO, limit: int) -> bytes:
+    """All of an open stream (a pipe given as stdin), at most ``limit`` bytes;
+    ``TooLarge`` beyond, after reading only the limit + 1."""
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(limit)
+    return data
+
+
 def read_bounded_text(path: str | os.PathLike[str], limit: int, *, errors: str = "strict") -> str:
-    """``read_bounded`` decoded as UTF-8, line ends made ``\\n`` as text-mode ``open``
-    makes them (``\\r\\n`` and a lone ``\\r``), so a reader moved here reads the same text."""
-    text = read_bounded(path, limit).decode("utf-8", errors)
+    """``read_bounded`` as text (``as_text``)."""
+    return as_text(read_bounded(path, limit), errors)
+
+
+def as_text(data: bytes, errors: str = "strict") -> str:
+    """``data`` decoded as UTF-8, line ends made ``\\n`` as text-mode ``open`` makes them
+    (``\\r\\n`` and a lone ``\\r``), so a reader moved here reads the same text."""
+    text = data.decode("utf-8", errors)
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 

@@ -22,7 +22,12 @@ deploy with either CLI: ``yes``, ``on``, ``y`` (booleans to v2), ``0o-17`` (text
 and a plain timestamp (docker 28 gives the service Go's text of the time in its own
 zone, docker 27 and older the text); the config, which only swarmgpu reads, takes them.
 A tag of the stack's own (Compose's ``!reset``, ``!override``) is refused saying what
-docker does with it: reads the value as if untagged.
+docker does with it: reads the value as if untagged; in any other file a tag of its own
+is refused too (no reader of it knows one). YAML's non-specific tag, ``!`` alone
+(``cpus: ! 2``), is refused in every file: PyYAML reads the value under it as if plain
+(the number 2), docker 28 as text ("2"), docker 27 and older refuse it; so are
+``!!set``, ``!!omap``, ``!!pairs`` and ``!!binary``, which build no plain value, and a
+second ``<<`` in one mapping (docker 28 refuses it, docker 27 merges both).
 """
 
 from __future__ import annotations
@@ -30,12 +35,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
 from swarmgpu.core import goscalar
-from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
+from swarmgpu.core.boundedfile import (
+    NotRegularFile,
+    TooLarge,
+    as_text,
+    read_bounded_stream,
+    read_bounded_text,
+)
 
 MAX_TEXT = 8 * 1024 * 1024  # characters of text, bytes of a file; real ones are ~100 KiB
 MAX_NODES = 200_000  # nodes once every alias is expanded (a big stack has a few thousand)
@@ -50,17 +61,36 @@ class _Loader(yaml.SafeLoader):
     """The safe loader with docker/cli's plain scalars (``core.goscalar``): no base-60
     numbers or ``=``; ``1e3``, ``0o17``, ``08`` numbers; ``y`` text; a timestamp its text.
     ``plain``: the ids of the scalar nodes written plain with no tag (``!!str yes`` is
-    text to every reader, plain ``yes`` not)."""
+    text to every reader, plain ``yes`` not); ``bare``: of the nodes tagged ``!`` alone,
+    YAML's non-specific tag, which PyYAML resolves away as if the node were plain."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.plain: set[int] = set()
+        self.bare: dict[int, int] = {}  # node id -> the 1-based line of its ``!``
+
+    def _note_bare(self, event: Any, node: yaml.Node) -> None:
+        if event.tag == "!":  # ``! 2``, ``!<!> 2``: the node's tag is already resolved
+            self.bare[id(node)] = event.start_mark.line + 1
 
     def compose_scalar_node(self, anchor: Any) -> yaml.ScalarNode:
         event = self.peek_event()  # type: ignore[no-untyped-call]
         node: yaml.ScalarNode = super().compose_scalar_node(anchor)
-        if event.implicit[0] and event.style is None:
+        if event.implicit[0] and event.style is None and event.tag is None:
             self.plain.add(id(node))
+        self._note_bare(event, node)
+        return node
+
+    def compose_sequence_node(self, anchor: Any) -> yaml.SequenceNode:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        node: yaml.SequenceNode = super().compose_sequence_node(anchor)
+        self._note_bare(event, node)
+        return node
+
+    def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        node: yaml.MappingNode = super().compose_mapping_node(anchor)
+        self._note_bare(event, node)
         return node
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
@@ -117,18 +147,46 @@ def read_yaml(path: Path, what: str, error: type[Exception], *, fmt: str = "YAML
 def read_yaml_lines(path: Path, what: str, error: type[Exception], *,
                     fmt: str = "YAML") -> tuple[Any, Lines]:
     """``read_yaml`` and the line of every mapping key (``Lines``)."""
+    return parse_yaml_lines(read_yaml_text(path, what, error, fmt=fmt), what, error, fmt=fmt)
+
+
+# A byte order mark of UTF-16 or UTF-32 (go-yaml, docker's reader, decodes such a file).
+_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+         (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+def read_yaml_text(path: Path | str, what: str, error: type[Exception], *,
+                   fmt: str = "YAML", other: str = "", stream: BinaryIO | None = None) -> str:
+    """The text of the YAML file at ``path``, read as every file swarmgpu is named:
+    only a regular file, at most ``MAX_TEXT`` bytes, UTF-8; ``error(...)`` naming
+    ``what`` and the fix otherwise. ``other``: what else may be given instead of a path
+    that is no regular file (render's ``, or - to read it from stdin``). ``stream``:
+    read it instead (stdin, asked for with ``-``), as bounded."""
     try:
         # MAX_TEXT bytes: the text bound below, checked before a byte more is read; a
         # FIFO, device or directory is refused unopened for reading (core.boundedfile).
-        text = read_bounded_text(path, MAX_TEXT)
+        if stream is not None:
+            return as_text(read_bounded_stream(stream, MAX_TEXT))
+        return read_bounded_text(path, MAX_TEXT)
     except NotRegularFile as e:
-        raise error(f"{what}: {e.why}; give the path of the {fmt} file itself") from None
+        raise error(f"{what}: {e.why}; give the path of the {fmt} file itself{other}") from None
     except TooLarge as e:
         raise error(f"{what}: {e.why}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise error(f"{what}: cannot read it ({why})") from e
-    return parse_yaml_lines(text, what, error, fmt=fmt)
+    except UnicodeDecodeError as e:
+        raise error(f"{what}: {not_utf8(e)}") from None
+    except OSError as e:
+        raise error(f"{what}: cannot read it ({e.strerror or e})") from e
+
+
+def not_utf8(e: UnicodeDecodeError) -> str:
+    """Why bytes are not read as text, and the fix."""
+    head = bytes(e.object[:4])
+    kind = next((name for bom, name in _BOMS if head.startswith(bom)), None)
+    if kind is not None:
+        return (f"{kind} text (its byte order mark); swarmgpu reads UTF-8 only: save it "
+                "as UTF-8")
+    return (f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); save it "
+            "as UTF-8")
 
 
 def parse_yaml(text: str, what: str, error: type[Exception], *, fmt: str = "YAML",
@@ -145,7 +203,7 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
     recursive alias or a duplicate key is ``error(...)`` naming the limit or the key."""
     if len(text) > MAX_TEXT:
         raise error(f"{what}: larger than {MAX_TEXT // (1024 * 1024)} MiB; not read")
-    loader: yaml.SafeLoader | None = None
+    loader: _Loader | None = None
     try:
         loader = _Loader(text)  # refuses unprintable characters already here
         try:
@@ -161,12 +219,32 @@ def parse_yaml_lines(text: str, what: str, error: type[Exception], *,
             _two_readings(node, loader.plain, what, error)
         return loader.construct_document(node), lines
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise error(f"{what}: not valid {fmt}{at}: {e}") from e
+        raise error(f"{what}: not valid {fmt}{_why_not_valid(e, text, docker)}") from e
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _why_not_valid(e: yaml.YAMLError, text: str, docker: bool) -> str:
+    """`` at line N: `` and PyYAML's words, or ours where they name no line or fix."""
+    if isinstance(e, yaml.reader.ReaderError):  # it names the offset alone
+        line = text.count("\n", 0, e.position) + 1
+        code = e.character if isinstance(e.character, int) else ord(e.character)
+        return (f" at line {line}: the character #x{code:04x} is not allowed in YAML text; "
+                "remove it, or write it escaped in a double-quoted string (\"\\x07\")")
+    mark = getattr(e, "problem_mark", None)
+    if mark is None:
+        return f": {e}"
+    at = f" at line {mark.line + 1}"
+    if "expected a single document" in str(getattr(e, "context", "")):
+        who = "docker stack deploy reads only the first and drops the others unread" \
+            if docker else "swarmgpu reads one document a file"
+        return f"{at}: a second document (---); {who}: remove the others"
+    if "'\\t'" in str(getattr(e, "problem", "")):
+        return (f"{at}, column {mark.column + 1}: a tab where YAML wants spaces (as "
+                "indentation, or after 'key:', where docker's reader takes one and PyYAML "
+                "does not); write spaces")
+    return f"{at}: {e}"
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -238,6 +316,19 @@ def _merge_after_keys(merge: yaml.ScalarNode, value: yaml.Node,
                     "take the merged value, docker 28 this one; put << first in the mapping")
 
 
+def _merge_once(merge: yaml.ScalarNode, before: int | None, what: str,
+                error: type[Exception]) -> int:
+    """The line of a mapping's ``<<``; a second one is refused, as any key given twice:
+    docker 28 (go-yaml v3) refuses the file, docker 27 and older and PyYAML merge both,
+    the later's keys over the earlier's."""
+    line = merge.start_mark.line + 1
+    if before is not None:
+        raise error(f"{what}: key '<<' given twice in one mapping (lines {before} and "
+                    f"{line}): docker 28 refuses it, docker 27 and older merge both; merge "
+                    "them in one, <<: [*a, *b] (where the first listed wins)")
+    return line
+
+
 def _timestamp(node: yaml.ScalarNode, what: str, error: type[Exception]) -> None:
     """Refuse a timestamp in a stack: docker 28 and later (go-yaml v3) give the service
     Go's text of the time, in the zone docker runs in (2001-12-14 00:00:00 +0000 UTC),
@@ -253,13 +344,17 @@ _YAML_TAGS = "tag:yaml.org,2002:"  # the tags a plain, quoted or !! node resolve
 _COMPOSE_TAGS = ("!reset", "!override")
 
 
-def _foreign_tag(node: yaml.Node, what: str, error: type[Exception]) -> None:
-    """Refuse a tag of the file's own (``!reset``): go-yaml, docker's reader, decodes
-    the value under it as if it had none (a scalar as text), PyYAML knows no constructor.
-    Compose's ``!reset`` and ``!override`` (compose-spec, docker compose) mean nothing to
-    docker stack deploy's loader: ``ports: !reset []`` resets nothing."""
+def _foreign_tag(node: yaml.Node, what: str, error: type[Exception], docker: bool) -> None:
+    """Refuse a tag of the file's own (``!reset``, ``!foo``): go-yaml, docker's reader,
+    decodes the value under it as if it had none (a scalar as text), PyYAML knows no
+    constructor. Compose's ``!reset`` and ``!override`` (compose-spec, docker compose)
+    mean nothing to docker stack deploy's loader: ``ports: !reset []`` resets nothing.
+    A file only swarmgpu reads (``docker`` false) has no reader that knows one either."""
     line = node.start_mark.line + 1
     tag = node.tag if len(node.tag) <= 40 else node.tag[:40] + "..."
+    if not docker:
+        raise error(f"{what}: the tag {tag} at line {line} is not one swarmgpu reads; remove "
+                    "the tag (or write !!str, !!int ... if a type is meant)")
     if node.tag in _COMPOSE_TAGS:
         raise error(
             f"{what}: the tag {tag} at line {line} is docker compose's (compose-spec "
@@ -270,6 +365,17 @@ def _foreign_tag(node: yaml.Node, what: str, error: type[Exception]) -> None:
     raise error(f"{what}: the tag {tag} at line {line}: docker stack deploy reads the value "
                 "as if untagged (a scalar as text); remove the tag, or write !!str, !!int "
                 "... if a type is meant")
+
+
+def _bare_tag(line: int, what: str, error: type[Exception]) -> None:
+    """Refuse YAML's non-specific tag, ``!`` alone (``cpus: ! 2``): PyYAML resolves the
+    value under it as if plain (the number 2; ``! "2"`` too), docker 28 (go-yaml v3)
+    deploys it as text ("2"), docker 27 and older refuse the file. On a list or mapping
+    it means nothing: refused too, one rule."""
+    raise error(f"{what}: the non-specific tag ! at line {line}: YAML readers read the "
+                "value under it apart (PyYAML as if plain, a number here; docker 28 as "
+                "text; docker 27 and older refuse it); remove the !, and quote the value "
+                "if it is text")
 
 
 def _two_readings(root: yaml.Node, plain: set[int], what: str,
@@ -310,8 +416,29 @@ def _as_written(k: yaml.ScalarNode) -> str:
     return text if k.style in (None, "") else f"{k.style}{text}{k.style}"
 
 
+# YAML's tags whose value PyYAML builds as no plain kind (a set, bytes, pairs), which
+# docker reads otherwise again (!!set as a mapping of nulls, !!binary as its text).
+_UNREAD_TAGS = tuple(_YAML_TAGS + t for t in ("set", "omap", "pairs", "binary"))
+
+
+def _check_tag(node: yaml.Node, loader: _Loader, what: str, error: type[Exception],
+               docker: bool) -> None:
+    """Refuse ``!`` alone, a tag of the file's own, and YAML's that build no plain
+    value; YAML's others (``!!str``, ``!!int``) are read."""
+    if (line := loader.bare.get(id(node))) is not None:
+        _bare_tag(line, what, error)
+    if not node.tag.startswith(_YAML_TAGS):
+        _foreign_tag(node, what, error, docker)
+    if node.tag in _UNREAD_TAGS:
+        raise error(f"{what}: the tag !!{node.tag.rsplit(':', 1)[-1]} at line "
+                    f"{node.start_mark.line + 1}: swarmgpu reads YAML's plain kinds only "
+                    "(mappings, lists, text, numbers, booleans, null) and this one builds "
+                    "none (docker reads !!set as a mapping, !!binary as its decoded text); "
+                    "write the value without the tag, as what it means")
+
+
 def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines,
-                loader: yaml.SafeLoader, docker: bool = False) -> None:
+                loader: _Loader, docker: bool = False) -> None:
     """Refuse what would blow up once built, or could not be; record every key's line.
     Iterative (the depth is checked, not left to Python's stack) and linear in the
     distinct nodes: an alias is a second reference to a node already composed, whose
@@ -342,8 +469,7 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
                         f"{node.start_mark.line + 1}; not read")
         open_.add(key)
         stack.append((node, depth, path, True))
-        if docker and not node.tag.startswith(_YAML_TAGS):
-            _foreign_tag(node, what, error)
+        _check_tag(node, loader, what, error, docker)
         if isinstance(node, yaml.ScalarNode):
             if docker and node.tag == goscalar.TIMESTAMP:
                 _timestamp(node, what, error)
@@ -351,14 +477,15 @@ def _check_tree(root: yaml.Node, what: str, error: type[Exception], lines: Lines
         elif isinstance(node, yaml.MappingNode):
             seen: dict[tuple[str, str], int] = {}
             read: dict[Any, tuple[yaml.ScalarNode, Any]] = {}  # _one_key_once_read
+            merged: int | None = None  # the line of this mapping's ``<<``
             for k, v in node.value:
                 sub: tuple[Any, ...] | None = None
-                if docker and isinstance(k, yaml.ScalarNode) \
-                        and k.tag == "tag:yaml.org,2002:merge":
-                    _merge_after_keys(k, v, seen, what, error)
+                if isinstance(k, yaml.ScalarNode) and k.tag == "tag:yaml.org,2002:merge":
+                    merged = _merge_once(k, merged, what, error)
+                    if docker:
+                        _merge_after_keys(k, v, seen, what, error)
                 if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
-                    if docker and not k.tag.startswith(_YAML_TAGS):
-                        _foreign_tag(k, what, error)  # before _scalar, which cannot read it
+                    _check_tag(k, loader, what, error, docker)  # before _scalar reads it
                     line = k.start_mark.line + 1
                     if (k.tag, k.value) in seen:
                         raise error(f"{what}: key {k.value!r} given twice in one mapping "

@@ -264,24 +264,10 @@ def timed_text(
         head.insert(2, "gap")
     rows = [head]
     for name, runs in results.items():
-        kinds = Counter[str]()
-        for r in runs:
-            kinds.update(r.failed)
-        fail = ", ".join(f"{k} {v / len(runs):g}" for k, v in sorted(kinds.items())) or "0"
-        rows.append(
-            [
-                name,
-                f"{mean(r.mean_alloc_pct for r in runs):.3f}",
-                f"{mean(r.mean_demand_pct for r in runs):.3f}",
-                f"{mean(r.peak_alloc_pct for r in runs):.2f}",
-                fail,
-                f"{mean(100.0 * r.failed_gpu_milli / max(_asked(r), 1) for r in runs):.2f}",
-                f"{mean(r.moves for r in runs):g}",
-                str(len(runs)),
-            ]
-        )
-        if isinstance(bound, TimedBound):
-            rows[-1].insert(2, f"{bound.mean_alloc_pct - mean(r.mean_alloc_pct for r in runs):.3f}")
+        cells = _timed_cells(runs, bound)
+        rows.append([name, *(cells[k] for k in _TIMED_KEYS)])
+        if "gap" in cells:
+            rows[-1].insert(2, cells["gap"])
     if isinstance(bound, TimedBound):
         rows.append(
             [
@@ -329,12 +315,67 @@ def _asked(r: TimelineResult) -> int:
     return r.asked_gpu_milli
 
 
+# The departures table's columns after the policy (and gap), as ``timed_means`` names them.
+_TIMED_KEYS = (
+    "mean_alloc_pct",
+    "mean_demand_pct",
+    "peak_alloc_pct",
+    "failed_pods",
+    "failed_gpu_pct",
+    "moves",
+    "seeds",
+)
+
+
+def _timed_cells(runs: list[TimelineResult], bound: TimedBound | str | None) -> dict[str, str]:
+    """One policy's row of the departures table, as printed: its means over the seeds
+    (``gap`` with a bound). ``timed_means`` reads its numbers from these very cells."""
+    kinds = Counter[str]()
+    for r in runs:
+        kinds.update(r.failed)
+    alloc = mean(r.mean_alloc_pct for r in runs)
+    failed = ", ".join(f"{k} {v / len(runs):g}" for k, v in sorted(kinds.items()))
+    failed_gpu = mean(100.0 * r.failed_gpu_milli / max(_asked(r), 1) for r in runs)
+    cells = {
+        "mean_alloc_pct": f"{alloc:.3f}",
+        "mean_demand_pct": f"{mean(r.mean_demand_pct for r in runs):.3f}",
+        "peak_alloc_pct": f"{mean(r.peak_alloc_pct for r in runs):.2f}",
+        "failed_pods": failed or "0",
+        "failed_gpu_pct": f"{failed_gpu:.2f}",
+        "moves": f"{mean(r.moves for r in runs):g}",
+        "seeds": str(len(runs)),
+    }
+    if isinstance(bound, TimedBound):
+        cells["gap"] = f"{bound.mean_alloc_pct - alloc:.3f}"
+    return cells
+
+
+def timed_means(
+    results: dict[str, list[TimelineResult]], bound: TimedBound | str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each policy's means as the departures table prints them (the same numbers, as
+    numbers): ``failed_pods`` by kind, per seed; ``gap`` with a bound."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, runs in results.items():
+        cells = _timed_cells(runs, bound)
+        row: dict[str, Any] = {
+            k: float(v) for k, v in cells.items() if k not in ("failed_pods", "seeds")
+        }
+        kinds = [] if cells["failed_pods"] == "0" else cells["failed_pods"].split(", ")
+        row["failed_pods"] = {k: float(v) for k, v in (p.rsplit(" ", 1) for p in kinds)}
+        row["seeds"] = len(runs)
+        out[name] = row
+    return out
+
+
 def timed_json(
     results: dict[str, list[TimelineResult]], bound: TimedBound | str | None = None
 ) -> str:
-    """Each policy's runs; with ``bound`` also the key ``bound`` (its mean and peak, or
-    ``unavailable``: why not)."""
+    """Each policy's runs; ``means``: each policy's row of the table (``timed_means``);
+    with ``bound`` also the key ``bound`` (its mean and peak, or ``unavailable``: why
+    not)."""
     out: dict[str, Any] = {k: [asdict(r) for r in v] for k, v in results.items()}
+    out["means"] = timed_means(results, bound)
     if isinstance(bound, TimedBound):
         out["bound"] = {
             **asdict(bound),

@@ -18,6 +18,14 @@ A full re-list happens
 - when so many objects are dirty that inspecting each costs more than one list;
 - on every read while the engine is deaf: a write of swarmgpu's that landed had no
   event in ``EVENT_WAIT_S`` (moby/moby#36834), and once more when events come again;
+- after ``SILENT_S`` with no event and no full list (``watch_verdict``): a stream can
+  stall without a cut (a dead connection, a hung engine or proxy), and the engine sends
+  no heartbeat, so silence alone cannot tell a stall from a quiet swarm. This list
+  compares: an object it finds changed that no event named (``unseen_changes``) is
+  read here, and if no event at all comes in ``EVENT_WAIT_S`` after it, the stream is
+  taken for stalled: every read lists, as while deaf, until an event comes or the
+  stream is reopened (its idle timeout, ``swarm.client.EVENT_IDLE_S``). A quiet swarm
+  costs one list a minute; a stall costs at most that minute and a cycle of staleness;
 - after an event that names no node or service (it said something changed, not what);
 - after ``forget``: the daemon stood by (not the leader). A follower never reads, so it
   keeps nothing (neither the objects nor the ids events name: those piled up for as long
@@ -47,7 +55,13 @@ from typing import Any, Protocol
 from loguru import logger
 
 from swarmgpu.core.httpguard import Throttle
-from swarmgpu.swarm.client import SwarmError, SwarmNode, SwarmNotFound, SwarmService
+from swarmgpu.swarm.client import (
+    EVENT_IDLE_S,
+    SwarmError,
+    SwarmNode,
+    SwarmNotFound,
+    SwarmService,
+)
 
 RELIST_S = 600.0  # the slow timer: a full re-list at least this often
 # Inspecting more than this share of a kind's objects one by one costs more than
@@ -63,6 +77,9 @@ KINDS = ("node", "service")
 # publishing the swarm's events while its stream stays open (moby/moby#36834).
 EVENT_WAIT_S = 30.0
 WRITE_SLACK_S = 60.0
+# An open stream that brought no event for this long, with no full list since, is
+# checked by a list at the next read (``watch_verdict``).
+SILENT_S = 60.0
 
 
 class CacheSource(Protocol):
@@ -84,6 +101,8 @@ class Why(Enum):
     TIMER = "timer"
     MANY_CHANGED = "many changed"
     DEAF = "no event for a write"
+    SILENT = "silent stream"
+    STALLED = "no event for a change"
     EVENTS_AGAIN = "events again"
     MALFORMED = "malformed event"
     FORGOT = "forgot"  # counted under the words ``forget`` was given
@@ -92,7 +111,7 @@ class Why(Enum):
     def keep_newer(self) -> bool:
         """Only after the timer or many changes is the store the one this open stream
         watched all along; else (a gap, a new term) the list is taken as it is."""
-        return self in (Why.TIMER, Why.MANY_CHANGED)
+        return self in (Why.TIMER, Why.MANY_CHANGED, Why.SILENT)
 
 
 @dataclass(frozen=True)
@@ -161,7 +180,10 @@ class SwarmCache:
         self._malformed = Throttle(60.0)  # a log line a minute for events naming nothing
         self._last_event_at: float | None = None  # any event: the engine publishes
         self._awaiting: float | None = None  # the first landed write no event followed
-        self._deaf = False  # a write's event never came: list each read until one does
+        # A write's event never came (DEAF), or a change's while the stream said nothing
+        # (STALLED): list each read until an event comes.
+        self._deaf: Why | None = None
+        self._unseen_at: float | None = None  # a list found changes no event named
 
     # --- fed by the event thread and by writers -----------------------------
     def on_event(self, event: Mapping[str, Any]) -> None:
@@ -176,8 +198,9 @@ class SwarmCache:
         with self._lock:
             self.stats.events += 1
             self._last_event_at, self._awaiting = self.clock(), None
+            self._unseen_at = None  # the stream lives: an unseen change was dropped, no stall
             if self._deaf:  # what changed between the last list and now is unknown
-                self._deaf = False
+                self._deaf = None
                 self._relist_why = self._relist_why or Relist(Why.EVENTS_AGAIN)
                 logger.info("event stream: the engine publishes the swarm's events again")
             if kind not in KINDS or not isinstance(obj, str) or not obj:
@@ -221,7 +244,9 @@ class SwarmCache:
     def opened(self) -> None:
         """The stream is (again) subscribed: what happened before is unknown."""
         with self._lock:
-            self._stream_up = True
+            self._stream_up, self._unseen_at = True, None
+            if self._deaf is Why.STALLED:  # a new stream is not the stalled one
+                self._deaf = None
             self._relist_why = self._relist_why or Relist(Why.REOPENED)
 
     def gap(self, why: str) -> None:
@@ -229,6 +254,7 @@ class SwarmCache:
         with self._lock:
             self.stats.gaps += int(self._stream_up)
             self._stream_up, self._awaiting = False, None  # a write's event may be lost
+            self._unseen_at = None
             self._relist_why = Relist(Why.GAP, why)
 
     def forget(self, why: str) -> None:
@@ -257,23 +283,21 @@ class SwarmCache:
                 why = self._relist_why
                 if why is None and not self._stream_up:
                     why = Relist(Why.NO_STREAM)
-                if self._stream_up and not self._deaf and not self._heard():
-                    self._deaf, self._awaiting = True, None
-                    logger.warning(
-                        "event stream: no event for a write of swarmgpu's in {:.0f} s: the "
-                        "engine stopped publishing the swarm's events (moby/moby#36834, "
-                        "after a leader change); every cycle lists the swarm until an "
-                        "event comes; restarting this manager's docker ends it",
-                        EVENT_WAIT_S,
-                    )
+                self._check_stream()
                 if why is None and self._deaf:
-                    why = Relist(Why.DEAF)
+                    why = Relist(self._deaf)
                 if (
                     why is None
                     and self._listed_at is not None
                     and self.clock() - self._listed_at >= self.relist_s
                 ):
                     why = Relist(Why.TIMER)
+                if (
+                    why is None
+                    and self._stream_up
+                    and watch_verdict(self.clock(), self._last_event_at, self._listed_at, None)
+                ):
+                    why = Relist(Why.SILENT)
                 dirty = {k: v for k, v in self._dirty.items()}
                 if why is None:
                     for k, have in (("node", self._nodes), ("service", self._services)):
@@ -286,20 +310,51 @@ class SwarmCache:
                     # otherwise the next read lists again.
                     self._relist_why = None
             if why is not None:
-                self._relist(why)
+                self._relist(why, dirty)
             else:
                 self._inspect(dirty)
             return list(self._nodes.values()), list(self._services.values())
 
-    def _relist(self, why: Relist) -> None:
+    def _check_stream(self) -> None:
+        """Whether the open stream is deaf (a write's event overdue) or stalled (a
+        change's, ``watch_verdict``): then every read lists (the lock held)."""
+        if not self._stream_up or self._deaf:
+            return
+        if not self._heard():
+            self._deaf, self._awaiting = Why.DEAF, None
+            logger.warning(
+                "event stream: no event for a write of swarmgpu's in {:.0f} s: the "
+                "engine stopped publishing the swarm's events (moby/moby#36834, "
+                "after a leader change); every cycle lists the swarm until an "
+                "event comes; restarting this manager's docker ends it",
+                EVENT_WAIT_S,
+            )
+        elif (
+            watch_verdict(self.clock(), self._last_event_at, self._listed_at, self._unseen_at)
+            is Why.STALLED
+        ):
+            self._deaf, self._unseen_at = Why.STALLED, None
+            logger.warning(
+                "event stream: open but silent, and a change the list found had no event "
+                "in {:.0f} s: the stream is stalled (a dead connection, a hung engine or "
+                "proxy); every cycle lists the swarm until an event comes or the stream "
+                "is reopened (after {:.0f} s with nothing)",
+                EVENT_WAIT_S,
+                EVENT_IDLE_S,
+            )
+
+    def _relist(self, why: Relist, dirty: Mapping[str, set[str]]) -> None:
         self.stats.relists += 1
         self.stats.reasons[why.key] = self.stats.reasons.get(why.key, 0) + 1
+        had = self._nodes, self._services
         try:
             nodes, services = self.swarm.nodes(), self.swarm.services()
         except SwarmError:
             with self._lock:  # nothing learnt: list again next time
                 self._relist_why = self._relist_why or replace(why, failed=True)
             raise
+        if why.keep_newer and not why.failed:
+            self._compare(had, nodes, services, dirty)
         keep = why.keep_newer
         self._nodes = {n.id: newer(self._nodes, n, keep) for n in nodes}
         self._services = {s.id: newer(self._services, s, keep) for s in services}
@@ -307,6 +362,35 @@ class SwarmCache:
         logger.debug(
             "swarm cache: full list ({}): {} nodes, {} services", why, len(nodes), len(services)
         )
+
+    def _compare(
+        self,
+        had: tuple[Mapping[str, SwarmNode], Mapping[str, SwarmService]],
+        nodes: list[SwarmNode],
+        services: list[SwarmService],
+        dirty: Mapping[str, set[str]],
+    ) -> None:
+        """A list of the store the open stream watched: what changed with no event named
+        it (before the read, or during the list) starts the wait ``watch_verdict``
+        reads."""
+        with self._lock:
+            named = {k: dirty.get(k, set()) | self._dirty[k] for k in KINDS}
+            if not self._stream_up:
+                return
+        unseen = unseen_changes(had[0], nodes, named["node"]) + unseen_changes(
+            had[1], services, named["service"]
+        )
+        if unseen:
+            with self._lock:
+                if self._unseen_at is None and self._stream_up:
+                    self._unseen_at = self.clock()
+            logger.info(
+                "event stream: {} change(s) no event named ({}); an event within {:.0f} s "
+                "says the stream lives, none that it stalled",
+                len(unseen),
+                ", ".join(unseen[:3]),
+                EVENT_WAIT_S,
+            )
 
     def _inspect(self, dirty: dict[str, set[str]]) -> None:
         done: dict[str, set[str]] = {k: set() for k in KINDS}
@@ -335,6 +419,41 @@ class SwarmCache:
             # only, never a second copy under what an event called it.
             store.pop(obj, None)
         store[got.id] = newer(store, got, True)
+
+
+def watch_verdict(
+    now: float,
+    last_event_at: float | None,
+    listed_at: float | None,
+    unseen_at: float | None,
+    *,
+    silent_s: float = SILENT_S,
+    wait_s: float = EVENT_WAIT_S,
+) -> Why | None:
+    """What an open stream's silence says at a read (times on the cache's clock).
+    ``STALLED``: a list found changes no event named (at ``unseen_at``) and no event
+    came in ``wait_s`` since; ``SILENT``: neither an event nor a full list for
+    ``silent_s``: list, comparing; None: the stream is trusted. Silence alone is no
+    stall (a quiet swarm is silent too): only a change without its event is."""
+    if (
+        unseen_at is not None
+        and now - unseen_at >= wait_s
+        and (last_event_at is None or last_event_at < unseen_at)
+    ):
+        return Why.STALLED
+    if listed_at is None:
+        return None  # the first read lists anyway
+    quiet_since = listed_at if last_event_at is None else max(listed_at, last_event_at)
+    return Why.SILENT if now - quiet_since >= silent_s else None
+
+
+def unseen_changes(have: Mapping[str, Any], listed: list[Any], named: set[str]) -> list[str]:
+    """The ids (sorted) a list shows created, removed or at a newer version than ``have``
+    and no event or write named: changes the stream did not tell of."""
+    got = {o.id: o for o in listed}
+    changed = {i for i, o in got.items() if i not in have or o.version > have[i].version}
+    changed |= have.keys() - got.keys()
+    return sorted(changed - named)
 
 
 def newer(have: Mapping[str, Any], got: Any, keep: bool) -> Any:

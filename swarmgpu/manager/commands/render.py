@@ -186,28 +186,38 @@ _MEM_RE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,9})?)\s*([kmgtp]?)(?:i?b)?\s*$", r
 _MEM_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 
 
+# Swarm's least reservation above none (swarmkit controlapi validateResources): a
+# service asking less is refused at deploy, "invalid cpu value ...: Must be at least".
+MIN_NANO_CPUS = 1_000_000
+MIN_MEMORY_BYTES = 4 << 20
+
+
 def parse_cpus(v: object, where: str) -> int:
-    """Compose ``cpus`` ("1.5", 0.5, 2) as Swarm's NanoCPUs."""
+    """Compose ``cpus`` ("1.5", 0.5, 2) as Swarm's NanoCPUs; 0 is none, as docker/cli's
+    opts.ParseCPUs reads "0" and Swarm takes a 0 reservation (compose: no limit)."""
     text = str(v) if isinstance(v, int | float | str) and not isinstance(v, bool) else ""
     m = _CPUS_RE.match(text)
     if m is None:
         raise StackError(f"{where}: {v!r} is not a number of CPUs (like \"1.5\" or 2)")
     nano = round(float(m.group(1)) * 1e9)
-    if nano <= 0:
-        raise StackError(f"{where}: {v!r} reserves no CPU; leave the key out instead")
+    if 0 < nano < MIN_NANO_CPUS:
+        raise StackError(f"{where}: {v!r}: Swarm refuses a reservation below 0.001 CPUs "
+                         "(at least 0.001 CPUs, or 0 for none)")
     return nano
 
 
 def parse_memory(v: object, where: str) -> int:
-    """Compose ``memory`` (bytes, or "512M", "1g", "1.5GiB") as Swarm's MemoryBytes."""
+    """Compose ``memory`` (bytes, or "512M", "1g", "1.5GiB") as Swarm's MemoryBytes; 0
+    is none, as docker reads and Swarm takes it."""
     text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
     m = _MEM_RE.match(text)
     if m is None:
         raise StackError(f"{where}: {v!r} is not an amount of memory (bytes, or a number "
                          "with b, k, m, g, t or p: \"512M\", \"1g\")")
     got = int(float(m.group(1)) * _MEM_UNIT[m.group(2).lower()])
-    if got <= 0:
-        raise StackError(f"{where}: {v!r} reserves no memory; leave the key out instead")
+    if 0 < got < MIN_MEMORY_BYTES:
+        raise StackError(f"{where}: {v!r}: Swarm refuses a reservation below 4 MiB (at "
+                         "least 4 MiB, or 0 for none)")
     return got
 
 
@@ -234,10 +244,13 @@ def _reservations(deploy: Mapping[str, Any], where: str) -> dict[str, Any]:
                    f"{where}.deploy.resources")
     at = f"{where}.deploy.resources.reservations"
     out: dict[str, Any] = {}
-    if res.get("cpus") is not None:
-        out["NanoCPUs"] = parse_cpus(res["cpus"], f"{at}.cpus")
-    if res.get("memory") is not None:
-        out["MemoryBytes"] = parse_memory(res["memory"], f"{at}.memory")
+    # 0 is Swarm's "none": docker sends it, the engine answers it left out
+    if res.get("cpus") is not None and (nano := parse_cpus(res["cpus"], f"{at}.cpus")):
+        out["NanoCPUs"] = nano
+    if res.get("memory") is not None and (
+        got := parse_memory(res["memory"], f"{at}.memory")
+    ):
+        out["MemoryBytes"] = got
     if res.get("generic_resources") is not None:
         out["GenericResources"] = _generic(res["generic_resources"], f"{at}.generic_resources")
     return out
