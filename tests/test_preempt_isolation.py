@@ -250,3 +250,50 @@ def test_a_preemptor_whose_choice_raises_preempts_nothing_alone(
     assert [p.service for p in done] == ["h2"]
     (said,) = _logged(lines, "failed unexpectedly")
     assert "Traceback" in said and "victims for h1" in said
+    h1 = next(sp for sp in plan.services if sp.name == "h1")  # the map says it too
+    assert [w for w in h1.warnings if "choosing victims for h1" in w and "fix:" in w]
+
+
+def _raising_choice(monkeypatch: pytest.MonkeyPatch, preemptor: str) -> None:
+    """Choosing ``preemptor``'s victims raises a KeyError (a bug, or input no one
+    foresaw); the others' choices are as before."""
+    from swarmgpu.manager.placement import preempt
+
+    real = preempt.choose_preemptions.__globals__["_best_preemption"]
+
+    def best(rd: Any, s: SwarmService, r: Any) -> Any:
+        if s.name == preemptor:
+            raise KeyError("gpu-node-9")
+        return real(rd, s, r)
+
+    monkeypatch.setitem(preempt.choose_preemptions.__globals__, "_best_preemption", best)
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_plan_and_status_show_a_preemptors_choice_that_raises_and_the_rest(
+    monkeypatch: pytest.MonkeyPatch, dry: bool
+) -> None:
+    """`plan` and `status` (``plan_as_daemon``) isolate a preemptor whose choice raises
+    as the daemon's cycle does: h1's plan says what failed, that it preempts nothing and
+    the fix; h2's preemption is still noted, and the whole plan is there. Before: the
+    exception left ``plan_as_daemon``, and both commands failed with a traceback."""
+    from swarmgpu.manager.commands.plan import render_plan
+    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+
+    _raising_choice(monkeypatch, "h1")
+    from swarmgpu.manager.nodes.agent_client import FactsResult
+
+    sw = _two_preemptions()
+    facts = {nid: FactsResult(nid, f.hostname, "", f, None, 1.0) for nid, f in FACTS.items()}
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), facts,
+                    swarm_labels=sw.swarm_labels())
+    got = plan_as_daemon(snap, Config(preemption=PreemptionConfig(dry_run=dry)))
+    by = {sp.name: sp for sp in got.services}
+    assert set(by) == {"a", "b", "filler", "h1", "h2"}
+    (said,) = [w for w in by["h1"].warnings if "h1" in w]
+    assert "KeyError" in said and "gpu-node-9" in said and "preempts nothing" in said
+    assert "fix:" in said
+    assert [w for w in by["h2"].warnings if "for h2" in w], by["h2"].warnings
+    text = render_plan(got.services, ungranted=[], workload={}, health=[], moves=None,
+                       listen="x")
+    assert f"note: {said}" in text and "h2: pending" in text

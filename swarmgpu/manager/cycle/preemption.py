@@ -61,6 +61,7 @@ from loguru import logger
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
@@ -99,6 +100,15 @@ class Unstored(Exception):
 def dry_note(p: Preemption) -> str:
     """What a preemptor's plan says of ``p`` in dry-run (the map, `plan`, `status`)."""
     return f"would {p.describe()} (preemption.dry_run)"
+
+
+def raised_note(name: str, exc: Exception) -> str:
+    """What preemptor ``name``'s plan says when choosing its victims raised (the map,
+    `plan`, `status`): it alone preempts nothing, as in the daemon's cycle."""
+    return (f"preemption: choosing victims for {name} failed unexpectedly "
+            f"({type(exc).__name__}: {peer_text(str(exc), 200)}): it preempts nothing, the "
+            "other preemptions go on; fix: a bug or input swarmgpu does not foresee, "
+            "report it with the daemon's log, which has the traceback")
 
 
 class Preempter:
@@ -153,11 +163,12 @@ class Preempter:
             return []
         raised: dict[str, Exception] = {}
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records)
+        by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
             self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
                              "failed unexpectedly, it preempts nothing this cycle; the "
                              "other preemptions go on")
-        by_name = {sp.name: i for i, sp in enumerate(plan.services)}
+            _note(plan, by_name, name, raised_note(name, exc))
         done: list[Preemption] = []
         waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
         unstored = False  # the hour in memory differs from the one last stored
@@ -306,8 +317,11 @@ class Preempter:
         settle time lives in the daemon's memory only."""
         now = time.time() if now is None else now
         dry = self.cfg.preemption.dry_run or self.cfg.dry_run
-        chosen = self.decide(snap, plan, facts, refused, now, ports)
+        raised: dict[str, Exception] = {}  # isolated as ``cycle`` does: the rest shown
+        chosen = self.decide(snap, plan, facts, refused, now, ports, raised)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
+        for name, exc in raised.items():
+            _note(plan, by_name, name, raised_note(name, exc))
         for p in chosen:
             i = by_name.get(p.service)
             if i is None:
@@ -547,6 +561,13 @@ class Preempter:
                     "when capacity frees", Preempted(p.service, p.priority, now,
                                                      v.node_id).reason(), p.hostname)
         return True
+
+
+def _note(plan: PlacementPlan, by_name: Mapping[str, int], name: str, note: str) -> None:
+    """``note`` on service ``name``'s plan, where the plan has it."""
+    i = by_name.get(name)
+    if i is not None:
+        plan.services[i] = plan.services[i].noted(note)
 
 
 def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None) -> PlacementPlan:
