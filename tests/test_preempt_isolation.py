@@ -297,3 +297,38 @@ def test_plan_and_status_show_a_preemptors_choice_that_raises_and_the_rest(
     text = render_plan(got.services, ungranted=[], workload={}, health=[], moves=None,
                        listen="x")
     assert f"note: {said}" in text and "h2: pending" in text
+
+
+class _NodeWriteFails(RecordingSwarm):
+    """Victim a's gate write fails with an engine error (a timeout after the engine may
+    have made it, an engine error) once its spec write landed."""
+
+    def __init__(self) -> None:
+        c = _two_preemptions()
+        super().__init__(c.nodes(), c.services(), c.tasks())
+        self.armed = True
+
+    def update_node_labels(self, node_id: str, compute: Any, **kw: Any) -> bool:
+        from swarmgpu.swarm.client import SwarmError
+
+        if self.armed and gate_key(P, "a") in self._nodes[node_id].labels and gate_key(
+            P, "a"
+        ) not in (compute(self._nodes[node_id].labels) or {}):
+            self.armed = False
+            raise SwarmError("engine timed out: read timeout")
+        return super().update_node_labels(node_id, compute, **kw)
+
+
+def test_a_victims_gate_write_that_fails_after_its_spec_write_keeps_its_second_spent() -> None:
+    """a's spec write landed (its record, its device list gone), its gate write failed
+    with an engine error: its outcome is unknown (a timeout after the engine made it
+    stopped a), so a's second of the hour stays spent, as a stop half made by any other
+    fault; the record on a's spec matches the hour, so a cools down. Before: the second
+    was given back, and a stop that had landed went uncounted (max_per_hour exceeded)."""
+    sw = _NodeWriteFails()
+    pre, snap, plan = _preempter(sw, moves=False)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [p.service for p in done] == ["h2"]
+    assert f"{P}{PREEMPTED_STATE}" in sw.service("id-a").labels
+    assert gate_key(P, "a") in sw.node("n-4090").labels
+    assert _stored_hour(sw) == 2 and len(pre.spent.all) == 2

@@ -497,9 +497,10 @@ class Preempter:
     def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float,
               ) -> bool | None:
         """``_close``, one victim's loss only whatever it raises: True stopped, False
-        left as it was; None when it raised past a SwarmError (a bug, or an answer no one
-        foresaw) after a write was let through: half made, judged from Swarm next cycle
-        (a victim still holding is placement's, which keeps it placed)."""
+        left as it was; None when half made (its gate write failed after its spec write,
+        or it raised past a SwarmError, a bug or an answer no one foresaw, after a write
+        was let through): counted, judged from Swarm next cycle (a victim still holding
+        is placement's, which keeps it placed)."""
         gate = Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
                       who="preemption", prefix=self.prefix)
         wrote: list[bool] = []
@@ -517,8 +518,10 @@ class Preempter:
             return None if wrote else False
 
     def _close(self, gate: Writes, swarm: SwarmClient, p: Preemption, v: Candidate,
-               now: float) -> bool:
-        """Close one victim's gate on its node, after its device lists and the record."""
+               now: float) -> bool | None:
+        """Close one victim's gate on its node, after its device lists and the record:
+        True closed, False nothing of it written, None half made (the spec written, the
+        gate write failed: counted, as ``_stop``'s None)."""
         prefix = self.prefix
         log = logger.bind(service=v.service)
         try:  # the holding as Swarm has it now, not as the snapshot had it
@@ -553,10 +556,19 @@ class Preempter:
         why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
         try:
             gate.service_spec(v.service_id, service, why)
+        except SwarmError as exc:
+            log.error("preemption of {} failed, its gate left open: {}", v.service, exc)
+            return False
+        try:
             gate.node_labels(v.node_id, node_labels, why)
         except SwarmError as exc:
-            log.error("preemption of {} failed: {}", v.service, exc)
-            return False
+            # Half made: its spec write landed, and this one's outcome is unknown (a
+            # timeout after the engine made it stopped the victim), so its second stays
+            # spent; a victim still holding next cycle is placement's, which keeps it.
+            log.error("preemption of {} half made (its spec written, its gate write "
+                      "failed), counted in the hour and judged from Swarm next cycle: {}",
+                      v.service, exc)
+            return None
         log.warning("{} on {}: its gate is closed, Swarm stops its task; it is placed again "
                     "when capacity frees", Preempted(p.service, p.priority, now,
                                                      v.node_id).reason(), p.hostname)
