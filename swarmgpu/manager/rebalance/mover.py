@@ -91,12 +91,15 @@ from swarmgpu.manager.rebalance.record import (
     crash_point,
     drop_record,
     end_move,
+    end_surge,
+    held_by_others,
     node_by_id,
     put_record,
     room_for,
     service_ledger,
     spec_edit,
     spec_labels,
+    start_surge,
     swarm_id,
     unreadable_records,
     unreadable_why,
@@ -144,7 +147,6 @@ from swarmgpu.swarm.client import (
     SwarmTask,
     VersionConflict,
 )
-from swarmgpu.swarm.jsonstrict import sub_object
 
 
 def _cannot_run(node: SwarmNode, host: str) -> str | None:
@@ -158,35 +160,6 @@ def _cannot_run(node: SwarmNode, host: str) -> str | None:
 def target_free(m: Move, target: SwarmNode, prefix: str) -> str | None:
     """None when the target GPUs still have room by the node's live ledger."""
     return room_for(m, target, prefix, own_moves=False)
-
-
-# --- spec edits ---------------------------------------------------------------------------
-
-
-_spec_edit = spec_edit
-_labels = spec_labels
-
-
-def _start_surge(spec: dict[str, Any], replicas: int) -> None:
-    """make-before-break: one replica more, at most one per node (``_end_surge`` undoes)."""
-    spec.setdefault("Mode", {}).setdefault("Replicated", {})["Replicas"] = replicas + 1
-    spec.setdefault("TaskTemplate", {}).setdefault("Placement", {})["MaxReplicas"] = 1
-
-
-def _end_surge(spec: dict[str, Any], st: MoveState) -> None:
-    """The surge goes: replicas back to the count before the move, MaxReplicas to its
-    value then, each only while it is what the surge set. An owner who scaled or
-    re-deployed the service during the move keeps what they set (the docker-proxy lets
-    the daemon raise replicas by one only: the surge)."""
-    rep = sub_object(spec, "Mode", "Replicated")
-    if rep is not None and rep.get("Replicas") == st.replicas + 1:
-        rep["Replicas"] = st.replicas
-    placement = sub_object(spec, "TaskTemplate", "Placement")
-    if placement is not None and placement.get("MaxReplicas") == 1:
-        if st.max_replicas:
-            placement["MaxReplicas"] = st.max_replicas
-        else:
-            placement.pop("MaxReplicas")
 
 
 @dataclass(frozen=True)
@@ -292,7 +265,7 @@ class Mover:
 
     # --- writes: through the actuator's gate, which refuses every one in dry-run ------
     def _write_spec(self, sid: str, fn: Callable[[dict[str, Any]], None]) -> bool:
-        return self.writes.service_spec(sid, _spec_edit(fn))
+        return self.writes.service_spec(sid, spec_edit(fn))
 
     def _write_node(self, node_id: str,
                     compute: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
@@ -312,7 +285,7 @@ class Mover:
         seen = s.labels.get(key)
 
         def edit(spec: dict[str, Any]) -> None:
-            labels = _labels(spec)
+            labels = spec_labels(spec)
             if labels.get(key) == seen:  # a newer value is judged next cycle
                 labels.pop(key, None)
 
@@ -522,12 +495,12 @@ class Mover:
         p = self.prefix
 
         def step1(spec: dict[str, Any]) -> None:
-            labels = _labels(spec)
+            labels = spec_labels(spec)
             labels[p + MOVE_STATE] = st.to_json()
             labels[devices_key(p, st.target)] = ",".join(st.target_uuids)
             labels.update(dict(m.target_share))  # the moved task is told its share
             if st.surge:
-                _start_surge(spec, replicas)
+                start_surge(spec, replicas)
 
         # The record first: a label is only ever acted on when its record exists.
         self._put_record(fresh.id, st)
@@ -591,21 +564,48 @@ class Mover:
         p = self.prefix
 
         def also(spec: dict[str, Any]) -> None:
-            labels = _labels(spec)
+            labels = spec_labels(spec)
             labels.pop(devices_key(p, drop_node), None)
             for k in [k for k in labels if node_of_key(k, p) == drop_node]:
                 labels.pop(k)
             if st.surge:
-                _end_surge(spec, st)
+                end_surge(spec, st)
 
         end_move(self.writes, p, sid, self.clock(), also)
 
+    def _reopen(self, st: MoveState) -> str:
+        """Back onto the source: its ledger entry and gate, in one write, unless another
+        service holds its GPUs now (closing the source freed them in the ledger, and a
+        placement in between may have given them out; reopened, one GPU had two
+        holders): then nothing is written, and who holds which GPU is returned ("":
+        reopened, or open already)."""
+        h = st.source_holding()
+        want = {assign_key(self.prefix, h.service): h.label_value(),
+                gate_key(self.prefix, h.service): "true"}
+        taken: list[str] = []
+
+        def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
+            taken[:] = held_by_others(cur, self.prefix, h)  # as the node is at write time
+            return None if taken else {**cur, **want}
+
+        self._write_node(st.source, compute)
+        return "; ".join(taken)
+
+    def _rolled_back(self, st: MoveState, detail: str, taken: str) -> None:
+        """The roll-back's outcome; not reopened (``taken``): a failed move, once."""
+        if not taken:
+            self._record(st.service, st.source_host, st.target_host, st.reason,
+                         Outcome.ROLLED_BACK, detail)
+            return
+        self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.FAILED,
+                     f"{detail}; {st.service} not reopened on {st.source_host}: {taken} now "
+                     "(placed while the move ran); placement places its replica anew")
+
     def _roll_back(self, sid: str, st: MoveState, detail: str) -> None:
-        self._open(st.source, st.source_holding())
+        taken = self._reopen(st)
         self._close(st.target, st.service)
         self._finish(sid, st, st.target)
-        self._record(st.service, st.source_host, st.target_host, st.reason,
-                     Outcome.ROLLED_BACK, detail)
+        self._rolled_back(st, detail, taken)
 
     def _node_left(self, sid: str, st: MoveState, src: SwarmNode | None,
                    dst: SwarmNode | None) -> None:
@@ -613,11 +613,9 @@ class Mover:
         node that is left (placement carries on from its ledger), never a step error
         every cycle."""
         if dst is None:
-            if src is not None:
-                self._open(st.source, st.source_holding())
+            taken = self._reopen(st) if src is not None else ""
             self._finish(sid, st, st.target)
-            self._record(st.service, st.source_host, st.target_host, st.reason,
-                         Outcome.ROLLED_BACK, f"{st.target_host} left the swarm")
+            self._rolled_back(st, f"{st.target_host} left the swarm", taken)
             return
         self._open(st.target, st.target_holding())
         self._finish(sid, st, st.source)
@@ -679,7 +677,7 @@ class Mover:
         elif st.direction == "forward" and why is not None:
             back = replace(st, direction="back")
             self._put_record(sid, back)  # the record first: it is the authority
-            self._write_spec(sid, lambda spec: _labels(spec).__setitem__(
+            self._write_spec(sid, lambda spec: spec_labels(spec).__setitem__(
                 p + MOVE_STATE, back.to_json()))
             st = back
         if st.direction == "back":
