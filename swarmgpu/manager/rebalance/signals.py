@@ -15,6 +15,7 @@ before (this daemon's memory), else from neither (UNKNOWN); both are flagged.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from swarmgpu.core.config import RebalanceConfig
@@ -111,8 +112,11 @@ class Signals:
 
     def observe(self, scrapes: Mapping[str, NodeScrape], facts: Mapping[str, NodeFacts],
                 hostnames: Mapping[str, str],
-                ledger: Mapping[str, Mapping[str, Holding]], now: float) -> list[str]:
-        """Record this cycle's readings and re-judge every window. Returns warnings."""
+                ledger: Mapping[str, Mapping[str, Holding]], now: float,
+                rejoined: Mapping[str, AbstractSet[str]] | None = None) -> list[str]:
+        """Record this cycle's readings and re-judge every window. Returns warnings.
+        ``rejoined``: ``gpuowners.rejoined`` of Swarm's node list (old entries of nodes
+        that joined again own none of their GPUs)."""
         warnings: list[str] = []
         per_node: dict[str, dict[str, Holding]] = {}
         for svc, by_node in ledger.items():
@@ -120,7 +124,8 @@ class Signals:
                 per_node.setdefault(nid, {})[svc] = h
         gpus: dict[GpuKey, GpuSignal] = {}
         nodes: dict[str, NodeSignal] = {}
-        own = owners(facts, self.uuid_owner)
+        own = owners(facts, self.uuid_owner, rejoined)
+        old = rejoined or {}
         self.uuid_owner = dict(own.owner)
         for nid, f in facts.items():
             if not f.gpus:
@@ -155,8 +160,12 @@ class Signals:
                 why = None
                 if shared := own.others(nid, g.uuid):
                     keeper = own.owner.get(g.uuid)
-                    read = ("here, where it was first" if ours else
-                            f"on {hostnames.get(keeper, keeper[:12])}, where it was first"
+                    again = [o for o in (nid, *shared) if keeper in old.get(o, ())]
+                    first = (f", where its node joined again (the old entry {again[0]} is "
+                             f"down: docker node rm {again[0]})" if again
+                             else ", where it was first")
+                    read = (f"here{first}" if ours else
+                            f"on {hostnames.get(keeper, keeper[:12])}{first}"
                             if keeper else "on neither")
                     names = ", ".join(hostnames.get(o, o[:12]) for o in shared)
                     warnings.append(f"{host}: GPU {g.index} {g.uuid[:64]}: its UUID is in "
