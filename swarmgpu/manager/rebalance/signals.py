@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.nodes.gpuowners import owners, strays
+from swarmgpu.manager.nodes.gpuowners import Owners, owners, strays
 from swarmgpu.manager.placement import Holding
 from swarmgpu.manager.rebalance.scrape import NodeScrape
 from swarmgpu.manager.rebalance.windows import (
@@ -95,6 +95,20 @@ def fragmentation_pct(node_facts: NodeFacts, holdings: Mapping[str, Holding]) ->
     return 100.0 * partial / free_total if free_total else 0.0
 
 
+def _shared(nid: str, uuid: str, shared: tuple[str, ...], own: Owners,
+            hostnames: Mapping[str, str], rejoined: Mapping[str, AbstractSet[str]]) -> str:
+    """What is said of ``nid``'s GPU ``uuid`` that the facts of ``shared`` list too: from
+    which node it is read, and why that one."""
+    keeper = own.owner.get(uuid)
+    again = [o for o in (nid, *shared) if keeper in rejoined.get(o, ())]
+    first = (f", where its node joined again (the old entry {again[0]} is down: docker "
+             f"node rm {again[0]})" if again else ", where it was first")
+    read = (f"here{first}" if keeper == nid else
+            f"on {hostnames.get(keeper, keeper[:12])}{first}" if keeper else "on neither")
+    names = ", ".join(hostnames.get(o, o[:12]) for o in shared)
+    return f"its UUID is in the facts of {names} too: read {read}"
+
+
 class Signals:
     """The windows of one daemon (the leader's memory; a new leader starts UNKNOWN)."""
 
@@ -125,7 +139,6 @@ class Signals:
         gpus: dict[GpuKey, GpuSignal] = {}
         nodes: dict[str, NodeSignal] = {}
         own = owners(facts, self.uuid_owner, rejoined)
-        old = rejoined or {}
         self.uuid_owner = dict(own.owner)
         for nid, f in facts.items():
             if not f.gpus:
@@ -159,20 +172,11 @@ class Signals:
                 idle = self.idle.update(key, now)
                 why = None
                 if shared := own.others(nid, g.uuid):
-                    keeper = own.owner.get(g.uuid)
-                    again = [o for o in (nid, *shared) if keeper in old.get(o, ())]
-                    first = (f", where its node joined again (the old entry {again[0]} is "
-                             f"down: docker node rm {again[0]})" if again
-                             else ", where it was first")
-                    read = (f"here{first}" if ours else
-                            f"on {hostnames.get(keeper, keeper[:12])}{first}"
-                            if keeper else "on neither")
-                    names = ", ".join(hostnames.get(o, o[:12]) for o in shared)
-                    warnings.append(f"{host}: GPU {g.index} {g.uuid[:64]}: its UUID is in "
-                                    f"the facts of {names} too: read {read} (swarmgpu "
+                    said = _shared(nid, g.uuid, shared, own, hostnames, rejoined or {})
+                    warnings.append(f"{host}: GPU {g.index} {g.uuid[:64]}: {said} (swarmgpu "
                                     "audit: gpu-uuid-conflict)")
                     if not ours:
-                        why = f"its UUID is in the facts of {names} too: read {read}"
+                        why = said
                 if ours and hot is State.UNKNOWN:
                     why = node_why or coverage_problem(
                         self.store.points(key, UTIL), now, self.hot_c) or "unknown"
