@@ -66,6 +66,7 @@ from swarmgpu.manager.rebalance.record import (
     crash_point,
     drop_record,
     end_move,
+    held_by_others,
     node_by_id,
     put_record,
     read_records,
@@ -272,6 +273,8 @@ class Repin:
                 self.say(st, Outcome.FAILED, kept_on_healthy(st, self.cfg.move_timeout_s))
                 return
         elif late:
+            if st.direction == "forward" and self._taken(sid, st, node, held):
+                return
             if st.direction == "back":
                 self._leave(sid, st, held, f"the roll-back's task did not run within "
                                            f"{self.cfg.move_timeout_s:g}s")
@@ -285,6 +288,8 @@ class Repin:
             self.advance(sid, back)
             return
         if not at_target:  # step 2 (or a roll-back's first node write)
+            if st.direction == "back" and self._taken(sid, st, node, held):
+                return
             self._close(st)
             crash_point("repin-step-2")
         elif not gate_open:
@@ -297,6 +302,22 @@ class Repin:
             self.say(st, outcome, f"running on {st.source_host} with "
                                   f"{','.join(st.target_uuids)}; only that node's task "
                                   "was replaced")
+
+    def _taken(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None) -> bool:
+        """A roll-back about to write the old GPUs back into the ledger finds another
+        service holding them now (step 2 freed them, and a placement in between may have
+        given them out): not rolled back, the service is left to placement on the GPUs
+        it holds, its device map pointed at them again; True then."""
+        old = st.target_holding() if st.direction == "back" else st.source_holding()
+        taken = "; ".join(held_by_others(node.labels, self.prefix, old))
+        if not taken:
+            return False
+        if st.direction == "back":  # its spec names the old GPUs: back to those it holds
+            ahead = swapped(st, self.clock())
+            self._point_spec(sid, ahead, ahead)
+        self._leave(sid, st, held, f"not rolled back: {st.service}'s old GPUs on "
+                                   f"{st.source_host}: {taken} now (placed while it moved)")
+        return True
 
     def _leave(self, sid: str, st: MoveState, held: Holding | None, why: str) -> None:
         """Give the service back to placement: its gate open on the ledger as it is (none:
