@@ -50,6 +50,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from loguru import logger
@@ -83,11 +84,9 @@ from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, MoveRecord, Outcome, Trigger
 from swarmgpu.manager.rebalance.record import (
-    CRASH_ENV as CRASH_ENV,
-)
-from swarmgpu.manager.rebalance.record import (
     HEALTH,
     FirstSeen,
+    cannot_run,
     crash_point,
     drop_record,
     end_move,
@@ -105,12 +104,6 @@ from swarmgpu.manager.rebalance.record import (
     unreadable_why,
 )
 from swarmgpu.manager.rebalance.record import (  # the record: re-exported for callers
-    MAX_LABEL_CHARS as MAX_LABEL_CHARS,
-)
-from swarmgpu.manager.rebalance.record import (
-    RECORD as RECORD,
-)
-from swarmgpu.manager.rebalance.record import (
     MoveState as MoveState,
 )
 from swarmgpu.manager.rebalance.record import (
@@ -147,19 +140,6 @@ from swarmgpu.swarm.client import (
     SwarmTask,
     VersionConflict,
 )
-
-
-def _cannot_run(node: SwarmNode, host: str) -> str | None:
-    """Why Swarm starts no task of a move on ``node`` (None: it may). Not "unknown": a
-    new leader says so of every node until it reports again (the timeout bounds it)."""
-    if node.state == "down" or node.availability != "active":
-        return f"{host} is {node.state}/{node.availability}"
-    return None
-
-
-def target_free(m: Move, target: SwarmNode, prefix: str) -> str | None:
-    """None when the target GPUs still have room by the node's live ledger."""
-    return room_for(m, target, prefix, own_moves=False)
 
 
 @dataclass(frozen=True)
@@ -352,9 +332,15 @@ class Mover:
                                  Outcome.DRY_RUN, f"GPUs {','.join(m.target_uuids)}")
             self._last_dry = now_keys
             return
+        self._start_all(ok, by_name)
+
+    def _start_all(self, ok: Sequence[Move], by_name: Mapping[str, SwarmService]) -> None:
+        """Start the admitted moves, each its own loss whatever it raises."""
         for m in ok:
+            wrote: list[bool] = []  # a write of the move was let through (its record first)
             try:
-                got = self.start(m, by_name[m.service])
+                with self.writes.before_first(partial(wrote.append, True)):
+                    got = self.start(m, by_name[m.service])
                 if got.budget is not None:  # admitted on this cycle's first read
                     logger.bind(service=m.service).info(
                         "move {} -> {} not started: {}", m.source_host, m.target_host, got.why)
@@ -363,6 +349,7 @@ class Mover:
             except SwarmError as exc:
                 self._record(m.service, m.source_host, m.target_host, m.reason,
                              Outcome.FAILED, str(exc))
+                self._spent_anyway(m, bool(wrote), exc)
             except Stopped:
                 raise  # the daemon stops: no later move starts (not a failed one)
             except Exception as exc:  # a bug or unforeseen input: this move's loss only
@@ -372,6 +359,15 @@ class Mover:
                     m.target_host)
                 self._record(m.service, m.source_host, m.target_host, m.reason,
                              Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+                self._spent_anyway(m, bool(wrote), exc)
+
+    def _spent_anyway(self, m: Move, wrote: bool, exc: Exception) -> None:
+        """A fragmentation move whose start raised after its first write, its record, may
+        be under way (the record is the authority): the hour's budget is spent, as by one
+        started; not when the start took its record back (``VersionConflict``...)."""
+        if wrote and m.trigger is Trigger.FRAGMENTATION and not isinstance(
+                exc, (VersionConflict, NotLeader)):
+            self.frag_budget.spend(self.clock())
 
     def _admit(self, moves: Sequence[Move], v: Verdict, labels: Mapping[str, str],
                nodes: Sequence[SwarmNode], by_name: Mapping[str, SwarmService],
@@ -474,7 +470,7 @@ class Mover:
             return Started(ok=True)
         target = self.swarm.node(m.target_node)
         source = self.swarm.node(m.source_node)
-        why = target_free(m, target, self.prefix)
+        why = room_for(m, target, self.prefix, own_moves=False)  # by its live ledger
         held = source.labels.get(assign_key(self.prefix, m.service))
         h = parse_holding(m.service, m.source_node, held or "")
         if why is None and (h is None or h.uuids != m.source_uuids):
@@ -653,7 +649,7 @@ class Mover:
         dst_open = dst.labels.get(gate_key(p, st.service)) == "true"
         # Failed: B's task does not run and B cannot run it (down, drained, paused: no
         # wait for the timeout with A closed or the budget held), or the timeout passed.
-        down = None if st.target in running_on else _cannot_run(dst, st.target_host)
+        down = None if st.target in running_on else cannot_run(dst, st.target_host)
         why = down or (f"no task running on {st.target_host} within "
                        f"{self.cfg.move_timeout_s:g}s" if st.target not in running_on and
                        self.clock() - self.seen.started(st, self.clock())

@@ -103,6 +103,14 @@ def node_by_id(swarm: SwarmClient, node_id: str) -> SwarmNode | None:
     return node if node.id == node_id else None
 
 
+def cannot_run(node: SwarmNode, host: str) -> str | None:
+    """Why Swarm starts no task of a move on ``node`` (None: it may). Not "unknown": a
+    new leader says so of every node until it reports again (the timeout bounds it)."""
+    if node.state == "down" or node.availability != "active":
+        return f"{host} is {node.state}/{node.availability}"
+    return None
+
+
 def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool) -> str | None:
     """None when ``m``'s target GPUs have room on ``node`` by its live ledger and the node
     takes work. ``own_moves``: the service's own holding there is the one that moves (a
