@@ -332,3 +332,40 @@ def test_a_victims_gate_write_that_fails_after_its_spec_write_keeps_its_second_s
     assert f"{P}{PREEMPTED_STATE}" in sw.service("id-a").labels
     assert gate_key(P, "a") in sw.node("n-4090").labels
     assert _stored_hour(sw) == 2 and len(pre.spent.all) == 2
+
+
+class _RecordAnswerLost(RecordingSwarm):
+    """The write of victim a's move record lands, but its answer is lost (an engine
+    timeout): a SwarmError after the engine made it."""
+
+    def __init__(self) -> None:
+        c = _two_preemptions()
+        super().__init__(c.nodes(), c.services(), c.tasks())
+        self.armed = True
+
+    def update_swarm_labels(self, compute: Any, **kw: Any) -> bool:
+        from swarmgpu.swarm.client import SwarmUnavailable
+
+        key, before = f"{P}state.moves.id-a", dict(self._swarm_labels)
+        landed = super().update_swarm_labels(compute, **kw)
+        if self.armed and key in self._swarm_labels and key not in before:
+            self.armed = False
+            raise SwarmUnavailable("engine timed out: read timeout")
+        return landed
+
+
+def test_a_victims_move_whose_record_write_answer_is_lost_is_not_stopped_too() -> None:
+    """a's move record was written, its answer lost: the move may be under way (its
+    record is the authority: the rebalancer's mover goes on with it or rolls it back),
+    so a is not stopped under it, it counts in the hour (stored before that write), and
+    h1 waits for the move. Before: any SwarmError from the move's start stopped a
+    too, its move in flight: its source closed twice over, a roll-back reopening GPUs
+    given to h1."""
+    sw = _RecordAnswerLost()
+    pre, snap, plan = _preempter(sw, moves=True)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert sorted(p.service for p in done) == ["h1", "h2"]
+    assert "id-a" in read_records(sw.swarm_labels(), P)
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
+    assert gate_key(P, "a") in sw.node("n-4090").labels
+    assert _stored_hour(sw) == 2 and pre.moving == {"h1": "a", "h2": "b"}

@@ -86,7 +86,13 @@ from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import moving, recorded
 from swarmgpu.manager.services.tenants import Tenants
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
+from swarmgpu.swarm.client import (
+    NotLeader,
+    SwarmClient,
+    SwarmError,
+    SwarmService,
+    VersionConflict,
+)
 
 # service -> nodes refused to it for a host-mode port alone -> who binds it (Planner.port_takers)
 PortTakers = Callable[[SwarmService], Mapping[str, AbstractSet[str]]]
@@ -455,8 +461,19 @@ class Preempter:
         except Unstored:
             return "held"
         except SwarmError as exc:
-            logger.bind(service=v.service).error("preemption: move failed to start: {}", exc)
-            return "stop"
+            if not wrote or isinstance(exc, VersionConflict | NotLeader):
+                # nothing written, or the start took its record back: no move of it
+                logger.bind(service=v.service).error("preemption: move failed to start: {}",
+                                                     exc)
+                return "stop"
+            # Its record was written (or its answer lost): the move may be under way, and
+            # the record is the authority, as below; stopped too, it lost its source twice.
+            logger.bind(service=v.service).error(
+                "preemption: moving {} for {} failed after its record was written ({}): "
+                "counted as started, judged from its record next cycle", v.service,
+                p.service, exc)
+            self.moving[p.service] = v.service
+            return "moved"
         except Stopped:
             raise  # the daemon stops: no later victim is acted on
         except Exception as exc:  # a bug or unforeseen input: this victim's loss only
