@@ -9,6 +9,7 @@ No real input is known to make the mover or a stop raise so: the faults are inje
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -369,3 +370,41 @@ def test_a_victims_move_whose_record_write_answer_is_lost_is_not_stopped_too() -
     assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
     assert gate_key(P, "a") in sw.node("n-4090").labels
     assert _stored_hour(sw) == 2 and pre.moving == {"h1": "a", "h2": "b"}
+
+
+def _one_preemptor_two_victims(b_labels: dict[str, str]) -> RecordingSwarm:
+    """big (priority 100) wants 4 RTX 4090s: a and b (priority 0, 2 GPUs each) are its
+    victims on n-4090 (filler holds the other 4, not preemptible); the DGX has room
+    for a to move there. A move record that cannot be read fills the move budget."""
+    c = _two_preemptions()
+    svcs = [s for s in c.services() if s.name in ("a", "b", "filler")]
+    svcs = [replace(s, labels={**s.labels, **b_labels}) if s.name == "b" else s for s in svcs]
+    big = sw_svc("big", {f"{P}gpus": "4", f"{P}gpu-product": "*RTX 4090*",
+                         f"{P}priority": "100"})
+    tasks = [t for t in c.tasks() if t.service_id in {s.id for s in svcs}]
+    tasks.append(SwarmTask("t-big", big.id, "", 1, "pending", "running", ()))
+    sw = RecordingSwarm(c.nodes(), [*svcs, big], tasks)
+    sw._swarm_labels[f"{P}state.moves.id-gone"] = "{"  # unreadable: a move in flight
+    return sw
+
+
+def test_a_preemption_whose_victims_move_waits_stops_none_of_its_victims() -> None:
+    """big needs a's and b's GPUs. a's move waits for the move budget; b (opted out of
+    moves) would be stopped. Before: b was stopped alone, big still could not run (a
+    kept its GPUs), and placement gave b its GPUs back the next cycle: stopped and
+    restarted for nothing, again after each settle time. Now the preemption waits as a
+    whole: nothing stopped, nothing of the hour spent, tried again next cycle."""
+    sw = _one_preemptor_two_victims({f"{P}rebalance": "never"})
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    cfg = Config(rebalance=RebalanceConfig(dry_run=False, max_moves_per_cycle=1,
+                                           max_moves_per_node=4),
+                 preemption=PreemptionConfig(dry_run=False))
+    pre, plan = Preempter(cfg), make_plan(snap, cfg)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    (big,) = [sp for sp in plan.services if sp.name == "big"]
+    assert [w for w in big.warnings if "waits" in w], big.warnings
+    assert done == [] and _stored_hour(sw) == 0 and "big" not in pre.preemptor_at
+    for name in ("a", "b"):
+        assert gate_key(P, name) in sw.node("n-4090").labels, name
+        assert f"{P}{PREEMPTED_STATE}" not in sw.service(f"id-{name}").labels, name
+    assert read_records(sw.swarm_labels(), P) == {}

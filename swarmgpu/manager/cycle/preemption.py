@@ -34,12 +34,13 @@ actuator owns the budgets); the rebalancer's mover advances it each cycle, so a 
 those moves off; else the victim is stopped). The
 mover refuses a service with ``swarmgpu.rebalance: never``, one cooling down or not
 converged: that victim is stopped. A move refused for the budgets alone waits instead (a
-budget never turns a move into a stop): the victim keeps running, nothing of the hour is
-spent, the preemptor stays pending with the reason (its plan, the log once) and the move
-is tried again next cycle. It holds its slot meanwhile: the rebalancer, which runs first,
-starts none of its own moves in the slots the waiting move needs (``reserved``, found
-again each cycle, so the slot is held only while it waits). Its preemptor waits while
-the move is in flight.
+budget never turns a move into a stop): the victim keeps running, and so do the
+preemption's other victims (one stopped alone frees GPUs the preemptor cannot use yet),
+nothing of the hour is spent, the preemptor stays pending with the reason (its plan, the
+log once) and the move is tried again next cycle. It holds its slot meanwhile: the
+rebalancer, which runs first, starts none of its own moves in the slots the waiting move
+needs (``reserved``, found again each cycle, so the slot is held only while it waits).
+Its preemptor waits while the move is in flight.
 
 A victim is stopped by swarmgpu's own state only: its ``<p>devices.<node>`` lists go and
 ``<p>state.preempted`` is set on the service (no task restarts: labels only), then its
@@ -197,23 +198,7 @@ class Preempter:
                 if said.fresh(spent):  # a wait for the hour: said once
                     log.warning("{}", spent)
                 continue
-            stopped: list[Candidate] = []
-            to_stop: list[Candidate] = []
-            counted: set[str] = set()  # victims spent and stored before their move's writes
-            for v in p.victims:  # a move over budget waits: the victim is not stopped
-                act = self._move(swarm, snap, p, v, waits,
-                                 self._count_first(swarm, p, tenant, now, v, counted))
-                if act == "moved":
-                    stopped.append(v)
-                    if v.service not in counted:  # no write was let through: counted now
-                        self.spent.spend(now, tenant)
-                        unstored = True
-                elif act == "stop":
-                    to_stop.append(v)
-                elif act == "wait" and i is not None:
-                    plan.services[i] = plan.services[i].noted(waits[-1][1])
-            made, corrected = self._stop_all(swarm, p, tenant, now, to_stop, counted)
-            stopped += made
+            stopped, corrected = self._act(swarm, snap, plan, p, tenant, now, waits)
             unstored |= corrected
             if stopped:
                 self.preemptor_at[p.service] = now
@@ -227,6 +212,43 @@ class Preempter:
         if unstored:
             self._store_spent(swarm)
         return done
+
+    def _act(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
+             tenant: str, now: float, waits: list[tuple[str, str, Move]],
+             ) -> tuple[list[Candidate], bool]:
+        """Move or stop ``p``'s victims: those moved or stopped, and whether the hour in
+        memory now differs from the one stored. A victim whose move waits (the move
+        budgets: a budget never turns a move into a stop) or is held (the hour not
+        stored) holds the whole preemption back: no victim of it is stopped this cycle.
+        Stopped alone, a victim freed GPUs the preemptor could not use yet, and placement
+        gave them back to it the next cycle: stopped and restarted for nothing."""
+        i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
+        moved: list[Candidate] = []
+        to_stop: list[Candidate] = []
+        counted: set[str] = set()  # victims spent and stored before their move's writes
+        unstored, whole = False, True
+        for v in p.victims:
+            act = self._move(swarm, snap, p, v, waits,
+                             self._count_first(swarm, p, tenant, now, v, counted))
+            if act == "moved":
+                moved.append(v)
+                if v.service not in counted:  # no write was let through: counted now
+                    self.spent.spend(now, tenant)
+                    unstored = True
+            elif act == "stop":
+                to_stop.append(v)
+            else:
+                whole = False
+                if act == "wait" and i is not None:
+                    plan.services[i] = plan.services[i].noted(waits[-1][1])
+        if not whole:  # counted by a move that did not start: neither moved nor stopped
+            back = sum(1 for v in to_stop if v.service in counted)
+            if back:
+                self.spent.release(now, tenant, back)
+                unstored = True
+            to_stop = []
+        made, corrected = self._stop_all(swarm, p, tenant, now, to_stop, counted)
+        return moved + made, unstored or corrected
 
     def _records(self, swarm: SwarmClient, per_hour: int,
                  dry: bool = False) -> Mapping[str, str] | None:
