@@ -298,6 +298,12 @@ def test_plan_and_status_show_a_preemptors_choice_that_raises_and_the_rest(
     text = render_plan(got.services, ungranted=[], workload={}, health=[], moves=None,
                        listen="x")
     assert f"note: {said}" in text and "h2: pending" in text
+    from swarmgpu.manager.web.cluster_view import build_cluster, render_status
+
+    status = render_status(build_cluster(snap, got, prefix=P)).splitlines()
+    at = next(k for k, ln in enumerate(status) if ln.startswith("  h1: "))
+    assert status[at + 1] == f"    {said}", status[at:at + 2]
+    assert any(ln.startswith("  h2: ") for ln in status)
 
 
 class _NodeWriteFails(RecordingSwarm):
