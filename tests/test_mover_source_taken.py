@@ -131,3 +131,41 @@ def test_placement_places_the_replica_anew_after_a_roll_back_not_reopened() -> N
     v = next(sp for sp in plan.services if sp.name == "victim")
     assert v.status == "placed" and len(v.placements) == 1, v.reason
     assert V_UUID not in v.placements[0].uuids
+
+
+def test_a_target_given_out_before_its_gate_opened_is_not_opened() -> None:
+    """The move's first write on its target (ledger and gate) failed, and before the next
+    cycle a placement gave the target GPU to other (the ledger did not hold it yet).
+    Before: the next cycle opened the target beside other's holding, one GPU held by
+    two services. Now the target is left to other and the move rolled back: the victim
+    stays where it runs, the outcome names the GPU and its holder."""
+    from support.forged import R4090_F
+
+    from swarmgpu.swarm.client import SwarmUnavailable
+
+    target = R4090_F.gpus[1].uuid
+    sw, now = victim_cluster({}), [1000.0]
+    m = Mover(sw, RebalanceConfig(dry_run=False, move_timeout_s=120.0), prefix=P,
+              dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    real = sw.update_node_labels
+
+    def fails(node_id: str, compute: Any, **kw: Any) -> bool:
+        raise SwarmUnavailable("engine timed out")
+
+    sw.update_node_labels = fails  # type: ignore[method-assign]
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    sw.update_node_labels = real  # type: ignore[method-assign]
+    assert gate_key(P, "victim") not in sw.node("n-4090").labels
+    n = sw.node("n-4090")
+    sw._nodes["n-4090"] = replace(n, labels={**n.labels, **held_labels("other", "n-4090",
+                                                                       target)})
+    now[0] += 5.0
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    dst = sw.node("n-4090").labels
+    assert assign_key(P, "victim") not in dst and gate_key(P, "victim") not in dst
+    assert dst[assign_key(P, "other")] == target
+    assert sw.node("n-dgx").labels[gate_key(P, "victim")] == "true"
+    assert read_records(sw.swarm_labels(), P) == {}
+    v = sw.service("id-victim")
+    assert P + MOVE_STATE not in v.labels and v.replicas == 1
+    assert target in m.recent[-1].detail and "other" in m.recent[-1].detail

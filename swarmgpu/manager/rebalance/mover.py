@@ -535,16 +535,22 @@ class Mover:
         return Started(ok=False, why=why)
 
     # --- progress ------------------------------------------------------------------
-    def _open(self, node_id: str, h: Holding) -> bool:
+    def _open(self, node_id: str, h: Holding) -> str:
+        """``h``'s ledger entry and gate on its node, in one write, unless another service
+        holds its GPUs now: the ledger did not hold them for this move (the target before
+        its first write landed; the source once closed), and a placement in between may
+        have given them out; opened, one GPU had two holders. Then nothing is written,
+        and who holds which GPU is returned ("": open)."""
         want = {assign_key(self.prefix, h.service): h.label_value(),
                 gate_key(self.prefix, h.service): "true"}
+        taken: list[str] = []
 
         def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
-            new = dict(cur)
-            new.update(want)
-            return new
+            taken[:] = held_by_others(cur, self.prefix, h)  # as the node is at write time
+            return None if taken else {**cur, **want}
 
-        return self._write_node(node_id, compute)
+        self._write_node(node_id, compute)
+        return "; ".join(taken)
 
     def _close(self, node_id: str, service: str) -> bool:
         keys = (assign_key(self.prefix, service), gate_key(self.prefix, service))
@@ -569,24 +575,6 @@ class Mover:
 
         end_move(self.writes, p, sid, self.clock(), also)
 
-    def _reopen(self, st: MoveState) -> str:
-        """Back onto the source: its ledger entry and gate, in one write, unless another
-        service holds its GPUs now (closing the source freed them in the ledger, and a
-        placement in between may have given them out; reopened, one GPU had two
-        holders): then nothing is written, and who holds which GPU is returned ("":
-        reopened, or open already)."""
-        h = st.source_holding()
-        want = {assign_key(self.prefix, h.service): h.label_value(),
-                gate_key(self.prefix, h.service): "true"}
-        taken: list[str] = []
-
-        def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
-            taken[:] = held_by_others(cur, self.prefix, h)  # as the node is at write time
-            return None if taken else {**cur, **want}
-
-        self._write_node(st.source, compute)
-        return "; ".join(taken)
-
     def _rolled_back(self, st: MoveState, detail: str, taken: str) -> None:
         """The roll-back's outcome; not reopened (``taken``): a failed move, once."""
         if not taken:
@@ -598,7 +586,7 @@ class Mover:
                      "(placed while the move ran); placement places its replica anew")
 
     def _roll_back(self, sid: str, st: MoveState, detail: str) -> None:
-        taken = self._reopen(st)
+        taken = self._open(st.source, st.source_holding())
         self._close(st.target, st.service)
         self._finish(sid, st, st.target)
         self._rolled_back(st, detail, taken)
@@ -609,14 +597,18 @@ class Mover:
         node that is left (placement carries on from its ledger), never a step error
         every cycle."""
         if dst is None:
-            taken = self._reopen(st) if src is not None else ""
+            taken = self._open(st.source, st.source_holding()) if src is not None else ""
             self._finish(sid, st, st.target)
             self._rolled_back(st, f"{st.target_host} left the swarm", taken)
             return
-        self._open(st.target, st.target_holding())
+        taken = self._open(st.target, st.target_holding())
         self._finish(sid, st, st.source)
-        self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.DONE,
-                     f"{st.source_host} left the swarm; the replica is {st.target_host}'s")
+        self._record(st.service, st.source_host, st.target_host, st.reason,
+                     Outcome.FAILED if taken else Outcome.DONE,
+                     f"{st.source_host} left the swarm; " + (
+                         f"{st.target_host} not opened: {taken} now; placement places its "
+                         "replica anew" if taken else
+                         f"the replica is {st.target_host}'s"))
 
     def recover(self, sid: str, st: MoveState) -> None:
         """A recorded move whose service lost its move label: finished when the source is
@@ -679,8 +671,9 @@ class Mover:
         if st.direction == "back":
             self._roll_back(sid, st, why or "its record says it rolls back")
             return
-        if not dst_open:
-            self._open(st.target, st.target_holding())
+        if not dst_open:  # its GPUs given out before they were: the move is rolled back
+            if taken := self._open(st.target, st.target_holding()):
+                self._roll_back(sid, st, f"{st.target_host} not opened: {taken} now")
             crash_point("move-step-2")
             return
         if src_open and (not st.surge or st.target in running_on):
