@@ -273,7 +273,8 @@ class Repin:
                 self.say(st, Outcome.FAILED, kept_on_healthy(st, self.cfg.move_timeout_s))
                 return
         elif late:
-            if st.direction == "forward" and self._taken(sid, st, node, held):
+            if st.direction == "forward" and self._taken(sid, st, node, held,
+                                                         st.source_holding()):
                 return
             if st.direction == "back":
                 self._leave(sid, st, held, f"the roll-back's task did not run within "
@@ -288,7 +289,7 @@ class Repin:
             self.advance(sid, back)
             return
         if not at_target:  # step 2 (or a roll-back's first node write)
-            if st.direction == "back" and self._taken(sid, st, node, held):
+            if self._taken(sid, st, node, held, st.target_holding(), repoint=True):
                 return
             self._close(st)
             crash_point("repin-step-2")
@@ -303,19 +304,21 @@ class Repin:
                                   f"{','.join(st.target_uuids)}; only that node's task "
                                   "was replaced")
 
-    def _taken(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None) -> bool:
-        """A roll-back about to write the old GPUs back into the ledger finds another
-        service holding them now (step 2 freed them, and a placement in between may have
-        given them out): not rolled back, the service is left to placement on the GPUs
-        it holds, its device map pointed at them again; True then."""
-        old = st.target_holding() if st.direction == "back" else st.source_holding()
-        taken = "; ".join(held_by_others(node.labels, self.prefix, old))
+    def _taken(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
+               h: Holding, *, repoint: bool = False) -> bool:
+        """A step about to write ``h`` into the ledger finds another service holding its
+        GPUs now: the ledger did not hold them for this move (the new GPUs before step 2
+        landed, the old ones once it did), and a placement in between may have given
+        them out. Then the service is left to placement on the GPUs it holds (``held``),
+        ``repoint``: its device map, which names ``h``'s GPUs, pointed at those again;
+        True then."""
+        taken = "; ".join(held_by_others(node.labels, self.prefix, h))
         if not taken:
             return False
-        if st.direction == "back":  # its spec names the old GPUs: back to those it holds
-            ahead = swapped(st, self.clock())
+        if repoint:
+            ahead = swapped(st, self.clock())  # its GPU sets swapped: its target is held's
             self._point_spec(sid, ahead, ahead)
-        self._leave(sid, st, held, f"not rolled back: {st.service}'s old GPUs on "
+        self._leave(sid, st, held, f"{st.service}'s GPUs {','.join(h.uuids)} on "
                                    f"{st.source_host}: {taken} now (placed while it moved)")
         return True
 
