@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from support.gpu_nodes import RTX4090
 from support.rebalance import CFG, U2, P, cluster, node, page, samples_of
@@ -206,3 +207,43 @@ def test_history_keeps_one_ring_per_node_and_gpu() -> None:
     assert g["uuid"] == U2[0] and g["util_pct"] == [5.0, 5.0]
     (g3,) = h.query(node="gpu-node-3", window_s=600)["gpus"]
     assert g3["util_pct"] == [100.0, 100.0]
+
+
+def test_a_node_that_joined_again_owns_its_gpus_not_its_old_down_entry() -> None:
+    """gpu-node-2 left the swarm and joined again under a new node ID (n2b); its old
+    entry (n2) stays in Swarm's node list, down, until `docker node rm`, and with
+    agents.identity: none its agent answers for both (or the old entry's last facts
+    stand in). Before: n2, the owner of the cycles before, kept every GPU, so n2b's
+    readings were ignored and its GPUs stayed UNKNOWN to the rebalancer for good. Now
+    the entry Swarm says is down, beside a live node of its hostname, owns nothing that
+    node lists; a node of another hostname gains nothing by it."""
+    from swarmgpu.manager.nodes.gpuowners import rejoined
+
+    n1 = node("n1", "gpu-node-1", {})
+    old = node("n2", "gpu-node-2", {})
+    new = node("n8", "gpu-node-2", {})
+    sig = Signals(CFG)
+    warned: list[str] = []
+    for t in TIMES:
+        up = t >= 4.0  # the re-join: the old entry is down, the new one reports
+        nodes = [n1, replace(old, state="down"), new] if up else [n1, old]
+        facts = {"n1": F1, "n2": F2, **({"n8": F2} if up else {})}
+        scr = {n.id: judge(n, "https://x/metrics", page(facts[n.id], {0: 5.0}), t)
+               for n in nodes if n.state != "down"}
+        warned += sig.observe(scr, facts, {n.id: n.hostname for n in nodes}, {}, t,
+                              rejoined(nodes))
+    got = signal(sig, "n8", U2[0])
+    assert got.util_pct == 5.0 and got.hot is State.FALSE, got
+    assert sig.nodes["n8"].known, sig.nodes["n8"]
+    assert not signal(sig, "n2", U2[0]).util_pct
+    said = [w for w in warned if U2[0] in w and "joined again" in w]
+    assert said and all("docker node rm n2" in w for w in said), warned
+    # Pure: a claimant of another hostname never takes what a down entry held.
+    nodes = [replace(old, state="down"), new, node("n3", "gpu-node-3", {})]
+    assert rejoined(nodes) == {"n2": frozenset({"n8"})}
+    own = owners({"n2": F2, "n3": FORGED}, previous={U2[0]: "n2"}, rejoined=rejoined(nodes))
+    assert own.owner.get(U2[0]) == "n2"
+    own = owners({"n2": F2, "n8": F2}, previous={U2[0]: "n2"}, rejoined=rejoined(nodes))
+    assert own.speaks_for("n8", U2[0]) and own.others("n8", U2[0]) == ("n2",)
+    # A down entry with no live node of its hostname is no re-join: as before.
+    assert rejoined([replace(old, state="down"), node("n3", "gpu-node-3", {})]) == {}

@@ -95,3 +95,45 @@ def test_a_read_before_the_moves_that_raises_costs_this_cycles_new_moves_only(
     monkeypatch.undo()
     m.run_cycle([_third_move()], sw.nodes(), sw.services(), sw.tasks())
     assert set(read_records(sw.swarm_labels(), P)) == {"id-third"}
+
+
+@pytest.mark.parametrize("fault", ["bug", "engine"])
+def test_a_fragmentation_move_that_fails_after_its_record_spends_the_budget(
+    monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """victim's fragmentation move raises after its record was written (its spec edit: a
+    bug; or the record write's answer lost, an engine error after it may have landed):
+    it may be under way (the record is the authority; the mover goes on with it or
+    rolls it back), so it spends the hour's fragmentation budget (1 here), and third's
+    move waits. Before: the budget was spent only by a start that returned, so a second
+    fragmentation move started in the same hour."""
+    from dataclasses import replace
+
+    from swarmgpu.core.rebalanceconfig import FragmentationConfig
+    from swarmgpu.swarm.client import SwarmUnavailable
+
+    if fault == "bug":
+        def surge(spec: Any, replicas: int) -> None:
+            raise TypeError("'NoneType' object is not subscriptable")
+
+        monkeypatch.setattr(mover, "start_surge", surge)
+    sw = victim_cluster({})
+    if fault == "engine":
+        real = sw.update_swarm_labels
+
+        def lost(compute: Any, **kw: Any) -> bool:
+            real(compute, **kw)  # landed, but the answer is lost
+            sw.update_swarm_labels = real  # type: ignore[method-assign]
+            raise SwarmUnavailable("engine timed out: read timeout")
+
+        sw.update_swarm_labels = lost  # type: ignore[method-assign]
+    cfg = RebalanceConfig(dry_run=False, max_moves_per_cycle=4, max_moves_per_node=4,
+                          fragmentation=FragmentationConfig(moves_per_hour=1,
+                                                            moves_per_100_placements=100))
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: 1000.0)  # type: ignore[arg-type]
+    frag = Trigger.FRAGMENTATION
+    m.run_cycle([replace(victim_move(), trigger=frag)], sw.nodes(), sw.services(), sw.tasks())
+    assert set(read_records(sw.swarm_labels(), P)) == {"id-victim"}
+    m.run_cycle([replace(_third_move(), trigger=frag)], sw.nodes(), sw.services(), sw.tasks())
+    assert "id-third" not in read_records(sw.swarm_labels(), P)
+    assert m.frag_budget.left(1000.0)[0] == 0

@@ -9,6 +9,7 @@ No real input is known to make the mover or a stop raise so: the faults are inje
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -250,3 +251,166 @@ def test_a_preemptor_whose_choice_raises_preempts_nothing_alone(
     assert [p.service for p in done] == ["h2"]
     (said,) = _logged(lines, "failed unexpectedly")
     assert "Traceback" in said and "victims for h1" in said
+    h1 = next(sp for sp in plan.services if sp.name == "h1")  # the map says it too
+    assert [w for w in h1.warnings if "choosing victims for h1" in w and "fix:" in w]
+
+
+def _raising_choice(monkeypatch: pytest.MonkeyPatch, preemptor: str) -> None:
+    """Choosing ``preemptor``'s victims raises a KeyError (a bug, or input no one
+    foresaw); the others' choices are as before."""
+    from swarmgpu.manager.placement import preempt
+
+    real = preempt.choose_preemptions.__globals__["_best_preemption"]
+
+    def best(rd: Any, s: SwarmService, r: Any) -> Any:
+        if s.name == preemptor:
+            raise KeyError("gpu-node-9")
+        return real(rd, s, r)
+
+    monkeypatch.setitem(preempt.choose_preemptions.__globals__, "_best_preemption", best)
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_plan_and_status_show_a_preemptors_choice_that_raises_and_the_rest(
+    monkeypatch: pytest.MonkeyPatch, dry: bool
+) -> None:
+    """`plan` and `status` (``plan_as_daemon``) isolate a preemptor whose choice raises
+    as the daemon's cycle does: h1's plan says what failed, that it preempts nothing and
+    the fix; h2's preemption is still noted, and the whole plan is there. Before: the
+    exception left ``plan_as_daemon``, and both commands failed with a traceback."""
+    from swarmgpu.manager.commands.plan import render_plan
+    from swarmgpu.manager.cycle.preemption import plan_as_daemon
+
+    _raising_choice(monkeypatch, "h1")
+    from swarmgpu.manager.nodes.agent_client import FactsResult
+
+    sw = _two_preemptions()
+    facts = {nid: FactsResult(nid, f.hostname, "", f, None, 1.0) for nid, f in FACTS.items()}
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), facts,
+                    swarm_labels=sw.swarm_labels())
+    got = plan_as_daemon(snap, Config(preemption=PreemptionConfig(dry_run=dry)))
+    by = {sp.name: sp for sp in got.services}
+    assert set(by) == {"a", "b", "filler", "h1", "h2"}
+    (said,) = [w for w in by["h1"].warnings if "h1" in w]
+    assert "KeyError" in said and "gpu-node-9" in said and "preempts nothing" in said
+    assert "fix:" in said
+    assert [w for w in by["h2"].warnings if "for h2" in w], by["h2"].warnings
+    text = render_plan(got.services, ungranted=[], workload={}, health=[], moves=None,
+                       listen="x")
+    assert f"note: {said}" in text and "h2: pending" in text
+    from swarmgpu.manager.web.cluster_view import build_cluster, render_status
+
+    status = render_status(build_cluster(snap, got, prefix=P)).splitlines()
+    at = next(k for k, ln in enumerate(status) if ln.startswith("  h1: "))
+    assert status[at + 1] == f"    {said}", status[at:at + 2]
+    assert any(ln.startswith("  h2: ") for ln in status)
+
+
+class _NodeWriteFails(RecordingSwarm):
+    """Victim a's gate write fails with an engine error (a timeout after the engine may
+    have made it, an engine error) once its spec write landed."""
+
+    def __init__(self) -> None:
+        c = _two_preemptions()
+        super().__init__(c.nodes(), c.services(), c.tasks())
+        self.armed = True
+
+    def update_node_labels(self, node_id: str, compute: Any, **kw: Any) -> bool:
+        from swarmgpu.swarm.client import SwarmError
+
+        if self.armed and gate_key(P, "a") in self._nodes[node_id].labels and gate_key(
+            P, "a"
+        ) not in (compute(self._nodes[node_id].labels) or {}):
+            self.armed = False
+            raise SwarmError("engine timed out: read timeout")
+        return super().update_node_labels(node_id, compute, **kw)
+
+
+def test_a_victims_gate_write_that_fails_after_its_spec_write_keeps_its_second_spent() -> None:
+    """a's spec write landed (its record, its device list gone), its gate write failed
+    with an engine error: its outcome is unknown (a timeout after the engine made it
+    stopped a), so a's second of the hour stays spent, as a stop half made by any other
+    fault; the record on a's spec matches the hour, so a cools down. Before: the second
+    was given back, and a stop that had landed went uncounted (max_per_hour exceeded)."""
+    sw = _NodeWriteFails()
+    pre, snap, plan = _preempter(sw, moves=False)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert [p.service for p in done] == ["h2"]
+    assert f"{P}{PREEMPTED_STATE}" in sw.service("id-a").labels
+    assert gate_key(P, "a") in sw.node("n-4090").labels
+    assert _stored_hour(sw) == 2 and len(pre.spent.all) == 2
+
+
+class _RecordAnswerLost(RecordingSwarm):
+    """The write of victim a's move record lands, but its answer is lost (an engine
+    timeout): a SwarmError after the engine made it."""
+
+    def __init__(self) -> None:
+        c = _two_preemptions()
+        super().__init__(c.nodes(), c.services(), c.tasks())
+        self.armed = True
+
+    def update_swarm_labels(self, compute: Any, **kw: Any) -> bool:
+        from swarmgpu.swarm.client import SwarmUnavailable
+
+        key, before = f"{P}state.moves.id-a", dict(self._swarm_labels)
+        landed = super().update_swarm_labels(compute, **kw)
+        if self.armed and key in self._swarm_labels and key not in before:
+            self.armed = False
+            raise SwarmUnavailable("engine timed out: read timeout")
+        return landed
+
+
+def test_a_victims_move_whose_record_write_answer_is_lost_is_not_stopped_too() -> None:
+    """a's move record was written, its answer lost: the move may be under way (its
+    record is the authority: the rebalancer's mover goes on with it or rolls it back),
+    so a is not stopped under it, it counts in the hour (stored before that write), and
+    h1 waits for the move. Before: any SwarmError from the move's start stopped a
+    too, its move in flight: its source closed twice over, a roll-back reopening GPUs
+    given to h1."""
+    sw = _RecordAnswerLost()
+    pre, snap, plan = _preempter(sw, moves=True)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert sorted(p.service for p in done) == ["h1", "h2"]
+    assert "id-a" in read_records(sw.swarm_labels(), P)
+    assert f"{P}{PREEMPTED_STATE}" not in sw.service("id-a").labels
+    assert gate_key(P, "a") in sw.node("n-4090").labels
+    assert _stored_hour(sw) == 2 and pre.moving == {"h1": "a", "h2": "b"}
+
+
+def _one_preemptor_two_victims(b_labels: dict[str, str]) -> RecordingSwarm:
+    """big (priority 100) wants 4 RTX 4090s: a and b (priority 0, 2 GPUs each) are its
+    victims on n-4090 (filler holds the other 4, not preemptible); the DGX has room
+    for a to move there. A move record that cannot be read fills the move budget."""
+    c = _two_preemptions()
+    svcs = [s for s in c.services() if s.name in ("a", "b", "filler")]
+    svcs = [replace(s, labels={**s.labels, **b_labels}) if s.name == "b" else s for s in svcs]
+    big = sw_svc("big", {f"{P}gpus": "4", f"{P}gpu-product": "*RTX 4090*",
+                         f"{P}priority": "100"})
+    tasks = [t for t in c.tasks() if t.service_id in {s.id for s in svcs}]
+    tasks.append(SwarmTask("t-big", big.id, "", 1, "pending", "running", ()))
+    sw = RecordingSwarm(c.nodes(), [*svcs, big], tasks)
+    sw._swarm_labels[f"{P}state.moves.id-gone"] = "{"  # unreadable: a move in flight
+    return sw
+
+
+def test_a_preemption_whose_victims_move_waits_stops_none_of_its_victims() -> None:
+    """big needs a's and b's GPUs. a's move waits for the move budget; b (opted out of
+    moves) would be stopped. Before: b was stopped alone, big still could not run (a
+    kept its GPUs), and placement gave b its GPUs back the next cycle: stopped and
+    restarted for nothing, again after each settle time. Now the preemption waits as a
+    whole: nothing stopped, nothing of the hour spent, tried again next cycle."""
+    sw = _one_preemptor_two_victims({f"{P}rebalance": "never"})
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    cfg = Config(rebalance=RebalanceConfig(dry_run=False, max_moves_per_cycle=1,
+                                           max_moves_per_node=4),
+                 preemption=PreemptionConfig(dry_run=False))
+    pre, plan = Preempter(cfg), make_plan(snap, cfg)
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    (big,) = [sp for sp in plan.services if sp.name == "big"]
+    assert [w for w in big.warnings if "waits" in w], big.warnings
+    assert done == [] and _stored_hour(sw) == 0 and "big" not in pre.preemptor_at
+    for name in ("a", "b"):
+        assert gate_key(P, name) in sw.node("n-4090").labels, name
+        assert f"{P}{PREEMPTED_STATE}" not in sw.service(f"id-{name}").labels, name
+    assert read_records(sw.swarm_labels(), P) == {}

@@ -522,3 +522,68 @@ def test_a_health_move_between_nodes_past_its_timeout_ends_on_the_target() -> No
     assert v.replicas == 1 and P + MOVE_STATE not in v.labels
     assert devices_key(P, "n-dgx") not in v.labels
     assert read_records(sw.swarm_labels(), P) == {}
+
+
+@pytest.mark.parametrize("when", ["before the swap", "after the swap"])
+def test_a_roll_back_never_writes_back_old_gpus_another_service_holds_now(when: str) -> None:
+    """Step 2 freed g's old GPU (U[1]) in the ledger, and a placement gave it whole to b.
+    Before: the roll-back wrote g's half of U[1] back beside b's whole GPU (1.5 GPUs
+    held of one) and pointed g's task at it. Now the repin is not rolled back: g is left
+    to placement on the GPU it holds (U[0], its device map pointed there, gate open),
+    failed, the outcome naming g's old GPU and b. ``after the swap``: the roll-back's
+    record and spec were written, then its node write failed; b took U[1] meanwhile."""
+    sw, now = victim_cluster(), [1000.0]
+    _cycle(sw, now, [_repin_move()])
+    for _ in range(2):
+        swarm_acts(sw, new_state="starting")
+        _cycle(sw, now)
+    now[0] += RB.move_timeout_s + 1
+    if when == "after the swap":
+        real = sw.update_node_labels
+        sw.update_node_labels = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
+            SwarmUnavailable("engine down"))
+        _cycle(sw, now)
+        sw.update_node_labels = real  # type: ignore[method-assign]
+        (rec,) = read_records(sw.swarm_labels(), P).values()
+        assert rec.direction == "back"
+        assert sw.service("id-g").labels[devices_key(P, "n-4090")] == U[1]
+    n = sw.node("n-4090")
+    sw._nodes["n-4090"] = dataclasses.replace(n, labels={**n.labels, **held_labels(
+        "b", "n-4090", U[1])})
+    m = _cycle(sw, now)
+    labels = sw.node("n-4090").labels
+    assert labels[assign_key(P, "g")] == f"{U[0]}@500" and labels[gate_key(P, "g")] == "true"
+    assert labels[assign_key(P, "b")] == U[1]
+    g = sw.service("id-g")
+    assert g.labels[devices_key(P, "n-4090")] == U[0] and P + MOVE_STATE not in g.labels
+    assert read_records(sw.swarm_labels(), P) == {}
+    (last,) = m.recent
+    assert last.outcome is Outcome.FAILED and U[1] in last.detail and "b" in last.detail
+
+
+def test_new_gpus_given_out_before_step_2_landed_are_not_written() -> None:
+    """Step 2 (the ledger names the new GPU, the gate closes) failed, and a placement gave
+    the new GPU (U[0], half held by a) to c before the next cycle. Before: step 2 was
+    written beside c's share (1.5 GPUs held of one) and g's task pointed at it. Now g is
+    left on its old GPU: its device map pointed there again, its gate open, failed."""
+    sw, now = victim_cluster(), [1000.0]
+    real = sw.update_node_labels
+    sw.update_node_labels = lambda *a, **k: (_ for _ in ()).throw(  # type: ignore[method-assign]
+        SwarmUnavailable("engine down"))
+    _cycle(sw, now, [_repin_move()])
+    sw.update_node_labels = real  # type: ignore[method-assign]
+    assert sw.node("n-4090").labels[assign_key(P, "g")] == f"{U[1]}@500"
+    n = sw.node("n-4090")
+    sw._nodes["n-4090"] = dataclasses.replace(n, labels={**n.labels, **_holds("c", "n-4090",
+                                                                              U[0])})
+    now[0] += 1
+    m = _cycle(sw, now)
+    labels = sw.node("n-4090").labels
+    assert labels[assign_key(P, "g")] == f"{U[1]}@500" and labels[gate_key(P, "g")] == "true"
+    g = sw.service("id-g")
+    assert g.labels[devices_key(P, "n-4090")] == U[1] and P + MOVE_STATE not in g.labels
+    assert {k: v for k, v in g.labels.items() if node_of_key(k, P) == "n-4090"} == \
+        _shares("n-4090", U[1])
+    assert read_records(sw.swarm_labels(), P) == {}
+    (last,) = m.recent
+    assert last.outcome is Outcome.FAILED and U[0] in last.detail and "c" in last.detail

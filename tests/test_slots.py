@@ -367,3 +367,36 @@ def test_replicas_beyond_the_cluster_are_pending_without_a_list_each() -> None:
     assert (sp.reason or "").startswith("2 of 100000 replicas placed")
     assert len(str(sp.to_dict())) < 2000
     assert len(sp.service_labels_set) <= 4 and sp.set_max_replicas == 1
+
+
+MAXREP_REFUSED = ("no suitable node (max replicas per node limit exceed; scheduling constraints "
+                  "not satisfied on 2 nodes)")
+
+
+def test_owner_lowering_max_replicas_of_a_packed_service_names_swarmgpus_cause() -> None:
+    """Packed 4 on gpu-node-2, then its owner sets max_replicas_per_node 2 (docker service
+    update --replicas-max-per-node 2, or the stack file): Swarm runs 2 there, and the 2
+    others wait, their GPUs held on that node only. Before: pending with Swarm's words
+    alone ("Swarm cannot run its task: no suitable node (max replicas per node ...)");
+    now swarmgpu names its own cause (its replicas packed on that node cannot fit the
+    limit) and the fix; what is held stays held, nothing written."""
+    nodes, s, running, _first = _packed(4)
+    s2 = replace(s, max_replicas_per_node=2, version=s.version + 1)
+    tasks = [*running[:2], *(replace(t, node_id="", state="pending", error=MAXREP_REFUSED)
+                             for t in running[2:])]
+    (sp,) = plan_placement(nodes, [s2], tasks, FACTS).services
+    assert sp.status == "pending" and sp.packed and len(sp.placements) == 4
+    why = sp.reason or ""
+    assert why.startswith("max_replicas_per_node 2 (yours) is below the 4 replicas packed on "
+                          "gpu-node-2"), why
+    assert "raise max_replicas_per_node to 4 or remove it" in why
+    assert "max replicas per node" in why  # Swarm's words after swarmgpu's
+    assert sp.set_max_replicas is None and not sp.service_labels_set
+    # Before Swarm says so (the tasks just made), the same cause.
+    fresh = [*running[:2], *(replace(t, node_id="", state="pending") for t in running[2:])]
+    (sp,) = plan_placement(nodes, [s2], fresh, FACTS).services
+    assert sp.status == "pending" and (sp.reason or "").startswith("max_replicas_per_node 2")
+    # Raised again to what it packs: placed.
+    s3 = replace(s2, max_replicas_per_node=4, version=s2.version + 1)
+    (sp,) = plan_placement(nodes, [s3], running, FACTS).services
+    assert sp.status == "placed", sp.reason

@@ -34,12 +34,13 @@ actuator owns the budgets); the rebalancer's mover advances it each cycle, so a 
 those moves off; else the victim is stopped). The
 mover refuses a service with ``swarmgpu.rebalance: never``, one cooling down or not
 converged: that victim is stopped. A move refused for the budgets alone waits instead (a
-budget never turns a move into a stop): the victim keeps running, nothing of the hour is
-spent, the preemptor stays pending with the reason (its plan, the log once) and the move
-is tried again next cycle. It holds its slot meanwhile: the rebalancer, which runs first,
-starts none of its own moves in the slots the waiting move needs (``reserved``, found
-again each cycle, so the slot is held only while it waits). Its preemptor waits while
-the move is in flight.
+budget never turns a move into a stop): the victim keeps running, and so do the
+preemption's other victims (one stopped alone frees GPUs the preemptor cannot use yet),
+nothing of the hour is spent, the preemptor stays pending with the reason (its plan, the
+log once) and the move is tried again next cycle. It holds its slot meanwhile: the
+rebalancer, which runs first, starts none of its own moves in the slots the waiting move
+needs (``reserved``, found again each cycle, so the slot is held only while it waits).
+Its preemptor waits while the move is in flight.
 
 A victim is stopped by swarmgpu's own state only: its ``<p>devices.<node>`` lists go and
 ``<p>state.preempted`` is set on the service (no task restarts: labels only), then its
@@ -61,6 +62,7 @@ from loguru import logger
 
 from swarmgpu.core.config import Config
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
@@ -85,7 +87,13 @@ from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.record import moving, recorded
 from swarmgpu.manager.services.tenants import Tenants
-from swarmgpu.swarm.client import SwarmClient, SwarmError, SwarmService
+from swarmgpu.swarm.client import (
+    NotLeader,
+    SwarmClient,
+    SwarmError,
+    SwarmService,
+    VersionConflict,
+)
 
 # service -> nodes refused to it for a host-mode port alone -> who binds it (Planner.port_takers)
 PortTakers = Callable[[SwarmService], Mapping[str, AbstractSet[str]]]
@@ -99,6 +107,15 @@ class Unstored(Exception):
 def dry_note(p: Preemption) -> str:
     """What a preemptor's plan says of ``p`` in dry-run (the map, `plan`, `status`)."""
     return f"would {p.describe()} (preemption.dry_run)"
+
+
+def raised_note(name: str, exc: Exception) -> str:
+    """What preemptor ``name``'s plan says when choosing its victims raised (the map,
+    `plan`, `status`): it alone preempts nothing, as in the daemon's cycle."""
+    return (f"preemption: choosing victims for {name} failed unexpectedly "
+            f"({type(exc).__name__}: {peer_text(str(exc), 200)}): it preempts nothing, the "
+            "other preemptions go on; fix: a bug or input swarmgpu does not foresee, "
+            "report it with the daemon's log, which has the traceback")
 
 
 class Preempter:
@@ -153,11 +170,12 @@ class Preempter:
             return []
         raised: dict[str, Exception] = {}
         chosen = self.decide(snap, plan, facts, refused, now, ports, raised, records)
+        by_name = {sp.name: i for i, sp in enumerate(plan.services)}
         for name, exc in raised.items():
             self._say_raised(f"choose:{name}", name, exc, f"choosing victims for {name} "
                              "failed unexpectedly, it preempts nothing this cycle; the "
                              "other preemptions go on")
-        by_name = {sp.name: i for i, sp in enumerate(plan.services)}
+            _note(plan, by_name, name, raised_note(name, exc))
         done: list[Preemption] = []
         waits: list[tuple[str, str, Move]] = []  # (key, what is said, the move) that wait
         unstored = False  # the hour in memory differs from the one last stored
@@ -180,23 +198,7 @@ class Preempter:
                 if said.fresh(spent):  # a wait for the hour: said once
                     log.warning("{}", spent)
                 continue
-            stopped: list[Candidate] = []
-            to_stop: list[Candidate] = []
-            counted: set[str] = set()  # victims spent and stored before their move's writes
-            for v in p.victims:  # a move over budget waits: the victim is not stopped
-                act = self._move(swarm, snap, p, v, waits,
-                                 self._count_first(swarm, p, tenant, now, v, counted))
-                if act == "moved":
-                    stopped.append(v)
-                    if v.service not in counted:  # no write was let through: counted now
-                        self.spent.spend(now, tenant)
-                        unstored = True
-                elif act == "stop":
-                    to_stop.append(v)
-                elif act == "wait" and i is not None:
-                    plan.services[i] = plan.services[i].noted(waits[-1][1])
-            made, corrected = self._stop_all(swarm, p, tenant, now, to_stop, counted)
-            stopped += made
+            stopped, corrected = self._act(swarm, snap, plan, p, tenant, now, waits)
             unstored |= corrected
             if stopped:
                 self.preemptor_at[p.service] = now
@@ -210,6 +212,43 @@ class Preempter:
         if unstored:
             self._store_spent(swarm)
         return done
+
+    def _act(self, swarm: SwarmClient, snap: Snapshot, plan: PlacementPlan, p: Preemption,
+             tenant: str, now: float, waits: list[tuple[str, str, Move]],
+             ) -> tuple[list[Candidate], bool]:
+        """Move or stop ``p``'s victims: those moved or stopped, and whether the hour in
+        memory now differs from the one stored. A victim whose move waits (the move
+        budgets: a budget never turns a move into a stop) or is held (the hour not
+        stored) holds the whole preemption back: no victim of it is stopped this cycle.
+        Stopped alone, a victim freed GPUs the preemptor could not use yet, and placement
+        gave them back to it the next cycle: stopped and restarted for nothing."""
+        i = next((k for k, sp in enumerate(plan.services) if sp.name == p.service), None)
+        moved: list[Candidate] = []
+        to_stop: list[Candidate] = []
+        counted: set[str] = set()  # victims spent and stored before their move's writes
+        unstored, whole = False, True
+        for v in p.victims:
+            act = self._move(swarm, snap, p, v, waits,
+                             self._count_first(swarm, p, tenant, now, v, counted))
+            if act == "moved":
+                moved.append(v)
+                if v.service not in counted:  # no write was let through: counted now
+                    self.spent.spend(now, tenant)
+                    unstored = True
+            elif act == "stop":
+                to_stop.append(v)
+            else:
+                whole = False
+                if act == "wait" and i is not None:
+                    plan.services[i] = plan.services[i].noted(waits[-1][1])
+        if not whole:  # counted by a move that did not start: neither moved nor stopped
+            back = sum(1 for v in to_stop if v.service in counted)
+            if back:
+                self.spent.release(now, tenant, back)
+                unstored = True
+            to_stop = []
+        made, corrected = self._stop_all(swarm, p, tenant, now, to_stop, counted)
+        return moved + made, unstored or corrected
 
     def _records(self, swarm: SwarmClient, per_hour: int,
                  dry: bool = False) -> Mapping[str, str] | None:
@@ -306,8 +345,11 @@ class Preempter:
         settle time lives in the daemon's memory only."""
         now = time.time() if now is None else now
         dry = self.cfg.preemption.dry_run or self.cfg.dry_run
-        chosen = self.decide(snap, plan, facts, refused, now, ports)
+        raised: dict[str, Exception] = {}  # isolated as ``cycle`` does: the rest shown
+        chosen = self.decide(snap, plan, facts, refused, now, ports, raised)
         by_name = {sp.name: i for i, sp in enumerate(plan.services)}
+        for name, exc in raised.items():
+            _note(plan, by_name, name, raised_note(name, exc))
         for p in chosen:
             i = by_name.get(p.service)
             if i is None:
@@ -441,8 +483,19 @@ class Preempter:
         except Unstored:
             return "held"
         except SwarmError as exc:
-            logger.bind(service=v.service).error("preemption: move failed to start: {}", exc)
-            return "stop"
+            if not wrote or isinstance(exc, VersionConflict | NotLeader):
+                # nothing written, or the start took its record back: no move of it
+                logger.bind(service=v.service).error("preemption: move failed to start: {}",
+                                                     exc)
+                return "stop"
+            # Its record was written (or its answer lost): the move may be under way, and
+            # the record is the authority, as below; stopped too, it lost its source twice.
+            logger.bind(service=v.service).error(
+                "preemption: moving {} for {} failed after its record was written ({}): "
+                "counted as started, judged from its record next cycle", v.service,
+                p.service, exc)
+            self.moving[p.service] = v.service
+            return "moved"
         except Stopped:
             raise  # the daemon stops: no later victim is acted on
         except Exception as exc:  # a bug or unforeseen input: this victim's loss only
@@ -483,9 +536,10 @@ class Preempter:
     def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float,
               ) -> bool | None:
         """``_close``, one victim's loss only whatever it raises: True stopped, False
-        left as it was; None when it raised past a SwarmError (a bug, or an answer no one
-        foresaw) after a write was let through: half made, judged from Swarm next cycle
-        (a victim still holding is placement's, which keeps it placed)."""
+        left as it was; None when half made (its gate write failed after its spec write,
+        or it raised past a SwarmError, a bug or an answer no one foresaw, after a write
+        was let through): counted, judged from Swarm next cycle (a victim still holding
+        is placement's, which keeps it placed)."""
         gate = Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
                       who="preemption", prefix=self.prefix)
         wrote: list[bool] = []
@@ -503,8 +557,10 @@ class Preempter:
             return None if wrote else False
 
     def _close(self, gate: Writes, swarm: SwarmClient, p: Preemption, v: Candidate,
-               now: float) -> bool:
-        """Close one victim's gate on its node, after its device lists and the record."""
+               now: float) -> bool | None:
+        """Close one victim's gate on its node, after its device lists and the record:
+        True closed, False nothing of it written, None half made (the spec written, the
+        gate write failed: counted, as ``_stop``'s None)."""
         prefix = self.prefix
         log = logger.bind(service=v.service)
         try:  # the holding as Swarm has it now, not as the snapshot had it
@@ -539,14 +595,30 @@ class Preempter:
         why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
         try:
             gate.service_spec(v.service_id, service, why)
+        except SwarmError as exc:
+            log.error("preemption of {} failed, its gate left open: {}", v.service, exc)
+            return False
+        try:
             gate.node_labels(v.node_id, node_labels, why)
         except SwarmError as exc:
-            log.error("preemption of {} failed: {}", v.service, exc)
-            return False
+            # Half made: its spec write landed, and this one's outcome is unknown (a
+            # timeout after the engine made it stopped the victim), so its second stays
+            # spent; a victim still holding next cycle is placement's, which keeps it.
+            log.error("preemption of {} half made (its spec written, its gate write "
+                      "failed), counted in the hour and judged from Swarm next cycle: {}",
+                      v.service, exc)
+            return None
         log.warning("{} on {}: its gate is closed, Swarm stops its task; it is placed again "
                     "when capacity frees", Preempted(p.service, p.priority, now,
                                                      v.node_id).reason(), p.hostname)
         return True
+
+
+def _note(plan: PlacementPlan, by_name: Mapping[str, int], name: str, note: str) -> None:
+    """``note`` on service ``name``'s plan, where the plan has it."""
+    i = by_name.get(name)
+    if i is not None:
+        plan.services[i] = plan.services[i].noted(note)
 
 
 def plan_as_daemon(snap: Snapshot, cfg: Config, swarm: Any = None) -> PlacementPlan:

@@ -29,6 +29,7 @@ from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.manager.cycle.host import CycleHost
 from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
+from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot, is_gpu_node
 from swarmgpu.manager.placement import read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
@@ -152,7 +153,8 @@ class Rebalancer(Step):
         # move holders. (gpuhealth.HealthBook.feed_metrics)
         self.host.labels.health.feed_metrics({nid: sc.result.samples_by_uuid
                                               for nid, sc in trusted.items() if sc.result})
-        warnings = self.signals.observe(trusted, facts, hostnames, ledger, snap.taken_at)
+        warnings = self.signals.observe(trusted, facts, hostnames, ledger, snap.taken_at,
+                                       rejoined(snap.nodes))
         self._warned.begin()
         for w in warnings:  # say it once when it starts, not every cycle
             if self._warned.fresh(w):

@@ -13,7 +13,13 @@ UUID alone, and a UUID is owned by the node whose facts list it:
   such memory (a new leader, or both at once) nobody owns it: every claimant's readings
   are ignored, so the GPU is UNKNOWN to the rebalancer (no move starts from or lands on
   it because of them). Which is honest cannot be told from their answers; doing
-  nothing is the safe side. ``swarmgpu audit`` and the log name the nodes either way.
+  nothing is the safe side. ``swarmgpu audit`` and the log name the nodes either way;
+* a node that left the swarm and joined again gets a new node ID, and Swarm lists its
+  old entry, down, until ``docker node rm``; its facts may still list the GPUs (an
+  agent reached by its address answers for both with ``agents.identity: none``, or the
+  old entry's last facts stand in). Such an entry (``rejoined``: down, beside a node of
+  its hostname that is not) owns no GPU that node lists too, whoever owned it before; a
+  node of another hostname gains nothing by it.
 
 Pure: facts (and pages) in, ownership out.
 """
@@ -21,9 +27,11 @@ Pure: facts (and pages) in, ownership out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from swarmgpu.core.model import NodeFacts
+from swarmgpu.swarm.client import SwarmNode
 
 
 def uuids_of(facts: NodeFacts) -> list[str]:
@@ -47,10 +55,24 @@ class Owners:
         return tuple(n for n in self.listed.get(uuid, ()) if n != node_id)
 
 
+def rejoined(nodes: Iterable[SwarmNode]) -> dict[str, frozenset[str]]:
+    """Old entries of nodes that joined the swarm again: node id -> the ids of the nodes
+    of its hostname that are not down, for each node Swarm lists as down beside one."""
+    live: dict[str, set[str]] = {}
+    for n in nodes:
+        if n.state != "down":
+            live.setdefault(n.hostname, set()).add(n.id)
+    return {n.id: frozenset(live[n.hostname]) for n in nodes
+            if n.state == "down" and n.hostname in live}
+
+
 def owners(facts: Mapping[str, NodeFacts],
-           previous: Mapping[str, str] | None = None) -> Owners:
+           previous: Mapping[str, str] | None = None,
+           rejoined: Mapping[str, AbstractSet[str]] | None = None) -> Owners:
     """Ownership from every node's facts (node id -> facts); ``previous``: the owners
-    of an earlier cycle (uuid -> node id), which keep a UUID another node starts to list."""
+    of an earlier cycle (uuid -> node id), which keep a UUID another node starts to list;
+    ``rejoined`` (the function's answer): old entries, which keep no UUID their
+    re-joined node lists too."""
     listed: dict[str, list[str]] = {}
     for nid, f in facts.items():
         for u in uuids_of(f):
@@ -58,10 +80,12 @@ def owners(facts: Mapping[str, NodeFacts],
     owner: dict[str, str] = {}
     many: dict[str, tuple[str, ...]] = {}
     for u, nids in listed.items():
+        if len(nids) > 1:
+            many[u] = tuple(sorted(nids))
+            nids = [n for n in nids if (rejoined or {}).get(n, frozenset()).isdisjoint(nids)]
         if len(nids) == 1:
             owner[u] = nids[0]
             continue
-        many[u] = tuple(sorted(nids))
         kept = (previous or {}).get(u)
         if kept in nids:
             owner[u] = kept

@@ -157,6 +157,8 @@ class PackedEnv:
     set_max_replicas: int | None = None
     warnings: tuple[str, ...] = ()
     waits: str | None = None  # the per-slot template is missing: why it waits
+    # the owner's MaxReplicas is below the replicas packed: why some wait (held, pending)
+    limit: str | None = None
 
 
 def packed_env(s: SwarmService, packed: str, placements: Sequence[ReplicaPlacement],
@@ -181,12 +183,20 @@ def _packed_max(s: SwarmService, packed: str, want: int, then: tuple[str, ...], 
     lists: ``MaxReplicas`` is the number of replicas packed (a task beyond them, on a
     scale-up past the node's room, would start with no GPU). swarmgpu owns the value
     when it is unset, its own one-per-node 1, or the value it recorded last
-    (``<p>state.max-replicas``); a value of yours is left as it is. ``then``: warnings
-    said after this one's."""
+    (``<p>state.max-replicas``); a value of yours is left as it is (below the replicas
+    packed, ``limit`` says why some wait). ``then``: warnings said after this one's."""
     key = cyc.prefix + MAX_STATE
     have = s.max_replicas_per_node or 0
     if have == want:
         return PackedEnv(replace_env, str(want), warnings=then)
+    if have not in (0, 1) and s.labels.get(key) != str(have) and have < want:
+        # Swarm runs ``have`` there and the others wait ("max replicas per node"): their
+        # GPUs are on that node only. Named as swarmgpu's cause, with the fix.
+        return PackedEnv(replace_env, warnings=then, limit=(
+            f"max_replicas_per_node {have} (yours) is below the {want} replicas {packed}, "
+            f"where their GPUs are held: Swarm runs {have} there and the others wait; raise "
+            f"max_replicas_per_node to {want} or remove it (swarmgpu then sets it), or "
+            f"scale the service to {have} replicas"))
     if have not in (0, 1) and s.labels.get(key) != str(have):
         return PackedEnv(replace_env, warnings=(
             (f"max_replicas_per_node {have} is yours and left as it is: tasks beyond the "

@@ -332,7 +332,10 @@ def choose_preemptions(
                 req, started, holdings, refused, preemptible_below, cooling, moving,
                 done_idle(services, tasks), ports=ports)
     held_at_max = {n for q in plan.queues for n in q.get("blocked", ())}
-    pending = [sp for sp in plan.services if sp.status == Status.PENDING and sp.request is not None]
+    # A packed service's replicas go only on its node, which no preemption targets (one
+    # replica per node): its victims elsewhere would be stopped for nothing.
+    pending = [sp for sp in plan.services if sp.status == Status.PENDING
+               and sp.request is not None and not sp.packed]
     order = serve_order([(by_name[sp.name], sp.request) for sp in pending
                          if sp.name in by_name and isinstance(sp.request, GpuRequest)])
     out: list[Preemption] = []

@@ -239,6 +239,7 @@ def _plan_replicated(
         if env.set_max_replicas is not None:
             d.set_max_replicas = env.set_max_replicas
         d.warnings += env.warnings
+        d.limit = env.limit
     dm = write_devices_and_gates(s, d.placements, spread.draining, running_on, waiting, cyc)
     d.device_map(dm)
     if (
@@ -306,6 +307,9 @@ def _outcome(
     if stuck:  # held where Swarm will not run it, and not moved: it waits
         d.status = Status.PENDING
         d.reason = f"{d.reason}; {stuck}" if d.reason else stuck
+    if d.limit:  # the owner's MaxReplicas: swarmgpu's own cause first, Swarm's words after
+        d.status = Status.PENDING
+        d.reason = f"{d.limit}; {d.reason}" if d.reason else d.limit
     if d.replaced:
         now_on = sorted({p.hostname for p in d.placements})
         d.replaced += f"; re-placed on {', '.join(now_on) or 'no node yet'}"
@@ -394,6 +398,7 @@ class _Draft:
     node_set: dict[str, Mapping[str, str]]
     node_remove: dict[str, tuple[str, ...]]
     packed: str | None
+    limit: str | None  # why some packed replicas wait (``PackedEnv.limit``)
     state_labels: dict[str, str]
     gates_deferred: bool
     new: bool
@@ -413,7 +418,7 @@ class _Draft:
         self.set_max_replicas = self.set_update_parallelism = self.set_generic = None
         self.force_update = self.gates_deferred = self.new = False
         self.node_set, self.node_remove, self.state_labels = {}, {}, {}
-        self.packed = self.progress = self.decision = None
+        self.packed = self.progress = self.decision = self.limit = None
         self.replaced, self.nodes_waiting, self.held = "", EMPTY, ()
 
     def gated(self, g: Gating) -> bool:

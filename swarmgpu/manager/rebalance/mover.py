@@ -50,6 +50,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from loguru import logger
@@ -83,31 +84,26 @@ from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, MoveRecord, Outcome, Trigger
 from swarmgpu.manager.rebalance.record import (
-    CRASH_ENV as CRASH_ENV,
-)
-from swarmgpu.manager.rebalance.record import (
     HEALTH,
     FirstSeen,
+    cannot_run,
     crash_point,
     drop_record,
     end_move,
+    end_surge,
+    held_by_others,
     node_by_id,
     put_record,
     room_for,
     service_ledger,
     spec_edit,
     spec_labels,
+    start_surge,
     swarm_id,
     unreadable_records,
     unreadable_why,
 )
 from swarmgpu.manager.rebalance.record import (  # the record: re-exported for callers
-    MAX_LABEL_CHARS as MAX_LABEL_CHARS,
-)
-from swarmgpu.manager.rebalance.record import (
-    RECORD as RECORD,
-)
-from swarmgpu.manager.rebalance.record import (
     MoveState as MoveState,
 )
 from swarmgpu.manager.rebalance.record import (
@@ -144,49 +140,6 @@ from swarmgpu.swarm.client import (
     SwarmTask,
     VersionConflict,
 )
-from swarmgpu.swarm.jsonstrict import sub_object
-
-
-def _cannot_run(node: SwarmNode, host: str) -> str | None:
-    """Why Swarm starts no task of a move on ``node`` (None: it may). Not "unknown": a
-    new leader says so of every node until it reports again (the timeout bounds it)."""
-    if node.state == "down" or node.availability != "active":
-        return f"{host} is {node.state}/{node.availability}"
-    return None
-
-
-def target_free(m: Move, target: SwarmNode, prefix: str) -> str | None:
-    """None when the target GPUs still have room by the node's live ledger."""
-    return room_for(m, target, prefix, own_moves=False)
-
-
-# --- spec edits ---------------------------------------------------------------------------
-
-
-_spec_edit = spec_edit
-_labels = spec_labels
-
-
-def _start_surge(spec: dict[str, Any], replicas: int) -> None:
-    """make-before-break: one replica more, at most one per node (``_end_surge`` undoes)."""
-    spec.setdefault("Mode", {}).setdefault("Replicated", {})["Replicas"] = replicas + 1
-    spec.setdefault("TaskTemplate", {}).setdefault("Placement", {})["MaxReplicas"] = 1
-
-
-def _end_surge(spec: dict[str, Any], st: MoveState) -> None:
-    """The surge goes: replicas back to the count before the move, MaxReplicas to its
-    value then, each only while it is what the surge set. An owner who scaled or
-    re-deployed the service during the move keeps what they set (the docker-proxy lets
-    the daemon raise replicas by one only: the surge)."""
-    rep = sub_object(spec, "Mode", "Replicated")
-    if rep is not None and rep.get("Replicas") == st.replicas + 1:
-        rep["Replicas"] = st.replicas
-    placement = sub_object(spec, "TaskTemplate", "Placement")
-    if placement is not None and placement.get("MaxReplicas") == 1:
-        if st.max_replicas:
-            placement["MaxReplicas"] = st.max_replicas
-        else:
-            placement.pop("MaxReplicas")
 
 
 @dataclass(frozen=True)
@@ -292,7 +245,7 @@ class Mover:
 
     # --- writes: through the actuator's gate, which refuses every one in dry-run ------
     def _write_spec(self, sid: str, fn: Callable[[dict[str, Any]], None]) -> bool:
-        return self.writes.service_spec(sid, _spec_edit(fn))
+        return self.writes.service_spec(sid, spec_edit(fn))
 
     def _write_node(self, node_id: str,
                     compute: Callable[[Mapping[str, str]], Mapping[str, str] | None]) -> bool:
@@ -312,7 +265,7 @@ class Mover:
         seen = s.labels.get(key)
 
         def edit(spec: dict[str, Any]) -> None:
-            labels = _labels(spec)
+            labels = spec_labels(spec)
             if labels.get(key) == seen:  # a newer value is judged next cycle
                 labels.pop(key, None)
 
@@ -379,9 +332,15 @@ class Mover:
                                  Outcome.DRY_RUN, f"GPUs {','.join(m.target_uuids)}")
             self._last_dry = now_keys
             return
+        self._start_all(ok, by_name)
+
+    def _start_all(self, ok: Sequence[Move], by_name: Mapping[str, SwarmService]) -> None:
+        """Start the admitted moves, each its own loss whatever it raises."""
         for m in ok:
+            wrote: list[bool] = []  # a write of the move was let through (its record first)
             try:
-                got = self.start(m, by_name[m.service])
+                with self.writes.before_first(partial(wrote.append, True)):
+                    got = self.start(m, by_name[m.service])
                 if got.budget is not None:  # admitted on this cycle's first read
                     logger.bind(service=m.service).info(
                         "move {} -> {} not started: {}", m.source_host, m.target_host, got.why)
@@ -390,6 +349,7 @@ class Mover:
             except SwarmError as exc:
                 self._record(m.service, m.source_host, m.target_host, m.reason,
                              Outcome.FAILED, str(exc))
+                self._spent_anyway(m, bool(wrote), exc)
             except Stopped:
                 raise  # the daemon stops: no later move starts (not a failed one)
             except Exception as exc:  # a bug or unforeseen input: this move's loss only
@@ -399,6 +359,15 @@ class Mover:
                     m.target_host)
                 self._record(m.service, m.source_host, m.target_host, m.reason,
                              Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+                self._spent_anyway(m, bool(wrote), exc)
+
+    def _spent_anyway(self, m: Move, wrote: bool, exc: Exception) -> None:
+        """A fragmentation move whose start raised after its first write, its record, may
+        be under way (the record is the authority): the hour's budget is spent, as by one
+        started; not when the start took its record back (``VersionConflict``...)."""
+        if wrote and m.trigger is Trigger.FRAGMENTATION and not isinstance(
+                exc, (VersionConflict, NotLeader)):
+            self.frag_budget.spend(self.clock())
 
     def _admit(self, moves: Sequence[Move], v: Verdict, labels: Mapping[str, str],
                nodes: Sequence[SwarmNode], by_name: Mapping[str, SwarmService],
@@ -501,7 +470,7 @@ class Mover:
             return Started(ok=True)
         target = self.swarm.node(m.target_node)
         source = self.swarm.node(m.source_node)
-        why = target_free(m, target, self.prefix)
+        why = room_for(m, target, self.prefix, own_moves=False)  # by its live ledger
         held = source.labels.get(assign_key(self.prefix, m.service))
         h = parse_holding(m.service, m.source_node, held or "")
         if why is None and (h is None or h.uuids != m.source_uuids):
@@ -522,12 +491,12 @@ class Mover:
         p = self.prefix
 
         def step1(spec: dict[str, Any]) -> None:
-            labels = _labels(spec)
+            labels = spec_labels(spec)
             labels[p + MOVE_STATE] = st.to_json()
             labels[devices_key(p, st.target)] = ",".join(st.target_uuids)
             labels.update(dict(m.target_share))  # the moved task is told its share
             if st.surge:
-                _start_surge(spec, replicas)
+                start_surge(spec, replicas)
 
         # The record first: a label is only ever acted on when its record exists.
         self._put_record(fresh.id, st)
@@ -566,16 +535,22 @@ class Mover:
         return Started(ok=False, why=why)
 
     # --- progress ------------------------------------------------------------------
-    def _open(self, node_id: str, h: Holding) -> bool:
+    def _open(self, node_id: str, h: Holding) -> str:
+        """``h``'s ledger entry and gate on its node, in one write, unless another service
+        holds its GPUs now: the ledger did not hold them for this move (the target before
+        its first write landed; the source once closed), and a placement in between may
+        have given them out; opened, one GPU had two holders. Then nothing is written,
+        and who holds which GPU is returned ("": open)."""
         want = {assign_key(self.prefix, h.service): h.label_value(),
                 gate_key(self.prefix, h.service): "true"}
+        taken: list[str] = []
 
         def compute(cur: Mapping[str, str]) -> Mapping[str, str] | None:
-            new = dict(cur)
-            new.update(want)
-            return new
+            taken[:] = held_by_others(cur, self.prefix, h)  # as the node is at write time
+            return None if taken else {**cur, **want}
 
-        return self._write_node(node_id, compute)
+        self._write_node(node_id, compute)
+        return "; ".join(taken)
 
     def _close(self, node_id: str, service: str) -> bool:
         keys = (assign_key(self.prefix, service), gate_key(self.prefix, service))
@@ -591,21 +566,30 @@ class Mover:
         p = self.prefix
 
         def also(spec: dict[str, Any]) -> None:
-            labels = _labels(spec)
+            labels = spec_labels(spec)
             labels.pop(devices_key(p, drop_node), None)
             for k in [k for k in labels if node_of_key(k, p) == drop_node]:
                 labels.pop(k)
             if st.surge:
-                _end_surge(spec, st)
+                end_surge(spec, st)
 
         end_move(self.writes, p, sid, self.clock(), also)
 
+    def _rolled_back(self, st: MoveState, detail: str, taken: str) -> None:
+        """The roll-back's outcome; not reopened (``taken``): a failed move, once."""
+        if not taken:
+            self._record(st.service, st.source_host, st.target_host, st.reason,
+                         Outcome.ROLLED_BACK, detail)
+            return
+        self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.FAILED,
+                     f"{detail}; {st.service} not reopened on {st.source_host}: {taken} now "
+                     "(placed while the move ran); placement places its replica anew")
+
     def _roll_back(self, sid: str, st: MoveState, detail: str) -> None:
-        self._open(st.source, st.source_holding())
+        taken = self._open(st.source, st.source_holding())
         self._close(st.target, st.service)
         self._finish(sid, st, st.target)
-        self._record(st.service, st.source_host, st.target_host, st.reason,
-                     Outcome.ROLLED_BACK, detail)
+        self._rolled_back(st, detail, taken)
 
     def _node_left(self, sid: str, st: MoveState, src: SwarmNode | None,
                    dst: SwarmNode | None) -> None:
@@ -613,16 +597,18 @@ class Mover:
         node that is left (placement carries on from its ledger), never a step error
         every cycle."""
         if dst is None:
-            if src is not None:
-                self._open(st.source, st.source_holding())
+            taken = self._open(st.source, st.source_holding()) if src is not None else ""
             self._finish(sid, st, st.target)
-            self._record(st.service, st.source_host, st.target_host, st.reason,
-                         Outcome.ROLLED_BACK, f"{st.target_host} left the swarm")
+            self._rolled_back(st, f"{st.target_host} left the swarm", taken)
             return
-        self._open(st.target, st.target_holding())
+        taken = self._open(st.target, st.target_holding())
         self._finish(sid, st, st.source)
-        self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.DONE,
-                     f"{st.source_host} left the swarm; the replica is {st.target_host}'s")
+        self._record(st.service, st.source_host, st.target_host, st.reason,
+                     Outcome.FAILED if taken else Outcome.DONE,
+                     f"{st.source_host} left the swarm; " + (
+                         f"{st.target_host} not opened: {taken} now; placement places its "
+                         "replica anew" if taken else
+                         f"the replica is {st.target_host}'s"))
 
     def recover(self, sid: str, st: MoveState) -> None:
         """A recorded move whose service lost its move label: finished when the source is
@@ -655,7 +641,7 @@ class Mover:
         dst_open = dst.labels.get(gate_key(p, st.service)) == "true"
         # Failed: B's task does not run and B cannot run it (down, drained, paused: no
         # wait for the timeout with A closed or the budget held), or the timeout passed.
-        down = None if st.target in running_on else _cannot_run(dst, st.target_host)
+        down = None if st.target in running_on else cannot_run(dst, st.target_host)
         why = down or (f"no task running on {st.target_host} within "
                        f"{self.cfg.move_timeout_s:g}s" if st.target not in running_on and
                        self.clock() - self.seen.started(st, self.clock())
@@ -679,14 +665,15 @@ class Mover:
         elif st.direction == "forward" and why is not None:
             back = replace(st, direction="back")
             self._put_record(sid, back)  # the record first: it is the authority
-            self._write_spec(sid, lambda spec: _labels(spec).__setitem__(
+            self._write_spec(sid, lambda spec: spec_labels(spec).__setitem__(
                 p + MOVE_STATE, back.to_json()))
             st = back
         if st.direction == "back":
             self._roll_back(sid, st, why or "its record says it rolls back")
             return
-        if not dst_open:
-            self._open(st.target, st.target_holding())
+        if not dst_open:  # its GPUs given out before they were: the move is rolled back
+            if taken := self._open(st.target, st.target_holding()):
+                self._roll_back(sid, st, f"{st.target_host} not opened: {taken} now")
             crash_point("move-step-2")
             return
         if src_open and (not st.surge or st.target in running_on):

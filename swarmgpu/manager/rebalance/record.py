@@ -25,7 +25,15 @@ from swarmgpu.core import stamps
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Writes
-from swarmgpu.manager.placement import MOVE_STATE, Holding, Moving, assign_key, read_ledger
+from swarmgpu.manager.placement import (
+    ASSIGN,
+    MOVE_STATE,
+    Holding,
+    Moving,
+    assign_key,
+    parse_holding,
+    read_ledger,
+)
 from swarmgpu.manager.rebalance.budget import (
     FINISHED,
     finished_times,
@@ -36,6 +44,7 @@ from swarmgpu.manager.rebalance.budget import (
 from swarmgpu.manager.rebalance.context import MOVED_AT
 from swarmgpu.manager.rebalance.moves import Move
 from swarmgpu.swarm.client import SwarmClient, SwarmNode, SwarmNotFound, SwarmService
+from swarmgpu.swarm.jsonstrict import sub_object
 
 RECORD = "state.moves."  # swarm-object label: <p>state.moves.<service id> = MoveState JSON
 # swarm-object label: start times (epoch s) of the last hour's health moves that ended and
@@ -94,6 +103,14 @@ def node_by_id(swarm: SwarmClient, node_id: str) -> SwarmNode | None:
     return node if node.id == node_id else None
 
 
+def cannot_run(node: SwarmNode, host: str) -> str | None:
+    """Why Swarm starts no task of a move on ``node`` (None: it may). Not "unknown": a
+    new leader says so of every node until it reports again (the timeout bounds it)."""
+    if node.state == "down" or node.availability != "active":
+        return f"{host} is {node.state}/{node.availability}"
+    return None
+
+
 def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool) -> str | None:
     """None when ``m``'s target GPUs have room on ``node`` by its live ledger and the node
     takes work. ``own_moves``: the service's own holding there is the one that moves (a
@@ -113,6 +130,25 @@ def room_for(m: Move, node: SwarmNode, prefix: str, *, own_moves: bool) -> str |
     if node.state != "ready" or node.availability != "active":
         return f"{node.hostname} is {node.state}/{node.availability}"
     return None
+
+
+def held_by_others(labels: Mapping[str, str], prefix: str, h: Holding) -> list[str]:
+    """Which of ``h``'s GPUs another service's holding in a node's ``labels`` leaves no
+    room for now, and whose (empty: all of them have room). A roll-back asks before it
+    writes its source back: a placement may have given out what the move freed."""
+    used: dict[str, int] = {}
+    whose: dict[str, list[str]] = {}
+    ak = prefix + ASSIGN
+    for k, v in labels.items():
+        other = k[len(ak):] if k.startswith(ak) else None
+        if other is None or other == h.service:
+            continue
+        got = parse_holding(other, h.node_id, v)
+        for u, mi in zip(got.uuids, got.milli, strict=True) if got is not None else ():
+            used[u] = used.get(u, 0) + mi
+            whose.setdefault(u, []).append(other)
+    return [f"GPU {u} is held by {', '.join(sorted(whose[u]))}"
+            for u, mi in zip(h.uuids, h.milli, strict=True) if used.get(u, 0) + mi > 1000]
 
 
 def node_gone_finding(key: str, st: MoveState, nodes: Sequence[SwarmNode]) -> Finding | None:
@@ -444,6 +480,28 @@ def health_spent(labels: Mapping[str, str], prefix: str, now: float) -> list[flo
     unread = [now for _ in unreadable_records(labels, prefix)]
     return [t for t in [*times_in(labels, prefix + HEALTH_SPENT, HEALTH_KEEP), *flying,
                         *unread] if stamps.in_hour(t, now)]
+
+
+def start_surge(spec: dict[str, Any], replicas: int) -> None:
+    """make-before-break: one replica more, at most one per node (``end_surge`` undoes)."""
+    spec.setdefault("Mode", {}).setdefault("Replicated", {})["Replicas"] = replicas + 1
+    spec.setdefault("TaskTemplate", {}).setdefault("Placement", {})["MaxReplicas"] = 1
+
+
+def end_surge(spec: dict[str, Any], st: MoveState) -> None:
+    """The surge goes: replicas back to the count before the move, MaxReplicas to its
+    value then, each only while it is what the surge set. An owner who scaled or
+    re-deployed the service during the move keeps what they set (the docker-proxy lets
+    the daemon raise replicas by one only: the surge)."""
+    rep = sub_object(spec, "Mode", "Replicated")
+    if rep is not None and rep.get("Replicas") == st.replicas + 1:
+        rep["Replicas"] = st.replicas
+    placement = sub_object(spec, "TaskTemplate", "Placement")
+    if placement is not None and placement.get("MaxReplicas") == 1:
+        if st.max_replicas:
+            placement["MaxReplicas"] = st.max_replicas
+        else:
+            placement.pop("MaxReplicas")
 
 
 def end_move(writes: Writes, prefix: str, sid: str, now: float,

@@ -66,6 +66,7 @@ from swarmgpu.manager.rebalance.record import (
     crash_point,
     drop_record,
     end_move,
+    held_by_others,
     node_by_id,
     put_record,
     read_records,
@@ -272,6 +273,9 @@ class Repin:
                 self.say(st, Outcome.FAILED, kept_on_healthy(st, self.cfg.move_timeout_s))
                 return
         elif late:
+            if st.direction == "forward" and self._taken(sid, st, node, held,
+                                                         st.source_holding()):
+                return
             if st.direction == "back":
                 self._leave(sid, st, held, f"the roll-back's task did not run within "
                                            f"{self.cfg.move_timeout_s:g}s")
@@ -285,6 +289,8 @@ class Repin:
             self.advance(sid, back)
             return
         if not at_target:  # step 2 (or a roll-back's first node write)
+            if self._taken(sid, st, node, held, st.target_holding(), repoint=True):
+                return
             self._close(st)
             crash_point("repin-step-2")
         elif not gate_open:
@@ -297,6 +303,24 @@ class Repin:
             self.say(st, outcome, f"running on {st.source_host} with "
                                   f"{','.join(st.target_uuids)}; only that node's task "
                                   "was replaced")
+
+    def _taken(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
+               h: Holding, *, repoint: bool = False) -> bool:
+        """A step about to write ``h`` into the ledger finds another service holding its
+        GPUs now: the ledger did not hold them for this move (the new GPUs before step 2
+        landed, the old ones once it did), and a placement in between may have given
+        them out. Then the service is left to placement on the GPUs it holds (``held``),
+        ``repoint``: its device map, which names ``h``'s GPUs, pointed at those again;
+        True then."""
+        taken = "; ".join(held_by_others(node.labels, self.prefix, h))
+        if not taken:
+            return False
+        if repoint:
+            ahead = swapped(st, self.clock())  # its GPU sets swapped: its target is held's
+            self._point_spec(sid, ahead, ahead)
+        self._leave(sid, st, held, f"{st.service}'s GPUs {','.join(h.uuids)} on "
+                                   f"{st.source_host}: {taken} now (placed while it moved)")
+        return True
 
     def _leave(self, sid: str, st: MoveState, held: Holding | None, why: str) -> None:
         """Give the service back to placement: its gate open on the ledger as it is (none:

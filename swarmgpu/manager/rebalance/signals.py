@@ -15,11 +15,12 @@ before (this daemon's memory), else from neither (UNKNOWN); both are flagged.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.core.model import NodeFacts
-from swarmgpu.manager.nodes.gpuowners import owners, strays
+from swarmgpu.manager.nodes.gpuowners import Owners, owners, strays
 from swarmgpu.manager.placement import Holding
 from swarmgpu.manager.rebalance.scrape import NodeScrape
 from swarmgpu.manager.rebalance.windows import (
@@ -94,6 +95,20 @@ def fragmentation_pct(node_facts: NodeFacts, holdings: Mapping[str, Holding]) ->
     return 100.0 * partial / free_total if free_total else 0.0
 
 
+def _shared(nid: str, uuid: str, shared: tuple[str, ...], own: Owners,
+            hostnames: Mapping[str, str], rejoined: Mapping[str, AbstractSet[str]]) -> str:
+    """What is said of ``nid``'s GPU ``uuid`` that the facts of ``shared`` list too: from
+    which node it is read, and why that one."""
+    keeper = own.owner.get(uuid)
+    again = [o for o in (nid, *shared) if keeper in rejoined.get(o, ())]
+    first = (f", where its node joined again (the old entry {again[0]} is down: docker "
+             f"node rm {again[0]})" if again else ", where it was first")
+    read = (f"here{first}" if keeper == nid else
+            f"on {hostnames.get(keeper, keeper[:12])}{first}" if keeper else "on neither")
+    names = ", ".join(hostnames.get(o, o[:12]) for o in shared)
+    return f"its UUID is in the facts of {names} too: read {read}"
+
+
 class Signals:
     """The windows of one daemon (the leader's memory; a new leader starts UNKNOWN)."""
 
@@ -111,8 +126,11 @@ class Signals:
 
     def observe(self, scrapes: Mapping[str, NodeScrape], facts: Mapping[str, NodeFacts],
                 hostnames: Mapping[str, str],
-                ledger: Mapping[str, Mapping[str, Holding]], now: float) -> list[str]:
-        """Record this cycle's readings and re-judge every window. Returns warnings."""
+                ledger: Mapping[str, Mapping[str, Holding]], now: float,
+                rejoined: Mapping[str, AbstractSet[str]] | None = None) -> list[str]:
+        """Record this cycle's readings and re-judge every window. Returns warnings.
+        ``rejoined``: ``gpuowners.rejoined`` of Swarm's node list (old entries of nodes
+        that joined again own none of their GPUs)."""
         warnings: list[str] = []
         per_node: dict[str, dict[str, Holding]] = {}
         for svc, by_node in ledger.items():
@@ -120,7 +138,7 @@ class Signals:
                 per_node.setdefault(nid, {})[svc] = h
         gpus: dict[GpuKey, GpuSignal] = {}
         nodes: dict[str, NodeSignal] = {}
-        own = owners(facts, self.uuid_owner)
+        own = owners(facts, self.uuid_owner, rejoined)
         self.uuid_owner = dict(own.owner)
         for nid, f in facts.items():
             if not f.gpus:
@@ -154,16 +172,11 @@ class Signals:
                 idle = self.idle.update(key, now)
                 why = None
                 if shared := own.others(nid, g.uuid):
-                    keeper = own.owner.get(g.uuid)
-                    read = ("here, where it was first" if ours else
-                            f"on {hostnames.get(keeper, keeper[:12])}, where it was first"
-                            if keeper else "on neither")
-                    names = ", ".join(hostnames.get(o, o[:12]) for o in shared)
-                    warnings.append(f"{host}: GPU {g.index} {g.uuid[:64]}: its UUID is in "
-                                    f"the facts of {names} too: read {read} (swarmgpu "
+                    said = _shared(nid, g.uuid, shared, own, hostnames, rejoined or {})
+                    warnings.append(f"{host}: GPU {g.index} {g.uuid[:64]}: {said} (swarmgpu "
                                     "audit: gpu-uuid-conflict)")
                     if not ours:
-                        why = f"its UUID is in the facts of {names} too: read {read}"
+                        why = said
                 if ours and hot is State.UNKNOWN:
                     why = node_why or coverage_problem(
                         self.store.points(key, UTIL), now, self.hot_c) or "unknown"

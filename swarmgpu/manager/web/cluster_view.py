@@ -441,6 +441,21 @@ def _why(res: Any) -> dict[str, str]:
     return {"url": res.url, "cause": res.cause, "fix": res.fix}
 
 
+def _pending_lines(doc: Mapping[str, Any]) -> list[str]:
+    """`status`: the pending requests, each with what failed in its own preemption
+    (its plan's notes that say "preemption: ...")."""
+    if not doc["pending"]:
+        return []
+    notes = {sv.get("name"): [w for w in sv.get("warnings") or []
+                              if str(w).startswith("preemption: ")]
+             for sv in doc.get("services", [])}
+    out = ["", "pending GPU requests:"]
+    for p in doc["pending"]:
+        out.append(f"  {p['service']}: {p['request']} - {p['reason']}")
+        out += [f"    {w}" for w in notes.get(p["service"], [])]
+    return out
+
+
 def render_status(doc: Mapping[str, Any]) -> str:
     """`swarmgpu status`: nodes x GPUs, memory, holders, pending requests. Hostnames,
     service names and agents' errors are others' text: each line shows them escaped."""
@@ -496,11 +511,7 @@ def render_status(doc: Mapping[str, Any]) -> str:
     if doc.get("ungranted"):
         lines.append("")
         lines.extend(ungranted_lines(doc["ungranted"]))
-    if doc["pending"]:
-        lines.append("")
-        lines.append("pending GPU requests:")
-        for p in doc["pending"]:
-            lines.append(f"  {p['service']}: {p['request']} - {p['reason']}")
+    lines.extend(_pending_lines(doc))
     if doc.get("queues"):
         lines.append("")
         lines.append("queues (GPUs used / guaranteed / max):")

@@ -1,0 +1,60 @@
+"""A packed service is no preemptor: its replicas go only on the node they are packed on
+(``placement.packing``; converge never moves a packed holding), and preemption never
+stops anything on a node the preemptor holds (one replica per node). So a packed service
+that is pending (its owner's max_replicas_per_node below the replicas packed, a scale-up
+past its node's room) stopped a victim on another node for nothing, whose GPUs nobody
+then took, again after each settle time. Pure: the planner and the preemption step's
+decision on the two captured nodes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from support.placement import DGX, FACTS, R4090, apply, svc
+
+from swarmgpu.core.config import Config, PreemptionConfig
+from swarmgpu.manager.cycle.preemption import plan_as_daemon
+from swarmgpu.manager.nodes.agent_client import FactsResult
+from swarmgpu.manager.nodes.sync import Snapshot
+from swarmgpu.manager.placement import ServicePlan, plan_placement
+from swarmgpu.swarm.client import SwarmService, SwarmTask
+
+
+def _written(s: SwarmService, sp: ServicePlan) -> SwarmService:
+    labels = {k: v for k, v in s.labels.items() if k not in sp.service_labels_remove}
+    labels.update(sp.service_labels_set)
+    mrpn = s.max_replicas_per_node if sp.set_max_replicas is None else sp.set_max_replicas
+    env = tuple(new if e == old else e for e in s.env for old, new in
+                (sp.replace_env or [("", "")]))
+    return replace(s, labels=labels, max_replicas_per_node=mrpn, env=env,
+                   force_update=s.force_update + sp.force_update, version=s.version + 1)
+
+
+def test_a_pending_packed_service_preempts_nothing() -> None:
+    """p (priority 100) is packed 4 x 1 GPU on gpu-node-1; low (priority 0) holds all of
+    gpu-node-2. p's owner sets max_replicas_per_node 2: p is pending. Before: "would
+    preempt low (priority 0) on gpu-node-2 for p", and the daemon stopped low, whose
+    GPUs p could never use."""
+    low = svc("low", {"swarmgpu.gpus": "8", "swarmgpu.gpu-product": "*4090*",
+                      "swarmgpu.priority": "0"})
+    p = svc("p", {"swarmgpu.gpus": "1", "swarmgpu.pack": "always",
+                  "swarmgpu.priority": "100"}, replicas=4)
+    nodes, services = [DGX, R4090], [low, p]
+    for _ in range(2):  # placed, then the gates open
+        plan = plan_placement(nodes, services, [], FACTS)
+        by = {sp.name: sp for sp in plan.services}
+        services = [_written(s, by[s.name]) for s in services]
+        nodes = apply(nodes, plan)
+    low, p = services
+    p = replace(p, max_replicas_per_node=2, version=p.version + 1)
+    tasks = [SwarmTask("t-low", low.id, "n-4090", 1, "running", "running", (),
+                       force_update=low.force_update)]
+    tasks += [SwarmTask(f"t-p{k}", p.id, "n-dgx" if k <= 2 else "", k,
+                        "running" if k <= 2 else "pending", "running", (),
+                        force_update=p.force_update) for k in range(1, 5)]
+    facts = {nid: FactsResult(nid, nid, "", f, None, 1.0) for nid, f in FACTS.items()}
+    snap = Snapshot(nodes, [low, p], tasks, facts, swarm_labels={})
+    got = {sp.name: sp for sp in plan_as_daemon(
+        snap, Config(preemption=PreemptionConfig(dry_run=False))).services}
+    assert got["p"].status == "pending" and got["p"].packed, got["p"]
+    assert not [w for w in got["p"].warnings if "preempt" in w], got["p"].warnings
