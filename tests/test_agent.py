@@ -782,3 +782,18 @@ def test_agent_that_cannot_listen_says_where_and_exits_2() -> None:
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"swarmgpu agent: --listen 127.0.0.1:{port}: cannot listen"), last
     assert "Address already in use" in last and "Traceback" not in r.stderr
+
+
+def test_agent_refuses_a_short_token_with_the_fix(tmp_path: Path) -> None:
+    """--token-file took any one-line token, "abc" too, which opens /metrics (and /facts
+    without TLS) to whoever guesses it: fewer than 16 characters end the agent at start,
+    naming the option and how to make one (never printing the token)."""
+    short = tmp_path / "token"
+    short.write_text("s3cret\n")
+    r = _agent_cli("--listen", "127.0.0.1:0", "--token-file", str(short))
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"swarmgpu agent: --token-file: token file {short}: the token "
+                           "is 6 characters, and at least 16 are needed"), last
+    assert "openssl rand -hex 32" in last and "agents.token_file" in last, last
+    assert "s3cret" not in r.stderr and "agent serving" not in r.stderr
