@@ -8,7 +8,6 @@ import ipaddress
 from swarmgpu.core.guesslimit import GuessLimit
 
 
-
 def test_the_wrong_token_buckets_refill_and_stay_bounded() -> None:
     """A bucket fills again with time; one host's IPv6 /64 is one client; and a guesser
     with 100,000 addresses keeps at most max_clients buckets, sharing one past them,

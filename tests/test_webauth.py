@@ -29,6 +29,7 @@ from support.webauth import BIG, FORM, TOKEN, get, post, raw, web_daemon
 
 from swarmgpu.cli import main
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
+from swarmgpu.core.guesslimit import BURST, REFILL_S, GuessLimit
 from swarmgpu.core.httpguard import STUCK_WRITE_S, Conn, GuardedServer, pick_victim
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.manager.nodes.sync import CycleReport
@@ -44,7 +45,6 @@ from swarmgpu.manager.web.webauth import (
     judge,
     session_value,
 )
-from swarmgpu.core.guesslimit import BURST, REFILL_S, GuessLimit
 from swarmgpu.manager.web.weblogin import login_token
 from swarmgpu.swarm.identity import MIN_TOKEN_CHARS, AgentAuth, PeerName, client_context
 

@@ -32,8 +32,8 @@ import ipaddress
 import math
 import threading
 import time
-from collections.abc import Callable
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from loguru import logger

@@ -43,9 +43,9 @@ from pathlib import Path
 from loguru import logger
 
 from swarmgpu.core.config import HttpConfig
+from swarmgpu.core.guesslimit import GuessLimit, Try
 from swarmgpu.core.httpguard import Throttle
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.core.guesslimit import GuessLimit, Try
 from swarmgpu.swarm.identity import (
     MIN_TOKEN_CHARS,
     AgentAuth,
