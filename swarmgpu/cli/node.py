@@ -167,7 +167,7 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
             sys.exit(2)
     from swarmgpu.agent.procattr import Attributor, engine_labels
     from swarmgpu.swarm.identity import (
-        AGENT_TOKEN_FIX,
+        AGENT_TOKENS_FIX,
         IdentityError,
         TokenRefused,
         read_agent_token,
@@ -179,7 +179,7 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
         # from anywhere, and a short one is guessed.
         token = read_agent_token(token_file) if token_file else None
     except TokenRefused as exc:
-        click.echo(f"swarmgpu agent: --token-file: {exc} ({AGENT_TOKEN_FIX})", err=True)
+        click.echo(f"swarmgpu agent: --token-file: {exc} ({AGENT_TOKENS_FIX})", err=True)
         sys.exit(2)
     except (IdentityError, OSError) as exc:
         click.echo(f"swarmgpu agent: {exc}", err=True)

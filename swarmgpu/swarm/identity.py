@@ -56,7 +56,7 @@ MAX_TOKEN_BYTES = 4096
 # token mode): fewer characters than this are guessed (openssl rand -hex 32 makes 64).
 MIN_TOKEN_CHARS = 16
 # How to make the agents' token anew: the agents and the daemon hold the same one.
-AGENT_TOKEN_FIX = (  # noqa: S105 (how to make one, not a token)
+AGENT_TOKENS_FIX = (
     "the stack's secret: docker secret rm swarmgpu-agent-token, then openssl rand -hex 32 "
     "| docker secret create swarmgpu-agent-token -; the agents' --token-file and the "
     "daemon's agents.token_file hold the same token")
@@ -398,7 +398,7 @@ def agent_token_problem(path: str) -> str | None:
     try:
         read_agent_token(path)
     except TokenRefused as exc:
-        return f"agents.token_file: {exc} ({AGENT_TOKEN_FIX})"
+        return f"agents.token_file: {exc} ({AGENT_TOKENS_FIX})"
     except IdentityError:
         return None
     return None
