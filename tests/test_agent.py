@@ -204,6 +204,25 @@ def test_a_request_line_is_logged_without_control_characters(
     assert all(len(ln) < 1000 for ln in logged), [len(ln) for ln in logged]
 
 
+def test_a_query_is_never_logged(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
+    """The agent's log line for each request repeated the whole target, its query too,
+    which may hold a secret a client put there (a token, a key), and so did the line of
+    a request refused as malformed: the path is logged, the query cut."""
+    _, base = run_agent(Source(), refresh_s=60)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="DEBUG", diagnose=False)
+    try:
+        assert raw(base, b"GET /healthz?token=secret-one HTTP/1.1\r\nHost: 127.0.0.1"
+                         b"\r\n\r\n").startswith(b"HTTP/1.1 ")
+        assert raw(base, b"GET /x?key=secret-two HTTP/1.1 more\r\nHost: 127.0.0.1\r\n"
+                         b"\r\n").startswith(b"HTTP/1.1 400")
+    finally:
+        logger.remove(sink)
+    logged = [ln for ln in lines if "/healthz" in ln or "/x" in ln]
+    assert len(logged) >= 2, lines
+    assert not any("secret" in ln or "token=" in ln or "key=" in ln for ln in lines), logged
+
+
 def _with_host(base: str, path: str, host: str, extra: str = "") -> bytes:
     return raw(base, f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode())
 

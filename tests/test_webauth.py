@@ -276,6 +276,31 @@ def test_a_refused_path_is_logged_without_control_characters(
     assert not any(c in refused[0] for c in "\x1b\x07\x9b"), refused
 
 
+def test_an_answer_that_crashed_is_logged_by_its_path_alone(
+        web: tuple[Daemon, int]) -> None:
+    """A route that raised was logged with the whole target, its query too, which may
+    hold a secret (a share link's key, a token a client put there): the log line and
+    its traceback name the path alone; the client gets 500."""
+    d, port = web
+
+    def boom(query: str) -> tuple[str, bytes]:
+        raise RuntimeError("a bug")
+
+    d.http_query_routes["/api/v1/boom"] = boom
+    lines: list[str] = []
+    # without variables in tracebacks, as the daemon logs (cli.logs.setup_logging)
+    sink = logger.add(lambda m: lines.append(str(m)), level="ERROR", diagnose=False)
+    try:
+        status, _, body = get(port, "/api/v1/boom?key=secret-in-the-query",
+                              {"Authorization": f"Bearer {TOKEN}"})
+    finally:
+        logger.remove(sink)
+    assert status == 500 and b"secret" not in body
+    failed = [ln for ln in lines if "failed" in ln]
+    assert failed and "HTTP /api/v1/boom failed" in failed[0], lines
+    assert not any("secret-in-the-query" in ln or "key=" in ln for ln in lines), lines
+
+
 def test_the_server_header_names_no_python_version(web: tuple[Daemon, int]) -> None:
     """Anyone gets /healthz and 401s: their Server header says swarmgpu, not the
     interpreter's exact version (which would point at its known flaws)."""

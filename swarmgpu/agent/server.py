@@ -79,6 +79,7 @@ from swarmgpu.core.httpguard import (
     Throttle,
     allowed_hosts,
     host_allowed,
+    query_cut,
 )
 from swarmgpu.core.httphead import HeadTooLarge, TooManyEmptyLines, read_head
 from swarmgpu.core.model import NodeFacts
@@ -558,8 +559,9 @@ class _Handler(OneRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         # The request line is anyone's text (up to 8 KiB): cut and without control
         # characters, so no escape sequence reaches the operator's terminal (the
-        # standard library's own log_message escapes them; this override must too).
-        _log.debug("{} {}", self.client_address[0], peer_text(format % args))
+        # standard library's own log_message escapes them; this override must too),
+        # and without its query, which may hold a secret.
+        _log.debug("{} {}", self.client_address[0], peer_text(query_cut(format % args)))
 
 
 # --- entry points ----------------------------------------------------------------

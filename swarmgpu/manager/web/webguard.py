@@ -180,7 +180,8 @@ class GuardedHandler(OneRequestHandler):
         try:
             status, ctype, body = self.answer(path, query)
         except Exception:
-            logger.exception("HTTP {} failed", peer_text(self.path, 100))  # the client's text
+            # The path alone, cleaned (the client's text): a query may hold a secret.
+            logger.exception("HTTP {} failed", peer_text(path, 100))
             status, ctype, body = 500, PLAIN, b"internal error\n"
         body, how = encoded(body, self.headers.get("Accept-Encoding"), self.gzip_memo)
         with contextlib.suppress(OSError):
