@@ -4,6 +4,7 @@ a client's wrong tokens are limited, a manager certificate and a proved token ne
 from __future__ import annotations
 
 import json
+import socket
 import ssl
 import threading
 import time
@@ -144,3 +145,30 @@ def test_a_manager_certificate_is_never_counted(
     for hdrs in (RIGHT, WRONG, None):
         assert _tls_get(port, "/facts", daemon_context(pki), hdrs) == 200, hdrs
         assert _tls_get(port, "/metrics", daemon_context(pki), hdrs) == 200, hdrs
+
+
+def test_healthz_is_answered_on_a_reserved_slot(agent: Callable[..., AgentServer]) -> None:
+    """Every slot busy answering (here /metrics waiting on a hung sampler; anyone may ask
+    an agent without identity or token): a newcomer gets a reserved slot, which answered
+    only a proved peer, so the container's healthcheck (no token under swarm-pki) got
+    503 and the agent was reported unhealthy. /healthz is small and quick: it is
+    answered there, as the daemon's is; the rest still is not."""
+    hung = threading.Event()
+    srv = agent(sampler=lambda: hung.wait(20) and [], sample_timeout_s=10)
+    srv.max_connections, srv.reserved = 3, 2
+    port = _port(srv)
+    holders = [socket.create_connection(("127.0.0.1", port), timeout=15) for _ in range(3)]
+    try:
+        for h in holders:
+            h.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        end = time.monotonic() + 5
+        while srv.connection_counts()[0] < 3 and time.monotonic() < end:
+            time.sleep(0.02)
+        time.sleep(0.3)  # their heads read: busy answering, no candidate for eviction
+        assert get(port, "/facts")[0] == 503  # a reserved slot, no proof
+        status, _, body = get(port, "/healthz")
+        assert status == 200 and json.loads(body)["status"] in ("ok", "degraded")
+    finally:
+        hung.set()
+        for h in holders:
+            h.close()

@@ -45,7 +45,8 @@ request bodies are never read; the answer has a write deadline; at most
 ``MAX_CONNECTIONS`` connections at once, and when all are taken a newcomer pushes out the
 oldest half-sent request of the address holding the most (httpguard.GuardedServer), so
 no flood of slow connections, from the daemon's own address or from many, keeps the
-daemon from /facts.
+daemon from /facts; ``/healthz`` is answered on the guard's reserved slots too (the
+container's healthcheck).
 """
 
 from __future__ import annotations
@@ -504,6 +505,9 @@ class _Handler(OneRequestHandler):
 
     def respond(self) -> None:
         path = self.path.split("?", 1)[0]
+        # /healthz is small and quick: answered on the guard's reserved slots too, so
+        # the container's healthcheck is never starved by slots busy answering others.
+        self.open_on_reserve = path == "/healthz"
         if not self._host_served():
             if n := _HOST_REFUSED.due():
                 _log.warning("request for host {!r} refused (DNS rebinding?); if it is a name "
