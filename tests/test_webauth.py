@@ -692,6 +692,30 @@ def test_a_manager_certificate_opens_everything_over_https(
         d._http.server_close()
 
 
+def test_a_manager_certificate_is_never_limited_by_its_addresss_wrong_tokens(
+        tmp_path: Path, pki: dict[str, Path]) -> None:
+    """A try was taken before the certificate was read: a manager (``swarmgpu plan`` on
+    it, with a stale http.token_file beside its certificate) whose address had sent ten
+    wrong tokens got 429, though a manager certificate "still answers". It is read
+    first now and takes no try, as on the agent."""
+    d = web_daemon(tmp_path)
+    assert d._http is not None
+    port = d._http.server_address[1]
+    tls = client_context(pki["ca"].read_text(), CLUSTER, pki["mgr"], _key(pki["mgr"]))
+    d.web_auth.update(AgentAuth(tls=tls, cert=pki["mgr"], key=_key(pki["mgr"]),
+                                trust_root=pki["ca"].read_text()))
+    wrong = {"Authorization": "Bearer wrong-guess-0123456789"}
+    try:
+        for _ in range(BURST):
+            assert get(port, "/api/v1/cluster", wrong)[0] == 401
+        assert get(port, "/api/v1/cluster", wrong, ctx=_client(pki, None))[0] == 429
+        for hdrs in (wrong, {"Authorization": f"Bearer {TOKEN}"}):
+            assert get(port, "/api/v1/cluster", hdrs, ctx=_client(pki, "mgr"))[0] == 200
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
+
+
 def test_over_https_the_session_cookie_is_host_prefixed_and_read_only_so(
         tmp_path: Path, pki: dict[str, Path]) -> None:
     """Over HTTPS the session was ``swarmgpu_session``, a name any page of the host's

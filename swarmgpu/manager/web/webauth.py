@@ -334,9 +334,12 @@ class WebAuth:
         """A token try of ``caller`` (an Authorization header, a sign-in POST) from its
         address's bucket (guesslimit), or None where tries are not counted: no token to
         guess, or the caller is let in without one (auth off or loopback-only, a
-        loopback client under auto). A Try with ``wait_s`` is answered ``too_many``."""
+        loopback client under auto), or a manager certificate proves the caller (read
+        first: a manager is never limited by its address's wrong tokens). A Try with
+        ``wait_s`` is answered ``too_many``."""
         if self.token is None or not self.required or (
-                self.loopback_open and is_loopback(caller.peer_ip)):
+                self.loopback_open and is_loopback(caller.peer_ip)) or \
+                is_manager_of(caller.tls_peer, self.cluster_id):
             return None
         return self.guesses.take(caller.peer_ip)
 
