@@ -172,3 +172,25 @@ def test_healthz_is_answered_on_a_reserved_slot(agent: Callable[..., AgentServer
         hung.set()
         for h in holders:
             h.close()
+
+
+def test_a_failing_sampler_is_logged_once_per_window_not_per_request(
+        agent: Callable[..., AgentServer]) -> None:
+    """Each /metrics answered while the sampler failed logged a warning: anyone who may
+    ask (an agent without identity or token; a token holder) wrote the log at the rate
+    of their requests. At most one line per 10 s now, with how many it stands for; the
+    page still says sampler_ok 0 every time."""
+    def broken() -> list[Any]:
+        raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+
+    port = _port(agent(sampler=broken))
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        for _ in range(40):
+            status, _, body = get(port, "/metrics")
+            assert status == 200 and b"swarmgpu_agent_sampler_ok 0.0" in body
+    finally:
+        logger.remove(sink)
+    said = [ln for ln in lines if "GPU_IS_LOST" in ln]
+    assert 1 <= len(said) <= 2, len(said)

@@ -328,6 +328,9 @@ class AgentServer(GuardedServer):
         self.tls: ReloadingServerContext | None = None
         self.token: str | None = None
         self.guesses = GuessLimit(server="agent")  # wrong tokens per client (access)
+        # A failing sampler is said per window, not per scrape: anyone who may ask for
+        # /metrics would write the log at the rate of their requests.
+        self.sampler_said = Throttle()
         # Host names served without credentials (httpguard.host_allowed), besides IP
         # literals and the facts' host name.
         self.allowed_hosts: frozenset[str] = frozenset({"localhost"})
@@ -380,8 +383,8 @@ class AgentServer(GuardedServer):
             scrape_duration_s=duration,
             sampler_ok=err is None,
         )
-        if err is not None:
-            _log.warning(err)
+        if err is not None and (n := self.sampler_said.due()):
+            _log.warning("{} ({} scrape(s) since the last such line)", err, n)
         return HTTPStatus.OK, {}, render_metrics(facts, samples, stats)
 
     def health(self, detail: bool = True) -> tuple[HTTPStatus, dict[str, Any]]:
