@@ -204,6 +204,25 @@ def test_a_request_line_is_logged_without_control_characters(
     assert all(len(ln) < 1000 for ln in logged), [len(ln) for ln in logged]
 
 
+def test_a_query_is_never_logged(run_agent: Callable[..., tuple[AgentServer, str]]) -> None:
+    """The agent's log line for each request repeated the whole target, its query too,
+    which may hold a secret a client put there (a token, a key), and so did the line of
+    a request refused as malformed: the path is logged, the query cut."""
+    _, base = run_agent(Source(), refresh_s=60)
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="DEBUG", diagnose=False)
+    try:
+        assert raw(base, b"GET /healthz?token=secret-one HTTP/1.1\r\nHost: 127.0.0.1"
+                         b"\r\n\r\n").startswith(b"HTTP/1.1 ")
+        assert raw(base, b"GET /x?key=secret-two HTTP/1.1 more\r\nHost: 127.0.0.1\r\n"
+                         b"\r\n").startswith(b"HTTP/1.1 400")
+    finally:
+        logger.remove(sink)
+    logged = [ln for ln in lines if "/healthz" in ln or "/x" in ln]
+    assert len(logged) >= 2, lines
+    assert not any("secret" in ln or "token=" in ln or "key=" in ln for ln in lines), logged
+
+
 def _with_host(base: str, path: str, host: str, extra: str = "") -> bytes:
     return raw(base, f"GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode())
 
@@ -782,3 +801,18 @@ def test_agent_that_cannot_listen_says_where_and_exits_2() -> None:
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith(f"swarmgpu agent: --listen 127.0.0.1:{port}: cannot listen"), last
     assert "Address already in use" in last and "Traceback" not in r.stderr
+
+
+def test_agent_refuses_a_short_token_with_the_fix(tmp_path: Path) -> None:
+    """--token-file took any one-line token, "abc" too, which opens /metrics (and /facts
+    without TLS) to whoever guesses it: fewer than 16 characters end the agent at start,
+    naming the option and how to make one (never printing the token)."""
+    short = tmp_path / "token"
+    short.write_text("s3cret\n")
+    r = _agent_cli("--listen", "127.0.0.1:0", "--token-file", str(short))
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"swarmgpu agent: --token-file: token file {short}: the token "
+                           "is 6 characters, and at least 16 are needed"), last
+    assert "openssl rand -hex 32" in last and "agents.token_file" in last, last
+    assert "s3cret" not in r.stderr and "agent serving" not in r.stderr

@@ -20,6 +20,7 @@ from loguru import logger
 from support.empty_swarm import EmptySwarm
 
 from swarmgpu.core.config import AgentsConfig, Config, HttpConfig, SyncConfig
+from swarmgpu.manager.cycle.wiring import daemon_steps
 from swarmgpu.manager.daemon import Daemon
 from swarmgpu.swarm.client import SwarmUnavailable
 
@@ -463,3 +464,30 @@ def test_healthz_says_leader_unknown_while_the_engine_cannot_be_asked(tmp_path: 
     doc = d.health()
     assert doc["leader"] is True and doc["engine"] == "reachable" and doc["status"] == "ok"
     assert "engine_error" not in doc and d.metrics.is_leader._value.get() == 1
+
+
+def test_the_map_says_leadership_unknown_while_the_engine_cannot_be_asked(
+        tmp_path: Path) -> None:
+    """The cluster document (the map, /api/v1/cluster) went on with the daemon's last
+    word, ``leader: false`` once the ask failed, which the map shows as "follower"
+    while /healthz said unknown. It now says ``engine: unreachable`` too (a field
+    added; ``leader`` stays a boolean, false: no write goes out), and ``reachable``
+    again once the engine answers."""
+    d = daemon(tmp_path)
+    swarm = EngineGone()
+    d.swarm = swarm  # type: ignore[assignment]
+    d.use(daemon_steps(d))  # as `swarmgpu run` wires it: the map's routes
+
+    def cluster() -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(d.http_routes["/api/v1/cluster"]()[1])
+        return doc
+
+    d.cycle()
+    assert cluster()["leader"] is True and cluster()["engine"] == "reachable"
+    swarm.gone = True
+    assert d.cycle().aborted
+    doc = cluster()
+    assert doc["engine"] == "unreachable" and doc["leader"] is False, doc
+    swarm.gone = False
+    d.cycle()
+    assert cluster()["leader"] is True and cluster()["engine"] == "reachable"

@@ -88,6 +88,42 @@ def test_tokens(tmp_path: Path) -> None:
             read_token(f)
 
 
+def test_a_short_agents_token_is_refused_at_config_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agents' token opens their /metrics (and /facts in token mode) from anywhere,
+    and had no least length: ``agents.token_file`` holding fewer than MIN_TOKEN_CHARS is
+    a configuration error, naming the key and how to make one, as http.token_file is;
+    the daemon's reads of the agents never take it either. A file not readable here
+    (the secret lives in the container) is left to the daemon, as before."""
+    from click.testing import CliRunner
+
+    from swarmgpu.cli import main
+    from swarmgpu.swarm.identity import MIN_TOKEN_CHARS, AuthSource, TokenRefused
+
+    monkeypatch.delenv("SWARMGPU_AGENTS_TOKEN_FILE", raising=False)
+    short = tmp_path / "short"
+    short.write_text("s3cret\n")
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"agents:\n  identity: none\n  token_file: {short}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert f"{cfg}:3: agents.token_file:" in res.output, res.output
+    assert f"at least {MIN_TOKEN_CHARS}" in res.output and "openssl rand -hex 32" in res.output
+    assert "s3cret" not in res.output  # the token itself is never printed
+    monkeypatch.setenv("SWARMGPU_AGENTS_TOKEN_FILE", str(short))
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 2 and "SWARMGPU_AGENTS_TOKEN_FILE: agents.token_file:" in \
+        res.output, res.output
+    with pytest.raises(TokenRefused):
+        AuthSource(AgentsConfig(identity="none", token_file=str(short)), None).get()  # type: ignore[arg-type]
+    for ok in (tmp_path / "absent", tmp_path / "enough"):
+        if ok.name == "enough":
+            ok.write_text("x" * MIN_TOKEN_CHARS + "\n")
+        monkeypatch.setenv("SWARMGPU_AGENTS_TOKEN_FILE", str(ok))
+        res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+        assert res.exit_code == 0, (ok, res.output)
+
+
 def test_the_bearer_scheme_is_read_in_any_case() -> None:
     """RFC 9110 11.1: the scheme is case-insensitive. 'bearer TOKEN' (Prometheus sends its
     authorization type as written, curl what it is given) was refused with a 401 asking

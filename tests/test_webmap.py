@@ -148,6 +148,27 @@ def test_the_map_query_answers_light_for_a_fleet_and_refuses_the_unknown() -> No
 
 
 
+def test_the_light_document_follows_leadership_between_cycles() -> None:
+    """The light document (the fleet's first paint) was kept for the cycle's nodes, its
+    ``leader`` as it was when built: a daemon whose engine went away builds no document,
+    so the fleet map kept the old word while the whole document said the new one. It
+    carries ``leader`` and ``engine`` as each answer has them."""
+    from support.web_fleet import fleet_doc
+
+    big = fleet_doc(webmap.LIGHT_MIN_NODES)
+    live = {"leader": True, "engine": "reachable"}
+    routes: dict[str, Callable[[], tuple[str, bytes]]] = {}
+    qroutes: dict[str, Callable[[str], tuple[str, bytes]]] = {}
+    webmap.register(routes, lambda: {**big, **live}, query_routes=qroutes)
+    for query in ("view=map", "view=map&first=3"):
+        got = json.loads(qroutes["/api/v1/cluster"](query)[1])
+        assert (got["leader"], got["engine"]) == (True, "reachable"), query
+    live.update(leader=False, engine="unreachable")  # the same nodes: no new cycle
+    for query in ("view=map", "view=map&first=3", ""):
+        got = json.loads(qroutes["/api/v1/cluster"](query)[1])
+        assert (got["leader"], got["engine"]) == (False, "unreachable"), query
+
+
 def test_a_page_poll_of_the_last_document_never_leaves_its_first_screen_to_the_next() -> None:
     """A page's poll still encoding the last cycle's document while the cycle primes the
     new one: the first screen it stored after the cycle's must not be answered for the
@@ -1096,6 +1117,30 @@ def test_a_node_whose_gpus_cannot_be_read_has_its_card(
     assert "No GPUs" not in text and "drifted" not in text
     assert f"agent: its GPUs cannot be read: {NVML_ERR}" in text
     assert "kept: swarmgpu.gpu.count=8" in text
+
+
+def test_the_summary_says_leadership_unknown_while_the_engine_is_unreachable(
+    chromium: str, serve: Callable[[Callable[[], Doc]], MapServer]
+) -> None:
+    """``leader: false`` read "Role follower" while the daemon could not ask its engine
+    (who leads unknown, as /healthz says): the map now says so, marked; a follower
+    whose engine answers is still a follower, and the leader shows no role."""
+    for live, want in (({"leader": False, "engine": "unreachable"},
+                        "Role unknown: engine unreachable"),
+                       ({"leader": False, "engine": "reachable"}, "Role follower"),
+                       ({"leader": False}, "Role follower"),  # a daemon of before
+                       ({"leader": True, "engine": "reachable"}, None)):
+        dom = dump_dom(chromium, serve(lambda live=live: {**sample(), **live}).url)
+        summary = dom[dom.index('id="summary"'):]
+        summary = summary[: summary.index("</dl>")]
+        text = text_of(summary)
+        if want is None:
+            assert "Role" not in text, text
+        else:
+            assert want in text, (live, text)
+        assert ("follower" in text) == (want == "Role follower"), (live, text)
+        if live.get("engine") == "unreachable":
+            assert '<div class="warn"><dt>Role' in summary, summary
 
 
 def test_ungranted_gpu_access_panel_and_summary(

@@ -1,7 +1,8 @@
 """What runs on a GPU node: the HTTP agent and what it reads and serves.
 
-``server`` (the agent: /facts, /metrics), ``facts`` (NVML, GFD, file and topo
-sources), ``metrics`` (the DCGM-style exposition), ``procattr`` (which task a GPU
+``server`` (the agent: /facts, /metrics), ``access`` (who may read what: a manager
+certificate, the bearer token; a client's wrong tokens limited), ``facts`` (NVML, GFD,
+file and topo sources), ``metrics`` (the DCGM-style exposition), ``procattr`` (which task a GPU
 process belongs to), ``doctor`` and ``nodeconfig`` (checking and setting up a node).
 Imports ``core``, ``swarm`` and ``allocator``; never the manager.
 """

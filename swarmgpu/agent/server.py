@@ -19,11 +19,11 @@ Who may read (``swarm-pki``, the agent's default where the node has its Swarm
 certificate): ``/facts`` and ``/metrics`` with per-process series only a client with a
 ``swarm-manager`` certificate of this node's own cluster (the daemon); ``/metrics``
 without per-process series a bearer token (``--token-file``: Prometheus); ``/healthz``
-anyone. Without TLS a token, when set, is required on ``/facts`` and ``/metrics``.
-Without either (``--identity none``, no token) a browser reads it too, so only a request
-naming an IP literal, localhost, this host's name (its own or its facts'), the listen
-address or ``--allowed-hosts`` is answered; any other ``Host`` is a DNS rebinding page's
-(421).
+anyone. Without TLS a token, when set, is required on ``/facts`` and ``/metrics``. A
+client's wrong tokens are limited, then 429 (``access``). Without either (``--identity
+none``, no token) a browser reads it too, so only a request naming an IP literal,
+localhost, this host's name (its own or its facts'), the listen address or
+``--allowed-hosts`` is answered; any other ``Host`` is a DNS rebinding page's (421).
 
 Where the GPU values come from (the ``sampler``):
 
@@ -45,7 +45,8 @@ request bodies are never read; the answer has a write deadline; at most
 ``MAX_CONNECTIONS`` connections at once, and when all are taken a newcomer pushes out the
 oldest half-sent request of the address holding the most (httpguard.GuardedServer), so
 no flood of slow connections, from the daemon's own address or from many, keeps the
-daemon from /facts.
+daemon from /facts; ``/healthz`` is answered on the guard's reserved slots too (the
+container's healthcheck).
 """
 
 from __future__ import annotations
@@ -66,8 +67,10 @@ from typing import Any, cast
 
 from loguru import logger
 
+from swarmgpu.agent import access
 from swarmgpu.agent.facts import FactSource
 from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
+from swarmgpu.core.guesslimit import GuessLimit
 from swarmgpu.core.healthcheck import HTTPS_ONLY, HTTPS_ONLY_HEADER
 from swarmgpu.core.httpguard import (
     HEAD_DEADLINE_S,
@@ -77,18 +80,14 @@ from swarmgpu.core.httpguard import (
     Throttle,
     allowed_hosts,
     host_allowed,
+    query_cut,
 )
 from swarmgpu.core.httphead import HeadTooLarge, TooManyEmptyLines, read_head
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.samples import GpuSample
 from swarmgpu.core.sdnotify import sd_notify, watchdog_s
-from swarmgpu.swarm.identity import (
-    ReloadingServerContext,
-    is_manager_of,
-    peer_name,
-    token_matches,
-)
+from swarmgpu.swarm.identity import ReloadingServerContext, is_manager_of, peer_name
 
 SOCKET_TIMEOUT_S = 5.0  # the answer's write
 MAX_CONNECTIONS = 256
@@ -328,6 +327,10 @@ class AgentServer(GuardedServer):
         # on rotation, and/or a bearer token required on /facts and /metrics.
         self.tls: ReloadingServerContext | None = None
         self.token: str | None = None
+        self.guesses = GuessLimit(server="agent")  # wrong tokens per client (access)
+        # A failing sampler is said per window, not per scrape: anyone who may ask for
+        # /metrics would write the log at the rate of their requests.
+        self.sampler_said = Throttle()
         # Host names served without credentials (httpguard.host_allowed), besides IP
         # literals and the facts' host name.
         self.allowed_hosts: frozenset[str] = frozenset({"localhost"})
@@ -380,8 +383,8 @@ class AgentServer(GuardedServer):
             scrape_duration_s=duration,
             sampler_ok=err is None,
         )
-        if err is not None:
-            _log.warning(err)
+        if err is not None and (n := self.sampler_said.due()):
+            _log.warning("{} ({} scrape(s) since the last such line)", err, n)
         return HTTPStatus.OK, {}, render_metrics(facts, samples, stats)
 
     def health(self, detail: bool = True) -> tuple[HTTPStatus, dict[str, Any]]:
@@ -477,26 +480,20 @@ class _Handler(OneRequestHandler):
                              f"400 {HTTPS_ONLY}: call it with https:// (Prometheus: scheme: "
                              "https)\n".encode(), headers={HTTPS_ONLY_HEADER: "1"})
 
-    def _access(self, path: str) -> tuple[bool, bool]:
-        """(may read ``path``, may see per-process detail).
-
-        Mutual TLS (swarm-pki): /facts and per-process metrics only for a verified
-        swarm-manager certificate of this node's own cluster; the bearer token, when the
-        agent has one, opens /metrics without per-process detail (Prometheus). Plain
-        HTTP: the token, when set, opens everything (the token-only fallback)."""
-        if path not in ("/facts", "/metrics"):
-            return True, True
-        token, tls = self.server.token, self.server.tls
-        bearer = token is not None and token_matches(self.headers.get("Authorization"), token)
-        if bearer:
-            self.peer_authenticated()  # Prometheus: may use httpguard's reserve
-        if tls is not None and tls.mutual:
-            cert = self.request.getpeercert() if isinstance(self.request, ssl.SSLSocket) \
-                else None
-            if is_manager_of(peer_name(cert), tls.cluster_id):
-                return True, True
-            return (path == "/metrics" and bearer), False
-        return token is None or bearer, True
+    def _access(self, path: str) -> access.Access:
+        """What this request may read of ``path`` (``access.judge``): a manager
+        certificate, else the bearer token, its client's wrong tokens limited."""
+        tls = self.server.tls
+        mutual = tls is not None and tls.mutual
+        manager = mutual and tls is not None and isinstance(self.request, ssl.SSLSocket) \
+            and is_manager_of(peer_name(self.request.getpeercert()), tls.cluster_id)
+        got = access.judge(path, authorization=self.headers.get("Authorization"),
+                           manager=manager, mutual=mutual, token=self.server.token,
+                           guesses=self.server.guesses,
+                           peer_ip=str(self.client_address[0]) if self.client_address else "")
+        if got.proved:
+            self.peer_authenticated()  # the daemon, Prometheus: may use httpguard's reserve
+        return got
 
     def _host_served(self) -> bool:
         """Whether the Host is one this agent serves on, where that matters: with TLS or a
@@ -511,6 +508,9 @@ class _Handler(OneRequestHandler):
 
     def respond(self) -> None:
         path = self.path.split("?", 1)[0]
+        # /healthz is small and quick: answered on the guard's reserved slots too, so
+        # the container's healthcheck is never starved by slots busy answering others.
+        self.open_on_reserve = path == "/healthz"
         if not self._host_served():
             if n := _HOST_REFUSED.due():
                 _log.warning("request for host {!r} refused (DNS rebinding?); if it is a name "
@@ -522,8 +522,12 @@ class _Handler(OneRequestHandler):
                              b"localhost or its host name, or start it with --allowed-hosts "
                              b"NAME\n")
             return
-        allowed, per_process = self._access(path)
-        if not allowed:
+        got = self._access(path)
+        if got.wait_s:
+            status, ctype, body, headers = access.too_many(got.wait_s)
+            self.send_answer(status, ctype, body, headers)
+            return
+        if not got.allowed:
             if self.server.token is not None and path == "/metrics":
                 self.send_answer(HTTPStatus.UNAUTHORIZED, PLAIN, b"bearer token required\n",
                                  {"WWW-Authenticate": "Bearer"})
@@ -534,7 +538,7 @@ class _Handler(OneRequestHandler):
                 self.send_answer(HTTPStatus.UNAUTHORIZED, PLAIN, b"bearer token required\n",
                                  {"WWW-Authenticate": "Bearer"})
             return
-        self._route(per_process)
+        self._route(got.per_process)
         self.wfile.flush()
 
     def _route(self, per_process: bool = True) -> None:
@@ -547,7 +551,8 @@ class _Handler(OneRequestHandler):
                 status, headers, body = self.server.metrics_response(per_process)
                 self.send_answer(status, CONTENT_TYPE, body, headers)
             elif path == "/healthz":
-                code, h = self.server.health(detail=self._access("/facts")[0])
+                # the detail to a caller who may read /facts (a limited one: none)
+                code, h = self.server.health(detail=self._access("/facts").allowed)
                 self.send_answer(code, "application/json", _json(h))
             else:
                 self.send_answer(HTTPStatus.NOT_FOUND, PLAIN,
@@ -561,8 +566,9 @@ class _Handler(OneRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         # The request line is anyone's text (up to 8 KiB): cut and without control
         # characters, so no escape sequence reaches the operator's terminal (the
-        # standard library's own log_message escapes them; this override must too).
-        _log.debug("{} {}", self.client_address[0], peer_text(format % args))
+        # standard library's own log_message escapes them; this override must too),
+        # and without its query, which may hold a secret.
+        _log.debug("{} {}", self.client_address[0], peer_text(query_cut(format % args)))
 
 
 # --- entry points ----------------------------------------------------------------

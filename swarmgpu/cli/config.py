@@ -50,6 +50,14 @@ def load_checked(path: str | None, notes: list[str] | None = None) -> Config:
         if (why := token_file_problem(cfg.http.token_file)) is not None:
             var = "SWARMGPU_HTTP_TOKEN_FILE"
             errors.append(f"{var}: {why}" if var in os.environ else locate(why, path))
+    if cfg.agents.token_file:
+        from swarmgpu.swarm.identity import agent_token_problem
+
+        # The agents' token opens their /metrics (and /facts in token mode): a short one
+        # is refused here, as the agents refuse it at start.
+        if (why := agent_token_problem(cfg.agents.token_file)) is not None:
+            var = "SWARMGPU_AGENTS_TOKEN_FILE"
+            errors.append(f"{var}: {why}" if var in os.environ else locate(why, path))
     if errors:
         raise ConfigError(errors)
     return cfg

@@ -127,8 +127,10 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
               help="The swarm root CA that client certificates must chain to "
                    "(swarm-root-ca.crt; default: beside --tls-cert, else under --data-root).")
 @click.option("--token-file", default=None, type=click.Path(),
-              help="A bearer token: with swarm-pki it opens /metrics without per-process "
-                   "detail (Prometheus); with none it is required on /facts and /metrics.")
+              help="A bearer token (one line, at least 16 characters: openssl rand -hex "
+                   "32): with swarm-pki it opens /metrics without per-process detail "
+                   "(Prometheus); with none it is required on /facts and /metrics. A "
+                   "client's wrong tokens are limited (then 429).")
 @click.option("--allowed-hosts", default="", envvar="SWARMGPU_AGENT_ALLOWED_HOSTS",
               help="Extra host names (comma-separated) a plain-HTTP agent without a token "
                    "answers to. IP addresses, localhost, this host's name and the --listen "
@@ -164,11 +166,21 @@ def agent(source: str, hostname: str | None, product: str | None, memory_mib: in
             click.echo(f"swarmgpu agent: {exc}", err=True)
             sys.exit(2)
     from swarmgpu.agent.procattr import Attributor, engine_labels
-    from swarmgpu.swarm.identity import IdentityError, read_token
+    from swarmgpu.swarm.identity import (
+        AGENT_TOKENS_FIX,
+        IdentityError,
+        TokenRefused,
+        read_agent_token,
+    )
 
     try:
         tls = agent_tls(identity, data_root, tls_cert, tls_key, tls_ca)
-        token = read_token(token_file) if token_file else None
+        # At least MIN_TOKEN_CHARS: the token opens /metrics (and /facts without TLS)
+        # from anywhere, and a short one is guessed.
+        token = read_agent_token(token_file) if token_file else None
+    except TokenRefused as exc:
+        click.echo(f"swarmgpu agent: --token-file: {exc} ({AGENT_TOKENS_FIX})", err=True)
+        sys.exit(2)
     except (IdentityError, OSError) as exc:
         click.echo(f"swarmgpu agent: {exc}", err=True)
         sys.exit(2)

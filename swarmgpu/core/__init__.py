@@ -11,7 +11,8 @@ the rebalance section, one dataclass per policy; ``tenants``: the tenants sectio
 and checked; Swarm's label-key rule in ``labelkeys`` so a bad prefix fails at load;
 ``commalist``: the one parser of comma lists), and small helpers both HTTP servers and
 every YAML reader use (``httpguard``, with ``httphead``: a request head read and
-checked as the most careful server would; ``yamlfile``, with ``goscalar``: a plain
+checked as the most careful server would, and ``guesslimit``: wrong bearer tokens per
+client address, a bounded token bucket, then 429; ``yamlfile``, with ``goscalar``: a plain
 scalar as docker's go-yaml reads it, ``boundedfile``: a named file read
 only as a small regular file, never blocking; ``healthcheck``: the image's
 HEALTHCHECK, ``sdnotify``: systemd's notify protocol for both roles), and ``peertext``,

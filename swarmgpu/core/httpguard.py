@@ -33,7 +33,8 @@
 * the Host a request names (``host_allowed``): where a browser may read without
   credentials, a name that is not an IP literal or one of the server's own is a DNS
   rebinding page's (421);
-* ``Throttle``: at most one log line per 10 s for refusals anyone can cause.
+* ``Throttle``: at most one log line per 10 s for refusals anyone can cause; a request
+  line is logged with its query cut (``query_cut``).
 
 The standard library's ``BaseHTTPRequestHandler`` has only a per-read timeout.
 """
@@ -86,6 +87,16 @@ STUCK_WRITE_S = 0.5
 WRITE_CHUNK = 64 * 1024
 MAX_BODY_BYTES = 4 * 1024  # a sign-in form: one token (identity.MAX_TOKEN_BYTES) and its name
 PLAIN = "text/plain; charset=utf-8"
+
+
+# A query in a request line, up to the next blank or quote (log_request quotes the line).
+_QUERY = re.compile(r"\?[^\s\"']*")
+
+
+def query_cut(text: str) -> str:
+    """``text`` (a log line made of request lines) with each query cut to ``?...``: a
+    query may hold a secret a client put there, and the path says what was asked."""
+    return _QUERY.sub("?...", text)
 
 
 def allowed_hosts(listen: str, extra: str = "") -> frozenset[str]:

@@ -51,9 +51,15 @@ CERT_NAMES = ("swarm-node.crt", "swarm-node.key", "swarm-root-ca.crt")
 DEFAULT_DATA_ROOT = "/var/lib/docker"
 TRUST_ROOT_TTL_S = 300.0
 MAX_TOKEN_BYTES = 4096
-# The daemon's HTTP token (http.token_file) opens the map and /api from anywhere: fewer
-# characters than this are guessed (openssl rand -hex 32 makes 64).
+# A bearer token that opens something from anywhere (the daemon's http.token_file: the
+# map and /api; the agents' --token-file and agents.token_file: /metrics, and /facts in
+# token mode): fewer characters than this are guessed (openssl rand -hex 32 makes 64).
 MIN_TOKEN_CHARS = 16
+# How to make the agents' token anew: the agents and the daemon hold the same one.
+AGENT_TOKENS_FIX = (
+    "the stack's secret: docker secret rm swarmgpu-agent-token, then openssl rand -hex 32 "
+    "| docker secret create swarmgpu-agent-token -; the agents' --token-file and the "
+    "daemon's agents.token_file hold the same token")
 
 
 class IdentityError(ValueError):
@@ -377,6 +383,27 @@ def read_token(path: str | os.PathLike[str], min_chars: int = 0) -> str:
     return token
 
 
+def read_agent_token(path: str | os.PathLike[str]) -> str:
+    """The agents' bearer token (``--token-file``, ``agents.token_file``): IdentityError
+    when the file cannot be read, TokenRefused when it holds no token or one shorter
+    than MIN_TOKEN_CHARS."""
+    return read_token(path, min_chars=MIN_TOKEN_CHARS)
+
+
+def agent_token_problem(path: str) -> str | None:
+    """Why ``agents.token_file`` is refused when the daemon's configuration is loaded:
+    this process reads it and it holds no token, or a short one. None when it is good,
+    or cannot be read here (a Docker secret exists only in the container: the daemon
+    says so when it first reads the agents)."""
+    try:
+        read_agent_token(path)
+    except TokenRefused as exc:
+        return f"agents.token_file: {exc} ({AGENT_TOKENS_FIX})"
+    except IdentityError:
+        return None
+    return None
+
+
 def token_matches(header: str | None, token: str) -> bool:
     """A constant-time check of ``Authorization: Bearer <token>``, the scheme in any case
     (RFC 9110 11.1: Prometheus sends its ``authorization.type`` as written)."""
@@ -434,7 +461,7 @@ class AuthSource:
                 auth.tls = client_context(pem, cluster, cert, key)
                 auth.cert, auth.key, auth.trust_root = cert, key, pem
             if cfg.token_file:
-                auth.token = read_token(cfg.token_file)
+                auth.token = read_agent_token(cfg.token_file)
             self._auth, self._at = auth, time.monotonic()
             return auth
 

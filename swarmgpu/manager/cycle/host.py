@@ -50,6 +50,11 @@ class CycleHost(Protocol):
         """Whether this daemon's engine leads the swarm (read at HTTP time too)."""
 
     @property
+    def engine_error(self) -> str | None:
+        """Why the engine could not be asked (the last ask failed), else None: who leads
+        is then unknown, and no write goes out (read at HTTP time too)."""
+
+    @property
     def http_routes(self) -> dict[str, Route]:
         """Path -> () -> (content type, body): a step serves a page here."""
 

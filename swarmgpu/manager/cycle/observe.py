@@ -51,6 +51,7 @@ class ObserveStep(Step):
                                    *([Slot.MOVES] if moves is not None else [])})
         self.lock = threading.Lock()
         self.doc: dict[str, Any] = {"schema": SCHEMA, "generated_at": 0.0, "leader": False,
+                                    "engine": "reachable",
                                     "nodes": [], "services": [], "pending": [],
                                     "moves": {"proposed": [], "recent": []}}
         self.history = History(cfg.history)  # bounded: history.samples x history.max_gpus
@@ -100,10 +101,15 @@ class ObserveStep(Step):
         self.primed()  # the light map document, encoded now rather than at a page's first poll
 
     def current(self) -> dict[str, Any]:
-        """The last cluster document, with leadership as of now."""
+        """The last cluster document, with leadership as of now: while the engine cannot
+        be asked, ``engine`` says "unreachable" (who leads is unknown, as /healthz says)
+        and ``leader`` false (no write goes out; a reader of ``leader`` alone sees a
+        daemon that does not act)."""
         with self.lock:
             doc = dict(self.doc)
-        doc["leader"] = self.host.leader
+        reachable = self.host.engine_error is None
+        doc["leader"] = self.host.leader and reachable
+        doc["engine"] = "reachable" if reachable else "unreachable"
         return doc
 
 

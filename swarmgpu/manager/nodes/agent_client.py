@@ -56,6 +56,9 @@ _FIX_WRONG_NODE = (
 _FIX_UNAUTHORISED = (
     "give the daemon the agents' token (agents.token_file) or serve the agents with their "
     "node certificates (agents.identity: swarm-pki)")
+_FIX_WRONG_TOKENS = (
+    "the daemon's agents.token_file must hold the token the agents were started with "
+    "(--token-file); once it does, the agent compares it again after its Retry-After")
 _FIX_HOST = (
     "a plain-HTTP agent without a token answers only a Host it knows (DNS rebinding): keep "
     "{addr} in agents.url_template, or start the agent with --allowed-hosts NAME")
@@ -166,6 +169,11 @@ def _status_refusal(status: int, url: str, tls: bool) -> tuple[str, str, str] | 
     if status == 421:
         return (f"agent at {url} answered HTTP 421: it does not serve the name this daemon "
                 "called it by (--allowed-hosts)", "HTTP 421: host not served", _FIX_HOST)
+    if status == 429:
+        # The agent's limit on wrong tokens (agent.access): this daemon's address sent
+        # them, so its token is not the agents' (or another process there guesses).
+        return (f"agent at {url} answered HTTP 429: too many wrong tokens from this "
+                "daemon's address", "HTTP 429: too many wrong tokens", _FIX_WRONG_TOKENS)
     if status != 200:
         return f"agent at {url} answered HTTP {status}", f"HTTP {status}", _FIX_OTHER
     return None

@@ -3,9 +3,9 @@
 ``cluster_view`` the cluster document (`status --json`, ``/api/v1/cluster``), pure
 ``history``      recent GPU samples per GPU, a bounded ring (``/api/v1/history``)
 ``webmap``       the live map: static page and JSON routes
-``webauth``      who may read: a manager certificate, the bearer token, or loopback
+``webauth``      who may read: a manager certificate, the bearer token, or loopback;
+                 wrong tokens limited per client (``core.guesslimit``: then 429)
 ``weblogin``     the browser's sign-in: a form POSTs the token, no address carries it
-``weblimit``     wrong tokens per client address: a bounded token bucket, then 429
 ``webguard``     the HTTP handler: GET (and the sign-in's POST), a Host allow-list,
                  browser security headers
 ``webgzip``      large answers gzipped for a client that takes it, once per body

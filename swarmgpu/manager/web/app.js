@@ -1536,7 +1536,10 @@
       item("Hot", String(hot), hot > 0),
       item("Unhealthy", String(sick), sick > 0),
       item("Label issues", String(drifted), drifted > 0),
-      doc.leader === false ? item("Role", "follower") : null,
+      // while the daemon cannot ask its engine, who leads is unknown (as /healthz says),
+      // not "follower": no write goes out until it answers again
+      doc.engine === "unreachable" ? item("Role", "unknown: engine unreachable", true)
+        : doc.leader === false ? item("Role", "follower") : null,
     );
   }
 

@@ -160,7 +160,9 @@ def build_cluster(
     pending = [{"service": sp.name, "request": sp.request_text, "reason": sp.reason}
                for sp in (plan.services if plan else []) if sp.status == "pending"]
     return {
-        "schema": SCHEMA, "generated_at": time.time(), "leader": leader,
+        # built from what the engine said: it was reachable (the daemon's document says
+        # "unreachable" while its engine cannot be asked, observe.current)
+        "schema": SCHEMA, "generated_at": time.time(), "leader": leader, "engine": "reachable",
         "nodes": nodes_out, "services": services_out, "pending": pending,
         "moves": dict(moves) if moves else {"proposed": [], "recent": []},
         "workload": dict(plan.workload) if plan else {},

@@ -12,7 +12,7 @@ everything but ``/healthz`` needs one of:
   HTTP;
 * the **bearer token** of ``http.token_file`` (a Docker secret, at least
   MIN_TOKEN_CHARS): ``Authorization: Bearer <token>`` (Prometheus), compared in
-  constant time; a client's wrong tokens are limited (``weblimit``: then 429);
+  constant time; a client's wrong tokens are limited (``core.guesslimit``: then 429);
 * the **session cookie** a browser gets by posting the token to ``/login`` (the sign-in
   form, ``weblogin``; HttpOnly, SameSite=Strict, Path=/; over HTTPS or with
   ``http.secure_cookie: always`` Secure and named ``__Host-swarmgpu_session``, the only
@@ -43,9 +43,9 @@ from pathlib import Path
 from loguru import logger
 
 from swarmgpu.core.config import HttpConfig
+from swarmgpu.core.guesslimit import GuessLimit, Try
 from swarmgpu.core.httpguard import Throttle
 from swarmgpu.core.peertext import peer_text
-from swarmgpu.manager.web.weblimit import GuessLimit, Try
 from swarmgpu.swarm.identity import (
     MIN_TOKEN_CHARS,
     AgentAuth,
@@ -226,7 +226,7 @@ def refused() -> Answer:
 
 
 def too_many(wait_s: int) -> Answer:
-    """429: this client sent too many wrong tokens (weblimit); its token is not read."""
+    """429: this client sent too many wrong tokens (guesslimit); its token is not read."""
     return Answer(
         HTTPStatus.TOO_MANY_REQUESTS, PLAIN,
         f"429: too many wrong tokens from this address: retry in {wait_s} s (the token "
@@ -271,7 +271,7 @@ class WebAuth:
         self._stamp: tuple[object, ...] | None = None
         self._last_error: str | None = None
         self._refused = Throttle()
-        self.guesses = GuessLimit()  # wrong tokens per client address (weblimit)
+        self.guesses = GuessLimit()  # wrong tokens per client address (core.guesslimit)
 
     # --- the HTTPS side ------------------------------------------------------
 
@@ -332,19 +332,22 @@ class WebAuth:
 
     def take_try(self, caller: Caller) -> Try | None:
         """A token try of ``caller`` (an Authorization header, a sign-in POST) from its
-        address's bucket (weblimit), or None where tries are not counted: no token to
+        address's bucket (guesslimit), or None where tries are not counted: no token to
         guess, or the caller is let in without one (auth off or loopback-only, a
-        loopback client under auto). A Try with ``wait_s`` is answered ``too_many``."""
+        loopback client under auto), or a manager certificate proves the caller (read
+        first: a manager is never limited by its address's wrong tokens). A Try with
+        ``wait_s`` is answered ``too_many``."""
         if self.token is None or not self.required or (
-                self.loopback_open and is_loopback(caller.peer_ip)):
+                self.loopback_open and is_loopback(caller.peer_ip)) or \
+                is_manager_of(caller.tls_peer, self.cluster_id):
             return None
         return self.guesses.take(caller.peer_ip)
 
-    def tried(self, t: Try | None, right: bool) -> None:
-        """The try's token was right (or not compared): given back. A wrong one stays
-        taken."""
+    def tried(self, t: Try | None, right: bool, compared: bool = True) -> None:
+        """The try's token was right (or not ``compared``): given back, and a right one
+        keeps its client a bucket of its own (guesslimit). A wrong one stays taken."""
         if t is not None and right:
-            self.guesses.give_back(t)
+            self.guesses.give_back(t, proved=compared)
 
     def sees_everything(self, caller: Caller) -> bool:
         """Whether ``caller`` may read what is not open (no log line): an open path such

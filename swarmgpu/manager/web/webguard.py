@@ -164,7 +164,7 @@ class GuardedHandler(OneRequestHandler):
                 self._sign_in(path, query, caller, self.auth)
                 return
             # A token is a guess until it matched: a client's wrong ones are limited
-            # (weblimit), on every path (a right one shows on /healthz's detail too).
+            # (guesslimit), on every path (a right one shows on /healthz's detail too).
             guess = self.auth.take_try(caller) if caller.authorization is not None else None
             if guess is not None and guess.wait_s:
                 self._send(too_many(guess.wait_s))
@@ -180,7 +180,8 @@ class GuardedHandler(OneRequestHandler):
         try:
             status, ctype, body = self.answer(path, query)
         except Exception:
-            logger.exception("HTTP {} failed", peer_text(self.path, 100))  # the client's text
+            # The path alone, cleaned (the client's text): a query may hold a secret.
+            logger.exception("HTTP {} failed", peer_text(path, 100))
             status, ctype, body = 500, PLAIN, b"internal error\n"
         body, how = encoded(body, self.headers.get("Accept-Encoding"), self.gzip_memo)
         with contextlib.suppress(OSError):
@@ -208,7 +209,7 @@ class GuardedHandler(OneRequestHandler):
                 return
             a = login_answer(self.body, self.headers.get("Content-Type"), auth.token,
                              auth.secure_cookie(self.via_tls))
-            auth.tried(guess, a.status != 401)  # 415: no token was compared
+            auth.tried(guess, a.status != 401, compared=a.status != 415)  # 415: none was
             if a.status == 303:
                 self.peer_authenticated()
             elif a.status == 401:

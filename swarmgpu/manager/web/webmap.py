@@ -82,6 +82,9 @@ class _BodyMemo:
         return body
 
 
+# What the daemon sets on each answer, not once per cycle (observe.current): the light
+# document is built again when one of these changes, not kept for the cycle's nodes.
+LIVE_KEYS = ("leader", "engine")
 # The page's first poll asks for ``?view=map``: at more nodes than this the map is the
 # fleet heat map (app.js FLEET_AUTO_NODES + 1), drawn from the light document below
 # while the whole one is fetched; at fewer the whole document answers at once.
@@ -129,7 +132,7 @@ def light_doc(doc: dict[str, Any]) -> dict[str, Any]:
             gpus.append(light)
         nodes.append({**_kept(n, _LIGHT_NODE, (None, False, 0)), "gpus": gpus})
     return {"schema": doc.get("schema", SCHEMA), "generated_at": doc.get("generated_at"),
-            "leader": doc.get("leader"), "light": True, "nodes": nodes,
+            **{k: doc[k] for k in LIVE_KEYS if k in doc}, "light": True, "nodes": nodes,
             "pending_count": len(doc.get("pending") or []),
             "ungranted_count": sum(not u.get("exempt") for u in doc.get("ungranted") or [])}
 
@@ -272,7 +275,7 @@ def register(
     # assignment: HTTP threads and the cycle's prime() run this at once, and a poll of the
     # last document finishing after the cycle's must not pair its parts with the new one
     # (it then only stores a state the next request replaces).
-    light_cache: list[tuple[Any, dict[str, Any], _FirstScreen]] = []
+    light_cache: list[tuple[Any, tuple[Any, ...], dict[str, Any], _FirstScreen]] = []
 
     def light_state() -> tuple[dict[str, Any], _FirstScreen | None]:
         """The light document (or the whole one of a small cluster or an error, with
@@ -281,12 +284,15 @@ def register(
         nodes = doc.get("nodes")
         if "error" in doc or len(nodes or ()) < LIGHT_MIN_NODES:
             return doc, None  # a small map is drawn from the whole document at once
+        live = tuple(doc.get(k) for k in LIVE_KEYS)
         state = light_cache[0] if light_cache else None
-        if state is None or state[0] is not nodes:  # one per whole document (cycle)
+        # one per whole document (cycle), and again when leadership or the engine's
+        # reach changed since (a cycle that cannot ask the engine builds no document)
+        if state is None or state[0] is not nodes or state[1] != live:
             light = light_doc(doc)
-            state = (nodes, light, _FirstScreen(light, summary_counts(doc)))
+            state = (nodes, live, light, _FirstScreen(light, summary_counts(doc)))
             light_cache[:] = [state]
-        return state[1], state[2]
+        return state[2], state[3]
 
     def light_json() -> dict[str, Any]:
         return light_state()[0]

@@ -1,7 +1,8 @@
 """Wrong tokens per client: a token bucket per address, in bounded memory.
 
-The bearer token (``Authorization``) and the sign-in form's token open the map and the
-API from anywhere, so a client may not try them without end:
+A bearer token opens what a server keeps from strangers (the daemon's map and API, its
+sign-in form; an agent's ``/metrics``, or all of it in token mode), so a client may not
+try tokens without end. Both HTTP servers use this one limit:
 
 * each client (an IPv4 address; an IPv6 /64, what one host is handed) may try BURST
   tokens at once, then one more every REFILL_S seconds. A try is taken from its bucket
@@ -10,11 +11,16 @@ API from anywhere, so a client may not try them without end:
   was right: only wrong tokens use the bucket up;
 * once it is empty, a request of that client that carries a token is answered 429 with
   ``Retry-After`` and its token is not compared: the right one neither, or the answer
-  would tell a guesser which guess was right. Its session cookie, a manager
-  certificate and ``/healthz`` still answer, and other clients are not touched;
+  would tell a guesser which guess was right. Its other proof (a manager certificate,
+  the daemon's session cookie) still answers, and other clients are not touched;
 * at most MAX_CLIENTS buckets are kept: a full one is forgotten (it holds nothing a
   fresh one would not), and while that many are still filling, further clients share
   one bucket: a guesser with many addresses is limited together, in bounded memory;
+* a client that sent the right token (``give_back(.., proved=True)``) is remembered,
+  at most MAX_PROVED of them, the longest unproved forgotten first: it keeps a bucket of
+  its own even while the table is full, so a guesser's addresses never push the daemon
+  scraping an agent, or Prometheus, into the shared bucket they empty (only a guess
+  from its own address counts against it);
 * the log names a client once when it runs out, and again only after its bucket
   filled up (at most one line per 10 s, with a count: a flood from many addresses is
   a line, not a line each).
@@ -26,6 +32,7 @@ import ipaddress
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +43,7 @@ from swarmgpu.core.httpguard import Throttle
 BURST = 10  # wrong tokens a client may send at once (a few typos, a stale Prometheus)
 REFILL_S = 6.0  # then one more every this many seconds: ten a minute
 MAX_CLIENTS = 4096  # buckets kept; past them new clients share OTHERS
+MAX_PROVED = 64  # clients remembered for a right token: a bucket of their own always
 OTHERS = "other addresses"
 PURGE_EVERY_S = 1.0  # a full table is swept for full buckets at most this often
 
@@ -71,17 +79,23 @@ class Try:
 
 
 class GuessLimit:
-    """The buckets of every client that sent a token lately (thread-safe)."""
+    """The buckets of every client that sent a token lately (thread-safe). ``server``
+    names the server in its log line (the daemon's "HTTP", "agent")."""
 
     def __init__(self, burst: int = BURST, refill_s: float = REFILL_S,
                  max_clients: int = MAX_CLIENTS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 server: str = "HTTP", max_proved: int = MAX_PROVED) -> None:
         self.burst = burst
         self.refill_s = refill_s
         self.max_clients = max_clients
+        self.max_proved = max_proved
+        self.server = server
         self._clock = clock
         self._lock = threading.Lock()
         self._buckets: dict[str, _Bucket] = {}
+        # Clients that sent the right token, the last to do so last: never in OTHERS.
+        self._proved: OrderedDict[str, None] = OrderedDict()
         self._swept_at = -math.inf
         self._said = Throttle()
         self.refused_total = 0  # tries answered 429
@@ -99,20 +113,27 @@ class GuessLimit:
             newly, b.limited = not b.limited, True
         if newly and (n := self._said.due()):
             logger.warning(
-                "HTTP: {} sent {} wrong tokens: its tokens are answered 429 for {} s, then "
-                "one try every {:g} s (a session cookie or a manager certificate still "
-                "answer); {} client(s) ran out since the last such line", key, self.burst,
-                wait, self.refill_s, n)
+                "{}: {} sent {} wrong tokens: its tokens are answered 429 for {} s, then "
+                "one try every {:g} s (its other proof, a certificate or a session, still "
+                "answers); {} client(s) ran out since the last such line", self.server,
+                key, self.burst, wait, self.refill_s, n)
         return Try(key, wait)
 
-    def give_back(self, t: Try) -> None:
-        """The token of ``t`` was right (or none was compared): its try is returned."""
+    def give_back(self, t: Try, proved: bool = False) -> None:
+        """The token of ``t`` was right (or none was compared): its try is returned.
+        ``proved``: it was compared and right, so its client keeps a bucket of its own
+        from now on (see the module docstring)."""
         now = self._clock()
         with self._lock:
             b = self._buckets.get(t.key)
             if b is not None:
                 self._fill(b, now)
                 b.level = min(float(self.burst), b.level + 1)
+            if proved and t.key != OTHERS:
+                self._proved[t.key] = None
+                self._proved.move_to_end(t.key)
+                while len(self._proved) > self.max_proved:
+                    self._proved.popitem(last=False)
 
     def __len__(self) -> int:
         with self._lock:
@@ -126,9 +147,9 @@ class GuessLimit:
 
     def _bucket(self, key: str, now: float) -> tuple[str, _Bucket]:
         """The bucket of ``key``, brought up to date (lock held): a new one while there
-        is room, else the one all further clients share."""
+        is room or the client proved itself, else the one all further clients share."""
         b = self._buckets.get(key)
-        if b is None and len(self._buckets) >= self.max_clients:
+        if b is None and len(self._buckets) >= self.max_clients and key not in self._proved:
             self._sweep(now)
             if len(self._buckets) >= self.max_clients:
                 key = OTHERS
