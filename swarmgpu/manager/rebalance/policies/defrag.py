@@ -26,7 +26,7 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
     req = ctx.requests[pending]
     st = ctx.statement(evict=[(svc, node) for svc, _ in combo])
     for svc, _h in combo:
-        choice = ctx.find_target(svc, node, ledger=st.ledger)
+        choice = ctx.find_target(svc, node, st=st)
         if choice is None:
             return None
         st.move(ctx.make_move(

@@ -6,7 +6,9 @@ The search is :class:`swarmgpu.allocator.defrag.FragmentationMoves`, the same ob
 policy. Here it reads the ledger (what runs where), the workload (``Inputs.workload``:
 placement's model; else the typical tasks of the services annotated now) and the
 daemon's limits on targets: a node that is ready, active and has known metrics, a GPU
-that is verified free (known, not hot, below ``hot_clear_pct``), the service's own
+that is verified free (known, not hot, below ``hotspot.clear_pct`` with the load the
+pass's earlier moves put on it, and, checked once the search chose it, with the share's
+own load: a move that fails that is dropped with the ones after it), the service's own
 constraints, no node the service already holds, and, when the spread policy runs, no
 target that spread would undo.
 
@@ -169,7 +171,7 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
         return (n is not None and n.state == "ready" and n.availability == "active"
                 and ctx.node_known(node.spec.name))
 
-    def gpu_ok(node: NodeState, i: int) -> bool:
+    def gpu_ok(node: NodeState, i: int) -> bool:  # (the pass's earlier moves' load too)
         sig = ctx.inp.gpus.get((node.spec.name, ctx.inp.facts[node.spec.name].gpus[i].uuid))
         return sig is not None and ctx.gpu_ok_as_target(sig, 0.0)
 
@@ -206,6 +208,8 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
     n_shapes = len(workload)
     for mv in got:
         svc, src = _key(mv.key)
+        if not _cool_enough(ctx, svc, src, mv.new):
+            break  # the moves after it were searched with it made: none is proposed
         share = before and 100.0 * mv.gain / before
         src_host = ctx.nodes[src].hostname
         dst_host = ctx.nodes[mv.new.node].hostname
@@ -219,6 +223,24 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
                   f"{share:.1f}% of the cluster's {before:.0f})"))
         ctx.accept(dataclasses.replace(m, frag_gain_milli=mv.gain, frag_before_milli=before))
         before -= mv.gain
+
+
+def _cool_enough(ctx: Context, svc: str, src: str, new: Choice) -> bool:
+    """The search judged each GPU by its reading alone (``gpu_ok`` knows no task): the
+    share's own load and the load of the moves accepted before it must keep the target
+    below ``hotspot.clear_pct`` too; else the plan's note says why it is dropped."""
+    uuid = ctx.inp.facts[new.node].gpus[new.gpus[0]].uuid
+    sig = ctx.inp.gpus.get((new.node, uuid))
+    add = ctx.load_of(svc, src)
+    if sig is not None and ctx.gpu_ok_as_target(sig, add):
+        return True
+    now = sig.util_pct if sig is not None and sig.util_pct is not None else 0.0
+    ctx.notes.append(
+        f"fragmentation: {svc} not moved to {ctx.nodes[new.node].hostname} GPU "
+        f"{new.gpus[0]}: with its load (about {add:.0f} points) and that of the moves "
+        f"before it ({ctx.load.get((new.node, uuid), 0.0):.0f}) that GPU ({now:.0f}% now) "
+        f"would reach hotspot.clear_pct ({ctx.cfg.hotspot.clear_pct:g}%)")
+    return False
 
 
 class Fragmentation:
