@@ -410,6 +410,10 @@ class Planner:
         n_settled = n_records = len(quiet)
         planned: list[ServicePlan] = []
         running, waiting, ledger = v.tasks.running, v.tasks.waiting, v.ledger
+        ports = v.cyc.ports  # each decision takes its host-mode ports (hostports.claim)
+        for s, _r in served if quiet else ():  # not visited: what they hold stays theirs
+            if s.id in quiet and ports.ports_of(s):
+                ports.claim(s, ledger.get(s.name, {}))
         for s, r in visit:
             memo = settled.pop(s.id, None)
             records.pop(s.id, None)
@@ -425,9 +429,10 @@ class Planner:
                 for nid in mine.keys() - held.keys():  # adopted lists: free for the others
                     self.cluster.release_holding(s.name, nid)
                 mine = dict(held)
-                planned.append(plan_service(s, r, mine, old, running_on, waits,
-                                            self._memo.requests[s.id].reservation, v.cyc,
-                                            cap=capped))
+                planned.append(sp := plan_service(s, r, mine, old, running_on, waits,
+                                                  self._memo.requests[s.id].reservation,
+                                                  v.cyc, cap=capped))
+                claim(ports, s, sp)
                 continue
             bo = self._backoff.get(s.id)
             key = self._settled_key(s, mine, old, v.by_id, running_on, waits,
@@ -452,6 +457,7 @@ class Planner:
                 records[s.id] = Quiet(s.version, len(mine))
                 n_records += 1
             planned.append(sp)
+            claim(ports, s, sp)
         if quiet:
             visited_plans = iter(planned)
             plan.services.extend([settled[s.id].plan if s.id in quiet
@@ -574,9 +580,10 @@ class Planner:
         tv = tasks_by_service(tasks)
         self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes, forget=False)
         for s, r in parsed:
-            plan.add(plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
-                                  self._memo.requests[s.id].reservation, cyc,
-                                  tv.slots.get(s.id, {})))
+            plan.add(sp := plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
+                                        self._memo.requests[s.id].reservation, cyc,
+                                        tv.slots.get(s.id, {})))
+            claim(cyc.ports, s, sp)
         return plan
 
     def _settled_key(self, s: SwarmService, kept: Mapping[str, Holding],
@@ -598,6 +605,12 @@ class Planner:
                               gen.get(nid, 0)))
         return (s.version, tuple(nodes), tuple(old.values()), tuple(running_on.items()),
                 waiting, *more)
+
+
+def claim(ports: HostPorts, s: SwarmService, sp: ServicePlan) -> None:
+    """``sp``'s nodes take ``s``'s host-mode ports for the services planned after it."""
+    if ports.ports_of(s):
+        ports.claim(s, [p.node_id for p in sp.placements])
 
 
 def _wanted(s: SwarmService, job: JobProgress | None) -> int | None:
