@@ -268,6 +268,7 @@ class Planner:
         records, self._memo.quiet.records = self._memo.quiet.records, {}
         seen = self._see(nodes, facts, moving)
         self._ports.new_cycle(services, tasks)
+        self._filters.set_tasks(tasks)
         read = self._reads.read(services, seen.most)
         tv, tasks_changed = self._read_tasks(tasks, read.few)
         self._release(plan, nodes, seen.ledger, read)
@@ -289,7 +290,7 @@ class Planner:
         self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
                                  records, cyc, moving))
         self._memo.evict(services, seen.by_id)
-        self._note_problems(plan)
+        self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         plan.workload = self.model.summary()
         plan.queues = self.queues.summary()
         return plan
@@ -390,7 +391,7 @@ class Planner:
                     self.adopt_ungated, plan, self._refused, most_gpus=seen.most,
                     now=now, backoff=self._backoff, open_since=self._open_since,
                     moving=moving, grants=self.grants, generic_kind=self.generic_kind,
-                    release=self.release, ports=self._ports)
+                    release=self.release, ports=self._ports, filters=self._filters)
         self._last_cycle = cyc
         self._arrival_cycle = None
         return cyc
@@ -486,6 +487,8 @@ class Planner:
             more += (cluster.version, self._filters.gen)
         if self._ports.ports_of(s):  # another service's task binding its port came or went
             more += (frozenset(self._ports.refused(s).items()),)
+        if s.id in self._filters.networks:  # the networks its tasks are attached to
+            more += (self._filters.networks[s.id],)
         if s.mode != "replicated":  # a node joining, a job's task ending: planned again
             more += (v.jobs.get(s.id), cluster.version, self._filters.gen,
                      len(cluster.alloc.nodes))
@@ -495,12 +498,18 @@ class Planner:
             more += ("moving", isinstance(v.moving, Moving) and s.name in v.moving.unread)
         return more
 
-    def _note_problems(self, plan: PlacementPlan) -> None:
-        """The allocator's problems, each said on the plan of the service it names."""
+    def _note_problems(self, plan: PlacementPlan, by_name: Mapping[str, SwarmService]) -> None:
+        """The allocator's problems, each said on the plan of the service it names; and
+        on a plan whose service needs plugins, the nodes that do not say if they have
+        them (Swarm's PluginFilter decides there)."""
         for p in self.cluster.problems:
             for i, sp in enumerate(plan.services):
                 if p.startswith(sp.name + ":"):
                     plan.services[i] = sp.noted(p)
+        for i, sp in enumerate(plan.services):
+            s = by_name.get(sp.name)
+            if s is not None and (why := self._filters.plugins_unknown(s)):
+                plan.services[i] = plan.services[i].noted(why)
 
     def _commit_kept(self, read: ServiceRead, ledger: Mapping[str, Mapping[str, Holding]],
                      jobs: Mapping[str, JobProgress], by_id: Mapping[str, SwarmNode],
