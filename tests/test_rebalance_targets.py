@@ -5,8 +5,11 @@ moves proposed before it in the same pass already put on that target."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from support.rebalance import CFG, F1, FACTS, U2, P, feed, node, running, service
+from support.health import mark, setup
+from support.health import plan as health_plan
+from support.rebalance import CFG, F1, F2, FACTS, U2, P, cluster, feed, node, running, service
 from support.rebalance_fragmentation import two_half_used
 
 from swarmgpu.core.config import RebalanceConfig
@@ -89,3 +92,131 @@ def test_a_fragmentation_move_counts_the_load_of_the_share_it_moves() -> None:
     assert prop.moves == []
     assert any(n.startswith("fragmentation: b not moved to gpu-node-1 GPU 1: with its load "
                             "(about 40 points)") for n in prop.notes), prop.notes
+
+
+# --- a move's target as Swarm's filters judge it -------------------------------------
+
+HOT = {float(t): {0: 97.0} for t in range(13)}  # gpu-node-2 GPU 0, shared by a and b
+PORT = {"EndpointSpec": {"Ports": [{"Protocol": "tcp", "TargetPort": 80,
+                                    "PublishedPort": 8000, "PublishMode": "host"}]}}
+
+
+def with_spec(svcs: list[SwarmService], spec: dict[str, Any]) -> list[SwarmService]:
+    return [dataclasses.replace(s, spec={"Name": s.name, **spec}) for s in svcs]
+
+
+def hot_moves(nodes: list[SwarmNode], svcs: list[SwarmService], tasks: list[SwarmTask]
+              ) -> tuple[list[tuple[str, str]], list[str]]:
+    """(service, target host) of each move of one pass over ``HOT``, and its notes."""
+    sig = Signals(CFG)
+    times = [float(t) for t in range(13)]
+    feed(sig, nodes, times, HOT)
+    prop = plan_moves(Inputs(nodes, svcs, tasks, FACTS, read_ledger(nodes, P), sig.gpus,
+                             sig.nodes, CFG, times[-1], (), P))
+    return [(m.service, m.target_host) for m in prop.moves], prop.notes
+
+
+def test_the_cluster_without_a_filter_moves_a_to_gpu_node_1() -> None:
+    assert hot_moves(*cluster())[0] == [("a", "gpu-node-1")]
+
+
+def test_a_target_lacking_a_volume_plugin_the_service_needs_is_no_target() -> None:
+    """Swarm's PluginFilter would leave the moved task pending on gpu-node-1 (its
+    engine has no rexray/s3fs), and the move would roll back after move_timeout_s."""
+    nodes, svcs, tasks = cluster()
+    mount = {"Type": "volume", "Target": "/d",
+             "VolumeOptions": {"DriverConfig": {"Name": "rexray/s3fs"}}}
+    svcs = with_spec(svcs, {"TaskTemplate": {"ContainerSpec": {"Mounts": [mount]}}})
+    nodes = [dataclasses.replace(nodes[0], plugins=(("Volume", "local"),)),
+             dataclasses.replace(nodes[1], plugins=(("Volume", "local"),
+                                                    ("Volume", "rexray/s3fs")))]
+    moves, notes = hot_moves(nodes, svcs, tasks)
+    assert moves == [] and any("no verified-free target" in n for n in notes), notes
+
+
+def test_a_target_where_another_task_binds_the_host_port_is_no_target() -> None:
+    nodes, svcs, tasks = cluster()
+    proxy = dataclasses.replace(service("proxy", {}), constraints=(), spec=PORT)
+    svcs = [*with_spec(svcs, PORT), proxy]
+    assert hot_moves(nodes, svcs, [*tasks, running("proxy", "n1")])[0] == []
+
+
+def test_a_target_without_the_cpu_the_task_reserves_is_no_target() -> None:
+    """gpu-node-1 has 4 CPUs, 3.5 reserved by another task; a reserves 1."""
+    nodes, svcs, tasks = cluster()
+    one_cpu = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 10**9}}}}
+    nodes = [dataclasses.replace(nodes[0], cpu_milli=4000, memory_mib=65536), nodes[1]]
+    hog = dataclasses.replace(running("hog", "n1"), cpu_milli=3500)
+    assert hot_moves(nodes, with_spec(svcs, one_cpu), [*tasks, hog])[0] == []
+
+
+def test_a_target_of_another_platform_is_no_target() -> None:
+    nodes, svcs, tasks = cluster()
+    arm = {"TaskTemplate": {"Placement": {"Platforms": [{"OS": "linux",
+                                                         "Architecture": "arm64"}]}}}
+    nodes = [dataclasses.replace(n, os="linux", arch="x86_64") for n in nodes]
+    assert hot_moves(nodes, with_spec(svcs, arm), tasks)[0] == []
+
+
+def test_a_platform_constraint_the_target_meets_lets_the_move_go() -> None:
+    """node.platform.os is a field Swarm reads; before, any field but labels, hostname,
+    id and role made every target "unsure" and the service never moved."""
+    nodes, svcs, tasks = cluster()
+    nodes = [dataclasses.replace(n, os="linux", arch="x86_64") for n in nodes]
+    svcs = [dataclasses.replace(s, constraints=(*s.constraints, "node.platform.os==linux"))
+            for s in svcs]
+    assert hot_moves(nodes, svcs, tasks)[0] == [("a", "gpu-node-1")]
+
+
+def test_two_moves_of_one_pass_publishing_one_host_port_do_not_share_a_target() -> None:
+    """a and c (from two hot GPUs) publish 8000 in host mode; gpu-node-1 has room and
+    load for both, but Swarm runs one task with that port per node."""
+    nodes, svcs, tasks = two_hot()
+    svcs = [dataclasses.replace(s, spec=PORT) if s.name in ("a", "c") else s for s in svcs]
+    util1 = {**UTIL1, COOL + 1: 10.0}  # a second cool GPU: the load is no obstacle
+    _sig, inp = planned(nodes, svcs, tasks, {0: 90.0, 1: 90.0}, util1=util1)
+    assert len(plan_moves(inp).moves) == 1
+
+
+def test_a_health_move_goes_only_where_swarm_would_run_the_task() -> None:
+    """The holder of a failed GPU: gpu-node-1 (the only healthy room) binds its host
+    port through another service's task, or lacks its CPU: it stays, and the plan says
+    no healthy GPU is free for it. Before, the move was proposed and rolled back."""
+    nodes, svcs, tasks = setup({"a": [U2[0]]})
+    proxy = dataclasses.replace(service("proxy", {}), constraints=(), spec=PORT)
+    port = [dataclasses.replace(s, spec=PORT) if s.name == "a" else s for s in svcs]
+    one_cpu = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 10**9}}}}
+    cpu = [dataclasses.replace(s, spec=one_cpu) if s.name == "a" else s for s in svcs]
+    small = [dataclasses.replace(nodes[0], cpu_milli=4000), nodes[1]]
+    hog = dataclasses.replace(running("hog", "n1"), cpu_milli=3500)
+    assert len(health_plan(nodes, svcs, tasks, mark(F2, failed=[0])).moves) == 1
+    for at, ss, ts in ((nodes, [*port, proxy], [*tasks, running("proxy", "n1")]),
+                       (small, cpu, [*tasks, hog])):
+        p = health_plan(at, ss, ts, mark(F2, failed=[0]))
+        assert p.moves == [] and any("a on gpu-node-2 stays: no healthy GPU free" in n
+                                     for n in p.notes), p.notes
+
+
+def test_fragmentation_moves_go_only_where_swarm_would_run_the_task() -> None:
+    """b (half of gpu-node-2 GPU 0) would join a on gpu-node-1 (a joining b gains less:
+    no move). gpu-node-1's engine lacks the volume plugin both need: no move. gpu-node-1
+    without the CPU b reserves: that move is dropped, said. Before, b moved to
+    gpu-node-1 either way."""
+    nodes, svcs, tasks = two_half_used()
+    cfg = dataclasses.replace(TWO, policies="fragmentation")
+    mount = {"Type": "volume", "Target": "/d",
+             "VolumeOptions": {"DriverConfig": {"Name": "rexray/s3fs"}}}
+    plugin = with_spec(svcs[:2], {"TaskTemplate": {"ContainerSpec": {"Mounts": [mount]}}})
+    with_plugins = [dataclasses.replace(nodes[0], plugins=(("Volume", "local"),)),
+                    dataclasses.replace(nodes[1], plugins=(("Volume", "rexray/s3fs"),))]
+    moves = plan_moves(planned(with_plugins, [*plugin, svcs[2]], tasks, {}, cfg)[1]).moves
+    assert moves == []
+    one_cpu = {"TaskTemplate": {"Resources": {"Reservations": {"NanoCPUs": 10**9}}}}
+    small = [dataclasses.replace(nodes[0], cpu_milli=4000), nodes[1]]
+    hog = dataclasses.replace(running("hog", "n1"), cpu_milli=3500)
+    prop = plan_moves(planned(small, [*with_spec(svcs[:2], one_cpu), svcs[2]],
+                              [*tasks, hog], {}, cfg)[1])
+    assert prop.moves == [] and any(
+        n.startswith("fragmentation: b not moved to gpu-node-1 GPU 1: Swarm would not run "
+                     "its task there (the CPU or memory it reserves)") for n in prop.notes), \
+        prop.notes

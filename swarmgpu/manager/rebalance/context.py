@@ -30,11 +30,12 @@ from swarmgpu.manager.placement import (
 from swarmgpu.manager.rebalance.attribution import Share, estimated_util, holders_by_gpu
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal, NodeSignal
+from swarmgpu.manager.rebalance.targets import SwarmTargets
 from swarmgpu.manager.rebalance.windows import State
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.manager.services.sharing import share_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
+from swarmgpu.swarm.constraints import ConstraintError, node_matches, parse_constraint
 
 MOVED_AT = "state.moved-at"  # service label: epoch seconds of its last finished move
 OPT_OUT = "rebalance"  # <prefix>rebalance=never
@@ -154,8 +155,9 @@ def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[Swa
 
 
 def constraints_allow(s: SwarmService, node: SwarmNode, prefix: str) -> bool:
-    """The service's own constraints (not its gate, which the move opens) on ``node``;
-    unsure means no."""
+    """The service's own constraints (not its gate, which the move opens) on ``node``, as
+    Swarm judges them (``swarm.constraints.node_matches``: every field it reads, a key it
+    does not read matching no node); one that does not parse means no."""
     for text in s.constraints:
         if is_gate_of(text, prefix, s.name):
             continue
@@ -163,20 +165,7 @@ def constraints_allow(s: SwarmService, node: SwarmNode, prefix: str) -> bool:
             c = parse_constraint(text)
         except ConstraintError:
             return False
-        f = c.field.lower()
-        if f.startswith("node.labels."):
-            actual = node.labels.get(c.field[len("node.labels."):], "")
-        elif f == "node.hostname":
-            actual = node.hostname
-        elif f == "node.id":
-            actual = node.id
-        elif f == "node.role":
-            actual = node.role
-        elif f.startswith("engine.labels."):
-            actual = node.engine_labels.get(c.field[len("engine.labels."):], "")
-        else:
-            return False  # a field we cannot check: do not risk a stuck move
-        if (c.op == "==") != (actual.lower() == c.value.lower()):
+        if not node_matches(c, node):
             return False
     return True
 
@@ -201,6 +190,8 @@ class Context:
     load: Load = field(default_factory=dict)
     # the input ledger's holders per GPU (``load_of``), read once
     _by_gpu: dict[str, list[Share]] | None = field(default=None, init=False, repr=False)
+    # Swarm's filters for a move's target (``refused``), built once per pass
+    _targets: SwarmTargets | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def build(cls, inp: Inputs, health: HealthInputs | None = None) -> Context:
@@ -274,10 +265,32 @@ class Context:
             return self.inp.workload
         return workload_now(self.inp.services, self.inp.prefix)
 
+    @property
+    def targets(self) -> SwarmTargets:
+        if self._targets is None:
+            inp = self.inp
+            self._targets = SwarmTargets(inp.nodes, inp.services, inp.tasks, inp.prefix)
+        return self._targets
+
+    def refused(self, svc: str, moves: Sequence[Move] = ()) -> AbstractSet[str]:
+        """Nodes Swarm would not run a moved task of ``svc`` on (``targets``), the pass's
+        moves and ``moves`` (a statement's) counted."""
+        s = self.by_name.get(svc)
+        if s is None:
+            return frozenset()
+        return self.targets.refused(s, [*self.moves, *moves] if moves else self.moves)
+
     def allocator(self, ledger: Mapping[str, Mapping[str, Holding]] | None = None,
-                  ) -> ClusterAllocator:
-        return ClusterAllocator(self.inp.nodes, self.inp.facts,
-                                self.ledger if ledger is None else ledger)
+                  moves: Sequence[Move] | None = None) -> ClusterAllocator:
+        """The allocator over ``ledger`` (None: the pass's). ``moves``: count CPU and
+        memory too, what the nodes' tasks reserve and the new tasks of the pass's moves
+        and of these (None: GPUs only, as the searches that give CPU back measure)."""
+        lg = self.ledger if ledger is None else ledger
+        if moves is None:
+            return ClusterAllocator(self.inp.nodes, self.inp.facts, lg)
+        alloc = ClusterAllocator(self.inp.nodes, self.inp.facts, lg, tasks=self.inp.tasks)
+        self.targets.reserve(alloc, [*self.moves, *moves])
+        return alloc
 
     def find_target(self, svc: str, source: str, *, add_util: float | None = None,
                     only_shared: bool = False, only_nodes: set[str] | None = None,
@@ -291,8 +304,9 @@ class Context:
             return None
         lg = self.ledger if st is None else st.ledger
         load = self.load if st is None else st.load
+        pending = st.moves if st is not None else ()
         add = self.load_of(svc, source) if add_util is None else add_util
-        alloc = self.allocator(lg)
+        alloc = self.allocator(lg, pending)
         a = alloc.alloc
         for nid, node in a.nodes.items():  # block GPUs that are not verified free
             f = self.inp.facts[nid]
@@ -304,6 +318,7 @@ class Context:
                 if blocked and node.free[i] > 0:
                     a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
         has = set(lg.get(svc, {}))
+        no = self.refused(svc, pending)
 
         def allowed(ns: NodeState) -> bool:
             nid = ns.spec.name
@@ -312,9 +327,9 @@ class Context:
                     and n.state == "ready" and n.availability == "active"
                     and self.node_known(nid)
                     and (only_nodes is None or nid in only_nodes)
-                    and constraints_allow(s, n, self.inp.prefix))
+                    and nid not in no and constraints_allow(s, n, self.inp.prefix))
 
-        got = alloc.place(demand_of(req), allowed)
+        got = alloc.place(demand_of(req, *self.targets.reservation(svc)), allowed)
         return got if isinstance(got, Choice) and got.gpus else None
 
     def make_move(self, svc: str, source: str, choice: Choice, trigger: Trigger,
