@@ -220,3 +220,26 @@ def test_fragmentation_moves_go_only_where_swarm_would_run_the_task() -> None:
         n.startswith("fragmentation: b not moved to gpu-node-1 GPU 1: Swarm would not run "
                      "its task there (the CPU or memory it reserves)") for n in prop.notes), \
         prop.notes
+
+
+def test_defrag_makes_room_only_where_swarm_would_run_the_pending_task() -> None:
+    """p (8 GPUs) fits gpu-node-2 once a moves off it, but p's constraint keeps it off
+    gpu-node-2: no move (before, a was moved for a room p could never take)."""
+    n2 = {f"{P}assign.a": U2[0], f"{P}service.a": "true"}
+    nodes = [node("n1", "gpu-node-1", {}), node("n2", "gpu-node-2", n2)]
+    p = service("p", {f"{P}gpus": "8"})
+    svcs = [service("a", {f"{P}gpus": "1"}), p]
+    cfg = dataclasses.replace(CFG, policies="defrag")
+    sig = Signals(cfg)
+    times = [float(t) for t in range(13)]
+    feed(sig, nodes, times, {})
+
+    def moves(pending: SwarmService) -> list[str]:
+        inp = Inputs(nodes, [svcs[0], pending], [running("a", "n2")], FACTS,
+                     read_ledger(nodes, P), sig.gpus, sig.nodes, cfg, times[-1], ["p"], P)
+        return [m.service for m in plan_moves(inp).moves]
+
+    assert moves(p) == ["a"]
+    held_off = dataclasses.replace(p, constraints=(*p.constraints,
+                                                   "node.hostname!=gpu-node-2"))
+    assert moves(held_off) == []
