@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from support.memo import as_written
 from support.placement import apply, svc
 from support.planner import two_nodes
 
@@ -191,3 +192,37 @@ def test_a_malformed_endpoint_publishes_nothing_and_breaks_nothing() -> None:
         )
         plan = plan_placement(nodes, [llm, other], [on("tp", other, "n-a")], {"n-a": facts["n-a"]})  # type: ignore[arg-type]
         assert next(p for p in plan.services if p.name == "llm").status == "placed"
+
+
+def test_two_services_publishing_one_host_port_are_not_placed_on_one_node_in_one_cycle() -> None:
+    """Neither has a task yet: Swarm's task list binds nothing, but the first decision
+    of the cycle takes port 8000 on its node. Before, both were placed on node-a (the
+    packing choice) and Swarm ran only one of them."""
+    nodes, facts = two_nodes()
+    one, two = (publishing(svc(n, {"swarmgpu.gpus": "1"})) for n in ("llm1", "llm2"))
+    plan = plan_placement(nodes, [one, two], [], facts)  # type: ignore[arg-type]
+    where = [[p.node_id for p in sp.placements] for sp in plan.services]
+    assert sorted(where) == [["n-a"], ["n-b"]], where
+    plan = plan_placement(nodes[:1], [one, two], [], {"n-a": facts["n-a"]})  # type: ignore[arg-type]
+    first, second = plan.services
+    assert first.status == "placed" and second.status == "pending", plan.services
+    assert "8000/tcp is taken by" in (second.reason or "") and first.name in (second.reason or "")
+
+
+def test_a_placement_whose_task_is_not_running_yet_keeps_its_port_in_later_cycles() -> None:
+    """llm1 was placed on node-a; its task has no node yet (Swarm's task list binds
+    nothing there). llm2, new, is not placed on node-a: llm1's holding takes the port,
+    also once llm1 is quiet (placement.quiet: not visited, its last plan kept)."""
+    nodes, facts = two_nodes()
+    nodes, one_node = nodes[:1], {"n-a": facts["n-a"]}
+    llm1, llm2 = (publishing(svc(n, {"swarmgpu.gpus": "1"})) for n in ("llm1", "llm2"))
+    for change_driven in (True, False):
+        planner, at, one = Planner(prefix="swarmgpu.", change_driven=change_driven), nodes, llm1
+        for t in range(3):
+            tasks = [on("t1", one, "", "pending")] if t else []
+            plan = planner.plan(at, [one], tasks, one_node, now=float(t))  # type: ignore[arg-type]
+            at, (one,) = apply(at, plan), as_written([one], plan)
+        plan = planner.plan(at, [one, llm2], tasks, one_node, now=9.0)  # type: ignore[arg-type]
+        first, second = plan.services
+        assert first.status == "placed" and second.status == "pending", plan.services
+        assert "taken by llm1, placed there" in (second.reason or ""), second.reason

@@ -2,7 +2,8 @@
 
 ``client`` (the engine API, typed), ``eventstream`` (its event stream, read bounded),
 ``cache`` (nodes and services kept from the event stream), ``labels`` (the node labels
-swarmgpu owns), ``constraints`` (Swarm's constraint language), ``taskspec`` (which spec
+swarmgpu owns), ``constraints`` (Swarm's constraint language), ``plugins`` (its
+PluginFilter: the plugins a task needs, what a node lists), ``taskspec`` (which spec
 changes make Swarm replace a task), ``identity`` (agent identity from the swarm's own
 PKI), ``dockerproxy`` (the least-privilege door to the engine socket, with ``httpframe``,
 its strict HTTP framing, ``enginewire``, its side of the engine's connection,

@@ -65,6 +65,9 @@ class SwarmNode:
     memory_mib: int | None = None
     os: str = ""
     arch: str = ""
+    # Description.Engine.Plugins as (Type, Name): the engine's drivers, built-in and
+    # installed, that Swarm's PluginFilter reads (swarm.plugins); None: not described.
+    plugins: tuple[tuple[str, str], ...] | None = None
 
 
 def node_names(nodes: Iterable[SwarmNode]) -> dict[str, str]:
@@ -122,6 +125,9 @@ class SwarmTask:
     # Spec.Placement.Constraints: what Swarm's constraint enforcer stops this task by (an
     # old task keeps its service's old ones while an update rolls out); None: not read
     constraints: tuple[str, ...] | None = field(default=None, compare=False)
+    # NetworksAttachments[].Network.DriverState.Name: the drivers of the networks Swarm's
+    # allocator attached it to, which its PluginFilter reads (swarm.plugins)
+    network_drivers: tuple[str, ...] = field(default=(), compare=False)
 
 
 def _is_out_of_sequence(exc: docker.errors.APIError) -> bool:
@@ -164,7 +170,31 @@ def node_from_api(raw: Mapping[str, Any]) -> SwarmNode:
         memory_mib=_bytes_to_mib(desc.get("Resources", {}).get("MemoryBytes")),
         os=str((desc.get("Platform") or {}).get("OS") or ""),
         arch=str((desc.get("Platform") or {}).get("Architecture") or ""),
+        plugins=_plugins(desc.get("Engine")),
     )
+
+
+def _plugins(engine: Any) -> tuple[tuple[str, str], ...] | None:
+    """Description.Engine.Plugins as (Type, Name) pairs; None where the description has
+    no engine or no plugin list (entries that are not {Type, Name} strings are left out)."""
+    listed = engine.get("Plugins") if isinstance(engine, Mapping) else None
+    if not isinstance(listed, list):
+        return None
+    return tuple((p["Type"], p["Name"]) for p in listed if isinstance(p, Mapping)
+                 and isinstance(p.get("Type"), str) and isinstance(p.get("Name"), str))
+
+
+def _network_drivers(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """A task's NetworksAttachments' Network.DriverState.Name, each once."""
+    out: dict[str, None] = {}
+    attached = raw.get("NetworksAttachments")
+    for a in attached if isinstance(attached, list) else ():
+        net = a.get("Network") if isinstance(a, Mapping) else None
+        state = net.get("DriverState") if isinstance(net, Mapping) else None
+        name = state.get("Name") if isinstance(state, Mapping) else None
+        if isinstance(name, str) and name:
+            out[name] = None
+    return tuple(out)
 
 
 def _nano_to_milli(v: Any) -> int | None:
@@ -259,6 +289,7 @@ def task_from_api(raw: Mapping[str, Any]) -> SwarmTask:
         created_at=str(raw.get("CreatedAt") or ""),
         constraints=tuple(str(c) for c in (spec.get("Placement") or {}).get("Constraints")
                           or ()),
+        network_drivers=_network_drivers(raw),
     )
 
 

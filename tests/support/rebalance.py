@@ -68,14 +68,17 @@ def samples_of(text: str) -> str:
 
 def feed(sig: Signals, nodes: Sequence[SwarmNode], times: Sequence[float],
          util2: Mapping[float, Mapping[int, float | None]],
-         broken: AbstractSet[float] = frozenset()) -> list[str]:
+         broken: AbstractSet[float] = frozenset(),
+         util1: Mapping[int, float | None] | None = None) -> list[str]:
+    """Pages for every time of ``times``: gpu-node-2's utilisation per time (``util2``),
+    gpu-node-1's the same at every time (``util1``; 5% where not said)."""
     warnings: list[str] = []
     ledger = read_ledger(nodes, P)
     for t in times:
         scr: dict[str, NodeScrape] = {}
         for n in nodes:
             f = FACTS[n.id]
-            text = page(f, util2.get(t, {}) if n.id == "n2" else {})
+            text = page(f, util2.get(t, {}) if n.id == "n2" else util1 or {})
             if n.id == "n2" and t in broken:
                 text = "this is not prometheus {{{\n"
             scr[n.id] = judge(n, "http://x/metrics", text, t)

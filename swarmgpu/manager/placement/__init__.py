@@ -59,6 +59,12 @@ from swarmgpu.manager.placement.envs import (
     env_template,
     env_template_per_node,
 )
+from swarmgpu.manager.placement.filters import (
+    SwarmFilters,
+)
+from swarmgpu.manager.placement.hostports import (
+    HostPorts,
+)
 from swarmgpu.manager.placement.keys import (
     ACTIVE_STATES,
     ASSIGN,
@@ -129,6 +135,7 @@ __all__ = [
     "Backoff",
     "ClusterAllocator",
     "Holding",
+    "HostPorts",
     "Moving",
     "PlacementPlan",
     "Planner",
@@ -136,6 +143,7 @@ __all__ = [
     "ServicePlan",
     "State",
     "Status",
+    "SwarmFilters",
     "Waiting",
     "assign_key",
     "demand_of",

@@ -112,7 +112,8 @@ def _stuck_on(s: SwarmService, nid: str, waiting: Waiting, res: tuple[int, int],
     if port:
         return f"on {host}, {port}"
     if nid in cyc.exclude(s):
-        return f"its constraints, platform or generic resources exclude {host}"
+        return cyc.plugins_why(s, node) or (
+            f"its constraints, platform or generic resources exclude {host}")
     ns = cyc.cluster.alloc.nodes.get(nid)
     if (
         ns is not None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.placement.backoff import Backoff
 from swarmgpu.manager.placement.cluster import ClusterAllocator
+from swarmgpu.manager.placement.filters import SwarmFilters
 from swarmgpu.manager.placement.hostports import HostPorts
 from swarmgpu.manager.placement.records import PlacementPlan
 from swarmgpu.swarm.client import SwarmNode, SwarmService
@@ -41,6 +42,11 @@ class Cycle:
     generic_kind: str = ""  # whole GPUs also reserved as this generic resource (``generic``)
     release: AbstractSet[str] = frozenset()  # services whose held changes are written now
     ports: HostPorts = field(default_factory=HostPorts)  # (why ``exclude`` refuses a node)
+    filters: SwarmFilters | None = None  # (why ``exclude`` refuses a node: its plugins)
+
+    def plugins_why(self, s: SwarmService, node: SwarmNode) -> str:
+        """Why Swarm's PluginFilter refuses ``s`` on ``node`` ("" when it does not)."""
+        return self.filters.plugins_why(s, node) if self.filters is not None else ""
 
     def swarm_no(self, s: SwarmService) -> frozenset[str]:
         """Nodes the service's replicas may not take: those Swarm refuses, and those it

@@ -103,9 +103,12 @@ def place_global(
     for nid in sorted(cluster.alloc.nodes, key=lambda n: by_id[n].hostname if n in by_id else n):
         if nid in holdings or nid in done_nodes or nid not in by_id or nid in no:
             # held, done, or a node Swarm would never run it on (constraints); one where
-            # another service's task binds its host-mode port is said
+            # another service's task binds its host-mode port, or one that lacks a
+            # plugin it needs, is said
             if nid in no and (port := cyc.ports.refused(s).get(nid)):
                 waits[nid] = port
+            elif nid in no and nid in by_id and (lacks := cyc.plugins_why(s, by_id[nid])):
+                waits[nid] = lacks
             continue
         if nid in waits:
             continue

@@ -1,11 +1,16 @@
 """Nodes where another service's task already publishes a host-mode port a service
 publishes (``HostPorts``): Swarm's HostPortFilter runs no second task with the same
 protocol and published port on a node, of whatever service (swarmkit
-manager/scheduler/filter.go), so a replica placed there would wait forever on its GPUs."""
+manager/scheduler/filter.go), so a replica placed there would wait forever on its GPUs.
+
+Swarm's task list shows the tasks that bind a port; a placement decided in this cycle
+has no task yet, so each decision takes its ports on its nodes too (``claim``): two
+services publishing one port are never placed on one node in one cycle. Where a task
+binds the port, the tasks alone say who holds it (the one Swarm runs keeps it)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from swarmgpu.manager.placement.specs import host_mode, host_ports
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
@@ -17,6 +22,7 @@ _BOUND = frozenset(("assigned", "accepted", "preparing", "ready", "starting", "r
 _COMING = frozenset(("new", "allocated", "pending"))
 _NOTHING: Mapping[str, str] = {}
 _NOTHING_TAKEN: Mapping[str, frozenset[str]] = {}
+_NO_NODES: Mapping[str, Mapping[str, str]] = {}
 
 
 def published(s: SwarmService) -> tuple[str, ...]:
@@ -43,6 +49,8 @@ class HostPorts:
     def __init__(self) -> None:
         self._ports: dict[str, tuple[int, tuple[str, ...]]] = {}  # id -> (version, ports)
         self._used: dict[str, dict[str, dict[str, str]]] = {}  # port -> node -> id -> name
+        # this cycle's decisions, as ``_used``: where each service is placed (``claim``)
+        self._claims: dict[str, dict[str, dict[str, str]]] = {}
         self._refused: dict[str, dict[str, str]] = {}  # this cycle's: id -> node -> why
         self._also: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
@@ -66,24 +74,60 @@ class HostPorts:
                     for p in self._ports[sid][1]:
                         used.setdefault(p, {}).setdefault(t.node_id, {})[sid] = names[sid]
         self._used = used
+        self._claims = {}
         self._refused = {}
         self._also = {}
+
+    def claim(self, s: SwarmService, nodes: Iterable[str]) -> None:
+        """``s`` is placed on ``nodes`` in this cycle (all of its holdings, kept or new;
+        its claims before are replaced): its host-mode ports are taken there for every
+        other service planned after it, before its tasks exist to bind them."""
+        ports = self.ports_of(s)
+        if not ports:
+            return
+        want = set(nodes)
+        changed = False
+        for p in ports:
+            by_node = self._claims.setdefault(p, {})
+            for nid in [n for n, by in by_node.items() if s.id in by and n not in want]:
+                del by_node[nid][s.id]
+                changed = True
+            for nid in want:
+                by = by_node.setdefault(nid, {})
+                if s.id not in by:
+                    by[s.id] = s.name
+                    changed = True
+        if changed:  # every answer may change: asked anew
+            self._refused = {}
+            self._also = {}
+
+    def _takers(self, p: str) -> Iterator[tuple[str, Mapping[str, str], bool]]:
+        """(node, service id -> name, bound by a task) of each node where ``p`` is
+        taken: by the tasks binding it there, else by this cycle's claims."""
+        used = self._used.get(p, _NO_NODES)
+        yield from ((nid, by, True) for nid, by in used.items())
+        for nid, by in self._claims.get(p, _NO_NODES).items():
+            if nid not in used and by:
+                yield nid, by, False
 
     def refused(self, s: SwarmService) -> Mapping[str, str]:
         """Node id -> why, for each node where a task of another service binds a port
         ``s`` publishes in host mode. Its own tasks do not count: the one a replica
         replaces, or its replica there, is the same service's."""
-        if not self._used:
+        if not self._used and not self._claims:
             return _NOTHING
         got = self._refused.get(s.id)
         if got is None:
             got = self._refused[s.id] = {}
             for p in self.ports_of(s):
-                for nid, by in self._used.get(p, {}).items():
+                for nid, by, bound in self._takers(p):
                     others = sorted(name for sid, name in by.items() if sid != s.id)
                     if others:
                         why = got.get(nid)
-                        more = f"host-mode port {p} is taken by a task of {', '.join(others)}"
+                        more = (f"host-mode port {p} is taken by a task of {', '.join(others)}"
+                                if bound else f"host-mode port {p} is taken by "
+                                f"{', '.join(others)}, placed there (its task not running "
+                                "yet)")
                         got[nid] = f"{why}; {more}" if why else more
         return got
 
@@ -95,7 +139,7 @@ class HostPorts:
             return _NOTHING_TAKEN
         by: dict[str, set[str]] = {}
         for p in self.ports_of(s):
-            for nid, held in self._used.get(p, {}).items():
+            for nid, held, _bound in self._takers(p):
                 by.setdefault(nid, set()).update(n for sid, n in held.items() if sid != s.id)
         return {nid: frozenset(names) for nid, names in by.items() if names}
 

@@ -268,6 +268,7 @@ class Planner:
         records, self._memo.quiet.records = self._memo.quiet.records, {}
         seen = self._see(nodes, facts, moving)
         self._ports.new_cycle(services, tasks)
+        self._filters.set_tasks(tasks)
         read = self._reads.read(services, seen.most)
         tv, tasks_changed = self._read_tasks(tasks, read.few)
         self._release(plan, nodes, seen.ledger, read)
@@ -289,7 +290,7 @@ class Planner:
         self._visit(plan, _Visit(read, quiet, kept, seen.ledger, seen.by_id, tv, jobs,
                                  records, cyc, moving))
         self._memo.evict(services, seen.by_id)
-        self._note_problems(plan)
+        self._note_problems(plan, {s.name: s for s, _ in read.parsed})
         plan.workload = self.model.summary()
         plan.queues = self.queues.summary()
         return plan
@@ -390,7 +391,7 @@ class Planner:
                     self.adopt_ungated, plan, self._refused, most_gpus=seen.most,
                     now=now, backoff=self._backoff, open_since=self._open_since,
                     moving=moving, grants=self.grants, generic_kind=self.generic_kind,
-                    release=self.release, ports=self._ports)
+                    release=self.release, ports=self._ports, filters=self._filters)
         self._last_cycle = cyc
         self._arrival_cycle = None
         return cyc
@@ -410,6 +411,10 @@ class Planner:
         n_settled = n_records = len(quiet)
         planned: list[ServicePlan] = []
         running, waiting, ledger = v.tasks.running, v.tasks.waiting, v.ledger
+        ports = v.cyc.ports  # each decision takes its host-mode ports (hostports.claim)
+        for s, _r in served if quiet else ():  # not visited: what they hold stays theirs
+            if s.id in quiet and ports.ports_of(s):
+                ports.claim(s, ledger.get(s.name, {}))
         for s, r in visit:
             memo = settled.pop(s.id, None)
             records.pop(s.id, None)
@@ -425,9 +430,10 @@ class Planner:
                 for nid in mine.keys() - held.keys():  # adopted lists: free for the others
                     self.cluster.release_holding(s.name, nid)
                 mine = dict(held)
-                planned.append(plan_service(s, r, mine, old, running_on, waits,
-                                            self._memo.requests[s.id].reservation, v.cyc,
-                                            cap=capped))
+                planned.append(sp := plan_service(s, r, mine, old, running_on, waits,
+                                                  self._memo.requests[s.id].reservation,
+                                                  v.cyc, cap=capped))
+                claim(ports, s, sp)
                 continue
             bo = self._backoff.get(s.id)
             key = self._settled_key(s, mine, old, v.by_id, running_on, waits,
@@ -452,6 +458,7 @@ class Planner:
                 records[s.id] = Quiet(s.version, len(mine))
                 n_records += 1
             planned.append(sp)
+            claim(ports, s, sp)
         if quiet:
             visited_plans = iter(planned)
             plan.services.extend([settled[s.id].plan if s.id in quiet
@@ -480,6 +487,8 @@ class Planner:
             more += (cluster.version, self._filters.gen)
         if self._ports.ports_of(s):  # another service's task binding its port came or went
             more += (frozenset(self._ports.refused(s).items()),)
+        if s.id in self._filters.networks:  # the networks its tasks are attached to
+            more += (self._filters.networks[s.id],)
         if s.mode != "replicated":  # a node joining, a job's task ending: planned again
             more += (v.jobs.get(s.id), cluster.version, self._filters.gen,
                      len(cluster.alloc.nodes))
@@ -489,12 +498,18 @@ class Planner:
             more += ("moving", isinstance(v.moving, Moving) and s.name in v.moving.unread)
         return more
 
-    def _note_problems(self, plan: PlacementPlan) -> None:
-        """The allocator's problems, each said on the plan of the service it names."""
+    def _note_problems(self, plan: PlacementPlan, by_name: Mapping[str, SwarmService]) -> None:
+        """The allocator's problems, each said on the plan of the service it names; and
+        on a plan whose service needs plugins, the nodes that do not say if they have
+        them (Swarm's PluginFilter decides there)."""
         for p in self.cluster.problems:
             for i, sp in enumerate(plan.services):
                 if p.startswith(sp.name + ":"):
                     plan.services[i] = sp.noted(p)
+        for i, sp in enumerate(plan.services):
+            s = by_name.get(sp.name)
+            if s is not None and (why := self._filters.plugins_unknown(s)):
+                plan.services[i] = plan.services[i].noted(why)
 
     def _commit_kept(self, read: ServiceRead, ledger: Mapping[str, Mapping[str, Holding]],
                      jobs: Mapping[str, JobProgress], by_id: Mapping[str, SwarmNode],
@@ -574,9 +589,10 @@ class Planner:
         tv = tasks_by_service(tasks)
         self._learn_on_gpu_nodes(parsed, cpu_only, tv.on_nodes, forget=False)
         for s, r in parsed:
-            plan.add(plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
-                                  self._memo.requests[s.id].reservation, cyc,
-                                  tv.slots.get(s.id, {})))
+            plan.add(sp := plan_service(s, r, {}, {}, {}, tv.waiting.get(s.id, NO_WAITING),
+                                        self._memo.requests[s.id].reservation, cyc,
+                                        tv.slots.get(s.id, {})))
+            claim(cyc.ports, s, sp)
         return plan
 
     def _settled_key(self, s: SwarmService, kept: Mapping[str, Holding],
@@ -598,6 +614,12 @@ class Planner:
                               gen.get(nid, 0)))
         return (s.version, tuple(nodes), tuple(old.values()), tuple(running_on.items()),
                 waiting, *more)
+
+
+def claim(ports: HostPorts, s: SwarmService, sp: ServicePlan) -> None:
+    """``sp``'s nodes take ``s``'s host-mode ports for the services planned after it."""
+    if ports.ports_of(s):
+        ports.claim(s, [p.node_id for p in sp.placements])
 
 
 def _wanted(s: SwarmService, job: JobProgress | None) -> int | None:

@@ -147,6 +147,9 @@ def _place_missing(s: SwarmService, r: GpuRequest, placements: list[ReplicaPlace
             ports = cyc.ports.why(s, by_id)
             if ports:  # nodes Swarm's HostPortFilter refuses: say which and whose task
                 reason += f"; {ports}"
+            lacks = cyc.filters.plugins_refused(s) if cyc.filters is not None else ""
+            if lacks:  # nodes Swarm's PluginFilter refuses: say which plugin
+                reason += f"; {lacks}"
             reasons.append(cluster.hostnames(reason))
             break
         cluster.commit(choice, s.name)

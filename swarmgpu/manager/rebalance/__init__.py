@@ -5,7 +5,8 @@ Layers, outer to inner (the daemon's step is ``cycle.rebalance``): ``mover`` (th
 the move budgets, ``budget`` for the fragmentation moves'
 budget, ``record`` for a move's record in Swarm, ``verdict`` for which records are
 moves in flight and audit's findings of them) -> ``planner`` -> ``policies/*`` (pure
-plugins) over ``context`` (what policies see) -> ``signals``/``windows`` (utilisation
+plugins) over ``context`` (what policies see; ``targets``: Swarm's filters for a move's
+target) -> ``signals``/``windows`` (utilisation
 windows), ``attribution`` (who holds what) and ``scrape`` (the metrics pages read).
 ``moves`` holds the values all of them pass: Move, MoveRecord, Proposal, Trigger.
 """

@@ -3,7 +3,10 @@
 Pure. Targets come from the one allocator (:class:`swarmgpu.manager.placement.ClusterAllocator`)
 over the ledger as it will be once the moves already proposed are made; a GPU is a
 possible target only when its metrics are known and it is not (and would not become)
-hot. Sources stay reserved until their move ends (make-before-break needs both).
+hot: its utilisation, the load the moves proposed before in the pass put on it (its
+metrics do not show them yet: ``Context.load``) and the moving share's own load stay
+below ``hotspot.clear_pct``. Sources stay reserved until their move ends
+(make-before-break needs both).
 """
 
 from __future__ import annotations
@@ -24,24 +27,33 @@ from swarmgpu.manager.placement import (
     demand_of,
     is_gate_of,
 )
-from swarmgpu.manager.rebalance.attribution import Share, holders_by_gpu
+from swarmgpu.manager.rebalance.attribution import Share, estimated_util, holders_by_gpu
 from swarmgpu.manager.rebalance.moves import HealthInputs, HealthResult, Move, Trigger
 from swarmgpu.manager.rebalance.signals import GpuSignal, NodeSignal
+from swarmgpu.manager.rebalance.targets import SwarmTargets
 from swarmgpu.manager.rebalance.windows import State
 from swarmgpu.manager.services.requests import GpuRequest, Rebalance, parse_all
 from swarmgpu.manager.services.sharing import share_labels
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
-from swarmgpu.swarm.constraints import ConstraintError, parse_constraint
+from swarmgpu.swarm.constraints import ConstraintError, node_matches, parse_constraint
 
 MOVED_AT = "state.moved-at"  # service label: epoch seconds of its last finished move
 OPT_OUT = "rebalance"  # <prefix>rebalance=never
 
 
-def hold(ledger: dict[str, dict[str, Holding]], m: Move) -> None:
+Load = dict[tuple[str, str], float]  # (node id, GPU UUID) -> utilisation points
+
+
+def hold(ledger: dict[str, dict[str, Holding]], m: Move, load: Load | None = None,
+         util: float = 0.0) -> None:
     """Reserve a planned move's target GPUs in ``ledger``: later choices of the pass see
-    them taken."""
+    them taken; and add the moving share's ``util`` to each in ``load``: later choices
+    see them that much busier."""
     ledger.setdefault(m.service, {})[m.target_node] = Holding(
         m.service, m.target_node, m.target_uuids, m.target_milli)
+    if load is not None and util > 0:
+        for u in m.target_uuids:
+            load[(m.target_node, u)] = load.get((m.target_node, u), 0.0) + util
 
 
 @dataclass(frozen=True)
@@ -143,8 +155,9 @@ def why_not_movable(s: SwarmService, req: GpuRequest | None, tasks: Sequence[Swa
 
 
 def constraints_allow(s: SwarmService, node: SwarmNode, prefix: str) -> bool:
-    """The service's own constraints (not its gate, which the move opens) on ``node``;
-    unsure means no."""
+    """The service's own constraints (not its gate, which the move opens) on ``node``, as
+    Swarm judges them (``swarm.constraints.node_matches``: every field it reads, a key it
+    does not read matching no node); one that does not parse means no."""
     for text in s.constraints:
         if is_gate_of(text, prefix, s.name):
             continue
@@ -152,20 +165,7 @@ def constraints_allow(s: SwarmService, node: SwarmNode, prefix: str) -> bool:
             c = parse_constraint(text)
         except ConstraintError:
             return False
-        f = c.field.lower()
-        if f.startswith("node.labels."):
-            actual = node.labels.get(c.field[len("node.labels."):], "")
-        elif f == "node.hostname":
-            actual = node.hostname
-        elif f == "node.id":
-            actual = node.id
-        elif f == "node.role":
-            actual = node.role
-        elif f.startswith("engine.labels."):
-            actual = node.engine_labels.get(c.field[len("engine.labels."):], "")
-        else:
-            return False  # a field we cannot check: do not risk a stuck move
-        if (c.op == "==") != (actual.lower() == c.value.lower()):
+        if not node_matches(c, node):
             return False
     return True
 
@@ -184,6 +184,14 @@ class Context:
     # and what it found beside its moves (None: it did not run).
     health_in: HealthInputs = field(default_factory=lambda: HealthInputs(evacuate=False))
     health_found: HealthResult | None = None
+    # The utilisation the moves proposed in this pass put on their target GPUs: the
+    # metrics show none of it yet, so two moves each judged alone against a GPU's
+    # reading could together make it hot (``gpu_ok_as_target`` adds it).
+    load: Load = field(default_factory=dict)
+    # the input ledger's holders per GPU (``load_of``), read once
+    _by_gpu: dict[str, list[Share]] | None = field(default=None, init=False, repr=False)
+    # Swarm's filters for a move's target (``refused``), built once per pass
+    _targets: SwarmTargets | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def build(cls, inp: Inputs, health: HealthInputs | None = None) -> Context:
@@ -225,43 +233,92 @@ class Context:
         sig = self.inp.node_signals.get(nid)
         return sig is not None and sig.known
 
-    def gpu_ok_as_target(self, g: GpuSignal, add_util: float) -> bool:
+    def gpu_ok_as_target(self, g: GpuSignal, add_util: float, load: Load | None = None
+                         ) -> bool:
+        """``g`` may take a share carrying ``add_util`` points: known, not hot, and below
+        ``hotspot.clear_pct`` with it and with what the pass's moves put on it (``load``:
+        a statement's own; None: the pass's)."""
         if g.hot is not State.FALSE or g.util_pct is None:
             return False  # unknown or hot: not verified free
-        return g.util_pct + add_util < self.cfg.hotspot.clear_pct
+        planned = (self.load if load is None else load).get((g.node_id, g.uuid), 0.0)
+        return g.util_pct + planned + add_util < self.cfg.hotspot.clear_pct
+
+    def load_of(self, svc: str, source: str) -> float:
+        """The utilisation points ``svc``'s holding on ``source`` carries on each GPU it
+        lands on: its GPUs' readings split by share, the busiest of them (0 unknown)."""
+        h = self.inp.ledger.get(svc, {}).get(source)
+        if h is None:
+            return 0.0
+        if self._by_gpu is None:
+            self._by_gpu = holders_by_gpu(self.inp.ledger)
+        most = 0.0
+        for u in h.uuids:
+            sig = self.inp.gpus.get((source, u))
+            on = [s for s in self._by_gpu.get(u, []) if s.node_id == source]
+            mine = next((s for s in on if s.service == svc), None)
+            if sig is not None and mine is not None:
+                most = max(most, estimated_util(mine, sig.util_pct, on) or 0.0)
+        return most
 
     def workload(self) -> tuple[TypicalTask, ...]:
         if self.inp.workload is not None:
             return self.inp.workload
         return workload_now(self.inp.services, self.inp.prefix)
 
-    def allocator(self, ledger: Mapping[str, Mapping[str, Holding]] | None = None,
-                  ) -> ClusterAllocator:
-        return ClusterAllocator(self.inp.nodes, self.inp.facts,
-                                self.ledger if ledger is None else ledger)
+    @property
+    def targets(self) -> SwarmTargets:
+        if self._targets is None:
+            inp = self.inp
+            self._targets = SwarmTargets(inp.nodes, inp.services, inp.tasks, inp.prefix)
+        return self._targets
 
-    def find_target(self, svc: str, source: str, *, add_util: float = 0.0,
+    def refused(self, svc: str, moves: Sequence[Move] = ()) -> AbstractSet[str]:
+        """Nodes Swarm would not run a moved task of ``svc`` on (``targets``), the pass's
+        moves and ``moves`` (a statement's) counted."""
+        s = self.by_name.get(svc)
+        if s is None:
+            return frozenset()
+        return self.targets.refused(s, [*self.moves, *moves] if moves else self.moves)
+
+    def allocator(self, ledger: Mapping[str, Mapping[str, Holding]] | None = None,
+                  moves: Sequence[Move] | None = None) -> ClusterAllocator:
+        """The allocator over ``ledger`` (None: the pass's). ``moves``: count CPU and
+        memory too, what the nodes' tasks reserve and the new tasks of the pass's moves
+        and of these (None: GPUs only, as the searches that give CPU back measure)."""
+        lg = self.ledger if ledger is None else ledger
+        if moves is None:
+            return ClusterAllocator(self.inp.nodes, self.inp.facts, lg)
+        alloc = ClusterAllocator(self.inp.nodes, self.inp.facts, lg, tasks=self.inp.tasks)
+        self.targets.reserve(alloc, [*self.moves, *moves])
+        return alloc
+
+    def find_target(self, svc: str, source: str, *, add_util: float | None = None,
                     only_shared: bool = False, only_nodes: set[str] | None = None,
-                    ledger: Mapping[str, Mapping[str, Holding]] | None = None,
-                    ) -> Choice | None:
-        """Best node and GPUs for one more replica of ``svc``, away from ``source``."""
+                    st: Statement | None = None) -> Choice | None:
+        """Best node and GPUs for one more replica of ``svc``, away from ``source``.
+        ``add_util``: the load it brings to its GPU (None: ``load_of``); ``st``: the
+        statement it is tried in (its ledger and load; None: the pass's)."""
         req = self.requests.get(svc)
         s = self.by_name.get(svc)
         if req is None or s is None:
             return None
-        lg = self.ledger if ledger is None else ledger
-        alloc = self.allocator(lg)
+        lg = self.ledger if st is None else st.ledger
+        load = self.load if st is None else st.load
+        pending = st.moves if st is not None else ()
+        add = self.load_of(svc, source) if add_util is None else add_util
+        alloc = self.allocator(lg, pending)
         a = alloc.alloc
         for nid, node in a.nodes.items():  # block GPUs that are not verified free
             f = self.inp.facts[nid]
             for i, gpu in enumerate(f.gpus):
                 sig = self.inp.gpus.get((nid, gpu.uuid))
-                blocked = sig is None or not self.gpu_ok_as_target(sig, add_util)
+                blocked = sig is None or not self.gpu_ok_as_target(sig, add, load)
                 if only_shared and node.free[i] == node.spec.gpus[i].capacity_milli:
                     blocked = True
                 if blocked and node.free[i] > 0:
                     a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
         has = set(lg.get(svc, {}))
+        no = self.refused(svc, pending)
 
         def allowed(ns: NodeState) -> bool:
             nid = ns.spec.name
@@ -270,9 +327,9 @@ class Context:
                     and n.state == "ready" and n.availability == "active"
                     and self.node_known(nid)
                     and (only_nodes is None or nid in only_nodes)
-                    and constraints_allow(s, n, self.inp.prefix))
+                    and nid not in no and constraints_allow(s, n, self.inp.prefix))
 
-        got = alloc.place(demand_of(req), allowed)
+        got = alloc.place(demand_of(req, *self.targets.reservation(svc)), allowed)
         return got if isinstance(got, Choice) and got.gpus else None
 
     def make_move(self, svc: str, source: str, choice: Choice, trigger: Trigger,
@@ -295,7 +352,7 @@ class Context:
         """Count a proposed move: its target is reserved for the rest of the pass."""
         self.moves.append(m)
         self.moved.add(m.service)
-        hold(self.ledger, m)
+        hold(self.ledger, m, self.load, self.load_of(m.service, m.source_node))
 
     def ledger_without(self, drop: Sequence[tuple[str, str]]
                        ) -> dict[str, dict[str, Holding]]:
@@ -311,7 +368,8 @@ class Context:
     def mark(self) -> Mark:
         """What a policy may add to the pass, as it stands now (``roll_back``)."""
         return Mark(len(self.moves), len(self.notes), frozenset(self.moved),
-                    {k: dict(v) for k, v in self.ledger.items()}, self.health_found)
+                    {k: dict(v) for k, v in self.ledger.items()}, self.health_found,
+                    dict(self.load))
 
     def roll_back(self, m: Mark) -> None:
         """Take back what was added since ``m`` (a policy that raised): its moves, notes,
@@ -321,6 +379,7 @@ class Context:
         self.moved = set(m.moved)
         self.ledger = {k: dict(v) for k, v in m.ledger.items()}
         self.health_found = m.health_found
+        self.load = dict(m.load)
 
 
 @dataclass(frozen=True)
@@ -333,12 +392,14 @@ class Mark:
     moved: frozenset[str]
     ledger: dict[str, dict[str, Holding]]
     health_found: HealthResult | None
+    load: Load
 
 
 class Statement:
     """Moves tried together, kept or dropped as one (after KAI-Scheduler's statements
     on its cycle's session): ``move`` reserves a target in the statement's own ledger,
-    a copy of the pass's with ``evict``'s holdings gone; ``commit`` accepts every move
+    a copy of the pass's with ``evict``'s holdings gone, and adds its load to the
+    statement's copy of the pass's (``Context.load``); ``commit`` accepts every move
     into the pass; a statement left uncommitted changes nothing. A policy that needs
     several moves at once (consolidation: every holder of a GPU; defragmentation: the
     holdings that make room) tries them here."""
@@ -346,11 +407,12 @@ class Statement:
     def __init__(self, ctx: Context, evict: Sequence[tuple[str, str]] = ()) -> None:
         self.ctx = ctx
         self.ledger = ctx.ledger_without(evict)
+        self.load = dict(ctx.load)
         self.moves: list[Move] = []
 
     def move(self, m: Move) -> None:
         self.moves.append(m)
-        hold(self.ledger, m)
+        hold(self.ledger, m, self.load, self.ctx.load_of(m.service, m.source_node))
 
     def commit(self) -> None:
         for m in self.moves:

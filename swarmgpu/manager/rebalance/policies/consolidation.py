@@ -32,7 +32,7 @@ def propose(ctx: Context, cfg: ConsolidationConfig) -> None:
             for s in on:
                 est = estimated_util(s, g.util_pct, on) or 0.0
                 choice = ctx.find_target(s.service, nid, add_util=est, only_shared=True,
-                                         ledger=st.ledger)
+                                         st=st)
                 if choice is None:
                     break
                 m = ctx.make_move(

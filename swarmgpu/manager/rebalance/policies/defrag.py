@@ -1,7 +1,8 @@
 """Defragmentation: a pending request that fits after moving K tasks; fewest moves wins.
 
 The candidate plans are the shared search's (``swarmgpu.allocator.rescue.plans``, what
-``simulate --rebalance-moves`` carries out for a pod that finds no node): per node, the
+``simulate --rebalance-moves`` carries out for a pod that finds no node): per node Swarm
+would run the pending task on, the
 fewest movable holdings (at most ``max_moves``) whose GPU share, CPU and memory, given
 back, let the pending request fit there; cheapest first (fewest moves, least GPU moved,
 node order). The cheapest few (``MAX_TRIES``) are tried for real under the daemon's rules:
@@ -26,7 +27,7 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
     req = ctx.requests[pending]
     st = ctx.statement(evict=[(svc, node) for svc, _ in combo])
     for svc, _h in combo:
-        choice = ctx.find_target(svc, node, ledger=st.ledger)
+        choice = ctx.find_target(svc, node, st=st)
         if choice is None:
             return None
         st.move(ctx.make_move(
@@ -43,10 +44,11 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
 
 def _running(ctx: Context, held: ClusterAllocator, pending: str
              ) -> dict[str, dict[str, tuple[Demand, Choice]]]:
-    """Per ready, active node: the holdings that may move now (not the pending
-    service's, not on a node it holds), with the choices ``held`` committed for them
-    (as the replay reads the planner's: ``sim.swarm_rescue``)."""
-    has = set(ctx.ledger.get(pending, {}))
+    """Per ready, active node Swarm would run the pending task on (its constraints,
+    platforms, plugins, host ports: ``Context.refused``): the holdings that may move now
+    (not the pending service's, not on a node it holds), with the choices ``held``
+    committed for them (as the replay reads the planner's: ``sim.swarm_rescue``)."""
+    has = set(ctx.ledger.get(pending, {})) | ctx.refused(pending)
     may: dict[str, bool] = {}  # service -> may move now
     out: dict[str, dict[str, tuple[Demand, Choice]]] = {}
     for (svc, nid), h in held.held_items():

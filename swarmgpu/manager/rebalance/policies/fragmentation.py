@@ -6,7 +6,9 @@ The search is :class:`swarmgpu.allocator.defrag.FragmentationMoves`, the same ob
 policy. Here it reads the ledger (what runs where), the workload (``Inputs.workload``:
 placement's model; else the typical tasks of the services annotated now) and the
 daemon's limits on targets: a node that is ready, active and has known metrics, a GPU
-that is verified free (known, not hot, below ``hot_clear_pct``), the service's own
+that is verified free (known, not hot, below ``hotspot.clear_pct`` with the load the
+pass's earlier moves put on it, and, checked once the search chose it, with the share's
+own load: a move that fails that is dropped with the ones after it), the service's own
 constraints, no node the service already holds, and, when the spread policy runs, no
 target that spread would undo.
 
@@ -40,7 +42,7 @@ from swarmgpu.allocator.defrag import (
 )
 from swarmgpu.allocator.values import Choice, NodeState
 from swarmgpu.core.rebalanceconfig import FragmentationConfig
-from swarmgpu.manager.placement import demand_of
+from swarmgpu.manager.placement import ClusterAllocator, demand_of
 from swarmgpu.manager.rebalance.context import Context, constraints_allow
 from swarmgpu.manager.rebalance.moves import Trigger
 
@@ -169,7 +171,7 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
         return (n is not None and n.state == "ready" and n.availability == "active"
                 and ctx.node_known(node.spec.name))
 
-    def gpu_ok(node: NodeState, i: int) -> bool:
+    def gpu_ok(node: NodeState, i: int) -> bool:  # (the pass's earlier moves' load too)
         sig = ctx.inp.gpus.get((node.spec.name, ctx.inp.facts[node.spec.name].gpus[i].uuid))
         return sig is not None and ctx.gpu_ok_as_target(sig, 0.0)
 
@@ -177,8 +179,8 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
         svc, src = _key(h.key)
         dst = node.spec.name
         s = ctx.by_name[svc]
-        if dst in ctx.ledger.get(svc, {}) or not constraints_allow(s, ctx.nodes[dst],
-                                                                     ctx.inp.prefix):
+        if dst in ctx.ledger.get(svc, {}) or dst in ctx.refused(svc) \
+                or not constraints_allow(s, ctx.nodes[dst], ctx.inp.prefix):
             return False
         if not spread or dst not in pct:
             return True
@@ -204,8 +206,11 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
         got.append(mv)
         local = [h for h in local if h.key != mv.key]
     n_shapes = len(workload)
+    room = ctx.allocator(None, ()) if got else None  # CPU and memory, as Swarm counts
     for mv in got:
         svc, src = _key(mv.key)
+        if room is None or not _still_ok(ctx, room, svc, src, mv.new):
+            break  # the moves after it were searched with it made: none is proposed
         share = before and 100.0 * mv.gain / before
         src_host = ctx.nodes[src].hostname
         dst_host = ctx.nodes[mv.new.node].hostname
@@ -219,6 +224,39 @@ def propose(ctx: Context, own: FragmentationConfig) -> None:
                   f"{share:.1f}% of the cluster's {before:.0f})"))
         ctx.accept(dataclasses.replace(m, frag_gain_milli=mv.gain, frag_before_milli=before))
         before -= mv.gain
+
+
+def _still_ok(ctx: Context, room: ClusterAllocator, svc: str, src: str, new: Choice) -> bool:
+    """What the search cannot judge (``gpu_ok`` and ``task_ok`` know no GPU's load, no
+    other move of its plan, no CPU): the share's own load and the load of the moves
+    accepted before it keep the target GPU below ``hotspot.clear_pct``; no move before
+    it took a host-mode port of the service there; the node has the CPU and memory its
+    task reserves (``room``: the nodes' tasks and the accepted moves counted; this one
+    is added when it passes). Else the plan's note says why it is dropped."""
+    host = f"{ctx.nodes[new.node].hostname} GPU {new.gpus[0]}"
+    uuid = ctx.inp.facts[new.node].gpus[new.gpus[0]].uuid
+    sig = ctx.inp.gpus.get((new.node, uuid))
+    add = ctx.load_of(svc, src)
+    ns = room.alloc.nodes.get(new.node)
+    cpu, mem = ctx.targets.reservation(svc)
+    why = ""
+    if sig is None or not ctx.gpu_ok_as_target(sig, add):
+        now = sig.util_pct if sig is not None and sig.util_pct is not None else 0.0
+        why = (f"with its load (about {add:.0f} points) and that of the moves before it "
+               f"({ctx.load.get((new.node, uuid), 0.0):.0f}) that GPU ({now:.0f}% now) "
+               f"would reach hotspot.clear_pct ({ctx.cfg.hotspot.clear_pct:g}%)")
+    elif new.node != src and new.node in ctx.refused(svc):
+        why = "Swarm would not run its task there (a move before it took its host-mode port)"
+    elif new.node != src and ns is not None and (
+            (cpu and ns.cpu_left is not None and ns.cpu_left < cpu)
+            or (mem and ns.mem_left is not None and ns.mem_left < mem)):
+        why = "Swarm would not run its task there (the CPU or memory it reserves)"
+    if why:
+        ctx.notes.append(f"fragmentation: {svc} not moved to {host}: {why}")
+        return False
+    if new.node != src and (cpu or mem) and ns is not None:
+        room.add_usage(new.node, cpu, mem)
+    return True
 
 
 class Fragmentation:

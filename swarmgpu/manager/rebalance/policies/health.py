@@ -118,7 +118,11 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
     if req is None or s is None or not (same or other):
         return None
     lg = ctx.ledger_without([(svc, source)])
-    alloc = ctx.allocator(lg)
+    alloc = ctx.allocator(lg, ())  # CPU and memory counted too (Swarm's scheduler does)
+    res = ctx.targets.reservation(svc)
+    if same and res != (0, 0) and source in alloc.alloc.nodes \
+            and (s.id, source) in alloc.tasks_on:
+        alloc.add_usage(source, -res[0], -res[1])  # its own task there is the one replaced
     a = alloc.alloc
     for nid, node in a.nodes.items():  # degraded and known-hot GPUs are no target
         for i, gpu in enumerate(ctx.inp.facts[nid].gpus):
@@ -127,6 +131,7 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
                     and node.free[i] > 0:
                 a.commit(Choice(nid, (i,), (node.free[i],), 0.0, "blocked"))
     has = set(lg.get(svc, {}))
+    no = ctx.refused(svc)  # Swarm's filters: plugins, platforms, host ports, ...
 
     def allowed(ns: NodeState) -> bool:
         nid = ns.spec.name
@@ -134,9 +139,9 @@ def _target(ctx: Context, svc: str, source: str, *, same: bool, other: bool,
         return (n is not None and nid not in has and nid not in avoid
                 and (same if nid == source else other)
                 and n.state == "ready" and n.availability == "active"
-                and constraints_allow(s, n, ctx.inp.prefix))
+                and nid not in no and constraints_allow(s, n, ctx.inp.prefix))
 
-    got = alloc.place(demand_of(req), allowed)
+    got = alloc.place(demand_of(req, *res), allowed)
     return got if isinstance(got, Choice) and (got.gpus or got.mig is not None) else None
 
 
