@@ -4,20 +4,25 @@ is read as the openb format means or refused naming the file, the line and the f
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from support.fifo import make_fifo, read_within
 
 from swarmgpu.cli import main
+from swarmgpu.sim import variants
 from swarmgpu.sim.cli_entry import run_simulate
 from swarmgpu.sim.priorities import run_cli
 from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
-from swarmgpu.sim.variants import read_rows
+from swarmgpu.sim.traces import OPENB
+from swarmgpu.sim.variants import read_rows, write_variants
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
+DEFAULT_PODS = OPENB / "openb_pod_list_default.csv"
 
 
 def test_an_error_names_the_line_the_row_is_on(tmp_path: Path) -> None:
@@ -389,3 +394,27 @@ def test_an_empty_name_or_a_model_with_control_characters_is_refused(
     with pytest.raises(TraceError) as err:
         read(f)
     assert str(err.value) == f"{f}:3: {why}"
+
+
+def test_derive_hashes_the_pod_list_it_read_without_opening_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # write_variants read the list bounded, then opened it again for the manifest's
+    # sha256 with an unbounded read_bytes(): a list replaced by a FIFO in between hung
+    # it, /dev/zero there took all the memory, and a file swapped in was hashed as the
+    # source. The digest is of the very bytes the rows were read from now.
+    pods = tmp_path / "pods.csv"
+    pods.write_text("\n".join(DEFAULT_PODS.read_text().splitlines()[:201]) + "\n")
+    want = hashlib.sha256(pods.read_bytes()).hexdigest()
+    real = variants.read_rows
+
+    def then_swapped(*args: Any, **kwargs: Any) -> Any:
+        got = real(*args, **kwargs)
+        pods.unlink()
+        make_fifo(pods)
+        return got
+
+    monkeypatch.setattr(variants, "read_rows", then_swapped)
+    made = read_within(lambda: write_variants(pods, tmp_path / "v", ["cpu250"]), pods)
+    assert not isinstance(made, BaseException), made
+    assert made["source_sha256"] == want

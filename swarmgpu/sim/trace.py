@@ -8,12 +8,13 @@ deletion_time,scheduled_time``) or the 5-column form (``name,...,gpu_milli``).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from swarmgpu.allocator.fragmentation import product_matches
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
@@ -74,6 +75,35 @@ class TracePod:
         )
 
 
+class _Hashed(io.RawIOBase):
+    """The opened file, each byte read also handed to ``seen`` (a hash's update): a
+    digest of the very bytes the rows came from, with no second open of the path."""
+
+    def __init__(self, fd: int, seen: Callable[[memoryview], object]) -> None:
+        self.raw, self.seen = io.FileIO(fd, "r"), seen
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self.raw.readinto(b) or 0
+        self.seen(memoryview(b)[:n])
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def _text(fd: int, seen: Callable[[memoryview], object] | None) -> TextIO:
+    # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide the
+    # first column's name.
+    if seen is None:
+        return open(fd, newline="", encoding="utf-8-sig")
+    return io.TextIOWrapper(io.BufferedReader(_Hashed(fd, seen)), encoding="utf-8-sig",
+                            newline="")
+
+
 def read_csv(
     path: str | Path, required: tuple[str, ...], expected: str = ""
 ) -> tuple[list[str], list[dict[str, str]]]:
@@ -90,16 +120,16 @@ def read_each(
     required: tuple[str, ...],
     make: Callable[[dict[str, str], int], T],
     expected: str = "",
+    seen: Callable[[memoryview], object] | None = None,
 ) -> tuple[list[str], list[T]]:
     """``read_csv`` with each row handed to ``make`` (the row, the file's line it starts
     on: 2 for the first, unless blank lines or a quoted line break come before) as it is
     read, and only what ``make`` returns kept: a row as a dict of strings is about 1 KB,
-    ten times what the typed pod made of it holds (docs/simulate.md)."""
+    ten times what the typed pod made of it holds (docs/simulate.md). ``seen``: handed
+    every byte of the file as it is read (``hashlib.sha256().update``)."""
     p = Path(path)
     try:
-        # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide
-        # the first column's name.
-        with open(open_regular(p), newline="", encoding="utf-8-sig") as fh:
+        with _text(open_regular(p), seen) as fh:
             lines = _Lines(fh, p)
             reader = csv.DictReader(lines)
             header = list(reader.fieldnames or [])
