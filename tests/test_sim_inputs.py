@@ -4,6 +4,7 @@ is read as the openb format means or refused naming the file, the line and the f
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -418,3 +419,52 @@ def test_derive_hashes_the_pod_list_it_read_without_opening_it_again(
     made = read_within(lambda: write_variants(pods, tmp_path / "v", ["cpu250"]), pods)
     assert not isinstance(made, BaseException), made
     assert made["source_sha256"] == want
+
+
+def test_a_header_that_only_looks_right_is_named_with_the_fix(tmp_path: Path) -> None:
+    # Each was "missing column(s) [...]" listing columns the header seemed to have: a
+    # space after each comma, capitals, semicolons or tabs (a spreadsheet's export), an
+    # empty file.
+    f = tmp_path / "p.csv"
+    cases = [
+        ("name, cpu_milli, memory_mib, num_gpu, gpu_milli\np, 1, 1, 1, 500\n",
+         "the header has ' cpu_milli' for 'cpu_milli', ' memory_mib' for 'memory_mib' and "
+         "2 more (spaces or capitals); write each name exactly as openb's"),
+        ("NAME,CPU_MILLI,MEMORY_MIB,NUM_GPU,GPU_MILLI\np,1,1,1,500\n",
+         "the header has 'NAME' for 'name', 'CPU_MILLI' for 'cpu_milli' and 3 more"),
+        ("name;cpu_milli;memory_mib;num_gpu;gpu_milli\np;1;1;1;500\n",
+         "its columns are separated by ';'; simulate reads comma-separated lists: save it "
+         "as CSV with commas"),
+        ("name\tcpu_milli\tmemory_mib\tnum_gpu\tgpu_milli\np\t1\t1\t1\t500\n",
+         "its columns are separated by tabs"),
+        ("", "empty; expected a header line starting name,cpu_milli,memory_mib,num_gpu,"
+             "gpu_milli"),
+        ("\n\n", "empty; expected a header line"),
+    ]
+    for text, want in cases:
+        f.write_text(text)
+        for read in (load_pods, read_rows):
+            with pytest.raises(TraceError) as err:
+                read(f)
+            assert want in str(err.value), (text, str(err.value))
+            assert str(err.value).startswith(f"{f}: ")
+
+
+def test_a_file_that_is_not_utf8_is_named_at_its_line(tmp_path: Path) -> None:
+    # The offset was of the 8 KiB chunk being decoded, not of the file ("at byte 3975"
+    # for a byte at 44,935), and a UTF-16 or gzip file was "invalid start byte".
+    f = tmp_path / "p.csv"
+    rows = "".join(f"p{i},1000,1024,1,1000,\n" for i in range(2000))
+    f.write_bytes((POD_HEADER + rows).encode() + b"p\xe9,1,1,1,1000,\n")
+    for read in (load_pods, read_rows):
+        with pytest.raises(TraceError, match=rf"^{f}:2002: not a UTF-8 CSV \(byte 0xe9 on "
+                           r"this line\); save it as UTF-8$"):
+            read(f)
+    f.write_bytes("name,cpu_milli\n".encode("utf-16"))
+    with pytest.raises(TraceError, match=rf"^{f}: not a UTF-8 CSV: UTF-16 text \(its byte "
+                       r"order mark\); save it as UTF-8$"):
+        load_pods(f)
+    f.write_bytes(gzip.compress((POD_HEADER + rows).encode()))
+    with pytest.raises(TraceError, match=rf"^{f}: not a UTF-8 CSV: gzip-compressed; "
+                       r"decompress it \(gunzip\) and give the \.csv$"):
+        load_pods(f)

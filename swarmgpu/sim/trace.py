@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -97,11 +98,13 @@ class _Hashed(io.RawIOBase):
 
 def _text(fd: int, seen: Callable[[memoryview], object] | None) -> TextIO:
     # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide the
-    # first column's name.
+    # first column's name. surrogateescape: a byte that is not UTF-8 reaches _Lines as
+    # a lone surrogate, refused there at its line (the decoder's own error gave an
+    # offset into the chunk it was decoding, not into the file).
     if seen is None:
-        return open(fd, newline="", encoding="utf-8-sig")
+        return open(fd, newline="", encoding="utf-8-sig", errors="surrogateescape")
     return io.TextIOWrapper(io.BufferedReader(_Hashed(fd, seen)), encoding="utf-8-sig",
-                            newline="")
+                            errors="surrogateescape", newline="")
 
 
 def read_csv(
@@ -140,11 +143,7 @@ def read_each(
                 )
             missing = [c for c in required if c not in header]
             if missing:
-                raise TraceError(
-                    f"{p}: missing column(s) {missing}; expected "
-                    f"{expected}{' with ' if expected else ''}header starting "
-                    f"{','.join(required)}"
-                )
+                raise TraceError(f"{p}: {_header_problem(header, required, missing, expected)}")
             # DictReader keeps the last of two same-named columns: which one was meant?
             twice = sorted({c for c in header if header.count(c) > 1})
             if twice:
@@ -178,12 +177,55 @@ def read_each(
         raise TraceError(f"{p}: {e.why}; save the list as a file and give its path") from e
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
-    except UnicodeDecodeError as e:
-        raise TraceError(
-            f"{p}: not a UTF-8 CSV ({e.reason} at byte {e.start}); save it as UTF-8"
-        ) from e
     except csv.Error as e:
         raise TraceError(f"{p}: not a CSV file ({e})") from e
+
+
+def _header_problem(
+    header: list[str], required: tuple[str, ...], missing: list[str], expected: str
+) -> str:
+    """What is wrong with a header that lacks ``missing``, and the fix: a header that
+    only looks right (a space after each comma, capitals, another separator) was
+    "missing column(s)" listing the very names it seemed to have."""
+    start = f"header starting {','.join(required)}"
+    if not any(h.strip() for h in header):
+        return f"empty; expected a header line starting {','.join(required)}"
+    if len(header) == 1 and (sep := next((c for c in ";\t|" if c in header[0]), None)):
+        return (
+            f"its columns are separated by {'tabs' if sep == chr(9) else repr(sep)}; "
+            f"simulate reads comma-separated lists: save it as CSV with commas ({start})"
+        )
+    near = [f"{h!r} for {c!r}" for c in missing for h in header if h.strip().lower() == c]
+    if near:
+        more = f" and {len(near) - 2} more" if len(near) > 2 else ""
+        return (
+            f"the header has {', '.join(near[:2])}{more} (spaces or capitals); write each "
+            f"name exactly as openb's ({start})"
+        )
+    return f"missing column(s) {missing}; expected {expected}{' with ' if expected else ''}{start}"
+
+
+# A byte that is not UTF-8, as surrogateescape decodes it.
+_UNDECODED = re.compile("[\udc80-\udcff]")
+# What a file that is no UTF-8 text starts with, decoded so (yamlfile names the same BOMs).
+_NOT_TEXT = (
+    ("\udcff\udcfe\x00\x00", "UTF-32 text (its byte order mark)"),
+    ("\x00\x00\udcfe\udcff", "UTF-32 text (its byte order mark)"),
+    ("\udcff\udcfe", "UTF-16 text (its byte order mark)"),
+    ("\udcfe\udcff", "UTF-16 text (its byte order mark)"),
+)
+
+
+def _not_utf8(p: Path, n: int, line: str, bad: re.Match[str]) -> TraceError:
+    if n == 1 and line.startswith("\x1f\udc8b"):
+        return TraceError(
+            f"{p}: not a UTF-8 CSV: gzip-compressed; decompress it (gunzip) and give the .csv"
+        )
+    kind = next((k for head, k in _NOT_TEXT if n == 1 and line.startswith(head)), None)
+    if kind is not None:
+        return TraceError(f"{p}: not a UTF-8 CSV: {kind}; save it as UTF-8")
+    byte = ord(bad.group()) - 0xDC00
+    return TraceError(f"{p}:{n}: not a UTF-8 CSV (byte {byte:#04x} on this line); save it as UTF-8")
 
 
 class _Lines:
@@ -204,6 +246,9 @@ class _Lines:
         if not line:
             raise StopIteration
         self.n += 1
+        # Checked first: a compressed or UTF-16 file's first "line" may be any length.
+        if not line.isascii() and (bad := _UNDECODED.search(line)):
+            raise _not_utf8(self.p, self.n, line, bad)
         if len(line) > MAX_LINE:
             raise TraceError(
                 f"{self.p}:{self.n}: a line longer than {MAX_LINE:,} characters; not read "
