@@ -468,3 +468,30 @@ def test_a_file_that_is_not_utf8_is_named_at_its_line(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=rf"^{f}: not a UTF-8 CSV: gzip-compressed; "
                        r"decompress it \(gunzip\) and give the \.csv$"):
         load_pods(f)
+
+
+def test_a_negative_seed_is_refused() -> None:
+    # random.Random(-5) draws as Random(5): "--seeds -5" was seed 5 under another name,
+    # and "--seeds -5,5" the same replay twice in the means (a seed given twice is
+    # refused for that very reason).
+    res = CliRunner().invoke(main, ["simulate", "--seeds", "-5,5"])
+    assert res.exit_code == 2
+    assert res.output == (
+        "swarmgpu simulate: --seeds '-5,5': -5 is below 0; a seed is a whole number from "
+        "0 (the replay draws with seed -5 as with 5); e.g. --seeds 42-51\n"
+    )
+
+
+def test_priorities_on_pods_without_times_name_priorities(tmp_path: Path) -> None:
+    # The fix said "run without --departures" to a user who had given --priorities.
+    nodes, pods = tmp_path / "n.csv", tmp_path / "p.csv"
+    nodes.write_text(NODE_HEADER + "n1,64000,262144,8,T4\n")
+    pods.write_text(POD_HEADER + "p1,1000,1024,1,1000,\n")
+    text, code = run_cli(str(nodes), str(pods), [42], 0.5, 1.0, "online", False)
+    assert code == 2
+    assert text == (
+        f"swarmgpu simulate: {pods}: 1 pod(s) (first p1) have no creation_time/"
+        "deletion_time, which --priorities needs (it replays the pods' arrivals and "
+        "departures); use an 11-column openb pod file (e.g. openb_pod_list_default.csv) "
+        "or run without --priorities"
+    )

@@ -39,7 +39,12 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
     show_default=True,
     help="Comma-separated: swarmgpu,fgd,bestfit,dotprod,packing,random",
 )
-@click.option("--seeds", default="42", show_default=True, help="e.g. 42 or 42-51 or 42,43")
+@click.option(
+    "--seeds",
+    default="42",
+    show_default=True,
+    help="Whole numbers from 0, each once: e.g. 42 or 42-51 or 42,43",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--plot", default=None, type=click.Path(), help="Write allocation-vs-load PNG.")
 @click.option("--departures", is_flag=True, help="Replay with creation/deletion times.")
