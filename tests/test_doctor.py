@@ -35,8 +35,8 @@ from swarmgpu.agent.doctor import (
     run_doctor,
 )
 from swarmgpu.agent.facts.nvml import NvmlSource
-from swarmgpu.agent.facts.registry import open_source
 from swarmgpu.agent.facts.nvml_session import shutdown
+from swarmgpu.agent.facts.registry import open_source
 from swarmgpu.agent.nodeconfig import node_config
 from swarmgpu.cli import main
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
@@ -739,7 +739,7 @@ def test_facts_that_list_no_gpu_warn_not_ok() -> None:
     # "OK gpu.facts: 0 GPU(s) read from nvml" on the node being set up as a GPU node:
     # its agent would label it gpu.count=0 and placement send it no GPU service.
     facts = dataclasses.replace(_facts(), gpus=())
-    text, code = run_doctor(str(ROOTS / "healthy"), facts=facts, as_json=True)
+    text = run_doctor(str(ROOTS / "healthy"), facts=facts, as_json=True)[0]
     check = {c["id"]: c for c in json.loads(text)["checks"]}["gpu.facts"]
     assert check["status"] == "warn"
     assert check["found"].startswith("no GPU listed by ")
