@@ -123,7 +123,9 @@ def _one_daemon(state_dir: str) -> IO[str] | None:
                    "and the exit code.")
 @click.option("--strict", is_flag=True, help="Advisories count as findings too (exit 1).")
 def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
-    """Compare GPU labels with the agents' facts.
+    """What needs action: GPU labels against the agents' facts, agents that cannot be
+    read, GPU requests and constraints, the GPU ledger, GPU access without a grant,
+    move records.
 
     Exit 0: clean, or advisories only; 1: findings needing action (--strict: any
     finding); 2: could not run.
