@@ -15,7 +15,7 @@ from support.fifo import make_fifo, read_within
 
 from swarmgpu.cli import main
 from swarmgpu.sim import variants
-from swarmgpu.sim.cli_entry import run_simulate
+from swarmgpu.sim.cli_entry import plot_unwritable, run_simulate
 from swarmgpu.sim.priorities import run_cli
 from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
 from swarmgpu.sim.traces import OPENB
@@ -366,6 +366,32 @@ def test_pods_asking_more_gpus_than_any_node_of_their_model_has_are_said_once(
     assert capsys.readouterr().err.count("more GPUs than any node") == 1
 
 
+def test_pods_asking_more_cpu_or_memory_than_any_node_with_their_gpus_are_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A node list with cpu_milli in cores (64 for 64,000) failed every GPU pod: a table
+    # of 0.00% with nothing said why. So did a pod bigger than every node of its model.
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODE_HEADER + "n1,64,262144,8,T4\nn2,96000,393216,8,V100\n")
+    p.write_text(
+        POD_HEADER
+        + "p1,1000,1024,1,1000,T4\n"  # 1 CPU on a node of 64 milli-CPU
+        + "p2,500,1024,1,500,\n"  # a share: the V100 node holds it
+        + "p3,120000,1024,8,1000,V100\n"  # 120 CPUs on a node of 96
+        + "p4,1000,737280,8,1000,\n"  # 720 GiB: no node of any model has it
+    )
+    text, rc = run_simulate(str(n), str(p), ["fgd"], [1], False, None, bound="off")
+    assert rc == 0, text
+    assert capsys.readouterr().err == (
+        f"simulate: 3 GPU pods of {p} ask more CPU or memory than any node of {n} with "
+        "their GPUs has: no policy can place them (cpu_milli is thousandths of a CPU, "
+        "memory_mib MiB): p1 asks 1000 milli-CPU and 1024 MiB of T4 (at most 64 milli-CPU "
+        "and 262144 MiB a node), p3 asks 120000 milli-CPU and 1024 MiB of V100 (at most "
+        "96000 milli-CPU and 393216 MiB a node), p4 asks 1000 milli-CPU and 737280 MiB of "
+        "any model (at most 96000 milli-CPU and 393216 MiB a node)\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("header", "row", "why"),
     [
@@ -495,3 +521,14 @@ def test_priorities_on_pods_without_times_name_priorities(tmp_path: Path) -> Non
         "departures); use an 11-column openb pod file (e.g. openb_pod_list_default.csv) "
         "or run without --priorities"
     )
+
+
+def test_a_plot_path_that_is_a_fifo_is_refused_before_the_replay(tmp_path: Path) -> None:
+    # It passed the check (a FIFO is "writable"), and after the whole replay savefig
+    # failed ("File or stream is not seekable"), the table lost.
+    fifo = make_fifo(tmp_path / "alloc.png")
+    assert plot_unwritable(str(fifo)) == (
+        f"--plot {fifo}: a FIFO (a named pipe), not a regular file; give the path of the "
+        "PNG file to write"
+    )
+    assert plot_unwritable("/dev/null") is None  # written and thrown away, as asked

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from swarmgpu.core.boundedfile import file_kind
 from swarmgpu.sim import report
 from swarmgpu.sim.bound import highs_missing
 from swarmgpu.sim.bound_runs import BOUND_METHODS, ONLINE_AT
@@ -180,6 +183,12 @@ def plot_unwritable(plot: str) -> str | None:
     p = Path(plot)
     if p.is_dir():
         return f"--plot {plot}: a folder; give the PNG's file name, e.g. {p / 'alloc.png'}"
+    # A FIFO or socket passed the write check, and savefig failed on it after the replay.
+    with contextlib.suppress(OSError):
+        mode = p.stat().st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            return (f"--plot {plot}: {file_kind(mode)}, not a regular file; give the path "
+                    "of the PNG file to write")
     if not p.parent.is_dir():
         return f"--plot {plot}: no folder {p.parent}; create it or give another path"
     if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):

@@ -432,14 +432,16 @@ def say_unplaceable(
     """A line on stderr for each kind of GPU pod no policy can place, said once: pinned
     (gpu_spec) to models no node with a GPU has, matched as the allocator matches them;
     asking more whole GPUs than any node of its models has (a pod's GPUs are on one
-    node). The table counted them failed with nothing said why (a typo, or the wrong
-    node list); nothing here changes a figure."""
+    node); asking more CPU or memory than any node with such GPUs has (a node list
+    with cpu_milli in cores failed every pod). The table counted them failed with
+    nothing said why (a typo, or the wrong node list); nothing here changes a figure."""
     most: dict[str, int] = {}  # model -> the most GPUs one node of it has
     for n in nodes:
         if n.gpus:
             most[n.gpus[0].product] = max(most.get(n.gpus[0].product, 0), len(n.gpus))
     fits: dict[tuple[str, ...], int] = {}  # per gpu_spec (a list has a few): the most
     count, asked, big, shown = 0, set[str](), 0, list[str]()  # shown: the first 10 named
+    small = _TooSmall(nodes)
     for p in pods:
         if not p.total_gpu_milli:
             continue
@@ -458,6 +460,8 @@ def say_unplaceable(
                 shown.append(
                     f"{p.name} asks {p.num_gpu} of {of} (at most {fits[p.gpu_spec]} a node)"
                 )
+        else:
+            small.check(p)
     out = stream if stream is not None else sys.stderr
     if count:
         print(
@@ -476,6 +480,54 @@ def say_unplaceable(
             f"node): {', '.join(shown)}{more}",
             file=out,
         )
+    if small.count:
+        left = small.count - len(small.shown)
+        more = f" and {left} more" if left else ""
+        print(
+            f"simulate: {small.count} GPU pod{'s' if small.count > 1 else ''} of {pods_path} "
+            f"ask{'' if small.count > 1 else 's'} more CPU or memory than any node of "
+            f"{nodes_path} with their GPUs has: no policy can place them (cpu_milli is "
+            f"thousandths of a CPU, memory_mib MiB): {', '.join(small.shown)}{more}",
+            file=out,
+        )
+
+
+class _TooSmall:
+    """GPU pods that some node's GPUs fit but no such node's CPU and memory: counted,
+    the first ten named. The nodes' (CPU, memory) per GPU model and count are kept as
+    the few pairs no other beats, per (gpu_spec, GPUs needed) asked."""
+
+    def __init__(self, nodes: list[NodeSpec]) -> None:
+        unset = sys.maxsize  # a NodeSpec without a CPU or memory figure has no limit
+        self.nodes = {
+            (n.gpus[0].product, len(n.gpus), unset if n.cpu_milli is None else n.cpu_milli,
+             unset if n.memory_mib is None else n.memory_mib)
+            for n in nodes if n.gpus
+        }
+        self.room: dict[tuple[tuple[str, ...], int], list[tuple[int, int]]] = {}
+        self.count = 0
+        self.shown: list[str] = []
+
+    def check(self, p: TracePod) -> None:
+        need = p.num_gpu if p.gpu_milli == 1000 else 1  # whole GPUs on one node, or a share
+        key = (p.gpu_spec, need)
+        if key not in self.room:
+            pairs = {(c, m) for model, k, c, m in self.nodes
+                     if k >= need and (not p.gpu_spec or product_matches(model, p.gpu_spec))}
+            self.room[key] = [
+                a for a in pairs if not any(b != a and b[0] >= a[0] and b[1] >= a[1] for b in pairs)
+            ]
+        room = self.room[key]
+        if not room or any(c >= p.cpu_milli and m >= p.memory_mib for c, m in room):
+            return  # no node of its GPUs at all is the other notes' to say
+        self.count += 1
+        if len(self.shown) < 10:
+            of = "|".join(p.gpu_spec) or "any model"
+            self.shown.append(
+                f"{p.name} asks {p.cpu_milli} milli-CPU and {p.memory_mib} MiB of {of} (at "
+                f"most {max(c for c, _ in room)} milli-CPU and {max(m for _, m in room)} MiB "
+                "a node)"
+            )
 
 
 def _listed(names: set[str], most: int = 10) -> str:
