@@ -532,3 +532,15 @@ def test_a_plot_path_that_is_a_fifo_is_refused_before_the_replay(tmp_path: Path)
         "PNG file to write"
     )
     assert plot_unwritable("/dev/null") is None  # written and thrown away, as asked
+
+
+def test_derive_into_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    # "cannot create the output folder (File exists)": it exists, as a file.
+    out = tmp_path / "variants"
+    out.write_text("")
+    res = CliRunner().invoke(main, ["simulate-derive", "--out", str(out), "--variant", "cpu250"])
+    assert res.exit_code == 2
+    assert res.output == (
+        f"swarmgpu simulate-derive: {out}: a file, not a folder; give --out a folder "
+        "(made if missing) for the derived lists\n"
+    )

@@ -381,6 +381,11 @@ def write_variants(
     digest = hashlib.sha256()
     header, rows = read_rows(pods, digest.update)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():  # mkdir said only "File exists"
+        raise VariantError(
+            f"{out}: a file, not a folder; give --out a folder (made if missing) for the "
+            "derived lists"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
