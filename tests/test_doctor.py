@@ -733,6 +733,13 @@ def test_a_source_whose_error_names_itself_is_named_once(tmp_path: Path) -> None
     got = read_facts_within(src, f"file:{tmp_path}")
     assert got.error == (f"file:{tmp_path}: a directory, not a regular file; give the "
                          "path of the JSON/YAML file itself")
+    bad = tmp_path / "facts.json"  # "file:X: file:X.gpus[0].memory_mib: ..."
+    data = _facts().to_dict()
+    data["gpus"][0]["memory_mib"] = -1
+    bad.write_text(json.dumps(data))
+    got = read_facts_within(open_source(f"file:{bad}"), f"file:{bad}")
+    assert got.error == (f"file:{bad}.gpus[0].memory_mib: -1 is below the minimum 1 "
+                         "(schema: docs/facts-schema.md)")
 
 
 def test_facts_that_list_no_gpu_warn_not_ok() -> None:
