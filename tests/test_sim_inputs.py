@@ -544,3 +544,28 @@ def test_derive_into_a_file_says_it_is_a_file(tmp_path: Path) -> None:
         f"swarmgpu simulate-derive: {out}: a file, not a folder; give --out a folder "
         "(made if missing) for the derived lists\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("times", "why"),
+    [
+        ("x,5", "column creation_time = 'x' is not a whole number from 0 to "
+                "1,000,000,000,000,000"),
+        ("5,-1", "column deletion_time = '-1' is not a whole number from 0 to "
+                 "1,000,000,000,000,000"),
+        ("10,5", "deletion_time 5 is before creation_time 10; a pod leaves after it arrives"),
+    ],
+)
+def test_simulate_derive_refuses_times_simulate_refuses(
+    tmp_path: Path, times: str, why: str
+) -> None:
+    # derive sorted a creation_time it could not read as 0 and wrote it out; simulate
+    # then refused the derived file, at a line of the derived file (its pods renamed).
+    f = tmp_path / "p.csv"
+    f.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+        f"p1,1,1,1,1000,1,2\np2,1,1,1,1000,{times}\n"
+    )
+    with pytest.raises(TraceError) as err:
+        read_rows(f)
+    assert str(err.value).startswith(f"{f}:3: {why}")

@@ -169,6 +169,20 @@ def read_rows(
             # ASCII digits: the rows are copied as written, and read again with int()
             if not (raw.isascii() and raw.isdigit()) or whole(raw) is None:
                 raise TraceError(f"{p}:{n}: column {col} = {raw!r} is not {WHOLE}")
+        # The times as load_pods reads them (a blank one is none): derive sorted one it
+        # could not read as 0 and wrote it out for simulate to refuse in the derived file.
+        times = {}
+        for col in ("creation_time", "deletion_time"):
+            raw = (row.get(col) or "").strip()
+            if raw and (not (raw.isascii() and raw.isdigit()) or whole(raw) is None):
+                raise TraceError(f"{p}:{n}: column {col} = {raw!r} is not {WHOLE}")
+            times[col] = int(raw) if raw else None
+        created, deleted = times["creation_time"], times["deletion_time"]
+        if created is not None and deleted is not None and deleted < created:
+            raise TraceError(
+                f"{p}:{n}: deletion_time {deleted} is before creation_time {created}; a pod "
+                "leaves after it arrives (seconds, as openb's)"
+            )
         if kind_of(row) == "share" and row["num_gpu"].strip() != "1":
             raise TraceError(
                 f"{p}:{n}: a share of {row['gpu_milli']} milli on "
