@@ -42,6 +42,21 @@ def test_clean_node_has_no_findings() -> None:
     assert "No findings" in render_table([], s, "swarmgpu.")
 
 
+def test_a_swarm_with_no_gpu_node_is_not_called_in_sync() -> None:
+    # "No findings: labels match the facts." for a swarm where no agent runs and no
+    # node says it has GPUs: there were no facts to match, and nothing said where to start.
+    plain = replace(node({}, named={}), hostname="mgr-1", role="manager")
+    res = FactsResult("n1", "mgr-1", "http://x/facts", None, "nothing listens", 0.0, False)
+    s = Snapshot([plain], [], [], {"n1": res})
+    assert audit(s) == []
+    text = render_table([], s, "swarmgpu.")
+    assert "labels match the facts" not in text
+    assert text.endswith(
+        "No findings, and no GPU node: no agent answered with GPUs, and no node carries "
+        "swarmgpu labels, gpu=true or GPU generic resources; run the agent on each GPU "
+        "node (README, \"Run the manager and the agents\"), then audit again.")
+
+
 def test_missing_wrong_stale_and_unusable_keys() -> None:
     labels = desired_labels(FACTS)
     labels["swarmgpu.gpu.memory"] = "1"
@@ -60,6 +75,20 @@ def test_unreachable_agent_reported_with_since() -> None:
     found = audit(s, saved_agents={"n1": {"failing_since": 1.0, "last_ok": 0.5}})
     (f,) = found
     assert f.kind == "unreachable" and "since 1970-01-01T00:00:01Z" in f.message
+
+
+def test_an_unreachable_agent_with_no_record_says_so_not_unknown() -> None:
+    # "agent unreachable since unknown; last good facts unknown": audit run where the
+    # daemon has kept no record of the agent (a first run, another state_dir).
+    (f,) = audit(snap(node(desired_labels(FACTS)), facts_ok=False))
+    assert f.kind == "unreachable"
+    assert f.message == ("agent unreachable; no good facts on record (the daemon's "
+                         "state_dir holds none for this node); labels kept as they are "
+                         "(timed out)")
+    (f,) = audit(snap(node(desired_labels(FACTS)), facts_ok=False),
+                 saved_agents={"n1": {"failing_since": 1.0}})
+    assert f.message.startswith("agent unreachable since 1970-01-01T00:00:01Z (")
+    assert "; no good facts on record (" in f.message
 
 
 def test_a_gpu_node_whose_agent_is_lost_beyond_the_grace_is_failing() -> None:

@@ -36,6 +36,7 @@ from swarmgpu.agent.doctor import (
 )
 from swarmgpu.agent.facts.nvml import NvmlSource
 from swarmgpu.agent.facts.nvml_session import shutdown
+from swarmgpu.agent.facts.registry import open_source
 from swarmgpu.agent.nodeconfig import node_config
 from swarmgpu.cli import main
 from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
@@ -723,6 +724,33 @@ def test_a_source_that_answers_or_raises_is_read_as_before() -> None:
     assert (ok.facts, ok.error, ok.hung) == (_facts(), None, False)
     bad = read_facts_within(_RaisingSource(), "nvml")
     assert (bad.facts, bad.error, bad.hung) == (None, "nvml: NVMLError_Unknown", False)
+
+
+def test_a_source_whose_error_names_itself_is_named_once(tmp_path: Path) -> None:
+    # "cannot read the GPU facts: file:X: file:X: a directory, ...": the source's own
+    # error already starts with its spec, and the doctor named it again.
+    src = open_source(f"file:{tmp_path}")
+    got = read_facts_within(src, f"file:{tmp_path}")
+    assert got.error == (f"file:{tmp_path}: a directory, not a regular file; give the "
+                         "path of the JSON/YAML file itself")
+    bad = tmp_path / "facts.json"  # "file:X: file:X.gpus[0].memory_mib: ..."
+    data = _facts().to_dict()
+    data["gpus"][0]["memory_mib"] = -1
+    bad.write_text(json.dumps(data))
+    got = read_facts_within(open_source(f"file:{bad}"), f"file:{bad}")
+    assert got.error == (f"file:{bad}.gpus[0].memory_mib: -1 is below the minimum 1 "
+                         "(schema: docs/facts-schema.md)")
+
+
+def test_facts_that_list_no_gpu_warn_not_ok() -> None:
+    # "OK gpu.facts: 0 GPU(s) read from nvml" on the node being set up as a GPU node:
+    # its agent would label it gpu.count=0 and placement send it no GPU service.
+    facts = dataclasses.replace(_facts(), gpus=())
+    text = run_doctor(str(ROOTS / "healthy"), facts=facts, as_json=True)[0]
+    check = {c["id"]: c for c in json.loads(text)["checks"]}["gpu.facts"]
+    assert check["status"] == "warn"
+    assert check["found"].startswith("no GPU listed by ")
+    assert "nvidia-smi -L" in check["fix"]
 
 
 def test_the_doctor_exits_when_nvml_init_never_returns() -> None:

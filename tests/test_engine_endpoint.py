@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,21 @@ def test_a_command_says_which_engine_it_tried(tmp_path: Path,
     res = CliRunner().invoke(main, ["status"])
     assert res.exit_code != 0
     assert f"unix://{sock}" in res.output, res.output
+
+
+def test_an_engine_that_cannot_be_reached_says_the_fix(tmp_path: Path) -> None:
+    # `swarmgpu status` (or audit, plan) where no engine answers ended with the SDK's
+    # "('Connection aborted.', FileNotFoundError(2, ...))" and no word of what to do.
+    with pytest.raises(SwarmUnavailable) as exc:
+        SwarmClient(f"unix://{tmp_path / 'none.sock'}", timeout_s=2)
+    assert str(exc.value).endswith(
+        "; fix: no engine socket there: run this on a Swarm manager, or give the "
+        "engine's address in docker_host (the config) or DOCKER_HOST")
+    dead = tmp_path / "dead.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(dead))  # bound, never listening: connections are refused
+        with pytest.raises(SwarmUnavailable) as exc:
+            SwarmClient(f"unix://{dead}", timeout_s=2)
+    assert str(exc.value).endswith(
+        "; fix: nothing listens there: start dockerd (systemctl start docker), or give "
+        "the engine's address in docker_host (the config) or DOCKER_HOST")

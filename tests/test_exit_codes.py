@@ -64,3 +64,17 @@ def test_doctor_that_cannot_run_exits_2_as_documented(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["doctor", "--root", str(tmp_path), "--source", "bogus"])
     assert res.exit_code == 2 and "not understood" in res.output
     assert "; 2 " in _entry("doctor"), _entry("doctor")
+
+
+def test_every_option_says_what_it_does() -> None:
+    # `swarmgpu audit --help` listed "--config PATH" and "--json" with no word of what
+    # they take or print (so did plan, render, status, apply, doctor, simulate).
+    bare = []
+    for name in _commands():
+        cmd: click.Command = main
+        for part in name.split():
+            assert isinstance(cmd, click.Group)
+            cmd = cmd.commands[part]
+        bare += [f"{name} {p.opts[0]}" for p in cmd.params
+                 if isinstance(p, click.Option) and not p.help]
+    assert not bare, f"options with no help text: {bare}"

@@ -4,20 +4,26 @@ is read as the openb format means or refused naming the file, the line and the f
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from support.fifo import make_fifo, read_within
 
 from swarmgpu.cli import main
-from swarmgpu.sim.cli_entry import run_simulate
+from swarmgpu.sim import variants
+from swarmgpu.sim.cli_entry import plot_unwritable, run_simulate
 from swarmgpu.sim.priorities import run_cli
 from swarmgpu.sim.trace import TraceError, load_nodes, load_pods
-from swarmgpu.sim.variants import read_rows
+from swarmgpu.sim.traces import OPENB
+from swarmgpu.sim.variants import read_rows, write_variants
 
 POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model\n"
+DEFAULT_PODS = OPENB / "openb_pod_list_default.csv"
 
 
 def test_an_error_names_the_line_the_row_is_on(tmp_path: Path) -> None:
@@ -360,6 +366,32 @@ def test_pods_asking_more_gpus_than_any_node_of_their_model_has_are_said_once(
     assert capsys.readouterr().err.count("more GPUs than any node") == 1
 
 
+def test_pods_asking_more_cpu_or_memory_than_any_node_with_their_gpus_are_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A node list with cpu_milli in cores (64 for 64,000) failed every GPU pod: a table
+    # of 0.00% with nothing said why. So did a pod bigger than every node of its model.
+    n, p = tmp_path / "n.csv", tmp_path / "p.csv"
+    n.write_text(NODE_HEADER + "n1,64,262144,8,T4\nn2,96000,393216,8,V100\n")
+    p.write_text(
+        POD_HEADER
+        + "p1,1000,1024,1,1000,T4\n"  # 1 CPU on a node of 64 milli-CPU
+        + "p2,500,1024,1,500,\n"  # a share: the V100 node holds it
+        + "p3,120000,1024,8,1000,V100\n"  # 120 CPUs on a node of 96
+        + "p4,1000,737280,8,1000,\n"  # 720 GiB: no node of any model has it
+    )
+    text, rc = run_simulate(str(n), str(p), ["fgd"], [1], False, None, bound="off")
+    assert rc == 0, text
+    assert capsys.readouterr().err == (
+        f"simulate: 3 GPU pods of {p} ask more CPU or memory than any node of {n} with "
+        "their GPUs has: no policy can place them (cpu_milli is thousandths of a CPU, "
+        "memory_mib MiB): p1 asks 1000 milli-CPU and 1024 MiB of T4 (at most 64 milli-CPU "
+        "and 262144 MiB a node), p3 asks 120000 milli-CPU and 1024 MiB of V100 (at most "
+        "96000 milli-CPU and 393216 MiB a node), p4 asks 1000 milli-CPU and 737280 MiB of "
+        "any model (at most 96000 milli-CPU and 393216 MiB a node)\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("header", "row", "why"),
     [
@@ -389,3 +421,151 @@ def test_an_empty_name_or_a_model_with_control_characters_is_refused(
     with pytest.raises(TraceError) as err:
         read(f)
     assert str(err.value) == f"{f}:3: {why}"
+
+
+def test_derive_hashes_the_pod_list_it_read_without_opening_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # write_variants read the list bounded, then opened it again for the manifest's
+    # sha256 with an unbounded read_bytes(): a list replaced by a FIFO in between hung
+    # it, /dev/zero there took all the memory, and a file swapped in was hashed as the
+    # source. The digest is of the very bytes the rows were read from now.
+    pods = tmp_path / "pods.csv"
+    pods.write_text("\n".join(DEFAULT_PODS.read_text().splitlines()[:201]) + "\n")
+    want = hashlib.sha256(pods.read_bytes()).hexdigest()
+    real = variants.read_rows
+
+    def then_swapped(*args: Any, **kwargs: Any) -> Any:
+        got = real(*args, **kwargs)
+        pods.unlink()
+        make_fifo(pods)
+        return got
+
+    monkeypatch.setattr(variants, "read_rows", then_swapped)
+    made = read_within(lambda: write_variants(pods, tmp_path / "v", ["cpu250"]), pods)
+    assert not isinstance(made, BaseException), made
+    assert made["source_sha256"] == want
+
+
+def test_a_header_that_only_looks_right_is_named_with_the_fix(tmp_path: Path) -> None:
+    # Each was "missing column(s) [...]" listing columns the header seemed to have: a
+    # space after each comma, capitals, semicolons or tabs (a spreadsheet's export), an
+    # empty file.
+    f = tmp_path / "p.csv"
+    cases = [
+        ("name, cpu_milli, memory_mib, num_gpu, gpu_milli\np, 1, 1, 1, 500\n",
+         "the header has ' cpu_milli' for 'cpu_milli', ' memory_mib' for 'memory_mib' and "
+         "2 more (spaces or capitals); write each name exactly as openb's"),
+        ("NAME,CPU_MILLI,MEMORY_MIB,NUM_GPU,GPU_MILLI\np,1,1,1,500\n",
+         "the header has 'NAME' for 'name', 'CPU_MILLI' for 'cpu_milli' and 3 more"),
+        ("name;cpu_milli;memory_mib;num_gpu;gpu_milli\np;1;1;1;500\n",
+         "its columns are separated by ';'; simulate reads comma-separated lists: save it "
+         "as CSV with commas"),
+        ("name\tcpu_milli\tmemory_mib\tnum_gpu\tgpu_milli\np\t1\t1\t1\t500\n",
+         "its columns are separated by tabs"),
+        ("", "empty; expected a header line starting name,cpu_milli,memory_mib,num_gpu,"
+             "gpu_milli"),
+        ("\n\n", "empty; expected a header line"),
+    ]
+    for text, want in cases:
+        f.write_text(text)
+        for read in (load_pods, read_rows):
+            with pytest.raises(TraceError) as err:
+                read(f)
+            assert want in str(err.value), (text, str(err.value))
+            assert str(err.value).startswith(f"{f}: ")
+
+
+def test_a_file_that_is_not_utf8_is_named_at_its_line(tmp_path: Path) -> None:
+    # The offset was of the 8 KiB chunk being decoded, not of the file ("at byte 3975"
+    # for a byte at 44,935), and a UTF-16 or gzip file was "invalid start byte".
+    f = tmp_path / "p.csv"
+    rows = "".join(f"p{i},1000,1024,1,1000,\n" for i in range(2000))
+    f.write_bytes((POD_HEADER + rows).encode() + b"p\xe9,1,1,1,1000,\n")
+    for read in (load_pods, read_rows):
+        with pytest.raises(TraceError, match=rf"^{f}:2002: not a UTF-8 CSV \(byte 0xe9 on "
+                           r"this line\); save it as UTF-8$"):
+            read(f)
+    f.write_bytes("name,cpu_milli\n".encode("utf-16"))
+    with pytest.raises(TraceError, match=rf"^{f}: not a UTF-8 CSV: UTF-16 text \(its byte "
+                       r"order mark\); save it as UTF-8$"):
+        load_pods(f)
+    f.write_bytes(gzip.compress((POD_HEADER + rows).encode()))
+    with pytest.raises(TraceError, match=rf"^{f}: not a UTF-8 CSV: gzip-compressed; "
+                       r"decompress it \(gunzip\) and give the \.csv$"):
+        load_pods(f)
+
+
+def test_a_negative_seed_is_refused() -> None:
+    # random.Random(-5) draws as Random(5): "--seeds -5" was seed 5 under another name,
+    # and "--seeds -5,5" the same replay twice in the means (a seed given twice is
+    # refused for that very reason).
+    res = CliRunner().invoke(main, ["simulate", "--seeds", "-5,5"])
+    assert res.exit_code == 2
+    assert res.output == (
+        "swarmgpu simulate: --seeds '-5,5': -5 is below 0; a seed is a whole number from "
+        "0 (the replay draws with seed -5 as with 5); e.g. --seeds 42-51\n"
+    )
+
+
+def test_priorities_on_pods_without_times_name_priorities(tmp_path: Path) -> None:
+    # The fix said "run without --departures" to a user who had given --priorities.
+    nodes, pods = tmp_path / "n.csv", tmp_path / "p.csv"
+    nodes.write_text(NODE_HEADER + "n1,64000,262144,8,T4\n")
+    pods.write_text(POD_HEADER + "p1,1000,1024,1,1000,\n")
+    text, code = run_cli(str(nodes), str(pods), [42], 0.5, 1.0, "online", False)
+    assert code == 2
+    assert text == (
+        f"swarmgpu simulate: {pods}: 1 pod(s) (first p1) have no creation_time/"
+        "deletion_time, which --priorities needs (it replays the pods' arrivals and "
+        "departures); use an 11-column openb pod file (e.g. openb_pod_list_default.csv) "
+        "or run without --priorities"
+    )
+
+
+def test_a_plot_path_that_is_a_fifo_is_refused_before_the_replay(tmp_path: Path) -> None:
+    # It passed the check (a FIFO is "writable"), and after the whole replay savefig
+    # failed ("File or stream is not seekable"), the table lost.
+    fifo = make_fifo(tmp_path / "alloc.png")
+    assert plot_unwritable(str(fifo)) == (
+        f"--plot {fifo}: a FIFO (a named pipe), not a regular file; give the path of the "
+        "PNG file to write"
+    )
+    assert plot_unwritable("/dev/null") is None  # written and thrown away, as asked
+
+
+def test_derive_into_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    # "cannot create the output folder (File exists)": it exists, as a file.
+    out = tmp_path / "variants"
+    out.write_text("")
+    res = CliRunner().invoke(main, ["simulate-derive", "--out", str(out), "--variant", "cpu250"])
+    assert res.exit_code == 2
+    assert res.output == (
+        f"swarmgpu simulate-derive: {out}: a file, not a folder; give --out a folder "
+        "(made if missing) for the derived lists\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("times", "why"),
+    [
+        ("x,5", "column creation_time = 'x' is not a whole number from 0 to "
+                "1,000,000,000,000,000"),
+        ("5,-1", "column deletion_time = '-1' is not a whole number from 0 to "
+                 "1,000,000,000,000,000"),
+        ("10,5", "deletion_time 5 is before creation_time 10; a pod leaves after it arrives"),
+    ],
+)
+def test_simulate_derive_refuses_times_simulate_refuses(
+    tmp_path: Path, times: str, why: str
+) -> None:
+    # derive sorted a creation_time it could not read as 0 and wrote it out; simulate
+    # then refused the derived file, at a line of the derived file (its pods renamed).
+    f = tmp_path / "p.csv"
+    f.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+        f"p1,1,1,1,1000,1,2\np2,1,1,1,1000,{times}\n"
+    )
+    with pytest.raises(TraceError) as err:
+        read_rows(f)
+    assert str(err.value).startswith(f"{f}:3: {why}")

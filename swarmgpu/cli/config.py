@@ -16,6 +16,8 @@ from swarmgpu.core.config import (
     locate,
 )
 
+CONFIG_HELP = "YAML config (default: built-in defaults)."
+
 
 class ConfigPath(click.Path):
     """A config file's path; an empty one is refused naming the option (``Path('')``

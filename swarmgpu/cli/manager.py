@@ -16,7 +16,7 @@ from typing import IO, Any, NoReturn
 import click
 from loguru import logger
 
-from swarmgpu.cli.config import ConfigPath, load_cfg
+from swarmgpu.cli.config import CONFIG_HELP, ConfigPath, load_cfg
 from swarmgpu.cli.logs import setup_logging
 from swarmgpu.core.config import Config, parse_priority_classes
 
@@ -29,7 +29,7 @@ ENGINE_WAIT_S = 60.0  # how long `run` waits for an unreachable engine before ex
     "config_path",
     default=None,
     type=ConfigPath(),
-    help="YAML config (default: built-in defaults).",
+    help=CONFIG_HELP,
 )
 @click.option("--once", is_flag=True, help="Run one cycle and exit.")
 @click.option("--dry-run", is_flag=True, default=None, help="Plan and log; never write.")
@@ -117,11 +117,15 @@ def _one_daemon(state_dir: str) -> IO[str] | None:
 
 
 @click.command()
-@click.option("--config", "config_path", default=None, type=ConfigPath())
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--config", "config_path", default=None, type=ConfigPath(), help=CONFIG_HELP)
+@click.option("--json", "as_json", is_flag=True,
+              help="The findings as JSON, with the counts needing action and advisory, "
+                   "and the exit code.")
 @click.option("--strict", is_flag=True, help="Advisories count as findings too (exit 1).")
 def audit(config_path: str | None, as_json: bool, strict: bool) -> None:
-    """Compare GPU labels with the agents' facts.
+    """What needs action: GPU labels against the agents' facts, agents that cannot be
+    read, GPU requests and constraints, the GPU ledger, GPU access without a grant,
+    move records.
 
     Exit 0: clean, or advisories only; 1: findings needing action (--strict: any
     finding); 2: could not run.
@@ -211,8 +215,10 @@ def _snapshot(cfg: Config) -> Any:
 
 
 @click.command()
-@click.option("--config", "config_path", default=None, type=ConfigPath())
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--config", "config_path", default=None, type=ConfigPath(), help=CONFIG_HELP)
+@click.option("--json", "as_json", is_flag=True,
+              help="Each service's plan as JSON, with the moves, workload model, queues, "
+                   "GPU health and ungranted GPU access.")
 def plan(config_path: str | None, as_json: bool) -> None:
     """What placement would do for every annotated service, and why. Writes nothing."""
     from swarmgpu.manager.commands.plan import entries, render_plan
@@ -329,7 +335,7 @@ def _stack_name(given: str | None, first_file: str) -> str:
     help="Stack name used with `docker stack deploy` (default: the first file's name).",
 )
 @click.option("-o", "--output", default=None, type=click.Path(), help="Output file (default -).")
-@click.option("--config", "config_path", default=None, type=ConfigPath())
+@click.option("--config", "config_path", default=None, type=ConfigPath(), help=CONFIG_HELP)
 @click.option(
     "--check",
     is_flag=True,
@@ -528,7 +534,7 @@ def _render_errors(stack_file: str, errors: list[str]) -> NoReturn:
 
 
 @click.command()
-@click.option("--config", "config_path", default=None, type=ConfigPath())
+@click.option("--config", "config_path", default=None, type=ConfigPath(), help=CONFIG_HELP)
 @click.option("--json", "as_json", is_flag=True, help="The same document as /api/v1/cluster.")
 def status(config_path: str | None, as_json: bool) -> None:
     """The cluster at a glance: nodes x GPUs, memory, holders, pending requests."""
@@ -573,7 +579,7 @@ def status(config_path: str | None, as_json: bool) -> None:
     metavar="NAME",
     help="A service whose held-back changes to write (repeatable).",
 )
-@click.option("--config", "config_path", default=None, type=ConfigPath())
+@click.option("--config", "config_path", default=None, type=ConfigPath(), help=CONFIG_HELP)
 @click.option("--dry-run", is_flag=True, default=None, help="Say what would change; write nothing.")
 def apply_cmd(services: tuple[str, ...], config_path: str | None, dry_run: bool | None) -> None:
     """Write the spec changes swarmgpu holds back for a running service.

@@ -98,7 +98,8 @@ def facts(source: str, hostname: str | None, product: str | None, memory_mib: in
               help="YAML profile of scripted utilisation (demos, tests).")
 @click.option("--refresh-s", default=30.0, show_default=True,
               help="Seconds between fact reads (above 0, at most 86400).")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Log lines as text, or one JSON object each.")
 @click.option("--docker-host", default=None,
               help="Optional: this node's Docker engine (e.g. unix:///var/run/docker.sock), "
                    "to name the Swarm task of each GPU process here. Without it the agent "
@@ -254,7 +255,8 @@ def _log_plain(why: str) -> None:
 @click.command()
 @click.option("--root", default="/", show_default=True, type=click.Path(),
               help="Root of the node's file system (for checking a mounted image).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="The checks as JSON (each: id, status, found, why, fix, details).")
 @click.option("--source", default=None, metavar="SPEC",
               help="Fact source to compare with: nvml | gfd:PATH | file:PATH | topo:PATH "
                    "(default: nvml when --root is /).")

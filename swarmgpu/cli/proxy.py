@@ -24,7 +24,8 @@ from swarmgpu.cli.logs import setup_logging
                    "stack): every write to it is refused, so the daemon cannot restart the "
                    "proxy. The whole ID (a name or short ID is refused: it would match "
                    "no write). Empty when it is not a service (systemd).")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Log lines as text, or one JSON object each.")
 def docker_proxy(listen: str, upstream: str, prefix: str, own_service: str,
                  log_format: str) -> None:
     """Forward to the Docker socket only the calls the daemon makes, framed strictly

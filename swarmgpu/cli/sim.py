@@ -39,8 +39,18 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
     show_default=True,
     help="Comma-separated: swarmgpu,fgd,bestfit,dotprod,packing,random",
 )
-@click.option("--seeds", default="42", show_default=True, help="e.g. 42 or 42-51 or 42,43")
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--seeds",
+    default="42",
+    show_default=True,
+    help="Whole numbers from 0, each once: e.g. 42 or 42-51 or 42,43",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="The same figures as JSON, unchanged by any other option.",
+)
 @click.option("--plot", default=None, type=click.Path(), help="Write allocation-vs-load PNG.")
 @click.option("--departures", is_flag=True, help="Replay with creation/deletion times.")
 @click.option(
@@ -246,7 +256,13 @@ def simulate(
     help="e.g. gpushare60, multigpu30, gpuspec20, cpu250 (repeatable); "
     "default: the twelve in docs/simulate.md",
 )
-@click.option("--seed", type=int, default=42, show_default=True)
+@click.option(
+    "--seed",
+    type=int,
+    default=42,
+    show_default=True,
+    help="Seed of the derivation's draw: the same seed and pods give the same files.",
+)
 def simulate_derive(pods: str | None, out_dir: str, variants: tuple[str, ...], seed: int) -> None:
     """Derive heavier openb workloads (more sharing, multi-GPU, model-pinned or CPU-only pods)."""
     from swarmgpu.sim.trace import TraceError

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from swarmgpu.core.boundedfile import file_kind
 from swarmgpu.sim import report
 from swarmgpu.sim.bound import highs_missing
 from swarmgpu.sim.bound_runs import BOUND_METHODS, ONLINE_AT
@@ -110,7 +113,8 @@ MAX_SEEDS = 1000  # a replay per policy and seed, each seconds to minutes
 def parse_seeds(text: str) -> list[int]:
     """``"42-51"`` -> 42..51; ``"1,5,7"`` and mixes like ``"1,3-4"`` work too. A seed
     given twice (the same replay twice, counted twice in the means) is refused, and so
-    is more than MAX_SEEDS, before a range is built (``1-100000000`` would fill memory)."""
+    are a negative one (the same replay as its positive) and more than MAX_SEEDS,
+    before a range is built (``1-100000000`` would fill memory)."""
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -141,6 +145,13 @@ def parse_seeds(text: str) -> list[int]:
             ) from None
     if len(out) > MAX_SEEDS:  # single seeds, comma after comma
         raise ValueError(f"--seeds {text!r}: at most {MAX_SEEDS} seeds; e.g. --seeds 42-51")
+    # random.Random(-5) draws as Random(5): -5 was seed 5 under another name, and -5,5
+    # the same replay counted twice in the means.
+    if neg := [s for s in out if s < 0]:
+        raise ValueError(
+            f"--seeds {text!r}: {neg[0]} is below 0; a seed is a whole number from 0 (the "
+            f"replay draws with seed {neg[0]} as with {-neg[0]}); e.g. --seeds 42-51"
+        )
     twice = sorted({s for s in out if out.count(s) > 1})
     if twice:
         raise ValueError(
@@ -172,6 +183,12 @@ def plot_unwritable(plot: str) -> str | None:
     p = Path(plot)
     if p.is_dir():
         return f"--plot {plot}: a folder; give the PNG's file name, e.g. {p / 'alloc.png'}"
+    # A FIFO or socket passed the write check, and savefig failed on it after the replay.
+    with contextlib.suppress(OSError):
+        mode = p.stat().st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            return (f"--plot {plot}: {file_kind(mode)}, not a regular file; give the path "
+                    "of the PNG file to write")
     if not p.parent.is_dir():
         return f"--plot {plot}: no folder {p.parent}; create it or give another path"
     if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):

@@ -179,7 +179,7 @@ def replay_priorities(
     last one (a departure, a preemption, a cycle that placed or wrote)."""
     if not 0 <= share <= 1:
         raise ValueError(f"share {share:g}: must be between 0 and 1")
-    order = timed_pods(pods, source)
+    order = timed_pods(pods, source, "--priorities")
     high = high_pods(order, share, seed)
     cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
     rng = random.Random(seed)  # noqa: S311 - node order only

@@ -130,14 +130,18 @@ class TimelineResult:
     span_s: int = 0
 
 
-def timed_pods(pods: Sequence[TracePod], source: str = "the pod file") -> list[TracePod]:
-    """The pods in arrival order; every pod must carry both times."""
+def timed_pods(
+    pods: Sequence[TracePod], source: str = "the pod file", option: str = "--departures"
+) -> list[TracePod]:
+    """The pods in arrival order; every pod must carry both times (``option``: the one
+    that replays them so, named in the error)."""
     missing = [p.name for p in pods if p.creation_time is None or p.deletion_time is None]
     if missing:
+        why = "" if option == "--departures" else " (it replays the pods' arrivals and departures)"
         raise TraceError(
             f"{source}: {len(missing)} pod(s) (first {missing[0]}) have no creation_time/"
-            "deletion_time, which --departures needs; use an 11-column openb pod file "
-            "(e.g. openb_pod_list_default.csv) or run without --departures"
+            f"deletion_time, which {option} needs{why}; use an 11-column openb pod file "
+            f"(e.g. openb_pod_list_default.csv) or run without {option}"
         )
     return sorted(pods, key=lambda p: (p.creation_time or 0, p.name))
 

@@ -8,12 +8,14 @@ deletion_time,scheduled_time``) or the 5-column form (``name,...,gpu_milli``).
 from __future__ import annotations
 
 import csv
+import io
 import math
+import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from swarmgpu.allocator.fragmentation import product_matches
 from swarmgpu.allocator.values import Demand, GpuSpec, NodeSpec
@@ -74,6 +76,37 @@ class TracePod:
         )
 
 
+class _Hashed(io.RawIOBase):
+    """The opened file, each byte read also handed to ``seen`` (a hash's update): a
+    digest of the very bytes the rows came from, with no second open of the path."""
+
+    def __init__(self, fd: int, seen: Callable[[memoryview], object]) -> None:
+        self.raw, self.seen = io.FileIO(fd, "r"), seen
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self.raw.readinto(b) or 0
+        self.seen(memoryview(b)[:n])
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def _text(fd: int, seen: Callable[[memoryview], object] | None) -> TextIO:
+    # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide the
+    # first column's name. surrogateescape: a byte that is not UTF-8 reaches _Lines as
+    # a lone surrogate, refused there at its line (the decoder's own error gave an
+    # offset into the chunk it was decoding, not into the file).
+    if seen is None:
+        return open(fd, newline="", encoding="utf-8-sig", errors="surrogateescape")
+    return io.TextIOWrapper(io.BufferedReader(_Hashed(fd, seen)), encoding="utf-8-sig",
+                            errors="surrogateescape", newline="")
+
+
 def read_csv(
     path: str | Path, required: tuple[str, ...], expected: str = ""
 ) -> tuple[list[str], list[dict[str, str]]]:
@@ -90,16 +123,16 @@ def read_each(
     required: tuple[str, ...],
     make: Callable[[dict[str, str], int], T],
     expected: str = "",
+    seen: Callable[[memoryview], object] | None = None,
 ) -> tuple[list[str], list[T]]:
     """``read_csv`` with each row handed to ``make`` (the row, the file's line it starts
     on: 2 for the first, unless blank lines or a quoted line break come before) as it is
     read, and only what ``make`` returns kept: a row as a dict of strings is about 1 KB,
-    ten times what the typed pod made of it holds (docs/simulate.md)."""
+    ten times what the typed pod made of it holds (docs/simulate.md). ``seen``: handed
+    every byte of the file as it is read (``hashlib.sha256().update``)."""
     p = Path(path)
     try:
-        # utf-8-sig: a CSV saved by Excel starts with a BOM, which would otherwise hide
-        # the first column's name.
-        with open(open_regular(p), newline="", encoding="utf-8-sig") as fh:
+        with _text(open_regular(p), seen) as fh:
             lines = _Lines(fh, p)
             reader = csv.DictReader(lines)
             header = list(reader.fieldnames or [])
@@ -110,11 +143,7 @@ def read_each(
                 )
             missing = [c for c in required if c not in header]
             if missing:
-                raise TraceError(
-                    f"{p}: missing column(s) {missing}; expected "
-                    f"{expected}{' with ' if expected else ''}header starting "
-                    f"{','.join(required)}"
-                )
+                raise TraceError(f"{p}: {_header_problem(header, required, missing, expected)}")
             # DictReader keeps the last of two same-named columns: which one was meant?
             twice = sorted({c for c in header if header.count(c) > 1})
             if twice:
@@ -148,12 +177,55 @@ def read_each(
         raise TraceError(f"{p}: {e.why}; save the list as a file and give its path") from e
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror}); check the path") from e
-    except UnicodeDecodeError as e:
-        raise TraceError(
-            f"{p}: not a UTF-8 CSV ({e.reason} at byte {e.start}); save it as UTF-8"
-        ) from e
     except csv.Error as e:
         raise TraceError(f"{p}: not a CSV file ({e})") from e
+
+
+def _header_problem(
+    header: list[str], required: tuple[str, ...], missing: list[str], expected: str
+) -> str:
+    """What is wrong with a header that lacks ``missing``, and the fix: a header that
+    only looks right (a space after each comma, capitals, another separator) was
+    "missing column(s)" listing the very names it seemed to have."""
+    start = f"header starting {','.join(required)}"
+    if not any(h.strip() for h in header):
+        return f"empty; expected a header line starting {','.join(required)}"
+    if len(header) == 1 and (sep := next((c for c in ";\t|" if c in header[0]), None)):
+        return (
+            f"its columns are separated by {'tabs' if sep == chr(9) else repr(sep)}; "
+            f"simulate reads comma-separated lists: save it as CSV with commas ({start})"
+        )
+    near = [f"{h!r} for {c!r}" for c in missing for h in header if h.strip().lower() == c]
+    if near:
+        more = f" and {len(near) - 2} more" if len(near) > 2 else ""
+        return (
+            f"the header has {', '.join(near[:2])}{more} (spaces or capitals); write each "
+            f"name exactly as openb's ({start})"
+        )
+    return f"missing column(s) {missing}; expected {expected}{' with ' if expected else ''}{start}"
+
+
+# A byte that is not UTF-8, as surrogateescape decodes it.
+_UNDECODED = re.compile("[\udc80-\udcff]")
+# What a file that is no UTF-8 text starts with, decoded so (yamlfile names the same BOMs).
+_NOT_TEXT = (
+    ("\udcff\udcfe\x00\x00", "UTF-32 text (its byte order mark)"),
+    ("\x00\x00\udcfe\udcff", "UTF-32 text (its byte order mark)"),
+    ("\udcff\udcfe", "UTF-16 text (its byte order mark)"),
+    ("\udcfe\udcff", "UTF-16 text (its byte order mark)"),
+)
+
+
+def _not_utf8(p: Path, n: int, line: str, bad: re.Match[str]) -> TraceError:
+    if n == 1 and line.startswith("\x1f\udc8b"):
+        return TraceError(
+            f"{p}: not a UTF-8 CSV: gzip-compressed; decompress it (gunzip) and give the .csv"
+        )
+    kind = next((k for head, k in _NOT_TEXT if n == 1 and line.startswith(head)), None)
+    if kind is not None:
+        return TraceError(f"{p}: not a UTF-8 CSV: {kind}; save it as UTF-8")
+    byte = ord(bad.group()) - 0xDC00
+    return TraceError(f"{p}:{n}: not a UTF-8 CSV (byte {byte:#04x} on this line); save it as UTF-8")
 
 
 class _Lines:
@@ -174,6 +246,9 @@ class _Lines:
         if not line:
             raise StopIteration
         self.n += 1
+        # Checked first: a compressed or UTF-16 file's first "line" may be any length.
+        if not line.isascii() and (bad := _UNDECODED.search(line)):
+            raise _not_utf8(self.p, self.n, line, bad)
         if len(line) > MAX_LINE:
             raise TraceError(
                 f"{self.p}:{self.n}: a line longer than {MAX_LINE:,} characters; not read "
@@ -357,14 +432,16 @@ def say_unplaceable(
     """A line on stderr for each kind of GPU pod no policy can place, said once: pinned
     (gpu_spec) to models no node with a GPU has, matched as the allocator matches them;
     asking more whole GPUs than any node of its models has (a pod's GPUs are on one
-    node). The table counted them failed with nothing said why (a typo, or the wrong
-    node list); nothing here changes a figure."""
+    node); asking more CPU or memory than any node with such GPUs has (a node list
+    with cpu_milli in cores failed every pod). The table counted them failed with
+    nothing said why (a typo, or the wrong node list); nothing here changes a figure."""
     most: dict[str, int] = {}  # model -> the most GPUs one node of it has
     for n in nodes:
         if n.gpus:
             most[n.gpus[0].product] = max(most.get(n.gpus[0].product, 0), len(n.gpus))
     fits: dict[tuple[str, ...], int] = {}  # per gpu_spec (a list has a few): the most
     count, asked, big, shown = 0, set[str](), 0, list[str]()  # shown: the first 10 named
+    small = _TooSmall(nodes)
     for p in pods:
         if not p.total_gpu_milli:
             continue
@@ -383,6 +460,8 @@ def say_unplaceable(
                 shown.append(
                     f"{p.name} asks {p.num_gpu} of {of} (at most {fits[p.gpu_spec]} a node)"
                 )
+        else:
+            small.check(p)
     out = stream if stream is not None else sys.stderr
     if count:
         print(
@@ -401,6 +480,54 @@ def say_unplaceable(
             f"node): {', '.join(shown)}{more}",
             file=out,
         )
+    if small.count:
+        left = small.count - len(small.shown)
+        more = f" and {left} more" if left else ""
+        print(
+            f"simulate: {small.count} GPU pod{'s' if small.count > 1 else ''} of {pods_path} "
+            f"ask{'' if small.count > 1 else 's'} more CPU or memory than any node of "
+            f"{nodes_path} with their GPUs has: no policy can place them (cpu_milli is "
+            f"thousandths of a CPU, memory_mib MiB): {', '.join(small.shown)}{more}",
+            file=out,
+        )
+
+
+class _TooSmall:
+    """GPU pods that some node's GPUs fit but no such node's CPU and memory: counted,
+    the first ten named. The nodes' (CPU, memory) per GPU model and count are kept as
+    the few pairs no other beats, per (gpu_spec, GPUs needed) asked."""
+
+    def __init__(self, nodes: list[NodeSpec]) -> None:
+        unset = sys.maxsize  # a NodeSpec without a CPU or memory figure has no limit
+        self.nodes = {
+            (n.gpus[0].product, len(n.gpus), unset if n.cpu_milli is None else n.cpu_milli,
+             unset if n.memory_mib is None else n.memory_mib)
+            for n in nodes if n.gpus
+        }
+        self.room: dict[tuple[tuple[str, ...], int], list[tuple[int, int]]] = {}
+        self.count = 0
+        self.shown: list[str] = []
+
+    def check(self, p: TracePod) -> None:
+        need = p.num_gpu if p.gpu_milli == 1000 else 1  # whole GPUs on one node, or a share
+        key = (p.gpu_spec, need)
+        if key not in self.room:
+            pairs = {(c, m) for model, k, c, m in self.nodes
+                     if k >= need and (not p.gpu_spec or product_matches(model, p.gpu_spec))}
+            self.room[key] = [
+                a for a in pairs if not any(b != a and b[0] >= a[0] and b[1] >= a[1] for b in pairs)
+            ]
+        room = self.room[key]
+        if not room or any(c >= p.cpu_milli and m >= p.memory_mib for c, m in room):
+            return  # no node of its GPUs at all is the other notes' to say
+        self.count += 1
+        if len(self.shown) < 10:
+            of = "|".join(p.gpu_spec) or "any model"
+            self.shown.append(
+                f"{p.name} asks {p.cpu_milli} milli-CPU and {p.memory_mib} MiB of {of} (at "
+                f"most {max(c for c, _ in room)} milli-CPU and {max(m for _, m in room)} MiB "
+                "a node)"
+            )
 
 
 def _listed(names: set[str], most: int = 10) -> str:

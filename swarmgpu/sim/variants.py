@@ -37,6 +37,7 @@ import hashlib
 import json
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,8 +156,11 @@ def parse_variant(name: str) -> Variant:
     return Variant(kind, frac)
 
 
-def read_rows(path: str | Path) -> tuple[list[str], list[Row]]:
-    """The pod CSV as (header, rows), checked enough that derivation cannot crash."""
+def read_rows(
+    path: str | Path, seen: Callable[[memoryview], object] | None = None
+) -> tuple[list[str], list[Row]]:
+    """The pod CSV as (header, rows), checked enough that derivation cannot crash;
+    ``seen``: handed the file's bytes as they are read (``trace.read_each``)."""
     p = Path(path)
 
     def checked(row: Row, n: int) -> Row:  # n: the line the row is on
@@ -165,6 +169,20 @@ def read_rows(path: str | Path) -> tuple[list[str], list[Row]]:
             # ASCII digits: the rows are copied as written, and read again with int()
             if not (raw.isascii() and raw.isdigit()) or whole(raw) is None:
                 raise TraceError(f"{p}:{n}: column {col} = {raw!r} is not {WHOLE}")
+        # The times as load_pods reads them (a blank one is none): derive sorted one it
+        # could not read as 0 and wrote it out for simulate to refuse in the derived file.
+        times = {}
+        for col in ("creation_time", "deletion_time"):
+            raw = (row.get(col) or "").strip()
+            if raw and (not (raw.isascii() and raw.isdigit()) or whole(raw) is None):
+                raise TraceError(f"{p}:{n}: column {col} = {raw!r} is not {WHOLE}")
+            times[col] = int(raw) if raw else None
+        created, deleted = times["creation_time"], times["deletion_time"]
+        if created is not None and deleted is not None and deleted < created:
+            raise TraceError(
+                f"{p}:{n}: deletion_time {deleted} is before creation_time {created}; a pod "
+                "leaves after it arrives (seconds, as openb's)"
+            )
         if kind_of(row) == "share" and row["num_gpu"].strip() != "1":
             raise TraceError(
                 f"{p}:{n}: a share of {row['gpu_milli']} milli on "
@@ -172,7 +190,7 @@ def read_rows(path: str | Path) -> tuple[list[str], list[Row]]:
             )
         return row
 
-    header, rows = read_each(p, POD_COLUMNS, checked, "an openb pod list")  # as simulate does
+    header, rows = read_each(p, POD_COLUMNS, checked, "an openb pod list", seen)  # as simulate
     if not rows:
         raise TraceError(f"{p}: no pods; give the openb default pod list")
     return header, rows
@@ -372,16 +390,23 @@ def write_variants(
     Returns (and writes as ``manifest.json`` beside them) what was made from what.
     """
     variants = [parse_variant(n) for n in names]  # all names checked before any work
-    header, rows = read_rows(pods)
+    # The digest of the bytes the rows came from: a second open of the path read whole
+    # hung on a FIFO put there meanwhile, and hashed whatever file was there then.
+    digest = hashlib.sha256()
+    header, rows = read_rows(pods, digest.update)
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():  # mkdir said only "File exists"
+        raise VariantError(
+            f"{out}: a file, not a folder; give --out a folder (made if missing) for the "
+            "derived lists"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise VariantError(f"{out}: cannot create the output folder ({e.strerror})") from e
-    digest = hashlib.sha256(Path(pods).read_bytes()).hexdigest()
     made: dict[str, Any] = {
         "source": str(pods),
-        "source_sha256": digest,
+        "source_sha256": digest.hexdigest(),
         "seed": seed,
         "variants": {},
     }

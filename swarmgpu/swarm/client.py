@@ -330,6 +330,23 @@ def engine_endpoint(base_url: str | None, env: Mapping[str, str] | None = None) 
     return f"{DEFAULT_ENGINE} (the default; DOCKER_HOST is not set)"
 
 
+_ADDRESS = "give the engine's address in docker_host (the config) or DOCKER_HOST"
+
+
+def engine_fix(error: str) -> str:
+    """``; fix: ...`` for an engine that cannot be reached, by the SDK's words for why;
+    "" where they say nothing known (the SDK's chain of errors ended every command's
+    first line with no word of what to do)."""
+    if "FileNotFoundError" in error:
+        return f"; fix: no engine socket there: run this on a Swarm manager, or {_ADDRESS}"
+    if "PermissionError" in error or "Permission denied" in error:
+        return "; fix: permission denied: run it as root or as a member of the docker group"
+    if "Connection refused" in error or "ConnectionRefusedError" in error:
+        return (f"; fix: nothing listens there: start dockerd (systemctl start docker), "
+                f"or {_ADDRESS}")
+    return ""
+
+
 class SwarmClient:
     """Thin typed wrapper over the docker SDK's low-level API."""
 
@@ -342,7 +359,8 @@ class SwarmClient:
                 self._api = docker.from_env(timeout=int(timeout_s)).api
         except docker.errors.DockerException as exc:
             raise SwarmUnavailable(
-                f"cannot reach the Docker Engine at {self.endpoint}: {exc}") from exc
+                f"cannot reach the Docker Engine at {self.endpoint}: {exc}"
+                f"{engine_fix(str(exc))}") from exc
         self.writes = 0  # every write call made, for metrics and tests
         # Told (kind "node" or "service", id) after a write landed or failed midway: a
         # cache of what the engine holds reads the object again (swarm.cache).

@@ -54,6 +54,15 @@ def check_gpu_facts(view: NodeView) -> Check:
             "`nvidia-smi -r -i <index>` resets a GPU nothing uses, else drain the node "
             "(`docker node update --availability drain <node>`) and reboot; a GPU that "
             "keeps falling off needs its slot, power or itself replaced.", tuple(facts.errors))
+    if not facts.gpus:  # an answer (no error), but not a GPU node's
+        return Check(
+            cid, Status.WARN, f"no GPU listed by {facts.source or 'the facts'}",
+            "The agent serves what the doctor read: this node would be labelled "
+            "gpu.count=0 and placement sends it no GPU service.",
+            "`nvidia-smi -L` lists the GPUs the driver sees: if none, check the driver "
+            "(`dmesg | grep -i nvrm`); in a container run the doctor with the nvidia runtime "
+            "and every GPU visible; a --source file must list the node's GPUs.",
+            tuple(facts.errors))
     return Check(cid, Status.OK, f"{len(facts.gpus)} GPU(s) read from {facts.source or 'facts'}",
                  details=tuple(facts.errors))
 

@@ -35,7 +35,10 @@ def read_facts_within(src: Source, spec: str, timeout_s: float = FACTS_DEADLINE_
         try:
             got.append(src.read())
         except Exception as exc:  # a doctor must report, not crash: gpu.facts names it
-            failed.append(f"{spec}: {exc}")
+            # A file source's error starts with its spec already ("file:X: ...",
+            # "file:X.gpus[0]...": the field's path): said once.
+            said = str(exc)
+            failed.append(said if said.startswith(spec) else f"{spec}: {said}")
 
     t = threading.Thread(target=run, name="doctor-facts", daemon=True)
     t.start()

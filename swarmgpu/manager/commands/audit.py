@@ -145,10 +145,16 @@ def _node_findings(snap: Snapshot, node: SwarmNode, prefix: str, saved: Mapping[
                 down += (f" (node {twin.id}, ready, has its hostname: nothing says it is "
                          "this machine joined again under a new ID; if it is, remove this "
                          "entry)")
+            # What the daemon's record says; none ("since unknown") where it kept none.
+            since = saved.get("failing_since")
+            when = f" since {_when(since)}" if since is not None else ""
+            last = saved.get("last_ok")
+            good = (f"last good facts {_when(last)}" if last is not None else
+                    "no good facts on record (the daemon's state_dir holds none for this "
+                    "node)")
             out.append(Finding(
                 "unreachable", h,
-                f"{state} since {_when(saved.get('failing_since'))}; last good "
-                f"facts {_when(saved.get('last_ok'))}; labels kept as they are "
+                f"{state}{when}; {good}; labels kept as they are "
                 f"({res.error if res else 'not fetched'}){down}",
             ))
             last_ok = saved.get("last_ok")
@@ -622,7 +628,15 @@ def render_table(findings: Sequence[Finding], snap: Snapshot, prefix: str) -> st
     lines.append("")
     action = [f for f in findings if not f.advisory]
     advisory = [f for f in findings if f.advisory]
-    if not findings:  # every node Swarm calls a GPU node, or whose agent answers, was read
+    if not findings and not any(r.facts is not None and r.facts.gpus
+                                for r in snap.facts.values()):
+        # Nothing to match: "labels match the facts" said all was well where no GPU
+        # node was ever found (no agent running yet, the first thing to set up).
+        lines.append(
+            "No findings, and no GPU node: no agent answered with GPUs, and no node "
+            "carries swarmgpu labels, gpu=true or GPU generic resources; run the agent on "
+            'each GPU node (README, "Run the manager and the agents"), then audit again.')
+    elif not findings:  # every node Swarm calls a GPU node, or whose agent answers, was read
         lines.append("No findings: labels match the facts.")
     if action:
         lines.append(f"{len(action)} finding(s) needing action:")

@@ -11,7 +11,6 @@ keeps every piece (what already runs stays where it runs: its holding is reused)
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -19,7 +18,6 @@ from typing import Any, TypeVar
 
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.core.peertext import escaped
-from swarmgpu.core.tenants import STACK_LABEL
 from swarmgpu.core.yamlfile import Lines, parse_yaml_lines
 from swarmgpu.manager.commands.compose_gpu import read_gpu_reservations, remove_gpu_generic
 from swarmgpu.manager.commands.composefile import (
@@ -38,8 +36,21 @@ from swarmgpu.manager.commands.interpolation import as_written, interpolate, pin
 from swarmgpu.manager.commands.model_servers import server_notes
 from swarmgpu.manager.commands.stackmerge import MergeError, StackFile, merge_stacks
 from swarmgpu.manager.commands.stackpaths import absolute_paths
+from swarmgpu.manager.commands.swarmspec import (
+    StackError,
+    constraints_of,
+    env_list,
+    mapping_of,
+    max_replicas_of,
+    mode_of,
+    platforms_of,
+    preferences_of,
+    read_labels,
+    replicas_of,
+    reservations_of,
+    stack_services,
+)
 from swarmgpu.manager.placement import (
-    DEVICES,
     PlacementPlan,
     Planner,
     ServicePlan,
@@ -57,20 +68,16 @@ from swarmgpu.manager.services.requests import (
     parse_all,
     request_errors,
 )
-from swarmgpu.manager.services.sharing import env_lines, is_share_key, want_labels
+from swarmgpu.manager.services.sharing import env_lines, want_labels
 from swarmgpu.manager.services.tenants import Tenants
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask
 
+# StackError and stack_services are swarmspec's, used here and given by this module too
+# (the command and the callers of render_stack catch the one error it raises).
+__all__ = ["CheckedStack", "StackError", "check_stack", "load_stack", "render_stack",
+           "stack_services"]
+
 T = TypeVar("T")
-
-
-class StackError(ValueError):
-    """The stack cannot be rendered; ``errors``: every problem, each naming its service
-    and key."""
-
-    def __init__(self, errors: str | Sequence[str]) -> None:
-        self.errors = [errors] if isinstance(errors, str) else list(errors)
-        super().__init__("\n".join(self.errors))
 
 
 def load_stack(text: str, where: str = "stack") -> dict[str, Any]:
@@ -113,24 +120,6 @@ def _unshared(v: Any, where: str, at: str) -> Any:
     return v
 
 
-def _labels(deploy: Mapping[str, Any], where: str) -> dict[str, str]:
-    raw = deploy.get("labels") or {}
-    if isinstance(raw, list):  # compose allows ["k=v", ...]
-        out: dict[str, str] = {}
-        for item in raw:
-            k, _, v = str(item).partition("=")
-            if k in out:
-                # docker keeps the last; a mapping's key given twice is refused
-                # (yamlfile), and so is this: a reader sees the first one
-                raise StackError(f"{where}.deploy.labels: {k!r} given twice "
-                                 f"({out[k]!r}, then {v!r}); keep one")
-            out[k] = v
-        return out
-    if not isinstance(raw, dict):
-        raise StackError(f"{where}.deploy.labels: expected a mapping or a list of k=v")
-    return {str(k): "" if v is None else str(v) for k, v in raw.items()}
-
-
 def _put_labels(deploy: dict[str, Any], add: Mapping[str, str]) -> None:
     """Render's own labels into the service's, in the form the file gives them, the
     others as written: docker gives Swarm a number as Go prints it (1.0 is "1"), and
@@ -141,189 +130,6 @@ def _put_labels(deploy: dict[str, Any], add: Mapping[str, str]) -> None:
         deploy["labels"] = [*keep, *(f"{k}={v}" for k, v in add.items())]
     else:
         deploy["labels"] = {**(raw or {}), **add}
-
-
-def _env_list(svc: Mapping[str, Any], where: str) -> list[str]:
-    env = svc.get("environment") or []
-    if isinstance(env, dict):
-        return [f"{k}={'' if v is None else v}" for k, v in env.items()]
-    if not isinstance(env, list):
-        raise StackError(f"{where}.environment: expected a mapping or a list of K=V")
-    return [str(e) for e in env]
-
-
-def _mapping(parent: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
-    v = parent.get(key)
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise StackError(f"{where}.{key}: expected a mapping, got {type(v).__name__}")
-    return v
-
-
-def _replicas(deploy: Mapping[str, Any], where: str) -> int:
-    v = deploy.get("replicas", 1)
-    text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
-    # ASCII digits only ('¹' passes isdigit(), not int()), and a sane length.
-    if not text.isascii() or not text.isdigit() or len(text) > 6:
-        raise StackError(f"{where}.deploy.replicas: {v!r} is not a whole number >= 0")
-    return int(v)
-
-
-def _constraints(placement: Mapping[str, Any], where: str) -> list[str]:
-    v = placement.get("constraints") or []
-    if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
-        raise StackError(f"{where}.deploy.placement.constraints: expected a list of strings "
-                         "like node.role==worker")
-    return list(v)
-
-
-# --- what Swarm's scheduler checks, as `docker stack deploy` converts it -------------
-
-_CPUS_RE = re.compile(r"^\s*(\d{1,6}(?:\.\d{0,9})?|\.\d{1,9})\s*$")
-# docker's units.RAMInBytes: binary multipliers, an optional b / ib after the letter.
-_MEM_RE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,9})?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
-_MEM_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
-
-
-# Swarm's least reservation above none (swarmkit controlapi validateResources): a
-# service asking less is refused at deploy, "invalid cpu value ...: Must be at least".
-MIN_NANO_CPUS = 1_000_000
-MIN_MEMORY_BYTES = 4 << 20
-
-
-def parse_cpus(v: object, where: str) -> int:
-    """Compose ``cpus`` ("1.5", 0.5, 2) as Swarm's NanoCPUs; 0 is none, as docker/cli's
-    opts.ParseCPUs reads "0" and Swarm takes a 0 reservation (compose: no limit)."""
-    text = str(v) if isinstance(v, int | float | str) and not isinstance(v, bool) else ""
-    m = _CPUS_RE.match(text)
-    if m is None:
-        raise StackError(f"{where}: {v!r} is not a number of CPUs (like \"1.5\" or 2)")
-    nano = round(float(m.group(1)) * 1e9)
-    if 0 < nano < MIN_NANO_CPUS:
-        raise StackError(f"{where}: {v!r}: Swarm refuses a reservation below 0.001 CPUs "
-                         "(at least 0.001 CPUs, or 0 for none)")
-    return nano
-
-
-def parse_memory(v: object, where: str) -> int:
-    """Compose ``memory`` (bytes, or "512M", "1g", "1.5GiB") as Swarm's MemoryBytes; 0
-    is none, as docker reads and Swarm takes it."""
-    text = str(v) if isinstance(v, int | str) and not isinstance(v, bool) else ""
-    m = _MEM_RE.match(text)
-    if m is None:
-        raise StackError(f"{where}: {v!r} is not an amount of memory (bytes, or a number "
-                         "with b, k, m, g, t or p: \"512M\", \"1g\")")
-    got = int(float(m.group(1)) * _MEM_UNIT[m.group(2).lower()])
-    if 0 < got < MIN_MEMORY_BYTES:
-        raise StackError(f"{where}: {v!r}: Swarm refuses a reservation below 4 MiB (at "
-                         "least 4 MiB, or 0 for none)")
-    return got
-
-
-def _generic(v: object, where: str) -> list[dict[str, Any]]:
-    """Compose ``generic_resources`` as Swarm's GenericResources (discrete ones; a named
-    one is listed by value, which placement does not count)."""
-    if not isinstance(v, list):
-        raise StackError(f"{where}: expected a list of discrete_resource_spec entries")
-    out: list[dict[str, Any]] = []
-    for i, item in enumerate(v):
-        spec = item.get("discrete_resource_spec") if isinstance(item, dict) else None
-        kind = spec.get("kind") if isinstance(spec, dict) else None
-        value = spec.get("value") if isinstance(spec, dict) else None
-        if not isinstance(kind, str) or not kind or not isinstance(value, int) \
-                or isinstance(value, bool) or not 0 < value < 1_000_000:
-            raise StackError(f"{where}[{i}]: expected discrete_resource_spec: "
-                             "{kind: NAME, value: COUNT} with a whole COUNT > 0")
-        out.append({"DiscreteResourceSpec": {"Kind": kind, "Value": value}})
-    return out
-
-
-def _reservations(deploy: Mapping[str, Any], where: str) -> dict[str, Any]:
-    res = _mapping(_mapping(deploy, "resources", f"{where}.deploy"), "reservations",
-                   f"{where}.deploy.resources")
-    at = f"{where}.deploy.resources.reservations"
-    out: dict[str, Any] = {}
-    # 0 is Swarm's "none": docker sends it, the engine answers it left out
-    if res.get("cpus") is not None and (nano := parse_cpus(res["cpus"], f"{at}.cpus")):
-        out["NanoCPUs"] = nano
-    if res.get("memory") is not None and (
-        got := parse_memory(res["memory"], f"{at}.memory")
-    ):
-        out["MemoryBytes"] = got
-    if res.get("generic_resources") is not None:
-        out["GenericResources"] = _generic(res["generic_resources"], f"{at}.generic_resources")
-    return out
-
-
-def _preferences(placement: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
-    v = placement.get("preferences") or []
-    at = f"{where}.deploy.placement.preferences"
-    if not isinstance(v, list):
-        raise StackError(f"{at}: expected a list of {{spread: node.labels.NAME}}")
-    out = []
-    for item in v:
-        spread = item.get("spread") if isinstance(item, dict) else None
-        if not isinstance(spread, str) or not spread:
-            raise StackError(f"{at}: {item!r} is not {{spread: node.labels.NAME}}")
-        out.append({"Spread": {"SpreadDescriptor": spread}})
-    return out
-
-
-def _max_replicas(placement: Mapping[str, Any], where: str) -> int | None:
-    v = placement.get("max_replicas_per_node")
-    if v is None:
-        return None
-    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1_000_000:
-        raise StackError(f"{where}.deploy.placement.max_replicas_per_node: {v!r} is not a "
-                         "whole number >= 0")
-    return v or None  # 0 is Swarm's "no limit"
-
-
-def _platforms(svc: Mapping[str, Any], where: str) -> list[dict[str, str]]:
-    """The service's ``platform`` (os/arch[/variant]). Platforms `docker stack deploy`
-    reads from the image's manifest are not in the file: render cannot know them."""
-    v = svc.get("platform")
-    if v is None:
-        return []
-    parts = str(v).split("/") if isinstance(v, str) else []
-    if not 2 <= len(parts) <= 3 or not all(parts[:2]):
-        raise StackError(f"{where}.platform: {v!r} is not os/arch (like linux/amd64)")
-    return [{"OS": parts[0], "Architecture": parts[1]}]
-
-
-_MODES = ("replicated", "global", "replicated-job", "global-job")
-
-
-def _mode(deploy: Mapping[str, Any], where: str) -> str:
-    mode = str(deploy.get("mode", "replicated"))
-    if mode not in _MODES:
-        raise StackError(f"{where}.deploy.mode: {mode!r} is not one of {', '.join(_MODES)}")
-    return mode
-
-
-def _swarm_spec(full: str, svc: Mapping[str, Any], deploy: Mapping[str, Any],
-                placement: Mapping[str, Any], labels: Mapping[str, str], env: Sequence[str],
-                mode: str, replicas: int | None, where: str) -> dict[str, Any]:
-    """The service spec `docker stack deploy` makes of the file, in the Engine API's
-    shape (what the daemon reads back from Swarm), as far as placement reads it."""
-    pl: dict[str, Any] = {"Constraints": _constraints(placement, where)}
-    if prefs := _preferences(placement, where):
-        pl["Preferences"] = prefs
-    if (mrpn := _max_replicas(placement, where)) is not None:
-        pl["MaxReplicas"] = mrpn
-    if plats := _platforms(svc, where):
-        pl["Platforms"] = plats
-    tt: dict[str, Any] = {"ContainerSpec": {"Env": list(env)}, "Placement": pl}
-    if res := _reservations(deploy, where):
-        tt["Resources"] = {"Reservations": res}
-    api_mode: dict[str, Any] = (
-        {"Replicated": {"Replicas": replicas}} if mode == "replicated"
-        # a stack's replicated job: its replicas are both counts (docker stack deploy)
-        else {"ReplicatedJob": {"MaxConcurrent": replicas, "TotalCompletions": replicas}}
-        if mode == "replicated-job"
-        else {"".join(w.capitalize() for w in mode.split("-")): {}})
-    return {"Name": full, "Labels": dict(labels), "Mode": api_mode, "TaskTemplate": tt}
 
 
 @dataclass
@@ -442,7 +248,7 @@ def _check_tenant(out: CheckedStack, svc_name: str, svc: Any, prefix: str, zone_
     if not isinstance(deploy, dict) or not isinstance(deploy.get("labels"), dict | list):
         return
     # a shape error is said once, by _check_service; raised here it left check_stack
-    labels: dict[str, str] = _try([], {}, _labels, deploy, f"services.{svc_name}")
+    labels: dict[str, str] = _try([], {}, read_labels, deploy, f"services.{svc_name}")
     req = parse_all(labels, prefix=prefix, zone_label=zone_label, classes=classes)
     if not isinstance(req, GpuRequest):
         return  # none, or an error said above
@@ -476,19 +282,19 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         out.errors.append(f"{w}: expected a mapping")
         return
     errs, notes = check_service_keys(svc, w)
-    container: dict[str, str] = _try([], {}, _labels, svc, w)  # its own labels: a container's
+    container: dict[str, str] = _try([], {}, read_labels, svc, w)  # its own labels: a container's
     errs += [f"{w}.labels: {e}" for e in container_request_errors(container, prefix)]
     if not interpolated:  # a $ left for docker where render places by it
         errs += interpolation_errors(svc, w, prefix)
     out.notes += notes
     none: dict[str, Any] = {}
-    deploy = _try(errs, None, _mapping, svc, "deploy", w)
+    deploy = _try(errs, None, mapping_of, svc, "deploy", w)
     if deploy is None:
         out.errors.extend(errs)
         return
-    labels = _try(errs, None, _labels, deploy, w)
-    resources = _try(errs, none, _mapping, deploy, "resources", f"{w}.deploy")
-    res = _try(errs, none, _mapping, resources, "reservations", f"{w}.deploy.resources")
+    labels = _try(errs, None, read_labels, deploy, w)
+    resources = _try(errs, none, mapping_of, deploy, "resources", f"{w}.deploy")
+    res = _try(errs, none, mapping_of, resources, "reservations", f"{w}.deploy.resources")
     gpu = read_gpu_reservations(res, labels or {}, w, prefix=prefix, kind=generic_kind,
                                 node_gpus=node_gpus, **({"gpus": svc["gpus"]}
                                                         if "gpus" in svc else {}))
@@ -510,19 +316,19 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
         svc["deploy"] = deploy  # a service with only `gpus` had no deploy yet
     if gpu.env:
         out.env[svc_name] = gpu.env
-    _try(errs, None, _env_list, svc, w)
-    mode = _try(errs, "replicated", _mode, deploy, w)
+    _try(errs, None, env_list, svc, w)
+    mode = _try(errs, "replicated", mode_of, deploy, w)
     if mode in ("replicated", "replicated-job"):
-        _try(errs, 1, _replicas, deploy, w)
-    placement = _try(errs, none, _mapping, deploy, "placement", f"{w}.deploy")
-    for check in (_constraints, _preferences, _max_replicas):
+        _try(errs, 1, replicas_of, deploy, w)
+    placement = _try(errs, none, mapping_of, deploy, "placement", f"{w}.deploy")
+    for check in (constraints_of, preferences_of, max_replicas_of):
         _try(errs, None, check, placement, w)
-    cons: list[str] = _try([], [], _constraints, placement, w)
+    cons: list[str] = _try([], [], constraints_of, placement, w)
     errs += owned_key_errors(labels or {}, cons, w, prefix,
                              f"{stack}_{svc_name}" if stack is not None else None)
     out.notes += owned_label_notes(cons, w, prefix)
-    _try(errs, None, _platforms, svc, w)
-    _try(errs, None, _reservations, deploy, w)
+    _try(errs, None, platforms_of, svc, w)
+    _try(errs, None, reservations_of, deploy, w)
     if labels is not None:
         bad = request_errors(labels, prefix=prefix, zone_label=zone_label, classes=classes)
         errs += [f"{w}.deploy.labels: {e}" for e in bad]
@@ -530,7 +336,7 @@ def _check_service(out: CheckedStack, svc_name: str, svc: Any, prefix: str,
                                          classes=classes)
         if req is not None:
             out.requests.append(svc_name)
-            if (own := own_device_line(_try([], [], _env_list, svc, w), prefix)) is not None:
+            if (own := own_device_line(_try([], [], env_list, svc, w), prefix)) is not None:
                 errs.append(device_var_error(f"{w}.environment", own))
             env = files.read(svc_name, svc) if files is not None else None
             out.notes += [] if gpu.unresolved else server_notes(svc, w, req, prefix, env)
@@ -559,46 +365,6 @@ def _add_device_mount(svc: dict[str, Any], prefix: str) -> None:
         vols = [*vols, {"type": "bind", "source": "/dev/null", "target": target,
                         "read_only": True}]
     svc["volumes"] = list(vols)
-
-
-def stack_services(stack: Mapping[str, Any], name: str,
-                   existing: Sequence[SwarmService], prefix: str = "swarmgpu."
-                   ) -> list[SwarmService]:
-    """The stack's services as Swarm will hold them once deployed (existing ids reused):
-    everything Swarm's scheduler checks -- reservations (CPU, memory, generic
-    resources), constraints, preferences, max replicas per node, platform, mode -- so
-    the planner refuses every node Swarm would refuse."""
-    by_name = {s.name: s for s in existing}
-    out = []
-    for svc_name, svc in stack["services"].items():
-        where = f"services.{svc_name}"
-        if not isinstance(svc, dict):
-            raise StackError(f"{where}: expected a mapping")
-        deploy = _mapping(svc, "deploy", where)
-        full = f"{name}_{svc_name}"
-        cur = by_name.get(full)
-        labels = _labels(deploy, where)
-        labels[STACK_LABEL] = name  # what `docker stack deploy` sets (tenants match it)
-        if cur is not None:  # keep the device labels of what already runs
-            labels.update({k: v for k, v in cur.labels.items()
-                           if DEVICES in k or is_share_key(k, prefix)})
-        placement = _mapping(deploy, "placement", f"{where}.deploy")
-        mode = _mode(deploy, where)
-        count = _replicas(deploy, where) if mode in ("replicated", "replicated-job") else None
-        replicas = count if mode == "replicated" else None
-        env = _env_list(svc, where)
-        spec = _swarm_spec(full, svc, deploy, placement, labels, env, mode, count, where)
-        out.append(SwarmService(
-            id=cur.id if cur else f"render:{full}", name=full, labels=labels,
-            constraints=tuple(spec["TaskTemplate"]["Placement"]["Constraints"]),
-            env=tuple(env), mode=mode, replicas=replicas,
-            max_replicas_per_node=spec["TaskTemplate"]["Placement"].get("MaxReplicas"),
-            version=cur.version + 1 if cur else 0, spec=spec,
-            force_update=cur.force_update if cur else 0,
-            max_concurrent=count if mode == "replicated-job" else None,
-            total_completions=count if mode == "replicated-job" else None,
-        ))
-    return out
 
 
 def render_stack(
@@ -642,14 +408,14 @@ def render_stack(
     for svc_name, svc in out["services"].items():
         full = f"{name}_{svc_name}"
         where = f"services.{svc_name}"
-        deploy = _mapping(svc, "deploy", where)
-        req = parse_all(_labels(deploy, where), prefix=prefix, zone_label=zone_label,
+        deploy = mapping_of(svc, "deploy", where)
+        req = parse_all(read_labels(deploy, where), prefix=prefix, zone_label=zone_label,
                         classes=planner.classes)
         if req is None:
             continue
         sp = by_name.get(full)
         svc["deploy"] = deploy
-        labels = _labels(deploy, where)
+        labels = read_labels(deploy, where)
         given = dict(labels)
         if sp is not None:
             for p in sp.placements:
@@ -679,11 +445,11 @@ def render_stack(
 def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str, full: str,
                      sp: ServicePlan | None, prefix: str) -> None:
     """The service's gate constraint (the hold replaced) and its replicas per node."""
-    placement = _mapping(deploy, "placement", f"{where}.deploy")
+    placement = mapping_of(deploy, "placement", f"{where}.deploy")
     deploy["placement"] = placement
     # The hold of a file deployed as written is the daemon's to replace; rendered,
     # the file carries the gate itself.
-    cons = [c for c in _constraints(placement, where) if not is_hold(c, prefix)]
+    cons = [c for c in constraints_of(placement, where) if not is_hold(c, prefix)]
     if not any(is_gate_of(c, prefix, full) for c in cons):  # as the file spells it
         cons.append(gate_constraint(prefix, full))
     placement["constraints"] = cons
@@ -693,5 +459,5 @@ def _write_placement(deploy: dict[str, Any], labels: dict[str, str], where: str,
         if sp.set_max_replicas is not None:
             placement["max_replicas_per_node"] = sp.set_max_replicas
         labels.update(sp.state_labels)
-    elif _replicas(deploy, where) > 1:
+    elif replicas_of(deploy, where) > 1:
         placement["max_replicas_per_node"] = 1
