@@ -12,7 +12,9 @@ from support.write_paths import svc
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import (
+    ClusterAllocator,
     Holding,
+    PlacementPlan,
     Planner,
     assign_key,
     devices_key,
@@ -23,6 +25,9 @@ from swarmgpu.manager.placement import (
     hold_constraint,
     is_hold,
 )
+from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.records import SpecWrites
+from swarmgpu.manager.placement.restarts import settle_restarts
 from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.client import SwarmTask
 
@@ -173,3 +178,35 @@ def test_a_node_whose_facts_cannot_be_read_keeps_its_running_holdings() -> None:
         web, b = by_name["web"], by_name["b"]
         assert "n-4090" not in plan.node_remove and not web.needs_service_write
         assert all(p.node_id != "n-4090" for p in b.placements)
+
+
+def _cycle_on(ns: list[Any], node_remove: dict[str, list[str]] | None = None) -> Any:
+    """The cycle ``settle_restarts`` reads: the nodes, the plan's removals so far."""
+    return Cycle(cluster=ClusterAllocator(), by_id={n.id: n for n in ns}, facts={},
+                 prefix=P, zone_label="", all_zones=set(), adopt_ungated=True,
+                 plan=PlacementPlan(node_remove=node_remove or {}),
+                 exclude=lambda s: frozenset())
+
+
+def test_a_task_on_a_node_that_fails_its_constraints_is_not_restarted_by_the_write() -> None:
+    # Swarm's constraint enforcer stops a task whose node no longer meets the service's
+    # constraints as the node's labels change (phase 1 of the write removes the gate), so
+    # the spec write restarts nothing there: nothing is held, and the decision says so
+    # (it said "held back: it would restart its running task:  --", naming nothing, and
+    # decided "a change of placement alone, which the nodes its tasks run on satisfy").
+    s = svc("web", {f"{P}gpus": "1"}, [env_template(P)], [gate_constraint(P, "web")])
+    gated = sw_node("n-4090", "gpu-node-2", {gate_key(P, "web"): "true"})
+    w = SpecWrites(service_labels_set={f"{P}x": "1"}, set_max_replicas=1,
+                   add_env=("CUDA_DEVICE_ORDER=PCI_BUS_ID",))
+    alone = SpecWrites(service_labels_set={f"{P}x": "1"}, set_max_replicas=1)
+    for ns, removed in (([sw_node("n-4090", "gpu-node-2")], {}),
+                        ([gated], {"n-4090": (gate_key(P, "web"),)})):
+        for writes in (alone, w):
+            r = settle_restarts(writes, None, s, {"n-4090": 1}, removed, _cycle_on(ns))
+            assert r is not None and r.held == () and r.note is None and r.writes == writes
+            assert r.decision is not None and r.decision[0] == "none"
+            assert "satisfy" not in r.decision[1]
+    # Where the node keeps its gate the env line would restart the task: held, named.
+    r = settle_restarts(w, None, s, {"n-4090": 1}, {}, _cycle_on([gated]))
+    assert r is not None and r.held == ("add env CUDA_DEVICE_ORDER=PCI_BUS_ID",)
+    assert r.note is not None and "CUDA_DEVICE_ORDER" in r.note
