@@ -5,9 +5,9 @@ for a model server every replacement is a model load. So a plan's task spec chan
 written only when it is a decision:
 
 - nothing of the service runs (its next task carries the change: placement), or its
-  tasks run only on nodes that no longer meet its constraints after the write's label
-  removals (Swarm's constraint enforcer stops them as the labels change, whatever the
-  spec says: the write restarts nothing);
+  tasks run only on nodes whose labels the write's first phase changes so that they no
+  longer meet its constraints (Swarm's constraint enforcer stops those tasks on that
+  node update, whatever the spec says: the write restarts nothing);
 - it places tasks made before their device map, or re-places a running one
   (``devicemap``: the ForceUpdate that gives every task its map, with its reason);
 - its task runs without a device list (no device env: it may see every GPU of its
@@ -18,7 +18,9 @@ Anything else -- the env lines a newer swarmgpu tells a share's container, the p
 template, the device mount (``placement.grants: mounts``), a generic reservation, a gate
 constraint its node does not have yet -- is held
 back: the write keeps only what restarts nothing (labels, ``MaxReplicas``, update
-parallelism), and ``held`` says what would change. The held changes go with the
+parallelism; ``MaxReplicas`` too is held where a task runs on a node that does not meet
+the service's constraints: Swarm replaces it for any change of placement), and ``held``
+says what would change. The held changes go with the
 service's next decided write, or with the operator's ``swarmgpu apply --service``
 (``release``). Pure: the plan, the service and the nodes its tasks run on, in.
 """
@@ -38,9 +40,10 @@ from swarmgpu.swarm.constraints import node_satisfies, parse_all
 from swarmgpu.swarm.taskspec import restarts_on, task_changes
 
 NOTHING_RUNS = ("none", "nothing of it runs: its next task carries the change")
-STOPPED_BY_LABELS = ("none", "its tasks run only on nodes that no longer meet its "
-                             "constraints (Swarm stops them as the labels change): its "
-                             "next task carries the change")
+STOPPED_BY_LABELS = ("none", "its tasks run only on nodes whose labels this write "
+                             "changes so that they no longer meet its constraints (Swarm "
+                             "stops them as the labels change): its next task carries "
+                             "the change")
 PLACEMENT_ONLY = ("none", "a change of placement alone, which the nodes its tasks run "
                           "on satisfy: no task restarts")
 UNGATED = ("place", "its task runs without a device list (no device env: it may see "
@@ -96,11 +99,12 @@ def _running_nodes(s: SwarmService, running_on: Mapping[str, int],
                    removed: Mapping[str, Sequence[str]], cyc: Cycle) -> list[SwarmNode]:
     """The nodes a task of the service runs on that the spec write could restart it on,
     with their labels as the write finds them: after phase 1 of the write (released
-    gates and ledger entries), before phase 3 (gates that open). A node that no longer
-    meets the service's constraints is left out: Swarm's constraint enforcer stops its
-    task as the node's labels change (by the service's constraints, not the task's), so
-    the write restarts nothing there (a constraint that does not parse: kept, as a
-    restart)."""
+    gates and ledger entries), before phase 3 (gates that open). A node whose labels
+    phase 1 changes so that it no longer meets the service's constraints is left out:
+    Swarm's constraint enforcer stops its task on that node update (by the service's
+    constraints, not the task's; on an active node: a drained one runs none, a paused
+    one is not enforced), so the write restarts nothing there (a constraint that does
+    not parse: kept, as a restart)."""
     out: list[SwarmNode] = []
     before = cyc.plan.node_remove
     cons, bad = parse_all(_constraints(s.spec))
@@ -108,11 +112,12 @@ def _running_nodes(s: SwarmService, running_on: Mapping[str, int],
         node = cyc.by_id.get(nid)
         if not n or node is None:
             continue
-        gone = {*before.get(nid, ()), *removed.get(nid, ())}
-        if gone:
-            node = replace(node, labels={k: v for k, v in node.labels.items()
-                                         if k not in gone})
-        if bad or node_satisfies(cons, node):
+        gone = {*before.get(nid, ()), *removed.get(nid, ())} & node.labels.keys()
+        if not gone:
+            out.append(node)
+            continue
+        node = replace(node, labels={k: v for k, v in node.labels.items() if k not in gone})
+        if bad or node.availability not in ("active", "drain") or node_satisfies(cons, node):
             out.append(node)
     return out
 
@@ -130,6 +135,12 @@ def _hold(writes: SpecWrites, s: SwarmService, nodes: list[SwarmNode],
     new = service_compute(keep)(s.spec)
     if new is not None and restarts_on(s.spec, new, nodes):
         keep = replace(keep, add_constraints=(), remove_constraints=())
+        new = service_compute(keep)(s.spec)
+    if new is not None and restarts_on(s.spec, new, nodes):
+        # A task runs on a node that does not meet the service's constraints as they
+        # are (nothing of this write removes them): Swarm replaces it for any change of
+        # placement, MaxReplicas too, so that waits as well (named in ``held``).
+        keep = replace(keep, set_max_replicas=None)
         new = service_compute(keep)(s.spec)
     kept = task_changes(s.spec, new) if new is not None else []
     held = tuple(c for c in changes if c not in kept)
