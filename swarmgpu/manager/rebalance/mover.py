@@ -22,7 +22,8 @@ mechanisms (gate node label, ledger node label, per-node device service label):
    It is the authority: a move advances only while its record names the carrying
    service (id and name) and the service's move label carries the record's move id.
    A move label with no record (``deploy.labels`` can say anything) is reported and
-   ignored, and removed from its own service's spec when not in dry-run.
+   ignored, and removed from its own service's spec when not in dry-run (a job's is
+   left: Swarm runs a job again from the start on any write of its spec).
 1. service write: ``<p>state.move=<json>`` (the intent) and ``<p>devices.B=U``; with
    make-before-break also replicas + 1 and ``MaxReplicas=1``. Placement leaves a
    service with a move label alone. A task created from now on carries B's devices.
@@ -72,6 +73,7 @@ from swarmgpu.manager.placement import (
     parse_holding,
     read_ledger,
 )
+from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.rebalance.admission import (  # re-exported for callers
     Budget as Budget,
 )
@@ -215,10 +217,8 @@ class Mover:
 
     def _say(self, st: MoveState, outcome: Outcome, detail: str = "") -> None:
         if outcome in (Outcome.DONE, Outcome.ROLLED_BACK, Outcome.FAILED):
-            self._end(st, outcome, detail)
-        else:
-            self._record(st.service, st.source_host, st.target_host, st.reason, outcome,
-                         detail)
+            return self._end(st, outcome, detail)
+        self._record(st.service, st.source_host, st.target_host, st.reason, outcome, detail)
 
     def _end(self, st: MoveState, outcome: Outcome, detail: str) -> None:
         """A move's outcome, said once, before its record's removal (the last write): a
@@ -251,8 +251,10 @@ class Mover:
             # megabyte (hash(): salted per process, no copy of the string).
             if said.fresh(f"{s.id}:{hash(s.labels.get(self.prefix + MOVE_STATE)):x}"):
                 self._record(s.name, "-", "-", "a move label the daemon did not write",
-                             Outcome.IGNORED, why + ("" if self.dry_run else
-                                                     "; removed from its spec"))
+                             Outcome.IGNORED, why + (
+                                 "" if self.dry_run else "; left on its spec: a job runs "
+                                 "again from the start on any write of its spec"
+                                 if s.mode in JOB_MODES else "; removed from its spec"))
         for sid, st in v.mismatched:
             if said.fresh(f"{sid}:{st.id}"):
                 logger.error("move record {} names {} but service id {} is not that service: "
@@ -408,7 +410,7 @@ class Mover:
                      len(v.unreadable), raised)
 
     def _act_on(self, v: Verdict) -> None:
-        for s in (s for s, _why in v.forged):
+        for s in (s for s, _why in v.forged if s.mode not in JOB_MODES):
             self._step(s.name, self._repair, s)
         for sid in sorted(v.unreadable_gone) if self.judge_labels else ():
             # as a readable record of a gone service: its gates are placement's to release
