@@ -559,3 +559,21 @@ def test_a_forged_move_label_is_said_once_and_remembered_by_id_and_hash(
                                                    getattr(s, "health_mover", None)) if m]
     keys = [k for m in movers for k in m._said]
     assert keys and all(len(str(k)) < 200 for k in keys), [str(k)[:80] for k in keys]
+
+
+@pytest.mark.parametrize("mode", [{"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": 1}},
+                                  {"GlobalJob": {}}])
+def test_a_forged_move_label_on_a_job_is_left_on_its_spec(mode: dict[str, Any]) -> None:
+    # Swarm runs a job again from the start (a new JobIteration) on any update of its
+    # spec, a label's too: removing the label would restart the run its owner's deploy
+    # started. It is reported and ignored, and left where it is. Before: removed, and
+    # the job's running task replaced by a new run's.
+    job = sw_svc("batch", {f"{P}gpus": "1", f"{P}{MOVE_STATE}": "{}"}, mode=mode)
+    base = victim_cluster({})
+    sw = RecordingSwarm(base.nodes(), [*base.services(), job], base.tasks())
+    m = Mover(sw, RB, prefix=P, dry_run=False)  # type: ignore[arg-type]
+    m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert ("service", job.id) not in sw.calls
+    assert sw.service(job.id).labels[f"{P}{MOVE_STATE}"] == "{}"
+    (rec,) = [r for r in m.recent if r.service == "batch"]
+    assert rec.outcome is Outcome.IGNORED and "left on its spec" in rec.detail

@@ -414,3 +414,55 @@ def test_a_preemption_whose_victims_move_waits_stops_none_of_its_victims() -> No
         assert gate_key(P, name) in sw.node("n-4090").labels, name
         assert f"{P}{PREEMPTED_STATE}" not in sw.service(f"id-{name}").labels, name
     assert read_records(sw.swarm_labels(), P) == {}
+
+
+class _VictimStopFails(RecordingSwarm):
+    """big's preemption of a and b (both stopped: moves are off); b's stop fails: its
+    spec write (an engine error), or its holding changed since the decision (``moved``:
+    b holds other GPUs of the node by the time the stop reads it)."""
+
+    def __init__(self, fault: str) -> None:
+        c = _one_preemptor_two_victims({})
+        super().__init__(c.nodes(), c.services(), c.tasks(), c.swarm_labels())
+        self._swarm_labels.pop(f"{P}state.moves.id-gone")
+        self.fault = fault
+
+    def node(self, node_id: str) -> Any:
+        n = super().node(node_id)
+        if self.fault == "moved" and node_id == "n-4090":
+            h = Holding("b", "n-4090", R[6:], (1000, 1000))
+            return replace(n, labels={**n.labels, assign_key(P, "b"): h.label_value()})
+        return n
+
+    def update_service_spec(self, service_id: str, compute: Any, **kw: Any) -> bool:
+        from swarmgpu.swarm.client import SwarmError
+
+        if self.fault == "spec" and service_id == "id-b":
+            raise SwarmError("engine answered 500: rpc error")
+        return super().update_service_spec(service_id, compute, **kw)
+
+
+@pytest.mark.parametrize("fault", ["spec", "moved"])
+def test_a_preemption_whose_second_victim_cannot_be_stopped_stops_neither(fault: str) -> None:
+    """big needs a's and b's GPUs; b's stop fails. Before: a was stopped alone (its gate
+    closed), big still could not run (b kept its GPUs), and placement gave a its GPUs
+    back the next cycle: stopped and restarted for nothing. Now the victims' gates close
+    in one node write, after every victim's holding is read again and its spec written:
+    a fault before it stops none, gives the hour back, and big tries again next cycle."""
+    sw = _VictimStopFails(fault)
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    cfg = Config(preemption=PreemptionConfig(dry_run=False))
+    pre, plan = Preempter(cfg), make_plan(snap, cfg)
+    (chosen,) = pre.decide(snap, plan, FACTS, None, 5000.0)
+    assert sorted(v.service for v in chosen.victims) == ["a", "b"]
+    done = pre.cycle(sw, snap, plan, FACTS, now=5000.0)  # type: ignore[arg-type]
+    assert done == [] and "big" not in pre.preemptor_at and pre.victim_at == {}
+    labels = sw._nodes["n-4090"].labels
+    for name in ("a", "b"):
+        assert gate_key(P, name) in labels and assign_key(P, name) in labels, name
+    assert _stored_hour(sw) == 0 and list(pre.spent.all) == []
+    # Next cycle placement keeps a where it runs (its spec labels, if written, restored).
+    snap = Snapshot(sw.nodes(), sw.services(), sw.tasks(), {}, swarm_labels=sw.swarm_labels())
+    a = {sp.name: sp for sp in make_plan(snap, cfg).services}["a"]
+    assert a.status == "placed" and [pl.node_id for pl in a.placements] == ["n-4090"]
+    assert not a.force_update and (a.decision is None or a.decision[0] == "none")

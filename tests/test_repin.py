@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from support.forged import RecordingSwarm, held_labels, sw_node, sw_svc
+from support.forged import RecordDropFails, RecordingSwarm, held_labels, sw_node, sw_svc
 from support.gpu_nodes import DGX_A100, RTX4090
 from support.rebalance import U2, node, running, service
 from support.rebalance_fragmentation import HALF, WHOLE, plan, two_half_used
@@ -587,3 +587,23 @@ def test_new_gpus_given_out_before_step_2_landed_are_not_written() -> None:
     assert read_records(sw.swarm_labels(), P) == {}
     (last,) = m.recent
     assert last.outcome is Outcome.FAILED and U[0] in last.detail and "c" in last.detail
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["failed", "answer-lost"])
+def test_a_repin_whose_record_drop_fails_is_said_done_once(landed: bool) -> None:
+    # Before: the retry found the move label gone and said "the service's move label was
+    # gone" (the drop failed), or nothing at all (the drop made, its answer lost).
+    base, now = victim_cluster(), [1000.0]
+    sw = RecordDropFails(base.nodes(), base.services(), base.tasks())
+    sw.landed = landed
+    m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([_repin_move()], sw.nodes(), sw.services(), sw.tasks())
+    sw.fail = 1
+    for _ in range(5):
+        swarm_acts(sw)
+        now[0] += 1
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) == {} and sw.fail == 0
+    ended = [r for r in m.recent if r.outcome is not Outcome.STARTED]
+    assert [r.outcome for r in ended] == [Outcome.DONE]
+    assert "only that node's task was replaced" in ended[0].detail

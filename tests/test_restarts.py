@@ -3,8 +3,10 @@ of a stack deployed as written; ``render`` of such a file (pure, planner only)."
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+import pytest
 import yaml
 from support.forged import DGX_F, R4090_F, sw_node
 from support.write_paths import svc
@@ -12,7 +14,9 @@ from support.write_paths import svc
 from swarmgpu.core.model import NodeFacts
 from swarmgpu.manager.commands.render import render_stack
 from swarmgpu.manager.placement import (
+    ClusterAllocator,
     Holding,
+    PlacementPlan,
     Planner,
     assign_key,
     devices_key,
@@ -23,6 +27,9 @@ from swarmgpu.manager.placement import (
     hold_constraint,
     is_hold,
 )
+from swarmgpu.manager.placement.cycle import Cycle
+from swarmgpu.manager.placement.records import SpecWrites
+from swarmgpu.manager.placement.restarts import settle_restarts
 from swarmgpu.manager.services.sharing import env_lines
 from swarmgpu.swarm.client import SwarmTask
 
@@ -173,3 +180,66 @@ def test_a_node_whose_facts_cannot_be_read_keeps_its_running_holdings() -> None:
         web, b = by_name["web"], by_name["b"]
         assert "n-4090" not in plan.node_remove and not web.needs_service_write
         assert all(p.node_id != "n-4090" for p in b.placements)
+
+
+def _cycle_on(ns: list[Any], node_remove: dict[str, list[str]] | None = None) -> Any:
+    """The cycle ``settle_restarts`` reads: the nodes, the plan's removals so far."""
+    return Cycle(cluster=ClusterAllocator(), by_id={n.id: n for n in ns}, facts={},
+                 prefix=P, zone_label="", all_zones=set(), adopt_ungated=True,
+                 plan=PlacementPlan(node_remove=node_remove or {}),
+                 exclude=lambda s: frozenset())
+
+
+def test_a_hold_names_the_maxreplicas_change_swarm_restarts_a_stray_task_for() -> None:
+    # A task runs on a node without its gate (nothing of this write removes it): Swarm
+    # replaces it for any change of placement, so MaxReplicas waits too, and the note
+    # names it. Before: "held back: it would restart its running task:  --" (nothing
+    # named), and MaxReplicas written under "a change of placement alone, which the
+    # nodes its tasks run on satisfy" -- the task replaced for it.
+    s = svc("web", {f"{P}gpus": "1"}, [env_template(P)], [gate_constraint(P, "web")])
+    w = SpecWrites(service_labels_set={f"{P}x": "1"}, set_max_replicas=1)
+    r = settle_restarts(w, None, s, {"n-4090": 1}, {},
+                        _cycle_on([sw_node("n-4090", "gpu-node-2")]))
+    assert r is not None and r.held == ("change Placement.MaxReplicas",)
+    assert r.decision is None and r.writes == replace(w, set_max_replicas=None)
+    assert r.note is not None and "MaxReplicas" in r.note and "task:  --" not in r.note
+
+
+@pytest.mark.parametrize("availability", ["active", "pause"])
+def test_a_task_whose_gate_the_write_closes_is_not_restarted_by_it(availability: str) -> None:
+    # Phase 1 of the write removes the gate of the node its task runs on: Swarm's
+    # constraint enforcer stops that task on the node update (an active node), so the
+    # spec write restarts nothing there and nothing is held. A paused node is not
+    # enforced: its task runs on, and the env line would restart it (held).
+    s = svc("web", {f"{P}gpus": "1"}, [env_template(P)], [gate_constraint(P, "web")])
+    n = replace(sw_node("n-4090", "gpu-node-2", {gate_key(P, "web"): "true"}),
+                availability=availability)
+    w = SpecWrites(service_labels_set={f"{P}x": "1"}, set_max_replicas=1,
+                   add_env=("CUDA_DEVICE_ORDER=PCI_BUS_ID",))
+    r = settle_restarts(w, None, s, {"n-4090": 1}, {"n-4090": (gate_key(P, "web"),)},
+                        _cycle_on([n]))
+    assert r is not None
+    if availability == "pause":
+        assert r.held == ("add env CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                          "change Placement.MaxReplicas")
+        return
+    assert r.held == () and r.note is None and r.writes == w
+    assert r.decision is not None and r.decision[0] == "none"
+    assert "no longer meet its constraints" in r.decision[1]
+    # Where the node keeps its gate the env line would restart the task: held, named.
+    r = settle_restarts(w, None, s, {"n-4090": 1}, {}, _cycle_on([n]))
+    assert r is not None and r.held == ("add env CUDA_DEVICE_ORDER=PCI_BUS_ID",)
+    assert r.note is not None and "CUDA_DEVICE_ORDER" in r.note
+
+
+def test_a_spec_without_a_container_spec_gets_no_hold_naming_nothing() -> None:
+    # A service whose spec has no ContainerSpec (the planner tests' own helper builds
+    # such): a MaxReplicas write is a change of placement alone. Before: the write made
+    # an empty ContainerSpec, taken for a restart, and the plan said "held back: it
+    # would restart its running task:  --" with nothing held.
+    s = replace(svc("web", {f"{P}gpus": "1"}, [env_template(P)], []), spec={"Name": "web"})
+    w = SpecWrites(set_max_replicas=2)
+    r = settle_restarts(w, None, s, {"n-4090": 1}, {},
+                        _cycle_on([sw_node("n-4090", "gpu-node-2")]))
+    assert r is not None and r.held == () and r.note is None and r.writes == w
+    assert r.decision is not None and r.decision[0] == "none"

@@ -9,6 +9,7 @@ from typing import Any
 
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import service_compute
+from swarmgpu.swarm.taskspec import task_changes
 
 
 def spec() -> dict[str, Any]:
@@ -55,3 +56,19 @@ def test_every_change_lands_and_the_given_spec_is_left_as_it_was() -> None:
 
 def test_nothing_to_change_is_no_write() -> None:
     assert service_compute(SpecWrites())(spec()) is None
+
+
+def test_a_write_adds_no_empty_part_to_the_task_template() -> None:
+    # A label or MaxReplicas write on a spec without ContainerSpec, Placement or even a
+    # TaskTemplate changes only what it sets: no empty ContainerSpec (a task spec change
+    # Swarm replaces tasks for, which placement held back naming nothing: "held back: it
+    # would restart its running task:  --"), no empty Placement or Labels.
+    labels = SpecWrites(service_labels_set={"swarmgpu.x": "1"})
+    for given in ({"Name": "svc"}, {"Name": "svc", "TaskTemplate": {}},
+                  {"Name": "svc", "TaskTemplate": {"ForceUpdate": 0}}):
+        new = service_compute(labels)(given)
+        assert new is not None and task_changes(given, new) == []
+        assert new == {**given, "Labels": {"swarmgpu.x": "1"}}
+    new = service_compute(SpecWrites(set_max_replicas=2))({"Name": "svc"})
+    assert new == {"Name": "svc", "TaskTemplate": {"Placement": {"MaxReplicas": 2}}}
+    assert task_changes({"Name": "svc"}, new) == ["change Placement.MaxReplicas"]

@@ -22,6 +22,7 @@ from swarmgpu.manager.placement import (
 )
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.swarm.client import (
+    SwarmError,
     SwarmNode,
     SwarmNotFound,
     SwarmService,
@@ -204,3 +205,26 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class RecordDropFails(RecordingSwarm):
+    """A RecordingSwarm whose next ``fail`` writes of the swarm labels that remove a move
+    record raise (the engine's error); ``landed``: the write is made first (its answer
+    lost: a timeout after the engine made it)."""
+
+    fail = 0
+    landed = False
+
+    def update_swarm_labels(self, compute: Callable[[Mapping[str, str]],
+                                                    Mapping[str, str] | None],
+                            **kw: Any) -> bool:
+        head = f"{P}state.moves."
+        new = compute(dict(self._swarm_labels))
+        drops = new is not None and (sum(k.startswith(head) for k in new)
+                                     < sum(k.startswith(head) for k in self._swarm_labels))
+        if self.fail and drops:
+            self.fail -= 1
+            if self.landed:
+                super().update_swarm_labels(compute, **kw)
+            raise SwarmError("swarm update: the engine answered 500 (test)")
+        return super().update_swarm_labels(compute, **kw)

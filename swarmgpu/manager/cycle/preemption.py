@@ -47,6 +47,14 @@ A victim is stopped by swarmgpu's own state only: its ``<p>devices.<node>`` list
 ledger entry and gate leave the node, and Swarm's constraint enforcer stops the task with
 the service's own stop_grace_period. Its spec is otherwise untouched; the planner places
 it again when capacity frees (and removes the record then).
+
+The victims of one preemption (all on the preemptor's node) are stopped whole or not at
+all: their holdings are read again first, then each one's spec is written, then all
+their gates close in one node write (``_close``). A victim that no longer holds what was
+decided, or a spec write that fails, stops none (the hour given back, tried again next
+cycle; a spec written is placement's to restore, its victim still holding). Stopped one
+by one, a failure left the others stopped for a preemptor that still could not run, and
+placement gave them their GPUs back the next cycle: stopped and restarted for nothing.
 """
 
 from __future__ import annotations
@@ -413,23 +421,23 @@ class Preempter:
 
     def _stop_all(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
                   to_stop: list[Candidate], counted: set[str]) -> tuple[list[Candidate], bool]:
-        """Stop ``to_stop``, the hour stored first for those not yet ``counted`` (a
-        victim whose move failed after its hook counted it); those stopped, and whether
-        the hour was corrected after (fewer stopped than counted: stored by ``cycle``)."""
+        """Stop ``to_stop`` as one (``_stop``), the hour stored first for those not yet
+        ``counted`` (a victim whose move failed after its hook counted it); those stopped,
+        and whether the hour was corrected after (none stopped: stored by ``cycle``)."""
         if not to_stop:
             return [], False
         fresh = [v for v in to_stop if v.service not in counted]
         if fresh and not self._reserve(swarm, p, tenant, len(fresh), now):
             # none stopped: only those counted by their move are left to give back
-            got: list[tuple[Candidate, bool | None]] = [
-                (v, False) for v in to_stop if v.service in counted]
+            ok: bool | None = False
+            left = len(to_stop) - len(fresh)
         else:
-            got = [(v, self._stop(swarm, p, v, now)) for v in to_stop]
+            ok = self._stop(swarm, p, to_stop, now)
+            left = len(to_stop) if ok is False else 0
         # a stop half made (None) stays counted: it may have landed (the safe side)
-        left = sum(1 for _v, ok in got if ok is False)
         if left:
             self.spent.release(now, tenant, left)
-        return [v for v, ok in got if ok], bool(left)
+        return (list(to_stop) if ok else []), bool(left)
 
     def _count_first(self, swarm: SwarmClient, p: Preemption, tenant: str, now: float,
                      v: Candidate, counted: set[str]) -> Callable[[], None]:
@@ -533,85 +541,102 @@ class Preempter:
         if self.said_raised.fresh(key):
             logger.bind(service=service).opt(exception=exc).error("preemption: {}", what)
 
-    def _stop(self, swarm: SwarmClient, p: Preemption, v: Candidate, now: float,
-              ) -> bool | None:
-        """``_close``, one victim's loss only whatever it raises: True stopped, False
-        left as it was; None when half made (its gate write failed after its spec write,
-        or it raised past a SwarmError, a bug or an answer no one foresaw, after a write
-        was let through): counted, judged from Swarm next cycle (a victim still holding
-        is placement's, which keeps it placed)."""
+    def _stop(self, swarm: SwarmClient, p: Preemption, victims: list[Candidate],
+              now: float) -> bool | None:
+        """``_close``, this preemption's loss only whatever it raises: True stopped, False
+        none stopped; None when half made (the gate write let through, then it raised: a
+        bug or an answer no one foresaw): counted, judged from Swarm next cycle."""
         gate = Writes(swarm, dry_run=self.cfg.dry_run or self.cfg.preemption.dry_run,
                       who="preemption", prefix=self.prefix)
-        wrote: list[bool] = []
+        closing: list[bool] = []
+        who = names(victims)
         try:
-            with gate.before_first(lambda: wrote.append(True)):
-                return self._close(gate, swarm, p, v, now)
+            return self._close(gate, swarm, p, victims, now, closing)
         except Stopped:
             raise  # the daemon stops: no later victim is stopped
-        except Exception as exc:  # a bug or unforeseen input: this victim's loss only
-            self._say_raised(f"stop:{p.service}:{v.service}", v.service, exc,
-                             f"stopping {v.service} for {p.service} failed unexpectedly ("
-                             + ("half made: counted, judged from Swarm next cycle" if wrote
-                                else "nothing written: left as it was")
+        except Exception as exc:  # a bug or unforeseen input: this preemption's loss only
+            self._say_raised(f"stop:{p.service}:{who}", victims[0].service, exc,
+                             f"stopping {who} for {p.service} failed unexpectedly ("
+                             + ("half made: counted, judged from Swarm next cycle" if closing
+                                else "no gate closed: left as they were")
                              + "); the other preemptions go on")
-            return None if wrote else False
+            return None if closing else False
 
-    def _close(self, gate: Writes, swarm: SwarmClient, p: Preemption, v: Candidate,
-               now: float) -> bool | None:
-        """Close one victim's gate on its node, after its device lists and the record:
-        True closed, False nothing of it written, None half made (the spec written, the
-        gate write failed: counted, as ``_stop``'s None)."""
+    def _close(self, gate: Writes, swarm: SwarmClient, p: Preemption,
+               victims: list[Candidate], now: float, closing: list[bool]) -> bool | None:
+        """Close the victims' gates on their node in one write, after reading their
+        holdings again and writing each one's spec (its device lists gone, the record; no
+        task restarts): a fault before that write stops none (a spec written is
+        placement's to restore: the victim still holds). True closed, False none, None
+        half made (the gate write failed: its outcome unknown, counted). ``closing``:
+        appended to once the gate write is tried."""
         prefix = self.prefix
-        log = logger.bind(service=v.service)
-        try:  # the holding as Swarm has it now, not as the snapshot had it
-            node = swarm.node(v.node_id)
+        log = logger.bind(service=p.service)
+        try:  # the holdings as Swarm has them now, not as the snapshot had them
+            node = swarm.node(p.node_id)
         except SwarmError as exc:
-            log.error("preemption: cannot read node {}: {}", v.node_id[:12], exc)
+            log.error("preemption: cannot read node {}: {}", p.node_id[:12], exc)
             return False
-        held = read_ledger([node], prefix).get(v.service, {}).get(v.node_id)
-        if held is None or not set(v.uuids) <= set(held.uuids):
-            log.warning("preemption: {} no longer holds what was decided on {}; left alone",
-                        v.service, p.hostname)
+        ledger = read_ledger([node], prefix)
+        gone = [v.service for v in victims if (h := ledger.get(v.service, {}).get(
+            p.node_id)) is None or not set(v.uuids) <= set(h.uuids)]
+        if gone:
+            log.warning("preemption: {} no longer holds what was decided on {}: none of "
+                        "{} stopped for {} (tried again next cycle)", ", ".join(gone),
+                        p.hostname, names(victims), p.service)
             return False
-        record = Preempted(p.service, p.priority, now, v.node_id).to_json()
-        dk = f"{prefix}{DEVICES}{v.node_id}"
-
-        def service(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
-            new = copy.deepcopy(dict(spec))
-            labels = {k: val for k, val in (new.get("Labels") or {}).items()
-                      if not (k == dk or k.startswith(dk + "."))}
-            labels[prefix + PREEMPTED_STATE] = record
-            new["Labels"] = labels
-            return None if new == spec else new
-
-        def node_labels(cur: Mapping[str, str]) -> Mapping[str, str] | None:
-            drop = {assign_key(prefix, v.service), gate_key(prefix, v.service)}
-            if not drop & cur.keys():
-                return None
-            return {k: val for k, val in cur.items() if k not in drop}
-
+        record = Preempted(p.service, p.priority, now, p.node_id).to_json()
+        why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
         # Through the actuator's gate, as every write; preemption's own dry-run checks
         # ran before this (``cycle``), the gate's refuses whatever slipped past them.
-        why = Why("preempt", f"room for {p.service} (priority {p.priority}) on {p.hostname}")
+        for v in victims:
+            try:
+                gate.service_spec(v.service_id, _unmapped(prefix, p.node_id, record), why)
+            except SwarmError as exc:
+                log.error("preemption: {}'s spec write failed: none of {} stopped for {}, "
+                          "no gate closed: {}", v.service, names(victims), p.service, exc)
+                return False
+        drop = {k for v in victims for k in (assign_key(prefix, v.service),
+                                             gate_key(prefix, v.service))}
+        closing.append(True)
         try:
-            gate.service_spec(v.service_id, service, why)
+            gate.node_labels(p.node_id, lambda cur: {k: val for k, val in cur.items()
+                                                     if k not in drop}
+                             if drop & cur.keys() else None, why)
         except SwarmError as exc:
-            log.error("preemption of {} failed, its gate left open: {}", v.service, exc)
-            return False
-        try:
-            gate.node_labels(v.node_id, node_labels, why)
-        except SwarmError as exc:
-            # Half made: its spec write landed, and this one's outcome is unknown (a
-            # timeout after the engine made it stopped the victim), so its second stays
+            # Half made: the specs landed, and this one's outcome is unknown (a timeout
+            # after the engine made it stopped the victims), so their seconds stay
             # spent; a victim still holding next cycle is placement's, which keeps it.
-            log.error("preemption of {} half made (its spec written, its gate write "
+            log.error("preemption of {} for {} half made (specs written, the gate write "
                       "failed), counted in the hour and judged from Swarm next cycle: {}",
-                      v.service, exc)
+                      names(victims), p.service, exc)
             return None
-        log.warning("{} on {}: its gate is closed, Swarm stops its task; it is placed again "
-                    "when capacity frees", Preempted(p.service, p.priority, now,
-                                                     v.node_id).reason(), p.hostname)
+        for v in victims:
+            logger.bind(service=v.service).warning(
+                "{} on {}: its gate is closed, Swarm stops its task; it is placed again "
+                "when capacity frees", Preempted(p.service, p.priority, now,
+                                                 p.node_id).reason(), p.hostname)
         return True
+
+
+def names(victims: list[Candidate]) -> str:
+    return ", ".join(v.service for v in victims)
+
+
+def _unmapped(prefix: str, node_id: str, record: str
+              ) -> Callable[[Mapping[str, Any]], Mapping[str, Any] | None]:
+    """A victim's spec write: its device lists for ``node_id`` gone, the record set."""
+    dk = f"{prefix}{DEVICES}{node_id}"
+
+    def service(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        new = copy.deepcopy(dict(spec))
+        labels = {k: val for k, val in (new.get("Labels") or {}).items()
+                  if not (k == dk or k.startswith(dk + "."))}
+        labels[prefix + PREEMPTED_STATE] = record
+        new["Labels"] = labels
+        return None if new == spec else new
+
+    return service
 
 
 def _note(plan: PlacementPlan, by_name: Mapping[str, int], name: str, note: str) -> None:

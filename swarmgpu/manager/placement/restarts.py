@@ -4,7 +4,10 @@ Swarm replaces a running task whenever its task spec changes (``swarm.taskspec``
 for a model server every replacement is a model load. So a plan's task spec change is
 written only when it is a decision:
 
-- nothing of the service runs (its next task carries the change: placement);
+- nothing of the service runs (its next task carries the change: placement), or its
+  tasks run only on nodes whose labels the write's first phase changes so that they no
+  longer meet its constraints (Swarm's constraint enforcer stops those tasks on that
+  node update, whatever the spec says: the write restarts nothing);
 - it places tasks made before their device map, or re-places a running one
   (``devicemap``: the ForceUpdate that gives every task its map, with its reason);
 - its task runs without a device list (no device env: it may see every GPU of its
@@ -15,7 +18,9 @@ Anything else -- the env lines a newer swarmgpu tells a share's container, the p
 template, the device mount (``placement.grants: mounts``), a generic reservation, a gate
 constraint its node does not have yet -- is held
 back: the write keeps only what restarts nothing (labels, ``MaxReplicas``, update
-parallelism), and ``held`` says what would change. The held changes go with the
+parallelism; ``MaxReplicas`` too is held where a task runs on a node that does not meet
+the service's constraints: Swarm replaces it for any change of placement), and ``held``
+says what would change. The held changes go with the
 service's next decided write, or with the operator's ``swarmgpu apply --service``
 (``release``). Pure: the plan, the service and the nodes its tasks run on, in.
 """
@@ -24,15 +29,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from swarmgpu.manager.placement.cycle import Cycle
 from swarmgpu.manager.placement.envs import device_env
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.placement.specwrite import service_compute
 from swarmgpu.swarm.client import SwarmNode, SwarmService
+from swarmgpu.swarm.constraints import node_satisfies, parse_all
 from swarmgpu.swarm.taskspec import restarts_on, task_changes
 
 NOTHING_RUNS = ("none", "nothing of it runs: its next task carries the change")
+STOPPED_BY_LABELS = ("none", "its tasks run only on nodes whose labels this write "
+                             "changes so that they no longer meet its constraints (Swarm "
+                             "stops them as the labels change): its next task carries "
+                             "the change")
 PLACEMENT_ONLY = ("none", "a change of placement alone, which the nodes its tasks run "
                           "on satisfy: no task restarts")
 UNGATED = ("place", "its task runs without a device list (no device env: it may see "
@@ -68,12 +79,13 @@ def settle_restarts(writes: SpecWrites, decision: tuple[str, str] | None, s: Swa
     changes = task_changes(s.spec, new)
     if not changes:
         return None
-    nodes = _running_nodes(running_on, removed, cyc)
+    nodes = _running_nodes(s, running_on, removed, cyc)
     if s.name in cyc.release:
         return Restarts(("operator", f"the operator's word (swarmgpu apply --service "
                                      f"{s.name})"), writes)
     if not nodes:
-        return Restarts(decision or NOTHING_RUNS, writes)
+        gone = NOTHING_RUNS if not any(running_on.values()) else STOPPED_BY_LABELS
+        return Restarts(decision or gone, writes)
     if decision is not None:
         return Restarts(decision, writes)  # decided by placement (devicemap)
     if device_env(cyc.prefix, s.env) is None:
@@ -83,21 +95,36 @@ def settle_restarts(writes: SpecWrites, decision: tuple[str, str] | None, s: Swa
     return _hold(writes, s, nodes, changes)
 
 
-def _running_nodes(running_on: Mapping[str, int], removed: Mapping[str, Sequence[str]],
-                   cyc: Cycle) -> list[SwarmNode]:
-    """The nodes a task of the service runs on, with their labels as the spec write
-    finds them: after phase 1 of the write (released gates and ledger entries), before
-    phase 3 (gates that open)."""
+def _running_nodes(s: SwarmService, running_on: Mapping[str, int],
+                   removed: Mapping[str, Sequence[str]], cyc: Cycle) -> list[SwarmNode]:
+    """The nodes a task of the service runs on that the spec write could restart it on,
+    with their labels as the write finds them: after phase 1 of the write (released
+    gates and ledger entries), before phase 3 (gates that open). A node whose labels
+    phase 1 changes so that it no longer meets the service's constraints is left out:
+    Swarm's constraint enforcer stops its task on that node update (by the service's
+    constraints, not the task's; on an active node: a drained one runs none, a paused
+    one is not enforced), so the write restarts nothing there (a constraint that does
+    not parse: kept, as a restart)."""
     out: list[SwarmNode] = []
     before = cyc.plan.node_remove
+    cons, bad = parse_all(_constraints(s.spec))
     for nid, n in running_on.items():
         node = cyc.by_id.get(nid)
         if not n or node is None:
             continue
-        gone = {*before.get(nid, ()), *removed.get(nid, ())}
-        out.append(replace(node, labels={k: v for k, v in node.labels.items()
-                                         if k not in gone}) if gone else node)
+        gone = {*before.get(nid, ()), *removed.get(nid, ())} & node.labels.keys()
+        if not gone:
+            out.append(node)
+            continue
+        node = replace(node, labels={k: v for k, v in node.labels.items() if k not in gone})
+        if bad or node.availability not in ("active", "drain") or node_satisfies(cons, node):
+            out.append(node)
     return out
+
+
+def _constraints(spec: Mapping[str, Any]) -> list[str]:
+    tt = spec.get("TaskTemplate") or {}
+    return list((tt.get("Placement") or {}).get("Constraints") or [])
 
 
 def _hold(writes: SpecWrites, s: SwarmService, nodes: list[SwarmNode],
@@ -108,6 +135,12 @@ def _hold(writes: SpecWrites, s: SwarmService, nodes: list[SwarmNode],
     new = service_compute(keep)(s.spec)
     if new is not None and restarts_on(s.spec, new, nodes):
         keep = replace(keep, add_constraints=(), remove_constraints=())
+        new = service_compute(keep)(s.spec)
+    if new is not None and restarts_on(s.spec, new, nodes):
+        # A task runs on a node that does not meet the service's constraints as they
+        # are (nothing of this write removes them): Swarm replaces it for any change of
+        # placement, MaxReplicas too, so that waits as well (named in ``held``).
+        keep = replace(keep, set_max_replicas=None)
         new = service_compute(keep)(s.spec)
     kept = task_changes(s.spec, new) if new is not None else []
     held = tuple(c for c in changes if c not in kept)

@@ -74,6 +74,22 @@ def service_compute(sp: SpecWrites) -> SpecCompute:
             have = {m.get("Target") for m in mounts if isinstance(m, Mapping)}
             mounts += [m for m in sp.add_mounts if m["Target"] not in have]
             cs["Mounts"] = mounts
+        _no_empty_parts(spec, new)
         return None if new == spec else new
 
     return compute
+
+
+def _no_empty_parts(spec: Mapping[str, Any], new: dict[str, Any]) -> None:
+    """The parts ``compute`` made that the spec had not and that stay empty, taken out
+    again: an empty ``ContainerSpec`` where there was none is a task spec change (Swarm
+    replaces tasks for it, and placement held it back naming nothing)."""
+    tt = new["TaskTemplate"]
+    had = spec.get("TaskTemplate") or {}
+    for key in ("Placement", "ContainerSpec"):
+        if key not in had and not tt[key]:
+            del tt[key]
+    if "TaskTemplate" not in spec and not tt:
+        del new["TaskTemplate"]
+    if "Labels" not in spec and not new["Labels"]:
+        del new["Labels"]

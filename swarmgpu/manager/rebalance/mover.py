@@ -22,7 +22,8 @@ mechanisms (gate node label, ledger node label, per-node device service label):
    It is the authority: a move advances only while its record names the carrying
    service (id and name) and the service's move label carries the record's move id.
    A move label with no record (``deploy.labels`` can say anything) is reported and
-   ignored, and removed from its own service's spec when not in dry-run.
+   ignored, and removed from its own service's spec when not in dry-run (a job's is
+   left: Swarm runs a job again from the start on any write of its spec).
 1. service write: ``<p>state.move=<json>`` (the intent) and ``<p>devices.B=U``; with
    make-before-break also replicas + 1 and ``MaxReplicas=1``. Placement leaves a
    service with a move label alone. A task created from now on carries B's devices.
@@ -32,7 +33,8 @@ mechanisms (gate node label, ledger node label, per-node device service label):
    surge): the constraint enforcer stops A's task; without the surge its replacement
    can only go to B.
 4. service write: replicas and MaxReplicas back, ``<p>devices.A`` and the move label
-   removed, ``<p>state.moved-at`` set (the cooldown, kept in Swarm); then the record goes.
+   removed, ``<p>state.moved-at`` set (the cooldown, kept in Swarm); the outcome is
+   said (once: ``_end``); then the record goes.
 
 Progress is read back from Swarm each cycle (gates, tasks), so a daemon killed at any
 point, or a new leader, finishes the move, or rolls it back once ``move_timeout_s``
@@ -71,6 +73,7 @@ from swarmgpu.manager.placement import (
     parse_holding,
     read_ledger,
 )
+from swarmgpu.manager.placement.jobs import JOB_MODES
 from swarmgpu.manager.rebalance.admission import (  # re-exported for callers
     Budget as Budget,
 )
@@ -185,9 +188,9 @@ class Mover:
         # moves that stay on their node (source == target): repin.py
         self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
                            seen=self.seen,
-                           say=lambda st, outcome, detail: self._record(
-                               st.service, st.source_host, st.target_host, st.reason,
-                               outcome, detail))
+                           say=self._say)
+        # moves whose outcome was said while their record stays (``_end``)
+        self._ended: set[str] = set()
 
     def stand_by(self) -> None:
         """Not the leader: the next term counts the fragmentation budget afresh, its
@@ -212,6 +215,20 @@ class Mover:
         else:
             log.info(msg, *args)
 
+    def _say(self, st: MoveState, outcome: Outcome, detail: str = "") -> None:
+        if outcome in (Outcome.DONE, Outcome.ROLLED_BACK, Outcome.FAILED):
+            return self._end(st, outcome, detail)
+        self._record(st.service, st.source_host, st.target_host, st.reason, outcome, detail)
+
+    def _end(self, st: MoveState, outcome: Outcome, detail: str) -> None:
+        """A move's outcome, said once, before its record's removal (the last write): a
+        removal that fails is retried next cycle with nothing said again (the retry finds
+        the move label gone: its reason would be wrong)."""
+        if st.id not in self._ended:
+            self._ended.add(st.id)
+            self._record(st.service, st.source_host, st.target_host, st.reason, outcome,
+                         detail)
+
     # --- the record: the daemon's own word ---------------------------------------
     def records(self) -> dict[str, MoveState]:
         """The moves this daemon (or a leader before it) started, from Swarm itself."""
@@ -234,8 +251,10 @@ class Mover:
             # megabyte (hash(): salted per process, no copy of the string).
             if said.fresh(f"{s.id}:{hash(s.labels.get(self.prefix + MOVE_STATE)):x}"):
                 self._record(s.name, "-", "-", "a move label the daemon did not write",
-                             Outcome.IGNORED, why + ("" if self.dry_run else
-                                                     "; removed from its spec"))
+                             Outcome.IGNORED, why + (
+                                 "" if self.dry_run else "; left on its spec: a job runs "
+                                 "again from the start on any write of its spec"
+                                 if s.mode in JOB_MODES else "; removed from its spec"))
         for sid, st in v.mismatched:
             if said.fresh(f"{sid}:{st.id}"):
                 logger.error("move record {} names {} but service id {} is not that service: "
@@ -280,8 +299,9 @@ class Mover:
         budgets elsewhere keep their slots, ``admit``). In dry-run nothing is written."""
         try:
             labels = self.swarm.swarm_labels()
-            v = verify_scope(read_records(labels, self.prefix), services, self.prefix,
-                             self.scope, unreadable_records(labels, self.prefix))
+            every = read_records(labels, self.prefix)
+            v = verify_scope(every, services, self.prefix, self.scope,
+                             unreadable_records(labels, self.prefix))
             if not self.judge_labels:
                 v.forged = []
         except SwarmError as exc:
@@ -289,6 +309,7 @@ class Mover:
             return
         self._report(v)
         self.seen.keep(v.in_flight())
+        self._ended &= {st.id for st in every.values()}  # gone: said and ended
         if self.dry_run:
             self._dry_flying.begin()
             for st in v.in_flight():
@@ -389,7 +410,7 @@ class Mover:
                      len(v.unreadable), raised)
 
     def _act_on(self, v: Verdict) -> None:
-        for s in (s for s, _why in v.forged):
+        for s in (s for s, _why in v.forged if s.mode not in JOB_MODES):
             self._step(s.name, self._repair, s)
         for sid in sorted(v.unreadable_gone) if self.judge_labels else ():
             # as a readable record of a gone service: its gates are placement's to release
@@ -560,9 +581,10 @@ class Mover:
 
         return self._write_node(node_id, compute)
 
-    def _finish(self, sid: str, st: MoveState, drop_node: str) -> None:
+    def _finish(self, sid: str, st: MoveState, drop_node: str, outcome: Outcome,
+                detail: str) -> None:
         """Step 4 (``record.end_move``): the node left behind loses its device map and
-        share labels, and the surge goes."""
+        share labels, and the surge goes; the outcome is said before the record goes."""
         p = self.prefix
 
         def also(spec: dict[str, Any]) -> None:
@@ -573,23 +595,22 @@ class Mover:
             if st.surge:
                 end_surge(spec, st)
 
-        end_move(self.writes, p, sid, self.clock(), also)
+        end_move(self.writes, p, sid, self.clock(), also,
+                 partial(self._end, st, outcome, detail))
 
-    def _rolled_back(self, st: MoveState, detail: str, taken: str) -> None:
-        """The roll-back's outcome; not reopened (``taken``): a failed move, once."""
+    def _rolled_back(self, sid: str, st: MoveState, detail: str, taken: str) -> None:
+        """The roll-back's end and outcome; not reopened (``taken``): a failed move."""
         if not taken:
-            self._record(st.service, st.source_host, st.target_host, st.reason,
-                         Outcome.ROLLED_BACK, detail)
+            self._finish(sid, st, st.target, Outcome.ROLLED_BACK, detail)
             return
-        self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.FAILED,
+        self._finish(sid, st, st.target, Outcome.FAILED,
                      f"{detail}; {st.service} not reopened on {st.source_host}: {taken} now "
                      "(placed while the move ran); placement places its replica anew")
 
     def _roll_back(self, sid: str, st: MoveState, detail: str) -> None:
         taken = self._open(st.source, st.source_holding())
         self._close(st.target, st.service)
-        self._finish(sid, st, st.target)
-        self._rolled_back(st, detail, taken)
+        self._rolled_back(sid, st, detail, taken)
 
     def _node_left(self, sid: str, st: MoveState, src: SwarmNode | None,
                    dst: SwarmNode | None) -> None:
@@ -598,13 +619,10 @@ class Mover:
         every cycle."""
         if dst is None:
             taken = self._open(st.source, st.source_holding()) if src is not None else ""
-            self._finish(sid, st, st.target)
-            self._rolled_back(st, f"{st.target_host} left the swarm", taken)
+            self._rolled_back(sid, st, f"{st.target_host} left the swarm", taken)
             return
         taken = self._open(st.target, st.target_holding())
-        self._finish(sid, st, st.source)
-        self._record(st.service, st.source_host, st.target_host, st.reason,
-                     Outcome.FAILED if taken else Outcome.DONE,
+        self._finish(sid, st, st.source, Outcome.FAILED if taken else Outcome.DONE,
                      f"{st.source_host} left the swarm; " + (
                          f"{st.target_host} not opened: {taken} now; placement places its "
                          "replica anew" if taken else
@@ -619,10 +637,8 @@ class Mover:
             return
         src_open = src.labels.get(gate_key(self.prefix, st.service)) == "true"
         if st.direction == "forward" and not src_open:
-            self._finish(sid, st, st.source)
-            self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.DONE,
-                         "finished from the daemon's record (the service's move label "
-                         "was gone)")
+            self._finish(sid, st, st.source, Outcome.DONE, "finished from the daemon's "
+                         "record (the service's move label was gone)")
             return
         self._roll_back(sid, st, "the service's move label was gone (re-deployed?)")
 
@@ -658,9 +674,8 @@ class Mover:
             if dst_open:
                 if src_open:
                     self._close(st.source, st.service)
-                self._finish(sid, st, st.source)
-                self._record(st.service, st.source_host, st.target_host, st.reason,
-                             Outcome.FAILED, kept_on_healthy(st, self.cfg.move_timeout_s, down))
+                self._finish(sid, st, st.source, Outcome.FAILED,
+                             kept_on_healthy(st, self.cfg.move_timeout_s, down))
                 return
         elif st.direction == "forward" and why is not None:
             back = replace(st, direction="back")
@@ -681,6 +696,5 @@ class Mover:
             crash_point("move-step-3")
             return
         if not src_open and not on_source and st.target in running_on:
-            self._finish(sid, st, st.source)
-            self._record(st.service, st.source_host, st.target_host, st.reason, Outcome.DONE,
+            self._finish(sid, st, st.source, Outcome.DONE,
                          f"running on {st.target_host} with {','.join(st.target_uuids)}")

@@ -505,10 +505,13 @@ def end_surge(spec: dict[str, Any], st: MoveState) -> None:
 
 
 def end_move(writes: Writes, prefix: str, sid: str, now: float,
-             also: Callable[[dict[str, Any]], None] | None = None) -> None:
+             also: Callable[[dict[str, Any]], None] | None = None,
+             said: Callable[[], None] | None = None) -> None:
     """The last step of every move: the service's move label goes and ``moved-at`` is
-    set (the cooldown, kept in Swarm), with ``also``'s edit of the same spec; then the
-    record goes, last: until it does, a restarted daemon finishes this step again."""
+    set (the cooldown, kept in Swarm), with ``also``'s edit of the same spec; ``said``
+    (the move's outcome) runs once that write is made; then the record goes, last:
+    until it does, a restarted daemon finishes this step again (its outcome said once:
+    the mover's ``_end``)."""
 
     def edit(spec: dict[str, Any]) -> None:
         labels = spec_labels(spec)
@@ -518,4 +521,6 @@ def end_move(writes: Writes, prefix: str, sid: str, now: float,
             also(spec)
 
     writes.service_spec(sid, spec_edit(edit))
+    if said is not None:
+        said()
     drop_record(writes, prefix, sid, now, finished=True)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from loguru import logger
@@ -234,9 +235,11 @@ class Repin:
     def _open(self, st: MoveState, h: Holding) -> bool:
         return self._node(st, h, gate_open=True)
 
-    def _finish(self, sid: str, st: MoveState) -> None:
-        """Step 4: the move label goes, ``moved-at`` is set, then the record goes."""
-        end_move(self.writes, self.prefix, sid, self.clock())
+    def _finish(self, sid: str, st: MoveState, outcome: Outcome, detail: str) -> None:
+        """Step 4: the move label goes, ``moved-at`` is set, the outcome is said (once:
+        the mover's ``say``), then the record goes."""
+        end_move(self.writes, self.prefix, sid, self.clock(),
+                 said=partial(self.say, st, outcome, detail))
 
     # --- progress ------------------------------------------------------------------
     def advance(self, sid: str, st: MoveState) -> None:
@@ -244,8 +247,8 @@ class Repin:
         the daemon's record, never the service's label."""
         node = node_by_id(self.swarm, st.source)
         if node is None:  # the node left the swarm: nothing to repin there
-            self._finish(sid, st)
-            self.say(st, Outcome.FAILED, f"{st.source_host} left the swarm; left to placement")
+            self._finish(sid, st, Outcome.FAILED,
+                         f"{st.source_host} left the swarm; left to placement")
             return
         p = self.prefix
         held = parse_holding(st.service, node.id, node.labels.get(assign_key(p, st.service), ""))
@@ -269,8 +272,8 @@ class Repin:
             # there. Before that the steps carry on (the closed gate is Swarm's to act on:
             # its constraint enforcer stops the old task).
             if at_target and gate_open:
-                self._finish(sid, st)
-                self.say(st, Outcome.FAILED, kept_on_healthy(st, self.cfg.move_timeout_s))
+                self._finish(sid, st, Outcome.FAILED,
+                             kept_on_healthy(st, self.cfg.move_timeout_s))
                 return
         elif late:
             if st.direction == "forward" and self._taken(sid, st, node, held,
@@ -298,11 +301,10 @@ class Repin:
                 self._open(st, st.target_holding())
                 crash_point("repin-step-3")
         elif runs:
-            self._finish(sid, st)
             outcome = Outcome.DONE if st.direction == "forward" else Outcome.ROLLED_BACK
-            self.say(st, outcome, f"running on {st.source_host} with "
-                                  f"{','.join(st.target_uuids)}; only that node's task "
-                                  "was replaced")
+            self._finish(sid, st, outcome, f"running on {st.source_host} with "
+                                           f"{','.join(st.target_uuids)}; only that node's "
+                                           "task was replaced")
 
     def _taken(self, sid: str, st: MoveState, node: SwarmNode, held: Holding | None,
                h: Holding, *, repoint: bool = False) -> bool:
@@ -327,8 +329,7 @@ class Repin:
         closed, placement places it), the move label and record gone."""
         if held is not None:
             self._open(st, held)
-        self._finish(sid, st)
-        self.say(st, Outcome.FAILED, f"{why}; left to placement")
+        self._finish(sid, st, Outcome.FAILED, f"{why}; left to placement")
 
     def recover(self, sid: str, st: MoveState) -> None:
         """A recorded repin whose service lost its move label (a stack re-deploy, or a
@@ -338,7 +339,7 @@ class Repin:
         held = None if node is None else parse_holding(
             st.service, node.id, node.labels.get(assign_key(self.prefix, st.service), ""))
         started = held is not None and held != st.source_holding()
-        drop_record(self.writes, self.prefix, sid, self.clock(), finished=started)
         self.say(st, Outcome.DONE if started and st.direction == "forward"
                  else Outcome.ROLLED_BACK,
                  "the service's move label was gone; placement carries on from the ledger")
+        drop_record(self.writes, self.prefix, sid, self.clock(), finished=started)
