@@ -8,7 +8,10 @@ the plugins its volumes, networks and log driver need (``placement.SwarmFilters`
 host-mode port it publishes bound there by another service's task
 (``placement.HostPorts``), nor taken by another move of the pass to that node; and the
 CPU and memory it reserves left on the node after the reservations of the node's tasks
-and of the pass's moves onto it (their tasks do not exist yet).
+and of the pass's moves onto it (their tasks do not exist yet). This cycle's placement
+decisions (``Inputs.placed``: placement ran first, its writes are not in the snapshot)
+count as tasks do: their host-mode ports claimed on their nodes, and their CPU and
+memory reserved where no task of theirs runs yet.
 
 ``live_refusal`` asks the same rules (``SwarmTargets.why``) once more just before a
 move's first write, of the service and the target node as Swarm has them then: a
@@ -17,7 +20,7 @@ re-deploy since planning may have added a constraint, a volume plugin or a host 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from swarmgpu.manager.placement import ClusterAllocator, HostPorts, SwarmFilters
@@ -37,7 +40,10 @@ class SwarmTargets:
     """Built once per pass from its snapshot."""
 
     def __init__(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
-                 tasks: Sequence[SwarmTask], prefix: str) -> None:
+                 tasks: Sequence[SwarmTask], prefix: str,
+                 placed: Mapping[str, Sequence[str]] | None = None) -> None:
+        """``placed``: service name -> the node of each of its replicas this cycle's
+        placement decided (``Inputs.placed``)."""
         # generic_kind "": a whole-GPU service's generic reservation is in its spec once
         # placement wrote it, and is judged from there
         self.filters = SwarmFilters(prefix, "", lambda _sid: None)
@@ -48,6 +54,25 @@ class SwarmTargets:
         self.by_name = {s.name: s for s in services}
         self.nodes = {n.id: n for n in nodes}
         self._refused: dict[str, AbstractSet[str]] = {}
+        self.placed_use = self._placed(placed or {}, tasks)
+
+    def _placed(self, placed: Mapping[str, Sequence[str]], tasks: Sequence[SwarmTask]
+                ) -> dict[str, tuple[int, int]]:
+        """Claim the placed services' host-mode ports on their nodes; node id -> the CPU
+        and memory their replicas reserve where no task of theirs runs yet."""
+        has = {(t.service_id, t.node_id) for t in tasks if t.desired_state == "running"}
+        use: dict[str, tuple[int, int]] = {}
+        for name, nids in placed.items():
+            s = self.by_name.get(name)
+            if s is None or not nids:
+                continue
+            self.ports.claim(s, nids)
+            cpu, mem = reservations(s.spec)
+            for nid in nids:
+                if (cpu or mem) and (s.id, nid) not in has:
+                    u = use.get(nid, (0, 0))
+                    use[nid] = (u[0] + cpu, u[1] + mem)
+        return use
 
     def refused(self, s: SwarmService, moves: Iterable[Move] = ()) -> AbstractSet[str]:
         """Nodes Swarm would not run a task of ``s`` on, ``moves`` (the pass's, proposed
@@ -86,8 +111,12 @@ class SwarmTargets:
         return reservations(s.spec) if s is not None else (0, 0)
 
     def reserve(self, alloc: ClusterAllocator, moves: Iterable[Move]) -> None:
-        """Count on ``alloc`` what the new tasks of ``moves`` reserve on their targets (a
-        move within one node replaces its task there: nothing more)."""
+        """Count on ``alloc`` what this cycle's placements (``placed``) and the new tasks
+        of ``moves`` reserve on their nodes (a move within one node replaces its task
+        there: nothing more)."""
+        for nid, (cpu, mem) in self.placed_use.items():
+            if nid in alloc.alloc.nodes:
+                alloc.add_usage(nid, cpu, mem)
         for m in moves:
             cpu, mem = self.reservation(m.service)
             if (cpu or mem) and m.target_node != m.source_node \
