@@ -31,7 +31,7 @@ from swarmgpu.manager.cycle.pipeline import Step
 from swarmgpu.manager.cycle.session import CycleSession, Slot
 from swarmgpu.manager.nodes.gpuowners import rejoined
 from swarmgpu.manager.nodes.sync import Snapshot, is_gpu_node
-from swarmgpu.manager.placement import read_ledger
+from swarmgpu.manager.placement import PlacementPlan, read_ledger
 from swarmgpu.manager.rebalance.context import Inputs
 from swarmgpu.manager.rebalance.mover import Mover, rebalancing
 from swarmgpu.manager.rebalance.moves import (
@@ -171,7 +171,7 @@ class Rebalancer(Step):
                      cfg=self.cfg, now=snap.taken_at, pending=pending, prefix=self.prefix,
                      workload=model.typical() if model is not None else None,
                      moving=moving(snap.services, snap.swarm_labels, self.prefix),
-                     unreadable=self._unreadable(snap))
+                     unreadable=self._unreadable(snap), placed=placed_of(plan))
         if planner is not None:  # placement's next cycle keeps failed holdings for us
             planner.keep_failed_holdings(self.keeps if self.health_on else None)
         prop = plan_moves(inp, self.health_inputs(snap))
@@ -282,6 +282,16 @@ class Rebalancer(Step):
     def render(self) -> str:
         p = self.last
         return render_moves(p.moves if p else [], self._all_recent(), p.notes if p else [])
+
+
+def placed_of(plan: PlacementPlan | None) -> dict[str, tuple[str, ...]]:
+    """This cycle's placement decisions (``Inputs.placed``): service name -> the node of
+    each replica placed. Placement ran before this step and wrote after the snapshot, so
+    a move's target check counts them from the plan, not from Swarm."""
+    if plan is None:
+        return {}
+    return {sp.name: tuple(p.node_id for p in sp.placements)
+            for sp in plan.services if sp.placements}
 
 
 def health_dict(p: Proposal | None, dry_run: bool, evacuate: bool) -> Mapping[str, Any]:

@@ -82,6 +82,10 @@ class Inputs:
     # Services whose own move record cannot be read, each with why no move of it starts
     # (``record.unreadable_of``): such a move may be under way, so none is proposed.
     unreadable: Mapping[str, str] = field(default_factory=dict)
+    # This cycle's placement decisions, made after the snapshot (its writes are not in
+    # it): service name -> the node of each replica placed. Their CPU, memory and
+    # host-mode ports count against a move's target (``SwarmTargets``).
+    placed: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 REPLICAS_COUNTED = 8  # replicas of one service that workload_now counts
@@ -269,7 +273,8 @@ class Context:
     def targets(self) -> SwarmTargets:
         if self._targets is None:
             inp = self.inp
-            self._targets = SwarmTargets(inp.nodes, inp.services, inp.tasks, inp.prefix)
+            self._targets = SwarmTargets(inp.nodes, inp.services, inp.tasks, inp.prefix,
+                                         inp.placed)
         return self._targets
 
     def refused(self, svc: str, moves: Sequence[Move] = ()) -> AbstractSet[str]:

@@ -7,7 +7,8 @@ per node (moves in flight count: ``over_budget``, asked by ``admit`` and again b
 hour and per 100 placements (``budget.py``); per-service cooldown; opt-out
 (``<p>rebalance=never``); never an unconverged service or a job, and a global service
 only between GPUs of its own node; the target is verified free against a fresh read of
-the ledger just before the first write.
+the ledger, and Swarm's filters against a fresh read of the service, just before the
+first write.
 
 A move whose target node is its source node is a repin (``repin.py``: the node's task is
 replaced with one on the new GPUs, no other node's); everything below is the move between
@@ -116,6 +117,7 @@ from swarmgpu.manager.rebalance.record import (
     record_key as record_key,
 )
 from swarmgpu.manager.rebalance.repin import Repin, kept_on_healthy
+from swarmgpu.manager.rebalance.targets import live_refusal
 from swarmgpu.manager.rebalance.verdict import (  # the judgement: re-exported for callers
     Verdict as Verdict,
 )
@@ -505,6 +507,9 @@ class Mover:
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
                                      tasks, ledger, self.prefix, self.clock(),
                                      self.cfg.cooldown_s, moving=flying)
+        # Swarm's word on the target for the service as it is now (a re-deploy since
+        # planning), by the planner's own rules: else its task would stay pending there.
+        why = why or live_refusal(self.swarm, fresh, target, tasks, self.prefix)
         if why is not None or budget is not None:
             return self._refused(m, why, budget)
         replicas = fresh.replicas or 0

@@ -8,24 +8,42 @@ the plugins its volumes, networks and log driver need (``placement.SwarmFilters`
 host-mode port it publishes bound there by another service's task
 (``placement.HostPorts``), nor taken by another move of the pass to that node; and the
 CPU and memory it reserves left on the node after the reservations of the node's tasks
-and of the pass's moves onto it (their tasks do not exist yet).
+and of the pass's moves onto it (their tasks do not exist yet). This cycle's placement
+decisions (``Inputs.placed``: placement ran first, its writes are not in the snapshot)
+count as tasks do: their host-mode ports claimed on their nodes, and their CPU and
+memory reserved where no task of theirs runs yet.
+
+``live_refusal`` asks the same rules (``SwarmTargets.why``) once more just before a
+move's first write, of the service and the target node as Swarm has them then: a
+re-deploy since planning may have added a constraint, a volume plugin or a host port.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
 from swarmgpu.manager.placement import ClusterAllocator, HostPorts, SwarmFilters
+from swarmgpu.manager.placement.hostports import published
 from swarmgpu.manager.rebalance.moves import Move
-from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, reservations
+from swarmgpu.swarm.client import (
+    SwarmClient,
+    SwarmNode,
+    SwarmNotFound,
+    SwarmService,
+    SwarmTask,
+    reservations,
+)
 
 
 class SwarmTargets:
     """Built once per pass from its snapshot."""
 
     def __init__(self, nodes: Sequence[SwarmNode], services: Sequence[SwarmService],
-                 tasks: Sequence[SwarmTask], prefix: str) -> None:
+                 tasks: Sequence[SwarmTask], prefix: str,
+                 placed: Mapping[str, Sequence[str]] | None = None) -> None:
+        """``placed``: service name -> the node of each of its replicas this cycle's
+        placement decided (``Inputs.placed``)."""
         # generic_kind "": a whole-GPU service's generic reservation is in its spec once
         # placement wrote it, and is judged from there
         self.filters = SwarmFilters(prefix, "", lambda _sid: None)
@@ -34,7 +52,27 @@ class SwarmTargets:
         self.ports = HostPorts()
         self.ports.new_cycle(services, tasks)
         self.by_name = {s.name: s for s in services}
+        self.nodes = {n.id: n for n in nodes}
         self._refused: dict[str, AbstractSet[str]] = {}
+        self.placed_use = self._placed(placed or {}, tasks)
+
+    def _placed(self, placed: Mapping[str, Sequence[str]], tasks: Sequence[SwarmTask]
+                ) -> dict[str, tuple[int, int]]:
+        """Claim the placed services' host-mode ports on their nodes; node id -> the CPU
+        and memory their replicas reserve where no task of theirs runs yet."""
+        has = {(t.service_id, t.node_id) for t in tasks if t.desired_state == "running"}
+        use: dict[str, tuple[int, int]] = {}
+        for name, nids in placed.items():
+            s = self.by_name.get(name)
+            if s is None or not nids:
+                continue
+            self.ports.claim(s, nids)
+            cpu, mem = reservations(s.spec)
+            for nid in nids:
+                if (cpu or mem) and (s.id, nid) not in has:
+                    u = use.get(nid, (0, 0))
+                    use[nid] = (u[0] + cpu, u[1] + mem)
+        return use
 
     def refused(self, s: SwarmService, moves: Iterable[Move] = ()) -> AbstractSet[str]:
         """Nodes Swarm would not run a task of ``s`` on, ``moves`` (the pass's, proposed
@@ -50,16 +88,56 @@ class SwarmTargets:
                  and mine.intersection(self.ports.ports_of(o))}
         return base | clash if clash else base
 
+    def why(self, s: SwarmService, node_id: str, moves: Iterable[Move] = ()) -> str | None:
+        """Why ``refused`` names ``node_id`` for ``s``, in words (None: it does not)."""
+        if node_id not in self.refused(s, moves):
+            return None
+        n = self.nodes.get(node_id)
+        host = n.hostname if n is not None else node_id
+        port = self.ports.refused(s).get(node_id)
+        if port:
+            return f"on {host}: {port} (Swarm runs one task with a host-mode port per node)"
+        plugins = self.filters.plugins_why(s, n) if n is not None else ""
+        if plugins:
+            return plugins
+        if node_id in self.filters.refused(s):
+            return (f"{host} does not satisfy {s.name}'s constraints, platforms or generic "
+                    "resources")
+        return f"on {host}: a host-mode port of {s.name} is taken by another move"
+
     def reservation(self, svc: str) -> tuple[int, int]:
         """(CPU milli, memory MiB) one task of ``svc`` reserves."""
         s = self.by_name.get(svc)
         return reservations(s.spec) if s is not None else (0, 0)
 
     def reserve(self, alloc: ClusterAllocator, moves: Iterable[Move]) -> None:
-        """Count on ``alloc`` what the new tasks of ``moves`` reserve on their targets (a
-        move within one node replaces its task there: nothing more)."""
+        """Count on ``alloc`` what this cycle's placements (``placed``) and the new tasks
+        of ``moves`` reserve on their nodes (a move within one node replaces its task
+        there: nothing more)."""
+        for nid, (cpu, mem) in self.placed_use.items():
+            if nid in alloc.alloc.nodes:
+                alloc.add_usage(nid, cpu, mem)
         for m in moves:
             cpu, mem = self.reservation(m.service)
             if (cpu or mem) and m.target_node != m.source_node \
                     and m.target_node in alloc.alloc.nodes:
                 alloc.add_usage(m.target_node, cpu, mem)
+
+
+def live_refusal(swarm: SwarmClient, s: SwarmService, node: SwarmNode,
+                 own: Sequence[SwarmTask], prefix: str) -> str | None:
+    """Why Swarm would not run a new task of ``s`` (as read now) on ``node`` (as read
+    now), by ``SwarmTargets``' rules; None: it would. ``own``: ``s``'s tasks (the
+    networks they are attached to). The node's tasks, and the services of those, are read
+    only when ``s`` publishes a host-mode port: one list, one inspect per service."""
+    tasks = list(own)
+    others: dict[str, SwarmService] = {}
+    if published(s):
+        there = [t for t in swarm.tasks({"node": node.id}) if t.node_id == node.id]
+        tasks += [t for t in there if t.service_id != s.id]
+        for sid in {t.service_id for t in there} - {s.id}:
+            try:
+                others[sid] = swarm.service(sid)
+            except SwarmNotFound:
+                continue  # gone: its tasks go with it
+    return SwarmTargets([node], [s, *others.values()], tasks, prefix).why(s, node.id)

@@ -8,7 +8,9 @@ back, let the pending request fit there; cheapest first (fewest moves, least GPU
 node order). The cheapest few (``MAX_TRIES``) are tried for real under the daemon's rules:
 each holding moves to its best target elsewhere (``Context.find_target``: ready nodes
 with known metrics, verified-free GPUs, the service's constraints), and the pending
-request must then fit on the node they left. The first plan that holds is proposed.
+request must then fit on the node they left: its GPUs, and the CPU and memory it
+reserves beside the node's other tasks (the moved ones' given back), as Swarm counts.
+The first plan that holds is proposed.
 """
 
 from __future__ import annotations
@@ -35,10 +37,18 @@ def _try(ctx: Context, node: str, combo: tuple[tuple[str, Holding], ...], pendin
             reason=f"makes room for pending {pending} ({req.describe()}) on "
                    f"{ctx.nodes[node].hostname}",
             gain=f"pending {pending} can be placed"))
-    alloc = ctx.allocator(st.ledger)
+    # As Swarm's resource filter counts: what the node's tasks and the pass's moves onto
+    # it reserve, less the moved tasks' (they leave), and what the pending task reserves.
+    alloc = ctx.allocator(st.ledger, st.moves)
     if node not in alloc.alloc.nodes:
         return None
-    ok = alloc.alloc.place_on(node, demand_of(req))
+    ids = {ctx.by_name[svc].id for svc, _h in combo}
+    cpu, mem = alloc.alloc.usage(node)
+    for t in ctx.inp.tasks:
+        if t.node_id == node and t.desired_state == "running" and t.service_id in ids:
+            cpu, mem = cpu - t.cpu_milli, mem - t.memory_mib
+    alloc.alloc.set_usage(node, max(0, cpu), max(0, mem))
+    ok = alloc.alloc.place_on(node, demand_of(req, *ctx.targets.reservation(pending)))
     return st if getattr(ok, "gpus", None) else None
 
 
