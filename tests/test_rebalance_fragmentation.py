@@ -16,6 +16,7 @@ from swarmgpu.allocator.fragmentation import TaskShape, TypicalTask
 from swarmgpu.core.config import ConfigError, RebalanceConfig
 from swarmgpu.core.rebalanceconfig import FragmentationConfig
 from swarmgpu.manager.placement import MOVE_STATE, read_ledger
+from swarmgpu.manager.rebalance.admission import admit
 from swarmgpu.manager.rebalance.budget import (
     FINISHED,
     FINISHED_KEEP,
@@ -24,7 +25,7 @@ from swarmgpu.manager.rebalance.budget import (
     with_finished,
 )
 from swarmgpu.manager.rebalance.context import workload_now
-from swarmgpu.manager.rebalance.mover import Mover, admit
+from swarmgpu.manager.rebalance.mover import Mover
 from swarmgpu.manager.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
 from swarmgpu.sim.rebalance import Defragmenter
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask

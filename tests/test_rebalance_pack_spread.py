@@ -23,9 +23,9 @@ from swarmgpu.manager.placement import (
     gate_constraint,
     read_ledger,
 )
+from swarmgpu.manager.rebalance.admission import admit
 from swarmgpu.manager.rebalance.attribution import service_states
 from swarmgpu.manager.rebalance.context import Inputs
-from swarmgpu.manager.rebalance.mover import admit
 from swarmgpu.manager.rebalance.moves import Move, Trigger
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.scrape import NodeScrape, judge

@@ -24,8 +24,9 @@ from support.rebalance import (
 
 from swarmgpu.core.config import ConfigError, RebalanceConfig
 from swarmgpu.manager.placement import MOVE_STATE, read_ledger
+from swarmgpu.manager.rebalance.admission import admit
 from swarmgpu.manager.rebalance.context import Inputs, constraints_allow
-from swarmgpu.manager.rebalance.mover import MoveState, admit
+from swarmgpu.manager.rebalance.mover import MoveState
 from swarmgpu.manager.rebalance.moves import Move, Trigger, moves_to_dicts, render_moves
 from swarmgpu.manager.rebalance.planner import plan_moves
 from swarmgpu.manager.rebalance.record import record_key, unreadable_of

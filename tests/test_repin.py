@@ -25,8 +25,9 @@ from swarmgpu.manager.placement import (
     devices_key,
     gate_key,
 )
+from swarmgpu.manager.rebalance.admission import admit
 from swarmgpu.manager.rebalance.context import MOVED_AT, why_not_movable
-from swarmgpu.manager.rebalance.mover import Mover, MoveState, admit, read_records, record_key
+from swarmgpu.manager.rebalance.mover import Mover, MoveState, read_records, record_key
 from swarmgpu.manager.rebalance.moves import Move, Outcome, Trigger
 from swarmgpu.manager.services.sharing import node_of_key, share_labels
 from swarmgpu.swarm.client import SwarmTask, SwarmUnavailable

@@ -75,15 +75,7 @@ from swarmgpu.manager.placement import (
     read_ledger,
 )
 from swarmgpu.manager.placement.jobs import JOB_MODES
-from swarmgpu.manager.rebalance.admission import (  # re-exported for callers
-    Budget as Budget,
-)
-from swarmgpu.manager.rebalance.admission import (
-    admit as admit,
-)
-from swarmgpu.manager.rebalance.admission import (
-    over_budget as over_budget,
-)
+from swarmgpu.manager.rebalance.admission import Budget, admit, over_budget
 from swarmgpu.manager.rebalance.budget import FragBudget, finished_times
 from swarmgpu.manager.rebalance.context import why_not_movable
 from swarmgpu.manager.rebalance.moves import Move, MoveRecord, Outcome, Trigger
