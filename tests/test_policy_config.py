@@ -73,8 +73,9 @@ def test_config_check_notes_each_old_key_and_passes(tmp_path: Path) -> None:
     assert res.exit_code == 0 and ": note: " not in res.output, res.output
 
 
-@pytest.mark.parametrize("argv", [["audit"], ["status"], ["plan"], ["apply", "--service", "web", "--dry-run"],
-                                  ["run", "--once", "--dry-run"], ["render", "--check", "-n", "s", "-"]])
+@pytest.mark.parametrize("argv", [
+    ["audit"], ["status"], ["plan"], ["apply", "--service", "web", "--dry-run"],
+    ["run", "--once", "--dry-run"], ["render", "--check", "-n", "s", "-"]])
 def test_every_command_says_the_notes_as_config_check(
         argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """audit, status and plan read an older layout's keys without a word: only run (in
