@@ -35,6 +35,7 @@ from swarmgpu.swarm.identity import (
     AuthSource,
     IdentityError,
     ReloadingServerContext,
+    load_server_context,
     metrics_may_act,
     node_cert_paths,
     plain_key_pem,
@@ -148,6 +149,34 @@ def test_a_fifo_as_the_ca_file_is_refused_not_waited_on(tmp_path: Path) -> None:
     assert isinstance(got, IdentityError), got
     assert str(got) == (f"agents.ca_file {fifo}: a FIFO (a named pipe), not a regular file; "
                         "give the path of the swarm root CA's PEM file")
+
+
+@pytest.mark.parametrize("which", ["--tls-cert", "--tls-key", "--tls-ca"])
+def test_a_fifo_as_the_agents_tls_files_is_refused_not_waited_on(
+        which: str, pki: dict[str, Path], tmp_path: Path) -> None:
+    """The agent's --tls-key was read with an unbounded read_text and --tls-cert/--tls-ca
+    opened by OpenSSL itself: a FIFO there held the agent's start for ever."""
+    files = {"--tls-cert": pki["node1"], "--tls-key": _key(pki["node1"]),
+             "--tls-ca": pki["ca"]}
+    fifo = files[which] = make_fifo(tmp_path / "pipe.pem")
+    got = read_within(lambda: load_server_context(
+        files["--tls-cert"], files["--tls-key"], files["--tls-ca"]), fifo)
+    assert isinstance(got, IdentityError), got
+    assert str(got).startswith(f"{which} {fifo}: a FIFO (a named pipe), not a regular file; ")
+
+
+def test_a_huge_tls_key_is_refused_without_reading_it_whole(
+        pki: dict[str, Path], tmp_path: Path) -> None:
+    key = tmp_path / "big.key"
+    key.write_bytes(_key(pki["node1"]).read_bytes() + b"#" * (64 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(IdentityError, match=r"^--tls-key .*: larger than 64 KiB; not read"):
+            load_server_context(pki["node1"], key, pki["ca"])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak
 
 
 def test_a_huge_token_file_is_refused_without_reading_it_whole(tmp_path: Path) -> None:

@@ -73,6 +73,23 @@ def test_config_check_notes_each_old_key_and_passes(tmp_path: Path) -> None:
     assert res.exit_code == 0 and ": note: " not in res.output, res.output
 
 
+@pytest.mark.parametrize("argv", [
+    ["audit"], ["status"], ["plan"], ["apply", "--service", "web", "--dry-run"],
+    ["run", "--once", "--dry-run"], ["render", "--check", "-n", "s", "-"]])
+def test_every_command_says_the_notes_as_config_check(
+        argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """audit, status and plan read an older layout's keys without a word: only run (in
+    its log) and config check said them. Every command that loads the configuration
+    says them now, as config check does, before it reaches the engine (none here)."""
+    path = _file(tmp_path, {"hot_window_s": 60})
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'gone.sock'}")
+    monkeypatch.delenv("SWARMGPU_DOCKER_HOST", raising=False)
+    monkeypatch.setenv("SWARMGPU_STATE_DIR", str(tmp_path / "state"))
+    res = CliRunner().invoke(main, [*argv, "--config", str(path)], input="services: {}\n")
+    assert f"{path}: note: rebalance.hot_window_s: deprecated, read as " \
+           "rebalance.hotspot.window_s" in res.output, res.output
+
+
 def test_a_key_given_both_ways_is_an_error(tmp_path: Path) -> None:
     path = _file(tmp_path, {"hot_util_pct": 80, "hotspot": {"util_pct": 90}})
     with pytest.raises(ConfigError, match=r"rebalance\.hot_util_pct: given twice, also as "

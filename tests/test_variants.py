@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.fifo import make_fifo, read_within
 
 from swarmgpu.cli import main
 from swarmgpu.sim.trace import TraceError, load_pods
@@ -267,3 +268,38 @@ def test_cli_names_each_file_at_the_path_it_wrote(tmp_path: Path,
         assert res.exit_code == 0, res.output
         assert res.output.startswith(f"{want}: "), res.output
         assert (tmp_path / want).is_file()
+
+
+@pytest.mark.parametrize("name", ["openb_pod_list_cpu250.csv", "manifest.json"])
+def test_a_fifo_at_a_target_is_refused_not_waited_on(tmp_path: Path, name: str) -> None:
+    """simulate-derive opened each target with a plain open("w"): a FIFO there held it
+    for ever. It is named and refused before anything is written."""
+    small = tmp_path / "pods.csv"
+    small.write_text("\n".join(DEFAULT.read_text().splitlines()[:201]) + "\n")
+    out = tmp_path / "v"
+    out.mkdir()
+    fifo = make_fifo(out / name)
+    res = read_within(lambda: CliRunner().invoke(main, [
+        "simulate-derive", "--pods", str(small), "--out", str(out), "--variant", "cpu250"]),
+        fifo)
+    assert res.exit_code == 2, res.output
+    assert f"{fifo}: a FIFO (a named pipe), not a regular file; remove it" in res.output
+    assert sorted(p.name for p in out.iterdir()) == [name]  # nothing written, no temp left
+
+
+def test_targets_are_replaced_whole(tmp_path: Path) -> None:
+    """Each file is written beside its target and renamed over it: a reader (or a crash)
+    sees the old file or the new one, never half of one."""
+    small = tmp_path / "pods.csv"
+    small.write_text("\n".join(DEFAULT.read_text().splitlines()[:201]) + "\n")
+    out = tmp_path / "v"
+    out.mkdir()
+    old = out / "openb_pod_list_cpu250.csv"
+    old.write_text("old\n")
+    keep = old.open()  # the old file's reader still reads the old file
+    write_variants(small, out, ["cpu250"])
+    assert keep.read() == "old\n"
+    keep.close()
+    assert old.read_text().startswith("name,")
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", old.name]
+    assert old.stat().st_mode & 0o777 == 0o644

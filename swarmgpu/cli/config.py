@@ -65,13 +65,25 @@ def load_checked(path: str | None, notes: list[str] | None = None) -> Config:
     return cfg
 
 
-def load_cfg(path: str | None, notes: list[str] | None = None, **overrides: Any) -> Config:
+def say_notes(where: str | None, notes: list[str]) -> None:
+    """The configuration's deprecation notes (keys of an older layout, still read), on
+    stderr: the one way every command that loads the configuration says them."""
+    for note in notes:
+        click.echo(f"{where or 'configuration'}: note: {note}", err=True)
+
+
+def load_cfg(path: str | None, **overrides: Any) -> Config:
+    """The checked configuration of a command (``run``, ``audit``, ...): its errors end
+    the command (exit 2), its deprecation notes are said (``say_notes``)."""
+    notes: list[str] = []
     try:
         cfg = load_checked(path, notes)
     except ConfigError as exc:
+        say_notes(path, notes)
         for err in exc.errors:
             click.echo(f"swarmgpu: configuration error: {err}", err=True)
         sys.exit(2)
+    say_notes(path, notes)
     import dataclasses
 
     for k, v in overrides.items():
@@ -99,16 +111,14 @@ def config_check(path: str) -> None:
     try:
         load_checked(path, notes)
     except ConfigError as exc:
-        for note in notes:
-            click.echo(f"{path}: note: {note}", err=True)
+        say_notes(path, notes)
         if len(exc.errors) > 1:
             click.echo(f"{path}: {len(exc.errors)} errors", err=True)
         for err in exc.errors:
             located = err.startswith((f"{path}:", "SWARMGPU_"))
             click.echo(err if located else f"{path}: {err}", err=True)
         sys.exit(2)
-    for note in notes:
-        click.echo(f"{path}: note: {note}", err=True)
+    say_notes(path, notes)
     click.echo(
         f"{path}: ok" + (f" ({len(notes)} deprecated key(s) read: see the notes)" if notes else "")
     )

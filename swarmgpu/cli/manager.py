@@ -40,11 +40,8 @@ def run(config_path: str | None, once: bool, dry_run: bool | None) -> None:
     from swarmgpu.manager.daemon import Daemon
     from swarmgpu.swarm.client import SwarmError
 
-    notes: list[str] = []
-    cfg = load_cfg(config_path, notes, dry_run=dry_run or None)
+    cfg = load_cfg(config_path, dry_run=dry_run or None)  # notes said at every start
     setup_logging(cfg.log.level, cfg.log.format)
-    for note in notes:  # an older release's keys: read, and said at every start
-        logger.warning("configuration: {}", note)
     _held = _one_daemon(cfg.state_dir)  # kept open (referenced) until the process ends
     # No reload, and no end: a SIGHUP while starting (waiting for the engine) ended the
     # daemon, which systemd counts as a clean stop and does not restart. Ignored until

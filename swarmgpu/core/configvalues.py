@@ -15,7 +15,7 @@ import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from swarmgpu.core.goscalar import YAML11_BOOLS
+from swarmgpu.core.goscalar import YAML11_BOOLS, out_of_range
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.core.yamlfile import Lines, plain_is_text
 
@@ -68,6 +68,12 @@ def coerce(value: Any, typ: Any, where: str) -> Any:
             except ValueError:
                 pass
         kind = "a whole number" if typ is int else "a number"
+        # 1e400 is a number to its writer, text to YAML (and to Go's reader) only for
+        # its size: said as such, not as "a string".
+        if isinstance(value, str) and (past := out_of_range(value.strip())) is not None:
+            raise ValueError(f"{where}: expected {kind}, got {peer_text(value.strip(), 40)}: "
+                             f"a number out of range ({past}); write one in range (defaults: "
+                             "swarmgpu config show-defaults)")
         whole = isinstance(value, float) and value.is_integer() and abs(value) < 2**63
         raise ValueError(f"{where}: expected {kind}, {got}"
                          + (_number_fix(value, where) if isinstance(value, str) and not env

@@ -134,6 +134,21 @@ def resolve(text: str) -> tuple[str, Any]:
     return STR, text
 
 
+def out_of_range(text: str) -> str | None:
+    """What range the plain scalar ``text`` is a number past, where go-yaml reads it as
+    text only for that (``1e999``: a double's; ``0x1FFFFFFFFFFFFFFFFF``: 64 bits); None
+    for text that is no number (``inf``, ``10m``) or a number read as one."""
+    if not text or resolve(text)[0] != STR:
+        return None
+    plain = text.replace("_", "")
+    if _GO_INT.fullmatch(plain) and not _YAML_STYLE_FLOAT.fullmatch(plain):
+        return "past 64 bits, \u00b19.2e18"  # hexadecimal, octal, binary
+    if (_DOT_FLOAT if text[0] == "." else _YAML_STYLE_FLOAT).fullmatch(
+            text if text[0] == "." else plain):
+        return "past a double's \u00b11.8e308"
+    return None
+
+
 def v2_reads_otherwise(text: str) -> tuple[str, str] | None:
     """How go-yaml v3 and v2 read the plain scalar ``text`` (as words for a message),
     where they differ but for a timestamp; None where both read it alike. v2 has the

@@ -1,4 +1,5 @@
-"""A JSON file of the daemon's state directory, replaced whole or not at all."""
+"""A file replaced whole or not at all: the daemon's JSON state, and the files a command
+writes (``simulate-derive``'s lists), through a temp file and a rename."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from loguru import logger
 
@@ -17,15 +18,27 @@ from swarmgpu.core.saidonce import SaidOnce
 
 def save_json(state_dir: str, name: str, data: Any) -> None:
     """Write ``data`` to ``state_dir/name`` through a temp file and a rename, so a reader
-    sees the old file or the new one. A write that fails (ENOSPC, EROFS, EIO) raises and
-    removes its temp file: a full disk kept one more half-written file each cycle."""
+    sees the old file or the new one."""
     d = Path(state_dir)
     d.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{Path(name).stem}.", suffix=".tmp")
+    replace_whole(d / name, lambda fh: json.dump(data, fh, indent=1, sort_keys=True))
+
+
+def replace_whole(path: Path, write: Callable[[TextIO], object], *, newline: str | None = None,
+                  mode: int | None = None) -> None:
+    """``write`` the text of ``path`` into a temp file beside it, then rename it over
+    ``path``: a reader sees the old file or the new one, and what was at ``path`` is
+    never opened (a FIFO there would block the write). A write that fails (ENOSPC,
+    EROFS, EIO) raises and removes its temp file: a full disk kept one more
+    half-written file each cycle. The file is private (0600, mkstemp's) unless ``mode``
+    says otherwise (a command's output others read: 0644)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-        os.replace(tmp, d / name)
+        if mode is not None:
+            os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", newline=newline) as fh:
+            write(fh)
+        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -37,11 +37,14 @@ import hashlib
 import json
 import random
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from swarmgpu.core.boundedfile import file_kind
+from swarmgpu.core.statefile import replace_whole
 from swarmgpu.sim.trace import POD_COLUMNS, WHOLE, TraceError, read_each, whole
 
 Row = dict[str, str]
@@ -373,10 +376,30 @@ def stats(rows: list[Row]) -> dict[str, float]:
 def write_rows(path: Path, header: list[str], rows: list[Row]) -> None:
     # A gpuspec variant of a 5-column file gains the gpu_spec column rather than losing it.
     header = header + [k for k in dict.fromkeys(k for r in rows for k in r) if k not in header]
-    with path.open("w", newline="") as fh:
+
+    def write(fh: TextIO) -> None:
         w = csv.DictWriter(fh, fieldnames=header, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
+
+    replace_whole(path, write, newline="", mode=0o644)
+
+
+def _refuse_odd_targets(paths: list[Path]) -> None:
+    """Each target that is there must be a regular file (replaced whole, never opened):
+    a directory, FIFO or device there is named before anything is written."""
+    for p in paths:
+        try:
+            mode = p.stat().st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise VariantError(f"{p}: cannot be checked ({e.strerror})") from e
+        if not stat.S_ISREG(mode):
+            raise VariantError(
+                f"{p}: {file_kind(mode)}, not a regular file; remove it or give --out "
+                "another folder"
+            )
 
 
 def write_variants(
@@ -387,7 +410,9 @@ def write_variants(
 ) -> dict[str, Any]:
     """Derive each variant from ``pods`` into ``out_dir/openb_pod_list_<name>.csv``.
 
-    Returns (and writes as ``manifest.json`` beside them) what was made from what.
+    Returns (and writes as ``manifest.json`` beside them) what was made from what. Each
+    file is replaced whole (a temp file and a rename); a target that is there and is not
+    a regular file is refused before anything is written.
     """
     variants = [parse_variant(n) for n in names]  # all names checked before any work
     # The digest of the bytes the rows came from: a second open of the path read whole
@@ -404,21 +429,29 @@ def write_variants(
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise VariantError(f"{out}: cannot create the output folder ({e.strerror})") from e
+    targets = [out / f"openb_pod_list_{v.name}.csv" for v in variants]
+    _refuse_odd_targets([*targets, out / "manifest.json"])
     made: dict[str, Any] = {
         "source": str(pods),
         "source_sha256": digest.hexdigest(),
         "seed": seed,
         "variants": {},
     }
-    for v in variants:
+    for v, target in zip(variants, targets, strict=True):
         derived = derive(rows, v, seed)
-        target = out / f"openb_pod_list_{v.name}.csv"
-        write_rows(target, header, derived)
+        try:
+            write_rows(target, header, derived)
+        except OSError as e:
+            raise VariantError(f"{target}: cannot be written ({e.strerror})") from e
         made["variants"][v.name] = {
             "file": target.name,
             "kind": v.kind,
             "fraction": v.fraction,
             **stats(derived),
         }
-    (out / "manifest.json").write_text(json.dumps(made, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(made, indent=2, sort_keys=True) + "\n"
+    try:
+        replace_whole(out / "manifest.json", lambda fh: fh.write(text), mode=0o644)
+    except OSError as e:
+        raise VariantError(f"{out / 'manifest.json'}: cannot be written ({e.strerror})") from e
     return made

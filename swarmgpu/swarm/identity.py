@@ -231,23 +231,49 @@ def plain_key_pem(text: str, where: str) -> str:
     return "\n".join(out) + "\n"
 
 
+# A swarm root is ~1 KiB, a whole public CA bundle ~220 KiB: past 1 MiB it is not a CA.
+MAX_CA_BYTES = 1 << 20
+# A node certificate with its chain is ~2 KiB and a key ~300 bytes: past these it is a
+# wrong path (a log, /dev/zero), not read whole.
+MAX_CERT_BYTES = 1 << 20
+MAX_KEY_BYTES = 64 << 10
+
+
+def read_pem_file(option: str, path: str | os.PathLike[str], limit: int, fix: str) -> str:
+    """The text of the PEM file ``option`` names, through the bounded reader: a FIFO or
+    device is refused (not waited on, not read whole), and so is a file over ``limit``;
+    IdentityError naming the option, the path and ``fix``."""
+    try:
+        return read_bounded_text(path, limit)
+    except FileRefused as exc:
+        raise IdentityError(f"{option} {path}: {exc.why}; {fix}") from None
+    except FileNotFoundError:
+        raise IdentityError(f"{option} {path}: no such file; {fix}") from None
+    except OSError as exc:
+        raise IdentityError(f"{option} {path}: cannot read it ({exc.strerror}); under "
+                            "systemd pass it with LoadCredential= (docs/security.md)") from None
+    except UnicodeDecodeError as exc:
+        raise IdentityError(f"{option} {path}: not a PEM file ({exc}); {fix}") from None
+
+
 def _load_chain(ctx: ssl.SSLContext, cert: str | os.PathLike[str],
                 key: str | os.PathLike[str]) -> None:
     """Load the node's certificate and key into ``ctx`` (server or client side)."""
-    try:
-        key_pem = plain_key_pem(Path(key).read_text(), str(key))
-    except OSError as exc:
-        raise IdentityError(f"--tls-key {key}: cannot read it ({exc.strerror}); under "
-                            "systemd pass it with LoadCredential= (docs/security.md)") from None
-    # load_cert_chain takes paths only: the header-free key goes to a private temp file.
+    cert_pem = read_pem_file("--tls-cert", cert, MAX_CERT_BYTES,
+                             "give the node's certificate file (swarm-node.crt)")
+    key_pem = plain_key_pem(read_pem_file("--tls-key", key, MAX_KEY_BYTES,
+                                          "give the node's key file (swarm-node.key)"),
+                            str(key))
+    # load_cert_chain takes paths only: both go, as read, to a private temp directory,
+    # so OpenSSL never opens the operator's paths (a FIFO there would block it) and
+    # loads the very bytes checked here, not a file swapped in meanwhile.
     with tempfile.TemporaryDirectory(prefix="swarmgpu-tls-") as d:
-        kp = Path(d) / "key.pem"
+        cp, kp = Path(d) / "cert.pem", Path(d) / "key.pem"
         kp.touch(mode=0o600)
         kp.write_text(key_pem)
+        cp.write_text(cert_pem)
         try:
-            ctx.load_cert_chain(str(cert), str(kp))
-        except FileNotFoundError:
-            raise IdentityError(f"--tls-cert {cert}: no such file") from None
+            ctx.load_cert_chain(str(cp), str(kp))
         except (ssl.SSLError, OSError) as exc:
             raise IdentityError(f"--tls-cert {cert} / --tls-key {key}: cannot be used "
                                 f"({exc.__class__.__name__}: {exc})") from None
@@ -263,9 +289,11 @@ def load_server_context(cert: str | os.PathLike[str], key: str | os.PathLike[str
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     _load_chain(ctx, cert, key)
     if client_ca is not None:
+        ca_pem = read_pem_file("--tls-ca", client_ca, MAX_CA_BYTES,
+                               "it is the swarm root CA, swarm-root-ca.crt")
         try:
-            ctx.load_verify_locations(cafile=str(client_ca))
-        except (OSError, ssl.SSLError) as exc:
+            ctx.load_verify_locations(cadata=ca_pem)
+        except (ValueError, ssl.SSLError) as exc:
             raise IdentityError(f"--tls-ca {client_ca}: cannot be used ({exc}); it is the "
                                 "swarm root CA, swarm-root-ca.crt") from None
         ctx.verify_mode = ssl.CERT_OPTIONAL
@@ -464,10 +492,6 @@ class AuthSource:
                 auth.token = read_agent_token(cfg.token_file)
             self._auth, self._at = auth, time.monotonic()
             return auth
-
-
-# A swarm root is ~1 KiB, a whole public CA bundle ~220 KiB: past 1 MiB it is not a CA.
-MAX_CA_BYTES = 1 << 20
 
 
 def _read_ca_file(path: str) -> str:
