@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from support.fifo import make_fifo, read_within
+from support.gpu_nodes import DGX_A100
 from support.paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.agent.facts import SourceError
@@ -250,3 +251,12 @@ def test_a_label_longer_than_the_facts_hold_is_this_sources_error(
     with pytest.raises(SourceError, match=rf"{label}=.*300 characters; at most 256") as exc:
         GfdSource(f, hostname="n").read()
     assert str(f) in str(exc.value)
+
+
+def test_the_helpers_dgx_a100_has_the_memory_a_real_one_reports() -> None:
+    """tests/support's DGX A100 stands in for the captured one: its GPUs have the MiB
+    the driver reports there (GFD's gpu.memory on an NVIDIA DGX A100-SXM4-40GB), not the
+    round 40 GiB of the name, which hid every "a 40GiB request fits no 40GB GPU" path."""
+    real = GfdSource(CAP / "gfd_labels_a100-sxm4-40gb_mig-none_drv450_cloudnativedocs.json",
+                     hostname="dgx").read()
+    assert {g.memory_mib for g in DGX_A100.facts().gpus} == {real.gpus[0].memory_mib} == {40537}

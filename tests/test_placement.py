@@ -53,17 +53,18 @@ def test_numa_request_gets_one_pix_group_on_4090() -> None:
     assert set(p.gpus) in ({0, 1, 2, 3}, {4, 5, 6, 7})
 
 
-def test_40gib_never_on_24gib_and_pending_reason() -> None:
+def test_39gib_never_on_24gib_and_pending_reason() -> None:
+    # (the DGX's A100-SXM4-40GB report 40537 MiB: 40GiB, 40960, fits none of them)
     s = svc(
         "big",
-        {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB", "swarmgpu.pack": "never"},
+        {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "39GiB", "swarmgpu.pack": "never"},
         replicas=2,
     )
     sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
     assert [p.hostname for p in sp.placements] == ["gpu-node-1"]
     assert sp.status == "pending" and "1 of 2 replicas placed" in (sp.reason or "")
     # By default the two replicas, which cannot be spread, are packed on the DGX.
-    s = svc("big", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB"}, replicas=2)
+    s = svc("big", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "39GiB"}, replicas=2)
     sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
     assert sp.status == "placed" and sp.packed and "gpu-node-1" in sp.packed
     assert [(p.hostname, p.slot) for p in sp.placements] == [("gpu-node-1", 1), ("gpu-node-1", 2)]
