@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from loguru import logger
 from support.fifo import make_fifo, read_within
 from support.gpu_nodes import DGX_A100
 from support.paths import FIXTURES as FIXTURES_DIR
@@ -260,3 +261,36 @@ def test_the_helpers_dgx_a100_has_the_memory_a_real_one_reports() -> None:
     real = GfdSource(CAP / "gfd_labels_a100-sxm4-40gb_mig-none_drv450_cloudnativedocs.json",
                      hostname="dgx").read()
     assert {g.memory_mib for g in DGX_A100.facts().gpus} == {real.gpus[0].memory_mib} == {40537}
+
+
+def test_a_count_that_may_be_gpus_times_replicas_is_told_or_warned_once(
+        tmp_path: Path) -> None:
+    """GFD builds from its main branch before v0.6.0 labelled gpu.count GPUs x replicas
+    when the device plugin time-sliced (NVIDIA/gpu-feature-discovery 1b5b104, undone by
+    aa6bdec); every release counts the GPUs. What the labels can tell is told: a
+    sharing-strategy label (GFD in the device plugin, v0.15.0 on) or a count no multiple
+    of the replicas means GPUs. Otherwise the count is taken as the releases write it,
+    and the node and the fix are said: once in the log, and in the facts' errors."""
+    f = tmp_path / "gfd"
+    base = BASE + "nvidia.com/gpu.count=8\nnvidia.com/gpu.replicas=4\n"
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        for told in ("nvidia.com/gpu.sharing-strategy=time-slicing\n", ""):
+            f.write_text(base + told)
+            facts = GfdSource(f, hostname="gpu-node-9").read()
+            assert len(facts.gpus) == 8
+            assert (facts.errors == ()) == bool(told), facts.errors
+        f.write_text(base.replace("gpu.count=8", "gpu.count=6"))  # 6 x 4 is no count of 8
+        assert GfdSource(f, hostname="gpu-node-9").read().errors == ()
+        f.write_text(base)
+        src = GfdSource(f, hostname="gpu-node-9")
+        first, second = src.read(), src.read()
+    finally:
+        logger.remove(sink)
+    (err,) = first.errors
+    assert second.errors == first.errors and len(err) <= 256
+    assert "gpu.count=8" in err and "gpu.replicas=4" in err and "upgrade GFD" in err
+    said = [ln for ln in lines if "gpu-node-9" in ln]
+    assert len(said) == 2, lines  # the source of the loop's 2nd read; src: once
+    assert "2 GPUs" in said[-1] and "nvidia.com/gpu.sharing-strategy=time-slicing" in said[-1]

@@ -9,6 +9,15 @@ GFD has no UUIDs, bus ids or topology: GPUs get synthetic ``GPU-5ca1ab1e-...`` U
 and ``links`` stays empty. MIG profile names are normalised to nvidia-smi's naming,
 recomputed from the profile's memory label (GFD 0.x named the 20096 MiB profile
 ``3g.21gb``; nvidia-smi calls it ``3g.20gb``).
+
+``<resource>.count`` is the GPUs (or MIG devices) in every GFD release, time-sliced or
+not: ``.replicas`` says how many shares of each the device plugin makes. GFD built from
+its main branch between its resource labeler (NVIDIA/gpu-feature-discovery 1b5b104) and
+v0.6.0 (aa6bdec, "Don't multiply count by replicas") wrote count x replicas. Where the
+labels tell them apart (a ``.sharing-strategy`` label, which only GFD in the device
+plugin writes, v0.15.0 on; a count no multiple of the replicas) nothing is said;
+otherwise the count is taken as the releases mean it, and the node and the fix are
+said once (``replica_note``).
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from loguru import logger
 
 from swarmgpu.agent.facts import SourceError
 from swarmgpu.agent.facts.naming import (
@@ -38,6 +49,7 @@ from swarmgpu.core.model import (
     MigDevice,
     NodeFacts,
 )
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.yamlfile import MAX_TEXT, parse_yaml
 
 PREFIX = "nvidia.com/"
@@ -145,6 +157,32 @@ def _int_label(labels: Mapping[str, str], key: str, where: str) -> int | None:
     return int(v)
 
 
+def replica_note(labels: Mapping[str, str], where: str) -> tuple[str, str] | None:
+    """(the facts' error, the log's warning) when a count may be GPUs x replicas (module
+    docstring), else None. The error fits NodeFacts' 256 characters; the warning has the
+    rest."""
+    for res in ("gpu", *sorted({f"mig-{m.group(1)}" for k in labels
+                                if (m := _MIG_KEY_RE.match(k)) and m.group(2) == "count"})):
+        count, reps = labels.get(f"{res}.count", ""), labels.get(f"{res}.replicas", "")
+        if not (_COUNT_RE.fullmatch(count) and _COUNT_RE.fullmatch(reps)):
+            continue
+        n, r = int(count), int(reps)
+        if r <= 1 or n == 0 or n % r or f"{res}.sharing-strategy" in labels:
+            continue  # told: not shared, or counted as every release counts
+        short = (f"{res}.count={n} with {res}.replicas={r}, no {res}.sharing-strategy: "
+                 f"taken as {n}; a GFD built before v0.6.0 counted x replicas "
+                 f"({n // r}): upgrade GFD")
+        long = (f"{where}: {PREFIX}{res}.count={n} beside {PREFIX}{res}.replicas={r} and "
+                f"no {PREFIX}{res}.sharing-strategy label: taken as {n} (GFD v0.6.0 and "
+                f"later count the GPUs), but a GFD built before v0.6.0 counted GPUs x "
+                f"replicas, and then this node has {n // r} GPUs. If it has {n // r}, "
+                "upgrade GFD (the k8s-device-plugin v0.15.0 and later run it, and label "
+                "the sharing strategy); if it has "
+                f"{n}, add {PREFIX}{res}.sharing-strategy=time-slicing to its labels")
+        return short, long
+    return None
+
+
 def _unshared_product(labels: Mapping[str, str]) -> str:
     """``gpu.product`` less the ``-SHARED`` GFD appends when the device plugin shares each
     GPU (time-slicing or MPS: ``gpu.replicas`` above 1, resource not renamed); the rest is
@@ -192,6 +230,9 @@ def facts_from_labels(
     """NodeFacts from GFD labels; ``product``/``memory_mib`` override GFD's values."""
     where = spec or "gfd"
     errors: list[str] = []
+    note = replica_note(labels, where)
+    if note is not None:
+        errors.append(f"{where[:64]}: {note[0]}")
     count = _int_label(labels, "gpu.count", where)
     if count is None:
         raise SourceError(f"{where}: label {PREFIX}gpu.count missing; is GFD running there?")
@@ -355,6 +396,7 @@ class GfdSource:
         self.hostname = hostname
         self.product = product
         self.memory_mib = memory_mib
+        self._said: SaidOnce[str] = SaidOnce()  # the replica warning, once while it lasts
 
     def read(self) -> NodeFacts:
         try:
@@ -369,6 +411,11 @@ class GfdSource:
         except OSError as e:
             raise SourceError(f"{self.spec}: cannot read {self.path}: {e.strerror}") from e
         labels = parse_labels(text, where=self.spec)
+        note = replica_note(labels, self.spec)
+        self._said.begin()
+        if note is not None and self._said.fresh(note[1]):
+            logger.warning("node {}: {}", self.hostname, note[1])
+        self._said.end()
         return facts_from_labels(
             labels,
             hostname=self.hostname,
