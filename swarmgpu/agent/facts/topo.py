@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarmgpu.agent.facts import SourceError
-from swarmgpu.agent.facts.naming import max_instances, parse_profile, synthetic_uuid
+from swarmgpu.agent.facts.naming import (
+    instance_ids,
+    max_instances,
+    parse_profile,
+    synthetic_uuid,
+)
 from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
 from swarmgpu.core.model import FactsError, Gpu, MigDevice, NodeFacts, valid_link
 
@@ -195,17 +200,20 @@ def mig_devices_for(
 ) -> tuple[MigDevice, ...]:
     """Synthetic MIG devices (stable ``MIG-5ca1ab1e-...`` UUIDs) for a list of profiles.
 
-    The GI id is synthetic too (the slice's position on its GPU): it is what tells
-    slices apart in ``/metrics`` (``GPU_I_ID``) and ties their samples back to them."""
+    The GI id is synthetic too (the instance's position on its GPU): it is what tells
+    slices apart in ``/metrics`` (``GPU_I_ID``) and ties their samples back to them.
+    Compute instances of one GPU instance (``1c.3g.20gb`` x3) share its id and its
+    memory, each with its own CI id (``naming.instance_ids``)."""
     devs = []
-    for k, prof in enumerate(profiles):
+    for k, (prof, (gi, ci)) in enumerate(zip(profiles, instance_ids(profiles), strict=True)):
         _, gb = parse_profile(prof)
         devs.append(
             MigDevice(
                 profile=prof,
                 uuid=synthetic_uuid("MIG", hostname, origin, gpu_index, k, prof),
                 memory_mib=gb * 1024,  # nominal: the name's GB, not the exact GI size
-                gi_id=k,
+                gi_id=gi,
+                ci_id=ci,
             )
         )
     return tuple(devs)
