@@ -294,3 +294,81 @@ def test_a_count_that_may_be_gpus_times_replicas_is_told_or_warned_once(
     said = [ln for ln in lines if "gpu-node-9" in ln]
     assert len(said) == 2, lines  # the source of the loop's 2nd read; src: once
     assert "2 GPUs" in said[-1] and "nvidia.com/gpu.sharing-strategy=time-slicing" in said[-1]
+
+
+def test_compute_instances_in_gfds_labels_share_their_gpu_instance(tmp_path: Path) -> None:
+    """GFD's mixed strategy names a compute instance smaller than its GPU instance
+    ``mig-1c.3g.20gb`` (go-nvlib's profile name), with the instance's memory. Three of
+    them are one 3g GPU instance: each was taken for its own (3 x 3 slices), and the node
+    refused for "12 compute slices ... at most 7"."""
+    f = tmp_path / "gfd"
+    f.write_text(BASE.replace("NVIDIA-A100", "NVIDIA-A100-SXM4-40GB").replace("40960", "40537")
+                 + "nvidia.com/gpu.count=1\nnvidia.com/mig.strategy=mixed\n"
+                 "nvidia.com/mig-1c.3g.20gb.count=3\nnvidia.com/mig-1c.3g.20gb.memory=20096\n"
+                 "nvidia.com/mig-3g.20gb.count=1\nnvidia.com/mig-3g.20gb.memory=20096\n")
+    (gpu,) = GfdSource(f, hostname="n").read().gpus
+    by = [(m.profile, m.gi_id, m.ci_id, m.memory_mib) for m in gpu.mig_devices]
+    cis = [b for b in by if b[0] == "1c.3g.20gb"]
+    assert len(cis) == 3 and len({b[1] for b in cis}) == 1 and {b[3] for b in cis} == {20096}
+    assert sorted(b[2] for b in cis) == [0, 1, 2]
+    (whole,) = [b for b in by if b[0] == "3g.20gb"]
+    assert whole[1] != cis[0][1]
+    # The single strategy: six 1c.3g.20gb are two 3g instances of one GPU (not three
+    # GPUs, two of them then served whole)
+    f.write_text("nvidia.com/gpu.count=6\nnvidia.com/mig.strategy=single\n"
+                 "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-1c.3g.20gb\n"
+                 "nvidia.com/gpu.memory=20096\n")
+    (gpu,) = GfdSource(f, hostname="n", memory_mib=40537).read().gpus
+    assert [(m.gi_id, m.ci_id) for m in gpu.mig_devices] == [(0, 0), (0, 1), (0, 2),
+                                                             (1, 0), (1, 1), (1, 2)]
+
+
+KUBECTL_NODES = """\
+apiVersion: v1
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    annotations:
+      nvidia.com/gpu-driver-upgrade-enabled: "true"
+    labels:
+      kubernetes.io/hostname: node-a
+      nvidia.com/gpu.count: "4"
+      nvidia.com/gpu.memory: "40537"
+      nvidia.com/gpu.product: A100-SXM4-40GB
+    name: node-a
+- apiVersion: v1
+  kind: Node
+  metadata:
+    labels:
+      kubernetes.io/hostname: node-b
+      nvidia.com/gpu.count: "8"
+      nvidia.com/gpu.memory: "81559"
+      nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
+    name: node-b
+kind: List
+"""
+
+
+def test_a_dump_of_several_nodes_is_read_for_this_node_only(tmp_path: Path) -> None:
+    """`kubectl get nodes -o yaml` lists every node: the first with nvidia.com labels was
+    read, whichever node the agent runs on (node-b served node-a's 4 A100s), and a node
+    whose annotations (listed before its labels) hold an nvidia.com key was read from
+    those ("gpu.count missing"). Now the node named as the agent's hostname is read,
+    from its labels; a dump naming no such node among several is refused, naming them."""
+    f = tmp_path / "nodes.yaml"
+    f.write_text(KUBECTL_NODES)
+    b = GfdSource(f, hostname="node-b").read()
+    assert (len(b.gpus), b.gpus[0].product) == (8, "NVIDIA-H100-80GB-HBM3")
+    a = GfdSource(f, hostname="node-a").read()
+    assert (len(a.gpus), a.gpus[0].memory_mib) == (4, 40537)
+    with pytest.raises(SourceError, match=r"2 GPU nodes \(node-a, node-b\), none named "
+                       r"'node-c'.*--hostname") as exc:
+        GfdSource(f, hostname="node-c").read()
+    assert str(f) in str(exc.value)
+    one = tmp_path / "one.json"  # one node's object (kubectl get node X -o json): its own
+    one.write_text(json.dumps({"kind": "Node", "metadata": {
+        "annotations": {"nvidia.com/gpu-driver-upgrade-enabled": "true"}, "name": "x",
+        "labels": {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "81559",
+                   "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}))
+    assert len(GfdSource(one, hostname="node-c").read().gpus) == 2
