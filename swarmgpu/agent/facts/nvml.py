@@ -39,7 +39,7 @@ from swarmgpu.agent.facts.nvml_session import (
 )
 from swarmgpu.agent.facts.nvml_xid import XidWatcher, xid_watcher
 from swarmgpu.core.health import HealthSignals
-from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
+from swarmgpu.core.model import MAX_GPUS, MAX_MIG_PER_GPU, Gpu, MigDevice, NodeFacts
 
 _MIB = 1024 * 1024
 # nvidia-smi topo -m prints these for nvmlDeviceGetTopologyCommonAncestor's levels
@@ -271,6 +271,17 @@ def read_facts(nv: Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml",
             source=spec,
             errors=("nvml: nvmlDeviceGetCount failed; no GPUs can be listed",),
         )
+    if not 0 <= int(count) <= MAX_GPUS:
+        # a broken driver or library (4294967295: -1 read unsigned): not thousands of lost
+        # GPUs, each a thread's read, which the daemon would refuse whole
+        return NodeFacts(
+            hostname=hostname,
+            driver_version=text(driver) if driver is not None else None,
+            source=spec,
+            errors=(f"nvml: nvmlDeviceGetCount answered {int(count)}, not a GPU count "
+                    f"(at most {MAX_GPUS} per node); no GPUs listed: check the driver and "
+                    "its library (swarmgpu doctor)",),
+        )
     reads = _read_gpus(nv, int(count), sysfs_root, gpu_deadline_s)
     if xids is not None:
         errors += xids.attach(reads)
@@ -412,6 +423,11 @@ def _mig_devices(nv: Nvml, parent: Any, errors: list[str]) -> list[MigDevice]:
     if most is None:  # in MIG mode the GPU is not handed out whole: none of it then
         errors.append("MIG mode is on but its MIG devices could not be listed "
                       "(nvmlDeviceGetMaxMigDeviceCount failed); none is handed out")
+        return out
+    if not 0 <= int(most) <= MAX_MIG_PER_GPU:  # not looped over index by index
+        errors.append(f"MIG mode is on but nvmlDeviceGetMaxMigDeviceCount answered "
+                      f"{int(most)} (a GPU holds at most {MAX_MIG_PER_GPU}); none is "
+                      "handed out")
         return out
     names = _gi_profile_names(nv, parent)
     for k in range(int(most)):
