@@ -429,3 +429,28 @@ def test_a_mig_device_count_past_any_gpu_hands_out_none_of_it(tmp_path: Path) ->
     assert gpu.mig_enabled and gpu.mig_devices == ()
     assert "100000" in (gpu.error or "") and "none is handed out" in (gpu.error or "")
     assert len(read_utilisation(b.nvml)) == 1 + 4  # the GPU and its four MIG devices
+
+
+def test_a_malformed_identity_fails_that_gpu_not_the_nodes_facts(tmp_path: Path) -> None:
+    """A UUID NVML answers that is not in NVIDIA's form ('GPU-a,GPU-b' would read as two
+    GPUs in the ledger and the device list), or a model name past the 256 characters the
+    facts hold, was served as it was: the daemon refuses such facts whole, and every
+    GPU of the node went unread. Now that GPU is unhealthy, naming what it answered; a
+    MIG device with such a UUID is left out, said; the rest is served and read."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs)
+    good = src.read()
+    b.machine.gpus[2].uuid = "GPU-a,GPU-b"
+    b.machine.gpus[5].name = "N" * 300
+    facts = src.read()
+    again = NodeFacts.from_dict(facts.to_dict())  # what the daemon reads
+    g2, g5 = again.gpus[2], again.gpus[5]
+    assert not g2.healthy and "GPU-a,GPU-b" in (g2.error or "")
+    assert g2.uuid == good.gpus[2].uuid  # from its last good read
+    assert not g5.healthy and "300 characters" in (g5.error or "")
+    assert all(g.healthy for k, g in enumerate(again.gpus) if k not in (2, 5))
+    m = build_layout("h100_mig", tmp_path / "m")
+    m.machine.gpus[0].migs[1].uuid = "MIG-x y"
+    (gpu,) = NvmlSource(hostname="n", nvml_module=m.nvml, sysfs_root=m.sysfs).read().gpus
+    assert [d.profile for d in gpu.mig_devices] == ["3g.40gb", "1g.10gb", "1g.10gb"]
+    assert "'MIG-x y'" in (gpu.error or "")
