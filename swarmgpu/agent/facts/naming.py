@@ -64,15 +64,18 @@ def instance_ids(profiles: Sequence[str]) -> list[tuple[int, int | None]]:
     one 3g.20gb instance, as on the GPU. Ids count from 0 in order of first device."""
     out: list[tuple[int, int | None]] = []
     open_: dict[str, list[int]] = {}  # instance profile -> [its id, slices used, CIs]
+    instances = 0
     for prof in profiles:
         m = _PROFILE_RE.match(prof.strip())
         if m is None or m.group(1) is None:
-            out.append((len({gi for gi, _ in out}), None))
+            out.append((instances, None))
+            instances += 1
             continue
         c, g, key = int(m.group(1)), int(m.group(2)), prof.strip().partition("c.")[2]
         slot = open_.get(key)
         if slot is None or slot[1] + c > g:
-            slot = open_[key] = [len({gi for gi, _ in out}), 0, 0]
+            slot = open_[key] = [instances, 0, 0]
+            instances += 1
         out.append((slot[0], slot[2]))
         slot[1], slot[2] = slot[1] + c, slot[2] + 1
     return out

@@ -25,7 +25,15 @@ from swarmgpu.agent.facts.naming import (
     synthetic_uuid,
 )
 from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
-from swarmgpu.core.model import FactsError, Gpu, MigDevice, NodeFacts, valid_link
+from swarmgpu.core.miglayout import mig_layout_fault
+from swarmgpu.core.model import (
+    MAX_MIG_PER_GPU,
+    FactsError,
+    Gpu,
+    MigDevice,
+    NodeFacts,
+    valid_link,
+)
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _GPU_RE = re.compile(r"^GPU(\d+)$")
@@ -174,8 +182,11 @@ def parse_mig_layout(layout: str, gpu_count: int, memory_mib: int) -> dict[int, 
         for item in (x.strip() for x in profiles.split(",")):
             prof, star, times = item.partition("*")
             _check_profile(prof, what)
-            if star and not times.isdigit():
+            if star and not (times.isascii() and times.isdigit()):
                 raise SourceError(f"{what}: count in {item!r} must be a number, e.g. 1g.10gb*2")
+            if star and int(times) > MAX_MIG_PER_GPU - len(names):  # before it is built
+                raise SourceError(f"{what}: {item!r}: at most {MAX_MIG_PER_GPU} MIG devices "
+                                  "per GPU")
             names += [prof] * (int(times) if star else 1)
         if sel.strip() == "all":
             targets = list(range(gpu_count))
@@ -265,6 +276,12 @@ class TopoSource:
             migs = mig_devices_for(
                 layout.get(i, []), hostname=self.hostname, origin=origin, gpu_index=i
             )
+            # what NodeFacts.from_dict refuses from any agent: said here, naming --mig
+            fault = mig_layout_fault(migs, self.memory_mib)
+            if fault is not None:
+                raise SourceError(f"{self.spec}: --mig {self.mig_layout!r}: GPU {i} "
+                                  f"({self.memory_mib} MiB): {fault}; give a layout the "
+                                  "GPU holds (nvidia-smi mig -lgip lists its profiles)")
             gpus.append(
                 Gpu(
                     index=i,
