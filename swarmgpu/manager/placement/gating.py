@@ -124,16 +124,19 @@ def gate_service(s: SwarmService, r: GpuRequest, cyc: Cycle) -> Gating:
         add_constraints.append(gate)
     if not has_env:
         add_env.append(tmpl)
-    # The owner's CUDA_DEVICE_ORDER, a value or a bare name (unset), is theirs: the
-    # GPUs are pinned by UUID, so the order only numbers them inside the container.
-    # Ours is recorded as it is written, so a release takes back only ours (ungate).
-    record: tuple[tuple[str, str], ...] = ()
-    if not _has_var(s.env, ORDER_ENV):
-        add_env.append(ORDER_ENV)
-        record = ((ORDER_ENV, prefix + ORDER_STATE),)
+    record = _order_env(s.env, prefix)
+    add_env += [line for line, _ in record]
     return Gating(tuple(add_constraints), (*foreign, *holds), tuple(add_env),
                   () if has_mount else (device_mount_spec(prefix),), tuple(warnings),
                   record_env=record)
+
+
+def _order_env(env: Sequence[str], prefix: str) -> tuple[tuple[str, str], ...]:
+    """The CUDA_DEVICE_ORDER line adoption adds, with the label that records it as
+    swarmgpu's (so a release takes back only its own: ``ungate``); none where the
+    owner's is there, a value or a bare name (unset): the GPUs are pinned by UUID, so
+    the order only numbers them inside the container."""
+    return () if _has_var(env, ORDER_ENV) else ((ORDER_ENV, prefix + ORDER_STATE),)
 
 
 def _has_var(env: Sequence[str], line: str) -> bool:
