@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from loguru import logger
 from support.fifo import make_fifo, read_within
+from support.gpu_nodes import DGX_A100
 from support.paths import FIXTURES as FIXTURES_DIR
 
 from swarmgpu.agent.facts import SourceError
@@ -250,3 +252,123 @@ def test_a_label_longer_than_the_facts_hold_is_this_sources_error(
     with pytest.raises(SourceError, match=rf"{label}=.*300 characters; at most 256") as exc:
         GfdSource(f, hostname="n").read()
     assert str(f) in str(exc.value)
+
+
+def test_the_helpers_dgx_a100_has_the_memory_a_real_one_reports() -> None:
+    """tests/support's DGX A100 stands in for the captured one: its GPUs have the MiB
+    the driver reports there (GFD's gpu.memory on an NVIDIA DGX A100-SXM4-40GB), not the
+    round 40 GiB of the name, which hid every "a 40GiB request fits no 40GB GPU" path."""
+    real = GfdSource(CAP / "gfd_labels_a100-sxm4-40gb_mig-none_drv450_cloudnativedocs.json",
+                     hostname="dgx").read()
+    assert {g.memory_mib for g in DGX_A100.facts().gpus} == {real.gpus[0].memory_mib} == {40537}
+
+
+def test_a_count_that_may_be_gpus_times_replicas_is_told_or_warned_once(
+        tmp_path: Path) -> None:
+    """GFD builds from its main branch before v0.6.0 labelled gpu.count GPUs x replicas
+    when the device plugin time-sliced (NVIDIA/gpu-feature-discovery 1b5b104, undone by
+    aa6bdec); every release counts the GPUs. What the labels can tell is told: a
+    sharing-strategy label (GFD in the device plugin, v0.15.0 on) or a count no multiple
+    of the replicas means GPUs. Otherwise the count is taken as the releases write it,
+    and the node and the fix are said: once in the log, and in the facts' errors."""
+    f = tmp_path / "gfd"
+    base = BASE + "nvidia.com/gpu.count=8\nnvidia.com/gpu.replicas=4\n"
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(str(m)), level="WARNING")
+    try:
+        for told in ("nvidia.com/gpu.sharing-strategy=time-slicing\n", ""):
+            f.write_text(base + told)
+            facts = GfdSource(f, hostname="gpu-node-9").read()
+            assert len(facts.gpus) == 8
+            assert (facts.errors == ()) == bool(told), facts.errors
+        f.write_text(base.replace("gpu.count=8", "gpu.count=6"))  # 6 x 4 is no count of 8
+        assert GfdSource(f, hostname="gpu-node-9").read().errors == ()
+        f.write_text(base)
+        src = GfdSource(f, hostname="gpu-node-9")
+        first, second = src.read(), src.read()
+    finally:
+        logger.remove(sink)
+    (err,) = first.errors
+    assert second.errors == first.errors and len(err) <= 256
+    assert "gpu.count=8" in err and "gpu.replicas=4" in err and "upgrade GFD" in err
+    said = [ln for ln in lines if "gpu-node-9" in ln]
+    assert len(said) == 2, lines  # the source of the loop's 2nd read; src: once
+    assert "2 GPUs" in said[-1] and "nvidia.com/gpu.sharing-strategy=time-slicing" in said[-1]
+
+
+def test_compute_instances_in_gfds_labels_share_their_gpu_instance(tmp_path: Path) -> None:
+    """GFD's mixed strategy names a compute instance smaller than its GPU instance
+    ``mig-1c.3g.20gb`` (go-nvlib's profile name), with the instance's memory. Three of
+    them are one 3g GPU instance: each was taken for its own (3 x 3 slices), and the node
+    refused for "12 compute slices ... at most 7"."""
+    f = tmp_path / "gfd"
+    f.write_text(BASE.replace("NVIDIA-A100", "NVIDIA-A100-SXM4-40GB").replace("40960", "40537")
+                 + "nvidia.com/gpu.count=1\nnvidia.com/mig.strategy=mixed\n"
+                 "nvidia.com/mig-1c.3g.20gb.count=3\nnvidia.com/mig-1c.3g.20gb.memory=20096\n"
+                 "nvidia.com/mig-3g.20gb.count=1\nnvidia.com/mig-3g.20gb.memory=20096\n")
+    (gpu,) = GfdSource(f, hostname="n").read().gpus
+    by = [(m.profile, m.gi_id, m.ci_id, m.memory_mib) for m in gpu.mig_devices]
+    cis = [b for b in by if b[0] == "1c.3g.20gb"]
+    assert len(cis) == 3 and len({b[1] for b in cis}) == 1 and {b[3] for b in cis} == {20096}
+    assert sorted(b[2] for b in cis) == [0, 1, 2]
+    (whole,) = [b for b in by if b[0] == "3g.20gb"]
+    assert whole[1] != cis[0][1]
+    # The single strategy: six 1c.3g.20gb are two 3g instances of one GPU (not three
+    # GPUs, two of them then served whole)
+    f.write_text("nvidia.com/gpu.count=6\nnvidia.com/mig.strategy=single\n"
+                 "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-1c.3g.20gb\n"
+                 "nvidia.com/gpu.memory=20096\n")
+    (gpu,) = GfdSource(f, hostname="n", memory_mib=40537).read().gpus
+    assert [(m.gi_id, m.ci_id) for m in gpu.mig_devices] == [(0, 0), (0, 1), (0, 2),
+                                                             (1, 0), (1, 1), (1, 2)]
+
+
+KUBECTL_NODES = """\
+apiVersion: v1
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    annotations:
+      nvidia.com/gpu-driver-upgrade-enabled: "true"
+    labels:
+      kubernetes.io/hostname: node-a
+      nvidia.com/gpu.count: "4"
+      nvidia.com/gpu.memory: "40537"
+      nvidia.com/gpu.product: A100-SXM4-40GB
+    name: node-a
+- apiVersion: v1
+  kind: Node
+  metadata:
+    labels:
+      kubernetes.io/hostname: node-b
+      nvidia.com/gpu.count: "8"
+      nvidia.com/gpu.memory: "81559"
+      nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
+    name: node-b
+kind: List
+"""
+
+
+def test_a_dump_of_several_nodes_is_read_for_this_node_only(tmp_path: Path) -> None:
+    """`kubectl get nodes -o yaml` lists every node: the first with nvidia.com labels was
+    read, whichever node the agent runs on (node-b served node-a's 4 A100s), and a node
+    whose annotations (listed before its labels) hold an nvidia.com key was read from
+    those ("gpu.count missing"). Now the node named as the agent's hostname is read,
+    from its labels; a dump naming no such node among several is refused, naming them."""
+    f = tmp_path / "nodes.yaml"
+    f.write_text(KUBECTL_NODES)
+    b = GfdSource(f, hostname="node-b").read()
+    assert (len(b.gpus), b.gpus[0].product) == (8, "NVIDIA-H100-80GB-HBM3")
+    a = GfdSource(f, hostname="node-a").read()
+    assert (len(a.gpus), a.gpus[0].memory_mib) == (4, 40537)
+    with pytest.raises(SourceError, match=r"2 GPU nodes \(node-a, node-b\), none named "
+                       r"'node-c'.*--hostname") as exc:
+        GfdSource(f, hostname="node-c").read()
+    assert str(f) in str(exc.value)
+    one = tmp_path / "one.json"  # one node's object (kubectl get node X -o json): its own
+    one.write_text(json.dumps({"kind": "Node", "metadata": {
+        "annotations": {"nvidia.com/gpu-driver-upgrade-enabled": "true"}, "name": "x",
+        "labels": {"nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "81559",
+                   "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}))
+    assert len(GfdSource(one, hostname="node-c").read().gpus) == 2

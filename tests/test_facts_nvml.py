@@ -403,3 +403,54 @@ def test_nvml_not_available_and_out_of_range_readings_are_unknown(tmp_path: Path
     g.util_gpu, g.util_memory, g.power_mw, g.temp_c = 0xFFFFFFFF, 101, 0xFFFFFFFF, 0xFFFFFFFF
     s0 = read_utilisation(b.nvml)[0]
     assert (s0.util_pct, s0.mem_copy_util_pct, s0.power_w, s0.temp_c) == (None,) * 4
+
+
+def test_a_gpu_count_past_any_node_lists_no_gpus_and_says_so(tmp_path: Path) -> None:
+    """nvmlDeviceGetCount answering more GPUs than a node can have (a broken driver or
+    library; 4294967295 is -1 read unsigned): every index was read, one thread task per
+    GPU, and facts of thousands of lost GPUs served, which the daemon refuses whole. Now
+    no GPU is listed, the error names the answer, and the sampler samples none."""
+    b = build_layout("dgx_a100_nv12", tmp_path)
+    b.nvml.nvmlDeviceGetCount = lambda: 1000  # type: ignore[method-assign]
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    assert facts.gpus == () and facts.gpus_unread
+    assert "nvmlDeviceGetCount answered 1000" in facts.errors[0]
+    assert read_utilisation(b.nvml) == []
+
+
+def test_a_mig_device_count_past_any_gpu_hands_out_none_of_it(tmp_path: Path) -> None:
+    """nvmlDeviceGetMaxMigDeviceCount answering more than a GPU holds was looped over
+    index by index (4294967295: billions of NVML calls, the read hung). Now the GPU is
+    neither whole nor sliced, its error says why, and its samples stop at the bound."""
+    b = build_layout("h100_mig", tmp_path)
+    b.machine.gpus[0].max_migs = 100_000
+    facts = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs).read()
+    (gpu,) = facts.gpus
+    assert gpu.mig_enabled and gpu.mig_devices == ()
+    assert "100000" in (gpu.error or "") and "none is handed out" in (gpu.error or "")
+    assert len(read_utilisation(b.nvml)) == 1 + 4  # the GPU and its four MIG devices
+
+
+def test_a_malformed_identity_fails_that_gpu_not_the_nodes_facts(tmp_path: Path) -> None:
+    """A UUID NVML answers that is not in NVIDIA's form ('GPU-a,GPU-b' would read as two
+    GPUs in the ledger and the device list), or a model name past the 256 characters the
+    facts hold, was served as it was: the daemon refuses such facts whole, and every
+    GPU of the node went unread. Now that GPU is unhealthy, naming what it answered; a
+    MIG device with such a UUID is left out, said; the rest is served and read."""
+    b = build_layout("hgx_h100_nv18", tmp_path)
+    src = NvmlSource(hostname="n", nvml_module=b.nvml, sysfs_root=b.sysfs)
+    good = src.read()
+    b.machine.gpus[2].uuid = "GPU-a,GPU-b"
+    b.machine.gpus[5].name = "N" * 300
+    facts = src.read()
+    again = NodeFacts.from_dict(facts.to_dict())  # what the daemon reads
+    g2, g5 = again.gpus[2], again.gpus[5]
+    assert not g2.healthy and "GPU-a,GPU-b" in (g2.error or "")
+    assert g2.uuid == good.gpus[2].uuid  # from its last good read
+    assert not g5.healthy and "300 characters" in (g5.error or "")
+    assert all(g.healthy for k, g in enumerate(again.gpus) if k not in (2, 5))
+    m = build_layout("h100_mig", tmp_path / "m")
+    m.machine.gpus[0].migs[1].uuid = "MIG-x y"
+    (gpu,) = NvmlSource(hostname="n", nvml_module=m.nvml, sysfs_root=m.sysfs).read().gpus
+    assert [d.profile for d in gpu.mig_devices] == ["3g.40gb", "1g.10gb", "1g.10gb"]
+    assert "'MIG-x y'" in (gpu.error or "")

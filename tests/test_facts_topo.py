@@ -145,6 +145,21 @@ def test_topo_source_with_mig_layout() -> None:
     assert len({m.uuid for m in gpu.mig_devices}) == 4
 
 
+def test_a_mig_layout_no_gpu_holds_is_this_sources_error() -> None:
+    """``--mig`` was taken as written: ``1g.10gb*100000`` built a hundred thousand MIG
+    devices (a larger count, the agent's memory), and a layout past the GPU's 7 slices
+    or its memory was served, for the daemon to refuse the node's whole facts. Now both
+    are this source's error, naming the option, the GPU and what it holds."""
+    path = FIX / "captures/nvsmi_topo_h100-80gb-hbm3_x1_vm_drv590_nvgpuexporter.txt"
+    for layout, match in (("0:1g.10gb*100000", r"1g\.10gb\*100000.*at most 16"),
+                          ("all-1g.10gb;0:7g.80gb,7g.80gb", r"GPU 0.*14 compute slices"),
+                          ("0:4g.40gb,3g.40gb,1g.10gb", r"GPU 0.*8 compute slices")):
+        src = TopoSource(path, hostname="h", product="NVIDIA H100 80GB HBM3",
+                         memory_mib=81559, mig_layout=layout)
+        with pytest.raises(SourceError, match=rf"--mig .*{match}"):
+            src.read()
+
+
 def test_unreadable_or_bad_file(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="cannot read"):
         TopoSource(tmp_path / "nope", hostname="h", product="p", memory_mib=1).read()

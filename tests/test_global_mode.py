@@ -33,7 +33,7 @@ def test_global_gets_one_holding_per_gpu_node_and_none_elsewhere() -> None:
 
 def test_global_node_without_room_waits_and_says_why_then_joins() -> None:
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
-    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})  # the 4090 has 24 GiB
+    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "39GiB"})  # A100: 40537 MiB, 4090: 24564
     planner = Planner()
     plan = planner.plan(nodes, [s], [], FACTS)  # type: ignore[list-item]
     sp = plan.services[0]
@@ -56,7 +56,7 @@ def test_status_lists_global_nodes_waiting_and_jobs_done() -> None:
     from swarmgpu.manager.web.cluster_view import render_status
 
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
-    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})
+    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "39GiB"})
     sp = plan_placement(nodes, [s], [], FACTS).services[0]  # type: ignore[list-item]
     done = {
         "name": "embed",
@@ -83,7 +83,7 @@ def test_audit_names_a_global_services_gpu_node_without_room(tmp_path: object) -
     from swarmgpu.manager.nodes.sync import Snapshot
 
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-2")]
-    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})
+    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "39GiB"})
     facts = {n.id: FactsResult(n.id, n.hostname, "", FACTS[n.id], None, time.time()) for n in nodes}
     cfg = replace(Config(), state_dir=str(tmp_path))
     snap = Snapshot(nodes, [s], [], facts)  # type: ignore[list-item]
@@ -99,7 +99,7 @@ def test_global_places_on_a_node_whose_namesake_has_no_room() -> None:
     room made its namesake (with room, read after it) skip placement: no holding there,
     and one wait shown for both."""
     nodes = [node("n-dgx", "gpu-node-1"), node("n-4090", "gpu-node-1")]
-    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "40GiB"})  # the 4090 has 24 GiB
+    s = gsvc("big", {f"{P}gpus": "1", f"{P}gpu-memory": "39GiB"})  # A100: 40537 MiB, 4090: 24564
     sp = plan_placement(nodes, [s], [], FACTS).services[0]  # type: ignore[list-item]
     assert [p.node_id for p in sp.placements] == ["n-dgx"]
     assert list(sp.nodes_waiting) == ["gpu-node-1 (n-4090)"]

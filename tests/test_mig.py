@@ -196,3 +196,38 @@ def test_a_gh200_is_not_taken_for_an_h200() -> None:
     assert not_offered("3g.48gb", ["NVIDIA GH200 480GB"]) is None
     assert profiles_for_product("NVIDIA H200 NVL") == profiles_for_product("NVIDIA H200")
     assert profiles_for_product("NVIDIA RTX A3000 Laptop GPU") is None  # not an A30
+
+
+def test_a_compute_instance_profile_is_its_own_name_and_share() -> None:
+    """A compute instance smaller than its GPU instance (the MIG user guide's
+    ``1c.3g.20gb``: one compute slice of a 3g.20gb GPU instance) was refused as a
+    request ("malformed") and counted as a whole GPU by a queue; its GPU-instance part
+    is read as any profile is (GFD's decimal 21gb included); as many compute slices as
+    the instance's is the instance (``3c.3g.20gb`` is ``3g.20gb``, as nvidia-smi names
+    it), more is no compute instance."""
+    assert normalize_profile("1c.3g.20gb") == "1c.3g.20gb"
+    assert normalize_profile("nvidia.com/mig-1C.3G.21GB") == "1c.3g.20gb"
+    assert normalize_profile("MIG 2c.7g.80gb") == "2c.7g.80gb"
+    assert compute_share("1c.3g.20gb") == (1, 7)
+    assert compute_share("2c.4g.24gb", "NVIDIA A30") == (2, 4)
+    assert normalize_profile("3c.3g.20gb") == "3g.20gb"
+    for bad, match in (("4c.3g.20gb", "more compute slices"), ("0c.3g.20gb", "malformed"),
+                       ("1c.3g.19gb", "not known")):
+        with pytest.raises(MigProfileError, match=match):
+            normalize_profile(bad)
+    assert not_offered("1c.3g.20gb", ["NVIDIA A100-SXM4-40GB"]) is None
+    assert "offers" in (not_offered("1c.3g.40gb", ["NVIDIA A100-SXM4-40GB"]) or "")
+
+
+def test_a_compute_instance_device_is_handed_out_by_its_own_name_only() -> None:
+    """The three compute instances of one 3g.20gb GPU instance: a request for 1c.3g.20gb
+    gets one (its own UUID); a 3g.20gb request gets none of them (a third of it)."""
+    cis = tuple(MigDevice("1c.3g.20gb", f"MIG-ci{c}", 20096, gi_id=2, ci_id=c) for c in range(3))
+    gpu = Gpu(index=0, uuid="GPU-0", product="NVIDIA A100-SXM4-40GB", memory_mib=40537,
+              mig_capable=True, mig_enabled=True, mig_devices=cis)
+    assert pick_mig_device([gpu], "1c.3g.20gb", set()) == MigChoice(0, "MIG-ci0", "1c.3g.20gb")
+    assert pick_mig_device([gpu], "1C.3g.21gb", {"MIG-ci0"}) == MigChoice(0, "MIG-ci1",
+                                                                          "1c.3g.20gb")
+    miss = pick_mig_device([gpu], "3g.20gb", set())
+    assert isinstance(miss, MigMiss) and miss.reason is MigMissReason.PROFILE_ABSENT
+    assert "it has 1c.3g.20gb" in miss.detail

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from support.gpu_nodes import DGX_A100
+from support.paths import TOPOLOGY
 from support.placement import DGX, FACTS, apply, svc
 
+from swarmgpu.agent.facts.topo import TopoSource
 from swarmgpu.manager.placement import plan_placement
+from swarmgpu.manager.placement.queues import replica_milli
+from swarmgpu.manager.services.requests import GpuRequest, parse_request
 
 DGX_FACTS = {"n-dgx": FACTS["n-dgx"]}  # GPU 0 runs MIG: 3g.20gb, 2g.10gb, 1g.5gb x2
 
@@ -50,3 +55,25 @@ def test_a_profile_no_gpu_of_the_product_has_names_those_it_offers() -> None:
     s = svc("slice", {"swarmgpu.mig": "7g.40gb"})
     sp = plan_placement([DGX], [s], [], DGX_FACTS).services[0]
     assert sp.reason and sp.reason.endswith("no allowed node has one free"), sp.reason
+
+
+def test_compute_instances_are_handed_out_each_once_sharing_their_instance() -> None:
+    """A DGX whose GPU 0 holds a 3g.20gb GPU instance split into three 1c compute
+    instances (``--mig 0:1c.3g.20gb*3,...``): the facts give the three one GPU instance
+    (its memory each), and three services asking 1c.3g.20gb get one each, a fourth
+    waits; a queue counts each as 1/7 of a GPU. They were never handed out."""
+    facts = TopoSource(TOPOLOGY / DGX_A100.capture, hostname=DGX_A100.hostname,
+                       product=DGX_A100.product, memory_mib=DGX_A100.memory_mib,
+                       mig_layout="0:1c.3g.20gb*3,2g.10gb,1g.5gb*2").read()
+    cis = [m for m in facts.gpus[0].mig_devices if m.profile == "1c.3g.20gb"]
+    assert len(cis) == 3 and len({m.gi_id for m in cis}) == 1
+    assert [m.ci_id for m in cis] == [0, 1, 2] and {m.memory_mib for m in cis} == {20 * 1024}
+    assert len({m.gi_id for m in facts.gpus[0].mig_devices}) == 4  # 3g, 2g, 1g, 1g
+    services = [svc(f"s{i}", {"swarmgpu.mig": "1c.3g.20gb"}) for i in range(4)]
+    plan = plan_placement([DGX], services, [], {"n-dgx": facts})
+    got = {sp.name: sp for sp in plan.services}
+    held = [got[f"s{i}"].placements[0].uuids[0] for i in range(3)]
+    assert sorted(held) == sorted(m.uuid for m in cis)
+    assert got["s3"].status == "pending" and not got["s3"].placements
+    req = parse_request(services[0].labels)
+    assert isinstance(req, GpuRequest) and replica_milli(req) == 143  # 1/7, rounded up

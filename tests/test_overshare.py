@@ -41,13 +41,13 @@ def test_use_against_share_per_holder() -> None:
     uses = {(u.service, u.uuid): u for u in service_use([DGX], LEDGER, {DGX.id: F}, m,
                                                          OWNERS)}
     a, b, w = uses["a", G1.uuid], uses["b", G1.uuid], uses["w", G2.uuid]
-    assert (a.used_mib, a.share_mib, a.over, a.tasks, a.pids) == (32000, 20480, True, ("ta",),
+    assert (a.used_mib, a.share_mib, a.over, a.tasks, a.pids) == (32000, 20268, True, ("ta",),
                                                                   (10, 11))
-    assert (b.used_mib, b.share_mib, b.over) == (4000, 20480, False)
-    assert (w.used_mib, w.share_mib, w.over) == (40000, 40960, False)  # a whole GPU
+    assert (b.used_mib, b.share_mib, b.over) == (4000, 20268, False)
+    assert (w.used_mib, w.share_mib, w.over) == (40000, 40537, False)  # a whole GPU (40537 MiB)
     (f,) = findings(uses.values())
     assert f.kind == "over-share" and f.subject == "a" and f.actual == "32000 MiB"
-    assert "uses 32000 MiB of GPU 1" in f.message and "share is 20480 MiB" in f.message
+    assert "uses 32000 MiB of GPU 1" in f.message and "share is 20268 MiB" in f.message
 
 
 def test_a_service_on_a_gpu_it_does_not_hold_is_over() -> None:
@@ -78,7 +78,7 @@ def test_watch_window_and_map_annotation() -> None:
         {"service": "a"}, {"service": "b"}]}]}]}
     annotate(doc, service_use([DGX], LEDGER, {DGX.id: F}, over, OWNERS))
     a, b = doc["nodes"][0]["gpus"][0]["holders"]
-    assert a == {"service": "a", "memory_used_mib": 30000, "memory_share_mib": 20480,
+    assert a == {"service": "a", "memory_used_mib": 30000, "memory_share_mib": 20268,
                  "over_share": True}
     assert b["over_share"] is False
 

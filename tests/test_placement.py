@@ -16,9 +16,10 @@ from swarmgpu.manager.placement import (
     plan_placement,
     read_ledger,
 )
-from swarmgpu.manager.placement.envs import VOID_LINE
+from swarmgpu.manager.placement.envs import ORDER_ENV, VOID_LINE
+from swarmgpu.manager.placement.keys import ORDER_STATE
 from swarmgpu.manager.placement.specwrite import service_compute
-from swarmgpu.swarm.client import SwarmNode, SwarmTask
+from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
 
 def test_nvlink_pair_lands_on_dgx() -> None:
@@ -53,17 +54,18 @@ def test_numa_request_gets_one_pix_group_on_4090() -> None:
     assert set(p.gpus) in ({0, 1, 2, 3}, {4, 5, 6, 7})
 
 
-def test_40gib_never_on_24gib_and_pending_reason() -> None:
+def test_39gib_never_on_24gib_and_pending_reason() -> None:
+    # (the DGX's A100-SXM4-40GB report 40537 MiB: 40GiB, 40960, fits none of them)
     s = svc(
         "big",
-        {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB", "swarmgpu.pack": "never"},
+        {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "39GiB", "swarmgpu.pack": "never"},
         replicas=2,
     )
     sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
     assert [p.hostname for p in sp.placements] == ["gpu-node-1"]
     assert sp.status == "pending" and "1 of 2 replicas placed" in (sp.reason or "")
     # By default the two replicas, which cannot be spread, are packed on the DGX.
-    s = svc("big", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "40GiB"}, replicas=2)
+    s = svc("big", {"swarmgpu.gpus": "1", "swarmgpu.gpu-memory": "39GiB"}, replicas=2)
     sp = plan_placement([DGX, R4090], [s], [], FACTS).services[0]
     assert sp.status == "placed" and sp.packed and "gpu-node-1" in sp.packed
     assert [(p.hostname, p.slot) for p in sp.placements] == [("gpu-node-1", 1), ("gpu-node-1", 2)]
@@ -202,6 +204,46 @@ def test_adoption_keeps_the_owners_cuda_device_order() -> None:
     s = svc("raw", {"swarmgpu.gpus": "1"}, gated=False)
     (sp,) = plan_placement([DGX], [s], [], {"n-dgx": FACTS["n-dgx"]}).services
     assert sp.add_env == (env_template(P), "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+
+
+def _as_written(s: SwarmService, writes: object) -> SwarmService:
+    """``s`` after the plan's spec write, as Swarm would then answer for it."""
+    spec = {"Name": s.name, "Labels": dict(s.labels), "Mode": {"Replicated": {"Replicas": 1}},
+            "TaskTemplate": {"ContainerSpec": {"Env": list(s.env)},
+                             "Placement": {"Constraints": list(s.constraints)}}}
+    new = service_compute(writes)(spec)  # type: ignore[arg-type]
+    return service_from_api({"ID": s.id, "Version": {"Index": s.version + 1},
+                             "Spec": spec if new is None else new})
+
+
+def test_a_release_takes_back_the_cuda_device_order_only_swarmgpu_wrote() -> None:
+    """Adoption adds CUDA_DEVICE_ORDER=PCI_BUS_ID to a service without one and records
+    that it did: when the request goes, that line goes with swarmgpu's others. The same
+    line with no record is the owner's (their stack file, `render`'s output) and stays;
+    adoption beside an owner's line records nothing."""
+    only = {"n-dgx": FACTS["n-dgx"]}
+    raw = svc("raw", {"swarmgpu.gpus": "1", "team": "x"}, gated=False)
+    (sp,) = plan_placement([DGX], [raw], [], only).services
+    adopted = _as_written(raw, sp.writes)
+    assert ORDER_ENV in adopted.env and gate_constraint(P, "raw") in adopted.constraints
+    assert adopted.labels[P + ORDER_STATE] == "true"
+    gone = replace(adopted, labels={k: v for k, v in adopted.labels.items()
+                                    if k != "swarmgpu.gpus"})
+    (rel,) = plan_placement([DGX], [gone], [], only).services
+    assert rel.status == "released"
+    out = _as_written(gone, rel.writes)
+    assert out.env == (VOID_LINE,) and out.labels == {"team": "x"}
+    owners = replace(gone, labels={"team": "x"})  # the same line, not recorded as ours
+    (rel,) = plan_placement([DGX], [owners], [], only).services
+    assert _as_written(owners, rel.writes).env == (VOID_LINE, ORDER_ENV)
+    for own in ("CUDA_DEVICE_ORDER=FASTEST_FIRST", ORDER_ENV):
+        beside = replace(raw, env=(own,))
+        (sp,) = plan_placement([DGX], [beside], [], only).services
+        written = _as_written(beside, sp.writes)
+        assert P + ORDER_STATE not in written.labels, own
+        (rel,) = plan_placement([DGX], [replace(written, labels={"team": "x"})], [],
+                                only).services
+        assert own in _as_written(written, rel.writes).env
 
 
 def test_a_request_whose_own_env_sets_the_device_variable_waits_naming_it() -> None:

@@ -3,15 +3,20 @@ per-process metric. The engine side runs for real in tests/test_overshare_swarm.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+from support.fake_proc import fake_pid, set_uptime, stat_line
+from support.fifo import make_fifo
 from support.gpu_nodes import RTX4090
 
 from swarmgpu.agent.metrics import PROCESS_MEMORY, render_metrics
 from swarmgpu.agent.procattr import SERVICE_LABEL, TASK_LABEL, Attributor, container_of
+from swarmgpu.agent.server import build_server
 from swarmgpu.core.samples import GpuProcess, GpuSample
 
 CID = "3f1c0a9e" * 8
+OTHER = "7b2d9c4e" * 8  # a container of another service
 
 
 def test_container_of_each_cgroup_layout() -> None:
@@ -25,10 +30,8 @@ def test_container_of_each_cgroup_layout() -> None:
 
 
 def test_attributor_names_owners_and_survives_what_it_cannot_read(tmp_path: Path) -> None:
-    (tmp_path / "100").mkdir()
-    (tmp_path / "100" / "cgroup").write_text(f"0::/system.slice/docker-{CID}.scope\n")
-    (tmp_path / "200").mkdir()
-    (tmp_path / "200" / "cgroup").write_text("0::/user.slice\n")
+    fake_pid(tmp_path, 100, f"0::/system.slice/docker-{CID}.scope\n", 50.0)
+    fake_pid(tmp_path, 200, "0::/user.slice\n", 60.0)
     asked: list[str] = []
 
     def labels(cid: str) -> dict[str, str] | None:
@@ -57,3 +60,86 @@ def test_process_metric() -> None:
     lines = [ln for ln in text.splitlines() if ln.startswith(PROCESS_MEMORY + "{")]
     assert lines == [f'{PROCESS_MEMORY}{{UUID="{g.uuid}",container="{CID[:12]}",gpu="3",'
                      f'hostname="gpu-node-2",pid="100",service="shop_model",task="t1"}} 6757.0']
+
+
+def _labels(cid: str) -> dict[str, str]:
+    return {TASK_LABEL: f"task-of-{cid[:4]}", SERVICE_LABEL: f"svc-{cid[:4]}"}
+
+
+def test_a_pid_reused_after_nvml_listed_it_is_not_credited(tmp_path: Path) -> None:
+    """NVML listed PID 100 (a process of CID); before its /proc entry was read it ended
+    and the PID went to a process of another container. The one read is younger than the
+    listing (its start time after the moment before NVML was asked): it is not the
+    process NVML measured, so no owner; an older one is attributed."""
+    fake_pid(tmp_path, 100, f"0::/docker/{OTHER}\n", 1000.5)  # started after the listing
+    fake_pid(tmp_path, 101, f"0::/docker/{CID}\n", 400.0)
+    set_uptime(tmp_path, 1000.0)
+    att = Attributor(_labels, str(tmp_path))
+    listed_at = att.boot_clock()
+    assert listed_at == 1000.0
+    s = GpuSample("GPU-x", 0, None, 10, 10, None, None, None,
+                  (GpuProcess(100, 30000), GpuProcess(101, 500)))
+    (out,) = att([s], listed_at)
+    assert out.processes[0] == GpuProcess(100, 30000)  # not OTHER's: unattributed
+    assert out.processes[1] == GpuProcess(101, 500, None, CID, "task-of-3f1c", "svc-3f1c")
+
+
+def test_the_agent_times_its_attribution_from_before_nvml_is_asked(tmp_path: Path) -> None:
+    """The server takes the moment before it samples: a PID reused while the sampler ran
+    (a sampler of 8 GPUs takes a while) is left unattributed in what /metrics serves."""
+    fake_pid(tmp_path, 100, f"0::/docker/{CID}\n", 400.0)
+    set_uptime(tmp_path, 1000.0)
+
+    def sampler() -> list[GpuSample]:  # each call (the server primes one) as the first
+        now = float((tmp_path / "uptime").read_text().split()[0])
+        listed = [GpuSample("GPU-x", 0, None, 10, 10, None, None, None,
+                            (GpuProcess(100, 30000),))]
+        # the listed process ends, its PID goes to OTHER's new one, the clock moves on
+        fake_pid(tmp_path, 100, f"0::/docker/{OTHER}\n", now + 0.7)
+        set_uptime(tmp_path, now + 1.0)
+        return listed
+
+    srv = build_server(RTX4090.source(), "127.0.0.1:0", sampler=sampler,
+                       attribute=Attributor(_labels, str(tmp_path)))
+    try:
+        samples, err = srv.sampler.sample()
+    finally:
+        srv.close()
+    assert err is None
+    assert samples[0].processes == (GpuProcess(100, 30000),)
+
+
+def test_a_pid_reused_while_its_cgroup_is_read_is_not_credited(tmp_path: Path) -> None:
+    """The start time is read before and after the cgroup: a process that ended and whose
+    PID was taken between the two (the cgroup read may be the new one's) is dropped."""
+    d = fake_pid(tmp_path, 100, "", 400.0)
+    (d / "cgroup").unlink()
+    fifo = make_fifo(d / "cgroup")
+
+    def the_kernel() -> None:
+        with open(fifo, "w") as w:  # opened once the attributor opens the cgroup
+            (d / "stat").write_text(stat_line(100, 401 * 100))  # the PID changes hands
+            w.write(f"0::/docker/{OTHER}\n")
+
+    t = threading.Thread(target=the_kernel, daemon=True)
+    t.start()
+    s = GpuSample("GPU-x", 0, None, 10, 10, None, None, None, (GpuProcess(100, 30000),))
+    (out,) = Attributor(_labels, str(tmp_path))([s])
+    t.join(5)
+    assert out.processes == (GpuProcess(100, 30000),)
+
+
+def test_a_pid_without_a_readable_start_is_not_credited(tmp_path: Path) -> None:
+    """No stat, or one that is not the kernel's (a comm with ')' and spaces is): no
+    owner rather than a guess."""
+    d = fake_pid(tmp_path, 100, f"0::/docker/{CID}\n", 400.0)
+    (d / "stat").unlink()
+    fake_pid(tmp_path, 101, f"0::/docker/{CID}\n", 400.0)
+    (tmp_path / "101" / "stat").write_text("101 (x) S 1 2\n")
+    fake_pid(tmp_path, 102, f"0::/docker/{CID}\n", 0)
+    (tmp_path / "102" / "stat").write_text(stat_line(102, 40000, comm="a) (b c"))
+    s = GpuSample("GPU-x", 0, None, 10, 10, None, None, None,
+                  (GpuProcess(100, 1), GpuProcess(101, 2), GpuProcess(102, 3)))
+    (out,) = Attributor(_labels, str(tmp_path))([s])
+    assert out.processes[:2] == (GpuProcess(100, 1), GpuProcess(101, 2))
+    assert out.processes[2].container == CID

@@ -62,7 +62,7 @@ def test_missing_env_keeps_a_users_own_value() -> None:
     assert len(missing) == 3 and not any(m.startswith("CUDA_DEVICE_SM_LIMIT=") for m in missing)
 
 
-def test_half_of_a_40gib_gpu_beside_a_whole_gpu_service() -> None:
+def test_half_of_a_40gb_gpu_beside_a_whole_gpu_service() -> None:
     half = svc("half", {"swarmgpu.gpu-fraction": "0.5"})
     half = half.__class__(**{**half.__dict__, "env": (*half.env, *SHARED_ENV)})
     whole = svc("whole", {"swarmgpu.gpus": "1"})
@@ -72,8 +72,8 @@ def test_half_of_a_40gib_gpu_beside_a_whole_gpu_service() -> None:
     assert p.milli == (500,)
     assert {k: v for k, v in by["half"].service_labels_set.items() if ".share." in k} == {
         "swarmgpu.share.fraction.n-dgx": "0.5",
-        "swarmgpu.share.memory-mib.n-dgx": "20480",
-        "swarmgpu.share.memory-limit.n-dgx": "20480m",
+        "swarmgpu.share.memory-mib.n-dgx": "20268",
+        "swarmgpu.share.memory-limit.n-dgx": "20268m",
         "swarmgpu.share.sm-limit.n-dgx": "50",
     }
     assert not by["half"].add_env and not by["half"].warnings
@@ -126,7 +126,7 @@ def test_render_writes_the_same() -> None:
     out = yaml.safe_load(text)["services"]
     half, whole = out["half"], out["whole"]
     assert all(line in half["environment"] for line in SHARED_ENV)
-    assert half["deploy"]["labels"]["swarmgpu.share.memory-limit.n-dgx"] == "20480m"
+    assert half["deploy"]["labels"]["swarmgpu.share.memory-limit.n-dgx"] == "20268m"
     assert half["deploy"]["labels"]["swarmgpu.share.sm-limit.n-dgx"] == "50"
     assert not any(k.startswith("SWARMGPU_") or k.startswith("CUDA_DEVICE_M")
                    or k.startswith("CUDA_DEVICE_SM") for k in whole["environment"])

@@ -33,10 +33,10 @@ def test_half_of_a_40gib_gpu_is_told_its_share_and_a_whole_gpu_beside_it_nothing
     (half,) = wait_running(swarm, "share_half", 1, timeout=90)
     (whole,) = wait_running(swarm, "share_whole", 1, timeout=90)
     env = container_env(swarm, half)
-    assert swarm.node(half["NodeID"]).hostname == "gpu-node-1"  # the 40 GiB A100s
-    assert {k: env[k] for k in SHARE_VARS} == {
-        "SWARMGPU_GPU_FRACTION": "0.5", "SWARMGPU_GPU_MEMORY_MIB": "20480",
-        "CUDA_DEVICE_MEMORY_LIMIT": "20480m", "CUDA_DEVICE_SM_LIMIT": "50"}
+    assert swarm.node(half["NodeID"]).hostname == "gpu-node-1"  # the 40GB A100s
+    assert {k: env[k] for k in SHARE_VARS} == {  # half of their 40537 MiB, floored
+        "SWARMGPU_GPU_FRACTION": "0.5", "SWARMGPU_GPU_MEMORY_MIB": "20268",
+        "CUDA_DEVICE_MEMORY_LIMIT": "20268m", "CUDA_DEVICE_SM_LIMIT": "50"}
     assert env["NVIDIA_VISIBLE_DEVICES"].startswith("GPU-")
     wenv = container_env(swarm, whole)
     assert swarm.node(whole["NodeID"]).hostname == "gpu-node-1"

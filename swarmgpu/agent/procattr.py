@@ -7,6 +7,14 @@ container labels name the Swarm task and service (``com.docker.swarm.task.id``,
 ``com.docker.swarm.service.name``, set by Swarm on every task container). A process
 outside any container, or in a container Swarm did not start, keeps an empty owner.
 
+NVML lists PIDs first and ``/proc`` is read after: a process that ended in between may
+have left its PID to a new one of another container, which would be credited with the
+old one's GPU memory (and be restarted for it under ``placement.overshare: restart``).
+So a PID is attributed only when its start time (``/proc/<pid>/stat``) reads the same
+before and after its cgroup is read, and is no later than the moment before NVML was
+asked (``/proc/uptime``, taken by the agent before it samples): a process younger than
+the listing is not the one NVML measured, and is left without an owner this scrape.
+
 Never raises and never blocks long: an unreadable ``/proc`` entry (the process ended)
 or an engine that does not answer leaves that process unattributed; owners are cached
 per container (labels of a container never change), the cache is bounded.
@@ -14,6 +22,7 @@ per container (labels of a container never change), the cache is bounded.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -28,6 +37,10 @@ _ID = re.compile(r"(?<![0-9a-f])([0-9a-f]{64})(?![0-9a-f])")
 TASK_LABEL = "com.docker.swarm.task.id"
 SERVICE_LABEL = "com.docker.swarm.service.name"
 _CACHE_MAX = 4096
+# /proc/<pid>/stat: "pid (comm) state ..."; starttime is field 22, the 20th after comm
+# (which may hold spaces and ')': the fields start after the last ')')
+_START_FIELD = 19
+_MAX_STAT = 4096  # a stat line is a few hundred bytes
 
 Labels = Callable[[str], Mapping[str, str] | None]  # container id -> its labels (None: unknown)
 
@@ -73,6 +86,30 @@ class Attributor:
         self.labels = labels
         self.proc_root = Path(proc_root)
         self._owners: dict[str, tuple[str, str]] = {}  # container -> (task, service)
+        self._hz = os.sysconf("SC_CLK_TCK")  # the unit of stat's starttime
+
+    def boot_clock(self) -> float | None:
+        """Seconds since boot (``<proc_root>/uptime``), the clock of a process's start
+        time; None when unreadable (then only the before/after check is made)."""
+        try:
+            first = (self.proc_root / "uptime").read_text()[:64].split()[0]
+            value = float(first)
+        except (OSError, ValueError, IndexError):
+            return None
+        return value if value >= 0 and value != float("inf") else None
+
+    def _start_ticks(self, pid: int) -> int | None:
+        """The process's start, in clock ticks after boot; None: gone or unreadable."""
+        try:
+            with open(self.proc_root / str(pid) / "stat", "rb") as fh:
+                text = fh.read(_MAX_STAT).decode("ascii", "replace")
+        except OSError:
+            return None
+        fields = text.rpartition(")")[2].split()
+        if len(fields) <= _START_FIELD or not fields[_START_FIELD].isascii() \
+                or not fields[_START_FIELD].isdigit():
+            return None
+        return int(fields[_START_FIELD])
 
     def _container(self, pid: int) -> str | None:
         try:
@@ -80,6 +117,19 @@ class Attributor:
         except OSError:
             return None
         return container_of(text)
+
+    def _same_process(self, pid: int, listed_at: float | None) -> str | None:
+        """The container of ``pid`` when it is still the process NVML listed (module
+        docstring), else None."""
+        before = self._start_ticks(pid)
+        if before is None:
+            return None
+        cid = self._container(pid)
+        if cid is None or self._start_ticks(pid) != before:
+            return None  # not in a container, or the PID changed hands during the read
+        if listed_at is not None and before / self._hz > listed_at:
+            return None  # started after NVML was asked: a PID reused since
+        return cid
 
     def _owner(self, cid: str) -> tuple[str, str]:
         if cid in self._owners:
@@ -93,13 +143,16 @@ class Attributor:
         self._owners[cid] = owner
         return owner
 
-    def process(self, p: GpuProcess) -> GpuProcess:
-        cid = self._container(p.pid)
+    def process(self, p: GpuProcess, listed_at: float | None = None) -> GpuProcess:
+        cid = self._same_process(p.pid, listed_at)
         if cid is None:
             return p
         task, service = self._owner(cid)
         return replace(p, container=cid, task=task, service=service)
 
-    def __call__(self, samples: Sequence[GpuSample]) -> list[GpuSample]:
-        return [replace(s, processes=tuple(self.process(p) for p in s.processes))
+    def __call__(self, samples: Sequence[GpuSample],
+                 listed_at: float | None = None) -> list[GpuSample]:
+        """``samples`` with their processes' owners; ``listed_at``: ``boot_clock()``
+        taken before NVML was asked for them."""
+        return [replace(s, processes=tuple(self.process(p, listed_at) for p in s.processes))
                 if s.processes else s for s in samples]

@@ -70,6 +70,7 @@ from loguru import logger
 from swarmgpu.agent import access
 from swarmgpu.agent.facts import FactSource
 from swarmgpu.agent.metrics import CONTENT_TYPE, AgentStats, render_metrics
+from swarmgpu.agent.procattr import Attributor
 from swarmgpu.core.guesslimit import GuessLimit
 from swarmgpu.core.healthcheck import HTTPS_ONLY, HTTPS_ONLY_HEADER
 from swarmgpu.core.httpguard import (
@@ -578,8 +579,7 @@ class _Attributed:
     """A sampler whose processes are named by ``attribute``; keeps the inner sampler's
     own ``error`` visible to GuardedSampler."""
 
-    def __init__(self, base: Sampler,
-                 attribute: Callable[[list[GpuSample]], list[GpuSample]]) -> None:
+    def __init__(self, base: Sampler, attribute: Attributor) -> None:
         self.base, self.attribute = base, attribute
 
     @property
@@ -589,7 +589,9 @@ class _Attributed:
         return err if isinstance(err, str) else None
 
     def __call__(self) -> list[GpuSample]:
-        return self.attribute(self.base())
+        # the clock before NVML lists the processes: a PID younger is a reused one
+        listed_at = self.attribute.boot_clock()
+        return self.attribute(self.base(), listed_at)
 
 
 def build_server(
@@ -599,7 +601,7 @@ def build_server(
     sampler: Sampler | None = None,
     refresh_s: float = 30.0,
     sample_timeout_s: float = 2.0,
-    attribute: Callable[[list[GpuSample]], list[GpuSample]] | None = None,
+    attribute: Attributor | None = None,
     tls: ReloadingServerContext | None = None,
     token: str | None = None,
     extra_hosts: str = "",
@@ -633,7 +635,7 @@ def serve(
     sampler: Sampler | None = None,
     refresh_s: float = 30.0,
     stop_event: threading.Event | None = None,
-    attribute: Callable[[list[GpuSample]], list[GpuSample]] | None = None,
+    attribute: Attributor | None = None,
     tls: ReloadingServerContext | None = None,
     token: str | None = None,
     extra_hosts: str = "",

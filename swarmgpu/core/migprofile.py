@@ -4,6 +4,12 @@ Profile names come in three spellings that must meet: nvidia-smi's ``3g.20gb``, 
 ``mig-3g.20gb`` / ``nvidia.com/mig-3g.20gb`` resource style, and old GPU feature
 discovery labels that rounded memory in decimal GB (``mig-3g.21gb`` for the A100-40GB's
 3g.20gb, 20096 MiB). Requests, placement and node labels all use ``canonical_profile``.
+
+A compute instance smaller than its GPU instance is named as the MIG user guide and
+``nvidia-smi -L`` name it: its compute slices before the instance's profile,
+``1c.3g.20gb`` (one of a 3g.20gb instance's three). It is its own profile: a request
+for ``3g.20gb`` never gets one. It shares its instance's memory with the instance's
+other compute instances, and counts its own compute slices (``compute_share``).
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ _BY_PRODUCT: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
 )
 
 _PROFILE_RE = re.compile(r"^(?P<g>[1-8])g\.(?P<mem>\d+)gb(?P<suffix>(?:[+-][a-z.]+)?)$")
+_CI_RE = re.compile(r"^(?P<c>[1-8])c\.(?P<gi>.*)$")  # a compute instance: 1c.3g.20gb
 _PREFIX_RE = re.compile(r"^(?:nvidia\.com/)?(?:mig[- ])?", re.IGNORECASE)
 _GIB_TO_GB = 1.073741824
 
@@ -100,13 +107,33 @@ def profiles_for_product(product: str) -> frozenset[str] | None:
 def normalize_profile(name: str) -> str:
     """``MIG-3g.20gb``, ``nvidia.com/mig-3g.21gb``, ``3G.20GB`` -> ``3g.20gb``.
 
-    Raise MigProfileError naming the input and what is accepted.
+    A compute instance's (``1C.3g.21gb`` -> ``1c.3g.20gb``): its instance's part so, and
+    as many compute slices as the instance's is the instance (``3c.3g.20gb``: nvidia-smi
+    names it ``3g.20gb``). Raise MigProfileError naming the input and what is accepted.
     """
     raw = name
     name = _PREFIX_RE.sub("", name.strip()).lower()
+    ci = _CI_RE.match(name)
+    if ci is None:
+        return _instance_profile(name, raw)
+    gi = _instance_profile(ci["gi"], raw)
+    c, g = int(ci["c"]), int(gi.split("g.", 1)[0])
+    if c == g:
+        return gi
+    if c > g:
+        hint = f"at most {g - 1}c of a {g}g instance (e.g. 1c.{gi}), or {gi} itself"
+        raise MigProfileError(f"MIG profile {raw!r} has more compute slices than its GPU "
+                              f"instance; expected {hint}", hint)
+    return f"{c}c.{gi}"
+
+
+def _instance_profile(name: str, raw: str) -> str:
+    """A GPU-instance profile's one spelling (``normalize_profile``), ``name`` prefixless
+    and lower-case already."""
     m = _PROFILE_RE.match(name)
     if not m:
-        hint = "<slices>g.<memory>gb such as 1g.10gb or 3g.40gb (a mig- prefix is fine)"
+        hint = ("<slices>g.<memory>gb such as 1g.10gb or 3g.40gb (a mig- prefix is fine), "
+                "or a compute instance of one such as 1c.3g.40gb")
         raise MigProfileError(f"MIG profile {raw!r} is malformed; expected {hint}", hint)
     if name in _KNOWN:
         return name
@@ -144,9 +171,12 @@ def compute_share(profile: str, product: str | None = None) -> tuple[int, int]:
     device is on) where known; else the profile's name says (``_OF_FOUR_SLICES``), a
     name newer than the table taken as a 7-slice GPU's."""
     name = canonical_profile(profile)
-    m = _PROFILE_RE.match(name)
-    total = (gpu_slices(product) if product else None) or (4 if name in _OF_FOUR_SLICES else 7)
-    return (min(int(m["g"]), total) if m else total), total
+    ci = _CI_RE.match(name)
+    gi = ci["gi"] if ci else name  # a compute instance's: its own slices of its instance's
+    m = _PROFILE_RE.match(gi)
+    total = (gpu_slices(product) if product else None) or (4 if gi in _OF_FOUR_SLICES else 7)
+    slices = int(ci["c"]) if ci and m else int(m["g"]) if m else total
+    return min(slices, total), total
 
 
 def canonical_profile(profile: str) -> str:
@@ -165,9 +195,11 @@ def not_offered(profile: str, products: Iterable[str]) -> str | None:
     named, at most MAX_MODELS_NAMED), or None when one of them may have it (or a model
     unknown here might)."""
     offers: dict[str, frozenset[str]] = {}
+    ci = _CI_RE.match(profile)
+    instance = ci["gi"] if ci else profile  # a compute instance: where its instance may be
     for product in sorted(set(products)):
         got = profiles_for_product(product)
-        if got is None or profile in got:
+        if got is None or instance in got:
             return None
         offers[product] = got
     if not offers:

@@ -47,8 +47,8 @@ def main() -> None:
 
     honest = Attributor.process
 
-    def forged(self: Attributor, p: Any) -> Any:
-        p = honest(self, p)
+    def forged(self: Attributor, p: Any, listed_at: float | None = None) -> Any:
+        p = honest(self, p, listed_at)
         try:
             data = json.loads(Path(procs_file).read_text())
         except (OSError, ValueError):

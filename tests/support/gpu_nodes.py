@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from support.paths import REPO, TOPOLOGY
+from support.paths import CAPTURES, REPO, TOPOLOGY
 from support.swarm_harness import SwarmCluster
 from swarmgpu.agent.facts.topo import TopoSource
 from swarmgpu.core.model import NodeFacts
@@ -61,9 +61,18 @@ class FakeGpuNode:
         return argv + list(extra)
 
 
-# GPU 0 of the DGX runs MIG (mixed strategy), the other seven are whole GPUs.
-DGX_A100 = FakeGpuNode("gpu-node-1", "topo_dgx_a100_nv12.txt", "NVIDIA A100-SXM4-40GB", 40960,
-                       mig="0:3g.20gb,2g.10gb,1g.5gb*2")
+def captured_memory_mib(capture: str) -> int:
+    """A GPU's memory as a real one reports it: GFD's ``nvidia.com/gpu.memory`` in a
+    capture of tests/fixtures/captures (the driver's MiB, below the name's round GiB)."""
+    return int(json.loads((CAPTURES / capture).read_text())["nvidia.com/gpu.memory"])
+
+
+# GPU 0 of the DGX runs MIG (mixed strategy), the other seven are whole GPUs. Memory: a
+# real DGX A100-SXM4-40GB's (40537 MiB), not the name's 40 GiB.
+DGX_A100 = FakeGpuNode(
+    "gpu-node-1", "topo_dgx_a100_nv12.txt", "NVIDIA A100-SXM4-40GB",
+    captured_memory_mib("gfd_labels_a100-sxm4-40gb_mig-none_drv450_cloudnativedocs.json"),
+    mig="0:3g.20gb,2g.10gb,1g.5gb*2")
 RTX4090 = FakeGpuNode("gpu-node-2", "topo_pcie_8x_rtx4090_pix_sys.txt",
                       "NVIDIA GeForce RTX 4090", 24564)
 GPU_NODES = {n.hostname: n for n in (DGX_A100, RTX4090)}

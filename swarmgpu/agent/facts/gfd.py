@@ -9,6 +9,15 @@ GFD has no UUIDs, bus ids or topology: GPUs get synthetic ``GPU-5ca1ab1e-...`` U
 and ``links`` stays empty. MIG profile names are normalised to nvidia-smi's naming,
 recomputed from the profile's memory label (GFD 0.x named the 20096 MiB profile
 ``3g.21gb``; nvidia-smi calls it ``3g.20gb``).
+
+``<resource>.count`` is the GPUs (or MIG devices) in every GFD release, time-sliced or
+not: ``.replicas`` says how many shares of each the device plugin makes. GFD built from
+its main branch between its resource labeler (NVIDIA/gpu-feature-discovery 1b5b104) and
+v0.6.0 (aa6bdec, "Don't multiply count by replicas") wrote count x replicas. Where the
+labels tell them apart (a ``.sharing-strategy`` label, which only GFD in the device
+plugin writes, v0.15.0 on; a count no multiple of the replicas) nothing is said;
+otherwise the count is taken as the releases mean it, and the node and the fix are
+said once (``replica_note``).
 """
 
 from __future__ import annotations
@@ -20,8 +29,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from loguru import logger
+
 from swarmgpu.agent.facts import SourceError
 from swarmgpu.agent.facts.naming import (
+    instance_ids,
     max_instances,
     mig_profile_name,
     parse_profile,
@@ -38,6 +50,8 @@ from swarmgpu.core.model import (
     MigDevice,
     NodeFacts,
 )
+from swarmgpu.core.peertext import peer_text
+from swarmgpu.core.saidonce import SaidOnce
 from swarmgpu.core.yamlfile import MAX_TEXT, parse_yaml
 
 PREFIX = "nvidia.com/"
@@ -49,8 +63,9 @@ _GB_IN_NAME_RE = re.compile(r"(\d+)GB", re.IGNORECASE)
 _COUNT_RE = re.compile(r"[0-9]{1,9}", re.ASCII)
 
 
-def parse_labels(text: str, *, where: str = "gfd") -> dict[str, str]:
-    """``nvidia.com/*`` labels (prefix removed) from any of the accepted forms."""
+def parse_labels(text: str, *, where: str = "gfd", hostname: str | None = None) -> dict[str, str]:
+    """``nvidia.com/*`` labels (prefix removed) from any of the accepted forms; of the
+    node named ``hostname`` where the text lists several nodes with such labels."""
     # A BOM (a file saved by a Windows editor) would be read as part of the first key.
     stripped = text.removeprefix("\ufeff").strip()
     data: Any = None
@@ -67,7 +82,9 @@ def parse_labels(text: str, *, where: str = "gfd") -> dict[str, str]:
         return _key_values(stripped, where)
     else:
         data = _lenient_mapping(stripped, where)
-    labels = _find_labels(data)
+    labels = _node_labels(data, where, hostname)
+    if labels is None:
+        labels = _find_labels(data)
     if labels is None:
         raise SourceError(
             f"{where}: no nvidia.com/* labels found; expected GFD's features file "
@@ -114,6 +131,48 @@ def _lenient_mapping(text: str, where: str) -> Any:
     return parse_yaml(body, where, SourceError, fmt="JSON/YAML")
 
 
+def _nodes(data: Any, out: list[tuple[str, Mapping[Any, Any]]], depth: int = 0) -> None:
+    """Every Kubernetes object in ``data`` with ``metadata.labels``: (name, labels)."""
+    if depth > 8 or len(out) > 100_000:
+        return
+    if isinstance(data, Mapping):
+        meta = data.get("metadata")
+        if isinstance(meta, Mapping) and isinstance(meta.get("labels"), Mapping):
+            out.append((str(meta.get("name") or ""), meta["labels"]))
+            return
+        data = list(data.values())
+    if isinstance(data, list):
+        for child in data:
+            _nodes(child, out, depth + 1)
+
+
+def _node_labels(data: Any, where: str, hostname: str | None) -> dict[str, str] | None:
+    """The nvidia.com/* labels of the node objects in ``data`` (``kubectl get nodes``):
+    of the one with such labels, or of the one named ``hostname`` (its name or its
+    ``kubernetes.io/hostname``) among several; None when no node object has them.
+    (Not the first one's: every node's agent read that node's GPUs; not its annotations,
+    which kubectl lists before its labels and may hold nvidia.com keys of their own.)"""
+    found: list[tuple[str, Mapping[Any, Any]]] = []
+    _nodes(data, found)
+    gpu = [(name, labels) for name, labels in found
+           if any(str(k).startswith(PREFIX) for k in labels)]
+    if len(gpu) > 1:
+        names = [peer_text(name, 64) or "(no name)" for name, _ in gpu]
+        gpu = [(name, labels) for name, labels in gpu
+               if hostname in (name, labels.get("kubernetes.io/hostname"))]
+        if len(gpu) != 1:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more"
+                                            if len(names) > 5 else "")
+            raise SourceError(
+                f"{where}: labels of {len(names)} GPU nodes ({shown}), none named "
+                f"{hostname!r} (or named so twice): give --hostname as this node's "
+                "Kubernetes name, or a dump of this node only (kubectl get node NAME -o json)")
+    if not gpu:
+        return None
+    return {str(k)[len(PREFIX):]: "" if v is None else str(v)
+            for k, v in gpu[0][1].items() if str(k).startswith(PREFIX)}
+
+
 def _find_labels(data: Any) -> dict[str, str] | None:
     """The first mapping (depth-first) holding nvidia.com/* keys."""
     if isinstance(data, Mapping):
@@ -143,6 +202,32 @@ def _int_label(labels: Mapping[str, str], key: str, where: str) -> int | None:
     if not _COUNT_RE.fullmatch(v):
         raise SourceError(f"{where}: label {PREFIX}{key}={v!r} is not a whole number")
     return int(v)
+
+
+def replica_note(labels: Mapping[str, str], where: str) -> tuple[str, str] | None:
+    """(the facts' error, the log's warning) when a count may be GPUs x replicas (module
+    docstring), else None. The error fits NodeFacts' 256 characters; the warning has the
+    rest."""
+    for res in ("gpu", *sorted({f"mig-{m.group(1)}" for k in labels
+                                if (m := _MIG_KEY_RE.match(k)) and m.group(2) == "count"})):
+        count, reps = labels.get(f"{res}.count", ""), labels.get(f"{res}.replicas", "")
+        if not (_COUNT_RE.fullmatch(count) and _COUNT_RE.fullmatch(reps)):
+            continue
+        n, r = int(count), int(reps)
+        if r <= 1 or n == 0 or n % r or f"{res}.sharing-strategy" in labels:
+            continue  # told: not shared, or counted as every release counts
+        short = (f"{res}.count={n} with {res}.replicas={r}, no {res}.sharing-strategy: "
+                 f"taken as {n}; a GFD built before v0.6.0 counted x replicas "
+                 f"({n // r}): upgrade GFD")
+        long = (f"{where}: {PREFIX}{res}.count={n} beside {PREFIX}{res}.replicas={r} and "
+                f"no {PREFIX}{res}.sharing-strategy label: taken as {n} (GFD v0.6.0 and "
+                f"later count the GPUs), but a GFD built before v0.6.0 counted GPUs x "
+                f"replicas, and then this node has {n // r} GPUs. If it has {n // r}, "
+                "upgrade GFD (the k8s-device-plugin v0.15.0 and later run it, and label "
+                "the sharing strategy); if it has "
+                f"{n}, add {PREFIX}{res}.sharing-strategy=time-slicing to its labels")
+        return short, long
+    return None
 
 
 def _unshared_product(labels: Mapping[str, str]) -> str:
@@ -192,6 +277,9 @@ def facts_from_labels(
     """NodeFacts from GFD labels; ``product``/``memory_mib`` override GFD's values."""
     where = spec or "gfd"
     errors: list[str] = []
+    note = replica_note(labels, where)
+    if note is not None:
+        errors.append(f"{where[:64]}: {note[0]}")
     count = _int_label(labels, "gpu.count", where)
     if count is None:
         raise SourceError(f"{where}: label {PREFIX}gpu.count missing; is GFD running there?")
@@ -227,6 +315,9 @@ def facts_from_labels(
                 f"{parent_memory} MiB from the product name; pass --memory-mib for the real value"
             )
         per_gpu = max_instances(migs[0][0], parent_memory)
+        if (ci := re.match(r"^(\d+)c\.(\d+)g", migs[0][0])) is not None:
+            # compute instances: as many per GPU instance as its slices hold
+            per_gpu *= max(1, int(ci.group(2)) // max(1, int(ci.group(1))))
         parents = max(1, math.ceil(count / per_gpu))
         if parents > MAX_GPUS:
             raise SourceError(f"{where}: {count} MIG devices of {migs[0][0]} need {parents} "
@@ -286,9 +377,10 @@ def facts_from_labels(
                 profile=prof,
                 uuid=synthetic_uuid("MIG", hostname, origin, i, k, prof),
                 memory_mib=mem,
-                gi_id=k,  # synthetic, like the UUID: GFD does not say; see topo
+                gi_id=gi,  # synthetic, like the UUID: GFD does not say; see topo
+                ci_id=ci,
             )
-            for k, (prof, mem) in enumerate(per_parent[i])
+            for k, (prof, mem, gi, ci) in enumerate(per_parent[i])
         )
         # The layout NodeFacts.from_dict refuses from any agent: said here, naming the
         # file, rather than served and refused by the daemon.
@@ -327,15 +419,21 @@ def _memory_from_name(product: str) -> int:
     return int(m.group(1)) * 1024 if m else 1
 
 
-def _assign(migs: list[tuple[str, int]], parents: int) -> list[list[tuple[str, int]]]:
-    """Fill GPUs in order, up to 7 compute slices each (what one GPU can hold)."""
-    out: list[list[tuple[str, int]]] = [[] for _ in range(parents)]
-    used = [0] * parents
-    for prof, mem in migs:
-        g = parse_profile(prof)[0]
+def _assign(migs: list[tuple[str, int]],
+            parents: int) -> list[list[tuple[str, int, int, int | None]]]:
+    """Fill GPUs in order, up to 7 compute slices each (what one GPU can hold), a GPU
+    instance at a time: compute instances of one (``1c.3g.20gb`` x3, ``instance_ids``)
+    go together. Per GPU: (profile, memory, GI id on it, CI id) of each device."""
+    instances: dict[int, list[tuple[str, int, int | None]]] = {}
+    for (prof, mem), (gi, ci) in zip(migs, instance_ids([p for p, _ in migs]), strict=True):
+        instances.setdefault(gi, []).append((prof, mem, ci))
+    out: list[list[tuple[str, int, int, int | None]]] = [[] for _ in range(parents)]
+    used, held = [0] * parents, [0] * parents
+    for devs in instances.values():
+        g = parse_profile(devs[0][0])[0]
         i = next((k for k in range(parents) if used[k] + g <= 7), parents - 1)
-        out[i].append((prof, mem))
-        used[i] += g
+        out[i] += [(prof, mem, held[i], ci) for prof, mem, ci in devs]
+        used[i], held[i] = used[i] + g, held[i] + 1
     return out
 
 
@@ -355,6 +453,7 @@ class GfdSource:
         self.hostname = hostname
         self.product = product
         self.memory_mib = memory_mib
+        self._said: SaidOnce[str] = SaidOnce()  # the replica warning, once while it lasts
 
     def read(self) -> NodeFacts:
         try:
@@ -368,7 +467,12 @@ class GfdSource:
             raise SourceError(f"{self.spec}: {e.why}") from None
         except OSError as e:
             raise SourceError(f"{self.spec}: cannot read {self.path}: {e.strerror}") from e
-        labels = parse_labels(text, where=self.spec)
+        labels = parse_labels(text, where=self.spec, hostname=self.hostname)
+        note = replica_note(labels, self.spec)
+        self._said.begin()
+        if note is not None and self._said.fresh(note[1]):
+            logger.warning("node {}: {}", self.hostname, note[1])
+        self._said.end()
         return facts_from_labels(
             labels,
             hostname=self.hostname,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Sequence
 
 SYNTHETIC_PREFIX = "5ca1ab1e"
 _PROFILE_RE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(\+me)?$")
@@ -52,6 +53,32 @@ def parse_profile(name: str) -> tuple[int, int]:
     if not m:
         raise ValueError(f"{name!r} is not a MIG profile name like '1g.10gb' or '3g.40gb'")
     return int(m.group(2)), int(m.group(3))
+
+
+def instance_ids(profiles: Sequence[str]) -> list[tuple[int, int | None]]:
+    """(GPU instance id, compute instance id) of each MIG device of one GPU, in order, for
+    sources that know only profiles (``topo:``, ``gfd:``). A whole-instance profile is
+    its own instance (no compute instance id, as before); compute instances of one
+    instance profile (``1c.3g.20gb``: the MIG user guide's naming) share one instance
+    while their compute slices fit in it, the next starts another: three 1c.3g.20gb are
+    one 3g.20gb instance, as on the GPU. Ids count from 0 in order of first device."""
+    out: list[tuple[int, int | None]] = []
+    open_: dict[str, list[int]] = {}  # instance profile -> [its id, slices used, CIs]
+    instances = 0
+    for prof in profiles:
+        m = _PROFILE_RE.match(prof.strip())
+        if m is None or m.group(1) is None:
+            out.append((instances, None))
+            instances += 1
+            continue
+        c, g, key = int(m.group(1)), int(m.group(2)), prof.strip().partition("c.")[2]
+        slot = open_.get(key)
+        if slot is None or slot[1] + c > g:
+            slot = open_[key] = [instances, 0, 0]
+            instances += 1
+        out.append((slot[0], slot[2]))
+        slot[1], slot[2] = slot[1] + c, slot[2] + 1
+    return out
 
 
 def max_instances(profile: str, parent_memory_mib: int) -> int:

@@ -39,7 +39,16 @@ from swarmgpu.agent.facts.nvml_session import (
 )
 from swarmgpu.agent.facts.nvml_xid import XidWatcher, xid_watcher
 from swarmgpu.core.health import HealthSignals
-from swarmgpu.core.model import Gpu, MigDevice, NodeFacts
+from swarmgpu.core.model import (
+    MAX_GPUS,
+    MAX_MIG_PER_GPU,
+    MAX_STR_LEN,
+    Gpu,
+    MigDevice,
+    NodeFacts,
+    is_device_uuid,
+)
+from swarmgpu.core.peertext import peer_text
 
 _MIB = 1024 * 1024
 # nvidia-smi topo -m prints these for nvmlDeviceGetTopologyCommonAncestor's levels
@@ -271,6 +280,17 @@ def read_facts(nv: Nvml, *, hostname: str, sysfs_root: Path, spec: str = "nvml",
             source=spec,
             errors=("nvml: nvmlDeviceGetCount failed; no GPUs can be listed",),
         )
+    if not 0 <= int(count) <= MAX_GPUS:
+        # a broken driver or library (4294967295: -1 read unsigned): not thousands of lost
+        # GPUs, each a thread's read, which the daemon would refuse whole
+        return NodeFacts(
+            hostname=hostname,
+            driver_version=text(driver) if driver is not None else None,
+            source=spec,
+            errors=(f"nvml: nvmlDeviceGetCount answered {int(count)}, not a GPU count "
+                    f"(at most {MAX_GPUS} per node); no GPUs listed: check the driver and "
+                    "its library (swarmgpu doctor)",),
+        )
     reads = _read_gpus(nv, int(count), sysfs_root, gpu_deadline_s)
     if xids is not None:
         errors += xids.attach(reads)
@@ -309,9 +329,9 @@ def _read_gpu(nv: Nvml, index: int, sysfs_root: Path) -> _GpuRead:
 def _fill_gpu(nv: Nvml, r: _GpuRead, sysfs_root: Path) -> None:
     h = r.handle
     uuid = nv.call("nvmlDeviceGetUUID", h)
-    r.uuid = text(uuid) if uuid is not None else None
+    r.uuid = _identity(text(uuid), "UUID", r) if uuid is not None else None
     name = nv.call("nvmlDeviceGetName", h)
-    r.product = text(name) if name is not None else None
+    r.product = _identity(text(name), "model name", r) if name is not None else None
     mem = nv.call("nvmlDeviceGetMemoryInfo", h)
     r.memory_mib = int(mem.total) // _MIB if mem is not None else None
     pci = nv.call("nvmlDeviceGetPciInfo", h)
@@ -346,6 +366,21 @@ def _fill_gpu(nv: Nvml, r: _GpuRead, sysfs_root: Path) -> None:
     words = nv.call("nvmlDeviceGetCpuAffinity", h, _CPUSET_WORDS)
     r.cpu_affinity = cpu_list(words) if words is not None else None
     r.health = _health(nv, h)
+
+
+def _identity(value: str, what: str, r: _GpuRead) -> str | None:
+    """A UUID or model name as the facts can carry it, else None with the GPU lost:
+    served as NVML answered it, the daemon refuses the node's facts whole (every GPU
+    unread), and a UUID such as ``GPU-a,GPU-b`` would read as two GPUs in the ledger."""
+    bad = (f"{len(value)} characters (at most {MAX_STR_LEN})" if len(value) > MAX_STR_LEN
+           else "not in NVIDIA's form (GPU-<uuid>)" if what == "UUID"
+           and not (value.startswith("GPU-") and is_device_uuid(value))
+           else "a lone UTF-16 surrogate in it" if any("\ud800" <= c <= "\udfff" for c in value)
+           else None)
+    if bad is None:
+        return value
+    r.lost = r.lost or f"NVML answered its {what} {peer_text(value, 64)!r}: {bad}"
+    return None
 
 
 def _memory_affinity_node(nv: Nvml, h: Any) -> int | None:
@@ -413,6 +448,11 @@ def _mig_devices(nv: Nvml, parent: Any, errors: list[str]) -> list[MigDevice]:
         errors.append("MIG mode is on but its MIG devices could not be listed "
                       "(nvmlDeviceGetMaxMigDeviceCount failed); none is handed out")
         return out
+    if not 0 <= int(most) <= MAX_MIG_PER_GPU:  # not looped over index by index
+        errors.append(f"MIG mode is on but nvmlDeviceGetMaxMigDeviceCount answered "
+                      f"{int(most)} (a GPU holds at most {MAX_MIG_PER_GPU}); none is "
+                      "handed out")
+        return out
     names = _gi_profile_names(nv, parent)
     for k in range(int(most)):
         mh = nv.call("nvmlDeviceGetMigDeviceHandleByIndex", parent, k)
@@ -431,6 +471,12 @@ def _mig_devices(nv: Nvml, parent: Any, errors: list[str]) -> list[MigDevice]:
         profile = _mig_profile(nv, parent, gi, attrs, names)
         if uuid is None or profile is None:
             errors.append(f"MIG device {k}: UUID or profile unknown; left out")
+            continue
+        if not (text(uuid).startswith("MIG-") and is_device_uuid(text(uuid))
+                and len(text(uuid)) <= MAX_STR_LEN):  # as a GPU's (_identity)
+            errors.append(f"MIG device {k}: NVML answered its UUID "
+                          f"{peer_text(text(uuid), 64)!r}, not in NVIDIA's form "
+                          "(MIG-<uuid>); left out")
             continue
         out.append(
             MigDevice(

@@ -35,6 +35,7 @@ from swarmgpu.agent.facts.nvml_session import (
     module,
     text,
 )
+from swarmgpu.core.model import MAX_GPUS, MAX_MIG_PER_GPU
 from swarmgpu.core.samples import GpuProcess, GpuSample
 
 _MIB = 1024 * 1024
@@ -103,6 +104,8 @@ def read_utilisation(nvml_module: Any = None) -> list[GpuSample]:
     nv = Nvml(mod)
     rates = _rates_of(mod)
     count = nv.call("nvmlDeviceGetCount") or 0
+    if not 0 <= int(count) <= MAX_GPUS:
+        return []  # no GPU count (facts say so): nothing is sampled
     samples: list[GpuSample] = []
     with rates.lock:  # one scrape at a time updates the previous readings
         for i in range(int(count)):
@@ -163,7 +166,8 @@ def _mig_samples(nv: Nvml, parent: Any, index: int, gpm: bool,
                  rates: _Rates) -> list[GpuSample]:
     """One sample per MIG device: its memory, and GPM's ratios for its GPU instance."""
     out = []
-    for k in range(int(nv.call("nvmlDeviceGetMaxMigDeviceCount", parent) or 0)):
+    most = int(nv.call("nvmlDeviceGetMaxMigDeviceCount", parent) or 0)
+    for k in range(min(most, MAX_MIG_PER_GPU)):  # past it: no count (facts say so)
         mh = nv.call("nvmlDeviceGetMigDeviceHandleByIndex", parent, k)
         uuid = nv.call("nvmlDeviceGetUUID", mh) if mh is not None else None
         if uuid is None:

@@ -18,9 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarmgpu.agent.facts import SourceError
-from swarmgpu.agent.facts.naming import max_instances, parse_profile, synthetic_uuid
+from swarmgpu.agent.facts.naming import (
+    instance_ids,
+    max_instances,
+    parse_profile,
+    synthetic_uuid,
+)
 from swarmgpu.core.boundedfile import NotRegularFile, TooLarge, read_bounded_text
-from swarmgpu.core.model import FactsError, Gpu, MigDevice, NodeFacts, valid_link
+from swarmgpu.core.miglayout import mig_layout_fault
+from swarmgpu.core.model import (
+    MAX_MIG_PER_GPU,
+    FactsError,
+    Gpu,
+    MigDevice,
+    NodeFacts,
+    valid_link,
+)
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _GPU_RE = re.compile(r"^GPU(\d+)$")
@@ -169,8 +182,11 @@ def parse_mig_layout(layout: str, gpu_count: int, memory_mib: int) -> dict[int, 
         for item in (x.strip() for x in profiles.split(",")):
             prof, star, times = item.partition("*")
             _check_profile(prof, what)
-            if star and not times.isdigit():
+            if star and not (times.isascii() and times.isdigit()):
                 raise SourceError(f"{what}: count in {item!r} must be a number, e.g. 1g.10gb*2")
+            if star and int(times) > MAX_MIG_PER_GPU - len(names):  # before it is built
+                raise SourceError(f"{what}: {item!r}: at most {MAX_MIG_PER_GPU} MIG devices "
+                                  "per GPU")
             names += [prof] * (int(times) if star else 1)
         if sel.strip() == "all":
             targets = list(range(gpu_count))
@@ -195,17 +211,20 @@ def mig_devices_for(
 ) -> tuple[MigDevice, ...]:
     """Synthetic MIG devices (stable ``MIG-5ca1ab1e-...`` UUIDs) for a list of profiles.
 
-    The GI id is synthetic too (the slice's position on its GPU): it is what tells
-    slices apart in ``/metrics`` (``GPU_I_ID``) and ties their samples back to them."""
+    The GI id is synthetic too (the instance's position on its GPU): it is what tells
+    slices apart in ``/metrics`` (``GPU_I_ID``) and ties their samples back to them.
+    Compute instances of one GPU instance (``1c.3g.20gb`` x3) share its id and its
+    memory, each with its own CI id (``naming.instance_ids``)."""
     devs = []
-    for k, prof in enumerate(profiles):
+    for k, (prof, (gi, ci)) in enumerate(zip(profiles, instance_ids(profiles), strict=True)):
         _, gb = parse_profile(prof)
         devs.append(
             MigDevice(
                 profile=prof,
                 uuid=synthetic_uuid("MIG", hostname, origin, gpu_index, k, prof),
                 memory_mib=gb * 1024,  # nominal: the name's GB, not the exact GI size
-                gi_id=k,
+                gi_id=gi,
+                ci_id=ci,
             )
         )
     return tuple(devs)
@@ -257,6 +276,12 @@ class TopoSource:
             migs = mig_devices_for(
                 layout.get(i, []), hostname=self.hostname, origin=origin, gpu_index=i
             )
+            # what NodeFacts.from_dict refuses from any agent: said here, naming --mig
+            fault = mig_layout_fault(migs, self.memory_mib)
+            if fault is not None:
+                raise SourceError(f"{self.spec}: --mig {self.mig_layout!r}: GPU {i} "
+                                  f"({self.memory_mib} MiB): {fault}; give a layout the "
+                                  "GPU holds (nvidia-smi mig -lgip lists its profiles)")
             gpus.append(
                 Gpu(
                     index=i,

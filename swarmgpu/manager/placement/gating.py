@@ -17,7 +17,7 @@ from swarmgpu.manager.placement.envs import (
     mount_target,
     own_device_line,
 )
-from swarmgpu.manager.placement.keys import gate_constraint, gate_of, is_hold
+from swarmgpu.manager.placement.keys import ORDER_STATE, gate_constraint, gate_of, is_hold
 from swarmgpu.manager.placement.records import SpecWrites
 from swarmgpu.manager.services.requests import GpuRequest
 from swarmgpu.manager.services.sharing import missing_env
@@ -38,11 +38,13 @@ class Gating:
     add_mounts: tuple[Mapping[str, Any], ...] = ()
     warnings: tuple[str, ...] = ()
     waits: str | None = None  # the service waits (pending): why
+    record_env: tuple[tuple[str, str], ...] = ()  # SpecWrites.record_env
 
     def writes(self) -> SpecWrites:
         return SpecWrites(add_constraints=self.add_constraints,
                           remove_constraints=self.remove_constraints,
-                          add_env=self.add_env, add_mounts=self.add_mounts)
+                          add_env=self.add_env, add_mounts=self.add_mounts,
+                          record_env=self.record_env)
 
 
 GATED = Gating()  # gated as it is: nothing to write or say
@@ -122,12 +124,19 @@ def gate_service(s: SwarmService, r: GpuRequest, cyc: Cycle) -> Gating:
         add_constraints.append(gate)
     if not has_env:
         add_env.append(tmpl)
-    # The owner's CUDA_DEVICE_ORDER, a value or a bare name (unset), is theirs: the
-    # GPUs are pinned by UUID, so the order only numbers them inside the container.
-    if not _has_var(s.env, ORDER_ENV):
-        add_env.append(ORDER_ENV)
+    record = _order_env(s.env, prefix)
+    add_env += [line for line, _ in record]
     return Gating(tuple(add_constraints), (*foreign, *holds), tuple(add_env),
-                  () if has_mount else (device_mount_spec(prefix),), tuple(warnings))
+                  () if has_mount else (device_mount_spec(prefix),), tuple(warnings),
+                  record_env=record)
+
+
+def _order_env(env: Sequence[str], prefix: str) -> tuple[tuple[str, str], ...]:
+    """The CUDA_DEVICE_ORDER line adoption adds, with the label that records it as
+    swarmgpu's (so a release takes back only its own: ``ungate``); none where the
+    owner's is there, a value or a bare name (unset): the GPUs are pinned by UUID, so
+    the order only numbers them inside the container."""
+    return () if _has_var(env, ORDER_ENV) else ((ORDER_ENV, prefix + ORDER_STATE),)
 
 
 def _has_var(env: Sequence[str], line: str) -> bool:

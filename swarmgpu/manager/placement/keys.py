@@ -16,6 +16,9 @@ ASSIGN = "assign."
 DEVICES = "devices."
 MOVE_STATE = "state.move"  # service label: a rebalancing move in progress (JSON)
 MAX_STATE = "state.max-replicas"  # service label: the MaxReplicas swarmgpu set (packed)
+# service label: swarmgpu appended CUDA_DEVICE_ORDER=PCI_BUS_ID (adoption), so it is its to
+# take back on release; the same line without it is the owner's
+ORDER_STATE = "state.order-env"
 # service label: "<re-placements>@<epoch s of the last>" (``converge``'s back-off, kept in
 # Swarm so `plan`, `status` and a new leader see it)
 REPLACED_STATE = "state.replaced"

@@ -95,6 +95,9 @@ class SpecWrites:
     set_update_parallelism: int | None = None
     set_generic: tuple[str, int] | None = None  # (kind, count) discrete reservation
     remove_env: tuple[str, ...] = ()  # swarmgpu's own lines, exactly as written (ungate)
+    # (env line, service label): set to "true" when this write itself appends the line
+    # (none of the service's own was there), the record that the line is swarmgpu's
+    record_env: tuple[tuple[str, str], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.service_labels_set or self.service_labels_remove

@@ -389,6 +389,7 @@ class _Draft:
     add_constraints: tuple[str, ...]
     remove_constraints: tuple[str, ...]
     add_env: tuple[str, ...]
+    record_env: tuple[tuple[str, str], ...]
     replace_env: tuple[tuple[str, str], ...]
     add_mounts: tuple[Mapping[str, Any], ...]
     set_max_replicas: int | None
@@ -414,7 +415,7 @@ class _Draft:
         self.reason, self.placements, self.warnings = None, (), []
         self.labels_set, self.labels_remove = EMPTY, ()
         self.add_constraints = self.remove_constraints = self.add_env = ()
-        self.replace_env, self.add_mounts = (), ()
+        self.replace_env, self.add_mounts, self.record_env = (), (), ()
         self.set_max_replicas = self.set_update_parallelism = self.set_generic = None
         self.force_update = self.gates_deferred = self.new = False
         self.node_set, self.node_remove, self.state_labels = {}, {}, {}
@@ -426,6 +427,7 @@ class _Draft:
         self.add_constraints += g.add_constraints
         self.remove_constraints += g.remove_constraints
         self.add_env += g.add_env
+        self.record_env += g.record_env
         self.add_mounts += g.add_mounts
         self.warnings += g.warnings
         if g.waits is None:
@@ -472,6 +474,7 @@ class _Draft:
         self.labels_set, self.labels_remove = w.service_labels_set, w.service_labels_remove
         self.add_constraints, self.remove_constraints = w.add_constraints, w.remove_constraints
         self.add_env, self.replace_env, self.add_mounts = w.add_env, w.replace_env, w.add_mounts
+        self.record_env = w.record_env
         self.set_max_replicas, self.force_update = w.set_max_replicas, w.force_update
         self.set_update_parallelism, self.set_generic = w.set_update_parallelism, w.set_generic
         self.warnings += run.warnings
@@ -503,6 +506,7 @@ class _Draft:
             self.force_update,
             self.set_update_parallelism,
             self.set_generic,
+            record_env=self.record_env,
         )
 
     def build(self, writes: SpecWrites) -> ServicePlan:

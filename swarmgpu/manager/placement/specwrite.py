@@ -67,6 +67,9 @@ def service_compute(sp: SpecWrites) -> SpecCompute:
             # bare NAME counts (docker: unset the image's); a line after it would win.
             elif not any(x.partition("=")[0] == name for x in env):
                 env.append(e)
+                for line, key in sp.record_env:
+                    if line == e:  # appended by this write: recorded as swarmgpu's
+                        labels[key] = "true"
         if env or cs.get("Env"):  # (every line of it removed: none left)
             cs["Env"] = env
         if sp.add_mounts:  # placement.grants: mounts; a mount at the same target is kept

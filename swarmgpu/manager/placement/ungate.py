@@ -11,8 +11,11 @@ shares, its ``state.*`` records but a move's), the share env lines and the
 0 is given back, and the device template becomes ``NVIDIA_VISIBLE_DEVICES=void`` (with
 no line at all, a CUDA image's own ``all`` would hand it every GPU of its node).
 
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` goes too where adoption appended it (its record,
+``state.order-env``, says so); the same line without the record is the owner's.
+
 Everything else stays, a value of the owner's for the same thing included: a gate
-naming another service, ``CUDA_DEVICE_ORDER`` (as likely the owner's), a
+naming another service, ``CUDA_DEVICE_ORDER`` not recorded as swarmgpu's, a
 ``MaxReplicas`` of 1 or with no record of swarmgpu's, generic reservations, the device
 mount (``placement.grants: mounts``; with no device map it names no device). A service
 whose request is only invalid is not here: it keeps what it held.
@@ -27,9 +30,21 @@ from __future__ import annotations
 
 from functools import cache
 
-from swarmgpu.manager.placement.envs import VOID_LINE, env_template, env_template_per_node
+from swarmgpu.manager.placement.envs import (
+    ORDER_ENV,
+    VOID_LINE,
+    env_template,
+    env_template_per_node,
+)
 from swarmgpu.manager.placement.generic import int_or0
-from swarmgpu.manager.placement.keys import DEVICES, MAX_STATE, MOVE_STATE, is_gate_of, is_hold
+from swarmgpu.manager.placement.keys import (
+    DEVICES,
+    MAX_STATE,
+    MOVE_STATE,
+    ORDER_STATE,
+    is_gate_of,
+    is_hold,
+)
 from swarmgpu.manager.placement.records import NO_WRITES, SpecWrites
 from swarmgpu.manager.services.sharing import SHARE, env_lines
 from swarmgpu.swarm.client import SwarmService
@@ -63,6 +78,8 @@ def ungate(s: SwarmService, prefix: str, *, released: bool) -> SpecWrites:
     templates = (env_template(prefix), env_template_per_node(prefix))
     voided = tuple((e, VOID_LINE) for e in dict.fromkeys(s.env) if e in templates)
     shares = tuple(e for e in dict.fromkeys(s.env) if e in env_lines(prefix))
+    if s.labels.get(prefix + ORDER_STATE) == "true" and ORDER_ENV in s.env:
+        shares += (ORDER_ENV,)  # appended by adoption, as its record says: swarmgpu's
     most = s.max_replicas_per_node
     mine = bool(most) and s.labels.get(prefix + MAX_STATE) == str(most)
     return SpecWrites(
