@@ -76,6 +76,7 @@ from swarmgpu.manager.rebalance.record import (
     spec_edit,
     spec_labels,
 )
+from swarmgpu.manager.rebalance.targets import live_refusal
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.sharing import node_of_key
 from swarmgpu.swarm.client import (
@@ -154,9 +155,13 @@ class Repin:
         req = parse_all(fresh.labels, prefix=p)
         ledger = service_ledger(self.swarm, p, m.service)
         # No record of a move (just read): a move label it carries is nobody's move.
-        return why_not_movable(fresh, req if isinstance(req, GpuRequest) else None, tasks,
-                               ledger, p, self.clock(), self.cfg.cooldown_s, same_node=True,
-                               moving=False)
+        why = why_not_movable(fresh, req if isinstance(req, GpuRequest) else None, tasks,
+                              ledger, p, self.clock(), self.cfg.cooldown_s, same_node=True,
+                              moving=False)
+        # Swarm's word on the node for the service as it is now, as for a move between
+        # nodes: a re-deploy since planning (a constraint, a host-mode port another
+        # service's task binds there) would leave the new task pending once the gate closes.
+        return why or live_refusal(self.swarm, fresh, node, tasks, p)
 
     def start(self, m: Move, fresh: SwarmService) -> MoveState | str:
         """Steps 0-2 for ``m`` (``m.source_node == m.target_node``); the move's state, or
