@@ -651,3 +651,30 @@ def test_a_repin_start_rechecks_the_service_as_just_read() -> None:
         _redeploy(sw, sid, lambda spec: spec.setdefault("EndpointSpec", {"Ports": [PORT]}))
     why = _start_repin(sw)
     assert why is not None and "host-mode port 8000/tcp is taken by a task of a" in why, why
+
+
+def test_a_repin_whose_record_answer_was_lost_is_said_failed_once() -> None:
+    """The record write made, its answer lost: the start raised, said failed; the next
+    cycle finds the record with no move label and drops it (``recover``). Before, that
+    said ``rolled-back`` too: two outcomes for one repin."""
+    sw, now = victim_cluster(), [1000.0]
+    real, once = sw.update_swarm_labels, [True]
+
+    def labels(compute: Any, **kw: Any) -> bool:
+        before = read_records(sw.swarm_labels(), P)
+        landed = real(compute, **kw)
+        if once[0] and len(read_records(sw.swarm_labels(), P)) > len(before):
+            once[0] = False
+            raise SwarmUnavailable("Docker Engine unreachable: read timed out")
+        return landed
+
+    sw.update_swarm_labels = labels  # type: ignore[method-assign]
+    m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([_repin_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) != {}  # it landed
+    for _ in range(3):
+        now[0] += 1.0
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) == {}
+    ended = [r.outcome for r in m.recent if r.outcome is not Outcome.STARTED]
+    assert ended == [Outcome.FAILED], ended
