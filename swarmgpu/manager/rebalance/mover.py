@@ -500,8 +500,7 @@ class Mover:
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
                                      tasks, ledger, self.prefix, self.clock(),
                                      self.cfg.cooldown_s, moving=flying)
-        # Swarm's word on the target for the service as it is now (a re-deploy since
-        # planning), by the planner's own rules: else its task would stay pending there.
+        # Swarm's word on the target for the service as just read (a re-deploy): else pending
         why = why or live_refusal(self.swarm, fresh, target, tasks, self.prefix)
         if why is not None or budget is not None:
             return self._refused(m, why, budget)
