@@ -10,14 +10,16 @@ stand-in (tests/support/forged.py): victim moves from gpu-node-1 to gpu-node-2."
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
-from support.forged import P, RecordDropFails, victim_cluster, victim_move
+from support.forged import P, RecordDropFails, RecordingSwarm, victim_cluster, victim_move
 
 from swarmgpu.core.config import RebalanceConfig
 from swarmgpu.manager.cycle.daemon_metrics import DaemonMetrics
 from swarmgpu.manager.rebalance.mover import Mover, read_records
 from swarmgpu.manager.rebalance.moves import MoveRecord, Outcome, Trigger
+from swarmgpu.swarm.client import SwarmUnavailable
 
 ENDED = (Outcome.DONE, Outcome.ROLLED_BACK, Outcome.FAILED)
 
@@ -58,3 +60,39 @@ def test_a_health_move_kept_on_its_target_is_said_failed_once(landed: bool) -> N
     ended, counted = _timed_out(Trigger.HEALTH, landed)
     assert [r.outcome for r in ended] == [Outcome.FAILED] and counted == 1
     assert "not rolled back onto the failed GPU" in ended[0].detail
+
+
+def _record_put_answer_lost(sw: RecordingSwarm) -> None:
+    """The next write that adds a move record is made, then raises (its answer lost)."""
+    real, once = sw.update_swarm_labels, [True]
+
+    def labels(compute: Any, **kw: Any) -> bool:
+        before = read_records(sw.swarm_labels(), P)
+        landed = real(compute, **kw)
+        if once[0] and len(read_records(sw.swarm_labels(), P)) > len(before):
+            once[0] = False
+            raise SwarmUnavailable("Docker Engine unreachable: read timed out")
+        return landed
+
+    sw.update_swarm_labels = labels  # type: ignore[method-assign]
+
+
+def test_a_start_whose_record_answer_was_lost_is_said_failed_once() -> None:
+    """The record write made, its answer lost: the start raised, said failed; the next
+    cycle finds the record (no move label: ``recover``) and rolls it back. Before, that
+    roll-back said ``rolled-back`` too: two outcomes, two counts, for one move."""
+    sw, now, metrics = victim_cluster({}), [1000.0], DaemonMetrics()
+    _record_put_answer_lost(sw)
+    cfg = RebalanceConfig(dry_run=False, move_timeout_s=120.0)
+    m = Mover(sw, cfg, prefix=P, dry_run=False, clock=lambda: now[0],  # type: ignore[arg-type]
+              metrics=metrics)
+    m.run_cycle([victim_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) != {}  # it landed
+    for _ in range(3):
+        now[0] += 1.0
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) == {}
+    ended = [r.outcome for r in m.recent if r.outcome in ENDED]
+    counted = sum(s.value for metric in metrics.moves.collect() for s in metric.samples
+                  if s.name.endswith("_total") and s.labels["outcome"] in ENDED)
+    assert ended == [Outcome.FAILED] and counted == 1, ended

@@ -7,6 +7,7 @@ labels, dry-run; and the fragmentation policy proposing it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -608,3 +609,72 @@ def test_a_repin_whose_record_drop_fails_is_said_done_once(landed: bool) -> None
     ended = [r for r in m.recent if r.outcome is not Outcome.STARTED]
     assert [r.outcome for r in ended] == [Outcome.DONE]
     assert "only that node's task was replaced" in ended[0].detail
+
+
+PORT = {"Protocol": "tcp", "TargetPort": 80, "PublishedPort": 8000, "PublishMode": "host"}
+
+
+def _redeploy(sw: RecordingSwarm, sid: str, edit: Any) -> None:
+    """The service's spec as a ``docker stack deploy`` since planning left it."""
+    spec = copy.deepcopy(dict(sw.service(sid).spec))
+    edit(spec)
+    sw.update_service_spec(sid, lambda _cur: spec)
+    sw.calls.clear()
+
+
+def _start_repin(sw: RecordingSwarm) -> str | None:
+    m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: 1000.0)  # type: ignore[arg-type]
+    got = m.start(_repin_move(), sw.service("id-g"))
+    if got.ok:
+        return None
+    assert [r.outcome for r in m.recent] == [Outcome.REFUSED]
+    assert sw.calls == [] and read_records(sw.swarm_labels(), P) == {}
+    return got.why
+
+
+def test_a_repin_start_rechecks_the_service_as_just_read() -> None:
+    """As a move between nodes (``live_refusal``): a re-deploy since planning that the
+    node no longer meets (a constraint, a host-mode port another service's task binds
+    there) leaves the new task pending once the gate closes; refused instead, nothing
+    written. Its own task's port is no clash: that task is the one replaced. Before: the
+    repin started and its task stayed pending until the roll-back."""
+    sw = victim_cluster()
+    _redeploy(sw, "id-g", lambda spec: spec["TaskTemplate"]["Placement"][
+        "Constraints"].append("node.hostname==gpu-node-1"))
+    why = _start_repin(sw)
+    assert why is not None and "gpu-node-2 does not satisfy g's constraints" in why, why
+    sw = victim_cluster()
+    _redeploy(sw, "id-g", lambda spec: spec.setdefault("EndpointSpec", {"Ports": [PORT]}))
+    assert _start_repin(sw) is None  # g alone publishing it: its own task is replaced
+    sw = victim_cluster()
+    for sid in ("id-a", "id-g"):
+        _redeploy(sw, sid, lambda spec: spec.setdefault("EndpointSpec", {"Ports": [PORT]}))
+    why = _start_repin(sw)
+    assert why is not None and "host-mode port 8000/tcp is taken by a task of a" in why, why
+
+
+def test_a_repin_whose_record_answer_was_lost_is_said_failed_once() -> None:
+    """The record write made, its answer lost: the start raised, said failed; the next
+    cycle finds the record with no move label and drops it (``recover``). Before, that
+    said ``rolled-back`` too: two outcomes for one repin."""
+    sw, now = victim_cluster(), [1000.0]
+    real, once = sw.update_swarm_labels, [True]
+
+    def labels(compute: Any, **kw: Any) -> bool:
+        before = read_records(sw.swarm_labels(), P)
+        landed = real(compute, **kw)
+        if once[0] and len(read_records(sw.swarm_labels(), P)) > len(before):
+            once[0] = False
+            raise SwarmUnavailable("Docker Engine unreachable: read timed out")
+        return landed
+
+    sw.update_swarm_labels = labels  # type: ignore[method-assign]
+    m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
+    m.run_cycle([_repin_move()], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) != {}  # it landed
+    for _ in range(3):
+        now[0] += 1.0
+        m.run_cycle([], sw.nodes(), sw.services(), sw.tasks())
+    assert read_records(sw.swarm_labels(), P) == {}
+    ended = [r.outcome for r in m.recent if r.outcome is not Outcome.STARTED]
+    assert ended == [Outcome.FAILED], ended

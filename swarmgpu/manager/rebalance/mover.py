@@ -87,6 +87,7 @@ from swarmgpu.manager.rebalance.record import (
     drop_record,
     end_move,
     end_surge,
+    failed_if_raised,
     held_by_others,
     node_by_id,
     put_record,
@@ -179,12 +180,12 @@ class Mover:
         self._said: SaidOnce[str] = SaidOnce()  # forged or mismatched labels reported
         self._raised: SaidOnce[str] = SaidOnce()  # admission's faults ("": its reads)
         self.seen = FirstSeen()  # a move's age: a record dated ahead still times out
-        # moves that stay on their node (source == target): repin.py
-        self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
-                           seen=self.seen,
-                           say=self._say)
         # moves whose outcome was said while their record stays (``_end``)
         self._ended: set[str] = set()
+        # moves that stay on their node (source == target): repin.py
+        self.repin = Repin(swarm, self.writes, cfg, prefix=prefix, clock=clock,
+                           seen=self.seen, ended=self._ended,
+                           say=self._say)
 
     def stand_by(self) -> None:
         """Not the leader: the next term counts the fragmentation budget afresh, its
@@ -499,8 +500,7 @@ class Mover:
         why = why or why_not_movable(fresh, req if isinstance(req, GpuRequest) else None,
                                      tasks, ledger, self.prefix, self.clock(),
                                      self.cfg.cooldown_s, moving=flying)
-        # Swarm's word on the target for the service as it is now (a re-deploy since
-        # planning), by the planner's own rules: else its task would stay pending there.
+        # Swarm's word on the target for the service as just read (a re-deploy): else pending
         why = why or live_refusal(self.swarm, fresh, target, tasks, self.prefix)
         if why is not None or budget is not None:
             return self._refused(m, why, budget)
@@ -516,32 +516,33 @@ class Mover:
             if st.surge:
                 start_surge(spec, replicas)
 
-        # The record first: a label is only ever acted on when its record exists.
-        self._put_record(fresh.id, st)
-        crash_point("move-step-0")
-        detail = f"GPUs {','.join(m.target_uuids)}{', make-before-break' if st.surge else ''}"
-        try:
-            self._write_spec(fresh.id, step1)
-        except (VersionConflict, NotLeader):
-            self._drop_record(fresh.id, started=False)  # not made: nothing else was written
-            raise
-        except SwarmError as exc:
-            # Outcome unknown (a timeout after the engine made it, an engine error): the
-            # spec may carry the move label and the surge. Only the record lets a later
-            # cycle undo them (no label: ``recover`` rolls back what the surge set) or go
-            # on (label there); dropped, a surge (replicas + 1) stayed for good.
-            self._record(m.service, m.source_host, m.target_host, m.reason,
-                         Outcome.STARTED, f"{detail}; the spec write's outcome is unknown "
-                         f"({exc}): judged from the record next cycle")
+        with failed_if_raised(self._ended, st):  # its one outcome: failed
+            # The record first: a label is only ever acted on when its record exists.
+            self._put_record(fresh.id, st)
+            crash_point("move-step-0")
+            detail = f"GPUs {','.join(m.target_uuids)}{', make-before-break' if st.surge else ''}"
+            try:
+                self._write_spec(fresh.id, step1)
+            except (VersionConflict, NotLeader):
+                self._drop_record(fresh.id, started=False)  # not made: nothing else was written
+                raise
+            except SwarmError as exc:
+                # Outcome unknown (a timeout after the engine made it, an engine error): the
+                # spec may carry the move label and the surge. Only the record lets a later
+                # cycle undo them (no label: ``recover`` rolls back what the surge set) or go
+                # on (label there); dropped, a surge (replicas + 1) stayed for good.
+                self._record(m.service, m.source_host, m.target_host, m.reason,
+                             Outcome.STARTED, f"{detail}; the spec write's outcome is unknown "
+                             f"({exc}): judged from the record next cycle")
+                return Started(ok=True)
+            self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.STARTED,
+                         detail)
+            crash_point("move-step-1")
+            # In flight from here on by its record, whatever this write does: a failure is
+            # retried by ``advance``, and the move is spent (budgets) all the same.
+            self._step(m.service, self._open, st.target, st.target_holding())
+            crash_point("move-step-2")
             return Started(ok=True)
-        self._record(m.service, m.source_host, m.target_host, m.reason, Outcome.STARTED,
-                     detail)
-        crash_point("move-step-1")
-        # In flight from here on by its record, whatever this write does: a failure is
-        # retried by ``advance``, and the move is spent (budgets) all the same.
-        self._step(m.service, self._open, st.target, st.target_holding())
-        crash_point("move-step-2")
-        return Started(ok=True)
 
     def _refused(self, m: Move, why: str | None, budget: Budget | None) -> Started:
         """``start``'s refusal: another reason first (recorded); the budget alone is not

@@ -15,7 +15,8 @@ import math
 import os
 import re
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, MutableSet, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from swarmgpu.core import stamps
 from swarmgpu.core.peertext import peer_text
 from swarmgpu.manager.commands.audit import Finding
 from swarmgpu.manager.engine.actuator import Writes
+from swarmgpu.manager.engine.stop import Stopped
 from swarmgpu.manager.placement import (
     ASSIGN,
     MOVE_STATE,
@@ -524,3 +526,19 @@ def end_move(writes: Writes, prefix: str, sid: str, now: float,
     if said is not None:
         said()
     drop_record(writes, prefix, sid, now, finished=True)
+
+
+@contextmanager
+def failed_if_raised(ended: MutableSet[str], st: MoveState) -> Iterator[None]:
+    """A start's writes from its record on. One that raises (not ``Stopped``) is said
+    failed by the mover's caller (``Mover._start_all``): that is the move's one outcome,
+    so ``st`` joins ``ended`` (the mover's ``_end``). Its record may have landed all the
+    same (a write made, its answer lost): the next cycle rolls it back, saying nothing
+    more."""
+    try:
+        yield
+    except Stopped:
+        raise  # the daemon stops: nothing is said of this move, its record judges it later
+    except Exception:
+        ended.add(st.id)
+        raise

@@ -41,7 +41,7 @@ service back from the ledger. A move label without a record is never acted on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableSet, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -67,6 +67,7 @@ from swarmgpu.manager.rebalance.record import (
     crash_point,
     drop_record,
     end_move,
+    failed_if_raised,
     held_by_others,
     node_by_id,
     put_record,
@@ -76,6 +77,7 @@ from swarmgpu.manager.rebalance.record import (
     spec_edit,
     spec_labels,
 )
+from swarmgpu.manager.rebalance.targets import live_refusal
 from swarmgpu.manager.services.requests import GpuRequest, parse_all
 from swarmgpu.manager.services.sharing import node_of_key
 from swarmgpu.swarm.client import (
@@ -127,8 +129,10 @@ class Repin:
 
     def __init__(self, swarm: SwarmClient, writes: Writes, cfg: RebalanceConfig, *,
                  prefix: str, clock: Callable[[], float], say: Say,
-                 seen: FirstSeen | None = None) -> None:
+                 seen: FirstSeen | None = None, ended: MutableSet[str] | None = None) -> None:
         self.seen = seen or FirstSeen()  # a move's age (``record.FirstSeen``)
+        # moves whose outcome was said (the mover's ``_end``): a start that raised is one
+        self.ended: MutableSet[str] = set() if ended is None else ended
         self.swarm = swarm
         self.writes = writes
         self.cfg = cfg
@@ -154,9 +158,13 @@ class Repin:
         req = parse_all(fresh.labels, prefix=p)
         ledger = service_ledger(self.swarm, p, m.service)
         # No record of a move (just read): a move label it carries is nobody's move.
-        return why_not_movable(fresh, req if isinstance(req, GpuRequest) else None, tasks,
-                               ledger, p, self.clock(), self.cfg.cooldown_s, same_node=True,
-                               moving=False)
+        why = why_not_movable(fresh, req if isinstance(req, GpuRequest) else None, tasks,
+                              ledger, p, self.clock(), self.cfg.cooldown_s, same_node=True,
+                              moving=False)
+        # Swarm's word on the node for the service as it is now, as for a move between
+        # nodes: a re-deploy since planning (a constraint, a host-mode port another
+        # service's task binds there) would leave the new task pending once the gate closes.
+        return why or live_refusal(self.swarm, fresh, node, tasks, p)
 
     def start(self, m: Move, fresh: SwarmService) -> MoveState | str:
         """Steps 0-2 for ``m`` (``m.source_node == m.target_node``); the move's state, or
@@ -170,34 +178,35 @@ class Repin:
         st = MoveState.start(m, fresh, self.clock(), surge=False,
                              source_share=_node_share(fresh.labels, p, m.source_node),
                              target_share=tuple(sorted(m.target_share)))
-        # The record first: a label is only ever acted on when its record exists.
-        put_record(self.writes, p, fresh.id, st)
-        crash_point("repin-step-0")
-        detail = (f"GPUs {','.join(st.source_uuids)} -> {','.join(st.target_uuids)} on "
-                  f"{st.source_host}")
-        try:
-            self._point_spec(fresh.id, st, st)
-        except (VersionConflict, NotLeader):
-            # not made: nothing else was written
-            drop_record(self.writes, p, fresh.id, self.clock(), started=False)
-            raise
-        except SwarmError as exc:
-            # Outcome unknown (a timeout after the engine made it): the spec may carry the
-            # label and the new device map. The record stays, so the next cycle goes on
-            # (label there) or drops it (``recover``); dropped now, a device map naming
-            # GPUs the ledger does not was left behind.
-            self.say(st, Outcome.STARTED, f"{detail}; the spec write's outcome is unknown "
-                                          f"({exc}): judged from the record next cycle")
+        with failed_if_raised(self.ended, st):  # its one outcome: failed
+            # The record first: a label is only ever acted on when its record exists.
+            put_record(self.writes, p, fresh.id, st)
+            crash_point("repin-step-0")
+            detail = (f"GPUs {','.join(st.source_uuids)} -> {','.join(st.target_uuids)} on "
+                      f"{st.source_host}")
+            try:
+                self._point_spec(fresh.id, st, st)
+            except (VersionConflict, NotLeader):
+                # not made: nothing else was written
+                drop_record(self.writes, p, fresh.id, self.clock(), started=False)
+                raise
+            except SwarmError as exc:
+                # Outcome unknown (a timeout after the engine made it): the spec may carry the
+                # label and the new device map. The record stays, so the next cycle goes on
+                # (label there) or drops it (``recover``); dropped now, a device map naming
+                # GPUs the ledger does not was left behind.
+                self.say(st, Outcome.STARTED, f"{detail}; the spec write's outcome is unknown "
+                                              f"({exc}): judged from the record next cycle")
+                return st
+            self.say(st, Outcome.STARTED, detail)
+            crash_point("repin-step-1")
+            try:
+                self._close(st)
+            except SwarmError as exc:  # in flight by its record: ``advance`` retries the step
+                logger.bind(service=st.service).error(
+                    "repin step failed, retried next cycle: {}", exc)
+            crash_point("repin-step-2")
             return st
-        self.say(st, Outcome.STARTED, detail)
-        crash_point("repin-step-1")
-        try:
-            self._close(st)
-        except SwarmError as exc:  # in flight by its record: ``advance`` retries the step
-            logger.bind(service=st.service).error(
-                "repin step failed, retried next cycle: {}", exc)
-        crash_point("repin-step-2")
-        return st
 
     # --- writes --------------------------------------------------------------------
     def _point_spec(self, sid: str, st: MoveState, label: MoveState) -> bool:

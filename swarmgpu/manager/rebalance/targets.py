@@ -14,8 +14,9 @@ count as tasks do: their host-mode ports claimed on their nodes, and their CPU a
 memory reserved where no task of theirs runs yet.
 
 ``live_refusal`` asks the same rules (``SwarmTargets.why``) once more just before a
-move's first write, of the service and the target node as Swarm has them then: a
-re-deploy since planning may have added a constraint, a volume plugin or a host port.
+move's first write (a repin's too: ``Repin.refusal``), of the service and the target node
+as Swarm has them then: a re-deploy since planning may have added a constraint, a volume
+plugin or a host port.
 """
 
 from __future__ import annotations

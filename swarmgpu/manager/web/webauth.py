@@ -17,7 +17,9 @@ everything but ``/healthz`` needs one of:
   form, ``weblogin``; HttpOnly, SameSite=Strict, Path=/; over HTTPS or with
   ``http.secure_cookie: always`` Secure and named ``__Host-swarmgpu_session``, the only
   name then read; its value is when it was issued and an HMAC of the token and that
-  time, not the token, refused past SESSION_MAX_AGE_S);
+  time, not the token, refused past SESSION_MAX_AGE_S); read before an
+  ``Authorization`` header, as a manager certificate is: the header of a request with a
+  valid session is not compared and takes no guess try;
 * a **loopback** peer (the manager itself, an SSH tunnel to ``127.0.0.1:9402``), unless
   ``http.auth: required`` (behind a reverse proxy on the manager every client is
   loopback: require proof of everyone).
@@ -199,10 +201,11 @@ def judge(caller: Caller, *, required: bool, loopback_open: bool, token: str | N
     if is_manager_of(caller.tls_peer, cluster_id):
         return Verdict(True, "manager-certificate")
     if token is not None:
-        if token_matches(caller.authorization, token):
-            return Verdict(True, "token")
+        # The session first, as a certificate: its header then is not read (``take_try``)
         if cookie_matches(caller.cookie, token, name=caller.cookie_name):
             return Verdict(True, "cookie")
+        if token_matches(caller.authorization, token):
+            return Verdict(True, "token")
     if caller.path in OPEN_PATHS:
         return Verdict(True, "open")
     if not required:
@@ -330,16 +333,20 @@ class WebAuth:
             self.note_refused(caller)
         return v
 
-    def take_try(self, caller: Caller) -> Try | None:
+    def take_try(self, caller: Caller, form: bool = False) -> Try | None:
         """A token try of ``caller`` (an Authorization header, a sign-in POST) from its
         address's bucket (guesslimit), or None where tries are not counted: no token to
         guess, or the caller is let in without one (auth off or loopback-only, a
-        loopback client under auto), or a manager certificate proves the caller (read
-        first: a manager is never limited by its address's wrong tokens). A Try with
-        ``wait_s`` is answered ``too_many``."""
+        loopback client under auto), or a manager certificate or a session cookie
+        proves the caller (read first, the header then not compared: a manager or a
+        signed-in browser is never limited by its address's wrong tokens, nor uses them
+        up with a stray header). Not so the sign-in ``form``'s token, compared whatever
+        cookie comes with it: a cookie copied off a browser (days) must not buy unlimited
+        guesses of the token. A Try with ``wait_s`` is answered ``too_many``."""
         if self.token is None or not self.required or (
                 self.loopback_open and is_loopback(caller.peer_ip)) or \
-                is_manager_of(caller.tls_peer, self.cluster_id):
+                is_manager_of(caller.tls_peer, self.cluster_id) or (not form and cookie_matches(
+                    caller.cookie, self.token, name=caller.cookie_name)):
             return None
         return self.guesses.take(caller.peer_ip)
 

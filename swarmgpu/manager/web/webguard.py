@@ -203,7 +203,7 @@ class GuardedHandler(OneRequestHandler):
         elif path == LOGOUT_PATH:
             self._send(logout_answer("POST", auth.secure_cookie(self.via_tls)))
         else:
-            guess = auth.take_try(caller)
+            guess = auth.take_try(caller, form=True)
             if guess is not None and guess.wait_s:
                 self._send(too_many(guess.wait_s))
                 return
