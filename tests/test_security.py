@@ -274,6 +274,8 @@ JUSTIFIED = {
     ("B311", "swarmgpu/sim/variants.py"): "seeded PRNG: the same seed gives the same workload",
     ("B311", "swarmgpu/sim/priorities.py"): "seeded PRNG: which pods are high priority, "
     "and the node order, the same in both runs",
+    ("B311", "swarmgpu/sim/swarm_sched.py"): "seeded PRNG: a draw among the nodes Swarm's "
+    "scheduler ties on, reproducible",
 }
 
 

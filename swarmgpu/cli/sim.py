@@ -60,6 +60,16 @@ from swarmgpu.sim.traces import NAMES as TRACE_NAMES
     help="Allow defragmenting moves: at most this many per 100 arrived pods.",
 )
 @click.option(
+    "--cpu-pods",
+    "cpu_pods",
+    default="policy",
+    show_default=True,
+    type=click.Choice(["policy", "swarm"]),
+    help="Who places the trace's CPU-only pods: policy = each policy's own allocator; "
+    "swarm = a model of Swarm's scheduler (resource filter, then the node with the "
+    "fewest tasks), as in the product, for every policy alike. Not with --departures.",
+)
+@click.option(
     "--speedup",
     type=float,
     default=1.0,
@@ -131,6 +141,7 @@ def simulate(
     plot: str | None,
     departures: bool,
     rebalance_moves: float | None,
+    cpu_pods: str,
     speedup: float,
     workload: str,
     bound: str,
@@ -226,6 +237,7 @@ def simulate(
         bound,
         trace=f"openb trace '{trace}'" if bundled_trace else "",
         online_at=online_at,
+        cpu_pods=cpu_pods,
     )
     if code != 0:  # a usage error: on stderr, as click's own
         click.echo(f"swarmgpu simulate: {text}", err=True)

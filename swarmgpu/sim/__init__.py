@@ -10,6 +10,7 @@
 ``swarm_replay``  the trace through the daemon's own planner (``FragmentationMover``:
                   ``--rebalance-moves`` as the daemon's mover ends each move;
                   ``swarm_rescue``: the defrag policy's room for a pod that finds no node)
+``swarm_sched``   ``--cpu-pods swarm``: Swarm's own scheduler for the CPU-only pods
 ``rebalance``     moves for the baselines' replay, against a budget (``Defragmenter``,
                   ``MoveRescuer``)
 ``priorities``    ``--priorities SHARE``: a queue, with and without priorities

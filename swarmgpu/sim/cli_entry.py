@@ -21,6 +21,7 @@ from swarmgpu.sim.bound_timed import TimedBound, timed_bound
 from swarmgpu.sim.replay import POLICIES
 from swarmgpu.sim.runs import LEVEL_STEP, check_arrivals
 from swarmgpu.sim.swarm_replay import WORKLOADS
+from swarmgpu.sim.swarm_sched import CPU_PODS
 from swarmgpu.sim.trace import (
     TraceError,
     load_nodes,
@@ -43,6 +44,7 @@ _NOT_WITH_PRIORITIES = (
     "--policy",
     "--departures",
     "--rebalance-moves",
+    "--cpu-pods",
     "--plot",
     "--bound",
     "--online-at",
@@ -78,6 +80,11 @@ def unused_option(
                 f"{opt} applies without --priorities, which replays swarmgpu's planner "
                 "with a queue alone (no other policy, bound, plot or progress); drop one of the two"
             )
+    elif "--cpu-pods" in given and departures:
+        return (
+            "--cpu-pods applies without --departures (Swarm's scheduler is modelled in "
+            "the replay to 130% arrived load); drop one of the two"
+        )
     elif "--speedup" in given and not departures:
         return (
             "--speedup applies with --departures or --priorities (arrivals K times faster); "
@@ -311,12 +318,15 @@ def run_simulate(
     bound: str = "lp",
     trace: str = "",
     online_at: int = ONLINE_AT,
+    cpu_pods: str = "policy",
 ) -> tuple[str, int]:
     """Run the replay; returns (text to print, exit code). ``progress`` (if given) hears
     of every replay as it ends, and of the pods replayed while they run. ``bound``: the
     upper bound beside the no-departure table (``sim.bound_runs``; "off" for none);
     ``online_at``: F of its online bound's row (0: no online bound).
-    ``trace``: what the --plot title calls the trace (default: the pod file's name)."""
+    ``trace``: what the --plot title calls the trace (default: the pod file's name).
+    ``cpu_pods``: who places the CPU-only pods, ``policy`` (each policy's allocator) or
+    ``swarm`` (a model of Swarm's scheduler, ``sim.swarm_sched``)."""
     known = set(POLICIES) | {"fgd-unrounded"}
     bad = [p for p in policies if p not in known]
     if bad:
@@ -331,6 +341,10 @@ def run_simulate(
         return (f"--speedup {speedup:g}: must be > 0 (1 = the trace's own times)", 2)
     if workload not in WORKLOADS:
         return (f"--workload {workload!r}: use one of {', '.join(WORKLOADS)}", 2)
+    if cpu_pods not in CPU_PODS:
+        return (f"--cpu-pods {cpu_pods!r}: use one of {', '.join(CPU_PODS)}", 2)
+    if departures and cpu_pods != "policy":
+        return ("--cpu-pods swarm applies without --departures; drop one of the two", 2)
     if bound not in BOUND_METHODS:
         return (f"--bound {bound!r}: use one of {', '.join(BOUND_METHODS)}", 2)
     # The row is solved at a level the replays record: another printed no row, silently.
@@ -402,6 +416,7 @@ def run_simulate(
             workload=workload,
             progress=progress,
             within=progress.within if progress else None,
+            cpu_pods=cpu_pods,
         )
         bounds = (
             report.run_bounds(nodes, pods, results, bound, progress=progress, online_at=online_at)
@@ -411,6 +426,8 @@ def run_simulate(
     except TraceError as e:
         return (str(e), 2)
     s = report.summary(results, bounds)
+    if cpu_pods != "policy":  # said only when asked: the default's output is unchanged
+        s["cpu_pods"] = cpu_pods
     if plot:
         try:
             report.plot(s, plot, plot_title(trace or Path(pods).name, policies, seeds))

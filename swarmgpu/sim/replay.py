@@ -29,6 +29,7 @@ from swarmgpu.sim.runs import (
     pod_kind,
     workload_of,
 )
+from swarmgpu.sim.swarm_sched import SwarmScheduler
 from swarmgpu.sim.trace import TracePod
 
 POLICIES = ("swarmgpu", "random", "bestfit", "dotprod", "packing", "fgd")
@@ -90,12 +91,17 @@ Defrag = Callable[[Allocator, Running, int], list[Move]]
 def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, seed: int,
            *, inflate: float = 1.3, timing: bool = False,
            rebalancer: Rebalancer | None = None, moves_per_100: float = 0.0,
-           defrag: Defrag | None = None, defrag_every: int = DEFRAG_EVERY) -> RunResult:
+           defrag: Defrag | None = None, defrag_every: int = DEFRAG_EVERY,
+           cpu_pods: str = "policy") -> RunResult:
     """One no-departure replay; returns the metrics per arrived-load level.
 
     Moves are allowed at most ``moves_per_100`` per 100 arrived pods over the run so far
     (counted in ``moves``): by ``defrag`` every ``defrag_every`` arrivals, and by
     ``rebalancer`` for a pod that finds no node.
+
+    ``cpu_pods``: ``policy`` places a CPU-only pod by the policy's allocator, as any
+    pod; ``swarm`` by Swarm's scheduler (``sim.swarm_sched``), as in the product, and
+    then such a pod is Swarm's: no move takes it or makes room for it.
     """
     import time
 
@@ -105,7 +111,8 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
                              "sim.swarm_replay.replay_planner(defrag=...)")
         from swarmgpu.sim.swarm_replay import replay_planner
 
-        return replay_planner(nodes, pods, seed, inflate=inflate, timing=timing)
+        return replay_planner(nodes, pods, seed, inflate=inflate, timing=timing,
+                              cpu_pods=cpu_pods)
     cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
     order, rng = arrival_order(pods, cluster_milli, seed, inflate)
     workload = workload_of(pods)
@@ -118,6 +125,7 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
     next_level = LEVEL_STEP
     last_level = int(inflate * 100)
     demands: dict[TracePod, Demand] = {}
+    sched = SwarmScheduler(seed) if cpu_pods == "swarm" else None
 
     def record(level: int) -> None:
         res.alloc_pct_at[level] = 100.0 * allocated / cluster_milli
@@ -134,19 +142,25 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
             d = demands[pod] = pod.demand()
         arrived += pod.total_gpu_milli
         t0 = time.perf_counter() if timing else 0.0
-        if policy == "random":
-            choice: Choice | None = place_random(alloc, d, rng)
+        swarms = sched is not None and pod.total_gpu_milli == 0  # Swarm's, not the policy's
+        if sched is not None and swarms:
+            choice: Choice | None = sched.pick(alloc, d)
+        elif policy == "random":
+            choice = place_random(alloc, d, rng)
         else:
             got = alloc.place(d, explain=False)
             choice = got if isinstance(got, Choice) else None
         if timing:
             res.decision_s.append(time.perf_counter() - t0)
-        if choice is None and rebalancer is not None:
+        if choice is None and rebalancer is not None and not swarms:
             budget = int(n_arrived * moves_per_100 / 100) - res.moves
             rescue = rebalancer(alloc, running, d, budget) if budget >= 1 else None
             if rescue is not None:
                 res.moves += apply_moves(running, rescue.moves)
                 running.setdefault(rescue.placed.node, {})[n_arrived] = (d, rescue.placed)
+                if sched is not None:
+                    sched.moved((mv.old.node, mv.new.node) for mv in rescue.moves)
+                    sched.add(rescue.placed.node)
                 allocated += pod.total_gpu_milli
                 res.placed += 1
                 continue_level = True
@@ -161,14 +175,19 @@ def replay(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], policy: str, see
             res.failed_one(n_arrived)
         else:
             alloc.commit(choice)
-            if rebalancer is not None or defrag is not None:
+            if (rebalancer is not None or defrag is not None) and not swarms:
                 running.setdefault(choice.node, {})[n_arrived] = (d, choice)
+            if sched is not None:
+                sched.add(choice.node)
             allocated += pod.total_gpu_milli
             res.placed += 1
         if defrag is not None and n_arrived % defrag_every == 0:
             budget = int(n_arrived * moves_per_100 / 100) - res.moves
             if budget >= 1:
-                res.moves += apply_moves(running, defrag(alloc, running, budget))
+                made = defrag(alloc, running, budget)
+                res.moves += apply_moves(running, made)
+                if sched is not None:
+                    sched.moved((mv.old.node, mv.new.node) for mv in made)
         while next_level <= last_level and arrived * 100 >= next_level * cluster_milli:
             record(next_level)
             next_level += LEVEL_STEP

@@ -35,8 +35,8 @@ REPORT_LEVELS = (50, 100, 130)
 RESCUE_RESERVE = 8
 
 
-def _one(args: tuple[str, str, str, int, float | None, str]) -> RunResult:
-    nodes_path, pods_path, policy, seed, moves, workload = args
+def _one(args: tuple[str, str, str, int, float | None, str, str]) -> RunResult:
+    nodes_path, pods_path, policy, seed, moves, workload, cpu_pods = args
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     if policy == "swarmgpu":  # the daemon's own planner (sim.swarm_replay)
         return replay_planner(
@@ -47,6 +47,7 @@ def _one(args: tuple[str, str, str, int, float | None, str]) -> RunResult:
             moves_per_100=moves or 0.0,
             defrag=(FragmentationMover(reserve=RESCUE_RESERVE) if moves else None),
             rescuer=PlannerRescuer() if moves else None,
+            cpu_pods=cpu_pods,
         )
     if moves:
         return replay(
@@ -57,8 +58,9 @@ def _one(args: tuple[str, str, str, int, float | None, str]) -> RunResult:
             moves_per_100=moves,
             defrag=Defragmenter(workload_of(pods), reserve=RESCUE_RESERVE),
             rebalancer=MoveRescuer(),
+            cpu_pods=cpu_pods,
         )
-    return replay(nodes, pods, policy, seed)
+    return replay(nodes, pods, policy, seed, cpu_pods=cpu_pods)
 
 
 def _one_timed(args: tuple[str, str, str, int, float | None, float, str]) -> TimelineResult:
@@ -187,9 +189,13 @@ def run_many(
     workers: int | None = None,
     progress: Progress | None = None,
     within: Within | None = None,
+    cpu_pods: str = "policy",
 ) -> dict[str, list[RunResult]]:
-    """No-departure replays of every policy x seed, on all cores."""
-    jobs = [(nodes_path, pods_path, p, s, moves, workload) for p in policies for s in seeds]
+    """No-departure replays of every policy x seed, on all cores; ``cpu_pods``: who
+    places the CPU-only pods (``policy`` or ``swarm``, ``sim.swarm_sched``)."""
+    jobs = [
+        (nodes_path, pods_path, p, s, moves, workload, cpu_pods) for p in policies for s in seeds
+    ]
     out: dict[str, list[RunResult]] = {p: [] for p in policies}
     for r in _map(_one, jobs, workers, progress, within):
         out[r.policy].append(r)
@@ -528,6 +534,8 @@ def as_text(s: dict[str, Any]) -> str:
             text += "\n" + _online_text(s, online)
     elif "unavailable" in bound:
         text += f"\nbound: not computed: {bound['unavailable']}"
+    if s.get("cpu_pods") == "swarm":
+        text += f"\n{CPU_PODS_SWARM}"
     return text + "\n\n" + COLUMNS + (GAP if gaps else "")
 
 
@@ -580,6 +588,10 @@ cluster's GPUs, none leaves):
              GPU that the trace's typical tasks cannot use (FGD's measure)
   moves      defragmenting moves made per replay (0 without --rebalance-moves)
   seeds      replays the row averages"""
+CPU_PODS_SWARM = (
+    "CPU-only pods: placed by a model of Swarm's scheduler in every policy's replay "
+    "(--cpu-pods swarm;\n  docs/simulate.md)"
+)
 GAP = """
   gap@N%     the bound's alloc@N% minus the policy's, in points (row bound: the most
              any placement of the arrived pods could allocate, docs/simulate.md)"""

@@ -23,7 +23,8 @@ plans in bursts of ``batch`` arrivals instead (and before each 5% load level), w
 way). A GPU pod that gets no placement when first planned is dropped, as in the FGD
 replay. CPU-only pods (no GPU request; Swarm would schedule them)
 are placed at arrival on the node the same allocator prefers for them, so the baselines
-and this replay see the same CPU pressure.
+and this replay see the same CPU pressure; with ``cpu_pods="swarm"`` by the model of
+Swarm's scheduler (``sim.swarm_sched``) instead, in every policy's replay alike.
 
 ``workload``: ``online`` (what the daemon does: the model learned from the services seen
 so far, starting from the prior) or ``oracle`` (the whole trace's typical tasks, as FGD's
@@ -75,6 +76,7 @@ from swarmgpu.sim.runs import (
     workload_of,
 )
 from swarmgpu.sim.swarm_rescue import PlannerRescuer
+from swarmgpu.sim.swarm_sched import SwarmScheduler
 from swarmgpu.sim.trace import TracePod
 from swarmgpu.swarm.client import SwarmNode, SwarmService, SwarmTask, service_from_api
 
@@ -108,6 +110,8 @@ class World:
     # service id -> the plan last applied for it, which wrote nothing: the planner hands
     # a settled service the same plan object cycle after cycle (nothing to apply again).
     applied: dict[str, ServicePlan] = field(default_factory=dict)
+    # --cpu-pods swarm: Swarm's scheduler, which counts the tasks on each node
+    sched: SwarmScheduler | None = None
 
     @classmethod
     def of(cls, nodes: Sequence[NodeSpec], ranks: Sequence[int]) -> World:
@@ -255,6 +259,8 @@ class World:
         s = self._updated(s, spec)
         self.services[sid] = s
         self.tasks[sid] = self._task(s, new)
+        if self.sched is not None:
+            self.sched.moved([(old, new)])
 
 
 def workload_model(mode: str, pods: Sequence[TracePod]) -> WorkloadModel:
@@ -274,12 +280,14 @@ class Replay:
 
     def __init__(self, nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: int, *,
                  workload: str = "online", inflate: float = 1.3, batch: int = BATCH,
-                 at_arrival: bool = True) -> None:
+                 at_arrival: bool = True, cpu_pods: str = "policy") -> None:
         self.cluster_milli = sum(len(n.gpus) for n in nodes) * 1000
         self.order, rng = arrival_order(pods, self.cluster_milli, seed, inflate)
         ranks = list(range(len(nodes)))
         rng.shuffle(ranks)  # the FGD replay's node permutation, from the same stream
         self.world = World.of(nodes, ranks)
+        if cpu_pods == "swarm":
+            self.world.sched = SwarmScheduler(seed)
         self.planner = Planner(workload=workload_model(workload, pods))
         self.planner.cluster.explain = False  # reasons are not read here
         self.batch = batch
@@ -334,6 +342,8 @@ class Replay:
             if sp.placements:
                 self.allocated += pod.total_gpu_milli
                 self.res.placed += 1
+                if w.sched is not None:
+                    w.sched.add(sp.placements[0].node_id)
             else:
                 if (self.rescuer is not None and not self.retrying
                         and self.allowed - self.res.moves >= 1):
@@ -361,12 +371,15 @@ class Replay:
 
     def place_cpu_pod(self, idx: int, pod: TracePod) -> None:
         alloc = self.planner.cluster.alloc
-        got = alloc.place(Demand(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib),
-                          explain=False)
+        d = Demand(cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib)
+        sched = self.world.sched
+        got = sched.pick(alloc, d) if sched is not None else alloc.place(d, explain=False)
         if not isinstance(got, Choice):
             self.failed["cpu"] += 1
             self.res.failed_one(idx)
             return
+        if sched is not None:
+            sched.add(got.node)
         self.world.add_cpu_task(f"cpu{idx}", got.node, pod)
         self.planner.cluster.add_usage(got.node, pod.cpu_milli, pod.memory_mib)
         self.cpu_since.append(f"cpu{idx}")
@@ -510,11 +523,12 @@ def replay_planner(nodes: Sequence[NodeSpec], pods: Sequence[TracePod], seed: in
                    defrag: FragmentationMover | None = None, inflate: float = 1.3,
                    timing: bool = False, defrag_every: int = DEFRAG_EVERY,
                    min_batch: int = DEFRAG_MIN_BATCH,
-                   rescuer: PlannerRescuer | None = None) -> RunResult:
+                   rescuer: PlannerRescuer | None = None, cpu_pods: str = "policy") -> RunResult:
     """One seed; ``timing`` records each placement decision the planner makes (its
     allocator's ``place``) in ``decision_s``; ``rescuer`` makes room for a pod that
-    finds no node, within the moves allowed (``moves_per_100``)."""
-    rp = Replay(nodes, pods, seed, workload=workload, inflate=inflate)
+    finds no node, within the moves allowed (``moves_per_100``); ``cpu_pods``: who
+    places a CPU-only pod (``policy``: the planner's allocator; ``swarm``: Swarm)."""
+    rp = Replay(nodes, pods, seed, workload=workload, inflate=inflate, cpu_pods=cpu_pods)
     rp.rescuer = rescuer
     if timing:
         rp.planner.cluster.timings = []
