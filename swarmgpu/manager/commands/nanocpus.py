@@ -18,6 +18,8 @@ _DIGITS = {c: i for i, c in enumerate("0123456789abcdefghijklmnopqrstuvwxyz")}
 _DIGITS |= {c.upper(): i for c, i in _DIGITS.items() if c.isalpha()}
 _INT64 = 1 << 63
 MAX_TEXT = 1000  # characters of a cpus value read; a number of CPUs needs a few dozen
+_PAST = ("more billionths of a CPU than a 64-bit count holds (docker would send Swarm its "
+         "low 64 bits)")
 
 
 class NotRational(ValueError):
@@ -106,7 +108,8 @@ def _exponent(s: str, i: int) -> tuple[int, int, int]:
         i += 1
     if not digits:
         raise NotRational("an exponent with no digits")
-    exp = int(sign + "".join(digits))
+    text = "".join(digits).lstrip("0") or "0"
+    exp = int(sign + text) if len(text) <= 19 else _INT64  # longer: past int64 anyway
     if not -_INT64 <= exp < _INT64:
         raise NotRational("an exponent past int64")
     if inval or prev == "_":
@@ -145,7 +148,10 @@ def _parts(s: str) -> _Rat:
 
 
 def go_rat(s: str) -> Fraction | None:
-    """What Go's ``new(big.Rat).SetString(s)`` gives, or None where it fails."""
+    """What Go's ``new(big.Rat).SetString(s)`` gives, or None where it fails; None too
+    for a text longer than ``MAX_TEXT`` (Python reads at most 4,300 decimal digits)."""
+    if len(s) > MAX_TEXT:
+        return None
     try:
         r = _parts(s)
     except NotRational:
@@ -166,7 +172,7 @@ def nano_cpus(text: str) -> int:
     """opts.ParseCPUs(text): the rational ``text`` times 1e9. NotRational, TooPrecise, or
     TooLarge (past int64, where docker would send Swarm the low 64 bits)."""
     if len(text) > MAX_TEXT:
-        raise TooLarge(f"longer than {MAX_TEXT} characters")
+        raise TooLarge(f"longer than {MAX_TEXT} characters, which no number of CPUs needs")
     r = _parts(text)
     if r.num == 0:
         return 0
@@ -175,7 +181,7 @@ def nano_cpus(text: str) -> int:
         if rem:
             raise TooPrecise("not a whole number of nano-CPUs")
         if not -_INT64 <= q < _INT64:
-            raise TooLarge("past int64")
+            raise TooLarge(_PAST)
         return q
     num, e2, e5 = r.num, r.e2 + 9, r.e5 + 9
     # A negative power is cancelled by the mantissa's own factors or the value is not
@@ -187,8 +193,8 @@ def nano_cpus(text: str) -> int:
             num //= p**-e
     e2, e5 = max(e2, 0), max(e5, 0)
     if abs(num).bit_length() + e2 + 2 * e5 > 64:  # 5**e5 >= 4**e5
-        raise TooLarge("past int64")
+        raise TooLarge(_PAST)
     q = int(num * 5**e5) << e2
     if not -_INT64 <= q < _INT64:
-        raise TooLarge("past int64")
+        raise TooLarge(_PAST)
     return q

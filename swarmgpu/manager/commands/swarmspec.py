@@ -118,8 +118,8 @@ def parse_cpus(v: object, where: str) -> int:
         raise StackError(f"{where}: {v!r} is not a whole number of billionths of a CPU "
                          "(docker: \"value is too precise\"); round it to 9 decimals") from None
     except TooLarge as e:
-        raise StackError(f"{where}: {str(v)[:40]!r}: {e}, more CPUs than docker can send "
-                         "Swarm; write a number of CPUs a node has") from None
+        raise StackError(f"{where}: {str(v)[:40]!r}: {e}; write a number of CPUs a node "
+                         "has") from None
     if nano < 0 or 0 < nano < MIN_NANO_CPUS:
         raise StackError(f"{where}: {v!r}: Swarm refuses a reservation below 0.001 CPUs "
                          "(at least 0.001 CPUs, or 0 for none)")
