@@ -106,22 +106,23 @@ def parse_cpus(v: object, where: str) -> int:
     opts.ParseCPUs reads it (``nanocpus``); 0 is none, as Swarm takes a 0 reservation
     (compose: no limit), and so is "", which docker leaves unset."""
     text = str(v) if isinstance(v, int | float | str) and not isinstance(v, bool) else None
+    shown = repr(v) if len(repr(v)) <= 60 else f"{str(v)[:40]!r}..."  # hostile: cut
     try:
         if text is None:
             raise NotRational("not text")
         nano = nano_cpus(text) if text else 0
     except NotRational:
-        raise StackError(f"{where}: {v!r} is not a number of CPUs: docker fails to parse it "
+        raise StackError(f"{where}: {shown} is not a number of CPUs: docker fails to parse it "
                          "as a rational number; write one like \"1.5\", \"0.5\" or "
                          "\"1/2\", with no spaces") from None
     except TooPrecise:
-        raise StackError(f"{where}: {v!r} is not a whole number of billionths of a CPU "
+        raise StackError(f"{where}: {shown} is not a whole number of billionths of a CPU "
                          "(docker: \"value is too precise\"); round it to 9 decimals") from None
     except TooLarge as e:
-        raise StackError(f"{where}: {str(v)[:40]!r}: {e}; write a number of CPUs a node "
+        raise StackError(f"{where}: {shown}: {e}; write a number of CPUs a node "
                          "has") from None
     if nano < 0 or 0 < nano < MIN_NANO_CPUS:
-        raise StackError(f"{where}: {v!r}: Swarm refuses a reservation below 0.001 CPUs "
+        raise StackError(f"{where}: {shown}: Swarm refuses a reservation below 0.001 CPUs "
                          "(at least 0.001 CPUs, or 0 for none)")
     return nano
 
