@@ -13,7 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from support.forged import RecordDropFails, RecordingSwarm, held_labels, sw_node, sw_svc
+from support.forged import (
+    RecordDropFails,
+    RecordingSwarm,
+    held_labels,
+    record_put_answer_lost,
+    sw_node,
+    sw_svc,
+)
 from support.gpu_nodes import DGX_A100, RTX4090
 from support.rebalance import U2, node, running, service
 from support.rebalance_fragmentation import HALF, WHOLE, plan, two_half_used
@@ -595,9 +602,7 @@ def test_new_gpus_given_out_before_step_2_landed_are_not_written() -> None:
 def test_a_repin_whose_record_drop_fails_is_said_done_once(landed: bool) -> None:
     # Before: the retry found the move label gone and said "the service's move label was
     # gone" (the drop failed), or nothing at all (the drop made, its answer lost).
-    base, now = victim_cluster(), [1000.0]
-    sw = RecordDropFails(base.nodes(), base.services(), base.tasks())
-    sw.landed = landed
+    sw, now = RecordDropFails.over(victim_cluster(), landed), [1000.0]
     m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
     m.run_cycle([_repin_move()], sw.nodes(), sw.services(), sw.tasks())
     sw.fail = 1
@@ -658,17 +663,7 @@ def test_a_repin_whose_record_answer_was_lost_is_said_failed_once() -> None:
     cycle finds the record with no move label and drops it (``recover``). Before, that
     said ``rolled-back`` too: two outcomes for one repin."""
     sw, now = victim_cluster(), [1000.0]
-    real, once = sw.update_swarm_labels, [True]
-
-    def labels(compute: Any, **kw: Any) -> bool:
-        before = read_records(sw.swarm_labels(), P)
-        landed = real(compute, **kw)
-        if once[0] and len(read_records(sw.swarm_labels(), P)) > len(before):
-            once[0] = False
-            raise SwarmUnavailable("Docker Engine unreachable: read timed out")
-        return landed
-
-    sw.update_swarm_labels = labels  # type: ignore[method-assign]
+    record_put_answer_lost(sw)
     m = Mover(sw, RB, prefix=P, dry_run=False, clock=lambda: now[0])  # type: ignore[arg-type]
     m.run_cycle([_repin_move()], sw.nodes(), sw.services(), sw.tasks())
     assert read_records(sw.swarm_labels(), P) != {}  # it landed

@@ -25,7 +25,7 @@ from loguru import logger
 from support import slowflood
 from support.identity import CLUSTER
 from support.paths import REPO
-from support.webauth import BIG, FORM, TOKEN, get, post, raw, web_daemon
+from support.webauth import BIG, FORM, TOKEN, get, map_in_chromium, post, raw, web_daemon
 
 from swarmgpu.cli import main
 from swarmgpu.core.config import ConfigError, HttpConfig, load_config
@@ -596,25 +596,15 @@ def test_a_large_answer_goes_gzipped_to_a_browser_that_takes_it(
 
 
 def test_the_browser_draws_the_map_from_gzipped_answers(tmp_path: Path, chromium: str) -> None:
-    from support.browser import Cdp, sample
-
-    d = web_daemon(tmp_path, auth="auto")  # loopback: open, as through an SSH tunnel
-    assert d._http is not None
-    doc = sample()
-    webmap.register(d.http_routes, lambda: doc, query_routes=d.http_query_routes)
-    cdp = Cdp(chromium, (1024, 768))
-    try:
-        cdp.open(f"http://127.0.0.1:{d._http.server_address[1]}/")
+    # loopback: open, as through an SSH tunnel
+    with map_in_chromium(tmp_path, chromium, auth="auto") as (cdp, port):
+        cdp.open(f"http://127.0.0.1:{port}/")
         cdp.wait_for("document.querySelector('[data-key]') !== null")
         sizes = cdp.js("JSON.stringify(performance.getEntriesByType('resource').map("
                        "e => [new URL(e.name).pathname, e.transferSize, e.decodedBodySize]))")
         got = {path: (sent, size) for path, sent, size in json.loads(sizes)}
         sent, size = got["/static/app.js"]
         assert 0 < sent < size / 2, got
-    finally:
-        cdp.close()
-        d._http.shutdown()
-        d._http.server_close()
 
 
 def test_without_a_token_file_only_certificates_and_healthz(tmp_path: Path) -> None:
@@ -884,15 +874,7 @@ def test_a_token_link_signs_a_browser_in_and_leaves_no_token_in_its_history(
     """A link /login#token=<token> (the fragment reaches no server, log or Referer): the
     page takes the token out of the address, POSTs it under the daemon's CSP and
     Trusted Types, and lands on the map; no entry of the tab's history holds it."""
-    from support.browser import Cdp, sample
-
-    d = web_daemon(tmp_path)
-    assert d._http is not None
-    port = d._http.server_address[1]
-    doc = sample()
-    webmap.register(d.http_routes, lambda: doc, query_routes=d.http_query_routes)
-    cdp = Cdp(chromium, (1024, 768))
-    try:
+    with map_in_chromium(tmp_path, chromium) as (cdp, port):
         cdp.open(f"http://127.0.0.1:{port}/login#token={TOKEN}")
         cdp.wait_for("location.pathname === '/' && document.querySelector('[data-key]') !== null")
         assert cdp.js("fetch('/api/v1/cluster').then(r => r.status)") == 200
@@ -901,10 +883,6 @@ def test_a_token_link_signs_a_browser_in_and_leaves_no_token_in_its_history(
         assert urls[-1] == f"http://127.0.0.1:{port}/", urls
         assert not [u for u in urls if TOKEN in u], urls
         assert TOKEN not in cdp.js("document.cookie")  # HttpOnly: not even its HMAC
-    finally:
-        cdp.close()
-        d._http.shutdown()
-        d._http.server_close()
 
 
 def test_any_fragment_leaves_the_address_before_the_page_is_read(
@@ -914,15 +892,7 @@ def test_any_fragment_leaves_the_address_before_the_page_is_read(
     chat client may add) kept the token in the tab's address and history, and signed no
     one in. Now the script runs before the page is parsed and strips any fragment at
     once, then reads the token out of what it took."""
-    from support.browser import Cdp, sample
-
-    d = web_daemon(tmp_path)
-    assert d._http is not None
-    port = d._http.server_address[1]
-    doc = sample()
-    webmap.register(d.http_routes, lambda: doc, query_routes=d.http_query_routes)
-    cdp = Cdp(chromium, (1024, 768))
-    try:
+    with map_in_chromium(tmp_path, chromium) as (cdp, port):
         cdp.open(f"http://127.0.0.1:{port}/login#from=mail&token={TOKEN}")
         cdp.wait_for("location.pathname === '/' && document.querySelector('[data-key]') !== null")
         urls = [e["url"] for e in cdp.call("Page.getNavigationHistory")["entries"]]
@@ -930,7 +900,3 @@ def test_any_fragment_leaves_the_address_before_the_page_is_read(
         cdp.call("Page.navigate", url=f"http://127.0.0.1:{port}/login#no-token-here")
         cdp.wait_for("document.readyState === 'complete' && location.pathname === '/login'")
         assert cdp.js("location.href") == f"http://127.0.0.1:{port}/login"
-    finally:
-        cdp.close()
-        d._http.shutdown()
-        d._http.server_close()

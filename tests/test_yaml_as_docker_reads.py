@@ -238,3 +238,29 @@ def test_a_plain_typed_field_is_taken_where_docker_takes_it(
         assert errors == [f"services.s.deploy.replicas: {count!r} is not a whole number >= 0"]
         return
     assert (theirs is not None) == (not errors), (plain, err, errors)
+
+
+ANCHORS = [
+    # an anchor defined again: YAML and both go-yaml versions take it, and each alias
+    # names the node its anchor last named above it; PyYAML refused the file
+    'x-one: &a "first"\n{svc}    deploy:\n      labels:\n        one: *a\n'
+    '        two: &a "second"\n        three: *a\n',
+    # again inside its first node: the alias there names the later one
+    '{svc}    deploy:\n      labels: &a\n        one: &a "inner"\n        two: *a\n'
+    "    environment:\n      E: *a\n",
+]
+
+
+@pytest.mark.parametrize("body", ANCHORS)
+def test_an_anchor_defined_again_is_read_as_docker_reads_it(
+    body: str, cli: tuple[str, int, Engine], tmp_path: Path
+) -> None:
+    path, _, server = cli
+    text = 'version: "3.8"\n' + body.format(svc="services:\n  s:\n    image: busybox\n")
+    theirs, err = deployed(path, server, text, tmp_path)
+    assert theirs is not None, err
+    ours = load_stack(text, "s.yml")["services"]["s"]
+    assert ours["deploy"]["labels"] == _label(theirs)
+    env = theirs["TaskTemplate"]["ContainerSpec"].get("Env")
+    assert [f"{k}={v}" for k, v in ours.get("environment", {}).items()] == (env or [])
+    assert check_stack(text, where="s.yml").errors == []

@@ -121,3 +121,17 @@ def test_a_second_document_is_refused_saying_docker_ignores_it() -> None:
         parse_yaml(text, "f.yml", ValueError, docker=True)
     msg = str(exc.value)
     assert "line 5" in msg and "a second document" in msg and "reads only the first" in msg, msg
+
+
+@pytest.mark.parametrize("docker", [False, True])
+def test_an_anchor_defined_again_names_the_later_node_for_later_aliases(docker: bool) -> None:
+    """YAML lets an anchor be defined again (an alias names the nearest definition above
+    it), and docker's go-yaml takes it; PyYAML refused "found duplicate anchor"."""
+    text = "a: &x 1\nb: *x\nc: &x [2]\nd: *x\ne: {f: &x 3, g: *x}\nh: *x\n"
+    assert parse_yaml(text, "f", ValueError, docker=docker) == {
+        "a": 1, "b": 1, "c": [2], "d": [2], "e": {"f": 3, "g": 3}, "h": 3}
+
+
+def test_an_alias_before_any_definition_of_its_anchor_is_still_refused() -> None:
+    with pytest.raises(ValueError, match=r"line 1.*undefined alias 'x'"):
+        parse_yaml("a: *x\nb: &x 1\n", "f", ValueError)

@@ -7,8 +7,10 @@ laughs" file would otherwise become gigabytes downstream), nesting depth and rec
 aliases. A file is read only as a regular file (``core.boundedfile``): a FIFO given as
 the config would block the process for ever, a device be read to the limit. A key given
 twice in one mapping is refused too, as docker's and Kubernetes' YAML readers refuse it:
-PyYAML would silently keep the last one. A value its tag cannot read (``!!int abc``, an
-integer of 5,000 digits) is an error at its line, not PyYAML's ValueError.
+PyYAML would silently keep the last one. An anchor defined twice is read as YAML and
+docker read it (each alias names the nearest definition above it); PyYAML refuses it.
+A value its tag cannot read (``!!int abc``, an integer of 5,000 digits) is an error at
+its line, not PyYAML's ValueError.
 
 Plain scalars resolve as docker 28 and later read a stack (go-yaml v3, ``core.goscalar``),
 not as YAML 1.1 does: ``12:30`` is text, not the base-60 number 750; ``=`` is text
@@ -68,6 +70,16 @@ class _Loader(yaml.SafeLoader):
         super().__init__(stream)
         self.plain: set[int] = set()
         self.bare: dict[int, int] = {}  # node id -> the 1-based line of its ``!``
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        # An anchor defined again names the later node from there on, as YAML says and
+        # docker's go-yaml (v2 and v3) reads it; PyYAML refuses it ("found duplicate
+        # anchor"). Aliases above it were composed already and keep the earlier node.
+        if not self.check_event(yaml.AliasEvent):
+            anchor = self.peek_event().anchor  # type: ignore[no-untyped-call]
+            if anchor is not None:
+                self.anchors.pop(anchor, None)
+        return super().compose_node(parent, index)
 
     def _note_bare(self, event: Any, node: yaml.Node) -> None:
         if event.tag == "!":  # ``! 2``, ``!<!> 2``: the node's tag is already resolved

@@ -1,4 +1,5 @@
-"""The daemon's web side in-process (auth, token) and a plain HTTP GET.
+"""The daemon's web side in-process (auth, token), a plain HTTP GET, and the sample map
+served by it to a headless Chromium.
 
 First written in tests/test_webauth.py."""
 
@@ -7,11 +8,17 @@ from __future__ import annotations
 import http.client
 import socket
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarmgpu.core.config import load_config
 from swarmgpu.manager.daemon import Daemon
+from swarmgpu.manager.web import webmap
+
+if TYPE_CHECKING:
+    from support.browser import Cdp
 
 TOKEN = "web-token-0123456789abcdef"
 BIG = 4 * 1024 * 1024  # past what socket buffers take: the document of ~500 nodes
@@ -36,6 +43,28 @@ def web_daemon(tmp: Path, auth: str = "required", listen: str = "127.0.0.1:0",
     d._start_http()
     assert d._http is not None
     return d
+
+
+@contextmanager
+def map_in_chromium(tmp: Path, chromium: str, auth: str = "required"
+                    ) -> Iterator[tuple[Cdp, int]]:
+    """A web daemon (``web_daemon``) serving the sample cluster's map, and a headless
+    Chromium tab beside it: ``(cdp, port)``; both closed after."""
+    from support.browser import Cdp, sample  # Chromium's helpers only where one runs
+
+    d = web_daemon(tmp, auth=auth)
+    assert d._http is not None
+    try:
+        doc = sample()
+        webmap.register(d.http_routes, lambda: doc, query_routes=d.http_query_routes)
+        cdp = Cdp(chromium, (1024, 768))
+        try:
+            yield cdp, d._http.server_address[1]
+        finally:
+            cdp.close()
+    finally:
+        d._http.shutdown()
+        d._http.server_close()
 
 
 def get(port: int, path: str, headers: dict[str, str] | None = None,

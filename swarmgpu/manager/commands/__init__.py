@@ -6,6 +6,7 @@
 ``render``      `swarmgpu render`: a stack file with GPU placement resolved
 ``swarmspec``   a stack's services as `docker stack deploy` hands them to Swarm: each
                 key's shape, the service spec the scheduler reads; ``StackError``
+``nanocpus``    ``cpus`` as docker reads it: Go's big.Rat text, times 1e9, whole
 ``compose_gpu`` Compose's own GPU reservations read as a swarmgpu request
 ``model_servers`` a model server's own GPU count (vLLM ``-tp``...) against the request
 ``composefile`` the stack file render writes: format 3.8, checked against ``schema/``

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from swarmgpu.core.tenants import STACK_LABEL
+from swarmgpu.manager.commands.nanocpus import NotRational, TooLarge, TooPrecise, nano_cpus
 from swarmgpu.manager.placement import DEVICES
 from swarmgpu.manager.services.sharing import is_share_key
 from swarmgpu.swarm.client import SwarmService
@@ -89,7 +90,6 @@ def constraints_of(placement: Mapping[str, Any], where: str) -> list[str]:
 
 # --- what Swarm's scheduler checks, as `docker stack deploy` converts it -------------
 
-_CPUS_RE = re.compile(r"^\s*(\d{1,6}(?:\.\d{0,9})?|\.\d{1,9})\s*$")
 # docker's units.RAMInBytes: binary multipliers, an optional b / ib after the letter.
 _MEM_RE = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,9})?)\s*([kmgtp]?)(?:i?b)?\s*$", re.IGNORECASE)
 _MEM_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
@@ -102,15 +102,27 @@ MIN_MEMORY_BYTES = 4 << 20
 
 
 def parse_cpus(v: object, where: str) -> int:
-    """Compose ``cpus`` ("1.5", 0.5, 2) as Swarm's NanoCPUs; 0 is none, as docker/cli's
-    opts.ParseCPUs reads "0" and Swarm takes a 0 reservation (compose: no limit)."""
-    text = str(v) if isinstance(v, int | float | str) and not isinstance(v, bool) else ""
-    m = _CPUS_RE.match(text)
-    if m is None:
-        raise StackError(f"{where}: {v!r} is not a number of CPUs (like \"1.5\" or 2)")
-    nano = round(float(m.group(1)) * 1e9)
-    if 0 < nano < MIN_NANO_CPUS:
-        raise StackError(f"{where}: {v!r}: Swarm refuses a reservation below 0.001 CPUs "
+    """Compose ``cpus`` ("1.5", "1/2", 2) as Swarm's NanoCPUs, read as docker/cli's
+    opts.ParseCPUs reads it (``nanocpus``); 0 is none, as Swarm takes a 0 reservation
+    (compose: no limit), and so is "", which docker leaves unset."""
+    text = str(v) if isinstance(v, int | float | str) and not isinstance(v, bool) else None
+    shown = repr(v) if len(repr(v)) <= 60 else f"{str(v)[:40]!r}..."  # hostile: cut
+    try:
+        if text is None:
+            raise NotRational("not text")
+        nano = nano_cpus(text) if text else 0
+    except NotRational:
+        raise StackError(f"{where}: {shown} is not a number of CPUs: docker fails to parse it "
+                         "as a rational number; write one like \"1.5\", \"0.5\" or "
+                         "\"1/2\", with no spaces") from None
+    except TooPrecise:
+        raise StackError(f"{where}: {shown} is not a whole number of billionths of a CPU "
+                         "(docker: \"value is too precise\"); round it to 9 decimals") from None
+    except TooLarge as e:
+        raise StackError(f"{where}: {shown}: {e}; write a number of CPUs a node "
+                         "has") from None
+    if nano < 0 or 0 < nano < MIN_NANO_CPUS:
+        raise StackError(f"{where}: {shown}: Swarm refuses a reservation below 0.001 CPUs "
                          "(at least 0.001 CPUs, or 0 for none)")
     return nano
 
